@@ -1,0 +1,196 @@
+"""What every command shares: loading fixtures, writing output, and turning errors into exit codes.
+
+This module is the one place where exceptions become stderr lines and exit statuses:
+0 when every check passed, 1 when a check failed, 2 for usage or input errors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from qkvcli.fixture import Fixture
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+EXIT_INTERNAL = 70
+BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
+
+
+class InputError(click.ClickException):
+    """Bad input (a fixture, a path, a value): one line on stderr and exit status 2."""
+
+    exit_code = EXIT_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Error: {self.format_message()}", err=True)
+
+
+class QkvGroup(click.Group):
+    """A click group that translates any escaped exception into one stderr line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except BrokenPipeError:
+            # The reader went away (``qkv report | head``): stop quietly.
+            _silence_stdout()
+            ctx.exit(EXIT_OK)
+        except MemoryError:
+            raise InputError("out of memory: the fixture's tensors are too large") from None
+        except RecursionError:
+            raise InputError("input is nested too deeply") from None
+        except Exception as error:  # noqa: BLE001 - the last line of defence against tracebacks
+            from qkvcli.errors import QkvError
+
+            if isinstance(error, QkvError):
+                raise InputError(str(error)) from None
+            click.echo(
+                f"Error: internal error ({type(error).__name__}: {error}); please report this",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def label_of(path: Path | None) -> str:
+    return BUNDLED_LABEL if path is None else str(path)
+
+
+def load(path: Path | None, max_elements: int) -> Fixture:
+    """Load a fixture, or raise :class:`InputError` naming the file and JSON location."""
+    from qkvcli.fixture import FixtureError, load_fixture
+
+    label = label_of(path)
+    if path is not None:
+        if not path.exists():
+            raise InputError(f"{label}: no such file")
+        if path.is_dir():
+            raise InputError(f"{label}: is a directory, not a fixture file")
+    try:
+        return load_fixture(path, max_elements=max_elements)
+    except FixtureError as error:
+        raise InputError(f"{label}: {error}") from None
+    except PermissionError:
+        raise InputError(f"{label}: permission denied") from None
+    except OSError as error:
+        raise InputError(f"{label}: cannot read ({error.strerror or error})") from None
+
+
+def with_settings(
+    fixture: Fixture, step: float | None, tolerance: float | None, samples: int | None
+) -> Fixture:
+    """The fixture with gradient-check settings from the command line, if given."""
+    import dataclasses
+
+    changes: dict[str, Any] = {}
+    if step is not None:
+        changes["step"] = step
+    if tolerance is not None:
+        changes["tolerance"] = tolerance
+    if samples is not None:
+        changes["samples"] = samples
+    return dataclasses.replace(fixture, **changes) if changes else fixture
+
+
+def write_output(text: str, output: Path | None, protect: Path | None = None) -> None:
+    """Print ``text``, or write it to ``output`` atomically (temp file + rename).
+
+    Refuses to write over ``protect`` (the fixture being read).
+    """
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    if protect is not None and output.exists() and protect.exists():
+        if os.path.samefile(output, protect):
+            raise InputError(f"{output}: refusing to overwrite the fixture being read")
+    if output.is_dir():
+        raise InputError(f"{output}: is a directory")
+    directory = output.parent if str(output.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.replace(tmp, output)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# --- shared options ----------------------------------------------------------------------
+
+
+def _positive_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter("must be a finite number greater than zero")
+    return value
+
+
+def _nonnegative_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter("must be a finite number, zero or more")
+    return value
+
+
+def fixture_argument(func: F) -> F:
+    return click.argument(
+        "fixture", required=False, type=click.Path(path_type=Path, dir_okay=True)
+    )(func)
+
+
+def output_option(func: F) -> F:
+    return click.option(
+        "-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+        help="Write to FILE (atomically) instead of standard output.",
+    )(func)
+
+
+def max_elements_option(func: F) -> F:
+    from qkvcli.fixture import DEFAULT_MAX_ELEMENTS
+
+    return click.option(
+        "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
+        show_default=True, help="Refuse fixtures with a tensor larger than this many elements.",
+    )(func)
+
+
+def gradcheck_options(func: F) -> F:
+    func = click.option(
+        "--samples", type=click.IntRange(min=1), default=None,
+        help="Coordinates to check per tensor (evenly spaced); default: every coordinate.",
+    )(func)
+    func = click.option(
+        "--tolerance", type=float, default=None, callback=_nonnegative_finite,
+        help="Largest scaled error |a-n|/max(1,|a|,|n|) that passes (fixture's, else 2e-6).",
+    )(func)
+    func = click.option(
+        "--step", type=float, default=None, callback=_positive_finite,
+        help="Central-difference step h (fixture's, else 1e-6).",
+    )(func)
+    return func
