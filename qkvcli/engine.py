@@ -201,7 +201,7 @@ class QkvProjections:
                 weights.append(xavier_uniform(d_model, d_head, trial))
             except QkvError as error:
                 raise ProjectionError(branch, error) from None
-        layer = cls.from_arrays(*weights, names=names)
+        layer = cls.from_arrays(weights[0], weights[1], weights[2], names=names)
         rng.state = trial.state
         return layer
 
@@ -234,7 +234,7 @@ class QkvProjections:
         index = BRANCHES.index(branch)
         weights = list(self._weights)
         weights[index] = np.asarray(weight, dtype=np.float64)
-        return QkvProjections.from_arrays(*weights, names=self._names)
+        return QkvProjections.from_arrays(weights[0], weights[1], weights[2], names=self._names)
 
     # --- computation --------------------------------------------------------------------
 
@@ -256,7 +256,9 @@ class QkvProjections:
         or :class:`~qkvcli.errors.NonFiniteValue`.
         """
         x = self.check_input(x)
-        return QkvForward(*(x @ w for w in self._weights))  # [B,T,d] @ [d,h] -> [B,T,h]
+        # Overflow to inf is reported by the evidence's checks, not as a warning on stderr.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return QkvForward(*(x @ w for w in self._weights))  # [B,T,d] @ [d,h] -> [B,T,h]
 
     def backward(
         self, x: ArrayLike, grad_query: ArrayLike, grad_key: ArrayLike, grad_value: ArrayLike
@@ -280,15 +282,17 @@ class QkvProjections:
         rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d]
         grad_input = np.zeros_like(x)
         weight_grads = []
-        for w, g in zip(self._weights, upstream, strict=True):
-            grad_input += g @ w.T  # [B,T,h] @ [h,d] -> [B,T,d]
-            weight_grads.append(rows.T @ g.reshape(batch * tokens, self._d_head))  # [d,h]
+        with np.errstate(over="ignore", invalid="ignore"):
+            for w, g in zip(self._weights, upstream, strict=True):
+                grad_input += g @ w.T  # [B,T,h] @ [h,d] -> [B,T,d]
+                weight_grads.append(rows.T @ g.reshape(batch * tokens, self._d_head))  # [d,h]
         return QkvGradients(grad_input, *weight_grads)
 
 
 def weighted_loss(outputs: QkvForward, upstream: tuple[Array, Array, Array]) -> float:
     """``L = <Q,U_Q> + <K,U_K> + <V,U_V>``: the scalar whose gradient ``backward`` gives."""
     total = 0.0
-    for out, up in zip(outputs, upstream, strict=True):
-        total += float(np.sum(out * up))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for out, up in zip(outputs, upstream, strict=True):
+            total += float(np.sum(out * up))
     return total

@@ -82,10 +82,6 @@ class ShapeProbe:
     outputs: tuple[Shape, Shape, Shape]
     gradient_shapes_ok: bool
 
-    @property
-    def expected_ok(self) -> bool:
-        return all(out == self.input[:2] + (out[2],) for out in self.outputs)
-
 
 @dataclass(frozen=True)
 class ShapeEvidence:
@@ -101,7 +97,7 @@ class ShapeEvidence:
         probes = (self.rule, self.batch, self.empty_batch, self.empty_tokens,
                   self.report_empty_tokens)
         return all(
-            p.gradient_shapes_ok and all(out == p.input[:2] + (self.d_head,) for out in p.outputs)
+            p.gradient_shapes_ok and all(out == (*p.input[:2], self.d_head) for out in p.outputs)
             for p in probes
         )
 

@@ -146,7 +146,9 @@ def read_fixture_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise FixtureError("", f"not UTF-8 text (byte {error.start} is 0x{data[error.start]:02x})")
+        raise FixtureError(
+            "", f"not UTF-8 text (byte {error.start} is 0x{data[error.start]:02x})"
+        ) from None
 
 
 def bundled_fixture_text() -> str:
@@ -362,7 +364,7 @@ def parse_fixture(
         arrays.append(array)
         names.append(name)
     try:
-        layer = QkvProjections.from_arrays(*arrays, names=names)
+        layer = QkvProjections.from_arrays(arrays[0], arrays[1], arrays[2], names=names)
     except ProjectionError as error:
         raise FixtureError(f"$.weights.{error.projection}", str(error)) from None
     except DuplicateName as error:
@@ -371,7 +373,14 @@ def parse_fixture(
         raise FixtureError("$.weights", str(error)) from None
 
     x = parse_tensor(data["input"], "$.input", max_elements)
-    _engine(layer.check_input, x, location="$.input")
+    try:
+        layer.check_input(x)
+    except QkvError as error:
+        hint = ""
+        if x.size == 0 and x.ndim < 3:
+            hint = ('; an empty nested list cannot show its inner axes, so write an empty '
+                    'input as {"shape": [0, tokens, d_model], "values": []}')
+        raise FixtureError("$.input", f"{error}{hint}") from None
     batch, tokens, _ = x.shape
 
     expected = (batch, tokens, layer.d_head)

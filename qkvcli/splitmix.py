@@ -26,7 +26,8 @@ UNIT_SCALE = 2.0**-53
 def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_ONE)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_TWO)
-    return z ^ (z >> np.uint64(31))
+    mixed: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
+    return mixed
 
 
 class SplitMix64:
@@ -70,7 +71,8 @@ class SplitMix64:
     def next_unit_block(self, count: int) -> npt.NDArray[np.float64]:
         """The next ``count`` unit floats in ``[0, 1)``, as :meth:`next_unit_f64` gives them."""
         draws = self.next_u64_block(count)
-        return (draws >> np.uint64(11)).astype(np.float64) * UNIT_SCALE
+        units: npt.NDArray[np.float64] = (draws >> np.uint64(11)).astype(np.float64) * UNIT_SCALE
+        return units
 
 
 def xavier_limit(fan_in: int, fan_out: int) -> float:

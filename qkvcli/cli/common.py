@@ -53,7 +53,7 @@ class QkvGroup(click.Group):
             raise InputError("out of memory: the fixture's tensors are too large") from None
         except RecursionError:
             raise InputError("input is nested too deeply") from None
-        except Exception as error:  # noqa: BLE001 - the last line of defence against tracebacks
+        except Exception as error:
             from qkvcli.errors import QkvError
 
             if isinstance(error, QkvError):

@@ -1,0 +1,120 @@
+"""The evidence families, on the chapter fixture and on fixtures of other shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkvcli.evidence import build_evidence, compute_primary, same_primary_bits
+from qkvcli.fixture import load_fixture, parse_fixture
+
+from .conftest import CHAPTER_FIXTURE
+
+CHECK_ORDER = ["forward", "reverse", "shapes", "errors", "initialization", "independence",
+               "replay", "gradcheck"]
+
+
+def seeded_doc(batch: int, tokens: int, d_model: int, d_head: int, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    return {
+        "seed": seed,
+        # The shape form, because a nested list cannot show the inner axes of an empty axis.
+        "input": {"shape": [batch, tokens, d_model],
+                  "values": rng.standard_normal(batch * tokens * d_model).tolist()},
+        "weights": {b: rng.standard_normal((d_model, d_head)).tolist()
+                    for b in ("query", "key", "value")},
+        "upstream": {b: {"shape": [batch, tokens, d_head],
+                         "values": rng.standard_normal(batch * tokens * d_head).tolist()}
+                     for b in ("query", "key", "value")},
+    }
+
+
+def test_chapter_evidence() -> None:
+    evidence = build_evidence(load_fixture(CHAPTER_FIXTURE))
+    assert [c.name for c in evidence.checks] == CHECK_ORDER
+    assert evidence.passed
+    assert evidence.primary.loss == -2.0
+    assert evidence.independence.row == 0
+    assert evidence.errors.rank.message == (
+        "Q/K/V input must have rank three [batch, tokens, model_width], got rank 2"
+    )
+    assert evidence.errors.model_mismatch.message == (
+        "Q/K/V model widths must match, got query 3, key 4, value 3"
+    )
+    assert evidence.errors.head_mismatch.message == (
+        "Q/K/V head widths must match, got query 2, key 3, value 2"
+    )
+    assert evidence.initialization.rejection == (
+        "query projection: linear output width must be greater than zero"
+    )
+    assert evidence.shapes.empty_tokens.input == (2, 0, 3)
+    assert evidence.shapes.report_empty_tokens.input == (1, 0, 3)
+    assert evidence.shapes.empty_batch.outputs == ((0, 2, 2),) * 3
+
+
+@pytest.mark.parametrize(
+    "dims", [(2, 3, 5, 4), (1, 1, 1, 1), (3, 4, 2, 6), (0, 3, 4, 2), (2, 0, 4, 2)],
+    ids=["d5-h4", "scalar", "head-wider", "empty-batch", "empty-tokens"],
+)
+def test_other_fixtures_pass_and_describe_themselves(dims: tuple[int, int, int, int]) -> None:
+    batch, tokens, d_model, d_head = dims
+    evidence = build_evidence(parse_fixture(seeded_doc(*dims, seed=sum(dims))))
+    assert evidence.passed, [c for c in evidence.checks if not c.passed]
+    assert evidence.config.d_model == d_model
+    assert evidence.shapes.batch.input == (2 * batch, tokens, d_model)
+    assert evidence.shapes.batch.outputs[0] == (2 * batch, tokens, d_head)
+    assert evidence.errors.width.message == (
+        f"Q/K/V input final width must equal model width {d_model}, got {d_model + 1}"
+    )
+    assert evidence.errors.head_mismatch.message == (
+        f"Q/K/V head widths must match, got query {d_head}, key {d_head + 1}, value {d_head}"
+    )
+    assert evidence.gradcheck.count == batch * tokens * d_model + 3 * d_model * d_head
+
+
+def test_independence_is_not_applicable_without_a_live_input_column() -> None:
+    doc = seeded_doc(1, 2, 3, 2, seed=1)
+    doc["input"] = [[[0, 0, 0], [0, 0, 0]]]
+    evidence = build_evidence(parse_fixture(doc))
+    assert not evidence.independence.applicable
+    assert evidence.independence.passed
+    assert "not applicable" in evidence.checks[5].detail
+
+
+def test_independence_probes_the_first_live_row() -> None:
+    doc = seeded_doc(1, 2, 3, 2, seed=1)
+    doc["input"] = [[[0, 0, 5], [0, 0, 1]]]
+    evidence = build_evidence(parse_fixture(doc))
+    assert evidence.independence.row == 2
+    assert evidence.independence.query_changed
+    assert evidence.independence.key_unchanged and evidence.independence.value_unchanged
+
+
+def test_replay_detects_a_difference() -> None:
+    fixture = load_fixture(CHAPTER_FIXTURE)
+    first = compute_primary(fixture)
+    assert same_primary_bits(first, compute_primary(fixture))
+    changed = dataclasses.replace(first, loss=-2.0000000000000004)
+    assert not same_primary_bits(first, changed)
+    zero = dataclasses.replace(first, loss=-0.0)
+    assert not same_primary_bits(dataclasses.replace(first, loss=0.0), zero)
+
+
+def test_a_tight_tolerance_fails_honestly() -> None:
+    doc = seeded_doc(2, 2, 3, 2, seed=4)
+    doc["gradcheck"] = {"tolerance": 0.0, "step": 1e-3}
+    evidence = build_evidence(parse_fixture(doc))
+    assert not evidence.passed
+    assert [c.name for c in evidence.checks if not c.passed] == ["gradcheck"]
+
+
+def test_overflowing_outputs_fail_forward() -> None:
+    doc = seeded_doc(1, 1, 2, 1, seed=2)
+    doc["input"] = [[[1e308, 1e308]]]
+    doc["weights"] = {"query": [[10], [10]], "key": [[1], [0]], "value": [[0], [1]]}
+    evidence = build_evidence(parse_fixture(doc))
+    failed = {c.name for c in evidence.checks if not c.passed}
+    assert "forward" in failed
