@@ -130,8 +130,9 @@ def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
     """Check FIXTURE... without running them, reporting every problem found.
 
     A directory means the *.json files in it. Each problem is one line on stderr naming
-    the file and the JSON location; each valid fixture prints "FILE: ok". Exit status 0
-    when every fixture is valid, 2 otherwise.
+    the file and the JSON location; each valid fixture prints "FILE: ok". With several
+    fixtures a last line counts the problems. Exit status 0 when every fixture is
+    valid, 2 otherwise.
     """
     bad_files = 0
     total = 0
@@ -149,8 +150,9 @@ def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
         else:
             click.echo(f"{path}: ok")
     if bad_files:
-        noun = "problem" if total == 1 else "problems"
-        click.echo(f"qkv: {total} {noun} in {bad_files} of {len(paths)} fixtures", err=True)
+        if len(paths) > 1:
+            noun = "problem" if total == 1 else "problems"
+            click.echo(f"qkv: {total} {noun} in {bad_files} of {len(paths)} fixtures", err=True)
         raise SystemExit(EXIT_INPUT)
 
 
