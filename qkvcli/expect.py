@@ -92,14 +92,20 @@ class ExpectResult:
     @property
     def detail(self) -> str:
         """One line: what matched, or the first few mismatches."""
+        quantities = _count(len(self.names), "quantity", "quantities")
         if self.passed:
-            return (f"{len(self.names)} quantities, {self.values} values as expected "
+            return (f"{quantities}, {_count(self.values, 'value', 'values')} as expected "
                     f"(tolerance {self.tolerance!r})")
         shown = "; ".join(m.describe() for m in self.mismatches[:SHOWN_MISMATCHES])
         more = len(self.mismatches) - SHOWN_MISMATCHES
         extra = f"; and {more} more" if more > 0 else ""
-        return (f"{len(self.mismatches)} of {len(self.names)} quantities differ: {shown}{extra} "
+        verb = "differs" if len(self.mismatches) == 1 else "differ"
+        return (f"{len(self.mismatches)} of {quantities} {verb}: {shown}{extra} "
                 f"(tolerance {self.tolerance!r})")
+
+
+def _count(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
 
 
 def _tolerance(raw: object) -> float:
