@@ -181,6 +181,9 @@ def parse_json_text(text: str) -> Any:
     except RecursionError:
         raise FixtureError("", "invalid JSON: nested too deeply") from None
     except ValueError as error:
+        if "integer string conversion" in str(error):
+            # Python's own limit (sys.get_int_max_str_digits); its advice is for programmers.
+            raise FixtureError("", "invalid JSON: an integer has too many digits") from None
         raise FixtureError("", f"invalid JSON: {error}") from None
 
 
@@ -308,6 +311,16 @@ def _check_size(shape: list[int] | tuple[int, ...], location: str, max_elements:
             location,
             f"shape [{','.join(map(str, shape))}] has {count} elements, more than the limit "
             f"{max_elements} (raise it with --max-elements)",
+        )
+    # An empty axis makes the count 0, yet work over the other axes (and NumPy's own
+    # limits) still scale with them: [10**11, 0, 3] would take hours, [0, 2**62, 3]
+    # cannot even be shaped. So the non-empty axes must fit the limit too.
+    spanned = math.prod(max(dim, 1) for dim in shape)
+    if spanned > max_elements:
+        raise FixtureError(
+            location,
+            f"shape [{','.join(map(str, shape))}] is empty, but its other axes span {spanned} "
+            f"elements, more than the limit {max_elements} (raise it with --max-elements)",
         )
 
 

@@ -90,6 +90,14 @@ BAD_INPUTS: list[tuple[str, bytes, str]] = [
     ("absurd-shape", changed("input", {"shape": [100000, 100000, 100000], "values": []}),
      "$.input.shape: shape [100000,100000,100000] has 1000000000000000 elements, "
      "more than the limit 134217728 (raise it with --max-elements)"),
+    ("empty-axis-huge-others", changed("input", {"shape": [10**11, 0, 3], "values": []}),
+     "$.input.shape: shape [100000000000,0,3] is empty, but its other axes span 300000000000 "
+     "elements, more than the limit 134217728 (raise it with --max-elements)"),
+    ("integer-too-many-digits", text('{"seed": ' + "9" * 5000 + "}"),
+     "invalid JSON: an integer has too many digits"),
+    ("integer-overflows-binary64", changed("input", {"shape": [1, 1, 3],
+                                                     "values": [1, 2, 10**400]}),
+     "$.input.values: a number is too large for binary64"),
     ("weight-rank", changed("weights.query", [1, 0, 1]),
      "$.weights.query: query projection: linear weight must have rank two, got rank 1"),
     ("zero-head-width", changed("weights.key", {"shape": [3, 0], "values": []}),
