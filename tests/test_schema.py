@@ -222,3 +222,10 @@ def valid_fixtures(draw: st.DrawFn) -> Any:
 def test_valid_fixtures_are_accepted_by_schema_and_code(data: Any) -> None:
     assert list(VALIDATOR.iter_errors(data)) == []
     parse_fixture(data)
+
+
+def test_docs_page_describes_every_field() -> None:
+    docs = (ROOT / "docs" / "fixtures.md").read_text(encoding="utf-8")
+    props = SCHEMA["properties"]
+    for key in (*props, *props["gradcheck"]["properties"], *props["expect"]["properties"]):
+        assert f"`{key}`" in docs or f"`gradcheck.{key}`" in docs, key
