@@ -108,6 +108,16 @@ def test_junit_with_one_fixture(tmp_path: Path) -> None:
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("8", "0", "0")
 
 
+def test_junit_without_fixtures_runs_the_bundled_one(tmp_path: Path) -> None:
+    result = invoke(["run", "--junit", "r.xml"], tmp_path)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[1].split() == [
+        "<bundled", "ch26-qkv-projections.json>", "8/8", "passed"
+    ]
+    suite = ET.parse(tmp_path / "r.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("name") == "<bundled ch26-qkv-projections.json>"
+
+
 def test_junit_refuses_to_overwrite_a_fixture(three: Path) -> None:
     before = (three / "a.json").read_text()
     result = invoke(["run", "a.json", "b.json", "--junit", "a.json"], three)

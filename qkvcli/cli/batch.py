@@ -26,6 +26,7 @@ from qkvcli.cli.common import (
     EXIT_INPUT,
     EXIT_OK,
     InputError,
+    label_of,
     load,
     with_settings,
     write_output,
@@ -103,21 +104,20 @@ class Outcome:
 
 
 def run_one(
-    path: Path, max_elements: int, step: float | None, tolerance: float | None,
+    path: Path | None, max_elements: int, step: float | None, tolerance: float | None,
     samples: int | None,
 ) -> Outcome:
-    """Load and check one fixture; an input error becomes part of the outcome."""
+    """Load and check one fixture (``None``: the bundled one); an input error is kept."""
     from qkvcli.evidence import build_evidence
 
+    label = label_of(path)
     try:
         fixture = with_settings(load(path, max_elements), step, tolerance, samples)
     except InputError as error:
-        message = error.format_message()
-        prefix = f"{path}: "
-        return Outcome(str(path), error=message.removeprefix(prefix))
+        return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
     evidence = build_evidence(fixture)
     checks = tuple((c.name, c.passed, c.detail) for c in evidence.checks)
-    return Outcome(str(path), checks)
+    return Outcome(label, checks)
 
 
 def summary_table(outcomes: Sequence[Outcome]) -> str:
@@ -177,17 +177,20 @@ def run_many(
     paths: Sequence[Path], junit: Path | None, max_elements: int, step: float | None,
     tolerance: float | None, samples: int | None,
 ) -> None:
-    """Run every fixture, print the summary, write ``junit``; exit with the worst status."""
-    fixtures = expand_fixtures(paths)
+    """Run every fixture, print the summary, write ``junit``; exit with the worst status.
+
+    Without ``paths`` (``qkv run --junit FILE``) the bundled fixture is run.
+    """
+    fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
     if junit is not None:
         for fixture in fixtures:
-            if _same_file(junit, fixture):
+            if fixture is not None and _same_file(junit, fixture):
                 raise InputError(f"{junit}: refusing to overwrite a fixture being read")
     outcomes = []
     for path in fixtures:
         outcome = run_one(path, max_elements, step, tolerance, samples)
         if outcome.error is not None:
-            click.echo(f"Error: {path}: {outcome.error}", err=True)
+            click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
         outcomes.append(outcome)
     click.echo(summary_table(outcomes), nl=False)
     if junit is not None:
