@@ -425,7 +425,7 @@ def _layer(arrays: list[Array], names: list[str]) -> QkvProjections:
 
 
 def _object(value: Any, location: str, problems: Problems) -> dict[str, Any] | None:
-    """``value`` if it is an object (its unknown keys reported), else ``None`` after a problem."""
+    """``value`` if it is an object, else ``None`` after reporting the problem."""
     if not isinstance(value, dict):
         problems.add(FixtureError(location, f"expected an object, got {_type_name(value)}"))
         return None
