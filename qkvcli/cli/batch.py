@@ -43,6 +43,7 @@ def batch_options(func: F) -> F:
     )(func)
     func = click.option(
         "--expect", "golden", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        metavar="GOLDEN",
         help="Compare the rendered report with the golden file GOLDEN instead of printing it; "
         "show a unified diff and exit 1 when they differ. One fixture only.",
     )(func)
