@@ -2,7 +2,8 @@
 
 Every family of evidence becomes one :class:`Check` in :attr:`Evidence.checks`, in the
 declared order forward, reverse, shapes, errors, initialization, independence, replay,
-gradcheck. Renderers (``qkvcli.render``) turn an :class:`Evidence` into text.
+gradcheck, and expect when the fixture has an ``expect`` section. Renderers
+(``qkvcli.render``) turn an :class:`Evidence` into text.
 """
 
 from __future__ import annotations
@@ -400,7 +401,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
         and primary.input_gradient.shape == primary.input.shape
     )
     ind = independence
-    checks = (
+    checks: tuple[Check, ...] = (
         Check("forward", forward_ok,
               "three [batch,tokens,d_head] outputs, all finite" if forward_ok
               else "an output is not finite or has the wrong shape"),
@@ -427,6 +428,13 @@ def build_evidence(fixture: Fixture) -> Evidence:
               f"{gradcheck.count} coordinates, step {gradcheck.step!r}, "
               f"tolerance {gradcheck.tolerance!r}"),
     )
+    if fixture.expect is not None:
+        # Only fixtures with an expect section get this check, so the chapter's is unchanged.
+        from qkvcli.expect import compare_expectations
+
+        actual: dict[str, Array | float] = {**primary.tensors(), "loss": primary.loss}
+        expected = compare_expectations(fixture.expect, actual)
+        checks = (*checks, Check("expect", expected.passed, expected.detail))
     return Evidence(
         chapter=fixture.chapter,
         seed=fixture.seed,

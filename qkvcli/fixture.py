@@ -13,12 +13,15 @@ A fixture looks like this (every key but ``input`` and ``weights`` is optional):
         "value": {"shape": [3, 2], "values": [1, 1, 1, -1, 0, 2]}
       },
       "upstream": {"query": ..., "key": ..., "value": ...},
-      "gradcheck": {"step": 1e-6, "tolerance": 2e-6, "samples": null}
+      "gradcheck": {"step": 1e-6, "tolerance": 2e-6, "samples": null},
+      "expect": {"loss": 3.5, "query": ..., "tolerance": 0}
     }
 
 A tensor is a nested list, or an object with ``values`` (nested, or flat row-major
 together with ``shape``). Problems raise :class:`FixtureError`, which carries the
-JSON location (``$.weights.key``) of what is wrong.
+JSON location (``$.weights.key``) of what is wrong. :func:`fixture_problems` collects
+every independent problem instead of stopping at the first (``qkv validate``); the
+published JSON Schema is ``qkvcli/data/fixture.schema.json``.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -39,9 +42,15 @@ from qkvcli.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
     DuplicateName,
+    InputRank,
     ProjectionError,
     QkvError,
 )
+
+if TYPE_CHECKING:
+    from qkvcli.expect import Expectations
+
+T = TypeVar("T")
 
 DEFAULT_SEED = 26
 DEFAULT_STEP = 1e-6
@@ -50,8 +59,10 @@ DEFAULT_MAX_ELEMENTS = 1 << 27
 MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_SEED = (1 << 64) - 1
 BUNDLED_NAME = "ch26-qkv-projections.json"
+SCHEMA_NAME = "fixture.schema.json"
+MAX_PROBLEMS = 100
 
-TOP_KEYS = ("chapter", "seed", "input", "weights", "upstream", "gradcheck")
+TOP_KEYS = ("chapter", "seed", "input", "weights", "upstream", "gradcheck", "expect")
 WEIGHT_KEYS = ("name", "shape", "values")
 TENSOR_KEYS = ("shape", "values")
 GRADCHECK_KEYS = ("step", "tolerance", "samples")
@@ -64,6 +75,41 @@ class FixtureError(ValueError):
         self.location = location
         self.message = message
         super().__init__(f"{location}: {message}" if location else message)
+
+
+class TooManyProblems(Exception):
+    """Raised inside collection once :attr:`Problems.limit` problems are recorded."""
+
+
+class Problems:
+    """Where validation reports what is wrong in a fixture.
+
+    Fail-fast (the default, used by :func:`parse_fixture`) raises the first problem,
+    so it is always the one the single-error path reports. Collecting (used by
+    :func:`fixture_problems`) records it and lets validation go on with the next
+    independent part; checks that depend on a failed part are skipped by the caller.
+    """
+
+    def __init__(self, collect: bool = False, limit: int = MAX_PROBLEMS) -> None:
+        self.collect = collect
+        self.limit = limit
+        self.errors: list[FixtureError] = []
+
+    def add(self, error: FixtureError) -> None:
+        """Record ``error``; raises it when fail-fast, :class:`TooManyProblems` at the limit."""
+        if not self.collect:
+            raise error
+        self.errors.append(error)
+        if len(self.errors) >= self.limit:
+            raise TooManyProblems()
+
+    def attempt(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """``func(*args, **kwargs)``, or ``None`` after recording the :class:`FixtureError`."""
+        try:
+            return func(*args, **kwargs)
+        except FixtureError as error:
+            self.add(error)
+            return None
 
 
 @dataclass(frozen=True)
@@ -79,6 +125,7 @@ class Fixture:
     samples: int | None = None
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
+    expect: Expectations | None = None
     layer: QkvProjections = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +181,9 @@ def parse_json_text(text: str) -> Any:
     except RecursionError:
         raise FixtureError("", "invalid JSON: nested too deeply") from None
     except ValueError as error:
+        if "integer string conversion" in str(error):
+            # Python's own limit (sys.get_int_max_str_digits); its advice is for programmers.
+            raise FixtureError("", "invalid JSON: an integer has too many digits") from None
         raise FixtureError("", f"invalid JSON: {error}") from None
 
 
@@ -186,14 +236,24 @@ def _type_name(value: Any) -> str:
     return "object"
 
 
-def _check_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> None:
+def _unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> list[FixtureError]:
+    """One problem per key of ``obj`` not in ``allowed``, each with a did-you-mean hint."""
     allowed = tuple(allowed)
+    found = []
     for key in obj:
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f' (did you mean "{close[0]}"?)' if close else ""
             known = ", ".join(allowed)
-            raise FixtureError(location, f'unknown key "{key}"{hint}; expected one of {known}')
+            found.append(
+                FixtureError(location, f'unknown key "{key}"{hint}; expected one of {known}')
+            )
+    return found
+
+
+def _check_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> None:
+    for error in _unknown_keys(obj, allowed, location):
+        raise error
 
 
 def _is_number(value: Any) -> bool:
@@ -253,6 +313,16 @@ def _check_size(shape: list[int] | tuple[int, ...], location: str, max_elements:
             location,
             f"shape [{','.join(map(str, shape))}] has {count} elements, more than the limit "
             f"{max_elements} (raise it with --max-elements)",
+        )
+    # An empty axis makes the count 0, yet work over the other axes (and NumPy's own
+    # limits) still scale with them: [10**11, 0, 3] would take hours, [0, 2**62, 3]
+    # cannot even be shaped. So the non-empty axes must fit the limit too.
+    spanned = math.prod(max(dim, 1) for dim in shape)
+    if spanned > max_elements:
+        raise FixtureError(
+            location,
+            f"shape [{','.join(map(str, shape))}] is empty, but its other axes span {spanned} "
+            f"elements, more than the limit {max_elements} (raise it with --max-elements)",
         )
 
 
@@ -330,41 +400,24 @@ def _weight(
     return array, name
 
 
-def parse_fixture(
-    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS
-) -> Fixture:
-    """Validate parsed JSON and build a :class:`Fixture`. Raises :class:`FixtureError`.
-
-    Order: document keys; weights (each weight's name, then finite values; then per
-    branch rank and widths; then model widths, head widths, duplicate names); then the
-    input (rank, width, finite values); then upstream gradients; then settings.
-    """
+def _branch(raw_weights: dict[str, Any], index: int, max_elements: int) -> tuple[Array, str]:
+    """One weight with its name, checked on its own (name, then finite values)."""
     from qkvcli.engine import DEFAULT_NAMES
 
-    if not isinstance(data, dict):
-        raise FixtureError("$", f"expected an object, got {_type_name(data)}")
-    _check_keys(data, TOP_KEYS, "$")
-    for key in ("input", "weights"):
-        if key not in data:
-            raise FixtureError("$", f'missing key "{key}"')
+    branch = BRANCHES[index]
+    if branch not in raw_weights:
+        raise FixtureError("$.weights", f'missing key "{branch}"')
+    array, name = _weight(raw_weights[branch], branch, max_elements)
+    name = DEFAULT_NAMES[index] if name is None else name
+    _engine(validate_name, name, location=f"$.weights.{branch}.name")
+    _engine(check_finite, array, "parameter", location=f"$.weights.{branch}")
+    return array, name
 
-    raw_weights = data["weights"]
-    if not isinstance(raw_weights, dict):
-        raise FixtureError("$.weights", f"expected an object, got {_type_name(raw_weights)}")
-    _check_keys(raw_weights, BRANCHES, "$.weights")
-    arrays: list[Array] = []
-    names: list[str] = []
-    for index, branch in enumerate(BRANCHES):
-        if branch not in raw_weights:
-            raise FixtureError("$.weights", f'missing key "{branch}"')
-        array, name = _weight(raw_weights[branch], branch, max_elements)
-        name = DEFAULT_NAMES[index] if name is None else name
-        _engine(validate_name, name, location=f"$.weights.{branch}.name")
-        _engine(check_finite, array, "parameter", location=f"$.weights.{branch}")
-        arrays.append(array)
-        names.append(name)
+
+def _layer(arrays: list[Array], names: list[str]) -> QkvProjections:
+    """The three weights together: per-branch rank and widths, shared widths, unique names."""
     try:
-        layer = QkvProjections.from_arrays(arrays[0], arrays[1], arrays[2], names=names)
+        return QkvProjections.from_arrays(arrays[0], arrays[1], arrays[2], names=names)
     except ProjectionError as error:
         raise FixtureError(f"$.weights.{error.projection}", str(error)) from None
     except DuplicateName as error:
@@ -372,90 +425,242 @@ def parse_fixture(
     except (BranchInputWidthMismatch, BranchOutputWidthMismatch) as error:
         raise FixtureError("$.weights", str(error)) from None
 
-    x = parse_tensor(data["input"], "$.input", max_elements)
+
+def _object(value: Any, location: str, problems: Problems) -> dict[str, Any] | None:
+    """``value`` if it is an object, else ``None`` after reporting the problem."""
+    if not isinstance(value, dict):
+        problems.add(FixtureError(location, f"expected an object, got {_type_name(value)}"))
+        return None
+    return value
+
+
+def expect_shape(
+    grad: Array, expected: tuple[int, ...], axes: str, location: str
+) -> Array:
+    """``grad`` if its shape is ``expected``; the message names the ``axes`` of the shape."""
+    if grad.shape != expected:
+        raise FixtureError(
+            location,
+            f"expected shape [{','.join(map(str, expected))}] ({axes}), "
+            f"got [{','.join(map(str, grad.shape))}]",
+        )
+    return grad
+
+
+def _parse_weights(
+    raw_weights: Any, max_elements: int, problems: Problems
+) -> QkvProjections | None:
+    weights = _object(raw_weights, "$.weights", problems)
+    if weights is None:
+        return None
+    for error in _unknown_keys(weights, BRANCHES, "$.weights"):
+        problems.add(error)
+    parsed = [problems.attempt(_branch, weights, index, max_elements) for index in range(3)]
+    if any(item is None for item in parsed):
+        return None  # widths and names can only be compared once all three parsed
+    arrays = [item[0] for item in parsed if item is not None]
+    names = [item[1] for item in parsed if item is not None]
+    return problems.attempt(_layer, arrays, names)
+
+
+def _parse_input(
+    raw: Any, layer: QkvProjections | None, max_elements: int, problems: Problems
+) -> Array | None:
+    x = problems.attempt(parse_tensor, raw, "$.input", max_elements)
+    if x is None:
+        return None
+    if layer is None:
+        # Without a valid layer the model width is unknown; the rank can still be checked.
+        if x.ndim != 3:
+            problems.add(FixtureError("$.input", str(InputRank(x.ndim)) + _empty_hint(x)))
+        return None
     try:
         layer.check_input(x)
     except QkvError as error:
-        hint = ""
-        if x.size == 0 and x.ndim < 3:
-            hint = ('; an empty nested list cannot show its inner axes, so write an empty '
-                    'input as {"shape": [0, tokens, d_model], "values": []}')
-        raise FixtureError("$.input", f"{error}{hint}") from None
-    batch, tokens, _ = x.shape
+        problems.add(FixtureError("$.input", f"{error}{_empty_hint(x)}"))
+        return None
+    return x
 
-    expected = (batch, tokens, layer.d_head)
+
+def _empty_hint(x: Array) -> str:
+    """Why an empty nested list has too low a rank, and what to write instead."""
+    if x.size == 0 and x.ndim < 3:
+        return ('; an empty nested list cannot show its inner axes, so write an empty '
+                'input as {"shape": [0, tokens, d_model], "values": []}')
+    return ""
+
+
+def _parse_upstream(
+    raw_upstream: Any, expected: tuple[int, ...] | None, max_elements: int, problems: Problems
+) -> list[Array] | None:
+    """The three upstream gradients (missing ones are all ones); ``None`` after a problem."""
     upstream: list[Array] = []
-    raw_upstream = data.get("upstream")
+    ok = expected is not None
     if raw_upstream is None:
-        upstream = [np.ones(expected) for _ in BRANCHES]
-    else:
-        if not isinstance(raw_upstream, dict):
-            raise FixtureError("$.upstream", f"expected an object, got {_type_name(raw_upstream)}")
-        _check_keys(raw_upstream, BRANCHES, "$.upstream")
-        for branch in BRANCHES:
-            location = f"$.upstream.{branch}"
-            if branch not in raw_upstream:
+        return [np.ones(expected) for _ in BRANCHES] if expected is not None else None
+    raw = _object(raw_upstream, "$.upstream", problems)
+    if raw is None:
+        return None
+    for error in _unknown_keys(raw, BRANCHES, "$.upstream"):
+        problems.add(error)
+    for branch in BRANCHES:
+        location = f"$.upstream.{branch}"
+        if branch not in raw:
+            if expected is not None:
                 upstream.append(np.ones(expected))
-                continue
-            grad = parse_tensor(raw_upstream[branch], location, max_elements)
-            if grad.shape != expected:
-                raise FixtureError(
-                    location,
-                    f"expected shape [{','.join(map(str, expected))}] (batch, tokens, d_head), "
-                    f"got [{','.join(map(str, grad.shape))}]",
-                )
-            upstream.append(grad)
+            continue
+        grad = problems.attempt(parse_tensor, raw[branch], location, max_elements)
+        if grad is not None and expected is not None:
+            grad = problems.attempt(
+                expect_shape, grad, expected, "batch, tokens, d_head", location
+            )
+        if grad is None:
+            ok = False
+            continue
+        upstream.append(grad)
+    return upstream if ok else None
+
+
+def _step(raw: Any) -> float:
+    step = _number(raw, "$.gradcheck.step")
+    if step <= 0:
+        raise FixtureError("$.gradcheck.step", "step must be greater than zero")
+    return step
+
+
+def _tolerance(raw: Any) -> float:
+    tolerance = _number(raw, "$.gradcheck.tolerance")
+    if tolerance < 0:
+        raise FixtureError("$.gradcheck.tolerance", "tolerance must not be negative")
+    return tolerance
+
+
+def _samples(raw_samples: Any) -> int | None:
+    if raw_samples is None:
+        return None
+    if not (isinstance(raw_samples, int) and not isinstance(raw_samples, bool)):
+        raise FixtureError(
+            "$.gradcheck.samples", f"expected an integer or null, got {_type_name(raw_samples)}"
+        )
+    if raw_samples < 1:
+        raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
+    return raw_samples
+
+
+def _seed(raw_seed: Any) -> int:
+    if not (isinstance(raw_seed, int) and not isinstance(raw_seed, bool)):
+        raise FixtureError("$.seed", f"expected an integer, got {_type_name(raw_seed)}")
+    if not 0 <= raw_seed <= MAX_SEED:
+        raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
+    return raw_seed
+
+
+def _chapter(raw_chapter: Any) -> str:
+    if not isinstance(raw_chapter, str) or not raw_chapter or "\n" in raw_chapter:
+        raise FixtureError("$.chapter", "expected a non-empty single-line string")
+    return raw_chapter
+
+
+def parse_fixture(
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> Fixture:
+    """Validate parsed JSON and build a :class:`Fixture`. Raises :class:`FixtureError`.
+
+    Order: document keys; weights (each weight's name, then finite values; then per
+    branch rank and widths; then model widths, head widths, duplicate names); then the
+    input (rank, width, finite values); then upstream gradients; then settings
+    (gradcheck, seed, chapter); then expectations.
+    """
+    fixture = _parse(data, default_chapter, max_elements, Problems())
+    if fixture is None:  # pragma: no cover - fail-fast raises before anything is skipped
+        raise FixtureError("$", "invalid fixture")
+    return fixture
+
+
+def fixture_problems(
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    limit: int = MAX_PROBLEMS,
+) -> list[FixtureError]:
+    """Every problem of parsed JSON, in :func:`parse_fixture`'s order; empty when valid.
+
+    The first problem is the one :func:`parse_fixture` raises. Independent parts (each
+    weight, the input, each upstream gradient, each setting, each expectation) are all
+    checked; a check that needs an earlier part (widths, shapes) is skipped when that
+    part failed. At most ``limit`` problems, the last saying that it stopped.
+    """
+    problems = Problems(collect=True, limit=limit)
+    try:
+        _parse(data, default_chapter, max_elements, problems)
+    except TooManyProblems:
+        problems.errors.append(FixtureError("", f"stopped after {limit} problems"))
+    return problems.errors
+
+
+def _parse(
+    data: Any, default_chapter: str, max_elements: int, problems: Problems
+) -> Fixture | None:
+    from qkvcli.expect import parse_expect
+
+    if not isinstance(data, dict):
+        problems.add(FixtureError("$", f"expected an object, got {_type_name(data)}"))
+        return None
+    for error in _unknown_keys(data, TOP_KEYS, "$"):
+        problems.add(error)
+    for key in ("input", "weights"):
+        if key not in data:
+            problems.add(FixtureError("$", f'missing key "{key}"'))
+
+    layer = _parse_weights(data["weights"], max_elements, problems) if "weights" in data else None
+    x = _parse_input(data["input"], layer, max_elements, problems) if "input" in data else None
+    expected: tuple[int, ...] | None = None
+    if layer is not None and x is not None:
+        batch, tokens, _ = x.shape
+        expected = (batch, tokens, layer.d_head)
+    upstream = _parse_upstream(data.get("upstream"), expected, max_elements, problems)
 
     step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
     raw_check = data.get("gradcheck")
     if raw_check is not None:
-        if not isinstance(raw_check, dict):
-            raise FixtureError("$.gradcheck", f"expected an object, got {_type_name(raw_check)}")
-        _check_keys(raw_check, GRADCHECK_KEYS, "$.gradcheck")
-        if "step" in raw_check:
-            step = _number(raw_check["step"], "$.gradcheck.step")
-            if step <= 0:
-                raise FixtureError("$.gradcheck.step", "step must be greater than zero")
-        if "tolerance" in raw_check:
-            tolerance = _number(raw_check["tolerance"], "$.gradcheck.tolerance")
-            if tolerance < 0:
-                raise FixtureError("$.gradcheck.tolerance", "tolerance must not be negative")
-        raw_samples = raw_check.get("samples")
-        if raw_samples is not None:
-            if not (isinstance(raw_samples, int) and not isinstance(raw_samples, bool)):
-                raise FixtureError(
-                    "$.gradcheck.samples", f"expected an integer or null, got {_type_name(raw_samples)}"
-                )
-            if raw_samples < 1:
-                raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
-            samples = raw_samples
+        check = _object(raw_check, "$.gradcheck", problems)
+        if check is not None:
+            for error in _unknown_keys(check, GRADCHECK_KEYS, "$.gradcheck"):
+                problems.add(error)
+            if "step" in check:
+                step = problems.attempt(_step, check["step"]) or step
+            if "tolerance" in check:
+                found = problems.attempt(_tolerance, check["tolerance"])
+                tolerance = tolerance if found is None else found
+            samples = problems.attempt(_samples, check.get("samples"))
 
     seed = DEFAULT_SEED
     if "seed" in data:
-        raw_seed = data["seed"]
-        if not (isinstance(raw_seed, int) and not isinstance(raw_seed, bool)):
-            raise FixtureError("$.seed", f"expected an integer, got {_type_name(raw_seed)}")
-        if not 0 <= raw_seed <= MAX_SEED:
-            raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
-        seed = raw_seed
+        found_seed = problems.attempt(_seed, data["seed"])
+        seed = seed if found_seed is None else found_seed
 
     chapter = default_chapter
     if "chapter" in data:
-        raw_chapter = data["chapter"]
-        if not isinstance(raw_chapter, str) or not raw_chapter or "\n" in raw_chapter:
-            raise FixtureError("$.chapter", "expected a non-empty single-line string")
-        chapter = raw_chapter
+        chapter = problems.attempt(_chapter, data["chapter"]) or chapter
 
+    sizes = None
+    if layer is not None and x is not None:
+        sizes = (int(x.shape[0]), int(x.shape[1]), layer.d_model, layer.d_head)
+    expect = None
+    if "expect" in data:
+        expect = parse_expect(data["expect"], sizes, max_elements, problems)
+
+    if layer is None or x is None or upstream is None or problems.errors:
+        return None  # only reached when collecting: fail-fast raised already
     return Fixture(
         input=x,
-        weights=(arrays[0], arrays[1], arrays[2]),
-        names=(names[0], names[1], names[2]),
+        weights=layer.weights,
+        names=layer.names,
         upstream=(upstream[0], upstream[1], upstream[2]),
         step=step,
         tolerance=tolerance,
         samples=samples,
         seed=seed,
         chapter=chapter,
+        expect=expect,
     )
 
 

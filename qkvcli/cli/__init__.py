@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from qkvcli import __version__
+from qkvcli.cli.authoring import init, schema, validate
 from qkvcli.cli.commands import gradcheck, report, run
 from qkvcli.cli.common import QkvGroup
 
@@ -18,6 +19,10 @@ def main() -> None:
     qkv run [FIXTURE]              run every check and show the evidence
     qkv report [FIXTURE] -f trace  render the report as text, trace or json
     qkv gradcheck [FIXTURE]        per-coordinate central-difference check
+    qkv run A.json B.json DIR/     several fixtures: a summary table (--junit FILE)
+    qkv init -o FILE [--seed N]    write a starter fixture with seeded weights
+    qkv validate FIXTURE...        report every problem without running anything
+    qkv schema                     print the fixture format's JSON Schema
 
     Without FIXTURE the bundled chapter fixture is used.
     """
@@ -26,3 +31,6 @@ def main() -> None:
 main.add_command(run)
 main.add_command(report)
 main.add_command(gradcheck)
+main.add_command(init)
+main.add_command(validate)
+main.add_command(schema)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qkvcli.cli.batch import batch_options, golden_diff, is_batch, reject_single_options, run_many
 from qkvcli.cli.common import (
     EXIT_FAILED,
     fixture_argument,
@@ -40,38 +41,56 @@ def _render(evidence: object, fmt: str) -> str:
 def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     step: float | None, tolerance: float | None, samples: int | None, verdict: bool,
+    golden: Path | None = None,
 ) -> None:
     from qkvcli.evidence import build_evidence
 
     loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
     evidence = build_evidence(loaded)
-    write_output(_render(evidence, fmt), output, protect=fixture)
+    text = _render(evidence, fmt)
+    if golden is None or output is not None:
+        write_output(text, output, protect=fixture)
+    diff = "" if golden is None else golden_diff(text, golden)
+    if diff:
+        click.echo(diff, nl=False)
+        click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
     if not evidence.passed:
         if verdict:
-            failed = ", ".join(check.name for check in evidence.checks if not check.passed)
-            click.echo(f"qkv: FAILED: {failed}", err=True)
+            failed = [check for check in evidence.checks if not check.passed]
+            click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
+            for check in failed:
+                click.echo(f"  {check.name}: {check.detail}", err=True)
+    if diff or not evidence.passed:
         raise SystemExit(EXIT_FAILED)
 
 
 @click.command()
-@fixture_argument
+@click.argument("fixtures", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="text",
     show_default=True, help="How to show the evidence.",
 )
 @output_option
+@batch_options
 @gradcheck_options
 @max_elements_option
 def run(
-    fixture: Path | None, fmt: str, output: Path | None, step: float | None,
-    tolerance: float | None, samples: int | None, max_elements: int,
+    fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
+    junit: Path | None, step: float | None, tolerance: float | None, samples: int | None,
+    max_elements: int,
 ) -> None:
-    """Run every check of the chapter's evidence on FIXTURE and show it.
+    """Run every check of the chapter's evidence on FIXTURE... and show it.
 
-    FIXTURE defaults to the bundled chapter fixture. Exit status: 0 when every
-    check passed, 1 when any failed, 2 for bad input.
+    FIXTURE defaults to the bundled chapter fixture. With several fixtures (or a
+    directory, meaning its *.json files) each is run and a summary table is shown.
+    Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, True)
+    if is_batch(fixtures, junit):
+        reject_single_options(output, golden)
+        run_many(fixtures, junit, max_elements, step, tolerance, samples)
+        return
+    fixture = fixtures[0] if fixtures else None
+    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, True, golden)
 
 
 @click.command()

@@ -1,0 +1,166 @@
+"""``qkv init``, ``qkv validate`` and ``qkv schema``: writing and checking fixtures."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from qkvcli.cli.batch import expand_fixtures, translated_read_errors
+from qkvcli.cli.common import EXIT_INPUT, InputError, max_elements_option, write_output
+from qkvcli.splitmix import MASK64
+
+# A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
+# comfortably under the reader's file-size limit.
+INIT_MAX_ELEMENTS = 1 << 20
+
+
+@click.command()
+@click.option("--seed", type=click.IntRange(0, MASK64), default=None,
+              help="SplitMix64 seed of the weights (and of the input and upstream).  [default: 26]")
+@click.option("--batch", type=click.IntRange(min=0), default=None, help="[default: 1]")
+@click.option("--tokens", type=click.IntRange(min=0), default=None, help="[default: 2]")
+@click.option("--d-model", type=click.IntRange(min=1), default=None, help="[default: 3]")
+@click.option("--d-head", type=click.IntRange(min=1), default=None, help="[default: 2]")
+@click.option("--from-chapter", is_flag=True,
+              help="Write the chapter's own fixture instead of a seeded one.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write to FILE (atomically) instead of standard output.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("--max-elements", type=click.IntRange(min=1), default=INIT_MAX_ELEMENTS,
+              show_default=True, help="Refuse to write a tensor larger than this many elements.")
+def init(
+    seed: int | None, batch: int | None, tokens: int | None, d_model: int | None,
+    d_head: int | None, from_chapter: bool, output: Path | None, force: bool,
+    max_elements: int,
+) -> None:
+    """Write a starter fixture with seeded weights, input and upstream gradients.
+
+    The weights are the reference's initialization for --seed (a fresh SplitMix64 at
+    that state; query, key, value; Xavier-uniform, row-major), written so they load back
+    bit for bit. The input and upstream come from generators of their own. Never
+    overwrites FILE unless --force.
+    """
+    if from_chapter:
+        given = [name for name, value in (("--seed", seed), ("--batch", batch),
+                 ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head))
+                 if value is not None]
+        if given:
+            raise click.UsageError(f"--from-chapter writes the chapter's fixture; drop {given[0]}")
+        from qkvcli.fixture import bundled_fixture_text
+
+        text = bundled_fixture_text()
+    else:
+        from qkvcli.fixture import DEFAULT_SEED
+        from qkvcli.starter import dump_fixture, starter_fixture
+
+        seed = DEFAULT_SEED if seed is None else seed
+        batch, tokens = (1 if batch is None else batch), (2 if tokens is None else tokens)
+        d_model, d_head = (3 if d_model is None else d_model), (2 if d_head is None else d_head)
+        for label, count in (("input", batch * tokens * d_model), ("weight", d_model * d_head),
+                             ("upstream", batch * tokens * d_head)):
+            if count > max_elements:
+                raise InputError(f"the {label} would have {count} elements, more than the "
+                                 f"limit {max_elements} (raise it with --max-elements)")
+        text = dump_fixture(starter_fixture(seed, batch, tokens, d_model, d_head))
+    if output is None:
+        click.echo(text, nl=False)
+    elif force:
+        write_output(text, output)
+    else:
+        write_new(text, output)
+
+
+def write_new(text: str, output: Path) -> None:
+    """Write ``text`` to a new file ``output`` atomically; never replace an existing file.
+
+    The text goes to a temporary file in the same directory, which is then hard-linked
+    into place: the link fails if ``output`` appeared meanwhile, so nothing is
+    overwritten and no half-written file is ever visible. Raises :class:`InputError`.
+    """
+    if output.exists() or output.is_symlink():
+        raise InputError(f"{output}: already exists (use --force to overwrite it)")
+    directory = output.parent if str(output.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        try:
+            os.link(tmp, output)
+        except FileExistsError:
+            raise InputError(f"{output}: already exists (use --force to overwrite it)") from None
+        except OSError:
+            # Some file systems have no hard links; the existence check above must do.
+            if output.exists():
+                raise InputError(
+                    f"{output}: already exists (use --force to overwrite it)"
+                ) from None
+            os.replace(tmp, output)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _problems(path: Path, max_elements: int) -> list[str]:
+    """Every problem of one fixture file as ``"$.location: message"`` lines."""
+    from qkvcli.fixture import FixtureError, fixture_problems, parse_json_text, read_fixture_text
+
+    label = str(path)
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{label}: no such file")
+    with translated_read_errors(label):
+        try:
+            data = parse_json_text(read_fixture_text(path))
+        except FixtureError as error:
+            return [str(error)]
+    return [str(error) for error in fixture_problems(data, path.stem, max_elements)]
+
+
+@click.command()
+@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=Path))
+@max_elements_option
+def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
+    """Check FIXTURE... without running them, reporting every problem found.
+
+    A directory means the *.json files in it. Each problem is one line on stderr naming
+    the file and the JSON location; each valid fixture prints "FILE: ok". With several
+    fixtures a last line counts the problems. Exit status 0 when every fixture is
+    valid, 2 otherwise.
+    """
+    bad_files = 0
+    total = 0
+    paths = expand_fixtures(fixtures)
+    for path in paths:
+        try:
+            problems = _problems(path, max_elements)
+        except InputError as error:
+            problems = [error.format_message().removeprefix(f"{path}: ")]
+        if problems:
+            bad_files += 1
+            total += len(problems)
+            for problem in problems:
+                click.echo(f"Error: {path}: {problem}", err=True)
+        else:
+            click.echo(f"{path}: ok")
+    if bad_files:
+        if len(paths) > 1:
+            noun = "problem" if total == 1 else "problems"
+            click.echo(f"qkv: {total} {noun} in {bad_files} of {len(paths)} fixtures", err=True)
+        raise SystemExit(EXIT_INPUT)
+
+
+@click.command()
+def schema() -> None:
+    """Print the JSON Schema of the fixture format (for editors and other tools)."""
+    from importlib.resources import files
+
+    from qkvcli.fixture import SCHEMA_NAME
+
+    click.echo(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text(encoding="utf-8"), nl=False)

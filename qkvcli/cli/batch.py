@@ -1,0 +1,243 @@
+"""Several fixtures in one ``qkv run``: a summary table, JUnit XML, and golden-file comparison.
+
+``qkv run a.json b.json dir/`` runs each fixture (a directory means the ``*.json``
+files directly inside it, in name order), prints one summary row per fixture and exits
+with the worst status: 2 when any fixture was bad input, else 1 when any check failed,
+else 0. ``--junit FILE`` also writes a JUnit XML report (one test suite per fixture,
+one test case per check). ``qkv run FIXTURE --expect GOLDEN`` compares the rendered
+report with a golden file instead of printing it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from qkvcli.cli.common import (
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_OK,
+    InputError,
+    label_of,
+    load,
+    with_settings,
+    write_output,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def batch_options(func: F) -> F:
+    """``--expect GOLDEN`` and ``--junit FILE`` for ``qkv run``."""
+    func = click.option(
+        "--junit", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        help="Also write a JUnit XML report to FILE (atomically), for CI systems.",
+    )(func)
+    func = click.option(
+        "--expect", "golden", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        metavar="GOLDEN",
+        help="Compare the rendered report with the golden file GOLDEN instead of printing it; "
+        "show a unified diff and exit 1 when they differ. One fixture only.",
+    )(func)
+    return func
+
+
+def is_batch(fixtures: Sequence[Path], junit: Path | None) -> bool:
+    """Whether ``qkv run`` runs in batch mode: several arguments, a directory, or ``--junit``."""
+    return len(fixtures) > 1 or junit is not None or any(path.is_dir() for path in fixtures)
+
+
+def reject_single_options(output: Path | None, golden: Path | None) -> None:
+    """``-o`` and ``--expect`` take one fixture; raise :class:`click.UsageError` otherwise."""
+    for flag, value in (("-o/--output", output), ("--expect", golden)):
+        if value is not None:
+            raise click.UsageError(
+                f"{flag} takes a single fixture file, not several fixtures, a directory, "
+                "or --junit"
+            )
+
+
+def expand_fixtures(paths: Sequence[Path]) -> list[Path]:
+    """Each path, with a directory replaced by its ``*.json`` files in name order.
+
+    Raises :class:`InputError` for a directory without any ``*.json`` file. Missing or
+    unreadable files are reported later, per fixture.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            try:
+                inside = sorted(
+                    child for child in path.iterdir()
+                    if child.suffix == ".json" and not child.is_dir()
+                )
+            except OSError as error:
+                raise InputError(f"{path}: cannot list ({error.strerror or error})") from None
+            if not inside:
+                raise InputError(f"{path}: no *.json fixtures in this directory")
+            found.extend(inside)
+        else:
+            found.append(path)
+    return found
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One fixture's result: its checks ``(name, passed, detail)``, or the input error."""
+
+    label: str
+    checks: tuple[tuple[str, bool, str], ...] = ()
+    error: str | None = None
+
+    @property
+    def status(self) -> int:
+        if self.error is not None:
+            return EXIT_INPUT
+        return EXIT_OK if all(passed for _, passed, _ in self.checks) else EXIT_FAILED
+
+
+def run_one(
+    path: Path | None, max_elements: int, step: float | None, tolerance: float | None,
+    samples: int | None,
+) -> Outcome:
+    """Load and check one fixture (``None``: the bundled one); an input error is kept."""
+    from qkvcli.evidence import build_evidence
+
+    label = label_of(path)
+    try:
+        fixture = with_settings(load(path, max_elements), step, tolerance, samples)
+    except InputError as error:
+        return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
+    evidence = build_evidence(fixture)
+    checks = tuple((c.name, c.passed, c.detail) for c in evidence.checks)
+    return Outcome(label, checks)
+
+
+def summary_table(outcomes: Sequence[Outcome]) -> str:
+    """An aligned plain-text table, one row per fixture, and a totals line."""
+    rows = [("fixture", "checks", "result")]
+    for outcome in outcomes:
+        if outcome.error is not None:
+            rows.append((outcome.label, "-", f"ERROR: {outcome.error}"))
+            continue
+        passed = sum(ok for _, ok, _ in outcome.checks)
+        failed = [name for name, ok, _ in outcome.checks if not ok]
+        result = "passed" if not failed else "FAILED: " + ", ".join(failed)
+        rows.append((outcome.label, f"{passed}/{len(outcome.checks)}", result))
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip() for r in rows]
+    counts = [sum(o.status == s for o in outcomes) for s in (EXIT_OK, EXIT_FAILED, EXIT_INPUT)]
+    noun = "fixture" if len(outcomes) == 1 else "fixtures"
+    lines.append(
+        f"{len(outcomes)} {noun}: {counts[0]} passed, {counts[1]} failed, {counts[2]} bad input"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def junit_xml(outcomes: Sequence[Outcome]) -> str:
+    """A JUnit XML report: one ``testsuite`` per fixture, one ``testcase`` per check.
+
+    A failed check is a ``failure``; a fixture that could not be loaded is one
+    ``testcase`` named ``load`` with an ``error``.
+    """
+    root = ET.Element("testsuites", name="qkv")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for outcome in outcomes:
+        suite = ET.SubElement(root, "testsuite", name=outcome.label)
+        counts = {"tests": 0, "failures": 0, "errors": 0}
+        if outcome.error is not None:
+            case = ET.SubElement(suite, "testcase", classname=outcome.label, name="load")
+            ET.SubElement(case, "error", message=outcome.error, type="input").text = outcome.error
+            counts.update(tests=1, errors=1)
+        for name, passed, detail in outcome.checks:
+            case = ET.SubElement(suite, "testcase", classname=outcome.label, name=name)
+            counts["tests"] += 1
+            if passed:
+                ET.SubElement(case, "system-out").text = detail
+            else:
+                ET.SubElement(case, "failure", message=detail, type="check").text = detail
+                counts["failures"] += 1
+        for key, count in counts.items():
+            suite.set(key, str(count))
+            totals[key] += count
+    for key, count in totals.items():
+        root.set(key, str(count))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def run_many(
+    paths: Sequence[Path], junit: Path | None, max_elements: int, step: float | None,
+    tolerance: float | None, samples: int | None,
+) -> None:
+    """Run every fixture, print the summary, write ``junit``; exit with the worst status.
+
+    Without ``paths`` (``qkv run --junit FILE``) the bundled fixture is run.
+    """
+    fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
+    if junit is not None:
+        for fixture in fixtures:
+            if fixture is not None and _same_file(junit, fixture):
+                raise InputError(f"{junit}: refusing to overwrite a fixture being read")
+    outcomes = []
+    for path in fixtures:
+        outcome = run_one(path, max_elements, step, tolerance, samples)
+        if outcome.error is not None:
+            click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
+        outcomes.append(outcome)
+    click.echo(summary_table(outcomes), nl=False)
+    if junit is not None:
+        write_output(junit_xml(outcomes), junit)
+    status = max(outcome.status for outcome in outcomes)
+    if status != EXIT_OK:
+        raise SystemExit(status)
+
+
+def _same_file(left: Path, right: Path) -> bool:
+    try:
+        return left.exists() and right.exists() and os.path.samefile(left, right)
+    except OSError:
+        return False
+
+
+def golden_diff(text: str, golden: Path) -> str:
+    """A unified diff from ``golden``'s content to ``text``; empty when they are equal.
+
+    Raises :class:`InputError` when the golden file cannot be read as UTF-8.
+    """
+    with translated_read_errors(str(golden)):
+        expected = golden.read_bytes().decode("utf-8")
+    if expected == text:
+        return ""
+    lines = difflib.unified_diff(
+        expected.splitlines(keepends=True), text.splitlines(keepends=True),
+        fromfile=str(golden), tofile="actual",
+    )
+    # A last line without a newline would run into the next header; mark it as diff does.
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)
+
+
+@contextmanager
+def translated_read_errors(label: str) -> Iterator[None]:
+    """Turn a failed read of ``label`` into one :class:`InputError` line."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise InputError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{label}: is a directory, not a file") from None
+    except PermissionError:
+        raise InputError(f"{label}: permission denied") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"{label}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise InputError(f"{label}: cannot read ({error.strerror or error})") from None

@@ -1,0 +1,235 @@
+"""``qkv run`` with several fixtures, a directory, ``--junit`` and ``--expect GOLDEN``."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+from qkvcli.fixture import bundled_fixture_text
+
+GOOD = json.loads(bundled_fixture_text())
+FAILING = {**GOOD, "expect": {"loss": 99.0}}  # the chapter's loss is -2.0
+CHECKS = ["forward", "reverse", "shapes", "errors", "initialization", "independence", "replay",
+          "gradcheck"]
+
+
+def invoke(args: list[str], cwd: Path) -> Any:
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, args)
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> Path:
+    (tmp_path / "a.json").write_text(json.dumps(GOOD))
+    (tmp_path / "b.json").write_text(json.dumps(FAILING))
+    (tmp_path / "c.json").write_text('{"input": []}')
+    return tmp_path
+
+
+def test_several_fixtures_print_a_summary_and_exit_with_the_worst(three: Path) -> None:
+    result = invoke(["run", "a.json", "b.json", "c.json"], three)
+    assert result.exit_code == 2
+    assert result.stdout == (
+        "fixture  checks  result\n"
+        "a.json   8/8     passed\n"
+        "b.json   8/9     FAILED: expect\n"
+        'c.json   -       ERROR: $: missing key "weights"\n'
+        "3 fixtures: 1 passed, 1 failed, 1 bad input\n"
+    )
+    assert result.stderr == 'Error: c.json: $: missing key "weights"\n'
+
+
+def test_a_failed_check_without_bad_input_exits_1(three: Path) -> None:
+    result = invoke(["run", "a.json", "b.json"], three)
+    assert result.exit_code == 1
+    assert result.stderr == ""
+    assert result.stdout.splitlines()[-1] == "2 fixtures: 1 passed, 1 failed, 0 bad input"
+
+
+def test_all_passing_exits_0(three: Path) -> None:
+    result = invoke(["run", "a.json", "a.json"], three)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1] == "2 fixtures: 2 passed, 0 failed, 0 bad input"
+
+
+def test_a_directory_means_its_json_fixtures_in_name_order(three: Path) -> None:
+    (three / "notes.txt").write_text("ignored")
+    (three / "sub.json").mkdir()  # a directory named like a fixture is not one
+    result = invoke(["run", "."], three)
+    assert result.exit_code == 2
+    rows = [line.split()[0] for line in result.stdout.splitlines()[1:-1]]
+    assert rows == ["a.json", "b.json", "c.json"]
+
+
+def test_a_directory_with_one_fixture_still_gives_the_summary(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "only.json").write_text(json.dumps(GOOD))
+    result = invoke(["run", "d"], tmp_path)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1] == "1 fixture: 1 passed, 0 failed, 0 bad input"
+
+
+def test_junit_report(three: Path) -> None:
+    result = invoke(["run", "a.json", "b.json", "c.json", "--junit", "report.xml"], three)
+    assert result.exit_code == 2
+    root = ET.parse(three / "report.xml").getroot()
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("18", "1", "1")
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["a.json", "b.json", "c.json"]
+    assert [c.get("name") for c in suites[0].findall("testcase")] == CHECKS
+    assert [c.get("name") for c in suites[1].findall("testcase")] == [*CHECKS, "expect"]
+    failure = suites[1].find("testcase[@name='expect']/failure")
+    assert failure is not None
+    assert failure.get("message") == (
+        "1 of 1 quantity differs: loss: expected 99.0, got -2.0 (tolerance 0.0)"
+    )
+    error = suites[2].find("testcase[@name='load']/error")
+    assert error is not None and error.get("message") == '$: missing key "weights"'
+    assert sorted(p.name for p in three.iterdir()) == ["a.json", "b.json", "c.json", "report.xml"]
+
+
+def test_junit_with_one_fixture(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps(GOOD))
+    result = invoke(["run", "a.json", "--junit", "r.xml"], tmp_path)
+    assert result.exit_code == 0
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("8", "0", "0")
+
+
+def test_junit_without_fixtures_runs_the_bundled_one(tmp_path: Path) -> None:
+    result = invoke(["run", "--junit", "r.xml"], tmp_path)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[1].split() == [
+        "<bundled", "ch26-qkv-projections.json>", "8/8", "passed"
+    ]
+    suite = ET.parse(tmp_path / "r.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("name") == "<bundled ch26-qkv-projections.json>"
+
+
+def test_junit_refuses_to_overwrite_a_fixture(three: Path) -> None:
+    before = (three / "a.json").read_text()
+    result = invoke(["run", "a.json", "b.json", "--junit", "a.json"], three)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: a.json: refusing to overwrite a fixture being read\n"
+    assert (three / "a.json").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [(["-o", "out.txt"], "-o/--output"), (["--expect", "g.txt"], "--expect")],
+    ids=["output", "expect"],
+)
+@pytest.mark.parametrize(
+    "fixtures", [["a.json", "b.json"], ["."]], ids=["several", "directory"]
+)
+def test_single_fixture_options_with_several_are_a_usage_error(
+    three: Path, extra: list[str], flag: str, fixtures: list[str]
+) -> None:
+    result = invoke(["run", *fixtures, *extra], three)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {flag} takes a single fixture file, not several fixtures, a directory, "
+        "or --junit"
+    )
+    assert result.stdout == ""
+    assert not (three / "out.txt").exists()
+
+
+# --- golden files ------------------------------------------------------------------------
+
+
+def test_expect_golden_match_prints_nothing(tmp_path: Path) -> None:
+    report = invoke(["report"], tmp_path).stdout
+    (tmp_path / "golden.txt").write_text(report)
+    result = invoke(["run", "--expect", "golden.txt"], tmp_path)
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert result.stderr == ""
+
+
+def test_expect_golden_mismatch_prints_a_unified_diff(tmp_path: Path) -> None:
+    report = invoke(["report"], tmp_path).stdout
+    golden = report.replace("seed:26", "seed:27")
+    (tmp_path / "golden.txt").write_text(golden)
+    result = invoke(["run", "--expect", "golden.txt"], tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr == "qkv: FAILED: the report differs from golden.txt\n"
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["--- golden.txt", "+++ actual"]
+    assert "-initialization=seed:27 transactional:true independent:true" in lines
+    assert "+initialization=seed:26 transactional:true independent:true" in lines
+
+
+def test_expect_golden_in_another_format(tmp_path: Path) -> None:
+    trace = invoke(["report", "-f", "trace"], tmp_path).stdout
+    (tmp_path / "golden.txt").write_text(trace)
+    assert invoke(["run", "-f", "trace", "--expect", "golden.txt"], tmp_path).exit_code == 0
+    assert invoke(["run", "--expect", "golden.txt"], tmp_path).exit_code == 1
+
+
+def test_expect_golden_with_output_writes_the_report_too(tmp_path: Path) -> None:
+    (tmp_path / "golden.txt").write_text("old\n")
+    result = invoke(["run", "--expect", "golden.txt", "-o", "new.txt"], tmp_path)
+    assert result.exit_code == 1
+    assert (tmp_path / "new.txt").read_text() == invoke(["report"], tmp_path).stdout
+
+
+def test_expect_golden_missing_file_is_bad_input(tmp_path: Path) -> None:
+    result = invoke(["run", "--expect", "nope.txt"], tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: nope.txt: no such file\n"
+
+
+def test_expect_golden_not_utf8_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "golden.txt").write_bytes(b"\xff\n")
+    result = invoke(["run", "--expect", "golden.txt"], tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: golden.txt: not UTF-8 text (byte 0)\n"
+
+
+# --- the expect section through run --------------------------------------------------------
+
+
+def test_expect_section_mismatch_fails_run_showing_expected_and_actual(tmp_path: Path) -> None:
+    data = {**GOOD, "expect": {"query": [[[0, 3], [2, 1]]], "loss": -2.0}}
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    result = invoke(["run", "f.json"], tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "qkv: FAILED: expect\n"
+        "  expect: 1 of 2 quantities differs: query[0,1,1]: expected 1.0, got -1.0 "
+        "(tolerance 0.0)\n"
+    )
+    # the report itself is still shown, unchanged by the expect section
+    assert result.stdout == invoke(["report"], tmp_path).stdout
+
+
+def test_expect_section_tolerance_admits_close_values(tmp_path: Path) -> None:
+    data = {**GOOD, "expect": {"loss": -2.0000001, "tolerance": 1e-6}}
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    assert invoke(["run", "f.json"], tmp_path).exit_code == 0
+    data["expect"]["tolerance"] = 1e-9
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    assert invoke(["run", "f.json"], tmp_path).exit_code == 1
+
+
+def test_expect_check_is_last_in_json_output(tmp_path: Path) -> None:
+    data = {**GOOD, "expect": {"loss": -2.0}}
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    result = invoke(["run", "f.json", "-f", "json"], tmp_path)
+    assert result.exit_code == 0
+    checks = json.loads(result.stdout)["checks"]
+    assert [c["name"] for c in checks] == [*CHECKS, "expect"]
+    assert checks[-1]["detail"] == "1 quantity, 1 value as expected (tolerance 0.0)"

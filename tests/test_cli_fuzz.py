@@ -1,0 +1,148 @@
+"""Fuzzing the CLI: mutated fixtures and random bytes never give a traceback or a strange exit.
+
+Whatever the input, ``qkv run`` and ``qkv validate`` exit with 0, 1 or 2, raise nothing
+out of the command, and never print "Traceback". For mutated fixtures, the first
+problem ``qkv validate`` lists is the one the single-error path reports.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qkvcli.cli import main
+from qkvcli.fixture import FixtureError, fixture_problems, parse_fixture
+
+BASE: dict[str, Any] = {
+    "chapter": "fuzz",
+    "seed": 3,
+    "input": [[[1, 2, -1], [0, 1, 2]]],
+    "weights": {
+        "query": {"name": "q.weight", "values": [[1, 0], [0, 1], [1, -1]]},
+        "key": {"shape": [3, 2], "values": [0, 1, 1, 0, -1, 1]},
+        "value": [[1, 1], [1, -1], [0, 2]],
+    },
+    "upstream": {"query": [[[1, 0], [-1, 2]]], "value": [[[2, 1], [0, -0.5]]]},
+    "gradcheck": {"step": 1e-6, "tolerance": 2e-6, "samples": 3},
+    "expect": {"query": [[[0, 3], [2, -1]]], "loss": 5.0, "tolerance": 0},
+}
+
+# Leaves that a person (or a broken generator) might put anywhere.
+LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 4), st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e308, -0.0, 0.5]),
+    st.text(max_size=5), st.sampled_from(["query", "values", "shape", "name", "Q"]),
+)
+JSON_VALUES = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.sampled_from(["values", "shape", "name", "query", "key", "valeu", "npy", "x"]),
+            inner, max_size=3,
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every location inside a JSON value, as a tuple of keys and indices."""
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, child in node.items():
+            found += _paths(child, (*prefix, key))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            found += _paths(child, (*prefix, index))
+    return found
+
+
+ALL_PATHS = _paths(BASE)[1:]
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> Any:
+    """BASE with a few locations replaced, deleted, or given an extra key."""
+    data = copy.deepcopy(BASE)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(ALL_PATHS))
+        parent = data
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            action = draw(st.sampled_from(["replace", "delete", "extra"]))
+            if action == "replace":
+                parent[path[-1]] = draw(JSON_VALUES)
+            elif action == "delete" and isinstance(parent, dict):
+                del parent[path[-1]]
+            elif isinstance(parent, dict):
+                parent[draw(st.sampled_from(["valeu", "tolerance", "qurey", "x"]))] = 1
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier mutation removed or replaced this location
+    return data
+
+
+def _encode(data: Any) -> bytes:
+    # allow_nan: NaN and Infinity are what a careless writer produces, and qkv must refuse them.
+    return json.dumps(data, allow_nan=True).encode()
+
+
+def _invoke(tmp_path: Path, args: list[str], content: bytes) -> Any:
+    path = tmp_path / "f.json"
+    path.write_bytes(content)
+    return CliRunner().invoke(main, [*args[:1], str(path), *args[1:]])
+
+
+def _assert_harmless(result: Any) -> None:
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    if result.exit_code == 2:
+        lines = result.stderr.splitlines()
+        assert lines and lines[0].startswith("Error: ")
+
+
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@FUZZ
+@given(data=mutated())
+def test_mutated_fixtures_are_harmless(tmp_path: Path, data: Any) -> None:
+    content = _encode(data)
+    for args in (["run", "--samples", "2"], ["validate"]):
+        _assert_harmless(_invoke(tmp_path, args, content))
+
+
+@FUZZ
+@given(content=st.binary(max_size=200))
+def test_random_bytes_are_harmless(tmp_path: Path, content: bytes) -> None:
+    for args in (["run"], ["validate"]):
+        _assert_harmless(_invoke(tmp_path, args, content))
+
+
+@FUZZ
+@given(data=mutated(), cut=st.integers(0, 400))
+def test_truncated_fixtures_are_harmless(tmp_path: Path, data: Any, cut: int) -> None:
+    _assert_harmless(_invoke(tmp_path, ["run"], _encode(data)[:cut]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=mutated())
+def test_first_collected_problem_is_the_single_error(data: Any) -> None:
+    problems = fixture_problems(data)
+    try:
+        parse_fixture(data)
+    except FixtureError as error:
+        assert problems, "parse_fixture refused a fixture that fixture_problems accepted"
+        assert str(problems[0]) == str(error)
+    else:
+        assert problems == []

@@ -1,0 +1,231 @@
+"""The published JSON Schema and the code's validation agree.
+
+Every bundled and example fixture validates against the schema; a set of bad fixtures
+is refused by both; random valid fixtures are accepted by both; and the schema names
+exactly the keys the code knows. (The schema cannot say everything: equal weight
+shapes, widths, rectangular nesting and value counts are the code's alone.)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qkvcli.cli import main
+from qkvcli.errors import BRANCHES
+from qkvcli.expect import EXPECT_KEYS
+from qkvcli.fixture import (
+    GRADCHECK_KEYS,
+    SCHEMA_NAME,
+    TENSOR_KEYS,
+    TOP_KEYS,
+    WEIGHT_KEYS,
+    FixtureError,
+    bundled_fixture_text,
+    parse_fixture,
+    parse_json_text,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+FIXTURE_FILES = sorted((ROOT / "fixtures").rglob("*.json"))
+
+
+def test_schema_is_a_valid_draft_2020_12_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+def test_there_are_example_fixtures() -> None:
+    names = {path.name for path in FIXTURE_FILES}
+    assert {"ch26-qkv-projections.json", "wide-head.json", "empty-batch.json",
+            "chapter-with-expect.json"} <= names
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=[p.name for p in FIXTURE_FILES])
+def test_repository_fixtures_validate_against_schema_and_code(path: Path) -> None:
+    data = parse_json_text(path.read_text(encoding="utf-8"))
+    assert list(VALIDATOR.iter_errors(data)) == []
+    parse_fixture(data)
+
+
+def test_bundled_fixture_validates() -> None:
+    data = parse_json_text(bundled_fixture_text())
+    assert list(VALIDATOR.iter_errors(data)) == []
+    parse_fixture(data)
+
+
+def test_schema_names_the_keys_the_code_knows() -> None:
+    props = SCHEMA["properties"]
+    assert tuple(props) == TOP_KEYS
+    assert tuple(props["weights"]["properties"]) == BRANCHES
+    assert tuple(props["upstream"]["properties"]) == BRANCHES
+    assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
+    assert tuple(props["expect"]["properties"]) == EXPECT_KEYS
+    weight_object = SCHEMA["$defs"]["weight"]["anyOf"][2]["properties"]
+    assert set(weight_object) == set(WEIGHT_KEYS)
+    tensor_object = SCHEMA["$defs"]["tensor3"]["anyOf"][2]["properties"]
+    assert set(tensor_object) == set(TENSOR_KEYS)
+    assert SCHEMA["required"] == ["input", "weights"]
+
+
+def test_schema_command_prints_the_shipped_schema() -> None:
+    result = CliRunner().invoke(main, ["schema"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == SCHEMA
+
+
+GOOD: dict[str, Any] = {
+    "input": [[[1, 2, -1], [0, 1, 2]]],
+    "weights": {
+        "query": [[1, 0], [0, 1], [1, -1]],
+        "key": [[0, 1], [1, 0], [-1, 1]],
+        "value": [[1, 1], [1, -1], [0, 2]],
+    },
+}
+
+
+def _with(path: str, value: Any) -> Any:
+    data = copy.deepcopy(GOOD)
+    *parents, last = path.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+BAD = [
+    ("not-an-object", [1, 2]),
+    ("missing-input", _with("input", None)),
+    ("missing-branch", _with("weights.key", None)),
+    ("unknown-top-key", _with("wieghts", 1)),
+    ("unknown-weight-key", _with("weights", {**GOOD["weights"], "bias": [1]})),
+    ("unknown-tensor-key", _with("weights.query", {"valeu": [[1, 0]]})),
+    ("boolean-value", _with("input", [[[1, True, -1], [0, 1, 2]]])),
+    ("string-value", _with("weights.key", [[0, 1], ["1", 0], [-1, 1]])),
+    ("input-rank-two", _with("input", [[1, 2, -1], [0, 1, 2]])),
+    ("weight-rank-three", _with("weights.value", [[[1, 1], [1, -1], [0, 2]]])),
+    ("negative-dimension", _with("input", {"shape": [-1, 2, 3], "values": []})),
+    ("fractional-dimension", _with("input", {"shape": [1, 1.5, 3], "values": []})),
+    ("nested-values-with-shape", _with("input", {"shape": [1, 2, 3],
+                                                  "values": [[1, 2, -1], [0, 1, 2]]})),
+    ("bad-name", _with("weights.query", {"name": "Query", "values": GOOD["weights"]["query"]})),
+    ("empty-name-segment", _with("weights.query", {"name": "a..b",
+                                                   "values": GOOD["weights"]["query"]})),
+    ("upstream-not-object", _with("upstream", [1])),
+    ("step-zero", _with("gradcheck", {"step": 0})),
+    ("negative-tolerance", _with("gradcheck", {"tolerance": -1})),
+    ("samples-zero", _with("gradcheck", {"samples": 0})),
+    ("samples-boolean", _with("gradcheck", {"samples": True})),
+    ("seed-negative", _with("seed", -1)),
+    ("seed-too-large", _with("seed", 2**64)),
+    ("seed-string", _with("seed", "26")),
+    ("chapter-empty", _with("chapter", "")),
+    ("chapter-two-lines", _with("chapter", "a\nb")),
+    ("expect-unknown-key", _with("expect", {"los": 1})),
+    ("expect-loss-string", _with("expect", {"loss": "3"})),
+    ("expect-negative-tolerance", _with("expect", {"tolerance": -0.5})),
+]
+
+
+@pytest.mark.parametrize("data", [case[1] for case in BAD], ids=[case[0] for case in BAD])
+def test_bad_fixtures_are_refused_by_schema_and_code(data: Any) -> None:
+    assert list(VALIDATOR.iter_errors(data)), "the schema accepted it"
+    with pytest.raises(FixtureError):
+        parse_fixture(data)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [{"npy": "weights/query.npy"}, {"generate": {"seed": 1, "shape": [3, 2]}},
+     {"generate": {"seed": 1, "shape": [3, 2], "distribution": "normal"}},
+     {"name": "q.weight", "npy": "q.npy"}],
+    ids=["npy", "generate", "generate-normal", "named-npy"],
+)
+def test_schema_admits_file_and_generated_tensors(tensor: Any) -> None:
+    assert list(VALIDATOR.iter_errors(_with("weights.query", tensor))) == []
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [{"npy": 3}, {"npy": "a.npy", "values": [1]}, {"generate": {"seed": -1, "shape": [2]}},
+     {"generate": {"shape": [2]}}, {"generate": {"seed": 1, "shape": [2], "distribution": "x"}}],
+    ids=["npy-number", "npy-and-values", "generate-negative-seed", "generate-no-seed",
+         "generate-unknown-distribution"],
+)
+def test_schema_refuses_malformed_file_and_generated_tensors(tensor: Any) -> None:
+    assert list(VALIDATOR.iter_errors(_with("weights.query", tensor)))
+
+
+NUMBERS = st.one_of(
+    st.integers(-1000, 1000),
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+)
+
+
+@st.composite
+def valid_fixtures(draw: st.DrawFn) -> Any:
+    """Fixtures of random sizes in random (but valid) tensor forms."""
+    batch, tokens = draw(st.integers(0, 2)), draw(st.integers(0, 3))
+    d_model, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+
+    def tensor(shape: tuple[int, ...], named: str | None = None) -> Any:
+        count = 1
+        for dim in shape:
+            count *= dim
+        flat = draw(st.lists(NUMBERS, min_size=count, max_size=count))
+        nested: Any = flat
+        if count:  # nesting cannot express an empty axis, so empty tensors use the flat form
+            for dim in reversed(shape[1:]):
+                nested = [nested[i:i + dim] for i in range(0, len(nested), dim)]
+        forms = ["flat"] if count == 0 else ["nested", "values", "flat"]
+        form = draw(st.sampled_from(forms))
+        out: Any = (nested if form == "nested" else {"values": nested} if form == "values"
+                    else {"shape": list(shape), "values": flat})
+        if named is not None and isinstance(out, dict) and draw(st.booleans()):
+            out["name"] = named
+        return out
+
+    data: dict[str, Any] = {
+        "input": tensor((batch, tokens, d_model)),
+        "weights": {b: tensor((d_model, d_head), f"layer.{b}") for b in BRANCHES},
+    }
+    if draw(st.booleans()):
+        data["upstream"] = {b: tensor((batch, tokens, d_head)) for b in BRANCHES
+                            if draw(st.booleans())}
+    if draw(st.booleans()):
+        data["gradcheck"] = {"step": draw(st.floats(1e-8, 1e-2)),
+                             "samples": draw(st.one_of(st.none(), st.integers(1, 5)))}
+    if draw(st.booleans()):
+        data["seed"] = draw(st.integers(0, 2**64 - 1))
+    if draw(st.booleans()):
+        data["expect"] = {"loss": draw(NUMBERS), "tolerance": draw(st.floats(0, 1)),
+                          "value_weight_gradient": tensor((d_model, d_head))}
+    return data
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=valid_fixtures())
+def test_valid_fixtures_are_accepted_by_schema_and_code(data: Any) -> None:
+    assert list(VALIDATOR.iter_errors(data)) == []
+    parse_fixture(data)
+
+
+def test_docs_page_describes_every_field() -> None:
+    docs = (ROOT / "docs" / "fixtures.md").read_text(encoding="utf-8")
+    props = SCHEMA["properties"]
+    for key in (*props, *props["gradcheck"]["properties"], *props["expect"]["properties"]):
+        assert f"`{key}`" in docs or f"`gradcheck.{key}`" in docs, key
