@@ -51,7 +51,7 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_SEED = (1 << 64) - 1
 BUNDLED_NAME = "ch26-qkv-projections.json"
 
-TOP_KEYS = ("chapter", "seed", "input", "weights", "upstream", "gradcheck")
+TOP_KEYS = ("chapter", "seed", "input", "weights", "upstream", "gradcheck", "value_width")
 WEIGHT_KEYS = ("name", "shape", "values")
 TENSOR_KEYS = ("shape", "values")
 GRADCHECK_KEYS = ("step", "tolerance", "samples")
@@ -79,6 +79,7 @@ class Fixture:
     samples: int | None = None
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
+    layout: str = "separate"
     layer: QkvProjections = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -347,6 +348,12 @@ def parse_fixture(
             raise FixtureError("$", f'missing key "{key}"')
 
     raw_weights = data["weights"]
+    layout = "separate"
+    from qkvcli.layouts import chapter_weights, uses_extensions  # lazy: layouts imports us
+
+    if uses_extensions(data):
+        # Torch/packed layouts become the plain form here; bias and d_v are refused (qkv attend).
+        raw_weights, layout = chapter_weights(data, max_elements)
     if not isinstance(raw_weights, dict):
         raise FixtureError("$.weights", f"expected an object, got {_type_name(raw_weights)}")
     _check_keys(raw_weights, BRANCHES, "$.weights")
@@ -447,6 +454,7 @@ def parse_fixture(
         samples=samples,
         seed=seed,
         chapter=chapter,
+        layout=layout,
     )
 
 
