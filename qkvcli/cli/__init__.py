@@ -7,6 +7,7 @@ import click
 from qkvcli import __version__
 from qkvcli.cli.commands import gradcheck, report, run
 from qkvcli.cli.common import QkvGroup
+from qkvcli.cli.learn import attend, quiz, variance
 
 
 @click.group(cls=QkvGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,6 +19,9 @@ def main() -> None:
     qkv run [FIXTURE]              run every check and show the evidence
     qkv report [FIXTURE] -f trace  render the report as text, trace or json
     qkv gradcheck [FIXTURE]        per-coordinate central-difference check
+    qkv attend [FIXTURE]           one attention head on top of the projections
+    qkv variance                   why scores are scaled by 1/sqrt(d_k)
+    qkv quiz [FIXTURE]             the chapter's nine prediction questions
 
     Without FIXTURE the bundled chapter fixture is used.
     """
@@ -26,3 +30,6 @@ def main() -> None:
 main.add_command(run)
 main.add_command(report)
 main.add_command(gradcheck)
+main.add_command(attend)
+main.add_command(variance)
+main.add_command(quiz)
