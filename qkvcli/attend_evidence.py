@@ -136,7 +136,9 @@ def _run(fixture: AttendFixture, causal: bool) -> tuple[AttentionForward, Attent
     return forward, fixture.head.backward(fixture.input, forward, fixture.upstream)
 
 
-def _tensors(fixture: AttendFixture, f: AttentionForward, g: AttentionGradients) -> dict[str, Array]:
+def _tensors(
+    fixture: AttendFixture, f: AttentionForward, g: AttentionGradients
+) -> dict[str, Array]:
     head = fixture.head
     named: list[tuple[str, Array | None]] = [
         ("input", fixture.input),
@@ -192,8 +194,9 @@ def _notes(head: AttentionHead) -> tuple[Note, ...]:
     w, b = head.weights, head.biases
 
     def same(i: int, j: int) -> bool:
-        biases_equal = (b[i] is None and b[j] is None) or (
-            b[i] is not None and b[j] is not None and np.array_equal(b[i], b[j])
+        bi, bj = b[i], b[j]
+        biases_equal = (bi is None and bj is None) or (
+            bi is not None and bj is not None and np.array_equal(bi, bj)
         )
         return w[i].shape == w[j].shape and np.array_equal(w[i], w[j]) and biases_equal
 
@@ -272,9 +275,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
               f"{mask.max_masked_weight!r} (must be exactly 0)" if causal
               else "not applicable: no causal mask"),
         Check("hull", hull.passed,
-              f"O = sum_j A_ij v_j recomputed term by term (residual {hull.barycentric_residual:.3g}"
-              f" <= {hull.tolerance:.3g}), with the weights checked above this places each output "
-              f"in the convex hull of the value rows; box test (necessary only): "
+              "O = sum_j A_ij v_j recomputed term by term (residual "
+              f"{hull.barycentric_residual:.3g} <= {hull.tolerance:.3g}); with the weights "
+              "checked above this places each output in the convex hull of the value rows; "
+              "box test (necessary only): "
               f"{hull.box_violations} coordinates outside [min_j v_j, max_j v_j]"),
         Check("reverse", bool(reverse_ok), "dA, dZ, dS, dQ, dK, dV, dX and parameter gradients "
               "finite and shaped" if reverse_ok else "a gradient is not finite or misshapen"),

@@ -18,8 +18,6 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from qkvcli.attention import AttentionHead
 from qkvcli.engine import Array, validate_name
 from qkvcli.errors import BRANCHES, DuplicateName, ProjectionError, QkvError
@@ -72,7 +70,9 @@ def _kind(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", list: "array"}.get(type(value), "object")
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _is_int(value: Any) -> bool:

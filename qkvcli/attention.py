@@ -238,7 +238,7 @@ class AttentionHead:
     def with_parameters(
         self, weights: Sequence[Array], biases: Sequence[Array | None]
     ) -> AttentionHead:
-        """The same head with other parameter values (no validation: for probes that keep shapes)."""
+        """The same head with other parameter values, unvalidated (probes that keep shapes)."""
         return AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
             self._names, self._independent,

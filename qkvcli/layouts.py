@@ -41,7 +41,7 @@ LAYOUT_DESCRIPTIONS = {
     "separate": "three [d_model,d_out] weights (qkv layout, Y = X W)",
     "separate-torch": "three [d_out,d_model] weights (torch layout, transposed on reading)",
     "separate-mixed": "three weights, some in torch layout [d_out,d_model] (transposed on reading)",
-    "packed": "one in_proj_weight [3*d_out,d_model] (torch), split query,key,value, each transposed",
+    "packed": "one in_proj_weight [3*d_out,d_model] (torch) split query,key,value, transposed",
 }
 
 
@@ -259,10 +259,10 @@ def chapter_weights(
     """
     mode = value_width_mode(data)
     canonical = canonicalize(data.get("weights"), max_elements)
-    for branch in canonical.branches:
-        if branch.bias is not None:
+    for read in canonical.branches:
+        if read.bias is not None:
             raise FixtureError(
-                branch.bias_location,
+                read.bias_location,
                 "projection biases are outside the chapter's bias-free evidence; "
                 "run `qkv attend` on this fixture",
             )

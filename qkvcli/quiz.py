@@ -57,11 +57,11 @@ def _g(value: float) -> str:
     return f"{value:g}" if value != 0 else "0"
 
 
-def _vec(values: np.ndarray) -> str:  # type: ignore[type-arg]
+def _vec(values: np.ndarray) -> str:
     return "[" + ",".join(_g(float(v)) for v in np.asarray(values).reshape(-1)) + "]"
 
 
-def _mat(values: np.ndarray) -> str:  # type: ignore[type-arg]
+def _mat(values: np.ndarray) -> str:
     return "[" + ",".join(_vec(row) for row in values) + "]"
 
 
@@ -207,7 +207,8 @@ def check_answer(question: Question, answer: str) -> Verdict:
 def parse_answers(text: str, count: int) -> list[str]:
     """Answers from a file: JSON (a list, or an object keyed "1".."N") or one per line.
 
-    A file that parses as a JSON list or object is JSON; anything else is lines. In the line form blank lines and lines starting with ``#`` are skipped. Non-string JSON
+    A file that parses as a JSON list or object is JSON; anything else is lines. In the
+    line form blank lines and lines starting with ``#`` are skipped. Non-string JSON
     values (numbers, lists) are spelled back as JSON. Missing answers are empty strings.
     Raises :class:`QuizError` for more answers than questions or a key that is no question.
     """

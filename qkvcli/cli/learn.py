@@ -97,7 +97,7 @@ def attend(
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
     loaded = _load_attend(fixture, example or "chapter", max_elements)
-    changes = {key: value for key, value in
+    changes: dict[str, Any] = {key: value for key, value in
                (("step", step), ("tolerance", tolerance), ("samples", samples))
                if value is not None}
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
