@@ -188,3 +188,18 @@ def test_chapter_report_reads_torch_layout_identically(tmp_path: Path) -> None:
     plain = invoke("report", "-f", "text")
     torch = invoke("report", str(path), "-f", "text")
     assert torch.exit_code == 0 and torch.output == plain.output
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("causal", [[], ["--causal"]], ids=["full", "causal"])
+def test_every_shipped_fixture_passes_attend(path: Path, causal: list[str]) -> None:
+    result = invoke("attend", str(path), *causal)
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith("attend_passed=true\n")
+
+
+def test_value_width_example_is_refused_by_run_and_packed_example_is_not() -> None:
+    refused = CliRunner().invoke(main, ["run", str(ROOT / "fixtures" / "attend-value-width.json")])
+    assert refused.exit_code == 2 and "run `qkv attend` on this fixture" in refused.stderr
+    packed = invoke("run", str(ROOT / "fixtures" / "attend-packed-in-proj.json"))
+    assert packed.exit_code == 0
