@@ -114,3 +114,21 @@ def test_quiz_missing_answers_file() -> None:
     result = invoke("quiz", "--answers", "nope.txt")
     assert result.exit_code == 2
     assert result.stderr.startswith("Error: nope.txt: cannot read")
+
+
+def test_rich_is_imported_only_on_rich_paths() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from qkvcli.cli import main\n"
+        "for args in (['attend', '--example', 'primer'], ['attend', '-f', 'json'],\n"
+        "             ['variance', '--max', '8', '--samples', '10']):\n"
+        "    assert CliRunner().invoke(main, args).exit_code == 0\n"
+        "assert not [m for m in sys.modules if m == 'rich' or m.startswith('rich.')]\n"
+        "assert CliRunner().invoke(main, ['attend', '-f', 'rich']).exit_code == 0\n"
+        "assert 'rich' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
