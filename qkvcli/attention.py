@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+# The head's own construction errors, beyond the chapter's.
+from qkvcli.attention_errors import BiasShapeMismatch, KeyWidthMismatch
 from qkvcli.engine import DEFAULT_NAMES, Array, ArrayLike, check_finite, validate_name
 from qkvcli.errors import (
     BRANCHES,
@@ -46,26 +48,6 @@ from qkvcli.errors import (
 STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")
 
 Biases = tuple[Array | None, Array | None, Array | None]
-
-
-class KeyWidthMismatch(QkvError):
-    def __init__(self, query: int, key: int) -> None:
-        self.query = query
-        self.key = key
-        super().__init__(
-            f"query and key widths must match for the dot product, got query {query}, key {key}"
-        )
-
-
-class BiasShapeMismatch(QkvError):
-    def __init__(self, branch: str, expected: int, actual: tuple[int, ...]) -> None:
-        self.branch = branch
-        self.expected = expected
-        self.actual = actual
-        super().__init__(
-            f"{branch} bias must have shape [{expected}] (the branch's output width), "
-            f"got {format_shape(actual)}"
-        )
 
 
 class AttentionForward(NamedTuple):
@@ -259,6 +241,12 @@ class AttentionHead:
     def forward(self, x: ArrayLike, causal: bool = False) -> AttentionForward:
         """Project, score, scale, (mask,) softmax and mix. Raises the input errors."""
         x = self.check_input(x)
+        # Overflow is reported by the evidence (a non-finite tensor fails "forward"), not as
+        # numpy warnings on stderr.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._forward(x, causal)
+
+    def _forward(self, x: Array, causal: bool) -> AttentionForward:
         projected = []
         for weight, bias in zip(self._weights, self._biases, strict=True):
             y = x @ weight  # [B,T,d_model] @ [d_model,d_out] -> [B,T,d_out]
@@ -278,13 +266,18 @@ class AttentionHead:
         """Reverse pass for ``dO`` (``[B,T,d_v]``) through the mixture, softmax, scores and
         projections. Raises the input errors or ``ValueError`` for a misshapen ``dO``."""
         x = self.check_input(x)
-        batch, tokens, d_model = x.shape
+        batch, tokens = x.shape[:2]
         d_out = np.asarray(grad_output, dtype=np.float64)
         if d_out.shape != (batch, tokens, self.d_v):
             raise ValueError(
                 f"output gradient must have shape {format_shape((batch, tokens, self.d_v))}, "
                 f"got {format_shape(d_out.shape)}"
             )
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._backward(x, forward, d_out)
+
+    def _backward(self, x: Array, forward: AttentionForward, d_out: Array) -> AttentionGradients:
+        batch, tokens, d_model = x.shape
         a = forward.weights
         d_weights = d_out @ np.swapaxes(forward.value, -1, -2)  # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
         d_value = np.swapaxes(a, -1, -2) @ d_out  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
@@ -313,4 +306,5 @@ class AttentionHead:
 
 def output_loss(forward: AttentionForward, upstream: Array) -> float:
     """``L = <O, U>``: the scalar whose gradient :meth:`AttentionHead.backward` gives."""
-    return float(np.sum(forward.output * upstream))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sum(forward.output * upstream))

@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 
 from qkvcli.attend_fixture import load_attend_fixture
 from qkvcli.attend_gradcheck import gradcheck_head
-from qkvcli.attention import (
-    AttentionHead,
-    BiasShapeMismatch,
-    KeyWidthMismatch,
-    causal_mask,
-    stable_softmax,
-)
+from qkvcli.attention import AttentionHead, causal_mask, stable_softmax
+from qkvcli.attention_errors import BiasShapeMismatch, KeyWidthMismatch
 from qkvcli.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,

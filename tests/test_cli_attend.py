@@ -203,3 +203,16 @@ def test_value_width_example_is_refused_by_run_and_packed_example_is_not() -> No
     assert refused.exit_code == 2 and "run `qkv attend` on this fixture" in refused.stderr
     packed = invoke("run", str(ROOT / "fixtures" / "attend-packed-in-proj.json"))
     assert packed.exit_code == 0
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "rich"])
+def test_an_overflowing_head_fails_cleanly(tmp_path: Path, fmt: str) -> None:
+    big = [[1e200, 0], [0, 1e200], [1e200, 0]]
+    data = {"input": [[[1, 2, -1], [0, 1, 2]]],
+            "weights": {"query": big, "key": {"values": big, "name": "a.key"},
+                        "value": [[1, 1], [1, -1], [0, 2]]}}
+    result = CliRunner().invoke(main, ["attend", str(write(tmp_path, data)), "-f", fmt])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("qkv: FAILED: forward")
+    if fmt == "json":
+        assert json.loads(result.stdout)["passed"] is False

@@ -34,19 +34,20 @@ def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
                    for ch in evidence.checks],
         "notes": [{"code": n.code, "text": n.text} for n in evidence.notes],
         "tensors": {name: tensor_json(value) for name, value in evidence.primary.tensors.items()},
+        # json_float: an overflowing head gives NaN, which JSON can only hold as a string
         "rows": [
-            {"batch": r.batch, "token": r.token, "weights": list(r.weights),
-             "weight_sum": r.weight_sum, "output": list(r.output)}
+            {"batch": r.batch, "token": r.token, "weights": [json_float(w) for w in r.weights],
+             "weight_sum": json_float(r.weight_sum), "output": [json_float(v) for v in r.output]}
             for r in evidence.rows
         ],
-        "weights": {"min_weight": evidence.weights.min_weight,
-                    "max_row_deviation": evidence.weights.max_row_deviation,
+        "weights": {"min_weight": json_float(evidence.weights.min_weight),
+                    "max_row_deviation": json_float(evidence.weights.max_row_deviation),
                     "tolerance": evidence.weights.tolerance},
         "mask": {"applicable": evidence.mask.applicable,
-                 "max_masked_weight": evidence.mask.max_masked_weight},
-        "hull": {"barycentric_residual": evidence.hull.barycentric_residual,
+                 "max_masked_weight": json_float(evidence.mask.max_masked_weight)},
+        "hull": {"barycentric_residual": json_float(evidence.hull.barycentric_residual),
                  "box_violations": evidence.hull.box_violations,
-                 "tolerance": evidence.hull.tolerance},
+                 "tolerance": json_float(evidence.hull.tolerance)},
         "probes": [{"input": list(p.input), "weights": list(p.weights), "output": list(p.output),
                     "input_gradient": list(p.input_gradient)} for p in evidence.probes],
         "replay_bitwise": evidence.replay_bitwise,
