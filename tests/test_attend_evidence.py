@@ -110,3 +110,24 @@ def test_replay_is_bitwise_and_tensors_are_read_only() -> None:
     assert evidence.replay_bitwise
     with pytest.raises(ValueError):
         evidence.primary["weights"][0, 0, 0] = 2.0
+
+
+@pytest.mark.parametrize("seed", range(6), ids=lambda s: f"seed{s}")
+def test_gradcheck_passes_on_seeded_random_fixtures(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    d_model, d_k, d_v = 3 + seed % 3, 2 + seed % 2, 2 + (seed + 1) % 3
+    value: dict[str, Any] = {"values": rng.normal(size=(d_v, d_model)).tolist(), "layout": "torch"}
+    if seed % 2:
+        value["bias"] = rng.normal(size=d_v).tolist()
+    data = {
+        "seed": seed,
+        "value_width": "independent",
+        "input": rng.normal(size=(2, 1 + seed % 4, d_model)).tolist(),
+        "weights": {"query": {"values": rng.normal(size=(d_model, d_k)).tolist(),
+                              "bias": rng.normal(size=d_k).tolist()},
+                    "key": rng.normal(size=(d_model, d_k)).tolist(), "value": value},
+    }
+    for causal in (False, True):
+        evidence = build_attend_evidence(parse_attend_fixture(data), causal)
+        assert evidence.gradcheck.passed, evidence.gradcheck.worst
+        assert evidence.passed

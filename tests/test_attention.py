@@ -153,7 +153,7 @@ def test_gradcheck_passes_on_random_heads(seed: int, causal: bool, d_v: int) -> 
 
 WRONG = {
     "input-scaled": lambda g: g._replace(input=g.input * 1.01),
-    "key-transposed-path": lambda g: g._replace(key_weight=g.query_weight),
+    "key-gets-query-gradient": lambda g: g._replace(key_weight=g.query_weight),
     "value-bias-zeroed": lambda g: g._replace(value_bias=np.zeros_like(g.value_bias)),
     "query-weight-negated": lambda g: g._replace(query_weight=-g.query_weight),
 }
