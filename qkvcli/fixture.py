@@ -62,7 +62,9 @@ BUNDLED_NAME = "ch26-qkv-projections.json"
 SCHEMA_NAME = "fixture.schema.json"
 MAX_PROBLEMS = 100
 
-TOP_KEYS = ("chapter", "seed", "input", "weights", "upstream", "gradcheck", "expect")
+TOP_KEYS = (
+    "chapter", "seed", "input", "weights", "upstream", "gradcheck", "expect", "value_width",
+)
 WEIGHT_KEYS = ("name", "shape", "values")
 TENSOR_KEYS = ("shape", "values")
 GRADCHECK_KEYS = ("step", "tolerance", "samples")
@@ -126,6 +128,7 @@ class Fixture:
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
     expect: Expectations | None = None
+    layout: str = "separate"
     layer: QkvProjections = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -610,7 +613,18 @@ def _parse(
         if key not in data:
             problems.add(FixtureError("$", f'missing key "{key}"'))
 
-    layer = _parse_weights(data["weights"], max_elements, problems) if "weights" in data else None
+    layout = "separate"
+    raw_weights = data.get("weights")
+    if "weights" in data:
+        from qkvcli.layouts import chapter_weights, uses_extensions  # lazy: layouts imports us
+
+        if uses_extensions(data):
+            # Torch/packed layouts become the plain form; bias and d_v are refused (qkv attend).
+            converted = problems.attempt(chapter_weights, data, max_elements)
+            raw_weights, layout = (None, layout) if converted is None else converted
+    layer = (
+        _parse_weights(raw_weights, max_elements, problems) if raw_weights is not None else None
+    )
     x = _parse_input(data["input"], layer, max_elements, problems) if "input" in data else None
     expected: tuple[int, ...] | None = None
     if layer is not None and x is not None:
@@ -661,6 +675,7 @@ def _parse(
         seed=seed,
         chapter=chapter,
         expect=expect,
+        layout=layout,
     )
 
 

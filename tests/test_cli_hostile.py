@@ -24,7 +24,7 @@ BASE: dict[str, Any] = {
         "value": [[1, 1], [1, -1], [0, 2]],
     },
 }
-TOP = "chapter, seed, input, weights, upstream, gradcheck, expect"
+TOP = "chapter, seed, input, weights, upstream, gradcheck, expect, value_width"
 
 
 def changed(path: str, value: Any) -> bytes:

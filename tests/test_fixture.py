@@ -100,7 +100,7 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
 BAD = [
     ("unknown-top-key", {**base(), "inptu": 1},
      '$: unknown key "inptu" (did you mean "input"?); expected one of chapter, seed, input, '
-     "weights, upstream, gradcheck, expect"),
+     "weights, upstream, gradcheck, expect, value_width"),
     ("missing-weights", {"input": [[[1]]]}, '$: missing key "weights"'),
     ("model-mismatch", mutate("weights.key", [[0, 1], [1, 0], [-1, 1], [0, 0]]),
      "$.weights: Q/K/V model widths must match, got query 3, key 4, value 3"),

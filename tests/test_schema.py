@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qkvcli.attend_fixture import parse_attend_fixture
 from qkvcli.cli import main
 from qkvcli.errors import BRANCHES
 from qkvcli.expect import EXPECT_KEYS
@@ -34,6 +35,7 @@ from qkvcli.fixture import (
     parse_fixture,
     parse_json_text,
 )
+from qkvcli.layouts import PACKED_KEYS, WEIGHT_OBJECT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())
@@ -55,7 +57,27 @@ def test_there_are_example_fixtures() -> None:
 def test_repository_fixtures_validate_against_schema_and_code(path: Path) -> None:
     data = parse_json_text(path.read_text(encoding="utf-8"))
     assert list(VALIDATOR.iter_errors(data)) == []
-    parse_fixture(data)
+    if uses_attend_only_keys(data):
+        # Biases and an independent value width are for `qkv attend`; its reader must accept them.
+        parse_attend_fixture(data)
+    else:
+        parse_fixture(data)
+
+
+def uses_attend_only_keys(data: dict[str, Any]) -> bool:
+    weights = data.get("weights", {})
+    return data.get("value_width") == "independent" or "in_proj_bias" in weights or any(
+        isinstance(weights.get(b), dict) and weights[b].get("bias") is not None for b in BRANCHES
+    )
+
+
+def test_attend_only_fixtures_are_refused_by_the_chapter_reader() -> None:
+    attend_only = [p for p in FIXTURE_FILES
+                   if uses_attend_only_keys(parse_json_text(p.read_text(encoding="utf-8")))]
+    assert attend_only, "the repository should ship an attend-only example"
+    for path in attend_only:
+        with pytest.raises(FixtureError, match="qkv attend"):
+            parse_fixture(parse_json_text(path.read_text(encoding="utf-8")))
 
 
 def test_bundled_fixture_validates() -> None:
@@ -67,12 +89,12 @@ def test_bundled_fixture_validates() -> None:
 def test_schema_names_the_keys_the_code_knows() -> None:
     props = SCHEMA["properties"]
     assert tuple(props) == TOP_KEYS
-    assert tuple(props["weights"]["properties"]) == BRANCHES
+    assert tuple(props["weights"]["properties"]) == BRANCHES + PACKED_KEYS
     assert tuple(props["upstream"]["properties"]) == BRANCHES
     assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
     assert tuple(props["expect"]["properties"]) == EXPECT_KEYS
     weight_object = SCHEMA["$defs"]["weight"]["anyOf"][2]["properties"]
-    assert set(weight_object) == set(WEIGHT_KEYS)
+    assert set(weight_object) == set(WEIGHT_KEYS) | set(WEIGHT_OBJECT_KEYS)
     tensor_object = SCHEMA["$defs"]["tensor3"]["anyOf"][2]["properties"]
     assert set(tensor_object) == set(TENSOR_KEYS)
     assert SCHEMA["required"] == ["input", "weights"]

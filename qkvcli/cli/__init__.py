@@ -8,6 +8,7 @@ from qkvcli import __version__
 from qkvcli.cli.authoring import init, schema, validate
 from qkvcli.cli.commands import gradcheck, report, run
 from qkvcli.cli.common import QkvGroup
+from qkvcli.cli.learn import attend, quiz, variance
 
 
 @click.group(cls=QkvGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,6 +24,9 @@ def main() -> None:
     qkv init -o FILE [--seed N]    write a starter fixture with seeded weights
     qkv validate FIXTURE...        report every problem without running anything
     qkv schema                     print the fixture format's JSON Schema
+    qkv attend [FIXTURE]           one attention head on top of the projections
+    qkv variance                   why scores are scaled by 1/sqrt(d_k)
+    qkv quiz [FIXTURE]             the chapter's nine prediction questions
 
     Without FIXTURE the bundled chapter fixture is used.
     """
@@ -34,3 +38,6 @@ main.add_command(gradcheck)
 main.add_command(init)
 main.add_command(validate)
 main.add_command(schema)
+main.add_command(attend)
+main.add_command(variance)
+main.add_command(quiz)

@@ -1,0 +1,211 @@
+"""``qkv attend``, ``qkv variance`` and ``qkv quiz``: what learners reach for after the chapter."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from qkvcli.cli.common import (
+    EXIT_FAILED,
+    InputError,
+    fixture_argument,
+    gradcheck_options,
+    label_of,
+    load,
+    max_elements_option,
+    output_option,
+    write_output,
+)
+
+if TYPE_CHECKING:
+    from qkvcli.attend_fixture import AttendFixture
+
+FORMATS = ("text", "json", "rich")
+RICH_FILE_WIDTH = 100
+
+
+def _format_option(func: Any) -> Any:
+    return click.option(
+        "-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+        help="text: key=value lines; json: everything; rich: tables for a terminal.",
+    )(func)
+
+
+def _emit_rich(renderable: Any, output: Path | None, protect: Path | None) -> None:
+    """Print through a Console built here (so NO_COLOR, COLUMNS... apply), or write plain text."""
+    from rich.console import Console
+
+    if output is None:
+        Console().print(renderable)
+        return
+    buffer = io.StringIO()
+    Console(file=buffer, width=RICH_FILE_WIDTH, color_system=None, force_terminal=False,
+            legacy_windows=False).print(renderable)
+    write_output(buffer.getvalue(), output, protect=protect)
+
+
+def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFixture:
+    from qkvcli.attend_fixture import EXAMPLES, load_attend_fixture
+    from qkvcli.fixture import FixtureError
+
+    label = f"<bundled {EXAMPLES[example]}>" if path is None else str(path)
+    if path is not None:
+        if not path.exists():
+            raise InputError(f"{label}: no such file")
+        if path.is_dir():
+            raise InputError(f"{label}: is a directory, not a fixture file")
+    try:
+        return load_attend_fixture(path, example, max_elements)
+    except FixtureError as error:
+        raise InputError(f"{label}: {error}") from None
+    except PermissionError:
+        raise InputError(f"{label}: permission denied") from None
+    except OSError as error:
+        raise InputError(f"{label}: cannot read ({error.strerror or error})") from None
+
+
+@click.command()
+@fixture_argument
+@click.option("--example", type=click.Choice(("chapter", "primer")), default=None,
+              help="Run a bundled fixture: the chapter's, or the primer's worked example.")
+@click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "
+              "the diagonal before the softmax).")
+@_format_option
+@output_option
+@gradcheck_options
+@max_elements_option
+def attend(
+    fixture: Path | None, example: str | None, causal: bool, fmt: str, output: Path | None,
+    step: float | None, tolerance: float | None, samples: int | None, max_elements: int,
+) -> None:
+    """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
+
+    Shows scores, scaled scores, softmax weights (each row sums to 1), the output
+    (each row inside the convex hull of the value rows), the reverse pass back to X and
+    every weight and bias, and a central-difference check of the whole head. FIXTURE
+    defaults to the chapter fixture; --example primer runs the primer's worked example.
+    Fixtures may use torch [out,in] or packed in_proj_weight layouts, biases, and
+    "value_width": "independent". Exit status: 0 all checks passed, 1 a check failed,
+    2 bad input.
+    """
+    from qkvcli.attend_evidence import build_attend_evidence
+
+    if fixture is not None and example is not None:
+        raise click.UsageError("give FIXTURE or --example, not both")
+    loaded = _load_attend(fixture, example or "chapter", max_elements)
+    changes: dict[str, Any] = {key: value for key, value in
+               (("step", step), ("tolerance", tolerance), ("samples", samples))
+               if value is not None}
+    loaded = dataclasses.replace(loaded, **changes) if changes else loaded
+    evidence = build_attend_evidence(loaded, causal=causal)
+    if fmt == "rich":
+        from qkvcli.render.attend_rich import attend_renderable
+
+        _emit_rich(attend_renderable(evidence), output, fixture)
+    elif fmt == "json":
+        from qkvcli.render.attend_json import render_attend_json
+
+        write_output(render_attend_json(evidence), output, protect=fixture)
+    else:
+        from qkvcli.render.attend_text import render_attend_text
+
+        write_output(render_attend_text(evidence), output, protect=fixture)
+    if not evidence.passed:
+        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
+        click.echo(f"qkv: FAILED: {failed}", err=True)
+        raise SystemExit(EXIT_FAILED)
+
+
+@click.command()
+@click.option("--min", "minimum", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Smallest d_k.")
+@click.option("--max", "maximum", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Largest d_k (widths double from --min).")
+@click.option("--samples", type=click.IntRange(min=2), default=4096, show_default=True,
+              help="Pairs q, k sampled per width.")
+@click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=26, show_default=True,
+              help="SplitMix64 seed.")
+@_format_option
+@output_option
+def variance(
+    minimum: int, maximum: int, samples: int, seed: int, fmt: str, output: Path | None
+) -> None:
+    """Why scores are divided by sqrt(d_k): sample var(q.k) for growing d_k.
+
+    For unit-variance q and k, var(q.k) is about d_k and var(q.k / sqrt(d_k)) about 1.
+    Deterministic: the same seed gives the same table.
+    """
+    from qkvcli.fixture import DEFAULT_MAX_ELEMENTS
+    from qkvcli.variance import dot_variance, widths
+
+    if maximum < minimum:
+        raise InputError(f"--max {maximum} is smaller than --min {minimum}")
+    if samples * maximum > DEFAULT_MAX_ELEMENTS:
+        raise InputError(f"--samples {samples} x --max {maximum} needs more than "
+                         f"{DEFAULT_MAX_ELEMENTS} normals per tensor; lower one of them")
+    result = dot_variance(widths(minimum, maximum), samples, seed)
+    if fmt == "rich":
+        from qkvcli.render.variance_rich import variance_renderable
+
+        _emit_rich(variance_renderable(result), output, None)
+        return
+    from qkvcli.render.variance_view import render_variance_json, render_variance_text
+
+    text = render_variance_json(result) if fmt == "json" else render_variance_text(result)
+    write_output(text, output)
+
+
+@click.command()
+@fixture_argument
+@click.option("--answers", type=click.Path(path_type=Path, dir_okay=False),
+              help="Answer from FILE instead of the terminal: JSON (a list of nine answers, or "
+              'an object keyed "1".."9") or one answer per line (# comments skipped).')
+@max_elements_option
+def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
+    """The chapter's nine "predict before reading the evidence" questions, one by one.
+
+    Each answer is checked against values computed from FIXTURE (default: the chapter
+    fixture); the explanation follows. Exit status: 0 all right, 1 otherwise, 2 bad input.
+    """
+    from qkvcli.quiz import QuizError, build_questions, check_answer, parse_answers
+
+    try:
+        questions = build_questions(load(fixture, max_elements))
+    except QuizError as error:
+        raise InputError(f"{label_of(fixture)}: {error}") from None
+    given: list[str] | None = None
+    if answers is not None:
+        try:
+            given = parse_answers(answers.read_text(encoding="utf-8"), len(questions))
+        except QuizError as error:
+            raise InputError(f"{answers}: {error}") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(f"{answers}: cannot read ({error})") from None
+    right = 0
+    for question in questions:
+        click.echo(f"Question {question.number}/{len(questions)}: {question.prompt}")
+        for letter, choice in zip("abc", question.choices, strict=False):
+            click.echo(f"  {letter}) {choice}")
+        if given is not None:
+            answer = given[question.number - 1]
+            verdict = check_answer(question, answer)
+            click.echo(f"your answer: {answer or '(none)'}")
+        else:
+            while True:
+                answer = click.prompt("your answer", type=str)
+                verdict = check_answer(question, answer)
+                if not verdict.problem:
+                    break
+                click.echo(f"  ({verdict.problem}; try again)")
+        right += verdict.correct
+        click.echo(("right" if verdict.correct else "not quite")
+                   + (f" ({verdict.problem})" if verdict.problem else "")
+                   + f". Answer: {question.shown}")
+        click.echo(f"why: {question.explanation}\n")
+    click.echo(f"score={right}/{len(questions)}")
+    if right != len(questions):
+        raise SystemExit(EXIT_FAILED)

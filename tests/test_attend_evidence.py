@@ -1,0 +1,133 @@
+"""The head's evidence: checks that pass on good runs, fail on bad data, and teacher's notes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkvcli.attend_evidence import _hull, build_attend_evidence
+from qkvcli.attend_fixture import load_attend_fixture, parse_attend_fixture
+
+CHECKS = ["forward", "weights", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
+
+
+def fixture_data(wq: Any, wk: Any, wv: Any, **extra: Any) -> dict[str, Any]:
+    return {"input": [[[1, 2, -1], [0, 1, 2], [2, -1, 1]]],
+            "weights": {"query": wq, "key": wk, "value": wv}, **extra}
+
+
+A = [[1, 0], [0, 1], [1, -1]]
+B = [[0, 1], [1, 0], [-1, 1]]
+C = [[1, 1], [1, -1], [0, 2]]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("example", ["chapter", "primer"])
+def test_bundled_examples_pass_every_check(example: str, causal: bool) -> None:
+    evidence = build_attend_evidence(load_attend_fixture(example=example), causal)
+    assert [c.name for c in evidence.checks] == CHECKS
+    assert evidence.passed, [c for c in evidence.checks if not c.passed]
+    assert evidence.mask.applicable is causal
+
+
+def test_primer_rows_report_the_worked_example() -> None:
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    first = evidence.rows[0]
+    assert (first.batch, first.token) == (0, 0)
+    assert [round(w, 4) for w in first.weights] == [0.9442, 0.0558]
+    assert [round(v, 4) for v in first.output] == [1.1116, 2.7768]
+    assert first.weight_sum == pytest.approx(1.0, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("weights", "codes"),
+    [
+        ((A, B, C), []),
+        ((A, A, C), ["symmetric-matching"]),
+        ((A, A, A), ["collapsed-roles"]),
+        ((A, B, A), []),
+    ],
+    ids=["distinct", "q-equals-k", "all-equal", "q-equals-v"],
+)
+def test_teacher_notes(weights: tuple[Any, Any, Any], codes: list[str]) -> None:
+    evidence = build_attend_evidence(parse_attend_fixture(fixture_data(*weights)))
+    assert [note.code for note in evidence.notes] == codes
+    assert evidence.passed  # notes are remarks, not failures
+
+
+def test_symmetric_note_is_true_of_the_scores() -> None:
+    evidence = build_attend_evidence(parse_attend_fixture(fixture_data(A, A, C)))
+    scores = evidence.primary["scores"]
+    np.testing.assert_array_equal(scores, np.swapaxes(scores, -1, -2))
+
+
+def test_equal_weights_with_different_biases_are_not_identical() -> None:
+    data = fixture_data({"values": A, "bias": [1, 0]}, {"values": A, "bias": [0, 1]}, C)
+    assert build_attend_evidence(parse_attend_fixture(data)).notes == ()
+
+
+def test_independent_value_width_note_and_shapes() -> None:
+    data = fixture_data(A, B, [[1, 0, 2], [0, 1, 0], [1, 1, 1]], value_width="independent")
+    evidence = build_attend_evidence(parse_attend_fixture(data), causal=True)
+    assert evidence.passed
+    assert [n.code for n in evidence.notes] == ["independent-value-width"]
+    assert evidence.primary["output"].shape == (1, 3, 3)
+    assert evidence.config.d_v == 3 and evidence.config.d_k == 2
+
+
+def test_hull_check_fails_for_an_output_outside_the_values() -> None:
+    fixture = load_attend_fixture(example="primer")
+    forward = fixture.head.forward(fixture.input)
+    assert _hull(forward, 2).passed
+    moved = forward._replace(output=forward.output + np.array([0.0, 10.0]))
+    hull = _hull(moved, 2)
+    assert not hull.passed and hull.box_violations == 2 and hull.barycentric_residual == 10.0
+
+
+def test_evidence_fails_when_the_gradcheck_tolerance_is_impossible() -> None:
+    fixture = dataclasses.replace(load_attend_fixture(example="primer"), tolerance=0.0,
+                                  step=1e-3)
+    evidence = build_attend_evidence(fixture)
+    assert not evidence.passed
+    assert [c.name for c in evidence.checks if not c.passed] == ["gradcheck"]
+
+
+def test_biases_are_checked_by_the_gradient_check() -> None:
+    data = fixture_data({"values": A, "bias": [0.5, -1]}, B, {"values": C, "bias": [2, 1]})
+    evidence = build_attend_evidence(parse_attend_fixture(data))
+    assert [t.tensor for t in evidence.gradcheck.tensors] == [
+        "input", "query_weight", "key_weight", "value_weight", "query_bias", "value_bias"]
+    assert evidence.passed
+    assert "query_bias_gradient" in evidence.primary.tensors
+    assert "key_bias" not in evidence.primary.tensors
+
+
+def test_replay_is_bitwise_and_tensors_are_read_only() -> None:
+    evidence = build_attend_evidence(load_attend_fixture())
+    assert evidence.replay_bitwise
+    with pytest.raises(ValueError):
+        evidence.primary["weights"][0, 0, 0] = 2.0
+
+
+@pytest.mark.parametrize("seed", range(6), ids=lambda s: f"seed{s}")
+def test_gradcheck_passes_on_seeded_random_fixtures(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    d_model, d_k, d_v = 3 + seed % 3, 2 + seed % 2, 2 + (seed + 1) % 3
+    value: dict[str, Any] = {"values": rng.normal(size=(d_v, d_model)).tolist(), "layout": "torch"}
+    if seed % 2:
+        value["bias"] = rng.normal(size=d_v).tolist()
+    data = {
+        "seed": seed,
+        "value_width": "independent",
+        "input": rng.normal(size=(2, 1 + seed % 4, d_model)).tolist(),
+        "weights": {"query": {"values": rng.normal(size=(d_model, d_k)).tolist(),
+                              "bias": rng.normal(size=d_k).tolist()},
+                    "key": rng.normal(size=(d_model, d_k)).tolist(), "value": value},
+    }
+    for causal in (False, True):
+        evidence = build_attend_evidence(parse_attend_fixture(data), causal)
+        assert evidence.gradcheck.passed, evidence.gradcheck.worst
+        assert evidence.passed

@@ -1,0 +1,93 @@
+"""Reading fixtures for qkv attend: order, locations, the seeded upstream, bundled examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkvcli.attend_fixture import (
+    load_attend_fixture,
+    parse_attend_fixture,
+    seeded_upstream,
+)
+from qkvcli.fixture import FixtureError, load_fixture
+
+
+def good() -> dict[str, Any]:
+    return {"input": [[[1, 2, -1], [0, 1, 2]]],
+            "weights": {"query": [[1, 0], [0, 1], [1, -1]], "key": [[0, 1], [1, 0], [-1, 1]],
+                        "value": [[1, 1], [1, -1], [0, 2]]}}
+
+
+def test_chapter_example_matches_the_chapter_reader() -> None:
+    attend = load_attend_fixture()
+    chapter = load_fixture()
+    assert attend.input.tobytes() == chapter.input.tobytes()
+    for mine, theirs in zip(attend.head.weights, chapter.layer.weights, strict=True):
+        assert mine.tobytes() == theirs.tobytes()
+    assert attend.head.names == chapter.layer.names
+    assert (attend.step, attend.tolerance, attend.seed, attend.chapter) == (
+        chapter.step, chapter.tolerance, chapter.seed, chapter.chapter)
+
+
+def test_upstream_is_seeded_and_deterministic() -> None:
+    first = seeded_upstream((2, 3, 4), 26)
+    assert first.tobytes() == seeded_upstream((2, 3, 4), 26).tobytes()
+    assert first.tobytes() != seeded_upstream((2, 3, 4), 27).tobytes()
+    assert (first >= -1).all() and (first < 1).all()
+    assert len(np.unique(first)) == first.size
+
+
+@pytest.mark.parametrize(
+    ("mutate", "location", "message"),
+    [
+        (lambda d: d.update(extra=1), "$", 'unknown key "extra"; expected one of'),
+        (lambda d: d.pop("weights"), "$", 'missing key "weights"'),
+        (lambda d: d["weights"].update(key={"values": [[0, 1], [1, 0], [-1, 1]],
+                                            "name": "Bad"}),
+         "$.weights.key.name", "parameter name byte 0 must be lowercase ASCII"),
+        (lambda d: d.update(input=[[1, 2, 3]]), "$.input",
+         "Q/K/V input must have rank three [batch, tokens, model_width], got rank 2"),
+        (lambda d: d.update(input=[[[1, 2]]]), "$.input",
+         "Q/K/V input final width must equal model width 3, got 2"),
+        (lambda d: d.update(upstream={"value": [[[1, 2, 3]]]}), "$.upstream.value",
+         "expected shape [1,2,2], got [1,1,3]"),
+        (lambda d: d.update(gradcheck={"step": 0}), "$.gradcheck.step",
+         "step must be greater than zero"),
+        (lambda d: d.update(seed=-1), "$.seed", "seed must be between 0 and"),
+        (lambda d: d.update(chapter=""), "$.chapter", "expected a non-empty single-line string"),
+        # weights are validated before the input: a bad input does not hide a bad weight
+        (lambda d: (d.update(input=[1]), d["weights"]["value"].append([9, 9])), "$.weights",
+         "Q/K/V model widths must match, got query 3, key 3, value 4"),
+    ],
+    ids=["unknown", "missing", "name", "rank", "width", "upstream", "step", "seed", "chapter",
+         "order"],
+)
+def test_errors(mutate: Any, location: str, message: str) -> None:
+    data = good()
+    mutate(data)
+    with pytest.raises(FixtureError) as caught:
+        parse_attend_fixture(data)
+    assert caught.value.location == location
+    assert caught.value.message.startswith(message)
+
+
+def test_value_upstream_may_take_the_value_width() -> None:
+    data = good()
+    data["value_width"] = "independent"
+    data["weights"]["value"] = [[1, 0, 1], [0, 1, 0], [1, 1, 1]]
+    data["upstream"] = {"value": [[[1, 2, 3], [4, 5, 6]]]}
+    fixture = parse_attend_fixture(data)
+    assert fixture.upstream.shape == (1, 2, 3)
+    assert fixture.value_width == "independent"
+
+
+def test_file_name_is_the_default_chapter(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(good()), encoding="utf-8")
+    assert load_attend_fixture(path).chapter == "mine"

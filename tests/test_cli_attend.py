@@ -1,0 +1,218 @@
+"""qkv attend through the command line, and the chapter commands with the new fixture keys."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+ANCHORS = Path("/work/shared/anchors/ch26")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def invoke(*args: str, **kwargs: Any) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, **kwargs)
+
+
+def write(tmp_path: Path, data: dict[str, Any], name: str = "f.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def with_bias() -> dict[str, Any]:
+    data = json.loads((ROOT / "fixtures" / "ch26-qkv-projections.json").read_text())
+    data["weights"]["value"]["bias"] = [0.5, -0.5]
+    return data
+
+
+@pytest.mark.skipif(not ANCHORS.exists(), reason="anchors not available")
+@pytest.mark.parametrize(("fmt", "anchor"), [("text", "expected.txt"),
+                                             ("trace", "diagram-trace.txt")])
+def test_chapter_report_still_equals_the_anchors(fmt: str, anchor: str) -> None:
+    result = invoke("report", "--format", fmt)
+    assert result.exit_code == 0
+    assert result.output == (ANCHORS / anchor).read_text(encoding="utf-8")
+
+
+def test_attend_primer_text() -> None:
+    result = invoke("attend", "--example", "primer")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    token = "token=b0 t0 weights:[0.944193,0.055807] sum:1.000000 output:[1.111614,2.776771]"
+    assert token in lines
+    assert "layout=separate: three [d_model,d_out] weights (qkv layout, Y = X W)" in lines
+    assert any(line.startswith("note=symmetric-matching") for line in lines)
+    assert lines[-1] == "attend_passed=true"
+
+
+def test_attend_defaults_to_the_chapter_fixture() -> None:
+    result = invoke("attend")
+    assert result.exit_code == 0
+    assert result.output.startswith("attend=26-qkv-projections\n")
+
+
+def test_attend_json() -> None:
+    result = invoke("attend", "--example", "primer", "--causal", "-f", "json")
+    assert result.exit_code == 0
+    document = json.loads(result.output)
+    assert document["kind"] == "attend" and document["passed"] is True
+    assert document["config"]["causal"] is True
+    assert document["tensors"]["scaled_scores"]["values"][1] == "-Infinity"
+    assert document["rows"][0]["weights"] == [1.0, 0.0]
+    assert [c["name"] for c in document["checks"]][-1] == "gradcheck"
+
+
+def test_attend_rich_renders_tables_without_markup_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    result = invoke("attend", "--example", "primer", "-f", "rich")
+    assert result.exit_code == 0
+    assert "attend: primer-worked-example" in result.output
+    assert "0.9442" in result.output and "[1.1116, 2.7768]" in result.output
+    assert "[min_j v_j, max_j v_j]" in result.output  # not swallowed as rich markup
+    assert "note: symmetric-matching" in result.output
+
+
+def test_attend_rich_module_is_pure() -> None:
+    from rich.console import Console
+
+    from qkvcli.attend_evidence import build_attend_evidence
+    from qkvcli.attend_fixture import load_attend_fixture
+    from qkvcli.render.attend_rich import attend_renderable
+
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    texts = []
+    for _ in range(2):
+        console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None,
+                          record=True)
+        console.print(attend_renderable(evidence))
+        texts.append(console.export_text())
+    assert texts[0] == texts[1]
+    assert "t0      0.9442   0.0558   1.000000" in texts[0]
+
+
+def test_attend_output_file_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    result = invoke("attend", "--example", "primer", "-f", "rich", "-o", str(out))
+    assert result.exit_code == 0 and result.output == ""
+    assert "attend: PASS" in out.read_text(encoding="utf-8")
+
+
+def test_attend_accepts_bias_and_independent_value_width(tmp_path: Path) -> None:
+    data = with_bias()
+    data["value_width"] = "independent"
+    data["weights"]["value"] = {"values": [[1, 0, 2], [0, 1, 0], [1, 1, 1]], "bias": [1, 2, 3]}
+    del data["upstream"]
+    result = invoke("attend", str(write(tmp_path, data)), "--causal")
+    assert result.exit_code == 0, result.output
+    assert "d_v:3" in result.output and "bias:query=false,key=false,value=true" in result.output
+
+
+def test_attend_reads_packed_weights(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(9, 3))
+    data = {"input": rng.normal(size=(1, 4, 3)).tolist(),
+            "weights": {"in_proj_weight": w.tolist(), "in_proj_bias": rng.normal(size=9).tolist()}}
+    result = invoke("attend", str(write(tmp_path, data)), "-f", "json")
+    assert result.exit_code == 0
+    document = json.loads(result.output)
+    assert document["config"]["layout"] == "packed"
+    assert document["tensors"]["key_weight"]["values"] == w[3:6].T.reshape(-1).tolist()
+
+
+def test_attend_with_a_failing_check_exits_one() -> None:
+    result = CliRunner().invoke(main, ["attend", "--tolerance", "0", "--step", "0.001"])
+    assert result.exit_code == 1
+    assert "qkv: FAILED: gradcheck" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["attend", "--example", "primer", "FIXTURE"], "give FIXTURE or --example, not both"),
+        (["attend", "missing.json"], "Error: missing.json: no such file"),
+    ],
+    ids=["both", "missing"],
+)
+def test_attend_usage_errors(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_attend_bad_fixture_is_one_line(tmp_path: Path) -> None:
+    data = with_bias()
+    data["weights"]["value"]["bias"] = [1, 2, 3]
+    path = write(tmp_path, data)
+    result = CliRunner().invoke(main, ["attend", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {path}: $.weights.value.bias: value bias must have shape "
+                             "[2] (the branch's output width), got [3]\n")
+
+
+@pytest.mark.parametrize("command", ["run", "report", "gradcheck"])
+def test_chapter_commands_refuse_bias_with_a_pointer(tmp_path: Path, command: str) -> None:
+    path = write(tmp_path, with_bias())
+    result = CliRunner().invoke(main, [command, str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"Error: {path}: $.weights.value.bias: projection biases are outside the chapter's "
+        "bias-free evidence; run `qkv attend` on this fixture\n")
+
+
+def test_chapter_head_width_error_without_the_opt_in(tmp_path: Path) -> None:
+    data = json.loads((ROOT / "fixtures" / "ch26-qkv-projections.json").read_text())
+    data["weights"]["key"]["values"] = [[0, 1, 0], [1, 0, 0], [-1, 1, 0]]
+    path = write(tmp_path, data)
+    for command in ("run", "attend"):
+        result = CliRunner().invoke(main, [command, str(path)])
+        assert result.exit_code == 2
+        assert result.stderr == (f"Error: {path}: $.weights: Q/K/V head widths must match, "
+                                 "got query 2, key 3, value 2\n")
+
+
+def test_chapter_report_reads_torch_layout_identically(tmp_path: Path) -> None:
+    data = json.loads((ROOT / "fixtures" / "ch26-qkv-projections.json").read_text())
+    for branch in ("query", "key", "value"):
+        entry = data["weights"][branch]
+        entry["values"] = np.array(entry["values"]).T.tolist()
+        entry["layout"] = "torch"
+    path = write(tmp_path, data, "ch26-qkv-projections.json")
+    plain = invoke("report", "-f", "text")
+    torch = invoke("report", str(path), "-f", "text")
+    assert torch.exit_code == 0 and torch.output == plain.output
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("causal", [[], ["--causal"]], ids=["full", "causal"])
+def test_every_shipped_fixture_passes_attend(path: Path, causal: list[str]) -> None:
+    result = invoke("attend", str(path), *causal)
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith("attend_passed=true\n")
+
+
+def test_value_width_example_is_refused_by_run_and_packed_example_is_not() -> None:
+    refused = CliRunner().invoke(main, ["run", str(ROOT / "fixtures" / "attend" / "attend-value-width.json")])
+    assert refused.exit_code == 2 and "run `qkv attend` on this fixture" in refused.stderr
+    packed = invoke("run", str(ROOT / "fixtures" / "attend" / "attend-packed-in-proj.json"))
+    assert packed.exit_code == 0
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "rich"])
+def test_an_overflowing_head_fails_cleanly(tmp_path: Path, fmt: str) -> None:
+    big = [[1e200, 0], [0, 1e200], [1e200, 0]]
+    data = {"input": [[[1, 2, -1], [0, 1, 2]]],
+            "weights": {"query": big, "key": {"values": big, "name": "a.key"},
+                        "value": [[1, 1], [1, -1], [0, 2]]}}
+    result = CliRunner().invoke(main, ["attend", str(write(tmp_path, data)), "-f", fmt])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("qkv: FAILED: forward")
+    if fmt == "json":
+        assert json.loads(result.stdout)["passed"] is False
