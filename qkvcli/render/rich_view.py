@@ -64,7 +64,8 @@ def _titled(title: str, passed: bool | None = None) -> Text:
 def _legend(options: RichOptions) -> Text:
     """One sample of each border, drawn with the very boxes the figure uses."""
     ascii_only = options.ascii
-    legend = Text("Borders: ", style="dim")
+    legend = Text()
+    legend.append("Borders: ", style="dim")
     samples = [("input", INPUT, INPUT_STYLE)] + [
         (f"{role} ({BORDER_WORDS[role]})", ROLE_BOXES[role], ROLE_STYLES[role]) for role in ROLES
     ]
