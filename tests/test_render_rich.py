@@ -157,11 +157,13 @@ def test_every_value_appears_at_the_chosen_precision(chapter: Evidence) -> None:
 
 def test_number_columns_are_right_aligned(chapter: Evidence) -> None:
     text = render(render_rich(chapter), 80)
-    rows = [line for line in text.splitlines() if line.startswith("│ │ t")]
-    assert rows
-    # The cell separators line up, so each number ends at the same column.
-    ends = {tuple(m.end() for m in re.finditer(r"\d │", row)) for row in rows[:2]}
-    assert len(ends) == 1
+    rows = [line for line in text.splitlines() if line.startswith("┃ ┃ t")]
+    assert len(rows) == 2
+    # X's rows are [1, 2, -1] and [0, 1, 2]: numbers of different widths end in one column.
+    ends = {tuple(m.end() for m in re.finditer(r"\d ┃", row)) for row in rows}
+    assert len(ends) == 1 and len(next(iter(ends))) == 3
+    assert "┃ 1.000000 ┃ 2.000000 ┃ -1.000000 ┃" in rows[0]
+    assert "┃ 0.000000 ┃ 1.000000 ┃  2.000000 ┃" in rows[1]
 
 
 def test_large_tensors_are_elided_with_a_note_never_silently(tmp_path: Path) -> None:

@@ -109,9 +109,13 @@ def _branch_part(evidence: Evidence, index: int, options: RichOptions) -> Part:
             ("Projection weight", f"shape(W_{letter}) = {fmt_shape(weight.shape)}"),
             ("Projected output", f"shape({letter}) = {fmt_shape(output.shape)}"),
         ]),
-        matrix_table(weight, f"W_{letter}", "", box, options, ("d_model rows", "d_head columns"),
-                     style),
-        *batched_tables(output, letter, box, options, style),
+        # Weight beside output when the branch is wide enough (stacked at 80 columns saves
+        # a screenful), one above the other inside a narrow side-by-side branch.
+        Row([
+            Part(matrix_table(weight, f"W_{letter}", "", box, options,
+                              ("d_model rows", "d_head columns"), style), box=None),
+            Part(Group(*batched_tables(output, letter, box, options, style)), box=None),
+        ], gap=2, stack_expand=False, fill=False),
     )
     title = _titled(f"{role.capitalize()} projection ({BORDER_WORDS[role]})")
     return Part(body, title, box, style)
