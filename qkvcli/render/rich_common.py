@@ -21,6 +21,17 @@ from qkvcli.render.boxes import CARD
 from qkvcli.render.numbers import fmt_float, fmt_shape
 
 FULL_HINT = "--full shows every value"
+ROLES = ("query", "key", "value")
+LETTERS = {"query": "Q", "key": "K", "value": "V"}
+ROLE_SENTENCES = {
+    "query": "Query: what should this position retrieve?",
+    "key": "Key: how can this position be matched?",
+    "value": "Value: what content can this position contribute?",
+}
+ROLE_STYLES = {"query": "cyan", "key": "magenta", "value": "yellow"}
+INPUT_STYLE = "blue"
+"""The branches in their declared order, their letters, the chapter's role sentences and
+the colours that (only) add to their borders."""
 MEASURE_WIDTH = 10_000
 """Width offered when asking how wide something *needs* to be (no clamping to the screen)."""
 
@@ -256,3 +267,12 @@ def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[
 def pairs(labels: Iterable[tuple[str, str]]) -> Table:
     """A borderless two-column ``label  value`` grid, labels dimmed."""
     return grid(*labels, nowrap=(0,), dim=(0,))
+
+
+def titled(title: str, passed: bool | None = None) -> Text:
+    """A card title in bold, followed by its PASS/FAIL word when it stands for a check."""
+    text = Text(title, style="bold")
+    if passed is not None:
+        text.append("  ")
+        text.append_text(status(passed))
+    return text

@@ -15,11 +15,20 @@ from rich.text import Text
 from qkvcli.gradcheck import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.render.boxes import CARD
 from qkvcli.render.numbers import fmt_float, fmt_shape
-from qkvcli.render.rich_common import FULL_HINT, RichOptions, cell, grid, lines, status
+from qkvcli.render.rich_common import (
+    FULL_HINT,
+    INPUT_STYLE,
+    ROLE_STYLES,
+    ROLES,
+    RichOptions,
+    cell,
+    grid,
+    lines,
+    status,
+)
 
-TENSOR_STYLES = {
-    "input": "blue", "query_weight": "cyan", "key_weight": "magenta", "value_weight": "yellow",
-}
+TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
+                                            for role in ROLES}}
 MAX_FAILURES_SHOWN = 20
 """Without ``--full``, failed coordinates beyond this many per tensor are elided too."""
 
