@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+MEASURE_WIDTH = 10_000
+"""Width offered when measuring how wide a view must be (no clamping to the screen)."""
 PROGRESS_DELAY = 0.5
 """Seconds a gradient check runs before its progress bar appears (quick checks never show one)."""
 
@@ -178,11 +180,11 @@ def show_rich(
     record = bool(view.exports)
     if output is None:
         console = make_console(view, record=record)
-        console.print(build(rich_options(view, console, default_precision)))
+        _print_fitted(console, build(rich_options(view, console, default_precision)))
     else:
         buffer = StringIO()
         console = make_console(view, file=buffer, record=record, plain=True)
-        console.print(build(rich_options(view, console, default_precision)))
+        _print_fitted(console, build(rich_options(view, console, default_precision)))
         write_atomic(output, buffer.getvalue(), protect)
     if record:
         _write_exports(console, view, protect, title)
@@ -199,8 +201,35 @@ def export_only(
     if not view.exports:
         return
     console = make_console(view, file=StringIO(), record=True)
-    console.print(build(rich_options(view, console, default_precision)))
+    _print_fitted(console, build(rich_options(view, console, default_precision)), quiet=True)
     _write_exports(console, view, protect, title)
+
+
+def needed_width(console: Console, renderable: RenderableType) -> int:
+    """The fewest columns that show ``renderable`` with every number and name whole."""
+    from rich.measure import Measurement
+
+    wide = console.options.update_width(MEASURE_WIDTH)
+    return Measurement.get(console, wide, renderable).minimum
+
+
+def _print_fitted(console: Console, renderable: RenderableType, quiet: bool = False) -> None:
+    """Print, first widening the layout if the screen is too narrow to show every digit.
+
+    rich would otherwise squeeze columns until numbers are cut or vanish; lines longer
+    than the terminal are the lesser harm, and stderr says why.
+    """
+    need = needed_width(console, renderable)
+    if need > console.width:
+        if not quiet:
+            click.echo(
+                f"qkv: the rich view needs {need} columns to show every number whole; "
+                f"laid out for {need} instead of {console.width} "
+                "(--format text suits a narrow screen)",
+                err=True,
+            )
+        console.size = (need, console.height)
+    console.print(renderable)
 
 
 def _write_exports(console: Console, view: ViewSettings, protect: Path | None,

@@ -135,8 +135,9 @@ def matrix_table(
     )
     table.add_column(cell(options.safe(corner)), justify="left", no_wrap=True, style="dim")
     for col in col_pick:
+        # no_wrap: a number is never folded or cut; the CLI widens the view instead.
         table.add_column(cell(ellipsis if col is None else str(col)), justify="right",
-                         overflow="fold")
+                         no_wrap=True)
     for row in row_pick:
         if row is None:
             table.add_row(cell(ellipsis), *(cell(ellipsis) for _ in col_pick))
