@@ -16,7 +16,8 @@ def main() -> None:
 
     \b
     qkv run [FIXTURE]              run every check and show the evidence
-    qkv report [FIXTURE] -f trace  render the report as text, trace or json
+                                   (the chapter's figure on a terminal, text in a pipe)
+    qkv report [FIXTURE] -f trace  render the report as text, trace, json or rich
     qkv gradcheck [FIXTURE]        per-coordinate central-difference check
 
     Without FIXTURE the bundled chapter fixture is used.
