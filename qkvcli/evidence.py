@@ -424,9 +424,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
               f"value unchanged={_word(ind.value_unchanged)}"),
         Check("replay", replay_bitwise,
               "two runs agree bit for bit" if replay_bitwise else "two runs differ"),
-        Check("gradcheck", gradcheck.passed,
-              f"{gradcheck.count} coordinates, step {gradcheck.step!r}, "
-              f"tolerance {gradcheck.tolerance!r}"),
+        Check("gradcheck", gradcheck.passed, _gradcheck_detail(gradcheck)),
     )
     if fixture.expect is not None:
         # Only fixtures with an expect section get this check, so the chapter's is unchanged.
@@ -449,6 +447,13 @@ def build_evidence(fixture: Fixture) -> Evidence:
         gradcheck=gradcheck,
         checks=checks,
     )
+
+
+def _gradcheck_detail(result: GradcheckResult) -> str:
+    failed = sum(not c.passed for t in result.tensors for c in t.checks)
+    head = f"{failed} of {result.count} coordinates failed" if failed else (
+        f"{result.count} coordinates")
+    return f"{head}, step {result.step!r}, tolerance {result.tolerance!r}"
 
 
 def _word(flag: bool) -> str:

@@ -178,16 +178,19 @@ def check_tensor(
     tolerance: float,
     samples: int | None,
     objective: Callable[[Array], float],
+    progress: Callable[[int, int], None] | None = None,
 ) -> TensorCheck:
     """Check ``analytic`` against central differences of ``objective`` at sampled coordinates.
 
-    ``objective`` receives a perturbed copy of ``values`` each time.
+    ``objective`` receives a perturbed copy of ``values`` each time. ``progress``, when
+    given, is called as ``progress(done, total)`` after each coordinate.
     """
     probe = np.array(values, dtype=np.float64, copy=True)
     flat = probe.reshape(-1)
     analytic_flat = np.asarray(analytic, dtype=np.float64).reshape(-1)
     checks = []
-    for index in sample_indices(flat.size, samples):
+    indices = sample_indices(flat.size, samples)
+    for index in indices:
         original = float(flat[index])
 
         def evaluate(point: float, index: int = index, original: float = original) -> float:
@@ -212,6 +215,8 @@ def check_tensor(
                 note=note,
             )
         )
+        if progress is not None:
+            progress(len(checks), len(indices))
     requested = flat.size if samples is None else samples
     return TensorCheck(tensor, tuple(probe.shape), requested, tuple(checks))
 
@@ -224,15 +229,24 @@ def gradcheck_layer(
     step: float,
     tolerance: float,
     samples: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> GradcheckResult:
     """Check the input gradient and the three weight gradients of ``layer`` at ``x``.
 
     ``analytic`` is ``(dX, dW_Q, dW_K, dW_V)``; the objective is
-    ``<Q,U_Q> + <K,U_K> + <V,U_V>``. Raises :class:`GradcheckSettingError` for
-    unusable settings.
+    ``<Q,U_Q> + <K,U_K> + <V,U_V>``. ``progress``, when given, is called as
+    ``progress(done, total)`` after each coordinate, counting over all four tensors.
+    Raises :class:`GradcheckSettingError` for unusable settings.
     """
     validate_settings(step, tolerance, samples)
     names = layer.names
+    sizes = [len(sample_indices(int(t.size), samples)) for t in (x, *layer.weights)]
+
+    def offset(before: int) -> Callable[[int, int], None] | None:
+        if progress is None:
+            return None
+        report = progress
+        return lambda done, _count: report(before + done, sum(sizes))
 
     def input_objective(probe: Array) -> float:
         return weighted_loss(layer.forward(probe), upstream)
@@ -246,7 +260,8 @@ def gradcheck_layer(
 
         return objective
 
-    tensors = [check_tensor("input", x, analytic[0], step, tolerance, samples, input_objective)]
+    tensors = [check_tensor("input", x, analytic[0], step, tolerance, samples, input_objective,
+                            offset(0))]
     for branch in range(3):
         tensors.append(
             check_tensor(
@@ -257,6 +272,7 @@ def gradcheck_layer(
                 tolerance,
                 samples,
                 weight_objective(branch),
+                offset(sum(sizes[: branch + 1])),
             )
         )
     return GradcheckResult(step, tolerance, tuple(tensors))

@@ -18,7 +18,8 @@ def main() -> None:
 
     \b
     qkv run [FIXTURE]              run every check and show the evidence
-    qkv report [FIXTURE] -f trace  render the report as text, trace or json
+                                   (the chapter's figure on a terminal, text in a pipe)
+    qkv report [FIXTURE] -f trace  render the report as text, trace, json or rich
     qkv gradcheck [FIXTURE]        per-coordinate central-difference check
     qkv run A.json B.json DIR/     several fixtures: a summary table (--junit FILE)
     qkv init -o FILE [--seed N]    write a starter fixture with seeded weights

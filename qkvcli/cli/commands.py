@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,8 +19,23 @@ from qkvcli.cli.common import (
     with_settings,
     write_output,
 )
+from qkvcli.cli.console import (
+    ViewSettings,
+    check_export_paths,
+    export_only,
+    gradcheck_progress,
+    resolve_format,
+    show_rich,
+    view_options,
+)
 
-REPORT_FORMATS = ("text", "trace", "json")
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from qkvcli.render.rich_common import RichOptions
+
+REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
+GRADCHECK_FORMATS = ("text", "json", "rich", "auto")
 
 
 def _render(evidence: object, fmt: str) -> str:
@@ -41,19 +58,40 @@ def _render(evidence: object, fmt: str) -> str:
 def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     step: float | None, tolerance: float | None, samples: int | None, verdict: bool,
-    golden: Path | None = None,
+    view: ViewSettings, golden: Path | None = None,
 ) -> None:
     from qkvcli.evidence import build_evidence
 
+    check_export_paths(view, output, fixture)
+    if golden is not None:
+        # A golden file is plain text: compare the text report unless a plain format is named.
+        if fmt == "auto":
+            fmt = "text"
+        if fmt == "rich":
+            raise click.UsageError("--expect compares text, trace or json, not the rich figure")
+    fmt = resolve_format(fmt, output)
     loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
     evidence = build_evidence(loaded)
-    text = _render(evidence, fmt)
-    if golden is None or output is not None:
-        write_output(text, output, protect=fixture)
-    diff = "" if golden is None else golden_diff(text, golden)
-    if diff:
-        click.echo(diff, nl=False)
-        click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
+
+    def figure(options: RichOptions) -> RenderableType:
+        from qkvcli.render.rich_view import render_rich
+
+        return render_rich(evidence, options)
+
+    title = f"qkv {click.get_current_context().info_name}"
+    diff = ""
+    if fmt == "rich":
+        show_rich(figure, view, output, fixture, 6, title)
+    else:
+        text = _render(evidence, fmt)
+        if golden is None or output is not None:
+            write_output(text, output, protect=fixture)
+        if golden is not None:
+            diff = golden_diff(text, golden)
+        if diff:
+            click.echo(diff, nl=False)
+            click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
+        export_only(figure, view, fixture, 6, title)
     if not evidence.passed:
         if verdict:
             failed = [check for check in evidence.checks if not check.passed]
@@ -67,17 +105,19 @@ def _evidence_command(
 @click.command()
 @click.argument("fixtures", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
-    "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="text",
-    show_default=True, help="How to show the evidence.",
+    "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="auto",
+    show_default=True,
+    help="How to show the evidence; auto: the rich figure on a terminal, text otherwise.",
 )
 @output_option
 @batch_options
 @gradcheck_options
 @max_elements_option
+@view_options
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, step: float | None, tolerance: float | None, samples: int | None,
-    max_elements: int,
+    max_elements: int, view: ViewSettings,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -87,44 +127,54 @@ def run(
     """
     if is_batch(fixtures, junit):
         reject_single_options(output, golden)
+        if view.exports:
+            raise click.UsageError("--export-svg/--export-html take a single fixture file")
         run_many(fixtures, junit, max_elements, step, tolerance, samples)
         return
     fixture = fixtures[0] if fixtures else None
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, True, golden)
+    _evidence_command(
+        fixture, fmt, output, max_elements, step, tolerance, samples, True, view, golden
+    )
 
 
 @click.command()
 @fixture_argument
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="text",
-    show_default=True, help="text: the chapter's report; trace: the diagram trace; json: everything.",
+    show_default=True,
+    help="text: the chapter's report; trace: the diagram trace; json: everything; "
+    "rich: the chapter's figure; auto: rich on a terminal, text otherwise.",
 )
 @output_option
 @gradcheck_options
 @max_elements_option
+@view_options
 def report(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
-    tolerance: float | None, samples: int | None, max_elements: int,
+    tolerance: float | None, samples: int | None, max_elements: int, view: ViewSettings,
 ) -> None:
     """Render the evidence for FIXTURE (default: the bundled chapter fixture).
 
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False)
+    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False, view)
 
 
 @click.command()
 @fixture_argument
 @gradcheck_options
 @click.option(
-    "-f", "--format", "fmt", type=click.Choice(("text", "json")), default="text",
-    show_default=True, help="text: an aligned table; json: every coordinate.",
+    "-f", "--format", "fmt", type=click.Choice(GRADCHECK_FORMATS), default="text",
+    show_default=True,
+    help="text: an aligned table; json: every coordinate; rich: a table with the worst "
+    "coordinate marked; auto: rich on a terminal, text otherwise.",
 )
 @output_option
 @max_elements_option
+@view_options
 def gradcheck(
     fixture: Path | None, step: float | None, tolerance: float | None, samples: int | None,
-    fmt: str, output: Path | None, max_elements: int,
+    fmt: str, output: Path | None, max_elements: int, view: ViewSettings,
 ) -> None:
     """Check the reverse gradients of FIXTURE against central differences.
 
@@ -134,22 +184,36 @@ def gradcheck(
     from qkvcli.evidence import compute_primary
     from qkvcli.gradcheck import gradcheck_layer
 
+    check_export_paths(view, output, fixture)
+    fmt = resolve_format(fmt, output)
     loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
     primary = compute_primary(loaded)
-    result = gradcheck_layer(
-        loaded.layer, loaded.input, loaded.upstream,
-        (primary.input_gradient, primary.query_weight_gradient,
-         primary.key_weight_gradient, primary.value_weight_gradient),
-        loaded.step, loaded.tolerance, loaded.samples,
-    )
-    if fmt == "json":
-        from qkvcli.render.json import dumps, gradcheck_json
+    reporter = gradcheck_progress(fmt, view)
+    with reporter or contextlib.nullcontext():
+        result = gradcheck_layer(
+            loaded.layer, loaded.input, loaded.upstream,
+            (primary.input_gradient, primary.query_weight_gradient,
+             primary.key_weight_gradient, primary.value_weight_gradient),
+            loaded.step, loaded.tolerance, loaded.samples, progress=reporter,
+        )
 
-        text = dumps(gradcheck_json(result))
+    def table(options: RichOptions) -> RenderableType:
+        from qkvcli.render.rich_gradcheck import render_gradcheck_rich
+
+        return render_gradcheck_rich(result, options)
+
+    if fmt == "rich":
+        show_rich(table, view, output, fixture, 9, "qkv gradcheck")
     else:
-        from qkvcli.render.gradcheck import render_gradcheck_text
+        if fmt == "json":
+            from qkvcli.render.json import dumps, gradcheck_json
 
-        text = render_gradcheck_text(result)
-    write_output(text, output, protect=fixture)
+            text = dumps(gradcheck_json(result))
+        else:
+            from qkvcli.render.gradcheck import render_gradcheck_text
+
+            text = render_gradcheck_text(result)
+        write_output(text, output, protect=fixture)
+        export_only(table, view, fixture, 9, "qkv gradcheck")
     if not result.passed:
         raise SystemExit(EXIT_FAILED)

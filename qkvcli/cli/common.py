@@ -121,6 +121,14 @@ def write_output(text: str, output: Path | None, protect: Path | None = None) ->
     if output is None:
         click.echo(text, nl=False)
         return
+    write_atomic(output, text, protect)
+
+
+def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
+    """Write ``text`` to ``output`` as UTF-8 via a temp file and a rename: all or nothing.
+
+    Refuses to write over ``protect``. Raises :class:`InputError` when it cannot write.
+    """
     if protect is not None and output.exists() and protect.exists():
         if os.path.samefile(output, protect):
             raise InputError(f"{output}: refusing to overwrite the fixture being read")

@@ -1,0 +1,294 @@
+"""The rich path of the CLI: display options, building the Console, printing, exporting, progress.
+
+rich is imported only inside these functions, so ``qkv report --format text`` never
+loads it. The Console is built inside the command (never at import time) so that
+``NO_COLOR``, ``FORCE_COLOR``, ``TTY_COMPATIBLE``, ``TERM=dumb`` and ``COLUMNS`` are read
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from qkvcli.cli.common import InputError, write_atomic
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.progress import Progress, TaskID
+
+    from qkvcli.render.rich_common import RichOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+MEASURE_WIDTH = 10_000
+"""Width offered when measuring how wide a view must be (no clamping to the screen)."""
+PROGRESS_DELAY = 0.5
+"""Seconds a gradient check runs before its progress bar appears (quick checks never show one)."""
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """The rich view's command-line options."""
+
+    no_color: bool = False
+    width: int | None = None
+    precision: int | None = None
+    full: bool = False
+    export_svg: Path | None = None
+    export_html: Path | None = None
+
+    @property
+    def exports(self) -> list[tuple[str, Path]]:
+        """``(kind, path)`` for each export asked for, SVG first."""
+        out = []
+        if self.export_svg is not None:
+            out.append(("svg", self.export_svg))
+        if self.export_html is not None:
+            out.append(("html", self.export_html))
+        return out
+
+
+def view_options(func: F) -> F:
+    """Add the rich view's options and hand them to ``func`` as one ``view`` argument."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["view"] = ViewSettings(
+            no_color=kwargs.pop("no_color"),
+            width=kwargs.pop("width"),
+            precision=kwargs.pop("precision"),
+            full=kwargs.pop("full"),
+            export_svg=kwargs.pop("export_svg"),
+            export_html=kwargs.pop("export_html"),
+        )
+        return func(*args, **kwargs)
+
+    path = click.Path(path_type=Path, dir_okay=False)
+    options = [
+        click.option("--export-html", type=path, metavar="FILE",
+                     help="Also write the rich view as HTML to FILE (atomically)."),
+        click.option("--export-svg", type=path, metavar="FILE",
+                     help="Also write the rich view as SVG to FILE (atomically)."),
+        click.option("--full", is_flag=True,
+                     help="Rich view: show every value of large tensors instead of eliding."),
+        click.option("--precision", type=click.IntRange(0, 17), default=None,
+                     help="Rich view: decimals for values (default 6; gradcheck 9)."),
+        click.option("--width", type=click.IntRange(min=20), default=None,
+                     help="Rich view: columns to lay out for (default: the terminal's, "
+                          "or COLUMNS)."),
+        click.option("--no-color", is_flag=True,
+                     help="Rich view: no colour (as NO_COLOR does); borders and words remain."),
+    ]
+    result: Any = wrapper
+    for option in options:
+        result = option(result)
+    return result  # type: ignore[no-any-return]
+
+
+def stdout_is_terminal() -> bool:
+    """Whether standard output is a terminal (what ``--format auto`` looks at)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def resolve_format(fmt: str, output: Path | None) -> str:
+    """``auto`` becomes ``rich`` on a terminal and ``text`` otherwise (pipes, files, CI)."""
+    if fmt != "auto":
+        return fmt
+    return "rich" if output is None and stdout_is_terminal() else "text"
+
+
+def check_export_paths(view: ViewSettings, output: Path | None, protect: Path | None) -> None:
+    """Refuse unusable export paths before any work is done. Raises :class:`InputError`."""
+    seen = {output} if output is not None else set()
+    for _kind, path in view.exports:
+        if path in seen:
+            raise InputError(f"{path}: named twice as an output")
+        seen.add(path)
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"{path}: no such directory {parent}")
+        if protect is not None and path.exists() and protect.exists():
+            if os.path.samefile(path, protect):
+                raise InputError(f"{path}: refusing to overwrite the fixture being read")
+
+
+def make_console(
+    view: ViewSettings,
+    file: Any = None,
+    record: bool = False,
+    stderr: bool = False,
+    plain: bool = False,
+) -> Console:
+    """A Console for this command, honouring the environment and the view options.
+
+    ``plain`` writes no escape codes at all (for ``-o FILE``). ``NO_COLOR`` and
+    ``FORCE_COLOR`` are read by rich itself; ``--no-color`` adds to ``NO_COLOR``.
+    """
+    from rich.console import Console
+
+    width = view.width
+    columns = os.environ.get("COLUMNS", "")
+    if width is None and columns.isdigit() and int(columns) > 0:
+        width = int(columns)
+    height = None
+    if width is not None:
+        # rich ignores a width on a TERM=dumb terminal unless the height is known too.
+        lines = os.environ.get("LINES", "")
+        height = int(lines) if lines.isdigit() and int(lines) > 0 else 25
+    extra: dict[str, Any] = {}
+    if plain:
+        extra = {"force_terminal": False, "color_system": None}
+    return Console(
+        file=file, width=width, height=height, record=record, stderr=stderr,
+        no_color=True if view.no_color else None, markup=False, emoji=False,
+        highlight=False, **extra,
+    )
+
+
+def rich_options(view: ViewSettings, console: Console, default_precision: int) -> RichOptions:
+    """Display options for ``console``: ASCII glyphs when its stream cannot encode Unicode."""
+    from qkvcli.render.rich_common import RichOptions
+
+    precision = default_precision if view.precision is None else view.precision
+    return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only)
+
+
+def show_rich(
+    build: Callable[[RichOptions], RenderableType],
+    view: ViewSettings,
+    output: Path | None,
+    protect: Path | None,
+    default_precision: int,
+    title: str,
+) -> None:
+    """Print the view built by ``build`` (or write it to ``output``), then export it."""
+    record = bool(view.exports)
+    if output is None:
+        console = make_console(view, record=record)
+        _print_fitted(console, build(rich_options(view, console, default_precision)))
+    else:
+        buffer = StringIO()
+        console = make_console(view, file=buffer, record=record, plain=True)
+        _print_fitted(console, build(rich_options(view, console, default_precision)))
+        write_atomic(output, buffer.getvalue(), protect)
+    if record:
+        _write_exports(console, view, protect, title)
+
+
+def export_only(
+    build: Callable[[RichOptions], RenderableType],
+    view: ViewSettings,
+    protect: Path | None,
+    default_precision: int,
+    title: str,
+) -> None:
+    """Render the rich view off screen only to export it (the shown format was not rich)."""
+    if not view.exports:
+        return
+    console = make_console(view, file=StringIO(), record=True)
+    _print_fitted(console, build(rich_options(view, console, default_precision)), quiet=True)
+    _write_exports(console, view, protect, title)
+
+
+def needed_width(console: Console, renderable: RenderableType) -> int:
+    """The fewest columns that show ``renderable`` with every number and name whole."""
+    from rich.measure import Measurement
+
+    wide = console.options.update_width(MEASURE_WIDTH)
+    return Measurement.get(console, wide, renderable).minimum
+
+
+def _print_fitted(console: Console, renderable: RenderableType, quiet: bool = False) -> None:
+    """Print, first widening the layout if the screen is too narrow to show every digit.
+
+    rich would otherwise squeeze columns until numbers are cut or vanish; lines longer
+    than the terminal are the lesser harm, and stderr says why.
+    """
+    need = needed_width(console, renderable)
+    if need > console.width:
+        if not quiet:
+            click.echo(
+                f"qkv: the rich view needs {need} columns to show every number whole; "
+                f"laid out for {need} instead of {console.width} "
+                "(--format text suits a narrow screen)",
+                err=True,
+            )
+        console.size = (need, console.height)
+    console.print(renderable)
+
+
+def _write_exports(console: Console, view: ViewSettings, protect: Path | None,
+                   title: str) -> None:
+    for kind, path in view.exports:
+        if kind == "svg":
+            text = console.export_svg(title=title, clear=False)
+        else:
+            text = console.export_html(clear=False)
+        write_atomic(path, text, protect)
+
+
+class GradcheckProgress:
+    """A transient progress bar on stderr, shown only once a check has taken a while.
+
+    Call it as ``progress(done, total)`` (the core's callback); use it as a context
+    manager so the bar is always removed.
+    """
+
+    def __init__(self, console: Console, delay: float = PROGRESS_DELAY) -> None:
+        self.console = console
+        self.delay = delay
+        self.started = time.monotonic()
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            if time.monotonic() - self.started < self.delay:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(
+                TextColumn("gradcheck"), BarColumn(), MofNCompleteColumn(),
+                console=self.console, transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("gradcheck", total=total)
+        assert self.task is not None
+        self.progress.update(self.task, completed=done, total=total)
+
+    def __enter__(self) -> GradcheckProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def gradcheck_progress(fmt: str, view: ViewSettings) -> GradcheckProgress | None:
+    """A progress reporter when the view is rich and stderr is an interactive terminal."""
+    if fmt != "rich":
+        return None
+    try:
+        if not sys.stderr.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    console = make_console(view, stderr=True)
+    if not console.is_interactive:
+        return None
+    return GradcheckProgress(console)
