@@ -39,6 +39,7 @@ class Config:
     d_model: int
     d_head: int
     bias: bool = False
+    layout: str = "separate"
 
 
 @dataclass(frozen=True)
@@ -388,7 +389,9 @@ def build_evidence(fixture: Fixture) -> Evidence:
         fixture.samples,
     )
     replay_bitwise = same_primary_bits(primary, replay)
-    config = Config(fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head)
+    config = Config(
+        fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head, layout=fixture.layout
+    )
 
     forward_ok = _all_finite(primary.query, primary.key, primary.value) and all(
         t.shape == (config.batch, config.tokens, config.d_head)

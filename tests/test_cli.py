@@ -157,3 +157,14 @@ def test_python_dash_m_runs_from_any_directory(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == TRACE
+
+
+def test_written_files_get_the_usual_mode(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    old = os.umask(0o022)
+    try:
+        result = runner.invoke(main, ["report", "-o", str(out)])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0
+    assert out.stat().st_mode & 0o777 == 0o644

@@ -93,7 +93,7 @@ def test_json_report_round_trips_every_tensor(chapter_evidence) -> None:  # type
         "gradcheck",
     ]
     assert document["config"] == {"batch": 1, "tokens": 2, "d_model": 3, "d_head": 2,
-                                  "bias": False, "seed": 26}
+                                  "bias": False, "seed": 26, "layout": "separate"}
     assert set(document["tensors"]) == {
         "input", "query_weight", "key_weight", "value_weight", "query", "key", "value",
         "upstream_query", "upstream_key", "upstream_value", "input_gradient",

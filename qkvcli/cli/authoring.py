@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import click
 
 from qkvcli.cli.batch import expand_fixtures, translated_read_errors
-from qkvcli.cli.common import EXIT_INPUT, InputError, max_elements_option, write_output
+from qkvcli.cli.common import (
+    EXIT_INPUT,
+    InputError,
+    max_elements_option,
+    remove_quietly,
+    write_output,
+    write_temp_beside,
+)
 from qkvcli.splitmix import MASK64
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
@@ -82,14 +88,8 @@ def write_new(text: str, output: Path) -> None:
     """
     if output.exists() or output.is_symlink():
         raise InputError(f"{output}: already exists (use --force to overwrite it)")
-    directory = output.parent if str(output.parent) else Path(".")
+    tmp = write_temp_beside(output, text)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
-    except OSError as error:
-        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
         try:
             os.link(tmp, output)
         except FileExistsError:
@@ -102,10 +102,7 @@ def write_new(text: str, output: Path) -> None:
                 ) from None
             os.replace(tmp, output)
     finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
 
 
 def _problems(path: Path, max_elements: int) -> list[str]:

@@ -134,21 +134,42 @@ def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
             raise InputError(f"{output}: refusing to overwrite the fixture being read")
     if output.is_dir():
         raise InputError(f"{output}: is a directory")
+    tmp = write_temp_beside(output, text)
+    try:
+        os.replace(tmp, output)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def write_temp_beside(output: Path, text: str) -> str:
+    """A complete temporary copy of ``text`` in ``output``'s directory; returns its path.
+
+    The file gets the mode a plain ``open(output, "w")`` would give (0666 less the
+    umask), not ``mkstemp``'s private 0600. Raises :class:`InputError`.
+    """
     directory = output.parent if str(output.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
     except OSError as error:
         raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
-        os.replace(tmp, output)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
+    return tmp
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 # --- shared options ----------------------------------------------------------------------

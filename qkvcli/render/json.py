@@ -105,6 +105,7 @@ def evidence_json(evidence: Evidence) -> dict[str, Any]:
             "d_head": c.d_head,
             "bias": c.bias,
             "seed": evidence.seed,
+            "layout": c.layout,
         },
         "parameter_names": list(p.parameter_names),
         "parameter_count": p.parameter_count,
