@@ -389,6 +389,9 @@ def build_evidence(fixture: Fixture) -> Evidence:
         fixture.step,
         fixture.tolerance,
         fixture.samples,
+        mode=fixture.mode,
+        directions=fixture.directions,
+        seed=fixture.seed,
     )
     replay_bitwise = same_primary_bits(primary, replay)
     config = Config(fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head)
@@ -429,6 +432,9 @@ def build_evidence(fixture: Fixture) -> Evidence:
               "two runs agree bit for bit" if replay_bitwise else "two runs differ"),
         Check("gradcheck", gradcheck.passed,
               f"{gradcheck.count} coordinates, step {gradcheck.step!r}, "
+              f"tolerance {gradcheck.tolerance!r}"
+              if gradcheck.summary == f"full: {gradcheck.count} coordinates"
+              else f"{gradcheck.summary}, step {gradcheck.step!r}, "
               f"tolerance {gradcheck.tolerance!r}"),
     )
     return Evidence(

@@ -79,6 +79,8 @@ class Fixture:
     samples: int | None = None
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
+    mode: str = "auto"  # gradient-check mode (qkvcli.gradcheck.MODES); set from the CLI
+    directions: int = 3  # random directions per tensor in fast mode
     layer: QkvProjections = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -164,7 +166,10 @@ def load_fixture(path: Path | None = None, max_elements: int = DEFAULT_MAX_ELEME
     if path is None:
         return parse_fixture(parse_json_text(bundled_fixture_text()), max_elements=max_elements)
     text = read_fixture_text(path)
-    return parse_fixture(parse_json_text(text), default_chapter=path.stem, max_elements=max_elements)
+    return parse_fixture(
+        parse_json_text(text), default_chapter=path.stem, max_elements=max_elements,
+        base_dir=path.parent,
+    )
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -267,9 +272,17 @@ def _to_array(values: Any, shape: tuple[int, ...], location: str) -> Array:
 
 def parse_tensor(
     value: Any, location: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-    extra_keys: tuple[str, ...] = (),
+    extra_keys: tuple[str, ...] = (), base_dir: Path | None = None,
 ) -> Array:
-    """A tensor from a nested list or a ``{"shape", "values"}`` object."""
+    """A tensor from a nested list or a ``{"shape", "values"}`` object.
+
+    Large tensors may instead be ``{"npy": path}`` (relative to ``base_dir``) or
+    ``{"generate": {...}}``; see :mod:`qkvcli.sources`.
+    """
+    if isinstance(value, dict) and ("npy" in value or "generate" in value):
+        from qkvcli.sources import load_source
+
+        return load_source(value, location, base_dir, max_elements, extra_keys)
     if isinstance(value, list):
         shape = _nested_shape(value, location, max_elements)
         return _to_array(value, shape, location)
@@ -315,7 +328,7 @@ def parse_tensor(
 
 
 def _weight(
-    value: Any, branch: str, max_elements: int
+    value: Any, branch: str, max_elements: int, base_dir: Path | None = None
 ) -> tuple[Array, str | None]:
     location = f"$.weights.{branch}"
     name: str | None = None
@@ -324,14 +337,18 @@ def _weight(
         if not isinstance(raw, str):
             raise FixtureError(f"{location}.name", f"expected a string, got {_type_name(raw)}")
         name = raw
-    array = parse_tensor(value, location, max_elements, extra_keys=("name",))
+    array = parse_tensor(value, location, max_elements, extra_keys=("name",), base_dir=base_dir)
     return array, name
 
 
 def parse_fixture(
-    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base_dir: Path | None = None,
 ) -> Fixture:
     """Validate parsed JSON and build a :class:`Fixture`. Raises :class:`FixtureError`.
+
+    ``base_dir`` is where ``npy`` tensor paths are resolved (the fixture file's
+    directory; ``None``: the current directory).
 
     Order: document keys; weights (each weight's name, then finite values; then per
     branch rank and widths; then model widths, head widths, duplicate names); then the
@@ -355,7 +372,7 @@ def parse_fixture(
     for index, branch in enumerate(BRANCHES):
         if branch not in raw_weights:
             raise FixtureError("$.weights", f'missing key "{branch}"')
-        array, name = _weight(raw_weights[branch], branch, max_elements)
+        array, name = _weight(raw_weights[branch], branch, max_elements, base_dir)
         name = DEFAULT_NAMES[index] if name is None else name
         _engine(validate_name, name, location=f"$.weights.{branch}.name")
         _engine(check_finite, array, "parameter", location=f"$.weights.{branch}")
@@ -370,7 +387,7 @@ def parse_fixture(
     except (BranchInputWidthMismatch, BranchOutputWidthMismatch) as error:
         raise FixtureError("$.weights", str(error)) from None
 
-    x = parse_tensor(data["input"], "$.input", max_elements)
+    x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
     _engine(layer.check_input, x, location="$.input")
     batch, tokens, _ = x.shape
 
@@ -388,7 +405,7 @@ def parse_fixture(
             if branch not in raw_upstream:
                 upstream.append(np.ones(expected))
                 continue
-            grad = parse_tensor(raw_upstream[branch], location, max_elements)
+            grad = parse_tensor(raw_upstream[branch], location, max_elements, base_dir=base_dir)
             if grad.shape != expected:
                 raise FixtureError(
                     location,

@@ -40,10 +40,13 @@ def _render(evidence: object, fmt: str) -> str:
 def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     step: float | None, tolerance: float | None, samples: int | None, verdict: bool,
+    mode: str | None = None, directions: int | None = None,
 ) -> None:
     from qkvcli.evidence import build_evidence
 
-    loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
+    loaded = with_settings(
+        load(fixture, max_elements), step, tolerance, samples, mode, directions
+    )
     evidence = build_evidence(loaded)
     write_output(_render(evidence, fmt), output, protect=fixture)
     if not evidence.passed:
@@ -65,13 +68,15 @@ def _evidence_command(
 def run(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
     tolerance: float | None, samples: int | None, max_elements: int,
+    mode: str | None = None, directions: int | None = None,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE and show it.
 
     FIXTURE defaults to the bundled chapter fixture. Exit status: 0 when every
     check passed, 1 when any failed, 2 for bad input.
     """
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, True)
+    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, True,
+                      mode, directions)
 
 
 @click.command()
@@ -86,12 +91,14 @@ def run(
 def report(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
     tolerance: float | None, samples: int | None, max_elements: int,
+    mode: str | None = None, directions: int | None = None,
 ) -> None:
     """Render the evidence for FIXTURE (default: the bundled chapter fixture).
 
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False)
+    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False,
+                      mode, directions)
 
 
 @click.command()
@@ -103,25 +110,33 @@ def report(
 )
 @output_option
 @max_elements_option
+@click.option(
+    "--dtype", type=click.Choice(("float64", "float32")), default="float64", show_default=True,
+    help="Type of the analytic gradients under test (a speed study); the central "
+    "differences they are checked against are always float64.",
+)
 def gradcheck(
     fixture: Path | None, step: float | None, tolerance: float | None, samples: int | None,
     fmt: str, output: Path | None, max_elements: int,
+    mode: str | None = None, directions: int | None = None, dtype: str = "float64",
 ) -> None:
     """Check the reverse gradients of FIXTURE against central differences.
 
     Shows each checked coordinate (tensor, coordinate, analytic, numerical, scaled
     error, pass) and the verdict. Exit status 1 when any coordinate fails.
     """
-    from qkvcli.evidence import compute_primary
     from qkvcli.gradcheck import gradcheck_layer
 
-    loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
-    primary = compute_primary(loaded)
+    loaded = with_settings(
+        load(fixture, max_elements), step, tolerance, samples, mode, directions
+    )
+    # The analytic gradients under test come from the engine in the chosen type.
+    grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
     result = gradcheck_layer(
         loaded.layer, loaded.input, loaded.upstream,
-        (primary.input_gradient, primary.query_weight_gradient,
-         primary.key_weight_gradient, primary.value_weight_gradient),
+        (grads.input, grads.query, grads.key, grads.value),
         loaded.step, loaded.tolerance, loaded.samples,
+        mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,
     )
     if fmt == "json":
         from qkvcli.render.json import dumps, gradcheck_json

@@ -98,12 +98,17 @@ def load(path: Path | None, max_elements: int) -> Fixture:
 
 
 def with_settings(
-    fixture: Fixture, step: float | None, tolerance: float | None, samples: int | None
+    fixture: Fixture, step: float | None, tolerance: float | None, samples: int | None,
+    mode: str | None = None, directions: int | None = None,
 ) -> Fixture:
     """The fixture with gradient-check settings from the command line, if given."""
     import dataclasses
 
     changes: dict[str, Any] = {}
+    if mode is not None:
+        changes["mode"] = mode
+    if directions is not None:
+        changes["directions"] = directions
     if step is not None:
         changes["step"] = step
     if tolerance is not None:
@@ -180,7 +185,20 @@ def max_elements_option(func: F) -> F:
     )(func)
 
 
+GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.MODES
+
+
 def gradcheck_options(func: F) -> F:
+    func = click.option(
+        "--directions", type=click.IntRange(min=1), default=None,
+        help="Random directions per tensor in --mode fast (default 3).",
+    )(func)
+    func = click.option(
+        "--mode", type=click.Choice(GRADCHECK_MODES), default=None,
+        help="full: every coordinate; sampled: --samples evenly spaced (default 6); "
+        "fast: --directions random directions; auto (default): full up to 4096 "
+        "elements per tensor, sampled above.",
+    )(func)
     func = click.option(
         "--samples", type=click.IntRange(min=1), default=None,
         help="Coordinates to check per tensor (evenly spaced); default: every coordinate.",

@@ -1,0 +1,96 @@
+"""Evaluate the gradient check's objective for many perturbed copies of one tensor at once.
+
+The objective is ``L = <Q,U_Q> + <K,U_K> + <V,U_V>`` with ``[Q|K|V] = X [W_Q|W_K|W_V]``.
+A :class:`StackedObjective` owns a buffer of ``slots`` full copies of one tensor (the
+input, or the packed weight matrix for a weight), each of which a caller may perturb;
+:meth:`StackedObjective.evaluate` then computes ``L`` for every slot with one stacked
+matrix product. Each slot's value is a complete evaluation of ``L`` from its own
+perturbed tensor: nothing is reused between slots, and the analytic gradient is never
+consulted, so batching changes the speed of the check, not what it measures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkvcli.engine import Array, QkvProjections
+
+
+class StackedObjective:
+    """``L`` for up to ``slots`` perturbed copies of tensor ``index`` (0 input, 1-3 weights).
+
+    Slot ``k``'s tensor is :meth:`slot` ``(k)``: a writable view that starts equal to the
+    unperturbed tensor. Perturb it, call :meth:`evaluate`, and restore what you changed
+    before reusing the slot for another evaluation.
+    """
+
+    def __init__(
+        self,
+        layer: QkvProjections,
+        x: Array,
+        upstream: tuple[Array, Array, Array],
+        index: int,
+        slots: int,
+    ) -> None:
+        self.index = index
+        self.slots = slots
+        packed = layer.astype(np.float64).packed
+        batch, tokens, d_model = x.shape
+        h = layer.d_head
+        self._h = h
+        self._rows = np.ascontiguousarray(x, dtype=np.float64).reshape(batch * tokens, d_model)
+        joined = np.empty((batch * tokens, 3, h))
+        for branch, grad in enumerate(upstream):
+            joined[:, branch, :] = np.asarray(grad, dtype=np.float64).reshape(batch * tokens, h)
+        self._upstream = joined  # [BT,3,h]
+        self._packed = packed
+        if index == 0:
+            # slots copies of X_(BT), stacked along the row axis: [slots*BT, d].
+            self._buffer = np.tile(self._rows, (slots, 1))
+        else:
+            # slots copies of [W_Q|W_K|W_V] side by side: [d, slots*3h], so one GEMM
+            # X_(BT) @ buffer evaluates every slot.
+            self._buffer = np.tile(packed, (1, slots))
+
+    @staticmethod
+    def slot_elements(layer: QkvProjections, x: Array, index: int) -> int:
+        """Elements one slot costs (its copy plus its product and loss terms)."""
+        batch, tokens, d_model = x.shape
+        outputs = batch * tokens * 3 * layer.d_head
+        copy = x.size if index == 0 else d_model * 3 * layer.d_head
+        return copy + 2 * outputs
+
+    def slot(self, k: int) -> Array:
+        """The writable tensor of slot ``k`` (shaped like the checked tensor)."""
+        rows = self._rows.shape[0]
+        if self.index == 0:
+            return self._buffer[k * rows:(k + 1) * rows]  # [BT, d]
+        h = self._h
+        start = k * 3 * h + (self.index - 1) * h
+        return self._buffer[:, start:start + h]  # [d, h]
+
+    def put(self, k: int, flat_index: int, value: float) -> None:
+        """Set element ``flat_index`` (row-major in the checked tensor) of slot ``k``."""
+        rows, d_model = self._rows.shape
+        if self.index == 0:
+            row, column = divmod(flat_index, d_model)
+            self._buffer[k * rows + row, column] = value
+        else:
+            row, column = divmod(flat_index, self._h)
+            self._buffer[row, k * 3 * self._h + (self.index - 1) * self._h + column] = value
+
+    def evaluate(self, count: int) -> Array:
+        """``L`` of slots ``0..count-1``, each from its own copy: ``[count]`` float64."""
+        rows, d_model = self._rows.shape
+        h = self._h
+        if self.index == 0:
+            stacked = self._buffer[:count * rows]  # [count*BT, d]
+            outputs = (stacked @ self._packed).reshape(count, rows, 3, h)  # [count,BT,3,h]
+            per_branch = (outputs * self._upstream).sum(axis=(1, 3))  # [count, 3]
+        else:
+            weights = self._buffer[:, :count * 3 * h]  # [d, count*3h]
+            outputs = (self._rows @ weights).reshape(rows, count, 3, h)  # [BT,count,3,h]
+            per_branch = (outputs * self._upstream[:, None]).sum(axis=(0, 3))  # [count, 3]
+        # Summed per branch and then in query, key, value order, as weighted_loss does.
+        total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
+        return total
