@@ -19,10 +19,10 @@ integer values) at about half the cost of doing them one branch at a time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
-
 import math
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -246,7 +246,7 @@ class QkvProjections:
                 weights.append(xavier_uniform(d_model, d_head, trial))
             except QkvError as error:
                 raise ProjectionError(branch, error) from None
-        layer = cls.from_arrays(*weights, names=names)
+        layer = cls.from_arrays(weights[0], weights[1], weights[2], names=names)
         rng.state = trial.state
         return layer
 
@@ -302,7 +302,7 @@ class QkvProjections:
         index = BRANCHES.index(branch)
         weights = list(self._weights)
         weights[index] = np.asarray(weight, dtype=np.float64)
-        return QkvProjections.from_arrays(*weights, names=self._names)
+        return QkvProjections.from_arrays(weights[0], weights[1], weights[2], names=self._names)
 
     # --- computation --------------------------------------------------------------------
 
@@ -345,7 +345,9 @@ class QkvProjections:
         if not by_output:
             check_finite(x, "input")
         rows = x.reshape(batch * tokens, d_model)  # X_(BT): a view when x is contiguous
-        packed = rows @ self._packed  # [BT,d] @ [d,3h] -> [BT,3h]: one GEMM for all three
+        # A NaN input may meet the product before its check: no "invalid value" warning.
+        with np.errstate(invalid="ignore") if by_output else nullcontext():
+            packed = rows @ self._packed  # [BT,d] @ [d,3h] -> [BT,3h]: one GEMM for all three
         if by_output and not all_finite(packed):
             check_finite(x, "input")
         packed = packed.reshape(batch, tokens, 3 * h)
@@ -389,7 +391,8 @@ class QkvProjections:
                 check_finite(g, f"{branch} upstream")
         # dX = [dQ|dK|dV] [W_Q|W_K|W_V]^T sums the three paths inside one product.
         grad_input = (joined @ self._packed.T).reshape(batch, tokens, d_model)  # [BT,3h]@[3h,d]
-        grad_packed = rows.T @ joined  # [d,BT] @ [BT,3h] -> [d,3h]: each branch's own dW
+        with np.errstate(invalid="ignore") if by_output else nullcontext():
+            grad_packed = rows.T @ joined  # [d,BT] @ [BT,3h] -> [d,3h]: each branch's own dW
         # Proof by output, as in forward: a non-finite x[r,i] reaches every dW[i,j] whose
         # upstream entry in row r is non-zero, so a finite dW proves x finite when no
         # upstream row is all zero.

@@ -34,7 +34,7 @@ evaluation); tests prove the batched path agrees with it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -240,9 +240,9 @@ def central_difference(
         derivative = (plus_value - minus_value) / (h1 + h2)
     else:
         centre = evaluate(point)
-        derivative = (h1 * h1 * plus_value - h2 * h2 * minus_value + (h2 * h2 - h1 * h1) * centre) / (
-            h1 * h2 * (h1 + h2)
-        )
+        derivative = (
+            h1 * h1 * plus_value - h2 * h2 * minus_value + (h2 * h2 - h1 * h1) * centre
+        ) / (h1 * h2 * (h1 + h2))
     if not math.isfinite(derivative):
         return derivative, "objective is not finite near the point"
     return derivative, ""
@@ -375,9 +375,11 @@ def _batched_coordinates(
         while len(checks) < len(plans) and finished + len(plans[len(checks)][2]) <= done:
             index, original, points = plans[len(checks)]
             values_iter = iter(results[finished:finished + len(points)].tolist())
-            numerical, note = central_difference(
-                original, step, lambda point, it=values_iter: next(it)
-            )
+
+            def lookup(point: float, values_iter: Iterator[float] = values_iter) -> float:
+                return next(values_iter)  # the batched value of this very evaluation
+
+            numerical, note = central_difference(original, step, lookup)
             finished += len(points)
             checks.append(_coordinate(tensor, index, tuple(values.shape), analytic_flat,
                                       numerical, note, tolerance))
@@ -420,7 +422,7 @@ def _directional(
     checks: list[CoordinateCheck] = []
     pairs = max(1, objective.slots // 2)
     for first in range(0, directions, pairs):
-        batch = []
+        batch: list[tuple[int, str, Array]] = []
         for number in range(first, min(directions, first + pairs)):
             u = direction(rng, flat.size)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -488,8 +490,8 @@ def gradcheck_layer(
     validate_settings(step, tolerance, samples, mode, directions)
     x64 = np.asarray(x, dtype=np.float64)
     tensors_values = (x64, *layer.weights)
-    plans = []
-    for index, values in enumerate(tensors_values):
+    plans: list[tuple[str, int | None, int]] = []
+    for values in tensors_values:
         resolved, count = resolve_mode(mode, int(values.size), samples)
         planned = directions if resolved == "fast" else len(sample_indices(values.size, count))
         plans.append((resolved, count, planned))

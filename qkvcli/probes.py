@@ -57,8 +57,8 @@ class StackedObjective:
         """Elements one slot costs (its copy plus its product and loss terms)."""
         batch, tokens, d_model = x.shape
         outputs = batch * tokens * 3 * layer.d_head
-        copy = x.size if index == 0 else d_model * 3 * layer.d_head
-        return copy + 2 * outputs
+        copy = int(x.size) if index == 0 else int(d_model) * 3 * layer.d_head
+        return copy + 2 * int(outputs)
 
     def slot(self, k: int) -> Array:
         """The writable tensor of slot ``k`` (shaped like the checked tensor)."""
@@ -81,7 +81,7 @@ class StackedObjective:
 
     def evaluate(self, count: int) -> Array:
         """``L`` of slots ``0..count-1``, each from its own copy: ``[count]`` float64."""
-        rows, d_model = self._rows.shape
+        rows = self._rows.shape[0]
         h = self._h
         if self.index == 0:
             stacked = self._buffer[:count * rows]  # [count*BT, d]

@@ -80,7 +80,8 @@ def _resolve(raw: Any, location: str, base_dir: Path | None) -> Path:
     relative = Path(raw)
     if relative.is_absolute():
         raise FixtureError(
-            location, f"absolute path {raw} refused; give a path relative to the fixture's directory"
+            location,
+            f"absolute path {raw} refused; give a path relative to the fixture's directory",
         )
     base = (base_dir if base_dir is not None else Path.cwd()).resolve()
     try:
@@ -126,7 +127,8 @@ def load_npy(raw: Any, location: str, base_dir: Path | None, max_elements: int) 
                 shape, fortran, dtype = npy_format.read_array_header_2_0(handle)
             else:
                 raise FixtureError(
-                    location, f"{raw}: .npy format version {version[0]}.{version[1]} is not supported"
+                    location,
+                    f"{raw}: .npy format version {version[0]}.{version[1]} is not supported",
                 )
     except FixtureError:
         raise
