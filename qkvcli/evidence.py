@@ -7,7 +7,6 @@ gradcheck. Renderers (``qkvcli.render``) turn an :class:`Evidence` into text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,14 +24,14 @@ from qkvcli.errors import (
 )
 from qkvcli.fixture import Fixture
 from qkvcli.gradcheck import GradcheckResult, gradcheck_layer
+from qkvcli.record import Record
 from qkvcli.splitmix import SplitMix64
 
 Shape = tuple[int, ...]
 INIT_PREFIX = "decoder.block.0.attention"
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record):
     batch: int
     tokens: int
     d_model: int
@@ -40,8 +39,7 @@ class Config:
     bias: bool = False
 
 
-@dataclass(frozen=True)
-class Primary:
+class Primary(Record):
     """Forward values, the loss and the reverse gradients of one run."""
 
     input: Array
@@ -74,8 +72,7 @@ class Primary:
         }
 
 
-@dataclass(frozen=True)
-class ShapeProbe:
+class ShapeProbe(Record):
     """One input shape and the three output shapes it produced."""
 
     input: Shape
@@ -87,8 +84,7 @@ class ShapeProbe:
         return all(out == self.input[:2] + (out[2],) for out in self.outputs)
 
 
-@dataclass(frozen=True)
-class ShapeEvidence:
+class ShapeEvidence(Record):
     rule: ShapeProbe
     batch: ShapeProbe
     empty_batch: ShapeProbe
@@ -106,15 +102,13 @@ class ShapeEvidence:
         )
 
 
-@dataclass(frozen=True)
-class RejectedCase:
+class RejectedCase(Record):
     case: str
     rejected: bool
     message: str
 
 
-@dataclass(frozen=True)
-class ErrorEvidence:
+class ErrorEvidence(Record):
     rank: RejectedCase
     width: RejectedCase
     model_mismatch: RejectedCase
@@ -130,8 +124,7 @@ class ErrorEvidence:
         return all(case.rejected for case in self.cases())
 
 
-@dataclass(frozen=True)
-class InitializationEvidence:
+class InitializationEvidence(Record):
     seed: int
     reproducible: bool
     independent: bool
@@ -143,8 +136,7 @@ class InitializationEvidence:
         return self.reproducible and self.independent and self.transactional
 
 
-@dataclass(frozen=True)
-class IndependenceEvidence:
+class IndependenceEvidence(Record):
     """Add 1 to ``W_Q[row, 0]``: Q should change, K and V stay bitwise unchanged."""
 
     applicable: bool
@@ -160,23 +152,20 @@ class IndependenceEvidence:
         return self.query_changed and self.key_unchanged and self.value_unchanged
 
 
-@dataclass(frozen=True)
-class HistoryEvidence:
+class HistoryEvidence(Record):
     earlier_left: str = "decoder-state"
     earlier_right: str = "encoder-annotations"
     transformer_source: str = "one-sequence"
     mapping: str = "retrospective"
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(Record):
     name: str
     passed: bool
     detail: str
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(Record):
     chapter: str
     seed: int
     config: Config

@@ -23,13 +23,10 @@ JSON location (``$.weights.key``) of what is wrong.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +39,10 @@ from qkvcli.errors import (
     ProjectionError,
     QkvError,
 )
+from qkvcli.record import Record
+
+if TYPE_CHECKING:
+    from pathlib import Path  # only annotations here: importing pathlib costs ~7 ms
 
 DEFAULT_SEED = 26
 DEFAULT_STEP = 1e-6
@@ -66,9 +67,12 @@ class FixtureError(ValueError):
         super().__init__(f"{location}: {message}" if location else message)
 
 
-@dataclass(frozen=True)
-class Fixture:
-    """A validated fixture: every array float64, finite, and of consistent shape."""
+class Fixture(Record):
+    """A validated fixture: every array float64, finite, and of consistent shape.
+
+    ``layer`` is the :class:`~qkvcli.engine.QkvProjections` built from ``weights`` and
+    ``names`` at construction (not a field: left out of equality and ``repr``).
+    """
 
     input: Array
     weights: tuple[Array, Array, Array]
@@ -81,12 +85,16 @@ class Fixture:
     chapter: str = "custom"
     mode: str = "auto"  # gradient-check mode (qkvcli.gradcheck.MODES); set from the CLI
     directions: int = 3  # random directions per tensor in fast mode
-    layer: QkvProjections = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "layer", QkvProjections.from_arrays(*self.weights, names=self.names)
+        self.__dict__["_layer"] = QkvProjections.from_arrays(
+            self.weights[0], self.weights[1], self.weights[2], names=self.names
         )
+
+    @property
+    def layer(self) -> QkvProjections:
+        layer: QkvProjections = self.__dict__["_layer"]
+        return layer
 
     @property
     def batch(self) -> int:
@@ -153,6 +161,14 @@ def read_fixture_text(path: Path) -> str:
 
 def bundled_fixture_text() -> str:
     """The chapter fixture shipped inside the package."""
+    import os
+
+    # A plain read when the package is on disk: importlib.resources pulls in zipfile
+    # and friends, several milliseconds of a report that takes few more.
+    path = os.path.join(os.path.dirname(__file__), "data", BUNDLED_NAME)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
     from importlib.resources import files
 
     return files("qkvcli.data").joinpath(BUNDLED_NAME).read_text(encoding="utf-8")
@@ -193,6 +209,8 @@ def _check_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> N
     allowed = tuple(allowed)
     for key in obj:
         if key not in allowed:
+            import difflib  # only on the error path: it costs ~2 ms of every start-up
+
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f' (did you mean "{close[0]}"?)' if close else ""
             known = ", ".join(allowed)

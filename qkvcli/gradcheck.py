@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
 from qkvcli.engine import Array, QkvProjections
 from qkvcli.errors import QkvError, format_float_debug
 from qkvcli.probes import StackedObjective
+from qkvcli.record import Record
 from qkvcli.splitmix import SplitMix64
 
 TENSOR_NAMES: tuple[str, str, str, str] = ("input", "query_weight", "key_weight", "value_weight")
@@ -115,8 +115,7 @@ def validate_settings(
         raise ZeroDirections()
 
 
-@dataclass(frozen=True)
-class CoordinateCheck:
+class CoordinateCheck(Record):
     """One checked coordinate (or, in fast mode, one direction) and its comparison.
 
     In fast mode ``direction`` is the direction's number, ``flat_index`` is -1 and
@@ -134,8 +133,7 @@ class CoordinateCheck:
     direction: int | None = None
 
 
-@dataclass(frozen=True)
-class TensorCheck:
+class TensorCheck(Record):
     """The checks of one tensor (input or one weight) and the mode that produced them."""
 
     tensor: str
@@ -149,8 +147,7 @@ class TensorCheck:
         return all(check.passed for check in self.checks)
 
 
-@dataclass(frozen=True)
-class GradcheckResult:
+class GradcheckResult(Record):
     """Every tensor's checks, with the settings that produced them."""
 
     step: float
@@ -296,15 +293,11 @@ def _coordinate(
 ) -> CoordinateCheck:
     a = float(analytic_flat[index])
     error = scaled_error(a, numerical) if not note else math.inf
+    # Positional (tensor, flat_index, coordinate, analytic, numerical, scaled_error,
+    # passed, note, direction): the cheap construction path, thousands of times in full mode.
     return CoordinateCheck(
-        tensor=tensor,
-        flat_index=index,
-        coordinate=tuple(int(i) for i in np.unravel_index(index, shape)),
-        analytic=a,
-        numerical=numerical,
-        scaled_error=error,
-        passed=(not note) and error <= tolerance,
-        note=note,
+        tensor, index, tuple(int(i) for i in np.unravel_index(index, shape)), a, numerical,
+        error, (not note) and error <= tolerance, note, None,
     )
 
 

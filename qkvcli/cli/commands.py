@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +16,9 @@ from qkvcli.cli.common import (
     with_settings,
     write_output,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 REPORT_FORMATS = ("text", "trace", "json")
 
