@@ -417,6 +417,8 @@ def _rows_nonzero(matrix: Array) -> bool:
     """Whether every row of a 2-D array has a non-zero entry (vacuously true when empty)."""
     if matrix.shape[0] == 0:
         return True
+    if matrix.all():  # no zero at all: the usual dense case, one pass and no temporary
+        return True
     return bool(np.any(matrix != 0, axis=1).all())
 
 
