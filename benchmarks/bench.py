@@ -178,6 +178,9 @@ def paired_ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
 
 def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
     print("forward+reverse (median ms; ratios are medians of per-round ratios)")
+    print("  qkv/floor from rounds of qkv and the floor alone; the torch columns from rounds")
+    print("  of qkv, the three-GEMM version and torch (torch's OpenMP threads keep spinning")
+    print("  after each call and would slow whatever NumPy product runs next)")
     header = (f"{'shape [B,T,d_model,d_head]':<26} {'dtype':<7} {'qkv':>9} {'floor':>9} "
               f"{'3-GEMM':>9} {'torch':>9} {'qkv/floor':>9} {'qkv/torch':>9} "
               f"{'3-GEMM/torch':>12}")
@@ -185,18 +188,23 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
     for shape in shapes:
         for dtype in ("float64", "float32"):
             contenders = engine_contenders(shape, dtype)
-            times = time_rounds(contenders, repeats)
-            has_torch = "torch" in times
-            torch_ms = f"{median_ms(times['torch']):9.1f}" if has_torch else f"{'-':>9}"
-            vs_torch = f"{paired_ratio(times, 'qkv', 'torch'):9.2f}" if has_torch else f"{'-':>9}"
-            sep_torch = (f"{paired_ratio(times, 'separate', 'torch'):12.2f}" if has_torch
-                         else f"{'-':>12}")
+            floor_rounds = time_rounds(
+                {name: contenders[name] for name in ("qkv", "floor")}, repeats
+            )
+            others = {name: run for name, run in contenders.items() if name != "floor"}
+            other_rounds = time_rounds(others, repeats)
+            has_torch = "torch" in other_rounds
+            torch_ms = f"{median_ms(other_rounds['torch']):9.1f}" if has_torch else f"{'-':>9}"
+            vs_torch = (f"{paired_ratio(other_rounds, 'qkv', 'torch'):9.2f}" if has_torch
+                        else f"{'-':>9}")
+            sep_torch = (f"{paired_ratio(other_rounds, 'separate', 'torch'):12.2f}"
+                         if has_torch else f"{'-':>12}")
             label = "[" + ",".join(map(str, shape)) + "]"
-            print(f"{label:<26} {dtype:<7} {median_ms(times['qkv']):9.1f} "
-                  f"{median_ms(times['floor']):9.1f} {median_ms(times['separate']):9.1f} "
-                  f"{torch_ms} {paired_ratio(times, 'qkv', 'floor'):9.3f} {vs_torch} "
-                  f"{sep_torch}")
-            del contenders, times
+            print(f"{label:<26} {dtype:<7} {median_ms(floor_rounds['qkv']):9.1f} "
+                  f"{median_ms(floor_rounds['floor']):9.1f} "
+                  f"{median_ms(other_rounds['separate']):9.1f} {torch_ms} "
+                  f"{paired_ratio(floor_rounds, 'qkv', 'floor'):9.3f} {vs_torch} {sep_torch}")
+            del contenders, floor_rounds, other_rounds
     print()
 
 
@@ -307,6 +315,39 @@ def bench_startup(runs: int) -> None:
     cpu_ratio = statistics.median(cpu[names[1]]) / statistics.median(cpu[names[0]])
     print(f"  ratio qkv/baseline: wall {wall_ratio:.3f} (median of paired), "
           f"cpu {cpu_ratio:.3f} (ratio of medians)")
+    importtime_breakdown()
+
+
+def importtime_breakdown() -> None:
+    """Where the report's own start-up goes: -X importtime, and building the evidence."""
+    def self_times(code: str) -> dict[str, int]:
+        result = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
+                                capture_output=True, text=True, check=True)
+        times: dict[str, int] = {}
+        for line in result.stderr.splitlines():
+            if line.startswith("import time:") and "self [us]" not in line:
+                fields = line.split("|")
+                times[fields[2].strip()] = int(fields[0].split(":")[1])
+        return times
+
+    base = self_times("import numpy, click, json")
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.evidence, "
+                        "qkvcli.render.text")
+    extra = {name: us for name, us in report.items() if name not in base}
+    top = sorted(extra.items(), key=lambda item: -item[1])[:8]
+    print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
+          "self time; largest: " + ", ".join(f"{name} {us / 1000:.1f}" for name, us in top))
+    from qkvcli.evidence import build_evidence
+    from qkvcli.fixture import load_fixture
+
+    fixture = load_fixture()
+    build_evidence(fixture)
+    runs = []
+    for _ in range(21):
+        start = time.perf_counter()
+        build_evidence(load_fixture())
+        runs.append(time.perf_counter() - start)
+    print(f"  loading the chapter fixture and building its evidence: {median_ms(runs):.2f} ms")
     print()
 
 
