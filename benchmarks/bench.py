@@ -31,6 +31,8 @@ from typing import Any
 
 SHAPES = [(8, 128, 256, 64), (8, 512, 1024, 64), (4, 2048, 2048, 128)]
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# Child processes run here, so "-c" imports the installed qkvcli, not a checkout in the cwd.
+NEUTRAL_DIR = os.path.abspath(os.sep)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -297,12 +299,12 @@ def bench_startup(runs: int) -> None:
     wall: dict[str, list[float]] = {name: [] for name in commands}
     cpu: dict[str, list[float]] = {name: [] for name in commands}
     for command in commands.values():  # warm the page cache
-        subprocess.run(command, stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(command, stdout=subprocess.DEVNULL, check=True, cwd=NEUTRAL_DIR)
     for _ in range(runs):
         for name, command in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            subprocess.run(command, stdout=subprocess.DEVNULL, check=True)
+            subprocess.run(command, stdout=subprocess.DEVNULL, check=True, cwd=NEUTRAL_DIR)
             wall[name].append(time.perf_counter() - start)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -322,7 +324,7 @@ def importtime_breakdown() -> None:
     """Where the report's own start-up goes: -X importtime, and building the evidence."""
     def self_times(code: str) -> dict[str, int]:
         result = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
-                                capture_output=True, text=True, check=True)
+                                capture_output=True, text=True, check=True, cwd=NEUTRAL_DIR)
         times: dict[str, int] = {}
         for line in result.stderr.splitlines():
             if line.startswith("import time:") and "self [us]" not in line:
