@@ -495,7 +495,7 @@ def gradcheck_layer(
         resolved, count, planned = plans[index]
         name = TENSOR_NAMES[index]
         per_slot = StackedObjective.slot_elements(layer, x64, index)
-        fits = max(1, BATCH_ELEMENTS // per_slot)
+        fits = max(1, BATCH_ELEMENTS // max(1, per_slot))  # an empty input costs nothing
         if resolved == "fast":
             slots = 2 * max(1, min(directions, fits // 2))
         else:

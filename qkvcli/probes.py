@@ -44,13 +44,17 @@ class StackedObjective:
             joined[:, branch, :] = np.asarray(grad, dtype=np.float64).reshape(batch * tokens, h)
         self._upstream = joined  # [BT,3,h]
         self._packed = packed
+        # Always a fresh, writable buffer (np.tile may hand back its read-only input
+        # when it is empty).
         if index == 0:
             # slots copies of X_(BT), stacked along the row axis: [slots*BT, d].
-            self._buffer = np.tile(self._rows, (slots, 1))
+            self._buffer = np.empty((slots * batch * tokens, d_model))
+            self._buffer.reshape(slots, batch * tokens, d_model)[...] = self._rows
         else:
             # slots copies of [W_Q|W_K|W_V] side by side: [d, slots*3h], so one GEMM
             # X_(BT) @ buffer evaluates every slot.
-            self._buffer = np.tile(packed, (1, slots))
+            self._buffer = np.empty((d_model, slots * 3 * h))
+            self._buffer.reshape(d_model, slots, 3 * h)[...] = packed[:, None, :]
 
     @staticmethod
     def slot_elements(layer: QkvProjections, x: Array, index: int) -> int:

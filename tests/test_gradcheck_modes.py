@@ -252,3 +252,17 @@ def test_float32_analytic_gradients_are_checked_in_float64():
     result = gradcheck_layer(layer, x, upstream, single, STEP, 1e-5, mode="full")
     assert result.passed  # float32 gradients are good to ~1e-7 relative here
     assert max(c.scaled_error for t in result.tensors for c in t.checks) > 1e-9
+
+
+@pytest.mark.parametrize("mode", ["auto", "full", "sampled", "fast"])
+def test_empty_batch_is_checked_in_every_mode(mode):
+    layer, _, upstream, _ = _case(12, 1, 2, 3, 2)
+    x = np.zeros((0, 2, 3))
+    x.flags.writeable = False  # as a fixture's input is
+    upstream = tuple(np.zeros((0, 2, 2)) for _ in range(3))
+    analytic = tuple(layer.backward(x, *upstream))
+    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode)
+    assert result.passed
+    assert result.tensors[0].shape == (0, 2, 3)
+    if mode != "fast":
+        assert len(result.tensors[0].checks) == 0
