@@ -310,7 +310,8 @@ def bench_startup(runs: int) -> None:
             cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     print(f"start-up (median of {runs} launches, interleaved; {bytecode_note()})")
     for name in commands:
-        print(f"  {name:<28} wall {median_ms(wall[name]):7.1f} ms   cpu {median_ms(cpu[name]):7.1f} ms")
+        print(f"  {name:<28} wall {median_ms(wall[name]):7.1f} ms   "
+              f"cpu {median_ms(cpu[name]):7.1f} ms")
     names = list(commands)
     wall_ratio = statistics.median(a / b for a, b in zip(wall[names[1]], wall[names[0]],
                                                          strict=True))

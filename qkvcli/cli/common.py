@@ -214,7 +214,8 @@ def gradcheck_options(func: F) -> F:
     )(func)
     func = click.option(
         "--samples", type=click.IntRange(min=1), default=None,
-        help="Coordinates to check per tensor (evenly spaced); default: every coordinate.",
+        help="Coordinates to check per tensor (evenly spaced); default: every coordinate "
+        "of a tensor up to 4096 elements, 6 above.",
     )(func)
     func = click.option(
         "--tolerance", type=float, default=None, callback=_nonnegative_finite,
