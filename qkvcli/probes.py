@@ -55,6 +55,10 @@ class StackedObjective:
             # X_(BT) @ buffer evaluates every slot.
             self._buffer = np.empty((d_model, slots * 3 * h))
             self._buffer.reshape(d_model, slots, 3 * h)[...] = packed[:, None, :]
+        # Products are written into buffers made once: allocating them per batch made
+        # the kernel zero fresh pages over and over (most of the time, measured).
+        self._outputs = np.empty(slots * batch * tokens * 3 * h)
+        self._terms = np.empty_like(self._outputs)
 
     @staticmethod
     def slot_elements(layer: QkvProjections, x: Array, index: int) -> int:
@@ -87,14 +91,21 @@ class StackedObjective:
         """``L`` of slots ``0..count-1``, each from its own copy: ``[count]`` float64."""
         rows = self._rows.shape[0]
         h = self._h
+        size = count * rows * 3 * h
         if self.index == 0:
             stacked = self._buffer[:count * rows]  # [count*BT, d]
-            outputs = (stacked @ self._packed).reshape(count, rows, 3, h)  # [count,BT,3,h]
-            per_branch = (outputs * self._upstream).sum(axis=(1, 3))  # [count, 3]
+            outputs = self._outputs[:size].reshape(count * rows, 3 * h)
+            np.matmul(stacked, self._packed, out=outputs)  # [count*BT,d]@[d,3h]
+            terms = self._terms[:size].reshape(count, rows, 3, h)
+            np.multiply(outputs.reshape(count, rows, 3, h), self._upstream, out=terms)
+            per_branch = terms.sum(axis=3).sum(axis=1)  # [count, 3]
         else:
             weights = self._buffer[:, :count * 3 * h]  # [d, count*3h]
-            outputs = (self._rows @ weights).reshape(rows, count, 3, h)  # [BT,count,3,h]
-            per_branch = (outputs * self._upstream[:, None]).sum(axis=(0, 3))  # [count, 3]
+            outputs = self._outputs[:size].reshape(rows, count * 3 * h)
+            np.matmul(self._rows, weights, out=outputs)  # [BT,d]@[d,count*3h]
+            terms = self._terms[:size].reshape(rows, count, 3, h)
+            np.multiply(outputs.reshape(rows, count, 3, h), self._upstream[:, None], out=terms)
+            per_branch = terms.sum(axis=3).sum(axis=0)  # [count, 3]
         # Summed per branch and then in query, key, value order, as weighted_loss does.
         total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
         return total
