@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -355,8 +354,9 @@ class QkvProjections:
         if not by_output:
             check_finite(x, "input")
         rows = x.reshape(batch * tokens, d_model)  # X_(BT): a view when x is contiguous
-        # A NaN input may meet the product before its check: no "invalid value" warning.
-        with np.errstate(invalid="ignore") if by_output else nullcontext():
+        # Overflow to inf is reported by the evidence's checks, not as a warning on stderr;
+        # a NaN input may meet the product before its check.
+        with np.errstate(over="ignore", invalid="ignore"):
             packed = rows @ self._packed  # [BT,d] @ [d,3h] -> [BT,3h]: one GEMM for all three
         if by_output and not all_finite(packed):
             check_finite(x, "input")
@@ -400,8 +400,9 @@ class QkvProjections:
             for branch, g in zip(BRANCHES, upstream, strict=True):
                 check_finite(g, f"{branch} upstream")
         # dX = [dQ|dK|dV] [W_Q|W_K|W_V]^T sums the three paths inside one product.
-        grad_input = (joined @ self._packed.T).reshape(batch, tokens, d_model)  # [BT,3h]@[3h,d]
-        with np.errstate(invalid="ignore") if by_output else nullcontext():
+        with np.errstate(over="ignore", invalid="ignore"):
+            # [BT,3h] @ [3h,d] -> [BT,d]
+            grad_input = (joined @ self._packed.T).reshape(batch, tokens, d_model)
             grad_packed = rows.T @ joined  # [d,BT] @ [BT,3h] -> [d,3h]: each branch's own dW
         # Proof by output, as in forward: a non-finite x[r,i] reaches every dW[i,j] whose
         # upstream entry in row r is non-zero, so a finite dW proves x finite when no
