@@ -88,24 +88,30 @@ class StackedObjective:
             self._buffer[row, k * 3 * self._h + (self.index - 1) * self._h + column] = value
 
     def evaluate(self, count: int) -> Array:
-        """``L`` of slots ``0..count-1``, each from its own copy: ``[count]`` float64."""
+        """``L`` of slots ``0..count-1``, each from its own copy: ``[count]`` float64.
+
+        Each branch's sum runs over its ``[batch, tokens, d_head]`` products in row-major
+        order, contiguous, so it is the very sum :func:`~qkvcli.engine.weighted_loss`
+        takes (same pairwise summation): batched values equal the one-at-a-time ones.
+        """
         rows = self._rows.shape[0]
         h = self._h
         size = count * rows * 3 * h
-        if self.index == 0:
-            stacked = self._buffer[:count * rows]  # [count*BT, d]
-            outputs = self._outputs[:size].reshape(count * rows, 3 * h)
-            np.matmul(stacked, self._packed, out=outputs)  # [count*BT,d]@[d,3h]
-            terms = self._terms[:size].reshape(count, rows, 3, h)
-            np.multiply(outputs.reshape(count, rows, 3, h), self._upstream, out=terms)
-            per_branch = terms.sum(axis=3).sum(axis=1)  # [count, 3]
-        else:
-            weights = self._buffer[:, :count * 3 * h]  # [d, count*3h]
-            outputs = self._outputs[:size].reshape(rows, count * 3 * h)
-            np.matmul(self._rows, weights, out=outputs)  # [BT,d]@[d,count*3h]
-            terms = self._terms[:size].reshape(rows, count, 3, h)
-            np.multiply(outputs.reshape(rows, count, 3, h), self._upstream[:, None], out=terms)
-            per_branch = terms.sum(axis=3).sum(axis=0)  # [count, 3]
-        # Summed per branch and then in query, key, value order, as weighted_loss does.
-        total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
+        terms = self._terms[:size].reshape(count, 3, rows, h)
+        upstream = self._upstream.transpose(1, 0, 2)  # [3, BT, h]
+        with np.errstate(over="ignore", invalid="ignore"):  # the checks report non-finite L
+            if self.index == 0:
+                stacked = self._buffer[:count * rows]  # [count*BT, d]
+                outputs = self._outputs[:size].reshape(count * rows, 3 * h)
+                np.matmul(stacked, self._packed, out=outputs)  # [count*BT,d]@[d,3h]
+                by_branch = outputs.reshape(count, rows, 3, h).transpose(0, 2, 1, 3)
+            else:
+                weights = self._buffer[:, :count * 3 * h]  # [d, count*3h]
+                outputs = self._outputs[:size].reshape(rows, count * 3 * h)
+                np.matmul(self._rows, weights, out=outputs)  # [BT,d]@[d,count*3h]
+                by_branch = outputs.reshape(rows, count, 3, h).transpose(1, 2, 0, 3)
+            np.multiply(by_branch, upstream, out=terms)  # [count, 3, BT, h]
+            per_branch = terms.reshape(count, 3, rows * h).sum(axis=2)  # [count, 3]
+            # Then in query, key, value order, as weighted_loss adds them.
+            total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
         return total

@@ -94,6 +94,23 @@ def test_batched_agrees_with_the_loop_on_general_values():
             assert fast.passed == slow.passed
 
 
+def test_batched_equals_the_loop_bit_for_bit_on_the_chapter_fixture():
+    # Each batched evaluation sums every branch's products in the loop's order, so the
+    # chapter's printed numerical derivatives (9 decimals, pinned by golden files) are
+    # the loop's exactly, not merely within rounding.
+    from qkvcli.fixture import load_fixture
+
+    fixture = load_fixture()
+    grads = tuple(fixture.layer.backward(fixture.input, *fixture.upstream))
+    batched = gradcheck_layer(fixture.layer, fixture.input, fixture.upstream, grads,
+                              fixture.step, fixture.tolerance, mode="full")
+    looped = _loop(fixture.layer, fixture.input, fixture.upstream, grads, fixture.step, None)
+    for fast_tensor, slow_tensor in zip(batched.tensors, looped, strict=True):
+        assert [c.numerical for c in fast_tensor.checks] == [
+            c.numerical for c in slow_tensor.checks
+        ]
+
+
 def test_unequal_spacings_use_the_three_point_formula_in_batches_too():
     # At 1.0 (a power of two) the rounded spacings differ: the centre is evaluated too.
     layer, x, upstream, analytic = _case(3, 1, 2, 3, 2)
