@@ -9,6 +9,7 @@ import click
 from qkvcli.cli.common import (
     EXIT_FAILED,
     fixture_argument,
+    gradcheck_mode_options,
     gradcheck_options,
     load,
     max_elements_option,
@@ -67,6 +68,7 @@ def _evidence_command(
 )
 @output_option
 @gradcheck_options
+@gradcheck_mode_options
 @max_elements_option
 def run(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
@@ -90,6 +92,7 @@ def run(
 )
 @output_option
 @gradcheck_options
+@gradcheck_mode_options
 @max_elements_option
 def report(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
@@ -107,6 +110,7 @@ def report(
 @click.command()
 @fixture_argument
 @gradcheck_options
+@gradcheck_mode_options
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(("text", "json")), default="text",
     show_default=True, help="text: an aligned table; json: every coordinate.",

@@ -201,7 +201,8 @@ def max_elements_option(func: F) -> F:
 GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.MODES
 
 
-def gradcheck_options(func: F) -> F:
+def gradcheck_mode_options(func: F) -> F:
+    """``--mode`` and ``--directions`` for the Q/K/V gradient check (run, report, gradcheck)."""
     func = click.option(
         "--directions", type=click.IntRange(min=1), default=None,
         help="Random directions per tensor in --mode fast (default 3).",
@@ -212,6 +213,10 @@ def gradcheck_options(func: F) -> F:
         "fast: --directions random directions; auto (default): full up to 4096 "
         "elements per tensor, sampled above.",
     )(func)
+    return func
+
+
+def gradcheck_options(func: F) -> F:
     func = click.option(
         "--samples", type=click.IntRange(min=1), default=None,
         help="Coordinates to check per tensor (evenly spaced); default: every coordinate "
