@@ -8,7 +8,6 @@ gradcheck, and expect when the fixture has an ``expect`` section. Renderers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,14 +25,14 @@ from qkvcli.errors import (
 )
 from qkvcli.fixture import Fixture
 from qkvcli.gradcheck import GradcheckResult, gradcheck_layer
+from qkvcli.record import Record
 from qkvcli.splitmix import SplitMix64
 
 Shape = tuple[int, ...]
 INIT_PREFIX = "decoder.block.0.attention"
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record):
     batch: int
     tokens: int
     d_model: int
@@ -42,8 +41,7 @@ class Config:
     layout: str = "separate"
 
 
-@dataclass(frozen=True)
-class Primary:
+class Primary(Record):
     """Forward values, the loss and the reverse gradients of one run."""
 
     input: Array
@@ -76,8 +74,7 @@ class Primary:
         }
 
 
-@dataclass(frozen=True)
-class ShapeProbe:
+class ShapeProbe(Record):
     """One input shape and the three output shapes it produced."""
 
     input: Shape
@@ -85,8 +82,7 @@ class ShapeProbe:
     gradient_shapes_ok: bool
 
 
-@dataclass(frozen=True)
-class ShapeEvidence:
+class ShapeEvidence(Record):
     rule: ShapeProbe
     batch: ShapeProbe
     empty_batch: ShapeProbe
@@ -104,15 +100,13 @@ class ShapeEvidence:
         )
 
 
-@dataclass(frozen=True)
-class RejectedCase:
+class RejectedCase(Record):
     case: str
     rejected: bool
     message: str
 
 
-@dataclass(frozen=True)
-class ErrorEvidence:
+class ErrorEvidence(Record):
     rank: RejectedCase
     width: RejectedCase
     model_mismatch: RejectedCase
@@ -128,8 +122,7 @@ class ErrorEvidence:
         return all(case.rejected for case in self.cases())
 
 
-@dataclass(frozen=True)
-class InitializationEvidence:
+class InitializationEvidence(Record):
     seed: int
     reproducible: bool
     independent: bool
@@ -141,8 +134,7 @@ class InitializationEvidence:
         return self.reproducible and self.independent and self.transactional
 
 
-@dataclass(frozen=True)
-class IndependenceEvidence:
+class IndependenceEvidence(Record):
     """Add 1 to ``W_Q[row, 0]``: Q should change, K and V stay bitwise unchanged."""
 
     applicable: bool
@@ -158,23 +150,20 @@ class IndependenceEvidence:
         return self.query_changed and self.key_unchanged and self.value_unchanged
 
 
-@dataclass(frozen=True)
-class HistoryEvidence:
+class HistoryEvidence(Record):
     earlier_left: str = "decoder-state"
     earlier_right: str = "encoder-annotations"
     transformer_source: str = "one-sequence"
     mapping: str = "retrospective"
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(Record):
     name: str
     passed: bool
     detail: str
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(Record):
     chapter: str
     seed: int
     config: Config
@@ -387,6 +376,9 @@ def build_evidence(fixture: Fixture) -> Evidence:
         fixture.step,
         fixture.tolerance,
         fixture.samples,
+        mode=fixture.mode,
+        directions=fixture.directions,
+        seed=fixture.seed,
     )
     replay_bitwise = same_primary_bits(primary, replay)
     config = Config(
@@ -454,8 +446,12 @@ def build_evidence(fixture: Fixture) -> Evidence:
 
 def _gradcheck_detail(result: GradcheckResult) -> str:
     failed = sum(not c.passed for t in result.tensors for c in t.checks)
-    head = f"{failed} of {result.count} coordinates failed" if failed else (
-        f"{result.count} coordinates")
+    if result.summary == f"full: {result.count} coordinates":  # the chapter's wording
+        head = f"{failed} of {result.count} coordinates failed" if failed else (
+            f"{result.count} coordinates")
+    else:  # another mode ran: name it and what it checked
+        head = (f"{failed} of {result.count} checks failed ({result.summary})" if failed
+                else result.summary)
     return f"{head}, step {result.step!r}, tolerance {result.tolerance!r}"
 
 

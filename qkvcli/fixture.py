@@ -26,12 +26,9 @@ published JSON Schema is ``qkvcli/data/fixture.schema.json``.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -46,8 +43,11 @@ from qkvcli.errors import (
     ProjectionError,
     QkvError,
 )
+from qkvcli.record import Record
 
 if TYPE_CHECKING:
+    from pathlib import Path  # only annotations here: importing pathlib costs ~7 ms
+
     from qkvcli.expect import Expectations
 
 T = TypeVar("T")
@@ -114,9 +114,12 @@ class Problems:
             return None
 
 
-@dataclass(frozen=True)
-class Fixture:
-    """A validated fixture: every array float64, finite, and of consistent shape."""
+class Fixture(Record):
+    """A validated fixture: every array float64, finite, and of consistent shape.
+
+    ``layer`` is the :class:`~qkvcli.engine.QkvProjections` built from ``weights`` and
+    ``names`` at construction (not a field: left out of equality and ``repr``).
+    """
 
     input: Array
     weights: tuple[Array, Array, Array]
@@ -129,12 +132,18 @@ class Fixture:
     chapter: str = "custom"
     expect: Expectations | None = None
     layout: str = "separate"
-    layer: QkvProjections = field(init=False, repr=False, compare=False)
+    mode: str = "auto"  # gradient-check mode (qkvcli.gradcheck.MODES); set from the CLI
+    directions: int = 3  # random directions per tensor in fast mode
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "layer", QkvProjections.from_arrays(*self.weights, names=self.names)
+        self.__dict__["_layer"] = QkvProjections.from_arrays(
+            self.weights[0], self.weights[1], self.weights[2], names=self.names
         )
+
+    @property
+    def layer(self) -> QkvProjections:
+        layer: QkvProjections = self.__dict__["_layer"]
+        return layer
 
     @property
     def batch(self) -> int:
@@ -206,6 +215,14 @@ def read_fixture_text(path: Path) -> str:
 
 def bundled_fixture_text() -> str:
     """The chapter fixture shipped inside the package."""
+    import os
+
+    # A plain read when the package is on disk: importlib.resources pulls in zipfile
+    # and friends, several milliseconds of a report that takes few more.
+    path = os.path.join(os.path.dirname(__file__), "data", BUNDLED_NAME)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
     from importlib.resources import files
 
     return files("qkvcli.data").joinpath(BUNDLED_NAME).read_text(encoding="utf-8")
@@ -219,7 +236,10 @@ def load_fixture(path: Path | None = None, max_elements: int = DEFAULT_MAX_ELEME
     if path is None:
         return parse_fixture(parse_json_text(bundled_fixture_text()), max_elements=max_elements)
     text = read_fixture_text(path)
-    return parse_fixture(parse_json_text(text), default_chapter=path.stem, max_elements=max_elements)
+    return parse_fixture(
+        parse_json_text(text), default_chapter=path.stem, max_elements=max_elements,
+        base_dir=path.parent,
+    )
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -245,6 +265,8 @@ def _unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) ->
     found = []
     for key in obj:
         if key not in allowed:
+            import difflib  # only on the error path: it costs ~2 ms of every start-up
+
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f' (did you mean "{close[0]}"?)' if close else ""
             known = ", ".join(allowed)
@@ -342,9 +364,17 @@ def _to_array(values: Any, shape: tuple[int, ...], location: str) -> Array:
 
 def parse_tensor(
     value: Any, location: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-    extra_keys: tuple[str, ...] = (),
+    extra_keys: tuple[str, ...] = (), base_dir: Path | None = None,
 ) -> Array:
-    """A tensor from a nested list or a ``{"shape", "values"}`` object."""
+    """A tensor from a nested list or a ``{"shape", "values"}`` object.
+
+    Large tensors may instead be ``{"npy": path}`` (relative to ``base_dir``) or
+    ``{"generate": {...}}``; see :mod:`qkvcli.sources`.
+    """
+    if isinstance(value, dict) and ("npy" in value or "generate" in value):
+        from qkvcli.sources import load_source
+
+        return load_source(value, location, base_dir, max_elements, extra_keys)
     if isinstance(value, list):
         shape = _nested_shape(value, location, max_elements)
         return _to_array(value, shape, location)
@@ -390,7 +420,7 @@ def parse_tensor(
 
 
 def _weight(
-    value: Any, branch: str, max_elements: int
+    value: Any, branch: str, max_elements: int, base_dir: Path | None = None
 ) -> tuple[Array, str | None]:
     location = f"$.weights.{branch}"
     name: str | None = None
@@ -399,18 +429,20 @@ def _weight(
         if not isinstance(raw, str):
             raise FixtureError(f"{location}.name", f"expected a string, got {_type_name(raw)}")
         name = raw
-    array = parse_tensor(value, location, max_elements, extra_keys=("name",))
+    array = parse_tensor(value, location, max_elements, extra_keys=("name",), base_dir=base_dir)
     return array, name
 
 
-def _branch(raw_weights: dict[str, Any], index: int, max_elements: int) -> tuple[Array, str]:
+def _branch(
+    raw_weights: dict[str, Any], index: int, max_elements: int, base_dir: Path | None = None
+) -> tuple[Array, str]:
     """One weight with its name, checked on its own (name, then finite values)."""
     from qkvcli.engine import DEFAULT_NAMES
 
     branch = BRANCHES[index]
     if branch not in raw_weights:
         raise FixtureError("$.weights", f'missing key "{branch}"')
-    array, name = _weight(raw_weights[branch], branch, max_elements)
+    array, name = _weight(raw_weights[branch], branch, max_elements, base_dir)
     name = DEFAULT_NAMES[index] if name is None else name
     _engine(validate_name, name, location=f"$.weights.{branch}.name")
     _engine(check_finite, array, "parameter", location=f"$.weights.{branch}")
@@ -451,14 +483,15 @@ def expect_shape(
 
 
 def _parse_weights(
-    raw_weights: Any, max_elements: int, problems: Problems
+    raw_weights: Any, max_elements: int, problems: Problems, base_dir: Path | None = None
 ) -> QkvProjections | None:
     weights = _object(raw_weights, "$.weights", problems)
     if weights is None:
         return None
     for error in _unknown_keys(weights, BRANCHES, "$.weights"):
         problems.add(error)
-    parsed = [problems.attempt(_branch, weights, index, max_elements) for index in range(3)]
+    parsed = [problems.attempt(_branch, weights, index, max_elements, base_dir)
+              for index in range(3)]
     if any(item is None for item in parsed):
         return None  # widths and names can only be compared once all three parsed
     arrays = [item[0] for item in parsed if item is not None]
@@ -467,9 +500,10 @@ def _parse_weights(
 
 
 def _parse_input(
-    raw: Any, layer: QkvProjections | None, max_elements: int, problems: Problems
+    raw: Any, layer: QkvProjections | None, max_elements: int, problems: Problems,
+    base_dir: Path | None = None,
 ) -> Array | None:
-    x = problems.attempt(parse_tensor, raw, "$.input", max_elements)
+    x = problems.attempt(parse_tensor, raw, "$.input", max_elements, base_dir=base_dir)
     if x is None:
         return None
     if layer is None:
@@ -494,7 +528,8 @@ def _empty_hint(x: Array) -> str:
 
 
 def _parse_upstream(
-    raw_upstream: Any, expected: tuple[int, ...] | None, max_elements: int, problems: Problems
+    raw_upstream: Any, expected: tuple[int, ...] | None, max_elements: int, problems: Problems,
+    base_dir: Path | None = None,
 ) -> list[Array] | None:
     """The three upstream gradients (missing ones are all ones); ``None`` after a problem."""
     upstream: list[Array] = []
@@ -512,7 +547,8 @@ def _parse_upstream(
             if expected is not None:
                 upstream.append(np.ones(expected))
             continue
-        grad = problems.attempt(parse_tensor, raw[branch], location, max_elements)
+        grad = problems.attempt(parse_tensor, raw[branch], location, max_elements,
+                                base_dir=base_dir)
         if grad is not None and expected is not None:
             grad = problems.attempt(
                 expect_shape, grad, expected, "batch, tokens, d_head", location
@@ -565,16 +601,20 @@ def _chapter(raw_chapter: Any) -> str:
 
 
 def parse_fixture(
-    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base_dir: Path | None = None,
 ) -> Fixture:
     """Validate parsed JSON and build a :class:`Fixture`. Raises :class:`FixtureError`.
+
+    ``base_dir`` is where ``npy`` tensor paths are resolved (the fixture file's
+    directory; ``None``: the current directory).
 
     Order: document keys; weights (each weight's name, then finite values; then per
     branch rank and widths; then model widths, head widths, duplicate names); then the
     input (rank, width, finite values); then upstream gradients; then settings
     (gradcheck, seed, chapter); then expectations.
     """
-    fixture = _parse(data, default_chapter, max_elements, Problems())
+    fixture = _parse(data, default_chapter, max_elements, Problems(), base_dir)
     if fixture is None:  # pragma: no cover - fail-fast raises before anything is skipped
         raise FixtureError("$", "invalid fixture")
     return fixture
@@ -582,7 +622,7 @@ def parse_fixture(
 
 def fixture_problems(
     data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
-    limit: int = MAX_PROBLEMS,
+    limit: int = MAX_PROBLEMS, base_dir: Path | None = None,
 ) -> list[FixtureError]:
     """Every problem of parsed JSON, in :func:`parse_fixture`'s order; empty when valid.
 
@@ -593,14 +633,15 @@ def fixture_problems(
     """
     problems = Problems(collect=True, limit=limit)
     try:
-        _parse(data, default_chapter, max_elements, problems)
+        _parse(data, default_chapter, max_elements, problems, base_dir)
     except TooManyProblems:
         problems.errors.append(FixtureError("", f"stopped after {limit} problems"))
     return problems.errors
 
 
 def _parse(
-    data: Any, default_chapter: str, max_elements: int, problems: Problems
+    data: Any, default_chapter: str, max_elements: int, problems: Problems,
+    base_dir: Path | None = None,
 ) -> Fixture | None:
     from qkvcli.expect import parse_expect
 
@@ -623,14 +664,17 @@ def _parse(
             converted = problems.attempt(chapter_weights, data, max_elements)
             raw_weights, layout = (None, layout) if converted is None else converted
     layer = (
-        _parse_weights(raw_weights, max_elements, problems) if raw_weights is not None else None
+        _parse_weights(raw_weights, max_elements, problems, base_dir)
+        if raw_weights is not None else None
     )
-    x = _parse_input(data["input"], layer, max_elements, problems) if "input" in data else None
+    x = (_parse_input(data["input"], layer, max_elements, problems, base_dir)
+         if "input" in data else None)
     expected: tuple[int, ...] | None = None
     if layer is not None and x is not None:
         batch, tokens, _ = x.shape
         expected = (batch, tokens, layer.d_head)
-    upstream = _parse_upstream(data.get("upstream"), expected, max_elements, problems)
+    upstream = _parse_upstream(data.get("upstream"), expected, max_elements, problems,
+                               base_dir)
 
     step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
     raw_check = data.get("gradcheck")

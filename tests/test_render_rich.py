@@ -7,7 +7,6 @@ to rewrite the golden files, then read the diff before committing it.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import re
@@ -195,9 +194,9 @@ def test_empty_axes_render_without_tables() -> None:
 
 
 def test_failing_check_shows_fail_and_the_verdict(chapter: Evidence) -> None:
-    checks = tuple(dataclasses.replace(c, passed=False) if c.name == "replay" else c
+    checks = tuple(c._replace(passed=False) if c.name == "replay" else c
                    for c in chapter.checks)
-    broken = dataclasses.replace(chapter, checks=checks, replay_bitwise=False)
+    broken = chapter._replace(checks=checks, replay_bitwise=False)
     text = render(render_rich(broken), 100)
     assert "verdict: FAIL (7 of 8 checks passed; failed: replay)" in text
     assert re.search(r"FAIL\s+replay\s+two runs agree", text)

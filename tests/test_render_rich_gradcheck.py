@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 from pathlib import Path
@@ -67,10 +66,9 @@ def test_failures_in_the_elided_middle_stay_visible() -> None:
 def test_notes_are_printed_under_the_table() -> None:
     result = _synthetic(8, failing=set(), note_at=3)
     checks = list(result.tensors[0].checks)
-    checks[3] = dataclasses.replace(checks[3], passed=False, numerical=float("nan"),
-                                    scaled_error=float("inf"))
-    broken = dataclasses.replace(result, tensors=(dataclasses.replace(result.tensors[0],
-                                                                      checks=tuple(checks)),))
+    checks[3] = checks[3]._replace(passed=False, numerical=float("nan"),
+                                   scaled_error=float("inf"))
+    broken = result._replace(tensors=(result.tensors[0]._replace(checks=tuple(checks)),))
     text = render(broken, RichOptions(precision=9), width=100)
     assert "note: query_weight[0,3]: perturbation rounds back to the point" in text
     assert "│ 1.000000000 │         NaN │       inf │ FAIL │" in text

@@ -117,7 +117,8 @@ def _problems(path: Path, max_elements: int) -> list[str]:
             data = parse_json_text(read_fixture_text(path))
         except FixtureError as error:
             return [str(error)]
-    return [str(error) for error in fixture_problems(data, path.stem, max_elements)]
+    return [str(error) for error in
+            fixture_problems(data, path.stem, max_elements, base_dir=path.parent)]
 
 
 @click.command()

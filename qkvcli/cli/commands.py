@@ -12,6 +12,7 @@ from qkvcli.cli.batch import batch_options, golden_diff, is_batch, reject_single
 from qkvcli.cli.common import (
     EXIT_FAILED,
     fixture_argument,
+    gradcheck_mode_options,
     gradcheck_options,
     load,
     max_elements_option,
@@ -59,6 +60,7 @@ def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     step: float | None, tolerance: float | None, samples: int | None, verdict: bool,
     view: ViewSettings, golden: Path | None = None,
+    mode: str | None = None, directions: int | None = None,
 ) -> None:
     from qkvcli.evidence import build_evidence
 
@@ -70,7 +72,9 @@ def _evidence_command(
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
     fmt = resolve_format(fmt, output)
-    loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
+    loaded = with_settings(
+        load(fixture, max_elements), step, tolerance, samples, mode, directions
+    )
     evidence = build_evidence(loaded)
 
     def figure(options: RichOptions) -> RenderableType:
@@ -112,12 +116,14 @@ def _evidence_command(
 @output_option
 @batch_options
 @gradcheck_options
+@gradcheck_mode_options
 @max_elements_option
 @view_options
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, step: float | None, tolerance: float | None, samples: int | None,
     max_elements: int, view: ViewSettings,
+    mode: str | None = None, directions: int | None = None,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -133,7 +139,8 @@ def run(
         return
     fixture = fixtures[0] if fixtures else None
     _evidence_command(
-        fixture, fmt, output, max_elements, step, tolerance, samples, True, view, golden
+        fixture, fmt, output, max_elements, step, tolerance, samples, True, view, golden,
+        mode, directions,
     )
 
 
@@ -147,22 +154,26 @@ def run(
 )
 @output_option
 @gradcheck_options
+@gradcheck_mode_options
 @max_elements_option
 @view_options
 def report(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
     tolerance: float | None, samples: int | None, max_elements: int, view: ViewSettings,
+    mode: str | None = None, directions: int | None = None,
 ) -> None:
     """Render the evidence for FIXTURE (default: the bundled chapter fixture).
 
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False, view)
+    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False, view,
+                      mode=mode, directions=directions)
 
 
 @click.command()
 @fixture_argument
 @gradcheck_options
+@gradcheck_mode_options
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(GRADCHECK_FORMATS), default="text",
     show_default=True,
@@ -172,29 +183,37 @@ def report(
 @output_option
 @max_elements_option
 @view_options
+@click.option(
+    "--dtype", type=click.Choice(("float64", "float32")), default="float64", show_default=True,
+    help="Type of the analytic gradients under test (a speed study); the central "
+    "differences they are checked against are always float64.",
+)
 def gradcheck(
     fixture: Path | None, step: float | None, tolerance: float | None, samples: int | None,
     fmt: str, output: Path | None, max_elements: int, view: ViewSettings,
+    mode: str | None = None, directions: int | None = None, dtype: str = "float64",
 ) -> None:
     """Check the reverse gradients of FIXTURE against central differences.
 
     Shows each checked coordinate (tensor, coordinate, analytic, numerical, scaled
     error, pass) and the verdict. Exit status 1 when any coordinate fails.
     """
-    from qkvcli.evidence import compute_primary
     from qkvcli.gradcheck import gradcheck_layer
 
     check_export_paths(view, output, fixture)
     fmt = resolve_format(fmt, output)
-    loaded = with_settings(load(fixture, max_elements), step, tolerance, samples)
-    primary = compute_primary(loaded)
+    loaded = with_settings(
+        load(fixture, max_elements), step, tolerance, samples, mode, directions
+    )
+    # The analytic gradients under test come from the engine in the chosen type.
+    grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
     reporter = gradcheck_progress(fmt, view)
     with reporter or contextlib.nullcontext():
         result = gradcheck_layer(
             loaded.layer, loaded.input, loaded.upstream,
-            (primary.input_gradient, primary.query_weight_gradient,
-             primary.key_weight_gradient, primary.value_weight_gradient),
+            (grads.input, grads.query, grads.key, grads.value),
             loaded.step, loaded.tolerance, loaded.samples, progress=reporter,
+            mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,
         )
 
     def table(options: RichOptions) -> RenderableType:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from qkvcli.fixture import Fixture
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,19 +98,22 @@ def load(path: Path | None, max_elements: int) -> Fixture:
 
 
 def with_settings(
-    fixture: Fixture, step: float | None, tolerance: float | None, samples: int | None
+    fixture: Fixture, step: float | None, tolerance: float | None, samples: int | None,
+    mode: str | None = None, directions: int | None = None,
 ) -> Fixture:
     """The fixture with gradient-check settings from the command line, if given."""
-    import dataclasses
-
     changes: dict[str, Any] = {}
+    if mode is not None:
+        changes["mode"] = mode
+    if directions is not None:
+        changes["directions"] = directions
     if step is not None:
         changes["step"] = step
     if tolerance is not None:
         changes["tolerance"] = tolerance
     if samples is not None:
         changes["samples"] = samples
-    return dataclasses.replace(fixture, **changes) if changes else fixture
+    return fixture._replace(**changes) if changes else fixture
 
 
 def write_output(text: str, output: Path | None, protect: Path | None = None) -> None:
@@ -148,7 +151,9 @@ def write_temp_beside(output: Path, text: str) -> str:
     The file gets the mode a plain ``open(output, "w")`` would give (0666 less the
     umask), not ``mkstemp``'s private 0600. Raises :class:`InputError`.
     """
-    directory = output.parent if str(output.parent) else Path(".")
+    directory = output.parent if str(output.parent) else type(output)(".")
+    import tempfile  # only when writing a file: it costs milliseconds of start-up
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
     except OSError as error:
@@ -187,15 +192,28 @@ def _nonnegative_finite(ctx: click.Context, param: click.Parameter, value: float
     return value
 
 
+class LazyPath:
+    """A click ``path_type`` that gives a :class:`pathlib.Path`.
+
+    pathlib (with urllib.parse and ipaddress behind it) costs about 7 ms to import,
+    a large share of a report's whole run; this imports it only once a path is given.
+    """
+
+    def __new__(cls, value: str) -> Path:  # type: ignore[misc]
+        from pathlib import Path
+
+        return Path(value)
+
+
 def fixture_argument(func: F) -> F:
     return click.argument(
-        "fixture", required=False, type=click.Path(path_type=Path, dir_okay=True)
+        "fixture", required=False, type=click.Path(path_type=LazyPath, dir_okay=True)
     )(func)
 
 
 def output_option(func: F) -> F:
     return click.option(
-        "-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+        "-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False),
         help="Write to FILE (atomically) instead of standard output.",
     )(func)
 
@@ -209,10 +227,29 @@ def max_elements_option(func: F) -> F:
     )(func)
 
 
+GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.MODES
+
+
+def gradcheck_mode_options(func: F) -> F:
+    """``--mode`` and ``--directions`` for the Q/K/V gradient check (run, report, gradcheck)."""
+    func = click.option(
+        "--directions", type=click.IntRange(min=1), default=None,
+        help="Random directions per tensor in --mode fast (default 3).",
+    )(func)
+    func = click.option(
+        "--mode", type=click.Choice(GRADCHECK_MODES), default=None,
+        help="full: every coordinate; sampled: --samples evenly spaced (default 6); "
+        "fast: --directions random directions; auto (default): full up to 4096 "
+        "elements per tensor, sampled above.",
+    )(func)
+    return func
+
+
 def gradcheck_options(func: F) -> F:
     func = click.option(
         "--samples", type=click.IntRange(min=1), default=None,
-        help="Coordinates to check per tensor (evenly spaced); default: every coordinate.",
+        help="Coordinates to check per tensor (evenly spaced); default: every coordinate "
+        "of a tensor up to 4096 elements, 6 above.",
     )(func)
     func = click.option(
         "--tolerance", type=float, default=None, callback=_nonnegative_finite,

@@ -19,7 +19,7 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
         for c in tensor.checks:
             rows.append((
                 c.tensor,
-                fmt_shape(c.coordinate),
+                fmt_shape(c.coordinate) if c.direction is None else f"u{c.direction}",
                 f"{c.analytic:.9f}",
                 f"{c.numerical:.9f}",
                 _sci(c.scaled_error),
@@ -36,9 +36,9 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
     worst = result.worst
     lines.append("")
     if worst is not None:
-        lines.append(
-            f"worst={worst.tensor}{fmt_shape(worst.coordinate)} scaled_error:{_sci(worst.scaled_error)}"
-        )
+        where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
+        lines.append(f"worst={worst.tensor}{where} scaled_error:{_sci(worst.scaled_error)}")
+    lines.append(f"mode={result.mode} ({result.summary})")
     lines.append(
         f"gradcheck={'PASS' if result.passed else 'FAIL'} checks:{result.count} {counts} "
         f"step:{result.step!r} tolerance:{result.tolerance!r}"

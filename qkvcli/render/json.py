@@ -50,10 +50,13 @@ def _probe(probe: ShapeProbe) -> dict[str, Any]:
 
 
 def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
+    where: dict[str, Any] = (
+        {"direction": check.direction} if check.direction is not None
+        else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
+    )
     return {
         "tensor": check.tensor,
-        "flat_index": check.flat_index,
-        "coordinate": list(check.coordinate),
+        **where,
         "analytic": json_float(check.analytic),
         "numerical": json_float(check.numerical),
         "scaled_error": json_float(check.scaled_error),
@@ -65,12 +68,14 @@ def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
 def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
     return {
         "passed": result.passed,
+        "mode": result.mode,
         "step": result.step,
         "tolerance": result.tolerance,
         "count": result.count,
         "tensors": [
             {
                 "tensor": t.tensor,
+                "mode": t.mode,
                 "shape": list(t.shape),
                 "requested": t.requested,
                 "checked": len(t.checks),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy.typing as npt  # annotations only: it costs ~1.5 ms of start-up
 
 
 def fmt_float(value: float, precision: int = 6) -> str:

@@ -1,0 +1,423 @@
+"""How fast is qkv? Side-by-side timings against baselines measured in the same run.
+
+Run from the repository root (qkv installed, ideally with ``pip install .`` so the
+package's bytecode is compiled)::
+
+    python benchmarks/bench.py                 # everything (a few minutes on 2 cores)
+    python benchmarks/bench.py --quick         # small shapes, fewer repeats
+    python benchmarks/bench.py --clean-blas-env   # unset OPENBLAS_CORETYPE/L2_SIZE first
+
+It prints, per shape and dtype, the median time of qkv's forward+reverse pass
+(``layer.forward`` then ``layer.backward``), of the fused-GEMM floor (the three raw
+products ``X@[W_Q|W_K|W_V]``, ``[dQ|dK|dV]@[W]^T``, ``X^T@[dQ|dK|dV]`` on ready-made
+contiguous arrays), of the straightforward three-GEMM NumPy version, and of PyTorch
+CPU autograd (when torch is installed); ratios are medians of per-round ratios, each
+round timing every contender back to back. Then gradient-check timings, the CLI
+start-up ratio against ``python -c "import numpy, click, json"``, and peak memory of
+a forward+reverse pass. Nothing here passes or fails: it reports numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+SHAPES = [(8, 128, 256, 64), (8, 512, 1024, 64), (4, 2048, 2048, 128)]
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# Child processes run here, so "-c" imports the installed qkvcli, not a checkout in the cwd.
+NEUTRAL_DIR = os.path.abspath(os.sep)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the largest shape; fewer repeats")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed rounds per shape (default 7, quick 3)")
+    parser.add_argument("--startup-runs", type=int, default=None,
+                        help="process launches per command (default 21, quick 7)")
+    parser.add_argument("--clean-blas-env", action="store_true",
+                        help=f"re-run with {' and '.join(BLAS_ENV)} unset")
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["engine", "gradcheck", "startup", "memory"],
+                        help="sections to leave out")
+    parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
+                        help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def median_ms(values: list[float]) -> float:
+    return 1000.0 * statistics.median(values)
+
+
+# --- machine ------------------------------------------------------------------------------
+
+
+def describe_machine() -> None:
+    import numpy as np
+
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    print(f"machine: {cpu}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, "
+          f"NumPy {np.__version__}")
+    env = ", ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in BLAS_ENV)
+    print(f"BLAS environment: {env}")
+    try:
+        from threadpoolctl import threadpool_info
+
+        for pool in threadpool_info():
+            if pool.get("user_api") == "blas":
+                print(f"BLAS: {pool.get('internal_api')} {pool.get('version')} "
+                      f"kernel={pool.get('architecture')} threads={pool.get('num_threads')}")
+    except ImportError:
+        print("BLAS: (install threadpoolctl to see which kernel runs)")
+    torch = optional_torch()
+    print(f"PyTorch: {torch.__version__ + ' CPU, ' + str(torch.get_num_threads()) + ' threads'}"
+          if torch is not None else "PyTorch: not installed (its column is skipped)")
+    print()
+
+
+def optional_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+# --- engine -------------------------------------------------------------------------------
+
+
+def engine_contenders(shape: tuple[int, int, int, int], dtype: str) -> dict[str, Callable[[], Any]]:
+    import numpy as np
+
+    from qkvcli.engine import QkvProjections
+
+    batch, tokens, d_model, d_head = shape
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (batch, tokens, d_model)).astype(dtype)
+    weights = [rng.uniform(-1, 1, (d_model, d_head)).astype(dtype) for _ in range(3)]
+    upstream = [rng.uniform(-1, 1, (batch, tokens, d_head)).astype(dtype) for _ in range(3)]
+    layer = QkvProjections.from_arrays(*weights).astype(dtype)
+
+    packed = np.ascontiguousarray(np.concatenate(weights, axis=1))
+    rows = x.reshape(batch * tokens, d_model)
+    joined = np.ascontiguousarray(
+        np.concatenate([g.reshape(batch * tokens, d_head) for g in upstream], axis=1)
+    )
+
+    def qkv() -> Any:
+        return layer.forward(x), layer.backward(x, *upstream)
+
+    def floor() -> Any:
+        # The three products any fused implementation must do, on ready-made arrays.
+        return rows @ packed, joined @ packed.T, rows.T @ joined
+
+    def separate() -> Any:
+        outputs = [x @ w for w in weights]
+        grad_input = np.zeros_like(x)
+        for w, g in zip(weights, upstream, strict=True):
+            grad_input += g @ w.T
+        grads = [rows.T @ g.reshape(batch * tokens, d_head) for g in upstream]
+        return outputs, grad_input, grads
+
+    contenders: dict[str, Callable[[], Any]] = {"qkv": qkv, "floor": floor,
+                                                 "separate": separate}
+    torch = optional_torch()
+    if torch is not None:
+        tx = torch.tensor(x, requires_grad=True)
+        tw = [torch.tensor(w, requires_grad=True) for w in weights]
+        tu = [torch.tensor(g) for g in upstream]
+
+        def torch_autograd() -> Any:
+            # Three projections as a PyTorch layer computes them, reverse by autograd.
+            for tensor in (tx, *tw):
+                tensor.grad = None
+            outputs = [tx @ w for w in tw]
+            torch.autograd.backward(outputs, tu)
+            return outputs
+
+        contenders["torch"] = torch_autograd
+    return contenders
+
+
+def time_rounds(contenders: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Each round times every contender once, back to back, so ratios are paired.
+
+    The order rotates from round to round, so no contender always runs right after
+    another one's thread pools (OpenBLAS, OpenMP) were busy.
+    """
+    for run in contenders.values():  # warm-up: first-touch allocations, thread pools
+        run()
+    names = list(contenders)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(repeats):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            contenders[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def paired_ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[top], times[bottom], strict=True))
+
+
+def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
+    print("forward+reverse (median ms; ratios are medians of per-round ratios)")
+    print("  qkv/floor from rounds of qkv and the floor alone; the torch columns from rounds")
+    print("  of qkv, the three-GEMM version and torch (torch's OpenMP threads keep spinning")
+    print("  after each call and would slow whatever NumPy product runs next)")
+    header = (f"{'shape [B,T,d_model,d_head]':<26} {'dtype':<7} {'qkv':>9} {'floor':>9} "
+              f"{'3-GEMM':>9} {'torch':>9} {'qkv/floor':>9} {'qkv/torch':>9} "
+              f"{'3-GEMM/torch':>12}")
+    print(header)
+    for shape in shapes:
+        for dtype in ("float64", "float32"):
+            contenders = engine_contenders(shape, dtype)
+            floor_rounds = time_rounds(
+                {name: contenders[name] for name in ("qkv", "floor")}, repeats
+            )
+            others = {name: run for name, run in contenders.items() if name != "floor"}
+            other_rounds = time_rounds(others, repeats)
+            has_torch = "torch" in other_rounds
+            torch_ms = f"{median_ms(other_rounds['torch']):9.1f}" if has_torch else f"{'-':>9}"
+            vs_torch = (f"{paired_ratio(other_rounds, 'qkv', 'torch'):9.2f}" if has_torch
+                        else f"{'-':>9}")
+            sep_torch = (f"{paired_ratio(other_rounds, 'separate', 'torch'):12.2f}"
+                         if has_torch else f"{'-':>12}")
+            label = "[" + ",".join(map(str, shape)) + "]"
+            print(f"{label:<26} {dtype:<7} {median_ms(floor_rounds['qkv']):9.1f} "
+                  f"{median_ms(floor_rounds['floor']):9.1f} "
+                  f"{median_ms(other_rounds['separate']):9.1f} {torch_ms} "
+                  f"{paired_ratio(floor_rounds, 'qkv', 'floor'):9.3f} {vs_torch} {sep_torch}")
+            del contenders, floor_rounds, other_rounds
+    print()
+
+
+# --- gradient checks ----------------------------------------------------------------------
+
+
+def gradcheck_case(shape: tuple[int, int, int, int]) -> tuple[Any, ...]:
+    import numpy as np
+
+    from qkvcli.engine import QkvProjections
+
+    batch, tokens, d_model, d_head = shape
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (batch, tokens, d_model))
+    layer = QkvProjections.from_arrays(*[rng.uniform(-1, 1, (d_model, d_head))
+                                         for _ in range(3)])
+    upstream = tuple(rng.uniform(-1, 1, (batch, tokens, d_head)) for _ in range(3))
+    return layer, x, upstream, tuple(layer.backward(x, *upstream))
+
+
+def naive_loop(layer: Any, x: Any, upstream: Any, analytic: Any) -> Any:
+    """The plain per-coordinate check: one NumPy forward pass per evaluation."""
+    from qkvcli.engine import QkvProjections, weighted_loss
+    from qkvcli.gradcheck import check_tensor
+
+    def weight_objective(branch: int) -> Callable[[Any], float]:
+        def objective(probe: Any) -> float:
+            weights = list(layer.weights)
+            weights[branch] = probe
+            return weighted_loss(QkvProjections.from_arrays(*weights).forward(x), upstream)
+        return objective
+
+    tensors = [check_tensor("input", x, analytic[0], 1e-6, 2e-6, None,
+                            lambda probe: weighted_loss(layer.forward(probe), upstream))]
+    for branch in range(3):
+        tensors.append(check_tensor("w", layer.weights[branch], analytic[branch + 1], 1e-6,
+                                    2e-6, None, weight_objective(branch)))
+    return tensors
+
+
+def bench_gradcheck(repeats: int) -> None:
+    from qkvcli.gradcheck import gradcheck_layer
+
+    print("gradient checks (median ms of compute, no start-up)")
+    case = gradcheck_case((4, 64, 128, 32))
+    fast = time_rounds({"fast": lambda: gradcheck_layer(*case, 1e-6, 2e-6, mode="fast")},
+                       repeats)
+    result = gradcheck_layer(*case, 1e-6, 2e-6, mode="fast")
+    print(f"  --mode fast    [4,64,128,32]: {median_ms(fast['fast']):8.1f} ms "
+          f"({result.summary}, passed={result.passed})")
+    small = gradcheck_case((2, 16, 32, 8))
+    times = time_rounds({
+        "full": lambda: gradcheck_layer(*small, 1e-6, 2e-6, mode="full"),
+        "loop": lambda: naive_loop(*small),
+    }, max(3, repeats // 2))
+    result = gradcheck_layer(*small, 1e-6, 2e-6, mode="full")
+    print(f"  --mode full    [2,16,32,8]:   {median_ms(times['full']):8.1f} ms "
+          f"({result.summary}, passed={result.passed}); naive per-coordinate loop "
+          f"{median_ms(times['loop']):.1f} ms; ratio {paired_ratio(times, 'full', 'loop'):.2f}")
+    print()
+
+
+# --- start-up -----------------------------------------------------------------------------
+
+
+def qkv_command() -> list[str]:
+    script = os.path.join(os.path.dirname(sys.executable), "qkv")
+    if os.path.exists(script):
+        return [script, "report", "--format", "text"]
+    return [sys.executable, "-m", "qkvcli", "report", "--format", "text"]
+
+
+def bytecode_note() -> str:
+    import importlib.util
+
+    import qkvcli.evidence
+
+    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.evidence.__file__))
+    where = os.path.dirname(qkvcli.evidence.__file__)
+    return f"qkvcli from {where}, bytecode {'compiled' if compiled else 'NOT compiled'}"
+
+
+def bench_startup(runs: int) -> None:
+    import resource
+
+    commands = {
+        "import numpy, click, json": [sys.executable, "-c", "import numpy, click, json"],
+        "qkv report --format text": qkv_command(),
+    }
+    wall: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
+    for command in commands.values():  # warm the page cache
+        subprocess.run(command, stdout=subprocess.DEVNULL, check=True, cwd=NEUTRAL_DIR)
+    for _ in range(runs):
+        for name, command in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run(command, stdout=subprocess.DEVNULL, check=True, cwd=NEUTRAL_DIR)
+            wall[name].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    print(f"start-up (median of {runs} launches, interleaved; {bytecode_note()})")
+    for name in commands:
+        print(f"  {name:<28} wall {median_ms(wall[name]):7.1f} ms   "
+              f"cpu {median_ms(cpu[name]):7.1f} ms")
+    names = list(commands)
+    wall_ratio = statistics.median(a / b for a, b in zip(wall[names[1]], wall[names[0]],
+                                                         strict=True))
+    cpu_ratio = statistics.median(cpu[names[1]]) / statistics.median(cpu[names[0]])
+    print(f"  ratio qkv/baseline: wall {wall_ratio:.3f} (median of paired), "
+          f"cpu {cpu_ratio:.3f} (ratio of medians)")
+    importtime_breakdown()
+
+
+def importtime_breakdown() -> None:
+    """Where the report's own start-up goes: -X importtime, and building the evidence."""
+    def self_times(code: str) -> dict[str, int]:
+        result = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
+                                capture_output=True, text=True, check=True, cwd=NEUTRAL_DIR)
+        times: dict[str, int] = {}
+        for line in result.stderr.splitlines():
+            if line.startswith("import time:") and "self [us]" not in line:
+                fields = line.split("|")
+                times[fields[2].strip()] = int(fields[0].split(":")[1])
+        return times
+
+    base = self_times("import numpy, click, json")
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.evidence, "
+                        "qkvcli.render.text")
+    extra = {name: us for name, us in report.items() if name not in base}
+    top = sorted(extra.items(), key=lambda item: -item[1])[:8]
+    print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
+          "self time; largest: " + ", ".join(f"{name} {us / 1000:.1f}" for name, us in top))
+    from qkvcli.evidence import build_evidence
+    from qkvcli.fixture import load_fixture
+
+    fixture = load_fixture()
+    build_evidence(fixture)
+    runs = []
+    for _ in range(21):
+        start = time.perf_counter()
+        build_evidence(load_fixture())
+        runs.append(time.perf_counter() - start)
+    print(f"  loading the chapter fixture and building its evidence: {median_ms(runs):.2f} ms")
+    print()
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+def memory_probe(batch: int, tokens: int, d_model: int, d_head: int, dtype: str) -> None:
+    """Run in a fresh process: peak traced bytes of one forward+reverse pass."""
+    import resource
+    import tracemalloc
+
+    import numpy as np
+
+    from qkvcli.engine import QkvProjections
+
+    tracemalloc.start()  # NumPy reports its data allocations to tracemalloc
+    rng = np.random.default_rng(2)
+    layer = QkvProjections.from_arrays(
+        *[rng.uniform(-1, 1, (d_model, d_head)).astype(dtype) for _ in range(3)]
+    ).astype(dtype)  # the caller's weight arrays are dropped: the layer holds the weights
+    x = rng.uniform(-1, 1, (batch, tokens, d_model)).astype(dtype)
+    upstream = [rng.uniform(-1, 1, (batch, tokens, d_head)).astype(dtype) for _ in range(3)]
+    tracemalloc.reset_peak()
+    outputs = layer.forward(x)
+    grads = layer.backward(x, *upstream)
+    _, peak = tracemalloc.get_traced_memory()
+    inputs = x.nbytes + layer.packed.nbytes + sum(g.nbytes for g in upstream)
+    produced = outputs.query.base.nbytes + grads.input.nbytes + grads.query.base.nbytes
+    print(f"{peak} {inputs + produced} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
+
+
+def bench_memory(shape: tuple[int, int, int, int]) -> None:
+    label = "[" + ",".join(map(str, shape)) + "]"
+    result = subprocess.run(
+        [sys.executable, __file__, "--memory-probe", *map(str, shape), "float64"],
+        capture_output=True, text=True, check=True,
+    )
+    peak, needed, maxrss_kib = (int(v) for v in result.stdout.split())
+    print(f"peak memory, forward+reverse {label} float64 (fresh process, tracemalloc)")
+    print(f"  inputs+outputs+gradients {needed / 2**20:8.1f} MiB; peak traced "
+          f"{peak / 2**20:8.1f} MiB; ratio {peak / needed:.3f}; "
+          f"process max RSS {maxrss_kib / 1024:.1f} MiB (interpreter and NumPy included)")
+    print()
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    if args.memory_probe:
+        b, t, d, h, dtype = args.memory_probe
+        memory_probe(int(b), int(t), int(d), int(h), dtype)
+        return
+    if args.clean_blas_env and any(name in os.environ for name in BLAS_ENV):
+        env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
+        rest = [a for a in argv if a != "--clean-blas-env"]
+        os.execve(sys.executable, [sys.executable, __file__, *rest], env)
+    repeats = args.repeats or (3 if args.quick else 7)
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    describe_machine()
+    if "engine" not in args.skip:
+        bench_engine(shapes, repeats)
+    if "gradcheck" not in args.skip:
+        bench_gradcheck(repeats)
+    if "startup" not in args.skip:
+        bench_startup(args.startup_runs or (7 if args.quick else 21))
+    if "memory" not in args.skip:
+        bench_memory(shapes[-1])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
