@@ -643,8 +643,6 @@ def _parse(
     data: Any, default_chapter: str, max_elements: int, problems: Problems,
     base_dir: Path | None = None,
 ) -> Fixture | None:
-    from qkvcli.expect import parse_expect
-
     if not isinstance(data, dict):
         problems.add(FixtureError("$", f"expected an object, got {_type_name(data)}"))
         return None
@@ -704,6 +702,8 @@ def _parse(
         sizes = (int(x.shape[0]), int(x.shape[1]), layer.d_model, layer.d_head)
     expect = None
     if "expect" in data:
+        from qkvcli.expect import parse_expect  # only fixtures with expectations pay for it
+
         expect = parse_expect(data["expect"], sizes, max_elements, problems)
 
     if layer is None or x is None or upstream is None or problems.errors:

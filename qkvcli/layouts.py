@@ -21,7 +21,6 @@ Problems raise :class:`~qkvcli.fixture.FixtureError` with the JSON location.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +88,8 @@ def check_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> No
     allowed = tuple(allowed)
     for key in obj:
         if key not in allowed:
+            import difflib  # only on the error path: ~2 ms of every start-up otherwise
+
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f' (did you mean "{close[0]}"?)' if close else ""
             raise FixtureError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +11,7 @@ from qkvcli.cli.batch import expand_fixtures, translated_read_errors
 from qkvcli.cli.common import (
     EXIT_INPUT,
     InputError,
+    LazyPath,
     max_elements_option,
     remove_quietly,
     write_output,
@@ -22,6 +23,9 @@ from qkvcli.splitmix import MASK64
 # comfortably under the reader's file-size limit.
 INIT_MAX_ELEMENTS = 1 << 20
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 @click.command()
 @click.option("--seed", type=click.IntRange(0, MASK64), default=None,
@@ -32,7 +36,7 @@ INIT_MAX_ELEMENTS = 1 << 20
 @click.option("--d-head", type=click.IntRange(min=1), default=None, help="[default: 2]")
 @click.option("--from-chapter", is_flag=True,
               help="Write the chapter's own fixture instead of a seeded one.")
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
               help="Write to FILE (atomically) instead of standard output.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--max-elements", type=click.IntRange(min=1), default=INIT_MAX_ELEMENTS,
@@ -122,7 +126,7 @@ def _problems(path: Path, max_elements: int) -> list[str]:
 
 
 @click.command()
-@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=LazyPath))
 @max_elements_option
 def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
     """Check FIXTURE... without running them, reporting every problem found.

@@ -10,14 +10,11 @@ report with a golden file instead of printing it.
 
 from __future__ import annotations
 
-import difflib
 import os
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -26,6 +23,7 @@ from qkvcli.cli.common import (
     EXIT_INPUT,
     EXIT_OK,
     InputError,
+    LazyPath,
     label_of,
     load,
     with_settings,
@@ -34,15 +32,18 @@ from qkvcli.cli.common import (
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 def batch_options(func: F) -> F:
     """``--expect GOLDEN`` and ``--junit FILE`` for ``qkv run``."""
     func = click.option(
-        "--junit", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        "--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
         help="Also write a JUnit XML report to FILE (atomically), for CI systems.",
     )(func)
     func = click.option(
-        "--expect", "golden", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        "--expect", "golden", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
         metavar="GOLDEN",
         help="Compare the rendered report with the golden file GOLDEN instead of printing it; "
         "show a unified diff and exit 1 when they differ. One fixture only.",
@@ -148,6 +149,8 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
     A failed check is a ``failure``; a fixture that could not be loaded is one
     ``testcase`` named ``load`` with an ``error``.
     """
+    import xml.etree.ElementTree as ET  # only for --junit: it costs start-up otherwise
+
     root = ET.Element("testsuites", name="qkv")
     totals = {"tests": 0, "failures": 0, "errors": 0}
     for outcome in outcomes:
@@ -217,6 +220,8 @@ def golden_diff(text: str, golden: Path) -> str:
         expected = golden.read_bytes().decode("utf-8")
     if expected == text:
         return ""
+    import difflib  # only for --expect
+
     lines = difflib.unified_diff(
         expected.splitlines(keepends=True), text.splitlines(keepends=True),
         fromfile=str(golden), tofile="actual",

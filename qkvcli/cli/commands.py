@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -11,6 +10,7 @@ import click
 from qkvcli.cli.batch import batch_options, golden_diff, is_batch, reject_single_options, run_many
 from qkvcli.cli.common import (
     EXIT_FAILED,
+    LazyPath,
     fixture_argument,
     gradcheck_mode_options,
     gradcheck_options,
@@ -31,6 +31,8 @@ from qkvcli.cli.console import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import RenderableType
 
     from qkvcli.render.rich_common import RichOptions
@@ -107,7 +109,7 @@ def _evidence_command(
 
 
 @click.command()
-@click.argument("fixtures", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("fixtures", nargs=-1, type=click.Path(path_type=LazyPath))
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="auto",
     show_default=True,

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from io import StringIO
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.common import InputError, write_atomic
+from qkvcli.cli.common import InputError, LazyPath, write_atomic
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console, RenderableType
     from rich.progress import Progress, TaskID
 
@@ -73,7 +74,7 @@ def view_options(func: F) -> F:
         )
         return func(*args, **kwargs)
 
-    path = click.Path(path_type=Path, dir_okay=False)
+    path = click.Path(path_type=LazyPath, dir_okay=False)
     options = [
         click.option("--export-html", type=path, metavar="FILE",
                      help="Also write the rich view as HTML to FILE (atomically)."),
@@ -119,7 +120,7 @@ def check_export_paths(view: ViewSettings, output: Path | None, protect: Path | 
         seen.add(path)
         if path.is_dir():
             raise InputError(f"{path}: is a directory")
-        parent = path.parent if str(path.parent) else Path(".")
+        parent = path.parent if str(path.parent) else type(path)(".")
         if not parent.is_dir():
             raise InputError(f"{path}: no such directory {parent}")
         if protect is not None and path.exists() and protect.exists():

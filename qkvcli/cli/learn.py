@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,6 +10,7 @@ import click
 from qkvcli.cli.common import (
     EXIT_FAILED,
     InputError,
+    LazyPath,
     fixture_argument,
     gradcheck_options,
     label_of,
@@ -22,6 +21,8 @@ from qkvcli.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from qkvcli.attend_fixture import AttendFixture
 
 FORMATS = ("text", "json", "rich")
@@ -100,6 +101,8 @@ def attend(
     changes: dict[str, Any] = {key: value for key, value in
                (("step", step), ("tolerance", tolerance), ("samples", samples))
                if value is not None}
+    import dataclasses
+
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
     evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
@@ -161,7 +164,7 @@ def variance(
 
 @click.command()
 @fixture_argument
-@click.option("--answers", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--answers", type=click.Path(path_type=LazyPath, dir_okay=False),
               help="Answer from FILE instead of the terminal: JSON (a list of nine answers, or "
               'an object keyed "1".."9") or one answer per line (# comments skipped).')
 @max_elements_option
