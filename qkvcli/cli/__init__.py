@@ -5,13 +5,25 @@ from __future__ import annotations
 import click
 
 from qkvcli import __version__
-from qkvcli.cli.authoring import init, schema, validate
-from qkvcli.cli.commands import gradcheck, report, run
 from qkvcli.cli.common import QkvGroup
-from qkvcli.cli.learn import attend, quiz, variance
+
+# Each command's module is imported only when that command runs (or help lists them
+# all): building a module's click options costs start-up that other commands need not pay.
+COMMANDS = {
+    "run": "qkvcli.cli.commands",
+    "report": "qkvcli.cli.commands",
+    "gradcheck": "qkvcli.cli.commands",
+    "init": "qkvcli.cli.authoring",
+    "validate": "qkvcli.cli.authoring",
+    "schema": "qkvcli.cli.authoring",
+    "attend": "qkvcli.cli.learn",
+    "variance": "qkvcli.cli.learn",
+    "quiz": "qkvcli.cli.learn",
+}
 
 
-@click.group(cls=QkvGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=QkvGroup, lazy_commands=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="qkv", message="%(prog)s %(version)s")
 def main() -> None:
     """Evidence for the query/key/value projections of self-attention (chapter 26).
@@ -32,13 +44,3 @@ def main() -> None:
     Without FIXTURE the bundled chapter fixture is used.
     """
 
-
-main.add_command(run)
-main.add_command(report)
-main.add_command(gradcheck)
-main.add_command(init)
-main.add_command(validate)
-main.add_command(schema)
-main.add_command(attend)
-main.add_command(variance)
-main.add_command(quiz)

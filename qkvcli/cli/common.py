@@ -38,7 +38,29 @@ class InputError(click.ClickException):
 
 
 class QkvGroup(click.Group):
-    """A click group that translates any escaped exception into one stderr line."""
+    """A click group that translates any escaped exception into one stderr line.
+
+    ``lazy_commands`` maps command names to the modules defining them (as attributes of
+    the same name); a module is imported the first time one of its commands is needed.
+    """
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.lazy_commands, *super().list_commands(ctx)})  # as click sorts
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = self.lazy_commands.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            import importlib
+
+            command = getattr(importlib.import_module(module), cmd_name)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
