@@ -334,8 +334,8 @@ def importtime_breakdown() -> None:
         return times
 
     base = self_times("import numpy, click, json")
-    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.evidence, "
-                        "qkvcli.render.text")
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.commands, "
+                        "qkvcli.evidence, qkvcli.render.text")
     extra = {name: us for name, us in report.items() if name not in base}
     top = sorted(extra.items(), key=lambda item: -item[1])[:8]
     print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
