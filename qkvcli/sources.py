@@ -34,7 +34,7 @@ import numpy as np
 from qkvcli.engine import Array, all_finite
 from qkvcli.errors import BRANCHES
 from qkvcli.fixture import FixtureError
-from qkvcli.splitmix import SplitMix64, xavier_limit
+from qkvcli.splitmix import INCREMENT, MASK64, SplitMix64, xavier_limit
 
 SOURCE_KEYS = ("npy", "generate")
 GENERATE_KEYS = ("seed", "shape", "distribution", "scale")
@@ -168,6 +168,10 @@ def write_npy_atomic(path: Path, array: Array) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
+        # The mode a plain open() would give, not mkstemp's private 0600.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as handle:
             np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
         os.replace(tmp, path)
@@ -247,14 +251,19 @@ def generated_fixture_document(
 ) -> dict[str, Any]:
     """A fixture whose tensors are all ``generate`` specs: a few lines of JSON at any size.
 
-    Seeds for the seven tensors come from ``SplitMix64(seed)`` in input, query, key,
-    value, upstream query, key, value order; weights are Xavier-uniform scaled
-    (``scale = sqrt(6 / (d_model + d_head))``), the input and upstream uniform in
-    ``[-1, 1)``.
+    The weights are the reference's initialization for ``seed`` bit for bit: query, key
+    and value continue one SplitMix64 stream, so each branch's spec starts where the
+    previous branch's draws ended (state ``seed + k * d_model * d_head * increment``) and
+    is scaled by the Xavier limit (``generate``'s ``scale * (2u - 1)`` is Xavier's
+    ``limit * (2u - 1)``). The input and upstream are uniform in ``[-1, 1)`` from the
+    starter fixture's streams of their own, so they never shift the weights.
     """
-    rng = SplitMix64(seed)
-    seeds = [rng.next_u64() for _ in range(7)]
+    from qkvcli.starter import INPUT_TAG, UPSTREAM_TAG, stream
+
     limit = xavier_limit(d_model, d_head)
+    per_branch = d_model * d_head
+    upstream_rng = stream(seed, UPSTREAM_TAG)
+    upstream_seeds = [upstream_rng.next_u64() for _ in BRANCHES]
 
     def spec(tensor_seed: int, shape: list[int], scale: float = 1.0) -> dict[str, Any]:
         body: dict[str, Any] = {"seed": tensor_seed, "shape": shape}
@@ -265,13 +274,13 @@ def generated_fixture_document(
     return {
         "chapter": f"generated-{batch}x{tokens}x{d_model}x{d_head}",
         "seed": seed,
-        "input": spec(seeds[0], [batch, tokens, d_model]),
+        "input": spec(stream(seed, INPUT_TAG).state, [batch, tokens, d_model]),
         "weights": {
-            branch: spec(seeds[1 + i], [d_model, d_head], limit)
+            branch: spec((seed + i * per_branch * INCREMENT) & MASK64, [d_model, d_head], limit)
             for i, branch in enumerate(BRANCHES)
         },
         "upstream": {
-            branch: spec(seeds[4 + i], [batch, tokens, d_head])
+            branch: spec(upstream_seeds[i], [batch, tokens, d_head])
             for i, branch in enumerate(BRANCHES)
         },
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,44 @@ def test_zero_head_width_is_refused() -> None:
     with pytest.raises(ProjectionError) as raised:
         starter_values(1, 1, 1, 3, 0)
     assert raised.value == ProjectionError("query", ZeroOutputWidth())
+
+
+def test_init_generate_and_npy_give_the_reference_weights(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+    from qkvcli.engine import QkvProjections
+    from qkvcli.fixture import load_fixture
+    from qkvcli.splitmix import SplitMix64
+
+    runner = CliRunner()
+    args = ["--seed", "7", "--batch", "2", "--tokens", "3", "--d-model", "5", "--d-head", "4"]
+    generated = tmp_path / "g.json"
+    result = runner.invoke(main, ["init", *args, "--generate", "-o", str(generated)])
+    assert result.exit_code == 0, result.output
+    assert len(generated.read_text()) < 1500
+    on_disk = tmp_path / "n.json"
+    result = runner.invoke(main, ["init", *args, "--npy", "tensors", "-o", str(on_disk)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "tensors").iterdir()) == sorted(
+        f"{name}.npy" for name in ("input", "query_weight", "key_weight", "value_weight",
+                                   "query_upstream", "key_upstream", "value_upstream"))
+    reference = QkvProjections.from_seed(5, 4, SplitMix64(7))
+    first, second = load_fixture(generated), load_fixture(on_disk)
+    for a, b, c in zip(first.weights, second.weights, reference.weights, strict=True):
+        assert a.tobytes() == np.ascontiguousarray(b).tobytes() == c.tobytes()
+    assert first.input.tobytes() == np.ascontiguousarray(second.input).tobytes()
+    assert runner.invoke(main, ["run", str(generated), "-f", "text"]).exit_code == 0
+    again = runner.invoke(main, ["init", *args, "--npy", "tensors", "-o", str(tmp_path / "m.json")])
+    assert again.exit_code == 2
+    assert "already exists (use --force to overwrite it)" in again.stderr
+
+
+def test_init_npy_needs_an_output_file() -> None:
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+
+    result = CliRunner().invoke(main, ["init", "--npy", "tensors"])
+    assert result.exit_code == 2
+    assert "--npy needs -o FILE" in result.stderr

@@ -22,6 +22,8 @@ from qkvcli.splitmix import MASK64
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
 # comfortably under the reader's file-size limit.
 INIT_MAX_ELEMENTS = 1 << 20
+# --generate and --npy write a few bytes per tensor: the reader's own limit applies.
+LARGE_MAX_ELEMENTS = 1 << 27
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,24 +40,36 @@ if TYPE_CHECKING:
               help="Write the chapter's own fixture instead of a seeded one.")
 @click.option("-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
               help="Write to FILE (atomically) instead of standard output.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("--max-elements", type=click.IntRange(min=1), default=INIT_MAX_ELEMENTS,
-              show_default=True, help="Refuse to write a tensor larger than this many elements.")
+@click.option("--force", is_flag=True, help="Overwrite FILE (and .npy files) if they exist.")
+@click.option("--generate", is_flag=True,
+              help="Write seeded `generate` specs instead of values: a few lines at any size.")
+@click.option("--npy", "npy_dir", default=None, metavar="DIR",
+              help="Write the tensors as .npy files in DIR (relative to FILE's directory).")
+@click.option("--max-elements", type=click.IntRange(min=1), default=None,
+              help=f"Refuse to write a tensor larger than this many elements.  [default: "
+              f"{INIT_MAX_ELEMENTS} written out, {LARGE_MAX_ELEMENTS} with --generate/--npy]")
 def init(
     seed: int | None, batch: int | None, tokens: int | None, d_model: int | None,
     d_head: int | None, from_chapter: bool, output: Path | None, force: bool,
-    max_elements: int,
+    generate: bool, npy_dir: str | None, max_elements: int | None,
 ) -> None:
     """Write a starter fixture with seeded weights, input and upstream gradients.
 
     The weights are the reference's initialization for --seed (a fresh SplitMix64 at
     that state; query, key, value; Xavier-uniform, row-major), written so they load back
     bit for bit. The input and upstream come from generators of their own. Never
-    overwrites FILE unless --force.
+    overwrites FILE unless --force. --generate and --npy DIR keep large fixtures small:
+    the same weights (bit for bit), with the input and upstream drawn uniform in [-1, 1).
     """
+    large = generate or npy_dir is not None
+    if max_elements is None:
+        max_elements = LARGE_MAX_ELEMENTS if large else INIT_MAX_ELEMENTS
+    if npy_dir is not None and output is None:
+        raise click.UsageError("--npy needs -o FILE: the .npy files are written beside it")
     if from_chapter:
         given = [name for name, value in (("--seed", seed), ("--batch", batch),
-                 ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head))
+                 ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head),
+                 ("--generate", generate or None), ("--npy", npy_dir))
                  if value is not None]
         if given:
             raise click.UsageError(f"--from-chapter writes the chapter's fixture; drop {given[0]}")
@@ -74,13 +88,46 @@ def init(
             if count > max_elements:
                 raise InputError(f"the {label} would have {count} elements, more than the "
                                  f"limit {max_elements} (raise it with --max-elements)")
-        text = dump_fixture(starter_fixture(seed, batch, tokens, d_model, d_head))
+        if large:
+            text = _large_fixture(seed, batch, tokens, d_model, d_head, output, npy_dir, force)
+        else:
+            text = dump_fixture(starter_fixture(seed, batch, tokens, d_model, d_head))
     if output is None:
         click.echo(text, nl=False)
     elif force:
         write_output(text, output)
     else:
         write_new(text, output)
+
+
+def _large_fixture(
+    seed: int, batch: int, tokens: int, d_model: int, d_head: int,
+    output: Path | None, npy_dir: str | None, force: bool,
+) -> str:
+    """The fixture text of a ``--generate`` or ``--npy`` starter; writes the .npy files first."""
+    from qkvcli.sources import generated_fixture_document, npy_fixture_document, write_npy_atomic
+    from qkvcli.starter import dump_fixture
+
+    document = generated_fixture_document(seed, batch, tokens, d_model, d_head)
+    if npy_dir is None or output is None:
+        return dump_fixture(document)
+    relative = npy_dir.strip("/")
+    if not relative or relative.startswith(("/", "..")) or "/../" in f"/{relative}/":
+        raise click.UsageError("--npy takes a directory inside FILE's directory, e.g. tensors")
+    document, arrays = npy_fixture_document(document, relative)
+    base = output.parent
+    targets = {base / name: array for name, array in arrays.items()}
+    if not force:
+        existing = [str(path) for path in targets if path.exists()]
+        if existing:
+            raise InputError(f"{existing[0]}: already exists (use --force to overwrite it)")
+    for path, array in targets.items():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_npy_atomic(path, array)
+        except OSError as error:
+            raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
+    return dump_fixture(document)
 
 
 def write_new(text: str, output: Path) -> None:
