@@ -233,3 +233,15 @@ def test_expect_check_is_last_in_json_output(tmp_path: Path) -> None:
     checks = json.loads(result.stdout)["checks"]
     assert [c["name"] for c in checks] == [*CHECKS, "expect"]
     assert checks[-1]["detail"] == "1 quantity, 1 value as expected (tolerance 0.0)"
+
+
+def test_batch_runs_honour_the_gradcheck_mode(tmp_path: Path) -> None:
+    from tests.conftest import CHAPTER_FIXTURE as CHAPTER
+
+    junit = tmp_path / "report.xml"
+    result = CliRunner().invoke(
+        main, ["run", str(CHAPTER), str(CHAPTER), "--mode", "fast", "--junit", str(junit)]
+    )
+    assert result.exit_code == 0, result.output
+    text = junit.read_text()
+    assert "fast" in text and "directions" in text

@@ -107,14 +107,16 @@ class Outcome:
 
 def run_one(
     path: Path | None, max_elements: int, step: float | None, tolerance: float | None,
-    samples: int | None,
+    samples: int | None, mode: str | None = None, directions: int | None = None,
 ) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
     from qkvcli.evidence import build_evidence
 
     label = label_of(path)
     try:
-        fixture = with_settings(load(path, max_elements), step, tolerance, samples)
+        fixture = with_settings(
+            load(path, max_elements), step, tolerance, samples, mode, directions
+        )
     except InputError as error:
         return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
     evidence = build_evidence(fixture)
@@ -179,7 +181,8 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
 
 def run_many(
     paths: Sequence[Path], junit: Path | None, max_elements: int, step: float | None,
-    tolerance: float | None, samples: int | None,
+    tolerance: float | None, samples: int | None, mode: str | None = None,
+    directions: int | None = None,
 ) -> None:
     """Run every fixture, print the summary, write ``junit``; exit with the worst status.
 
@@ -192,7 +195,7 @@ def run_many(
                 raise InputError(f"{junit}: refusing to overwrite a fixture being read")
     outcomes = []
     for path in fixtures:
-        outcome = run_one(path, max_elements, step, tolerance, samples)
+        outcome = run_one(path, max_elements, step, tolerance, samples, mode, directions)
         if outcome.error is not None:
             click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
         outcomes.append(outcome)

@@ -137,7 +137,7 @@ def run(
         reject_single_options(output, golden)
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
-        run_many(fixtures, junit, max_elements, step, tolerance, samples)
+        run_many(fixtures, junit, max_elements, step, tolerance, samples, mode, directions)
         return
     fixture = fixtures[0] if fixtures else None
     _evidence_command(
