@@ -60,6 +60,8 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_SEED = (1 << 64) - 1
 BUNDLED_NAME = "ch26-qkv-projections.json"
 SCHEMA_NAME = "fixture.schema.json"
+# The packed PyTorch form of the three weights (read by qkvcli.layouts).
+PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
 MAX_PROBLEMS = 100
 
 TOP_KEYS = (
@@ -639,6 +641,25 @@ def fixture_problems(
     return problems.errors
 
 
+def uses_extensions(data: dict[str, Any]) -> bool:
+    """Whether a fixture uses any key beyond the chapter's plain weights form.
+
+    Fixtures without extensions keep the chapter's reader, its order and its messages.
+    """
+    if "value_width" in data:
+        return True
+    weights = data.get("weights")
+    if not isinstance(weights, dict):
+        return False
+    if any(key in weights for key in PACKED_KEYS):
+        return True
+    return any(
+        isinstance(weights.get(branch), dict)
+        and ("bias" in weights[branch] or "layout" in weights[branch])
+        for branch in BRANCHES
+    )
+
+
 def _parse(
     data: Any, default_chapter: str, max_elements: int, problems: Problems,
     base_dir: Path | None = None,
@@ -655,9 +676,9 @@ def _parse(
     layout = "separate"
     raw_weights = data.get("weights")
     if "weights" in data:
-        from qkvcli.layouts import chapter_weights, uses_extensions  # lazy: layouts imports us
-
         if uses_extensions(data):
+            from qkvcli.layouts import chapter_weights  # lazy: only extended fixtures need it
+
             # Torch/packed layouts become the plain form; bias and d_v are refused (qkv attend).
             converted = problems.attempt(chapter_weights, data, max_elements)
             raw_weights, layout = (None, layout) if converted is None else converted

@@ -29,9 +29,14 @@ import numpy as np
 
 from qkvcli.engine import Array
 from qkvcli.errors import BRANCHES, ProjectionError, WeightRank
-from qkvcli.fixture import DEFAULT_MAX_ELEMENTS, FixtureError, parse_tensor
+from qkvcli.fixture import (  # noqa: F401 - uses_extensions is re-exported
+    DEFAULT_MAX_ELEMENTS,
+    PACKED_KEYS,
+    FixtureError,
+    parse_tensor,
+    uses_extensions,
+)
 
-PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
 WEIGHT_OBJECT_KEYS = ("name", "shape", "values", "bias", "layout")
 LAYOUTS = ("qkv", "torch")
 VALUE_WIDTHS = ("shared", "independent")
@@ -108,25 +113,6 @@ def value_width_mode(data: dict[str, Any]) -> str:
         shown = f'"{raw}"' if isinstance(raw, str) else _type_name(raw)
         raise FixtureError("$.value_width", f'expected "shared" or "independent", got {shown}')
     return str(raw)
-
-
-def uses_extensions(data: dict[str, Any]) -> bool:
-    """Whether a fixture uses any key beyond the chapter's plain weights form.
-
-    Fixtures without extensions keep the chapter's reader, its order and its messages.
-    """
-    if "value_width" in data:
-        return True
-    weights = data.get("weights")
-    if not isinstance(weights, dict):
-        return False
-    if any(key in weights for key in PACKED_KEYS):
-        return True
-    return any(
-        isinstance(weights.get(branch), dict)
-        and ("bias" in weights[branch] or "layout" in weights[branch])
-        for branch in BRANCHES
-    )
 
 
 def _bias(value: Any, width: int, label: str, location: str, max_elements: int) -> Array:

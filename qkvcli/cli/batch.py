@@ -23,37 +23,17 @@ from qkvcli.cli.common import (
     EXIT_INPUT,
     EXIT_OK,
     InputError,
-    LazyPath,
     label_of,
     load,
     with_settings,
     write_output,
 )
+from qkvcli.cli.options import batch_options, is_batch  # noqa: F401 - re-exported
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-
-def batch_options(func: F) -> F:
-    """``--expect GOLDEN`` and ``--junit FILE`` for ``qkv run``."""
-    func = click.option(
-        "--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
-        help="Also write a JUnit XML report to FILE (atomically), for CI systems.",
-    )(func)
-    func = click.option(
-        "--expect", "golden", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
-        metavar="GOLDEN",
-        help="Compare the rendered report with the golden file GOLDEN instead of printing it; "
-        "show a unified diff and exit 1 when they differ. One fixture only.",
-    )(func)
-    return func
-
-
-def is_batch(fixtures: Sequence[Path], junit: Path | None) -> bool:
-    """Whether ``qkv run`` runs in batch mode: several arguments, a directory, or ``--junit``."""
-    return len(fixtures) > 1 or junit is not None or any(path.is_dir() for path in fixtures)
 
 
 def reject_single_options(output: Path | None, golden: Path | None) -> None:

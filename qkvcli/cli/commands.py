@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from qkvcli.cli.batch import batch_options, golden_diff, is_batch, reject_single_options, run_many
 from qkvcli.cli.common import (
     EXIT_FAILED,
     LazyPath,
@@ -20,13 +19,11 @@ from qkvcli.cli.common import (
     with_settings,
     write_output,
 )
-from qkvcli.cli.console import (
+from qkvcli.cli.options import (
     ViewSettings,
-    check_export_paths,
-    export_only,
-    gradcheck_progress,
+    batch_options,
+    is_batch,
     resolve_format,
-    show_rich,
     view_options,
 )
 
@@ -66,7 +63,10 @@ def _evidence_command(
 ) -> None:
     from qkvcli.evidence import build_evidence
 
-    check_export_paths(view, output, fixture)
+    if view.exports:
+        from qkvcli.cli.console import check_export_paths
+
+        check_export_paths(view, output, fixture)
     if golden is not None:
         # A golden file is plain text: compare the text report unless a plain format is named.
         if fmt == "auto":
@@ -87,17 +87,24 @@ def _evidence_command(
     title = f"qkv {click.get_current_context().info_name}"
     diff = ""
     if fmt == "rich":
+        from qkvcli.cli.console import show_rich
+
         show_rich(figure, view, output, fixture, 6, title)
     else:
         text = _render(evidence, fmt)
         if golden is None or output is not None:
             write_output(text, output, protect=fixture)
         if golden is not None:
+            from qkvcli.cli.batch import golden_diff
+
             diff = golden_diff(text, golden)
         if diff:
             click.echo(diff, nl=False)
             click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
-        export_only(figure, view, fixture, 6, title)
+        if view.exports:
+            from qkvcli.cli.console import export_only
+
+            export_only(figure, view, fixture, 6, title)
     if not evidence.passed:
         if verdict:
             failed = [check for check in evidence.checks if not check.passed]
@@ -134,6 +141,8 @@ def run(
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
     if is_batch(fixtures, junit):
+        from qkvcli.cli.batch import reject_single_options, run_many
+
         reject_single_options(output, golden)
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
@@ -200,6 +209,12 @@ def gradcheck(
     Shows each checked coordinate (tensor, coordinate, analytic, numerical, scaled
     error, pass) and the verdict. Exit status 1 when any coordinate fails.
     """
+    from qkvcli.cli.console import (
+        check_export_paths,
+        export_only,
+        gradcheck_progress,
+        show_rich,
+    )
     from qkvcli.gradcheck import gradcheck_layer
 
     check_export_paths(view, output, fixture)

@@ -8,18 +8,22 @@ when the command runs.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from io import StringIO
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.common import InputError, LazyPath, write_atomic
+from qkvcli.cli.common import InputError, write_atomic
+from qkvcli.cli.options import (  # noqa: F401 - re-exported for callers of this module
+    ViewSettings,
+    resolve_format,
+    stdout_is_terminal,
+    view_options,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,80 +39,6 @@ MEASURE_WIDTH = 10_000
 """Width offered when measuring how wide a view must be (no clamping to the screen)."""
 PROGRESS_DELAY = 0.5
 """Seconds a gradient check runs before its progress bar appears (quick checks never show one)."""
-
-
-@dataclass(frozen=True)
-class ViewSettings:
-    """The rich view's command-line options."""
-
-    no_color: bool = False
-    width: int | None = None
-    precision: int | None = None
-    full: bool = False
-    export_svg: Path | None = None
-    export_html: Path | None = None
-
-    @property
-    def exports(self) -> list[tuple[str, Path]]:
-        """``(kind, path)`` for each export asked for, SVG first."""
-        out = []
-        if self.export_svg is not None:
-            out.append(("svg", self.export_svg))
-        if self.export_html is not None:
-            out.append(("html", self.export_html))
-        return out
-
-
-def view_options(func: F) -> F:
-    """Add the rich view's options and hand them to ``func`` as one ``view`` argument."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        kwargs["view"] = ViewSettings(
-            no_color=kwargs.pop("no_color"),
-            width=kwargs.pop("width"),
-            precision=kwargs.pop("precision"),
-            full=kwargs.pop("full"),
-            export_svg=kwargs.pop("export_svg"),
-            export_html=kwargs.pop("export_html"),
-        )
-        return func(*args, **kwargs)
-
-    path = click.Path(path_type=LazyPath, dir_okay=False)
-    options = [
-        click.option("--export-html", type=path, metavar="FILE",
-                     help="Also write the rich view as HTML to FILE (atomically)."),
-        click.option("--export-svg", type=path, metavar="FILE",
-                     help="Also write the rich view as SVG to FILE (atomically)."),
-        click.option("--full", is_flag=True,
-                     help="Rich view: show every value of large tensors instead of eliding."),
-        click.option("--precision", type=click.IntRange(0, 17), default=None,
-                     help="Rich view: decimals for values (default 6; gradcheck 9)."),
-        click.option("--width", type=click.IntRange(min=20), default=None,
-                     help="Rich view: columns to lay out for (default: the terminal's, "
-                          "or COLUMNS)."),
-        click.option("--no-color", is_flag=True,
-                     help="Rich view: no colour (as NO_COLOR does); borders and words remain."),
-    ]
-    result: Any = wrapper
-    for option in options:
-        result = option(result)
-    return result  # type: ignore[no-any-return]
-
-
-def stdout_is_terminal() -> bool:
-    """Whether standard output is a terminal (what ``--format auto`` looks at)."""
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def resolve_format(fmt: str, output: Path | None) -> str:
-    """``auto`` becomes ``rich`` on a terminal and ``text`` otherwise (pipes, files, CI)."""
-    if fmt != "auto":
-        return fmt
-    return "rich" if output is None and stdout_is_terminal() else "text"
 
 
 def check_export_paths(view: ViewSettings, output: Path | None, protect: Path | None) -> None:
