@@ -30,11 +30,14 @@ from qkvcli.fixture import (
     MAX_SEED,
     TOP_KEYS,
     FixtureError,
+    is_json_int,
+    json_type_name,
     parse_json_text,
     parse_tensor,
     read_fixture_text,
+    refuse_unknown_keys,
 )
-from qkvcli.layouts import CanonicalWeights, canonicalize, check_keys, value_width_mode
+from qkvcli.layouts import CanonicalWeights, canonicalize, value_width_mode
 from qkvcli.splitmix import SplitMix64
 
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
@@ -61,22 +64,6 @@ def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
     """``U``: SplitMix64(seed) unit draws mapped to ``[-1, 1)``, row-major, shaped ``shape``."""
     count = shape[0] * shape[1] * shape[2]
     return (2.0 * SplitMix64(seed).next_unit_block(count) - 1.0).reshape(shape)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
@@ -108,13 +95,13 @@ def _settings(raw: Any) -> tuple[float, float, int | None]:
     if raw is None:
         return step, tolerance, samples
     if not isinstance(raw, dict):
-        raise FixtureError("$.gradcheck", f"expected an object, got {_kind(raw)}")
-    check_keys(raw, GRADCHECK_KEYS, "$.gradcheck")
+        raise FixtureError("$.gradcheck", f"expected an object, got {json_type_name(raw)}")
+    refuse_unknown_keys(raw, GRADCHECK_KEYS, "$.gradcheck")
     for key in ("step", "tolerance"):
         if key in raw:
             value = raw[key]
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise FixtureError(f"$.gradcheck.{key}", f"expected a number, got {_kind(value)}")
+                raise FixtureError(f"$.gradcheck.{key}", f"expected a number, got {json_type_name(value)}")
             if key == "step" and not value > 0:
                 raise FixtureError("$.gradcheck.step", "step must be greater than zero")
             if key == "tolerance" and value < 0:
@@ -125,9 +112,9 @@ def _settings(raw: Any) -> tuple[float, float, int | None]:
     except OverflowError:
         raise FixtureError("$.gradcheck", "number is too large for binary64") from None
     if raw.get("samples") is not None:
-        if not _is_int(raw["samples"]):
+        if not is_json_int(raw["samples"]):
             raise FixtureError("$.gradcheck.samples",
-                               f"expected an integer or null, got {_kind(raw['samples'])}")
+                               f"expected an integer or null, got {json_type_name(raw['samples'])}")
         if raw["samples"] < 1:
             raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
         samples = int(raw["samples"])
@@ -139,8 +126,8 @@ def parse_attend_fixture(
 ) -> AttendFixture:
     """Validate parsed JSON for ``qkv attend``. Raises :class:`~qkvcli.fixture.FixtureError`."""
     if not isinstance(data, dict):
-        raise FixtureError("$", f"expected an object, got {_kind(data)}")
-    check_keys(data, TOP_KEYS, "$")
+        raise FixtureError("$", f"expected an object, got {json_type_name(data)}")
+    refuse_unknown_keys(data, TOP_KEYS, "$")
     for key in ("input", "weights"):
         if key not in data:
             raise FixtureError("$", f'missing key "{key}"')
@@ -158,8 +145,8 @@ def parse_attend_fixture(
     raw_upstream = data.get("upstream")
     if raw_upstream is not None:
         if not isinstance(raw_upstream, dict):
-            raise FixtureError("$.upstream", f"expected an object, got {_kind(raw_upstream)}")
-        check_keys(raw_upstream, BRANCHES, "$.upstream")
+            raise FixtureError("$.upstream", f"expected an object, got {json_type_name(raw_upstream)}")
+        refuse_unknown_keys(raw_upstream, BRANCHES, "$.upstream")
         widths = (head.d_k, head.d_k, head.d_v)
         for branch, width in zip(BRANCHES, widths, strict=True):
             if branch in raw_upstream:
@@ -172,8 +159,8 @@ def parse_attend_fixture(
     step, tolerance, samples = _settings(data.get("gradcheck"))
     seed = DEFAULT_SEED
     if "seed" in data:
-        if not _is_int(data["seed"]):
-            raise FixtureError("$.seed", f"expected an integer, got {_kind(data['seed'])}")
+        if not is_json_int(data["seed"]):
+            raise FixtureError("$.seed", f"expected an integer, got {json_type_name(data['seed'])}")
         if not 0 <= data["seed"] <= MAX_SEED:
             raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
         seed = int(data["seed"])

@@ -247,7 +247,8 @@ def load_fixture(path: Path | None = None, max_elements: int = DEFAULT_MAX_ELEME
 # --- parsing ------------------------------------------------------------------------------
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages (``boolean``, ``array``, ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -278,7 +279,13 @@ def _unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) ->
     return found
 
 
-def _check_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> None:
+def is_json_int(value: Any) -> bool:
+    """Whether ``value`` is a JSON integer (``true`` and ``false`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def refuse_unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> None:
+    """Raise the first :class:`FixtureError` of :func:`_unknown_keys`, if any."""
     for error in _unknown_keys(obj, allowed, location):
         raise error
 
@@ -289,7 +296,7 @@ def _is_number(value: Any) -> bool:
 
 def _number(value: Any, location: str) -> float:
     if not _is_number(value):
-        raise FixtureError(location, f"expected a number, got {_type_name(value)}")
+        raise FixtureError(location, f"expected a number, got {json_type_name(value)}")
     try:
         number = float(value)
     except OverflowError:
@@ -308,19 +315,19 @@ def _nested_shape(value: Any, location: str, max_elements: int) -> tuple[int, ..
         if not probe:
             break
         probe = probe[0]
-    _check_size(shape, location, max_elements)
+    check_size(shape, location, max_elements)
 
     def walk(item: Any, depth: int, where: str) -> None:
         if depth == len(shape):
             if isinstance(item, list):
                 raise FixtureError(where, "ragged nesting: expected a number, got an array")
             if not _is_number(item):
-                raise FixtureError(where, f"expected a number, got {_type_name(item)}")
+                raise FixtureError(where, f"expected a number, got {json_type_name(item)}")
             return
         if not isinstance(item, list):
             raise FixtureError(
                 where, f"ragged nesting: expected an array of length {shape[depth]}, "
-                f"got {_type_name(item)}"
+                f"got {json_type_name(item)}"
             )
         if len(item) != shape[depth]:
             raise FixtureError(
@@ -333,7 +340,8 @@ def _nested_shape(value: Any, location: str, max_elements: int) -> tuple[int, ..
     return tuple(shape)
 
 
-def _check_size(shape: list[int] | tuple[int, ...], location: str, max_elements: int) -> None:
+def check_size(shape: list[int] | tuple[int, ...], location: str, max_elements: int) -> None:
+    """Refuse a shape over ``max_elements``, counting the non-empty axes of an empty one too."""
     count = math.prod(shape)
     if count > max_elements:
         raise FixtureError(
@@ -382,31 +390,31 @@ def parse_tensor(
         return _to_array(value, shape, location)
     if not isinstance(value, dict):
         raise FixtureError(
-            location, f"expected a nested array or an object with values, got {_type_name(value)}"
+            location, f"expected a nested array or an object with values, got {json_type_name(value)}"
         )
-    _check_keys(value, TENSOR_KEYS + extra_keys, location)
+    refuse_unknown_keys(value, TENSOR_KEYS + extra_keys, location)
     if "values" not in value:
         raise FixtureError(location, 'missing key "values"')
     values = value["values"]
     if "shape" not in value:
         if not isinstance(values, list):
-            raise FixtureError(f"{location}.values", f"expected an array, got {_type_name(values)}")
+            raise FixtureError(f"{location}.values", f"expected an array, got {json_type_name(values)}")
         shape = _nested_shape(values, f"{location}.values", max_elements)
         return _to_array(values, shape, f"{location}.values")
     raw_shape = value["shape"]
     if not isinstance(raw_shape, list):
-        raise FixtureError(f"{location}.shape", f"expected an array, got {_type_name(raw_shape)}")
+        raise FixtureError(f"{location}.shape", f"expected an array, got {json_type_name(raw_shape)}")
     shape_list = []
     for i, dim in enumerate(raw_shape):
         if not (isinstance(dim, int) and not isinstance(dim, bool)) or dim < 0:
-            shown = json.dumps(dim) if _is_number(dim) else _type_name(dim)
+            shown = json.dumps(dim) if _is_number(dim) else json_type_name(dim)
             raise FixtureError(
                 f"{location}.shape[{i}]", f"expected a non-negative integer, got {shown}"
             )
         shape_list.append(dim)
-    _check_size(shape_list, f"{location}.shape", max_elements)
+    check_size(shape_list, f"{location}.shape", max_elements)
     if not isinstance(values, list):
-        raise FixtureError(f"{location}.values", f"expected an array, got {_type_name(values)}")
+        raise FixtureError(f"{location}.values", f"expected an array, got {json_type_name(values)}")
     count = math.prod(shape_list)
     if len(values) != count:
         raise FixtureError(
@@ -416,7 +424,7 @@ def parse_tensor(
     for i, item in enumerate(values):
         if not _is_number(item):
             raise FixtureError(
-                f"{location}.values[{i}]", f"expected a number, got {_type_name(item)}"
+                f"{location}.values[{i}]", f"expected a number, got {json_type_name(item)}"
             )
     return _to_array(values, tuple(shape_list), f"{location}.values")
 
@@ -429,7 +437,7 @@ def _weight(
     if isinstance(value, dict) and "name" in value:
         raw = value["name"]
         if not isinstance(raw, str):
-            raise FixtureError(f"{location}.name", f"expected a string, got {_type_name(raw)}")
+            raise FixtureError(f"{location}.name", f"expected a string, got {json_type_name(raw)}")
         name = raw
     array = parse_tensor(value, location, max_elements, extra_keys=("name",), base_dir=base_dir)
     return array, name
@@ -466,7 +474,7 @@ def _layer(arrays: list[Array], names: list[str]) -> QkvProjections:
 def _object(value: Any, location: str, problems: Problems) -> dict[str, Any] | None:
     """``value`` if it is an object, else ``None`` after reporting the problem."""
     if not isinstance(value, dict):
-        problems.add(FixtureError(location, f"expected an object, got {_type_name(value)}"))
+        problems.add(FixtureError(location, f"expected an object, got {json_type_name(value)}"))
         return None
     return value
 
@@ -581,7 +589,7 @@ def _samples(raw_samples: Any) -> int | None:
         return None
     if not (isinstance(raw_samples, int) and not isinstance(raw_samples, bool)):
         raise FixtureError(
-            "$.gradcheck.samples", f"expected an integer or null, got {_type_name(raw_samples)}"
+            "$.gradcheck.samples", f"expected an integer or null, got {json_type_name(raw_samples)}"
         )
     if raw_samples < 1:
         raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
@@ -590,7 +598,7 @@ def _samples(raw_samples: Any) -> int | None:
 
 def _seed(raw_seed: Any) -> int:
     if not (isinstance(raw_seed, int) and not isinstance(raw_seed, bool)):
-        raise FixtureError("$.seed", f"expected an integer, got {_type_name(raw_seed)}")
+        raise FixtureError("$.seed", f"expected an integer, got {json_type_name(raw_seed)}")
     if not 0 <= raw_seed <= MAX_SEED:
         raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
     return raw_seed
@@ -665,7 +673,7 @@ def _parse(
     base_dir: Path | None = None,
 ) -> Fixture | None:
     if not isinstance(data, dict):
-        problems.add(FixtureError("$", f"expected an object, got {_type_name(data)}"))
+        problems.add(FixtureError("$", f"expected an object, got {json_type_name(data)}"))
         return None
     for error in _unknown_keys(data, TOP_KEYS, "$"):
         problems.add(error)

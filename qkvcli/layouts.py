@@ -33,7 +33,9 @@ from qkvcli.fixture import (  # noqa: F401 - uses_extensions is re-exported
     DEFAULT_MAX_ELEMENTS,
     PACKED_KEYS,
     FixtureError,
+    json_type_name,
     parse_tensor,
+    refuse_unknown_keys,
     uses_extensions,
 )
 
@@ -76,32 +78,6 @@ class CanonicalWeights:
         return LAYOUT_DESCRIPTIONS[self.layout]
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def check_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> None:
-    """Refuse keys outside ``allowed`` with a suggestion, as the fixture reader does."""
-    allowed = tuple(allowed)
-    for key in obj:
-        if key not in allowed:
-            import difflib  # only on the error path: ~2 ms of every start-up otherwise
-
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f' (did you mean "{close[0]}"?)' if close else ""
-            raise FixtureError(
-                location, f'unknown key "{key}"{hint}; expected one of {", ".join(allowed)}'
-            )
-
-
 def _shape(shape: Iterable[int]) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
@@ -110,7 +86,7 @@ def value_width_mode(data: dict[str, Any]) -> str:
     """``"shared"`` (default) or ``"independent"`` from the top-level ``value_width`` key."""
     raw = data.get("value_width", "shared")
     if raw not in VALUE_WIDTHS:
-        shown = f'"{raw}"' if isinstance(raw, str) else _type_name(raw)
+        shown = f'"{raw}"' if isinstance(raw, str) else json_type_name(raw)
         raise FixtureError("$.value_width", f'expected "shared" or "independent", got {shown}')
     return str(raw)
 
@@ -133,17 +109,17 @@ def _separate_branch(value: Any, branch: str, max_elements: int) -> tuple[Branch
     raw_bias: Any = None
     tensor = value
     if isinstance(value, dict):
-        check_keys(value, WEIGHT_OBJECT_KEYS, location)
+        refuse_unknown_keys(value, WEIGHT_OBJECT_KEYS, location)
         if "name" in value:
             if not isinstance(value["name"], str):
                 raise FixtureError(
-                    f"{location}.name", f"expected a string, got {_type_name(value['name'])}"
+                    f"{location}.name", f"expected a string, got {json_type_name(value['name'])}"
                 )
             name = value["name"]
         if "layout" in value:
             layout = value["layout"]
             if layout not in LAYOUTS:
-                shown = f'"{layout}"' if isinstance(layout, str) else _type_name(layout)
+                shown = f'"{layout}"' if isinstance(layout, str) else json_type_name(layout)
                 raise FixtureError(f"{location}.layout", f'expected "qkv" or "torch", got {shown}')
         raw_bias = value.get("bias")
         tensor = {k: v for k, v in value.items() if k in ("shape", "values")}
@@ -205,8 +181,8 @@ def canonicalize(raw: Any, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Canonica
     Raises :class:`~qkvcli.fixture.FixtureError`.
     """
     if not isinstance(raw, dict):
-        raise FixtureError("$.weights", f"expected an object, got {_type_name(raw)}")
-    check_keys(raw, BRANCHES + PACKED_KEYS, "$.weights")
+        raise FixtureError("$.weights", f"expected an object, got {json_type_name(raw)}")
+    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS, "$.weights")
     packed_keys = [key for key in PACKED_KEYS if key in raw]
     separate_keys = [key for key in BRANCHES if key in raw]
     if packed_keys and separate_keys:

@@ -33,7 +33,7 @@ import numpy as np
 
 from qkvcli.engine import Array, all_finite
 from qkvcli.errors import BRANCHES
-from qkvcli.fixture import FixtureError
+from qkvcli.fixture import FixtureError, check_size, is_json_int, json_type_name, refuse_unknown_keys
 from qkvcli.splitmix import INCREMENT, MASK64, SplitMix64, xavier_limit
 
 SOURCE_KEYS = ("npy", "generate")
@@ -65,7 +65,7 @@ def load_source(
     if "npy" in value and "generate" in value:
         raise FixtureError(location, 'give either "npy" or "generate", not both')
     kind = "npy" if "npy" in value else "generate"
-    _check_keys(value, (kind, *extra_keys), location)
+    refuse_unknown_keys(value, (kind, *extra_keys), location)
     if kind == "npy":
         return load_npy(value["npy"], f"{location}.npy", base_dir, max_elements)
     return _generate_spec(value["generate"], f"{location}.generate", max_elements)
@@ -141,7 +141,7 @@ def load_npy(raw: Any, location: str, base_dir: Path | None, max_elements: int) 
             f"dtype {dtype} is not supported; use a float or integer dtype"
         )
         raise FixtureError(location, f"{raw}: {what}")
-    _check_size(shape, location, max_elements)
+    check_size(shape, location, max_elements)
     # Memory-map what can be used as it is (native float64, C order); anything else
     # is converted to float64 in memory anyway, so it is read plainly.
     direct = dtype == np.dtype(np.float64) and not fortran and math.prod(shape) > 0
@@ -217,22 +217,22 @@ def generate_tensor(
 
 def _generate_spec(spec: Any, location: str, max_elements: int) -> Array:
     if not isinstance(spec, dict):
-        raise FixtureError(location, f"expected an object, got {_type_name(spec)}")
-    _check_keys(spec, GENERATE_KEYS, location)
+        raise FixtureError(location, f"expected an object, got {json_type_name(spec)}")
+    refuse_unknown_keys(spec, GENERATE_KEYS, location)
     for key in ("seed", "shape"):
         if key not in spec:
             raise FixtureError(location, f'missing key "{key}"')
     seed = spec["seed"]
-    if not _is_int(seed) or not 0 <= seed <= MAX_SEED:
+    if not is_json_int(seed) or not 0 <= seed <= MAX_SEED:
         raise FixtureError(f"{location}.seed", f"expected an integer from 0 to {MAX_SEED}")
     raw_shape = spec["shape"]
     if not isinstance(raw_shape, list):
-        raise FixtureError(f"{location}.shape", f"expected an array, got {_type_name(raw_shape)}")
+        raise FixtureError(f"{location}.shape", f"expected an array, got {json_type_name(raw_shape)}")
     for i, dim in enumerate(raw_shape):
-        if not _is_int(dim) or dim < 0:
+        if not is_json_int(dim) or dim < 0:
             raise FixtureError(f"{location}.shape[{i}]", "expected a non-negative integer")
     shape = tuple(int(dim) for dim in raw_shape)
-    _check_size(shape, f"{location}.shape", max_elements)
+    check_size(shape, f"{location}.shape", max_elements)
     distribution = spec.get("distribution", "uniform")
     if distribution not in DISTRIBUTIONS:
         raise FixtureError(
@@ -320,41 +320,3 @@ def npy_fixture_document(
 # --- small shared checks ------------------------------------------------------------------
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _check_keys(obj: dict[str, Any], allowed: tuple[str, ...], location: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            import difflib
-
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f' (did you mean "{close[0]}"?)' if close else ""
-            raise FixtureError(
-                location, f'unknown key "{key}"{hint}; expected one of {", ".join(allowed)}'
-            )
-
-
-def _check_size(shape: tuple[int, ...], location: str, max_elements: int) -> None:
-    count = math.prod(shape)
-    if count > max_elements:
-        raise FixtureError(
-            location,
-            f"shape [{','.join(map(str, shape))}] has {count} elements, more than the limit "
-            f"{max_elements} (raise it with --max-elements)",
-        )

@@ -218,3 +218,12 @@ def test_generated_document_loads_and_matches_its_npy_form(tmp_path):
                     (from_files.input, *from_files.weights, *from_files.upstream), strict=True):
         assert a.tobytes() == np.ascontiguousarray(b).tobytes()
     assert len(set(generated.input.reshape(-1).tolist())) == generated.input.size
+
+
+def test_generated_shapes_with_an_empty_axis_still_respect_the_limit() -> None:
+    # [10**11, 0, 3] holds no values, but the work over its other axes is not small.
+    document = _chapter_like({"generate": {"seed": 1, "shape": [10**11, 0, 3]}})
+    with pytest.raises(FixtureError) as caught:
+        parse_fixture(document)
+    assert caught.value.location == "$.input.generate.shape"
+    assert "raise it with --max-elements" in caught.value.message
