@@ -25,15 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkvcli.engine import Array
-from qkvcli.fixture import (
-    FixtureError,
-    Problems,
-    _number,
-    _object,
-    _unknown_keys,
-    expect_shape,
-    parse_tensor,
-)
+from qkvcli.fixture import Problems, _object, expect_shape
+from qkvcli.jsonvalues import FixtureError, _number, _unknown_keys
+from qkvcli.tensors import parse_tensor
 
 # name -> the axes of its shape, in the order they are compared and reported.
 EXPECT_TENSORS: dict[str, str] = {

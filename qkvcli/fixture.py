@@ -26,9 +26,7 @@ published JSON Schema is ``qkvcli/data/fixture.schema.json``.
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -43,7 +41,24 @@ from qkvcli.errors import (
     ProjectionError,
     QkvError,
 )
+from qkvcli.jsonvalues import (
+    MAX_FILE_BYTES,
+    FixtureError,
+    _number,
+    _unknown_keys,
+    is_json_int,
+    json_type_name,
+    parse_json_text,
+    read_fixture_text,
+    refuse_unknown_keys,
+)
 from qkvcli.record import Record
+from qkvcli.tensors import (
+    DEFAULT_MAX_ELEMENTS,
+    TENSOR_KEYS,
+    check_size,
+    parse_tensor,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path  # only annotations here: importing pathlib costs ~7 ms
@@ -52,11 +67,43 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+__all__ = [
+    "BUNDLED_NAME",
+    "DEFAULT_MAX_ELEMENTS",
+    "DEFAULT_SEED",
+    "DEFAULT_STEP",
+    "DEFAULT_TOLERANCE",
+    "GRADCHECK_KEYS",
+    "MAX_FILE_BYTES",
+    "MAX_PROBLEMS",
+    "MAX_SEED",
+    "PACKED_KEYS",
+    "SCHEMA_NAME",
+    "TENSOR_KEYS",
+    "TOP_KEYS",
+    "WEIGHT_KEYS",
+    "Fixture",
+    "FixtureError",
+    "Problems",
+    "TooManyProblems",
+    "bundled_fixture_text",
+    "check_size",
+    "expect_shape",
+    "fixture_problems",
+    "is_json_int",
+    "json_type_name",
+    "load_fixture",
+    "parse_fixture",
+    "parse_json_text",
+    "parse_tensor",
+    "read_fixture_text",
+    "refuse_unknown_keys",
+    "uses_extensions",
+]
+
 DEFAULT_SEED = 26
 DEFAULT_STEP = 1e-6
 DEFAULT_TOLERANCE = 2e-6
-DEFAULT_MAX_ELEMENTS = 1 << 27
-MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_SEED = (1 << 64) - 1
 BUNDLED_NAME = "ch26-qkv-projections.json"
 SCHEMA_NAME = "fixture.schema.json"
@@ -68,17 +115,7 @@ TOP_KEYS = (
     "chapter", "seed", "input", "weights", "upstream", "gradcheck", "expect", "value_width",
 )
 WEIGHT_KEYS = ("name", "shape", "values")
-TENSOR_KEYS = ("shape", "values")
 GRADCHECK_KEYS = ("step", "tolerance", "samples")
-
-
-class FixtureError(ValueError):
-    """A fixture that cannot be used: ``location`` is a JSON path such as ``$.weights.key``."""
-
-    def __init__(self, location: str, message: str) -> None:
-        self.location = location
-        self.message = message
-        super().__init__(f"{location}: {message}" if location else message)
 
 
 class TooManyProblems(Exception):
@@ -167,54 +204,6 @@ class Fixture(Record):
 # --- reading ------------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows; write a finite number")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def parse_json_text(text: str) -> Any:
-    """Parse JSON strictly: no NaN/Infinity, no duplicate keys. Raises :class:`FixtureError`."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    try:
-        return json.loads(
-            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates
-        )
-    except json.JSONDecodeError as error:
-        raise FixtureError(
-            "", f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
-    except RecursionError:
-        raise FixtureError("", "invalid JSON: nested too deeply") from None
-    except ValueError as error:
-        if "integer string conversion" in str(error):
-            # Python's own limit (sys.get_int_max_str_digits); its advice is for programmers.
-            raise FixtureError("", "invalid JSON: an integer has too many digits") from None
-        raise FixtureError("", f"invalid JSON: {error}") from None
-
-
-def read_fixture_text(path: Path) -> str:
-    """Read a fixture file as UTF-8 text. Raises :class:`FixtureError` (or ``OSError``)."""
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise FixtureError("", f"file is {size} bytes; fixtures are limited to {MAX_FILE_BYTES}")
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise FixtureError(
-            "", f"not UTF-8 text (byte {error.start} is 0x{data[error.start]:02x})"
-        ) from None
-
-
 def bundled_fixture_text() -> str:
     """The chapter fixture shipped inside the package."""
     import os
@@ -245,188 +234,6 @@ def load_fixture(path: Path | None = None, max_elements: int = DEFAULT_MAX_ELEME
 
 
 # --- parsing ------------------------------------------------------------------------------
-
-
-def json_type_name(value: Any) -> str:
-    """The JSON name of a parsed value's type, for messages (``boolean``, ``array``, ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> list[FixtureError]:
-    """One problem per key of ``obj`` not in ``allowed``, each with a did-you-mean hint."""
-    allowed = tuple(allowed)
-    found = []
-    for key in obj:
-        if key not in allowed:
-            import difflib  # only on the error path: it costs ~2 ms of every start-up
-
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f' (did you mean "{close[0]}"?)' if close else ""
-            known = ", ".join(allowed)
-            found.append(
-                FixtureError(location, f'unknown key "{key}"{hint}; expected one of {known}')
-            )
-    return found
-
-
-def is_json_int(value: Any) -> bool:
-    """Whether ``value`` is a JSON integer (``true`` and ``false`` are not)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def refuse_unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: str) -> None:
-    """Raise the first :class:`FixtureError` of :func:`_unknown_keys`, if any."""
-    for error in _unknown_keys(obj, allowed, location):
-        raise error
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _number(value: Any, location: str) -> float:
-    if not _is_number(value):
-        raise FixtureError(location, f"expected a number, got {json_type_name(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise FixtureError(location, "number is too large for binary64") from None
-    if not math.isfinite(number):
-        raise FixtureError(location, "number is too large for binary64")
-    return number
-
-
-def _nested_shape(value: Any, location: str, max_elements: int) -> tuple[int, ...]:
-    """The shape of a rectangular nested list of numbers (ragged lists are rejected)."""
-    shape: list[int] = []
-    probe = value
-    while isinstance(probe, list):
-        shape.append(len(probe))
-        if not probe:
-            break
-        probe = probe[0]
-    check_size(shape, location, max_elements)
-
-    def walk(item: Any, depth: int, where: str) -> None:
-        if depth == len(shape):
-            if isinstance(item, list):
-                raise FixtureError(where, "ragged nesting: expected a number, got an array")
-            if not _is_number(item):
-                raise FixtureError(where, f"expected a number, got {json_type_name(item)}")
-            return
-        if not isinstance(item, list):
-            raise FixtureError(
-                where, f"ragged nesting: expected an array of length {shape[depth]}, "
-                f"got {json_type_name(item)}"
-            )
-        if len(item) != shape[depth]:
-            raise FixtureError(
-                where, f"ragged nesting: expected length {shape[depth]}, got {len(item)}"
-            )
-        for i, child in enumerate(item):
-            walk(child, depth + 1, f"{where}[{i}]")
-
-    walk(value, 0, location)
-    return tuple(shape)
-
-
-def check_size(shape: list[int] | tuple[int, ...], location: str, max_elements: int) -> None:
-    """Refuse a shape over ``max_elements``, counting the non-empty axes of an empty one too."""
-    count = math.prod(shape)
-    if count > max_elements:
-        raise FixtureError(
-            location,
-            f"shape [{','.join(map(str, shape))}] has {count} elements, more than the limit "
-            f"{max_elements} (raise it with --max-elements)",
-        )
-    # An empty axis makes the count 0, yet work over the other axes (and NumPy's own
-    # limits) still scale with them: [10**11, 0, 3] would take hours, [0, 2**62, 3]
-    # cannot even be shaped. So the non-empty axes must fit the limit too.
-    spanned = math.prod(max(dim, 1) for dim in shape)
-    if spanned > max_elements:
-        raise FixtureError(
-            location,
-            f"shape [{','.join(map(str, shape))}] is empty, but its other axes span {spanned} "
-            f"elements, more than the limit {max_elements} (raise it with --max-elements)",
-        )
-
-
-def _to_array(values: Any, shape: tuple[int, ...], location: str) -> Array:
-    try:
-        array = np.array(values, dtype=np.float64).reshape(shape)
-    except OverflowError:
-        raise FixtureError(location, "a number is too large for binary64") from None
-    found = np.argwhere(~np.isfinite(array.reshape(-1)))
-    if found.size:
-        raise FixtureError(location, f"value at flat index {int(found[0][0])} is too large for binary64")
-    return array
-
-
-def parse_tensor(
-    value: Any, location: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-    extra_keys: tuple[str, ...] = (), base_dir: Path | None = None,
-) -> Array:
-    """A tensor from a nested list or a ``{"shape", "values"}`` object.
-
-    Large tensors may instead be ``{"npy": path}`` (relative to ``base_dir``) or
-    ``{"generate": {...}}``; see :mod:`qkvcli.sources`.
-    """
-    if isinstance(value, dict) and ("npy" in value or "generate" in value):
-        from qkvcli.sources import load_source
-
-        return load_source(value, location, base_dir, max_elements, extra_keys)
-    if isinstance(value, list):
-        shape = _nested_shape(value, location, max_elements)
-        return _to_array(value, shape, location)
-    if not isinstance(value, dict):
-        raise FixtureError(
-            location, f"expected a nested array or an object with values, got {json_type_name(value)}"
-        )
-    refuse_unknown_keys(value, TENSOR_KEYS + extra_keys, location)
-    if "values" not in value:
-        raise FixtureError(location, 'missing key "values"')
-    values = value["values"]
-    if "shape" not in value:
-        if not isinstance(values, list):
-            raise FixtureError(f"{location}.values", f"expected an array, got {json_type_name(values)}")
-        shape = _nested_shape(values, f"{location}.values", max_elements)
-        return _to_array(values, shape, f"{location}.values")
-    raw_shape = value["shape"]
-    if not isinstance(raw_shape, list):
-        raise FixtureError(f"{location}.shape", f"expected an array, got {json_type_name(raw_shape)}")
-    shape_list = []
-    for i, dim in enumerate(raw_shape):
-        if not (isinstance(dim, int) and not isinstance(dim, bool)) or dim < 0:
-            shown = json.dumps(dim) if _is_number(dim) else json_type_name(dim)
-            raise FixtureError(
-                f"{location}.shape[{i}]", f"expected a non-negative integer, got {shown}"
-            )
-        shape_list.append(dim)
-    check_size(shape_list, f"{location}.shape", max_elements)
-    if not isinstance(values, list):
-        raise FixtureError(f"{location}.values", f"expected an array, got {json_type_name(values)}")
-    count = math.prod(shape_list)
-    if len(values) != count:
-        raise FixtureError(
-            f"{location}.values",
-            f"shape [{','.join(map(str, shape_list))}] needs {count} values, got {len(values)}",
-        )
-    for i, item in enumerate(values):
-        if not _is_number(item):
-            raise FixtureError(
-                f"{location}.values[{i}]", f"expected a number, got {json_type_name(item)}"
-            )
-    return _to_array(values, tuple(shape_list), f"{location}.values")
 
 
 def _weight(

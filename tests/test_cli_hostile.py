@@ -191,9 +191,9 @@ def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 def test_huge_file_is_refused_before_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qkvcli.fixture
+    import qkvcli.jsonvalues
 
-    monkeypatch.setattr(qkvcli.fixture, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(qkvcli.jsonvalues, "MAX_FILE_BYTES", 100)
     (tmp_path / "f.json").write_bytes(json.dumps(BASE).encode())
     size = (tmp_path / "f.json").stat().st_size
     read = []
