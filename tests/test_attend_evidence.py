@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attend_evidence import _hull, build_attend_evidence
-from qkvcli.attend_fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.attention.evidence import _hull, build_attend_evidence
+from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
 
 CHECKS = ["forward", "weights", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attend_fixture import load_attend_fixture
-from qkvcli.attend_gradcheck import gradcheck_head
-from qkvcli.attention import AttentionHead, causal_mask, stable_softmax
-from qkvcli.attention_errors import BiasShapeMismatch, KeyWidthMismatch
-from qkvcli.errors import (
+from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
+from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.attention.gradcheck import gradcheck_head
+from qkvcli.attention.head import AttentionHead, causal_mask, stable_softmax
+from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
     DuplicateName,

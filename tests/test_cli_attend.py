@@ -83,9 +83,9 @@ def test_attend_rich_renders_tables_without_markup_loss(monkeypatch: pytest.Monk
 def test_attend_rich_module_is_pure() -> None:
     from rich.console import Console
 
-    from qkvcli.attend_evidence import build_attend_evidence
-    from qkvcli.attend_fixture import load_attend_fixture
-    from qkvcli.render.attend_rich import attend_renderable
+    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.render.rich.attend import attend_renderable
 
     evidence = build_attend_evidence(load_attend_fixture(example="primer"))
     texts = []

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
-from qkvcli.engine import QkvProjections
-from qkvcli.fixture import bundled_fixture_text, load_fixture
-from qkvcli.splitmix import SplitMix64
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.fixtures.fixture import bundled_fixture_text, load_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 

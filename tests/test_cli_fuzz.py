@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkvcli.cli import main
-from qkvcli.fixture import FixtureError, fixture_problems, parse_fixture
+from qkvcli.fixtures.fixture import FixtureError, fixture_problems, parse_fixture
 
 BASE: dict[str, Any] = {
     "chapter": "fuzz",

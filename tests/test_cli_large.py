@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
-from qkvcli.sources import generated_fixture_document
+from qkvcli.fixtures.sources import generated_fixture_document
 
 ANCHORS = Path("/work/shared/anchors/ch26")
 

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.evidence import build_evidence, compute_primary, same_primary_bits
-from qkvcli.fixture import load_fixture, parse_fixture
+from qkvcli.checks.evidence import build_evidence, compute_primary, same_primary_bits
+from qkvcli.fixtures.fixture import load_fixture, parse_fixture
 
 from .conftest import CHAPTER_FIXTURE
 

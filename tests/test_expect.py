@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.evidence import build_evidence
-from qkvcli.expect import (
+from qkvcli.checks.evidence import build_evidence
+from qkvcli.fixtures.expect import (
     Expectations,
     ExpectResult,
     Mismatch,
     compare_expectations,
 )
-from qkvcli.fixture import (
+from qkvcli.fixtures.fixture import (
     FixtureError,
     bundled_fixture_text,
     fixture_problems,

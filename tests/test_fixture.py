@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixture import (
+from qkvcli.fixtures.fixture import (
     DEFAULT_SEED,
     FixtureError,
     bundled_fixture_text,

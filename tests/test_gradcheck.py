@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from qkvcli.engine import QkvProjections
-from qkvcli.gradcheck import (
+from qkvcli.core.projections import QkvProjections
+from qkvcli.gradcheck.layer import (
     InvalidStep,
     InvalidTolerance,
     ZeroSamples,

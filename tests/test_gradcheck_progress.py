@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.evidence import compute_primary
-from qkvcli.fixture import load_fixture
-from qkvcli.gradcheck import check_tensor, gradcheck_layer
+from qkvcli.checks.evidence import compute_primary
+from qkvcli.fixtures.fixture import load_fixture
+from qkvcli.gradcheck.layer import check_tensor, gradcheck_layer
 
 
 def _run(samples: int | None, progress: object) -> object:

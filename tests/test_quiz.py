@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from qkvcli.fixture import load_fixture, parse_fixture
-from qkvcli.quiz import QuizError, build_questions, check_answer, parse_answers
+from qkvcli.fixtures.fixture import load_fixture, parse_fixture
+from qkvcli.learn.quiz import QuizError, build_questions, check_answer, parse_answers
 
 QUESTIONS = build_questions(load_fixture())
 CHAPTER_ANSWERS = ["[4,7,2]", "[0,3] [3,0] [3,-3]", "no", "18", "[0,2,2] and [2,0,2]", "3",

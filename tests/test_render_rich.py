@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from rich.console import Console, RenderableType
 
-from qkvcli.evidence import Evidence, build_evidence
-from qkvcli.fixture import Fixture, load_fixture
-from qkvcli.render.boxes import INPUT, KEY, QUERY, VALUE
-from qkvcli.render.numbers import fmt_float
-from qkvcli.render.rich_common import RichOptions
-from qkvcli.render.rich_view import render_rich
+from qkvcli.checks.evidence import Evidence, build_evidence
+from qkvcli.fixtures.fixture import Fixture, load_fixture
+from qkvcli.render.rich.boxes import INPUT, KEY, QUERY, VALUE
+from qkvcli.render.rich.common import RichOptions
+from qkvcli.render.rich.view import render_rich
+from qkvcli.render.text.numbers import fmt_float
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("QKV_UPDATE_GOLDEN") == "1"

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attend_fixture import parse_attend_fixture
+from qkvcli.attention.fixture import parse_attend_fixture
 from qkvcli.cli import main
-from qkvcli.errors import BRANCHES
-from qkvcli.expect import EXPECT_KEYS
-from qkvcli.fixture import (
+from qkvcli.core.errors import BRANCHES
+from qkvcli.fixtures.expect import EXPECT_KEYS
+from qkvcli.fixtures.fixture import (
     GRADCHECK_KEYS,
     SCHEMA_NAME,
     TENSOR_KEYS,
@@ -35,7 +35,7 @@ from qkvcli.fixture import (
     parse_fixture,
     parse_json_text,
 )
-from qkvcli.layouts import PACKED_KEYS, WEIGHT_OBJECT_KEYS
+from qkvcli.fixtures.layouts import PACKED_KEYS, WEIGHT_OBJECT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())

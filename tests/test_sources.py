@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.fixture import FixtureError, load_fixture, parse_fixture
-from qkvcli.sources import (
+from qkvcli.core.splitmix import SplitMix64, xavier_uniform
+from qkvcli.fixtures.fixture import FixtureError, load_fixture, parse_fixture
+from qkvcli.fixtures.sources import (
     generate_tensor,
     generated_fixture_document,
     load_npy,
     npy_fixture_document,
     write_npy_atomic,
 )
-from qkvcli.splitmix import SplitMix64, xavier_uniform
 
 
 def _chapter_like(tensor_value):
@@ -171,7 +171,7 @@ def test_scaled_uniform_equals_xavier_initialization():
 
 def test_generation_does_not_depend_on_block_size(monkeypatch):
     whole = generate_tensor(3, (50,), "normal")
-    monkeypatch.setattr("qkvcli.sources.GENERATE_BLOCK", 7)
+    monkeypatch.setattr("qkvcli.fixtures.sources.GENERATE_BLOCK", 7)
     assert np.array_equal(generate_tensor(3, (50,), "normal"), whole)
     assert np.array_equal(generate_tensor(3, (50,)), generate_tensor(3, (50,)))
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from qkvcli.splitmix import SplitMix64
-from qkvcli.variance import dot_variance, standard_normals, widths
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.learn.variance import dot_variance, standard_normals, widths
 
 SAMPLES = 2000
 RESULT = dot_variance(widths(4, 512), SAMPLES, seed=26)
@@ -32,7 +32,7 @@ def test_normals_are_deterministic_and_standard() -> None:
 
 @pytest.mark.parametrize("row", RESULT.rows, ids=lambda r: f"d{r.d_k}")
 def test_variance_tracks_d_k_within_five_standard_errors(row: object) -> None:
-    from qkvcli.variance import VarianceRow
+    from qkvcli.learn.variance import VarianceRow
 
     assert isinstance(row, VarianceRow)
     # std_error = sqrt((2 + 6/d)/n): the spread of the estimated ratio for Gaussian q, k

@@ -90,7 +90,7 @@ def run_one(
     samples: int | None, mode: str | None = None, directions: int | None = None,
 ) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
-    from qkvcli.evidence import build_evidence
+    from qkvcli.checks.evidence import build_evidence
 
     label = label_of(path)
     try:

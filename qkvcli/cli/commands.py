@@ -32,25 +32,25 @@ if TYPE_CHECKING:
 
     from rich.console import RenderableType
 
-    from qkvcli.render.rich_common import RichOptions
+    from qkvcli.render.rich.common import RichOptions
 
 REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
 GRADCHECK_FORMATS = ("text", "json", "rich", "auto")
 
 
 def _render(evidence: object, fmt: str) -> str:
-    from qkvcli.evidence import Evidence
+    from qkvcli.checks.evidence import Evidence
 
     assert isinstance(evidence, Evidence)
     if fmt == "trace":
-        from qkvcli.render.trace import render_trace
+        from qkvcli.render.text.trace import render_trace
 
         return render_trace(evidence)
     if fmt == "json":
-        from qkvcli.render.json import render_json
+        from qkvcli.render.json.evidence import render_json
 
         return render_json(evidence)
-    from qkvcli.render.text import render_text
+    from qkvcli.render.text.report import render_text
 
     return render_text(evidence)
 
@@ -61,7 +61,7 @@ def _evidence_command(
     view: ViewSettings, golden: Path | None = None,
     mode: str | None = None, directions: int | None = None,
 ) -> None:
-    from qkvcli.evidence import build_evidence
+    from qkvcli.checks.evidence import build_evidence
 
     if view.exports:
         from qkvcli.cli.console import check_export_paths
@@ -80,7 +80,7 @@ def _evidence_command(
     evidence = build_evidence(loaded)
 
     def figure(options: RichOptions) -> RenderableType:
-        from qkvcli.render.rich_view import render_rich
+        from qkvcli.render.rich.view import render_rich
 
         return render_rich(evidence, options)
 
@@ -215,7 +215,7 @@ def gradcheck(
         gradcheck_progress,
         show_rich,
     )
-    from qkvcli.gradcheck import gradcheck_layer
+    from qkvcli.gradcheck.layer import gradcheck_layer
 
     check_export_paths(view, output, fixture)
     fmt = resolve_format(fmt, output)
@@ -228,13 +228,13 @@ def gradcheck(
     with reporter or contextlib.nullcontext():
         result = gradcheck_layer(
             loaded.layer, loaded.input, loaded.upstream,
-            (grads.input, grads.query, grads.key, grads.value),
+            (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value),
             loaded.step, loaded.tolerance, loaded.samples, progress=reporter,
             mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,
         )
 
     def table(options: RichOptions) -> RenderableType:
-        from qkvcli.render.rich_gradcheck import render_gradcheck_rich
+        from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 
         return render_gradcheck_rich(result, options)
 
@@ -242,11 +242,11 @@ def gradcheck(
         show_rich(table, view, output, fixture, 9, "qkv gradcheck")
     else:
         if fmt == "json":
-            from qkvcli.render.json import dumps, gradcheck_json
+            from qkvcli.render.json.evidence import dumps, gradcheck_json
 
             text = dumps(gradcheck_json(result))
         else:
-            from qkvcli.render.gradcheck import render_gradcheck_text
+            from qkvcli.render.text.gradcheck import render_gradcheck_text
 
             text = render_gradcheck_text(result)
         write_output(text, output, protect=fixture)

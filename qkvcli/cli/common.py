@@ -17,7 +17,7 @@ import click
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.fixture import Fixture
+    from qkvcli.fixtures.fixture import Fixture
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,7 +76,7 @@ class QkvGroup(click.Group):
         except RecursionError:
             raise InputError("input is nested too deeply") from None
         except Exception as error:
-            from qkvcli.errors import QkvError
+            from qkvcli.core.errors import QkvError
 
             if isinstance(error, QkvError):
                 raise InputError(str(error)) from None
@@ -101,7 +101,7 @@ def label_of(path: Path | None) -> str:
 
 def load(path: Path | None, max_elements: int) -> Fixture:
     """Load a fixture, or raise :class:`InputError` naming the file and JSON location."""
-    from qkvcli.fixture import FixtureError, load_fixture
+    from qkvcli.fixtures.fixture import FixtureError, load_fixture
 
     label = label_of(path)
     if path is not None:
@@ -241,7 +241,7 @@ def output_option(func: F) -> F:
 
 
 def max_elements_option(func: F) -> F:
-    from qkvcli.fixture import DEFAULT_MAX_ELEMENTS
+    from qkvcli.fixtures.fixture import DEFAULT_MAX_ELEMENTS
 
     return click.option(
         "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
@@ -249,7 +249,7 @@ def max_elements_option(func: F) -> F:
     )(func)
 
 
-GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.MODES
+GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.layer.MODES
 
 
 def gradcheck_mode_options(func: F) -> F:

@@ -23,7 +23,7 @@ from qkvcli.cli.common import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.attend_fixture import AttendFixture
+    from qkvcli.attention.fixture import AttendFixture
 
 FORMATS = ("text", "json", "rich")
 RICH_FILE_WIDTH = 100
@@ -50,8 +50,8 @@ def _emit_rich(renderable: Any, output: Path | None, protect: Path | None) -> No
 
 
 def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFixture:
-    from qkvcli.attend_fixture import EXAMPLES, load_attend_fixture
-    from qkvcli.fixture import FixtureError
+    from qkvcli.attention.fixture import EXAMPLES, load_attend_fixture
+    from qkvcli.fixtures.fixture import FixtureError
 
     label = f"<bundled {EXAMPLES[example]}>" if path is None else str(path)
     if path is not None:
@@ -93,7 +93,7 @@ def attend(
     "value_width": "independent". Exit status: 0 all checks passed, 1 a check failed,
     2 bad input.
     """
-    from qkvcli.attend_evidence import build_attend_evidence
+    from qkvcli.attention.evidence import build_attend_evidence
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
@@ -106,15 +106,15 @@ def attend(
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
     evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
-        from qkvcli.render.attend_rich import attend_renderable
+        from qkvcli.render.rich.attend import attend_renderable
 
         _emit_rich(attend_renderable(evidence), output, fixture)
     elif fmt == "json":
-        from qkvcli.render.attend_json import render_attend_json
+        from qkvcli.render.json.attend import render_attend_json
 
         write_output(render_attend_json(evidence), output, protect=fixture)
     else:
-        from qkvcli.render.attend_text import render_attend_text
+        from qkvcli.render.text.attend import render_attend_text
 
         write_output(render_attend_text(evidence), output, protect=fixture)
     if not evidence.passed:
@@ -142,8 +142,8 @@ def variance(
     For unit-variance q and k, var(q.k) is about d_k and var(q.k / sqrt(d_k)) about 1.
     Deterministic: the same seed gives the same table.
     """
-    from qkvcli.fixture import DEFAULT_MAX_ELEMENTS
-    from qkvcli.variance import dot_variance, widths
+    from qkvcli.fixtures.fixture import DEFAULT_MAX_ELEMENTS
+    from qkvcli.learn.variance import dot_variance, widths
 
     if maximum < minimum:
         raise InputError(f"--max {maximum} is smaller than --min {minimum}")
@@ -152,11 +152,11 @@ def variance(
                          f"{DEFAULT_MAX_ELEMENTS} normals per tensor; lower one of them")
     result = dot_variance(widths(minimum, maximum), samples, seed)
     if fmt == "rich":
-        from qkvcli.render.variance_rich import variance_renderable
+        from qkvcli.render.rich.variance import variance_renderable
 
         _emit_rich(variance_renderable(result), output, None)
         return
-    from qkvcli.render.variance_view import render_variance_json, render_variance_text
+    from qkvcli.render.text.variance import render_variance_json, render_variance_text
 
     text = render_variance_json(result) if fmt == "json" else render_variance_text(result)
     write_output(text, output)
@@ -174,7 +174,7 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
     Each answer is checked against values computed from FIXTURE (default: the chapter
     fixture); the explanation follows. Exit status: 0 all right, 1 otherwise, 2 bad input.
     """
-    from qkvcli.quiz import QuizError, build_questions, check_answer, parse_answers
+    from qkvcli.learn.quiz import QuizError, build_questions, check_answer, parse_answers
 
     try:
         questions = build_questions(load(fixture, max_elements))

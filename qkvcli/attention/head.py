@@ -1,0 +1,310 @@
+"""One attention head on top of the projections, forward and reverse (no I/O).
+
+Forward, for ``X [B,T,d_model]``::
+
+    Q = X W_Q + b_Q    K = X W_K + b_K    V = X W_V + b_V      [B,T,d_k] [B,T,d_k] [B,T,d_v]
+    S = Q K^T                                                   [B,T,T] raw scores
+    Z = S / sqrt(d_k)  (-inf above the diagonal when causal)    scaled scores
+    A = softmax(Z) over the last axis (row max subtracted)      weights, rows sum to 1
+    O = A V                                                     [B,T,d_v] output
+
+Reverse for an upstream ``dO``: ``dA = dO V^T``, ``dV = A^T dO``,
+``dZ = A * (dA - rowsum(dA * A))``, ``dS = dZ / sqrt(d_k)``, ``dQ = dS K``,
+``dK = dS^T Q``; then each projection as in the chapter, ``dX`` summing three paths and
+``db = sum over batch and tokens of dY``.
+
+Widths: query and key always share ``d_k`` (the dot product needs it). The value width
+``d_v`` must equal it too, the chapter's rule, unless the head is built with
+``independent_value_width=True``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+# The head's own construction errors, beyond the chapter's.
+from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
+from qkvcli.core.errors import (
+    BRANCHES,
+    BranchInputWidthMismatch,
+    BranchOutputWidthMismatch,
+    DuplicateName,
+    InputRank,
+    InputWidthMismatch,
+    ProjectionError,
+    QkvError,
+    WeightRank,
+    ZeroInputWidth,
+    ZeroOutputWidth,
+    format_shape,
+)
+from qkvcli.core.projections import DEFAULT_NAMES, Array, ArrayLike, check_finite, validate_name
+
+# What the head adds to the chapter's projections, in order (the quiz's last answer).
+STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")
+
+Biases = tuple[Array | None, Array | None, Array | None]
+
+
+class AttentionForward(NamedTuple):
+    """Every intermediate of one forward pass, in the order they are computed."""
+
+    query: Array
+    key: Array
+    value: Array
+    scores: Array
+    scaled_scores: Array
+    weights: Array
+    output: Array
+
+
+class AttentionGradients(NamedTuple):
+    """The reverse pass: intermediates from the output back to the input and parameters."""
+
+    weights: Array
+    scaled_scores: Array
+    scores: Array
+    query: Array
+    key: Array
+    value: Array
+    input: Array
+    query_weight: Array
+    key_weight: Array
+    value_weight: Array
+    query_bias: Array | None
+    key_bias: Array | None
+    value_bias: Array | None
+
+
+def _readonly(values: ArrayLike) -> Array:
+    array = np.array(values, dtype=np.float64, copy=True, order="C")
+    array.flags.writeable = False
+    return array
+
+
+def stable_softmax(z: Array) -> Array:
+    """Softmax over the last axis with the row maximum subtracted first.
+
+    ``-inf`` entries get weight exactly 0. Each row needs one finite entry (a causal
+    row always has its diagonal); empty axes give empty results.
+    """
+    if z.size == 0:
+        return np.zeros(z.shape)
+    shifted = z - np.max(z, axis=-1, keepdims=True)  # largest entry becomes 0: exp <= 1
+    exps = np.exp(shifted)
+    result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
+    return result
+
+
+def causal_mask(tokens: int) -> Array:
+    """``True`` above the diagonal: key positions after the query position."""
+    return np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
+
+
+class AttentionHead:
+    """Three projections (optional biases) and one scaled dot-product attention head.
+
+    Build one with :meth:`from_arrays`; instances are immutable.
+    """
+
+    __slots__ = ("_biases", "_independent", "_names", "_weights")
+
+    def __init__(
+        self, weights: tuple[Array, Array, Array], biases: Biases, names: tuple[str, str, str],
+        independent: bool,
+    ) -> None:
+        # Private: from_arrays validates first.
+        self._weights = weights
+        self._biases = biases
+        self._names = names
+        self._independent = independent
+
+    @classmethod
+    def from_arrays(
+        cls,
+        w_query: ArrayLike,
+        w_key: ArrayLike,
+        w_value: ArrayLike,
+        biases: Sequence[ArrayLike | None] = (None, None, None),
+        names: Sequence[str] | None = None,
+        independent_value_width: bool = False,
+    ) -> AttentionHead:
+        """Validate and build a head from ``[d_model, d_out]`` weights and optional biases.
+
+        Order (first failure wins): per branch its name, finite weight, finite bias; per
+        branch rank and non-zero widths (``"<branch> projection: ..."``); equal model
+        widths; head widths (all equal, the chapter's error, or with an independent value
+        width only query = key); bias shapes; unique names. Raises a ``QkvError``.
+        """
+        names = tuple(DEFAULT_NAMES if names is None else names)
+        if len(names) != 3 or len(biases) != 3:
+            raise ValueError("expected three names and three biases")
+        weights = tuple(_readonly(w) for w in (w_query, w_key, w_value))
+        bias_arrays = tuple(None if b is None else _readonly(b) for b in biases)
+        for name, weight, bias in zip(names, weights, bias_arrays, strict=True):
+            validate_name(name)
+            check_finite(weight, "parameter")
+            if bias is not None:
+                check_finite(bias, "parameter")
+        for branch, weight in zip(BRANCHES, weights, strict=True):
+            cause: QkvError | None = None
+            if weight.ndim != 2:
+                cause = WeightRank(weight.ndim)
+            elif weight.shape[0] == 0:
+                cause = ZeroInputWidth()
+            elif weight.shape[1] == 0:
+                cause = ZeroOutputWidth()
+            if cause is not None:
+                raise ProjectionError(branch, cause)
+        model = tuple(int(w.shape[0]) for w in weights)
+        if len(set(model)) != 1:
+            raise BranchInputWidthMismatch(*model)
+        head = tuple(int(w.shape[1]) for w in weights)
+        if not independent_value_width and len(set(head)) != 1:
+            raise BranchOutputWidthMismatch(*head)
+        if head[0] != head[1]:
+            raise KeyWidthMismatch(head[0], head[1])
+        for branch, width, bias in zip(BRANCHES, head, bias_arrays, strict=True):
+            if bias is not None and bias.shape != (width,):
+                raise BiasShapeMismatch(branch, width, tuple(bias.shape))
+        for repeated, name in enumerate(names):
+            if name in names[:repeated]:
+                raise DuplicateName(name, names.index(name), repeated)
+        return cls(
+            (weights[0], weights[1], weights[2]),
+            (bias_arrays[0], bias_arrays[1], bias_arrays[2]),
+            (names[0], names[1], names[2]),
+            independent_value_width,
+        )
+
+    # --- properties ---------------------------------------------------------------------
+
+    @property
+    def weights(self) -> tuple[Array, Array, Array]:
+        return self._weights
+
+    @property
+    def biases(self) -> Biases:
+        return self._biases
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        return self._names
+
+    @property
+    def independent_value_width(self) -> bool:
+        return self._independent
+
+    @property
+    def d_model(self) -> int:
+        return int(self._weights[0].shape[0])
+
+    @property
+    def d_k(self) -> int:
+        return int(self._weights[0].shape[1])
+
+    @property
+    def d_v(self) -> int:
+        return int(self._weights[2].shape[1])
+
+    @property
+    def parameter_count(self) -> int:
+        """Weights plus biases: ``d_model (2 d_k + d_v)`` and each bias's width."""
+        total = sum(int(w.size) for w in self._weights)
+        return total + sum(int(b.size) for b in self._biases if b is not None)
+
+    def with_parameters(
+        self, weights: Sequence[Array], biases: Sequence[Array | None]
+    ) -> AttentionHead:
+        """The same head with other parameter values, unvalidated (probes that keep shapes)."""
+        return AttentionHead(
+            (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
+            self._names, self._independent,
+        )
+
+    # --- computation --------------------------------------------------------------------
+
+    def check_input(self, x: ArrayLike) -> Array:
+        """Validate ``x`` (rank three, final width ``d_model``, finite); return it as float64."""
+        array = np.asarray(x, dtype=np.float64)
+        if array.ndim != 3:
+            raise InputRank(array.ndim)
+        if array.shape[2] != self.d_model:
+            raise InputWidthMismatch(self.d_model, int(array.shape[2]))
+        check_finite(array, "input")
+        return array
+
+    def forward(self, x: ArrayLike, causal: bool = False) -> AttentionForward:
+        """Project, score, scale, (mask,) softmax and mix. Raises the input errors."""
+        x = self.check_input(x)
+        # Overflow is reported by the evidence (a non-finite tensor fails "forward"), not as
+        # numpy warnings on stderr.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._forward(x, causal)
+
+    def _forward(self, x: Array, causal: bool) -> AttentionForward:
+        projected = []
+        for weight, bias in zip(self._weights, self._biases, strict=True):
+            y = x @ weight  # [B,T,d_model] @ [d_model,d_out] -> [B,T,d_out]
+            projected.append(y if bias is None else y + bias)
+        q, k, v = projected
+        scores = q @ np.swapaxes(k, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+        scaled = scores / math.sqrt(self.d_k)
+        if causal:
+            scaled = np.where(causal_mask(x.shape[1]), -np.inf, scaled)
+        weights = stable_softmax(scaled)
+        output = weights @ v  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
+        return AttentionForward(q, k, v, scores, scaled, weights, output)
+
+    def backward(self, x: ArrayLike, forward: AttentionForward, grad_output: ArrayLike) -> (
+        AttentionGradients
+    ):
+        """Reverse pass for ``dO`` (``[B,T,d_v]``) through the mixture, softmax, scores and
+        projections. Raises the input errors or ``ValueError`` for a misshapen ``dO``."""
+        x = self.check_input(x)
+        batch, tokens = x.shape[:2]
+        d_out = np.asarray(grad_output, dtype=np.float64)
+        if d_out.shape != (batch, tokens, self.d_v):
+            raise ValueError(
+                f"output gradient must have shape {format_shape((batch, tokens, self.d_v))}, "
+                f"got {format_shape(d_out.shape)}"
+            )
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._backward(x, forward, d_out)
+
+    def _backward(self, x: Array, forward: AttentionForward, d_out: Array) -> AttentionGradients:
+        batch, tokens, d_model = x.shape
+        a = forward.weights
+        d_weights = d_out @ np.swapaxes(forward.value, -1, -2)  # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
+        d_value = np.swapaxes(a, -1, -2) @ d_out  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
+        # softmax reverse: dZ_ij = A_ij (dA_ij - sum_l dA_il A_il); masked A_ij = 0 gives dZ_ij = 0
+        d_scaled = a * (d_weights - np.sum(d_weights * a, axis=-1, keepdims=True))
+        d_scores = d_scaled / math.sqrt(self.d_k)
+        d_query = d_scores @ forward.key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
+        d_key = np.swapaxes(d_scores, -1, -2) @ forward.query  # [B,T,T]^T @ [B,T,d_k]
+        rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d_model]
+        d_input = np.zeros_like(x)
+        weight_grads = []
+        bias_grads: list[Array | None] = []
+        for weight, bias, grad in zip(
+            self._weights, self._biases, (d_query, d_key, d_value), strict=True
+        ):
+            d_input += grad @ weight.T  # [B,T,d_out] @ [d_out,d_model] -> [B,T,d_model]
+            flat = grad.reshape(batch * tokens, weight.shape[1])
+            weight_grads.append(rows.T @ flat)  # [d_model,BT] @ [BT,d_out] -> [d_model,d_out]
+            bias_grads.append(None if bias is None else flat.sum(axis=0))
+        return AttentionGradients(
+            d_weights, d_scaled, d_scores, d_query, d_key, d_value, d_input,
+            weight_grads[0], weight_grads[1], weight_grads[2],
+            bias_grads[0], bias_grads[1], bias_grads[2],
+        )
+
+
+def output_loss(forward: AttentionForward, upstream: Array) -> float:
+    """``L = <O, U>``: the scalar whose gradient :meth:`AttentionHead.backward` gives."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sum(forward.output * upstream))
