@@ -31,14 +31,15 @@ __all__ = [
 if TYPE_CHECKING:
     from qkvcli.checks.evidence import build_evidence
     from qkvcli.core.errors import QkvError
-    from qkvcli.core.projections import QkvForward, QkvGradients, QkvProjections
+    from qkvcli.core.outputs import QkvForward, QkvGradients
+    from qkvcli.core.projections import QkvProjections
     from qkvcli.core.splitmix import SplitMix64
     from qkvcli.fixtures.fixture import Fixture, load_fixture
 
 _LAZY = {
     "QkvProjections": "qkvcli.core.projections",
-    "QkvForward": "qkvcli.core.projections",
-    "QkvGradients": "qkvcli.core.projections",
+    "QkvForward": "qkvcli.core.outputs",
+    "QkvGradients": "qkvcli.core.outputs",
     "QkvError": "qkvcli.core.errors",
     "SplitMix64": "qkvcli.core.splitmix",
     "Fixture": "qkvcli.fixtures.fixture",

@@ -22,7 +22,9 @@ from qkvcli.core.errors import (
     ZeroInputWidth,
     ZeroOutputWidth,
 )
-from qkvcli.core.projections import DEFAULT_NAMES, QkvProjections, weighted_loss
+from qkvcli.core.names import DEFAULT_NAMES
+from qkvcli.core.outputs import weighted_loss
+from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 
 WQ = [[1, 0], [0, 1], [1, -1]]

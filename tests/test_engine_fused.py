@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from qkvcli.core.arrays import all_finite, check_finite
 from qkvcli.core.errors import GradientShapeMismatch, InputRank, InputWidthMismatch, NonFiniteValue
-from qkvcli.core.projections import QkvProjections, all_finite, check_finite
+from qkvcli.core.projections import QkvProjections
 
 EPS = np.finfo(np.float64).eps
 

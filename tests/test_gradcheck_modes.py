@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from qkvcli.core.projections import QkvProjections, weighted_loss
+from qkvcli.core.outputs import weighted_loss
+from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.layer import (
     AUTO_FULL_LIMIT,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from qkvcli.attention.fixture import parse_attend_fixture
 from qkvcli.cli import main
-from qkvcli.core.errors import BRANCHES
+from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.fixtures.expect import EXPECT_KEYS
 from qkvcli.fixtures.fixture import (
     GRADCHECK_KEYS,

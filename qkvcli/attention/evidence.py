@@ -17,7 +17,7 @@ from qkvcli.attention.fixture import AttendFixture
 from qkvcli.attention.gradcheck import gradcheck_head
 from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead, output_loss
 from qkvcli.checks.evidence import Check
-from qkvcli.core.projections import Array
+from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.layer import GradcheckResult
 
 EPSILON = float(np.finfo(np.float64).eps)

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from qkvcli.attention.head import AttentionHead
-from qkvcli.core.errors import BRANCHES, DuplicateName, ProjectionError, QkvError
-from qkvcli.core.projections import Array, validate_name
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
+from qkvcli.core.names import validate_name
 from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.fixtures.fixture import (
     DEFAULT_MAX_ELEMENTS,
     DEFAULT_SEED,
@@ -67,7 +69,7 @@ def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
 
 
 def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
-    from qkvcli.core.projections import DEFAULT_NAMES
+    from qkvcli.core.names import DEFAULT_NAMES
 
     names = []
     for index, branch in enumerate(canonical.branches):

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.attention.head import AttentionGradients, AttentionHead, output_loss
-from qkvcli.core.errors import BRANCHES
-from qkvcli.core.projections import Array
+from qkvcli.core.arrays import Array
+from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.gradcheck.layer import (
     CoordinateCheck,
     GradcheckResult,

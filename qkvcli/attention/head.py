@@ -28,8 +28,8 @@ import numpy as np
 
 # The head's own construction errors, beyond the chapter's.
 from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
+from qkvcli.core.arrays import Array, ArrayLike, check_finite
 from qkvcli.core.errors import (
-    BRANCHES,
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
     DuplicateName,
@@ -42,7 +42,8 @@ from qkvcli.core.errors import (
     ZeroOutputWidth,
     format_shape,
 )
-from qkvcli.core.projections import DEFAULT_NAMES, Array, ArrayLike, check_finite, validate_name
+from qkvcli.core.names import DEFAULT_NAMES, validate_name
+from qkvcli.core.vocabulary import BRANCHES
 
 # What the head adds to the chapter's projections, in order (the quiz's last answer).
 STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")

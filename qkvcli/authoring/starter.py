@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.core.errors import BRANCHES
-from qkvcli.core.projections import Array, QkvProjections
+from qkvcli.core.arrays import Array
+from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import MASK64, SplitMix64
+from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.fixtures.fixture import DEFAULT_STEP, DEFAULT_TOLERANCE
 
 # Fixed, documented constants: changing them would change every starter fixture's input.

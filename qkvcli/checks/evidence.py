@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from qkvcli.core.arrays import Array
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
@@ -22,7 +23,8 @@ from qkvcli.core.errors import (
     QkvError,
     ZeroOutputWidth,
 )
-from qkvcli.core.projections import Array, QkvProjections, weighted_loss
+from qkvcli.core.outputs import weighted_loss
+from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.fixtures.fixture import Fixture

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 
-BRANCHES: tuple[str, str, str] = ("query", "key", "value")
-
 
 def format_float_debug(value: float) -> str:
     """Format a float the way the reference's debug formatting prints it.

@@ -19,145 +19,31 @@ integer values) at about half the cost of doing them one branch at a time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkvcli.core.arrays import Array, ArrayLike, all_finite, check_finite
 from qkvcli.core.errors import (
-    BRANCHES,
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
     DuplicateName,
-    EmptyName,
-    EmptyNameSegment,
     GradientShapeMismatch,
     InputRank,
     InputWidthMismatch,
-    InvalidNameCharacter,
-    NonFiniteValue,
     ProjectionError,
     QkvError,
-    WeightRank,
-    ZeroInputWidth,
-    ZeroOutputWidth,
 )
+from qkvcli.core.names import DEFAULT_NAMES, DEFAULT_PREFIX, validate_name
+from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
+from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.weights import check_branch, pack, rows_nonzero
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    Array = npt.NDArray[np.float64]
-    ArrayLike = npt.ArrayLike
-else:
-    # numpy.typing costs ~1.5 ms to import; at run time these names only need to exist.
-    Array = np.ndarray
-    ArrayLike = object
-
-DEFAULT_PREFIX = "decoder.block.0.attention"
-DEFAULT_NAMES: tuple[str, str, str] = tuple(  # type: ignore[assignment]
-    f"{DEFAULT_PREFIX}.{branch}.weight" for branch in BRANCHES
-)
-
-
-class QkvForward(NamedTuple):
-    """The three projected views of the same batch and token positions."""
-
-    query: Array
-    key: Array
-    value: Array
-
-
-class QkvGradients(NamedTuple):
-    """Reverse-mode gradients: the shared input's and each branch's own weight gradient.
-
-    Named as everywhere in qkv (see ARCHITECTURE.md): ``grad_input`` is dL/dX, and
-    ``grad_w_query`` is dL/dW_Q, never to be confused with the output ``query`` (Q) or
-    the upstream ``grad_query`` (dL/dQ).
-    """
-
-    grad_input: Array
-    grad_w_query: Array
-    grad_w_key: Array
-    grad_w_value: Array
-
-
-def validate_name(name: str) -> None:
-    """Reject names outside lowercase ASCII, digits, ``_`` and non-empty dot segments."""
-    if not name:
-        raise EmptyName()
-    previous_was_dot = True
-    encoded = name.encode("utf-8")
-    for index, byte in enumerate(encoded):
-        if byte == 0x2E:  # "."
-            if previous_was_dot:
-                raise EmptyNameSegment(index)
-            previous_was_dot = True
-            continue
-        if not (0x61 <= byte <= 0x7A or 0x30 <= byte <= 0x39 or byte == 0x5F):
-            raise InvalidNameCharacter(index, byte)
-        previous_was_dot = False
-    if previous_was_dot:
-        raise EmptyNameSegment(len(encoded))
-
-
-def first_non_finite(values: Array) -> tuple[int, float] | None:
-    """The flat index and value of the first NaN or infinity, or ``None``."""
-    finite = np.isfinite(values)
-    if finite.all():
-        return None
-    index = int(np.argmin(finite.reshape(-1)))
-    return index, float(values.reshape(-1)[index])
-
-
-SMALL = 4096  # elements below which the plain isfinite check is the cheaper one
-
-
-def all_finite(values: Array) -> bool:
-    """Whether every entry of ``values`` is finite, in one allocation-free pass when it is.
-
-    A sum is finite only if every term is (an infinity or NaN cannot be cancelled back
-    to a finite value), so a finite sum proves the array finite without the
-    array-sized boolean temporary of ``np.isfinite``; only an overflowing sum or a
-    genuinely non-finite array pays for the exact check.
-    """
-    if values.size <= SMALL:
-        # Small arrays: the temporary is tiny, and errstate would cost more than it saves.
-        return bool(np.isfinite(values).all())
-    with np.errstate(all="ignore"):
-        total = np.add.reduce(values, axis=None)
-    if math.isfinite(total):
-        return True
-    return bool(np.isfinite(values).all())
-
-
-def check_finite(values: Array, operation: str) -> None:
-    """Raise :class:`NonFiniteValue` naming the first non-finite entry of ``values``."""
-    if all_finite(values):
-        return
-    found = first_non_finite(values)
-    if found is not None:
-        raise NonFiniteValue(operation, found[0], found[1])
-
-
-def _pack(weights: Sequence[Array], dtype: npt.DTypeLike = np.float64) -> Array:
-    """``[W_Q|W_K|W_V]`` as one read-only C-contiguous ``[d_model, 3*d_head]`` matrix."""
-    d_model, d_head = weights[0].shape
-    packed = np.empty((d_model, 3 * d_head), dtype=dtype)
-    for index, weight in enumerate(weights):
-        packed[:, index * d_head:(index + 1) * d_head] = weight
-    packed.flags.writeable = False
-    return packed
-
-
-def _check_branch(weight: Array) -> None:
-    if weight.ndim != 2:
-        raise WeightRank(weight.ndim)
-    if weight.shape[0] == 0:
-        raise ZeroInputWidth()
-    if weight.shape[1] == 0:
-        raise ZeroOutputWidth()
 
 
 class QkvProjections:
@@ -181,13 +67,13 @@ class QkvProjections:
         # Private: use from_arrays or from_seed, which validate first.
         self._d_model = int(weights[0].shape[0])
         self._d_head = int(weights[0].shape[1])
-        self._packed = _pack(weights, dtype)
+        self._packed = pack(weights, dtype)
         h = self._d_head
         self._weights: tuple[Array, Array, Array] = (
             self._packed[:, :h], self._packed[:, h:2 * h], self._packed[:, 2 * h:]
         )
         self._names = names
-        self._rows_nonzero = _rows_nonzero(self._packed)
+        self._rows_nonzero = rows_nonzero(self._packed)
 
     # --- construction -------------------------------------------------------------------
 
@@ -222,7 +108,7 @@ class QkvProjections:
             check_finite(array, "parameter")
         for branch, array in zip(BRANCHES, arrays, strict=True):
             try:
-                _check_branch(array)
+                check_branch(array)
             except QkvError as error:
                 raise ProjectionError(branch, error) from None
         query, key, value = arrays
@@ -412,26 +298,8 @@ class QkvProjections:
         # Proof by output, as in forward: a non-finite x[r,i] reaches every dW[i,j] whose
         # upstream entry in row r is non-zero, so a finite dW proves x finite when no
         # upstream row is all zero.
-        if by_output and not (all_finite(grad_packed) and _rows_nonzero(joined)):
+        if by_output and not (all_finite(grad_packed) and rows_nonzero(joined)):
             check_finite(x, "input")
         return QkvGradients(
             grad_input, grad_packed[:, :h], grad_packed[:, h:2 * h], grad_packed[:, 2 * h:]
         )
-
-
-def _rows_nonzero(matrix: Array) -> bool:
-    """Whether every row of a 2-D array has a non-zero entry (vacuously true when empty)."""
-    if matrix.shape[0] == 0:
-        return True
-    if matrix.all():  # no zero at all: the usual dense case, one pass and no temporary
-        return True
-    return bool(np.any(matrix != 0, axis=1).all())
-
-
-def weighted_loss(outputs: QkvForward, upstream: tuple[Array, Array, Array]) -> float:
-    """``L = <Q,U_Q> + <K,U_K> + <V,U_V>``: the scalar whose gradient ``backward`` gives."""
-    total = 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for out, up in zip(outputs, upstream, strict=True):
-            total += float(np.sum(out * up))
-    return total

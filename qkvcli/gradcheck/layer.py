@@ -38,8 +38,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from qkvcli.core.arrays import Array
 from qkvcli.core.errors import QkvError, format_float_debug
-from qkvcli.core.projections import Array, QkvProjections
+from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.probes import StackedObjective

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkvcli.core.projections import Array, QkvProjections
+from qkvcli.core.arrays import Array
+from qkvcli.core.projections import QkvProjections
 
 
 class StackedObjective:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkvcli.core.projections import Array
+from qkvcli.core.arrays import Array
 from qkvcli.core.splitmix import SplitMix64
 
 DEFAULT_MIN = 4

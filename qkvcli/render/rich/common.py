@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from qkvcli.core.projections import Array
+from qkvcli.core.arrays import Array
 from qkvcli.render.rich.boxes import CARD
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
