@@ -1,20 +1,13 @@
 """The Q/K/V projection engine: three independent bias-free ``[d_model, d_head]`` weights.
 
-Forward: ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` over the final axis of a rank-3
-``[batch, tokens, d_model]`` input. Reverse: the shared input accumulates all three
-paths, ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T``, while each weight keeps its own
-gradient ``dW = X_(BT)^T dY_(BT)``.
+Forward ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V``; reverse ``dX = dQ W_Q^T + dK W_K^T +
+dV W_V^T`` (the shared input sums three paths) and ``dW = X_(BT)^T dY_(BT)`` per branch.
+Validation precedes any output, in a declared order; the first failing check wins.
 
-Validation happens before any output is produced, in a declared order (see
-:meth:`QkvProjections.from_arrays` and :meth:`QkvProjections.forward`); the first
-failing check wins.
-
-Speed: the three weights live side by side in one C-contiguous ``[d_model, 3*d_head]``
-matrix ``[W_Q|W_K|W_V]`` and the public weights are column views of it, so the forward
-pass is one GEMM whose ``[.., 3*d_head]`` result is split into Q, K, V *views*, and the
-reverse pass is two GEMMs over the concatenated upstream ``[dQ|dK|dV]``. This computes
-the same sums as three separate products (equal to rounding; exactly equal for small
-integer values) at about half the cost of doing them one branch at a time.
+Speed: the weights are column views of one C-contiguous ``[d_model, 3*d_head]`` matrix
+``[W_Q|W_K|W_V]``, so forward is one GEMM split into Q, K, V views and reverse is two
+GEMMs over ``[dQ|dK|dV]``: the same sums as three products (equal to rounding) at about
+half the cost.
 """
 
 from __future__ import annotations
