@@ -18,7 +18,7 @@ from qkvcli.attention.gradcheck import gradcheck_head
 from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead, output_loss
 from qkvcli.checks.evidence import Check
 from qkvcli.core.arrays import Array
-from qkvcli.gradcheck.layer import GradcheckResult
+from qkvcli.gradcheck.records import GradcheckResult
 
 EPSILON = float(np.finfo(np.float64).eps)
 

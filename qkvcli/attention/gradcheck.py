@@ -1,7 +1,7 @@
 """Central-difference check of the whole attention head: input, three weights, any biases.
 
 The objective is ``L = <O, U>`` for the head's output ``O`` and a fixed upstream ``U``.
-Coordinates, spacings and the pass rule are the chapter's (see :mod:`qkvcli.gradcheck.layer`):
+Coordinates, spacings and the pass rule are the chapter's (see :mod:`qkvcli.gradcheck.central`):
 evenly spaced samples, actual rounded spacings, ``|a - n| / max(1, |a|, |n|) <= tolerance``.
 Each evaluation is a fresh forward pass of a head built from perturbed copies.
 """
@@ -16,15 +16,9 @@ import numpy as np
 from qkvcli.attention.head import AttentionGradients, AttentionHead, output_loss
 from qkvcli.core.arrays import Array
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.gradcheck.layer import (
-    CoordinateCheck,
-    GradcheckResult,
-    TensorCheck,
-    central_difference,
-    sample_indices,
-    scaled_error,
-    validate_settings,
-)
+from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
+from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
+from qkvcli.gradcheck.settings import validate_settings
 
 
 def _check(
@@ -76,7 +70,7 @@ def gradcheck_head(
 
     Tensors, in order: ``input``, ``query_weight``, ``key_weight``, ``value_weight``, then
     ``query_bias``, ``key_bias``, ``value_bias`` for the biases the head has. Raises
-    :class:`~qkvcli.gradcheck.layer.GradcheckSettingError` for unusable settings.
+    :class:`~qkvcli.gradcheck.settings.GradcheckSettingError` for unusable settings.
     """
     validate_settings(step, tolerance, samples)
 
