@@ -231,7 +231,7 @@ def naive_loop(layer: Any, x: Any, upstream: Any, analytic: Any) -> Any:
     """The plain per-coordinate check: one NumPy forward pass per evaluation."""
     from qkvcli.core.outputs import weighted_loss
     from qkvcli.core.projections import QkvProjections
-    from qkvcli.gradcheck.layer import check_tensor
+    from qkvcli.gradcheck.central import check_tensor
 
     def weight_objective(branch: int) -> Callable[[Any], float]:
         def objective(probe: Any) -> float:

@@ -10,16 +10,15 @@ import pytest
 from qkvcli.core.outputs import weighted_loss
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.gradcheck.layer import (
+from qkvcli.gradcheck.central import check_tensor, sample_indices
+from qkvcli.gradcheck.directional import direction
+from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_SAMPLES,
     InvalidMode,
     ZeroDirections,
-    check_tensor,
-    direction,
-    gradcheck_layer,
     resolve_mode,
-    sample_indices,
 )
 
 STEP = 1e-6

@@ -7,7 +7,8 @@ import pytest
 
 from qkvcli.checks.evidence import compute_primary
 from qkvcli.fixtures.fixture import load_fixture
-from qkvcli.gradcheck.layer import check_tensor, gradcheck_layer
+from qkvcli.gradcheck.central import check_tensor
+from qkvcli.gradcheck.layer import gradcheck_layer
 
 
 def _run(samples: int | None, progress: object) -> object:

@@ -23,3 +23,15 @@ class BiasShapeMismatch(QkvError):
             f"{branch} bias must have shape [{expected}] (the branch's output width), "
             f"got {format_shape(actual)}"
         )
+
+
+class OutputGradientShapeMismatch(QkvError):
+    """The upstream ``grad_output`` does not have the output's shape ``[batch, tokens, d_v]``."""
+
+    def __init__(self, expected: tuple[int, ...], actual: tuple[int, ...]) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"output gradient must have shape {format_shape(expected)}, "
+            f"got {format_shape(actual)}"
+        )

@@ -1,4 +1,4 @@
-"""The evidence of one attention head, as frozen data (no I/O).
+"""Run one attention head on its fixture and gather the evidence (no I/O).
 
 Checks, in order: forward (shapes, finite), weights (non-negative, rows sum to 1), mask
 (causal only: nothing above the diagonal), hull (each output row is a convex combination
@@ -9,126 +9,29 @@ of the value rows), reverse (finite, shaped), shapes (empty batch and token axes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from qkvcli.attention.fixture import AttendFixture
 from qkvcli.attention.gradcheck import gradcheck_head
-from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead, output_loss
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.notes import notes_of
+from qkvcli.attention.outputs import AttentionForward, AttentionGradients, output_loss
+from qkvcli.attention.records import (
+    AttendConfig,
+    AttendEvidence,
+    AttendPrimary,
+    HullEvidence,
+    MaskEvidence,
+    ShapeProbe,
+    TokenRow,
+    WeightEvidence,
+)
+from qkvcli.attention.softmax import causal_mask
 from qkvcli.checks.evidence import Check
-from qkvcli.core.arrays import Array
-from qkvcli.gradcheck.layer import GradcheckResult
+from qkvcli.core.arrays import Array, all_finite, readonly
 
 EPSILON = float(np.finfo(np.float64).eps)
-
-
-@dataclass(frozen=True)
-class AttendConfig:
-    batch: int
-    tokens: int
-    d_model: int
-    d_k: int
-    d_v: int
-    causal: bool
-    bias: tuple[bool, bool, bool]
-    value_width: str
-    layout: str
-    layout_description: str
-    scale: float
-    parameter_count: int
-    names: tuple[str, str, str]
-
-
-@dataclass(frozen=True)
-class AttendPrimary:
-    """Every tensor of one forward and reverse pass, by stable name in report order."""
-
-    tensors: dict[str, Array]
-    loss: float
-
-    def __getitem__(self, name: str) -> Array:
-        return self.tensors[name]
-
-
-@dataclass(frozen=True)
-class TokenRow:
-    """One query position: its weights over the keys, their sum, and its output."""
-
-    batch: int
-    token: int
-    weights: tuple[float, ...]
-    weight_sum: float
-    output: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class WeightEvidence:
-    min_weight: float
-    max_row_deviation: float
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        return self.min_weight >= 0.0 and self.max_row_deviation <= self.tolerance
-
-
-@dataclass(frozen=True)
-class MaskEvidence:
-    applicable: bool
-    max_masked_weight: float
-
-    @property
-    def passed(self) -> bool:
-        return not self.applicable or self.max_masked_weight == 0.0
-
-
-@dataclass(frozen=True)
-class HullEvidence:
-    """``O_i = sum_j A_ij v_j`` recomputed term by term, and the coordinate box test."""
-
-    barycentric_residual: float
-    box_violations: int
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        return self.barycentric_residual <= self.tolerance and self.box_violations == 0
-
-
-@dataclass(frozen=True)
-class ShapeProbe:
-    input: tuple[int, ...]
-    weights: tuple[int, ...]
-    output: tuple[int, ...]
-    input_gradient: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Note:
-    code: str
-    text: str
-
-
-@dataclass(frozen=True)
-class AttendEvidence:
-    chapter: str
-    seed: int
-    config: AttendConfig
-    primary: AttendPrimary
-    rows: tuple[TokenRow, ...]
-    weights: WeightEvidence
-    mask: MaskEvidence
-    hull: HullEvidence
-    probes: tuple[ShapeProbe, ShapeProbe]
-    notes: tuple[Note, ...]
-    replay_bitwise: bool
-    gradcheck: GradcheckResult
-    checks: tuple[Check, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
 
 
 def _run(fixture: AttendFixture, causal: bool) -> tuple[AttentionForward, AttentionGradients]:
@@ -148,24 +51,24 @@ def _tensors(
         ("value_bias", head.biases[2]),
         ("query", f.query), ("key", f.key), ("value", f.value), ("scores", f.scores),
         ("scaled_scores", f.scaled_scores), ("weights", f.weights), ("output", f.output),
-        ("upstream_output", fixture.upstream), ("weights_gradient", g.weights),
-        ("scaled_scores_gradient", g.scaled_scores), ("scores_gradient", g.scores),
-        ("query_gradient", g.query), ("key_gradient", g.key), ("value_gradient", g.value),
-        ("input_gradient", g.input), ("query_weight_gradient", g.query_weight),
-        ("key_weight_gradient", g.key_weight), ("value_weight_gradient", g.value_weight),
-        ("query_bias_gradient", g.query_bias), ("key_bias_gradient", g.key_bias),
-        ("value_bias_gradient", g.value_bias),
+        ("upstream_output", fixture.upstream), ("weights_gradient", g.grad_weights),
+        ("scaled_scores_gradient", g.grad_scaled_scores), ("scores_gradient", g.grad_scores),
+        ("query_gradient", g.grad_query), ("key_gradient", g.grad_key),
+        ("value_gradient", g.grad_value),
+        ("input_gradient", g.grad_input), ("query_weight_gradient", g.grad_w_query),
+        ("key_weight_gradient", g.grad_w_key), ("value_weight_gradient", g.grad_w_value),
+        ("query_bias_gradient", g.grad_b_query), ("key_bias_gradient", g.grad_b_key),
+        ("value_bias_gradient", g.grad_b_value),
     ]
     out = {}
     for name, value in named:
         if value is not None:
-            array = np.ascontiguousarray(value, dtype=np.float64)
-            array.flags.writeable = False
-            out[name] = array
+            out[name] = readonly(value)
     return out
 
 
-def _hull(f: AttentionForward, tokens: int) -> HullEvidence:
+def hull_evidence(f: AttentionForward, tokens: int) -> HullEvidence:
+    """Recompute ``O`` term by term and test each output row against the value rows' box."""
     value = f.value
     # Rounding in a sum of T products, each at most max|v|, stays below a few T eps max|v|.
     scale = float(np.max(np.abs(value))) if value.size else 0.0
@@ -187,37 +90,12 @@ def _probe(head: AttentionHead, shape: tuple[int, int, int], causal: bool) -> Sh
     x = np.zeros(shape)
     f = head.forward(x, causal)
     g = head.backward(x, f, np.zeros(f.output.shape))
-    return ShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape), tuple(g.input.shape))
-
-
-def _notes(head: AttentionHead) -> tuple[Note, ...]:
-    w, b = head.weights, head.biases
-
-    def same(i: int, j: int) -> bool:
-        bi, bj = b[i], b[j]
-        biases_equal = (bi is None and bj is None) or (
-            bi is not None and bj is not None and np.array_equal(bi, bj)
-        )
-        return w[i].shape == w[j].shape and np.array_equal(w[i], w[j]) and biases_equal
-
-    notes = []
-    if same(0, 1) and same(0, 2):
-        notes.append(Note("collapsed-roles", "W_Q = W_K = W_V: every token is matched with, and "
-                          "hands over, the same vector; matching and content collapse into one "
-                          "role (the primer's gotcha: self-attention means the same input, "
-                          "not the same projection)"))
-    elif same(0, 1):
-        notes.append(Note("symmetric-matching", "W_Q = W_K: q_i.k_j = q_j.k_i, so matching is "
-                          "symmetric; token i cannot look for something other than what it "
-                          "advertises"))
-    if head.d_v != head.d_k:
-        notes.append(Note("independent-value-width", f"d_v = {head.d_v} differs from d_k = "
-                          f"{head.d_k}: the output takes the value width"))
-    return tuple(notes)
+    return ShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape),
+                      tuple(g.grad_input.shape))
 
 
 def _finite(*arrays: Array) -> bool:
-    return all(bool(np.isfinite(a).all()) for a in arrays)
+    return all(all_finite(a) for a in arrays)
 
 
 def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> AttendEvidence:
@@ -243,26 +121,28 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
     )
     mask = MaskEvidence(False, 0.0)
     if causal:
-        above = weights[:, np.triu(np.ones((tokens, tokens), dtype=bool), k=1)]
+        above = weights[:, causal_mask(tokens)]
         mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
-    hull = _hull(forward, tokens)
+    hull = hull_evidence(forward, tokens)
     probes = (_probe(head, (0, tokens, d_model), causal),
               _probe(head, (max(batch, 1), 0, d_model), causal))
     probes_ok = all(
         p.weights == (p.input[0], p.input[1], p.input[1])
-        and p.output == (p.input[0], p.input[1], head.d_v) and p.input_gradient == p.input
+        and p.output == (p.input[0], p.input[1], head.d_v) and p.grad_input == p.input
         for p in probes
     )
     gradcheck = gradcheck_head(head, x, fixture.upstream, grads, causal,
                                fixture.step, fixture.tolerance, fixture.samples)
-    forward_ok = _finite(*forward[:3], forward.scores, weights, forward.output) and (
+    forward_ok = _finite(forward.query, forward.key, forward.value, forward.scores, weights,
+                         forward.output) and (
         forward.scores.shape == (batch, tokens, tokens)
         and forward.output.shape == (batch, tokens, head.d_v)
     )
     grad_arrays = [g for g in grads if g is not None]
-    reverse_ok = _finite(*grad_arrays) and grads.input.shape == x.shape and all(
+    reverse_ok = _finite(*grad_arrays) and grads.grad_input.shape == x.shape and all(
         grad.shape == weight.shape for grad, weight in zip(
-            (grads.query_weight, grads.key_weight, grads.value_weight), head.weights, strict=True)
+            (grads.grad_w_query, grads.grad_w_key, grads.grad_w_value), head.weights,
+            strict=True)
     )
     checks = (
         Check("forward", forward_ok, "scores [B,T,T], output [B,T,d_v], all finite" if forward_ok
@@ -299,7 +179,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, output_loss(forward, fixture.upstream)), rows=rows,
-        weights=weight_evidence, mask=mask, hull=hull, probes=probes, notes=_notes(head),
+        weights=weight_evidence, mask=mask, hull=hull, probes=probes, notes=notes_of(head),
         replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks,
     )
 

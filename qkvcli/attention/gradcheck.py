@@ -1,65 +1,27 @@
 """Central-difference check of the whole attention head: input, three weights, any biases.
 
 The objective is ``L = <O, U>`` for the head's output ``O`` and a fixed upstream ``U``.
-Coordinates, spacings and the pass rule are the chapter's (see :mod:`qkvcli.gradcheck.layer`):
-evenly spaced samples, actual rounded spacings, ``|a - n| / max(1, |a|, |n|) <= tolerance``.
-Each evaluation is a fresh forward pass of a head built from perturbed copies.
+Each tensor is checked by the chapter's one per-coordinate loop,
+:func:`qkvcli.gradcheck.central.check_tensor` (evenly spaced samples, actual rounded
+spacings, ``|a - n| / max(1, |a|, |n|) <= tolerance``), with an objective that runs a
+fresh forward pass of a head built from perturbed copies.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
-import numpy as np
-
-from qkvcli.attention.head import AttentionGradients, AttentionHead, output_loss
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.outputs import AttentionGradients, output_loss
 from qkvcli.core.arrays import Array
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.gradcheck.layer import (
-    CoordinateCheck,
-    GradcheckResult,
-    TensorCheck,
-    central_difference,
-    sample_indices,
-    scaled_error,
-    validate_settings,
-)
+from qkvcli.gradcheck.central import check_tensor
+from qkvcli.gradcheck.records import GradcheckResult, TensorCheck
+from qkvcli.gradcheck.settings import validate_settings
 
-
-def _check(
-    tensor: str, values: Array, analytic: Array, step: float, tolerance: float,
-    samples: int | None, objective: Callable[[Array], float],
-) -> TensorCheck:
-    probe = np.array(values, dtype=np.float64, copy=True)
-    flat = probe.reshape(-1)
-    analytic_flat = np.asarray(analytic, dtype=np.float64).reshape(-1)
-    checks = []
-    for index in sample_indices(flat.size, samples):
-        original = float(flat[index])
-
-        def evaluate(point: float, index: int = index, original: float = original) -> float:
-            flat[index] = point
-            try:
-                return objective(probe)
-            finally:
-                flat[index] = original  # restore: evaluations never share state
-
-        numerical, note = central_difference(original, step, evaluate)
-        a = float(analytic_flat[index])
-        error = scaled_error(a, numerical) if not note else math.inf
-        checks.append(CoordinateCheck(
-            tensor=tensor,
-            flat_index=index,
-            coordinate=tuple(int(i) for i in np.unravel_index(index, probe.shape)),
-            analytic=a,
-            numerical=numerical,
-            scaled_error=error,
-            passed=(not note) and error <= tolerance,
-            note=note,
-        ))
-    requested = flat.size if samples is None else samples
-    return TensorCheck(tensor, tuple(probe.shape), requested, tuple(checks))
+# attend's report has always recorded every tensor as "full", sampled or not; its JSON
+# is published, so the record keeps saying so.
+RECORDED_MODE = "full"
 
 
 def gradcheck_head(
@@ -76,7 +38,7 @@ def gradcheck_head(
 
     Tensors, in order: ``input``, ``query_weight``, ``key_weight``, ``value_weight``, then
     ``query_bias``, ``key_bias``, ``value_bias`` for the biases the head has. Raises
-    :class:`~qkvcli.gradcheck.layer.GradcheckSettingError` for unusable settings.
+    :class:`~qkvcli.gradcheck.settings.GradcheckSettingError` for unusable settings.
     """
     validate_settings(step, tolerance, samples)
 
@@ -92,16 +54,22 @@ def gradcheck_head(
 
         return objective
 
-    tensors = [_check("input", x, analytic.input, step, tolerance, samples,
-                      lambda probe: loss_of(head, probe))]
-    weight_grads = (analytic.query_weight, analytic.key_weight, analytic.value_weight)
+    tensors: list[TensorCheck] = []
+
+    def check(
+        tensor: str, values: Array, grad: Array, objective: Callable[[Array], float]
+    ) -> None:
+        tensors.append(check_tensor(tensor, values, grad, step, tolerance, samples, objective,
+                                    mode=RECORDED_MODE))
+
+    check("input", x, analytic.grad_input, lambda probe: loss_of(head, probe))
+    grad_w = (analytic.grad_w_query, analytic.grad_w_key, analytic.grad_w_value)
     for branch, name in enumerate(BRANCHES):
-        tensors.append(_check(f"{name}_weight", head.weights[branch], weight_grads[branch],
-                              step, tolerance, samples, parameter_objective("weight", branch)))
-    bias_grads = (analytic.query_bias, analytic.key_bias, analytic.value_bias)
+        check(f"{name}_weight", head.weights[branch], grad_w[branch],
+              parameter_objective("weight", branch))
+    grad_b = (analytic.grad_b_query, analytic.grad_b_key, analytic.grad_b_value)
     for branch, name in enumerate(BRANCHES):
-        bias, grad = head.biases[branch], bias_grads[branch]
+        bias, grad = head.biases[branch], grad_b[branch]
         if bias is not None and grad is not None:
-            tensors.append(_check(f"{name}_bias", bias, grad, step, tolerance, samples,
-                                  parameter_objective("bias", branch)))
+            check(f"{name}_bias", bias, grad, parameter_objective("bias", branch))
     return GradcheckResult(step, tolerance, tuple(tensors))

@@ -1,4 +1,4 @@
-"""One attention head on top of the projections, forward and reverse (no I/O).
+"""One attention head on top of the projections: its validated parameters, forward and reverse.
 
 Forward, for ``X [B,T,d_model]``::
 
@@ -8,7 +8,7 @@ Forward, for ``X [B,T,d_model]``::
     A = softmax(Z) over the last axis (row max subtracted)      weights, rows sum to 1
     O = A V                                                     [B,T,d_v] output
 
-Reverse for an upstream ``dO``: ``dA = dO V^T``, ``dV = A^T dO``,
+Reverse for an upstream ``dO`` (``grad_output``): ``dA = dO V^T``, ``dV = A^T dO``,
 ``dZ = A * (dA - rowsum(dA * A))``, ``dS = dZ / sqrt(d_k)``, ``dQ = dS K``,
 ``dK = dS^T Q``; then each projection as in the chapter, ``dX`` summing three paths and
 ``db = sum over batch and tokens of dY``.
@@ -16,19 +16,27 @@ Reverse for an upstream ``dO``: ``dA = dO V^T``, ``dV = A^T dO``,
 Widths: query and key always share ``d_k`` (the dot product needs it). The value width
 ``d_v`` must equal it too, the chapter's rule, unless the head is built with
 ``independent_value_width=True``.
+
+Validation is the engine's own (:mod:`qkvcli.core`): names, finite values, each branch's
+weight, the branch widths and unique names, with the head's two extra rules
+(:mod:`qkvcli.attention.errors`). No I/O.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
-# The head's own construction errors, beyond the chapter's.
-from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
-from qkvcli.core.arrays import Array, ArrayLike, check_finite
+from qkvcli.attention.errors import (
+    BiasShapeMismatch,
+    KeyWidthMismatch,
+    OutputGradientShapeMismatch,
+)
+from qkvcli.attention.outputs import AttentionForward, AttentionGradients
+from qkvcli.attention.softmax import causal_mask, stable_softmax
+from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
@@ -37,73 +45,15 @@ from qkvcli.core.errors import (
     InputWidthMismatch,
     ProjectionError,
     QkvError,
-    WeightRank,
-    ZeroInputWidth,
-    ZeroOutputWidth,
-    format_shape,
 )
 from qkvcli.core.names import DEFAULT_NAMES, validate_name
 from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.weights import check_branch
 
 # What the head adds to the chapter's projections, in order (the quiz's last answer).
 STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")
 
 Biases = tuple[Array | None, Array | None, Array | None]
-
-
-class AttentionForward(NamedTuple):
-    """Every intermediate of one forward pass, in the order they are computed."""
-
-    query: Array
-    key: Array
-    value: Array
-    scores: Array
-    scaled_scores: Array
-    weights: Array
-    output: Array
-
-
-class AttentionGradients(NamedTuple):
-    """The reverse pass: intermediates from the output back to the input and parameters."""
-
-    weights: Array
-    scaled_scores: Array
-    scores: Array
-    query: Array
-    key: Array
-    value: Array
-    input: Array
-    query_weight: Array
-    key_weight: Array
-    value_weight: Array
-    query_bias: Array | None
-    key_bias: Array | None
-    value_bias: Array | None
-
-
-def _readonly(values: ArrayLike) -> Array:
-    array = np.array(values, dtype=np.float64, copy=True, order="C")
-    array.flags.writeable = False
-    return array
-
-
-def stable_softmax(z: Array) -> Array:
-    """Softmax over the last axis with the row maximum subtracted first.
-
-    ``-inf`` entries get weight exactly 0. Each row needs one finite entry (a causal
-    row always has its diagonal); empty axes give empty results.
-    """
-    if z.size == 0:
-        return np.zeros(z.shape)
-    shifted = z - np.max(z, axis=-1, keepdims=True)  # largest entry becomes 0: exp <= 1
-    exps = np.exp(shifted)
-    result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
-    return result
-
-
-def causal_mask(tokens: int) -> Array:
-    """``True`` above the diagonal: key positions after the query position."""
-    return np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
 
 
 class AttentionHead:
@@ -144,23 +94,18 @@ class AttentionHead:
         names = tuple(DEFAULT_NAMES if names is None else names)
         if len(names) != 3 or len(biases) != 3:
             raise ValueError("expected three names and three biases")
-        weights = tuple(_readonly(w) for w in (w_query, w_key, w_value))
-        bias_arrays = tuple(None if b is None else _readonly(b) for b in biases)
+        weights = tuple(readonly(w) for w in (w_query, w_key, w_value))
+        bias_arrays = tuple(None if b is None else readonly(b) for b in biases)
         for name, weight, bias in zip(names, weights, bias_arrays, strict=True):
             validate_name(name)
             check_finite(weight, "parameter")
             if bias is not None:
                 check_finite(bias, "parameter")
         for branch, weight in zip(BRANCHES, weights, strict=True):
-            cause: QkvError | None = None
-            if weight.ndim != 2:
-                cause = WeightRank(weight.ndim)
-            elif weight.shape[0] == 0:
-                cause = ZeroInputWidth()
-            elif weight.shape[1] == 0:
-                cause = ZeroOutputWidth()
-            if cause is not None:
-                raise ProjectionError(branch, cause)
+            try:
+                check_branch(weight)
+            except QkvError as error:
+                raise ProjectionError(branch, error) from None
         model = tuple(int(w.shape[0]) for w in weights)
         if len(set(model)) != 1:
             raise BranchInputWidthMismatch(*model)
@@ -252,60 +197,56 @@ class AttentionHead:
         for weight, bias in zip(self._weights, self._biases, strict=True):
             y = x @ weight  # [B,T,d_model] @ [d_model,d_out] -> [B,T,d_out]
             projected.append(y if bias is None else y + bias)
-        q, k, v = projected
-        scores = q @ np.swapaxes(k, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
-        scaled = scores / math.sqrt(self.d_k)
+        query, key, value = projected
+        scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+        scaled_scores = scores / math.sqrt(self.d_k)
         if causal:
-            scaled = np.where(causal_mask(x.shape[1]), -np.inf, scaled)
-        weights = stable_softmax(scaled)
-        output = weights @ v  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
-        return AttentionForward(q, k, v, scores, scaled, weights, output)
+            scaled_scores = np.where(causal_mask(x.shape[1]), -np.inf, scaled_scores)
+        weights = stable_softmax(scaled_scores)
+        output = weights @ value  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
+        return AttentionForward(query, key, value, scores, scaled_scores, weights, output)
 
     def backward(self, x: ArrayLike, forward: AttentionForward, grad_output: ArrayLike) -> (
         AttentionGradients
     ):
-        """Reverse pass for ``dO`` (``[B,T,d_v]``) through the mixture, softmax, scores and
-        projections. Raises the input errors or ``ValueError`` for a misshapen ``dO``."""
+        """Reverse pass for ``grad_output`` (dO, ``[B,T,d_v]``) through the mixture, softmax,
+        scores and projections. Raises the input errors, then
+        :class:`~qkvcli.attention.errors.OutputGradientShapeMismatch`."""
         x = self.check_input(x)
         batch, tokens = x.shape[:2]
-        d_out = np.asarray(grad_output, dtype=np.float64)
-        if d_out.shape != (batch, tokens, self.d_v):
-            raise ValueError(
-                f"output gradient must have shape {format_shape((batch, tokens, self.d_v))}, "
-                f"got {format_shape(d_out.shape)}"
-            )
+        upstream = np.asarray(grad_output, dtype=np.float64)
+        if upstream.shape != (batch, tokens, self.d_v):
+            raise OutputGradientShapeMismatch((batch, tokens, self.d_v), tuple(upstream.shape))
         with np.errstate(over="ignore", invalid="ignore"):
-            return self._backward(x, forward, d_out)
+            return self._backward(x, forward, upstream)
 
-    def _backward(self, x: Array, forward: AttentionForward, d_out: Array) -> AttentionGradients:
+    def _backward(
+        self, x: Array, forward: AttentionForward, grad_output: Array
+    ) -> AttentionGradients:
         batch, tokens, d_model = x.shape
         a = forward.weights
-        d_weights = d_out @ np.swapaxes(forward.value, -1, -2)  # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
-        d_value = np.swapaxes(a, -1, -2) @ d_out  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
+        # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
+        grad_weights = grad_output @ np.swapaxes(forward.value, -1, -2)
+        grad_value = np.swapaxes(a, -1, -2) @ grad_output  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
         # softmax reverse: dZ_ij = A_ij (dA_ij - sum_l dA_il A_il); masked A_ij = 0 gives dZ_ij = 0
-        d_scaled = a * (d_weights - np.sum(d_weights * a, axis=-1, keepdims=True))
-        d_scores = d_scaled / math.sqrt(self.d_k)
-        d_query = d_scores @ forward.key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
-        d_key = np.swapaxes(d_scores, -1, -2) @ forward.query  # [B,T,T]^T @ [B,T,d_k]
-        rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d_model]
-        d_input = np.zeros_like(x)
-        weight_grads = []
-        bias_grads: list[Array | None] = []
-        for weight, bias, grad in zip(
-            self._weights, self._biases, (d_query, d_key, d_value), strict=True
-        ):
-            d_input += grad @ weight.T  # [B,T,d_out] @ [d_out,d_model] -> [B,T,d_model]
-            flat = grad.reshape(batch * tokens, weight.shape[1])
-            weight_grads.append(rows.T @ flat)  # [d_model,BT] @ [BT,d_out] -> [d_model,d_out]
-            bias_grads.append(None if bias is None else flat.sum(axis=0))
-        return AttentionGradients(
-            d_weights, d_scaled, d_scores, d_query, d_key, d_value, d_input,
-            weight_grads[0], weight_grads[1], weight_grads[2],
-            bias_grads[0], bias_grads[1], bias_grads[2],
+        grad_scaled_scores = a * (
+            grad_weights - np.sum(grad_weights * a, axis=-1, keepdims=True)
         )
-
-
-def output_loss(forward: AttentionForward, upstream: Array) -> float:
-    """``L = <O, U>``: the scalar whose gradient :meth:`AttentionHead.backward` gives."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.sum(forward.output * upstream))
+        grad_scores = grad_scaled_scores / math.sqrt(self.d_k)
+        grad_query = grad_scores @ forward.key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
+        grad_key = np.swapaxes(grad_scores, -1, -2) @ forward.query  # [B,T,T]^T @ [B,T,d_k]
+        rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d_model]
+        grad_input = np.zeros_like(x)
+        grad_w: list[Array] = []
+        grad_b: list[Array | None] = []
+        for weight, bias, grad in zip(
+            self._weights, self._biases, (grad_query, grad_key, grad_value), strict=True
+        ):
+            grad_input += grad @ weight.T  # [B,T,d_out] @ [d_out,d_model] -> [B,T,d_model]
+            flat = grad.reshape(batch * tokens, weight.shape[1])
+            grad_w.append(rows.T @ flat)  # [d_model,BT] @ [BT,d_out] -> [d_model,d_out]
+            grad_b.append(None if bias is None else flat.sum(axis=0))
+        return AttentionGradients(
+            grad_weights, grad_scaled_scores, grad_scores, grad_query, grad_key, grad_value,
+            grad_input, grad_w[0], grad_w[1], grad_w[2], grad_b[0], grad_b[1], grad_b[2],
+        )

@@ -28,7 +28,8 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.fixtures.fixture import Fixture
-from qkvcli.gradcheck.layer import GradcheckResult, gradcheck_layer
+from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.records import GradcheckResult
 
 Shape = tuple[int, ...]
 INIT_PREFIX = "decoder.block.0.attention"

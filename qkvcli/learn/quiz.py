@@ -21,7 +21,7 @@ import numpy as np
 
 from qkvcli.attention.head import STAGES
 from qkvcli.checks.evidence import HistoryEvidence
-from qkvcli.core.errors import QkvError
+from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.fixtures.fixture import Fixture
@@ -31,8 +31,27 @@ NUMBER = re.compile(r"(?<![A-Za-z_\d.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 LETTERS = "abc"
 
 
-class QuizError(ValueError):
+class QuizError(QkvError):
     """A fixture the quiz cannot ask about, or an unusable answers file."""
+
+
+class EmptyQuizFixture(QuizError):
+    def __init__(self) -> None:
+        super().__init__("the quiz needs a fixture with at least one batch item and one token")
+
+
+class UnknownAnswerKey(QuizError):
+    def __init__(self, key: str, count: int) -> None:
+        self.key = key
+        self.count = count
+        super().__init__(f'answers file key "{key}" is not a question number 1..{count}')
+
+
+class TooManyAnswers(QuizError):
+    def __init__(self, given: int, count: int) -> None:
+        self.given = given
+        self.count = count
+        super().__init__(f"answers file has {given} answers; the quiz has {count} questions")
 
 
 @dataclass(frozen=True)
@@ -65,17 +84,13 @@ def _mat(values: np.ndarray) -> str:
     return "[" + ",".join(_vec(row) for row in values) + "]"
 
 
-def _shape(shape: tuple[int, ...]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
 def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     """The nine questions with answers computed from ``fixture``. Raises :class:`QuizError`."""
     layer = fixture.layer
     batch, tokens, d = fixture.input.shape
     h = layer.d_head
     if batch == 0 or tokens == 0:
-        raise QuizError("the quiz needs a fixture with at least one batch item and one token")
+        raise EmptyQuizFixture()
 
     def shapes_of(shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(out.shape) for out in layer.forward(np.zeros(shape)))
@@ -123,9 +138,9 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     e0, e1 = empty
     return (
         Question(1, f"Predict all three output shapes for input [4,7,{d}] when d_head={h}.",
-                 "numbers", q1, _shape(one[0]),
-                 f"Each output keeps batch and token axes and takes d_head: {_shape(one[0])} "
-                 "for query, key and value.", accepted=(q1 * 3,)),
+                 "numbers", q1, format_shape(one[0]),
+                 "Each output keeps batch and token axes and takes d_head: "
+                 f"{format_shape(one[0])} for query, key and value.", accepted=(q1 * 3,)),
         Question(2, f"Compute q0, k0 and v0 for the first token x0={_vec(x0)} with "
                  f"W_Q={_mat(layer.weights[0])}, W_K={_mat(layer.weights[1])}, "
                  f"W_V={_mat(layer.weights[2])}.", "numbers", vectors, q2,
@@ -141,13 +156,15 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
                  f"The count is 3 x {d} x {h} = {layer.parameter_count}."),
         Question(5, f"Predict the three outputs' shapes for inputs [0,{tokens},{d}] and "
                  f"[{2 * batch},0,{d}].", "numbers",
-                 tuple(float(v) for v in e0[0] + e1[0]), f"{_shape(e0[0])} and {_shape(e1[0])}",
+                 tuple(float(v) for v in e0[0] + e1[0]),
+                 f"{format_shape(e0[0])} and {format_shape(e1[0])}",
                  "Empty axes stay empty and keep their place; every branch gives "
-                 f"{_shape(e0[0])} and {_shape(e1[0])}.",
+                 f"{format_shape(e0[0])} and {format_shape(e1[0])}.",
                  accepted=(tuple(float(v) for s in e0 + e1 for v in s),)),
         Question(6, f"A rank-two [T,{d}] input is rejected by this wrapper. Which rank does it "
                  "require? (a number)", "integer",
-                 tuple(float(r) for r in accepted_ranks), _shape(tuple(accepted_ranks))[1:-1],
+                 tuple(float(r) for r in accepted_ranks),
+                 format_shape(tuple(accepted_ranks))[1:-1],
                  "The API keeps both batch and token axes explicit, so it requires rank "
                  f"three. Rank two is refused with: {rank_two}"),
         Question(7, f"Must d_model ({d}) be divisible by d_head here? (yes/no)", "yesno",
@@ -227,12 +244,11 @@ def parse_answers(text: str, count: int) -> list[str]:
     elif isinstance(data, dict):
         unknown = [k for k in data if k not in {str(i) for i in range(1, count + 1)}]
         if unknown:
-            raise QuizError(f'answers file key "{unknown[0]}" is not a question number '
-                            f"1..{count}")
+            raise UnknownAnswerKey(unknown[0], count)
         answers = [spell(data[str(i)]) if str(i) in data else "" for i in range(1, count + 1)]
     else:
         answers = [line.strip() for line in stripped.splitlines()
                    if line.strip() and not line.strip().startswith("#")]
     if len(answers) > count:
-        raise QuizError(f"answers file has {len(answers)} answers; the quiz has {count} questions")
+        raise TooManyAnswers(len(answers), count)
     return answers + [""] * (count - len(answers))

@@ -15,12 +15,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.errors import QkvError
 from qkvcli.core.splitmix import SplitMix64
 
 DEFAULT_MIN = 4
 DEFAULT_MAX = 512
 DEFAULT_SAMPLES = 4096
 DEFAULT_SEED = 26
+
+
+class WidthRange(QkvError):
+    """No width to sample: ``minimum`` below 1 or above ``maximum``."""
+
+    def __init__(self, minimum: int, maximum: int) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+        super().__init__(f"need 1 <= min <= max, got min {minimum}, max {maximum}")
+
+
+class TooFewSamples(QkvError):
+    """A sample variance needs at least two samples."""
+
+    def __init__(self, samples: int) -> None:
+        self.samples = samples
+        super().__init__(f"need at least 2 samples, got {samples}")
 
 
 @dataclass(frozen=True)
@@ -46,9 +64,9 @@ class VarianceResult:
 
 
 def widths(minimum: int = DEFAULT_MIN, maximum: int = DEFAULT_MAX) -> list[int]:
-    """``minimum, 2*minimum, ...`` up to ``maximum``. Raises ``ValueError`` if empty or < 1."""
+    """``minimum, 2*minimum, ...`` up to ``maximum``. Raises :class:`WidthRange` if empty or < 1."""
     if minimum < 1 or maximum < minimum:
-        raise ValueError(f"need 1 <= min <= max, got min {minimum}, max {maximum}")
+        raise WidthRange(minimum, maximum)
     result = []
     width = minimum
     while width <= maximum:
@@ -76,10 +94,10 @@ def dot_variance(
     """Sample ``samples`` pairs ``q, k`` per width, in order from one SplitMix64(seed).
 
     Takes widths and a sample count (at least 2); gives a :class:`VarianceResult`.
-    Raises ``ValueError`` for fewer than 2 samples.
+    Raises :class:`TooFewSamples` for fewer than 2 samples.
     """
     if samples < 2:
-        raise ValueError(f"need at least 2 samples, got {samples}")
+        raise TooFewSamples(samples)
     rng = SplitMix64(seed)
     rows = []
     for d in d_ks:

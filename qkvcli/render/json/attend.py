@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from qkvcli import __version__
-from qkvcli.attention.evidence import AttendEvidence
+from qkvcli.attention.records import AttendEvidence
 from qkvcli.render.json.evidence import dumps, gradcheck_json, json_float, tensor_json
 
 SCHEMA_VERSION = 1
@@ -49,7 +49,7 @@ def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
                  "box_violations": evidence.hull.box_violations,
                  "tolerance": json_float(evidence.hull.tolerance)},
         "probes": [{"input": list(p.input), "weights": list(p.weights), "output": list(p.output),
-                    "input_gradient": list(p.input_gradient)} for p in evidence.probes],
+                    "input_gradient": list(p.grad_input)} for p in evidence.probes],
         "replay_bitwise": evidence.replay_bitwise,
         "gradcheck": gradcheck_json(evidence.gradcheck),
     }

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from qkvcli import __version__
 from qkvcli.checks.evidence import Evidence, ShapeProbe
-from qkvcli.gradcheck.layer import CoordinateCheck, GradcheckResult
+from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
 
 SCHEMA_VERSION = 1
 

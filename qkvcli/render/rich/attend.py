@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from qkvcli.attention.evidence import AttendEvidence
+from qkvcli.attention.records import AttendEvidence
 from qkvcli.render.text.attend import FORMULA
 from qkvcli.render.text.numbers import fmt_shape
 

@@ -1,6 +1,6 @@
 """The gradient check as a rich table: one row per checked coordinate, the worst one marked.
 
-Pure: :func:`render_gradcheck_rich` takes a :class:`~qkvcli.gradcheck.layer.GradcheckResult`
+Pure: :func:`render_gradcheck_rich` takes a :class:`~qkvcli.gradcheck.records.GradcheckResult`
 and display options and returns a :class:`rich.console.Group`.
 """
 
@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from qkvcli.gradcheck.layer import CoordinateCheck, GradcheckResult, TensorCheck
+from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.render.rich.boxes import CARD
 from qkvcli.render.rich.common import (
     INPUT_STYLE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qkvcli.attention.evidence import AttendEvidence
+from qkvcli.attention.records import AttendEvidence
 from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
@@ -52,7 +52,7 @@ def render_attend_text(evidence: AttendEvidence) -> str:
         *(f"check={check.name} {'PASS' if check.passed else 'FAIL'} {check.detail}"
           for check in evidence.checks),
         *(f"probe=input:{fmt_shape(p.input)} weights:{fmt_shape(p.weights)} "
-          f"output:{fmt_shape(p.output)} input_gradient:{fmt_shape(p.input_gradient)}"
+          f"output:{fmt_shape(p.output)} input_gradient:{fmt_shape(p.grad_input)}"
           for p in evidence.probes),
         *(f"note={note.code} {note.text}" for note in evidence.notes),
         f"attend_passed={fmt_bool(evidence.passed)}",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qkvcli.gradcheck.layer import GradcheckResult
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.text.numbers import fmt_shape
 
 HEADER = ("tensor", "coordinate", "analytic", "numerical", "scaled_error", "pass")
