@@ -16,7 +16,7 @@ import numpy as np
 from qkvcli.attention.fixture import AttendFixture
 from qkvcli.attention.gradcheck import gradcheck_head
 from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead, output_loss
-from qkvcli.checks.evidence import Check
+from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.layer import GradcheckResult
 

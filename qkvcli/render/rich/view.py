@@ -13,7 +13,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from qkvcli.checks.evidence import Evidence
+from qkvcli.checks.records import Evidence
 from qkvcli.render.rich.boxes import INPUT, ROLE_BOXES
 from qkvcli.render.rich.cards import evidence_cards, verdict_line
 from qkvcli.render.rich.common import (
@@ -73,8 +73,8 @@ def _branch_part(evidence: Evidence, index: int, options: RichOptions) -> Part:
     role = ROLES[index]
     letter = LETTERS[role]
     box, style = ROLE_BOXES[role], ROLE_STYLES[role]
-    weight = (p.query_weight, p.key_weight, p.value_weight)[index]
-    output = (p.query, p.key, p.value)[index]
+    weight = p.weights[index]
+    output = p.outputs[index]
     body = lines(
         Text(ROLE_SENTENCES[role], style=f"bold {style}"),
         Text(f"{letter} = X W_{letter}"),
