@@ -20,7 +20,7 @@ from qkvcli.checks.evidence import build_evidence
 from qkvcli.checks.records import Evidence
 from qkvcli.fixtures.fixture import Fixture, load_fixture
 from qkvcli.render.rich.boxes import INPUT, KEY, QUERY, VALUE
-from qkvcli.render.rich.common import RichOptions
+from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.view import render_rich
 from qkvcli.render.text.numbers import fmt_float
 

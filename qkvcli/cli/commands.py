@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from rich.console import RenderableType
 
-    from qkvcli.render.rich.common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
 REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
 GRADCHECK_FORMATS = ("text", "json", "rich", "auto")

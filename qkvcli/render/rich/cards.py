@@ -14,22 +14,10 @@ from rich.text import Text
 
 from qkvcli.checks.records import Evidence
 from qkvcli.render.rich.boxes import PLAIN, ROLE_BOXES
-from qkvcli.render.rich.common import (
-    LETTERS,
-    ROLE_SENTENCES,
-    ROLE_STYLES,
-    ROLES,
-    Part,
-    RichOptions,
-    Row,
-    batched_tables,
-    cell,
-    grid,
-    lines,
-    matrix_table,
-    status,
-    titled,
-)
+from qkvcli.render.rich.branches import LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
+from qkvcli.render.rich.layout import Part, Row, lines, status, titled
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import batched_tables, cell, grid, matrix_table
 from qkvcli.render.text.checks import check_rows
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 

@@ -14,16 +14,10 @@ from rich.text import Text
 
 from qkvcli.gradcheck.layer import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.render.rich.boxes import CARD
-from qkvcli.render.rich.common import (
-    INPUT_STYLE,
-    ROLE_STYLES,
-    ROLES,
-    RichOptions,
-    cell,
-    grid,
-    lines,
-    status,
-)
+from qkvcli.render.rich.branches import INPUT_STYLE, ROLE_STYLES, ROLES
+from qkvcli.render.rich.layout import lines, status
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import cell, grid
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]

@@ -15,22 +15,11 @@ from rich.text import Text
 
 from qkvcli.checks.records import Evidence
 from qkvcli.render.rich.boxes import INPUT, ROLE_BOXES
+from qkvcli.render.rich.branches import INPUT_STYLE, LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.cards import evidence_cards, verdict_line
-from qkvcli.render.rich.common import (
-    INPUT_STYLE,
-    LETTERS,
-    ROLE_SENTENCES,
-    ROLE_STYLES,
-    ROLES,
-    Part,
-    RichOptions,
-    Row,
-    batched_tables,
-    lines,
-    matrix_table,
-    pairs,
-    titled,
-)
+from qkvcli.render.rich.layout import Part, Row, lines, titled
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import batched_tables, matrix_table, pairs
 from qkvcli.render.text.numbers import fmt_shape
 
 BORDER_WORDS = {"query": "solid", "key": "dashed", "value": "double"}
