@@ -6,7 +6,7 @@ imports this module (``qkv report --format text`` never loads rich).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.box import Box
@@ -104,3 +104,26 @@ class Row:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         widths = [part.required(console, options) for part in self.parts] or [0]
         return Measurement(min(max(widths), options.max_width), options.max_width)
+
+
+class Fitted:
+    """The first of several layouts, widest first, that fits the width; the last if none does.
+
+    Lets a view show fewer columns (elided with a note) rather than squeeze a number.
+    Measured as its narrowest layout, so the CLI widens the screen only when even that
+    one does not fit.
+    """
+
+    def __init__(self, layouts: Sequence[RenderableType]) -> None:
+        self.layouts = list(layouts)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        wide = options.update_width(MEASURE_WIDTH)
+        for layout in self.layouts[:-1]:
+            if Measurement.get(console, wide, layout).minimum <= options.max_width:
+                yield layout
+                return
+        yield self.layouts[-1]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.layouts[-1])

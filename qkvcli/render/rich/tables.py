@@ -41,12 +41,14 @@ def cell(value: str | Text) -> Text:
 
 
 def add_number_column(table: Table, header: str | Text) -> None:
-    """A right-aligned number column: never wrapped, and never cut to an ellipsis.
+    """A right-aligned number column whose numbers are never cut.
 
-    ``fold`` only matters if the view is squeezed below the width it measured (the CLI
-    widens instead): then every digit still shows, over two lines.
+    A number has no space to wrap at, so it measures as wide as it is and the layout
+    keeps it whole; only if a view is squeezed below the width it measured (the CLI widens
+    instead) does ``fold`` carry the remaining digits to the next line. (``no_wrap`` is
+    left off on purpose: with it rich crops an over-long cell, silently or to ``…``.)
     """
-    table.add_column(cell(header), justify="right", no_wrap=True, overflow="fold")
+    table.add_column(cell(header), justify="right", overflow="fold")
 
 
 def elision_note(what: tuple[str, str], rows: tuple[int, int], cols: tuple[int, int]) -> Text:
