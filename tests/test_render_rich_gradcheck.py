@@ -11,8 +11,8 @@ from rich.console import Console
 from qkvcli.checks.evidence import build_evidence
 from qkvcli.fixtures.fixture import load_fixture
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
-from qkvcli.render.rich.common import RichOptions
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich
+from qkvcli.render.rich.options import RichOptions
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "rich_gradcheck.txt"
 

@@ -28,7 +28,7 @@ from qkvcli.attention.records import (
     WeightEvidence,
 )
 from qkvcli.attention.softmax import causal_mask
-from qkvcli.checks.evidence import Check
+from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array, all_finite, readonly
 
 EPSILON = float(np.finfo(np.float64).eps)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qkvcli.attention.notes import Note
-from qkvcli.checks.evidence import Check
+from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 

@@ -91,6 +91,7 @@ def run_one(
 ) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
     from qkvcli.checks.evidence import build_evidence
+    from qkvcli.render.text.checks import check_rows
 
     label = label_of(path)
     try:
@@ -100,7 +101,7 @@ def run_one(
     except InputError as error:
         return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
     evidence = build_evidence(fixture)
-    checks = tuple((c.name, c.passed, c.detail) for c in evidence.checks)
+    checks = tuple((c.name, c.passed, c.detail) for c in check_rows(evidence))
     return Outcome(label, checks)
 
 

@@ -32,14 +32,14 @@ if TYPE_CHECKING:
 
     from rich.console import RenderableType
 
-    from qkvcli.render.rich.common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
 REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
 GRADCHECK_FORMATS = ("text", "json", "rich", "auto")
 
 
 def _render(evidence: object, fmt: str) -> str:
-    from qkvcli.checks.evidence import Evidence
+    from qkvcli.checks.records import Evidence
 
     assert isinstance(evidence, Evidence)
     if fmt == "trace":
@@ -107,7 +107,9 @@ def _evidence_command(
             export_only(figure, view, fixture, 6, title)
     if not evidence.passed:
         if verdict:
-            failed = [check for check in evidence.checks if not check.passed]
+            from qkvcli.render.text.checks import check_rows
+
+            failed = [check for check in check_rows(evidence) if not check.passed]
             click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
             for check in failed:
                 click.echo(f"  {check.name}: {check.detail}", err=True)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.progress import Progress, TaskID
 
-    from qkvcli.render.rich.common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,7 +93,7 @@ def make_console(
 
 def rich_options(view: ViewSettings, console: Console, default_precision: int) -> RichOptions:
     """Display options for ``console``: ASCII glyphs when its stream cannot encode Unicode."""
-    from qkvcli.render.rich.common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
     precision = default_precision if view.precision is None else view.precision
     return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkvcli.attention.head import STAGES
-from qkvcli.checks.evidence import HistoryEvidence
+from qkvcli.checks.records import HistoryEvidence
 from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64

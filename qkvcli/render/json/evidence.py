@@ -16,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from qkvcli import __version__
-from qkvcli.checks.evidence import Evidence, ShapeProbe
+from qkvcli.checks.records import Evidence, ShapeProbe
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
+from qkvcli.render.text.checks import check_rows
 
 SCHEMA_VERSION = 1
 
@@ -101,7 +102,8 @@ def evidence_json(evidence: Evidence) -> dict[str, Any]:
         "passed": evidence.passed,
         "loss": json_float(p.loss),
         "checks": [
-            {"name": ch.name, "passed": ch.passed, "detail": ch.detail} for ch in evidence.checks
+            {"name": ch.name, "passed": ch.passed, "detail": ch.detail}
+            for ch in check_rows(evidence)
         ],
         "config": {
             "batch": c.batch,

@@ -1,7 +1,10 @@
 """``qkv attend --format rich``: the head's evidence as rich tables (imported on rich paths only).
 
 Pure: builds renderables from the evidence; the command owns the ``Console``. Nothing
-here relies on colour alone: PASS/FAIL and note labels are words.
+here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
+figure it never cuts a number: keys and output features beyond the options' limits are
+elided with a note (``--full`` shows them all), and the weights and the output sit side
+by side only when both fit.
 """
 
 from __future__ import annotations
@@ -13,43 +16,109 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.render.rich.layout import Fitted, Part, Row, status
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
 from qkvcli.render.text.attend import FORMULA
 from qkvcli.render.text.numbers import fmt_shape
 
 BAR_WIDTH = 10
+PRECISION = 4
+"""Decimals of weights and outputs unless the options ask for others."""
+SUM_PRECISION = 6
+FEWEST_COLUMNS = 3
+"""The narrowest layout still shows the first and last key (or feature) around a gap."""
 
 
-def _bar(weight: float) -> str:
-    """A weight in [0, 1] as a row of at most ``BAR_WIDTH`` blocks."""
-    filled = round(max(0.0, min(1.0, weight)) * BAR_WIDTH)
-    return "█" * filled + "·" * (BAR_WIDTH - filled)
+def _limits(count: int, options: RichOptions) -> list[int]:
+    """Column limits to try, widest first: every column with ``--full``, else at most
+    ``max_columns``, then fewer down to :data:`FEWEST_COLUMNS`."""
+    if options.full or count <= FEWEST_COLUMNS:
+        return [count]
+    return list(range(min(count, options.max_columns), FEWEST_COLUMNS - 1, -1))
 
 
-def _weights_table(evidence: AttendEvidence, batch: int) -> Table:
+def _weights_table(
+    evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
+) -> RenderableType:
+    """Rows are queries, columns keys (at most ``limit``), then the row sum and largest weight."""
     c = evidence.config
-    table = Table(title=f"batch {batch}: weights A (rows: queries, columns: keys) and output O",
+    rows = [r for r in evidence.rows if r.batch == batch]
+    keys = pick(c.tokens, limit, options.full)
+    queries = pick(len(rows), options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    table = Table(title=f"batch {batch}: weights A (rows: queries, columns: keys)",
                   box=box.SIMPLE_HEAVY, title_justify="left")
     table.add_column("query", no_wrap=True)
-    for j in range(c.tokens):
-        table.add_column(f"k t{j}", justify="right", no_wrap=True)
-    table.add_column("sum", justify="right", no_wrap=True)
+    for j in keys:
+        add_number_column(table, ellipsis if j is None else f"k t{j}")
+    add_number_column(table, "sum")
     table.add_column("largest", no_wrap=True)
-    table.add_column("output", no_wrap=True)
-    for row in (r for r in evidence.rows if r.batch == batch):
+    for index in queries:
+        if index is None:
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 3)))
+            continue
+        row = rows[index]
         largest = max(row.weights) if row.weights else 0.0
-        # Text cells: rich would read "[...]" in a plain string as markup.
         table.add_row(
-            Text(f"t{row.token}"),
-            *(Text(f"{w:.4f}") for w in row.weights),
-            Text(f"{row.weight_sum:.6f}"),
-            Text(_bar(largest)),
-            Text("[" + ", ".join(f"{v:.4f}" for v in row.output) + "]"),
+            cell(f"t{row.token}"),
+            *(cell(ellipsis if j is None else f"{row.weights[j]:.{options.precision}f}")
+              for j in keys),
+            cell(f"{row.weight_sum:.{SUM_PRECISION}f}"),
+            cell(options.bar(largest, BAR_WIDTH)),
         )
-    return table
+    if shown(keys) == c.tokens and shown(queries) == len(rows):
+        return table
+    return Group(table, elision_note(("queries", "keys"), (shown(queries), len(rows)),
+                                     (shown(keys), c.tokens)))
 
 
-def attend_renderable(evidence: AttendEvidence) -> RenderableType:
-    """Everything a learner reads first: setup, weights per batch, checks and notes."""
+def _output_table(
+    evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
+) -> RenderableType:
+    """Each query's output vector ``[o_0, o_1, ...]``, at most ``limit`` features shown."""
+    rows = [r for r in evidence.rows if r.batch == batch]
+    width = evidence.config.d_v
+    features = pick(width, limit, options.full)
+    queries = pick(len(rows), options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    table = Table(title=f"batch {batch}: output O", box=box.SIMPLE_HEAVY, title_justify="left")
+    table.add_column("query", no_wrap=True)
+    table.add_column("output", no_wrap=True)
+    for index in queries:
+        if index is None:
+            table.add_row(cell(ellipsis), cell(ellipsis))
+            continue
+        row = rows[index]
+        values = (ellipsis if f is None else f"{row.output[f]:.{options.precision}f}"
+                  for f in features)
+        table.add_row(cell(f"t{row.token}"), cell("[" + ", ".join(values) + "]"))
+    if shown(features) == width and shown(queries) == len(rows):
+        return table
+    return Group(table, elision_note(("queries", "features"), (shown(queries), len(rows)),
+                                     (shown(features), width)))
+
+
+def _checks_table(evidence: AttendEvidence) -> Table:
+    checks = Table(title="checks", box=box.SIMPLE_HEAVY, title_justify="left")
+    checks.add_column("check", no_wrap=True)
+    checks.add_column("verdict", no_wrap=True)
+    # Prose wraps at spaces; a word longer than the column folds, never ends in an ellipsis.
+    checks.add_column("evidence", overflow="fold")
+    for check in evidence.checks:
+        verdict = Text("PASS", "green") if check.passed else Text("FAIL", "red")
+        checks.add_row(cell(check.name), verdict, cell(check.detail))
+    return checks
+
+
+def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
+    """Everything a learner reads first: setup, weights and output per batch, checks, notes.
+
+    Takes the evidence and the display options (weights and outputs to
+    :data:`PRECISION` decimals unless given); gives a renderable that shows every number
+    whole at any width the CLI prints it at. Raises nothing for valid evidence.
+    """
+    options = options or RichOptions(precision=PRECISION)
     c = evidence.config
     bias = ", ".join(b for b, flag in zip(("query", "key", "value"), c.bias, strict=True) if flag)
     header = Text.assemble(
@@ -62,19 +131,20 @@ def attend_renderable(evidence: AttendEvidence) -> RenderableType:
     )
     parts: list[RenderableType] = [Panel(header, title=Text(f"attend: {evidence.chapter}"),
                                          title_align="left", box=box.ROUNDED)]
-    parts.extend(_weights_table(evidence, b) for b in range(c.batch))
-    checks = Table(title="checks", box=box.SIMPLE_HEAVY, title_justify="left")
-    checks.add_column("check", no_wrap=True)
-    checks.add_column("verdict", no_wrap=True)
-    checks.add_column("evidence")
-    for check in evidence.checks:
-        checks.add_row(Text(check.name),
-                       Text("PASS", "green") if check.passed else Text("FAIL", "red"),
-                       Text(check.detail))
-    parts.append(checks)
+    for b in range(c.batch):
+        weights = Fitted([_weights_table(evidence, b, options, limit)
+                          for limit in _limits(c.tokens, options)])
+        output = Fitted([_output_table(evidence, b, options, limit)
+                         for limit in _limits(c.d_v, options)])
+        parts.append(Row([Part(weights, box=None), Part(output, box=None)],
+                         gap=2, stack_expand=False, fill=False))
+    parts.append(_checks_table(evidence))
     for note in evidence.notes:
         parts.append(Panel(Text(note.text), title=f"note: {note.code}", title_align="left",
                            box=box.ROUNDED, border_style="yellow"))
-    parts.append(Text(f"attend: {'PASS' if evidence.passed else 'FAIL'}",
-                      style="bold green" if evidence.passed else "bold red"))
+    verdict = Text("attend: ", style="bold")
+    verdict.append_text(status(evidence.passed))
+    parts.append(verdict)
     return Group(*parts)
+
+

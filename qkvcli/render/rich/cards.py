@@ -12,24 +12,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from qkvcli.checks.evidence import Evidence, ShapeProbe
+from qkvcli.checks.records import Evidence
 from qkvcli.render.rich.boxes import PLAIN, ROLE_BOXES
-from qkvcli.render.rich.common import (
-    LETTERS,
-    ROLE_SENTENCES,
-    ROLE_STYLES,
-    ROLES,
-    Part,
-    RichOptions,
-    Row,
-    batched_tables,
-    cell,
-    grid,
-    lines,
-    matrix_table,
-    status,
-    titled,
-)
+from qkvcli.render.rich.branches import LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
+from qkvcli.render.rich.layout import Part, Row, lines, status, titled
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import batched_tables, cell, grid, matrix_table
+from qkvcli.render.text.checks import check_rows
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 REJECTION_REASONS = {
@@ -48,16 +37,15 @@ ANALOGY = (
 def _input_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
     p = evidence.primary
     t = options.symbols.transpose
-    reverse = next(check for check in evidence.checks if check.name == "reverse")
     body = lines(
         Text(f"dX = dQ W_Q{t} + dK W_K{t} + dV W_V{t}"),
         Text(f"All three paths add into the shared input; shape(dX) = "
-             f"{fmt_shape(p.input_gradient.shape)}.", style="dim"),
+             f"{fmt_shape(p.grad_input.shape)}.", style="dim"),
         Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
              f"{fmt_float(p.loss, options.precision)}"),
-        *batched_tables(p.input_gradient, "dX", PLAIN, options, edge=False),
+        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False),
     )
-    return Part(body, titled("Combined input gradient", reverse.passed))
+    return Part(body, titled("Combined input gradient", evidence.reverse_ok))
 
 
 def _weight_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
@@ -68,7 +56,7 @@ def _weight_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
     passed = True
     for index, role in enumerate(ROLES):
         letter = LETTERS[role]
-        grad = (p.query_weight_gradient, p.key_weight_gradient, p.value_weight_gradient)[index]
+        grad = p.weight_gradients[index]
         checked = g.checks_of(f"{role}_weight")
         passed = passed and checked.passed
         ok = sum(1 for check in checked.checks if check.passed)
@@ -105,11 +93,6 @@ def _independence_part(evidence: Evidence) -> Part:
     return Part(body, titled("Change only the query weight", ind.passed))
 
 
-def _probe_ok(probe: ShapeProbe, d_head: int) -> bool:
-    expected = (*probe.input[:2], d_head)
-    return probe.gradient_shapes_ok and all(out == expected for out in probe.outputs)
-
-
 def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
     s = evidence.shapes
     c = evidence.config
@@ -119,7 +102,7 @@ def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
     rows = grid(
         *((label, f"{fmt_shape(probe.input)} {arrow} "
                   f"{','.join(fmt_shape(out) for out in probe.outputs)}",
-           status(_probe_ok(probe, s.d_head)))
+           status(probe.passed(s.d_head)))
           for label, probe in probes),
         nowrap=(0, 2),
     )
@@ -193,7 +176,8 @@ def _history_part(evidence: Evidence, options: RichOptions) -> Part:
 
 
 def _checks_part(evidence: Evidence) -> Part:
-    rows = grid(*((status(check.passed), check.name, check.detail) for check in evidence.checks),
+    rows = grid(*((status(check.passed), check.name, check.detail)
+                  for check in check_rows(evidence)),
                 nowrap=(0, 1))
     return Part(rows, titled("Checks", evidence.passed))
 

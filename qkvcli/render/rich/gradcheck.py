@@ -14,16 +14,10 @@ from rich.text import Text
 
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.render.rich.boxes import CARD
-from qkvcli.render.rich.common import (
-    INPUT_STYLE,
-    ROLE_STYLES,
-    ROLES,
-    RichOptions,
-    cell,
-    grid,
-    lines,
-    status,
-)
+from qkvcli.render.rich.branches import INPUT_STYLE, ROLE_STYLES, ROLES
+from qkvcli.render.rich.layout import lines, status
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import add_number_column, cell, grid
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
@@ -56,13 +50,13 @@ def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[T
     worst = result.worst
     symbols = options.symbols
     table = Table(box=CARD, header_style="bold")
-    # Numbers never wrap (a folded number misreads); the two-line header keeps the table
+    # Numbers are never cut (see add_number_column); the two-line header keeps the table
     # within 80 columns for the chapter's fixture.
     table.add_column(cell("tensor"), no_wrap=True)
     table.add_column(cell("coordinate"), no_wrap=True)
-    table.add_column(cell("analytic"), justify="right", no_wrap=True)
-    table.add_column(cell("numerical"), justify="right", no_wrap=True)
-    table.add_column(cell("scaled\nerror"), justify="right", no_wrap=True)
+    add_number_column(table, "analytic")
+    add_number_column(table, "numerical")
+    add_number_column(table, "scaled\nerror")
     table.add_column(cell("pass"), no_wrap=True)
     below: list[Text] = []
     hidden = 0

@@ -13,24 +13,13 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from qkvcli.checks.evidence import Evidence
+from qkvcli.checks.records import Evidence
 from qkvcli.render.rich.boxes import INPUT, ROLE_BOXES
+from qkvcli.render.rich.branches import INPUT_STYLE, LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.cards import evidence_cards, verdict_line
-from qkvcli.render.rich.common import (
-    INPUT_STYLE,
-    LETTERS,
-    ROLE_SENTENCES,
-    ROLE_STYLES,
-    ROLES,
-    Part,
-    RichOptions,
-    Row,
-    batched_tables,
-    lines,
-    matrix_table,
-    pairs,
-    titled,
-)
+from qkvcli.render.rich.layout import Part, Row, lines, titled
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import batched_tables, matrix_table, pairs
 from qkvcli.render.text.numbers import fmt_shape
 
 BORDER_WORDS = {"query": "solid", "key": "dashed", "value": "double"}
@@ -73,8 +62,8 @@ def _branch_part(evidence: Evidence, index: int, options: RichOptions) -> Part:
     role = ROLES[index]
     letter = LETTERS[role]
     box, style = ROLE_BOXES[role], ROLE_STYLES[role]
-    weight = (p.query_weight, p.key_weight, p.value_weight)[index]
-    output = (p.query, p.key, p.value)[index]
+    weight = p.weights[index]
+    output = p.outputs[index]
     body = lines(
         Text(ROLE_SENTENCES[role], style=f"bold {style}"),
         Text(f"{letter} = X W_{letter}"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qkvcli.checks.evidence import Evidence
+from qkvcli.checks.records import Evidence
 from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
@@ -19,8 +19,10 @@ def render_text(evidence: Evidence) -> str:
     g = evidence.gradcheck
     h = evidence.history
 
+    tensors = p.tensors()
+
     def tensor_line(name: str) -> str:
-        value = getattr(p, name)
+        value = tensors[name]
         return f"{name}=shape:{fmt_shape(value.shape)} values:{fmt_vector(value)}"
 
     lines = [
@@ -39,13 +41,13 @@ def render_text(evidence: Evidence) -> str:
         f"history=additive_query:{h.earlier_left.replace('-', '_')} "
         f"additive_key_value:{h.earlier_right.replace('-', '_')} "
         "self_attention_qkv:hidden_sequence",
-        f"upstream_query={fmt_vector(p.upstream_query)}",
-        f"upstream_key={fmt_vector(p.upstream_key)}",
-        f"upstream_value={fmt_vector(p.upstream_value)}",
-        f"input_gradient={fmt_vector(p.input_gradient)}",
-        f"query_weight_gradient={fmt_vector(p.query_weight_gradient)}",
-        f"key_weight_gradient={fmt_vector(p.key_weight_gradient)}",
-        f"value_weight_gradient={fmt_vector(p.value_weight_gradient)}",
+        f"upstream_query={fmt_vector(p.grad_query)}",
+        f"upstream_key={fmt_vector(p.grad_key)}",
+        f"upstream_value={fmt_vector(p.grad_value)}",
+        f"input_gradient={fmt_vector(p.grad_input)}",
+        f"query_weight_gradient={fmt_vector(p.grad_w_query)}",
+        f"key_weight_gradient={fmt_vector(p.grad_w_key)}",
+        f"value_weight_gradient={fmt_vector(p.grad_w_value)}",
         f"gradcheck=input_checks:{len(g.checks_of('input').checks)} "
         f"query_checks:{len(g.checks_of('query_weight').checks)} "
         f"key_checks:{len(g.checks_of('key_weight').checks)} "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qkvcli.checks.evidence import Evidence
+from qkvcli.checks.records import Evidence
 from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 NEXT_CHAPTER = "27-self-attention"
@@ -19,16 +19,16 @@ def render_trace(evidence: Evidence) -> str:
     ind = evidence.independence
 
     def projection(role: str, tensor: str, index: int) -> str:
-        weight = (p.query_weight, p.key_weight, p.value_weight)[index]
-        output = (p.query, p.key, p.value)[index]
+        weight = p.weights[index]
+        output = p.outputs[index]
         return (
             f"PROJECTION|role={role}|tensor={tensor}|parameter={p.parameter_names[index]}"
             f"|weight_shape={fmt_shape(weight.shape)}|weights={fmt_vector(weight)}"
             f"|output_shape={fmt_shape(output.shape)}|output={fmt_vector(output)}"
         )
 
-    def weight_gradient(role: str) -> str:
-        grad = getattr(p, f"{role}_weight_gradient")
+    def weight_gradient(role: str, index: int) -> str:
+        grad = p.weight_gradients[index]
         return f"WEIGHT_GRADIENT|role={role}|shape={fmt_shape(grad.shape)}|values={fmt_vector(grad)}"
 
     if ind.applicable:
@@ -51,14 +51,14 @@ def render_trace(evidence: Evidence) -> str:
         projection("query", "Q", 0),
         projection("key", "K", 1),
         projection("value", "V", 2),
-        f"BACKWARD|query_upstream={fmt_vector(p.upstream_query)}"
-        f"|key_upstream={fmt_vector(p.upstream_key)}"
-        f"|value_upstream={fmt_vector(p.upstream_value)}"
-        f"|input_gradient_shape={fmt_shape(p.input_gradient.shape)}"
-        f"|input_gradient={fmt_vector(p.input_gradient)}",
-        weight_gradient("query"),
-        weight_gradient("key"),
-        weight_gradient("value"),
+        f"BACKWARD|query_upstream={fmt_vector(p.grad_query)}"
+        f"|key_upstream={fmt_vector(p.grad_key)}"
+        f"|value_upstream={fmt_vector(p.grad_value)}"
+        f"|input_gradient_shape={fmt_shape(p.grad_input.shape)}"
+        f"|input_gradient={fmt_vector(p.grad_input)}",
+        weight_gradient("query", 0),
+        weight_gradient("key", 1),
+        weight_gradient("value", 2),
         independence,
         f"EMPTY_SHAPES|batch_input={fmt_shape(eb.input)}|batch_query={fmt_shape(eb.outputs[0])}"
         f"|batch_key={fmt_shape(eb.outputs[1])}|batch_value={fmt_shape(eb.outputs[2])}"
