@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from qkvcli.checks.evidence import build_evidence, compute_primary, same_primary_bits
-from qkvcli.fixtures.fixture import load_fixture, parse_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
 
 from .conftest import CHAPTER_FIXTURE
 

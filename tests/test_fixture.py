@@ -9,14 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixtures.fixture import (
-    DEFAULT_SEED,
-    FixtureError,
-    bundled_fixture_text,
-    load_fixture,
-    parse_fixture,
-    parse_json_text,
-)
+from qkvcli.fixtures.json_values import parse_json_text
+from qkvcli.fixtures.limits import DEFAULT_SEED
+from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 from .conftest import CHAPTER_FIXTURE
 

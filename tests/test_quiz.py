@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from qkvcli.fixtures.fixture import load_fixture, parse_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
 from qkvcli.learn.quiz import QuizError, build_questions, check_answer, parse_answers
 
 QUESTIONS = build_questions(load_fixture())

@@ -17,7 +17,8 @@ import pytest
 from rich.console import Console, RenderableType
 
 from qkvcli.checks.evidence import Evidence, build_evidence
-from qkvcli.fixtures.fixture import Fixture, load_fixture
+from qkvcli.fixtures.fixture import Fixture
+from qkvcli.fixtures.load import load_fixture
 from qkvcli.render.rich.boxes import INPUT, KEY, QUERY, VALUE
 from qkvcli.render.rich.common import RichOptions
 from qkvcli.render.rich.view import render_rich
