@@ -342,7 +342,7 @@ def importtime_breakdown() -> None:
     print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
           "self time; largest: " + ", ".join(f"{name} {us / 1000:.1f}" for name, us in top))
     from qkvcli.checks.evidence import build_evidence
-    from qkvcli.fixtures.fixture import load_fixture
+    from qkvcli.fixtures.load import load_fixture
 
     fixture = load_fixture()
     build_evidence(fixture)

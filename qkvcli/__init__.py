@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from qkvcli.core.outputs import QkvForward, QkvGradients
     from qkvcli.core.projections import QkvProjections
     from qkvcli.core.splitmix import SplitMix64
-    from qkvcli.fixtures.fixture import Fixture, load_fixture
+    from qkvcli.fixtures.fixture import Fixture
+    from qkvcli.fixtures.load import load_fixture
 
 _LAZY = {
     "QkvProjections": "qkvcli.core.projections",
@@ -43,7 +44,7 @@ _LAZY = {
     "QkvError": "qkvcli.core.errors",
     "SplitMix64": "qkvcli.core.splitmix",
     "Fixture": "qkvcli.fixtures.fixture",
-    "load_fixture": "qkvcli.fixtures.fixture",
+    "load_fixture": "qkvcli.fixtures.load",
     "build_evidence": "qkvcli.checks.evidence",
 }
 

@@ -13,7 +13,8 @@ from qkvcli.attention.fixture import (
     parse_attend_fixture,
     seeded_upstream,
 )
-from qkvcli.fixtures.fixture import FixtureError, load_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 
 def good() -> dict[str, Any]:

@@ -10,7 +10,8 @@ import pytest
 from qkvcli.checks.evidence import build_evidence
 from qkvcli.checks.primary import compute_primary
 from qkvcli.checks.replay import same_primary_bits
-from qkvcli.fixtures.fixture import load_fixture, parse_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
 from qkvcli.render.text.checks import check_rows
 
 from .conftest import CHAPTER_FIXTURE

@@ -15,13 +15,9 @@ from qkvcli.fixtures.expect import (
     Mismatch,
     compare_expectations,
 )
-from qkvcli.fixtures.fixture import (
-    FixtureError,
-    bundled_fixture_text,
-    fixture_problems,
-    load_fixture,
-    parse_fixture,
-)
+from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
+from qkvcli.fixtures.parse import fixture_problems, parse_fixture
+from qkvcli.fixtures.problems import FixtureError
 from qkvcli.render.text.checks import check_rows
 
 CHAPTER: dict[str, Any] = json.loads(bundled_fixture_text())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from qkvcli.checks.primary import compute_primary
-from qkvcli.fixtures.fixture import load_fixture
+from qkvcli.fixtures.load import load_fixture
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.layer import gradcheck_layer
 

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.fixtures.fixture import FixtureError, load_fixture, parse_fixture
-from qkvcli.fixtures.layouts import canonicalize, chapter_weights, uses_extensions
+from qkvcli.fixtures.keys import uses_extensions
+from qkvcli.fixtures.layouts import canonicalize, chapter_weights
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 RNG = np.random.default_rng(2026)
 X = RNG.normal(size=(2, 3, 4))

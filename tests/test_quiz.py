@@ -7,7 +7,8 @@ import json
 import pytest
 
 from qkvcli.core.errors import QkvError
-from qkvcli.fixtures.fixture import load_fixture, parse_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
 from qkvcli.learn.quiz import (
     EmptyQuizFixture,
     QuizError,

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.fixture import load_fixture, parse_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
 from qkvcli.render.json.evidence import evidence_json, render_json
 from qkvcli.render.text.numbers import fmt_float, fmt_shape, fmt_vector
 from qkvcli.render.text.report import render_text

@@ -18,7 +18,8 @@ from rich.console import Console, RenderableType
 
 from qkvcli.checks.evidence import build_evidence
 from qkvcli.checks.records import Evidence
-from qkvcli.fixtures.fixture import Fixture, load_fixture
+from qkvcli.fixtures.fixture import Fixture
+from qkvcli.fixtures.load import load_fixture
 from qkvcli.render.rich.boxes import INPUT, KEY, QUERY, VALUE
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.view import render_rich

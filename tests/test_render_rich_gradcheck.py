@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.fixture import load_fixture
+from qkvcli.fixtures.load import load_fixture
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 from qkvcli.render.rich.options import RichOptions

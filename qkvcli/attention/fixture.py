@@ -24,23 +24,25 @@ from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import validate_name
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.fixture import (
+from qkvcli.fixtures.files import StrPath
+from qkvcli.fixtures.json_values import (
+    is_json_int,
+    json_type_name,
+    parse_json_text,
+    refuse_unknown_keys,
+)
+from qkvcli.fixtures.keys import GRADCHECK_KEYS, TOP_KEYS
+from qkvcli.fixtures.layouts import CanonicalWeights, canonicalize, value_width_mode
+from qkvcli.fixtures.limits import (
     DEFAULT_MAX_ELEMENTS,
     DEFAULT_SEED,
     DEFAULT_STEP,
     DEFAULT_TOLERANCE,
-    GRADCHECK_KEYS,
     MAX_SEED,
-    TOP_KEYS,
-    FixtureError,
-    is_json_int,
-    json_type_name,
-    parse_json_text,
-    parse_tensor,
-    read_fixture_text,
-    refuse_unknown_keys,
 )
-from qkvcli.fixtures.layouts import CanonicalWeights, canonicalize, value_width_mode
+from qkvcli.fixtures.load import read_fixture_text
+from qkvcli.fixtures.problems import FixtureError
+from qkvcli.fixtures.tensors import parse_tensor
 
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
 
@@ -124,9 +126,10 @@ def _settings(raw: Any) -> tuple[float, float, int | None]:
 
 
 def parse_attend_fixture(
-    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base_dir: StrPath | None = None,
 ) -> AttendFixture:
-    """Validate parsed JSON for ``qkv attend``. Raises :class:`~qkvcli.fixtures.fixture.FixtureError`."""
+    """Validate parsed JSON for ``qkv attend``. Raises :class:`~qkvcli.fixtures.problems.FixtureError`."""
     if not isinstance(data, dict):
         raise FixtureError("$", f"expected an object, got {json_type_name(data)}")
     refuse_unknown_keys(data, TOP_KEYS, "$")
@@ -134,10 +137,10 @@ def parse_attend_fixture(
         if key not in data:
             raise FixtureError("$", f'missing key "{key}"')
     mode = value_width_mode(data)
-    canonical = canonicalize(data["weights"], max_elements)
+    canonical = canonicalize(data["weights"], max_elements, base_dir)
     head = _head(canonical, mode == "independent")
 
-    x = parse_tensor(data["input"], "$.input", max_elements)
+    x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
     try:
         head.check_input(x)
     except QkvError as error:
@@ -153,7 +156,7 @@ def parse_attend_fixture(
         for branch, width in zip(BRANCHES, widths, strict=True):
             if branch in raw_upstream:
                 location = f"$.upstream.{branch}"
-                grad = parse_tensor(raw_upstream[branch], location, max_elements)
+                grad = parse_tensor(raw_upstream[branch], location, max_elements, base_dir=base_dir)
                 if grad.shape != (batch, tokens, width):
                     raise FixtureError(location, f"expected shape [{batch},{tokens},{width}], "
                                        f"got [{','.join(map(str, grad.shape))}]")
@@ -198,10 +201,11 @@ def load_attend_fixture(
 ) -> AttendFixture:
     """Load ``path``, or the bundled ``example`` when ``path`` is ``None``.
 
-    Raises :class:`~qkvcli.fixtures.fixture.FixtureError` for bad content, ``OSError`` for paths.
+    Raises :class:`~qkvcli.fixtures.problems.FixtureError` for bad content and
+    :class:`~qkvcli.fixtures.files.InputFileError` for a file that cannot be read.
     """
     if path is None:
         return parse_attend_fixture(parse_json_text(example_text(example)),
                                     max_elements=max_elements)
     text = read_fixture_text(path)
-    return parse_attend_fixture(parse_json_text(text), path.stem, max_elements)
+    return parse_attend_fixture(parse_json_text(text), path.stem, max_elements, path.parent)

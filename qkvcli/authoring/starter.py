@@ -23,7 +23,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import MASK64, SplitMix64
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.fixture import DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.fixtures.limits import DEFAULT_STEP, DEFAULT_TOLERANCE
 
 # Fixed, documented constants: changing them would change every starter fixture's input.
 INPUT_TAG = int.from_bytes(b"qkvinput", "big")

@@ -73,12 +73,12 @@ def init(
                  if value is not None]
         if given:
             raise click.UsageError(f"--from-chapter writes the chapter's fixture; drop {given[0]}")
-        from qkvcli.fixtures.fixture import bundled_fixture_text
+        from qkvcli.fixtures.load import bundled_fixture_text
 
         text = bundled_fixture_text()
     else:
         from qkvcli.authoring.starter import dump_fixture, starter_fixture
-        from qkvcli.fixtures.fixture import DEFAULT_SEED
+        from qkvcli.fixtures.limits import DEFAULT_SEED
 
         seed = DEFAULT_SEED if seed is None else seed
         batch, tokens = (1 if batch is None else batch), (2 if tokens is None else tokens)
@@ -105,8 +105,12 @@ def _large_fixture(
     output: Path | None, npy_dir: str | None, force: bool,
 ) -> str:
     """The fixture text of a ``--generate`` or ``--npy`` starter; writes the .npy files first."""
+    from qkvcli.authoring.documents import (
+        generated_fixture_document,
+        npy_fixture_document,
+        write_npy_atomic,
+    )
     from qkvcli.authoring.starter import dump_fixture
-    from qkvcli.fixtures.sources import generated_fixture_document, npy_fixture_document, write_npy_atomic
 
     document = generated_fixture_document(seed, batch, tokens, d_model, d_head)
     if npy_dir is None or output is None:
@@ -158,7 +162,11 @@ def write_new(text: str, output: Path) -> None:
 
 def _problems(path: Path, max_elements: int) -> list[str]:
     """Every problem of one fixture file as ``"$.location: message"`` lines."""
-    from qkvcli.fixtures.fixture import FixtureError, fixture_problems, parse_json_text, read_fixture_text
+    from qkvcli.fixtures.files import InputFileError
+    from qkvcli.fixtures.json_values import parse_json_text
+    from qkvcli.fixtures.load import fixture_stem, read_fixture_text
+    from qkvcli.fixtures.parse import fixture_problems
+    from qkvcli.fixtures.problems import FixtureError
 
     label = str(path)
     if not path.exists() and not path.is_symlink():
@@ -166,10 +174,12 @@ def _problems(path: Path, max_elements: int) -> list[str]:
     with translated_read_errors(label):
         try:
             data = parse_json_text(read_fixture_text(path))
+        except InputFileError as error:
+            raise InputError(str(error)) from None
         except FixtureError as error:
             return [str(error)]
     return [str(error) for error in
-            fixture_problems(data, path.stem, max_elements, base_dir=path.parent)]
+            fixture_problems(data, fixture_stem(path), max_elements, base_dir=path.parent)]
 
 
 @click.command()
@@ -210,6 +220,6 @@ def schema() -> None:
     """Print the JSON Schema of the fixture format (for editors and other tools)."""
     from importlib.resources import files
 
-    from qkvcli.fixtures.fixture import SCHEMA_NAME
+    from qkvcli.fixtures.keys import SCHEMA_NAME
 
     click.echo(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text(encoding="utf-8"), nl=False)

@@ -101,7 +101,9 @@ def label_of(path: Path | None) -> str:
 
 def load(path: Path | None, max_elements: int) -> Fixture:
     """Load a fixture, or raise :class:`InputError` naming the file and JSON location."""
-    from qkvcli.fixtures.fixture import FixtureError, load_fixture
+    from qkvcli.fixtures.files import InputFileError
+    from qkvcli.fixtures.load import load_fixture
+    from qkvcli.fixtures.problems import FixtureError
 
     label = label_of(path)
     if path is not None:
@@ -111,6 +113,8 @@ def load(path: Path | None, max_elements: int) -> Fixture:
             raise InputError(f"{label}: is a directory, not a fixture file")
     try:
         return load_fixture(path, max_elements=max_elements)
+    except InputFileError as error:
+        raise InputError(str(error)) from None
     except FixtureError as error:
         raise InputError(f"{label}: {error}") from None
     except PermissionError:
@@ -241,7 +245,7 @@ def output_option(func: F) -> F:
 
 
 def max_elements_option(func: F) -> F:
-    from qkvcli.fixtures.fixture import DEFAULT_MAX_ELEMENTS
+    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
 
     return click.option(
         "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,

@@ -51,7 +51,8 @@ def _emit_rich(renderable: Any, output: Path | None, protect: Path | None) -> No
 
 def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFixture:
     from qkvcli.attention.fixture import EXAMPLES, load_attend_fixture
-    from qkvcli.fixtures.fixture import FixtureError
+    from qkvcli.fixtures.files import InputFileError
+    from qkvcli.fixtures.problems import FixtureError
 
     label = f"<bundled {EXAMPLES[example]}>" if path is None else str(path)
     if path is not None:
@@ -61,6 +62,8 @@ def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFi
             raise InputError(f"{label}: is a directory, not a fixture file")
     try:
         return load_attend_fixture(path, example, max_elements)
+    except InputFileError as error:
+        raise InputError(str(error)) from None
     except FixtureError as error:
         raise InputError(f"{label}: {error}") from None
     except PermissionError:
@@ -142,7 +145,7 @@ def variance(
     For unit-variance q and k, var(q.k) is about d_k and var(q.k / sqrt(d_k)) about 1.
     Deterministic: the same seed gives the same table.
     """
-    from qkvcli.fixtures.fixture import DEFAULT_MAX_ELEMENTS
+    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.learn.variance import dot_variance, widths
 
     if maximum < minimum:
