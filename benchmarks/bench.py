@@ -335,7 +335,7 @@ def importtime_breakdown() -> None:
         return times
 
     base = self_times("import numpy, click, json")
-    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.commands, "
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.run, "
                         "qkvcli.checks.evidence, qkvcli.render.text.report")
     extra = {name: us for name, us in report.items() if name not in base}
     top = sorted(extra.items(), key=lambda item: -item[1])[:8]

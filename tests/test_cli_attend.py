@@ -213,6 +213,7 @@ def test_an_overflowing_head_fails_cleanly(tmp_path: Path, fmt: str) -> None:
                         "value": [[1, 1], [1, -1], [0, 2]]}}
     result = CliRunner().invoke(main, ["attend", str(write(tmp_path, data)), "-f", fmt])
     assert result.exit_code == 1, result.output
-    assert result.stderr.startswith("qkv: FAILED: forward")
+    # rich may first say it widened the layout to keep every number whole
+    assert result.stderr.splitlines()[-1].startswith("qkv: FAILED: forward")
     if fmt == "json":
         assert json.loads(result.stdout)["passed"] is False

@@ -7,16 +7,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from qkvcli.cli.batch import expand_fixtures, translated_read_errors
-from qkvcli.cli.common import (
-    EXIT_INPUT,
-    InputError,
-    LazyPath,
-    max_elements_option,
-    remove_quietly,
-    write_output,
-    write_temp_beside,
-)
+from qkvcli.cli.batch import expand_fixtures
+from qkvcli.cli.group import EXIT_INPUT, InputError, error_line
+from qkvcli.cli.io import labelled, remove_quietly, write_output, write_temp_beside
+from qkvcli.cli.options import LazyPath, max_elements_option
 from qkvcli.core.splitmix import MASK64
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
@@ -162,22 +156,16 @@ def write_new(text: str, output: Path) -> None:
 
 def _problems(path: Path, max_elements: int) -> list[str]:
     """Every problem of one fixture file as ``"$.location: message"`` lines."""
-    from qkvcli.fixtures.files import InputFileError
     from qkvcli.fixtures.json_values import parse_json_text
     from qkvcli.fixtures.load import fixture_stem, read_fixture_text
     from qkvcli.fixtures.parse import fixture_problems
     from qkvcli.fixtures.problems import FixtureError
 
-    label = str(path)
-    if not path.exists() and not path.is_symlink():
-        raise InputError(f"{label}: no such file")
-    with translated_read_errors(label):
-        try:
-            data = parse_json_text(read_fixture_text(path))
-        except InputFileError as error:
-            raise InputError(str(error)) from None
-        except FixtureError as error:
-            return [str(error)]
+    text = labelled(str(path), lambda: read_fixture_text(path))
+    try:
+        data = parse_json_text(text)
+    except FixtureError as error:
+        return [str(error)]
     return [str(error) for error in
             fixture_problems(data, fixture_stem(path), max_elements, base_dir=path.parent)]
 
@@ -193,14 +181,16 @@ def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
     fixtures a last line counts the problems. Exit status 0 when every fixture is
     valid, 2 otherwise.
     """
+    from qkvcli.core.errors import QkvError
+
     bad_files = 0
     total = 0
     paths = expand_fixtures(fixtures)
     for path in paths:
         try:
             problems = _problems(path, max_elements)
-        except InputError as error:
-            problems = [error.format_message().removeprefix(f"{path}: ")]
+        except QkvError as error:
+            problems = [error_line(error).removeprefix(f"{path}: ")]
         if problems:
             bad_files += 1
             total += len(problems)

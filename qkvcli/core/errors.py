@@ -24,7 +24,19 @@ def format_float_debug(value: float) -> str:
 
 
 class QkvError(ValueError):
-    """Base class of every rejected parameter set, input, or construction."""
+    """Base class of every rejected parameter set, input, or construction.
+
+    ``file`` names the input file the error concerns once a reader knows it; the CLI
+    prints ``FILE: message`` (see ``qkvcli/cli/group.py``, the one translation).
+    """
+
+    file: str | None = None
+
+    def in_file(self, file: str) -> QkvError:
+        """This error, naming ``file`` unless it already names one."""
+        if self.file is None:
+            self.file = file
+        return self
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and vars(self) == vars(other)

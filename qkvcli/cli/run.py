@@ -7,22 +7,21 @@ from typing import TYPE_CHECKING
 
 import click
 
-from qkvcli.cli.common import (
-    EXIT_FAILED,
+from qkvcli.cli.group import EXIT_FAILED
+from qkvcli.cli.io import load, write_output
+from qkvcli.cli.options import (
+    FIGURE_PRECISION,
+    GRADCHECK_PRECISION,
+    CheckOverrides,
     LazyPath,
+    ViewSettings,
+    batch_options,
     fixture_argument,
     gradcheck_mode_options,
     gradcheck_options,
-    load,
+    is_batch,
     max_elements_option,
     output_option,
-    with_settings,
-    write_output,
-)
-from qkvcli.cli.options import (
-    ViewSettings,
-    batch_options,
-    is_batch,
     resolve_format,
     view_options,
 )
@@ -57,10 +56,13 @@ def _render(evidence: object, fmt: str) -> str:
 
 def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
-    step: float | None, tolerance: float | None, samples: int | None, verdict: bool,
-    view: ViewSettings, golden: Path | None = None,
-    mode: str | None = None, directions: int | None = None,
+    overrides: CheckOverrides, view: ViewSettings, *, name_failures: bool,
+    golden: Path | None = None,
 ) -> None:
+    """Build the evidence for one fixture, show it in ``fmt``, exit 1 when a check failed.
+
+    ``name_failures`` (``qkv run``) lists the failed checks on stderr.
+    """
     from qkvcli.checks.evidence import build_evidence
 
     if view.exports:
@@ -74,10 +76,7 @@ def _evidence_command(
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
     fmt = resolve_format(fmt, output)
-    loaded = with_settings(
-        load(fixture, max_elements), step, tolerance, samples, mode, directions
-    )
-    evidence = build_evidence(loaded)
+    evidence = build_evidence(overrides.apply(load(fixture, max_elements)))
 
     def figure(options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.view import render_rich
@@ -89,7 +88,7 @@ def _evidence_command(
     if fmt == "rich":
         from qkvcli.cli.console import show_rich
 
-        show_rich(figure, view, output, fixture, 6, title)
+        show_rich(figure, view, output, fixture, FIGURE_PRECISION, title)
     else:
         text = _render(evidence, fmt)
         if golden is None or output is not None:
@@ -104,9 +103,9 @@ def _evidence_command(
         if view.exports:
             from qkvcli.cli.console import export_only
 
-            export_only(figure, view, fixture, 6, title)
+            export_only(figure, view, fixture, FIGURE_PRECISION, title)
     if not evidence.passed:
-        if verdict:
+        if name_failures:
             from qkvcli.render.text.checks import check_rows
 
             failed = [check for check in check_rows(evidence) if not check.passed]
@@ -132,9 +131,7 @@ def _evidence_command(
 @view_options
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
-    junit: Path | None, step: float | None, tolerance: float | None, samples: int | None,
-    max_elements: int, view: ViewSettings,
-    mode: str | None = None, directions: int | None = None,
+    junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -148,13 +145,11 @@ def run(
         reject_single_options(output, golden)
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
-        run_many(fixtures, junit, max_elements, step, tolerance, samples, mode, directions)
+        run_many(fixtures, junit, max_elements, overrides)
         return
     fixture = fixtures[0] if fixtures else None
-    _evidence_command(
-        fixture, fmt, output, max_elements, step, tolerance, samples, True, view, golden,
-        mode, directions,
-    )
+    _evidence_command(fixture, fmt, output, max_elements, overrides, view,
+                      name_failures=True, golden=golden)
 
 
 @click.command()
@@ -171,16 +166,14 @@ def run(
 @max_elements_option
 @view_options
 def report(
-    fixture: Path | None, fmt: str, output: Path | None, step: float | None,
-    tolerance: float | None, samples: int | None, max_elements: int, view: ViewSettings,
-    mode: str | None = None, directions: int | None = None,
+    fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
+    view: ViewSettings, overrides: CheckOverrides,
 ) -> None:
     """Render the evidence for FIXTURE (default: the bundled chapter fixture).
 
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
-    _evidence_command(fixture, fmt, output, max_elements, step, tolerance, samples, False, view,
-                      mode=mode, directions=directions)
+    _evidence_command(fixture, fmt, output, max_elements, overrides, view, name_failures=False)
 
 
 @click.command()
@@ -202,9 +195,8 @@ def report(
     "differences they are checked against are always float64.",
 )
 def gradcheck(
-    fixture: Path | None, step: float | None, tolerance: float | None, samples: int | None,
-    fmt: str, output: Path | None, max_elements: int, view: ViewSettings,
-    mode: str | None = None, directions: int | None = None, dtype: str = "float64",
+    fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
+    view: ViewSettings, overrides: CheckOverrides, dtype: str = "float64",
 ) -> None:
     """Check the reverse gradients of FIXTURE against central differences.
 
@@ -221,9 +213,7 @@ def gradcheck(
 
     check_export_paths(view, output, fixture)
     fmt = resolve_format(fmt, output)
-    loaded = with_settings(
-        load(fixture, max_elements), step, tolerance, samples, mode, directions
-    )
+    loaded = overrides.apply(load(fixture, max_elements))
     # The analytic gradients under test come from the engine in the chosen type.
     grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
     reporter = gradcheck_progress(fmt, view)
@@ -241,7 +231,7 @@ def gradcheck(
         return render_gradcheck_rich(result, options)
 
     if fmt == "rich":
-        show_rich(table, view, output, fixture, 9, "qkv gradcheck")
+        show_rich(table, view, output, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     else:
         if fmt == "json":
             from qkvcli.render.json.evidence import dumps, gradcheck_json
@@ -252,6 +242,6 @@ def gradcheck(
 
             text = render_gradcheck_text(result)
         write_output(text, output, protect=fixture)
-        export_only(table, view, fixture, 9, "qkv gradcheck")
+        export_only(table, view, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     if not result.passed:
         raise SystemExit(EXIT_FAILED)
