@@ -38,17 +38,16 @@ from qkvcli.attention.outputs import AttentionForward, AttentionGradients
 from qkvcli.attention.softmax import causal_mask, stable_softmax
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import (
-    BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
-    DuplicateName,
-    InputRank,
-    InputWidthMismatch,
-    ProjectionError,
-    QkvError,
 )
 from qkvcli.core.names import DEFAULT_NAMES, validate_name
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.core.weights import check_branch
+from qkvcli.core.weights import (
+    check_branches,
+    check_input_shape,
+    check_model_widths,
+    check_unique_names,
+)
 
 # What the head adds to the chapter's projections, in order (the quiz's last answer).
 STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")
@@ -101,14 +100,8 @@ class AttentionHead:
             check_finite(weight, "parameter")
             if bias is not None:
                 check_finite(bias, "parameter")
-        for branch, weight in zip(BRANCHES, weights, strict=True):
-            try:
-                check_branch(weight)
-            except QkvError as error:
-                raise ProjectionError(branch, error) from None
-        model = tuple(int(w.shape[0]) for w in weights)
-        if len(set(model)) != 1:
-            raise BranchInputWidthMismatch(*model)
+        check_branches(weights)
+        check_model_widths(weights)
         head = tuple(int(w.shape[1]) for w in weights)
         if not independent_value_width and len(set(head)) != 1:
             raise BranchOutputWidthMismatch(*head)
@@ -117,9 +110,7 @@ class AttentionHead:
         for branch, width, bias in zip(BRANCHES, head, bias_arrays, strict=True):
             if bias is not None and bias.shape != (width,):
                 raise BiasShapeMismatch(branch, width, tuple(bias.shape))
-        for repeated, name in enumerate(names):
-            if name in names[:repeated]:
-                raise DuplicateName(name, names.index(name), repeated)
+        check_unique_names(names)
         return cls(
             (weights[0], weights[1], weights[2]),
             (bias_arrays[0], bias_arrays[1], bias_arrays[2]),
@@ -177,10 +168,7 @@ class AttentionHead:
     def check_input(self, x: ArrayLike) -> Array:
         """Validate ``x`` (rank three, final width ``d_model``, finite); return it as float64."""
         array = np.asarray(x, dtype=np.float64)
-        if array.ndim != 3:
-            raise InputRank(array.ndim)
-        if array.shape[2] != self.d_model:
-            raise InputWidthMismatch(self.d_model, int(array.shape[2]))
+        check_input_shape(array, self.d_model)
         check_finite(array, "input")
         return array
 

@@ -19,12 +19,8 @@ import numpy as np
 
 from qkvcli.core.arrays import Array, ArrayLike, all_finite, check_finite
 from qkvcli.core.errors import (
-    BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
-    DuplicateName,
     GradientShapeMismatch,
-    InputRank,
-    InputWidthMismatch,
     ProjectionError,
     QkvError,
 )
@@ -32,7 +28,14 @@ from qkvcli.core.names import DEFAULT_NAMES, DEFAULT_PREFIX, validate_name
 from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.core.weights import check_branch, pack, rows_nonzero
+from qkvcli.core.weights import (
+    check_branches,
+    check_input_shape,
+    check_model_widths,
+    check_unique_names,
+    pack,
+    rows_nonzero,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -99,21 +102,13 @@ class QkvProjections:
         for name, array in zip(names, arrays, strict=True):
             validate_name(name)
             check_finite(array, "parameter")
-        for branch, array in zip(BRANCHES, arrays, strict=True):
-            try:
-                check_branch(array)
-            except QkvError as error:
-                raise ProjectionError(branch, error) from None
+        check_branches(arrays)
+        check_model_widths(arrays)
         query, key, value = arrays
-        model = (query.shape[0], key.shape[0], value.shape[0])
-        if len(set(model)) != 1:
-            raise BranchInputWidthMismatch(*model)
         head = (query.shape[1], key.shape[1], value.shape[1])
         if len(set(head)) != 1:
             raise BranchOutputWidthMismatch(*head)
-        for repeated, name in enumerate(names):
-            if name in names[:repeated]:
-                raise DuplicateName(name, names.index(name), repeated)
+        check_unique_names(names)
         return cls((query, key, value), (names[0], names[1], names[2]))
 
     @classmethod
@@ -202,10 +197,7 @@ class QkvProjections:
     def _shaped_input(self, x: ArrayLike) -> Array:
         # Rank, then final width: the checks that must precede any product.
         array: Array = np.asarray(x, dtype=self._packed.dtype)
-        if array.ndim != 3:
-            raise InputRank(array.ndim)
-        if array.shape[2] != self._d_model:
-            raise InputWidthMismatch(self._d_model, int(array.shape[2]))
+        check_input_shape(array, self._d_model)
         return array
 
     def check_input(self, x: ArrayLike) -> Array:
