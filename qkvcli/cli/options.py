@@ -263,3 +263,14 @@ def batch_options(func: F) -> F:
 def is_batch(fixtures: Sequence[Path], junit: Path | None) -> bool:
     """Whether ``qkv run`` runs in batch mode: several arguments, a directory, or ``--junit``."""
     return len(fixtures) > 1 or junit is not None or any(path.is_dir() for path in fixtures)
+
+
+def evidence_options(func: F) -> F:
+    """What every evidence command (run, report, gradcheck) takes: ``-o``, the
+    gradient-check settings (as ``overrides``), ``--max-elements`` and the rich view
+    options (as ``view``)."""
+    for decorate in (view_options, max_elements_option, gradcheck_mode_options,
+                     gradcheck_options, output_option):
+        func = decorate(func)
+    return func
+

@@ -16,14 +16,10 @@ from qkvcli.cli.options import (
     LazyPath,
     ViewSettings,
     batch_options,
+    evidence_options,
     fixture_argument,
-    gradcheck_mode_options,
-    gradcheck_options,
     is_batch,
-    max_elements_option,
-    output_option,
     resolve_format,
-    view_options,
 )
 
 if TYPE_CHECKING:
@@ -123,12 +119,8 @@ def _evidence_command(
     show_default=True,
     help="How to show the evidence; auto: the rich figure on a terminal, text otherwise.",
 )
-@output_option
 @batch_options
-@gradcheck_options
-@gradcheck_mode_options
-@max_elements_option
-@view_options
+@evidence_options
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
@@ -160,11 +152,7 @@ def run(
     help="text: the chapter's report; trace: the diagram trace; json: everything; "
     "rich: the chapter's figure; auto: rich on a terminal, text otherwise.",
 )
-@output_option
-@gradcheck_options
-@gradcheck_mode_options
-@max_elements_option
-@view_options
+@evidence_options
 def report(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     view: ViewSettings, overrides: CheckOverrides,
@@ -178,17 +166,13 @@ def report(
 
 @click.command()
 @fixture_argument
-@gradcheck_options
-@gradcheck_mode_options
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(GRADCHECK_FORMATS), default="text",
     show_default=True,
     help="text: an aligned table; json: every coordinate; rich: a table with the worst "
     "coordinate marked; auto: rich on a terminal, text otherwise.",
 )
-@output_option
-@max_elements_option
-@view_options
+@evidence_options
 @click.option(
     "--dtype", type=click.Choice(("float64", "float32")), default="float64", show_default=True,
     help="Type of the analytic gradients under test (a speed study); the central "
