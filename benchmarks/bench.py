@@ -105,7 +105,7 @@ def optional_torch() -> Any:
 def engine_contenders(shape: tuple[int, int, int, int], dtype: str) -> dict[str, Callable[[], Any]]:
     import numpy as np
 
-    from qkvcli.engine import QkvProjections
+    from qkvcli.core.projections import QkvProjections
 
     batch, tokens, d_model, d_head = shape
     rng = np.random.default_rng(0)
@@ -216,7 +216,7 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
 def gradcheck_case(shape: tuple[int, int, int, int]) -> tuple[Any, ...]:
     import numpy as np
 
-    from qkvcli.engine import QkvProjections
+    from qkvcli.core.projections import QkvProjections
 
     batch, tokens, d_model, d_head = shape
     rng = np.random.default_rng(1)
@@ -229,8 +229,9 @@ def gradcheck_case(shape: tuple[int, int, int, int]) -> tuple[Any, ...]:
 
 def naive_loop(layer: Any, x: Any, upstream: Any, analytic: Any) -> Any:
     """The plain per-coordinate check: one NumPy forward pass per evaluation."""
-    from qkvcli.engine import QkvProjections, weighted_loss
-    from qkvcli.gradcheck import check_tensor
+    from qkvcli.core.outputs import weighted_loss
+    from qkvcli.core.projections import QkvProjections
+    from qkvcli.gradcheck.central import check_tensor
 
     def weight_objective(branch: int) -> Callable[[Any], float]:
         def objective(probe: Any) -> float:
@@ -248,7 +249,7 @@ def naive_loop(layer: Any, x: Any, upstream: Any, analytic: Any) -> Any:
 
 
 def bench_gradcheck(repeats: int) -> None:
-    from qkvcli.gradcheck import gradcheck_layer
+    from qkvcli.gradcheck.layer import gradcheck_layer
 
     print("gradient checks (median ms of compute, no start-up)")
     case = gradcheck_case((4, 64, 128, 32))
@@ -282,10 +283,10 @@ def qkv_command() -> list[str]:
 def bytecode_note() -> str:
     import importlib.util
 
-    import qkvcli.evidence
+    import qkvcli.checks.evidence
 
-    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.evidence.__file__))
-    where = os.path.dirname(qkvcli.evidence.__file__)
+    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.checks.evidence.__file__))
+    where = os.path.dirname(qkvcli.checks.evidence.__file__)
     return f"qkvcli from {where}, bytecode {'compiled' if compiled else 'NOT compiled'}"
 
 
@@ -334,14 +335,14 @@ def importtime_breakdown() -> None:
         return times
 
     base = self_times("import numpy, click, json")
-    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.commands, "
-                        "qkvcli.evidence, qkvcli.render.text")
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.run, "
+                        "qkvcli.checks.evidence, qkvcli.render.text.report")
     extra = {name: us for name, us in report.items() if name not in base}
     top = sorted(extra.items(), key=lambda item: -item[1])[:8]
     print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
           "self time; largest: " + ", ".join(f"{name} {us / 1000:.1f}" for name, us in top))
-    from qkvcli.evidence import build_evidence
-    from qkvcli.fixture import load_fixture
+    from qkvcli.checks.evidence import build_evidence
+    from qkvcli.fixtures.load import load_fixture
 
     fixture = load_fixture()
     build_evidence(fixture)
@@ -364,7 +365,7 @@ def memory_probe(batch: int, tokens: int, d_model: int, d_head: int, dtype: str)
 
     import numpy as np
 
-    from qkvcli.engine import QkvProjections
+    from qkvcli.core.projections import QkvProjections
 
     tracemalloc.start()  # NumPy reports its data allocations to tracemalloc
     rng = np.random.default_rng(2)

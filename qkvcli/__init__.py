@@ -5,7 +5,7 @@ Library use::
     from qkvcli import QkvProjections
     layer = QkvProjections.from_arrays(w_query, w_key, w_value)
     q, k, v = layer.forward(x)
-    grads = layer.backward(x, grad_q, grad_k, grad_v)   # grads.input, .query, .key, .value
+    grads = layer.backward(x, grad_q, grad_k, grad_v)   # .grad_input, .grad_w_query, ...
 
 The engine is imported lazily so that ``qkv --help`` and ``qkv --version`` stay quick.
 """
@@ -29,21 +29,23 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from qkvcli.engine import QkvForward, QkvGradients, QkvProjections
-    from qkvcli.errors import QkvError
-    from qkvcli.evidence import build_evidence
-    from qkvcli.fixture import Fixture, load_fixture
-    from qkvcli.splitmix import SplitMix64
+    from qkvcli.checks.evidence import build_evidence
+    from qkvcli.core.errors import QkvError
+    from qkvcli.core.outputs import QkvForward, QkvGradients
+    from qkvcli.core.projections import QkvProjections
+    from qkvcli.core.splitmix import SplitMix64
+    from qkvcli.fixtures.fixture import Fixture
+    from qkvcli.fixtures.load import load_fixture
 
 _LAZY = {
-    "QkvProjections": "qkvcli.engine",
-    "QkvForward": "qkvcli.engine",
-    "QkvGradients": "qkvcli.engine",
-    "QkvError": "qkvcli.errors",
-    "SplitMix64": "qkvcli.splitmix",
-    "Fixture": "qkvcli.fixture",
-    "load_fixture": "qkvcli.fixture",
-    "build_evidence": "qkvcli.evidence",
+    "QkvProjections": "qkvcli.core.projections",
+    "QkvForward": "qkvcli.core.outputs",
+    "QkvGradients": "qkvcli.core.outputs",
+    "QkvError": "qkvcli.core.errors",
+    "SplitMix64": "qkvcli.core.splitmix",
+    "Fixture": "qkvcli.fixtures.fixture",
+    "load_fixture": "qkvcli.fixtures.load",
+    "build_evidence": "qkvcli.checks.evidence",
 }
 
 

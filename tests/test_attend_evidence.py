@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attend_evidence import _hull, build_attend_evidence
-from qkvcli.attend_fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.attention.evidence import build_attend_evidence, hull_evidence
+from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
 
 CHECKS = ["forward", "weights", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
 
@@ -81,9 +81,9 @@ def test_independent_value_width_note_and_shapes() -> None:
 def test_hull_check_fails_for_an_output_outside_the_values() -> None:
     fixture = load_attend_fixture(example="primer")
     forward = fixture.head.forward(fixture.input)
-    assert _hull(forward, 2).passed
+    assert hull_evidence(forward, 2).passed
     moved = forward._replace(output=forward.output + np.array([0.0, 10.0]))
-    hull = _hull(moved, 2)
+    hull = hull_evidence(moved, 2)
     assert not hull.passed and hull.box_violations == 2 and hull.barycentric_residual == 10.0
 
 

@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attend_fixture import (
+from qkvcli.attention.fixture import (
     load_attend_fixture,
     parse_attend_fixture,
     seeded_upstream,
 )
-from qkvcli.fixture import FixtureError, load_fixture
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 
 def good() -> dict[str, Any]:

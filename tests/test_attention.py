@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attend_fixture import load_attend_fixture
-from qkvcli.attend_gradcheck import gradcheck_head
-from qkvcli.attention import AttentionHead, causal_mask, stable_softmax
-from qkvcli.attention_errors import BiasShapeMismatch, KeyWidthMismatch
-from qkvcli.errors import (
+from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
+from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.attention.gradcheck import gradcheck_head
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.softmax import causal_mask, stable_softmax
+from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
     DuplicateName,
@@ -93,9 +94,9 @@ def test_empty_axes(shape: tuple[int, int, int], causal: bool) -> None:
     assert forward.weights.shape == (batch, tokens, tokens)
     assert forward.output.shape == (batch, tokens, 4)
     grads = head.backward(np.zeros(shape), forward, np.zeros(forward.output.shape))
-    assert grads.input.shape == shape
-    assert grads.query_weight.shape == (5, 3) and not grads.query_weight.any()
-    assert grads.value_bias is not None and grads.value_bias.shape == (4,)
+    assert grads.grad_input.shape == shape
+    assert grads.grad_w_query.shape == (5, 3) and not grads.grad_w_query.any()
+    assert grads.grad_b_value is not None and grads.grad_b_value.shape == (4,)
 
 
 @settings(max_examples=40, deadline=None)
@@ -130,9 +131,9 @@ def test_softmax_reverse_matches_the_jacobian() -> None:
     for i in range(3):  # dZ_i = J_i^T dA_i with J = diag(a) - a a^T, row by row
         a = forward.weights[0, i]
         jacobian = np.diag(a) - np.outer(a, a)
-        np.testing.assert_allclose(grads.scaled_scores[0, i], jacobian.T @ grads.weights[0, i],
-                                   rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(grads.scores, grads.scaled_scores / math.sqrt(3))
+        np.testing.assert_allclose(grads.grad_scaled_scores[0, i],
+                                   jacobian.T @ grads.grad_weights[0, i], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(grads.grad_scores, grads.grad_scaled_scores / math.sqrt(3))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4], ids=lambda s: f"seed{s}")
@@ -152,10 +153,10 @@ def test_gradcheck_passes_on_random_heads(seed: int, causal: bool, d_v: int) -> 
 
 
 WRONG = {
-    "input-scaled": lambda g: g._replace(input=g.input * 1.01),
-    "key-gets-query-gradient": lambda g: g._replace(key_weight=g.query_weight),
-    "value-bias-zeroed": lambda g: g._replace(value_bias=np.zeros_like(g.value_bias)),
-    "query-weight-negated": lambda g: g._replace(query_weight=-g.query_weight),
+    "input-scaled": lambda g: g._replace(grad_input=g.grad_input * 1.01),
+    "key-gets-query-gradient": lambda g: g._replace(grad_w_key=g.grad_w_query),
+    "value-bias-zeroed": lambda g: g._replace(grad_b_value=np.zeros_like(g.grad_b_value)),
+    "query-weight-negated": lambda g: g._replace(grad_w_query=-g.grad_w_query),
 }
 
 
@@ -180,7 +181,7 @@ def test_gradcheck_catches_a_softmax_reverse_without_the_rowsum_term() -> None:
     wrong_dz = forward.weights * (upstream @ np.swapaxes(forward.value, -1, -2))
     wrong_dq = (wrong_dz / math.sqrt(3)) @ forward.key
     grads = head.backward(x, forward, upstream)
-    wrong = grads._replace(query_weight=x.reshape(3, 5).T @ wrong_dq.reshape(3, 3))
+    wrong = grads._replace(grad_w_query=x.reshape(3, 5).T @ wrong_dq.reshape(3, 3))
     assert not gradcheck_head(head, x, upstream, wrong, False, 1e-6, 2e-6).passed
 
 

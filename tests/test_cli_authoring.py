@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
-from qkvcli.engine import QkvProjections
-from qkvcli.fixture import bundled_fixture_text, load_fixture
-from qkvcli.splitmix import SplitMix64
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -250,3 +250,20 @@ def test_validate_needs_a_fixture(tmp_path: Path) -> None:
     result = invoke(["validate"], tmp_path)
     assert result.exit_code == 2
     assert "Missing argument 'FIXTURES...'" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("command", ["validate", "run", "attend"])
+def test_a_fifo_is_refused_without_hanging(tmp_path: Path, command: str) -> None:
+    import threading
+
+    os.mkfifo(tmp_path / "pipe.json")
+    results: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: results.append(invoke([command, "pipe.json"], tmp_path)), daemon=True
+    )
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), f"qkv {command} blocked on a FIFO"
+    assert results[0].exit_code == 2
+    assert results[0].stderr == "Error: pipe.json: is a FIFO, not a fixture file\n"

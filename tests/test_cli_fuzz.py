@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkvcli.cli import main
-from qkvcli.fixture import FixtureError, fixture_problems, parse_fixture
+from qkvcli.fixtures.parse import fixture_problems, parse_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 BASE: dict[str, Any] = {
     "chapter": "fuzz",

@@ -191,13 +191,32 @@ def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 def test_huge_file_is_refused_before_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qkvcli.jsonvalues
+    import qkvcli.fixtures.limits
 
-    monkeypatch.setattr(qkvcli.jsonvalues, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(qkvcli.fixtures.limits, "MAX_FILE_BYTES", 100)
     (tmp_path / "f.json").write_bytes(json.dumps(BASE).encode())
     size = (tmp_path / "f.json").stat().st_size
-    read = []
-    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or b"")
+    read: list[int] = []
+    real_fdopen = os.fdopen
+
+    class Spy:
+        def __init__(self, handle: Any) -> None:
+            self.handle = handle
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.handle, name)
+
+        def __enter__(self) -> Spy:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def read(self, size: int = -1) -> bytes:
+            read.append(size)
+            return bytes(self.handle.read(size))
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Spy(real_fdopen(*a, **k)))
     result = invoke(["run", "f.json"], tmp_path)
     assert result.exit_code == 2
     assert result.stderr == f"Error: f.json: file is {size} bytes; fixtures are limited to 100\n"
@@ -225,7 +244,7 @@ def test_max_elements_refuses_before_allocating(
 
 
 def test_max_elements_default_admits_the_largest_performance_size() -> None:
-    from qkvcli.fixture import DEFAULT_MAX_ELEMENTS
+    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
 
     assert DEFAULT_MAX_ELEMENTS == 2**27
 
@@ -259,10 +278,14 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, comman
     # chmod 000 does not stop root, so the refusal the OS would give is simulated.
     (tmp_path / "f.json").write_bytes(json.dumps(BASE).encode())
 
-    def refuse(self: Path) -> bytes:
-        raise PermissionError(13, "Permission denied", str(self))
+    real_open = os.open
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    def refuse(path: Any, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path).endswith("f.json"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
     result = invoke([command, "f.json"], tmp_path)
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == "Error: f.json: permission denied"
@@ -288,10 +311,25 @@ def test_other_read_failures_name_the_cause(
 ) -> None:
     (tmp_path / "f.json").write_bytes(json.dumps(BASE).encode())
 
-    def fail(self: Path) -> bytes:
-        raise OSError(5, "Input/output error")
+    real_fdopen = os.fdopen
 
-    monkeypatch.setattr(Path, "read_bytes", fail)
+    class Failing:
+        def __init__(self, handle: Any) -> None:
+            self.handle = handle
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.handle, name)
+
+        def __enter__(self) -> Failing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def read(self, size: int = -1) -> bytes:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Failing(real_fdopen(*a, **k)))
     for command in ("run", "validate"):
         result = invoke([command, "f.json"], tmp_path)
         assert result.exit_code == 2

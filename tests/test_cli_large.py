@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from qkvcli.authoring.documents import generated_fixture_document
 from qkvcli.cli import main
-from qkvcli.sources import generated_fixture_document
 
 ANCHORS = Path("/work/shared/anchors/ch26")
 

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from qkvcli.cli import main
-from qkvcli.cli.console import GradcheckProgress, ViewSettings, gradcheck_progress
+from qkvcli.cli.console import GradcheckProgress, gradcheck_progress
+from qkvcli.cli.options import ViewSettings
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 NARROW = (GOLDEN / "rich_narrow.txt").read_text(encoding="utf-8")

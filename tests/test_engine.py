@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.engine import DEFAULT_NAMES, QkvProjections, weighted_loss
-from qkvcli.errors import (
+from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
     DuplicateName,
@@ -23,7 +22,10 @@ from qkvcli.errors import (
     ZeroInputWidth,
     ZeroOutputWidth,
 )
-from qkvcli.splitmix import SplitMix64
+from qkvcli.core.names import DEFAULT_NAMES
+from qkvcli.core.outputs import weighted_loss
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import SplitMix64
 
 WQ = [[1, 0], [0, 1], [1, -1]]
 WK = [[0, 1], [1, 0], [-1, 1]]
@@ -59,10 +61,10 @@ def test_chapter_backward_is_exact() -> None:
     uk = [[[0.5, -1], [1, 0]]]
     uv = [[[2, 1], [0, -0.5]]]
     grads = layer.backward(X, uq, uk, uv)
-    assert grads.input.reshape(-1).tolist() == [3, 1.5, 1.5, -1.5, 3.5, -5]
-    assert grads.query.reshape(-1).tolist() == [1, 0, 1, 2, -3, 4]
-    assert grads.key.reshape(-1).tolist() == [0.5, -1, 2, -2, 1.5, 1]
-    assert grads.value.reshape(-1).tolist() == [2, 1, 4, 1.5, -2, -2]
+    assert grads.grad_input.reshape(-1).tolist() == [3, 1.5, 1.5, -1.5, 3.5, -5]
+    assert grads.grad_w_query.reshape(-1).tolist() == [1, 0, 1, 2, -3, 4]
+    assert grads.grad_w_key.reshape(-1).tolist() == [0.5, -1, 2, -2, 1.5, 1]
+    assert grads.grad_w_value.reshape(-1).tolist() == [2, 1, 4, 1.5, -2, -2]
     outputs = layer.forward(X)
     assert weighted_loss(outputs, tuple(np.asarray(u, float) for u in (uq, uk, uv))) == -2.0
 
@@ -86,7 +88,7 @@ def test_forward_and_backward_match_loops(batch: int, tokens: int, d_model: int,
     expected_dx = np.zeros_like(x)
     for w, u in zip(weights, upstream, strict=True):
         expected_dx += np.einsum("bth,dh->btd", u, w)
-    np.testing.assert_allclose(grads.input, expected_dx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grads.grad_input, expected_dx, rtol=1e-12, atol=1e-12)
     for grad, u in zip(grads[1:], upstream, strict=True):
         expected = np.zeros((d_model, d_head))
         for b in range(batch):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.engine import QkvProjections, all_finite, check_finite
-from qkvcli.errors import GradientShapeMismatch, InputRank, InputWidthMismatch, NonFiniteValue
+from qkvcli.core.arrays import all_finite, check_finite
+from qkvcli.core.errors import GradientShapeMismatch, InputRank, InputWidthMismatch, NonFiniteValue
+from qkvcli.core.projections import QkvProjections
 
 EPS = np.finfo(np.float64).eps
 
@@ -51,7 +52,7 @@ def test_fused_equals_separate_to_rounding(shape):
         assert fused.shape == plain.shape
         assert np.all(np.abs(fused - plain) <= bound)
     terms = sum(np.abs(g) @ np.abs(w).T for g, w in zip(upstream, weights, strict=True))
-    assert np.all(np.abs(grads.input - grad_input) <= 3 * d_head * EPS * terms + 0.0)
+    assert np.all(np.abs(grads.grad_input - grad_input) <= 3 * d_head * EPS * terms + 0.0)
     rows = abs_x.reshape(-1, d_model)
     for fused, plain, g in zip(grads[1:], weight_grads, upstream, strict=True):
         bound = rows.shape[0] * EPS * (rows.T @ np.abs(g.reshape(rows.shape[0], d_head)))
@@ -69,7 +70,7 @@ def test_fused_equals_separate_exactly_for_small_integers():
     grads = layer.backward(x, *upstream)
     for fused, plain in zip(forward, outputs, strict=True):
         assert np.array_equal(fused, plain)
-    assert np.array_equal(grads.input, grad_input)
+    assert np.array_equal(grads.grad_input, grad_input)
     for fused, plain in zip(grads[1:], weight_grads, strict=True):
         assert np.array_equal(fused, plain)
 
@@ -86,8 +87,8 @@ def test_outputs_and_weights_are_views_of_one_packed_matrix():
     assert forward.query.base is not None
     assert forward.query.base is forward.key.base is forward.value.base
     grads = layer.backward(x, *upstream)
-    assert grads.query.base is not None
-    assert grads.query.base is grads.key.base is grads.value.base
+    assert grads.grad_w_query.base is not None
+    assert grads.grad_w_query.base is grads.grad_w_key.base is grads.grad_w_value.base
 
 
 def test_layer_keeps_its_own_copy_of_the_weights():
@@ -212,6 +213,6 @@ def test_float32_layer_for_speed_studies():
     assert out.query.dtype == np.float32
     assert np.allclose(out.query, layer.forward(x).query, rtol=1e-5, atol=1e-5)
     grads = single.backward(x, *upstream)
-    assert grads.input.dtype == np.float32
+    assert grads.grad_input.dtype == np.float32
     with pytest.raises(ValueError, match="float64 or float32"):
         layer.astype(np.int64)

@@ -7,8 +7,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.evidence import build_evidence, compute_primary, same_primary_bits
-from qkvcli.fixture import load_fixture, parse_fixture
+from qkvcli.checks.evidence import build_evidence
+from qkvcli.checks.primary import compute_primary
+from qkvcli.checks.replay import same_primary_bits
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.render.text.checks import check_rows
 
 from .conftest import CHAPTER_FIXTURE
 
@@ -80,7 +84,7 @@ def test_independence_is_not_applicable_without_a_live_input_column() -> None:
     evidence = build_evidence(parse_fixture(doc))
     assert not evidence.independence.applicable
     assert evidence.independence.passed
-    assert "not applicable" in evidence.checks[5].detail
+    assert "not applicable" in check_rows(evidence)[5].detail
 
 
 def test_independence_probes_the_first_live_row() -> None:

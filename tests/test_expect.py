@@ -8,20 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.evidence import build_evidence
-from qkvcli.expect import (
+from qkvcli.checks.evidence import build_evidence
+from qkvcli.fixtures.expect import (
     Expectations,
     ExpectResult,
     Mismatch,
     compare_expectations,
 )
-from qkvcli.fixture import (
-    FixtureError,
-    bundled_fixture_text,
-    fixture_problems,
-    load_fixture,
-    parse_fixture,
-)
+from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
+from qkvcli.fixtures.parse import fixture_problems, parse_fixture
+from qkvcli.fixtures.problems import FixtureError
+from qkvcli.render.text.checks import check_rows
 
 CHAPTER: dict[str, Any] = json.loads(bundled_fixture_text())
 # The chapter's values as the reference's report prints them (anchors/ch26/expected.txt);
@@ -44,7 +41,7 @@ def _evidence(expect: dict[str, Any]) -> Any:
 
 def test_reference_values_pass_exactly() -> None:
     evidence = _evidence(REFERENCE)
-    check = evidence.checks[-1]
+    check = check_rows(evidence)[-1]
     assert (check.name, check.passed) == ("expect", True)
     assert check.detail == "8 quantities, 37 values as expected (tolerance 0.0)"
 
@@ -61,7 +58,7 @@ def test_every_quantity_reports_its_first_mismatch_in_declared_order() -> None:
     wrong["query"] = [[[0, 3], [5, 6]]]
     wrong["loss"] = -3.0
     wrong["key"] = [[[3, 1], [-1, 2]]]
-    check = _evidence(wrong).checks[-1]
+    check = check_rows(_evidence(wrong))[-1]
     assert not check.passed
     assert check.detail == (
         "4 of 8 quantities differ: query[0,1,0]: expected 5.0, got 2.0; "

@@ -9,14 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixture import (
-    DEFAULT_SEED,
-    FixtureError,
-    bundled_fixture_text,
-    load_fixture,
-    parse_fixture,
-    parse_json_text,
-)
+from qkvcli.fixtures.json_values import parse_json_text
+from qkvcli.fixtures.limits import DEFAULT_SEED
+from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
+from qkvcli.fixtures.parse import fixture_problems, parse_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 from .conftest import CHAPTER_FIXTURE
 
@@ -167,3 +164,11 @@ def test_non_utf8_file(tmp_path: Path) -> None:
     with pytest.raises(FixtureError) as caught:
         load_fixture(path)
     assert str(caught.value) == "not UTF-8 text (byte 11 is 0xff)"
+
+
+def test_null_weights_are_a_problem_not_a_silent_skip() -> None:
+    # Found by the fuzz test: "weights": null once gave no problem, yet no fixture either.
+    data = {"input": [[[1, 2, -1], [0, 1, 2]]], "weights": None}
+    assert [str(p) for p in fixture_problems(data)] == ["$.weights: expected an object, got null"]
+    with pytest.raises(FixtureError, match=r"^\$\.weights: expected an object, got null$"):
+        parse_fixture(data)

@@ -7,17 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from qkvcli.engine import QkvProjections
-from qkvcli.gradcheck import (
-    InvalidStep,
-    InvalidTolerance,
-    ZeroSamples,
-    central_difference,
-    gradcheck_layer,
-    sample_indices,
-    scaled_error,
-    validate_settings,
-)
+from qkvcli.core.projections import QkvProjections
+from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
+from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.settings import InvalidStep, InvalidTolerance, ZeroSamples, validate_settings
 
 
 @pytest.mark.parametrize(

@@ -7,19 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from qkvcli.engine import QkvProjections, weighted_loss
-from qkvcli.gradcheck import (
+from qkvcli.core.outputs import weighted_loss
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.gradcheck.central import check_tensor, sample_indices
+from qkvcli.gradcheck.directional import direction
+from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_SAMPLES,
     InvalidMode,
     ZeroDirections,
-    check_tensor,
-    direction,
-    gradcheck_layer,
     resolve_mode,
-    sample_indices,
 )
-from qkvcli.splitmix import SplitMix64
 
 STEP = 1e-6
 TOLERANCE = 2e-6
@@ -98,7 +98,7 @@ def test_batched_equals_the_loop_bit_for_bit_on_the_chapter_fixture():
     # Each batched evaluation sums every branch's products in the loop's order, so the
     # chapter's printed numerical derivatives (9 decimals, pinned by golden files) are
     # the loop's exactly, not merely within rounding.
-    from qkvcli.fixture import load_fixture
+    from qkvcli.fixtures.load import load_fixture
 
     fixture = load_fixture()
     grads = tuple(fixture.layer.backward(fixture.input, *fixture.upstream))
@@ -125,7 +125,7 @@ def test_unequal_spacings_use_the_three_point_formula_in_batches_too():
 
 
 def test_chapter_default_checks_every_coordinate():
-    from qkvcli.fixture import load_fixture
+    from qkvcli.fixtures.load import load_fixture
 
     fixture = load_fixture()
     grads = fixture.layer.backward(fixture.input, *fixture.upstream)

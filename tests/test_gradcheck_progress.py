@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.evidence import compute_primary
-from qkvcli.fixture import load_fixture
-from qkvcli.gradcheck import check_tensor, gradcheck_layer
+from qkvcli.checks.primary import compute_primary
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.gradcheck.central import check_tensor
+from qkvcli.gradcheck.layer import gradcheck_layer
 
 
 def _run(samples: int | None, progress: object) -> object:
@@ -15,8 +16,7 @@ def _run(samples: int | None, progress: object) -> object:
     primary = compute_primary(fixture)
     return gradcheck_layer(
         fixture.layer, fixture.input, fixture.upstream,
-        (primary.input_gradient, primary.query_weight_gradient,
-         primary.key_weight_gradient, primary.value_weight_gradient),
+        (primary.grad_input, *primary.weight_gradients),
         fixture.step, fixture.tolerance, samples, progress=progress,  # type: ignore[arg-type]
     )
 

@@ -9,9 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attend_fixture import parse_attend_fixture
-from qkvcli.fixture import FixtureError, load_fixture, parse_fixture
-from qkvcli.layouts import canonicalize, chapter_weights, uses_extensions
+from qkvcli.attention.fixture import parse_attend_fixture
+from qkvcli.fixtures.keys import uses_extensions
+from qkvcli.fixtures.layouts import canonicalize, chapter_weights
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.fixtures.problems import FixtureError
 
 RNG = np.random.default_rng(2026)
 X = RNG.normal(size=(2, 3, 4))

@@ -6,8 +6,18 @@ import json
 
 import pytest
 
-from qkvcli.fixture import load_fixture, parse_fixture
-from qkvcli.quiz import QuizError, build_questions, check_answer, parse_answers
+from qkvcli.core.errors import QkvError
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.learn.quiz import (
+    EmptyQuizFixture,
+    QuizError,
+    TooManyAnswers,
+    UnknownAnswerKey,
+    build_questions,
+    check_answer,
+    parse_answers,
+)
 
 QUESTIONS = build_questions(load_fixture())
 CHAPTER_ANSWERS = ["[4,7,2]", "[0,3] [3,0] [3,-3]", "no", "18", "[0,2,2] and [2,0,2]", "3",
@@ -68,14 +78,22 @@ def test_answer_files() -> None:
     assert parse_answers(json.dumps(CHAPTER_ANSWERS), 9) == CHAPTER_ANSWERS
     assert parse_answers(json.dumps([[4, 7, 2], 18]), 9)[:3] == ["[4, 7, 2]", "18", ""]
     assert parse_answers(json.dumps({"4": 18, "1": "4,7,2"}), 9)[:4] == ["4,7,2", "", "", "18"]
-    with pytest.raises(QuizError, match="10 answers"):
+    with pytest.raises(QuizError) as caught:
         parse_answers("\n".join(["x"] * 10), 9)
-    with pytest.raises(QuizError, match='key "10"'):
+    assert caught.value == TooManyAnswers(10, 9)
+    assert str(caught.value) == "answers file has 10 answers; the quiz has 9 questions"
+    with pytest.raises(QuizError) as caught:
         parse_answers(json.dumps({"10": "x"}), 9)
+    assert caught.value == UnknownAnswerKey("10", 9)
+    assert str(caught.value) == 'answers file key "10" is not a question number 1..9'
 
 
 def test_quiz_needs_a_token() -> None:
     data = {"input": {"shape": [1, 0, 3], "values": []},
             "weights": {"query": [[1], [0], [0]], "key": [[0], [1], [0]], "value": [[0], [0], [1]]}}
-    with pytest.raises(QuizError):
+    with pytest.raises(QuizError) as caught:
         build_questions(parse_fixture(data))
+    assert caught.value == EmptyQuizFixture()
+    assert isinstance(caught.value, QkvError)
+    assert str(caught.value) == (
+        "the quiz needs a fixture with at least one batch item and one token")

@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.evidence import build_evidence
-from qkvcli.fixture import load_fixture, parse_fixture
-from qkvcli.render.json import evidence_json, render_json
-from qkvcli.render.numbers import fmt_float, fmt_shape, fmt_vector
-from qkvcli.render.text import render_text
-from qkvcli.render.trace import render_trace
+from qkvcli.checks.evidence import build_evidence
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.render.json.evidence import evidence_json, render_json
+from qkvcli.render.text.numbers import fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.text.report import render_text
+from qkvcli.render.text.trace import render_trace
 
 from .conftest import CHAPTER_FIXTURE, GOLDEN
 

@@ -20,22 +20,17 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attend_fixture import parse_attend_fixture
+from qkvcli.attention.fixture import parse_attend_fixture
 from qkvcli.cli import main
-from qkvcli.errors import BRANCHES
-from qkvcli.expect import EXPECT_KEYS
-from qkvcli.fixture import (
-    GRADCHECK_KEYS,
-    SCHEMA_NAME,
-    TENSOR_KEYS,
-    TOP_KEYS,
-    WEIGHT_KEYS,
-    FixtureError,
-    bundled_fixture_text,
-    parse_fixture,
-    parse_json_text,
-)
-from qkvcli.layouts import PACKED_KEYS, WEIGHT_OBJECT_KEYS
+from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.fixtures.expect import EXPECT_KEYS
+from qkvcli.fixtures.json_values import parse_json_text
+from qkvcli.fixtures.keys import GRADCHECK_KEYS, PACKED_KEYS, SCHEMA_NAME, TOP_KEYS, WEIGHT_KEYS
+from qkvcli.fixtures.layouts import WEIGHT_OBJECT_KEYS
+from qkvcli.fixtures.load import bundled_fixture_text
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.fixtures.problems import FixtureError
+from qkvcli.fixtures.tensors import TENSOR_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())

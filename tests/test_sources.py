@@ -9,15 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.fixture import FixtureError, load_fixture, parse_fixture
-from qkvcli.sources import (
-    generate_tensor,
+from qkvcli.authoring.documents import (
     generated_fixture_document,
-    load_npy,
     npy_fixture_document,
     write_npy_atomic,
 )
-from qkvcli.splitmix import SplitMix64, xavier_uniform
+from qkvcli.core.splitmix import SplitMix64, xavier_uniform
+from qkvcli.fixtures.load import load_fixture
+from qkvcli.fixtures.npy import load_npy
+from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.fixtures.problems import FixtureError
+from qkvcli.fixtures.sources import generate_tensor
 
 
 def _chapter_like(tensor_value):
@@ -123,12 +125,18 @@ def test_npy_paths_stay_inside_the_fixture_directory(tmp_path):
     np.save(tmp_path / "outside.npy", np.ones(3))
     absolute = str(tmp_path / "outside.npy")
     assert "absolute path" in _error(inside, absolute).message
-    assert "resolves outside the fixture's directory" in _error(inside, "../outside.npy").message
+    assert _error(inside, "../outside.npy").message == (
+        "../outside.npy: '..' is refused; give a path inside the fixture's directory"
+    )
     os.symlink(tmp_path / "outside.npy", inside / "link.npy")
-    assert "resolves outside the fixture's directory" in _error(inside, "link.npy").message
+    assert _error(inside, "link.npy").message == (
+        "link.npy resolves outside the fixture's directory; refused"
+    )
     (inside / "sub").mkdir()
     np.save(inside / "ok.npy", np.ones(3))
-    assert load_npy("sub/../ok.npy", "$.input.npy", inside, 10).shape == (3,)
+    # '..' is refused even when it stays inside: one rule, no path arithmetic to get wrong.
+    assert "'..' is refused" in _error(inside, "sub/../ok.npy").message
+    assert load_npy("ok.npy", "$.input.npy", inside, 10).shape == (3,)
 
 
 def test_npy_error_carries_the_json_location(tmp_path):
@@ -171,7 +179,7 @@ def test_scaled_uniform_equals_xavier_initialization():
 
 def test_generation_does_not_depend_on_block_size(monkeypatch):
     whole = generate_tensor(3, (50,), "normal")
-    monkeypatch.setattr("qkvcli.sources.GENERATE_BLOCK", 7)
+    monkeypatch.setattr("qkvcli.fixtures.sources.GENERATE_BLOCK", 7)
     assert np.array_equal(generate_tensor(3, (50,), "normal"), whole)
     assert np.array_equal(generate_tensor(3, (50,)), generate_tensor(3, (50,)))
 

@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from qkvcli.engine import QkvProjections
-from qkvcli.errors import ZeroInputWidth, ZeroOutputWidth
-from qkvcli.splitmix import INCREMENT, MASK64, SplitMix64, xavier_limit, xavier_uniform
+from qkvcli.core.errors import ZeroInputWidth, ZeroOutputWidth
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import INCREMENT, MASK64, SplitMix64, xavier_limit, xavier_uniform
 
 
 def bits(value: float) -> int:

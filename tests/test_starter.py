@@ -10,10 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.engine import QkvProjections
-from qkvcli.fixture import parse_fixture, parse_json_text
-from qkvcli.splitmix import SplitMix64, xavier_uniform
-from qkvcli.starter import (
+from qkvcli.authoring.starter import (
     INPUT_TAG,
     UPSTREAM_TAG,
     dump_fixture,
@@ -21,6 +18,10 @@ from qkvcli.starter import (
     starter_values,
     stream,
 )
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import SplitMix64, xavier_uniform
+from qkvcli.fixtures.json_values import parse_json_text
+from qkvcli.fixtures.parse import parse_fixture
 
 
 def _bits(array: np.ndarray) -> bytes:  # type: ignore[type-arg]
@@ -100,7 +101,7 @@ def test_dump_is_json_with_one_row_per_line() -> None:
 
 
 def test_zero_head_width_is_refused() -> None:
-    from qkvcli.errors import ProjectionError, ZeroOutputWidth
+    from qkvcli.core.errors import ProjectionError, ZeroOutputWidth
 
     with pytest.raises(ProjectionError) as raised:
         starter_values(1, 1, 1, 3, 0)
@@ -111,9 +112,9 @@ def test_init_generate_and_npy_give_the_reference_weights(tmp_path: Path) -> Non
     from click.testing import CliRunner
 
     from qkvcli.cli import main
-    from qkvcli.engine import QkvProjections
-    from qkvcli.fixture import load_fixture
-    from qkvcli.splitmix import SplitMix64
+    from qkvcli.core.projections import QkvProjections
+    from qkvcli.core.splitmix import SplitMix64
+    from qkvcli.fixtures.load import load_fixture
 
     runner = CliRunner()
     args = ["--seed", "7", "--batch", "2", "--tokens", "3", "--d-model", "5", "--d-head", "4"]

@@ -7,8 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from qkvcli.splitmix import SplitMix64
-from qkvcli.variance import dot_variance, standard_normals, widths
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.learn.variance import (
+    TooFewSamples,
+    WidthRange,
+    dot_variance,
+    standard_normals,
+    widths,
+)
 
 SAMPLES = 2000
 RESULT = dot_variance(widths(4, 512), SAMPLES, seed=26)
@@ -17,8 +23,10 @@ RESULT = dot_variance(widths(4, 512), SAMPLES, seed=26)
 def test_widths_double() -> None:
     assert widths() == [4, 8, 16, 32, 64, 128, 256, 512]
     assert widths(3, 20) == [3, 6, 12]
-    with pytest.raises(ValueError):
+    with pytest.raises(WidthRange) as caught:
         widths(8, 4)
+    assert caught.value == WidthRange(8, 4)
+    assert str(caught.value) == "need 1 <= min <= max, got min 8, max 4"
 
 
 def test_normals_are_deterministic_and_standard() -> None:
@@ -32,7 +40,7 @@ def test_normals_are_deterministic_and_standard() -> None:
 
 @pytest.mark.parametrize("row", RESULT.rows, ids=lambda r: f"d{r.d_k}")
 def test_variance_tracks_d_k_within_five_standard_errors(row: object) -> None:
-    from qkvcli.variance import VarianceRow
+    from qkvcli.learn.variance import VarianceRow
 
     assert isinstance(row, VarianceRow)
     # std_error = sqrt((2 + 6/d)/n): the spread of the estimated ratio for Gaussian q, k
@@ -55,5 +63,7 @@ def test_same_seed_same_table_other_seed_other_table() -> None:
 
 
 def test_too_few_samples() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(TooFewSamples) as caught:
         dot_variance([4], 1)
+    assert caught.value == TooFewSamples(1)
+    assert str(caught.value) == "need at least 2 samples, got 1"

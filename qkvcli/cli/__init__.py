@@ -5,14 +5,14 @@ from __future__ import annotations
 import click
 
 from qkvcli import __version__
-from qkvcli.cli.common import QkvGroup
+from qkvcli.cli.group import QkvGroup
 
 # Each command's module is imported only when that command runs (or help lists them
 # all): building a module's click options costs start-up that other commands need not pay.
 COMMANDS = {
-    "run": "qkvcli.cli.commands",
-    "report": "qkvcli.cli.commands",
-    "gradcheck": "qkvcli.cli.commands",
+    "run": "qkvcli.cli.run",
+    "report": "qkvcli.cli.run",
+    "gradcheck": "qkvcli.cli.run",
     "init": "qkvcli.cli.authoring",
     "validate": "qkvcli.cli.authoring",
     "schema": "qkvcli.cli.authoring",

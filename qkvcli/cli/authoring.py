@@ -7,17 +7,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from qkvcli.cli.batch import expand_fixtures, translated_read_errors
-from qkvcli.cli.common import (
-    EXIT_INPUT,
-    InputError,
-    LazyPath,
-    max_elements_option,
-    remove_quietly,
-    write_output,
-    write_temp_beside,
-)
-from qkvcli.splitmix import MASK64
+from qkvcli.cli.batch import expand_fixtures
+from qkvcli.cli.group import EXIT_INPUT, InputError, error_line
+from qkvcli.cli.io import labelled, remove_quietly, write_output, write_temp_beside
+from qkvcli.cli.options import LazyPath, max_elements_option
+from qkvcli.core.splitmix import MASK64
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
 # comfortably under the reader's file-size limit.
@@ -73,12 +67,12 @@ def init(
                  if value is not None]
         if given:
             raise click.UsageError(f"--from-chapter writes the chapter's fixture; drop {given[0]}")
-        from qkvcli.fixture import bundled_fixture_text
+        from qkvcli.fixtures.load import bundled_fixture_text
 
         text = bundled_fixture_text()
     else:
-        from qkvcli.fixture import DEFAULT_SEED
-        from qkvcli.starter import dump_fixture, starter_fixture
+        from qkvcli.authoring.starter import dump_fixture, starter_fixture
+        from qkvcli.fixtures.limits import DEFAULT_SEED
 
         seed = DEFAULT_SEED if seed is None else seed
         batch, tokens = (1 if batch is None else batch), (2 if tokens is None else tokens)
@@ -105,8 +99,12 @@ def _large_fixture(
     output: Path | None, npy_dir: str | None, force: bool,
 ) -> str:
     """The fixture text of a ``--generate`` or ``--npy`` starter; writes the .npy files first."""
-    from qkvcli.sources import generated_fixture_document, npy_fixture_document, write_npy_atomic
-    from qkvcli.starter import dump_fixture
+    from qkvcli.authoring.documents import (
+        generated_fixture_document,
+        npy_fixture_document,
+        write_npy_atomic,
+    )
+    from qkvcli.authoring.starter import dump_fixture
 
     document = generated_fixture_document(seed, batch, tokens, d_model, d_head)
     if npy_dir is None or output is None:
@@ -158,18 +156,18 @@ def write_new(text: str, output: Path) -> None:
 
 def _problems(path: Path, max_elements: int) -> list[str]:
     """Every problem of one fixture file as ``"$.location: message"`` lines."""
-    from qkvcli.fixture import FixtureError, fixture_problems, parse_json_text, read_fixture_text
+    from qkvcli.fixtures.json_values import parse_json_text
+    from qkvcli.fixtures.load import fixture_stem, read_fixture_text
+    from qkvcli.fixtures.parse import fixture_problems
+    from qkvcli.fixtures.problems import FixtureError
 
-    label = str(path)
-    if not path.exists() and not path.is_symlink():
-        raise InputError(f"{label}: no such file")
-    with translated_read_errors(label):
-        try:
-            data = parse_json_text(read_fixture_text(path))
-        except FixtureError as error:
-            return [str(error)]
+    text = labelled(str(path), lambda: read_fixture_text(path))
+    try:
+        data = parse_json_text(text)
+    except FixtureError as error:
+        return [str(error)]
     return [str(error) for error in
-            fixture_problems(data, path.stem, max_elements, base_dir=path.parent)]
+            fixture_problems(data, fixture_stem(path), max_elements, base_dir=path.parent)]
 
 
 @click.command()
@@ -183,14 +181,16 @@ def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
     fixtures a last line counts the problems. Exit status 0 when every fixture is
     valid, 2 otherwise.
     """
+    from qkvcli.core.errors import QkvError
+
     bad_files = 0
     total = 0
     paths = expand_fixtures(fixtures)
     for path in paths:
         try:
             problems = _problems(path, max_elements)
-        except InputError as error:
-            problems = [error.format_message().removeprefix(f"{path}: ")]
+        except QkvError as error:
+            problems = [error_line(error).removeprefix(f"{path}: ")]
         if problems:
             bad_files += 1
             total += len(problems)
@@ -210,6 +210,6 @@ def schema() -> None:
     """Print the JSON Schema of the fixture format (for editors and other tools)."""
     from importlib.resources import files
 
-    from qkvcli.fixture import SCHEMA_NAME
+    from qkvcli.fixtures.keys import SCHEMA_NAME
 
     click.echo(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text(encoding="utf-8"), nl=False)

@@ -11,29 +11,21 @@ report with a golden file instead of printing it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.common import (
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_OK,
-    InputError,
-    label_of,
-    load,
-    with_settings,
-    write_output,
-)
-from qkvcli.cli.options import batch_options, is_batch  # noqa: F401 - re-exported
+from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error_line
+from qkvcli.cli.io import label_of, load, read_text, write_output
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from qkvcli.cli.options import CheckOverrides
 
 
 def reject_single_options(output: Path | None, golden: Path | None) -> None:
@@ -85,22 +77,19 @@ class Outcome:
         return EXIT_OK if all(passed for _, passed, _ in self.checks) else EXIT_FAILED
 
 
-def run_one(
-    path: Path | None, max_elements: int, step: float | None, tolerance: float | None,
-    samples: int | None, mode: str | None = None, directions: int | None = None,
-) -> Outcome:
+def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
-    from qkvcli.evidence import build_evidence
+    from qkvcli.checks.evidence import build_evidence
+    from qkvcli.core.errors import QkvError
+    from qkvcli.render.text.checks import check_rows
 
     label = label_of(path)
     try:
-        fixture = with_settings(
-            load(path, max_elements), step, tolerance, samples, mode, directions
-        )
-    except InputError as error:
-        return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
+        fixture = overrides.apply(load(path, max_elements))
+    except QkvError as error:
+        return Outcome(label, error=error_line(error).removeprefix(f"{label}: "))
     evidence = build_evidence(fixture)
-    checks = tuple((c.name, c.passed, c.detail) for c in evidence.checks)
+    checks = tuple((c.name, c.passed, c.detail) for c in check_rows(evidence))
     return Outcome(label, checks)
 
 
@@ -160,9 +149,7 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
 
 
 def run_many(
-    paths: Sequence[Path], junit: Path | None, max_elements: int, step: float | None,
-    tolerance: float | None, samples: int | None, mode: str | None = None,
-    directions: int | None = None,
+    paths: Sequence[Path], junit: Path | None, max_elements: int, overrides: CheckOverrides,
 ) -> None:
     """Run every fixture, print the summary, write ``junit``; exit with the worst status.
 
@@ -175,7 +162,7 @@ def run_many(
                 raise InputError(f"{junit}: refusing to overwrite a fixture being read")
     outcomes = []
     for path in fixtures:
-        outcome = run_one(path, max_elements, step, tolerance, samples, mode, directions)
+        outcome = run_one(path, max_elements, overrides)
         if outcome.error is not None:
             click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
         outcomes.append(outcome)
@@ -199,8 +186,7 @@ def golden_diff(text: str, golden: Path) -> str:
 
     Raises :class:`InputError` when the golden file cannot be read as UTF-8.
     """
-    with translated_read_errors(str(golden)):
-        expected = golden.read_bytes().decode("utf-8")
+    expected = read_text(golden, "golden")
     if expected == text:
         return ""
     import difflib  # only for --expect
@@ -212,20 +198,3 @@ def golden_diff(text: str, golden: Path) -> str:
     # A last line without a newline would run into the next header; mark it as diff does.
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
                    for line in lines)
-
-
-@contextmanager
-def translated_read_errors(label: str) -> Iterator[None]:
-    """Turn a failed read of ``label`` into one :class:`InputError` line."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise InputError(f"{label}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{label}: is a directory, not a file") from None
-    except PermissionError:
-        raise InputError(f"{label}: permission denied") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{label}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise InputError(f"{label}: cannot read ({error.strerror or error})") from None

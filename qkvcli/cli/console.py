@@ -17,13 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.common import InputError, write_atomic
-from qkvcli.cli.options import (  # noqa: F401 - re-exported for callers of this module
-    ViewSettings,
-    resolve_format,
-    stdout_is_terminal,
-    view_options,
-)
+from qkvcli.cli.group import InputError
+from qkvcli.cli.io import write_atomic
+from qkvcli.cli.options import ViewSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,7 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.progress import Progress, TaskID
 
-    from qkvcli.render.rich_common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,7 +89,7 @@ def make_console(
 
 def rich_options(view: ViewSettings, console: Console, default_precision: int) -> RichOptions:
     """Display options for ``console``: ASCII glyphs when its stream cannot encode Unicode."""
-    from qkvcli.render.rich_common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
     precision = default_precision if view.precision is None else view.precision
     return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only)
@@ -115,7 +111,9 @@ def show_rich(
     else:
         buffer = StringIO()
         console = make_console(view, file=buffer, record=record, plain=True)
-        _print_fitted(console, build(rich_options(view, console, default_precision)))
+        # A file has no screen to be too narrow for: widen without a word.
+        _print_fitted(console, build(rich_options(view, console, default_precision)),
+                      quiet=True)
         write_atomic(output, buffer.getvalue(), protect)
     if record:
         _write_exports(console, view, protect, title)

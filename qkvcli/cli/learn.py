@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from qkvcli.cli.common import (
-    EXIT_FAILED,
-    InputError,
+from qkvcli.cli.group import EXIT_FAILED, InputError
+from qkvcli.cli.io import label_of, labelled, load, read_text, write_output
+from qkvcli.cli.options import (
+    CheckOverrides,
     LazyPath,
+    ViewSettings,
     fixture_argument,
     gradcheck_options,
-    label_of,
-    load,
     max_elements_option,
     output_option,
-    write_output,
+    view_options,
 )
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.attend_fixture import AttendFixture
+    from qkvcli.attention.fixture import AttendFixture
 
 FORMATS = ("text", "json", "rich")
-RICH_FILE_WIDTH = 100
+ATTEND_PRECISION = 4
+"""Decimals of attend's rich tables (weights are probabilities; four places read well)."""
+VARIANCE_PRECISION = 4
 
 
 def _format_option(func: Any) -> Any:
@@ -36,37 +37,11 @@ def _format_option(func: Any) -> Any:
     )(func)
 
 
-def _emit_rich(renderable: Any, output: Path | None, protect: Path | None) -> None:
-    """Print through a Console built here (so NO_COLOR, COLUMNS... apply), or write plain text."""
-    from rich.console import Console
-
-    if output is None:
-        Console().print(renderable)
-        return
-    buffer = io.StringIO()
-    Console(file=buffer, width=RICH_FILE_WIDTH, color_system=None, force_terminal=False,
-            legacy_windows=False).print(renderable)
-    write_output(buffer.getvalue(), output, protect=protect)
-
-
 def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFixture:
-    from qkvcli.attend_fixture import EXAMPLES, load_attend_fixture
-    from qkvcli.fixture import FixtureError
+    from qkvcli.attention.fixture import EXAMPLES, load_attend_fixture
 
     label = f"<bundled {EXAMPLES[example]}>" if path is None else str(path)
-    if path is not None:
-        if not path.exists():
-            raise InputError(f"{label}: no such file")
-        if path.is_dir():
-            raise InputError(f"{label}: is a directory, not a fixture file")
-    try:
-        return load_attend_fixture(path, example, max_elements)
-    except FixtureError as error:
-        raise InputError(f"{label}: {error}") from None
-    except PermissionError:
-        raise InputError(f"{label}: permission denied") from None
-    except OSError as error:
-        raise InputError(f"{label}: cannot read ({error.strerror or error})") from None
+    return labelled(label, lambda: load_attend_fixture(path, example, max_elements))
 
 
 @click.command()
@@ -79,9 +54,10 @@ def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFi
 @output_option
 @gradcheck_options
 @max_elements_option
+@view_options
 def attend(
     fixture: Path | None, example: str | None, causal: bool, fmt: str, output: Path | None,
-    step: float | None, tolerance: float | None, samples: int | None, max_elements: int,
+    max_elements: int, view: ViewSettings, overrides: CheckOverrides,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -93,28 +69,28 @@ def attend(
     "value_width": "independent". Exit status: 0 all checks passed, 1 a check failed,
     2 bad input.
     """
-    from qkvcli.attend_evidence import build_attend_evidence
+    from qkvcli.attention.evidence import build_attend_evidence
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
     loaded = _load_attend(fixture, example or "chapter", max_elements)
-    changes: dict[str, Any] = {key: value for key, value in
-               (("step", step), ("tolerance", tolerance), ("samples", samples))
-               if value is not None}
+    changes = overrides.changes()
     import dataclasses
 
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
     evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
-        from qkvcli.render.attend_rich import attend_renderable
+        from qkvcli.cli.console import show_rich
+        from qkvcli.render.rich.attend import attend_renderable
 
-        _emit_rich(attend_renderable(evidence), output, fixture)
+        show_rich(lambda options: attend_renderable(evidence, options), view, output, fixture,
+                  ATTEND_PRECISION, "qkv attend")
     elif fmt == "json":
-        from qkvcli.render.attend_json import render_attend_json
+        from qkvcli.render.json.attend import render_attend_json
 
         write_output(render_attend_json(evidence), output, protect=fixture)
     else:
-        from qkvcli.render.attend_text import render_attend_text
+        from qkvcli.render.text.attend import render_attend_text
 
         write_output(render_attend_text(evidence), output, protect=fixture)
     if not evidence.passed:
@@ -134,16 +110,18 @@ def attend(
               help="SplitMix64 seed.")
 @_format_option
 @output_option
+@view_options
 def variance(
-    minimum: int, maximum: int, samples: int, seed: int, fmt: str, output: Path | None
+    minimum: int, maximum: int, samples: int, seed: int, fmt: str, output: Path | None,
+    view: ViewSettings,
 ) -> None:
     """Why scores are divided by sqrt(d_k): sample var(q.k) for growing d_k.
 
     For unit-variance q and k, var(q.k) is about d_k and var(q.k / sqrt(d_k)) about 1.
     Deterministic: the same seed gives the same table.
     """
-    from qkvcli.fixture import DEFAULT_MAX_ELEMENTS
-    from qkvcli.variance import dot_variance, widths
+    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
+    from qkvcli.learn.variance import dot_variance, widths
 
     if maximum < minimum:
         raise InputError(f"--max {maximum} is smaller than --min {minimum}")
@@ -152,11 +130,13 @@ def variance(
                          f"{DEFAULT_MAX_ELEMENTS} normals per tensor; lower one of them")
     result = dot_variance(widths(minimum, maximum), samples, seed)
     if fmt == "rich":
-        from qkvcli.render.variance_rich import variance_renderable
+        from qkvcli.cli.console import show_rich
+        from qkvcli.render.rich.variance import variance_renderable
 
-        _emit_rich(variance_renderable(result), output, None)
+        show_rich(lambda options: variance_renderable(result, options), view, output, None,
+                  VARIANCE_PRECISION, "qkv variance")
         return
-    from qkvcli.render.variance_view import render_variance_json, render_variance_text
+    from qkvcli.render.text.variance import render_variance_json, render_variance_text
 
     text = render_variance_json(result) if fmt == "json" else render_variance_text(result)
     write_output(text, output)
@@ -174,20 +154,14 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
     Each answer is checked against values computed from FIXTURE (default: the chapter
     fixture); the explanation follows. Exit status: 0 all right, 1 otherwise, 2 bad input.
     """
-    from qkvcli.quiz import QuizError, build_questions, check_answer, parse_answers
+    from qkvcli.learn.quiz import build_questions, check_answer, parse_answers
 
-    try:
-        questions = build_questions(load(fixture, max_elements))
-    except QuizError as error:
-        raise InputError(f"{label_of(fixture)}: {error}") from None
+    loaded = load(fixture, max_elements)
+    questions = labelled(label_of(fixture), lambda: build_questions(loaded))
     given: list[str] | None = None
     if answers is not None:
-        try:
-            given = parse_answers(answers.read_text(encoding="utf-8"), len(questions))
-        except QuizError as error:
-            raise InputError(f"{answers}: {error}") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise InputError(f"{answers}: cannot read ({error})") from None
+        text = read_text(answers, "answer")
+        given = labelled(str(answers), lambda: parse_answers(text, len(questions)))
     right = 0
     for question in questions:
         click.echo(f"Question {question.number}/{len(questions)}: {question.prompt}")

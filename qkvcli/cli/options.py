@@ -1,24 +1,157 @@
-"""Option decorators and small helpers that every evidence command needs at start-up.
+"""Every option decorator the commands share, and the small helpers they need at start-up.
 
 Kept apart from ``console.py`` (rich output) and ``batch.py`` (several fixtures) so that
 ``qkv report --format text`` loads neither: start-up time is part of the product.
+Decorators that add several options hand them to the command as one value
+(``view``: :class:`ViewSettings`; ``overrides``: :class:`CheckOverrides`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.common import LazyPath
-
 if TYPE_CHECKING:
     from pathlib import Path
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:
+    from qkvcli.fixtures.fixture import Fixture
+
+FIGURE_PRECISION = 6
+"""Decimals of the rich figure of run and report (``--precision`` overrides)."""
+GRADCHECK_PRECISION = 9
+"""Decimals of the rich gradient-check table: errors near the tolerance need more digits."""
+GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.settings.MODES
+
+
+class LazyPath:
+    """A click ``path_type`` that gives a :class:`pathlib.Path`.
+
+    A start-up measure: pathlib (with urllib.parse and ipaddress behind it) costs about
+    7 ms to import, a large share of a report's whole run; this imports it only once a
+    path is given.
+    """
+
+    def __new__(cls, value: str) -> Path:  # type: ignore[misc]
+        from pathlib import Path
+
+        return Path(value)
+
+
+def fixture_argument(func: F) -> F:
+    return click.argument(
+        "fixture", required=False, type=click.Path(path_type=LazyPath, dir_okay=True)
+    )(func)
+
+
+def output_option(func: F) -> F:
+    return click.option(
+        "-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False),
+        help="Write to FILE (atomically) instead of standard output.",
+    )(func)
+
+
+def max_elements_option(func: F) -> F:
+    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
+
+    return click.option(
+        "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
+        show_default=True, help="Refuse fixtures with a tensor larger than this many elements.",
+    )(func)
+
+
+class CheckOverrides:
+    """Gradient-check settings given on the command line (``None``: the fixture's own)."""
+
+    __slots__ = ("directions", "mode", "samples", "step", "tolerance")
+
+    def __init__(self, step: float | None = None, tolerance: float | None = None,
+                 samples: int | None = None, mode: str | None = None,
+                 directions: int | None = None) -> None:
+        self.step = step
+        self.tolerance = tolerance
+        self.samples = samples
+        self.mode = mode
+        self.directions = directions
+
+    def changes(self) -> dict[str, Any]:
+        """The settings that were given, by field name."""
+        return {name: getattr(self, name) for name in self.__slots__
+                if getattr(self, name) is not None}
+
+    def apply(self, fixture: Fixture) -> Fixture:
+        """``fixture`` with these settings in place of its own."""
+        changes = self.changes()
+        return fixture._replace(**changes) if changes else fixture
+
+
+def _positive_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter("must be a finite number greater than zero")
+    return value
+
+
+def _nonnegative_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter("must be a finite number, zero or more")
+    return value
+
+
+def _packed(func: F, names: tuple[str, ...]) -> Callable[..., Any]:
+    """A wrapper that moves ``names`` from the keyword arguments into one ``overrides``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {name: kwargs.pop(name) for name in names}
+        overrides = kwargs.get("overrides") or CheckOverrides()
+        for name, value in given.items():
+            setattr(overrides, name, value)
+        kwargs["overrides"] = overrides
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def gradcheck_options(func: F) -> F:
+    """``--step``, ``--tolerance``, ``--samples``: handed to the command in ``overrides``."""
+    result: Any = _packed(func, ("step", "tolerance", "samples"))
+    result = click.option(
+        "--samples", type=click.IntRange(min=1), default=None,
+        help="Coordinates to check per tensor (evenly spaced); default: every coordinate "
+        "of a tensor up to 4096 elements, 6 above.",
+    )(result)
+    result = click.option(
+        "--tolerance", type=float, default=None, callback=_nonnegative_finite,
+        help="Largest scaled error |a-n|/max(1,|a|,|n|) that passes (fixture's, else 2e-6).",
+    )(result)
+    result = click.option(
+        "--step", type=float, default=None, callback=_positive_finite,
+        help="Central-difference step h (fixture's, else 1e-6).",
+    )(result)
+    return result  # type: ignore[no-any-return]
+
+
+def gradcheck_mode_options(func: F) -> F:
+    """``--mode`` and ``--directions`` for the Q/K/V gradient check, in ``overrides``."""
+    result: Any = _packed(func, ("mode", "directions"))
+    result = click.option(
+        "--directions", type=click.IntRange(min=1), default=None,
+        help="Random directions per tensor in --mode fast (default 3).",
+    )(result)
+    result = click.option(
+        "--mode", type=click.Choice(GRADCHECK_MODES), default=None,
+        help="full: every coordinate; sampled: --samples evenly spaced (default 6); "
+        "fast: --directions random directions; auto (default): full up to 4096 "
+        "elements per tensor, sampled above.",
+    )(result)
+    return result  # type: ignore[no-any-return]
 
 
 class ViewSettings:
@@ -130,3 +263,14 @@ def batch_options(func: F) -> F:
 def is_batch(fixtures: Sequence[Path], junit: Path | None) -> bool:
     """Whether ``qkv run`` runs in batch mode: several arguments, a directory, or ``--junit``."""
     return len(fixtures) > 1 or junit is not None or any(path.is_dir() for path in fixtures)
+
+
+def evidence_options(func: F) -> F:
+    """What every evidence command (run, report, gradcheck) takes: ``-o``, the
+    gradient-check settings (as ``overrides``), ``--max-elements`` and the rich view
+    options (as ``view``)."""
+    for decorate in (view_options, max_elements_option, gradcheck_mode_options,
+                     gradcheck_options, output_option):
+        func = decorate(func)
+    return func
+

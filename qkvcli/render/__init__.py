@@ -1,4 +1,4 @@
-"""Renderers: pure functions from :class:`~qkvcli.evidence.Evidence` to text.
+"""Renderers: pure functions from :class:`~qkvcli.checks.evidence.Evidence` to text.
 
 ``text`` and ``trace`` follow the reference's report and diagram trace; ``json`` holds
 everything, machine-readable. Nothing here prints, reads files or exits.

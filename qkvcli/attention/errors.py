@@ -1,0 +1,37 @@
+"""Construction errors of the attention head beyond the chapter's (see :mod:`qkvcli.core.errors`)."""
+
+from __future__ import annotations
+
+from qkvcli.core.errors import QkvError, format_shape
+
+
+class KeyWidthMismatch(QkvError):
+    def __init__(self, query: int, key: int) -> None:
+        self.query = query
+        self.key = key
+        super().__init__(
+            f"query and key widths must match for the dot product, got query {query}, key {key}"
+        )
+
+
+class BiasShapeMismatch(QkvError):
+    def __init__(self, branch: str, expected: int, actual: tuple[int, ...]) -> None:
+        self.branch = branch
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{branch} bias must have shape [{expected}] (the branch's output width), "
+            f"got {format_shape(actual)}"
+        )
+
+
+class OutputGradientShapeMismatch(QkvError):
+    """The upstream ``grad_output`` does not have the output's shape ``[batch, tokens, d_v]``."""
+
+    def __init__(self, expected: tuple[int, ...], actual: tuple[int, ...]) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"output gradient must have shape {format_shape(expected)}, "
+            f"got {format_shape(actual)}"
+        )

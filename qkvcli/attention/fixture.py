@@ -1,0 +1,211 @@
+"""Fixtures for ``qkv attend``: the chapter's format plus layouts, biases and ``d_v``.
+
+Every key of a chapter fixture means the same here; :mod:`qkvcli.fixtures.layouts` adds the
+weight spellings. Validation order (first failure wins): document keys; ``value_width``;
+weights (structure, layouts, ranks, bias shapes; then names; then the head's widths and
+unique names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
+head's objective does not use it); ``gradcheck``; ``seed``; ``chapter``.
+
+The head's objective is ``L = <O, U>`` with ``U [batch, tokens, d_v]`` drawn from
+SplitMix64(seed), uniform in ``[-1, 1)``, row-major: deterministic, and uneven enough that a
+gradient mixing up axes cannot pass by symmetry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from qkvcli.attention.head import AttentionHead
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
+from qkvcli.core.names import validate_name
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.fixtures.files import StrPath
+from qkvcli.fixtures.json_values import (
+    is_json_int,
+    json_type_name,
+    parse_json_text,
+    refuse_unknown_keys,
+)
+from qkvcli.fixtures.keys import GRADCHECK_KEYS, TOP_KEYS
+from qkvcli.fixtures.layouts import CanonicalWeights, canonicalize, value_width_mode
+from qkvcli.fixtures.limits import (
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_SEED,
+    DEFAULT_STEP,
+    DEFAULT_TOLERANCE,
+    MAX_SEED,
+)
+from qkvcli.fixtures.load import read_fixture_text
+from qkvcli.fixtures.problems import FixtureError
+from qkvcli.fixtures.tensors import parse_tensor
+
+EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
+
+
+@dataclass(frozen=True)
+class AttendFixture:
+    """A validated fixture for one attention head."""
+
+    input: Array
+    head: AttentionHead
+    layout: str
+    layout_description: str
+    value_width: str
+    upstream: Array
+    step: float = DEFAULT_STEP
+    tolerance: float = DEFAULT_TOLERANCE
+    samples: int | None = None
+    seed: int = DEFAULT_SEED
+    chapter: str = "custom"
+
+
+def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
+    """``U``: SplitMix64(seed) unit draws mapped to ``[-1, 1)``, row-major, shaped ``shape``."""
+    count = shape[0] * shape[1] * shape[2]
+    return (2.0 * SplitMix64(seed).next_unit_block(count) - 1.0).reshape(shape)
+
+
+def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
+    from qkvcli.core.names import DEFAULT_NAMES
+
+    names = []
+    for index, branch in enumerate(canonical.branches):
+        name = DEFAULT_NAMES[index] if branch.name is None else branch.name
+        try:
+            validate_name(name)
+        except QkvError as error:
+            raise FixtureError(f"{branch.location}.name", str(error)) from None
+        names.append(name)
+    b = canonical.branches
+    try:
+        return AttentionHead.from_arrays(
+            b[0].weight, b[1].weight, b[2].weight, [x.bias for x in b], names, independent
+        )
+    except ProjectionError as error:
+        raise FixtureError(b[BRANCHES.index(error.projection)].location, str(error)) from None
+    except DuplicateName as error:
+        raise FixtureError(f"{b[error.repeated].location}.name", str(error)) from None
+    except QkvError as error:
+        raise FixtureError("$.weights", str(error)) from None
+
+
+def _settings(raw: Any) -> tuple[float, float, int | None]:
+    step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
+    if raw is None:
+        return step, tolerance, samples
+    if not isinstance(raw, dict):
+        raise FixtureError("$.gradcheck", f"expected an object, got {json_type_name(raw)}")
+    refuse_unknown_keys(raw, GRADCHECK_KEYS, "$.gradcheck")
+    for key in ("step", "tolerance"):
+        if key in raw:
+            value = raw[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise FixtureError(f"$.gradcheck.{key}", f"expected a number, got {json_type_name(value)}")
+            if key == "step" and not value > 0:
+                raise FixtureError("$.gradcheck.step", "step must be greater than zero")
+            if key == "tolerance" and value < 0:
+                raise FixtureError("$.gradcheck.tolerance", "tolerance must not be negative")
+    try:
+        step = float(raw.get("step", step))
+        tolerance = float(raw.get("tolerance", tolerance))
+    except OverflowError:
+        raise FixtureError("$.gradcheck", "number is too large for binary64") from None
+    if raw.get("samples") is not None:
+        if not is_json_int(raw["samples"]):
+            raise FixtureError("$.gradcheck.samples",
+                               f"expected an integer or null, got {json_type_name(raw['samples'])}")
+        if raw["samples"] < 1:
+            raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
+        samples = int(raw["samples"])
+    return step, tolerance, samples
+
+
+def parse_attend_fixture(
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base_dir: StrPath | None = None,
+) -> AttendFixture:
+    """Validate parsed JSON for ``qkv attend``. Raises :class:`~qkvcli.fixtures.problems.FixtureError`."""
+    if not isinstance(data, dict):
+        raise FixtureError("$", f"expected an object, got {json_type_name(data)}")
+    refuse_unknown_keys(data, TOP_KEYS, "$")
+    for key in ("input", "weights"):
+        if key not in data:
+            raise FixtureError("$", f'missing key "{key}"')
+    mode = value_width_mode(data)
+    canonical = canonicalize(data["weights"], max_elements, base_dir)
+    head = _head(canonical, mode == "independent")
+
+    x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
+    try:
+        head.check_input(x)
+    except QkvError as error:
+        raise FixtureError("$.input", str(error)) from None
+    batch, tokens, _ = x.shape
+
+    raw_upstream = data.get("upstream")
+    if raw_upstream is not None:
+        if not isinstance(raw_upstream, dict):
+            raise FixtureError("$.upstream", f"expected an object, got {json_type_name(raw_upstream)}")
+        refuse_unknown_keys(raw_upstream, BRANCHES, "$.upstream")
+        widths = (head.d_k, head.d_k, head.d_v)
+        for branch, width in zip(BRANCHES, widths, strict=True):
+            if branch in raw_upstream:
+                location = f"$.upstream.{branch}"
+                grad = parse_tensor(raw_upstream[branch], location, max_elements, base_dir=base_dir)
+                if grad.shape != (batch, tokens, width):
+                    raise FixtureError(location, f"expected shape [{batch},{tokens},{width}], "
+                                       f"got [{','.join(map(str, grad.shape))}]")
+
+    step, tolerance, samples = _settings(data.get("gradcheck"))
+    seed = DEFAULT_SEED
+    if "seed" in data:
+        if not is_json_int(data["seed"]):
+            raise FixtureError("$.seed", f"expected an integer, got {json_type_name(data['seed'])}")
+        if not 0 <= data["seed"] <= MAX_SEED:
+            raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
+        seed = int(data["seed"])
+    chapter = default_chapter
+    if "chapter" in data:
+        raw_chapter = data["chapter"]
+        if not isinstance(raw_chapter, str) or not raw_chapter or "\n" in raw_chapter:
+            raise FixtureError("$.chapter", "expected a non-empty single-line string")
+        chapter = raw_chapter
+
+    return AttendFixture(
+        input=x,
+        head=head,
+        layout=canonical.layout,
+        layout_description=canonical.description(),
+        value_width=mode,
+        upstream=seeded_upstream((batch, tokens, head.d_v), seed),
+        step=step,
+        tolerance=tolerance,
+        samples=samples,
+        seed=seed,
+        chapter=chapter,
+    )
+
+
+def example_text(name: str) -> str:
+    """A bundled example fixture (``chapter`` or ``primer``) as text. Raises ``KeyError``."""
+    return files("qkvcli.data").joinpath(EXAMPLES[name]).read_text(encoding="utf-8")
+
+
+def load_attend_fixture(
+    path: Path | None = None, example: str = "chapter", max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> AttendFixture:
+    """Load ``path``, or the bundled ``example`` when ``path`` is ``None``.
+
+    Raises :class:`~qkvcli.fixtures.problems.FixtureError` for bad content and
+    :class:`~qkvcli.fixtures.files.InputFileError` for a file that cannot be read.
+    """
+    if path is None:
+        return parse_attend_fixture(parse_json_text(example_text(example)),
+                                    max_elements=max_elements)
+    text = read_fixture_text(path)
+    return parse_attend_fixture(parse_json_text(text), path.stem, max_elements, path.parent)

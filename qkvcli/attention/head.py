@@ -1,0 +1,240 @@
+"""One attention head on top of the projections: its validated parameters, forward and reverse.
+
+Forward, for ``X [B,T,d_model]``::
+
+    Q = X W_Q + b_Q    K = X W_K + b_K    V = X W_V + b_V      [B,T,d_k] [B,T,d_k] [B,T,d_v]
+    S = Q K^T                                                   [B,T,T] raw scores
+    Z = S / sqrt(d_k)  (-inf above the diagonal when causal)    scaled scores
+    A = softmax(Z) over the last axis (row max subtracted)      weights, rows sum to 1
+    O = A V                                                     [B,T,d_v] output
+
+Reverse for an upstream ``dO`` (``grad_output``): ``dA = dO V^T``, ``dV = A^T dO``,
+``dZ = A * (dA - rowsum(dA * A))``, ``dS = dZ / sqrt(d_k)``, ``dQ = dS K``,
+``dK = dS^T Q``; then each projection as in the chapter, ``dX`` summing three paths and
+``db = sum over batch and tokens of dY``.
+
+Widths: query and key always share ``d_k`` (the dot product needs it). The value width
+``d_v`` must equal it too, the chapter's rule, unless the head is built with
+``independent_value_width=True``.
+
+Validation is the engine's own (:mod:`qkvcli.core`): names, finite values, each branch's
+weight, the branch widths and unique names, with the head's two extra rules
+(:mod:`qkvcli.attention.errors`). No I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from qkvcli.attention.errors import (
+    BiasShapeMismatch,
+    KeyWidthMismatch,
+    OutputGradientShapeMismatch,
+)
+from qkvcli.attention.outputs import AttentionForward, AttentionGradients
+from qkvcli.attention.softmax import causal_mask, stable_softmax
+from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
+from qkvcli.core.errors import (
+    BranchOutputWidthMismatch,
+)
+from qkvcli.core.names import DEFAULT_NAMES, validate_name
+from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.weights import (
+    check_branches,
+    check_input_shape,
+    check_model_widths,
+    check_unique_names,
+)
+
+# What the head adds to the chapter's projections, in order (the quiz's last answer).
+STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")
+
+Biases = tuple[Array | None, Array | None, Array | None]
+
+
+class AttentionHead:
+    """Three projections (optional biases) and one scaled dot-product attention head.
+
+    Build one with :meth:`from_arrays`; instances are immutable.
+    """
+
+    __slots__ = ("_biases", "_independent", "_names", "_weights")
+
+    def __init__(
+        self, weights: tuple[Array, Array, Array], biases: Biases, names: tuple[str, str, str],
+        independent: bool,
+    ) -> None:
+        # Private: from_arrays validates first.
+        self._weights = weights
+        self._biases = biases
+        self._names = names
+        self._independent = independent
+
+    @classmethod
+    def from_arrays(
+        cls,
+        w_query: ArrayLike,
+        w_key: ArrayLike,
+        w_value: ArrayLike,
+        biases: Sequence[ArrayLike | None] = (None, None, None),
+        names: Sequence[str] | None = None,
+        independent_value_width: bool = False,
+    ) -> AttentionHead:
+        """Validate and build a head from ``[d_model, d_out]`` weights and optional biases.
+
+        Order (first failure wins): per branch its name, finite weight, finite bias; per
+        branch rank and non-zero widths (``"<branch> projection: ..."``); equal model
+        widths; head widths (all equal, the chapter's error, or with an independent value
+        width only query = key); bias shapes; unique names. Raises a ``QkvError``.
+        """
+        names = tuple(DEFAULT_NAMES if names is None else names)
+        if len(names) != 3 or len(biases) != 3:
+            raise ValueError("expected three names and three biases")
+        weights = tuple(readonly(w) for w in (w_query, w_key, w_value))
+        bias_arrays = tuple(None if b is None else readonly(b) for b in biases)
+        for name, weight, bias in zip(names, weights, bias_arrays, strict=True):
+            validate_name(name)
+            check_finite(weight, "parameter")
+            if bias is not None:
+                check_finite(bias, "parameter")
+        check_branches(weights)
+        check_model_widths(weights)
+        head = tuple(int(w.shape[1]) for w in weights)
+        if not independent_value_width and len(set(head)) != 1:
+            raise BranchOutputWidthMismatch(*head)
+        if head[0] != head[1]:
+            raise KeyWidthMismatch(head[0], head[1])
+        for branch, width, bias in zip(BRANCHES, head, bias_arrays, strict=True):
+            if bias is not None and bias.shape != (width,):
+                raise BiasShapeMismatch(branch, width, tuple(bias.shape))
+        check_unique_names(names)
+        return cls(
+            (weights[0], weights[1], weights[2]),
+            (bias_arrays[0], bias_arrays[1], bias_arrays[2]),
+            (names[0], names[1], names[2]),
+            independent_value_width,
+        )
+
+    # --- properties ---------------------------------------------------------------------
+
+    @property
+    def weights(self) -> tuple[Array, Array, Array]:
+        return self._weights
+
+    @property
+    def biases(self) -> Biases:
+        return self._biases
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        return self._names
+
+    @property
+    def independent_value_width(self) -> bool:
+        return self._independent
+
+    @property
+    def d_model(self) -> int:
+        return int(self._weights[0].shape[0])
+
+    @property
+    def d_k(self) -> int:
+        return int(self._weights[0].shape[1])
+
+    @property
+    def d_v(self) -> int:
+        return int(self._weights[2].shape[1])
+
+    @property
+    def parameter_count(self) -> int:
+        """Weights plus biases: ``d_model (2 d_k + d_v)`` and each bias's width."""
+        total = sum(int(w.size) for w in self._weights)
+        return total + sum(int(b.size) for b in self._biases if b is not None)
+
+    def with_parameters(
+        self, weights: Sequence[Array], biases: Sequence[Array | None]
+    ) -> AttentionHead:
+        """The same head with other parameter values, unvalidated (probes that keep shapes)."""
+        return AttentionHead(
+            (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
+            self._names, self._independent,
+        )
+
+    # --- computation --------------------------------------------------------------------
+
+    def check_input(self, x: ArrayLike) -> Array:
+        """Validate ``x`` (rank three, final width ``d_model``, finite); return it as float64."""
+        array = np.asarray(x, dtype=np.float64)
+        check_input_shape(array, self.d_model)
+        check_finite(array, "input")
+        return array
+
+    def forward(self, x: ArrayLike, causal: bool = False) -> AttentionForward:
+        """Project, score, scale, (mask,) softmax and mix. Raises the input errors."""
+        x = self.check_input(x)
+        # Overflow is reported by the evidence (a non-finite tensor fails "forward"), not as
+        # numpy warnings on stderr.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._forward(x, causal)
+
+    def _forward(self, x: Array, causal: bool) -> AttentionForward:
+        projected = []
+        for weight, bias in zip(self._weights, self._biases, strict=True):
+            y = x @ weight  # [B,T,d_model] @ [d_model,d_out] -> [B,T,d_out]
+            projected.append(y if bias is None else y + bias)
+        query, key, value = projected
+        scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+        scaled_scores = scores / math.sqrt(self.d_k)
+        if causal:
+            scaled_scores = np.where(causal_mask(x.shape[1]), -np.inf, scaled_scores)
+        weights = stable_softmax(scaled_scores)
+        output = weights @ value  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
+        return AttentionForward(query, key, value, scores, scaled_scores, weights, output)
+
+    def backward(self, x: ArrayLike, forward: AttentionForward, grad_output: ArrayLike) -> (
+        AttentionGradients
+    ):
+        """Reverse pass for ``grad_output`` (dO, ``[B,T,d_v]``) through the mixture, softmax,
+        scores and projections. Raises the input errors, then
+        :class:`~qkvcli.attention.errors.OutputGradientShapeMismatch`."""
+        x = self.check_input(x)
+        batch, tokens = x.shape[:2]
+        upstream = np.asarray(grad_output, dtype=np.float64)
+        if upstream.shape != (batch, tokens, self.d_v):
+            raise OutputGradientShapeMismatch((batch, tokens, self.d_v), tuple(upstream.shape))
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._backward(x, forward, upstream)
+
+    def _backward(
+        self, x: Array, forward: AttentionForward, grad_output: Array
+    ) -> AttentionGradients:
+        batch, tokens, d_model = x.shape
+        a = forward.weights
+        # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
+        grad_weights = grad_output @ np.swapaxes(forward.value, -1, -2)
+        grad_value = np.swapaxes(a, -1, -2) @ grad_output  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
+        # softmax reverse: dZ_ij = A_ij (dA_ij - sum_l dA_il A_il); masked A_ij = 0 gives dZ_ij = 0
+        grad_scaled_scores = a * (
+            grad_weights - np.sum(grad_weights * a, axis=-1, keepdims=True)
+        )
+        grad_scores = grad_scaled_scores / math.sqrt(self.d_k)
+        grad_query = grad_scores @ forward.key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
+        grad_key = np.swapaxes(grad_scores, -1, -2) @ forward.query  # [B,T,T]^T @ [B,T,d_k]
+        rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d_model]
+        grad_input = np.zeros_like(x)
+        grad_w: list[Array] = []
+        grad_b: list[Array | None] = []
+        for weight, bias, grad in zip(
+            self._weights, self._biases, (grad_query, grad_key, grad_value), strict=True
+        ):
+            grad_input += grad @ weight.T  # [B,T,d_out] @ [d_out,d_model] -> [B,T,d_model]
+            flat = grad.reshape(batch * tokens, weight.shape[1])
+            grad_w.append(rows.T @ flat)  # [d_model,BT] @ [BT,d_out] -> [d_model,d_out]
+            grad_b.append(None if bias is None else flat.sum(axis=0))
+        return AttentionGradients(
+            grad_weights, grad_scaled_scores, grad_scores, grad_query, grad_key, grad_value,
+            grad_input, grad_w[0], grad_w[1], grad_w[2], grad_b[0], grad_b[1], grad_b[2],
+        )

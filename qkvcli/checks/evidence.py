@@ -1,0 +1,68 @@
+"""Assemble the chapter's :class:`~qkvcli.checks.records.Evidence` for one fixture (no I/O, no prose).
+
+Each family is computed by its own module; the declared check order is
+:data:`~qkvcli.checks.records.CHECK_ORDER`, with ``expect`` last when the fixture has an
+``expect`` section. Renderers (``qkvcli.render``) word the result.
+"""
+
+from __future__ import annotations
+
+from qkvcli.checks.independence import compute_independence
+from qkvcli.checks.initialization import compute_initialization
+from qkvcli.checks.primary import compute_primary, forward_ok, reverse_ok
+from qkvcli.checks.records import Config, Evidence, HistoryEvidence
+from qkvcli.checks.rejected import compute_errors
+from qkvcli.checks.replay import same_primary_bits
+from qkvcli.checks.shapes import compute_shapes
+from qkvcli.core.arrays import Array
+from qkvcli.fixtures.fixture import Fixture
+from qkvcli.gradcheck.layer import gradcheck_layer
+
+
+def build_evidence(fixture: Fixture) -> Evidence:
+    """Run every check of the chapter's evidence on ``fixture``.
+
+    Takes a loaded fixture; gives its :class:`Evidence`. A failing check is a fact in the
+    evidence, not an error; only invalid gradient-check settings raise (a
+    :class:`~qkvcli.gradcheck.layer.GradcheckSettingError`).
+    """
+    primary = compute_primary(fixture)
+    replay = compute_primary(fixture)
+    config = Config(
+        fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head, layout=fixture.layout
+    )
+    gradcheck = gradcheck_layer(
+        fixture.layer,
+        fixture.input,
+        fixture.upstream,
+        (primary.grad_input, *primary.weight_gradients),
+        fixture.step,
+        fixture.tolerance,
+        fixture.samples,
+        mode=fixture.mode,
+        directions=fixture.directions,
+        seed=fixture.seed,
+    )
+    expect = None
+    if fixture.expect is not None:
+        # Only fixtures with an expect section get this check, so the chapter's is unchanged.
+        from qkvcli.fixtures.expect import compare_expectations
+
+        actual: dict[str, Array | float] = {**primary.tensors(), "loss": primary.loss}
+        expect = compare_expectations(fixture.expect, actual)
+    return Evidence(
+        chapter=fixture.chapter,
+        seed=fixture.seed,
+        config=config,
+        primary=primary,
+        forward_ok=forward_ok(primary, config),
+        reverse_ok=reverse_ok(primary),
+        shapes=compute_shapes(fixture),
+        errors=compute_errors(fixture),
+        initialization=compute_initialization(fixture),
+        independence=compute_independence(fixture),
+        history=HistoryEvidence(),
+        replay_bitwise=same_primary_bits(primary, replay),
+        gradcheck=gradcheck,
+        expect=expect,
+    )

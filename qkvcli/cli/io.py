@@ -1,0 +1,125 @@
+"""The CLI's files: reading fixtures and text inputs through the one reader, writing outputs atomically.
+
+Reading goes through :mod:`qkvcli.fixtures.files` (regular files only, a byte limit,
+tensor paths confined to the fixture's directory); a failure is a
+:class:`~qkvcli.core.errors.QkvError` naming the file, which the group prints as
+``Error: FILE: ...``. Writing goes through a temporary file and a rename, so an output
+is either complete or untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+
+from qkvcli.cli.group import InputError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from qkvcli.fixtures.fixture import Fixture
+
+T = TypeVar("T")
+BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
+
+
+def label_of(path: Path | None) -> str:
+    """How messages name a fixture: its path, or the bundled chapter fixture."""
+    return BUNDLED_LABEL if path is None else str(path)
+
+
+def labelled(label: str, read: Callable[[], T]) -> T:
+    """``read()``, with any :class:`~qkvcli.core.errors.QkvError` it raises naming ``label``."""
+    from qkvcli.core.errors import QkvError
+
+    try:
+        return read()
+    except QkvError as error:
+        raise error.in_file(label) from None
+
+
+def load(path: Path | None, max_elements: int) -> Fixture:
+    """Load a chapter fixture (the bundled one without ``path``); errors name the file."""
+    from qkvcli.fixtures.load import load_fixture
+
+    return labelled(label_of(path), lambda: load_fixture(path, max_elements=max_elements))
+
+
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 text input (a golden or answers file) through the one reader.
+
+    ``what`` names the kind of file in messages (``"golden"``, ``"answer"``).
+    """
+    from qkvcli.fixtures.files import read_limited
+    from qkvcli.fixtures.limits import MAX_FILE_BYTES
+
+    data = labelled(str(path), lambda: read_limited(path, MAX_FILE_BYTES, what))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
+def write_output(text: str, output: Path | None, protect: Path | None = None) -> None:
+    """Print ``text``, or write it to ``output`` atomically (temp file + rename).
+
+    Refuses to write over ``protect`` (the fixture being read).
+    """
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    write_atomic(output, text, protect)
+
+
+def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
+    """Write ``text`` to ``output`` as UTF-8 via a temp file and a rename: all or nothing.
+
+    Refuses to write over ``protect``. Raises :class:`InputError` when it cannot write.
+    """
+    if protect is not None and output.exists() and protect.exists():
+        if os.path.samefile(output, protect):
+            raise InputError(f"{output}: refusing to overwrite the fixture being read")
+    if output.is_dir():
+        raise InputError(f"{output}: is a directory")
+    tmp = write_temp_beside(output, text)
+    try:
+        os.replace(tmp, output)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def write_temp_beside(output: Path, text: str) -> str:
+    """A complete temporary copy of ``text`` in ``output``'s directory; returns its path.
+
+    The file gets the mode a plain ``open(output, "w")`` would give (0666 less the
+    umask), not ``mkstemp``'s private 0600. Raises :class:`InputError`.
+    """
+    directory = output.parent if str(output.parent) else type(output)(".")
+    import tempfile  # only when writing a file: it costs milliseconds of start-up
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return tmp
+
+
+def remove_quietly(path: str) -> None:
+    """Delete ``path`` if it exists; ignore failures (used to clean up temporary files)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

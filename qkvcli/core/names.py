@@ -1,0 +1,30 @@
+"""Parameter names: the reference's naming rule and the default names of the three weights."""
+
+from __future__ import annotations
+
+from qkvcli.core.errors import EmptyName, EmptyNameSegment, InvalidNameCharacter
+from qkvcli.core.vocabulary import BRANCHES
+
+DEFAULT_PREFIX = "decoder.block.0.attention"
+DEFAULT_NAMES: tuple[str, str, str] = tuple(  # type: ignore[assignment]
+    f"{DEFAULT_PREFIX}.{branch}.weight" for branch in BRANCHES
+)
+
+
+def validate_name(name: str) -> None:
+    """Reject names outside lowercase ASCII, digits, ``_`` and non-empty dot segments."""
+    if not name:
+        raise EmptyName()
+    previous_was_dot = True
+    encoded = name.encode("utf-8")
+    for index, byte in enumerate(encoded):
+        if byte == 0x2E:  # "."
+            if previous_was_dot:
+                raise EmptyNameSegment(index)
+            previous_was_dot = True
+            continue
+        if not (0x61 <= byte <= 0x7A or 0x30 <= byte <= 0x39 or byte == 0x5F):
+            raise InvalidNameCharacter(index, byte)
+        previous_was_dot = False
+    if previous_was_dot:
+        raise EmptyNameSegment(len(encoded))

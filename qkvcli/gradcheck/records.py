@@ -1,0 +1,90 @@
+"""What a gradient check gives: per coordinate, per tensor, and for the whole check."""
+
+from __future__ import annotations
+
+import math
+
+from qkvcli.core.record import Record
+
+
+class CoordinateCheck(Record):
+    """One checked coordinate (or, in fast mode, one direction) and its comparison.
+
+    In fast mode ``direction`` is the direction's number, ``flat_index`` is -1 and
+    ``coordinate`` is empty; ``analytic`` is the gradient's projection on it.
+    """
+
+    tensor: str
+    flat_index: int
+    coordinate: tuple[int, ...]
+    analytic: float
+    numerical: float
+    scaled_error: float
+    passed: bool
+    note: str = ""
+    direction: int | None = None
+
+
+class TensorCheck(Record):
+    """The checks of one tensor (input or one weight) and the mode that produced them."""
+
+    tensor: str
+    shape: tuple[int, ...]
+    requested: int
+    checks: tuple[CoordinateCheck, ...]
+    mode: str = "full"
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+
+class GradcheckResult(Record):
+    """Every tensor's checks, with the settings that produced them."""
+
+    step: float
+    tolerance: float
+    tensors: tuple[TensorCheck, ...]
+    mode: str = "full"
+
+    @property
+    def passed(self) -> bool:
+        return all(tensor.passed for tensor in self.tensors)
+
+    @property
+    def summary(self) -> str:
+        """Which mode ran and what it checked, e.g. ``"full: 24 coordinates"``.
+
+        Tensors resolved to different modes (``auto``) are listed per mode in tensor
+        order, e.g. ``"sampled: 6 coordinates, full: 1536 coordinates"``.
+        """
+        counts: dict[str, int] = {}
+        for tensor in self.tensors:
+            counts[tensor.mode] = counts.get(tensor.mode, 0) + len(tensor.checks)
+        if not counts:
+            return f"{self.mode}: 0 coordinates"
+        return ", ".join(
+            f"{mode}: {count} {'directions' if mode == 'fast' else 'coordinates'}"
+            for mode, count in counts.items()
+        )
+
+    @property
+    def count(self) -> int:
+        return sum(len(tensor.checks) for tensor in self.tensors)
+
+    def checks_of(self, tensor: str) -> TensorCheck:
+        for item in self.tensors:
+            if item.tensor == tensor:
+                return item
+        raise KeyError(tensor)
+
+    @property
+    def worst(self) -> CoordinateCheck | None:
+        """The coordinate with the largest scaled error (a failed one first)."""
+        all_checks = [check for tensor in self.tensors for check in tensor.checks]
+        if not all_checks:
+            return None
+        return max(
+            all_checks,
+            key=lambda c: (not c.passed, c.scaled_error if math.isfinite(c.scaled_error) else 0),
+        )

@@ -1,0 +1,95 @@
+"""Gradient-check settings: the modes, their defaults, and the errors of unusable settings.
+
+Modes (see :mod:`qkvcli.gradcheck.layer`): ``full`` checks every coordinate, ``sampled``
+evenly spaced ones, ``fast`` random directions, and ``auto`` picks ``full`` or
+``sampled`` by size (:func:`resolve_mode`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from qkvcli.core.errors import QkvError, format_float_debug
+
+MODES: tuple[str, str, str, str] = ("auto", "full", "sampled", "fast")
+AUTO_FULL_LIMIT = 4096
+DEFAULT_SAMPLES = 6
+DEFAULT_DIRECTIONS = 3
+DEFAULT_DIRECTION_SEED = 26
+
+
+class GradcheckSettingError(QkvError):
+    """A step, tolerance or sample count the check cannot use."""
+
+
+class InvalidStep(GradcheckSettingError):
+    def __init__(self, step: float) -> None:
+        self.step = step
+        super().__init__(
+            f"central-difference step {format_float_debug(step)} must be positive and finite"
+        )
+
+
+class InvalidTolerance(GradcheckSettingError):
+    def __init__(self, tolerance: float) -> None:
+        self.tolerance = tolerance
+        super().__init__(
+            f"gradient-check tolerance {format_float_debug(tolerance)} "
+            "must be finite and nonnegative"
+        )
+
+
+class ZeroSamples(GradcheckSettingError):
+    def __init__(self) -> None:
+        super().__init__("gradient check needs at least one sample per tensor")
+
+
+class InvalidMode(GradcheckSettingError):
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        super().__init__(
+            f"gradient-check mode {mode!r} is not one of {', '.join(MODES)}"
+        )
+
+
+class ZeroDirections(GradcheckSettingError):
+    def __init__(self) -> None:
+        super().__init__("fast gradient check needs at least one direction per tensor")
+
+
+def validate_settings(
+    step: float, tolerance: float, samples: int | None,
+    mode: str = "auto", directions: int = DEFAULT_DIRECTIONS,
+) -> None:
+    """Raise a :class:`GradcheckSettingError` for a step, tolerance or count that cannot work.
+
+    Order: step, tolerance, samples, mode, directions.
+    """
+    if not (math.isfinite(step) and step > 0.0 and math.isfinite(2.0 * step)):
+        raise InvalidStep(step)
+    if not (math.isfinite(tolerance) and tolerance >= 0.0):
+        raise InvalidTolerance(tolerance)
+    if samples is not None and samples < 1:
+        raise ZeroSamples()
+    if mode not in MODES:
+        raise InvalidMode(mode)
+    if directions < 1:
+        raise ZeroDirections()
+
+
+def resolve_mode(mode: str, elements: int, samples: int | None) -> tuple[str, int | None]:
+    """The mode a tensor of ``elements`` gets, and its sample count (``None``: all).
+
+    ``auto``: ``sampled`` with ``samples`` when given, else ``full`` up to
+    :data:`AUTO_FULL_LIMIT` elements and ``sampled`` with :data:`DEFAULT_SAMPLES` above.
+    ``full`` ignores ``samples``; ``sampled`` defaults to :data:`DEFAULT_SAMPLES`.
+    """
+    if mode == "auto":
+        if samples is not None:
+            return "sampled", samples
+        if elements <= AUTO_FULL_LIMIT:
+            return "full", None
+        return "sampled", DEFAULT_SAMPLES
+    if mode == "sampled":
+        return "sampled", DEFAULT_SAMPLES if samples is None else samples
+    return mode, None

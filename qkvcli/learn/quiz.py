@@ -1,0 +1,254 @@
+"""The chapter's nine "predict before reading the evidence" questions, answered by the engine.
+
+Every expected answer is computed from the fixture by running the engine (shapes by
+projecting zero tensors, vectors by projecting the first token, the parameter count
+from the layer, rejections by probing). Questions 8 and 9 are conceptual: their answers
+come from the evidence's history record and from the stages ``qkv attend`` adds.
+
+Answers are read tolerantly: numbers anywhere in the text (``[4,7,2]``, ``4,7,2``,
+``4 x 7 x 2``; a digit glued to a letter such as ``q0`` is a name, not a number),
+``yes``/``no`` (or ``y``/``n``), and a letter or the full text for choices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkvcli.attention.head import STAGES
+from qkvcli.checks.records import HistoryEvidence
+from qkvcli.core.errors import QkvError, format_shape
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.fixtures.fixture import Fixture
+
+# Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.
+NUMBER = re.compile(r"(?<![A-Za-z_\d.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+LETTERS = "abc"
+
+
+class QuizError(QkvError):
+    """A fixture the quiz cannot ask about, or an unusable answers file."""
+
+
+class EmptyQuizFixture(QuizError):
+    def __init__(self) -> None:
+        super().__init__("the quiz needs a fixture with at least one batch item and one token")
+
+
+class UnknownAnswerKey(QuizError):
+    def __init__(self, key: str, count: int) -> None:
+        self.key = key
+        self.count = count
+        super().__init__(f'answers file key "{key}" is not a question number 1..{count}')
+
+
+class TooManyAnswers(QuizError):
+    def __init__(self, given: int, count: int) -> None:
+        self.given = given
+        self.count = count
+        super().__init__(f"answers file has {given} answers; the quiz has {count} questions")
+
+
+@dataclass(frozen=True)
+class Question:
+    number: int
+    prompt: str
+    kind: str  # "numbers", "integer", "yesno" or "choice"
+    expected: tuple[float, ...] | str
+    shown: str
+    explanation: str
+    accepted: tuple[tuple[float, ...], ...] = ()  # other spellings of a numbers answer
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    problem: str = ""  # why an answer could not be read (the interactive quiz asks again)
+
+
+def _g(value: float) -> str:
+    return f"{value:g}" if value != 0 else "0"
+
+
+def _vec(values: np.ndarray) -> str:
+    return "[" + ",".join(_g(float(v)) for v in np.asarray(values).reshape(-1)) + "]"
+
+
+def _mat(values: np.ndarray) -> str:
+    return "[" + ",".join(_vec(row) for row in values) + "]"
+
+
+def build_questions(fixture: Fixture) -> tuple[Question, ...]:
+    """The nine questions with answers computed from ``fixture``. Raises :class:`QuizError`."""
+    layer = fixture.layer
+    batch, tokens, d = fixture.input.shape
+    h = layer.d_head
+    if batch == 0 or tokens == 0:
+        raise EmptyQuizFixture()
+
+    def shapes_of(shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(out.shape) for out in layer.forward(np.zeros(shape)))
+
+    one = shapes_of((4, 7, d))
+    q1 = tuple(float(v) for v in one[0])
+    x0 = fixture.input[0, 0]
+    first = layer.forward(fixture.input[:1, :1])
+    vectors = tuple(float(v) for out in first for v in out.reshape(-1))
+    row = int(np.flatnonzero(x0 != 0.0)[0]) if np.any(x0 != 0.0) else 0
+    changed = np.array(layer.weights[0])
+    changed[row, 0] += 1.0
+    before, after = layer.forward(fixture.input), layer.with_weight("query", changed).forward(
+        fixture.input)
+    kv_changed = not (np.array_equal(before.key, after.key)
+                      and np.array_equal(before.value, after.value))
+    empty = shapes_of((0, tokens, d)), shapes_of((2 * batch, 0, d))
+    accepted_ranks = []
+    rank_two = ""
+    for rank in range(1, 6):
+        try:
+            layer.forward(np.zeros((1,) * (rank - 1) + (d,)))
+            accepted_ranks.append(rank)
+        except QkvError as error:
+            rank_two = str(error) if rank == 2 else rank_two
+    try:
+        QkvProjections.from_seed(d, d + 1, SplitMix64(fixture.seed))
+        divisible_needed = False  # d % (d + 1) == d != 0, and it was accepted
+    except QkvError:
+        divisible_needed = True
+    history = HistoryEvidence()
+    history_choices = (
+        "both use one sequence",
+        f"additive encoder-decoder attention uses two streams ({history.earlier_left}, "
+        f"{history.earlier_right}); self-attention uses one ({history.transformer_source})",
+        "additive encoder-decoder attention uses one stream; self-attention uses two",
+    )
+    missing_choices = (
+        "nothing: Q, K and V are already the attention output",
+        "another projection of X",
+        "query-key scores, softmax probabilities and a weighted mixture of the values",
+    )
+    names = ("q0", "k0", "v0")
+    q2 = ", ".join(f"{n}={_vec(out.reshape(-1))}" for n, out in zip(names, first, strict=True))
+    e0, e1 = empty
+    return (
+        Question(1, f"Predict all three output shapes for input [4,7,{d}] when d_head={h}.",
+                 "numbers", q1, format_shape(one[0]),
+                 "Each output keeps batch and token axes and takes d_head: "
+                 f"{format_shape(one[0])} for query, key and value.", accepted=(q1 * 3,)),
+        Question(2, f"Compute q0, k0 and v0 for the first token x0={_vec(x0)} with "
+                 f"W_Q={_mat(layer.weights[0])}, W_K={_mat(layer.weights[1])}, "
+                 f"W_V={_mat(layer.weights[2])}.", "numbers", vectors, q2,
+                 "Multiply the token's row vector by each weight: q0 = x0 W_Q, k0 = x0 W_K, "
+                 "v0 = x0 W_V."),
+        Question(3, "Can changing only W_Q change K or V? (yes/no)", "yesno",
+                 "yes" if kv_changed else "no", "yes" if kv_changed else "no",
+                 f"Computed: W_Q[{row},0]+1 changed Q; K and V "
+                 f"{'changed' if kv_changed else 'stayed bitwise unchanged'}. Independent "
+                 "weights make the unchanged key and value outputs replay bitwise."),
+        Question(4, f"Count the trainable scalars in three bias-free [{d},{h}] weights.",
+                 "integer", (float(layer.parameter_count),), str(layer.parameter_count),
+                 f"The count is 3 x {d} x {h} = {layer.parameter_count}."),
+        Question(5, f"Predict the three outputs' shapes for inputs [0,{tokens},{d}] and "
+                 f"[{2 * batch},0,{d}].", "numbers",
+                 tuple(float(v) for v in e0[0] + e1[0]),
+                 f"{format_shape(e0[0])} and {format_shape(e1[0])}",
+                 "Empty axes stay empty and keep their place; every branch gives "
+                 f"{format_shape(e0[0])} and {format_shape(e1[0])}.",
+                 accepted=(tuple(float(v) for s in e0 + e1 for v in s),)),
+        Question(6, f"A rank-two [T,{d}] input is rejected by this wrapper. Which rank does it "
+                 "require? (a number)", "integer",
+                 tuple(float(r) for r in accepted_ranks),
+                 format_shape(tuple(accepted_ranks))[1:-1],
+                 "The API keeps both batch and token axes explicit, so it requires rank "
+                 f"three. Rank two is refused with: {rank_two}"),
+        Question(7, f"Must d_model ({d}) be divisible by d_head here? (yes/no)", "yesno",
+                 "yes" if divisible_needed else "no", "yes" if divisible_needed else "no",
+                 f"Computed: [{d},{d + 1}] weights were "
+                 f"{'refused' if divisible_needed else 'accepted'}. Divisibility belongs to "
+                 "later multi-head splitting (chapter 30)."),
+        Question(8, "Which historical mechanism uses two source streams and which uses one?",
+                 "choice", LETTERS[1], f"b) {history_choices[1]}",
+                 "Additive encoder-decoder attention aligns decoder states with encoder "
+                 "annotations; self-attention projects one sequence three ways.",
+                 choices=history_choices),
+        Question(9, "Which computation is still missing before these tensors form an attention "
+                 "output?", "choice", LETTERS[2], f"c) {missing_choices[2]}",
+                 "Chapter 27 computes them; `qkv attend` runs exactly these stages: "
+                 + " -> ".join(STAGES) + ".", choices=missing_choices),
+    )
+
+
+def _close(got: tuple[float, ...], want: tuple[float, ...]) -> bool:
+    # Answers typed by hand are rounded: accept 3 decimals (half a unit in the last place).
+    return len(got) == len(want) and all(
+        math.isclose(g, w, rel_tol=5e-4, abs_tol=5e-4) for g, w in zip(got, want, strict=True)
+    )
+
+
+def check_answer(question: Question, answer: str) -> Verdict:
+    """Whether ``answer`` is right; ``problem`` says why it could not be read."""
+    text = answer.strip().lower()
+    if not text:
+        return Verdict(False, "no answer")
+    if question.kind in ("numbers", "integer"):
+        numbers = tuple(float(m) for m in NUMBER.findall(text))
+        if not numbers:
+            return Verdict(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
+        if question.kind == "integer":
+            numbers = numbers[-1:]  # "3 x 3 x 2 = 18": the last number is the answer
+        assert isinstance(question.expected, tuple)
+        wants = (question.expected, *question.accepted)
+        return Verdict(any(_close(numbers, want) for want in wants))
+    if question.kind == "yesno":
+        word = re.split(r"[^a-z]+", text)[0]
+        if word in ("y", "yes"):
+            return Verdict(question.expected == "yes")
+        if word in ("n", "no"):
+            return Verdict(question.expected == "no")
+        return Verdict(False, "expected yes or no")
+    letter = text.rstrip(").").strip()
+    if letter in LETTERS[: len(question.choices)]:
+        return Verdict(letter == question.expected)
+    for index, choice in enumerate(question.choices):
+        if text == choice.lower():
+            return Verdict(LETTERS[index] == question.expected)
+    return Verdict(False, f"expected one of {', '.join(LETTERS[: len(question.choices)])}")
+
+
+def parse_answers(text: str, count: int) -> list[str]:
+    """Answers from a file: JSON (a list, or an object keyed "1".."N") or one per line.
+
+    A file that parses as a JSON list or object is JSON; anything else is lines. In the
+    line form blank lines and lines starting with ``#`` are skipped. Non-string JSON
+    values (numbers, lists) are spelled back as JSON. Missing answers are empty strings.
+    Raises :class:`QuizError` for more answers than questions or a key that is no question.
+    """
+    stripped = text.lstrip("\ufeff").strip()
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError:
+        data = None  # not JSON: "[4,7,2]" on the first of nine lines is a line answer
+
+    def spell(value: object) -> str:
+        return value if isinstance(value, str) else json.dumps(value)
+
+    answers: list[str]
+    if isinstance(data, list):
+        answers = [spell(v) for v in data]
+    elif isinstance(data, dict):
+        unknown = [k for k in data if k not in {str(i) for i in range(1, count + 1)}]
+        if unknown:
+            raise UnknownAnswerKey(unknown[0], count)
+        answers = [spell(data[str(i)]) if str(i) in data else "" for i in range(1, count + 1)]
+    else:
+        answers = [line.strip() for line in stripped.splitlines()
+                   if line.strip() and not line.strip().startswith("#")]
+    if len(answers) > count:
+        raise TooManyAnswers(len(answers), count)
+    return answers + [""] * (count - len(answers))

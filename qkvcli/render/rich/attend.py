@@ -1,0 +1,150 @@
+"""``qkv attend --format rich``: the head's evidence as rich tables (imported on rich paths only).
+
+Pure: builds renderables from the evidence; the command owns the ``Console``. Nothing
+here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
+figure it never cuts a number: keys and output features beyond the options' limits are
+elided with a note (``--full`` shows them all), and the weights and the output sit side
+by side only when both fit.
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from qkvcli.attention.records import AttendEvidence
+from qkvcli.render.rich.layout import Fitted, Part, Row, status
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
+from qkvcli.render.text.attend import FORMULA
+from qkvcli.render.text.numbers import fmt_shape
+
+BAR_WIDTH = 10
+PRECISION = 4
+"""Decimals of weights and outputs unless the options ask for others."""
+SUM_PRECISION = 6
+FEWEST_COLUMNS = 3
+"""The narrowest layout still shows the first and last key (or feature) around a gap."""
+
+
+def _limits(count: int, options: RichOptions) -> list[int]:
+    """Column limits to try, widest first: every column with ``--full``, else at most
+    ``max_columns``, then fewer down to :data:`FEWEST_COLUMNS`."""
+    if options.full or count <= FEWEST_COLUMNS:
+        return [count]
+    return list(range(min(count, options.max_columns), FEWEST_COLUMNS - 1, -1))
+
+
+def _weights_table(
+    evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
+) -> RenderableType:
+    """Rows are queries, columns keys (at most ``limit``), then the row sum and largest weight."""
+    c = evidence.config
+    rows = [r for r in evidence.rows if r.batch == batch]
+    keys = pick(c.tokens, limit, options.full)
+    queries = pick(len(rows), options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    table = Table(title=f"batch {batch}: weights A (rows: queries, columns: keys)",
+                  box=box.SIMPLE_HEAVY, title_justify="left")
+    table.add_column("query", no_wrap=True)
+    for j in keys:
+        add_number_column(table, ellipsis if j is None else f"k t{j}")
+    add_number_column(table, "sum")
+    table.add_column("largest", no_wrap=True)
+    for index in queries:
+        if index is None:
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 3)))
+            continue
+        row = rows[index]
+        largest = max(row.weights) if row.weights else 0.0
+        table.add_row(
+            cell(f"t{row.token}"),
+            *(cell(ellipsis if j is None else f"{row.weights[j]:.{options.precision}f}")
+              for j in keys),
+            cell(f"{row.weight_sum:.{SUM_PRECISION}f}"),
+            cell(options.bar(largest, BAR_WIDTH)),
+        )
+    if shown(keys) == c.tokens and shown(queries) == len(rows):
+        return table
+    return Group(table, elision_note(("queries", "keys"), (shown(queries), len(rows)),
+                                     (shown(keys), c.tokens)))
+
+
+def _output_table(
+    evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
+) -> RenderableType:
+    """Each query's output vector ``[o_0, o_1, ...]``, at most ``limit`` features shown."""
+    rows = [r for r in evidence.rows if r.batch == batch]
+    width = evidence.config.d_v
+    features = pick(width, limit, options.full)
+    queries = pick(len(rows), options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    table = Table(title=f"batch {batch}: output O", box=box.SIMPLE_HEAVY, title_justify="left")
+    table.add_column("query", no_wrap=True)
+    table.add_column("output", no_wrap=True)
+    for index in queries:
+        if index is None:
+            table.add_row(cell(ellipsis), cell(ellipsis))
+            continue
+        row = rows[index]
+        values = (ellipsis if f is None else f"{row.output[f]:.{options.precision}f}"
+                  for f in features)
+        table.add_row(cell(f"t{row.token}"), cell("[" + ", ".join(values) + "]"))
+    if shown(features) == width and shown(queries) == len(rows):
+        return table
+    return Group(table, elision_note(("queries", "features"), (shown(queries), len(rows)),
+                                     (shown(features), width)))
+
+
+def _checks_table(evidence: AttendEvidence) -> Table:
+    checks = Table(title="checks", box=box.SIMPLE_HEAVY, title_justify="left")
+    checks.add_column("check", no_wrap=True)
+    checks.add_column("verdict", no_wrap=True)
+    # Prose wraps at spaces; a word longer than the column folds, never ends in an ellipsis.
+    checks.add_column("evidence", overflow="fold")
+    for check in evidence.checks:
+        verdict = Text("PASS", "green") if check.passed else Text("FAIL", "red")
+        checks.add_row(cell(check.name), verdict, cell(check.detail))
+    return checks
+
+
+def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
+    """Everything a learner reads first: setup, weights and output per batch, checks, notes.
+
+    Takes the evidence and the display options (weights and outputs to
+    :data:`PRECISION` decimals unless given); gives a renderable that shows every number
+    whole at any width the CLI prints it at. Raises nothing for valid evidence.
+    """
+    options = options or RichOptions(precision=PRECISION)
+    c = evidence.config
+    bias = ", ".join(b for b, flag in zip(("query", "key", "value"), c.bias, strict=True) if flag)
+    header = Text.assemble(
+        (f"{FORMULA}\n", "bold"),
+        f"X {fmt_shape((c.batch, c.tokens, c.d_model))}  d_k {c.d_k}  d_v {c.d_v}  "
+        f"scale 1/sqrt({c.d_k}) = {c.scale:.6f}  causal {'yes' if c.causal else 'no'}\n",
+        f"layout {c.layout}: {c.layout_description}\n",
+        f"value width {c.value_width}; bias on {bias or 'no branch'}; "
+        f"{c.parameter_count} parameters",
+    )
+    parts: list[RenderableType] = [Panel(header, title=Text(f"attend: {evidence.chapter}"),
+                                         title_align="left", box=box.ROUNDED)]
+    for b in range(c.batch):
+        weights = Fitted([_weights_table(evidence, b, options, limit)
+                          for limit in _limits(c.tokens, options)])
+        output = Fitted([_output_table(evidence, b, options, limit)
+                         for limit in _limits(c.d_v, options)])
+        parts.append(Row([Part(weights, box=None), Part(output, box=None)],
+                         gap=2, stack_expand=False, fill=False))
+    parts.append(_checks_table(evidence))
+    for note in evidence.notes:
+        parts.append(Panel(Text(note.text), title=f"note: {note.code}", title_align="left",
+                           box=box.ROUNDED, border_style="yellow"))
+    verdict = Text("attend: ", style="bold")
+    verdict.append_text(status(evidence.passed))
+    parts.append(verdict)
+    return Group(*parts)
+
+

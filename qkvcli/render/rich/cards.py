@@ -1,0 +1,208 @@
+"""The evidence cards under the chapter's figure, and the verdict line.
+
+Each card shows one family of evidence (combined input gradient, branch-local weight
+gradients, changing only the query weight, shapes and empty axes, numerical checks,
+rejected boundaries, the historical contrast, every check) with a PASS/FAIL word.
+Pure: functions take an :class:`~qkvcli.checks.evidence.Evidence` and return renderables.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from qkvcli.checks.records import Evidence
+from qkvcli.render.rich.boxes import PLAIN, ROLE_BOXES
+from qkvcli.render.rich.branches import LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
+from qkvcli.render.rich.layout import Part, Row, lines, status, titled
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import batched_tables, cell, grid, matrix_table
+from qkvcli.render.text.checks import check_rows
+from qkvcli.render.text.numbers import fmt_float, fmt_shape
+
+REJECTION_REASONS = {
+    "rank-two": "The input must keep explicit batch, token, and feature axes.",
+    "input-width": "The final input axis must match the model width.",
+    "branch-mismatch": "All three projection weights must use the same model width.",
+    "head-mismatch": "All three projection weights must use the same head width.",
+    "duplicate-name": "Every parameter needs its own stable name.",
+}
+ANALOGY = (
+    "Query-like and key/value-like are a limited retrospective analogy for the earlier "
+    "two-stream mechanism."
+)
+
+
+def _input_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
+    p = evidence.primary
+    t = options.symbols.transpose
+    body = lines(
+        Text(f"dX = dQ W_Q{t} + dK W_K{t} + dV W_V{t}"),
+        Text(f"All three paths add into the shared input; shape(dX) = "
+             f"{fmt_shape(p.grad_input.shape)}.", style="dim"),
+        Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
+             f"{fmt_float(p.loss, options.precision)}"),
+        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False),
+    )
+    return Part(body, titled("Combined input gradient", evidence.reverse_ok))
+
+
+def _weight_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
+    p = evidence.primary
+    g = evidence.gradcheck
+    t = options.symbols.transpose
+    tables = []
+    passed = True
+    for index, role in enumerate(ROLES):
+        letter = LETTERS[role]
+        grad = p.weight_gradients[index]
+        checked = g.checks_of(f"{role}_weight")
+        passed = passed and checked.passed
+        ok = sum(1 for check in checked.checks if check.passed)
+        caption = Text(f"{role}: {ok} of {len(checked.checks)} coordinates ")
+        caption.append_text(status(checked.passed))
+        tables.append(Part(
+            Group(matrix_table(grad, f"dW_{letter}", "", ROLE_BOXES[role], options,
+                               ("d_model rows", "d_head columns"), ROLE_STYLES[role]), caption),
+            box=None,
+        ))
+    body = lines(
+        Text(f"dW = X_(BT){t} dY_(BT) in each branch: a weight's gradient never crosses "
+             "branches."),
+        Row(tables, gap=3, stack_expand=False, fill=False),
+    )
+    return Part(body, titled("Branch-local weight gradients", passed))
+
+
+def _independence_part(evidence: Evidence) -> Part:
+    ind = evidence.independence
+    if not ind.applicable:
+        body: RenderableType = Text("not applicable: the input has no non-zero feature column")
+    else:
+        rows = grid(
+            (ROLE_SENTENCES["query"], "changed" if ind.query_changed else "unchanged",
+             status(ind.query_changed)),
+            (ROLE_SENTENCES["key"], "bitwise unchanged" if ind.key_unchanged else "changed",
+             status(ind.key_unchanged)),
+            (ROLE_SENTENCES["value"], "bitwise unchanged" if ind.value_unchanged else "changed",
+             status(ind.value_unchanged)),
+            nowrap=(2,),
+        )
+        body = lines(Text(f"Add 1 to W_Q[{ind.row},0] and project X again:", style="dim"), rows)
+    return Part(body, titled("Change only the query weight", ind.passed))
+
+
+def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
+    s = evidence.shapes
+    c = evidence.config
+    arrow = options.symbols.arrow
+    probes = (("fixture input", s.rule), ("batch doubled", s.batch),
+              ("empty batch axis", s.empty_batch), ("empty token axis", s.empty_tokens))
+    rows = grid(
+        *((label, f"{fmt_shape(probe.input)} {arrow} "
+                  f"{','.join(fmt_shape(out) for out in probe.outputs)}",
+           status(probe.passed(s.d_head)))
+          for label, probe in probes),
+        nowrap=(0, 2),
+    )
+    times = options.symbols.times
+    body = lines(
+        rows,
+        Text(f"trainable scalars: 3 {times} {c.d_model} {times} {c.d_head} = "
+             f"{evidence.primary.parameter_count}", style="dim"),
+    )
+    return Part(body, titled("Shapes and empty axes", s.passed))
+
+
+def _rejected_part(evidence: Evidence, options: RichOptions) -> Part:
+    rows = []
+    for case in evidence.errors.cases():
+        detail = Text(REJECTION_REASONS.get(case.case, ""))
+        detail.append(f"\n{options.safe(case.message)}", style="dim")
+        rows.append((status(case.rejected), f"rejected {case.case}", detail))
+    return Part(grid(*rows, nowrap=(0, 1)), titled("Rejected boundaries", evidence.errors.passed))
+
+
+def _numerical_part(evidence: Evidence, options: RichOptions) -> Part:
+    g = evidence.gradcheck
+    e = evidence.errors
+    i = evidence.initialization
+    counts = " ".join(
+        f"n_{key}={len(g.checks_of(tensor).checks)}"
+        for key, tensor in (("X", "input"), ("Q", "query_weight"), ("K", "key_weight"),
+                            ("V", "value_weight"))
+    )
+    worst = g.worst
+    worst_line = (
+        Text(f"worst scaled error {worst.scaled_error:.3e} at "
+             f"{worst.tensor}{fmt_shape(worst.coordinate)}", style="dim")
+        if worst is not None else None
+    )
+    within = sum(1 for tensor in g.tensors for check in tensor.checks if check.passed)
+    rows = grid(
+        ("gradcheck", f"{within} of {g.count} coordinates within tolerance", status(g.passed)),
+        ("replay", "bitwise" if evidence.replay_bitwise else "mismatch",
+         status(evidence.replay_bitwise)),
+        ("names", "unique" if e.duplicate_name.rejected else "unchecked",
+         status(e.duplicate_name.rejected)),
+        ("initialization",
+         f"seed {i.seed}, " + ("transactional" if i.transactional else "partial"),
+         status(i.passed)),
+        nowrap=(0, 2),
+    )
+    passed = g.passed and evidence.replay_bitwise and e.duplicate_name.rejected and i.passed
+    body = lines(
+        Text(counts),
+        Text(f"step h = {g.step!r}   tolerance {options.symbols.tau} = {g.tolerance!r}"),
+        worst_line,
+        rows,
+    )
+    return Part(body, titled("Numerical checks", passed))
+
+
+def _history_part(evidence: Evidence, options: RichOptions) -> Part:
+    """Where attention's inputs come from, then and now (sources as rows, so it fits 80 columns)."""
+    h = evidence.history
+    dash = options.symbols.dash
+    table = Table(box=PLAIN, header_style="bold", pad_edge=False, show_edge=False)
+    for header in ("Source", "Additive encoder-decoder attention", "Transformer self-attention"):
+        table.add_column(cell(header), overflow="fold")
+    table.add_row(*map(cell, ("Previous decoder state", h.earlier_left, dash)))
+    table.add_row(*map(cell, ("Encoder annotations", h.earlier_right, dash)))
+    table.add_row(*map(cell, ("One previous-layer sequence", dash, h.transformer_source)))
+    body = lines(table, Text(f"mapping: {h.mapping}. {ANALOGY}", style="dim"))
+    return Part(body, titled("Change from two attention sources to one"))
+
+
+def _checks_part(evidence: Evidence) -> Part:
+    rows = grid(*((status(check.passed), check.name, check.detail)
+                  for check in check_rows(evidence)),
+                nowrap=(0, 1))
+    return Part(rows, titled("Checks", evidence.passed))
+
+
+def verdict_line(evidence: Evidence) -> Text:
+    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (failed: ...)``."""
+    total = len(evidence.checks)
+    passed = sum(1 for check in evidence.checks if check.passed)
+    line = Text("verdict: ", style="bold")
+    line.append_text(status(evidence.passed))
+    if evidence.passed:
+        line.append(f" ({passed} of {total} checks passed)")
+    else:
+        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
+        line.append(f" ({passed} of {total} checks passed; failed: {failed})")
+    return line
+
+
+def evidence_cards(evidence: Evidence, options: RichOptions) -> list[Row]:
+    """The cards, paired in rows that sit side by side when wide and stack when narrow."""
+    return [
+        Row([_input_gradient_part(evidence, options), _independence_part(evidence)]),
+        Row([_weight_gradient_part(evidence, options)]),
+        Row([_shapes_part(evidence, options), _numerical_part(evidence, options)]),
+        Row([_rejected_part(evidence, options)]),
+        Row([_history_part(evidence, options)]),
+        Row([_checks_part(evidence)]),
+    ]

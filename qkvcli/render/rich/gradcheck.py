@@ -1,0 +1,144 @@
+"""The gradient check as a rich table: one row per checked coordinate, the worst one marked.
+
+Pure: :func:`render_gradcheck_rich` takes a :class:`~qkvcli.gradcheck.records.GradcheckResult`
+and display options and returns a :class:`rich.console.Group`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
+from qkvcli.render.rich.boxes import CARD
+from qkvcli.render.rich.branches import INPUT_STYLE, ROLE_STYLES, ROLES
+from qkvcli.render.rich.layout import lines, status
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import add_number_column, cell, grid
+from qkvcli.render.text.numbers import fmt_float, fmt_shape
+
+TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
+                                            for role in ROLES}}
+MAX_FAILURES_SHOWN = 20
+"""Without ``--full``, failed coordinates beyond this many per tensor are elided too."""
+
+
+def _sci(value: float) -> str:
+    return f"{value:.3e}" if math.isfinite(value) else fmt_float(value)
+
+
+def _shown_rows(tensor: TensorCheck, worst: CoordinateCheck | None,
+                options: RichOptions) -> list[int]:
+    """Row numbers to show: all, or a head, a tail, the failures and the worst row."""
+    count = len(tensor.checks)
+    if options.full or count <= options.max_checks:
+        return list(range(count))
+    head = options.max_checks // 2
+    tail = options.max_checks - head
+    keep = set(range(head)) | set(range(count - tail, count))
+    failures = [i for i, check in enumerate(tensor.checks) if not check.passed]
+    keep.update(failures[:MAX_FAILURES_SHOWN])
+    keep.update(i for i, check in enumerate(tensor.checks) if check is worst)
+    return sorted(keep)
+
+
+def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[Text]]:
+    """The per-coordinate table, and the lines to print under it (elision, notes)."""
+    worst = result.worst
+    symbols = options.symbols
+    table = Table(box=CARD, header_style="bold")
+    # Numbers are never cut (see add_number_column); the two-line header keeps the table
+    # within 80 columns for the chapter's fixture.
+    table.add_column(cell("tensor"), no_wrap=True)
+    table.add_column(cell("coordinate"), no_wrap=True)
+    add_number_column(table, "analytic")
+    add_number_column(table, "numerical")
+    add_number_column(table, "scaled\nerror")
+    table.add_column(cell("pass"), no_wrap=True)
+    below: list[Text] = []
+    hidden = 0
+    for position, tensor in enumerate(result.tensors):
+        if position:
+            table.add_section()
+        style = TENSOR_STYLES.get(tensor.tensor, "")
+        previous = -1
+        for row in _shown_rows(tensor, worst, options):
+            if row != previous + 1:
+                # Never hide rows silently: say how many here, and how to see them below.
+                gap = row - previous - 1
+                hidden += gap
+                table.add_row(cell(symbols.ellipsis), cell(f"{gap} more"),
+                              *(cell(symbols.ellipsis) for _ in range(4)), style="dim")
+            previous = row
+            check = tensor.checks[row]
+            name = Text(check.tensor, style=style)
+            if check is worst:
+                name.append(f"\n{symbols.worst}", style="bold")
+            if check.note:
+                below.append(Text(f"note: {check.tensor}{fmt_shape(check.coordinate)}: "
+                                  f"{check.note}"))
+            table.add_row(
+                name,
+                cell(fmt_shape(check.coordinate)),
+                cell(fmt_float(check.analytic, options.precision)),
+                cell(fmt_float(check.numerical, options.precision)),
+                cell(_sci(check.scaled_error)),
+                status(check.passed),
+                style="bold" if check is worst else None,
+            )
+    if hidden:
+        below.insert(0, Text(f"{symbols.ellipsis} {hidden} coordinates not shown; "
+                             "--full shows every coordinate", style="dim"))
+    return table, below
+
+
+def _summary(result: GradcheckResult) -> Table:
+    rows = []
+    for tensor in result.tensors:
+        within = sum(1 for check in tensor.checks if check.passed)
+        rows.append((
+            Text(tensor.tensor, style=TENSOR_STYLES.get(tensor.tensor, "")),
+            f"shape {fmt_shape(tensor.shape)}",
+            f"{within} of {len(tensor.checks)} checked coordinates within tolerance",
+            status(tensor.passed),
+        ))
+    return grid(*rows, nowrap=(0, 3))
+
+
+def gradcheck_verdict(result: GradcheckResult) -> Text:
+    """``verdict: PASS (24 of 24 coordinates within tolerance)``, or FAIL."""
+    within = sum(1 for tensor in result.tensors for check in tensor.checks if check.passed)
+    line = Text("verdict: ", style="bold")
+    line.append_text(status(result.passed))
+    line.append(f" ({within} of {result.count} coordinates within tolerance)")
+    return line
+
+
+def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None = None) -> Group:
+    """Every checked coordinate (elided beyond ``options.max_checks`` unless ``full``).
+
+    Takes the result and display options; gives the settings, the table with the worst
+    coordinate marked, a per-tensor summary and a verdict line.
+    """
+    options = options or RichOptions()
+    table, below = _table(result, options)
+    worst = result.worst
+    worst_line = None
+    if worst is not None:
+        worst_line = Text(
+            f"worst: {worst.tensor}{fmt_shape(worst.coordinate)} scaled error "
+            f"{_sci(worst.scaled_error)}", style="bold",
+        )
+    return lines(
+        Text("Gradient check: analytic gradients against central differences", style="bold"),
+        Text(f"step h = {result.step!r}   tolerance {options.symbols.tau} = "
+             f"{result.tolerance!r}   scaled error = |a - n| / max(1, |a|, |n|)", style="dim"),
+        table,
+        *below,
+        _summary(result),
+        worst_line,
+        gradcheck_verdict(result),
+    )

@@ -1,0 +1,67 @@
+"""The one set of display options every rich view takes, and the glyphs it implies.
+
+The figure of ``run``/``report``, ``gradcheck``, ``attend`` and ``variance`` all take a
+:class:`RichOptions`. What the *Console* needs (width, colour) is the CLI's business: it
+builds the Console inside the command so the environment is honoured, and derives these
+options from the same command-line flags (``qkvcli.cli.console.rich_options``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Symbols:
+    """Glyphs that have an ASCII spelling, so an ASCII-only stream never sees Unicode."""
+
+    arrow: str
+    ellipsis: str
+    transpose: str
+    tau: str
+    dash: str
+    worst: str
+    times: str
+    dot: str
+    block: str
+
+
+UNICODE = Symbols(arrow="→", ellipsis="…", transpose="ᵀ", tau="τ", dash="—", worst="◀ worst",
+                  times="×", dot="·", block="█")  # noqa: RUF001 - the multiplication sign
+ASCII = Symbols(arrow="->", ellipsis="...", transpose="^T", tau="tau", dash="-", worst="<- worst",
+                times="x", dot="-", block="#")
+
+
+@dataclass(frozen=True)
+class RichOptions:
+    """How the rich views show numbers and large tensors.
+
+    ``precision`` is the number of decimals; unless ``full``, a tensor shows at most
+    ``max_rows`` rows, ``max_columns`` columns and ``max_batches`` batch items (and a
+    gradient check at most ``max_checks`` rows per tensor), the rest replaced by an
+    ellipsis and a note. ``ascii`` spells every glyph in ASCII (the CLI
+    sets it when the output stream cannot encode Unicode).
+    """
+
+    precision: int = 6
+    full: bool = False
+    ascii: bool = False
+    max_rows: int = 8
+    max_columns: int = 6
+    max_batches: int = 2
+    max_checks: int = 12
+    symbols: Symbols = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "symbols", ASCII if self.ascii else UNICODE)
+
+    def safe(self, text: str) -> str:
+        """``text`` as the stream can show it: non-ASCII escaped when ``ascii``."""
+        if self.ascii:
+            return text.encode("ascii", "backslashreplace").decode("ascii")
+        return text
+
+    def bar(self, fraction: float, width: int) -> str:
+        """``fraction`` (clamped to [0, 1]) as ``width`` cells of blocks, then dots."""
+        filled = round(max(0.0, min(1.0, fraction)) * width)
+        return self.symbols.block * filled + self.symbols.dot * (width - filled)

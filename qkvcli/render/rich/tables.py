@@ -1,0 +1,143 @@
+"""Tables of numbers for the rich views: literal cells that never cut a number, and elision.
+
+A number is never folded, wrapped or cut to an ellipsis: number columns are ``no_wrap``
+and a view too wide for the screen is widened by the CLI (or shown with fewer columns,
+elided with a note, unless ``--full``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from rich.box import Box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from qkvcli.core.arrays import Array
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.text.numbers import fmt_float, fmt_shape
+
+FULL_HINT = "--full shows every value"
+
+
+def pick(count: int, limit: int, full: bool) -> list[int | None]:
+    """Indices to show out of ``count``: all, or a head and a tail around one ``None`` gap."""
+    if full or count <= limit:
+        return list(range(count))
+    head = max(1, limit // 2)
+    tail = max(1, limit - head - 1)
+    return [*range(head), None, *range(count - tail, count)]
+
+
+def shown(indices: Sequence[int | None]) -> int:
+    """How many real indices (not gaps) ``indices`` holds."""
+    return sum(1 for index in indices if index is not None)
+
+
+def cell(value: str | Text) -> Text:
+    """A table cell as literal text: data such as ``[1,2,3]`` must never be read as markup."""
+    return value if isinstance(value, Text) else Text(value)
+
+
+def add_number_column(table: Table, header: str | Text) -> None:
+    """A right-aligned number column whose numbers are never cut.
+
+    A number has no space to wrap at, so it measures as wide as it is and the layout
+    keeps it whole; only if a view is squeezed below the width it measured (the CLI widens
+    instead) does ``fold`` carry the remaining digits to the next line. (``no_wrap`` is
+    left off on purpose: with it rich crops an over-long cell, silently or to ``…``.)
+    """
+    table.add_column(cell(header), justify="right", overflow="fold")
+
+
+def elision_note(what: tuple[str, str], rows: tuple[int, int], cols: tuple[int, int]) -> Text:
+    """``showing 4 of 9 rows, 5 of 9 columns; --full shows every value``."""
+    return Text(f"showing {rows[0]} of {rows[1]} {what[0]}, {cols[0]} of {cols[1]} "
+                f"{what[1]}; {FULL_HINT}", style="dim")
+
+
+def matrix_table(
+    matrix: Array,
+    corner: str,
+    row_label: str,
+    box: Box,
+    options: RichOptions,
+    what: tuple[str, str] = ("rows", "columns"),
+    border_style: str | None = None,
+    edge: bool = True,
+) -> RenderableType:
+    """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``.
+
+    Elided rows and columns become an ellipsis, and a note under the table says how many
+    are shown and how to see them all.
+    """
+    rows, cols = (int(n) for n in matrix.shape)
+    row_pick = pick(rows, options.max_rows, options.full)
+    col_pick = pick(cols, options.max_columns, options.full)
+    ellipsis = options.symbols.ellipsis
+    note: Text | None = None
+    if shown(row_pick) < rows or shown(col_pick) < cols:
+        note = elision_note(what, (shown(row_pick), rows), (shown(col_pick), cols))
+    table = Table(
+        box=box, border_style=border_style,
+        header_style="bold", show_edge=edge,
+    )
+    table.add_column(cell(options.safe(corner)), justify="left", no_wrap=True, style="dim")
+    for col in col_pick:
+        add_number_column(table, ellipsis if col is None else str(col))
+    for row in row_pick:
+        if row is None:
+            table.add_row(cell(ellipsis), *(cell(ellipsis) for _ in col_pick))
+            continue
+        table.add_row(
+            cell(f"{row_label}{row}"),
+            *(cell(ellipsis if col is None
+                   else fmt_float(float(matrix[row, col]), options.precision))
+              for col in col_pick),
+        )
+    return table if note is None else Group(table, note)
+
+
+def batched_tables(
+    tensor: Array,
+    name: str,
+    box: Box,
+    options: RichOptions,
+    border_style: str | None = None,
+    edge: bool = True,
+) -> list[RenderableType]:
+    """One ``[t, feature]`` table per batch item of a ``[batch, tokens, width]`` tensor."""
+    batch, tokens, _width = (int(n) for n in tensor.shape)
+    if batch == 0 or tokens == 0:
+        return [Text(f"{name}: no values (shape {fmt_shape(tensor.shape)})", style="dim")]
+    out: list[RenderableType] = []
+    batch_pick = pick(batch, options.max_batches, options.full)
+    for item in batch_pick:
+        if item is None:
+            hidden = batch - shown(batch_pick)
+            out.append(Text(
+                f"{options.symbols.ellipsis} {hidden} more batch items; {FULL_HINT}", style="dim"
+            ))
+            continue
+        out.append(matrix_table(
+            tensor[item], f"{name} b={item}", "t", box, options, ("tokens", "features"),
+            border_style, edge,
+        ))
+    return out
+
+
+def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[int] = ()) -> Table:
+    """A borderless grid of literal-text rows; long cells fold instead of being cut off."""
+    table = Table.grid(padding=(0, 2))
+    for index in range(max((len(row) for row in rows), default=0)):
+        table.add_column(no_wrap=index in nowrap, overflow="fold",
+                         style="dim" if index in dim else None)
+    for row in rows:
+        table.add_row(*(cell(value) for value in row))
+    return table
+
+
+def pairs(labels: Iterable[tuple[str, str]]) -> Table:
+    """A borderless two-column ``label  value`` grid, labels dimmed."""
+    return grid(*labels, nowrap=(0,), dim=(0,))

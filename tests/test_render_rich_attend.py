@@ -1,0 +1,91 @@
+"""``attend`` and ``variance`` as rich views: they take RichOptions and never cut a number."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console, RenderableType
+
+from qkvcli.attention.evidence import AttendEvidence, build_attend_evidence
+from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.learn.variance import dot_variance
+from qkvcli.render.rich.attend import attend_renderable
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.variance import variance_renderable
+
+
+def render(renderable: RenderableType, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None,
+                      record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def seeded(batch: int, tokens: int, d_model: int, seed: int = 0) -> AttendEvidence:
+    rng = np.random.default_rng(seed)
+    doc: dict[str, Any] = {
+        "input": rng.normal(size=(batch, tokens, d_model)).round(2).tolist(),
+        "weights": {b: rng.normal(size=(d_model, d_model)).round(2).tolist()
+                    for b in ("query", "key", "value")},
+    }
+    return build_attend_evidence(parse_attend_fixture(doc))
+
+
+CASES = {
+    "chapter": lambda: build_attend_evidence(load_attend_fixture(example="chapter")),
+    "primer-causal": lambda: build_attend_evidence(load_attend_fixture(example="primer"), True),
+    "six-tokens": lambda: seeded(2, 6, 4),
+    "twelve-tokens-wide": lambda: seeded(1, 12, 40),
+}
+
+
+@pytest.mark.parametrize("make", CASES.values(), ids=CASES.keys())
+def test_attend_never_cuts_a_number_at_80_columns(make: Any) -> None:
+    evidence = make()
+    text = render(attend_renderable(evidence), 80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert [word for word in text.split() if "…" in word and word not in ("…", "…,")] == []
+    # Every weight shown is whole: each shown row's first key weight appears as printed.
+    for row in evidence.rows[:2]:
+        assert f"{row.weights[0]:.4f}" in text
+        assert f"{row.output[0]:.4f}" in text
+
+
+def test_attend_elides_keys_with_a_note_and_full_shows_them_all() -> None:
+    evidence = seeded(1, 12, 4)
+    narrow = render(attend_renderable(evidence), 80)
+    assert "keys; --full shows every value" in narrow
+    full = render(attend_renderable(evidence, RichOptions(precision=4, full=True)), 200)
+    assert "k t6" in full and "--full shows every value" not in full
+
+
+def test_attend_takes_precision_and_ascii_from_the_options() -> None:
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    text = render(attend_renderable(evidence, RichOptions(precision=6, ascii=True)), 100)
+    assert "0.944193" in text or "0.944192" in text
+    assert "█" not in text and "#" in text
+
+
+def test_attend_default_keeps_four_decimals() -> None:
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    text = render(attend_renderable(evidence), 100)
+    assert "t0      0.9442   0.0558   1.000000" in text
+    assert "[1.1116, 2.7768]" in text
+
+
+@pytest.mark.parametrize("width", [80, 60], ids=["80", "60"])
+def test_variance_never_cuts_a_number(width: int) -> None:
+    result = dot_variance([4, 8, 16, 32, 64], samples=200, seed=1)
+    text = render(variance_renderable(result, RichOptions()), width)
+    assert "…" not in text
+    for row in result.rows:
+        assert f"{row.ratio:.4f}" in text and f"{row.std_error:.4f}" in text
+
+
+def test_variance_bars_are_ascii_on_an_ascii_stream() -> None:
+    result = dot_variance([4, 8], samples=50, seed=1)
+    text = render(variance_renderable(result, RichOptions(ascii=True)), 100)
+    assert "█" not in text and "·" not in text and "#" in text
