@@ -72,7 +72,7 @@ def backward(message):
         w = message[f"w_{branch}"]["values"]
         # dX += dY W^T: [BT,h] @ [h,d]; W is [d,h] row-major, so read it transposed.
         path = matmul(g, rows, d_head, w, d_model, transpose_b=True)
-        grad_input = [a + b for a, b in zip(grad_input, path)]
+        grad_input = [a + b for a, b in zip(grad_input, path, strict=True)]
         # dW = X^T dY: [d,BT] @ [BT,h], branch-local.
         x_t = [x[r * d_model + i] for i in range(d_model) for r in range(rows)]
         reply[f"grad_w_{branch}"] = {"shape": [d_model, d_head],

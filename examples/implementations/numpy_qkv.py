@@ -5,8 +5,6 @@ Forward: ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` over the last axis of a
 ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T``, while each ``dW = X^T dY`` stays branch-local.
 """
 
-import numpy as np
-
 
 def validate(x, w_query, w_key, w_value):
     """Raise ValueError for shapes the chapter rejects; return (batch, tokens, d_model, d_head)."""

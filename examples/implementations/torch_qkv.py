@@ -34,9 +34,9 @@ def backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value):
     inputs = [t.requires_grad_() for t in _tensors(x, w_query, w_key, w_value)]
     outputs = _forward(*inputs)
     upstream = _tensors(grad_query, grad_key, grad_value)
-    for out, up in zip(outputs, upstream):
+    for out, up in zip(outputs, upstream, strict=True):
         if out.shape != up.shape:
             raise ValueError("upstream gradient shape must match its output")
-    loss = sum((out * up).sum() for out, up in zip(outputs, upstream))
+    loss = sum((out * up).sum() for out, up in zip(outputs, upstream, strict=True))
     grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
+    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs, strict=True))

@@ -5,7 +5,6 @@ default tolerance 1e-9 cannot be met in float32 by values that use all 53 bits.
 """
 
 import numpy as np
-
 from numpy_qkv import validate
 
 

@@ -32,6 +32,8 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
             results += session.call_backward(case, x, case.weights, upstream)
             expected += [(BACKWARD_NAMES[0], (batch, tokens, d_model))]
             expected += [(name, (d_model, d_head)) for name in BACKWARD_NAMES[1:]]
+    except Broken as failure:
+        return Failure("shapes", case.label, shown, failure.message)
     except CallFailed as failure:
         return Failure("shapes", case.label, shown,
                        f"{failure.operation} on the {what} {shown} failed: {failure.message}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.compare import coordinate
-from qkvcli.conformance.errors import CallFailed
+from qkvcli.conformance.errors import Broken, CallFailed
 from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
@@ -97,8 +97,9 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         analytic = session.backward(case)
         if isinstance(analytic, CallFailed):
-            failures.append(Failure("gradcheck", case.label, None,
-                                    f"not checked: backward failed: {analytic.message}"))
+            detail = analytic.message if isinstance(analytic, Broken) else (
+                f"not checked: backward failed: {analytic.message}")
+            failures.append(Failure("gradcheck", case.label, None, detail))
             continue
         try:
             count, failure = _check_case(session, case, analytic, worst)
