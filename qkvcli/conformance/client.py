@@ -165,9 +165,9 @@ class CommandClient:
             return
         self._close_stdin()
         try:
-            self.exit_status = self.process.wait(EXIT_WAIT)
+            self.exit_status = self.process.wait(self.timeout)
         except subprocess.TimeoutExpired:
-            self._break("bye", f"the program did not exit within {EXIT_WAIT:g} s of bye")
+            self._break("bye", f"the program did not exit within {self.timeout:g} s of bye")
             return
         if self.exit_status != 0:
             self.problem = (f"the program exited with status {self.exit_status} after bye"
