@@ -90,7 +90,7 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     detail = "changing W_Q changes only query"
     detail += "; each weight gradient depends only on its own path" if backward else (
         " (weight gradients not checked: no backward)")
-    return judge("independence", failures, f"{detail} ({len(session.cases)} fixtures)"), failures
+    return judge("independence", failures, f"{detail} ({session.fixtures})"), failures
 
 
 def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
@@ -133,7 +133,7 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                                     f"second {failure.operation} failed: {failure.message}"))
     calls = "forward and backward" if session.implementation.has_backward else "forward"
     return judge("replay", failures, f"two calls of {calls} agree bit for bit on "
-                 f"{len(session.cases)} fixtures"), failures
+                 f"{session.fixtures}"), failures
 
 
 def check_purity(session: Session) -> tuple[FamilyCheck, list[Failure]]:

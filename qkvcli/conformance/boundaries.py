@@ -57,7 +57,7 @@ def check_shapes(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     passes = "forward and backward keep" if session.implementation.has_backward else (
         "forward keeps")
     return judge("shapes", failures, f"{passes} empty batch and token axes on "
-                 f"{len(session.cases)} fixtures"), failures
+                 f"{session.fixtures}"), failures
 
 
 def bad_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array]]]:
@@ -95,5 +95,4 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if accepted:
             failures.append(Failure("errors", case.label, accepted[0],
                                     "silently accepted: " + ", ".join(accepted)))
-    return judge("errors", failures, f"4 bad inputs rejected on {len(session.cases)} "
-                 "fixtures"), failures
+    return judge("errors", failures, f"4 bad inputs rejected on {session.fixtures}"), failures

@@ -110,7 +110,7 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         total += count
         if failure is not None:
             failures.append(failure)
-    detail = f"{total} coordinates on {len(session.cases)} fixtures"
+    detail = f"{total} coordinates on {session.fixtures}"
     if worst.text:
         detail += f"; worst {worst.text}"
     return judge("gradcheck", failures, detail), failures

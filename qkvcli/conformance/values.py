@@ -42,9 +42,8 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                         index, actual, case.input, case.weights, session.tolerance)
                 failures.append(Failure("forward", case.label, where, detail))
                 break
-    count = len(session.cases)
     return judge("forward", failures, f"query, key and value agree with qkv within "
-                 f"{session.tolerance!r} on {count} fixtures"), failures
+                 f"{session.tolerance!r} on {session.fixtures}"), failures
 
 
 def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
@@ -86,6 +85,5 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 reasons = f"{reasons}; {low}" if reasons else low
             _, where, detail = wrong[0]
             failures.append(Failure("reverse", case.label, where, f"{reasons}: {detail}"))
-    count = len(session.cases)
     return judge("reverse", failures, f"grad_input and the three weight gradients agree with "
-                 f"qkv within {session.tolerance!r} on {count} fixtures"), failures
+                 f"qkv within {session.tolerance!r} on {session.fixtures}"), failures
