@@ -27,9 +27,10 @@ ALLOWED: dict[str, set[str]] = {
     "attention": {"core", "fixtures", "gradcheck", "checks"},
     "learn": {"core", "fixtures", "checks", "attention"},
     "authoring": {"core", "fixtures"},
-    "render": {"core", "fixtures", "gradcheck", "checks", "attention", "learn"},
+    "conformance": {"core", "fixtures", "gradcheck"},
+    "render": {"core", "fixtures", "gradcheck", "checks", "attention", "learn", "conformance"},
     "cli": {"core", "fixtures", "gradcheck", "checks", "attention", "learn", "authoring",
-            "render", "data"},
+            "conformance", "render", "data"},
     "data": set(),
 }
 

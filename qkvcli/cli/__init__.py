@@ -19,6 +19,7 @@ COMMANDS = {
     "attend": "qkvcli.cli.learn",
     "variance": "qkvcli.cli.learn",
     "quiz": "qkvcli.cli.learn",
+    "check": "qkvcli.cli.check",
 }
 
 
@@ -40,6 +41,8 @@ def main() -> None:
     qkv attend [FIXTURE]           one attention head on top of the projections
     qkv variance                   why scores are scaled by 1/sqrt(d_k)
     qkv quiz [FIXTURE]             the chapter's nine prediction questions
+    qkv check IMPL [FIXTURE...]    the chapter's evidence for YOUR implementation
+                                   (a .py file, a module, or --command "PROGRAM")
 
     Without FIXTURE the bundled chapter fixture is used.
     """

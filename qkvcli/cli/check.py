@@ -1,0 +1,160 @@
+"""``qkv check``: the chapter's evidence for the user's own implementation (a thin layer).
+
+The work is in :mod:`qkvcli.conformance`; this module reads the options, builds the
+fixtures, starts the implementation, renders the result and sets the exit status:
+0 when every applicable family passed, 1 when one failed, 2 for usage errors and
+implementations that cannot be loaded or started (raised as ``QkvError`` and turned
+into ``Error: ...`` by :class:`~qkvcli.cli.common.QkvGroup`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from qkvcli.cli.common import (
+    EXIT_FAILED,
+    LazyPath,
+    label_of,
+    load,
+    max_elements_option,
+    output_option,
+    write_atomic,
+    write_output,
+)
+from qkvcli.cli.options import resolve_format
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import RenderableType
+
+    from qkvcli.conformance.cases import Case
+    from qkvcli.conformance.result import ConformanceResult
+    from qkvcli.render.rich.common import RichOptions
+
+DEFAULT_RANDOM = 4  # the four special shapes: d_model != d_head, batch 0, tokens 0, d_head 1
+DEFAULT_SEED = 26
+DEFAULT_TOLERANCE = 1e-9
+DEFAULT_TIMEOUT = 10.0
+
+
+def _finite(minimum_ok: bool) -> Any:
+    def check(ctx: click.Context, param: click.Parameter, value: float) -> float:
+        if not math.isfinite(value) or value < 0 or (value == 0 and not minimum_ok):
+            raise click.BadParameter("must be a finite number" +
+                                     (", zero or more" if minimum_ok else " greater than zero"))
+        return value
+    return check
+
+
+def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
+    """The chapter fixture, each given fixture (directories expanded), then ``count`` random ones."""
+    from qkvcli.cli.batch import expand_fixtures
+    from qkvcli.conformance.cases import chapter_case, fixture_case, random_cases
+
+    chapter = chapter_case()
+    given = [fixture_case(label_of(path), load(path, max_elements))
+             for path in expand_fixtures(paths)]
+    return [chapter, *given, *random_cases(count, seed, chapter.step, chapter.tolerance)]
+
+
+def _render(result: ConformanceResult, fmt: str) -> str:
+    if fmt == "json":
+        from qkvcli.render.json.conformance import render_conformance_json
+
+        return render_conformance_json(result)
+    from qkvcli.render.text.conformance import render_conformance_text
+
+    return render_conformance_text(result)
+
+
+def _show(result: ConformanceResult, fmt: str, output: Path | None) -> None:
+    if fmt != "rich":
+        write_output(_render(result, fmt), output)
+        return
+    from qkvcli.cli.console import show_rich
+    from qkvcli.cli.options import ViewSettings
+
+    def figure(options: RichOptions) -> RenderableType:
+        from qkvcli.render.rich.conformance import render_conformance_rich
+
+        return render_conformance_rich(result, options)
+
+    show_rich(figure, ViewSettings(), output, None, 6, "qkv check")
+
+
+@click.command()
+@click.argument("arguments", nargs=-1, metavar="[IMPL] [FIXTURE]...")
+@click.option("--command", "command", metavar="'PROGRAM ARGS...'", default=None,
+              help="Check a program in any language speaking the JSON lines protocol "
+              "(docs/protocol.md) instead of a Python IMPL.")
+@click.option("--random", "random_count", type=click.IntRange(min=0), default=DEFAULT_RANDOM,
+              show_default=True, metavar="N",
+              help="Seeded random fixtures to add (the first four: d_model != d_head, "
+              "batch 0, tokens 0, d_head 1).")
+@click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=DEFAULT_SEED,
+              show_default=True, help="SplitMix64 seed of the random fixtures.")
+@click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True,
+              callback=_finite(True),
+              help="Largest scaled error |a-b|/max(1,|a|,|b|) against qkv's engine.")
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+              callback=_finite(False), metavar="SECONDS",
+              help="--command: seconds to wait for each reply.")
+@click.option("-f", "--format", "fmt", type=click.Choice(("auto", "rich", "text", "json")),
+              default="auto", show_default=True,
+              help="auto: rich cards on a terminal, text otherwise.")
+@output_option
+@click.option("--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+              help="Also write a JUnit XML report to FILE (one test case per family).")
+@max_elements_option
+def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,
+          tolerance: float, timeout: float, fmt: str, output: Path | None,
+          junit: Path | None, max_elements: int) -> None:
+    """Check YOUR Q/K/V implementation against the chapter's evidence.
+
+    \b
+    qkv check my_qkv.py [FIXTURE]...          a Python file or an importable module
+    qkv check --command "./my_qkv" [FIXTURE]...  any language, JSON lines on stdin/stdout
+
+    IMPL defines forward(x, w_query, w_key, w_value) -> (query, key, value) and
+    optionally backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value)
+    -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays.
+    The chapter fixture, each FIXTURE and --random N seeded fixtures are checked.
+    Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
+    errors and implementations that cannot be loaded or started.
+    """
+    from pathlib import Path
+
+    if command is None and not arguments:
+        raise click.UsageError("give IMPL (a .py file or module) or --command 'PROGRAM ARGS'")
+    spec = None if command is not None else arguments[0]
+    paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
+    fmt = resolve_format(fmt, output)
+    cases = build_cases(paths, random_count, seed, max_elements)
+    from qkvcli.conformance.run import run_checks
+
+    if command is not None:
+        from qkvcli.conformance.client import CommandClient
+
+        with CommandClient(command, timeout) as client:
+            result = run_checks(client, cases, tolerance)
+    else:
+        from qkvcli.conformance.target import load_python
+
+        assert spec is not None
+        result = run_checks(load_python(spec), cases, tolerance)
+    _show(result, fmt, output)
+    if junit is not None:
+        from qkvcli.cli.batch import Outcome, junit_xml
+
+        checks = tuple((c.name, c.passed, c.detail) for c in result.checks)
+        write_atomic(junit, junit_xml([Outcome(result.implementation, checks)]))
+    if not result.passed:
+        failed = [c for c in result.checks if not c.passed]
+        click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)
+        if result.stderr and fmt != "rich":
+            click.echo("qkv: the program's stderr:\n" + result.stderr.rstrip(), err=True)
+        raise SystemExit(EXIT_FAILED)

@@ -1,0 +1,1 @@
+"""``qkv check``: the chapter's evidence families run against a user's own Q/K/V implementation."""

@@ -1,0 +1,98 @@
+"""The ``shapes`` and ``errors`` families: empty axes kept, bad shapes rejected."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkvcli.conformance.cases import Case
+from qkvcli.conformance.errors import BadResult, Broken, CallFailed
+from qkvcli.conformance.result import Failure, FamilyCheck, judge
+from qkvcli.conformance.session import Session
+from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import format_shape
+
+
+def _empty_inputs(case: Case) -> list[tuple[str, Array]]:
+    batch, tokens, d_model, _ = case.shape
+    return [("empty batch", np.zeros((0, max(tokens, 1), d_model))),
+            ("no tokens", np.zeros((max(batch, 1), 0, d_model)))]
+
+
+def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
+    batch, tokens, d_model, d_head = (*x.shape, case.shape[3])
+    shown = format_shape(list(x.shape))
+    try:
+        outputs = session.call_forward(case, x, case.weights)
+        expected: list[tuple[str, tuple[int, ...]]] = [
+            (name, (batch, tokens, d_head)) for name in FORWARD_NAMES]
+        results = list(outputs)
+        if session.implementation.has_backward:
+            upstream = tuple(np.zeros((batch, tokens, d_head)) for _ in range(3))
+            results += session.call_backward(case, x, case.weights, upstream)
+            expected += [(BACKWARD_NAMES[0], (batch, tokens, d_model))]
+            expected += [(name, (d_model, d_head)) for name in BACKWARD_NAMES[1:]]
+    except Broken as failure:
+        return Failure("shapes", case.label, shown, failure.message)
+    except CallFailed as failure:
+        return Failure("shapes", case.label, shown,
+                       f"{failure.operation} on the {what} {shown} failed: {failure.message}")
+    for (name, shape), result in zip(expected, results, strict=True):
+        if result.shape != shape:
+            return Failure("shapes", case.label, shown,
+                           f"{what} {shown}: {name} has shape {format_shape(list(result.shape))}, "
+                           f"expected {format_shape(list(shape))}")
+    return None
+
+
+def check_shapes(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """Forward (and backward) on an empty batch and on no tokens keep every axis."""
+    failures = []
+    for case in session.cases:
+        for what, x in _empty_inputs(case):
+            found = _probe(session, case, what, x)
+            if found is not None:
+                failures.append(found)
+                break
+    passes = "forward and backward keep" if session.implementation.has_backward else (
+        "forward keeps")
+    return judge("shapes", failures, f"{passes} empty batch and token axes on "
+                 f"{session.fixtures}"), failures
+
+
+def bad_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array]]]:
+    """``(description, x, weights)`` for each input the implementation must reject."""
+    batch, tokens, d_model, d_head = case.shape
+    x = np.ones((max(batch, 1), max(tokens, 1), d_model))
+    w_query, w_key, w_value = (np.ones((d_model, d_head)) for _ in range(3))
+    return [
+        (f"rank-2 input {format_shape([x.shape[1], d_model])}", x[0], (w_query, w_key, w_value)),
+        (f"input width {d_model + 1} != weight rows {d_model}",
+         np.ones((*x.shape[:2], d_model + 1)), (w_query, w_key, w_value)),
+        (f"weights with different model widths {d_model}/{d_model + 1}/{d_model}", x,
+         (w_query, np.ones((d_model + 1, d_head)), w_value)),
+        (f"weights with different head widths {d_head}/{d_head + 1}/{d_head}", x,
+         (w_query, np.ones((d_model, d_head + 1)), w_value)),
+    ]
+
+
+def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """Every bad input raises (or is answered with an error); lists what was silently accepted."""
+    failures = []
+    for case in session.cases:
+        accepted = []
+        for description, x, weights in bad_inputs(case):
+            try:
+                session.call_forward(case, x, weights)
+            except BadResult:
+                pass  # returned garbage instead of raising: still accepted
+            except Broken as failure:
+                failures.append(Failure("errors", case.label, None, failure.message))
+                break
+            except CallFailed:
+                continue
+            accepted.append(description)
+        if accepted:
+            failures.append(Failure("errors", case.label, accepted[0],
+                                    "silently accepted: " + ", ".join(accepted)))
+    return judge("errors", failures, f"4 bad inputs rejected on {session.fixtures}"), failures

@@ -1,0 +1,94 @@
+"""The fixtures ``qkv check`` runs on: the chapter's, the user's, and seeded random shapes.
+
+The random shapes always start with the four that catch the usual slips, in this
+order: ``d_model != d_head``, an empty batch, no tokens, and ``d_head = 1``; further
+shapes are drawn from the same SplitMix64 generator. Values are uniform in ``[-1, 1)``
+with all 53 bits used, so float32 arithmetic cannot pass the default tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qkvcli.core.arrays import Array
+from qkvcli.core.splitmix import SplitMix64
+
+SPECIAL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
+    # (batch, tokens, d_model, d_head)
+    (2, 3, 5, 3),  # d_model != d_head
+    (0, 3, 4, 2),  # empty batch
+    (2, 0, 4, 3),  # no tokens
+    (2, 3, 4, 1),  # one head column
+)
+GRADCHECK_SAMPLES = 6  # the chapter's evenly spaced coordinates per tensor
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fixture: input, weights (query, key, value) and upstream gradients, float64.
+
+    ``step``, ``tolerance`` and ``samples`` are the gradient check's settings (the
+    fixture's own, else the chapter's).
+    """
+
+    label: str
+    input: Array
+    weights: tuple[Array, Array, Array]
+    upstream: tuple[Array, Array, Array]
+    step: float
+    tolerance: float
+    samples: int | None = GRADCHECK_SAMPLES
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(batch, tokens, d_model, d_head)``."""
+        batch, tokens, d_model = self.input.shape
+        return int(batch), int(tokens), int(d_model), int(self.weights[0].shape[1])
+
+
+def fixture_case(label: str, fixture: object) -> Case:
+    """A :class:`Case` from a loaded :class:`~qkvcli.fixtures.fixture.Fixture`."""
+    from qkvcli.fixtures.fixture import Fixture
+
+    assert isinstance(fixture, Fixture)
+    samples = fixture.samples if fixture.samples is not None else GRADCHECK_SAMPLES
+    return Case(label, fixture.input, fixture.weights, fixture.upstream, fixture.step,
+                fixture.tolerance, samples)
+
+
+def chapter_case() -> Case:
+    """The bundled chapter fixture, labelled ``chapter``."""
+    from qkvcli import load_fixture
+
+    return fixture_case("chapter", load_fixture())
+
+
+def random_shapes(count: int, rng: SplitMix64) -> list[tuple[int, int, int, int]]:
+    """The special shapes first (as many as ``count`` allows), then drawn ones."""
+    shapes = list(SPECIAL_SHAPES[:count])
+    while len(shapes) < count:
+        draws = [int(v % 4) for v in rng.next_u64_block(4)]
+        shapes.append((1 + draws[0] % 3, 1 + draws[1], 1 + draws[2] + 2, 1 + draws[3]))
+    return shapes
+
+
+def random_cases(count: int, seed: int, step: float, tolerance: float) -> list[Case]:
+    """``count`` seeded random fixtures labelled ``random-1[b,t,d->h]``, ...; same seed, same values."""
+    rng = SplitMix64(seed)
+    cases = []
+    for number, (batch, tokens, d_model, d_head) in enumerate(random_shapes(count, rng), 1):
+
+        def uniform(*shape: int) -> Array:
+            size = 1
+            for dim in shape:
+                size *= dim
+            values: Array = (rng.next_unit_block(size) * 2.0 - 1.0).reshape(shape)
+            return values
+
+        x = uniform(batch, tokens, d_model)
+        weights = (uniform(d_model, d_head), uniform(d_model, d_head), uniform(d_model, d_head))
+        upstream = tuple(uniform(batch, tokens, d_head) for _ in range(3))
+        label = f"random-{number}[{batch},{tokens},{d_model}->{d_head}]"
+        cases.append(Case(label, x, weights, (upstream[0], upstream[1], upstream[2]), step,
+                          tolerance))
+    return cases

@@ -1,0 +1,89 @@
+"""Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch.
+
+The reverse pass of the chapter: ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T`` (three paths
+add into the shared input) while ``dW_Q = X^T dQ`` stays branch-local. A wrong dX is
+compared with every combination of the three paths taken 0, 1 or 2 times; a wrong
+weight gradient with the other branches' and with all three summed.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+
+from qkvcli.conformance.compare import close
+from qkvcli.core.arrays import Array
+from qkvcli.core.vocabulary import BRANCHES
+
+LETTERS = ("Q", "K", "V")
+FLOAT32 = 1e-5  # a scaled error float32 arithmetic stays within on small, unit-sized tensors
+
+
+def precision(name: str, actual: Array, expected: Array, tolerance: float) -> str | None:
+    """``"... agrees only to float32 precision"`` when that is all that is wrong, else ``None``."""
+    if tolerance < FLOAT32 and close(actual, expected, FLOAT32):
+        return float32_phrase([name])
+    return None
+
+
+def float32_phrase(names: list[str]) -> str:
+    """``"query agrees only to about 1e-05: float32 arithmetic?"`` for one or more tensors."""
+    if len(names) == 1:
+        return f"{names[0]} agrees only to about {FLOAT32:g}: float32 arithmetic?"
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+    return f"{listed} agree only to about {FLOAT32:g}: float32 arithmetic?"
+
+
+def _paths(words: list[str]) -> str:
+    if len(words) == 1:
+        return f"the {words[0]} path"
+    return "the " + ", ".join(words[:-1]) + f" and {words[-1]} paths"
+
+
+def input_gradient(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Array, ...],
+                   tolerance: float) -> str:
+    """``"grad_input misses the key path"`` or a like phrase; a generic one when nothing fits."""
+    # [B,T,h] @ [h,d] -> [B,T,d]: each branch's path into the shared input.
+    paths = [g @ w.T for g, w in zip(upstream, weights, strict=True)]
+    # Fewest changes from (1, 1, 1) first: one missing path is the likeliest slip.
+    combos = sorted(product((0, 1, 2), repeat=3), key=lambda c: sum(v != 1 for v in c))
+    for combo in combos[1:]:
+        candidate = sum((c * p for c, p in zip(combo, paths, strict=True)),
+                        np.zeros_like(grad_input))
+        if close(grad_input, candidate, tolerance):
+            missing = [BRANCHES[i] for i, c in enumerate(combo) if c == 0]
+            doubled = [BRANCHES[i] for i, c in enumerate(combo) if c == 2]
+            parts = []
+            if missing:
+                parts.append(f"misses {_paths(missing)}")
+            if doubled:
+                parts.append(f"counts {_paths(doubled)} twice")
+            return "grad_input " + " and ".join(parts)
+    return "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T"
+
+
+def weight_gradient(index: int, grad_w: Array, x: Array, upstream: tuple[Array, ...],
+                    tolerance: float) -> str:
+    """``"grad_w_query uses the key branch's gradient"`` or a like phrase."""
+    branch = BRANCHES[index]
+    d_model = x.shape[-1]
+    rows = x.reshape(-1, d_model)
+    flat = [g.reshape(rows.shape[0], -1) for g in upstream]
+    for other in range(3):
+        # [d,BT] @ [BT,h] -> [d,h]
+        if other != index and close(grad_w, rows.T @ flat[other], tolerance):
+            return f"grad_w_{branch} uses the {BRANCHES[other]} branch's gradient dL/d{LETTERS[other]}"
+    if close(grad_w, rows.T @ (flat[0] + flat[1] + flat[2]), tolerance):
+        return f"grad_w_{branch} sums all three paths instead of staying branch-local"
+    return f"grad_w_{branch} is not X^T dL/d{LETTERS[index]}"
+
+
+def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
+           tolerance: float) -> str:
+    """``"; key equals X W_Q: computed with the query weight"`` when it does, else empty."""
+    for other in range(3):
+        if other != index and close(actual, x @ weights[other], tolerance):
+            return (f"; {BRANCHES[index]} equals X W_{LETTERS[other]}: computed with the "
+                    f"{BRANCHES[other]} weight")
+    return ""

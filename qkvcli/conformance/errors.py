@@ -1,0 +1,64 @@
+"""Typed errors of ``qkv check``: an implementation that cannot be used, and a call that failed.
+
+:class:`ImplementationError` and its subclasses mean the check cannot run at all (the
+CLI exits 2). :class:`CallFailed` and its subclasses are what one call to the
+implementation gave instead of a result; the families turn them into failures.
+"""
+
+from __future__ import annotations
+
+from qkvcli.core.errors import QkvError
+
+
+class ImplementationError(QkvError):
+    """The implementation cannot be loaded or started."""
+
+
+class ImplementationNotFound(ImplementationError):
+    def __init__(self, spec: str, reason: str) -> None:
+        self.spec = spec
+        self.reason = reason
+        super().__init__(f"implementation {spec}: {reason}")
+
+
+class ImplementationImportFailed(ImplementationError):
+    def __init__(self, spec: str, cause: str) -> None:
+        self.spec = spec
+        self.cause = cause
+        super().__init__(f"implementation {spec} cannot be imported: {cause}")
+
+
+class MissingForward(ImplementationError):
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        super().__init__(
+            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function"
+        )
+
+
+class CommandNotStarted(ImplementationError):
+    def __init__(self, command: str, reason: str) -> None:
+        self.command = command
+        self.reason = reason
+        super().__init__(f"command {command!r} cannot be started: {reason}")
+
+
+class CallFailed(QkvError):
+    """One call gave no usable result. ``operation`` is ``forward`` or ``backward``."""
+
+    def __init__(self, operation: str, message: str) -> None:
+        self.operation = operation
+        self.message = message
+        super().__init__(message)
+
+
+class Rejected(CallFailed):
+    """The implementation raised (or replied with an error): it rejected the input."""
+
+
+class BadResult(CallFailed):
+    """A Python implementation returned something that is not the expected tensors."""
+
+
+class Broken(CallFailed):
+    """The ``--command`` program crashed, timed out or sent a malformed reply."""

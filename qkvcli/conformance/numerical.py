@@ -1,0 +1,116 @@
+"""The ``gradcheck`` family: the implementation's own backward against central differences.
+
+The objective is ``L = <Q,U_Q> + <K,U_K> + <V,U_V>`` of the implementation's own
+forward, with the fixture's upstream gradients ``U``. For each of ``x``, ``W_Q``,
+``W_K``, ``W_V`` the chapter's evenly spaced coordinates (``sample_indices``) are
+perturbed by the fixture's step; a coordinate passes when the scaled error
+``|a-n|/max(1,|a|,|n|)`` is within the fixture's gradient-check tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qkvcli.conformance.cases import Case
+from qkvcli.conformance.compare import coordinate
+from qkvcli.conformance.errors import Broken, CallFailed
+from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
+from qkvcli.conformance.session import Session
+from qkvcli.conformance.target import BACKWARD_NAMES
+from qkvcli.core.arrays import Array
+from qkvcli.gradcheck.layer import central_difference, sample_indices, scaled_error
+
+
+class Worst:
+    """The largest scaled error seen so far, and where."""
+
+    def __init__(self) -> None:
+        self.error = -1.0
+        self.text = ""
+
+    def offer(self, error: float, text: str) -> None:
+        if not error <= self.error:  # NaN and infinity win
+            self.error = error
+            self.text = text
+
+
+def _objective(session: Session, case: Case, tensors: list[Array]) -> float:
+    outputs = session.call_forward(case, tensors[0], (tensors[1], tensors[2], tensors[3]))
+    total = 0.0
+    for out, up in zip(outputs, case.upstream, strict=True):
+        if out.shape != up.shape:
+            raise CallFailed("forward", "forward gave an output of the wrong shape")
+        total += float(np.sum(out * up))
+    return total
+
+
+def _check_case(session: Session, case: Case, analytic: tuple[Array, ...],
+                worst: Worst) -> tuple[int, Failure | None]:
+    tensors = [np.array(t, dtype=np.float64, copy=True)
+               for t in (case.input, *case.weights)]
+    count = 0
+    case_worst = Worst()
+    for position, (name, values) in enumerate(zip(BACKWARD_NAMES, tensors, strict=True)):
+        flat = values.reshape(-1)
+        gradient = analytic[position]
+        if gradient.shape != values.shape:
+            return count, Failure("gradcheck", case.label, name,
+                                  f"{name} has the wrong shape for a gradient check")
+        for index in sample_indices(flat.size, case.samples):
+            original = float(flat[index])
+
+            def evaluate(point: float, index: int = index, original: float = original,
+                         flat: Array = flat) -> float:
+                flat[index] = point
+                try:
+                    return _objective(session, case, tensors)
+                finally:
+                    flat[index] = original
+
+            numerical, note = central_difference(original, case.step, evaluate)
+            a = float(gradient.reshape(-1)[index])
+            error = scaled_error(a, numerical) if not note else math.inf
+            where = f"{name}{coordinate(values.shape, index)}"
+            text = (f"{where}: analytic {a!r}, numerical {numerical!r}, "
+                    f"scaled error {error:.3g}" + (f" ({note})" if note else ""))
+            count += 1
+            case_worst.offer(error, text)
+            worst.offer(error, f"{case.label} {text}")
+    failed = not case_worst.error <= case.tolerance
+    if count and failed:
+        where = case_worst.text.split(":", 1)[0]
+        return count, Failure("gradcheck", case.label, where,
+                              f"worst {case_worst.text} > tolerance {case.tolerance!r}")
+    return count, None
+
+
+def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """Central differences of the implementation's forward against its own backward."""
+    if not session.implementation.has_backward:
+        return FamilyCheck("gradcheck", False, NO_BACKWARD, applicable=False), [
+            Failure("gradcheck", None, None, NO_BACKWARD)]
+    failures = []
+    worst = Worst()
+    total = 0
+    for case in session.cases:
+        analytic = session.backward(case)
+        if isinstance(analytic, CallFailed):
+            detail = analytic.message if isinstance(analytic, Broken) else (
+                f"not checked: backward failed: {analytic.message}")
+            failures.append(Failure("gradcheck", case.label, None, detail))
+            continue
+        try:
+            count, failure = _check_case(session, case, analytic, worst)
+        except CallFailed as error:
+            failures.append(Failure("gradcheck", case.label, None,
+                                    f"forward failed during the check: {error.message}"))
+            continue
+        total += count
+        if failure is not None:
+            failures.append(failure)
+    detail = f"{total} coordinates on {session.fixtures}"
+    if worst.text:
+        detail += f"; worst {worst.text}"
+    return judge("gradcheck", failures, detail), failures

@@ -1,0 +1,65 @@
+"""Running every evidence family on an implementation and collecting one result.
+
+Families are computed in an order that lets purity see every call (purity last, then
+the ``--command`` conversation is closed and judged), and listed in the issue's order:
+forward, reverse, shapes, errors, independence, replay, purity, gradcheck, protocol
+(the last only for ``--command``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from qkvcli.conformance.behaviour import check_independence, check_purity, check_replay
+from qkvcli.conformance.boundaries import check_errors, check_shapes
+from qkvcli.conformance.cases import Case
+from qkvcli.conformance.numerical import check_gradcheck
+from qkvcli.conformance.result import FAMILIES, ConformanceResult, Failure, FamilyCheck
+from qkvcli.conformance.session import Session
+from qkvcli.conformance.values import check_forward, check_reverse
+
+if TYPE_CHECKING:
+    from qkvcli.conformance.target import Implementation
+
+Family = Callable[[Session], tuple[FamilyCheck, list[Failure]]]
+
+COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
+    ("forward", check_forward),
+    ("reverse", check_reverse),
+    ("shapes", check_shapes),
+    ("errors", check_errors),
+    ("independence", check_independence),
+    ("replay", check_replay),
+    ("gradcheck", check_gradcheck),
+    ("purity", check_purity),
+)
+
+
+def run_checks(implementation: Implementation, cases: list[Case],
+               tolerance: float) -> ConformanceResult:
+    """Every family on every case; for a ``--command`` program, ends the conversation too.
+
+    ``tolerance`` bounds the scaled error against qkv's engine (forward, reverse,
+    independence); the gradient check uses each case's own tolerance.
+    """
+    session = Session(implementation, cases, tolerance)
+    found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
+    for name, family in COMPUTE_ORDER:
+        found[name] = family(session)
+    stderr = ""
+    implementation.finish()
+    protocol = getattr(implementation, "protocol_detail", None)
+    if protocol is not None:
+        passed, detail = protocol()
+        failures = [] if passed else [Failure("protocol", None, None, detail)]
+        found["protocol"] = (FamilyCheck("protocol", passed, detail), failures)
+        stderr = implementation.stderr_text()  # type: ignore[attr-defined]
+    ordered = [found[name] for name in FAMILIES if name in found]
+    return ConformanceResult(
+        implementation=implementation.label,
+        fixtures=tuple(case.label for case in cases),
+        checks=tuple(check for check, _ in ordered),
+        failures=tuple(failure for _, failures in ordered for failure in failures),
+        stderr=stderr,
+    )

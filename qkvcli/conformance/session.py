@@ -1,0 +1,112 @@
+"""One check's calls: fresh argument copies, purity records, and the results every family shares.
+
+Every call gets its own writeable copies of the arguments; for a Python implementation
+the copies are compared with the originals after the call, and any change is kept
+as a ``purity`` failure (a ``--command`` program only ever sees serialized copies).
+The first forward and backward of each fixture, and qkv's engine results for it,
+are computed once and shared by the families.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from qkvcli.conformance.cases import Case
+from qkvcli.conformance.compare import first_bit_difference
+from qkvcli.conformance.errors import CallFailed
+from qkvcli.conformance.result import Failure
+from qkvcli.core.arrays import Array
+from qkvcli.core.outputs import QkvForward, QkvGradients
+from qkvcli.core.projections import QkvProjections
+
+if TYPE_CHECKING:
+    from qkvcli.conformance.target import Implementation
+
+FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
+BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_query", "grad_key", "grad_value")
+
+
+class Session:
+    """The implementation, the fixtures, the tolerance, and what the calls found so far."""
+
+    def __init__(self, implementation: Implementation, cases: list[Case],
+                 tolerance: float) -> None:
+        self.implementation = implementation
+        self.cases = cases
+        self.tolerance = tolerance
+        self.impurities: list[Failure] = []
+        self.calls = 0
+        self._forward: dict[int, tuple[Array, ...] | CallFailed] = {}
+        self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
+        self._reference: dict[int, tuple[QkvForward, QkvGradients]] = {}
+
+    @property
+    def fixtures(self) -> str:
+        """``"1 fixture"`` or ``"5 fixtures"``: how many fixtures a family was judged on."""
+        count = len(self.cases)
+        return f"{count} fixture" if count == 1 else f"{count} fixtures"
+
+    # --- calls with fresh copies --------------------------------------------------------
+
+    def _checked(self, case: Case, operation: str, names: tuple[str, ...],
+                 args: tuple[Array, ...]) -> tuple[Array, ...]:
+        originals = tuple(np.asarray(arg, dtype=np.float64) for arg in args)
+        copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
+        self.calls += 1
+        try:
+            if operation == "forward":
+                return self.implementation.forward(*copies)
+            return self.implementation.backward(*copies)
+        finally:
+            if not self.implementation.is_command:
+                self._record_changes(case, operation, names, originals, copies)
+
+    def _record_changes(self, case: Case, operation: str, names: tuple[str, ...],
+                        originals: tuple[Array, ...], copies: tuple[Array, ...]) -> None:
+        for name, before, after in zip(names, originals, copies, strict=True):
+            found = first_bit_difference(before, after)
+            if found is not None:
+                where, old, new = found
+                self.impurities.append(Failure(
+                    "purity", case.label, f"{name}{where}",
+                    f"{operation} changed its argument {name}{where} from {old} to {new}"))
+
+    def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> tuple[Array, ...]:
+        """``forward(x, *weights)``. Raises a :class:`CallFailed` subclass."""
+        return self._checked(case, "forward", FORWARD_ARGUMENTS, (x, *weights))
+
+    def call_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
+                      upstream: tuple[Array, ...]) -> tuple[Array, ...]:
+        """``backward(x, *weights, *upstream)``. Raises a :class:`CallFailed` subclass."""
+        return self._checked(case, "backward", BACKWARD_ARGUMENTS, (x, *weights, *upstream))
+
+    # --- the shared first results -------------------------------------------------------
+
+    def forward(self, case: Case) -> tuple[Array, ...] | CallFailed:
+        """The implementation's first forward on ``case`` (computed once)."""
+        if id(case) not in self._forward:
+            try:
+                self._forward[id(case)] = self.call_forward(case, case.input, case.weights)
+            except CallFailed as failure:
+                self._forward[id(case)] = failure
+        return self._forward[id(case)]
+
+    def backward(self, case: Case) -> tuple[Array, ...] | CallFailed:
+        """The implementation's first backward on ``case`` with its upstream (computed once)."""
+        if id(case) not in self._backward:
+            try:
+                self._backward[id(case)] = self.call_backward(
+                    case, case.input, case.weights, case.upstream)
+            except CallFailed as failure:
+                self._backward[id(case)] = failure
+        return self._backward[id(case)]
+
+    def reference(self, case: Case) -> tuple[QkvForward, QkvGradients]:
+        """qkv's engine on ``case``: the expected outputs and gradients."""
+        if id(case) not in self._reference:
+            layer = QkvProjections.from_arrays(*case.weights)
+            self._reference[id(case)] = (layer.forward(case.input),
+                                           layer.backward(case.input, *case.upstream))
+        return self._reference[id(case)]

@@ -1,0 +1,89 @@
+"""The ``forward`` and ``reverse`` families: the implementation's tensors against qkv's engine."""
+
+from __future__ import annotations
+
+from qkvcli.conformance import diagnose
+from qkvcli.conformance.cases import Case
+from qkvcli.conformance.compare import first_mismatch
+from qkvcli.conformance.errors import CallFailed, Rejected
+from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
+from qkvcli.conformance.session import Session
+from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.core.errors import format_shape
+
+
+def call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
+    """A failed call on a valid input, as a failure of ``family``."""
+    if isinstance(failure, Rejected):
+        shape = format_shape(list(case.input.shape))
+        detail = f"{failure.operation} rejected a valid input {shape}: {failure.message}"
+    else:
+        detail = failure.message
+    return Failure(family, case.label, None, detail)
+
+
+def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """Q, K, V within the tolerance of the engine's; names the first failing coordinate."""
+    failures = []
+    for case in session.cases:
+        got = session.forward(case)
+        if isinstance(got, CallFailed):
+            failures.append(call_failure("forward", case, got))
+            continue
+        expected, _ = session.reference(case)
+        for index, (name, actual, wanted) in enumerate(
+                zip(FORWARD_NAMES, got, expected, strict=True)):
+            found = first_mismatch(name, actual, wanted, session.tolerance)
+            if found is not None:
+                where, detail = found
+                if actual.shape == wanted.shape:
+                    low = diagnose.precision(name, actual, wanted, session.tolerance)
+                    detail += f"; {low}" if low else diagnose.output(
+                        index, actual, case.input, case.weights, session.tolerance)
+                failures.append(Failure("forward", case.label, where, detail))
+                break
+    return judge("forward", failures, f"query, key and value agree with qkv within "
+                 f"{session.tolerance!r} on {session.fixtures}"), failures
+
+
+def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """dX and the three dW within the tolerance of the engine's; names the wrong path or branch."""
+    if not session.implementation.has_backward:
+        return FamilyCheck("reverse", False, NO_BACKWARD, applicable=False), [
+            Failure("reverse", None, None, NO_BACKWARD)]
+    failures = []
+    for case in session.cases:
+        got = session.backward(case)
+        if isinstance(got, CallFailed):
+            failures.append(call_failure("reverse", case, got))
+            continue
+        _, expected = session.reference(case)
+        wrong: list[tuple[str, str, str]] = []
+        low_precision: list[str] = []
+        for index, (name, actual, wanted) in enumerate(
+                zip(BACKWARD_NAMES, got, expected, strict=True)):
+            found = first_mismatch(name, actual, wanted, session.tolerance)
+            if found is None:
+                continue
+            low = diagnose.precision(name, actual, wanted, session.tolerance)
+            if actual.shape != wanted.shape:
+                why = f"{name} has the wrong shape"
+            elif low is not None:
+                low_precision.append(name)
+                why = ""
+            elif index == 0:
+                why = diagnose.input_gradient(actual, case.weights, case.upstream,
+                                              session.tolerance)
+            else:
+                why = diagnose.weight_gradient(index - 1, actual, case.input, case.upstream,
+                                               session.tolerance)
+            wrong.append((why, *found))
+        if wrong:
+            reasons = "; ".join(why for why, _, _ in wrong if why)
+            if low_precision:
+                low = diagnose.float32_phrase(low_precision)
+                reasons = f"{reasons}; {low}" if reasons else low
+            _, where, detail = wrong[0]
+            failures.append(Failure("reverse", case.label, where, f"{reasons}: {detail}"))
+    return judge("reverse", failures, f"grad_input and the three weight gradients agree with "
+                 f"qkv within {session.tolerance!r} on {session.fixtures}"), failures

@@ -1,0 +1,55 @@
+"""``qkv check`` in the terminal: one card per evidence family with PASS/FAIL/N/A, and a verdict."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+
+from qkvcli.conformance.result import ConformanceResult, FamilyCheck
+from qkvcli.render.rich.common import Part, RichOptions, Row, grid, lines, status
+from qkvcli.render.text.conformance import verdict, word
+
+SHOWN_FAILURES = 3  # per family; the JSON lists them all
+
+
+def _title(check: FamilyCheck) -> Text:
+    title = Text(check.name, style="bold")
+    title.append("  ")
+    if word(check) == "N/A":
+        title.append("N/A", style="dim")
+    else:
+        title.append_text(status(check.passed))
+    return title
+
+
+def _card(check: FamilyCheck, result: ConformanceResult, options: RichOptions) -> Part:
+    failures = [f for f in result.failures if f.family == check.name and f.fixture is not None]
+    rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or ""))
+            for f in failures[:SHOWN_FAILURES]]
+    more = len(failures) - SHOWN_FAILURES
+    body = lines(
+        Text(options.safe(check.detail), style="" if check.passed else "red"),
+        Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
+        grid(*rows, nowrap=(0, 1), dim=(0,)) if len(failures) > 1 else None,
+        Text(f"{more} more in --format json", style="dim") if more > 0 else None,
+    )
+    return Part(body, _title(check))
+
+
+def render_conformance_rich(result: ConformanceResult,
+                            options: RichOptions | None = None) -> Group:
+    """The cards (two per row when wide, stacked when narrow) and the verdict line."""
+    options = options or RichOptions()
+    header = Text(options.safe(f"qkv check {result.implementation}"), style="bold")
+    header.append(options.safe(f"  ({len(result.fixtures)} fixtures: "
+                               f"{', '.join(result.fixtures)})"), style="dim")
+    cards = [_card(check, result, options) for check in result.checks]
+    rows = [Row(cards[i:i + 2]) for i in range(0, len(cards), 2)]
+    line = Text("verdict: ", style="bold")
+    line.append_text(status(result.passed))
+    line.append(" " + verdict(result).split(" ", 2)[2])
+    if result.stderr and not result.passed:
+        stderr = Text("program stderr:\n", style="bold")
+        stderr.append(options.safe(result.stderr.rstrip()), style="dim")
+        return Group(header, *rows, stderr, line)
+    return Group(header, *rows, line)

@@ -1,0 +1,60 @@
+"""A --command program that misbehaves on purpose, for the protocol tests.
+
+    python fake_qkv.py MODE
+
+MODE: crash (exit 3 at the first forward, after a line on stderr), sleep (never answer
+a forward), garbage (answer a forward with a line that is not JSON), nan (answer with
+NaN), wrong-id, linger (answer bye but do not exit), bad-version.
+Otherwise it answers like examples/implementations/command_qkv.py.
+"""
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "implementations"))
+
+import command_qkv  # noqa: E402
+
+
+def reply(message):
+    print(json.dumps(message), flush=True)
+
+
+def main():
+    mode = sys.argv[1]
+    for line in sys.stdin:
+        message = json.loads(line)
+        ident, op = message["id"], message["op"]
+        if op == "hello":
+            reply({"id": ident, "version": 2 if mode == "bad-version" else 1})
+            continue
+        if op == "bye":
+            reply({"id": ident})
+            if mode == "linger":
+                time.sleep(30)
+            return
+        if mode == "crash":
+            sys.stderr.write("fake_qkv: segmentation fault (pretend)\n")
+            sys.exit(3)
+        if mode == "sleep":
+            time.sleep(30)
+        if mode == "garbage":
+            print("this is not json", flush=True)
+            continue
+        if mode == "nan":
+            print('{"id": %d, "query": {"shape": [1], "values": [NaN]}}' % ident, flush=True)
+            continue
+        if mode == "wrong-id":
+            ident += 100
+        try:
+            body = command_qkv.forward(message) if op == "forward" else command_qkv.backward(message)
+            reply({"id": ident, **body})
+        except ValueError as error:
+            reply({"id": ident, "error": str(error)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""``qkv check`` through CliRunner: exit statuses, the JSON document, files, and no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qkvcli import __version__
+from qkvcli.cli import main
+
+from .conftest import CHAPTER_FIXTURE
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
+NUMPY = str(EXAMPLES / "numpy_qkv.py")
+FAKE = f"{shlex.quote(sys.executable)} {Path(__file__).resolve().parent / 'programs' / 'fake_qkv.py'}"
+FAMILIES = ["forward", "reverse", "shapes", "errors", "independence", "replay", "purity",
+            "gradcheck"]
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_a_correct_implementation_exits_0_with_a_verdict(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["check", NUMPY, "--format", "text"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"implementation={NUMPY}"
+    assert [line.split()[0] for line in lines[2:10]] == FAMILIES
+    assert lines[-1] == "verdict: PASS (8 of 8 applicable checks passed)"
+    assert result.stderr == ""
+
+
+def test_json_document_shape(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["check", str(EXAMPLES / "wrong_no_value_path.py"), "-f", "json",
+                                  str(CHAPTER_FIXTURE), "--random", "0"])
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert list(document) == ["qkv_version", "implementation", "passed", "checks", "failures"]
+    assert document["qkv_version"] == __version__
+    assert document["passed"] is False
+    assert [c["name"] for c in document["checks"]] == FAMILIES
+    assert all(set(c) == {"name", "passed", "detail"} for c in document["checks"])
+    reverse = [f for f in document["failures"] if f["family"] == "reverse"]
+    assert reverse[0] == {
+        "family": "reverse", "fixture": "chapter", "coordinate": "grad_input[0,0,0]",
+        "detail": "grad_input misses the value path: grad_input[0,0,0] = 0.0, expected 3.0 "
+                  "(scaled error 1 > 1e-09)",
+    }
+    assert reverse[1]["fixture"] == str(CHAPTER_FIXTURE)
+    assert "qkv: FAILED: reverse, gradcheck" in result.stderr
+
+
+def test_command_with_protocol_family(runner: CliRunner) -> None:
+    command = f"{shlex.quote(sys.executable)} {EXAMPLES / 'command_qkv.py'}"
+    result = runner.invoke(main, ["check", "--command", command, "--random", "4", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    names = [c["name"] for c in json.loads(result.stdout)["checks"]]
+    assert names == [*FAMILIES, "protocol"]
+
+
+@pytest.mark.parametrize("mode", ["crash", "sleep", "garbage"])
+def test_a_broken_program_exits_1_without_a_traceback(runner: CliRunner, mode: str) -> None:
+    result = runner.invoke(main, ["check", "--command", f"{FAKE} {mode}", "--timeout", "0.3",
+                                  "--random", "0", "-f", "text"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    protocol = [line for line in result.stdout.splitlines() if line.startswith("protocol ")]
+    assert protocol and "FAIL" in protocol[0]
+    if mode == "crash":
+        assert "qkv: the program's stderr:\nfake_qkv: segmentation fault" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["check"], "give IMPL"),
+        (["check", "missing.py"], "Error: implementation missing.py: no such file"),
+        (["check", "--command", "/nonexistent/qkv"], "Error: command '/nonexistent/qkv' cannot"),
+        (["check", NUMPY, "missing.json"], "Error: missing.json: no such file"),
+        (["check", NUMPY, "--tolerance", "nan"], "must be a finite number"),
+        (["check", NUMPY, "--timeout", "0"], "greater than zero"),
+    ],
+    ids=["nothing", "missing-impl", "missing-program", "missing-fixture", "tolerance", "timeout"],
+)
+def test_usage_and_load_errors_exit_2(runner: CliRunner, args: list[str], message: str) -> None:
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_output_file_and_junit(runner: CliRunner, tmp_path: Path) -> None:
+    out, junit = tmp_path / "report.txt", tmp_path / "junit.xml"
+    result = runner.invoke(main, ["check", NUMPY, "-o", str(out), "--junit", str(junit),
+                                  "--random", "1"])
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert out.read_text().endswith("verdict: PASS (8 of 8 applicable checks passed)\n")
+    xml = junit.read_text()
+    assert 'tests="8"' in xml and 'failures="0"' in xml and 'name="gradcheck"' in xml
+
+
+def test_rich_cards(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["check", str(EXAMPLES / "wrong_accepts_rank2.py"), "-f",
+                                  "rich"], env={"COLUMNS": "100"})
+    assert result.exit_code == 1
+    assert "errors  FAIL" in result.stdout
+    assert "forward  PASS" in result.stdout
+    assert "verdict: FAIL (7 of 8 applicable checks passed; failed: errors)" in result.stdout
+
+
+def test_help_lists_check(runner: CliRunner) -> None:
+    assert "qkv check IMPL" in runner.invoke(main, ["--help"]).stdout
+    assert "--command" in runner.invoke(main, ["check", "--help"]).stdout

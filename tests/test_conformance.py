@@ -1,0 +1,196 @@
+"""The conformance library: every evidence family passing for a correct implementation and
+failing, for the reason it names, for a wrong one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkvcli.conformance.cases import SPECIAL_SHAPES, Case, chapter_case, random_cases
+from qkvcli.conformance.errors import (
+    ImplementationImportFailed,
+    ImplementationNotFound,
+    MissingForward,
+)
+from qkvcli.conformance.result import FAMILIES, ConformanceResult
+from qkvcli.conformance.run import run_checks
+from qkvcli.conformance.target import PythonImplementation, load_python
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
+sys.path.insert(0, str(EXAMPLES))
+import numpy_qkv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[Case]:
+    chapter = chapter_case()
+    return [chapter, *random_cases(4, 26, chapter.step, chapter.tolerance)]
+
+
+def check_example(name: str, cases: list[Case]) -> ConformanceResult:
+    return run_checks(load_python(str(EXAMPLES / name)), cases, 1e-9)
+
+
+def check_functions(cases: list[Case], forward: Any, backward: Any = None) -> ConformanceResult:
+    return run_checks(PythonImplementation("test", forward, backward), cases, 1e-9)
+
+
+def by_name(result: ConformanceResult) -> dict[str, Any]:
+    return {check.name: check for check in result.checks}
+
+
+def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> None:
+    result = check_example("numpy_qkv.py", cases)
+    assert [c.name for c in result.checks] == [f for f in FAMILIES if f != "protocol"]
+    assert result.passed, result.checks
+    assert result.failures == ()
+
+
+def test_the_correct_torch_example_passes(cases: list[Case]) -> None:
+    pytest.importorskip("torch")
+    assert check_example("torch_qkv.py", cases).passed
+
+
+@pytest.mark.parametrize(
+    ("example", "family", "reason"),
+    [
+        ("wrong_no_value_path.py", "reverse", "grad_input misses the value path"),
+        ("wrong_key_uses_query_weight.py", "forward", "key equals X W_Q"),
+        ("wrong_float32.py", "forward", "float32 arithmetic"),
+        ("wrong_modifies_input.py", "purity", "forward changed its argument x[0,0,0]"),
+        ("wrong_accepts_rank2.py", "errors", "silently accepted: rank-2 input"),
+    ],
+    ids=["no-value-path", "key-with-query-weight", "float32", "modifies-input", "rank-2"],
+)
+def test_each_wrong_example_is_caught_by_its_family(
+    cases: list[Case], example: str, family: str, reason: str
+) -> None:
+    result = check_example(example, cases)
+    check = by_name(result)[family]
+    assert not check.passed
+    assert reason in check.detail
+    assert any(f.family == family and f.fixture is not None for f in result.failures)
+    assert not result.passed
+
+
+def test_float32_passes_the_integer_chapter_fixture_but_not_random_ones(cases: list[Case]) -> None:
+    result = check_example("wrong_float32.py", cases)
+    assert {f.fixture for f in result.failures if f.family == "forward"} >= {
+        "random-1[2,3,5->3]"}
+    assert "chapter" not in {f.fixture for f in result.failures if f.family == "forward"}
+
+
+def test_forward_names_the_first_failing_coordinate_and_both_values(cases: list[Case]) -> None:
+    result = check_example("wrong_key_uses_query_weight.py", cases[:1])
+    failure = next(f for f in result.failures if f.family == "forward")
+    assert failure.coordinate == "key[0,0,0]"
+    assert failure.detail.startswith("key[0,0,0] = 0.0, expected 3.0")
+
+
+def test_without_backward_the_reverse_families_are_not_applicable_and_fail(
+    cases: list[Case],
+) -> None:
+    result = check_functions(cases, numpy_qkv.forward)
+    checks = by_name(result)
+    for family in ("reverse", "gradcheck"):
+        assert checks[family].detail == "not applicable: no backward"
+        assert not checks[family].passed
+    assert checks["forward"].passed and checks["purity"].passed
+    assert not result.passed
+
+
+def test_shapes_fail_when_an_empty_batch_is_dropped(cases: list[Case]) -> None:
+    def forward(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
+        if x.shape[0] == 0:
+            x = x.reshape(-1, x.shape[-1])
+        return numpy_qkv.forward(x, wq, wk, wv) if x.ndim == 3 else (x @ wq, x @ wk, x @ wv)
+
+    check = by_name(check_functions(cases, forward, numpy_qkv.backward))["shapes"]
+    assert not check.passed
+    assert "empty batch [0,2,3]: query has shape [0,2], expected [0,2,2]" in check.detail
+
+
+def test_independence_fails_when_a_weight_gradient_sums_all_paths(cases: list[Case]) -> None:
+    def backward(x: Any, wq: Any, wk: Any, wv: Any, gq: Any, gk: Any, gv: Any) -> Any:
+        grads = numpy_qkv.backward(x, wq, wk, wv, gq, gk, gv)
+        rows = x.reshape(-1, x.shape[-1])
+        total = rows.T @ (gq + gk + gv).reshape(rows.shape[0], gq.shape[-1])
+        return grads[0], total, grads[2], grads[3]
+
+    result = check_functions(cases, numpy_qkv.forward, backward)
+    checks = by_name(result)
+    assert "changing grad_key and grad_value changed grad_w_query" in checks["independence"].detail
+    assert "grad_w_query sums all three paths" in checks["reverse"].detail
+
+
+def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
+    calls = SimpleNamespace(count=0)
+
+    def forward(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
+        calls.count += 1
+        q, k, v = numpy_qkv.forward(x, wq, wk, wv)
+        return q + calls.count * 1e-300, k, v
+
+    check = by_name(check_functions(cases, forward, numpy_qkv.backward))["replay"]
+    assert not check.passed
+    assert check.detail.startswith("chapter: second forward differs: query[0,0,0] was")
+
+
+def test_gradcheck_names_the_worst_coordinate(cases: list[Case]) -> None:
+    check = by_name(check_example("wrong_no_value_path.py", cases[:1]))["gradcheck"]
+    assert check.detail.startswith("chapter: worst grad_input[0,0,2]: analytic -0.5")
+
+
+def test_a_forward_that_returns_garbage_fails_forward_not_errors(cases: list[Case]) -> None:
+    result = check_functions(cases[:1], lambda x, wq, wk, wv: "nope")
+    assert by_name(result)["forward"].detail == (
+        "chapter: forward returned str, expected (query, key, value)")
+    assert not by_name(result)["errors"].passed  # returning instead of raising accepts
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "message"),
+    [
+        ("missing_file.py", ImplementationNotFound, "implementation missing_file.py: no such file"),
+        ("no_such_module_qkv", ImplementationNotFound,
+         "implementation no_such_module_qkv: no such module"),
+    ],
+    ids=["file", "module"],
+)
+def test_loading_errors_name_the_implementation(spec: str, error: type, message: str) -> None:
+    with pytest.raises(error) as raised:
+        load_python(spec)
+    assert str(raised.value) == message
+
+
+def test_loading_a_file_without_forward_or_that_raises(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(MissingForward):
+        load_python(str(empty))
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('no')\n")
+    with pytest.raises(ImplementationImportFailed) as raised:
+        load_python(str(broken))
+    assert str(raised.value).endswith("cannot be imported: RuntimeError: no")
+
+
+def test_a_module_name_loads() -> None:
+    assert load_python("numpy_qkv").has_backward
+
+
+def test_random_cases_are_seeded_and_start_with_the_special_shapes() -> None:
+    first = random_cases(6, 7, 1e-6, 2e-6)
+    again = random_cases(6, 7, 1e-6, 2e-6)
+    assert [c.shape for c in first[:4]] == list(SPECIAL_SHAPES)
+    shapes = [c.shape for c in first]
+    assert any(d != h for _, _, d, h in shapes)
+    assert any(b == 0 for b, _, _, _ in shapes) and any(t == 0 for _, t, _, _ in shapes)
+    assert any(h == 1 for _, _, _, h in shapes)
+    assert all(np.array_equal(a.input, b.input) for a, b in zip(first, again, strict=True))
+    assert not np.array_equal(first[0].input, random_cases(1, 8, 1e-6, 2e-6)[0].input)

@@ -1,0 +1,124 @@
+"""The --command client: exact float round trips, and every way a program can break the protocol."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qkvcli.conformance.cases import Case, chapter_case
+from qkvcli.conformance.client import CommandClient
+from qkvcli.conformance.errors import Broken, CommandNotStarted
+from qkvcli.conformance.run import run_checks
+from qkvcli.conformance.wire import Malformed, decode, decode_tensor, encode, encode_tensor
+
+ROOT = Path(__file__).resolve().parent.parent
+CORRECT = f"{shlex.quote(sys.executable)} {ROOT / 'examples' / 'implementations' / 'command_qkv.py'}"
+FAKE = f"{shlex.quote(sys.executable)} {Path(__file__).resolve().parent / 'programs' / 'fake_qkv.py'}"
+
+
+@pytest.fixture(scope="module")
+def chapter() -> list[Case]:
+    return [chapter_case()]
+
+
+def test_tensors_round_trip_float64_exactly() -> None:
+    values = np.array([0.1, -0.0, 1e-310, 2.0**-1074, 1.7976931348623157e308, 1 / 3])
+    line = encode({"id": 1, "t": encode_tensor(values.reshape(2, 3))})
+    back = decode_tensor(decode(line), "t")
+    assert back.shape == (2, 3)
+    assert back.reshape(-1).tobytes() == values.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"t": {"shape": [1], "values": [NaN]}}', "NaN is not a finite number"),
+        (b'{"t": {"shape": [1], "values": [1e400]}}', "too large for float64"),
+        (b'{"t": {"shape": [2], "values": [1]}}', "1 values for shape [2]"),
+        (b'{"t": {"shape": [1], "values": ["1"]}}', "is not a number"),
+        (b"[1]", "not a JSON object"),
+        (b"nope", "not JSON"),
+    ],
+    ids=["nan", "overflow", "count", "string", "array", "text"],
+)
+def test_malformed_tensors_are_refused(line: bytes, message: str) -> None:
+    with pytest.raises(Malformed, match=message.replace("[", r"\[").replace("]", r"\]")):
+        decode_tensor(decode(line), "t")
+
+
+def test_nan_is_refused_on_the_way_out() -> None:
+    with pytest.raises(ValueError):
+        encode({"t": encode_tensor(np.array([np.nan]))})
+
+
+def test_the_correct_program_passes_with_the_protocol_family(chapter: list[Case]) -> None:
+    with CommandClient(CORRECT, 5.0) as client:
+        result = run_checks(client, chapter, 1e-9)
+    checks = {c.name: c for c in result.checks}
+    assert result.passed, result.checks
+    assert checks["purity"].detail.startswith("not applicable")
+    assert checks["protocol"].detail.endswith("the program exited with status 0")
+    assert client.process.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "detail"),
+    [
+        ("crash", "request 1 (forward): the program exited with status 3; "
+                  "stderr: fake_qkv: segmentation fault (pretend)"),
+        ("sleep", "request 1 (forward): no reply within 0.3 s"),
+        ("garbage", "request 1 (forward): malformed reply: not JSON"),
+        ("nan", "request 1 (forward): malformed reply: NaN is not a finite number"),
+        ("wrong-id", 'request 1 (forward): malformed reply: "id" is 101, expected 1'),
+        ("bad-version", "request 0 (hello): the program speaks version 2, not 1"),
+    ],
+    ids=["crash", "timeout", "garbage", "nan", "wrong-id", "bad-version"],
+)
+def test_a_broken_program_fails_protocol_and_the_family_being_checked(
+    chapter: list[Case], mode: str, detail: str
+) -> None:
+    with CommandClient(f"{FAKE} {mode}", 0.3) as client:
+        result = run_checks(client, chapter, 1e-9)
+    checks = {c.name: c for c in result.checks}
+    assert not checks["protocol"].passed
+    assert checks["protocol"].detail.startswith(detail)
+    assert not checks["forward"].passed
+    assert client.process.poll() is not None  # ended, not left behind
+    if mode == "crash":
+        assert "segmentation fault" in result.stderr
+
+
+def test_a_program_that_does_not_exit_after_bye_is_ended(chapter: list[Case]) -> None:
+    with CommandClient(f"{FAKE} linger", 0.5) as client:
+        result = run_checks(client, chapter, 1e-9)
+    protocol = result.checks[-1]
+    assert protocol.name == "protocol" and not protocol.passed
+    assert "did not exit" in protocol.detail
+    assert client.process.poll() is not None
+
+
+def test_closing_early_ends_the_program_as_ctrl_c_does() -> None:
+    client = CommandClient(f"{FAKE} sleep", 5.0)
+    with pytest.raises(KeyboardInterrupt), client:
+        raise KeyboardInterrupt
+    assert client.process.poll() is not None
+
+
+def test_calls_after_a_breakage_fail_without_waiting() -> None:
+    with CommandClient(f"{FAKE} crash", 5.0) as client:
+        zeros = np.zeros((1, 1, 1))
+        with pytest.raises(Broken):
+            client.forward(zeros, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)))
+        with pytest.raises(Broken, match="stopped earlier"):
+            client.forward(zeros, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)))
+
+
+@pytest.mark.parametrize("command", ["", "/nonexistent/qkv-program", "'unbalanced"],
+                         ids=["empty", "missing", "quotes"])
+def test_a_program_that_cannot_start(command: str) -> None:
+    with pytest.raises(CommandNotStarted):
+        CommandClient(command, 1.0)
