@@ -4,7 +4,7 @@ The work is in :mod:`qkvcli.conformance`; this module reads the options, builds 
 fixtures, starts the implementation, renders the result and sets the exit status:
 0 when every applicable family passed, 1 when one failed, 2 for usage errors and
 implementations that cannot be loaded or started (raised as ``QkvError`` and turned
-into ``Error: ...`` by :class:`~qkvcli.cli.common.QkvGroup`).
+into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from qkvcli.cli.common import (
-    EXIT_FAILED,
-    LazyPath,
-    label_of,
-    load,
-    max_elements_option,
-    output_option,
-    write_atomic,
-    write_output,
-)
-from qkvcli.cli.options import resolve_format
+from qkvcli.cli.group import EXIT_FAILED
+from qkvcli.cli.io import label_of, load, write_atomic, write_output
+from qkvcli.cli.options import LazyPath, max_elements_option, output_option, resolve_format
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,7 +25,7 @@ if TYPE_CHECKING:
 
     from qkvcli.conformance.cases import Case
     from qkvcli.conformance.result import ConformanceResult
-    from qkvcli.render.rich.common import RichOptions
+    from qkvcli.render.rich.options import RichOptions
 
 DEFAULT_RANDOM = 4  # the four special shapes: d_model != d_head, batch 0, tokens 0, d_head 1
 DEFAULT_SEED = 26

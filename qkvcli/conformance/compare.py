@@ -7,7 +7,7 @@ import numpy.typing as npt
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
-from qkvcli.gradcheck.layer import scaled_error
+from qkvcli.gradcheck.central import scaled_error
 
 
 def coordinate(shape: tuple[int, ...], flat: int) -> str:

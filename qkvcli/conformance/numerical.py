@@ -20,7 +20,7 @@ from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
-from qkvcli.gradcheck.layer import central_difference, sample_indices, scaled_error
+from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
 
 
 class Worst:

@@ -45,7 +45,7 @@ def main():
             print("this is not json", flush=True)
             continue
         if mode == "nan":
-            print('{"id": %d, "query": {"shape": [1], "values": [NaN]}}' % ident, flush=True)
+            print('{"id": ' + str(ident) + ', "query": {"shape": [1], "values": [NaN]}}', flush=True)
             continue
         if mode == "wrong-id":
             ident += 100

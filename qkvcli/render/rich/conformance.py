@@ -6,7 +6,9 @@ from rich.console import Group
 from rich.text import Text
 
 from qkvcli.conformance.result import ConformanceResult, FamilyCheck
-from qkvcli.render.rich.common import Part, RichOptions, Row, grid, lines, status
+from qkvcli.render.rich.layout import Part, Row, lines, status
+from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.rich.tables import grid
 from qkvcli.render.text.conformance import verdict, word
 
 SHOWN_FAILURES = 3  # per family; the JSON lists them all
