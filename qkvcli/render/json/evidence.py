@@ -81,6 +81,7 @@ def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
                 "requested": t.requested,
                 "checked": len(t.checks),
                 "passed": t.passed,
+                "recomputes": t.recomputes,
                 "checks": [coordinate_json(c) for c in t.checks],
             }
             for t in result.tensors
