@@ -26,6 +26,7 @@ from qkvcli.cli.options import (
     resolve_format,
     view_options,
 )
+from qkvcli.cli.tensors import render_pieces, tensor_policy, tensors_option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,23 +37,6 @@ if TYPE_CHECKING:
 
 REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
 GRADCHECK_FORMATS = ("text", "json", "rich", "auto")
-
-
-def _render(evidence: object, fmt: str) -> str:
-    from qkvcli.checks.records import Evidence
-
-    assert isinstance(evidence, Evidence)
-    if fmt == "trace":
-        from qkvcli.render.text.trace import render_trace
-
-        return render_trace(evidence)
-    if fmt == "json":
-        from qkvcli.render.json.evidence import render_json
-
-        return render_json(evidence)
-    from qkvcli.render.text.report import render_text
-
-    return render_text(evidence)
 
 
 def _evidence_command(
@@ -91,10 +75,13 @@ def _evidence_command(
 
         show_rich(figure, view, output, fixture, 6, title)
     else:
-        text = _render(evidence, fmt)
-        if golden is None or output is not None:
-            write_output(text, output, protect=fixture)
-        if golden is not None:
+        pieces = render_pieces(evidence, fmt, tensor_policy(view.full))  # issue 11: streamed
+        if golden is None:
+            write_output(pieces, output, protect=fixture)
+        else:
+            text = "".join(pieces)
+            if output is not None:
+                write_output(text, output, protect=fixture)
             from qkvcli.cli.batch import golden_diff
 
             diff = golden_diff(text, golden)
@@ -130,6 +117,7 @@ def _evidence_command(
 @gradcheck_mode_options
 @max_elements_option
 @view_options
+@tensors_option
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, step: float | None, tolerance: float | None, samples: int | None,
@@ -170,6 +158,7 @@ def run(
 @gradcheck_mode_options
 @max_elements_option
 @view_options
+@tensors_option
 def report(
     fixture: Path | None, fmt: str, output: Path | None, step: float | None,
     tolerance: float | None, samples: int | None, max_elements: int, view: ViewSettings,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -138,18 +138,21 @@ def with_settings(
     return fixture._replace(**changes) if changes else fixture
 
 
-def write_output(text: str, output: Path | None, protect: Path | None = None) -> None:
-    """Print ``text``, or write it to ``output`` atomically (temp file + rename).
+def write_output(text: str | Iterable[str], output: Path | None,
+                 protect: Path | None = None) -> None:
+    """Print ``text`` (a string or pieces, written as they come), or write it to ``output``
+    atomically (temp file + rename).
 
     Refuses to write over ``protect`` (the fixture being read).
     """
     if output is None:
-        click.echo(text, nl=False)
+        for piece in [text] if isinstance(text, str) else text:  # issue 11: streamed
+            click.echo(piece, nl=False)
         return
     write_atomic(output, text, protect)
 
 
-def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
+def write_atomic(output: Path, text: str | Iterable[str], protect: Path | None = None) -> None:
     """Write ``text`` to ``output`` as UTF-8 via a temp file and a rename: all or nothing.
 
     Refuses to write over ``protect``. Raises :class:`InputError` when it cannot write.
@@ -167,7 +170,7 @@ def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
         raise
 
 
-def write_temp_beside(output: Path, text: str) -> str:
+def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
     """A complete temporary copy of ``text`` in ``output``'s directory; returns its path.
 
     The file gets the mode a plain ``open(output, "w")`` would give (0666 less the
@@ -185,7 +188,7 @@ def write_temp_beside(output: Path, text: str) -> str:
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            handle.writelines([text] if isinstance(text, str) else text)  # issue 11
     except BaseException:
         remove_quietly(tmp)
         raise
