@@ -118,11 +118,13 @@ def _evidence_command(
 @max_elements_option
 @view_options
 @tensors_option
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run several fixtures in this many worker processes.")  # issue 11
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, step: float | None, tolerance: float | None, samples: int | None,
     max_elements: int, view: ViewSettings,
-    mode: str | None = None, directions: int | None = None,
+    mode: str | None = None, directions: int | None = None, jobs: int = 1,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -136,7 +138,8 @@ def run(
         reject_single_options(output, golden)
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
-        run_many(fixtures, junit, max_elements, step, tolerance, samples, mode, directions)
+        run_many(fixtures, junit, max_elements, step, tolerance, samples, mode, directions,
+                 jobs=jobs)
         return
     fixture = fixtures[0] if fixtures else None
     _evidence_command(
