@@ -12,7 +12,9 @@ It prints, per shape and dtype, the median time of qkv's forward+reverse pass
 products ``X@[W_Q|W_K|W_V]``, ``[dQ|dK|dV]@[W]^T``, ``X^T@[dQ|dK|dV]`` on ready-made
 contiguous arrays), of the straightforward three-GEMM NumPy version, and of PyTorch
 CPU autograd (when torch is installed); ratios are medians of per-round ratios, each
-round timing every contender back to back. Then gradient-check timings, the CLI
+round timing every contender back to back. Then end-to-end rows (``qkv run`` at
+``[8,512,1024,64]`` in text, json and rich against a baseline process: wall, peak memory
+and output; see ``end_to_end.py``), then gradient-check timings, the CLI
 start-up ratio against ``python -c "import numpy, click, json"``, and peak memory of
 a forward+reverse pass. Nothing here passes or fails: it reports numbers.
 """
@@ -46,7 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clean-blas-env", action="store_true",
                         help=f"re-run with {' and '.join(BLAS_ENV)} unset")
     parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["engine", "gradcheck", "startup", "memory"],
+                        choices=["engine", "end-to-end", "gradcheck", "startup", "memory"],
                         help="sections to leave out")
     parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
                         help=argparse.SUPPRESS)
@@ -412,6 +414,11 @@ def main(argv: list[str]) -> None:
     describe_machine()
     if "engine" not in args.skip:
         bench_engine(shapes, repeats)
+    if "end-to-end" not in args.skip:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from end_to_end import bench_end_to_end
+
+        bench_end_to_end(qkv_command()[:-3], 3 if args.quick else 5, NEUTRAL_DIR)
     if "gradcheck" not in args.skip:
         bench_gradcheck(repeats)
     if "startup" not in args.skip:

@@ -10,7 +10,7 @@ is either complete or untouched.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -63,18 +63,21 @@ def read_text(path: Path, what: str) -> str:
         raise InputError(f"{path}: not UTF-8 text (byte {error.start})") from None
 
 
-def write_output(text: str, output: Path | None, protect: Path | None = None) -> None:
-    """Print ``text``, or write it to ``output`` atomically (temp file + rename).
+def write_output(text: str | Iterable[str], output: Path | None,
+                 protect: Path | None = None) -> None:
+    """Print ``text`` (a string, or pieces written as they come, so a large report never
+    sits in memory whole), or write it to ``output`` atomically (temp file + rename).
 
     Refuses to write over ``protect`` (the fixture being read).
     """
     if output is None:
-        click.echo(text, nl=False)
+        for piece in [text] if isinstance(text, str) else text:
+            click.echo(piece, nl=False)
         return
     write_atomic(output, text, protect)
 
 
-def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
+def write_atomic(output: Path, text: str | Iterable[str], protect: Path | None = None) -> None:
     """Write ``text`` to ``output`` as UTF-8 via a temp file and a rename: all or nothing.
 
     Refuses to write over ``protect``. Raises :class:`InputError` when it cannot write.
@@ -92,7 +95,7 @@ def write_atomic(output: Path, text: str, protect: Path | None = None) -> None:
         raise
 
 
-def write_temp_beside(output: Path, text: str) -> str:
+def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
     """A complete temporary copy of ``text`` in ``output``'s directory; returns its path.
 
     The file gets the mode a plain ``open(output, "w")`` would give (0666 less the
@@ -110,7 +113,7 @@ def write_temp_beside(output: Path, text: str) -> str:
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            handle.writelines([text] if isinstance(text, str) else text)
     except BaseException:
         remove_quietly(tmp)
         raise

@@ -21,6 +21,7 @@ from qkvcli.cli.options import (
     is_batch,
     resolve_format,
 )
+from qkvcli.cli.tensors import render_pieces, tensor_policy, tensors_option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,23 +32,6 @@ if TYPE_CHECKING:
 
 REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
 GRADCHECK_FORMATS = ("text", "json", "rich", "auto")
-
-
-def _render(evidence: object, fmt: str) -> str:
-    from qkvcli.checks.records import Evidence
-
-    assert isinstance(evidence, Evidence)
-    if fmt == "trace":
-        from qkvcli.render.text.trace import render_trace
-
-        return render_trace(evidence)
-    if fmt == "json":
-        from qkvcli.render.json.evidence import render_json
-
-        return render_json(evidence)
-    from qkvcli.render.text.report import render_text
-
-    return render_text(evidence)
 
 
 def _evidence_command(
@@ -86,10 +70,13 @@ def _evidence_command(
 
         show_rich(figure, view, output, fixture, FIGURE_PRECISION, title)
     else:
-        text = _render(evidence, fmt)
-        if golden is None or output is not None:
-            write_output(text, output, protect=fixture)
-        if golden is not None:
+        pieces = render_pieces(evidence, fmt, tensor_policy(view.full))
+        if golden is None:
+            write_output(pieces, output, protect=fixture)
+        else:
+            text = "".join(pieces)
+            if output is not None:
+                write_output(text, output, protect=fixture)
             from qkvcli.cli.batch import golden_diff
 
             diff = golden_diff(text, golden)
@@ -121,9 +108,13 @@ def _evidence_command(
 )
 @batch_options
 @evidence_options
+@tensors_option
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run several fixtures in this many worker processes.")
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    jobs: int = 1,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -137,7 +128,7 @@ def run(
         reject_single_options(output, golden)
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
-        run_many(fixtures, junit, max_elements, overrides)
+        run_many(fixtures, junit, max_elements, overrides, jobs=jobs)
         return
     fixture = fixtures[0] if fixtures else None
     _evidence_command(fixture, fmt, output, max_elements, overrides, view,
@@ -153,6 +144,7 @@ def run(
     "rich: the chapter's figure; auto: rich on a terminal, text otherwise.",
 )
 @evidence_options
+@tensors_option
 def report(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     view: ViewSettings, overrides: CheckOverrides,

@@ -29,6 +29,7 @@ from qkvcli.gradcheck.probes import StackedObjective
 from qkvcli.gradcheck.progress import Progress, Ticker
 from qkvcli.gradcheck.records import GradcheckResult, TensorCheck
 from qkvcli.gradcheck.settings import (
+    AUTO_FULL_LIMIT,
     DEFAULT_DIRECTION_SEED,
     DEFAULT_DIRECTIONS,
     resolve_mode,
@@ -81,13 +82,16 @@ def gradcheck_layer(
     for index, values in enumerate(tensors_values):
         resolved, count, planned = plans[index]
         name = TENSOR_NAMES[index]
-        per_slot = StackedObjective.slot_elements(layer, x64, index)
+        # One coordinate at a time, a large input needs only the perturbed row recomputed;
+        # small ones (the chapter's) keep whole-copy evaluations and their exact sums.
+        local = index == 0 and resolved != "fast" and values.size > AUTO_FULL_LIMIT
+        per_slot = StackedObjective.slot_elements(layer, x64, index, local)
         fits = max(1, BATCH_ELEMENTS // max(1, per_slot))  # an empty input costs nothing
         if resolved == "fast":
             slots = 2 * max(1, min(directions, fits // 2))
         else:
             slots = min(3 * max(planned, 1), fits)
-        objective = StackedObjective(layer, x64, upstream, index, slots)
+        objective = StackedObjective(layer, x64, upstream, index, slots, local)
         if resolved == "fast":
             checks = directional_checks(objective, name, values, analytic[index], directions,
                                         rng, step, tolerance, ticker)
@@ -97,5 +101,6 @@ def gradcheck_layer(
             checks = batched_coordinates(objective, name, values, analytic[index], indices,
                                          step, tolerance, ticker)
             requested = values.size if count is None else count
-        tensors.append(TensorCheck(name, tuple(values.shape), requested, tuple(checks), resolved))
+        tensors.append(TensorCheck(name, tuple(values.shape), requested, tuple(checks), resolved,
+                                   objective.recomputes))
     return GradcheckResult(step, tolerance, tuple(tensors), mode)

@@ -1,12 +1,22 @@
 """Evaluate the gradient check's objective for many perturbed copies of one tensor at once.
 
 The objective is ``L = <Q,U_Q> + <K,U_K> + <V,U_V>`` with ``[Q|K|V] = X [W_Q|W_K|W_V]``.
-A :class:`StackedObjective` owns a buffer of ``slots`` full copies of one tensor (the
-input, or the packed weight matrix for a weight), each of which a caller may perturb;
-:meth:`StackedObjective.evaluate` then computes ``L`` for every slot with one stacked
-matrix product. Each slot's value is a complete evaluation of ``L`` from its own
-perturbed tensor: nothing is reused between slots, and the analytic gradient is never
-consulted, so batching changes the speed of the check, not what it measures.
+A :class:`StackedObjective` owns a buffer of ``slots`` perturbable copies, each of which a
+caller may perturb; :meth:`StackedObjective.evaluate` then computes ``L`` for every slot
+with one stacked matrix product. Each slot's value is a complete evaluation of ``L`` at its
+own perturbed tensor; the analytic gradient is never consulted, so batching changes the
+speed of the check, not what it measures.
+
+What an evaluation recomputes (:attr:`StackedObjective.recomputes`) is only what the
+perturbation can change; everything else is computed once, from the unperturbed tensors,
+by the same products and sums:
+
+* a weight: only the perturbed branch's product ``X W_b`` and its sum ``<Y_b,U_b>``
+  (the other two branches' sums are constants of the check);
+* the input, one coordinate at a time (``local``): only the perturbed row of ``[Q|K|V]``
+  (a ``[1,d] @ [d,3h]`` product); every branch's sum over all its terms is then taken
+  again, with that row's terms replaced;
+* the input otherwise (small tensors, and random directions): the whole forward product.
 """
 
 from __future__ import annotations
@@ -16,13 +26,19 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
 
+RECOMPUTES_BRANCH = "perturbed branch"
+RECOMPUTES_ROW = "perturbed row"
+RECOMPUTES_ALL = "full forward"
+
 
 class StackedObjective:
     """``L`` for up to ``slots`` perturbed copies of tensor ``index`` (0 input, 1-3 weights).
 
     Slot ``k``'s tensor is :meth:`slot` ``(k)``: a writable view that starts equal to the
-    unperturbed tensor. Perturb it, call :meth:`evaluate`, and restore what you changed
-    before reusing the slot for another evaluation.
+    unperturbed tensor (for a weight, the branch's ``[d_model, d_head]`` weight). Perturb
+    it (or :meth:`put` one element), call :meth:`evaluate`, and restore what you changed
+    before reusing the slot. With ``local`` (input only) no copies exist: :meth:`put` is
+    the only way to perturb, one element per slot, and :meth:`slot` is unavailable.
     """
 
     def __init__(
@@ -32,87 +48,144 @@ class StackedObjective:
         upstream: tuple[Array, Array, Array],
         index: int,
         slots: int,
+        local: bool = False,
     ) -> None:
         self.index = index
         self.slots = slots
+        self.local = local and index == 0
         packed = layer.astype(np.float64).packed
         batch, tokens, d_model = x.shape
         h = layer.d_head
         self._h = h
-        self._rows = np.ascontiguousarray(x, dtype=np.float64).reshape(batch * tokens, d_model)
-        joined = np.empty((batch * tokens, 3, h))
+        rows = batch * tokens
+        self._rows = np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model)
+        joined = np.empty((3, rows, h))
         for branch, grad in enumerate(upstream):
-            joined[:, branch, :] = np.asarray(grad, dtype=np.float64).reshape(batch * tokens, h)
-        self._upstream = joined  # [BT,3,h]
+            joined[branch] = np.asarray(grad, dtype=np.float64).reshape(rows, h)
+        self._upstream = joined  # [3,BT,h]
         self._packed = packed
-        # Always a fresh, writable buffer (np.tile may hand back its read-only input
-        # when it is empty).
-        if index == 0:
-            # slots copies of X_(BT), stacked along the row axis: [slots*BT, d].
-            self._buffer = np.empty((slots * batch * tokens, d_model))
-            self._buffer.reshape(slots, batch * tokens, d_model)[...] = self._rows
+        self.recomputes = RECOMPUTES_ALL
+        if index > 0:
+            self.recomputes = RECOMPUTES_BRANCH
+            # slots copies of the branch's weight side by side: [d, slots*h], so one GEMM
+            # X_(BT) @ buffer evaluates every slot's branch product.
+            weight = packed[:, (index - 1) * h:index * h]
+            self._buffer = np.empty((d_model, slots * h))
+            self._buffer.reshape(d_model, slots, h)[...] = weight[:, None, :]
+            self._outputs = np.empty(slots * rows * h)
+            self._terms = np.empty_like(self._outputs)
+            self._sums = self._base_terms().reshape(3, rows * h).sum(axis=1)  # constants
+        elif self.local:
+            self.recomputes = RECOMPUTES_ROW
+            self._base = self._base_terms()  # [3,BT,h]
+            self._where = np.zeros(slots, dtype=np.int64)
+            self._value = np.zeros(slots)
+            self._terms = np.empty((slots, 3, rows, h))
         else:
-            # slots copies of [W_Q|W_K|W_V] side by side: [d, slots*3h], so one GEMM
-            # X_(BT) @ buffer evaluates every slot.
-            self._buffer = np.empty((d_model, slots * 3 * h))
-            self._buffer.reshape(d_model, slots, 3 * h)[...] = packed[:, None, :]
-        # Products are written into buffers made once: allocating them per batch made
-        # the kernel zero fresh pages over and over (most of the time, measured).
-        self._outputs = np.empty(slots * batch * tokens * 3 * h)
-        self._terms = np.empty_like(self._outputs)
+            # slots copies of X_(BT), stacked along the row axis: [slots*BT, d].
+            self._buffer = np.empty((slots * rows, d_model))
+            self._buffer.reshape(slots, rows, d_model)[...] = self._rows
+            # Products are written into buffers made once: allocating them per batch made
+            # the kernel zero fresh pages over and over (most of the time, measured).
+            self._outputs = np.empty(slots * rows * 3 * h)
+            self._terms = np.empty_like(self._outputs)
+
+    def _base_terms(self) -> Array:
+        """The unperturbed terms ``Y_b * U_b`` per branch: ``[3, BT, h]``."""
+        rows, h = self._rows.shape[0], self._h
+        terms = np.empty((3, rows, h))
+        with np.errstate(over="ignore", invalid="ignore"):
+            outputs = self._rows @ self._packed  # [BT,d] @ [d,3h] -> [BT,3h]
+            np.multiply(outputs.reshape(rows, 3, h).transpose(1, 0, 2), self._upstream,
+                        out=terms)
+        return terms
 
     @staticmethod
-    def slot_elements(layer: QkvProjections, x: Array, index: int) -> int:
+    def slot_elements(layer: QkvProjections, x: Array, index: int, local: bool = False) -> int:
         """Elements one slot costs (its copy plus its product and loss terms)."""
         batch, tokens, d_model = x.shape
         outputs = batch * tokens * 3 * layer.d_head
-        copy = int(x.size) if index == 0 else int(d_model) * 3 * layer.d_head
-        return copy + 2 * int(outputs)
+        if index > 0:
+            return int(d_model) * layer.d_head + 2 * int(outputs) // 3
+        if local:
+            return int(outputs)
+        return int(x.size) + 2 * int(outputs)
 
     def slot(self, k: int) -> Array:
         """The writable tensor of slot ``k`` (shaped like the checked tensor)."""
+        if self.local:
+            raise ValueError("a local objective has no slot copies; use put")
         rows = self._rows.shape[0]
         if self.index == 0:
             return self._buffer[k * rows:(k + 1) * rows]  # [BT, d]
-        h = self._h
-        start = k * 3 * h + (self.index - 1) * h
-        return self._buffer[:, start:start + h]  # [d, h]
+        return self._buffer[:, k * self._h:(k + 1) * self._h]  # [d, h]
 
     def put(self, k: int, flat_index: int, value: float) -> None:
         """Set element ``flat_index`` (row-major in the checked tensor) of slot ``k``."""
+        if self.local:
+            self._where[k] = flat_index
+            self._value[k] = value
+            return
         rows, d_model = self._rows.shape
         if self.index == 0:
             row, column = divmod(flat_index, d_model)
             self._buffer[k * rows + row, column] = value
         else:
             row, column = divmod(flat_index, self._h)
-            self._buffer[row, k * 3 * self._h + (self.index - 1) * self._h + column] = value
+            self._buffer[row, k * self._h + column] = value
 
     def evaluate(self, count: int) -> Array:
-        """``L`` of slots ``0..count-1``, each from its own copy: ``[count]`` float64.
+        """``L`` of slots ``0..count-1``, each from its own perturbed tensor: ``[count]``.
 
-        Each branch's sum runs over its ``[batch, tokens, d_head]`` products in row-major
-        order, contiguous, so it is the very sum :func:`~qkvcli.core.projections.weighted_loss`
-        takes (same pairwise summation): batched values equal the one-at-a-time ones.
+        Each branch's sum runs over its ``[batch, tokens, d_head]`` terms in row-major
+        order, contiguous, so it is the very sum :func:`~qkvcli.core.outputs.weighted_loss`
+        takes (same pairwise summation); the three are added in query, key, value order.
         """
+        with np.errstate(over="ignore", invalid="ignore"):  # the checks report non-finite L
+            if self.index > 0:
+                per_branch = np.repeat(self._sums[None, :], count, axis=0)  # [count, 3]
+                per_branch[:, self.index - 1] = self._branch_sums(count)
+            elif self.local:
+                per_branch = self._local_sums(count)
+            else:
+                per_branch = self._full_sums(count)
+            total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
+        return total
+
+    def _branch_sums(self, count: int) -> Array:
+        rows = self._rows.shape[0]
+        h = self._h
+        size = count * rows * h
+        outputs = self._outputs[:size].reshape(rows, count * h)
+        np.matmul(self._rows, self._buffer[:, :count * h], out=outputs)  # [BT,d]@[d,count*h]
+        terms = self._terms[:size].reshape(count, rows, h)
+        upstream = self._upstream[self.index - 1]  # [BT, h]
+        np.multiply(outputs.reshape(rows, count, h).transpose(1, 0, 2), upstream, out=terms)
+        sums: Array = terms.reshape(count, rows * h).sum(axis=1)
+        return sums
+
+    def _local_sums(self, count: int) -> Array:
+        rows, d_model = self._rows.shape
+        h = self._h
+        which, column = np.divmod(self._where[:count], d_model)
+        changed = self._rows[which]  # [count, d]: copies of the perturbed rows
+        changed[np.arange(count), column] = self._value[:count]
+        products = changed @ self._packed  # [count,d] @ [d,3h] -> [count,3h]
+        terms = self._terms[:count]
+        terms[...] = self._base
+        for k in range(count):
+            terms[k, :, which[k], :] = products[k].reshape(3, h) * self._upstream[:, which[k], :]
+        sums: Array = terms.reshape(count, 3, rows * h).sum(axis=2)
+        return sums
+
+    def _full_sums(self, count: int) -> Array:
         rows = self._rows.shape[0]
         h = self._h
         size = count * rows * 3 * h
         terms = self._terms[:size].reshape(count, 3, rows, h)
-        upstream = self._upstream.transpose(1, 0, 2)  # [3, BT, h]
-        with np.errstate(over="ignore", invalid="ignore"):  # the checks report non-finite L
-            if self.index == 0:
-                stacked = self._buffer[:count * rows]  # [count*BT, d]
-                outputs = self._outputs[:size].reshape(count * rows, 3 * h)
-                np.matmul(stacked, self._packed, out=outputs)  # [count*BT,d]@[d,3h]
-                by_branch = outputs.reshape(count, rows, 3, h).transpose(0, 2, 1, 3)
-            else:
-                weights = self._buffer[:, :count * 3 * h]  # [d, count*3h]
-                outputs = self._outputs[:size].reshape(rows, count * 3 * h)
-                np.matmul(self._rows, weights, out=outputs)  # [BT,d]@[d,count*3h]
-                by_branch = outputs.reshape(rows, count, 3, h).transpose(1, 2, 0, 3)
-            np.multiply(by_branch, upstream, out=terms)  # [count, 3, BT, h]
-            per_branch = terms.reshape(count, 3, rows * h).sum(axis=2)  # [count, 3]
-            # Then in query, key, value order, as weighted_loss adds them.
-            total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
-        return total
+        outputs = self._outputs[:size].reshape(count * rows, 3 * h)
+        np.matmul(self._buffer[:count * rows], self._packed, out=outputs)  # [count*BT,d]@[d,3h]
+        by_branch = outputs.reshape(count, rows, 3, h).transpose(0, 2, 1, 3)
+        np.multiply(by_branch, self._upstream, out=terms)  # [count, 3, BT, h]
+        sums: Array = terms.reshape(count, 3, rows * h).sum(axis=2)
+        return sums

@@ -33,6 +33,8 @@ class TensorCheck(Record):
     requested: int
     checks: tuple[CoordinateCheck, ...]
     mode: str = "full"
+    recomputes: str = "full forward"
+    """What each evaluation of the objective recomputed (see :mod:`qkvcli.gradcheck.probes`)."""
 
     @property
     def passed(self) -> bool:

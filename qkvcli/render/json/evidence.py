@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ import numpy.typing as npt
 from qkvcli import __version__
 from qkvcli.checks.records import Evidence, ShapeProbe
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
+from qkvcli.render.json.stream import marker, stream_document
+from qkvcli.render.tensors import TensorSummary, shows_values, summarise
 from qkvcli.render.text.checks import check_rows
 
 SCHEMA_VERSION = 1
@@ -32,12 +35,35 @@ def json_float(value: float) -> float | str:
     return float(value)
 
 
-def tensor_json(values: npt.ArrayLike) -> dict[str, Any]:
+def tensor_json(values: npt.ArrayLike, tensors: str = "full") -> dict[str, Any]:
+    """``{"shape", "values"}``, or per the ``tensors`` policy the summary form
+    ``{"shape", "count", "summary": {...}}`` (``none``: ``{"shape", "count", "sha256"}``)."""
     array = np.asarray(values, dtype=np.float64)
+    if not shows_values(array.size, tensors):
+        return summary_json(summarise(array), tensors)
     flat = array.reshape(-1).tolist()
     if not np.isfinite(array).all():
         flat = [json_float(v) for v in flat]
     return {"shape": list(array.shape), "values": flat}
+
+
+def summary_json(s: TensorSummary, tensors: str) -> dict[str, Any]:
+    """A summarised tensor: see ``docs/tensors.md`` for the schema of both forms."""
+    if tensors == "none":
+        return {"shape": list(s.shape), "count": s.count, "sha256": s.sha256}
+    return {
+        "shape": list(s.shape),
+        "count": s.count,
+        "summary": {
+            "head": [json_float(v) for v in s.head],
+            "tail": [json_float(v) for v in s.tail],
+            "min": json_float(s.minimum),
+            "max": json_float(s.maximum),
+            "mean": json_float(s.mean),
+            "l2_norm": json_float(s.l2_norm),
+            "sha256": s.sha256,
+        },
+    }
 
 
 def _probe(probe: ShapeProbe) -> dict[str, Any]:
@@ -81,6 +107,7 @@ def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
                 "requested": t.requested,
                 "checked": len(t.checks),
                 "passed": t.passed,
+                "recomputes": t.recomputes,
                 "checks": [coordinate_json(c) for c in t.checks],
             }
             for t in result.tensors
@@ -88,8 +115,8 @@ def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
     }
 
 
-def evidence_json(evidence: Evidence) -> dict[str, Any]:
-    """The report as a JSON-ready dictionary."""
+def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
+    """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
     p = evidence.primary
     c = evidence.config
     s = evidence.shapes
@@ -116,7 +143,7 @@ def evidence_json(evidence: Evidence) -> dict[str, Any]:
         },
         "parameter_names": list(p.parameter_names),
         "parameter_count": p.parameter_count,
-        "tensors": {name: tensor_json(value) for name, value in p.tensors().items()},
+        "tensors": {name: tensor_json(value, tensors) for name, value in p.tensors().items()},
         "shapes": {
             "rule": _probe(s.rule),
             "batch": _probe(s.batch),
@@ -159,5 +186,25 @@ def dumps(document: Any) -> str:
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
-def render_json(evidence: Evidence) -> str:
-    return dumps(evidence_json(evidence))
+def render_json(evidence: Evidence, tensors: str = "summary") -> str:
+    """The JSON report as one string (see :func:`iter_json`)."""
+    return "".join(iter_json(evidence, tensors))
+
+
+def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The JSON report in pieces: the bytes of ``dumps(evidence_json(evidence, tensors))``.
+
+    Large tensors shown in full are streamed (:func:`~qkvcli.render.json.stream.iter_values`)
+    instead of being held as one list of Python floats and one string.
+    """
+    document = evidence_json(evidence, "summary" if tensors == "full" else tensors)
+    if tensors != "full":
+        yield dumps(document)
+        return
+    arrays: list[npt.ArrayLike] = []
+    for name, value in evidence.primary.tensors().items():
+        entry = document["tensors"][name]
+        if "values" not in entry:
+            document["tensors"][name] = {"shape": entry["shape"], "values": marker(len(arrays))}
+            arrays.append(value)
+    yield from stream_document(dumps(document), arrays)

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from qkvcli.checks.records import Evidence
-from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.text.numbers import Deferred, fmt_bool, fmt_float, fmt_shape
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
 NEXT = "compare queries with keys and mix values"
 
 
-def render_text(evidence: Evidence) -> str:
+def render_text(evidence: Evidence, tensors: str = "summary") -> str:
     """The report as the reference prints it, computed from ``evidence``; ends with a newline."""
+    return "".join(iter_text(evidence, tensors))
+
+
+def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The same text in pieces, tensors formatted as they are written (``tensors``: a
+    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
+    fmt_vector = Deferred(tensors)
     p = evidence.primary
     c = evidence.config
     s = evidence.shapes
@@ -19,10 +28,10 @@ def render_text(evidence: Evidence) -> str:
     g = evidence.gradcheck
     h = evidence.history
 
-    tensors = p.tensors()
+    arrays = p.tensors()
 
     def tensor_line(name: str) -> str:
-        value = tensors[name]
+        value = arrays[name]
         return f"{name}=shape:{fmt_shape(value.shape)} values:{fmt_vector(value)}"
 
     lines = [
@@ -62,4 +71,4 @@ def render_text(evidence: Evidence) -> str:
         f"same_fixture_replays_bitwise={fmt_bool(evidence.replay_bitwise)}",
         f"next={NEXT}",
     ]
-    return "\n".join(lines) + "\n"
+    yield from fmt_vector.stream(lines)

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from qkvcli.checks.records import Evidence
-from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.text.numbers import Deferred, fmt_bool, fmt_float, fmt_shape
 
 NEXT_CHAPTER = "27-self-attention"
 
 
-def render_trace(evidence: Evidence) -> str:
+def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
     """The trace as the reference prints it, computed from ``evidence``; ends with a newline."""
+    return "".join(iter_trace(evidence, tensors))
+
+
+def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The same text in pieces, tensors formatted as they are written (``tensors``: a
+    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
+    fmt_vector = Deferred(tensors)
     p = evidence.primary
     c = evidence.config
     s = evidence.shapes
@@ -80,4 +89,4 @@ def render_trace(evidence: Evidence) -> str:
         f"|initialization={'transactional' if evidence.initialization.transactional else 'partial'}",
         f"NEXT|chapter={NEXT_CHAPTER}",
     ]
-    return "\n".join(lines) + "\n"
+    yield from fmt_vector.stream(lines)

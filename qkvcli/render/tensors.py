@@ -1,0 +1,94 @@
+"""How much of each tensor a report shows: every value, or a summary with an exact digest.
+
+Policies (``--tensors``): ``full`` shows every value; ``summary`` (the default) shows
+every value of a tensor of at most :data:`SUMMARY_THRESHOLD` elements and a
+:class:`TensorSummary` of a larger one; ``none`` shows a summary's shape, count and
+digest only, for every tensor. The threshold keeps the chapter fixture and every small
+fixture byte for byte as before.
+
+The digest is the SHA-256 of the tensor's values as little-endian float64, C order
+(row-major): ``hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").tobytes())``, so
+two runs (or a run and a stored file) agree bit for bit exactly when their digests do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
+
+POLICIES = ("full", "summary", "none")
+SUMMARY_THRESHOLD = 4096
+"""Largest tensor (in elements) that ``summary`` still shows in full (as the gradient check's
+``auto`` mode checks every coordinate up to the same size)."""
+HEAD = 4
+"""Values shown from each end of a summarised tensor."""
+DIGEST_BLOCK = 1 << 20
+"""Elements hashed per block, so a strided view is never copied whole."""
+
+
+class TensorSummary(Record):
+    """Shape, count, first and last values, min/max/mean/L2 norm and the exact digest."""
+
+    shape: tuple[int, ...]
+    count: int
+    head: tuple[float, ...]
+    tail: tuple[float, ...]
+    minimum: float
+    maximum: float
+    mean: float
+    l2_norm: float
+    sha256: str
+
+
+def shows_values(size: int, policy: str) -> bool:
+    """Whether ``policy`` prints every value of a tensor of ``size`` elements."""
+    return policy == "full" or (policy == "summary" and size <= SUMMARY_THRESHOLD)
+
+
+def digest(values: Array) -> str:
+    """SHA-256 (hex) of ``values`` as little-endian float64 bytes in C order."""
+    import hashlib  # only when a tensor is summarised: OpenSSL costs start-up time
+
+    array = np.asarray(values, dtype="<f8")
+    hasher = hashlib.sha256()
+    for block in blocks(array):
+        hasher.update(np.ascontiguousarray(block).data)
+    return hasher.hexdigest()
+
+
+def blocks(array: Array) -> list[Array]:
+    """Row-major pieces of ``array`` of at most about :data:`DIGEST_BLOCK` elements."""
+    if array.flags.c_contiguous or array.size <= DIGEST_BLOCK or array.ndim <= 1:
+        flat = array.reshape(-1) if array.flags.c_contiguous else array
+        if flat.ndim == 1:
+            return [flat[i:i + DIGEST_BLOCK] for i in range(0, max(flat.size, 1), DIGEST_BLOCK)]
+        return [flat]
+    out: list[Array] = []
+    for sub in array:
+        out.extend(blocks(sub))
+    return out
+
+
+def summarise(values: Array) -> TensorSummary:
+    """The :class:`TensorSummary` of ``values`` (statistics are ``nan`` when it is empty)."""
+    array = np.asarray(values, dtype=np.float64)
+    count = int(array.size)
+    head = [float(array[np.unravel_index(i, array.shape)]) for i in range(min(HEAD, count))]
+    tail_start = max(count - HEAD, 0)
+    tail = [float(array[np.unravel_index(i, array.shape)]) for i in range(tail_start, count)]
+    if count:
+        with np.errstate(over="ignore", invalid="ignore"):
+            minimum, maximum = float(array.min()), float(array.max())
+            mean = float(array.mean())
+            norm = float(np.linalg.norm(array.reshape(-1)))
+    else:
+        minimum = maximum = mean = norm = math.nan
+    return TensorSummary(
+        shape=tuple(int(d) for d in array.shape), count=count,
+        head=tuple(head), tail=tuple(tail),
+        minimum=minimum, maximum=maximum, mean=mean, l2_norm=norm, sha256=digest(array),
+    )
