@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from qkvcli.authoring.documents import generated_fixture_document
 from qkvcli.checks.evidence import build_evidence
 from qkvcli.cli import main
 from qkvcli.fixtures.load import load_fixture
-from qkvcli.authoring.documents import generated_fixture_document
 from qkvcli.render.json.evidence import render_json
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, digest, shows_values, summarise
 from qkvcli.render.text.numbers import fmt_float, iter_vector
