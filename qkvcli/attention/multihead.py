@@ -198,8 +198,8 @@ class MultiHeadLayer:
         grad_concat = upstream
         if self._out_weight is not None:
             with np.errstate(over="ignore", invalid="ignore"):
-                rows = forward.concat.reshape(batch * tokens, -1)  # C_(BT): [BT, H*d_v]
-                flat = upstream.reshape(batch * tokens, -1)  # dY_(BT): [BT, E_out]
+                rows = forward.concat.reshape(batch * tokens, self._projections.d_v)  # C: [BT,H*d_v]
+                flat = upstream.reshape(batch * tokens, self.e_out)  # dY_(BT): [BT, E_out]
                 grad_concat = upstream @ self._out_weight.T  # [B,T,E_out] @ [E_out,H*d_v]
                 grad_out_weight = rows.T @ flat  # [H*d_v,BT] @ [BT,E_out] -> [H*d_v,E_out]
                 grad_out_bias = None if self._out_bias is None else flat.sum(axis=0)
