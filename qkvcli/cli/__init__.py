@@ -19,6 +19,7 @@ COMMANDS = {
     "attend": "qkvcli.cli.learn",
     "variance": "qkvcli.cli.learn",
     "quiz": "qkvcli.cli.learn",
+    "inspect": "qkvcli.cli.inspect",
 }
 
 
@@ -40,6 +41,7 @@ def main() -> None:
     qkv attend [FIXTURE]           one attention head on top of the projections
     qkv variance                   why scores are scaled by 1/sqrt(d_k)
     qkv quiz [FIXTURE]             the chapter's nine prediction questions
+    qkv inspect FILE.safetensors   list a checkpoint's tensors, mark attention projections
 
     Without FIXTURE the bundled chapter fixture is used.
     """
