@@ -21,11 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkvcli.attention.fixture import parse_attend_fixture
+from qkvcli.attention.layer_fixture import LAYER_TOP_KEYS, UPSTREAM_OUTPUT
 from qkvcli.cli import main
 from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.fixtures.expect import EXPECT_KEYS
 from qkvcli.fixtures.json_values import parse_json_text
 from qkvcli.fixtures.keys import GRADCHECK_KEYS, PACKED_KEYS, SCHEMA_NAME, TOP_KEYS, WEIGHT_KEYS
+from qkvcli.fixtures.layer_layouts import C_ATTN_KEYS, OUT_KEYS
 from qkvcli.fixtures.layouts import WEIGHT_OBJECT_KEYS
 from qkvcli.fixtures.load import bundled_fixture_text
 from qkvcli.fixtures.parse import parse_fixture
@@ -83,9 +85,9 @@ def test_bundled_fixture_validates() -> None:
 
 def test_schema_names_the_keys_the_code_knows() -> None:
     props = SCHEMA["properties"]
-    assert tuple(props) == TOP_KEYS
-    assert tuple(props["weights"]["properties"]) == BRANCHES + PACKED_KEYS
-    assert tuple(props["upstream"]["properties"]) == BRANCHES
+    assert tuple(props) == TOP_KEYS + LAYER_TOP_KEYS
+    assert tuple(props["weights"]["properties"]) == BRANCHES + PACKED_KEYS + C_ATTN_KEYS + OUT_KEYS
+    assert tuple(props["upstream"]["properties"]) == (*BRANCHES, UPSTREAM_OUTPUT)
     assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
     assert tuple(props["expect"]["properties"]) == EXPECT_KEYS
     weight_object = SCHEMA["$defs"]["weight"]["anyOf"][2]["properties"]
@@ -246,3 +248,25 @@ def test_docs_page_describes_every_field() -> None:
     props = SCHEMA["properties"]
     for key in (*props, *props["gradcheck"]["properties"], *props["expect"]["properties"]):
         assert f"`{key}`" in docs or f"`gradcheck.{key}`" in docs, key
+
+
+@pytest.mark.parametrize("weights", [
+    {"c_attn_weight": {"safetensors": "gpt2.safetensors", "tensor": "h.0.attn.c_attn.weight"},
+     "c_attn_bias": None, "c_proj_weight": [[1.0]], "c_proj_bias": [0.0]},
+    {"in_proj_weight": [[1.0]] * 3, "out_proj_weight": [[1.0]], "out_proj_bias": None},
+    {"query": {"safetensors": "m.safetensors", "tensor": "q_proj.weight", "layout": "torch"},
+     "key": [[1.0]], "value": [[1.0]]},
+], ids=["gpt2-c_attn", "in_proj-out_proj", "hf-separate"])
+def test_schema_admits_layer_fixtures(weights: dict[str, Any]) -> None:
+    data = {"heads": 1, "input": [[[1.0]]], "weights": weights,
+            "upstream": {"output": [[[1.0]]]}}
+    assert list(VALIDATOR.iter_errors(data)) == []
+
+
+@pytest.mark.parametrize("weights", [
+    {"c_attn_weight": [[1.0, 1.0, 1.0]], "in_proj_weight": [[1.0]] * 3},
+    {"in_proj_weight": [[1.0]] * 3, "out_proj_weight": [[1.0]], "c_proj_weight": [[1.0]]},
+    {"c_attn_weight": {"safetensors": "gpt2.safetensors"}},
+], ids=["two-packed-forms", "two-out-projections", "tensor-name-missing"])
+def test_schema_refuses_bad_layer_fixtures(weights: dict[str, Any]) -> None:
+    assert list(VALIDATOR.iter_errors({"input": [[[1.0]]], "weights": weights}))

@@ -19,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.layer_fixture import (
+    LAYER_TOP_KEYS,
+    OUT_KEYS,
+    UPSTREAM_OUTPUT,
+    LayerParts,
+    parse_layer,
+    parse_upstream_output,
+)
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import validate_name
@@ -62,6 +70,7 @@ class AttendFixture:
     samples: int | None = None
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
+    layer: LayerParts | None = None  # heads, out_proj or c_attn: a multi-head layer
 
 
 def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
@@ -127,18 +136,22 @@ def _settings(raw: Any) -> tuple[float, float, int | None]:
 
 def parse_attend_fixture(
     data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
-    base_dir: StrPath | None = None,
+    base_dir: StrPath | None = None, heads: int | None = None,
 ) -> AttendFixture:
-    """Validate parsed JSON for ``qkv attend``. Raises :class:`~qkvcli.fixtures.problems.FixtureError`."""
+    """Validate parsed JSON for ``qkv attend``; ``heads`` overrides the fixture's.
+
+    Raises :class:`~qkvcli.fixtures.problems.FixtureError`.
+    """
     if not isinstance(data, dict):
         raise FixtureError("$", f"expected an object, got {json_type_name(data)}")
-    refuse_unknown_keys(data, TOP_KEYS, "$")
+    refuse_unknown_keys(data, TOP_KEYS + LAYER_TOP_KEYS, "$")
     for key in ("input", "weights"):
         if key not in data:
             raise FixtureError("$", f'missing key "{key}"')
     mode = value_width_mode(data)
-    canonical = canonicalize(data["weights"], max_elements, base_dir)
+    canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS)
     head = _head(canonical, mode == "independent")
+    layer = parse_layer(data, head, canonical, heads, max_elements, base_dir)
 
     x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
     try:
@@ -151,7 +164,7 @@ def parse_attend_fixture(
     if raw_upstream is not None:
         if not isinstance(raw_upstream, dict):
             raise FixtureError("$.upstream", f"expected an object, got {json_type_name(raw_upstream)}")
-        refuse_unknown_keys(raw_upstream, BRANCHES, "$.upstream")
+        refuse_unknown_keys(raw_upstream, (*BRANCHES, UPSTREAM_OUTPUT), "$.upstream")
         widths = (head.d_k, head.d_k, head.d_v)
         for branch, width in zip(BRANCHES, widths, strict=True):
             if branch in raw_upstream:
@@ -160,6 +173,11 @@ def parse_attend_fixture(
                 if grad.shape != (batch, tokens, width):
                     raise FixtureError(location, f"expected shape [{batch},{tokens},{width}], "
                                        f"got [{','.join(map(str, grad.shape))}]")
+
+    width_out = head.d_v if layer is None else layer.layer.e_out
+    given_upstream = parse_upstream_output(
+        (raw_upstream or {}).get(UPSTREAM_OUTPUT), (batch, tokens, width_out), max_elements,
+        base_dir)
 
     step, tolerance, samples = _settings(data.get("gradcheck"))
     seed = DEFAULT_SEED
@@ -182,12 +200,14 @@ def parse_attend_fixture(
         layout=canonical.layout,
         layout_description=canonical.description(),
         value_width=mode,
-        upstream=seeded_upstream((batch, tokens, head.d_v), seed),
+        upstream=(seeded_upstream((batch, tokens, width_out), seed) if given_upstream is None
+                  else given_upstream),
         step=step,
         tolerance=tolerance,
         samples=samples,
         seed=seed,
         chapter=chapter,
+        layer=layer,
     )
 
 
@@ -197,7 +217,8 @@ def example_text(name: str) -> str:
 
 
 def load_attend_fixture(
-    path: Path | None = None, example: str = "chapter", max_elements: int = DEFAULT_MAX_ELEMENTS
+    path: Path | None = None, example: str = "chapter", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    heads: int | None = None,
 ) -> AttendFixture:
     """Load ``path``, or the bundled ``example`` when ``path`` is ``None``.
 
@@ -206,6 +227,6 @@ def load_attend_fixture(
     """
     if path is None:
         return parse_attend_fixture(parse_json_text(example_text(example)),
-                                    max_elements=max_elements)
+                                    max_elements=max_elements, heads=heads)
     text = read_fixture_text(path)
-    return parse_attend_fixture(parse_json_text(text), path.stem, max_elements, path.parent)
+    return parse_attend_fixture(parse_json_text(text), path.stem, max_elements, path.parent, heads)

@@ -29,6 +29,9 @@ class AttendConfig:
     scale: float
     parameter_count: int
     names: tuple[str, str, str]
+    heads: int | None = None  # a multi-head layer (d_k and d_v are then per head)
+    e_out: int | None = None  # the final output's width
+    out_layout: str | None = None  # "out_proj", "c_proj" or None
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,20 @@ class HullEvidence:
 
 
 @dataclass(frozen=True)
+class HeadEvidence:
+    """One head of a layer: its weights' row sums, its mask and its convex hull."""
+
+    head: int
+    weights: WeightEvidence
+    mask: MaskEvidence
+    hull: HullEvidence
+
+    @property
+    def passed(self) -> bool:
+        return self.weights.passed and self.mask.passed and self.hull.passed
+
+
+@dataclass(frozen=True)
 class ShapeProbe:
     input: tuple[int, ...]
     weights: tuple[int, ...]
@@ -110,6 +127,7 @@ class AttendEvidence:
     replay_bitwise: bool
     gradcheck: GradcheckResult
     checks: tuple[Check, ...]
+    heads: tuple[HeadEvidence, ...] = ()  # per head, for a multi-head layer
 
     @property
     def passed(self) -> bool:

@@ -20,6 +20,7 @@ COMMANDS = {
     "variance": "qkvcli.cli.learn",
     "quiz": "qkvcli.cli.learn",
     "check": "qkvcli.cli.check",
+    "inspect": "qkvcli.cli.inspect",
 }
 
 
@@ -43,6 +44,7 @@ def main() -> None:
     qkv quiz [FIXTURE]             the chapter's nine prediction questions
     qkv check IMPL [FIXTURE...]    the chapter's evidence for YOUR implementation
                                    (a .py file, a module, or --command "PROGRAM")
+    qkv inspect FILE.safetensors   list a checkpoint's tensors, mark attention projections
 
     Without FIXTURE the bundled chapter fixture is used.
     """

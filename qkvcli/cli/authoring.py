@@ -42,10 +42,18 @@ if TYPE_CHECKING:
 @click.option("--max-elements", type=click.IntRange(min=1), default=None,
               help=f"Refuse to write a tensor larger than this many elements.  [default: "
               f"{INIT_MAX_ELEMENTS} written out, {LARGE_MAX_ELEMENTS} with --generate/--npy]")
+@click.option("--from-safetensors", "checkpoint", type=click.Path(path_type=LazyPath,
+              dir_okay=False), default=None, metavar="CHECKPOINT",
+              help="Write an attend fixture referencing CHECKPOINT's attention projections "
+              "under --prefix (with --heads, --tokens, --seed).")
+@click.option("--prefix", default="", help="Tensor-name prefix of the layer, e.g. h.0.attn.")
+@click.option("--heads", type=click.IntRange(min=1), default=None,
+              help="Heads of the layer (with --from-safetensors).  [default: 1]")
 def init(
     seed: int | None, batch: int | None, tokens: int | None, d_model: int | None,
     d_head: int | None, from_chapter: bool, output: Path | None, force: bool,
-    generate: bool, npy_dir: str | None, max_elements: int | None,
+    generate: bool, npy_dir: str | None, max_elements: int | None, checkpoint: Path | None,
+    prefix: str, heads: int | None,
 ) -> None:
     """Write a starter fixture with seeded weights, input and upstream gradients.
 
@@ -54,13 +62,22 @@ def init(
     bit for bit. The input and upstream come from generators of their own. Never
     overwrites FILE unless --force. --generate and --npy DIR keep large fixtures small:
     the same weights (bit for bit), with the input and upstream drawn uniform in [-1, 1).
+    --from-safetensors CHECKPOINT --prefix h.0.attn. --heads 12 writes a `qkv attend`
+    fixture that references the checkpoint's tensors, with a seeded input of --tokens
+    (default 4) positions.
     """
     large = generate or npy_dir is not None
     if max_elements is None:
         max_elements = LARGE_MAX_ELEMENTS if large else INIT_MAX_ELEMENTS
     if npy_dir is not None and output is None:
         raise click.UsageError("--npy needs -o FILE: the .npy files are written beside it")
-    if from_chapter:
+    if checkpoint is not None:
+        from qkvcli.cli.inspect import checkpoint_fixture_text
+        from qkvcli.fixtures.limits import DEFAULT_SEED
+
+        text = checkpoint_fixture_text(checkpoint, prefix, heads or 1, 4 if tokens is None
+                                       else tokens, DEFAULT_SEED if seed is None else seed, output)
+    elif from_chapter:
         given = [name for name, value in (("--seed", seed), ("--batch", batch),
                  ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head),
                  ("--generate", generate or None), ("--npy", npy_dir))

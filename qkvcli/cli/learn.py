@@ -37,11 +37,12 @@ def _format_option(func: Any) -> Any:
     )(func)
 
 
-def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFixture:
+def _load_attend(path: Path | None, example: str, max_elements: int,
+                 heads: int | None = None) -> AttendFixture:
     from qkvcli.attention.fixture import EXAMPLES, load_attend_fixture
 
     label = f"<bundled {EXAMPLES[example]}>" if path is None else str(path)
-    return labelled(label, lambda: load_attend_fixture(path, example, max_elements))
+    return labelled(label, lambda: load_attend_fixture(path, example, max_elements, heads))
 
 
 @click.command()
@@ -50,14 +51,17 @@ def _load_attend(path: Path | None, example: str, max_elements: int) -> AttendFi
               help="Run a bundled fixture: the chapter's, or the primer's worked example.")
 @click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "
               "the diagonal before the softmax).")
+@click.option("--heads", type=click.IntRange(min=1), default=None,
+              help="Split the projections into this many heads (overrides the fixture's "
+              '"heads"); each head attends on its own slice.')
 @_format_option
 @output_option
 @gradcheck_options
 @max_elements_option
 @view_options
 def attend(
-    fixture: Path | None, example: str | None, causal: bool, fmt: str, output: Path | None,
-    max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    fixture: Path | None, example: str | None, causal: bool, heads: int | None, fmt: str,
+    output: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -66,19 +70,26 @@ def attend(
     every weight and bias, and a central-difference check of the whole head. FIXTURE
     defaults to the chapter fixture; --example primer runs the primer's worked example.
     Fixtures may use torch [out,in] or packed in_proj_weight layouts, biases, and
-    "value_width": "independent". Exit status: 0 all checks passed, 1 a check failed,
+    "value_width": "independent". With --heads H (or "heads" in the fixture), an
+    out_proj/c_proj output projection or GPT-2's c_attn, it runs a multi-head layer.
+    Exit status: 0 all checks passed, 1 a check failed,
     2 bad input.
     """
     from qkvcli.attention.evidence import build_attend_evidence
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
-    loaded = _load_attend(fixture, example or "chapter", max_elements)
+    loaded = _load_attend(fixture, example or "chapter", max_elements, heads)
     changes = overrides.changes()
     import dataclasses
 
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
-    evidence = build_attend_evidence(loaded, causal=causal)
+    if loaded.layer is not None:
+        from qkvcli.attention.layer_evidence import build_layer_evidence
+
+        evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
+    else:
+        evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich
         from qkvcli.render.rich.attend import attend_renderable

@@ -11,8 +11,41 @@ from qkvcli.render.json.evidence import dumps, gradcheck_json, json_float, tenso
 SCHEMA_VERSION = 1
 
 
+def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
+    """What a multi-head layer adds: its config and each head's evidence."""
+    c = evidence.config
+    return {
+        "config": {"heads": c.heads, "e_out": c.e_out, "out_projection": c.out_layout},
+        "heads": [
+            {"head": h.head, "passed": h.passed,
+             "weights": {"min_weight": json_float(h.weights.min_weight),
+                         "max_row_deviation": json_float(h.weights.max_row_deviation),
+                         "tolerance": h.weights.tolerance},
+             "mask": {"applicable": h.mask.applicable,
+                      "max_masked_weight": json_float(h.mask.max_masked_weight)},
+             "hull": {"barycentric_residual": json_float(h.hull.barycentric_residual),
+                      "box_violations": h.hull.box_violations,
+                      "tolerance": json_float(h.hull.tolerance)}}
+            for h in evidence.heads
+        ],
+    }
+
+
 def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
-    """The head's evidence as a JSON-ready dictionary (``-inf`` masked scores as strings)."""
+    """The head's evidence as a JSON-ready dictionary (``-inf`` masked scores as strings).
+
+    A multi-head layer (``config.heads`` set) adds ``config.heads``, ``config.e_out``,
+    ``config.out_projection`` and a ``heads`` list of per-head evidence.
+    """
+    document = _attend_json(evidence)
+    if evidence.config.heads is not None:
+        layer = _layer_json(evidence)
+        document["config"].update(layer["config"])
+        document["heads"] = layer["heads"]
+    return document
+
+
+def _attend_json(evidence: AttendEvidence) -> dict[str, Any]:
     c = evidence.config
     return {
         "qkv_version": __version__,

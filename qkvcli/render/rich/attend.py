@@ -131,7 +131,11 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     )
     parts: list[RenderableType] = [Panel(header, title=Text(f"attend: {evidence.chapter}"),
                                          title_align="left", box=box.ROUNDED)]
-    for b in range(c.batch):
+    if c.heads is not None:  # a multi-head layer: one heat map per head
+        from qkvcli.render.rich.heatmap import heatmaps
+
+        parts.append(heatmaps(evidence, options))
+    for b in range(c.batch if c.heads is None else 0):
         weights = Fitted([_weights_table(evidence, b, options, limit)
                           for limit in _limits(c.tokens, options)])
         output = Fitted([_output_table(evidence, b, options, limit)
