@@ -75,13 +75,18 @@ def _evidence_command(
             fmt = "text"
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
-    fmt = resolve_format(fmt, output)
+    requested, fmt = fmt, resolve_format(fmt, output)
     evidence = build_evidence(overrides.apply(load(fixture, max_elements)))
 
     def figure(options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.view import render_rich
 
         return render_rich(evidence, options)
+
+    if fmt == "rich" and requested == "auto":
+        from qkvcli.cli.console import auto_format
+
+        fmt = auto_format(requested, fmt, figure, view, FIGURE_PRECISION)
 
     title = f"qkv {click.get_current_context().info_name}"
     diff = ""
@@ -204,6 +209,7 @@ def gradcheck(
     error, pass) and the verdict. Exit status 1 when any coordinate fails.
     """
     from qkvcli.cli.console import (
+        auto_format,
         check_export_paths,
         export_only,
         gradcheck_progress,
@@ -212,7 +218,7 @@ def gradcheck(
     from qkvcli.gradcheck.layer import gradcheck_layer
 
     check_export_paths(view, output, fixture)
-    fmt = resolve_format(fmt, output)
+    requested, fmt = fmt, resolve_format(fmt, output)
     loaded = overrides.apply(load(fixture, max_elements))
     # The analytic gradients under test come from the engine in the chosen type.
     grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
@@ -230,6 +236,7 @@ def gradcheck(
 
         return render_gradcheck_rich(result, options)
 
+    fmt = auto_format(requested, fmt, table, view, GRADCHECK_PRECISION)
     if fmt == "rich":
         show_rich(table, view, output, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     else:

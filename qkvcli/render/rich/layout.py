@@ -126,7 +126,11 @@ class Fitted:
         yield self.layouts[-1]
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.layouts[-1])
+        # As narrow as the narrowest layout, as wide as the widest: measured as the narrowest
+        # alone, a table cell would offer only that much and every key column became ``…``.
+        narrowest = Measurement.get(console, options, self.layouts[-1])
+        widest = Measurement.get(console, options, self.layouts[0])
+        return Measurement(narrowest.minimum, max(narrowest.maximum, widest.maximum))
 
 
 class Flow:
