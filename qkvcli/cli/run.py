@@ -54,6 +54,12 @@ def _render(evidence: object, fmt: str) -> str:
     return render_text(evidence)
 
 
+def warn_ignored(overrides: CheckOverrides, mode: str) -> None:
+    """Say on stderr which given options this run does not use (never silently)."""
+    for warning in overrides.ignored(mode):
+        click.echo(f"qkv: warning: {warning}", err=True)
+
+
 def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     overrides: CheckOverrides, view: ViewSettings, *, name_failures: bool,
@@ -76,7 +82,9 @@ def _evidence_command(
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
     requested, fmt = fmt, resolve_format(fmt, output)
-    evidence = build_evidence(overrides.apply(load(fixture, max_elements)))
+    loaded = overrides.apply(load(fixture, max_elements))
+    warn_ignored(overrides, loaded.mode)
+    evidence = build_evidence(loaded)
 
     def figure(options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.view import render_rich
@@ -96,6 +104,11 @@ def _evidence_command(
         show_rich(figure, view, output, fixture, FIGURE_PRECISION, title)
     else:
         text = _render(evidence, fmt)
+        if fmt == "text" and not evidence.passed:
+            from qkvcli.render.text.checks import failure_lines
+
+            # Only a failing report grows: passing reports stay byte for byte the chapter's.
+            text += failure_lines(evidence)
         if golden is None or output is not None:
             write_output(text, output, protect=fixture)
         if golden is not None:
@@ -105,6 +118,8 @@ def _evidence_command(
         if diff:
             click.echo(diff, nl=False)
             click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
+        elif golden is not None:
+            click.echo(f"qkv: the report matches {golden}", err=True)
         if view.exports:
             from qkvcli.cli.console import export_only
 
@@ -220,6 +235,7 @@ def gradcheck(
     check_export_paths(view, output, fixture)
     requested, fmt = fmt, resolve_format(fmt, output)
     loaded = overrides.apply(load(fixture, max_elements))
+    warn_ignored(overrides, loaded.mode)
     # The analytic gradients under test come from the engine in the chosen type.
     grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
     reporter = gradcheck_progress(fmt, view)
@@ -243,11 +259,13 @@ def gradcheck(
         if fmt == "json":
             from qkvcli.render.json.evidence import dumps, gradcheck_json
 
-            text = dumps(gradcheck_json(result))
+            text = dumps({**gradcheck_json(result), "dtype": dtype})
         else:
             from qkvcli.render.text.gradcheck import render_gradcheck_text
 
             text = render_gradcheck_text(result)
+            if dtype != "float64":
+                text += f"dtype={dtype} (analytic gradients; central differences in float64)\n"
         write_output(text, output, protect=fixture)
         export_only(table, view, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     if not result.passed:

@@ -1,0 +1,112 @@
+"""Issue 14: what a newcomer trips over: verdicts, warnings, one-line successes, wording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+TERMINAL_VARS = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM",
+                 "COLUMNS", "LINES")
+
+
+def invoke(args: list[str], stdin: str | None = None) -> tuple[int, str, str]:
+    env: dict[str, str | None] = dict.fromkeys(TERMINAL_VARS)
+    result = CliRunner().invoke(main, args, env=env, input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+# --- plain output ---------------------------------------------------------------------------
+
+
+def test_failing_text_report_ends_with_the_verdict_and_the_failed_check() -> None:
+    code, out, _ = invoke(["run", "--tolerance", "0", "-f", "text"])
+    assert code == 1
+    tail = out.splitlines()[-2:]
+    assert tail[0] == "verdict=FAIL failed:gradcheck"
+    assert tail[1].startswith("failed=gradcheck ") and "coordinates failed" in tail[1]
+
+
+def test_passing_text_report_has_no_verdict_line() -> None:
+    _, out, _ = invoke(["run", "-f", "text"])
+    assert "verdict" not in out and out.endswith("next=compare queries with keys and mix values\n")
+
+
+@pytest.mark.parametrize(("args", "warning"), [
+    (["--directions", "4"], "--directions is used only by --mode fast; ignored with mode auto"),
+    (["--mode", "full", "--samples", "2"],
+     "--samples is ignored by --mode full (every coordinate is checked)"),
+])
+@pytest.mark.parametrize("command", ["run", "gradcheck"])
+def test_ignored_options_are_warned_about(command: str, args: list[str], warning: str) -> None:
+    code, _, err = invoke([command, "-f", "text", *args])
+    assert code == 0
+    assert f"qkv: warning: {warning}\n" in err
+
+
+def test_used_options_are_not_warned_about() -> None:
+    _, _, err = invoke(["gradcheck", "--mode", "fast", "--directions", "2"])
+    assert "warning" not in err
+
+
+def test_dtype_is_reported() -> None:
+    _, text, _ = invoke(["gradcheck", "--dtype", "float32"])
+    assert text.endswith("dtype=float32 (analytic gradients; central differences in float64)\n")
+    _, plain, _ = invoke(["gradcheck"])
+    assert "dtype" not in plain  # the float64 table is unchanged
+    for dtype in ("float32", "float64"):
+        _, out, _ = invoke(["gradcheck", "-f", "json", "--dtype", dtype])
+        assert json.loads(out)["dtype"] == dtype
+
+
+def test_init_output_says_one_line_on_stderr(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(["init", "-o", "mine.json"])
+    assert (code, out, err) == (0, "", "qkv: wrote mine.json\n")
+
+
+def test_missing_directory_is_worded_the_same_everywhere(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    _, _, init_err = invoke(["init", "-o", str(missing / "f.json")])
+    _, _, export_err = invoke(["run", "-f", "text", "--export-html", str(missing / "f.html")])
+    _, _, output_err = invoke(["report", "-o", str(missing / "r.txt")])
+    assert init_err == f"Error: {missing / 'f.json'}: no such directory {missing}\n"
+    assert export_err == f"Error: {missing / 'f.html'}: no such directory {missing}\n"
+    assert output_err == f"Error: {missing / 'r.txt'}: no such directory {missing}\n"
+
+
+def test_init_help_explains_every_size() -> None:
+    _, out, _ = invoke(["init", "--help"])
+    for option, words in (("--batch", "Sequences"), ("--tokens", "Positions"),
+                          ("--d-model", "input vector"), ("--d-head", "projection")):
+        assert option in out and words in out
+
+
+def test_html_export_has_a_title(tmp_path: Path) -> None:
+    page = tmp_path / "run.html"
+    code, _, _ = invoke(["run", "-f", "text", "--export-html", str(page)])
+    assert code == 0
+    assert "<title>qkv run</title>" in page.read_text(encoding="utf-8")
+
+
+# --- the terminal figure ----------------------------------------------------------------------
+
+
+def test_auto_falls_back_to_text_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("qkvcli.cli.options.stdout_is_terminal", lambda: True)
+    code, out, err = invoke(["run", "--width", "40"])
+    assert code == 0
+    assert out == invoke(["report", "-f", "text"])[1]
+    assert "too narrow for the rich view; showing text (--format rich shows it anyway)" in err
+    _, wide, wide_err = invoke(["run", "--width", "100"])
+    assert "Borders:" in wide and wide_err == ""
+
+
+def test_rich_figure_is_capped_at_a_readable_width() -> None:
+    _, out, _ = invoke(["run", "-f", "rich", "--width", "220"])
+    assert max(len(line) for line in out.splitlines()) == 160
