@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -110,3 +111,50 @@ def test_auto_falls_back_to_text_on_a_narrow_terminal(monkeypatch: pytest.Monkey
 def test_rich_figure_is_capped_at_a_readable_width() -> None:
     _, out, _ = invoke(["run", "-f", "rich", "--width", "220"])
     assert max(len(line) for line in out.splitlines()) == 160
+
+
+# --- the quiz -----------------------------------------------------------------------------
+
+
+def test_quiz_keeps_the_score_when_input_ends() -> None:
+    code, out, _ = invoke(["quiz"], stdin="[4,7,2]\n")
+    assert code == 1
+    assert "Aborted!" not in out
+    assert out.endswith("stopped at question 2 of 9; 1 right before it\nscore=1/9\n")
+
+
+def test_quiz_keeps_the_score_on_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = iter(["[4,7,2]"])
+
+    def prompt(*args: object, **kwargs: object) -> str:
+        try:
+            return next(answers)
+        except StopIteration:
+            raise click.Abort() from None
+
+    monkeypatch.setattr(click, "prompt", prompt)
+    code, out, _ = invoke(["quiz"])
+    assert code == 1 and out.endswith("score=1/9\n")
+
+
+def test_quiz_warns_about_a_short_answers_file(tmp_path: Path) -> None:
+    path = tmp_path / "answers.txt"
+    path.write_text("[4,7,2]\nx\nyes\n", encoding="utf-8")
+    code, _, err = invoke(["quiz", "--answers", str(path)])
+    assert code == 1
+    assert err == (f"qkv: warning: {path} answers 3 of 9 questions; "
+                   "the others count as unanswered\n")
+
+
+def test_quiz_wraps_questions_at_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    runner = CliRunner()
+    out = runner.invoke(main, ["quiz"], input="[4,7,2]\n").stdout
+    lines = out.splitlines()
+    assert all(len(line) <= 60 or " " not in line.strip() for line in lines)
+    assert any("W_K=" in line for line in lines)  # never W / _K
+
+
+def test_quiz_help_says_what_precision_counts() -> None:
+    _, out, _ = invoke(["quiz", "--help"])
+    assert "within 0.0005" in " ".join(out.split())
