@@ -158,3 +158,19 @@ def test_quiz_wraps_questions_at_spaces(monkeypatch: pytest.MonkeyPatch) -> None
 def test_quiz_help_says_what_precision_counts() -> None:
     _, out, _ = invoke(["quiz", "--help"])
     assert "within 0.0005" in " ".join(out.split())
+
+
+# --- the library ----------------------------------------------------------------------------
+
+
+def test_library_loads_a_str_path_and_renders_every_format() -> None:
+    import qkvcli
+    from qkvcli.render import render
+
+    chapter = Path(__file__).resolve().parent.parent / "fixtures" / "ch26-qkv-projections.json"
+    evidence = qkvcli.build_evidence(qkvcli.load_fixture(str(chapter)))
+    assert render(evidence) == invoke(["report", "-f", "text"])[1]
+    assert render(evidence, "trace") == invoke(["report", "-f", "trace"])[1]
+    assert json.loads(render(evidence, "json"))["passed"] is True
+    with pytest.raises(ValueError, match="unknown format 'rich'"):
+        render(evidence, "rich")
