@@ -150,13 +150,13 @@ def test_single_fixture_options_with_several_are_a_usage_error(
 # --- golden files ------------------------------------------------------------------------
 
 
-def test_expect_golden_match_prints_nothing(tmp_path: Path) -> None:
+def test_expect_golden_match_prints_one_line_on_stderr(tmp_path: Path) -> None:
     report = invoke(["report"], tmp_path).stdout
     (tmp_path / "golden.txt").write_text(report)
     result = invoke(["run", "--expect", "golden.txt"], tmp_path)
     assert result.exit_code == 0
     assert result.stdout == ""
-    assert result.stderr == ""
+    assert result.stderr == "qkv: the report matches golden.txt\n"
 
 
 def test_expect_golden_mismatch_prints_a_unified_diff(tmp_path: Path) -> None:
@@ -212,8 +212,13 @@ def test_expect_section_mismatch_fails_run_showing_expected_and_actual(tmp_path:
         "  expect: 1 of 2 quantities differs: query[0,1,1]: expected 1.0, got -1.0 "
         "(tolerance 0.0)\n"
     )
-    # the report itself is still shown, unchanged by the expect section
-    assert result.stdout == invoke(["report"], tmp_path).stdout
+    # the report itself is still shown, unchanged by the expect section, and a failing
+    # report ends with its verdict and the failed check (issue 14: a saved report says why)
+    assert result.stdout == invoke(["report"], tmp_path).stdout + (
+        "verdict=FAIL failed:expect\n"
+        "failed=expect 1 of 2 quantities differs: query[0,1,1]: expected 1.0, got -1.0 "
+        "(tolerance 0.0)\n"
+    )
 
 
 def test_expect_section_tolerance_admits_close_values(tmp_path: Path) -> None:

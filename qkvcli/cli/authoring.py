@@ -26,10 +26,14 @@ if TYPE_CHECKING:
 @click.command()
 @click.option("--seed", type=click.IntRange(0, MASK64), default=None,
               help="SplitMix64 seed of the weights (and of the input and upstream).  [default: 26]")
-@click.option("--batch", type=click.IntRange(min=0), default=None, help="[default: 1]")
-@click.option("--tokens", type=click.IntRange(min=0), default=None, help="[default: 2]")
-@click.option("--d-model", type=click.IntRange(min=1), default=None, help="[default: 3]")
-@click.option("--d-head", type=click.IntRange(min=1), default=None, help="[default: 2]")
+@click.option("--batch", type=click.IntRange(min=0), default=None,
+              help="Sequences in the input X (0: an empty batch axis).  [default: 1]")
+@click.option("--tokens", type=click.IntRange(min=0), default=None,
+              help="Positions per sequence (0: an empty token axis).  [default: 2]")
+@click.option("--d-model", type=click.IntRange(min=1), default=None,
+              help="Width of each input vector: rows of W_Q, W_K, W_V.  [default: 3]")
+@click.option("--d-head", type=click.IntRange(min=1), default=None,
+              help="Width of each projection: columns of W_Q, W_K, W_V.  [default: 2]")
 @click.option("--from-chapter", is_flag=True,
               help="Write the chapter's own fixture instead of a seeded one.")
 @click.option("-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
@@ -105,10 +109,13 @@ def init(
             text = dump_fixture(starter_fixture(seed, batch, tokens, d_model, d_head))
     if output is None:
         click.echo(text, nl=False)
-    elif force:
+        return
+    if force:
         write_output(text, output)
     else:
         write_new(text, output)
+    # One line on stderr, as git does: a silent success reads like nothing happened.
+    click.echo(f"qkv: wrote {output}", err=True)
 
 
 def _large_fixture(

@@ -33,6 +33,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 MEASURE_WIDTH = 10_000
 """Width offered when measuring how wide a view must be (no clamping to the screen)."""
+MAX_FIGURE_WIDTH = 160
+"""The widest layout a rich view gets: wider boxes only stretch empty space across the screen."""
 PROGRESS_DELAY = 0.5
 """Seconds a gradient check runs before its progress bar appears (quick checks never show one)."""
 
@@ -107,16 +109,41 @@ def show_rich(
     record = bool(view.exports)
     if output is None:
         console = make_console(view, record=record)
-        _print_fitted(console, build(rich_options(view, console, default_precision)))
+        print_fitted(console, build(rich_options(view, console, default_precision)))
     else:
         buffer = StringIO()
         console = make_console(view, file=buffer, record=record, plain=True)
         # A file has no screen to be too narrow for: widen without a word.
-        _print_fitted(console, build(rich_options(view, console, default_precision)),
-                      quiet=True)
+        print_fitted(console, build(rich_options(view, console, default_precision)),
+                     quiet=True)
         write_atomic(output, buffer.getvalue(), protect)
     if record:
         _write_exports(console, view, protect, title)
+
+
+def figure_fits(
+    build: Callable[[RichOptions], RenderableType], view: ViewSettings, default_precision: int
+) -> bool:
+    """Whether the view fits the terminal without widening (``auto`` shows text when not)."""
+    console = make_console(view)
+    width = min(console.width, MAX_FIGURE_WIDTH)
+    return needed_width(console, build(rich_options(view, console, default_precision))) <= width
+
+
+def auto_format(
+    fmt: str, resolved: str, build: Callable[[RichOptions], RenderableType],
+    view: ViewSettings, default_precision: int,
+) -> str:
+    """``auto`` that resolved to rich stays rich only if the view fits the terminal.
+
+    At 40 columns the figure would be laid out for 57 and wrap into hundreds of lines; the
+    text report reads better there, and stderr says how to get the figure anyway.
+    """
+    if fmt != "auto" or resolved != "rich" or figure_fits(build, view, default_precision):
+        return resolved
+    click.echo("qkv: the terminal is too narrow for the rich view; showing text "
+               "(--format rich shows it anyway)", err=True)
+    return "text"
 
 
 def export_only(
@@ -130,7 +157,7 @@ def export_only(
     if not view.exports:
         return
     console = make_console(view, file=StringIO(), record=True)
-    _print_fitted(console, build(rich_options(view, console, default_precision)), quiet=True)
+    print_fitted(console, build(rich_options(view, console, default_precision)), quiet=True)
     _write_exports(console, view, protect, title)
 
 
@@ -142,32 +169,40 @@ def needed_width(console: Console, renderable: RenderableType) -> int:
     return Measurement.get(console, wide, renderable).minimum
 
 
-def _print_fitted(console: Console, renderable: RenderableType, quiet: bool = False) -> None:
-    """Print, first widening the layout if the screen is too narrow to show every digit.
+def print_fitted(console: Console, renderable: RenderableType, quiet: bool = False) -> None:
+    """Print at most :data:`MAX_FIGURE_WIDTH` wide, widening if the screen is too narrow.
 
     rich would otherwise squeeze columns until numbers are cut or vanish; lines longer
-    than the terminal are the lesser harm, and stderr says why.
+    than the terminal are the lesser harm, and stderr says why, before the view and again
+    after it (a long view scrolls the first notice away).
     """
+    if console.width > MAX_FIGURE_WIDTH:
+        console.size = (MAX_FIGURE_WIDTH, console.height)
     need = needed_width(console, renderable)
+    hint = ""
     if need > console.width:
-        if not quiet:
-            click.echo(
-                f"qkv: the rich view needs {need} columns to show every number whole; "
+        hint = (f"qkv: the rich view needs {need} columns to show every number whole; "
                 f"laid out for {need} instead of {console.width} "
-                "(--format text suits a narrow screen)",
-                err=True,
-            )
+                "(--format text suits a narrow screen)")
+        if not quiet:
+            click.echo(hint, err=True)
         console.size = (need, console.height)
     console.print(renderable)
+    if hint and not quiet:
+        click.echo(hint, err=True)
 
 
 def _write_exports(console: Console, view: ViewSettings, protect: Path | None,
                    title: str) -> None:
+    from html import escape
+
     for kind, path in view.exports:
         if kind == "svg":
             text = console.export_svg(title=title, clear=False)
         else:
-            text = console.export_html(clear=False)
+            # rich's page has no <title>: a browser tab and a bookmark should name the view.
+            text = console.export_html(clear=False).replace(
+                "<head>", f"<head>\n<title>{escape(title)}</title>", 1)
         write_atomic(path, text, protect)
 
 
@@ -189,10 +224,17 @@ class GradcheckProgress:
         if self.progress is None:
             if time.monotonic() - self.started < self.delay:
                 return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             self.progress = Progress(
                 TextColumn("gradcheck"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("eta"), TimeRemainingColumn(),
                 console=self.console, transient=True,
             )
             self.progress.start()

@@ -102,6 +102,9 @@ def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
     umask), not ``mkstemp``'s private 0600. Raises :class:`InputError`.
     """
     directory = output.parent if str(output.parent) else type(output)(".")
+    if not directory.is_dir():
+        # The same words as the export paths' check (cli/console.py), for every writer.
+        raise InputError(f"{output}: no such directory {directory}")
     import tempfile  # only when writing a file: it costs milliseconds of start-up
 
     try:

@@ -163,7 +163,9 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
     """The chapter's nine "predict before reading the evidence" questions, one by one.
 
     Each answer is checked against values computed from FIXTURE (default: the chapter
-    fixture); the explanation follows. Exit status: 0 all right, 1 otherwise, 2 bad input.
+    fixture); the explanation follows. Numbers count as right within 0.0005 (three
+    decimals are enough). At the end of piped input or on Ctrl-C the score so far is
+    shown. Exit status: 0 all right, 1 otherwise, 2 bad input.
     """
     from qkvcli.learn.quiz import build_questions, check_answer, parse_answers
 
@@ -173,27 +175,67 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
     if answers is not None:
         text = read_text(answers, "answer")
         given = labelled(str(answers), lambda: parse_answers(text, len(questions)))
+        answered = sum(1 for answer in given if answer)
+        if answered < len(questions):
+            click.echo(f"qkv: warning: {answers} answers {answered} of {len(questions)} "
+                       "questions; the others count as unanswered", err=True)
     right = 0
-    for question in questions:
-        click.echo(f"Question {question.number}/{len(questions)}: {question.prompt}")
-        for letter, choice in zip("abc", question.choices, strict=False):
-            click.echo(f"  {letter}) {choice}")
-        if given is not None:
-            answer = given[question.number - 1]
-            verdict = check_answer(question, answer)
-            click.echo(f"your answer: {answer or '(none)'}")
-        else:
-            while True:
-                answer = click.prompt("your answer", type=str)
+    asked = 0
+    try:
+        for question in questions:
+            asked = question.number
+            _ask(question, len(questions))
+            if given is not None:
+                answer = given[question.number - 1]
                 verdict = check_answer(question, answer)
-                if not verdict.problem:
-                    break
-                click.echo(f"  ({verdict.problem}; try again)")
-        right += verdict.correct
-        click.echo(("right" if verdict.correct else "not quite")
-                   + (f" ({verdict.problem})" if verdict.problem else "")
-                   + f". Answer: {question.shown}")
-        click.echo(f"why: {question.explanation}\n")
+                click.echo(f"your answer: {answer or '(none)'}")
+            else:
+                while True:
+                    answer = click.prompt("your answer", type=str)
+                    verdict = check_answer(question, answer)
+                    if not verdict.problem:
+                        break
+                    click.echo(f"  ({verdict.problem}; try again)")
+            right += verdict.correct
+            click.echo(wrapped(("right" if verdict.correct else "not quite")
+                               + (f" ({verdict.problem})" if verdict.problem else "")
+                               + f". Answer: {question.shown}", "  "))
+            click.echo(wrapped(f"why: {question.explanation}", "  ") + "\n")
+    except click.Abort:
+        # End of piped input or Ctrl-C: keep the score so far rather than only "Aborted!".
+        click.echo(f"\nstopped at question {asked} of {len(questions)}; "
+                   f"{right} right before it")
+        click.echo(f"score={right}/{len(questions)}")
+        raise SystemExit(EXIT_FAILED) from None
     click.echo(f"score={right}/{len(questions)}")
     if right != len(questions):
         raise SystemExit(EXIT_FAILED)
+
+
+QUIZ_WIDTH = 100
+"""Questions wrap at the terminal's width, at most this many columns, and only at spaces."""
+
+
+def wrapped(text: str, indent: str = "") -> str:
+    """``text`` wrapped at the terminal's width (at most :data:`QUIZ_WIDTH`), only at spaces.
+
+    A terminal left to wrap a long line cuts it anywhere (``W`` / ``_K``).
+    """
+    import shutil
+    import textwrap
+
+    width = max(min(shutil.get_terminal_size((80, 24)).columns, QUIZ_WIDTH), 40)
+    return textwrap.fill(text, width=width, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _ask(question: Any, count: int) -> None:
+    """Print one question, its choices and, for decimals, how close counts as right."""
+    click.echo(wrapped(f"Question {question.number}/{count}: {question.prompt}", "  "))
+    for letter, choice in zip("abc", question.choices, strict=False):
+        click.echo(wrapped(f"  {letter}) {choice}", "     "))
+    expected = question.expected
+    if question.kind == "numbers" and isinstance(expected, tuple) and any(
+        value != int(value) for value in expected
+    ):
+        click.echo("  (3 decimals are enough: within 0.0005 counts as right)")

@@ -86,6 +86,16 @@ class CheckOverrides:
         return {name: getattr(self, name) for name in self.__slots__
                 if getattr(self, name) is not None}
 
+    def ignored(self, mode: str) -> list[str]:
+        """Warnings for options given here that the gradient check in ``mode`` does not use."""
+        warnings = []
+        if self.directions is not None and mode != "fast":
+            warnings.append(f"--directions is used only by --mode fast; ignored with mode {mode}")
+        if self.samples is not None and mode in ("full", "fast"):
+            what = "every coordinate is checked" if mode == "full" else "it checks directions"
+            warnings.append(f"--samples is ignored by --mode {mode} ({what})")
+        return warnings
+
     def apply(self, fixture: Fixture) -> Fixture:
         """``fixture`` with these settings in place of its own."""
         changes = self.changes()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import TYPE_CHECKING
 
 import click
@@ -34,6 +35,12 @@ REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
 GRADCHECK_FORMATS = ("text", "json", "rich", "auto")
 
 
+def warn_ignored(overrides: CheckOverrides, mode: str) -> None:
+    """Say on stderr which given options this run does not use (never silently)."""
+    for warning in overrides.ignored(mode):
+        click.echo(f"qkv: warning: {warning}", err=True)
+
+
 def _evidence_command(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     overrides: CheckOverrides, view: ViewSettings, *, name_failures: bool,
@@ -55,13 +62,20 @@ def _evidence_command(
             fmt = "text"
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
-    fmt = resolve_format(fmt, output)
-    evidence = build_evidence(overrides.apply(load(fixture, max_elements)))
+    requested, fmt = fmt, resolve_format(fmt, output)
+    loaded = overrides.apply(load(fixture, max_elements))
+    warn_ignored(overrides, loaded.mode)
+    evidence = build_evidence(loaded)
 
     def figure(options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.view import render_rich
 
         return render_rich(evidence, options)
+
+    if fmt == "rich" and requested == "auto":
+        from qkvcli.cli.console import auto_format
+
+        fmt = auto_format(requested, fmt, figure, view, FIGURE_PRECISION)
 
     title = f"qkv {click.get_current_context().info_name}"
     diff = ""
@@ -71,6 +85,11 @@ def _evidence_command(
         show_rich(figure, view, output, fixture, FIGURE_PRECISION, title)
     else:
         pieces = render_pieces(evidence, fmt, tensor_policy(view.full))
+        if fmt == "text" and not evidence.passed:
+            from qkvcli.render.text.checks import failure_lines
+
+            # Only a failing report grows: passing reports stay byte for byte the chapter's.
+            pieces = itertools.chain(pieces, [failure_lines(evidence)])
         if golden is None:
             write_output(pieces, output, protect=fixture)
         else:
@@ -83,6 +102,8 @@ def _evidence_command(
         if diff:
             click.echo(diff, nl=False)
             click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
+        elif golden is not None:
+            click.echo(f"qkv: the report matches {golden}", err=True)
         if view.exports:
             from qkvcli.cli.console import export_only
 
@@ -180,6 +201,7 @@ def gradcheck(
     error, pass) and the verdict. Exit status 1 when any coordinate fails.
     """
     from qkvcli.cli.console import (
+        auto_format,
         check_export_paths,
         export_only,
         gradcheck_progress,
@@ -188,8 +210,9 @@ def gradcheck(
     from qkvcli.gradcheck.layer import gradcheck_layer
 
     check_export_paths(view, output, fixture)
-    fmt = resolve_format(fmt, output)
+    requested, fmt = fmt, resolve_format(fmt, output)
     loaded = overrides.apply(load(fixture, max_elements))
+    warn_ignored(overrides, loaded.mode)
     # The analytic gradients under test come from the engine in the chosen type.
     grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
     reporter = gradcheck_progress(fmt, view)
@@ -206,17 +229,20 @@ def gradcheck(
 
         return render_gradcheck_rich(result, options)
 
+    fmt = auto_format(requested, fmt, table, view, GRADCHECK_PRECISION)
     if fmt == "rich":
         show_rich(table, view, output, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     else:
         if fmt == "json":
             from qkvcli.render.json.evidence import dumps, gradcheck_json
 
-            text = dumps(gradcheck_json(result))
+            text = dumps({**gradcheck_json(result), "dtype": dtype})
         else:
             from qkvcli.render.text.gradcheck import render_gradcheck_text
 
             text = render_gradcheck_text(result)
+            if dtype != "float64":
+                text += f"dtype={dtype} (analytic gradients; central differences in float64)\n"
         write_output(text, output, protect=fixture)
         export_only(table, view, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     if not result.passed:

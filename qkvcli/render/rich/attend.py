@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Group, RenderableType
-from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
@@ -129,8 +128,10 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         f"value width {c.value_width}; bias on {bias or 'no branch'}; "
         f"{c.parameter_count} parameters",
     )
-    parts: list[RenderableType] = [Panel(header, title=Text(f"attend: {evidence.chapter}"),
-                                         title_align="left", box=box.ROUNDED)]
+    # A Part in a Row, not a bare Panel: a Panel measures as wide as its longest line, which
+    # made the CLI widen the whole view for a line of prose that could wrap.
+    parts: list[RenderableType] = [Row([Part(header, Text(f"attend: {evidence.chapter}"),
+                                             box.ROUNDED)])]
     if c.heads is not None:  # a multi-head layer: one heat map per head
         from qkvcli.render.rich.heatmap import heatmaps
 
@@ -144,8 +145,7 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
                          gap=2, stack_expand=False, fill=False))
     parts.append(_checks_table(evidence))
     for note in evidence.notes:
-        parts.append(Panel(Text(note.text), title=f"note: {note.code}", title_align="left",
-                           box=box.ROUNDED, border_style="yellow"))
+        parts.append(Row([Part(Text(note.text), f"note: {note.code}", box.ROUNDED, "yellow")]))
     verdict = Text("attend: ", style="bold")
     verdict.append_text(status(evidence.passed))
     parts.append(verdict)

@@ -17,7 +17,7 @@ from qkvcli.render.rich.boxes import PLAIN, ROLE_BOXES
 from qkvcli.render.rich.branches import LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import Part, Row, lines, status, titled
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import batched_tables, cell, grid, matrix_table
+from qkvcli.render.rich.tables import batched_tables, cell, grid, longest_word, matrix_table
 from qkvcli.render.text.checks import check_rows
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
@@ -166,11 +166,16 @@ def _history_part(evidence: Evidence, options: RichOptions) -> Part:
     h = evidence.history
     dash = options.symbols.dash
     table = Table(box=PLAIN, header_style="bold", pad_edge=False, show_edge=False)
-    for header in ("Source", "Additive encoder-decoder attention", "Transformer self-attention"):
-        table.add_column(cell(header), overflow="fold")
-    table.add_row(*map(cell, ("Previous decoder state", h.earlier_left, dash)))
-    table.add_row(*map(cell, ("Encoder annotations", h.earlier_right, dash)))
-    table.add_row(*map(cell, ("One previous-layer sequence", dash, h.transformer_source)))
+    headers = ("Source", "Additive encoder-decoder attention", "Transformer self-attention")
+    rows = (("Previous decoder state", h.earlier_left, dash),
+            ("Encoder annotations", h.earlier_right, dash),
+            ("One previous-layer sequence", dash, h.transformer_source))
+    for index, header in enumerate(headers):
+        # Wrap at spaces only: a word split in two (``encoder-annotati``/``ons``) misreads.
+        words = longest_word([header, *(row[index] for row in rows)])
+        table.add_column(cell(header), overflow="fold", min_width=words)
+    for row in rows:
+        table.add_row(*map(cell, row))
     body = lines(table, Text(f"mapping: {h.mapping}. {ANALOGY}", style="dim"))
     return Part(body, titled("Change from two attention sources to one"))
 

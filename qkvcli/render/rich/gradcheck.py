@@ -76,7 +76,8 @@ def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[T
             check = tensor.checks[row]
             name = Text(check.tensor, style=style)
             if check is worst:
-                name.append(f"\n{symbols.worst}", style="bold")
+                # On the row itself: a mark on a line of its own reads as one more coordinate.
+                name.append(f" {symbols.mark}", style="bold")
             if check.note:
                 below.append(Text(f"note: {check.tensor}{fmt_shape(check.coordinate)}: "
                                   f"{check.note}"))
@@ -129,7 +130,7 @@ def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None =
     worst_line = None
     if worst is not None:
         worst_line = Text(
-            f"worst: {worst.tensor}{fmt_shape(worst.coordinate)} scaled error "
+            f"{options.symbols.worst}: {worst.tensor}{fmt_shape(worst.coordinate)} scaled error "
             f"{_sci(worst.scaled_error)}", style="bold",
         )
     return lines(

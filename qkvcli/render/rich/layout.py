@@ -126,4 +126,36 @@ class Fitted:
         yield self.layouts[-1]
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.layouts[-1])
+        # As narrow as the narrowest layout, as wide as the widest: measured as the narrowest
+        # alone, a table cell would offer only that much and every key column became ``…``.
+        narrowest = Measurement.get(console, options, self.layouts[-1])
+        widest = Measurement.get(console, options, self.layouts[0])
+        return Measurement(narrowest.minimum, max(narrowest.maximum, widest.maximum))
+
+
+class Flow:
+    """Items on one line, wrapped only *between* items: a legend entry never splits.
+
+    ``Text`` wraps at any space, which parts a border sample (``══``) from its label
+    (``value (double)``) at 60 columns; here each item moves to the next line whole.
+    """
+
+    def __init__(self, items: Sequence[Text], gap: int = 2) -> None:
+        self.items = list(items)
+        self.gap = gap
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        line = Text()
+        for item in self.items:
+            if line.cell_len and line.cell_len + self.gap + item.cell_len > options.max_width:
+                yield line
+                line = Text()
+            if line.cell_len:
+                line.append(" " * self.gap)
+            line.append_text(item)
+        yield line
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widths = [item.cell_len for item in self.items] or [0]
+        total = sum(widths) + self.gap * (len(widths) - 1)
+        return Measurement(max(widths), total)

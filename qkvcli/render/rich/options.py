@@ -24,12 +24,14 @@ class Symbols:
     times: str
     dot: str
     block: str
+    mark: str
+    """Beside the worst coordinate's tensor name, on its row (``worst`` explains it below)."""
 
 
 UNICODE = Symbols(arrow="→", ellipsis="…", transpose="ᵀ", tau="τ", dash="—", worst="◀ worst",
-                  times="×", dot="·", block="█")  # noqa: RUF001 - the multiplication sign
+                  times="×", dot="·", block="█", mark="◀")  # noqa: RUF001 - the multiplication sign
 ASCII = Symbols(arrow="->", ellipsis="...", transpose="^T", tau="tau", dash="-", worst="<- worst",
-                times="x", dot="-", block="#")
+                times="x", dot="-", block="#", mark="<-")
 
 
 @dataclass(frozen=True)

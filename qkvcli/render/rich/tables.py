@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from rich.box import Box
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -127,11 +128,30 @@ def batched_tables(
     return out
 
 
+def longest_word(texts: Iterable[str | Text]) -> int:
+    """The widest word (run of non-spaces) in ``texts``: a column narrower than it splits a word."""
+    words = (word for text in texts for word in cell(text).plain.split())
+    return max((cell_len(word) for word in words), default=1)
+
+
+def widest_line(texts: Iterable[str | Text]) -> int:
+    """The widest line in ``texts``: what a column that never wraps needs."""
+    found = (cell_len(line) for text in texts for line in cell(text).plain.splitlines())
+    return max(found, default=1)
+
+
 def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[int] = ()) -> Table:
-    """A borderless grid of literal-text rows; long cells fold instead of being cut off."""
+    """A borderless grid of literal-text rows; long cells wrap at spaces, never inside a word.
+
+    Each column's minimum width is its widest word (or, for ``nowrap`` columns, its widest
+    line), so the grid measures as wide as it truly needs: a side-by-side row of cards then
+    stacks, or the CLI widens, instead of rich splitting ``[1,2,2]`` or a word in two.
+    """
     table = Table.grid(padding=(0, 2))
     for index in range(max((len(row) for row in rows), default=0)):
-        table.add_column(no_wrap=index in nowrap, overflow="fold",
+        column = [row[index] for row in rows if index < len(row)]
+        least = widest_line(column) if index in nowrap else longest_word(column)
+        table.add_column(no_wrap=index in nowrap, overflow="fold", min_width=least,
                          style="dim" if index in dim else None)
     for row in rows:
         table.add_row(*(cell(value) for value in row))

@@ -17,7 +17,7 @@ from qkvcli.checks.records import Evidence
 from qkvcli.render.rich.boxes import INPUT, ROLE_BOXES
 from qkvcli.render.rich.branches import INPUT_STYLE, LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.cards import evidence_cards, verdict_line
-from qkvcli.render.rich.layout import Part, Row, lines, titled
+from qkvcli.render.rich.layout import Flow, Part, Row, lines, titled
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import batched_tables, matrix_table, pairs
 from qkvcli.render.text.numbers import fmt_shape
@@ -26,19 +26,21 @@ BORDER_WORDS = {"query": "solid", "key": "dashed", "value": "double"}
 TITLE = "Split one hidden sequence into three learned views"
 
 
-def _legend(options: RichOptions) -> Text:
+def _legend(options: RichOptions) -> Flow:
     """One sample of each border, drawn with the very boxes the figure uses."""
     ascii_only = options.ascii
-    legend = Text()
-    legend.append("Borders: ", style="dim")
     samples = [("input", INPUT, INPUT_STYLE)] + [
         (f"{role} ({BORDER_WORDS[role]})", ROLE_BOXES[role], ROLE_STYLES[role]) for role in ROLES
     ]
-    for index, (label, box, style) in enumerate(samples):
+    items = [Text("Borders:", style="dim")]
+    for label, box, style in samples:
         glyph = box.fallback.top if ascii_only else box.top
-        legend.append(glyph * 2, style=style)
-        legend.append(f" {label}" + ("  " if index < len(samples) - 1 else ""))
-    return legend
+        item = Text(glyph * 2, style=style)
+        item.append(f" {label}")
+        items.append(item)
+    # The label and the first sample share a line, as in ``Borders: ━━ input``.
+    first = Text.assemble(items[0], " ", items[1])
+    return Flow([first, *items[2:]])
 
 
 def _input_part(evidence: Evidence, options: RichOptions) -> Part:

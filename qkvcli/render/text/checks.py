@@ -103,3 +103,17 @@ DETAILS: dict[str, Callable[[Evidence], str]] = {
 def check_rows(evidence: Evidence) -> tuple[Check, ...]:
     """Every verdict of ``evidence`` in declared order, with its one-line detail."""
     return tuple(Check(v.name, v.passed, DETAILS[v.name](evidence)) for v in evidence.checks)
+
+
+def failure_lines(evidence: Evidence) -> str:
+    """The lines a *failing* text report ends with: the verdict and each failed check.
+
+    ``verdict=FAIL failed:gradcheck`` then ``failed=gradcheck 23 of 24 coordinates ...``;
+    a report saved to a file then says why without stderr. Empty when every check passed.
+    """
+    failed = [check for check in check_rows(evidence) if not check.passed]
+    if not failed:
+        return ""
+    lines = [f"verdict=FAIL failed:{','.join(check.name for check in failed)}"]
+    lines += [f"failed={check.name} {check.detail}" for check in failed]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,176 @@
+"""Issue 14: what a newcomer trips over: verdicts, warnings, one-line successes, wording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+TERMINAL_VARS = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM",
+                 "COLUMNS", "LINES")
+
+
+def invoke(args: list[str], stdin: str | None = None) -> tuple[int, str, str]:
+    env: dict[str, str | None] = dict.fromkeys(TERMINAL_VARS)
+    result = CliRunner().invoke(main, args, env=env, input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+# --- plain output ---------------------------------------------------------------------------
+
+
+def test_failing_text_report_ends_with_the_verdict_and_the_failed_check() -> None:
+    code, out, _ = invoke(["run", "--tolerance", "0", "-f", "text"])
+    assert code == 1
+    tail = out.splitlines()[-2:]
+    assert tail[0] == "verdict=FAIL failed:gradcheck"
+    assert tail[1].startswith("failed=gradcheck ") and "coordinates failed" in tail[1]
+
+
+def test_passing_text_report_has_no_verdict_line() -> None:
+    _, out, _ = invoke(["run", "-f", "text"])
+    assert "verdict" not in out and out.endswith("next=compare queries with keys and mix values\n")
+
+
+@pytest.mark.parametrize(("args", "warning"), [
+    (["--directions", "4"], "--directions is used only by --mode fast; ignored with mode auto"),
+    (["--mode", "full", "--samples", "2"],
+     "--samples is ignored by --mode full (every coordinate is checked)"),
+])
+@pytest.mark.parametrize("command", ["run", "gradcheck"])
+def test_ignored_options_are_warned_about(command: str, args: list[str], warning: str) -> None:
+    code, _, err = invoke([command, "-f", "text", *args])
+    assert code == 0
+    assert f"qkv: warning: {warning}\n" in err
+
+
+def test_used_options_are_not_warned_about() -> None:
+    _, _, err = invoke(["gradcheck", "--mode", "fast", "--directions", "2"])
+    assert "warning" not in err
+
+
+def test_dtype_is_reported() -> None:
+    _, text, _ = invoke(["gradcheck", "--dtype", "float32"])
+    assert text.endswith("dtype=float32 (analytic gradients; central differences in float64)\n")
+    _, plain, _ = invoke(["gradcheck"])
+    assert "dtype" not in plain  # the float64 table is unchanged
+    for dtype in ("float32", "float64"):
+        _, out, _ = invoke(["gradcheck", "-f", "json", "--dtype", dtype])
+        assert json.loads(out)["dtype"] == dtype
+
+
+def test_init_output_says_one_line_on_stderr(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(["init", "-o", "mine.json"])
+    assert (code, out, err) == (0, "", "qkv: wrote mine.json\n")
+
+
+def test_missing_directory_is_worded_the_same_everywhere(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    _, _, init_err = invoke(["init", "-o", str(missing / "f.json")])
+    _, _, export_err = invoke(["run", "-f", "text", "--export-html", str(missing / "f.html")])
+    _, _, output_err = invoke(["report", "-o", str(missing / "r.txt")])
+    assert init_err == f"Error: {missing / 'f.json'}: no such directory {missing}\n"
+    assert export_err == f"Error: {missing / 'f.html'}: no such directory {missing}\n"
+    assert output_err == f"Error: {missing / 'r.txt'}: no such directory {missing}\n"
+
+
+def test_init_help_explains_every_size() -> None:
+    _, out, _ = invoke(["init", "--help"])
+    for option, words in (("--batch", "Sequences"), ("--tokens", "Positions"),
+                          ("--d-model", "input vector"), ("--d-head", "projection")):
+        assert option in out and words in out
+
+
+def test_html_export_has_a_title(tmp_path: Path) -> None:
+    page = tmp_path / "run.html"
+    code, _, _ = invoke(["run", "-f", "text", "--export-html", str(page)])
+    assert code == 0
+    assert "<title>qkv run</title>" in page.read_text(encoding="utf-8")
+
+
+# --- the terminal figure ----------------------------------------------------------------------
+
+
+def test_auto_falls_back_to_text_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("qkvcli.cli.options.stdout_is_terminal", lambda: True)
+    code, out, err = invoke(["run", "--width", "40"])
+    assert code == 0
+    assert out == invoke(["report", "-f", "text"])[1]
+    assert "too narrow for the rich view; showing text (--format rich shows it anyway)" in err
+    _, wide, wide_err = invoke(["run", "--width", "100"])
+    assert "Borders:" in wide and wide_err == ""
+
+
+def test_rich_figure_is_capped_at_a_readable_width() -> None:
+    _, out, _ = invoke(["run", "-f", "rich", "--width", "220"])
+    assert max(len(line) for line in out.splitlines()) == 160
+
+
+# --- the quiz -----------------------------------------------------------------------------
+
+
+def test_quiz_keeps_the_score_when_input_ends() -> None:
+    code, out, _ = invoke(["quiz"], stdin="[4,7,2]\n")
+    assert code == 1
+    assert "Aborted!" not in out
+    assert out.endswith("stopped at question 2 of 9; 1 right before it\nscore=1/9\n")
+
+
+def test_quiz_keeps_the_score_on_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = iter(["[4,7,2]"])
+
+    def prompt(*args: object, **kwargs: object) -> str:
+        try:
+            return next(answers)
+        except StopIteration:
+            raise click.Abort() from None
+
+    monkeypatch.setattr(click, "prompt", prompt)
+    code, out, _ = invoke(["quiz"])
+    assert code == 1 and out.endswith("score=1/9\n")
+
+
+def test_quiz_warns_about_a_short_answers_file(tmp_path: Path) -> None:
+    path = tmp_path / "answers.txt"
+    path.write_text("[4,7,2]\nx\nyes\n", encoding="utf-8")
+    code, _, err = invoke(["quiz", "--answers", str(path)])
+    assert code == 1
+    assert err == (f"qkv: warning: {path} answers 3 of 9 questions; "
+                   "the others count as unanswered\n")
+
+
+def test_quiz_wraps_questions_at_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    runner = CliRunner()
+    out = runner.invoke(main, ["quiz"], input="[4,7,2]\n").stdout
+    lines = out.splitlines()
+    assert all(len(line) <= 60 or " " not in line.strip() for line in lines)
+    assert any("W_K=" in line for line in lines)  # never W / _K
+
+
+def test_quiz_help_says_what_precision_counts() -> None:
+    _, out, _ = invoke(["quiz", "--help"])
+    assert "within 0.0005" in " ".join(out.split())
+
+
+# --- the library ----------------------------------------------------------------------------
+
+
+def test_library_loads_a_str_path_and_renders_every_format() -> None:
+    import qkvcli
+    from qkvcli.render import render
+
+    chapter = Path(__file__).resolve().parent.parent / "fixtures" / "ch26-qkv-projections.json"
+    evidence = qkvcli.build_evidence(qkvcli.load_fixture(str(chapter)))
+    assert render(evidence) == invoke(["report", "-f", "text"])[1]
+    assert render(evidence, "trace") == invoke(["report", "-f", "trace"])[1]
+    assert json.loads(render(evidence, "json"))["passed"] is True
+    with pytest.raises(ValueError, match="unknown format 'rich'"):
+        render(evidence, "rich")
