@@ -18,6 +18,7 @@ from qkvcli.cli.options import (
     output_option,
     view_options,
 )
+from qkvcli.core.text import printable
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -170,7 +171,7 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
         if given is not None:
             answer = given[question.number - 1]
             verdict = check_answer(question, answer)
-            click.echo(f"your answer: {answer or '(none)'}")
+            click.echo(f"your answer: {printable(answer, 200) if answer else '(none)'}")
         else:
             while True:
                 answer = click.prompt("your answer", type=str)

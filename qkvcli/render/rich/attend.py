@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.core.text import escape_controls
 from qkvcli.render.rich.layout import Fitted, Part, Row, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
@@ -129,7 +130,7 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         f"value width {c.value_width}; bias on {bias or 'no branch'}; "
         f"{c.parameter_count} parameters",
     )
-    parts: list[RenderableType] = [Panel(header, title=Text(f"attend: {evidence.chapter}"),
+    parts: list[RenderableType] = [Panel(header, title=Text(f"attend: {escape_controls(evidence.chapter)}"),
                                          title_align="left", box=box.ROUNDED)]
     for b in range(c.batch):
         weights = Fitted([_weights_table(evidence, b, options, limit)

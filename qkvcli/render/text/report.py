@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from qkvcli.checks.records import Evidence
+from qkvcli.core.text import escape_controls
 from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
@@ -26,7 +27,7 @@ def render_text(evidence: Evidence) -> str:
         return f"{name}=shape:{fmt_shape(value.shape)} values:{fmt_vector(value)}"
 
     lines = [
-        f"chapter={evidence.chapter}",
+        f"chapter={escape_controls(evidence.chapter)}",
         f"prediction={PREDICTION}",
         f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_head:{c.d_head} "
         f"bias:{fmt_bool(c.bias)}",
