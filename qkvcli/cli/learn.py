@@ -79,6 +79,10 @@ def attend(
     import dataclasses
 
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
+    head = loaded.head
+    arrays = (loaded.input, *head.weights, *(b for b in head.biases if b is not None))
+    overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
+                    loaded.samples, 1)
     evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,39 +42,10 @@ class LazyPath:
     def __new__(cls, value: str) -> Path:  # type: ignore[misc]
         from pathlib import Path
 
+        from qkvcli.cli.paths import check_path_argument
+
         check_path_argument(value)
         return Path(value)
-
-
-def check_path_argument(value: str) -> None:
-    """Refuse a path no system can open: a NUL byte, or a name over the system's limits.
-
-    Raises :class:`click.BadParameter` (exit 2, the option named) before any file call
-    could fail in a way the command does not expect.
-    """
-    from qkvcli.core.text import printable
-
-    if "\0" in value:
-        raise click.BadParameter(f"{printable(value)}: a path with a NUL byte is refused")
-    name_max, path_max = path_limits()
-    if len(os.fsencode(value)) > path_max:
-        raise click.BadParameter(
-            f"{printable(value)}: path is longer than this system's limit of {path_max} bytes"
-        )
-    longest = max((len(os.fsencode(part)) for part in value.split(os.sep)), default=0)
-    if longest > name_max:
-        raise click.BadParameter(
-            f"{printable(value)}: a file name is longer than this system's limit of "
-            f"{name_max} bytes"
-        )
-
-
-def path_limits() -> tuple[int, int]:
-    """``(NAME_MAX, PATH_MAX)`` of the current directory's file system (255, 4096 if unknown)."""
-    try:
-        return os.pathconf(".", "PC_NAME_MAX"), os.pathconf(".", "PC_PATH_MAX")
-    except (OSError, ValueError, AttributeError):
-        return 255, 4096
 
 
 def fixture_argument(func: F) -> F:
@@ -100,34 +70,57 @@ def max_elements_option(func: F) -> F:
     )(func)
 
 
-class CheckOverrides:
-    """Gradient-check settings given on the command line (``None``: the fixture's own)."""
+MAX_WIDTH = 1000
+"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
 
-    __slots__ = ("directions", "mode", "samples", "step", "tolerance")
+
+class CheckOverrides:
+    """Gradient-check settings given on the command line (``None``: the fixture's own).
+
+    ``max_evaluations`` is a limit, not a setting of the fixture: :meth:`check` refuses a
+    check that would evaluate the objective more often.
+    """
+
+    __slots__ = ("directions", "max_evaluations", "mode", "samples", "step", "tolerance")
+    SETTINGS = ("directions", "mode", "samples", "step", "tolerance")
 
     def __init__(self, step: float | None = None, tolerance: float | None = None,
                  samples: int | None = None, mode: str | None = None,
-                 directions: int | None = None) -> None:
+                 directions: int | None = None, max_evaluations: int | None = None) -> None:
         self.step = step
         self.tolerance = tolerance
         self.samples = samples
         self.mode = mode
         self.directions = directions
+        self.max_evaluations = max_evaluations
 
     def changes(self) -> dict[str, Any]:
         """The settings that were given, by field name."""
-        return {name: getattr(self, name) for name in self.__slots__
+        return {name: getattr(self, name) for name in self.SETTINGS
                 if getattr(self, name) is not None}
 
     def apply(self, fixture: Fixture) -> Fixture:
-        """``fixture`` with these settings in place of its own."""
+        """``fixture`` with these settings in place of its own, checked by :meth:`check`."""
         changes = self.changes()
-        return fixture._replace(**changes) if changes else fixture
+        fixture = fixture._replace(**changes) if changes else fixture
+        self.check(fixture.step, (fixture.input, *fixture.weights), fixture.mode,
+                   fixture.samples, fixture.directions)
+        return fixture
+
+    def check(self, step: float, arrays: Sequence[Any], mode: str, samples: int | None,
+              directions: int) -> None:
+        """Refuse a ``--step`` that overflows beside ``arrays``, or too many evaluations."""
+        from qkvcli.cli.budget import check_gradcheck_budget
+
+        check_gradcheck_budget(self.step, self.max_evaluations, step, arrays, mode, samples,
+                               directions)
 
 
 def _positive_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter("must be a finite number greater than zero")
+    if value is not None and not math.isfinite(2.0 * value):
+        raise click.BadParameter("is too large: x + 2*step overflows binary64")
     return value
 
 
@@ -153,8 +146,15 @@ def _packed(func: F, names: tuple[str, ...]) -> Callable[..., Any]:
 
 
 def gradcheck_options(func: F) -> F:
-    """``--step``, ``--tolerance``, ``--samples``: handed to the command in ``overrides``."""
-    result: Any = _packed(func, ("step", "tolerance", "samples"))
+    """``--step``, ``--tolerance``, ``--samples``, ``--max-evaluations``: in ``overrides``."""
+    from qkvcli.gradcheck.settings import MAX_EVALUATIONS
+
+    result: Any = _packed(func, ("step", "tolerance", "samples", "max_evaluations"))
+    result = click.option(
+        "--max-evaluations", type=click.IntRange(min=1), default=None,
+        help=f"Refuse a gradient check that would evaluate the objective more than this "
+        f"many times (two per coordinate or direction).  [default: {MAX_EVALUATIONS}]",
+    )(result)
     result = click.option(
         "--samples", type=click.IntRange(min=1), default=None,
         help="Coordinates to check per tensor (evenly spaced); default: every coordinate "
@@ -250,7 +250,7 @@ def view_options(func: F) -> F:
                      help="Rich view: show every value of large tensors instead of eliding."),
         click.option("--precision", type=click.IntRange(0, 17), default=None,
                      help="Rich view: decimals for values (default 6; gradcheck 9)."),
-        click.option("--width", type=click.IntRange(min=20), default=None,
+        click.option("--width", type=click.IntRange(20, MAX_WIDTH), default=None,
                      help="Rich view: columns to lay out for (default: the terminal's, "
                           "or COLUMNS)."),
         click.option("--no-color", is_flag=True,
