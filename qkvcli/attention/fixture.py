@@ -32,9 +32,9 @@ from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import validate_name
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.fixtures.budget import check_projection_size, check_scores_size, check_step_fits
 from qkvcli.fixtures.files import StrPath
 from qkvcli.fixtures.json_values import (
-    is_json_int,
     json_type_name,
     parse_json_text,
     refuse_unknown_keys,
@@ -46,10 +46,16 @@ from qkvcli.fixtures.limits import (
     DEFAULT_SEED,
     DEFAULT_STEP,
     DEFAULT_TOLERANCE,
-    MAX_SEED,
 )
 from qkvcli.fixtures.load import read_fixture_text
 from qkvcli.fixtures.problems import FixtureError
+from qkvcli.fixtures.settings import (
+    parse_chapter,
+    parse_samples,
+    parse_seed,
+    parse_step,
+    parse_tolerance,
+)
 from qkvcli.fixtures.tensors import parse_tensor
 
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
@@ -104,34 +110,18 @@ def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
 
 
 def _settings(raw: Any) -> tuple[float, float, int | None]:
+    """``(step, tolerance, samples)``: the chapter's own rules (:mod:`qkvcli.fixtures.settings`)."""
     step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
     if raw is None:
         return step, tolerance, samples
     if not isinstance(raw, dict):
         raise FixtureError("$.gradcheck", f"expected an object, got {json_type_name(raw)}")
     refuse_unknown_keys(raw, GRADCHECK_KEYS, "$.gradcheck")
-    for key in ("step", "tolerance"):
-        if key in raw:
-            value = raw[key]
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise FixtureError(f"$.gradcheck.{key}", f"expected a number, got {json_type_name(value)}")
-            if key == "step" and not value > 0:
-                raise FixtureError("$.gradcheck.step", "step must be greater than zero")
-            if key == "tolerance" and value < 0:
-                raise FixtureError("$.gradcheck.tolerance", "tolerance must not be negative")
-    try:
-        step = float(raw.get("step", step))
-        tolerance = float(raw.get("tolerance", tolerance))
-    except OverflowError:
-        raise FixtureError("$.gradcheck", "number is too large for binary64") from None
-    if raw.get("samples") is not None:
-        if not is_json_int(raw["samples"]):
-            raise FixtureError("$.gradcheck.samples",
-                               f"expected an integer or null, got {json_type_name(raw['samples'])}")
-        if raw["samples"] < 1:
-            raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
-        samples = int(raw["samples"])
-    return step, tolerance, samples
+    if "step" in raw:
+        step = parse_step(raw["step"])
+    if "tolerance" in raw:
+        tolerance = parse_tolerance(raw["tolerance"])
+    return step, tolerance, parse_samples(raw.get("samples"))
 
 
 def parse_attend_fixture(
@@ -159,6 +149,9 @@ def parse_attend_fixture(
     except QkvError as error:
         raise FixtureError("$.input", str(error)) from None
     batch, tokens, _ = x.shape
+    # Refused before the head allocates them: projections, scores and the upstream U.
+    check_projection_size(batch, tokens, max(head.d_k, head.d_v), "$.input", max_elements)
+    check_scores_size(batch, None, tokens, "$.input", max_elements)
 
     raw_upstream = data.get("upstream")
     if raw_upstream is not None:
@@ -180,19 +173,10 @@ def parse_attend_fixture(
         base_dir)
 
     step, tolerance, samples = _settings(data.get("gradcheck"))
-    seed = DEFAULT_SEED
-    if "seed" in data:
-        if not is_json_int(data["seed"]):
-            raise FixtureError("$.seed", f"expected an integer, got {json_type_name(data['seed'])}")
-        if not 0 <= data["seed"] <= MAX_SEED:
-            raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
-        seed = int(data["seed"])
-    chapter = default_chapter
-    if "chapter" in data:
-        raw_chapter = data["chapter"]
-        if not isinstance(raw_chapter, str) or not raw_chapter or "\n" in raw_chapter:
-            raise FixtureError("$.chapter", "expected a non-empty single-line string")
-        chapter = raw_chapter
+    check_step_fits(step, (x, *head.weights, *(b for b in head.biases if b is not None)),
+                    "$.gradcheck.step")
+    seed = parse_seed(data["seed"]) if "seed" in data else DEFAULT_SEED
+    chapter = parse_chapter(data["chapter"]) if "chapter" in data else default_chapter
 
     return AttendFixture(
         input=x,
@@ -228,5 +212,8 @@ def load_attend_fixture(
     if path is None:
         return parse_attend_fixture(parse_json_text(example_text(example)),
                                     max_elements=max_elements, heads=heads)
+    from qkvcli.fixtures.load import fixture_stem
+
     text = read_fixture_text(path)
-    return parse_attend_fixture(parse_json_text(text), path.stem, max_elements, path.parent, heads)
+    return parse_attend_fixture(parse_json_text(text), fixture_stem(path), max_elements,
+                                path.parent, heads)

@@ -98,6 +98,7 @@ def init(
         seed = DEFAULT_SEED if seed is None else seed
         batch, tokens = (1 if batch is None else batch), (2 if tokens is None else tokens)
         d_model, d_head = (3 if d_model is None else d_model), (2 if d_head is None else d_head)
+        # The upstream has the projections' shape [B,T,d_head]: the run's own derived limit.
         for label, count in (("input", batch * tokens * d_model), ("weight", d_model * d_head),
                              ("upstream", batch * tokens * d_head)):
             if count > max_elements:
@@ -133,12 +134,19 @@ def _large_fixture(
     document = generated_fixture_document(seed, batch, tokens, d_model, d_head)
     if npy_dir is None or output is None:
         return dump_fixture(document)
+    from qkvcli.fixtures.files import confined_target
+    from qkvcli.fixtures.problems import FixtureError
+
     relative = npy_dir.strip("/")
     if not relative or relative.startswith(("/", "..")) or "/../" in f"/{relative}/":
         raise click.UsageError("--npy takes a directory inside FILE's directory, e.g. tensors")
     document, arrays = npy_fixture_document(document, relative)
     base = output.parent
-    targets = {base / name: array for name, array in arrays.items()}
+    try:
+        # The rule run applies when it reads them, and no symbolic link leading out.
+        targets = {confined_target(base, name, "--npy"): array for name, array in arrays.items()}
+    except FixtureError as error:
+        raise InputError(str(error)) from None
     if not force:
         existing = [str(path) for path in targets if path.exists()]
         if existing:

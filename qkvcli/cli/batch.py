@@ -25,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.cli.options import CheckOverrides
+    from qkvcli.cli.overrides import CheckOverrides
 
 
 def reject_single_options(output: Path | None, golden: Path | None) -> None:

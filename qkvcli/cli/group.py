@@ -2,6 +2,12 @@
 
 Exit statuses: 0 every check passed, 1 a check failed, 2 usage or input error (one line
 ``Error: FILE: $.location: message``), 70 an internal error (a bug: no input reaches it).
+
+Every error line is shown through :func:`~qkvcli.core.text.escape_controls` (no raw
+control character from an input reaches the terminal) and capped at
+:data:`MAX_ERROR_LINE` characters. No Python warning reaches stderr: a command runs with
+warnings ignored, because an overflow in a cast or a sum is a finding the evidence
+reports, not a line of noise.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_INTERNAL = 70
+MAX_ERROR_LINE = 1000
+CURRENT_FILE = "qkv.current_file"
+"""Key in ``ctx.meta``: the label of the input file being read or worked on, for messages."""
 
 
 class InputError(click.ClickException):
@@ -24,7 +33,21 @@ class InputError(click.ClickException):
     exit_code = EXIT_INPUT
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"Error: {self.format_message()}", err=True)
+        click.echo(f"Error: {safe_line(self.format_message())}", err=True)
+
+
+def safe_line(text: str) -> str:
+    """``text`` with control characters escaped, capped at :data:`MAX_ERROR_LINE` with ``…``."""
+    from qkvcli.core.text import printable
+
+    return printable(text, MAX_ERROR_LINE)
+
+
+def note_file(label: str) -> None:
+    """Remember ``label`` as the file the command works on (named if memory runs out)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[CURRENT_FILE] = label
 
 
 def error_line(error: Exception) -> str:
@@ -61,6 +84,14 @@ class QkvGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self.invoke_translating(ctx)
+
+    def invoke_translating(self, ctx: click.Context) -> Any:
+        """Run the command; any escaped exception becomes an error line and exit status."""
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -70,7 +101,12 @@ class QkvGroup(click.Group):
             silence_stdout()
             ctx.exit(EXIT_OK)
         except MemoryError:
-            raise InputError("out of memory: the fixture's tensors are too large") from None
+            file = ctx.meta.get(CURRENT_FILE)
+            where = f"{file}: " if file else ""
+            raise InputError(
+                f"{where}out of memory: the input's tensors are too large for this machine "
+                "(lower --max-elements to refuse such inputs up front)"
+            ) from None
         except RecursionError:
             raise InputError("input is nested too deeply") from None
         except Exception as error:
@@ -79,7 +115,8 @@ class QkvGroup(click.Group):
             if isinstance(error, QkvError):
                 raise InputError(error_line(error)) from None
             click.echo(
-                f"Error: internal error ({type(error).__name__}: {error}); please report this",
+                safe_line(f"Error: internal error ({type(error).__name__}: {error}); "
+                          "please report this"),
                 err=True,
             )
             ctx.exit(EXIT_INTERNAL)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from qkvcli.cli.group import InputError
+from qkvcli.cli.group import InputError, note_file
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,14 +27,21 @@ BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
 
 
 def label_of(path: Path | None) -> str:
-    """How messages name a fixture: its path, or the bundled chapter fixture."""
-    return BUNDLED_LABEL if path is None else str(path)
+    """How messages name a fixture: its path (capped, escaped), ``<stdin>``, or the bundled one."""
+    if path is None:
+        return BUNDLED_LABEL
+    if str(path) == "-":
+        return "<stdin>"
+    from qkvcli.core.text import printable
+
+    return printable(str(path))
 
 
 def labelled(label: str, read: Callable[[], T]) -> T:
     """``read()``, with any :class:`~qkvcli.core.errors.QkvError` it raises naming ``label``."""
     from qkvcli.core.errors import QkvError
 
+    note_file(label)
     try:
         return read()
     except QkvError as error:
@@ -56,11 +63,11 @@ def read_text(path: Path, what: str) -> str:
     from qkvcli.fixtures.files import read_limited
     from qkvcli.fixtures.limits import MAX_FILE_BYTES
 
-    data = labelled(str(path), lambda: read_limited(path, MAX_FILE_BYTES, what))
+    data = labelled(label_of(path), lambda: read_limited(path, MAX_FILE_BYTES, what))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise InputError(f"{path}: not UTF-8 text (byte {error.start})") from None
+        raise InputError(f"{label_of(path)}: not UTF-8 text (byte {error.start})") from None
 
 
 def write_output(text: str | Iterable[str], output: Path | None,

@@ -9,7 +9,6 @@ import click
 from qkvcli.cli.group import EXIT_FAILED, InputError
 from qkvcli.cli.io import label_of, labelled, load, read_text, write_output
 from qkvcli.cli.options import (
-    CheckOverrides,
     LazyPath,
     ViewSettings,
     fixture_argument,
@@ -18,6 +17,8 @@ from qkvcli.cli.options import (
     output_option,
     view_options,
 )
+from qkvcli.cli.overrides import CheckOverrides
+from qkvcli.core.text import printable
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,6 +90,10 @@ def attend(
 
         evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
     else:
+        head = loaded.head
+        arrays = (loaded.input, *head.weights, *(b for b in head.biases if b is not None))
+        overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
+                        loaded.samples, 1)
         evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich
@@ -188,7 +193,7 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
             if given is not None:
                 answer = given[question.number - 1]
                 verdict = check_answer(question, answer)
-                click.echo(f"your answer: {answer or '(none)'}")
+                click.echo(f"your answer: {printable(answer, 200) if answer else '(none)'}")
             else:
                 while True:
                     answer = click.prompt("your answer", type=str)

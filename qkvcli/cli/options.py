@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from qkvcli.cli.overrides import CheckOverrides
+
 if TYPE_CHECKING:
     from pathlib import Path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
-    from qkvcli.fixtures.fixture import Fixture
+    pass
 
 FIGURE_PRECISION = 6
 """Decimals of the rich figure of run and report (``--precision`` overrides)."""
@@ -42,6 +44,9 @@ class LazyPath:
     def __new__(cls, value: str) -> Path:  # type: ignore[misc]
         from pathlib import Path
 
+        from qkvcli.cli.paths import check_path_argument
+
+        check_path_argument(value)
         return Path(value)
 
 
@@ -67,44 +72,15 @@ def max_elements_option(func: F) -> F:
     )(func)
 
 
-class CheckOverrides:
-    """Gradient-check settings given on the command line (``None``: the fixture's own)."""
-
-    __slots__ = ("directions", "mode", "samples", "step", "tolerance")
-
-    def __init__(self, step: float | None = None, tolerance: float | None = None,
-                 samples: int | None = None, mode: str | None = None,
-                 directions: int | None = None) -> None:
-        self.step = step
-        self.tolerance = tolerance
-        self.samples = samples
-        self.mode = mode
-        self.directions = directions
-
-    def changes(self) -> dict[str, Any]:
-        """The settings that were given, by field name."""
-        return {name: getattr(self, name) for name in self.__slots__
-                if getattr(self, name) is not None}
-
-    def ignored(self, mode: str) -> list[str]:
-        """Warnings for options given here that the gradient check in ``mode`` does not use."""
-        warnings = []
-        if self.directions is not None and mode != "fast":
-            warnings.append(f"--directions is used only by --mode fast; ignored with mode {mode}")
-        if self.samples is not None and mode in ("full", "fast"):
-            what = "every coordinate is checked" if mode == "full" else "it checks directions"
-            warnings.append(f"--samples is ignored by --mode {mode} ({what})")
-        return warnings
-
-    def apply(self, fixture: Fixture) -> Fixture:
-        """``fixture`` with these settings in place of its own."""
-        changes = self.changes()
-        return fixture._replace(**changes) if changes else fixture
+MAX_WIDTH = 1000
+"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
 
 
 def _positive_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter("must be a finite number greater than zero")
+    if value is not None and not math.isfinite(2.0 * value):
+        raise click.BadParameter("is too large: x + 2*step overflows binary64")
     return value
 
 
@@ -130,8 +106,15 @@ def _packed(func: F, names: tuple[str, ...]) -> Callable[..., Any]:
 
 
 def gradcheck_options(func: F) -> F:
-    """``--step``, ``--tolerance``, ``--samples``: handed to the command in ``overrides``."""
-    result: Any = _packed(func, ("step", "tolerance", "samples"))
+    """``--step``, ``--tolerance``, ``--samples``, ``--max-evaluations``: in ``overrides``."""
+    from qkvcli.gradcheck.settings import MAX_EVALUATIONS
+
+    result: Any = _packed(func, ("step", "tolerance", "samples", "max_evaluations"))
+    result = click.option(
+        "--max-evaluations", type=click.IntRange(min=1), default=None,
+        help=f"Refuse a gradient check that would evaluate the objective more than this "
+        f"many times (two per coordinate or direction).  [default: {MAX_EVALUATIONS}]",
+    )(result)
     result = click.option(
         "--samples", type=click.IntRange(min=1), default=None,
         help="Coordinates to check per tensor (evenly spaced); default: every coordinate "
@@ -227,7 +210,7 @@ def view_options(func: F) -> F:
                      help="Rich view: show every value of large tensors instead of eliding."),
         click.option("--precision", type=click.IntRange(0, 17), default=None,
                      help="Rich view: decimals for values (default 6; gradcheck 9)."),
-        click.option("--width", type=click.IntRange(min=20), default=None,
+        click.option("--width", type=click.IntRange(20, MAX_WIDTH), default=None,
                      help="Rich view: columns to lay out for (default: the terminal's, "
                           "or COLUMNS)."),
         click.option("--no-color", is_flag=True,

@@ -13,7 +13,6 @@ from qkvcli.cli.io import load, write_output
 from qkvcli.cli.options import (
     FIGURE_PRECISION,
     GRADCHECK_PRECISION,
-    CheckOverrides,
     LazyPath,
     ViewSettings,
     batch_options,
@@ -22,6 +21,7 @@ from qkvcli.cli.options import (
     is_batch,
     resolve_format,
 )
+from qkvcli.cli.overrides import CheckOverrides
 from qkvcli.cli.tensors import render_pieces, tensor_policy, tensors_option
 
 if TYPE_CHECKING:

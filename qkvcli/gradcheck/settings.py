@@ -16,6 +16,9 @@ AUTO_FULL_LIMIT = 4096
 DEFAULT_SAMPLES = 6
 DEFAULT_DIRECTIONS = 3
 DEFAULT_DIRECTION_SEED = 26
+MAX_EVALUATIONS = 1 << 20
+"""Objective evaluations one gradient check may make (two per coordinate or direction);
+``--max-evaluations`` raises it. Refused before the check starts."""
 
 
 class GradcheckSettingError(QkvError):
@@ -55,6 +58,50 @@ class InvalidMode(GradcheckSettingError):
 class ZeroDirections(GradcheckSettingError):
     def __init__(self) -> None:
         super().__init__("fast gradient check needs at least one direction per tensor")
+
+
+class TooManyEvaluations(GradcheckSettingError):
+    """A check that would evaluate the objective more than ``limit`` times."""
+
+    def __init__(self, evaluations: int, limit: int, cause: str) -> None:
+        self.evaluations = evaluations
+        self.limit = limit
+        self.cause = cause
+        super().__init__(
+            f"the gradient check would make {evaluations} evaluations ({cause}), more than "
+            f"the limit {limit} (raise it with --max-evaluations, or check less with "
+            "--samples or --mode fast)"
+        )
+
+
+def planned_evaluations(
+    mode: str, samples: int | None, directions: int, elements: list[int]
+) -> tuple[int, str]:
+    """Objective evaluations a check of tensors of ``elements`` makes, and what drives them."""
+    total = 0
+    causes = set()
+    for count in elements:
+        tensor_mode, tensor_samples = resolve_mode(mode, count, samples)
+        if tensor_mode == "fast":
+            total += 2 * directions
+            causes.add(f"--directions {directions}")
+        elif tensor_mode == "full":
+            total += 2 * count
+            causes.add(f"every coordinate of {len(elements)} tensors")
+        else:
+            total += 2 * min(count, tensor_samples or count)
+            causes.add(f"--samples {tensor_samples}")
+    return total, ", ".join(sorted(causes))
+
+
+def check_evaluations(
+    mode: str, samples: int | None, directions: int, elements: list[int],
+    limit: int = MAX_EVALUATIONS,
+) -> None:
+    """Raise :class:`TooManyEvaluations` for a check over ``limit`` evaluations."""
+    total, cause = planned_evaluations(mode, samples, directions, elements)
+    if total > limit:
+        raise TooManyEvaluations(total, limit, cause)
 
 
 def validate_settings(

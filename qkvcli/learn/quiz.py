@@ -24,6 +24,7 @@ from qkvcli.checks.records import HistoryEvidence
 from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.text import printable
 from qkvcli.fixtures.fixture import Fixture
 
 # Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.
@@ -44,7 +45,9 @@ class UnknownAnswerKey(QuizError):
     def __init__(self, key: str, count: int) -> None:
         self.key = key
         self.count = count
-        super().__init__(f'answers file key "{key}" is not a question number 1..{count}')
+        super().__init__(
+            f'answers file key "{printable(key, 40)}" is not a question number 1..{count}'
+        )
 
 
 class TooManyAnswers(QuizError):
@@ -232,8 +235,14 @@ def parse_answers(text: str, count: int) -> list[str]:
     stripped = text.lstrip("\ufeff").strip()
     try:
         data = json.loads(stripped)
-    except json.JSONDecodeError:
-        data = None  # not JSON: "[4,7,2]" on the first of nine lines is a line answer
+    except (ValueError, RecursionError):
+        # Not JSON ("[4,7,2]" on the first of nine lines is a line answer), or JSON
+        # Python cannot hold (too deep, an integer too long): read as lines.
+        data = None
+    if data is not None:
+        from qkvcli.fixtures.json_values import refuse_lone_surrogates
+
+        refuse_lone_surrogates(data, "$")
 
     def spell(value: object) -> str:
         return value if isinstance(value, str) else json.dumps(value)

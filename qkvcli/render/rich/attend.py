@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.core.text import escape_controls
 from qkvcli.render.rich.layout import Fitted, Part, Row, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
@@ -130,7 +131,8 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     )
     # A Part in a Row, not a bare Panel: a Panel measures as wide as its longest line, which
     # made the CLI widen the whole view for a line of prose that could wrap.
-    parts: list[RenderableType] = [Row([Part(header, Text(f"attend: {evidence.chapter}"),
+    parts: list[RenderableType] = [Row([Part(header,
+                                             Text(f"attend: {escape_controls(evidence.chapter)}"),
                                              box.ROUNDED)])]
     if c.heads is not None:  # a multi-head layer: one heat map per head
         from qkvcli.render.rich.heatmap import heatmaps

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from qkvcli.core.text import escape_controls
+
 
 @dataclass(frozen=True)
 class Symbols:
@@ -59,6 +61,7 @@ class RichOptions:
 
     def safe(self, text: str) -> str:
         """``text`` as the stream can show it: non-ASCII escaped when ``ascii``."""
+        text = escape_controls(text)
         if self.ascii:
             return text.encode("ascii", "backslashreplace").decode("ascii")
         return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.core.text import escape_controls
 from qkvcli.render.text.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
@@ -34,7 +35,7 @@ def render_attend_text(evidence: AttendEvidence) -> str:
     bias = ",".join(f"{b}={fmt_bool(flag)}" for b, flag in zip(("query", "key", "value"), c.bias,
                                                                 strict=True))
     lines = [
-        f"attend={evidence.chapter}",
+        f"attend={escape_controls(evidence.chapter)}",
         f"formula={FORMULA}",
         f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_k:{c.d_k} d_v:{c.d_v} "
         f"causal:{fmt_bool(c.causal)} value_width:{c.value_width} bias:{bias}",

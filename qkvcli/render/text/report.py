@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qkvcli.checks.records import Evidence
+from qkvcli.core.text import escape_controls
 from qkvcli.render.text.numbers import Deferred, fmt_bool, fmt_float, fmt_shape
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
@@ -35,7 +36,7 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         return f"{name}=shape:{fmt_shape(value.shape)} values:{fmt_vector(value)}"
 
     lines = [
-        f"chapter={evidence.chapter}",
+        f"chapter={escape_controls(evidence.chapter)}",
         f"prediction={PREDICTION}",
         f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_head:{c.d_head} "
         f"bias:{fmt_bool(c.bias)}",
