@@ -29,11 +29,12 @@ def test_run_refuses_escaping_paths_in_every_section(tmp_path, raw, message, sec
 
 
 @pytest.mark.parametrize("raw,message", ESCAPES, ids=["absolute", "dotdot", "nul"])
-def test_attend_refuses_escaping_paths(tmp_path, raw, message):
-    data = fixture()
-    data["weights"] = dict(BASE["weights"], key={"npy": raw})
+@pytest.mark.parametrize("section", ["input", "upstream"])
+def test_attend_refuses_escaping_paths(tmp_path, raw, message, section):
+    data = fixture(input={"npy": raw}) if section == "input" else fixture(
+        upstream={"value": {"npy": raw}})
     path = write(tmp_path / "f.json", data)
-    refused(invoke("attend", str(path)), "$.weights.key", message)
+    refused(invoke("attend", str(path)), f"$.{section}", message)
 
 
 def test_symbolic_link_leading_out_is_refused(tmp_path):
