@@ -55,3 +55,11 @@ def test_rich_width_and_precision_are_limited(tmp_path, args):
 def test_a_huge_sample_count_is_clamped_not_allocated(tmp_path):
     path = write(tmp_path / "f.json", fixture())
     assert invoke("run", str(path), "--samples", str(10**12), "-f", "text").exit_code == 0
+
+
+def test_huge_columns_is_capped(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100000000")
+    path = write(tmp_path / "f.json", fixture())
+    result = invoke("report", str(path), "-f", "rich", "--no-color")
+    assert result.exit_code == 0
+    assert max(len(line) for line in result.stdout.splitlines()) <= 1000

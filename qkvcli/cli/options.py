@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from qkvcli.cli.budget import MAX_WIDTH, environment_width
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -68,10 +70,6 @@ def max_elements_option(func: F) -> F:
         "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
         show_default=True, help="Refuse fixtures with a tensor larger than this many elements.",
     )(func)
-
-
-MAX_WIDTH = 1000
-"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
 
 
 class CheckOverrides:
@@ -232,7 +230,7 @@ def view_options(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         kwargs["view"] = ViewSettings(
             no_color=kwargs.pop("no_color"),
-            width=kwargs.pop("width"),
+            width=kwargs.pop("width") or environment_width(),  # COLUMNS is capped too
             precision=kwargs.pop("precision"),
             full=kwargs.pop("full"),
             export_svg=kwargs.pop("export_svg"),
