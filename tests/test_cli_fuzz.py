@@ -147,3 +147,99 @@ def test_first_collected_problem_is_the_single_error(data: Any) -> None:
         assert str(problems[0]) == str(error)
     else:
         assert problems == []
+
+
+# --- .npy headers, attend fixtures and answers files: no input ends in exit 70 ----------
+
+
+def _assert_not_internal(result: Any) -> None:
+    _assert_harmless(result)
+    assert "internal error" not in result.output
+
+
+HEADER_VALUES = st.one_of(
+    st.booleans(), st.integers(-3, 10), st.integers(), st.none(), st.text(max_size=6),
+    st.sampled_from(["'<f8'", "'>f8'", "'<i2'", "'|b1'", "'<c16'", "'O'", "'<f2'", "'V8'"]),
+    st.lists(st.one_of(st.booleans(), st.integers(-2, 4), st.integers()), max_size=4),
+)
+
+
+def _spell(value: Any) -> str:
+    if isinstance(value, list):
+        return "(" + "".join(f"{_spell(item)}, " for item in value) + ")"
+    if isinstance(value, str) and value.startswith("'"):
+        return value
+    return repr(value)
+
+
+@FUZZ
+@given(descr=HEADER_VALUES, fortran=HEADER_VALUES, shape=HEADER_VALUES,
+       data=st.binary(max_size=64), raw=st.none() | st.text(max_size=40))
+def test_npy_headers_are_harmless(
+    tmp_path: Path, descr: Any, fortran: Any, shape: Any, data: bytes, raw: str | None
+) -> None:
+    header = raw if raw is not None else (
+        f"{{'descr': {_spell(descr)}, 'fortran_order': {_spell(fortran)}, "
+        f"'shape': {_spell(shape)}, }}"
+    )
+    encoded = header.encode("utf-8", "surrogatepass")
+    encoded += b" " * (63 - (10 + len(encoded)) % 64) + b"\n"
+    (tmp_path / "x.npy").write_bytes(
+        b"\x93NUMPY\x01\x00" + len(encoded).to_bytes(2, "little") + encoded + data
+    )
+    fixture = copy.deepcopy(BASE)
+    fixture["input"] = {"npy": "x.npy"}
+    content = _encode(fixture)
+    for args in (["run", "--samples", "2"], ["attend", "--samples", "2"], ["validate"]):
+        _assert_not_internal(_invoke(tmp_path, args, content))
+
+
+ATTEND_EXTRAS: dict[str, Any] = {
+    "value_width": "independent",
+    "weights": {
+        "in_proj_weight": [[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 0, 0], [0, 1, 1]],
+        "in_proj_bias": [0.5, -0.5, 0, 1, 0, 0],
+    },
+}
+ATTEND_PATHS = _paths(ATTEND_EXTRAS)[1:]
+
+
+@FUZZ
+@given(data=mutated(), extra=st.booleans(), swaps=st.lists(
+    st.tuples(st.sampled_from(ATTEND_PATHS), JSON_VALUES), max_size=2))
+def test_attend_fixtures_are_harmless(tmp_path: Path, data: Any, extra: bool,
+                                      swaps: list[Any]) -> None:
+    if extra and isinstance(data, dict):
+        data.update(copy.deepcopy(ATTEND_EXTRAS))
+        for path, value in swaps:
+            parent = data
+            try:
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = value
+            except (KeyError, IndexError, TypeError):
+                pass
+    for args in (["attend", "--samples", "2"], ["attend", "--causal", "--samples", "2"]):
+        _assert_not_internal(_invoke(tmp_path, args, _encode(data)))
+
+
+ANSWERS = st.one_of(
+    st.binary(max_size=80),
+    st.text(max_size=60).map(lambda text: text.encode("utf-8", "surrogatepass")),
+    st.lists(st.one_of(JSON_VALUES, st.text(max_size=8)), max_size=11).map(
+        lambda items: json.dumps(items).encode()),
+    st.dictionaries(st.text(max_size=3), st.one_of(JSON_VALUES, st.text(max_size=8)),
+                    max_size=10).map(lambda items: json.dumps(items).encode()),
+)
+
+
+@FUZZ
+@given(answers=ANSWERS)
+def test_answers_files_are_harmless(tmp_path: Path, answers: bytes) -> None:
+    (tmp_path / "answers").write_bytes(answers)
+    fixture = tmp_path / "f.json"
+    fixture.write_bytes(_encode(BASE))
+    result = CliRunner().invoke(main, ["quiz", str(fixture), "--answers",
+                                       str(tmp_path / "answers")])
+    _assert_not_internal(result)
+    assert "\x1b" not in result.output

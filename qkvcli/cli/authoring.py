@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.batch import expand_fixtures
-from qkvcli.cli.group import EXIT_INPUT, InputError, error_line
+from qkvcli.cli.group import EXIT_INPUT, InputError, error_line, safe_line
 from qkvcli.cli.io import labelled, remove_quietly, write_output, write_temp_beside
 from qkvcli.cli.options import LazyPath, max_elements_option
 from qkvcli.core.splitmix import MASK64
@@ -227,7 +227,7 @@ def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
             bad_files += 1
             total += len(problems)
             for problem in problems:
-                click.echo(f"Error: {path}: {problem}", err=True)
+                click.echo(safe_line(f"Error: {path}: {problem}"), err=True)
         else:
             click.echo(f"{path}: ok")
     if bad_files:

@@ -1,7 +1,9 @@
-"""Refusing a gradient check before it starts: a ``--step`` that overflows, too many evaluations.
+"""Limits of the command line: the rich view's width, and refusing a gradient check
+before it starts (a ``--step`` that overflows, too many evaluations).
 
-Both depend on the fixture and the command line together, so they run once both are
-known; errors name the file being worked on (``ctx.meta``, see :mod:`qkvcli.cli.group`).
+The gradient-check limits depend on the fixture and the command line together, so they
+run once both are known; errors name the file being worked on (``ctx.meta``, see
+:mod:`qkvcli.cli.group`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,19 @@ from typing import Any
 import click
 
 from qkvcli.cli.group import CURRENT_FILE
+
+MAX_WIDTH = 1000
+"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
+
+
+def environment_width() -> int | None:
+    """:data:`MAX_WIDTH` when ``COLUMNS`` asks for more (a layout that wide would not end)."""
+    import os
+
+    try:
+        return MAX_WIDTH if int(os.environ.get("COLUMNS", "0")) > MAX_WIDTH else None
+    except ValueError:
+        return None
 
 
 def check_gradcheck_budget(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from qkvcli.cli.budget import MAX_WIDTH, environment_width
 from qkvcli.cli.overrides import CheckOverrides
 
 if TYPE_CHECKING:
@@ -72,8 +73,6 @@ def max_elements_option(func: F) -> F:
     )(func)
 
 
-MAX_WIDTH = 1000
-"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
 
 
 def _positive_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
@@ -192,7 +191,7 @@ def view_options(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         kwargs["view"] = ViewSettings(
             no_color=kwargs.pop("no_color"),
-            width=kwargs.pop("width"),
+            width=kwargs.pop("width") or environment_width(),  # COLUMNS is capped too
             precision=kwargs.pop("precision"),
             full=kwargs.pop("full"),
             export_svg=kwargs.pop("export_svg"),
