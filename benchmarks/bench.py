@@ -125,6 +125,14 @@ def engine_contenders(shape: tuple[int, int, int, int], dtype: str) -> dict[str,
     def qkv() -> Any:
         return layer.forward(x), layer.backward(x, *upstream)
 
+    # The same pass with dQ, dK, dV as column views of one [B,T,3h] gradient, as a packed
+    # layer receives it (and as the floor's ready-made [dQ|dK|dV]): no copy in reverse.
+    fused_upstream = np.concatenate(upstream, axis=2)
+    packed_views = tuple(fused_upstream[..., i * d_head:(i + 1) * d_head] for i in range(3))
+
+    def qkv_packed() -> Any:
+        return layer.forward(x), layer.backward(x, *packed_views)
+
     def floor() -> Any:
         # The three products any fused implementation must do, on ready-made arrays.
         return rows @ packed, joined @ packed.T, rows.T @ joined
@@ -137,8 +145,8 @@ def engine_contenders(shape: tuple[int, int, int, int], dtype: str) -> dict[str,
         grads = [rows.T @ g.reshape(batch * tokens, d_head) for g in upstream]
         return outputs, grad_input, grads
 
-    contenders: dict[str, Callable[[], Any]] = {"qkv": qkv, "floor": floor,
-                                                 "separate": separate}
+    contenders: dict[str, Callable[[], Any]] = {"qkv": qkv, "packed": qkv_packed,
+                                                 "floor": floor, "separate": separate}
     torch = optional_torch()
     if torch is not None:
         tx = torch.tensor(x, requires_grad=True)
@@ -184,10 +192,11 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
     print("forward+reverse (median ms; ratios are medians of per-round ratios)")
     print("  qkv/floor from rounds of qkv and the floor alone; the torch columns from rounds")
     print("  of qkv, the three-GEMM version and torch (torch's OpenMP threads keep spinning")
-    print("  after each call and would slow whatever NumPy product runs next)")
+    print("  after each call and would slow whatever NumPy product runs next); packed/floor:")
+    print("  qkv given dQ, dK, dV as views of one [B,T,3h] gradient, which reverse need not copy")
     header = (f"{'shape [B,T,d_model,d_head]':<26} {'dtype':<7} {'qkv':>9} {'floor':>9} "
-              f"{'3-GEMM':>9} {'torch':>9} {'qkv/floor':>9} {'qkv/torch':>9} "
-              f"{'3-GEMM/torch':>12}")
+              f"{'3-GEMM':>9} {'torch':>9} {'qkv/floor':>9} {'packed/floor':>12} "
+              f"{'qkv/torch':>9} {'3-GEMM/torch':>12}")
     print(header)
     for shape in shapes:
         for dtype in ("float64", "float32"):
@@ -195,7 +204,11 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
             floor_rounds = time_rounds(
                 {name: contenders[name] for name in ("qkv", "floor")}, repeats
             )
-            others = {name: run for name, run in contenders.items() if name != "floor"}
+            packed_rounds = time_rounds(
+                {name: contenders[name] for name in ("packed", "floor")}, repeats
+            )
+            others = {name: run for name, run in contenders.items()
+                      if name not in ("floor", "packed")}
             other_rounds = time_rounds(others, repeats)
             has_torch = "torch" in other_rounds
             torch_ms = f"{median_ms(other_rounds['torch']):9.1f}" if has_torch else f"{'-':>9}"
@@ -207,8 +220,9 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
             print(f"{label:<26} {dtype:<7} {median_ms(floor_rounds['qkv']):9.1f} "
                   f"{median_ms(floor_rounds['floor']):9.1f} "
                   f"{median_ms(other_rounds['separate']):9.1f} {torch_ms} "
-                  f"{paired_ratio(floor_rounds, 'qkv', 'floor'):9.3f} {vs_torch} {sep_torch}")
-            del contenders, floor_rounds, other_rounds
+                  f"{paired_ratio(floor_rounds, 'qkv', 'floor'):9.3f} "
+                  f"{paired_ratio(packed_rounds, 'packed', 'floor'):12.3f} {vs_torch} {sep_torch}")
+            del contenders, floor_rounds, packed_rounds, other_rounds
     print()
 
 
@@ -381,7 +395,8 @@ def memory_probe(batch: int, tokens: int, d_model: int, d_head: int, dtype: str)
     grads = layer.backward(x, *upstream)
     _, peak = tracemalloc.get_traced_memory()
     inputs = x.nbytes + layer.packed.nbytes + sum(g.nbytes for g in upstream)
-    produced = outputs.query.base.nbytes + grads.input.nbytes + grads.query.base.nbytes
+    produced = (outputs.query.base.nbytes + grads.grad_input.nbytes
+                + grads.grad_w_query.base.nbytes)
     print(f"{peak} {inputs + produced} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
 
 

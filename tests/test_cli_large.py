@@ -122,3 +122,20 @@ def test_npy_over_the_element_limit_is_refused(tmp_path):
         f"Error: {path}: $.input.npy: shape [1,10,10] has 100 elements, more than the limit "
         "50 (raise it with --max-elements)\n"
     )
+
+
+def test_rich_view_summarises_a_large_tensor_with_the_text_forms_digest(tmp_path, monkeypatch):
+    # X is [2,64,128] (16384 elements, above the threshold): the rich view adds the text
+    # form's statistics and digest, whole even at 80 columns; --full shows values instead.
+    fixture = tmp_path / "mid.json"
+    assert _invoke("init", "--generate", "--seed", "5", "--batch", "2", "--tokens", "64",
+                   "--d-model", "128", "--d-head", "32", "-o", str(fixture)).exit_code == 0
+    text = _invoke("run", str(fixture), "-f", "text").output
+    digest = text.split("input=", 1)[1].split("sha256:", 1)[1][:64]
+    monkeypatch.setenv("COLUMNS", "80")
+    rich = _invoke("run", str(fixture), "-f", "rich", "--no-color").output
+    summary = rich[rich.index("X: shape [2,64,128] count 16384"):]
+    assert digest in summary.replace("\n", "").replace("┃", "").replace(" ", "")[:600]
+    assert "mean -0.001802" in summary
+    full = _invoke("run", str(fixture), "-f", "rich", "--no-color", "--full").output
+    assert "X: shape [2,64,128] count" not in full

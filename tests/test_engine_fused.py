@@ -216,3 +216,60 @@ def test_float32_layer_for_speed_studies():
     assert grads.grad_input.dtype == np.float32
     with pytest.raises(ValueError, match="float64 or float32"):
         layer.astype(np.int64)
+
+
+# --- the reverse pass's [dQ|dK|dV]: a view when packed, a reused copy otherwise -------------
+
+
+def _packed_case(seed: int = 3) -> tuple[QkvProjections, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    layer = QkvProjections.from_arrays(*[rng.uniform(-1, 1, (6, 4)) for _ in range(3)])
+    x = rng.uniform(-1, 1, (2, 5, 6))
+    packed_upstream = rng.uniform(-1, 1, (2, 5, 12))
+    return layer, x, packed_upstream
+
+
+def _views(packed_upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return packed_upstream[..., :4], packed_upstream[..., 4:8], packed_upstream[..., 8:]
+
+
+def test_packed_upstream_is_joined_without_a_copy() -> None:
+    from qkvcli.core.weights import join_upstream
+
+    _, _, packed_upstream = _packed_case()
+    joined = join_upstream(_views(packed_upstream), [])
+    assert np.shares_memory(joined, packed_upstream)
+    assert not joined.flags.writeable
+    assert joined.tobytes() == packed_upstream.reshape(10, 12).tobytes()
+    separate = tuple(np.array(v) for v in _views(packed_upstream))
+    copied = join_upstream(separate, [])
+    assert not any(np.shares_memory(copied, v) for v in separate)
+    assert copied.tobytes() == joined.tobytes()
+
+
+def test_packed_and_separate_upstream_give_the_same_bits() -> None:
+    layer, x, packed_upstream = _packed_case()
+    views = _views(packed_upstream)
+    separate = tuple(np.array(v) for v in views)
+    a = layer.backward(x, *views)
+    b = layer.backward(x, *separate)
+    for left, right in zip(a, b, strict=True):
+        assert left.tobytes() == right.tobytes()
+
+
+def test_reused_buffer_never_aliases_results() -> None:
+    # The kept [dQ|dK|dV] copy is scratch: a second pass must not change the first's results.
+    layer, x, packed_upstream = _packed_case()
+    separate = tuple(np.array(v) for v in _views(packed_upstream))
+    first = layer.backward(x, *separate)
+    kept = [g.copy() for g in first]
+    layer.backward(x, *(2.0 * g for g in separate))
+    for before, after in zip(kept, first, strict=True):
+        assert before.tobytes() == after.tobytes()
+
+
+def test_non_finite_packed_upstream_is_still_refused() -> None:
+    layer, x, packed_upstream = _packed_case()
+    packed_upstream[1, 2, 9] = np.nan
+    with pytest.raises(NonFiniteValue, match="value upstream"):
+        layer.backward(x, *_views(packed_upstream))

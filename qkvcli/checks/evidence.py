@@ -13,7 +13,7 @@ from qkvcli.checks.primary import compute_primary, forward_ok, reverse_ok
 from qkvcli.checks.records import Config, Evidence, HistoryEvidence
 from qkvcli.checks.rejected import compute_errors
 from qkvcli.checks.replay import same_primary_bits
-from qkvcli.checks.shapes import compute_shapes
+from qkvcli.checks.shapes import compute_shapes, other_probes
 from qkvcli.core.arrays import Array
 from qkvcli.fixtures.fixture import Fixture
 from qkvcli.gradcheck.layer import gradcheck_layer
@@ -26,6 +26,9 @@ def build_evidence(fixture: Fixture) -> Evidence:
     evidence, not an error; only invalid gradient-check settings raise (a
     :class:`~qkvcli.gradcheck.layer.GradcheckSettingError`).
     """
+    # The doubled-batch probe first: its [2B,T,d] buffers then never coexist with the
+    # primary pass's (peak memory at realistic sizes).
+    probes = other_probes(fixture)
     primary = compute_primary(fixture)
     config = Config(
         fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head, layout=fixture.layout
@@ -59,10 +62,10 @@ def build_evidence(fixture: Fixture) -> Evidence:
         primary=primary,
         forward_ok=forward_ok(primary, config),
         reverse_ok=reverse_ok(primary),
-        shapes=compute_shapes(fixture, primary),
+        shapes=compute_shapes(fixture, primary, probes),
         errors=compute_errors(fixture),
         initialization=compute_initialization(fixture),
-        independence=compute_independence(fixture),
+        independence=compute_independence(fixture, primary),
         history=HistoryEvidence(),
         replay_bitwise=replay_bitwise,
         gradcheck=gradcheck,

@@ -5,13 +5,25 @@ from __future__ import annotations
 import math
 
 from qkvcli.checks.records import Config, Primary
-from qkvcli.core.arrays import all_finite, readonly
+from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.outputs import weighted_loss
 from qkvcli.fixtures.fixture import Fixture
 
 
+def frozen(fresh: Array) -> Array:
+    """A read-only view of an array the engine just made (nothing else holds it: no copy)."""
+    view: Array = fresh.view()
+    view.flags.writeable = False
+    return view
+
+
 def compute_primary(fixture: Fixture) -> Primary:
-    """One forward and reverse pass over ``fixture``; every tensor a read-only copy."""
+    """One forward and reverse pass over ``fixture``; every tensor read-only.
+
+    The fixture's tensors are copied (the evidence never aliases what the caller may
+    change); the engine's fresh outputs and gradients are only made read-only, which at
+    ``[8,512,1024,64]`` saves copying 44 MiB.
+    """
     layer = fixture.layer
     outputs = layer.forward(fixture.input)
     grads = layer.backward(fixture.input, *fixture.upstream)
@@ -21,17 +33,17 @@ def compute_primary(fixture: Fixture) -> Primary:
         w_query=w_query,
         w_key=w_key,
         w_value=w_value,
-        query=readonly(outputs.query),
-        key=readonly(outputs.key),
-        value=readonly(outputs.value),
+        query=frozen(outputs.query),
+        key=frozen(outputs.key),
+        value=frozen(outputs.value),
         grad_query=readonly(fixture.upstream[0]),
         grad_key=readonly(fixture.upstream[1]),
         grad_value=readonly(fixture.upstream[2]),
         loss=weighted_loss(outputs, fixture.upstream),
-        grad_input=readonly(grads.grad_input),
-        grad_w_query=readonly(grads.grad_w_query),
-        grad_w_key=readonly(grads.grad_w_key),
-        grad_w_value=readonly(grads.grad_w_value),
+        grad_input=frozen(grads.grad_input),
+        grad_w_query=frozen(grads.grad_w_query),
+        grad_w_key=frozen(grads.grad_w_key),
+        grad_w_value=frozen(grads.grad_w_value),
         parameter_names=layer.names,
         parameter_count=layer.parameter_count,
     )

@@ -5,12 +5,24 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.checks.records import Primary
+from qkvcli.core.arrays import Array
+
+
+def same_bits(a: Array, b: Array) -> bool:
+    """Whether two float64 arrays have the same shape and the same 64-bit patterns.
+
+    Compared as unsigned integers, so ``-0.0 != 0.0`` and a NaN equals the same NaN, as
+    byte comparison would, without copying either array to bytes.
+    """
+    if a.shape != b.shape:
+        return False
+    return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))
 
 
 def same_primary_bits(left: Primary, right: Primary) -> bool:
     """Whether two runs agree bit for bit in every tensor, the loss, names and count."""
     tensors_equal = all(
-        a.shape == b.shape and a.tobytes() == b.tobytes()
+        same_bits(a, b)
         for a, b in zip(left.tensors().values(), right.tensors().values(), strict=True)
     )
     return (

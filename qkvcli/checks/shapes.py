@@ -12,15 +12,16 @@ from qkvcli.fixtures.fixture import Fixture
 
 def probe(layer: QkvProjections, x: Array) -> ShapeProbe:
     """Project ``x`` forward and back with unit upstream gradients; record every shape."""
-    outputs = layer.forward(x)
-    ones = tuple(np.ones(out.shape) for out in outputs)
+    shapes = tuple(tuple(out.shape) for out in layer.forward(x))  # the outputs go at once
+    # Unit upstream as read-only broadcasts: the engine reads them like any array.
+    ones = tuple(np.broadcast_to(1.0, shape) for shape in shapes)
     grads = layer.backward(x, *ones)
     gradient_ok = grads.grad_input.shape == x.shape and all(
         g.shape == (layer.d_model, layer.d_head) for g in grads[1:]
     )
     return ShapeProbe(
         input=tuple(x.shape),
-        outputs=(outputs.query.shape, outputs.key.shape, outputs.value.shape),
+        outputs=(shapes[0], shapes[1], shapes[2]),
         gradient_shapes_ok=gradient_ok,
     )
 
@@ -37,19 +38,43 @@ def primary_probe(primary: Primary, layer: QkvProjections) -> ShapeProbe:
     )
 
 
-def compute_shapes(fixture: Fixture, primary: Primary | None = None) -> ShapeEvidence:
-    """The input, batch doubled, empty batch ``[0,T,d]``, empty tokens ``[2B,0,d]`` and ``[B,0,d]``.
+def other_probes(fixture: Fixture) -> tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe]:
+    """Batch doubled (the input twice, concatenated), ``[0,T,d]``, ``[2B,0,d]``, ``[B,0,d]``.
 
-    Given the fixture's ``primary`` pass, the input's own shapes are read from it instead
-    of projecting the input a second time.
+    The doubled batch is the largest pass of the evidence (a ``[2B,T,d]`` input and input
+    gradient); :func:`~qkvcli.checks.evidence.build_evidence` runs it first, while only
+    the fixture is held, so its buffers never add to the primary pass's.
     """
     layer = fixture.layer
     batch, tokens, d_model = fixture.input.shape
+    return (
+        probe(layer, np.concatenate([fixture.input, fixture.input], axis=0)),
+        probe(layer, np.zeros((0, tokens, d_model))),
+        probe(layer, np.zeros((2 * batch, 0, d_model))),
+        probe(layer, np.zeros((batch, 0, d_model))),
+    )
+
+
+def compute_shapes(
+    fixture: Fixture,
+    primary: Primary | None = None,
+    others: tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe] | None = None,
+) -> ShapeEvidence:
+    """The input, batch doubled, empty batch ``[0,T,d]``, empty tokens ``[2B,0,d]`` and ``[B,0,d]``.
+
+    Given the fixture's ``primary`` pass, the input's own shapes are read from it instead
+    of projecting the input a second time; given ``others`` (:func:`other_probes`, run
+    earlier), the remaining probes are not run again.
+    """
+    layer = fixture.layer
+    batch, empty_batch, empty_tokens, report_empty_tokens = (
+        other_probes(fixture) if others is None else others
+    )
     return ShapeEvidence(
         rule=probe(layer, fixture.input) if primary is None else primary_probe(primary, layer),
-        batch=probe(layer, np.concatenate([fixture.input, fixture.input], axis=0)),
-        empty_batch=probe(layer, np.zeros((0, tokens, d_model))),
-        empty_tokens=probe(layer, np.zeros((2 * batch, 0, d_model))),
-        report_empty_tokens=probe(layer, np.zeros((batch, 0, d_model))),
+        batch=batch,
+        empty_batch=empty_batch,
+        empty_tokens=empty_tokens,
+        report_empty_tokens=report_empty_tokens,
         d_head=layer.d_head,
     )

@@ -33,7 +33,9 @@ from qkvcli.core.weights import (
     check_input_shape,
     check_model_widths,
     check_unique_names,
+    join_upstream,
     pack,
+    release_upstream,
     rows_nonzero,
 )
 
@@ -52,7 +54,8 @@ class QkvProjections:
     made a float32 copy for speed studies.
     """
 
-    __slots__ = ("_d_head", "_d_model", "_names", "_packed", "_rows_nonzero", "_weights")
+    __slots__ = ("_d_head", "_d_model", "_names", "_packed", "_rows_nonzero", "_scratch",
+                 "_weights")
 
     def __init__(
         self,
@@ -70,6 +73,8 @@ class QkvProjections:
         )
         self._names = names
         self._rows_nonzero = rows_nonzero(self._packed)
+        # Reverse's [dQ|dK|dV] buffer, kept between calls (see join_upstream).
+        self._scratch: list[Array] = []
 
     # --- construction -------------------------------------------------------------------
 
@@ -263,11 +268,10 @@ class QkvProjections:
                 raise GradientShapeMismatch(branch, expected, tuple(g.shape))
             upstream.append(g)
         rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d]
-        # [dQ|dK|dV] as one [BT,3h] matrix, so each reverse product is a single GEMM; the
-        # copy is 3h/d of the input's size, far cheaper than accumulating three [BT,d] terms.
-        joined = np.empty((batch * tokens, 3 * h), dtype=dtype)
-        for index, g in enumerate(upstream):
-            joined[:, index * h:(index + 1) * h] = g.reshape(batch * tokens, h)
+        # [dQ|dK|dV] as one [BT,3h] matrix, so each reverse product is a single GEMM: a view
+        # when the upstream already is one (as forward's outputs are), else a copy (3h/d of
+        # the input's size, far cheaper than accumulating three [BT,d] terms).
+        joined = join_upstream(upstream, self._scratch)
         by_output = x.size > 2 * joined.size
         if not by_output:
             check_finite(x, "input")
@@ -285,6 +289,7 @@ class QkvProjections:
         # upstream row is all zero.
         if by_output and not (all_finite(grad_packed) and rows_nonzero(joined)):
             check_finite(x, "input")
+        release_upstream(joined, self._scratch)
         return QkvGradients(
             grad_input, grad_packed[:, :h], grad_packed[:, h:2 * h], grad_packed[:, 2 * h:]
         )

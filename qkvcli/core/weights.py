@@ -1,5 +1,6 @@
 """The three weights' shared checks (branch shapes, model widths, unique names, the input's
-shape) and the packed ``[W_Q|W_K|W_V]`` matrix the engine multiplies by.
+shape) and the packed matrices the engine multiplies: ``[W_Q|W_K|W_V]`` and the upstream
+``[dQ|dK|dV]``.
 
 The projections and the attention head both validate through these, in the same order.
 """
@@ -37,6 +38,56 @@ def pack(weights: Sequence[Array], dtype: npt.DTypeLike = np.float64) -> Array:
         packed[:, index * d_head:(index + 1) * d_head] = weight
     packed.flags.writeable = False
     return packed
+
+
+SCRATCH_BYTES = 64 << 20
+"""The largest ``[dQ|dK|dV]`` copy a layer keeps for its next reverse pass."""
+
+
+def join_upstream(upstream: Sequence[Array], pool: list[Array]) -> Array:
+    """``[dQ|dK|dV]`` (three ``[B,T,h]`` arrays) as one ``[B*T, 3h]`` matrix.
+
+    A read-only view when the three are adjacent column blocks of one ``[B,T,3h]`` array
+    (as :meth:`~qkvcli.core.projections.QkvProjections.forward`'s outputs are, and the
+    gradient of a packed layer's output is); otherwise a copy into a buffer taken from
+    ``pool``. Give the matrix back with :func:`release_upstream`.
+    """
+    query, key, value = upstream
+    batch, tokens, h = query.shape
+    rows = batch * tokens
+    size = query.itemsize
+    base = query.base
+    if (
+        rows and h and base is not None and key.base is base and value.base is base
+        and query.strides == key.strides == value.strides
+        and query.strides[2] == size and query.strides[1] == 3 * h * size
+        and (batch == 1 or query.strides[0] == tokens * 3 * h * size)
+        and key.ctypes.data == query.ctypes.data + h * size
+        and value.ctypes.data == query.ctypes.data + 2 * h * size
+    ):
+        # The three share one allocation laid out row by row as [dQ|dK|dV]: no copy.
+        return np.lib.stride_tricks.as_strided(
+            query, shape=(rows, 3 * h), strides=(3 * h * size, size), writeable=False
+        )
+    # A fresh buffer on every call costs more than its copy: freeing it lets the C
+    # allocator hand its pages back to the system, and the next call faults them in
+    # again (about a fifth of a small layer's forward+reverse, measured). Popping it off
+    # a list gives each concurrent caller a buffer of its own.
+    try:
+        joined = pool.pop()
+    except IndexError:
+        joined = None
+    if joined is None or joined.shape != (rows, 3 * h) or joined.dtype != query.dtype:
+        joined = np.empty((rows, 3 * h), dtype=query.dtype)
+    for index, grad in enumerate(upstream):
+        joined[:, index * h:(index + 1) * h] = grad.reshape(rows, h)
+    return joined
+
+
+def release_upstream(joined: Array, pool: list[Array]) -> None:
+    """Keep a copied ``[dQ|dK|dV]`` (never a view) for the next reverse pass, up to a size."""
+    if joined.flags.owndata and joined.nbytes <= SCRATCH_BYTES and not pool:
+        pool.append(joined)
 
 
 def check_branch(weight: Array) -> None:

@@ -24,7 +24,6 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.batched import batched_coordinates
 from qkvcli.gradcheck.central import sample_indices
-from qkvcli.gradcheck.directional import directional_checks
 from qkvcli.gradcheck.probes import StackedObjective
 from qkvcli.gradcheck.progress import Progress, Ticker
 from qkvcli.gradcheck.records import GradcheckResult, TensorCheck
@@ -93,6 +92,10 @@ def gradcheck_layer(
             slots = min(3 * max(planned, 1), fits)
         objective = StackedObjective(layer, x64, upstream, index, slots, local)
         if resolved == "fast":
+            # Imported here: the chapter's report never runs a fast check, and every
+            # module on its path costs start-up (see ARCHITECTURE.md).
+            from qkvcli.gradcheck.directional import directional_checks
+
             checks = directional_checks(objective, name, values, analytic[index], directions,
                                         rng, step, tolerance, ticker)
             requested = directions

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from qkvcli.core.arrays import Array
 from qkvcli.render.rich.options import RichOptions
+from qkvcli.render.tensors import SUMMARY_THRESHOLD, summarise
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 FULL_HINT = "--full shows every value"
@@ -58,6 +59,29 @@ def elision_note(what: tuple[str, str], rows: tuple[int, int], cols: tuple[int, 
                 f"{what[1]}; {FULL_HINT}", style="dim")
 
 
+def summary_note(tensor: Array, name: str, options: RichOptions) -> Text | None:
+    """The text form's summary of a tensor too large to show whole, or ``None``.
+
+    Above :data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements (and unless ``full``):
+    ``name: shape [..] count N min .. max .. mean .. l2 .. sha256 <hex>``, the statistics
+    at the view's precision and the exact digest of every value. The line wraps at spaces
+    and folds (never cuts) a word wider than the screen, so no number or digest is lost.
+    """
+    if options.full or tensor.size <= SUMMARY_THRESHOLD:
+        return None
+    s = summarise(tensor)
+
+    def num(value: float) -> str:
+        return fmt_float(value, options.precision)
+
+    return Text(
+        f"{options.safe(name)}: shape {fmt_shape(s.shape)} count {s.count} "
+        f"min {num(s.minimum)} max {num(s.maximum)} mean {num(s.mean)} "
+        f"l2 {num(s.l2_norm)} sha256 {s.sha256}",
+        style="dim", overflow="fold",
+    )
+
+
 def matrix_table(
     matrix: Array,
     corner: str,
@@ -67,11 +91,13 @@ def matrix_table(
     what: tuple[str, str] = ("rows", "columns"),
     border_style: str | None = None,
     edge: bool = True,
+    summary: bool = True,
 ) -> RenderableType:
     """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``.
 
     Elided rows and columns become an ellipsis, and a note under the table says how many
-    are shown and how to see them all.
+    are shown and how to see them all; a large matrix also gets its :func:`summary_note`
+    (unless ``summary`` is false: a slice of a larger tensor, summarised whole instead).
     """
     rows, cols = (int(n) for n in matrix.shape)
     row_pick = pick(rows, options.max_rows, options.full)
@@ -97,7 +123,9 @@ def matrix_table(
                    else fmt_float(float(matrix[row, col]), options.precision))
               for col in col_pick),
         )
-    return table if note is None else Group(table, note)
+    notes = [n for n in (note, summary_note(matrix, corner, options) if summary else None)
+             if n is not None]
+    return Group(table, *notes) if notes else table
 
 
 def batched_tables(
@@ -123,8 +151,11 @@ def batched_tables(
             continue
         out.append(matrix_table(
             tensor[item], f"{name} b={item}", "t", box, options, ("tokens", "features"),
-            border_style, edge,
+            border_style, edge, summary=False,
         ))
+    whole = summary_note(tensor, name, options)
+    if whole is not None:
+        out.append(whole)
     return out
 
 

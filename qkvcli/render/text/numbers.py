@@ -21,7 +21,25 @@ from qkvcli.render.text.vectors import iter_fixed
 if TYPE_CHECKING:
     import numpy.typing as npt  # annotations only: it costs ~1.5 ms of start-up
 
-PLACEHOLDER = re.compile("\x00qkv(\\d+)\x00")
+PLACEHOLDER = "\x00qkv(\\d+)\x00"  # compiled only for a line with a stray NUL (never, today)
+
+
+def split_placeholders(line: str) -> list[str]:
+    """``re.split(PLACEHOLDER, line)``: text, tensor index, text, ..., text.
+
+    Lines are escaped text (no NUL) around placeholders, so splitting at NUL gives the
+    same pieces without compiling a pattern on every start-up; any other NUL takes the
+    pattern's way.
+    """
+    parts = line.split("\x00")
+    if len(parts) % 2 and all(
+        part.startswith("qkv") and part[3:].isascii() and part[3:].isdigit()
+        for part in parts[1::2]
+    ):
+        for position in range(1, len(parts), 2):
+            parts[position] = parts[position][3:]
+        return parts
+    return re.split(PLACEHOLDER, line)
 
 
 def fmt_float(value: float, precision: int = 6) -> str:
@@ -77,7 +95,7 @@ class Deferred:
     def stream(self, lines: Iterable[str]) -> Iterator[str]:
         """Each line (placeholders expanded) and its newline, in pieces."""
         for line in lines:
-            parts = PLACEHOLDER.split(line)
+            parts = split_placeholders(line)
             for position, part in enumerate(parts):
                 if position % 2:
                     yield from iter_vector(self.arrays[int(part)], self.policy)
