@@ -49,7 +49,8 @@ def test_upstream_is_seeded_and_deterministic() -> None:
         (lambda d: d.pop("weights"), "$", 'missing key "weights"'),
         (lambda d: d["weights"].update(key={"values": [[0, 1], [1, 0], [-1, 1]],
                                             "name": "Bad"}),
-         "$.weights.key.name", "parameter name byte 0 must be lowercase ASCII"),
+         "$.weights.key.name", "parameter name byte 0 must be lowercase ASCII, a digit, "
+         "underscore, or dot; got 'B' (0x42)"),
         (lambda d: d.update(input=[[1, 2, 3]]), "$.input",
          "Q/K/V input must have rank three [batch, tokens, model_width], got rank 2"),
         (lambda d: d.update(input=[[[1, 2]]]), "$.input",

@@ -93,10 +93,11 @@ def test_a_wrong_setting_is_a_usage_error(runner: CliRunner) -> None:
 @pytest.mark.parametrize(
     ("content", "first_line"),
     [
-        ("{", "Error: {path}: invalid JSON at line 1 column 2: Expecting property name enclosed "
+        ("{", "Error: {path}: line 1 column 2: invalid JSON: expecting property name enclosed "
               "in double quotes"),
         ('{"input": [[[1]]], "weights": {"query": [[1]], "key": [[1]], "value": [[NaN]]}}',
-         "Error: {path}: invalid JSON: NaN is not a number JSON allows; write a finite number"),
+         "Error: {path}: $.weights.value[0][0]: line 1 column 73: NaN is not a number JSON "
+         "allows; write a finite number"),
         ('{"input": [[[1, 2]]], "weights": {"query": [[1]], "key": [[1]], "value": [[1]]}}',
          "Error: {path}: $.input: Q/K/V input final width must equal model width 1, got 2"),
     ],

@@ -229,8 +229,8 @@ def test_validate_several_files_reports_each_and_counts(tmp_path: Path) -> None:
         "Error: bad.json: $.input: Q/K/V input must have rank three "
         "[batch, tokens, model_width], got rank 1; an empty nested list cannot show its inner "
         'axes, so write an empty input as {"shape": [0, tokens, d_model], "values": []}',
-        "Error: broken.json: invalid JSON at line 1 column 2: "
-        "Expecting property name enclosed in double quotes",
+        "Error: broken.json: line 1 column 2: invalid JSON: "
+        "expecting property name enclosed in double quotes",
         "Error: gone.json: no such file",
         "qkv: 4 problems in 3 of 4 fixtures",
     ]

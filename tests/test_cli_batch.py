@@ -127,24 +127,55 @@ def test_junit_refuses_to_overwrite_a_fixture(three: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "flag"),
-    [(["-o", "out.txt"], "-o/--output"), (["--expect", "g.txt"], "--expect")],
-    ids=["output", "expect"],
-)
-@pytest.mark.parametrize(
     "fixtures", [["a.json", "b.json"], ["."]], ids=["several", "directory"]
 )
-def test_single_fixture_options_with_several_are_a_usage_error(
-    three: Path, extra: list[str], flag: str, fixtures: list[str]
-) -> None:
-    result = invoke(["run", *fixtures, *extra], three)
+def test_expect_with_several_fixtures_is_a_usage_error(three: Path, fixtures: list[str]) -> None:
+    result = invoke(["run", *fixtures, "--expect", "g.txt"], three)
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {flag} takes a single fixture file, not several fixtures, a directory, "
+        "Error: --expect takes a single fixture file, not several fixtures, a directory, "
         "or --junit"
     )
     assert result.stdout == ""
-    assert not (three / "out.txt").exists()
+
+
+def test_output_saves_the_summary_of_several_fixtures(three: Path) -> None:
+    printed = invoke(["run", "a.json", "b.json", "c.json"], three)
+    result = invoke(["run", "a.json", "b.json", "c.json", "-o", "summary.txt"], three)
+    assert result.exit_code == 2  # the worst status, as without -o
+    assert result.stdout == ""
+    assert (three / "summary.txt").read_text() == printed.stdout
+    assert result.stderr.splitlines() == [
+        'Error: c.json: $: missing key "weights"',
+        "qkv: wrote the summary of 3 fixtures to summary.txt",
+    ]
+    assert [p.name for p in three.iterdir() if p.name.startswith(".")] == []  # no temp file left
+
+
+def test_output_of_a_directory_run_with_junit_writes_both(three: Path) -> None:
+    (three / "c.json").unlink()
+    result = invoke(["run", ".", "-o", "out/summary.txt", "--junit", "out/junit.xml"], three)
+    assert result.exit_code == 2  # out/ does not exist: refused before any fixture runs
+    assert result.stderr == "Error: out/summary.txt: no such directory out\n"
+    assert result.stdout == ""
+    (three / "out").mkdir()
+    result = invoke(["run", ".", "-o", "out/summary.txt", "--junit", "out/junit.xml"], three)
+    assert result.exit_code == 1
+    assert (three / "out" / "summary.txt").read_text().endswith(
+        "2 fixtures: 1 passed, 1 failed, 0 bad input\n")
+    ET.parse(three / "out" / "junit.xml")
+
+
+def test_output_never_overwrites_a_fixture_or_the_junit_file(three: Path) -> None:
+    before = (three / "a.json").read_text()
+    result = invoke(["run", "a.json", "b.json", "-o", "a.json"], three)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: a.json: refusing to overwrite a fixture being read\n"
+    assert (three / "a.json").read_text() == before
+    result = invoke(["run", "a.json", "b.json", "-o", "x.txt", "--junit", "./x.txt"], three)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: x.txt: named twice as an output\n"
+    assert not (three / "x.txt").exists()
 
 
 # --- golden files ------------------------------------------------------------------------

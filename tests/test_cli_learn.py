@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from qkvcli import __version__
 from qkvcli.cli import main
 
 RIGHT = ["[4,7,2]", "[0,3] [3,0] [3,-3]", "no", "18", "[0,2,2] and [2,0,2]", "3", "no", "b", "c"]
@@ -22,8 +23,8 @@ def test_variance_table() -> None:
     result = invoke("variance", "--max", "64", "--samples", "500")
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0].split() == ["d_k", "var(q.k)", "std(q.k)", "var(q.k)/d_k",
-                                "var(q.k/sqrt(d_k))", "std_err"]
+    assert lines[0].split() == ["d_k", "var(q.k)", "std(q.k)", "var(q.k/sqrt(d_k))", "std_err",
+                                "z"]
     assert [line.split()[0] for line in lines[1:6]] == ["4", "8", "16", "32", "64"]
     assert "samples=500 per row, seed=26" in lines
     assert invoke("variance", "--max", "64", "--samples", "500").output == result.output
@@ -33,8 +34,14 @@ def test_variance_json_and_rich() -> None:
     document = json.loads(invoke("variance", "--max", "16", "--samples", "100", "-f",
                                  "json").output)
     assert [row["d_k"] for row in document["rows"]] == [4, 8, 16]
+    assert list(document) == ["qkv_version", "kind", "seed", "samples", "rows"]
+    assert document["qkv_version"] == __version__
+    for row in document["rows"]:
+        assert row["z"] == pytest.approx((row["ratio"] - 1) / row["std_error"])
+        assert row["ratio"] == pytest.approx(row["scaled_variance"], rel=1e-12)
     rich = invoke("variance", "--max", "16", "--samples", "100", "-f", "rich")
     assert rich.exit_code == 0 and "█" in rich.output and "log2 scale" in rich.output
+    assert "var/d_k" not in rich.output and " z" in rich.output
 
 
 @pytest.mark.parametrize(

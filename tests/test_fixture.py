@@ -109,7 +109,7 @@ BAD = [
      "at index 0 and repeats at index 1"),
     ("bad-name", mutate("weights.value", {"name": "Value", "values": [[1, 1], [1, -1], [0, 2]]}),
      "$.weights.value.name: parameter name byte 0 must be lowercase ASCII, a digit, underscore, "
-     "or dot; got 0x56"),
+     "or dot; got 'V' (0x56)"),
     ("input-width", mutate("input", [[[1, 2, -1, 0]]]),
      "$.input: Q/K/V input final width must equal model width 3, got 4"),
     ("ragged", mutate("input", [[[1, 2, -1], [0, 1]]]),
@@ -125,7 +125,7 @@ BAD = [
      "$.input.shape: shape [100000,100000,100000] has 1000000000000000 elements, more than the "
      "limit 134217728 (raise it with --max-elements)"),
     ("overflow", mutate("input", [[[1e400, 0, 0]]]),
-     "$.input: value at flat index 0 is too large for binary64"),
+     "$.input[0][0][0]: number is too large for binary64"),
     ("upstream-shape", mutate("upstream", {"key": [[[1, 2, 3], [4, 5, 6]]]}),
      "$.upstream.key: expected shape [1,2,2] (batch, tokens, d_head), got [1,2,3]"),
     ("bad-step", mutate("gradcheck", {"step": 0}), "$.gradcheck.step: step must be greater than zero"),
@@ -145,9 +145,10 @@ def test_bad_fixtures_name_the_location(doc: Any, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('{"a": NaN}', "invalid JSON: NaN is not a number JSON allows; write a finite number"),
-        ('{"a": 1, "a": 2}', "invalid JSON: duplicate key 'a'"),
-        ('{"a": ', "invalid JSON at line 1 column 7: Expecting value"),
+        ('{"a": NaN}',
+         "$.a: line 1 column 7: NaN is not a number JSON allows; write a finite number"),
+        ('{"a": 1, "a": 2}', '$: line 1 column 10: duplicate key "a"'),
+        ('{"a": ', "line 1 column 7: invalid JSON: expecting value"),
         ("[" * 100000, "invalid JSON: nested too deeply"),
     ],
     ids=["nan", "duplicate-key", "truncated", "deep"],
@@ -172,3 +173,20 @@ def test_null_weights_are_a_problem_not_a_silent_skip() -> None:
     assert [str(p) for p in fixture_problems(data)] == ["$.weights: expected an object, got null"]
     with pytest.raises(FixtureError, match=r"^\$\.weights: expected an object, got null$"):
         parse_fixture(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "got"),
+    [("Decoder.q", "got 'D' (0x44)"), ("déc", "got 'é' (U+00E9)"), ("a\x1bb", "got '\\x1b' (0x1b)")],
+    ids=["ascii", "non-ascii", "control"],
+)
+def test_a_bad_name_character_is_named(name: str, got: str) -> None:
+    from qkvcli.fixtures.weights import check_name
+
+    with pytest.raises(FixtureError) as caught:
+        check_name(name, "$.weights.query.name")
+    index = 0 if name[0] == "D" else 1
+    assert str(caught.value) == (
+        f"$.weights.query.name: parameter name byte {index} must be lowercase ASCII, a digit, "
+        f"underscore, or dot; {got}"
+    )

@@ -54,6 +54,51 @@ def test_attend_never_cuts_a_number_at_80_columns(make: Any) -> None:
         assert f"{row.output[0]:.4f}" in text
 
 
+def _cut_numbers(text: str) -> list[str]:
+    """Words that hold a digit and an ellipsis: a number rich cut short."""
+    return [word for word in text.split() if "…" in word and any(ch.isdigit() for ch in word)]
+
+
+@pytest.mark.parametrize("make", CASES.values(), ids=CASES.keys())
+def test_attend_shows_the_scores_and_the_reverse_pass_whole_at_80_columns(make: Any) -> None:
+    evidence = make()
+    text = render(attend_renderable(evidence), 80)
+    assert _cut_numbers(text) == []
+    assert "scores S = Q K^T" in text and f"Z = S / sqrt({evidence.config.d_k})" in text
+    scores = evidence.primary["scores"]
+    if scores.size:
+        assert f"{scores[0, 0, 0]:.4f}" in text
+    assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text
+    for symbol in ("U = dO", "dA", "dZ", "dS", "dQ", "dK", "dV", "dX", "dW_Q", "dW_K", "dW_V"):
+        assert f"  {symbol}  " in text
+    gradient = evidence.primary["input_gradient"]
+    assert f"{float(np.abs(gradient).max()):.4f}" in text
+
+
+def test_a_causal_head_shows_its_masked_scores() -> None:
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"), True)
+    text = render(attend_renderable(evidence), 80)
+    assert "Z = S / sqrt(2)" in text and "-inf: masked (causal)" in text
+    assert "2.8284     -inf" in text
+
+
+def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
+    from qkvcli.attention.layer_evidence import build_layer_evidence
+
+    rng = np.random.default_rng(0)
+    data = {"heads": 2, "input": rng.normal(size=(1, 3, 4)).tolist(),
+            "weights": {**{b: rng.normal(size=(4, 4)).tolist() for b in ("query", "key", "value")},
+                        "out_proj_weight": rng.normal(size=(4, 4)).tolist()}}
+    fixture = parse_attend_fixture(data)
+    assert fixture.layer is not None
+    evidence = build_layer_evidence(fixture, fixture.layer, causal=False)
+    text = render(attend_renderable(evidence), 80)
+    assert _cut_numbers(text) == []
+    assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text
+    assert "  dH  " in text and "  dW_out  " in text
+    assert "scores S = Q K^T" not in text  # a layer shows weights as heat maps per head
+
+
 def test_attend_elides_keys_with_a_note_and_full_shows_them_all() -> None:
     evidence = seeded(1, 12, 4)
     narrow = render(attend_renderable(evidence), 80)

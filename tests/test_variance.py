@@ -67,3 +67,9 @@ def test_too_few_samples() -> None:
         dot_variance([4], 1)
     assert caught.value == TooFewSamples(1)
     assert str(caught.value) == "need at least 2 samples, got 1"
+
+
+def test_z_is_the_ratio_in_standard_errors_from_one() -> None:
+    for row in RESULT.rows:
+        assert row.z == (row.ratio - 1.0) / row.std_error
+        assert abs(row.z) < 5  # the sample agrees with var(q.k/sqrt(d_k)) = 1

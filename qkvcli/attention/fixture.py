@@ -29,7 +29,6 @@ from qkvcli.attention.layer_fixture import (
 )
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
-from qkvcli.core.names import validate_name
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.fixtures.budget import check_projection_size, check_scores_size, check_step_fits
@@ -57,6 +56,7 @@ from qkvcli.fixtures.settings import (
     parse_tolerance,
 )
 from qkvcli.fixtures.tensors import parse_tensor
+from qkvcli.fixtures.weights import check_name
 
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
 
@@ -91,10 +91,7 @@ def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
     names = []
     for index, branch in enumerate(canonical.branches):
         name = DEFAULT_NAMES[index] if branch.name is None else branch.name
-        try:
-            validate_name(name)
-        except QkvError as error:
-            raise FixtureError(f"{branch.location}.name", str(error)) from None
+        check_name(name, f"{branch.location}.name")
         names.append(name)
     b = canonical.branches
     try:

@@ -14,7 +14,7 @@ COMMANDS = {
     "report": "qkvcli.cli.run",
     "gradcheck": "qkvcli.cli.run",
     "init": "qkvcli.cli.authoring",
-    "validate": "qkvcli.cli.authoring",
+    "validate": "qkvcli.cli.validate",
     "schema": "qkvcli.cli.authoring",
     "attend": "qkvcli.cli.learn",
     "variance": "qkvcli.cli.learn",

@@ -1,4 +1,4 @@
-"""``qkv init``, ``qkv validate`` and ``qkv schema``: writing and checking fixtures."""
+"""``qkv init`` and ``qkv schema``: writing starter fixtures and publishing the format."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from qkvcli.cli.batch import expand_fixtures
-from qkvcli.cli.group import EXIT_INPUT, InputError, error_line, safe_line
-from qkvcli.cli.io import labelled, remove_quietly, write_output, write_temp_beside
-from qkvcli.cli.options import LazyPath, max_elements_option
+from qkvcli.cli.group import InputError
+from qkvcli.cli.io import remove_quietly, write_output, write_temp_beside
+from qkvcli.cli.options import LazyPath
 from qkvcli.core.splitmix import MASK64
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
@@ -184,57 +183,6 @@ def write_new(text: str, output: Path) -> None:
             os.replace(tmp, output)
     finally:
         remove_quietly(tmp)
-
-
-def _problems(path: Path, max_elements: int) -> list[str]:
-    """Every problem of one fixture file as ``"$.location: message"`` lines."""
-    from qkvcli.fixtures.json_values import parse_json_text
-    from qkvcli.fixtures.load import fixture_stem, read_fixture_text
-    from qkvcli.fixtures.parse import fixture_problems
-    from qkvcli.fixtures.problems import FixtureError
-
-    text = labelled(str(path), lambda: read_fixture_text(path))
-    try:
-        data = parse_json_text(text)
-    except FixtureError as error:
-        return [str(error)]
-    return [str(error) for error in
-            fixture_problems(data, fixture_stem(path), max_elements, base_dir=path.parent)]
-
-
-@click.command()
-@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=LazyPath))
-@max_elements_option
-def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
-    """Check FIXTURE... without running them, reporting every problem found.
-
-    A directory means the *.json files in it. Each problem is one line on stderr naming
-    the file and the JSON location; each valid fixture prints "FILE: ok". With several
-    fixtures a last line counts the problems. Exit status 0 when every fixture is
-    valid, 2 otherwise.
-    """
-    from qkvcli.core.errors import QkvError
-
-    bad_files = 0
-    total = 0
-    paths = expand_fixtures(fixtures)
-    for path in paths:
-        try:
-            problems = _problems(path, max_elements)
-        except QkvError as error:
-            problems = [error_line(error).removeprefix(f"{path}: ")]
-        if problems:
-            bad_files += 1
-            total += len(problems)
-            for problem in problems:
-                click.echo(safe_line(f"Error: {path}: {problem}"), err=True)
-        else:
-            click.echo(f"{path}: ok")
-    if bad_files:
-        if len(paths) > 1:
-            noun = "problem" if total == 1 else "problems"
-            click.echo(f"qkv: {total} {noun} in {bad_files} of {len(paths)} fixtures", err=True)
-        raise SystemExit(EXIT_INPUT)
 
 
 @click.command()

@@ -4,7 +4,8 @@
 files directly inside it, in name order), prints one summary row per fixture and exits
 with the worst status: 2 when any fixture was bad input, else 1 when any check failed,
 else 0. ``--junit FILE`` also writes a JUnit XML report (one test suite per fixture,
-one test case per check). ``qkv run FIXTURE --expect GOLDEN`` compares the rendered
+one test case per check); ``-o FILE`` writes the summary table to FILE (atomically)
+instead of printing it. ``qkv run FIXTURE --expect GOLDEN`` compares the rendered
 report with a golden file instead of printing it.
 """
 
@@ -28,14 +29,16 @@ if TYPE_CHECKING:
     from qkvcli.cli.overrides import CheckOverrides
 
 
-def reject_single_options(output: Path | None, golden: Path | None) -> None:
-    """``-o`` and ``--expect`` take one fixture; raise :class:`click.UsageError` otherwise."""
-    for flag, value in (("-o/--output", output), ("--expect", golden)):
-        if value is not None:
-            raise click.UsageError(
-                f"{flag} takes a single fixture file, not several fixtures, a directory, "
-                "or --junit"
-            )
+def reject_single_options(golden: Path | None) -> None:
+    """``--expect`` takes one fixture; raise :class:`click.UsageError` otherwise.
+
+    (``-o`` is fine with several fixtures: it saves the summary table.)
+    """
+    if golden is not None:
+        raise click.UsageError(
+            "--expect takes a single fixture file, not several fixtures, a directory, "
+            "or --junit"
+        )
 
 
 def expand_fixtures(paths: Sequence[Path]) -> list[Path]:
@@ -150,30 +153,47 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
 
 def run_many(
     paths: Sequence[Path], junit: Path | None, max_elements: int, overrides: CheckOverrides,
-    jobs: int = 1,
+    jobs: int = 1, output: Path | None = None,
 ) -> None:
-    """Run every fixture, print the summary, write ``junit``; exit with the worst status.
+    """Run every fixture, print the summary (or write it to ``output``), write ``junit``;
+    exit with the worst status.
 
     Without ``paths`` (``qkv run --junit FILE``) the bundled fixture is run. With
     ``jobs`` above 1 the fixtures run in a pool of that many worker processes; results
-    are taken in the fixtures' order, so the output is the serial run's.
+    are taken in the fixtures' order, so the output is the serial run's. Both files are
+    written atomically, after every fixture ran, and never over a fixture being read.
     """
     fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
-    if junit is not None:
-        for fixture in fixtures:
-            if fixture is not None and _same_file(junit, fixture):
-                raise InputError(f"{junit}: refusing to overwrite a fixture being read")
+    _check_written([p for p in (output, junit) if p is not None], fixtures)
     outcomes = []
     for outcome in outcomes_of(fixtures, jobs, max_elements, overrides):
         if outcome.error is not None:
             click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
         outcomes.append(outcome)
-    click.echo(summary_table(outcomes), nl=False)
+    write_output(summary_table(outcomes), output)
+    if output is not None:
+        click.echo(f"qkv: wrote the summary of {len(outcomes)} "
+                   f"{'fixture' if len(outcomes) == 1 else 'fixtures'} to {output}", err=True)
     if junit is not None:
         write_output(junit_xml(outcomes), junit)
     status = max(outcome.status for outcome in outcomes)
     if status != EXIT_OK:
         raise SystemExit(status)
+
+
+def _check_written(written: Sequence[Path], fixtures: Sequence[Path | None]) -> None:
+    """Refuse unusable output paths before any fixture runs (the words of the export
+    paths' check in ``cli/console.py``). Raises :class:`InputError`."""
+    for index, path in enumerate(written):
+        if any(_same_file(path, other, unwritten=True) for other in written[:index]):
+            raise InputError(f"{path}: named twice as an output")
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory")
+        parent = path.parent if str(path.parent) else type(path)(".")
+        if not parent.is_dir():
+            raise InputError(f"{path}: no such directory {parent}")
+        if any(fixture is not None and _same_file(path, fixture) for fixture in fixtures):
+            raise InputError(f"{path}: refusing to overwrite a fixture being read")
 
 
 def outcomes_of(
@@ -192,11 +212,15 @@ def outcomes_of(
             yield future.result()  # in submission order, whatever order they finish in
 
 
-def _same_file(left: Path, right: Path) -> bool:
+def _same_file(left: Path, right: Path, unwritten: bool = False) -> bool:
+    """Whether two paths name one file; with ``unwritten``, also two spellings of one
+    path that does not exist yet (``out.txt`` and ``./out.txt``)."""
     try:
-        return left.exists() and right.exists() and os.path.samefile(left, right)
+        if left.exists() and right.exists():
+            return os.path.samefile(left, right)
     except OSError:
         return False
+    return unwritten and os.path.abspath(left) == os.path.abspath(right)
 
 
 def golden_diff(text: str, golden: Path) -> str:

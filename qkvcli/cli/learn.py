@@ -133,8 +133,9 @@ def variance(
 ) -> None:
     """Why scores are divided by sqrt(d_k): sample var(q.k) for growing d_k.
 
-    For unit-variance q and k, var(q.k) is about d_k and var(q.k / sqrt(d_k)) about 1.
-    Deterministic: the same seed gives the same table.
+    For unit-variance q and k, var(q.k) is about d_k and var(q.k / sqrt(d_k)) about 1;
+    z says how many standard errors each sample lies from 1. Deterministic: the same
+    seed gives the same table.
     """
     from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.learn.variance import dot_variance, widths
@@ -152,9 +153,14 @@ def variance(
         show_rich(lambda options: variance_renderable(result, options), view, output, None,
                   VARIANCE_PRECISION, "qkv variance")
         return
-    from qkvcli.render.text.variance import render_variance_json, render_variance_text
+    if fmt == "json":
+        from qkvcli.render.json.variance import render_variance_json
 
-    text = render_variance_json(result) if fmt == "json" else render_variance_text(result)
+        write_output(render_variance_json(result), output)
+        return
+    from qkvcli.render.text.variance import render_variance_text
+
+    text = render_variance_text(result)
     write_output(text, output)
 
 

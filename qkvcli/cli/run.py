@@ -140,16 +140,17 @@ def run(
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
     FIXTURE defaults to the bundled chapter fixture. With several fixtures (or a
-    directory, meaning its *.json files) each is run and a summary table is shown.
+    directory, meaning its *.json files) each is run and a summary table is shown
+    (-o FILE saves it instead).
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
     if is_batch(fixtures, junit):
         from qkvcli.cli.batch import reject_single_options, run_many
 
-        reject_single_options(output, golden)
+        reject_single_options(golden)
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
-        run_many(fixtures, junit, max_elements, overrides, jobs=jobs)
+        run_many(fixtures, junit, max_elements, overrides, jobs=jobs, output=output)
         return
     fixture = fixtures[0] if fixtures else None
     _evidence_command(fixture, fmt, output, max_elements, overrides, view,

@@ -43,7 +43,8 @@ class TooFewSamples(QkvError):
 
 @dataclass(frozen=True)
 class VarianceRow:
-    """One width: the sampled variance of ``q.k``, its ratio to ``d_k``, the scaled variance."""
+    """One width: the sampled variance of ``q.k``, its ratio to ``d_k``, the scaled variance
+    (the same number, computed from the scaled products) and the ratio's standard error."""
 
     d_k: int
     variance: float
@@ -54,6 +55,16 @@ class VarianceRow:
     @property
     def std(self) -> float:
         return math.sqrt(self.variance)
+
+    @property
+    def z(self) -> float:
+        """How many standard errors the sampled ratio lies from the theory's 1.
+
+        ``ratio`` and ``scaled_variance`` are equal by ``var(x/c) = var(x)/c^2`` (up to
+        rounding), so showing both says nothing; this says whether the sample agrees with
+        the claim: about 95% of rows lie within +-2.
+        """
+        return (self.ratio - 1.0) / self.std_error
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Pure: builds renderables from the evidence; the command owns the ``Console``. No
 here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
 figure it never cuts a number: keys and output features beyond the options' limits are
 elided with a note (``--full`` shows them all), and the weights and the output sit side
-by side only when both fit.
+by side only when both fit. The scores and the reverse pass's summary come from
+:mod:`qkvcli.render.rich.attend_passes`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.text import escape_controls
+from qkvcli.render.rich.attend_passes import column_limits, reverse_summary, scores_row
 from qkvcli.render.rich.layout import Fitted, Part, Row, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
@@ -26,16 +28,6 @@ BAR_WIDTH = 10
 PRECISION = 4
 """Decimals of weights and outputs unless the options ask for others."""
 SUM_PRECISION = 6
-FEWEST_COLUMNS = 3
-"""The narrowest layout still shows the first and last key (or feature) around a gap."""
-
-
-def _limits(count: int, options: RichOptions) -> list[int]:
-    """Column limits to try, widest first: every column with ``--full``, else at most
-    ``max_columns``, then fewer down to :data:`FEWEST_COLUMNS`."""
-    if options.full or count <= FEWEST_COLUMNS:
-        return [count]
-    return list(range(min(count, options.max_columns), FEWEST_COLUMNS - 1, -1))
 
 
 def _weights_table(
@@ -112,7 +104,8 @@ def _checks_table(evidence: AttendEvidence) -> Table:
 
 
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
-    """Everything a learner reads first: setup, weights and output per batch, checks, notes.
+    """Everything a learner reads first: setup, scores, weights and output per batch (heat
+    maps per head for a layer), the reverse pass's summary, checks, notes.
 
     Takes the evidence and the display options (weights and outputs to
     :data:`PRECISION` decimals unless given); gives a renderable that shows every number
@@ -139,12 +132,14 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
 
         parts.append(heatmaps(evidence, options))
     for b in range(c.batch if c.heads is None else 0):
+        parts.append(scores_row(evidence, b, options))
         weights = Fitted([_weights_table(evidence, b, options, limit)
-                          for limit in _limits(c.tokens, options)])
+                          for limit in column_limits(c.tokens, options)])
         output = Fitted([_output_table(evidence, b, options, limit)
-                         for limit in _limits(c.d_v, options)])
+                         for limit in column_limits(c.d_v, options)])
         parts.append(Row([Part(weights, box=None), Part(output, box=None)],
                          gap=2, stack_expand=False, fill=False))
+    parts.append(reverse_summary(evidence, options))
     parts.append(_checks_table(evidence))
     for note in evidence.notes:
         parts.append(Row([Part(Text(note.text), f"note: {note.code}", box.ROUNDED, "yellow")]))

@@ -17,7 +17,7 @@ from qkvcli.render.rich.tables import add_number_column
 from qkvcli.render.text.variance import EXPLAIN
 
 BAR = 12
-COLUMNS = ("d_k", "var(q.k)", "log2 scale", "var/d_k", "scaled var", "0 .. 1 .. 2", "std_err")
+COLUMNS = ("d_k", "var(q.k)", "log2 scale", "scaled var", "0 .. 1 .. 2", "std_err", "z")
 BAR_COLUMNS = ("log2 scale", "0 .. 1 .. 2")
 
 
@@ -37,10 +37,10 @@ def _table(result: VarianceResult, options: RichOptions, bars: bool) -> Table:
             "d_k": str(row.d_k),
             "var(q.k)": f"{row.variance:.2f}",
             "log2 scale": bar(math.log2(max(row.variance, 1.0)) / top),
-            "var/d_k": f"{row.ratio:.4f}",
             "scaled var": f"{row.scaled_variance:.4f}",
             "0 .. 1 .. 2": bar(row.scaled_variance / 2.0),
             "std_err": f"{row.std_error:.4f}",
+            "z": f"{row.z:+.2f}",
         }
         table.add_row(*(Text(cells[name]) for name in columns))
     return table

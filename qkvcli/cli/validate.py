@@ -1,0 +1,108 @@
+"""``qkv validate``: check fixture files without running them, chapter and attend alike.
+
+Each file is first checked as a chapter fixture (``qkv run``), collecting every problem.
+A file the chapter refuses that uses a key only ``qkv attend`` reads (biases,
+``value_width``, packed ``in_proj``/``c_attn`` weights, ``heads``, an output
+projection) is checked as an attend fixture instead, and ``--attend`` checks every file
+that way. The attend reader stops at the first problem.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from qkvcli.cli.batch import expand_fixtures
+from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
+from qkvcli.cli.io import labelled
+from qkvcli.cli.options import LazyPath, max_elements_option
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CHAPTER, ATTEND = "chapter", "attend"
+
+
+def attend_keys(data: Any) -> list[str]:
+    """The keys of ``data`` that only ``qkv attend`` reads, as JSON paths (``$.heads``)."""
+    from qkvcli.attention.layer_fixture import LAYER_TOP_KEYS, OUT_KEYS
+    from qkvcli.core.vocabulary import BRANCHES
+    from qkvcli.fixtures.keys import PACKED_KEYS
+    from qkvcli.fixtures.layer_layouts import C_ATTN_KEYS
+
+    if not isinstance(data, dict):
+        return []
+    found = [f"$.{key}" for key in (*LAYER_TOP_KEYS, "value_width") if key in data]
+    weights = data.get("weights")
+    if isinstance(weights, dict):
+        found += [f"$.weights.{key}" for key in (*PACKED_KEYS, *C_ATTN_KEYS, *OUT_KEYS)
+                  if key in weights]
+        found += [f"$.weights.{branch}.bias" for branch in BRANCHES
+                  if isinstance(weights.get(branch), dict) and "bias" in weights[branch]]
+    return found
+
+
+def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[str, list[str]]:
+    """Which kind ``path`` was checked as, and its problems as ``"$.location: message"`` lines."""
+    from qkvcli.fixtures.json_values import parse_json_text
+    from qkvcli.fixtures.load import fixture_stem, read_fixture_text
+    from qkvcli.fixtures.parse import fixture_problems
+    from qkvcli.fixtures.problems import FixtureError
+
+    text = labelled(str(path), lambda: read_fixture_text(path))
+    try:
+        data = parse_json_text(text)
+    except FixtureError as error:
+        return (ATTEND if attend else CHAPTER), [str(error)]
+    if not attend:
+        problems = [str(error) for error in
+                    fixture_problems(data, fixture_stem(path), max_elements, base_dir=path.parent)]
+        if not problems or not attend_keys(data):
+            return CHAPTER, problems
+    from qkvcli.attention.fixture import parse_attend_fixture
+
+    try:
+        parse_attend_fixture(data, fixture_stem(path), max_elements, path.parent)
+    except FixtureError as error:
+        return ATTEND, [str(error)]
+    return ATTEND, []
+
+
+@click.command()
+@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=LazyPath))
+@click.option("--attend", is_flag=True,
+              help="Check every file as a qkv attend fixture (stops at its first problem). "
+              "Without it, a file with attend-only keys is recognised as one.")
+@max_elements_option
+def validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> None:
+    """Check FIXTURE... without running them, reporting every problem found.
+
+    A directory means the *.json files in it. Each problem is one line on stderr naming
+    the file and the JSON location; each valid fixture prints "FILE: ok" ("FILE: ok
+    (attend fixture)" for one qkv attend reads: biases, value_width, in_proj or c_attn
+    weights, heads, an output projection). With several fixtures a last line counts the
+    problems. Exit status 0 when every fixture is valid, 2 otherwise.
+    """
+    from qkvcli.core.errors import QkvError
+
+    bad_files = 0
+    total = 0
+    paths = expand_fixtures(fixtures)
+    for path in paths:
+        try:
+            kind, problems = fixture_problems_of(path, max_elements, attend)
+        except QkvError as error:
+            kind, problems = CHAPTER, [error_line(error).removeprefix(f"{path}: ")]
+        if problems:
+            bad_files += 1
+            total += len(problems)
+            for problem in problems:
+                click.echo(safe_line(f"Error: {path}: {problem}"), err=True)
+        else:
+            click.echo(f"{path}: ok" + (" (attend fixture)" if kind == ATTEND else ""))
+    if bad_files:
+        if len(paths) > 1:
+            noun = "problem" if total == 1 else "problems"
+            click.echo(f"qkv: {total} {noun} in {bad_files} of {len(paths)} fixtures", err=True)
+        raise SystemExit(EXIT_INPUT)
