@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -120,3 +121,33 @@ def test_rich_cards(runner: CliRunner) -> None:
 def test_help_lists_check(runner: CliRunner) -> None:
     assert "qkv check IMPL" in runner.invoke(main, ["--help"]).stdout
     assert "--command" in runner.invoke(main, ["check", "--help"]).stdout
+
+
+def test_rich_view_takes_the_shared_options(runner: CliRunner, tmp_path: Path) -> None:
+    svg, html = tmp_path / "check.svg", tmp_path / "check.html"
+    args = ["check", str(EXAMPLES / "wrong_float32.py"), "-f", "rich", "--random", "8",
+            "--width", "90", "--no-color", "--export-svg", str(svg), "--export-html", str(html)]
+    result = runner.invoke(main, args, env={"FORCE_COLOR": "1"})
+    assert result.exit_code == 1
+    assert "\x1b[1m" in result.stdout  # FORCE_COLOR: bold stays, colour goes (--no-color)
+    assert not re.search(r"\x1b\[[0-9;]*\b3[0-7]m", result.stdout)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
+    assert max(len(line) for line in plain.splitlines()) <= 90
+    assert "3 more: --full or --format json" in result.stdout
+    assert "<svg" in svg.read_text() and "<title>qkv check</title>" in html.read_text()
+    full = runner.invoke(main, [*args[:-4], "--full"])
+    assert "more: --full" not in full.stdout
+    assert "random-8[1,1,3->1]  query[0,0,0]" in full.stdout
+
+
+def test_exports_with_a_text_view_and_precision_is_said_to_not_apply(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    svg = tmp_path / "check.svg"
+    result = runner.invoke(main, ["check", NUMPY, "-f", "text", "--random", "0",
+                                  "--export-svg", str(svg), "--precision", "3"])
+    assert result.exit_code == 0
+    assert result.stdout.endswith("verdict: PASS (8 of 8 applicable checks passed)\n")
+    assert "forward" in svg.read_text()
+    assert result.stderr == ("qkv: warning: --precision does not apply to qkv check (its "
+                             "details show exact values)\n")
