@@ -47,7 +47,8 @@ def test_json_document_shape(runner: CliRunner) -> None:
     assert document["qkv_version"] == __version__
     assert document["passed"] is False
     assert [c["name"] for c in document["checks"]] == FAMILIES
-    assert all(set(c) == {"name", "passed", "detail"} for c in document["checks"])
+    assert all(list(c) == ["name", "passed", "detail", "applicable"] for c in document["checks"])
+    assert all(c["applicable"] for c in document["checks"])
     reverse = [f for f in document["failures"] if f["family"] == "reverse"]
     assert reverse[0] == {
         "family": "reverse", "fixture": "chapter", "coordinate": "grad_input[0,0,0]",
@@ -62,8 +63,39 @@ def test_command_with_protocol_family(runner: CliRunner) -> None:
     command = f"{shlex.quote(sys.executable)} {EXAMPLES / 'command_qkv.py'}"
     result = runner.invoke(main, ["check", "--command", command, "--random", "4", "-f", "json"])
     assert result.exit_code == 0, result.output
-    names = [c["name"] for c in json.loads(result.stdout)["checks"]]
-    assert names == [*FAMILIES, "protocol"]
+    document = json.loads(result.stdout)
+    assert [c["name"] for c in document["checks"]] == [*FAMILIES, "protocol"]
+    assert document["stderr"] == ""
+
+
+def test_purity_is_not_applicable_to_a_command_in_every_view(runner: CliRunner) -> None:
+    command = f"{shlex.quote(sys.executable)} {EXAMPLES / 'command_qkv.py'}"
+    detail = "not applicable: a --command program cannot change qkv's arrays"
+    base = ["check", "--command", command, "--random", "0"]
+    document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
+    purity = next(c for c in document["checks"] if c["name"] == "purity")
+    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False}
+    assert all(c["applicable"] for c in document["checks"] if c["name"] != "purity")
+    text = runner.invoke(main, [*base, "-f", "text"]).stdout
+    assert f"purity        N/A   {detail}" in text.splitlines()
+    assert text.endswith("verdict: PASS (8 of 8 applicable checks passed)\n")
+    rich = runner.invoke(main, [*base, "-f", "rich"], env={"COLUMNS": "100"}).stdout
+    assert "purity  N/A" in rich and "verdict: PASS (8 of 8 applicable checks passed)" in rich
+
+
+def test_without_backward_the_json_says_not_applicable_and_failed(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    forward_only = tmp_path / "forward_only.py"
+    forward_only.write_text(f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\n"
+                            "from numpy_qkv import forward  # noqa: F401\n")
+    result = runner.invoke(main, ["check", str(forward_only), "--random", "0", "-f", "json"])
+    assert result.exit_code == 1
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    for family in ("reverse", "gradcheck"):
+        assert checks[family] == {"name": family, "passed": False, "applicable": False,
+                                  "detail": "not applicable: no backward"}
+    assert "qkv: FAILED: reverse, gradcheck" in result.stderr
 
 
 @pytest.mark.parametrize("mode", ["crash", "sleep", "garbage"])
