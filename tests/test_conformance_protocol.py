@@ -122,3 +122,24 @@ def test_calls_after_a_breakage_fail_without_waiting() -> None:
 def test_a_program_that_cannot_start(command: str) -> None:
     with pytest.raises(CommandNotStarted):
         CommandClient(command, 1.0)
+
+
+def test_a_program_that_advertises_no_backward(chapter: list[Case]) -> None:
+    with CommandClient(f"{FAKE} forward-only", 5.0) as client:
+        result = run_checks(client, chapter, 1e-9)
+    checks = {c.name: c for c in result.checks}
+    assert not client.has_backward
+    for family in ("reverse", "gradcheck"):
+        assert checks[family].detail == "not applicable: no backward"
+        assert not checks[family].passed and not checks[family].applicable
+    assert checks["forward"].passed and checks["shapes"].passed and checks["replay"].passed
+    assert checks["shapes"].detail.startswith("forward keeps empty batch")
+    assert checks["protocol"].passed, checks["protocol"].detail  # never sent a backward
+    assert not result.passed
+
+
+def test_malformed_ops_in_hello_fail_the_protocol(chapter: list[Case]) -> None:
+    with CommandClient(f"{FAKE} bad-ops", 5.0) as client:
+        result = run_checks(client, chapter, 1e-9)
+    assert result.checks[-1].detail == (
+        'request 0 (hello): malformed reply: "ops" must be a list of strings')
