@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +148,36 @@ def test_malformed_ops_in_hello_fail_the_protocol(chapter: list[Case]) -> None:
         result = run_checks(client, chapter, 1e-9)
     assert result.checks[-1].detail == (
         'request 0 (hello): malformed reply: "ops" must be a list of strings')
+
+
+def test_ctrl_c_ends_qkv_and_the_program_cleanly(tmp_path: Path) -> None:
+    """A real SIGINT to qkv only (not to the program's group) while it waits for a reply."""
+    ready = tmp_path / "pid"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FAKE_QKV_READY": str(ready)}
+    qkv = subprocess.Popen(
+        [sys.executable, "-m", "qkvcli", "check", "--command", f"{FAKE} sleep",
+         "--timeout", "60", "--random", "0", "-f", "text"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+    )
+    pid = None
+    try:
+        for _ in range(400):  # up to 20 s for start-up on a slow machine; not a timing test
+            if ready.exists() or qkv.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), qkv.communicate()
+        pid = int(ready.read_text())
+        qkv.send_signal(signal.SIGINT)
+        out, err = qkv.communicate(timeout=30)
+        assert qkv.returncode == 130
+        assert err == "qkv: interrupted\n"
+        assert out == ""
+        with pytest.raises(ProcessLookupError):  # ended and reaped, not orphaned
+            os.kill(pid, 0)
+    finally:
+        if qkv.poll() is None:
+            qkv.kill()
+            qkv.wait()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -6,6 +6,7 @@ MODE: crash (exit 3 at the first forward, after a line on stderr), sleep (never 
 a forward), garbage (answer a forward with a line that is not JSON), nan (answer with
 NaN), wrong-id, linger (answer bye but do not exit), bad-version, forward-only (hello
 advertises "ops": ["forward"]), bad-ops (hello with "ops": "forward").
+With FAKE_QKV_READY=FILE in the environment, sleep writes its pid to FILE before sleeping.
 Otherwise it answers like examples/implementations/command_qkv.py.
 """
 
@@ -44,6 +45,11 @@ def main():
             sys.stderr.write("fake_qkv: segmentation fault (pretend)\n")
             sys.exit(3)
         if mode == "sleep":
+            ready = os.environ.get("FAKE_QKV_READY")
+            if ready:
+                with open(ready + ".tmp", "w") as file:
+                    file.write(str(os.getpid()))
+                os.replace(ready + ".tmp", ready)
             time.sleep(30)
         if mode == "garbage":
             print("this is not json", flush=True)
