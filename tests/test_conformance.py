@@ -52,8 +52,15 @@ def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> Non
 
 
 def test_the_correct_torch_example_passes(cases: list[Case]) -> None:
+    """Run with a torch-enabled Python (e.g. /work/venv-torch) to exercise it; skipped otherwise."""
     pytest.importorskip("torch")
-    assert check_example("torch_qkv.py", cases).passed
+    import torch_qkv
+
+    query, _, _ = torch_qkv.forward(np.ones((1, 2, 2)), *(np.ones((2, 2)) for _ in range(3)))
+    assert query.requires_grad  # what qkv must detach for the user
+    result = check_example("torch_qkv.py", cases)
+    assert result.passed, result.checks
+    assert result.failures == ()
 
 
 @pytest.mark.parametrize(
