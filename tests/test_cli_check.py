@@ -183,3 +183,24 @@ def test_exports_with_a_text_view_and_precision_is_said_to_not_apply(
     assert "forward" in svg.read_text()
     assert result.stderr == ("qkv: warning: --precision does not apply to qkv check (its "
                              "details show exact values)\n")
+
+
+def test_prints_and_sys_exit_in_an_implementation_do_not_spoil_the_report(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(EXAMPLES)!r})\n"
+        "import numpy_qkv\n"
+        "def forward(x, wq, wk, wv):\n"
+        "    print('debug: forward', x.shape)\n"
+        "    if x.ndim != 3:\n"
+        "        sys.exit(3)\n"
+        "    return numpy_qkv.forward(x, wq, wk, wv)\n"
+        "backward = numpy_qkv.backward\n"
+    )
+    result = runner.invoke(main, ["check", str(noisy), "--random", "0", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+    assert "debug: forward (1, 2, 3)" in result.stderr
