@@ -181,3 +181,16 @@ def test_ctrl_c_ends_qkv_and_the_program_cleanly(tmp_path: Path) -> None:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_worked_exchange_in_the_protocol_doc_is_what_the_reference_program_says() -> None:
+    text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    block = text.split("## A complete worked exchange", 1)[1].split("```\n", 1)[1]
+    block = block.split("```", 1)[0]
+    sent = [line[2:] for line in block.splitlines() if line.startswith("> ")]
+    wanted = [line[2:] for line in block.splitlines() if line.startswith("< ")]
+    program = ROOT / "examples" / "implementations" / "command_qkv.py"
+    done = subprocess.run([sys.executable, str(program)], input="\n".join(sent) + "\n",
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == wanted
