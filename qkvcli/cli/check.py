@@ -4,7 +4,7 @@ The work is in :mod:`qkvcli.conformance`; this module reads the options, builds 
 fixtures, starts the implementation, renders the result and sets the exit status:
 0 when every applicable family passed, 1 when one failed, 2 for usage errors and
 implementations that cannot be loaded or started (raised as ``QkvError`` and turned
-into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`).
+into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays.
     The chapter fixture, each FIXTURE and --random N seeded fixtures are checked.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
-    errors and implementations that cannot be loaded or started.
+    errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """
     from pathlib import Path
 
