@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -46,7 +47,8 @@ def test_json_document_shape(runner: CliRunner) -> None:
     assert document["qkv_version"] == __version__
     assert document["passed"] is False
     assert [c["name"] for c in document["checks"]] == FAMILIES
-    assert all(set(c) == {"name", "passed", "detail"} for c in document["checks"])
+    assert all(list(c) == ["name", "passed", "detail", "applicable"] for c in document["checks"])
+    assert all(c["applicable"] for c in document["checks"])
     reverse = [f for f in document["failures"] if f["family"] == "reverse"]
     assert reverse[0] == {
         "family": "reverse", "fixture": "chapter", "coordinate": "grad_input[0,0,0]",
@@ -61,8 +63,39 @@ def test_command_with_protocol_family(runner: CliRunner) -> None:
     command = f"{shlex.quote(sys.executable)} {EXAMPLES / 'command_qkv.py'}"
     result = runner.invoke(main, ["check", "--command", command, "--random", "4", "-f", "json"])
     assert result.exit_code == 0, result.output
-    names = [c["name"] for c in json.loads(result.stdout)["checks"]]
-    assert names == [*FAMILIES, "protocol"]
+    document = json.loads(result.stdout)
+    assert [c["name"] for c in document["checks"]] == [*FAMILIES, "protocol"]
+    assert document["stderr"] == ""
+
+
+def test_purity_is_not_applicable_to_a_command_in_every_view(runner: CliRunner) -> None:
+    command = f"{shlex.quote(sys.executable)} {EXAMPLES / 'command_qkv.py'}"
+    detail = "not applicable: a --command program cannot change qkv's arrays"
+    base = ["check", "--command", command, "--random", "0"]
+    document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
+    purity = next(c for c in document["checks"] if c["name"] == "purity")
+    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False}
+    assert all(c["applicable"] for c in document["checks"] if c["name"] != "purity")
+    text = runner.invoke(main, [*base, "-f", "text"]).stdout
+    assert f"purity        N/A   {detail}" in text.splitlines()
+    assert text.endswith("verdict: PASS (8 of 8 applicable checks passed)\n")
+    rich = runner.invoke(main, [*base, "-f", "rich"], env={"COLUMNS": "100"}).stdout
+    assert "purity  N/A" in rich and "verdict: PASS (8 of 8 applicable checks passed)" in rich
+
+
+def test_without_backward_the_json_says_not_applicable_and_failed(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    forward_only = tmp_path / "forward_only.py"
+    forward_only.write_text(f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\n"
+                            "from numpy_qkv import forward  # noqa: F401\n")
+    result = runner.invoke(main, ["check", str(forward_only), "--random", "0", "-f", "json"])
+    assert result.exit_code == 1
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    for family in ("reverse", "gradcheck"):
+        assert checks[family] == {"name": family, "passed": False, "applicable": False,
+                                  "detail": "not applicable: no backward"}
+    assert "qkv: FAILED: reverse, gradcheck" in result.stderr
 
 
 @pytest.mark.parametrize("mode", ["crash", "sleep", "garbage"])
@@ -120,3 +153,68 @@ def test_rich_cards(runner: CliRunner) -> None:
 def test_help_lists_check(runner: CliRunner) -> None:
     assert "qkv check IMPL" in runner.invoke(main, ["--help"]).stdout
     assert "--command" in runner.invoke(main, ["check", "--help"]).stdout
+
+
+def test_rich_view_takes_the_shared_options(runner: CliRunner, tmp_path: Path) -> None:
+    svg, html = tmp_path / "check.svg", tmp_path / "check.html"
+    args = ["check", str(EXAMPLES / "wrong_float32.py"), "-f", "rich", "--random", "8",
+            "--width", "90", "--no-color", "--export-svg", str(svg), "--export-html", str(html)]
+    result = runner.invoke(main, args, env={"FORCE_COLOR": "1"})
+    assert result.exit_code == 1
+    assert "\x1b[1m" in result.stdout  # FORCE_COLOR: bold stays, colour goes (--no-color)
+    assert not re.search(r"\x1b\[[0-9;]*\b3[0-7]m", result.stdout)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
+    assert max(len(line) for line in plain.splitlines()) <= 90
+    assert "3 more: --full or --format json" in result.stdout
+    assert "<svg" in svg.read_text() and "<title>qkv check</title>" in html.read_text()
+    full = runner.invoke(main, [*args[:-4], "--full"])
+    assert "more: --full" not in full.stdout
+    assert "random-8[1,1,3->1]  query[0,0,0]" in full.stdout
+
+
+def test_exports_with_a_text_view_and_precision_is_said_to_not_apply(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    svg = tmp_path / "check.svg"
+    result = runner.invoke(main, ["check", NUMPY, "-f", "text", "--random", "0",
+                                  "--export-svg", str(svg), "--precision", "3"])
+    assert result.exit_code == 0
+    assert result.stdout.endswith("verdict: PASS (8 of 8 applicable checks passed)\n")
+    assert "forward" in svg.read_text()
+    assert result.stderr == ("qkv: warning: --precision does not apply to qkv check (its "
+                             "details show exact values)\n")
+
+
+def test_prints_and_sys_exit_in_an_implementation_do_not_spoil_the_report(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(EXAMPLES)!r})\n"
+        "import numpy_qkv\n"
+        "def forward(x, wq, wk, wv):\n"
+        "    print('debug: forward', x.shape)\n"
+        "    if x.ndim != 3:\n"
+        "        sys.exit(3)\n"
+        "    return numpy_qkv.forward(x, wq, wk, wv)\n"
+        "backward = numpy_qkv.backward\n"
+    )
+    result = runner.invoke(main, ["check", str(noisy), "--random", "0", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+    assert "debug: forward (1, 2, 3)" in result.stderr
+
+
+def test_the_readme_failing_report_is_what_qkv_check_prints(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = EXAMPLES.parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    command = "$ qkv check examples/implementations/wrong_no_value_path.py --random 0 --format text"
+    shown = readme.split(command + "\n", 1)[1].split("```", 1)[0].splitlines()
+    monkeypatch.chdir(root)
+    result = runner.invoke(main, command.split()[2:])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == shown[:-1]
+    assert result.stderr.splitlines() == shown[-1:]

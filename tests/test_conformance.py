@@ -52,20 +52,30 @@ def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> Non
 
 
 def test_the_correct_torch_example_passes(cases: list[Case]) -> None:
+    """Run with a torch-enabled Python (e.g. /work/venv-torch) to exercise it; skipped otherwise."""
     pytest.importorskip("torch")
-    assert check_example("torch_qkv.py", cases).passed
+    import torch_qkv
+
+    query, _, _ = torch_qkv.forward(np.ones((1, 2, 2)), *(np.ones((2, 2)) for _ in range(3)))
+    assert query.requires_grad  # what qkv must detach for the user
+    result = check_example("torch_qkv.py", cases)
+    assert result.passed, result.checks
+    assert result.failures == ()
 
 
 @pytest.mark.parametrize(
     ("example", "family", "reason"),
     [
         ("wrong_no_value_path.py", "reverse", "grad_input misses the value path"),
+        ("wrong_key_path_uses_query_weight.py", "reverse",
+         "grad_input's key path uses W_Q instead of W_K"),
         ("wrong_key_uses_query_weight.py", "forward", "key equals X W_Q"),
         ("wrong_float32.py", "forward", "float32 arithmetic"),
         ("wrong_modifies_input.py", "purity", "forward changed its argument x[0,0,0]"),
         ("wrong_accepts_rank2.py", "errors", "silently accepted: rank-2 input"),
     ],
-    ids=["no-value-path", "key-with-query-weight", "float32", "modifies-input", "rank-2"],
+    ids=["no-value-path", "dx-key-path-with-query-weight", "key-with-query-weight", "float32",
+         "modifies-input", "rank-2"],
 )
 def test_each_wrong_example_is_caught_by_its_family(
     cases: list[Case], example: str, family: str, reason: str

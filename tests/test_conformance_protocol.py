@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +127,70 @@ def test_calls_after_a_breakage_fail_without_waiting() -> None:
 def test_a_program_that_cannot_start(command: str) -> None:
     with pytest.raises(CommandNotStarted):
         CommandClient(command, 1.0)
+
+
+def test_a_program_that_advertises_no_backward(chapter: list[Case]) -> None:
+    with CommandClient(f"{FAKE} forward-only", 5.0) as client:
+        result = run_checks(client, chapter, 1e-9)
+    checks = {c.name: c for c in result.checks}
+    assert not client.has_backward
+    for family in ("reverse", "gradcheck"):
+        assert checks[family].detail == "not applicable: no backward"
+        assert not checks[family].passed and not checks[family].applicable
+    assert checks["forward"].passed and checks["shapes"].passed and checks["replay"].passed
+    assert checks["shapes"].detail.startswith("forward keeps empty batch")
+    assert checks["protocol"].passed, checks["protocol"].detail  # never sent a backward
+    assert not result.passed
+
+
+def test_malformed_ops_in_hello_fail_the_protocol(chapter: list[Case]) -> None:
+    with CommandClient(f"{FAKE} bad-ops", 5.0) as client:
+        result = run_checks(client, chapter, 1e-9)
+    assert result.checks[-1].detail == (
+        'request 0 (hello): malformed reply: "ops" must be a list of strings')
+
+
+def test_ctrl_c_ends_qkv_and_the_program_cleanly(tmp_path: Path) -> None:
+    """A real SIGINT to qkv only (not to the program's group) while it waits for a reply."""
+    ready = tmp_path / "pid"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FAKE_QKV_READY": str(ready)}
+    qkv = subprocess.Popen(
+        [sys.executable, "-m", "qkvcli", "check", "--command", f"{FAKE} sleep",
+         "--timeout", "60", "--random", "0", "-f", "text"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+    )
+    pid = None
+    try:
+        for _ in range(400):  # up to 20 s for start-up on a slow machine; not a timing test
+            if ready.exists() or qkv.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), qkv.communicate()
+        pid = int(ready.read_text())
+        qkv.send_signal(signal.SIGINT)
+        out, err = qkv.communicate(timeout=30)
+        assert qkv.returncode == 130
+        assert err == "qkv: interrupted\n"
+        assert out == ""
+        with pytest.raises(ProcessLookupError):  # ended and reaped, not orphaned
+            os.kill(pid, 0)
+    finally:
+        if qkv.poll() is None:
+            qkv.kill()
+            qkv.wait()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_worked_exchange_in_the_protocol_doc_is_what_the_reference_program_says() -> None:
+    text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    block = text.split("## A complete worked exchange", 1)[1].split("```\n", 1)[1]
+    block = block.split("```", 1)[0]
+    sent = [line[2:] for line in block.splitlines() if line.startswith("> ")]
+    wanted = [line[2:] for line in block.splitlines() if line.startswith("< ")]
+    program = ROOT / "examples" / "implementations" / "command_qkv.py"
+    done = subprocess.run([sys.executable, str(program)], input="\n".join(sent) + "\n",
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == wanted

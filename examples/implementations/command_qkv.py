@@ -77,8 +77,7 @@ def backward(message):
         x_t = [x[r * d_model + i] for i in range(d_model) for r in range(rows)]
         reply[f"grad_w_{branch}"] = {"shape": [d_model, d_head],
                                      "values": matmul(x_t, d_model, rows, g, d_head)}
-    reply["grad_input"] = {"shape": [batch, tokens, d_model], "values": grad_input}
-    return reply
+    return {"grad_input": {"shape": [batch, tokens, d_model], "values": grad_input}, **reply}
 
 
 def main():

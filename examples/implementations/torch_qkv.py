@@ -2,8 +2,10 @@
 
     qkv check examples/implementations/torch_qkv.py
 
+``forward`` treats the weights as a module treats its parameters (``requires_grad``),
+so its outputs require grad too: qkv detaches returned tensors itself, no glue needed.
 ``backward`` re-runs the forward under autograd and asks for the gradients of
-``L = <Q,dQ> + <K,dK> + <V,dV>``; qkv detaches the returned tensors itself.
+``L = <Q,dQ> + <K,dK> + <V,dV>``.
 """
 
 import torch
@@ -26,8 +28,8 @@ def _forward(x, w_query, w_key, w_value):
 
 
 def forward(x, w_query, w_key, w_value):
-    with torch.no_grad():
-        return _forward(*_tensors(x, w_query, w_key, w_value))
+    x, *weights = _tensors(x, w_query, w_key, w_value)
+    return _forward(x, *(w.requires_grad_() for w in weights))
 
 
 def backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value):

@@ -4,7 +4,7 @@ The work is in :mod:`qkvcli.conformance`; this module reads the options, builds 
 fixtures, starts the implementation, renders the result and sets the exit status:
 0 when every applicable family passed, 1 when one failed, 2 for usage errors and
 implementations that cannot be loaded or started (raised as ``QkvError`` and turned
-into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`).
+into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ import click
 
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import label_of, load, write_atomic, write_output
-from qkvcli.cli.options import LazyPath, max_elements_option, output_option, resolve_format
+from qkvcli.cli.options import (
+    LazyPath,
+    ViewSettings,
+    max_elements_option,
+    output_option,
+    resolve_format,
+    view_options,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,6 +38,8 @@ DEFAULT_RANDOM = 4  # the four special shapes: d_model != d_head, batch 0, token
 DEFAULT_SEED = 26
 DEFAULT_TOLERANCE = 1e-9
 DEFAULT_TIMEOUT = 10.0
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
+PRECISION = 6  # unused by the cards (their details print exact values); --precision warns
 
 
 def _finite(minimum_ok: bool) -> Any:
@@ -63,19 +72,24 @@ def _render(result: ConformanceResult, fmt: str) -> str:
     return render_conformance_text(result)
 
 
-def _show(result: ConformanceResult, fmt: str, output: Path | None) -> None:
-    if fmt != "rich":
-        write_output(_render(result, fmt), output)
-        return
-    from qkvcli.cli.console import show_rich
-    from qkvcli.cli.options import ViewSettings
+def _show(result: ConformanceResult, fmt: str, requested: str, output: Path | None,
+          view: ViewSettings) -> str:
+    """Write ``result`` in ``fmt`` (``auto`` that resolved to rich falls back to text when the
+    cards do not fit), then any ``--export-svg``/``--export-html``; returns the format shown."""
+    from qkvcli.cli.console import auto_format, export_only, show_rich
 
     def figure(options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.conformance import render_conformance_rich
 
         return render_conformance_rich(result, options)
 
-    show_rich(figure, ViewSettings(), output, None, 6, "qkv check")
+    fmt = auto_format(requested, fmt, figure, view, PRECISION) if fmt == "rich" else fmt
+    if fmt == "rich":
+        show_rich(figure, view, output, None, PRECISION, "qkv check")
+        return fmt
+    write_output(_render(result, fmt), output)
+    export_only(figure, view, None, PRECISION, "qkv check")
+    return fmt
 
 
 @click.command()
@@ -102,9 +116,10 @@ def _show(result: ConformanceResult, fmt: str, output: Path | None) -> None:
 @click.option("--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
 @max_elements_option
+@view_options
 def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,
           tolerance: float, timeout: float, fmt: str, output: Path | None,
-          junit: Path | None, max_elements: int) -> None:
+          junit: Path | None, max_elements: int, view: ViewSettings) -> None:
     """Check YOUR Q/K/V implementation against the chapter's evidence.
 
     \b
@@ -116,7 +131,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays.
     The chapter fixture, each FIXTURE and --random N seeded fixtures are checked.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
-    errors and implementations that cannot be loaded or started.
+    errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """
     from pathlib import Path
 
@@ -124,21 +139,22 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         raise click.UsageError("give IMPL (a .py file or module) or --command 'PROGRAM ARGS'")
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
-    fmt = resolve_format(fmt, output)
+    if view.exports:
+        from qkvcli.cli.console import check_export_paths
+
+        check_export_paths(view, output, None)
+    if view.precision is not None:
+        click.echo("qkv: warning: --precision does not apply to qkv check (its details show "
+                   "exact values)", err=True)
+    requested, fmt = fmt, resolve_format(fmt, output)
     cases = build_cases(paths, random_count, seed, max_elements)
-    from qkvcli.conformance.run import run_checks
-
-    if command is not None:
-        from qkvcli.conformance.client import CommandClient
-
-        with CommandClient(command, timeout) as client:
-            result = run_checks(client, cases, tolerance)
-    else:
-        from qkvcli.conformance.target import load_python
-
-        assert spec is not None
-        result = run_checks(load_python(spec), cases, tolerance)
-    _show(result, fmt, output)
+    try:
+        result = _run(spec, command, cases, tolerance, timeout)
+    except KeyboardInterrupt:
+        # The --command program has been ended by then (CommandClient.__exit__).
+        click.echo("qkv: interrupted", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    fmt = _show(result, fmt, requested, output, view)
     if junit is not None:
         from qkvcli.cli.batch import Outcome, junit_xml
 
@@ -147,6 +163,22 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     if not result.passed:
         failed = [c for c in result.checks if not c.passed]
         click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)
-        if result.stderr and fmt != "rich":
+        if result.stderr and (fmt != "rich" or output is not None):
             click.echo("qkv: the program's stderr:\n" + result.stderr.rstrip(), err=True)
         raise SystemExit(EXIT_FAILED)
+
+
+def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,
+         timeout: float) -> ConformanceResult:
+    """Every family on ``cases``: a ``--command`` program (always ended) or a Python IMPL."""
+    from qkvcli.conformance.run import run_checks
+
+    if command is not None:
+        from qkvcli.conformance.client import CommandClient
+
+        with CommandClient(command, timeout) as client:
+            return run_checks(client, cases, tolerance)
+    from qkvcli.conformance.target import load_python
+
+    assert spec is not None
+    return run_checks(load_python(spec), cases, tolerance)

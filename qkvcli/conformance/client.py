@@ -121,8 +121,24 @@ class CommandClient:
             if reply.get("version") != VERSION:
                 raise self._break("hello", f"request 0 (hello): the program speaks version "
                                   f"{reply.get('version')!r}, not {VERSION}")
+            self.has_backward = "backward" in self._operations(reply)
         except Broken:
             pass  # kept in self.problem: the protocol family reports it
+
+    def _operations(self, reply: dict[str, Any]) -> tuple[str, ...]:
+        """The optional ``"ops"`` of the hello reply (both operations when absent).
+
+        A program without a backward answers ``{"id": 0, "version": 1, "ops": ["forward"]}``
+        and is never sent a backward request. Unknown names are ignored. Raises :class:`Broken`.
+        """
+        ops = reply.get("ops", ["forward", "backward"])
+        if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+            raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must be a '
+                              "list of strings")
+        if "forward" not in ops:
+            raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must '
+                              'include "forward"')
+        return tuple(ops)
 
     def _call(self, operation: str, tensors: dict[str, Array],
               names: tuple[str, ...]) -> tuple[Array, ...]:

@@ -2,8 +2,10 @@
 
 The reverse pass of the chapter: ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T`` (three paths
 add into the shared input) while ``dW_Q = X^T dQ`` stays branch-local. A wrong dX is
-compared with every combination of the three paths taken 0, 1 or 2 times; a wrong
-weight gradient with the other branches' and with all three summed.
+compared with every combination of the three paths taken 0, 1 or 2 times, then with
+one path computed with another branch's weight or upstream gradient (``dK W_Q^T``) and
+with two paths that swap their weights; a wrong weight gradient with the other
+branches' and with all three summed.
 """
 
 from __future__ import annotations
@@ -41,11 +43,8 @@ def _paths(words: list[str]) -> str:
     return "the " + ", ".join(words[:-1]) + f" and {words[-1]} paths"
 
 
-def input_gradient(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Array, ...],
-                   tolerance: float) -> str:
-    """``"grad_input misses the key path"`` or a like phrase; a generic one when nothing fits."""
-    # [B,T,h] @ [h,d] -> [B,T,d]: each branch's path into the shared input.
-    paths = [g @ w.T for g, w in zip(upstream, weights, strict=True)]
+def _path_counts(grad_input: Array, paths: list[Array], tolerance: float) -> str | None:
+    """``"misses the key path"``, ``"counts the query path twice"``, ... when that fits."""
     # Fewest changes from (1, 1, 1) first: one missing path is the likeliest slip.
     combos = sorted(product((0, 1, 2), repeat=3), key=lambda c: sum(v != 1 for v in c))
     for combo in combos[1:]:
@@ -59,7 +58,51 @@ def input_gradient(grad_input: Array, weights: tuple[Array, ...], upstream: tupl
                 parts.append(f"misses {_paths(missing)}")
             if doubled:
                 parts.append(f"counts {_paths(doubled)} twice")
-            return "grad_input " + " and ".join(parts)
+            return " and ".join(parts)
+    return None
+
+
+def _borrowed(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Array, ...],
+              paths: list[Array], tolerance: float) -> str | None:
+    """``"'s key path uses W_Q instead of W_K"`` when one path borrows another's weight or
+    upstream gradient, or two paths swap their weights; else ``None``."""
+    total = paths[0] + paths[1] + paths[2]
+    for branch in range(3):
+        for grad in range(3):
+            for weight in range(3):
+                if (grad, weight) == (branch, branch) or branch not in (grad, weight):
+                    continue  # the right path, or a missing/doubled one (_path_counts)
+                # [B,T,h] @ [h,d] -> [B,T,d]: this path computed with a borrowed factor.
+                candidate = total - paths[branch] + upstream[grad] @ weights[weight].T
+                if not close(grad_input, candidate, tolerance):
+                    continue
+                name = BRANCHES[branch]
+                if weight != branch:
+                    return (f"'s {name} path uses W_{LETTERS[weight]} instead of "
+                            f"W_{LETTERS[branch]} (dL/d{LETTERS[branch]} W_{LETTERS[weight]}^T)")
+                return (f"'s {name} path uses dL/d{LETTERS[grad]} instead of "
+                        f"dL/d{LETTERS[branch]} (dL/d{LETTERS[grad]} W_{LETTERS[branch]}^T)")
+    for first, second in ((0, 1), (0, 2), (1, 2)):
+        swapped = (total - paths[first] - paths[second]
+                   + upstream[first] @ weights[second].T + upstream[second] @ weights[first].T)
+        if close(grad_input, swapped, tolerance):
+            return (f"'s {BRANCHES[first]} and {BRANCHES[second]} paths swap "
+                    f"W_{LETTERS[first]} and W_{LETTERS[second]}")
+    return None
+
+
+def input_gradient(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Array, ...],
+                   tolerance: float) -> str:
+    """``"grad_input misses the key path"``, ``"grad_input's key path uses W_Q instead of
+    W_K ..."`` or a like phrase; a generic one when nothing fits."""
+    # [B,T,h] @ [h,d] -> [B,T,d]: each branch's path into the shared input.
+    paths = [g @ w.T for g, w in zip(upstream, weights, strict=True)]
+    counted = _path_counts(grad_input, paths, tolerance)
+    if counted is not None:
+        return f"grad_input {counted}"
+    borrowed = _borrowed(grad_input, weights, upstream, paths, tolerance)
+    if borrowed is not None:
+        return f"grad_input{borrowed}"
     return "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T"
 
 

@@ -23,7 +23,12 @@ class Failure:
 
 @dataclass(frozen=True)
 class FamilyCheck:
-    """One family judged over all fixtures. ``applicable`` is false for a "not applicable" check."""
+    """One family judged over all fixtures.
+
+    ``applicable`` is false for a "not applicable" check; such a check either does not
+    count (``passed`` true: purity with ``--command``, shown as N/A) or fails the check
+    (``passed`` false: reverse and gradcheck without a backward).
+    """
 
     name: str
     passed: bool
@@ -33,13 +38,15 @@ class FamilyCheck:
 
 @dataclass(frozen=True)
 class ConformanceResult:
-    """Every family's check in :data:`FAMILIES` order, the failures, and the program's stderr."""
+    """Every family's check in :data:`FAMILIES` order, the failures, and (``command``: a
+    ``--command`` program was checked) the program's stderr."""
 
     implementation: str
     fixtures: tuple[str, ...]
     checks: tuple[FamilyCheck, ...]
     failures: tuple[Failure, ...]
     stderr: str = ""
+    command: bool = False
 
     @property
     def passed(self) -> bool:

@@ -62,4 +62,5 @@ def run_checks(implementation: Implementation, cases: list[Case],
         checks=tuple(check for check, _ in ordered),
         failures=tuple(failure for _, failures in ordered for failure in failures),
         stderr=stderr,
+        command=protocol is not None,
     )

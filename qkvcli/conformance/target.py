@@ -5,10 +5,12 @@ A Python implementation is a ``.py`` file or an importable module defining
 ``backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value) ->
 (grad_input, grad_w_query, grad_w_key, grad_w_value)``. Results may be anything
 ``numpy.asarray`` takes; tensors with a ``detach`` method (torch) are detached first.
+While it runs, what it prints goes to stderr (qkv's report owns stdout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -90,8 +92,11 @@ class PythonImplementation:
     def _call(self, operation: str, function: Callable[..., Any], args: tuple[Array, ...],
               names: tuple[str, ...]) -> tuple[Array, ...]:
         try:
-            result = function(*args)
-        except Exception as error:  # any exception is a rejection, as the interface says
+            # Debugging prints go to stderr, so they never spoil qkv's report on stdout.
+            with contextlib.redirect_stdout(sys.stderr):
+                result = function(*args)
+        except (Exception, SystemExit) as error:  # any exception is a rejection, as the
+            # interface says; sys.exit() in a forward must not end qkv with its status
             raise Rejected(operation, f"{type(error).__name__}: {error}") from None
         return as_tensors(operation, result, names)
 

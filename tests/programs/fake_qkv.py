@@ -4,7 +4,9 @@
 
 MODE: crash (exit 3 at the first forward, after a line on stderr), sleep (never answer
 a forward), garbage (answer a forward with a line that is not JSON), nan (answer with
-NaN), wrong-id, linger (answer bye but do not exit), bad-version.
+NaN), wrong-id, linger (answer bye but do not exit), bad-version, forward-only (hello
+advertises "ops": ["forward"]), bad-ops (hello with "ops": "forward").
+With FAKE_QKV_READY=FILE in the environment, sleep writes its pid to FILE before sleeping.
 Otherwise it answers like examples/implementations/command_qkv.py.
 """
 
@@ -29,7 +31,10 @@ def main():
         message = json.loads(line)
         ident, op = message["id"], message["op"]
         if op == "hello":
-            reply({"id": ident, "version": 2 if mode == "bad-version" else 1})
+            hello = {"id": ident, "version": 2 if mode == "bad-version" else 1}
+            if mode in ("forward-only", "bad-ops"):
+                hello["ops"] = ["forward"] if mode == "forward-only" else "forward"
+            reply(hello)
             continue
         if op == "bye":
             reply({"id": ident})
@@ -40,6 +45,11 @@ def main():
             sys.stderr.write("fake_qkv: segmentation fault (pretend)\n")
             sys.exit(3)
         if mode == "sleep":
+            ready = os.environ.get("FAKE_QKV_READY")
+            if ready:
+                with open(ready + ".tmp", "w") as file:
+                    file.write(str(os.getpid()))
+                os.replace(ready + ".tmp", ready)
             time.sleep(30)
         if mode == "garbage":
             print("this is not json", flush=True)
@@ -49,6 +59,9 @@ def main():
             continue
         if mode == "wrong-id":
             ident += 100
+        if mode == "forward-only" and op == "backward":
+            reply({"id": ident, "error": "qkv should not ask: hello said no backward"})
+            continue
         try:
             body = command_qkv.forward(message) if op == "forward" else command_qkv.backward(message)
             reply({"id": ident, **body})

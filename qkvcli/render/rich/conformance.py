@@ -11,7 +11,7 @@ from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
 from qkvcli.render.text.conformance import verdict, word
 
-SHOWN_FAILURES = 3  # per family; the JSON lists them all
+SHOWN_FAILURES = 3  # per family unless options.full; the JSON lists them all
 
 
 def _title(check: FamilyCheck) -> Text:
@@ -26,14 +26,14 @@ def _title(check: FamilyCheck) -> Text:
 
 def _card(check: FamilyCheck, result: ConformanceResult, options: RichOptions) -> Part:
     failures = [f for f in result.failures if f.family == check.name and f.fixture is not None]
-    rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or ""))
-            for f in failures[:SHOWN_FAILURES]]
-    more = len(failures) - SHOWN_FAILURES
+    shown = failures if options.full else failures[:SHOWN_FAILURES]
+    rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or "")) for f in shown]
+    more = len(failures) - len(shown)
     body = lines(
         Text(options.safe(check.detail), style="" if check.passed else "red"),
         Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
         grid(*rows, nowrap=(0, 1), dim=(0,)) if len(failures) > 1 else None,
-        Text(f"{more} more in --format json", style="dim") if more > 0 else None,
+        Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None,
     )
     return Part(body, _title(check))
 
