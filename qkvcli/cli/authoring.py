@@ -10,7 +10,8 @@ import click
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.group import EXIT_INPUT, InputError, error_line, safe_line
 from qkvcli.cli.io import labelled, remove_quietly, write_output, write_temp_beside
-from qkvcli.cli.options import LazyPath, max_elements_option
+from qkvcli.cli.options import max_elements_option
+from qkvcli.cli.paths import SafePath
 from qkvcli.core.splitmix import MASK64
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
               help="Width of each projection: columns of W_Q, W_K, W_V.  [default: 2]")
 @click.option("--from-chapter", is_flag=True,
               help="Write the chapter's own fixture instead of a seeded one.")
-@click.option("-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+@click.option("-o", "--output", type=SafePath(dir_okay=False), default=None,
               help="Write to FILE (atomically) instead of standard output.")
 @click.option("--force", is_flag=True, help="Overwrite FILE (and .npy files) if they exist.")
 @click.option("--generate", is_flag=True,
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
 @click.option("--max-elements", type=click.IntRange(min=1), default=None,
               help=f"Refuse to write a tensor larger than this many elements.  [default: "
               f"{INIT_MAX_ELEMENTS} written out, {LARGE_MAX_ELEMENTS} with --generate/--npy]")
-@click.option("--from-safetensors", "checkpoint", type=click.Path(path_type=LazyPath,
-              dir_okay=False), default=None, metavar="CHECKPOINT",
+@click.option("--from-safetensors", "checkpoint", type=SafePath(dir_okay=False), default=None,
+              metavar="CHECKPOINT",
               help="Write an attend fixture referencing CHECKPOINT's attention projections "
               "under --prefix (with --heads, --tokens, --seed).")
 @click.option("--prefix", default="", help="Tensor-name prefix of the layer, e.g. h.0.attn.")
@@ -203,7 +204,7 @@ def _problems(path: Path, max_elements: int) -> list[str]:
 
 
 @click.command()
-@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=LazyPath))
+@click.argument("fixtures", nargs=-1, required=True, type=SafePath())
 @max_elements_option
 def validate(fixtures: tuple[Path, ...], max_elements: int) -> None:
     """Check FIXTURE... without running them, reporting every problem found.

@@ -16,7 +16,8 @@ import click
 
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import label_of, load, write_atomic, write_output
-from qkvcli.cli.options import LazyPath, max_elements_option, output_option, resolve_format
+from qkvcli.cli.options import max_elements_option, output_option, resolve_format
+from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -99,7 +100,7 @@ def _show(result: ConformanceResult, fmt: str, output: Path | None) -> None:
               default="auto", show_default=True,
               help="auto: rich cards on a terminal, text otherwise.")
 @output_option
-@click.option("--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+@click.option("--junit", type=SafePath(dir_okay=False), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
 @max_elements_option
 def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.options import LazyPath
+from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,7 +49,7 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(path_type=LazyPath, dir_okay=False))
+@click.argument("checkpoint", type=SafePath(dir_okay=False))
 def inspect(checkpoint: Path) -> None:
     """List every tensor of CHECKPOINT (.safetensors): name, dtype, shape.
 

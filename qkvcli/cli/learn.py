@@ -9,7 +9,6 @@ import click
 from qkvcli.cli.group import EXIT_FAILED, InputError
 from qkvcli.cli.io import label_of, labelled, load, read_text, write_output
 from qkvcli.cli.options import (
-    LazyPath,
     ViewSettings,
     fixture_argument,
     gradcheck_options,
@@ -18,6 +17,7 @@ from qkvcli.cli.options import (
     view_options,
 )
 from qkvcli.cli.overrides import CheckOverrides
+from qkvcli.cli.paths import SafePath
 from qkvcli.core.text import printable
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def variance(
 
 @click.command()
 @fixture_argument
-@click.option("--answers", type=click.Path(path_type=LazyPath, dir_okay=False),
+@click.option("--answers", type=SafePath(dir_okay=False),
               help="Answer from FILE instead of the terminal: JSON (a list of nine answers, or "
               'an object keyed "1".."9") or one answer per line (# comments skipped).')
 @max_elements_option
