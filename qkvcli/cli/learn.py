@@ -77,6 +77,7 @@ def attend(
     2 bad input.
     """
     from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import attend_parameters
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
@@ -85,15 +86,15 @@ def attend(
     import dataclasses
 
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
+    # One head or a layer: the same step and evaluation limits before any work.
+    arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
+    overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
+                    loaded.samples, 1)
     if loaded.layer is not None:
         from qkvcli.attention.layer_evidence import build_layer_evidence
 
         evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
     else:
-        head = loaded.head
-        arrays = (loaded.input, *head.weights, *(b for b in head.biases if b is not None))
-        overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
-                        loaded.samples, 1)
         evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich
