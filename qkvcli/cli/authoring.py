@@ -9,6 +9,12 @@ import click
 
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.group import EXIT_INPUT, InputError, error_line, safe_line
+from qkvcli.cli.init_checks import (
+    check_text_fits,
+    check_values_fit,
+    npy_directory,
+    warn_run_limit,
+)
 from qkvcli.cli.io import labelled, remove_quietly, write_output, write_temp_beside
 from qkvcli.cli.options import max_elements_option
 from qkvcli.cli.paths import SafePath
@@ -72,6 +78,7 @@ def init(
     (default 4) positions.
     """
     large = generate or npy_dir is not None
+    given_max = max_elements
     if max_elements is None:
         max_elements = LARGE_MAX_ELEMENTS if large else INIT_MAX_ELEMENTS
     if npy_dir is not None and output is None:
@@ -81,7 +88,8 @@ def init(
         from qkvcli.fixtures.limits import DEFAULT_SEED
 
         text = checkpoint_fixture_text(checkpoint, prefix, heads or 1, 4 if tokens is None
-                                       else tokens, DEFAULT_SEED if seed is None else seed, output)
+                                       else tokens, DEFAULT_SEED if seed is None else seed, output,
+                                       given_max)
     elif from_chapter:
         given = [name for name, value in (("--seed", seed), ("--batch", batch),
                  ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head),
@@ -105,10 +113,15 @@ def init(
             if count > max_elements:
                 raise InputError(f"the {label} would have {count} elements, more than the "
                                  f"limit {max_elements} (raise it with --max-elements)")
+        counts = {"input": batch * tokens * d_model, "weight": d_model * d_head,
+                  "upstream": batch * tokens * d_head}
         if large:
             text = _large_fixture(seed, batch, tokens, d_model, d_head, output, npy_dir, force)
         else:
+            check_values_fit(counts["input"] + 3 * (counts["weight"] + counts["upstream"]))
             text = dump_fixture(starter_fixture(seed, batch, tokens, d_model, d_head))
+            check_text_fits(text)
+        warn_run_limit(counts)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -138,9 +151,7 @@ def _large_fixture(
     from qkvcli.fixtures.files import confined_target
     from qkvcli.fixtures.problems import FixtureError
 
-    relative = npy_dir.strip("/")
-    if not relative or relative.startswith(("/", "..")) or "/../" in f"/{relative}/":
-        raise click.UsageError("--npy takes a directory inside FILE's directory, e.g. tensors")
+    relative = npy_directory(npy_dir)
     document, arrays = npy_fixture_document(document, relative)
     base = output.parent
     try:
