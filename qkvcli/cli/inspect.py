@@ -51,7 +51,8 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
         line = f"{name:<{name_width}}  {dtype:<{dtype_width}}  {shape:<{shape_width}}"
         lines.append((f"{line}  * {role}" if role else line).rstrip())
     recognised = sum(1 for name, _, _ in entries if role_of(name))
-    lines.append(f"# {len(entries)} tensors, {recognised} recognised attention projections (*)")
+    noun = "tensor" if len(entries) == 1 else "tensors"
+    lines.append(f"# {len(entries)} {noun}, {recognised} recognised attention projections (*)")
     return lines
 
 
