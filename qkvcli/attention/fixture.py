@@ -31,7 +31,12 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.budget import check_projection_size, check_scores_size, check_step_fits
+from qkvcli.fixtures.budget import (
+    check_derived,
+    check_projection_size,
+    check_scores_size,
+    check_step_fits,
+)
 from qkvcli.fixtures.files import StrPath
 from qkvcli.fixtures.json_values import (
     json_type_name,
@@ -83,6 +88,13 @@ def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
     """``U``: SplitMix64(seed) unit draws mapped to ``[-1, 1)``, row-major, shaped ``shape``."""
     count = shape[0] * shape[1] * shape[2]
     return (2.0 * SplitMix64(seed).next_unit_block(count) - 1.0).reshape(shape)
+
+
+def attend_parameters(x: Array, head: AttentionHead, layer: LayerParts | None) -> tuple[Array, ...]:
+    """Every tensor the gradient check perturbs: the input, the weights, the biases given,
+    and a layer's output projection."""
+    extra = () if layer is None else (layer.layer.out_weight, layer.layer.out_bias)
+    return (x, *head.weights, *(t for t in (*head.biases, *extra) if t is not None))
 
 
 def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
@@ -147,8 +159,13 @@ def parse_attend_fixture(
         raise FixtureError("$.input", str(error)) from None
     batch, tokens, _ = x.shape
     # Refused before the head allocates them: projections, scores and the upstream U.
+    # A layer's projections are full width (H*d_k); its scores are [B,H,T,T].
     check_projection_size(batch, tokens, max(head.d_k, head.d_v), "$.input", max_elements)
-    check_scores_size(batch, None, tokens, "$.input", max_elements)
+    check_scores_size(batch, None if layer is None else layer.layer.heads, tokens, "$.input",
+                      max_elements)
+    if layer is not None:
+        check_derived("layer output", "[B,T,E_out]", (batch, tokens, layer.layer.e_out),
+                      "$.input", max_elements)
 
     raw_upstream = data.get("upstream")
     if raw_upstream is not None:
@@ -170,8 +187,7 @@ def parse_attend_fixture(
         base_dir)
 
     step, tolerance, samples = _settings(data.get("gradcheck"))
-    check_step_fits(step, (x, *head.weights, *(b for b in head.biases if b is not None)),
-                    "$.gradcheck.step")
+    check_step_fits(step, attend_parameters(x, head, layer), "$.gradcheck.step")
     seed = parse_seed(data["seed"]) if "seed" in data else DEFAULT_SEED
     chapter = parse_chapter(data["chapter"]) if "chapter" in data else default_chapter
 

@@ -52,14 +52,25 @@ def role_of(name: str) -> str | None:
     return None
 
 
+def _matrix(shapes: dict[str, tuple[int, ...]], prefix: str, name: str) -> tuple[int, int]:
+    """The shape of the rank-2 tensor ``prefix + name``. Raises :class:`CheckpointError`."""
+    shape = shapes[prefix + name]
+    if len(shape) != 2 or 0 in shape:
+        raise CheckpointError(prefix, f"{name} has shape [{','.join(map(str, shape))}], "
+                              "not a non-empty matrix")
+    return shape[0], shape[1]
+
+
 def checkpoint_document(
     entries: list[Entry], checkpoint: str, prefix: str, heads: int, tokens: int, seed: int
-) -> dict[str, Any]:
-    """An attend fixture referencing the projections under ``prefix`` in ``checkpoint``.
+) -> tuple[dict[str, Any], tuple[int, int, int]]:
+    """An attend fixture referencing the projections under ``prefix`` in ``checkpoint``,
+    and the layer's ``(d_model, query/key width, value width)``.
 
     ``checkpoint`` is the path relative to the fixture's directory. Supports GPT-2's
     ``c_attn``/``c_proj`` and Hugging Face's ``q_proj``/``k_proj``/``v_proj``/``o_proj``
-    (or ``query``/``key``/``value``). Raises :class:`CheckpointError`.
+    (or ``query``/``key``/``value``). Raises :class:`CheckpointError` (no projections
+    under ``prefix``, or a weight that is not a matrix of a usable width).
     """
     shapes = {name: shape for name, _, shape in entries}
 
@@ -69,7 +80,11 @@ def checkpoint_document(
 
     weights: dict[str, Any] = {}
     if ref("c_attn.weight") is not None:
-        d_model = shapes[prefix + "c_attn.weight"][0]
+        d_model, packed = _matrix(shapes, prefix, "c_attn.weight")
+        if packed % 3:
+            raise CheckpointError(prefix, f"c_attn.weight's width {packed} is not 3 equal "
+                                  "parts (query|key|value)")
+        widths = (packed // 3, packed // 3)
         weights["c_attn_weight"] = ref("c_attn.weight")
         weights["c_attn_bias"] = ref("c_attn.bias")
         if ref("c_proj.weight") is not None:
@@ -81,7 +96,9 @@ def checkpoint_document(
         if names is None:
             raise CheckpointError(prefix, "no c_attn.weight, q_proj/k_proj/v_proj or "
                                   "query/key/value weights under it (qkv inspect lists the names)")
-        d_model = shapes[prefix + f"{names[0]}.weight"][1]
+        rows = [_matrix(shapes, prefix, f"{short}.weight") for short in names]  # [out, in]
+        d_model = rows[0][1]
+        widths = (rows[0][0], rows[2][0])
         for branch, short in zip(("query", "key", "value"), names, strict=True):
             entry: dict[str, Any] = {"layout": "torch", **(ref(f"{short}.weight") or {})}
             if ref(f"{short}.bias") is not None:
@@ -91,7 +108,7 @@ def checkpoint_document(
             weights["out_proj_weight"] = ref("o_proj.weight")
             weights["out_proj_bias"] = ref("o_proj.bias")
     weights = {key: value for key, value in weights.items() if value is not None}
-    return {
+    document = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{heads}-heads",
         "seed": seed,
         "heads": heads,
@@ -101,3 +118,4 @@ def checkpoint_document(
         # A real layer has millions of coordinates: check an even sample of each tensor.
         "gradcheck": {"samples": 16},
     }
+    return document, (d_model, widths[0], widths[1])

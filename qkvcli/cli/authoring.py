@@ -8,8 +8,14 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
+from qkvcli.cli.init_checks import (
+    check_text_fits,
+    check_values_fit,
+    npy_directory,
+    warn_run_limit,
+)
 from qkvcli.cli.io import remove_quietly, write_output, write_temp_beside
-from qkvcli.cli.options import LazyPath
+from qkvcli.cli.paths import SafePath
 from qkvcli.core.splitmix import MASK64
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
@@ -35,7 +41,7 @@ if TYPE_CHECKING:
               help="Width of each projection: columns of W_Q, W_K, W_V.  [default: 2]")
 @click.option("--from-chapter", is_flag=True,
               help="Write the chapter's own fixture instead of a seeded one.")
-@click.option("-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+@click.option("-o", "--output", type=SafePath(dir_okay=False), default=None,
               help="Write to FILE (atomically) instead of standard output.")
 @click.option("--force", is_flag=True, help="Overwrite FILE (and .npy files) if they exist.")
 @click.option("--generate", is_flag=True,
@@ -45,8 +51,8 @@ if TYPE_CHECKING:
 @click.option("--max-elements", type=click.IntRange(min=1), default=None,
               help=f"Refuse to write a tensor larger than this many elements.  [default: "
               f"{INIT_MAX_ELEMENTS} written out, {LARGE_MAX_ELEMENTS} with --generate/--npy]")
-@click.option("--from-safetensors", "checkpoint", type=click.Path(path_type=LazyPath,
-              dir_okay=False), default=None, metavar="CHECKPOINT",
+@click.option("--from-safetensors", "checkpoint", type=SafePath(dir_okay=False), default=None,
+              metavar="CHECKPOINT",
               help="Write an attend fixture referencing CHECKPOINT's attention projections "
               "under --prefix (with --heads, --tokens, --seed).")
 @click.option("--prefix", default="", help="Tensor-name prefix of the layer, e.g. h.0.attn.")
@@ -70,6 +76,7 @@ def init(
     (default 4) positions.
     """
     large = generate or npy_dir is not None
+    given_max = max_elements
     if max_elements is None:
         max_elements = LARGE_MAX_ELEMENTS if large else INIT_MAX_ELEMENTS
     if npy_dir is not None and output is None:
@@ -79,7 +86,8 @@ def init(
         from qkvcli.fixtures.limits import DEFAULT_SEED
 
         text = checkpoint_fixture_text(checkpoint, prefix, heads or 1, 4 if tokens is None
-                                       else tokens, DEFAULT_SEED if seed is None else seed, output)
+                                       else tokens, DEFAULT_SEED if seed is None else seed, output,
+                                       given_max)
     elif from_chapter:
         given = [name for name, value in (("--seed", seed), ("--batch", batch),
                  ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head),
@@ -103,10 +111,15 @@ def init(
             if count > max_elements:
                 raise InputError(f"the {label} would have {count} elements, more than the "
                                  f"limit {max_elements} (raise it with --max-elements)")
+        counts = {"input": batch * tokens * d_model, "weight": d_model * d_head,
+                  "upstream": batch * tokens * d_head}
         if large:
             text = _large_fixture(seed, batch, tokens, d_model, d_head, output, npy_dir, force)
         else:
+            check_values_fit(counts["input"] + 3 * (counts["weight"] + counts["upstream"]))
             text = dump_fixture(starter_fixture(seed, batch, tokens, d_model, d_head))
+            check_text_fits(text)
+        warn_run_limit(counts)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -136,9 +149,7 @@ def _large_fixture(
     from qkvcli.fixtures.files import confined_target
     from qkvcli.fixtures.problems import FixtureError
 
-    relative = npy_dir.strip("/")
-    if not relative or relative.startswith(("/", "..")) or "/../" in f"/{relative}/":
-        raise click.UsageError("--npy takes a directory inside FILE's directory, e.g. tensors")
+    relative = npy_directory(npy_dir)
     document, arrays = npy_fixture_document(document, relative)
     base = output.parent
     try:

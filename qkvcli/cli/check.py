@@ -16,14 +16,8 @@ import click
 
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import label_of, load, write_atomic, write_output
-from qkvcli.cli.options import (
-    LazyPath,
-    ViewSettings,
-    max_elements_option,
-    output_option,
-    resolve_format,
-    view_options,
-)
+from qkvcli.cli.options import ViewSettings, output_option, resolve_format, view_options
+from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,15 +34,46 @@ DEFAULT_TOLERANCE = 1e-9
 DEFAULT_TIMEOUT = 10.0
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 PRECISION = 6  # unused by the cards (their details print exact values); --precision warns
+MAX_RANDOM = 10_000
+"""The most seeded random fixtures ``--random`` adds (each is a round of calls)."""
+MAX_TIMEOUT = 86_400.0
+"""The longest ``--timeout``: a day (the system's own wait limit is not much larger)."""
+CHECK_MAX_ELEMENTS = 1 << 22
+"""check's default ``--max-elements``: every tensor crosses a pipe as JSON text (or is
+copied for purity), so a fixture's tensors together stay within this many elements."""
 
 
-def _finite(minimum_ok: bool) -> Any:
+def _finite(minimum_ok: bool, largest: float | None = None) -> Any:
     def check(ctx: click.Context, param: click.Parameter, value: float) -> float:
         if not math.isfinite(value) or value < 0 or (value == 0 and not minimum_ok):
             raise click.BadParameter("must be a finite number" +
                                      (", zero or more" if minimum_ok else " greater than zero"))
+        if largest is not None and value > largest:
+            raise click.BadParameter(f"must be at most {largest:g}")
         return value
     return check
+
+
+def _check_request_size(case: Case, max_elements: int) -> None:
+    """Refuse a fixture whose tensors together exceed ``max_elements`` (one request's worth)."""
+    from qkvcli.cli.group import InputError
+
+    total = case.input.size + sum(w.size for w in case.weights) + sum(u.size for u in case.upstream)
+    if total > max_elements:
+        raise InputError(f"{case.label}: its tensors hold {total} elements together, more than "
+                         f"the limit {max_elements} for one call (raise it with --max-elements)")
+
+
+def _argument_paths(arguments: tuple[str, ...]) -> None:
+    """Refuse an argument no system can open (NUL, over-long), as every path option does."""
+    from qkvcli.cli.group import InputError
+    from qkvcli.cli.paths import check_path_argument
+
+    for argument in arguments:
+        try:
+            check_path_argument(argument)
+        except click.BadParameter as error:
+            raise InputError(error.message) from None
 
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
@@ -59,6 +84,8 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
     chapter = chapter_case()
     given = [fixture_case(label_of(path), load(path, max_elements))
              for path in expand_fixtures(paths)]
+    for case in given:
+        _check_request_size(case, max_elements)
     return [chapter, *given, *random_cases(count, seed, chapter.step, chapter.tolerance)]
 
 
@@ -97,7 +124,7 @@ def _show(result: ConformanceResult, fmt: str, requested: str, output: Path | No
 @click.option("--command", "command", metavar="'PROGRAM ARGS...'", default=None,
               help="Check a program in any language speaking the JSON lines protocol "
               "(docs/protocol.md) instead of a Python IMPL.")
-@click.option("--random", "random_count", type=click.IntRange(min=0), default=DEFAULT_RANDOM,
+@click.option("--random", "random_count", type=click.IntRange(0, MAX_RANDOM), default=DEFAULT_RANDOM,
               show_default=True, metavar="N",
               help="Seeded random fixtures to add (the first four: d_model != d_head, "
               "batch 0, tokens 0, d_head 1).")
@@ -107,15 +134,17 @@ def _show(result: ConformanceResult, fmt: str, requested: str, output: Path | No
               callback=_finite(True),
               help="Largest scaled error |a-b|/max(1,|a|,|b|) against qkv's engine.")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
-              callback=_finite(False), metavar="SECONDS",
+              callback=_finite(False, MAX_TIMEOUT), metavar="SECONDS",
               help="--command: seconds to wait for each reply.")
 @click.option("-f", "--format", "fmt", type=click.Choice(("auto", "rich", "text", "json")),
               default="auto", show_default=True,
               help="auto: rich cards on a terminal, text otherwise.")
 @output_option
-@click.option("--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+@click.option("--junit", type=SafePath(dir_okay=False), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
-@max_elements_option
+@click.option("--max-elements", type=click.IntRange(min=1), default=CHECK_MAX_ELEMENTS,
+              show_default=True, help="Refuse a FIXTURE whose tensors together hold more "
+              "than this many elements (they are sent in one call).")
 @view_options
 def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,
           tolerance: float, timeout: float, fmt: str, output: Path | None,
@@ -137,6 +166,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
 
     if command is None and not arguments:
         raise click.UsageError("give IMPL (a .py file or module) or --command 'PROGRAM ARGS'")
+    _argument_paths(arguments)
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
     if view.exports:

@@ -109,15 +109,6 @@ class QkvGroup(click.Group):
             ) from None
         except RecursionError:
             raise InputError("input is nested too deeply") from None
-        except ValueError as error:
-            from qkvcli.core.errors import QkvError
-
-            if isinstance(error, QkvError):
-                raise InputError(error_line(error)) from None
-            if "null byte" in str(error):
-                # click stats a path argument before any command code can look at it.
-                raise InputError("a path with a NUL byte is refused") from None
-            internal_error(ctx, error)
         except Exception as error:
             from qkvcli.core.errors import QkvError
 

@@ -9,7 +9,6 @@ import click
 from qkvcli.cli.group import EXIT_FAILED, InputError
 from qkvcli.cli.io import label_of, labelled, load, read_text, write_output
 from qkvcli.cli.options import (
-    LazyPath,
     ViewSettings,
     fixture_argument,
     gradcheck_options,
@@ -18,6 +17,7 @@ from qkvcli.cli.options import (
     view_options,
 )
 from qkvcli.cli.overrides import CheckOverrides
+from qkvcli.cli.paths import SafePath
 from qkvcli.core.text import printable
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ def attend(
     2 bad input.
     """
     from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import attend_parameters
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
@@ -85,15 +86,15 @@ def attend(
     import dataclasses
 
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
+    # One head or a layer: the same step and evaluation limits before any work.
+    arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
+    overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
+                    loaded.samples, 1)
     if loaded.layer is not None:
         from qkvcli.attention.layer_evidence import build_layer_evidence
 
         evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
     else:
-        head = loaded.head
-        arrays = (loaded.input, *head.weights, *(b for b in head.biases if b is not None))
-        overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
-                        loaded.samples, 1)
         evidence = build_attend_evidence(loaded, causal=causal)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich
@@ -166,7 +167,7 @@ def variance(
 
 @click.command()
 @fixture_argument
-@click.option("--answers", type=click.Path(path_type=LazyPath, dir_okay=False),
+@click.option("--answers", type=SafePath(dir_okay=False),
               help="Answer from FILE instead of the terminal: JSON (a list of nine answers, or "
               'an object keyed "1".."9") or one answer per line (# comments skipped).')
 @max_elements_option

@@ -18,6 +18,7 @@ import click
 
 from qkvcli.cli.budget import MAX_WIDTH, environment_width
 from qkvcli.cli.overrides import CheckOverrides
+from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,32 +35,15 @@ GRADCHECK_PRECISION = 9
 GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.settings.MODES
 
 
-class LazyPath:
-    """A click ``path_type`` that gives a :class:`pathlib.Path`.
-
-    A start-up measure: pathlib (with urllib.parse and ipaddress behind it) costs about
-    7 ms to import, a large share of a report's whole run; this imports it only once a
-    path is given.
-    """
-
-    def __new__(cls, value: str) -> Path:  # type: ignore[misc]
-        from pathlib import Path
-
-        from qkvcli.cli.paths import check_path_argument
-
-        check_path_argument(value)
-        return Path(value)
-
-
 def fixture_argument(func: F) -> F:
     return click.argument(
-        "fixture", required=False, type=click.Path(path_type=LazyPath, dir_okay=True)
+        "fixture", required=False, type=SafePath(dir_okay=True)
     )(func)
 
 
 def output_option(func: F) -> F:
     return click.option(
-        "-o", "--output", type=click.Path(path_type=LazyPath, dir_okay=False),
+        "-o", "--output", type=SafePath(dir_okay=False),
         help="Write to FILE (atomically) instead of standard output.",
     )(func)
 
@@ -199,7 +183,7 @@ def view_options(func: F) -> F:
         )
         return func(*args, **kwargs)
 
-    path = click.Path(path_type=LazyPath, dir_okay=False)
+    path = SafePath(dir_okay=False)
     options = [
         click.option("--export-html", type=path, metavar="FILE",
                      help="Also write the rich view as HTML to FILE (atomically)."),
@@ -240,11 +224,11 @@ def resolve_format(fmt: str, output: Path | None) -> str:
 def batch_options(func: F) -> F:
     """``--expect GOLDEN`` and ``--junit FILE`` for ``qkv run``."""
     func = click.option(
-        "--junit", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+        "--junit", type=SafePath(dir_okay=False), default=None,
         help="Also write a JUnit XML report to FILE (atomically), for CI systems.",
     )(func)
     func = click.option(
-        "--expect", "golden", type=click.Path(path_type=LazyPath, dir_okay=False), default=None,
+        "--expect", "golden", type=SafePath(dir_okay=False), default=None,
         metavar="GOLDEN",
         help="Compare the rendered report with the golden file GOLDEN instead of printing it; "
         "show a unified diff and exit 1 when they differ. One fixture only.",

@@ -13,7 +13,6 @@ from qkvcli.cli.io import load, write_output
 from qkvcli.cli.options import (
     FIGURE_PRECISION,
     GRADCHECK_PRECISION,
-    LazyPath,
     ViewSettings,
     batch_options,
     evidence_options,
@@ -22,6 +21,7 @@ from qkvcli.cli.options import (
     resolve_format,
 )
 from qkvcli.cli.overrides import CheckOverrides
+from qkvcli.cli.paths import SafePath
 from qkvcli.cli.tensors import render_pieces, tensor_policy, tensors_option
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _evidence_command(
 
 
 @click.command()
-@click.argument("fixtures", nargs=-1, type=click.Path(path_type=LazyPath))
+@click.argument("fixtures", nargs=-1, type=SafePath())
 @click.option(
     "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="auto",
     show_default=True,

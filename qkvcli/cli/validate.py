@@ -16,7 +16,8 @@ import click
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
 from qkvcli.cli.io import labelled
-from qkvcli.cli.options import LazyPath, max_elements_option
+from qkvcli.cli.options import max_elements_option
+from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -70,7 +71,7 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[st
 
 
 @click.command()
-@click.argument("fixtures", nargs=-1, required=True, type=click.Path(path_type=LazyPath))
+@click.argument("fixtures", nargs=-1, required=True, type=SafePath())
 @click.option("--attend", is_flag=True,
               help="Check every file as a qkv attend fixture (stops at its first problem). "
               "Without it, a file with attend-only keys is recognised as one.")

@@ -3,20 +3,24 @@
 Each request waits at most ``timeout`` seconds for its reply (the write too: a
 program that stops reading cannot hang qkv). A crash, a timeout or a malformed
 reply breaks the session: the program is ended, the problem is kept for the
-``protocol`` family, and every later call fails with :class:`Broken`. The
-program's stderr goes to a temporary file and is kept. :meth:`CommandClient.close`
+``protocol`` family, and every later call fails with :class:`Broken`.
+
+Memory stays bounded whatever the program writes: a reply line may be at most
+``limits.MAX_FILE_BYTES`` long (a longer one breaks the session), at most one line
+waits unread (the program blocks on a full pipe rather than qkv growing), and of its
+stderr only the last :data:`STDERR_KEEP` bytes are kept. :meth:`CommandClient.close`
 always ends the process (bye, then closing stdin, then terminate, then kill), also
 when a ``KeyboardInterrupt`` unwinds through ``with``.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import shlex
 import subprocess
-import tempfile
 import threading
-from typing import IO, Any
+from typing import Any
 
 from qkvcli.conformance.errors import Broken, CommandNotStarted, Rejected
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
@@ -31,9 +35,19 @@ from qkvcli.conformance.wire import (
     error_message,
 )
 from qkvcli.core.arrays import Array
+from qkvcli.core.text import printable
 
 EXIT_WAIT = 2.0  # seconds a program may take to exit after bye or end of input
 STDERR_LIMIT = 4000  # characters of the program's stderr kept for the report
+STDERR_KEEP = 4 * STDERR_LIMIT  # bytes of stderr kept while it is read (UTF-8: up to 4 a character)
+TOO_LONG = b"\0too long"  # queued in place of a reply line over the limit
+
+
+def reply_limit() -> int:
+    """The longest reply line read: the byte limit of any input (looked up at call time)."""
+    from qkvcli.fixtures import limits
+
+    return limits.MAX_FILE_BYTES
 
 
 class CommandClient:
@@ -44,7 +58,7 @@ class CommandClient:
 
     def __init__(self, command: str, timeout: float) -> None:
         """Start ``command`` and say hello. Raises :class:`CommandNotStarted`."""
-        self.label = command
+        self.label = printable(command, None)
         self.timeout = timeout
         self.requests = 0
         self.problem: str | None = None
@@ -55,16 +69,20 @@ class CommandClient:
             raise CommandNotStarted(command, str(error)) from None
         if not argv:
             raise CommandNotStarted(command, "empty command")
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()
         try:
             self.process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
-        except OSError as error:
-            self._stderr.close()
-            raise CommandNotStarted(command, error.strerror or str(error)) from None
-        self._replies: queue.Queue[bytes | None] = queue.Queue()
+        except (OSError, ValueError) as error:  # ValueError: a NUL byte in the command
+            reason = error.strerror if isinstance(error, OSError) else None
+            raise CommandNotStarted(command, reason or str(error)) from None
+        # One line may wait: a program that floods its output blocks, qkv does not grow.
+        self._replies: queue.Queue[bytes | None] = queue.Queue(maxsize=1)
+        self._stderr_tail = bytearray()
+        self._stderr_lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_thread.start()
         self._next_id = 0
         self._hello()
 
@@ -72,12 +90,28 @@ class CommandClient:
 
     def _read(self) -> None:
         assert self.process.stdout is not None
+        limit = reply_limit()
         try:
-            for line in iter(self.process.stdout.readline, b""):
+            while line := self.process.stdout.readline(limit + 1):
+                if len(line) > limit and not line.endswith(b"\n"):
+                    self._replies.put(TOO_LONG)
+                    return
                 self._replies.put(line)
         except (OSError, ValueError):
             pass
         self._replies.put(None)
+
+    def _drain_stderr(self) -> None:
+        """Read the program's stderr to its end, keeping only the last :data:`STDERR_KEEP` bytes."""
+        assert self.process.stderr is not None
+        try:
+            fd = self.process.stderr.fileno()
+            while chunk := os.read(fd, 65536):
+                with self._stderr_lock:
+                    self._stderr_tail += chunk
+                    del self._stderr_tail[:-STDERR_KEEP]
+        except (OSError, ValueError):
+            pass
 
     def _write(self, data: bytes) -> None:
         assert self.process.stdin is not None
@@ -108,6 +142,9 @@ class CommandClient:
             status = self._exit_status()
             ended = "closed its output" if status is None else f"exited with status {status}"
             raise self._break(operation, f"{where}: the program {ended}{self.stderr_tail()}")
+        if line is TOO_LONG:
+            raise self._break(operation, f"{where}: reply longer than {reply_limit()} bytes, "
+                              "the byte limit of any input")
         try:
             reply = decode(line)
             check_id(reply, ident)
@@ -219,9 +256,13 @@ class CommandClient:
     def close(self) -> None:
         """End the process if it still runs and release its pipes (idempotent)."""
         self._stop()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self._stderr.close()
+        self._stderr_thread.join(EXIT_WAIT)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
 
     def __enter__(self) -> CommandClient:
         return self
@@ -232,13 +273,14 @@ class CommandClient:
     # --- what the report shows ----------------------------------------------------------
 
     def stderr_text(self) -> str:
-        """The program's stderr so far (its last :data:`STDERR_LIMIT` characters)."""
-        try:
-            self._stderr.seek(0)
-            data = self._stderr.read()
-        except (OSError, ValueError):
-            return ""
-        return data.decode("utf-8", "replace")[-STDERR_LIMIT:]
+        """The program's stderr so far: its last :data:`STDERR_LIMIT` characters, control
+        characters escaped line by line (it reaches the terminal and the reports)."""
+        if self.process.poll() is not None:
+            self._stderr_thread.join(EXIT_WAIT)  # an ended program's last words
+        with self._stderr_lock:
+            data = bytes(self._stderr_tail)
+        text = data.decode("utf-8", "replace")[-STDERR_LIMIT:]
+        return "\n".join(printable(line, None) for line in text.split("\n"))
 
     def stderr_tail(self) -> str:
         """``"; stderr: <last line>"``, or empty when the program wrote nothing."""

@@ -8,6 +8,7 @@ implementation gave instead of a result; the families turn them into failures.
 from __future__ import annotations
 
 from qkvcli.core.errors import QkvError
+from qkvcli.core.text import printable
 
 
 class ImplementationError(QkvError):
@@ -43,13 +44,21 @@ class CommandNotStarted(ImplementationError):
         super().__init__(f"command {command!r} cannot be started: {reason}")
 
 
+CALL_MESSAGE_LIMIT = 500
+"""Characters kept of what an implementation said (an exception, an error reply)."""
+
+
 class CallFailed(QkvError):
-    """One call gave no usable result. ``operation`` is ``forward`` or ``backward``."""
+    """One call gave no usable result. ``operation`` is ``forward`` or ``backward``.
+
+    ``message`` often quotes the implementation, so it is kept escaped and capped at
+    :data:`CALL_MESSAGE_LIMIT` characters: reports show it as it is.
+    """
 
     def __init__(self, operation: str, message: str) -> None:
         self.operation = operation
-        self.message = message
-        super().__init__(message)
+        self.message = printable(message, CALL_MESSAGE_LIMIT)
+        super().__init__(self.message)
 
 
 class Rejected(CallFailed):

@@ -29,6 +29,7 @@ from qkvcli.conformance.errors import (
     Rejected,
 )
 from qkvcli.core.arrays import Array
+from qkvcli.core.text import printable
 
 FORWARD_NAMES = ("query", "key", "value")
 BACKWARD_NAMES = ("grad_input", "grad_w_query", "grad_w_key", "grad_w_value")
@@ -119,20 +120,32 @@ def is_path(spec: str) -> bool:
 
 
 def _import_file(spec: str) -> ModuleType:
+    """Run the ``.py`` file ``spec`` as a module. Its source is read through the one reader
+    (a regular file, never a blocking open, at most the byte limit)."""
+    from qkvcli.fixtures import limits
+    from qkvcli.fixtures.files import InputFileError, read_limited
+
     path = os.path.abspath(spec)
-    if not os.path.isfile(path):
-        reason = "is a directory" if os.path.isdir(path) else "no such file"
-        raise ImplementationNotFound(spec, reason)
-    name = "qkv_check_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(spec))
+    try:
+        source = read_limited(path, limits.MAX_FILE_BYTES, "Python")
+    except InputFileError as error:
+        raise ImplementationNotFound(spec, error.problem) from None
+    name = "qkv_check_" + "".join(c if c.isascii() and c.isalnum() else "_"
+                                  for c in os.path.basename(spec))
     module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
+    if module_spec is None:
         raise ImplementationNotFound(spec, "not a Python file")
     module = importlib.util.module_from_spec(module_spec)
     # The file's own directory first, so it can import the modules beside it.
     sys.path.insert(0, os.path.dirname(path))
     sys.modules[name] = module
-    module_spec.loader.exec_module(module)
+    exec(compile(source, path, "exec"), module.__dict__)  # the code the user asked to check
     return module
+
+
+def is_module_name(spec: str) -> bool:
+    """Whether ``spec`` is a dotted name of Python identifiers (``pkg.my_qkv``)."""
+    return all(part.isidentifier() for part in spec.split("."))
 
 
 def load_python(spec: str) -> PythonImplementation:
@@ -141,6 +154,9 @@ def load_python(spec: str) -> PythonImplementation:
     Raises :class:`ImplementationNotFound`, :class:`ImplementationImportFailed` (the
     code raised while importing) or :class:`MissingForward`.
     """
+    if not is_path(spec) and not is_module_name(spec):
+        raise ImplementationNotFound(spec, "not a .py file (no such file) nor a module name "
+                                     "(dotted Python identifiers)")
     try:
         if is_path(spec):
             module = _import_file(spec)
@@ -158,4 +174,5 @@ def load_python(spec: str) -> PythonImplementation:
     if not callable(forward):
         raise MissingForward(spec)
     backward = getattr(module, "backward", None)
-    return PythonImplementation(spec, forward, backward if callable(backward) else None)
+    return PythonImplementation(printable(spec, None), forward,
+                                backward if callable(backward) else None)

@@ -49,6 +49,10 @@ def decode(line: bytes) -> dict[str, Any]:
         raise Malformed(f"not JSON ({error.msg} at column {error.colno}): {preview(text)}") from None
     except RecursionError:
         raise Malformed("JSON nested too deeply") from None
+    except Malformed:
+        raise
+    except ValueError as error:  # an integer too long to convert, a lone surrogate...
+        raise Malformed(f"not usable JSON ({error})") from None
     if not isinstance(value, dict):
         raise Malformed(f"not a JSON object: {preview(text)}")
     return value

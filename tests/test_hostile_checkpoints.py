@@ -1,0 +1,168 @@
+"""Hostile ``.safetensors`` checkpoints through ``qkv inspect``, ``qkv attend`` and
+``qkv init --from-safetensors``: headers, offsets, dtypes, names, special files, links."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkvcli.fixtures import limits
+from tests.hostile_helpers import invoke, refused, write
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+WIDTH = 4
+
+
+def raw(header: Any, data: bytes = b"", stated: int | None = None) -> bytes:
+    """A .safetensors file by hand: the stated header length, the header, the data."""
+    encoded = json.dumps(header).encode()
+    return struct.pack("<Q", len(encoded) if stated is None else stated) + encoded + data
+
+
+def attend_on(tmp_path: Path, name: str, tensor: str = "t") -> Path:
+    """An attend fixture whose query weight is ``tensor`` of checkpoint ``name``."""
+    return write(tmp_path / "f.json", {
+        "input": [[[1, 2]]],
+        "weights": {"query": {"safetensors": name, "tensor": tensor},
+                    "key": [[1], [0]], "value": [[1], [0]]},
+    })
+
+
+def both(tmp_path: Path, content: bytes, *parts: str) -> None:
+    """inspect and attend refuse ``content`` with one line holding ``parts``."""
+    (tmp_path / "c.safetensors").write_bytes(content)
+    refused(invoke("inspect", str(tmp_path / "c.safetensors")), *parts)
+    refused(invoke("attend", str(attend_on(tmp_path, "c.safetensors"))), *parts)
+
+
+F32 = {"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]}
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (raw({}, stated=2**62), "more than the limit 100000000"),
+    (raw({}, stated=1000), "but the file has only"),
+    (b"\x01\x02", "shorter than the 8-byte length"),
+    (raw({"t": {**F32, "data_offsets": [0, 800]}}, b"\0" * 8), "offset"),
+    (raw({"t": {**F32, "data_offsets": [8, 0]}}, b"\0" * 8), "cannot read"),
+    (raw({"t": {**F32, "shape": [2**40, 2**40]}}, b"\0" * 8), "overflow"),
+    (raw({"t": {**F32, "shape": [True, 1]}}, b"\0" * 8), "cannot read"),
+    (raw({"t": {**F32, "dtype": "Z\x1b9"}}, b"\0" * 8), "cannot read"),
+    (raw({"t": {**F32, "shape": [int("9" * 400)]}}, b"\0" * 8), "cannot read"),
+    (struct.pack("<Q", 5) + b"{{{{{", "cannot read"),
+], ids=["header-huge", "header-past-end", "short", "offset-past-end", "offsets-reversed",
+        "shape-overflow", "bool-shape", "dtype-escape", "long-int", "not-json"])
+def test_lying_headers_are_refused_in_one_line(tmp_path, content, words):
+    both(tmp_path, content, words)
+
+
+def test_the_header_limit_follows_the_byte_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_FILE_BYTES", 200)  # the fixture itself is smaller
+    header = {"t": F32, "__metadata__": {"pad": "x" * 300}}
+    both(tmp_path, raw(header, b"\0" * 8), "more than the limit 200")
+
+
+def test_a_fifo_checkpoint_is_refused_without_hanging(tmp_path):
+    os.mkfifo(tmp_path / "c.safetensors")
+    outcome: list[Any] = []
+
+    def run() -> None:
+        outcome.append(invoke("inspect", str(tmp_path / "c.safetensors")))
+        outcome.append(invoke("attend", str(attend_on(tmp_path, "c.safetensors"))))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert len(outcome) == 2, "blocked on a FIFO"
+    for result in outcome:
+        refused(result, "FIFO")
+
+
+def test_a_checkpoint_linked_from_outside_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    inside = tmp_path / "inside"
+    outside.mkdir()
+    inside.mkdir()
+    safetensors_numpy.save_file({"t": np.ones((2, 1), np.float32)}, str(outside / "c.safetensors"))
+    (inside / "c.safetensors").symlink_to(outside / "c.safetensors")
+    refused(invoke("attend", str(attend_on(inside, "c.safetensors"))), "outside")
+
+
+@pytest.mark.parametrize(("dtype", "values", "words"), [
+    ("I32", np.ones((2, 1), np.int32), "dtype I32"),
+    ("BOOL", np.ones((2, 1), bool), "dtype BOOL"),
+    ("F32-nan", np.full((2, 1), np.nan, np.float32), "not finite"),
+], ids=["int", "bool", "nan"])
+def test_unusable_tensors_are_refused(tmp_path, dtype, values, words):
+    safetensors_numpy.save_file({"t": values}, str(tmp_path / "c.safetensors"))
+    refused(invoke("attend", str(attend_on(tmp_path, "c.safetensors"))), words)
+
+
+def test_names_with_control_characters_are_escaped_by_inspect(tmp_path):
+    name = "evil\x1b[31m\u202e" + "n" * 500
+    safetensors_numpy.save_file({name: np.ones(2, np.float32)}, str(tmp_path / "c.safetensors"))
+    result = invoke("inspect", str(tmp_path / "c.safetensors"))
+    assert result.exit_code == 0
+    assert "\x1b" not in result.output and "\u202e" not in result.output
+    assert "evil\\x1b[31m\\u202e" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) < 300
+    refused(invoke("attend", str(attend_on(tmp_path, "c.safetensors", "x\x1b"))),
+            "no tensor named x\\x1b")
+
+
+def gpt2(tmp_path: Path, width: int = WIDTH) -> Path:
+    path = tmp_path / "g.safetensors"
+    safetensors_numpy.save_file({
+        "h.0.attn.c_attn.weight": np.ones((width, 3 * width), np.float32),
+        "h.0.attn.c_attn.bias": np.zeros(3 * width, np.float32),
+        "odd.c_attn.weight": np.ones((width, 3 * width + 1), np.float32),
+        "flat.c_attn.weight": np.ones(3, np.float32),
+    }, str(path))
+    return path
+
+
+def init(tmp_path: Path, *extra: str, prefix: str = "h.0.attn.") -> Any:
+    return invoke("init", "--from-safetensors", str(gpt2(tmp_path)), "--prefix", prefix,
+                  "-o", str(tmp_path / "out.json"), *extra)
+
+
+@pytest.mark.parametrize(("extra", "prefix", "words"), [
+    (("--heads", "3"), "h.0.attn.", "--heads 3: must be at most 4096 and divide"),
+    (("--heads", "99999999999999999999"), "h.0.attn.", "must be at most 4096"),
+    (("--tokens", "99999999999"), "h.0.attn.", "--tokens 99999999999"),
+    (("--tokens", "5000", "--heads", "4", "--max-elements", "1000000"), "h.0.attn.",
+     "attention scores [1,H,T,T]"),
+    ((), "h.0\x1b.", "control characters are refused"),
+    ((), "odd.", "is not 3 equal parts"),
+    ((), "flat.", "not a non-empty matrix"),
+], ids=["heads-divide", "heads-huge", "tokens-huge", "scores", "prefix-escape", "odd-width",
+        "not-a-matrix"])
+def test_init_refuses_a_fixture_attend_would_refuse(tmp_path, extra, prefix, words):
+    line = refused(init(tmp_path, *extra, prefix=prefix), words)
+    assert "\x1b" not in line
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_init_refuses_a_checkpoint_linked_from_outside(tmp_path):
+    checkpoint = gpt2(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "g.safetensors").symlink_to(checkpoint)
+    result = invoke("init", "--from-safetensors", str(tmp_path / "sub" / "g.safetensors"),
+                    "--prefix", "h.0.attn.", "-o", str(tmp_path / "sub" / "out.json"))
+    refused(result, "--from-safetensors", "outside")
+    assert not (tmp_path / "sub" / "out.json").exists()
+
+
+def test_what_init_writes_attend_runs(tmp_path):
+    assert init(tmp_path, "--heads", "2", "--tokens", "3").exit_code == 0
+    assert invoke("attend", str(tmp_path / "out.json")).exit_code in (0, 1)
+    result = init(tmp_path, "--heads", "2", "--tokens", "20000", "--max-elements", "999999999",
+                  "--force")
+    assert result.exit_code == 0
+    assert "run the fixture with --max-elements 800000000" in result.stderr
