@@ -50,3 +50,15 @@ def refused(result: Any, *parts: str) -> str:
         assert part in lines[0], (part, lines[0])
     assert "\x1b" not in result.stderr
     return lines[0]
+
+
+def json_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every location inside a JSON value, as a tuple of keys and indices (the fuzz mutates these)."""
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, child in node.items():
+            found += json_paths(child, (*prefix, key))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            found += json_paths(child, (*prefix, index))
+    return found

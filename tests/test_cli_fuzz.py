@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from qkvcli.cli import main
 from qkvcli.fixtures.parse import fixture_problems, parse_fixture
 from qkvcli.fixtures.problems import FixtureError
+from tests.hostile_helpers import json_paths
 
 BASE: dict[str, Any] = {
     "chapter": "fuzz",
@@ -53,19 +54,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every location inside a JSON value, as a tuple of keys and indices."""
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            found += _paths(child, (*prefix, key))
-    elif isinstance(node, list):
-        for index, child in enumerate(node):
-            found += _paths(child, (*prefix, index))
-    return found
-
-
-ALL_PATHS = _paths(BASE)[1:]
+ALL_PATHS = json_paths(BASE)[1:]
 
 
 @st.composite
@@ -201,7 +190,7 @@ ATTEND_EXTRAS: dict[str, Any] = {
         "in_proj_bias": [0.5, -0.5, 0, 1, 0, 0],
     },
 }
-ATTEND_PATHS = _paths(ATTEND_EXTRAS)[1:]
+ATTEND_PATHS = json_paths(ATTEND_EXTRAS)[1:]
 
 
 @FUZZ

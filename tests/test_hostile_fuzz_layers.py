@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkvcli.cli import main
+from tests.hostile_helpers import json_paths
 
 FUZZ = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -44,18 +45,7 @@ VALUES = st.recursive(LEAVES, lambda inner: st.one_of(
         max_size=3)), max_leaves=10)
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            found += _paths(child, (*prefix, key))
-    elif isinstance(node, list):
-        for index, child in enumerate(node):
-            found += _paths(child, (*prefix, index))
-    return found
-
-
-LAYER_PATHS = _paths(LAYER)[1:]
+LAYER_PATHS = json_paths(LAYER)[1:]
 
 
 def harmless(result: Any) -> None:
