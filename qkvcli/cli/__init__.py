@@ -11,8 +11,8 @@ from qkvcli.cli.group import QkvGroup
 # all): building a module's click options costs start-up that other commands need not pay.
 COMMANDS = {
     "run": "qkvcli.cli.run",
-    "report": "qkvcli.cli.run",
-    "gradcheck": "qkvcli.cli.run",
+    "report": "qkvcli.cli.report",
+    "gradcheck": "qkvcli.cli.gradcheck",
     "init": "qkvcli.cli.authoring",
     "validate": "qkvcli.cli.validate",
     "schema": "qkvcli.cli.authoring",
