@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import click
 
 from qkvcli import __version__
@@ -49,3 +51,19 @@ def main() -> None:
     Without FIXTURE the bundled chapter fixture is used.
     """
 
+
+
+def entry() -> None:
+    """The ``qkv`` program (console script and ``python -m qkvcli``): :func:`main`, then exit.
+
+    A start-up measure: before the interpreter exits, every object is moved out of the
+    garbage collector's reach (:func:`gc.freeze`), so its final collections do not walk
+    the hundreds of thousands of objects NumPy and click created (about 6% of a short
+    run). Nothing else about exiting changes: files are already closed and flushed,
+    ``atexit`` handlers run, reference counting frees what it frees. Only the
+    one-shot program does this; :func:`main` called in a long-lived process does not.
+    """
+    try:
+        main()
+    finally:
+        gc.freeze()
