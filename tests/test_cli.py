@@ -165,18 +165,21 @@ def test_entry_keeps_exit_statuses_and_freezes_only_at_exit(
 ) -> None:
     import gc
 
-    from qkvcli.cli import entry
+    from qkvcli.cli import GC_THRESHOLD, entry
 
     missing = tmp_path / "missing.json"
     monkeypatch.setattr(sys, "argv", ["qkv", "report", str(missing)])
     assert gc.get_freeze_count() == 0
+    threshold = gc.get_threshold()
     try:
         with pytest.raises(SystemExit) as exit_info:
             entry()
         assert exit_info.value.code == 2
         assert gc.get_freeze_count() > 0  # the final collections are skipped
+        assert gc.get_threshold()[0] == GC_THRESHOLD
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
     assert "missing.json" in capsys.readouterr().err
 
 
