@@ -306,13 +306,22 @@ def bytecode_note() -> str:
     return f"qkvcli from {where}, bytecode {'compiled' if compiled else 'NOT compiled'}"
 
 
+def startup_commands() -> dict[str, list[str]]:
+    """The baseline, qkv as installed, and qkv keeping the interpreter's final collections."""
+    return {
+        "import numpy, click, json": [sys.executable, "-c", "import numpy, click, json"],
+        "qkv report --format text": qkv_command(),
+        # main() without the console entry's gc.freeze(): what the exit trick saves.
+        "  ... with final collections": [sys.executable, "-c",
+                                         "from qkvcli.cli import main; main()",
+                                         "report", "--format", "text"],
+    }
+
+
 def bench_startup(runs: int) -> None:
     import resource
 
-    commands = {
-        "import numpy, click, json": [sys.executable, "-c", "import numpy, click, json"],
-        "qkv report --format text": qkv_command(),
-    }
+    commands = startup_commands()
     wall: dict[str, list[float]] = {name: [] for name in commands}
     cpu: dict[str, list[float]] = {name: [] for name in commands}
     for command in commands.values():  # warm the page cache
@@ -326,16 +335,44 @@ def bench_startup(runs: int) -> None:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     print(f"start-up (median of {runs} launches, interleaved; {bytecode_note()})")
-    for name in commands:
-        print(f"  {name:<28} wall {median_ms(wall[name]):7.1f} ms   "
-              f"cpu {median_ms(cpu[name]):7.1f} ms")
     names = list(commands)
-    wall_ratio = statistics.median(a / b for a, b in zip(wall[names[1]], wall[names[0]],
-                                                         strict=True))
-    cpu_ratio = statistics.median(cpu[names[1]]) / statistics.median(cpu[names[0]])
-    print(f"  ratio qkv/baseline: wall {wall_ratio:.3f} (median of paired), "
-          f"cpu {cpu_ratio:.3f} (ratio of medians)")
+    base = names[0]
+    for name in names:
+        ratios = "" if name == base else (
+            f"   ratio wall {paired_ratio(wall, name, base):.3f} (median of paired), "
+            f"cpu {statistics.median(cpu[name]) / statistics.median(cpu[base]):.3f}")
+        print(f"  {name:<30} wall {median_ms(wall[name]):7.1f} ms   "
+              f"cpu {median_ms(cpu[name]):7.1f} ms{ratios}")
+    startup_instructions(commands)
     importtime_breakdown()
+
+
+def startup_instructions(commands: dict[str, list[str]]) -> None:
+    """Instructions executed, counted by valgrind's callgrind: the same on a busy machine.
+
+    One BLAS thread (idle BLAS threads spin, and their spinning would be counted) and a
+    fixed hash seed make the counts repeatable to a few parts in a thousand.
+    """
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        print("  instructions: valgrind not installed (apt install valgrind), skipped")
+        return
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    counts: dict[str, int] = {}
+    for name, command in commands.items():
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True,
+            cwd=NEUTRAL_DIR, env=env,
+        )
+        refs = [line for line in done.stderr.splitlines() if "I   refs:" in line]
+        counts[name] = int(refs[-1].split(":")[1].replace(",", ""))
+    base = next(iter(counts))
+    print("  instructions (callgrind, one BLAS thread): " + "; ".join(
+        f"{name.strip(' .')} {count / 1e6:.1f}M" + (
+            "" if name == base else f" ({count / counts[base]:.3f}x)")
+        for name, count in counts.items()))
 
 
 def importtime_breakdown() -> None:
@@ -351,7 +388,7 @@ def importtime_breakdown() -> None:
         return times
 
     base = self_times("import numpy, click, json")
-    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.run, "
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.report, "
                         "qkvcli.checks.evidence, qkvcli.render.text.report")
     extra = {name: us for name, us in report.items() if name not in base}
     top = sorted(extra.items(), key=lambda item: -item[1])[:8]

@@ -1,6 +1,6 @@
 """``python -m qkvcli`` runs the ``qkv`` command."""
 
-from qkvcli.cli import main
+from qkvcli.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -160,6 +160,38 @@ def test_python_dash_m_runs_from_any_directory(tmp_path: Path) -> None:
     assert result.stdout == TRACE
 
 
+def test_entry_keeps_exit_statuses_and_freezes_only_at_exit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gc
+
+    from qkvcli.cli import GC_THRESHOLD, entry
+
+    missing = tmp_path / "missing.json"
+    monkeypatch.setattr(sys, "argv", ["qkv", "report", str(missing)])
+    assert gc.get_freeze_count() == 0
+    threshold = gc.get_threshold()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            entry()
+        assert exit_info.value.code == 2
+        assert gc.get_freeze_count() > 0  # the final collections are skipped
+        assert gc.get_threshold()[0] == GC_THRESHOLD
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+    assert "missing.json" in capsys.readouterr().err
+
+
+def test_console_script_and_dash_m_use_entry() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"qkv": "qkvcli.cli:entry"}
+    assert "entry()" in (root / "qkvcli" / "__main__.py").read_text()
+
+
 def test_written_files_get_the_usual_mode(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "report.txt"
     old = os.umask(0o022)

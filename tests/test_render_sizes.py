@@ -19,7 +19,7 @@ from qkvcli.render.json.evidence import render_json
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, digest, shows_values, summarise
 from qkvcli.render.text.numbers import fmt_float, iter_vector
 from qkvcli.render.text.report import iter_text, render_text
-from qkvcli.render.text.vectors import iter_fixed
+from qkvcli.render.text.vectors import SMALL, iter_fixed
 
 ANCHORS = Path("/work/shared/anchors/ch26")
 
@@ -40,6 +40,8 @@ VALUES = {
     "special": np.array([0.0, -0.0, -1e-9, 1e-9, 5e-7, -5e-7, 1e9, -1e12, 999999999.9999996,
                          np.nan, np.inf, -np.inf, 1e300, 123.4565]),
 }
+# Up to SMALL values take Python's own formatting; repeated, the specials take the arrays'.
+VALUES["special_vectorised"] = np.tile(VALUES["special"], SMALL // VALUES["special"].size + 1)
 
 
 @pytest.mark.parametrize("name", list(VALUES), ids=list(VALUES))

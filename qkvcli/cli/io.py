@@ -10,7 +10,7 @@ is either complete or untouched.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
+CHUNK_CHARS = 1 << 16
+"""Standard output is written in pieces of about this many characters."""
 
 
 def label_of(path: Path | None) -> str:
@@ -78,10 +80,30 @@ def write_output(text: str | Iterable[str], output: Path | None,
     Refuses to write over ``protect`` (the fixture being read).
     """
     if output is None:
-        for piece in [text] if isinstance(text, str) else text:
-            click.echo(piece, nl=False)
+        for chunk in chunked([text] if isinstance(text, str) else text):
+            click.echo(chunk, nl=False)
         return
     write_atomic(output, text, protect)
+
+
+def chunked(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[str]:
+    """``pieces`` joined into strings of about ``size`` characters (a large piece alone).
+
+    A report comes as many small pieces; writing each one costs a call (and, with
+    unbuffered output, a system call), so they are gathered first. Memory stays bounded
+    by ``size`` plus the largest piece.
+    """
+    gathered: list[str] = []
+    length = 0
+    for piece in pieces:
+        gathered.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(gathered)
+            gathered.clear()
+            length = 0
+    if gathered:
+        yield "".join(gathered)
 
 
 def write_atomic(output: Path, text: str | Iterable[str], protect: Path | None = None) -> None:

@@ -24,6 +24,10 @@ no faster, measured)."""
 INT_DIGITS = 9
 """Integer digits the fast path lays out; larger magnitudes use Python's formatting."""
 
+SMALL = 48
+"""Up to this many values, Python's own formatting is quicker than the array set-up
+(measured: 4 values 2 µs against 33 µs; they meet near 64)."""
+
 
 def python_fixed(value: float, precision: int) -> str:
     """One value as ``{:.<precision>f}``, with the reference's non-finite spellings."""
@@ -51,7 +55,7 @@ def format_chunk(values: Array, precision: int) -> str:
     """``",".join`` of the fixed-point spellings of a flat float64 array."""
     if values.size == 0:
         return ""
-    if precision > 9:
+    if precision > 9 or values.size <= SMALL:
         return ",".join(python_fixed(v, precision) for v in values.tolist())
     scale = 10.0 ** precision
     magnitude = np.abs(values)
