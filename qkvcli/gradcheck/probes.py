@@ -12,10 +12,10 @@ perturbation can change; everything else is computed once, from the unperturbed 
 by the same products and sums:
 
 * a weight, one coordinate at a time (``local``): only the perturbed column of the
-  branch's output, ``X W_b[:, j]`` (a ``[BT,d] @ [d,1]`` product; perturbing ``W_b[i,j]``
-  changes column ``j`` of ``Y_b`` and nothing else); the branch's sum over all its terms
-  is then taken again, with that column's terms replaced (the other two branches' sums
-  are constants of the check);
+  branch's output, ``X W_b[:, j]`` (perturbing ``W_b[i,j]`` changes column ``j`` of
+  ``Y_b`` and nothing else; a batch's columns are one ``[BT,d] @ [d,count]`` product);
+  the branch's sum over all its terms is then taken again, with that column's terms
+  replaced (the other two branches' sums are constants of the check);
 * a weight otherwise (small tensors, and random directions): the perturbed branch's
   whole product ``X W_b`` and its sum ``<Y_b,U_b>``;
 * the input, one coordinate at a time (``local``): only the perturbed row of ``[Q|K|V]``
@@ -54,6 +54,7 @@ def loss_terms(layer: QkvProjections, x: Array, upstream: tuple[Array, Array, Ar
         for branch, grad in enumerate(upstream):  # [BT,d] @ [d,3h] -> [BT,3h], by branch
             np.multiply(outputs[:, branch * h:(branch + 1) * h],
                         np.asarray(grad, dtype=np.float64).reshape(rows, h), out=terms[branch])
+    terms.flags.writeable = False  # shared by a check's objectives: none may change it
     return terms
 
 
