@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +185,65 @@ def test_generation_does_not_depend_on_block_size(monkeypatch):
     assert np.array_equal(generate_tensor(3, (50,), "normal"), whole)
     assert np.array_equal(generate_tensor(3, (50,)), generate_tensor(3, (50,)))
 
+
+
+def _digest(array) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array, dtype="<f8").tobytes()).hexdigest()
+
+
+# Digests taken before generation moved in place (blocks of 1 << 20 then): the same spec
+# must give the same bits forever. Sizes cross the old and the new block boundaries.
+PINNED_GENERATION = [
+    ((5, (3, 70001), "uniform", 1.0),
+     "6b293ad64216cf005ab9cf0e115bc3e4901edbf300e2d83f719b9133756a6490"),
+    ((7, (70001, 3), "normal", 1.0),
+     "40af707866c8f2c4ee8bd84a9f1113875194be0eb1b4158686498f96eb92d89d"),
+    ((11, (1_100_003,), "uniform", 0.07426106572325057),
+     "5d7adb887f19f1419fdc6f3feb92b18a020ecb14f0fac8fd436aa795e43a378f"),
+    ((13, (1_048_577,), "normal", 2.5),
+     "90ac06cf6b79c34db2e24f21ec5482548a39f2ba33da454963b0eb64ba53c2b3"),
+    ((0, (0,), "uniform", 1.0),
+     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+    ((1, (1,), "normal", 1.0),
+     "d5cefd83d82d293462bc8961ba28d6db6e660e37e8403684a77ec53804347753"),
+]
+
+
+@pytest.mark.parametrize(("spec", "digest"), PINNED_GENERATION,
+                         ids=["uniform", "normal", "scaled-uniform", "scaled-normal", "empty", "one"])
+def test_generated_tensors_keep_their_bits(spec, digest):
+    assert _digest(generate_tensor(*spec)) == digest
+
+
+def test_generated_fixture_keeps_its_bits():
+    fixture = parse_fixture(generated_fixture_document(5, 2, 3, 8, 4))
+    tensors = (fixture.input, *fixture.weights, *fixture.upstream)
+    assert _digest(np.concatenate([t.reshape(-1) for t in tensors])) == (
+        "ae1f2914958472d70e56d1ea5756ac2571e3a9df208c8ff9e3c04fc3a995d21c")
+
+
+def _traced_peak(function):
+    tracemalloc.start()
+    try:
+        result = function()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "normal"])
+def test_generation_allocates_little_beyond_its_output(distribution):
+    # 8 MiB of output; generating it once cost 24-32 MiB more in uint64 temporaries.
+    values, peak = _traced_peak(lambda: generate_tensor(3, (1 << 20,), distribution, 0.5))
+    assert peak <= values.nbytes + 4 * 2**20
+
+
+def test_loading_a_generated_fixture_peaks_near_its_tensors_size():
+    document = generated_fixture_document(5, 4, 256, 1024, 16)  # an 8 MiB input
+    fixture, peak = _traced_peak(lambda: parse_fixture(document))
+    held = sum(t.nbytes for t in (fixture.input, *fixture.weights, *fixture.upstream))
+    held += fixture.layer.packed.nbytes  # the layer's own [W_Q|W_K|W_V]
+    assert peak <= held + 4 * 2**20
 
 def test_normal_generation_looks_normal():
     values = generate_tensor(1, (20000,), "normal")

@@ -26,11 +26,20 @@ MIX_TWO = 0x94D049BB133111EB
 UNIT_SCALE = 2.0**-53
 
 
-def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_ONE)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_TWO)
-    mixed: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
-    return mixed
+def _mix(z: npt.NDArray[np.uint64], scratch: npt.NDArray[np.uint64]) -> None:
+    """The SplitMix64 finalizer, in place on ``z``; ``scratch`` is a buffer of its size.
+
+    Two buffers, whatever the block: written out as expressions, each step made a
+    temporary of the block's size (five of them alive at the peak).
+    """
+    np.right_shift(z, np.uint64(30), out=scratch)
+    z ^= scratch
+    z *= np.uint64(MIX_ONE)
+    np.right_shift(z, np.uint64(27), out=scratch)
+    z ^= scratch
+    z *= np.uint64(MIX_TWO)
+    np.right_shift(z, np.uint64(31), out=scratch)
+    z ^= scratch
 
 
 class SplitMix64:
@@ -61,21 +70,35 @@ class SplitMix64:
         return (self.next_u64() >> 11) * UNIT_SCALE
 
     def next_u64_block(self, count: int) -> npt.NDArray[np.uint64]:
-        """The next ``count`` draws as an array, advancing the state past them."""
+        """The next ``count`` draws as an array, advancing the state past them.
+
+        Needs one more ``uint64`` buffer of ``count`` while it runs, and nothing else.
+        """
         if count < 0:
             raise ValueError("count must be non-negative")
-        steps = np.arange(1, count + 1, dtype=np.uint64)
+        z = np.arange(1, count + 1, dtype=np.uint64)  # draw k mixes state + k * increment
         with np.errstate(over="ignore"):
-            states = np.uint64(self.state) + steps * np.uint64(INCREMENT)
-            out = _mix(states)
+            z *= np.uint64(INCREMENT)
+            z += np.uint64(self.state)
+            _mix(z, np.empty_like(z))
         self.state = (self.state + count * INCREMENT) & MASK64
-        return out
+        return z
 
-    def next_unit_block(self, count: int) -> npt.NDArray[np.float64]:
-        """The next ``count`` unit floats in ``[0, 1)``, as :meth:`next_unit_f64` gives them."""
+    def next_unit_block(
+        self, count: int, out: npt.NDArray[np.float64] | None = None
+    ) -> npt.NDArray[np.float64]:
+        """The next ``count`` unit floats in ``[0, 1)``, as :meth:`next_unit_f64` gives them.
+
+        ``out``, when given, is a float64 array of ``count`` elements written in place
+        and returned; the draws need two ``uint64`` buffers of ``count`` besides.
+        """
         draws = self.next_u64_block(count)
-        units: npt.NDArray[np.float64] = (draws >> np.uint64(11)).astype(np.float64) * UNIT_SCALE
-        return units
+        if out is None:
+            out = np.empty(count, dtype=np.float64)
+        draws >>= np.uint64(11)
+        # The high 53 bits convert to float64 exactly; times 2**-53, exactly as one draw.
+        np.multiply(draws, UNIT_SCALE, out=out)
+        return out
 
 
 def xavier_limit(fan_in: int, fan_out: int) -> float:

@@ -24,7 +24,7 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.batched import batched_coordinates
 from qkvcli.gradcheck.central import sample_indices
-from qkvcli.gradcheck.probes import StackedObjective
+from qkvcli.gradcheck.probes import StackedObjective, loss_terms
 from qkvcli.gradcheck.progress import Progress, Ticker
 from qkvcli.gradcheck.records import GradcheckResult, TensorCheck
 from qkvcli.gradcheck.settings import (
@@ -77,20 +77,27 @@ def gradcheck_layer(
         plans.append((resolved, count, planned))
     ticker = Ticker(progress, sum(planned for _, _, planned in plans))
     rng = SplitMix64(seed)
+    batch, tokens, _ = x64.shape
+    branch_output = int(batch * tokens) * layer.d_head  # [B,T,d_head]: what a weight reaches
+    # The unperturbed loss terms, computed once (every weight's objective needs them).
+    base = loss_terms(layer, x64, upstream)
     tensors = []
     for index, values in enumerate(tensors_values):
         resolved, count, planned = plans[index]
         name = TENSOR_NAMES[index]
-        # One coordinate at a time, a large input needs only the perturbed row recomputed;
-        # small ones (the chapter's) keep whole-copy evaluations and their exact sums.
-        local = index == 0 and resolved != "fast" and values.size > AUTO_FULL_LIMIT
+        # One coordinate at a time, a large tensor needs only what its coordinate reaches
+        # recomputed: a row of [Q|K|V] for a large input, a column of one branch for a
+        # weight that is large or whose branch output is. Small ones (the chapter's) keep
+        # whole-copy evaluations, the path whose sums the golden files pin bit for bit.
+        reach = branch_output if index > 0 else 0
+        local = resolved != "fast" and max(int(values.size), reach) > AUTO_FULL_LIMIT
         per_slot = StackedObjective.slot_elements(layer, x64, index, local)
         fits = max(1, BATCH_ELEMENTS // max(1, per_slot))  # an empty input costs nothing
         if resolved == "fast":
             slots = 2 * max(1, min(directions, fits // 2))
         else:
             slots = min(3 * max(planned, 1), fits)
-        objective = StackedObjective(layer, x64, upstream, index, slots, local)
+        objective = StackedObjective(layer, x64, upstream, index, slots, local, base)
         if resolved == "fast":
             # Imported here: the chapter's report never runs a fast check, and every
             # module on its path costs start-up (see ARCHITECTURE.md).

@@ -11,12 +11,23 @@ What an evaluation recomputes (:attr:`StackedObjective.recomputes`) is only what
 perturbation can change; everything else is computed once, from the unperturbed tensors,
 by the same products and sums:
 
-* a weight: only the perturbed branch's product ``X W_b`` and its sum ``<Y_b,U_b>``
-  (the other two branches' sums are constants of the check);
+* a weight, one coordinate at a time (``local``): only the perturbed column of the
+  branch's output, ``X W_b[:, j]`` (perturbing ``W_b[i,j]`` changes column ``j`` of
+  ``Y_b`` and nothing else; a batch's columns are one ``[BT,d] @ [d,count]`` product);
+  the branch's sum over all its terms is then taken again, with that column's terms
+  replaced (the other two branches' sums are constants of the check);
+* a weight otherwise (small tensors, and random directions): the perturbed branch's
+  whole product ``X W_b`` and its sum ``<Y_b,U_b>``;
 * the input, one coordinate at a time (``local``): only the perturbed row of ``[Q|K|V]``
   (a ``[1,d] @ [d,3h]`` product); every branch's sum over all its terms is then taken
   again, with that row's terms replaced;
 * the input otherwise (small tensors, and random directions): the whole forward product.
+
+Every sum is a full pass over a branch's ``[batch, tokens, d_head]`` terms in the order
+:func:`~qkvcli.core.outputs.weighted_loss` takes it, so ``L`` at the perturbed point is
+evaluated from the perturbed forward values, never from the analytic gradient or a
+difference of sums. The unperturbed terms (:func:`loss_terms`) are computed once per
+check and shared by its four objectives.
 """
 
 from __future__ import annotations
@@ -28,7 +39,23 @@ from qkvcli.core.projections import QkvProjections
 
 RECOMPUTES_BRANCH = "perturbed branch"
 RECOMPUTES_ROW = "perturbed row"
+RECOMPUTES_COLUMN = "perturbed column"
 RECOMPUTES_ALL = "full forward"
+
+
+def loss_terms(layer: QkvProjections, x: Array, upstream: tuple[Array, Array, Array]) -> Array:
+    """The unperturbed terms ``Y_b * U_b`` of ``L``, per branch: ``[3, BT, h]``."""
+    batch, tokens, d_model = x.shape
+    rows, h = batch * tokens, layer.d_head
+    packed = layer.astype(np.float64).packed
+    terms = np.empty((3, rows, h))
+    with np.errstate(over="ignore", invalid="ignore"):
+        outputs = np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model) @ packed
+        for branch, grad in enumerate(upstream):  # [BT,d] @ [d,3h] -> [BT,3h], by branch
+            np.multiply(outputs[:, branch * h:(branch + 1) * h],
+                        np.asarray(grad, dtype=np.float64).reshape(rows, h), out=terms[branch])
+    terms.flags.writeable = False  # shared by a check's objectives: none may change it
+    return terms
 
 
 class StackedObjective:
@@ -37,8 +64,10 @@ class StackedObjective:
     Slot ``k``'s tensor is :meth:`slot` ``(k)``: a writable view that starts equal to the
     unperturbed tensor (for a weight, the branch's ``[d_model, d_head]`` weight). Perturb
     it (or :meth:`put` one element), call :meth:`evaluate`, and restore what you changed
-    before reusing the slot. With ``local`` (input only) no copies exist: :meth:`put` is
-    the only way to perturb, one element per slot, and :meth:`slot` is unavailable.
+    before reusing the slot. With ``local`` no copies exist: :meth:`put` is the only way
+    to perturb, one element per slot, and :meth:`slot` is unavailable. ``base``, when
+    given, is :func:`loss_terms` of the same layer, input and upstream (computed once and
+    shared); otherwise it is computed when needed.
     """
 
     def __init__(
@@ -49,10 +78,11 @@ class StackedObjective:
         index: int,
         slots: int,
         local: bool = False,
+        base: Array | None = None,
     ) -> None:
         self.index = index
         self.slots = slots
-        self.local = local and index == 0
+        self.local = local
         packed = layer.astype(np.float64).packed
         batch, tokens, d_model = x.shape
         h = layer.d_head
@@ -65,7 +95,17 @@ class StackedObjective:
         self._upstream = joined  # [3,BT,h]
         self._packed = packed
         self.recomputes = RECOMPUTES_ALL
-        if index > 0:
+        if index > 0 or local:
+            self._base = loss_terms(layer, x, upstream) if base is None else base  # [3,BT,h]
+        if index > 0 and local:
+            self.recomputes = RECOMPUTES_COLUMN
+            self._sums = self._base.reshape(3, rows * h).sum(axis=1)  # constants
+            self._weight = packed[:, (index - 1) * h:index * h]  # [d, h]
+            self._where = np.zeros(slots, dtype=np.int64)
+            self._value = np.zeros(slots)
+            # One branch's terms, a column replaced at a time and restored after its sum.
+            self._work = self._base[index - 1].copy()  # [BT, h]
+        elif index > 0:
             self.recomputes = RECOMPUTES_BRANCH
             # slots copies of the branch's weight side by side: [d, slots*h], so one GEMM
             # X_(BT) @ buffer evaluates every slot's branch product.
@@ -74,10 +114,9 @@ class StackedObjective:
             self._buffer.reshape(d_model, slots, h)[...] = weight[:, None, :]
             self._outputs = np.empty(slots * rows * h)
             self._terms = np.empty_like(self._outputs)
-            self._sums = self._base_terms().reshape(3, rows * h).sum(axis=1)  # constants
-        elif self.local:
+            self._sums = self._base.reshape(3, rows * h).sum(axis=1)  # constants
+        elif local:
             self.recomputes = RECOMPUTES_ROW
-            self._base = self._base_terms()  # [3,BT,h]
             self._where = np.zeros(slots, dtype=np.int64)
             self._value = np.zeros(slots)
             self._terms = np.empty((slots, 3, rows, h))
@@ -90,21 +129,13 @@ class StackedObjective:
             self._outputs = np.empty(slots * rows * 3 * h)
             self._terms = np.empty_like(self._outputs)
 
-    def _base_terms(self) -> Array:
-        """The unperturbed terms ``Y_b * U_b`` per branch: ``[3, BT, h]``."""
-        rows, h = self._rows.shape[0], self._h
-        terms = np.empty((3, rows, h))
-        with np.errstate(over="ignore", invalid="ignore"):
-            outputs = self._rows @ self._packed  # [BT,d] @ [d,3h] -> [BT,3h]
-            np.multiply(outputs.reshape(rows, 3, h).transpose(1, 0, 2), self._upstream,
-                        out=terms)
-        return terms
-
     @staticmethod
     def slot_elements(layer: QkvProjections, x: Array, index: int, local: bool = False) -> int:
         """Elements one slot costs (its copy plus its product and loss terms)."""
         batch, tokens, d_model = x.shape
         outputs = batch * tokens * 3 * layer.d_head
+        if index > 0 and local:
+            return int(d_model) + int(batch * tokens)  # the perturbed column and its product
         if index > 0:
             return int(d_model) * layer.d_head + 2 * int(outputs) // 3
         if local:
@@ -122,7 +153,7 @@ class StackedObjective:
 
     def put(self, k: int, flat_index: int, value: float) -> None:
         """Set element ``flat_index`` (row-major in the checked tensor) of slot ``k``."""
-        if self.local:
+        if self.local:  # the flat index is decoded when the slots are evaluated
             self._where[k] = flat_index
             self._value[k] = value
             return
@@ -144,7 +175,8 @@ class StackedObjective:
         with np.errstate(over="ignore", invalid="ignore"):  # the checks report non-finite L
             if self.index > 0:
                 per_branch = np.repeat(self._sums[None, :], count, axis=0)  # [count, 3]
-                per_branch[:, self.index - 1] = self._branch_sums(count)
+                per_branch[:, self.index - 1] = (self._column_sums(count) if self.local
+                                                 else self._branch_sums(count))
             elif self.local:
                 per_branch = self._local_sums(count)
             else:
@@ -162,6 +194,28 @@ class StackedObjective:
         upstream = self._upstream[self.index - 1]  # [BT, h]
         np.multiply(outputs.reshape(rows, count, h).transpose(1, 0, 2), upstream, out=terms)
         sums: Array = terms.reshape(count, rows * h).sum(axis=1)
+        return sums
+
+    def _column_sums(self, count: int) -> Array:
+        """The perturbed branch's sum per slot, recomputing only column ``j`` of ``Y_b``."""
+        h = self._h
+        branch = self.index - 1
+        which, column = np.divmod(self._where[:count], h)  # W_b[i, j] of each slot
+        # [d, count] copies of the perturbed columns, at least two: a one-column product
+        # would be a matrix-vector kernel, whose summation order differs from the
+        # matrix-matrix kernel every other batch (and the full forward) uses.
+        columns = self._weight[:, np.resize(column, max(2, count))]
+        columns[which, np.arange(count)] = self._value[:count]
+        products = self._rows @ columns  # [BT,d] @ [d,count] -> [BT,count]: Y_b[:, j] per slot
+        upstream = self._upstream[branch]  # [BT, h]
+        base = self._base[branch]
+        work = self._work
+        sums = np.empty(count)
+        for k in range(count):
+            j = column[k]
+            np.multiply(products[:, k], upstream[:, j], out=work[:, j])
+            sums[k] = work.sum()  # all BT*h terms, row-major: weighted_loss's very sum
+            work[:, j] = base[:, j]  # restore: evaluations never share state
         return sums
 
     def _local_sums(self, count: int) -> Array:
