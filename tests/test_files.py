@@ -248,3 +248,33 @@ def test_a_npy_fifo_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FixtureError) as caught:
         load_fixture(path)
     assert str(caught.value) == "$.input.npy: x.npy: is a FIFO, not a .npy file"
+
+
+@pytest.mark.parametrize("expected", [0, 5, 10, 11, 1000])
+@pytest.mark.parametrize("size", [0, 10, 11, 3000])
+def test_read_at_most_stops_one_byte_past_the_limit(size: int, expected: int) -> None:
+    import io
+
+    from qkvcli.fixtures import files
+
+    data = bytes(range(256)) * (size // 256 + 1)
+    data = data[:size]
+    got = files.read_at_most(io.BytesIO(data), 10, expected=expected)
+    assert got == data[:11]  # a wrong expected size never changes what is read
+
+
+def test_small_fixture_read_does_not_reserve_the_limit(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from qkvcli.fixtures.files import read_limited
+
+    path = tmp_path / "small.json"
+    path.write_bytes(b"{}" * 100)
+    tracemalloc.start()
+    try:
+        data = read_limited(path, 256 * 1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert data == b"{}" * 100
+    assert peak < 1024 * 1024  # a single read(limit + 1) reserved all 256 MiB
