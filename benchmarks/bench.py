@@ -283,6 +283,18 @@ def bench_gradcheck(repeats: int) -> None:
     print(f"  --mode full    [2,16,32,8]:   {median_ms(times['full']):8.1f} ms "
           f"({result.summary}, passed={result.passed}); naive per-coordinate loop "
           f"{median_ms(times['loop']):.1f} ms; ratio {paired_ratio(times, 'full', 'loop'):.2f}")
+    # A large layer's default (sampled) check, against one forward+reverse pass of it: a
+    # large weight's coordinates recompute one column of their branch each.
+    big = gradcheck_case((8, 512, 1024, 64))
+    layer, x, upstream = big[0], big[1], big[2]
+    times = time_rounds({
+        "sampled": lambda: gradcheck_layer(*big, 1e-6, 2e-6),
+        "pass": lambda: layer.backward(x, *upstream) and layer.forward(x),
+    }, max(3, repeats // 2))
+    result = gradcheck_layer(*big, 1e-6, 2e-6)
+    print(f"  --mode auto    [8,512,1024,64]: {median_ms(times['sampled']):6.1f} ms "
+          f"({result.summary}, passed={result.passed}); one forward+reverse "
+          f"{median_ms(times['pass']):.1f} ms; ratio {paired_ratio(times, 'sampled', 'pass'):.2f}")
     print()
 
 
