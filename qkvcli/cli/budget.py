@@ -31,7 +31,7 @@ def environment_width() -> int | None:
 
 def check_gradcheck_budget(
     given_step: float | None, max_evaluations: int | None, step: float, arrays: Sequence[Any],
-    mode: str, samples: int | None, directions: int,
+    mode: str, samples: int | None, directions: int, has_fast: bool = True,
 ) -> None:
     """Refuse ``step`` (when ``--step`` gave it) if ``x + 2*step`` overflows beside ``arrays``,
     and a check of ``arrays`` over ``max_evaluations`` (default
@@ -46,7 +46,7 @@ def check_gradcheck_budget(
     try:
         if given_step is not None:
             check_step_fits(step, arrays, "--step")
-        check_evaluations(mode, samples, directions, [a.size for a in arrays], limit)
+        check_evaluations(mode, samples, directions, [a.size for a in arrays], limit, has_fast)
     except QkvError as error:
         ctx = click.get_current_context(silent=True)
         label = ctx.meta.get(CURRENT_FILE) if ctx is not None else None

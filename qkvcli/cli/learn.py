@@ -89,7 +89,7 @@ def attend(
     # One head or a layer: the same step and evaluation limits before any work.
     arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
     overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
-                    loaded.samples, 1)
+                    loaded.samples, 1, has_fast=False)
     if loaded.layer is not None:
         from qkvcli.attention.layer_evidence import build_layer_evidence
 

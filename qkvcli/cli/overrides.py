@@ -54,9 +54,12 @@ class CheckOverrides:
         return fixture
 
     def check(self, step: float, arrays: Sequence[Any], mode: str, samples: int | None,
-              directions: int) -> None:
-        """Refuse a ``--step`` that overflows beside ``arrays``, or too many evaluations."""
+              directions: int, has_fast: bool = True) -> None:
+        """Refuse a ``--step`` that overflows beside ``arrays``, or too many evaluations.
+
+        ``has_fast``: whether the command offers ``--mode fast`` (``attend`` does not).
+        """
         from qkvcli.cli.budget import check_gradcheck_budget
 
         check_gradcheck_budget(self.step, self.max_evaluations, step, arrays, mode, samples,
-                               directions)
+                               directions, has_fast)

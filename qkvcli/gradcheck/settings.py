@@ -63,14 +63,15 @@ class ZeroDirections(GradcheckSettingError):
 class TooManyEvaluations(GradcheckSettingError):
     """A check that would evaluate the objective more than ``limit`` times."""
 
-    def __init__(self, evaluations: int, limit: int, cause: str) -> None:
+    def __init__(self, evaluations: int, limit: int, cause: str, has_fast: bool = True) -> None:
         self.evaluations = evaluations
         self.limit = limit
         self.cause = cause
+        self.has_fast = has_fast
+        less = "--samples or --mode fast" if has_fast else "--samples"
         super().__init__(
             f"the gradient check would make {evaluations} evaluations ({cause}), more than "
-            f"the limit {limit} (raise it with --max-evaluations, or check less with "
-            "--samples or --mode fast)"
+            f"the limit {limit} (raise it with --max-evaluations, or check less with {less})"
         )
 
 
@@ -96,12 +97,15 @@ def planned_evaluations(
 
 def check_evaluations(
     mode: str, samples: int | None, directions: int, elements: list[int],
-    limit: int = MAX_EVALUATIONS,
+    limit: int = MAX_EVALUATIONS, has_fast: bool = True,
 ) -> None:
-    """Raise :class:`TooManyEvaluations` for a check over ``limit`` evaluations."""
+    """Raise :class:`TooManyEvaluations` for a check over ``limit`` evaluations.
+
+    ``has_fast``: whether the command offers ``--mode fast`` (the hint names it only then).
+    """
     total, cause = planned_evaluations(mode, samples, directions, elements)
     if total > limit:
-        raise TooManyEvaluations(total, limit, cause)
+        raise TooManyEvaluations(total, limit, cause, has_fast)
 
 
 def validate_settings(
