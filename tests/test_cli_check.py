@@ -130,6 +130,25 @@ def test_usage_and_load_errors_exit_2(runner: CliRunner, args: list[str], messag
     assert "Traceback" not in result.output
 
 
+def test_junit_reports_a_not_applicable_family_as_skipped(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    command = f"{shlex.quote(sys.executable)} {EXAMPLES / 'command_qkv.py'}"
+    junit = tmp_path / "junit.xml"
+    result = runner.invoke(main, ["check", "--command", command, "--random", "0",
+                                  "--junit", str(junit)])
+    assert result.exit_code == 0, result.output
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    purity = cases["purity"]
+    assert purity.find("skipped") is not None and purity.find("system-out") is None
+    assert suite.get("skipped") == "1" and suite.get("failures") == "0"
+    assert all(case.find("skipped") is None for name, case in cases.items() if name != "purity")
+
+
 def test_output_file_and_junit(runner: CliRunner, tmp_path: Path) -> None:
     out, junit = tmp_path / "report.txt", tmp_path / "junit.xml"
     result = runner.invoke(main, ["check", NUMPY, "-o", str(out), "--junit", str(junit),

@@ -67,11 +67,16 @@ def expand_fixtures(paths: Sequence[Path]) -> list[Path]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One fixture's result: its checks ``(name, passed, detail)``, or the input error."""
+    """One fixture's result: its checks ``(name, passed, detail)``, or the input error.
+
+    ``not_applicable`` names checks that did not count (``qkv check``'s N/A families):
+    JUnit reports them as skipped, not passed.
+    """
 
     label: str
     checks: tuple[tuple[str, bool, str], ...] = ()
     error: str | None = None
+    not_applicable: frozenset[str] = frozenset()
 
     @property
     def status(self) -> int:
@@ -120,16 +125,16 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
 def junit_xml(outcomes: Sequence[Outcome]) -> str:
     """A JUnit XML report: one ``testsuite`` per fixture, one ``testcase`` per check.
 
-    A failed check is a ``failure``; a fixture that could not be loaded is one
-    ``testcase`` named ``load`` with an ``error``.
+    A failed check is a ``failure``, a check that did not apply is ``skipped``; a fixture
+    that could not be loaded is one ``testcase`` named ``load`` with an ``error``.
     """
     import xml.etree.ElementTree as ET  # only for --junit: it costs start-up otherwise
 
     root = ET.Element("testsuites", name="qkv")
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for outcome in outcomes:
         suite = ET.SubElement(root, "testsuite", name=outcome.label)
-        counts = {"tests": 0, "failures": 0, "errors": 0}
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         if outcome.error is not None:
             case = ET.SubElement(suite, "testcase", classname=outcome.label, name="load")
             ET.SubElement(case, "error", message=outcome.error, type="input").text = outcome.error
@@ -137,7 +142,10 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
         for name, passed, detail in outcome.checks:
             case = ET.SubElement(suite, "testcase", classname=outcome.label, name=name)
             counts["tests"] += 1
-            if passed:
+            if name in outcome.not_applicable:
+                ET.SubElement(case, "skipped", message=detail)
+                counts["skipped"] += 1
+            elif passed:
                 ET.SubElement(case, "system-out").text = detail
             else:
                 ET.SubElement(case, "failure", message=detail, type="check").text = detail

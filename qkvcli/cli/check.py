@@ -189,7 +189,9 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         from qkvcli.cli.batch import Outcome, junit_xml
 
         checks = tuple((c.name, c.passed, c.detail) for c in result.checks)
-        write_atomic(junit, junit_xml([Outcome(result.implementation, checks)]))
+        skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
+        write_atomic(junit, junit_xml([Outcome(result.implementation, checks,
+                                               not_applicable=skipped)]))
     if not result.passed:
         failed = [c for c in result.checks if not c.passed]
         click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)
