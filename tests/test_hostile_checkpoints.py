@@ -50,12 +50,12 @@ F32 = {"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]}
     (raw({}, stated=1000), "but the file has only"),
     (b"\x01\x02", "shorter than the 8-byte length"),
     (raw({"t": {**F32, "data_offsets": [0, 800]}}, b"\0" * 8), "offset"),
-    (raw({"t": {**F32, "data_offsets": [8, 0]}}, b"\0" * 8), "cannot read"),
+    (raw({"t": {**F32, "data_offsets": [8, 0]}}, b"\0" * 8), "cannot be read as .safetensors"),
     (raw({"t": {**F32, "shape": [2**40, 2**40]}}, b"\0" * 8), "overflow"),
-    (raw({"t": {**F32, "shape": [True, 1]}}, b"\0" * 8), "cannot read"),
-    (raw({"t": {**F32, "dtype": "Z\x1b9"}}, b"\0" * 8), "cannot read"),
-    (raw({"t": {**F32, "shape": [int("9" * 400)]}}, b"\0" * 8), "cannot read"),
-    (struct.pack("<Q", 5) + b"{{{{{", "cannot read"),
+    (raw({"t": {**F32, "shape": [True, 1]}}, b"\0" * 8), "cannot be read as .safetensors"),
+    (raw({"t": {**F32, "dtype": "Z\x1b9"}}, b"\0" * 8), "cannot be read as .safetensors"),
+    (raw({"t": {**F32, "shape": [int("9" * 400)]}}, b"\0" * 8), "cannot be read as .safetensors"),
+    (struct.pack("<Q", 5) + b"{{{{{", "cannot be read as .safetensors"),
 ], ids=["header-huge", "header-past-end", "short", "offset-past-end", "offsets-reversed",
         "shape-overflow", "bool-shape", "dtype-escape", "long-int", "not-json"])
 def test_lying_headers_are_refused_in_one_line(tmp_path, content, words):
@@ -166,3 +166,10 @@ def test_what_init_writes_attend_runs(tmp_path):
                   "--force")
     assert result.exit_code == 0
     assert "run the fixture with --max-elements 800000000" in result.stderr
+
+
+def test_inspect_names_the_file_first_when_the_library_refuses_it(tmp_path):
+    path = tmp_path / "c.safetensors"
+    path.write_bytes(struct.pack("<Q", 5) + b"{{{{{")
+    line = refused(invoke("inspect", str(path)), "cannot be read as .safetensors")
+    assert line.startswith(f"Error: {path}: cannot be read as .safetensors (")
