@@ -16,7 +16,15 @@ from qkvcli.checks.evidence import build_evidence
 from qkvcli.cli import main
 from qkvcli.fixtures.load import load_fixture
 from qkvcli.render.json.evidence import render_json
-from qkvcli.render.tensors import SUMMARY_THRESHOLD, digest, shows_values, summarise
+from qkvcli.render.tensors import (
+    SUMMARY_THRESHOLD,
+    Summaries,
+    digest,
+    l2_norm,
+    shows_values,
+    summarise,
+    summarise_many,
+)
 from qkvcli.render.text.numbers import fmt_float, iter_vector
 from qkvcli.render.text.report import iter_text, render_text
 from qkvcli.render.text.vectors import SMALL, iter_fixed
@@ -69,6 +77,33 @@ def test_summary_fields():
     assert (s.shape, s.count, s.head, s.tail) == ((2, 5), 10, (0, 1, 2, 3), (6, 7, 8, 9))
     assert (s.minimum, s.maximum, s.mean) == (0.0, 9.0, 4.5)
     assert s.l2_norm == pytest.approx(np.sqrt(285.0))
+
+
+def test_l2_norm_depends_on_the_values_only():
+    # Above OpenBLAS's 10,000-element threading cut-off; BLAS ddot's last bits would follow
+    # the thread count. The summary's norm must not follow the layout or the thread count.
+    a = np.random.default_rng(5).uniform(-1, 1, (4, 64, 96))
+    norm = l2_norm(a)
+    assert norm == l2_norm(np.asfortranarray(a)) == l2_norm(np.concatenate([a, a], 2)[..., :96])
+    assert norm == summarise(a).l2_norm
+    assert norm == pytest.approx(float(np.linalg.norm(a.reshape(-1))), rel=1e-13)
+    assert l2_norm(np.array([3.0, 4.0])) == 5.0
+
+
+def test_summaries_computed_ahead_are_the_ones_computed_alone():
+    rng = np.random.default_rng(6)
+    # Enough elements in all for the second thread; sizes out of order, one strided view.
+    arrays = [rng.uniform(-1, 1, 5000), rng.uniform(-1, 1, (700, 1024)),
+              rng.uniform(-1, 1, (64, 96))[:, ::2], rng.uniform(-1, 1, (400, 1024))]
+    assert summarise_many(arrays) == [summarise(a) for a in arrays]
+    ahead = Summaries(arrays[1:])
+    assert [ahead(a) for a in arrays] == [summarise(a) for a in arrays]
+    assert ahead(arrays[1]) is ahead(arrays[1])  # found again, not recomputed
+    assert ahead(arrays[1].copy()) == summarise(arrays[1])  # another object: computed
+    bad = np.array([object()])  # the smallest: dealt to the caller's lane, or after one more
+    for extra in ([], [np.zeros(2)]):  # small array to the worker's: either failure is raised
+        with pytest.raises(TypeError):
+            summarise_many([*arrays, *extra, bad])
 
 
 def test_threshold():

@@ -14,6 +14,7 @@ two runs (or a run and a stored file) agree bit for bit exactly when their diges
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -28,6 +29,8 @@ HEAD = 4
 """Values shown from each end of a summarised tensor."""
 DIGEST_BLOCK = 1 << 20
 """Elements hashed per block, so a strided view is never copied whole."""
+PARALLEL_ELEMENTS = 1 << 20
+"""Elements in all, below which :func:`summarise_many` does not start a second thread."""
 
 
 class TensorSummary(Record):
@@ -73,6 +76,19 @@ def blocks(array: Array) -> list[Array]:
     return out
 
 
+def l2_norm(values: Array) -> float:
+    """The L2 norm of ``values`` in C order, summed by NumPy's own loop (never BLAS).
+
+    ``np.linalg.norm`` calls BLAS ``ddot``, which OpenBLAS splits across threads above
+    10,000 elements: its last bits then depend on the thread count, and once a process has
+    run a matrix product each call waits for the sleeping worker threads (~8 ms a call on a
+    busy 2-core machine, 14 calls per report). ``einsum`` sums on the calling thread in
+    a fixed order, so the norm is the same under any ``OPENBLAS_NUM_THREADS``.
+    """
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)  # one C-order pass: layout-free
+    return math.sqrt(float(np.einsum("i,i->", flat, flat)))
+
+
 def summarise(values: Array) -> TensorSummary:
     """The :class:`TensorSummary` of ``values`` (statistics are ``nan`` when it is empty)."""
     array = np.asarray(values, dtype=np.float64)
@@ -84,7 +100,7 @@ def summarise(values: Array) -> TensorSummary:
         with np.errstate(over="ignore", invalid="ignore"):
             minimum, maximum = float(array.min()), float(array.max())
             mean = float(array.mean())
-            norm = float(np.linalg.norm(array.reshape(-1)))
+            norm = l2_norm(array)
     else:
         minimum = maximum = mean = norm = math.nan
     return TensorSummary(
@@ -92,3 +108,50 @@ def summarise(values: Array) -> TensorSummary:
         head=tuple(head), tail=tuple(tail),
         minimum=minimum, maximum=maximum, mean=mean, l2_norm=norm, sha256=digest(array),
     )
+
+
+def summarise_many(arrays: Sequence[Array]) -> list[TensorSummary]:
+    """:func:`summarise` of each of ``arrays``, in order, two at a time when there is much to do.
+
+    SHA-256 and NumPy's reductions release the GIL, so a second thread (largest arrays
+    dealt alternately to each) nearly halves the wall time on a machine with a core to
+    spare; each summary is computed exactly as :func:`summarise` computes it alone.
+    Raises what :func:`summarise` raises.
+    """
+    if len(arrays) < 2 or sum(int(np.size(a)) for a in arrays) < PARALLEL_ELEMENTS:
+        return [summarise(a) for a in arrays]
+    import threading  # only for large tensors: nothing on the start-up path needs it
+
+    found: dict[int, TensorSummary] = {}
+    failed: list[BaseException] = []
+    order = sorted(range(len(arrays)), key=lambda i: -int(np.size(arrays[i])))
+
+    def run(indices: list[int]) -> None:
+        try:
+            for i in indices:
+                found[i] = summarise(arrays[i])
+        except BaseException as error:  # re-raised in the caller's thread below
+            failed.append(error)
+
+    worker = threading.Thread(target=run, args=(order[1::2],), daemon=True)
+    worker.start()
+    run(order[0::2])
+    worker.join()
+    if failed:
+        raise failed[0]
+    return [found[i] for i in range(len(arrays))]
+
+
+class Summaries:
+    """Summaries computed ahead by :func:`summarise_many`, found again by the very array.
+
+    Call it like :func:`summarise`; an array it was not given is summarised on the spot.
+    """
+
+    def __init__(self, arrays: Iterable[Array]) -> None:
+        listed = list(arrays)
+        self.known = {id(a): (a, s) for a, s in zip(listed, summarise_many(listed), strict=True)}
+
+    def __call__(self, values: Array) -> TensorSummary:
+        hit = self.known.get(id(values))
+        return hit[1] if hit is not None and hit[0] is values else summarise(values)

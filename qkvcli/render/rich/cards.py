@@ -17,7 +17,15 @@ from qkvcli.render.rich.boxes import PLAIN, ROLE_BOXES
 from qkvcli.render.rich.branches import LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import Part, Row, lines, status, titled
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import batched_tables, cell, grid, longest_word, matrix_table
+from qkvcli.render.rich.tables import (
+    Summarise,
+    batched_tables,
+    cell,
+    grid,
+    longest_word,
+    matrix_table,
+)
+from qkvcli.render.tensors import summarise
 from qkvcli.render.text.checks import check_rows
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
@@ -34,7 +42,7 @@ ANALOGY = (
 )
 
 
-def _input_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
+def _input_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     p = evidence.primary
     t = options.symbols.transpose
     body = lines(
@@ -43,12 +51,12 @@ def _input_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
              f"{fmt_shape(p.grad_input.shape)}.", style="dim"),
         Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
              f"{fmt_float(p.loss, options.precision)}"),
-        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False),
+        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False, summaries=summaries),
     )
     return Part(body, titled("Combined input gradient", evidence.reverse_ok))
 
 
-def _weight_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
+def _weight_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     p = evidence.primary
     g = evidence.gradcheck
     t = options.symbols.transpose
@@ -64,7 +72,8 @@ def _weight_gradient_part(evidence: Evidence, options: RichOptions) -> Part:
         caption.append_text(status(checked.passed))
         tables.append(Part(
             Group(matrix_table(grad, f"dW_{letter}", "", ROLE_BOXES[role], options,
-                               ("d_model rows", "d_head columns"), ROLE_STYLES[role]), caption),
+                               ("d_model rows", "d_head columns"), ROLE_STYLES[role],
+                               summaries=summaries), caption),
             box=None,
         ))
     body = lines(
@@ -201,11 +210,16 @@ def verdict_line(evidence: Evidence) -> Text:
     return line
 
 
-def evidence_cards(evidence: Evidence, options: RichOptions) -> list[Row]:
-    """The cards, paired in rows that sit side by side when wide and stack when narrow."""
+def evidence_cards(
+    evidence: Evidence, options: RichOptions, summaries: Summarise = summarise
+) -> list[Row]:
+    """The cards, paired in rows that sit side by side when wide and stack when narrow.
+
+    ``summaries`` gives a large tensor's summary (the figure passes those it computed ahead).
+    """
     return [
-        Row([_input_gradient_part(evidence, options), _independence_part(evidence)]),
-        Row([_weight_gradient_part(evidence, options)]),
+        Row([_input_gradient_part(evidence, options, summaries), _independence_part(evidence)]),
+        Row([_weight_gradient_part(evidence, options, summaries)]),
         Row([_shapes_part(evidence, options), _numerical_part(evidence, options)]),
         Row([_rejected_part(evidence, options)]),
         Row([_history_part(evidence, options)]),

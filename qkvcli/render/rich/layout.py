@@ -7,7 +7,7 @@ imports this module (``qkv report --format text`` never loads rich).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.box import Box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -49,6 +49,9 @@ class Part:
     title: Text | str | None = None
     box: Box | None = CARD
     border_style: str | None = None
+    widths: dict[tuple[object, ...], tuple[Console, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """:meth:`required` per console and options: a nested view asks for it at every level."""
 
     def panel(self, width: int | None) -> RenderableType:
         if self.box is None:
@@ -61,10 +64,19 @@ class Part:
     def required(self, console: Console, options: ConsoleOptions) -> int:
         """The narrowest width that shows the body without breaking a number or a name."""
         wide = options.update_width(MEASURE_WIDTH)
+        # Measuring walks every cell below, and the same answer is asked for again and again
+        # (the CLI's width check, then each Row's choice at every level of nesting). At this
+        # fixed width a measurement depends on the console and the stream, not on what a
+        # container changes on the way down (height, justify, overflow, highlight).
+        key = (id(console), wide.encoding, wide.legacy_windows, wide.is_terminal)
+        known = self.widths.get(key)
+        if known is not None and known[0] is console:
+            return known[1]
         need = Measurement.get(console, wide, self.body).minimum
         if self.box is not None:
             title = Text(self.title) if isinstance(self.title, str) else self.title
             need = max(need, title.cell_len + 2 if title is not None else 0) + 4
+        self.widths[key] = (console, need)
         return need
 
 

@@ -7,7 +7,7 @@ elided with a note, unless ``--full``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rich.box import Box
 from rich.cells import cell_len
@@ -17,10 +17,12 @@ from rich.text import Text
 
 from qkvcli.core.arrays import Array
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.tensors import SUMMARY_THRESHOLD, summarise
+from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
 from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 FULL_HINT = "--full shows every value"
+Summarise = Callable[[Array], TensorSummary]
+"""How a view gets a tensor's summary: :func:`summarise`, or summaries computed ahead."""
 
 
 def pick(count: int, limit: int, full: bool) -> list[int | None]:
@@ -59,7 +61,9 @@ def elision_note(what: tuple[str, str], rows: tuple[int, int], cols: tuple[int, 
                 f"{what[1]}; {FULL_HINT}", style="dim")
 
 
-def summary_note(tensor: Array, name: str, options: RichOptions) -> Text | None:
+def summary_note(
+    tensor: Array, name: str, options: RichOptions, summaries: Summarise = summarise
+) -> Text | None:
     """The text form's summary of a tensor too large to show whole, or ``None``.
 
     Above :data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements (and unless ``full``):
@@ -69,7 +73,7 @@ def summary_note(tensor: Array, name: str, options: RichOptions) -> Text | None:
     """
     if options.full or tensor.size <= SUMMARY_THRESHOLD:
         return None
-    s = summarise(tensor)
+    s = summaries(tensor)
 
     def num(value: float) -> str:
         return fmt_float(value, options.precision)
@@ -92,6 +96,7 @@ def matrix_table(
     border_style: str | None = None,
     edge: bool = True,
     summary: bool = True,
+    summaries: Summarise = summarise,
 ) -> RenderableType:
     """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``.
 
@@ -123,8 +128,8 @@ def matrix_table(
                    else fmt_float(float(matrix[row, col]), options.precision))
               for col in col_pick),
         )
-    notes = [n for n in (note, summary_note(matrix, corner, options) if summary else None)
-             if n is not None]
+    whole = summary_note(matrix, corner, options, summaries) if summary else None
+    notes = [n for n in (note, whole) if n is not None]
     return Group(table, *notes) if notes else table
 
 
@@ -135,6 +140,7 @@ def batched_tables(
     options: RichOptions,
     border_style: str | None = None,
     edge: bool = True,
+    summaries: Summarise = summarise,
 ) -> list[RenderableType]:
     """One ``[t, feature]`` table per batch item of a ``[batch, tokens, width]`` tensor."""
     batch, tokens, _width = (int(n) for n in tensor.shape)
@@ -153,7 +159,7 @@ def batched_tables(
             tensor[item], f"{name} b={item}", "t", box, options, ("tokens", "features"),
             border_style, edge, summary=False,
         ))
-    whole = summary_note(tensor, name, options)
+    whole = summary_note(tensor, name, options, summaries)
     if whole is not None:
         out.append(whole)
     return out

@@ -19,7 +19,8 @@ from qkvcli.render.rich.branches import INPUT_STYLE, LETTERS, ROLE_SENTENCES, RO
 from qkvcli.render.rich.cards import evidence_cards, verdict_line
 from qkvcli.render.rich.layout import Flow, Part, Row, lines, titled
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import batched_tables, matrix_table, pairs
+from qkvcli.render.rich.tables import Summarise, batched_tables, matrix_table, pairs
+from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
 from qkvcli.render.text.numbers import fmt_shape
 
 BORDER_WORDS = {"query": "solid", "key": "dashed", "value": "double"}
@@ -43,7 +44,7 @@ def _legend(options: RichOptions) -> Flow:
     return Flow([first, *items[2:]])
 
 
-def _input_part(evidence: Evidence, options: RichOptions) -> Part:
+def _input_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     p, c = evidence.primary, evidence.config
     arrow = options.symbols.arrow
     body = lines(
@@ -52,14 +53,16 @@ def _input_part(evidence: Evidence, options: RichOptions) -> Part:
             ("axes", f"batch {c.batch}, tokens {c.tokens}, d_model {c.d_model}"),
             ("bias", f"bias={'true' if c.bias else 'false'}"),
         ]),
-        *batched_tables(p.input, "X", INPUT, options, INPUT_STYLE),
+        *batched_tables(p.input, "X", INPUT, options, INPUT_STYLE, summaries=summaries),
         Text(f"The same X feeds all three branches: d_model {c.d_model} {arrow} "
              f"d_head {c.d_head}.", style="dim"),
     )
     return Part(body, titled("Shared hidden-state input"), INPUT, INPUT_STYLE)
 
 
-def _branch_part(evidence: Evidence, index: int, options: RichOptions) -> Part:
+def _branch_part(
+    evidence: Evidence, index: int, options: RichOptions, summaries: Summarise
+) -> Part:
     p = evidence.primary
     role = ROLES[index]
     letter = LETTERS[role]
@@ -80,8 +83,10 @@ def _branch_part(evidence: Evidence, index: int, options: RichOptions) -> Part:
         # a screenful), one above the other inside a narrow side-by-side branch.
         Row([
             Part(matrix_table(weight, f"W_{letter}", "", box, options,
-                              ("d_model rows", "d_head columns"), style), box=None),
-            Part(Group(*batched_tables(output, letter, box, options, style)), box=None),
+                              ("d_model rows", "d_head columns"), style, summaries=summaries),
+                 box=None),
+            Part(Group(*batched_tables(output, letter, box, options, style,
+                                       summaries=summaries)), box=None),
         ], gap=2, stack_expand=False, fill=False),
     )
     title = titled(f"{role.capitalize()} projection ({BORDER_WORDS[role]})")
@@ -95,6 +100,13 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
     the width it is printed at. Raises nothing for any valid evidence.
     """
     options = options or RichOptions()
+    p = evidence.primary
+    # Every large tensor the figure summarises, hashed two at a time before any is shown.
+    summaries = Summaries(
+        tensor for tensor in (p.input, *p.weights, *p.outputs, p.grad_input,
+                              *p.weight_gradients)
+        if not options.full and tensor.size > SUMMARY_THRESHOLD
+    )
     heading = Text(f"qkv {options.symbols.dot} chapter {options.safe(evidence.chapter)}",
                    style="bold")
     return lines(
@@ -102,13 +114,13 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
         Text(TITLE, style="bold underline"),
         _legend(options),
         Text(""),
-        Row([_input_part(evidence, options)]),
-        Row([_branch_part(evidence, index, options) for index in range(3)]),
+        Row([_input_part(evidence, options, summaries)]),
+        Row([_branch_part(evidence, index, options, summaries) for index in range(3)]),
         Text("The three branches share coordinates, not weights or feature values.",
              style="italic"),
         Text(""),
         Text("Check independence, gradients, and boundaries", style="bold underline"),
-        *evidence_cards(evidence, options),
+        *evidence_cards(evidence, options, summaries),
         Text("The figure stops before comparing queries with keys: chapter 27 computes "
              "scores, probabilities and a weighted value mixture.", style="dim"),
         verdict_line(evidence),
