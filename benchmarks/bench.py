@@ -35,6 +35,8 @@ SHAPES = [(8, 128, 256, 64), (8, 512, 1024, 64), (4, 2048, 2048, 128)]
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # Child processes run here, so "-c" imports the installed qkvcli, not a checkout in the cwd.
 NEUTRAL_DIR = os.path.abspath(os.sep)
+# Engine rounds continue until this many seconds have passed (see time_rounds).
+ENGINE_SECONDS = 1.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -165,22 +167,29 @@ def engine_contenders(shape: tuple[int, int, int, int], dtype: str) -> dict[str,
     return contenders
 
 
-def time_rounds(contenders: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+def time_rounds(contenders: dict[str, Callable[[], Any]], repeats: int,
+                min_seconds: float = 0.0) -> dict[str, list[float]]:
     """Each round times every contender once, back to back, so ratios are paired.
 
     The order rotates from round to round, so no contender always runs right after
-    another one's thread pools (OpenBLAS, OpenMP) were busy.
+    another one's thread pools (OpenBLAS, OpenMP) were busy. At least ``repeats``
+    rounds, and more until ``min_seconds`` have passed: a few milliseconds' rounds
+    are cheap, and one descheduled thread on a shared machine moves the median of
+    seven of them by several percent.
     """
     for run in contenders.values():  # warm-up: first-touch allocations, thread pools
         run()
     names = list(contenders)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for round_number in range(repeats):
+    deadline = time.perf_counter() + min_seconds
+    round_number = 0
+    while round_number < repeats or time.perf_counter() < deadline:
         shift = round_number % len(names)
         for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
             contenders[name]()
             times[name].append(time.perf_counter() - start)
+        round_number += 1
     return times
 
 
@@ -189,7 +198,8 @@ def paired_ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
 
 
 def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
-    print("forward+reverse (median ms; ratios are medians of per-round ratios)")
+    print(f"forward+reverse (median ms; ratios are medians of per-round ratios; at least "
+          f"{repeats} rounds and {ENGINE_SECONDS:g} s per set of rounds)")
     print("  qkv/floor from rounds of qkv and the floor alone; the torch columns from rounds")
     print("  of qkv, the three-GEMM version and torch (torch's OpenMP threads keep spinning")
     print("  after each call and would slow whatever NumPy product runs next); packed/floor:")
@@ -202,14 +212,14 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
         for dtype in ("float64", "float32"):
             contenders = engine_contenders(shape, dtype)
             floor_rounds = time_rounds(
-                {name: contenders[name] for name in ("qkv", "floor")}, repeats
+                {name: contenders[name] for name in ("qkv", "floor")}, repeats, ENGINE_SECONDS
             )
             packed_rounds = time_rounds(
-                {name: contenders[name] for name in ("packed", "floor")}, repeats
+                {name: contenders[name] for name in ("packed", "floor")}, repeats, ENGINE_SECONDS
             )
             others = {name: run for name, run in contenders.items()
                       if name not in ("floor", "packed")}
-            other_rounds = time_rounds(others, repeats)
+            other_rounds = time_rounds(others, repeats, ENGINE_SECONDS)
             has_torch = "torch" in other_rounds
             torch_ms = f"{median_ms(other_rounds['torch']):9.1f}" if has_torch else f"{'-':>9}"
             vs_torch = (f"{paired_ratio(other_rounds, 'qkv', 'torch'):9.2f}" if has_torch

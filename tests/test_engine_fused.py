@@ -196,6 +196,22 @@ def test_all_finite(values, finite):
     assert all_finite(np.array(values)) is finite
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize(
+    ("special", "finite"),
+    [(None, True), ("huge", True), (np.nan, False), (np.inf, False), (-np.inf, False)],
+    ids=["plain", "squares-overflow", "nan", "inf", "minus-inf"],
+)
+def test_all_finite_large_arrays(dtype, layout, special, finite):
+    # Above SMALL: the summed pass (a dot product when contiguous), then the exact check.
+    values = np.ones((3, 40, 60), dtype=dtype)
+    if special is not None:
+        values[2, 17, 30] = np.finfo(dtype).max / 2 if special == "huge" else special
+    array = values if layout == "contiguous" else values[:, :, ::2]
+    assert all_finite(array) is finite
+
+
 def test_check_finite_names_first_index_even_when_sum_overflows():
     values = np.array([1e308, 1e308, np.inf, np.nan])
     with pytest.raises(NonFiniteValue) as caught:

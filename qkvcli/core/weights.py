@@ -79,8 +79,10 @@ def join_upstream(upstream: Sequence[Array], pool: list[Array]) -> Array:
         joined = None
     if joined is None or joined.shape != (rows, 3 * h) or joined.dtype != query.dtype:
         joined = np.empty((rows, 3 * h), dtype=query.dtype)
-    for index, grad in enumerate(upstream):
-        joined[:, index * h:(index + 1) * h] = grad.reshape(rows, h)
+    # One concatenation writes each [dQ|dK|dV] row in turn: about half the time of three
+    # column-block copies, each of which walks the whole buffer (measured in a small
+    # layer's forward+reverse).
+    np.concatenate(upstream, axis=2, out=joined.reshape(batch, tokens, 3 * h))
     return joined
 
 
