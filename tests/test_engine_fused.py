@@ -204,7 +204,7 @@ def test_all_finite(values, finite):
     ids=["plain", "squares-overflow", "nan", "inf", "minus-inf"],
 )
 def test_all_finite_large_arrays(dtype, layout, special, finite):
-    # Above SMALL: the summed pass (a dot product when contiguous), then the exact check.
+    # Above SMALL: the summed pass, then the exact check when the sum is not finite.
     values = np.ones((3, 40, 60), dtype=dtype)
     if special is not None:
         values[2, 17, 30] = np.finfo(dtype).max / 2 if special == "huge" else special

@@ -29,7 +29,6 @@ def first_non_finite(values: Array) -> tuple[int, float] | None:
 
 
 SMALL = 4096  # elements below which the plain isfinite check is the cheaper one
-_DOT_TYPES = (np.dtype(np.float64), np.dtype(np.float32))  # BLAS dot products
 
 
 def all_finite(values: Array) -> bool:
@@ -38,21 +37,16 @@ def all_finite(values: Array) -> bool:
     A sum is finite only if every term is (an infinity or NaN cannot be cancelled back
     to a finite value), so a finite sum proves the array finite without the
     array-sized boolean temporary of ``np.isfinite``; only an overflowing sum or a
-    genuinely non-finite array pays for the exact check. A contiguous float array is
-    summed as its sum of squares ``v . v``: the BLAS dot product reads it two to three
-    times faster than ``np.add.reduce`` (a third of a small layer's checking time), and
-    a square of a NaN or infinity is again non-finite. The squares overflow sooner (above
-    about 1e154 in float64), which only sends such an array to the exact check.
+    genuinely non-finite array pays for the exact check. The sum is NumPy's own, not a
+    BLAS dot product: ``v . v`` is faster on an idle machine, but above about 10,000
+    elements OpenBLAS hands it to its threads, and on a busy machine each call then
+    waits for them (measured: 2 ms median against 75 us for this sum).
     """
     if values.size <= SMALL:
         # Small arrays: the temporary is tiny, and errstate would cost more than it saves.
         return bool(np.isfinite(values).all())
     with np.errstate(all="ignore"):
-        if values.flags.c_contiguous and values.dtype in _DOT_TYPES:
-            flat = values.reshape(-1)
-            total = np.dot(flat, flat)
-        else:
-            total = np.add.reduce(values, axis=None)
+        total = np.add.reduce(values, axis=None)
     if math.isfinite(total):
         return True
     return bool(np.isfinite(values).all())
