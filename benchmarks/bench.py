@@ -321,10 +321,10 @@ def qkv_command() -> list[str]:
 def bytecode_note() -> str:
     import importlib.util
 
-    import qkvcli.checks.evidence
+    import qkvcli.evidence.build
 
-    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.checks.evidence.__file__))
-    where = os.path.dirname(qkvcli.checks.evidence.__file__)
+    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.evidence.build.__file__))
+    where = os.path.dirname(qkvcli.evidence.build.__file__)
     return f"qkvcli from {where}, bytecode {'compiled' if compiled else 'NOT compiled'}"
 
 
@@ -410,14 +410,14 @@ def importtime_breakdown() -> None:
         return times
 
     base = self_times("import numpy, click, json")
-    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.report, "
-                        "qkvcli.checks.evidence, qkvcli.render.text.report")
+    report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.evidence, "
+                        "qkvcli.evidence.build, qkvcli.render.report")
     extra = {name: us for name, us in report.items() if name not in base}
     top = sorted(extra.items(), key=lambda item: -item[1])[:8]
     print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
           "self time; largest: " + ", ".join(f"{name} {us / 1000:.1f}" for name, us in top))
-    from qkvcli.checks.evidence import build_evidence
-    from qkvcli.fixtures.load import load_fixture
+    from qkvcli.evidence.build import build_evidence
+    from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()
     build_evidence(fixture)

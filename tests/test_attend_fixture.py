@@ -13,8 +13,8 @@ from qkvcli.attention.fixture import (
     parse_attend_fixture,
     seeded_upstream,
 )
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.problems import FixtureError
 
 
 def good() -> dict[str, Any]:

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
 from qkvcli.attention.fixture import load_attend_fixture
 from qkvcli.attention.gradcheck import gradcheck_head
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.softmax import causal_mask, stable_softmax
+from qkvcli.attention.head import AttentionHead, causal_mask, stable_softmax
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,

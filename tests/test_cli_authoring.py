@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from qkvcli.cli import main
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
+from qkvcli.reading.load import bundled_fixture_text, load_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 

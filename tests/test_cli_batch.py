@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
-from qkvcli.fixtures.load import bundled_fixture_text
+from qkvcli.reading.load import bundled_fixture_text
 
 GOOD = json.loads(bundled_fixture_text())
 FAILING = {**GOOD, "expect": {"loss": 99.0}}  # the chapter's loss is -2.0

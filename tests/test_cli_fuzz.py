@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkvcli.cli import main
-from qkvcli.fixtures.parse import fixture_problems, parse_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.parse import fixture_problems, parse_fixture
+from qkvcli.reading.problems import FixtureError
 from tests.hostile_helpers import json_paths
 
 BASE: dict[str, Any] = {

@@ -192,9 +192,9 @@ def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 def test_huge_file_is_refused_before_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qkvcli.fixtures.limits
+    import qkvcli.reading.limits
 
-    monkeypatch.setattr(qkvcli.fixtures.limits, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(qkvcli.reading.limits, "MAX_FILE_BYTES", 100)
     (tmp_path / "f.json").write_bytes(json.dumps(BASE).encode())
     size = (tmp_path / "f.json").stat().st_size
     read: list[int] = []
@@ -245,7 +245,7 @@ def test_max_elements_refuses_before_allocating(
 
 
 def test_max_elements_default_admits_the_largest_performance_size() -> None:
-    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
     assert DEFAULT_MAX_ELEMENTS == 2**27
 

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixtures.json_values import parse_json_text
-from qkvcli.fixtures.limits import DEFAULT_SEED
-from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
-from qkvcli.fixtures.parse import fixture_problems, parse_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.limits import DEFAULT_SEED
+from qkvcli.reading.load import bundled_fixture_text, load_fixture
+from qkvcli.reading.parse import fixture_problems, parse_fixture
+from qkvcli.reading.problems import FixtureError
 
 from .conftest import CHAPTER_FIXTURE
 
@@ -181,7 +181,7 @@ def test_null_weights_are_a_problem_not_a_silent_skip() -> None:
     ids=["ascii", "non-ascii", "control"],
 )
 def test_a_bad_name_character_is_named(name: str, got: str) -> None:
-    from qkvcli.fixtures.weights import check_name
+    from qkvcli.reading.weights import check_name
 
     with pytest.raises(FixtureError) as caught:
         check_name(name, "$.weights.query.name")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from qkvcli.conformance import client
-from qkvcli.fixtures import limits
+from qkvcli.reading import limits
 from tests.hostile_helpers import BASE, fixture, invoke, refused, write
 
 ROOT = Path(__file__).resolve().parent.parent

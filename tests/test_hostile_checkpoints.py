@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixtures import limits
+from qkvcli.reading import limits
 from tests.hostile_helpers import invoke, refused, write
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.fixtures.keys import uses_extensions
-from qkvcli.fixtures.layouts import canonicalize, chapter_weights
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.fixture import uses_extensions
+from qkvcli.reading.layouts import canonicalize, chapter_weights
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.problems import FixtureError
 
 RNG = np.random.default_rng(2026)
 X = RNG.normal(size=(2, 3, 4))

@@ -7,8 +7,6 @@ import json
 import pytest
 
 from qkvcli.core.errors import QkvError
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.parse import parse_fixture
 from qkvcli.learn.quiz import (
     EmptyQuizFixture,
     QuizError,
@@ -18,6 +16,8 @@ from qkvcli.learn.quiz import (
     check_answer,
     parse_answers,
 )
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
 
 QUESTIONS = build_questions(load_fixture())
 CHAPTER_ANSWERS = ["[4,7,2]", "[0,3] [3,0] [3,-3]", "no", "18", "[0,2,2] and [2,0,2]", "3",

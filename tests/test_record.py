@@ -70,7 +70,7 @@ def test_post_init_runs_on_every_construction_and_replace():
 
 
 def test_fixture_replace_rebuilds_its_layer():
-    from qkvcli.fixtures.load import load_fixture
+    from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()
     changed = fixture._replace(step=1e-5, mode="fast")

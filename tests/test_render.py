@@ -8,13 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.render.json.evidence import evidence_json, render_json
-from qkvcli.render.text.numbers import fmt_float, fmt_shape, fmt_vector
-from qkvcli.render.text.report import render_text
-from qkvcli.render.text.trace import render_trace
+from qkvcli.evidence.build import build_evidence
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.render.numbers import fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.report import evidence_json, render_json, render_text, render_trace
 
 from .conftest import CHAPTER_FIXTURE, GOLDEN
 

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from rich.console import Console, RenderableType
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.checks.records import Evidence
-from qkvcli.fixtures.fixture import Fixture
-from qkvcli.fixtures.load import load_fixture
+from qkvcli.evidence.build import build_evidence
+from qkvcli.evidence.records import Evidence
+from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.load import load_fixture
+from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.boxes import INPUT, KEY, QUERY, VALUE
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.view import render_rich
-from qkvcli.render.text.numbers import fmt_float
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("QKV_UPDATE_GOLDEN") == "1"

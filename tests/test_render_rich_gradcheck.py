@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.load import load_fixture
+from qkvcli.evidence.build import build_evidence
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
+from qkvcli.reading.load import load_fixture
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 from qkvcli.render.rich.options import RichOptions
 

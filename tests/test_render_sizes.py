@@ -12,10 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.authoring.documents import generated_fixture_document
-from qkvcli.checks.evidence import build_evidence
 from qkvcli.cli import main
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.render.json.evidence import render_json
+from qkvcli.evidence.build import build_evidence
+from qkvcli.reading.load import load_fixture
+from qkvcli.render.numbers import SMALL, fmt_float, iter_fixed, iter_vector
+from qkvcli.render.report import iter_text, render_json, render_text
 from qkvcli.render.tensors import (
     SUMMARY_THRESHOLD,
     Summaries,
@@ -25,9 +26,6 @@ from qkvcli.render.tensors import (
     summarise,
     summarise_many,
 )
-from qkvcli.render.text.numbers import fmt_float, iter_vector
-from qkvcli.render.text.report import iter_text, render_text
-from qkvcli.render.text.vectors import SMALL, iter_fixed
 
 ANCHORS = Path("/work/shared/anchors/ch26")
 
@@ -140,7 +138,7 @@ def test_chapter_output_is_unchanged_in_every_policy():
 
 
 def test_full_json_streams_the_bytes_json_dumps_gives(large_evidence):
-    from qkvcli.render.json.evidence import dumps, evidence_json, tensor_json
+    from qkvcli.render.report import dumps, evidence_json, tensor_json
 
     document = evidence_json(large_evidence, "full")
     assert document["tensors"]["input"] == tensor_json(large_evidence.primary.input)

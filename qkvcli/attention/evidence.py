@@ -14,22 +14,26 @@ import numpy as np
 
 from qkvcli.attention.fixture import AttendFixture
 from qkvcli.attention.gradcheck import gradcheck_head
-from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.head import (
+    AttentionForward,
+    AttentionGradients,
+    AttentionHead,
+    causal_mask,
+    output_loss,
+)
 from qkvcli.attention.notes import notes_of
-from qkvcli.attention.outputs import AttentionForward, AttentionGradients, output_loss
 from qkvcli.attention.records import (
     AttendConfig,
     AttendEvidence,
     AttendPrimary,
+    AttentionShapeProbe,
     HullEvidence,
     MaskEvidence,
-    ShapeProbe,
     TokenRow,
     WeightEvidence,
 )
-from qkvcli.attention.softmax import causal_mask
-from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array, all_finite, readonly
+from qkvcli.evidence.records import Check
 
 EPSILON = float(np.finfo(np.float64).eps)
 
@@ -86,11 +90,11 @@ def hull_evidence(f: AttentionForward, tokens: int) -> HullEvidence:
     return HullEvidence(residual, violations, tolerance)
 
 
-def _probe(head: AttentionHead, shape: tuple[int, int, int], causal: bool) -> ShapeProbe:
+def _probe(head: AttentionHead, shape: tuple[int, int, int], causal: bool) -> AttentionShapeProbe:
     x = np.zeros(shape)
     f = head.forward(x, causal)
     g = head.backward(x, f, np.zeros(f.output.shape))
-    return ShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape),
+    return AttentionShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape),
                       tuple(g.grad_input.shape))
 
 

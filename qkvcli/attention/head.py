@@ -1,4 +1,15 @@
-"""One attention head on top of the projections: its validated parameters, forward and reverse.
+"""One attention head: softmax, its forward and gradient records, and the head itself.
+
+The attention weights' two pieces: a numerically stable softmax and the causal mask.
+
+What one attention head gives: every intermediate of a forward and a reverse pass, and the loss.
+
+Named as everywhere in qkv (:mod:`qkvcli.core.names`): the forward tensors are
+``query``, ``key``, ``value``, ``scores``, ``scaled_scores``, ``weights``, ``output``;
+each gradient is ``grad_`` and the tensor's name (``grad_query`` is dL/dQ), with
+``grad_input`` for dL/dX, ``grad_w_query`` for dL/dW_Q and ``grad_b_query`` for dL/db_Q.
+
+One attention head on top of the projections: its validated parameters, forward and reverse.
 
 Forward, for ``X [B,T,d_model]``::
 
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,20 +46,77 @@ from qkvcli.attention.errors import (
     KeyWidthMismatch,
     OutputGradientShapeMismatch,
 )
-from qkvcli.attention.outputs import AttentionForward, AttentionGradients
-from qkvcli.attention.softmax import causal_mask, stable_softmax
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import (
     BranchOutputWidthMismatch,
 )
-from qkvcli.core.names import DEFAULT_NAMES, validate_name
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
 from qkvcli.core.weights import (
     check_branches,
     check_input_shape,
     check_model_widths,
     check_unique_names,
 )
+
+
+def stable_softmax(z: Array) -> Array:
+    """Softmax over the last axis with the row maximum subtracted first.
+
+    ``-inf`` entries get weight exactly 0. Each row needs one finite entry (a causal
+    row always has its diagonal); empty axes give empty results.
+    """
+    if z.size == 0:
+        return np.zeros(z.shape)
+    shifted = z - np.max(z, axis=-1, keepdims=True)  # largest entry becomes 0: exp <= 1
+    exps = np.exp(shifted)
+    result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
+    return result
+
+
+def causal_mask(tokens: int) -> Array:
+    """``True`` above the diagonal: key positions after the query position."""
+    return np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
+
+
+class AttentionForward(NamedTuple):
+    """Every intermediate of one forward pass, in the order they are computed."""
+
+    query: Array
+    key: Array
+    value: Array
+    scores: Array
+    scaled_scores: Array
+    weights: Array
+    output: Array
+
+
+class AttentionGradients(NamedTuple):
+    """The reverse pass: gradients from the output back to the input and parameters.
+
+    In the order they are computed; a bias gradient is ``None`` when the head has no
+    such bias.
+    """
+
+    grad_weights: Array
+    grad_scaled_scores: Array
+    grad_scores: Array
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+    grad_input: Array
+    grad_w_query: Array
+    grad_w_key: Array
+    grad_w_value: Array
+    grad_b_query: Array | None
+    grad_b_key: Array | None
+    grad_b_value: Array | None
+
+
+def output_loss(forward: AttentionForward, upstream: Array) -> float:
+    """``L = <O, U>``: the scalar whose gradient the head's ``backward`` gives."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sum(forward.output * upstream))
+
 
 # What the head adds to the chapter's projections, in order (the quiz's last answer).
 STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")

@@ -14,25 +14,24 @@ import math
 import numpy as np
 
 from qkvcli.attention.evidence import EPSILON, hull_evidence
-from qkvcli.attention.fixture import AttendFixture
-from qkvcli.attention.layer_fixture import LayerParts
-from qkvcli.attention.layer_gradcheck import gradcheck_layer
+from qkvcli.attention.fixture import AttendFixture, LayerParts
+from qkvcli.attention.gradcheck import gradcheck_layer
+from qkvcli.attention.head import causal_mask
 from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
 from qkvcli.attention.notes import notes_of
 from qkvcli.attention.records import (
     AttendConfig,
     AttendEvidence,
     AttendPrimary,
+    AttentionShapeProbe,
     HeadEvidence,
     HullEvidence,
     MaskEvidence,
-    ShapeProbe,
     WeightEvidence,
 )
-from qkvcli.attention.softmax import causal_mask
-from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array, all_finite, readonly
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES
+from qkvcli.evidence.records import Check
 
 
 def _run(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool) -> tuple[
@@ -132,11 +131,11 @@ def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvide
     return tuple(found)
 
 
-def _probe(layer: MultiHeadLayer, shape: tuple[int, int, int], causal: bool) -> ShapeProbe:
+def _probe(layer: MultiHeadLayer, shape: tuple[int, int, int], causal: bool) -> AttentionShapeProbe:
     x = np.zeros(shape)
     f = layer.forward(x, causal)
     g = layer.backward(x, f, np.zeros(f.output.shape))
-    return ShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape),
+    return AttentionShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape),
                       tuple(g.grad_input.shape))
 
 

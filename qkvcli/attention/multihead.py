@@ -24,12 +24,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from qkvcli.attention.errors import OutputGradientShapeMismatch
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.layer_errors import HeadCountMismatch, OutProjectionShapeMismatch
-from qkvcli.attention.outputs import AttentionForward, AttentionGradients
+from qkvcli.attention.errors import HeadCountMismatch, OutProjectionShapeMismatch, OutputGradientShapeMismatch
+from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES
 
 
 class LayerForward(NamedTuple):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qkvcli.attention.notes import Note
-from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array
+from qkvcli.evidence.records import Check
 from qkvcli.gradcheck.records import GradcheckResult
 
 
@@ -105,7 +105,7 @@ class HeadEvidence:
 
 
 @dataclass(frozen=True)
-class ShapeProbe:
+class AttentionShapeProbe:
     input: tuple[int, ...]
     weights: tuple[int, ...]
     output: tuple[int, ...]
@@ -122,7 +122,7 @@ class AttendEvidence:
     weights: WeightEvidence
     mask: MaskEvidence
     hull: HullEvidence
-    probes: tuple[ShapeProbe, ShapeProbe]
+    probes: tuple[AttentionShapeProbe, AttentionShapeProbe]
     notes: tuple[Note, ...]
     replay_bitwise: bool
     gradcheck: GradcheckResult

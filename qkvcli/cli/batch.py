@@ -26,7 +26,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.cli.overrides import CheckOverrides
+    from qkvcli.cli.options import CheckOverrides
 
 
 def reject_single_options(golden: Path | None) -> None:
@@ -87,9 +87,9 @@ class Outcome:
 
 def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
-    from qkvcli.checks.evidence import build_evidence
     from qkvcli.core.errors import QkvError
-    from qkvcli.render.text.checks import check_rows
+    from qkvcli.evidence.build import build_evidence
+    from qkvcli.render.wording import check_rows
 
     label = label_of(path)
     try:

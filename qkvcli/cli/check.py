@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from qkvcli.cli.group import EXIT_FAILED
-from qkvcli.cli.io import label_of, load, write_atomic, write_output
+from qkvcli.cli.io import SafePath, label_of, load, write_atomic, write_output
 from qkvcli.cli.options import ViewSettings, output_option, resolve_format, view_options
-from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,7 +66,7 @@ def _check_request_size(case: Case, max_elements: int) -> None:
 def _argument_paths(arguments: tuple[str, ...]) -> None:
     """Refuse an argument no system can open (NUL, over-long), as every path option does."""
     from qkvcli.cli.group import InputError
-    from qkvcli.cli.paths import check_path_argument
+    from qkvcli.cli.io import check_path_argument
 
     for argument in arguments:
         try:
@@ -91,10 +90,10 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
 
 def _render(result: ConformanceResult, fmt: str) -> str:
     if fmt == "json":
-        from qkvcli.render.json.conformance import render_conformance_json
+        from qkvcli.render.conformance import render_conformance_json
 
         return render_conformance_json(result)
-    from qkvcli.render.text.conformance import render_conformance_text
+    from qkvcli.render.conformance import render_conformance_text
 
     return render_conformance_text(result)
 

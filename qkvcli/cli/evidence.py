@@ -1,4 +1,11 @@
-"""What ``qkv run`` and ``qkv report`` share: build one fixture's evidence, show it, pick the exit status."""
+"""``qkv run`` and ``qkv report``: build the evidence, show it, pick the exit status.
+
+What ``qkv run`` and ``qkv report`` share: build one fixture's evidence, show it, pick the exit status.
+
+``qkv run``: one fixture's evidence, or a summary of several (``--jobs``, ``--junit``).
+
+``qkv report``: render one fixture's evidence as text, trace, json or rich.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +15,18 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import EXIT_FAILED
-from qkvcli.cli.io import load, write_output
-from qkvcli.cli.options import FIGURE_PRECISION, ViewSettings, resolve_format
-from qkvcli.cli.overrides import CheckOverrides
-from qkvcli.cli.tensors import render_pieces, tensor_policy
+from qkvcli.cli.io import SafePath, load, write_output
+from qkvcli.cli.options import (
+    FIGURE_PRECISION,
+    CheckOverrides,
+    ViewSettings,
+    batch_options,
+    evidence_options,
+    fixture_argument,
+    is_batch,
+    resolve_format,
+)
+from qkvcli.cli.tensors import render_pieces, tensor_policy, tensors_option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,7 +53,7 @@ def evidence_command(
 
     ``name_failures`` (``qkv run``) lists the failed checks on stderr.
     """
-    from qkvcli.checks.evidence import build_evidence
+    from qkvcli.evidence.build import build_evidence
 
     if view.exports:
         from qkvcli.cli.console import check_export_paths
@@ -74,7 +89,7 @@ def evidence_command(
     else:
         pieces = render_pieces(evidence, fmt, tensor_policy(view.full))
         if fmt == "text" and not evidence.passed:
-            from qkvcli.render.text.checks import failure_lines
+            from qkvcli.render.wording import failure_lines
 
             # Only a failing report grows: passing reports stay byte for byte the chapter's.
             pieces = itertools.chain(pieces, [failure_lines(evidence)])
@@ -98,7 +113,7 @@ def evidence_command(
             export_only(figure, view, fixture, FIGURE_PRECISION, title)
     if not evidence.passed:
         if name_failures:
-            from qkvcli.render.text.checks import check_rows
+            from qkvcli.render.wording import check_rows
 
             failed = [check for check in check_rows(evidence) if not check.passed]
             click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
@@ -106,3 +121,69 @@ def evidence_command(
                 click.echo(f"  {check.name}: {check.detail}", err=True)
     if diff or not evidence.passed:
         raise SystemExit(EXIT_FAILED)
+
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@click.command()
+@click.argument("fixtures", nargs=-1, type=SafePath())
+@click.option(
+    "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="auto",
+    show_default=True,
+    help="How to show the evidence; auto: the rich figure on a terminal, text otherwise.",
+)
+@batch_options
+@evidence_options
+@tensors_option
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run several fixtures in this many worker processes.")
+def run(
+    fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
+    junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    jobs: int = 1,
+) -> None:
+    """Run every check of the chapter's evidence on FIXTURE... and show it.
+
+    FIXTURE defaults to the bundled chapter fixture. With several fixtures (or a
+    directory, meaning its *.json files) each is run and a summary table is shown
+    (-o FILE saves it instead).
+    Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
+    """
+    if is_batch(fixtures, junit):
+        from qkvcli.cli.batch import reject_single_options, run_many
+
+        reject_single_options(golden)
+        if view.exports:
+            raise click.UsageError("--export-svg/--export-html take a single fixture file")
+        run_many(fixtures, junit, max_elements, overrides, jobs=jobs, output=output)
+        return
+    fixture = fixtures[0] if fixtures else None
+    evidence_command(fixture, fmt, output, max_elements, overrides, view,
+                      name_failures=True, golden=golden)
+
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@click.command()
+@fixture_argument
+@click.option(
+    "-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="text",
+    show_default=True,
+    help="text: the chapter's report; trace: the diagram trace; json: everything; "
+    "rich: the chapter's figure; auto: rich on a terminal, text otherwise.",
+)
+@evidence_options
+@tensors_option
+def report(
+    fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
+    view: ViewSettings, overrides: CheckOverrides,
+) -> None:
+    """Render the evidence for FIXTURE (default: the bundled chapter fixture).
+
+    Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
+    """
+    evidence_command(fixture, fmt, output, max_elements, overrides, view, name_failures=False)

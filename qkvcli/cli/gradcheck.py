@@ -12,12 +12,12 @@ from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import load, write_output
 from qkvcli.cli.options import (
     GRADCHECK_PRECISION,
+    CheckOverrides,
     ViewSettings,
     evidence_options,
     fixture_argument,
     resolve_format,
 )
-from qkvcli.cli.overrides import CheckOverrides
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -86,11 +86,11 @@ def gradcheck(
         show_rich(table, view, output, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     else:
         if fmt == "json":
-            from qkvcli.render.json.evidence import dumps, gradcheck_json
+            from qkvcli.render.report import dumps, gradcheck_json
 
             text = dumps({**gradcheck_json(result), "dtype": dtype})
         else:
-            from qkvcli.render.text.gradcheck import render_gradcheck_text
+            from qkvcli.render.gradcheck import render_gradcheck_text
 
             text = render_gradcheck_text(result)
             if dtype != "float64":

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from qkvcli.cli.group import EXIT_FAILED, InputError
-from qkvcli.cli.io import label_of, labelled, load, read_text, write_output
+from qkvcli.cli.io import SafePath, label_of, labelled, load, read_text, write_output
 from qkvcli.cli.options import (
+    CheckOverrides,
     ViewSettings,
     fixture_argument,
     gradcheck_options,
@@ -16,8 +17,6 @@ from qkvcli.cli.options import (
     output_option,
     view_options,
 )
-from qkvcli.cli.overrides import CheckOverrides
-from qkvcli.cli.paths import SafePath
 from qkvcli.core.text import printable
 
 if TYPE_CHECKING:
@@ -103,11 +102,11 @@ def attend(
         show_rich(lambda options: attend_renderable(evidence, options), view, output, fixture,
                   ATTEND_PRECISION, "qkv attend")
     elif fmt == "json":
-        from qkvcli.render.json.attend import render_attend_json
+        from qkvcli.render.attend import render_attend_json
 
         write_output(render_attend_json(evidence), output, protect=fixture)
     else:
-        from qkvcli.render.text.attend import render_attend_text
+        from qkvcli.render.attend import render_attend_text
 
         write_output(render_attend_text(evidence), output, protect=fixture)
     if not evidence.passed:
@@ -138,8 +137,8 @@ def variance(
     z says how many standard errors each sample lies from 1. Deterministic: the same
     seed gives the same table.
     """
-    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.learn.variance import dot_variance, widths
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
     if maximum < minimum:
         raise InputError(f"--max {maximum} is smaller than --min {minimum}")
@@ -155,11 +154,11 @@ def variance(
                   VARIANCE_PRECISION, "qkv variance")
         return
     if fmt == "json":
-        from qkvcli.render.json.variance import render_variance_json
+        from qkvcli.render.variance import render_variance_json
 
         write_output(render_variance_json(result), output)
         return
-    from qkvcli.render.text.variance import render_variance_text
+    from qkvcli.render.variance import render_variance_text
 
     text = render_variance_text(result)
     write_output(text, output)

@@ -1,9 +1,21 @@
-"""Every option decorator the commands share, and the small helpers they need at start-up.
+"""Shared click options, their settings, and the limits they carry.
+
+Every option decorator the commands share, and the small helpers they need at start-up.
 
 Kept apart from ``console.py`` (rich output) and ``batch.py`` (several fixtures) so that
 ``qkv report --format text`` loads neither: start-up time is part of the product.
 Decorators that add several options hand them to the command as one value
 (``view``: :class:`ViewSettings`; ``overrides``: :class:`CheckOverrides`).
+
+Gradient-check settings given on the command line: what they override, what they leave
+unused, and the limits they must respect before any work starts.
+
+Limits of the command line: the rich view's width, and refusing a gradient check
+before it starts (a ``--step`` that overflows, too many evaluations).
+
+The gradient-check limits depend on the fixture and the command line together, so they
+run once both are known; errors name the file being worked on (``ctx.meta``, see
+:mod:`qkvcli.cli.group`).
 """
 
 from __future__ import annotations
@@ -16,9 +28,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.budget import MAX_WIDTH, environment_width
-from qkvcli.cli.overrides import CheckOverrides
-from qkvcli.cli.paths import SafePath
+from qkvcli.cli.group import CURRENT_FILE
+from qkvcli.cli.io import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,7 +60,7 @@ def output_option(func: F) -> F:
 
 
 def max_elements_option(func: F) -> F:
-    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
     return click.option(
         "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
@@ -250,3 +261,97 @@ def evidence_options(func: F) -> F:
         func = decorate(func)
     return func
 
+
+if TYPE_CHECKING:
+    from qkvcli.reading.fixture import Fixture
+
+
+class CheckOverrides:
+    """Gradient-check settings given on the command line (``None``: the fixture's own).
+
+    ``max_evaluations`` is a limit, not a setting of the fixture: :meth:`check` refuses a
+    check that would evaluate the objective more often.
+    """
+
+    __slots__ = ("directions", "max_evaluations", "mode", "samples", "step", "tolerance")
+    SETTINGS = ("directions", "mode", "samples", "step", "tolerance")
+
+    def __init__(self, step: float | None = None, tolerance: float | None = None,
+                 samples: int | None = None, mode: str | None = None,
+                 directions: int | None = None, max_evaluations: int | None = None) -> None:
+        self.step = step
+        self.tolerance = tolerance
+        self.samples = samples
+        self.mode = mode
+        self.directions = directions
+        self.max_evaluations = max_evaluations
+
+    def changes(self) -> dict[str, Any]:
+        """The settings that were given, by field name."""
+        return {name: getattr(self, name) for name in self.SETTINGS
+                if getattr(self, name) is not None}
+
+    def ignored(self, mode: str) -> list[str]:
+        """Warnings for options given here that the gradient check in ``mode`` does not use."""
+        warnings = []
+        if self.directions is not None and mode != "fast":
+            warnings.append(f"--directions is used only by --mode fast; ignored with mode {mode}")
+        if self.samples is not None and mode in ("full", "fast"):
+            what = "every coordinate is checked" if mode == "full" else "it checks directions"
+            warnings.append(f"--samples is ignored by --mode {mode} ({what})")
+        return warnings
+
+    def apply(self, fixture: Fixture) -> Fixture:
+        """``fixture`` with these settings in place of its own, checked by :meth:`check`."""
+        changes = self.changes()
+        fixture = fixture._replace(**changes) if changes else fixture
+        self.check(fixture.step, (fixture.input, *fixture.weights), fixture.mode,
+                   fixture.samples, fixture.directions)
+        return fixture
+
+    def check(self, step: float, arrays: Sequence[Any], mode: str, samples: int | None,
+              directions: int, has_fast: bool = True) -> None:
+        """Refuse a ``--step`` that overflows beside ``arrays``, or too many evaluations.
+
+        ``has_fast``: whether the command offers ``--mode fast`` (``attend`` does not).
+        """
+        check_gradcheck_budget(self.step, self.max_evaluations, step, arrays, mode, samples,
+                               directions, has_fast)
+
+
+MAX_WIDTH = 1000
+"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
+
+
+def environment_width() -> int | None:
+    """:data:`MAX_WIDTH` when ``COLUMNS`` asks for more (a layout that wide would not end)."""
+    import os
+
+    try:
+        return MAX_WIDTH if int(os.environ.get("COLUMNS", "0")) > MAX_WIDTH else None
+    except ValueError:
+        return None
+
+
+def check_gradcheck_budget(
+    given_step: float | None, max_evaluations: int | None, step: float, arrays: Sequence[Any],
+    mode: str, samples: int | None, directions: int, has_fast: bool = True,
+) -> None:
+    """Refuse ``step`` (when ``--step`` gave it) if ``x + 2*step`` overflows beside ``arrays``,
+    and a check of ``arrays`` over ``max_evaluations`` (default
+    :data:`~qkvcli.gradcheck.settings.MAX_EVALUATIONS`) evaluations. Raises a
+    :class:`~qkvcli.core.errors.QkvError` naming the current file.
+    """
+    from qkvcli.core.errors import QkvError
+    from qkvcli.gradcheck.settings import MAX_EVALUATIONS, check_evaluations
+    from qkvcli.reading.limits import check_step_fits
+
+    limit = MAX_EVALUATIONS if max_evaluations is None else max_evaluations
+    try:
+        if given_step is not None:
+            check_step_fits(step, arrays, "--step")
+        check_evaluations(mode, samples, directions, [a.size for a in arrays], limit, has_fast)
+    except QkvError as error:
+        ctx = click.get_current_context(silent=True)
+        label = ctx.meta.get(CURRENT_FILE) if ctx is not None else None
+        raise (error.in_file(label) if label else error) from None

@@ -45,17 +45,17 @@ def tensor_policy(full: bool) -> str:
 
 def render_pieces(evidence: object, fmt: str, policy: str) -> Iterator[str]:
     """The report in ``fmt`` (text, trace or json) as pieces, tensors per ``policy``."""
-    from qkvcli.checks.records import Evidence
+    from qkvcli.evidence.records import Evidence
 
     assert isinstance(evidence, Evidence)
     if fmt == "trace":
-        from qkvcli.render.text.trace import iter_trace
+        from qkvcli.render.report import iter_trace
 
         return iter_trace(evidence, policy)
     if fmt == "json":
-        from qkvcli.render.json.evidence import iter_json
+        from qkvcli.render.report import iter_json
 
         return iter_json(evidence, policy)
-    from qkvcli.render.text.report import iter_text
+    from qkvcli.render.report import iter_text
 
     return iter_text(evidence, policy)

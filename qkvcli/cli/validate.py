@@ -15,9 +15,8 @@ import click
 
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
-from qkvcli.cli.io import labelled
+from qkvcli.cli.io import SafePath, labelled
 from qkvcli.cli.options import max_elements_option
-from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,10 +26,10 @@ CHAPTER, ATTEND = "chapter", "attend"
 
 def attend_keys(data: Any) -> list[str]:
     """The keys of ``data`` that only ``qkv attend`` reads, as JSON paths (``$.heads``)."""
-    from qkvcli.attention.layer_fixture import LAYER_TOP_KEYS, OUT_KEYS
-    from qkvcli.core.vocabulary import BRANCHES
-    from qkvcli.fixtures.keys import PACKED_KEYS
-    from qkvcli.fixtures.layer_layouts import C_ATTN_KEYS
+    from qkvcli.attention.fixture import LAYER_TOP_KEYS, OUT_KEYS
+    from qkvcli.core.names import BRANCHES
+    from qkvcli.reading.fixture import PACKED_KEYS
+    from qkvcli.reading.layouts import C_ATTN_KEYS
 
     if not isinstance(data, dict):
         return []
@@ -46,10 +45,10 @@ def attend_keys(data: Any) -> list[str]:
 
 def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[str, list[str]]:
     """Which kind ``path`` was checked as, and its problems as ``"$.location: message"`` lines."""
-    from qkvcli.fixtures.json_values import parse_json_text
-    from qkvcli.fixtures.load import fixture_stem, read_fixture_text
-    from qkvcli.fixtures.parse import fixture_problems
-    from qkvcli.fixtures.problems import FixtureError
+    from qkvcli.reading.json_values import parse_json_text
+    from qkvcli.reading.load import fixture_stem, read_fixture_text
+    from qkvcli.reading.parse import fixture_problems
+    from qkvcli.reading.problems import FixtureError
 
     text = labelled(str(path), lambda: read_fixture_text(path))
     try:

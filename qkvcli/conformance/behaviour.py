@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import close, first_bit_difference, first_outside
+from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
 from qkvcli.conformance.errors import CallFailed
 from qkvcli.conformance.result import Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session

@@ -47,8 +47,8 @@ class Case:
 
 
 def fixture_case(label: str, fixture: object) -> Case:
-    """A :class:`Case` from a loaded :class:`~qkvcli.fixtures.fixture.Fixture`."""
-    from qkvcli.fixtures.fixture import Fixture
+    """A :class:`Case` from a loaded :class:`~qkvcli.reading.fixture.Fixture`."""
+    from qkvcli.reading.fixture import Fixture
 
     assert isinstance(fixture, Fixture)
     samples = fixture.samples if fixture.samples is not None else GRADCHECK_SAMPLES

@@ -45,7 +45,7 @@ TOO_LONG = b"\0too long"  # queued in place of a reply line over the limit
 
 def reply_limit() -> int:
     """The longest reply line read: the byte limit of any input (looked up at call time)."""
-    from qkvcli.fixtures import limits
+    from qkvcli.reading import limits
 
     return limits.MAX_FILE_BYTES
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import coordinate
+from qkvcli.conformance.diagnose import coordinate
 from qkvcli.conformance.errors import Broken, CallFailed
 from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session

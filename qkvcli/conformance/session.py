@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import first_bit_difference
+from qkvcli.conformance.diagnose import first_bit_difference
 from qkvcli.conformance.errors import CallFailed
 from qkvcli.conformance.result import Failure
 from qkvcli.core.arrays import Array

@@ -122,8 +122,8 @@ def is_path(spec: str) -> bool:
 def _import_file(spec: str) -> ModuleType:
     """Run the ``.py`` file ``spec`` as a module. Its source is read through the one reader
     (a regular file, never a blocking open, at most the byte limit)."""
-    from qkvcli.fixtures import limits
-    from qkvcli.fixtures.files import InputFileError, read_limited
+    from qkvcli.reading import limits
+    from qkvcli.reading.files import InputFileError, read_limited
 
     path = os.path.abspath(spec)
     try:

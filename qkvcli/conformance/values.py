@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import first_mismatch
+from qkvcli.conformance.diagnose import first_mismatch
 from qkvcli.conformance.errors import CallFailed, Rejected
 from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session

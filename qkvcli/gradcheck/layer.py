@@ -25,8 +25,7 @@ from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.batched import batched_coordinates
 from qkvcli.gradcheck.central import sample_indices
 from qkvcli.gradcheck.probes import StackedObjective, loss_terms
-from qkvcli.gradcheck.progress import Progress, Ticker
-from qkvcli.gradcheck.records import GradcheckResult, TensorCheck
+from qkvcli.gradcheck.records import GradcheckResult, Progress, TensorCheck, Ticker
 from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_DIRECTION_SEED,

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkvcli.attention.head import STAGES
-from qkvcli.checks.records import HistoryEvidence
 from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
-from qkvcli.fixtures.fixture import Fixture
+from qkvcli.evidence.records import HistoryEvidence
+from qkvcli.reading.fixture import Fixture
 
 # Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.
 NUMBER = re.compile(r"(?<![A-Za-z_\d.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -70,7 +70,7 @@ class Question:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Marking:
     correct: bool
     problem: str = ""  # why an answer could not be read (the interactive quiz asks again)
 
@@ -194,34 +194,34 @@ def _close(got: tuple[float, ...], want: tuple[float, ...]) -> bool:
     )
 
 
-def check_answer(question: Question, answer: str) -> Verdict:
+def check_answer(question: Question, answer: str) -> Marking:
     """Whether ``answer`` is right; ``problem`` says why it could not be read."""
     text = answer.strip().lower()
     if not text:
-        return Verdict(False, "no answer")
+        return Marking(False, "no answer")
     if question.kind in ("numbers", "integer"):
         numbers = tuple(float(m) for m in NUMBER.findall(text))
         if not numbers:
-            return Verdict(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
+            return Marking(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
         if question.kind == "integer":
             numbers = numbers[-1:]  # "3 x 3 x 2 = 18": the last number is the answer
         assert isinstance(question.expected, tuple)
         wants = (question.expected, *question.accepted)
-        return Verdict(any(_close(numbers, want) for want in wants))
+        return Marking(any(_close(numbers, want) for want in wants))
     if question.kind == "yesno":
         word = re.split(r"[^a-z]+", text)[0]
         if word in ("y", "yes"):
-            return Verdict(question.expected == "yes")
+            return Marking(question.expected == "yes")
         if word in ("n", "no"):
-            return Verdict(question.expected == "no")
-        return Verdict(False, "expected yes or no")
+            return Marking(question.expected == "no")
+        return Marking(False, "expected yes or no")
     letter = text.rstrip(").").strip()
     if letter in LETTERS[: len(question.choices)]:
-        return Verdict(letter == question.expected)
+        return Marking(letter == question.expected)
     for index, choice in enumerate(question.choices):
         if text == choice.lower():
-            return Verdict(LETTERS[index] == question.expected)
-    return Verdict(False, f"expected one of {', '.join(LETTERS[: len(question.choices)])}")
+            return Marking(LETTERS[index] == question.expected)
+    return Marking(False, f"expected one of {', '.join(LETTERS[: len(question.choices)])}")
 
 
 def parse_answers(text: str, count: int) -> list[str]:
@@ -240,7 +240,7 @@ def parse_answers(text: str, count: int) -> list[str]:
         # Python cannot hold (too deep, an integer too long): read as lines.
         data = None
     if data is not None:
-        from qkvcli.fixtures.json_values import refuse_lone_surrogates
+        from qkvcli.reading.json_values import refuse_lone_surrogates
 
         refuse_lone_surrogates(data, "$")
 

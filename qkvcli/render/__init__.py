@@ -1,4 +1,4 @@
-"""Renderers: pure functions from :class:`~qkvcli.checks.evidence.Evidence` to text.
+"""Renderers: pure functions from :class:`~qkvcli.evidence.build.Evidence` to text.
 
 ``text`` and ``trace`` follow the reference's report and diagram trace; ``json`` holds
 everything, machine-readable. Nothing here prints, reads files or exits.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from qkvcli.checks.records import Evidence
+    from qkvcli.evidence.records import Evidence
 
 FORMATS = ("text", "trace", "json")
 
@@ -23,15 +23,15 @@ def render(evidence: Evidence, fmt: str = "text") -> str:
     text: see :func:`qkvcli.render.rich.view.render_rich`).
     """
     if fmt == "text":
-        from qkvcli.render.text.report import render_text
+        from qkvcli.render.report import render_text
 
         return render_text(evidence)
     if fmt == "trace":
-        from qkvcli.render.text.trace import render_trace
+        from qkvcli.render.report import render_trace
 
         return render_trace(evidence)
     if fmt == "json":
-        from qkvcli.render.json.evidence import render_json
+        from qkvcli.render.report import render_json
 
         return render_json(evidence)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

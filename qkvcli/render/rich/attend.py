@@ -1,28 +1,140 @@
-"""``qkv attend --format rich``: the head's evidence as rich tables (imported on rich paths only).
+"""The rich view of ``qkv attend``: the head's figure, its scores and reverse pass.
+
+The scores and the reverse pass in ``qkv attend --format rich`` (imported on rich paths only).
+
+The text view prints every tensor of both passes; the rich view shows, per batch item,
+the scores ``S = Q K^T`` and the scaled scores ``Z`` that the softmax reads (keys beyond
+the options' limits elided with a note), and the reverse pass as the loss and one row
+per gradient: its shape, its largest magnitude and its norm. Every value stays one
+``-f text`` or ``-f json`` away, and a number is never cut.
+
+``qkv attend --format rich``: the head's evidence as rich tables (imported on rich paths only).
 
 Pure: builds renderables from the evidence; the command owns the ``Console``. Nothing
 here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
 figure it never cuts a number: keys and output features beyond the options' limits are
 elided with a note (``--full`` shows them all), and the weights and the output sit side
 by side only when both fit. The scores and the reverse pass's summary come from
-:mod:`qkvcli.render.rich.attend_passes`.
+:mod:`qkvcli.render.rich.attend`.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
-from qkvcli.render.rich.attend_passes import column_limits, reverse_summary, scores_row
-from qkvcli.render.rich.layout import Fitted, Part, Row, status
+from qkvcli.render.attend import FORMULA, REVERSE
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
-from qkvcli.render.text.attend import FORMULA
-from qkvcli.render.text.numbers import fmt_shape
+
+FEWEST_COLUMNS = 3
+"""The narrowest layout still shows the first and last key (or feature) around a gap."""
+
+SYMBOLS = {
+    "upstream_output": "U = dO", "heads_output_gradient": "dH", "weights_gradient": "dA",
+    "scaled_scores_gradient": "dZ", "scores_gradient": "dS", "query_gradient": "dQ",
+    "key_gradient": "dK", "value_gradient": "dV", "input_gradient": "dX",
+    "query_weight_gradient": "dW_Q", "key_weight_gradient": "dW_K",
+    "value_weight_gradient": "dW_V", "query_bias_gradient": "db_Q", "key_bias_gradient": "db_K",
+    "value_bias_gradient": "db_V", "in_proj_weight_gradient": "dW_in",
+    "in_proj_bias_gradient": "db_in", "c_attn_weight_gradient": "dW_c_attn",
+    "c_attn_bias_gradient": "db_c_attn", "out_proj_weight_gradient": "dW_out",
+    "out_proj_bias_gradient": "db_out", "c_proj_weight_gradient": "dW_c_proj",
+    "c_proj_bias_gradient": "db_c_proj",
+}
+"""The chapter's symbol for each gradient the text view prints (same order: ``REVERSE``)."""
+
+REVERSE_RULES = ("dA = dO V^T,", "dV = A^T dO,", "dZ = A*(dA - rowsum(dA*A)),", "dS = dZ*scale,",
+                 "dQ = dS K,", "dK = dS^T Q,", "dX = sum of three paths;")
+"""The text view's reverse rules, one formula per item: a line wraps between formulas."""
+
+
+def column_limits(count: int, options: RichOptions) -> list[int]:
+    """Column limits to try, widest first: every column with ``--full``, else at most
+    ``max_columns``, then fewer down to :data:`FEWEST_COLUMNS`."""
+    if options.full or count <= FEWEST_COLUMNS:
+        return [count]
+    return list(range(min(count, options.max_columns), FEWEST_COLUMNS - 1, -1))
+
+
+def _score_table(
+    matrix: Array, title: str, options: RichOptions, limit: int, caption: str | None = None
+) -> RenderableType:
+    """A ``[queries, keys]`` matrix: rows ``t0 ..``, columns ``k t0 ..`` (at most ``limit``)."""
+    queries_count, keys_count = (int(n) for n in matrix.shape)
+    keys = pick(keys_count, limit, options.full)
+    queries = pick(queries_count, options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", caption=caption,
+                  caption_justify="left")
+    table.add_column("query", no_wrap=True)
+    for j in keys:
+        add_number_column(table, ellipsis if j is None else f"k t{j}")
+    for i in queries:
+        if i is None:
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 1)))
+            continue
+        table.add_row(cell(f"t{i}"), *(
+            cell(ellipsis if j is None else fmt_float(float(matrix[i, j]), options.precision))
+            for j in keys))
+    if shown(keys) == keys_count and shown(queries) == queries_count:
+        return table
+    return Group(table, elision_note(("queries", "keys"), (shown(queries), queries_count),
+                                     (shown(keys), keys_count)))
+
+
+def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
+    """Batch item ``batch``'s scores ``S`` and scaled scores ``Z``, side by side when they fit.
+
+    Every key is shown, the two tables stacked, before any key is elided to keep them side
+    by side: the layouts are tried widest first, and each :class:`Row` stacks when narrow.
+    """
+    c = evidence.config
+    # The titles stay short and equal in height, so tables side by side line up; the mask
+    # is explained under Z, where its -inf stands.
+    titles = (("scores", f"batch {batch}: scores S = Q K^T", None),
+              ("scaled_scores", f"batch {batch}: Z = S / sqrt({c.d_k})",
+               "-inf: masked (causal)" if c.causal else None))
+    return Fitted([
+        Row([Part(_score_table(evidence.primary[name][batch], title, options, limit, caption),
+                  box=None)
+             for name, title, caption in titles], gap=2, stack_expand=False, fill=False)
+        for limit in column_limits(c.tokens, options)
+    ])
+
+
+def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
+    """The loss, then each gradient's shape, largest magnitude and norm, in the text's order."""
+    tensors = evidence.primary.tensors
+    table = Table(
+        title=f"reverse: L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}",
+        box=box.SIMPLE_HEAVY, title_justify="left",
+    )
+    table.add_column("gradient", no_wrap=True)
+    table.add_column("shape", no_wrap=True)
+    add_number_column(table, "max |value|")
+    add_number_column(table, "norm")
+    for name in REVERSE:
+        if name not in tensors:
+            continue
+        values = np.asarray(tensors[name], dtype=np.float64)
+        largest = float(np.max(np.abs(values))) if values.size else 0.0
+        norm = float(np.linalg.norm(values.reshape(-1))) if values.size else 0.0
+        table.add_row(cell(SYMBOLS.get(name, name)), cell(fmt_shape(values.shape)),
+                      cell(fmt_float(largest, options.precision)),
+                      cell(fmt_float(norm, options.precision)))
+    rules = (f"U from SplitMix64(seed {evidence.seed}) uniform [-1,1);", *REVERSE_RULES,
+             "every value: -f text or -f json")
+    return Group(table, Flow([Text(rule, style="dim") for rule in rules], gap=1))
+
 
 BAR_WIDTH = 10
 PRECISION = 4
@@ -147,5 +259,3 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     verdict.append_text(status(evidence.passed))
     parts.append(verdict)
     return Group(*parts)
-
-

@@ -6,10 +6,10 @@ from rich.console import Group
 from rich.text import Text
 
 from qkvcli.conformance.result import ConformanceResult, FamilyCheck
+from qkvcli.render.conformance import verdict, word
 from qkvcli.render.rich.layout import Part, Row, lines, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
-from qkvcli.render.text.conformance import verdict, word
 
 SHOWN_FAILURES = 3  # per family unless options.full; the JSON lists them all
 

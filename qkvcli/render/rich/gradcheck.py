@@ -13,12 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
-from qkvcli.render.rich.boxes import CARD
-from qkvcli.render.rich.branches import INPUT_STYLE, ROLE_STYLES, ROLES
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import lines, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, grid
-from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}

@@ -14,7 +14,7 @@ from qkvcli.learn.variance import VarianceResult
 from qkvcli.render.rich.layout import Fitted
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column
-from qkvcli.render.text.variance import EXPLAIN
+from qkvcli.render.variance import EXPLAIN
 
 BAR = 12
 COLUMNS = ("d_k", "var(q.k)", "log2 scale", "scaled var", "0 .. 1 .. 2", "std_err", "z")
