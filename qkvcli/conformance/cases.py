@@ -8,9 +8,8 @@ with all 53 bits used, so float32 arithmetic cannot pass the default tolerance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 
 SPECIAL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
@@ -23,8 +22,7 @@ SPECIAL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
 GRADCHECK_SAMPLES = 6  # the chapter's evenly spaced coordinates per tensor
 
 
-@dataclass(frozen=True)
-class Case:
+class Case(Record):
     """One fixture: input, weights (query, key, value) and upstream gradients, float64.
 
     ``step``, ``tolerance`` and ``samples`` are the gradient check's settings (the
