@@ -16,12 +16,11 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.splitmix import DEFAULT_SEED, SplitMix64
 
 DEFAULT_MIN = 4
 DEFAULT_MAX = 512
 DEFAULT_SAMPLES = 4096
-DEFAULT_SEED = 26
 
 
 class WidthRange(QkvError):
