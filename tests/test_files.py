@@ -202,7 +202,7 @@ def test_expect_npy_resolves_against_the_fixture_directory(
     fixture_dir.mkdir()
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    query = np.asarray(load_fixture().layer.forward(load_fixture().input)[0])
+    query = np.asarray(load_fixture().layer.forward(load_fixture().input).query)
     np.save(fixture_dir / "query.npy", query)
     np.save(elsewhere / "query.npy", query + 1)  # a decoy in the working directory
     document = dict(CHAPTER, expect={"query": {"npy": "query.npy"}})

@@ -1,6 +1,4 @@
-"""The one vocabulary: branch order, gradient names and parameter names.
-
-The one vocabulary of qkv: branch order and the names of outputs and gradients.
+"""The one vocabulary of qkv: branch order, the names of outputs and gradients, parameter names.
 
 Everywhere in the code (engine, attention, checks, renderers):
 
@@ -22,7 +20,8 @@ from __future__ import annotations
 from qkvcli.core.errors import EmptyName, EmptyNameSegment, InvalidNameCharacter
 
 BRANCHES: tuple[str, str, str] = ("query", "key", "value")
-
+GRADIENTS: tuple[str, str, str, str] = ("grad_input", "grad_w_query", "grad_w_key", "grad_w_value")
+"""What the reverse pass gives, in order: the fields of :class:`~qkvcli.core.outputs.QkvGradients`."""
 
 DEFAULT_PREFIX = "decoder.block.0.attention"
 DEFAULT_NAMES: tuple[str, str, str] = tuple(  # type: ignore[assignment]

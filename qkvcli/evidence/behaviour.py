@@ -19,16 +19,13 @@ from qkvcli.core.splitmix import SplitMix64
 from qkvcli.evidence.records import IndependenceEvidence, InitializationEvidence, Primary
 from qkvcli.reading.fixture import Fixture
 
-INIT_PREFIX = "decoder.block.0.attention"
-"""The parameter-name prefix the seeded layers are built with."""
-
 
 def compute_initialization(fixture: Fixture) -> InitializationEvidence:
     """Seeded construction: reproducible, independent branches, transactional on failure."""
     d_model, d_head, seed = fixture.d_model, fixture.d_head, fixture.seed
     first_rng, second_rng = SplitMix64(seed), SplitMix64(seed)
-    first = QkvProjections.from_seed(d_model, d_head, first_rng, INIT_PREFIX)
-    second = QkvProjections.from_seed(d_model, d_head, second_rng, INIT_PREFIX)
+    first = QkvProjections.from_seed(d_model, d_head, first_rng)
+    second = QkvProjections.from_seed(d_model, d_head, second_rng)
     reproducible = first_rng.state == second_rng.state and all(
         a.tobytes() == b.tobytes() for a, b in zip(first.weights, second.weights, strict=True)
     )
@@ -41,7 +38,7 @@ def compute_initialization(fixture: Fixture) -> InitializationEvidence:
     rejection = "accepted"
     transactional = False
     try:
-        QkvProjections.from_seed(d_model, 0, rejected_rng, INIT_PREFIX)
+        QkvProjections.from_seed(d_model, 0, rejected_rng)
     except QkvError as error:
         rejection = str(error)
         transactional = (

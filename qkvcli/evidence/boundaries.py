@@ -33,8 +33,9 @@ def probe(layer: QkvProjections, x: Array) -> ShapeProbe:
     # Unit upstream as read-only broadcasts: the engine reads them like any array.
     ones = tuple(np.broadcast_to(1.0, shape) for shape in shapes)
     grads = layer.backward(x, *ones)
-    gradient_ok = grads.grad_input.shape == x.shape and all(
-        g.shape == (layer.d_model, layer.d_head) for g in grads[1:]
+    grad_input, *grad_weights = grads
+    gradient_ok = grad_input.shape == x.shape and all(
+        g.shape == (layer.d_model, layer.d_head) for g in grad_weights
     )
     return ShapeProbe(
         input=tuple(x.shape),

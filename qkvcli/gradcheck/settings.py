@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 from qkvcli.core.errors import QkvError, format_float_debug
+from qkvcli.core.splitmix import DEFAULT_SEED
 
 MODES: tuple[str, str, str, str] = ("auto", "full", "sampled", "fast")
 AUTO_FULL_LIMIT = 4096
 DEFAULT_SAMPLES = 6
 DEFAULT_DIRECTIONS = 3
-DEFAULT_DIRECTION_SEED = 26
+DEFAULT_DIRECTION_SEED = DEFAULT_SEED
 MAX_EVALUATIONS = 1 << 20
 """Objective evaluations one gradient check may make (two per coordinate or direction);
 ``--max-evaluations`` raises it. Refused before the check starts."""

@@ -21,12 +21,12 @@ the run gives them (``query``/``key``/``value`` ``[batch, tokens, d_head]``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.reading.json_values import expect_object, finite_number, unknown_keys
 from qkvcli.reading.limits import expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
@@ -51,8 +51,7 @@ DEFAULT_EXPECT_TOLERANCE = 0.0
 SHOWN_MISMATCHES = 3
 
 
-@dataclass(frozen=True)
-class Expectations:
+class Expectations(Record):
     """Expected tensors (by name, in :data:`EXPECT_KEYS` order), loss and tolerance."""
 
     tensors: tuple[tuple[str, Array], ...]
@@ -60,8 +59,7 @@ class Expectations:
     tolerance: float = DEFAULT_EXPECT_TOLERANCE
 
 
-@dataclass(frozen=True)
-class Mismatch:
+class Mismatch(Record):
     """The first value of one quantity that is further from expected than the tolerance."""
 
     name: str
@@ -76,8 +74,7 @@ class Mismatch:
         return f"{self.name}{where}: expected {self.expected!r}, got {self.actual!r}"
 
 
-@dataclass(frozen=True)
-class ExpectResult:
+class ExpectResult(Record):
     """The comparison of every expected quantity with the run's values."""
 
     names: tuple[str, ...]

@@ -10,8 +10,6 @@ here, so every one of them gets the same policy:
 * :func:`confined`: a path a fixture names (an ``npy`` tensor) is relative to the
   fixture's directory and may not leave it: absolute paths, ``..`` components, NUL
   bytes and symbolic links that resolve outside are refused.
-
-pathlib is imported only by :func:`confined`: it costs a report several milliseconds.
 """
 
 from __future__ import annotations
@@ -19,14 +17,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import TYPE_CHECKING, BinaryIO, TypeAlias
+import sys
+from pathlib import Path  # NumPy imports it before any of qkv's modules
+from typing import BinaryIO, TypeAlias
 
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 from qkvcli.reading.problems import FixtureError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 StrPath: TypeAlias = "str | os.PathLike[str]"
 STDIN = "-"
@@ -164,8 +161,6 @@ def read_stdin(limit: int, what: str = "fixture") -> bytes:
     Reads at most ``limit + 1`` bytes, whatever standard input is. Raises
     :class:`InputFileError` naming ``-``.
     """
-    import sys
-
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
         raise InputFileError(STDIN_LABEL, "standard input cannot be read")
@@ -188,8 +183,6 @@ def confined(base_dir: StrPath | None, raw: object, location: str) -> Path:
     components or NUL bytes; the resolved file (symbolic links followed) must lie inside
     ``base_dir``. Raises :class:`~qkvcli.reading.problems.FixtureError` at ``location``.
     """
-    from pathlib import Path
-
     relative = relative_path(raw, location)
     shown = printable(str(raw))
     base = Path(os.getcwd() if base_dir is None else base_dir).resolve()
@@ -212,8 +205,6 @@ def relative_path(raw: object, location: str) -> Path:
     The rule :func:`confined` applies to every path a fixture names, and ``qkv init``
     to every path it writes. Raises :class:`FixtureError` at ``location``.
     """
-    from pathlib import Path
-
     if not isinstance(raw, str) or not raw:
         raise FixtureError(location, "expected a non-empty relative path string")
     if "\0" in raw:
@@ -239,8 +230,6 @@ def confined_target(base_dir: StrPath, raw: str, location: str) -> Path:
     The file itself may not exist yet; a symbolic link in its place is replaced, never
     written through, by the atomic writers. Raises :class:`FixtureError` at ``location``.
     """
-    from pathlib import Path
-
     relative = relative_path(raw, location)
     base = Path(base_dir).resolve()
     try:

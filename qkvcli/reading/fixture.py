@@ -1,11 +1,8 @@
-"""The Fixture record and the fixture format's published keys.
-
-The fixture format's keys, and which of them a document uses.
+"""The validated fixture (:class:`Fixture`, the record every chapter command runs on) and
+the fixture format's published keys.
 
 The published JSON Schema (``qkvcli/data/fixture.schema.json``, named by
 :data:`SCHEMA_NAME`) lists the same keys; ``tests/test_schema.py`` keeps them in step.
-
-The validated fixture: :class:`Fixture`, the record every chapter command runs on.
 
 A fixture file is JSON a person can write by hand::
 
@@ -25,9 +22,7 @@ A fixture file is JSON a person can write by hand::
     }
 
 Every key but ``input`` and ``weights`` is optional. It is read by
-:func:`qkvcli.reading.load.load_fixture` and validated by
-:mod:`qkvcli.reading.parse`; the published JSON Schema is
-``qkvcli/data/fixture.schema.json``.
+:func:`qkvcli.reading.load.load_fixture` and validated by :mod:`qkvcli.reading.parse`.
 """
 
 from __future__ import annotations
@@ -91,7 +86,10 @@ class Fixture(Record):
     chapter: str = "custom"
     expect: Expectations | None = None
     layout: str = "separate"
-    mode: str = "auto"  # gradient-check mode (qkvcli.gradcheck.layer.MODES); set from the CLI
+    # The gradient check's own defaults (qkvcli.gradcheck.settings: MODES[0],
+    # DEFAULT_DIRECTIONS), written here because reading/ may import only core/;
+    # tests/test_fixture.py keeps them equal. Set from the CLI.
+    mode: str = "auto"
     directions: int = 3  # random directions per tensor in fast mode
 
     def __post_init__(self) -> None:

@@ -36,7 +36,6 @@ Shapes against the heads are checked by whoever builds the layer. Problems raise
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +43,7 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import ProjectionError, WeightRank
 from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
 from qkvcli.reading.fixture import PACKED_KEYS
 from qkvcli.reading.json_values import json_type_name, refuse_unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
@@ -68,8 +68,7 @@ LAYOUT_DESCRIPTIONS = {
 SOURCE_KEYS = ("npy", "generate", "safetensors", "tensor")
 
 
-@dataclass(frozen=True)
-class BranchWeights:
+class BranchWeights(Record):
     """One branch after canonicalization: ``weight`` is ``[d_model, d_out]``."""
 
     weight: Array
@@ -80,8 +79,7 @@ class BranchWeights:
     given: str = "qkv"  # the layout it was given in: "qkv" ([in, out]) or "torch" ([out, in])
 
 
-@dataclass(frozen=True)
-class CanonicalWeights:
+class CanonicalWeights(Record):
     """The three branches in query, key, value order, and the layout they were read from."""
 
     branches: tuple[BranchWeights, BranchWeights, BranchWeights]
@@ -333,8 +331,7 @@ def read_c_attn(
     return weights, biases
 
 
-@dataclass(frozen=True)
-class OutProjection:
+class OutProjection(Record):
     """The output projection in our layout ``[H*d_v, E_out]``, and how it was given."""
 
     weight: Array

@@ -26,12 +26,13 @@ import math
 from collections.abc import Iterable
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.splitmix import DEFAULT_SEED as DEFAULT_SEED  # a fixture's default seed
+from qkvcli.core.splitmix import MASK64
 from qkvcli.reading.problems import FixtureError
 
-DEFAULT_SEED = 26
 DEFAULT_STEP = 1e-6
 DEFAULT_TOLERANCE = 2e-6
-MAX_SEED = (1 << 64) - 1
+MAX_SEED = MASK64  # a seed is SplitMix64's whole 64-bit state
 DEFAULT_MAX_ELEMENTS = 1 << 27
 MAX_FILE_BYTES = 256 * 1024 * 1024
 

@@ -3,8 +3,7 @@
 A fixture file goes through :func:`~qkvcli.reading.files.read_limited` (regular files
 only, at most ``MAX_FILE_BYTES``), strict UTF-8 and strict JSON, then
 :func:`~qkvcli.reading.parse.parse_fixture` with ``npy`` paths confined to the file's
-directory. Paths are handled with :mod:`os.path`: pathlib costs a report several
-milliseconds.
+directory.
 """
 
 from __future__ import annotations

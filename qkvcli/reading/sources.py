@@ -44,6 +44,7 @@ import os
 from typing import Any, BinaryIO
 
 import numpy as np
+from numpy.lib import format as npy_format  # NumPy itself imports it
 
 from qkvcli.core.arrays import Array, all_finite
 from qkvcli.core.splitmix import SplitMix64
@@ -64,8 +65,6 @@ def _accepted_dtype(dtype: np.dtype[Any]) -> bool:
 
 def _header(handle: BinaryIO, raw: str, location: str) -> tuple[tuple[int, ...], bool, Any]:
     """``(shape, fortran_order, dtype)`` from the header; the handle is left at the data."""
-    from numpy.lib import format as npy_format
-
     try:
         version = npy_format.read_magic(handle)
     except ValueError:
