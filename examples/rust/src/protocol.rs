@@ -39,7 +39,9 @@ pub fn serve<P: Projections>(input: impl BufRead, mut output: impl Write) -> Res
             continue;
         }
         let request = json::parse(&line).map_err(|error| format!("a request is not JSON: {error}"))?;
-        let id = request.get("id").cloned().ok_or("a request without \"id\"")?;
+        let id = request.get("id").ok_or("a request without \"id\"")?;
+        // Echoed as an integer (`3`, not `3.0`): every number reads as an f64.
+        let id = id.as_usize().map_or_else(|| id.clone(), |n| Json::Integer(n as u64));
         let op = request.get("op").and_then(Json::as_str).unwrap_or("");
         let body = answer::<P>(op, &request);
         let mut members = vec![("id".to_string(), id)];
