@@ -665,7 +665,7 @@ static bool answer(const Json *request, FILE *out) {
     for (i = 0; i < reply.count && tensor_finite(&reply.tensors[i]); i++) {}
     if (i < reply.count) {
         /* JSON has no infinity: a result that overflowed is reported, not sent. */
-        snprintf(error, ERROR_SIZE, "%s is not finite (overflow): JSON cannot hold it", reply.names[i]);
+        snprintf(error, ERROR_SIZE, "%s overflowed: inf is not a number JSON can hold", reply.names[i]);
         write_error(out, id, error);
     } else {
         fputs("{\"id\":", out);

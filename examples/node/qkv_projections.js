@@ -164,7 +164,7 @@ class NotFinite extends Error {}
 
 /** The shortest round-trip spelling of a double; "-0.0" for -0 (Python reads "-0" as 0). */
 function formatNumber(x) {
-  if (!Number.isFinite(x)) throw new NotFinite(`a result ${x} is not a number JSON can hold`);
+  if (!Number.isFinite(x)) throw new NotFinite(`a result overflowed: ${x} is not a number JSON can hold`);
   if (Object.is(x, -0)) return "-0.0";
   return String(x);
 }

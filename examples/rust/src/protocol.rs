@@ -51,7 +51,7 @@ pub fn serve<P: Projections>(input: impl BufRead, mut output: impl Write) -> Res
                 // A result that overflowed to infinity cannot be written as JSON: say so.
                 json::write(&Json::Object(members.clone())).or_else(|error| {
                     members.truncate(1);
-                    members.push(("error".into(), Json::String(format!("a result {error}"))));
+                    members.push(("error".into(), Json::String(format!("a result overflowed: {error}"))));
                     json::write(&Json::Object(members))
                 })?
             }
