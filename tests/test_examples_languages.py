@@ -207,3 +207,23 @@ def test_an_unknown_op_is_answered_with_an_error(program: list[str]) -> None:
     assert first == {"id": 5, "error": 'unknown op "head_forward"'}
     assert bye == {"id": 6}
 
+
+
+def test_the_protocol_docs_worked_exchange(program: list[str]) -> None:
+    text = (EXAMPLES.parent / "docs" / "protocol.md").read_text(encoding="utf-8")
+    block = text.split("## A complete worked exchange", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    sent = [line[2:] for line in block.splitlines() if line.startswith("> ")]
+    wanted = [json.loads(line[2:]) for line in block.splitlines() if line.startswith("< ")]
+    done = subprocess.run(program, input="\n".join(sent) + "\n", capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT, check=False)
+    assert done.returncode == 0, done.stderr
+    got = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(got) == len(wanted)
+    for reply, expected in zip(got, wanted, strict=True):
+        if "error" in expected:  # each program words its rejection its own way
+            assert set(reply) == {"id", "error"} and reply["id"] == expected["id"], reply
+            assert "rank" in reply["error"], reply
+        elif "version" in expected:  # the examples also list their operations
+            assert reply == {**expected, "ops": ["forward", "backward"]}
+        else:
+            assert reply == expected
