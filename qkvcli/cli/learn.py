@@ -174,11 +174,12 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
     """The chapter's nine "predict before reading the evidence" questions, one by one.
 
     Each answer is checked against values computed from FIXTURE (default: the chapter
-    fixture); the explanation follows. Numbers count as right within 0.0005 (three
+    fixture); the explanation follows. Questions fit a screen: on wide tensors question 2
+    asks for one coordinate, or a shape. Numbers count as right within 0.0005 (three
     decimals are enough). At the end of piped input or on Ctrl-C the score so far is
     shown. Exit status: 0 all right, 1 otherwise, 2 bad input.
     """
-    from qkvcli.learn.quiz import build_questions, check_answer, parse_answers
+    from qkvcli.learn.quiz import HOW_TO_ANSWER, build_questions, check_answer, parse_answers
 
     loaded = load(fixture, max_elements)
     questions = labelled(label_of(fixture), lambda: build_questions(loaded))
@@ -190,6 +191,9 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
         if answered < len(questions):
             click.echo(f"qkv: warning: {answers} answers {answered} of {len(questions)} "
                        "questions; the others count as unanswered", err=True)
+    else:
+        _line_editing()
+        click.echo(wrapped(HOW_TO_ANSWER, "  "))
     right = 0
     asked = 0
     try:
@@ -240,13 +244,28 @@ def wrapped(text: str, indent: str = "") -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
+def _line_editing() -> None:
+    """Give the answer prompt line editing and history where the platform has ``readline``.
+
+    Without it the arrow keys print ``^[[D``. Only for a terminal: piped answers need none,
+    and importing readline there could write terminal escapes into the output.
+    """
+    import sys
+
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401  (importing it is what makes input() edit lines)
+        except ImportError:  # Windows and some minimal Pythons: answers still work
+            pass
+
+
 def _ask(question: Any, count: int) -> None:
     """Print one question, its choices and, for decimals, how close counts as right."""
     click.echo(wrapped(f"Question {question.number}/{count}: {question.prompt}", "  "))
     for letter, choice in zip("abc", question.choices, strict=False):
         click.echo(wrapped(f"  {letter}) {choice}", "     "))
     expected = question.expected
-    if question.kind == "numbers" and isinstance(expected, tuple) and any(
+    if question.kind in ("numbers", "number") and isinstance(expected, tuple) and any(
         value != int(value) for value in expected
     ):
         click.echo("  (3 decimals are enough: within 0.0005 counts as right)")
