@@ -27,17 +27,19 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from qkvcli.cli.group import InputError, out_of_memory
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
-from qkvcli.reading.files import STDIN
-
-if TYPE_CHECKING:
-    from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.files import STDIN, read_limited
+from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.limits import MAX_FILE_BYTES
+from qkvcli.reading.load import fixture_stem, load_fixture, read_fixture_text
+from qkvcli.reading.parse import parse_fixture
 
 T = TypeVar("T")
 BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
@@ -133,10 +135,6 @@ def load(path: Path | None, max_elements: int) -> Fixture:
     before anything else in it is looked at: the chapter's reader would only call the
     key unknown.
     """
-    from qkvcli.reading.json_values import parse_json_text
-    from qkvcli.reading.load import fixture_stem, load_fixture, read_fixture_text
-    from qkvcli.reading.parse import parse_fixture
-
     label = label_of(path)
     with working_on(label):
         if path is None:
@@ -162,9 +160,6 @@ def read_text(path: Path, what: str) -> str:
 
     ``what`` names the kind of file in messages (``"golden"``, ``"answer"``).
     """
-    from qkvcli.reading.files import read_limited
-    from qkvcli.reading.limits import MAX_FILE_BYTES
-
     data = labelled(label_of(path), lambda: read_limited(path, MAX_FILE_BYTES, what))
     try:
         return data.decode("utf-8")

@@ -18,7 +18,7 @@ import click
 
 from qkvcli.cli.io import write_output
 from qkvcli.cli.options import ViewSettings, resolve_format
-from qkvcli.render import PRECISION_FORMATS, kind_of
+from qkvcli.render import PRECISION_FORMATS, figure, kind_of
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -78,8 +78,6 @@ def show(
     format's pieces (normally :func:`qkvcli.render.render_pieces` of ``evidence``);
     ``title`` names the exported page (``qkv run``).
     """
-    from qkvcli.render import figure
-
     def build(options: RichOptions) -> RenderableType:
         return figure(evidence, options)
 
