@@ -101,7 +101,8 @@ def test_attend_rich_module_is_pure() -> None:
 def test_attend_output_file_is_written(tmp_path: Path) -> None:
     out = tmp_path / "report.txt"
     result = invoke("attend", "--example", "primer", "-f", "rich", "-o", str(out))
-    assert result.exit_code == 0 and result.output == ""
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr == f"qkv: wrote {out}\n"  # the one -o habit of every command
     assert "attend: PASS" in out.read_text(encoding="utf-8")
 
 

@@ -201,7 +201,7 @@ def test_exports_with_a_text_view_and_precision_is_said_to_not_apply(
     assert result.stdout.endswith("verdict: PASS (8 of 8 applicable checks passed)\n")
     assert "forward" in svg.read_text()
     assert result.stderr == ("qkv: warning: --precision does not apply to qkv check (its "
-                             "details show exact values)\n")
+                             f"details show exact values)\nqkv: wrote {svg}\n")
 
 
 def test_prints_and_sys_exit_in_an_implementation_do_not_spoil_the_report(

@@ -214,7 +214,7 @@ def test_export_never_overwrites_the_fixture(tmp_path: Path) -> None:
         "query": [[1], [0]], "key": [[0], [1]], "value": [[1], [1]]}})
     fixture.write_text(original, encoding="utf-8")
     code, _, err = invoke(["run", str(fixture), "--export-html", str(fixture)])
-    assert code == 2 and "refusing to overwrite the fixture" in err
+    assert code == 2 and "refusing to overwrite a file this command reads" in err
     assert fixture.read_text(encoding="utf-8") == original
 
 

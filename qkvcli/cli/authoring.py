@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.io import SafePath, remove_quietly, write_output, write_temp_beside
+from qkvcli.cli.io import SafePath, check_outputs, write_file
 from qkvcli.core.splitmix import MASK64
 
 MIN_BYTES_PER_VALUE = 4
@@ -136,6 +136,7 @@ def init(
         max_elements = LARGE_MAX_ELEMENTS if large else INIT_MAX_ELEMENTS
     if npy_dir is not None and output is None:
         raise click.UsageError("--npy needs -o FILE: the .npy files are written beside it")
+    check_outputs([output], [checkpoint])
     if checkpoint is not None:
         from qkvcli.reading.limits import DEFAULT_SEED
 
@@ -177,12 +178,8 @@ def init(
     if output is None:
         click.echo(text, nl=False)
         return
-    if force:
-        write_output(text, output)
-    else:
-        write_new(text, output)
-    # One line on stderr, as git does: a silent success reads like nothing happened.
-    click.echo(f"qkv: wrote {output}", err=True)
+    # Never over an existing file without --force (hard-linked into place: atomic).
+    write_file(output, text, new_only=not force)
 
 
 def _large_fixture(
@@ -222,32 +219,6 @@ def _large_fixture(
         except OSError as error:
             raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
     return dump_fixture(document)
-
-
-def write_new(text: str, output: Path) -> None:
-    """Write ``text`` to a new file ``output`` atomically; never replace an existing file.
-
-    The text goes to a temporary file in the same directory, which is then hard-linked
-    into place: the link fails if ``output`` appeared meanwhile, so nothing is
-    overwritten and no half-written file is ever visible. Raises :class:`InputError`.
-    """
-    if output.exists() or output.is_symlink():
-        raise InputError(f"{output}: already exists (use --force to overwrite it)")
-    tmp = write_temp_beside(output, text)
-    try:
-        try:
-            os.link(tmp, output)
-        except FileExistsError:
-            raise InputError(f"{output}: already exists (use --force to overwrite it)") from None
-        except OSError:
-            # Some file systems have no hard links; the existence check above must do.
-            if output.exists():
-                raise InputError(
-                    f"{output}: already exists (use --force to overwrite it)"
-                ) from None
-            os.replace(tmp, output)
-    finally:
-        remove_quietly(tmp)
 
 
 @click.command()

@@ -11,7 +11,6 @@ report with a golden file instead of printing it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error_line
-from qkvcli.cli.io import label_of, load, read_text, write_output
+from qkvcli.cli.io import check_outputs, label_of, load, read_text, write_output
+from qkvcli.render import verdict_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,6 +119,8 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
     lines.append(
         f"{len(outcomes)} {noun}: {counts[0]} passed, {counts[1]} failed, {counts[2]} bad input"
     )
+    checks = [ok for outcome in outcomes for _, ok, _ in outcome.checks]
+    lines.append(verdict_line(sum(checks), len(checks), passed_all=counts[0] == len(outcomes)))
     return "\n".join(lines) + "\n"
 
 
@@ -172,36 +174,18 @@ def run_many(
     written atomically, after every fixture ran, and never over a fixture being read.
     """
     fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
-    _check_written([p for p in (output, junit) if p is not None], fixtures)
+    check_outputs([output, junit], fixtures)
     outcomes = []
     for outcome in outcomes_of(fixtures, jobs, max_elements, overrides):
         if outcome.error is not None:
             click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
         outcomes.append(outcome)
     write_output(summary_table(outcomes), output)
-    if output is not None:
-        click.echo(f"qkv: wrote the summary of {len(outcomes)} "
-                   f"{'fixture' if len(outcomes) == 1 else 'fixtures'} to {output}", err=True)
     if junit is not None:
         write_output(junit_xml(outcomes), junit)
     status = max(outcome.status for outcome in outcomes)
     if status != EXIT_OK:
         raise SystemExit(status)
-
-
-def _check_written(written: Sequence[Path], fixtures: Sequence[Path | None]) -> None:
-    """Refuse unusable output paths before any fixture runs (the words of the export
-    paths' check in ``cli/console.py``). Raises :class:`InputError`."""
-    for index, path in enumerate(written):
-        if any(_same_file(path, other, unwritten=True) for other in written[:index]):
-            raise InputError(f"{path}: named twice as an output")
-        if path.is_dir():
-            raise InputError(f"{path}: is a directory")
-        parent = path.parent if str(path.parent) else type(path)(".")
-        if not parent.is_dir():
-            raise InputError(f"{path}: no such directory {parent}")
-        if any(fixture is not None and _same_file(path, fixture) for fixture in fixtures):
-            raise InputError(f"{path}: refusing to overwrite a fixture being read")
 
 
 def outcomes_of(
@@ -218,17 +202,6 @@ def outcomes_of(
         futures = [pool.submit(run_one, path, *settings) for path in fixtures]
         for future in futures:
             yield future.result()  # in submission order, whatever order they finish in
-
-
-def _same_file(left: Path, right: Path, unwritten: bool = False) -> bool:
-    """Whether two paths name one file; with ``unwritten``, also two spellings of one
-    path that does not exist yet (``out.txt`` and ``./out.txt``)."""
-    try:
-        if left.exists() and right.exists():
-            return os.path.samefile(left, right)
-    except OSError:
-        return False
-    return unwritten and os.path.abspath(left) == os.path.abspath(right)
 
 
 def golden_diff(text: str, golden: Path) -> str:

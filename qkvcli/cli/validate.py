@@ -15,7 +15,7 @@ import click
 
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
-from qkvcli.cli.io import SafePath, labelled
+from qkvcli.cli.io import SafePath, label_of, labelled
 from qkvcli.cli.options import max_elements_option
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[st
     from qkvcli.reading.parse import fixture_problems
     from qkvcli.reading.problems import FixtureError
 
-    text = labelled(str(path), lambda: read_fixture_text(path))
+    text = labelled(label_of(path), lambda: read_fixture_text(path))
     try:
         data = parse_json_text(text)
     except FixtureError as error:
@@ -93,14 +93,14 @@ def validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> Non
         try:
             kind, problems = fixture_problems_of(path, max_elements, attend)
         except QkvError as error:
-            kind, problems = CHAPTER, [error_line(error).removeprefix(f"{path}: ")]
+            kind, problems = CHAPTER, [error_line(error).removeprefix(f"{label_of(path)}: ")]
         if problems:
             bad_files += 1
             total += len(problems)
             for problem in problems:
-                click.echo(safe_line(f"Error: {path}: {problem}"), err=True)
+                click.echo(safe_line(f"Error: {label_of(path)}: {problem}"), err=True)
         else:
-            click.echo(f"{path}: ok" + (" (attend fixture)" if kind == ATTEND else ""))
+            click.echo(f"{label_of(path)}: ok" + (" (attend fixture)" if kind == ATTEND else ""))
     if bad_files:
         if len(paths) > 1:
             noun = "problem" if total == 1 else "problems"
