@@ -394,7 +394,8 @@ def test_a_real_sigint_at_the_quiz_prompt_exits_130() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "qkvcli", "quiz"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    proc.stdout.readline()  # the first question is out: the prompt waits
+    while not proc.stdout.readline().startswith("Question 1/"):
+        pass  # the first question is out: the prompt waits
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
