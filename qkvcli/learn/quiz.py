@@ -27,6 +27,7 @@ import numpy as np
 
 from qkvcli.attention.head import STAGES
 from qkvcli.core.errors import QkvError, format_shape
+from qkvcli.core.outputs import QkvForward
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
@@ -202,7 +203,7 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
 
 
 def _first_token_question(
-    x0: np.ndarray, weights: tuple[np.ndarray, ...], first: tuple[np.ndarray, ...],
+    x0: np.ndarray, weights: tuple[np.ndarray, ...], first: QkvForward,
     vectors: tuple[float, ...], shown: str, count: int,
 ) -> Question:
     """Question 2 at the largest of three sizes that fits a screen.
@@ -217,7 +218,7 @@ def _first_token_question(
                     "v0 = x0 W_V.")
     if fits_screen(full, count):
         return full
-    coordinate = float(first[0].reshape(-1)[0])
+    coordinate = float(first.query.reshape(-1)[0])
     one = Question(2, "Compute q0[0], coordinate 0 of the first token's query: the dot product "
                    f"of x0={_spaced(x0)} with column 0 of W_Q, W_Q[:,0]={_spaced(weights[0][:, 0])}.",
                    "number", (coordinate,), _g(coordinate),
