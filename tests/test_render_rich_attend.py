@@ -50,7 +50,7 @@ def test_attend_never_cuts_a_number_at_80_columns(make: Any) -> None:
     assert [word for word in text.split() if "…" in word and word not in ("…", "…,")] == []
     # Every weight shown is whole: each shown row's first key weight appears as printed.
     for row in evidence.rows[:2]:
-        assert f"{row.weights[0]:.4f}" in text
+        assert f"{row.attention[0]:.4f}" in text
         assert f"{row.output[0]:.4f}" in text
 
 
@@ -71,7 +71,7 @@ def test_attend_shows_the_scores_and_the_reverse_pass_whole_at_80_columns(make: 
     assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text
     for symbol in ("U = dO", "dA", "dZ", "dS", "dQ", "dK", "dV", "dX", "dW_Q", "dW_K", "dW_V"):
         assert f"  {symbol}  " in text
-    gradient = evidence.primary["input_gradient"]
+    gradient = evidence.primary["grad_input"]
     assert f"{float(np.abs(gradient).max()):.4f}" in text
 
 

@@ -110,8 +110,9 @@ def attend(
 
         write_output(render_attend_text(evidence), output, protect=fixture)
     if not evidence.passed:
-        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
-        click.echo(f"qkv: FAILED: {failed}", err=True)
+        from qkvcli.render.attend import failed_checks
+
+        click.echo(f"qkv: FAILED: {', '.join(failed_checks(evidence))}", err=True)
         raise SystemExit(EXIT_FAILED)
 
 
