@@ -186,8 +186,9 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     fmt = _show(result, fmt, requested, output, view)
     if junit is not None:
         from qkvcli.cli.batch import Outcome, junit_xml
+        from qkvcli.render.conformance import family_detail
 
-        checks = tuple((c.name, c.passed, c.detail) for c in result.checks)
+        checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
         skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
         write_atomic(junit, junit_xml([Outcome(result.implementation, checks,
                                                not_applicable=skipped)]))
