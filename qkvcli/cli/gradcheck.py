@@ -86,9 +86,9 @@ def gradcheck(
         show_rich(table, view, output, fixture, GRADCHECK_PRECISION, "qkv gradcheck")
     else:
         if fmt == "json":
-            from qkvcli.render.report import dumps, gradcheck_json
+            from qkvcli.render.gradcheck import render_gradcheck_json
 
-            text = dumps({**gradcheck_json(result), "dtype": dtype})
+            text = render_gradcheck_json(result, dtype=dtype)
         else:
             from qkvcli.render.gradcheck import render_gradcheck_text
 

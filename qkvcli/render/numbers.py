@@ -55,12 +55,21 @@ def split_placeholders(line: str) -> list[str]:
 
 
 def fmt_float(value: float, precision: int = 6) -> str:
-    """``{:.6}`` as the reference prints it: fixed point, negative zero keeps its sign."""
+    """One number: ``{:.6}`` fixed point as the reference prints it, never a false zero.
+
+    Takes the value and the decimals; a negative zero keeps its sign, non-finite values
+    are ``NaN``, ``inf``, ``-inf``. A non-zero value that fixed point would round to
+    zero (a ``--tolerance 1e-8``) is written with ``precision`` significant digits
+    instead (``1e-08``), so no number reads as zero when it is not.
+    """
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return f"{value:.{precision}f}"
+    text = f"{value:.{precision}f}"
+    if value != 0.0 and not text.strip("-0."):  # every digit zero: it would read as 0
+        return f"{value:.{max(precision, 1)}g}"
+    return text
 
 
 def iter_vector(values: npt.ArrayLike, policy: str = "full", precision: int = 6) -> Iterator[str]:
