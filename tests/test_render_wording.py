@@ -103,3 +103,47 @@ def test_every_json_output_carries_the_version(args: tuple[str, ...]) -> None:
     document = json.loads(out)
     assert document["qkv_version"] == __version__
     assert next(iter(document)) == "qkv_version"
+
+
+def test_attend_text_takes_its_precision() -> None:
+    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.render.attend import PRECISION, render_attend_text
+
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    assert PRECISION == 6
+    default = render_attend_text(evidence)
+    assert default == render_attend_text(evidence, precision=6)
+    four = render_attend_text(evidence, precision=4).splitlines()
+    loss = evidence.primary.loss
+    assert f"loss={loss:.4f}" in four and f"loss={loss:.6f}" in default.splitlines()
+    token = next(line for line in four if line.startswith("token=b0 t0 "))
+    first = evidence.rows[0]
+    assert token.startswith(f"token=b0 t0 weights:[{first.attention[0]:.4f},")
+    assert f"sum:{first.attention_sum:.4f} " in token
+
+
+def test_variance_text_and_rich_take_their_precision() -> None:
+    import io
+
+    from rich.console import Console
+
+    from qkvcli.learn.variance import dot_variance
+    from qkvcli.render.rich.options import RichOptions
+    from qkvcli.render.rich.variance import variance_renderable
+    from qkvcli.render.variance import PRECISION, render_variance_text
+
+    result = dot_variance((4, 8), 64, 26)
+    row = result.rows[0]
+    assert PRECISION == 4 and render_variance_text(result) == render_variance_text(result, 4)
+    six = render_variance_text(result, precision=6)
+    assert f"{row.scaled_variance:.6f}" in six and f"{row.std_error:.6f}" in six
+    assert f"{row.z:+.2f}" in six
+
+    def rich(precision: int) -> str:
+        console = Console(file=io.StringIO(), width=120, color_system=None)
+        console.print(variance_renderable(result, RichOptions(precision=precision)))
+        return console.file.getvalue()  # type: ignore[attr-defined]
+
+    assert f"{row.scaled_variance:.6f}" in rich(6)
+    assert f"{row.scaled_variance:.6f}" not in rich(4) and f"{row.scaled_variance:.4f}" in rich(4)
