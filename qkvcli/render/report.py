@@ -1,13 +1,13 @@
-"""The chapter's evidence report: text, diagram trace and JSON.
+"""The chapter's evidence report in its three plain forms: text, diagram trace and JSON.
 
-The chapter's 28-line ``key=value`` report.
+The text is the chapter's 28-line ``key=value`` report and the trace its diagram's
+17-line ``KIND|key=value`` trace, both byte for byte the reference's (the anchors fix
+them); the JSON holds everything in the evidence under stable key names. The JSON
+helpers the other reports share (:func:`json_float`, :func:`tensor_json`,
+:func:`gradcheck_json`, :func:`dumps`) live here too.
 
-The chapter diagram's 17-line ``KIND|key=value`` trace.
-
-The machine-readable report: everything in the evidence, with stable key names.
-
-Floats are written with Python's shortest round-trip representation, so reading the
-JSON back gives the same binary64 values. JSON has no NaN or infinity; such values
+JSON floats are written with Python's shortest round-trip representation, so reading
+the JSON back gives the same binary64 values. JSON has no NaN or infinity; such values
 (only possible when a computation overflows) are written as the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"``.
 """
@@ -30,6 +30,8 @@ from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_l
 from qkvcli.render.stream import marker, stream_document
 from qkvcli.render.tensors import TensorSummary, shows_values, summarise
 from qkvcli.render.wording import check_rows
+
+# --- text ---------------------------------------------------------------------------
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
 NEXT = "compare queries with keys and mix values"
@@ -96,6 +98,8 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     ]
     yield from stream_lines(lines, tensors)
 
+
+# --- trace --------------------------------------------------------------------------
 
 NEXT_CHAPTER = "27-self-attention"
 
@@ -179,6 +183,8 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     yield from stream_lines(lines, tensors)
 
 
+# --- JSON ---------------------------------------------------------------------------
+
 SCHEMA_VERSION = 1
 
 
@@ -233,6 +239,7 @@ def _probe(probe: ShapeProbe) -> dict[str, Any]:
 
 
 def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
+    """One checked coordinate (or direction): where, both gradients, the error, the verdict."""
     where: dict[str, Any] = (
         {"direction": check.direction} if check.direction is not None
         else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
@@ -249,6 +256,7 @@ def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
 
 
 def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
+    """A gradient check's settings and every tensor's checks, as every report embeds it."""
     return {
         "passed": result.passed,
         "mode": result.mode,
