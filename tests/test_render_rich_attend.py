@@ -124,7 +124,7 @@ def test_attend_default_keeps_four_decimals() -> None:
 @pytest.mark.parametrize("width", [80, 60], ids=["80", "60"])
 def test_variance_never_cuts_a_number(width: int) -> None:
     result = dot_variance([4, 8, 16, 32, 64], samples=200, seed=1)
-    text = render(variance_renderable(result, RichOptions()), width)
+    text = render(variance_renderable(result, RichOptions(precision=4)), width)  # as the CLI
     assert "…" not in text
     for row in result.rows:
         assert f"{row.ratio:.4f}" in text and f"{row.std_error:.4f}" in text
