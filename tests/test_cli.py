@@ -58,7 +58,8 @@ def test_gradcheck_table(runner: CliRunner) -> None:
     assert lines[0].split() == ["tensor", "coordinate", "analytic", "numerical", "scaled_error",
                                 "pass"]
     assert sum(line.endswith("PASS") for line in lines[1:]) == 24
-    assert lines[-1].startswith("gradcheck=PASS checks:24 input:6 query_weight:6 key_weight:6 ")
+    assert lines[-2].startswith("gradcheck=checks:24 input:6 query_weight:6 key_weight:6 ")
+    assert lines[-1] == "verdict: PASS (24 of 24 checks passed)"
 
 
 def test_gradcheck_samples_and_json(runner: CliRunner) -> None:

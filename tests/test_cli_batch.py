@@ -245,11 +245,11 @@ def test_expect_section_mismatch_fails_run_showing_expected_and_actual(tmp_path:
         "(tolerance 0.0)\n"
     )
     # the report itself is still shown, unchanged by the expect section, and a failing
-    # report ends with its verdict and the failed check (issue 14: a saved report says why)
+    # report ends with the failed check and its verdict (issue 14: a saved report says why)
     assert result.stdout == invoke(["report"], tmp_path).stdout + (
-        "verdict=FAIL failed:expect\n"
         "failed=expect 1 of 2 quantities differs: query[0,1,1]: expected 1.0, got -1.0 "
         "(tolerance 0.0)\n"
+        "verdict: FAIL (8 of 9 checks passed)\n"
     )
 
 

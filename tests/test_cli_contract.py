@@ -147,7 +147,7 @@ def test_precision_is_honoured_or_refused_with_one_warning(command: str) -> None
     base, three = invoke(args), invoke([*args, "--precision", "3"])
     assert base.exit_code == three.exit_code == 0, three.output
     warnings = [line for line in three.stderr.splitlines() if "--precision" in line]
-    if command in ("variance", "check"):
+    if command == "check":
         assert three.stdout == base.stdout
         assert len(warnings) == 1
         assert warnings[0].startswith(f"qkv: warning: --precision does not apply to qkv {command} (")

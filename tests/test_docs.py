@@ -252,6 +252,9 @@ def text_keys(output: str) -> dict[str, set[str]]:
     for line in output.splitlines():
         if not line or line.startswith("#"):
             continue
+        if line.startswith("verdict: "):  # the one verdict line every view but the report ends with
+            keys.setdefault("verdict:", set())
+            continue
         key, separator, value = _summaries(line, keys).partition("=")
         assert separator and re.fullmatch(r"[a-z_][a-z0-9_]*", key), line
         keys.setdefault(key, set()).update(SUB_KEY.findall(value))
@@ -370,7 +373,8 @@ def _missing(outputs: dict[str, str]) -> list[str]:
         kinds = trace_keys(output) if name.startswith("trace") else text_keys(output)
         joiner, sub_suffix = ("|", "=") if name.startswith("trace") else ("=", ":")
         for key, subs in sorted(kinds.items()):
-            term, suffix = (key, ":") if key == SUMMARY_KEY else (key + joiner, sub_suffix)
+            term, suffix = ((key, ":") if key == SUMMARY_KEY or key.endswith(":")
+                            else (key + joiner, sub_suffix))
             found = explanation(defined, term)
             if found is None:
                 missing.append(f"{name}: `{term}`")

@@ -58,7 +58,7 @@ def test_failures_in_the_elided_middle_stay_visible() -> None:
     text = render(result, RichOptions(precision=9), width=100)
     assert "│ [10,0]     │" in text and "│ [14,1]     │" in text
     assert text.count("FAIL") == 2 + 1 + 1  # two rows, the tensor summary, the verdict
-    assert "verdict: FAIL (98 of 100 coordinates within tolerance)" in text
+    assert "verdict: FAIL (98 of 100 checks passed)" in text
     hidden = 100 - 12 - 2  # 12 head and tail rows, and the two failures between them
     assert f"{hidden} coordinates not shown; --full shows every coordinate" in text
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tracemalloc
 from pathlib import Path
 
@@ -35,7 +36,9 @@ def _invoke(*args: str):
 
 
 def _reference(values: np.ndarray, precision: int = 6) -> str:
-    return ",".join(fmt_float(float(v), precision) for v in values.reshape(-1).tolist())
+    # a vector keeps the reference's fixed point for every value, tiny ones included
+    return ",".join(f"{v:.{precision}f}" if math.isfinite(v) else fmt_float(v, precision)
+                    for v in values.reshape(-1).tolist())
 
 
 VALUES = {

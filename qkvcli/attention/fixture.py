@@ -30,13 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
-from qkvcli.core.names import BRANCHES
+from qkvcli.core.names import BRANCHES, DEFAULT_NAMES
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.reading.files import StrPath
 from qkvcli.reading.fixture import GRADCHECK_KEYS, TOP_KEYS
@@ -63,7 +63,7 @@ from qkvcli.reading.limits import (
     check_scores_size,
     check_step_fits,
 )
-from qkvcli.reading.load import read_fixture_text
+from qkvcli.reading.load import fixture_stem, read_fixture_text
 from qkvcli.reading.problems import FixtureError
 from qkvcli.reading.settings import (
     parse_chapter,
@@ -110,8 +110,6 @@ def attend_parameters(x: Array, head: AttentionHead, layer: LayerParts | None) -
 
 
 def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
-    from qkvcli.core.names import DEFAULT_NAMES
-
     names = []
     for index, branch in enumerate(canonical.branches):
         name = DEFAULT_NAMES[index] if branch.name is None else branch.name
@@ -237,15 +235,10 @@ def load_attend_fixture(
     if path is None:
         return parse_attend_fixture(parse_json_text(example_text(example)),
                                     max_elements=max_elements, heads=heads)
-    from qkvcli.reading.load import fixture_stem
-
     text = read_fixture_text(path)
     return parse_attend_fixture(parse_json_text(text), fixture_stem(path), max_elements,
                                 path.parent, heads)
 
-
-if TYPE_CHECKING:
-    from qkvcli.reading.files import StrPath
 
 LAYER_TOP_KEYS = ("heads",)
 UPSTREAM_OUTPUT = "output"

@@ -149,7 +149,9 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown))
     if junit is not None:
-        checks = tuple((c.name, c.passed, c.detail) for c in result.checks)
+        from qkvcli.render.conformance import family_detail
+
+        checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
         skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
         write_file(junit, junit_xml([Outcome(result.implementation, checks,
                                              not_applicable=skipped)]))

@@ -108,8 +108,9 @@ def attend(
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision))
     if not evidence.passed:
-        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
-        click.echo(f"qkv: FAILED: {failed}", err=True)
+        from qkvcli.render.attend import failed_checks
+
+        click.echo(f"qkv: FAILED: {', '.join(failed_checks(evidence))}", err=True)
         raise SystemExit(EXIT_FAILED)
 
 

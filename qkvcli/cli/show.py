@@ -29,13 +29,12 @@ RICH_HONOURS = {
     "evidence": ("--width", "--precision", "--full", "--no-color"),
     "gradcheck": ("--width", "--precision", "--full", "--no-color"),
     "attend": ("--width", "--precision", "--full", "--no-color"),
-    "variance": ("--width", "--no-color"),  # its decimals and rows are the table's own
+    "variance": ("--width", "--precision", "--no-color"),  # its rows are the table's own
     "conformance": ("--width", "--full", "--no-color"),  # cards print exact values
 }
 """The view options the rich view (shown or exported) of each kind uses."""
 REASONS = {
     ("conformance", "--precision"): "its details show exact values",
-    ("variance", "--precision"): "its table keeps its own decimals",
     ("variance", "--full"): "its table elides nothing",
 }
 """Why a kind's views never use an option (said in its warning)."""

@@ -42,12 +42,6 @@ class Session:
         self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._reference: dict[int, tuple[QkvForward, QkvGradients]] = {}
 
-    @property
-    def fixtures(self) -> str:
-        """``"1 fixture"`` or ``"5 fixtures"``: how many fixtures a family was judged on."""
-        count = len(self.cases)
-        return f"{count} fixture" if count == 1 else f"{count} fixtures"
-
     # --- calls with fresh copies --------------------------------------------------------
 
     def _checked(self, case: Case, operation: str, names: tuple[str, ...],

@@ -30,7 +30,7 @@ KINDS = {
 """The records the renderers take, by qualified class name (looked up along the MRO, so
 rendering one never imports the others' modules: start-up is part of the product)."""
 PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
-    "evidence": (), "gradcheck": (), "attend": (), "variance": (), "conformance": (),
+    "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "conformance": (),
 }
 """The text formats of each kind that take ``precision`` (the rich view always does)."""
 
@@ -39,8 +39,9 @@ def verdict_line(passed: int, total: int, *, passed_all: bool | None = None) -> 
     """``verdict: PASS (N of M checks passed)``, or ``FAIL``: the one verdict wording
     outside the anchored chapter report. ``passed_all`` overrides ``passed == total``
     (a batch with a fixture that could not be read fails whatever its checks did)."""
-    ok = passed == total if passed_all is None else passed_all
-    return f"verdict: {'PASS' if ok else 'FAIL'} ({passed} of {total} checks passed)"
+    from qkvcli.render.wording import verdict
+
+    return verdict(passed == total if passed_all is None else passed_all, passed, total)
 
 
 def kind_of(evidence: object) -> str:
@@ -113,10 +114,9 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
 def gradcheck_text(result: Any, fmt: str, dtype: str) -> str:
     """``qkv gradcheck``'s table (``text``) or document (``json``, with ``dtype``)."""
     if fmt == "json":
-        from qkvcli import __version__
-        from qkvcli.render.report import dumps, gradcheck_json
+        from qkvcli.render.gradcheck import render_gradcheck_json
 
-        return dumps({"qkv_version": __version__, **gradcheck_json(result), "dtype": dtype})
+        return render_gradcheck_json(result, dtype=dtype)
     from qkvcli.render.gradcheck import render_gradcheck_text
 
     text = render_gradcheck_text(result)

@@ -1,14 +1,11 @@
-"""The fixed number and vector formats of every text output.
+"""The fixed number, vector and shape spellings of every text output.
 
-Number, vector and shape spellings shared by the plain renderers.
+A report's lines are built as text pieces with the tensors themselves between them
+(:data:`Line`); :func:`stream_lines` yields the text piece by piece, each tensor
+formatted in bounded chunks (or summarised, per ``--tensors``), so the whole text
+never has to exist at once.
 
-A report's tensors are written through :class:`Deferred`: lines are built with a
-placeholder per tensor, then :meth:`Deferred.stream` yields the text piece by piece,
-each tensor formatted in bounded chunks (or summarised, per ``--tensors``), so the
-whole text never has to exist at once.
-
-Vectorised fixed-point formatting of whole tensors, in bounded chunks.
-
+Whole tensors are formatted in fixed point by a vectorised path, in bounded chunks:
 :func:`iter_fixed` gives exactly the bytes of ``",".join(f"{v:.6f}" for v in flat)``
 (``NaN``, ``inf``, ``-inf`` for non-finite values; a negative zero keeps its sign) without
 one Python call per value: each chunk of values is scaled to an integer count of units
@@ -21,9 +18,8 @@ exact integers, are formatted by Python itself, so the result is always the refe
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
@@ -33,34 +29,23 @@ from qkvcli.render.tensors import shows_values, summarise
 if TYPE_CHECKING:
     import numpy.typing as npt  # annotations only: it costs ~1.5 ms of start-up
 
-PLACEHOLDER = "\x00qkv(\\d+)\x00"  # compiled only for a line with a stray NUL (never, today)
-
-
-def split_placeholders(line: str) -> list[str]:
-    """``re.split(PLACEHOLDER, line)``: text, tensor index, text, ..., text.
-
-    Lines are escaped text (no NUL) around placeholders, so splitting at NUL gives the
-    same pieces without compiling a pattern on every start-up; any other NUL takes the
-    pattern's way.
-    """
-    parts = line.split("\x00")
-    if len(parts) % 2 and all(
-        part.startswith("qkv") and part[3:].isascii() and part[3:].isdigit()
-        for part in parts[1::2]
-    ):
-        for position in range(1, len(parts), 2):
-            parts[position] = parts[position][3:]
-        return parts
-    return re.split(PLACEHOLDER, line)
-
 
 def fmt_float(value: float, precision: int = 6) -> str:
-    """``{:.6}`` as the reference prints it: fixed point, negative zero keeps its sign."""
+    """One number: ``{:.6}`` fixed point as the reference prints it, never a false zero.
+
+    Takes the value and the decimals; a negative zero keeps its sign, non-finite values
+    are ``NaN``, ``inf``, ``-inf``. A non-zero value that fixed point would round to
+    zero (a ``--tolerance 1e-8``) is written with ``precision`` significant digits
+    instead (``1e-08``), so no number reads as zero when it is not.
+    """
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return f"{value:.{precision}f}"
+    text = f"{value:.{precision}f}"
+    if value != 0.0 and not text.strip("-0."):  # every digit zero: it would read as 0
+        return f"{value:.{max(precision, 1)}g}"
+    return text
 
 
 def iter_vector(values: npt.ArrayLike, policy: str = "full", precision: int = 6) -> Iterator[str]:
@@ -77,7 +62,8 @@ def iter_vector(values: npt.ArrayLike, policy: str = "full", precision: int = 6)
         return
 
     def listed(numbers: tuple[float, ...]) -> str:
-        return "[" + ",".join(fmt_float(v, precision) for v in numbers) + "]"
+        # a vector's spelling (fixed point throughout, as full tensors are written)
+        return "[" + ",".join(python_fixed(v, precision) for v in numbers) + "]"
 
     yield (
         f"{{shape:{fmt_shape(s.shape)} count:{s.count} head:{listed(s.head)} "
@@ -92,28 +78,24 @@ def fmt_vector(values: npt.ArrayLike, precision: int = 6) -> str:
     return "".join(iter_vector(values, "full", precision))
 
 
-class Deferred:
-    """Placeholders for tensors in report lines, expanded as the text is streamed."""
+Line: TypeAlias = "str | tuple[str | Array, ...]"
+"""A report line: plain text, or text pieces with tensors between them."""
 
-    def __init__(self, policy: str = "summary") -> None:
-        self.policy = policy
-        self.arrays: list[npt.ArrayLike] = []
 
-    def __call__(self, values: npt.ArrayLike) -> str:
-        """A placeholder standing for ``values``' spelling."""
-        self.arrays.append(values)
-        return f"\x00qkv{len(self.arrays) - 1}\x00"
-
-    def stream(self, lines: Iterable[str]) -> Iterator[str]:
-        """Each line (placeholders expanded) and its newline, in pieces."""
-        for line in lines:
-            parts = split_placeholders(line)
-            for position, part in enumerate(parts):
-                if position % 2:
-                    yield from iter_vector(self.arrays[int(part)], self.policy)
-                elif part:
-                    yield part
-            yield "\n"
+def stream_lines(lines: Iterable[Line], policy: str = "summary") -> Iterator[str]:
+    """Each line and its newline, in pieces: a tensor is spelled as it is written (in
+    bounded chunks, or summarised per ``policy``), so the whole text never has to exist
+    at once."""
+    for line in lines:
+        if isinstance(line, str):
+            yield line
+        else:
+            for piece in line:
+                if isinstance(piece, str):
+                    yield piece
+                else:
+                    yield from iter_vector(piece, policy)
+        yield "\n"
 
 
 def fmt_shape(shape: Iterable[int]) -> str:

@@ -1,13 +1,13 @@
-"""The chapter's evidence report: text, diagram trace and JSON.
+"""The chapter's evidence report in its three plain forms: text, diagram trace and JSON.
 
-The chapter's 28-line ``key=value`` report.
+The text is the chapter's 28-line ``key=value`` report and the trace its diagram's
+17-line ``KIND|key=value`` trace, both byte for byte the reference's (the anchors fix
+them); the JSON holds everything in the evidence under stable key names. The JSON
+helpers the other reports share (:func:`json_float`, :func:`tensor_json`,
+:func:`gradcheck_json`, :func:`dumps`) live here too.
 
-The chapter diagram's 17-line ``KIND|key=value`` trace.
-
-The machine-readable report: everything in the evidence, with stable key names.
-
-Floats are written with Python's shortest round-trip representation, so reading the
-JSON back gives the same binary64 values. JSON has no NaN or infinity; such values
+JSON floats are written with Python's shortest round-trip representation, so reading
+the JSON back gives the same binary64 values. JSON has no NaN or infinity; such values
 (only possible when a computation overflows) are written as the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"``.
 """
@@ -26,10 +26,12 @@ from qkvcli import __version__
 from qkvcli.core.text import escape_controls
 from qkvcli.evidence.records import Evidence, ShapeProbe
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
-from qkvcli.render.numbers import Deferred, fmt_bool, fmt_float, fmt_shape
+from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
 from qkvcli.render.stream import marker, stream_document
 from qkvcli.render.tensors import TensorSummary, shows_values, summarise
 from qkvcli.render.wording import check_rows
+
+# --- text ---------------------------------------------------------------------------
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
 NEXT = "compare queries with keys and mix values"
@@ -43,7 +45,6 @@ def render_text(evidence: Evidence, tensors: str = "summary") -> str:
 def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     """The same text in pieces, tensors formatted as they are written (``tensors``: a
     :data:`~qkvcli.render.tensors.POLICIES` policy)."""
-    fmt_vector = Deferred(tensors)
     p = evidence.primary
     c = evidence.config
     s = evidence.shapes
@@ -54,11 +55,11 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
 
     arrays = p.tensors()
 
-    def tensor_line(name: str) -> str:
+    def tensor_line(name: str) -> Line:
         value = arrays[name]
-        return f"{name}=shape:{fmt_shape(value.shape)} values:{fmt_vector(value)}"
+        return (f"{name}=shape:{fmt_shape(value.shape)} values:", value)
 
-    lines = [
+    lines: list[Line] = [
         f"chapter={escape_controls(evidence.chapter)}",
         f"prediction={PREDICTION}",
         f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_head:{c.d_head} "
@@ -74,13 +75,13 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         f"history=additive_query:{h.earlier_left.replace('-', '_')} "
         f"additive_key_value:{h.earlier_right.replace('-', '_')} "
         "self_attention_qkv:hidden_sequence",
-        f"upstream_query={fmt_vector(p.grad_query)}",
-        f"upstream_key={fmt_vector(p.grad_key)}",
-        f"upstream_value={fmt_vector(p.grad_value)}",
-        f"input_gradient={fmt_vector(p.grad_input)}",
-        f"query_weight_gradient={fmt_vector(p.grad_w_query)}",
-        f"key_weight_gradient={fmt_vector(p.grad_w_key)}",
-        f"value_weight_gradient={fmt_vector(p.grad_w_value)}",
+        ("upstream_query=", p.grad_query),
+        ("upstream_key=", p.grad_key),
+        ("upstream_value=", p.grad_value),
+        ("input_gradient=", p.grad_input),
+        ("query_weight_gradient=", p.grad_w_query),
+        ("key_weight_gradient=", p.grad_w_key),
+        ("value_weight_gradient=", p.grad_w_value),
         f"gradcheck=input_checks:{len(g.checks_of('input').checks)} "
         f"query_checks:{len(g.checks_of('query_weight').checks)} "
         f"key_checks:{len(g.checks_of('key_weight').checks)} "
@@ -95,8 +96,10 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         f"same_fixture_replays_bitwise={fmt_bool(evidence.replay_bitwise)}",
         f"next={NEXT}",
     ]
-    yield from fmt_vector.stream(lines)
+    yield from stream_lines(lines, tensors)
 
+
+# --- trace --------------------------------------------------------------------------
 
 NEXT_CHAPTER = "27-self-attention"
 
@@ -109,7 +112,6 @@ def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
 def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     """The same text in pieces, tensors formatted as they are written (``tensors``: a
     :data:`~qkvcli.render.tensors.POLICIES` policy)."""
-    fmt_vector = Deferred(tensors)
     p = evidence.primary
     c = evidence.config
     s = evidence.shapes
@@ -118,18 +120,18 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     h = evidence.history
     ind = evidence.independence
 
-    def projection(role: str, tensor: str, index: int) -> str:
+    def projection(role: str, tensor: str, index: int) -> Line:
         weight = p.weights[index]
         output = p.outputs[index]
         return (
             f"PROJECTION|role={role}|tensor={tensor}|parameter={p.parameter_names[index]}"
-            f"|weight_shape={fmt_shape(weight.shape)}|weights={fmt_vector(weight)}"
-            f"|output_shape={fmt_shape(output.shape)}|output={fmt_vector(output)}"
+            f"|weight_shape={fmt_shape(weight.shape)}|weights=", weight,
+            f"|output_shape={fmt_shape(output.shape)}|output=", output,
         )
 
-    def weight_gradient(role: str, index: int) -> str:
+    def weight_gradient(role: str, index: int) -> Line:
         grad = p.weight_gradients[index]
-        return f"WEIGHT_GRADIENT|role={role}|shape={fmt_shape(grad.shape)}|values={fmt_vector(grad)}"
+        return (f"WEIGHT_GRADIENT|role={role}|shape={fmt_shape(grad.shape)}|values=", grad)
 
     if ind.applicable:
         independence = (
@@ -143,19 +145,17 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
             "|key_output=not-applicable|value_output=not-applicable"
         )
     eb, et = s.empty_batch, s.empty_tokens
-    lines = [
+    lines: list[Line] = [
         f"META|input_shape={fmt_shape(p.input.shape)}|model_width={c.d_model}"
         f"|head_width={c.d_head}|bias={fmt_bool(c.bias)}|parameter_count={p.parameter_count}"
         "|branch_order=query,key,value",
-        f"INPUT|values={fmt_vector(p.input)}",
+        ("INPUT|values=", p.input),
         projection("query", "Q", 0),
         projection("key", "K", 1),
         projection("value", "V", 2),
-        f"BACKWARD|query_upstream={fmt_vector(p.grad_query)}"
-        f"|key_upstream={fmt_vector(p.grad_key)}"
-        f"|value_upstream={fmt_vector(p.grad_value)}"
-        f"|input_gradient_shape={fmt_shape(p.grad_input.shape)}"
-        f"|input_gradient={fmt_vector(p.grad_input)}",
+        ("BACKWARD|query_upstream=", p.grad_query, "|key_upstream=", p.grad_key,
+         "|value_upstream=", p.grad_value,
+         f"|input_gradient_shape={fmt_shape(p.grad_input.shape)}|input_gradient=", p.grad_input),
         weight_gradient("query", 0),
         weight_gradient("key", 1),
         weight_gradient("value", 2),
@@ -180,8 +180,10 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         f"|initialization={'transactional' if evidence.initialization.transactional else 'partial'}",
         f"NEXT|chapter={NEXT_CHAPTER}",
     ]
-    yield from fmt_vector.stream(lines)
+    yield from stream_lines(lines, tensors)
 
+
+# --- JSON ---------------------------------------------------------------------------
 
 SCHEMA_VERSION = 1
 
@@ -237,6 +239,7 @@ def _probe(probe: ShapeProbe) -> dict[str, Any]:
 
 
 def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
+    """One checked coordinate (or direction): where, both gradients, the error, the verdict."""
     where: dict[str, Any] = (
         {"direction": check.direction} if check.direction is not None
         else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
@@ -253,6 +256,7 @@ def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
 
 
 def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
+    """A gradient check's settings and every tensor's checks, as every report embeds it."""
     return {
         "passed": result.passed,
         "mode": result.mode,

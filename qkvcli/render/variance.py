@@ -1,8 +1,8 @@
-"""``qkv variance``: text and JSON.
+"""``qkv variance``: the sampled rows as an aligned text table, and as JSON.
 
-``qkv variance`` as an aligned text table (JSON: :mod:`qkvcli.render.variance`).
-
-``qkv variance --format json``: the sampled rows, with the version that made them.
+The text is a right-aligned table, a line of settings and one of explanation (the rich
+view, :mod:`qkvcli.render.rich.variance`, shares its cells' wording); the JSON holds
+the rows with the version that made them.
 """
 
 from __future__ import annotations
@@ -22,18 +22,29 @@ EXPLAIN = (
 )
 
 
-def variance_cells(result: VarianceResult) -> list[tuple[str, ...]]:
-    """The table's cells, row by row (shared by the text and rich views)."""
+PRECISION = 4
+"""Decimals of the variances and the standard error unless the caller asks for others
+(four show a variance near 1 to the sampling error's scale); ``z`` keeps two."""
+
+
+def variance_cells(result: VarianceResult, precision: int = PRECISION) -> list[tuple[str, ...]]:
+    """The table's cells, row by row: ``d_k``, then the variances, the standard deviation
+    and the standard error to ``precision`` decimals, then ``z`` to two."""
+    p = precision
     return [
-        (str(r.d_k), f"{r.variance:.4f}", f"{r.std:.4f}", f"{r.scaled_variance:.4f}",
-         f"{r.std_error:.4f}", f"{r.z:+.2f}")
+        (str(r.d_k), f"{r.variance:.{p}f}", f"{r.std:.{p}f}", f"{r.scaled_variance:.{p}f}",
+         f"{r.std_error:.{p}f}", f"{r.z:+.2f}")
         for r in result.rows
     ]
 
 
-def render_variance_text(result: VarianceResult) -> str:
-    """Right-aligned columns, then one line of settings and one of explanation."""
-    rows = [HEADER, *variance_cells(result)]
+def render_variance_text(result: VarianceResult, precision: int = PRECISION) -> str:
+    """Right-aligned columns, then one line of settings and one of explanation.
+
+    Takes the result and ``precision``, the decimals of the table's numbers (default
+    :data:`PRECISION`, 4; ``z`` always has two); gives the text ending in a newline.
+    """
+    rows = [HEADER, *variance_cells(result, precision)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.rjust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.append("")

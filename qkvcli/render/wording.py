@@ -1,7 +1,9 @@
-"""The one wording of the chapter's checks: a :class:`Check` row per verdict, for every view.
+"""The one wording of the chapter's checks, and the one wording of every verdict line.
 
-Text, JSON and rich list the same ``name``, ``passed`` and ``detail``, so they cannot
-drift: all three call :func:`check_rows`.
+Text, JSON and rich list the same ``name``, ``passed`` and ``detail`` for the chapter's
+checks, so they cannot drift: all three call :func:`check_rows`. Every verdict that no
+anchor fixes (attend, gradcheck, check, a failing report, the rich views) is worded by
+:func:`verdict`: ``verdict: PASS (8 of 8 checks passed)``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,24 @@ from qkvcli.render.numbers import fmt_bool
 if TYPE_CHECKING:
     from qkvcli.evidence.records import Evidence
     from qkvcli.gradcheck.records import GradcheckResult
+
+
+VERDICT = "verdict: "
+"""How every verdict line starts; :func:`verdict_counts` ends it."""
+
+
+def verdict_counts(passed: int, total: int) -> str:
+    """``(7 of 8 checks passed)``: the end of every verdict line."""
+    return f"({passed} of {total} checks passed)"
+
+
+def verdict(ok: bool, passed: int, total: int) -> str:
+    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (7 of 8 checks passed)``.
+
+    Takes whether the whole run passed and how many of how many counted checks passed;
+    the rich views style the same words (:data:`VERDICT`, :func:`verdict_counts`).
+    """
+    return f"{VERDICT}{'PASS' if ok else 'FAIL'} {verdict_counts(passed, total)}"
 
 
 def _forward(evidence: Evidence) -> str:
@@ -106,14 +126,16 @@ def check_rows(evidence: Evidence) -> tuple[Check, ...]:
 
 
 def failure_lines(evidence: Evidence) -> str:
-    """The lines a *failing* text report ends with: the verdict and each failed check.
+    """The lines a *failing* text report ends with: each failed check, then the verdict.
 
-    ``verdict=FAIL failed:gradcheck`` then ``failed=gradcheck 23 of 24 coordinates ...``;
-    a report saved to a file then says why without stderr. Empty when every check passed.
+    ``failed=gradcheck 23 of 24 coordinates ...`` then ``verdict: FAIL (7 of 8 checks
+    passed)``; a report saved to a file then says why without stderr. Empty when every
+    check passed (the passing report's bytes are the anchor's).
     """
-    failed = [check for check in check_rows(evidence) if not check.passed]
+    rows = check_rows(evidence)
+    failed = [check for check in rows if not check.passed]
     if not failed:
         return ""
-    lines = [f"verdict=FAIL failed:{','.join(check.name for check in failed)}"]
-    lines += [f"failed={check.name} {check.detail}" for check in failed]
+    lines = [f"failed={check.name} {check.detail}" for check in failed]
+    lines.append(verdict(False, len(rows) - len(failed), len(rows)))
     return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ from qkvcli.render.rich.tables import (
     matrix_table,
 )
 from qkvcli.render.tensors import summarise
-from qkvcli.render.wording import check_rows
+from qkvcli.render.wording import VERDICT, check_rows, verdict_counts
 
 REJECTION_REASONS = {
     "rank-two": "The input must keep explicit batch, token, and feature axes.",
@@ -196,16 +196,13 @@ def _checks_part(evidence: Evidence) -> Part:
 
 
 def verdict_line(evidence: Evidence) -> Text:
-    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (failed: ...)``."""
+    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (7 of 8 checks passed)``
+    (:func:`~qkvcli.render.wording.verdict`; the Checks card names the failed ones)."""
     total = len(evidence.checks)
     passed = sum(1 for check in evidence.checks if check.passed)
-    line = Text("verdict: ", style="bold")
+    line = Text(VERDICT, style="bold")
     line.append_text(status(evidence.passed))
-    if evidence.passed:
-        line.append(f" ({passed} of {total} checks passed)")
-    else:
-        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
-        line.append(f" ({passed} of {total} checks passed; failed: {failed})")
+    line.append(" " + verdict_counts(passed, total))
     return line
 
 
