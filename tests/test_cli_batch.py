@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
+from qkvcli.cli.batch import run_one
 from qkvcli.reading.load import bundled_fixture_text
 
 GOOD = json.loads(bundled_fixture_text())
@@ -282,3 +283,52 @@ def test_batch_runs_honour_the_gradcheck_mode(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     text = junit.read_text()
     assert "fast" in text and "directions" in text
+
+
+# --- --jobs: a worker that dies ---------------------------------------------------------
+
+def _dies_on_b(path: Any, *settings: Any) -> Any:
+    """run_one, except that the worker running ``b.json`` is killed (as the OOM killer does)."""
+    import signal
+
+    if path is not None and path.name == "b.json":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return run_one(path, *settings)
+
+
+def test_a_killed_worker_is_a_failed_row_and_every_other_row_is_printed(
+    three: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qkvcli.cli import batch
+
+    (three / "b.json").write_text(json.dumps(GOOD))
+    (three / "c.json").write_text(json.dumps(FAILING))
+    (three / "d.json").write_text(json.dumps(GOOD))
+    monkeypatch.setattr(batch, "run_one", _dies_on_b)  # the workers are forked: they see it
+    result = invoke(["run", "a.json", "b.json", "c.json", "d.json", "--jobs", "2"], three)
+    died = ("its worker process was killed by SIGKILL before giving a result "
+            "(out of memory?)")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == (
+        "fixture  checks  result\n"
+        "a.json   8/8     passed\n"
+        f"b.json   -       ERROR: {died}\n"
+        "c.json   8/9     FAILED: expect\n"
+        "d.json   8/8     passed\n"
+        "4 fixtures: 2 passed, 1 failed, 1 bad input\n"
+    )
+    assert result.stderr == f"Error: b.json: {died}\n"
+
+
+def test_outcomes_of_reruns_alone_what_a_broken_pool_left(tmp_path: Path) -> None:
+    from qkvcli.cli import batch
+    from qkvcli.cli.options import CheckOverrides
+
+    paths = []
+    for name in ("a.json", "b.json", "c.json"):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(GOOD))
+    outcomes = list(batch.outcomes_of(paths, 3, 1 << 20, CheckOverrides(), work=_dies_on_b))
+    assert [o.label for o in outcomes] == [str(p) for p in paths]
+    assert [o.status for o in outcomes] == [0, 2, 0]
+    assert outcomes[1].error is not None and "killed by SIGKILL" in outcomes[1].error

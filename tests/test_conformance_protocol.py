@@ -34,7 +34,7 @@ def chapter() -> list[Case]:
 def test_tensors_round_trip_float64_exactly() -> None:
     values = np.array([0.1, -0.0, 1e-310, 2.0**-1074, 1.7976931348623157e308, 1 / 3])
     line = encode({"id": 1, "t": encode_tensor(values.reshape(2, 3))})
-    back = decode_tensor(decode(line), "t")
+    back = decode_tensor(decode(line), "t", 100)
     assert back.shape == (2, 3)
     assert back.reshape(-1).tobytes() == values.tobytes()
 
@@ -53,7 +53,7 @@ def test_tensors_round_trip_float64_exactly() -> None:
 )
 def test_malformed_tensors_are_refused(line: bytes, message: str) -> None:
     with pytest.raises(Malformed, match=message.replace("[", r"\[").replace("]", r"\]")):
-        decode_tensor(decode(line), "t")
+        decode_tensor(decode(line), "t", 100)
 
 
 def test_nan_is_refused_on_the_way_out() -> None:

@@ -3,7 +3,9 @@
 ``qkv run a.json b.json dir/`` runs each fixture (a directory means the ``*.json``
 files directly inside it, in name order), prints one summary row per fixture and exits
 with the worst status: 2 when any fixture was bad input, else 1 when any check failed,
-else 0. ``--junit FILE`` also writes a JUnit XML report (one test suite per fixture,
+else 0. With ``--jobs N`` the fixtures run in N worker processes; a worker that dies
+(killed, out of memory) is a bad-input row naming its fixture, and every other row and
+the summary are still printed. ``--junit FILE`` also writes a JUnit XML report (one test suite per fixture,
 one test case per check); ``-o FILE`` writes the summary table to FILE (atomically)
 instead of printing it. ``qkv run FIXTURE --expect GOLDEN`` compares the rendered
 report with a golden file instead of printing it.
@@ -190,18 +192,79 @@ def run_many(
 
 def outcomes_of(
     fixtures: Sequence[Path | None], jobs: int, *settings: Any,
+    work: Callable[..., Outcome] | None = None,
 ) -> Iterator[Outcome]:
-    """:func:`run_one` of each fixture (with ``settings``), in order; in ``jobs`` processes."""
+    """``work(path, *settings)`` (default :func:`run_one`) of each fixture, in order; in
+    ``jobs`` processes.
+
+    A worker that dies (killed, out of memory) takes the whole pool down with it, so
+    every fixture it left without a result is run again alone (:func:`run_alone`); the
+    one whose own worker dies again is a failed row naming it, and every other
+    fixture's row is the one a serial run gives.
+    """
+    work = work or run_one
     if jobs <= 1 or len(fixtures) <= 1:
         for path in fixtures:
-            yield run_one(path, *settings)
+            yield work(path, *settings)
         return
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(fixtures))) as pool:
-        futures = [pool.submit(run_one, path, *settings) for path in fixtures]
-        for future in futures:
-            yield future.result()  # in submission order, whatever order they finish in
+        futures = [pool.submit(work, path, *settings) for path in fixtures]
+        for path, future in zip(fixtures, futures, strict=True):
+            try:
+                yield future.result()  # in submission order, whatever order they finish in
+            except BrokenProcessPool:
+                yield run_alone(work, path, settings)
+
+
+def run_alone(work: Callable[..., Outcome], path: Path | None,
+              settings: tuple[Any, ...]) -> Outcome:
+    """``work(path, *settings)`` in a process of its own; if that process dies before
+    giving a result, an :class:`Outcome` whose error says how it ended."""
+    import multiprocessing
+
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.Process(target=_send_outcome, args=(sender, work, path, settings))
+    process.start()
+    sender.close()
+    try:
+        outcome, error = receiver.recv()  # before join: a large result fills the pipe
+    except EOFError:
+        outcome, error = None, None
+    finally:
+        receiver.close()
+        process.join()
+    if error is not None:
+        raise error  # a bug in qkv, reported as the serial run would (exit 70)
+    if outcome is None:
+        return Outcome(label_of(path), error=f"its worker process {_ending(process.exitcode)} "
+                       "before giving a result (out of memory?)")
+    assert isinstance(outcome, Outcome)
+    return outcome
+
+
+def _send_outcome(sender: Any, work: Callable[..., Outcome], path: Path | None,
+                  settings: tuple[Any, ...]) -> None:
+    try:
+        result: tuple[Outcome | None, BaseException | None] = (work(path, *settings), None)
+    except Exception as error:  # sent back and raised in the parent
+        result = (None, error)
+    sender.send(result)
+    sender.close()
+
+
+def _ending(exitcode: int | None) -> str:
+    """``"was killed by SIGKILL"`` or ``"exited with status 3"``."""
+    if exitcode is not None and exitcode < 0:
+        import signal
+
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
 
 
 def golden_diff(text: str, golden: Path) -> str:

@@ -187,7 +187,8 @@ def weight_gradient(index: int, grad_w: Array, x: Array, upstream: tuple[Array, 
     branch = BRANCHES[index]
     d_model = x.shape[-1]
     rows = x.reshape(-1, d_model)
-    flat = [g.reshape(rows.shape[0], -1) for g in upstream]
+    # Not reshape(rows, -1): with no rows (an empty batch) -1 has no single meaning.
+    flat = [g.reshape(rows.shape[0], g.shape[-1]) for g in upstream]
     for other in range(3):
         # [d,BT] @ [BT,h] -> [d,h]
         if other != index and close(grad_w, rows.T @ flat[other], tolerance):
