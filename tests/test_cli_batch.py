@@ -316,6 +316,7 @@ def test_a_killed_worker_is_a_failed_row_and_every_other_row_is_printed(
         "c.json   8/9     FAILED: expect\n"
         "d.json   8/8     passed\n"
         "4 fixtures: 2 passed, 1 failed, 1 bad input\n"
+        "verdict: FAIL (24 of 25 checks passed)\n"
     )
     assert result.stderr == f"Error: b.json: {died}\n"
 
