@@ -467,3 +467,20 @@ def test_every_json_output_carries_qkv_version(args: list[str]) -> None:
     result = invoke(args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["qkv_version"] == __version__
+
+
+FULL_DEVICE_COMMANDS = [
+    ["report"], ["report", "-f", "json"], ["report", "-f", "rich"], ["run", "-f", "text"],
+    ["gradcheck"], ["attend"], ["variance"], ["schema"],
+    ["check", str(ROOT / "examples" / "implementations" / "numpy_qkv.py"), "--random", "0"],
+]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.parametrize("args", FULL_DEVICE_COMMANDS, ids=lambda a: " ".join(a[:3]))
+def test_a_full_standard_output_is_one_line_and_exit_2(args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "qkvcli", *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "Error: standard output: cannot write (No space left on device)\n"

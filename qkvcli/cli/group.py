@@ -16,6 +16,7 @@ reports, not a line of noise.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -133,10 +134,22 @@ class QkvGroup(click.Group):
             raise InputError(out_of_memory("")) from None
         except RecursionError:
             raise InputError("input is nested too deeply") from None
+        except OSError as error:
+            if error.errno not in OUTPUT_ERRNOS:
+                internal_error(ctx, error)
+            # Standard output is full or failing (``> /dev/full``): one line, exit 2, and
+            # nothing more tried on it (the interpreter's final flush would fail again).
+            silence_stdout()
+            raise InputError(f"standard output: cannot write ({error.strerror})") from None
         except QkvError as error:
             raise InputError(error_line(error)) from None
         except Exception as error:
             internal_error(ctx, error)
+
+
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
+"""Errors of a failing output device: reported as input errors, not as bugs. Writing a
+file named by ``-o`` reports its own (:func:`qkvcli.cli.io.write_file`)."""
 
 
 def out_of_memory(label: str) -> str:

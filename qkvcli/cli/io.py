@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -210,6 +211,7 @@ def write_output(text: str | Iterable[str], output: Path | None) -> None:
     if output is None:
         for chunk in chunked([text] if isinstance(text, str) else text):
             click.echo(chunk, nl=False)
+        sys.stdout.flush()  # a failing device (/dev/full) says so here, not at exit
         return
     write_file(output, text)
 
