@@ -123,7 +123,7 @@ BAD_INPUTS: list[tuple[str, bytes, str]] = [
     ("upstream-shape", changed("upstream", {"key": [[[1, 2, 3], [4, 5, 6]]]}),
      "$.upstream.key: expected shape [1,2,2] (batch, tokens, d_head), got [1,2,3]"),
     ("step-zero", changed("gradcheck", {"step": 0}),
-     "$.gradcheck.step: step must be greater than zero"),
+     "$.gradcheck.step: central-difference step 0.0 must be positive and finite"),
     ("samples-boolean", changed("gradcheck", {"samples": True}),
      "$.gradcheck.samples: expected an integer or null, got boolean"),
     ("seed-too-large", changed("seed", 2**64),

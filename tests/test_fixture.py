@@ -139,8 +139,10 @@ BAD = [
      "$.input[0][0][0]: number is too large for binary64"),
     ("upstream-shape", mutate("upstream", {"key": [[[1, 2, 3], [4, 5, 6]]]}),
      "$.upstream.key: expected shape [1,2,2] (batch, tokens, d_head), got [1,2,3]"),
-    ("bad-step", mutate("gradcheck", {"step": 0}), "$.gradcheck.step: step must be greater than zero"),
-    ("bad-samples", mutate("gradcheck", {"samples": 0}), "$.gradcheck.samples: samples must be at least 1"),
+    ("bad-step", mutate("gradcheck", {"step": 0}),
+     "$.gradcheck.step: central-difference step 0.0 must be positive and finite"),
+    ("bad-samples", mutate("gradcheck", {"samples": 0}),
+     "$.gradcheck.samples: gradient check needs at least one sample per tensor"),
     ("bad-seed", mutate("seed", -1), "$.seed: seed must be between 0 and 18446744073709551615"),
     ("not-object", [1, 2], "$: expected an object, got array"),
 ]

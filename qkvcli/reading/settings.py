@@ -6,31 +6,41 @@ setting keeps its default while collecting.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from typing import Any
 
+from qkvcli.gradcheck.settings import (
+    GradcheckSettingError,
+    ZeroSamples,
+    check_step,
+    check_tolerance,
+)
 from qkvcli.reading.fixture import GRADCHECK_KEYS
 from qkvcli.reading.json_values import expect_object, finite_number, json_type_name, unknown_keys
 from qkvcli.reading.limits import DEFAULT_SEED, DEFAULT_STEP, DEFAULT_TOLERANCE, MAX_SEED
 from qkvcli.reading.problems import FixtureError, Problems
 
 
+def _by_the_rule(rule: Callable[[float], float], value: float, location: str) -> float:
+    """``rule(value)`` (one of :mod:`qkvcli.gradcheck.settings`' rules, the one place a
+    setting is judged), its refusal located at ``location`` in the fixture."""
+    try:
+        return rule(value)
+    except GradcheckSettingError as error:
+        raise FixtureError(location, str(error)) from None
+
+
 def parse_step(raw: Any) -> float:
-    """``$.gradcheck.step``: a number greater than zero. Raises :class:`FixtureError`."""
-    step = finite_number(raw, "$.gradcheck.step")
-    if step <= 0:
-        raise FixtureError("$.gradcheck.step", "step must be greater than zero")
-    if not math.isfinite(2.0 * step):
-        raise FixtureError("$.gradcheck.step", "step is too large: x + 2*step overflows binary64")
-    return step
+    """``$.gradcheck.step``: a number the central difference can use
+    (:func:`~qkvcli.gradcheck.settings.check_step`). Raises :class:`FixtureError`."""
+    return _by_the_rule(check_step, finite_number(raw, "$.gradcheck.step"), "$.gradcheck.step")
 
 
 def parse_tolerance(raw: Any) -> float:
-    """``$.gradcheck.tolerance``: a number, not negative. Raises :class:`FixtureError`."""
-    tolerance = finite_number(raw, "$.gradcheck.tolerance")
-    if tolerance < 0:
-        raise FixtureError("$.gradcheck.tolerance", "tolerance must not be negative")
-    return tolerance
+    """``$.gradcheck.tolerance``: a number, not negative
+    (:func:`~qkvcli.gradcheck.settings.check_tolerance`). Raises :class:`FixtureError`."""
+    return _by_the_rule(check_tolerance, finite_number(raw, "$.gradcheck.tolerance"),
+                        "$.gradcheck.tolerance")
 
 
 def parse_samples(raw_samples: Any) -> int | None:
@@ -42,7 +52,7 @@ def parse_samples(raw_samples: Any) -> int | None:
             "$.gradcheck.samples", f"expected an integer or null, got {json_type_name(raw_samples)}"
         )
     if raw_samples < 1:
-        raise FixtureError("$.gradcheck.samples", "samples must be at least 1")
+        raise FixtureError("$.gradcheck.samples", str(ZeroSamples()))
     return raw_samples
 
 
