@@ -21,6 +21,7 @@ from qkvcli.evidence.records import Evidence
 from qkvcli.reading.fixture import Fixture
 from qkvcli.reading.load import load_fixture
 from qkvcli.render.numbers import fmt_float
+from qkvcli.render.report import published_tensors
 from qkvcli.render.rich.boxes import INPUT, KEY, QUERY, VALUE
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.view import render_rich
@@ -149,7 +150,7 @@ def test_every_value_appears_at_the_chosen_precision(chapter: Evidence) -> None:
         for name in ("input", "query_weight", "key_weight", "value_weight", "query", "key",
                      "value", "input_gradient", "query_weight_gradient", "key_weight_gradient",
                      "value_weight_gradient"):
-            for value in p.tensors()[name].reshape(-1):
+            for value in published_tensors(p)[name].reshape(-1):
                 assert fmt_float(float(value), precision) in text, (name, value)
         # Every printed number has exactly `precision` decimals.
         numbers = re.findall(r"(?<![\w.])-?\d+\.\d+(?![\w.])", text)

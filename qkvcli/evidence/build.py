@@ -45,9 +45,11 @@ def build_evidence(fixture: Fixture) -> Evidence:
     expect = None
     if fixture.expect is not None:
         # Only fixtures with an expect section get this check, so the chapter's is unchanged.
-        from qkvcli.reading.expect import compare_expectations
+        from qkvcli.reading.expect import EXPECT_FIELDS, compare_expectations
 
-        actual: dict[str, Array | float] = {**primary.tensors(), "loss": primary.loss}
+        fields = primary.tensors()
+        actual: dict[str, Array | float] = {key: fields[field] for key, field in EXPECT_FIELDS.items()}
+        actual["loss"] = primary.loss
         expect = compare_expectations(fixture.expect, actual)
     # The replay pass runs last and is dropped at once, so its buffers never coexist with
     # the gradient check's or the shape probes'.

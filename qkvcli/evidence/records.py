@@ -60,22 +60,22 @@ class Primary(Record):
     parameter_count: int
 
     def tensors(self) -> dict[str, Array]:
-        """Every tensor by its published name, in report order."""
+        """Every tensor by its field name, in report order (render/ publishes the names)."""
         return {
             "input": self.input,
-            "query_weight": self.w_query,
-            "key_weight": self.w_key,
-            "value_weight": self.w_value,
+            "w_query": self.w_query,
+            "w_key": self.w_key,
+            "w_value": self.w_value,
             "query": self.query,
             "key": self.key,
             "value": self.value,
-            "upstream_query": self.grad_query,
-            "upstream_key": self.grad_key,
-            "upstream_value": self.grad_value,
-            "input_gradient": self.grad_input,
-            "query_weight_gradient": self.grad_w_query,
-            "key_weight_gradient": self.grad_w_key,
-            "value_weight_gradient": self.grad_w_value,
+            "grad_query": self.grad_query,
+            "grad_key": self.grad_key,
+            "grad_value": self.grad_value,
+            "grad_input": self.grad_input,
+            "grad_w_query": self.grad_w_query,
+            "grad_w_key": self.grad_w_key,
+            "grad_w_value": self.grad_w_value,
         }
 
     @property

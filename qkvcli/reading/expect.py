@@ -45,6 +45,12 @@ EXPECT_TENSORS: dict[str, str] = {
     "key_weight_gradient": "d_model, d_head",
     "value_weight_gradient": "d_model, d_head",
 }
+EXPECT_FIELDS: dict[str, str] = {
+    "query": "query", "key": "key", "value": "value", "input_gradient": "grad_input",
+    "query_weight_gradient": "grad_w_query", "key_weight_gradient": "grad_w_key",
+    "value_weight_gradient": "grad_w_value",
+}
+"""Each expected tensor's key in the fixture, and the engine's field it is compared with."""
 EXPECT_KEYS = ("query", "key", "value", "loss", "input_gradient", "query_weight_gradient",
                "key_weight_gradient", "value_weight_gradient", "tolerance")
 DEFAULT_EXPECT_TOLERANCE = 0.0

@@ -23,8 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from qkvcli import __version__
+from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
-from qkvcli.evidence.records import Evidence, ShapeProbe
+from qkvcli.evidence.records import Evidence, Primary, ShapeProbe
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
 from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
 from qkvcli.render.stream import marker, stream_document
@@ -35,6 +36,21 @@ from qkvcli.render.wording import check_rows
 
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
 NEXT = "compare queries with keys and mix values"
+
+
+PUBLISHED_TENSORS = {
+    "input": "input", "w_query": "query_weight", "w_key": "key_weight",
+    "w_value": "value_weight", "query": "query", "key": "key", "value": "value",
+    "grad_query": "upstream_query", "grad_key": "upstream_key", "grad_value": "upstream_value",
+    "grad_input": "input_gradient", "grad_w_query": "query_weight_gradient",
+    "grad_w_key": "key_weight_gradient", "grad_w_value": "value_weight_gradient",
+}
+"""The report's published name of each of :meth:`Primary.tensors`' fields, in order."""
+
+
+def published_tensors(primary: Primary) -> dict[str, Array]:
+    """``primary``'s tensors under the report's published names, in report order."""
+    return {PUBLISHED_TENSORS[field]: value for field, value in primary.tensors().items()}
 
 
 def render_text(evidence: Evidence, tensors: str = "summary") -> str:
@@ -53,7 +69,7 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     g = evidence.gradcheck
     h = evidence.history
 
-    arrays = p.tensors()
+    arrays = published_tensors(p)
 
     def tensor_line(name: str) -> Line:
         value = arrays[name]
@@ -307,7 +323,8 @@ def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any
         },
         "parameter_names": list(p.parameter_names),
         "parameter_count": p.parameter_count,
-        "tensors": {name: tensor_json(value, tensors) for name, value in p.tensors().items()},
+        "tensors": {name: tensor_json(value, tensors)
+                    for name, value in published_tensors(p).items()},
         "shapes": {
             "rule": _probe(s.rule),
             "batch": _probe(s.batch),
@@ -366,7 +383,7 @@ def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         yield dumps(document)
         return
     arrays: list[npt.ArrayLike] = []
-    for name, value in evidence.primary.tensors().items():
+    for name, value in published_tensors(evidence.primary).items():
         entry = document["tensors"][name]
         if "values" not in entry:
             document["tensors"][name] = {"shape": entry["shape"], "values": marker(len(arrays))}
