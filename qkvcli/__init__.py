@@ -29,13 +29,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from qkvcli.checks.evidence import build_evidence
     from qkvcli.core.errors import QkvError
     from qkvcli.core.outputs import QkvForward, QkvGradients
     from qkvcli.core.projections import QkvProjections
     from qkvcli.core.splitmix import SplitMix64
-    from qkvcli.fixtures.fixture import Fixture
-    from qkvcli.fixtures.load import load_fixture
+    from qkvcli.evidence.build import build_evidence
+    from qkvcli.reading.fixture import Fixture
+    from qkvcli.reading.load import load_fixture
 
 _LAZY = {
     "QkvProjections": "qkvcli.core.projections",
@@ -43,9 +43,9 @@ _LAZY = {
     "QkvGradients": "qkvcli.core.outputs",
     "QkvError": "qkvcli.core.errors",
     "SplitMix64": "qkvcli.core.splitmix",
-    "Fixture": "qkvcli.fixtures.fixture",
-    "load_fixture": "qkvcli.fixtures.load",
-    "build_evidence": "qkvcli.checks.evidence",
+    "Fixture": "qkvcli.reading.fixture",
+    "load_fixture": "qkvcli.reading.load",
+    "build_evidence": "qkvcli.evidence.build",
 }
 
 

@@ -2,9 +2,15 @@
 
 - no import cycle between qkvcli's modules, counting imports inside functions and
   under ``TYPE_CHECKING`` (a cycle hidden in a function is still a cycle);
-- no module over 300 lines;
+- one job per module: each module says its job in its docstring; none over
+  :data:`MAX_LINES` without a stated reason; at most :data:`MAX_SMALL` non-face modules
+  under :data:`MIN_LINES`; every package face says what its folder does;
+- at most :data:`MAX_MODULES` modules, no class name defined twice, and no package
+  folder named like a top-level folder of the repository;
 - no ``_private`` name imported from another module;
 - each layer imports only the layers ARCHITECTURE.md allows it.
+
+Each rule is one test that lists every offender, so one run shows them all.
 """
 
 from __future__ import annotations
@@ -12,24 +18,28 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "qkvcli"
-MAX_LINES = 300
+REPOSITORY = PACKAGE.parent
+MAX_LINES = 450
+MIN_LINES = 40
+MAX_SMALL = 3
+MAX_MODULES = 110
+LONG_BECAUSE: dict[str, str] = {}
+"""Modules allowed over :data:`MAX_LINES`, each with its reason (none today)."""
 
 # What each folder may import (besides itself). The top-level package and ``__main__``
 # are the public face and may name anything.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
-    "fixtures": {"core"},
+    "reading": {"core", "gradcheck"},  # a fixture's gradcheck settings, by gradcheck's rules
     "gradcheck": {"core"},
-    "checks": {"core", "fixtures", "gradcheck"},
-    "attention": {"core", "fixtures", "gradcheck", "checks"},
-    "learn": {"core", "fixtures", "checks", "attention"},
-    "authoring": {"core", "fixtures"},
-    "conformance": {"core", "fixtures", "gradcheck"},
-    "render": {"core", "fixtures", "gradcheck", "checks", "attention", "learn", "conformance"},
-    "cli": {"core", "fixtures", "gradcheck", "checks", "attention", "learn", "authoring",
+    "evidence": {"core", "reading", "gradcheck"},
+    "attention": {"core", "reading", "gradcheck", "evidence"},
+    "learn": {"core", "reading", "evidence", "attention"},
+    "authoring": {"core", "reading"},
+    "conformance": {"core", "reading", "gradcheck"},
+    "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "conformance"},
+    "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",
             "conformance", "render", "data"},
     "data": set(),
 }
@@ -121,10 +131,63 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("name", sorted(MODULES), ids=str)
-def test_module_is_small(name: str) -> None:
-    lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines"
+def is_face(name: str) -> bool:
+    return MODULES[name].name == "__init__.py" or name in {"qkvcli.__main__"}
+
+
+def line_count(name: str) -> int:
+    return len(MODULES[name].read_text(encoding="utf-8").splitlines())
+
+
+def test_no_module_is_long_without_a_reason() -> None:
+    long = [f"{name} ({line_count(name)} lines)" for name in MODULES
+            if line_count(name) > MAX_LINES and name not in LONG_BECAUSE]
+    assert long == []
+
+
+def test_few_modules_are_too_small_to_be_a_job() -> None:
+    small = [f"{name} ({line_count(name)} lines)" for name in MODULES
+             if not is_face(name) and line_count(name) < MIN_LINES]
+    assert len(small) <= MAX_SMALL, small
+
+
+def test_every_module_names_its_job() -> None:
+    silent = [name for name in MODULES if name != "qkvcli.data"
+              and len((ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+                       or "").split()) < 4]
+    assert silent == []
+
+
+def test_every_package_face_says_what_its_folder_does() -> None:
+    thin = [name for name in MODULES if MODULES[name].name == "__init__.py"
+            and len((ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+                     or "").split()) < 6]
+    assert thin == []
+
+
+def test_the_package_is_a_readable_number_of_modules() -> None:
+    assert len(MODULES) <= MAX_MODULES
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    seen: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                seen.setdefault(node.name, []).append(name)
+    assert {cls: where for cls, where in seen.items() if len(where) > 1} == {}
+
+
+def test_no_package_folder_is_named_like_a_repository_folder() -> None:
+    top = {path.name for path in REPOSITORY.iterdir() if path.is_dir()}
+    clashes = sorted(path.name for path in PACKAGE.rglob("*") if path.is_dir()
+                     and (path / "__init__.py").exists() and path.name in top)
+    assert clashes == []
+
+
+def test_the_rules_tell_faces_from_modules() -> None:
+    assert not is_face("qkvcli.core.projections") and is_face("qkvcli.core")
+    assert line_count("qkvcli.core.projections") > MIN_LINES
 
 
 def test_no_private_name_crosses_modules() -> None:

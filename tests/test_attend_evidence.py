@@ -10,8 +10,11 @@ import pytest
 
 from qkvcli.attention.evidence import build_attend_evidence, hull_evidence
 from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.render.attend import attend_checks
 
-CHECKS = ["forward", "weights", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
+CHECKS = ["forward", "attention", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
+PUBLISHED_CHECKS = ["forward", "weights", "mask", "hull", "reverse", "shapes", "replay",
+                    "gradcheck"]
 
 
 def fixture_data(wq: Any, wk: Any, wv: Any, **extra: Any) -> dict[str, Any]:
@@ -29,6 +32,7 @@ C = [[1, 1], [1, -1], [0, 2]]
 def test_bundled_examples_pass_every_check(example: str, causal: bool) -> None:
     evidence = build_attend_evidence(load_attend_fixture(example=example), causal)
     assert [c.name for c in evidence.checks] == CHECKS
+    assert [c.name for c in attend_checks(evidence)] == PUBLISHED_CHECKS
     assert evidence.passed, [c for c in evidence.checks if not c.passed]
     assert evidence.mask.applicable is causal
 
@@ -37,9 +41,9 @@ def test_primer_rows_report_the_worked_example() -> None:
     evidence = build_attend_evidence(load_attend_fixture(example="primer"))
     first = evidence.rows[0]
     assert (first.batch, first.token) == (0, 0)
-    assert [round(w, 4) for w in first.weights] == [0.9442, 0.0558]
+    assert [round(w, 4) for w in first.attention] == [0.9442, 0.0558]
     assert [round(v, 4) for v in first.output] == [1.1116, 2.7768]
-    assert first.weight_sum == pytest.approx(1.0, abs=1e-15)
+    assert first.attention_sum == pytest.approx(1.0, abs=1e-15)
 
 
 @pytest.mark.parametrize(
@@ -101,15 +105,15 @@ def test_biases_are_checked_by_the_gradient_check() -> None:
     assert [t.tensor for t in evidence.gradcheck.tensors] == [
         "input", "query_weight", "key_weight", "value_weight", "query_bias", "value_bias"]
     assert evidence.passed
-    assert "query_bias_gradient" in evidence.primary.tensors
-    assert "key_bias" not in evidence.primary.tensors
+    assert "grad_b_query" in evidence.primary.tensors
+    assert "b_key" not in evidence.primary.tensors
 
 
 def test_replay_is_bitwise_and_tensors_are_read_only() -> None:
     evidence = build_attend_evidence(load_attend_fixture())
     assert evidence.replay_bitwise
     with pytest.raises(ValueError):
-        evidence.primary["weights"][0, 0, 0] = 2.0
+        evidence.primary["attention"][0, 0, 0] = 2.0
 
 
 @pytest.mark.parametrize("seed", range(6), ids=lambda s: f"seed{s}")

@@ -13,8 +13,8 @@ from qkvcli.attention.fixture import (
     parse_attend_fixture,
     seeded_upstream,
 )
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.problems import FixtureError
 
 
 def good() -> dict[str, Any]:
@@ -58,7 +58,7 @@ def test_upstream_is_seeded_and_deterministic() -> None:
         (lambda d: d.update(upstream={"value": [[[1, 2, 3]]]}), "$.upstream.value",
          "expected shape [1,2,2], got [1,1,3]"),
         (lambda d: d.update(gradcheck={"step": 0}), "$.gradcheck.step",
-         "step must be greater than zero"),
+         "central-difference step 0.0 must be positive and finite"),
         (lambda d: d.update(seed=-1), "$.seed", "seed must be between 0 and"),
         (lambda d: d.update(chapter=""), "$.chapter", "expected a non-empty single-line string"),
         # weights are validated before the input: a bad input does not hide a bad weight

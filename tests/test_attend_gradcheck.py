@@ -15,10 +15,9 @@ import pytest
 
 from qkvcli.attention.errors import OutputGradientShapeMismatch
 from qkvcli.attention.gradcheck import gradcheck_head
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.outputs import output_loss
+from qkvcli.attention.head import AttentionHead, output_loss
 from qkvcli.core.arrays import Array
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES
 from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
 

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
 from qkvcli.attention.fixture import load_attend_fixture
 from qkvcli.attention.gradcheck import gradcheck_head
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.softmax import causal_mask, stable_softmax
+from qkvcli.attention.head import AttentionHead, causal_mask, stable_softmax
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
@@ -51,8 +50,8 @@ def test_primer_worked_example_is_computed() -> None:
     np.testing.assert_array_equal(forward.value[0], [[1, 3], [3, -1]])
     np.testing.assert_array_equal(forward.scores[0, 0], [4, 0])
     assert forward.scaled_scores[0, 0, 0] == pytest.approx(2.8284, abs=5e-5)
-    assert round(float(forward.weights[0, 0, 0]), 4) == 0.9442
-    assert round(float(forward.weights[0, 0, 1]), 4) == 0.0558
+    assert round(float(forward.attention[0, 0, 0]), 4) == 0.9442
+    assert round(float(forward.attention[0, 0, 1]), 4) == 0.0558
     assert [round(float(v), 4) for v in forward.output[0, 0]] == [1.1116, 2.7768]
     assert [round(float(v), 3) for v in forward.output[0, 0]] == [1.112, 2.777]
 
@@ -78,10 +77,10 @@ def test_causal_mask_zeroes_the_future_exactly() -> None:
     head, rng = random_head(1)
     x = rng.normal(size=(2, 4, 5))
     forward = head.forward(x, causal=True)
-    assert (forward.weights[:, causal_mask(4)] == 0.0).all()
+    assert (forward.attention[:, causal_mask(4)] == 0.0).all()
     assert np.isneginf(forward.scaled_scores[:, causal_mask(4)]).all()
-    np.testing.assert_array_equal(forward.weights[:, 0, 0], [1.0, 1.0])  # first token: itself
-    np.testing.assert_allclose(forward.weights.sum(axis=-1), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(forward.attention[:, 0, 0], [1.0, 1.0])  # first token: itself
+    np.testing.assert_allclose(forward.attention.sum(axis=-1), 1.0, rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("shape", [(0, 3, 5), (2, 0, 5), (0, 0, 5)], ids=["batch0", "tokens0",
@@ -91,7 +90,7 @@ def test_empty_axes(shape: tuple[int, int, int], causal: bool) -> None:
     head, _ = random_head(2)
     forward = head.forward(np.zeros(shape), causal)
     batch, tokens, _ = shape
-    assert forward.weights.shape == (batch, tokens, tokens)
+    assert forward.attention.shape == (batch, tokens, tokens)
     assert forward.output.shape == (batch, tokens, 4)
     grads = head.backward(np.zeros(shape), forward, np.zeros(forward.output.shape))
     assert grads.grad_input.shape == shape
@@ -112,8 +111,8 @@ def test_weights_are_distributions_and_outputs_mix_values(
         scale * rng.normal(size=(d_model, d_k)), scale * rng.normal(size=(d_model, d_k)),
         rng.normal(size=(d_model, d_v)), names=NAMES, independent_value_width=True)
     forward = head.forward(rng.normal(size=(batch, tokens, d_model)), causal)
-    assert (forward.weights >= 0).all()
-    np.testing.assert_allclose(forward.weights.sum(axis=-1), 1.0, rtol=0, atol=4 * tokens * 2e-16)
+    assert (forward.attention >= 0).all()
+    np.testing.assert_allclose(forward.attention.sum(axis=-1), 1.0, rtol=0, atol=4 * tokens * 2e-16)
     low = forward.value.min(axis=1, keepdims=True) - 1e-12
     high = forward.value.max(axis=1, keepdims=True) + 1e-12
     assert ((forward.output >= low) & (forward.output <= high)).all()
@@ -129,10 +128,10 @@ def test_softmax_reverse_matches_the_jacobian() -> None:
     upstream = rng.normal(size=forward.output.shape)
     grads = head.backward(x, forward, upstream)
     for i in range(3):  # dZ_i = J_i^T dA_i with J = diag(a) - a a^T, row by row
-        a = forward.weights[0, i]
+        a = forward.attention[0, i]
         jacobian = np.diag(a) - np.outer(a, a)
         np.testing.assert_allclose(grads.grad_scaled_scores[0, i],
-                                   jacobian.T @ grads.grad_weights[0, i], rtol=1e-12, atol=1e-14)
+                                   jacobian.T @ grads.grad_attention[0, i], rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(grads.grad_scores, grads.grad_scaled_scores / math.sqrt(3))
 
 
@@ -178,7 +177,7 @@ def test_gradcheck_catches_a_softmax_reverse_without_the_rowsum_term() -> None:
     forward = head.forward(x)
     upstream = rng.normal(size=forward.output.shape)
     # The classic slip: dZ = A * dA, forgetting - rowsum(dA * A); push it through to dX.
-    wrong_dz = forward.weights * (upstream @ np.swapaxes(forward.value, -1, -2))
+    wrong_dz = forward.attention * (upstream @ np.swapaxes(forward.value, -1, -2))
     wrong_dq = (wrong_dz / math.sqrt(3)) @ forward.key
     grads = head.backward(x, forward, upstream)
     wrong = grads._replace(grad_w_query=x.reshape(3, 5).T @ wrong_dq.reshape(3, 3))

@@ -58,7 +58,8 @@ def test_gradcheck_table(runner: CliRunner) -> None:
     assert lines[0].split() == ["tensor", "coordinate", "analytic", "numerical", "scaled_error",
                                 "pass"]
     assert sum(line.endswith("PASS") for line in lines[1:]) == 24
-    assert lines[-1].startswith("gradcheck=PASS checks:24 input:6 query_weight:6 key_weight:6 ")
+    assert lines[-2].startswith("gradcheck=checks:24 input:6 query_weight:6 key_weight:6 ")
+    assert lines[-1] == "verdict: PASS (24 of 24 checks passed)"
 
 
 def test_gradcheck_samples_and_json(runner: CliRunner) -> None:
@@ -85,7 +86,7 @@ def test_failed_check_exits_one(runner: CliRunner, tmp_path: Path) -> None:
 def test_a_wrong_setting_is_a_usage_error(runner: CliRunner) -> None:
     result = runner.invoke(main, ["gradcheck", "--step", "0"])
     assert result.exit_code == 2
-    assert "must be a finite number greater than zero" in result.stderr
+    assert "--step': central-difference step 0.0 must be positive and finite" in result.stderr
     result = runner.invoke(main, ["gradcheck", "--tolerance", "nan"])
     assert result.exit_code == 2
 
@@ -137,7 +138,7 @@ def test_output_refuses_to_overwrite_the_fixture(runner: CliRunner, tmp_path: Pa
     fixture.write_text(original)
     result = runner.invoke(main, ["report", str(fixture), "-o", str(fixture)])
     assert result.exit_code == 2
-    assert result.stderr == f"Error: {fixture}: refusing to overwrite the fixture being read\n"
+    assert result.stderr == f"Error: {fixture}: refusing to overwrite a file this command reads\n"
     assert fixture.read_text() == original
 
 

@@ -50,7 +50,7 @@ def test_attend_primer_text() -> None:
     assert token in lines
     assert "layout=separate: three [d_model,d_out] weights (qkv layout, Y = X W)" in lines
     assert any(line.startswith("note=symmetric-matching") for line in lines)
-    assert lines[-1] == "attend_passed=true"
+    assert lines[-1] == "verdict: PASS (8 of 8 checks passed)"
 
 
 def test_attend_defaults_to_the_chapter_fixture() -> None:
@@ -101,8 +101,9 @@ def test_attend_rich_module_is_pure() -> None:
 def test_attend_output_file_is_written(tmp_path: Path) -> None:
     out = tmp_path / "report.txt"
     result = invoke("attend", "--example", "primer", "-f", "rich", "-o", str(out))
-    assert result.exit_code == 0 and result.output == ""
-    assert "attend: PASS" in out.read_text(encoding="utf-8")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr == f"qkv: wrote {out}\n"  # the one -o habit of every command
+    assert "verdict: PASS (8 of 8 checks passed)" in out.read_text(encoding="utf-8")
 
 
 def test_attend_accepts_bias_and_independent_value_width(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_chapter_report_reads_torch_layout_identically(tmp_path: Path) -> None:
 def test_every_shipped_fixture_passes_attend(path: Path, causal: list[str]) -> None:
     result = invoke("attend", str(path), *causal)
     assert result.exit_code == 0, result.output
-    assert result.output.endswith("attend_passed=true\n")
+    assert result.output.endswith("verdict: PASS (8 of 8 checks passed)\n")
 
 
 def test_value_width_example_is_refused_by_run_and_packed_example_is_not() -> None:

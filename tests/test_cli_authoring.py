@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from qkvcli.cli import main
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
+from qkvcli.reading.load import bundled_fixture_text, load_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,9 +181,9 @@ def test_validate_reports_every_problem_with_its_location(tmp_path: Path) -> Non
         # no width comparison: query and key failed to parse
         "$.input: Q/K/V input must have rank three [batch, tokens, model_width], got rank 2",
         "$.upstream.query: expected a nested array or an object with values, got string",
-        "$.gradcheck.step: step must be greater than zero",
+        "$.gradcheck.step: central-difference step -1.0 must be positive and finite",
         "$.gradcheck.tolerance: expected a number, got string",
-        "$.gradcheck.samples: samples must be at least 1",
+        "$.gradcheck.samples: gradient check needs at least one sample per tensor",
         "$.seed: seed must be between 0 and 18446744073709551615",
         "$.chapter: expected a non-empty single-line string",
         '$.expect: unknown key "tolerence" (did you mean "tolerance"?); expected one of query, '

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
-from qkvcli.fixtures.load import bundled_fixture_text
+from qkvcli.cli.batch import run_one
+from qkvcli.reading.load import bundled_fixture_text
 
 GOOD = json.loads(bundled_fixture_text())
 FAILING = {**GOOD, "expect": {"loss": 99.0}}  # the chapter's loss is -2.0
@@ -46,6 +47,7 @@ def test_several_fixtures_print_a_summary_and_exit_with_the_worst(three: Path) -
         "b.json   8/9     FAILED: expect\n"
         'c.json   -       ERROR: $: missing key "weights"\n'
         "3 fixtures: 1 passed, 1 failed, 1 bad input\n"
+        "verdict: FAIL (16 of 17 checks passed)\n"
     )
     assert result.stderr == 'Error: c.json: $: missing key "weights"\n'
 
@@ -54,13 +56,13 @@ def test_a_failed_check_without_bad_input_exits_1(three: Path) -> None:
     result = invoke(["run", "a.json", "b.json"], three)
     assert result.exit_code == 1
     assert result.stderr == ""
-    assert result.stdout.splitlines()[-1] == "2 fixtures: 1 passed, 1 failed, 0 bad input"
+    assert result.stdout.splitlines()[-2] == "2 fixtures: 1 passed, 1 failed, 0 bad input"
 
 
 def test_all_passing_exits_0(three: Path) -> None:
     result = invoke(["run", "a.json", "a.json"], three)
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[-1] == "2 fixtures: 2 passed, 0 failed, 0 bad input"
+    assert result.stdout.splitlines()[-2] == "2 fixtures: 2 passed, 0 failed, 0 bad input"
 
 
 def test_a_directory_means_its_json_fixtures_in_name_order(three: Path) -> None:
@@ -68,7 +70,7 @@ def test_a_directory_means_its_json_fixtures_in_name_order(three: Path) -> None:
     (three / "sub.json").mkdir()  # a directory named like a fixture is not one
     result = invoke(["run", "."], three)
     assert result.exit_code == 2
-    rows = [line.split()[0] for line in result.stdout.splitlines()[1:-1]]
+    rows = [line.split()[0] for line in result.stdout.splitlines()[1:-2]]
     assert rows == ["a.json", "b.json", "c.json"]
 
 
@@ -77,7 +79,7 @@ def test_a_directory_with_one_fixture_still_gives_the_summary(tmp_path: Path) ->
     (tmp_path / "d" / "only.json").write_text(json.dumps(GOOD))
     result = invoke(["run", "d"], tmp_path)
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[-1] == "1 fixture: 1 passed, 0 failed, 0 bad input"
+    assert result.stdout.splitlines()[-2] == "1 fixture: 1 passed, 0 failed, 0 bad input"
 
 
 def test_junit_report(three: Path) -> None:
@@ -122,7 +124,7 @@ def test_junit_refuses_to_overwrite_a_fixture(three: Path) -> None:
     before = (three / "a.json").read_text()
     result = invoke(["run", "a.json", "b.json", "--junit", "a.json"], three)
     assert result.exit_code == 2
-    assert result.stderr == "Error: a.json: refusing to overwrite a fixture being read\n"
+    assert result.stderr == "Error: a.json: refusing to overwrite a file this command reads\n"
     assert (three / "a.json").read_text() == before
 
 
@@ -147,7 +149,7 @@ def test_output_saves_the_summary_of_several_fixtures(three: Path) -> None:
     assert (three / "summary.txt").read_text() == printed.stdout
     assert result.stderr.splitlines() == [
         'Error: c.json: $: missing key "weights"',
-        "qkv: wrote the summary of 3 fixtures to summary.txt",
+        "qkv: wrote summary.txt",
     ]
     assert [p.name for p in three.iterdir() if p.name.startswith(".")] == []  # no temp file left
 
@@ -162,7 +164,7 @@ def test_output_of_a_directory_run_with_junit_writes_both(three: Path) -> None:
     result = invoke(["run", ".", "-o", "out/summary.txt", "--junit", "out/junit.xml"], three)
     assert result.exit_code == 1
     assert (three / "out" / "summary.txt").read_text().endswith(
-        "2 fixtures: 1 passed, 1 failed, 0 bad input\n")
+        "2 fixtures: 1 passed, 1 failed, 0 bad input\nverdict: FAIL (16 of 17 checks passed)\n")
     ET.parse(three / "out" / "junit.xml")
 
 
@@ -170,7 +172,7 @@ def test_output_never_overwrites_a_fixture_or_the_junit_file(three: Path) -> Non
     before = (three / "a.json").read_text()
     result = invoke(["run", "a.json", "b.json", "-o", "a.json"], three)
     assert result.exit_code == 2
-    assert result.stderr == "Error: a.json: refusing to overwrite a fixture being read\n"
+    assert result.stderr == "Error: a.json: refusing to overwrite a file this command reads\n"
     assert (three / "a.json").read_text() == before
     result = invoke(["run", "a.json", "b.json", "-o", "x.txt", "--junit", "./x.txt"], three)
     assert result.exit_code == 2
@@ -244,11 +246,11 @@ def test_expect_section_mismatch_fails_run_showing_expected_and_actual(tmp_path:
         "(tolerance 0.0)\n"
     )
     # the report itself is still shown, unchanged by the expect section, and a failing
-    # report ends with its verdict and the failed check (issue 14: a saved report says why)
+    # report ends with the failed check and its verdict (issue 14: a saved report says why)
     assert result.stdout == invoke(["report"], tmp_path).stdout + (
-        "verdict=FAIL failed:expect\n"
         "failed=expect 1 of 2 quantities differs: query[0,1,1]: expected 1.0, got -1.0 "
         "(tolerance 0.0)\n"
+        "verdict: FAIL (8 of 9 checks passed)\n"
     )
 
 
@@ -281,3 +283,53 @@ def test_batch_runs_honour_the_gradcheck_mode(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     text = junit.read_text()
     assert "fast" in text and "directions" in text
+
+
+# --- --jobs: a worker that dies ---------------------------------------------------------
+
+def _dies_on_b(path: Any, *settings: Any) -> Any:
+    """run_one, except that the worker running ``b.json`` is killed (as the OOM killer does)."""
+    import signal
+
+    if path is not None and path.name == "b.json":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return run_one(path, *settings)
+
+
+def test_a_killed_worker_is_a_failed_row_and_every_other_row_is_printed(
+    three: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qkvcli.cli import batch
+
+    (three / "b.json").write_text(json.dumps(GOOD))
+    (three / "c.json").write_text(json.dumps(FAILING))
+    (three / "d.json").write_text(json.dumps(GOOD))
+    monkeypatch.setattr(batch, "run_one", _dies_on_b)  # the workers are forked: they see it
+    result = invoke(["run", "a.json", "b.json", "c.json", "d.json", "--jobs", "2"], three)
+    died = ("its worker process was killed by SIGKILL before giving a result "
+            "(out of memory?)")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == (
+        "fixture  checks  result\n"
+        "a.json   8/8     passed\n"
+        f"b.json   -       ERROR: {died}\n"
+        "c.json   8/9     FAILED: expect\n"
+        "d.json   8/8     passed\n"
+        "4 fixtures: 2 passed, 1 failed, 1 bad input\n"
+        "verdict: FAIL (24 of 25 checks passed)\n"
+    )
+    assert result.stderr == f"Error: b.json: {died}\n"
+
+
+def test_outcomes_of_reruns_alone_what_a_broken_pool_left(tmp_path: Path) -> None:
+    from qkvcli.cli import batch
+    from qkvcli.cli.options import CheckOverrides
+
+    paths = []
+    for name in ("a.json", "b.json", "c.json"):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(GOOD))
+    outcomes = list(batch.outcomes_of(paths, 3, 1 << 20, CheckOverrides(), work=_dies_on_b))
+    assert [o.label for o in outcomes] == [str(p) for p in paths]
+    assert [o.status for o in outcomes] == [0, 2, 0]
+    assert outcomes[1].error is not None and "killed by SIGKILL" in outcomes[1].error

@@ -115,8 +115,8 @@ def test_unknown_tensor_and_size_limit_from_the_header(checkpoint: Path, tmp_pat
 def test_bfloat16_is_widened_with_ml_dtypes_or_refused_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from qkvcli.fixtures.problems import FixtureError
-    from qkvcli.fixtures.safetensors import load_safetensors
+    from qkvcli.reading.problems import FixtureError
+    from qkvcli.reading.safetensors import load_safetensors
 
     ml_dtypes = pytest.importorskip("ml_dtypes")
     values = np.array([[1.5, -2.0], [0.25, 3.0]], dtype=ml_dtypes.bfloat16)
@@ -124,7 +124,7 @@ def test_bfloat16_is_widened_with_ml_dtypes_or_refused_in_one_line(
     loaded = load_safetensors({"safetensors": "bf.safetensors", "tensor": "w"}, "$.x", tmp_path,
                               100)
     assert loaded.dtype == np.float64 and loaded.tolist() == [[1.5, -2.0], [0.25, 3.0]]
-    import qkvcli.fixtures.safetensors as module
+    import qkvcli.reading.safetensors as module
 
     monkeypatch.setattr(module, "_bfloat16_ready", lambda: False)  # as without ml_dtypes
     with pytest.raises(FixtureError) as caught:

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkvcli.cli import main
-from qkvcli.fixtures.parse import fixture_problems, parse_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.parse import fixture_problems, parse_fixture
+from qkvcli.reading.problems import FixtureError
 from tests.hostile_helpers import json_paths
 
 BASE: dict[str, Any] = {
@@ -232,3 +232,107 @@ def test_answers_files_are_harmless(tmp_path: Path, answers: bytes) -> None:
                                        str(tmp_path / "answers")])
     _assert_not_internal(result)
     assert "\x1b" not in result.output
+
+
+# --- .safetensors headers: duplicates, absurd offsets and shapes ------------------------
+
+SAFETENSORS_DTYPES = st.sampled_from(["F32", "F64", "F16", "BF16", "I32", "BOOL", "Z9", "", "f32"])
+HUGE = st.sampled_from([2**31, 2**62, 2**64 - 1, 2**64, 10**30, -1, -(2**63)])
+DIMENSION = st.one_of(st.integers(0, 4), HUGE, st.booleans(), st.none(), st.just(1.5))
+
+
+@st.composite
+def checkpoint_entries(draw: st.DrawFn) -> tuple[str, bytes]:
+    """A header written by hand (names may repeat) and the data after it."""
+    entries = []
+    for _ in range(draw(st.integers(0, 4))):
+        # Names as JSON text: "\u0074" is another spelling of "t".
+        name = draw(st.sampled_from(['"t"', '"t"', '"u"', '"__metadata__"', '"\\u0074"',
+                                     '"x\\u001b"']))
+        if draw(st.booleans()):
+            body: Any = {
+                "dtype": draw(SAFETENSORS_DTYPES),
+                "shape": draw(st.lists(DIMENSION, max_size=3)),
+                "data_offsets": draw(st.lists(st.one_of(st.integers(0, 16), HUGE), max_size=3)),
+            }
+        else:
+            body = draw(JSON_VALUES)
+        entries.append(f"{name}: {json.dumps(body)}")
+    header = "{" + ", ".join(entries) + "}"
+    if draw(st.booleans()):
+        header = header[: draw(st.integers(0, len(header)))]
+    return header, draw(st.binary(max_size=24))
+
+
+@FUZZ
+@given(entries=checkpoint_entries(), stated=st.none() | st.one_of(st.integers(0, 64), HUGE))
+def test_safetensors_headers_are_harmless(
+    tmp_path: Path, entries: tuple[str, bytes], stated: int | None
+) -> None:
+    header, data = entries
+    encoded = header.encode("utf-8", "surrogatepass")
+    length = len(encoded) if stated is None else stated % 2**64
+    (tmp_path / "c.safetensors").write_bytes(length.to_bytes(8, "little") + encoded + data)
+    fixture = {"input": [[[1, 2]]], "weights": {
+        "query": {"safetensors": "c.safetensors", "tensor": "t"},
+        "key": [[1], [0]], "value": [[1], [0]]}}
+    _assert_not_internal(CliRunner().invoke(main, ["inspect", str(tmp_path / "c.safetensors")]))
+    _assert_not_internal(_invoke(tmp_path, ["attend", "--samples", "2"], _encode(fixture)))
+
+
+# --- --command replies with absurd shapes and numbers -----------------------------------
+
+REPLY_NUMBERS = st.one_of(
+    st.integers(-3, 3), st.sampled_from([1e308, -1e308, 5e-324, 10**400, -(10**30)]),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3), st.none(),
+    st.booleans(),
+)
+REPLY_TENSORS = st.one_of(
+    st.fixed_dictionaries({
+        "shape": st.one_of(st.lists(DIMENSION, max_size=4),
+                           st.lists(st.just(1), min_size=33, max_size=100),
+                           st.sampled_from([[0, 2**62, 2**62], [0, 10**30], [1, 2, 2]])),
+        "values": st.lists(REPLY_NUMBERS, max_size=6),
+    }),
+    JSON_VALUES,
+)
+REPLY_PROGRAM = """\
+import json, sys
+template = json.load(open(sys.argv[1]))
+for line in sys.stdin:
+    message = json.loads(line)
+    if message["op"] == "hello":
+        reply = {"id": 0, "version": 1}
+    elif message["op"] == "bye":
+        print(json.dumps({"id": message["id"]}), flush=True)
+        break
+    else:
+        reply = {"id": message["id"], **template}
+    sys.stdout.write(json.dumps(reply) + "\\n")
+    sys.stdout.flush()
+"""
+REPLY_NAMES = ("query", "key", "value", "grad_input", "grad_w_query", "grad_w_key",
+               "grad_w_value")
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tensors=st.lists(REPLY_TENSORS, min_size=7, max_size=7))
+def test_command_replies_with_absurd_shapes_and_numbers_are_harmless(
+    tmp_path: Path, tensors: list[Any]
+) -> None:
+    import shlex
+    import sys
+    import time
+
+    program = tmp_path / "reply.py"
+    program.write_text(REPLY_PROGRAM, encoding="utf-8")
+    template = tmp_path / "template.json"
+    template.write_text(json.dumps(dict(zip(REPLY_NAMES, tensors, strict=True))))
+    command = " ".join(shlex.quote(part) for part in (sys.executable, str(program), str(template)))
+    start = time.monotonic()
+    result = CliRunner().invoke(main, ["check", "--command", command, "--random", "1",
+                                       "--timeout", "10", "-f", "text"])
+    _assert_not_internal(result)
+    assert result.exit_code == 1  # the replies are never all right
+    assert time.monotonic() - start < 30

@@ -123,7 +123,7 @@ BAD_INPUTS: list[tuple[str, bytes, str]] = [
     ("upstream-shape", changed("upstream", {"key": [[[1, 2, 3], [4, 5, 6]]]}),
      "$.upstream.key: expected shape [1,2,2] (batch, tokens, d_head), got [1,2,3]"),
     ("step-zero", changed("gradcheck", {"step": 0}),
-     "$.gradcheck.step: step must be greater than zero"),
+     "$.gradcheck.step: central-difference step 0.0 must be positive and finite"),
     ("samples-boolean", changed("gradcheck", {"samples": True}),
      "$.gradcheck.samples: expected an integer or null, got boolean"),
     ("seed-too-large", changed("seed", 2**64),
@@ -192,9 +192,9 @@ def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 def test_huge_file_is_refused_before_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qkvcli.fixtures.limits
+    import qkvcli.reading.limits
 
-    monkeypatch.setattr(qkvcli.fixtures.limits, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(qkvcli.reading.limits, "MAX_FILE_BYTES", 100)
     (tmp_path / "f.json").write_bytes(json.dumps(BASE).encode())
     size = (tmp_path / "f.json").stat().st_size
     read: list[int] = []
@@ -245,7 +245,7 @@ def test_max_elements_refuses_before_allocating(
 
 
 def test_max_elements_default_admits_the_largest_performance_size() -> None:
-    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
     assert DEFAULT_MAX_ELEMENTS == 2**27
 
@@ -342,7 +342,7 @@ def test_output_refuses_to_overwrite_the_fixture(tmp_path: Path) -> None:
     (tmp_path / "f.json").write_bytes(content)
     result = invoke(["run", "f.json", "-o", "f.json"], tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == "Error: f.json: refusing to overwrite the fixture being read\n"
+    assert result.stderr == "Error: f.json: refusing to overwrite a file this command reads\n"
     assert (tmp_path / "f.json").read_bytes() == content
 
 

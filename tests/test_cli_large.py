@@ -29,8 +29,9 @@ def test_gradcheck_fast_mode_lists_directions():
         [tensor, f"u{k}"] for tensor in ("input", "query_weight", "key_weight", "value_weight")
         for k in range(2)
     ]
-    assert lines[-2] == "mode=fast (fast: 8 directions)"
-    assert lines[-1].startswith("gradcheck=PASS checks:8 input:2 query_weight:2")
+    assert lines[-3] == "mode=fast (fast: 8 directions)"
+    assert lines[-2].startswith("gradcheck=checks:8 input:2 query_weight:2")
+    assert lines[-1] == "verdict: PASS (8 of 8 checks passed)"
 
 
 def test_gradcheck_json_names_the_mode():

@@ -214,7 +214,7 @@ def test_export_never_overwrites_the_fixture(tmp_path: Path) -> None:
         "query": [[1], [0]], "key": [[0], [1]], "value": [[1], [1]]}})
     fixture.write_text(original, encoding="utf-8")
     code, _, err = invoke(["run", str(fixture), "--export-html", str(fixture)])
-    assert code == 2 and "refusing to overwrite the fixture" in err
+    assert code == 2 and "refusing to overwrite a file this command reads" in err
     assert fixture.read_text(encoding="utf-8") == original
 
 
@@ -231,7 +231,7 @@ def test_gradcheck_rich_marks_the_worst_coordinate() -> None:
     assert re.fullmatch(r"│ input ◀\s+│ \[0,0,2\]\s+│\s+1\.500000000 │\s+1\.500000000 │"
                         r"\s+2\.536e-10 │ PASS │", lines[marks[0]])
     assert "◀ worst: input[0,0,2] scaled error 2.536e-10" in out
-    assert out.rstrip().endswith("verdict: PASS (24 of 24 coordinates within tolerance)")
+    assert out.rstrip().endswith("verdict: PASS (24 of 24 checks passed)")
     assert max(len(line) for line in lines) <= 80
 
 
@@ -244,7 +244,8 @@ def test_gradcheck_rich_failure_exits_one_and_says_fail() -> None:
 def test_run_rich_failure_exits_one_with_the_verdict() -> None:
     code, out, err = invoke(["run", "-f", "rich", "--width", "100", "--tolerance", "0"])
     assert code == 1
-    assert "verdict: FAIL" in out and "failed: gradcheck" in out
+    assert "verdict: FAIL (7 of 8 checks passed)" in out
+    assert re.search(r"FAIL +gradcheck", out)  # the Checks card names the failed check
     assert err.splitlines()[0] == "qkv: FAILED: gradcheck"
     assert err.splitlines()[1].startswith("  gradcheck: ")
     assert " of 24 coordinates failed, step 1e-06, tolerance 0.0" in err

@@ -75,7 +75,7 @@ def test_without_attend_keys_a_file_stays_a_chapter_fixture(tmp_path: Path) -> N
 def test_standard_input_is_recognised_too(tmp_path: Path) -> None:
     result = invoke(["validate", "-"], tmp_path, stdin=ATTEND[-1].read_text())
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.startswith("-: ok")
+    assert result.stdout.startswith("<stdin>: ok")
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from qkvcli.conformance.errors import (
 from qkvcli.conformance.result import FAMILIES, ConformanceResult
 from qkvcli.conformance.run import run_checks
 from qkvcli.conformance.target import PythonImplementation, load_python
+from qkvcli.render.conformance import family_detail
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
 sys.path.insert(0, str(EXAMPLES))
@@ -83,7 +84,7 @@ def test_each_wrong_example_is_caught_by_its_family(
     result = check_example(example, cases)
     check = by_name(result)[family]
     assert not check.passed
-    assert reason in check.detail
+    assert reason in family_detail(check)
     assert any(f.family == family and f.fixture is not None for f in result.failures)
     assert not result.passed
 
@@ -108,7 +109,7 @@ def test_without_backward_the_reverse_families_are_not_applicable_and_fail(
     result = check_functions(cases, numpy_qkv.forward)
     checks = by_name(result)
     for family in ("reverse", "gradcheck"):
-        assert checks[family].detail == "not applicable: no backward"
+        assert family_detail(checks[family]) == "not applicable: no backward"
         assert not checks[family].passed
     assert checks["forward"].passed and checks["purity"].passed
     assert not result.passed
@@ -122,7 +123,7 @@ def test_shapes_fail_when_an_empty_batch_is_dropped(cases: list[Case]) -> None:
 
     check = by_name(check_functions(cases, forward, numpy_qkv.backward))["shapes"]
     assert not check.passed
-    assert "empty batch [0,2,3]: query has shape [0,2], expected [0,2,2]" in check.detail
+    assert "empty batch [0,2,3]: query has shape [0,2], expected [0,2,2]" in family_detail(check)
 
 
 def test_independence_fails_when_a_weight_gradient_sums_all_paths(cases: list[Case]) -> None:
@@ -134,8 +135,8 @@ def test_independence_fails_when_a_weight_gradient_sums_all_paths(cases: list[Ca
 
     result = check_functions(cases, numpy_qkv.forward, backward)
     checks = by_name(result)
-    assert "changing grad_key and grad_value changed grad_w_query" in checks["independence"].detail
-    assert "grad_w_query sums all three paths" in checks["reverse"].detail
+    assert "changing grad_key and grad_value changed grad_w_query" in family_detail(checks["independence"])
+    assert "grad_w_query sums all three paths" in family_detail(checks["reverse"])
 
 
 def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
@@ -148,17 +149,17 @@ def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
 
     check = by_name(check_functions(cases, forward, numpy_qkv.backward))["replay"]
     assert not check.passed
-    assert check.detail.startswith("chapter: second forward differs: query[0,0,0] was")
+    assert family_detail(check).startswith("chapter: second forward differs: query[0,0,0] was")
 
 
 def test_gradcheck_names_the_worst_coordinate(cases: list[Case]) -> None:
     check = by_name(check_example("wrong_no_value_path.py", cases[:1]))["gradcheck"]
-    assert check.detail.startswith("chapter: worst grad_input[0,0,2]: analytic -0.5")
+    assert family_detail(check).startswith("chapter: worst grad_input[0,0,2]: analytic -0.5")
 
 
 def test_a_forward_that_returns_garbage_fails_forward_not_errors(cases: list[Case]) -> None:
     result = check_functions(cases[:1], lambda x, wq, wk, wv: "nope")
-    assert by_name(result)["forward"].detail == (
+    assert family_detail(by_name(result)["forward"]) == (
         "chapter: forward returned str, expected (query, key, value)")
     assert not by_name(result)["errors"].passed  # returning instead of raising accepts
 

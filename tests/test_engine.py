@@ -89,7 +89,7 @@ def test_forward_and_backward_match_loops(batch: int, tokens: int, d_model: int,
     for w, u in zip(weights, upstream, strict=True):
         expected_dx += np.einsum("bth,dh->btd", u, w)
     np.testing.assert_allclose(grads.grad_input, expected_dx, rtol=1e-12, atol=1e-12)
-    for grad, u in zip(grads[1:], upstream, strict=True):
+    for grad, u in zip(list(grads)[1:], upstream, strict=True):
         expected = np.zeros((d_model, d_head))
         for b in range(batch):
             for t in range(tokens):

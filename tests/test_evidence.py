@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.checks.primary import compute_primary
-from qkvcli.checks.replay import same_primary_bits
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.render.text.checks import check_rows
+from qkvcli.evidence.behaviour import same_primary_bits
+from qkvcli.evidence.build import build_evidence
+from qkvcli.evidence.primary import compute_primary
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.render.wording import check_rows
 
 from .conftest import CHAPTER_FIXTURE
 

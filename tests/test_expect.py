@@ -8,17 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.expect import (
+from qkvcli.evidence.build import build_evidence
+from qkvcli.reading.expect import (
     Expectations,
     ExpectResult,
     Mismatch,
     compare_expectations,
 )
-from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
-from qkvcli.fixtures.parse import fixture_problems, parse_fixture
-from qkvcli.fixtures.problems import FixtureError
-from qkvcli.render.text.checks import check_rows
+from qkvcli.reading.load import bundled_fixture_text, load_fixture
+from qkvcli.reading.parse import fixture_problems, parse_fixture
+from qkvcli.reading.problems import FixtureError
+from qkvcli.render.wording import check_rows
 
 CHAPTER: dict[str, Any] = json.loads(bundled_fixture_text())
 # The chapter's values as the reference's report prints them (anchors/ch26/expected.txt);

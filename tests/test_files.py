@@ -1,4 +1,4 @@
-"""The one reader (qkvcli.fixtures.files) and the one way to load a fixture (load.py)."""
+"""The one reader (qkvcli.reading.files) and the one way to load a fixture (load.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from qkvcli.core.errors import QkvError
-from qkvcli.fixtures.files import InputFileError, confined, read_limited
-from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.files import InputFileError, confined, read_limited
+from qkvcli.reading.load import bundled_fixture_text, load_fixture
+from qkvcli.reading.problems import FixtureError
 
 CHAPTER = json.loads(bundled_fixture_text())
 
@@ -184,10 +184,10 @@ def test_load_fixture_refuses_a_directory_and_a_fifo(tmp_path: Path) -> None:
 
 
 def test_load_fixture_byte_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qkvcli.fixtures.limits
+    import qkvcli.reading.limits
 
     path = _write(tmp_path, CHAPTER)
-    monkeypatch.setattr(qkvcli.fixtures.limits, "MAX_FILE_BYTES", 50)
+    monkeypatch.setattr(qkvcli.reading.limits, "MAX_FILE_BYTES", 50)
     with pytest.raises(InputFileError) as caught:
         load_fixture(path)
     assert caught.value.problem == (
@@ -202,7 +202,7 @@ def test_expect_npy_resolves_against_the_fixture_directory(
     fixture_dir.mkdir()
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    query = np.asarray(load_fixture().layer.forward(load_fixture().input)[0])
+    query = np.asarray(load_fixture().layer.forward(load_fixture().input).query)
     np.save(fixture_dir / "query.npy", query)
     np.save(elsewhere / "query.npy", query + 1)  # a decoy in the working directory
     document = dict(CHAPTER, expect={"query": {"npy": "query.npy"}})
@@ -255,7 +255,7 @@ def test_a_npy_fifo_is_refused(tmp_path: Path) -> None:
 def test_read_at_most_stops_one_byte_past_the_limit(size: int, expected: int) -> None:
     import io
 
-    from qkvcli.fixtures import files
+    from qkvcli.reading import files
 
     data = bytes(range(256)) * (size // 256 + 1)
     data = data[:size]
@@ -266,7 +266,7 @@ def test_read_at_most_stops_one_byte_past_the_limit(size: int, expected: int) ->
 def test_small_fixture_read_does_not_reserve_the_limit(tmp_path: Path) -> None:
     import tracemalloc
 
-    from qkvcli.fixtures.files import read_limited
+    from qkvcli.reading.files import read_limited
 
     path = tmp_path / "small.json"
     path.write_bytes(b"{}" * 100)

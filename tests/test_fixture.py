@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixtures.json_values import parse_json_text
-from qkvcli.fixtures.limits import DEFAULT_SEED
-from qkvcli.fixtures.load import bundled_fixture_text, load_fixture
-from qkvcli.fixtures.parse import fixture_problems, parse_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.limits import DEFAULT_SEED
+from qkvcli.reading.load import bundled_fixture_text, load_fixture
+from qkvcli.reading.parse import fixture_problems, parse_fixture
+from qkvcli.reading.problems import FixtureError
 
 from .conftest import CHAPTER_FIXTURE
 
@@ -48,6 +48,17 @@ def test_defaults() -> None:
     assert fixture.seed == DEFAULT_SEED
     assert all(u.shape == (1, 2, 2) and np.all(u == 1) for u in fixture.upstream)
     assert fixture.names[0] == "decoder.block.0.attention.query.weight"
+
+
+def test_gradient_check_defaults_are_the_checks_own() -> None:
+    """Fixture repeats two of the check's defaults (reading/ may not import gradcheck/)."""
+    from qkvcli.core.splitmix import DEFAULT_SEED as CHAPTER_SEED
+    from qkvcli.gradcheck.settings import DEFAULT_DIRECTION_SEED, DEFAULT_DIRECTIONS, MODES
+    from qkvcli.reading.fixture import Fixture
+
+    defaults = Fixture.__record_defaults__
+    assert (defaults["mode"], defaults["directions"]) == (MODES[0], DEFAULT_DIRECTIONS)
+    assert defaults["seed"] == DEFAULT_SEED == DEFAULT_DIRECTION_SEED == CHAPTER_SEED == 26
 
 
 def test_tensor_forms_agree() -> None:
@@ -128,8 +139,10 @@ BAD = [
      "$.input[0][0][0]: number is too large for binary64"),
     ("upstream-shape", mutate("upstream", {"key": [[[1, 2, 3], [4, 5, 6]]]}),
      "$.upstream.key: expected shape [1,2,2] (batch, tokens, d_head), got [1,2,3]"),
-    ("bad-step", mutate("gradcheck", {"step": 0}), "$.gradcheck.step: step must be greater than zero"),
-    ("bad-samples", mutate("gradcheck", {"samples": 0}), "$.gradcheck.samples: samples must be at least 1"),
+    ("bad-step", mutate("gradcheck", {"step": 0}),
+     "$.gradcheck.step: central-difference step 0.0 must be positive and finite"),
+    ("bad-samples", mutate("gradcheck", {"samples": 0}),
+     "$.gradcheck.samples: gradient check needs at least one sample per tensor"),
     ("bad-seed", mutate("seed", -1), "$.seed: seed must be between 0 and 18446744073709551615"),
     ("not-object", [1, 2], "$: expected an object, got array"),
 ]
@@ -181,7 +194,7 @@ def test_null_weights_are_a_problem_not_a_silent_skip() -> None:
     ids=["ascii", "non-ascii", "control"],
 )
 def test_a_bad_name_character_is_named(name: str, got: str) -> None:
-    from qkvcli.fixtures.weights import check_name
+    from qkvcli.reading.weights import check_name
 
     with pytest.raises(FixtureError) as caught:
         check_name(name, "$.weights.query.name")

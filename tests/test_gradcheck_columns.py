@@ -114,7 +114,7 @@ def test_the_shared_loss_terms_are_the_branches_products():
     terms = loss_terms(layer, x, upstream)
     forward = layer.forward(x)
     for branch in range(3):
-        expected = np.asarray(forward[branch]) * upstream[branch]
+        expected = np.asarray(list(forward)[branch]) * upstream[branch]
         assert terms[branch].tobytes() == expected.reshape(-1, layer.d_head).tobytes()
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.checks.primary import compute_primary
-from qkvcli.fixtures.load import load_fixture
+from qkvcli.evidence.primary import compute_primary
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.reading.load import load_fixture
 
 
 def _run(samples: int | None, progress: object) -> object:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from qkvcli.conformance import client
-from qkvcli.fixtures import limits
+from qkvcli.reading import limits
 from tests.hostile_helpers import BASE, fixture, invoke, refused, write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,3 +156,21 @@ def test_what_an_implementation_says_is_escaped_and_capped(tmp_path):
     assert "\x1b" not in result.output
     assert "\\x1b[2J" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) < 2000
+
+
+def test_a_nonzero_weight_gradient_on_the_empty_batch_is_a_failed_check(tmp_path):
+    # The default --random includes batch 0: X^T dY is then all zeros, and the diagnosis
+    # of a wrong dW must still name it instead of failing to reshape an empty array.
+    impl = write(tmp_path / "ones.py", (
+        "import numpy as np\n"
+        "def forward(x, wq, wk, wv):\n"
+        "    return x @ wq, x @ wk, x @ wv\n"
+        "def backward(x, wq, wk, wv, dq, dk, dv):\n"
+        "    return (dq @ wq.T + dk @ wk.T + dv @ wv.T, np.ones_like(wq), np.ones_like(wk),\n"
+        "            np.ones_like(wv))\n"))
+    result = invoke("check", str(impl), "-f", "text")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output
+    empty = [line for line in result.stdout.splitlines()
+             if line.startswith("  reverse [random-2[0,")]
+    assert empty and "grad_w_query is not X^T dL/dQ" in empty[0], result.stdout

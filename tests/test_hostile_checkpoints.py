@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.fixtures import limits
+from qkvcli.reading import limits
 from tests.hostile_helpers import invoke, refused, write
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -173,3 +173,59 @@ def test_inspect_names_the_file_first_when_the_library_refuses_it(tmp_path):
     path.write_bytes(struct.pack("<Q", 5) + b"{{{{{")
     line = refused(invoke("inspect", str(path)), "cannot be read as .safetensors")
     assert line.startswith(f"Error: {path}: cannot be read as .safetensors (")
+
+
+ENTRY = '{"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]}'
+
+
+@pytest.mark.parametrize("header", [
+    '{"t": ' + ENTRY + ', "t": ' + ENTRY + '}',
+    '{"t": ' + ENTRY + ', "u": ' + ENTRY + ', "\\u0074": ' + ENTRY + '}',
+    '{"u": ' + ENTRY + ', "u": ' + ENTRY + ', "t": ' + ENTRY + '}',
+], ids=["twice", "escaped-spelling", "another-name"])
+def test_a_name_given_twice_is_refused_naming_it(tmp_path, header):
+    content = struct.pack("<Q", len(header)) + header.encode() + b"\0" * 8
+    twice = "u" if header.startswith('{"u"') else "t"
+    both(tmp_path, content, "cannot be read as .safetensors",
+         f"tensor {twice} is named twice in the header")
+
+
+def test_a_long_tensor_name_is_quoted_to_120_characters(tmp_path):
+    safetensors_numpy.save_file({"t": np.ones((2, 1), np.float32)}, str(tmp_path / "c.safetensors"))
+    name = "n" * 10_000
+    line = refused(invoke("attend", str(attend_on(tmp_path, "c.safetensors", name))),
+                   "has no tensor named")
+    quoted = line.split("has no tensor named ", 1)[1]
+    assert len(quoted) == 120 and quoted.endswith("…"), len(quoted)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
+def test_one_tensor_is_read_without_expanding_a_large_header(tmp_path):
+    # 400,000 entries (~28 MB of header) beside the one tensor read. The library
+    # expanded every entry (about 10x the header in memory); the scan keeps a hash a name.
+    header = {"t": {"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]}}
+    for index in range(400_000):
+        header[f"layer.{index}.weight"] = {"dtype": "F32", "shape": [1],
+                                           "data_offsets": [8 + 4 * index, 12 + 4 * index]}
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    (tmp_path / "c.safetensors").write_bytes(
+        struct.pack("<Q", len(encoded)) + encoded + b"\0" * (8 + 4 * 400_000))
+    # VmHWM, not ru_maxrss: the latter keeps the forked pytest's size across exec.
+    probe = (
+        "import sys\n"
+        "from qkvcli.reading.safetensors import load_safetensors\n"
+        "array = load_safetensors({'safetensors': 'c.safetensors', 'tensor': 't'}, '$.w',"
+        " sys.argv[1], 100)\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+        "print(array.shape, status)\n")
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    shape, peak_kb = done.stdout.rsplit(" ", 1)
+    assert shape == "(2, 1)"
+    header_kb = len(encoded) // 1024
+    assert int(peak_kb) < 80_000 + 3 * header_kb, (peak_kb, header_kb)

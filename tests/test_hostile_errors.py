@@ -131,7 +131,7 @@ def test_no_python_warning_reaches_stderr(tmp_path):
 
 
 def test_out_of_memory_names_the_file(tmp_path, monkeypatch):
-    import qkvcli.checks.evidence as evidence
+    import qkvcli.cli.evidence as evidence  # where run calls it
 
     def exhausted(*args, **kwargs):
         raise MemoryError

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from qkvcli.fixtures import limits
+from qkvcli.reading import limits
 from tests.hostile_helpers import BASE, fixture, invoke, refused, write
 
 

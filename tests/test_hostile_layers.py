@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from qkvcli.fixtures import limits
+from qkvcli.reading import limits
 from tests.hostile_helpers import BASE, invoke, refused, write
 
 

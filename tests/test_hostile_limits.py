@@ -63,3 +63,20 @@ def test_huge_columns_is_capped(tmp_path, monkeypatch):
     result = invoke("report", str(path), "-f", "rich", "--no-color")
     assert result.exit_code == 0
     assert max(len(line) for line in result.stdout.splitlines()) <= 1000
+
+
+def _npy_claiming(path, shape: str) -> None:
+    header = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {shape}, }}".encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header)
+
+
+@pytest.mark.parametrize("shape", ["(1000000000000,)", "(1000000, 1000000)", "(0, 10**12)"],
+                         ids=["flat", "square", "empty"])
+@pytest.mark.parametrize("command", ["run", "attend", "validate", "gradcheck"])
+def test_an_npy_header_claiming_10_12_values_names_the_json_path(tmp_path, command, shape):
+    _npy_claiming(tmp_path / "w.npy", shape.replace("10**12", "1000000000000"))
+    path = write(tmp_path / "f.json", fixture(weights={
+        "query": {"npy": "w.npy"}, "key": [[1, 0], [0, 1], [1, 1]],
+        "value": [[1, 0], [0, 1], [1, 1]]}))
+    refused(invoke(command, str(path)), "f.json: $.weights.query.npy: shape [", "--max-elements")

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from qkvcli.fixtures.json_locate import line_column, locate
-from qkvcli.fixtures.json_values import JsonTextError, parse_json_text
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.json_locate import line_column, locate
+from qkvcli.reading.json_values import JsonTextError, parse_json_text
+from qkvcli.reading.problems import FixtureError
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.fixtures.keys import uses_extensions
-from qkvcli.fixtures.layouts import canonicalize, chapter_weights
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.fixtures.problems import FixtureError
+from qkvcli.reading.fixture import uses_extensions
+from qkvcli.reading.layouts import canonicalize, chapter_weights
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.problems import FixtureError
 
 RNG = np.random.default_rng(2026)
 X = RNG.normal(size=(2, 3, 4))
@@ -62,7 +62,9 @@ def test_packed_transposed_and_separate_give_identical_qkv(bias: bool) -> None:
     expected_q = X @ WQ + (BQ if bias else 0.0)
     np.testing.assert_allclose(reference.query, expected_q, rtol=0, atol=1e-12)
     for name in ("torch", "packed"):
-        for got, want in zip(results[name][:3], reference[:3], strict=True):
+        got_qkv = (results[name].query, results[name].key, results[name].value)
+        for got, want in zip(got_qkv, (reference.query, reference.key, reference.value),
+                             strict=True):
             assert got.tobytes() == want.tobytes(), name  # transposing is exact
 
 

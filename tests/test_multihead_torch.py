@@ -63,7 +63,7 @@ def test_layer_matches_torch_multihead_attention(causal, bias, out_proj, heads):
     grads = layer.backward(x, forward, upstream)
 
     np.testing.assert_allclose(forward.output, out_t, rtol=0, atol=TOL)
-    np.testing.assert_allclose(forward.weights, weights_t, rtol=0, atol=TOL)
+    np.testing.assert_allclose(forward.attention, weights_t, rtol=0, atol=TOL)
     np.testing.assert_allclose(grads.grad_input, grad_x_t, rtol=0, atol=TOL)
     grad_packed = np.concatenate([grads.grad_w_query.T, grads.grad_w_key.T, grads.grad_w_value.T])
     np.testing.assert_allclose(grad_packed, mha.in_proj_weight.grad.numpy(), rtol=0, atol=TOL)

@@ -8,13 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.render.json.evidence import evidence_json, render_json
-from qkvcli.render.text.numbers import fmt_float, fmt_shape, fmt_vector
-from qkvcli.render.text.report import render_text
-from qkvcli.render.text.trace import render_trace
+from qkvcli.evidence.build import build_evidence
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.render.numbers import fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.report import evidence_json, published_tensors, render_json, render_text, render_trace
 
 from .conftest import CHAPTER_FIXTURE, GOLDEN
 
@@ -113,7 +111,7 @@ def test_json_floats_round_trip_exactly() -> None:
     }
     evidence = build_evidence(parse_fixture(doc))
     document = json.loads(render_json(evidence))
-    for name, array in evidence.primary.tensors().items():
+    for name, array in published_tensors(evidence.primary).items():
         back = np.array(document["tensors"][name]["values"]).reshape(array.shape)
         assert back.tobytes() == array.tobytes(), name
 

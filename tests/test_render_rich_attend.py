@@ -50,7 +50,7 @@ def test_attend_never_cuts_a_number_at_80_columns(make: Any) -> None:
     assert [word for word in text.split() if "…" in word and word not in ("…", "…,")] == []
     # Every weight shown is whole: each shown row's first key weight appears as printed.
     for row in evidence.rows[:2]:
-        assert f"{row.weights[0]:.4f}" in text
+        assert f"{row.attention[0]:.4f}" in text
         assert f"{row.output[0]:.4f}" in text
 
 
@@ -71,7 +71,7 @@ def test_attend_shows_the_scores_and_the_reverse_pass_whole_at_80_columns(make: 
     assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text
     for symbol in ("U = dO", "dA", "dZ", "dS", "dQ", "dK", "dV", "dX", "dW_Q", "dW_K", "dW_V"):
         assert f"  {symbol}  " in text
-    gradient = evidence.primary["input_gradient"]
+    gradient = evidence.primary["grad_input"]
     assert f"{float(np.abs(gradient).max()):.4f}" in text
 
 
@@ -124,7 +124,7 @@ def test_attend_default_keeps_four_decimals() -> None:
 @pytest.mark.parametrize("width", [80, 60], ids=["80", "60"])
 def test_variance_never_cuts_a_number(width: int) -> None:
     result = dot_variance([4, 8, 16, 32, 64], samples=200, seed=1)
-    text = render(variance_renderable(result, RichOptions()), width)
+    text = render(variance_renderable(result, RichOptions(precision=4)), width)  # as the CLI
     assert "…" not in text
     for row in result.rows:
         assert f"{row.ratio:.4f}" in text and f"{row.std_error:.4f}" in text

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from qkvcli.checks.evidence import build_evidence
-from qkvcli.fixtures.load import load_fixture
+from qkvcli.evidence.build import build_evidence
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
+from qkvcli.reading.load import load_fixture
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 from qkvcli.render.rich.options import RichOptions
 
@@ -58,7 +58,7 @@ def test_failures_in_the_elided_middle_stay_visible() -> None:
     text = render(result, RichOptions(precision=9), width=100)
     assert "│ [10,0]     │" in text and "│ [14,1]     │" in text
     assert text.count("FAIL") == 2 + 1 + 1  # two rows, the tensor summary, the verdict
-    assert "verdict: FAIL (98 of 100 coordinates within tolerance)" in text
+    assert "verdict: FAIL (98 of 100 checks passed)" in text
     hidden = 100 - 12 - 2  # 12 head and tail rows, and the two failures between them
     assert f"{hidden} coordinates not shown; --full shows every coordinate" in text
 

@@ -20,19 +20,17 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.attention.layer_fixture import LAYER_TOP_KEYS, UPSTREAM_OUTPUT
+from qkvcli.attention.fixture import LAYER_TOP_KEYS, UPSTREAM_OUTPUT, parse_attend_fixture
 from qkvcli.cli import main
-from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.expect import EXPECT_KEYS
-from qkvcli.fixtures.json_values import parse_json_text
-from qkvcli.fixtures.keys import GRADCHECK_KEYS, PACKED_KEYS, SCHEMA_NAME, TOP_KEYS, WEIGHT_KEYS
-from qkvcli.fixtures.layer_layouts import C_ATTN_KEYS, OUT_KEYS
-from qkvcli.fixtures.layouts import WEIGHT_OBJECT_KEYS
-from qkvcli.fixtures.load import bundled_fixture_text
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.fixtures.problems import FixtureError
-from qkvcli.fixtures.tensors import TENSOR_KEYS
+from qkvcli.core.names import BRANCHES
+from qkvcli.reading.expect import EXPECT_KEYS
+from qkvcli.reading.fixture import GRADCHECK_KEYS, PACKED_KEYS, SCHEMA_NAME, TOP_KEYS, WEIGHT_KEYS
+from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.layouts import C_ATTN_KEYS, OUT_KEYS, WEIGHT_OBJECT_KEYS
+from qkvcli.reading.load import bundled_fixture_text
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.problems import FixtureError
+from qkvcli.reading.tensors import TENSOR_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())

@@ -17,11 +17,10 @@ from qkvcli.authoring.documents import (
     write_npy_atomic,
 )
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
-from qkvcli.fixtures.load import load_fixture
-from qkvcli.fixtures.npy import load_npy
-from qkvcli.fixtures.parse import parse_fixture
-from qkvcli.fixtures.problems import FixtureError
-from qkvcli.fixtures.sources import generate_tensor
+from qkvcli.reading.load import load_fixture
+from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.problems import FixtureError
+from qkvcli.reading.sources import generate_tensor, load_npy
 
 
 def _chapter_like(tensor_value):
@@ -181,7 +180,7 @@ def test_scaled_uniform_equals_xavier_initialization():
 
 def test_generation_does_not_depend_on_block_size(monkeypatch):
     whole = generate_tensor(3, (50,), "normal")
-    monkeypatch.setattr("qkvcli.fixtures.sources.GENERATE_BLOCK", 7)
+    monkeypatch.setattr("qkvcli.reading.sources.GENERATE_BLOCK", 7)
     assert np.array_equal(generate_tensor(3, (50,), "normal"), whole)
     assert np.array_equal(generate_tensor(3, (50,)), generate_tensor(3, (50,)))
 

@@ -20,8 +20,8 @@ from qkvcli.authoring.starter import (
 )
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
-from qkvcli.fixtures.json_values import parse_json_text
-from qkvcli.fixtures.parse import parse_fixture
+from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.parse import parse_fixture
 
 
 def _bits(array: np.ndarray) -> bytes:  # type: ignore[type-arg]
@@ -114,7 +114,7 @@ def test_init_generate_and_npy_give_the_reference_weights(tmp_path: Path) -> Non
     from qkvcli.cli import main
     from qkvcli.core.projections import QkvProjections
     from qkvcli.core.splitmix import SplitMix64
-    from qkvcli.fixtures.load import load_fixture
+    from qkvcli.reading.load import load_fixture
 
     runner = CliRunner()
     args = ["--seed", "7", "--batch", "2", "--tokens", "3", "--d-model", "5", "--d-head", "4"]

@@ -1,1 +1,3 @@
-"""attention."""
+"""Attention on top of the projections: one head (scores, softmax, mix) and multi-head layers, their
+fixtures, gradient checks and evidence records (data, no prose).
+"""

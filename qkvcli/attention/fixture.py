@@ -1,6 +1,8 @@
-"""Fixtures for ``qkv attend``: the chapter's format plus layouts, biases and ``d_v``.
+"""Attention fixtures: one head, and multi-head layers.
 
-Every key of a chapter fixture means the same here; :mod:`qkvcli.fixtures.layouts` adds the
+Fixtures for ``qkv attend``: the chapter's format plus layouts, biases and ``d_v``.
+
+Every key of a chapter fixture means the same here; :mod:`qkvcli.reading.layouts` adds the
 weight spellings. Validation order (first failure wins): document keys; ``value_width``;
 weights (structure, layouts, ranks, bias shapes; then names; then the head's widths and
 unique names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
@@ -9,6 +11,18 @@ head's objective does not use it); ``gradcheck``; ``seed``; ``chapter``.
 The head's objective is ``L = <O, U>`` with ``U [batch, tokens, d_v]`` drawn from
 SplitMix64(seed), uniform in ``[-1, 1)``, row-major: deterministic, and uneven enough that a
 gradient mixing up axes cannot pass by symmetry.
+
+The multi-head parts of an attend fixture: ``heads``, the output projection, ``upstream.output``.
+
+A fixture runs as a layer (:class:`~qkvcli.attention.multihead.MultiHeadLayer`) when it
+gives ``"heads"`` (or ``--heads`` does), an output projection (``out_proj_*`` or
+``c_proj_*``) or GPT-2's packed ``c_attn``; ``heads`` defaults to 1 then. Otherwise it
+is today's one head and nothing here changes it.
+
+Validation order, after the weights and before the input: ``heads`` (an integer of at
+least 1 dividing both projection widths), then the output projection's shapes.
+``upstream.output`` (U of ``L = <O, U>``, shaped like the final output) is read after
+the input.
 """
 
 from __future__ import annotations
@@ -19,49 +33,47 @@ from pathlib import Path
 from typing import Any
 
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.layer_fixture import (
-    LAYER_TOP_KEYS,
-    OUT_KEYS,
-    UPSTREAM_OUTPUT,
-    LayerParts,
-    parse_layer,
-    parse_upstream_output,
-)
+from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
+from qkvcli.core.names import BRANCHES, DEFAULT_NAMES
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.budget import (
+from qkvcli.reading.files import StrPath
+from qkvcli.reading.fixture import GRADCHECK_KEYS, TOP_KEYS
+from qkvcli.reading.json_values import (
+    is_json_int,
+    json_type_name,
+    parse_json_text,
+    refuse_unknown_keys,
+)
+from qkvcli.reading.layouts import (
+    OUT_KEYS,
+    CanonicalWeights,
+    canonicalize,
+    read_out_projection,
+    value_width_mode,
+)
+from qkvcli.reading.limits import (
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_SEED,
+    DEFAULT_STEP,
+    DEFAULT_TOLERANCE,
     check_derived,
     check_projection_size,
     check_scores_size,
     check_step_fits,
 )
-from qkvcli.fixtures.files import StrPath
-from qkvcli.fixtures.json_values import (
-    json_type_name,
-    parse_json_text,
-    refuse_unknown_keys,
-)
-from qkvcli.fixtures.keys import GRADCHECK_KEYS, TOP_KEYS
-from qkvcli.fixtures.layouts import CanonicalWeights, canonicalize, value_width_mode
-from qkvcli.fixtures.limits import (
-    DEFAULT_MAX_ELEMENTS,
-    DEFAULT_SEED,
-    DEFAULT_STEP,
-    DEFAULT_TOLERANCE,
-)
-from qkvcli.fixtures.load import read_fixture_text
-from qkvcli.fixtures.problems import FixtureError
-from qkvcli.fixtures.settings import (
+from qkvcli.reading.load import fixture_stem, read_fixture_text
+from qkvcli.reading.problems import FixtureError
+from qkvcli.reading.settings import (
     parse_chapter,
     parse_samples,
     parse_seed,
     parse_step,
     parse_tolerance,
 )
-from qkvcli.fixtures.tensors import parse_tensor
-from qkvcli.fixtures.weights import check_name
+from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import check_name
 
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
 
@@ -98,8 +110,6 @@ def attend_parameters(x: Array, head: AttentionHead, layer: LayerParts | None) -
 
 
 def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
-    from qkvcli.core.names import DEFAULT_NAMES
-
     names = []
     for index, branch in enumerate(canonical.branches):
         name = DEFAULT_NAMES[index] if branch.name is None else branch.name
@@ -119,7 +129,7 @@ def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
 
 
 def _settings(raw: Any) -> tuple[float, float, int | None]:
-    """``(step, tolerance, samples)``: the chapter's own rules (:mod:`qkvcli.fixtures.settings`)."""
+    """``(step, tolerance, samples)``: the chapter's own rules (:mod:`qkvcli.reading.settings`)."""
     step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
     if raw is None:
         return step, tolerance, samples
@@ -139,7 +149,7 @@ def parse_attend_fixture(
 ) -> AttendFixture:
     """Validate parsed JSON for ``qkv attend``; ``heads`` overrides the fixture's.
 
-    Raises :class:`~qkvcli.fixtures.problems.FixtureError`.
+    Raises :class:`~qkvcli.reading.problems.FixtureError`.
     """
     if not isinstance(data, dict):
         raise FixtureError("$", f"expected an object, got {json_type_name(data)}")
@@ -219,14 +229,84 @@ def load_attend_fixture(
 ) -> AttendFixture:
     """Load ``path``, or the bundled ``example`` when ``path`` is ``None``.
 
-    Raises :class:`~qkvcli.fixtures.problems.FixtureError` for bad content and
-    :class:`~qkvcli.fixtures.files.InputFileError` for a file that cannot be read.
+    Raises :class:`~qkvcli.reading.problems.FixtureError` for bad content and
+    :class:`~qkvcli.reading.files.InputFileError` for a file that cannot be read.
     """
     if path is None:
         return parse_attend_fixture(parse_json_text(example_text(example)),
                                     max_elements=max_elements, heads=heads)
-    from qkvcli.fixtures.load import fixture_stem
-
     text = read_fixture_text(path)
     return parse_attend_fixture(parse_json_text(text), fixture_stem(path), max_elements,
                                 path.parent, heads)
+
+
+LAYER_TOP_KEYS = ("heads",)
+UPSTREAM_OUTPUT = "output"
+MAX_HEADS = 4096
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """The layer and the layouts its parameters were given in (for the gradients' layouts)."""
+
+    layer: MultiHeadLayer
+    branch_layouts: tuple[str, str, str]  # "qkv" or "torch" per branch
+    packed: str | None  # "in_proj", "c_attn" or None
+    out_layout: str | None  # "out_proj", "c_proj" or None
+
+
+def _heads(data: dict[str, Any], override: int | None) -> int | None:
+    if override is not None:
+        return override
+    if "heads" not in data:
+        return None
+    raw = data["heads"]
+    if not is_json_int(raw):
+        raise FixtureError("$.heads", f"expected an integer, got {json_type_name(raw)}")
+    if not 1 <= raw <= MAX_HEADS:
+        raise FixtureError("$.heads", f"heads must be between 1 and {MAX_HEADS}")
+    return int(raw)
+
+
+def parse_layer(
+    data: dict[str, Any], head: AttentionHead, canonical: CanonicalWeights,
+    heads_override: int | None, max_elements: int, base_dir: StrPath | None,
+) -> LayerParts | None:
+    """The layer the fixture describes, or ``None`` for today's single head.
+
+    Raises :class:`~qkvcli.reading.problems.FixtureError` at ``$.heads`` or at the
+    output projection's location.
+    """
+    heads = _heads(data, heads_override)
+    out = read_out_projection(data["weights"], max_elements, base_dir)
+    if heads is None and out is None and canonical.layout != "c_attn":
+        return None
+    heads = 1 if heads is None else heads
+    try:
+        layer = MultiHeadLayer.build(head, heads, None if out is None else out.weight,
+                                     None if out is None else out.bias)
+    except QkvError as error:
+        location = "$.heads" if out is None or "heads" in str(error) else out.location
+        raise FixtureError(location, str(error)) from None
+    packed = {"packed": "in_proj", "c_attn": "c_attn"}.get(canonical.layout)
+    given = tuple(branch.given for branch in canonical.branches)
+    return LayerParts(layer, (given[0], given[1], given[2]), packed,
+                      None if out is None else out.layout)
+
+
+def parse_upstream_output(
+    raw: Any, shape: tuple[int, int, int], max_elements: int, base_dir: StrPath | None
+) -> Array | None:
+    """``upstream.output`` if given, checked against the final output's ``shape``."""
+    if raw is None:
+        return None
+    location = f"$.upstream.{UPSTREAM_OUTPUT}"
+    grad = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    if grad.shape != shape:
+        raise FixtureError(location, f"expected shape [{','.join(map(str, shape))}] (the final "
+                           f"output's [batch,tokens,E_out]), got [{','.join(map(str, grad.shape))}]")
+    return grad
+
+
+__all__ = ["LAYER_TOP_KEYS", "OUT_KEYS", "UPSTREAM_OUTPUT", "LayerParts", "parse_layer",
+           "parse_upstream_output"]

@@ -1,11 +1,19 @@
-"""One attention head on top of the projections: its validated parameters, forward and reverse.
+"""One attention head on top of the projections: its parameters, forward and reverse.
+
+Here are the head's validated parameters, the two pieces of the attention matrix (a
+numerically stable softmax and the causal mask) and the records of one forward and
+one reverse pass. Named as everywhere in qkv (:mod:`qkvcli.core.names`): the forward
+tensors are ``query``, ``key``, ``value``, ``scores``, ``scaled_scores``, ``attention``
+(the matrix ``A``; ``weights`` only ever means W) and ``output``; each gradient is
+``grad_`` and the tensor's name (``grad_query`` is dL/dQ), with ``grad_input`` for
+dL/dX, ``grad_w_query`` for dL/dW_Q and ``grad_b_query`` for dL/db_Q.
 
 Forward, for ``X [B,T,d_model]``::
 
     Q = X W_Q + b_Q    K = X W_K + b_K    V = X W_V + b_V      [B,T,d_k] [B,T,d_k] [B,T,d_v]
     S = Q K^T                                                   [B,T,T] raw scores
     Z = S / sqrt(d_k)  (-inf above the diagonal when causal)    scaled scores
-    A = softmax(Z) over the last axis (row max subtracted)      weights, rows sum to 1
+    A = softmax(Z) over the last axis (row max subtracted)      attention, rows sum to 1
     O = A V                                                     [B,T,d_v] output
 
 Reverse for an upstream ``dO`` (``grad_output``): ``dA = dO V^T``, ``dV = A^T dO``,
@@ -34,20 +42,81 @@ from qkvcli.attention.errors import (
     KeyWidthMismatch,
     OutputGradientShapeMismatch,
 )
-from qkvcli.attention.outputs import AttentionForward, AttentionGradients
-from qkvcli.attention.softmax import causal_mask, stable_softmax
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import (
     BranchOutputWidthMismatch,
 )
-from qkvcli.core.names import DEFAULT_NAMES, validate_name
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
+from qkvcli.core.record import Record
 from qkvcli.core.weights import (
     check_branches,
     check_input_shape,
     check_model_widths,
     check_unique_names,
 )
+
+
+def stable_softmax(z: Array) -> Array:
+    """Softmax over the last axis with the row maximum subtracted first.
+
+    ``-inf`` entries get weight exactly 0. Each row needs one finite entry (a causal
+    row always has its diagonal); empty axes give empty results.
+    """
+    if z.size == 0:
+        return np.zeros(z.shape)
+    shifted = z - np.max(z, axis=-1, keepdims=True)  # largest entry becomes 0: exp <= 1
+    exps = np.exp(shifted)
+    result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
+    return result
+
+
+def causal_mask(tokens: int) -> Array:
+    """``True`` above the diagonal: key positions after the query position."""
+    return np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
+
+
+class AttentionForward(Record):
+    """Every intermediate of one forward pass, in the order they are computed.
+
+    ``attention`` is the attention matrix ``A`` (``weights`` is only ever W).
+    """
+
+    query: Array
+    key: Array
+    value: Array
+    scores: Array
+    scaled_scores: Array
+    attention: Array
+    output: Array
+
+
+class AttentionGradients(Record):
+    """The reverse pass: gradients from the output back to the input and parameters.
+
+    In the order they are computed; a bias gradient is ``None`` when the head has no
+    such bias.
+    """
+
+    grad_attention: Array
+    grad_scaled_scores: Array
+    grad_scores: Array
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+    grad_input: Array
+    grad_w_query: Array
+    grad_w_key: Array
+    grad_w_value: Array
+    grad_b_query: Array | None
+    grad_b_key: Array | None
+    grad_b_value: Array | None
+
+
+def output_loss(forward: AttentionForward, upstream: Array) -> float:
+    """``L = <O, U>``: the scalar whose gradient the head's ``backward`` gives."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sum(forward.output * upstream))
+
 
 # What the head adds to the chapter's projections, in order (the quiz's last answer).
 STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted value mixture")
@@ -190,9 +259,9 @@ class AttentionHead:
         scaled_scores = scores / math.sqrt(self.d_k)
         if causal:
             scaled_scores = np.where(causal_mask(x.shape[1]), -np.inf, scaled_scores)
-        weights = stable_softmax(scaled_scores)
-        output = weights @ value  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
-        return AttentionForward(query, key, value, scores, scaled_scores, weights, output)
+        attention = stable_softmax(scaled_scores)
+        output = attention @ value  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
+        return AttentionForward(query, key, value, scores, scaled_scores, attention, output)
 
     def backward(self, x: ArrayLike, forward: AttentionForward, grad_output: ArrayLike) -> (
         AttentionGradients
@@ -212,13 +281,13 @@ class AttentionHead:
         self, x: Array, forward: AttentionForward, grad_output: Array
     ) -> AttentionGradients:
         batch, tokens, d_model = x.shape
-        a = forward.weights
+        a = forward.attention
         # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
-        grad_weights = grad_output @ np.swapaxes(forward.value, -1, -2)
+        grad_attention = grad_output @ np.swapaxes(forward.value, -1, -2)
         grad_value = np.swapaxes(a, -1, -2) @ grad_output  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
         # softmax reverse: dZ_ij = A_ij (dA_ij - sum_l dA_il A_il); masked A_ij = 0 gives dZ_ij = 0
         grad_scaled_scores = a * (
-            grad_weights - np.sum(grad_weights * a, axis=-1, keepdims=True)
+            grad_attention - np.sum(grad_attention * a, axis=-1, keepdims=True)
         )
         grad_scores = grad_scaled_scores / math.sqrt(self.d_k)
         grad_query = grad_scores @ forward.key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
@@ -235,6 +304,6 @@ class AttentionHead:
             grad_w.append(rows.T @ flat)  # [d_model,BT] @ [BT,d_out] -> [d_model,d_out]
             grad_b.append(None if bias is None else flat.sum(axis=0))
         return AttentionGradients(
-            grad_weights, grad_scaled_scores, grad_scores, grad_query, grad_key, grad_value,
+            grad_attention, grad_scaled_scores, grad_scores, grad_query, grad_key, grad_value,
             grad_input, grad_w[0], grad_w[1], grad_w[2], grad_b[0], grad_b[1], grad_b[2],
         )

@@ -1,10 +1,11 @@
 """Run a multi-head layer on its fixture and gather the evidence (no I/O).
 
-The same checks as one head, in the same order (forward, weights, mask, hull, reverse,
-shapes, replay, gradcheck); weights, mask and hull are found per head
+The same checks as one head, in the same order (forward, attention, mask, hull,
+reverse, shapes, replay, gradcheck); attention rows, mask and hull are found per head
 (:class:`~qkvcli.attention.records.HeadEvidence`) and pass when every head passes. The
-central-difference check covers the whole layer. Tensors are named as in the JSON
-report; every weight and its gradient appear in the layout the fixture gave them in.
+central-difference check covers the whole layer. Tensors are held by vocabulary name
+(:mod:`qkvcli.attention.records`), each weight and its gradient in the layout the
+fixture gave them in.
 """
 
 from __future__ import annotations
@@ -13,26 +14,23 @@ import math
 
 import numpy as np
 
-from qkvcli.attention.evidence import EPSILON, hull_evidence
-from qkvcli.attention.fixture import AttendFixture
-from qkvcli.attention.layer_fixture import LayerParts
-from qkvcli.attention.layer_gradcheck import gradcheck_layer
+from qkvcli.attention.evidence import EPSILON, hull_evidence, notes_of, verdicts
+from qkvcli.attention.fixture import AttendFixture, LayerParts
+from qkvcli.attention.gradcheck import gradcheck_layer
+from qkvcli.attention.head import causal_mask
 from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
-from qkvcli.attention.notes import notes_of
 from qkvcli.attention.records import (
     AttendConfig,
     AttendEvidence,
     AttendPrimary,
+    AttentionEvidence,
+    AttentionShapeProbe,
     HeadEvidence,
     HullEvidence,
     MaskEvidence,
-    ShapeProbe,
-    WeightEvidence,
 )
-from qkvcli.attention.softmax import causal_mask
-from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array, all_finite, readonly
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES
 
 
 def _run(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool) -> tuple[
@@ -48,7 +46,9 @@ def _given(array: Array, layout: str) -> Array:
 
 def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
                   g: LayerGradients) -> dict[str, Array]:
-    """Every tensor of the layer by its JSON name, weights in the layout they were given in."""
+    """Every tensor of the layer by vocabulary name, in report order, each weight (and its
+    gradient) in the layout the fixture gave it in; a packed projection adds ``w_packed``
+    (and ``b_packed``), an output projection ``w_out`` and ``b_out``."""
     layer = parts.layer
     p = layer.projections
     heads_axis = 1  # [B,H,T,T]: the heads' tensors stacked on axis 1
@@ -56,21 +56,19 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
     grads_w = (g.grad_w_query, g.grad_w_key, g.grad_w_value)
     grads_b = (g.grad_b_query, g.grad_b_key, g.grad_b_value)
     for i, branch in enumerate(BRANCHES):
-        named.append((f"{branch}_weight", _given(p.weights[i], parts.branch_layouts[i])))
-        named.append((f"{branch}_bias", p.biases[i]))
+        named.append((f"w_{branch}", _given(p.weights[i], parts.branch_layouts[i])))
+        named.append((f"b_{branch}", p.biases[i]))
     if parts.packed is not None:
         # in_proj stacks torch [W, d_model] rows; c_attn puts Conv1D [d_model, W] side by side
         axis = 0 if parts.packed == "in_proj" else 1
-        named.append((f"{parts.packed}_weight", np.concatenate(
+        named.append(("w_packed", np.concatenate(
             [_given(w, parts.branch_layouts[0]) for w in p.weights], axis=axis)))
         if all(b is not None for b in p.biases):
-            named.append((f"{parts.packed}_bias", np.concatenate([b for b in p.biases
-                                                                 if b is not None])))
+            named.append(("b_packed", np.concatenate([b for b in p.biases if b is not None])))
     out = parts.out_layout
     if out is not None and layer.out_weight is not None:
-        named.append((f"{out}_weight", _given(layer.out_weight,
-                                              "torch" if out == "out_proj" else "qkv")))
-        named.append((f"{out}_bias", layer.out_bias))
+        named.append(("w_out", _given(layer.out_weight, "torch" if out == "out_proj" else "qkv")))
+        named.append(("b_out", layer.out_bias))
 
     def stacked(name: str, source: tuple[object, ...]) -> Array:
         return np.stack([getattr(item, name) for item in source], axis=heads_axis)
@@ -82,33 +80,32 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
         ("query", joined("query", f.heads)), ("key", joined("key", f.heads)),
         ("value", joined("value", f.heads)), ("scores", stacked("scores", f.heads)),
         ("scaled_scores", stacked("scaled_scores", f.heads)),
-        ("weights", stacked("weights", f.heads)),
-        ("heads_output", f.concat if out is not None else None), ("output", f.output),
-        ("upstream_output", fixture.upstream),
-        ("heads_output_gradient", g.grad_concat if out is not None else None),
-        ("weights_gradient", stacked("grad_weights", g.heads)),
-        ("scaled_scores_gradient", stacked("grad_scaled_scores", g.heads)),
-        ("scores_gradient", stacked("grad_scores", g.heads)),
-        ("query_gradient", joined("grad_query", g.heads)),
-        ("key_gradient", joined("grad_key", g.heads)),
-        ("value_gradient", joined("grad_value", g.heads)),
-        ("input_gradient", g.grad_input),
+        ("attention", stacked("attention", f.heads)),
+        ("concat", f.concat if out is not None else None), ("output", f.output),
+        ("grad_output", fixture.upstream),
+        ("grad_concat", g.grad_concat if out is not None else None),
+        ("grad_attention", stacked("grad_attention", g.heads)),
+        ("grad_scaled_scores", stacked("grad_scaled_scores", g.heads)),
+        ("grad_scores", stacked("grad_scores", g.heads)),
+        ("grad_query", joined("grad_query", g.heads)),
+        ("grad_key", joined("grad_key", g.heads)),
+        ("grad_value", joined("grad_value", g.heads)),
+        ("grad_input", g.grad_input),
     ]
     for i, branch in enumerate(BRANCHES):
-        named.append((f"{branch}_weight_gradient", _given(grads_w[i], parts.branch_layouts[i])))
+        named.append((f"grad_w_{branch}", _given(grads_w[i], parts.branch_layouts[i])))
     for i, branch in enumerate(BRANCHES):
-        named.append((f"{branch}_bias_gradient", grads_b[i]))
+        named.append((f"grad_b_{branch}", grads_b[i]))
     if parts.packed is not None:
         axis = 0 if parts.packed == "in_proj" else 1
-        named.append((f"{parts.packed}_weight_gradient", np.concatenate(
+        named.append(("grad_w_packed", np.concatenate(
             [_given(w, parts.branch_layouts[0]) for w in grads_w], axis=axis)))
         if all(b is not None for b in grads_b):
-            named.append((f"{parts.packed}_bias_gradient",
-                          np.concatenate([b for b in grads_b if b is not None])))
+            named.append(("grad_b_packed", np.concatenate([b for b in grads_b if b is not None])))
     if out is not None and g.grad_out_weight is not None:
-        named.append((f"{out}_weight_gradient", _given(
+        named.append(("grad_w_out", _given(
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
-        named.append((f"{out}_bias_gradient", g.grad_out_bias))
+        named.append(("grad_b_out", g.grad_out_bias))
     return {name: readonly(np.ascontiguousarray(value)) for name, value in named
             if value is not None}
 
@@ -117,37 +114,39 @@ def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvide
     """Row sums, mask and convex hull of each head, in head order."""
     found = []
     for h, head in enumerate(f.heads):
-        w = head.weights
-        sums = np.sum(w, axis=-1)
-        weights = WeightEvidence(
-            min_weight=float(w.min()) if w.size else 0.0,
+        a = head.attention
+        sums = np.sum(a, axis=-1)
+        rows = AttentionEvidence(
+            min_attention=float(a.min()) if a.size else 0.0,
             max_row_deviation=float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
             tolerance=4.0 * max(tokens, 1) * EPSILON,
         )
         mask = MaskEvidence(False, 0.0)
         if causal:
-            above = w[:, causal_mask(tokens)]
+            above = a[:, causal_mask(tokens)]
             mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
-        found.append(HeadEvidence(h, weights, mask, hull_evidence(head, tokens)))
+        found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens)))
     return tuple(found)
 
 
-def _probe(layer: MultiHeadLayer, shape: tuple[int, int, int], causal: bool) -> ShapeProbe:
+def _probe(layer: MultiHeadLayer, shape: tuple[int, int, int], causal: bool) -> AttentionShapeProbe:
     x = np.zeros(shape)
     f = layer.forward(x, causal)
     g = layer.backward(x, f, np.zeros(f.output.shape))
-    return ShapeProbe(shape, tuple(f.weights.shape), tuple(f.output.shape),
-                      tuple(g.grad_input.shape))
+    return AttentionShapeProbe(shape, tuple(f.attention.shape), tuple(f.output.shape),
+                               tuple(g.grad_input.shape))
 
 
-def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[WeightEvidence, MaskEvidence, HullEvidence]:
-    w = [h.weights for h in heads]
+def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
+    AttentionEvidence, MaskEvidence, HullEvidence
+]:
+    w = [h.attention for h in heads]
     m = [h.mask for h in heads]
     u = [h.hull for h in heads]
     return (
-        WeightEvidence(min(x.min_weight for x in w), max(x.max_row_deviation for x in w),
-                       w[0].tolerance),
-        MaskEvidence(m[0].applicable, max(x.max_masked_weight for x in m)),
+        AttentionEvidence(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
+                          w[0].tolerance),
+        MaskEvidence(m[0].applicable, max(x.max_masked_attention for x in m)),
         HullEvidence(max(x.barycentric_residual for x in u), sum(x.box_violations for x in u),
                      max(x.tolerance for x in u)),
     )
@@ -165,42 +164,23 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
     replay = layer_tensors(fixture, parts, replay_forward, replay_grads)
     replay_bitwise = all(a.tobytes() == replay[k].tobytes() for k, a in tensors.items())
     heads = head_evidence(forward, tokens, causal)
-    weights, mask, hull = _worst(heads)
+    rows, mask, hull = _worst(heads)
     probes = (_probe(layer, (0, tokens, d_model), causal),
               _probe(layer, (max(batch, 1), 0, d_model), causal))
     probes_ok = all(
-        p.weights == (p.input[0], layer.heads, p.input[1], p.input[1])
+        p.attention == (p.input[0], layer.heads, p.input[1], p.input[1])
         and p.output == (p.input[0], p.input[1], layer.e_out) and p.grad_input == p.input
         for p in probes
     )
     gradcheck = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
                                 fixture.tolerance, fixture.samples, parts.out_layout)
-    forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, forward.weights)) and (
-        forward.output.shape == (batch, tokens, layer.e_out))
-    reverse_ok = all(all_finite(a) for name, a in tensors.items() if name.endswith("_gradient"))
-    failing = [str(h.head) for h in heads if not h.passed]
-    per_head = f"{len(heads)} heads" + (f", failing: {','.join(failing)}" if failing else "")
-    checks = (
-        Check("forward", forward_ok, f"weights [B,H,T,T], output [B,T,E_out={layer.e_out}], all "
-              "finite" if forward_ok else "a forward tensor is not finite or misshapen"),
-        Check("weights", weights.passed, f"per head ({per_head}): min weight "
-              f"{weights.min_weight:.6g} >= 0; max |row sum - 1| {weights.max_row_deviation:.3g} "
-              f"<= {weights.tolerance:.3g} (4 T eps)"),
-        Check("mask", mask.passed, f"causal, per head: largest weight above the diagonal "
-              f"{mask.max_masked_weight!r} (must be exactly 0)" if causal
-              else "not applicable: no causal mask"),
-        Check("hull", hull.passed, "per head: O_h = sum_j A_ij v_j recomputed term by term "
-              f"(largest residual {hull.barycentric_residual:.3g} <= {hull.tolerance:.3g}); box "
-              f"test: {hull.box_violations} coordinates outside [min_j v_j, max_j v_j]"),
-        Check("reverse", reverse_ok, "every gradient finite" if reverse_ok
-              else "a gradient is not finite"),
-        Check("shapes", probes_ok, "empty batch and empty token axes run forward and reverse"
-              if probes_ok else "an empty-axis probe gave an unexpected shape"),
-        Check("replay", replay_bitwise,
-              "two runs agree bit for bit" if replay_bitwise else "two runs differ"),
-        Check("gradcheck", gradcheck.passed, f"whole layer: {gradcheck.count} coordinates, step "
-              f"{gradcheck.step!r}, tolerance {gradcheck.tolerance!r}"),
-    )
+    forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, forward.attention)
+                     ) and forward.output.shape == (batch, tokens, layer.e_out)
+    # every gradient the reverse pass computed (grad_output is the given upstream U)
+    reverse_ok = all(all_finite(a) for name, a in tensors.items()
+                     if name.startswith("grad_") and name != "grad_output")
+    checks = verdicts(forward_ok, rows.passed, mask.passed, hull.passed, reverse_ok, probes_ok,
+                      replay_bitwise, gradcheck.passed)
     p = layer.projections
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
@@ -208,11 +188,11 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
         value_width=fixture.value_width, layout=fixture.layout,
         layout_description=fixture.layout_description, scale=1.0 / math.sqrt(layer.d_k),
         parameter_count=layer.parameter_count, names=p.names, heads=layer.heads,
-        e_out=layer.e_out, out_layout=parts.out_layout,
+        e_out=layer.e_out, out_layout=parts.out_layout, packed=parts.packed,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, layer_loss(forward, fixture.upstream)), rows=(),
-        weights=weights, mask=mask, hull=hull, probes=probes, notes=notes_of(p),
+        attention=rows, mask=mask, hull=hull, probes=probes, notes=notes_of(p),
         replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks, heads=heads,
     )

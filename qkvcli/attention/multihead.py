@@ -20,19 +20,16 @@ weight gradients fill its columns of ``dW_Q``, ``dW_K``, ``dW_V``. No I/O.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
-from qkvcli.attention.errors import OutputGradientShapeMismatch
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.layer_errors import HeadCountMismatch, OutProjectionShapeMismatch
-from qkvcli.attention.outputs import AttentionForward, AttentionGradients
+from qkvcli.attention.errors import HeadCountMismatch, OutProjectionShapeMismatch, OutputGradientShapeMismatch
+from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
 
 
-class LayerForward(NamedTuple):
+class LayerForward(Record):
     """Every head's forward pass, their concatenation ``C`` and the final output ``Y``."""
 
     heads: tuple[AttentionForward, ...]
@@ -40,12 +37,12 @@ class LayerForward(NamedTuple):
     output: Array
 
     @property
-    def weights(self) -> Array:
-        """The attention weights of every head, ``[B,H,T,T]``."""
-        return np.stack([f.weights for f in self.heads], axis=1)
+    def attention(self) -> Array:
+        """The attention matrix of every head, ``[B,H,T,T]``."""
+        return np.stack([f.attention for f in self.heads], axis=1)
 
 
-class LayerGradients(NamedTuple):
+class LayerGradients(Record):
     """The reverse pass: per head, then the layer's input and full-width parameters."""
 
     heads: tuple[AttentionGradients, ...]

@@ -1,21 +1,31 @@
-"""The evidence of one attention head, as frozen data: configuration, tensors and findings.
+"""The evidence of one attention head or layer, as plain immutable records: facts, no wording.
 
-:func:`qkvcli.attention.evidence.build_attend_evidence` fills these records; renderers
-read them.
+:func:`qkvcli.attention.evidence.build_attend_evidence` (one head) and
+:func:`qkvcli.attention.layer_evidence.build_layer_evidence` (a multi-head layer) fill
+these records; :mod:`qkvcli.render.attend` words them. Names follow the vocabulary:
+``weights`` is only ever W; the attention matrix ``A`` is ``attention``. Tensors are
+held by vocabulary name (``w_query``, ``attention``, ``grad_attention``, ...); the
+published JSON names (``query_weight``, ``weights``, ``weights_gradient``, ...) are the
+renderers' business.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from qkvcli.attention.notes import Note
-from qkvcli.checks.records import Check
 from qkvcli.core.arrays import Array
-from qkvcli.gradcheck.records import GradcheckResult
+from qkvcli.core.record import Record
+
+if TYPE_CHECKING:
+    from qkvcli.evidence.records import Verdict
+    from qkvcli.gradcheck.records import GradcheckResult
+
+CHECK_ORDER = ("forward", "attention", "mask", "hull", "reverse", "shapes", "replay",
+               "gradcheck")
+"""The declared order of attend's checks (the renderers publish ``attention`` as ``weights``)."""
 
 
-@dataclass(frozen=True)
-class AttendConfig:
+class AttendConfig(Record):
     batch: int
     tokens: int
     d_model: int
@@ -32,11 +42,18 @@ class AttendConfig:
     heads: int | None = None  # a multi-head layer (d_k and d_v are then per head)
     e_out: int | None = None  # the final output's width
     out_layout: str | None = None  # "out_proj", "c_proj" or None
+    packed: str | None = None  # a packed projection's layout: "in_proj", "c_attn" or None
 
 
-@dataclass(frozen=True)
-class AttendPrimary:
-    """Every tensor of one forward and reverse pass, by stable name in report order."""
+class AttendPrimary(Record):
+    """Every tensor of one forward and reverse pass, by vocabulary name in report order.
+
+    Parameters ``w_query``, ``b_query``, ... (a layer adds ``w_packed``, ``b_packed``,
+    ``w_out``, ``b_out`` as the fixture gave them); forward ``query`` ... ``scores``,
+    ``scaled_scores``, ``attention``, ``concat``, ``output``; reverse ``grad_output`` (the
+    upstream ``U``), ``grad_concat``, ``grad_attention``, ... ``grad_input``,
+    ``grad_w_query``, ``grad_b_query``, ... Absent tensors (a missing bias) are left out.
+    """
 
     tensors: dict[str, Array]
     loss: float
@@ -45,40 +62,38 @@ class AttendPrimary:
         return self.tensors[name]
 
 
-@dataclass(frozen=True)
-class TokenRow:
-    """One query position: its weights over the keys, their sum, and its output."""
+class TokenRow(Record):
+    """One query position: its attention over the keys, their sum, and its output."""
 
     batch: int
     token: int
-    weights: tuple[float, ...]
-    weight_sum: float
+    attention: tuple[float, ...]
+    attention_sum: float
     output: tuple[float, ...]
 
 
-@dataclass(frozen=True)
-class WeightEvidence:
-    min_weight: float
+class AttentionEvidence(Record):
+    """The attention rows are distributions: no entry below 0, every row summing to 1."""
+
+    min_attention: float
     max_row_deviation: float
     tolerance: float
 
     @property
     def passed(self) -> bool:
-        return self.min_weight >= 0.0 and self.max_row_deviation <= self.tolerance
+        return self.min_attention >= 0.0 and self.max_row_deviation <= self.tolerance
 
 
-@dataclass(frozen=True)
-class MaskEvidence:
+class MaskEvidence(Record):
     applicable: bool
-    max_masked_weight: float
+    max_masked_attention: float
 
     @property
     def passed(self) -> bool:
-        return not self.applicable or self.max_masked_weight == 0.0
+        return not self.applicable or self.max_masked_attention == 0.0
 
 
-@dataclass(frozen=True)
-class HullEvidence:
+class HullEvidence(Record):
     """``O_i = sum_j A_ij v_j`` recomputed term by term, and the coordinate box test."""
 
     barycentric_residual: float
@@ -90,43 +105,56 @@ class HullEvidence:
         return self.barycentric_residual <= self.tolerance and self.box_violations == 0
 
 
-@dataclass(frozen=True)
-class HeadEvidence:
-    """One head of a layer: its weights' row sums, its mask and its convex hull."""
+class HeadEvidence(Record):
+    """One head of a layer: its attention rows, its mask and its convex hull."""
 
     head: int
-    weights: WeightEvidence
+    attention: AttentionEvidence
     mask: MaskEvidence
     hull: HullEvidence
 
     @property
     def passed(self) -> bool:
-        return self.weights.passed and self.mask.passed and self.hull.passed
+        return self.attention.passed and self.mask.passed and self.hull.passed
 
 
-@dataclass(frozen=True)
-class ShapeProbe:
+class AttentionShapeProbe(Record):
+    """An empty-axis input's shape and the shapes of the attention, output and ``dX`` it gave."""
+
     input: tuple[int, ...]
-    weights: tuple[int, ...]
+    attention: tuple[int, ...]
     output: tuple[int, ...]
     grad_input: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class AttendEvidence:
+class Note(Record):
+    """A teacher's remark (never a failure): a stable ``code`` and the widths it mentions.
+
+    Codes: ``collapsed-roles`` (W_Q = W_K = W_V), ``symmetric-matching`` (W_Q = W_K) and
+    ``independent-value-width`` (``d_v`` differs from ``d_k``).
+    """
+
+    code: str
+    d_k: int
+    d_v: int
+
+
+class AttendEvidence(Record):
+    """Everything one run found; ``checks`` holds a :class:`Verdict` per :data:`CHECK_ORDER`."""
+
     chapter: str
     seed: int
     config: AttendConfig
     primary: AttendPrimary
     rows: tuple[TokenRow, ...]
-    weights: WeightEvidence
+    attention: AttentionEvidence
     mask: MaskEvidence
     hull: HullEvidence
-    probes: tuple[ShapeProbe, ShapeProbe]
+    probes: tuple[AttentionShapeProbe, AttentionShapeProbe]
     notes: tuple[Note, ...]
     replay_bitwise: bool
     gradcheck: GradcheckResult
-    checks: tuple[Check, ...]
+    checks: tuple[Verdict, ...]
     heads: tuple[HeadEvidence, ...] = ()  # per head, for a multi-head layer
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from qkvcli.core.errors import QkvError
+from qkvcli.core.names import BRANCHES
 from qkvcli.core.splitmix import MASK64
 
 Entry = tuple[str, str, tuple[int, ...]]  # name, dtype, shape
@@ -99,7 +100,7 @@ def checkpoint_document(
         rows = [_matrix(shapes, prefix, f"{short}.weight") for short in names]  # [out, in]
         d_model = rows[0][1]
         widths = (rows[0][0], rows[2][0])
-        for branch, short in zip(("query", "key", "value"), names, strict=True):
+        for branch, short in zip(BRANCHES, names, strict=True):
             entry: dict[str, Any] = {"layout": "torch", **(ref(f"{short}.weight") or {})}
             if ref(f"{short}.bias") is not None:
                 entry["bias"] = ref(f"{short}.bias")

@@ -3,7 +3,7 @@
 :func:`generated_fixture_document` describes every tensor by a ``generate`` spec (a few
 lines of JSON at any size); :func:`npy_fixture_document` turns those specs into ``.npy``
 files, written by :func:`write_npy_atomic`. Reading them back is the fixtures layer's
-job (:mod:`qkvcli.fixtures.sources`).
+job (:mod:`qkvcli.reading.sources`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 
 from qkvcli.authoring.starter import INPUT_TAG, UPSTREAM_TAG, stream
 from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES
 from qkvcli.core.splitmix import INCREMENT, MASK64, xavier_limit
-from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.sources import generate_spec
+from qkvcli.reading.sources import generate_spec
 
 
 def write_npy_atomic(path: Path, array: Array) -> None:
@@ -92,7 +92,7 @@ def npy_fixture_document(
     Gives the new document (tensors ``{"npy": "<npy_dir>/<tensor>.npy"}``) and the
     arrays to write, keyed by those relative paths (write them with
     :func:`write_npy_atomic` next to the fixture). Both documents load to the same
-    bits. Raises :class:`~qkvcli.fixtures.problems.FixtureError` for a bad spec.
+    bits. Raises :class:`~qkvcli.reading.problems.FixtureError` for a bad spec.
     """
     arrays: dict[str, Array] = {}
 

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import MASK64, SplitMix64
-from qkvcli.core.vocabulary import BRANCHES
-from qkvcli.fixtures.limits import DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.reading.limits import DEFAULT_STEP, DEFAULT_TOLERANCE
 
 # Fixed, documented constants: changing them would change every starter fixture's input.
 INPUT_TAG = int.from_bytes(b"qkvinput", "big")

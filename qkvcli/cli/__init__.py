@@ -12,8 +12,8 @@ from qkvcli.cli.group import QkvGroup
 # Each command's module is imported only when that command runs (or help lists them
 # all): building a module's click options costs start-up that other commands need not pay.
 COMMANDS = {
-    "run": "qkvcli.cli.run",
-    "report": "qkvcli.cli.report",
+    "run": "qkvcli.cli.evidence",
+    "report": "qkvcli.cli.evidence",
     "gradcheck": "qkvcli.cli.gradcheck",
     "init": "qkvcli.cli.authoring",
     "validate": "qkvcli.cli.validate",

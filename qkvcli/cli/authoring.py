@@ -1,4 +1,16 @@
-"""``qkv init`` and ``qkv schema``: writing starter fixtures and publishing the format."""
+"""``qkv init`` and ``qkv schema``.
+
+What ``qkv init`` must not write: a fixture that its own ``run`` or ``attend`` would refuse.
+
+Policy for ``--max-elements`` above run's default (``DEFAULT_MAX_ELEMENTS``): init
+writes the fixture, since the larger limit was asked for, and warns on stderr naming the
+``--max-elements`` value ``run`` and ``attend`` will need. A fixture over the reader's
+byte limit (``MAX_FILE_BYTES``) cannot be read with any option, so init refuses it and
+points to ``--generate`` and ``--npy``. Paths init writes follow the reading rule
+(:func:`~qkvcli.reading.files.relative_path`): relative, no ``..``, no NUL.
+
+``qkv init`` and ``qkv schema``: writing starter fixtures and publishing the format.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +20,58 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.init_checks import (
-    check_text_fits,
-    check_values_fit,
-    npy_directory,
-    warn_run_limit,
-)
-from qkvcli.cli.io import remove_quietly, write_output, write_temp_beside
-from qkvcli.cli.paths import SafePath
+from qkvcli.cli.io import SafePath, check_outputs, write_file
 from qkvcli.core.splitmix import MASK64
+
+MIN_BYTES_PER_VALUE = 4
+"""No written value takes fewer bytes than this (``0.0,``): a sure lower bound of the text."""
+LARGE_HINT = "write large fixtures with --generate or --npy DIR"
+
+
+def warn_run_limit(counts: dict[str, int]) -> None:
+    """Warn when the largest of ``counts`` (tensors and the projections, by label) is over
+    the default ``--max-elements`` of ``run`` and ``attend``, naming the value they need."""
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
+
+    label, count = max(counts.items(), key=lambda item: item[1])
+    if count > DEFAULT_MAX_ELEMENTS:
+        click.echo(f"qkv: warning: the {label} has {count} elements, over the default limit "
+                   f"{DEFAULT_MAX_ELEMENTS}; run the fixture with --max-elements {count}", err=True)
+
+
+def check_values_fit(values: int) -> None:
+    """Refuse up front a written-out fixture of ``values`` numbers that is surely over the
+    reader's byte limit (before the text is built)."""
+    from qkvcli.reading import limits
+
+    if values * MIN_BYTES_PER_VALUE > limits.MAX_FILE_BYTES:
+        raise InputError(f"{values} values written out would be more than {limits.MAX_FILE_BYTES} "
+                         f"bytes, the limit of a fixture file; {LARGE_HINT}")
+
+
+def check_text_fits(text: str) -> None:
+    """Refuse fixture ``text`` over the reader's byte limit (no option raises that limit)."""
+    from qkvcli.reading import limits
+
+    size = len(text.encode("utf-8"))
+    if size > limits.MAX_FILE_BYTES:
+        raise InputError(f"the fixture would be {size} bytes, more than {limits.MAX_FILE_BYTES}, "
+                         f"the limit of a fixture file; {LARGE_HINT}")
+
+
+def npy_directory(raw: str) -> str:
+    """``--npy DIR`` as the relative POSIX path the fixture will name: absolute paths, ``..``
+    and NUL refused, as when reading. Raises :class:`InputError`."""
+    from qkvcli.reading.files import relative_path
+    from qkvcli.reading.problems import FixtureError
+
+    try:
+        relative = relative_path(raw, "--npy")
+    except FixtureError as error:
+        raise InputError(str(error)) from None
+    shown = relative.as_posix()
+    return "" if shown == "." else shown
+
 
 # A starter fixture is JSON text of about 25 bytes a value; this keeps the largest one
 # comfortably under the reader's file-size limit.
@@ -81,9 +136,9 @@ def init(
         max_elements = LARGE_MAX_ELEMENTS if large else INIT_MAX_ELEMENTS
     if npy_dir is not None and output is None:
         raise click.UsageError("--npy needs -o FILE: the .npy files are written beside it")
+    check_outputs([output], [checkpoint])
     if checkpoint is not None:
-        from qkvcli.cli.inspect import checkpoint_fixture_text
-        from qkvcli.fixtures.limits import DEFAULT_SEED
+        from qkvcli.reading.limits import DEFAULT_SEED
 
         text = checkpoint_fixture_text(checkpoint, prefix, heads or 1, 4 if tokens is None
                                        else tokens, DEFAULT_SEED if seed is None else seed, output,
@@ -95,12 +150,12 @@ def init(
                  if value is not None]
         if given:
             raise click.UsageError(f"--from-chapter writes the chapter's fixture; drop {given[0]}")
-        from qkvcli.fixtures.load import bundled_fixture_text
+        from qkvcli.reading.load import bundled_fixture_text
 
         text = bundled_fixture_text()
     else:
         from qkvcli.authoring.starter import dump_fixture, starter_fixture
-        from qkvcli.fixtures.limits import DEFAULT_SEED
+        from qkvcli.reading.limits import DEFAULT_SEED
 
         seed = DEFAULT_SEED if seed is None else seed
         batch, tokens = (1 if batch is None else batch), (2 if tokens is None else tokens)
@@ -123,12 +178,8 @@ def init(
     if output is None:
         click.echo(text, nl=False)
         return
-    if force:
-        write_output(text, output)
-    else:
-        write_new(text, output)
-    # One line on stderr, as git does: a silent success reads like nothing happened.
-    click.echo(f"qkv: wrote {output}", err=True)
+    # Never over an existing file without --force (hard-linked into place: atomic).
+    write_file(output, text, new_only=not force)
 
 
 def _large_fixture(
@@ -146,8 +197,8 @@ def _large_fixture(
     document = generated_fixture_document(seed, batch, tokens, d_model, d_head)
     if npy_dir is None or output is None:
         return dump_fixture(document)
-    from qkvcli.fixtures.files import confined_target
-    from qkvcli.fixtures.problems import FixtureError
+    from qkvcli.reading.files import confined_target
+    from qkvcli.reading.problems import FixtureError
 
     relative = npy_directory(npy_dir)
     document, arrays = npy_fixture_document(document, relative)
@@ -170,37 +221,65 @@ def _large_fixture(
     return dump_fixture(document)
 
 
-def write_new(text: str, output: Path) -> None:
-    """Write ``text`` to a new file ``output`` atomically; never replace an existing file.
-
-    The text goes to a temporary file in the same directory, which is then hard-linked
-    into place: the link fails if ``output`` appeared meanwhile, so nothing is
-    overwritten and no half-written file is ever visible. Raises :class:`InputError`.
-    """
-    if output.exists() or output.is_symlink():
-        raise InputError(f"{output}: already exists (use --force to overwrite it)")
-    tmp = write_temp_beside(output, text)
-    try:
-        try:
-            os.link(tmp, output)
-        except FileExistsError:
-            raise InputError(f"{output}: already exists (use --force to overwrite it)") from None
-        except OSError:
-            # Some file systems have no hard links; the existence check above must do.
-            if output.exists():
-                raise InputError(
-                    f"{output}: already exists (use --force to overwrite it)"
-                ) from None
-            os.replace(tmp, output)
-    finally:
-        remove_quietly(tmp)
-
-
 @click.command()
 def schema() -> None:
     """Print the JSON Schema of the fixture format (for editors and other tools)."""
     from importlib.resources import files
 
-    from qkvcli.fixtures.keys import SCHEMA_NAME
+    from qkvcli.reading.fixture import SCHEMA_NAME
 
     click.echo(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text(encoding="utf-8"), nl=False)
+
+
+def checkpoint_fixture_text(
+    checkpoint: Path, prefix: str, heads: int, tokens: int, seed: int, output: Path | None,
+    max_elements: int | None = None,
+) -> str:
+    """The text of an attend fixture referencing ``checkpoint``'s tensors under ``prefix``.
+
+    The checkpoint's path is written relative to FILE's directory (the current directory
+    without -o), which it must lie inside, by the rule attend reads it with (no ``..``,
+    no symbolic link leading out): fixtures only read what ships beside them. ``heads``
+    must divide the projections' widths, and the input, projections and ``[1,H,T,T]``
+    scores must fit ``max_elements`` (default: attend's); above attend's default, a
+    warning names the ``--max-elements`` attend needs.
+    """
+    from qkvcli.attention.fixture import MAX_HEADS
+    from qkvcli.authoring.checkpoint import CheckpointError, checkpoint_document
+    from qkvcli.authoring.starter import dump_fixture
+    from qkvcli.cli.inspect import read_entries
+    from qkvcli.core.text import printable
+    from qkvcli.reading.files import confined
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
+    from qkvcli.reading.problems import FixtureError
+
+    if printable(prefix, None) != prefix:
+        raise InputError(f"--prefix {printable(prefix)}: control characters are refused")
+    entries = read_entries(checkpoint)
+    base = os.path.abspath(os.path.dirname(os.fspath(output)) if output is not None else ".")
+    relative = os.path.relpath(os.path.abspath(os.fspath(checkpoint)), base)
+    try:
+        confined(base, relative, "--from-safetensors")
+    except FixtureError as error:
+        raise InputError(f"--from-safetensors: {error.message}: a fixture may only read files "
+                         f"beside it (in {printable(base)})") from None
+    try:
+        document, (d_model, width, value_width) = checkpoint_document(
+            entries, relative.replace(os.sep, "/"), prefix, heads, tokens, seed)
+    except CheckpointError as error:
+        raise InputError(f"{printable(str(checkpoint))}: {error}") from None
+    if heads > MAX_HEADS or width % heads or value_width % heads:
+        raise InputError(f"--heads {heads}: must be at most {MAX_HEADS} and divide the "
+                         f"query/key width {width} and the value width {value_width} of "
+                         f"{printable(prefix) or 'the layer'}")
+    sizes = {"input [1,T,d_model]": tokens * d_model,
+             "projections [1,T,width]": tokens * max(width, value_width),
+             "attention scores [1,H,T,T]": heads * tokens * tokens}
+    limit = DEFAULT_MAX_ELEMENTS if max_elements is None else max_elements
+    for label, count in sizes.items():
+        if count > limit:
+            raise InputError(f"--tokens {tokens} --heads {heads}: the {label} would have "
+                             f"{count} elements, more than the limit {limit} (lower --tokens, "
+                             "or raise --max-elements)")
+    warn_run_limit(sizes)
+    return dump_fixture(document)

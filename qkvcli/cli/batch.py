@@ -3,7 +3,9 @@
 ``qkv run a.json b.json dir/`` runs each fixture (a directory means the ``*.json``
 files directly inside it, in name order), prints one summary row per fixture and exits
 with the worst status: 2 when any fixture was bad input, else 1 when any check failed,
-else 0. ``--junit FILE`` also writes a JUnit XML report (one test suite per fixture,
+else 0. With ``--jobs N`` the fixtures run in N worker processes; a worker that dies
+(killed, out of memory) is a bad-input row naming its fixture, and every other row and
+the summary are still printed. ``--junit FILE`` also writes a JUnit XML report (one test suite per fixture,
 one test case per check); ``-o FILE`` writes the summary table to FILE (atomically)
 instead of printing it. ``qkv run FIXTURE --expect GOLDEN`` compares the rendered
 report with a golden file instead of printing it.
@@ -11,7 +13,6 @@ report with a golden file instead of printing it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,14 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error_line
-from qkvcli.cli.io import label_of, load, read_text, write_output
+from qkvcli.cli.io import check_outputs, label_of, load, read_text, write_output
+from qkvcli.render import verdict_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.cli.overrides import CheckOverrides
+    from qkvcli.cli.options import CheckOverrides
 
 
 def reject_single_options(golden: Path | None) -> None:
@@ -87,9 +89,9 @@ class Outcome:
 
 def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
-    from qkvcli.checks.evidence import build_evidence
     from qkvcli.core.errors import QkvError
-    from qkvcli.render.text.checks import check_rows
+    from qkvcli.evidence.build import build_evidence
+    from qkvcli.render.wording import check_rows
 
     label = label_of(path)
     try:
@@ -119,6 +121,8 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
     lines.append(
         f"{len(outcomes)} {noun}: {counts[0]} passed, {counts[1]} failed, {counts[2]} bad input"
     )
+    checks = [ok for outcome in outcomes for _, ok, _ in outcome.checks]
+    lines.append(verdict_line(sum(checks), len(checks), passed_all=counts[0] == len(outcomes)))
     return "\n".join(lines) + "\n"
 
 
@@ -172,16 +176,13 @@ def run_many(
     written atomically, after every fixture ran, and never over a fixture being read.
     """
     fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
-    _check_written([p for p in (output, junit) if p is not None], fixtures)
+    check_outputs([output, junit], fixtures)
     outcomes = []
     for outcome in outcomes_of(fixtures, jobs, max_elements, overrides):
         if outcome.error is not None:
             click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
         outcomes.append(outcome)
     write_output(summary_table(outcomes), output)
-    if output is not None:
-        click.echo(f"qkv: wrote the summary of {len(outcomes)} "
-                   f"{'fixture' if len(outcomes) == 1 else 'fixtures'} to {output}", err=True)
     if junit is not None:
         write_output(junit_xml(outcomes), junit)
     status = max(outcome.status for outcome in outcomes)
@@ -189,46 +190,81 @@ def run_many(
         raise SystemExit(status)
 
 
-def _check_written(written: Sequence[Path], fixtures: Sequence[Path | None]) -> None:
-    """Refuse unusable output paths before any fixture runs (the words of the export
-    paths' check in ``cli/console.py``). Raises :class:`InputError`."""
-    for index, path in enumerate(written):
-        if any(_same_file(path, other, unwritten=True) for other in written[:index]):
-            raise InputError(f"{path}: named twice as an output")
-        if path.is_dir():
-            raise InputError(f"{path}: is a directory")
-        parent = path.parent if str(path.parent) else type(path)(".")
-        if not parent.is_dir():
-            raise InputError(f"{path}: no such directory {parent}")
-        if any(fixture is not None and _same_file(path, fixture) for fixture in fixtures):
-            raise InputError(f"{path}: refusing to overwrite a fixture being read")
-
-
 def outcomes_of(
     fixtures: Sequence[Path | None], jobs: int, *settings: Any,
+    work: Callable[..., Outcome] | None = None,
 ) -> Iterator[Outcome]:
-    """:func:`run_one` of each fixture (with ``settings``), in order; in ``jobs`` processes."""
+    """``work(path, *settings)`` (default :func:`run_one`) of each fixture, in order; in
+    ``jobs`` processes.
+
+    A worker that dies (killed, out of memory) takes the whole pool down with it, so
+    every fixture it left without a result is run again alone (:func:`run_alone`); the
+    one whose own worker dies again is a failed row naming it, and every other
+    fixture's row is the one a serial run gives.
+    """
+    work = work or run_one
     if jobs <= 1 or len(fixtures) <= 1:
         for path in fixtures:
-            yield run_one(path, *settings)
+            yield work(path, *settings)
         return
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(fixtures))) as pool:
-        futures = [pool.submit(run_one, path, *settings) for path in fixtures]
-        for future in futures:
-            yield future.result()  # in submission order, whatever order they finish in
+        futures = [pool.submit(work, path, *settings) for path in fixtures]
+        for path, future in zip(fixtures, futures, strict=True):
+            try:
+                yield future.result()  # in submission order, whatever order they finish in
+            except BrokenProcessPool:
+                yield run_alone(work, path, settings)
 
 
-def _same_file(left: Path, right: Path, unwritten: bool = False) -> bool:
-    """Whether two paths name one file; with ``unwritten``, also two spellings of one
-    path that does not exist yet (``out.txt`` and ``./out.txt``)."""
+def run_alone(work: Callable[..., Outcome], path: Path | None,
+              settings: tuple[Any, ...]) -> Outcome:
+    """``work(path, *settings)`` in a process of its own; if that process dies before
+    giving a result, an :class:`Outcome` whose error says how it ended."""
+    import multiprocessing
+
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.Process(target=_send_outcome, args=(sender, work, path, settings))
+    process.start()
+    sender.close()
     try:
-        if left.exists() and right.exists():
-            return os.path.samefile(left, right)
-    except OSError:
-        return False
-    return unwritten and os.path.abspath(left) == os.path.abspath(right)
+        outcome, error = receiver.recv()  # before join: a large result fills the pipe
+    except EOFError:
+        outcome, error = None, None
+    finally:
+        receiver.close()
+        process.join()
+    if error is not None:
+        raise error  # a bug in qkv, reported as the serial run would (exit 70)
+    if outcome is None:
+        return Outcome(label_of(path), error=f"its worker process {_ending(process.exitcode)} "
+                       "before giving a result (out of memory?)")
+    assert isinstance(outcome, Outcome)
+    return outcome
+
+
+def _send_outcome(sender: Any, work: Callable[..., Outcome], path: Path | None,
+                  settings: tuple[Any, ...]) -> None:
+    try:
+        result: tuple[Outcome | None, BaseException | None] = (work(path, *settings), None)
+    except Exception as error:  # sent back and raised in the parent
+        result = (None, error)
+    sender.send(result)
+    sender.close()
+
+
+def _ending(exitcode: int | None) -> str:
+    """``"was killed by SIGKILL"`` or ``"exited with status 3"``."""
+    if exitcode is not None and exitcode < 0:
+        import signal
+
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
 
 
 def golden_diff(text: str, golden: Path) -> str:

@@ -4,36 +4,47 @@ The work is in :mod:`qkvcli.conformance`; this module reads the options, builds 
 fixtures, starts the implementation, renders the result and sets the exit status:
 0 when every applicable family passed, 1 when one failed, 2 for usage errors and
 implementations that cannot be loaded or started (raised as ``QkvError`` and turned
-into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`), 130 on Ctrl-C.
+into ``Error: ...`` by :class:`~qkvcli.cli.group.QkvGroup`), 130 on Ctrl-C (the group
+says ``qkv: interrupted`` once a ``--command`` program has been ended).
 """
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from qkvcli.cli.group import EXIT_FAILED
-from qkvcli.cli.io import label_of, load, write_atomic, write_output
-from qkvcli.cli.options import ViewSettings, output_option, resolve_format, view_options
-from qkvcli.cli.paths import SafePath
+from qkvcli.cli.batch import Outcome, expand_fixtures, junit_xml
+from qkvcli.cli.group import EXIT_FAILED, InputError
+from qkvcli.cli.io import (
+    SafePath,
+    check_outputs,
+    check_path_argument,
+    label_of,
+    load,
+    write_file,
+)
+from qkvcli.cli.options import (
+    FIGURE_PRECISION,
+    ViewSettings,
+    format_option,
+    output_option,
+    view_options,
+)
+from qkvcli.cli.show import show
+from qkvcli.render import render_pieces
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from rich.console import RenderableType
-
     from qkvcli.conformance.cases import Case
     from qkvcli.conformance.result import ConformanceResult
-    from qkvcli.render.rich.options import RichOptions
 
 DEFAULT_RANDOM = 4  # the four special shapes: d_model != d_head, batch 0, tokens 0, d_head 1
 DEFAULT_SEED = 26
 DEFAULT_TOLERANCE = 1e-9
 DEFAULT_TIMEOUT = 10.0
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
-PRECISION = 6  # unused by the cards (their details print exact values); --precision warns
 MAX_RANDOM = 10_000
 """The most seeded random fixtures ``--random`` adds (each is a round of calls)."""
 MAX_TIMEOUT = 86_400.0
@@ -56,8 +67,6 @@ def _finite(minimum_ok: bool, largest: float | None = None) -> Any:
 
 def _check_request_size(case: Case, max_elements: int) -> None:
     """Refuse a fixture whose tensors together exceed ``max_elements`` (one request's worth)."""
-    from qkvcli.cli.group import InputError
-
     total = case.input.size + sum(w.size for w in case.weights) + sum(u.size for u in case.upstream)
     if total > max_elements:
         raise InputError(f"{case.label}: its tensors hold {total} elements together, more than "
@@ -66,9 +75,6 @@ def _check_request_size(case: Case, max_elements: int) -> None:
 
 def _argument_paths(arguments: tuple[str, ...]) -> None:
     """Refuse an argument no system can open (NUL, over-long), as every path option does."""
-    from qkvcli.cli.group import InputError
-    from qkvcli.cli.paths import check_path_argument
-
     for argument in arguments:
         try:
             check_path_argument(argument)
@@ -78,7 +84,6 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
     """The chapter fixture, each given fixture (directories expanded), then ``count`` random ones."""
-    from qkvcli.cli.batch import expand_fixtures
     from qkvcli.conformance.cases import chapter_case, fixture_case, random_cases
 
     chapter = chapter_case()
@@ -87,36 +92,6 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
     for case in given:
         _check_request_size(case, max_elements)
     return [chapter, *given, *random_cases(count, seed, chapter.step, chapter.tolerance)]
-
-
-def _render(result: ConformanceResult, fmt: str) -> str:
-    if fmt == "json":
-        from qkvcli.render.json.conformance import render_conformance_json
-
-        return render_conformance_json(result)
-    from qkvcli.render.text.conformance import render_conformance_text
-
-    return render_conformance_text(result)
-
-
-def _show(result: ConformanceResult, fmt: str, requested: str, output: Path | None,
-          view: ViewSettings) -> str:
-    """Write ``result`` in ``fmt`` (``auto`` that resolved to rich falls back to text when the
-    cards do not fit), then any ``--export-svg``/``--export-html``; returns the format shown."""
-    from qkvcli.cli.console import auto_format, export_only, show_rich
-
-    def figure(options: RichOptions) -> RenderableType:
-        from qkvcli.render.rich.conformance import render_conformance_rich
-
-        return render_conformance_rich(result, options)
-
-    fmt = auto_format(requested, fmt, figure, view, PRECISION) if fmt == "rich" else fmt
-    if fmt == "rich":
-        show_rich(figure, view, output, None, PRECISION, "qkv check")
-        return fmt
-    write_output(_render(result, fmt), output)
-    export_only(figure, view, None, PRECISION, "qkv check")
-    return fmt
 
 
 @click.command()
@@ -136,9 +111,8 @@ def _show(result: ConformanceResult, fmt: str, requested: str, output: Path | No
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
               callback=_finite(False, MAX_TIMEOUT), metavar="SECONDS",
               help="--command: seconds to wait for each reply.")
-@click.option("-f", "--format", "fmt", type=click.Choice(("auto", "rich", "text", "json")),
-              default="auto", show_default=True,
-              help="auto: rich cards on a terminal, text otherwise.")
+@format_option(help="rich: a card per family; text: one line per family; json: "
+               "everything; auto: rich on a terminal, text otherwise.")
 @output_option
 @click.option("--junit", type=SafePath(dir_okay=False), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
@@ -162,36 +136,25 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
     errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """
-    from pathlib import Path
-
     if command is None and not arguments:
         raise click.UsageError("give IMPL (a .py file or module) or --command 'PROGRAM ARGS'")
     _argument_paths(arguments)
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
-    if view.exports:
-        from qkvcli.cli.console import check_export_paths
-
-        check_export_paths(view, output, None)
-    if view.precision is not None:
-        click.echo("qkv: warning: --precision does not apply to qkv check (its details show "
-                   "exact values)", err=True)
-    requested, fmt = fmt, resolve_format(fmt, output)
+    implementation = spec if spec is not None and os.path.isfile(spec) else None
+    check_outputs([output, junit, *(path for _, path in view.exports)],
+                  [implementation, *expand_fixtures(paths)])
     cases = build_cases(paths, random_count, seed, max_elements)
-    try:
-        result = _run(spec, command, cases, tolerance, timeout)
-    except KeyboardInterrupt:
-        # The --command program has been ended by then (CommandClient.__exit__).
-        click.echo("qkv: interrupted", err=True)
-        raise SystemExit(EXIT_INTERRUPTED) from None
-    fmt = _show(result, fmt, requested, output, view)
+    result = _run(spec, command, cases, tolerance, timeout)
+    fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
+               pieces=lambda shown: render_pieces(result, shown))
     if junit is not None:
-        from qkvcli.cli.batch import Outcome, junit_xml
+        from qkvcli.render.conformance import family_detail
 
-        checks = tuple((c.name, c.passed, c.detail) for c in result.checks)
+        checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
         skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
-        write_atomic(junit, junit_xml([Outcome(result.implementation, checks,
-                                               not_applicable=skipped)]))
+        write_file(junit, junit_xml([Outcome(result.implementation, checks,
+                                             not_applicable=skipped)]))
     if not result.passed:
         failed = [c for c in result.checks if not c.passed]
         click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)

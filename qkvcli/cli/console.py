@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.group import InputError
-from qkvcli.cli.io import write_atomic
+from qkvcli.cli.io import write_file
 from qkvcli.cli.options import ViewSettings
 
 if TYPE_CHECKING:
@@ -37,23 +36,6 @@ MAX_FIGURE_WIDTH = 160
 """The widest layout a rich view gets: wider boxes only stretch empty space across the screen."""
 PROGRESS_DELAY = 0.5
 """Seconds a gradient check runs before its progress bar appears (quick checks never show one)."""
-
-
-def check_export_paths(view: ViewSettings, output: Path | None, protect: Path | None) -> None:
-    """Refuse unusable export paths before any work is done. Raises :class:`InputError`."""
-    seen = {output} if output is not None else set()
-    for _kind, path in view.exports:
-        if path in seen:
-            raise InputError(f"{path}: named twice as an output")
-        seen.add(path)
-        if path.is_dir():
-            raise InputError(f"{path}: is a directory")
-        parent = path.parent if str(path.parent) else type(path)(".")
-        if not parent.is_dir():
-            raise InputError(f"{path}: no such directory {parent}")
-        if protect is not None and path.exists() and protect.exists():
-            if os.path.samefile(path, protect):
-                raise InputError(f"{path}: refusing to overwrite the fixture being read")
 
 
 def make_console(
@@ -101,7 +83,6 @@ def show_rich(
     build: Callable[[RichOptions], RenderableType],
     view: ViewSettings,
     output: Path | None,
-    protect: Path | None,
     default_precision: int,
     title: str,
 ) -> None:
@@ -116,9 +97,9 @@ def show_rich(
         # A file has no screen to be too narrow for: widen without a word.
         print_fitted(console, build(rich_options(view, console, default_precision)),
                      quiet=True)
-        write_atomic(output, buffer.getvalue(), protect)
+        write_file(output, buffer.getvalue())
     if record:
-        _write_exports(console, view, protect, title)
+        _write_exports(console, view, title)
 
 
 def figure_fits(
@@ -149,7 +130,6 @@ def auto_format(
 def export_only(
     build: Callable[[RichOptions], RenderableType],
     view: ViewSettings,
-    protect: Path | None,
     default_precision: int,
     title: str,
 ) -> None:
@@ -158,7 +138,7 @@ def export_only(
         return
     console = make_console(view, file=StringIO(), record=True)
     print_fitted(console, build(rich_options(view, console, default_precision)), quiet=True)
-    _write_exports(console, view, protect, title)
+    _write_exports(console, view, title)
 
 
 def needed_width(console: Console, renderable: RenderableType) -> int:
@@ -192,8 +172,7 @@ def print_fitted(console: Console, renderable: RenderableType, quiet: bool = Fal
         click.echo(hint, err=True)
 
 
-def _write_exports(console: Console, view: ViewSettings, protect: Path | None,
-                   title: str) -> None:
+def _write_exports(console: Console, view: ViewSettings, title: str) -> None:
     from html import escape
 
     for kind, path in view.exports:
@@ -203,7 +182,7 @@ def _write_exports(console: Console, view: ViewSettings, protect: Path | None,
             # rich's page has no <title>: a browser tab and a bookmark should name the view.
             text = console.export_html(clear=False).replace(
                 "<head>", f"<head>\n<title>{escape(title)}</title>", 1)
-        write_atomic(path, text, protect)
+        write_file(path, text)
 
 
 class GradcheckProgress:

@@ -1,108 +1,155 @@
-"""What ``qkv run`` and ``qkv report`` share: build one fixture's evidence, show it, pick the exit status."""
+"""``qkv run`` and ``qkv report``: load a fixture, build its evidence, show it, exit.
+
+``qkv run`` shows one fixture's evidence (the figure on a terminal, text elsewhere),
+compares it with a golden file (``--expect``), or summarises several (``cli/batch.py``).
+``qkv report`` renders one fixture's evidence as text, trace, json or rich.
+Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
+"""
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import click
 
 from qkvcli.cli.group import EXIT_FAILED
-from qkvcli.cli.io import load, write_output
-from qkvcli.cli.options import FIGURE_PRECISION, ViewSettings, resolve_format
-from qkvcli.cli.overrides import CheckOverrides
-from qkvcli.cli.tensors import render_pieces, tensor_policy
+from qkvcli.cli.io import SafePath, check_outputs, label_of, load, working_on, write_output
+from qkvcli.cli.options import (
+    FIGURE_PRECISION,
+    CheckOverrides,
+    ViewSettings,
+    batch_options,
+    evidence_options,
+    fixture_argument,
+    format_option,
+    is_batch,
+    tensor_policy,
+    tensors_option,
+)
+from qkvcli.cli.show import show
+from qkvcli.evidence.build import build_evidence
+from qkvcli.evidence.records import Evidence
+from qkvcli.render import render_pieces
+from qkvcli.render.wording import check_rows, failure_lines
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from rich.console import RenderableType
-
-    from qkvcli.render.rich.options import RichOptions
-
-REPORT_FORMATS = ("text", "trace", "json", "rich", "auto")
+REPORT_FORMATS = ("auto", "rich", "text", "trace", "json")
+FORMAT_HELP = ("text: the chapter's report; trace: the diagram trace; json: everything; "
+               "rich: the chapter's figure; auto: rich on a terminal, text otherwise.")
 
 
-def warn_ignored(overrides: CheckOverrides, mode: str) -> None:
-    """Say on stderr which given options this run does not use (never silently)."""
-    for warning in overrides.ignored(mode):
-        click.echo(f"qkv: warning: {warning}", err=True)
+def report_pieces(evidence: Evidence, tensors: str) -> Callable[[str], Iterable[str]]:
+    """A text format's pieces: the report, and below a failing text report its failures
+    (a passing report stays byte for byte the chapter's)."""
+
+    def pieces(fmt: str) -> Iterable[str]:
+        rendered = render_pieces(evidence, fmt, tensors=tensors)
+        if fmt == "text" and not evidence.passed:
+            return itertools.chain(rendered, [failure_lines(evidence)])
+        return rendered
+
+    return pieces
 
 
-def evidence_command(
-    fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
-    overrides: CheckOverrides, view: ViewSettings, *, name_failures: bool,
-    golden: Path | None = None,
+def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides) -> Evidence:
+    """Load ``fixture`` with the command line's gradient-check settings and build its
+    evidence; errors (also running out of memory) name the file."""
+    with working_on(label_of(fixture)):
+        loaded = overrides.apply(load(fixture, max_elements))
+        overrides.warn_ignored(loaded.mode)
+        return build_evidence(loaded)
+
+
+def name_failures(evidence: Evidence) -> None:
+    """On stderr: ``qkv: FAILED: names`` and one line per failed check (``qkv run``)."""
+    failed = [check for check in check_rows(evidence) if not check.passed]
+    click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
+    for check in failed:
+        click.echo(f"  {check.name}: {check.detail}", err=True)
+
+
+def compare_golden(text: str, golden: Path, output: Path | None) -> bool:
+    """Write ``text`` to ``output`` (if given), compare it with ``golden``; print the diff
+    and say the outcome on stderr. Returns whether they match."""
+    from qkvcli.cli.batch import golden_diff
+
+    if output is not None:
+        write_output(text, output)
+    diff = golden_diff(text, golden)
+    if diff:
+        click.echo(diff, nl=False)
+        click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
+        return False
+    click.echo(f"qkv: the report matches {golden}", err=True)
+    return True
+
+
+@click.command()
+@click.argument("fixtures", nargs=-1, type=SafePath())
+@format_option(REPORT_FORMATS, FORMAT_HELP)
+@batch_options
+@evidence_options
+@tensors_option
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run several fixtures in this many worker processes.")
+def run(
+    fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
+    junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    tensors: str | None, jobs: int = 1,
 ) -> None:
-    """Build the evidence for one fixture, show it in ``fmt``, exit 1 when a check failed.
+    """Run every check of the chapter's evidence on FIXTURE... and show it.
 
-    ``name_failures`` (``qkv run``) lists the failed checks on stderr.
+    FIXTURE defaults to the bundled chapter fixture. With several fixtures (or a
+    directory, meaning its *.json files) each is run and a summary table is shown
+    (-o FILE saves it instead).
+    Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
-    from qkvcli.checks.evidence import build_evidence
+    if is_batch(fixtures, junit):
+        from qkvcli.cli.batch import reject_single_options, run_many
 
-    if view.exports:
-        from qkvcli.cli.console import check_export_paths
-
-        check_export_paths(view, output, fixture)
+        reject_single_options(golden)
+        if view.exports:
+            raise click.UsageError("--export-svg/--export-html take a single fixture file")
+        run_many(fixtures, junit, max_elements, overrides, jobs=jobs, output=output)
+        return
+    fixture = fixtures[0] if fixtures else None
     if golden is not None:
         # A golden file is plain text: compare the text report unless a plain format is named.
-        if fmt == "auto":
-            fmt = "text"
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
-    requested, fmt = fmt, resolve_format(fmt, output)
-    loaded = overrides.apply(load(fixture, max_elements))
-    warn_ignored(overrides, loaded.mode)
-    evidence = build_evidence(loaded)
-
-    def figure(options: RichOptions) -> RenderableType:
-        from qkvcli.render.rich.view import render_rich
-
-        return render_rich(evidence, options)
-
-    if fmt == "rich" and requested == "auto":
-        from qkvcli.cli.console import auto_format
-
-        fmt = auto_format(requested, fmt, figure, view, FIGURE_PRECISION)
-
-    title = f"qkv {click.get_current_context().info_name}"
-    diff = ""
-    if fmt == "rich":
-        from qkvcli.cli.console import show_rich
-
-        show_rich(figure, view, output, fixture, FIGURE_PRECISION, title)
+        fmt = "text" if fmt == "auto" else fmt
+    check_outputs([output, *(path for _, path in view.exports)], [fixture, golden])
+    evidence = build(fixture, max_elements, overrides)
+    pieces = report_pieces(evidence, tensor_policy(tensors, view.full))
+    matched = True
+    if golden is None:
+        show(evidence, fmt, view, output, title="qkv run", precision=FIGURE_PRECISION,
+             pieces=pieces)
     else:
-        pieces = render_pieces(evidence, fmt, tensor_policy(view.full))
-        if fmt == "text" and not evidence.passed:
-            from qkvcli.render.text.checks import failure_lines
-
-            # Only a failing report grows: passing reports stay byte for byte the chapter's.
-            pieces = itertools.chain(pieces, [failure_lines(evidence)])
-        if golden is None:
-            write_output(pieces, output, protect=fixture)
-        else:
-            text = "".join(pieces)
-            if output is not None:
-                write_output(text, output, protect=fixture)
-            from qkvcli.cli.batch import golden_diff
-
-            diff = golden_diff(text, golden)
-        if diff:
-            click.echo(diff, nl=False)
-            click.echo(f"qkv: FAILED: the report differs from {golden}", err=True)
-        elif golden is not None:
-            click.echo(f"qkv: the report matches {golden}", err=True)
-        if view.exports:
-            from qkvcli.cli.console import export_only
-
-            export_only(figure, view, fixture, FIGURE_PRECISION, title)
+        matched = compare_golden("".join(pieces(fmt)), golden, output)
     if not evidence.passed:
-        if name_failures:
-            from qkvcli.render.text.checks import check_rows
+        name_failures(evidence)
+    if not (matched and evidence.passed):
+        raise SystemExit(EXIT_FAILED)
 
-            failed = [check for check in check_rows(evidence) if not check.passed]
-            click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
-            for check in failed:
-                click.echo(f"  {check.name}: {check.detail}", err=True)
-    if diff or not evidence.passed:
+
+@click.command()
+@fixture_argument
+@format_option(REPORT_FORMATS, FORMAT_HELP)
+@evidence_options
+@tensors_option
+def report(
+    fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
+    view: ViewSettings, overrides: CheckOverrides, tensors: str | None,
+) -> None:
+    """Render the evidence for FIXTURE (default: the bundled chapter fixture).
+
+    Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
+    """
+    check_outputs([output, *(path for _, path in view.exports)], [fixture])
+    evidence = build(fixture, max_elements, overrides)
+    show(evidence, fmt, view, output, title="qkv report", precision=FIGURE_PRECISION,
+         pieces=report_pieces(evidence, tensor_policy(tensors, view.full)))
+    if not evidence.passed:
         raise SystemExit(EXIT_FAILED)

@@ -1,7 +1,11 @@
 """The ``qkv`` group: lazy command loading, and the one place errors become stderr lines and exit codes.
 
 Exit statuses: 0 every check passed, 1 a check failed, 2 usage or input error (one line
-``Error: FILE: $.location: message``), 70 an internal error (a bug: no input reaches it).
+``Error: FILE: $.location: message``), 70 an internal error (a bug: no input reaches it),
+130 interrupted (Ctrl-C: one line ``qkv: interrupted``, as 128 + SIGINT).
+
+Bare ``qkv`` prints the help on standard output and exits 0; a mistyped command gets
+the nearest command's name (``Did you mean 'check'?``).
 
 Every error line is shown through :func:`~qkvcli.core.text.escape_controls` (no raw
 control character from an input reaches the terminal) and capped at
@@ -12,19 +16,24 @@ reports, not a line of noise.
 
 from __future__ import annotations
 
+import errno
+import importlib
 import os
 import sys
+import warnings
 from typing import Any
 
 import click
+
+from qkvcli.core.errors import QkvError
+from qkvcli.core.text import printable
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 MAX_ERROR_LINE = 1000
-CURRENT_FILE = "qkv.current_file"
-"""Key in ``ctx.meta``: the label of the input file being read or worked on, for messages."""
 
 
 class InputError(click.ClickException):
@@ -38,16 +47,13 @@ class InputError(click.ClickException):
 
 def safe_line(text: str) -> str:
     """``text`` with control characters escaped, capped at :data:`MAX_ERROR_LINE` with ``…``."""
-    from qkvcli.core.text import printable
-
     return printable(text, MAX_ERROR_LINE)
 
 
-def note_file(label: str) -> None:
-    """Remember ``label`` as the file the command works on (named if memory runs out)."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:
-        ctx.meta[CURRENT_FILE] = label
+def interrupted() -> click.exceptions.Exit:
+    """Say ``qkv: interrupted`` on stderr; give the exit (status 130) to raise."""
+    click.echo("qkv: interrupted", err=True)
+    return click.exceptions.Exit(EXIT_INTERRUPTED)
 
 
 def error_line(error: Exception) -> str:
@@ -76,16 +82,32 @@ class QkvGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = self.lazy_commands.get(cmd_name)
         if module is not None and cmd_name not in self.commands:
-            import importlib
-
             command = getattr(importlib.import_module(module), cmd_name)
             assert isinstance(command, click.Command)
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 
-    def invoke(self, ctx: click.Context) -> Any:
-        import warnings
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            # Asking for nothing is asking what there is: the help, on stdout, status 0
+            # (click's default is stderr and status 2, as for a usage error).
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(EXIT_OK)
+        return super().parse_args(ctx, args)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib  # only for a mistyped command: a report never needs it
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command {printable(name)!r}. Did you mean {close[0]!r}?")
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return self.invoke_translating(ctx)
@@ -94,27 +116,47 @@ class QkvGroup(click.Group):
         """Run the command; any escaped exception becomes an error line and exit status."""
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except (click.ClickException, click.exceptions.Exit):
+            raise
+        except KeyboardInterrupt:
+            raise interrupted() from None
+        except click.Abort as error:
+            # click's prompt turns Ctrl-C into Abort; end of input stays click's "Aborted!".
+            if isinstance(error.__context__, KeyboardInterrupt):
+                raise interrupted() from None
             raise
         except BrokenPipeError:
             # The reader went away (``qkv report | head``): stop quietly.
             silence_stdout()
             ctx.exit(EXIT_OK)
         except MemoryError:
-            file = ctx.meta.get(CURRENT_FILE)
-            where = f"{file}: " if file else ""
-            raise InputError(
-                f"{where}out of memory: the input's tensors are too large for this machine "
-                "(lower --max-elements to refuse such inputs up front)"
-            ) from None
+            # A command that knows its file says so (cli/io.working_on); this is the rest.
+            raise InputError(out_of_memory("")) from None
         except RecursionError:
             raise InputError("input is nested too deeply") from None
+        except OSError as error:
+            if error.errno not in OUTPUT_ERRNOS:
+                internal_error(ctx, error)
+            # Standard output is full or failing (``> /dev/full``): one line, exit 2, and
+            # nothing more tried on it (the interpreter's final flush would fail again).
+            silence_stdout()
+            raise InputError(f"standard output: cannot write ({error.strerror})") from None
+        except QkvError as error:
+            raise InputError(error_line(error)) from None
         except Exception as error:
-            from qkvcli.core.errors import QkvError
-
-            if isinstance(error, QkvError):
-                raise InputError(error_line(error)) from None
             internal_error(ctx, error)
+
+
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
+"""Errors of a failing output device: reported as input errors, not as bugs. Writing a
+file named by ``-o`` reports its own (:func:`qkvcli.cli.io.write_file`)."""
+
+
+def out_of_memory(label: str) -> str:
+    """The out-of-memory message, naming ``label`` (the file worked on) when given."""
+    where = f"{label}: " if label else ""
+    return (f"{where}out of memory: the input's tensors are too large for this machine "
+            "(lower --max-elements to refuse such inputs up front)")
 
 
 def internal_error(ctx: click.Context, error: Exception) -> None:

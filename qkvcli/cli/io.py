@@ -1,60 +1,159 @@
-"""The CLI's files: reading fixtures and text inputs through the one reader, writing outputs atomically.
+"""Files and paths: the ``SafePath`` type of every path option, reading inputs, writing outputs.
 
-Reading goes through :mod:`qkvcli.fixtures.files` (regular files only, a byte limit,
+A NUL byte or a name over the file system's limits makes ``os.stat`` and friends raise
+``ValueError`` or ``OSError`` in places that expect neither (click itself stats a path
+before any command code runs). :class:`SafePath`, the type of every path option and
+argument, checks the text first, so such a path is a usage error (exit 2) naming the
+option.
+
+Reading goes through :mod:`qkvcli.reading.files` (regular files only, a byte limit,
 tensor paths confined to the fixture's directory); a failure is a
-:class:`~qkvcli.core.errors.QkvError` naming the file, which the group prints as
-``Error: FILE: ...``. Writing goes through a temporary file and a rename, so an output
-is either complete or untouched.
+:class:`~qkvcli.core.errors.QkvError` naming the file (``-`` is ``<stdin>``), which the
+group prints as ``Error: FILE: ...``.
+
+Writing (``-o``, ``--export-svg``/``--export-html``, ``--junit``) follows one contract
+(ARCHITECTURE.md, "The command contract"): :func:`check_outputs` refuses, before any
+work, an output that names a directory, a missing directory, another output or a file
+the command reads; :func:`write_file` replaces a regular file atomically (a temporary
+file beside it, then a rename: a failed write leaves the old file and no temporary
+behind), writes a device, a FIFO or ``/dev/stdout`` through (opened for writing, never
+created or replaced), and says ``qkv: wrote FILE`` on stderr.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-from qkvcli.cli.group import InputError, note_file
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from qkvcli.fixtures.fixture import Fixture
+from qkvcli.cli.group import InputError, out_of_memory
+from qkvcli.core.errors import QkvError
+from qkvcli.core.text import printable
+from qkvcli.reading.files import STDIN, read_limited
+from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.limits import MAX_FILE_BYTES
+from qkvcli.reading.load import fixture_stem, load_fixture, read_fixture_text
+from qkvcli.reading.parse import parse_fixture
 
 T = TypeVar("T")
 BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
+STDIN_LABEL = "<stdin>"
 CHUNK_CHARS = 1 << 16
 """Standard output is written in pieces of about this many characters."""
+LAYER_KEYS = ("heads",)
+"""Top-level keys that make a fixture a multi-head layer, which only ``qkv attend`` runs."""
 
 
-def label_of(path: Path | None) -> str:
-    """How messages name a fixture: its path (capped, escaped), ``<stdin>``, or the bundled one."""
+class SafePath(click.Path):
+    """``click.Path`` that runs :func:`check_path_argument` before click looks at the file,
+    giving a :class:`pathlib.Path`. Takes ``click.Path``'s keyword arguments."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("path_type", Path)
+        super().__init__(**kwargs)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                check_path_argument(value)
+            except click.BadParameter as error:
+                self.fail(error.message, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def check_path_argument(value: str) -> None:
+    """Refuse a path no system can open: a NUL byte, or a name over the system's limits.
+
+    Raises :class:`click.BadParameter` (exit 2, the option named) before any file call
+    could fail in a way the command does not expect.
+    """
+    if "\0" in value:
+        raise click.BadParameter(f"{printable(value)}: a path with a NUL byte is refused")
+    try:
+        encoded = os.fsencode(value)
+    except UnicodeEncodeError:
+        raise click.BadParameter(f"{printable(value)}: not a valid file name here") from None
+    name_max, path_max = path_limits()
+    if len(encoded) > path_max:
+        raise click.BadParameter(
+            f"{printable(value)}: path is longer than this system's limit of {path_max} bytes"
+        )
+    longest = max((len(os.fsencode(part)) for part in value.split(os.sep)), default=0)
+    if longest > name_max:
+        raise click.BadParameter(
+            f"{printable(value)}: a file name is longer than this system's limit of "
+            f"{name_max} bytes"
+        )
+
+
+def path_limits() -> tuple[int, int]:
+    """``(NAME_MAX, PATH_MAX)`` of the current directory's file system (255, 4096 if unknown)."""
+    try:
+        return os.pathconf(".", "PC_NAME_MAX"), os.pathconf(".", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255, 4096
+
+
+def label_of(path: Path | str | None, bundled: str = BUNDLED_LABEL) -> str:
+    """How messages name an input: its path (escaped), ``<stdin>`` for ``-``, or ``bundled``."""
     if path is None:
-        return BUNDLED_LABEL
-    if str(path) == "-":
-        return "<stdin>"
-    from qkvcli.core.text import printable
+        return bundled
+    if os.fspath(path) == STDIN:
+        return STDIN_LABEL
+    return printable(os.fspath(path))
 
-    return printable(str(path))
+
+@contextmanager
+def working_on(label: str) -> Iterator[None]:
+    """Name ``label`` in any :class:`~qkvcli.core.errors.QkvError` or out-of-memory error
+    raised inside the block (the group prints them as ``Error: LABEL: ...``)."""
+    try:
+        yield
+    except QkvError as error:
+        raise error.in_file(label) from None
+    except MemoryError:
+        raise InputError(out_of_memory(label)) from None
 
 
 def labelled(label: str, read: Callable[[], T]) -> T:
-    """``read()``, with any :class:`~qkvcli.core.errors.QkvError` it raises naming ``label``."""
-    from qkvcli.core.errors import QkvError
-
-    note_file(label)
-    try:
+    """``read()``, inside :func:`working_on` ``label``."""
+    with working_on(label):
         return read()
-    except QkvError as error:
-        raise error.in_file(label) from None
 
 
 def load(path: Path | None, max_elements: int) -> Fixture:
-    """Load a chapter fixture (the bundled one without ``path``); errors name the file."""
-    from qkvcli.fixtures.load import load_fixture
+    """Load a chapter fixture (the bundled one without ``path``); errors name the file.
 
-    return labelled(label_of(path), lambda: load_fixture(path, max_elements=max_elements))
+    A layer fixture (one with ``heads``) is refused with a pointer to ``qkv attend``
+    before anything else in it is looked at: the chapter's reader would only call the
+    key unknown.
+    """
+    label = label_of(path)
+    with working_on(label):
+        if path is None:
+            return load_fixture(None, max_elements=max_elements)
+        name = os.fspath(path)
+        data = parse_json_text(read_fixture_text(name))
+        refuse_layer_fixture(data, label)
+        return parse_fixture(data, default_chapter=fixture_stem(name), max_elements=max_elements,
+                             base_dir=os.path.dirname(name) or os.curdir)
+
+
+def refuse_layer_fixture(data: Any, label: str) -> None:
+    """Raise :class:`InputError` when ``data`` is a layer fixture, naming ``qkv attend``."""
+    if isinstance(data, dict):
+        for key in LAYER_KEYS:
+            if key in data:
+                raise InputError(f"{label}: $.{key}: a multi-head layer fixture; "
+                                 "run it with qkv attend")
 
 
 def read_text(path: Path, what: str) -> str:
@@ -62,9 +161,6 @@ def read_text(path: Path, what: str) -> str:
 
     ``what`` names the kind of file in messages (``"golden"``, ``"answer"``).
     """
-    from qkvcli.fixtures.files import read_limited
-    from qkvcli.fixtures.limits import MAX_FILE_BYTES
-
     data = labelled(label_of(path), lambda: read_limited(path, MAX_FILE_BYTES, what))
     try:
         return data.decode("utf-8")
@@ -72,18 +168,52 @@ def read_text(path: Path, what: str) -> str:
         raise InputError(f"{label_of(path)}: not UTF-8 text (byte {error.start})") from None
 
 
-def write_output(text: str | Iterable[str], output: Path | None,
-                 protect: Path | None = None) -> None:
-    """Print ``text`` (a string, or pieces written as they come, so a large report never
-    sits in memory whole), or write it to ``output`` atomically (temp file + rename).
+def file_id(path: Path | str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` names (through symlinks); ``None`` if none."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
 
-    Refuses to write over ``protect`` (the fixture being read).
+
+def check_outputs(outputs: Sequence[Path | None], reads: Sequence[Path | str | None] = ()) -> None:
+    """Refuse unusable output paths before any work. Raises :class:`InputError`.
+
+    ``outputs`` (``None`` entries skipped) must each name a file in an existing directory,
+    not a directory, no two the same file or spelling, and none a file in ``reads`` (the
+    fixtures, checkpoint, implementation... the command reads; ``-`` and ``None`` skipped),
+    compared by device and inode, so through symlinks and hard links too.
     """
+    read_ids = {ident for ident in (file_id(p) for p in reads
+                                    if p is not None and os.fspath(p) != STDIN) if ident}
+    seen: set[object] = set()
+    for path in outputs:
+        if path is None:
+            continue
+        ident = file_id(path)
+        spelling = os.path.abspath(path)
+        if (ident is not None and ident in seen) or spelling in seen:
+            raise InputError(f"{path}: named twice as an output")
+        seen.update({spelling} if ident is None else {spelling, ident})
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"{path}: no such directory {parent}")
+        if ident is not None and ident in read_ids:
+            raise InputError(f"{path}: refusing to overwrite a file this command reads")
+
+
+def write_output(text: str | Iterable[str], output: Path | None) -> None:
+    """Print ``text`` (a string, or pieces written as they come, so a large report never
+    sits in memory whole), or :func:`write_file` it to ``output``."""
     if output is None:
         for chunk in chunked([text] if isinstance(text, str) else text):
             click.echo(chunk, nl=False)
+        sys.stdout.flush()  # a failing device (/dev/full) says so here, not at exit
         return
-    write_atomic(output, text, protect)
+    write_file(output, text)
 
 
 def chunked(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[str]:
@@ -106,33 +236,105 @@ def chunked(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[str]:
         yield "".join(gathered)
 
 
-def write_atomic(output: Path, text: str | Iterable[str], protect: Path | None = None) -> None:
-    """Write ``text`` to ``output`` as UTF-8 via a temp file and a rename: all or nothing.
+def write_file(output: Path, text: str | Iterable[str], *, new_only: bool = False) -> None:
+    """Write ``text`` to ``output`` as UTF-8, then say ``qkv: wrote OUTPUT`` on stderr.
 
-    Refuses to write over ``protect``. Raises :class:`InputError` when it cannot write.
+    A regular file (or a new one) is replaced atomically through a temporary file beside
+    it; a symlink to one keeps the link and replaces its target. A device, a FIFO or a
+    descriptor link (``/dev/stdout``, ``/dev/fd/N``) is written through, never replaced.
+    ``new_only`` refuses an existing ``output`` (``qkv init`` without ``--force``).
+    Raises :class:`InputError` when it cannot write.
     """
-    if protect is not None and output.exists() and protect.exists():
-        if os.path.samefile(output, protect):
-            raise InputError(f"{output}: refusing to overwrite the fixture being read")
-    if output.is_dir():
-        raise InputError(f"{output}: is a directory")
+    if new_only and (output.exists() or output.is_symlink()):
+        raise InputError(f"{output}: already exists (use --force to overwrite it)")
+    if written_through(output):
+        write_through(output, text)
+    else:
+        target = Path(os.path.realpath(output)) if output.is_symlink() else output
+        if target.is_dir():
+            raise InputError(f"{output}: is a directory")
+        replace_atomically(target, text, new_only)
+    click.echo(f"qkv: wrote {printable(str(output))}", err=True)
+
+
+def written_through(path: Path) -> bool:
+    """Whether ``path`` is written through (opened for writing) rather than replaced:
+    it names an existing file that is not regular, or leads through ``/proc`` (a
+    descriptor link such as ``/dev/stdout``, whatever the descriptor is)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        return True
+    hop = os.fspath(path)
+    for _ in range(40):  # as the kernel's own limit on symlinks followed
+        if os.path.realpath(os.path.dirname(os.path.abspath(hop))).startswith("/proc/"):
+            return True
+        if not os.path.islink(hop):
+            return False
+        hop = os.path.join(os.path.dirname(hop), os.readlink(hop))
+    return False
+
+
+def write_through(output: Path, text: str | Iterable[str]) -> None:
+    """Write ``text`` into the existing non-regular file ``output`` without creating,
+    truncating or replacing it. A FIFO nobody reads is refused rather than waited on.
+    Raises :class:`InputError`."""
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        if stat.S_ISREG(os.stat(output).st_mode):
+            flags |= os.O_APPEND  # a descriptor link to a file: after what is there
+        fd = os.open(output, flags)
+    except OSError as error:
+        if error.errno == 6:  # ENXIO: a FIFO without a reader
+            raise InputError(f"{output}: a FIFO with no reader; start the reader first") from None
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            fd = -1
+            handle.writelines(chunked([text] if isinstance(text, str) else text))
+    except OSError as error:
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def replace_atomically(output: Path, text: str | Iterable[str], new_only: bool = False) -> None:
+    """``text`` into a temporary file beside ``output``, then renamed (``new_only``:
+    hard-linked, so a file that appeared meanwhile is never replaced) over it."""
     tmp = write_temp_beside(output, text)
     try:
-        os.replace(tmp, output)
-    except BaseException:
+        if not new_only:
+            os.replace(tmp, output)
+            return
+        try:
+            os.link(tmp, output)
+        except FileExistsError:
+            raise InputError(f"{output}: already exists (use --force to overwrite it)") from None
+        except OSError:
+            # Some file systems have no hard links; the existence check must do.
+            if output.exists():
+                raise InputError(
+                    f"{output}: already exists (use --force to overwrite it)") from None
+            os.replace(tmp, output)
+    except OSError as error:
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+    finally:
         remove_quietly(tmp)
-        raise
 
 
 def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
     """A complete temporary copy of ``text`` in ``output``'s directory; returns its path.
 
     The file gets the mode a plain ``open(output, "w")`` would give (0666 less the
-    umask), not ``mkstemp``'s private 0600. Raises :class:`InputError`.
+    umask), not ``mkstemp``'s private 0600. Raises :class:`InputError`; leaves no
+    temporary file behind when it does.
     """
-    directory = output.parent if str(output.parent) else type(output)(".")
+    directory = output.parent if str(output.parent) else Path(".")
     if not directory.is_dir():
-        # The same words as the export paths' check (cli/console.py), for every writer.
         raise InputError(f"{output}: no such directory {directory}")
     import tempfile  # only when writing a file: it costs milliseconds of start-up
 
@@ -146,6 +348,9 @@ def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.writelines([text] if isinstance(text, str) else text)
+    except OSError as error:
+        remove_quietly(tmp)
+        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     except BaseException:
         remove_quietly(tmp)
         raise

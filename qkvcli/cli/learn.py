@@ -6,44 +6,52 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from qkvcli.cli.group import EXIT_FAILED, InputError
-from qkvcli.cli.io import label_of, labelled, load, read_text, write_output
+from qkvcli.cli.group import EXIT_FAILED, InputError, interrupted
+from qkvcli.cli.io import (
+    SafePath,
+    check_outputs,
+    label_of,
+    labelled,
+    load,
+    read_text,
+    working_on,
+)
 from qkvcli.cli.options import (
+    ATTEND_PRECISION,
+    VARIANCE_PRECISION,
+    CheckOverrides,
     ViewSettings,
     fixture_argument,
+    format_option,
     gradcheck_options,
     max_elements_option,
     output_option,
     view_options,
 )
-from qkvcli.cli.overrides import CheckOverrides
-from qkvcli.cli.paths import SafePath
+from qkvcli.cli.show import show
 from qkvcli.core.text import printable
+from qkvcli.render import render_pieces
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from qkvcli.attention.fixture import AttendFixture
 
-FORMATS = ("text", "json", "rich")
-ATTEND_PRECISION = 4
-"""Decimals of attend's rich tables (weights are probabilities; four places read well)."""
-VARIANCE_PRECISION = 4
 
 
-def _format_option(func: Any) -> Any:
-    return click.option(
-        "-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
-        help="text: key=value lines; json: everything; rich: tables for a terminal.",
-    )(func)
+def attend_label(path: Path | None, example: str) -> str:
+    """How messages name attend's fixture: its path, ``<stdin>`` or the bundled example."""
+    from qkvcli.attention.fixture import EXAMPLES
+
+    return label_of(path, bundled=f"<bundled {EXAMPLES[example]}>")
 
 
 def _load_attend(path: Path | None, example: str, max_elements: int,
                  heads: int | None = None) -> AttendFixture:
-    from qkvcli.attention.fixture import EXAMPLES, load_attend_fixture
+    from qkvcli.attention.fixture import load_attend_fixture
 
-    label = f"<bundled {EXAMPLES[example]}>" if path is None else str(path)
-    return labelled(label, lambda: load_attend_fixture(path, example, max_elements, heads))
+    return labelled(attend_label(path, example),
+                    lambda: load_attend_fixture(path, example, max_elements, heads))
 
 
 @click.command()
@@ -55,7 +63,7 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 @click.option("--heads", type=click.IntRange(min=1), default=None,
               help="Split the projections into this many heads (overrides the fixture's "
               '"heads"); each head attends on its own slice.')
-@_format_option
+@format_option()
 @output_option
 @gradcheck_options
 @max_elements_option
@@ -76,43 +84,33 @@ def attend(
     Exit status: 0 all checks passed, 1 a check failed,
     2 bad input.
     """
+    import dataclasses
+
     from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import attend_parameters
+    from qkvcli.attention.layer_evidence import build_layer_evidence
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
+    check_outputs([output, *(path for _, path in view.exports)], [fixture])
     loaded = _load_attend(fixture, example or "chapter", max_elements, heads)
     changes = overrides.changes()
-    import dataclasses
-
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
-    # One head or a layer: the same step and evaluation limits before any work.
-    arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
-    overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
-                    loaded.samples, 1, has_fast=False)
-    if loaded.layer is not None:
-        from qkvcli.attention.layer_evidence import build_layer_evidence
-
-        evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
-    else:
-        evidence = build_attend_evidence(loaded, causal=causal)
-    if fmt == "rich":
-        from qkvcli.cli.console import show_rich
-        from qkvcli.render.rich.attend import attend_renderable
-
-        show_rich(lambda options: attend_renderable(evidence, options), view, output, fixture,
-                  ATTEND_PRECISION, "qkv attend")
-    elif fmt == "json":
-        from qkvcli.render.json.attend import render_attend_json
-
-        write_output(render_attend_json(evidence), output, protect=fixture)
-    else:
-        from qkvcli.render.text.attend import render_attend_text
-
-        write_output(render_attend_text(evidence), output, protect=fixture)
+    with working_on(attend_label(fixture, example or "chapter")):
+        # One head or a layer: the same step and evaluation limits before any work.
+        arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
+        overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
+                        loaded.samples, 1, has_fast=False)
+        if loaded.layer is not None:
+            evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
+        else:
+            evidence = build_attend_evidence(loaded, causal=causal)
+    show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
+         pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision))
     if not evidence.passed:
-        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
-        click.echo(f"qkv: FAILED: {failed}", err=True)
+        from qkvcli.render.attend import failed_checks
+
+        click.echo(f"qkv: FAILED: {', '.join(failed_checks(evidence))}", err=True)
         raise SystemExit(EXIT_FAILED)
 
 
@@ -125,7 +123,7 @@ def attend(
               help="Pairs q, k sampled per width.")
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=26, show_default=True,
               help="SplitMix64 seed.")
-@_format_option
+@format_option()
 @output_option
 @view_options
 def variance(
@@ -138,31 +136,18 @@ def variance(
     z says how many standard errors each sample lies from 1. Deterministic: the same
     seed gives the same table.
     """
-    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.learn.variance import dot_variance, widths
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
     if maximum < minimum:
         raise InputError(f"--max {maximum} is smaller than --min {minimum}")
     if samples * maximum > DEFAULT_MAX_ELEMENTS:
         raise InputError(f"--samples {samples} x --max {maximum} needs more than "
                          f"{DEFAULT_MAX_ELEMENTS} normals per tensor; lower one of them")
+    check_outputs([output, *(path for _, path in view.exports)])
     result = dot_variance(widths(minimum, maximum), samples, seed)
-    if fmt == "rich":
-        from qkvcli.cli.console import show_rich
-        from qkvcli.render.rich.variance import variance_renderable
-
-        show_rich(lambda options: variance_renderable(result, options), view, output, None,
-                  VARIANCE_PRECISION, "qkv variance")
-        return
-    if fmt == "json":
-        from qkvcli.render.json.variance import render_variance_json
-
-        write_output(render_variance_json(result), output)
-        return
-    from qkvcli.render.text.variance import render_variance_text
-
-    text = render_variance_text(result)
-    write_output(text, output)
+    show(result, fmt, view, output, title="qkv variance", precision=VARIANCE_PRECISION,
+         pieces=lambda shown: render_pieces(result, shown, precision=view.precision))
 
 
 @click.command()
@@ -175,22 +160,26 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
     """The chapter's nine "predict before reading the evidence" questions, one by one.
 
     Each answer is checked against values computed from FIXTURE (default: the chapter
-    fixture); the explanation follows. Numbers count as right within 0.0005 (three
+    fixture); the explanation follows. Questions fit a screen: on wide tensors question 2
+    asks for one coordinate, or a shape. Numbers count as right within 0.0005 (three
     decimals are enough). At the end of piped input or on Ctrl-C the score so far is
     shown. Exit status: 0 all right, 1 otherwise, 2 bad input.
     """
-    from qkvcli.learn.quiz import build_questions, check_answer, parse_answers
+    from qkvcli.learn.quiz import HOW_TO_ANSWER, build_questions, check_answer, parse_answers
 
     loaded = load(fixture, max_elements)
     questions = labelled(label_of(fixture), lambda: build_questions(loaded))
     given: list[str] | None = None
     if answers is not None:
         text = read_text(answers, "answer")
-        given = labelled(str(answers), lambda: parse_answers(text, len(questions)))
+        given = labelled(label_of(answers), lambda: parse_answers(text, len(questions)))
         answered = sum(1 for answer in given if answer)
         if answered < len(questions):
-            click.echo(f"qkv: warning: {answers} answers {answered} of {len(questions)} "
+            click.echo(f"qkv: warning: {label_of(answers)} answers {answered} of {len(questions)} "
                        "questions; the others count as unanswered", err=True)
+    else:
+        _line_editing()
+        click.echo(wrapped(HOW_TO_ANSWER, "  "))
     right = 0
     asked = 0
     try:
@@ -213,11 +202,14 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
                                + (f" ({verdict.problem})" if verdict.problem else "")
                                + f". Answer: {question.shown}", "  "))
             click.echo(wrapped(f"why: {question.explanation}", "  ") + "\n")
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt) as error:
         # End of piped input or Ctrl-C: keep the score so far rather than only "Aborted!".
         click.echo(f"\nstopped at question {asked} of {len(questions)}; "
                    f"{right} right before it")
         click.echo(f"score={right}/{len(questions)}")
+        if isinstance(error, KeyboardInterrupt) or isinstance(error.__context__,
+                                                              KeyboardInterrupt):
+            raise interrupted() from None
         raise SystemExit(EXIT_FAILED) from None
     click.echo(f"score={right}/{len(questions)}")
     if right != len(questions):
@@ -241,13 +233,28 @@ def wrapped(text: str, indent: str = "") -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
+def _line_editing() -> None:
+    """Give the answer prompt line editing and history where the platform has ``readline``.
+
+    Without it the arrow keys print ``^[[D``. Only for a terminal: piped answers need none,
+    and importing readline there could write terminal escapes into the output.
+    """
+    import sys
+
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401  (importing it is what makes input() edit lines)
+        except ImportError:  # Windows and some minimal Pythons: answers still work
+            pass
+
+
 def _ask(question: Any, count: int) -> None:
     """Print one question, its choices and, for decimals, how close counts as right."""
     click.echo(wrapped(f"Question {question.number}/{count}: {question.prompt}", "  "))
     for letter, choice in zip("abc", question.choices, strict=False):
         click.echo(wrapped(f"  {letter}) {choice}", "     "))
     expected = question.expected
-    if question.kind == "numbers" and isinstance(expected, tuple) and any(
+    if question.kind in ("numbers", "number") and isinstance(expected, tuple) and any(
         value != int(value) for value in expected
     ):
         click.echo("  (3 decimals are enough: within 0.0005 counts as right)")

@@ -1,76 +1,114 @@
-"""Every option decorator the commands share, and the small helpers they need at start-up.
+"""Shared click options and the settings they hand the commands.
+
+Every option decorator the commands share. Decorators that add several options hand
+them to the command as one value (``view``: :class:`ViewSettings`; ``overrides``:
+:class:`CheckOverrides`). Values are converted here and checked by the rules of the
+module that defines them (:mod:`qkvcli.gradcheck.settings` for the gradient check,
+:mod:`qkvcli.reading.limits` for sizes); nothing passes through click's context.
 
 Kept apart from ``console.py`` (rich output) and ``batch.py`` (several fixtures) so that
 ``qkv report --format text`` loads neither: start-up time is part of the product.
-Decorators that add several options hand them to the command as one value
-(``view``: :class:`ViewSettings`; ``overrides``: :class:`CheckOverrides`).
 """
 
 from __future__ import annotations
 
 import functools
-import math
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.budget import MAX_WIDTH, environment_width
-from qkvcli.cli.overrides import CheckOverrides
-from qkvcli.cli.paths import SafePath
+from qkvcli.cli.io import SafePath
+from qkvcli.gradcheck.settings import (
+    MAX_EVALUATIONS,
+    MODES,
+    GradcheckSettingError,
+    check_evaluations,
+    check_step,
+    check_tolerance,
+)
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_step_fits
+from qkvcli.render.tensors import POLICIES
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from qkvcli.reading.fixture import Fixture
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-if TYPE_CHECKING:
-    pass
-
+VIEW_FORMATS = ("auto", "rich", "text", "json")
+"""The formats of every command with a rich view (run and report add ``trace``)."""
+MAX_WIDTH = 1000
+"""The widest rich view ``--width`` may ask for: layout work and output grow with it."""
 FIGURE_PRECISION = 6
-"""Decimals of the rich figure of run and report (``--precision`` overrides)."""
+"""Decimals of the rich figure of run and report, and of check's cards (``--precision``)."""
 GRADCHECK_PRECISION = 9
 """Decimals of the rich gradient-check table: errors near the tolerance need more digits."""
-GRADCHECK_MODES = ("auto", "full", "sampled", "fast")  # as qkvcli.gradcheck.settings.MODES
+ATTEND_PRECISION = 4
+"""Decimals of attend's rich tables (weights are probabilities; four places read well)."""
+VARIANCE_PRECISION = 4
+"""Decimals of the variance table: its own, in every format (``--precision`` is refused)."""
 
 
 def fixture_argument(func: F) -> F:
-    return click.argument(
-        "fixture", required=False, type=SafePath(dir_okay=True)
-    )(func)
+    return click.argument("fixture", required=False, type=SafePath(dir_okay=True))(func)
 
 
 def output_option(func: F) -> F:
     return click.option(
         "-o", "--output", type=SafePath(dir_okay=False),
-        help="Write to FILE (atomically) instead of standard output.",
+        help="Write to FILE instead of standard output (a regular file atomically; a "
+        "device or FIFO written through).",
     )(func)
 
 
 def max_elements_option(func: F) -> F:
-    from qkvcli.fixtures.limits import DEFAULT_MAX_ELEMENTS
-
     return click.option(
         "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
         show_default=True, help="Refuse fixtures with a tensor larger than this many elements.",
     )(func)
 
 
+def format_option(formats: Sequence[str] = VIEW_FORMATS, help: str = "") -> Callable[[F], F]:
+    """``-f/--format`` among ``formats``, default ``auto`` (rich on a terminal, else text)."""
+    return click.option(
+        "-f", "--format", "fmt", type=click.Choice(formats), default="auto", show_default=True,
+        help=help or "rich: the figure; text: plain lines; json: everything; "
+        "auto: rich on a terminal, text otherwise.",
+    )
 
 
-def _positive_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise click.BadParameter("must be a finite number greater than zero")
-    if value is not None and not math.isfinite(2.0 * value):
-        raise click.BadParameter("is too large: x + 2*step overflows binary64")
-    return value
+def tensors_option(func: F) -> F:
+    """``--tensors`` (``tensors``: ``None`` when not given; see :func:`tensor_policy`)."""
+    return click.option(
+        "--tensors", type=click.Choice(POLICIES), default=None,
+        help="full: every value; summary (default): every value up to 4096 elements, "
+        "above that shape, count, head/tail, min/max/mean/L2 norm and a sha256 digest; "
+        "none: shape, count and digest only. --full means full.",
+    )(func)
 
 
-def _nonnegative_finite(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise click.BadParameter("must be a finite number, zero or more")
-    return value
+def tensor_policy(tensors: str | None, full: bool) -> str:
+    """The policy asked for: ``--tensors``, else ``full`` with ``--full``, else ``summary``."""
+    if tensors is not None:
+        return tensors
+    return "full" if full else "summary"
+
+
+def _setting(check: Callable[[float], float]) -> Callable[..., Any]:
+    """A click callback applying the gradient check's own rule ``check`` to a value."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except GradcheckSettingError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return callback
 
 
 def _packed(func: F, names: tuple[str, ...]) -> Callable[..., Any]:
@@ -90,8 +128,6 @@ def _packed(func: F, names: tuple[str, ...]) -> Callable[..., Any]:
 
 def gradcheck_options(func: F) -> F:
     """``--step``, ``--tolerance``, ``--samples``, ``--max-evaluations``: in ``overrides``."""
-    from qkvcli.gradcheck.settings import MAX_EVALUATIONS
-
     result: Any = _packed(func, ("step", "tolerance", "samples", "max_evaluations"))
     result = click.option(
         "--max-evaluations", type=click.IntRange(min=1), default=None,
@@ -104,11 +140,11 @@ def gradcheck_options(func: F) -> F:
         "of a tensor up to 4096 elements, 6 above.",
     )(result)
     result = click.option(
-        "--tolerance", type=float, default=None, callback=_nonnegative_finite,
+        "--tolerance", type=float, default=None, callback=_setting(check_tolerance),
         help="Largest scaled error |a-n|/max(1,|a|,|n|) that passes (fixture's, else 2e-6).",
     )(result)
     result = click.option(
-        "--step", type=float, default=None, callback=_positive_finite,
+        "--step", type=float, default=None, callback=_setting(check_step),
         help="Central-difference step h (fixture's, else 1e-6).",
     )(result)
     return result  # type: ignore[no-any-return]
@@ -122,7 +158,7 @@ def gradcheck_mode_options(func: F) -> F:
         help="Random directions per tensor in --mode fast (default 3).",
     )(result)
     result = click.option(
-        "--mode", type=click.Choice(GRADCHECK_MODES), default=None,
+        "--mode", type=click.Choice(MODES), default=None,
         help="full: every coordinate; sampled: --samples evenly spaced (default 6); "
         "fast: --directions random directions; auto (default): full up to 4096 "
         "elements per tensor, sampled above.",
@@ -131,13 +167,18 @@ def gradcheck_mode_options(func: F) -> F:
 
 
 class ViewSettings:
-    """The rich view's command-line options (plain data; not a dataclass, to start quickly)."""
+    """The view options of a command (plain data; not a dataclass, to start quickly).
 
-    __slots__ = ("export_html", "export_svg", "full", "no_color", "precision", "width")
+    ``given`` names the options given on the command line (``--width``, ``--full``...),
+    so a view that cannot honour one says so (:mod:`qkvcli.cli.show`).
+    """
+
+    __slots__ = ("export_html", "export_svg", "full", "given", "no_color", "precision", "width")
 
     def __init__(
         self, no_color: bool = False, width: int | None = None, precision: int | None = None,
         full: bool = False, export_svg: Path | None = None, export_html: Path | None = None,
+        given: tuple[str, ...] = (),
     ) -> None:
         self.no_color = no_color
         self.width = width
@@ -145,6 +186,7 @@ class ViewSettings:
         self.full = full
         self.export_svg = export_svg
         self.export_html = export_html
+        self.given = given
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ViewSettings) and all(
@@ -169,40 +211,52 @@ class ViewSettings:
 
 
 def view_options(func: F) -> F:
-    """Add the rich view's options and hand them to ``func`` as one ``view`` argument."""
+    """Add the view options and hand them to ``func`` as one ``view`` argument."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        width, precision = kwargs.pop("width"), kwargs.pop("precision")
+        no_color, full = kwargs.pop("no_color"), kwargs.pop("full")
+        given = tuple(name for name, value in (
+            ("--width", width is not None), ("--precision", precision is not None),
+            ("--full", full), ("--no-color", no_color)) if value)
         kwargs["view"] = ViewSettings(
-            no_color=kwargs.pop("no_color"),
-            width=kwargs.pop("width") or environment_width(),  # COLUMNS is capped too
-            precision=kwargs.pop("precision"),
-            full=kwargs.pop("full"),
-            export_svg=kwargs.pop("export_svg"),
-            export_html=kwargs.pop("export_html"),
+            no_color=no_color,
+            width=width or environment_width(),  # COLUMNS is capped too
+            precision=precision, full=full, export_svg=kwargs.pop("export_svg"),
+            export_html=kwargs.pop("export_html"), given=given,
         )
         return func(*args, **kwargs)
 
     path = SafePath(dir_okay=False)
     options = [
         click.option("--export-html", type=path, metavar="FILE",
-                     help="Also write the rich view as HTML to FILE (atomically)."),
+                     help="Also write the rich view as HTML to FILE, with any --format."),
         click.option("--export-svg", type=path, metavar="FILE",
-                     help="Also write the rich view as SVG to FILE (atomically)."),
+                     help="Also write the rich view as SVG to FILE, with any --format."),
         click.option("--full", is_flag=True,
-                     help="Rich view: show every value of large tensors instead of eliding."),
+                     help="Show every value of large tensors instead of eliding."),
         click.option("--precision", type=click.IntRange(0, 17), default=None,
-                     help="Rich view: decimals for values (default 6; gradcheck 9)."),
+                     help="Rich view: decimals for values (default 6; gradcheck 9; attend 4; "
+                     "variance and check keep their own and say so)."),
         click.option("--width", type=click.IntRange(20, MAX_WIDTH), default=None,
                      help="Rich view: columns to lay out for (default: the terminal's, "
                           "or COLUMNS)."),
         click.option("--no-color", is_flag=True,
-                     help="Rich view: no colour (as NO_COLOR does); borders and words remain."),
+                     help="No colour (as NO_COLOR does); borders and words remain."),
     ]
     result: Any = wrapper
     for option in options:
         result = option(result)
     return result  # type: ignore[no-any-return]
+
+
+def environment_width() -> int | None:
+    """:data:`MAX_WIDTH` when ``COLUMNS`` asks for more (a layout that wide would not end)."""
+    try:
+        return MAX_WIDTH if int(os.environ.get("COLUMNS", "0")) > MAX_WIDTH else None
+    except ValueError:
+        return None
 
 
 def stdout_is_terminal() -> bool:
@@ -218,7 +272,6 @@ def resolve_format(fmt: str, output: Path | None) -> str:
     if fmt != "auto":
         return fmt
     return "rich" if output is None and stdout_is_terminal() else "text"
-
 
 
 def batch_options(func: F) -> F:
@@ -243,10 +296,72 @@ def is_batch(fixtures: Sequence[Path], junit: Path | None) -> bool:
 
 def evidence_options(func: F) -> F:
     """What every evidence command (run, report, gradcheck) takes: ``-o``, the
-    gradient-check settings (as ``overrides``), ``--max-elements`` and the rich view
+    gradient-check settings (as ``overrides``), ``--max-elements`` and the view
     options (as ``view``)."""
     for decorate in (view_options, max_elements_option, gradcheck_mode_options,
                      gradcheck_options, output_option):
         func = decorate(func)
     return func
 
+
+class CheckOverrides:
+    """Gradient-check settings given on the command line (``None``: the fixture's own).
+
+    ``max_evaluations`` is a limit, not a setting of the fixture: :meth:`check` refuses a
+    check that would evaluate the objective more often.
+    """
+
+    __slots__ = ("directions", "max_evaluations", "mode", "samples", "step", "tolerance")
+    SETTINGS = ("directions", "mode", "samples", "step", "tolerance")
+
+    def __init__(self, step: float | None = None, tolerance: float | None = None,
+                 samples: int | None = None, mode: str | None = None,
+                 directions: int | None = None, max_evaluations: int | None = None) -> None:
+        self.step = step
+        self.tolerance = tolerance
+        self.samples = samples
+        self.mode = mode
+        self.directions = directions
+        self.max_evaluations = max_evaluations
+
+    def changes(self) -> dict[str, Any]:
+        """The settings that were given, by field name."""
+        return {name: getattr(self, name) for name in self.SETTINGS
+                if getattr(self, name) is not None}
+
+    def ignored(self, mode: str) -> list[str]:
+        """Warnings for options given here that the gradient check in ``mode`` does not use."""
+        warnings = []
+        if self.directions is not None and mode != "fast":
+            warnings.append(f"--directions is used only by --mode fast; ignored with mode {mode}")
+        if self.samples is not None and mode in ("full", "fast"):
+            what = "every coordinate is checked" if mode == "full" else "it checks directions"
+            warnings.append(f"--samples is ignored by --mode {mode} ({what})")
+        return warnings
+
+    def warn_ignored(self, mode: str) -> None:
+        """Say on stderr which given options a check in ``mode`` does not use (never silently)."""
+        for warning in self.ignored(mode):
+            click.echo(f"qkv: warning: {warning}", err=True)
+
+    def apply(self, fixture: Fixture) -> Fixture:
+        """``fixture`` with these settings in place of its own, checked by :meth:`check`."""
+        changes = self.changes()
+        fixture = fixture._replace(**changes) if changes else fixture
+        self.check(fixture.step, (fixture.input, *fixture.weights), fixture.mode,
+                   fixture.samples, fixture.directions)
+        return fixture
+
+    def check(self, step: float, arrays: Sequence[Any], mode: str, samples: int | None,
+              directions: int, has_fast: bool = True) -> None:
+        """Refuse a ``--step`` that overflows beside ``arrays``
+        (:func:`~qkvcli.reading.limits.check_step_fits`) and a check over
+        ``--max-evaluations`` (:func:`~qkvcli.gradcheck.settings.check_evaluations`).
+
+        ``has_fast``: whether the command offers ``--mode fast`` (``attend`` does not).
+        Raises a :class:`~qkvcli.core.errors.QkvError` (the command names its file).
+        """
+        limit = MAX_EVALUATIONS if self.max_evaluations is None else self.max_evaluations
+        if self.step is not None:
+            check_step_fits(step, arrays, "--step")
+        check_evaluations(mode, samples, directions, [a.size for a in arrays], limit, has_fast)

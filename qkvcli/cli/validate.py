@@ -15,9 +15,8 @@ import click
 
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
-from qkvcli.cli.io import labelled
+from qkvcli.cli.io import SafePath, label_of, labelled
 from qkvcli.cli.options import max_elements_option
-from qkvcli.cli.paths import SafePath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,10 +26,10 @@ CHAPTER, ATTEND = "chapter", "attend"
 
 def attend_keys(data: Any) -> list[str]:
     """The keys of ``data`` that only ``qkv attend`` reads, as JSON paths (``$.heads``)."""
-    from qkvcli.attention.layer_fixture import LAYER_TOP_KEYS, OUT_KEYS
-    from qkvcli.core.vocabulary import BRANCHES
-    from qkvcli.fixtures.keys import PACKED_KEYS
-    from qkvcli.fixtures.layer_layouts import C_ATTN_KEYS
+    from qkvcli.attention.fixture import LAYER_TOP_KEYS, OUT_KEYS
+    from qkvcli.core.names import BRANCHES
+    from qkvcli.reading.fixture import PACKED_KEYS
+    from qkvcli.reading.layouts import C_ATTN_KEYS
 
     if not isinstance(data, dict):
         return []
@@ -46,12 +45,12 @@ def attend_keys(data: Any) -> list[str]:
 
 def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[str, list[str]]:
     """Which kind ``path`` was checked as, and its problems as ``"$.location: message"`` lines."""
-    from qkvcli.fixtures.json_values import parse_json_text
-    from qkvcli.fixtures.load import fixture_stem, read_fixture_text
-    from qkvcli.fixtures.parse import fixture_problems
-    from qkvcli.fixtures.problems import FixtureError
+    from qkvcli.reading.json_values import parse_json_text
+    from qkvcli.reading.load import fixture_stem, read_fixture_text
+    from qkvcli.reading.parse import fixture_problems
+    from qkvcli.reading.problems import FixtureError
 
-    text = labelled(str(path), lambda: read_fixture_text(path))
+    text = labelled(label_of(path), lambda: read_fixture_text(path))
     try:
         data = parse_json_text(text)
     except FixtureError as error:
@@ -94,14 +93,14 @@ def validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> Non
         try:
             kind, problems = fixture_problems_of(path, max_elements, attend)
         except QkvError as error:
-            kind, problems = CHAPTER, [error_line(error).removeprefix(f"{path}: ")]
+            kind, problems = CHAPTER, [error_line(error).removeprefix(f"{label_of(path)}: ")]
         if problems:
             bad_files += 1
             total += len(problems)
             for problem in problems:
-                click.echo(safe_line(f"Error: {path}: {problem}"), err=True)
+                click.echo(safe_line(f"Error: {label_of(path)}: {problem}"), err=True)
         else:
-            click.echo(f"{path}: ok" + (" (attend fixture)" if kind == ATTEND else ""))
+            click.echo(f"{label_of(path)}: ok" + (" (attend fixture)" if kind == ATTEND else ""))
     if bad_files:
         if len(paths) > 1:
             noun = "problem" if total == 1 else "problems"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import close, first_bit_difference, first_outside
+from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
 from qkvcli.conformance.errors import CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -87,10 +87,7 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             problem = failure.message
         if problem is not None:
             failures.append(Failure("independence", case.label, None, problem))
-    detail = "changing W_Q changes only query"
-    detail += "; each weight gradient depends only on its own path" if backward else (
-        " (weight gradients not checked: no backward)")
-    return judge("independence", failures, f"{detail} ({session.fixtures})"), failures
+    return judge("independence", failures, len(session.cases), backward=backward), failures
 
 
 def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
@@ -131,15 +128,13 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         except CallFailed as failure:
             failures.append(Failure("replay", case.label, None,
                                     f"second {failure.operation} failed: {failure.message}"))
-    calls = "forward and backward" if session.implementation.has_backward else "forward"
-    return judge("replay", failures, f"two calls of {calls} agree bit for bit on "
-                 f"{session.fixtures}"), failures
+    return judge("replay", failures, len(session.cases),
+                 backward=session.implementation.has_backward), failures
 
 
 def check_purity(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     """No call changed its arguments (judged after every other family's calls)."""
     if session.implementation.is_command:
-        return FamilyCheck("purity", True, "not applicable: a --command program cannot "
-                           "change qkv's arrays", applicable=False), []
+        return not_applicable("purity", "command"), []
     failures = list(session.impurities)
-    return judge("purity", failures, f"arguments unchanged after all {session.calls} calls"), failures
+    return judge("purity", failures, len(session.cases), calls=session.calls), failures

@@ -54,10 +54,8 @@ def check_shapes(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             if found is not None:
                 failures.append(found)
                 break
-    passes = "forward and backward keep" if session.implementation.has_backward else (
-        "forward keeps")
-    return judge("shapes", failures, f"{passes} empty batch and token axes on "
-                 f"{session.fixtures}"), failures
+    return judge("shapes", failures, len(session.cases),
+                 backward=session.implementation.has_backward), failures
 
 
 def bad_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array]]]:
@@ -95,4 +93,4 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if accepted:
             failures.append(Failure("errors", case.label, accepted[0],
                                     "silently accepted: " + ", ".join(accepted)))
-    return judge("errors", failures, f"4 bad inputs rejected on {session.fixtures}"), failures
+    return judge("errors", failures, len(session.cases)), failures

@@ -8,10 +8,12 @@ with all 53 bits used, so float32 arithmetic cannot pass the default tolerance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
+from qkvcli.gradcheck.settings import DEFAULT_SAMPLES  # the chapter's coordinates per tensor
+from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.load import load_fixture
 
 SPECIAL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
     # (batch, tokens, d_model, d_head)
@@ -20,11 +22,9 @@ SPECIAL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
     (2, 0, 4, 3),  # no tokens
     (2, 3, 4, 1),  # one head column
 )
-GRADCHECK_SAMPLES = 6  # the chapter's evenly spaced coordinates per tensor
 
 
-@dataclass(frozen=True)
-class Case:
+class Case(Record):
     """One fixture: input, weights (query, key, value) and upstream gradients, float64.
 
     ``step``, ``tolerance`` and ``samples`` are the gradient check's settings (the
@@ -37,7 +37,7 @@ class Case:
     upstream: tuple[Array, Array, Array]
     step: float
     tolerance: float
-    samples: int | None = GRADCHECK_SAMPLES
+    samples: int | None = DEFAULT_SAMPLES
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -46,20 +46,15 @@ class Case:
         return int(batch), int(tokens), int(d_model), int(self.weights[0].shape[1])
 
 
-def fixture_case(label: str, fixture: object) -> Case:
-    """A :class:`Case` from a loaded :class:`~qkvcli.fixtures.fixture.Fixture`."""
-    from qkvcli.fixtures.fixture import Fixture
-
-    assert isinstance(fixture, Fixture)
-    samples = fixture.samples if fixture.samples is not None else GRADCHECK_SAMPLES
+def fixture_case(label: str, fixture: Fixture) -> Case:
+    """A :class:`Case` from a loaded :class:`~qkvcli.reading.fixture.Fixture`."""
+    samples = fixture.samples if fixture.samples is not None else DEFAULT_SAMPLES
     return Case(label, fixture.input, fixture.weights, fixture.upstream, fixture.step,
                 fixture.tolerance, samples)
 
 
 def chapter_case() -> Case:
     """The bundled chapter fixture, labelled ``chapter``."""
-    from qkvcli import load_fixture
-
     return fixture_case("chapter", load_fixture())
 
 

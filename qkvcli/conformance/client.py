@@ -5,21 +5,30 @@ program that stops reading cannot hang qkv). A crash, a timeout or a malformed
 reply breaks the session: the program is ended, the problem is kept for the
 ``protocol`` family, and every later call fails with :class:`Broken`.
 
+qkv owns the program and everything it starts. The program runs in a process group
+(a session) of its own; ending it (:meth:`CommandClient.close`: after bye, on a broken
+session, on Ctrl-C, also before hello was answered) sends SIGTERM to the whole group,
+waits :data:`GRACE` seconds, then sends SIGKILL, so a grandchild (``sleep 300 &``) is
+ended too. Nothing waits on a pipe for ever: the pipes are read with ``poll`` in
+slices of :data:`SLICE` seconds, and once the program itself has exited, what it
+left in the pipe is read and the rest is not waited for (a grandchild may hold the
+pipe open for ever).
+
 Memory stays bounded whatever the program writes: a reply line may be at most
-``limits.MAX_FILE_BYTES`` long (a longer one breaks the session), at most one line
-waits unread (the program blocks on a full pipe rather than qkv growing), and of its
-stderr only the last :data:`STDERR_KEEP` bytes are kept. :meth:`CommandClient.close`
-always ends the process (bye, then closing stdin, then terminate, then kill), also
-when a ``KeyboardInterrupt`` unwinds through ``with``.
+:func:`~qkvcli.conformance.wire.reply_budget` bytes long, a bound that follows from the
+shapes of the request (a longer line breaks the session while it is being read, before
+it is parsed); at most one read's worth (:data:`CHUNK` bytes) waits beyond a line; of
+its stderr only the last :data:`STDERR_KEEP` bytes are kept.
 """
 
 from __future__ import annotations
 
 import os
-import queue
+import select
 import shlex
+import signal
 import subprocess
-import threading
+import time
 from typing import Any
 
 from qkvcli.conformance.errors import Broken, CommandNotStarted, Rejected
@@ -33,21 +42,32 @@ from qkvcli.conformance.wire import (
     encode,
     encode_tensor,
     error_message,
+    reply_budget,
+    reply_values,
 )
 from qkvcli.core.arrays import Array
 from qkvcli.core.text import printable
 
-EXIT_WAIT = 2.0  # seconds a program may take to exit after bye or end of input
+EXIT_WAIT = 2.0  # seconds a program may take to exit after end of input (or a signal)
+GRACE = 0.5  # seconds between SIGTERM and SIGKILL to the program's group
+SLICE = 0.1  # seconds between looks at whether the program itself has exited
+CHUNK = 1 << 16  # bytes read from a pipe at a time
 STDERR_LIMIT = 4000  # characters of the program's stderr kept for the report
 STDERR_KEEP = 4 * STDERR_LIMIT  # bytes of stderr kept while it is read (UTF-8: up to 4 a character)
-TOO_LONG = b"\0too long"  # queued in place of a reply line over the limit
+READABLE = select.POLLIN | select.POLLHUP | select.POLLERR
+WRITABLE = select.POLLOUT | select.POLLHUP | select.POLLERR
 
 
-def reply_limit() -> int:
-    """The longest reply line read: the byte limit of any input (looked up at call time)."""
-    from qkvcli.fixtures import limits
+class _Ended(Exception):
+    """The program closed its output, or exited, before a whole line came."""
 
-    return limits.MAX_FILE_BYTES
+
+class _TimedOut(Exception):
+    """No whole line within the deadline."""
+
+
+class _TooLong(Exception):
+    """The line being read is already longer than its budget."""
 
 
 class CommandClient:
@@ -57,7 +77,11 @@ class CommandClient:
     has_backward = True
 
     def __init__(self, command: str, timeout: float) -> None:
-        """Start ``command`` and say hello. Raises :class:`CommandNotStarted`."""
+        """Start ``command`` and say hello. Raises :class:`CommandNotStarted`.
+
+        However hello ends (answered, broken, interrupted by Ctrl-C), a program that is
+        not answering is never left running: an exception out of here ends it first.
+        """
         self.label = printable(command, None)
         self.timeout = timeout
         self.requests = 0
@@ -70,56 +94,145 @@ class CommandClient:
         if not argv:
             raise CommandNotStarted(command, "empty command")
         try:
+            # A session of its own: qkv can end the program's whole group, and a Ctrl-C
+            # at the terminal reaches qkv only (which then ends the group itself).
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                bufsize=0, start_new_session=True,
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in the command
             reason = error.strerror if isinstance(error, OSError) else None
             raise CommandNotStarted(command, reason or str(error)) from None
-        # One line may wait: a program that floods its output blocks, qkv does not grow.
-        self._replies: queue.Queue[bytes | None] = queue.Queue(maxsize=1)
+        assert self.process.stdin and self.process.stdout and self.process.stderr
+        self._in: int | None = self.process.stdin.fileno()
+        self._out: int | None = self.process.stdout.fileno()
+        self._err: int | None = self.process.stderr.fileno()
+        os.set_blocking(self._in, False)  # a partial write returns instead of blocking
+        self._unsent = bytearray()  # request bytes the program has not read yet
+        self._received = bytearray()  # stdout bytes not yet taken as a line
         self._stderr_tail = bytearray()
-        self._stderr_lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
-        self._stderr_thread.start()
         self._next_id = 0
-        self._hello()
+        self._closed = False
+        try:
+            self._hello()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- the pipes ----------------------------------------------------------------------
+
+    def _pump(self, seconds: float, want_output: bool) -> None:
+        """Wait up to ``seconds`` for the pipes, then move what is ready: write unsent
+        request bytes, read stdout (only when ``want_output``) and stderr."""
+        poller = select.poll()
+        if self._unsent and self._in is not None:
+            poller.register(self._in, WRITABLE)
+        if want_output and self._out is not None:
+            poller.register(self._out, READABLE)
+        if self._err is not None:
+            poller.register(self._err, READABLE)
+        for fd, events in poller.poll(max(seconds, 0.0) * 1000):
+            if fd == self._in:
+                self._send(events)
+            elif fd == self._out:
+                self._receive()
+            elif fd == self._err:
+                self._receive_stderr()
+
+    def _send(self, events: int) -> None:
+        assert self._in is not None
+        if events & select.POLLOUT:
+            try:
+                written = os.write(self._in, self._unsent[:CHUNK])
+            except BlockingIOError:
+                return
+            except OSError:
+                self._close_stdin()  # the program stopped reading: the read sees its exit
+                return
+            del self._unsent[:written]
+        else:
+            self._close_stdin()
+
+    def _receive(self) -> None:
+        assert self._out is not None
+        try:
+            chunk = os.read(self._out, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            self._received += chunk
+        else:
+            self._out = None  # end of output; the file object closes the descriptor
+
+    def _receive_stderr(self) -> None:
+        assert self._err is not None
+        try:
+            chunk = os.read(self._err, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._err = None
+            return
+        self._stderr_tail += chunk
+        del self._stderr_tail[:-STDERR_KEEP]
+
+    def _drain(self) -> None:
+        """Read what the pipes hold now, without waiting for more."""
+        for _ in range(STDERR_KEEP // CHUNK + 64):  # bounded: a live writer never ends it
+            before = (len(self._received), len(self._stderr_tail), self._out, self._err)
+            self._pump(0.0, True)
+            if before == (len(self._received), len(self._stderr_tail), self._out, self._err):
+                return
+
+    def _read_line(self, limit: int, deadline: float) -> bytes:
+        """The next stdout line (with its newline), at most ``limit`` bytes.
+
+        Raises :class:`_TooLong` as soon as more than ``limit`` bytes came without a
+        newline, :class:`_Ended` when the output ends (or the program has exited and the
+        pipe holds no whole line), :class:`_TimedOut` past ``deadline``.
+        """
+        exited = False
+        searched = 0  # bytes already known to hold no newline: each byte is looked at once
+        while True:
+            end = self._received.find(b"\n", searched)
+            searched = len(self._received)
+            if end >= 0:
+                if end + 1 > limit:
+                    raise _TooLong
+                line = bytes(self._received[: end + 1])
+                del self._received[: end + 1]
+                return line
+            if len(self._received) > limit:
+                raise _TooLong
+            if self._out is None or exited:
+                raise _Ended
+            if self.process.poll() is not None:
+                # What the program wrote before exiting is in the pipe now; a grandchild
+                # holding the pipe open must not keep qkv waiting for the end of it.
+                self._drain()
+                exited = True
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _TimedOut
+            self._pump(min(remaining, SLICE), True)
+
+    def _wait_exit(self, seconds: float) -> int | None:
+        """The program's exit status within ``seconds`` (its stderr read meanwhile), or ``None``."""
+        deadline = time.monotonic() + seconds
+        while (status := self.process.poll()) is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._pump(min(remaining, SLICE), False)
+        self._drain()
+        return status
 
     # --- the conversation ---------------------------------------------------------------
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        limit = reply_limit()
-        try:
-            while line := self.process.stdout.readline(limit + 1):
-                if len(line) > limit and not line.endswith(b"\n"):
-                    self._replies.put(TOO_LONG)
-                    return
-                self._replies.put(line)
-        except (OSError, ValueError):
-            pass
-        self._replies.put(None)
-
-    def _drain_stderr(self) -> None:
-        """Read the program's stderr to its end, keeping only the last :data:`STDERR_KEEP` bytes."""
-        assert self.process.stderr is not None
-        try:
-            fd = self.process.stderr.fileno()
-            while chunk := os.read(fd, 65536):
-                with self._stderr_lock:
-                    self._stderr_tail += chunk
-                    del self._stderr_tail[:-STDERR_KEEP]
-        except (OSError, ValueError):
-            pass
-
-    def _write(self, data: bytes) -> None:
-        assert self.process.stdin is not None
-        try:
-            self.process.stdin.write(data)
-            self.process.stdin.flush()
-        except (OSError, ValueError):
-            pass  # the read sees the end of output and reports the exit
 
     def _break(self, operation: str, message: str) -> Broken:
         if self.problem is None:
@@ -127,24 +240,29 @@ class CommandClient:
         self._stop()
         return Broken(operation, message)
 
-    def _exchange(self, operation: str, message: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and return its reply, checked for its id. Raises :class:`Broken`."""
+    def _exchange(self, operation: str, message: dict[str, Any], values: int = 0) -> dict[str, Any]:
+        """Send one request and return its reply, checked for its id. Raises :class:`Broken`.
+
+        ``values``: how many numbers a reply to it may hold (its line budget follows).
+        """
         if self.problem is not None:
             raise Broken(operation, "not checked: the program stopped earlier (see protocol)")
         ident = message["id"]
         where = f"request {ident} ({operation})"
-        threading.Thread(target=self._write, args=(encode(message),), daemon=True).start()
+        limit = reply_budget(values)
+        if self._in is not None:
+            self._unsent += encode(message)
         try:
-            line = self._replies.get(timeout=self.timeout)
-        except queue.Empty:
+            line = self._read_line(limit, time.monotonic() + self.timeout)
+        except _TimedOut:
             raise self._break(operation, f"{where}: no reply within {self.timeout:g} s") from None
-        if line is None:
-            status = self._exit_status()
+        except _Ended:
+            status = self._wait_exit(EXIT_WAIT)
             ended = "closed its output" if status is None else f"exited with status {status}"
-            raise self._break(operation, f"{where}: the program {ended}{self.stderr_tail()}")
-        if line is TOO_LONG:
-            raise self._break(operation, f"{where}: reply longer than {reply_limit()} bytes, "
-                              "the byte limit of any input")
+            raise self._break(operation, f"{where}: the program {ended}{self.stderr_tail()}") from None
+        except _TooLong:
+            raise self._break(operation, f"{where}: reply longer than {limit} bytes, the most "
+                              f"a reply to it may take (see docs/fixtures.md)") from None
         try:
             reply = decode(line)
             check_id(reply, ident)
@@ -157,7 +275,7 @@ class CommandClient:
             reply = self._exchange("hello", {"id": 0, "op": "hello", "version": VERSION})
             if reply.get("version") != VERSION:
                 raise self._break("hello", f"request 0 (hello): the program speaks version "
-                                  f"{reply.get('version')!r}, not {VERSION}")
+                                  f"{printable(repr(reply.get('version')))}, not {VERSION}")
             self.has_backward = "backward" in self._operations(reply)
         except Broken:
             pass  # kept in self.problem: the protocol family reports it
@@ -182,13 +300,14 @@ class CommandClient:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
         message.update({key: encode_tensor(value) for key, value in tensors.items()})
-        reply = self._exchange(operation, message)
+        values = reply_values(operation, tensors)
+        reply = self._exchange(operation, message, values)
         self.requests += 1
         try:
             rejection = error_message(reply)
             if rejection is not None:
                 raise Rejected(operation, rejection)
-            return tuple(decode_tensor(reply, name) for name in names)
+            return tuple(decode_tensor(reply, name, values) for name in names)
         except Malformed as error:
             where = f"request {self._next_id} ({operation})"
             raise self._break(operation, f"{where}: malformed reply: {error}") from None
@@ -217,9 +336,8 @@ class CommandClient:
                         '"id"')
             return
         self._close_stdin()
-        try:
-            self.exit_status = self.process.wait(self.timeout)
-        except subprocess.TimeoutExpired:
+        self.exit_status = self._wait_exit(self.timeout)
+        if self.exit_status is None:
             self._break("bye", f"the program did not exit within {self.timeout:g} s of bye")
             return
         if self.exit_status != 0:
@@ -228,35 +346,51 @@ class CommandClient:
 
     # --- ending the process -------------------------------------------------------------
 
-    def _exit_status(self) -> int | None:
-        try:
-            return self.process.wait(EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            return None
-
     def _close_stdin(self) -> None:
+        self._unsent.clear()
+        self._in = None
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
         except OSError:
             pass
 
+    def _signal_group(self, signum: int) -> bool:
+        """Send ``signum`` to the program's process group; whether anyone was there."""
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # a member changed its user: the rest still get it
+            return True
+        return True
+
     def _stop(self) -> None:
-        """End the process: close its input, then terminate, then kill; always reap it."""
-        if self.process.poll() is None:
-            self._close_stdin()
-            self.process.terminate()
-            try:
-                self.process.wait(EXIT_WAIT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """End the program and its group: close its input, SIGTERM to the group, a short
+        grace, SIGKILL to the group; always reap the program (idempotent)."""
         self._close_stdin()
+        # The group keeps its id while any member lives, so the id cannot name someone
+        # else's group even after the program itself has been reaped.
+        if not self._signal_group(signal.SIGTERM):
+            self.process.poll()
+            return
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline:
+            self.process.poll()
+            if self.process.returncode is not None and not self._signal_group(0):
+                return
+            self._pump(SLICE / 4, False)
+        self._signal_group(signal.SIGKILL)
+        self.process.wait()
+        self._drain()
 
     def close(self) -> None:
-        """End the process if it still runs and release its pipes (idempotent)."""
+        """End the program and its group if they still run and release the pipes (idempotent)."""
+        if self._closed:
+            return
         self._stop()
-        self._stderr_thread.join(EXIT_WAIT)
+        self._closed = True
+        self._out = self._err = None
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 try:
@@ -275,11 +409,9 @@ class CommandClient:
     def stderr_text(self) -> str:
         """The program's stderr so far: its last :data:`STDERR_LIMIT` characters, control
         characters escaped line by line (it reaches the terminal and the reports)."""
-        if self.process.poll() is not None:
-            self._stderr_thread.join(EXIT_WAIT)  # an ended program's last words
-        with self._stderr_lock:
-            data = bytes(self._stderr_tail)
-        text = data.decode("utf-8", "replace")[-STDERR_LIMIT:]
+        if not self._closed:
+            self._drain()
+        text = bytes(self._stderr_tail).decode("utf-8", "replace")[-STDERR_LIMIT:]
         return "\n".join(printable(line, None) for line in text.split("\n"))
 
     def stderr_tail(self) -> str:

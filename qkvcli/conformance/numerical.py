@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import coordinate
+from qkvcli.conformance.diagnose import coordinate
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -89,8 +89,8 @@ def _check_case(session: Session, case: Case, analytic: tuple[Array, ...],
 def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     """Central differences of the implementation's forward against its own backward."""
     if not session.implementation.has_backward:
-        return FamilyCheck("gradcheck", False, NO_BACKWARD, applicable=False), [
-            Failure("gradcheck", None, None, NO_BACKWARD)]
+        return not_applicable("gradcheck", "no-backward"), [
+            Failure("gradcheck", None, None, no_backward=True)]
     failures = []
     worst = Worst()
     total = 0
@@ -110,7 +110,5 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         total += count
         if failure is not None:
             failures.append(failure)
-    detail = f"{total} coordinates on {session.fixtures}"
-    if worst.text:
-        detail += f"; worst {worst.text}"
-    return judge("gradcheck", failures, detail), failures
+    return judge("gradcheck", failures, len(session.cases), coordinates=total,
+                 finding=worst.text), failures

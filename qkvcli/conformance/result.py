@@ -1,43 +1,68 @@
-"""The outcome of ``qkv check``: one check per evidence family, and every failure found."""
+"""The outcome of ``qkv check`` as data: one judgement per evidence family, and every failure.
+
+A judgement is a code (``outcome``) and the facts its wording needs; the words are
+:mod:`qkvcli.render.conformance`'s. A :class:`Failure` carries the family's own finding
+(what was wrong and where, as the family diagnosed it).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from qkvcli.core.record import Record
 
 FAMILIES: tuple[str, ...] = (
     "forward", "reverse", "shapes", "errors", "independence", "replay", "purity",
     "gradcheck", "protocol",
 )
-NO_BACKWARD = "not applicable: no backward"
+
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command")
+"""``passed`` and ``failed`` judge a family; ``no-backward`` (reverse and gradcheck of an
+implementation without a backward: fails the check) and ``command`` (purity of a
+``--command`` program: does not count) mark a family that does not apply."""
 
 
-@dataclass(frozen=True)
-class Failure:
-    """Where a family failed: the fixture's label and the coordinate (``None`` when none applies)."""
+class Failure(Record):
+    """Where a family failed: the fixture's label and the coordinate (``None`` when none applies).
+
+    ``detail`` is the family's finding; ``no_backward`` marks the one failure that is not
+    a finding but the want of a backward (its words are the renderer's).
+    """
 
     family: str
     fixture: str | None
     coordinate: str | None
-    detail: str
+    detail: str = ""
+    no_backward: bool = False
 
 
-@dataclass(frozen=True)
-class FamilyCheck:
-    """One family judged over all fixtures.
+class FamilyCheck(Record):
+    """One family judged over all fixtures: its ``outcome`` (:data:`OUTCOMES`) and facts.
 
-    ``applicable`` is false for a "not applicable" check; such a check either does not
-    count (``passed`` true: purity with ``--command``, shown as N/A) or fails the check
-    (``passed`` false: reverse and gradcheck without a backward).
+    ``fixtures`` (how many were judged), ``tolerance``, ``backward`` (whether the
+    implementation has one), ``calls`` and ``coordinates`` (counts), ``finding`` (the
+    gradient check's worst coordinate, the protocol's own verdict) describe a passing
+    family; ``first`` (the first failure) and ``more`` (how many other fixtures failed)
+    a failing one.
     """
 
     name: str
     passed: bool
-    detail: str
-    applicable: bool = True
+    outcome: str
+    fixtures: int = 0
+    tolerance: float = 0.0
+    backward: bool = True
+    calls: int = 0
+    coordinates: int = 0
+    finding: str = ""
+    first: Failure | None = None
+    more: int = 0
+
+    @property
+    def applicable(self) -> bool:
+        """False for a family that does not apply (``no-backward``, ``command``)."""
+        return self.outcome in ("passed", "failed")
 
 
-@dataclass(frozen=True)
-class ConformanceResult:
+class ConformanceResult(Record):
     """Every family's check in :data:`FAMILIES` order, the failures, and (``command``: a
     ``--command`` program was checked) the program's stderr."""
 
@@ -53,12 +78,19 @@ class ConformanceResult:
         return all(check.passed for check in self.checks)
 
 
-def judge(name: str, failures: list[Failure], passed_detail: str) -> FamilyCheck:
-    """The family's check: its first failure (and how many fixtures failed), or ``passed_detail``."""
+def judge(name: str, failures: list[Failure], fixtures: int, tolerance: float = 0.0,
+          backward: bool = True, calls: int = 0, coordinates: int = 0,
+          finding: str = "") -> FamilyCheck:
+    """The family's check: failed at its first failure (and how many other fixtures
+    failed), or passed with the facts given."""
     if not failures:
-        return FamilyCheck(name, True, passed_detail)
-    first = failures[0]
-    where = f"{first.fixture}: " if first.fixture is not None else ""
+        return FamilyCheck(name, True, "passed", fixtures, tolerance, backward, calls,
+                           coordinates, finding)
     more = len({failure.fixture for failure in failures}) - 1
-    tail = f" (and {more} more {'fixture' if more == 1 else 'fixtures'})" if more > 0 else ""
-    return FamilyCheck(name, False, f"{where}{first.detail}{tail}")
+    return FamilyCheck(name, False, "failed", fixtures, tolerance, backward, calls, coordinates,
+                       finding, failures[0], max(more, 0))
+
+
+def not_applicable(name: str, outcome: str) -> FamilyCheck:
+    """A family that does not apply: ``no-backward`` fails the check, ``command`` does not count."""
+    return FamilyCheck(name, outcome == "command", outcome)

@@ -15,7 +15,7 @@ from qkvcli.conformance.behaviour import check_independence, check_purity, check
 from qkvcli.conformance.boundaries import check_errors, check_shapes
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.numerical import check_gradcheck
-from qkvcli.conformance.result import FAMILIES, ConformanceResult, Failure, FamilyCheck
+from qkvcli.conformance.result import FAMILIES, ConformanceResult, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.values import check_forward, check_reverse
 
@@ -53,7 +53,7 @@ def run_checks(implementation: Implementation, cases: list[Case],
     if protocol is not None:
         passed, detail = protocol()
         failures = [] if passed else [Failure("protocol", None, None, detail)]
-        found["protocol"] = (FamilyCheck("protocol", passed, detail), failures)
+        found["protocol"] = (judge("protocol", failures, len(cases), finding=detail), failures)
         stderr = implementation.stderr_text()  # type: ignore[attr-defined]
     ordered = [found[name] for name in FAMILIES if name in found]
     return ConformanceResult(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import first_bit_difference
+from qkvcli.conformance.diagnose import first_bit_difference
 from qkvcli.conformance.errors import CallFailed
 from qkvcli.conformance.result import Failure
 from qkvcli.core.arrays import Array
@@ -41,12 +41,6 @@ class Session:
         self._forward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._reference: dict[int, tuple[QkvForward, QkvGradients]] = {}
-
-    @property
-    def fixtures(self) -> str:
-        """``"1 fixture"`` or ``"5 fixtures"``: how many fixtures a family was judged on."""
-        count = len(self.cases)
-        return f"{count} fixture" if count == 1 else f"{count} fixtures"
 
     # --- calls with fresh copies --------------------------------------------------------
 

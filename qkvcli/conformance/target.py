@@ -29,10 +29,14 @@ from qkvcli.conformance.errors import (
     Rejected,
 )
 from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import printable
+from qkvcli.reading import limits
+from qkvcli.reading.files import InputFileError, read_limited
 
-FORWARD_NAMES = ("query", "key", "value")
-BACKWARD_NAMES = ("grad_input", "grad_w_query", "grad_w_key", "grad_w_value")
+# What forward and backward give, in order, as the protocol and the reports name them.
+FORWARD_NAMES = BRANCHES
+BACKWARD_NAMES = GRADIENTS
 
 
 class Implementation(Protocol):
@@ -122,9 +126,6 @@ def is_path(spec: str) -> bool:
 def _import_file(spec: str) -> ModuleType:
     """Run the ``.py`` file ``spec`` as a module. Its source is read through the one reader
     (a regular file, never a blocking open, at most the byte limit)."""
-    from qkvcli.fixtures import limits
-    from qkvcli.fixtures.files import InputFileError, read_limited
-
     path = os.path.abspath(spec)
     try:
         source = read_limited(path, limits.MAX_FILE_BYTES, "Python")

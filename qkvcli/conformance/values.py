@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.compare import first_mismatch
+from qkvcli.conformance.diagnose import first_mismatch
 from qkvcli.conformance.errors import CallFailed, Rejected
-from qkvcli.conformance.result import NO_BACKWARD, Failure, FamilyCheck, judge
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
@@ -42,15 +42,14 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                         index, actual, case.input, case.weights, session.tolerance)
                 failures.append(Failure("forward", case.label, where, detail))
                 break
-    return judge("forward", failures, f"query, key and value agree with qkv within "
-                 f"{session.tolerance!r} on {session.fixtures}"), failures
+    return judge("forward", failures, len(session.cases), session.tolerance), failures
 
 
 def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     """dX and the three dW within the tolerance of the engine's; names the wrong path or branch."""
     if not session.implementation.has_backward:
-        return FamilyCheck("reverse", False, NO_BACKWARD, applicable=False), [
-            Failure("reverse", None, None, NO_BACKWARD)]
+        return not_applicable("reverse", "no-backward"), [
+            Failure("reverse", None, None, no_backward=True)]
     failures = []
     for case in session.cases:
         got = session.backward(case)
@@ -85,5 +84,4 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 reasons = f"{reasons}; {low}" if reasons else low
             _, where, detail = wrong[0]
             failures.append(Failure("reverse", case.label, where, f"{reasons}: {detail}"))
-    return judge("reverse", failures, f"grad_input and the three weight gradients agree with "
-                 f"qkv within {session.tolerance!r} on {session.fixtures}"), failures
+    return judge("reverse", failures, len(session.cases), session.tolerance), failures

@@ -3,6 +3,11 @@
 Floats are written with Python's shortest round-trip spelling (``repr``) and read
 with ``float``, so every binary64 value crosses the pipe exactly, both ways. NaN and
 infinities are refused in both directions. See ``docs/protocol.md``.
+
+A reply is bounded by its request: :func:`reply_values` is how many numbers a reply
+to it may hold, :func:`reply_budget` the longest line that can take, and a reply
+tensor's shape may not claim more (nor more than :data:`MAX_RANK` dimensions), so no
+reply makes qkv allocate more than the request could need.
 """
 
 from __future__ import annotations
@@ -14,8 +19,16 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.text import ERROR_TEXT_LIMIT, printable
 
 VERSION = 1
+BYTES_PER_VALUE = 32
+"""Room for one number in a reply: the longest shortest-round-trip spelling of a binary64
+(``-2.2250738585072014e-308``, 24 characters), a separator and spaces."""
+REPLY_OVERHEAD = 1 << 16
+"""Room in every reply for its id, keys, shapes and an error message: 64 KiB."""
+MAX_RANK = 32
+"""The most dimensions a reply tensor may have (NumPy's own limit is 64; qkv sends 2 and 3)."""
 
 
 class Malformed(ValueError):
@@ -64,8 +77,60 @@ def preview(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def decode_tensor(reply: dict[str, Any], key: str) -> Array:
-    """The tensor ``reply[key]`` as a float64 array. Raises :class:`Malformed`."""
+def extent(shape: tuple[int, ...] | list[int]) -> int:
+    """The product of ``shape``'s non-empty axes: its size, but an empty axis counts as 1.
+
+    NumPy holds an empty tensor of any other sizes, so a reply's shape is bounded by
+    this, not by its (zero) size.
+    """
+    return math.prod(dim or 1 for dim in shape)
+
+
+def reply_values(operation: str, tensors: dict[str, Array]) -> int:
+    """How many numbers a reply to the request ``operation`` on ``tensors`` may hold, and
+    the largest :func:`extent` any of its tensors' shapes may have.
+
+    A forward reply holds three ``[batch, tokens, d_head]`` tensors, a backward reply
+    tensors of the input's and the three weights' shapes; a request with shapes the
+    protocol rejects may be answered with as many values as it sent. The larger count.
+    """
+    x = tensors["input"]
+    weights = [tensors[name] for name in ("w_query", "w_key", "w_value")]
+    sent = sum(extent(array.shape) for array in tensors.values())
+    if operation == "forward":
+        widest = max((int(w.shape[-1]) for w in weights if w.ndim), default=1)
+        answer = 3 * extent(x.shape[:-1]) * max(widest, 1)
+    else:
+        answer = extent(x.shape) + sum(extent(w.shape) for w in weights)
+    return max(answer, sent)
+
+
+def reply_budget(values: int) -> int:
+    """The longest reply line read for a reply of at most ``values`` numbers, in bytes:
+    :data:`REPLY_OVERHEAD` plus :data:`BYTES_PER_VALUE` for each, at most the byte limit
+    of any input (looked up at call time)."""
+    from qkvcli.reading import limits
+
+    return min(limits.MAX_FILE_BYTES, REPLY_OVERHEAD + BYTES_PER_VALUE * values)
+
+
+def _check_shape(key: str, shape: list[int], max_values: int) -> None:
+    """Refuse a shape no reply to the request needs: more than :data:`MAX_RANK`
+    dimensions, or an :func:`extent` over ``max_values``. Raises :class:`Malformed`."""
+    if len(shape) > MAX_RANK:
+        raise Malformed(f'"{key}.shape" has {len(shape)} dimensions, more than {MAX_RANK}')
+    claimed = 1
+    for dim in shape:  # stops at the first axis past the bound: no product of huge numbers
+        claimed *= dim or 1
+        if claimed > max_values:
+            shown = printable(json.dumps(shape), ERROR_TEXT_LIMIT)
+            raise Malformed(f'"{key}.shape" {shown} is larger than any reply to this request '
+                            f"(at most {max_values} values)")
+
+
+def decode_tensor(reply: dict[str, Any], key: str, max_values: int) -> Array:
+    """The tensor ``reply[key]`` as a float64 array, its shape claiming at most
+    ``max_values`` values (:func:`reply_values`). Raises :class:`Malformed`."""
     if key not in reply:
         raise Malformed(f'missing "{key}"')
     tensor = reply[key]
@@ -76,6 +141,7 @@ def decode_tensor(reply: dict[str, Any], key: str) -> Array:
         isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape
     ):
         raise Malformed(f'"{key}.shape" must be a list of non-negative integers')
+    _check_shape(key, shape, max_values)
     if not isinstance(values, list):
         raise Malformed(f'"{key}.values" must be a list of numbers')
     size = math.prod(shape)

@@ -1,9 +1,27 @@
-"""Parameter names: the reference's naming rule and the default names of the three weights."""
+"""The one vocabulary of qkv: branch order, the names of outputs and gradients, parameter names.
+
+Everywhere in the code (engine, attention, checks, renderers):
+
+- outputs are ``query``, ``key``, ``value`` (Q, K, V), always in that order;
+- the upstream gradients of the loss with respect to them are ``grad_query``,
+  ``grad_key``, ``grad_value`` (dL/dQ, ...);
+- the input gradient is ``grad_input`` (dL/dX), the weight gradients are
+  ``grad_w_query``, ``grad_w_key``, ``grad_w_value`` (dL/dW_Q, ...) and bias gradients
+  ``grad_b_query``, ... .
+
+The JSON report keeps its published key names (``input_gradient``,
+``query_weight_gradient``, ...); only renderers translate to them.
+
+Parameter names: the reference's naming rule and the default names of the three weights.
+"""
 
 from __future__ import annotations
 
 from qkvcli.core.errors import EmptyName, EmptyNameSegment, InvalidNameCharacter
-from qkvcli.core.vocabulary import BRANCHES
+
+BRANCHES: tuple[str, str, str] = ("query", "key", "value")
+GRADIENTS: tuple[str, str, str, str] = ("grad_input", "grad_w_query", "grad_w_key", "grad_w_value")
+"""What the reverse pass gives, in order: the fields of :class:`~qkvcli.core.outputs.QkvGradients`."""
 
 DEFAULT_PREFIX = "decoder.block.0.attention"
 DEFAULT_NAMES: tuple[str, str, str] = tuple(  # type: ignore[assignment]

@@ -1,79 +1,48 @@
 """What the projections give: the forward outputs, the gradients, and the loss they belong to.
 
-Both records are tuples with named fields, written out by hand: a ``NamedTuple`` class
-costs ~0.1 ms to create (``collections.namedtuple`` compiles its ``__new__`` with
-``eval``), and this module is on every command's start-up path (see ARCHITECTURE.md).
+Both are :class:`~qkvcli.core.record.Record` types that also unpack, in field order, as
+the library's documented use does (``q, k, v = layer.forward(x)``; ``qkvcli/__init__.py``
+and the README): they define ``__iter__``, nothing more of a tuple.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Iterator
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 
 
-class QkvForward(tuple[Array, Array, Array]):
+class QkvForward(Record):
     """The three projected views of the same batch and token positions: ``(query, key, value)``."""
 
-    __slots__ = ()
-    _fields: ClassVar[tuple[str, ...]] = ("query", "key", "value")
+    query: Array
+    key: Array
+    value: Array
 
-    def __new__(cls, query: Array, key: Array, value: Array) -> QkvForward:
-        return tuple.__new__(cls, (query, key, value))
-
-    @property
-    def query(self) -> Array:
-        return self[0]
-
-    @property
-    def key(self) -> Array:
-        return self[1]
-
-    @property
-    def value(self) -> Array:
-        return self[2]
-
-    def __repr__(self) -> str:
-        return f"QkvForward(query={self[0]!r}, key={self[1]!r}, value={self[2]!r})"
+    def __iter__(self) -> Iterator[Array]:
+        """``query``, ``key``, ``value``: so ``q, k, v = layer.forward(x)`` unpacks."""
+        return iter((self.query, self.key, self.value))
 
 
-class QkvGradients(tuple[Array, Array, Array, Array]):
+class QkvGradients(Record):
     """Reverse-mode gradients: the shared input's and each branch's own weight gradient.
 
-    Named as everywhere in qkv (see ARCHITECTURE.md): ``grad_input`` is dL/dX, and
+    Named as everywhere in qkv (:mod:`qkvcli.core.names`): ``grad_input`` is dL/dX, and
     ``grad_w_query`` is dL/dW_Q, never to be confused with the output ``query`` (Q) or
     the upstream ``grad_query`` (dL/dQ).
     """
 
-    __slots__ = ()
-    _fields: ClassVar[tuple[str, ...]] = ("grad_input", "grad_w_query", "grad_w_key",
-                                          "grad_w_value")
+    grad_input: Array
+    grad_w_query: Array
+    grad_w_key: Array
+    grad_w_value: Array
 
-    def __new__(cls, grad_input: Array, grad_w_query: Array, grad_w_key: Array,
-                grad_w_value: Array) -> QkvGradients:
-        return tuple.__new__(cls, (grad_input, grad_w_query, grad_w_key, grad_w_value))
-
-    @property
-    def grad_input(self) -> Array:
-        return self[0]
-
-    @property
-    def grad_w_query(self) -> Array:
-        return self[1]
-
-    @property
-    def grad_w_key(self) -> Array:
-        return self[2]
-
-    @property
-    def grad_w_value(self) -> Array:
-        return self[3]
-
-    def __repr__(self) -> str:
-        return (f"QkvGradients(grad_input={self[0]!r}, grad_w_query={self[1]!r}, "
-                f"grad_w_key={self[2]!r}, grad_w_value={self[3]!r})")
+    def __iter__(self) -> Iterator[Array]:
+        """``grad_input``, ``grad_w_query``, ``grad_w_key``, ``grad_w_value``, in that order."""
+        return iter((self.grad_input, self.grad_w_query, self.grad_w_key, self.grad_w_value))
 
 
 def weighted_loss(outputs: QkvForward, upstream: tuple[Array, Array, Array]) -> float:

@@ -24,10 +24,9 @@ from qkvcli.core.errors import (
     ProjectionError,
     QkvError,
 )
-from qkvcli.core.names import DEFAULT_NAMES, DEFAULT_PREFIX, validate_name
+from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, DEFAULT_PREFIX, validate_name
 from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
-from qkvcli.core.vocabulary import BRANCHES
 from qkvcli.core.weights import (
     check_branches,
     check_input_shape,

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 from qkvcli.core.errors import ZeroInputWidth, ZeroOutputWidth
 
+DEFAULT_SEED = 26
+"""The chapter's number: the seed of every seeded default (a fixture's initialization, the
+gradient check's random directions, the variance demonstration)."""
 MASK64 = (1 << 64) - 1
 INCREMENT = 0x9E3779B97F4A7C15
 MIX_ONE = 0xBF58476D1CE4E5B9

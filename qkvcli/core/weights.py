@@ -24,7 +24,7 @@ from qkvcli.core.errors import (
     ZeroInputWidth,
     ZeroOutputWidth,
 )
-from qkvcli.core.vocabulary import BRANCHES
+from qkvcli.core.names import BRANCHES
 
 if TYPE_CHECKING:
     import numpy.typing as npt

@@ -16,8 +16,7 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.central import central_difference, coordinate_check
 from qkvcli.gradcheck.probes import StackedObjective
-from qkvcli.gradcheck.progress import Ticker
-from qkvcli.gradcheck.records import CoordinateCheck
+from qkvcli.gradcheck.records import CoordinateCheck, Ticker
 
 
 def batched_coordinates(

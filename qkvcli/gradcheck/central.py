@@ -23,8 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.gradcheck.progress import Progress
-from qkvcli.gradcheck.records import CoordinateCheck, TensorCheck
+from qkvcli.gradcheck.records import CoordinateCheck, Progress, TensorCheck
 
 
 def sample_indices(elements: int, samples: int | None) -> list[int]:

@@ -18,8 +18,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.central import scaled_error
 from qkvcli.gradcheck.probes import StackedObjective
-from qkvcli.gradcheck.progress import Ticker
-from qkvcli.gradcheck.records import CoordinateCheck
+from qkvcli.gradcheck.records import CoordinateCheck, Ticker
 
 
 def direction(rng: SplitMix64, elements: int) -> Array:

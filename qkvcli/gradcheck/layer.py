@@ -24,9 +24,9 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.batched import batched_coordinates
 from qkvcli.gradcheck.central import sample_indices
+from qkvcli.gradcheck.directional import directional_checks  # ~0.1% of a report
 from qkvcli.gradcheck.probes import StackedObjective, loss_terms
-from qkvcli.gradcheck.progress import Progress, Ticker
-from qkvcli.gradcheck.records import GradcheckResult, TensorCheck
+from qkvcli.gradcheck.records import GradcheckResult, Progress, TensorCheck, Ticker
 from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_DIRECTION_SEED,
@@ -99,10 +99,6 @@ def gradcheck_layer(
             slots = min(3 * max(planned, 1), fits)
         objective = StackedObjective(layer, x64, upstream, index, slots, local, base)
         if resolved == "fast":
-            # Imported here: the chapter's report never runs a fast check, and every
-            # module on its path costs start-up (see ARCHITECTURE.md).
-            from qkvcli.gradcheck.directional import directional_checks
-
             checks = directional_checks(objective, name, values, analytic[index], directions,
                                         rng, step, tolerance, ticker)
             requested = directions

@@ -1,10 +1,33 @@
-"""What a gradient check gives: per coordinate, per tensor, and for the whole check."""
+"""The gradient check's records and its progress callback.
+
+Progress reporting of a gradient check: the callback's type and a counter across tensors.
+
+What a gradient check gives: per coordinate, per tensor, and for the whole check.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from qkvcli.core.record import Record
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: called after each checked coordinate or direction."""
+
+
+class Ticker:
+    """Counts finished checks across tensors and reports them to ``progress``."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
 
 
 class CoordinateCheck(Record):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 from qkvcli.core.errors import QkvError, format_float_debug
+from qkvcli.core.splitmix import DEFAULT_SEED
 
 MODES: tuple[str, str, str, str] = ("auto", "full", "sampled", "fast")
 AUTO_FULL_LIMIT = 4096
 DEFAULT_SAMPLES = 6
 DEFAULT_DIRECTIONS = 3
-DEFAULT_DIRECTION_SEED = 26
+DEFAULT_DIRECTION_SEED = DEFAULT_SEED
 MAX_EVALUATIONS = 1 << 20
 """Objective evaluations one gradient check may make (two per coordinate or direction);
 ``--max-evaluations`` raises it. Refused before the check starts."""
@@ -116,16 +117,29 @@ def validate_settings(
 
     Order: step, tolerance, samples, mode, directions.
     """
-    if not (math.isfinite(step) and step > 0.0 and math.isfinite(2.0 * step)):
-        raise InvalidStep(step)
-    if not (math.isfinite(tolerance) and tolerance >= 0.0):
-        raise InvalidTolerance(tolerance)
+    check_step(step)
+    check_tolerance(tolerance)
     if samples is not None and samples < 1:
         raise ZeroSamples()
     if mode not in MODES:
         raise InvalidMode(mode)
     if directions < 1:
         raise ZeroDirections()
+
+
+def check_step(step: float) -> float:
+    """``step`` if a central difference can use it (positive, finite, and ``2*step``
+    finite); else raise :class:`InvalidStep`. The one rule, for the engine and the CLI."""
+    if not (math.isfinite(step) and step > 0.0 and math.isfinite(2.0 * step)):
+        raise InvalidStep(step)
+    return step
+
+
+def check_tolerance(tolerance: float) -> float:
+    """``tolerance`` if finite and nonnegative; else raise :class:`InvalidTolerance`."""
+    if not (math.isfinite(tolerance) and tolerance >= 0.0):
+        raise InvalidTolerance(tolerance)
+    return tolerance
 
 
 def resolve_mode(mode: str, elements: int, samples: int | None) -> tuple[str, int | None]:

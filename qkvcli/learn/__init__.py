@@ -1,1 +1,2 @@
-"""learn."""
+"""Learning aids: the prediction quiz (``qkv quiz``) and the variance demonstration (``qkv variance``).
+"""

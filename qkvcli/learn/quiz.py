@@ -5,6 +5,11 @@ projecting zero tensors, vectors by projecting the first token, the parameter co
 from the layer, rejections by probing). Questions 8 and 9 are conceptual: their answers
 come from the evidence's history record and from the stages ``qkv attend`` adds.
 
+Questions scale to the fixture: each fits one screen (:data:`SCREEN_LINES` lines of
+:data:`SCREEN_COLUMNS` columns, :data:`SCREEN_BYTES` bytes, answer and explanation
+included). Question 2 asks for all of q0, k0 and v0 when the weights fit, else for one
+coordinate of q0 (a dot product of x0 with one column of W_Q), else for their shapes.
+
 Answers are read tolerantly: numbers anywhere in the text (``[4,7,2]``, ``4,7,2``,
 ``4 x 7 x 2``; a digit glued to a letter such as ``q0`` is a name, not a number),
 ``yes``/``no`` (or ``y``/``n``), and a letter or the full text for choices.
@@ -15,21 +20,30 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
 from qkvcli.attention.head import STAGES
-from qkvcli.checks.records import HistoryEvidence
 from qkvcli.core.errors import QkvError, format_shape
+from qkvcli.core.outputs import QkvForward
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
-from qkvcli.fixtures.fixture import Fixture
+from qkvcli.evidence.records import HistoryEvidence
+from qkvcli.reading.fixture import Fixture
 
 # Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.
 NUMBER = re.compile(r"(?<![A-Za-z_\d.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 LETTERS = "abc"
+QUESTION_COUNT = 9
+SCREEN_COLUMNS = 80
+SCREEN_LINES = 20
+SCREEN_BYTES = 2048
+"""One question, its choices, the answer and the explanation fit in this much screen."""
+HOW_TO_ANSWER = "Answer each on one line: numbers like 4,7,2, yes/no, or a letter; Ctrl-D stops."
+"""The one line the interactive quiz prints first (it fits 80 columns)."""
 
 
 class QuizError(QkvError):
@@ -61,7 +75,7 @@ class TooManyAnswers(QuizError):
 class Question:
     number: int
     prompt: str
-    kind: str  # "numbers", "integer", "yesno" or "choice"
+    kind: str  # "numbers", "number", "integer", "yesno" or "choice"
     expected: tuple[float, ...] | str
     shown: str
     explanation: str
@@ -70,7 +84,7 @@ class Question:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Marking:
     correct: bool
     problem: str = ""  # why an answer could not be read (the interactive quiz asks again)
 
@@ -81,6 +95,11 @@ def _g(value: float) -> str:
 
 def _vec(values: np.ndarray) -> str:
     return "[" + ",".join(_g(float(v)) for v in np.asarray(values).reshape(-1)) + "]"
+
+
+def _spaced(values: np.ndarray) -> str:
+    # Spaces after the commas let a long vector wrap between numbers, not inside one.
+    return "[" + ", ".join(_g(float(v)) for v in np.asarray(values).reshape(-1)) + "]"
 
 
 def _mat(values: np.ndarray) -> str:
@@ -144,11 +163,7 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
                  "numbers", q1, format_shape(one[0]),
                  "Each output keeps batch and token axes and takes d_head: "
                  f"{format_shape(one[0])} for query, key and value.", accepted=(q1 * 3,)),
-        Question(2, f"Compute q0, k0 and v0 for the first token x0={_vec(x0)} with "
-                 f"W_Q={_mat(layer.weights[0])}, W_K={_mat(layer.weights[1])}, "
-                 f"W_V={_mat(layer.weights[2])}.", "numbers", vectors, q2,
-                 "Multiply the token's row vector by each weight: q0 = x0 W_Q, k0 = x0 W_K, "
-                 "v0 = x0 W_V."),
+        _first_token_question(x0, layer.weights, first, vectors, q2, QUESTION_COUNT),
         Question(3, "Can changing only W_Q change K or V? (yes/no)", "yesno",
                  "yes" if kv_changed else "no", "yes" if kv_changed else "no",
                  f"Computed: W_Q[{row},0]+1 changed Q; K and V "
@@ -187,6 +202,68 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     )
 
 
+def _first_token_question(
+    x0: np.ndarray, weights: tuple[np.ndarray, ...], first: QkvForward,
+    vectors: tuple[float, ...], shown: str, count: int,
+) -> Question:
+    """Question 2 at the largest of three sizes that fits a screen.
+
+    All of q0, k0 and v0 (the chapter's question) when the three weights fit; else
+    q0[0], the dot product of x0 with column 0 of W_Q; else the shapes of q0, k0, v0.
+    """
+    full = Question(2, f"Compute q0, k0 and v0 for the first token x0={_vec(x0)} with "
+                    f"W_Q={_mat(weights[0])}, W_K={_mat(weights[1])}, "
+                    f"W_V={_mat(weights[2])}.", "numbers", vectors, shown,
+                    "Multiply the token's row vector by each weight: q0 = x0 W_Q, k0 = x0 W_K, "
+                    "v0 = x0 W_V.")
+    if fits_screen(full, count):
+        return full
+    coordinate = float(first.query.reshape(-1)[0])
+    one = Question(2, "Compute q0[0], coordinate 0 of the first token's query: the dot product "
+                   f"of x0={_spaced(x0)} with column 0 of W_Q, W_Q[:,0]={_spaced(weights[0][:, 0])}.",
+                   "number", (coordinate,), _g(coordinate),
+                   "q0 = x0 W_Q, so q0[0] = sum over i of x0[i] W_Q[i,0]; k0 and v0 take the "
+                   "same product with W_K and W_V. `qkv report` prints all of them.")
+    if fits_screen(one, count):
+        return one
+    d, h = weights[0].shape
+    return Question(2, f"The first token x0 has {d} numbers and each weight is [{d},{h}]: too many "
+                    "to multiply here. Predict the shape of q0, k0 and v0.", "numbers",
+                    (float(h),), f"[{h}]",
+                    f"A [{d}] row vector times a [{d},{h}] weight is a [{h}] vector, for each "
+                    "of q0, k0 and v0. `qkv report` prints their values.",
+                    accepted=((float(h),) * 3,))
+
+
+def screen_lines(text: str, columns: int = SCREEN_COLUMNS, indent: str = "  ") -> int:
+    """Terminal lines ``text`` takes wrapped at spaces to ``columns`` (as ``qkv quiz`` wraps).
+
+    A word longer than a line (a matrix written without spaces) still takes
+    ``ceil(len / columns)`` lines: the terminal wraps it.
+    """
+    lines = textwrap.wrap(text, width=columns, subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False) or [""]
+    return sum(max(1, -(-len(line) // columns)) for line in lines)
+
+
+def question_screen(question: Question, count: int) -> list[str]:
+    """The lines ``qkv quiz`` prints for ``question`` answered with its own answer, unwrapped."""
+    return [f"Question {question.number}/{count}: {question.prompt}",
+            *(f"  {letter}) {choice}" for letter, choice in zip(LETTERS, question.choices,
+                                                                 strict=False)),
+            "  (3 decimals are enough: within 0.0005 counts as right)",
+            f"your answer: {question.shown}", f"right. Answer: {question.shown}",
+            f"why: {question.explanation}", ""]
+
+
+def fits_screen(question: Question, count: int) -> bool:
+    """Whether ``question`` fits :data:`SCREEN_LINES` x :data:`SCREEN_COLUMNS` and
+    :data:`SCREEN_BYTES`, counting its choices, the hint, the answer and the explanation."""
+    lines = question_screen(question, count)
+    size = sum(len(line.encode("utf-8")) + 1 for line in lines)
+    return size <= SCREEN_BYTES and sum(screen_lines(line) for line in lines) <= SCREEN_LINES
+
+
 def _close(got: tuple[float, ...], want: tuple[float, ...]) -> bool:
     # Answers typed by hand are rounded: accept 3 decimals (half a unit in the last place).
     return len(got) == len(want) and all(
@@ -194,34 +271,34 @@ def _close(got: tuple[float, ...], want: tuple[float, ...]) -> bool:
     )
 
 
-def check_answer(question: Question, answer: str) -> Verdict:
+def check_answer(question: Question, answer: str) -> Marking:
     """Whether ``answer`` is right; ``problem`` says why it could not be read."""
     text = answer.strip().lower()
     if not text:
-        return Verdict(False, "no answer")
-    if question.kind in ("numbers", "integer"):
+        return Marking(False, "no answer")
+    if question.kind in ("numbers", "number", "integer"):
         numbers = tuple(float(m) for m in NUMBER.findall(text))
         if not numbers:
-            return Verdict(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
-        if question.kind == "integer":
-            numbers = numbers[-1:]  # "3 x 3 x 2 = 18": the last number is the answer
+            return Marking(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
+        if question.kind in ("integer", "number"):
+            numbers = numbers[-1:]  # "3 x 3 x 2 = 18", "q0[0]=1.5": the last number counts
         assert isinstance(question.expected, tuple)
         wants = (question.expected, *question.accepted)
-        return Verdict(any(_close(numbers, want) for want in wants))
+        return Marking(any(_close(numbers, want) for want in wants))
     if question.kind == "yesno":
         word = re.split(r"[^a-z]+", text)[0]
         if word in ("y", "yes"):
-            return Verdict(question.expected == "yes")
+            return Marking(question.expected == "yes")
         if word in ("n", "no"):
-            return Verdict(question.expected == "no")
-        return Verdict(False, "expected yes or no")
+            return Marking(question.expected == "no")
+        return Marking(False, "expected yes or no")
     letter = text.rstrip(").").strip()
     if letter in LETTERS[: len(question.choices)]:
-        return Verdict(letter == question.expected)
+        return Marking(letter == question.expected)
     for index, choice in enumerate(question.choices):
         if text == choice.lower():
-            return Verdict(LETTERS[index] == question.expected)
-    return Verdict(False, f"expected one of {', '.join(LETTERS[: len(question.choices)])}")
+            return Marking(LETTERS[index] == question.expected)
+    return Marking(False, f"expected one of {', '.join(LETTERS[: len(question.choices)])}")
 
 
 def parse_answers(text: str, count: int) -> list[str]:
@@ -240,7 +317,7 @@ def parse_answers(text: str, count: int) -> list[str]:
         # Python cannot hold (too deep, an integer too long): read as lines.
         data = None
     if data is not None:
-        from qkvcli.fixtures.json_values import refuse_lone_surrogates
+        from qkvcli.reading.json_values import refuse_lone_surrogates
 
         refuse_lone_surrogates(data, "$")
 

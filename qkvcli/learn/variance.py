@@ -10,18 +10,17 @@ bit for bit. The standard error of the estimated ratio ``var(q.k)/d`` is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import QkvError
-from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.record import Record
+from qkvcli.core.splitmix import DEFAULT_SEED, SplitMix64
 
 DEFAULT_MIN = 4
 DEFAULT_MAX = 512
 DEFAULT_SAMPLES = 4096
-DEFAULT_SEED = 26
 
 
 class WidthRange(QkvError):
@@ -41,8 +40,7 @@ class TooFewSamples(QkvError):
         super().__init__(f"need at least 2 samples, got {samples}")
 
 
-@dataclass(frozen=True)
-class VarianceRow:
+class VarianceRow(Record):
     """One width: the sampled variance of ``q.k``, its ratio to ``d_k``, the scaled variance
     (the same number, computed from the scaled products) and the ratio's standard error."""
 
@@ -67,8 +65,7 @@ class VarianceRow:
         return (self.ratio - 1.0) / self.std_error
 
 
-@dataclass(frozen=True)
-class VarianceResult:
+class VarianceResult(Record):
     seed: int
     samples: int
     rows: tuple[VarianceRow, ...]

@@ -1,37 +1,150 @@
-"""Renderers: pure functions from :class:`~qkvcli.checks.evidence.Evidence` to text.
+"""Renderers: pure functions from evidence records to text, and the one dispatcher to them.
 
-``text`` and ``trace`` follow the reference's report and diagram trace; ``json`` holds
-everything, machine-readable. Nothing here prints, reads files or exits.
+:func:`render` (and :func:`render_pieces`, the same text in pieces) serve the library and
+the CLI alike: the chapter's :class:`~qkvcli.evidence.records.Evidence` as ``text``
+(the chapter's report), ``trace`` (the diagram trace) or ``json``; a gradient check,
+an attention head or layer, the variance table and a ``qkv check`` result as ``text``
+or ``json``. :func:`figure` gives the rich view of any of them. Nothing here prints,
+reads files or exits.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qkvcli.checks.records import Evidence
+    from rich.console import RenderableType
+
+    from qkvcli.render.rich.options import RichOptions
 
 FORMATS = ("text", "trace", "json")
+"""Every format :func:`render` knows (``trace`` only for the chapter's evidence)."""
+KINDS = {
+    "qkvcli.evidence.records.Evidence": "evidence",
+    "qkvcli.gradcheck.records.GradcheckResult": "gradcheck",
+    "qkvcli.attention.records.AttendEvidence": "attend",
+    "qkvcli.learn.variance.VarianceResult": "variance",
+    "qkvcli.conformance.result.ConformanceResult": "conformance",
+}
+"""The records the renderers take, by qualified class name (looked up along the MRO, so
+rendering one never imports the others' modules: start-up is part of the product)."""
+PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
+    "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "conformance": (),
+}
+"""The text formats of each kind that take ``precision`` (the rich view always does)."""
 
 
-def render(evidence: Evidence, fmt: str = "text") -> str:
-    """``evidence`` as ``fmt``: ``text`` (the chapter's report), ``trace`` or ``json``.
+def verdict_line(passed: int, total: int, *, passed_all: bool | None = None) -> str:
+    """``verdict: PASS (N of M checks passed)``, or ``FAIL``: the one verdict wording
+    outside the anchored chapter report. ``passed_all`` overrides ``passed == total``
+    (a batch with a fixture that could not be read fails whatever its checks did)."""
+    from qkvcli.render.wording import verdict
+
+    return verdict(passed == total if passed_all is None else passed_all, passed, total)
+
+
+def kind_of(evidence: object) -> str:
+    """Which record ``evidence`` is (a key of :data:`KINDS`' values). Raises ``TypeError``."""
+    for cls in type(evidence).__mro__:
+        kind = KINDS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if kind is not None:
+            return kind
+    raise TypeError(f"nothing renders a {type(evidence).__name__}")
+
+
+def formats_of(evidence: object) -> tuple[str, ...]:
+    """The formats :func:`render` gives for ``evidence``."""
+    return FORMATS if kind_of(evidence) == "evidence" else ("text", "json")
+
+
+def render(evidence: object, fmt: str = "text", *, tensors: str = "summary",
+           precision: int | None = None, dtype: str = "float64") -> str:
+    """``evidence`` as ``fmt``, whole: ``"".join(render_pieces(...))``.
 
     The library's one entry point to the renderers:
     ``qkvcli.render.render(qkvcli.build_evidence(qkvcli.load_fixture("f.json")))``.
-    Raises :class:`ValueError` for another format (the rich figure is a renderable, not
-    text: see :func:`qkvcli.render.rich.view.render_rich`).
+    See :func:`render_pieces` for the arguments and errors.
     """
-    if fmt == "text":
-        from qkvcli.render.text.report import render_text
+    return "".join(render_pieces(evidence, fmt, tensors=tensors, precision=precision,
+                                 dtype=dtype))
 
-        return render_text(evidence)
-    if fmt == "trace":
-        from qkvcli.render.text.trace import render_trace
 
-        return render_trace(evidence)
+def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summary",
+                  precision: int | None = None, dtype: str = "float64") -> Iterator[str]:
+    """``evidence`` as ``fmt``, in pieces (a large report never sits in memory whole).
+
+    ``tensors`` (``full``, ``summary``, ``none``: :mod:`qkvcli.render.tensors`) is how
+    much of each tensor the chapter's evidence shows; ``precision``, the decimals where
+    the format takes them (:data:`PRECISION_FORMATS`; ``None``: the format's own);
+    ``dtype``, the type of a gradient check's analytic gradients (named unless float64).
+    Raises :class:`ValueError` for a format ``evidence`` has not (the rich view is a
+    renderable, not text: see :func:`figure`) and ``TypeError`` for an unknown record.
+    """
+    kind = kind_of(evidence)
+    if fmt not in formats_of(evidence):
+        raise ValueError(f"unknown format {fmt!r} for {kind}; expected one of "
+                         f"{', '.join(formats_of(evidence))}")
+    if kind == "evidence":
+        from qkvcli.render import report
+
+        stream = {"text": report.iter_text, "trace": report.iter_trace, "json": report.iter_json}
+        return stream[fmt](evidence, tensors)  # type: ignore[arg-type]
+    if kind == "gradcheck":
+        return iter([gradcheck_text(evidence, fmt, dtype)])
+    whole: dict[str, Callable[[Any], str]]
+    if kind == "attend":
+        from qkvcli.render import attend
+
+        whole = {"text": attend.render_attend_text, "json": attend.render_attend_json}
+    elif kind == "variance":
+        from qkvcli.render import variance
+
+        whole = {"text": variance.render_variance_text, "json": variance.render_variance_json}
+    else:
+        from qkvcli.render import conformance
+
+        whole = {"text": conformance.render_conformance_text,
+                 "json": conformance.render_conformance_json}
+    extra = {} if precision is None or fmt not in PRECISION_FORMATS[kind] else {
+        "precision": precision}
+    return iter([whole[fmt](evidence, **extra)])
+
+
+def gradcheck_text(result: Any, fmt: str, dtype: str) -> str:
+    """``qkv gradcheck``'s table (``text``) or document (``json``, with ``dtype``)."""
     if fmt == "json":
-        from qkvcli.render.json.evidence import render_json
+        from qkvcli.render.gradcheck import render_gradcheck_json
 
-        return render_json(evidence)
-    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        return render_gradcheck_json(result, dtype=dtype)
+    from qkvcli.render.gradcheck import render_gradcheck_text
+
+    text = render_gradcheck_text(result)
+    if dtype != "float64":
+        text += f"dtype={dtype} (analytic gradients; central differences in float64)\n"
+    return text
+
+
+def figure(evidence: object, options: RichOptions) -> RenderableType:
+    """The rich view of ``evidence`` (any record :func:`render` takes), laid out with
+    ``options``. Imports rich: only the rich paths call it."""
+    kind = kind_of(evidence)
+    if kind == "evidence":
+        from qkvcli.render.rich.view import render_rich
+
+        return render_rich(evidence, options)  # type: ignore[arg-type]
+    if kind == "gradcheck":
+        from qkvcli.render.rich.gradcheck import render_gradcheck_rich
+
+        return render_gradcheck_rich(evidence, options)  # type: ignore[arg-type]
+    if kind == "attend":
+        from qkvcli.render.rich.attend import attend_renderable
+
+        return attend_renderable(evidence, options)  # type: ignore[arg-type]
+    if kind == "variance":
+        from qkvcli.render.rich.variance import variance_renderable
+
+        return variance_renderable(evidence, options)  # type: ignore[arg-type]
+    from qkvcli.render.rich.conformance import render_conformance_rich
+
+    return render_conformance_rich(evidence, options)  # type: ignore[arg-type]

@@ -1,39 +1,158 @@
-"""``qkv attend --format rich``: the head's evidence as rich tables (imported on rich paths only).
+"""The rich view of ``qkv attend`` (imported on rich paths only).
+
+Per batch item the view shows the scores ``S = Q K^T`` and the scaled scores ``Z`` that
+the softmax reads, the attention matrix ``A`` (published as the weights) beside the
+output, then the reverse pass as the loss and one row per gradient (its shape, largest
+magnitude and norm), every check, the teacher's notes and the verdict; a multi-head
+layer shows one heat map per head (:mod:`qkvcli.render.rich.heatmap`). Every value
+stays one ``-f text`` or ``-f json`` away.
 
 Pure: builds renderables from the evidence; the command owns the ``Console``. Nothing
 here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
 figure it never cuts a number: keys and output features beyond the options' limits are
-elided with a note (``--full`` shows them all), and the weights and the output sit side
-by side only when both fit. The scores and the reverse pass's summary come from
-:mod:`qkvcli.render.rich.attend_passes`.
+elided with a note (``--full`` shows them all), and the attention and the output sit
+side by side only when both fit. The wording of checks, notes and the verdict is the
+text view's (:mod:`qkvcli.render.attend`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
-from qkvcli.render.rich.attend_passes import column_limits, reverse_summary, scores_row
-from qkvcli.render.rich.layout import Fitted, Part, Row, status
+from qkvcli.render.attend import (
+    FORMULA,
+    REVERSE,
+    attend_checks,
+    note_text,
+    published_name,
+)
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.rich.heatmap import heatmaps
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
-from qkvcli.render.text.attend import FORMULA
-from qkvcli.render.text.numbers import fmt_shape
+from qkvcli.render.wording import VERDICT, verdict_counts
+
+FEWEST_COLUMNS = 3
+"""The narrowest layout still shows the first and last key (or feature) around a gap."""
+
+SYMBOLS = {
+    "upstream_output": "U = dO", "heads_output_gradient": "dH", "weights_gradient": "dA",
+    "scaled_scores_gradient": "dZ", "scores_gradient": "dS", "query_gradient": "dQ",
+    "key_gradient": "dK", "value_gradient": "dV", "input_gradient": "dX",
+    "query_weight_gradient": "dW_Q", "key_weight_gradient": "dW_K",
+    "value_weight_gradient": "dW_V", "query_bias_gradient": "db_Q", "key_bias_gradient": "db_K",
+    "value_bias_gradient": "db_V", "in_proj_weight_gradient": "dW_in",
+    "in_proj_bias_gradient": "db_in", "c_attn_weight_gradient": "dW_c_attn",
+    "c_attn_bias_gradient": "db_c_attn", "out_proj_weight_gradient": "dW_out",
+    "out_proj_bias_gradient": "db_out", "c_proj_weight_gradient": "dW_c_proj",
+    "c_proj_bias_gradient": "db_c_proj",
+}
+"""The chapter's symbol for each gradient the text view prints, by published name."""
+
+REVERSE_RULES = ("dA = dO V^T,", "dV = A^T dO,", "dZ = A*(dA - rowsum(dA*A)),", "dS = dZ*scale,",
+                 "dQ = dS K,", "dK = dS^T Q,", "dX = sum of three paths;")
+"""The text view's reverse rules, one formula per item: a line wraps between formulas."""
+
+
+def column_limits(count: int, options: RichOptions) -> list[int]:
+    """Column limits to try, widest first: every column with ``--full``, else at most
+    ``max_columns``, then fewer down to :data:`FEWEST_COLUMNS`."""
+    if options.full or count <= FEWEST_COLUMNS:
+        return [count]
+    return list(range(min(count, options.max_columns), FEWEST_COLUMNS - 1, -1))
+
+
+def _score_table(
+    matrix: Array, title: str, options: RichOptions, limit: int, caption: str | None = None
+) -> RenderableType:
+    """A ``[queries, keys]`` matrix: rows ``t0 ..``, columns ``k t0 ..`` (at most ``limit``)."""
+    queries_count, keys_count = (int(n) for n in matrix.shape)
+    keys = pick(keys_count, limit, options.full)
+    queries = pick(queries_count, options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", caption=caption,
+                  caption_justify="left")
+    table.add_column("query", no_wrap=True)
+    for j in keys:
+        add_number_column(table, ellipsis if j is None else f"k t{j}")
+    for i in queries:
+        if i is None:
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 1)))
+            continue
+        table.add_row(cell(f"t{i}"), *(
+            cell(ellipsis if j is None else fmt_float(float(matrix[i, j]), options.precision))
+            for j in keys))
+    if shown(keys) == keys_count and shown(queries) == queries_count:
+        return table
+    return Group(table, elision_note(("queries", "keys"), (shown(queries), queries_count),
+                                     (shown(keys), keys_count)))
+
+
+def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
+    """Batch item ``batch``'s scores ``S`` and scaled scores ``Z``, side by side when they fit.
+
+    Every key is shown, the two tables stacked, before any key is elided to keep them side
+    by side: the layouts are tried widest first, and each :class:`Row` stacks when narrow.
+    """
+    c = evidence.config
+    # The titles stay short and equal in height, so tables side by side line up; the mask
+    # is explained under Z, where its -inf stands.
+    titles = (("scores", f"batch {batch}: scores S = Q K^T", None),
+              ("scaled_scores", f"batch {batch}: Z = S / sqrt({c.d_k})",
+               "-inf: masked (causal)" if c.causal else None))
+    return Fitted([
+        Row([Part(_score_table(evidence.primary[name][batch], title, options, limit, caption),
+                  box=None)
+             for name, title, caption in titles], gap=2, stack_expand=False, fill=False)
+        for limit in column_limits(c.tokens, options)
+    ])
+
+
+def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
+    """The loss, then each gradient's shape, largest magnitude and norm, in the text's order."""
+    tensors = evidence.primary.tensors
+    table = Table(
+        title=f"reverse: L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}",
+        box=box.SIMPLE_HEAVY, title_justify="left",
+    )
+    table.add_column("gradient", no_wrap=True)
+    table.add_column("shape", no_wrap=True)
+    add_number_column(table, "max |value|")
+    add_number_column(table, "norm")
+    for name in REVERSE:
+        if name not in tensors:
+            continue
+        values = np.asarray(tensors[name], dtype=np.float64)
+        largest = float(np.max(np.abs(values))) if values.size else 0.0
+        norm = float(np.linalg.norm(values.reshape(-1))) if values.size else 0.0
+        shown_name = published_name(name, evidence.config)
+        table.add_row(cell(SYMBOLS.get(shown_name, shown_name)), cell(fmt_shape(values.shape)),
+                      cell(fmt_float(largest, options.precision)),
+                      cell(fmt_float(norm, options.precision)))
+    rules = (f"U from SplitMix64(seed {evidence.seed}) uniform [-1,1);", *REVERSE_RULES,
+             "every value: -f text or -f json")
+    return Group(table, Flow([Text(rule, style="dim") for rule in rules], gap=1))
+
 
 BAR_WIDTH = 10
 PRECISION = 4
-"""Decimals of weights and outputs unless the options ask for others."""
+"""Decimals of the attention and the outputs unless the options ask for others."""
 SUM_PRECISION = 6
 
 
-def _weights_table(
+def _attention_table(
     evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
 ) -> RenderableType:
-    """Rows are queries, columns keys (at most ``limit``), then the row sum and largest weight."""
+    """Rows are queries, columns keys (at most ``limit``), then the row sum and the largest
+    entry (the title keeps the published word, weights A)."""
     c = evidence.config
     rows = [r for r in evidence.rows if r.batch == batch]
     keys = pick(c.tokens, limit, options.full)
@@ -51,12 +170,12 @@ def _weights_table(
             table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 3)))
             continue
         row = rows[index]
-        largest = max(row.weights) if row.weights else 0.0
+        largest = max(row.attention) if row.attention else 0.0
         table.add_row(
             cell(f"t{row.token}"),
-            *(cell(ellipsis if j is None else f"{row.weights[j]:.{options.precision}f}")
+            *(cell(ellipsis if j is None else f"{row.attention[j]:.{options.precision}f}")
               for j in keys),
-            cell(f"{row.weight_sum:.{SUM_PRECISION}f}"),
+            cell(f"{row.attention_sum:.{SUM_PRECISION}f}"),
             cell(options.bar(largest, BAR_WIDTH)),
         )
     if shown(keys) == c.tokens and shown(queries) == len(rows):
@@ -97,17 +216,17 @@ def _checks_table(evidence: AttendEvidence) -> Table:
     checks.add_column("verdict", no_wrap=True)
     # Prose wraps at spaces; a word longer than the column folds, never ends in an ellipsis.
     checks.add_column("evidence", overflow="fold")
-    for check in evidence.checks:
+    for check in attend_checks(evidence):
         verdict = Text("PASS", "green") if check.passed else Text("FAIL", "red")
         checks.add_row(cell(check.name), verdict, cell(check.detail))
     return checks
 
 
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
-    """Everything a learner reads first: setup, scores, weights and output per batch (heat
+    """Everything a learner reads first: setup, scores, attention and output per batch (heat
     maps per head for a layer), the reverse pass's summary, checks, notes.
 
-    Takes the evidence and the display options (weights and outputs to
+    Takes the evidence and the display options (attention and outputs to
     :data:`PRECISION` decimals unless given); gives a renderable that shows every number
     whole at any width the CLI prints it at. Raises nothing for valid evidence.
     """
@@ -128,24 +247,23 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
                                              Text(f"attend: {escape_controls(evidence.chapter)}"),
                                              box.ROUNDED)])]
     if c.heads is not None:  # a multi-head layer: one heat map per head
-        from qkvcli.render.rich.heatmap import heatmaps
-
         parts.append(heatmaps(evidence, options))
     for b in range(c.batch if c.heads is None else 0):
         parts.append(scores_row(evidence, b, options))
-        weights = Fitted([_weights_table(evidence, b, options, limit)
-                          for limit in column_limits(c.tokens, options)])
+        attention = Fitted([_attention_table(evidence, b, options, limit)
+                            for limit in column_limits(c.tokens, options)])
         output = Fitted([_output_table(evidence, b, options, limit)
                          for limit in column_limits(c.d_v, options)])
-        parts.append(Row([Part(weights, box=None), Part(output, box=None)],
+        parts.append(Row([Part(attention, box=None), Part(output, box=None)],
                          gap=2, stack_expand=False, fill=False))
     parts.append(reverse_summary(evidence, options))
     parts.append(_checks_table(evidence))
     for note in evidence.notes:
-        parts.append(Row([Part(Text(note.text), f"note: {note.code}", box.ROUNDED, "yellow")]))
-    verdict = Text("attend: ", style="bold")
+        parts.append(Row([Part(Text(note_text(note)), f"note: {note.code}", box.ROUNDED,
+                               "yellow")]))
+    verdict = Text(VERDICT, style="bold")
     verdict.append_text(status(evidence.passed))
+    verdict.append(" " + verdict_counts(sum(c.passed for c in evidence.checks),
+                                        len(evidence.checks)))
     parts.append(verdict)
     return Group(*parts)
-
-

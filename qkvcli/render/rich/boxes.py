@@ -1,4 +1,11 @@
-"""The figure's borders: one per role, each with an ASCII fallback of its own.
+"""Boxes and branch styles of the rich view.
+
+How the rich figure names and colours the three branches and the shared input.
+
+Colour only ever adds to a border or a word (the borders themselves are in
+:mod:`qkvcli.render.rich.boxes`).
+
+The figure's borders: one per role, each with an ASCII fallback of its own.
 
 The chapter tells the branches apart by border, not by colour: the shared input is
 heavy, query solid, key dashed, value double; evidence cards are rounded. rich swaps
@@ -15,6 +22,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.box import Box
+
+from qkvcli.core.names import BRANCHES
+
+ROLES = BRANCHES
+"""The branches in their declared order."""
+LETTERS = {"query": "Q", "key": "K", "value": "V"}
+ROLE_SENTENCES = {
+    "query": "Query: what should this position retrieve?",
+    "key": "Key: how can this position be matched?",
+    "value": "Value: what content can this position contribute?",
+}
+ROLE_STYLES = {"query": "cyan", "key": "magenta", "value": "yellow"}
+INPUT_STYLE = "blue"
+
 
 if TYPE_CHECKING:
     from rich.console import ConsoleOptions

@@ -3,7 +3,7 @@
 Each card shows one family of evidence (combined input gradient, branch-local weight
 gradients, changing only the query weight, shapes and empty axes, numerical checks,
 rejected boundaries, the historical contrast, every check) with a PASS/FAIL word.
-Pure: functions take an :class:`~qkvcli.checks.evidence.Evidence` and return renderables.
+Pure: functions take an :class:`~qkvcli.evidence.build.Evidence` and return renderables.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from qkvcli.checks.records import Evidence
-from qkvcli.render.rich.boxes import PLAIN, ROLE_BOXES
-from qkvcli.render.rich.branches import LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
+from qkvcli.evidence.records import Evidence
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.rich.boxes import LETTERS, PLAIN, ROLE_BOXES, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import Part, Row, lines, status, titled
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
@@ -26,8 +26,7 @@ from qkvcli.render.rich.tables import (
     matrix_table,
 )
 from qkvcli.render.tensors import summarise
-from qkvcli.render.text.checks import check_rows
-from qkvcli.render.text.numbers import fmt_float, fmt_shape
+from qkvcli.render.wording import VERDICT, check_rows, verdict_counts
 
 REJECTION_REASONS = {
     "rank-two": "The input must keep explicit batch, token, and feature axes.",
@@ -197,16 +196,13 @@ def _checks_part(evidence: Evidence) -> Part:
 
 
 def verdict_line(evidence: Evidence) -> Text:
-    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (failed: ...)``."""
+    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (7 of 8 checks passed)``
+    (:func:`~qkvcli.render.wording.verdict`; the Checks card names the failed ones)."""
     total = len(evidence.checks)
     passed = sum(1 for check in evidence.checks if check.passed)
-    line = Text("verdict: ", style="bold")
+    line = Text(VERDICT, style="bold")
     line.append_text(status(evidence.passed))
-    if evidence.passed:
-        line.append(f" ({passed} of {total} checks passed)")
-    else:
-        failed = ", ".join(check.name for check in evidence.checks if not check.passed)
-        line.append(f" ({passed} of {total} checks passed; failed: {failed})")
+    line.append(" " + verdict_counts(passed, total))
     return line
 
 

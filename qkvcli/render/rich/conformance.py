@@ -6,10 +6,11 @@ from rich.console import Group
 from rich.text import Text
 
 from qkvcli.conformance.result import ConformanceResult, FamilyCheck
+from qkvcli.render.conformance import counted, family_detail, word
 from qkvcli.render.rich.layout import Part, Row, lines, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
-from qkvcli.render.text.conformance import verdict, word
+from qkvcli.render.wording import VERDICT, verdict_counts
 
 SHOWN_FAILURES = 3  # per family unless options.full; the JSON lists them all
 
@@ -30,7 +31,7 @@ def _card(check: FamilyCheck, result: ConformanceResult, options: RichOptions) -
     rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or "")) for f in shown]
     more = len(failures) - len(shown)
     body = lines(
-        Text(options.safe(check.detail), style="" if check.passed else "red"),
+        Text(options.safe(family_detail(check)), style="" if check.passed else "red"),
         Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
         grid(*rows, nowrap=(0, 1), dim=(0,)) if len(failures) > 1 else None,
         Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None,
@@ -47,9 +48,9 @@ def render_conformance_rich(result: ConformanceResult,
                                f"{', '.join(result.fixtures)})"), style="dim")
     cards = [_card(check, result, options) for check in result.checks]
     rows = [Row(cards[i:i + 2]) for i in range(0, len(cards), 2)]
-    line = Text("verdict: ", style="bold")
+    line = Text(VERDICT, style="bold")
     line.append_text(status(result.passed))
-    line.append(" " + verdict(result).split(" ", 2)[2])
+    line.append(" " + verdict_counts(*counted(result)))
     if result.stderr and not result.passed:
         stderr = Text("program stderr:\n", style="bold")
         stderr.append(options.safe(result.stderr.rstrip()), style="dim")

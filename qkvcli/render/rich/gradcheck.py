@@ -13,12 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
-from qkvcli.render.rich.boxes import CARD
-from qkvcli.render.rich.branches import INPUT_STYLE, ROLE_STYLES, ROLES
+from qkvcli.render.gradcheck import within
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import lines, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, grid
-from qkvcli.render.text.numbers import fmt_float, fmt_shape
+from qkvcli.render.wording import VERDICT, verdict_counts
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}
@@ -99,22 +100,21 @@ def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[T
 def _summary(result: GradcheckResult) -> Table:
     rows = []
     for tensor in result.tensors:
-        within = sum(1 for check in tensor.checks if check.passed)
+        inside = sum(1 for check in tensor.checks if check.passed)
         rows.append((
             Text(tensor.tensor, style=TENSOR_STYLES.get(tensor.tensor, "")),
             f"shape {fmt_shape(tensor.shape)}",
-            f"{within} of {len(tensor.checks)} checked coordinates within tolerance",
+            f"{inside} of {len(tensor.checks)} checked coordinates within tolerance",
             status(tensor.passed),
         ))
     return grid(*rows, nowrap=(0, 3))
 
 
 def gradcheck_verdict(result: GradcheckResult) -> Text:
-    """``verdict: PASS (24 of 24 coordinates within tolerance)``, or FAIL."""
-    within = sum(1 for tensor in result.tensors for check in tensor.checks if check.passed)
-    line = Text("verdict: ", style="bold")
+    """``verdict: PASS (24 of 24 checks passed)``, or FAIL (:func:`~qkvcli.render.wording.verdict`)."""
+    line = Text(VERDICT, style="bold")
     line.append_text(status(result.passed))
-    line.append(f" ({within} of {result.count} coordinates within tolerance)")
+    line.append(" " + verdict_counts(within(result), result.count))
     return line
 
 

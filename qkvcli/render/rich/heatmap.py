@@ -45,9 +45,9 @@ def legend(options: RichOptions) -> Text:
 
 def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOptions,
                limit: int) -> RenderableType:
-    """One head's weights for one batch item: queries down, keys across, ``limit`` keys."""
-    weights = evidence.primary["weights"][batch, head]  # [T,T]
-    tokens = int(weights.shape[0])
+    """One head's attention for one batch item: queries down, keys across, ``limit`` keys."""
+    attention = evidence.primary["attention"][batch, head]  # [T,T]
+    tokens = int(attention.shape[0])
     shades = ASCII_SHADES if options.ascii else SHADES
     keys = pick(tokens, limit, options.full)
     queries = pick(tokens, options.max_rows, options.full)
@@ -65,7 +65,7 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
             if key is None:
                 row.append(cell(options.symbols.ellipsis))
                 continue
-            value = float(weights[query, key])
+            value = float(attention[query, key])
             shade = level(value)
             # glyph and number form one word, so the table measures it whole and never folds it
             row.append(Text(f"{shades[shade]}{value:.{options.precision}f}",

@@ -16,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.arrays import Array
+from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
-from qkvcli.render.text.numbers import fmt_float, fmt_shape
 
 FULL_HINT = "--full shows every value"
 Summarise = Callable[[Array], TensorSummary]

@@ -14,7 +14,7 @@ from qkvcli.learn.variance import VarianceResult
 from qkvcli.render.rich.layout import Fitted
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column
-from qkvcli.render.text.variance import EXPLAIN
+from qkvcli.render.variance import EXPLAIN, PRECISION
 
 BAR = 12
 COLUMNS = ("d_k", "var(q.k)", "log2 scale", "scaled var", "0 .. 1 .. 2", "std_err", "z")
@@ -37,9 +37,9 @@ def _table(result: VarianceResult, options: RichOptions, bars: bool) -> Table:
             "d_k": str(row.d_k),
             "var(q.k)": f"{row.variance:.2f}",
             "log2 scale": bar(math.log2(max(row.variance, 1.0)) / top),
-            "scaled var": f"{row.scaled_variance:.4f}",
+            "scaled var": f"{row.scaled_variance:.{options.precision}f}",
             "0 .. 1 .. 2": bar(row.scaled_variance / 2.0),
-            "std_err": f"{row.std_error:.4f}",
+            "std_err": f"{row.std_error:.{options.precision}f}",
             "z": f"{row.z:+.2f}",
         }
         table.add_row(*(Text(cells[name]) for name in columns))
@@ -52,11 +52,13 @@ def variance_renderable(
     """The table with two bars per row: var(q.k) on a log2 scale against the widest row, and
     var(q.k/sqrt(d_k)) on a linear scale whose full bar is 2 (so 1 sits at the middle).
 
-    Takes the result and the display options (their glyphs: ASCII bars on an ASCII
-    stream); the decimals are the table's own, as in the text view. Too narrow a screen
-    drops the bars before it would squeeze a number.
+    Takes the result and the display options: their glyphs (ASCII bars on an ASCII
+    stream) and ``precision``, the decimals of the scaled variance and the standard error
+    (default :data:`~qkvcli.render.variance.PRECISION`, 4, as in the text view;
+    ``var(q.k)`` keeps two, ``z`` two). Too narrow a screen drops the bars before it
+    would squeeze a number.
     """
-    options = options or RichOptions()
+    options = options or RichOptions(precision=PRECISION)
     table = Fitted([_table(result, options, bars=True), _table(result, options, bars=False)])
     return Group(table, Text(f"samples={result.samples} per row, seed={result.seed}"),
                  Text(EXPLAIN))

@@ -13,15 +13,22 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from qkvcli.checks.records import Evidence
-from qkvcli.render.rich.boxes import INPUT, ROLE_BOXES
-from qkvcli.render.rich.branches import INPUT_STYLE, LETTERS, ROLE_SENTENCES, ROLE_STYLES, ROLES
+from qkvcli.evidence.records import Evidence
+from qkvcli.render.numbers import fmt_shape
+from qkvcli.render.rich.boxes import (
+    INPUT,
+    INPUT_STYLE,
+    LETTERS,
+    ROLE_BOXES,
+    ROLE_SENTENCES,
+    ROLE_STYLES,
+    ROLES,
+)
 from qkvcli.render.rich.cards import evidence_cards, verdict_line
 from qkvcli.render.rich.layout import Flow, Part, Row, lines, titled
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Summarise, batched_tables, matrix_table, pairs
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
-from qkvcli.render.text.numbers import fmt_shape
 
 BORDER_WORDS = {"query": "solid", "key": "dashed", "value": "double"}
 TITLE = "Split one hidden sequence into three learned views"

@@ -1,0 +1,734 @@
+/* Q/K/V projections for `qkv check --command`, in C99 with the C library and libm only.
+ *
+ *     cc -std=c99 -O2 -Wall -Wextra -pedantic -o qkv_projections qkv_projections.c -lm
+ *     qkv check --command ./qkv_projections
+ *
+ * Three parts: a small JSON reader and writer (numbers exact: strtod reads correctly
+ * rounded, format_number writes the shortest "%.*g" that reads back), the layer
+ * (QkvProjections: forward and backward on row-major [batch, tokens, width] tensors),
+ * and the protocol loop of docs/protocol.md, which dispatches on "op" through OPERATIONS.
+ * No setlocale call on purpose: in the default "C" locale the decimal point is '.'.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ERROR_SIZE 256
+#define MAX_RANK 8   /* qkv sends rank 2 and 3; more is answered with an error */
+#define MAX_DEPTH 64 /* qkv's messages nest three deep; this only stops a runaway stack */
+
+static void *checked(void *memory) {
+    if (memory == NULL) {
+        fputs("qkv_projections: out of memory\n", stderr);
+        exit(1);
+    }
+    return memory;
+}
+
+/* ---- JSON: a tree, a reader and a writer -------------------------------------------- */
+
+typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonKind;
+
+typedef struct Json {
+    JsonKind kind;
+    double number;      /* JSON_NUMBER; JSON_BOOL: 0 or 1 */
+    char *string;       /* JSON_STRING */
+    size_t count;       /* JSON_ARRAY, JSON_OBJECT: how many items */
+    struct Json *items; /* JSON_ARRAY, JSON_OBJECT */
+    char **keys;        /* JSON_OBJECT: keys[i] names items[i] */
+} Json;
+
+typedef struct {
+    const char *text;
+    size_t at;
+    char error[ERROR_SIZE];
+} Reader;
+
+static bool fail(Reader *r, const char *what) {
+    snprintf(r->error, ERROR_SIZE, "%s at byte %lu", what, (unsigned long)r->at);
+    return false;
+}
+
+static void skip_space(Reader *r) {
+    while (r->text[r->at] == ' ' || r->text[r->at] == '\t' || r->text[r->at] == '\n' ||
+           r->text[r->at] == '\r') {
+        r->at++;
+    }
+}
+
+static bool read_value(Reader *r, Json *out, int depth);
+
+static size_t digits(Reader *r) {
+    size_t start = r->at;
+    while (r->text[r->at] >= '0' && r->text[r->at] <= '9') r->at++;
+    return r->at - start;
+}
+
+/* JSON's grammar -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? first (strtod alone would
+ * also take "inf", "0x1p3" or " 1"), then strtod on exactly that text. */
+static bool read_number(Reader *r, Json *out) {
+    size_t start = r->at, whole;
+    bool leading_zero;
+    char *end;
+    if (r->text[r->at] == '-') r->at++;
+    leading_zero = r->text[r->at] == '0';
+    whole = digits(r);
+    if (whole == 0 || (leading_zero && whole > 1)) {
+        r->at = start;
+        return fail(r, "not a JSON value");
+    }
+    if (r->text[r->at] == '.') {
+        r->at++;
+        if (digits(r) == 0) return fail(r, "digits expected after '.'");
+    }
+    if (r->text[r->at] == 'e' || r->text[r->at] == 'E') {
+        r->at++;
+        if (r->text[r->at] == '+' || r->text[r->at] == '-') r->at++;
+        if (digits(r) == 0) return fail(r, "digits expected in the exponent");
+    }
+    out->kind = JSON_NUMBER;
+    out->number = strtod(r->text + start, &end);
+    if (end != r->text + r->at) return fail(r, "unreadable number");
+    if (!isfinite(out->number)) return fail(r, "number too large for a double");
+    return true;
+}
+
+static unsigned hex4(Reader *r, bool *ok) {
+    unsigned code = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        char c = r->text[r->at];
+        unsigned digit = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                       : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                       : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16u;
+        if (digit == 16u) {
+            *ok = fail(r, "bad \\u escape");
+            return 0;
+        }
+        code = code * 16 + digit;
+        r->at++;
+    }
+    return code;
+}
+
+static void put_utf8(char *out, size_t *length, unsigned code) {
+    if (code < 0x80) {
+        out[(*length)++] = (char)code;
+    } else if (code < 0x800) {
+        out[(*length)++] = (char)(0xC0 | (code >> 6));
+        out[(*length)++] = (char)(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+        out[(*length)++] = (char)(0xE0 | (code >> 12));
+        out[(*length)++] = (char)(0x80 | ((code >> 6) & 0x3F));
+        out[(*length)++] = (char)(0x80 | (code & 0x3F));
+    } else {
+        out[(*length)++] = (char)(0xF0 | (code >> 18));
+        out[(*length)++] = (char)(0x80 | ((code >> 12) & 0x3F));
+        out[(*length)++] = (char)(0x80 | ((code >> 6) & 0x3F));
+        out[(*length)++] = (char)(0x80 | (code & 0x3F));
+    }
+}
+
+/* A string's contents, decoded, in fresh memory (the decoded text is never longer). */
+static bool read_string(Reader *r, char **out) {
+    size_t start, length = 0;
+    char *text;
+    bool ok = true;
+    if (r->text[r->at] != '"') return fail(r, "expected '\"'");
+    start = ++r->at;
+    while (r->text[r->at] != '"') {
+        if (r->text[r->at] == '\0') return fail(r, "unfinished string");
+        if (r->text[r->at] == '\\' && r->text[r->at + 1] != '\0') r->at++;
+        r->at++;
+    }
+    text = checked(malloc(r->at - start + 1));
+    r->at = start;
+    while (ok && r->text[r->at] != '"') {
+        char c = r->text[r->at++];
+        if ((unsigned char)c < 0x20) {
+            ok = fail(r, "control character in a string");
+        } else if (c != '\\') {
+            text[length++] = c;
+        } else {
+            char escape = r->text[r->at++];
+            unsigned code;
+            switch (escape) {
+            case '"': case '\\': case '/': text[length++] = escape; break;
+            case 'b': text[length++] = '\b'; break;
+            case 'f': text[length++] = '\f'; break;
+            case 'n': text[length++] = '\n'; break;
+            case 'r': text[length++] = '\r'; break;
+            case 't': text[length++] = '\t'; break;
+            case 'u':
+                code = hex4(r, &ok);
+                if (ok && code >= 0xD800 && code < 0xDC00 && r->text[r->at] == '\\' &&
+                    r->text[r->at + 1] == 'u') {
+                    unsigned low;
+                    r->at += 2;
+                    low = hex4(r, &ok);
+                    code = 0x10000 + ((code - 0xD800) << 10) + ((low - 0xDC00) & 0x3FF);
+                }
+                if (ok) put_utf8(text, &length, code);
+                break;
+            default: ok = fail(r, "unknown escape");
+            }
+        }
+    }
+    text[length] = '\0';
+    if (!ok) {
+        free(text);
+        return false;
+    }
+    r->at++; /* the closing quote */
+    *out = text;
+    return true;
+}
+
+static void json_free(Json *value);
+
+/* The items of an array or object, up to `close`; objects read "key": before each item. */
+static bool read_items(Reader *r, Json *out, char close, int depth) {
+    size_t capacity = 0;
+    bool object = close == '}';
+    out->kind = object ? JSON_OBJECT : JSON_ARRAY;
+    r->at++;
+    skip_space(r);
+    if (r->text[r->at] == close) {
+        r->at++;
+        return true;
+    }
+    for (;;) {
+        if (out->count == capacity) {
+            capacity = capacity ? 2 * capacity : 8;
+            out->items = checked(realloc(out->items, capacity * sizeof *out->items));
+            if (object) out->keys = checked(realloc(out->keys, capacity * sizeof *out->keys));
+        }
+        memset(&out->items[out->count], 0, sizeof *out->items);
+        if (object) {
+            skip_space(r);
+            if (!read_string(r, &out->keys[out->count])) return false;
+            skip_space(r);
+            if (r->text[r->at] != ':') {
+                free(out->keys[out->count]);
+                return fail(r, "expected ':'");
+            }
+            r->at++;
+        }
+        out->count++; /* counted before reading, so json_free releases a half-read item */
+        if (!read_value(r, &out->items[out->count - 1], depth + 1)) return false;
+        skip_space(r);
+        if (r->text[r->at] == close) {
+            r->at++;
+            return true;
+        }
+        if (r->text[r->at] != ',') return fail(r, object ? "expected ',' or '}'" : "expected ',' or ']'");
+        r->at++;
+    }
+}
+
+static bool read_literal(Reader *r, const char *word, Json *out, JsonKind kind, double number) {
+    size_t length = strlen(word);
+    if (strncmp(r->text + r->at, word, length) != 0) return fail(r, "unexpected character");
+    r->at += length;
+    out->kind = kind;
+    out->number = number;
+    return true;
+}
+
+static bool read_value(Reader *r, Json *out, int depth) {
+    if (depth > MAX_DEPTH) return fail(r, "JSON nested too deeply");
+    skip_space(r);
+    switch (r->text[r->at]) {
+    case '\0': return fail(r, "unexpected end of text");
+    case '{': return read_items(r, out, '}', depth);
+    case '[': return read_items(r, out, ']', depth);
+    case '"': out->kind = JSON_STRING; return read_string(r, &out->string);
+    case 't': return read_literal(r, "true", out, JSON_BOOL, 1);
+    case 'f': return read_literal(r, "false", out, JSON_BOOL, 0);
+    case 'n': return read_literal(r, "null", out, JSON_NULL, 0);
+    default: return read_number(r, out);
+    }
+}
+
+/* `text` as one JSON value into `out` (free it with json_free, also on failure). */
+static bool json_parse(const char *text, Json *out, char *error) {
+    Reader r;
+    r.text = text;
+    r.at = 0;
+    r.error[0] = '\0';
+    memset(out, 0, sizeof *out);
+    if (read_value(&r, out, 0)) {
+        skip_space(&r);
+        if (r.text[r.at] == '\0') return true;
+        fail(&r, "text after the JSON value");
+    }
+    memcpy(error, r.error, ERROR_SIZE);
+    return false;
+}
+
+static void json_free(Json *value) {
+    size_t i;
+    for (i = 0; i < value->count; i++) {
+        json_free(&value->items[i]);
+        if (value->kind == JSON_OBJECT) free(value->keys[i]);
+    }
+    free(value->items);
+    free(value->keys);
+    free(value->string);
+}
+
+/* The member `key` of an object, or NULL. */
+static const Json *json_get(const Json *object, const char *key) {
+    size_t i;
+    if (object == NULL || object->kind != JSON_OBJECT) return NULL;
+    for (i = 0; i < object->count; i++) {
+        if (strcmp(object->keys[i], key) == 0) return &object->items[i];
+    }
+    return NULL;
+}
+
+/* The shortest "%.*g" that strtod reads back to x: 17 significant digits always do, and
+ * "%g" drops trailing zeros, so 0.1 is "0.1", not "0.10000000000000001". For a normal
+ * double the search can start at 15 digits (DBL_DIG: every decimal of up to 15 digits
+ * comes back from "%.15g"); subnormals hold fewer digits, so 5e-324 starts at 1.
+ * Negative zero is "-0.0": qkv reads a bare "-0" as the integer 0.
+ * x must be finite (the caller checks: JSON has no NaN or infinity). */
+static void format_number(double x, char out[32]) {
+    int precision;
+    if (x == 0.0 && signbit(x)) {
+        strcpy(out, "-0.0");
+        return;
+    }
+    for (precision = fabs(x) < DBL_MIN ? 1 : DBL_DIG; precision < 17; precision++) {
+        snprintf(out, 32, "%.*g", precision, x);
+        if (strtod(out, NULL) == x) return;
+    }
+    snprintf(out, 32, "%.17g", x);
+}
+
+static void write_number(FILE *out, double x) {
+    char text[32];
+    format_number(x, text);
+    fputs(text, out);
+}
+
+static void write_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c < 0x20) fprintf(out, "\\u%04x", c);
+        else fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+/* ---- tensors and the layer (no JSON here) ------------------------------------------- */
+
+/* values row-major: element [b, t, j] of [B, T, D] is values[(b * T + t) * D + j]. */
+typedef struct {
+    size_t rank;
+    size_t shape[MAX_RANK];
+    size_t size;
+    double *values;
+} Tensor;
+
+static Tensor tensor_new(size_t rank, const size_t *shape) {
+    Tensor t;
+    size_t i;
+    memset(&t, 0, sizeof t);
+    t.rank = rank;
+    t.size = 1;
+    for (i = 0; i < rank; i++) {
+        t.shape[i] = shape[i];
+        t.size *= shape[i];
+    }
+    t.values = checked(calloc(t.size ? t.size : 1, sizeof *t.values));
+    return t;
+}
+
+static void tensor_free(Tensor *t) {
+    free(t->values);
+    t->values = NULL;
+}
+
+static bool tensor_finite(const Tensor *t) {
+    size_t i;
+    for (i = 0; i < t->size; i++) {
+        if (!isfinite(t->values[i])) return false;
+    }
+    return true;
+}
+
+enum { QUERY, KEY, VALUE };
+static const char *const BRANCHES[3] = {"query", "key", "value"};
+
+typedef struct {
+    const Tensor *weights[3]; /* query, key, value: each [d_model, d_head], borrowed */
+    size_t d_model, d_head;
+    bool key_path_uses_query_weight; /* WRONG on purpose, with --wrong; see main */
+} QkvProjections;
+
+/* The layer with these weights, or false and a message in `error`; first failing check
+ * wins: a weight of rank other than 2, model widths (rows) or head widths (columns) that
+ * differ. */
+static bool qkv_new(QkvProjections *layer, const Tensor *weights[3], char *error) {
+    int b;
+    for (b = 0; b < 3; b++) {
+        layer->weights[b] = weights[b];
+        if (weights[b]->rank != 2) {
+            snprintf(error, ERROR_SIZE, "%s projection: linear weight must have rank two, got rank %lu",
+                     BRANCHES[b], (unsigned long)weights[b]->rank);
+            return false;
+        }
+    }
+    if (weights[KEY]->shape[0] != weights[QUERY]->shape[0] ||
+        weights[VALUE]->shape[0] != weights[QUERY]->shape[0]) {
+        snprintf(error, ERROR_SIZE, "Q/K/V model widths must match, got query %lu, key %lu, value %lu",
+                 (unsigned long)weights[QUERY]->shape[0], (unsigned long)weights[KEY]->shape[0],
+                 (unsigned long)weights[VALUE]->shape[0]);
+        return false;
+    }
+    if (weights[KEY]->shape[1] != weights[QUERY]->shape[1] ||
+        weights[VALUE]->shape[1] != weights[QUERY]->shape[1]) {
+        snprintf(error, ERROR_SIZE, "Q/K/V head widths must match, got query %lu, key %lu, value %lu",
+                 (unsigned long)weights[QUERY]->shape[1], (unsigned long)weights[KEY]->shape[1],
+                 (unsigned long)weights[VALUE]->shape[1]);
+        return false;
+    }
+    layer->d_model = weights[QUERY]->shape[0];
+    layer->d_head = weights[QUERY]->shape[1];
+    return true;
+}
+
+/* A valid input: rank 3, last axis d_model. */
+static bool check_input(const QkvProjections *layer, const Tensor *x, char *error) {
+    if (x->rank != 3) {
+        snprintf(error, ERROR_SIZE,
+                 "Q/K/V input must have rank three [batch, tokens, model_width], got rank %lu",
+                 (unsigned long)x->rank);
+        return false;
+    }
+    if (x->shape[2] != layer->d_model) {
+        snprintf(error, ERROR_SIZE, "Q/K/V input final width must equal model width %lu, got %lu",
+                 (unsigned long)layer->d_model, (unsigned long)x->shape[2]);
+        return false;
+    }
+    return true;
+}
+
+/* out[b] = X W_b for query, key, value, each [batch, tokens, d_head]. */
+static bool qkv_forward(const QkvProjections *layer, const Tensor *x, Tensor out[3], char *error) {
+    size_t rows, i, j, k, d_model = layer->d_model, d_head = layer->d_head;
+    size_t shape[3];
+    int b;
+    if (!check_input(layer, x, error)) return false;
+    rows = x->shape[0] * x->shape[1];
+    shape[0] = x->shape[0];
+    shape[1] = x->shape[1];
+    shape[2] = d_head;
+    for (b = 0; b < 3; b++) {
+        const double *w = layer->weights[b]->values;
+        out[b] = tensor_new(3, shape);
+        /* [B*T, d_model] @ [d_model, d_head] -> [B*T, d_head] */
+        for (i = 0; i < rows; i++) {
+            for (j = 0; j < d_head; j++) {
+                double total = 0.0;
+                for (k = 0; k < d_model; k++) total += x->values[i * d_model + k] * w[k * d_head + j];
+                out[b].values[i * d_head + j] = total;
+            }
+        }
+    }
+    return true;
+}
+
+/* out = {grad_input, grad_w_query, grad_w_key, grad_w_value} for upstream dQ, dK, dV. */
+static bool qkv_backward(const QkvProjections *layer, const Tensor *x, const Tensor *upstream[3],
+                         Tensor out[4], char *error) {
+    size_t rows, i, j, k, d_model = layer->d_model, d_head = layer->d_head;
+    size_t weight_shape[2];
+    int b;
+    if (!check_input(layer, x, error)) return false;
+    for (b = 0; b < 3; b++) {
+        const Tensor *g = upstream[b];
+        if (g->rank != 3 || g->shape[0] != x->shape[0] || g->shape[1] != x->shape[1] ||
+            g->shape[2] != d_head) {
+            snprintf(error, ERROR_SIZE, "%s upstream gradient must have shape [%lu, %lu, %lu]",
+                     BRANCHES[b], (unsigned long)x->shape[0], (unsigned long)x->shape[1],
+                     (unsigned long)d_head);
+            return false;
+        }
+    }
+    rows = x->shape[0] * x->shape[1];
+    weight_shape[0] = d_model;
+    weight_shape[1] = d_head;
+    out[0] = tensor_new(3, x->shape); /* zeros: the three paths add into it */
+    for (b = 0; b < 3; b++) {
+        const double *g = upstream[b]->values;
+        const double *w = layer->weights[b]->values;
+        double *grad_w;
+        if (b == KEY && layer->key_path_uses_query_weight) w = layer->weights[QUERY]->values;
+        /* dX += dY W^T: [B*T, d_head] @ [d_head, d_model] -> [B*T, d_model] */
+        for (i = 0; i < rows; i++) {
+            for (j = 0; j < d_model; j++) {
+                double total = 0.0;
+                for (k = 0; k < d_head; k++) total += g[i * d_head + k] * w[j * d_head + k];
+                out[0].values[i * d_model + j] += total;
+            }
+        }
+        /* dW = X^T dY: [d_model, B*T] @ [B*T, d_head] -> [d_model, d_head], branch-local */
+        out[1 + b] = tensor_new(2, weight_shape);
+        grad_w = out[1 + b].values;
+        for (i = 0; i < d_model; i++) {
+            for (j = 0; j < d_head; j++) {
+                double total = 0.0;
+                for (k = 0; k < rows; k++) total += x->values[k * d_model + i] * g[k * d_head + j];
+                grad_w[i * d_head + j] = total;
+            }
+        }
+    }
+    return true;
+}
+
+/* ---- the protocol (docs/protocol.md) ------------------------------------------------ */
+
+#define MAX_TENSORS 8
+
+typedef struct {
+    size_t count;
+    const char *names[MAX_TENSORS];
+    Tensor tensors[MAX_TENSORS];
+} Reply;
+
+static bool wrong_key_path = false; /* --wrong key-path-uses-query-weight */
+
+/* request[key], a {"shape": [...], "values": [...]} object, as a fresh tensor. */
+static bool request_tensor(const Json *request, const char *key, Tensor *out, char *error) {
+    const Json *t = json_get(request, key), *shape = json_get(t, "shape"), *values = json_get(t, "values");
+    size_t dims[MAX_RANK], i;
+    if (shape == NULL || values == NULL || shape->kind != JSON_ARRAY || values->kind != JSON_ARRAY) {
+        snprintf(error, ERROR_SIZE, "\"%s\" must be {\"shape\": [...], \"values\": [...]}", key);
+        return false;
+    }
+    if (shape->count > MAX_RANK) {
+        snprintf(error, ERROR_SIZE, "\"%s\" has rank %lu; at most %d is supported", key,
+                 (unsigned long)shape->count, MAX_RANK);
+        return false;
+    }
+    for (i = 0; i < shape->count; i++) {
+        double dim = shape->items[i].number;
+        if (shape->items[i].kind != JSON_NUMBER || dim < 0 || dim != floor(dim) || dim > 1e15) {
+            snprintf(error, ERROR_SIZE, "\"%s.shape\" must hold non-negative integers", key);
+            return false;
+        }
+        dims[i] = (size_t)dim;
+    }
+    *out = tensor_new(shape->count, dims);
+    if (out->size != values->count) {
+        snprintf(error, ERROR_SIZE, "\"%s\" has %lu values for %lu elements", key,
+                 (unsigned long)values->count, (unsigned long)out->size);
+        tensor_free(out);
+        return false;
+    }
+    for (i = 0; i < out->size; i++) {
+        if (values->items[i].kind != JSON_NUMBER) {
+            snprintf(error, ERROR_SIZE, "\"%s.values\" holds a non-number", key);
+            tensor_free(out);
+            return false;
+        }
+        out->values[i] = values->items[i].number;
+    }
+    return true;
+}
+
+/* The tensors named in `keys` (count of them), all or none. */
+static bool request_tensors(const Json *request, const char *const *keys, size_t count,
+                            Tensor *out, char *error) {
+    size_t i;
+    for (i = 0; i < count; i++) {
+        if (!request_tensor(request, keys[i], &out[i], error)) {
+            while (i > 0) tensor_free(&out[--i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static const char *const FORWARD_KEYS[4] = {"w_query", "w_key", "w_value", "input"};
+static const char *const BACKWARD_KEYS[7] = {"w_query", "w_key", "w_value", "input",
+                                             "grad_query", "grad_key", "grad_value"};
+static const char *const FORWARD_NAMES[3] = {"query", "key", "value"};
+static const char *const BACKWARD_NAMES[4] = {"grad_input", "grad_w_query", "grad_w_key", "grad_w_value"};
+
+static bool run_forward(const Json *request, Reply *reply, char *error) {
+    Tensor in[4];
+    const Tensor *weights[3];
+    QkvProjections layer;
+    bool ok;
+    size_t i;
+    if (!request_tensors(request, FORWARD_KEYS, 4, in, error)) return false;
+    weights[0] = &in[0], weights[1] = &in[1], weights[2] = &in[2];
+    ok = qkv_new(&layer, weights, error) && qkv_forward(&layer, &in[3], reply->tensors, error);
+    if (ok) {
+        reply->count = 3;
+        for (i = 0; i < 3; i++) reply->names[i] = FORWARD_NAMES[i];
+    }
+    for (i = 0; i < 4; i++) tensor_free(&in[i]);
+    return ok;
+}
+
+static bool run_backward(const Json *request, Reply *reply, char *error) {
+    Tensor in[7];
+    const Tensor *weights[3], *upstream[3];
+    QkvProjections layer;
+    bool ok;
+    size_t i;
+    if (!request_tensors(request, BACKWARD_KEYS, 7, in, error)) return false;
+    weights[0] = &in[0], weights[1] = &in[1], weights[2] = &in[2];
+    upstream[0] = &in[4], upstream[1] = &in[5], upstream[2] = &in[6];
+    ok = qkv_new(&layer, weights, error);
+    layer.key_path_uses_query_weight = wrong_key_path;
+    ok = ok && qkv_backward(&layer, &in[3], upstream, reply->tensors, error);
+    if (ok) {
+        reply->count = 4;
+        for (i = 0; i < 4; i++) reply->names[i] = BACKWARD_NAMES[i];
+    }
+    for (i = 0; i < 7; i++) tensor_free(&in[i]);
+    return ok;
+}
+
+/* The operations this program answers, listed in the hello reply as "ops". The
+ * attention-head operations (head_forward, head_backward) are coming to the protocol;
+ * each will be one more row here. */
+static const struct {
+    const char *op;
+    bool (*run)(const Json *request, Reply *reply, char *error);
+} OPERATIONS[] = {{"forward", run_forward}, {"backward", run_backward}};
+#define OPERATION_COUNT (sizeof OPERATIONS / sizeof OPERATIONS[0])
+
+static void write_tensor(FILE *out, const Tensor *t) {
+    size_t i;
+    fputs("{\"shape\":[", out);
+    for (i = 0; i < t->rank; i++) fprintf(out, "%s%lu", i ? "," : "", (unsigned long)t->shape[i]);
+    fputs("],\"values\":[", out);
+    for (i = 0; i < t->size; i++) {
+        if (i) fputc(',', out);
+        write_number(out, t->values[i]);
+    }
+    fputs("]}", out);
+}
+
+static void write_error(FILE *out, const Json *id, const char *message) {
+    fputs("{\"id\":", out);
+    write_number(out, id->number);
+    fputs(",\"error\":", out);
+    write_string(out, message);
+    fputs("}\n", out);
+}
+
+/* One reply line for `request` on `out`; true when it was bye. */
+static bool answer(const Json *request, FILE *out) {
+    const Json *id = json_get(request, "id"), *op = json_get(request, "op");
+    const char *name = op != NULL && op->kind == JSON_STRING ? op->string : "";
+    char error[ERROR_SIZE];
+    Reply reply;
+    size_t i, n;
+    if (strcmp(name, "hello") == 0) {
+        fputs("{\"id\":", out);
+        write_number(out, id->number);
+        fputs(",\"version\":1,\"ops\":[", out);
+        for (n = 0; n < OPERATION_COUNT; n++) fprintf(out, "%s\"%s\"", n ? "," : "", OPERATIONS[n].op);
+        fputs("]}\n", out);
+        return false;
+    }
+    if (strcmp(name, "bye") == 0) {
+        fputs("{\"id\":", out);
+        write_number(out, id->number);
+        fputs("}\n", out);
+        return true;
+    }
+    for (n = 0; n < OPERATION_COUNT && strcmp(name, OPERATIONS[n].op) != 0; n++) {}
+    if (n == OPERATION_COUNT) {
+        snprintf(error, ERROR_SIZE, "unknown op \"%.100s\"", name);
+        write_error(out, id, error);
+        return false;
+    }
+    reply.count = 0;
+    if (!OPERATIONS[n].run(request, &reply, error)) {
+        write_error(out, id, error);
+        return false;
+    }
+    for (i = 0; i < reply.count && tensor_finite(&reply.tensors[i]); i++) {}
+    if (i < reply.count) {
+        /* JSON has no infinity: a result that overflowed is reported, not sent. */
+        snprintf(error, ERROR_SIZE, "%s overflowed: inf is not a number JSON can hold", reply.names[i]);
+        write_error(out, id, error);
+    } else {
+        fputs("{\"id\":", out);
+        write_number(out, id->number);
+        for (i = 0; i < reply.count; i++) {
+            fprintf(out, ",\"%s\":", reply.names[i]);
+            write_tensor(out, &reply.tensors[i]);
+        }
+        fputs("}\n", out);
+    }
+    for (i = 0; i < reply.count; i++) tensor_free(&reply.tensors[i]);
+    return false;
+}
+
+/* One line of `in` without its newline, in fresh memory; NULL at the end of input. */
+static char *read_line(FILE *in) {
+    size_t length = 0, capacity = 4096;
+    char *line = checked(malloc(capacity));
+    int c;
+    while ((c = getc(in)) != EOF && c != '\n') {
+        if (length + 1 == capacity) line = checked(realloc(line, capacity *= 2));
+        line[length++] = (char)c;
+    }
+    if (c == EOF && length == 0) {
+        free(line);
+        return NULL;
+    }
+    line[length] = '\0';
+    return line;
+}
+
+int main(int argc, char **argv) {
+    char *line;
+    if (argc == 3 && strcmp(argv[1], "--wrong") == 0 &&
+        strcmp(argv[2], "key-path-uses-query-weight") == 0) {
+        wrong_key_path = true; /* WRONG on purpose: dX's key path uses W_Q */
+    } else if (argc != 1) {
+        fputs("usage: qkv_projections [--wrong key-path-uses-query-weight]\n", stderr);
+        return 2;
+    }
+    while ((line = read_line(stdin)) != NULL) {
+        Json request;
+        char error[ERROR_SIZE];
+        bool bye;
+        if (strspn(line, " \t\r") == strlen(line)) {
+            free(line);
+            continue;
+        }
+        strcpy(error, "no \"id\"");
+        if (!json_parse(line, &request, error) || json_get(&request, "id") == NULL ||
+            json_get(&request, "id")->kind != JSON_NUMBER) {
+            /* stderr, not stdout: qkv shows it when the check fails */
+            fprintf(stderr, "qkv_projections: a request that is not a JSON object with an id: %s\n",
+                    error);
+            json_free(&request);
+            free(line);
+            return 1;
+        }
+        bye = answer(&request, stdout);
+        fflush(stdout); /* qkv waits for each reply before sending the next request */
+        json_free(&request);
+        free(line);
+        if (bye) return 0;
+    }
+    return 0;
+}

@@ -1,0 +1,262 @@
+#!/usr/bin/env node
+// Q/K/V projections for `qkv check --command`, Node.js with no npm packages.
+//
+//     qkv check --command "node examples/node/qkv_projections.js"
+//
+// Reading uses JSON.parse (correctly rounded). Writing does NOT use JSON.stringify for
+// numbers: it turns -0 into "0" and NaN or Infinity into "null". formatNumber below keeps
+// the sign of zero and refuses what JSON cannot hold; every other number is written by
+// String(x), ECMAScript's shortest decimal that reads back to the same double.
+"use strict";
+
+const readline = require("node:readline");
+
+const BRANCHES = ["query", "key", "value"]; // branch order everywhere
+
+// --- the layer: knows nothing about JSON or the protocol ------------------------------
+
+// Tensors are {shape: [...], values: [...]}, values row-major: element [b, t, j] of
+// [B, T, D] is values[(b * T + t) * D + j].
+
+/** a @ b: a is [rows, inner], b is [inner, cols]; gives [rows, cols]. */
+function matmul(a, b, rows, inner, cols) {
+  const out = new Array(rows * cols);
+  for (let i = 0; i < rows; i++) {
+    for (let j = 0; j < cols; j++) {
+      let total = 0.0;
+      for (let k = 0; k < inner; k++) total += a[i * inner + k] * b[k * cols + j];
+      out[i * cols + j] = total;
+    }
+  }
+  return out;
+}
+
+/** a @ b^T: a is [rows, inner], b is [cols, inner]; gives [rows, cols]. */
+function matmulTransposedRight(a, b, rows, inner, cols) {
+  const out = new Array(rows * cols);
+  for (let i = 0; i < rows; i++) {
+    for (let j = 0; j < cols; j++) {
+      let total = 0.0;
+      for (let k = 0; k < inner; k++) total += a[i * inner + k] * b[j * inner + k];
+      out[i * cols + j] = total;
+    }
+  }
+  return out;
+}
+
+/** a^T @ b: a is [inner, rows], b is [inner, cols]; gives [rows, cols] (zeros if inner is 0). */
+function matmulTransposedLeft(a, b, inner, rows, cols) {
+  const out = new Array(rows * cols);
+  for (let i = 0; i < rows; i++) {
+    for (let j = 0; j < cols; j++) {
+      let total = 0.0;
+      for (let k = 0; k < inner; k++) total += a[k * rows + i] * b[k * cols + j];
+      out[i * cols + j] = total;
+    }
+  }
+  return out;
+}
+
+/** A rejected weight, input or upstream gradient; the message says which and why. */
+class ShapeError extends Error {}
+
+const sameShape = (a, b) => a.length === b.length && a.every((dim, i) => dim === b[i]);
+
+class QkvProjections {
+  /**
+   * The layer with weights {shape: [d_model, d_head], values}. Throws ShapeError, first
+   * failing check wins: a weight of rank other than 2, model widths (rows) that differ,
+   * head widths (columns) that differ.
+   */
+  constructor(wQuery, wKey, wValue) {
+    this.weights = [wQuery, wKey, wValue];
+    this.weights.forEach((w, i) => {
+      if (w.shape.length !== 2) {
+        throw new ShapeError(`${BRANCHES[i]} projection: linear weight must have rank two, ` +
+                             `got rank ${w.shape.length}`);
+      }
+    });
+    const [rows, cols] = [0, 1].map((axis) => this.weights.map((w) => w.shape[axis]));
+    if (rows[1] !== rows[0] || rows[2] !== rows[0]) {
+      throw new ShapeError(`Q/K/V model widths must match, got query ${rows[0]}, ` +
+                           `key ${rows[1]}, value ${rows[2]}`);
+    }
+    if (cols[1] !== cols[0] || cols[2] !== cols[0]) {
+      throw new ShapeError(`Q/K/V head widths must match, got query ${cols[0]}, ` +
+                           `key ${cols[1]}, value ${cols[2]}`);
+    }
+    this.dModel = rows[0];
+    this.dHead = cols[0];
+  }
+
+  /** [batch, tokens] of a valid input; throws ShapeError for rank != 3 or a wrong width. */
+  checkInput(x) {
+    if (x.shape.length !== 3) {
+      throw new ShapeError("Q/K/V input must have rank three [batch, tokens, model_width], " +
+                           `got rank ${x.shape.length}`);
+    }
+    if (x.shape[2] !== this.dModel) {
+      throw new ShapeError(`Q/K/V input final width must equal model width ${this.dModel}, ` +
+                           `got ${x.shape[2]}`);
+    }
+    return [x.shape[0], x.shape[1]];
+  }
+
+  /** {query, key, value}: Q = X W_Q, K = X W_K, V = X W_V. Throws ShapeError. */
+  forward(x) {
+    const [batch, tokens] = this.checkInput(x);
+    const [query, key, value] = this.weights.map((w) => ({
+      shape: [batch, tokens, this.dHead],
+      // [B*T, d_model] @ [d_model, d_head] -> [B*T, d_head]
+      values: matmul(x.values, w.values, batch * tokens, this.dModel, this.dHead),
+    }));
+    return { query, key, value };
+  }
+
+  /**
+   * {grad_input, grad_w_query, grad_w_key, grad_w_value} for upstream gradients
+   * [B, T, d_head]. Throws ShapeError (the input's, then an upstream of another shape).
+   */
+  backward(x, gradQuery, gradKey, gradValue) {
+    const [batch, tokens] = this.checkInput(x);
+    const upstream = [gradQuery, gradKey, gradValue];
+    const expected = [batch, tokens, this.dHead];
+    upstream.forEach((g, i) => {
+      if (!sameShape(g.shape, expected)) {
+        throw new ShapeError(`${BRANCHES[i]} upstream gradient must have shape ` +
+                             `[${expected}], got [${g.shape}]`);
+      }
+    });
+    const rows = batch * tokens;
+    // The input is shared: each branch's path adds into the same dX.
+    const gradInput = new Array(rows * this.dModel).fill(0.0);
+    const weightGrads = upstream.map((g, i) => {
+      // [B*T, d_head] @ [d_head, d_model] -> [B*T, d_model]
+      const path = this.inputPath(g, i, rows);
+      path.forEach((part, n) => { gradInput[n] += part; });
+      // [d_model, B*T] @ [B*T, d_head] -> [d_model, d_head]: this branch's only.
+      return { shape: [this.dModel, this.dHead],
+               values: matmulTransposedLeft(x.values, g.values, rows, this.dModel, this.dHead) };
+    });
+    return {
+      grad_input: { shape: [batch, tokens, this.dModel], values: gradInput },
+      grad_w_query: weightGrads[0], grad_w_key: weightGrads[1], grad_w_value: weightGrads[2],
+    };
+  }
+
+  /** dY W^T for branch `i`: its path into the shared input's gradient. */
+  inputPath(grad, i, rows) {
+    return matmulTransposedRight(grad.values, this.weights[i].values, rows, this.dHead, this.dModel);
+  }
+}
+
+/** WRONG on purpose (--wrong no-value-path): dX forgets the value path, to show what qkv says. */
+class NoValuePath extends QkvProjections {
+  inputPath(grad, i, rows) {
+    const path = super.inputPath(grad, i, rows);
+    return BRANCHES[i] === "value" ? path.map(() => 0.0) : path;
+  }
+}
+
+// --- JSON out: exact numbers -----------------------------------------------------------
+
+class NotFinite extends Error {}
+
+/** The shortest round-trip spelling of a double; "-0.0" for -0 (Python reads "-0" as 0). */
+function formatNumber(x) {
+  if (!Number.isFinite(x)) throw new NotFinite(`a result overflowed: ${x} is not a number JSON can hold`);
+  if (Object.is(x, -0)) return "-0.0";
+  return String(x);
+}
+
+/** One line of JSON for numbers, strings, arrays and plain objects. Throws NotFinite. */
+function encode(value) {
+  if (typeof value === "number") return formatNumber(value);
+  if (Array.isArray(value)) return `[${value.map(encode).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}:${encode(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value); // strings, booleans, null
+}
+
+// --- the protocol (docs/protocol.md) ---------------------------------------------------
+
+/** request[key] as a tensor, checked to be {shape: [...], values: [...]} of matching size. */
+function tensor(request, key) {
+  const t = request[key];
+  if (t === null || typeof t !== "object" || !Array.isArray(t.shape) || !Array.isArray(t.values)) {
+    throw new ShapeError(`"${key}" must be {"shape": [...], "values": [...]}`);
+  }
+  const size = t.shape.reduce((a, b) => a * b, 1);
+  if (size !== t.values.length) {
+    throw new ShapeError(`"${key}" has ${t.values.length} values for shape [${t.shape}]`);
+  }
+  return t;
+}
+
+/**
+ * One entry per operation: given the request and the layer type, the reply's fields.
+ * The attention-head operations (head_forward, head_backward) are coming to the protocol;
+ * each will be one more entry here (the hello reply lists these names).
+ */
+const OPERATIONS = {
+  forward(request, Layer) {
+    const layer = new Layer(tensor(request, "w_query"), tensor(request, "w_key"),
+                            tensor(request, "w_value"));
+    return layer.forward(tensor(request, "input"));
+  },
+  backward(request, Layer) {
+    const layer = new Layer(tensor(request, "w_query"), tensor(request, "w_key"),
+                            tensor(request, "w_value"));
+    return layer.backward(tensor(request, "input"), tensor(request, "grad_query"),
+                          tensor(request, "grad_key"), tensor(request, "grad_value"));
+  },
+};
+
+/** The reply line (without newline) to one request. */
+function answer(request, Layer) {
+  const id = request.id;
+  if (request.op === "hello") return encode({ id, version: 1, ops: Object.keys(OPERATIONS) });
+  if (request.op === "bye") return encode({ id });
+  const operation = Object.hasOwn(OPERATIONS, request.op) ? OPERATIONS[request.op] : null;
+  if (operation === null) return encode({ id, error: `unknown op ${JSON.stringify(request.op)}` });
+  try {
+    return encode({ id, ...operation(request, Layer) });
+  } catch (error) {
+    // An invalid input, or a result that overflowed: say so rather than crash.
+    if (error instanceof ShapeError || error instanceof NotFinite) {
+      return encode({ id, error: error.message });
+    }
+    throw error;
+  }
+}
+
+async function main(argv) {
+  const layers = { "": QkvProjections, "no-value-path": NoValuePath };
+  const wrong = argv[0] === "--wrong" && argv.length === 2 ? argv[1] : argv.length ? null : "";
+  if (!Object.hasOwn(layers, wrong)) {
+    process.stderr.write("usage: node qkv_projections.js [--wrong no-value-path]\n");
+    process.exitCode = 2;
+    return;
+  }
+  const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
+  for await (const line of lines) {
+    if (line.trim() === "") continue;
+    const request = JSON.parse(line);
+    // One line per reply; writes to a pipe are synchronous on Linux, and the process
+    // does not end before stdout has drained either way.
+    process.stdout.write(answer(request, layers[wrong]) + "\n");
+    if (request.op === "bye") break;
+  }
+  lines.close();
+  process.stdin.destroy(); // bye: exit without waiting for the end of input
+}
+
+if (require.main === module) {
+  main(process.argv.slice(2)).catch((error) => {
+    process.stderr.write(`qkv_projections.js: ${error.stack || error}\n`);
+    process.exitCode = 1;
+  });
+}
+
+module.exports = { QkvProjections, NoValuePath, ShapeError, formatNumber, encode, answer };

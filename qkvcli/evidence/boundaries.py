@@ -1,0 +1,146 @@
+"""The boundary families: shape probes (empty axes too) and rejected inputs.
+
+The shape evidence: batch and token axes survive the projections, empty axes included.
+
+The rejected-input evidence: five bad inputs, each refused with exactly the expected error.
+
+(Named for what it checks; the error classes themselves live in ``qkvcli.core.errors``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import (
+    BranchInputWidthMismatch,
+    BranchOutputWidthMismatch,
+    DuplicateName,
+    InputRank,
+    InputWidthMismatch,
+    QkvError,
+)
+from qkvcli.core.projections import QkvProjections
+from qkvcli.evidence.records import ErrorEvidence, Primary, RejectedCase, ShapeEvidence, ShapeProbe
+from qkvcli.reading.fixture import Fixture
+
+
+def probe(layer: QkvProjections, x: Array) -> ShapeProbe:
+    """Project ``x`` forward and back with unit upstream gradients; record every shape."""
+    shapes = tuple(tuple(out.shape) for out in layer.forward(x))  # the outputs go at once
+    # Unit upstream as read-only broadcasts: the engine reads them like any array.
+    ones = tuple(np.broadcast_to(1.0, shape) for shape in shapes)
+    grads = layer.backward(x, *ones)
+    grad_input, *grad_weights = grads
+    gradient_ok = grad_input.shape == x.shape and all(
+        g.shape == (layer.d_model, layer.d_head) for g in grad_weights
+    )
+    return ShapeProbe(
+        input=tuple(x.shape),
+        outputs=(shapes[0], shapes[1], shapes[2]),
+        gradient_shapes_ok=gradient_ok,
+    )
+
+
+def primary_probe(primary: Primary, layer: QkvProjections) -> ShapeProbe:
+    """The shapes the primary pass itself gave (the same forward and reverse products)."""
+    gradient_ok = primary.grad_input.shape == primary.input.shape and all(
+        g.shape == (layer.d_model, layer.d_head) for g in primary.weight_gradients
+    )
+    return ShapeProbe(
+        input=tuple(primary.input.shape),
+        outputs=tuple(out.shape for out in primary.outputs),  # type: ignore[arg-type]
+        gradient_shapes_ok=gradient_ok,
+    )
+
+
+def other_probes(fixture: Fixture) -> tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe]:
+    """Batch doubled (the input twice, concatenated), ``[0,T,d]``, ``[2B,0,d]``, ``[B,0,d]``.
+
+    The doubled batch is the largest pass of the evidence (a ``[2B,T,d]`` input and input
+    gradient); :func:`~qkvcli.evidence.build.build_evidence` runs it first, while only
+    the fixture is held, so its buffers never add to the primary pass's.
+    """
+    layer = fixture.layer
+    batch, tokens, d_model = fixture.input.shape
+    return (
+        probe(layer, np.concatenate([fixture.input, fixture.input], axis=0)),
+        probe(layer, np.zeros((0, tokens, d_model))),
+        probe(layer, np.zeros((2 * batch, 0, d_model))),
+        probe(layer, np.zeros((batch, 0, d_model))),
+    )
+
+
+def compute_shapes(
+    fixture: Fixture,
+    primary: Primary | None = None,
+    others: tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe] | None = None,
+) -> ShapeEvidence:
+    """The input, batch doubled, empty batch ``[0,T,d]``, empty tokens ``[2B,0,d]`` and ``[B,0,d]``.
+
+    Given the fixture's ``primary`` pass, the input's own shapes are read from it instead
+    of projecting the input a second time; given ``others`` (:func:`other_probes`, run
+    earlier), the remaining probes are not run again.
+    """
+    layer = fixture.layer
+    batch, empty_batch, empty_tokens, report_empty_tokens = (
+        other_probes(fixture) if others is None else others
+    )
+    return ShapeEvidence(
+        rule=probe(layer, fixture.input) if primary is None else primary_probe(primary, layer),
+        batch=batch,
+        empty_batch=empty_batch,
+        empty_tokens=empty_tokens,
+        report_empty_tokens=report_empty_tokens,
+        d_head=layer.d_head,
+    )
+
+
+def rejected(case: str, attempt: Callable[[], object], expected: QkvError) -> RejectedCase:
+    """Run ``attempt``; whether it raised an error equal to ``expected``, and its message."""
+    try:
+        attempt()
+    except QkvError as error:
+        return RejectedCase(case, error == expected, str(error))
+    return RejectedCase(case, False, "accepted")
+
+
+def compute_errors(fixture: Fixture) -> ErrorEvidence:
+    """The rejected boundaries, computed on the fixture's own sizes."""
+    layer = fixture.layer
+    batch, tokens, d = fixture.input.shape
+    h = layer.d_head
+    names = layer.names
+
+    def zeros(rows: int, cols: int) -> Array:
+        return np.zeros((rows, cols))
+
+    return ErrorEvidence(
+        rank=rejected(
+            "rank-two", lambda: layer.forward(np.broadcast_to(0.0, (tokens, d))), InputRank(2)
+        ),
+        width=rejected(
+            "input-width",
+            lambda: layer.forward(np.broadcast_to(0.0, (batch, tokens, d + 1))),
+            InputWidthMismatch(d, d + 1),
+        ),
+        model_mismatch=rejected(
+            "branch-mismatch",
+            lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d + 1, h), zeros(d, h), names),
+            BranchInputWidthMismatch(d, d + 1, d),
+        ),
+        head_mismatch=rejected(
+            "head-mismatch",
+            lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d, h + 1), zeros(d, h), names),
+            BranchOutputWidthMismatch(h, h + 1, h),
+        ),
+        duplicate_name=rejected(
+            "duplicate-name",
+            lambda: QkvProjections.from_arrays(
+                zeros(d, h), zeros(d, h), zeros(d, h), ("same", "same", names[2])
+            ),
+            DuplicateName("same", 0, 1),
+        ),
+    )

@@ -1,0 +1,236 @@
+"""The chapter's evidence as plain immutable records: facts only, no wording.
+
+One record per evidence family (forward/reverse values, shapes, rejected inputs,
+initialization, independence, history), a :class:`Verdict` per declared check, and
+:class:`Evidence`, which holds them all. The computations live in one module per family
+(``qkvcli.evidence.primary``, ``.shapes``, ``.rejected``, ``.initialization``,
+``.independence``, ``.replay``); every sentence about them lives in ``qkvcli.render``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
+
+if TYPE_CHECKING:
+    from qkvcli.gradcheck.records import GradcheckResult
+    from qkvcli.reading.expect import ExpectResult
+
+Shape = tuple[int, ...]
+
+CHECK_ORDER = ("forward", "reverse", "shapes", "errors", "initialization", "independence",
+               "replay", "gradcheck")
+"""The declared order of the chapter's checks; ``expect`` follows when a fixture has one."""
+
+
+class Config(Record):
+    batch: int
+    tokens: int
+    d_model: int
+    d_head: int
+    bias: bool = False
+    layout: str = "separate"
+
+
+class Primary(Record):
+    """Forward values, the loss and the reverse gradients of one run.
+
+    Fields follow the vocabulary (``qkvcli.core.names``); :meth:`tensors` gives the
+    published names the report, the JSON and a fixture's ``expect`` section use.
+    """
+
+    input: Array
+    w_query: Array
+    w_key: Array
+    w_value: Array
+    query: Array
+    key: Array
+    value: Array
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+    loss: float
+    grad_input: Array
+    grad_w_query: Array
+    grad_w_key: Array
+    grad_w_value: Array
+    parameter_names: tuple[str, str, str]
+    parameter_count: int
+
+    def tensors(self) -> dict[str, Array]:
+        """Every tensor by its field name, in report order (render/ publishes the names)."""
+        return {
+            "input": self.input,
+            "w_query": self.w_query,
+            "w_key": self.w_key,
+            "w_value": self.w_value,
+            "query": self.query,
+            "key": self.key,
+            "value": self.value,
+            "grad_query": self.grad_query,
+            "grad_key": self.grad_key,
+            "grad_value": self.grad_value,
+            "grad_input": self.grad_input,
+            "grad_w_query": self.grad_w_query,
+            "grad_w_key": self.grad_w_key,
+            "grad_w_value": self.grad_w_value,
+        }
+
+    @property
+    def weights(self) -> tuple[Array, Array, Array]:
+        """W_Q, W_K, W_V in branch order."""
+        return (self.w_query, self.w_key, self.w_value)
+
+    @property
+    def outputs(self) -> tuple[Array, Array, Array]:
+        """Q, K, V in branch order."""
+        return (self.query, self.key, self.value)
+
+    @property
+    def weight_gradients(self) -> tuple[Array, Array, Array]:
+        """dW_Q, dW_K, dW_V in branch order."""
+        return (self.grad_w_query, self.grad_w_key, self.grad_w_value)
+
+
+class ShapeProbe(Record):
+    """One input shape and the three output shapes it produced."""
+
+    input: Shape
+    outputs: tuple[Shape, Shape, Shape]
+    gradient_shapes_ok: bool
+
+    def passed(self, d_head: int) -> bool:
+        """Batch and token axes kept, width ``d_head``, gradients shaped like their tensors."""
+        expected = (*self.input[:2], d_head)
+        return self.gradient_shapes_ok and all(out == expected for out in self.outputs)
+
+
+class ShapeEvidence(Record):
+    rule: ShapeProbe
+    batch: ShapeProbe
+    empty_batch: ShapeProbe
+    empty_tokens: ShapeProbe
+    report_empty_tokens: ShapeProbe
+    d_head: int
+
+    @property
+    def passed(self) -> bool:
+        probes = (self.rule, self.batch, self.empty_batch, self.empty_tokens,
+                  self.report_empty_tokens)
+        return all(probe.passed(self.d_head) for probe in probes)
+
+
+class RejectedCase(Record):
+    """One bad input: whether it was rejected with exactly the expected error, and its message."""
+
+    case: str
+    rejected: bool
+    message: str
+
+
+class ErrorEvidence(Record):
+    rank: RejectedCase
+    width: RejectedCase
+    model_mismatch: RejectedCase
+    head_mismatch: RejectedCase
+    duplicate_name: RejectedCase
+
+    def cases(self) -> tuple[RejectedCase, ...]:
+        return (self.rank, self.width, self.model_mismatch, self.head_mismatch,
+                self.duplicate_name)
+
+    @property
+    def rejected_count(self) -> int:
+        return sum(case.rejected for case in self.cases())
+
+    @property
+    def passed(self) -> bool:
+        return all(case.rejected for case in self.cases())
+
+
+class InitializationEvidence(Record):
+    seed: int
+    reproducible: bool
+    independent: bool
+    transactional: bool
+    rejection: str
+
+    @property
+    def passed(self) -> bool:
+        return self.reproducible and self.independent and self.transactional
+
+
+class IndependenceEvidence(Record):
+    """Add 1 to ``W_Q[row, 0]``: Q should change, K and V stay bitwise unchanged."""
+
+    applicable: bool
+    row: int | None
+    query_changed: bool
+    key_unchanged: bool
+    value_unchanged: bool
+
+    @property
+    def passed(self) -> bool:
+        if not self.applicable:
+            return True
+        return self.query_changed and self.key_unchanged and self.value_unchanged
+
+
+class HistoryEvidence(Record):
+    earlier_left: str = "decoder-state"
+    earlier_right: str = "encoder-annotations"
+    transformer_source: str = "one-sequence"
+    mapping: str = "retrospective"
+
+
+class Check(Record):
+    """A named pass/fail with its one-line wording, as every view lists it.
+
+    The renderers build these for the chapter (``qkvcli.render.wording``); the
+    attention head still builds its own.
+    """
+
+    name: str
+    passed: bool
+    detail: str
+
+
+class Verdict(Record):
+    """One declared check of the chapter: its name and whether it passed."""
+
+    name: str
+    passed: bool
+
+
+class Evidence(Record):
+    chapter: str
+    seed: int
+    config: Config
+    primary: Primary
+    forward_ok: bool
+    reverse_ok: bool
+    shapes: ShapeEvidence
+    errors: ErrorEvidence
+    initialization: InitializationEvidence
+    independence: IndependenceEvidence
+    history: HistoryEvidence
+    replay_bitwise: bool
+    gradcheck: GradcheckResult
+    expect: ExpectResult | None = None
+
+    @property
+    def checks(self) -> tuple[Verdict, ...]:
+        """Every check in :data:`CHECK_ORDER`, then ``expect`` when the fixture has one."""
+        passed = (self.forward_ok, self.reverse_ok, self.shapes.passed, self.errors.passed,
+                  self.initialization.passed, self.independence.passed, self.replay_bitwise,
+                  self.gradcheck.passed)
+        verdicts = tuple(Verdict(name, ok) for name, ok in zip(CHECK_ORDER, passed, strict=True))
+        if self.expect is not None:
+            verdicts = (*verdicts, Verdict("expect", self.expect.passed))
+        return verdicts
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)

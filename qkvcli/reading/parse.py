@@ -1,0 +1,194 @@
+"""Validating a fixture document: :func:`parse_fixture` (first problem) and
+:func:`fixture_problems` (every problem, for ``qkv validate``).
+
+Order: document keys; weights (each weight's name, then finite values; then per branch
+rank and widths; then model widths, head widths, duplicate names); then the input (rank,
+width, finite values); then upstream gradients; then settings (gradcheck, seed,
+chapter); then expectations. Problems are :class:`~qkvcli.reading.problems.FixtureError`
+values carrying the JSON location (``$.weights.key``) of what is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import InputRank, QkvError
+from qkvcli.core.names import BRANCHES
+from qkvcli.core.projections import QkvProjections
+from qkvcli.reading.fixture import TOP_KEYS, Fixture, uses_extensions
+from qkvcli.reading.json_values import expect_object, json_type_name, unknown_keys
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_projection_size, check_step_fits, expect_shape
+from qkvcli.reading.problems import MAX_PROBLEMS, FixtureError, Problems, TooManyProblems
+from qkvcli.reading.settings import parse_gradcheck, parse_seed_and_chapter
+from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import parse_weights
+
+if TYPE_CHECKING:
+    from qkvcli.reading.files import StrPath
+
+
+def parse_fixture(
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base_dir: StrPath | None = None,
+) -> Fixture:
+    """Validate parsed JSON and build a :class:`Fixture`. Raises :class:`FixtureError`.
+
+    ``base_dir`` is where ``npy`` tensor paths are resolved, in every section (the
+    fixture file's directory; ``None``: the current directory). The first problem in the
+    module's order is the one raised.
+    """
+    fixture = _parse(data, default_chapter, max_elements, Problems(), base_dir)
+    if fixture is None:  # pragma: no cover - fail-fast raises before anything is skipped
+        raise FixtureError("$", "invalid fixture")
+    return fixture
+
+
+def fixture_problems(
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    limit: int = MAX_PROBLEMS, base_dir: StrPath | None = None,
+) -> list[FixtureError]:
+    """Every problem of parsed JSON, in :func:`parse_fixture`'s order; empty when valid.
+
+    The first problem is the one :func:`parse_fixture` raises. Independent parts (each
+    weight, the input, each upstream gradient, each setting, each expectation) are all
+    checked; a check that needs an earlier part (widths, shapes) is skipped when that
+    part failed. At most ``limit`` problems, the last saying that it stopped.
+    """
+    problems = Problems(collect=True, limit=limit)
+    try:
+        _parse(data, default_chapter, max_elements, problems, base_dir)
+    except TooManyProblems as stop:
+        problems.errors.append(FixtureError("", str(stop)))
+    return problems.errors
+
+
+def _parse_input(
+    raw: Any, layer: QkvProjections | None, max_elements: int, problems: Problems,
+    base_dir: StrPath | None = None,
+) -> Array | None:
+    x = problems.attempt(parse_tensor, raw, "$.input", max_elements, base_dir=base_dir)
+    if x is None:
+        return None
+    if layer is None:
+        # Without a valid layer the model width is unknown; the rank can still be checked.
+        if x.ndim != 3:
+            problems.add(FixtureError("$.input", str(InputRank(x.ndim)) + _empty_hint(x)))
+        return None
+    try:
+        layer.check_input(x)
+    except QkvError as error:
+        problems.add(FixtureError("$.input", f"{error}{_empty_hint(x)}"))
+        return None
+    return x
+
+
+def _empty_hint(x: Array) -> str:
+    """Why an empty nested list has too low a rank, and what to write instead."""
+    if x.size == 0 and x.ndim < 3:
+        return ('; an empty nested list cannot show its inner axes, so write an empty '
+                'input as {"shape": [0, tokens, d_model], "values": []}')
+    return ""
+
+
+def _parse_upstream(
+    raw_upstream: Any, expected: tuple[int, ...] | None, max_elements: int, problems: Problems,
+    base_dir: StrPath | None = None,
+) -> list[Array] | None:
+    """The three upstream gradients (missing ones are all ones); ``None`` after a problem."""
+    upstream: list[Array] = []
+    ok = expected is not None
+    if raw_upstream is None:
+        return [np.ones(expected) for _ in BRANCHES] if expected is not None else None
+    raw = expect_object(raw_upstream, "$.upstream", problems)
+    if raw is None:
+        return None
+    for error in unknown_keys(raw, BRANCHES, "$.upstream"):
+        problems.add(error)
+    for branch in BRANCHES:
+        location = f"$.upstream.{branch}"
+        if branch not in raw:
+            if expected is not None:
+                upstream.append(np.ones(expected))
+            continue
+        grad = problems.attempt(parse_tensor, raw[branch], location, max_elements,
+                                base_dir=base_dir)
+        if grad is not None and expected is not None:
+            grad = problems.attempt(
+                expect_shape, grad, expected, "batch, tokens, d_head", location
+            )
+        if grad is None:
+            ok = False
+            continue
+        upstream.append(grad)
+    return upstream if ok else None
+
+
+def _parse(
+    data: Any, default_chapter: str, max_elements: int, problems: Problems,
+    base_dir: StrPath | None = None,
+) -> Fixture | None:
+    if not isinstance(data, dict):
+        problems.add(FixtureError("$", f"expected an object, got {json_type_name(data)}"))
+        return None
+    for error in unknown_keys(data, TOP_KEYS, "$"):
+        problems.add(error)
+    for key in ("input", "weights"):
+        if key not in data:
+            problems.add(FixtureError("$", f'missing key "{key}"'))
+
+    layout = "separate"
+    layer: QkvProjections | None = None
+    if "weights" in data and not uses_extensions(data):
+        layer = parse_weights(data["weights"], max_elements, problems, base_dir)
+    elif "weights" in data:
+        from qkvcli.reading.layouts import chapter_weights  # lazy: only extended fixtures need it
+
+        # Torch/packed layouts become the plain form; bias and d_v are refused (qkv attend).
+        converted = problems.attempt(chapter_weights, data, max_elements, base_dir)
+        if converted is not None:
+            plain, layout = converted
+            layer = parse_weights(plain, max_elements, problems, base_dir)
+    x = (_parse_input(data["input"], layer, max_elements, problems, base_dir)
+         if "input" in data else None)
+    expected: tuple[int, ...] | None = None
+    sizes: tuple[int, int, int, int] | None = None
+    if layer is not None and x is not None:
+        batch, tokens, _ = x.shape
+        before = len(problems.errors)
+        problems.attempt(check_projection_size, int(batch), int(tokens), layer.d_head,
+                         "$.input", max_elements)
+        if len(problems.errors) == before:
+            expected = (batch, tokens, layer.d_head)
+            sizes = (int(batch), int(tokens), layer.d_model, layer.d_head)
+        else:
+            x = None  # the derived tensors are refused: nothing that needs them is checked
+    upstream = _parse_upstream(data.get("upstream"), expected, max_elements, problems,
+                               base_dir)
+    step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
+    if layer is not None and x is not None:
+        problems.attempt(check_step_fits, step, (x, *layer.weights), "$.gradcheck.step")
+    seed, chapter = parse_seed_and_chapter(data, default_chapter, problems)
+    expect = None
+    if "expect" in data:
+        from qkvcli.reading.expect import parse_expect  # only fixtures with expectations pay for it
+
+        expect = parse_expect(data["expect"], sizes, max_elements, problems, base_dir)
+
+    if layer is None or x is None or upstream is None or problems.errors:
+        return None  # only reached when collecting: fail-fast raised already
+    return Fixture(
+        input=x,
+        weights=layer.weights,
+        names=layer.names,
+        upstream=(upstream[0], upstream[1], upstream[2]),
+        step=step,
+        tolerance=tolerance,
+        samples=samples,
+        seed=seed,
+        chapter=chapter,
+        expect=expect,
+        layout=layout,
+    )

@@ -1,0 +1,107 @@
+"""A fixture's settings: ``gradcheck`` (step, tolerance, samples), ``seed`` and ``chapter``.
+
+Each setting is checked on its own, so ``qkv validate`` reports every bad one; a bad
+setting keeps its default while collecting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from qkvcli.gradcheck.settings import (
+    GradcheckSettingError,
+    ZeroSamples,
+    check_step,
+    check_tolerance,
+)
+from qkvcli.reading.fixture import GRADCHECK_KEYS
+from qkvcli.reading.json_values import expect_object, finite_number, json_type_name, unknown_keys
+from qkvcli.reading.limits import DEFAULT_SEED, DEFAULT_STEP, DEFAULT_TOLERANCE, MAX_SEED
+from qkvcli.reading.problems import FixtureError, Problems
+
+
+def _by_the_rule(rule: Callable[[float], float], value: float, location: str) -> float:
+    """``rule(value)`` (one of :mod:`qkvcli.gradcheck.settings`' rules, the one place a
+    setting is judged), its refusal located at ``location`` in the fixture."""
+    try:
+        return rule(value)
+    except GradcheckSettingError as error:
+        raise FixtureError(location, str(error)) from None
+
+
+def parse_step(raw: Any) -> float:
+    """``$.gradcheck.step``: a number the central difference can use
+    (:func:`~qkvcli.gradcheck.settings.check_step`). Raises :class:`FixtureError`."""
+    return _by_the_rule(check_step, finite_number(raw, "$.gradcheck.step"), "$.gradcheck.step")
+
+
+def parse_tolerance(raw: Any) -> float:
+    """``$.gradcheck.tolerance``: a number, not negative
+    (:func:`~qkvcli.gradcheck.settings.check_tolerance`). Raises :class:`FixtureError`."""
+    return _by_the_rule(check_tolerance, finite_number(raw, "$.gradcheck.tolerance"),
+                        "$.gradcheck.tolerance")
+
+
+def parse_samples(raw_samples: Any) -> int | None:
+    """``$.gradcheck.samples``: ``null`` or an integer of at least 1. Raises :class:`FixtureError`."""
+    if raw_samples is None:
+        return None
+    if not (isinstance(raw_samples, int) and not isinstance(raw_samples, bool)):
+        raise FixtureError(
+            "$.gradcheck.samples", f"expected an integer or null, got {json_type_name(raw_samples)}"
+        )
+    if raw_samples < 1:
+        raise FixtureError("$.gradcheck.samples", str(ZeroSamples()))
+    return raw_samples
+
+
+def parse_seed(raw_seed: Any) -> int:
+    """``$.seed``: an integer from 0 to 2**64-1. Raises :class:`FixtureError`."""
+    if not (isinstance(raw_seed, int) and not isinstance(raw_seed, bool)):
+        raise FixtureError("$.seed", f"expected an integer, got {json_type_name(raw_seed)}")
+    if not 0 <= raw_seed <= MAX_SEED:
+        raise FixtureError("$.seed", f"seed must be between 0 and {MAX_SEED}")
+    return raw_seed
+
+
+def parse_chapter(raw_chapter: Any) -> str:
+    """``$.chapter``: a non-empty single-line string. Raises :class:`FixtureError`."""
+    if not isinstance(raw_chapter, str) or not raw_chapter or "\n" in raw_chapter:
+        raise FixtureError("$.chapter", "expected a non-empty single-line string")
+    return raw_chapter
+
+
+def parse_gradcheck(
+    raw_check: Any, problems: Problems
+) -> tuple[float, float, int | None]:
+    """``(step, tolerance, samples)`` from ``$.gradcheck`` (``None``: the defaults)."""
+    step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
+    if raw_check is None:
+        return step, tolerance, samples
+    check = expect_object(raw_check, "$.gradcheck", problems)
+    if check is None:
+        return step, tolerance, samples
+    for error in unknown_keys(check, GRADCHECK_KEYS, "$.gradcheck"):
+        problems.add(error)
+    if "step" in check:
+        step = problems.attempt(parse_step, check["step"]) or step
+    if "tolerance" in check:
+        found = problems.attempt(parse_tolerance, check["tolerance"])
+        tolerance = tolerance if found is None else found
+    samples = problems.attempt(parse_samples, check.get("samples"))
+    return step, tolerance, samples
+
+
+def parse_seed_and_chapter(
+    data: dict[str, Any], default_chapter: str, problems: Problems
+) -> tuple[int, str]:
+    """``(seed, chapter)`` from the document; missing or bad ones keep their defaults."""
+    seed = DEFAULT_SEED
+    if "seed" in data:
+        found_seed = problems.attempt(parse_seed, data["seed"])
+        seed = seed if found_seed is None else found_seed
+    chapter = default_chapter
+    if "chapter" in data:
+        chapter = problems.attempt(parse_chapter, data["chapter"]) or chapter
+    return seed, chapter

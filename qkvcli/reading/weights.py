@@ -1,0 +1,117 @@
+"""The chapter's ``weights`` section: three named ``[d_model, d_head]`` weights.
+
+Validation order: each weight on its own (its name, then finite values), then the
+three together (per-branch rank and widths, shared widths, unique names), each failure
+reported at the JSON location of what is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from qkvcli.core.arrays import Array, check_finite
+from qkvcli.core.errors import (
+    BranchInputWidthMismatch,
+    BranchOutputWidthMismatch,
+    DuplicateName,
+    InvalidNameCharacter,
+    ProjectionError,
+    QkvError,
+)
+from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.text import printable
+from qkvcli.reading.json_values import expect_object, json_type_name, unknown_keys
+from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.tensors import parse_tensor
+
+if TYPE_CHECKING:
+    from qkvcli.reading.files import StrPath
+
+
+def engine_check(check: Any, *args: Any, location: str) -> Any:
+    """``check(*args)``, its :class:`~qkvcli.core.errors.QkvError` re-raised at ``location``."""
+    try:
+        return check(*args)
+    except QkvError as error:
+        raise FixtureError(location, str(error)) from None
+
+
+def check_name(name: str, location: str) -> None:
+    """Raise :class:`FixtureError` at ``location`` unless ``name`` is a valid parameter name.
+
+    The engine's :class:`~qkvcli.core.errors.InvalidNameCharacter` keeps the reference's
+    wording (``got 0x44``); here, where the file is at hand, the character is named too:
+    ``got 'D' (0x44)``, or ``got 'é' (U+00E9)`` for a character outside ASCII.
+    """
+    try:
+        validate_name(name)
+    except InvalidNameCharacter as error:
+        message = str(error)
+        raw = f"0x{error.byte:02x}"
+        character = name.encode("utf-8")[error.index:].decode("utf-8", errors="replace")[:1]
+        shown = printable(repr(character))
+        named = f"{shown} ({raw})" if error.byte < 0x80 else f"{shown} (U+{ord(character):04X})"
+        if message.endswith(raw):
+            message = message[: -len(raw)] + named
+        raise FixtureError(location, message) from None
+    except QkvError as error:
+        raise FixtureError(location, str(error)) from None
+
+
+def _weight(
+    value: Any, branch: str, max_elements: int, base_dir: StrPath | None = None
+) -> tuple[Array, str | None]:
+    location = f"$.weights.{branch}"
+    name: str | None = None
+    if isinstance(value, dict) and "name" in value:
+        raw = value["name"]
+        if not isinstance(raw, str):
+            raise FixtureError(f"{location}.name", f"expected a string, got {json_type_name(raw)}")
+        name = raw
+    array = parse_tensor(value, location, max_elements, extra_keys=("name",), base_dir=base_dir)
+    return array, name
+
+
+def _branch(
+    raw_weights: dict[str, Any], index: int, max_elements: int, base_dir: StrPath | None = None
+) -> tuple[Array, str]:
+    """One weight with its name, checked on its own (name, then finite values)."""
+    branch = BRANCHES[index]
+    if branch not in raw_weights:
+        raise FixtureError("$.weights", f'missing key "{branch}"')
+    array, name = _weight(raw_weights[branch], branch, max_elements, base_dir)
+    name = DEFAULT_NAMES[index] if name is None else name
+    check_name(name, f"$.weights.{branch}.name")
+    engine_check(check_finite, array, "parameter", location=f"$.weights.{branch}")
+    return array, name
+
+
+def _layer(arrays: list[Array], names: list[str]) -> QkvProjections:
+    """The three weights together: per-branch rank and widths, shared widths, unique names."""
+    try:
+        return QkvProjections.from_arrays(arrays[0], arrays[1], arrays[2], names=names)
+    except ProjectionError as error:
+        raise FixtureError(f"$.weights.{error.projection}", str(error)) from None
+    except DuplicateName as error:
+        raise FixtureError(f"$.weights.{BRANCHES[error.repeated]}.name", str(error)) from None
+    except (BranchInputWidthMismatch, BranchOutputWidthMismatch) as error:
+        raise FixtureError("$.weights", str(error)) from None
+
+
+def parse_weights(
+    raw_weights: Any, max_elements: int, problems: Problems, base_dir: StrPath | None = None
+) -> QkvProjections | None:
+    """The layer the plain ``weights`` object describes; ``None`` after reporting a problem."""
+    weights = expect_object(raw_weights, "$.weights", problems)
+    if weights is None:
+        return None
+    for error in unknown_keys(weights, BRANCHES, "$.weights"):
+        problems.add(error)
+    parsed = [problems.attempt(_branch, weights, index, max_elements, base_dir)
+              for index in range(3)]
+    if any(item is None for item in parsed):
+        return None  # widths and names can only be compared once all three parsed
+    arrays = [item[0] for item in parsed if item is not None]
+    names = [item[1] for item in parsed if item is not None]
+    return problems.attempt(_layer, arrays, names)

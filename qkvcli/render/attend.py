@@ -1,0 +1,320 @@
+"""``qkv attend``: the head's (or layer's) evidence as ``key=value`` text and as JSON.
+
+Every word ``qkv attend`` prints lives here: the check details, the teacher's notes and
+the published names of the tensors and checks. The evidence holds tensors by vocabulary
+name (``w_query``, ``attention``, ``grad_attention``, ...); :func:`published_name`
+gives the names the text and the JSON have always used (``query_weight``, ``weights``,
+``weights_gradient``, ...). The rich view (:mod:`qkvcli.render.rich.attend`) reuses
+the same wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkvcli import __version__
+from qkvcli.attention.records import AttendConfig, AttendEvidence, Note
+from qkvcli.core.names import BRANCHES
+from qkvcli.core.text import escape_controls
+from qkvcli.evidence.records import Check
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.report import dumps, gradcheck_json, json_float, tensor_json
+from qkvcli.render.wording import verdict
+
+FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
+PRECISION = 6
+"""Decimals of the text view's numbers unless the caller asks for others (as the docs say)."""
+
+PARAMETERS = ("input", "w_query", "w_key", "w_value", "b_query", "b_key", "b_value",
+              "w_packed", "b_packed", "w_out", "b_out")
+FORWARD = ("query", "key", "value", "scores", "scaled_scores", "attention", "concat", "output")
+REVERSE = ("grad_output", "grad_concat", "grad_attention", "grad_scaled_scores", "grad_scores",
+           "grad_query", "grad_key", "grad_value", "grad_input",
+           "grad_w_query", "grad_w_key", "grad_w_value", "grad_b_query", "grad_b_key",
+           "grad_b_value", "grad_w_packed", "grad_b_packed", "grad_w_out", "grad_b_out")
+"""The text view's tensors, by vocabulary name, in the order it prints them."""
+
+_PUBLISHED = {
+    "attention": "weights", "concat": "heads_output", "grad_output": "upstream_output",
+    **{f"w_{branch}": f"{branch}_weight" for branch in BRANCHES},
+    **{f"b_{branch}": f"{branch}_bias" for branch in BRANCHES},
+}
+CHECK_NAMES = {"attention": "weights"}
+"""Checks published under another name: the attention check has always been ``weights``."""
+
+
+def published_name(name: str, config: AttendConfig) -> str:
+    """The published (text and JSON) name of the tensor ``name`` of evidence with ``config``.
+
+    ``w_query`` is ``query_weight``, ``grad_w_query`` ``query_weight_gradient``,
+    ``attention`` ``weights``, ``grad_output`` ``upstream_output``; a packed projection
+    (``w_packed``) and an output projection (``w_out``) take their layout's name
+    (``in_proj_weight``, ``c_proj_bias``, ...).
+    """
+    if name == "grad_output":
+        return "upstream_output"
+    gradient = name.startswith("grad_")
+    base = name[5:] if gradient else name
+    if base in ("w_packed", "b_packed", "w_out", "b_out"):
+        layout = config.packed if base.endswith("packed") else config.out_layout
+        base = f"{layout}_{'weight' if base[0] == 'w' else 'bias'}"
+    else:
+        base = _PUBLISHED.get(base, base)
+    return f"{base}_gradient" if gradient else base
+
+
+def check_name(name: str) -> str:
+    """A check's published name (``attention`` is published as ``weights``)."""
+    return CHECK_NAMES.get(name, name)
+
+
+def failed_checks(evidence: AttendEvidence) -> list[str]:
+    """The published names of the checks that failed, in order."""
+    return [check_name(check.name) for check in evidence.checks if not check.passed]
+
+
+# --- the checks' wording --------------------------------------------------------------
+
+
+def _head_details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
+    """Per check of one head: its detail when passed and when failed."""
+    a, m, h, g = evidence.attention, evidence.mask, evidence.hull, evidence.gradcheck
+    rows = (f"min weight {a.min_attention:.6g} >= 0; max |row sum - 1| "
+            f"{a.max_row_deviation:.3g} <= {a.tolerance:.3g} (4 T eps)")
+    mask = (f"causal: largest weight above the diagonal {m.max_masked_attention!r} "
+            "(must be exactly 0)" if m.applicable else "not applicable: no causal mask")
+    hull = ("O = sum_j A_ij v_j recomputed term by term (residual "
+            f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); with the weights checked "
+            "above this places each output in the convex hull of the value rows; box test "
+            f"(necessary only): {h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
+    gradcheck = f"{g.count} coordinates, step {g.step!r}, tolerance {g.tolerance!r}"
+    return {
+        "forward": ("scores [B,T,T], output [B,T,d_v], all finite",
+                    "a forward tensor is not finite or misshapen"),
+        "attention": (rows, rows),
+        "mask": (mask, mask),
+        "hull": (hull, hull),
+        "reverse": ("dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped",
+                    "a gradient is not finite or misshapen"),
+        "gradcheck": (gradcheck, gradcheck),
+    }
+
+
+def _layer_details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
+    """Per check of a multi-head layer: its detail when passed and when failed."""
+    a, m, h, g = evidence.attention, evidence.mask, evidence.hull, evidence.gradcheck
+    failing = [str(head.head) for head in evidence.heads if not head.passed]
+    per_head = f"{len(evidence.heads)} heads" + (
+        f", failing: {','.join(failing)}" if failing else "")
+    rows = (f"per head ({per_head}): min weight {a.min_attention:.6g} >= 0; max |row sum - 1| "
+            f"{a.max_row_deviation:.3g} <= {a.tolerance:.3g} (4 T eps)")
+    mask = (f"causal, per head: largest weight above the diagonal {m.max_masked_attention!r} "
+            "(must be exactly 0)" if m.applicable else "not applicable: no causal mask")
+    hull = ("per head: O_h = sum_j A_ij v_j recomputed term by term (largest residual "
+            f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); box test: "
+            f"{h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
+    gradcheck = (f"whole layer: {g.count} coordinates, step {g.step!r}, "
+                 f"tolerance {g.tolerance!r}")
+    return {
+        "forward": (f"weights [B,H,T,T], output [B,T,E_out={evidence.config.e_out}], all "
+                    "finite", "a forward tensor is not finite or misshapen"),
+        "attention": (rows, rows),
+        "mask": (mask, mask),
+        "hull": (hull, hull),
+        "reverse": ("every gradient finite", "a gradient is not finite"),
+        "gradcheck": (gradcheck, gradcheck),
+    }
+
+
+_SHARED_DETAILS = {
+    "shapes": ("empty batch and empty token axes run forward and reverse",
+               "an empty-axis probe gave an unexpected shape"),
+    "replay": ("two runs agree bit for bit", "two runs differ"),
+}
+
+
+def attend_checks(evidence: AttendEvidence) -> tuple[Check, ...]:
+    """Every check in declared order, by published name, with its one-line detail.
+
+    The text, JSON and rich views all list these rows, so their wording cannot drift.
+    """
+    details = {**_SHARED_DETAILS, **(
+        _head_details(evidence) if evidence.config.heads is None else _layer_details(evidence))}
+    return tuple(
+        Check(check_name(v.name), v.passed, details[v.name][0 if v.passed else 1])
+        for v in evidence.checks
+    )
+
+
+def attend_verdict(evidence: AttendEvidence) -> str:
+    """``verdict: PASS (8 of 8 checks passed)``, or ``FAIL`` (:func:`~qkvcli.render.wording.verdict`)."""
+    return verdict(evidence.passed, sum(c.passed for c in evidence.checks), len(evidence.checks))
+
+
+def note_text(note: Note) -> str:
+    """A teacher's note in words (its ``code`` names it; see :class:`Note`)."""
+    if note.code == "collapsed-roles":
+        return ("W_Q = W_K = W_V: every token is matched with, and hands over, the same "
+                "vector; matching and content collapse into one role (the primer's gotcha: "
+                "self-attention means the same input, not the same projection)")
+    if note.code == "symmetric-matching":
+        return ("W_Q = W_K: q_i.k_j = q_j.k_i, so matching is symmetric; token i cannot look "
+                "for something other than what it advertises")
+    if note.code == "independent-value-width":
+        return f"d_v = {note.d_v} differs from d_k = {note.d_k}: the output takes the value width"
+    raise ValueError(f"unknown note code {note.code!r}")
+
+
+# --- text -----------------------------------------------------------------------------
+
+
+def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> str:
+    """The head's evidence, one fact per line, ending with the verdict line and a newline.
+
+    Takes the evidence and ``precision``, the decimals of every number the view prints
+    (default :data:`PRECISION`, 6, as the docs say; check details keep their own formats).
+    """
+    c = evidence.config
+    tensors = evidence.primary.tensors
+
+    def number(value: float) -> str:
+        return fmt_float(value, precision)
+
+    def tensor_lines(names: tuple[str, ...]) -> list[str]:
+        return [f"{published_name(name, c)}=shape:{fmt_shape(tensors[name].shape)} "
+                f"values:{fmt_vector(tensors[name], precision)}"
+                for name in names if name in tensors]
+
+    bias = ",".join(f"{b}={fmt_bool(flag)}" for b, flag in zip(BRANCHES, c.bias, strict=True))
+    lines = [
+        f"attend={escape_controls(evidence.chapter)}",
+        f"formula={FORMULA}",
+        f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_k:{c.d_k} d_v:{c.d_v} "
+        f"causal:{fmt_bool(c.causal)} value_width:{c.value_width} bias:{bias}",
+        f"layout={c.layout}: {c.layout_description}",
+        *([] if c.heads is None else [
+            f"layer=heads:{c.heads} d_k:{c.d_k} d_v:{c.d_v} e_out:{c.e_out} "
+            f"out_projection:{c.out_layout or 'none'}"]),
+        f"parameter_names=[{','.join(c.names)}]",
+        f"parameter_count={c.parameter_count}",
+        f"scale=1/sqrt({c.d_k})={number(c.scale)}",
+        "# parameters and input",
+        *tensor_lines(PARAMETERS),
+        "# forward: Q,K,V projections; S = Q K^T; Z = S*scale (causal: -inf above the diagonal); "
+        "A = softmax(Z) (row max subtracted); O = A V",
+        *tensor_lines(FORWARD),
+        "# each query position: its weights over the keys and its output",
+        *(f"token=b{r.batch} t{r.token} weights:{fmt_vector(r.attention, precision)} "
+          f"sum:{number(r.attention_sum)} output:{fmt_vector(r.output, precision)}"
+          for r in evidence.rows),
+        f"# reverse: L = <O,U>, U from SplitMix64(seed {evidence.seed}) uniform [-1,1); "
+        "dA = dO V^T, dV = A^T dO, dZ = A*(dA - rowsum(dA*A)), dS = dZ*scale, dQ = dS K, "
+        "dK = dS^T Q, dX = sum of three paths",
+        f"loss={number(evidence.primary.loss)}",
+        *tensor_lines(REVERSE),
+        "# checks",
+        *(f"check={check.name} {'PASS' if check.passed else 'FAIL'} {check.detail}"
+          for check in attend_checks(evidence)),
+        *(f"head={h.head} {'PASS' if h.passed else 'FAIL'} min_weight:"
+          f"{number(h.attention.min_attention)} max_row_deviation:"
+          f"{number(h.attention.max_row_deviation)} max_masked_weight:"
+          f"{number(h.mask.max_masked_attention)} hull_residual:"
+          f"{number(h.hull.barycentric_residual)} box_violations:{h.hull.box_violations}"
+          for h in evidence.heads),
+        *(f"probe=input:{fmt_shape(p.input)} weights:{fmt_shape(p.attention)} "
+          f"output:{fmt_shape(p.output)} input_gradient:{fmt_shape(p.grad_input)}"
+          for p in evidence.probes),
+        *(f"note={note.code} {note_text(note)}" for note in evidence.notes),
+        attend_verdict(evidence),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- JSON -----------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+
+
+def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
+    """What a multi-head layer adds: its config and each head's evidence."""
+    c = evidence.config
+    return {
+        "config": {"heads": c.heads, "e_out": c.e_out, "out_projection": c.out_layout},
+        "heads": [
+            {"head": h.head, "passed": h.passed,
+             "weights": {"min_weight": json_float(h.attention.min_attention),
+                         "max_row_deviation": json_float(h.attention.max_row_deviation),
+                         "tolerance": h.attention.tolerance},
+             "mask": {"applicable": h.mask.applicable,
+                      "max_masked_weight": json_float(h.mask.max_masked_attention)},
+             "hull": {"barycentric_residual": json_float(h.hull.barycentric_residual),
+                      "box_violations": h.hull.box_violations,
+                      "tolerance": json_float(h.hull.tolerance)}}
+            for h in evidence.heads
+        ],
+    }
+
+
+def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
+    """The head's evidence as a JSON-ready dictionary (``-inf`` masked scores as strings).
+
+    A multi-head layer (``config.heads`` set) adds ``config.heads``, ``config.e_out``,
+    ``config.out_projection`` and a ``heads`` list of per-head evidence.
+    """
+    document = _attend_json(evidence)
+    if evidence.config.heads is not None:
+        layer = _layer_json(evidence)
+        document["config"].update(layer["config"])
+        document["heads"] = layer["heads"]
+    return document
+
+
+def _attend_json(evidence: AttendEvidence) -> dict[str, Any]:
+    c = evidence.config
+    return {
+        "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "kind": "attend",
+        "chapter": evidence.chapter,
+        "passed": evidence.passed,
+        "config": {
+            "batch": c.batch, "tokens": c.tokens, "d_model": c.d_model, "d_k": c.d_k,
+            "d_v": c.d_v, "causal": c.causal, "value_width": c.value_width,
+            "bias": {"query": c.bias[0], "key": c.bias[1], "value": c.bias[2]},
+            "layout": c.layout, "layout_description": c.layout_description,
+            "scale": c.scale, "seed": evidence.seed,
+        },
+        "parameter_names": list(c.names),
+        "parameter_count": c.parameter_count,
+        "loss": json_float(evidence.primary.loss),
+        "checks": [{"name": ch.name, "passed": ch.passed, "detail": ch.detail}
+                   for ch in attend_checks(evidence)],
+        "notes": [{"code": n.code, "text": note_text(n)} for n in evidence.notes],
+        "tensors": {published_name(name, c): tensor_json(value)
+                    for name, value in evidence.primary.tensors.items()},
+        # json_float: an overflowing head gives NaN, which JSON can only hold as a string
+        "rows": [
+            {"batch": r.batch, "token": r.token, "weights": [json_float(w) for w in r.attention],
+             "weight_sum": json_float(r.attention_sum),
+             "output": [json_float(v) for v in r.output]}
+            for r in evidence.rows
+        ],
+        "weights": {"min_weight": json_float(evidence.attention.min_attention),
+                    "max_row_deviation": json_float(evidence.attention.max_row_deviation),
+                    "tolerance": evidence.attention.tolerance},
+        "mask": {"applicable": evidence.mask.applicable,
+                 "max_masked_weight": json_float(evidence.mask.max_masked_attention)},
+        "hull": {"barycentric_residual": json_float(evidence.hull.barycentric_residual),
+                 "box_violations": evidence.hull.box_violations,
+                 "tolerance": json_float(evidence.hull.tolerance)},
+        "probes": [{"input": list(p.input), "weights": list(p.attention),
+                    "output": list(p.output), "input_gradient": list(p.grad_input)}
+                   for p in evidence.probes],
+        "replay_bitwise": evidence.replay_bitwise,
+        "gradcheck": gradcheck_json(evidence.gradcheck),
+    }
+
+
+def render_attend_json(evidence: AttendEvidence) -> str:
+    """:func:`attend_json` as deterministic JSON text with a trailing newline."""
+    return dumps(attend_json(evidence))

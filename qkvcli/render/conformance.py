@@ -1,0 +1,131 @@
+"""``qkv check``: the judgements in words, as plain text and as JSON.
+
+The text is one line per family (PASS, FAIL or N/A), the failures, then the verdict
+(:func:`~qkvcli.render.wording.verdict`). The JSON is ``{"qkv_version",
+"implementation", "passed", "checks", "failures"}``, and ``"stderr"`` for a
+``--command`` program. Each check is ``{"name", "passed", "detail", "applicable"}``:
+``applicable`` is false for a family that does not apply, with ``passed`` true when it
+does not count (purity with ``--command``) and false when it fails the check (reverse
+and gradcheck without backward). Every ``detail`` is worded here, by
+:func:`family_detail`, from the judgement's code and facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkvcli import __version__
+from qkvcli.conformance.result import ConformanceResult, Failure, FamilyCheck
+from qkvcli.render.report import dumps
+from qkvcli.render.wording import verdict
+
+NO_BACKWARD = "not applicable: no backward"
+COMMAND_PURITY = "not applicable: a --command program cannot change qkv's arrays"
+
+
+def _fixtures(count: int) -> str:
+    return f"{count} fixture" if count == 1 else f"{count} fixtures"
+
+
+def _passed_detail(check: FamilyCheck) -> str:
+    """What a passing family established, from its facts."""
+    on = _fixtures(check.fixtures)
+    name = check.name
+    if name == "forward":
+        return f"query, key and value agree with qkv within {check.tolerance!r} on {on}"
+    if name == "reverse":
+        return (f"grad_input and the three weight gradients agree with qkv within "
+                f"{check.tolerance!r} on {on}")
+    if name == "shapes":
+        keep = "forward and backward keep" if check.backward else "forward keeps"
+        return f"{keep} empty batch and token axes on {on}"
+    if name == "errors":
+        return f"4 bad inputs rejected on {on}"
+    if name == "independence":
+        paths = ("; each weight gradient depends only on its own path" if check.backward
+                 else " (weight gradients not checked: no backward)")
+        return f"changing W_Q changes only query{paths} ({on})"
+    if name == "replay":
+        calls = "forward and backward" if check.backward else "forward"
+        return f"two calls of {calls} agree bit for bit on {on}"
+    if name == "purity":
+        return f"arguments unchanged after all {check.calls} calls"
+    if name == "gradcheck":
+        worst = f"; worst {check.finding}" if check.finding else ""
+        return f"{check.coordinates} coordinates on {on}{worst}"
+    return check.finding  # protocol: the conversation's own account
+
+
+def failure_detail(failure: Failure) -> str:
+    """A failure's finding, or the words for a missing backward."""
+    return NO_BACKWARD if failure.no_backward else failure.detail
+
+
+def family_detail(check: FamilyCheck) -> str:
+    """The one-line detail of a family's check: what passed, where it first failed (and
+    on how many more fixtures), or why it does not apply."""
+    if check.outcome == "no-backward":
+        return NO_BACKWARD
+    if check.outcome == "command":
+        return COMMAND_PURITY
+    if check.first is None:
+        return _passed_detail(check)
+    where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
+    more = check.more
+    tail = f" (and {more} more {'fixture' if more == 1 else 'fixtures'})" if more > 0 else ""
+    return f"{where}{failure_detail(check.first)}{tail}"
+
+
+def word(check: FamilyCheck) -> str:
+    """``PASS``, ``FAIL``, or ``N/A`` for a not-applicable family that does not count."""
+    if not check.applicable and check.passed:
+        return "N/A"
+    return "PASS" if check.passed else "FAIL"
+
+
+def counted(result: ConformanceResult) -> tuple[int, int]:
+    """How many of the counted checks passed, and how many count (N/A ones do not)."""
+    checks = [c for c in result.checks if c.applicable or not c.passed]
+    return sum(c.passed for c in checks), len(checks)
+
+
+def conformance_verdict(result: ConformanceResult) -> str:
+    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (6 of 8 checks passed)``."""
+    return verdict(result.passed, *counted(result))
+
+
+def render_conformance_text(result: ConformanceResult) -> str:
+    """The report; ends with a newline. Same result, same bytes."""
+    width = max(len(check.name) for check in result.checks)
+    lines = [f"implementation={result.implementation}",
+             f"fixtures={','.join(result.fixtures)}"]
+    lines += [f"{check.name:<{width}}  {word(check):<4}  {family_detail(check)}"
+              for check in result.checks]
+    if result.failures:
+        lines.append(f"failures={len(result.failures)}")
+        for failure in result.failures:
+            where = f" [{failure.fixture}]" if failure.fixture is not None else ""
+            lines.append(f"  {failure.family}{where} {failure_detail(failure)}")
+    lines.append(conformance_verdict(result))
+    return "\n".join(lines) + "\n"
+
+
+def conformance_json(result: ConformanceResult) -> dict[str, Any]:
+    """The document: each family once in ``checks``; each failure's family, fixture, coordinate."""
+    document: dict[str, Any] = {
+        "qkv_version": __version__,
+        "implementation": result.implementation,
+        "passed": result.passed,
+        "checks": [{"name": c.name, "passed": c.passed, "detail": family_detail(c),
+                    "applicable": c.applicable} for c in result.checks],
+        "failures": [{"family": f.family, "fixture": f.fixture, "coordinate": f.coordinate,
+                      "detail": failure_detail(f)} for f in result.failures],
+    }
+    if result.command:
+        document["stderr"] = result.stderr
+    return document
+
+
+def render_conformance_json(result: ConformanceResult) -> str:
+    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
+    return dumps(conformance_json(result))

@@ -1,0 +1,69 @@
+"""``qkv gradcheck``: the check as a plain-text table, one line per coordinate, and as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkvcli import __version__
+from qkvcli.gradcheck.records import GradcheckResult
+from qkvcli.render.numbers import fmt_shape
+from qkvcli.render.report import dumps, gradcheck_json
+from qkvcli.render.wording import verdict
+
+HEADER = ("tensor", "coordinate", "analytic", "numerical", "scaled_error", "pass")
+
+
+def _sci(value: float) -> str:
+    return f"{value:.3e}" if value == value and abs(value) != float("inf") else str(value)
+
+
+def within(result: GradcheckResult) -> int:
+    """How many checked coordinates (or directions) are within the tolerance."""
+    return sum(1 for tensor in result.tensors for check in tensor.checks if check.passed)
+
+
+def render_gradcheck_text(result: GradcheckResult) -> str:
+    """Aligned columns: tensor, coordinate, analytic, numerical, scaled error, PASS/FAIL;
+    then the worst coordinate, the mode, the counts and settings, and the verdict line."""
+    rows = [HEADER]
+    for tensor in result.tensors:
+        for c in tensor.checks:
+            rows.append((
+                c.tensor,
+                fmt_shape(c.coordinate) if c.direction is None else f"u{c.direction}",
+                f"{c.analytic:.9f}",
+                f"{c.numerical:.9f}",
+                _sci(c.scaled_error),
+                ("PASS" if c.passed else "FAIL") + (f" ({c.note})" if c.note else ""),
+            ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    right = {2, 3, 4}
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                 for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    counts = " ".join(f"{t.tensor}:{len(t.checks)}" for t in result.tensors)
+    worst = result.worst
+    lines.append("")
+    if worst is not None:
+        where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
+        lines.append(f"worst={worst.tensor}{where} scaled_error:{_sci(worst.scaled_error)}")
+    lines.append(f"mode={result.mode} ({result.summary})")
+    lines.append(
+        f"gradcheck=checks:{result.count} {counts} "
+        f"step:{result.step!r} tolerance:{result.tolerance!r}"
+    )
+    lines.append(verdict(result.passed, within(result), result.count))
+    return "\n".join(lines) + "\n"
+
+
+def gradcheck_document(result: GradcheckResult, **extra: Any) -> dict[str, Any]:
+    """``qkv gradcheck --format json``: ``qkv_version``, the check (``gradcheck_json``'s
+    keys) and ``extra`` keys (the CLI adds ``dtype``)."""
+    return {"qkv_version": __version__, **gradcheck_json(result), **extra}
+
+
+def render_gradcheck_json(result: GradcheckResult, **extra: Any) -> str:
+    """:func:`gradcheck_document` as deterministic JSON text with a trailing newline."""
+    return dumps(gradcheck_document(result, **extra))

@@ -1,0 +1,391 @@
+"""The chapter's evidence report in its three plain forms: text, diagram trace and JSON.
+
+The text is the chapter's 28-line ``key=value`` report and the trace its diagram's
+17-line ``KIND|key=value`` trace, both byte for byte the reference's (the anchors fix
+them); the JSON holds everything in the evidence under stable key names. The JSON
+helpers the other reports share (:func:`json_float`, :func:`tensor_json`,
+:func:`gradcheck_json`, :func:`dumps`) live here too.
+
+JSON floats are written with Python's shortest round-trip representation, so reading
+the JSON back gives the same binary64 values. JSON has no NaN or infinity; such values
+(only possible when a computation overflows) are written as the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from qkvcli import __version__
+from qkvcli.core.arrays import Array
+from qkvcli.core.text import escape_controls
+from qkvcli.evidence.records import Evidence, Primary, ShapeProbe
+from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
+from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
+from qkvcli.render.stream import marker, stream_document
+from qkvcli.render.tensors import TensorSummary, shows_values, summarise
+from qkvcli.render.wording import check_rows
+
+# --- text ---------------------------------------------------------------------------
+
+PREDICTION = "three independent bias-free projections preserve batch and token axes"
+NEXT = "compare queries with keys and mix values"
+
+
+PUBLISHED_TENSORS = {
+    "input": "input", "w_query": "query_weight", "w_key": "key_weight",
+    "w_value": "value_weight", "query": "query", "key": "key", "value": "value",
+    "grad_query": "upstream_query", "grad_key": "upstream_key", "grad_value": "upstream_value",
+    "grad_input": "input_gradient", "grad_w_query": "query_weight_gradient",
+    "grad_w_key": "key_weight_gradient", "grad_w_value": "value_weight_gradient",
+}
+"""The report's published name of each of :meth:`Primary.tensors`' fields, in order."""
+
+
+def published_tensors(primary: Primary) -> dict[str, Array]:
+    """``primary``'s tensors under the report's published names, in report order."""
+    return {PUBLISHED_TENSORS[field]: value for field, value in primary.tensors().items()}
+
+
+def render_text(evidence: Evidence, tensors: str = "summary") -> str:
+    """The report as the reference prints it, computed from ``evidence``; ends with a newline."""
+    return "".join(iter_text(evidence, tensors))
+
+
+def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The same text in pieces, tensors formatted as they are written (``tensors``: a
+    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
+    p = evidence.primary
+    c = evidence.config
+    s = evidence.shapes
+    e = evidence.errors
+    i = evidence.initialization
+    g = evidence.gradcheck
+    h = evidence.history
+
+    arrays = published_tensors(p)
+
+    def tensor_line(name: str) -> Line:
+        value = arrays[name]
+        return (f"{name}=shape:{fmt_shape(value.shape)} values:", value)
+
+    lines: list[Line] = [
+        f"chapter={escape_controls(evidence.chapter)}",
+        f"prediction={PREDICTION}",
+        f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_head:{c.d_head} "
+        f"bias:{fmt_bool(c.bias)}",
+        *(tensor_line(n) for n in ("input", "query_weight", "key_weight", "value_weight",
+                                   "query", "key", "value")),
+        f"parameter_names=[{','.join(p.parameter_names)}]",
+        f"parameter_count={p.parameter_count} independent:{fmt_bool(i.independent)}",
+        f"shape_rule={fmt_shape(s.rule.input)}->three*{fmt_shape(s.rule.outputs[0])}",
+        f"batch_probe={fmt_shape(s.batch.input)}->three*{fmt_shape(s.batch.outputs[0])}",
+        f"empty_tokens={fmt_shape(s.report_empty_tokens.input)}"
+        f"->three*{fmt_shape(s.report_empty_tokens.outputs[0])}",
+        f"history=additive_query:{h.earlier_left.replace('-', '_')} "
+        f"additive_key_value:{h.earlier_right.replace('-', '_')} "
+        "self_attention_qkv:hidden_sequence",
+        ("upstream_query=", p.grad_query),
+        ("upstream_key=", p.grad_key),
+        ("upstream_value=", p.grad_value),
+        ("input_gradient=", p.grad_input),
+        ("query_weight_gradient=", p.grad_w_query),
+        ("key_weight_gradient=", p.grad_w_key),
+        ("value_weight_gradient=", p.grad_w_value),
+        f"gradcheck=input_checks:{len(g.checks_of('input').checks)} "
+        f"query_checks:{len(g.checks_of('query_weight').checks)} "
+        f"key_checks:{len(g.checks_of('key_weight').checks)} "
+        f"value_checks:{len(g.checks_of('value_weight').checks)} "
+        f"tolerance:{fmt_float(g.tolerance)} passed:{fmt_bool(g.passed)}",
+        f"initialization=seed:{i.seed} transactional:{fmt_bool(i.transactional)} "
+        f"independent:{fmt_bool(i.independent)}",
+        f"errors=rank:{fmt_bool(e.rank.rejected)} width:{fmt_bool(e.width.rejected)} "
+        f"model_mismatch:{fmt_bool(e.model_mismatch.rejected)} "
+        f"head_mismatch:{fmt_bool(e.head_mismatch.rejected)} "
+        f"duplicate_name:{fmt_bool(e.duplicate_name.rejected)}",
+        f"same_fixture_replays_bitwise={fmt_bool(evidence.replay_bitwise)}",
+        f"next={NEXT}",
+    ]
+    yield from stream_lines(lines, tensors)
+
+
+# --- trace --------------------------------------------------------------------------
+
+NEXT_CHAPTER = "27-self-attention"
+
+
+def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
+    """The trace as the reference prints it, computed from ``evidence``; ends with a newline."""
+    return "".join(iter_trace(evidence, tensors))
+
+
+def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The same text in pieces, tensors formatted as they are written (``tensors``: a
+    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
+    p = evidence.primary
+    c = evidence.config
+    s = evidence.shapes
+    e = evidence.errors
+    g = evidence.gradcheck
+    h = evidence.history
+    ind = evidence.independence
+
+    def projection(role: str, tensor: str, index: int) -> Line:
+        weight = p.weights[index]
+        output = p.outputs[index]
+        return (
+            f"PROJECTION|role={role}|tensor={tensor}|parameter={p.parameter_names[index]}"
+            f"|weight_shape={fmt_shape(weight.shape)}|weights=", weight,
+            f"|output_shape={fmt_shape(output.shape)}|output=", output,
+        )
+
+    def weight_gradient(role: str, index: int) -> Line:
+        grad = p.weight_gradients[index]
+        return (f"WEIGHT_GRADIENT|role={role}|shape={fmt_shape(grad.shape)}|values=", grad)
+
+    if ind.applicable:
+        independence = (
+            f"INDEPENDENCE|changed=query|query_changed={fmt_bool(ind.query_changed)}"
+            f"|key_output={'bitwise-unchanged' if ind.key_unchanged else 'changed'}"
+            f"|value_output={'bitwise-unchanged' if ind.value_unchanged else 'changed'}"
+        )
+    else:
+        independence = (
+            "INDEPENDENCE|changed=query|query_changed=not-applicable"
+            "|key_output=not-applicable|value_output=not-applicable"
+        )
+    eb, et = s.empty_batch, s.empty_tokens
+    lines: list[Line] = [
+        f"META|input_shape={fmt_shape(p.input.shape)}|model_width={c.d_model}"
+        f"|head_width={c.d_head}|bias={fmt_bool(c.bias)}|parameter_count={p.parameter_count}"
+        "|branch_order=query,key,value",
+        ("INPUT|values=", p.input),
+        projection("query", "Q", 0),
+        projection("key", "K", 1),
+        projection("value", "V", 2),
+        ("BACKWARD|query_upstream=", p.grad_query, "|key_upstream=", p.grad_key,
+         "|value_upstream=", p.grad_value,
+         f"|input_gradient_shape={fmt_shape(p.grad_input.shape)}|input_gradient=", p.grad_input),
+        weight_gradient("query", 0),
+        weight_gradient("key", 1),
+        weight_gradient("value", 2),
+        independence,
+        f"EMPTY_SHAPES|batch_input={fmt_shape(eb.input)}|batch_query={fmt_shape(eb.outputs[0])}"
+        f"|batch_key={fmt_shape(eb.outputs[1])}|batch_value={fmt_shape(eb.outputs[2])}"
+        f"|token_input={fmt_shape(et.input)}|token_query={fmt_shape(et.outputs[0])}"
+        f"|token_key={fmt_shape(et.outputs[1])}|token_value={fmt_shape(et.outputs[2])}",
+        f"ERROR|case=rank-two|rejected={fmt_bool(e.rank.rejected)}|message={e.rank.message}",
+        f"ERROR|case=input-width|rejected={fmt_bool(e.width.rejected)}|message={e.width.message}",
+        f"ERROR|case=branch-mismatch|rejected={fmt_bool(e.model_mismatch.rejected)}"
+        f"|message={e.model_mismatch.message}",
+        f"HISTORY|earlier_left={h.earlier_left}|earlier_right={h.earlier_right}"
+        f"|transformer_source={h.transformer_source}|mapping={h.mapping}",
+        f"PROOF|input_checks={len(g.checks_of('input').checks)}"
+        f"|query_weight_checks={len(g.checks_of('query_weight').checks)}"
+        f"|key_weight_checks={len(g.checks_of('key_weight').checks)}"
+        f"|value_weight_checks={len(g.checks_of('value_weight').checks)}"
+        f"|tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
+        f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}"
+        f"|names={'unique' if e.duplicate_name.rejected else 'unchecked'}"
+        f"|initialization={'transactional' if evidence.initialization.transactional else 'partial'}",
+        f"NEXT|chapter={NEXT_CHAPTER}",
+    ]
+    yield from stream_lines(lines, tensors)
+
+
+# --- JSON ---------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+
+
+def json_float(value: float) -> float | str:
+    """A float JSON can hold, or the string spelling of a non-finite value."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float(value)
+
+
+def tensor_json(values: npt.ArrayLike, tensors: str = "full") -> dict[str, Any]:
+    """``{"shape", "values"}``, or per the ``tensors`` policy the summary form
+    ``{"shape", "count", "summary": {...}}`` (``none``: ``{"shape", "count", "sha256"}``)."""
+    array = np.asarray(values, dtype=np.float64)
+    if not shows_values(array.size, tensors):
+        return summary_json(summarise(array), tensors)
+    flat = array.reshape(-1).tolist()
+    if not np.isfinite(array).all():
+        flat = [json_float(v) for v in flat]
+    return {"shape": list(array.shape), "values": flat}
+
+
+def summary_json(s: TensorSummary, tensors: str) -> dict[str, Any]:
+    """A summarised tensor: see ``docs/tensors.md`` for the schema of both forms."""
+    if tensors == "none":
+        return {"shape": list(s.shape), "count": s.count, "sha256": s.sha256}
+    return {
+        "shape": list(s.shape),
+        "count": s.count,
+        "summary": {
+            "head": [json_float(v) for v in s.head],
+            "tail": [json_float(v) for v in s.tail],
+            "min": json_float(s.minimum),
+            "max": json_float(s.maximum),
+            "mean": json_float(s.mean),
+            "l2_norm": json_float(s.l2_norm),
+            "sha256": s.sha256,
+        },
+    }
+
+
+def _probe(probe: ShapeProbe) -> dict[str, Any]:
+    return {
+        "input": list(probe.input),
+        "query": list(probe.outputs[0]),
+        "key": list(probe.outputs[1]),
+        "value": list(probe.outputs[2]),
+        "gradient_shapes_ok": probe.gradient_shapes_ok,
+    }
+
+
+def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
+    """One checked coordinate (or direction): where, both gradients, the error, the verdict."""
+    where: dict[str, Any] = (
+        {"direction": check.direction} if check.direction is not None
+        else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
+    )
+    return {
+        "tensor": check.tensor,
+        **where,
+        "analytic": json_float(check.analytic),
+        "numerical": json_float(check.numerical),
+        "scaled_error": json_float(check.scaled_error),
+        "passed": check.passed,
+        **({"note": check.note} if check.note else {}),
+    }
+
+
+def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
+    """A gradient check's settings and every tensor's checks, as every report embeds it."""
+    return {
+        "passed": result.passed,
+        "mode": result.mode,
+        "step": result.step,
+        "tolerance": result.tolerance,
+        "count": result.count,
+        "tensors": [
+            {
+                "tensor": t.tensor,
+                "mode": t.mode,
+                "shape": list(t.shape),
+                "requested": t.requested,
+                "checked": len(t.checks),
+                "passed": t.passed,
+                "recomputes": t.recomputes,
+                "checks": [coordinate_json(c) for c in t.checks],
+            }
+            for t in result.tensors
+        ],
+    }
+
+
+def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
+    """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
+    p = evidence.primary
+    c = evidence.config
+    s = evidence.shapes
+    i = evidence.initialization
+    ind = evidence.independence
+    return {
+        "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "chapter": evidence.chapter,
+        "passed": evidence.passed,
+        "loss": json_float(p.loss),
+        "checks": [
+            {"name": ch.name, "passed": ch.passed, "detail": ch.detail}
+            for ch in check_rows(evidence)
+        ],
+        "config": {
+            "batch": c.batch,
+            "tokens": c.tokens,
+            "d_model": c.d_model,
+            "d_head": c.d_head,
+            "bias": c.bias,
+            "seed": evidence.seed,
+            "layout": c.layout,
+        },
+        "parameter_names": list(p.parameter_names),
+        "parameter_count": p.parameter_count,
+        "tensors": {name: tensor_json(value, tensors)
+                    for name, value in published_tensors(p).items()},
+        "shapes": {
+            "rule": _probe(s.rule),
+            "batch": _probe(s.batch),
+            "empty_batch": _probe(s.empty_batch),
+            "empty_tokens": _probe(s.empty_tokens),
+            "report_empty_tokens": _probe(s.report_empty_tokens),
+        },
+        "errors": [
+            {"case": case.case, "rejected": case.rejected, "message": case.message}
+            for case in evidence.errors.cases()
+        ],
+        "initialization": {
+            "seed": i.seed,
+            "reproducible": i.reproducible,
+            "independent": i.independent,
+            "transactional": i.transactional,
+            "rejection": i.rejection,
+        },
+        "independence": {
+            "applicable": ind.applicable,
+            "changed": "query",
+            "row": ind.row,
+            "query_changed": ind.query_changed,
+            "key_unchanged": ind.key_unchanged,
+            "value_unchanged": ind.value_unchanged,
+        },
+        "replay_bitwise": evidence.replay_bitwise,
+        "history": {
+            "earlier_left": evidence.history.earlier_left,
+            "earlier_right": evidence.history.earlier_right,
+            "transformer_source": evidence.history.transformer_source,
+            "mapping": evidence.history.mapping,
+        },
+        "gradcheck": gradcheck_json(evidence.gradcheck),
+    }
+
+
+def dumps(document: Any) -> str:
+    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+def render_json(evidence: Evidence, tensors: str = "summary") -> str:
+    """The JSON report as one string (see :func:`iter_json`)."""
+    return "".join(iter_json(evidence, tensors))
+
+
+def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The JSON report in pieces: the bytes of ``dumps(evidence_json(evidence, tensors))``.
+
+    Large tensors shown in full are streamed (:func:`~qkvcli.render.stream.iter_values`)
+    instead of being held as one list of Python floats and one string.
+    """
+    document = evidence_json(evidence, "summary" if tensors == "full" else tensors)
+    if tensors != "full":
+        yield dumps(document)
+        return
+    arrays: list[npt.ArrayLike] = []
+    for name, value in published_tensors(evidence.primary).items():
+        entry = document["tensors"][name]
+        if "values" not in entry:
+            document["tensors"][name] = {"shape": entry["shape"], "values": marker(len(arrays))}
+            arrays.append(value)
+    yield from stream_document(dumps(document), arrays)

@@ -1,0 +1,141 @@
+"""The one wording of the chapter's checks, and the one wording of every verdict line.
+
+Text, JSON and rich list the same ``name``, ``passed`` and ``detail`` for the chapter's
+checks, so they cannot drift: all three call :func:`check_rows`. Every verdict that no
+anchor fixes (attend, gradcheck, check, a failing report, the rich views) is worded by
+:func:`verdict`: ``verdict: PASS (8 of 8 checks passed)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from qkvcli.evidence.records import Check
+from qkvcli.render.numbers import fmt_bool
+
+if TYPE_CHECKING:
+    from qkvcli.evidence.records import Evidence
+    from qkvcli.gradcheck.records import GradcheckResult
+
+
+VERDICT = "verdict: "
+"""How every verdict line starts; :func:`verdict_counts` ends it."""
+
+
+def verdict_counts(passed: int, total: int) -> str:
+    """``(7 of 8 checks passed)``: the end of every verdict line."""
+    return f"({passed} of {total} checks passed)"
+
+
+def verdict(ok: bool, passed: int, total: int) -> str:
+    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (7 of 8 checks passed)``.
+
+    Takes whether the whole run passed and how many of how many counted checks passed;
+    the rich views style the same words (:data:`VERDICT`, :func:`verdict_counts`).
+    """
+    return f"{VERDICT}{'PASS' if ok else 'FAIL'} {verdict_counts(passed, total)}"
+
+
+def _forward(evidence: Evidence) -> str:
+    if evidence.forward_ok:
+        return "three [batch,tokens,d_head] outputs, all finite"
+    return "an output is not finite or has the wrong shape"
+
+
+def _reverse(evidence: Evidence) -> str:
+    if evidence.reverse_ok:
+        return "loss and all four gradients finite and shaped like their tensors"
+    return "the loss or a gradient is not finite"
+
+
+def _shapes(evidence: Evidence) -> str:
+    if evidence.shapes.passed:
+        return "batch and token axes preserved, empty axes included"
+    return "a probe produced an unexpected shape"
+
+
+def _errors(evidence: Evidence) -> str:
+    e = evidence.errors
+    return f"{e.rejected_count} of {len(e.cases())} bad inputs rejected exactly"
+
+
+def _initialization(evidence: Evidence) -> str:
+    i = evidence.initialization
+    return (f"seed {i.seed}: reproducible={fmt_bool(i.reproducible)} "
+            f"independent={fmt_bool(i.independent)} transactional={fmt_bool(i.transactional)}")
+
+
+def _independence(evidence: Evidence) -> str:
+    ind = evidence.independence
+    if not ind.applicable:
+        return "not applicable: the input has no non-zero feature column"
+    return (f"W_Q[{ind.row},0]+1: query changed={fmt_bool(ind.query_changed)}, "
+            f"key unchanged={fmt_bool(ind.key_unchanged)}, "
+            f"value unchanged={fmt_bool(ind.value_unchanged)}")
+
+
+def _replay(evidence: Evidence) -> str:
+    return "two runs agree bit for bit" if evidence.replay_bitwise else "two runs differ"
+
+
+def ran_full_everywhere(result: GradcheckResult) -> bool:
+    """Whether every tensor was checked at every coordinate (the chapter's own check)."""
+    if not result.tensors:
+        return result.mode == "full"
+    return all(tensor.mode == "full" for tensor in result.tensors)
+
+
+def gradcheck_detail(result: GradcheckResult) -> str:
+    """``24 coordinates, step 1e-06, tolerance 1e-06``; another mode is named with its counts."""
+    failed = sum(not c.passed for t in result.tensors for c in t.checks)
+    if ran_full_everywhere(result):  # the chapter's wording
+        head = (f"{failed} of {result.count} coordinates failed" if failed
+                else f"{result.count} coordinates")
+    else:  # another mode ran: name it and what it checked
+        head = (f"{failed} of {result.count} checks failed ({result.summary})" if failed
+                else result.summary)
+    return f"{head}, step {result.step!r}, tolerance {result.tolerance!r}"
+
+
+def _gradcheck(evidence: Evidence) -> str:
+    return gradcheck_detail(evidence.gradcheck)
+
+
+def _expect(evidence: Evidence) -> str:
+    assert evidence.expect is not None  # the verdict exists only with an expect section
+    return evidence.expect.detail
+
+
+DETAILS: dict[str, Callable[[Evidence], str]] = {
+    "forward": _forward,
+    "reverse": _reverse,
+    "shapes": _shapes,
+    "errors": _errors,
+    "initialization": _initialization,
+    "independence": _independence,
+    "replay": _replay,
+    "gradcheck": _gradcheck,
+    "expect": _expect,
+}
+
+
+def check_rows(evidence: Evidence) -> tuple[Check, ...]:
+    """Every verdict of ``evidence`` in declared order, with its one-line detail."""
+    return tuple(Check(v.name, v.passed, DETAILS[v.name](evidence)) for v in evidence.checks)
+
+
+def failure_lines(evidence: Evidence) -> str:
+    """The lines a *failing* text report ends with: each failed check, then the verdict.
+
+    ``failed=gradcheck 23 of 24 coordinates ...`` then ``verdict: FAIL (7 of 8 checks
+    passed)``; a report saved to a file then says why without stderr. Empty when every
+    check passed (the passing report's bytes are the anchor's).
+    """
+    rows = check_rows(evidence)
+    failed = [check for check in rows if not check.passed]
+    if not failed:
+        return ""
+    lines = [f"failed={check.name} {check.detail}" for check in failed]
+    lines.append(verdict(False, len(rows) - len(failed), len(rows)))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,149 @@
+"""One wording across the views: the verdict line, numbers that are never falsely zero, and
+``qkv_version`` in every JSON document."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qkvcli import __version__
+from qkvcli.cli import main
+from qkvcli.render.numbers import fmt_float
+from qkvcli.render.wording import verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+NUMPY_QKV = str(ROOT / "examples" / "implementations" / "numpy_qkv.py")
+WRONG = str(ROOT / "examples" / "implementations" / "wrong_accepts_rank2.py")
+VERDICT = re.compile(r"^verdict: (PASS|FAIL) \((\d+) of (\d+) checks passed\)$")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "precision", "expected"),
+    [
+        (1e-8, 6, "1e-08"), (-1e-9, 6, "-1e-09"), (2.5e-7, 6, "2.5e-07"),
+        (1e-5, 4, "1e-05"), (0.0, 6, "0.000000"), (-0.0, 6, "-0.000000"),
+        (6e-7, 6, "0.000001"), (5e-7, 6, "5e-07"), (0.5, 6, "0.500000"), (0.3, 0, "0.3"), (2.0, 0, "2"),
+        (float("nan"), 6, "NaN"), (float("-inf"), 6, "-inf"),
+    ],
+    ids=["tiny", "tiny-negative", "tiny-digits", "tiny-at-4", "zero", "negative-zero",
+         "rounds-up", "rounds-to-zero", "plain", "no-decimals-tiny", "no-decimals", "nan", "-inf"],
+)
+def test_a_number_is_never_printed_as_zero_when_it_is_not(
+    value: float, precision: int, expected: str
+) -> None:
+    assert fmt_float(value, precision) == expected
+
+
+@pytest.mark.parametrize("fmt", ["text", "trace"])
+def test_a_tiny_tolerance_is_shown_in_the_report(fmt: str) -> None:
+    _, out = invoke("report", "--format", fmt, "--tolerance", "1e-8")
+    assert ("tolerance:1e-08" if fmt == "text" else "tolerance=1e-08") in out
+    assert "0.000000 passed" not in out and "tolerance=0.000000" not in out
+
+
+def test_the_verdict_wording() -> None:
+    assert verdict(True, 8, 8) == "verdict: PASS (8 of 8 checks passed)"
+    assert verdict(False, 7, 8) == "verdict: FAIL (7 of 8 checks passed)"
+
+
+@pytest.mark.parametrize(
+    ("args", "passed", "count", "total"),
+    [
+        (("attend",), True, 8, 8),
+        (("attend", "--tolerance", "1e-30"), False, 7, 8),
+        (("gradcheck",), True, 24, 24),
+        (("gradcheck", "--tolerance", "0"), False, None, 24),
+        (("check", NUMPY_QKV), True, 8, 8),
+        (("check", WRONG), False, 7, 8),
+        (("report", "--tolerance", "0"), False, 7, 8),
+    ],
+    ids=["attend", "attend-fail", "gradcheck", "gradcheck-fail", "check", "check-fail",
+         "report-fail"],
+)
+def test_every_view_ends_with_the_one_verdict_wording(
+    args: tuple[str, ...], passed: bool, count: int | None, total: int
+) -> None:
+    code, out = invoke(*args)
+    match = VERDICT.match(out.splitlines()[-1])
+    assert match is not None, out.splitlines()[-1]
+    assert (match.group(1) == "PASS") is passed and (code == 0) is passed
+    assert int(match.group(3)) == total
+    if count is not None:
+        assert int(match.group(2)) == count
+    else:
+        assert int(match.group(2)) < total
+
+
+def test_the_passing_chapter_report_keeps_the_anchor_bytes_without_a_verdict() -> None:
+    _, out = invoke("report", "--format", "text")
+    assert "verdict" not in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("report", "--format", "json"), ("attend", "-f", "json"), ("variance", "-f", "json"),
+     ("gradcheck", "--format", "json"), ("check", NUMPY_QKV, "--format", "json"),
+     ("check", "--command", f"{sys.executable} {ROOT / 'tests' / 'programs' / 'fake_qkv.py'}",
+      "--format", "json")],
+    ids=["report", "attend", "variance", "gradcheck", "check", "check-command"],
+)
+def test_every_json_output_carries_the_version(args: tuple[str, ...]) -> None:
+    _, out = invoke(*args)
+    document = json.loads(out)
+    assert document["qkv_version"] == __version__
+    assert next(iter(document)) == "qkv_version"
+
+
+def test_attend_text_takes_its_precision() -> None:
+    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.render.attend import PRECISION, render_attend_text
+
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    assert PRECISION == 6
+    default = render_attend_text(evidence)
+    assert default == render_attend_text(evidence, precision=6)
+    four = render_attend_text(evidence, precision=4).splitlines()
+    loss = evidence.primary.loss
+    assert f"loss={loss:.4f}" in four and f"loss={loss:.6f}" in default.splitlines()
+    token = next(line for line in four if line.startswith("token=b0 t0 "))
+    first = evidence.rows[0]
+    assert token.startswith(f"token=b0 t0 weights:[{first.attention[0]:.4f},")
+    assert f"sum:{first.attention_sum:.4f} " in token
+
+
+def test_variance_text_and_rich_take_their_precision() -> None:
+    import io
+
+    from rich.console import Console
+
+    from qkvcli.learn.variance import dot_variance
+    from qkvcli.render.rich.options import RichOptions
+    from qkvcli.render.rich.variance import variance_renderable
+    from qkvcli.render.variance import PRECISION, render_variance_text
+
+    result = dot_variance((4, 8), 64, 26)
+    row = result.rows[0]
+    assert PRECISION == 4 and render_variance_text(result) == render_variance_text(result, 4)
+    six = render_variance_text(result, precision=6)
+    assert f"{row.scaled_variance:.6f}" in six and f"{row.std_error:.6f}" in six
+    assert f"{row.z:+.2f}" in six
+
+    def rich(precision: int) -> str:
+        console = Console(file=io.StringIO(), width=120, color_system=None)
+        console.print(variance_renderable(result, RichOptions(precision=precision)))
+        return console.file.getvalue()  # type: ignore[attr-defined]
+
+    assert f"{row.scaled_variance:.6f}" in rich(6)
+    assert f"{row.scaled_variance:.6f}" not in rich(4) and f"{row.scaled_variance:.4f}" in rich(4)
