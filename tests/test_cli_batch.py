@@ -333,3 +333,27 @@ def test_outcomes_of_reruns_alone_what_a_broken_pool_left(tmp_path: Path) -> Non
     assert [o.label for o in outcomes] == [str(p) for p in paths]
     assert [o.status for o in outcomes] == [0, 2, 0]
     assert outcomes[1].error is not None and "killed by SIGKILL" in outcomes[1].error
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_out_of_memory_in_one_fixture_is_its_row_and_the_batch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: str,
+) -> None:
+    from qkvcli.evidence import build as build_module  # run_one imports it when it runs
+
+    original = build_module.build_evidence
+
+    def build(fixture: Any) -> Any:
+        if fixture.chapter == "too-big":
+            raise MemoryError
+        return original(fixture)
+
+    monkeypatch.setattr(build_module, "build_evidence", build)  # forked workers see it too
+    chapter = json.loads(bundled_fixture_text())
+    (tmp_path / "a.json").write_text(json.dumps({**chapter, "chapter": "too-big"}))
+    (tmp_path / "b.json").write_text(json.dumps(chapter))
+    result = invoke(["run", "a.json", "b.json", "--jobs", jobs], tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "a.json   -       ERROR: out of memory: the input's tensors are too large" in result.stdout
+    assert "b.json   8/8     passed" in result.stdout
+    assert result.stderr.startswith("Error: a.json: out of memory")

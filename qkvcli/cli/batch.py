@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error_line
+from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error_line, out_of_memory
 from qkvcli.cli.io import check_outputs, label_of, load, read_text, write_output
 from qkvcli.render import verdict_line
 
@@ -96,9 +96,11 @@ def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> 
     label = label_of(path)
     try:
         fixture = overrides.apply(load(path, max_elements))
+        evidence = build_evidence(fixture)
     except QkvError as error:
         return Outcome(label, error=error_line(error).removeprefix(f"{label}: "))
-    evidence = build_evidence(fixture)
+    except MemoryError:  # this fixture's row says so; the batch goes on with the others
+        return Outcome(label, error=out_of_memory(""))
     checks = tuple((c.name, c.passed, c.detail) for c in check_rows(evidence))
     return Outcome(label, checks)
 
