@@ -213,7 +213,8 @@ def test_a_wrong_document_fails(tmp_path: Path) -> None:
 def test_the_docs_have_runnable_blocks() -> None:
     # The marker is spelled right somewhere: a typo would silently run nothing.
     names = {block.path.name for block in BLOCKS}
-    assert {"reading-the-report.md", "tensors.md", "ci.md"} <= names
+    assert {"README.md", "reading-the-report.md", "tensors.md", "ci.md", "commands.md", "check.md",
+            "rich.md"} <= names
 
 
 @pytest.mark.parametrize(
