@@ -225,15 +225,17 @@ def test_prints_and_sys_exit_in_an_implementation_do_not_spoil_the_report(
     assert "debug: forward (1, 2, 3)" in result.stderr
 
 
-def test_the_readme_failing_report_is_what_qkv_check_prints(
+def test_the_documented_failing_report_is_what_qkv_check_prints(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # docs/check.md shows stdout in its block (tests/test_docs.py runs it) and names the
+    # stderr line after it; both are compared here, through the CLI itself.
     root = EXAMPLES.parent.parent
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    page = (root / "docs" / "check.md").read_text(encoding="utf-8")
     command = "$ qkv check examples/implementations/wrong_no_value_path.py --random 0 --format text"
-    shown = readme.split(command + "\n", 1)[1].split("```", 1)[0].splitlines()
+    shown = page.split(command + "  # exit 1\n", 1)[1].split("```", 1)[0].splitlines()
     monkeypatch.chdir(root)
     result = runner.invoke(main, command.split()[2:])
     assert result.exit_code == 1
-    assert result.stdout.splitlines() == shown[:-1]
-    assert result.stderr.splitlines() == shown[-1:]
+    assert result.stdout.splitlines() == shown
+    assert f"(stderr adds `{result.stderr.strip()}`.)" in page
