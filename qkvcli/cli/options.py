@@ -49,7 +49,7 @@ GRADCHECK_PRECISION = 9
 ATTEND_PRECISION = 4
 """Decimals of attend's rich tables (weights are probabilities; four places read well)."""
 VARIANCE_PRECISION = 4
-"""Decimals of the variance table: its own, in every format (``--precision`` is refused)."""
+"""Decimals of the variance table's rich view unless ``--precision`` says otherwise."""
 
 
 def fixture_argument(func: F) -> F:
@@ -237,8 +237,9 @@ def view_options(func: F) -> F:
         click.option("--full", is_flag=True,
                      help="Show every value of large tensors instead of eliding."),
         click.option("--precision", type=click.IntRange(0, 17), default=None,
-                     help="Rich view: decimals for values (default 6; gradcheck 9; attend 4; "
-                     "variance and check keep their own and say so)."),
+                     help="Decimals for values: the rich view (default 6; gradcheck 9; "
+                     "attend and variance 4) and attend's and variance's text (6 and 4); "
+                     "check shows exact values and says so."),
         click.option("--width", type=click.IntRange(20, MAX_WIDTH), default=None,
                      help="Rich view: columns to lay out for (default: the terminal's, "
                           "or COLUMNS)."),

@@ -2,7 +2,7 @@
 
 Both are :class:`~qkvcli.core.record.Record` types that also unpack, in field order, as
 the library's documented use does (``q, k, v = layer.forward(x)``; ``qkvcli/__init__.py``
-and the README): they define ``__iter__``, nothing more of a tuple.
+and docs/commands.md): they define ``__iter__``, nothing more of a tuple.
 """
 
 from __future__ import annotations
