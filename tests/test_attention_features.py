@@ -7,6 +7,7 @@ the formulas, not from qkv's code) and by the central-difference check of the la
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,8 +47,8 @@ def _torch_reference(layer: MultiHeadLayer, x: np.ndarray, upstream: np.ndarray,
     batch, tokens, _ = x.shape
     heads, kv, dk, dv = layer.heads, layer.kv_heads, layer.d_k, layer.d_v
 
-    def split(y: object, n: int, d: int) -> object:
-        return y.view(batch, tokens, n, d).transpose(1, 2)  # type: ignore[attr-defined]
+    def split(y: Any, n: int, d: int) -> Any:
+        return y.view(batch, tokens, n, d).transpose(1, 2)
 
     q = split(t["x"] @ t["wq"] + t["bq"], heads, dk)
     k = split(t["x"] @ t["wk"] + t["bk"], kv, dk)
@@ -59,8 +60,8 @@ def _torch_reference(layer: MultiHeadLayer, x: np.ndarray, upstream: np.ndarray,
         ang = torch.arange(tokens, dtype=torch.float64)[:, None] * inv[None, :]
         cos, sin = torch.cos(ang), torch.sin(ang)
 
-        def turn(z: object) -> object:
-            rot, rest = z[..., :r], z[..., r:]  # type: ignore[index]
+        def turn(z: Any) -> Any:
+            rot, rest = z[..., :r], z[..., r:]
             if rope.layout == "half":
                 a, b = rot[..., : r // 2], rot[..., r // 2:]
                 return torch.cat([a * cos - b * sin, b * cos + a * sin, rest], dim=-1)
@@ -69,10 +70,10 @@ def _torch_reference(layer: MultiHeadLayer, x: np.ndarray, upstream: np.ndarray,
             return torch.cat([turned, rest], dim=-1)
 
         q, k = turn(q), turn(k)
-    k = k.repeat_interleave(heads // kv, dim=1)  # type: ignore[attr-defined]
+    k = k.repeat_interleave(heads // kv, dim=1)
     v = v.repeat_interleave(heads // kv, dim=1)
     scale = p.scale if p.given_scale is not None else 1.0 / math.sqrt(dk)
-    z = (q @ k.transpose(-1, -2)) * scale  # type: ignore[attr-defined]
+    z = (q @ k.transpose(-1, -2)) * scale
     if causal:
         z = z.masked_fill(torch.triu(torch.ones(tokens, tokens, dtype=torch.bool), 1),
                           float("-inf"))
@@ -161,3 +162,77 @@ def test_feature_errors_name_what_is_wrong() -> None:
     assert str(kv.value) == "kv_heads must be at least 1 and divide heads 4, got 3"
     with pytest.raises(RopeError):
         MultiHeadLayer.build(AttentionHead.from_arrays(wq, wq, wq, rope=Rope(1e4, 4)), 4)
+
+
+# --- the fixture keys -------------------------------------------------------------------
+
+def _fixture(tmp_path: Any, **extra: Any) -> Any:
+    import json
+
+    r = np.random.default_rng(7)
+    data = {"heads": 4, "input": r.uniform(-1, 1, (1, 3, 4)).tolist(), "weights": {
+        "query": {"layout": "torch", "values": r.uniform(-1, 1, (8, 4)).tolist()},
+        "key": {"layout": "torch", "values": r.uniform(-1, 1, (4, 4)).tolist()},
+        "value": {"layout": "torch", "values": r.uniform(-1, 1, (4, 4)).tolist()}}, **extra}
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _attend(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+
+    return CliRunner().invoke(main, ["attend", *args])
+
+
+def test_a_grouped_fixture_runs_and_one_without_kv_heads_is_told_why(tmp_path: Any) -> None:
+    import json
+
+    path = _fixture(tmp_path, kv_heads=2, causal=True,
+                    rope={"theta": 10000, "dims": 2, "layout": "interleaved"}, scale=0.25)
+    result = _attend(str(path), "-f", "json")
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)["config"]
+    assert (config["kv_heads"], config["causal"], config["scale"]) == (2, True, 0.25)
+    assert config["rope"] == {"theta": 10000.0, "dims": 2, "layout": "interleaved"}
+    bare = _fixture(tmp_path)
+    result = _attend(str(bare))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"Error: {bare}: $.weights: the query projection is 8 wide, the key and value "
+        'projections 4: grouped-query attention needs "kv_heads" (the K/V heads the query '
+        "heads share)\n")
+
+
+def test_the_command_line_cannot_contradict_the_fixture(tmp_path: Any) -> None:
+    path = _fixture(tmp_path, kv_heads=2, causal=False)
+    heads = _attend(str(path), "--heads", "2")
+    assert heads.exit_code == 2
+    assert heads.stderr == (f"Error: {path}: $.heads: the fixture says 4 heads, --heads says 2: "
+                            "drop --heads (the fixture describes the layer)\n")
+    causal = _attend(str(path), "--causal")
+    assert causal.exit_code == 2
+    assert causal.stderr == (f'Error: {path}: $.causal: the fixture says "causal": false, '
+                             "--causal says true: drop --causal (the fixture describes the "
+                             "layer)\n")
+    assert _attend(str(path), "--heads", "4").exit_code == 0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"kv_heads": 3}, "$.kv_heads: kv_heads must divide heads 4, got 3"),
+    ({"kv_heads": 2, "rope": {"theta": 1e4, "dims": 4}},
+     "$.rope: rope dims must be even, at least 2 and at most the head's key width 2, got 4"),
+    ({"kv_heads": 2, "rope": {"theta": 1e4, "dims": 2, "layout": "spiral"}},
+     '$.rope.layout: expected "half" or "interleaved", got "spiral"'),
+    ({"kv_heads": 2, "scale": 0}, "$.scale: must be a finite positive number, got 0"),
+    ({"kv_heads": 2, "causal": "yes"}, "$.causal: expected true or false, got string"),
+], ids=["kv-heads", "rope-dims", "rope-layout", "scale", "causal"])
+def test_bad_feature_keys_are_one_line_naming_the_key(
+    tmp_path: Any, extra: dict[str, Any], message: str
+) -> None:
+    path = _fixture(tmp_path, **extra)
+    result = _attend(str(path))
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {path}: {message}\n"

@@ -291,7 +291,11 @@ class AttentionHead:
     @property
     def scale(self) -> float:
         """The score factor: the given one, else ``1/sqrt(d_k)``."""
-        return 1.0 / math.sqrt(self.d_k) if self._scale is None else self._scale
+        return self.scale_of(self.d_k)
+
+    def scale_of(self, d_k: int) -> float:
+        """The score factor of a head ``d_k`` wide: the given one, else ``1/sqrt(d_k)``."""
+        return 1.0 / math.sqrt(d_k) if self._scale is None else self._scale
 
     @property
     def given_scale(self) -> float | None:

@@ -10,8 +10,6 @@ fixture gave them in.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from qkvcli.attention.evidence import EPSILON, hull_evidence, notes_of, verdicts
@@ -28,6 +26,7 @@ from qkvcli.attention.records import (
     HeadEvidence,
     HullEvidence,
     MaskEvidence,
+    Note,
 )
 from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.names import BRANCHES
@@ -152,6 +151,18 @@ def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
     )
 
 
+def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
+    """The projections' notes; grouped K/V projections are narrower than the query's by
+    design, so their width note speaks of one head's widths."""
+    notes = notes_of(layer.projections)
+    if layer.kv_heads == layer.heads:
+        return notes
+    kept = tuple(n for n in notes if n.code != "independent-value-width")
+    if layer.d_v != layer.d_k:
+        kept += (Note("independent-value-width", layer.d_k, layer.d_v),)
+    return kept
+
+
 def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool = False) -> (
     AttendEvidence
 ):
@@ -186,13 +197,15 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
         bias=(p.biases[0] is not None, p.biases[1] is not None, p.biases[2] is not None),
         value_width=fixture.value_width, layout=fixture.layout,
-        layout_description=fixture.layout_description, scale=1.0 / math.sqrt(layer.d_k),
+        layout_description=fixture.layout_description, scale=p.scale_of(layer.d_k),
         parameter_count=layer.parameter_count, names=p.names, heads=layer.heads,
         e_out=layer.e_out, out_layout=parts.out_layout, packed=parts.packed,
+        kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
+        scale_given=p.given_scale is not None, architecture=fixture.architecture,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, layer_loss(forward, fixture.upstream)), rows=(),
-        attention=rows, mask=mask, hull=hull, probes=probes, notes=notes_of(p),
+        attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
         replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks, heads=heads,
     )
