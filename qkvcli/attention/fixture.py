@@ -176,7 +176,7 @@ def parse_attend_fixture(
             raise FixtureError("$", f'missing key "{key}"')
     mode = value_width_mode(data)
     features = parse_features(data, heads, causal)
-    canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS)
+    canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS, features.heads)
     head = _head(canonical, mode == "independent", features)
     layer = parse_layer(data, head, canonical, heads, max_elements, base_dir, features)
 
@@ -372,7 +372,7 @@ def parse_layer(
         features = parse_features(data, heads_override, False)
     heads = features.heads
     out = read_out_projection(data["weights"], max_elements, base_dir)
-    if (heads is None and out is None and canonical.layout != "c_attn"
+    if (heads is None and out is None and canonical.layout not in ("c_attn", "query_key_value")
             and features.kv_heads is None):
         return None
     heads = 1 if heads is None else heads

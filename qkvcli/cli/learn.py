@@ -63,14 +63,17 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 @click.option("--heads", type=click.IntRange(min=1), default=None,
               help="Split the projections into this many heads (a fixture that gives "
               '"heads" must agree); each head attends on its own slice.')
+@click.option("--trust-paths", is_flag=True, help="Let FIXTURE read files outside its "
+              "directory (absolute paths, .., links out: a hub cache's model.safetensors).")
 @format_option()
 @output_option
 @gradcheck_options
 @max_elements_option
 @view_options
 def attend(
-    fixture: Path | None, example: str | None, causal: bool, heads: int | None, fmt: str,
-    output: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    fixture: Path | None, example: str | None, causal: bool, heads: int | None,
+    trust_paths: bool, fmt: str, output: Path | None, max_elements: int, view: ViewSettings,
+    overrides: CheckOverrides,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -91,7 +94,10 @@ def attend(
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
     check_outputs([output, *(path for _, path in view.exports)], [fixture])
-    loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
+    from qkvcli.reading.files import trusting_paths
+
+    with trusting_paths(trust_paths):
+        loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
     changes = overrides.changes()
     loaded = loaded._replace(**changes) if changes else loaded
     causal = loaded.causal  # the fixture's "causal", or --causal
