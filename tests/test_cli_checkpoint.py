@@ -50,7 +50,7 @@ def test_inspect_lists_every_tensor_and_marks_the_projections(checkpoint: Path) 
     assert "* GPT-2 c_attn weight" in lines[1]
     assert "*" not in lines[4]  # h.0.ln_1.weight
     assert lines[-2] == "# 6 tensors, 4 recognised attention projections (*)"
-    assert lines[-1] == "# 1 attention layers, by --prefix: h.0.attn."
+    assert lines[-1] == "# 1 attention layer, by --prefix: h.0.attn."
 
 
 def test_checkpoint_layer_equals_the_same_layer_as_json(checkpoint: Path, tmp_path: Path) -> None:

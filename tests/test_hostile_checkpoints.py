@@ -240,3 +240,27 @@ def test_one_tensor_is_read_without_expanding_a_large_header(tmp_path):
     assert shape == "(2, 1)"
     header_kb = len(encoded) // 1024
     assert int(peak_kb) < 80_000 + 3 * header_kb, (peak_kb, header_kb)
+
+
+def test_validate_keeps_the_confinement_rule_unless_told(tmp_path):
+    checkpoint = gpt2(tmp_path)
+    (tmp_path / "sub").mkdir()
+    fixture = tmp_path / "sub" / "out.json"
+    assert invoke("init", "--from-safetensors", str(checkpoint), "--prefix", "h.0.attn.",
+                  "--heads", "2", "--causal", "-o", str(fixture)).exit_code == 0
+    assert json.loads(fixture.read_text())["weights"]["c_attn_weight"]["safetensors"] == (
+        "../g.safetensors")
+    refused(invoke("validate", str(fixture)), "'..' is refused")
+    trusted = invoke("validate", "--trust-paths", str(fixture))
+    assert trusted.exit_code == 0 and trusted.stdout == f"{fixture}: ok (attend fixture)\n"
+
+
+def test_a_sharded_index_with_a_missing_tensor_is_one_line(tmp_path):
+    safetensors_numpy.save_file({"a": np.ones(2, np.float32)}, str(tmp_path / "s1.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}}))
+    refused(invoke("inspect", str(index)), "tensor b is not in its shard s1.safetensors")
+    index.write_text(json.dumps({"weight_map": {"a": "../s1.safetensors"}}))
+    refused(invoke("inspect", str(index)), "shard ../s1.safetensors: '..' is refused")
+    index.write_text("[1]")
+    refused(invoke("inspect", str(index)), "not a checkpoint index")

@@ -127,7 +127,8 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
     layers = layer_prefixes([name for name, _, _ in entries])
     if layers:
         shown = " ".join(printable(prefix, NAME_LIMIT) for prefix, _ in layers)
-        lines.append(f"# {len(layers)} attention layers, by --prefix: {shown}")
+        noun = "layer" if len(layers) == 1 else "layers"
+        lines.append(f"# {len(layers)} attention {noun}, by --prefix: {shown}")
     return lines
 
 

@@ -188,7 +188,7 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> 
     bias = ",".join(f"{b}={fmt_bool(flag)}" for b, flag in zip(BRANCHES, c.bias, strict=True))
     lines = [
         f"attend={escape_controls(evidence.chapter)}",
-        f"formula={_formula(c)}",
+        f"formula={formula_of(c)}",
         f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_k:{c.d_k} d_v:{c.d_v} "
         f"causal:{fmt_bool(c.causal)} value_width:{c.value_width} bias:{bias}",
         f"layout={c.layout}: {c.layout_description}",
@@ -232,7 +232,7 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> 
     return "\n".join(lines) + "\n"
 
 
-def _formula(c: AttendConfig) -> str:
+def formula_of(c: AttendConfig) -> str:
     """The formula line: the chapter's, or the real layer's RoPE and given scale."""
     if c.rope is None and not c.scale_given:
         return FORMULA
