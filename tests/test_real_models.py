@@ -295,6 +295,9 @@ def test_gpt_neox_matches_the_model_with_partial_rotary(tmp_path: Path) -> None:
     for i, branch in enumerate(("query", "key", "value")):
         gradients[f"{branch}_weight_gradient"] = weight[:, i].reshape(heads * d_head, 16)
         gradients[f"{branch}_bias_gradient"] = bias[:, i].reshape(-1)
+    # and the packed tensor in its own interleaved layout, as the fixture gave it
+    gradients["query_key_value_weight_gradient"] = module.query_key_value.weight.grad
+    gradients["query_key_value_bias_gradient"] = module.query_key_value.bias.grad
     gradients["out_proj_weight_gradient"] = module.dense.weight.grad
     gradients["out_proj_bias_gradient"] = module.dense.bias.grad
     compare(evidence, y, a, x, gradients)

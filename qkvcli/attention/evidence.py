@@ -127,13 +127,14 @@ def verdicts(*passed: bool) -> tuple[Verdict, ...]:
     return tuple(Verdict(name, bool(ok)) for name, ok in zip(CHECK_ORDER, passed, strict=True))
 
 
-def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> AttendEvidence:
+def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) -> AttendEvidence:
     """Run the head on ``fixture`` and gather every check.
 
-    Takes the fixture and the mask flag; gives the evidence (no wording). Raises the
-    head's input errors and, for unusable settings,
+    Takes the fixture and the mask flag (default: the fixture's ``causal``); gives the
+    evidence (no wording). Raises the head's input errors and, for unusable settings,
     :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
+    causal = fixture.causal if causal is None else causal
     head, x = fixture.head, fixture.input
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, causal)

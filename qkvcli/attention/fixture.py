@@ -271,7 +271,7 @@ class LayerParts(Record):
 
     layer: MultiHeadLayer
     branch_layouts: tuple[str, str, str]  # "qkv" or "torch" per branch
-    packed: str | None  # "in_proj", "c_attn" or None
+    packed: str | None  # "in_proj", "c_attn", "query_key_value" or None
     out_layout: str | None  # "out_proj", "c_proj" or None
 
 
@@ -384,7 +384,8 @@ def parse_layer(
         if "rope" in str(error):
             location = "$.rope"
         raise FixtureError(location, str(error)) from None
-    packed = {"packed": "in_proj", "c_attn": "c_attn"}.get(canonical.layout)
+    packed = {"packed": "in_proj", "c_attn": "c_attn",
+              "query_key_value": "query_key_value"}.get(canonical.layout)
     given = tuple(branch.given for branch in canonical.branches)
     return LayerParts(layer, (given[0], given[1], given[2]), packed,
                       None if out is None else out.layout)
