@@ -223,14 +223,21 @@ def test_gpt2_matches_the_model(tmp_path: Path, flags: dict[str, Any], head: str
     compare(evidence, y, a, x, gpt2_gradients(module))
 
 
-def test_bert_matches_the_model_with_its_output_dense(tmp_path: Path) -> None:
-    config = transformers.BertConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
-                                     intermediate_size=8, vocab_size=11,
-                                     max_position_embeddings=16)
+BERT_CASES = [("bert", "BertConfig", {}), ("bert-decoder", "BertConfig", {"is_decoder": True}),
+              ("roberta", "RobertaConfig", {"pad_token_id": 1})]
+
+
+@pytest.mark.parametrize(("config_name", "extra"), [c[1:] for c in BERT_CASES],
+                         ids=[c[0] for c in BERT_CASES])
+def test_bert_matches_the_model_with_its_output_dense(tmp_path: Path, config_name: str,
+                                                      extra: dict[str, Any]) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, max_position_embeddings=16, **extra)
     model, folder = build(tmp_path, "bert", config)
     prefix = "encoder.layer.0.attention.self."
     evidence = qkv_layer(folder, prefix)
-    assert evidence["config"]["causal"] is False
+    assert evidence["config"]["causal"] is bool(extra.get("is_decoder"))
     y, a, x, module = model_run(model, prefix, evidence, out="encoder.layer.0.attention.output.dense")
     out = model.get_submodule("encoder.layer.0.attention.output.dense")
     compare(evidence, y, a, x, linear_gradients(module, ("query", "key", "value"), out))
