@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qkvcli.attention.errors import GroupedWidthMismatch, KvHeadsMismatch, RopeError, ScaleError
 from qkvcli.attention.gradcheck import gradcheck_layer
@@ -236,3 +238,34 @@ def test_bad_feature_keys_are_one_line_naming_the_key(
     result = _attend(str(path))
     assert result.exit_code == 2
     assert result.stderr == f"Error: {path}: {message}\n"
+
+
+# --- for all shapes ------------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(kv=st.integers(1, 3), groups=st.integers(1, 3), half_dims=st.integers(1, 2),
+       tokens=st.integers(1, 4), layout=st.sampled_from(("half", "interleaved")),
+       scale=st.one_of(st.none(), st.floats(0.05, 2.0)), causal=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+def test_every_grouped_rotary_layer_passes_its_gradient_check(
+    kv: int, groups: int, half_dims: int, tokens: int, layout: str, scale: float | None,
+    causal: bool, seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    heads, d_k, d_model = kv * groups, 4, 3
+    rope = Rope(float(rng.uniform(2.0, 1e4)), 2 * half_dims, layout)
+    weights = [rng.uniform(-1, 1, (d_model, n * d_k)) for n in (heads, kv, kv)]
+    biases = [rng.uniform(-1, 1, w.shape[1]) for w in weights]
+    projections = AttentionHead.from_arrays(*weights, biases, scale=scale, rope=rope,
+                                            kv_groups=groups)
+    layer = MultiHeadLayer.build(projections, heads, rng.uniform(-1, 1, (heads * d_k, 2)),
+                                 kv_heads=kv)
+    x = rng.uniform(-1, 1, (1, tokens, d_model))
+    upstream = rng.uniform(-1, 1, (1, tokens, 2))
+    forward = layer.forward(x, causal)
+    turned = forward.heads[0].rotated_query
+    assert turned is not None  # a rotation keeps every position's norm
+    assert np.allclose(np.linalg.norm(turned, axis=-1),
+                       np.linalg.norm(forward.heads[0].query, axis=-1), rtol=1e-13)
+    grads = layer.backward(x, forward, upstream)
+    assert gradcheck_layer(layer, x, upstream, grads, causal, 1e-6, 1e-6).passed
