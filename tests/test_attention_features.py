@@ -7,6 +7,7 @@ the formulas, not from qkv's code) and by the central-difference check of the la
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -269,3 +270,21 @@ def test_every_grouped_rotary_layer_passes_its_gradient_check(
                        np.linalg.norm(forward.heads[0].query, axis=-1), rtol=1e-13)
     grads = layer.backward(x, forward, upstream)
     assert gradcheck_layer(layer, x, upstream, grads, causal, 1e-6, 1e-6).passed
+
+
+def test_run_sends_a_real_layers_keys_to_attend(tmp_path: Any) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+
+    data = json.loads((Path(__file__).parent.parent / "fixtures" / "ch26-qkv-projections.json")
+                      .read_text())
+    data["rope"] = {"theta": 100, "dims": 2}
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["run", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {path}: $.rope: an attention fixture's key (the chapter "
+                             "has no attention); run it with qkv attend\n")
