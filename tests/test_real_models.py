@@ -425,6 +425,8 @@ LLAMA_REFUSALS = [
     ("sliding-window", {"model_type": "mistral", "sliding_window": 2},
      "config sliding_window 2: qkv computes no sliding window, and --tokens 4 reaches past it"),
     ("unknown-model", {"model_type": "falcon"}, "config model_type 'falcon': qkv reads only"),
+    ("another-models-config", {"model_type": "gpt2"},
+     "config model_type 'gpt2', but the tensors under it are not that architecture's"),
 ]
 
 

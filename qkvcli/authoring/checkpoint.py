@@ -199,11 +199,17 @@ def _rope(config: dict[str, Any], model: str, head_dim: int, prefix: str) -> Rop
     return RopeSpec(float(theta), dims, "half")
 
 
-def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int]
-                   ) -> ModelFunction:
+KIND_OF_MODEL = {"gpt2": "gpt2", "bert": "bert", "roberta": "bert", "llama": "linear",
+                 "mistral": "linear", "qwen2": "linear", "opt": "linear", "gpt_neox": "neox"}
+"""The tensor names each architecture's layers have (:data:`ANCHORS`)."""
+
+
+def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
+                   kind: str | None = None) -> ModelFunction:
     """The function of the layer under ``prefix`` that ``config`` (config.json) describes.
 
-    ``widths`` are the query and key projections' widths. Raises
+    ``widths`` are the query and key projections' widths, ``kind`` the layer's tensor
+    names (:func:`layer_widths`), which must be the architecture's. Raises
     :class:`CheckpointError` naming the config key of anything qkv does not compute.
     """
     model = config.get("model_type")
@@ -212,6 +218,9 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                "1/sqrt(d_k) scale)" if model == "t5" else "")
         raise CheckpointError(prefix, f"config model_type {model!r}{why}: qkv reads only "
                               f"{', '.join(SUPPORTED)}")
+    if kind is not None and KIND_OF_MODEL[str(model)] != kind:
+        raise CheckpointError(prefix, f"config model_type {model!r}, but the tensors under "
+                              "it are not that architecture's: is config.json this model's?")
     for key, what in REFUSED_KEYS:
         if _set(config, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "

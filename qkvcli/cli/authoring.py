@@ -296,7 +296,7 @@ def checkpoint_fixture_text(
         return relative.replace(os.sep, "/")
 
     try:
-        _, d_model, widths = layer_widths(entries, prefix)
+        kind, d_model, widths = layer_widths(entries, prefix)
         given = _read_config(checkpoint, config)
         if given is None:
             function = command_line_function(heads, causal, prefix)
@@ -305,7 +305,7 @@ def checkpoint_fixture_text(
                 raise CheckpointError(prefix, f"{reason}: put config.json beside the "
                                       "checkpoint or give --config FILE")
         else:
-            function = model_function(given[1], prefix, tokens, widths[:2])
+            function = model_function(given[1], prefix, tokens, widths[:2], kind)
             if heads is not None and heads != function.heads:
                 raise CheckpointError(prefix, f"--heads {heads} contradicts {given[0]}, which "
                                       f"says {function.heads} heads; drop --heads")
