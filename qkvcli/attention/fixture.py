@@ -4,8 +4,10 @@ Fixtures for ``qkv attend``: the chapter's format plus layouts, biases and ``d_v
 
 Every key of a chapter fixture means the same here; :mod:`qkvcli.reading.layouts` adds the
 weight spellings. Validation order (first failure wins): document keys; ``value_width``;
-weights (structure, layouts, ranks, bias shapes; then names; then the head's widths and
-unique names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
+the function's keys (:func:`parse_features`: ``heads``, ``kv_heads``, ``causal``,
+``rope``, ``scale``, ``architecture``, and the command line against them); weights
+(structure, layouts, ranks, bias shapes; then names; then the head's widths and unique
+names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
 head's objective does not use it); ``gradcheck``; ``seed``; ``chapter``.
 
 The head's objective is ``L = <O, U>`` with ``U [batch, tokens, d_v]`` drawn from
@@ -15,8 +17,9 @@ gradient mixing up axes cannot pass by symmetry.
 The multi-head parts of an attend fixture: ``heads``, the output projection, ``upstream.output``.
 
 A fixture runs as a layer (:class:`~qkvcli.attention.multihead.MultiHeadLayer`) when it
-gives ``"heads"`` (or ``--heads`` does), an output projection (``out_proj_*`` or
-``c_proj_*``) or GPT-2's packed ``c_attn``; ``heads`` defaults to 1 then. Otherwise it
+gives ``"heads"`` (or ``--heads`` does), ``"kv_heads"``, an output projection
+(``out_proj_*`` or ``c_proj_*``), GPT-2's packed ``c_attn`` or GPT-NeoX's
+``query_key_value``; ``heads`` defaults to 1 then. Otherwise it
 is today's one head and nothing here changes it.
 
 Validation order, after the weights and before the input: ``heads`` (an integer of at

@@ -16,6 +16,12 @@ Forward, for ``X [B,T,d_model]``::
     A = softmax(Z) over the last axis (row max subtracted)      attention, rows sum to 1
     O = A V                                                     [B,T,d_v] output
 
+A real layer may add two things (:meth:`AttentionHead.from_arrays`): a RoPE (:class:`Rope`)
+turns Q and K after their biases, position by position, before the scores (``S =
+rope(Q) rope(K)^T``; the reverse pass turns dQ and dK back by the transpose), and a given
+``scale`` replaces ``1/sqrt(d_k)`` (``Z = S * scale``). Without them the arithmetic is
+the chapter's, bit for bit.
+
 Reverse for an upstream ``dO`` (``grad_output``): ``dA = dO V^T``, ``dV = A^T dO``,
 ``dZ = A * (dA - rowsum(dA * A))``, ``dS = dZ / sqrt(d_k)``, ``dQ = dS K``,
 ``dK = dS^T Q``; then each projection as in the chapter, ``dX`` summing three paths and

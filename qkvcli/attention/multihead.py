@@ -13,6 +13,10 @@ exactly as ``torch.nn.MultiheadAttention`` and nanoGPT split and join heads (the
 :class:`~qkvcli.attention.head.AttentionHead` on its slices, so one head (H = 1, no
 output projection) runs the very same arithmetic as ``qkv attend`` always has.
 
+Grouped-query attention (``kv_heads`` = G < H): ``W_K`` and ``W_V`` hold G heads, and
+query head h reads K/V head ``h // (H/G)``, as Hugging Face's ``repeat_kv`` repeats them;
+in the reverse pass each K/V head's weight and bias gradients are the sum over its group.
+
 Reverse for ``dY``: ``dC = dY W_O^T``, ``dW_O = C^T dY``, ``db_O = sum dY``; each head's
 reverse on its slice of ``dC``; ``dX`` adds every head's three paths, and each head's
 weight gradients fill its columns of ``dW_Q``, ``dW_K``, ``dW_V``. No I/O.
