@@ -106,6 +106,10 @@ def qkv_layer(folder: Path, prefix: str, *extra: str, checkpoint: str = "model.s
     made = invoke("init", "--from-safetensors", str(path), "--prefix", prefix, "--tokens",
                   str(TOKENS), "-o", str(layer), *extra)
     assert made.exit_code == 0, made.output
+    marked = {line.split()[0] for line in listing.output.splitlines() if "  * " in line}
+    referenced = {ref["tensor"] for weight in json.loads(layer.read_text())["weights"].values()
+                  for ref in ([weight] + ([weight["bias"]] if "bias" in weight else []))}
+    assert referenced <= marked  # inspect marks every tensor the fixture maps
     run = invoke("attend", str(layer), "-f", "json", *attend)
     assert run.exit_code == 0, run.output
     evidence: dict[str, Any] = json.loads(run.stdout)
