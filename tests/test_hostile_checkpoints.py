@@ -264,3 +264,44 @@ def test_a_sharded_index_with_a_missing_tensor_is_one_line(tmp_path):
     refused(invoke("inspect", str(index)), "shard ../s1.safetensors: '..' is refused")
     index.write_text("[1]")
     refused(invoke("inspect", str(index)), "not a checkpoint index")
+
+
+def _llama_shaped(tmp_path: Path) -> Path:
+    """LLaMA's tensor names and shapes (4 heads, 2 K/V heads of 4), float32."""
+    path = tmp_path / "model.safetensors"
+    rng = np.random.default_rng(1)
+    tensors = {f"layers.0.self_attn.{name}.weight": rng.normal(size=shape).astype(np.float32)
+               for name, shape in (("q_proj", (16, 16)), ("k_proj", (8, 16)),
+                                   ("v_proj", (8, 16)), ("o_proj", (16, 16)))}
+    safetensors_numpy.save_file(tensors, str(path))
+    return path
+
+
+LLAMA = '"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2'
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ('{"model_type": 5}', "config model_type 5: qkv reads only"),
+    ("[1]", "not a model config (not a JSON object)"),
+    ("[" * 5000 + "]" * 5000, "not a JSON config"),
+    ('{"model_type": "llama", "num_attention_heads": "4"}', "config gives no num_attention_heads"),
+    ("{" + LLAMA + ', "rope_parameters": []}', "config rope_parameters must be an object"),
+    ("{" + LLAMA + ', "rope_parameters": {"rope_theta": 1e400}}',
+     "config rope_parameters.rope_theta must be a finite positive number, got inf"),
+    ("{" + LLAMA + ', "rope_theta": NaN}', "config rope_theta must be a finite positive number"),
+    ("{" + LLAMA + ', "rope_scaling": {"type": "dynamic", "factor": 2}}',
+     "config rope_scaling.rope_type is 'dynamic'"),
+    ("{" + LLAMA + ', "head_dim": 0}', "config head_dim must be a positive integer, got 0"),
+    ('{"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3}',
+     "config says 4 heads and 3 K/V heads of 4, but the projections are query 16, key 8 wide"),
+    ("{" + LLAMA + ', "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}',
+     "config partial_rotary_factor 0.5: llama rotates whole heads in qkv's reading; refused"),
+], ids=["model-type", "not-object", "deep", "heads-string", "rope-list", "theta-inf",
+        "theta-nan", "rope-dynamic", "head-dim-0", "kv-heads", "partial-llama"])
+def test_a_hostile_config_is_one_line_naming_the_key(tmp_path, config, words):
+    checkpoint = _llama_shaped(tmp_path)
+    (tmp_path / "config.json").write_text(config)
+    line = refused(invoke("init", "--from-safetensors", str(checkpoint), "--prefix",
+                          "layers.0.self_attn.", "-o", str(tmp_path / "out.json")), words)
+    assert line.count("\n") == 0
+    assert not (tmp_path / "out.json").exists()

@@ -165,15 +165,20 @@ def _int(config: dict[str, Any], *keys: str) -> int | None:
 def _rope(config: dict[str, Any], model: str, head_dim: int, prefix: str) -> RopeSpec:
     """The default RoPE of LLaMA-like and NeoX configs (transformers 4 and 5 spellings)."""
     params = config.get("rope_parameters")
-    if not isinstance(params, dict):
+    theta_key = "rope_parameters.rope_theta"
+    if params is not None and not isinstance(params, dict):
+        raise CheckpointError(prefix, "config rope_parameters must be an object")
+    if params is None:  # transformers 4: rope_theta (rotary_emb_base) and rope_scaling
         scaling = config.get("rope_scaling")
-        params = dict(scaling) if isinstance(scaling, dict) else {}
-        params.setdefault("rope_theta", config.get("rope_theta", config.get(
-            "rotary_emb_base", 10000.0)))
-        if "rotary_pct" in config:
-            params.setdefault("partial_rotary_factor", config["rotary_pct"])
-        if "partial_rotary_factor" in config:
-            params.setdefault("partial_rotary_factor", config["partial_rotary_factor"])
+        if scaling is not None and not isinstance(scaling, dict):
+            raise CheckpointError(prefix, "config rope_scaling must be an object or null")
+        params = dict(scaling or {})
+        theta_key = next((k for k in ("rope_theta", "rotary_emb_base") if k in config),
+                         "rope_theta")
+        params["rope_theta"] = config.get(theta_key, 10000.0)  # transformers' default
+        for source in ("rotary_pct", "partial_rotary_factor"):
+            if source in config:
+                params.setdefault("partial_rotary_factor", config[source])
         key = "rope_scaling"
     else:
         key = "rope_parameters"
@@ -182,8 +187,9 @@ def _rope(config: dict[str, Any], model: str, head_dim: int, prefix: str) -> Rop
         raise CheckpointError(prefix, f"config {key}.rope_type is {kind!r}: qkv computes only "
                               "the default RoPE (no scaling)")
     theta = params.get("rope_theta")
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0:
-        raise CheckpointError(prefix, f"config {key}.rope_theta must be a positive number, "
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or not (
+            0 < theta < float("inf")):
+        raise CheckpointError(prefix, f"config {theta_key} must be a finite positive number, "
                               f"got {theta!r}")
     factor = params.get("partial_rotary_factor", 1.0)
     if not isinstance(factor, int | float) or not 0 < factor <= 1:
@@ -235,6 +241,9 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
     kv_heads = _int(config, "num_key_value_heads") if model in ROPE_MODELS else None
     head_dim = _int(config, "head_dim") if model != "gpt_neox" else None
+    if head_dim is None and model != "gpt_neox" and config.get("head_dim") is not None:
+        raise CheckpointError(prefix, f"config head_dim must be a positive integer, got "
+                              f"{config['head_dim']!r}")
     head_dim = head_dim or widths[0] // heads
     if heads * head_dim != widths[0] or (kv_heads or heads) * head_dim != widths[1]:
         raise CheckpointError(prefix, f"config says {heads} heads and {kv_heads or heads} K/V "
@@ -424,19 +433,13 @@ def check_heads(function: ModelFunction, widths: tuple[int, int, int], prefix: s
                               "num_key_value_heads says (give --config)")
 
 
-NEEDS_CONFIG = {
-    "neox": "GPT-NeoX layers rotate Q and K by a RoPE that only config.json describes",
-    "rope": "q_proj/k_proj/v_proj/o_proj layers (LLaMA, Mistral, Qwen2) rotate Q and K by a "
-            "RoPE that only config.json describes",
-}
-
-
 def config_needed(entries: list[Entry], prefix: str) -> str | None:
     """Why the layer under ``prefix`` cannot be read without its config, or ``None``."""
-    shapes = {name for name, _, _ in entries}
     kind, _, _ = layer_widths(entries, prefix)
-    if kind == "neox":
-        return NEEDS_CONFIG["neox"]
-    if kind == "linear" and prefix + "o_proj.weight" in shapes:
-        return NEEDS_CONFIG["rope"]
-    return None
+    if kind == "linear" and any(name == prefix + "o_proj.weight" for name, _, _ in entries):
+        kind = "q_proj/k_proj/v_proj/o_proj layers (LLaMA, Mistral, Qwen2)"
+    elif kind == "neox":
+        kind = "GPT-NeoX layers"
+    else:
+        return None
+    return f"{kind} rotate Q and K by a RoPE that only config.json describes"
