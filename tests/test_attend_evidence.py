@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -92,8 +91,7 @@ def test_hull_check_fails_for_an_output_outside_the_values() -> None:
 
 
 def test_evidence_fails_when_the_gradcheck_tolerance_is_impossible() -> None:
-    fixture = dataclasses.replace(load_attend_fixture(example="primer"), tolerance=0.0,
-                                  step=1e-3)
+    fixture = load_attend_fixture(example="primer")._replace(tolerance=0.0, step=1e-3)
     evidence = build_attend_evidence(fixture)
     assert not evidence.passed
     assert [c.name for c in evidence.checks if not c.passed] == ["gradcheck"]

@@ -45,20 +45,21 @@ def test_inspect_lists_every_tensor_and_marks_the_projections(checkpoint: Path) 
     result = invoke("inspect", str(checkpoint))
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert len(lines) == 7
+    assert len(lines) == 8
     assert lines[0].split()[:3] == ["h.0.attn.c_attn.bias", "F32", "[24]"]
     assert "* GPT-2 c_attn weight" in lines[1]
     assert "*" not in lines[4]  # h.0.ln_1.weight
-    assert lines[-1] == "# 6 tensors, 4 recognised attention projections (*)"
+    assert lines[-2] == "# 6 tensors, 4 recognised attention projections (*)"
+    assert lines[-1] == "# 1 attention layer, by --prefix: h.0.attn."
 
 
 def test_checkpoint_layer_equals_the_same_layer_as_json(checkpoint: Path, tmp_path: Path) -> None:
     layer = tmp_path / "layer.json"
     result = invoke("init", "--from-safetensors", str(checkpoint), "--prefix", "h.0.attn.",
-                    "--heads", str(HEADS), "--tokens", str(TOKENS), "-o", str(layer))
+                    "--heads", str(HEADS), "--causal", "--tokens", str(TOKENS), "-o", str(layer))
     assert result.exit_code == 0, result.output
     document = json.loads(layer.read_text())
-    assert document["heads"] == HEADS
+    assert document["heads"] == HEADS and document["causal"] is True
     assert document["weights"]["c_attn_weight"] == {
         "safetensors": "gpt2-tiny.safetensors", "tensor": "h.0.attn.c_attn.weight"}
     from_checkpoint = invoke("attend", str(layer), "-f", "json", "--causal")

@@ -413,10 +413,10 @@ def test_key_extraction() -> None:
 README = ROOT / "README.md"
 README_MAX_LINES = 200
 LINK = re.compile(r"(?<!!)\[(?:[^\]\n]|\n(?!\n))*?\]\(([^)\s]+)\)")
-PENDING = {"docs/real-models.md"}
-"""Pages linked by name that another branch adds (issue 19 writes docs/real-models.md):
-allowed to be missing only while absent; once the file exists its links and anchors are
-checked like any other page's. Remove an entry once its page has landed."""
+PENDING: set[str] = set()
+"""Pages linked by name that another branch adds: allowed to be missing only while absent;
+once the file exists its links and anchors are checked like any other page's. Remove an
+entry once its page has landed (none pending now)."""
 
 
 def _prose(text: str) -> str:

@@ -128,8 +128,10 @@ def gpt2(tmp_path: Path, width: int = WIDTH) -> Path:
 
 
 def init(tmp_path: Path, *extra: str, prefix: str = "h.0.attn.") -> Any:
+    # no config.json beside it: the command line says the function
+    said = ("--causal",) + (() if "--heads" in extra else ("--heads", "2"))
     return invoke("init", "--from-safetensors", str(gpt2(tmp_path)), "--prefix", prefix,
-                  "-o", str(tmp_path / "out.json"), *extra)
+                  "-o", str(tmp_path / "out.json"), *said, *extra)
 
 
 @pytest.mark.parametrize(("extra", "prefix", "words"), [
@@ -149,14 +151,23 @@ def test_init_refuses_a_fixture_attend_would_refuse(tmp_path, extra, prefix, wor
     assert not (tmp_path / "out.json").exists()
 
 
-def test_init_refuses_a_checkpoint_linked_from_outside(tmp_path):
+def test_a_checkpoint_linked_from_outside_needs_trust_paths_to_be_read(tmp_path):
+    # The path typed on init's command line is the user's; the fixture it writes keeps
+    # the confinement promise: attend follows the link out only with --trust-paths.
     checkpoint = gpt2(tmp_path)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "g.safetensors").symlink_to(checkpoint)
     result = invoke("init", "--from-safetensors", str(tmp_path / "sub" / "g.safetensors"),
-                    "--prefix", "h.0.attn.", "-o", str(tmp_path / "sub" / "out.json"))
-    refused(result, "--from-safetensors", "outside")
-    assert not (tmp_path / "sub" / "out.json").exists()
+                    "--prefix", "h.0.attn.", "--heads", "2", "--causal", "-o",
+                    str(tmp_path / "sub" / "out.json"))
+    assert result.exit_code == 0
+    assert result.stderr.splitlines()[0] == (
+        "qkv: note: g.safetensors lies outside the fixture's directory (or links out of it, as "
+        "a hub cache does): run the fixture with qkv attend --trust-paths")
+    refused(invoke("attend", str(tmp_path / "sub" / "out.json")),
+            "g.safetensors resolves outside the fixture's directory; refused")
+    trusted = invoke("attend", str(tmp_path / "sub" / "out.json"), "--trust-paths")
+    assert trusted.exit_code in (0, 1) and trusted.stderr.count("Error") == 0
 
 
 def test_what_init_writes_attend_runs(tmp_path):
@@ -229,3 +240,68 @@ def test_one_tensor_is_read_without_expanding_a_large_header(tmp_path):
     assert shape == "(2, 1)"
     header_kb = len(encoded) // 1024
     assert int(peak_kb) < 80_000 + 3 * header_kb, (peak_kb, header_kb)
+
+
+def test_validate_keeps_the_confinement_rule_unless_told(tmp_path):
+    checkpoint = gpt2(tmp_path)
+    (tmp_path / "sub").mkdir()
+    fixture = tmp_path / "sub" / "out.json"
+    assert invoke("init", "--from-safetensors", str(checkpoint), "--prefix", "h.0.attn.",
+                  "--heads", "2", "--causal", "-o", str(fixture)).exit_code == 0
+    assert json.loads(fixture.read_text())["weights"]["c_attn_weight"]["safetensors"] == (
+        "../g.safetensors")
+    refused(invoke("validate", str(fixture)), "'..' is refused")
+    trusted = invoke("validate", "--trust-paths", str(fixture))
+    assert trusted.exit_code == 0 and trusted.stdout == f"{fixture}: ok (attend fixture)\n"
+
+
+def test_a_sharded_index_with_a_missing_tensor_is_one_line(tmp_path):
+    safetensors_numpy.save_file({"a": np.ones(2, np.float32)}, str(tmp_path / "s1.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}}))
+    refused(invoke("inspect", str(index)), "tensor b is not in its shard s1.safetensors")
+    index.write_text(json.dumps({"weight_map": {"a": "../s1.safetensors"}}))
+    refused(invoke("inspect", str(index)), "shard ../s1.safetensors: '..' is refused")
+    index.write_text("[1]")
+    refused(invoke("inspect", str(index)), "not a checkpoint index")
+
+
+def _llama_shaped(tmp_path: Path) -> Path:
+    """LLaMA's tensor names and shapes (4 heads, 2 K/V heads of 4), float32."""
+    path = tmp_path / "model.safetensors"
+    rng = np.random.default_rng(1)
+    tensors = {f"layers.0.self_attn.{name}.weight": rng.normal(size=shape).astype(np.float32)
+               for name, shape in (("q_proj", (16, 16)), ("k_proj", (8, 16)),
+                                   ("v_proj", (8, 16)), ("o_proj", (16, 16)))}
+    safetensors_numpy.save_file(tensors, str(path))
+    return path
+
+
+LLAMA = '"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2'
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ('{"model_type": 5}', "config model_type 5: qkv reads only"),
+    ("[1]", "not a model config (not a JSON object)"),
+    ("[" * 5000 + "]" * 5000, "not a JSON config"),
+    ('{"model_type": "llama", "num_attention_heads": "4"}', "config gives no num_attention_heads"),
+    ("{" + LLAMA + ', "rope_parameters": []}', "config rope_parameters must be an object"),
+    ("{" + LLAMA + ', "rope_parameters": {"rope_theta": 1e400}}',
+     "config rope_parameters.rope_theta must be a finite positive number, got inf"),
+    ("{" + LLAMA + ', "rope_theta": NaN}', "config rope_theta must be a finite positive number"),
+    ("{" + LLAMA + ', "rope_scaling": {"type": "dynamic", "factor": 2}}',
+     "config rope_scaling.rope_type is 'dynamic'"),
+    ("{" + LLAMA + ', "head_dim": 0}', "config head_dim must be a positive integer, got 0"),
+    ('{"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3}',
+     "config says 4 heads and 3 K/V heads of 4, but the projections are query 16, key 8 wide"),
+    ("{" + LLAMA + ', "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}',
+     "config partial_rotary_factor 0.5: llama rotates whole heads in qkv's reading; refused"),
+], ids=["model-type", "not-object", "deep", "heads-string", "rope-list", "theta-inf",
+        "theta-nan", "rope-dynamic", "head-dim-0", "kv-heads", "partial-llama"])
+def test_a_hostile_config_is_one_line_naming_the_key(tmp_path, config, words):
+    checkpoint = _llama_shaped(tmp_path)
+    (tmp_path / "config.json").write_text(config)
+    line = refused(invoke("init", "--from-safetensors", str(checkpoint), "--prefix",
+                          "layers.0.self_attn.", "-o", str(tmp_path / "out.json")), words)
+    assert line.count("\n") == 0
+    assert not (tmp_path / "out.json").exists()

@@ -61,3 +61,41 @@ class OutProjectionShapeMismatch(QkvError):
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(detail)
+
+
+class GroupedWidthMismatch(QkvError):
+    """Grouped-query projections whose query width is not ``groups`` times the key width."""
+
+    def __init__(self, query: int, key: int, groups: int) -> None:
+        self.query = query
+        self.key = key
+        self.groups = groups
+        super().__init__(
+            f"grouped-query attention with {groups} query heads per K/V head needs a query "
+            f"projection {groups} times as wide as the key projection, got query {query}, "
+            f"key {key}"
+        )
+
+
+class ScaleError(QkvError):
+    """A score factor that is not a finite positive number."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+        super().__init__(f"scale must be finite and positive, got {scale!r}")
+
+
+class RopeError(QkvError):
+    """Rotary position embedding settings the head cannot apply."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
+class KvHeadsMismatch(QkvError):
+    """``kv_heads`` that does not divide the heads, or projections that do not fit it."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)

@@ -9,8 +9,6 @@ remarks on the parameters, never failures.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from qkvcli.attention.fixture import AttendFixture
@@ -129,13 +127,14 @@ def verdicts(*passed: bool) -> tuple[Verdict, ...]:
     return tuple(Verdict(name, bool(ok)) for name, ok in zip(CHECK_ORDER, passed, strict=True))
 
 
-def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> AttendEvidence:
+def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) -> AttendEvidence:
     """Run the head on ``fixture`` and gather every check.
 
-    Takes the fixture and the mask flag; gives the evidence (no wording). Raises the
-    head's input errors and, for unusable settings,
+    Takes the fixture and the mask flag (default: the fixture's ``causal``); gives the
+    evidence (no wording). Raises the head's input errors and, for unusable settings,
     :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
+    causal = fixture.causal if causal is None else causal
     head, x = fixture.head, fixture.input
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, causal)
@@ -188,8 +187,9 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
         batch=batch, tokens=tokens, d_model=d_model, d_k=head.d_k, d_v=head.d_v, causal=causal,
         bias=(head.biases[0] is not None, head.biases[1] is not None, head.biases[2] is not None),
         value_width=fixture.value_width, layout=fixture.layout,
-        layout_description=fixture.layout_description, scale=1.0 / math.sqrt(head.d_k),
-        parameter_count=head.parameter_count, names=head.names,
+        layout_description=fixture.layout_description, scale=head.scale,
+        parameter_count=head.parameter_count, names=head.names, rope=head.rope,
+        scale_given=head.given_scale is not None, architecture=fixture.architecture,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

@@ -4,8 +4,10 @@ Fixtures for ``qkv attend``: the chapter's format plus layouts, biases and ``d_v
 
 Every key of a chapter fixture means the same here; :mod:`qkvcli.reading.layouts` adds the
 weight spellings. Validation order (first failure wins): document keys; ``value_width``;
-weights (structure, layouts, ranks, bias shapes; then names; then the head's widths and
-unique names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
+the function's keys (:func:`parse_features`: ``heads``, ``kv_heads``, ``causal``,
+``rope``, ``scale``, ``architecture``, and the command line against them); weights
+(structure, layouts, ranks, bias shapes; then names; then the head's widths and unique
+names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
 head's objective does not use it); ``gradcheck``; ``seed``; ``chapter``.
 
 The head's objective is ``L = <O, U>`` with ``U [batch, tokens, d_v]`` drawn from
@@ -15,8 +17,9 @@ gradient mixing up axes cannot pass by symmetry.
 The multi-head parts of an attend fixture: ``heads``, the output projection, ``upstream.output``.
 
 A fixture runs as a layer (:class:`~qkvcli.attention.multihead.MultiHeadLayer`) when it
-gives ``"heads"`` (or ``--heads`` does), an output projection (``out_proj_*`` or
-``c_proj_*``) or GPT-2's packed ``c_attn``; ``heads`` defaults to 1 then. Otherwise it
+gives ``"heads"`` (or ``--heads`` does), ``"kv_heads"``, an output projection
+(``out_proj_*`` or ``c_proj_*``), GPT-2's packed ``c_attn`` or GPT-NeoX's
+``query_key_value``; ``heads`` defaults to 1 then. Otherwise it
 is today's one head and nothing here changes it.
 
 Validation order, after the weights and before the input: ``heads`` (an integer of at
@@ -27,16 +30,17 @@ the input.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.errors import RopeError
+from qkvcli.attention.head import ROPE_LAYOUTS, AttentionHead, Rope
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
-from qkvcli.core.errors import DuplicateName, ProjectionError, QkvError
+from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES
+from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.reading.files import StrPath
 from qkvcli.reading.fixture import GRADCHECK_KEYS, TOP_KEYS
@@ -78,9 +82,8 @@ from qkvcli.reading.weights import check_name
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
 
 
-@dataclass(frozen=True)
-class AttendFixture:
-    """A validated fixture for one attention head."""
+class AttendFixture(Record):
+    """A validated fixture for one attention head (or, with ``layer``, a layer)."""
 
     input: Array
     head: AttentionHead
@@ -94,6 +97,8 @@ class AttendFixture:
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
     layer: LayerParts | None = None  # heads, out_proj or c_attn: a multi-head layer
+    causal: bool = False  # the fixture's "causal", or --causal
+    architecture: str | None = None  # the model the fixture says it was read from
 
 
 def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
@@ -109,7 +114,7 @@ def attend_parameters(x: Array, head: AttentionHead, layer: LayerParts | None) -
     return (x, *head.weights, *(t for t in (*head.biases, *extra) if t is not None))
 
 
-def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
+def _head(canonical: CanonicalWeights, independent: bool, features: Features) -> AttentionHead:
     names = []
     for index, branch in enumerate(canonical.branches):
         name = DEFAULT_NAMES[index] if branch.name is None else branch.name
@@ -118,8 +123,19 @@ def _head(canonical: CanonicalWeights, independent: bool) -> AttentionHead:
     b = canonical.branches
     try:
         return AttentionHead.from_arrays(
-            b[0].weight, b[1].weight, b[2].weight, [x.bias for x in b], names, independent
+            b[0].weight, b[1].weight, b[2].weight, [x.bias for x in b], names, independent,
+            features.scale, features.rope, features.kv_groups,
         )
+    except BranchOutputWidthMismatch as error:
+        query, key, value = error.query, error.key, error.value
+        if features.kv_groups == 1 and key == value and query > key and query % key == 0:
+            # the chapter's wording says "head widths"; here they are projection widths
+            raise FixtureError("$.weights", f"the query projection is {query} wide, the key and "
+                               f"value projections {key}: grouped-query attention needs "
+                               f'"kv_heads" (the K/V heads the query heads share)') from None
+        raise FixtureError("$.weights", str(error)) from None
+    except RopeError as error:
+        raise FixtureError("$.rope", str(error)) from None
     except ProjectionError as error:
         raise FixtureError(b[BRANCHES.index(error.projection)].location, str(error)) from None
     except DuplicateName as error:
@@ -145,9 +161,13 @@ def _settings(raw: Any) -> tuple[float, float, int | None]:
 
 def parse_attend_fixture(
     data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
-    base_dir: StrPath | None = None, heads: int | None = None,
+    base_dir: StrPath | None = None, heads: int | None = None, causal: bool = False,
 ) -> AttendFixture:
-    """Validate parsed JSON for ``qkv attend``; ``heads`` overrides the fixture's.
+    """Validate parsed JSON for ``qkv attend``.
+
+    ``heads`` (``--heads``) sets the heads of a fixture that does not say; against a
+    fixture's other ``"heads"`` it is an error. ``causal`` (``--causal``) masks a fixture
+    that does not say; against ``"causal": false`` it is an error.
 
     Raises :class:`~qkvcli.reading.problems.FixtureError`.
     """
@@ -158,9 +178,10 @@ def parse_attend_fixture(
         if key not in data:
             raise FixtureError("$", f'missing key "{key}"')
     mode = value_width_mode(data)
-    canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS)
-    head = _head(canonical, mode == "independent")
-    layer = parse_layer(data, head, canonical, heads, max_elements, base_dir)
+    features = parse_features(data, heads, causal)
+    canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS, features.heads)
+    head = _head(canonical, mode == "independent", features)
+    layer = parse_layer(data, head, canonical, heads, max_elements, base_dir, features)
 
     x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
     try:
@@ -215,6 +236,8 @@ def parse_attend_fixture(
         seed=seed,
         chapter=chapter,
         layer=layer,
+        causal=features.causal,
+        architecture=features.architecture,
     )
 
 
@@ -225,7 +248,7 @@ def example_text(name: str) -> str:
 
 def load_attend_fixture(
     path: Path | None = None, example: str = "chapter", max_elements: int = DEFAULT_MAX_ELEMENTS,
-    heads: int | None = None,
+    heads: int | None = None, causal: bool = False,
 ) -> AttendFixture:
     """Load ``path``, or the bundled ``example`` when ``path`` is ``None``.
 
@@ -234,61 +257,138 @@ def load_attend_fixture(
     """
     if path is None:
         return parse_attend_fixture(parse_json_text(example_text(example)),
-                                    max_elements=max_elements, heads=heads)
+                                    max_elements=max_elements, heads=heads, causal=causal)
     text = read_fixture_text(path)
     return parse_attend_fixture(parse_json_text(text), fixture_stem(path), max_elements,
-                                path.parent, heads)
+                                path.parent, heads, causal)
 
 
-LAYER_TOP_KEYS = ("heads",)
+LAYER_TOP_KEYS = ("heads", "kv_heads", "causal", "rope", "scale", "architecture")
+ROPE_KEYS = ("theta", "dims", "layout")
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 
 
-@dataclass(frozen=True)
-class LayerParts:
+class LayerParts(Record):
     """The layer and the layouts its parameters were given in (for the gradients' layouts)."""
 
     layer: MultiHeadLayer
     branch_layouts: tuple[str, str, str]  # "qkv" or "torch" per branch
-    packed: str | None  # "in_proj", "c_attn" or None
+    packed: str | None  # "in_proj", "c_attn", "query_key_value" or None
     out_layout: str | None  # "out_proj", "c_proj" or None
 
 
-def _heads(data: dict[str, Any], override: int | None) -> int | None:
-    if override is not None:
-        return override
-    if "heads" not in data:
+class Features(Record):
+    """What a fixture says about the function beyond its weights (:func:`parse_features`)."""
+
+    heads: int | None
+    kv_heads: int | None
+    causal: bool
+    rope: Rope | None
+    scale: float | None
+    architecture: str | None
+
+    @property
+    def kv_groups(self) -> int:
+        """Query heads per K/V head (1 without ``kv_heads``)."""
+        if self.kv_heads is None or self.heads is None or self.heads % self.kv_heads:
+            return 1
+        return self.heads // self.kv_heads
+
+
+def _count(data: dict[str, Any], key: str) -> int | None:
+    if key not in data:
         return None
-    raw = data["heads"]
+    raw = data[key]
     if not is_json_int(raw):
-        raise FixtureError("$.heads", f"expected an integer, got {json_type_name(raw)}")
+        raise FixtureError(f"$.{key}", f"expected an integer, got {json_type_name(raw)}")
     if not 1 <= raw <= MAX_HEADS:
-        raise FixtureError("$.heads", f"heads must be between 1 and {MAX_HEADS}")
+        raise FixtureError(f"$.{key}", f"{key} must be between 1 and {MAX_HEADS}")
     return int(raw)
+
+
+def _number(raw: Any, location: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise FixtureError(location, f"expected a number, got {json_type_name(raw)}")
+    value = float(raw)
+    if not (value > 0.0 and value < float("inf")):
+        raise FixtureError(location, f"must be a finite positive number, got {raw!r}")
+    return value
+
+
+def _rope(raw: Any) -> Rope:
+    if not isinstance(raw, dict):
+        raise FixtureError("$.rope", f"expected an object, got {json_type_name(raw)}")
+    refuse_unknown_keys(raw, ROPE_KEYS, "$.rope")
+    for key in ("theta", "dims"):
+        if key not in raw:
+            raise FixtureError("$.rope", f'missing key "{key}"')
+    dims = raw["dims"]
+    if not is_json_int(dims) or dims < 2 or dims % 2:
+        raise FixtureError("$.rope.dims", "expected an even integer of at least 2 (the rotated "
+                           "coordinates of each head)")
+    layout = raw.get("layout", "half")
+    if layout not in ROPE_LAYOUTS:
+        shown = f'"{layout}"' if isinstance(layout, str) else json_type_name(layout)
+        raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
+    return Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout))
+
+
+def parse_features(data: dict[str, Any], heads: int | None, causal: bool) -> Features:
+    """``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale`` and ``architecture``, with
+    the command line's ``--heads`` and ``--causal``. Raises
+    :class:`~qkvcli.reading.problems.FixtureError` (also for a command line that
+    contradicts the fixture)."""
+    given = _count(data, "heads")
+    if heads is not None and given is not None and heads != given:
+        raise FixtureError("$.heads", f"the fixture says {given} heads, --heads says {heads}: "
+                           "drop --heads (the fixture describes the layer)")
+    heads = given if heads is None else heads
+    kv_heads = _count(data, "kv_heads")
+    if kv_heads is not None and (heads or 1) % kv_heads:
+        raise FixtureError("$.kv_heads", f"kv_heads must divide heads {heads or 1}, got {kv_heads}")
+    said = data.get("causal")
+    if said is not None and not isinstance(said, bool):
+        raise FixtureError("$.causal", f"expected true or false, got {json_type_name(said)}")
+    if causal and said is False:
+        raise FixtureError("$.causal", 'the fixture says "causal": false, --causal says true: '
+                           "drop --causal (the fixture describes the layer)")
+    rope = _rope(data["rope"]) if data.get("rope") is not None else None
+    scale = _number(data["scale"], "$.scale") if data.get("scale") is not None else None
+    architecture = data.get("architecture")
+    if architecture is not None and not isinstance(architecture, str):
+        raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
+    return Features(heads, kv_heads, bool(said) or causal, rope, scale, architecture)
 
 
 def parse_layer(
     data: dict[str, Any], head: AttentionHead, canonical: CanonicalWeights,
     heads_override: int | None, max_elements: int, base_dir: StrPath | None,
+    features: Features | None = None,
 ) -> LayerParts | None:
     """The layer the fixture describes, or ``None`` for today's single head.
 
     Raises :class:`~qkvcli.reading.problems.FixtureError` at ``$.heads`` or at the
     output projection's location.
     """
-    heads = _heads(data, heads_override)
+    if features is None:
+        features = parse_features(data, heads_override, False)
+    heads = features.heads
     out = read_out_projection(data["weights"], max_elements, base_dir)
-    if heads is None and out is None and canonical.layout != "c_attn":
+    if (heads is None and out is None and canonical.layout not in ("c_attn", "query_key_value")
+            and features.kv_heads is None):
         return None
     heads = 1 if heads is None else heads
     try:
         layer = MultiHeadLayer.build(head, heads, None if out is None else out.weight,
-                                     None if out is None else out.bias)
+                                     None if out is None else out.bias, features.kv_heads)
     except QkvError as error:
         location = "$.heads" if out is None or "heads" in str(error) else out.location
+        if "rope" in str(error):
+            location = "$.rope"
         raise FixtureError(location, str(error)) from None
-    packed = {"packed": "in_proj", "c_attn": "c_attn"}.get(canonical.layout)
+    packed = {"packed": "in_proj", "c_attn": "c_attn",
+              "query_key_value": "query_key_value"}.get(canonical.layout)
     given = tuple(branch.given for branch in canonical.branches)
     return LayerParts(layer, (given[0], given[1], given[2]), packed,
                       None if out is None else out.layout)

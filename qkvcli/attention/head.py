@@ -16,6 +16,12 @@ Forward, for ``X [B,T,d_model]``::
     A = softmax(Z) over the last axis (row max subtracted)      attention, rows sum to 1
     O = A V                                                     [B,T,d_v] output
 
+A real layer may add two things (:meth:`AttentionHead.from_arrays`): a RoPE (:class:`Rope`)
+turns Q and K after their biases, position by position, before the scores (``S =
+rope(Q) rope(K)^T``; the reverse pass turns dQ and dK back by the transpose), and a given
+``scale`` replaces ``1/sqrt(d_k)`` (``Z = S * scale``). Without them the arithmetic is
+the chapter's, bit for bit.
+
 Reverse for an upstream ``dO`` (``grad_output``): ``dA = dO V^T``, ``dV = A^T dO``,
 ``dZ = A * (dA - rowsum(dA * A))``, ``dS = dZ / sqrt(d_k)``, ``dQ = dS K``,
 ``dK = dS^T Q``; then each projection as in the chapter, ``dX`` summing three paths and
@@ -34,13 +40,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from qkvcli.attention.errors import (
     BiasShapeMismatch,
+    GroupedWidthMismatch,
     KeyWidthMismatch,
     OutputGradientShapeMismatch,
+    RopeError,
+    ScaleError,
 )
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import (
@@ -75,6 +85,59 @@ def causal_mask(tokens: int) -> Array:
     return np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
 
 
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+class Rope(Record):
+    """Rotary position embedding of the first ``dims`` coordinates of each query and key head.
+
+    Position ``t`` (``0 .. T-1``) turns pair ``i`` (``i < dims/2``) by the angle
+    ``t * theta^(-2i/dims)``. ``layout`` says which coordinates pair up: ``"half"``
+    pairs ``i`` with ``i + dims/2`` (LLaMA's and GPT-NeoX's ``rotate_half``),
+    ``"interleaved"`` pairs ``2i`` with ``2i+1`` (GPT-J). Coordinates from ``dims`` on
+    pass through (GPT-NeoX's partial rotary).
+    """
+
+    theta: float
+    dims: int
+    layout: str = "half"
+
+    def pairs(self) -> tuple[Any, Any]:
+        """The two coordinate index arrays that rotate together, ``[dims/2]`` each."""
+        half = self.dims // 2
+        if self.layout == "half":
+            return np.arange(half), np.arange(half, self.dims)
+        return np.arange(0, self.dims, 2), np.arange(1, self.dims, 2)
+
+    def rotate(self, x: Array, inverse: bool = False) -> Array:
+        """``x [..., T, d]`` with each position's pairs turned (``inverse``: turned back,
+        the transpose, which carries a gradient from after the rotation to before it)."""
+        tokens = x.shape[-2]
+        exponents = np.arange(0, self.dims, 2, dtype=np.float64) / self.dims
+        inverse_frequency = 1.0 / (self.theta ** exponents)  # [dims/2]
+        angles = np.arange(tokens, dtype=np.float64)[:, None] * inverse_frequency[None, :]
+        cos, sin = np.cos(angles), np.sin(angles)  # [T, dims/2]
+        if inverse:
+            sin = -sin
+        first, second = self.pairs()
+        a, b = x[..., first], x[..., second]
+        out = np.array(x, dtype=np.float64)
+        out[..., first] = a * cos - b * sin
+        out[..., second] = b * cos + a * sin
+        return out
+
+
+def check_rope(rope: Rope, width: int) -> None:
+    """Refuse a RoPE that cannot turn a head of ``width`` coordinates (:class:`RopeError`)."""
+    if rope.layout not in ROPE_LAYOUTS:
+        raise RopeError(f"rope layout must be \"half\" or \"interleaved\", got {rope.layout!r}")
+    if not (math.isfinite(rope.theta) and rope.theta > 0.0):
+        raise RopeError(f"rope theta must be finite and positive, got {rope.theta!r}")
+    if rope.dims < 2 or rope.dims % 2 or rope.dims > width:
+        raise RopeError(f"rope dims must be even, at least 2 and at most the head's key width "
+                        f"{width}, got {rope.dims}")
+
+
 class AttentionForward(Record):
     """Every intermediate of one forward pass, in the order they are computed.
 
@@ -88,6 +151,8 @@ class AttentionForward(Record):
     scaled_scores: Array
     attention: Array
     output: Array
+    rotated_query: Array | None = None  # RoPE's Q and K, which the scores use
+    rotated_key: Array | None = None
 
 
 class AttentionGradients(Record):
@@ -130,17 +195,21 @@ class AttentionHead:
     Build one with :meth:`from_arrays`; instances are immutable.
     """
 
-    __slots__ = ("_biases", "_independent", "_names", "_weights")
+    __slots__ = ("_biases", "_independent", "_kv_groups", "_names", "_rope", "_scale", "_weights")
 
     def __init__(
         self, weights: tuple[Array, Array, Array], biases: Biases, names: tuple[str, str, str],
-        independent: bool,
+        independent: bool, scale: float | None = None, rope: Rope | None = None,
+        kv_groups: int = 1,
     ) -> None:
         # Private: from_arrays validates first.
         self._weights = weights
         self._biases = biases
         self._names = names
         self._independent = independent
+        self._scale = scale
+        self._rope = rope
+        self._kv_groups = kv_groups
 
     @classmethod
     def from_arrays(
@@ -151,13 +220,23 @@ class AttentionHead:
         biases: Sequence[ArrayLike | None] = (None, None, None),
         names: Sequence[str] | None = None,
         independent_value_width: bool = False,
+        scale: float | None = None,
+        rope: Rope | None = None,
+        kv_groups: int = 1,
     ) -> AttentionHead:
         """Validate and build a head from ``[d_model, d_out]`` weights and optional biases.
+
+        ``scale`` is the score factor (``None``: ``1/sqrt(d_k)``); ``rope`` turns Q and K
+        after their biases; ``kv_groups`` > 1 makes these the projections of a
+        grouped-query layer, whose query width is ``kv_groups`` times the key width (only
+        :class:`~qkvcli.attention.multihead.MultiHeadLayer` runs such projections).
 
         Order (first failure wins): per branch its name, finite weight, finite bias; per
         branch rank and non-zero widths (``"<branch> projection: ..."``); equal model
         widths; head widths (all equal, the chapter's error, or with an independent value
-        width only query = key); bias shapes; unique names. Raises a ``QkvError``.
+        width only query = key; grouped: query = kv_groups * key); bias shapes; unique
+        names; the scale (finite, positive); RoPE's dims (even, at most the key width).
+        Raises a ``QkvError``.
         """
         names = tuple(DEFAULT_NAMES if names is None else names)
         if len(names) != 3 or len(biases) != 3:
@@ -172,19 +251,29 @@ class AttentionHead:
         check_branches(weights)
         check_model_widths(weights)
         head = tuple(int(w.shape[1]) for w in weights)
-        if not independent_value_width and len(set(head)) != 1:
-            raise BranchOutputWidthMismatch(*head)
-        if head[0] != head[1]:
-            raise KeyWidthMismatch(head[0], head[1])
+        if kv_groups > 1:
+            if not independent_value_width and head[1] != head[2]:
+                raise BranchOutputWidthMismatch(*head)
+            if head[0] != kv_groups * head[1]:
+                raise GroupedWidthMismatch(head[0], head[1], kv_groups)
+        else:
+            if not independent_value_width and len(set(head)) != 1:
+                raise BranchOutputWidthMismatch(*head)
+            if head[0] != head[1]:
+                raise KeyWidthMismatch(head[0], head[1])
         for branch, width, bias in zip(BRANCHES, head, bias_arrays, strict=True):
             if bias is not None and bias.shape != (width,):
                 raise BiasShapeMismatch(branch, width, tuple(bias.shape))
         check_unique_names(names)
+        if scale is not None and not (math.isfinite(scale) and scale > 0.0):
+            raise ScaleError(scale)
+        if rope is not None:
+            check_rope(rope, head[1] if kv_groups > 1 else head[0])
         return cls(
             (weights[0], weights[1], weights[2]),
             (bias_arrays[0], bias_arrays[1], bias_arrays[2]),
             (names[0], names[1], names[2]),
-            independent_value_width,
+            independent_value_width, scale, rope, kv_groups,
         )
 
     # --- properties ---------------------------------------------------------------------
@@ -204,6 +293,28 @@ class AttentionHead:
     @property
     def independent_value_width(self) -> bool:
         return self._independent
+
+    @property
+    def scale(self) -> float:
+        """The score factor: the given one, else ``1/sqrt(d_k)``."""
+        return self.scale_of(self.d_k)
+
+    def scale_of(self, d_k: int) -> float:
+        """The score factor of a head ``d_k`` wide: the given one, else ``1/sqrt(d_k)``."""
+        return 1.0 / math.sqrt(d_k) if self._scale is None else self._scale
+
+    @property
+    def given_scale(self) -> float | None:
+        """The score factor the head was built with, ``None`` for ``1/sqrt(d_k)``."""
+        return self._scale
+
+    @property
+    def rope(self) -> Rope | None:
+        return self._rope
+
+    @property
+    def kv_groups(self) -> int:
+        return self._kv_groups
 
     @property
     def d_model(self) -> int:
@@ -229,7 +340,14 @@ class AttentionHead:
         """The same head with other parameter values, unvalidated (probes that keep shapes)."""
         return AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
-            self._names, self._independent,
+            self._names, self._independent, self._scale, self._rope, self._kv_groups,
+        )
+
+    def sliced(self, weights: Sequence[Array], biases: Sequence[Array | None]) -> AttentionHead:
+        """One head of a layer: these parameters, this head's scale and RoPE, no groups."""
+        return AttentionHead(
+            (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
+            self._names, self._independent, self._scale, self._rope, 1,
         )
 
     # --- computation --------------------------------------------------------------------
@@ -255,13 +373,23 @@ class AttentionHead:
             y = x @ weight  # [B,T,d_model] @ [d_model,d_out] -> [B,T,d_out]
             projected.append(y if bias is None else y + bias)
         query, key, value = projected
-        scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
-        scaled_scores = scores / math.sqrt(self.d_k)
+        rotated_query = rotated_key = None
+        matched_query, matched_key = query, key
+        if self._rope is not None:  # after the biases, before the scores (as HF applies it)
+            matched_query = rotated_query = self._rope.rotate(query)
+            matched_key = rotated_key = self._rope.rotate(key)
+        # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+        scores = matched_query @ np.swapaxes(matched_key, -1, -2)
+        if self._scale is None:  # the chapter's division, bit for bit
+            scaled_scores = scores / math.sqrt(self.d_k)
+        else:
+            scaled_scores = scores * self._scale
         if causal:
             scaled_scores = np.where(causal_mask(x.shape[1]), -np.inf, scaled_scores)
         attention = stable_softmax(scaled_scores)
         output = attention @ value  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
-        return AttentionForward(query, key, value, scores, scaled_scores, attention, output)
+        return AttentionForward(query, key, value, scores, scaled_scores, attention, output,
+                                rotated_query, rotated_key)
 
     def backward(self, x: ArrayLike, forward: AttentionForward, grad_output: ArrayLike) -> (
         AttentionGradients
@@ -289,9 +417,18 @@ class AttentionHead:
         grad_scaled_scores = a * (
             grad_attention - np.sum(grad_attention * a, axis=-1, keepdims=True)
         )
-        grad_scores = grad_scaled_scores / math.sqrt(self.d_k)
-        grad_query = grad_scores @ forward.key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
-        grad_key = np.swapaxes(grad_scores, -1, -2) @ forward.query  # [B,T,T]^T @ [B,T,d_k]
+        if self._scale is None:
+            grad_scores = grad_scaled_scores / math.sqrt(self.d_k)
+        else:
+            grad_scores = grad_scaled_scores * self._scale
+        rope = self._rope
+        matched_key = forward.key if forward.rotated_key is None else forward.rotated_key
+        matched_query = forward.query if forward.rotated_query is None else forward.rotated_query
+        grad_query = grad_scores @ matched_key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
+        grad_key = np.swapaxes(grad_scores, -1, -2) @ matched_query  # [B,T,T]^T @ [B,T,d_k]
+        if rope is not None:  # back through the rotation: its transpose turns the other way
+            grad_query = rope.rotate(grad_query, inverse=True)
+            grad_key = rope.rotate(grad_key, inverse=True)
         rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d_model]
         grad_input = np.zeros_like(x)
         grad_w: list[Array] = []

@@ -10,8 +10,6 @@ fixture gave them in.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from qkvcli.attention.evidence import EPSILON, hull_evidence, notes_of, verdicts
@@ -28,6 +26,7 @@ from qkvcli.attention.records import (
     HeadEvidence,
     HullEvidence,
     MaskEvidence,
+    Note,
 )
 from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.names import BRANCHES
@@ -42,6 +41,27 @@ def _run(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool) -> tuple[
 
 def _given(array: Array, layout: str) -> Array:
     return array.T if layout == "torch" else array
+
+
+def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
+    """The three branches (our ``[d_model, W]`` layout) in the packed layout given:
+    ``in_proj`` stacks torch rows, ``c_attn`` puts Conv1D columns side by side,
+    ``query_key_value`` interleaves torch rows per head (``[H, 3, d_head]``)."""
+    if parts.packed == "c_attn":
+        return np.concatenate([_given(w, parts.branch_layouts[0]) for w in branches], axis=1)
+    rows = [w.T for w in branches]  # torch [W, d_model] each
+    if parts.packed == "in_proj":
+        return np.concatenate(rows, axis=0)
+    heads = parts.layer.heads
+    per_head = [r.reshape(heads, -1, r.shape[-1]) for r in rows]  # [H, d_head, d_model]
+    return np.stack(per_head, axis=1).reshape(-1, rows[0].shape[-1])
+
+
+def _packed_bias(parts: LayerParts, biases: tuple[Array, ...]) -> Array:
+    if parts.packed != "query_key_value":
+        return np.concatenate(biases)
+    heads = parts.layer.heads
+    return np.stack([b.reshape(heads, -1) for b in biases], axis=1).reshape(-1)
 
 
 def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
@@ -59,12 +79,10 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
         named.append((f"w_{branch}", _given(p.weights[i], parts.branch_layouts[i])))
         named.append((f"b_{branch}", p.biases[i]))
     if parts.packed is not None:
-        # in_proj stacks torch [W, d_model] rows; c_attn puts Conv1D [d_model, W] side by side
-        axis = 0 if parts.packed == "in_proj" else 1
-        named.append(("w_packed", np.concatenate(
-            [_given(w, parts.branch_layouts[0]) for w in p.weights], axis=axis)))
+        named.append(("w_packed", _packed(parts, p.weights)))
         if all(b is not None for b in p.biases):
-            named.append(("b_packed", np.concatenate([b for b in p.biases if b is not None])))
+            named.append(("b_packed", _packed_bias(parts, tuple(
+                b for b in p.biases if b is not None))))
     out = parts.out_layout
     if out is not None and layer.out_weight is not None:
         named.append(("w_out", _given(layer.out_weight, "torch" if out == "out_proj" else "qkv")))
@@ -97,11 +115,10 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
     for i, branch in enumerate(BRANCHES):
         named.append((f"grad_b_{branch}", grads_b[i]))
     if parts.packed is not None:
-        axis = 0 if parts.packed == "in_proj" else 1
-        named.append(("grad_w_packed", np.concatenate(
-            [_given(w, parts.branch_layouts[0]) for w in grads_w], axis=axis)))
+        named.append(("grad_w_packed", _packed(parts, grads_w)))
         if all(b is not None for b in grads_b):
-            named.append(("grad_b_packed", np.concatenate([b for b in grads_b if b is not None])))
+            named.append(("grad_b_packed", _packed_bias(parts, tuple(
+                b for b in grads_b if b is not None))))
     if out is not None and g.grad_out_weight is not None:
         named.append(("grad_w_out", _given(
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
@@ -152,10 +169,25 @@ def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
     )
 
 
-def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool = False) -> (
-    AttendEvidence
-):
-    """Run the layer on ``fixture`` and gather every check, per head where a head has its own."""
+def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
+    """The projections' notes; grouped K/V projections are narrower than the query's by
+    design, so their width note speaks of one head's widths."""
+    notes = notes_of(layer.projections)
+    if layer.kv_heads == layer.heads:
+        return notes
+    kept = tuple(n for n in notes if n.code != "independent-value-width")
+    if layer.d_v != layer.d_k:
+        kept += (Note("independent-value-width", layer.d_k, layer.d_v),)
+    return kept
+
+
+def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
+                         causal: bool | None = None) -> AttendEvidence:
+    """Run the layer on ``fixture`` and gather every check, per head where a head has its own.
+
+    ``causal`` (default: the fixture's) masks key positions after each query.
+    """
+    causal = fixture.causal if causal is None else causal
     layer, x = parts.layer, fixture.input
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, layer, causal)
@@ -186,13 +218,15 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
         bias=(p.biases[0] is not None, p.biases[1] is not None, p.biases[2] is not None),
         value_width=fixture.value_width, layout=fixture.layout,
-        layout_description=fixture.layout_description, scale=1.0 / math.sqrt(layer.d_k),
+        layout_description=fixture.layout_description, scale=p.scale_of(layer.d_k),
         parameter_count=layer.parameter_count, names=p.names, heads=layer.heads,
         e_out=layer.e_out, out_layout=parts.out_layout, packed=parts.packed,
+        kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
+        scale_given=p.given_scale is not None, architecture=fixture.architecture,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, layer_loss(forward, fixture.upstream)), rows=(),
-        attention=rows, mask=mask, hull=hull, probes=probes, notes=notes_of(p),
+        attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
         replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks, heads=heads,
     )

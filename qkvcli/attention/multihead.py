@@ -13,6 +13,10 @@ exactly as ``torch.nn.MultiheadAttention`` and nanoGPT split and join heads (the
 :class:`~qkvcli.attention.head.AttentionHead` on its slices, so one head (H = 1, no
 output projection) runs the very same arithmetic as ``qkv attend`` always has.
 
+Grouped-query attention (``kv_heads`` = G < H): ``W_K`` and ``W_V`` hold G heads, and
+query head h reads K/V head ``h // (H/G)``, as Hugging Face's ``repeat_kv`` repeats them;
+in the reverse pass each K/V head's weight and bias gradients are the sum over its group.
+
 Reverse for ``dY``: ``dC = dY W_O^T``, ``dW_O = C^T dY``, ``db_O = sum dY``; each head's
 reverse on its slice of ``dC``; ``dX`` adds every head's three paths, and each head's
 weight gradients fill its columns of ``dW_Q``, ``dW_K``, ``dW_V``. No I/O.
@@ -20,10 +24,17 @@ weight gradients fill its columns of ``dW_Q``, ``dW_K``, ``dW_V``. No I/O.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from qkvcli.attention.errors import HeadCountMismatch, OutProjectionShapeMismatch, OutputGradientShapeMismatch
-from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead
+from qkvcli.attention.errors import (
+    HeadCountMismatch,
+    KvHeadsMismatch,
+    OutProjectionShapeMismatch,
+    OutputGradientShapeMismatch,
+)
+from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead, check_rope
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -64,29 +75,54 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_heads", "_out_bias", "_out_weight", "_projections", "_slices")
+    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections", "_slices")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
-                 out_bias: Array | None) -> None:
+                 out_bias: Array | None, kv_heads: int | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
+        self._kv_heads = heads if kv_heads is None else kv_heads
         self._out_weight = out_weight
         self._out_bias = out_bias
         self._slices = tuple(self._slice(h) for h in range(heads))
 
     @classmethod
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
-              out_bias: ArrayLike | None = None) -> MultiHeadLayer:
+              out_bias: ArrayLike | None = None, kv_heads: int | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
-        Order (first failure wins): head count divides both widths
-        (:class:`HeadCountMismatch`); finite out_proj; its shapes
+        ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
+        ``heads / kv_heads`` consecutive query heads (grouped-query attention; 1 is
+        multi-query attention); the projections must then be built with
+        ``kv_groups = heads / kv_heads``.
+
+        Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
+        projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
+        (:class:`HeadCountMismatch`); RoPE fits a head; finite out_proj; its shapes
         (:class:`OutProjectionShapeMismatch`).
         """
+        groups = 1
+        if kv_heads is not None:
+            if kv_heads < 1 or heads % kv_heads:
+                raise KvHeadsMismatch(f"kv_heads must be at least 1 and divide heads {heads}, "
+                                      f"got {kv_heads}")
+            groups = heads // kv_heads
+        if projections.kv_groups != groups:
+            raise KvHeadsMismatch(
+                f"the projections are grouped {projections.kv_groups} query heads per K/V head, "
+                f"heads {heads} and kv_heads {kv_heads or heads} make {groups}")
         width_qk, width_v = projections.d_k, projections.d_v
-        if heads < 1 or width_qk % heads or width_v % heads:
+        if heads < 1 or width_qk % heads or (groups == 1 and width_v % heads):
             raise HeadCountMismatch(heads, width_qk, width_v)
+        kv = heads // groups
+        if groups > 1 and ((projections.d_k // groups) % kv or width_v % kv):
+            raise KvHeadsMismatch(
+                f"kv_heads {kv} must divide the key width "
+                f"{projections.d_k // groups} and the value width {width_v}")
+        if projections.rope is not None:
+            check_rope(projections.rope, width_qk // heads)
+        width_v *= groups  # the concatenated heads: H*d_v
         weight = None if out_weight is None else readonly(out_weight)
         bias = None if out_bias is None else readonly(out_bias)
         for array in (weight, bias):
@@ -103,18 +139,23 @@ class MultiHeadLayer:
                 raise OutProjectionShapeMismatch(
                     f"out_proj bias must be [{weight.shape[1]}] (E_out), got "
                     f"[{','.join(map(str, bias.shape))}]")
-        return cls(projections, heads, weight, bias)
+        return cls(projections, heads, weight, bias, kv_heads)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
             return self._projections  # one head: today's head, untouched
         p = self._projections
         dk, dv = self.d_k, self.d_v
-        cols = (slice(h * dk, (h + 1) * dk), slice(h * dk, (h + 1) * dk), slice(h * dv, (h + 1) * dv))
+        g = self.group_of(h)  # the K/V head this query head reads
+        cols = (slice(h * dk, (h + 1) * dk), slice(g * dk, (g + 1) * dk), slice(g * dv, (g + 1) * dv))
         weights = [np.ascontiguousarray(w[:, c]) for w, c in zip(p.weights, cols, strict=True)]
         biases = [None if b is None else np.ascontiguousarray(b[c])
                   for b, c in zip(p.biases, cols, strict=True)]
-        return p.with_parameters(weights, biases)
+        return p.sliced(weights, biases)
+
+    def group_of(self, head: int) -> int:
+        """The K/V head that query head ``head`` shares (HF's ``repeat_kv``: consecutive)."""
+        return head // (self._heads // self._kv_heads)
 
     # --- properties ---------------------------------------------------------------------
 
@@ -126,6 +167,10 @@ class MultiHeadLayer:
     @property
     def heads(self) -> int:
         return self._heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self._kv_heads
 
     @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
@@ -149,11 +194,16 @@ class MultiHeadLayer:
 
     @property
     def d_v(self) -> int:
-        return self._projections.d_v // self._heads
+        return self._projections.d_v // self._kv_heads
 
     @property
     def e_out(self) -> int:
-        return self._projections.d_v if self._out_weight is None else int(self._out_weight.shape[1])
+        return self.concat_width if self._out_weight is None else int(self._out_weight.shape[1])
+
+    @property
+    def concat_width(self) -> int:
+        """``H*d_v``: the width of the concatenated heads."""
+        return self._heads * self.d_v
 
     @property
     def parameter_count(self) -> int:
@@ -164,7 +214,24 @@ class MultiHeadLayer:
                         out_weight: Array | None, out_bias: Array | None) -> MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
-                              out_weight, out_bias)
+                              out_weight, out_bias, self._kv_heads)
+
+    def _grouped(self, grads: list[Any], branch: int) -> list[Any]:
+        """Per-head gradients of ``branch``, with key and value summed over each group."""
+        if branch == 0 or self._kv_heads == self._heads:
+            return grads
+        per = self._heads // self._kv_heads
+        summed: list[Any] = []
+        for g in range(self._kv_heads):
+            group = grads[g * per:(g + 1) * per]
+            if any(grad is None for grad in group):
+                summed.append(None)
+                continue
+            total = group[0].copy()
+            for grad in group[1:]:
+                total += grad
+            summed.append(total)
+        return summed
 
     # --- computation --------------------------------------------------------------------
 
@@ -195,7 +262,7 @@ class MultiHeadLayer:
         grad_concat = upstream
         if self._out_weight is not None:
             with np.errstate(over="ignore", invalid="ignore"):
-                rows = forward.concat.reshape(batch * tokens, self._projections.d_v)  # C: [BT,H*d_v]
+                rows = forward.concat.reshape(batch * tokens, self.concat_width)  # C: [BT,H*d_v]
                 flat = upstream.reshape(batch * tokens, self.e_out)  # dY_(BT): [BT, E_out]
                 grad_concat = upstream @ self._out_weight.T  # [B,T,E_out] @ [E_out,H*d_v]
                 grad_out_weight = rows.T @ flat  # [H*d_v,BT] @ [BT,E_out] -> [H*d_v,E_out]
@@ -219,10 +286,12 @@ class MultiHeadLayer:
                 return None
             return np.concatenate([grad for grad in grads if grad is not None], axis=-1)
 
-        # each head's weight gradients fill its own columns, in head order
-        w = [np.concatenate([getattr(g, f"grad_w_{branch}") for g in heads], axis=-1)
-             for branch in BRANCHES]
-        b = [joined([getattr(g, f"grad_b_{branch}") for g in heads]) for branch in BRANCHES]
+        # each head's weight gradients fill its own columns, in head order; a K/V head
+        # shared by a group of query heads gathers the sum of the group's gradients
+        w = [np.concatenate(self._grouped([getattr(g, f"grad_w_{branch}") for g in heads], i),
+                            axis=-1) for i, branch in enumerate(BRANCHES)]
+        b = [joined(self._grouped([getattr(g, f"grad_b_{branch}") for g in heads], i))
+             for i, branch in enumerate(BRANCHES)]
         return LayerGradients(heads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1], b[2],
                               grad_out_weight, grad_out_bias)
 

@@ -17,6 +17,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 
 if TYPE_CHECKING:
+    from qkvcli.attention.head import Rope
     from qkvcli.evidence.records import Verdict
     from qkvcli.gradcheck.records import GradcheckResult
 
@@ -43,6 +44,10 @@ class AttendConfig(Record):
     e_out: int | None = None  # the final output's width
     out_layout: str | None = None  # "out_proj", "c_proj" or None
     packed: str | None = None  # a packed projection's layout: "in_proj", "c_attn" or None
+    kv_heads: int | None = None  # grouped-query attention: K/V heads shared by the heads
+    rope: Rope | None = None  # rotary position embedding of Q and K
+    scale_given: bool = False  # the fixture's "scale", not 1/sqrt(d_k)
+    architecture: str | None = None  # the model the fixture says it was read from
 
 
 class AttendPrimary(Record):

@@ -110,14 +110,22 @@ if TYPE_CHECKING:
               metavar="CHECKPOINT",
               help="Write an attend fixture referencing CHECKPOINT's attention projections "
               "under --prefix (with --heads, --tokens, --seed).")
-@click.option("--prefix", default="", help="Tensor-name prefix of the layer, e.g. h.0.attn.")
+@click.option("--prefix", default="", help="Tensor-name prefix of the layer, e.g. "
+              "transformer.h.0.attn. (qkv inspect lists them).")
 @click.option("--heads", type=click.IntRange(min=1), default=None,
-              help="Heads of the layer (with --from-safetensors).  [default: 1]")
+              help="Heads of the layer (with --from-safetensors): needed without a config, "
+              "must agree with one.")
+@click.option("--causal/--no-causal", default=None,
+              help="Whether the layer masks later positions (with --from-safetensors): needed "
+              "without a config, must agree with one.")
+@click.option("--config", "config", type=SafePath(dir_okay=False), default=None, metavar="FILE",
+              help="The model's Hugging Face config.json.  [default: config.json beside "
+              "CHECKPOINT, if there]")
 def init(
     seed: int | None, batch: int | None, tokens: int | None, d_model: int | None,
     d_head: int | None, from_chapter: bool, output: Path | None, force: bool,
     generate: bool, npy_dir: str | None, max_elements: int | None, checkpoint: Path | None,
-    prefix: str, heads: int | None,
+    prefix: str, heads: int | None, causal: bool | None, config: Path | None,
 ) -> None:
     """Write a starter fixture with seeded weights, input and upstream gradients.
 
@@ -126,9 +134,13 @@ def init(
     bit for bit. The input and upstream come from generators of their own. Never
     overwrites FILE unless --force. --generate and --npy DIR keep large fixtures small:
     the same weights (bit for bit), with the input and upstream drawn uniform in [-1, 1).
-    --from-safetensors CHECKPOINT --prefix h.0.attn. --heads 12 writes a `qkv attend`
-    fixture that references the checkpoint's tensors, with a seeded input of --tokens
-    (default 4) positions.
+    --from-safetensors CHECKPOINT --prefix transformer.h.0.attn. writes a `qkv attend`
+    fixture that references the checkpoint's tensors (CHECKPOINT may be a sharded
+    model.safetensors.index.json), with a seeded input of --tokens (default 4)
+    positions. The layer's function (heads, K/V heads, causal, RoPE, scale) comes from
+    the model's config.json beside CHECKPOINT (or --config); without one, --heads and
+    --causal/--no-causal must say it. What the config asks for that qkv does not
+    compute is refused, naming the key.
     """
     large = generate or npy_dir is not None
     given_max = max_elements
@@ -140,9 +152,12 @@ def init(
     if checkpoint is not None:
         from qkvcli.reading.limits import DEFAULT_SEED
 
-        text = checkpoint_fixture_text(checkpoint, prefix, heads or 1, 4 if tokens is None
+        text = checkpoint_fixture_text(checkpoint, prefix, heads, 4 if tokens is None
                                        else tokens, DEFAULT_SEED if seed is None else seed, output,
-                                       given_max)
+                                       given_max, causal, config)
+    elif heads is not None or causal is not None or config is not None:
+        raise click.UsageError("--heads, --causal/--no-causal and --config go with "
+                               "--from-safetensors")
     elif from_chapter:
         given = [name for name, value in (("--seed", seed), ("--batch", batch),
                  ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head),
@@ -232,22 +247,34 @@ def schema() -> None:
 
 
 def checkpoint_fixture_text(
-    checkpoint: Path, prefix: str, heads: int, tokens: int, seed: int, output: Path | None,
-    max_elements: int | None = None,
+    checkpoint: Path, prefix: str, heads: int | None, tokens: int, seed: int,
+    output: Path | None, max_elements: int | None = None, causal: bool | None = None,
+    config: Path | None = None,
 ) -> str:
     """The text of an attend fixture referencing ``checkpoint``'s tensors under ``prefix``.
 
-    The checkpoint's path is written relative to FILE's directory (the current directory
-    without -o), which it must lie inside, by the rule attend reads it with (no ``..``,
-    no symbolic link leading out): fixtures only read what ships beside them. ``heads``
-    must divide the projections' widths, and the input, projections and ``[1,H,T,T]``
-    scores must fit ``max_elements`` (default: attend's); above attend's default, a
-    warning names the ``--max-elements`` attend needs.
+    The layer's function comes from ``config`` (default: config.json beside the
+    checkpoint, if there) or, without one, from ``heads`` and ``causal``, which must then
+    be given; given with a config they must agree with it. Each tensor's file is written
+    relative to FILE's directory (the current directory without -o). A file outside it,
+    or reached through a symbolic link out of it (a hub cache), is written all the same
+    and a note says that attend needs --trust-paths to read it: a fixture never reads
+    outside its directory unless the user says so. The input, projections and
+    ``[1,H,T,T]`` scores must fit ``max_elements`` (default: attend's); above attend's
+    default, a warning names the ``--max-elements`` attend needs.
     """
     from qkvcli.attention.fixture import MAX_HEADS
-    from qkvcli.authoring.checkpoint import CheckpointError, checkpoint_document
+    from qkvcli.authoring.checkpoint import (
+        CheckpointError,
+        check_heads,
+        checkpoint_document,
+        command_line_function,
+        config_needed,
+        layer_widths,
+        model_function,
+    )
     from qkvcli.authoring.starter import dump_fixture
-    from qkvcli.cli.inspect import read_entries
+    from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
     from qkvcli.reading.files import confined
     from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
@@ -255,31 +282,79 @@ def checkpoint_fixture_text(
 
     if printable(prefix, None) != prefix:
         raise InputError(f"--prefix {printable(prefix)}: control characters are refused")
-    entries = read_entries(checkpoint)
+    entries, where = read_checkpoint(checkpoint)
     base = os.path.abspath(os.path.dirname(os.fspath(output)) if output is not None else ".")
-    relative = os.path.relpath(os.path.abspath(os.fspath(checkpoint)), base)
+    shown = printable(str(checkpoint))
+    outside: list[str] = []
+
+    def locate(name: str) -> str:
+        relative = os.path.relpath(os.path.abspath(where[name]), base)
+        try:
+            confined(base, relative, "--from-safetensors")
+        except FixtureError:
+            outside.append(relative)
+        return relative.replace(os.sep, "/")
+
     try:
-        confined(base, relative, "--from-safetensors")
-    except FixtureError as error:
-        raise InputError(f"--from-safetensors: {error.message}: a fixture may only read files "
-                         f"beside it (in {printable(base)})") from None
-    try:
+        kind, d_model, widths = layer_widths(entries, prefix)
+        given = _read_config(checkpoint, config)
+        if given is None:
+            function = command_line_function(heads, causal, prefix)
+            reason = config_needed(entries, prefix)
+            if reason is not None:
+                raise CheckpointError(prefix, f"{reason}: put config.json beside the "
+                                      "checkpoint or give --config FILE")
+        else:
+            function = model_function(given[1], prefix, tokens, widths[:2], kind)
+            if heads is not None and heads != function.heads:
+                raise CheckpointError(prefix, f"--heads {heads} contradicts {given[0]}, which "
+                                      f"says {function.heads} heads; drop --heads")
+            if causal is not None and causal != function.causal:
+                flag = "--causal" if causal else "--no-causal"
+                said = "causal" if function.causal else "not causal"
+                raise CheckpointError(prefix, f"{flag} contradicts {given[0]}, which says the "
+                                      f"layer is {said}; drop {flag}")
+        check_heads(function, widths, prefix, MAX_HEADS)
         document, (d_model, width, value_width) = checkpoint_document(
-            entries, relative.replace(os.sep, "/"), prefix, heads, tokens, seed)
+            entries, locate, prefix, function, tokens, seed)
     except CheckpointError as error:
-        raise InputError(f"{printable(str(checkpoint))}: {error}") from None
-    if heads > MAX_HEADS or width % heads or value_width % heads:
-        raise InputError(f"--heads {heads}: must be at most {MAX_HEADS} and divide the "
-                         f"query/key width {width} and the value width {value_width} of "
-                         f"{printable(prefix) or 'the layer'}")
+        raise InputError(f"{shown}: {error}") from None
     sizes = {"input [1,T,d_model]": tokens * d_model,
              "projections [1,T,width]": tokens * max(width, value_width),
-             "attention scores [1,H,T,T]": heads * tokens * tokens}
+             "attention scores [1,H,T,T]": function.heads * tokens * tokens}
     limit = DEFAULT_MAX_ELEMENTS if max_elements is None else max_elements
     for label, count in sizes.items():
         if count > limit:
-            raise InputError(f"--tokens {tokens} --heads {heads}: the {label} would have "
-                             f"{count} elements, more than the limit {limit} (lower --tokens, "
-                             "or raise --max-elements)")
+            raise InputError(f"--tokens {tokens} --heads {function.heads}: the {label} would "
+                             f"have {count} elements, more than the limit {limit} (lower "
+                             "--tokens, or raise --max-elements)")
     warn_run_limit(sizes)
+    if outside:
+        click.echo(f"qkv: note: {printable(outside[0])} lies outside the fixture's directory "
+                   "(or links out of it, as a hub cache does): run the fixture with "
+                   "qkv attend --trust-paths", err=True)
     return dump_fixture(document)
+
+
+def _read_config(checkpoint: Path, config: Path | None) -> tuple[str, dict[str, object]] | None:
+    """``(shown name, parsed config.json)``: ``config``, else config.json beside the checkpoint
+    if it exists, else ``None``. Raises :class:`InputError`."""
+    import json
+
+    from qkvcli.core.text import printable
+    from qkvcli.reading.files import InputFileError, read_limited
+
+    path = os.fspath(config) if config is not None else os.path.join(
+        os.path.dirname(os.fspath(checkpoint)), "config.json")
+    if config is None and not os.path.exists(path):
+        return None
+    shown = printable(path)
+    try:
+        data = json.loads(read_limited(path, 1 << 22, "config"))
+    except InputFileError as error:
+        raise InputError(str(error)) from None
+    except (ValueError, RecursionError):
+        raise InputError(f"{shown}: not a JSON config") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{shown}: not a model config (not a JSON object)")
+    return shown, data

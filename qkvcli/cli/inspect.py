@@ -1,8 +1,15 @@
-"""``qkv inspect FILE.safetensors``, and the checkpoint half of ``qkv init --from-safetensors``."""
+"""``qkv inspect FILE.safetensors``, and the checkpoint half of ``qkv init --from-safetensors``.
+
+A checkpoint is one ``.safetensors`` file or a sharded checkpoint's
+``model.safetensors.index.json``, whose ``weight_map`` names the shard (beside the index)
+that holds each tensor. Paths typed on the command line are the user's own choice: they
+and the shards beside an index may be symbolic links anywhere (a hub cache's snapshot).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,19 +21,77 @@ if TYPE_CHECKING:
 
     from qkvcli.authoring.checkpoint import Entry
 
+INDEX_SUFFIX = ".index.json"
+MAX_INDEX_BYTES = 64 << 20  # a weight_map of a million tensors is ~100 bytes each
+
 
 def read_entries(path: Path) -> list[Entry]:
-    """Every tensor's ``(name, dtype, shape)`` from the checkpoint's header. Raises InputError."""
+    """Every tensor's ``(name, dtype, shape)`` from the checkpoint's header(s). Raises InputError."""
+    return read_checkpoint(path)[0]
+
+
+def _index(path: Path) -> dict[str, str]:
+    """The ``weight_map`` of a sharded checkpoint's index: tensor name -> shard file name."""
+    import json
+
+    from qkvcli.core.text import printable
+    from qkvcli.reading.files import InputFileError, read_limited, relative_path
+    from qkvcli.reading.problems import FixtureError
+
+    shown = printable(str(path))
+    try:
+        data: Any = json.loads(read_limited(path, MAX_INDEX_BYTES, "checkpoint index"))
+    except InputFileError as error:
+        raise InputError(str(error)) from None
+    except (ValueError, RecursionError):
+        raise InputError(f"{shown}: not a checkpoint index (not JSON)") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise InputError(f"{shown}: not a checkpoint index (no weight_map of tensor names to "
+                         "shard files)")
+    for shard in set(weight_map.values()):
+        try:  # the shards lie beside the index (they may be links, as in a hub cache)
+            relative_path(shard, "weight_map")
+        except FixtureError as error:
+            raise InputError(f"{shown}: shard {error.message}") from None
+    return weight_map
+
+
+def read_checkpoint(path: Path) -> tuple[list[Entry], dict[str, str]]:
+    """Every tensor, sorted by name, and the file holding each (as a path beside ``path``'s
+    directory, or ``path`` itself). Raises InputError."""
+    from qkvcli.core.text import printable
     from qkvcli.reading.files import InputFileError
     from qkvcli.reading.problems import FixtureError
     from qkvcli.reading.safetensors import list_tensors
 
-    try:
-        return list_tensors(path)
-    except InputFileError as error:
-        raise InputError(str(error)) from None
-    except FixtureError as error:
-        raise InputError(error.message) from None
+    def listed(file: str) -> list[Entry]:
+        try:
+            return list_tensors(file)
+        except InputFileError as error:
+            raise InputError(str(error)) from None
+        except FixtureError as error:
+            raise InputError(error.message) from None
+
+    name = os.fspath(path)
+    if not name.endswith(INDEX_SUFFIX):
+        entries = listed(name)
+        return entries, dict.fromkeys((entry[0] for entry in entries), name)
+    weight_map = _index(path)
+    base = os.path.dirname(name)
+    entries, where = [], {}
+    for shard in sorted(set(weight_map.values())):
+        file = os.path.join(base, shard)
+        for entry in listed(file):
+            if weight_map.get(entry[0]) == shard:  # the index says which shard holds it
+                entries.append(entry)
+                where[entry[0]] = file
+    missing = sorted(set(weight_map) - set(where))
+    if missing:
+        raise InputError(f"{printable(name)}: tensor {printable(missing[0])} is not in its shard "
+                         f"{printable(weight_map[missing[0]])}")
+    return sorted(entries), where
 
 
 NAME_LIMIT = 200
@@ -34,10 +99,17 @@ NAME_LIMIT = 200
 
 
 def inspect_lines(entries: list[Entry]) -> list[str]:
-    """One aligned line per tensor: name, dtype, shape and, if recognised, its role."""
-    from qkvcli.authoring.checkpoint import role_of
+    """One aligned line per tensor (name, dtype, shape and, if recognised, its role), grouped
+    by layer in natural order, then the layer prefixes ``--prefix`` takes."""
+    import re
+
+    from qkvcli.authoring.checkpoint import layer_prefixes, role_of
     from qkvcli.core.text import printable
 
+    def natural(entry: Entry) -> list[Any]:
+        return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", entry[0])]
+
+    entries = sorted(entries, key=natural)
     shapes = ["[" + ",".join(map(str, shape)) + "]" for _, _, shape in entries]
     # Names come from the file: escaped, and capped so one cannot widen every line.
     names = [printable(name, NAME_LIMIT) for name, _, _ in entries]
@@ -52,16 +124,23 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
     recognised = sum(1 for name, _, _ in entries if role_of(name))
     noun = "tensor" if len(entries) == 1 else "tensors"
     lines.append(f"# {len(entries)} {noun}, {recognised} recognised attention projections (*)")
+    layers = layer_prefixes([name for name, _, _ in entries])
+    if layers:
+        shown = " ".join(printable(prefix, NAME_LIMIT) for prefix, _ in layers)
+        noun = "layer" if len(layers) == 1 else "layers"
+        lines.append(f"# {len(layers)} attention {noun}, by --prefix: {shown}")
     return lines
 
 
 @click.command()
 @click.argument("checkpoint", type=SafePath(dir_okay=False))
 def inspect(checkpoint: Path) -> None:
-    """List every tensor of CHECKPOINT (.safetensors): name, dtype, shape.
+    """List every tensor of CHECKPOINT (.safetensors, or a sharded model.safetensors.index.json).
 
-    Marks with * the attention projections qkv recognises: GPT-2 attn.c_attn and
-    attn.c_proj, Hugging Face q_proj/k_proj/v_proj/o_proj or query/key/value. Only the
-    header is read. Needs the checkpoints extra (pip install 'qkv[checkpoints]').
+    Name, dtype, shape, grouped by layer; marks with * the attention projections qkv
+    recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj or out_proj;
+    BERT query/key/value and attention.output.dense; GPT-NeoX query_key_value and dense)
+    and lists the layer prefixes that init --prefix takes. Only the headers are read.
+    Needs the checkpoints extra for bf16 (pip install 'qkv[checkpoints]').
     """
     click.echo("\n".join(inspect_lines(read_entries(checkpoint))))

@@ -47,7 +47,8 @@ BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
 STDIN_LABEL = "<stdin>"
 CHUNK_CHARS = 1 << 16
 """Standard output is written in pieces of about this many characters."""
-LAYER_KEYS = ("heads",)
+LAYER_KEYS = ("heads", "kv_heads")
+FUNCTION_KEYS = ("causal", "rope", "scale", "architecture")
 """Top-level keys that make a fixture a multi-head layer, which only ``qkv attend`` runs."""
 
 
@@ -154,6 +155,10 @@ def refuse_layer_fixture(data: Any, label: str) -> None:
             if key in data:
                 raise InputError(f"{label}: $.{key}: a multi-head layer fixture; "
                                  "run it with qkv attend")
+        for key in FUNCTION_KEYS:  # a real layer's function: only attend computes it
+            if key in data:
+                raise InputError(f"{label}: $.{key}: an attention fixture's key (the "
+                                 "chapter has no attention); run it with qkv attend")
 
 
 def read_text(path: Path, what: str) -> str:

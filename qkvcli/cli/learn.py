@@ -47,11 +47,11 @@ def attend_label(path: Path | None, example: str) -> str:
 
 
 def _load_attend(path: Path | None, example: str, max_elements: int,
-                 heads: int | None = None) -> AttendFixture:
+                 heads: int | None = None, causal: bool = False) -> AttendFixture:
     from qkvcli.attention.fixture import load_attend_fixture
 
     return labelled(attend_label(path, example),
-                    lambda: load_attend_fixture(path, example, max_elements, heads))
+                    lambda: load_attend_fixture(path, example, max_elements, heads, causal))
 
 
 @click.command()
@@ -59,18 +59,21 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 @click.option("--example", type=click.Choice(("chapter", "primer")), default=None,
               help="Run a bundled fixture: the chapter's, or the primer's worked example.")
 @click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "
-              "the diagonal before the softmax).")
+              'the diagonal before the softmax); the fixture\'s "causal" does it too.')
 @click.option("--heads", type=click.IntRange(min=1), default=None,
-              help="Split the projections into this many heads (overrides the fixture's "
-              '"heads"); each head attends on its own slice.')
+              help="Split the projections into this many heads (a fixture that gives "
+              '"heads" must agree); each head attends on its own slice.')
+@click.option("--trust-paths", is_flag=True, help="Let FIXTURE read files outside its "
+              "directory (absolute paths, .., links out: a hub cache's model.safetensors).")
 @format_option()
 @output_option
 @gradcheck_options
 @max_elements_option
 @view_options
 def attend(
-    fixture: Path | None, example: str | None, causal: bool, heads: int | None, fmt: str,
-    output: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    fixture: Path | None, example: str | None, causal: bool, heads: int | None,
+    trust_paths: bool, fmt: str, output: Path | None, max_elements: int, view: ViewSettings,
+    overrides: CheckOverrides,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -84,8 +87,6 @@ def attend(
     Exit status: 0 all checks passed, 1 a check failed,
     2 bad input.
     """
-    import dataclasses
-
     from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import attend_parameters
     from qkvcli.attention.layer_evidence import build_layer_evidence
@@ -93,9 +94,13 @@ def attend(
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
     check_outputs([output, *(path for _, path in view.exports)], [fixture])
-    loaded = _load_attend(fixture, example or "chapter", max_elements, heads)
+    from qkvcli.reading.files import trusting_paths
+
+    with trusting_paths(trust_paths):
+        loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
     changes = overrides.changes()
-    loaded = dataclasses.replace(loaded, **changes) if changes else loaded
+    loaded = loaded._replace(**changes) if changes else loaded
+    causal = loaded.causal  # the fixture's "causal", or --causal
     with working_on(attend_label(fixture, example or "chapter")):
         # One head or a layer: the same step and evaluation limits before any work.
         arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)

@@ -29,14 +29,14 @@ def attend_keys(data: Any) -> list[str]:
     from qkvcli.attention.fixture import LAYER_TOP_KEYS, OUT_KEYS
     from qkvcli.core.names import BRANCHES
     from qkvcli.reading.fixture import PACKED_KEYS
-    from qkvcli.reading.layouts import C_ATTN_KEYS
+    from qkvcli.reading.layouts import C_ATTN_KEYS, NEOX_KEYS
 
     if not isinstance(data, dict):
         return []
     found = [f"$.{key}" for key in (*LAYER_TOP_KEYS, "value_width") if key in data]
     weights = data.get("weights")
     if isinstance(weights, dict):
-        found += [f"$.weights.{key}" for key in (*PACKED_KEYS, *C_ATTN_KEYS, *OUT_KEYS)
+        found += [f"$.weights.{key}" for key in (*PACKED_KEYS, *C_ATTN_KEYS, *NEOX_KEYS, *OUT_KEYS)
                   if key in weights]
         found += [f"$.weights.{branch}.bias" for branch in BRANCHES
                   if isinstance(weights.get(branch), dict) and "bias" in weights[branch]]
@@ -74,8 +74,11 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[st
 @click.option("--attend", is_flag=True,
               help="Check every file as a qkv attend fixture (stops at its first problem). "
               "Without it, a file with attend-only keys is recognised as one.")
+@click.option("--trust-paths", is_flag=True, help="Let the fixtures read files outside their "
+              "directories (absolute paths, .., links out: a hub cache's model.safetensors).")
 @max_elements_option
-def validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> None:
+def validate(fixtures: tuple[Path, ...], attend: bool, trust_paths: bool,
+             max_elements: int) -> None:
     """Check FIXTURE... without running them, reporting every problem found.
 
     A directory means the *.json files in it. Each problem is one line on stderr naming
@@ -84,6 +87,13 @@ def validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> Non
     weights, heads, an output projection). With several fixtures a last line counts the
     problems. Exit status 0 when every fixture is valid, 2 otherwise.
     """
+    from qkvcli.reading.files import trusting_paths
+
+    with trusting_paths(trust_paths):
+        _validate(fixtures, attend, max_elements)
+
+
+def _validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> None:
     from qkvcli.core.errors import QkvError
 
     bad_files = 0

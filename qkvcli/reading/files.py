@@ -10,6 +10,14 @@ here, so every one of them gets the same policy:
 * :func:`confined`: a path a fixture names (an ``npy`` tensor) is relative to the
   fixture's directory and may not leave it: absolute paths, ``..`` components, NUL
   bytes and symbolic links that resolve outside are refused.
+
+The confinement rule keeps a promise about fixtures people download: such a fixture
+cannot make qkv read outside its own directory. Only the user, on the command line,
+lifts it: inside :func:`trusting_paths` (``qkv attend --trust-paths``, ``qkv validate
+--trust-paths``) a fixture's path may be absolute, hold ``..`` or be a symbolic link to
+anywhere, as a Hugging Face hub snapshot's ``model.safetensors`` is (a link to
+``../../blobs/<sha>``). A path typed on the command line (``qkv inspect PATH``, ``qkv
+init --from-safetensors PATH``) is the user's own choice and is never confined.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path  # NumPy imports it before any of qkv's modules
 from typing import BinaryIO, TypeAlias
 
@@ -175,15 +186,39 @@ def read_stdin(limit: int, what: str = "fixture") -> bytes:
     return bytes(data)
 
 
+_TRUSTED: ContextVar[bool] = ContextVar("qkv_trusted_paths", default=False)
+
+
+@contextmanager
+def trusting_paths(trusted: bool = True) -> Iterator[None]:
+    """Within the block, :func:`confined` follows a fixture's paths out of its directory
+    (the user said so on the command line); ``trusted=False`` changes nothing."""
+    token = _TRUSTED.set(trusted or _TRUSTED.get())
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def paths_trusted() -> bool:
+    """Whether the command line lifted the confinement rule (:func:`trusting_paths`)."""
+    return _TRUSTED.get()
+
+
 def confined(base_dir: StrPath | None, raw: object, location: str) -> Path:
     """The existing file a fixture names by ``raw``, resolved inside ``base_dir``.
 
     ``base_dir`` is the fixture's directory (``None``: the current directory, for a
     fixture given as data). ``raw`` must be a non-empty relative path without ``..``
     components or NUL bytes; the resolved file (symbolic links followed) must lie inside
-    ``base_dir``. Raises :class:`~qkvcli.reading.problems.FixtureError` at ``location``.
+    ``base_dir``. Inside :func:`trusting_paths` any path but an empty one or one with a
+    NUL byte is followed (still relative to ``base_dir`` unless absolute). Raises
+    :class:`~qkvcli.reading.problems.FixtureError` at ``location``.
     """
-    relative = relative_path(raw, location)
+    if _TRUSTED.get() and isinstance(raw, str) and raw and "\0" not in raw:
+        relative = Path(raw)
+    else:
+        relative = relative_path(raw, location)
     shown = printable(str(raw))
     base = Path(os.getcwd() if base_dir is None else base_dir).resolve()
     try:
@@ -194,7 +229,7 @@ def confined(base_dir: StrPath | None, raw: object, location: str) -> Path:
         raise FixtureError(location, f"{shown}: {_os_problem(error)}") from None
     except RuntimeError:
         raise FixtureError(location, f"{shown}: symbolic link loop") from None
-    if not resolved.is_relative_to(base):
+    if not resolved.is_relative_to(base) and not _TRUSTED.get():
         raise FixtureError(location, f"{shown} resolves outside the fixture's directory; refused")
     return resolved
 

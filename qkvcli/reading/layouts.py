@@ -25,6 +25,9 @@ The layer's extra weight spellings: GPT-2's Conv1D ``c_attn`` and the output pro
 * **c_attn** (GPT-2, Conv1D ``Y = X W + b``): ``c_attn_weight [d_model, 3*W]`` and
   ``c_attn_bias [3*W]`` (``null`` allowed), split into query, key, value along the last
   axis. Conv1D already stores ``[in, out]``, our layout, so nothing is transposed.
+* **query_key_value** (GPT-NeoX/Pythia, torch ``[3*W, d_model]``): rows interleaved per
+  head (``[H, 3, d_head]``: head h's query, key, value rows together), so reading it
+  needs ``heads``; each branch is gathered over the heads and transposed.
 * **out_proj** (torch): ``out_proj_weight [E_out, H*d_v]`` (``nn.Linear`` layout,
   transposed on reading), ``out_proj_bias [E_out]`` or ``null``.
 * **c_proj** (GPT-2 Conv1D): ``c_proj_weight [H*d_v, E_out]``, ``c_proj_bias [E_out]``.
@@ -63,6 +66,8 @@ LAYOUT_DESCRIPTIONS = {
     "separate-mixed": "three weights, some in torch layout [d_out,d_model] (transposed on reading)",
     "packed": "one in_proj_weight [3*d_out,d_model] (torch) split query,key,value, transposed",
     "c_attn": "one c_attn_weight [d_model,3*d_out] (GPT-2 Conv1D) split query,key,value",
+    "query_key_value": "one query_key_value_weight [3*d_out,d_model] (GPT-NeoX, torch) "
+                       "interleaved per head [H,3,d_head], transposed",
 }
 # A separate weight object may name its tensor through a source instead of values.
 SOURCE_KEYS = ("npy", "generate", "safetensors", "tensor")
@@ -205,9 +210,42 @@ def _c_attn(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None) ->
     return CanonicalWeights((b[0], b[1], b[2]), "c_attn")
 
 
+def _neox(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
+          heads: int | None) -> CanonicalWeights:
+    """GPT-NeoX's ``query_key_value``: torch ``[3W, d_model]`` whose rows are, per head,
+    that head's query, key and value rows (``[H, 3, d_head]``), not three blocks."""
+    location = "$.weights.query_key_value_weight"
+    if "query_key_value_weight" not in raw:
+        raise FixtureError("$.weights", 'missing key "query_key_value_weight" '
+                           "(query_key_value_bias needs it)")
+    if heads is None:
+        raise FixtureError(location, "GPT-NeoX's query_key_value interleaves query, key and "
+                           'value per head: the fixture needs "heads"')
+    packed = parse_tensor(raw["query_key_value_weight"], location, max_elements,
+                          base_dir=base_dir)
+    if (packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (3 * heads)):
+        raise FixtureError(location, f"query_key_value_weight must be [3*H*d_head,d_model] with "
+                           f"H = {heads}, got {_dims(packed.shape)}")
+    rows, d_model = packed.shape
+    d_head = rows // (3 * heads)
+    # rows [H*3*d] -> [H,3,d,d_model]: branch i of head h is block (h, i)
+    blocks = packed.reshape(heads, 3, d_head, d_model)
+    weights = [np.ascontiguousarray(blocks[:, i].reshape(heads * d_head, d_model).T)
+               for i in range(3)]
+    biases: list[Array | None] = [None, None, None]
+    bias_location = "$.weights.query_key_value_bias"
+    if raw.get("query_key_value_bias") is not None:
+        bias = _bias(raw["query_key_value_bias"], rows, "query_key_value_bias", bias_location,
+                     max_elements, base_dir).reshape(heads, 3, d_head)
+        biases = [np.ascontiguousarray(bias[:, i].reshape(-1)) for i in range(3)]
+    b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
+         for w, bias in zip(weights, biases, strict=True)]
+    return CanonicalWeights((b[0], b[1], b[2]), "query_key_value")
+
+
 def canonicalize(
     raw: Any, max_elements: int = DEFAULT_MAX_ELEMENTS, base_dir: StrPath | None = None,
-    extra_keys: tuple[str, ...] = (),
+    extra_keys: tuple[str, ...] = (), heads: int | None = None,
 ) -> CanonicalWeights:
     """Read any accepted ``weights`` spelling into :class:`CanonicalWeights`.
 
@@ -220,10 +258,19 @@ def canonicalize(
     """
     if not isinstance(raw, dict):
         raise FixtureError("$.weights", f"expected an object, got {json_type_name(raw)}")
-    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + extra_keys, "$.weights")
+    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + extra_keys,
+                        "$.weights")
     packed_keys = [key for key in PACKED_KEYS if key in raw]
     separate_keys = [key for key in BRANCHES if key in raw]
     conv_keys = [key for key in C_ATTN_KEYS if key in raw]
+    neox_keys = [key for key in NEOX_KEYS if key in raw]
+    if neox_keys:
+        others = separate_keys + packed_keys + conv_keys
+        if others:
+            raise FixtureError("$.weights", f'use one of query/key/value, in_proj_weight, '
+                               f'c_attn_weight or query_key_value_weight; found "{others[0]}" '
+                               f'and "{neox_keys[0]}"')
+        return _neox(raw, max_elements, base_dir, heads)
     if packed_keys and separate_keys:
         raise FixtureError(
             "$.weights",
@@ -297,6 +344,7 @@ if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
 
 C_ATTN_KEYS = ("c_attn_weight", "c_attn_bias")
+NEOX_KEYS = ("query_key_value_weight", "query_key_value_bias")
 OUT_PROJ_KEYS = ("out_proj_weight", "out_proj_bias")
 C_PROJ_KEYS = ("c_proj_weight", "c_proj_bias")
 OUT_KEYS = OUT_PROJ_KEYS + C_PROJ_KEYS

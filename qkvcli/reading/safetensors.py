@@ -292,7 +292,14 @@ def load_safetensors(
     tensor = value.get("tensor")
     if not isinstance(tensor, str) or not tensor:
         raise FixtureError(f"{location}.tensor", "expected the tensor's name, a non-empty string")
-    path = confined(base_dir, raw, f"{location}.safetensors")
+    try:
+        path = confined(base_dir, raw, f"{location}.safetensors")
+    except FixtureError as error:
+        if "refused" not in error.message:
+            raise
+        # a checkpoint in a hub cache links out of any fixture's directory
+        raise FixtureError(error.location, f"{error.message} (qkv attend --trust-paths reads "
+                           "it: see docs/fixtures.md, the confinement rule)") from None
     shown, named = printable(str(raw)), printable(tensor)
     try:
         handle = open_regular(path, ".safetensors")

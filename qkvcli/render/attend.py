@@ -188,7 +188,7 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> 
     bias = ",".join(f"{b}={fmt_bool(flag)}" for b, flag in zip(BRANCHES, c.bias, strict=True))
     lines = [
         f"attend={escape_controls(evidence.chapter)}",
-        f"formula={FORMULA}",
+        f"formula={formula_of(c)}",
         f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_k:{c.d_k} d_v:{c.d_v} "
         f"causal:{fmt_bool(c.causal)} value_width:{c.value_width} bias:{bias}",
         f"layout={c.layout}: {c.layout_description}",
@@ -197,7 +197,9 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> 
             f"out_projection:{c.out_layout or 'none'}"]),
         f"parameter_names=[{','.join(c.names)}]",
         f"parameter_count={c.parameter_count}",
-        f"scale=1/sqrt({c.d_k})={number(c.scale)}",
+        *_function_lines(c),
+        (f"scale={number(c.scale)} (given, not 1/sqrt({c.d_k}))" if c.scale_given
+         else f"scale=1/sqrt({c.d_k})={number(c.scale)}"),
         "# parameters and input",
         *tensor_lines(PARAMETERS),
         "# forward: Q,K,V projections; S = Q K^T; Z = S*scale (causal: -inf above the diagonal); "
@@ -228,6 +230,41 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> 
         attend_verdict(evidence),
     ]
     return "\n".join(lines) + "\n"
+
+
+def formula_of(c: AttendConfig) -> str:
+    """The formula line: the chapter's, or the real layer's RoPE and given scale."""
+    if c.rope is None and not c.scale_given:
+        return FORMULA
+    q, k = ("rope(Q)", "rope(K)") if c.rope is not None else ("Q", "K")
+    scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
+    return f"O = softmax({q} {k}^T{scaled}) V"
+
+
+def _function_lines(c: AttendConfig) -> list[str]:
+    """The ``function=`` line of what a real layer adds (none for a fixture without it)."""
+    parts = []
+    if c.architecture is not None:
+        parts.append(f"architecture:{escape_controls(c.architecture)}")
+    if c.kv_heads is not None:
+        parts.append(f"kv_heads:{c.kv_heads}")
+    if c.rope is not None:
+        parts.append(f"rope:theta={c.rope.theta!r},dims={c.rope.dims},layout={c.rope.layout}")
+    return [f"function={' '.join(parts)}"] if parts else []
+
+
+def _function_json(c: AttendConfig) -> dict[str, Any]:
+    """What a real layer adds to ``config`` (nothing for a fixture without it)."""
+    found: dict[str, Any] = {}
+    if c.architecture is not None:
+        found["architecture"] = c.architecture
+    if c.kv_heads is not None:
+        found["kv_heads"] = c.kv_heads
+    if c.rope is not None:
+        found["rope"] = {"theta": c.rope.theta, "dims": c.rope.dims, "layout": c.rope.layout}
+    if c.scale_given:
+        found["scale_given"] = True
+    return found
 
 
 # --- JSON -----------------------------------------------------------------------------
@@ -262,6 +299,7 @@ def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
     ``config.out_projection`` and a ``heads`` list of per-head evidence.
     """
     document = _attend_json(evidence)
+    document["config"].update(_function_json(evidence.config))
     if evidence.config.heads is not None:
         layer = _layer_json(evidence)
         document["config"].update(layer["config"])

@@ -27,9 +27,9 @@ from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
 from qkvcli.render.attend import (
-    FORMULA,
     REVERSE,
     attend_checks,
+    formula_of,
     note_text,
     published_name,
 )
@@ -106,7 +106,8 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
     # The titles stay short and equal in height, so tables side by side line up; the mask
     # is explained under Z, where its -inf stands.
     titles = (("scores", f"batch {batch}: scores S = Q K^T", None),
-              ("scaled_scores", f"batch {batch}: Z = S / sqrt({c.d_k})",
+              ("scaled_scores", f"batch {batch}: Z = S * {c.scale:g}" if c.scale_given
+               else f"batch {batch}: Z = S / sqrt({c.d_k})",
                "-inf: masked (causal)" if c.causal else None))
     return Fitted([
         Row([Part(_score_table(evidence.primary[name][batch], title, options, limit, caption),
@@ -234,9 +235,13 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     c = evidence.config
     bias = ", ".join(b for b, flag in zip(("query", "key", "value"), c.bias, strict=True) if flag)
     header = Text.assemble(
-        (f"{FORMULA}\n", "bold"),
+        (f"{formula_of(c)}\n", "bold"),
         f"X {fmt_shape((c.batch, c.tokens, c.d_model))}  d_k {c.d_k}  d_v {c.d_v}  "
-        f"scale 1/sqrt({c.d_k}) = {c.scale:.6f}  causal {'yes' if c.causal else 'no'}\n",
+        + (f"scale {c.scale:.6f} (given)" if c.scale_given else
+         f"scale 1/sqrt({c.d_k}) = {c.scale:.6f}") + f"  causal {'yes' if c.causal else 'no'}"
+        + (f"  kv_heads {c.kv_heads}" if c.kv_heads is not None else "")
+        + (f"  rope theta {c.rope.theta:g} dims {c.rope.dims} {c.rope.layout}"
+           if c.rope is not None else "") + "\n",
         f"layout {c.layout}: {c.layout_description}\n",
         f"value width {c.value_width}; bias on {bias or 'no branch'}; "
         f"{c.parameter_count} parameters",

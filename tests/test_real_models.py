@@ -1,0 +1,468 @@
+"""Real checkpoints, honestly: tiny Hugging Face models against qkv, in float64.
+
+Each test builds a tiny model with ``transformers`` from a config (random weights,
+``save_pretrained``: a real ``model.safetensors`` with the real tensor names and a real
+``config.json``), then runs ``qkv inspect``, ``qkv init --from-safetensors`` and ``qkv
+attend -f json`` on it as a user would, and compares qkv's output, per-head attention
+weights, dX and every parameter gradient with the model's own attention module.
+
+How float64 is ensured on the Hugging Face side (and checked):
+
+* ``attn_implementation="eager"``: the readable reference implementation, which also
+  returns the attention weights; after saving (float32, or bf16), ``model.double()``
+  widens every weight exactly, and the test asserts every parameter is float64 and the
+  module's attention weights come out float64.
+* LLaMA, Mistral, Qwen2, GPT-NeoX and OPT's eager attention upcast the softmax to
+  float32 on purpose (``softmax(..., dtype=torch.float32)``, for bf16 training). During
+  the comparison that one upcast is made a float64 softmax (``monkeypatch`` on
+  ``torch.nn.functional.softmax``, only when the input is float64), so the module runs
+  float64 arithmetic throughout.
+* The rotary modules compute ``cos``/``sin`` in float32 whatever the model's dtype. The
+  test calls the attention module directly with the model's own arguments (captured by
+  a forward pre-hook: its mask, its position embeddings), with the ``(cos, sin)`` pair
+  recomputed in float64 from the config's theta, and first asserts that pair equals the
+  model's rotary output to float32 rounding (1e-6): the same tables, exactly rounded.
+
+The module is always the model's: its projections, its RoPE application, its GQA
+``repeat_kv``, its mask, its scaling, its output projection. No hub is contacted
+(``HF_HUB_OFFLINE=1``; models are built from configs only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("ml_dtypes")  # GPT-2 in bf16
+
+TOKENS = 4
+TOLERANCE = 1e-10
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def scaled_error(ours: np.ndarray, theirs: np.ndarray) -> float:
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    return float(np.max(np.abs(ours - theirs))) / max(1.0, float(np.max(np.abs(theirs))))
+
+
+def tensor(evidence: dict[str, Any], name: str) -> np.ndarray:
+    found = evidence["tensors"][name]
+    return np.asarray(found["values"], dtype=np.float64).reshape(found["shape"])
+
+
+@pytest.fixture
+def float64_softmax(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make eager attention's deliberate float32 softmax a float64 one (float64 inputs only)."""
+    original = torch.nn.functional.softmax
+
+    def softmax(x: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+        if x.dtype == torch.float64:
+            dtype = None
+        return original(x, dim=dim, dtype=dtype)
+
+    monkeypatch.setattr(torch.nn.functional, "softmax", softmax)
+
+
+def build(tmp_path: Path, name: str, config: Any, model_class: Any = None,
+          dtype: Any = None, **save: Any) -> tuple[Any, Path]:
+    """A tiny model from ``config``, saved (optionally in ``dtype``), then widened to float64."""
+    torch.manual_seed(19)
+    cls = model_class or transformers.AutoModel
+    model = cls.from_config(config, attn_implementation="eager")
+    with torch.no_grad():  # random weights of a visible size (the init's are tiny)
+        for p in model.parameters():
+            p.uniform_(-0.5, 0.5)
+    if dtype is not None:
+        model = model.to(dtype)
+    folder = tmp_path / name
+    model.save_pretrained(folder, **save)
+    model = model.double().eval()
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+    return model, folder
+
+
+def qkv_layer(folder: Path, prefix: str, *extra: str, checkpoint: str = "model.safetensors",
+              attend: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``inspect`` -> ``init`` -> ``attend -f json`` on the saved model, as a user would."""
+    path = folder / checkpoint
+    listing = invoke("inspect", str(path))
+    assert listing.exit_code == 0, listing.output
+    assert prefix in listing.output.splitlines()[-1]  # inspect names the layer's prefix
+    layer = folder / "layer.json"
+    made = invoke("init", "--from-safetensors", str(path), "--prefix", prefix, "--tokens",
+                  str(TOKENS), "-o", str(layer), *extra)
+    assert made.exit_code == 0, made.output
+    marked = {line.split()[0] for line in listing.output.splitlines() if "  * " in line}
+    referenced = {ref["tensor"] for weight in json.loads(layer.read_text())["weights"].values()
+                  for ref in ([weight] + ([weight["bias"]] if "bias" in weight else []))}
+    assert referenced <= marked  # inspect marks every tensor the fixture maps
+    run = invoke("attend", str(layer), "-f", "json", *attend)
+    assert run.exit_code == 0, run.output
+    evidence: dict[str, Any] = json.loads(run.stdout)
+    assert evidence["passed"]
+    return evidence
+
+
+def capture(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments the model itself passes its attention ``module`` (mask, RoPE tables)."""
+    seen: dict[str, Any] = {}
+
+    def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen["args"], seen["kwargs"] = args, dict(kwargs)
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    with torch.no_grad():
+        model(input_ids=torch.arange(TOKENS)[None] % 7, use_cache=False)
+    handle.remove()
+    return seen["args"], seen["kwargs"]
+
+
+def float64_rope(kwargs: dict[str, Any], theta: float) -> None:
+    """Replace the captured float32-precision ``(cos, sin)`` by the same tables in float64."""
+    cos32, sin32 = kwargs["position_embeddings"]
+    dims = cos32.shape[-1]
+    inverse = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
+    angles = torch.arange(TOKENS, dtype=torch.float64)[:, None] * inverse[None, :]
+    emb = torch.cat((angles, angles), dim=-1)[None]
+    cos, sin = emb.cos(), emb.sin()
+    assert float((cos - cos32).abs().max()) < 1e-6 and float((sin - sin32).abs().max()) < 1e-6
+    kwargs["position_embeddings"] = (cos, sin)
+
+
+def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None = None,
+              theta: float | None = None) -> tuple[Any, Any, Any, Any]:
+    """The model's attention module on qkv's input X with qkv's upstream U: ``(Y, A, X, module)``
+    after ``(Y * U).sum().backward()``. ``out`` names an output projection outside the module."""
+    module = model.get_submodule(prefix.rstrip("."))
+    args, kwargs = capture(model, module)
+    if theta is not None:
+        float64_rope(kwargs, theta)
+    x = torch.tensor(tensor(evidence, "input"), requires_grad=True)
+    kwargs.pop("hidden_states", None)
+    model.zero_grad()
+    result = module(x, *args[1:], **kwargs)
+    y, attention = result[0], result[1]
+    assert attention is not None and attention.dtype == torch.float64
+    if out is not None:
+        y = model.get_submodule(out)(y)
+    (y * torch.tensor(tensor(evidence, "upstream_output"))).sum().backward()
+    return y, attention, x, module
+
+
+def compare(evidence: dict[str, Any], y: Any, attention: Any, x: Any,
+            gradients: dict[str, Any]) -> None:
+    """Output, per-head attention weights, dX and every parameter gradient, to 1e-10."""
+    assert scaled_error(tensor(evidence, "output"), y.detach().numpy()) <= TOLERANCE
+    assert scaled_error(tensor(evidence, "weights"), attention.detach().numpy()) <= TOLERANCE
+    assert scaled_error(tensor(evidence, "input_gradient"), x.grad.numpy()) <= TOLERANCE
+    for name, grad in gradients.items():
+        assert scaled_error(tensor(evidence, name), grad.numpy()) <= TOLERANCE, name
+    checked = {n for n in evidence["tensors"] if n.endswith(("_weight_gradient", "_bias_gradient"))}
+    assert checked == set(gradients)  # every parameter gradient qkv reports was compared
+
+
+def linear_gradients(module: Any, names: tuple[str, ...], out: Any) -> dict[str, Any]:
+    found = {}
+    for branch, short in zip(("query", "key", "value"), names, strict=True):
+        linear = getattr(module, short)
+        found[f"{branch}_weight_gradient"] = linear.weight.grad
+        if linear.bias is not None:
+            found[f"{branch}_bias_gradient"] = linear.bias.grad
+    found["out_proj_weight_gradient"] = out.weight.grad
+    if out.bias is not None:
+        found["out_proj_bias_gradient"] = out.bias.grad
+    return found
+
+
+def gpt2_config(**extra: Any) -> Any:
+    return transformers.GPT2Config(n_embd=16, n_head=4, n_layer=2, vocab_size=11,
+                                   n_positions=16, bos_token_id=0, eos_token_id=0, **extra)
+
+
+def gpt2_gradients(module: Any) -> dict[str, Any]:
+    weight, bias = module.c_attn.weight.grad, module.c_attn.bias.grad
+    width = weight.shape[1] // 3
+    found = {"c_attn_weight_gradient": weight, "c_attn_bias_gradient": bias,
+             "c_proj_weight_gradient": module.c_proj.weight.grad,
+             "c_proj_bias_gradient": module.c_proj.bias.grad}
+    for i, branch in enumerate(("query", "key", "value")):  # Conv1D columns, query|key|value
+        found[f"{branch}_weight_gradient"] = weight[:, i * width:(i + 1) * width]
+        found[f"{branch}_bias_gradient"] = bias[i * width:(i + 1) * width]
+    return found
+
+
+GPT2_CASES = [
+    ("lm-head-bf16", {}, "LMHead", "transformer.h.0.attn."),
+    ("no-scale", {"scale_attn_weights": False}, None, "h.1.attn."),
+    ("inverse-layer-idx", {"scale_attn_by_inverse_layer_idx": True}, None, "h.1.attn."),
+]
+
+
+@pytest.mark.parametrize(("flags", "head", "prefix"), [c[1:] for c in GPT2_CASES],
+                         ids=[c[0] for c in GPT2_CASES])
+def test_gpt2_matches_the_model(tmp_path: Path, flags: dict[str, Any], head: str | None,
+                                prefix: str) -> None:
+    cls = transformers.AutoModelForCausalLM if head else None
+    model, folder = build(tmp_path, "gpt2", gpt2_config(**flags), cls,
+                          torch.bfloat16 if head else None)
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is True and evidence["config"]["heads"] == 4
+    if flags:
+        assert evidence["config"]["scale_given"] is True
+    y, a, x, module = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, gpt2_gradients(module))
+
+
+BERT_CASES = [("bert", "BertConfig", {}), ("bert-decoder", "BertConfig", {"is_decoder": True}),
+              ("roberta", "RobertaConfig", {"pad_token_id": 1})]
+
+
+@pytest.mark.parametrize(("config_name", "extra"), [c[1:] for c in BERT_CASES],
+                         ids=[c[0] for c in BERT_CASES])
+def test_bert_matches_the_model_with_its_output_dense(tmp_path: Path, config_name: str,
+                                                      extra: dict[str, Any]) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, max_position_embeddings=16, **extra)
+    model, folder = build(tmp_path, "bert", config)
+    prefix = "encoder.layer.0.attention.self."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is bool(extra.get("is_decoder"))
+    y, a, x, module = model_run(model, prefix, evidence, out="encoder.layer.0.attention.output.dense")
+    out = model.get_submodule("encoder.layer.0.attention.output.dense")
+    compare(evidence, y, a, x, linear_gradients(module, ("query", "key", "value"), out))
+
+
+LLAMA_LIKE = [
+    ("llama-gqa", "LlamaConfig", {"num_key_value_heads": 2}),
+    ("llama-mha", "LlamaConfig", {"num_key_value_heads": 4, "rope_theta": 500.0}),
+    ("mistral-mqa", "MistralConfig", {"num_key_value_heads": 1}),
+    ("qwen2-gqa-biases", "Qwen2Config", {"num_key_value_heads": 2}),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax")
+@pytest.mark.parametrize(("config_name", "extra"), [c[1:] for c in LLAMA_LIKE],
+                         ids=[c[0] for c in LLAMA_LIKE])
+def test_llama_family_matches_the_model(tmp_path: Path, config_name: str,
+                                        extra: dict[str, Any]) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, **extra)
+    model, folder = build(tmp_path, "llama", config)
+    prefix = "layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix)
+    theta = float(config.rope_parameters["rope_theta"])
+    assert evidence["config"]["rope"] == {"theta": theta, "dims": 4, "layout": "half"}
+    kv = extra["num_key_value_heads"]
+    assert evidence["config"].get("kv_heads") == (None if kv == 4 else kv)
+    y, a, x, module = model_run(model, prefix, evidence, theta=theta)
+    compare(evidence, y, a, x, linear_gradients(module, ("q_proj", "k_proj", "v_proj"),
+                                                module.o_proj))
+
+
+@pytest.mark.usefixtures("float64_softmax")
+def test_opt_matches_the_model_with_its_out_proj(tmp_path: Path) -> None:
+    config = transformers.OPTConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                    ffn_dim=8, vocab_size=11, word_embed_proj_dim=16)
+    model, folder = build(tmp_path, "opt", config)
+    prefix = "decoder.layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["out_projection"] == "out_proj"
+    y, a, x, module = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, linear_gradients(module, ("q_proj", "k_proj", "v_proj"),
+                                                module.out_proj))
+
+
+@pytest.mark.usefixtures("float64_softmax")
+def test_gpt_neox_matches_the_model_with_partial_rotary(tmp_path: Path) -> None:
+    config = transformers.GPTNeoXConfig(hidden_size=16, num_attention_heads=2,
+                                        num_hidden_layers=1, intermediate_size=8,
+                                        vocab_size=11, rotary_pct=0.5)
+    model, folder = build(tmp_path, "neox", config)
+    prefix = "layers.0.attention."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["rope"] == {"theta": 10000.0, "dims": 4, "layout": "half"}
+    y, a, x, module = model_run(model, prefix, evidence, theta=10000.0)
+    heads, d_head = 2, 8
+    # query_key_value rows are [H, 3, d_head]: gather each branch's rows over the heads
+    weight = module.query_key_value.weight.grad.reshape(heads, 3, d_head, 16)
+    bias = module.query_key_value.bias.grad.reshape(heads, 3, d_head)
+    gradients = {}
+    for i, branch in enumerate(("query", "key", "value")):
+        gradients[f"{branch}_weight_gradient"] = weight[:, i].reshape(heads * d_head, 16)
+        gradients[f"{branch}_bias_gradient"] = bias[:, i].reshape(-1)
+    # and the packed tensor in its own interleaved layout, as the fixture gave it
+    gradients["query_key_value_weight_gradient"] = module.query_key_value.weight.grad
+    gradients["query_key_value_bias_gradient"] = module.query_key_value.bias.grad
+    gradients["out_proj_weight_gradient"] = module.dense.weight.grad
+    gradients["out_proj_bias_gradient"] = module.dense.bias.grad
+    compare(evidence, y, a, x, gradients)
+
+
+def test_a_sharded_gpt2_reads_each_tensor_from_its_shard(tmp_path: Path) -> None:
+    model, folder = build(tmp_path, "sharded", gpt2_config(), max_shard_size="3KB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shards = index["weight_map"]
+    prefix = "h.0.attn."
+    assert shards[prefix + "c_attn.weight"] != shards[prefix + "c_proj.weight"]
+    evidence = qkv_layer(folder, prefix, checkpoint="model.safetensors.index.json")
+    document = json.loads((folder / "layer.json").read_text())
+    assert document["weights"]["c_proj_weight"]["safetensors"] == shards[prefix + "c_proj.weight"]
+    y, a, x, module = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, gpt2_gradients(module))
+
+
+def test_a_hub_cache_snapshot_runs_with_trust_paths_only(tmp_path: Path) -> None:
+    model, folder = build(tmp_path, "built", gpt2_config())
+    # the hub's layout: snapshots/<rev>/model.safetensors -> ../../blobs/<sha>
+    blobs, snapshot = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for name, sha in (("model.safetensors", "5a1"), ("config.json", "c0f")):
+        (folder / name).rename(blobs / sha)
+        (snapshot / name).symlink_to(Path("../../blobs") / sha)
+    work = tmp_path / "work"
+    work.mkdir()
+    layer = work / "layer.json"
+    made = invoke("init", "--from-safetensors", str(snapshot / "model.safetensors"),
+                  "--prefix", "h.0.attn.", "--tokens", str(TOKENS), "-o", str(layer))
+    assert made.exit_code == 0, made.output
+    assert "run the fixture with qkv attend --trust-paths" in made.stderr
+    refused = invoke("attend", str(layer))
+    assert refused.exit_code == 2
+    assert "'..' is refused" in refused.stderr and "Traceback" not in refused.output
+    run = invoke("attend", str(layer), "-f", "json", "--trust-paths")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    y, a, x, module = model_run(model, "h.0.attn.", evidence)
+    compare(evidence, y, a, x, gpt2_gradients(module))
+    # inside the snapshot the fixture's own link leads out too: refused, then trusted
+    inside = snapshot / "layer.json"
+    assert invoke("init", "--from-safetensors", str(snapshot / "model.safetensors"),
+                  "--prefix", "h.0.attn.", "-o", str(inside)).exit_code == 0
+    out = invoke("attend", str(inside))
+    assert out.exit_code == 2 and "resolves outside the fixture's directory" in out.stderr
+    assert invoke("attend", str(inside), "--trust-paths").exit_code == 0
+
+
+# --- traps and refusals ------------------------------------------------------------------
+
+def _init(folder: Path, *args: str) -> Any:
+    return invoke("init", "--from-safetensors", str(folder / "model.safetensors"),
+                  "-o", str(folder / "layer.json"), *args)
+
+
+def test_without_a_config_init_asks_for_heads_and_causality(tmp_path: Path) -> None:
+    _, folder = build(tmp_path, "gpt2", gpt2_config())
+    (folder / "config.json").unlink()
+    for given, missing in (((), "--heads and --causal or --no-causal"),
+                           (("--heads", "4"), "--causal or --no-causal"),
+                           (("--causal",), "--heads")):
+        result = _init(folder, "--prefix", "h.0.attn.", *given)
+        assert result.exit_code == 2
+        assert result.stderr == (
+            f"Error: {folder / 'model.safetensors'}: prefix 'h.0.attn.': no config.json beside "
+            f"the checkpoint: pass {missing} (or --config FILE, or put the model's config.json "
+            "beside it); qkv does not guess the layer's function\n")
+    assert _init(folder, "--prefix", "h.0.attn.", "--heads", "4", "--causal").exit_code == 0
+    assert json.loads((folder / "layer.json").read_text())["causal"] is True
+
+
+def test_the_command_line_may_not_contradict_the_config(tmp_path: Path) -> None:
+    _, folder = build(tmp_path, "gpt2", gpt2_config())
+    heads = _init(folder, "--prefix", "h.0.attn.", "--heads", "2")
+    assert heads.exit_code == 2
+    assert ("--heads 2 contradicts " in heads.stderr and "which says 4 heads; drop --heads"
+            in heads.stderr)
+    causal = _init(folder, "--prefix", "h.0.attn.", "--no-causal")
+    assert causal.exit_code == 2
+    assert "which says the layer is causal; drop --no-causal" in causal.stderr
+    assert _init(folder, "--prefix", "h.0.attn.", "--heads", "4", "--causal").exit_code == 0
+
+
+def test_a_wrong_or_missing_prefix_lists_the_prefixes(tmp_path: Path) -> None:
+    _, folder = build(tmp_path, "gpt2", gpt2_config(), transformers.AutoModelForCausalLM)
+    shown = folder / "model.safetensors"
+    wrong = _init(folder, "--prefix", "h.0.attn.")
+    assert wrong.exit_code == 2
+    assert wrong.stderr == (
+        f"Error: {shown}: prefix 'h.0.attn.': no attention layer under it; the layer prefixes "
+        "are transformer.h.0.attn., transformer.h.1.attn.; did you mean transformer.h.0.attn.?\n")
+    missing = _init(folder)
+    assert missing.stderr == (
+        f"Error: {shown}: --prefix is needed; the layer prefixes are transformer.h.0.attn., "
+        "transformer.h.1.attn.\n")
+
+
+def _edit_config(folder: Path, **changes: Any) -> None:
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+LLAMA_REFUSALS = [
+    ("rope-scaling", {"rope_parameters": {"rope_type": "linear", "factor": 2.0,
+                                          "rope_theta": 10000.0}},
+     "config rope_parameters.rope_type is 'linear': qkv computes only the default RoPE "
+     "(no scaling)"),
+    ("softcapping", {"attn_logit_softcapping": 50.0},
+     "config attn_logit_softcapping asks for logit soft-capping of the scores, which qkv does "
+     "not compute"),
+    ("alibi", {"alibi": True}, "config alibi asks for ALiBi position biases"),
+    ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
+    ("sliding-window", {"model_type": "mistral", "sliding_window": 2},
+     "config sliding_window 2: qkv computes no sliding window, and --tokens 4 reaches past it"),
+    ("unknown-model", {"model_type": "falcon"}, "config model_type 'falcon': qkv reads only"),
+    ("another-models-config", {"model_type": "gpt2"},
+     "config model_type 'gpt2', but the tensors under it are not that architecture's"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), [c[1:] for c in LLAMA_REFUSALS],
+                         ids=[c[0] for c in LLAMA_REFUSALS])
+def test_what_the_config_asks_for_and_qkv_does_not_compute_is_refused(
+    tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=1,
+                                      intermediate_size=8, vocab_size=11)
+    _, folder = build(tmp_path, "llama", config)
+    _edit_config(folder, **changes)
+    result = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", str(TOKENS))
+    assert result.exit_code == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_t5_is_refused_naming_its_relative_position_bias(tmp_path: Path) -> None:
+    config = transformers.T5Config(d_model=16, num_heads=2, num_layers=1, d_kv=8, d_ff=8,
+                                   vocab_size=11)
+    _, folder = build(tmp_path, "t5", config)
+    result = _init(folder, "--prefix", "encoder.block.0.layer.0.SelfAttention.")
+    assert result.exit_code == 2
+    assert "relative position bias" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_llama_without_its_config_is_refused_not_computed_without_rope(tmp_path: Path) -> None:
+    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=1,
+                                      intermediate_size=8, vocab_size=11)
+    _, folder = build(tmp_path, "llama", config)
+    (folder / "config.json").unlink()
+    result = _init(folder, "--prefix", "layers.0.self_attn.", "--heads", "4", "--causal")
+    assert result.exit_code == 2
+    assert "rotate Q and K by a RoPE that only config.json describes" in result.stderr
