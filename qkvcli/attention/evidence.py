@@ -10,11 +10,12 @@ remarks on the parameters, never failures.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from qkvcli.attention.fixture import AttendFixture
-from qkvcli.attention.gradcheck import gradcheck_head
+from qkvcli.attention.gradcheck import gradcheck_head, plan_check
 from qkvcli.attention.head import (
     AttentionForward,
     AttentionGradients,
@@ -38,6 +39,10 @@ from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.evidence.records import Verdict
 
 EPSILON = float(np.finfo(np.float64).eps)
+ROWS_LIMIT = 4096
+"""Largest attention matrix (elements) whose per-token rows the evidence lists."""
+PLAN_KEYS = ("mode", "directions", "limit", "shortcuts")
+"""The gradient-check settings its budget depends on (checked before any work)."""
 
 
 def _run(fixture: AttendFixture, causal: bool) -> tuple[AttentionForward, AttentionGradients]:
@@ -129,14 +134,19 @@ def verdicts(*passed: bool) -> tuple[Verdict, ...]:
     return tuple(Verdict(name, bool(ok)) for name, ok in zip(CHECK_ORDER, passed, strict=True))
 
 
-def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> AttendEvidence:
+def build_attend_evidence(fixture: AttendFixture, causal: bool = False,
+                          **gradcheck: Any) -> AttendEvidence:
     """Run the head on ``fixture`` and gather every check.
 
-    Takes the fixture and the mask flag; gives the evidence (no wording). Raises the
-    head's input errors and, for unusable settings,
-    :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
+    Takes the fixture, the mask flag and the gradient check's settings
+    (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords: ``mode``,
+    ``directions``, ``limit``, ``progress``...); gives the evidence (no wording). Raises
+    the head's input errors and, for unusable settings or a check over its budget (before
+    any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
     head, x = fixture.head, fixture.input
+    plan_check(head, x, fixture.step, fixture.tolerance, fixture.samples,
+               **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, causal)
     replay_forward, replay_grads = _run(fixture, causal)
@@ -145,14 +155,18 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
     replay_bitwise = all(a.tobytes() == replay[k].tobytes() for k, a in tensors.items())
 
     attention = forward.attention
+    # Per-token rows repeat A and O value by value: only while A is small enough to show
+    # whole (a T=1024 head would hold a million Python floats twice).
     rows = tuple(
         TokenRow(bi, ti, tuple(float(v) for v in attention[bi, ti]),
                  float(np.sum(attention[bi, ti])), tuple(float(v) for v in forward.output[bi, ti]))
         for bi in range(batch) for ti in range(tokens)
-    )
+    ) if attention.size <= ROWS_LIMIT else ()
+    sums = np.sum(attention, axis=-1)
     rows_evidence = AttentionEvidence(
         min_attention=float(attention.min()) if attention.size else 0.0,
-        max_row_deviation=max((abs(r.attention_sum - 1.0) for r in rows), default=0.0),
+        max_row_deviation=max((abs(r.attention_sum - 1.0) for r in rows), default=0.0) if rows
+        else float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
         tolerance=4.0 * max(tokens, 1) * EPSILON,
     )
     mask = MaskEvidence(False, 0.0)
@@ -167,8 +181,8 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
         and p.output == (p.input[0], p.input[1], head.d_v) and p.grad_input == p.input
         for p in probes
     )
-    gradcheck = gradcheck_head(head, x, fixture.upstream, grads, causal,
-                               fixture.step, fixture.tolerance, fixture.samples)
+    checked = gradcheck_head(head, x, fixture.upstream, grads, causal,
+                             fixture.step, fixture.tolerance, fixture.samples, **gradcheck)
     forward_ok = _finite(forward.query, forward.key, forward.value, forward.scores, attention,
                          forward.output) and (
         forward.scores.shape == (batch, tokens, tokens)
@@ -183,7 +197,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
             strict=True)
     )
     checks = verdicts(forward_ok, rows_evidence.passed, mask.passed, hull.passed, reverse_ok,
-                      probes_ok, replay_bitwise, gradcheck.passed)
+                      probes_ok, replay_bitwise, checked.passed)
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=head.d_k, d_v=head.d_v, causal=causal,
         bias=(head.biases[0] is not None, head.biases[1] is not None, head.biases[2] is not None),
@@ -195,5 +209,5 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False) -> Atten
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, output_loss(forward, fixture.upstream)), rows=rows,
         attention=rows_evidence, mask=mask, hull=hull, probes=probes, notes=notes_of(head),
-        replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks,
+        replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks,
     )

@@ -11,12 +11,13 @@ fixture gave them in.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.evidence import EPSILON, hull_evidence, notes_of, verdicts
+from qkvcli.attention.evidence import EPSILON, PLAN_KEYS, hull_evidence, notes_of, verdicts
 from qkvcli.attention.fixture import AttendFixture, LayerParts
-from qkvcli.attention.gradcheck import gradcheck_layer
+from qkvcli.attention.gradcheck import gradcheck_layer, plan_check
 from qkvcli.attention.head import causal_mask
 from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
@@ -152,11 +153,17 @@ def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
     )
 
 
-def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool = False) -> (
-    AttendEvidence
-):
-    """Run the layer on ``fixture`` and gather every check, per head where a head has its own."""
+def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool = False,
+                         **gradcheck: Any) -> AttendEvidence:
+    """Run the layer on ``fixture`` and gather every check, per head where a head has its own.
+
+    ``gradcheck``: the gradient check's settings, as
+    :func:`~qkvcli.attention.evidence.build_attend_evidence` takes them (its budget is
+    checked before any work).
+    """
     layer, x = parts.layer, fixture.input
+    plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples,
+               **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, layer, causal)
     replay_forward, replay_grads = _run(fixture, layer, causal)
@@ -172,15 +179,15 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
         and p.output == (p.input[0], p.input[1], layer.e_out) and p.grad_input == p.input
         for p in probes
     )
-    gradcheck = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
-                                fixture.tolerance, fixture.samples, parts.out_layout)
+    checked = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
+                              fixture.tolerance, fixture.samples, **gradcheck)
     forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, forward.attention)
                      ) and forward.output.shape == (batch, tokens, layer.e_out)
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output")
     checks = verdicts(forward_ok, rows.passed, mask.passed, hull.passed, reverse_ok, probes_ok,
-                      replay_bitwise, gradcheck.passed)
+                      replay_bitwise, checked.passed)
     p = layer.projections
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
@@ -194,5 +201,5 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, layer_loss(forward, fixture.upstream)), rows=(),
         attention=rows, mask=mask, hull=hull, probes=probes, notes=notes_of(p),
-        replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks, heads=heads,
+        replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks, heads=heads,
     )

@@ -23,9 +23,13 @@ from qkvcli.cli.options import (
     ViewSettings,
     fixture_argument,
     format_option,
+    gradcheck_mode_options,
     gradcheck_options,
     max_elements_option,
     output_option,
+    resolve_format,
+    tensor_policy,
+    tensors_option,
     view_options,
 )
 from qkvcli.cli.show import show
@@ -65,12 +69,15 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
               '"heads"); each head attends on its own slice.')
 @format_option()
 @output_option
+@tensors_option
+@gradcheck_mode_options
 @gradcheck_options
 @max_elements_option
 @view_options
 def attend(
     fixture: Path | None, example: str | None, causal: bool, heads: int | None, fmt: str,
-    output: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
+    output: Path | None, tensors: str | None, max_elements: int, view: ViewSettings,
+    overrides: CheckOverrides,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -84,29 +91,43 @@ def attend(
     Exit status: 0 all checks passed, 1 a check failed,
     2 bad input.
     """
+    import contextlib
     import dataclasses
 
     from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import attend_parameters
     from qkvcli.attention.layer_evidence import build_layer_evidence
+    from qkvcli.cli.console import gradcheck_progress
+    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, MAX_EVALUATIONS
+    from qkvcli.reading.limits import check_step_fits
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
     check_outputs([output, *(path for _, path in view.exports)], [fixture])
     loaded = _load_attend(fixture, example or "chapter", max_elements, heads)
     changes = overrides.changes()
+    mode = changes.pop("mode", "auto")
+    directions = changes.pop("directions", DEFAULT_DIRECTIONS)
     loaded = dataclasses.replace(loaded, **changes) if changes else loaded
-    with working_on(attend_label(fixture, example or "chapter")):
-        # One head or a layer: the same step and evaluation limits before any work.
-        arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
-        overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
-                        loaded.samples, 1, has_fast=False)
+    overrides.warn_ignored(mode)
+    reporter = gradcheck_progress(resolve_format(fmt, output), view)
+    settings = {"mode": mode, "directions": directions, "progress": reporter,
+                "limit": overrides.max_evaluations or MAX_EVALUATIONS}
+    with working_on(attend_label(fixture, example or "chapter")), (
+            reporter or contextlib.nullcontext()):
+        # One head or a layer: the same step limit, and the check's budget (counted in
+        # what its evaluations cost) refused before any work.
+        if overrides.step is not None:
+            check_step_fits(loaded.step, attend_parameters(loaded.input, loaded.head,
+                                                           loaded.layer), "--step")
         if loaded.layer is not None:
-            evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
+            evidence = build_layer_evidence(loaded, loaded.layer, causal=causal, **settings)
         else:
-            evidence = build_attend_evidence(loaded, causal=causal)
+            evidence = build_attend_evidence(loaded, causal=causal, **settings)
+    policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
-         pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision))
+         pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
+                                            tensors=policy))
     if not evidence.passed:
         from qkvcli.render.attend import failed_checks
 

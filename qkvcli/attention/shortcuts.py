@@ -1,0 +1,199 @@
+"""Evaluations of an attention model's ``L`` that recompute only what one coordinate reaches.
+
+The gradient check's cheaper evaluations (:mod:`qkvcli.attention.gradcheck` chooses
+them for models larger than the chapter's): a value-weight column changes one column of
+``V`` and so the output by ``A dV``; a query- or key-weight column changes one head's
+scores; an input token changes one row of ``Q``, ``K`` and ``V``; an output-projection
+column changes one column of ``Y``. Each evaluation is a complete evaluation of ``L`` at
+the perturbed parameter, within :func:`shortcut_bound` of a fresh forward's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from qkvcli.attention.head import causal_mask, stable_softmax
+from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES
+
+PointObjective = Callable[[int, float], float]
+"""``L`` with flat element ``index`` of the checked tensor set to ``value``."""
+
+
+class Shortcuts:
+    """Point objectives that recompute only what one coordinate reaches.
+
+    ``L`` is written as ``sum_h l_h + c`` with ``l_h = <A_h, P_h>``, ``P_h = G_h V_h^T``,
+    ``G = U W_O^T`` (``U`` without an output projection) and ``c = <b_O, sum_t U_t>``;
+    an output-projection coordinate uses ``L = sum_j <Y[:,j], U[:,j]>`` instead. Each
+    evaluation recomputes its changed tensors freshly from the perturbed parameter (never
+    as a difference, never from the analytic gradient) and adds the unchanged terms,
+    computed once. In real arithmetic each equals the full forward's ``L``; in floating
+    point they agree within :func:`shortcut_bound` (tests/test_attend_gradcheck.py).
+    """
+
+    def __init__(self, layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool) -> None:
+        self.layer, self.x, self.causal = layer, x, causal
+        forward = layer.forward(x, causal)
+        self.heads = forward.heads
+        self.output = forward.output
+        self.upstream = upstream
+        w_out = layer.out_weight
+        # [B,T,E_out] @ [E_out,H*d_v] -> [B,T,H*d_v]: what each head's output is weighed by
+        self.g = upstream if w_out is None else upstream @ w_out.T
+        dv = layer.d_v
+        self.g_heads = [np.ascontiguousarray(self.g[:, :, h * dv:(h + 1) * dv])
+                        for h in range(layer.heads)]
+        # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
+        self.p = [g @ np.swapaxes(f.value, -1, -2) for g, f in zip(self.g_heads, self.heads,
+                                                                    strict=True)]
+        # l_h per batch row (an input coordinate reaches one), and their sum per head
+        self.l_batches = [[float(np.sum(f.attention[b] * p[b])) for b in range(x.shape[0])]
+                          for f, p in zip(self.heads, self.p, strict=True)]
+        self.l_heads = [math.fsum(terms) for terms in self.l_batches]
+        # per head and value column: <O_h[:,:,j], G_h[:,:,j]>
+        self.o_columns = [np.sum(f.output * g, axis=(0, 1)) for f, g in zip(
+            self.heads, self.g_heads, strict=True)]
+        b_out = layer.out_bias
+        self.c = 0.0 if b_out is None else float(np.dot(upstream.sum(axis=(0, 1)), b_out))
+        self.y_columns = np.sum(self.output * upstream, axis=(0, 1))  # [E_out]
+        self.mask = causal_mask(x.shape[1]) if causal else None
+
+    def objective(self, name: str) -> PointObjective:
+        """The point objective of tensor ``name`` (its cost: :func:`evaluation_cost`)."""
+        if name == "input":
+            return self._input
+        if name in ("w_out", "b_out"):
+            return self._out(name == "w_out")
+        branch = BRANCHES.index(name[2:])
+        if branch == 2:
+            return self._value(name[0] == "w")
+        return self._scores(branch, name[0] == "w")
+
+    def _attention(self, query: Array, key: Array) -> Array:
+        scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+        scaled = scores / math.sqrt(self.layer.d_k)
+        if self.mask is not None:
+            scaled = np.where(self.mask, -np.inf, scaled)
+        return stable_softmax(scaled)
+
+    def _column(self, branch: int, weights: bool, index: int, value: float) -> tuple[int, Array]:
+        """The perturbed full-width column ``c`` of branch ``branch`` and its fresh values."""
+        p = self.layer.projections
+        width = p.weights[branch].shape[1]
+        w = p.weights[branch]
+        b = p.biases[branch]
+        if weights:
+            row, c = divmod(index, width)
+            column = np.array(w[:, c], copy=True)
+            column[row] = value
+            bias = 0.0 if b is None else float(b[c])
+        else:
+            c, column, bias = index, np.array(w[:, index], copy=True), value
+        fresh = self.x @ column  # [B,T,d_model] @ [d_model] -> [B,T]
+        return c, fresh + bias if (b is not None or not weights) else fresh
+
+    def _scores(self, branch: int, weights: bool) -> PointObjective:
+        def point(index: int, value: float) -> float:
+            with np.errstate(over="ignore", invalid="ignore"):
+                c, fresh = self._column(branch, weights, index, value)
+                h, j = divmod(c, self.layer.d_k)
+                f = self.heads[h]
+                query, key = np.array(f.query, copy=True), np.array(f.key, copy=True)
+                (query if branch == 0 else key)[:, :, j] = fresh
+                l_h = float(np.sum(self._attention(query, key) * self.p[h]))
+                return self._total(h, l_h)
+
+        return point
+
+    def _value(self, weights: bool) -> PointObjective:
+        def point(index: int, value: float) -> float:
+            with np.errstate(over="ignore", invalid="ignore"):
+                c, fresh = self._column(2, weights, index, value)
+                h, j = divmod(c, self.layer.d_v)
+                f = self.heads[h]
+                # [B,T,T] @ [B,T,1] -> [B,T,1]: the one output column the value column reaches
+                out = (f.attention @ fresh[:, :, None])[:, :, 0]
+                columns = self.o_columns[h].copy()
+                columns[j] = float(np.sum(out * self.g_heads[h][:, :, j]))
+                return self._total(h, float(np.sum(columns)))
+
+        return point
+
+    def _input(self, index: int, value: float) -> float:
+        _, tokens, d_model = self.x.shape
+        b, rest = divmod(index, tokens * d_model)
+        t, i = divmod(rest, d_model)
+        p = self.layer.projections
+        with np.errstate(over="ignore", invalid="ignore"):
+            row = np.array(self.x[b, t], copy=True)
+            row[i] = value
+            fresh = []
+            for w, bias in zip(p.weights, p.biases, strict=True):
+                y = row @ w  # [d_model] @ [d_model, width] -> [width]
+                fresh.append(y if bias is None else y + bias)
+            dk, dv = self.layer.d_k, self.layer.d_v
+            total = 0.0
+            for h, f in enumerate(self.heads):
+                query = np.array(f.query[b], copy=True)
+                key = np.array(f.key[b], copy=True)
+                value_rows = np.array(f.value[b], copy=True)
+                query[t] = fresh[0][h * dk:(h + 1) * dk]
+                key[t] = fresh[1][h * dk:(h + 1) * dk]
+                value_rows[t] = fresh[2][h * dv:(h + 1) * dv]
+                pb = np.array(self.p[h][b], copy=True)
+                pb[:, t] = self.g_heads[h][b] @ value_rows[t]  # [T,d_v] @ [d_v] -> [T]
+                attention = self._attention(query[None], key[None])[0]
+                terms = list(self.l_batches[h])
+                terms[b] = float(np.sum(attention * pb))
+                total += math.fsum(terms)
+            return total + self.c
+
+    def _out(self, weights: bool) -> PointObjective:
+        layer = self.layer
+        assert layer.out_weight is not None
+        w_out, b_out = layer.out_weight, layer.out_bias
+        concat = np.concatenate([f.output for f in self.heads], axis=-1)
+
+        def point(index: int, value: float) -> float:
+            with np.errstate(over="ignore", invalid="ignore"):
+                if weights:
+                    row, j = divmod(index, w_out.shape[1])
+                    column = np.array(w_out[:, j], copy=True)
+                    column[row] = value
+                    bias = 0.0 if b_out is None else float(b_out[j])
+                else:
+                    j, column, bias = index, w_out[:, index], value
+                fresh = concat @ column + bias  # [B,T,H*d_v] @ [H*d_v] -> [B,T]: column j of Y
+                columns = self.y_columns.copy()
+                columns[j] = float(np.sum(fresh * self.upstream[:, :, j]))
+                return float(np.sum(columns))
+
+        return point
+
+    def _total(self, head: int, l_head: float) -> float:
+        terms = list(self.l_heads)
+        terms[head] = l_head
+        return math.fsum(terms) + self.c
+
+
+def shortcut_bound(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool) -> float:
+    """How far a shortcut's ``L`` may lie from the full forward's: ``n eps S``.
+
+    ``S = sum |Y * U| + sum_h sum |A_h * P_h|`` (the magnitudes both ways of summing
+    add) and ``n = T + d_model + H d_v + E_out`` (the longest chain of roundings a term
+    goes through, each at most one ``eps``).
+    """
+    f = layer.forward(x, causal)
+    g = upstream if layer.out_weight is None else upstream @ layer.out_weight.T
+    dv = layer.d_v
+    s = float(np.sum(np.abs(f.output * upstream)))
+    for h, head in enumerate(f.heads):
+        p = g[:, :, h * dv:(h + 1) * dv] @ np.swapaxes(head.value, -1, -2)
+        s += float(np.sum(np.abs(head.attention * p)))
+    n = x.shape[1] + layer.d_model + layer.projections.d_v + layer.e_out
+    return float(n * np.finfo(np.float64).eps * s)
