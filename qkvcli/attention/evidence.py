@@ -23,6 +23,7 @@ from qkvcli.attention.head import (
     causal_mask,
     output_loss,
 )
+from qkvcli.attention.multihead import LayerForward
 from qkvcli.attention.records import (
     CHECK_ORDER,
     AttendConfig,
@@ -181,8 +182,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool = False,
         and p.output == (p.input[0], p.input[1], head.d_v) and p.grad_input == p.input
         for p in probes
     )
-    checked = gradcheck_head(head, x, fixture.upstream, grads, causal,
-                             fixture.step, fixture.tolerance, fixture.samples, **gradcheck)
+    # the shortcuts start from this forward: a head is the one-head layer it is
+    as_layer = LayerForward((forward,), forward.output, forward.output)
+    checked = gradcheck_head(head, x, fixture.upstream, grads, causal, fixture.step,
+                             fixture.tolerance, fixture.samples, forward=as_layer, **gradcheck)
     forward_ok = _finite(forward.query, forward.key, forward.value, forward.scores, attention,
                          forward.output) and (
         forward.scores.shape == (batch, tokens, tokens)

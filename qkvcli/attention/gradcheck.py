@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.attention.head import AttentionGradients, AttentionHead
-from qkvcli.attention.multihead import LayerGradients, MultiHeadLayer, layer_loss
+from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
 from qkvcli.attention.shortcuts import PointObjective, Shortcuts
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
@@ -227,13 +227,15 @@ def gradcheck_attention(
     samples: int | None = None, progress: Progress | None = None, *, mode: str = "auto",
     directions: int = DEFAULT_DIRECTIONS, seed: int = DEFAULT_DIRECTION_SEED,
     limit: int = MAX_EVALUATIONS, shortcuts: bool | None = None,
+    forward: LayerForward | None = None,
 ) -> GradcheckResult:
     """Check ``analytic`` (by internal name: ``analytic["input"]`` is dL/dX, ...) of
     ``model`` at ``x`` against central differences of ``L = <Y, U>``.
 
     ``mode``, ``samples``, ``directions`` and ``seed`` as run's check; ``limit`` is the
     budget in units (see the module docstring); ``shortcuts`` forces (or forbids) the
-    cheaper evaluations (default :func:`reaches_far`). ``progress(done, total)`` after
+    cheaper evaluations (default :func:`reaches_far`), which start from ``forward`` (the
+    layer's forward at ``x``) when given. ``progress(done, total)`` after
     each coordinate or direction. Raises
     :class:`~qkvcli.gradcheck.settings.GradcheckSettingError` (unusable settings) and
     :class:`~qkvcli.gradcheck.settings.TooManyEvaluations`, both before any evaluation.
@@ -243,7 +245,7 @@ def gradcheck_attention(
     layer = as_layer(model)
     x64 = np.asarray(x, dtype=np.float64)
     u64 = np.asarray(upstream, dtype=np.float64)
-    fast = Shortcuts(layer, x64, u64, causal) if plan.shortcuts else None
+    fast = Shortcuts(layer, x64, u64, causal, forward) if plan.shortcuts else None
     values_of = dict(_tensors(layer, x64))
     ticker = Ticker(progress, sum(row[3] for row in plan.rows))
     rng = SplitMix64(seed)

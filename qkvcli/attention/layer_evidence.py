@@ -11,6 +11,7 @@ fixture gave them in.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,17 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
     """Every tensor of the layer by vocabulary name, in report order, each weight (and its
     gradient) in the layout the fixture gave it in; a packed projection adds ``w_packed``
     (and ``b_packed``), an output projection ``w_out`` and ``b_out``."""
+    return dict(layer_tensor_items(fixture, parts, f, g))
+
+
+def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
+                       g: LayerGradients) -> Iterator[tuple[str, Array]]:
+    """:func:`layer_tensors`' items one at a time: a stacked ``[B,H,T,T]`` tensor is built
+    only when its turn comes (a replay compares them without holding a second set)."""
     layer = parts.layer
     p = layer.projections
     heads_axis = 1  # [B,H,T,T]: the heads' tensors stacked on axis 1
-    named: list[tuple[str, Array | None]] = [("input", fixture.input)]
+    named: list[tuple[str, Array | Callable[[], Array] | None]] = [("input", fixture.input)]
     grads_w = (g.grad_w_query, g.grad_w_key, g.grad_w_value)
     grads_b = (g.grad_b_query, g.grad_b_key, g.grad_b_value)
     for i, branch in enumerate(BRANCHES):
@@ -71,11 +79,11 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
         named.append(("w_out", _given(layer.out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("b_out", layer.out_bias))
 
-    def stacked(name: str, source: tuple[object, ...]) -> Array:
-        return np.stack([getattr(item, name) for item in source], axis=heads_axis)
+    def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
+        return lambda: np.stack([getattr(item, name) for item in source], axis=heads_axis)
 
-    def joined(name: str, source: tuple[object, ...]) -> Array:
-        return np.concatenate([getattr(item, name) for item in source], axis=-1)
+    def joined(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
+        return lambda: np.concatenate([getattr(item, name) for item in source], axis=-1)
 
     named += [
         ("query", joined("query", f.heads)), ("key", joined("key", f.heads)),
@@ -107,8 +115,24 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
         named.append(("grad_w_out", _given(
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("grad_b_out", g.grad_out_bias))
-    return {name: readonly(np.ascontiguousarray(value)) for name, value in named
-            if value is not None}
+    for name, value in named:
+        if callable(value):  # a new array of its own: frozen, not copied again
+            built = np.ascontiguousarray(value())
+            built.flags.writeable = False
+            yield name, built
+        elif value is not None:
+            yield name, readonly(value)
+
+
+def same_bits(tensors: dict[str, Array], items: Iterator[tuple[str, Array]]) -> bool:
+    """Whether every item equals ``tensors``' array of its name bit for bit (``-0.0`` is not
+    ``0.0``; a NaN equals the same NaN), one item at a time."""
+    for name, value in items:
+        first = tensors[name]
+        if first.shape != value.shape or not np.array_equal(
+                first.view(np.int64), np.ascontiguousarray(value).view(np.int64)):
+            return False
+    return True
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
@@ -166,10 +190,6 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
                **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, layer, causal)
-    replay_forward, replay_grads = _run(fixture, layer, causal)
-    tensors = layer_tensors(fixture, parts, forward, grads)
-    replay = layer_tensors(fixture, parts, replay_forward, replay_grads)
-    replay_bitwise = all(a.tobytes() == replay[k].tobytes() for k, a in tensors.items())
     heads = head_evidence(forward, tokens, causal)
     rows, mask, hull = _worst(heads)
     probes = (_probe(layer, (0, tokens, d_model), causal),
@@ -180,9 +200,17 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
         for p in probes
     )
     checked = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
-                              fixture.tolerance, fixture.samples, **gradcheck)
-    forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, forward.attention)
+                              fixture.tolerance, fixture.samples, forward=forward, **gradcheck)
+    tensors = layer_tensors(fixture, parts, forward, grads)
+    loss = layer_loss(forward, fixture.upstream)
+    forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, tensors["attention"])
                      ) and forward.output.shape == (batch, tokens, layer.e_out)
+    del forward, grads  # their per-head arrays live on in tensors' stacked copies only
+    # The replay runs once more and is compared tensor by tensor, never held whole.
+    replay_forward, replay_grads = _run(fixture, layer, causal)
+    replay_bitwise = same_bits(tensors, layer_tensor_items(fixture, parts, replay_forward,
+                                                           replay_grads))
+    del replay_forward, replay_grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output")
@@ -199,7 +227,7 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
-        primary=AttendPrimary(tensors, layer_loss(forward, fixture.upstream)), rows=(),
+        primary=AttendPrimary(tensors, loss), rows=(),
         attention=rows, mask=mask, hull=hull, probes=probes, notes=notes_of(p),
         replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks, heads=heads,
     )

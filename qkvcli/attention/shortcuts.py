@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.attention.head import causal_mask, stable_softmax
-from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.attention.multihead import LayerForward, MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 
@@ -36,9 +36,12 @@ class Shortcuts:
     point they agree within :func:`shortcut_bound` (tests/test_attend_gradcheck.py).
     """
 
-    def __init__(self, layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool) -> None:
+    def __init__(self, layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
+                 forward: LayerForward | None = None) -> None:
+        """Compute the unchanged terms once; ``forward``: the layer's forward at ``x``
+        when the caller has it (it is not computed again)."""
         self.layer, self.x, self.causal = layer, x, causal
-        forward = layer.forward(x, causal)
+        forward = layer.forward(x, causal) if forward is None else forward
         self.heads = forward.heads
         self.output = forward.output
         self.upstream = upstream
@@ -51,9 +54,11 @@ class Shortcuts:
         # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
         self.p = [g @ np.swapaxes(f.value, -1, -2) for g, f in zip(self.g_heads, self.heads,
                                                                     strict=True)]
-        # l_h per batch row (an input coordinate reaches one), and their sum per head
-        self.l_batches = [[float(np.sum(f.attention[b] * p[b])) for b in range(x.shape[0])]
-                          for f, p in zip(self.heads, self.p, strict=True)]
+        # <A_h, P_h> per query row ([B,T]): an input token reaches rows, a causal one only
+        # the rows at and after it; per batch item, and their sum per head
+        self.r = [np.sum(f.attention * p, axis=-1) for f, p in zip(self.heads, self.p,
+                                                                  strict=True)]
+        self.l_batches = [[float(np.sum(r[b])) for b in range(x.shape[0])] for r in self.r]
         self.l_heads = [math.fsum(terms) for terms in self.l_batches]
         # per head and value column: <O_h[:,:,j], G_h[:,:,j]>
         self.o_columns = [np.sum(f.output * g, axis=(0, 1)) for f, g in zip(
@@ -137,19 +142,29 @@ class Shortcuts:
                 y = row @ w  # [d_model] @ [d_model, width] -> [width]
                 fresh.append(y if bias is None else y + bias)
             dk, dv = self.layer.d_k, self.layer.d_v
+            # causal: rows before t never see key t (masked to weight 0), so they keep
+            # their terms; the rows from t on are recomputed
+            first = t if self.causal else 0
             total = 0.0
             for h, f in enumerate(self.heads):
-                query = np.array(f.query[b], copy=True)
+                q_t = fresh[0][h * dk:(h + 1) * dk]
+                k_t = fresh[1][h * dk:(h + 1) * dk]
                 key = np.array(f.key[b], copy=True)
-                value_rows = np.array(f.value[b], copy=True)
-                query[t] = fresh[0][h * dk:(h + 1) * dk]
-                key[t] = fresh[1][h * dk:(h + 1) * dk]
-                value_rows[t] = fresh[2][h * dv:(h + 1) * dv]
-                pb = np.array(self.p[h][b], copy=True)
-                pb[:, t] = self.g_heads[h][b] @ value_rows[t]  # [T,d_v] @ [d_v] -> [T]
-                attention = self._attention(query[None], key[None])[0]
+                key[t] = k_t
+                query = f.query[b, first:]  # [T-first, d_k]
+                # S' = S with row t and column t freshly computed from the perturbed rows
+                scores = np.array(f.scores[b, first:], copy=True)  # [T-first, T]
+                scores[:, t] = query @ k_t  # [T-first,d_k] @ [d_k] -> [T-first]
+                scores[t - first] = key @ q_t  # [T,d_k] @ [d_k] -> [T]: row t, q'_t k'_j
+                scaled = scores / math.sqrt(dk)
+                if self.mask is not None:
+                    scaled = np.where(self.mask[first:], -np.inf, scaled)
+                attention = stable_softmax(scaled)
+                pb = np.array(self.p[h][b, first:], copy=True)
+                # [T-first,d_v] @ [d_v] -> [T-first]: column t of P' = G V'^T
+                pb[:, t] = self.g_heads[h][b, first:] @ fresh[2][h * dv:(h + 1) * dv]
                 terms = list(self.l_batches[h])
-                terms[b] = float(np.sum(attention * pb))
+                terms[b] = float(np.sum(self.r[h][b, :first])) + float(np.sum(attention * pb))
                 total += math.fsum(terms)
             return total + self.c
 
@@ -184,16 +199,22 @@ class Shortcuts:
 def shortcut_bound(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool) -> float:
     """How far a shortcut's ``L`` may lie from the full forward's: ``n eps S``.
 
-    ``S = sum |Y * U| + sum_h sum |A_h * P_h|`` (the magnitudes both ways of summing
-    add) and ``n = T + d_model + H d_v + E_out`` (the longest chain of roundings a term
-    goes through, each at most one ``eps``).
+    ``S = sum |Y * U| + (1 + d_k max|Z|) sum_h sum |A_h * P_h|``: the magnitudes both ways
+    of summing add, and a score computed in another order moves ``A`` through the
+    softmax by up to its own rounding, ``d_k eps max|q_i k_j|``, times ``A``; ``n = T +
+    d_model + H d_v + E_out`` is the longest chain of roundings a term goes through.
     """
     f = layer.forward(x, causal)
     g = upstream if layer.out_weight is None else upstream @ layer.out_weight.T
     dv = layer.d_v
-    s = float(np.sum(np.abs(f.output * upstream)))
+    attention_terms = 0.0
+    largest = 0.0
     for h, head in enumerate(f.heads):
         p = g[:, :, h * dv:(h + 1) * dv] @ np.swapaxes(head.value, -1, -2)
-        s += float(np.sum(np.abs(head.attention * p)))
+        attention_terms += float(np.sum(np.abs(head.attention * p)))
+        if head.scores.size:
+            largest = max(largest, float(np.max(np.abs(head.scores))) / math.sqrt(layer.d_k))
+    s = float(np.sum(np.abs(f.output * upstream))) + (
+        1.0 + layer.d_k * largest) * attention_terms
     n = x.shape[1] + layer.d_model + layer.projections.d_v + layer.e_out
     return float(n * np.finfo(np.float64).eps * s)
