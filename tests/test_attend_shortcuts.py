@@ -148,3 +148,25 @@ def test_a_head_is_the_one_head_layer() -> None:
     a = gradcheck_attention(head, x, upstream, grads, False, 1e-6, 2e-6)
     b = gradcheck_attention(layer, x, upstream, grads, False, 1e-6, 2e-6)
     assert repr(a) == repr(b)
+
+
+def test_the_layers_replay_comparison_sees_one_changed_bit() -> None:
+    from qkvcli.attention.fixture import LayerParts
+    from qkvcli.attention.layer_evidence import layer_tensors, same_bits
+
+    layer, x, upstream = model(1, 2, True, True)
+    parts = LayerParts(layer, ("qkv", "qkv", "qkv"), None, "out_proj")
+
+    class Given:  # the fixture: only its input and upstream are read
+        input = x
+
+    Given.upstream = upstream  # type: ignore[attr-defined]
+
+    f = layer.forward(x)
+    g = layer.backward(x, f, upstream)
+    tensors = layer_tensors(Given, parts, f, g)  # type: ignore[arg-type]
+    assert same_bits(tensors, Given, parts, f, g)  # type: ignore[arg-type]
+    changed = np.array(f.heads[1].attention, copy=True)
+    changed[0, 0, 0] = -0.0 if changed[0, 0, 0] == 0.0 else np.nextafter(changed[0, 0, 0], 2)
+    heads = (f.heads[0], f.heads[1]._replace(attention=changed))
+    assert not same_bits(tensors, Given, parts, f._replace(heads=heads), g)  # type: ignore[arg-type]

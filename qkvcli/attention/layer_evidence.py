@@ -55,9 +55,9 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
 
 
 def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
-                       g: LayerGradients) -> Iterator[tuple[str, Array]]:
+                       g: LayerGradients, stack: bool = True) -> Iterator[tuple[str, Any]]:
     """:func:`layer_tensors`' items one at a time: a stacked ``[B,H,T,T]`` tensor is built
-    only when its turn comes (a replay compares them without holding a second set)."""
+    only when its turn comes; with ``stack=False`` it is given unbuilt (a ``_Stacked``)."""
     layer = parts.layer
     p = layer.projections
     heads_axis = 1  # [B,H,T,T]: the heads' tensors stacked on axis 1
@@ -80,7 +80,7 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
         named.append(("b_out", layer.out_bias))
 
     def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
-        return lambda: np.stack([getattr(item, name) for item in source], axis=heads_axis)
+        return _Stacked([getattr(item, name) for item in source], heads_axis)
 
     def joined(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
         return lambda: np.concatenate([getattr(item, name) for item in source], axis=-1)
@@ -116,7 +116,9 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("grad_b_out", g.grad_out_bias))
     for name, value in named:
-        if callable(value):  # a new array of its own: frozen, not copied again
+        if isinstance(value, _Stacked) and not stack:
+            yield name, value
+        elif callable(value):  # a new array of its own: frozen, not copied again
             built = np.ascontiguousarray(value())
             built.flags.writeable = False
             yield name, built
@@ -124,13 +126,35 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
             yield name, readonly(value)
 
 
-def same_bits(tensors: dict[str, Array], items: Iterator[tuple[str, Array]]) -> bool:
-    """Whether every item equals ``tensors``' array of its name bit for bit (``-0.0`` is not
-    ``0.0``; a NaN equals the same NaN), one item at a time."""
+class _Stacked:
+    """The heads' arrays of one tensor, stacked on ``axis`` when called."""
+
+    def __init__(self, parts: list[Array], axis: int) -> None:
+        self.parts, self.axis = parts, axis
+
+    def __call__(self) -> Array:
+        return np.stack(self.parts, axis=self.axis)
+
+
+def _bitwise(a: Array, b: Array) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+def same_bits(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
+              f: LayerForward, g: LayerGradients) -> bool:
+    """Whether the run ``f``, ``g`` gives every tensor of ``tensors`` bit for bit (``-0.0``
+    is not ``0.0``; a NaN equals the same NaN): a stacked tensor head by head against its
+    slices, so no second set is ever built."""
+    items = layer_tensor_items(fixture, parts, f, g, stack=False)
     for name, value in items:
         first = tensors[name]
-        if first.shape != value.shape or not np.array_equal(
-                first.view(np.int64), np.ascontiguousarray(value).view(np.int64)):
+        if isinstance(value, _Stacked):
+            same = first.shape[1] == len(value.parts) and all(
+                _bitwise(first[:, h], part) for h, part in enumerate(value.parts))
+        else:
+            same = _bitwise(first, value)
+        if not same:
             return False
     return True
 
@@ -208,8 +232,7 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts, causal: bool
     del forward, grads  # their per-head arrays live on in tensors' stacked copies only
     # The replay runs once more and is compared tensor by tensor, never held whole.
     replay_forward, replay_grads = _run(fixture, layer, causal)
-    replay_bitwise = same_bits(tensors, layer_tensor_items(fixture, parts, replay_forward,
-                                                           replay_grads))
+    replay_bitwise = same_bits(tensors, fixture, parts, replay_forward, replay_grads)
     del replay_forward, replay_grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()

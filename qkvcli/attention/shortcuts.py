@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qkvcli.attention.head import causal_mask, stable_softmax
+from qkvcli.attention.head import causal_mask
 from qkvcli.attention.multihead import LayerForward, MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
@@ -79,12 +79,23 @@ class Shortcuts:
             return self._value(name[0] == "w")
         return self._scores(branch, name[0] == "w")
 
-    def _attention(self, query: Array, key: Array) -> Array:
-        scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
-        scaled = scores / math.sqrt(self.layer.d_k)
-        if self.mask is not None:
-            scaled = np.where(self.mask, -np.inf, scaled)
-        return stable_softmax(scaled)
+    def _weighted(self, scores: Array, p: Array, mask: Array | None) -> float:
+        """``<softmax(scores / sqrt(d_k)), p>``, ``scores`` overwritten on the way.
+
+        The engine's steps (scale, mask, row max subtracted, exp, row sums) in place: one
+        buffer instead of five, the same arithmetic as
+        :func:`~qkvcli.attention.head.stable_softmax`.
+        """
+        scores /= math.sqrt(self.layer.d_k)
+        if mask is not None:
+            np.copyto(scores, -np.inf, where=mask)
+        if scores.size == 0:
+            return 0.0
+        scores -= np.max(scores, axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= np.sum(scores, axis=-1, keepdims=True)
+        # one pass over the terms, summed by BLAS (the bound covers any order)
+        return float(np.dot(scores.reshape(-1), p.reshape(-1)))
 
     def _column(self, branch: int, weights: bool, index: int, value: float) -> tuple[int, Array]:
         """The perturbed full-width column ``c`` of branch ``branch`` and its fresh values."""
@@ -110,8 +121,8 @@ class Shortcuts:
                 f = self.heads[h]
                 query, key = np.array(f.query, copy=True), np.array(f.key, copy=True)
                 (query if branch == 0 else key)[:, :, j] = fresh
-                l_h = float(np.sum(self._attention(query, key) * self.p[h]))
-                return self._total(h, l_h)
+                scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+                return self._total(h, self._weighted(scores, self.p[h], self.mask))
 
         return point
 
@@ -156,15 +167,13 @@ class Shortcuts:
                 scores = np.array(f.scores[b, first:], copy=True)  # [T-first, T]
                 scores[:, t] = query @ k_t  # [T-first,d_k] @ [d_k] -> [T-first]
                 scores[t - first] = key @ q_t  # [T,d_k] @ [d_k] -> [T]: row t, q'_t k'_j
-                scaled = scores / math.sqrt(dk)
-                if self.mask is not None:
-                    scaled = np.where(self.mask[first:], -np.inf, scaled)
-                attention = stable_softmax(scaled)
                 pb = np.array(self.p[h][b, first:], copy=True)
                 # [T-first,d_v] @ [d_v] -> [T-first]: column t of P' = G V'^T
                 pb[:, t] = self.g_heads[h][b, first:] @ fresh[2][h * dv:(h + 1) * dv]
+                mask = None if self.mask is None else self.mask[first:]
                 terms = list(self.l_batches[h])
-                terms[b] = float(np.sum(self.r[h][b, :first])) + float(np.sum(attention * pb))
+                terms[b] = float(np.sum(self.r[h][b, :first])) + self._weighted(scores, pb,
+                                                                                mask)
                 total += math.fsum(terms)
             return total + self.c
 
