@@ -20,8 +20,9 @@ counts one, as in run.
 Evaluations (:attr:`TensorCheck.recomputes`): a small model, and every ``fast``
 direction, run a fresh forward pass of the whole model from perturbed copies
 (``full forward``: the chapter's bytes). A larger one recomputes, one coordinate at a
-time, only what the coordinate reaches (:mod:`qkvcli.attention.shortcuts` is not a
-module: see :class:`Shortcuts` below).
+time, only what the coordinate reaches (:class:`~qkvcli.attention.shortcuts.Shortcuts`),
+within a stated bound of the full forward's ``L``
+(:func:`~qkvcli.attention.shortcuts.shortcut_bound`; tests/test_attend_shortcuts.py).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, shortcuts: bool)
         return rows * p.d_v + rows, RECOMPUTES_OUT
     if name.endswith("value"):
         return rows * d_model + tt, RECOMPUTES_VALUE
-    return rows * d_model + tt * (layer.d_k + 6), RECOMPUTES_SCORES
+    return rows * d_model + 8 * tt, RECOMPUTES_SCORES  # a rank-one change, then the softmax
 
 
 class CheckPlan:

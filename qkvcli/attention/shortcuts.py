@@ -30,10 +30,12 @@ class Shortcuts:
     ``L`` is written as ``sum_h l_h + c`` with ``l_h = <A_h, P_h>``, ``P_h = G_h V_h^T``,
     ``G = U W_O^T`` (``U`` without an output projection) and ``c = <b_O, sum_t U_t>``;
     an output-projection coordinate uses ``L = sum_j <Y[:,j], U[:,j]>`` instead. Each
-    evaluation recomputes its changed tensors freshly from the perturbed parameter (never
-    as a difference, never from the analytic gradient) and adds the unchanged terms,
-    computed once. In real arithmetic each equals the full forward's ``L``; in floating
-    point they agree within :func:`shortcut_bound` (tests/test_attend_gradcheck.py).
+    evaluation recomputes the perturbed column (or row) freshly from the perturbed
+    parameter, carries it forward through what it reaches (a query or key column's
+    change of the scores as the rank-one product it is), never using the analytic
+    gradient, and adds the unchanged terms, computed once. In real arithmetic each equals
+    the full forward's ``L``; in floating point they agree within :func:`shortcut_bound`
+    (tests/test_attend_shortcuts.py).
     """
 
     def __init__(self, layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
@@ -119,9 +121,15 @@ class Shortcuts:
                 c, fresh = self._column(branch, weights, index, value)
                 h, j = divmod(c, self.layer.d_k)
                 f = self.heads[h]
-                query, key = np.array(f.query, copy=True), np.array(f.key, copy=True)
-                (query if branch == 0 else key)[:, :, j] = fresh
-                scores = query @ np.swapaxes(key, -1, -2)  # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
+                # Only column j of Q (or K) changed, so S' = S + dq_j k_j^T (or q_j dk_j^T):
+                # a rank-one change of the scores, T^2 instead of T^2 d_k multiply-adds,
+                # from the column's fresh values (within the bound: a score summed in
+                # another order)
+                if branch == 0:
+                    change = (fresh - f.query[:, :, j])[:, :, None] * f.key[:, None, :, j]
+                else:
+                    change = f.query[:, :, None, j] * (fresh - f.key[:, :, j])[:, None, :]
+                scores = f.scores + change  # [B,T,T]
                 return self._total(h, self._weighted(scores, self.p[h], self.mask))
 
         return point

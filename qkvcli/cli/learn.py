@@ -88,8 +88,12 @@ def attend(
     Fixtures may use torch [out,in] or packed in_proj_weight layouts, biases, and
     "value_width": "independent". With --heads H (or "heads" in the fixture), an
     out_proj/c_proj output projection or GPT-2's c_attn, it runs a multi-head layer.
-    Exit status: 0 all checks passed, 1 a check failed,
-    2 bad input.
+    The gradient check takes run's modes; --mode auto also samples a tensor whose
+    full check would cost more than 8192 units (one unit: 65,536 multiply-adds, what
+    --max-evaluations counts), and a large model recomputes only what each perturbed
+    coordinate reaches (the text's gradcheck= lines say what). Tensors over 4096
+    elements are summarised with a sha256 digest unless --tensors full.
+    Exit status: 0 all checks passed, 1 a check failed, 2 bad input.
     """
     import contextlib
     import dataclasses
