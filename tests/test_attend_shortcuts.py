@@ -125,7 +125,8 @@ def test_auto_samples_what_is_costly_and_the_budget_counts_costs() -> None:
     assert modes["w_out"] == modes["b_out"] == "full"  # an output column is cheap
     with pytest.raises(TooManyEvaluations) as raised:
         CheckPlan(layer, x, "full", None, 3, None).refuse_over(10_000)
-    assert "an evaluation counts 65536 multiply-adds" in str(raised.value)
+    assert "evaluation units" in str(raised.value)
+    assert "a unit is 65536 multiply-adds of an evaluation" in str(raised.value)
 
 
 def test_fast_mode_checks_directions_by_full_recomputation() -> None:

@@ -205,8 +205,8 @@ class CheckPlan:
         if self.units > limit:
             raise TooManyEvaluations(
                 self.units, limit, ", ".join(sorted(self.causes))
-                + f"; an evaluation counts {EVALUATION_UNIT} multiply-adds, a whole forward "
-                f"of this model {_units(self.full_cost)}")
+                + f"; a unit is {EVALUATION_UNIT} multiply-adds of an evaluation, a whole "
+                f"forward of this model costs {_units(self.full_cost)}", weighted=True)
 
 
 def plan_check(model: AttentionHead | MultiHeadLayer, x: Array, step: float, tolerance: float,
