@@ -171,3 +171,12 @@ def test_the_layers_replay_comparison_sees_one_changed_bit() -> None:
     changed[0, 0, 0] = -0.0 if changed[0, 0, 0] == 0.0 else np.nextafter(changed[0, 0, 0], 2)
     heads = (f.heads[0], f.heads[1]._replace(attention=changed))
     assert not same_bits(tensors, Given, parts, f._replace(heads=heads), g)  # type: ignore[arg-type]
+
+
+def test_progress_counts_every_coordinate_across_tensors() -> None:
+    layer, x, upstream = model(1, 2, True, True)
+    grads = analytic_of(layer.backward(x, layer.forward(x, False), upstream))
+    seen: list[tuple[int, int]] = []
+    result = gradcheck_attention(layer, x, upstream, grads, False, 1e-6, 2e-6, samples=3,
+                                 progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(k, result.count) for k in range(1, result.count + 1)]
