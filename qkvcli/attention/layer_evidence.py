@@ -123,7 +123,23 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
             built.flags.writeable = False
             yield name, built
         elif value is not None:
-            yield name, readonly(value)
+            # the fixture's own arrays are the caller's: copied, never frozen in place
+            given = value is fixture.input or value is fixture.upstream
+            yield name, readonly(value) if given else _frozen(value)
+
+
+def _frozen(value: Array) -> Array:
+    """``value`` as the evidence holds it: read-only, C-contiguous float64, never aliasing
+    anything writable. A frozen array (the layer's weights) is shared as it is, an
+    engine result that owns its memory is frozen in place; anything else is copied
+    (a layer's parameters and their gradients would otherwise be held several times)."""
+    if value.dtype == np.float64 and value.flags.c_contiguous:
+        if not value.flags.writeable and value.base is None:
+            return value
+        if value.flags.writeable and value.flags.owndata:
+            value.flags.writeable = False
+            return value
+    return readonly(value)
 
 
 class _Stacked:
