@@ -14,7 +14,9 @@ contiguous arrays), of the straightforward three-GEMM NumPy version, and of PyTo
 CPU autograd (when torch is installed); ratios are medians of per-round ratios, each
 round timing every contender back to back. Then end-to-end rows (``qkv run`` at
 ``[8,512,1024,64]`` in text, json and rich against a baseline process: wall, peak memory
-and output; see ``end_to_end.py``), then gradient-check timings, the CLI
+and output; see ``end_to_end.py``), the same rows for ``qkv attend --causal`` on a
+GPT-2-small layer read from a ``.safetensors`` checkpoint at T=64 and T=1024 and the
+newcomer's fixtures' wall times (section ``attend``), then gradient-check timings, the CLI
 start-up ratios, and peak memory of a forward+reverse pass. Nothing here passes or
 fails: it reports numbers.
 
@@ -66,7 +68,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clean-blas-env", action="store_true",
                         help=f"re-run with {' and '.join(BLAS_ENV)} unset")
     parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["engine", "end-to-end", "gradcheck", "startup", "memory"],
+                        choices=["engine", "end-to-end", "attend", "gradcheck", "startup",
+                                 "memory"],
                         help="sections to leave out")
     parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
                         help=argparse.SUPPRESS)
@@ -525,6 +528,12 @@ def main(argv: list[str]) -> None:
         from end_to_end import bench_end_to_end
 
         bench_end_to_end(qkv_program(), 3 if args.quick else 5, NEUTRAL_DIR)
+    if "attend" not in args.skip:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from end_to_end import bench_attend_end_to_end
+
+        bench_attend_end_to_end(qkv_program(), 1 if args.quick else 3, NEUTRAL_DIR,
+                                (64,) if args.quick else (64, 1024))
     if "gradcheck" not in args.skip:
         bench_gradcheck(repeats)
     if "startup" not in args.skip:

@@ -1,10 +1,20 @@
-"""End-to-end rows for ``benchmarks/bench.py``: ``qkv run`` against a baseline process.
+"""End-to-end rows for ``benchmarks/bench.py``: ``qkv run`` and ``qkv attend`` against
+baseline processes.
+
+``qkv attend`` rows (:func:`bench_attend_end_to_end`): a GPT-2-small attention layer
+(E 768, 12 heads, packed ``c_attn`` and ``c_proj`` with biases, random weights) written
+to a ``.safetensors`` checkpoint in a temporary directory, its fixture made by ``qkv init
+--from-safetensors --prefix h.0.attn. --heads 12 --tokens T``, run as ``qkv attend
+--causal`` in text, json and rich against a process that imports NumPy and runs the
+layer's causal forward+reverse four times (:data:`ATTEND_BASELINE`); then the
+newcomer's fixtures (``qkv init --generate``) timed alone.
 
 The baseline imports NumPy, makes tensors of the fixture's size and runs the fused
 forward+reverse (``X@[W]``, ``[dY]@[W]^T``, ``X^T@[dY]``) four times: roughly the least
 any process that genuinely computes the evidence must do. Each round launches the
 baseline and ``qkv run FIXTURE -f FORMAT`` back to back; wall time and peak RSS come from
-``os.wait4`` of that very child, and output bytes from its standard output. One unrecorded
+``os.wait4`` of that very command (run by a small launcher, :data:`LAUNCHER`; its start-up,
+a few ms, is in both sides' wall time), and output bytes from its standard output. One unrecorded
 pair runs before each format's rounds. Nothing passes or fails: ratios are printed as
 median and range over the rounds.
 """
@@ -34,17 +44,144 @@ for _ in range(4):
 """
 
 
+ATTEND_BASELINE = """
+import numpy as np
+B, T, E, H = 1, {tokens}, 768, 12
+rng = np.random.default_rng(0)
+x = rng.uniform(-1, 1, (B * T, E))
+wa = rng.normal(0, 0.02, (E, 3 * E)); ba = rng.normal(0, 0.02, 3 * E)
+wp = rng.normal(0, 0.02, (E, E)); bp = rng.normal(0, 0.02, E)
+u = rng.uniform(-1, 1, (B * T, E))
+d = E // H
+mask = np.triu(np.ones((T, T), bool), 1)
+for _ in range(4):
+    qkv = x @ wa + ba
+    q, k, v = [qkv[:, i * E:(i + 1) * E].reshape(B, T, H, d).transpose(0, 2, 1, 3)
+               for i in range(3)]
+    s = np.where(mask, -np.inf, q @ k.transpose(0, 1, 3, 2) / np.sqrt(d))
+    a = np.exp(s - s.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    c = (a @ v).transpose(0, 2, 1, 3).reshape(B * T, E)
+    y = c @ wp + bp
+    dc = u @ wp.T; dwp = c.T @ u; dbp = u.sum(0)
+    do = dc.reshape(B, T, H, d).transpose(0, 2, 1, 3)
+    da = do @ v.transpose(0, 1, 3, 2); dv = a.transpose(0, 1, 3, 2) @ do
+    ds = a * (da - (da * a).sum(-1, keepdims=True)) / np.sqrt(d)
+    dq = ds @ k; dk = ds.transpose(0, 1, 3, 2) @ q
+    dqkv = np.concatenate([g.transpose(0, 2, 1, 3).reshape(B * T, E) for g in (dq, dk, dv)],
+                          axis=1)
+    dx = dqkv @ wa.T; dwa = x.T @ dqkv; dba = dqkv.sum(0)
+"""
+GPT2_TOKENS = (64, 1024)
+NEWCOMERS = ((2, 128, 64, 16), (2, 300, 50, 8))
+"""The newcomer's ``qkv init --generate`` fixtures: batch, tokens, d_model, d_head."""
+
+
+CHECKPOINT_WRITER = """
+import sys
+import numpy as np
+from safetensors.numpy import save_file
+rng = np.random.default_rng(0)
+e = 768
+def normal(*shape):
+    return (0.02 * rng.normal(size=shape)).astype(np.float32)
+save_file({"h.0.attn.c_attn.weight": normal(e, 3 * e), "h.0.attn.c_attn.bias": normal(3 * e),
+           "h.0.attn.c_proj.weight": normal(e, e), "h.0.attn.c_proj.bias": normal(e)},
+          sys.argv[1])
+"""
+"""GPT-2-small's first attention layer, names and shapes, random weights (float32). Run in a
+child: a child's peak RSS starts at its parent's, so the bench process stays small."""
+
+
+def write_gpt2_checkpoint(path: str) -> None:
+    subprocess.run([sys.executable, "-c", CHECKPOINT_WRITER, path], check=True)
+
+
+def bench_attend_end_to_end(qkv: list[str], rounds: int, neutral_dir: str,
+                            tokens: tuple[int, ...] = GPT2_TOKENS) -> None:
+    """Print the GPT-2-small rows (wall, memory, output against the baseline) and the
+    newcomer's fixtures' wall times."""
+    env = {**os.environ, "COLUMNS": "120"}
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = os.path.join(directory, "gpt2.safetensors")
+        write_gpt2_checkpoint(checkpoint)
+        print(f"end to end: qkv attend --causal, GPT-2-small layer from a .safetensors "
+              f"checkpoint, against the baseline (numpy, causal forward+reverse x4); median "
+              f"(range) of {rounds} rounds")
+        print(f"{'T':>5} {'format':<7} {'qkv s':>6} {'base s':>7} {'wall ratio':>18} "
+              f"{'qkv MiB':>8} {'base MiB':>9} {'memory ratio':>18} {'output':>10}")
+        for t in tokens:
+            fixture = os.path.join(directory, f"layer-{t}.json")
+            subprocess.run([*qkv, "init", "--from-safetensors", checkpoint, "--prefix",
+                            "h.0.attn.", "--heads", "12", "--tokens", str(t), "-o", fixture],
+                           check=True, cwd=neutral_dir, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            baseline = [sys.executable, "-c", ATTEND_BASELINE.format(tokens=t)]
+            for fmt in FORMATS:
+                command = [*qkv, "attend", fixture, "--causal", "-f", fmt]
+                row(f"{t:>5} {fmt:<7}", baseline, command, rounds, neutral_dir, env)
+        print("targets: wall <= 3x, memory <= 2x, output <= 256 KiB")
+        print("newcomer fixtures (qkv init --generate), qkv attend -f text alone:")
+        for b, t, d, h in NEWCOMERS:
+            fixture = os.path.join(directory, f"newcomer-{b}-{t}-{d}-{h}.json")
+            subprocess.run([*qkv, "init", "--generate", "--batch", str(b), "--tokens", str(t),
+                            "--d-model", str(d), "--d-head", str(h), "-o", fixture],
+                           check=True, cwd=neutral_dir, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            walls = [measured([*qkv, "attend", fixture, "-f", "text"], neutral_dir, env)[0]
+                     for _ in range(rounds)]
+            print(f"  [{b},{t},{d},{h}]: {spread(walls)} s (target: about a second)")
+    print()
+
+
+def row(label: str, baseline: list[str], command: list[str], rounds: int, cwd: str,
+        env: dict[str, str]) -> None:
+    """One row: ``command`` against ``baseline``, paired round by round (one unrecorded pair
+    first: a cold page cache)."""
+    measured(baseline, cwd, env)
+    measured(command, cwd, env)
+    walls, mems, base_walls, base_mems, sizes = [], [], [], [], []
+    for _ in range(rounds):
+        bw, bm, _ = measured(baseline, cwd, env)
+        qw, qm, size = measured(command, cwd, env)
+        walls.append(qw)
+        mems.append(qm)
+        base_walls.append(bw)
+        base_mems.append(bm)
+        sizes.append(size)
+    print(f"{label} {statistics.median(walls):6.2f} {statistics.median(base_walls):7.2f} "
+          f"{spread([q / b for q, b in zip(walls, base_walls, strict=True)]):>18} "
+          f"{statistics.median(mems) / 1024:8.0f} {statistics.median(base_mems) / 1024:9.0f} "
+          f"{spread([q / b for q, b in zip(mems, base_mems, strict=True)]):>18} "
+          f"{max(sizes) / 1024:8.1f} KiB")
+
+
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+"""Runs a command and records its peak RSS. Linux keeps a peak across ``execve`` from the
+memory of the process that called it, so a child forked straight from this (large)
+bench would report at least the bench's size; forked from this small launcher it
+reports its own."""
+
+
 def measured(command: list[str], cwd: str, env: dict[str, str]) -> tuple[float, int, int]:
     """Wall seconds, peak RSS (KiB) and stdout bytes of one run of ``command``."""
-    with tempfile.TemporaryFile() as out:
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as peak:
         start = time.perf_counter()
-        child = subprocess.Popen(command, cwd=cwd, env=env, stdout=out,
-                                 stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(child.pid, 0)
+        child = subprocess.Popen([sys.executable, "-c", LAUNCHER, peak.name, *command],
+                                 cwd=cwd, env=env, stdout=out, stderr=subprocess.DEVNULL)
+        child.wait()
         wall = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0, os.SEEK_END)
-        return wall, int(usage.ru_maxrss), out.tell()
+        return wall, int(peak.read() or 0), out.tell()
 
 
 def spread(values: list[float]) -> str:

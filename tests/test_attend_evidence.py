@@ -9,7 +9,7 @@ import pytest
 
 from qkvcli.attention.evidence import build_attend_evidence, hull_evidence
 from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
-from qkvcli.render.attend import attend_checks
+from qkvcli.render.attend import attend_checks, attend_json
 
 CHECKS = ["forward", "attention", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
 PUBLISHED_CHECKS = ["forward", "weights", "mask", "hull", "reverse", "shapes", "replay",
@@ -100,7 +100,10 @@ def test_evidence_fails_when_the_gradcheck_tolerance_is_impossible() -> None:
 def test_biases_are_checked_by_the_gradient_check() -> None:
     data = fixture_data({"values": A, "bias": [0.5, -1]}, B, {"values": C, "bias": [2, 1]})
     evidence = build_attend_evidence(parse_attend_fixture(data))
+    # the evidence holds internal names; render/ publishes them
     assert [t.tensor for t in evidence.gradcheck.tensors] == [
+        "input", "w_query", "w_key", "w_value", "b_query", "b_value"]
+    assert [t["tensor"] for t in attend_json(evidence)["gradcheck"]["tensors"]] == [
         "input", "query_weight", "key_weight", "value_weight", "query_bias", "value_bias"]
     assert evidence.passed
     assert "grad_b_query" in evidence.primary.tensors

@@ -50,7 +50,9 @@ def reference_check(
             passed=(not note) and error <= tolerance, note=note,
         ))
     requested = flat.size if samples is None else samples
-    return TensorCheck(tensor, tuple(probe.shape), requested, tuple(checks))
+    # run's modes: every coordinate unless a sample count is given (auto)
+    return TensorCheck(tensor, tuple(probe.shape), requested, tuple(checks),
+                       "full" if samples is None else "sampled")
 
 
 def reference_gradcheck(head: AttentionHead, x: Array, upstream: Array, causal: bool,
@@ -71,15 +73,15 @@ def reference_gradcheck(head: AttentionHead, x: Array, upstream: Array, causal: 
                                lambda probe: loss_of(head, probe))]
     grad_w = (grads.grad_w_query, grads.grad_w_key, grads.grad_w_value)
     for branch, name in enumerate(BRANCHES):
-        tensors.append(reference_check(f"{name}_weight", head.weights[branch], grad_w[branch],
+        tensors.append(reference_check(f"w_{name}", head.weights[branch], grad_w[branch],
                                        step, tolerance, samples, parameter("weight", branch)))
     grad_b = (grads.grad_b_query, grads.grad_b_key, grads.grad_b_value)
     for branch, name in enumerate(BRANCHES):
         bias, grad = head.biases[branch], grad_b[branch]
         if bias is not None and grad is not None:
-            tensors.append(reference_check(f"{name}_bias", bias, grad, step, tolerance, samples,
+            tensors.append(reference_check(f"b_{name}", bias, grad, step, tolerance, samples,
                                            parameter("bias", branch)))
-    return GradcheckResult(step, tolerance, tuple(tensors))
+    return GradcheckResult(step, tolerance, tuple(tensors), "auto")
 
 
 def head_of(seed: int, bias: bool) -> tuple[AttentionHead, Array, Array]:

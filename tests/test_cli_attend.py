@@ -218,3 +218,49 @@ def test_an_overflowing_head_fails_cleanly(tmp_path: Path, fmt: str) -> None:
     assert result.stderr.splitlines()[-1].startswith("qkv: FAILED: forward")
     if fmt == "json":
         assert json.loads(result.stdout)["passed"] is False
+
+
+def newcomer(tmp_path: Path, tokens: int = 128, d_model: int = 64, d_head: int = 16) -> Path:
+    path = tmp_path / "layer.json"
+    result = invoke("init", "--generate", "--batch", "2", "--tokens", str(tokens), "--d-model",
+                    str(d_model), "--d-head", str(d_head), "-o", str(path))
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_attend_takes_runs_modes_and_says_which_evaluation_it_used(tmp_path: Path) -> None:
+    path = newcomer(tmp_path)
+    result = invoke("attend", str(path), "-f", "text")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("gradcheck=")]
+    assert lines[0] == ("gradcheck=input mode:sampled checked:6 requested:6 "
+                        "recomputes:perturbed_token_rows PASS")
+    assert any("recomputes:perturbed_head_scores" in line for line in lines)
+    fast = json.loads(invoke("attend", str(path), "-f", "json", "--mode", "fast",
+                             "--directions", "2").output)
+    assert {t["mode"] for t in fast["gradcheck"]["tensors"]} == {"fast"}
+    assert fast["gradcheck"]["count"] == 8 and fast["passed"]
+
+
+def test_attend_refuses_a_check_over_its_budget_before_it_starts(tmp_path: Path) -> None:
+    path = newcomer(tmp_path)
+    result = CliRunner().invoke(main, ["attend", str(path), "--mode", "full",
+                                       "--max-evaluations", "1000"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert "more than the limit 1000" in result.output and str(path) in result.output
+
+
+def test_attend_summarises_large_tensors_and_tensors_full_shows_them(tmp_path: Path) -> None:
+    path = newcomer(tmp_path)
+    summary = json.loads(invoke("attend", str(path), "-f", "json").output)
+    scores = summary["tensors"]["scores"]
+    assert scores["shape"] == [2, 128, 128] and "values" not in scores
+    assert len(scores["summary"]["sha256"]) == 64
+    none = json.loads(invoke("attend", str(path), "-f", "json", "--tensors", "none").output)
+    assert none["tensors"]["scores"]["sha256"] == scores["summary"]["sha256"]
+    assert summary["rows"] == []  # per-token rows only while A is small
+    text = invoke("attend", str(path), "-f", "text").output
+    assert len(text) < 512 * 1024
+    full = invoke("attend", str(path), "-f", "text", "--tensors", "full").output
+    assert len(full) > len(text)

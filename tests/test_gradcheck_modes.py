@@ -10,8 +10,8 @@ import pytest
 from qkvcli.core.outputs import weighted_loss
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
+from qkvcli.gradcheck.batched import direction
 from qkvcli.gradcheck.central import check_tensor, sample_indices
-from qkvcli.gradcheck.directional import direction
 from qkvcli.gradcheck.layer import gradcheck_layer
 from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,

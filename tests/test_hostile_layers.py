@@ -120,5 +120,6 @@ def test_every_path_option_refuses_what_no_system_can_open(args, bad):
 def test_the_evaluation_limit_hint_names_only_attends_own_options(tmp_path):
     path = write(tmp_path / "f.json", layer())
     result = invoke("attend", str(path), "--max-evaluations", "3")
-    refused(result, "--max-evaluations", "check less with --samples)")
-    assert "--mode fast" not in result.stderr  # attend has no fast mode
+    # attend takes run's modes now, and counts evaluations by their cost
+    refused(result, "--max-evaluations", "check less with --samples or --mode fast)",
+            "evaluation units")

@@ -9,10 +9,12 @@ remarks on the parameters, never failures.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from qkvcli.attention.fixture import AttendFixture
-from qkvcli.attention.gradcheck import gradcheck_head
+from qkvcli.attention.gradcheck import gradcheck_head, plan_check
 from qkvcli.attention.head import (
     AttentionForward,
     AttentionGradients,
@@ -20,6 +22,7 @@ from qkvcli.attention.head import (
     causal_mask,
     output_loss,
 )
+from qkvcli.attention.multihead import LayerForward
 from qkvcli.attention.records import (
     CHECK_ORDER,
     AttendConfig,
@@ -36,6 +39,10 @@ from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.evidence.records import Verdict
 
 EPSILON = float(np.finfo(np.float64).eps)
+ROWS_LIMIT = 4096
+"""Largest attention matrix (elements) whose per-token rows the evidence lists."""
+PLAN_KEYS = ("mode", "directions", "limit", "shortcuts")
+"""The gradient-check settings its budget depends on (checked before any work)."""
 
 
 def _run(fixture: AttendFixture, causal: bool) -> tuple[AttentionForward, AttentionGradients]:
@@ -127,15 +134,20 @@ def verdicts(*passed: bool) -> tuple[Verdict, ...]:
     return tuple(Verdict(name, bool(ok)) for name, ok in zip(CHECK_ORDER, passed, strict=True))
 
 
-def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) -> AttendEvidence:
+def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
+                          **gradcheck: Any) -> AttendEvidence:
     """Run the head on ``fixture`` and gather every check.
 
-    Takes the fixture and the mask flag (default: the fixture's ``causal``); gives the
-    evidence (no wording). Raises the head's input errors and, for unusable settings,
-    :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
+    Takes the fixture, the mask flag (default: the fixture's ``causal``) and the gradient
+    check's settings (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords:
+    ``mode``, ``directions``, ``limit``, ``progress``...); gives the evidence (no wording).
+    Raises the head's input errors and, for unusable settings or a check over its budget
+    (before any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
     causal = fixture.causal if causal is None else causal
     head, x = fixture.head, fixture.input
+    plan_check(head, x, fixture.step, fixture.tolerance, fixture.samples,
+               **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, causal)
     replay_forward, replay_grads = _run(fixture, causal)
@@ -144,14 +156,18 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) ->
     replay_bitwise = all(a.tobytes() == replay[k].tobytes() for k, a in tensors.items())
 
     attention = forward.attention
+    # Per-token rows repeat A and O value by value: only while A is small enough to show
+    # whole (a T=1024 head would hold a million Python floats twice).
     rows = tuple(
         TokenRow(bi, ti, tuple(float(v) for v in attention[bi, ti]),
                  float(np.sum(attention[bi, ti])), tuple(float(v) for v in forward.output[bi, ti]))
         for bi in range(batch) for ti in range(tokens)
-    )
+    ) if attention.size <= ROWS_LIMIT else ()
+    sums = np.sum(attention, axis=-1)
     rows_evidence = AttentionEvidence(
         min_attention=float(attention.min()) if attention.size else 0.0,
-        max_row_deviation=max((abs(r.attention_sum - 1.0) for r in rows), default=0.0),
+        max_row_deviation=max((abs(r.attention_sum - 1.0) for r in rows), default=0.0) if rows
+        else float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
         tolerance=4.0 * max(tokens, 1) * EPSILON,
     )
     mask = MaskEvidence(False, 0.0)
@@ -166,8 +182,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) ->
         and p.output == (p.input[0], p.input[1], head.d_v) and p.grad_input == p.input
         for p in probes
     )
-    gradcheck = gradcheck_head(head, x, fixture.upstream, grads, causal,
-                               fixture.step, fixture.tolerance, fixture.samples)
+    # the shortcuts start from this forward: a head is the one-head layer it is
+    as_layer = LayerForward((forward,), forward.output, forward.output)
+    checked = gradcheck_head(head, x, fixture.upstream, grads, causal, fixture.step,
+                             fixture.tolerance, fixture.samples, forward=as_layer, **gradcheck)
     forward_ok = _finite(forward.query, forward.key, forward.value, forward.scores, attention,
                          forward.output) and (
         forward.scores.shape == (batch, tokens, tokens)
@@ -182,7 +200,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) ->
             strict=True)
     )
     checks = verdicts(forward_ok, rows_evidence.passed, mask.passed, hull.passed, reverse_ok,
-                      probes_ok, replay_bitwise, gradcheck.passed)
+                      probes_ok, replay_bitwise, checked.passed)
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=head.d_k, d_v=head.d_v, causal=causal,
         bias=(head.biases[0] is not None, head.biases[1] is not None, head.biases[2] is not None),
@@ -195,5 +213,5 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None) ->
         chapter=fixture.chapter, seed=fixture.seed, config=config,
         primary=AttendPrimary(tensors, output_loss(forward, fixture.upstream)), rows=rows,
         attention=rows_evidence, mask=mask, hull=hull, probes=probes, notes=notes_of(head),
-        replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks,
+        replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks,
     )

@@ -10,11 +10,14 @@ fixture gave them in.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import numpy as np
 
-from qkvcli.attention.evidence import EPSILON, hull_evidence, notes_of, verdicts
+from qkvcli.attention.evidence import EPSILON, PLAN_KEYS, hull_evidence, notes_of, verdicts
 from qkvcli.attention.fixture import AttendFixture, LayerParts
-from qkvcli.attention.gradcheck import gradcheck_layer
+from qkvcli.attention.gradcheck import gradcheck_layer, plan_check
 from qkvcli.attention.head import causal_mask
 from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
@@ -69,10 +72,17 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
     """Every tensor of the layer by vocabulary name, in report order, each weight (and its
     gradient) in the layout the fixture gave it in; a packed projection adds ``w_packed``
     (and ``b_packed``), an output projection ``w_out`` and ``b_out``."""
+    return dict(layer_tensor_items(fixture, parts, f, g))
+
+
+def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
+                       g: LayerGradients, stack: bool = True) -> Iterator[tuple[str, Any]]:
+    """:func:`layer_tensors`' items one at a time: a stacked ``[B,H,T,T]`` tensor is built
+    only when its turn comes; with ``stack=False`` it is given unbuilt (a ``_Stacked``)."""
     layer = parts.layer
     p = layer.projections
     heads_axis = 1  # [B,H,T,T]: the heads' tensors stacked on axis 1
-    named: list[tuple[str, Array | None]] = [("input", fixture.input)]
+    named: list[tuple[str, Array | Callable[[], Array] | None]] = [("input", fixture.input)]
     grads_w = (g.grad_w_query, g.grad_w_key, g.grad_w_value)
     grads_b = (g.grad_b_query, g.grad_b_key, g.grad_b_value)
     for i, branch in enumerate(BRANCHES):
@@ -88,11 +98,11 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
         named.append(("w_out", _given(layer.out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("b_out", layer.out_bias))
 
-    def stacked(name: str, source: tuple[object, ...]) -> Array:
-        return np.stack([getattr(item, name) for item in source], axis=heads_axis)
+    def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
+        return _Stacked([getattr(item, name) for item in source], heads_axis)
 
-    def joined(name: str, source: tuple[object, ...]) -> Array:
-        return np.concatenate([getattr(item, name) for item in source], axis=-1)
+    def joined(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
+        return lambda: np.concatenate([getattr(item, name) for item in source], axis=-1)
 
     named += [
         ("query", joined("query", f.heads)), ("key", joined("key", f.heads)),
@@ -123,8 +133,64 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
         named.append(("grad_w_out", _given(
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("grad_b_out", g.grad_out_bias))
-    return {name: readonly(np.ascontiguousarray(value)) for name, value in named
-            if value is not None}
+    for name, value in named:
+        if isinstance(value, _Stacked) and not stack:
+            yield name, value
+        elif callable(value):  # a new array of its own: frozen, not copied again
+            built = np.ascontiguousarray(value())
+            built.flags.writeable = False
+            yield name, built
+        elif value is not None:
+            # the fixture's own arrays are the caller's: copied, never frozen in place
+            given = value is fixture.input or value is fixture.upstream
+            yield name, readonly(value) if given else _frozen(value)
+
+
+def _frozen(value: Array) -> Array:
+    """``value`` as the evidence holds it: read-only, C-contiguous float64, never aliasing
+    anything writable. A frozen array (the layer's weights) is shared as it is, an
+    engine result that owns its memory is frozen in place; anything else is copied
+    (a layer's parameters and their gradients would otherwise be held several times)."""
+    if value.dtype == np.float64 and value.flags.c_contiguous:
+        if not value.flags.writeable and value.base is None:
+            return value
+        if value.flags.writeable and value.flags.owndata:
+            value.flags.writeable = False
+            return value
+    return readonly(value)
+
+
+class _Stacked:
+    """The heads' arrays of one tensor, stacked on ``axis`` when called."""
+
+    def __init__(self, parts: list[Array], axis: int) -> None:
+        self.parts, self.axis = parts, axis
+
+    def __call__(self) -> Array:
+        return np.stack(self.parts, axis=self.axis)
+
+
+def _bitwise(a: Array, b: Array) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+def same_bits(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
+              f: LayerForward, g: LayerGradients) -> bool:
+    """Whether the run ``f``, ``g`` gives every tensor of ``tensors`` bit for bit (``-0.0``
+    is not ``0.0``; a NaN equals the same NaN): a stacked tensor head by head against its
+    slices, so no second set is ever built."""
+    items = layer_tensor_items(fixture, parts, f, g, stack=False)
+    for name, value in items:
+        first = tensors[name]
+        if isinstance(value, _Stacked):
+            same = first.shape[1] == len(value.parts) and all(
+                _bitwise(first[:, h], part) for h, part in enumerate(value.parts))
+        else:
+            same = _bitwise(first, value)
+        if not same:
+            return False
+    return True
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
@@ -182,19 +248,20 @@ def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
 
 
 def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
-                         causal: bool | None = None) -> AttendEvidence:
+                         causal: bool | None = None, **gradcheck: Any) -> AttendEvidence:
     """Run the layer on ``fixture`` and gather every check, per head where a head has its own.
 
-    ``causal`` (default: the fixture's) masks key positions after each query.
+    ``causal`` (default: the fixture's) masks key positions after each query;
+    ``gradcheck``: the gradient check's settings, as
+    :func:`~qkvcli.attention.evidence.build_attend_evidence` takes them (its budget is
+    checked before any work).
     """
     causal = fixture.causal if causal is None else causal
     layer, x = parts.layer, fixture.input
+    plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples,
+               **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, layer, causal)
-    replay_forward, replay_grads = _run(fixture, layer, causal)
-    tensors = layer_tensors(fixture, parts, forward, grads)
-    replay = layer_tensors(fixture, parts, replay_forward, replay_grads)
-    replay_bitwise = all(a.tobytes() == replay[k].tobytes() for k, a in tensors.items())
     heads = head_evidence(forward, tokens, causal)
     rows, mask, hull = _worst(heads)
     probes = (_probe(layer, (0, tokens, d_model), causal),
@@ -204,15 +271,22 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
         and p.output == (p.input[0], p.input[1], layer.e_out) and p.grad_input == p.input
         for p in probes
     )
-    gradcheck = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
-                                fixture.tolerance, fixture.samples, parts.out_layout)
-    forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, forward.attention)
+    checked = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
+                              fixture.tolerance, fixture.samples, forward=forward, **gradcheck)
+    tensors = layer_tensors(fixture, parts, forward, grads)
+    loss = layer_loss(forward, fixture.upstream)
+    forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, tensors["attention"])
                      ) and forward.output.shape == (batch, tokens, layer.e_out)
+    del forward, grads  # their per-head arrays live on in tensors' stacked copies only
+    # The replay runs once more and is compared tensor by tensor, never held whole.
+    replay_forward, replay_grads = _run(fixture, layer, causal)
+    replay_bitwise = same_bits(tensors, fixture, parts, replay_forward, replay_grads)
+    del replay_forward, replay_grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output")
     checks = verdicts(forward_ok, rows.passed, mask.passed, hull.passed, reverse_ok, probes_ok,
-                      replay_bitwise, gradcheck.passed)
+                      replay_bitwise, checked.passed)
     p = layer.projections
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
@@ -226,7 +300,7 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
-        primary=AttendPrimary(tensors, layer_loss(forward, fixture.upstream)), rows=(),
+        primary=AttendPrimary(tensors, loss), rows=(),
         attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
-        replay_bitwise=replay_bitwise, gradcheck=gradcheck, checks=checks, heads=heads,
+        replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks, heads=heads,
     )

@@ -23,9 +23,13 @@ from qkvcli.cli.options import (
     ViewSettings,
     fixture_argument,
     format_option,
+    gradcheck_mode_options,
     gradcheck_options,
     max_elements_option,
     output_option,
+    resolve_format,
+    tensor_policy,
+    tensors_option,
     view_options,
 )
 from qkvcli.cli.show import show
@@ -67,12 +71,15 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
               "directory (absolute paths, .., links out: a hub cache's model.safetensors).")
 @format_option()
 @output_option
+@tensors_option
+@gradcheck_mode_options
 @gradcheck_options
 @max_elements_option
 @view_options
 def attend(
     fixture: Path | None, example: str | None, causal: bool, heads: int | None,
-    trust_paths: bool, fmt: str, output: Path | None, max_elements: int, view: ViewSettings,
+    trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
+    view: ViewSettings,
     overrides: CheckOverrides,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
@@ -84,12 +91,21 @@ def attend(
     Fixtures may use torch [out,in] or packed in_proj_weight layouts, biases, and
     "value_width": "independent". With --heads H (or "heads" in the fixture), an
     out_proj/c_proj output projection or GPT-2's c_attn, it runs a multi-head layer.
-    Exit status: 0 all checks passed, 1 a check failed,
-    2 bad input.
+    The gradient check takes run's modes; --mode auto also samples a tensor whose
+    full check would cost more than 8192 units (one unit: 65,536 multiply-adds, what
+    --max-evaluations counts), and a large model recomputes only what each perturbed
+    coordinate reaches (the text's gradcheck= lines say what). Tensors over 4096
+    elements are summarised with a sha256 digest unless --tensors full.
+    Exit status: 0 all checks passed, 1 a check failed, 2 bad input.
     """
+    import contextlib
+
     from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import attend_parameters
     from qkvcli.attention.layer_evidence import build_layer_evidence
+    from qkvcli.cli.console import gradcheck_progress
+    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, MAX_EVALUATIONS
+    from qkvcli.reading.limits import check_step_fits
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
@@ -99,19 +115,29 @@ def attend(
     with trusting_paths(trust_paths):
         loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
     changes = overrides.changes()
+    mode = changes.pop("mode", "auto")
+    directions = changes.pop("directions", DEFAULT_DIRECTIONS)
     loaded = loaded._replace(**changes) if changes else loaded
     causal = loaded.causal  # the fixture's "causal", or --causal
-    with working_on(attend_label(fixture, example or "chapter")):
-        # One head or a layer: the same step and evaluation limits before any work.
-        arrays = attend_parameters(loaded.input, loaded.head, loaded.layer)
-        overrides.check(loaded.step, arrays, "full" if loaded.samples is None else "sampled",
-                        loaded.samples, 1, has_fast=False)
+    overrides.warn_ignored(mode)
+    reporter = gradcheck_progress(resolve_format(fmt, output), view)
+    settings = {"mode": mode, "directions": directions, "progress": reporter,
+                "limit": overrides.max_evaluations or MAX_EVALUATIONS}
+    with working_on(attend_label(fixture, example or "chapter")), (
+            reporter or contextlib.nullcontext()):
+        # One head or a layer: the same step limit, and the check's budget (counted in
+        # what its evaluations cost) refused before any work.
+        if overrides.step is not None:
+            check_step_fits(loaded.step, attend_parameters(loaded.input, loaded.head,
+                                                           loaded.layer), "--step")
         if loaded.layer is not None:
-            evidence = build_layer_evidence(loaded, loaded.layer, causal=causal)
+            evidence = build_layer_evidence(loaded, loaded.layer, causal=causal, **settings)
         else:
-            evidence = build_attend_evidence(loaded, causal=causal)
+            evidence = build_attend_evidence(loaded, causal=causal, **settings)
+    policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
-         pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision))
+         pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
+                                            tensors=policy))
     if not evidence.passed:
         from qkvcli.render.attend import failed_checks
 

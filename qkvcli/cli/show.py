@@ -38,7 +38,7 @@ REASONS = {
     ("variance", "--full"): "its table elides nothing",
 }
 """Why a kind's views never use an option (said in its warning)."""
-TEXT_HONOURS = {"evidence": ("--full", "--no-color")}
+TEXT_HONOURS = {"evidence": ("--full", "--no-color"), "attend": ("--full", "--no-color")}
 """The view options the text formats of each kind use (``--full``: ``--tensors full``);
 every text format honours ``--no-color``: it has no colour."""
 

@@ -9,7 +9,7 @@ tensors are the input and the three weights, in that order. Modes, per tensor (s
 * ``sampled``: the evenly spaced coordinates of
   :func:`~qkvcli.gradcheck.central.sample_indices` (``samples``, default
   :data:`~qkvcli.gradcheck.settings.DEFAULT_SAMPLES`), evaluated the same way;
-* ``fast``: seeded random directions (:mod:`qkvcli.gradcheck.directional`);
+* ``fast``: seeded random directions (:mod:`qkvcli.gradcheck.batched`);
 * ``auto`` (the default): ``sampled`` when a sample count is given; otherwise ``full``
   for tensors of up to :data:`~qkvcli.gradcheck.settings.AUTO_FULL_LIMIT` elements and
   ``sampled`` above.
@@ -22,9 +22,8 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.gradcheck.batched import batched_coordinates
+from qkvcli.gradcheck.batched import batched_coordinates, directional_checks
 from qkvcli.gradcheck.central import sample_indices
-from qkvcli.gradcheck.directional import directional_checks  # ~0.1% of a report
 from qkvcli.gradcheck.probes import StackedObjective, loss_terms
 from qkvcli.gradcheck.records import GradcheckResult, Progress, TensorCheck, Ticker
 from qkvcli.gradcheck.settings import (

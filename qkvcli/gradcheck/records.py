@@ -9,11 +9,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
+from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 
 Progress = Callable[[int, int], None]
 """``progress(done, total)``: called after each checked coordinate or direction."""
+
+
+class Objective(Protocol):
+    """Slots of perturbed copies whose ``L`` is evaluated together: what the batched and
+    directional checks take (:class:`~qkvcli.gradcheck.probes.StackedObjective` for the
+    projections, the attention check's own for a head or layer)."""
+
+    @property
+    def slots(self) -> int: ...
+
+    def put(self, k: int, flat_index: int, value: float) -> None: ...
+
+    def slot(self, k: int) -> Array: ...
+
+    def evaluate(self, count: int) -> Array: ...
 
 
 class Ticker:

@@ -64,14 +64,18 @@ class ZeroDirections(GradcheckSettingError):
 class TooManyEvaluations(GradcheckSettingError):
     """A check that would evaluate the objective more than ``limit`` times."""
 
-    def __init__(self, evaluations: int, limit: int, cause: str, has_fast: bool = True) -> None:
+    def __init__(self, evaluations: int, limit: int, cause: str, has_fast: bool = True,
+                 weighted: bool = False) -> None:
         self.evaluations = evaluations
         self.limit = limit
         self.cause = cause
         self.has_fast = has_fast
         less = "--samples or --mode fast" if has_fast else "--samples"
+        # weighted: attention counts evaluations by their cost (see qkvcli.attention.gradcheck)
+        made = (f"cost {evaluations} evaluation units" if weighted
+                else f"make {evaluations} evaluations")
         super().__init__(
-            f"the gradient check would make {evaluations} evaluations ({cause}), more than "
+            f"the gradient check would {made} ({cause}), more than "
             f"the limit {limit} (raise it with --max-evaluations, or check less with {less})"
         )
 

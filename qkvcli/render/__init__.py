@@ -106,8 +106,10 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
 
         whole = {"text": conformance.render_conformance_text,
                  "json": conformance.render_conformance_json}
-    extra = {} if precision is None or fmt not in PRECISION_FORMATS[kind] else {
+    extra: dict[str, Any] = {} if precision is None or fmt not in PRECISION_FORMATS[kind] else {
         "precision": precision}
+    if kind == "attend":
+        extra["tensors"] = tensors
     return iter([whole[fmt](evidence, **extra)])
 
 

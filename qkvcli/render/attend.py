@@ -17,7 +17,7 @@ from qkvcli.attention.records import AttendConfig, AttendEvidence, Note
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.evidence.records import Check
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector, iter_vector
 from qkvcli.render.report import dumps, gradcheck_json, json_float, tensor_json
 from qkvcli.render.wording import verdict
 
@@ -39,6 +39,10 @@ _PUBLISHED = {
     **{f"w_{branch}": f"{branch}_weight" for branch in BRANCHES},
     **{f"b_{branch}": f"{branch}_bias" for branch in BRANCHES},
 }
+SPLIT_VIEWS = tuple(f"{kind}_{branch}" for kind in ("w", "b", "grad_w", "grad_b")
+                    for branch in BRANCHES)
+"""A packed projection's per-branch views: the same numbers as ``w_packed`` (or its
+gradient), so a packed layer's text and JSON give them as digests only."""
 CHECK_NAMES = {"attention": "weights"}
 """Checks published under another name: the attention check has always been ``weights``."""
 
@@ -61,6 +65,19 @@ def published_name(name: str, config: AttendConfig) -> str:
     else:
         base = _PUBLISHED.get(base, base)
     return f"{base}_gradient" if gradient else base
+
+
+def tensor_policy(name: str, config: AttendConfig, policy: str) -> str:
+    """How much of tensor ``name`` a view shows under ``policy`` (``full``, ``summary``,
+    ``none``): a packed layer's split views (:data:`SPLIT_VIEWS`) only as digests."""
+    return "none" if config.packed is not None and name in SPLIT_VIEWS else policy
+
+
+def checked_name(name: str, config: AttendConfig) -> str:
+    """The published name of a gradient-checked tensor (internal ``w_query``, ``b_out``...)."""
+    if name in ("w_out", "b_out") and config.out_layout is None:
+        return f"out_proj_{'weight' if name == 'w_out' else 'bias'}"
+    return published_name(name, config)
 
 
 def check_name(name: str) -> str:
@@ -168,22 +185,27 @@ def note_text(note: Note) -> str:
 # --- text -----------------------------------------------------------------------------
 
 
-def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> str:
+def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
+                       tensors: str = "summary") -> str:
     """The head's evidence, one fact per line, ending with the verdict line and a newline.
 
-    Takes the evidence and ``precision``, the decimals of every number the view prints
-    (default :data:`PRECISION`, 6, as the docs say; check details keep their own formats).
+    Takes the evidence, ``precision``, the decimals of every number the view prints
+    (default :data:`PRECISION`, 6, as the docs say; check details keep their own formats)
+    and ``tensors``, how much of each tensor it shows (:mod:`qkvcli.render.tensors`:
+    by default every value up to 4096 elements, a summary and digest above).
     """
     c = evidence.config
-    tensors = evidence.primary.tensors
 
     def number(value: float) -> str:
         return fmt_float(value, precision)
 
+    arrays = evidence.primary.tensors
+
     def tensor_lines(names: tuple[str, ...]) -> list[str]:
-        return [f"{published_name(name, c)}=shape:{fmt_shape(tensors[name].shape)} "
-                f"values:{fmt_vector(tensors[name], precision)}"
-                for name in names if name in tensors]
+        return [f"{published_name(name, c)}=shape:{fmt_shape(arrays[name].shape)} "
+                "values:" + "".join(iter_vector(arrays[name], tensor_policy(name, c, tensors),
+                                                precision))
+                for name in names if name in arrays]
 
     bias = ",".join(f"{b}={fmt_bool(flag)}" for b, flag in zip(BRANCHES, c.bias, strict=True))
     lines = [
@@ -223,6 +245,10 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION) -> 
           f"{number(h.mask.max_masked_attention)} hull_residual:"
           f"{number(h.hull.barycentric_residual)} box_violations:{h.hull.box_violations}"
           for h in evidence.heads),
+        *(f"gradcheck={checked_name(t.tensor, c)} mode:{t.mode} checked:{len(t.checks)} "
+          f"requested:{t.requested} recomputes:{t.recomputes.replace(' ', '_')} "
+          f"{'PASS' if t.passed else 'FAIL'}"
+          for t in evidence.gradcheck.tensors),
         *(f"probe=input:{fmt_shape(p.input)} weights:{fmt_shape(p.attention)} "
           f"output:{fmt_shape(p.output)} input_gradient:{fmt_shape(p.grad_input)}"
           for p in evidence.probes),
@@ -292,13 +318,14 @@ def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
     }
 
 
-def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
+def attend_json(evidence: AttendEvidence, tensors: str = "summary") -> dict[str, Any]:
     """The head's evidence as a JSON-ready dictionary (``-inf`` masked scores as strings).
 
-    A multi-head layer (``config.heads`` set) adds ``config.heads``, ``config.e_out``,
+    ``tensors``: how much of each tensor it states (:func:`tensor_policy`). A multi-head
+    layer (``config.heads`` set) adds ``config.heads``, ``config.e_out``,
     ``config.out_projection`` and a ``heads`` list of per-head evidence.
     """
-    document = _attend_json(evidence)
+    document = _attend_json(evidence, tensors)
     document["config"].update(_function_json(evidence.config))
     if evidence.config.heads is not None:
         layer = _layer_json(evidence)
@@ -307,7 +334,17 @@ def attend_json(evidence: AttendEvidence) -> dict[str, Any]:
     return document
 
 
-def _attend_json(evidence: AttendEvidence) -> dict[str, Any]:
+def _gradcheck_json(evidence: AttendEvidence) -> dict[str, Any]:
+    """The shared gradient-check document, each tensor under its published name."""
+    document = gradcheck_json(evidence.gradcheck)
+    for tensor in document["tensors"]:
+        tensor["tensor"] = checked_name(tensor["tensor"], evidence.config)
+        for check in tensor["checks"]:
+            check["tensor"] = tensor["tensor"]
+    return document
+
+
+def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
     c = evidence.config
     return {
         "qkv_version": __version__,
@@ -328,7 +365,7 @@ def _attend_json(evidence: AttendEvidence) -> dict[str, Any]:
         "checks": [{"name": ch.name, "passed": ch.passed, "detail": ch.detail}
                    for ch in attend_checks(evidence)],
         "notes": [{"code": n.code, "text": note_text(n)} for n in evidence.notes],
-        "tensors": {published_name(name, c): tensor_json(value)
+        "tensors": {published_name(name, c): tensor_json(value, tensor_policy(name, c, policy))
                     for name, value in evidence.primary.tensors.items()},
         # json_float: an overflowing head gives NaN, which JSON can only hold as a string
         "rows": [
@@ -349,10 +386,10 @@ def _attend_json(evidence: AttendEvidence) -> dict[str, Any]:
                     "output": list(p.output), "input_gradient": list(p.grad_input)}
                    for p in evidence.probes],
         "replay_bitwise": evidence.replay_bitwise,
-        "gradcheck": gradcheck_json(evidence.gradcheck),
+        "gradcheck": _gradcheck_json(evidence),
     }
 
 
-def render_attend_json(evidence: AttendEvidence) -> str:
+def render_attend_json(evidence: AttendEvidence, tensors: str = "summary") -> str:
     """:func:`attend_json` as deterministic JSON text with a trailing newline."""
-    return dumps(attend_json(evidence))
+    return dumps(attend_json(evidence, tensors))

@@ -155,9 +155,9 @@ def _attention_table(
     """Rows are queries, columns keys (at most ``limit``), then the row sum and the largest
     entry (the title keeps the published word, weights A)."""
     c = evidence.config
-    rows = [r for r in evidence.rows if r.batch == batch]
+    attention = evidence.primary["attention"][batch]  # [T,T]
     keys = pick(c.tokens, limit, options.full)
-    queries = pick(len(rows), options.max_rows, options.full)
+    queries = pick(c.tokens, options.max_rows, options.full)
     ellipsis = options.symbols.ellipsis
     table = Table(title=f"batch {batch}: weights A (rows: queries, columns: keys)",
                   box=box.SIMPLE_HEAVY, title_justify="left")
@@ -170,18 +170,18 @@ def _attention_table(
         if index is None:
             table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 3)))
             continue
-        row = rows[index]
-        largest = max(row.attention) if row.attention else 0.0
+        row = attention[index]
+        largest = float(np.max(row)) if row.size else 0.0
         table.add_row(
-            cell(f"t{row.token}"),
-            *(cell(ellipsis if j is None else f"{row.attention[j]:.{options.precision}f}")
+            cell(f"t{index}"),
+            *(cell(ellipsis if j is None else f"{float(row[j]):.{options.precision}f}")
               for j in keys),
-            cell(f"{row.attention_sum:.{SUM_PRECISION}f}"),
+            cell(f"{float(np.sum(row)):.{SUM_PRECISION}f}"),
             cell(options.bar(largest, BAR_WIDTH)),
         )
-    if shown(keys) == c.tokens and shown(queries) == len(rows):
+    if shown(keys) == c.tokens and shown(queries) == c.tokens:
         return table
-    return Group(table, elision_note(("queries", "keys"), (shown(queries), len(rows)),
+    return Group(table, elision_note(("queries", "keys"), (shown(queries), c.tokens),
                                      (shown(keys), c.tokens)))
 
 
@@ -189,10 +189,11 @@ def _output_table(
     evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
 ) -> RenderableType:
     """Each query's output vector ``[o_0, o_1, ...]``, at most ``limit`` features shown."""
-    rows = [r for r in evidence.rows if r.batch == batch]
+    output = evidence.primary["output"][batch]  # [T,d_v]
+    tokens = int(output.shape[0])
     width = evidence.config.d_v
     features = pick(width, limit, options.full)
-    queries = pick(len(rows), options.max_rows, options.full)
+    queries = pick(tokens, options.max_rows, options.full)
     ellipsis = options.symbols.ellipsis
     table = Table(title=f"batch {batch}: output O", box=box.SIMPLE_HEAVY, title_justify="left")
     table.add_column("query", no_wrap=True)
@@ -201,13 +202,12 @@ def _output_table(
         if index is None:
             table.add_row(cell(ellipsis), cell(ellipsis))
             continue
-        row = rows[index]
-        values = (ellipsis if f is None else f"{row.output[f]:.{options.precision}f}"
+        values = (ellipsis if f is None else f"{float(output[index, f]):.{options.precision}f}"
                   for f in features)
-        table.add_row(cell(f"t{row.token}"), cell("[" + ", ".join(values) + "]"))
-    if shown(features) == width and shown(queries) == len(rows):
+        table.add_row(cell(f"t{index}"), cell("[" + ", ".join(values) + "]"))
+    if shown(features) == width and shown(queries) == tokens:
         return table
-    return Group(table, elision_note(("queries", "features"), (shown(queries), len(rows)),
+    return Group(table, elision_note(("queries", "features"), (shown(queries), tokens),
                                      (shown(features), width)))
 
 

@@ -1,56 +1,103 @@
 """Heat maps of a multi-head layer's attention weights, one per head (imported on rich paths only).
 
-Each cell shows a shading glyph and the weight at ``--precision`` decimals on a
-background whose colour deepens with the weight. The glyph carries the same scale, so
-the map reads without colour (``NO_COLOR``, a pipe) too; a legend names the levels. Heads
-sit side by side when they fit the width and stack when not; keys beyond the options'
-limits are elided with a note, and a number is never cut.
+Above them, one line names the layer: its heads, ``d_k`` and ``d_v``, the K/V heads and
+RoPE (when the evidence carries them) and the output projection with ``e_out``.
+
+Shading is per row: a cell's level is its weight against the largest weight of its
+query row, in quarters (:func:`level`), so a row's peak is always darkest at any ``T``
+(fixed steps of 0.25 left every cell of a long row at the lowest level). The glyph
+carries the same scale as the colour, so the map reads without colour (``NO_COLOR``, a
+pipe) too; a legend names the levels.
+
+Up to :data:`NUMBERS_UP_TO` tokens each cell also shows the weight at ``--precision``
+decimals, every key first and fewer only when they do not fit (elided with a note,
+never cut). Above that a head is drawn as glyphs only, downsampled by a stated rule:
+the queries and keys are split into at most ``rows`` and ``columns`` equal blocks
+(``floor(i T / n)`` boundaries), and each cell shows the largest weight of its block,
+shaded against the largest of its block row. The widest grid that fits is shown.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.core.arrays import Array
 from qkvcli.render.rich.layout import Fitted, Part, Row
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
 
-# Level i covers weights in (i-1)/4, i/4]; level 0 is exactly 0 (a masked key).
 SHADES = (" ", "░", "▒", "▓", "█")
 ASCII_SHADES = (" ", ".", ":", "*", "#")
 COLOURS = ("", "on grey23", "on dark_blue", "on blue3", "on dodger_blue1")
+NUMBERS_UP_TO = 16
+"""Tokens up to which a heat map's cells show their numbers too."""
+GRID_COLUMNS = (96, 64, 48, 32, 24, 16)
+"""Key columns a glyph map is tried at, widest first."""
+GRID_ROWS = 24
+"""Query rows of a glyph map (block rows when ``T`` is larger)."""
 
 
-def level(weight: float) -> int:
-    """The shading level of a weight in [0, 1]: 0 for exactly 0, else 1 to 4 by quarters."""
+def level(weight: float, scale: float = 1.0) -> int:
+    """The shading level of ``weight`` against ``scale`` (its row's largest): 0 for exactly
+    0 (a masked key), else 1 to 4 by quarters of ``scale``."""
     if not weight > 0.0:
         return 0
-    return min(4, max(1, int(-(-weight * 4 // 1))))
+    if not scale > 0.0:
+        return 4
+    return min(4, max(1, math.ceil(4.0 * weight / scale)))
 
 
 def legend(options: RichOptions) -> Text:
     """The glyphs and colours of the five levels, as one line."""
     shades = ASCII_SHADES if options.ascii else SHADES
     ranges = ("0", "(0,0.25]", "(0.25,0.5]", "(0.5,0.75]", "(0.75,1]")
-    text = Text("weights: ")
+    text = Text("weights, against the largest of their row:\n")
     for i, (shade, label) in enumerate(zip(shades, ranges, strict=True)):
         text.append(f" {shade} ", style=COLOURS[i] or None)
         text.append(f" {label}  ")
     return text
 
 
+def layer_line(evidence: AttendEvidence) -> Text:
+    """What the layer is: heads, ``d_k``/``d_v``, K/V heads, RoPE, output projection.
+
+    K/V heads and RoPE are read from the config when it carries them (grouped-query
+    layers and rotary positions; absent fields are not guessed).
+    """
+    c = evidence.config
+    heads = c.heads or 1
+    parts = [f"{heads} heads of d_k {c.d_k}, d_v {c.d_v}"]
+    kv_heads = getattr(c, "kv_heads", None)
+    if kv_heads is not None:
+        parts.append(f"{kv_heads} K/V heads" + (
+            f" (each shared by {heads // kv_heads} query heads)" if kv_heads and
+            kv_heads != heads else ""))
+    rope = getattr(c, "rope", None)
+    if rope is not None:
+        parts.append(f"RoPE {'yes' if rope else 'no'}" if isinstance(rope, bool)
+                     else f"RoPE {rope}")
+    out = c.out_layout
+    parts.append(f"output projection {out}: concat [{heads}x{c.d_v}] -> e_out {c.e_out}"
+                 if out is not None else f"no output projection: e_out {c.e_out} (the concat)")
+    return Text("layer: " + "; ".join(parts), style="bold")
+
+
 def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOptions,
                limit: int) -> RenderableType:
-    """One head's attention for one batch item: queries down, keys across, ``limit`` keys."""
+    """One head's attention for one batch item: queries down, keys across, ``limit`` keys,
+    each cell its glyph and its weight."""
     attention = evidence.primary["attention"][batch, head]  # [T,T]
     tokens = int(attention.shape[0])
     shades = ASCII_SHADES if options.ascii else SHADES
     keys = pick(tokens, limit, options.full)
-    queries = pick(tokens, options.max_rows, options.full)
+    queries = pick(tokens, max(options.max_rows, NUMBERS_UP_TO), options.full)
     table = Table(title=f"batch {batch}, head {head}", box=box.SIMPLE, title_justify="left",
                   padding=(0, 0, 0, 1))
     table.add_column(cell("q\\k"), justify="right")
@@ -61,12 +108,13 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
             table.add_row(cell(options.symbols.ellipsis), *(cell("") for _ in keys))
             continue
         row: list[Text] = [cell(str(query))]
+        largest = float(np.max(attention[query])) if tokens else 0.0
         for key in keys:
             if key is None:
                 row.append(cell(options.symbols.ellipsis))
                 continue
             value = float(attention[query, key])
-            shade = level(value)
+            shade = level(value, largest)
             # glyph and number form one word, so the table measures it whole and never folds it
             row.append(Text(f"{shades[shade]}{value:.{options.precision}f}",
                             style=COLOURS[shade] or ""))
@@ -77,17 +125,90 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
                                      (shown(keys), tokens)))
 
 
+def blocks(count: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` (at most ``count``) consecutive ranges covering ``0..count``:
+    ``[floor(i count / parts), floor((i+1) count / parts))``."""
+    parts = max(1, min(parts, count))
+    return [(i * count // parts, (i + 1) * count // parts) for i in range(parts)]
+
+
+def block_max(attention: Array, rows: int, columns: int) -> tuple[Array, list[tuple[int, int]]]:
+    """The largest weight of each block of ``attention`` ``[T,T]``, ``[rows', columns']``,
+    and the query ranges of the block rows."""
+    tokens = int(attention.shape[0])
+    query_blocks, key_blocks = blocks(tokens, rows), blocks(tokens, columns)
+    starts = [start for start, _ in key_blocks]
+    # [T, columns']: each key block's largest weight per query, then per query block
+    per_key = np.maximum.reduceat(attention, starts, axis=1)
+    grid = np.stack([per_key[start:end].max(axis=0) for start, end in query_blocks])
+    return grid, query_blocks
+
+
+def head_grid(evidence: AttendEvidence, batch: int, head: int, options: RichOptions,
+              columns: int) -> RenderableType:
+    """One head as glyphs only, downsampled to at most ``GRID_ROWS`` x ``columns`` blocks."""
+    attention = np.asarray(evidence.primary["attention"][batch, head])
+    tokens = int(attention.shape[0])
+    rows = tokens if options.full else GRID_ROWS
+    grid, query_blocks = block_max(attention, rows, columns)
+    shades = ASCII_SHADES if options.ascii else SHADES
+    # A table of two no-wrap columns: a row of glyphs (spaces for masked keys) is never
+    # folded, and the layout measures it whole.
+    table = Table(title=f"batch {batch}, head {head}: {grid.shape[0]}x{grid.shape[1]} of "
+                  f"{tokens}x{tokens}", box=None, show_header=False, title_justify="left",
+                  padding=(0, 1, 0, 0))
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(no_wrap=True)
+    for (start, _), values in zip(query_blocks, grid, strict=True):
+        line = Text()
+        largest = float(values.max()) if values.size else 0.0
+        for value in values:
+            shade = level(float(value), largest)
+            line.append(shades[shade], style=COLOURS[shade] or None)
+        table.add_row(cell(str(start)), line)
+    return table
+
+
+def _numbered(tokens: int, options: RichOptions) -> bool:
+    """Whether the maps show numbers (up to :data:`NUMBERS_UP_TO` tokens; ``--full``: 4x)."""
+    return tokens <= NUMBERS_UP_TO or (options.full and tokens <= NUMBERS_UP_TO * 4)
+
+
+def head_layouts(evidence: AttendEvidence, batch: int, head: int,
+                 options: RichOptions) -> list[RenderableType]:
+    """One head's map at each layout, widest first: numbers and glyphs with every key, then
+    fewer keys (up to :data:`NUMBERS_UP_TO` tokens), else glyph grids ever narrower."""
+    tokens = evidence.config.tokens
+    if _numbered(tokens, options):
+        limits = [tokens] if options.full or tokens <= 3 else list(range(tokens, 2, -1))
+        return [head_table(evidence, batch, head, options, limit) for limit in limits]
+    widths = sorted({min(tokens, w) for w in GRID_COLUMNS}, reverse=True)
+    return [head_grid(evidence, batch, head, options, w) for w in widths]
+
+
 def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
-    """Every head's heat map for the first ``max_batches`` batch items, and the legend."""
+    """The layer's line, every head's heat map for the first ``max_batches`` batch items,
+    and the legend (with the downsampling rule when a map is downsampled)."""
     c = evidence.config
     heads = c.heads or 1
-    limits = ([c.tokens] if options.full or c.tokens <= 3
-              else list(range(min(c.tokens, options.max_columns), 2, -1)))
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [layer_line(evidence)]
     batches = range(c.batch) if options.full else range(min(c.batch, options.max_batches))
     for b in batches:
-        maps = [Part(Fitted([head_table(evidence, b, h, options, limit) for limit in limits]),
-                     box=None) for h in range(heads)]
-        parts.append(Row(maps, gap=2, stack_expand=False, fill=False))
+        # Every head at one layout, widest first: the heads stack before any key is
+        # elided (a row of heads side by side only when they fit at that layout).
+        per_head = [head_layouts(evidence, b, h, options) for h in range(heads)]
+        parts.append(Fitted([
+            Row([Part(layouts[i], box=None) for layouts in per_head], gap=2,
+                stack_expand=False, fill=False)
+            for i in range(len(per_head[0]))
+        ]))
+    if c.batch > len(batches):
+        parts.append(Text(f"showing {len(batches)} of {c.batch} batch items; --full shows "
+                          "every one", style="dim"))
     parts.append(legend(options))
+    if not ((options.full and c.tokens <= NUMBERS_UP_TO * 4) or c.tokens <= NUMBERS_UP_TO):
+        parts.append(Text("each cell: the largest weight of its block of queries x keys "
+                          "(equal blocks, floor(i T / n) boundaries; row label: the block's "
+                          "first query), shaded against the largest of its block row",
+                          style="dim"))
     return Group(*parts)
