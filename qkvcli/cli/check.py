@@ -110,7 +110,7 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
               help="Largest scaled error |a-b|/max(1,|a|,|b|) against qkv's engine.")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
               callback=_finite(False, MAX_TIMEOUT), metavar="SECONDS",
-              help="--command: seconds to wait for each reply.")
+              help="Seconds to wait for each call (and for a Python IMPL's import).")
 @format_option(help="rich: a card per family; text: one line per family; json: "
                "everything; auto: rich on a terminal, text otherwise.")
 @output_option
@@ -155,10 +155,13 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
         write_file(junit, junit_xml([Outcome(result.implementation, checks,
                                              not_applicable=skipped)]))
+    if not result.command and result.stderr.strip():
+        # What a Python implementation printed (its stdout too) is its debugging output.
+        click.echo(result.stderr.rstrip(), err=True)
     if not result.passed:
         failed = [c for c in result.checks if not c.passed]
         click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)
-        if result.stderr and (fmt != "rich" or output is not None):
+        if result.command and result.stderr and (fmt != "rich" or output is not None):
             click.echo("qkv: the program's stderr:\n" + result.stderr.rstrip(), err=True)
         raise SystemExit(EXIT_FAILED)
 
@@ -173,7 +176,8 @@ def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: fl
 
         with CommandClient(command, timeout) as client:
             return run_checks(client, cases, tolerance)
-    from qkvcli.conformance.target import load_python
+    from qkvcli.conformance.target import start_python
 
     assert spec is not None
-    return run_checks(load_python(spec), cases, tolerance)
+    with start_python(spec, timeout) as implementation:
+        return run_checks(implementation, cases, tolerance)

@@ -31,8 +31,7 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.conformance.errors import Broken, CommandNotStarted, Rejected
-from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, Rejected
 from qkvcli.conformance.wire import (
     VERSION,
     Malformed,
@@ -46,6 +45,8 @@ from qkvcli.conformance.wire import (
     reply_values,
 )
 from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES as FORWARD_NAMES
+from qkvcli.core.names import GRADIENTS as BACKWARD_NAMES
 from qkvcli.core.text import printable
 
 EXIT_WAIT = 2.0  # seconds a program may take to exit after end of input (or a signal)
@@ -75,9 +76,19 @@ class CommandClient:
 
     is_command = True
     has_backward = True
+    reports_changes = False  # only qkv's own Python runner says what a call changed
+    _changes: tuple[Any, ...] = ()
 
-    def __init__(self, command: str, timeout: float) -> None:
-        """Start ``command`` and say hello. Raises :class:`CommandNotStarted`.
+    def take_changes(self) -> list[tuple[str, str, str, str]]:
+        """What the runner saw the last call change (``[]`` for a ``--command`` program)."""
+        return [(change[0], change[1], change[2], change[3]) for change in self._changes
+                if isinstance(change, list) and len(change) == 4
+                and all(isinstance(part, str) for part in change)]
+
+    def __init__(self, command: str, timeout: float, argv: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """Start ``command`` (or ``argv`` when given, with ``env``) and say hello.
+        Raises :class:`CommandNotStarted`.
 
         However hello ends (answered, broken, interrupted by Ctrl-C), a program that is
         not answering is never left running: an exception out of here ends it first.
@@ -88,7 +99,7 @@ class CommandClient:
         self.problem: str | None = None
         self.exit_status: int | None = None
         try:
-            argv = shlex.split(command)
+            argv = shlex.split(command) if argv is None else argv
         except ValueError as error:
             raise CommandNotStarted(command, str(error)) from None
         if not argv:
@@ -98,7 +109,7 @@ class CommandClient:
             # at the terminal reaches qkv only (which then ends the group itself).
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                bufsize=0, start_new_session=True,
+                bufsize=0, start_new_session=True, env=env,
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in the command
             reason = error.strerror if isinstance(error, OSError) else None
@@ -303,10 +314,13 @@ class CommandClient:
         values = reply_values(operation, tensors)
         reply = self._exchange(operation, message, values)
         self.requests += 1
+        changed = reply.get("changed") if self.reports_changes else None
+        self._changes = tuple(changed) if isinstance(changed, list) else ()
         try:
             rejection = error_message(reply)
             if rejection is not None:
-                raise Rejected(operation, rejection)
+                bad = self.reports_changes and reply.get("bad_result") is True
+                raise (BadResult if bad else Rejected)(operation, rejection)
             return tuple(decode_tensor(reply, name, values) for name in names)
         except Malformed as error:
             where = f"request {self._next_id} ({operation})"

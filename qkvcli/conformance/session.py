@@ -56,16 +56,21 @@ class Session:
         finally:
             if not self.implementation.is_command:
                 self._record_changes(case, operation, names, originals, copies)
+                for name, where, old, new in self.implementation.take_changes():
+                    self._impure(case, operation, name, where, old, new)
 
     def _record_changes(self, case: Case, operation: str, names: tuple[str, ...],
                         originals: tuple[Array, ...], copies: tuple[Array, ...]) -> None:
         for name, before, after in zip(names, originals, copies, strict=True):
             found = first_bit_difference(before, after)
             if found is not None:
-                where, old, new = found
-                self.impurities.append(Failure(
-                    "purity", case.label, f"{name}{where}",
-                    f"{operation} changed its argument {name}{where} from {old} to {new}"))
+                self._impure(case, operation, name, *found)
+
+    def _impure(self, case: Case, operation: str, name: str, where: str, old: str,
+                new: str) -> None:
+        self.impurities.append(Failure(
+            "purity", case.label, f"{name}{where}",
+            f"{operation} changed its argument {name}{where} from {old} to {new}"))
 
     def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> tuple[Array, ...]:
         """``forward(x, *weights)``. Raises a :class:`CallFailed` subclass."""
