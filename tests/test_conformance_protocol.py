@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -46,14 +47,21 @@ def test_tensors_round_trip_float64_exactly() -> None:
         (b'{"t": {"shape": [1], "values": [1e400]}}', "too large for float64"),
         (b'{"t": {"shape": [2], "values": [1]}}', "1 values for shape [2]"),
         (b'{"t": {"shape": [1], "values": ["1"]}}', "is not a number"),
+        (b'{"t": {"shape": [2, 2], "values": [[1, 2], [3, 4]]}}',
+         '"t.values[0]" is a list: "values" is flat, row-major'),
         (b"[1]", "not a JSON object"),
-        (b"nope", "not JSON"),
+        (b"nope", 'not JSON (Expecting value at column 1): "nope"'),
     ],
-    ids=["nan", "overflow", "count", "string", "array", "text"],
+    ids=["nan", "overflow", "count", "string", "nested", "array", "text"],
 )
 def test_malformed_tensors_are_refused(line: bytes, message: str) -> None:
-    with pytest.raises(Malformed, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(Malformed, match=re.escape(message)):
         decode_tensor(decode(line), "t", 100)
+
+
+def test_a_bare_minus_zero_keeps_its_sign() -> None:
+    back = decode_tensor(decode(b'{"t": {"shape": [3], "values": [-0, 0, -0.0]}}'), "t", 10)
+    assert [np.signbit(value) for value in back] == [True, False, True]
 
 
 def test_nan_is_refused_on_the_way_out() -> None:
@@ -80,9 +88,12 @@ def test_the_correct_program_passes_with_the_protocol_family(chapter: list[Case]
         ("garbage", "request 1 (forward): malformed reply: not JSON"),
         ("nan", "request 1 (forward): malformed reply: NaN is not a finite number"),
         ("wrong-id", 'request 1 (forward): malformed reply: "id" is 101, expected 1'),
-        ("bad-version", "request 0 (hello): the program speaks version 2, not 1"),
+        ("bad-version", "request 0 (hello): the program speaks version 2, not the integer 1"),
+        ("version-true", "request 0 (hello): the program speaks version true, not the integer 1"),
+        ("version-null", "request 0 (hello): the program speaks version null, not the integer 1"),
     ],
-    ids=["crash", "timeout", "garbage", "nan", "wrong-id", "bad-version"],
+    ids=["crash", "timeout", "garbage", "nan", "wrong-id", "bad-version", "version-true",
+         "version-null"],
 )
 def test_a_broken_program_fails_protocol_and_the_family_being_checked(
     chapter: list[Case], mode: str, detail: str

@@ -23,6 +23,7 @@ its stderr only the last :data:`STDERR_KEEP` bytes are kept.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shlex
@@ -41,6 +42,7 @@ from qkvcli.conformance.wire import (
     encode,
     encode_tensor,
     error_message,
+    is_integer,
     reply_budget,
     reply_values,
 )
@@ -284,9 +286,10 @@ class CommandClient:
     def _hello(self) -> None:
         try:
             reply = self._exchange("hello", {"id": 0, "op": "hello", "version": VERSION})
-            if reply.get("version") != VERSION:
+            if not is_integer(reply.get("version"), VERSION):
+                said = json.dumps(reply.get("version"))
                 raise self._break("hello", f"request 0 (hello): the program speaks version "
-                                  f"{printable(repr(reply.get('version')))}, not {VERSION}")
+                                  f"{printable(said)}, not the integer {VERSION}")
             self.has_backward = "backward" in self._operations(reply)
         except Broken:
             pass  # kept in self.problem: the protocol family reports it

@@ -50,14 +50,20 @@ def _refuse_constant(name: str) -> Any:
     raise Malformed(f"{name} is not a finite number")
 
 
+def _integer(text: str) -> int | float:
+    # A bare -0 is the float -0.0 (its sign matters to a bit-for-bit check); other
+    # integers stay integers, so "version": 1.0 or a shape of 2.0 is still refused.
+    return -0.0 if text == "-0" else int(text)
+
+
 def decode(line: bytes) -> dict[str, Any]:
-    """One reply line as a JSON object. Raises :class:`Malformed`."""
+    """One reply line as a JSON object (a bare ``-0`` read as ``-0.0``). Raises :class:`Malformed`."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
         raise Malformed(f"not UTF-8 (byte {error.start})") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer)
     except json.JSONDecodeError as error:
         raise Malformed(f"not JSON ({error.msg} at column {error.colno}): {preview(text)}") from None
     except RecursionError:
@@ -72,9 +78,9 @@ def decode(line: bytes) -> dict[str, Any]:
 
 
 def preview(text: str, limit: int = 80) -> str:
-    """``text`` stripped and cut to ``limit`` characters, quoted."""
+    """``text`` stripped and cut to ``limit`` characters, as a JSON string (quoted, escaped)."""
     text = text.strip()
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+    return json.dumps(text if len(text) <= limit else text[:limit] + "...")
 
 
 def extent(shape: tuple[int, ...] | list[int]) -> int:
@@ -144,12 +150,15 @@ def decode_tensor(reply: dict[str, Any], key: str, max_values: int) -> Array:
     _check_shape(key, shape, max_values)
     if not isinstance(values, list):
         raise Malformed(f'"{key}.values" must be a list of numbers')
-    size = math.prod(shape)
-    if len(values) != size:
-        raise Malformed(f'"{key}" has {len(values)} values for shape {shape} ({size} expected)')
-    for index, value in enumerate(values):
+    for index, value in enumerate(values):  # before counting: a nested list is no count
+        if isinstance(value, list):
+            raise Malformed(f'"{key}.values[{index}]" is a list: "values" is flat, row-major')
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise Malformed(f'"{key}.values[{index}]" is not a number')
+    size = math.prod(shape)
+    if len(values) != size:
+        raise Malformed(f'"{key}" has {len(values)} values for shape {json.dumps(shape)} '
+                        f"({size} expected)")
     try:
         array = np.array(values, dtype=np.float64).reshape(shape)
     except OverflowError:
@@ -159,10 +168,15 @@ def decode_tensor(reply: dict[str, Any], key: str, max_values: int) -> Array:
     return array
 
 
+def is_integer(value: Any, expected: int) -> bool:
+    """Whether ``value`` is the JSON integer ``expected`` (not ``true``, not ``1.0``)."""
+    return type(value) is int and value == expected
+
+
 def check_id(reply: dict[str, Any], expected: int) -> None:
     """Raise :class:`Malformed` unless ``reply["id"]`` is ``expected``."""
     got = reply.get("id")
-    if got != expected or isinstance(got, bool):
+    if not is_integer(got, expected):
         raise Malformed(f'"id" is {json.dumps(got)}, expected {expected}')
 
 
