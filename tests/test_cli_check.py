@@ -47,7 +47,8 @@ def test_json_document_shape(runner: CliRunner) -> None:
     assert document["qkv_version"] == __version__
     assert document["passed"] is False
     assert [c["name"] for c in document["checks"]] == FAMILIES
-    assert all(list(c) == ["name", "passed", "detail", "applicable"] for c in document["checks"])
+    assert all(list(c) == ["name", "passed", "detail", "applicable", "run"]
+               for c in document["checks"])
     assert all(c["applicable"] for c in document["checks"])
     reverse = [f for f in document["failures"] if f["family"] == "reverse"]
     assert reverse[0] == {
@@ -74,7 +75,8 @@ def test_purity_is_not_applicable_to_a_command_in_every_view(runner: CliRunner) 
     base = ["check", "--command", command, "--random", "0"]
     document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
     purity = next(c for c in document["checks"] if c["name"] == "purity")
-    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False}
+    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False,
+                      "run": True}
     assert all(c["applicable"] for c in document["checks"] if c["name"] != "purity")
     text = runner.invoke(main, [*base, "-f", "text"]).stdout
     assert f"purity        N/A   {detail}" in text.splitlines()
@@ -94,7 +96,7 @@ def test_without_backward_the_json_says_not_applicable_and_failed(
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     for family in ("reverse", "gradcheck"):
         assert checks[family] == {"name": family, "passed": False, "applicable": False,
-                                  "detail": "not applicable: no backward"}
+                                  "detail": "not applicable: no backward", "run": True}
     assert "qkv: FAILED: reverse, gradcheck" in result.stderr
 
 
@@ -237,3 +239,24 @@ def test_the_readme_failing_report_is_what_qkv_check_prints(
     assert result.exit_code == 1
     assert result.stdout.splitlines() == shown[:-1]
     assert result.stderr.splitlines() == shown[-1:]
+
+
+def test_one_protocol_problem_is_said_first_once_and_stops_the_rest(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    junit = tmp_path / "junit.xml"
+    result = runner.invoke(main, ["check", "--command", f"{FAKE} log-line", "-f", "text",
+                                  "--junit", str(junit)])
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[2] == ('protocol      FAIL  request 0 (hello): malformed reply: not JSON '
+                        '(Expecting value at column 1): "starting up"; stdout carries only '
+                        "replies: write logs to stderr")
+    stopped = "not run: the implementation stopped answering (see protocol)"
+    assert [line.split()[1] for line in lines[3:11]] == ["SKIP"] * 6 + ["N/A", "SKIP"]
+    assert all(line.endswith(stopped) for line in lines[3:9])
+    assert lines[11:] == ["failures=1", "  protocol " + lines[2].split("FAIL  ")[1],
+                          "verdict: FAIL (0 of 1 checks passed)"]
+    assert "qkv: FAILED: protocol\n" in result.stderr
+    xml = junit.read_text(encoding="utf-8")
+    assert 'failures="1"' in xml and 'skipped="8"' in xml

@@ -135,8 +135,64 @@ def test_independence_fails_when_a_weight_gradient_sums_all_paths(cases: list[Ca
 
     result = check_functions(cases, numpy_qkv.forward, backward)
     checks = by_name(result)
-    assert "changing grad_key and grad_value changed grad_w_query" in family_detail(checks["independence"])
+    assert "changing dL/dK changed grad_w_query" in family_detail(checks["independence"])
     assert "grad_w_query sums all three paths" in family_detail(checks["reverse"])
+
+
+LETTERS = "QKV"
+CROSS_PAIRS = [(own, other) for own in range(3) for other in range(3) if own != other]
+
+
+@pytest.mark.parametrize(("own", "other"), CROSS_PAIRS,
+                         ids=[f"{LETTERS[o]}-uses-W_{LETTERS[w]}" for o, w in CROSS_PAIRS])
+def test_independence_catches_every_output_computed_with_another_weight(
+    cases: list[Case], own: int, other: int,
+) -> None:
+    def forward(x: Any, *weights: Any) -> Any:
+        outputs = list(numpy_qkv.forward(x, *weights))
+        outputs[own] = x @ weights[other]
+        return tuple(outputs)
+
+    check = by_name(check_functions(cases, forward, numpy_qkv.backward))["independence"]
+    assert not check.passed
+    names = ("query", "key", "value")
+    # The weights are changed in order Q, K, V: the borrowed one first moves the wrong
+    # output, or the output's own one first fails to move it.
+    expected = (f"chapter: changing W_{LETTERS[other]}[0,0] changed {names[own]}[" if other < own
+                else f"chapter: changing W_{LETTERS[own]}[0,0] left {names[own]} unchanged")
+    assert family_detail(check).startswith(expected), family_detail(check)
+
+
+@pytest.mark.parametrize(("own", "other"), CROSS_PAIRS,
+                         ids=[f"dW_{LETTERS[o]}-uses-d{LETTERS[u]}" for o, u in CROSS_PAIRS])
+def test_independence_catches_every_weight_gradient_with_another_upstream(
+    cases: list[Case], own: int, other: int,
+) -> None:
+    def backward(x: Any, wq: Any, wk: Any, wv: Any, *upstream: Any) -> Any:
+        grads = list(numpy_qkv.backward(x, wq, wk, wv, *upstream))
+        rows = x.reshape(-1, x.shape[-1])
+        grads[own + 1] = rows.T @ upstream[other].reshape(rows.shape[0], -1)
+        return tuple(grads)
+
+    check = by_name(check_functions(cases, numpy_qkv.forward, backward))["independence"]
+    names = ("query", "key", "value")
+    assert not check.passed
+    assert f"changing dL/d{LETTERS[other]} changed grad_w_{names[own]}[" in family_detail(check)
+
+
+def test_errors_sends_bad_backward_requests_too(cases: list[Case]) -> None:
+    def backward(x: Any, wq: Any, wk: Any, wv: Any, gq: Any, gk: Any, gv: Any) -> Any:
+        rows = x.reshape(-1, x.shape[-1])  # validates nothing
+        grads = [rows.T @ g.reshape(rows.shape[0], g.shape[-1]) for g in (gq, gk, gv)]
+        return (gq @ wq.T + gk @ wk.T + gv @ wv.T, *grads)
+
+    result = check_functions(cases, numpy_qkv.forward, backward)
+    check = by_name(result)["errors"]
+    assert not check.passed
+    assert family_detail(check).startswith(
+        "chapter: silently accepted: backward with a rank-2 input [2,3], backward with "
+        "input width 4 != weight rows 3")
+    assert by_name(result)["reverse"].passed
 
 
 def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:

@@ -112,7 +112,7 @@ def test_a_broken_program_fails_protocol_and_the_family_being_checked(
 def test_a_program_that_does_not_exit_after_bye_is_ended(chapter: list[Case]) -> None:
     with CommandClient(f"{FAKE} linger", 0.5) as client:
         result = run_checks(client, chapter, 1e-9)
-    protocol = result.checks[-1]
+    protocol = result.checks[0]
     assert protocol.name == "protocol" and not protocol.passed
     assert "did not exit" in family_detail(protocol)
     assert client.process.poll() is not None
@@ -158,7 +158,7 @@ def test_a_program_that_advertises_no_backward(chapter: list[Case]) -> None:
 def test_malformed_ops_in_hello_fail_the_protocol(chapter: list[Case]) -> None:
     with CommandClient(f"{FAKE} bad-ops", 5.0) as client:
         result = run_checks(client, chapter, 1e-9)
-    assert family_detail(result.checks[-1]) == (
+    assert family_detail(result.checks[0]) == (
         'request 0 (hello): malformed reply: "ops" must be a list of strings')
 
 

@@ -92,7 +92,8 @@ def test_the_example_passes_every_check(program: list[str], options: list[str]) 
 
 # (language, flag value, families that must fail, family naming the bug, the name it gives)
 WRONG = [
-    ("rust", "value-uses-key-weight", {"forward", "reverse", "gradcheck"}, "forward",
+    ("rust", "value-uses-key-weight", {"forward", "reverse", "independence", "gradcheck"},
+     "forward",
      "value equals X W_K: computed with the key weight"),
     ("node", "no-value-path", {"reverse", "gradcheck"}, "reverse",
      "grad_input misses the value path"),

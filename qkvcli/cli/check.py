@@ -149,17 +149,17 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown))
     if junit is not None:
-        from qkvcli.render.conformance import family_detail
+        from qkvcli.render.conformance import family_detail, uncounted
 
         checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
-        skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
+        skipped = frozenset(c.name for c in result.checks if uncounted(c))
         write_file(junit, junit_xml([Outcome(result.implementation, checks,
                                              not_applicable=skipped)]))
     if not result.command and result.stderr.strip():
         # What a Python implementation printed (its stdout too) is its debugging output.
         click.echo(result.stderr.rstrip(), err=True)
     if not result.passed:
-        failed = [c for c in result.checks if not c.passed]
+        failed = [c for c in result.checks if not c.passed and c.outcome != "not-run"]
         click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)
         if result.command and result.stderr and (fmt != "rich" or output is not None):
             click.echo("qkv: the program's stderr:\n" + result.stderr.rstrip(), err=True)

@@ -1,8 +1,10 @@
 """The ``independence``, ``replay`` and ``purity`` families: how results depend on arguments.
 
-Independence: with ``W_Q[r,0]`` raised by one (``r``: the first feature the input
-uses) only Q may change; with ``dL/dK`` and ``dL/dV`` changed ``grad_w_query`` may not,
-and with ``dL/dQ`` changed ``grad_w_key`` and ``grad_w_value`` may not.
+Independence, every cross pair: with each weight ``W_i[r,0]`` raised by one in turn
+(``r``: the first feature the input uses) only output ``i`` may change, and it must;
+with each upstream gradient ``dL/dY_j`` changed in turn (by ``j + 1``) the other two
+weight gradients may not change. A ``V = X W_K`` slip is caught by the change of
+``W_K``, a ``dW_V = X^T dK`` slip by the change of ``dL/dK``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
-from qkvcli.conformance.errors import CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
+from qkvcli.conformance.errors import Broken, CallFailed
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
+
+LETTERS = ("Q", "K", "V")
 
 
 def _used_feature(x: Array) -> int | None:
@@ -36,34 +40,38 @@ def _changed(name: str, after: Array, before: Array, tolerance: float) -> str | 
 
 def _forward_independence(session: Session, case: Case, base: tuple[Array, ...]) -> str | None:
     row = _used_feature(case.input)
-    w_query = np.array(case.weights[0], copy=True)
-    if row is not None:
-        w_query[row, 0] += 1.0
-    else:
-        w_query += 1.0
-    changed = session.call_forward(case, case.input, (w_query, *case.weights[1:]))
-    what = f"W_Q[{row},0]" if row is not None else "W_Q"
-    for index in (1, 2):
-        found = _changed(FORWARD_NAMES[index], changed[index], base[index], session.tolerance)
-        if found is not None:
-            return f"changing {what} changed {found}"
-    if row is not None and close(changed[0], base[0], session.tolerance):
-        return f"changing W_Q[{row},0] left query unchanged"
+    for branch in range(3):
+        weights = [np.array(w, copy=True) for w in case.weights]
+        if row is not None:
+            weights[branch][row, 0] += 1.0
+        else:
+            weights[branch] += 1.0
+        changed = session.call_forward(case, case.input, (weights[0], weights[1], weights[2]))
+        what = f"W_{LETTERS[branch]}[{row},0]" if row is not None else f"W_{LETTERS[branch]}"
+        for index in range(3):
+            if index == branch:
+                continue
+            found = _changed(FORWARD_NAMES[index], changed[index], base[index], session.tolerance)
+            if found is not None:
+                return f"changing {what} changed {found}"
+        if row is not None and close(changed[branch], base[branch], session.tolerance):
+            return f"changing {what} left {FORWARD_NAMES[branch]} unchanged"
     return None
 
 
 def _backward_independence(session: Session, case: Case, base: tuple[Array, ...]) -> str | None:
-    d_query, d_key, d_value = case.upstream
-    trials = (
-        ("grad_key and grad_value", (d_query, d_key + 1.0, d_value + 2.0), (1,)),
-        ("grad_query", (d_query + 1.0, d_key, d_value), (2, 3)),
-    )
-    for changed_names, upstream, kept in trials:
-        got = session.call_backward(case, case.input, case.weights, upstream)
-        for index in kept:
-            found = _changed(BACKWARD_NAMES[index], got[index], base[index], session.tolerance)
+    for branch in range(3):
+        upstream = [np.array(g, copy=True) for g in case.upstream]
+        upstream[branch] = upstream[branch] + (branch + 1.0)
+        got = session.call_backward(case, case.input, case.weights,
+                                    (upstream[0], upstream[1], upstream[2]))
+        for index in range(3):
+            if index == branch:
+                continue
+            name = BACKWARD_NAMES[index + 1]
+            found = _changed(name, got[index + 1], base[index + 1], session.tolerance)
             if found is not None:
-                return f"changing {changed_names} changed {found}"
+                return f"changing dL/d{LETTERS[branch]} changed {found}"
     return None
 
 
@@ -74,15 +82,18 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         base = session.forward(case)
         grads = session.backward(case) if backward else None
-        if isinstance(base, CallFailed) or isinstance(grads, CallFailed):
-            operation = "forward" if isinstance(base, CallFailed) else "backward"
-            failures.append(Failure("independence", case.label, None,
-                                    f"not checked: {operation} failed"))
+        failed = base if isinstance(base, CallFailed) else grads
+        if isinstance(failed, CallFailed):
+            failures.append(not_run("independence", case.label, failed.operation,
+                                    stopped=isinstance(failed, Broken)))
             continue
         try:
             problem = _forward_independence(session, case, base)
             if problem is None and grads is not None:
                 problem = _backward_independence(session, case, grads)
+        except Broken as failure:
+            failures.append(not_run("independence", case.label, failure.operation, stopped=True))
+            continue
         except CallFailed as failure:
             problem = failure.message
         if problem is not None:
@@ -108,8 +119,8 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         grads = session.backward(case) if session.implementation.has_backward else None
         failed = first if isinstance(first, CallFailed) else grads
         if isinstance(failed, CallFailed):
-            failures.append(Failure("replay", case.label, None,
-                                    f"not checked: {failed.operation} failed"))
+            failures.append(not_run("replay", case.label, failed.operation,
+                                    stopped=isinstance(failed, Broken)))
             continue
         try:
             if not isinstance(first, CallFailed):
@@ -125,6 +136,8 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 if found is not None:
                     failures.append(Failure("replay", case.label, found[0],
                                             f"second backward differs: {found[1]}"))
+        except Broken as failure:
+            failures.append(not_run("replay", case.label, failure.operation, stopped=True))
         except CallFailed as failure:
             failures.append(Failure("replay", case.label, None,
                                     f"second {failure.operation} failed: {failure.message}"))

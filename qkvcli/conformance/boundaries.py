@@ -6,7 +6,7 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -32,8 +32,8 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
             results += session.call_backward(case, x, case.weights, upstream)
             expected += [(BACKWARD_NAMES[0], (batch, tokens, d_model))]
             expected += [(name, (d_model, d_head)) for name in BACKWARD_NAMES[1:]]
-    except Broken as failure:
-        return Failure("shapes", case.label, shown, failure.message)
+    except Broken:
+        return not_run("shapes", case.label, "forward", stopped=True)
     except CallFailed as failure:
         return Failure("shapes", case.label, shown,
                        f"{failure.operation} on the {what} {shown} failed: {failure.message}")
@@ -74,18 +74,49 @@ def bad_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array]]
     ]
 
 
+def bad_backward_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array],
+                                                   tuple[Array, Array, Array]]]:
+    """``(description, x, weights, upstream)`` for each backward request to reject: the
+    input's rank and width, and upstream gradients of the wrong tokens or head width."""
+    batch, tokens, d_model, d_head = case.shape
+    batch, tokens = max(batch, 1), max(tokens, 1)
+    x = np.ones((batch, tokens, d_model))
+    weights = (np.ones((d_model, d_head)), np.ones((d_model, d_head)), np.ones((d_model, d_head)))
+    upstream = np.ones((batch, tokens, d_head))
+    return [
+        (f"backward with a rank-2 input {format_shape([tokens, d_model])}", x[0], weights,
+         (upstream, upstream, upstream)),
+        (f"backward with input width {d_model + 1} != weight rows {d_model}",
+         np.ones((batch, tokens, d_model + 1)), weights, (upstream, upstream, upstream)),
+        (f"backward with grad_key {format_shape([batch, tokens + 1, d_head])} for "
+         f"{tokens} tokens", x, weights,
+         (upstream, np.ones((batch, tokens + 1, d_head)), upstream)),
+        (f"backward with grad_value {format_shape([batch, tokens, d_head + 1])} for head "
+         f"width {d_head}", x, weights, (upstream, upstream, np.ones((batch, tokens, d_head + 1)))),
+    ]
+
+
 def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Every bad input raises (or is answered with an error); lists what was silently accepted."""
+    """Every bad forward (and backward) request raises (or is answered with an error);
+    lists what was silently accepted."""
     failures = []
+    backward = session.implementation.has_backward
     for case in session.cases:
         accepted = []
-        for description, x, weights in bad_inputs(case):
+        requests: list[tuple[str, Array, tuple[Array, ...], tuple[Array, ...] | None]] = [
+            (description, x, weights, None) for description, x, weights in bad_inputs(case)]
+        if backward:
+            requests += bad_backward_inputs(case)
+        for description, x, weights, upstream in requests:
             try:
-                session.call_forward(case, x, weights)
+                if upstream is None:
+                    session.call_forward(case, x, weights)
+                else:
+                    session.call_backward(case, x, weights, upstream)
             except BadResult:
                 pass  # returned garbage instead of raising: still accepted
-            except Broken as failure:
-                failures.append(Failure("errors", case.label, None, failure.message))
+            except Broken:
+                failures.append(not_run("errors", case.label, "forward", stopped=True))
                 break
             except CallFailed:
                 continue
@@ -93,4 +124,4 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if accepted:
             failures.append(Failure("errors", case.label, accepted[0],
                                     "silently accepted: " + ", ".join(accepted)))
-    return judge("errors", failures, len(session.cases)), failures
+    return judge("errors", failures, len(session.cases), backward=backward), failures

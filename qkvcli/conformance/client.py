@@ -280,7 +280,9 @@ class CommandClient:
             reply = decode(line)
             check_id(reply, ident)
         except Malformed as error:
-            raise self._break(operation, f"{where}: malformed reply: {error}") from None
+            hint = ("; stdout carries only replies: write logs to stderr"
+                    if str(error).startswith("not JSON") else "")
+            raise self._break(operation, f"{where}: malformed reply: {error}{hint}") from None
         return reply
 
     def _hello(self) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import coordinate
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -97,12 +97,17 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         analytic = session.backward(case)
         if isinstance(analytic, CallFailed):
-            detail = analytic.message if isinstance(analytic, Broken) else (
-                f"not checked: backward failed: {analytic.message}")
-            failures.append(Failure("gradcheck", case.label, None, detail))
+            failures.append(not_run("gradcheck", case.label, "backward",
+                                    stopped=isinstance(analytic, Broken)))
+            continue
+        if id(case) in session.lossy:
+            failures.append(not_run("gradcheck", case.label, "lossy"))
             continue
         try:
             count, failure = _check_case(session, case, analytic, worst)
+        except Broken:
+            failures.append(not_run("gradcheck", case.label, "forward", stopped=True))
+            continue
         except CallFailed as error:
             failures.append(Failure("gradcheck", case.label, None,
                                     f"forward failed during the check: {error.message}"))

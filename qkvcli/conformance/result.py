@@ -14,17 +14,26 @@ FAMILIES: tuple[str, ...] = (
     "gradcheck", "protocol",
 )
 
-OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command")
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command", "not-run")
 """``passed`` and ``failed`` judge a family; ``no-backward`` (reverse and gradcheck of an
 implementation without a backward: fails the check) and ``command`` (purity of a
-``--command`` program: does not count) mark a family that does not apply."""
+``--command`` program: does not count) mark a family that does not apply; ``not-run``
+a family that could not run (a call it needed failed, or the implementation stopped):
+neither a pass nor a failure, it is not counted (the failure that stopped it is)."""
+
+NOT_RUN: tuple[str, ...] = ("stopped", "forward", "backward", "lossy")
+"""Why a family could not run on a fixture: the implementation stopped answering (the
+protocol family says why), its forward or backward failed on the fixture (the forward or
+reverse family says how), or its forward is too imprecise for central differences."""
 
 
 class Failure(Record):
     """Where a family failed: the fixture's label and the coordinate (``None`` when none applies).
 
     ``detail`` is the family's finding; ``no_backward`` marks the one failure that is not
-    a finding but the want of a backward (its words are the renderer's).
+    a finding but the want of a backward (its words are the renderer's); ``not_run``
+    (one of :data:`NOT_RUN`) marks no finding either, but why the family could not run
+    on the fixture.
     """
 
     family: str
@@ -32,6 +41,7 @@ class Failure(Record):
     coordinate: str | None
     detail: str = ""
     no_backward: bool = False
+    not_run: str = ""
 
 
 class FamilyCheck(Record):
@@ -58,7 +68,7 @@ class FamilyCheck(Record):
 
     @property
     def applicable(self) -> bool:
-        """False for a family that does not apply (``no-backward``, ``command``)."""
+        """False for a family that does not apply (``no-backward``, ``command``) or did not run."""
         return self.outcome in ("passed", "failed")
 
 
@@ -75,20 +85,32 @@ class ConformanceResult(Record):
 
     @property
     def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
+        """No family failed (one not run is no pass either, but a failure stopped it)."""
+        return all(check.passed or check.outcome == "not-run" for check in self.checks)
 
 
 def judge(name: str, failures: list[Failure], fixtures: int, tolerance: float = 0.0,
           backward: bool = True, calls: int = 0, coordinates: int = 0,
           finding: str = "") -> FamilyCheck:
-    """The family's check: failed at its first failure (and how many other fixtures
-    failed), or passed with the facts given."""
+    """The family's check: failed at its first finding (and how many other fixtures
+    failed), not run when it could not run on some fixture, or passed with the facts given."""
+    findings = [failure for failure in failures if not failure.not_run]
     if not failures:
         return FamilyCheck(name, True, "passed", fixtures, tolerance, backward, calls,
                            coordinates, finding)
-    more = len({failure.fixture for failure in failures}) - 1
+    if not findings:
+        skipped = len({failure.fixture for failure in failures}) - 1
+        return FamilyCheck(name, False, "not-run", fixtures, tolerance, backward, calls,
+                           coordinates, finding, failures[0], max(skipped, 0))
+    more = len({failure.fixture for failure in findings}) - 1
     return FamilyCheck(name, False, "failed", fixtures, tolerance, backward, calls, coordinates,
-                       finding, failures[0], max(more, 0))
+                       finding, findings[0], max(more, 0))
+
+
+def not_run(family: str, fixture: str | None, why: str, stopped: bool = False) -> Failure:
+    """The family could not run on ``fixture``: ``why`` is ``forward``, ``backward`` or
+    ``lossy`` (see :data:`NOT_RUN`); ``stopped`` (the implementation stopped) wins."""
+    return Failure(family, fixture, None, not_run="stopped" if stopped else why)
 
 
 def not_applicable(name: str, outcome: str) -> FamilyCheck:

@@ -1,9 +1,10 @@
 """Running every evidence family on an implementation and collecting one result.
 
 Families are computed in an order that lets purity see every call (purity last, then
-the ``--command`` conversation is closed and judged), and listed in the issue's order:
-forward, reverse, shapes, errors, independence, replay, purity, gradcheck, protocol
-(the last only for ``--command``).
+the conversation is closed and judged), and listed in the issue's order: forward,
+reverse, shapes, errors, independence, replay, purity, gradcheck, protocol (for
+``--command``; for a Python implementation only when its process died or hung). A
+failed protocol comes first: it explains the families it stopped.
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ def run_checks(implementation: Implementation, cases: list[Case],
             found["protocol"] = (judge("protocol", failures, len(cases), finding=detail),
                                  failures)
         stderr = implementation.stderr_text()  # type: ignore[attr-defined]
-    ordered = [found[name] for name in FAMILIES if name in found]
+    names = [name for name in FAMILIES if name in found]
+    if "protocol" in found and not found["protocol"][0].passed:
+        names = ["protocol", *(name for name in names if name != "protocol")]  # said first
+    ordered = [found[name] for name in names]
     return ConformanceResult(
         implementation=implementation.label,
         fixtures=tuple(case.label for case in cases),
         checks=tuple(check for check, _ in ordered),
-        failures=tuple(failure for _, failures in ordered for failure in failures),
+        # A family that could not run on a fixture found nothing there: not a failure.
+        failures=tuple(failure for _, failures in ordered for failure in failures
+                       if not failure.not_run),
         stderr=stderr,
         command=implementation.is_command,
     )

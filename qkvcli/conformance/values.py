@@ -5,15 +5,18 @@ from __future__ import annotations
 from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_mismatch
-from qkvcli.conformance.errors import CallFailed, Rejected
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
+from qkvcli.conformance.errors import Broken, CallFailed, Rejected
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
 
 
 def call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
-    """A failed call on a valid input, as a failure of ``family``."""
+    """A failed call on a valid input, as a failure of ``family`` (not run when the
+    implementation stopped: the protocol family says why)."""
+    if isinstance(failure, Broken):
+        return not_run(family, case.label, failure.operation, stopped=True)
     if isinstance(failure, Rejected):
         shape = format_shape(list(case.input.shape))
         detail = f"{failure.operation} rejected a valid input {shape}: {failure.message}"

@@ -3,11 +3,13 @@
 The text is one line per family (PASS, FAIL or N/A), the failures, then the verdict
 (:func:`~qkvcli.render.wording.verdict`). The JSON is ``{"qkv_version",
 "implementation", "passed", "checks", "failures"}``, and ``"stderr"`` for a
-``--command`` program. Each check is ``{"name", "passed", "detail", "applicable"}``:
+``--command`` program. Each check is ``{"name", "passed", "detail", "applicable", "run"}``:
 ``applicable`` is false for a family that does not apply, with ``passed`` true when it
 does not count (purity with ``--command``) and false when it fails the check (reverse
-and gradcheck without backward). Every ``detail`` is worded here, by
-:func:`family_detail`, from the judgement's code and facts.
+and gradcheck without backward); ``run`` is false for a family that could not run
+(``SKIP``: neither passed nor failed, not counted; the failure that stopped it is).
+Every ``detail`` is worded here, by :func:`family_detail`, from the judgement's code
+and facts.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ def _passed_detail(check: FamilyCheck) -> str:
         keep = "forward and backward keep" if check.backward else "forward keeps"
         return f"{keep} empty batch and token axes on {on}"
     if name == "errors":
-        return f"4 bad inputs rejected on {on}"
+        backward = "; 4 bad backward requests" if check.backward else ""
+        return f"4 bad forward requests{backward} rejected on {on}"
     if name == "independence":
-        paths = ("; each weight gradient depends only on its own path" if check.backward
-                 else " (weight gradients not checked: no backward)")
-        return f"changing W_Q changes only query{paths} ({on})"
+        paths = ("; changing each upstream gradient changes only its own weight gradient"
+                 if check.backward else " (weight gradients not checked: no backward)")
+        return f"changing each of W_Q, W_K, W_V changes only its own output{paths} ({on})"
     if name == "replay":
         calls = "forward and backward" if check.backward else "forward"
         return f"two calls of {calls} agree bit for bit on {on}"
@@ -56,8 +59,19 @@ def _passed_detail(check: FamilyCheck) -> str:
     return check.finding  # protocol: the conversation's own account
 
 
+NOT_RUN_WHY = {
+    "stopped": "the implementation stopped answering (see protocol)",
+    "forward": "its forward failed (see forward)",
+    "backward": "its backward failed (see reverse)",
+    "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
+              "of it would measure the rounding, not the backward"),
+}
+
+
 def failure_detail(failure: Failure) -> str:
-    """A failure's finding, or the words for a missing backward."""
+    """A failure's finding, the words for a missing backward, or why a family did not run."""
+    if failure.not_run:
+        return f"not run: {NOT_RUN_WHY[failure.not_run]}"
     return NO_BACKWARD if failure.no_backward else failure.detail
 
 
@@ -70,6 +84,8 @@ def family_detail(check: FamilyCheck) -> str:
         return COMMAND_PURITY
     if check.first is None:
         return _passed_detail(check)
+    if check.first.not_run == "stopped":  # the same for every fixture: said once
+        return failure_detail(check.first)
     where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
     more = check.more
     tail = f" (and {more} more {'fixture' if more == 1 else 'fixtures'})" if more > 0 else ""
@@ -77,15 +93,23 @@ def family_detail(check: FamilyCheck) -> str:
 
 
 def word(check: FamilyCheck) -> str:
-    """``PASS``, ``FAIL``, or ``N/A`` for a not-applicable family that does not count."""
+    """``PASS``, ``FAIL``, ``N/A`` for a not-applicable family that does not count, or
+    ``SKIP`` for one that could not run."""
+    if check.outcome == "not-run":
+        return "SKIP"
     if not check.applicable and check.passed:
         return "N/A"
     return "PASS" if check.passed else "FAIL"
 
 
+def uncounted(check: FamilyCheck) -> bool:
+    """Whether a check is neither a pass nor a failure (N/A and SKIP): JUnit's skipped."""
+    return word(check) in ("N/A", "SKIP")
+
+
 def counted(result: ConformanceResult) -> tuple[int, int]:
-    """How many of the counted checks passed, and how many count (N/A ones do not)."""
-    checks = [c for c in result.checks if c.applicable or not c.passed]
+    """How many of the counted checks passed, and how many count (N/A and SKIP do not)."""
+    checks = [c for c in result.checks if not uncounted(c)]
     return sum(c.passed for c in checks), len(checks)
 
 
@@ -117,7 +141,8 @@ def conformance_json(result: ConformanceResult) -> dict[str, Any]:
         "implementation": result.implementation,
         "passed": result.passed,
         "checks": [{"name": c.name, "passed": c.passed, "detail": family_detail(c),
-                    "applicable": c.applicable} for c in result.checks],
+                    "applicable": c.applicable, "run": c.outcome != "not-run"}
+                   for c in result.checks],
         "failures": [{"family": f.family, "fixture": f.fixture, "coordinate": f.coordinate,
                       "detail": failure_detail(f)} for f in result.failures],
     }

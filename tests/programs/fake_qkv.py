@@ -6,7 +6,8 @@ MODE: crash (exit 3 at the first forward, after a line on stderr), sleep (never 
 a forward), garbage (answer a forward with a line that is not JSON), nan (answer with
 NaN), wrong-id, linger (answer bye but do not exit), bad-version, forward-only (hello
 advertises "ops": ["forward"]), bad-ops (hello with "ops": "forward"), version-true and
-version-null (hello answers "version": true or null).
+version-null (hello answers "version": true or null), log-line (a log line on stdout
+before its first reply).
 With FAKE_QKV_READY=FILE in the environment, sleep writes its pid to FILE before sleeping.
 Otherwise it answers like examples/implementations/command_qkv.py.
 """
@@ -28,6 +29,8 @@ def reply(message):
 
 def main():
     mode = sys.argv[1]
+    if mode == "log-line":
+        print("starting up", flush=True)
     for line in sys.stdin:
         message = json.loads(line)
         ident, op = message["id"], message["op"]
