@@ -83,13 +83,14 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         base = session.forward(case)
         grads = session.backward(case) if backward else None
         failed = base if isinstance(base, CallFailed) else grads
-        if isinstance(failed, CallFailed):
+        if isinstance(failed, CallFailed) or isinstance(base, CallFailed):
+            assert isinstance(failed, CallFailed)
             failures.append(not_run("independence", case.label, failed.operation,
                                     stopped=isinstance(failed, Broken)))
             continue
         try:
             problem = _forward_independence(session, case, base)
-            if problem is None and grads is not None:
+            if problem is None and grads is not None and not isinstance(grads, CallFailed):
                 problem = _backward_independence(session, case, grads)
         except Broken as failure:
             failures.append(not_run("independence", case.label, failure.operation, stopped=True))
