@@ -206,3 +206,57 @@ def test_the_worked_exchange_in_the_protocol_doc_is_what_the_reference_program_s
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0
     assert done.stdout.splitlines() == wanted
+
+
+LOSSY = f"{shlex.quote(sys.executable)} {Path(__file__).resolve().parent / 'programs' / 'lossy_qkv.py'}"
+
+
+@pytest.mark.parametrize(
+    ("mode", "named"),
+    [("decimals", "query is written with 6 decimal places (largest scaled error 4.3e-07)"),
+     ("float32", "query agrees only to 2.3e-08 and every value is a float32: float32 arithmetic")],
+    ids=["decimals", "float32"],
+)
+def test_a_lossy_writer_fails_the_precision_fixture_with_its_measured_error(
+    mode: str, named: str,
+) -> None:
+    from qkvcli.conformance.cases import precision_case
+
+    chapter = chapter_case()
+    cases = [chapter, precision_case(chapter.step, chapter.tolerance)]  # what --random 0 checks
+    with CommandClient(f"{LOSSY} {mode}", 5.0) as client:
+        result = run_checks(client, cases, 1e-9)
+    checks = {c.name: c for c in result.checks}
+    assert family_detail(checks["forward"]).startswith("precision[1,3,4->2]: query[0,0,0] = ")
+    assert named in family_detail(checks["forward"])
+    assert "written with" in family_detail(checks["reverse"]) or "float32" in family_detail(
+        checks["reverse"])
+    # Central differences of a lossy forward measure its rounding: not run, not a failure.
+    assert checks["gradcheck"].outcome == "not-run"
+    assert family_detail(checks["gradcheck"]).startswith("not run: forward agrees only to a lossy")
+    assert not result.passed
+
+
+def test_the_precision_fixture_is_exact_neither_in_6_decimals_nor_in_float32() -> None:
+    from qkvcli.conformance.cases import precision_case
+
+    case = precision_case(1e-6, 2e-6)
+    for values in (case.input, *case.weights, *case.upstream):
+        flat = values.reshape(-1)
+        assert all(float(f"{v:.6f}") != v for v in flat)
+        assert not np.any(flat.astype(np.float32).astype(np.float64) == flat)
+
+
+def test_a_tolerance_below_float64_rounding_is_said_to_be_the_tolerance() -> None:
+    from qkvcli.conformance.cases import precision_case, random_cases
+
+    chapter = chapter_case()
+    cases = [chapter, precision_case(chapter.step, chapter.tolerance),
+             *random_cases(4, 26, chapter.step, chapter.tolerance)]
+    with CommandClient(CORRECT, 5.0) as client:
+        result = run_checks(client, cases, 0.0)
+    details = [family_detail(c) for c in result.checks if c.outcome == "failed"]
+    assert details, "the reference differs from qkv's engine in the last bits somewhere"
+    assert all("float64 rounding: a tolerance of 0.0 is below float64 precision" in d
+               for d in details), details
+    assert not any("float32" in d for d in details)

@@ -86,7 +86,7 @@ def test_the_example_passes_every_check(program: list[str], options: list[str]) 
     assert lines[-1] == "verdict: PASS (8 of 8 checks passed)", result.stdout
     protocol = [line for line in lines if line.startswith("protocol ")]
     assert protocol and protocol[0].split()[1] == "PASS", result.stdout
-    assert lines[1].startswith("fixtures=chapter,random-1[")
+    assert lines[1].startswith("fixtures=chapter,precision[1,3,4->2],random-1[")
     assert lines[1].count(",random-") == (2 if options else 4)
 
 

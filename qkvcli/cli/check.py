@@ -83,15 +83,17 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded), then ``count`` random ones."""
-    from qkvcli.conformance.cases import chapter_case, fixture_case, random_cases
+    """The chapter fixture, each given fixture (directories expanded), the precision
+    fixture, then ``count`` random ones."""
+    from qkvcli.conformance.cases import chapter_case, fixture_case, precision_case, random_cases
 
     chapter = chapter_case()
     given = [fixture_case(label_of(path), load(path, max_elements))
              for path in expand_fixtures(paths)]
     for case in given:
         _check_request_size(case, max_elements)
-    return [chapter, *given, *random_cases(count, seed, chapter.step, chapter.tolerance)]
+    return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
+            *random_cases(count, seed, chapter.step, chapter.tolerance)]
 
 
 @click.command()
@@ -132,7 +134,8 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     IMPL defines forward(x, w_query, w_key, w_value) -> (query, key, value) and
     optionally backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value)
     -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays.
-    The chapter fixture, each FIXTURE and --random N seeded fixtures are checked.
+    The chapter fixture, each FIXTURE, a precision fixture (values exact neither in 6
+    decimals nor in float32) and --random N seeded fixtures are checked.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
     errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """

@@ -15,6 +15,7 @@ branches' and with all three summed.
 from __future__ import annotations
 
 from itertools import product
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -94,22 +95,89 @@ def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | No
 
 
 LETTERS = ("Q", "K", "V")
-FLOAT32 = 1e-5  # a scaled error float32 arithmetic stays within on small, unit-sized tensors
+FLOAT64_ROUNDING = 1e-12
+"""The scaled error float64 arithmetic in another order stays within on qkv's fixtures
+(sums of a few dozen unit-sized products): below it, only the tolerance is wrong."""
+SAMPLED = 512  # elements looked at for a writer's decimals (the first ones, row-major)
+LOSSY = ("decimals", "digits", "float32")
+"""Causes that make the implementation's forward a poor function for central differences."""
 
 
-def precision(name: str, actual: Array, expected: Array, tolerance: float) -> str | None:
-    """``"... agrees only to float32 precision"`` when that is all that is wrong, else ``None``."""
-    if tolerance < FLOAT32 and close(actual, expected, FLOAT32):
-        return float32_phrase([name])
+def largest_error(actual: Array, expected: Array) -> float:
+    """The largest scaled error ``|a-e|/max(1,|a|,|e|)`` over the elements (0 when empty)."""
+    if actual.size == 0:
+        return 0.0
+    with np.errstate(all="ignore"):
+        scale = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
+        return float(np.max(np.abs(actual - expected) / scale))
+
+
+def _written(actual: Array, expected: Array) -> tuple[str, int] | None:
+    """``("decimals", k)`` when every value is a decimal of ``k`` places within rounding of
+    the expected one (``%.6f``), ``("digits", k)`` for ``k`` significant digits (``%g``)."""
+    pairs = list(zip(actual.reshape(-1)[:SAMPLED].tolist(),
+                     expected.reshape(-1)[:SAMPLED].tolist(), strict=True))
+    for places in range(1, 16):
+        half = 0.5 * 10.0 ** -places * (1 + 1e-6)
+        if all(a == float(f"{a:.{places}f}") and abs(a - e) <= half for a, e in pairs):
+            return "decimals", places
+        relative = 0.5 * 10.0 ** (1 - places) * (1 + 1e-6)
+        if all(a == float(f"{a:.{places - 1}e}") and abs(a - e) <= relative * abs(e)
+               for a, e in pairs):
+            return "digits", places
     return None
 
 
-def float32_phrase(names: list[str]) -> str:
-    """``"query agrees only to about 1e-05: float32 arithmetic?"`` for one or more tensors."""
+def _is_float32(values: Array) -> bool:
+    with np.errstate(all="ignore"):
+        return bool(np.all(values.astype(np.float32).astype(np.float64) == values))
+
+
+class Precision(NamedTuple):
+    """A wrong tensor that is right but for its precision: the ``cause`` (``decimals`` or
+    ``digits``: a writer's lossy spelling, ``float32``: every value a float32,
+    ``float64``: within float64 rounding, the tolerance is below what it can promise),
+    the measured largest scaled ``error``, and the ``places`` a writer kept."""
+
+    cause: str
+    error: float
+    places: int = 0
+
+
+def precision(actual: Array, expected: Array) -> Precision | None:
+    """The measured precision fault of ``actual`` (same shape), or ``None`` when the
+    error is the maths'."""
+    error = largest_error(actual, expected)
+    if error <= FLOAT64_ROUNDING:
+        return Precision("float64", error)
+    written = _written(actual, expected)
+    if written is not None:
+        return Precision(written[0], error, written[1])
+    if _is_float32(actual) and not _is_float32(expected) and error <= 1e-4:
+        return Precision("float32", error)
+    return None
+
+
+def _listed(names: list[str]) -> tuple[str, str]:
+    """``("query", "agrees")`` or ``("key and value", "agree")``."""
     if len(names) == 1:
-        return f"{names[0]} agrees only to about {FLOAT32:g}: float32 arithmetic?"
-    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
-    return f"{listed} agree only to about {FLOAT32:g}: float32 arithmetic?"
+        return names[0], "agrees"
+    return ", ".join(names[:-1]) + f" and {names[-1]}", "agree"
+
+
+def precision_phrase(names: list[str], fault: Precision, tolerance: float) -> str:
+    """The diagnosis of ``names`` sharing one precision fault (the largest error given)."""
+    listed, agree = _listed(names)
+    if fault.cause == "float64":
+        return (f"{listed} {agree} to {fault.error:.2g}, float64 rounding: a tolerance of "
+                f"{tolerance!r} is below float64 precision")
+    if fault.cause in ("decimals", "digits"):
+        unit = "decimal places" if fault.cause == "decimals" else "significant digits"
+        written = "is" if len(names) == 1 else "are"
+        return (f"{listed} {written} written with {fault.places} {unit} (largest scaled "
+                f"error {fault.error:.2g}): write each float's shortest round-trip spelling")
+    return (f"{listed} {agree} only to {fault.error:.2g} and every value is a float32: "
+            "float32 arithmetic")
 
 
 def _paths(words: list[str]) -> str:

@@ -100,7 +100,7 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(not_run("gradcheck", case.label, "backward",
                                     stopped=isinstance(analytic, Broken)))
             continue
-        if id(case) in session.lossy:
+        if session.lossy:  # lossy on one fixture, lossy on all (exact values hide it)
             failures.append(not_run("gradcheck", case.label, "lossy"))
             continue
         try:

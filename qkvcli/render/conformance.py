@@ -84,7 +84,7 @@ def family_detail(check: FamilyCheck) -> str:
         return COMMAND_PURITY
     if check.first is None:
         return _passed_detail(check)
-    if check.first.not_run == "stopped":  # the same for every fixture: said once
+    if check.first.not_run in ("stopped", "lossy"):  # the same for every fixture: said once
         return failure_detail(check.first)
     where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
     more = check.more
