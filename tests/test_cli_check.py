@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from qkvcli import __version__
 from qkvcli.cli import main
+from qkvcli.cli.options import ViewSettings
 
 from .conftest import CHAPTER_FIXTURE
 
@@ -260,3 +261,35 @@ def test_one_protocol_problem_is_said_first_once_and_stops_the_rest(
     assert "qkv: FAILED: protocol\n" in result.stderr
     xml = junit.read_text(encoding="utf-8")
     assert 'failures="1"' in xml and 'skipped="8"' in xml
+
+
+def test_a_slow_check_draws_a_progress_bar_on_a_terminal_only(runner: CliRunner) -> None:
+    import io
+
+    from rich.console import Console
+
+    from qkvcli.cli.check import CheckProgress, check_progress
+    from qkvcli.conformance.cases import chapter_case
+    from qkvcli.conformance.run import run_checks
+    from qkvcli.conformance.target import start_python
+
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=80, color_system=None)
+    seen: list[tuple[str, int, int, int]] = []
+
+    def record(family: str, done: int, total: int, calls: int) -> None:
+        seen.append((family, done, total, calls))
+        bar(family, done, total, calls)
+
+    with CheckProgress(console, delay=0.0) as bar, start_python(NUMPY, 10.0) as client:
+        result = run_checks(client, [chapter_case()], 1e-9, record)
+    assert result.passed
+    assert [family for family, _, _, calls in seen if calls == 0] == ["forward"]
+    assert [done for _, done, _, _ in seen] == sorted(done for _, done, _, _ in seen)
+    assert seen[-1][0] == "purity" and seen[-1][3] == result.checks[6].calls
+    assert "qkv check" in stream.getvalue() and "calls" in stream.getvalue()
+    quiet = io.StringIO()
+    with CheckProgress(Console(file=quiet, force_terminal=True), delay=3600.0) as late:
+        late("forward", 0, 8, 0)
+    assert quiet.getvalue() == ""
+    assert check_progress(ViewSettings()) is None  # pytest's stderr is no terminal

@@ -10,8 +10,11 @@ says ``qkv: interrupted`` once a ``--command`` program has been ended).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +151,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     check_outputs([output, junit, *(path for _, path in view.exports)],
                   [implementation, *expand_fixtures(paths)])
     cases = build_cases(paths, random_count, seed, max_elements)
-    result = _run(spec, command, cases, tolerance, timeout)
+    result = _run(spec, command, cases, tolerance, timeout, view)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown))
     if junit is not None:
@@ -169,18 +172,76 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         raise SystemExit(EXIT_FAILED)
 
 
+PROGRESS_DELAY = 1.0
+"""Seconds a check runs before its progress bar appears (a quick check never shows one)."""
+
+
+class CheckProgress:
+    """A transient bar on stderr: the families done, the one running and the calls so far.
+
+    Drawn only once the check has run :data:`PROGRESS_DELAY` seconds; use it as a
+    context manager so the bar is always removed.
+    """
+
+    def __init__(self, console: Any, delay: float = PROGRESS_DELAY) -> None:
+        self.console = console
+        self.delay = delay
+        self.started = time.monotonic()
+        self.progress: Any = None
+        self.task: Any = None
+
+    def __call__(self, family: str, done: int, total: int, calls: int) -> None:
+        if self.progress is None:
+            if time.monotonic() - self.started < self.delay:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(TextColumn("qkv check"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.description}"),
+                                     console=self.console, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total)
+        self.progress.update(self.task, completed=done, total=total,
+                             description=f"{family}, {calls} calls")
+
+    def __enter__(self) -> CheckProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def check_progress(view: ViewSettings) -> CheckProgress | None:
+    """A progress reporter when stderr is an interactive terminal, else ``None``."""
+    try:
+        if not sys.stderr.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    from qkvcli.cli.console import make_console
+
+    console = make_console(view, stderr=True)
+    return CheckProgress(console) if console.is_interactive else None
+
+
 def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,
-         timeout: float) -> ConformanceResult:
-    """Every family on ``cases``: a ``--command`` program (always ended) or a Python IMPL."""
+         timeout: float, view: ViewSettings) -> ConformanceResult:
+    """Every family on ``cases``: a ``--command`` program or a Python IMPL's runner (both
+    always ended), with a progress bar on a terminal."""
     from qkvcli.conformance.run import run_checks
 
-    if command is not None:
-        from qkvcli.conformance.client import CommandClient
+    progress = check_progress(view)
+    with contextlib.ExitStack() as stack:
+        if progress is not None:
+            stack.enter_context(progress)
+        if command is not None:
+            from qkvcli.conformance.client import CommandClient
 
-        with CommandClient(command, timeout) as client:
-            return run_checks(client, cases, tolerance)
-    from qkvcli.conformance.target import start_python
+            client = stack.enter_context(CommandClient(command, timeout))
+        else:
+            from qkvcli.conformance.target import start_python
 
-    assert spec is not None
-    with start_python(spec, timeout) as implementation:
-        return run_checks(implementation, cases, tolerance)
+            assert spec is not None
+            client = stack.enter_context(start_python(spec, timeout))
+        return run_checks(client, cases, tolerance, progress)

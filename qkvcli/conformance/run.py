@@ -10,7 +10,7 @@ failed protocol comes first: it explains the families it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qkvcli.conformance.behaviour import check_independence, check_purity, check_replay
 from qkvcli.conformance.boundaries import check_errors, check_shapes
@@ -37,16 +37,29 @@ COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
 )
 
 
-def run_checks(implementation: Implementation, cases: list[Case],
-               tolerance: float) -> ConformanceResult:
+Progress = Callable[[str, int, int, int], None]
+"""Told ``(family, families done, families in all, calls so far)`` before each family
+and after each call (the CLI draws a progress bar from it)."""
+
+
+def run_checks(implementation: Implementation, cases: list[Case], tolerance: float,
+               progress: Progress | None = None) -> ConformanceResult:
     """Every family on every case; for a ``--command`` program, ends the conversation too.
 
     ``tolerance`` bounds the scaled error against qkv's engine (forward, reverse,
     independence); the gradient check uses each case's own tolerance.
     """
-    session = Session(implementation, cases, tolerance)
+    current: dict[str, Any] = {"family": "", "done": 0}
+
+    def on_call(calls: int) -> None:
+        if progress is not None:
+            progress(current["family"], current["done"], len(COMPUTE_ORDER), calls)
+
+    session = Session(implementation, cases, tolerance, on_call)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
-    for name, family in COMPUTE_ORDER:
+    for done, (name, family) in enumerate(COMPUTE_ORDER):
+        current.update(family=name, done=done)
+        on_call(session.calls)
         found[name] = family(session)
     stderr = ""
     implementation.finish()

@@ -9,6 +9,7 @@ are computed once and shared by the families.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,8 +33,9 @@ class Session:
     """The implementation, the fixtures, the tolerance, and what the calls found so far."""
 
     def __init__(self, implementation: Implementation, cases: list[Case],
-                 tolerance: float) -> None:
+                 tolerance: float, on_call: Callable[[int], None] | None = None) -> None:
         self.implementation = implementation
+        self.on_call = on_call  # told the number of calls so far, after each
         self.cases = cases
         self.tolerance = tolerance
         self.impurities: list[Failure] = []
@@ -52,6 +54,8 @@ class Session:
         originals = tuple(np.asarray(arg, dtype=np.float64) for arg in args)
         copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
         self.calls += 1
+        if self.on_call is not None:
+            self.on_call(self.calls)
         try:
             if operation == "forward":
                 return self.implementation.forward(*copies)
