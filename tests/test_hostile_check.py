@@ -346,3 +346,11 @@ def test_a_ctrl_c_ends_the_implementation(tmp_path, monkeypatch):
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(pid)
+
+
+def test_a_fixture_whose_results_overflow_is_refused_for_check(tmp_path):
+    huge = fixture(input=[[[1e200, 2, -1], [0, 1, 2]]],
+                   weights={**BASE["weights"], "query": [[1e200, 0], [0, 1], [1, -1]]})
+    path = write(tmp_path / "overflow.json", huge)
+    refused(invoke("check", NUMPY, str(path), "--random", "0"),
+            "overflow.json: its query overflows float64", "finite results only")

@@ -88,13 +88,23 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
     """The chapter fixture, each given fixture (directories expanded), the precision
     fixture, then ``count`` random ones."""
-    from qkvcli.conformance.cases import chapter_case, fixture_case, precision_case, random_cases
+    from qkvcli.conformance.cases import (
+        chapter_case,
+        fixture_case,
+        overflowing,
+        precision_case,
+        random_cases,
+    )
 
     chapter = chapter_case()
     given = [fixture_case(label_of(path), load(path, max_elements))
              for path in expand_fixtures(paths)]
     for case in given:
         _check_request_size(case, max_elements)
+        overflow = overflowing(case)
+        if overflow is not None:
+            raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
+                             "compares finite results only (the protocol carries no infinity)")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
 

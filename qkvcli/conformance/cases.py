@@ -105,3 +105,22 @@ def random_cases(count: int, seed: int, step: float, tolerance: float) -> list[C
     rng = SplitMix64(seed)
     return [_drawn("random-{}[{},{},{}->{}]".format(number, *shape), shape, rng, step, tolerance)
             for number, shape in enumerate(random_shapes(count, rng), 1)]
+
+
+def overflowing(case: Case) -> str | None:
+    """The first of qkv's results on ``case`` that is not finite (``"query"``,
+    ``"grad_w_key"``...), or ``None``: such a fixture cannot be checked, since the
+    protocol carries finite numbers only and inf - inf has no error to measure."""
+    import numpy as np
+
+    from qkvcli.core.names import BRANCHES, GRADIENTS
+    from qkvcli.core.projections import QkvProjections
+
+    layer = QkvProjections.from_arrays(*case.weights)
+    with np.errstate(all="ignore"):
+        outputs = layer.forward(case.input)
+        gradients = layer.backward(case.input, *case.upstream)
+    named = [*zip(BRANCHES, (outputs.query, outputs.key, outputs.value), strict=True),
+             *zip(GRADIENTS, (gradients.grad_input, gradients.grad_w_query,
+                              gradients.grad_w_key, gradients.grad_w_value), strict=True)]
+    return next((name for name, values in named if not np.isfinite(values).all()), None)
