@@ -129,9 +129,9 @@ def test_calls_after_a_breakage_fail_without_waiting() -> None:
     with CommandClient(f"{FAKE} crash", 5.0) as client:
         zeros = np.zeros((1, 1, 1))
         with pytest.raises(Broken):
-            client.forward(zeros, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)))
+            client.call("forward", (zeros, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))))
         with pytest.raises(Broken, match="stopped earlier"):
-            client.forward(zeros, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)))
+            client.call("forward", (zeros, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))))
 
 
 @pytest.mark.parametrize("command", ["", "/nonexistent/qkv-program", "'unbalanced"],

@@ -34,6 +34,7 @@ from typing import Any
 
 from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, Rejected
 from qkvcli.conformance.wire import (
+    OPERATIONS,
     VERSION,
     Malformed,
     check_id,
@@ -47,8 +48,6 @@ from qkvcli.conformance.wire import (
     reply_values,
 )
 from qkvcli.core.arrays import Array
-from qkvcli.core.names import BRANCHES as FORWARD_NAMES
-from qkvcli.core.names import GRADIENTS as BACKWARD_NAMES
 from qkvcli.core.text import printable
 
 EXIT_WAIT = 2.0  # seconds a program may take to exit after end of input (or a signal)
@@ -78,11 +77,11 @@ class CommandClient:
 
     is_command = True
     has_backward = True
+    operations: tuple[str, ...] = ("forward", "backward")
     reports_changes = False  # only qkv's own Python runner says what a call changed
     _changes: tuple[Any, ...] = ()
 
-    def take_changes(self) -> list[tuple[str, str, str, str]]:
-        """What the runner saw the last call change (``[]`` for a ``--command`` program)."""
+    def take_changes(self) -> list[tuple[str, str, str, str]]:  # [] for a --command program
         return [(change[0], change[1], change[2], change[3]) for change in self._changes
                 if isinstance(change, list) and len(change) == 4
                 and all(isinstance(part, str) for part in change)]
@@ -292,30 +291,38 @@ class CommandClient:
                 said = json.dumps(reply.get("version"))
                 raise self._break("hello", f"request 0 (hello): the program speaks version "
                                   f"{printable(said)}, not the integer {VERSION}")
-            self.has_backward = "backward" in self._operations(reply)
+            self._offered(reply)
         except Broken:
             pass  # kept in self.problem: the protocol family reports it
 
-    def _operations(self, reply: dict[str, Any]) -> tuple[str, ...]:
-        """The optional ``"ops"`` of the hello reply (both operations when absent).
+    def _offered(self, reply: dict[str, Any]) -> None:
+        """Take the operations hello's reply offers. Raises :class:`Broken`."""
+        self.operations = self._operations(reply)
+        self.has_backward = "backward" in self.operations
 
-        A program without a backward answers ``{"id": 0, "version": 1, "ops": ["forward"]}``
-        and is never sent a backward request. Unknown names are ignored. Raises :class:`Broken`.
+    def _operations(self, reply: dict[str, Any]) -> tuple[str, ...]:
+        """The optional ``"ops"`` of the hello reply (forward and backward when absent).
+
+        Without ``backward`` (``"ops": ["forward"]``) none is sent; unknown names are
+        ignored; head operations are ``head_forward``, ``head_backward``. Raises :class:`Broken`.
         """
         ops = reply.get("ops", ["forward", "backward"])
         if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
             raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must be a '
                               "list of strings")
-        if "forward" not in ops:
+        if "forward" not in ops and "head_forward" not in ops:
             raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must '
-                              'include "forward"')
-        return tuple(ops)
+                              'include "forward" or "head_forward"')
+        pairs = {"backward": "forward", "head_backward": "head_forward"}  # judged with it
+        return tuple(op for op in OPERATIONS if op in ops and pairs.get(op, op) in ops)
 
-    def _call(self, operation: str, tensors: dict[str, Array],
-              names: tuple[str, ...]) -> tuple[Array, ...]:
+    def _call(self, operation: str, tensors: dict[str, Array], names: tuple[str, ...],
+              causal: bool | None = None) -> tuple[Array, ...]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
         message.update({key: encode_tensor(value) for key, value in tensors.items()})
+        if causal is not None:
+            message["causal"] = bool(causal)
         values = reply_values(operation, tensors)
         reply = self._exchange(operation, message, values)
         self.requests += 1
@@ -331,15 +338,12 @@ class CommandClient:
             where = f"request {self._next_id} ({operation})"
             raise self._break(operation, f"{where}: malformed reply: {error}") from None
 
-    def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
-        tensors = {"input": x, "w_query": w_query, "w_key": w_key, "w_value": w_value}
-        return self._call("forward", tensors, FORWARD_NAMES)
-
-    def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
-                 grad_query: Array, grad_key: Array, grad_value: Array) -> tuple[Array, ...]:
-        tensors = {"input": x, "w_query": w_query, "w_key": w_key, "w_value": w_value,
-                   "grad_query": grad_query, "grad_key": grad_key, "grad_value": grad_value}
-        return self._call("backward", tensors, BACKWARD_NAMES)
+    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
+        """One request of ``operation`` (its fields in :data:`OPERATIONS` order)."""
+        keys, names = OPERATIONS[operation]
+        fields = dict(zip(keys, args, strict=True))
+        causal = fields.pop("causal", None)
+        return self._call(operation, fields, names, causal)
 
     def finish(self) -> None:
         """Say bye, expect ``{"id": n}``, and expect the program to exit by itself."""

@@ -33,7 +33,8 @@ class MissingForward(ImplementationError):
     def __init__(self, spec: str) -> None:
         self.spec = spec
         super().__init__(
-            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function"
+            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function "
+            "nor head_forward(x, w_query, w_key, w_value, causal)"
         )
 
 

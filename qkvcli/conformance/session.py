@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
 BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_query", "grad_key", "grad_value")
+HEAD_BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_output")
 
 
 class Session:
@@ -39,6 +40,8 @@ class Session:
         self.cases = cases
         self.tolerance = tolerance
         self.impurities: list[Failure] = []
+        self.head_impurities: list[Failure] = []
+        self.head_calls = 0
         # Fixtures whose forward agrees only to a writer's or float32's precision (the
         # forward family's diagnosis): central differences of it would measure noise.
         self.lossy: set[int] = set()
@@ -50,16 +53,16 @@ class Session:
     # --- calls with fresh copies --------------------------------------------------------
 
     def _checked(self, case: Case, operation: str, names: tuple[str, ...],
-                 args: tuple[Array, ...]) -> tuple[Array, ...]:
+                 args: tuple[Array, ...], causal: bool | None = None) -> tuple[Array, ...]:
         originals = tuple(np.asarray(arg, dtype=np.float64) for arg in args)
         copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
         self.calls += 1
         if self.on_call is not None:
             self.on_call(self.calls)
+        # A head's causal flag comes after the weights, as in its Python signature.
+        sent = copies if causal is None else (*copies[:4], causal, *copies[4:])
         try:
-            if operation == "forward":
-                return self.implementation.forward(*copies)
-            return self.implementation.backward(*copies)
+            return self.implementation.call(operation, sent)
         finally:
             if not self.implementation.is_command:
                 self._record_changes(case, operation, names, originals, copies)
@@ -75,8 +78,10 @@ class Session:
 
     def _impure(self, case: Case, operation: str, name: str, where: str, old: str,
                 new: str) -> None:
-        self.impurities.append(Failure(
-            "purity", case.label, f"{name}{where}",
+        family = "head-purity" if operation.startswith("head_") else "purity"
+        found = self.head_impurities if family == "head-purity" else self.impurities
+        found.append(Failure(
+            family, case.label, f"{name}{where}",
             f"{operation} changed its argument {name}{where} from {old} to {new}"))
 
     def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> tuple[Array, ...]:
@@ -87,6 +92,19 @@ class Session:
                       upstream: tuple[Array, ...]) -> tuple[Array, ...]:
         """``backward(x, *weights, *upstream)``. Raises a :class:`CallFailed` subclass."""
         return self._checked(case, "backward", BACKWARD_ARGUMENTS, (x, *weights, *upstream))
+
+    def call_head_forward(self, case: Case, x: Array, weights: tuple[Array, ...],
+                          causal: bool) -> tuple[Array, ...]:
+        """``head_forward(x, *weights, causal)``. Raises a :class:`CallFailed` subclass."""
+        self.head_calls += 1
+        return self._checked(case, "head_forward", FORWARD_ARGUMENTS, (x, *weights), causal)
+
+    def call_head_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
+                           causal: bool, grad_output: Array) -> tuple[Array, ...]:
+        """``head_backward(x, *weights, causal, grad_output)``. Raises a :class:`CallFailed`."""
+        self.head_calls += 1
+        return self._checked(case, "head_backward", HEAD_BACKWARD_ARGUMENTS,
+                             (x, *weights, grad_output), causal)
 
     # --- the shared first results -------------------------------------------------------
 

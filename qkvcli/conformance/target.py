@@ -39,6 +39,7 @@ from qkvcli.conformance.errors import (
     MissingForward,
     Rejected,
 )
+from qkvcli.conformance.wire import OPERATIONS
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import printable
@@ -48,21 +49,20 @@ from qkvcli.reading.files import InputFileError, read_limited
 # What forward and backward give, in order, as the protocol and the reports name them.
 FORWARD_NAMES = BRANCHES
 BACKWARD_NAMES = GRADIENTS
-
-
 class Implementation(Protocol):
-    """What the families call. ``forward``/``backward`` raise :class:`CallFailed` subclasses."""
+    """What the families call. Each operation raises :class:`CallFailed` subclasses.
+
+    ``operations`` lists those it provides (of :data:`OPERATIONS`); ``has_backward``
+    says whether ``backward`` is one of them.
+    """
 
     label: str
     has_backward: bool
     is_command: bool
+    operations: tuple[str, ...]
 
-    def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
-        ...
-
-    def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
-                 grad_query: Array, grad_key: Array, grad_value: Array) -> tuple[Array, ...]:
-        ...
+    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
+        """``operation`` on ``args`` (in :data:`OPERATIONS` order): its result tensors."""
 
     def finish(self) -> None:
         """End the conversation cleanly (a ``--command`` program says bye and exits)."""
@@ -118,18 +118,28 @@ def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Arr
 
 
 class PythonImplementation:
-    """``forward``/``backward`` functions of a loaded module, called with fresh arrays."""
+    """The functions of a loaded module (``forward``, ``backward``, ``head_forward``,
+    ``head_backward``, those it defines), called with fresh arrays."""
 
     is_command = False
 
-    def __init__(self, label: str, forward: Callable[..., Any],
-                 backward: Callable[..., Any] | None) -> None:
+    def __init__(self, label: str, forward: Callable[..., Any] | None,
+                 backward: Callable[..., Any] | None = None,
+                 head_forward: Callable[..., Any] | None = None,
+                 head_backward: Callable[..., Any] | None = None) -> None:
         self.label = label
         self._forward = forward
         self._backward = backward
+        found = {"forward": forward, "backward": backward, "head_forward": head_forward,
+                 "head_backward": head_backward}
+        self._functions = {name: f for name, f in found.items() if f is not None}
+        self.operations = tuple(self._functions)
         self.has_backward = backward is not None
 
-    def _call(self, operation: str, function: Callable[..., Any], args: tuple[Array, ...],
+    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
+        return self._call(operation, self._functions[operation], args, OPERATIONS[operation][1])
+
+    def _call(self, operation: str, function: Callable[..., Any], args: tuple[Any, ...],
               names: tuple[str, ...]) -> tuple[Array, ...]:
         try:
             # Debugging prints go to stderr, so they never spoil qkv's report on stdout.
@@ -141,6 +151,7 @@ class PythonImplementation:
         return as_tensors(operation, result, names)
 
     def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
+        assert self._forward is not None
         return self._call("forward", self._forward, (x, w_query, w_key, w_value), FORWARD_NAMES)
 
     def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
@@ -209,12 +220,18 @@ def load_python(spec: str) -> PythonImplementation:
         raise ImplementationImportFailed(spec, f"{type(error).__name__}: {error}") from None
     except BaseException as error:  # whatever the import raised
         raise ImplementationImportFailed(spec, said(error)) from None
-    forward = getattr(module, "forward", None)
-    if not callable(forward):
+    found = {}
+    for name in OPERATIONS:
+        function = getattr(module, name, None)
+        found[name] = function if callable(function) else None
+    if found["forward"] is None and found["head_forward"] is None:
         raise MissingForward(spec)
-    backward = getattr(module, "backward", None)
-    return PythonImplementation(printable(spec, None), forward,
-                                backward if callable(backward) else None)
+    if found["forward"] is None:
+        found["backward"] = None  # a projection backward is judged with its forward only
+    if found["head_forward"] is None:
+        found["head_backward"] = None
+    return PythonImplementation(printable(spec, None), found["forward"], found["backward"],
+                                found["head_forward"], found["head_backward"])
 
 
 # --- the runner: a Python implementation in a child process qkv owns ---------------------
@@ -234,8 +251,7 @@ def _load_error(spec: str) -> tuple[PythonImplementation | None, dict[str, Any]]
         return None, {"error": error.cause, "load": "import-failed"}
     except MissingForward:
         return None, {"error": "no forward", "load": "no-forward"}
-    ops = ["forward", "backward"] if implementation.has_backward else ["forward"]
-    return implementation, {"version": 1, "ops": ops}
+    return implementation, {"version": 1, "ops": list(implementation.operations)}
 
 
 def _changes(names: tuple[str, ...], originals: list[Array],
@@ -255,22 +271,17 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> di
     from qkvcli.conformance.wire import decode_tensor, encode_tensor
 
     operation = request.get("op")
-    keys = ["input", "w_query", "w_key", "w_value"]
-    if operation == "backward":
-        keys += ["grad_query", "grad_key", "grad_value"]
-    elif operation != "forward":
+    if operation not in implementation.operations:
         return {"error": f"unknown op {json.dumps(operation)}"}
-    arguments = [decode_tensor(request, key, sys.maxsize) for key in keys]
-    originals = [np.array(argument, copy=True) for argument in arguments]
+    keys, names = OPERATIONS[str(operation)]
+    arguments: list[Any] = [request.get(key) is True if key == "causal"
+                            else decode_tensor(request, key, sys.maxsize) for key in keys]
+    tensors = [(key, argument) for key, argument in zip(keys, arguments, strict=True)
+               if key != "causal"]
+    originals = [np.array(argument, copy=True) for _, argument in tensors]
     reply: dict[str, Any] = {}
-    names: tuple[str, ...]
     try:
-        if operation == "forward":
-            results = implementation.forward(*arguments)
-            names = FORWARD_NAMES
-        else:
-            results = implementation.backward(*arguments)
-            names = BACKWARD_NAMES
+        results = implementation.call(str(operation), tuple(arguments))
         for name, result in zip(names, results, strict=True):
             if not np.isfinite(result).all():
                 raise BadResult(str(operation), f"{operation}'s {name} holds NaN or infinity")
@@ -279,7 +290,8 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> di
         reply = {"error": error.message, "bad_result": True}
     except Rejected as error:
         reply = {"error": error.message}
-    changed = _changes(("x", *keys[1:]), originals, arguments)
+    changed = _changes(tuple("x" if key == "input" else key for key, _ in tensors), originals,
+                       [argument for _, argument in tensors])
     if changed:
         reply["changed"] = changed
     return reply
@@ -381,8 +393,7 @@ class PythonClient(CommandClient):
             raise MissingForward(self.spec)
         if error is not None:
             raise error(self.spec, str(reply.get("error")))
-        ops = reply.get("ops")
-        self.has_backward = isinstance(ops, list) and "backward" in ops
+        self._offered(reply)
 
     def protocol_detail(self) -> tuple[bool, str]:
         """Whether the child answered every call (its process may have died or hung)."""

@@ -19,9 +19,24 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import ERROR_TEXT_LIMIT, printable
 
 VERSION = 1
+HEAD_FORWARD_NAMES = ("scores", "weights", "output")
+HEAD_BACKWARD_NAMES = GRADIENTS
+OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "forward": (("input", "w_query", "w_key", "w_value"), BRANCHES),
+    "backward": (("input", "w_query", "w_key", "w_value", "grad_query", "grad_key",
+                  "grad_value"), GRADIENTS),
+    "head_forward": (("input", "w_query", "w_key", "w_value", "causal"), HEAD_FORWARD_NAMES),
+    "head_backward": (("input", "w_query", "w_key", "w_value", "causal", "grad_output"),
+                      HEAD_BACKWARD_NAMES),
+}
+"""Each operation's request fields (the protocol's names, in the Python functions' order)
+and the tensors its reply gives. ``causal`` is a boolean, every other field a tensor."""
+
+
 BYTES_PER_VALUE = 32
 """Room for one number in a reply: the longest shortest-round-trip spelling of a binary64
 (``-2.2250738585072014e-308``, 24 characters), a separator and spaces."""
@@ -103,9 +118,13 @@ def reply_values(operation: str, tensors: dict[str, Array]) -> int:
     x = tensors["input"]
     weights = [tensors[name] for name in ("w_query", "w_key", "w_value")]
     sent = sum(extent(array.shape) for array in tensors.values())
+    widest = max(max((int(w.shape[-1]) for w in weights if w.ndim), default=1), 1)
     if operation == "forward":
-        widest = max((int(w.shape[-1]) for w in weights if w.ndim), default=1)
-        answer = 3 * extent(x.shape[:-1]) * max(widest, 1)
+        answer = 3 * extent(x.shape[:-1]) * widest
+    elif operation == "head_forward":
+        # scores and weights [B,T,T], output [B,T,d_v]
+        tokens = int(x.shape[1]) if x.ndim > 1 else 1
+        answer = extent(x.shape[:-1]) * (2 * max(tokens, 1) + widest)
     else:
         answer = extent(x.shape) + sum(extent(w.shape) for w in weights)
     return max(answer, sent)
