@@ -293,3 +293,20 @@ def test_a_slow_check_draws_a_progress_bar_on_a_terminal_only(runner: CliRunner)
         late("forward", 0, 8, 0)
     assert quiet.getvalue() == ""
     assert check_progress(ViewSettings()) is None  # pytest's stderr is no terminal
+
+
+def test_a_head_is_checked_in_its_own_process_with_the_head_families(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["check", str(EXAMPLES / "numpy_head.py"), "-f", "json",
+                                  "--random", "0"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    names = [c["name"] for c in document["checks"]]
+    assert names[:8] == FAMILIES and names[8:] == [
+        "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes",
+        "head-errors", "head-replay", "head-purity", "head-gradcheck"]
+    wrong = runner.invoke(main, ["check", str(EXAMPLES / "wrong_head_unstable.py"), "-f", "text",
+                                 "--random", "0"])
+    assert wrong.exit_code == 1
+    softmax = next(line for line in wrong.stdout.splitlines() if line.startswith("softmax "))
+    assert "the softmax does not subtract the row maximum before exp" in softmax
+    assert wrong.stdout.splitlines()[-1] == "verdict: FAIL (9 of 10 checks passed)"

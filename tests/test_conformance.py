@@ -17,7 +17,7 @@ from qkvcli.conformance.errors import (
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.conformance.result import FAMILIES, ConformanceResult
+from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, ConformanceResult
 from qkvcli.conformance.run import run_checks
 from qkvcli.conformance.target import PythonImplementation, load_python
 from qkvcli.render.conformance import family_detail
@@ -47,7 +47,7 @@ def by_name(result: ConformanceResult) -> dict[str, Any]:
 
 def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> None:
     result = check_example("numpy_qkv.py", cases)
-    assert [c.name for c in result.checks] == [f for f in FAMILIES if f != "protocol"]
+    assert [c.name for c in result.checks] == list(PROJECTION_FAMILIES)
     assert result.passed, result.checks
     assert result.failures == ()
 
@@ -261,3 +261,58 @@ def test_random_cases_are_seeded_and_start_with_the_special_shapes() -> None:
     assert any(h == 1 for _, _, _, h in shapes)
     assert all(np.array_equal(a.input, b.input) for a, b in zip(first, again, strict=True))
     assert not np.array_equal(first[0].input, random_cases(1, 8, 1e-6, 2e-6)[0].input)
+
+
+HEAD_FAMILIES = ["head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes",
+                 "head-errors", "head-replay", "head-purity", "head-gradcheck"]
+
+
+def test_the_correct_numpy_head_passes_the_projection_and_head_families(cases: list[Case]) -> None:
+    result = check_example("numpy_head.py", cases)
+    assert [c.name for c in result.checks] == [f for f in FAMILIES if f != "protocol"]
+    assert [c.name for c in result.checks][8:] == HEAD_FAMILIES
+    assert result.passed, [family_detail(c) for c in result.checks if not c.passed]
+    assert "large scores do not overflow" in family_detail(by_name(result)["softmax"])
+
+
+WRONG_HEADS = [
+    ("wrong_head_unscaled.py", "scaling", "scores are Q K^T: the 1/sqrt(d_k) scaling is missing"),
+    ("wrong_head_unstable.py", "softmax",
+     "overflow: the softmax does not subtract the row maximum before exp"),
+    ("wrong_head_diagonal.py", "mask", "the causal mask hides the diagonal too"),
+    ("wrong_head_after_softmax.py", "mask",
+     "the mask is applied after the softmax: masked rows no longer sum to 1"),
+    ("wrong_head_no_rowsum.py", "head-reverse",
+     "the softmax backward lacks its row-sum term (dZ = A * dA)"),
+    ("wrong_head_dv_uses_a.py", "head-reverse",
+     "grad_value is computed with A instead of A^T (dV = A dO)"),
+    ("wrong_head_dk_uses_ds.py", "head-reverse",
+     "grad_key is computed with dS instead of dS^T (dK = dS Q)"),
+]
+
+
+@pytest.mark.parametrize(("example", "family", "named"), WRONG_HEADS,
+                         ids=[row[0][len("wrong_head_"):-3] for row in WRONG_HEADS])
+def test_each_wrong_head_fails_its_family_naming_the_bug(
+    cases: list[Case], example: str, family: str, named: str,
+) -> None:
+    result = check_example(example, cases)
+    checks = by_name(result)
+    assert "forward" not in checks  # a head alone: the projection families are not listed
+    assert not checks[family].passed and checks[family].outcome == "failed"
+    assert named in family_detail(checks[family])
+    assert not result.passed
+
+
+def test_a_head_without_backward_fails_its_reverse_families_as_not_applicable(
+    cases: list[Case],
+) -> None:
+    import numpy_head
+
+    result = run_checks(PythonImplementation("head", None, None, numpy_head.head_forward),
+                        cases, 1e-9)
+    checks = by_name(result)
+    for family in ("head-reverse", "head-gradcheck"):
+        assert family_detail(checks[family]) == "not applicable: no backward"
+    assert checks["head-forward"].passed and checks["mask"].passed
+    assert not result.passed

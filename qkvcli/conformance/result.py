@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from qkvcli.core.record import Record
 
-FAMILIES: tuple[str, ...] = (
-    "forward", "reverse", "shapes", "errors", "independence", "replay", "purity",
-    "gradcheck", "protocol",
+PROJECTION_FAMILIES: tuple[str, ...] = (
+    "forward", "reverse", "shapes", "errors", "independence", "replay", "purity", "gradcheck",
 )
+HEAD_FAMILIES: tuple[str, ...] = (
+    "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes", "head-errors",
+    "head-replay", "head-purity", "head-gradcheck",
+)
+FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, "protocol")
+"""Every family in report order: the projections' (an implementation with ``forward``),
+the head's (with ``head_forward``), then the protocol."""
 
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command", "not-run")
 """``passed`` and ``failed`` judge a family; ``no-backward`` (reverse and gradcheck of an
@@ -21,10 +27,11 @@ implementation without a backward: fails the check) and ``command`` (purity of a
 a family that could not run (a call it needed failed, or the implementation stopped):
 neither a pass nor a failure, it is not counted (the failure that stopped it is)."""
 
-NOT_RUN: tuple[str, ...] = ("stopped", "forward", "backward", "lossy")
+NOT_RUN: tuple[str, ...] = ("stopped", "forward", "backward", "lossy", "head")
 """Why a family could not run on a fixture: the implementation stopped answering (the
 protocol family says why), its forward or backward failed on the fixture (the forward or
-reverse family says how), or its forward is too imprecise for central differences."""
+reverse family says how), its forward is too imprecise for central differences, or its
+head is wrong before the family's step (head-forward says how)."""
 
 
 class Failure(Record):

@@ -10,11 +10,13 @@ failed protocol comes first: it explains the families it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.conformance.behaviour import check_independence, check_purity, check_replay
 from qkvcli.conformance.boundaries import check_errors, check_shapes
 from qkvcli.conformance.cases import Case
+from qkvcli.conformance.heads import HEAD_ORDER, Heads
 from qkvcli.conformance.numerical import check_gradcheck
 from qkvcli.conformance.result import FAMILIES, ConformanceResult, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session
@@ -50,17 +52,25 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     independence); the gradient check uses each case's own tolerance.
     """
     current: dict[str, Any] = {"family": "", "done": 0}
+    total = [len(COMPUTE_ORDER)]
 
     def on_call(calls: int) -> None:
         if progress is not None:
-            progress(current["family"], current["done"], len(COMPUTE_ORDER), calls)
+            progress(current["family"], current["done"], total[0], calls)
 
     session = Session(implementation, cases, tolerance, on_call)
+    heads = Heads(session)
+    order: list[tuple[str, Callable[[], tuple[FamilyCheck, list[Failure]]]]] = []
+    if "forward" in implementation.operations:
+        order += [(name, partial(family, session)) for name, family in COMPUTE_ORDER]
+    if "head_forward" in implementation.operations:
+        order += [(name, partial(head_family, heads)) for name, head_family in HEAD_ORDER]
+    total[0] = len(order)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
-    for done, (name, family) in enumerate(COMPUTE_ORDER):
+    for done, (name, family) in enumerate(order):
         current.update(family=name, done=done)
         on_call(session.calls)
-        found[name] = family(session)
+        found[name] = family()
     stderr = ""
     implementation.finish()
     protocol = getattr(implementation, "protocol_detail", None)

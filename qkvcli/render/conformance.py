@@ -56,13 +56,50 @@ def _passed_detail(check: FamilyCheck) -> str:
     if name == "gradcheck":
         worst = f"; worst {check.finding}" if check.finding else ""
         return f"{check.coordinates} coordinates on {on}{worst}"
-    return check.finding  # protocol: the conversation's own account
+    head = _passed_head_detail(check, on)
+    return head if head is not None else check.finding  # protocol: the conversation's own
+
+
+def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
+    """What a passing head family established (``None`` for the protocol)."""
+    name = check.name
+    if name == "head-forward":
+        return (f"scores, weights and output agree with qkv within {check.tolerance!r} on "
+                f"{on}, causal and not")
+    if name == "scaling":
+        return f"scores are Q K^T / sqrt(d_k) on {on} with d_k >= 2"
+    if name == "softmax":
+        large = ("large scores do not overflow" if check.calls else "large scores not probed "
+                 "(the non-causal head is wrong already, see head-forward)")
+        return f"rows of weights are >= 0 and sum to 1 on {on}; {large}"
+    if name == "mask":
+        return (f"causal=true hides exactly the later positions, after the scores and before "
+                f"the softmax; causal=false hides none ({on} with two tokens or more)")
+    if name == "head-reverse":
+        return (f"grad_input and the three weight gradients agree with qkv within "
+                f"{check.tolerance!r} on {on}, causal and not")
+    if name == "head-shapes":
+        keep = "head_forward and head_backward keep" if check.backward else "head_forward keeps"
+        return f"{keep} an empty batch, no tokens and one token on {on}"
+    if name == "head-errors":
+        count = 4 if check.backward else 3
+        return f"{count} bad head requests rejected on {on}"
+    if name == "head-replay":
+        calls = "head_forward and head_backward" if check.backward else "head_forward"
+        return f"two calls of {calls} agree bit for bit on {on}"
+    if name == "head-purity":
+        return f"arguments unchanged after all {check.calls} head calls"
+    if name == "head-gradcheck":
+        worst = f"; worst {check.finding}" if check.finding else ""
+        return f"{check.coordinates} coordinates on {on}, causal and not{worst}"
+    return None
 
 
 NOT_RUN_WHY = {
     "stopped": "the implementation stopped answering (see protocol)",
     "forward": "its forward failed (see forward)",
     "backward": "its backward failed (see reverse)",
+    "head": "its non-causal head_forward is wrong already (see head-forward)",
     "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
               "of it would measure the rounding, not the backward"),
 }
