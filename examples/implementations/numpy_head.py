@@ -1,4 +1,6 @@
-"""A correct attention head in NumPy, with the projections: ``qkv check examples/implementations/numpy_head.py``.
+"""A correct attention head in NumPy, with the projections.
+
+    qkv check examples/implementations/numpy_head.py
 
 ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights, output)``:
 ``scores = Q K^T / sqrt(d_k)`` before the mask ``[B,T,T]``, ``weights`` the row softmax
@@ -15,7 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from numpy_qkv import backward, forward, validate  # noqa: E402,F401  (the projections too)
+from numpy_qkv import backward, forward, validate  # noqa: F401  (the projections too)
 
 BUG = ""
 
@@ -62,6 +64,6 @@ def head_backward(x, w_query, w_key, w_value, causal, grad_output):
     grad_k = (grad_s if BUG == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ q  # dS^T Q
     rows = x.reshape(batch * tokens, d_model)
     grads = (grad_q, grad_k, grad_v)
-    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value)))
+    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
     grad_w = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
     return (grad_input + np.zeros_like(x), *grad_w)

@@ -146,9 +146,12 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                  backward=session.implementation.has_backward), failures
 
 
-def check_purity(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """No call changed its arguments (judged after every other family's calls)."""
+def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck, list[Failure]]:
+    """No call changed its arguments (judged after every other family's calls); as
+    ``head-purity``, no head call."""
     if session.implementation.is_command:
-        return not_applicable("purity", "command"), []
-    failures = list(session.impurities)
-    return judge("purity", failures, len(session.cases), calls=session.calls), failures
+        return not_applicable(family, "command"), []
+    head = family == "head-purity"
+    failures = list(session.head_impurities if head else session.impurities)
+    calls = session.head_calls if head else session.calls - session.head_calls
+    return judge(family, failures, len(session.cases), calls=calls), failures

@@ -2,7 +2,9 @@
 
 Comparing tensors: the scaled error, the first failing coordinate, and bitwise equality.
 
-Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch.
+Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch;
+for an attention head, the usual slips (:data:`FORWARD_BUGS`, :data:`BACKWARD_BUGS`),
+each computed from the same numbers by :func:`variant_forward` and :func:`variant_backward`.
 
 The reverse pass of the chapter: ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T`` (three paths
 add into the shared input) while ``dW_Q = X^T dQ`` stays branch-local. A wrong dX is
@@ -14,6 +16,8 @@ branches' and with all three summed.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from itertools import product
 from typing import NamedTuple
 
@@ -274,3 +278,89 @@ def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
             return (f"; {BRANCHES[index]} equals X W_{LETTERS[other]}: computed with the "
                     f"{BRANCHES[other]} weight")
     return ""
+
+
+# --- an attention head's slips, computed from the same numbers ---------------------------
+
+HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
+Bundle = tuple[Array, ...]
+
+
+def _softmax(z: Array, stable: bool = True) -> Array:
+    if z.size == 0:
+        return np.zeros(z.shape)
+    with np.errstate(all="ignore"):
+        shifted = z - np.max(z, axis=-1, keepdims=True) if stable else z
+        exps = np.exp(shifted)
+        result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
+    return result
+
+
+def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
+    """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
+    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``after-softmax``,
+    ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max)."""
+    with np.errstate(all="ignore"):
+        query, key, value = (x @ w for w in weights)  # [B,T,d] @ [d,h] -> [B,T,h]
+        raw = query @ np.swapaxes(key, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
+        d_k = max(int(weights[0].shape[1]), 1)
+        scale = {"unscaled": 1.0, "by-d_k": float(d_k)}.get(bug, math.sqrt(d_k))
+        scores = raw / scale
+        tokens = x.shape[1]
+        masked = (causal and bug != "no-mask") or bug == "always-mask"
+        above = np.triu(np.ones((tokens, tokens), dtype=bool), k=0 if bug == "diagonal" else 1)
+        z = scores
+        if masked and bug != "after-softmax":
+            z = np.where(above, HIDDEN if bug == "diagonal" else -np.inf, scores)
+        attention = _softmax(z, stable=bug != "unstable")
+        if masked and bug == "after-softmax":
+            attention = np.where(above, 0.0, attention)
+        return scores, attention, attention @ value
+
+
+def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
+                     bug: str = "") -> Bundle:
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``: ``no-rowsum``
+    (softmax backward ``A * dA``), ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``)."""
+    with np.errstate(all="ignore"):
+        query, key, value = (x @ w for w in weights)
+        _, a, _ = variant_forward(x, weights, causal)
+        grad_a = grad_output @ np.swapaxes(value, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
+        grad_v = (a if bug == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_output
+        row_sum = 0.0 if bug == "no-rowsum" else np.sum(grad_a * a, axis=-1, keepdims=True)
+        grad_s = a * (grad_a - row_sum) / math.sqrt(max(int(weights[0].shape[1]), 1))
+        grad_q = grad_s @ key  # [B,T,T] @ [B,T,h] -> [B,T,h]
+        grad_k = (grad_s if bug == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ query
+        batch, tokens, d_model = x.shape
+        rows = x.reshape(batch * tokens, d_model)
+        grads = (grad_q, grad_k, grad_v)
+        grad_x = sum((g @ w.T for g, w in zip(grads, weights, strict=True)), np.zeros_like(x))
+        flat = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
+        return grad_x, flat[0], flat[1], flat[2]
+
+
+FORWARD_BUGS = {
+    "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
+    "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
+    "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
+    "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
+    "no-mask": "causal=true is ignored: later positions are seen",
+    "always-mask": "the mask is applied with causal=false too",
+}
+BACKWARD_BUGS = {
+    "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
+    "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
+}
+
+
+def named_slip(got: Bundle, bugs: dict[str, str], compute: Callable[[str], Bundle],
+           tolerance: float) -> str | None:
+    """The words of the first bug whose results ``got`` equals (and the right ones do not)."""
+    right = compute("")
+    for bug, words in bugs.items():
+        candidate = compute(bug)
+        if all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
+                close(r, c, tolerance) for r, c in zip(right, candidate, strict=True)):
+            return words
+    return None

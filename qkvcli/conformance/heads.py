@@ -7,11 +7,9 @@ the row softmax of the masked scores and ``output = weights V``; and optionally
 grad_w_query, grad_w_key, grad_w_value)``. Each fixture is checked with ``causal``
 false and true; ``grad_output`` is the fixture's value upstream gradient.
 
-A wrong result is compared with the usual slips, each computed here from the same
-numbers: the scaling missing or by ``d_k``, a mask that hides the diagonal, a mask
-applied after the softmax or ignored, a softmax without the row maximum subtracted
-(only large scores tell it), and in the reverse pass a softmax backward without its
-row-sum term, ``dV = A dO`` instead of ``A^T dO``, ``dK = dS Q`` instead of ``dS^T Q``.
+A wrong result is compared with the usual slips (:mod:`~qkvcli.conformance.diagnose`),
+so its message names the one it matches; a softmax without the row maximum subtracted
+shows only on large scores, which :func:`check_softmax` probes.
 """
 
 from __future__ import annotations
@@ -23,8 +21,17 @@ from functools import partial
 import numpy as np
 
 from qkvcli.attention.head import AttentionHead
+from qkvcli.conformance.behaviour import check_purity
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import close, first_mismatch
+from qkvcli.conformance.diagnose import (
+    BACKWARD_BUGS,
+    FORWARD_BUGS,
+    close,
+    first_mismatch,
+    named_slip,
+    variant_backward,
+    variant_forward,
+)
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
 from qkvcli.conformance.numerical import Worst, check_case
 from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
@@ -34,94 +41,9 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 
 MODES = (False, True)  # causal
-HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
 LARGE = 30.0  # the input scale of the softmax probe: scaled scores in the thousands
 
 Bundle = tuple[Array, ...]
-
-
-def _mode(causal: bool) -> str:
-    return "causal" if causal else "non-causal"
-
-
-def _softmax(z: Array, stable: bool = True) -> Array:
-    if z.size == 0:
-        return np.zeros(z.shape)
-    with np.errstate(all="ignore"):
-        shifted = z - np.max(z, axis=-1, keepdims=True) if stable else z
-        exps = np.exp(shifted)
-        result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
-    return result
-
-
-def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
-    """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
-    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``after-softmax``,
-    ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max)."""
-    with np.errstate(all="ignore"):
-        query, key, value = (x @ w for w in weights)  # [B,T,d] @ [d,h] -> [B,T,h]
-        raw = query @ np.swapaxes(key, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
-        d_k = max(int(weights[0].shape[1]), 1)
-        scale = {"unscaled": 1.0, "by-d_k": float(d_k)}.get(bug, math.sqrt(d_k))
-        scores = raw / scale
-        tokens = x.shape[1]
-        masked = (causal and bug != "no-mask") or bug == "always-mask"
-        above = np.triu(np.ones((tokens, tokens), dtype=bool), k=0 if bug == "diagonal" else 1)
-        z = scores
-        if masked and bug != "after-softmax":
-            z = np.where(above, HIDDEN if bug == "diagonal" else -np.inf, scores)
-        attention = _softmax(z, stable=bug != "unstable")
-        if masked and bug == "after-softmax":
-            attention = np.where(above, 0.0, attention)
-        return scores, attention, attention @ value
-
-
-def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
-                     bug: str = "") -> Bundle:
-    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``: ``no-rowsum``
-    (softmax backward ``A * dA``), ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``)."""
-    with np.errstate(all="ignore"):
-        query, key, value = (x @ w for w in weights)
-        _, a, _ = variant_forward(x, weights, causal)
-        grad_a = grad_output @ np.swapaxes(value, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
-        grad_v = (a if bug == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_output
-        row_sum = 0.0 if bug == "no-rowsum" else np.sum(grad_a * a, axis=-1, keepdims=True)
-        grad_s = a * (grad_a - row_sum) / math.sqrt(max(int(weights[0].shape[1]), 1))
-        grad_q = grad_s @ key  # [B,T,T] @ [B,T,h] -> [B,T,h]
-        grad_k = (grad_s if bug == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ query
-        batch, tokens, d_model = x.shape
-        rows = x.reshape(batch * tokens, d_model)
-        grads = (grad_q, grad_k, grad_v)
-        grad_x = sum((g @ w.T for g, w in zip(grads, weights, strict=True)), np.zeros_like(x))
-        flat = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
-        return grad_x, flat[0], flat[1], flat[2]
-
-
-FORWARD_BUGS = {
-    "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
-    "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
-    "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
-    "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
-    "no-mask": "causal=true is ignored: later positions are seen",
-    "always-mask": "the mask is applied with causal=false too",
-}
-BACKWARD_BUGS = {
-    "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
-    "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
-    "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
-}
-
-
-def _named(got: Bundle, bugs: dict[str, str], compute: Callable[[str], Bundle],
-           tolerance: float) -> str | None:
-    """The words of the first bug whose results ``got`` equals (and the right ones do not)."""
-    right = compute("")
-    for bug, words in bugs.items():
-        candidate = compute(bug)
-        if all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
-                close(r, c, tolerance) for r, c in zip(right, candidate, strict=True)):
-            return words
-    return None
 
 
 class Heads:
@@ -133,8 +55,8 @@ class Heads:
         self._forward: dict[tuple[int, bool], Bundle | CallFailed] = {}
         self._backward: dict[tuple[int, bool], Bundle | CallFailed] = {}
 
-    def label(self, case: Case, causal: bool) -> str:
-        return f"{case.label} {_mode(causal)}"
+    def label(self, case: Case, causal: bool) -> str:  # "chapter causal"
+        return f"{case.label} {'causal' if causal else 'non-causal'}"
 
     def forward(self, case: Case, causal: bool) -> Bundle | CallFailed:
         key = (id(case), causal)
@@ -210,7 +132,7 @@ def check_head_forward(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             bundle = got
 
             def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
-                return _named(got, FORWARD_BUGS, lambda bug: variant_forward(
+                return named_slip(got, FORWARD_BUGS, lambda bug: variant_forward(
                     case.input, case.weights, causal, bug), session.tolerance)
 
             found = _compare("head-forward", heads, case, causal, got,
@@ -244,10 +166,10 @@ def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
     for case, got in results:
         compute = partial(variant_forward, case.input, case.weights, False)
-        fault = _named(got[:1], {b: FORWARD_BUGS[b] for b in ("unscaled", "by-d_k")},
+        fault = named_slip(got[:1], {b: FORWARD_BUGS[b] for b in ("unscaled", "by-d_k")},
                        lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
         if fault is None and close(got[0], compute("")[0], session.tolerance):
-            fault = _named(got[1:2], {"unscaled": "weights are the softmax of the unscaled "
+            fault = named_slip(got[1:2], {"unscaled": "weights are the softmax of the unscaled "
                                       "scores Q K^T"},
                            lambda bug: compute(bug)[1:2], session.tolerance)  # noqa: B023
         elif fault is None:
@@ -275,7 +197,7 @@ def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             if causal and not _right_without_mask(heads, case):
                 failures.append(not_run("mask", heads.label(case, causal), "head"))
                 continue
-            fault = _named(got, {b: FORWARD_BUGS[b] for b in
+            fault = named_slip(got, {b: FORWARD_BUGS[b] for b in
                                  ("diagonal", "after-softmax", "no-mask", "always-mask")},
                            partial(variant_forward, case.input, case.weights, causal),
                            session.tolerance)
@@ -290,7 +212,6 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     """Rows of weights are >= 0 and sum to 1, and large scores do not overflow (checked
     last of the head's calls: a NaN a program writes ends its session)."""
     session = heads.session
-    failures: list[Failure] = []
     results, failures = _first_results("softmax", heads, True, lambda c: c.input.size > 0)
     for case, got in results:
         sums = got[1].sum(axis=-1)
@@ -345,7 +266,7 @@ def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             bundle = got
 
             def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
-                return _named(got, BACKWARD_BUGS, lambda bug: variant_backward(
+                return named_slip(got, BACKWARD_BUGS, lambda bug: variant_backward(
                     case.input, case.weights, causal, case.upstream[2], bug), session.tolerance)
 
             found = _compare("head-reverse", heads, case, causal, got,
@@ -511,11 +432,7 @@ def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
 
 def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     """No head call changed its arguments (judged after every other head family's calls)."""
-    session = heads.session
-    if session.implementation.is_command:
-        return not_applicable("head-purity", "command"), []
-    failures = list(session.head_impurities)
-    return judge("head-purity", failures, len(session.cases), calls=session.head_calls), failures
+    return check_purity(heads.session, "head-purity")
 
 
 HEAD_ORDER: tuple[tuple[str, Callable[[Heads], tuple[FamilyCheck, list[Failure]]]], ...] = (
