@@ -310,3 +310,48 @@ def test_a_head_is_checked_in_its_own_process_with_the_head_families(runner: Cli
     softmax = next(line for line in wrong.stdout.splitlines() if line.startswith("softmax "))
     assert "the softmax does not subtract the row maximum before exp" in softmax
     assert wrong.stdout.splitlines()[-1] == "verdict: FAIL (9 of 10 checks passed)"
+
+
+def test_save_failures_writes_fixtures_and_requests_that_replay_the_case(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    import subprocess
+
+    import numpy as np
+
+    from qkvcli.conformance.cases import precision_case, random_cases
+    from qkvcli.reading.load import load_fixture
+
+    saved = tmp_path / "failures"
+    wrong = str(EXAMPLES / "wrong_no_value_path.py")
+    result = runner.invoke(main, ["check", wrong, "--random", "1", "-f", "text",
+                                  "--save-failures", str(saved)])
+    assert result.exit_code == 1
+    names = sorted(path.name for path in saved.iterdir())
+    assert names == ["01-chapter.json", "01-chapter.requests.jsonl",
+                     "02-precision-1-3-4-2.json", "02-precision-1-3-4-2.requests.jsonl",
+                     "03-random-1-2-3-5-3.json", "03-random-1-2-3-5-3.requests.jsonl"]
+    # The fixture holds the case's values exactly, and qkv run takes it.
+    case = random_cases(1, 26, 1e-6, 2e-6)[0]
+    fixture = load_fixture(saved / "03-random-1-2-3-5-3.json")
+    assert fixture.input.tobytes() == case.input.tobytes()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(fixture.upstream, case.upstream,
+                                                           strict=True))
+    assert runner.invoke(main, ["run", str(saved / "01-chapter.json")]).exit_code == 0
+    # Checking the saved file again fails on it, as the learner's loop does.
+    again = runner.invoke(main, ["check", wrong, str(saved / "02-precision-1-3-4-2.json"),
+                                 "--random", "0", "-f", "json"])
+    failed = {f["fixture"] for f in json.loads(again.stdout)["failures"]}
+    assert str(saved / "02-precision-1-3-4-2.json") in failed
+    # The requests replay the case on a --command program: its replies, exact.
+    requests = (saved / "02-precision-1-3-4-2.requests.jsonl").read_text(encoding="utf-8")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "command_qkv.py")], input=requests,
+                          capture_output=True, text=True, timeout=60, check=True)
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [0, 1, 2, 3] and set(replies[1]) == {
+        "id", "query", "key", "value"}
+    precision = precision_case(1e-6, 2e-6)
+    backward = json.loads(requests.splitlines()[2])
+    assert backward["op"] == "backward"
+    sent = np.array(backward["grad_value"]["values"]).reshape(backward["grad_value"]["shape"])
+    assert sent.tobytes() == precision.upstream[2].tobytes()

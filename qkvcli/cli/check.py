@@ -131,13 +131,18 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
 @output_option
 @click.option("--junit", type=SafePath(dir_okay=False), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
+@click.option("--save-failures", "save_failures", type=SafePath(file_okay=False), default=None,
+              metavar="DIR", help="Write each failing fixture to DIR as a qkv fixture "
+              "(NAME.json: qkv run / qkv check replay it) and the requests that replay it "
+              "for a --command program (NAME.requests.jsonl: PROGRAM < FILE).")
 @click.option("--max-elements", type=click.IntRange(min=1), default=CHECK_MAX_ELEMENTS,
               show_default=True, help="Refuse a FIXTURE whose tensors together hold more "
               "than this many elements (they are sent in one call).")
 @view_options
 def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,
           tolerance: float, timeout: float, fmt: str, output: Path | None,
-          junit: Path | None, max_elements: int, view: ViewSettings) -> None:
+          junit: Path | None, save_failures: Path | None, max_elements: int,
+          view: ViewSettings) -> None:
     """Check YOUR Q/K/V implementation against the chapter's evidence.
 
     \b
@@ -171,6 +176,8 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         skipped = frozenset(c.name for c in result.checks if uncounted(c))
         write_file(junit, junit_xml([Outcome(result.implementation, checks,
                                              not_applicable=skipped)]))
+    if save_failures is not None:
+        _save_failures(save_failures, result, cases)
     if not result.command and result.stderr.strip():
         # What a Python implementation printed (its stdout too) is its debugging output.
         click.echo(result.stderr.rstrip(), err=True)
@@ -180,6 +187,33 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         if result.command and result.stderr and (fmt != "rich" or output is not None):
             click.echo("qkv: the program's stderr:\n" + result.stderr.rstrip(), err=True)
         raise SystemExit(EXIT_FAILED)
+
+
+def _file_name(number: int, label: str) -> str:
+    """``03-random-1-2-3-5-3``: the case's place and label, in characters every system takes."""
+    safe = "".join(c if c.isascii() and c.isalnum() else "-" for c in label).strip("-")
+    while "--" in safe:
+        safe = safe.replace("--", "-")
+    return f"{number:02d}-{safe}"
+
+
+def _save_failures(folder: Path, result: ConformanceResult, cases: list[Case]) -> None:
+    """Write each failing case's fixture and replay requests into ``folder`` (made if missing)."""
+    import json
+
+    from qkvcli.render.conformance import failing_fixture, replay_requests
+
+    failing = set(result.failing_fixtures())
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
+    for number, case in enumerate(cases, 1):
+        if case.label not in failing:
+            continue
+        name = _file_name(number, case.label)
+        write_file(folder / f"{name}.json", json.dumps(failing_fixture(case), indent=1) + "\n")
+        write_file(folder / f"{name}.requests.jsonl", replay_requests(case, result.operations))
 
 
 PROGRESS_DELAY = 1.0

@@ -80,8 +80,9 @@ class FamilyCheck(Record):
 
 
 class ConformanceResult(Record):
-    """Every family's check in :data:`FAMILIES` order, the failures, and (``command``: a
-    ``--command`` program was checked) the program's stderr."""
+    """Every family's check in :data:`FAMILIES` order, the failures, (``command``: a
+    ``--command`` program was checked) the program's stderr, and the operations the
+    implementation offered."""
 
     implementation: str
     fixtures: tuple[str, ...]
@@ -89,6 +90,14 @@ class ConformanceResult(Record):
     failures: tuple[Failure, ...]
     stderr: str = ""
     command: bool = False
+    operations: tuple[str, ...] = ()
+
+    def failing_fixtures(self) -> tuple[str, ...]:
+        """The labels of the fixtures with a finding, in order (a head's ``chapter causal``
+        and the softmax probe's ``chapter x30`` are the fixture ``chapter``)."""
+        found = {failure.fixture for failure in self.failures if failure.fixture is not None}
+        return tuple(label for label in self.fixtures
+                     if any(f == label or f.startswith(label + " ") for f in found))
 
     @property
     def passed(self) -> bool:

@@ -96,4 +96,5 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
                        if not failure.not_run),
         stderr=stderr,
         command=implementation.is_command,
+        operations=tuple(implementation.operations),
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from qkvcli import __version__
+from qkvcli.conformance.cases import Case
 from qkvcli.conformance.result import ConformanceResult, Failure, FamilyCheck
 from qkvcli.render.report import dumps
 from qkvcli.render.wording import verdict
@@ -191,3 +192,58 @@ def conformance_json(result: ConformanceResult) -> dict[str, Any]:
 def render_conformance_json(result: ConformanceResult) -> str:
     """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
     return dumps(conformance_json(result))
+
+
+# --- reproducing a failure: the fixture and the requests of one failing case ------------
+
+REPLAY_CHAPTER = "qkv-check-failure"
+
+
+def failing_fixture(case: Case) -> dict[str, Any]:
+    """``case`` as a qkv fixture (``qkv run FILE``, ``qkv check IMPL FILE`` replay it):
+    every value a float, each written in its shortest round-trip spelling."""
+    names = ("query", "key", "value")
+
+    def nested(values: Any) -> Any:
+        # An empty nested list cannot show its inner axes: such a tensor is written flat.
+        if values.size == 0:
+            return {"shape": list(values.shape), "values": []}
+        return values.tolist()
+
+    return {
+        "chapter": REPLAY_CHAPTER,
+        "input": nested(case.input),
+        "weights": {name: {"values": w.tolist()} for name, w in zip(names, case.weights,
+                                                                      strict=True)},
+        "upstream": {name: nested(u) for name, u in zip(names, case.upstream, strict=True)},
+        "gradcheck": {"step": case.step, "tolerance": case.tolerance},
+    }
+
+
+def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
+    """The protocol lines (hello, each operation offered on ``case``, bye) a ``--command``
+    program can be fed to replay the case: ``PROGRAM < FILE``."""
+    from qkvcli.conformance.wire import encode, encode_tensor
+
+    tensors = {"input": case.input, "w_query": case.weights[0], "w_key": case.weights[1],
+               "w_value": case.weights[2]}
+    upstream = {"grad_query": case.upstream[0], "grad_key": case.upstream[1],
+                "grad_value": case.upstream[2]}
+    requests: list[dict[str, Any]] = [{"op": "hello", "version": 1}]
+    if "forward" in operations:
+        requests.append({"op": "forward", **tensors})
+    if "backward" in operations:
+        requests.append({"op": "backward", **tensors, **upstream})
+    for causal in (False, True):
+        if "head_forward" in operations:
+            requests.append({"op": "head_forward", **tensors, "causal": causal})
+        if "head_backward" in operations:
+            requests.append({"op": "head_backward", **tensors, "causal": causal,
+                             "grad_output": case.upstream[2]})
+    requests.append({"op": "bye"})
+    lines = []
+    for ident, request in enumerate(requests):
+        fields = {key: encode_tensor(value) if hasattr(value, "shape") else value
+                  for key, value in request.items()}
+        lines.append(encode({"id": ident, **fields}).decode("utf-8"))
+    return "".join(lines)
