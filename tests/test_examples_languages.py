@@ -78,12 +78,18 @@ def check(argv: list[str], *options: str) -> Any:
     return CliRunner().invoke(main, ["check", "--command", shlex.join(argv), *options])
 
 
-HEADS = {"rust": False, "node": True, "c": False}  # which examples implement a head too
+@pytest.fixture
+def pytest_request(request: pytest.FixtureRequest) -> pytest.FixtureRequest:
+    """pytest's request, under a name that leaves ``request`` to the protocol's."""
+    return request
 
 
-def offered(argv: list[str]) -> list[str]:
-    """The operations the example ``argv`` runs lists in its hello reply."""
-    head = any(HEADS[language] for language in HEADS if language in Path(argv[-1]).parts)
+HEADS = {"rust": False, "node": True, "c": True}  # which examples implement a head too
+
+
+def offered(request: pytest.FixtureRequest) -> list[str]:
+    """The operations the example under test lists in its hello reply."""
+    head = HEADS[request.node.callspec.params["program"]]
     return ["forward", "backward", *(["head_forward", "head_backward"] if head else [])]
 
 
@@ -112,7 +118,10 @@ WRONG = [
      "grad_input misses the value path"),
     ("node", "head-no-rowsum", {"head-reverse", "head-gradcheck"}, "head-reverse",
      "the softmax backward lacks its row-sum term (dZ = A * dA)"),
-    ("c", "key-path-uses-query-weight", {"reverse", "gradcheck"}, "reverse",
+    ("c", "head-dk-uses-ds", {"head-reverse", "head-gradcheck"}, "head-reverse",
+     "grad_key is computed with dS instead of dS^T (dK = dS Q)"),
+    ("c", "key-path-uses-query-weight", {"reverse", "gradcheck", "head-reverse", "head-gradcheck"},
+     "reverse",
      "grad_input's key path uses W_Q instead of W_K (dL/dK W_Q^T)"),
 ]
 
@@ -149,7 +158,8 @@ def _digits(token: str) -> int:
     return len(mantissa.strip("0")) or 1
 
 
-def test_numbers_cross_the_pipe_exactly_and_shortest(program: list[str]) -> None:
+def test_numbers_cross_the_pipe_exactly_and_shortest(program: list[str],
+                                                     pytest_request: pytest.FixtureRequest) -> None:
     # Q = X I, K = X (-I), V = X I: exact in IEEE arithmetic, so what comes back must be
     # the very doubles sent, bit for bit, spelled with no more digits than Python's repr.
     width = len(AWKWARD)
@@ -166,7 +176,7 @@ def test_numbers_cross_the_pipe_exactly_and_shortest(program: list[str]) -> None
                           check=False)
     assert done.returncode == 0, done.stderr
     hello, reply = done.stdout.splitlines()
-    assert json.loads(hello) == {"id": 0, "version": 1, "ops": offered(program)}
+    assert json.loads(hello) == {"id": 0, "version": 1, "ops": offered(pytest_request)}
     raw = json.loads(reply, parse_float=str, parse_int=str)
     assert raw["id"] == "1"
     for name, sign in (("query", 1.0), ("key", -1.0), ("value", 1.0)):
@@ -225,7 +235,8 @@ def test_an_unknown_op_is_answered_with_an_error(program: list[str]) -> None:
 
 
 
-def test_the_protocol_docs_worked_exchange(program: list[str]) -> None:
+def test_the_protocol_docs_worked_exchange(program: list[str],
+                                           request: pytest.FixtureRequest) -> None:
     text = (EXAMPLES.parent / "docs" / "protocol.md").read_text(encoding="utf-8")
     block = text.split("## A complete worked exchange", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
     sent = [line[2:] for line in block.splitlines() if line.startswith("> ")]
@@ -240,6 +251,6 @@ def test_the_protocol_docs_worked_exchange(program: list[str]) -> None:
             assert set(reply) == {"id", "error"} and reply["id"] == expected["id"], reply
             assert "rank" in reply["error"], reply
         elif "version" in expected:  # the examples also list their operations
-            assert reply == {**expected, "ops": offered(program)}
+            assert reply == {**expected, "ops": offered(request)}
         else:
             assert reply == expected
