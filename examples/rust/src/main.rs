@@ -1,8 +1,9 @@
-//! Q/K/V projections for `qkv check --command`, standard library only.
+//! Q/K/V projections and an attention head for `qkv check --command`, standard library only.
 //!
 //!     cargo build --offline --release
 //!     qkv check --command target/release/qkv_projections
 
+mod head;
 mod json;
 mod projections;
 mod protocol;
