@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from itertools import product
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +26,7 @@ import numpy.typing as npt
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
 from qkvcli.gradcheck.central import scaled_error
 
 
@@ -137,7 +137,7 @@ def _is_float32(values: Array) -> bool:
         return bool(np.all(values.astype(np.float32).astype(np.float64) == values))
 
 
-class Precision(NamedTuple):
+class Precision(Record):
     """A wrong tensor that is right but for its precision: the ``cause`` (``decimals`` or
     ``digits``: a writer's lossy spelling, ``float32``: every value a float32,
     ``float64``: within float64 rounding, the tolerance is below what it can promise),
