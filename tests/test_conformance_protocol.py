@@ -260,3 +260,19 @@ def test_a_tolerance_below_float64_rounding_is_said_to_be_the_tolerance() -> Non
     assert all("float64 rounding: a tolerance of 0.0 is below float64 precision" in d
                for d in details), details
     assert not any("float32" in d for d in details)
+
+
+def test_the_runner_s_binary_tensors_are_exact_and_checked() -> None:
+    values = np.array([0.1, -0.0, 1e-310, 2.0**-1074, 1.7976931348623157e308, 1 / 3])
+    line = encode({"t": encode_tensor(values.reshape(2, 3), binary=True)})
+    assert b'"float64"' in line and b'"values"' not in line
+    back = decode_tensor(decode(line), "t", 100, binary=True)
+    assert back.shape == (2, 3) and back.reshape(-1).tobytes() == values.tobytes()
+    with pytest.raises(Malformed, match="missing|must be"):  # a --command reply may not use it
+        decode_tensor(decode(line), "t", 100)
+    short = b'{"t": {"shape": [2], "float64": "AAAAAAAA8D8="}}'
+    with pytest.raises(Malformed, match="does not hold 2 float64 values"):
+        decode_tensor(decode(short), "t", 100, binary=True)
+    infinite = encode({"t": {"shape": [1], "float64": "AAAAAAAA8H8="}})
+    with pytest.raises(Malformed, match="not finite"):
+        decode_tensor(decode(infinite), "t", 100, binary=True)

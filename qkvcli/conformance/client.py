@@ -78,7 +78,7 @@ class CommandClient:
     is_command = True
     has_backward = True
     operations: tuple[str, ...] = ("forward", "backward")
-    reports_changes = False  # only qkv's own Python runner says what a call changed
+    reports_changes = binary = False  # only qkv's own Python runner: changes, base64 tensors
     _changes: tuple[Any, ...] = ()
 
     def take_changes(self) -> list[tuple[str, str, str, str]]:  # [] for a --command program
@@ -320,7 +320,7 @@ class CommandClient:
               causal: bool | None = None) -> tuple[Array, ...]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
-        message.update({key: encode_tensor(value) for key, value in tensors.items()})
+        message.update({key: encode_tensor(value, self.binary) for key, value in tensors.items()})
         if causal is not None:
             message["causal"] = bool(causal)
         values = reply_values(operation, tensors)
@@ -333,7 +333,7 @@ class CommandClient:
             if rejection is not None:
                 bad = self.reports_changes and reply.get("bad_result") is True
                 raise (BadResult if bad else Rejected)(operation, rejection)
-            return tuple(decode_tensor(reply, name, values) for name in names)
+            return tuple(decode_tensor(reply, name, values, self.binary) for name in names)
         except Malformed as error:
             where = f"request {self._next_id} ({operation})"
             raise self._break(operation, f"{where}: malformed reply: {error}") from None

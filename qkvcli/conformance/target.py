@@ -275,7 +275,8 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> di
         return {"error": f"unknown op {json.dumps(operation)}"}
     keys, names = OPERATIONS[str(operation)]
     arguments: list[Any] = [request.get(key) is True if key == "causal"
-                            else decode_tensor(request, key, sys.maxsize) for key in keys]
+                            else decode_tensor(request, key, sys.maxsize, True) for key in keys]
+    binary = any(isinstance(request.get(key), dict) and "float64" in request[key] for key in keys)
     tensors = [(key, argument) for key, argument in zip(keys, arguments, strict=True)
                if key != "causal"]
     originals = [np.array(argument, copy=True) for _, argument in tensors]
@@ -285,7 +286,7 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> di
         for name, result in zip(names, results, strict=True):
             if not np.isfinite(result).all():
                 raise BadResult(str(operation), f"{operation}'s {name} holds NaN or infinity")
-            reply[name] = encode_tensor(result)
+            reply[name] = encode_tensor(result, binary)  # as the request came
     except BadResult as error:
         reply = {"error": error.message, "bad_result": True}
     except Rejected as error:
@@ -369,6 +370,7 @@ class PythonClient(CommandClient):
 
     is_command = False
     reports_changes = True
+    binary = True  # both ends are qkv's: tensors cross as base64 float64 bytes
 
     def __init__(self, spec: str, timeout: float) -> None:
         self.spec = spec
