@@ -119,7 +119,7 @@ def test_a_broken_program_exits_1_without_a_traceback(runner: CliRunner, mode: s
     [
         (["check"], "give IMPL"),
         (["check", "missing.py"], "Error: implementation missing.py: no such file"),
-        (["check", "--command", "/nonexistent/qkv"], "Error: command '/nonexistent/qkv' cannot"),
+        (["check", "--command", "/nonexistent/qkv"], 'Error: command "/nonexistent/qkv" cannot'),
         (["check", NUMPY, "missing.json"], "Error: missing.json: no such file"),
         (["check", NUMPY, "--tolerance", "nan"], "must be a finite number"),
         (["check", NUMPY, "--timeout", "0"], "greater than zero"),
