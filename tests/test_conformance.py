@@ -316,3 +316,17 @@ def test_a_head_without_backward_fails_its_reverse_families_as_not_applicable(
         assert family_detail(checks[family]) == "not applicable: no backward"
     assert checks["head-forward"].passed and checks["mask"].passed
     assert not result.passed
+
+
+@pytest.mark.parametrize("example", ["numpy_head.py", "wrong_float32.py", "wrong_head_dk_uses_ds.py"])
+def test_the_child_process_reaches_the_same_judgements_as_an_in_process_call(
+    cases: list[Case], example: str,
+) -> None:
+    """Float64 crosses the runner's pipe exactly: every judgement and failure is the same."""
+    from qkvcli.conformance.target import start_python
+
+    inside = check_example(example, cases)
+    with start_python(str(EXAMPLES / example), 30.0) as child:
+        outside = run_checks(child, cases, 1e-9)
+    assert outside.checks == inside.checks
+    assert outside.failures == inside.failures
