@@ -268,7 +268,7 @@ def test_the_runner_s_binary_tensors_are_exact_and_checked() -> None:
     assert b'"float64"' in line and b'"values"' not in line
     back = decode_tensor(decode(line), "t", 100, binary=True)
     assert back.shape == (2, 3) and back.reshape(-1).tobytes() == values.tobytes()
-    with pytest.raises(Malformed, match="missing|must be"):  # a --command reply may not use it
+    with pytest.raises(Malformed, match="must be"):  # a --command reply may not use it
         decode_tensor(decode(line), "t", 100)
     short = b'{"t": {"shape": [2], "float64": "AAAAAAAA8D8="}}'
     with pytest.raises(Malformed, match="does not hold 2 float64 values"):
