@@ -115,6 +115,8 @@ WRONG = [
                                        "head-forward", "head-reverse", "head-gradcheck"},
      "forward",
      "value equals X W_K: computed with the key weight"),
+    ("rust", "head-no-rowsum", {"head-reverse", "head-gradcheck"}, "head-reverse",
+     "the softmax backward lacks its row-sum term (dZ = A * dA)"),
     ("node", "no-value-path", {"reverse", "gradcheck", "head-reverse", "head-gradcheck"}, "reverse",
      "grad_input misses the value path"),
     ("node", "head-no-rowsum", {"head-reverse", "head-gradcheck"}, "head-reverse",

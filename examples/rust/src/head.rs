@@ -7,8 +7,14 @@
 //! `dV = A^T dO`, `dZ = A * (dA - rowsum(dA * A))`, `dS = dZ / sqrt(d_k)`, `dQ = dS K`,
 //! `dK = dS^T Q`, then the layer's backward gives `dX` and the weight gradients.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::protocol::Projections;
 use crate::tensor::{matmul, matmul_transposed_left, matmul_transposed_right, Tensor};
+
+/// WRONG on purpose when set (`--wrong head-no-rowsum`): the softmax backward without its
+/// row-sum term, `dZ = A * dA`.
+pub static NO_ROW_SUM: AtomicBool = AtomicBool::new(false);
 
 /// Every intermediate of a forward pass: `[Q, K, V]`, the scores, the weights, the output.
 struct Pass {
@@ -77,7 +83,10 @@ pub fn head_backward<P: Projections>(layer: &P, input: &Tensor, causal: bool,
         let grad_a = matmul_transposed_right(&g, &at(&pass.qkv[2].values), tokens, d, tokens);
         let mut grad_s = vec![0.0; tokens * tokens];
         for i in 0..tokens {
-            let row_sum: f64 = (0..tokens).map(|j| grad_a[i * tokens + j] * a[i * tokens + j]).sum();
+            let mut row_sum: f64 = (0..tokens).map(|j| grad_a[i * tokens + j] * a[i * tokens + j]).sum();
+            if NO_ROW_SUM.load(Ordering::Relaxed) {
+                row_sum = 0.0;
+            }
             for j in 0..tokens {
                 grad_s[i * tokens + j] = a[i * tokens + j] * (grad_a[i * tokens + j] - row_sum) / (d as f64).sqrt();
             }
