@@ -330,3 +330,22 @@ def test_the_child_process_reaches_the_same_judgements_as_an_in_process_call(
         outside = run_checks(child, cases, 1e-9)
     assert outside.checks == inside.checks
     assert outside.failures == inside.failures
+
+
+def test_purity_independence_and_replay_findings_are_codes_and_facts(cases: list[Case]) -> None:
+    """The families hand over data; the words are render.conformance's."""
+    from qkvcli.render.conformance import FINDING_WORDS, failure_detail
+
+    impure = next(f for f in check_example("wrong_modifies_input.py", cases).failures
+                  if f.family == "purity")
+    assert impure.code == "changed-argument" and impure.detail == ""
+    assert impure.facts[:2] == ("forward", "x[0,0,0]")
+    assert failure_detail(impure) == FINDING_WORDS["changed-argument"].format(*impure.facts)
+
+    def forward(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
+        return x @ wq, x @ wq, x @ wv  # K = X W_Q: moves with W_Q
+
+    moved = next(f for f in check_functions(cases[:1], forward, numpy_qkv.backward).failures
+                 if f.family == "independence")
+    assert (moved.code, moved.facts[:2]) == ("moved", ("W_Q[0,0]", "key[0,0,0]"))
+    assert failure_detail(moved).startswith("changing W_Q[0,0] changed key[0,0,0] from ")

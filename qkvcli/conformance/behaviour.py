@@ -27,18 +27,24 @@ def _used_feature(x: Array) -> int | None:
     return int(used[0]) if used.size else None
 
 
-def _changed(name: str, after: Array, before: Array, tolerance: float) -> str | None:
-    """``"key[0,1,0] from 0.5 to 1.5"`` for the first element that moved, else ``None``."""
+Finding = tuple[str, tuple[str, ...]]  # a code of result.FINDINGS and its facts
+
+
+def _changed(what: str, name: str, after: Array, before: Array,
+             tolerance: float) -> Finding | None:
+    """``moved`` (``key[0,1,0]`` from 0.5 to 1.5) for the first element that moved, or
+    ``reshaped``; ``None`` when nothing moved."""
     if after.shape != before.shape:
-        return f"the shape of {name}"
+        return "reshaped", (what, name)
     found = first_outside(after, before, tolerance)
     if found is None:
         return None
     where, new, old = found
-    return f"{name}{where} from {old!r} to {new!r}"
+    return "moved", (what, f"{name}{where}", repr(old), repr(new))
 
 
-def _forward_independence(session: Session, case: Case, base: tuple[Array, ...]) -> str | None:
+def _forward_independence(session: Session, case: Case,
+                          base: tuple[Array, ...]) -> Finding | None:
     row = _used_feature(case.input)
     for branch in range(3):
         weights = [np.array(w, copy=True) for w in case.weights]
@@ -51,15 +57,17 @@ def _forward_independence(session: Session, case: Case, base: tuple[Array, ...])
         for index in range(3):
             if index == branch:
                 continue
-            found = _changed(FORWARD_NAMES[index], changed[index], base[index], session.tolerance)
+            found = _changed(what, FORWARD_NAMES[index], changed[index], base[index],
+                             session.tolerance)
             if found is not None:
-                return f"changing {what} changed {found}"
+                return found
         if row is not None and close(changed[branch], base[branch], session.tolerance):
-            return f"changing {what} left {FORWARD_NAMES[branch]} unchanged"
+            return "unmoved", (what, FORWARD_NAMES[branch])
     return None
 
 
-def _backward_independence(session: Session, case: Case, base: tuple[Array, ...]) -> str | None:
+def _backward_independence(session: Session, case: Case,
+                           base: tuple[Array, ...]) -> Finding | None:
     for branch in range(3):
         upstream = [np.array(g, copy=True) for g in case.upstream]
         upstream[branch] = upstream[branch] + (branch + 1.0)
@@ -68,10 +76,10 @@ def _backward_independence(session: Session, case: Case, base: tuple[Array, ...]
         for index in range(3):
             if index == branch:
                 continue
-            name = BACKWARD_NAMES[index + 1]
-            found = _changed(name, got[index + 1], base[index + 1], session.tolerance)
+            found = _changed(f"dL/d{LETTERS[branch]}", BACKWARD_NAMES[index + 1], got[index + 1],
+                             base[index + 1], session.tolerance)
             if found is not None:
-                return f"changing dL/d{LETTERS[branch]} changed {found}"
+                return found
     return None
 
 
@@ -96,19 +104,22 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(not_run("independence", case.label, failure.operation, stopped=True))
             continue
         except CallFailed as failure:
-            problem = failure.message
+            failures.append(Failure("independence", case.label, None, failure.message))
+            continue
         if problem is not None:
-            failures.append(Failure("independence", case.label, None, problem))
+            failures.append(Failure("independence", case.label, None, code=problem[0],
+                                    facts=problem[1]))
     return judge("independence", failures, len(session.cases), backward=backward), failures
 
 
 def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
-             names: tuple[str, ...]) -> tuple[str, str] | None:
+             names: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """``(tensor and coordinate, first, second)`` where two results first differ bit for bit."""
     for name, left, right in zip(names, first, second, strict=True):
         found = first_bit_difference(left, right)
         if found is not None:
             where, old, new = found
-            return f"{name}{where}", f"{name}{where} was {old}, then {new}"
+            return f"{name}{where}", old, new
     return None
 
 
@@ -129,19 +140,19 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 found = _differs(first, again, FORWARD_NAMES)
                 if found is not None:
                     failures.append(Failure("replay", case.label, found[0],
-                                            f"second forward differs: {found[1]}"))
+                                            code="replay-differs", facts=("forward", *found)))
                     continue
             if grads is not None and not isinstance(grads, CallFailed):
                 again = session.call_backward(case, case.input, case.weights, case.upstream)
                 found = _differs(grads, again, BACKWARD_NAMES)
                 if found is not None:
                     failures.append(Failure("replay", case.label, found[0],
-                                            f"second backward differs: {found[1]}"))
+                                            code="replay-differs", facts=("backward", *found)))
         except Broken as failure:
             failures.append(not_run("replay", case.label, failure.operation, stopped=True))
         except CallFailed as failure:
-            failures.append(Failure("replay", case.label, None,
-                                    f"second {failure.operation} failed: {failure.message}"))
+            failures.append(Failure("replay", case.label, None, code="replay-failed",
+                                    facts=(failure.operation, failure.message)))
     return judge("replay", failures, len(session.cases),
                  backward=session.implementation.has_backward), failures
 

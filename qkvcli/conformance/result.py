@@ -34,13 +34,26 @@ reverse family says how), its forward is too imprecise for central differences, 
 head is wrong before the family's step (head-forward says how)."""
 
 
+FINDINGS: dict[str, int] = {
+    "changed-argument": 4,  # operation, argument and coordinate, before, after
+    "moved": 4,  # what was changed, tensor and coordinate, before, after
+    "reshaped": 2,  # what was changed, tensor
+    "unmoved": 2,  # what was changed, tensor
+    "replay-differs": 4,  # operation, tensor and coordinate, first, second
+    "replay-failed": 2,  # operation, what it said
+}
+"""The finding codes and how many facts each carries."""
+
+
 class Failure(Record):
     """Where a family failed: the fixture's label and the coordinate (``None`` when none applies).
 
     ``detail`` is the family's finding; ``no_backward`` marks the one failure that is not
     a finding but the want of a backward (its words are the renderer's); ``not_run``
     (one of :data:`NOT_RUN`) marks no finding either, but why the family could not run
-    on the fixture.
+    on the fixture. A finding given as ``code`` (one of :data:`FINDINGS`) and its
+    ``facts`` (names, coordinates, values as shown) is worded by the renderer; ``detail``
+    holds the finding of the families not yet converted to codes.
     """
 
     family: str
@@ -49,6 +62,8 @@ class Failure(Record):
     detail: str = ""
     no_backward: bool = False
     not_run: str = ""
+    code: str = ""
+    facts: tuple[str, ...] = ()
 
 
 class FamilyCheck(Record):

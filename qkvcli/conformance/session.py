@@ -80,9 +80,8 @@ class Session:
                 new: str) -> None:
         family = "head-purity" if operation.startswith("head_") else "purity"
         found = self.head_impurities if family == "head-purity" else self.impurities
-        found.append(Failure(
-            family, case.label, f"{name}{where}",
-            f"{operation} changed its argument {name}{where} from {old} to {new}"))
+        found.append(Failure(family, case.label, f"{name}{where}", code="changed-argument",
+                             facts=(operation, f"{name}{where}", old, new)))
 
     def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> tuple[Array, ...]:
         """``forward(x, *weights)``. Raises a :class:`CallFailed` subclass."""

@@ -106,10 +106,24 @@ NOT_RUN_WHY = {
 }
 
 
+FINDING_WORDS = {
+    "changed-argument": "{0} changed its argument {1} from {2} to {3}",
+    "moved": "changing {0} changed {1} from {2} to {3}",
+    "reshaped": "changing {0} changed the shape of {1}",
+    "unmoved": "changing {0} left {1} unchanged",
+    "replay-differs": "second {0} differs: {1} was {2}, then {3}",
+    "replay-failed": "second {0} failed: {1}",
+}
+"""The words of each finding code of :data:`~qkvcli.conformance.result.FINDINGS`."""
+
+
 def failure_detail(failure: Failure) -> str:
-    """A failure's finding, the words for a missing backward, or why a family did not run."""
+    """A failure's finding (worded from its code and facts), the words for a missing
+    backward, or why a family did not run."""
     if failure.not_run:
         return f"not run: {NOT_RUN_WHY[failure.not_run]}"
+    if failure.code:
+        return FINDING_WORDS[failure.code].format(*failure.facts)
     return NO_BACKWARD if failure.no_backward else failure.detail
 
 
