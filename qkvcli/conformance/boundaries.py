@@ -58,25 +58,29 @@ def check_shapes(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                  backward=session.implementation.has_backward), failures
 
 
-def bad_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array]]]:
-    """``(description, x, weights)`` for each input the implementation must reject."""
+Request = tuple[str, tuple[str, ...]]
+"""A bad request as data: its code (the renderer's ``REQUEST_WORDS``) and facts."""
+
+
+def bad_inputs(case: Case) -> list[tuple[Request, Array, tuple[Array, Array, Array]]]:
+    """``(request, x, weights)`` for each forward input the implementation must reject."""
     batch, tokens, d_model, d_head = case.shape
     x = np.ones((max(batch, 1), max(tokens, 1), d_model))
     w_query, w_key, w_value = (np.ones((d_model, d_head)) for _ in range(3))
     return [
-        (f"rank-2 input {format_shape([x.shape[1], d_model])}", x[0], (w_query, w_key, w_value)),
-        (f"input width {d_model + 1} != weight rows {d_model}",
+        (("rank-2", (format_shape([x.shape[1], d_model]),)), x[0], (w_query, w_key, w_value)),
+        (("input-width", (str(d_model + 1), str(d_model))),
          np.ones((*x.shape[:2], d_model + 1)), (w_query, w_key, w_value)),
-        (f"weights with different model widths {d_model}/{d_model + 1}/{d_model}", x,
+        (("model-widths", (str(d_model), str(d_model + 1))), x,
          (w_query, np.ones((d_model + 1, d_head)), w_value)),
-        (f"weights with different head widths {d_head}/{d_head + 1}/{d_head}", x,
+        (("head-widths", (str(d_head), str(d_head + 1))), x,
          (w_query, np.ones((d_model, d_head + 1)), w_value)),
     ]
 
 
-def bad_backward_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array],
+def bad_backward_inputs(case: Case) -> list[tuple[Request, Array, tuple[Array, Array, Array],
                                                    tuple[Array, Array, Array]]]:
-    """``(description, x, weights, upstream)`` for each backward request to reject: the
+    """``(request, x, weights, upstream)`` for each backward request to reject: the
     input's rank and width, and upstream gradients of the wrong tokens or head width."""
     batch, tokens, d_model, d_head = case.shape
     batch, tokens = max(batch, 1), max(tokens, 1)
@@ -84,15 +88,14 @@ def bad_backward_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array
     weights = (np.ones((d_model, d_head)), np.ones((d_model, d_head)), np.ones((d_model, d_head)))
     upstream = np.ones((batch, tokens, d_head))
     return [
-        (f"backward with a rank-2 input {format_shape([tokens, d_model])}", x[0], weights,
+        (("backward-rank-2", (format_shape([tokens, d_model]),)), x[0], weights,
          (upstream, upstream, upstream)),
-        (f"backward with input width {d_model + 1} != weight rows {d_model}",
+        (("backward-input-width", (str(d_model + 1), str(d_model))),
          np.ones((batch, tokens, d_model + 1)), weights, (upstream, upstream, upstream)),
-        (f"backward with grad_key {format_shape([batch, tokens + 1, d_head])} for "
-         f"{tokens} tokens", x, weights,
-         (upstream, np.ones((batch, tokens + 1, d_head)), upstream)),
-        (f"backward with grad_value {format_shape([batch, tokens, d_head + 1])} for head "
-         f"width {d_head}", x, weights, (upstream, upstream, np.ones((batch, tokens, d_head + 1)))),
+        (("backward-grad-key", (format_shape([batch, tokens + 1, d_head]), str(tokens))), x,
+         weights, (upstream, np.ones((batch, tokens + 1, d_head)), upstream)),
+        (("backward-grad-value", (format_shape([batch, tokens, d_head + 1]), str(d_head))), x,
+         weights, (upstream, upstream, np.ones((batch, tokens, d_head + 1)))),
     ]
 
 
@@ -102,12 +105,12 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     failures = []
     backward = session.implementation.has_backward
     for case in session.cases:
-        accepted = []
-        requests: list[tuple[str, Array, tuple[Array, ...], tuple[Array, ...] | None]] = [
-            (description, x, weights, None) for description, x, weights in bad_inputs(case)]
+        accepted: list[Request] = []
+        requests: list[tuple[Request, Array, tuple[Array, ...], tuple[Array, ...] | None]] = [
+            (request, x, weights, None) for request, x, weights in bad_inputs(case)]
         if backward:
             requests += bad_backward_inputs(case)
-        for description, x, weights, upstream in requests:
+        for request, x, weights, upstream in requests:
             try:
                 if upstream is None:
                     session.call_forward(case, x, weights)
@@ -120,8 +123,8 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 break
             except CallFailed:
                 continue
-            accepted.append(description)
+            accepted.append(request)
         if accepted:
-            failures.append(Failure("errors", case.label, accepted[0],
-                                    "silently accepted: " + ", ".join(accepted)))
+            failures.append(Failure("errors", case.label, accepted[0][0], code="accepted",
+                                    facts=tuple(accepted)))
     return judge("errors", failures, len(session.cases), backward=backward), failures

@@ -7,6 +7,8 @@ A judgement is a code (``outcome``) and the facts its wording needs; the words a
 
 from __future__ import annotations
 
+from typing import Any
+
 from qkvcli.core.record import Record
 
 PROJECTION_FAMILIES: tuple[str, ...] = (
@@ -41,6 +43,7 @@ FINDINGS: dict[str, int] = {
     "unmoved": 2,  # what was changed, tensor
     "replay-differs": 4,  # operation, tensor and coordinate, first, second
     "replay-failed": 2,  # operation, what it said
+    "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
 }
 """The finding codes and how many facts each carries."""
 
@@ -63,7 +66,7 @@ class Failure(Record):
     no_backward: bool = False
     not_run: str = ""
     code: str = ""
-    facts: tuple[str, ...] = ()
+    facts: tuple[Any, ...] = ()
 
 
 class FamilyCheck(Record):

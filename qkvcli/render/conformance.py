@@ -115,6 +115,17 @@ FINDING_WORDS = {
     "replay-failed": "second {0} failed: {1}",
 }
 """The words of each finding code of :data:`~qkvcli.conformance.result.FINDINGS`."""
+REQUEST_WORDS = {
+    "rank-2": "rank-2 input {0}",
+    "input-width": "input width {0} != weight rows {1}",
+    "model-widths": "weights with different model widths {0}/{1}/{0}",
+    "head-widths": "weights with different head widths {0}/{1}/{0}",
+    "backward-rank-2": "backward with a rank-2 input {0}",
+    "backward-input-width": "backward with input width {0} != weight rows {1}",
+    "backward-grad-key": "backward with grad_key {0} for {1} tokens",
+    "backward-grad-value": "backward with grad_value {0} for head width {1}",
+}
+"""The words of each bad request the ``errors`` family sends (its codes and facts)."""
 
 
 def failure_detail(failure: Failure) -> str:
@@ -122,6 +133,9 @@ def failure_detail(failure: Failure) -> str:
     backward, or why a family did not run."""
     if failure.not_run:
         return f"not run: {NOT_RUN_WHY[failure.not_run]}"
+    if failure.code == "accepted":
+        return "silently accepted: " + ", ".join(REQUEST_WORDS[code].format(*facts)
+                                                 for code, facts in failure.facts)
     if failure.code:
         return FINDING_WORDS[failure.code].format(*failure.facts)
     return NO_BACKWARD if failure.no_backward else failure.detail
