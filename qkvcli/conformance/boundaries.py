@@ -35,13 +35,13 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
     except Broken:
         return not_run("shapes", case.label, "forward", stopped=True)
     except CallFailed as failure:
-        return Failure("shapes", case.label, shown,
-                       f"{failure.operation} on the {what} {shown} failed: {failure.message}")
+        return Failure("shapes", case.label, shown, code="probe-failed",
+                       facts=(failure.operation, what, shown, failure.message))
     for (name, shape), result in zip(expected, results, strict=True):
         if result.shape != shape:
-            return Failure("shapes", case.label, shown,
-                           f"{what} {shown}: {name} has shape {format_shape(list(result.shape))}, "
-                           f"expected {format_shape(list(shape))}")
+            return Failure("shapes", case.label, shown, code="probe-shape",
+                           facts=(what, shown, name, format_shape(list(result.shape)),
+                                  format_shape(list(shape))))
     return None
 
 

@@ -43,6 +43,8 @@ FINDINGS: dict[str, int] = {
     "unmoved": 2,  # what was changed, tensor
     "replay-differs": 4,  # operation, tensor and coordinate, first, second
     "replay-failed": 2,  # operation, what it said
+    "probe-failed": 4,  # operation, probe (empty batch, no tokens), input shape, what it said
+    "probe-shape": 5,  # probe, input shape, tensor, its shape, the shape expected
     "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
 }
 """The finding codes and how many facts each carries."""

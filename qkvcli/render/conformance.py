@@ -113,6 +113,8 @@ FINDING_WORDS = {
     "unmoved": "changing {0} left {1} unchanged",
     "replay-differs": "second {0} differs: {1} was {2}, then {3}",
     "replay-failed": "second {0} failed: {1}",
+    "probe-failed": "{0} on the {1} {2} failed: {3}",
+    "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
 }
 """The words of each finding code of :data:`~qkvcli.conformance.result.FINDINGS`."""
 REQUEST_WORDS = {
