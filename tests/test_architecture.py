@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "attention": {"core", "reading", "gradcheck", "evidence"},
     "learn": {"core", "reading", "evidence", "attention"},
     "authoring": {"core", "reading"},
-    "conformance": {"core", "reading", "gradcheck"},
+    "conformance": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
     "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "conformance"},
     "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",
             "conformance", "render", "data"},

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from qkvcli import __version__
 from qkvcli.cli import main
+from qkvcli.cli.options import ViewSettings
 
 from .conftest import CHAPTER_FIXTURE
 
@@ -47,7 +48,8 @@ def test_json_document_shape(runner: CliRunner) -> None:
     assert document["qkv_version"] == __version__
     assert document["passed"] is False
     assert [c["name"] for c in document["checks"]] == FAMILIES
-    assert all(list(c) == ["name", "passed", "detail", "applicable"] for c in document["checks"])
+    assert all(list(c) == ["name", "passed", "detail", "applicable", "run"]
+               for c in document["checks"])
     assert all(c["applicable"] for c in document["checks"])
     reverse = [f for f in document["failures"] if f["family"] == "reverse"]
     assert reverse[0] == {
@@ -74,7 +76,8 @@ def test_purity_is_not_applicable_to_a_command_in_every_view(runner: CliRunner) 
     base = ["check", "--command", command, "--random", "0"]
     document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
     purity = next(c for c in document["checks"] if c["name"] == "purity")
-    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False}
+    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False,
+                      "run": True}
     assert all(c["applicable"] for c in document["checks"] if c["name"] != "purity")
     text = runner.invoke(main, [*base, "-f", "text"]).stdout
     assert f"purity        N/A   {detail}" in text.splitlines()
@@ -94,7 +97,7 @@ def test_without_backward_the_json_says_not_applicable_and_failed(
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     for family in ("reverse", "gradcheck"):
         assert checks[family] == {"name": family, "passed": False, "applicable": False,
-                                  "detail": "not applicable: no backward"}
+                                  "detail": "not applicable: no backward", "run": True}
     assert "qkv: FAILED: reverse, gradcheck" in result.stderr
 
 
@@ -116,7 +119,7 @@ def test_a_broken_program_exits_1_without_a_traceback(runner: CliRunner, mode: s
     [
         (["check"], "give IMPL"),
         (["check", "missing.py"], "Error: implementation missing.py: no such file"),
-        (["check", "--command", "/nonexistent/qkv"], "Error: command '/nonexistent/qkv' cannot"),
+        (["check", "--command", "/nonexistent/qkv"], 'Error: command "/nonexistent/qkv" cannot'),
         (["check", NUMPY, "missing.json"], "Error: missing.json: no such file"),
         (["check", NUMPY, "--tolerance", "nan"], "must be a finite number"),
         (["check", NUMPY, "--timeout", "0"], "greater than zero"),
@@ -184,11 +187,11 @@ def test_rich_view_takes_the_shared_options(runner: CliRunner, tmp_path: Path) -
     assert not re.search(r"\x1b\[[0-9;]*\b3[0-7]m", result.stdout)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
     assert max(len(line) for line in plain.splitlines()) <= 90
-    assert "3 more: --full or --format json" in result.stdout
+    assert "4 more: --full or --format json" in result.stdout
     assert "<svg" in svg.read_text() and "<title>qkv check</title>" in html.read_text()
     full = runner.invoke(main, [*args[:-4], "--full"])
     assert "more: --full" not in full.stdout
-    assert "random-8[1,1,3->1]  query[0,0,0]" in full.stdout
+    assert re.search(r"random-8\[1,1,3->1\] +query\[0,0,0\]", full.stdout)
 
 
 def test_exports_with_a_text_view_and_precision_is_said_to_not_apply(
@@ -239,3 +242,118 @@ def test_the_documented_failing_report_is_what_qkv_check_prints(
     assert result.exit_code == 1
     assert result.stdout.splitlines() == shown
     assert f"(stderr adds `{result.stderr.strip()}`.)" in page
+
+
+def test_one_protocol_problem_is_said_first_once_and_stops_the_rest(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    junit = tmp_path / "junit.xml"
+    result = runner.invoke(main, ["check", "--command", f"{FAKE} log-line", "-f", "text",
+                                  "--junit", str(junit)])
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[2] == ('protocol      FAIL  request 0 (hello): malformed reply: not JSON '
+                        '(Expecting value at column 1): "starting up"; stdout carries only '
+                        "replies: write logs to stderr")
+    stopped = "not run: the implementation stopped answering (see protocol)"
+    assert [line.split()[1] for line in lines[3:11]] == ["SKIP"] * 6 + ["N/A", "SKIP"]
+    assert all(line.endswith(stopped) for line in lines[3:9])
+    assert lines[11:] == ["failures=1", "  protocol " + lines[2].split("FAIL  ")[1],
+                          "verdict: FAIL (0 of 1 checks passed)"]
+    assert "qkv: FAILED: protocol\n" in result.stderr
+    xml = junit.read_text(encoding="utf-8")
+    assert 'failures="1"' in xml and 'skipped="8"' in xml
+
+
+def test_a_slow_check_draws_a_progress_bar_on_a_terminal_only(runner: CliRunner) -> None:
+    import io
+
+    from rich.console import Console
+
+    from qkvcli.cli.check import CheckProgress, check_progress
+    from qkvcli.conformance.cases import chapter_case
+    from qkvcli.conformance.run import run_checks
+    from qkvcli.conformance.target import start_python
+
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=80, color_system=None)
+    seen: list[tuple[str, int, int, int]] = []
+
+    def record(family: str, done: int, total: int, calls: int) -> None:
+        seen.append((family, done, total, calls))
+        bar(family, done, total, calls)
+
+    with CheckProgress(console, delay=0.0) as bar, start_python(NUMPY, 10.0) as client:
+        result = run_checks(client, [chapter_case()], 1e-9, record)
+    assert result.passed
+    assert [family for family, _, _, calls in seen if calls == 0] == ["forward"]
+    assert [done for _, done, _, _ in seen] == sorted(done for _, done, _, _ in seen)
+    assert seen[-1][0] == "purity" and seen[-1][3] == result.checks[6].calls
+    assert "qkv check" in stream.getvalue() and "calls" in stream.getvalue()
+    quiet = io.StringIO()
+    with CheckProgress(Console(file=quiet, force_terminal=True), delay=3600.0) as late:
+        late("forward", 0, 8, 0)
+    assert quiet.getvalue() == ""
+    assert check_progress(ViewSettings()) is None  # pytest's stderr is no terminal
+
+
+def test_a_head_is_checked_in_its_own_process_with_the_head_families(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["check", str(EXAMPLES / "numpy_head.py"), "-f", "json",
+                                  "--random", "0"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    names = [c["name"] for c in document["checks"]]
+    assert names[:8] == FAMILIES and names[8:] == [
+        "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes",
+        "head-errors", "head-replay", "head-purity", "head-gradcheck"]
+    wrong = runner.invoke(main, ["check", str(EXAMPLES / "wrong_head_unstable.py"), "-f", "text",
+                                 "--random", "0"])
+    assert wrong.exit_code == 1
+    softmax = next(line for line in wrong.stdout.splitlines() if line.startswith("softmax "))
+    assert "the softmax does not subtract the row maximum before exp" in softmax
+    assert wrong.stdout.splitlines()[-1] == "verdict: FAIL (9 of 10 checks passed)"
+
+
+def test_save_failures_writes_fixtures_and_requests_that_replay_the_case(
+    runner: CliRunner, tmp_path: Path,
+) -> None:
+    import subprocess
+
+    import numpy as np
+
+    from qkvcli.conformance.cases import precision_case, random_cases
+    from qkvcli.reading.load import load_fixture
+
+    saved = tmp_path / "failures"
+    wrong = str(EXAMPLES / "wrong_no_value_path.py")
+    result = runner.invoke(main, ["check", wrong, "--random", "1", "-f", "text",
+                                  "--save-failures", str(saved)])
+    assert result.exit_code == 1
+    names = sorted(path.name for path in saved.iterdir())
+    assert names == ["01-chapter.json", "01-chapter.requests.jsonl",
+                     "02-precision-1-3-4-2.json", "02-precision-1-3-4-2.requests.jsonl",
+                     "03-random-1-2-3-5-3.json", "03-random-1-2-3-5-3.requests.jsonl"]
+    # The fixture holds the case's values exactly, and qkv run takes it.
+    case = random_cases(1, 26, 1e-6, 2e-6)[0]
+    fixture = load_fixture(saved / "03-random-1-2-3-5-3.json")
+    assert fixture.input.tobytes() == case.input.tobytes()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(fixture.upstream, case.upstream,
+                                                           strict=True))
+    assert runner.invoke(main, ["run", str(saved / "01-chapter.json")]).exit_code == 0
+    # Checking the saved file again fails on it, as the learner's loop does.
+    again = runner.invoke(main, ["check", wrong, str(saved / "02-precision-1-3-4-2.json"),
+                                 "--random", "0", "-f", "json"])
+    failed = {f["fixture"] for f in json.loads(again.stdout)["failures"]}
+    assert str(saved / "02-precision-1-3-4-2.json") in failed
+    # The requests replay the case on a --command program: its replies, exact.
+    requests = (saved / "02-precision-1-3-4-2.requests.jsonl").read_text(encoding="utf-8")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "command_qkv.py")], input=requests,
+                          capture_output=True, text=True, timeout=60, check=True)
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [0, 1, 2, 3] and set(replies[1]) == {
+        "id", "query", "key", "value"}
+    precision = precision_case(1e-6, 2e-6)
+    backward = json.loads(requests.splitlines()[2])
+    assert backward["op"] == "backward"
+    sent = np.array(backward["grad_value"]["values"]).reshape(backward["grad_value"]["shape"])
+    assert sent.tobytes() == precision.upstream[2].tobytes()

@@ -17,7 +17,7 @@ from qkvcli.conformance.errors import (
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.conformance.result import FAMILIES, ConformanceResult
+from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, ConformanceResult
 from qkvcli.conformance.run import run_checks
 from qkvcli.conformance.target import PythonImplementation, load_python
 from qkvcli.render.conformance import family_detail
@@ -47,7 +47,7 @@ def by_name(result: ConformanceResult) -> dict[str, Any]:
 
 def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> None:
     result = check_example("numpy_qkv.py", cases)
-    assert [c.name for c in result.checks] == [f for f in FAMILIES if f != "protocol"]
+    assert [c.name for c in result.checks] == list(PROJECTION_FAMILIES)
     assert result.passed, result.checks
     assert result.failures == ()
 
@@ -135,8 +135,64 @@ def test_independence_fails_when_a_weight_gradient_sums_all_paths(cases: list[Ca
 
     result = check_functions(cases, numpy_qkv.forward, backward)
     checks = by_name(result)
-    assert "changing grad_key and grad_value changed grad_w_query" in family_detail(checks["independence"])
+    assert "changing dL/dK changed grad_w_query" in family_detail(checks["independence"])
     assert "grad_w_query sums all three paths" in family_detail(checks["reverse"])
+
+
+LETTERS = "QKV"
+CROSS_PAIRS = [(own, other) for own in range(3) for other in range(3) if own != other]
+
+
+@pytest.mark.parametrize(("own", "other"), CROSS_PAIRS,
+                         ids=[f"{LETTERS[o]}-uses-W_{LETTERS[w]}" for o, w in CROSS_PAIRS])
+def test_independence_catches_every_output_computed_with_another_weight(
+    cases: list[Case], own: int, other: int,
+) -> None:
+    def forward(x: Any, *weights: Any) -> Any:
+        outputs = list(numpy_qkv.forward(x, *weights))
+        outputs[own] = x @ weights[other]
+        return tuple(outputs)
+
+    check = by_name(check_functions(cases, forward, numpy_qkv.backward))["independence"]
+    assert not check.passed
+    names = ("query", "key", "value")
+    # The weights are changed in order Q, K, V: the borrowed one first moves the wrong
+    # output, or the output's own one first fails to move it.
+    expected = (f"chapter: changing W_{LETTERS[other]}[0,0] changed {names[own]}[" if other < own
+                else f"chapter: changing W_{LETTERS[own]}[0,0] left {names[own]} unchanged")
+    assert family_detail(check).startswith(expected), family_detail(check)
+
+
+@pytest.mark.parametrize(("own", "other"), CROSS_PAIRS,
+                         ids=[f"dW_{LETTERS[o]}-uses-d{LETTERS[u]}" for o, u in CROSS_PAIRS])
+def test_independence_catches_every_weight_gradient_with_another_upstream(
+    cases: list[Case], own: int, other: int,
+) -> None:
+    def backward(x: Any, wq: Any, wk: Any, wv: Any, *upstream: Any) -> Any:
+        grads = list(numpy_qkv.backward(x, wq, wk, wv, *upstream))
+        rows = x.reshape(-1, x.shape[-1])
+        grads[own + 1] = rows.T @ upstream[other].reshape(rows.shape[0], -1)
+        return tuple(grads)
+
+    check = by_name(check_functions(cases, numpy_qkv.forward, backward))["independence"]
+    names = ("query", "key", "value")
+    assert not check.passed
+    assert f"changing dL/d{LETTERS[other]} changed grad_w_{names[own]}[" in family_detail(check)
+
+
+def test_errors_sends_bad_backward_requests_too(cases: list[Case]) -> None:
+    def backward(x: Any, wq: Any, wk: Any, wv: Any, gq: Any, gk: Any, gv: Any) -> Any:
+        rows = x.reshape(-1, x.shape[-1])  # validates nothing
+        grads = [rows.T @ g.reshape(rows.shape[0], g.shape[-1]) for g in (gq, gk, gv)]
+        return (gq @ wq.T + gk @ wk.T + gv @ wv.T, *grads)
+
+    result = check_functions(cases, numpy_qkv.forward, backward)
+    check = by_name(result)["errors"]
+    assert not check.passed
+    assert family_detail(check).startswith(
+        "chapter: silently accepted: backward with a rank-2 input [2,3], backward with "
+        "input width 4 != weight rows 3")
+    assert by_name(result)["reverse"].passed
 
 
 def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
@@ -205,3 +261,91 @@ def test_random_cases_are_seeded_and_start_with_the_special_shapes() -> None:
     assert any(h == 1 for _, _, _, h in shapes)
     assert all(np.array_equal(a.input, b.input) for a, b in zip(first, again, strict=True))
     assert not np.array_equal(first[0].input, random_cases(1, 8, 1e-6, 2e-6)[0].input)
+
+
+HEAD_FAMILIES = ["head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes",
+                 "head-errors", "head-replay", "head-purity", "head-gradcheck"]
+
+
+def test_the_correct_numpy_head_passes_the_projection_and_head_families(cases: list[Case]) -> None:
+    result = check_example("numpy_head.py", cases)
+    assert [c.name for c in result.checks] == [f for f in FAMILIES if f != "protocol"]
+    assert [c.name for c in result.checks][8:] == HEAD_FAMILIES
+    assert result.passed, [family_detail(c) for c in result.checks if not c.passed]
+    assert "large scores do not overflow" in family_detail(by_name(result)["softmax"])
+
+
+WRONG_HEADS = [
+    ("wrong_head_unscaled.py", "scaling", "scores are Q K^T: the 1/sqrt(d_k) scaling is missing"),
+    ("wrong_head_unstable.py", "softmax",
+     "overflow: the softmax does not subtract the row maximum before exp"),
+    ("wrong_head_diagonal.py", "mask", "the causal mask hides the diagonal too"),
+    ("wrong_head_after_softmax.py", "mask",
+     "the mask is applied after the softmax: masked rows no longer sum to 1"),
+    ("wrong_head_no_rowsum.py", "head-reverse",
+     "the softmax backward lacks its row-sum term (dZ = A * dA)"),
+    ("wrong_head_dv_uses_a.py", "head-reverse",
+     "grad_value is computed with A instead of A^T (dV = A dO)"),
+    ("wrong_head_dk_uses_ds.py", "head-reverse",
+     "grad_key is computed with dS instead of dS^T (dK = dS Q)"),
+]
+
+
+@pytest.mark.parametrize(("example", "family", "named"), WRONG_HEADS,
+                         ids=[row[0][len("wrong_head_"):-3] for row in WRONG_HEADS])
+def test_each_wrong_head_fails_its_family_naming_the_bug(
+    cases: list[Case], example: str, family: str, named: str,
+) -> None:
+    result = check_example(example, cases)
+    checks = by_name(result)
+    assert "forward" not in checks  # a head alone: the projection families are not listed
+    assert not checks[family].passed and checks[family].outcome == "failed"
+    assert named in family_detail(checks[family])
+    assert not result.passed
+
+
+def test_a_head_without_backward_fails_its_reverse_families_as_not_applicable(
+    cases: list[Case],
+) -> None:
+    import numpy_head
+
+    result = run_checks(PythonImplementation("head", None, None, numpy_head.head_forward),
+                        cases, 1e-9)
+    checks = by_name(result)
+    for family in ("head-reverse", "head-gradcheck"):
+        assert family_detail(checks[family]) == "not applicable: no backward"
+    assert checks["head-forward"].passed and checks["mask"].passed
+    assert not result.passed
+
+
+@pytest.mark.parametrize("example", ["numpy_head.py", "wrong_float32.py", "wrong_head_dk_uses_ds.py"])
+def test_the_child_process_reaches_the_same_judgements_as_an_in_process_call(
+    cases: list[Case], example: str,
+) -> None:
+    """Float64 crosses the runner's pipe exactly: every judgement and failure is the same."""
+    from qkvcli.conformance.target import start_python
+
+    inside = check_example(example, cases)
+    with start_python(str(EXAMPLES / example), 30.0) as child:
+        outside = run_checks(child, cases, 1e-9)
+    assert outside.checks == inside.checks
+    assert outside.failures == inside.failures
+
+
+def test_purity_independence_and_replay_findings_are_codes_and_facts(cases: list[Case]) -> None:
+    """The families hand over data; the words are render.conformance's."""
+    from qkvcli.render.conformance import FINDING_WORDS, failure_detail
+
+    impure = next(f for f in check_example("wrong_modifies_input.py", cases).failures
+                  if f.family == "purity")
+    assert impure.code == "changed-argument" and impure.detail == ""
+    assert impure.facts[:2] == ("forward", "x[0,0,0]")
+    assert failure_detail(impure) == FINDING_WORDS["changed-argument"].format(*impure.facts)
+
+    def forward(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
+        return x @ wq, x @ wq, x @ wv  # K = X W_Q: moves with W_Q
+
+    moved = next(f for f in check_functions(cases[:1], forward, numpy_qkv.backward).failures
+                 if f.family == "independence")
+    assert (moved.code, moved.facts[:2]) == ("moved", ("W_Q[0,0]", "key[0,0,0]"))
+    assert failure_detail(moved).startswith("changing W_Q[0,0] changed key[0,0,0] from ")

@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,182 @@ def test_a_nonzero_weight_gradient_on_the_empty_batch_is_a_failed_check(tmp_path
     empty = [line for line in result.stdout.splitlines()
              if line.startswith("  reverse [random-2[0,")]
     assert empty and "grad_w_query is not X^T dL/dQ" in empty[0], result.stdout
+
+
+# --- a Python IMPL runs in a child process qkv owns -----------------------------------------
+
+CORRECT = (
+    "import sys\n"
+    f"sys.path.insert(0, {str(ROOT / 'examples' / 'implementations')!r})\n"
+    "from numpy_qkv import forward, backward\n"
+)
+
+
+def impl(tmp_path: Path, body: str, name: str = "hostile.py") -> str:
+    """A Python IMPL: the correct projections, then ``body`` (which may replace them)."""
+    return str(write(tmp_path / name, CORRECT + body))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_an_endless_loop_in_forward_is_ended_by_the_timeout(tmp_path):
+    path = impl(tmp_path, "def forward(x, wq, wk, wv):\n    while True: pass\n")
+    result = invoke("check", path, "--random", "0", "--timeout", "0.5", "-f", "text")
+    assert result.exit_code == 1, result.output
+    assert "no reply within 0.5 s" in protocol_line(result)
+
+
+def test_an_endless_loop_at_import_is_a_clear_error(tmp_path):
+    path = impl(tmp_path, "while True: pass\n")
+    line = refused(invoke("check", path, "--random", "0", "--timeout", "0.5"),
+                   "cannot be imported", "took more than 0.5 s (--timeout)")
+    assert "Traceback" not in line
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["status-0", "status-3"])
+def test_os_exit_at_import_is_a_clear_error_not_a_pass(tmp_path, code):
+    path = impl(tmp_path, f"import os\nos._exit({code})\n")
+    refused(invoke("check", path, "--random", "0"), "cannot be imported",
+            f"exited with status {code}")
+
+
+def test_os_exit_in_forward_is_a_failed_check_not_its_status(tmp_path):
+    path = impl(tmp_path, "import os\n_f = forward\n"
+                "def forward(x, wq, wk, wv):\n"
+                "    if x.ndim != 3: os._exit(3)\n"
+                "    return _f(x, wq, wk, wv)\n")
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 1, result.output
+    assert "exited with status 3" in protocol_line(result)
+
+
+def test_prints_and_raw_writes_to_stdout_do_not_spoil_json(tmp_path, monkeypatch):
+    import json
+
+    path = impl(tmp_path, "import os\nprint('hello at import')\nos.write(1, b'raw at import\\n')\n"
+                "_f = forward\n"
+                "def forward(x, wq, wk, wv):\n"
+                "    os.write(1, b'raw in forward\\n')\n"
+                "    return _f(x, wq, wk, wv)\n")
+    result = invoke("check", path, "--random", "0", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+    assert "hello at import" in result.stderr and "raw in forward" in result.stderr
+
+
+def test_chdir_at_import_does_not_move_where_output_is_written(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = impl(tmp_path, f"import os\nos.chdir({str(elsewhere)!r})\n")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", path, "--random", "0", "-f", "text", "-o", "report.txt")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report.txt").is_file()
+    assert not (elsewhere / "report.txt").exists()
+
+
+def test_a_non_daemon_thread_does_not_keep_qkv_alive(tmp_path):
+    path = impl(tmp_path, "import threading, time\n"
+                "threading.Thread(target=time.sleep, args=(300,)).start()\n")
+    started = time.monotonic()
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("error", ["BaseException('deep')", "GeneratorExit()",
+                                   "KeyboardInterrupt()", "SystemExit(4)"],
+                         ids=["base", "generator-exit", "keyboard", "system-exit"])
+def test_any_exception_from_forward_is_a_rejection_without_a_traceback(tmp_path, error):
+    path = impl(tmp_path, f"def forward(x, wq, wk, wv):\n    raise {error}\n")
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert "forward" in result.stdout and "FAIL" in result.stdout
+
+
+def test_a_base_exception_at_import_is_a_clear_error(tmp_path):
+    path = impl(tmp_path, "raise BaseException('at import')\n")
+    refused(invoke("check", path, "--random", "0"), "cannot be imported",
+            "BaseException: at import")
+
+
+HOSTILE_RESULTS = {
+    "array-raises": "class R:\n    def __array__(self, *a, **k): raise RuntimeError('no')\n",
+    "attribute-raises": "class R:\n    def __getattr__(self, name): raise RuntimeError(name)\n",
+    "len-raises": "class R(tuple):\n    def __len__(self): raise RuntimeError('len')\n",
+    "str-of-error-raises": ("class R:\n    def __array__(self, *a, **k): raise E()\n"
+                            "class E(Exception):\n    def __str__(self): raise RuntimeError()\n"),
+}
+
+
+@pytest.mark.parametrize("body", HOSTILE_RESULTS.values(), ids=HOSTILE_RESULTS.keys())
+def test_hostile_results_are_a_failed_check_not_an_internal_error(tmp_path, body):
+    made = "R()" if "tuple" not in body else "R((1, 2, 3))"
+    path = impl(tmp_path, body + "def forward(x, wq, wk, wv):\n"
+                f"    return {made} if 'tuple' in {body!r} else ({made}, {made}, {made})\n")
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert result.stdout.startswith("implementation=")
+
+
+def test_monkeypatching_qkv_cannot_forge_the_verdict(tmp_path):
+    path = impl(tmp_path, (
+        "import qkvcli.conformance.result as result, qkvcli.render.conformance as words\n"
+        "result.ConformanceResult.passed = property(lambda self: True)\n"
+        "words.conformance_verdict = lambda r: 'verdict: PASS (8 of 8 checks passed)'\n"
+        "def forward(x, wq, wk, wv):\n"
+        "    return x @ wq, x @ wq, x @ wv\n"))
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
+
+
+def test_the_implementation_and_its_children_are_ended(tmp_path):
+    pids = tmp_path / "pids"
+    path = impl(tmp_path, (
+        "import os, subprocess\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"))
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 0, result.output
+    deadline = time.monotonic() + 5
+    started = [int(pid) for pid in pids.read_text().split()]
+    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in started)
+
+
+def test_a_ctrl_c_ends_the_implementation(tmp_path, monkeypatch):
+    from qkvcli.conformance import run
+
+    pids = tmp_path / "pids"
+    path = impl(tmp_path, f"import os\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\n")
+
+    def interrupt(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "check_forward", interrupt)
+    monkeypatch.setattr(run, "COMPUTE_ORDER", (("forward", interrupt),))
+    result = invoke("check", path, "--random", "0", "-f", "text")
+    assert result.exit_code == 130, result.output
+    pid = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)
+
+
+def test_a_fixture_whose_results_overflow_is_refused_for_check(tmp_path):
+    huge = fixture(input=[[[1e200, 2, -1], [0, 1, 2]]],
+                   weights={**BASE["weights"], "query": [[1e200, 0], [0, 1], [1, -1]]})
+    path = write(tmp_path / "overflow.json", huge)
+    refused(invoke("check", NUMPY, str(path), "--random", "0"),
+            "overflow.json: its query overflows float64", "finite results only")

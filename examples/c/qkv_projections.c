@@ -367,6 +367,8 @@ static bool tensor_finite(const Tensor *t) {
 enum { QUERY, KEY, VALUE };
 static const char *const BRANCHES[3] = {"query", "key", "value"};
 
+static bool wrong_key_path = false; /* --wrong key-path-uses-query-weight */
+
 typedef struct {
     const Tensor *weights[3]; /* query, key, value: each [d_model, d_head], borrowed */
     size_t d_model, d_head;
@@ -378,6 +380,7 @@ typedef struct {
  * differ. */
 static bool qkv_new(QkvProjections *layer, const Tensor *weights[3], char *error) {
     int b;
+    layer->key_path_uses_query_weight = wrong_key_path; /* false unless --wrong asks */
     for (b = 0; b < 3; b++) {
         layer->weights[b] = weights[b];
         if (weights[b]->rank != 2) {
@@ -494,6 +497,110 @@ static bool qkv_backward(const QkvProjections *layer, const Tensor *x, const Ten
     return true;
 }
 
+/* ---- an attention head on the layer (chapter 27) ------------------------------------ */
+
+static bool wrong_head_dk = false; /* --wrong head-dk-uses-ds */
+
+/* One head: scores = Q K^T / sqrt(d_k) [B,T,T] (before the mask), weights = the softmax of
+ * each row of the masked scores (row max subtracted, so large scores cannot overflow),
+ * output = weights V [B,T,d_head]. out = {scores, weights, output}; qkv = {Q, K, V}. */
+static bool head_run(const QkvProjections *layer, const Tensor *x, bool causal, Tensor out[3],
+                     Tensor qkv[3], char *error) {
+    size_t batch, tokens, d = layer->d_head, b, i, j, k, shape[3];
+    double scale = sqrt((double)d);
+    if (!qkv_forward(layer, x, qkv, error)) return false;
+    batch = x->shape[0], tokens = x->shape[1];
+    shape[0] = batch, shape[1] = tokens, shape[2] = tokens;
+    out[0] = tensor_new(3, shape);
+    out[1] = tensor_new(3, shape);
+    shape[2] = d;
+    out[2] = tensor_new(3, shape);
+    for (b = 0; b < batch; b++) {
+        const double *q = qkv[QUERY].values + b * tokens * d, *kk = qkv[KEY].values + b * tokens * d;
+        const double *v = qkv[VALUE].values + b * tokens * d;
+        double *s = out[0].values + b * tokens * tokens, *a = out[1].values + b * tokens * tokens;
+        double *o = out[2].values + b * tokens * d;
+        for (i = 0; i < tokens; i++) {
+            size_t last = causal ? i : tokens - 1; /* causal: later key positions are masked */
+            double max = -INFINITY, total = 0.0;
+            for (j = 0; j < tokens; j++) {
+                double dot = 0.0;
+                for (k = 0; k < d; k++) dot += q[i * d + k] * kk[j * d + k];
+                s[i * tokens + j] = dot / scale;
+            }
+            for (j = 0; j <= last; j++) max = fmax(max, s[i * tokens + j]);
+            for (j = 0; j <= last; j++) total += a[i * tokens + j] = exp(s[i * tokens + j] - max);
+            for (j = 0; j <= last; j++) a[i * tokens + j] /= total;
+            for (k = 0; k < d; k++) {
+                double mix = 0.0;
+                for (j = 0; j < tokens; j++) mix += a[i * tokens + j] * v[j * d + k];
+                o[i * d + k] = mix;
+            }
+        }
+    }
+    return true;
+}
+
+/* out = {grad_input, grad_w_query, grad_w_key, grad_w_value} for grad_output dO: dA = dO V^T,
+ * dV = A^T dO, dZ = A * (dA - rowsum(dA * A)), dS = dZ / sqrt(d_k), dQ = dS K, dK = dS^T Q,
+ * then the projections' backward. */
+static bool head_backward(const QkvProjections *layer, const Tensor *x, bool causal,
+                          const Tensor *grad_output, Tensor out[4], char *error) {
+    Tensor fwd[3], qkv[3], grads[3];
+    const Tensor *upstream[3];
+    size_t batch, tokens, d = layer->d_head, b, i, j, k, n;
+    double scale = sqrt((double)d);
+    bool ok;
+    if (!head_run(layer, x, causal, fwd, qkv, error)) return false;
+    batch = x->shape[0], tokens = x->shape[1];
+    if (grad_output->rank != 3 || grad_output->shape[0] != batch ||
+        grad_output->shape[1] != tokens || grad_output->shape[2] != d) {
+        snprintf(error, ERROR_SIZE, "grad_output must have shape [%lu, %lu, %lu]",
+                 (unsigned long)batch, (unsigned long)tokens, (unsigned long)d);
+        for (n = 0; n < 3; n++) tensor_free(&fwd[n]), tensor_free(&qkv[n]);
+        return false;
+    }
+    for (n = 0; n < 3; n++) grads[n] = tensor_new(3, qkv[n].shape);
+    for (b = 0; b < batch; b++) {
+        size_t at = b * tokens * d, square = b * tokens * tokens;
+        const double *a = fwd[1].values + square, *g = grad_output->values + at;
+        size_t cells = tokens * tokens;
+        double *ds = checked(calloc(cells != 0 ? cells : 1, sizeof *ds));
+        for (i = 0; i < tokens; i++) {
+            double row_sum = 0.0;
+            for (j = 0; j < tokens; j++) {
+                double da = 0.0;
+                for (k = 0; k < d; k++) da += g[i * d + k] * qkv[VALUE].values[at + j * d + k];
+                ds[i * tokens + j] = da; /* dA for now */
+                row_sum += da * a[i * tokens + j];
+            }
+            for (j = 0; j < tokens; j++) {
+                ds[i * tokens + j] = a[i * tokens + j] * (ds[i * tokens + j] - row_sum) / scale;
+            }
+        }
+        for (i = 0; i < tokens; i++) {
+            for (k = 0; k < d; k++) {
+                double dq = 0.0, dk = 0.0, dv = 0.0;
+                for (j = 0; j < tokens; j++) {
+                    dq += ds[i * tokens + j] * qkv[KEY].values[at + j * d + k];   /* dS K */
+                    /* dS^T Q (WRONG on purpose with --wrong head-dk-uses-ds: dS Q) */
+                    dk += (wrong_head_dk ? ds[i * tokens + j] : ds[j * tokens + i]) *
+                          qkv[QUERY].values[at + j * d + k];
+                    dv += a[j * tokens + i] * g[j * d + k];                        /* A^T dO */
+                }
+                grads[QUERY].values[at + i * d + k] = dq;
+                grads[KEY].values[at + i * d + k] = dk;
+                grads[VALUE].values[at + i * d + k] = dv;
+            }
+        }
+        free(ds);
+    }
+    upstream[0] = &grads[0], upstream[1] = &grads[1], upstream[2] = &grads[2];
+    ok = qkv_backward(layer, x, upstream, out, error);
+    for (n = 0; n < 3; n++) tensor_free(&fwd[n]), tensor_free(&qkv[n]), tensor_free(&grads[n]);
+    return ok;
+}
+
 /* ---- the protocol (docs/protocol.md) ------------------------------------------------ */
 
 #define MAX_TENSORS 8
@@ -504,7 +611,6 @@ typedef struct {
     Tensor tensors[MAX_TENSORS];
 } Reply;
 
-static bool wrong_key_path = false; /* --wrong key-path-uses-query-weight */
 
 /* request[key], a {"shape": [...], "values": [...]} object, as a fresh tensor. */
 static bool request_tensor(const Json *request, const char *key, Tensor *out, char *error) {
@@ -590,9 +696,8 @@ static bool run_backward(const Json *request, Reply *reply, char *error) {
     if (!request_tensors(request, BACKWARD_KEYS, 7, in, error)) return false;
     weights[0] = &in[0], weights[1] = &in[1], weights[2] = &in[2];
     upstream[0] = &in[4], upstream[1] = &in[5], upstream[2] = &in[6];
-    ok = qkv_new(&layer, weights, error);
-    layer.key_path_uses_query_weight = wrong_key_path;
-    ok = ok && qkv_backward(&layer, &in[3], upstream, reply->tensors, error);
+    ok = qkv_new(&layer, weights, error) &&
+         qkv_backward(&layer, &in[3], upstream, reply->tensors, error);
     if (ok) {
         reply->count = 4;
         for (i = 0; i < 4; i++) reply->names[i] = BACKWARD_NAMES[i];
@@ -601,13 +706,66 @@ static bool run_backward(const Json *request, Reply *reply, char *error) {
     return ok;
 }
 
-/* The operations this program answers, listed in the hello reply as "ops". The
- * attention-head operations (head_forward, head_backward) are coming to the protocol;
- * each will be one more row here. */
+static const char *const HEAD_FORWARD_NAMES[3] = {"scores", "weights", "output"};
+
+/* request["causal"], which must be true or false. */
+static bool request_causal(const Json *request, bool *causal, char *error) {
+    const Json *flag = json_get(request, "causal");
+    if (flag == NULL || flag->kind != JSON_BOOL) {
+        snprintf(error, ERROR_SIZE, "\"causal\" must be true or false");
+        return false;
+    }
+    *causal = flag->number != 0;
+    return true;
+}
+
+static bool run_head_forward(const Json *request, Reply *reply, char *error) {
+    Tensor in[4], qkv[3];
+    const Tensor *weights[3];
+    QkvProjections layer;
+    bool ok, causal = false;
+    size_t i;
+    if (!request_causal(request, &causal, error)) return false;
+    if (!request_tensors(request, FORWARD_KEYS, 4, in, error)) return false;
+    weights[0] = &in[0], weights[1] = &in[1], weights[2] = &in[2];
+    ok = qkv_new(&layer, weights, error) && head_run(&layer, &in[3], causal, reply->tensors, qkv,
+                                                     error);
+    if (ok) {
+        reply->count = 3;
+        for (i = 0; i < 3; i++) reply->names[i] = HEAD_FORWARD_NAMES[i], tensor_free(&qkv[i]);
+    }
+    for (i = 0; i < 4; i++) tensor_free(&in[i]);
+    return ok;
+}
+
+static const char *const HEAD_BACKWARD_KEYS[5] = {"w_query", "w_key", "w_value", "input",
+                                                  "grad_output"};
+
+static bool run_head_backward(const Json *request, Reply *reply, char *error) {
+    Tensor in[5];
+    const Tensor *weights[3];
+    QkvProjections layer;
+    bool ok, causal = false;
+    size_t i;
+    if (!request_causal(request, &causal, error)) return false;
+    if (!request_tensors(request, HEAD_BACKWARD_KEYS, 5, in, error)) return false;
+    weights[0] = &in[0], weights[1] = &in[1], weights[2] = &in[2];
+    ok = qkv_new(&layer, weights, error) &&
+         head_backward(&layer, &in[3], causal, &in[4], reply->tensors, error);
+    if (ok) {
+        reply->count = 4;
+        for (i = 0; i < 4; i++) reply->names[i] = BACKWARD_NAMES[i];
+    }
+    for (i = 0; i < 5; i++) tensor_free(&in[i]);
+    return ok;
+}
+
+/* The operations this program answers, listed in the hello reply as "ops". */
 static const struct {
     const char *op;
     bool (*run)(const Json *request, Reply *reply, char *error);
-} OPERATIONS[] = {{"forward", run_forward}, {"backward", run_backward}};
+} OPERATIONS[] = {{"forward", run_forward}, {"backward", run_backward},
+                  {"head_forward", run_head_forward}, {"head_backward", run_head_backward}};
 #define OPERATION_COUNT (sizeof OPERATIONS / sizeof OPERATIONS[0])
 
 static void write_tensor(FILE *out, const Tensor *t) {
@@ -702,8 +860,12 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--wrong") == 0 &&
         strcmp(argv[2], "key-path-uses-query-weight") == 0) {
         wrong_key_path = true; /* WRONG on purpose: dX's key path uses W_Q */
+    } else if (argc == 3 && strcmp(argv[1], "--wrong") == 0 &&
+               strcmp(argv[2], "head-dk-uses-ds") == 0) {
+        wrong_head_dk = true; /* WRONG on purpose: the head's dK uses dS, not dS^T */
     } else if (argc != 1) {
-        fputs("usage: qkv_projections [--wrong key-path-uses-query-weight]\n", stderr);
+        fputs("usage: qkv_projections [--wrong key-path-uses-query-weight|head-dk-uses-ds]\n",
+              stderr);
         return 2;
     }
     while ((line = read_line(stdin)) != NULL) {

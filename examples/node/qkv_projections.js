@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Q/K/V projections for `qkv check --command`, Node.js with no npm packages.
+// Q/K/V projections and an attention head for `qkv check --command`, Node.js with no npm
+// packages.
 //
 //     qkv check --command "node examples/node/qkv_projections.js"
 //
@@ -158,6 +159,85 @@ class NoValuePath extends QkvProjections {
   }
 }
 
+// --- an attention head on the projections (chapter 27) ---------------------------------
+
+/**
+ * One head: scores = Q K^T / sqrt(d_k) [B,T,T] (before the mask), weights = the row
+ * softmax of the masked scores (row max subtracted: large scores cannot overflow),
+ * output = weights V. `rowSum` false is WRONG on purpose (--wrong head-no-rowsum): the
+ * softmax backward without its row-sum term.
+ */
+class AttentionHead {
+  constructor(layer, rowSum = true) {
+    this.layer = layer;
+    this.rowSum = rowSum;
+  }
+
+  /** Every intermediate of a forward pass, per batch item b: row-major [T, T] or [T, d]. */
+  run(x, causal) {
+    const [batch, tokens] = this.layer.checkInput(x);
+    const d = this.layer.dHead;
+    const { query, key, value } = this.layer.forward(x);
+    const scale = Math.sqrt(d);
+    const scores = [], weights = [], output = [];
+    for (let b = 0; b < batch; b++) {
+      const slice = (t) => t.values.slice(b * tokens * d, (b + 1) * tokens * d);
+      // [T, d] @ [T, d]^T -> [T, T], scaled
+      const s = matmulTransposedRight(slice(query), slice(key), tokens, d, tokens).map((v) => v / scale);
+      const a = new Array(tokens * tokens).fill(0.0);
+      for (let i = 0; i < tokens; i++) {
+        const last = causal ? i : tokens - 1; // causal: key positions after i are masked out
+        let max = -Infinity;
+        for (let j = 0; j <= last; j++) max = Math.max(max, s[i * tokens + j]);
+        let total = 0.0;
+        for (let j = 0; j <= last; j++) { a[i * tokens + j] = Math.exp(s[i * tokens + j] - max); total += a[i * tokens + j]; }
+        for (let j = 0; j <= last; j++) a[i * tokens + j] /= total;
+      }
+      scores.push(...s);
+      weights.push(...a);
+      output.push(...matmul(a, slice(value), tokens, tokens, d)); // [T, T] @ [T, d]
+    }
+    return { batch, tokens, d, query, key, value, scores, weights, output };
+  }
+
+  forward(x, causal) {
+    const r = this.run(x, causal);
+    return { scores: { shape: [r.batch, r.tokens, r.tokens], values: r.scores },
+             weights: { shape: [r.batch, r.tokens, r.tokens], values: r.weights },
+             output: { shape: [r.batch, r.tokens, r.d], values: r.output } };
+  }
+
+  /** The four gradients for grad_output [B, T, d_head]; throws ShapeError. */
+  backward(x, causal, gradOutput) {
+    const r = this.run(x, causal);
+    const { batch, tokens, d } = r;
+    if (!sameShape(gradOutput.shape, [batch, tokens, d])) {
+      throw new ShapeError(`grad_output must have shape [${[batch, tokens, d]}], got [${gradOutput.shape}]`);
+    }
+    const grads = [[], [], []]; // dQ, dK, dV
+    for (let b = 0; b < batch; b++) {
+      const at = (values) => values.slice(b * tokens * d, (b + 1) * tokens * d);
+      const a = r.weights.slice(b * tokens * tokens, (b + 1) * tokens * tokens);
+      const dO = at(gradOutput.values);
+      const dA = matmulTransposedRight(dO, at(r.value.values), tokens, d, tokens); // dO V^T
+      const dV = matmulTransposedLeft(a, dO, tokens, tokens, d); // A^T dO
+      const dS = new Array(tokens * tokens);
+      for (let i = 0; i < tokens; i++) {
+        let rowSum = 0.0;
+        for (let j = 0; j < tokens; j++) rowSum += dA[i * tokens + j] * a[i * tokens + j];
+        if (!this.rowSum) rowSum = 0.0;
+        for (let j = 0; j < tokens; j++) dS[i * tokens + j] = a[i * tokens + j] * (dA[i * tokens + j] - rowSum) / Math.sqrt(d);
+      }
+      grads[0].push(...matmul(dS, at(r.key.values), tokens, tokens, d)); // dS K
+      grads[1].push(...matmulTransposedLeft(dS, at(r.query.values), tokens, tokens, d)); // dS^T Q
+      grads[2].push(...dV);
+    }
+    const shape = [batch, tokens, d];
+    const [gq, gk, gv] = grads.map((values) => ({ shape, values }));
+    return this.layer.backward(x, gq, gk, gv);
+  }
+}
+
 // --- JSON out: exact numbers -----------------------------------------------------------
 
 class NotFinite extends Error {}
@@ -194,11 +274,14 @@ function tensor(request, key) {
   return t;
 }
 
-/**
- * One entry per operation: given the request and the layer type, the reply's fields.
- * The attention-head operations (head_forward, head_backward) are coming to the protocol;
- * each will be one more entry here (the hello reply lists these names).
- */
+/** request.causal, which must be a boolean. */
+function causal(request) {
+  if (typeof request.causal !== "boolean") throw new ShapeError('"causal" must be true or false');
+  return request.causal;
+}
+
+/** One entry per operation: given the request and the layer type, the reply's fields
+ * (the hello reply lists these names). */
 const OPERATIONS = {
   forward(request, Layer) {
     const layer = new Layer(tensor(request, "w_query"), tensor(request, "w_key"),
@@ -211,17 +294,28 @@ const OPERATIONS = {
     return layer.backward(tensor(request, "input"), tensor(request, "grad_query"),
                           tensor(request, "grad_key"), tensor(request, "grad_value"));
   },
+  head_forward(request, Layer, Head) {
+    const layer = new Layer(tensor(request, "w_query"), tensor(request, "w_key"),
+                            tensor(request, "w_value"));
+    return new Head(layer).forward(tensor(request, "input"), causal(request));
+  },
+  head_backward(request, Layer, Head) {
+    const layer = new Layer(tensor(request, "w_query"), tensor(request, "w_key"),
+                            tensor(request, "w_value"));
+    return new Head(layer).backward(tensor(request, "input"), causal(request),
+                                    tensor(request, "grad_output"));
+  },
 };
 
 /** The reply line (without newline) to one request. */
-function answer(request, Layer) {
+function answer(request, Layer, Head = AttentionHead) {
   const id = request.id;
   if (request.op === "hello") return encode({ id, version: 1, ops: Object.keys(OPERATIONS) });
   if (request.op === "bye") return encode({ id });
   const operation = Object.hasOwn(OPERATIONS, request.op) ? OPERATIONS[request.op] : null;
   if (operation === null) return encode({ id, error: `unknown op ${JSON.stringify(request.op)}` });
   try {
-    return encode({ id, ...operation(request, Layer) });
+    return encode({ id, ...operation(request, Layer, Head) });
   } catch (error) {
     // An invalid input, or a result that overflowed: say so rather than crash.
     if (error instanceof ShapeError || error instanceof NotFinite) {
@@ -232,10 +326,14 @@ function answer(request, Layer) {
 }
 
 async function main(argv) {
-  const layers = { "": QkvProjections, "no-value-path": NoValuePath };
+  class HeadNoRowSum extends AttentionHead {
+    constructor(layer) { super(layer, false); }
+  }
+  const layers = { "": [QkvProjections, AttentionHead], "no-value-path": [NoValuePath, AttentionHead],
+                   "head-no-rowsum": [QkvProjections, HeadNoRowSum] };
   const wrong = argv[0] === "--wrong" && argv.length === 2 ? argv[1] : argv.length ? null : "";
   if (!Object.hasOwn(layers, wrong)) {
-    process.stderr.write("usage: node qkv_projections.js [--wrong no-value-path]\n");
+    process.stderr.write("usage: node qkv_projections.js [--wrong no-value-path|head-no-rowsum]\n");
     process.exitCode = 2;
     return;
   }
@@ -245,7 +343,7 @@ async function main(argv) {
     const request = JSON.parse(line);
     // One line per reply; writes to a pipe are synchronous on Linux, and the process
     // does not end before stdout has drained either way.
-    process.stdout.write(answer(request, layers[wrong]) + "\n");
+    process.stdout.write(answer(request, ...layers[wrong]) + "\n");
     if (request.op === "bye") break;
   }
   lines.close();
@@ -259,4 +357,5 @@ if (require.main === module) {
   });
 }
 
-module.exports = { QkvProjections, NoValuePath, ShapeError, formatNumber, encode, answer };
+module.exports = { QkvProjections, NoValuePath, AttentionHead, ShapeError, formatNumber, encode,
+                   answer };

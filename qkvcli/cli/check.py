@@ -10,8 +10,11 @@ says ``qkv: interrupted`` once a ``--command`` program has been ended).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,15 +86,27 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded), then ``count`` random ones."""
-    from qkvcli.conformance.cases import chapter_case, fixture_case, random_cases
+    """The chapter fixture, each given fixture (directories expanded), the precision
+    fixture, then ``count`` random ones."""
+    from qkvcli.conformance.cases import (
+        chapter_case,
+        fixture_case,
+        overflowing,
+        precision_case,
+        random_cases,
+    )
 
     chapter = chapter_case()
     given = [fixture_case(label_of(path), load(path, max_elements))
              for path in expand_fixtures(paths)]
     for case in given:
         _check_request_size(case, max_elements)
-    return [chapter, *given, *random_cases(count, seed, chapter.step, chapter.tolerance)]
+        overflow = overflowing(case)
+        if overflow is not None:
+            raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
+                             "compares finite results only (the protocol carries no infinity)")
+    return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
+            *random_cases(count, seed, chapter.step, chapter.tolerance)]
 
 
 @click.command()
@@ -110,19 +125,24 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
               help="Largest scaled error |a-b|/max(1,|a|,|b|) against qkv's engine.")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
               callback=_finite(False, MAX_TIMEOUT), metavar="SECONDS",
-              help="--command: seconds to wait for each reply.")
+              help="Seconds to wait for each call (and for a Python IMPL's import).")
 @format_option(help="rich: a card per family; text: one line per family; json: "
                "everything; auto: rich on a terminal, text otherwise.")
 @output_option
 @click.option("--junit", type=SafePath(dir_okay=False), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
+@click.option("--save-failures", "save_failures", type=SafePath(file_okay=False), default=None,
+              metavar="DIR", help="Write each failing fixture to DIR as a qkv fixture "
+              "(NAME.json: qkv run / qkv check replay it) and the requests that replay it "
+              "for a --command program (NAME.requests.jsonl: PROGRAM < FILE).")
 @click.option("--max-elements", type=click.IntRange(min=1), default=CHECK_MAX_ELEMENTS,
               show_default=True, help="Refuse a FIXTURE whose tensors together hold more "
               "than this many elements (they are sent in one call).")
 @view_options
 def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,
           tolerance: float, timeout: float, fmt: str, output: Path | None,
-          junit: Path | None, max_elements: int, view: ViewSettings) -> None:
+          junit: Path | None, save_failures: Path | None, max_elements: int,
+          view: ViewSettings) -> None:
     """Check YOUR Q/K/V implementation against the chapter's evidence.
 
     \b
@@ -131,8 +151,12 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
 
     IMPL defines forward(x, w_query, w_key, w_value) -> (query, key, value) and
     optionally backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value)
-    -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays.
-    The chapter fixture, each FIXTURE and --random N seeded fixtures are checked.
+    -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays;
+    and/or an attention head: head_forward(x, w_query, w_key, w_value, causal) ->
+    (scores, weights, output) and head_backward(..., causal, grad_output) -> the same
+    four gradients. It runs in a process of its own (--timeout bounds each call).
+    The chapter fixture, each FIXTURE, a precision fixture (values exact neither in 6
+    decimals nor in float32) and --random N seeded fixtures are checked.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
     errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """
@@ -145,35 +169,126 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     check_outputs([output, junit, *(path for _, path in view.exports)],
                   [implementation, *expand_fixtures(paths)])
     cases = build_cases(paths, random_count, seed, max_elements)
-    result = _run(spec, command, cases, tolerance, timeout)
+    result = _run(spec, command, cases, tolerance, timeout, view)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown))
     if junit is not None:
-        from qkvcli.render.conformance import family_detail
+        from qkvcli.render.conformance import family_detail, uncounted
 
         checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
-        skipped = frozenset(c.name for c in result.checks if not c.applicable and c.passed)
+        skipped = frozenset(c.name for c in result.checks if uncounted(c))
         write_file(junit, junit_xml([Outcome(result.implementation, checks,
                                              not_applicable=skipped)]))
+    if save_failures is not None:
+        _save_failures(save_failures, result, cases)
+    if not result.command and result.stderr.strip():
+        # What a Python implementation printed (its stdout too) is its debugging output.
+        click.echo(result.stderr.rstrip(), err=True)
     if not result.passed:
-        failed = [c for c in result.checks if not c.passed]
+        failed = [c for c in result.checks if not c.passed and c.outcome != "not-run"]
         click.echo(f"qkv: FAILED: {', '.join(c.name for c in failed)}", err=True)
-        if result.stderr and (fmt != "rich" or output is not None):
+        if result.command and result.stderr and (fmt != "rich" or output is not None):
             click.echo("qkv: the program's stderr:\n" + result.stderr.rstrip(), err=True)
         raise SystemExit(EXIT_FAILED)
 
 
+def _file_name(number: int, label: str) -> str:
+    """``03-random-1-2-3-5-3``: the case's place and label, in characters every system takes."""
+    safe = "".join(c if c.isascii() and c.isalnum() else "-" for c in label).strip("-")
+    while "--" in safe:
+        safe = safe.replace("--", "-")
+    return f"{number:02d}-{safe}"
+
+
+def _save_failures(folder: Path, result: ConformanceResult, cases: list[Case]) -> None:
+    """Write each failing case's fixture and replay requests into ``folder`` (made if missing)."""
+    import json
+
+    from qkvcli.render.conformance import failing_fixture, replay_requests
+
+    failing = set(result.failing_fixtures())
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
+    for number, case in enumerate(cases, 1):
+        if case.label not in failing:
+            continue
+        name = _file_name(number, case.label)
+        write_file(folder / f"{name}.json", json.dumps(failing_fixture(case), indent=1) + "\n")
+        write_file(folder / f"{name}.requests.jsonl", replay_requests(case, result.operations))
+
+
+PROGRESS_DELAY = 1.0
+"""Seconds a check runs before its progress bar appears (a quick check never shows one)."""
+
+
+class CheckProgress:
+    """A transient bar on stderr: the families done, the one running and the calls so far.
+
+    Drawn only once the check has run :data:`PROGRESS_DELAY` seconds; use it as a
+    context manager so the bar is always removed.
+    """
+
+    def __init__(self, console: Any, delay: float = PROGRESS_DELAY) -> None:
+        self.console = console
+        self.delay = delay
+        self.started = time.monotonic()
+        self.progress: Any = None
+        self.task: Any = None
+
+    def __call__(self, family: str, done: int, total: int, calls: int) -> None:
+        if self.progress is None:
+            if time.monotonic() - self.started < self.delay:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(TextColumn("qkv check"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.description}"),
+                                     console=self.console, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total)
+        self.progress.update(self.task, completed=done, total=total,
+                             description=f"{family}, {calls} calls")
+
+    def __enter__(self) -> CheckProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def check_progress(view: ViewSettings) -> CheckProgress | None:
+    """A progress reporter when stderr is an interactive terminal, else ``None``."""
+    try:
+        if not sys.stderr.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    from qkvcli.cli.console import make_console
+
+    console = make_console(view, stderr=True)
+    return CheckProgress(console) if console.is_interactive else None
+
+
 def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,
-         timeout: float) -> ConformanceResult:
-    """Every family on ``cases``: a ``--command`` program (always ended) or a Python IMPL."""
+         timeout: float, view: ViewSettings) -> ConformanceResult:
+    """Every family on ``cases``: a ``--command`` program or a Python IMPL's runner (both
+    always ended), with a progress bar on a terminal."""
     from qkvcli.conformance.run import run_checks
 
-    if command is not None:
-        from qkvcli.conformance.client import CommandClient
+    progress = check_progress(view)
+    with contextlib.ExitStack() as stack:
+        if progress is not None:
+            stack.enter_context(progress)
+        if command is not None:
+            from qkvcli.conformance.client import CommandClient
 
-        with CommandClient(command, timeout) as client:
-            return run_checks(client, cases, tolerance)
-    from qkvcli.conformance.target import load_python
+            client = stack.enter_context(CommandClient(command, timeout))
+        else:
+            from qkvcli.conformance.target import start_python
 
-    assert spec is not None
-    return run_checks(load_python(spec), cases, tolerance)
+            assert spec is not None
+            client = stack.enter_context(start_python(spec, timeout))
+        return run_checks(client, cases, tolerance, progress)

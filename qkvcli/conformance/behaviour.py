@@ -1,8 +1,10 @@
 """The ``independence``, ``replay`` and ``purity`` families: how results depend on arguments.
 
-Independence: with ``W_Q[r,0]`` raised by one (``r``: the first feature the input
-uses) only Q may change; with ``dL/dK`` and ``dL/dV`` changed ``grad_w_query`` may not,
-and with ``dL/dQ`` changed ``grad_w_key`` and ``grad_w_value`` may not.
+Independence, every cross pair: with each weight ``W_i[r,0]`` raised by one in turn
+(``r``: the first feature the input uses) only output ``i`` may change, and it must;
+with each upstream gradient ``dL/dY_j`` changed in turn (by ``j + 1``) the other two
+weight gradients may not change. A ``V = X W_K`` slip is caught by the change of
+``W_K``, a ``dW_V = X^T dK`` slip by the change of ``dL/dK``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
-from qkvcli.conformance.errors import CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
+from qkvcli.conformance.errors import Broken, CallFailed
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
+
+LETTERS = ("Q", "K", "V")
 
 
 def _used_feature(x: Array) -> int | None:
@@ -23,47 +27,59 @@ def _used_feature(x: Array) -> int | None:
     return int(used[0]) if used.size else None
 
 
-def _changed(name: str, after: Array, before: Array, tolerance: float) -> str | None:
-    """``"key[0,1,0] from 0.5 to 1.5"`` for the first element that moved, else ``None``."""
+Finding = tuple[str, tuple[str, ...]]  # a code of result.FINDINGS and its facts
+
+
+def _changed(what: str, name: str, after: Array, before: Array,
+             tolerance: float) -> Finding | None:
+    """``moved`` (``key[0,1,0]`` from 0.5 to 1.5) for the first element that moved, or
+    ``reshaped``; ``None`` when nothing moved."""
     if after.shape != before.shape:
-        return f"the shape of {name}"
+        return "reshaped", (what, name)
     found = first_outside(after, before, tolerance)
     if found is None:
         return None
     where, new, old = found
-    return f"{name}{where} from {old!r} to {new!r}"
+    return "moved", (what, f"{name}{where}", repr(old), repr(new))
 
 
-def _forward_independence(session: Session, case: Case, base: tuple[Array, ...]) -> str | None:
+def _forward_independence(session: Session, case: Case,
+                          base: tuple[Array, ...]) -> Finding | None:
     row = _used_feature(case.input)
-    w_query = np.array(case.weights[0], copy=True)
-    if row is not None:
-        w_query[row, 0] += 1.0
-    else:
-        w_query += 1.0
-    changed = session.call_forward(case, case.input, (w_query, *case.weights[1:]))
-    what = f"W_Q[{row},0]" if row is not None else "W_Q"
-    for index in (1, 2):
-        found = _changed(FORWARD_NAMES[index], changed[index], base[index], session.tolerance)
-        if found is not None:
-            return f"changing {what} changed {found}"
-    if row is not None and close(changed[0], base[0], session.tolerance):
-        return f"changing W_Q[{row},0] left query unchanged"
+    for branch in range(3):
+        weights = [np.array(w, copy=True) for w in case.weights]
+        if row is not None:
+            weights[branch][row, 0] += 1.0
+        else:
+            weights[branch] += 1.0
+        changed = session.call_forward(case, case.input, (weights[0], weights[1], weights[2]))
+        what = f"W_{LETTERS[branch]}[{row},0]" if row is not None else f"W_{LETTERS[branch]}"
+        for index in range(3):
+            if index == branch:
+                continue
+            found = _changed(what, FORWARD_NAMES[index], changed[index], base[index],
+                             session.tolerance)
+            if found is not None:
+                return found
+        if row is not None and close(changed[branch], base[branch], session.tolerance):
+            return "unmoved", (what, FORWARD_NAMES[branch])
     return None
 
 
-def _backward_independence(session: Session, case: Case, base: tuple[Array, ...]) -> str | None:
-    d_query, d_key, d_value = case.upstream
-    trials = (
-        ("grad_key and grad_value", (d_query, d_key + 1.0, d_value + 2.0), (1,)),
-        ("grad_query", (d_query + 1.0, d_key, d_value), (2, 3)),
-    )
-    for changed_names, upstream, kept in trials:
-        got = session.call_backward(case, case.input, case.weights, upstream)
-        for index in kept:
-            found = _changed(BACKWARD_NAMES[index], got[index], base[index], session.tolerance)
+def _backward_independence(session: Session, case: Case,
+                           base: tuple[Array, ...]) -> Finding | None:
+    for branch in range(3):
+        upstream = [np.array(g, copy=True) for g in case.upstream]
+        upstream[branch] = upstream[branch] + (branch + 1.0)
+        got = session.call_backward(case, case.input, case.weights,
+                                    (upstream[0], upstream[1], upstream[2]))
+        for index in range(3):
+            if index == branch:
+                continue
+            found = _changed(f"dL/d{LETTERS[branch]}", BACKWARD_NAMES[index + 1], got[index + 1],
+                             base[index + 1], session.tolerance)
             if found is not None:
-                return f"changing {changed_names} changed {found}"
+                return found
     return None
 
 
@@ -74,29 +90,36 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         base = session.forward(case)
         grads = session.backward(case) if backward else None
-        if isinstance(base, CallFailed) or isinstance(grads, CallFailed):
-            operation = "forward" if isinstance(base, CallFailed) else "backward"
-            failures.append(Failure("independence", case.label, None,
-                                    f"not checked: {operation} failed"))
+        failed = base if isinstance(base, CallFailed) else grads
+        if isinstance(failed, CallFailed) or isinstance(base, CallFailed):
+            assert isinstance(failed, CallFailed)
+            failures.append(not_run("independence", case.label, failed.operation,
+                                    stopped=isinstance(failed, Broken)))
             continue
         try:
             problem = _forward_independence(session, case, base)
-            if problem is None and grads is not None:
+            if problem is None and grads is not None and not isinstance(grads, CallFailed):
                 problem = _backward_independence(session, case, grads)
+        except Broken as failure:
+            failures.append(not_run("independence", case.label, failure.operation, stopped=True))
+            continue
         except CallFailed as failure:
-            problem = failure.message
+            failures.append(Failure("independence", case.label, None, failure.message))
+            continue
         if problem is not None:
-            failures.append(Failure("independence", case.label, None, problem))
+            failures.append(Failure("independence", case.label, None, code=problem[0],
+                                    facts=problem[1]))
     return judge("independence", failures, len(session.cases), backward=backward), failures
 
 
 def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
-             names: tuple[str, ...]) -> tuple[str, str] | None:
+             names: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """``(tensor and coordinate, first, second)`` where two results first differ bit for bit."""
     for name, left, right in zip(names, first, second, strict=True):
         found = first_bit_difference(left, right)
         if found is not None:
             where, old, new = found
-            return f"{name}{where}", f"{name}{where} was {old}, then {new}"
+            return f"{name}{where}", old, new
     return None
 
 
@@ -108,8 +131,8 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         grads = session.backward(case) if session.implementation.has_backward else None
         failed = first if isinstance(first, CallFailed) else grads
         if isinstance(failed, CallFailed):
-            failures.append(Failure("replay", case.label, None,
-                                    f"not checked: {failed.operation} failed"))
+            failures.append(not_run("replay", case.label, failed.operation,
+                                    stopped=isinstance(failed, Broken)))
             continue
         try:
             if not isinstance(first, CallFailed):
@@ -117,24 +140,29 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 found = _differs(first, again, FORWARD_NAMES)
                 if found is not None:
                     failures.append(Failure("replay", case.label, found[0],
-                                            f"second forward differs: {found[1]}"))
+                                            code="replay-differs", facts=("forward", *found)))
                     continue
             if grads is not None and not isinstance(grads, CallFailed):
                 again = session.call_backward(case, case.input, case.weights, case.upstream)
                 found = _differs(grads, again, BACKWARD_NAMES)
                 if found is not None:
                     failures.append(Failure("replay", case.label, found[0],
-                                            f"second backward differs: {found[1]}"))
+                                            code="replay-differs", facts=("backward", *found)))
+        except Broken as failure:
+            failures.append(not_run("replay", case.label, failure.operation, stopped=True))
         except CallFailed as failure:
-            failures.append(Failure("replay", case.label, None,
-                                    f"second {failure.operation} failed: {failure.message}"))
+            failures.append(Failure("replay", case.label, None, code="replay-failed",
+                                    facts=(failure.operation, failure.message)))
     return judge("replay", failures, len(session.cases),
                  backward=session.implementation.has_backward), failures
 
 
-def check_purity(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """No call changed its arguments (judged after every other family's calls)."""
+def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck, list[Failure]]:
+    """No call changed its arguments (judged after every other family's calls); as
+    ``head-purity``, no head call."""
     if session.implementation.is_command:
-        return not_applicable("purity", "command"), []
-    failures = list(session.impurities)
-    return judge("purity", failures, len(session.cases), calls=session.calls), failures
+        return not_applicable(family, "command"), []
+    head = family == "head-purity"
+    failures = list(session.head_impurities if head else session.impurities)
+    calls = session.head_calls if head else session.calls - session.head_calls
+    return judge(family, failures, len(session.cases), calls=calls), failures

@@ -6,7 +6,7 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -32,16 +32,16 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
             results += session.call_backward(case, x, case.weights, upstream)
             expected += [(BACKWARD_NAMES[0], (batch, tokens, d_model))]
             expected += [(name, (d_model, d_head)) for name in BACKWARD_NAMES[1:]]
-    except Broken as failure:
-        return Failure("shapes", case.label, shown, failure.message)
+    except Broken:
+        return not_run("shapes", case.label, "forward", stopped=True)
     except CallFailed as failure:
-        return Failure("shapes", case.label, shown,
-                       f"{failure.operation} on the {what} {shown} failed: {failure.message}")
+        return Failure("shapes", case.label, shown, code="probe-failed",
+                       facts=(failure.operation, what, shown, failure.message))
     for (name, shape), result in zip(expected, results, strict=True):
         if result.shape != shape:
-            return Failure("shapes", case.label, shown,
-                           f"{what} {shown}: {name} has shape {format_shape(list(result.shape))}, "
-                           f"expected {format_shape(list(shape))}")
+            return Failure("shapes", case.label, shown, code="probe-shape",
+                           facts=(what, shown, name, format_shape(list(result.shape)),
+                                  format_shape(list(shape))))
     return None
 
 
@@ -58,39 +58,73 @@ def check_shapes(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                  backward=session.implementation.has_backward), failures
 
 
-def bad_inputs(case: Case) -> list[tuple[str, Array, tuple[Array, Array, Array]]]:
-    """``(description, x, weights)`` for each input the implementation must reject."""
+Request = tuple[str, tuple[str, ...]]
+"""A bad request as data: its code (the renderer's ``REQUEST_WORDS``) and facts."""
+
+
+def bad_inputs(case: Case) -> list[tuple[Request, Array, tuple[Array, Array, Array]]]:
+    """``(request, x, weights)`` for each forward input the implementation must reject."""
     batch, tokens, d_model, d_head = case.shape
     x = np.ones((max(batch, 1), max(tokens, 1), d_model))
     w_query, w_key, w_value = (np.ones((d_model, d_head)) for _ in range(3))
     return [
-        (f"rank-2 input {format_shape([x.shape[1], d_model])}", x[0], (w_query, w_key, w_value)),
-        (f"input width {d_model + 1} != weight rows {d_model}",
+        (("rank-2", (format_shape([x.shape[1], d_model]),)), x[0], (w_query, w_key, w_value)),
+        (("input-width", (str(d_model + 1), str(d_model))),
          np.ones((*x.shape[:2], d_model + 1)), (w_query, w_key, w_value)),
-        (f"weights with different model widths {d_model}/{d_model + 1}/{d_model}", x,
+        (("model-widths", (str(d_model), str(d_model + 1))), x,
          (w_query, np.ones((d_model + 1, d_head)), w_value)),
-        (f"weights with different head widths {d_head}/{d_head + 1}/{d_head}", x,
+        (("head-widths", (str(d_head), str(d_head + 1))), x,
          (w_query, np.ones((d_model, d_head + 1)), w_value)),
     ]
 
 
+def bad_backward_inputs(case: Case) -> list[tuple[Request, Array, tuple[Array, Array, Array],
+                                                   tuple[Array, Array, Array]]]:
+    """``(request, x, weights, upstream)`` for each backward request to reject: the
+    input's rank and width, and upstream gradients of the wrong tokens or head width."""
+    batch, tokens, d_model, d_head = case.shape
+    batch, tokens = max(batch, 1), max(tokens, 1)
+    x = np.ones((batch, tokens, d_model))
+    weights = (np.ones((d_model, d_head)), np.ones((d_model, d_head)), np.ones((d_model, d_head)))
+    upstream = np.ones((batch, tokens, d_head))
+    return [
+        (("backward-rank-2", (format_shape([tokens, d_model]),)), x[0], weights,
+         (upstream, upstream, upstream)),
+        (("backward-input-width", (str(d_model + 1), str(d_model))),
+         np.ones((batch, tokens, d_model + 1)), weights, (upstream, upstream, upstream)),
+        (("backward-grad-key", (format_shape([batch, tokens + 1, d_head]), str(tokens))), x,
+         weights, (upstream, np.ones((batch, tokens + 1, d_head)), upstream)),
+        (("backward-grad-value", (format_shape([batch, tokens, d_head + 1]), str(d_head))), x,
+         weights, (upstream, upstream, np.ones((batch, tokens, d_head + 1)))),
+    ]
+
+
 def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Every bad input raises (or is answered with an error); lists what was silently accepted."""
+    """Every bad forward (and backward) request raises (or is answered with an error);
+    lists what was silently accepted."""
     failures = []
+    backward = session.implementation.has_backward
     for case in session.cases:
-        accepted = []
-        for description, x, weights in bad_inputs(case):
+        accepted: list[Request] = []
+        requests: list[tuple[Request, Array, tuple[Array, ...], tuple[Array, ...] | None]] = [
+            (request, x, weights, None) for request, x, weights in bad_inputs(case)]
+        if backward:
+            requests += bad_backward_inputs(case)
+        for request, x, weights, upstream in requests:
             try:
-                session.call_forward(case, x, weights)
+                if upstream is None:
+                    session.call_forward(case, x, weights)
+                else:
+                    session.call_backward(case, x, weights, upstream)
             except BadResult:
                 pass  # returned garbage instead of raising: still accepted
-            except Broken as failure:
-                failures.append(Failure("errors", case.label, None, failure.message))
+            except Broken:
+                failures.append(not_run("errors", case.label, "forward", stopped=True))
                 break
             except CallFailed:
                 continue
-            accepted.append(description)
+            accepted.append(request)
         if accepted:
-            failures.append(Failure("errors", case.label, accepted[0],
-                                    "silently accepted: " + ", ".join(accepted)))
-    return judge("errors", failures, len(session.cases)), failures
+            failures.append(Failure("errors", case.label, accepted[0][0], code="accepted",
+                                    facts=tuple(accepted)))
+    return judge("errors", failures, len(session.cases), backward=backward), failures

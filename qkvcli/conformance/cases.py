@@ -4,6 +4,11 @@ The random shapes always start with the four that catch the usual slips, in this
 order: ``d_model != d_head``, an empty batch, no tokens, and ``d_head = 1``; further
 shapes are drawn from the same SplitMix64 generator. Values are uniform in ``[-1, 1)``
 with all 53 bits used, so float32 arithmetic cannot pass the default tolerance.
+
+The ``precision`` fixture is always checked, whatever ``--random`` says: its values
+(drawn the same way, from its own seed) are exact neither in 6 decimals nor in float32,
+so a lossy number writer or float32 arithmetic cannot pass on the chapter's exact
+integers alone.
 """
 
 from __future__ import annotations
@@ -67,23 +72,55 @@ def random_shapes(count: int, rng: SplitMix64) -> list[tuple[int, int, int, int]
     return shapes
 
 
+PRECISION_SHAPE = (1, 3, 4, 2)
+PRECISION_SEED = 27
+
+
+def _drawn(label: str, shape: tuple[int, int, int, int], rng: SplitMix64, step: float,
+           tolerance: float) -> Case:
+    """A fixture of ``shape`` with values drawn from ``rng``, uniform in ``[-1, 1)``."""
+    batch, tokens, d_model, d_head = shape
+
+    def uniform(*dims: int) -> Array:
+        size = 1
+        for dim in dims:
+            size *= dim
+        values: Array = (rng.next_unit_block(size) * 2.0 - 1.0).reshape(dims)
+        return values
+
+    x = uniform(batch, tokens, d_model)
+    weights = (uniform(d_model, d_head), uniform(d_model, d_head), uniform(d_model, d_head))
+    upstream = tuple(uniform(batch, tokens, d_head) for _ in range(3))
+    return Case(label, x, weights, (upstream[0], upstream[1], upstream[2]), step, tolerance)
+
+
+def precision_case(step: float, tolerance: float) -> Case:
+    """The fixture every check includes, labelled ``precision[1,3,4->2]``."""
+    label = "precision[{},{},{}->{}]".format(*PRECISION_SHAPE)
+    return _drawn(label, PRECISION_SHAPE, SplitMix64(PRECISION_SEED), step, tolerance)
+
+
 def random_cases(count: int, seed: int, step: float, tolerance: float) -> list[Case]:
     """``count`` seeded random fixtures labelled ``random-1[b,t,d->h]``, ...; same seed, same values."""
     rng = SplitMix64(seed)
-    cases = []
-    for number, (batch, tokens, d_model, d_head) in enumerate(random_shapes(count, rng), 1):
+    return [_drawn("random-{}[{},{},{}->{}]".format(number, *shape), shape, rng, step, tolerance)
+            for number, shape in enumerate(random_shapes(count, rng), 1)]
 
-        def uniform(*shape: int) -> Array:
-            size = 1
-            for dim in shape:
-                size *= dim
-            values: Array = (rng.next_unit_block(size) * 2.0 - 1.0).reshape(shape)
-            return values
 
-        x = uniform(batch, tokens, d_model)
-        weights = (uniform(d_model, d_head), uniform(d_model, d_head), uniform(d_model, d_head))
-        upstream = tuple(uniform(batch, tokens, d_head) for _ in range(3))
-        label = f"random-{number}[{batch},{tokens},{d_model}->{d_head}]"
-        cases.append(Case(label, x, weights, (upstream[0], upstream[1], upstream[2]), step,
-                          tolerance))
-    return cases
+def overflowing(case: Case) -> str | None:
+    """The first of qkv's results on ``case`` that is not finite (``"query"``,
+    ``"grad_w_key"``...), or ``None``: such a fixture cannot be checked, since the
+    protocol carries finite numbers only and inf - inf has no error to measure."""
+    import numpy as np
+
+    from qkvcli.core.names import BRANCHES, GRADIENTS
+    from qkvcli.core.projections import QkvProjections
+
+    layer = QkvProjections.from_arrays(*case.weights)
+    with np.errstate(all="ignore"):
+        outputs = layer.forward(case.input)
+        gradients = layer.backward(case.input, *case.upstream)
+    named = [*zip(BRANCHES, (outputs.query, outputs.key, outputs.value), strict=True),
+             *zip(GRADIENTS, (gradients.grad_input, gradients.grad_w_query,
+                              gradients.grad_w_key, gradients.grad_w_value), strict=True)]
+    return next((name for name, values in named if not np.isfinite(values).all()), None)

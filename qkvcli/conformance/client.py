@@ -23,6 +23,7 @@ its stderr only the last :data:`STDERR_KEEP` bytes are kept.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shlex
@@ -31,9 +32,9 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.conformance.errors import Broken, CommandNotStarted, Rejected
-from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, Rejected
 from qkvcli.conformance.wire import (
+    OPERATIONS,
     VERSION,
     Malformed,
     check_id,
@@ -42,6 +43,7 @@ from qkvcli.conformance.wire import (
     encode,
     encode_tensor,
     error_message,
+    is_integer,
     reply_budget,
     reply_values,
 )
@@ -75,9 +77,19 @@ class CommandClient:
 
     is_command = True
     has_backward = True
+    operations: tuple[str, ...] = ("forward", "backward")
+    reports_changes = binary = False  # only qkv's own Python runner: changes, base64 tensors
+    _changes: tuple[Any, ...] = ()
 
-    def __init__(self, command: str, timeout: float) -> None:
-        """Start ``command`` and say hello. Raises :class:`CommandNotStarted`.
+    def take_changes(self) -> list[tuple[str, str, str, str]]:  # [] for a --command program
+        return [(change[0], change[1], change[2], change[3]) for change in self._changes
+                if isinstance(change, list) and len(change) == 4
+                and all(isinstance(part, str) for part in change)]
+
+    def __init__(self, command: str, timeout: float, argv: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """Start ``command`` (or ``argv`` when given, with ``env``) and say hello.
+        Raises :class:`CommandNotStarted`.
 
         However hello ends (answered, broken, interrupted by Ctrl-C), a program that is
         not answering is never left running: an exception out of here ends it first.
@@ -88,7 +100,7 @@ class CommandClient:
         self.problem: str | None = None
         self.exit_status: int | None = None
         try:
-            argv = shlex.split(command)
+            argv = shlex.split(command) if argv is None else argv
         except ValueError as error:
             raise CommandNotStarted(command, str(error)) from None
         if not argv:
@@ -98,7 +110,7 @@ class CommandClient:
             # at the terminal reaches qkv only (which then ends the group itself).
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                bufsize=0, start_new_session=True,
+                bufsize=0, start_new_session=True, env=env,
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in the command
             reason = error.strerror if isinstance(error, OSError) else None
@@ -267,60 +279,71 @@ class CommandClient:
             reply = decode(line)
             check_id(reply, ident)
         except Malformed as error:
-            raise self._break(operation, f"{where}: malformed reply: {error}") from None
+            hint = ("; stdout carries only replies: write logs to stderr"
+                    if str(error).startswith("not JSON") else "")
+            raise self._break(operation, f"{where}: malformed reply: {error}{hint}") from None
         return reply
 
     def _hello(self) -> None:
         try:
             reply = self._exchange("hello", {"id": 0, "op": "hello", "version": VERSION})
-            if reply.get("version") != VERSION:
+            if not is_integer(reply.get("version"), VERSION):
+                said = json.dumps(reply.get("version"))
                 raise self._break("hello", f"request 0 (hello): the program speaks version "
-                                  f"{printable(repr(reply.get('version')))}, not {VERSION}")
-            self.has_backward = "backward" in self._operations(reply)
+                                  f"{printable(said)}, not the integer {VERSION}")
+            self._offered(reply)
         except Broken:
             pass  # kept in self.problem: the protocol family reports it
 
-    def _operations(self, reply: dict[str, Any]) -> tuple[str, ...]:
-        """The optional ``"ops"`` of the hello reply (both operations when absent).
+    def _offered(self, reply: dict[str, Any]) -> None:
+        """Take the operations hello's reply offers. Raises :class:`Broken`."""
+        self.operations = self._operations(reply)
+        self.has_backward = "backward" in self.operations
 
-        A program without a backward answers ``{"id": 0, "version": 1, "ops": ["forward"]}``
-        and is never sent a backward request. Unknown names are ignored. Raises :class:`Broken`.
+    def _operations(self, reply: dict[str, Any]) -> tuple[str, ...]:
+        """The optional ``"ops"`` of the hello reply (forward and backward when absent).
+
+        Without ``backward`` (``"ops": ["forward"]``) none is sent; unknown names are
+        ignored; head operations are ``head_forward``, ``head_backward``. Raises :class:`Broken`.
         """
         ops = reply.get("ops", ["forward", "backward"])
         if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
             raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must be a '
                               "list of strings")
-        if "forward" not in ops:
+        if "forward" not in ops and "head_forward" not in ops:
             raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must '
-                              'include "forward"')
-        return tuple(ops)
+                              'include "forward" or "head_forward"')
+        pairs = {"backward": "forward", "head_backward": "head_forward"}  # judged with it
+        return tuple(op for op in OPERATIONS if op in ops and pairs.get(op, op) in ops)
 
-    def _call(self, operation: str, tensors: dict[str, Array],
-              names: tuple[str, ...]) -> tuple[Array, ...]:
+    def _call(self, operation: str, tensors: dict[str, Array], names: tuple[str, ...],
+              causal: bool | None = None) -> tuple[Array, ...]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
-        message.update({key: encode_tensor(value) for key, value in tensors.items()})
+        message.update({key: encode_tensor(value, self.binary) for key, value in tensors.items()})
+        if causal is not None:
+            message["causal"] = bool(causal)
         values = reply_values(operation, tensors)
         reply = self._exchange(operation, message, values)
         self.requests += 1
+        changed = reply.get("changed") if self.reports_changes else None
+        self._changes = tuple(changed) if isinstance(changed, list) else ()
         try:
             rejection = error_message(reply)
             if rejection is not None:
-                raise Rejected(operation, rejection)
-            return tuple(decode_tensor(reply, name, values) for name in names)
+                bad = self.reports_changes and reply.get("bad_result") is True
+                raise (BadResult if bad else Rejected)(operation, rejection)
+            return tuple(decode_tensor(reply, name, values, self.binary) for name in names)
         except Malformed as error:
             where = f"request {self._next_id} ({operation})"
             raise self._break(operation, f"{where}: malformed reply: {error}") from None
 
-    def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
-        tensors = {"input": x, "w_query": w_query, "w_key": w_key, "w_value": w_value}
-        return self._call("forward", tensors, FORWARD_NAMES)
-
-    def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
-                 grad_query: Array, grad_key: Array, grad_value: Array) -> tuple[Array, ...]:
-        tensors = {"input": x, "w_query": w_query, "w_key": w_key, "w_value": w_value,
-                   "grad_query": grad_query, "grad_key": grad_key, "grad_value": grad_value}
-        return self._call("backward", tensors, BACKWARD_NAMES)
+    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
+        """One request of ``operation`` (its fields in :data:`OPERATIONS` order)."""
+        keys, names = OPERATIONS[operation]
+        fields = dict(zip(keys, args, strict=True))
+        causal = fields.pop("causal", None)
+        return self._call(operation, fields, names, causal)
 
     def finish(self) -> None:
         """Say bye, expect ``{"id": n}``, and expect the program to exit by itself."""

@@ -2,7 +2,9 @@
 
 Comparing tensors: the scaled error, the first failing coordinate, and bitwise equality.
 
-Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch.
+Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch;
+for an attention head, the usual slips (:data:`FORWARD_BUGS`, :data:`BACKWARD_BUGS`),
+each computed from the same numbers by :func:`variant_forward` and :func:`variant_backward`.
 
 The reverse pass of the chapter: ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T`` (three paths
 add into the shared input) while ``dW_Q = X^T dQ`` stays branch-local. A wrong dX is
@@ -14,6 +16,8 @@ branches' and with all three summed.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from itertools import product
 
 import numpy as np
@@ -22,6 +26,7 @@ import numpy.typing as npt
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
 from qkvcli.gradcheck.central import scaled_error
 
 
@@ -94,22 +99,89 @@ def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | No
 
 
 LETTERS = ("Q", "K", "V")
-FLOAT32 = 1e-5  # a scaled error float32 arithmetic stays within on small, unit-sized tensors
+FLOAT64_ROUNDING = 1e-12
+"""The scaled error float64 arithmetic in another order stays within on qkv's fixtures
+(sums of a few dozen unit-sized products): below it, only the tolerance is wrong."""
+SAMPLED = 512  # elements looked at for a writer's decimals (the first ones, row-major)
+LOSSY = ("decimals", "digits", "float32")
+"""Causes that make the implementation's forward a poor function for central differences."""
 
 
-def precision(name: str, actual: Array, expected: Array, tolerance: float) -> str | None:
-    """``"... agrees only to float32 precision"`` when that is all that is wrong, else ``None``."""
-    if tolerance < FLOAT32 and close(actual, expected, FLOAT32):
-        return float32_phrase([name])
+def largest_error(actual: Array, expected: Array) -> float:
+    """The largest scaled error ``|a-e|/max(1,|a|,|e|)`` over the elements (0 when empty)."""
+    if actual.size == 0:
+        return 0.0
+    with np.errstate(all="ignore"):
+        scale = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
+        return float(np.max(np.abs(actual - expected) / scale))
+
+
+def _written(actual: Array, expected: Array) -> tuple[str, int] | None:
+    """``("decimals", k)`` when every value is a decimal of ``k`` places within rounding of
+    the expected one (``%.6f``), ``("digits", k)`` for ``k`` significant digits (``%g``)."""
+    pairs = list(zip(actual.reshape(-1)[:SAMPLED].tolist(),
+                     expected.reshape(-1)[:SAMPLED].tolist(), strict=True))
+    for places in range(1, 16):
+        half = 0.5 * 10.0 ** -places * (1 + 1e-6)
+        if all(a == float(f"{a:.{places}f}") and abs(a - e) <= half for a, e in pairs):
+            return "decimals", places
+        relative = 0.5 * 10.0 ** (1 - places) * (1 + 1e-6)
+        if all(a == float(f"{a:.{places - 1}e}") and abs(a - e) <= relative * abs(e)
+               for a, e in pairs):
+            return "digits", places
     return None
 
 
-def float32_phrase(names: list[str]) -> str:
-    """``"query agrees only to about 1e-05: float32 arithmetic?"`` for one or more tensors."""
+def _is_float32(values: Array) -> bool:
+    with np.errstate(all="ignore"):
+        return bool(np.all(values.astype(np.float32).astype(np.float64) == values))
+
+
+class Precision(Record):
+    """A wrong tensor that is right but for its precision: the ``cause`` (``decimals`` or
+    ``digits``: a writer's lossy spelling, ``float32``: every value a float32,
+    ``float64``: within float64 rounding, the tolerance is below what it can promise),
+    the measured largest scaled ``error``, and the ``places`` a writer kept."""
+
+    cause: str
+    error: float
+    places: int = 0
+
+
+def precision(actual: Array, expected: Array) -> Precision | None:
+    """The measured precision fault of ``actual`` (same shape), or ``None`` when the
+    error is the maths'."""
+    error = largest_error(actual, expected)
+    if error <= FLOAT64_ROUNDING:
+        return Precision("float64", error)
+    written = _written(actual, expected)
+    if written is not None:
+        return Precision(written[0], error, written[1])
+    if _is_float32(actual) and not _is_float32(expected) and error <= 1e-4:
+        return Precision("float32", error)
+    return None
+
+
+def _listed(names: list[str]) -> tuple[str, str]:
+    """``("query", "agrees")`` or ``("key and value", "agree")``."""
     if len(names) == 1:
-        return f"{names[0]} agrees only to about {FLOAT32:g}: float32 arithmetic?"
-    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
-    return f"{listed} agree only to about {FLOAT32:g}: float32 arithmetic?"
+        return names[0], "agrees"
+    return ", ".join(names[:-1]) + f" and {names[-1]}", "agree"
+
+
+def precision_phrase(names: list[str], fault: Precision, tolerance: float) -> str:
+    """The diagnosis of ``names`` sharing one precision fault (the largest error given)."""
+    listed, agree = _listed(names)
+    if fault.cause == "float64":
+        return (f"{listed} {agree} to {fault.error:.2g}, float64 rounding: a tolerance of "
+                f"{tolerance!r} is below float64 precision")
+    if fault.cause in ("decimals", "digits"):
+        unit = "decimal places" if fault.cause == "decimals" else "significant digits"
+        written = "is" if len(names) == 1 else "are"
+        return (f"{listed} {written} written with {fault.places} {unit} (largest scaled "
+                f"error {fault.error:.2g}): write each float's shortest round-trip spelling")
+    return (f"{listed} {agree} only to {fault.error:.2g} and every value is a float32: "
+            "float32 arithmetic")
 
 
 def _paths(words: list[str]) -> str:
@@ -206,3 +278,89 @@ def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
             return (f"; {BRANCHES[index]} equals X W_{LETTERS[other]}: computed with the "
                     f"{BRANCHES[other]} weight")
     return ""
+
+
+# --- an attention head's slips, computed from the same numbers ---------------------------
+
+HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
+Bundle = tuple[Array, ...]
+
+
+def _softmax(z: Array, stable: bool = True) -> Array:
+    if z.size == 0:
+        return np.zeros(z.shape)
+    with np.errstate(all="ignore"):
+        shifted = z - np.max(z, axis=-1, keepdims=True) if stable else z
+        exps = np.exp(shifted)
+        result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
+    return result
+
+
+def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
+    """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
+    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``after-softmax``,
+    ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max)."""
+    with np.errstate(all="ignore"):
+        query, key, value = (x @ w for w in weights)  # [B,T,d] @ [d,h] -> [B,T,h]
+        raw = query @ np.swapaxes(key, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
+        d_k = max(int(weights[0].shape[1]), 1)
+        scale = {"unscaled": 1.0, "by-d_k": float(d_k)}.get(bug, math.sqrt(d_k))
+        scores = raw / scale
+        tokens = x.shape[1]
+        masked = (causal and bug != "no-mask") or bug == "always-mask"
+        above = np.triu(np.ones((tokens, tokens), dtype=bool), k=0 if bug == "diagonal" else 1)
+        z = scores
+        if masked and bug != "after-softmax":
+            z = np.where(above, HIDDEN if bug == "diagonal" else -np.inf, scores)
+        attention = _softmax(z, stable=bug != "unstable")
+        if masked and bug == "after-softmax":
+            attention = np.where(above, 0.0, attention)
+        return scores, attention, attention @ value
+
+
+def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
+                     bug: str = "") -> Bundle:
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``: ``no-rowsum``
+    (softmax backward ``A * dA``), ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``)."""
+    with np.errstate(all="ignore"):
+        query, key, value = (x @ w for w in weights)
+        _, a, _ = variant_forward(x, weights, causal)
+        grad_a = grad_output @ np.swapaxes(value, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
+        grad_v = (a if bug == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_output
+        row_sum = 0.0 if bug == "no-rowsum" else np.sum(grad_a * a, axis=-1, keepdims=True)
+        grad_s = a * (grad_a - row_sum) / math.sqrt(max(int(weights[0].shape[1]), 1))
+        grad_q = grad_s @ key  # [B,T,T] @ [B,T,h] -> [B,T,h]
+        grad_k = (grad_s if bug == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ query
+        batch, tokens, d_model = x.shape
+        rows = x.reshape(batch * tokens, d_model)
+        grads = (grad_q, grad_k, grad_v)
+        grad_x = sum((g @ w.T for g, w in zip(grads, weights, strict=True)), np.zeros_like(x))
+        flat = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
+        return grad_x, flat[0], flat[1], flat[2]
+
+
+FORWARD_BUGS = {
+    "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
+    "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
+    "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
+    "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
+    "no-mask": "causal=true is ignored: later positions are seen",
+    "always-mask": "the mask is applied with causal=false too",
+}
+BACKWARD_BUGS = {
+    "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
+    "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
+}
+
+
+def named_slip(got: Bundle, bugs: dict[str, str], compute: Callable[[str], Bundle],
+           tolerance: float) -> str | None:
+    """The words of the first bug whose results ``got`` equals (and the right ones do not)."""
+    right = compute("")
+    for bug, words in bugs.items():
+        candidate = compute(bug)
+        if all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
+                close(r, c, tolerance) for r, c in zip(right, candidate, strict=True)):
+            return words
+    return None

@@ -7,6 +7,8 @@ implementation gave instead of a result; the families turn them into failures.
 
 from __future__ import annotations
 
+import json
+
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 
@@ -33,7 +35,8 @@ class MissingForward(ImplementationError):
     def __init__(self, spec: str) -> None:
         self.spec = spec
         super().__init__(
-            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function"
+            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function "
+            "nor head_forward(x, w_query, w_key, w_value, causal)"
         )
 
 
@@ -41,7 +44,8 @@ class CommandNotStarted(ImplementationError):
     def __init__(self, command: str, reason: str) -> None:
         self.command = command
         self.reason = reason
-        super().__init__(f"command {command!r} cannot be started: {reason}")
+        # JSON quoting, not Python's repr: the same spelling as every other quoted text.
+        super().__init__(f"command {json.dumps(command)} cannot be started: {reason}")
 
 
 CALL_MESSAGE_LIMIT = 500

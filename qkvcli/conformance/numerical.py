@@ -10,13 +10,14 @@ perturbed by the fixture's step; a coordinate passes when the scaled error
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import coordinate
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -46,8 +47,18 @@ def _objective(session: Session, case: Case, tensors: list[Array]) -> float:
     return total
 
 
-def _check_case(session: Session, case: Case, analytic: tuple[Array, ...],
-                worst: Worst) -> tuple[int, Failure | None]:
+def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst: Worst,
+               objective: Callable[[list[Array]], float] | None = None,
+               family: str = "gradcheck", label: str | None = None) -> tuple[int, Failure | None]:
+    """Central differences of ``objective`` (of ``[x, W_Q, W_K, W_V]``; the projections'
+    ``L`` by default) at the case's sampled coordinates against ``analytic`` (``dL/dX``
+    and the three ``dL/dW``): how many coordinates, and the failure of ``family`` on
+    the fixture ``label`` (the case's by default) when the worst is past its tolerance.
+    Raises :class:`CallFailed` when a call fails."""
+    label = case.label if label is None else label
+    if objective is None:
+        def objective(tensors: list[Array]) -> float:
+            return _objective(session, case, tensors)
     tensors = [np.array(t, dtype=np.float64, copy=True)
                for t in (case.input, *case.weights)]
     count = 0
@@ -56,7 +67,7 @@ def _check_case(session: Session, case: Case, analytic: tuple[Array, ...],
         flat = values.reshape(-1)
         gradient = analytic[position]
         if gradient.shape != values.shape:
-            return count, Failure("gradcheck", case.label, name,
+            return count, Failure(family, label, name,
                                   f"{name} has the wrong shape for a gradient check")
         for index in sample_indices(flat.size, case.samples):
             original = float(flat[index])
@@ -65,7 +76,7 @@ def _check_case(session: Session, case: Case, analytic: tuple[Array, ...],
                          flat: Array = flat) -> float:
                 flat[index] = point
                 try:
-                    return _objective(session, case, tensors)
+                    return objective(tensors)
                 finally:
                     flat[index] = original
 
@@ -77,11 +88,11 @@ def _check_case(session: Session, case: Case, analytic: tuple[Array, ...],
                     f"scaled error {error:.3g}" + (f" ({note})" if note else ""))
             count += 1
             case_worst.offer(error, text)
-            worst.offer(error, f"{case.label} {text}")
+            worst.offer(error, f"{label} {text}")
     failed = not case_worst.error <= case.tolerance
     if count and failed:
         where = case_worst.text.split(":", 1)[0]
-        return count, Failure("gradcheck", case.label, where,
+        return count, Failure(family, label, where,
                               f"worst {case_worst.text} > tolerance {case.tolerance!r}")
     return count, None
 
@@ -97,12 +108,17 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         analytic = session.backward(case)
         if isinstance(analytic, CallFailed):
-            detail = analytic.message if isinstance(analytic, Broken) else (
-                f"not checked: backward failed: {analytic.message}")
-            failures.append(Failure("gradcheck", case.label, None, detail))
+            failures.append(not_run("gradcheck", case.label, "backward",
+                                    stopped=isinstance(analytic, Broken)))
+            continue
+        if session.lossy:  # lossy on one fixture, lossy on all (exact values hide it)
+            failures.append(not_run("gradcheck", case.label, "lossy"))
             continue
         try:
-            count, failure = _check_case(session, case, analytic, worst)
+            count, failure = check_case(session, case, analytic, worst)
+        except Broken:
+            failures.append(not_run("gradcheck", case.label, "forward", stopped=True))
+            continue
         except CallFailed as error:
             failures.append(Failure("gradcheck", case.label, None,
                                     f"forward failed during the check: {error.message}"))

@@ -7,24 +7,58 @@ A judgement is a code (``outcome``) and the facts its wording needs; the words a
 
 from __future__ import annotations
 
+from typing import Any
+
 from qkvcli.core.record import Record
 
-FAMILIES: tuple[str, ...] = (
-    "forward", "reverse", "shapes", "errors", "independence", "replay", "purity",
-    "gradcheck", "protocol",
+PROJECTION_FAMILIES: tuple[str, ...] = (
+    "forward", "reverse", "shapes", "errors", "independence", "replay", "purity", "gradcheck",
 )
+HEAD_FAMILIES: tuple[str, ...] = (
+    "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes", "head-errors",
+    "head-replay", "head-purity", "head-gradcheck",
+)
+FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, "protocol")
+"""Every family in report order: the projections' (an implementation with ``forward``),
+the head's (with ``head_forward``), then the protocol."""
 
-OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command")
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command", "not-run")
 """``passed`` and ``failed`` judge a family; ``no-backward`` (reverse and gradcheck of an
 implementation without a backward: fails the check) and ``command`` (purity of a
-``--command`` program: does not count) mark a family that does not apply."""
+``--command`` program: does not count) mark a family that does not apply; ``not-run``
+a family that could not run (a call it needed failed, or the implementation stopped):
+neither a pass nor a failure, it is not counted (the failure that stopped it is)."""
+
+NOT_RUN: tuple[str, ...] = ("stopped", "forward", "backward", "lossy", "head")
+"""Why a family could not run on a fixture: the implementation stopped answering (the
+protocol family says why), its forward or backward failed on the fixture (the forward or
+reverse family says how), its forward is too imprecise for central differences, or its
+head is wrong before the family's step (head-forward says how)."""
+
+
+FINDINGS: dict[str, int] = {
+    "changed-argument": 4,  # operation, argument and coordinate, before, after
+    "moved": 4,  # what was changed, tensor and coordinate, before, after
+    "reshaped": 2,  # what was changed, tensor
+    "unmoved": 2,  # what was changed, tensor
+    "replay-differs": 4,  # operation, tensor and coordinate, first, second
+    "replay-failed": 2,  # operation, what it said
+    "probe-failed": 4,  # operation, probe (empty batch, no tokens), input shape, what it said
+    "probe-shape": 5,  # probe, input shape, tensor, its shape, the shape expected
+    "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
+}
+"""The finding codes and how many facts each carries."""
 
 
 class Failure(Record):
     """Where a family failed: the fixture's label and the coordinate (``None`` when none applies).
 
     ``detail`` is the family's finding; ``no_backward`` marks the one failure that is not
-    a finding but the want of a backward (its words are the renderer's).
+    a finding but the want of a backward (its words are the renderer's); ``not_run``
+    (one of :data:`NOT_RUN`) marks no finding either, but why the family could not run
+    on the fixture. A finding given as ``code`` (one of :data:`FINDINGS`) and its
+    ``facts`` (names, coordinates, values as shown) is worded by the renderer; ``detail``
+    holds the finding of the families not yet converted to codes.
     """
 
     family: str
@@ -32,6 +66,9 @@ class Failure(Record):
     coordinate: str | None
     detail: str = ""
     no_backward: bool = False
+    not_run: str = ""
+    code: str = ""
+    facts: tuple[Any, ...] = ()
 
 
 class FamilyCheck(Record):
@@ -58,13 +95,14 @@ class FamilyCheck(Record):
 
     @property
     def applicable(self) -> bool:
-        """False for a family that does not apply (``no-backward``, ``command``)."""
+        """False for a family that does not apply (``no-backward``, ``command``) or did not run."""
         return self.outcome in ("passed", "failed")
 
 
 class ConformanceResult(Record):
-    """Every family's check in :data:`FAMILIES` order, the failures, and (``command``: a
-    ``--command`` program was checked) the program's stderr."""
+    """Every family's check in :data:`FAMILIES` order, the failures, (``command``: a
+    ``--command`` program was checked) the program's stderr, and the operations the
+    implementation offered."""
 
     implementation: str
     fixtures: tuple[str, ...]
@@ -72,23 +110,43 @@ class ConformanceResult(Record):
     failures: tuple[Failure, ...]
     stderr: str = ""
     command: bool = False
+    operations: tuple[str, ...] = ()
+
+    def failing_fixtures(self) -> tuple[str, ...]:
+        """The labels of the fixtures with a finding, in order (a head's ``chapter causal``
+        and the softmax probe's ``chapter x30`` are the fixture ``chapter``)."""
+        found = {failure.fixture for failure in self.failures if failure.fixture is not None}
+        return tuple(label for label in self.fixtures
+                     if any(f == label or f.startswith(label + " ") for f in found))
 
     @property
     def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
+        """No family failed (one not run is no pass either, but a failure stopped it)."""
+        return all(check.passed or check.outcome == "not-run" for check in self.checks)
 
 
 def judge(name: str, failures: list[Failure], fixtures: int, tolerance: float = 0.0,
           backward: bool = True, calls: int = 0, coordinates: int = 0,
           finding: str = "") -> FamilyCheck:
-    """The family's check: failed at its first failure (and how many other fixtures
-    failed), or passed with the facts given."""
+    """The family's check: failed at its first finding (and how many other fixtures
+    failed), not run when it could not run on some fixture, or passed with the facts given."""
+    findings = [failure for failure in failures if not failure.not_run]
     if not failures:
         return FamilyCheck(name, True, "passed", fixtures, tolerance, backward, calls,
                            coordinates, finding)
-    more = len({failure.fixture for failure in failures}) - 1
+    if not findings:
+        skipped = len({failure.fixture for failure in failures}) - 1
+        return FamilyCheck(name, False, "not-run", fixtures, tolerance, backward, calls,
+                           coordinates, finding, failures[0], max(skipped, 0))
+    more = len({failure.fixture for failure in findings}) - 1
     return FamilyCheck(name, False, "failed", fixtures, tolerance, backward, calls, coordinates,
-                       finding, failures[0], max(more, 0))
+                       finding, findings[0], max(more, 0))
+
+
+def not_run(family: str, fixture: str | None, why: str, stopped: bool = False) -> Failure:
+    """The family could not run on ``fixture``: ``why`` is ``forward``, ``backward`` or
+    ``lossy`` (see :data:`NOT_RUN`); ``stopped`` (the implementation stopped) wins."""
+    return Failure(family, fixture, None, not_run="stopped" if stopped else why)
 
 
 def not_applicable(name: str, outcome: str) -> FamilyCheck:

@@ -1,19 +1,22 @@
 """Running every evidence family on an implementation and collecting one result.
 
 Families are computed in an order that lets purity see every call (purity last, then
-the ``--command`` conversation is closed and judged), and listed in the issue's order:
-forward, reverse, shapes, errors, independence, replay, purity, gradcheck, protocol
-(the last only for ``--command``).
+the conversation is closed and judged), and listed in the issue's order: forward,
+reverse, shapes, errors, independence, replay, purity, gradcheck, protocol (for
+``--command``; for a Python implementation only when its process died or hung). A
+failed protocol comes first: it explains the families it stopped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from qkvcli.conformance.behaviour import check_independence, check_purity, check_replay
 from qkvcli.conformance.boundaries import check_errors, check_shapes
 from qkvcli.conformance.cases import Case
+from qkvcli.conformance.heads import HEAD_ORDER, Heads
 from qkvcli.conformance.numerical import check_gradcheck
 from qkvcli.conformance.result import FAMILIES, ConformanceResult, Failure, FamilyCheck, judge
 from qkvcli.conformance.session import Session
@@ -36,31 +39,62 @@ COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
 )
 
 
-def run_checks(implementation: Implementation, cases: list[Case],
-               tolerance: float) -> ConformanceResult:
+Progress = Callable[[str, int, int, int], None]
+"""Told ``(family, families done, families in all, calls so far)`` before each family
+and after each call (the CLI draws a progress bar from it)."""
+
+
+def run_checks(implementation: Implementation, cases: list[Case], tolerance: float,
+               progress: Progress | None = None) -> ConformanceResult:
     """Every family on every case; for a ``--command`` program, ends the conversation too.
 
     ``tolerance`` bounds the scaled error against qkv's engine (forward, reverse,
     independence); the gradient check uses each case's own tolerance.
     """
-    session = Session(implementation, cases, tolerance)
+    current: dict[str, Any] = {"family": "", "done": 0}
+    total = [len(COMPUTE_ORDER)]
+
+    def on_call(calls: int) -> None:
+        if progress is not None:
+            progress(current["family"], current["done"], total[0], calls)
+
+    session = Session(implementation, cases, tolerance, on_call)
+    heads = Heads(session)
+    order: list[tuple[str, Callable[[], tuple[FamilyCheck, list[Failure]]]]] = []
+    if "forward" in implementation.operations:
+        order += [(name, partial(family, session)) for name, family in COMPUTE_ORDER]
+    if "head_forward" in implementation.operations:
+        order += [(name, partial(head_family, heads)) for name, head_family in HEAD_ORDER]
+    total[0] = len(order)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
-    for name, family in COMPUTE_ORDER:
-        found[name] = family(session)
+    for done, (name, family) in enumerate(order):
+        current.update(family=name, done=done)
+        on_call(session.calls)
+        found[name] = family()
     stderr = ""
     implementation.finish()
     protocol = getattr(implementation, "protocol_detail", None)
     if protocol is not None:
         passed, detail = protocol()
         failures = [] if passed else [Failure("protocol", None, None, detail)]
-        found["protocol"] = (judge("protocol", failures, len(cases), finding=detail), failures)
+        # A Python implementation's runner is qkv's: its conversation is worth a line
+        # only when the implementation's process died or hung in it.
+        if implementation.is_command or not passed:
+            found["protocol"] = (judge("protocol", failures, len(cases), finding=detail),
+                                 failures)
         stderr = implementation.stderr_text()  # type: ignore[attr-defined]
-    ordered = [found[name] for name in FAMILIES if name in found]
+    names = [name for name in FAMILIES if name in found]
+    if "protocol" in found and not found["protocol"][0].passed:
+        names = ["protocol", *(name for name in names if name != "protocol")]  # said first
+    ordered = [found[name] for name in names]
     return ConformanceResult(
         implementation=implementation.label,
         fixtures=tuple(case.label for case in cases),
         checks=tuple(check for check, _ in ordered),
-        failures=tuple(failure for _, failures in ordered for failure in failures),
+        # A family that could not run on a fixture found nothing there: not a failure.
+        failures=tuple(failure for _, failures in ordered for failure in failures
+                       if not failure.not_run),
         stderr=stderr,
-        command=protocol is not None,
+        command=implementation.is_command,
+        operations=tuple(implementation.operations),
     )

@@ -9,6 +9,7 @@ are computed once and shared by the families.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,17 +27,24 @@ if TYPE_CHECKING:
 
 FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
 BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_query", "grad_key", "grad_value")
+HEAD_BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_output")
 
 
 class Session:
     """The implementation, the fixtures, the tolerance, and what the calls found so far."""
 
     def __init__(self, implementation: Implementation, cases: list[Case],
-                 tolerance: float) -> None:
+                 tolerance: float, on_call: Callable[[int], None] | None = None) -> None:
         self.implementation = implementation
+        self.on_call = on_call  # told the number of calls so far, after each
         self.cases = cases
         self.tolerance = tolerance
         self.impurities: list[Failure] = []
+        self.head_impurities: list[Failure] = []
+        self.head_calls = 0
+        # Fixtures whose forward agrees only to a writer's or float32's precision (the
+        # forward family's diagnosis): central differences of it would measure noise.
+        self.lossy: set[int] = set()
         self.calls = 0
         self._forward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
@@ -45,27 +53,35 @@ class Session:
     # --- calls with fresh copies --------------------------------------------------------
 
     def _checked(self, case: Case, operation: str, names: tuple[str, ...],
-                 args: tuple[Array, ...]) -> tuple[Array, ...]:
+                 args: tuple[Array, ...], causal: bool | None = None) -> tuple[Array, ...]:
         originals = tuple(np.asarray(arg, dtype=np.float64) for arg in args)
         copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
         self.calls += 1
+        if self.on_call is not None:
+            self.on_call(self.calls)
+        # A head's causal flag comes after the weights, as in its Python signature.
+        sent = copies if causal is None else (*copies[:4], causal, *copies[4:])
         try:
-            if operation == "forward":
-                return self.implementation.forward(*copies)
-            return self.implementation.backward(*copies)
+            return self.implementation.call(operation, sent)
         finally:
             if not self.implementation.is_command:
                 self._record_changes(case, operation, names, originals, copies)
+                for name, where, old, new in self.implementation.take_changes():
+                    self._impure(case, operation, name, where, old, new)
 
     def _record_changes(self, case: Case, operation: str, names: tuple[str, ...],
                         originals: tuple[Array, ...], copies: tuple[Array, ...]) -> None:
         for name, before, after in zip(names, originals, copies, strict=True):
             found = first_bit_difference(before, after)
             if found is not None:
-                where, old, new = found
-                self.impurities.append(Failure(
-                    "purity", case.label, f"{name}{where}",
-                    f"{operation} changed its argument {name}{where} from {old} to {new}"))
+                self._impure(case, operation, name, *found)
+
+    def _impure(self, case: Case, operation: str, name: str, where: str, old: str,
+                new: str) -> None:
+        family = "head-purity" if operation.startswith("head_") else "purity"
+        found = self.head_impurities if family == "head-purity" else self.impurities
+        found.append(Failure(family, case.label, f"{name}{where}", code="changed-argument",
+                             facts=(operation, f"{name}{where}", old, new)))
 
     def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> tuple[Array, ...]:
         """``forward(x, *weights)``. Raises a :class:`CallFailed` subclass."""
@@ -75,6 +91,19 @@ class Session:
                       upstream: tuple[Array, ...]) -> tuple[Array, ...]:
         """``backward(x, *weights, *upstream)``. Raises a :class:`CallFailed` subclass."""
         return self._checked(case, "backward", BACKWARD_ARGUMENTS, (x, *weights, *upstream))
+
+    def call_head_forward(self, case: Case, x: Array, weights: tuple[Array, ...],
+                          causal: bool) -> tuple[Array, ...]:
+        """``head_forward(x, *weights, causal)``. Raises a :class:`CallFailed` subclass."""
+        self.head_calls += 1
+        return self._checked(case, "head_forward", FORWARD_ARGUMENTS, (x, *weights), causal)
+
+    def call_head_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
+                           causal: bool, grad_output: Array) -> tuple[Array, ...]:
+        """``head_backward(x, *weights, causal, grad_output)``. Raises a :class:`CallFailed`."""
+        self.head_calls += 1
+        return self._checked(case, "head_backward", HEAD_BACKWARD_ARGUMENTS,
+                             (x, *weights, grad_output), causal)
 
     # --- the shared first results -------------------------------------------------------
 

@@ -1,11 +1,19 @@
-"""The implementation under test: the interface every kind shares, and Python ones loaded by name.
+"""The implementation under test: the interface every kind shares, and the runner of Python ones.
 
 A Python implementation is a ``.py`` file or an importable module defining
 ``forward(x, w_query, w_key, w_value) -> (query, key, value)`` and optionally
 ``backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value) ->
 (grad_input, grad_w_query, grad_w_key, grad_w_value)``. Results may be anything
 ``numpy.asarray`` takes; tensors with a ``detach`` method (torch) are detached first.
-While it runs, what it prints goes to stderr (qkv's report owns stdout).
+
+``qkv check`` never imports it: it starts ``python -m qkvcli.conformance.target IMPL``
+(:func:`serve`), a child process qkv owns, which imports the implementation and
+answers the ``--command`` protocol of docs/protocol.md on a private copy of its
+stdin/stdout. The implementation's own stdout is qkv's stderr pipe, its stdin is
+empty; nothing it does (printing, exiting, looping, changing directory, patching
+modules, starting threads) reaches qkv except the answers. The runner adds to a
+reply what only it can see: ``"changed"`` (arguments the call modified, for purity)
+and ``"bad_result"`` (the call returned something that is not the tensors).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -21,13 +30,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from qkvcli.conformance.client import CommandClient
 from qkvcli.conformance.errors import (
     BadResult,
+    Broken,
     ImplementationImportFailed,
     ImplementationNotFound,
     MissingForward,
     Rejected,
 )
+from qkvcli.conformance.wire import OPERATIONS
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import printable
@@ -37,24 +49,37 @@ from qkvcli.reading.files import InputFileError, read_limited
 # What forward and backward give, in order, as the protocol and the reports name them.
 FORWARD_NAMES = BRANCHES
 BACKWARD_NAMES = GRADIENTS
-
-
 class Implementation(Protocol):
-    """What the families call. ``forward``/``backward`` raise :class:`CallFailed` subclasses."""
+    """What the families call. Each operation raises :class:`CallFailed` subclasses.
+
+    ``operations`` lists those it provides (of :data:`OPERATIONS`); ``has_backward``
+    says whether ``backward`` is one of them.
+    """
 
     label: str
     has_backward: bool
     is_command: bool
+    operations: tuple[str, ...]
 
-    def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
-        ...
-
-    def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
-                 grad_query: Array, grad_key: Array, grad_value: Array) -> tuple[Array, ...]:
-        ...
+    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
+        """``operation`` on ``args`` (in :data:`OPERATIONS` order): its result tensors."""
 
     def finish(self) -> None:
         """End the conversation cleanly (a ``--command`` program says bye and exits)."""
+
+    def take_changes(self) -> list[tuple[str, str, str, str]]:
+        """What the last call changed in its arguments, seen where it ran:
+        ``(argument, coordinate, before, after)`` each (empty when nothing, or unknown)."""
+
+
+def said(error: BaseException) -> str:
+    """``"ValueError: message"``; an exception whose own ``str`` raises gives its type only."""
+    try:
+        text = str(error)
+    except BaseException:  # the implementation's exception class, not qkv's
+        text = ""
+    name = type(error).__name__
+    return f"{name}: {text}" if text else name
 
 
 def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Array, ...]:
@@ -63,49 +88,70 @@ def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Arr
     if not isinstance(result, (tuple, list)):
         raise BadResult(operation, f"{operation} returned {type(result).__name__}, "
                         f"expected {expected}")
-    if len(result) != len(names):
-        raise BadResult(operation, f"{operation} returned {len(result)} values, "
+    try:
+        count = len(result)
+    except BaseException as error:  # a list subclass's own __len__
+        raise BadResult(operation, f"{operation}'s result has no length "
+                        f"({type(error).__name__})") from None
+    if count != len(names):
+        raise BadResult(operation, f"{operation} returned {count} values, "
                         f"expected {expected}")
     arrays = []
-    for name, value in zip(names, result, strict=True):
-        if hasattr(value, "detach"):  # torch tensors, with or without requires_grad
-            value = value.detach()
-            value = value.cpu() if hasattr(value, "cpu") else value
+    try:
+        values = list(result)
+    except BaseException as error:  # a tuple subclass's own __iter__
+        raise BadResult(operation, f"{operation}'s result cannot be read "
+                        f"({type(error).__name__})") from None
+    for name, value in zip(names, values, strict=False):
         try:
+            if hasattr(value, "detach"):  # torch tensors, with or without requires_grad
+                value = value.detach()
+                value = value.cpu() if hasattr(value, "cpu") else value
             array = np.asarray(value)
             if array.dtype.kind not in "fiu":
                 raise TypeError(f"dtype {array.dtype}")
             arrays.append(np.array(array, dtype=np.float64))
-        except (TypeError, ValueError) as error:
+        except BaseException as error:  # the result's own __array__ may raise anything
             raise BadResult(operation, f"{operation}'s {name} is not a numeric tensor "
-                            f"({error})") from None
+                            f"({said(error)})") from None
     return tuple(arrays)
 
 
 class PythonImplementation:
-    """``forward``/``backward`` functions of a loaded module, called with fresh arrays."""
+    """The functions of a loaded module (``forward``, ``backward``, ``head_forward``,
+    ``head_backward``, those it defines), called with fresh arrays."""
 
     is_command = False
 
-    def __init__(self, label: str, forward: Callable[..., Any],
-                 backward: Callable[..., Any] | None) -> None:
+    def __init__(self, label: str, forward: Callable[..., Any] | None,
+                 backward: Callable[..., Any] | None = None,
+                 head_forward: Callable[..., Any] | None = None,
+                 head_backward: Callable[..., Any] | None = None) -> None:
         self.label = label
         self._forward = forward
         self._backward = backward
+        found = {"forward": forward, "backward": backward, "head_forward": head_forward,
+                 "head_backward": head_backward}
+        self._functions = {name: f for name, f in found.items() if f is not None}
+        self.operations = tuple(self._functions)
         self.has_backward = backward is not None
 
-    def _call(self, operation: str, function: Callable[..., Any], args: tuple[Array, ...],
+    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
+        return self._call(operation, self._functions[operation], args, OPERATIONS[operation][1])
+
+    def _call(self, operation: str, function: Callable[..., Any], args: tuple[Any, ...],
               names: tuple[str, ...]) -> tuple[Array, ...]:
         try:
             # Debugging prints go to stderr, so they never spoil qkv's report on stdout.
             with contextlib.redirect_stdout(sys.stderr):
                 result = function(*args)
-        except (Exception, SystemExit) as error:  # any exception is a rejection, as the
-            # interface says; sys.exit() in a forward must not end qkv with its status
-            raise Rejected(operation, f"{type(error).__name__}: {error}") from None
+        except BaseException as error:  # any exception is a rejection, as
+            # the interface says; sys.exit() or GeneratorExit in a forward too
+            raise Rejected(operation, said(error)) from None
         return as_tensors(operation, result, names)
 
     def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
+        assert self._forward is not None
         return self._call("forward", self._forward, (x, w_query, w_key, w_value), FORWARD_NAMES)
 
     def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
@@ -116,6 +162,9 @@ class PythonImplementation:
 
     def finish(self) -> None:
         return None
+
+    def take_changes(self) -> list[tuple[str, str, str, str]]:
+        return []  # in process the session compares its own copies
 
 
 def is_path(spec: str) -> bool:
@@ -169,11 +218,190 @@ def load_python(spec: str) -> PythonImplementation:
         if error.name is not None and spec.startswith(error.name):
             raise ImplementationNotFound(spec, "no such module") from None
         raise ImplementationImportFailed(spec, f"{type(error).__name__}: {error}") from None
-    except (Exception, SystemExit) as error:
-        raise ImplementationImportFailed(spec, f"{type(error).__name__}: {error}") from None
-    forward = getattr(module, "forward", None)
-    if not callable(forward):
+    except BaseException as error:  # whatever the import raised
+        raise ImplementationImportFailed(spec, said(error)) from None
+    found = {}
+    for name in OPERATIONS:
+        function = getattr(module, name, None)
+        found[name] = function if callable(function) else None
+    if found["forward"] is None and found["head_forward"] is None:
         raise MissingForward(spec)
-    backward = getattr(module, "backward", None)
-    return PythonImplementation(printable(spec, None), forward,
-                                backward if callable(backward) else None)
+    if found["forward"] is None:
+        found["backward"] = None  # a projection backward is judged with its forward only
+    if found["head_forward"] is None:
+        found["head_backward"] = None
+    return PythonImplementation(printable(spec, None), found["forward"], found["backward"],
+                                found["head_forward"], found["head_backward"])
+
+
+# --- the runner: a Python implementation in a child process qkv owns ---------------------
+
+LOAD_ERRORS = {"not-found": ImplementationNotFound, "import-failed": ImplementationImportFailed,
+               "no-forward": MissingForward}
+"""The hello reply's ``"load"`` codes for an implementation that cannot be used."""
+
+
+def _load_error(spec: str) -> tuple[PythonImplementation | None, dict[str, Any]]:
+    """The loaded implementation and its hello reply, or ``None`` and the reply saying why."""
+    try:
+        implementation = load_python(spec)
+    except ImplementationNotFound as error:
+        return None, {"error": error.reason, "load": "not-found"}
+    except ImplementationImportFailed as error:
+        return None, {"error": error.cause, "load": "import-failed"}
+    except MissingForward:
+        return None, {"error": "no forward", "load": "no-forward"}
+    return implementation, {"version": 1, "ops": list(implementation.operations)}
+
+
+def _changes(names: tuple[str, ...], originals: list[Array],
+             arguments: list[Array]) -> list[list[str]]:
+    from qkvcli.conformance.diagnose import first_bit_difference
+
+    found = []
+    for name, before, after in zip(names, originals, arguments, strict=True):
+        difference = first_bit_difference(before, after)
+        if difference is not None:
+            found.append([name, *difference])
+    return found
+
+
+def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> dict[str, Any]:
+    """The reply to one forward or backward request (any exception is said in it)."""
+    from qkvcli.conformance.wire import decode_tensor, encode_tensor
+
+    operation = request.get("op")
+    if operation not in implementation.operations:
+        return {"error": f"unknown op {json.dumps(operation)}"}
+    keys, names = OPERATIONS[str(operation)]
+    arguments: list[Any] = [request.get(key) is True if key == "causal"
+                            else decode_tensor(request, key, sys.maxsize, True) for key in keys]
+    binary = any(isinstance(request.get(key), dict) and "float64" in request[key] for key in keys)
+    tensors = [(key, argument) for key, argument in zip(keys, arguments, strict=True)
+               if key != "causal"]
+    originals = [np.array(argument, copy=True) for _, argument in tensors]
+    reply: dict[str, Any] = {}
+    try:
+        results = implementation.call(str(operation), tuple(arguments))
+        for name, result in zip(names, results, strict=True):
+            if not np.isfinite(result).all():
+                raise BadResult(str(operation), f"{operation}'s {name} holds NaN or infinity")
+            reply[name] = encode_tensor(result, binary)  # as the request came
+    except BadResult as error:
+        reply = {"error": error.message, "bad_result": True}
+    except Rejected as error:
+        reply = {"error": error.message}
+    changed = _changes(tuple("x" if key == "input" else key for key, _ in tensors), originals,
+                       [argument for _, argument in tensors])
+    if changed:
+        reply["changed"] = changed
+    return reply
+
+
+def serve(spec: str) -> None:
+    """Load ``spec`` and answer protocol requests on stdin/stdout until bye or end of input.
+
+    The protocol's pipes are moved to private descriptors first; the implementation's
+    stdin becomes empty and its stdout goes to stderr. The process ends with
+    ``os._exit``, so a thread the implementation started cannot keep it alive.
+    """
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.dup(1)
+    empty = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(empty, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from qkvcli.conformance.wire import Malformed, decode, encode
+
+    implementation, hello = _load_error(spec)
+
+    def send(message: dict[str, Any]) -> None:
+        data = memoryview(encode(message))
+        while data:
+            data = data[os.write(replies, data):]
+
+    for line in requests:
+        try:
+            request = decode(line)
+        except Malformed:
+            break
+        reply: dict[str, Any] = {"id": request.get("id")}
+        if request.get("op") == "hello":
+            reply.update(hello)
+        elif request.get("op") == "bye" or implementation is None:
+            send(reply)
+            break
+        else:
+            try:
+                reply.update(_answer(implementation, request))
+            except BaseException as error:  # never a traceback for qkv to parse
+                reply["error"] = said(error)
+        send(reply)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _child_path() -> str:
+    """qkv's own import path for the child (``""``, the working directory, made absolute),
+    so it imports this qkv and the modules qkv itself could import."""
+    entries = [os.path.abspath(entry or os.curdir) for entry in sys.path]
+    return os.pathsep.join(dict.fromkeys(entry for entry in entries if os.path.isdir(entry)))
+
+
+def start_python(spec: str, timeout: float) -> CommandClient:
+    """``spec`` running in a child process qkv owns, as an :class:`Implementation`.
+
+    Raises :class:`ImplementationNotFound`, :class:`ImplementationImportFailed` (the import
+    raised, exited, or did not finish within ``timeout`` seconds) or :class:`MissingForward`.
+    """
+    if not is_path(spec) and not is_module_name(spec):
+        raise ImplementationNotFound(spec, "not a .py file (no such file) nor a module name "
+                                     "(dotted Python identifiers)")
+    if is_path(spec):  # refused here, at qkv's own limits, before a process is started
+        try:
+            read_limited(os.path.abspath(spec), limits.MAX_FILE_BYTES, "Python")
+        except InputFileError as error:
+            raise ImplementationNotFound(spec, error.problem) from None
+    return PythonClient(spec, timeout)
+
+
+class PythonClient(CommandClient):
+    """The runner (:func:`serve`) of a Python implementation, spoken to as a program is."""
+
+    is_command = False
+    reports_changes = True
+    binary = True  # both ends are qkv's: tensors cross as base64 float64 bytes
+
+    def __init__(self, spec: str, timeout: float) -> None:
+        self.spec = spec
+        target = os.path.abspath(spec) if is_path(spec) else spec
+        env = {**os.environ, "PYTHONPATH": _child_path(), "PYTHONDONTWRITEBYTECODE": "1"}
+        argv = [sys.executable, "-m", "qkvcli.conformance.target", target]
+        super().__init__(spec, timeout, argv=argv, env=env)
+        self.label = printable(spec, None)
+
+    def _hello(self) -> None:
+        """Wait for the import; raise the implementation's load error, if any."""
+        try:
+            reply = self._exchange("hello", {"id": 0, "op": "hello", "version": 1})
+        except Broken:
+            problem = (self.problem or "").removeprefix("request 0 (hello): ")
+            if problem.startswith("no reply within"):
+                problem = f"importing it took more than {self.timeout:g} s (--timeout)"
+            raise ImplementationImportFailed(
+                self.spec, problem.replace("the program", "its process")) from None
+        error = LOAD_ERRORS.get(str(reply.get("load")))
+        if error is MissingForward:
+            raise MissingForward(self.spec)
+        if error is not None:
+            raise error(self.spec, str(reply.get("error")))
+        self._offered(reply)
+
+    def protocol_detail(self) -> tuple[bool, str]:
+        """Whether the child answered every call (its process may have died or hung)."""
+        passed, detail = super().protocol_detail()
+        return passed, detail.replace("the program", "the implementation's process")
+
+
+if __name__ == "__main__":  # python -m qkvcli.conformance.target IMPL
+    serve(sys.argv[1])

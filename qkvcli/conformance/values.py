@@ -5,15 +5,18 @@ from __future__ import annotations
 from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_mismatch
-from qkvcli.conformance.errors import CallFailed, Rejected
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable
+from qkvcli.conformance.errors import Broken, CallFailed, Rejected
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
 
 
 def call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
-    """A failed call on a valid input, as a failure of ``family``."""
+    """A failed call on a valid input, as a failure of ``family`` (not run when the
+    implementation stopped: the protocol family says why)."""
+    if isinstance(failure, Broken):
+        return not_run(family, case.label, failure.operation, stopped=True)
     if isinstance(failure, Rejected):
         shape = format_shape(list(case.input.shape))
         detail = f"{failure.operation} rejected a valid input {shape}: {failure.message}"
@@ -37,9 +40,12 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             if found is not None:
                 where, detail = found
                 if actual.shape == wanted.shape:
-                    low = diagnose.precision(name, actual, wanted, session.tolerance)
-                    detail += f"; {low}" if low else diagnose.output(
-                        index, actual, case.input, case.weights, session.tolerance)
+                    low = diagnose.precision(actual, wanted)
+                    if low is not None and low.cause in diagnose.LOSSY:
+                        session.lossy.add(id(case))
+                    detail += (f"; {diagnose.precision_phrase([name], low, session.tolerance)}"
+                               if low else diagnose.output(index, actual, case.input,
+                                                           case.weights, session.tolerance))
                 failures.append(Failure("forward", case.label, where, detail))
                 break
     return judge("forward", failures, len(session.cases), session.tolerance), failures
@@ -58,17 +64,17 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             continue
         _, expected = session.reference(case)
         wrong: list[tuple[str, str, str]] = []
-        low_precision: list[str] = []
+        faults: dict[str, tuple[list[str], diagnose.Precision]] = {}  # names by cause
         for index, (name, actual, wanted) in enumerate(
                 zip(BACKWARD_NAMES, got, expected, strict=True)):
             found = first_mismatch(name, actual, wanted, session.tolerance)
             if found is None:
                 continue
-            low = diagnose.precision(name, actual, wanted, session.tolerance)
             if actual.shape != wanted.shape:
                 why = f"{name} has the wrong shape"
-            elif low is not None:
-                low_precision.append(name)
+            elif (low := diagnose.precision(actual, wanted)) is not None:
+                names, worst = faults.get(low.cause, ([], low))
+                faults[low.cause] = ([*names, name], max(worst, low, key=lambda f: f.error))
                 why = ""
             elif index == 0:
                 why = diagnose.input_gradient(actual, case.weights, case.upstream,
@@ -78,10 +84,10 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                                                session.tolerance)
             wrong.append((why, *found))
         if wrong:
-            reasons = "; ".join(why for why, _, _ in wrong if why)
-            if low_precision:
-                low = diagnose.float32_phrase(low_precision)
-                reasons = f"{reasons}; {low}" if reasons else low
+            whys = [why for why, _, _ in wrong if why]
+            whys += [diagnose.precision_phrase(names, fault, session.tolerance)
+                     for names, fault in faults.values()]
+            reasons = "; ".join(whys)
             _, where, detail = wrong[0]
             failures.append(Failure("reverse", case.label, where, f"{reasons}: {detail}"))
     return judge("reverse", failures, len(session.cases), session.tolerance), failures

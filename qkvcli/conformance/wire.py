@@ -12,6 +12,7 @@ reply makes qkv allocate more than the request could need.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any
@@ -19,9 +20,24 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import ERROR_TEXT_LIMIT, printable
 
 VERSION = 1
+HEAD_FORWARD_NAMES = ("scores", "weights", "output")
+HEAD_BACKWARD_NAMES = GRADIENTS
+OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "forward": (("input", "w_query", "w_key", "w_value"), BRANCHES),
+    "backward": (("input", "w_query", "w_key", "w_value", "grad_query", "grad_key",
+                  "grad_value"), GRADIENTS),
+    "head_forward": (("input", "w_query", "w_key", "w_value", "causal"), HEAD_FORWARD_NAMES),
+    "head_backward": (("input", "w_query", "w_key", "w_value", "causal", "grad_output"),
+                      HEAD_BACKWARD_NAMES),
+}
+"""Each operation's request fields (the protocol's names, in the Python functions' order)
+and the tensors its reply gives. ``causal`` is a boolean, every other field a tensor."""
+
+
 BYTES_PER_VALUE = 32
 """Room for one number in a reply: the longest shortest-round-trip spelling of a binary64
 (``-2.2250738585072014e-308``, 24 characters), a separator and spaces."""
@@ -35,10 +51,35 @@ class Malformed(ValueError):
     """A reply that does not follow the protocol; the message says what is wrong."""
 
 
-def encode_tensor(array: Array) -> dict[str, Any]:
-    """``{"shape": [...], "values": [row-major floats]}``."""
+def encode_tensor(array: Array, binary: bool = False) -> dict[str, Any]:
+    """``{"shape": [...], "values": [row-major floats]}``; ``binary``: ``{"shape": [...],
+    "float64": base64 of the little-endian bytes}`` (qkv's own Python runner only: the
+    same exact values, without the cost of spelling each in decimal)."""
     values = np.asarray(array, dtype=np.float64)
-    return {"shape": [int(dim) for dim in values.shape], "values": values.reshape(-1).tolist()}
+    shape = [int(dim) for dim in values.shape]
+    if binary:
+        raw = np.ascontiguousarray(values, dtype="<f8").tobytes()
+        return {"shape": shape, "float64": base64.b64encode(raw).decode("ascii")}
+    return {"shape": shape, "values": values.reshape(-1).tolist()}
+
+
+def _binary_tensor(key: str, tensor: dict[str, Any], max_values: int) -> Array:
+    shape, data = tensor["shape"], tensor["float64"]
+    if not isinstance(shape, list) or not all(
+        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape
+    ):
+        raise Malformed(f'"{key}.shape" must be a list of non-negative integers')
+    _check_shape(key, shape, max_values)
+    try:
+        raw = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
+    except ValueError:
+        raise Malformed(f'"{key}.float64" is not base64') from None
+    if not isinstance(data, str) or len(raw) != 8 * math.prod(shape):
+        raise Malformed(f'"{key}.float64" does not hold {math.prod(shape)} float64 values')
+    array = np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape(shape)
+    if not np.isfinite(array).all():
+        raise Malformed(f'"{key}" holds a number that is not finite')
+    return array
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -50,14 +91,20 @@ def _refuse_constant(name: str) -> Any:
     raise Malformed(f"{name} is not a finite number")
 
 
+def _integer(text: str) -> int | float:
+    # A bare -0 is the float -0.0 (its sign matters to a bit-for-bit check); other
+    # integers stay integers, so "version": 1.0 or a shape of 2.0 is still refused.
+    return -0.0 if text == "-0" else int(text)
+
+
 def decode(line: bytes) -> dict[str, Any]:
-    """One reply line as a JSON object. Raises :class:`Malformed`."""
+    """One reply line as a JSON object (a bare ``-0`` read as ``-0.0``). Raises :class:`Malformed`."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
         raise Malformed(f"not UTF-8 (byte {error.start})") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer)
     except json.JSONDecodeError as error:
         raise Malformed(f"not JSON ({error.msg} at column {error.colno}): {preview(text)}") from None
     except RecursionError:
@@ -72,9 +119,9 @@ def decode(line: bytes) -> dict[str, Any]:
 
 
 def preview(text: str, limit: int = 80) -> str:
-    """``text`` stripped and cut to ``limit`` characters, quoted."""
+    """``text`` stripped and cut to ``limit`` characters, as a JSON string (quoted, escaped)."""
     text = text.strip()
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+    return json.dumps(text if len(text) <= limit else text[:limit] + "...")
 
 
 def extent(shape: tuple[int, ...] | list[int]) -> int:
@@ -97,9 +144,13 @@ def reply_values(operation: str, tensors: dict[str, Array]) -> int:
     x = tensors["input"]
     weights = [tensors[name] for name in ("w_query", "w_key", "w_value")]
     sent = sum(extent(array.shape) for array in tensors.values())
+    widest = max(max((int(w.shape[-1]) for w in weights if w.ndim), default=1), 1)
     if operation == "forward":
-        widest = max((int(w.shape[-1]) for w in weights if w.ndim), default=1)
-        answer = 3 * extent(x.shape[:-1]) * max(widest, 1)
+        answer = 3 * extent(x.shape[:-1]) * widest
+    elif operation == "head_forward":
+        # scores and weights [B,T,T], output [B,T,d_v]
+        tokens = int(x.shape[1]) if x.ndim > 1 else 1
+        answer = extent(x.shape[:-1]) * (2 * max(tokens, 1) + widest)
     else:
         answer = extent(x.shape) + sum(extent(w.shape) for w in weights)
     return max(answer, sent)
@@ -128,12 +179,16 @@ def _check_shape(key: str, shape: list[int], max_values: int) -> None:
                             f"(at most {max_values} values)")
 
 
-def decode_tensor(reply: dict[str, Any], key: str, max_values: int) -> Array:
+def decode_tensor(reply: dict[str, Any], key: str, max_values: int,
+                  binary: bool = False) -> Array:
     """The tensor ``reply[key]`` as a float64 array, its shape claiming at most
-    ``max_values`` values (:func:`reply_values`). Raises :class:`Malformed`."""
+    ``max_values`` values (:func:`reply_values`); ``binary`` also takes the
+    ``"float64"`` form of :func:`encode_tensor`. Raises :class:`Malformed`."""
     if key not in reply:
         raise Malformed(f'missing "{key}"')
     tensor = reply[key]
+    if binary and isinstance(tensor, dict) and set(tensor) == {"shape", "float64"}:
+        return _binary_tensor(key, tensor, max_values)
     if not isinstance(tensor, dict) or set(tensor) != {"shape", "values"}:
         raise Malformed(f'"{key}" must be {{"shape": [...], "values": [...]}}')
     shape, values = tensor["shape"], tensor["values"]
@@ -144,12 +199,15 @@ def decode_tensor(reply: dict[str, Any], key: str, max_values: int) -> Array:
     _check_shape(key, shape, max_values)
     if not isinstance(values, list):
         raise Malformed(f'"{key}.values" must be a list of numbers')
-    size = math.prod(shape)
-    if len(values) != size:
-        raise Malformed(f'"{key}" has {len(values)} values for shape {shape} ({size} expected)')
-    for index, value in enumerate(values):
+    for index, value in enumerate(values):  # before counting: a nested list is no count
+        if isinstance(value, list):
+            raise Malformed(f'"{key}.values[{index}]" is a list: "values" is flat, row-major')
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise Malformed(f'"{key}.values[{index}]" is not a number')
+    size = math.prod(shape)
+    if len(values) != size:
+        raise Malformed(f'"{key}" has {len(values)} values for shape {json.dumps(shape)} '
+                        f"({size} expected)")
     try:
         array = np.array(values, dtype=np.float64).reshape(shape)
     except OverflowError:
@@ -159,10 +217,15 @@ def decode_tensor(reply: dict[str, Any], key: str, max_values: int) -> Array:
     return array
 
 
+def is_integer(value: Any, expected: int) -> bool:
+    """Whether ``value`` is the JSON integer ``expected`` (not ``true``, not ``1.0``)."""
+    return type(value) is int and value == expected
+
+
 def check_id(reply: dict[str, Any], expected: int) -> None:
     """Raise :class:`Malformed` unless ``reply["id"]`` is ``expected``."""
     got = reply.get("id")
-    if got != expected or isinstance(got, bool):
+    if not is_integer(got, expected):
         raise Malformed(f'"id" is {json.dumps(got)}, expected {expected}')
 
 

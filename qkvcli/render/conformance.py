@@ -3,11 +3,13 @@
 The text is one line per family (PASS, FAIL or N/A), the failures, then the verdict
 (:func:`~qkvcli.render.wording.verdict`). The JSON is ``{"qkv_version",
 "implementation", "passed", "checks", "failures"}``, and ``"stderr"`` for a
-``--command`` program. Each check is ``{"name", "passed", "detail", "applicable"}``:
+``--command`` program. Each check is ``{"name", "passed", "detail", "applicable", "run"}``:
 ``applicable`` is false for a family that does not apply, with ``passed`` true when it
 does not count (purity with ``--command``) and false when it fails the check (reverse
-and gradcheck without backward). Every ``detail`` is worded here, by
-:func:`family_detail`, from the judgement's code and facts.
+and gradcheck without backward); ``run`` is false for a family that could not run
+(``SKIP``: neither passed nor failed, not counted; the failure that stopped it is).
+Every ``detail`` is worded here, by :func:`family_detail`, from the judgement's code
+and facts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from qkvcli import __version__
+from qkvcli.conformance.cases import Case
 from qkvcli.conformance.result import ConformanceResult, Failure, FamilyCheck
 from qkvcli.render.report import dumps
 from qkvcli.render.wording import verdict
@@ -40,11 +43,12 @@ def _passed_detail(check: FamilyCheck) -> str:
         keep = "forward and backward keep" if check.backward else "forward keeps"
         return f"{keep} empty batch and token axes on {on}"
     if name == "errors":
-        return f"4 bad inputs rejected on {on}"
+        backward = "; 4 bad backward requests" if check.backward else ""
+        return f"4 bad forward requests{backward} rejected on {on}"
     if name == "independence":
-        paths = ("; each weight gradient depends only on its own path" if check.backward
-                 else " (weight gradients not checked: no backward)")
-        return f"changing W_Q changes only query{paths} ({on})"
+        paths = ("; changing each upstream gradient changes only its own weight gradient"
+                 if check.backward else " (weight gradients not checked: no backward)")
+        return f"changing each of W_Q, W_K, W_V changes only its own output{paths} ({on})"
     if name == "replay":
         calls = "forward and backward" if check.backward else "forward"
         return f"two calls of {calls} agree bit for bit on {on}"
@@ -53,11 +57,89 @@ def _passed_detail(check: FamilyCheck) -> str:
     if name == "gradcheck":
         worst = f"; worst {check.finding}" if check.finding else ""
         return f"{check.coordinates} coordinates on {on}{worst}"
-    return check.finding  # protocol: the conversation's own account
+    head = _passed_head_detail(check, on)
+    return head if head is not None else check.finding  # protocol: the conversation's own
+
+
+def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
+    """What a passing head family established (``None`` for the protocol)."""
+    name = check.name
+    if name == "head-forward":
+        return (f"scores, weights and output agree with qkv within {check.tolerance!r} on "
+                f"{on}, causal and not")
+    if name == "scaling":
+        return f"scores are Q K^T / sqrt(d_k) on {on} with d_k >= 2"
+    if name == "softmax":
+        large = ("large scores do not overflow" if check.calls else "large scores not probed "
+                 "(the non-causal head is wrong already, see head-forward)")
+        return f"rows of weights are >= 0 and sum to 1 on {on}; {large}"
+    if name == "mask":
+        return (f"causal=true hides exactly the later positions, after the scores and before "
+                f"the softmax; causal=false hides none ({on} with two tokens or more)")
+    if name == "head-reverse":
+        return (f"grad_input and the three weight gradients agree with qkv within "
+                f"{check.tolerance!r} on {on}, causal and not")
+    if name == "head-shapes":
+        keep = "head_forward and head_backward keep" if check.backward else "head_forward keeps"
+        return f"{keep} an empty batch, no tokens and one token on {on}"
+    if name == "head-errors":
+        count = 4 if check.backward else 3
+        return f"{count} bad head requests rejected on {on}"
+    if name == "head-replay":
+        calls = "head_forward and head_backward" if check.backward else "head_forward"
+        return f"two calls of {calls} agree bit for bit on {on}"
+    if name == "head-purity":
+        return f"arguments unchanged after all {check.calls} head calls"
+    if name == "head-gradcheck":
+        worst = f"; worst {check.finding}" if check.finding else ""
+        return f"{check.coordinates} coordinates on {on}, causal and not{worst}"
+    return None
+
+
+NOT_RUN_WHY = {
+    "stopped": "the implementation stopped answering (see protocol)",
+    "forward": "its forward failed (see forward)",
+    "backward": "its backward failed (see reverse)",
+    "head": "its non-causal head_forward is wrong already (see head-forward)",
+    "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
+              "of it would measure the rounding, not the backward"),
+}
+
+
+FINDING_WORDS = {
+    "changed-argument": "{0} changed its argument {1} from {2} to {3}",
+    "moved": "changing {0} changed {1} from {2} to {3}",
+    "reshaped": "changing {0} changed the shape of {1}",
+    "unmoved": "changing {0} left {1} unchanged",
+    "replay-differs": "second {0} differs: {1} was {2}, then {3}",
+    "replay-failed": "second {0} failed: {1}",
+    "probe-failed": "{0} on the {1} {2} failed: {3}",
+    "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
+}
+"""The words of each finding code of :data:`~qkvcli.conformance.result.FINDINGS`."""
+REQUEST_WORDS = {
+    "rank-2": "rank-2 input {0}",
+    "input-width": "input width {0} != weight rows {1}",
+    "model-widths": "weights with different model widths {0}/{1}/{0}",
+    "head-widths": "weights with different head widths {0}/{1}/{0}",
+    "backward-rank-2": "backward with a rank-2 input {0}",
+    "backward-input-width": "backward with input width {0} != weight rows {1}",
+    "backward-grad-key": "backward with grad_key {0} for {1} tokens",
+    "backward-grad-value": "backward with grad_value {0} for head width {1}",
+}
+"""The words of each bad request the ``errors`` family sends (its codes and facts)."""
 
 
 def failure_detail(failure: Failure) -> str:
-    """A failure's finding, or the words for a missing backward."""
+    """A failure's finding (worded from its code and facts), the words for a missing
+    backward, or why a family did not run."""
+    if failure.not_run:
+        return f"not run: {NOT_RUN_WHY[failure.not_run]}"
+    if failure.code == "accepted":
+        return "silently accepted: " + ", ".join(REQUEST_WORDS[code].format(*facts)
+                                                 for code, facts in failure.facts)
+    if failure.code:
+        return FINDING_WORDS[failure.code].format(*failure.facts)
     return NO_BACKWARD if failure.no_backward else failure.detail
 
 
@@ -70,6 +152,8 @@ def family_detail(check: FamilyCheck) -> str:
         return COMMAND_PURITY
     if check.first is None:
         return _passed_detail(check)
+    if check.first.not_run in ("stopped", "lossy"):  # the same for every fixture: said once
+        return failure_detail(check.first)
     where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
     more = check.more
     tail = f" (and {more} more {'fixture' if more == 1 else 'fixtures'})" if more > 0 else ""
@@ -77,15 +161,23 @@ def family_detail(check: FamilyCheck) -> str:
 
 
 def word(check: FamilyCheck) -> str:
-    """``PASS``, ``FAIL``, or ``N/A`` for a not-applicable family that does not count."""
+    """``PASS``, ``FAIL``, ``N/A`` for a not-applicable family that does not count, or
+    ``SKIP`` for one that could not run."""
+    if check.outcome == "not-run":
+        return "SKIP"
     if not check.applicable and check.passed:
         return "N/A"
     return "PASS" if check.passed else "FAIL"
 
 
+def uncounted(check: FamilyCheck) -> bool:
+    """Whether a check is neither a pass nor a failure (N/A and SKIP): JUnit's skipped."""
+    return word(check) in ("N/A", "SKIP")
+
+
 def counted(result: ConformanceResult) -> tuple[int, int]:
-    """How many of the counted checks passed, and how many count (N/A ones do not)."""
-    checks = [c for c in result.checks if c.applicable or not c.passed]
+    """How many of the counted checks passed, and how many count (N/A and SKIP do not)."""
+    checks = [c for c in result.checks if not uncounted(c)]
     return sum(c.passed for c in checks), len(checks)
 
 
@@ -117,7 +209,8 @@ def conformance_json(result: ConformanceResult) -> dict[str, Any]:
         "implementation": result.implementation,
         "passed": result.passed,
         "checks": [{"name": c.name, "passed": c.passed, "detail": family_detail(c),
-                    "applicable": c.applicable} for c in result.checks],
+                    "applicable": c.applicable, "run": c.outcome != "not-run"}
+                   for c in result.checks],
         "failures": [{"family": f.family, "fixture": f.fixture, "coordinate": f.coordinate,
                       "detail": failure_detail(f)} for f in result.failures],
     }
@@ -129,3 +222,58 @@ def conformance_json(result: ConformanceResult) -> dict[str, Any]:
 def render_conformance_json(result: ConformanceResult) -> str:
     """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
     return dumps(conformance_json(result))
+
+
+# --- reproducing a failure: the fixture and the requests of one failing case ------------
+
+REPLAY_CHAPTER = "qkv-check-failure"
+
+
+def failing_fixture(case: Case) -> dict[str, Any]:
+    """``case`` as a qkv fixture (``qkv run FILE``, ``qkv check IMPL FILE`` replay it):
+    every value a float, each written in its shortest round-trip spelling."""
+    names = ("query", "key", "value")
+
+    def nested(values: Any) -> Any:
+        # An empty nested list cannot show its inner axes: such a tensor is written flat.
+        if values.size == 0:
+            return {"shape": list(values.shape), "values": []}
+        return values.tolist()
+
+    return {
+        "chapter": REPLAY_CHAPTER,
+        "input": nested(case.input),
+        "weights": {name: {"values": w.tolist()} for name, w in zip(names, case.weights,
+                                                                      strict=True)},
+        "upstream": {name: nested(u) for name, u in zip(names, case.upstream, strict=True)},
+        "gradcheck": {"step": case.step, "tolerance": case.tolerance},
+    }
+
+
+def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
+    """The protocol lines (hello, each operation offered on ``case``, bye) a ``--command``
+    program can be fed to replay the case: ``PROGRAM < FILE``."""
+    from qkvcli.conformance.wire import encode, encode_tensor
+
+    tensors = {"input": case.input, "w_query": case.weights[0], "w_key": case.weights[1],
+               "w_value": case.weights[2]}
+    upstream = {"grad_query": case.upstream[0], "grad_key": case.upstream[1],
+                "grad_value": case.upstream[2]}
+    requests: list[dict[str, Any]] = [{"op": "hello", "version": 1}]
+    if "forward" in operations:
+        requests.append({"op": "forward", **tensors})
+    if "backward" in operations:
+        requests.append({"op": "backward", **tensors, **upstream})
+    for causal in (False, True):
+        if "head_forward" in operations:
+            requests.append({"op": "head_forward", **tensors, "causal": causal})
+        if "head_backward" in operations:
+            requests.append({"op": "head_backward", **tensors, "causal": causal,
+                             "grad_output": case.upstream[2]})
+    requests.append({"op": "bye"})
+    lines = []
+    for ident, request in enumerate(requests):
+        fields = {key: encode_tensor(value) if hasattr(value, "shape") else value
+                  for key, value in request.items()}
+        lines.append(encode({"id": ident, **fields}).decode("utf-8"))
+    return "".join(lines)

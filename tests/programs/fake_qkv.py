@@ -5,7 +5,9 @@
 MODE: crash (exit 3 at the first forward, after a line on stderr), sleep (never answer
 a forward), garbage (answer a forward with a line that is not JSON), nan (answer with
 NaN), wrong-id, linger (answer bye but do not exit), bad-version, forward-only (hello
-advertises "ops": ["forward"]), bad-ops (hello with "ops": "forward").
+advertises "ops": ["forward"]), bad-ops (hello with "ops": "forward"), version-true and
+version-null (hello answers "version": true or null), log-line (a log line on stdout
+before its first reply).
 With FAKE_QKV_READY=FILE in the environment, sleep writes its pid to FILE before sleeping.
 Otherwise it answers like examples/implementations/command_qkv.py.
 """
@@ -27,11 +29,14 @@ def reply(message):
 
 def main():
     mode = sys.argv[1]
+    if mode == "log-line":
+        print("starting up", flush=True)
     for line in sys.stdin:
         message = json.loads(line)
         ident, op = message["id"], message["op"]
         if op == "hello":
-            hello = {"id": ident, "version": 2 if mode == "bad-version" else 1}
+            version = {"bad-version": 2, "version-true": True, "version-null": None}
+            hello = {"id": ident, "version": version.get(mode, 1)}
             if mode in ("forward-only", "bad-ops"):
                 hello["ops"] = ["forward"] if mode == "forward-only" else "forward"
             reply(hello)

@@ -1,8 +1,9 @@
-//! Q/K/V projections for `qkv check --command`, standard library only.
+//! Q/K/V projections and an attention head for `qkv check --command`, standard library only.
 //!
 //!     cargo build --offline --release
 //!     qkv check --command target/release/qkv_projections
 
+mod head;
 mod json;
 mod projections;
 mod protocol;
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 use projections::QkvProjections;
 use wrap::ValueUsesKeyWeight;
 
-const USAGE: &str = "usage: qkv_projections [--wrong value-uses-key-weight]";
+const USAGE: &str = "usage: qkv_projections [--wrong value-uses-key-weight|head-no-rowsum]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,6 +25,10 @@ fn main() -> ExitCode {
     let served = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         [] => protocol::serve::<QkvProjections>(input, output),
         ["--wrong", "value-uses-key-weight"] => protocol::serve::<ValueUsesKeyWeight>(input, output),
+        ["--wrong", "head-no-rowsum"] => {
+            head::NO_ROW_SUM.store(true, std::sync::atomic::Ordering::Relaxed);
+            protocol::serve::<QkvProjections>(input, output)
+        }
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

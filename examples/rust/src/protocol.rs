@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, Write};
 
+use crate::head;
 use crate::json::{self, Json};
 use crate::tensor::Tensor;
 
@@ -21,13 +22,13 @@ pub trait Projections: Sized {
     fn backward(&self, input: &Tensor, upstream: [&Tensor; 3]) -> Result<[Tensor; 4], String>;
 }
 
-/// The operations this program answers, announced in the hello reply. The attention-head
-/// operations (`head_forward`, `head_backward`) are coming to the protocol; each will be
-/// one more name here and one more arm in [`answer`].
-pub const OPS: [&str; 2] = ["forward", "backward"];
+/// The operations this program answers, announced in the hello reply; each is one arm in
+/// [`answer`]. The head ones run [`crate::head`] on the same layer.
+pub const OPS: [&str; 4] = ["forward", "backward", "head_forward", "head_backward"];
 
 const VERSION: u64 = 1;
 const FORWARD_NAMES: [&str; 3] = ["query", "key", "value"];
+const HEAD_FORWARD_NAMES: [&str; 3] = ["scores", "weights", "output"];
 const BACKWARD_NAMES: [&str; 4] = ["grad_input", "grad_w_query", "grad_w_key", "grad_w_value"];
 
 /// Answer every request line of `input` on `output` until `bye` or the end of input.
@@ -91,7 +92,26 @@ fn answer<P: Projections>(op: &str, request: &Json) -> Result<Vec<(String, Json)
             let [query, key, value] = &upstream;
             Ok(named(&BACKWARD_NAMES, layer.backward(&input, [query, key, value])?))
         }
+        "head_forward" => {
+            let layer = layer::<P>(request)?;
+            let outputs = head::head_forward(&layer, &tensor(request, "input")?, causal(request)?)?;
+            Ok(named(&HEAD_FORWARD_NAMES, outputs))
+        }
+        "head_backward" => {
+            let layer = layer::<P>(request)?;
+            let grads = head::head_backward(&layer, &tensor(request, "input")?, causal(request)?,
+                                            &tensor(request, "grad_output")?)?;
+            Ok(named(&BACKWARD_NAMES, grads))
+        }
         other => Err(format!("unknown op {other:?}")),
+    }
+}
+
+/// `request["causal"]`, which must be `true` or `false`.
+fn causal(request: &Json) -> Result<bool, String> {
+    match request.get("causal") {
+        Some(Json::Bool(flag)) => Ok(*flag),
+        _ => Err("\"causal\" must be true or false".into()),
     }
 }
 

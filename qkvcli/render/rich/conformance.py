@@ -18,8 +18,8 @@ SHOWN_FAILURES = 3  # per family unless options.full; the JSON lists them all
 def _title(check: FamilyCheck) -> Text:
     title = Text(check.name, style="bold")
     title.append("  ")
-    if word(check) == "N/A":
-        title.append("N/A", style="dim")
+    if word(check) in ("N/A", "SKIP"):
+        title.append("N/A" if word(check) == "N/A" else "NOT RUN", style="dim")
     else:
         title.append_text(status(check.passed))
     return title
@@ -31,7 +31,8 @@ def _card(check: FamilyCheck, result: ConformanceResult, options: RichOptions) -
     rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or "")) for f in shown]
     more = len(failures) - len(shown)
     body = lines(
-        Text(options.safe(family_detail(check)), style="" if check.passed else "red"),
+        Text(options.safe(family_detail(check)),
+             style="" if check.passed or check.outcome == "not-run" else "red"),
         Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
         grid(*rows, nowrap=(0, 1), dim=(0,)) if len(failures) > 1 else None,
         Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None,

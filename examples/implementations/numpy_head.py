@@ -1,0 +1,69 @@
+"""A correct attention head in NumPy, with the projections.
+
+    qkv check examples/implementations/numpy_head.py
+
+``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights, output)``:
+``scores = Q K^T / sqrt(d_k)`` before the mask ``[B,T,T]``, ``weights`` the row softmax
+of the masked scores (row max subtracted, so large scores do not overflow), ``output =
+weights V``. ``head_backward(..., causal, grad_output)`` gives ``(grad_input,
+grad_w_query, grad_w_key, grad_w_value)``. ``BUG`` switches on one slip on purpose
+(the ``wrong_head_*.py`` examples set it); ``""`` is the correct head.
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from numpy_qkv import backward, forward, validate  # noqa: F401  (the projections too)
+
+BUG = ""
+
+
+def _softmax(z):
+    if BUG != "unstable":
+        z = z - np.max(z, axis=-1, keepdims=True)  # largest entry 0: exp never overflows
+    with np.errstate(over="ignore", invalid="ignore"):  # the unstable slip gives NaN: qkv says so
+        e = np.exp(z)
+        return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _forward(x, w_query, w_key, w_value, causal):
+    validate(x, w_query, w_key, w_value)
+    q, k, v = x @ w_query, x @ w_key, x @ w_value  # [B,T,d] @ [d,h] -> [B,T,h]
+    d_k = w_query.shape[1]
+    scale = 1.0 if BUG == "unscaled" else math.sqrt(d_k)
+    scores = q @ np.swapaxes(k, -1, -2) / scale  # [B,T,h] @ [B,h,T] -> [B,T,T]
+    tokens = x.shape[1]
+    above = np.triu(np.ones((tokens, tokens), dtype=bool), k=0 if BUG == "diagonal" else 1)
+    z = np.where(above, -1e9, scores) if causal and BUG != "after-softmax" else scores
+    weights = _softmax(z) if z.size else np.zeros(z.shape)
+    if causal and BUG == "after-softmax":
+        weights = np.where(above, 0.0, weights)
+    return q, k, v, weights, scores, weights @ v  # [B,T,T] @ [B,T,h] -> [B,T,h]
+
+
+def head_forward(x, w_query, w_key, w_value, causal):
+    _, _, _, weights, scores, output = _forward(x, w_query, w_key, w_value, causal)
+    return scores, weights, output
+
+
+def head_backward(x, w_query, w_key, w_value, causal, grad_output):
+    q, k, v, a, _, _ = _forward(x, w_query, w_key, w_value, causal)
+    batch, tokens, d_model = x.shape
+    d_k = w_query.shape[1]
+    if grad_output.shape != (batch, tokens, w_value.shape[1]):
+        raise ValueError(f"grad_output has shape {grad_output.shape}")
+    grad_a = grad_output @ np.swapaxes(v, -1, -2)  # dA = dO V^T
+    grad_v = (a if BUG == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_output  # A^T dO
+    row_sum = 0.0 if BUG == "no-rowsum" else np.sum(grad_a * a, axis=-1, keepdims=True)
+    grad_s = a * (grad_a - row_sum) / math.sqrt(d_k)  # softmax reverse, then the scaling
+    grad_q = grad_s @ k  # dQ = dS K
+    grad_k = (grad_s if BUG == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ q  # dS^T Q
+    rows = x.reshape(batch * tokens, d_model)
+    grads = (grad_q, grad_k, grad_v)
+    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
+    grad_w = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
+    return (grad_input + np.zeros_like(x), *grad_w)

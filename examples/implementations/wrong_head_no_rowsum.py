@@ -1,0 +1,14 @@
+"""A head wrong on purpose (no-rowsum): qkv check names it.
+
+    qkv check examples/implementations/wrong_head_no_rowsum.py
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy_head
+
+numpy_head.BUG = "no-rowsum"
+head_forward = numpy_head.head_forward
+head_backward = numpy_head.head_backward

@@ -1,0 +1,450 @@
+"""The head families: a learner's attention head against qkv's :class:`AttentionHead`.
+
+A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
+output)`` with ``scores = Q K^T / sqrt(d_k)`` before the mask ``[B,T,T]``, ``weights``
+the row softmax of the masked scores and ``output = weights V``; and optionally
+``head_backward(x, w_query, w_key, w_value, causal, grad_output) -> (grad_input,
+grad_w_query, grad_w_key, grad_w_value)``. Each fixture is checked with ``causal``
+false and true; ``grad_output`` is the fixture's value upstream gradient.
+
+A wrong result is compared with the usual slips (:mod:`~qkvcli.conformance.diagnose`),
+so its message names the one it matches; a softmax without the row maximum subtracted
+shows only on large scores, which :func:`check_softmax` probes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from qkvcli.attention.head import AttentionHead
+from qkvcli.conformance.behaviour import check_purity
+from qkvcli.conformance.cases import Case
+from qkvcli.conformance.diagnose import (
+    BACKWARD_BUGS,
+    FORWARD_BUGS,
+    close,
+    first_mismatch,
+    named_slip,
+    variant_backward,
+    variant_forward,
+)
+from qkvcli.conformance.errors import BadResult, Broken, CallFailed
+from qkvcli.conformance.numerical import Worst, check_case
+from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
+from qkvcli.conformance.session import Session
+from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import format_shape
+
+MODES = (False, True)  # causal
+LARGE = 30.0  # the input scale of the softmax probe: scaled scores in the thousands
+
+Bundle = tuple[Array, ...]
+
+
+class Heads:
+    """The head calls of one session: first results per fixture and mode, and the reference."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.backward = "head_backward" in session.implementation.operations
+        self._forward: dict[tuple[int, bool], Bundle | CallFailed] = {}
+        self._backward: dict[tuple[int, bool], Bundle | CallFailed] = {}
+
+    def label(self, case: Case, causal: bool) -> str:  # "chapter causal"
+        return f"{case.label} {'causal' if causal else 'non-causal'}"
+
+    def forward(self, case: Case, causal: bool) -> Bundle | CallFailed:
+        key = (id(case), causal)
+        if key not in self._forward:
+            try:
+                self._forward[key] = self.session.call_head_forward(
+                    case, case.input, case.weights, causal)
+            except CallFailed as failure:
+                self._forward[key] = failure
+        return self._forward[key]
+
+    def grads(self, case: Case, causal: bool) -> Bundle | CallFailed:
+        key = (id(case), causal)
+        if key not in self._backward:
+            try:
+                self._backward[key] = self.session.call_head_backward(
+                    case, case.input, case.weights, causal, case.upstream[2])
+            except CallFailed as failure:
+                self._backward[key] = failure
+        return self._backward[key]
+
+    def reference(self, case: Case, causal: bool) -> tuple[Bundle, Bundle]:
+        """qkv's engine: ``(scores, weights, output)`` and the four gradients."""
+        head = AttentionHead.from_arrays(*case.weights)
+        done = head.forward(case.input, causal)
+        grads = head.backward(case.input, done, case.upstream[2])
+        scores = done.scores / math.sqrt(head.d_k)  # before the mask, as the interface says
+        return ((scores, done.attention, done.output),
+                (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value))
+
+
+def _failed_call(family: str, heads: Heads, case: Case, causal: bool,
+                 failure: CallFailed) -> Failure:
+    label = heads.label(case, causal)
+    if isinstance(failure, Broken):
+        return not_run(family, label, failure.operation, stopped=True)
+    return Failure(family, label, None, f"{failure.operation} failed on a valid input "
+                   f"{format_shape(list(case.input.shape))}: {failure.message}")
+
+
+def _compare(family: str, heads: Heads, case: Case, causal: bool, got: Bundle, expected: Bundle,
+             names: tuple[str, ...], named: Callable[[], str | None]) -> Failure | None:
+    tolerance = heads.session.tolerance
+    for name, actual, wanted in zip(names, got, expected, strict=True):
+        found = first_mismatch(name, actual, wanted, tolerance)
+        if found is not None:
+            where, detail = found
+            bug = named() if actual.shape == wanted.shape else None
+            return Failure(family, heads.label(case, causal), where,
+                           f"{bug}: {detail}" if bug else detail)
+    return None
+
+
+def _right_without_mask(heads: Heads, case: Case) -> bool:
+    """Whether the head's non-causal results on ``case`` are right: the mask and the
+    overflow probe judge a head only on top of right scores and softmax."""
+    got = heads.forward(case, False)
+    return not isinstance(got, CallFailed) and all(
+        close(g, e, heads.session.tolerance)
+        for g, e in zip(got, heads.reference(case, False)[0], strict=True))
+
+
+def check_head_forward(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """scores, weights and output within the tolerance of the engine's, both modes."""
+    failures: list[Failure] = []
+    session = heads.session
+    for case in session.cases:
+        for causal in MODES:
+            got = heads.forward(case, causal)
+            if isinstance(got, CallFailed):
+                failures.append(_failed_call("head-forward", heads, case, causal, got))
+                continue
+            bundle = got
+
+            def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
+                return named_slip(got, FORWARD_BUGS, lambda bug: variant_forward(
+                    case.input, case.weights, causal, bug), session.tolerance)
+
+            found = _compare("head-forward", heads, case, causal, got,
+                             heads.reference(case, causal)[0], HEAD_FORWARD_NAMES, named)
+            if found is not None:
+                failures.append(found)
+    return judge("head-forward", failures, len(session.cases), session.tolerance), failures
+
+
+def _first_results(family: str, heads: Heads, causal: bool,
+                   wanted: Callable[[Case], bool]) -> tuple[list[tuple[Case, Bundle]],
+                                                            list[Failure]]:
+    """The first head_forward results of the cases ``wanted`` takes, and why others did not run."""
+    found, skipped = [], []
+    for case in heads.session.cases:
+        if not wanted(case):
+            continue
+        got = heads.forward(case, causal)
+        if isinstance(got, CallFailed):
+            skipped.append(not_run(family, heads.label(case, causal), "forward",
+                                   stopped=isinstance(got, Broken)))
+        else:
+            found.append((case, got))
+    return found, skipped
+
+
+def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """scores are ``Q K^T / sqrt(d_k)`` (fixtures with ``d_k >= 2``, where it shows)."""
+    session = heads.session
+    results, failures = _first_results("scaling", heads, False,
+                                       lambda c: c.shape[3] >= 2 and c.input.size > 0)
+    for case, got in results:
+        compute = partial(variant_forward, case.input, case.weights, False)
+        fault = named_slip(got[:1], {b: FORWARD_BUGS[b] for b in ("unscaled", "by-d_k")},
+                       lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
+        if fault is None and close(got[0], compute("")[0], session.tolerance):
+            fault = named_slip(got[1:2], {"unscaled": "weights are the softmax of the unscaled "
+                                      "scores Q K^T"},
+                           lambda bug: compute(bug)[1:2], session.tolerance)  # noqa: B023
+        elif fault is None:
+            fault = "scores are not Q K^T / sqrt(d_k)"
+        if fault is not None:
+            failures.append(Failure("scaling", heads.label(case, False), "scores", fault))
+    return judge("scaling", failures, len(results)), failures
+
+
+def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """causal=true: nothing above the diagonal, the diagonal seen, rows summing to 1, scores
+    unmasked; causal=false: no mask. On fixtures with two tokens or more."""
+    session = heads.session
+    failures: list[Failure] = []
+    judged = 0
+    for causal in MODES:
+        results, skipped = _first_results("mask", heads, causal,
+                                          lambda c: c.shape[1] >= 2 and c.shape[0] >= 1)
+        failures += skipped
+        judged = max(judged, len(results))
+        for case, got in results:
+            expected = variant_forward(case.input, case.weights, causal)
+            if all(close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True)):
+                continue
+            if causal and not _right_without_mask(heads, case):
+                failures.append(not_run("mask", heads.label(case, causal), "head"))
+                continue
+            fault = named_slip(got, {b: FORWARD_BUGS[b] for b in
+                                 ("diagonal", "after-softmax", "no-mask", "always-mask")},
+                           partial(variant_forward, case.input, case.weights, causal),
+                           session.tolerance)
+            if fault is None and causal and not close(got[0], expected[0], session.tolerance):
+                fault = "scores with causal=true are not the scores before the mask"
+            if fault is not None:
+                failures.append(Failure("mask", heads.label(case, causal), "weights", fault))
+    return judge("mask", failures, judged), failures
+
+
+def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """Rows of weights are >= 0 and sum to 1, and large scores do not overflow (checked
+    last of the head's calls: a NaN a program writes ends its session)."""
+    session = heads.session
+    results, failures = _first_results("softmax", heads, True, lambda c: c.input.size > 0)
+    for case, got in results:
+        sums = got[1].sum(axis=-1)
+        if got[1].size and (np.min(got[1]) < 0 or not close(sums, np.ones_like(sums),
+                                                           session.tolerance * 16)):
+            failures.append(Failure("softmax", heads.label(case, True), "weights",
+                                    f"rows of weights sum to {float(np.min(sums))!r} to "
+                                    f"{float(np.max(sums))!r} (min weight "
+                                    f"{float(np.min(got[1]))!r}), not 1"))
+    if failures:
+        return judge("softmax", failures, len(results)), failures
+    probed = [case for case, _ in results if _right_without_mask(heads, case)][:2]
+    for case in probed:
+        x = case.input * LARGE
+        expected = variant_forward(x, case.weights, False)
+        largest = float(np.max(np.abs(expected[0]))) if expected[0].size else 0.0
+        unstable = (f"large scores (up to {largest:.3g}) overflow: the softmax does not "
+                    "subtract the row maximum before exp")
+        try:
+            got = session.call_head_forward(case, x, case.weights, False)
+        except (BadResult, Broken) as failure:
+            failures.append(Failure("softmax", f"{case.label} x{LARGE:g}", "weights",
+                                    f"{unstable} ({failure.message})"))
+            break
+        except CallFailed as failure:
+            failures.append(Failure("softmax", f"{case.label} x{LARGE:g}", None,
+                                    f"head_forward failed on large scores: {failure.message}"))
+            break
+        found = first_mismatch("weights", got[1], expected[1], session.tolerance)
+        if found is not None:
+            finite = bool(np.isfinite(got[1]).all())
+            failures.append(Failure("softmax", f"{case.label} x{LARGE:g}", found[0],
+                                    f"on large scores (up to {largest:.3g}): {found[1]}"
+                                    if finite else unstable))
+            break
+    return judge("softmax", failures, len(results), calls=len(probed)), failures
+
+
+def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """The four gradients within the tolerance of the engine's, both modes; names the slip."""
+    session = heads.session
+    if not heads.backward:
+        return not_applicable("head-reverse", "no-backward"), [
+            Failure("head-reverse", None, None, no_backward=True)]
+    failures: list[Failure] = []
+    for case in session.cases:
+        for causal in MODES:
+            got = heads.grads(case, causal)
+            if isinstance(got, CallFailed):
+                failures.append(_failed_call("head-reverse", heads, case, causal, got))
+                continue
+            bundle = got
+
+            def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
+                return named_slip(got, BACKWARD_BUGS, lambda bug: variant_backward(
+                    case.input, case.weights, causal, case.upstream[2], bug), session.tolerance)
+
+            found = _compare("head-reverse", heads, case, causal, got,
+                             heads.reference(case, causal)[1], HEAD_BACKWARD_NAMES, named)
+            if found is not None:
+                failures.append(found)
+    return judge("head-reverse", failures, len(session.cases), session.tolerance), failures
+
+
+def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """An empty batch, no tokens and one token keep every axis, forward and backward."""
+    session = heads.session
+    failures: list[Failure] = []
+    for case in session.cases:
+        _, _, d_model, d_head = case.shape
+        for what, batch, tokens in (("empty batch", 0, 2), ("no tokens", 1, 0), ("one token", 1, 1)):
+            x = np.zeros((batch, tokens, d_model)) + 0.5
+            expected: list[tuple[str, tuple[int, ...]]] = [
+                ("scores", (batch, tokens, tokens)), ("weights", (batch, tokens, tokens)),
+                ("output", (batch, tokens, d_head))]
+            try:
+                results = list(session.call_head_forward(case, x, case.weights, True))
+                if heads.backward:
+                    results += session.call_head_backward(case, x, case.weights, True,
+                                                           np.ones((batch, tokens, d_head)))
+                    expected += [("grad_input", x.shape)]
+                    expected += [(name, (d_model, d_head)) for name in HEAD_BACKWARD_NAMES[1:]]
+            except Broken:
+                failures.append(not_run("head-shapes", case.label, "forward", stopped=True))
+                break
+            except CallFailed as failure:
+                failures.append(Failure("head-shapes", case.label, what,
+                                        f"{failure.operation} on the {what} "
+                                        f"{format_shape(list(x.shape))} failed: {failure.message}"))
+                break
+            wrong = next(((n, s, r) for (n, s), r in zip(expected, results, strict=True)
+                          if r.shape != s), None)
+            if wrong is not None:
+                name, shape, result = wrong
+                failures.append(Failure("head-shapes", case.label, what,
+                                        f"{what} {format_shape(list(x.shape))}: {name} has shape "
+                                        f"{format_shape(list(result.shape))}, expected "
+                                        f"{format_shape(list(shape))}"))
+                break
+    return judge("head-shapes", failures, len(session.cases), backward=heads.backward), failures
+
+
+def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """Bad head requests are rejected: the input's rank and width, mismatched head widths,
+    and (with a backward) a grad_output of the wrong shape."""
+    session = heads.session
+    failures: list[Failure] = []
+    for case in session.cases:
+        batch, tokens, d_model, d_head = (max(d, 1) for d in case.shape)
+        x = np.ones((batch, tokens, d_model))
+        w = np.ones((d_model, d_head))
+        requests: list[tuple[str, Array, tuple[Array, ...], Array | None]] = [
+            (f"rank-2 input {format_shape([tokens, d_model])}", x[0], (w, w, w), None),
+            (f"input width {d_model + 1} != weight rows {d_model}",
+             np.ones((batch, tokens, d_model + 1)), (w, w, w), None),
+            (f"key width {d_head + 1} != query width {d_head}", x,
+             (w, np.ones((d_model, d_head + 1)), w), None),
+        ]
+        if heads.backward:
+            requests.append((f"grad_output {format_shape([batch, tokens + 1, d_head])} for "
+                             f"{tokens} tokens", x, (w, w, w), np.ones((batch, tokens + 1, d_head))))
+        accepted = []
+        for description, bad_x, weights, upstream in requests:
+            try:
+                if upstream is None:
+                    session.call_head_forward(case, bad_x, weights, True)
+                else:
+                    session.call_head_backward(case, bad_x, weights, True, upstream)
+            except BadResult:
+                pass
+            except Broken:
+                failures.append(not_run("head-errors", case.label, "forward", stopped=True))
+                break
+            except CallFailed:
+                continue
+            accepted.append(description)
+        if accepted:
+            failures.append(Failure("head-errors", case.label, accepted[0],
+                                    "silently accepted: " + ", ".join(accepted)))
+    return judge("head-errors", failures, len(session.cases), backward=heads.backward), failures
+
+
+def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """A second head_forward (and head_backward), causal, agrees bit for bit with the first."""
+    session = heads.session
+    failures: list[Failure] = []
+    for case in session.cases:
+        pairs: list[tuple[Bundle | CallFailed, Callable[[], Bundle]]] = [
+            (heads.forward(case, True),
+             partial(session.call_head_forward, case, case.input, case.weights, True))]
+        if heads.backward:
+            pairs.append((heads.grads(case, True), partial(
+                session.call_head_backward, case, case.input, case.weights, True,
+                case.upstream[2])))
+        for first, again in pairs:
+            if isinstance(first, CallFailed):
+                failures.append(not_run("head-replay", case.label, first.operation,
+                                        stopped=isinstance(first, Broken)))
+                break
+            try:
+                second = again()
+            except CallFailed as failure:
+                failures.append(not_run("head-replay", case.label, failure.operation, True)
+                                if isinstance(failure, Broken) else Failure(
+                    "head-replay", case.label, None,
+                    f"second {failure.operation} failed: {failure.message}"))
+                break
+            if any(a.tobytes() != b.tobytes() or a.shape != b.shape
+                   for a, b in zip(first, second, strict=True)):
+                failures.append(Failure("head-replay", case.label, None,
+                                        "a second call differs from the first"))
+                break
+    return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
+
+
+def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """Central differences of ``L = <output, grad_output>`` of the head's own forward
+    against its own backward, both modes."""
+    session = heads.session
+    if not heads.backward:
+        return not_applicable("head-gradcheck", "no-backward"), [
+            Failure("head-gradcheck", None, None, no_backward=True)]
+    failures: list[Failure] = []
+    worst = Worst()
+    total = 0
+    for case in session.cases:
+        for causal in MODES:
+            label = heads.label(case, causal)
+            analytic = heads.grads(case, causal)
+            if isinstance(analytic, CallFailed):
+                failures.append(not_run("head-gradcheck", label, "backward",
+                                        stopped=isinstance(analytic, Broken)))
+                continue
+
+            def objective(tensors: list[Array], case: Case = case, causal: bool = causal) -> float:
+                got = session.call_head_forward(case, tensors[0], tuple(tensors[1:]), causal)
+                if got[2].shape != case.upstream[2].shape:
+                    raise CallFailed("head_forward", "head_forward gave an output of the "
+                                     "wrong shape")
+                return float(np.sum(got[2] * case.upstream[2]))
+
+            try:
+                count, failure = check_case(session, case, analytic, worst, objective,
+                                            "head-gradcheck", label)
+            except Broken:
+                failures.append(not_run("head-gradcheck", label, "forward", stopped=True))
+                continue
+            except CallFailed as error:
+                failures.append(Failure("head-gradcheck", label, None,
+                                        f"head_forward failed during the check: {error.message}"))
+                continue
+            total += count
+            if failure is not None:
+                failures.append(failure)
+    return judge("head-gradcheck", failures, len(session.cases), coordinates=total,
+                 finding=worst.text), failures
+
+
+def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """No head call changed its arguments (judged after every other head family's calls)."""
+    return check_purity(heads.session, "head-purity")
+
+
+HEAD_ORDER: tuple[tuple[str, Callable[[Heads], tuple[FamilyCheck, list[Failure]]]], ...] = (
+    ("head-forward", check_head_forward),
+    ("scaling", check_scaling),
+    ("mask", check_mask),
+    ("head-reverse", check_head_reverse),
+    ("head-shapes", check_head_shapes),
+    ("head-errors", check_head_errors),
+    ("head-replay", check_head_replay),
+    ("head-gradcheck", check_head_gradcheck),
+    ("softmax", check_softmax),  # last: its overflow probe may end a program's session
+    ("head-purity", check_head_purity),
+)
+"""The head families in the order they are computed (purity sees every head call)."""
