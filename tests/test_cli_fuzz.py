@@ -336,3 +336,52 @@ def test_command_replies_with_absurd_shapes_and_numbers_are_harmless(
     _assert_not_internal(result)
     assert result.exit_code == 1  # the replies are never all right
     assert time.monotonic() - start < 30
+
+
+# Python implementations returning hostile objects: each result is built from a Python
+# expression, so the fuzz reaches objects JSON cannot carry (raising dunders, recursion,
+# generators, huge or non-finite numbers, wrong lengths and nesting).
+HOSTILE_CLASSES = '''
+class Raises:
+    def __array__(self, *args, **kwargs): raise RuntimeError("no array")
+class BadLen(tuple):
+    def __len__(self): raise RuntimeError("no len")
+class BadAttr:
+    def __getattr__(self, name): raise RuntimeError(name)
+class Exits:
+    def __array__(self, *args, **kwargs): raise SystemExit(0)
+class Keyboard:
+    def __array__(self, *args, **kwargs): raise KeyboardInterrupt
+loop = []
+loop.append(loop)
+'''
+HOSTILE_VALUES = st.sampled_from([
+    "x @ wq", "x", "None", "'text'", "b'bytes'", "1e308 * 10", "float('nan')", "-0.0", "[]",
+    "[[[]]]", "loop", "Raises()", "BadLen((1, 2, 3))", "BadAttr()", "Exits()", "Keyboard()",
+    "(v for v in [x])", "{'shape': [1], 'values': [1]}", "x.astype('float32')", "x[..., :1]",
+    "10 ** 400", "object()", "x @ wq + 1e-300", "__import__('numpy').zeros((2 ** 20, 2 ** 20), dtype=bool)[:0]",
+])
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(HOSTILE_VALUES, min_size=1, max_size=4))
+def test_python_implementations_returning_hostile_objects_are_harmless(
+    tmp_path: Path, values: list[str]
+) -> None:
+    import time
+
+    results = ", ".join(values)
+    implementation = tmp_path / "hostile_impl.py"
+    implementation.write_text(HOSTILE_CLASSES + "def forward(x, wq, wk, wv):\n"
+                              f"    return ({results},)\n"
+                              "def backward(x, wq, wk, wv, gq, gk, gv):\n"
+                              f"    return ({results},)\n", encoding="utf-8")
+    start = time.monotonic()
+    result = CliRunner().invoke(main, ["check", str(implementation), "--random", "0",
+                                       "--timeout", "10", "-f", "text"])
+    _assert_not_internal(result)
+    assert result.exit_code in (1, 2), result.output  # a failed check, or a clear refusal
+    if result.exit_code == 1:
+        assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
+    assert time.monotonic() - start < 60
