@@ -359,7 +359,8 @@ HOSTILE_VALUES = st.sampled_from([
     "x @ wq", "x", "None", "'text'", "b'bytes'", "1e308 * 10", "float('nan')", "-0.0", "[]",
     "[[[]]]", "loop", "Raises()", "BadLen((1, 2, 3))", "BadAttr()", "Exits()", "Keyboard()",
     "(v for v in [x])", "{'shape': [1], 'values': [1]}", "x.astype('float32')", "x[..., :1]",
-    "10 ** 400", "object()", "x @ wq + 1e-300", "__import__('numpy').zeros((2 ** 20, 2 ** 20), dtype=bool)[:0]",
+    "10 ** 400", "object()", "x @ wq + 1e-300",
+    "__import__('numpy').zeros((2 ** 20, 2 ** 20), dtype=bool)[:0]",
 ])
 
 
