@@ -9,7 +9,9 @@ does not count (purity with ``--command``) and false when it fails the check (re
 and gradcheck without backward); ``run`` is false for a family that could not run
 (``SKIP``: neither passed nor failed, not counted; the failure that stopped it is).
 Every ``detail`` is worded here, by :func:`family_detail`, from the judgement's code
-and facts.
+and facts, and each finding by :func:`failure_detail` from its code and facts (the
+families' :class:`~qkvcli.conformance.result.Clause` codes in :data:`CLAUSE_WORDS`,
+nested clauses said by :func:`say`); only the protocol's verdict arrives as text.
 """
 
 from __future__ import annotations
