@@ -17,10 +17,10 @@ from qkvcli.conformance.errors import (
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, ConformanceResult
+from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, Clause, ConformanceResult
 from qkvcli.conformance.run import run_checks
 from qkvcli.conformance.target import PythonImplementation, load_python
-from qkvcli.render.conformance import family_detail
+from qkvcli.render.conformance import failure_detail, family_detail
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
 sys.path.insert(0, str(EXAMPLES))
@@ -100,7 +100,14 @@ def test_forward_names_the_first_failing_coordinate_and_both_values(cases: list[
     result = check_example("wrong_key_uses_query_weight.py", cases[:1])
     failure = next(f for f in result.failures if f.family == "forward")
     assert failure.coordinate == "key[0,0,0]"
-    assert failure.detail.startswith("key[0,0,0] = 0.0, expected 3.0")
+    # The finding is data: the first mismatch and the diagnosis, each a code and facts.
+    assert (failure.code, failure.detail) == ("forward-differs", "")
+    assert failure.facts == (
+        Clause("value-differs", ("key", "[0,0,0]", 0.0, 3.0, 1.0, 1e-9)),
+        Clause("computed-with", ("key", "query")))
+    assert failure_detail(failure) == (
+        "key[0,0,0] = 0.0, expected 3.0 (scaled error 1 > 1e-09); key equals X W_Q: "
+        "computed with the query weight")
 
 
 def test_without_backward_the_reverse_families_are_not_applicable_and_fail(

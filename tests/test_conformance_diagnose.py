@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from qkvcli.conformance.diagnose import input_gradient, weight_gradient
+from qkvcli.conformance.result import Clause
 from qkvcli.core.arrays import Array
+from qkvcli.render.conformance import say
 
 RNG = np.random.default_rng(12)
 X = RNG.uniform(-1, 1, (2, 3, 5))
@@ -20,38 +22,45 @@ def path(grad: int, weight: int) -> Array:
 
 
 @pytest.mark.parametrize(
-    ("grad_input", "phrase"),
+    ("grad_input", "finding", "phrase"),
     [
-        (path(Q, Q) + path(K, K), "grad_input misses the value path"),
-        (path(Q, Q) + 2 * path(K, K) + path(V, V), "grad_input counts the key path twice"),
-        (path(V, V), "grad_input misses the query and key paths"),
-        (path(Q, Q) + path(K, Q) + path(V, V),
+        (path(Q, Q) + path(K, K), Clause("path-counts", (("value",), ())),
+         "grad_input misses the value path"),
+        (path(Q, Q) + 2 * path(K, K) + path(V, V), Clause("path-counts", ((), ("key",))),
+         "grad_input counts the key path twice"),
+        (path(V, V), Clause("path-counts", (("query", "key"), ())),
+         "grad_input misses the query and key paths"),
+        (path(Q, Q) + path(K, Q) + path(V, V), Clause("borrowed-weight", ("key", "query")),
          "grad_input's key path uses W_Q instead of W_K (dL/dK W_Q^T)"),
-        (path(Q, V) + path(K, K) + path(V, V),
+        (path(Q, V) + path(K, K) + path(V, V), Clause("borrowed-weight", ("query", "value")),
          "grad_input's query path uses W_V instead of W_Q (dL/dQ W_V^T)"),
-        (path(V, Q) + path(K, K) + path(V, V),
+        (path(V, Q) + path(K, K) + path(V, V), Clause("borrowed-gradient", ("query", "value")),
          "grad_input's query path uses dL/dV instead of dL/dQ (dL/dV W_Q^T)"),
-        (path(Q, K) + path(K, Q) + path(V, V),
+        (path(Q, K) + path(K, Q) + path(V, V), Clause("swapped-weights", ("query", "key")),
          "grad_input's query and key paths swap W_Q and W_K"),
-        (path(Q, Q) + path(K, K) + path(V, V) + 1.0,
+        (path(Q, Q) + path(K, K) + path(V, V) + 1.0, Clause("not-three-paths"),
          "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T"),
     ],
     ids=["missing", "doubled", "two-missing", "key-uses-wq", "query-uses-wv",
          "query-uses-dv", "swap-qk", "unknown"],
 )
-def test_input_gradient_names_the_wrong_path(grad_input: Array, phrase: str) -> None:
-    assert input_gradient(grad_input, W, U, 1e-9) == phrase
+def test_input_gradient_names_the_wrong_path(grad_input: Array, finding: Clause,
+                                              phrase: str) -> None:
+    assert input_gradient(grad_input, W, U, 1e-9) == finding
+    assert say(finding) == phrase
 
 
 def test_a_path_with_a_borrowed_weight_and_a_borrowed_gradient_is_a_missing_one() -> None:
     # dQ W_Q^T in the key path's place is "query twice, key missing": the simpler name.
     grad_input = 2 * path(Q, Q) + path(V, V)
-    assert input_gradient(grad_input, W, U, 1e-9) == (
-        "grad_input misses the key path and counts the query path twice")
+    finding = input_gradient(grad_input, W, U, 1e-9)
+    assert finding == Clause("path-counts", (("key",), ("query",)))
+    assert say(finding) == "grad_input misses the key path and counts the query path twice"
 
 
 def test_weight_gradient_names_a_borrowed_branch() -> None:
     rows = X.reshape(6, 5)
     grad_w_key = rows.T @ U[Q].reshape(6, 3)
-    assert weight_gradient(K, grad_w_key, X, U, 1e-9) == (
-        "grad_w_key uses the query branch's gradient dL/dQ")
+    finding = weight_gradient(K, grad_w_key, X, U, 1e-9)
+    assert finding == Clause("other-branch-gradient", ("key", "query"))
+    assert say(finding) == "grad_w_key uses the query branch's gradient dL/dQ"

@@ -104,7 +104,8 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(not_run("independence", case.label, failure.operation, stopped=True))
             continue
         except CallFailed as failure:
-            failures.append(Failure("independence", case.label, None, failure.message))
+            failures.append(Failure("independence", case.label, None, code="call-failed",
+                                    facts=(failure.message,)))
             continue
         if problem is not None:
             failures.append(Failure("independence", case.label, None, code=problem[0],

@@ -2,6 +2,9 @@
 
 Comparing tensors: the scaled error, the first failing coordinate, and bitwise equality.
 
+Every diagnosis is a :class:`~qkvcli.conformance.result.Clause` (a code and its facts),
+worded by :mod:`qkvcli.render.conformance`.
+
 Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch;
 for an attention head, the usual slips (:data:`FORWARD_BUGS`, :data:`BACKWARD_BUGS`),
 each computed from the same numbers by :func:`variant_forward` and :func:`variant_backward`.
@@ -23,6 +26,7 @@ from itertools import product
 import numpy as np
 import numpy.typing as npt
 
+from qkvcli.conformance.result import Clause
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES
@@ -62,20 +66,21 @@ def first_outside(actual: Array, expected: Array, tolerance: float) -> tuple[str
             float(expected.reshape(-1)[flat]))
 
 
-def first_mismatch(name: str, actual: Array, expected: Array, tolerance: float) -> tuple[str, str] | None:
-    """``(coordinate, detail)`` of the first element (row-major) outside ``tolerance``, or ``None``.
-
-    A wrong shape is reported as such (coordinate: the tensor's name).
-    """
+def first_mismatch(name: str, actual: Array, expected: Array,
+                   tolerance: float) -> tuple[str, Clause] | None:
+    """``(coordinate, finding)`` of the first element (row-major) outside ``tolerance``, or
+    ``None``: ``value-differs`` (name, coordinate, actual, expected, scaled error,
+    tolerance), or ``shape-differs`` (name, its shape, the shape expected; coordinate:
+    the tensor's name)."""
     if actual.shape != expected.shape:
-        return name, (f"{name} has shape {format_shape(list(actual.shape))}, "
-                      f"expected {format_shape(list(expected.shape))}")
+        return name, Clause("shape-differs", (name, format_shape(list(actual.shape)),
+                                              format_shape(list(expected.shape))))
     found = first_outside(actual, expected, tolerance)
     if found is None:
         return None
     where, a, e = found
-    return f"{name}{where}", (f"{name}{where} = {a!r}, expected {e!r} "
-                              f"(scaled error {scaled_error(a, e):.3g} > {tolerance!r})")
+    return f"{name}{where}", Clause("value-differs",
+                                    (name, where, a, e, scaled_error(a, e), tolerance))
 
 
 def same_bits(left: Array, right: Array) -> bool:
@@ -98,7 +103,6 @@ def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | No
             repr(float(right.reshape(-1)[flat])))
 
 
-LETTERS = ("Q", "K", "V")
 FLOAT64_ROUNDING = 1e-12
 """The scaled error float64 arithmetic in another order stays within on qkv's fixtures
 (sums of a few dozen unit-sized products): below it, only the tolerance is wrong."""
@@ -162,57 +166,32 @@ def precision(actual: Array, expected: Array) -> Precision | None:
     return None
 
 
-def _listed(names: list[str]) -> tuple[str, str]:
-    """``("query", "agrees")`` or ``("key and value", "agree")``."""
-    if len(names) == 1:
-        return names[0], "agrees"
-    return ", ".join(names[:-1]) + f" and {names[-1]}", "agree"
+def precision_clause(names: list[str], fault: Precision, tolerance: float) -> Clause:
+    """``precision``: ``names`` sharing one precision fault (the largest error given), and
+    the tolerance asked for."""
+    return Clause("precision", (tuple(names), fault, tolerance))
 
 
-def precision_phrase(names: list[str], fault: Precision, tolerance: float) -> str:
-    """The diagnosis of ``names`` sharing one precision fault (the largest error given)."""
-    listed, agree = _listed(names)
-    if fault.cause == "float64":
-        return (f"{listed} {agree} to {fault.error:.2g}, float64 rounding: a tolerance of "
-                f"{tolerance!r} is below float64 precision")
-    if fault.cause in ("decimals", "digits"):
-        unit = "decimal places" if fault.cause == "decimals" else "significant digits"
-        written = "is" if len(names) == 1 else "are"
-        return (f"{listed} {written} written with {fault.places} {unit} (largest scaled "
-                f"error {fault.error:.2g}): write each float's shortest round-trip spelling")
-    return (f"{listed} {agree} only to {fault.error:.2g} and every value is a float32: "
-            "float32 arithmetic")
-
-
-def _paths(words: list[str]) -> str:
-    if len(words) == 1:
-        return f"the {words[0]} path"
-    return "the " + ", ".join(words[:-1]) + f" and {words[-1]} paths"
-
-
-def _path_counts(grad_input: Array, paths: list[Array], tolerance: float) -> str | None:
-    """``"misses the key path"``, ``"counts the query path twice"``, ... when that fits."""
+def _path_counts(grad_input: Array, paths: list[Array], tolerance: float) -> Clause | None:
+    """``path-counts`` (the branches whose path is missing, those counted twice) when
+    that fits."""
     # Fewest changes from (1, 1, 1) first: one missing path is the likeliest slip.
     combos = sorted(product((0, 1, 2), repeat=3), key=lambda c: sum(v != 1 for v in c))
     for combo in combos[1:]:
         candidate = sum((c * p for c, p in zip(combo, paths, strict=True)),
                         np.zeros_like(grad_input))
         if close(grad_input, candidate, tolerance):
-            missing = [BRANCHES[i] for i, c in enumerate(combo) if c == 0]
-            doubled = [BRANCHES[i] for i, c in enumerate(combo) if c == 2]
-            parts = []
-            if missing:
-                parts.append(f"misses {_paths(missing)}")
-            if doubled:
-                parts.append(f"counts {_paths(doubled)} twice")
-            return " and ".join(parts)
+            missing = tuple(BRANCHES[i] for i, c in enumerate(combo) if c == 0)
+            doubled = tuple(BRANCHES[i] for i, c in enumerate(combo) if c == 2)
+            return Clause("path-counts", (missing, doubled))
     return None
 
 
 def _borrowed(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Array, ...],
-              paths: list[Array], tolerance: float) -> str | None:
-    """``"'s key path uses W_Q instead of W_K"`` when one path borrows another's weight or
-    upstream gradient, or two paths swap their weights; else ``None``."""
+              paths: list[Array], tolerance: float) -> Clause | None:
+    """``borrowed-weight`` or ``borrowed-gradient`` (the path's branch, the branch it
+    borrowed from) when one path borrows another's weight or upstream gradient,
+    ``swapped-weights`` (two branches) when two paths swap their weights; else ``None``."""
     total = paths[0] + paths[1] + paths[2]
     for branch in range(3):
         for grad in range(3):
@@ -223,39 +202,34 @@ def _borrowed(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Arr
                 candidate = total - paths[branch] + upstream[grad] @ weights[weight].T
                 if not close(grad_input, candidate, tolerance):
                     continue
-                name = BRANCHES[branch]
                 if weight != branch:
-                    return (f"'s {name} path uses W_{LETTERS[weight]} instead of "
-                            f"W_{LETTERS[branch]} (dL/d{LETTERS[branch]} W_{LETTERS[weight]}^T)")
-                return (f"'s {name} path uses dL/d{LETTERS[grad]} instead of "
-                        f"dL/d{LETTERS[branch]} (dL/d{LETTERS[grad]} W_{LETTERS[branch]}^T)")
+                    return Clause("borrowed-weight", (BRANCHES[branch], BRANCHES[weight]))
+                return Clause("borrowed-gradient", (BRANCHES[branch], BRANCHES[grad]))
     for first, second in ((0, 1), (0, 2), (1, 2)):
         swapped = (total - paths[first] - paths[second]
                    + upstream[first] @ weights[second].T + upstream[second] @ weights[first].T)
         if close(grad_input, swapped, tolerance):
-            return (f"'s {BRANCHES[first]} and {BRANCHES[second]} paths swap "
-                    f"W_{LETTERS[first]} and W_{LETTERS[second]}")
+            return Clause("swapped-weights", (BRANCHES[first], BRANCHES[second]))
     return None
 
 
 def input_gradient(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Array, ...],
-                   tolerance: float) -> str:
-    """``"grad_input misses the key path"``, ``"grad_input's key path uses W_Q instead of
-    W_K ..."`` or a like phrase; a generic one when nothing fits."""
+                   tolerance: float) -> Clause:
+    """What a wrong ``grad_input`` computed (see :func:`_path_counts`, :func:`_borrowed`);
+    ``not-three-paths`` when nothing fits."""
     # [B,T,h] @ [h,d] -> [B,T,d]: each branch's path into the shared input.
     paths = [g @ w.T for g, w in zip(upstream, weights, strict=True)]
     counted = _path_counts(grad_input, paths, tolerance)
     if counted is not None:
-        return f"grad_input {counted}"
+        return counted
     borrowed = _borrowed(grad_input, weights, upstream, paths, tolerance)
-    if borrowed is not None:
-        return f"grad_input{borrowed}"
-    return "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T"
+    return borrowed if borrowed is not None else Clause("not-three-paths")
 
 
 def weight_gradient(index: int, grad_w: Array, x: Array, upstream: tuple[Array, ...],
-                    tolerance: float) -> str:
-    """``"grad_w_query uses the key branch's gradient"`` or a like phrase."""
+                    tolerance: float) -> Clause:
+    """What a wrong weight gradient of branch ``index`` computed: ``other-branch-gradient``
+    (its branch, the other), ``summed-paths`` or ``not-branch-local`` (its branch)."""
     branch = BRANCHES[index]
     d_model = x.shape[-1]
     rows = x.reshape(-1, d_model)
@@ -264,20 +238,20 @@ def weight_gradient(index: int, grad_w: Array, x: Array, upstream: tuple[Array, 
     for other in range(3):
         # [d,BT] @ [BT,h] -> [d,h]
         if other != index and close(grad_w, rows.T @ flat[other], tolerance):
-            return f"grad_w_{branch} uses the {BRANCHES[other]} branch's gradient dL/d{LETTERS[other]}"
+            return Clause("other-branch-gradient", (branch, BRANCHES[other]))
     if close(grad_w, rows.T @ (flat[0] + flat[1] + flat[2]), tolerance):
-        return f"grad_w_{branch} sums all three paths instead of staying branch-local"
-    return f"grad_w_{branch} is not X^T dL/d{LETTERS[index]}"
+        return Clause("summed-paths", (branch,))
+    return Clause("not-branch-local", (branch,))
 
 
 def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
-           tolerance: float) -> str:
-    """``"; key equals X W_Q: computed with the query weight"`` when it does, else empty."""
+           tolerance: float) -> Clause | None:
+    """``computed-with`` (the output's branch, the branch whose weight it used) when output
+    ``index`` equals ``X`` times another branch's weight, else ``None``."""
     for other in range(3):
         if other != index and close(actual, x @ weights[other], tolerance):
-            return (f"; {BRANCHES[index]} equals X W_{LETTERS[other]}: computed with the "
-                    f"{BRANCHES[other]} weight")
-    return ""
+            return Clause("computed-with", (BRANCHES[index], BRANCHES[other]))
+    return None
 
 
 # --- an attention head's slips, computed from the same numbers ---------------------------
@@ -339,28 +313,19 @@ def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_ou
         return grad_x, flat[0], flat[1], flat[2]
 
 
-FORWARD_BUGS = {
-    "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
-    "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
-    "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
-    "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
-    "no-mask": "causal=true is ignored: later positions are seen",
-    "always-mask": "the mask is applied with causal=false too",
-}
-BACKWARD_BUGS = {
-    "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
-    "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
-    "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
-}
+FORWARD_BUGS = ("unscaled", "by-d_k", "diagonal", "after-softmax", "no-mask", "always-mask")
+"""The head's forward slips :func:`variant_forward` computes, in the order they are tried."""
+BACKWARD_BUGS = ("no-rowsum", "dv-uses-a", "dk-uses-ds")
+"""The head's backward slips :func:`variant_backward` computes, in the order they are tried."""
 
 
-def named_slip(got: Bundle, bugs: dict[str, str], compute: Callable[[str], Bundle],
-           tolerance: float) -> str | None:
-    """The words of the first bug whose results ``got`` equals (and the right ones do not)."""
+def named_slip(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
+               tolerance: float) -> str | None:
+    """The first of ``bugs`` whose results ``got`` equals (and the right ones do not)."""
     right = compute("")
-    for bug, words in bugs.items():
+    for bug in bugs:
         candidate = compute(bug)
         if all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
                 close(r, c, tolerance) for r, c in zip(right, candidate, strict=True)):
-            return words
+            return bug
     return None

@@ -8,8 +8,9 @@ grad_w_query, grad_w_key, grad_w_value)``. Each fixture is checked with ``causal
 false and true; ``grad_output`` is the fixture's value upstream gradient.
 
 A wrong result is compared with the usual slips (:mod:`~qkvcli.conformance.diagnose`),
-so its message names the one it matches; a softmax without the row maximum subtracted
-shows only on large scores, which :func:`check_softmax` probes.
+so its finding (a code and facts, worded in :mod:`qkvcli.render.conformance`) names the
+one it matches; a softmax without the row maximum subtracted shows only on large
+scores, which :func:`check_softmax` probes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from qkvcli.attention.head import AttentionHead
 from qkvcli.conformance.behaviour import check_purity
+from qkvcli.conformance.boundaries import Request
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import (
     BACKWARD_BUGS,
@@ -34,7 +36,7 @@ from qkvcli.conformance.diagnose import (
 )
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
 from qkvcli.conformance.numerical import Worst, check_case
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
+from qkvcli.conformance.result import Clause, Failure, FamilyCheck, found_at, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -93,8 +95,8 @@ def _failed_call(family: str, heads: Heads, case: Case, causal: bool,
     label = heads.label(case, causal)
     if isinstance(failure, Broken):
         return not_run(family, label, failure.operation, stopped=True)
-    return Failure(family, label, None, f"{failure.operation} failed on a valid input "
-                   f"{format_shape(list(case.input.shape))}: {failure.message}")
+    return found_at(family, label, None, Clause("failed-valid", (
+        failure.operation, format_shape(list(case.input.shape)), failure.message)))
 
 
 def _compare(family: str, heads: Heads, case: Case, causal: bool, got: Bundle, expected: Bundle,
@@ -103,10 +105,10 @@ def _compare(family: str, heads: Heads, case: Case, causal: bool, got: Bundle, e
     for name, actual, wanted in zip(names, got, expected, strict=True):
         found = first_mismatch(name, actual, wanted, tolerance)
         if found is not None:
-            where, detail = found
+            where, mismatch = found
             bug = named() if actual.shape == wanted.shape else None
-            return Failure(family, heads.label(case, causal), where,
-                           f"{bug}: {detail}" if bug else detail)
+            return found_at(family, heads.label(case, causal), where,
+                            Clause("slip-differs", (bug, mismatch)) if bug else mismatch)
     return None
 
 
@@ -166,16 +168,17 @@ def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
     for case, got in results:
         compute = partial(variant_forward, case.input, case.weights, False)
-        fault = named_slip(got[:1], {b: FORWARD_BUGS[b] for b in ("unscaled", "by-d_k")},
-                       lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
+        fault = named_slip(got[:1], ("unscaled", "by-d_k"),
+                           lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
         if fault is None and close(got[0], compute("")[0], session.tolerance):
-            fault = named_slip(got[1:2], {"unscaled": "weights are the softmax of the unscaled "
-                                      "scores Q K^T"},
-                           lambda bug: compute(bug)[1:2], session.tolerance)  # noqa: B023
+            if named_slip(got[1:2], ("unscaled",), lambda bug: compute(bug)[1:2],  # noqa: B023
+                          session.tolerance) is not None:
+                fault = "unscaled-weights"
         elif fault is None:
-            fault = "scores are not Q K^T / sqrt(d_k)"
+            fault = "not-scaled"
         if fault is not None:
-            failures.append(Failure("scaling", heads.label(case, False), "scores", fault))
+            failures.append(found_at("scaling", heads.label(case, False), "scores",
+                                     Clause("slip", (fault,))))
     return judge("scaling", failures, len(results)), failures
 
 
@@ -197,14 +200,14 @@ def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             if causal and not _right_without_mask(heads, case):
                 failures.append(not_run("mask", heads.label(case, causal), "head"))
                 continue
-            fault = named_slip(got, {b: FORWARD_BUGS[b] for b in
-                                 ("diagonal", "after-softmax", "no-mask", "always-mask")},
-                           partial(variant_forward, case.input, case.weights, causal),
-                           session.tolerance)
+            fault = named_slip(got, ("diagonal", "after-softmax", "no-mask", "always-mask"),
+                               partial(variant_forward, case.input, case.weights, causal),
+                               session.tolerance)
             if fault is None and causal and not close(got[0], expected[0], session.tolerance):
-                fault = "scores with causal=true are not the scores before the mask"
+                fault = "mask-moves-scores"
             if fault is not None:
-                failures.append(Failure("mask", heads.label(case, causal), "weights", fault))
+                failures.append(found_at("mask", heads.label(case, causal), "weights",
+                                         Clause("slip", (fault,))))
     return judge("mask", failures, judged), failures
 
 
@@ -217,10 +220,8 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
         sums = got[1].sum(axis=-1)
         if got[1].size and (np.min(got[1]) < 0 or not close(sums, np.ones_like(sums),
                                                            session.tolerance * 16)):
-            failures.append(Failure("softmax", heads.label(case, True), "weights",
-                                    f"rows of weights sum to {float(np.min(sums))!r} to "
-                                    f"{float(np.max(sums))!r} (min weight "
-                                    f"{float(np.min(got[1]))!r}), not 1"))
+            failures.append(found_at("softmax", heads.label(case, True), "weights", Clause(
+                "row-sums", (float(np.min(sums)), float(np.max(sums)), float(np.min(got[1]))))))
     if failures:
         return judge("softmax", failures, len(results)), failures
     probed = [case for case, _ in results if _right_without_mask(heads, case)][:2]
@@ -228,24 +229,22 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
         x = case.input * LARGE
         expected = variant_forward(x, case.weights, False)
         largest = float(np.max(np.abs(expected[0]))) if expected[0].size else 0.0
-        unstable = (f"large scores (up to {largest:.3g}) overflow: the softmax does not "
-                    "subtract the row maximum before exp")
+        label = f"{case.label} x{LARGE:g}"
         try:
             got = session.call_head_forward(case, x, case.weights, False)
         except (BadResult, Broken) as failure:
-            failures.append(Failure("softmax", f"{case.label} x{LARGE:g}", "weights",
-                                    f"{unstable} ({failure.message})"))
+            failures.append(found_at("softmax", label, "weights",
+                                     Clause("overflow-said", (largest, failure.message))))
             break
         except CallFailed as failure:
-            failures.append(Failure("softmax", f"{case.label} x{LARGE:g}", None,
-                                    f"head_forward failed on large scores: {failure.message}"))
+            failures.append(found_at("softmax", label, None,
+                                     Clause("large-call-failed", (failure.message,))))
             break
         found = first_mismatch("weights", got[1], expected[1], session.tolerance)
         if found is not None:
             finite = bool(np.isfinite(got[1]).all())
-            failures.append(Failure("softmax", f"{case.label} x{LARGE:g}", found[0],
-                                    f"on large scores (up to {largest:.3g}): {found[1]}"
-                                    if finite else unstable))
+            failures.append(found_at("softmax", label, found[0], Clause("large-differs", (
+                largest, found[1])) if finite else Clause("overflow", (largest,))))
             break
     return judge("softmax", failures, len(results), calls=len(probed)), failures
 
@@ -298,18 +297,18 @@ def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 failures.append(not_run("head-shapes", case.label, "forward", stopped=True))
                 break
             except CallFailed as failure:
-                failures.append(Failure("head-shapes", case.label, what,
-                                        f"{failure.operation} on the {what} "
-                                        f"{format_shape(list(x.shape))} failed: {failure.message}"))
+                failures.append(Failure("head-shapes", case.label, what, code="probe-failed",
+                                        facts=(failure.operation, what,
+                                               format_shape(list(x.shape)), failure.message)))
                 break
             wrong = next(((n, s, r) for (n, s), r in zip(expected, results, strict=True)
                           if r.shape != s), None)
             if wrong is not None:
                 name, shape, result = wrong
-                failures.append(Failure("head-shapes", case.label, what,
-                                        f"{what} {format_shape(list(x.shape))}: {name} has shape "
-                                        f"{format_shape(list(result.shape))}, expected "
-                                        f"{format_shape(list(shape))}"))
+                failures.append(Failure("head-shapes", case.label, what, code="probe-shape",
+                                        facts=(what, format_shape(list(x.shape)), name,
+                                               format_shape(list(result.shape)),
+                                               format_shape(list(shape)))))
                 break
     return judge("head-shapes", failures, len(session.cases), backward=heads.backward), failures
 
@@ -323,17 +322,18 @@ def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
         batch, tokens, d_model, d_head = (max(d, 1) for d in case.shape)
         x = np.ones((batch, tokens, d_model))
         w = np.ones((d_model, d_head))
-        requests: list[tuple[str, Array, tuple[Array, ...], Array | None]] = [
-            (f"rank-2 input {format_shape([tokens, d_model])}", x[0], (w, w, w), None),
-            (f"input width {d_model + 1} != weight rows {d_model}",
+        requests: list[tuple[Request, Array, tuple[Array, ...], Array | None]] = [
+            (("rank-2", (format_shape([tokens, d_model]),)), x[0], (w, w, w), None),
+            (("input-width", (str(d_model + 1), str(d_model))),
              np.ones((batch, tokens, d_model + 1)), (w, w, w), None),
-            (f"key width {d_head + 1} != query width {d_head}", x,
+            (("key-width", (str(d_head + 1), str(d_head))), x,
              (w, np.ones((d_model, d_head + 1)), w), None),
         ]
         if heads.backward:
-            requests.append((f"grad_output {format_shape([batch, tokens + 1, d_head])} for "
-                             f"{tokens} tokens", x, (w, w, w), np.ones((batch, tokens + 1, d_head))))
-        accepted = []
+            longer = (batch, tokens + 1, d_head)
+            requests.append((("grad-output", (format_shape(list(longer)), str(tokens))), x,
+                             (w, w, w), np.ones(longer)))
+        accepted: list[Request] = []  # codes (the renderer's REQUEST_WORDS) and facts
         for description, bad_x, weights, upstream in requests:
             try:
                 if upstream is None:
@@ -349,8 +349,8 @@ def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 continue
             accepted.append(description)
         if accepted:
-            failures.append(Failure("head-errors", case.label, accepted[0],
-                                    "silently accepted: " + ", ".join(accepted)))
+            failures.append(Failure("head-errors", case.label, accepted[0][0], code="accepted",
+                                    facts=tuple(accepted)))
     return judge("head-errors", failures, len(session.cases), backward=heads.backward), failures
 
 
@@ -376,13 +376,13 @@ def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             except CallFailed as failure:
                 failures.append(not_run("head-replay", case.label, failure.operation, True)
                                 if isinstance(failure, Broken) else Failure(
-                    "head-replay", case.label, None,
-                    f"second {failure.operation} failed: {failure.message}"))
+                    "head-replay", case.label, None, code="replay-failed",
+                    facts=(failure.operation, failure.message)))
                 break
             if any(a.tobytes() != b.tobytes() or a.shape != b.shape
                    for a, b in zip(first, second, strict=True)):
-                failures.append(Failure("head-replay", case.label, None,
-                                        "a second call differs from the first"))
+                failures.append(found_at("head-replay", case.label, None,
+                                         Clause("replay-changed")))
                 break
     return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
 
@@ -420,14 +420,14 @@ def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 failures.append(not_run("head-gradcheck", label, "forward", stopped=True))
                 continue
             except CallFailed as error:
-                failures.append(Failure("head-gradcheck", label, None,
-                                        f"head_forward failed during the check: {error.message}"))
+                failures.append(found_at("head-gradcheck", label, None, Clause(
+                    "check-call-failed", ("head_forward", error.message))))
                 continue
             total += count
             if failure is not None:
                 failures.append(failure)
     return judge("head-gradcheck", failures, len(session.cases), coordinates=total,
-                 finding=worst.text), failures
+                 worst=worst.point), failures
 
 
 def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:

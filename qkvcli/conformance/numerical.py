@@ -17,7 +17,7 @@ import numpy as np
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import coordinate
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
+from qkvcli.conformance.result import Clause, Failure, FamilyCheck, found_at, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -25,16 +25,19 @@ from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_
 
 
 class Worst:
-    """The largest scaled error seen so far, and where."""
+    """The largest scaled error seen so far, and where (a ``point`` or ``point-on``
+    clause; ``None`` before the first)."""
 
     def __init__(self) -> None:
         self.error = -1.0
-        self.text = ""
+        self.point: Clause | None = None
+        self.where = ""
 
-    def offer(self, error: float, text: str) -> None:
+    def offer(self, error: float, point: Clause, where: str = "") -> None:
         if not error <= self.error:  # NaN and infinity win
             self.error = error
-            self.text = text
+            self.point = point
+            self.where = where
 
 
 def _objective(session: Session, case: Case, tensors: list[Array]) -> float:
@@ -67,8 +70,7 @@ def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst:
         flat = values.reshape(-1)
         gradient = analytic[position]
         if gradient.shape != values.shape:
-            return count, Failure(family, label, name,
-                                  f"{name} has the wrong shape for a gradient check")
+            return count, found_at(family, label, name, Clause("gradient-shape", (name,)))
         for index in sample_indices(flat.size, case.samples):
             original = float(flat[index])
 
@@ -84,16 +86,14 @@ def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst:
             a = float(gradient.reshape(-1)[index])
             error = scaled_error(a, numerical) if not note else math.inf
             where = f"{name}{coordinate(values.shape, index)}"
-            text = (f"{where}: analytic {a!r}, numerical {numerical!r}, "
-                    f"scaled error {error:.3g}" + (f" ({note})" if note else ""))
+            point = Clause("point", (where, a, numerical, error, note))
             count += 1
-            case_worst.offer(error, text)
-            worst.offer(error, f"{label} {text}")
+            case_worst.offer(error, point, where)
+            worst.offer(error, Clause("point-on", (label, point)))
     failed = not case_worst.error <= case.tolerance
-    if count and failed:
-        where = case_worst.text.split(":", 1)[0]
-        return count, Failure(family, label, where,
-                              f"worst {case_worst.text} > tolerance {case.tolerance!r}")
+    if count and failed and case_worst.point is not None:
+        return count, found_at(family, label, case_worst.where, Clause(
+            "gradcheck-worst", (case_worst.point, case.tolerance)))
     return count, None
 
 
@@ -120,11 +120,11 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(not_run("gradcheck", case.label, "forward", stopped=True))
             continue
         except CallFailed as error:
-            failures.append(Failure("gradcheck", case.label, None,
-                                    f"forward failed during the check: {error.message}"))
+            failures.append(found_at("gradcheck", case.label, None, Clause(
+                "check-call-failed", ("forward", error.message))))
             continue
         total += count
         if failure is not None:
             failures.append(failure)
     return judge("gradcheck", failures, len(session.cases), coordinates=total,
-                 finding=worst.text), failures
+                 worst=worst.point), failures

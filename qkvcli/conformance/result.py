@@ -36,6 +36,15 @@ reverse family says how), its forward is too imprecise for central differences, 
 head is wrong before the family's step (head-forward says how)."""
 
 
+class Clause(Record):
+    """A piece of a finding as data: a ``code`` (the renderer's words for it) and the
+    ``facts`` those words need (names, coordinates and shapes as shown, numbers as
+    measured, and nested clauses)."""
+
+    code: str
+    facts: tuple[Any, ...] = ()
+
+
 FINDINGS: dict[str, int] = {
     "changed-argument": 4,  # operation, argument and coordinate, before, after
     "moved": 4,  # what was changed, tensor and coordinate, before, after
@@ -53,12 +62,13 @@ FINDINGS: dict[str, int] = {
 class Failure(Record):
     """Where a family failed: the fixture's label and the coordinate (``None`` when none applies).
 
-    ``detail`` is the family's finding; ``no_backward`` marks the one failure that is not
+    ``detail`` holds only the protocol family's finding (the conversation's own verdict,
+    :mod:`~qkvcli.conformance.target`'s); ``no_backward`` marks the one failure that is not
     a finding but the want of a backward (its words are the renderer's); ``not_run``
     (one of :data:`NOT_RUN`) marks no finding either, but why the family could not run
-    on the fixture. A finding given as ``code`` (one of :data:`FINDINGS`) and its
-    ``facts`` (names, coordinates, values as shown) is worded by the renderer; ``detail``
-    holds the finding of the families not yet converted to codes.
+    on the fixture. Every other family's finding is a ``code`` (one of :data:`FINDINGS`
+    or a :class:`Clause` code) and its ``facts`` (names, coordinates and shapes as
+    shown, numbers as measured, nested clauses), worded by the renderer.
     """
 
     family: str
@@ -76,7 +86,7 @@ class FamilyCheck(Record):
 
     ``fixtures`` (how many were judged), ``tolerance``, ``backward`` (whether the
     implementation has one), ``calls`` and ``coordinates`` (counts), ``finding`` (the
-    gradient check's worst coordinate, the protocol's own verdict) describe a passing
+    protocol's own verdict), ``worst`` (the gradient check's worst coordinate) describe a passing
     family; ``first`` (the first failure) and ``more`` (how many other fixtures failed)
     a failing one.
     """
@@ -92,6 +102,7 @@ class FamilyCheck(Record):
     finding: str = ""
     first: Failure | None = None
     more: int = 0
+    worst: Clause | None = None
 
     @property
     def applicable(self) -> bool:
@@ -127,20 +138,26 @@ class ConformanceResult(Record):
 
 def judge(name: str, failures: list[Failure], fixtures: int, tolerance: float = 0.0,
           backward: bool = True, calls: int = 0, coordinates: int = 0,
-          finding: str = "") -> FamilyCheck:
+          finding: str = "", worst: Clause | None = None) -> FamilyCheck:
     """The family's check: failed at its first finding (and how many other fixtures
     failed), not run when it could not run on some fixture, or passed with the facts given."""
     findings = [failure for failure in failures if not failure.not_run]
     if not failures:
         return FamilyCheck(name, True, "passed", fixtures, tolerance, backward, calls,
-                           coordinates, finding)
+                           coordinates, finding, worst=worst)
     if not findings:
         skipped = len({failure.fixture for failure in failures}) - 1
         return FamilyCheck(name, False, "not-run", fixtures, tolerance, backward, calls,
-                           coordinates, finding, failures[0], max(skipped, 0))
+                           coordinates, finding, failures[0], max(skipped, 0), worst)
     more = len({failure.fixture for failure in findings}) - 1
     return FamilyCheck(name, False, "failed", fixtures, tolerance, backward, calls, coordinates,
-                       finding, findings[0], max(more, 0))
+                       finding, findings[0], max(more, 0), worst)
+
+
+def found_at(family: str, fixture: str | None, coordinate: str | None,
+             finding: Clause) -> Failure:
+    """A failure of ``family`` on ``fixture`` at ``coordinate``, whose finding is ``finding``."""
+    return Failure(family, fixture, coordinate, code=finding.code, facts=finding.facts)
 
 
 def not_run(family: str, fixture: str | None, why: str, stopped: bool = False) -> Failure:

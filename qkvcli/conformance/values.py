@@ -1,4 +1,10 @@
-"""The ``forward`` and ``reverse`` families: the implementation's tensors against qkv's engine."""
+"""The ``forward`` and ``reverse`` families: the implementation's tensors against qkv's engine.
+
+A forward finding is ``forward-differs`` (the first mismatch, and what the wrong tensor
+computed or ``None``); a reverse one ``reverse-differs`` (what each wrong gradient
+computed, then the first mismatch); a valid input the implementation failed on is
+``rejected-valid`` or ``call-failed``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_mismatch
 from qkvcli.conformance.errors import Broken, CallFailed, Rejected
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
+from qkvcli.conformance.result import Clause, Failure, FamilyCheck, found_at, judge, not_applicable, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
@@ -19,10 +25,9 @@ def call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
         return not_run(family, case.label, failure.operation, stopped=True)
     if isinstance(failure, Rejected):
         shape = format_shape(list(case.input.shape))
-        detail = f"{failure.operation} rejected a valid input {shape}: {failure.message}"
-    else:
-        detail = failure.message
-    return Failure(family, case.label, None, detail)
+        return found_at(family, case.label, None, Clause(
+            "rejected-valid", (failure.operation, shape, failure.message)))
+    return found_at(family, case.label, None, Clause("call-failed", (failure.message,)))
 
 
 def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
@@ -38,15 +43,17 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                 zip(FORWARD_NAMES, got, expected, strict=True)):
             found = first_mismatch(name, actual, wanted, session.tolerance)
             if found is not None:
-                where, detail = found
+                where, mismatch = found
+                why: Clause | None = None
                 if actual.shape == wanted.shape:
                     low = diagnose.precision(actual, wanted)
                     if low is not None and low.cause in diagnose.LOSSY:
                         session.lossy.add(id(case))
-                    detail += (f"; {diagnose.precision_phrase([name], low, session.tolerance)}"
-                               if low else diagnose.output(index, actual, case.input,
-                                                           case.weights, session.tolerance))
-                failures.append(Failure("forward", case.label, where, detail))
+                    why = (diagnose.precision_clause([name], low, session.tolerance)
+                           if low else diagnose.output(index, actual, case.input,
+                                                       case.weights, session.tolerance))
+                failures.append(found_at("forward", case.label, where,
+                                         Clause("forward-differs", (mismatch, why))))
                 break
     return judge("forward", failures, len(session.cases), session.tolerance), failures
 
@@ -63,19 +70,20 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(call_failure("reverse", case, got))
             continue
         _, expected = session.reference(case)
-        wrong: list[tuple[str, str, str]] = []
+        wrong: list[tuple[Clause | None, str, Clause]] = []
         faults: dict[str, tuple[list[str], diagnose.Precision]] = {}  # names by cause
         for index, (name, actual, wanted) in enumerate(
                 zip(BACKWARD_NAMES, got, expected, strict=True)):
             found = first_mismatch(name, actual, wanted, session.tolerance)
             if found is None:
                 continue
+            why: Clause | None
             if actual.shape != wanted.shape:
-                why = f"{name} has the wrong shape"
+                why = Clause("wrong-shape", (name,))
             elif (low := diagnose.precision(actual, wanted)) is not None:
                 names, worst = faults.get(low.cause, ([], low))
                 faults[low.cause] = ([*names, name], max(worst, low, key=lambda f: f.error))
-                why = ""
+                why = None  # said once per cause, after the others
             elif index == 0:
                 why = diagnose.input_gradient(actual, case.weights, case.upstream,
                                               session.tolerance)
@@ -84,10 +92,10 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                                                session.tolerance)
             wrong.append((why, *found))
         if wrong:
-            whys = [why for why, _, _ in wrong if why]
-            whys += [diagnose.precision_phrase(names, fault, session.tolerance)
+            whys = [why for why, _, _ in wrong if why is not None]
+            whys += [diagnose.precision_clause(names, fault, session.tolerance)
                      for names, fault in faults.values()]
-            reasons = "; ".join(whys)
-            _, where, detail = wrong[0]
-            failures.append(Failure("reverse", case.label, where, f"{reasons}: {detail}"))
+            _, where, mismatch = wrong[0]
+            failures.append(found_at("reverse", case.label, where,
+                                     Clause("reverse-differs", (tuple(whys), mismatch))))
     return judge("reverse", failures, len(session.cases), session.tolerance), failures

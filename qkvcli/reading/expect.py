@@ -54,7 +54,6 @@ EXPECT_FIELDS: dict[str, str] = {
 EXPECT_KEYS = ("query", "key", "value", "loss", "input_gradient", "query_weight_gradient",
                "key_weight_gradient", "value_weight_gradient", "tolerance")
 DEFAULT_EXPECT_TOLERANCE = 0.0
-SHOWN_MISMATCHES = 3
 
 
 class Expectations(Record):
@@ -66,7 +65,8 @@ class Expectations(Record):
 
 
 class Mismatch(Record):
-    """The first value of one quantity that is further from expected than the tolerance."""
+    """The first value of one quantity that is further from expected than the tolerance:
+    its name, coordinate (``()`` for the loss), both values and the scaled error."""
 
     name: str
     coordinate: tuple[int, ...]
@@ -74,14 +74,11 @@ class Mismatch(Record):
     actual: float
     error: float
 
-    def describe(self) -> str:
-        """``query[0,1,1]: expected 2.0, got 3.0``."""
-        where = f"[{','.join(map(str, self.coordinate))}]" if self.coordinate else ""
-        return f"{self.name}{where}: expected {self.expected!r}, got {self.actual!r}"
-
 
 class ExpectResult(Record):
-    """The comparison of every expected quantity with the run's values."""
+    """The comparison of every expected quantity with the run's values: the quantities
+    compared (names), how many values, the tolerance, and each quantity's first mismatch
+    (worded by :func:`qkvcli.render.wording.expect_detail`)."""
 
     names: tuple[str, ...]
     values: int
@@ -91,24 +88,6 @@ class ExpectResult(Record):
     @property
     def passed(self) -> bool:
         return not self.mismatches
-
-    @property
-    def detail(self) -> str:
-        """One line: what matched, or the first few mismatches."""
-        quantities = _count(len(self.names), "quantity", "quantities")
-        if self.passed:
-            return (f"{quantities}, {_count(self.values, 'value', 'values')} as expected "
-                    f"(tolerance {self.tolerance!r})")
-        shown = "; ".join(m.describe() for m in self.mismatches[:SHOWN_MISMATCHES])
-        more = len(self.mismatches) - SHOWN_MISMATCHES
-        extra = f"; and {more} more" if more > 0 else ""
-        verb = "differs" if len(self.mismatches) == 1 else "differ"
-        return (f"{len(self.mismatches)} of {quantities} {verb}: {shown}{extra} "
-                f"(tolerance {self.tolerance!r})")
-
-
-def _count(count: int, one: str, many: str) -> str:
-    return f"{count} {one if count == 1 else many}"
 
 
 def _tolerance(raw: object) -> float:

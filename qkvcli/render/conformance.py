@@ -9,16 +9,20 @@ does not count (purity with ``--command``) and false when it fails the check (re
 and gradcheck without backward); ``run`` is false for a family that could not run
 (``SKIP``: neither passed nor failed, not counted; the failure that stopped it is).
 Every ``detail`` is worded here, by :func:`family_detail`, from the judgement's code
-and facts.
+and facts, and each finding by :func:`failure_detail` from its code and facts (the
+families' :class:`~qkvcli.conformance.result.Clause` codes in :data:`CLAUSE_WORDS`,
+nested clauses said by :func:`say`); only the protocol's verdict arrives as text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from qkvcli import __version__
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.result import ConformanceResult, Failure, FamilyCheck
+from qkvcli.conformance.diagnose import Precision
+from qkvcli.conformance.result import Clause, ConformanceResult, Failure, FamilyCheck
 from qkvcli.render.report import dumps
 from qkvcli.render.wording import verdict
 
@@ -55,7 +59,7 @@ def _passed_detail(check: FamilyCheck) -> str:
     if name == "purity":
         return f"arguments unchanged after all {check.calls} calls"
     if name == "gradcheck":
-        worst = f"; worst {check.finding}" if check.finding else ""
+        worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
         return f"{check.coordinates} coordinates on {on}{worst}"
     head = _passed_head_detail(check, on)
     return head if head is not None else check.finding  # protocol: the conversation's own
@@ -91,7 +95,7 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
     if name == "head-purity":
         return f"arguments unchanged after all {check.calls} head calls"
     if name == "head-gradcheck":
-        worst = f"; worst {check.finding}" if check.finding else ""
+        worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
         return f"{check.coordinates} coordinates on {on}, causal and not{worst}"
     return None
 
@@ -104,6 +108,123 @@ NOT_RUN_WHY = {
     "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
               "of it would measure the rounding, not the backward"),
 }
+
+
+LETTERS = {"query": "Q", "key": "K", "value": "V"}
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    """``query``, ``key and value``, ``query, key and value``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def _precision(names: tuple[str, ...], fault: Precision, tolerance: float) -> str:
+    listed = _listed(names)
+    agree = "agrees" if len(names) == 1 else "agree"
+    if fault.cause == "float64":
+        return (f"{listed} {agree} to {fault.error:.2g}, float64 rounding: a tolerance of "
+                f"{tolerance!r} is below float64 precision")
+    if fault.cause in ("decimals", "digits"):
+        unit = "decimal places" if fault.cause == "decimals" else "significant digits"
+        written = "is" if len(names) == 1 else "are"
+        return (f"{listed} {written} written with {fault.places} {unit} (largest scaled "
+                f"error {fault.error:.2g}): write each float's shortest round-trip spelling")
+    return (f"{listed} {agree} only to {fault.error:.2g} and every value is a float32: "
+            "float32 arithmetic")
+
+
+def _paths(branches: tuple[str, ...]) -> str:
+    if len(branches) == 1:
+        return f"the {branches[0]} path"
+    return f"the {_listed(branches)} paths"
+
+
+def _path_counts(missing: tuple[str, ...], doubled: tuple[str, ...]) -> str:
+    parts = [f"misses {_paths(missing)}"] if missing else []
+    parts += [f"counts {_paths(doubled)} twice"] if doubled else []
+    return "grad_input " + " and ".join(parts)
+
+
+def _point(where: str, analytic: float, numerical: float, error: float, note: str) -> str:
+    return (f"{where}: analytic {analytic!r}, numerical {numerical!r}, scaled error "
+            f"{error:.3g}" + (f" ({note})" if note else ""))
+
+
+SLIP_WORDS = {
+    "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
+    "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
+    "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
+    "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
+    "no-mask": "causal=true is ignored: later positions are seen",
+    "always-mask": "the mask is applied with causal=false too",
+    "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
+    "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
+    "unscaled-weights": "weights are the softmax of the unscaled scores Q K^T",
+    "not-scaled": "scores are not Q K^T / sqrt(d_k)",
+    "mask-moves-scores": "scores with causal=true are not the scores before the mask",
+}
+"""The words of each head slip the head families name (the codes of
+:data:`~qkvcli.conformance.diagnose.FORWARD_BUGS`, ``BACKWARD_BUGS``, and the scaling's
+and mask's own)."""
+
+OVERFLOW = ("large scores (up to {0:.3g}) overflow: the softmax does not subtract the row "
+            "maximum before exp")
+
+CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
+    "value-differs": "{0}{1} = {2!r}, expected {3!r} (scaled error {4:.3g} > {5!r})",
+    "shape-differs": "{0} has shape {1}, expected {2}",
+    "forward-differs": lambda mismatch, why: mismatch if why is None else f"{mismatch}; {why}",
+    "reverse-differs": lambda whys, mismatch: "; ".join(map(say, whys)) + f": {mismatch}",
+    "wrong-shape": "{0} has the wrong shape",
+    "precision": _precision,
+    "path-counts": _path_counts,
+    "borrowed-weight": lambda branch, other: (
+        f"grad_input's {branch} path uses W_{LETTERS[other]} instead of W_{LETTERS[branch]} "
+        f"(dL/d{LETTERS[branch]} W_{LETTERS[other]}^T)"),
+    "borrowed-gradient": lambda branch, other: (
+        f"grad_input's {branch} path uses dL/d{LETTERS[other]} instead of "
+        f"dL/d{LETTERS[branch]} (dL/d{LETTERS[other]} W_{LETTERS[branch]}^T)"),
+    "swapped-weights": lambda first, second: (
+        f"grad_input's {first} and {second} paths swap W_{LETTERS[first]} and "
+        f"W_{LETTERS[second]}"),
+    "not-three-paths": "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T",
+    "other-branch-gradient": lambda branch, other: (
+        f"grad_w_{branch} uses the {other} branch's gradient dL/d{LETTERS[other]}"),
+    "summed-paths": "grad_w_{0} sums all three paths instead of staying branch-local",
+    "not-branch-local": lambda branch: f"grad_w_{branch} is not X^T dL/d{LETTERS[branch]}",
+    "computed-with": lambda branch, other: (
+        f"{branch} equals X W_{LETTERS[other]}: computed with the {other} weight"),
+    "rejected-valid": "{0} rejected a valid input {1}: {2}",
+    "failed-valid": "{0} failed on a valid input {1}: {2}",
+    "call-failed": "{0}",
+    "gradient-shape": "{0} has the wrong shape for a gradient check",
+    "point": _point,
+    "point-on": "{0} {1}",
+    "gradcheck-worst": "worst {0} > tolerance {1!r}",
+    "check-call-failed": "{0} failed during the check: {1}",
+    "slip": lambda slip: SLIP_WORDS[slip],
+    "slip-differs": lambda slip, mismatch: f"{SLIP_WORDS[slip]}: {mismatch}",
+    "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
+    "overflow": OVERFLOW,
+    "overflow-said": OVERFLOW + " ({1})",
+    "large-call-failed": "head_forward failed on large scores: {0}",
+    "large-differs": "on large scores (up to {0:.3g}): {1}",
+    "replay-changed": "a second call differs from the first",
+}
+"""The words of each clause code the value, gradient-check and head families find: a
+format string of the facts, or a function of them (a nested clause given worded)."""
+
+
+def say(clause: Clause) -> str:
+    """A clause in words (its nested clauses worded first)."""
+    return _words(clause.code, clause.facts)
+
+
+def _words(code: str, facts: tuple[Any, ...]) -> str:
+    shown = tuple(say(f) if isinstance(f, Clause) else f for f in facts)
+    words = CLAUSE_WORDS.get(code) or FINDING_WORDS[code]
+    return words.format(*shown) if isinstance(words, str) else words(*shown)
 
 
 FINDING_WORDS = {
@@ -126,6 +247,8 @@ REQUEST_WORDS = {
     "backward-input-width": "backward with input width {0} != weight rows {1}",
     "backward-grad-key": "backward with grad_key {0} for {1} tokens",
     "backward-grad-value": "backward with grad_value {0} for head width {1}",
+    "key-width": "key width {0} != query width {1}",
+    "grad-output": "grad_output {0} for {1} tokens",
 }
 """The words of each bad request the ``errors`` family sends (its codes and facts)."""
 
@@ -139,8 +262,17 @@ def failure_detail(failure: Failure) -> str:
         return "silently accepted: " + ", ".join(REQUEST_WORDS[code].format(*facts)
                                                  for code, facts in failure.facts)
     if failure.code:
-        return FINDING_WORDS[failure.code].format(*failure.facts)
+        return _words(failure.code, failure.facts)
     return NO_BACKWARD if failure.no_backward else failure.detail
+
+
+def _coordinate(failure: Failure) -> str | None:
+    """The published coordinate: head-errors names its first accepted request in words
+    (the errors family its code), as the JSON has always shown."""
+    if failure.family == "head-errors" and failure.code == "accepted":
+        code, facts = failure.facts[0]
+        return REQUEST_WORDS[code].format(*facts)
+    return failure.coordinate
 
 
 def family_detail(check: FamilyCheck) -> str:
@@ -211,7 +343,7 @@ def conformance_json(result: ConformanceResult) -> dict[str, Any]:
         "checks": [{"name": c.name, "passed": c.passed, "detail": family_detail(c),
                     "applicable": c.applicable, "run": c.outcome != "not-run"}
                    for c in result.checks],
-        "failures": [{"family": f.family, "fixture": f.fixture, "coordinate": f.coordinate,
+        "failures": [{"family": f.family, "fixture": f.fixture, "coordinate": _coordinate(f),
                       "detail": failure_detail(f)} for f in result.failures],
     }
     if result.command:

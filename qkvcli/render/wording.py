@@ -17,6 +17,7 @@ from qkvcli.render.numbers import fmt_bool
 if TYPE_CHECKING:
     from qkvcli.evidence.records import Evidence
     from qkvcli.gradcheck.records import GradcheckResult
+    from qkvcli.reading.expect import ExpectResult, Mismatch
 
 
 VERDICT = "verdict: "
@@ -102,9 +103,36 @@ def _gradcheck(evidence: Evidence) -> str:
     return gradcheck_detail(evidence.gradcheck)
 
 
+SHOWN_MISMATCHES = 3
+
+
+def _count(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def mismatch_words(mismatch: Mismatch) -> str:
+    """``query[0,1,1]: expected 2.0, got 3.0`` (the loss has no coordinate)."""
+    where = f"[{','.join(map(str, mismatch.coordinate))}]" if mismatch.coordinate else ""
+    return f"{mismatch.name}{where}: expected {mismatch.expected!r}, got {mismatch.actual!r}"
+
+
+def expect_detail(result: ExpectResult) -> str:
+    """The ``expect`` check in one line: what matched, or the first few mismatches."""
+    quantities = _count(len(result.names), "quantity", "quantities")
+    if result.passed:
+        return (f"{quantities}, {_count(result.values, 'value', 'values')} as expected "
+                f"(tolerance {result.tolerance!r})")
+    shown = "; ".join(mismatch_words(m) for m in result.mismatches[:SHOWN_MISMATCHES])
+    more = len(result.mismatches) - SHOWN_MISMATCHES
+    extra = f"; and {more} more" if more > 0 else ""
+    verb = "differs" if len(result.mismatches) == 1 else "differ"
+    return (f"{len(result.mismatches)} of {quantities} {verb}: {shown}{extra} "
+            f"(tolerance {result.tolerance!r})")
+
+
 def _expect(evidence: Evidence) -> str:
     assert evidence.expect is not None  # the verdict exists only with an expect section
-    return evidence.expect.detail
+    return expect_detail(evidence.expect)
 
 
 DETAILS: dict[str, Callable[[Evidence], str]] = {
