@@ -112,6 +112,17 @@ def parse_json_text(text: str) -> Any:
     return data
 
 
+def parse_json_bytes(data: bytes) -> Any:
+    """:func:`parse_json_text` of UTF-8 ``data`` (a config, an index: files read whole).
+    Raises :class:`FixtureError`, naming the first byte that is not UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FixtureError("", f"not UTF-8 text (byte {error.start} is "
+                           f"0x{data[error.start]:02x})") from None
+    return parse_json_text(text)
+
+
 def refuse_lone_surrogates(value: Any, location: str) -> None:
     """Raise :class:`FixtureError` at the first string (or key) holding a lone surrogate.
 

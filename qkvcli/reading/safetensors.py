@@ -316,12 +316,9 @@ def load_safetensors(
             dtype, shape, begin, end = check_entry(tensor, entries[tensor], data_bytes)
         except HeaderError as error:
             raise FixtureError(location, f"{shown}: cannot be read as .safetensors ({error})") from None
-        if dtype in WIDENED_DTYPES and not _bfloat16_ready():
-            raise FixtureError(location, f"{shown}: tensor {named} is {dtype} (bfloat16); "
-                               f"widening it needs ml_dtypes: {INSTALL_HINT}")
-        if dtype not in FLOAT_DTYPES and dtype not in WIDENED_DTYPES:
-            raise FixtureError(location, f"{shown}: tensor {named} has dtype {dtype}; only "
-                               "F16, F32, F64 and BF16 are read")
+        problem = dtype_problem(dtype)
+        if problem is not None:
+            raise FixtureError(location, f"{shown}: tensor {named} {problem}")
         check_size(shape, location, max_elements)  # from the header, before any data
         try:
             handle.seek(data_start + begin)
@@ -337,6 +334,17 @@ def load_safetensors(
         raise FixtureError(location, f"{shown}: tensor {named}: value at flat index {index} is "
                            f"not finite ({float(array.reshape(-1)[index])})")
     return array
+
+
+def dtype_problem(dtype: str) -> str | None:
+    """Why a tensor of safetensors ``dtype`` cannot be read here (the end of a sentence
+    after the tensor's name), or ``None`` when it can: what ``qkv init`` checks so that
+    it never writes a fixture that ``attend`` refuses."""
+    if dtype in WIDENED_DTYPES and not _bfloat16_ready():
+        return f"is {dtype} (bfloat16); widening it needs ml_dtypes: {INSTALL_HINT}"
+    if dtype not in FLOAT_DTYPES and dtype not in WIDENED_DTYPES:
+        return f"has dtype {printable(dtype)}; only F16, F32, F64 and BF16 are read"
+    return None
 
 
 def _numpy_dtype(dtype: str) -> Any:
