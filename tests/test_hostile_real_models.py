@@ -86,6 +86,12 @@ CONFIGS = [
     ("model-type-list", {**LLAMA, "model_type": ["llama"]}, 'config model_type ["llama"]: qkv'),
     ("rope-theta-zero", {**LLAMA, "rope_theta": 0},
      "config rope_theta must be a finite positive number, got 0"),
+    ("hidden-size-other", {**LLAMA, "hidden_size": 32},
+     "config hidden size 32, but the layer reads inputs 16 wide"),
+    ("hidden-size-string", {**LLAMA, "hidden_size": "16"},
+     'config hidden_size must be a positive integer, got "16"'),
+    ("two-spellings-disagree", {**LLAMA, "n_head": 2},
+     "config num_attention_heads 4 and n_head 2 disagree"),
 ]
 
 

@@ -41,8 +41,11 @@ def _set(config: dict[str, Any], key: str) -> bool:
 
 
 def _int(config: dict[str, Any], prefix: str, *keys: str) -> int | None:
-    """The first of ``keys`` the config sets (null is unset), which must be a positive
-    integer. Raises :class:`CheckpointError` naming the key."""
+    """The value of ``keys`` (spellings of one setting; null is unset), a positive integer,
+    or ``None`` when none is set. Spellings that disagree are refused: which one
+    transformers keeps depends on its version. Raises :class:`CheckpointError` naming
+    the key."""
+    found: dict[str, int] = {}
     for key in keys:
         value = config.get(key)
         if value is None:
@@ -50,8 +53,11 @@ def _int(config: dict[str, Any], prefix: str, *keys: str) -> int | None:
         if type(value) is not int or value <= 0:
             raise CheckpointError(prefix, f"config {key} must be a positive integer, got "
                                   f"{shown_value(value)}")
-        return value
-    return None
+        found[key] = value
+    if len(set(found.values())) > 1:
+        said = " and ".join(f"{key} {value}" for key, value in found.items())
+        raise CheckpointError(prefix, f"config {said} disagree")
+    return next(iter(found.values()), None)
 
 
 def _flag(config: dict[str, Any], key: str, default: bool, prefix: str) -> bool:
@@ -137,11 +143,12 @@ KIND_OF_MODEL = {"gpt2": "gpt2", "bert": "bert", "roberta": "bert", "llama": "li
 
 
 def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
-                   kind: str | None = None) -> ModelFunction:
+                   kind: str | None = None, d_model: int | None = None) -> ModelFunction:
     """The function of the layer under ``prefix`` that ``config`` (config.json) describes.
 
     ``widths`` are the query and key projections' widths, ``kind`` the layer's tensor
-    names (:func:`layer_widths`), which must be the architecture's. Raises
+    names (:func:`layer_widths`), which must be the architecture's, ``d_model`` its
+    input width, which must be the config's hidden size when it gives one. Raises
     :class:`CheckpointError` naming the config key of anything qkv does not compute.
     """
     model = config.get("model_type")
@@ -163,6 +170,10 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         raise CheckpointError(prefix, f"config position_embedding_type {shown_value(position)}: qkv "
                               "computes no relative position scores")
     _check_architectures(config, str(model), prefix)
+    hidden = _int(config, prefix, "hidden_size", "n_embd")
+    if d_model is not None and hidden is not None and hidden != d_model:
+        raise CheckpointError(prefix, f"config hidden size {hidden}, but the layer reads "
+                              f"inputs {d_model} wide: is config.json this model's?")
     heads = _int(config, prefix, "num_attention_heads", "n_head")
     if heads is None:
         raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")

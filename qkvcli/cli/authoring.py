@@ -309,7 +309,7 @@ def checkpoint_fixture_text(
                 raise CheckpointError(prefix, f"{reason}: put config.json beside the "
                                       "checkpoint or give --config FILE")
         else:
-            function = model_function(given[1], prefix, tokens, widths[:2], kind)
+            function = model_function(given[1], prefix, tokens, widths[:2], kind, d_model)
             if heads is not None and heads != function.heads:
                 raise CheckpointError(prefix, f"--heads {heads} contradicts {given[0]}, which "
                                       f"says {function.heads} heads; drop --heads")
