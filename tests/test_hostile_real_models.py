@@ -298,3 +298,13 @@ def test_bfloat16_without_ml_dtypes_is_refused_by_init_as_attend_would(tmp_path:
     monkeypatch.setattr(safetensors, "_bfloat16_ready", lambda: False)
     one_line(init(tmp_path / "model.safetensors", "h.0.attn.", "--force"),
              'tensor "c_attn.weight" is BF16 (bfloat16); widening it needs ml_dtypes')
+
+
+def test_a_checkpoint_whose_file_name_is_not_utf8_is_refused_not_written(tmp_path: Path):
+    # Before, init wrote the name's surrogate escapes and attend refused the fixture.
+    name = os.fsdecode(b"m\xff.safetensors")
+    safetensors_numpy.save_file(gpt2_tensors(), os.path.join(tmp_path, name))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_head": 2}))
+    one_line(init(tmp_path / name, "h.0.attn."),
+             "m\\udcff.safetensors: the file name is not UTF-8, so no fixture can name it")
+    assert not (tmp_path / "out.json").exists()

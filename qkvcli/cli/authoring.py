@@ -293,6 +293,11 @@ def checkpoint_fixture_text(
 
     def locate(name: str) -> str:
         relative = os.path.relpath(os.path.abspath(where[name]), base)
+        try:  # a fixture is UTF-8 JSON: a file name of other bytes cannot be written into it
+            relative.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{printable(where[name])}: the file name is not UTF-8, so no "
+                             "fixture can name it; rename the file (or link to it)") from None
         try:
             confined(base, relative, "--from-safetensors")
         except FixtureError:
