@@ -308,3 +308,18 @@ def test_a_checkpoint_whose_file_name_is_not_utf8_is_refused_not_written(tmp_pat
     one_line(init(tmp_path / name, "h.0.attn."),
              "m\\udcff.safetensors: the file name is not UTF-8, so no fixture can name it")
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"PK\x03\x04" + b"\0" * 64, "it looks like a zip archive, as torch.save writes"),
+    (b"\x80\x02}q\x00(X" + b"\0" * 64, "it looks like a Python pickle"),
+    (b'{"model_type": "gpt2"}', "it looks like JSON text (a config.json?"),
+    (b"GGUF\x03\0\0\0" + b"\0" * 64, "it looks like a GGUF file"),
+], ids=["torch-zip", "pickle", "json", "gguf"])
+def test_a_newcomers_other_checkpoint_format_is_named(tmp_path: Path, content: bytes,
+                                                      words: str):
+    # Before: only "its header would be 578712552184433488 bytes".
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(content)
+    line = one_line(invoke("inspect", str(path)), f"{path}: its header would be", words)
+    assert line.endswith("not .safetensors")

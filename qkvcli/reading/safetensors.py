@@ -187,10 +187,10 @@ def read_header(handle: BinaryIO, shown: str, location: str) -> tuple[str, int, 
     limit = header_limit()
     if stated > limit:
         raise FixtureError(location, f"{shown}: its header would be {stated} bytes, more than "
-                           f"the limit {limit}")
+                           f"the limit {limit}{_other_format(head)}")
     if HEADER_LENGTH_BYTES + stated > size:
         raise FixtureError(location, f"{shown}: its header would be {stated} bytes, but the "
-                           f"file has only {size}")
+                           f"file has only {size}{_other_format(head)}")
     try:
         data = handle.read(stated)
     except OSError as error:
@@ -204,6 +204,22 @@ def read_header(handle: BinaryIO, shown: str, location: str) -> tuple[str, int, 
                            f"not UTF-8 at byte {error.start})") from None
     data_start = HEADER_LENGTH_BYTES + stated
     return text, data_start, size - data_start
+
+
+# What a newcomer hands qkv instead of a .safetensors file, by its first bytes.
+_OTHER_FORMATS = ((b"PK\x03\x04", "a zip archive, as torch.save writes pytorch_model.bin"),
+                  (b"\x80", "a Python pickle, as old torch.save wrote pytorch_model.bin"),
+                  (b"{", "JSON text (a config.json? a sharded checkpoint's index must end "
+                   "in .index.json)"),
+                  (b"GGUF", "a GGUF file"))
+
+
+def _other_format(head: bytes) -> str:
+    """``"; it looks like ..."`` when ``head`` starts as a well-known other format, else ''."""
+    for magic, what in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"; it looks like {what}, not .safetensors"
+    return ""
 
 
 def header_limit() -> int:
