@@ -323,3 +323,25 @@ def test_a_newcomers_other_checkpoint_format_is_named(tmp_path: Path, content: b
     path.write_bytes(content)
     line = one_line(invoke("inspect", str(path)), f"{path}: its header would be", words)
     assert line.endswith("not .safetensors")
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_a_cross_attention_layer_is_refused_even_without_a_config(tmp_path: Path, model: str):
+    # GPT-2's crossattention.c_attn is key|value, 2W wide: with W = 12 it split into three
+    # 8-wide "projections", and init wrote a self-attention fixture of another function.
+    rng = np.random.default_rng(4)
+    f32 = np.float32
+    if model == "gpt2":
+        prefix = "h.0.crossattention."
+        tensors = {f"{prefix}c_attn.weight": rng.normal(size=(12, 24)).astype(f32),
+                   f"{prefix}q_attn.weight": rng.normal(size=(12, 12)).astype(f32),
+                   f"{prefix}c_proj.weight": rng.normal(size=(12, 12)).astype(f32)}
+    else:
+        prefix = "encoder.layer.0.crossattention.self."
+        tensors = {f"{prefix}{name}.weight": rng.normal(size=(8, 8)).astype(f32)
+                   for name in ("query", "key", "value")}
+    safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
+    one_line(init(tmp_path / "model.safetensors", prefix, "--heads", "2", "--causal"),
+             f'prefix "{prefix}": a cross-attention layer (keys and values from the encoder); '
+             "qkv computes self-attention only")
+    assert not (tmp_path / "out.json").exists()

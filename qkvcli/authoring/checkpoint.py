@@ -184,6 +184,13 @@ def layer_widths(entries: list[Entry], prefix: str) -> tuple[str, int, tuple[int
     if kind == "t5":
         raise CheckpointError(prefix, "T5's SelfAttention adds a relative position bias and "
                               "does not scale by 1/sqrt(d_k); qkv does not compute it")
+    # Cross-attention reads its keys and values from the encoder, not from the layer's
+    # input: GPT-2's has c_attn (key|value only) beside q_attn, BERT's lives under
+    # crossattention. Read as self-attention, it would be another function.
+    if (kind == "gpt2" and prefix + "q_attn.weight" in shapes) or (
+            kind == "bert" and prefix.endswith("crossattention.self.")):
+        raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
+                              "encoder); qkv computes self-attention only")
     if kind in ("gpt2", "neox"):
         name = "c_attn.weight" if kind == "gpt2" else "query_key_value.weight"
         rows, cols = _matrix(shapes, prefix, name)
