@@ -279,6 +279,8 @@ def test_a_fixture_moved_away_from_its_checkpoint_names_the_missing_file(tmp_pat
     moved.mkdir()
     (tmp_path / "out.json").rename(moved / "layer.json")
     for command in ("attend", "validate"):
+        one_line(invoke(command, str(moved / "layer.json")),
+                 "$.weights.c_attn_weight.safetensors: no such file: model.safetensors")
         for trust in ((), ("--trust-paths",)):
             one_line(invoke(command, str(moved / "layer.json"), *trust),
                      "$.weights.c_attn_weight", "model.safetensors")
@@ -345,3 +347,16 @@ def test_a_cross_attention_layer_is_refused_even_without_a_config(tmp_path: Path
              f'prefix "{prefix}": a cross-attention layer (keys and values from the encoder); '
              "qkv computes self-attention only")
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("command", ["attend", "validate"])
+def test_a_fixture_beside_its_checkpoints_parent_names_the_flag_of_its_own_command(
+        tmp_path: Path, command: str):
+    safetensors_numpy.save_file(gpt2_tensors(), str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_head": 2}))
+    (tmp_path / "sub").mkdir()
+    assert invoke("init", "--from-safetensors", str(tmp_path / "model.safetensors"), "--prefix",
+                  "h.0.attn.", "-o", str(tmp_path / "sub" / "layer.json")).exit_code == 0
+    one_line(invoke(command, str(tmp_path / "sub" / "layer.json")),
+             "'..' is refused", "--trust-paths of qkv attend or qkv validate reads it")
+    assert invoke(command, str(tmp_path / "sub" / "layer.json"), "--trust-paths").exit_code == 0

@@ -314,8 +314,9 @@ def load_safetensors(
         if "refused" not in error.message:
             raise
         # a checkpoint in a hub cache links out of any fixture's directory
-        raise FixtureError(error.location, f"{error.message} (qkv attend --trust-paths reads "
-                           "it: see docs/fixtures.md, the confinement rule)") from None
+        raise FixtureError(error.location, f"{error.message} (--trust-paths of qkv attend "
+                           "or qkv validate reads it: see docs/fixtures.md, the confinement "
+                           "rule)") from None
     shown, named = printable(str(raw)), printable(tensor)
     try:
         handle = open_regular(path, ".safetensors")
