@@ -231,7 +231,9 @@ def test_an_explicit_config_is_not_overwritten_either(tmp_path: Path):
      '"h.0.attn.c_attn.weight")'),
     ('{"weight_map": {"a": "model.safetensors.index.json"}}',
      "shard model.safetensors.index.json is the index itself"),
-], ids=["tensor-twice", "itself"])
+    ('{"weight_map": {"a": "/etc/passwd"}}',
+     "shard /etc/passwd is an absolute path; an index names its shards beside it"),
+], ids=["tensor-twice", "itself", "absolute"])
 def test_an_index_without_one_meaning_is_refused(tmp_path: Path, index: str, words: str):
     path = tmp_path / "model.safetensors.index.json"
     path.write_text(index)

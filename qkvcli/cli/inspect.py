@@ -51,6 +51,9 @@ def _index(path: Path) -> dict[str, str]:
         raise InputError(f"{shown}: not a checkpoint index (no weight_map of tensor names to "
                          "shard files)")
     for shard in sorted(set(weight_map.values())):
+        if os.path.isabs(shard):
+            raise InputError(f"{shown}: shard {printable(shard)} is an absolute path; an index "
+                             "names its shards beside it")
         try:  # the shards lie beside the index (they may be links, as in a hub cache)
             relative_path(shard, "weight_map")
         except FixtureError as error:
