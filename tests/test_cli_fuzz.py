@@ -386,3 +386,45 @@ def test_python_implementations_returning_hostile_objects_are_harmless(
     if result.exit_code == 1:
         assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
     assert time.monotonic() - start < 60
+
+
+CONFIG_KEYS = ["model_type", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
+               "hidden_size", "rope_theta", "rope_parameters", "rope_scaling",
+               "partial_rotary_factor", "sliding_window", "layer_types", "architectures",
+               "is_decoder", "alibi", "position_embedding_type"]
+CONFIG_VALUES = st.one_of(JSON_VALUES, st.sampled_from(
+    ["llama", "gpt2", "mistral", "default", "linear", 2, 4, 8, 16, 1e4, ["LlamaForCausalLM"],
+     {"rope_type": "default", "rope_theta": 1e4}, ["full_attention"]]))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(CONFIG_KEYS), CONFIG_VALUES, max_size=4),
+       dropped=st.sets(st.sampled_from(["num_attention_heads", "num_key_value_heads"])))
+def test_mutated_model_configs_are_harmless_and_what_init_writes_attend_reads(
+    tmp_path: Path, changes: dict[str, Any], dropped: set[str]
+) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    checkpoint = tmp_path / "model.safetensors"
+    if not checkpoint.exists():
+        rng = np.random.default_rng(1)
+        save_file({f"layers.0.self_attn.{name}.weight": rng.normal(size=shape).astype(np.float32)
+                   for name, shape in (("q_proj", (16, 16)), ("k_proj", (8, 16)),
+                                       ("v_proj", (8, 16)), ("o_proj", (16, 16)))},
+                  str(checkpoint))
+    config = {"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2}
+    config = {key: value for key, value in config.items() if key not in dropped} | changes
+    (tmp_path / "config.json").write_bytes(_encode(config))
+    result = CliRunner().invoke(main, ["init", "--from-safetensors", str(checkpoint), "--prefix",
+                                       "layers.0.self_attn.", "-o", str(tmp_path / "out.json"),
+                                       "--force"])
+    _assert_harmless(result)
+    assert result.exit_code in (0, 2)
+    if result.exit_code == 2:
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        return
+    run = CliRunner().invoke(main, ["attend", str(tmp_path / "out.json"), "--samples", "2"])
+    # init never writes a fixture attend refuses (the weights here are finite)
+    assert run.exit_code in (0, 1), run.output

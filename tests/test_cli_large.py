@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qkvcli.authoring.documents import generated_fixture_document
+from qkvcli.authoring.starter import generated_fixture_document
 from qkvcli.cli import main
 
 ANCHORS = Path("/work/shared/anchors/ch26")

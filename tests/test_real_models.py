@@ -383,7 +383,7 @@ def test_without_a_config_init_asks_for_heads_and_causality(tmp_path: Path) -> N
         result = _init(folder, "--prefix", "h.0.attn.", *given)
         assert result.exit_code == 2
         assert result.stderr == (
-            f"Error: {folder / 'model.safetensors'}: prefix 'h.0.attn.': no config.json beside "
+            f"Error: {folder / 'model.safetensors'}: prefix \"h.0.attn.\": no config.json beside "
             f"the checkpoint: pass {missing} (or --config FILE, or put the model's config.json "
             "beside it); qkv does not guess the layer's function\n")
     assert _init(folder, "--prefix", "h.0.attn.", "--heads", "4", "--causal").exit_code == 0
@@ -408,7 +408,7 @@ def test_a_wrong_or_missing_prefix_lists_the_prefixes(tmp_path: Path) -> None:
     wrong = _init(folder, "--prefix", "h.0.attn.")
     assert wrong.exit_code == 2
     assert wrong.stderr == (
-        f"Error: {shown}: prefix 'h.0.attn.': no attention layer under it; the layer prefixes "
+        f"Error: {shown}: prefix \"h.0.attn.\": no attention layer under it; the layer prefixes "
         "are transformer.h.0.attn., transformer.h.1.attn.; did you mean transformer.h.0.attn.?\n")
     missing = _init(folder)
     assert missing.stderr == (
@@ -426,18 +426,19 @@ def _edit_config(folder: Path, **changes: Any) -> None:
 LLAMA_REFUSALS = [
     ("rope-scaling", {"rope_parameters": {"rope_type": "linear", "factor": 2.0,
                                           "rope_theta": 10000.0}},
-     "config rope_parameters.rope_type is 'linear': qkv computes only the default RoPE "
+     "config rope_parameters.rope_type is \"linear\": qkv computes only the default RoPE "
      "(no scaling)"),
     ("softcapping", {"attn_logit_softcapping": 50.0},
      "config attn_logit_softcapping asks for logit soft-capping of the scores, which qkv does "
      "not compute"),
     ("alibi", {"alibi": True}, "config alibi asks for ALiBi position biases"),
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
-    ("sliding-window", {"model_type": "mistral", "sliding_window": 2},
+    ("sliding-window", {"model_type": "mistral", "architectures": ["MistralModel"],
+                        "sliding_window": 2},
      "config sliding_window 2: qkv computes no sliding window, and --tokens 4 reaches past it"),
-    ("unknown-model", {"model_type": "falcon"}, "config model_type 'falcon': qkv reads only"),
+    ("unknown-model", {"model_type": "falcon"}, "config model_type \"falcon\": qkv reads only"),
     ("another-models-config", {"model_type": "gpt2"},
-     "config model_type 'gpt2', but the tensors under it are not that architecture's"),
+     "config model_type \"gpt2\", but the tensors under it are not that architecture's"),
 ]
 
 

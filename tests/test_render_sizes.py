@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qkvcli.authoring.documents import generated_fixture_document
+from qkvcli.authoring.starter import generated_fixture_document
 from qkvcli.cli import main
 from qkvcli.evidence.build import build_evidence
 from qkvcli.reading.load import load_fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.authoring.documents import (
+from qkvcli.authoring.starter import (
     generated_fixture_document,
     npy_fixture_document,
     write_npy_atomic,

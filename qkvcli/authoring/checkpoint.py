@@ -10,11 +10,10 @@ Recognised layers, each by its own tensor names under a layer prefix (``--prefix
   projection at ``attention.output.dense`` (outside that prefix);
 * GPT-NeoX, Pythia: ``query_key_value`` (interleaved per head) and ``dense``.
 
-The function is read from the model's ``config.json`` (:func:`model_function`): heads,
-K/V heads, causality, RoPE, the score scale. Whatever the config asks for that qkv does
-not compute is refused, naming the key (:data:`REFUSED_KEYS`, RoPE scaling, T5's
-relative position bias, sliding windows shorter than the input). Without a config,
-``--heads`` and ``--causal``/``--no-causal`` must say it; qkv never guesses.
+The function is read from the model's ``config.json`` by
+:mod:`qkvcli.authoring.config`; without a config, ``--heads`` and
+``--causal``/``--no-causal`` must say it (:func:`command_line_function`): qkv never
+guesses.
 
 The fixture references the checkpoint's tensors (nothing is copied), each in the file
 (or shard) that holds it, and adds a seeded input ``[1, tokens, d_model]`` drawn
@@ -24,6 +23,7 @@ uniform in ``[-1, 1)`` by a ``generate`` spec. No I/O here.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +32,9 @@ from qkvcli.core.errors import QkvError
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import MASK64
+from qkvcli.core.text import printable
+
+USER_TEXT_LIMIT = 120  # characters of user text (a prefix, a config value) in a message
 
 Entry = tuple[str, str, tuple[int, ...]]  # name, dtype, shape
 
@@ -62,18 +65,6 @@ ANCHORS = (("c_attn.weight", "gpt2"), ("q_proj.weight", "linear"),
 # Mixes the input's seed so it is not the weights' seed (a fixture-wide convention).
 INPUT_SEED_TAG = 0x51CE_0001
 
-CAUSAL_MODELS = ("gpt2", "llama", "mistral", "qwen2", "gpt_neox", "opt")
-ENCODER_MODELS = ("bert", "roberta")  # causal only as a decoder (is_decoder)
-SUPPORTED = (*CAUSAL_MODELS, *ENCODER_MODELS)
-ROPE_MODELS = ("llama", "mistral", "qwen2", "gpt_neox")
-REFUSED_KEYS = (
-    ("alibi", "ALiBi position biases"), ("use_alibi", "ALiBi position biases"),
-    ("attn_logit_softcapping", "logit soft-capping of the scores"),
-    ("qk_norm", "QK-norm"), ("use_qk_norm", "QK-norm"), ("qk_layernorm", "QK-norm"),
-    ("relative_attention_num_buckets", "a relative position bias"),
-    ("add_cross_attention", "cross-attention layers"),
-)
-"""Config keys that, when set (not null, false or 0), ask for what qkv does not compute."""
 
 
 class CheckpointError(QkvError):
@@ -82,7 +73,7 @@ class CheckpointError(QkvError):
     def __init__(self, prefix: str, problem: str) -> None:
         self.prefix = prefix
         self.problem = problem
-        super().__init__(f"prefix {prefix!r}: {problem}" if prefix else problem)
+        super().__init__(f"prefix {shown_value(prefix)}: {problem}" if prefix else problem)
 
 
 class RopeSpec(Record):
@@ -101,6 +92,16 @@ class ModelFunction(Record):
     rope: RopeSpec | None = None
     scale: float | None = None  # None: 1/sqrt(d_k)
     architecture: str | None = None
+
+
+def shown_value(value: Any) -> str:
+    """A config value or a user's text in a message: its JSON spelling (a string quoted),
+    control characters escaped, cut at 120 characters; never a Python repr."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = str(value)
+    return printable(text, USER_TEXT_LIMIT)
 
 
 def role_of(name: str) -> str | None:
@@ -136,9 +137,10 @@ def prefix_problem(prefix: str, layers: list[tuple[str, str]]) -> CheckpointErro
         return CheckpointError(prefix, "the checkpoint has no attention layer qkv recognises "
                                "(qkv inspect lists its tensors)")
     names = [p for p, _ in layers]
-    shown = ", ".join(names[:6]) + (f" ... ({len(names)} layers)" if len(names) > 6 else "")
+    shown = ", ".join(printable(name, USER_TEXT_LIMIT) for name in names[:6]) + (
+        f" ... ({len(names)} layers)" if len(names) > 6 else "")
     close = difflib.get_close_matches(prefix, names, n=1, cutoff=0.5)
-    guess = f"; did you mean {close[0]}?" if close and prefix else ""
+    guess = f"; did you mean {printable(close[0], USER_TEXT_LIMIT)}?" if close and prefix else ""
     start = "no attention layer under it" if prefix else "--prefix is needed"
     return CheckpointError(prefix, f"{start}; the layer prefixes are {shown}{guess}")
 
@@ -147,150 +149,6 @@ def layer_index(prefix: str) -> int | None:
     """The layer's number in the model: the last integer component of ``prefix``."""
     numbers = re.findall(r"(?:^|\.)(\d+)(?=\.)", prefix)
     return int(numbers[-1]) if numbers else None
-
-
-def _set(config: dict[str, Any], key: str) -> bool:
-    value = config.get(key)
-    return value is not None and value is not False and value != 0
-
-
-def _int(config: dict[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = config.get(key)
-        if type(value) is int and value > 0:
-            return value
-    return None
-
-
-def _rope(config: dict[str, Any], model: str, head_dim: int, prefix: str) -> RopeSpec:
-    """The default RoPE of LLaMA-like and NeoX configs (transformers 4 and 5 spellings)."""
-    params = config.get("rope_parameters")
-    theta_key = "rope_parameters.rope_theta"
-    if params is not None and not isinstance(params, dict):
-        raise CheckpointError(prefix, "config rope_parameters must be an object")
-    if params is None:  # transformers 4: rope_theta (rotary_emb_base) and rope_scaling
-        scaling = config.get("rope_scaling")
-        if scaling is not None and not isinstance(scaling, dict):
-            raise CheckpointError(prefix, "config rope_scaling must be an object or null")
-        params = dict(scaling or {})
-        theta_key = next((k for k in ("rope_theta", "rotary_emb_base") if k in config),
-                         "rope_theta")
-        params["rope_theta"] = config.get(theta_key, 10000.0)  # transformers' default
-        for source in ("rotary_pct", "partial_rotary_factor"):
-            if source in config:
-                params.setdefault("partial_rotary_factor", config[source])
-        key = "rope_scaling"
-    else:
-        key = "rope_parameters"
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise CheckpointError(prefix, f"config {key}.rope_type is {kind!r}: qkv computes only "
-                              "the default RoPE (no scaling)")
-    theta = params.get("rope_theta")
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or not (
-            0 < theta < float("inf")):
-        raise CheckpointError(prefix, f"config {theta_key} must be a finite positive number, "
-                              f"got {theta!r}")
-    factor = params.get("partial_rotary_factor", 1.0)
-    if not isinstance(factor, int | float) or not 0 < factor <= 1:
-        raise CheckpointError(prefix, f"config partial_rotary_factor must be in (0, 1], got "
-                              f"{factor!r}")
-    dims = int(head_dim * factor)  # as transformers computes it
-    if model != "gpt_neox" and dims != head_dim:
-        raise CheckpointError(prefix, f"config partial_rotary_factor {factor}: {model} rotates "
-                              "whole heads in qkv's reading; refused")
-    if dims < 2 or dims % 2:
-        raise CheckpointError(prefix, f"config partial_rotary_factor {factor} gives {dims} "
-                              "rotary dimensions; qkv needs an even number of at least 2")
-    return RopeSpec(float(theta), dims, "half")
-
-
-KIND_OF_MODEL = {"gpt2": "gpt2", "bert": "bert", "roberta": "bert", "llama": "linear",
-                 "mistral": "linear", "qwen2": "linear", "opt": "linear", "gpt_neox": "neox"}
-"""The tensor names each architecture's layers have (:data:`ANCHORS`)."""
-
-
-def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
-                   kind: str | None = None) -> ModelFunction:
-    """The function of the layer under ``prefix`` that ``config`` (config.json) describes.
-
-    ``widths`` are the query and key projections' widths, ``kind`` the layer's tensor
-    names (:func:`layer_widths`), which must be the architecture's. Raises
-    :class:`CheckpointError` naming the config key of anything qkv does not compute.
-    """
-    model = config.get("model_type")
-    if model == "t5" or model not in SUPPORTED:
-        why = (" (relative_attention_num_buckets: a relative position bias, and no "
-               "1/sqrt(d_k) scale)" if model == "t5" else "")
-        raise CheckpointError(prefix, f"config model_type {model!r}{why}: qkv reads only "
-                              f"{', '.join(SUPPORTED)}")
-    if kind is not None and KIND_OF_MODEL[str(model)] != kind:
-        raise CheckpointError(prefix, f"config model_type {model!r}, but the tensors under "
-                              "it are not that architecture's: is config.json this model's?")
-    for key, what in REFUSED_KEYS:
-        if _set(config, key):
-            raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
-                                  "compute")
-    position = config.get("position_embedding_type", "absolute")
-    if position not in (None, "absolute", "rotary") or (position == "rotary"
-                                                        and model in ENCODER_MODELS):
-        raise CheckpointError(prefix, f"config position_embedding_type {position!r}: qkv "
-                              "computes no relative position scores")
-    heads = _int(config, "num_attention_heads", "n_head")
-    if heads is None:
-        raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
-    kv_heads = _int(config, "num_key_value_heads") if model in ROPE_MODELS else None
-    head_dim = _int(config, "head_dim") if model != "gpt_neox" else None
-    if head_dim is None and model != "gpt_neox" and config.get("head_dim") is not None:
-        raise CheckpointError(prefix, f"config head_dim must be a positive integer, got "
-                              f"{config['head_dim']!r}")
-    head_dim = head_dim or widths[0] // heads
-    if heads * head_dim != widths[0] or (kv_heads or heads) * head_dim != widths[1]:
-        raise CheckpointError(prefix, f"config says {heads} heads and {kv_heads or heads} K/V "
-                              f"heads of {head_dim}, but the projections are query "
-                              f"{widths[0]}, key {widths[1]} wide")
-    index = layer_index(prefix)
-    _check_window(config, model, index, tokens, prefix)
-    scale = None
-    if model == "gpt2":
-        scale = _gpt2_scale(config, head_dim, index, prefix)
-    causal = model in CAUSAL_MODELS or bool(config.get("is_decoder"))
-    return ModelFunction(
-        heads, causal, None if kv_heads in (None, heads) else kv_heads, head_dim,
-        _rope(config, str(model), head_dim, prefix) if model in ROPE_MODELS else None,
-        scale, str(model))
-
-
-def _gpt2_scale(config: dict[str, Any], head_dim: int, index: int | None,
-                prefix: str) -> float | None:
-    # GPT2Attention: scaling = head_dim**-0.5 if scale_attn_weights else 1.0, then
-    # divided by layer_idx + 1 if scale_attn_by_inverse_layer_idx
-    weights = config.get("scale_attn_weights", True)
-    by_layer = config.get("scale_attn_by_inverse_layer_idx", False)
-    if weights and not by_layer:
-        return None
-    scale = head_dim ** -0.5 if weights else 1.0
-    if by_layer:
-        if index is None:
-            raise CheckpointError(prefix, "config scale_attn_by_inverse_layer_idx needs the "
-                                  "layer's number in the prefix (h.N.attn.)")
-        scale /= float(index + 1)
-    return scale
-
-
-def _check_window(config: dict[str, Any], model: str, index: int | None, tokens: int,
-                  prefix: str) -> None:
-    """A sliding window is the full causal mask on inputs no longer than it; refuse others."""
-    window = config.get("sliding_window")
-    if window is None or (model == "qwen2" and not config.get("use_sliding_window")):
-        return
-    types = config.get("layer_types")
-    if isinstance(types, list) and index is not None and index < len(types) and (
-            types[index] != "sliding_attention"):
-        return
-    if type(window) is not int or tokens > window:
-        raise CheckpointError(prefix, f"config sliding_window {window!r}: qkv computes no "
-                              f"sliding window, and --tokens {tokens} reaches past it")
 
 
 def command_line_function(heads: int | None, causal: bool | None, prefix: str) -> ModelFunction:
@@ -326,6 +184,13 @@ def layer_widths(entries: list[Entry], prefix: str) -> tuple[str, int, tuple[int
     if kind == "t5":
         raise CheckpointError(prefix, "T5's SelfAttention adds a relative position bias and "
                               "does not scale by 1/sqrt(d_k); qkv does not compute it")
+    # Cross-attention reads its keys and values from the encoder, not from the layer's
+    # input: GPT-2's has c_attn (key|value only) beside q_attn, BERT's lives under
+    # crossattention. Read as self-attention, it would be another function.
+    if (kind == "gpt2" and prefix + "q_attn.weight" in shapes) or (
+            kind == "bert" and prefix.endswith("crossattention.self.")):
+        raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
+                              "encoder); qkv computes self-attention only")
     if kind in ("gpt2", "neox"):
         name = "c_attn.weight" if kind == "gpt2" else "query_key_value.weight"
         rows, cols = _matrix(shapes, prefix, name)
@@ -390,6 +255,10 @@ def checkpoint_document(
         weights[f"{out[1]}_weight"] = ref(out[0] + "weight")
         weights[f"{out[1]}_bias"] = ref(out[0] + "bias")
     weights = {key: value for key, value in weights.items() if value is not None}
+    # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
+    concat = widths[2] // (function.kv_heads or function.heads) * function.heads
+    _check_tensors(entries, _expected_shapes(kind, prefix, d_model, widths, concat, out, shapes),
+                   prefix)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
         "seed": seed,
@@ -413,6 +282,55 @@ def checkpoint_document(
         "gradcheck": {"samples": 16},
     }
     return document, (d_model, widths[0], widths[2])
+
+
+def _expected_shapes(
+    kind: str, prefix: str, d_model: int, widths: tuple[int, int, int], concat: int,
+    out: tuple[str, str] | None, shapes: dict[str, tuple[int, ...]],
+) -> dict[str, tuple[int | None, ...]]:
+    """The shape each tensor of the layer must have (``None``: any positive length), so
+    that attend reads what init writes; ``concat`` is the output projection's input width."""
+    query = widths[0]
+    expected: dict[str, tuple[int | None, ...]] = {}
+    if kind in ("gpt2", "neox"):
+        packed = "c_attn." if kind == "gpt2" else "query_key_value."
+        expected[prefix + packed + "weight"] = ((d_model, 3 * query) if kind == "gpt2"
+                                                else (3 * query, d_model))
+        expected[prefix + packed + "bias"] = (3 * query,)
+    else:
+        trio = ("q_proj", "k_proj", "v_proj") if kind == "linear" else ("query", "key", "value")
+        for short, width in zip(trio, widths, strict=True):
+            expected[f"{prefix}{short}.weight"] = (width, d_model)
+            expected[f"{prefix}{short}.bias"] = (width,)
+    if out is not None:
+        out_shape = shapes[out[0] + "weight"]
+        # GPT-2's Conv1D is [in, out]; every other output projection is torch's [out, in].
+        conv1d = out[1] == "c_proj"
+        expected[out[0] + "weight"] = (concat, None) if conv1d else (None, concat)
+        e_out = out_shape[1 if conv1d else 0] if len(out_shape) == 2 else None
+        expected[out[0] + "bias"] = (e_out,)
+    return expected
+
+
+def _check_tensors(entries: list[Entry], expected: dict[str, tuple[int | None, ...]],
+                   prefix: str) -> None:
+    """Refuse a tensor of the layer with a dtype attend cannot read or a shape that does
+    not fit the others. Raises :class:`CheckpointError` naming the tensor."""
+    from qkvcli.reading.safetensors import dtype_problem
+
+    for name, dtype, shape in entries:
+        if name not in expected:
+            continue
+        short = name[len(prefix):] if name.startswith(prefix) else name
+        problem = dtype_problem(dtype)
+        if problem is not None:
+            raise CheckpointError(prefix, f"tensor {shown_value(short)} {problem}")
+        want = expected[name]
+        if len(shape) != len(want) or 0 in shape or any(
+                w is not None and w != got for w, got in zip(want, shape, strict=True)):
+            wanted = ",".join("N" if w is None else str(w) for w in want)
+            raise CheckpointError(prefix, f"tensor {shown_value(short)} has shape "
+                                  f"[{','.join(map(str, shape))}], the layer needs [{wanted}]")
 
 
 def check_heads(function: ModelFunction, widths: tuple[int, int, int], prefix: str,

@@ -202,12 +202,12 @@ def _large_fixture(
     output: Path | None, npy_dir: str | None, force: bool,
 ) -> str:
     """The fixture text of a ``--generate`` or ``--npy`` starter; writes the .npy files first."""
-    from qkvcli.authoring.documents import (
+    from qkvcli.authoring.starter import (
+        dump_fixture,
         generated_fixture_document,
         npy_fixture_document,
         write_npy_atomic,
     )
-    from qkvcli.authoring.starter import dump_fixture
 
     document = generated_fixture_document(seed, batch, tokens, d_model, d_head)
     if npy_dir is None or output is None:
@@ -271,8 +271,8 @@ def checkpoint_fixture_text(
         command_line_function,
         config_needed,
         layer_widths,
-        model_function,
     )
+    from qkvcli.authoring.config import model_function
     from qkvcli.authoring.starter import dump_fixture
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
@@ -283,12 +283,21 @@ def checkpoint_fixture_text(
     if printable(prefix, None) != prefix:
         raise InputError(f"--prefix {printable(prefix)}: control characters are refused")
     entries, where = read_checkpoint(checkpoint)
+    config_path = _config_path(checkpoint, config)
+    # -o must not land on the config or on a shard (--force or not): init would destroy
+    # what it reads. The checkpoint itself was checked before any reading.
+    check_outputs([output], [config_path, *sorted(set(where.values()))])
     base = os.path.abspath(os.path.dirname(os.fspath(output)) if output is not None else ".")
     shown = printable(str(checkpoint))
     outside: list[str] = []
 
     def locate(name: str) -> str:
         relative = os.path.relpath(os.path.abspath(where[name]), base)
+        try:  # a fixture is UTF-8 JSON: a file name of other bytes cannot be written into it
+            relative.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{printable(where[name])}: the file name is not UTF-8, so no "
+                             "fixture can name it; rename the file (or link to it)") from None
         try:
             confined(base, relative, "--from-safetensors")
         except FixtureError:
@@ -297,7 +306,7 @@ def checkpoint_fixture_text(
 
     try:
         kind, d_model, widths = layer_widths(entries, prefix)
-        given = _read_config(checkpoint, config)
+        given = _read_config(config_path)
         if given is None:
             function = command_line_function(heads, causal, prefix)
             reason = config_needed(entries, prefix)
@@ -305,7 +314,7 @@ def checkpoint_fixture_text(
                 raise CheckpointError(prefix, f"{reason}: put config.json beside the "
                                       "checkpoint or give --config FILE")
         else:
-            function = model_function(given[1], prefix, tokens, widths[:2], kind)
+            function = model_function(given[1], prefix, tokens, widths[:2], kind, d_model)
             if heads is not None and heads != function.heads:
                 raise CheckpointError(prefix, f"--heads {heads} contradicts {given[0]}, which "
                                       f"says {function.heads} heads; drop --heads")
@@ -336,25 +345,37 @@ def checkpoint_fixture_text(
     return dump_fixture(document)
 
 
-def _read_config(checkpoint: Path, config: Path | None) -> tuple[str, dict[str, object]] | None:
-    """``(shown name, parsed config.json)``: ``config``, else config.json beside the checkpoint
-    if it exists, else ``None``. Raises :class:`InputError`."""
-    import json
+def _config_path(checkpoint: Path, config: Path | None) -> str | None:
+    """The config file to read: ``config``, else config.json beside the checkpoint if there
+    is one (a broken or looping link there is one too, and is refused when read), else
+    ``None``."""
+    if config is not None:
+        return os.fspath(config)
+    path = os.path.join(os.path.dirname(os.fspath(checkpoint)), "config.json")
+    return path if os.path.lexists(path) else None
 
+
+def _read_config(path: str | None) -> tuple[str, dict[str, object]] | None:
+    """``(shown name, parsed config.json)`` of ``path``, or ``None`` without one. Raises
+    :class:`InputError`."""
     from qkvcli.core.text import printable
     from qkvcli.reading.files import InputFileError, read_limited
+    from qkvcli.reading.json_values import parse_json_bytes
+    from qkvcli.reading.problems import FixtureError
 
-    path = os.fspath(config) if config is not None else os.path.join(
-        os.path.dirname(os.fspath(checkpoint)), "config.json")
-    if config is None and not os.path.exists(path):
+    if path is None:
         return None
     shown = printable(path)
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputError(f"{shown}: a symbolic link to nothing (or a loop of links), not a "
+                         "config file")
     try:
-        data = json.loads(read_limited(path, 1 << 22, "config"))
+        # Strict: a key given twice has no one meaning (json and transformers keep the last).
+        data = parse_json_bytes(read_limited(path, 1 << 22, "config"))
     except InputFileError as error:
         raise InputError(str(error)) from None
-    except (ValueError, RecursionError):
-        raise InputError(f"{shown}: not a JSON config") from None
+    except FixtureError as error:
+        raise InputError(f"{shown}: not a JSON config: {error}") from None
     if not isinstance(data, dict):
         raise InputError(f"{shown}: not a model config (not a JSON object)")
     return shown, data

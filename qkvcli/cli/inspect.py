@@ -32,29 +32,35 @@ def read_entries(path: Path) -> list[Entry]:
 
 def _index(path: Path) -> dict[str, str]:
     """The ``weight_map`` of a sharded checkpoint's index: tensor name -> shard file name."""
-    import json
-
     from qkvcli.core.text import printable
     from qkvcli.reading.files import InputFileError, read_limited, relative_path
+    from qkvcli.reading.json_values import parse_json_bytes
     from qkvcli.reading.problems import FixtureError
 
     shown = printable(str(path))
     try:
-        data: Any = json.loads(read_limited(path, MAX_INDEX_BYTES, "checkpoint index"))
+        # Strict: a tensor given twice has no one shard (json would keep the last).
+        data: Any = parse_json_bytes(read_limited(path, MAX_INDEX_BYTES, "checkpoint index"))
     except InputFileError as error:
         raise InputError(str(error)) from None
-    except (ValueError, RecursionError):
-        raise InputError(f"{shown}: not a checkpoint index (not JSON)") from None
+    except FixtureError as error:
+        raise InputError(f"{shown}: not a checkpoint index ({error})") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
         raise InputError(f"{shown}: not a checkpoint index (no weight_map of tensor names to "
                          "shard files)")
-    for shard in set(weight_map.values()):
+    for shard in sorted(set(weight_map.values())):
+        if os.path.isabs(shard):
+            raise InputError(f"{shown}: shard {printable(shard)} is an absolute path; an index "
+                             "names its shards beside it")
         try:  # the shards lie beside the index (they may be links, as in a hub cache)
             relative_path(shard, "weight_map")
         except FixtureError as error:
             raise InputError(f"{shown}: shard {error.message}") from None
+        beside = os.path.join(os.path.dirname(os.fspath(path)), shard)
+        if os.path.exists(beside) and os.path.samefile(beside, path):
+            raise InputError(f"{shown}: shard {printable(shard)} is the index itself")
     return weight_map
 
 

@@ -40,8 +40,12 @@ class _Refused(ValueError):
     """Raised by the hooks below; located afterwards by :func:`~qkvcli.reading.json_locate.locate`."""
 
 
+class _RefusedConstant(_Refused):
+    """A ``NaN``/``Infinity`` constant (a repeated key raises the plain :class:`_Refused`)."""
+
+
 def _reject_constant(name: str) -> float:
-    raise _Refused(name)
+    raise _RefusedConstant(name)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -80,11 +84,12 @@ def _syntax_error(text: str, error: json.JSONDecodeError) -> JsonTextError:
     return JsonTextError(path, error.lineno, error.colno, f"invalid JSON: {reason}")
 
 
-def parse_json_text(text: str) -> Any:
+def parse_json_text(text: str, *, locate: bool = True) -> Any:
     """Parse JSON strictly: no NaN/Infinity, no duplicate keys. Raises :class:`FixtureError`.
 
     Syntax errors, refused constants and repeated keys raise :class:`JsonTextError`, which
-    names the line, the column and the ``$.path`` of the value being read.
+    names the line, the column and the ``$.path`` of the value being read; with ``locate``
+    false, a refused constant or repeated key is named without its place.
     """
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -97,6 +102,10 @@ def parse_json_text(text: str) -> Any:
     except RecursionError:
         raise FixtureError("", "invalid JSON: nested too deeply") from None
     except _Refused as error:
+        if not locate:  # named without its place: finding it would cost more than parsing
+            name = printable(error.args[0], 40)
+            raise FixtureError("", f"{name} is not a number JSON allows" if isinstance(
+                error, _RefusedConstant) else f'duplicate key "{name}"') from None
         located = _located(text)
         if located is not None:
             raise located from None
@@ -110,6 +119,22 @@ def parse_json_text(text: str) -> Any:
     if "\\u" in text and re.search(_SURROGATE_ESCAPE, text):
         refuse_lone_surrogates(data, "$")
     return data
+
+
+LOCATE_LIMIT = 1 << 20
+"""Bytes of a config or index above which a broken rule is named without its line: the
+scanner that finds the line takes ~0.6 s a megabyte, and an index may be 64 MB."""
+
+
+def parse_json_bytes(data: bytes) -> Any:
+    """:func:`parse_json_text` of UTF-8 ``data`` (a config, an index: files read whole).
+    Raises :class:`FixtureError`, naming the first byte that is not UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FixtureError("", f"not UTF-8 text (byte {error.start} is "
+                           f"0x{data[error.start]:02x})") from None
+    return parse_json_text(text, locate=len(data) <= LOCATE_LIMIT)
 
 
 def refuse_lone_surrogates(value: Any, location: str) -> None:

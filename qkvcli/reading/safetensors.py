@@ -187,10 +187,10 @@ def read_header(handle: BinaryIO, shown: str, location: str) -> tuple[str, int, 
     limit = header_limit()
     if stated > limit:
         raise FixtureError(location, f"{shown}: its header would be {stated} bytes, more than "
-                           f"the limit {limit}")
+                           f"the limit {limit}{_other_format(head)}")
     if HEADER_LENGTH_BYTES + stated > size:
         raise FixtureError(location, f"{shown}: its header would be {stated} bytes, but the "
-                           f"file has only {size}")
+                           f"file has only {size}{_other_format(head)}")
     try:
         data = handle.read(stated)
     except OSError as error:
@@ -204,6 +204,22 @@ def read_header(handle: BinaryIO, shown: str, location: str) -> tuple[str, int, 
                            f"not UTF-8 at byte {error.start})") from None
     data_start = HEADER_LENGTH_BYTES + stated
     return text, data_start, size - data_start
+
+
+# What a newcomer hands qkv instead of a .safetensors file, by its first bytes.
+_OTHER_FORMATS = ((b"PK\x03\x04", "a zip archive, as torch.save writes pytorch_model.bin"),
+                  (b"\x80", "a Python pickle, as old torch.save wrote pytorch_model.bin"),
+                  (b"{", "JSON text (a config.json? a sharded checkpoint's index must end "
+                   "in .index.json)"),
+                  (b"GGUF", "a GGUF file"))
+
+
+def _other_format(head: bytes) -> str:
+    """``"; it looks like ..."`` when ``head`` starts as a well-known other format, else ''."""
+    for magic, what in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"; it looks like {what}, not .safetensors"
+    return ""
 
 
 def header_limit() -> int:
@@ -298,8 +314,9 @@ def load_safetensors(
         if "refused" not in error.message:
             raise
         # a checkpoint in a hub cache links out of any fixture's directory
-        raise FixtureError(error.location, f"{error.message} (qkv attend --trust-paths reads "
-                           "it: see docs/fixtures.md, the confinement rule)") from None
+        raise FixtureError(error.location, f"{error.message} (--trust-paths of qkv attend "
+                           "or qkv validate reads it: see docs/fixtures.md, the confinement "
+                           "rule)") from None
     shown, named = printable(str(raw)), printable(tensor)
     try:
         handle = open_regular(path, ".safetensors")
@@ -316,12 +333,9 @@ def load_safetensors(
             dtype, shape, begin, end = check_entry(tensor, entries[tensor], data_bytes)
         except HeaderError as error:
             raise FixtureError(location, f"{shown}: cannot be read as .safetensors ({error})") from None
-        if dtype in WIDENED_DTYPES and not _bfloat16_ready():
-            raise FixtureError(location, f"{shown}: tensor {named} is {dtype} (bfloat16); "
-                               f"widening it needs ml_dtypes: {INSTALL_HINT}")
-        if dtype not in FLOAT_DTYPES and dtype not in WIDENED_DTYPES:
-            raise FixtureError(location, f"{shown}: tensor {named} has dtype {dtype}; only "
-                               "F16, F32, F64 and BF16 are read")
+        problem = dtype_problem(dtype)
+        if problem is not None:
+            raise FixtureError(location, f"{shown}: tensor {named} {problem}")
         check_size(shape, location, max_elements)  # from the header, before any data
         try:
             handle.seek(data_start + begin)
@@ -337,6 +351,17 @@ def load_safetensors(
         raise FixtureError(location, f"{shown}: tensor {named}: value at flat index {index} is "
                            f"not finite ({float(array.reshape(-1)[index])})")
     return array
+
+
+def dtype_problem(dtype: str) -> str | None:
+    """Why a tensor of safetensors ``dtype`` cannot be read here (the end of a sentence
+    after the tensor's name), or ``None`` when it can: what ``qkv init`` checks so that
+    it never writes a fixture that ``attend`` refuses."""
+    if dtype in WIDENED_DTYPES and not _bfloat16_ready():
+        return f"is {dtype} (bfloat16); widening it needs ml_dtypes: {INSTALL_HINT}"
+    if dtype not in FLOAT_DTYPES and dtype not in WIDENED_DTYPES:
+        return f"has dtype {printable(dtype)}; only F16, F32, F64 and BF16 are read"
+    return None
 
 
 def _numpy_dtype(dtype: str) -> Any:

@@ -33,7 +33,7 @@ are multiplied by ``scale`` (default 1). The same spec always gives the same bit
 
 ``safetensors``: one named tensor of a checkpoint, read by :mod:`qkvcli.reading.safetensors`.
 
-This module only reads; what ``qkv init`` writes lives in :mod:`qkvcli.authoring.documents`.
+This module only reads; what ``qkv init`` writes lives in :mod:`qkvcli.authoring.starter`.
 Problems raise :class:`~qkvcli.reading.problems.FixtureError` with the JSON location.
 """
 
