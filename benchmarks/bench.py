@@ -68,8 +68,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clean-blas-env", action="store_true",
                         help=f"re-run with {' and '.join(BLAS_ENV)} unset")
     parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["engine", "end-to-end", "attend", "gradcheck", "startup",
-                                 "memory"],
+                        choices=["engine", "layer", "end-to-end", "attend", "gradcheck",
+                                 "startup", "memory"],
                         help="sections to leave out")
     parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
                         help=argparse.SUPPRESS)
@@ -523,6 +523,11 @@ def main(argv: list[str]) -> None:
     describe_machine()
     if "engine" not in args.skip:
         bench_engine(shapes, repeats)
+    if "layer" not in args.skip:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from layer import bench_layer
+
+        bench_layer(time_rounds, repeats, ENGINE_SECONDS, args.quick, optional_torch())
     if "end-to-end" not in args.skip:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from end_to_end import bench_end_to_end
