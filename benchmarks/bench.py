@@ -12,7 +12,10 @@ It prints, per shape and dtype, the median time of qkv's forward+reverse pass
 products ``X@[W_Q|W_K|W_V]``, ``[dQ|dK|dV]@[W]^T``, ``X^T@[dQ|dK|dV]`` on ready-made
 contiguous arrays), of the straightforward three-GEMM NumPy version, and of PyTorch
 CPU autograd (when torch is installed); ratios are medians of per-round ratios, each
-round timing every contender back to back. Then end-to-end rows (``qkv run`` at
+round timing every contender back to back. Then the attention layer's forward+reverse
+(section ``layer``, ``layer.py``: GPT-2-small and a LLaMA-like GQA+RoPE layer against a
+minimal batched NumPy floor and torch's ``scaled_dot_product_attention`` with autograd,
+float64, causal). Then end-to-end rows (``qkv run`` at
 ``[8,512,1024,64]`` in text, json and rich against a baseline process: wall, peak memory
 and output; see ``end_to_end.py``), the same rows for ``qkv attend --causal`` on a
 GPT-2-small layer read from a ``.safetensors`` checkpoint at T=64 and T=1024 and the
