@@ -12,7 +12,10 @@ It prints, per shape and dtype, the median time of qkv's forward+reverse pass
 products ``X@[W_Q|W_K|W_V]``, ``[dQ|dK|dV]@[W]^T``, ``X^T@[dQ|dK|dV]`` on ready-made
 contiguous arrays), of the straightforward three-GEMM NumPy version, and of PyTorch
 CPU autograd (when torch is installed); ratios are medians of per-round ratios, each
-round timing every contender back to back. Then end-to-end rows (``qkv run`` at
+round timing every contender back to back. Then the attention layer's forward+reverse
+(section ``layer``, ``layer.py``: GPT-2-small and a LLaMA-like GQA+RoPE layer against a
+minimal batched NumPy floor and torch's ``scaled_dot_product_attention`` with autograd,
+float64, causal). Then end-to-end rows (``qkv run`` at
 ``[8,512,1024,64]`` in text, json and rich against a baseline process: wall, peak memory
 and output; see ``end_to_end.py``), the same rows for ``qkv attend --causal`` on a
 GPT-2-small layer read from a ``.safetensors`` checkpoint at T=64 and T=1024 and the
@@ -68,8 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clean-blas-env", action="store_true",
                         help=f"re-run with {' and '.join(BLAS_ENV)} unset")
     parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["engine", "end-to-end", "attend", "gradcheck", "startup",
-                                 "memory"],
+                        choices=["engine", "layer", "end-to-end", "attend", "gradcheck",
+                                 "startup", "memory"],
                         help="sections to leave out")
     parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
                         help=argparse.SUPPRESS)
@@ -523,6 +526,11 @@ def main(argv: list[str]) -> None:
     describe_machine()
     if "engine" not in args.skip:
         bench_engine(shapes, repeats)
+    if "layer" not in args.skip:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from layer import bench_layer
+
+        bench_layer(time_rounds, repeats, ENGINE_SECONDS, args.quick, optional_torch())
     if "end-to-end" not in args.skip:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from end_to_end import bench_end_to_end

@@ -53,9 +53,7 @@ from qkvcli.attention.errors import (
     ScaleError,
 )
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
-from qkvcli.core.errors import (
-    BranchOutputWidthMismatch,
-)
+from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
 from qkvcli.core.record import Record
 from qkvcli.core.weights import (
@@ -155,12 +153,8 @@ class AttentionForward(Record):
     rotated_key: Array | None = None
 
 
-class AttentionGradients(Record):
-    """The reverse pass: gradients from the output back to the input and parameters.
-
-    In the order they are computed; a bias gradient is ``None`` when the head has no
-    such bias.
-    """
+class HeadGradients(Record):
+    """One head's reverse pass from ``dA`` to ``dQ``, ``dK``, ``dV`` (a layer's per head)."""
 
     grad_attention: Array
     grad_scaled_scores: Array
@@ -168,6 +162,12 @@ class AttentionGradients(Record):
     grad_query: Array
     grad_key: Array
     grad_value: Array
+
+
+class AttentionGradients(HeadGradients):
+    """The reverse pass on to the input and parameters, in the order computed; a bias
+    gradient is ``None`` when the head has no such bias."""
+
     grad_input: Array
     grad_w_query: Array
     grad_w_key: Array

@@ -99,7 +99,9 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
         named.append(("b_out", layer.out_bias))
 
     def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
-        return _Stacked([getattr(item, name) for item in source], heads_axis)
+        # a batched engine's [B,H,T,T] array is the tensor itself, its heads views of it
+        whole = {**(f.stacked or {}), **(g.stacked or {})}.get(name)
+        return _Stacked([getattr(item, name) for item in source], heads_axis, whole)
 
     def joined(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
         return lambda: np.concatenate([getattr(item, name) for item in source], axis=-1)
@@ -161,13 +163,14 @@ def _frozen(value: Array) -> Array:
 
 
 class _Stacked:
-    """The heads' arrays of one tensor, stacked on ``axis`` when called."""
+    """The heads' arrays of one tensor, stacked on ``axis`` when called (``whole``: the
+    stacked array already made, which the parts are views of, given as it is)."""
 
-    def __init__(self, parts: list[Array], axis: int) -> None:
-        self.parts, self.axis = parts, axis
+    def __init__(self, parts: list[Array], axis: int, whole: Array | None = None) -> None:
+        self.parts, self.axis, self.whole = parts, axis, whole
 
     def __call__(self) -> Array:
-        return np.stack(self.parts, axis=self.axis)
+        return np.stack(self.parts, axis=self.axis) if self.whole is None else self.whole
 
 
 def _bitwise(a: Array, b: Array) -> bool:

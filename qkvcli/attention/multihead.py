@@ -9,22 +9,27 @@ Forward, for ``X [B,T,d_model]`` and full-width projections ``W_Q [d_model, H*d_
     Y = C W_O + b_O   (no output projection: Y = C)             [B,T,E_out]
 
 exactly as ``torch.nn.MultiheadAttention`` and nanoGPT split and join heads (their
-``[B,H,T,d_k]`` view is head h's slice of the last axis). Each head *is* an
-:class:`~qkvcli.attention.head.AttentionHead` on its slices, so one head (H = 1, no
-output projection) runs the very same arithmetic as ``qkv attend`` always has.
+``[B,H,T,d_k]`` view is head h's slice of the last axis). One head (H = 1) *is* an
+:class:`~qkvcli.attention.head.AttentionHead`, the very arithmetic ``qkv attend`` always
+ran; more heads run batched (:func:`batched_forward`): one packed ``X [W_Q|W_K|W_V]``
+GEMM, the heads as ``[B,H,T,d]`` views, RoPE over all heads at once, one ``[B,H,T,T]``
+score product and softmax, one ``A V``. Each head's record is views of those arrays,
+and equals what its own AttentionHead (:attr:`MultiHeadLayer.head_slices`) computes, to
+float64 rounding (tests/test_attention_batched.py).
 
 Grouped-query attention (``kv_heads`` = G < H): ``W_K`` and ``W_V`` hold G heads, and
-query head h reads K/V head ``h // (H/G)``, as Hugging Face's ``repeat_kv`` repeats them;
-in the reverse pass each K/V head's weight and bias gradients are the sum over its group.
+query head h reads K/V head ``h // (H/G)``, as Hugging Face's ``repeat_kv`` repeats them
+(here broadcast over the group, not copied); in the reverse pass each K/V head's
+gradients are the sum over its group.
 
-Reverse for ``dY``: ``dC = dY W_O^T``, ``dW_O = C^T dY``, ``db_O = sum dY``; each head's
-reverse on its slice of ``dC``; ``dX`` adds every head's three paths, and each head's
-weight gradients fill its columns of ``dW_Q``, ``dW_K``, ``dW_V``. No I/O.
+Reverse for ``dY``: ``dC = dY W_O^T``, ``dW_O = C^T dY``, ``db_O = sum dY``; every head's
+reverse on its slice of ``dC`` at once; ``[dQ|dK|dV]`` packed so that ``dX`` (every
+head's three paths) and ``[dW_Q|dW_K|dW_V]`` are one GEMM each. No I/O.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
 
 import numpy as np
 
@@ -34,29 +39,46 @@ from qkvcli.attention.errors import (
     OutProjectionShapeMismatch,
     OutputGradientShapeMismatch,
 )
-from qkvcli.attention.head import AttentionForward, AttentionGradients, AttentionHead, check_rope
+from qkvcli.attention.head import (
+    AttentionForward,
+    AttentionHead,
+    HeadGradients,
+    causal_mask,
+    check_rope,
+)
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
-from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 
 
 class LayerForward(Record):
-    """Every head's forward pass, their concatenation ``C`` and the final output ``Y``."""
+    """Every head's forward pass, their concatenation ``C`` and the final output ``Y``.
+
+    ``stacked``: a batched pass's own arrays, of which the heads' records are views:
+    ``scores``, ``scaled_scores``, ``attention`` ``[B,H,T,T]``, ``query`` ``[B,H,T,d_k]``,
+    ``key``, ``value`` ``[B,G,T,d]`` (and RoPE's ``rotated_*``); ``None`` for one head.
+    """
 
     heads: tuple[AttentionForward, ...]
     concat: Array
     output: Array
+    stacked: dict[str, Array] | None = None
 
     @property
     def attention(self) -> Array:
         """The attention matrix of every head, ``[B,H,T,T]``."""
+        if self.stacked is not None:
+            return self.stacked["attention"]
         return np.stack([f.attention for f in self.heads], axis=1)
 
 
 class LayerGradients(Record):
-    """The reverse pass: per head, then the layer's input and full-width parameters."""
+    """The reverse pass: per head, then the layer's input and full-width parameters.
 
-    heads: tuple[AttentionGradients, ...]
+    ``stacked`` as in :class:`LayerForward`: ``grad_attention``, ``grad_scaled_scores``,
+    ``grad_scores`` as ``[B,H,T,T]``.
+    """
+
+    heads: tuple[HeadGradients, ...]
     grad_concat: Array
     grad_input: Array
     grad_w_query: Array
@@ -67,6 +89,7 @@ class LayerGradients(Record):
     grad_b_value: Array | None
     grad_out_weight: Array | None
     grad_out_bias: Array | None
+    stacked: dict[str, Array] | None = None
 
 
 class MultiHeadLayer:
@@ -75,7 +98,8 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections", "_slices")
+    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_packed", "_projections",
+                 "_slices")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None) -> None:
@@ -85,7 +109,10 @@ class MultiHeadLayer:
         self._kv_heads = heads if kv_heads is None else kv_heads
         self._out_weight = out_weight
         self._out_bias = out_bias
-        self._slices = tuple(self._slice(h) for h in range(heads))
+        # each head alone, built when first asked for (the batched engine never needs them,
+        # and a gradient check builds a layer per probe)
+        self._slices: tuple[AttentionHead, ...] | None = None
+        self._packed: tuple[Array, Array | None] | None = None
 
     @classmethod
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
@@ -174,6 +201,9 @@ class MultiHeadLayer:
 
     @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
+        """Each head alone, an :class:`AttentionHead` on its columns (copies, made once)."""
+        if self._slices is None:
+            self._slices = tuple(self._slice(h) for h in range(self._heads))
         return self._slices
 
     @property
@@ -216,39 +246,38 @@ class MultiHeadLayer:
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads)
 
-    def _grouped(self, grads: list[Any], branch: int) -> list[Any]:
-        """Per-head gradients of ``branch``, with key and value summed over each group."""
-        if branch == 0 or self._kv_heads == self._heads:
-            return grads
-        per = self._heads // self._kv_heads
-        summed: list[Any] = []
-        for g in range(self._kv_heads):
-            group = grads[g * per:(g + 1) * per]
-            if any(grad is None for grad in group):
-                summed.append(None)
-                continue
-            total = group[0].copy()
-            for grad in group[1:]:
-                total += grad
-            summed.append(total)
-        return summed
-
     # --- computation --------------------------------------------------------------------
 
     def forward(self, x: ArrayLike, causal: bool = False) -> LayerForward:
         """Every head, the concatenation and the output projection. Raises the input errors."""
         x = self._projections.check_input(x)
-        heads = tuple(head.forward(x, causal) for head in self._slices)
-        # H heads of [B,T,d_v] -> [B,T,H*d_v]; one head is its own output (no copy)
-        concat = heads[0].output if self._heads == 1 else np.concatenate(
-            [f.output for f in heads], axis=-1)
-        output = concat
-        if self._out_weight is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                output = concat @ self._out_weight  # [B,T,H*d_v] @ [H*d_v,E_out] -> [B,T,E_out]
-                if self._out_bias is not None:
-                    output = output + self._out_bias
-        return LayerForward(heads, concat, output)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self._heads == 1:  # one head: today's head, its arithmetic bit for bit
+                head = self.head_slices[0].forward(x, causal)
+                return LayerForward((head,), head.output, self.project_out(head.output))
+            return batched_forward(self, x, causal)
+
+    def project_out(self, concat: Array) -> Array:
+        """``Y = C W_O + b_O``, or ``C`` itself without an output projection."""
+        if self._out_weight is None:
+            return concat
+        output = concat @ self._out_weight  # [B,T,H*d_v] @ [H*d_v,E_out] -> [B,T,E_out]
+        if self._out_bias is not None:
+            output += self._out_bias
+        return output
+
+    def packed(self) -> tuple[Array, Array | None]:
+        """``[W_Q|W_K|W_V]`` (``[d_model, H*d_k + 2 G*d_k]``) and the packed bias (``None``
+        unless every branch has one; a missing one is zeros), built once per layer."""
+        if self._packed is None:
+            p = self._projections
+            biases = p.biases
+            bias = None
+            if any(b is not None for b in biases):
+                bias = np.concatenate([np.zeros(w.shape[1]) if b is None else b
+                                       for w, b in zip(p.weights, biases, strict=True)])
+            self._packed = (np.ascontiguousarray(np.concatenate(p.weights, axis=1)), bias)
+        return self._packed
 
     def backward(self, x: ArrayLike, forward: LayerForward, grad_output: ArrayLike) -> LayerGradients:
         """Reverse pass for ``grad_output`` (``[B,T,E_out]``). Raises the input errors, then
@@ -260,40 +289,156 @@ class MultiHeadLayer:
             raise OutputGradientShapeMismatch((batch, tokens, self.e_out), tuple(upstream.shape))
         grad_out_weight = grad_out_bias = None
         grad_concat = upstream
-        if self._out_weight is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self._out_weight is not None:
                 rows = forward.concat.reshape(batch * tokens, self.concat_width)  # C: [BT,H*d_v]
                 flat = upstream.reshape(batch * tokens, self.e_out)  # dY_(BT): [BT, E_out]
                 grad_concat = upstream @ self._out_weight.T  # [B,T,E_out] @ [E_out,H*d_v]
                 grad_out_weight = rows.T @ flat  # [H*d_v,BT] @ [BT,E_out] -> [H*d_v,E_out]
                 grad_out_bias = None if self._out_bias is None else flat.sum(axis=0)
-        dv = self.d_v
-        heads = tuple(
-            head.backward(x, f, grad_concat[:, :, h * dv:(h + 1) * dv])
-            for h, (head, f) in enumerate(zip(self._slices, forward.heads, strict=True))
-        )
-        if self._heads == 1:
-            g = heads[0]
-            return LayerGradients(heads, grad_concat, g.grad_input, g.grad_w_query, g.grad_w_key,
-                                  g.grad_w_value, g.grad_b_query, g.grad_b_key, g.grad_b_value,
-                                  grad_out_weight, grad_out_bias)
-        grad_input = np.zeros_like(x)
-        for g in heads:
-            grad_input += g.grad_input  # dX adds every head's three paths
+            if self._heads == 1:
+                g = self.head_slices[0].backward(x, forward.heads[0], grad_concat)
+                return LayerGradients((g,), grad_concat, g.grad_input, g.grad_w_query,
+                                      g.grad_w_key, g.grad_w_value, g.grad_b_query, g.grad_b_key,
+                                      g.grad_b_value, grad_out_weight, grad_out_bias)
+            return batched_backward(self, x, forward, grad_concat, grad_out_weight,
+                                    grad_out_bias)
 
-        def joined(grads: list[Array | None]) -> Array | None:
-            if any(grad is None for grad in grads):
-                return None
-            return np.concatenate([grad for grad in grads if grad is not None], axis=-1)
 
-        # each head's weight gradients fill its own columns, in head order; a K/V head
-        # shared by a group of query heads gathers the sum of the group's gradients
-        w = [np.concatenate(self._grouped([getattr(g, f"grad_w_{branch}") for g in heads], i),
-                            axis=-1) for i, branch in enumerate(BRANCHES)]
-        b = [joined(self._grouped([getattr(g, f"grad_b_{branch}") for g in heads], i))
-             for i, branch in enumerate(BRANCHES)]
-        return LayerGradients(heads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1], b[2],
-                              grad_out_weight, grad_out_bias)
+def _heads_axis(flat: Array, heads: int) -> Array:
+    """``[B,T,n*d]`` -> ``[B,n,T,d]``, a view: head ``h`` is the columns ``h*d:(h+1)*d``."""
+    batch, tokens, width = flat.shape
+    return np.swapaxes(flat.reshape(batch, tokens, heads, width // heads), 1, 2)
+
+
+def _grouped(per_query: Array, kv_heads: int) -> Array:
+    """``[B,H,...]`` -> ``[B,G,H/G,...]``, a view: query heads in their K/V head's group
+    (a K/V head ``[B,G,1,...]`` (``[:, :, None]``) is broadcast over it, never copied)."""
+    shape = per_query.shape
+    return per_query.reshape(shape[0], kv_heads, shape[1] // kv_heads, *shape[2:])
+
+
+def _batched(forward: LayerForward, name: str, count: int, step: int) -> Array:
+    """Tensor ``name`` of every ``step``-th head as ``[B,count,...]``: the batched forward's
+    own array, else (a forward put together head by head) its heads' records stacked."""
+    if forward.stacked is not None and name in forward.stacked:
+        return forward.stacked[name]
+    return np.stack([getattr(forward.heads[i * step], name) for i in range(count)], axis=1)
+
+
+def batched_forward(layer: MultiHeadLayer, x: Array, causal: bool) -> LayerForward:
+    """The layer's forward with every head at once: one packed projection GEMM, RoPE over
+    ``[B,H,T,d_k]``, one ``[B,H,T,T]`` score product and softmax, one ``A V``; grouped K/V
+    heads are broadcast over their query heads, never copied. Each head's record holds
+    views of the batched arrays. Expects ``errstate`` set by the caller."""
+    p = layer.projections
+    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+    batch, tokens, d_model = x.shape
+    weight, bias = layer.packed()
+    projected = (x.reshape(batch * tokens, d_model) @ weight).reshape(
+        batch, tokens, weight.shape[1])
+    if bias is not None:
+        projected += bias
+    qw, kw = heads * dk, kv * dk
+    query = _heads_axis(projected[..., :qw], heads)  # [B,H,T,d_k]
+    key = _heads_axis(projected[..., qw:qw + kw], kv)  # [B,G,T,d_k]
+    value = _heads_axis(projected[..., qw + kw:], kv)  # [B,G,T,d_v]
+    rotated_query = rotated_key = None
+    matched_query, matched_key = query, key
+    if p.rope is not None:  # after the biases, before the scores (as HF applies it)
+        matched_query = rotated_query = p.rope.rotate(query)
+        matched_key = rotated_key = p.rope.rotate(key)
+    # [B,G,H/G,T,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,T,T] -> [B,H,T,T]
+    scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
+              ).reshape(batch, heads, tokens, tokens)
+    if p.given_scale is None:  # the chapter's division, bit for bit
+        scaled_scores = scores / math.sqrt(dk)
+    else:
+        scaled_scores = scores * p.given_scale
+    if causal:
+        np.copyto(scaled_scores, -np.inf, where=causal_mask(tokens))
+    # one softmax pass, in one buffer: the steps of stable_softmax
+    attention = np.zeros(scaled_scores.shape)
+    if attention.size:
+        np.subtract(scaled_scores, np.max(scaled_scores, axis=-1, keepdims=True), out=attention)
+        np.exp(attention, out=attention)
+        attention /= np.sum(attention, axis=-1, keepdims=True)
+    # [B,G,H/G,T,T] @ [B,G,1,T,d_v] -> [B,H,T,d_v]
+    mixed = (_grouped(attention, kv) @ value[:, :, None]).reshape(
+        batch, heads, tokens, layer.d_v)
+    concat = np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(
+        batch, tokens, layer.concat_width)
+    per_kv = heads // kv
+    records = tuple(
+        AttentionForward(query[:, h], key[:, h // per_kv], value[:, h // per_kv], scores[:, h],
+                         scaled_scores[:, h], attention[:, h], mixed[:, h],
+                         None if rotated_query is None else rotated_query[:, h],
+                         None if rotated_key is None else rotated_key[:, h // per_kv])
+        for h in range(heads))
+    stacked = {"scores": scores, "scaled_scores": scaled_scores, "attention": attention,
+               "query": query, "key": key, "value": value}
+    if rotated_query is not None and rotated_key is not None:
+        stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
+    return LayerForward(records, concat, layer.project_out(concat), stacked)
+
+
+def batched_backward(layer: MultiHeadLayer, x: Array, forward: LayerForward, grad_concat: Array,
+                     grad_out_weight: Array | None, grad_out_bias: Array | None
+                     ) -> LayerGradients:
+    """The reverse of :func:`batched_forward` for ``dC`` (``[B,T,H*d_v]``): batched over heads
+    as the forward is; a K/V head's gradients sum its group's. Expects ``errstate`` set."""
+    p = layer.projections
+    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+    batch, tokens, d_model = x.shape
+    per_kv = heads // kv
+    matched = "" if p.rope is None else "rotated_"
+    a = _batched(forward, "attention", heads, 1)
+    grad_mixed = _heads_axis(grad_concat, heads)  # [B,H,T,d_v]
+    value_kv = _batched(forward, "value", kv, per_kv)  # [B,G,T,d_v]
+    key_kv = _batched(forward, matched + "key", kv, per_kv)  # [B,G,T,d_k]
+    query_h = _batched(forward, matched + "query", heads, 1)  # [B,H,T,d_k]
+    # dA = dO V^T: [B,G,H/G,T,d_v] @ [B,G,1,d_v,T] -> [B,H,T,T]
+    grad_attention = (_grouped(grad_mixed, kv) @ np.swapaxes(value_kv, -1, -2)[:, :, None]
+                      ).reshape(a.shape)
+    grad_value = np.swapaxes(a, -1, -2) @ grad_mixed  # per query head: [B,H,T,d_v]
+    # softmax reverse, one buffer: dZ = A * (dA - rowsum(dA * A))
+    grad_scaled_scores = np.multiply(grad_attention, a)
+    rowsum = np.sum(grad_scaled_scores, axis=-1, keepdims=True)
+    np.subtract(grad_attention, rowsum, out=grad_scaled_scores)
+    grad_scaled_scores *= a
+    if p.given_scale is None:
+        grad_scores = grad_scaled_scores / math.sqrt(dk)
+    else:
+        grad_scores = grad_scaled_scores * p.given_scale
+    # dQ = dS K: [B,G,H/G,T,T] @ [B,G,1,T,d_k]; dK per query head = dS^T Q
+    grad_query = (_grouped(grad_scores, kv) @ key_kv[:, :, None]).reshape(query_h.shape)
+    grad_key = np.swapaxes(grad_scores, -1, -2) @ query_h
+    if p.rope is not None:  # back through the rotation: its transpose turns the other way
+        grad_query = p.rope.rotate(grad_query, inverse=True)
+        grad_key = p.rope.rotate(grad_key, inverse=True)
+    head_grads = tuple(
+        HeadGradients(grad_attention[:, h], grad_scaled_scores[:, h], grad_scores[:, h],
+                      grad_query[:, h], grad_key[:, h], grad_value[:, h]) for h in range(heads))
+    # [dQ | dK | dV] in the packed columns, a K/V head's the sum over its group
+    qw, kw = heads * dk, kv * dk
+    joined = np.empty((batch, tokens, qw + kw + kv * layer.d_v))
+    _heads_axis(joined[..., :qw], heads)[...] = grad_query
+    _heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
+    _heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
+    weight, _ = layer.packed()
+    rows = x.reshape(batch * tokens, d_model)
+    flat = joined.reshape(batch * tokens, joined.shape[-1])
+    grad_input = (flat @ weight.T).reshape(x.shape)  # dX: the three paths in one GEMM
+    grad_w = rows.T @ flat  # [d_model,BT] @ [BT, H*d_k + 2 G*d_k]
+    cuts = (slice(0, qw), slice(qw, qw + kw), slice(qw + kw, None))
+    w = [np.ascontiguousarray(grad_w[:, c]) for c in cuts]
+    sums = flat.sum(axis=0) if any(b is not None for b in p.biases) else None
+    b = [None if bias is None or sums is None else sums[c]
+         for bias, c in zip(p.biases, cuts, strict=True)]
+    grads_stacked = {"grad_attention": grad_attention, "grad_scaled_scores": grad_scaled_scores,
+                     "grad_scores": grad_scores}
+    return LayerGradients(head_grads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1],
+                          b[2], grad_out_weight, grad_out_bias, grads_stacked)
 
 
 def layer_loss(forward: LayerForward, upstream: Array) -> float:
