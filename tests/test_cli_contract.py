@@ -484,3 +484,15 @@ def test_a_full_standard_output_is_one_line_and_exit_2(args: list[str]) -> None:
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == "Error: standard output: cannot write (No space left on device)\n"
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([], False), (["--help"], False), (["run", "-h"], False), (["--version"], False),
+    (["report", "--format", "text"], True), (["run", "f.json"], True), (["check", "x.py"], True),
+])
+def test_the_program_imports_numpy_first_only_when_a_command_computes(
+    args: list[str], expected: bool,
+) -> None:
+    from qkvcli.cli import computes
+
+    assert computes(args) is expected

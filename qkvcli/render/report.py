@@ -17,10 +17,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from qkvcli import __version__
 from qkvcli.core.arrays import Array
@@ -31,6 +30,9 @@ from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_l
 from qkvcli.render.stream import marker, stream_document
 from qkvcli.render.tensors import TensorSummary, shows_values, summarise
 from qkvcli.render.wording import check_rows
+
+if TYPE_CHECKING:
+    import numpy.typing as npt  # annotations only: importing it costs start-up (numpy._typing)
 
 # --- text ---------------------------------------------------------------------------
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy.typing as npt  # annotations only: importing it costs start-up (numpy._typing)
 
 CHUNK = 1 << 16
 MARKER = re.compile(r'"\\u0000qkv-values-(\d+)\\u0000"')
