@@ -67,6 +67,9 @@ def mutated(draw: st.DrawFn) -> Any:
         try:
             for key in path[:-1]:
                 parent = parent[key]
+            if isinstance(parent, dict) and not isinstance(path[-1], str):
+                continue  # a list index into an object an earlier mutation put there: JSON
+                # objects have only string keys, so no fixture file can be this
             action = draw(st.sampled_from(["replace", "delete", "extra"]))
             if action == "replace":
                 parent[path[-1]] = draw(JSON_VALUES)

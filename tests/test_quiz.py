@@ -111,12 +111,12 @@ def test_quiz_needs_a_token() -> None:
 def test_chapter_questions_are_unchanged() -> None:
     # Recorded from the quiz before it learnt to scale to wide fixtures: on the chapter's
     # fixture every prompt, kind, expected answer, spelling and explanation stays as it was.
-    import dataclasses
 
     from tests.conftest import GOLDEN
 
     recorded = json.loads((GOLDEN / "quiz" / "chapter-questions.json").read_text("utf-8"))
-    assert json.loads(json.dumps([dataclasses.asdict(q) for q in QUESTIONS])) == recorded
+    fields = [{name: getattr(q, name) for name in q.__record_fields__} for q in QUESTIONS]
+    assert json.loads(json.dumps(fields)) == recorded
 
 
 def _seeded(d_model: int, d_head: int, tokens: int = 2) -> dict[str, object]:

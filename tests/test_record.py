@@ -170,25 +170,19 @@ def test_gradient_names_are_the_fields_of_the_gradients():
     assert QkvForward.__record_fields__ == BRANCHES == FORWARD_NAMES
 
 
-# The folders converted to Record so far; the others follow as their owners convert them.
-RECORD_FOLDERS = ("core", "reading", "gradcheck", "evidence", "conformance", "learn",
-                  "authoring")
 OTHER_IDIOMS = ("@dataclass", "NamedTuple", "namedtuple(")
 
 
-def test_one_record_idiom_in_the_converted_folders():
+def test_one_record_idiom_in_the_whole_package():
     import pathlib
 
     package = pathlib.Path(__file__).resolve().parent.parent / "qkvcli"
-    skip = {"conformance/result.py", "conformance/wire.py", "conformance/client.py",
-            "learn/quiz.py", "reading/safetensors.py",  # owned elsewhere, for now
-            "core/record.py"}  # the idiom itself, which names what it replaces
+    skip = {"core/record.py"}  # the idiom itself, which names what it replaces
     found = []
-    for folder in RECORD_FOLDERS:
-        for path in sorted((package / folder).rglob("*.py")):
-            if str(path.relative_to(package)) in skip:
-                continue
-            text = path.read_text(encoding="utf-8")
-            found += [f"{path.relative_to(package)}: {idiom}" for idiom in OTHER_IDIOMS
-                      if idiom in text]
+    for path in sorted(package.rglob("*.py")):
+        if str(path.relative_to(package)) in skip:
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.relative_to(package)}: {idiom}" for idiom in OTHER_IDIOMS
+                  if idiom in text]
     assert found == []

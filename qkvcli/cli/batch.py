@@ -14,13 +14,13 @@ report with a golden file instead of printing it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error_line, out_of_memory
 from qkvcli.cli.io import check_outputs, label_of, load, read_text, write_output
+from qkvcli.core.record import Record
 from qkvcli.render import verdict_line
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,8 +67,7 @@ def expand_fixtures(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(Record):
     """One fixture's result: its checks ``(name, passed, detail)``, or the input error.
 
     ``not_applicable`` names checks that did not count (``qkv check``'s N/A families):

@@ -17,11 +17,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
 from qkvcli.cli.io import SafePath
+from qkvcli.core.record import Record
 from qkvcli.gradcheck.settings import (
     MAX_EVALUATIONS,
     MODES,
@@ -117,10 +118,7 @@ def _packed(func: F, names: tuple[str, ...]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         given = {name: kwargs.pop(name) for name in names}
-        overrides = kwargs.get("overrides") or CheckOverrides()
-        for name, value in given.items():
-            setattr(overrides, name, value)
-        kwargs["overrides"] = overrides
+        kwargs["overrides"] = (kwargs.get("overrides") or CheckOverrides())._replace(**given)
         return func(*args, **kwargs)
 
     return wrapper
@@ -166,38 +164,20 @@ def gradcheck_mode_options(func: F) -> F:
     return result  # type: ignore[no-any-return]
 
 
-class ViewSettings:
-    """The view options of a command (plain data; not a dataclass, to start quickly).
+class ViewSettings(Record):
+    """The view options of a command.
 
     ``given`` names the options given on the command line (``--width``, ``--full``...),
     so a view that cannot honour one says so (:mod:`qkvcli.cli.show`).
     """
 
-    __slots__ = ("export_html", "export_svg", "full", "given", "no_color", "precision", "width")
-
-    def __init__(
-        self, no_color: bool = False, width: int | None = None, precision: int | None = None,
-        full: bool = False, export_svg: Path | None = None, export_html: Path | None = None,
-        given: tuple[str, ...] = (),
-    ) -> None:
-        self.no_color = no_color
-        self.width = width
-        self.precision = precision
-        self.full = full
-        self.export_svg = export_svg
-        self.export_html = export_html
-        self.given = given
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ViewSettings) and all(
-            getattr(self, name) == getattr(other, name) for name in self.__slots__
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"ViewSettings({fields})"
+    no_color: bool = False
+    width: int | None = None
+    precision: int | None = None
+    full: bool = False
+    export_svg: Path | None = None
+    export_html: Path | None = None
+    given: tuple[str, ...] = ()
 
     @property
     def exports(self) -> list[tuple[str, Path]]:
@@ -305,25 +285,21 @@ def evidence_options(func: F) -> F:
     return func
 
 
-class CheckOverrides:
+class CheckOverrides(Record):
     """Gradient-check settings given on the command line (``None``: the fixture's own).
 
     ``max_evaluations`` is a limit, not a setting of the fixture: :meth:`check` refuses a
     check that would evaluate the objective more often.
     """
 
-    __slots__ = ("directions", "max_evaluations", "mode", "samples", "step", "tolerance")
-    SETTINGS = ("directions", "mode", "samples", "step", "tolerance")
+    SETTINGS: ClassVar[tuple[str, ...]] = ("directions", "mode", "samples", "step", "tolerance")
 
-    def __init__(self, step: float | None = None, tolerance: float | None = None,
-                 samples: int | None = None, mode: str | None = None,
-                 directions: int | None = None, max_evaluations: int | None = None) -> None:
-        self.step = step
-        self.tolerance = tolerance
-        self.samples = samples
-        self.mode = mode
-        self.directions = directions
-        self.max_evaluations = max_evaluations
+    step: float | None = None
+    tolerance: float | None = None
+    samples: int | None = None
+    mode: str | None = None
+    directions: int | None = None
+    max_evaluations: int | None = None
 
     def changes(self) -> dict[str, Any]:
         """The settings that were given, by field name."""

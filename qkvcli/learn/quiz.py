@@ -21,7 +21,6 @@ import json
 import math
 import re
 import textwrap
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from qkvcli.attention.head import STAGES
 from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.outputs import QkvForward
 from qkvcli.core.projections import QkvProjections
+from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
 from qkvcli.evidence.records import HistoryEvidence
@@ -71,8 +71,7 @@ class TooManyAnswers(QuizError):
         super().__init__(f"answers file has {given} answers; the quiz has {count} questions")
 
 
-@dataclass(frozen=True)
-class Question:
+class Question(Record):
     number: int
     prompt: str
     kind: str  # "numbers", "number", "integer", "yesno" or "choice"
@@ -83,8 +82,7 @@ class Question:
     choices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Marking:
+class Marking(Record):
     correct: bool
     problem: str = ""  # why an answer could not be read (the interactive quiz asks again)
 

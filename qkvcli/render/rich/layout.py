@@ -7,7 +7,6 @@ imports this module (``qkv report --format text`` never loads rich).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from rich.box import Box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -41,17 +40,22 @@ def lines(*items: RenderableType | None) -> Group:
     return Group(*(item for item in items if item is not None))
 
 
-@dataclass
 class Part:
-    """One piece of a :class:`Row`: a body, drawn in a panel when ``box`` is given."""
+    """One piece of a :class:`Row`: a body, drawn in a panel when ``box`` is given.
 
-    body: RenderableType
-    title: Text | str | None = None
-    box: Box | None = CARD
-    border_style: str | None = None
-    widths: dict[tuple[object, ...], tuple[Console, int]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
-    """:meth:`required` per console and options: a nested view asks for it at every level."""
+    An object, not a record: it keeps ``widths``, :meth:`required` per console and
+    options (a nested view asks for it at every level).
+    """
+
+    __slots__ = ("body", "border_style", "box", "title", "widths")
+
+    def __init__(self, body: RenderableType, title: Text | str | None = None,
+                 box: Box | None = CARD, border_style: str | None = None) -> None:
+        self.body = body
+        self.title = title
+        self.box = box
+        self.border_style = border_style
+        self.widths: dict[tuple[object, ...], tuple[Console, int]] = {}
 
     def panel(self, width: int | None) -> RenderableType:
         if self.box is None:

@@ -8,13 +8,11 @@ options from the same command-line flags (``qkvcli.cli.console.rich_options``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from qkvcli.core.record import Record
 from qkvcli.core.text import escape_controls
 
 
-@dataclass(frozen=True)
-class Symbols:
+class Symbols(Record):
     """Glyphs that have an ASCII spelling, so an ASCII-only stream never sees Unicode."""
 
     arrow: str
@@ -36,8 +34,7 @@ ASCII = Symbols(arrow="->", ellipsis="...", transpose="^T", tau="tau", dash="-",
                 times="x", dot="-", block="#", mark="<-")
 
 
-@dataclass(frozen=True)
-class RichOptions:
+class RichOptions(Record):
     """How the rich views show numbers and large tensors.
 
     ``precision`` is the number of decimals; unless ``full``, a tensor shows at most
@@ -54,10 +51,10 @@ class RichOptions:
     max_columns: int = 6
     max_batches: int = 2
     max_checks: int = 12
-    symbols: Symbols = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "symbols", ASCII if self.ascii else UNICODE)
+    @property
+    def symbols(self) -> Symbols:
+        """The glyphs this view spells: ASCII when ``ascii``, else Unicode."""
+        return ASCII if self.ascii else UNICODE
 
     def safe(self, text: str) -> str:
         """``text`` as the stream can show it: non-ASCII escaped when ``ascii``."""
