@@ -530,7 +530,7 @@ def main(argv: list[str]) -> None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from layer import bench_layer
 
-        bench_layer(time_rounds, repeats, ENGINE_SECONDS, args.quick, optional_torch())
+        bench_layer(repeats, ENGINE_SECONDS, args.quick, optional_torch())
     if "end-to-end" not in args.skip:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from end_to_end import bench_end_to_end

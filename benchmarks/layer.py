@@ -10,13 +10,16 @@ Per layer: qkv's ``MultiHeadLayer.forward`` then ``.backward`` (float64), agains
   (its evidence reads ``S``, ``Z``, ``A``, ``dA``, ``dZ``, ``dS`` of every head);
 * torch CPU float64 (:func:`torch_layer`): packed ``F.linear``, RoPE, causal
   ``scaled_dot_product_attention`` (``enable_gqa`` for grouped K/V), out projection,
-  reverse by autograd.
+  reverse by autograd;
+* torch eager (``torch_layer(eager=True)``): the same, with the attention matrix made and
+  kept as qkv makes it (scores, mask, softmax, ``A V``: HF's eager attention, which is
+  what ``nn.MultiheadAttention`` computes with ``need_weights=True``).
 
-Before timing, the three are run once on the same parameters and their output and
-``dX`` compared (the largest absolute difference is printed): a row whose contenders
-disagree would measure nothing. Ratios are medians of per-round ratios (qkv and the
-floor in rounds of their own, qkv and torch in others: torch's OpenMP threads spin
-after each call and would slow a NumPy product that runs next).
+Each contender runs in a process of its own (:func:`serve`), and the rounds are paired
+over pipes: every round runs each contender once, in rotating order. Before timing, all
+are run once on the same parameters and their output and ``dX`` compared (the largest
+absolute difference is printed): a row whose contenders disagree would measure nothing.
+Ratios are medians of per-round ratios.
 """
 
 from __future__ import annotations
@@ -153,7 +156,12 @@ def numpy_floor(p: dict[str, Any]) -> Callable[[], Any]:
     return run
 
 
-def torch_layer(torch: Any, p: dict[str, Any]) -> Callable[[], Any]:
+def torch_layer(torch: Any, p: dict[str, Any], eager: bool = False) -> Callable[[], Any]:
+    """torch CPU float64, reverse by autograd. ``eager``: the attention matrix made as qkv
+    makes it (HF's eager attention, what ``nn.MultiheadAttention`` does with
+    ``need_weights=True``): scores, causal mask, softmax, ``A V``, K/V heads repeated per
+    group; otherwise ``scaled_dot_product_attention``, whose fused CPU kernel never
+    materialises ``A`` and skips the masked blocks."""
     functional = torch.nn.functional
     heads, kv, d = p["heads"], p["kv_heads"], p["d"]
     x = torch.tensor(p["x"], requires_grad=True)
@@ -171,10 +179,22 @@ def torch_layer(torch: Any, p: dict[str, Any]) -> Callable[[], Any]:
         inv = 1.0 / (p["theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
         angles = torch.arange(tokens, dtype=torch.float64)[:, None] * inv[None, :]
         cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    masked = torch.triu(torch.ones(tokens, tokens, dtype=torch.bool), diagonal=1)
 
     def rotate(t: Any) -> Any:  # LLaMA's apply_rotary_pos_emb
         first, second = t[..., :d // 2], t[..., d // 2:]
         return t * cos + torch.cat((-second, first), dim=-1) * sin
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        if not eager:
+            return functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                           enable_gqa=kv != heads)
+        if kv != heads:  # HF's repeat_kv
+            k = k.repeat_interleave(heads // kv, dim=1)
+            v = v.repeat_interleave(heads // kv, dim=1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+        a = torch.softmax(scores.masked_fill(masked, float("-inf")), dim=-1)
+        return a @ v
 
     def run() -> Any:
         for leaf in leaves:
@@ -186,8 +206,7 @@ def torch_layer(torch: Any, p: dict[str, Any]) -> Callable[[], Any]:
         v = v.view(batch, tokens, kv, d).transpose(1, 2)
         if cos is not None:
             q, k = rotate(q), rotate(k)
-        o = functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                    enable_gqa=kv != heads)
+        o = attend(q, k, v)
         out = functional.linear(o.transpose(1, 2).reshape(batch, tokens, heads * d), w_out, b_out)
         out.backward(upstream)
         return out.detach().numpy(), x.grad.numpy()
@@ -195,35 +214,164 @@ def torch_layer(torch: Any, p: dict[str, Any]) -> Callable[[], Any]:
     return run
 
 
-def bench_layer(time_rounds: Callable[..., dict[str, list[float]]], repeats: int,
-                seconds: float, quick: bool, torch: Any) -> None:
-    """Print one row per layer: medians and paired ratios."""
+CONTENDERS = ("qkv", "floor", "torch-eager", "torch-sdpa")
+"""Each in a process of its own (:func:`serve`): qkv never runs beside torch's allocator and
+OpenMP threads, which slow the NumPy code that shares a process with them (measured: qkv's
+forward+reverse 1.2-1.8x slower once torch had run in the same process, the floor's not)."""
+SETTLE = 0.25
+"""Seconds between two contenders' runs in a round: after a call, OpenBLAS's threads
+busy-wait for work (about 2^28 cycles) and torch's OpenMP threads spin too; in separate
+processes they would otherwise run on the cores the next contender uses."""
+
+
+def contender(name: str, p: dict[str, Any]) -> Callable[[], Any]:
+    if name == "qkv":
+        return qkv_layer(p)
+    if name == "floor":
+        return numpy_floor(p)
+    import torch
+
+    return torch_layer(torch, p, eager=name == "torch-eager")
+
+
+def serve(name: str, index: int, quick: bool) -> None:
+    """A contender's process: build layer ``index`` of the table, then answer one line per
+    request on standard input: ``run`` (run once, reply the seconds it took) or ``check
+    PATH`` (run once, save its output and ``dX`` to ``PATH`` (``.npz``), reply ``ok``)."""
+    import sys
+    import time
+
+    p = make_layer(*(QUICK_LAYERS if quick else LAYERS)[index][1:])
+    run = contender(name, p)
+    for line in sys.stdin:
+        request = line.split(maxsplit=1)
+        if request[0] == "check":
+            output, grad_input = run()
+            np.savez(request[1].strip(), output=output, grad_input=grad_input)
+            reply = "ok"
+        else:
+            start = time.perf_counter()
+            run()
+            reply = repr(time.perf_counter() - start)
+        print(reply, flush=True)
+
+
+class Worker:
+    """A :func:`serve` process and the pipe to it."""
+
+    def __init__(self, name: str, index: int, quick: bool) -> None:
+        import os
+        import subprocess
+        import sys
+
+        command = [sys.executable, os.path.abspath(__file__), "--serve", name, str(index)]
+        self.process = subprocess.Popen([*command, *(["--quick"] if quick else [])],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+
+    def ask(self, request: str) -> str:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(request + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"a benchmark worker died (exit {self.process.wait()})")
+        return reply.strip()
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def rounds(workers: dict[str, Worker], repeats: int, seconds: float) -> dict[str, list[float]]:
+    """At least ``repeats`` rounds and ``seconds``; each round runs every contender once, in
+    an order that rotates, so ratios are paired round by round."""
+    import time
+
+    for worker in workers.values():  # warm-up
+        worker.ask("run")
+    names = list(workers)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    deadline = time.perf_counter() + seconds
+    number = 0
+    while number < repeats or time.perf_counter() < deadline:
+        shift = number % len(names)
+        for name in names[shift:] + names[:shift]:
+            time.sleep(SETTLE)
+            times[name].append(float(workers[name].ask("run")))
+        number += 1
+    return times
+
+
+def largest_difference(workers: dict[str, Worker]) -> float:
+    """Run every contender once on the same parameters and compare output and ``dX`` with
+    qkv's: a row whose contenders disagree would measure nothing."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        found = {}
+        for name, worker in workers.items():
+            path = os.path.join(directory, f"{name}.npz")
+            worker.ask(f"check {path}")
+            with np.load(path) as saved:
+                found[name] = (saved["output"], saved["grad_input"])
+    ours = found["qkv"]
+    return max(float(np.max(np.abs(ours[i] - theirs[i])))
+               for theirs in found.values() for i in (0, 1))
+
+
+def row(times: dict[str, list[float]], diff: float) -> str:
+    """Medians, paired ratios against qkv, and the largest difference, for one layer."""
+
+    def ms(name: str) -> str:
+        return f"{1000 * statistics.median(times[name]):7.1f}" if name in times else f"{'-':>7}"
+
+    def ratio(name: str) -> str:
+        if name not in times:
+            return "-"
+        pairs = zip(times["qkv"], times[name], strict=True)
+        return f"{statistics.median(a / b for a, b in pairs):.3f}"
+
+    return (f"{ms('qkv')} {ms('floor')} {ms('torch-eager')} {ms('torch-sdpa')} "
+            f"{ratio('floor'):>9} {ratio('torch-eager'):>9} {ratio('torch-sdpa'):>8} "
+            f"{diff:10.1e}")
+
+
+def bench_layer(repeats: int, seconds: float, quick: bool, torch: Any) -> None:
+    """Print one row per layer: medians and paired ratios, each contender in its own process."""
     print("attention layer forward+reverse, float64, causal (median ms; ratios are medians of "
-          "per-round ratios)")
-    print("  floor: the same maths in minimal batched NumPy; torch: SDPA + autograd, CPU")
-    print(f"{'layer':<21} {'B,T,E,H,G':<18} {'qkv':>8} {'floor':>8} {'torch':>8} "
-          f"{'qkv/floor':>9} {'qkv/torch':>9} {'max |diff|':>10}")
-    for name, batch, tokens, d_model, heads, kv, bias, theta in (
+          "per-round ratios; each contender in a process of its own, the rounds paired)")
+    print("  floor: the same maths in minimal batched NumPy; torch eager: A made and kept as qkv "
+          "does")
+    print("  (HF eager attention, nn.MultiheadAttention with need_weights); torch SDPA: its "
+          "fused causal")
+    print("  kernel, A never made and masked blocks skipped; autograd for both, CPU")
+    print(f"{'layer':<21} {'B,T,E,H,G':<17} {'qkv':>7} {'floor':>7} {'eager':>7} {'SDPA':>7} "
+          f"{'qkv/floor':>9} {'qkv/eager':>9} {'qkv/SDPA':>8} {'max |diff|':>10}")
+    names = CONTENDERS if torch is not None else CONTENDERS[:2]
+    for index, (name, batch, tokens, d_model, heads, kv, _, _) in enumerate(
             QUICK_LAYERS if quick else LAYERS):
-        p = make_layer(batch, tokens, d_model, heads, kv, bias, theta)
-        runs = {"qkv": qkv_layer(p), "floor": numpy_floor(p)}
-        if torch is not None:
-            runs["torch"] = torch_layer(torch, p)
-        results = {k: run() for k, run in runs.items()}
-        diff = max(float(np.max(np.abs(results["qkv"][i] - r[i])))
-                   for r in results.values() for i in (0, 1))
-        del results
-        floor_rounds = time_rounds({k: runs[k] for k in ("qkv", "floor")}, repeats, seconds)
-        ratio_floor = statistics.median(
-            a / b for a, b in zip(floor_rounds["qkv"], floor_rounds["floor"], strict=True))
-        torch_ms = vs_torch = "-"
-        if torch is not None:
-            torch_rounds = time_rounds({k: runs[k] for k in ("qkv", "torch")}, repeats, seconds)
-            torch_ms = f"{1000 * statistics.median(torch_rounds['torch']):.1f}"
-            vs_torch = f"{statistics.median(a / b for a, b in zip(torch_rounds['qkv'], torch_rounds['torch'], strict=True)):.3f}"  # noqa: E501
+        workers = {n: Worker(n, index, quick) for n in names}
+        try:
+            diff = largest_difference(workers)
+            times = rounds(workers, repeats, seconds)
+        finally:
+            for worker in workers.values():
+                worker.close()
+
         label = f"{batch},{tokens},{d_model},{heads},{kv}"
-        print(f"{name:<21} {label:<18} {1000 * statistics.median(floor_rounds['qkv']):8.1f} "
-              f"{1000 * statistics.median(floor_rounds['floor']):8.1f} {torch_ms:>8} "
-              f"{ratio_floor:9.3f} {vs_torch:>9} {diff:10.1e}")
+        print(f"{name:<21} {label:<17} {row(times, diff)}")
     print("  targets: qkv/floor <= 1.2, qkv/torch <= 1.0")
     print()
+
+
+if __name__ == "__main__":
+    import sys
+
+    arguments = sys.argv[1:]
+    if len(arguments) >= 3 and arguments[0] == "--serve":
+        serve(arguments[1], int(arguments[2]), "--quick" in arguments[3:])
+    else:
+        sys.exit("usage: layer.py --serve NAME INDEX [--quick] (benchmarks/bench.py runs it)")
