@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.evidence.primary import compute_primary
+from qkvcli.evidence.build import compute_primary
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.layer import gradcheck_layer
 from qkvcli.reading.load import load_fixture

@@ -3,7 +3,7 @@
 One record per evidence family (forward/reverse values, shapes, rejected inputs,
 initialization, independence, history), a :class:`Verdict` per declared check, and
 :class:`Evidence`, which holds them all. The computations live in one module per family
-(``qkvcli.evidence.primary``, ``.shapes``, ``.rejected``, ``.initialization``,
+(``qkvcli.evidence.build``, ``.shapes``, ``.rejected``, ``.initialization``,
 ``.independence``, ``.replay``); every sentence about them lives in ``qkvcli.render``.
 """
 
