@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.head import AttentionHead, Rope
-from qkvcli.attention.multihead import LayerForward, MultiHeadLayer
+from qkvcli.attention.batched import BLOCK_ROWS, LayerForward
+from qkvcli.attention.head import AttentionHead, Rope, causal_mask
+from qkvcli.attention.multihead import MultiHeadLayer
 
 TOL = 1e-12
 
@@ -37,7 +38,8 @@ KINDS: dict[str, tuple[Any, ...]] = {
 }
 
 
-def build(kind: str, seed: int) -> tuple[MultiHeadLayer, np.ndarray, np.ndarray]:
+def build(kind: str, seed: int, tokens: int = 6) -> tuple[MultiHeadLayer, np.ndarray,
+                                                         np.ndarray]:
     heads, kv_heads, dk, dv, bias, rope, scale, out = KINDS[kind]
     rng = np.random.default_rng(seed)
     kv = heads if kv_heads is None else kv_heads
@@ -52,8 +54,8 @@ def build(kind: str, seed: int) -> tuple[MultiHeadLayer, np.ndarray, np.ndarray]
     out_w = rng.normal(size=(heads * dv, e_out)) if out else None
     out_b = rng.normal(size=e_out) if out else None
     layer = MultiHeadLayer.build(head, heads, out_w, out_b, kv_heads)
-    x = rng.normal(size=(2, 6, d_model))
-    upstream = rng.normal(size=(2, 6, layer.e_out))
+    x = rng.normal(size=(2, tokens, d_model))
+    upstream = rng.normal(size=(2, tokens, layer.e_out))
     return layer, x, upstream
 
 
@@ -124,6 +126,31 @@ def test_batched_layer_equals_its_heads_run_one_by_one(kind: str, causal: bool) 
     assert close(f.attention, np.stack([r.attention for r in ref["heads"]], axis=1))
     for name in LAYER_GRAD_FIELDS:
         assert close(getattr(g, name), ref[name]), name
+
+
+@pytest.mark.parametrize("kind", ["gqa", "rope-half", "scale", "biases-out"])
+def test_causal_blocks_give_the_whole_matrix_maths(kind: str) -> None:
+    # More tokens than one block, not a multiple of it: the causal engine works in blocks
+    # of query rows that stop at their last unmasked key, and must still be the heads'
+    # maths; every masked entry of A, dZ and dS is exactly +0.0.
+    tokens = 2 * BLOCK_ROWS + 37
+    layer, x, upstream = build(kind, seed=7, tokens=tokens)
+    f = layer.forward(x, True)
+    g = layer.backward(x, f, upstream)
+    ref = one_by_one(layer, x, upstream, True)
+    for h, (mine, theirs) in enumerate(zip(g.heads, ref["grads"], strict=True)):
+        for name in HEAD_GRAD_FIELDS:
+            assert close(getattr(mine, name), getattr(theirs, name)), (h, name)
+    assert close(f.output, ref["output"])
+    for name in LAYER_GRAD_FIELDS:
+        assert close(getattr(g, name), ref[name]), name
+    assert g.stacked is not None
+    masked = causal_mask(tokens)
+    for array in (f.attention, g.stacked["grad_scaled_scores"], g.stacked["grad_scores"]):
+        above = array[:, :, masked]
+        assert not np.any(above) and not np.any(np.signbit(above))
+    assert np.all(np.isneginf(f.stacked["scaled_scores"][:, :, masked]))  # type: ignore[index]
+    assert np.any(f.stacked["scores"][:, :, masked])  # type: ignore[index]  # S stays whole
 
 
 @pytest.mark.parametrize("kind", ["gqa", "rope-partial", "value-width"])

@@ -117,9 +117,13 @@ class Rope(Record):
         cos, sin = np.cos(angles), np.sin(angles)  # [T, dims/2]
         if inverse:
             sin = -sin
-        first, second = self.pairs()
+        half = self.dims // 2
+        # the pairs as slices (views, not pairs()' gathered copies): the same arithmetic
+        first, second = ((slice(0, half), slice(half, self.dims)) if self.layout == "half"
+                         else (slice(0, self.dims, 2), slice(1, self.dims, 2)))
         a, b = x[..., first], x[..., second]
-        out = np.array(x, dtype=np.float64)
+        # every coordinate turns: nothing to copy first
+        out = np.empty(x.shape) if self.dims == x.shape[-1] else np.array(x, dtype=np.float64)
         out[..., first] = a * cos - b * sin
         out[..., second] = b * cos + a * sin
         return out

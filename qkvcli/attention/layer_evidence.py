@@ -211,7 +211,7 @@ def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvide
         if causal:
             above = a[:, causal_mask(tokens)]
             mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
-        found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens)))
+        found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
     return tuple(found)
 
 

@@ -11,9 +11,10 @@ Forward, for ``X [B,T,d_model]`` and full-width projections ``W_Q [d_model, H*d_
 exactly as ``torch.nn.MultiheadAttention`` and nanoGPT split and join heads (their
 ``[B,H,T,d_k]`` view is head h's slice of the last axis). One head (H = 1) *is* an
 :class:`~qkvcli.attention.head.AttentionHead`, the very arithmetic ``qkv attend`` always
-ran; more heads run batched (:func:`batched_forward`): one packed ``X [W_Q|W_K|W_V]``
-GEMM, the heads as ``[B,H,T,d]`` views, RoPE over all heads at once, one ``[B,H,T,T]``
-score product and softmax, one ``A V``. Each head's record is views of those arrays,
+ran; more heads run batched (:mod:`qkvcli.attention.batched`): one packed
+``X [W_Q|W_K|W_V]`` GEMM, the heads as ``[B,H,T,d]`` views, RoPE over all heads at once,
+one ``[B,H,T,T]`` score product, the softmax by blocks of rows (a causal block skips the
+masked keys), ``A V``. Each head's record is views of those arrays,
 and equals what its own AttentionHead (:attr:`MultiHeadLayer.head_slices`) computes, to
 float64 rounding (tests/test_attention_batched.py).
 
@@ -29,67 +30,20 @@ head's three paths) and ``[dW_Q|dW_K|dW_V]`` are one GEMM each. No I/O.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+# the layer's records are the batched engine's; named here too, where the layer is
+from qkvcli.attention.batched import LayerForward as LayerForward
+from qkvcli.attention.batched import LayerGradients as LayerGradients
+from qkvcli.attention.batched import batched_backward, batched_forward
 from qkvcli.attention.errors import (
     HeadCountMismatch,
     KvHeadsMismatch,
     OutProjectionShapeMismatch,
     OutputGradientShapeMismatch,
 )
-from qkvcli.attention.head import (
-    AttentionForward,
-    AttentionHead,
-    HeadGradients,
-    causal_mask,
-    check_rope,
-)
+from qkvcli.attention.head import AttentionHead, check_rope
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
-from qkvcli.core.record import Record
-
-
-class LayerForward(Record):
-    """Every head's forward pass, their concatenation ``C`` and the final output ``Y``.
-
-    ``stacked``: a batched pass's own arrays, of which the heads' records are views:
-    ``scores``, ``scaled_scores``, ``attention`` ``[B,H,T,T]``, ``query`` ``[B,H,T,d_k]``,
-    ``key``, ``value`` ``[B,G,T,d]`` (and RoPE's ``rotated_*``); ``None`` for one head.
-    """
-
-    heads: tuple[AttentionForward, ...]
-    concat: Array
-    output: Array
-    stacked: dict[str, Array] | None = None
-
-    @property
-    def attention(self) -> Array:
-        """The attention matrix of every head, ``[B,H,T,T]``."""
-        if self.stacked is not None:
-            return self.stacked["attention"]
-        return np.stack([f.attention for f in self.heads], axis=1)
-
-
-class LayerGradients(Record):
-    """The reverse pass: per head, then the layer's input and full-width parameters.
-
-    ``stacked`` as in :class:`LayerForward`: ``grad_attention``, ``grad_scaled_scores``,
-    ``grad_scores`` as ``[B,H,T,T]``.
-    """
-
-    heads: tuple[HeadGradients, ...]
-    grad_concat: Array
-    grad_input: Array
-    grad_w_query: Array
-    grad_w_key: Array
-    grad_w_value: Array
-    grad_b_query: Array | None
-    grad_b_key: Array | None
-    grad_b_value: Array | None
-    grad_out_weight: Array | None
-    grad_out_bias: Array | None
-    stacked: dict[str, Array] | None = None
 
 
 class MultiHeadLayer:
@@ -303,143 +257,6 @@ class MultiHeadLayer:
                                       g.grad_b_value, grad_out_weight, grad_out_bias)
             return batched_backward(self, x, forward, grad_concat, grad_out_weight,
                                     grad_out_bias)
-
-
-def _heads_axis(flat: Array, heads: int) -> Array:
-    """``[B,T,n*d]`` -> ``[B,n,T,d]``, a view: head ``h`` is the columns ``h*d:(h+1)*d``."""
-    batch, tokens, width = flat.shape
-    return np.swapaxes(flat.reshape(batch, tokens, heads, width // heads), 1, 2)
-
-
-def _grouped(per_query: Array, kv_heads: int) -> Array:
-    """``[B,H,...]`` -> ``[B,G,H/G,...]``, a view: query heads in their K/V head's group
-    (a K/V head ``[B,G,1,...]`` (``[:, :, None]``) is broadcast over it, never copied)."""
-    shape = per_query.shape
-    return per_query.reshape(shape[0], kv_heads, shape[1] // kv_heads, *shape[2:])
-
-
-def _batched(forward: LayerForward, name: str, count: int, step: int) -> Array:
-    """Tensor ``name`` of every ``step``-th head as ``[B,count,...]``: the batched forward's
-    own array, else (a forward put together head by head) its heads' records stacked."""
-    if forward.stacked is not None and name in forward.stacked:
-        return forward.stacked[name]
-    return np.stack([getattr(forward.heads[i * step], name) for i in range(count)], axis=1)
-
-
-def batched_forward(layer: MultiHeadLayer, x: Array, causal: bool) -> LayerForward:
-    """The layer's forward with every head at once: one packed projection GEMM, RoPE over
-    ``[B,H,T,d_k]``, one ``[B,H,T,T]`` score product and softmax, one ``A V``; grouped K/V
-    heads are broadcast over their query heads, never copied. Each head's record holds
-    views of the batched arrays. Expects ``errstate`` set by the caller."""
-    p = layer.projections
-    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
-    batch, tokens, d_model = x.shape
-    weight, bias = layer.packed()
-    projected = (x.reshape(batch * tokens, d_model) @ weight).reshape(
-        batch, tokens, weight.shape[1])
-    if bias is not None:
-        projected += bias
-    qw, kw = heads * dk, kv * dk
-    query = _heads_axis(projected[..., :qw], heads)  # [B,H,T,d_k]
-    key = _heads_axis(projected[..., qw:qw + kw], kv)  # [B,G,T,d_k]
-    value = _heads_axis(projected[..., qw + kw:], kv)  # [B,G,T,d_v]
-    rotated_query = rotated_key = None
-    matched_query, matched_key = query, key
-    if p.rope is not None:  # after the biases, before the scores (as HF applies it)
-        matched_query = rotated_query = p.rope.rotate(query)
-        matched_key = rotated_key = p.rope.rotate(key)
-    # [B,G,H/G,T,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,T,T] -> [B,H,T,T]
-    scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
-              ).reshape(batch, heads, tokens, tokens)
-    if p.given_scale is None:  # the chapter's division, bit for bit
-        scaled_scores = scores / math.sqrt(dk)
-    else:
-        scaled_scores = scores * p.given_scale
-    if causal:
-        np.copyto(scaled_scores, -np.inf, where=causal_mask(tokens))
-    # one softmax pass, in one buffer: the steps of stable_softmax
-    attention = np.zeros(scaled_scores.shape)
-    if attention.size:
-        np.subtract(scaled_scores, np.max(scaled_scores, axis=-1, keepdims=True), out=attention)
-        np.exp(attention, out=attention)
-        attention /= np.sum(attention, axis=-1, keepdims=True)
-    # [B,G,H/G,T,T] @ [B,G,1,T,d_v] -> [B,H,T,d_v]
-    mixed = (_grouped(attention, kv) @ value[:, :, None]).reshape(
-        batch, heads, tokens, layer.d_v)
-    concat = np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(
-        batch, tokens, layer.concat_width)
-    per_kv = heads // kv
-    records = tuple(
-        AttentionForward(query[:, h], key[:, h // per_kv], value[:, h // per_kv], scores[:, h],
-                         scaled_scores[:, h], attention[:, h], mixed[:, h],
-                         None if rotated_query is None else rotated_query[:, h],
-                         None if rotated_key is None else rotated_key[:, h // per_kv])
-        for h in range(heads))
-    stacked = {"scores": scores, "scaled_scores": scaled_scores, "attention": attention,
-               "query": query, "key": key, "value": value}
-    if rotated_query is not None and rotated_key is not None:
-        stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
-    return LayerForward(records, concat, layer.project_out(concat), stacked)
-
-
-def batched_backward(layer: MultiHeadLayer, x: Array, forward: LayerForward, grad_concat: Array,
-                     grad_out_weight: Array | None, grad_out_bias: Array | None
-                     ) -> LayerGradients:
-    """The reverse of :func:`batched_forward` for ``dC`` (``[B,T,H*d_v]``): batched over heads
-    as the forward is; a K/V head's gradients sum its group's. Expects ``errstate`` set."""
-    p = layer.projections
-    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
-    batch, tokens, d_model = x.shape
-    per_kv = heads // kv
-    matched = "" if p.rope is None else "rotated_"
-    a = _batched(forward, "attention", heads, 1)
-    grad_mixed = _heads_axis(grad_concat, heads)  # [B,H,T,d_v]
-    value_kv = _batched(forward, "value", kv, per_kv)  # [B,G,T,d_v]
-    key_kv = _batched(forward, matched + "key", kv, per_kv)  # [B,G,T,d_k]
-    query_h = _batched(forward, matched + "query", heads, 1)  # [B,H,T,d_k]
-    # dA = dO V^T: [B,G,H/G,T,d_v] @ [B,G,1,d_v,T] -> [B,H,T,T]
-    grad_attention = (_grouped(grad_mixed, kv) @ np.swapaxes(value_kv, -1, -2)[:, :, None]
-                      ).reshape(a.shape)
-    grad_value = np.swapaxes(a, -1, -2) @ grad_mixed  # per query head: [B,H,T,d_v]
-    # softmax reverse, one buffer: dZ = A * (dA - rowsum(dA * A))
-    grad_scaled_scores = np.multiply(grad_attention, a)
-    rowsum = np.sum(grad_scaled_scores, axis=-1, keepdims=True)
-    np.subtract(grad_attention, rowsum, out=grad_scaled_scores)
-    grad_scaled_scores *= a
-    if p.given_scale is None:
-        grad_scores = grad_scaled_scores / math.sqrt(dk)
-    else:
-        grad_scores = grad_scaled_scores * p.given_scale
-    # dQ = dS K: [B,G,H/G,T,T] @ [B,G,1,T,d_k]; dK per query head = dS^T Q
-    grad_query = (_grouped(grad_scores, kv) @ key_kv[:, :, None]).reshape(query_h.shape)
-    grad_key = np.swapaxes(grad_scores, -1, -2) @ query_h
-    if p.rope is not None:  # back through the rotation: its transpose turns the other way
-        grad_query = p.rope.rotate(grad_query, inverse=True)
-        grad_key = p.rope.rotate(grad_key, inverse=True)
-    head_grads = tuple(
-        HeadGradients(grad_attention[:, h], grad_scaled_scores[:, h], grad_scores[:, h],
-                      grad_query[:, h], grad_key[:, h], grad_value[:, h]) for h in range(heads))
-    # [dQ | dK | dV] in the packed columns, a K/V head's the sum over its group
-    qw, kw = heads * dk, kv * dk
-    joined = np.empty((batch, tokens, qw + kw + kv * layer.d_v))
-    _heads_axis(joined[..., :qw], heads)[...] = grad_query
-    _heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
-    _heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
-    weight, _ = layer.packed()
-    rows = x.reshape(batch * tokens, d_model)
-    flat = joined.reshape(batch * tokens, joined.shape[-1])
-    grad_input = (flat @ weight.T).reshape(x.shape)  # dX: the three paths in one GEMM
-    grad_w = rows.T @ flat  # [d_model,BT] @ [BT, H*d_k + 2 G*d_k]
-    cuts = (slice(0, qw), slice(qw, qw + kw), slice(qw + kw, None))
-    w = [np.ascontiguousarray(grad_w[:, c]) for c in cuts]
-    sums = flat.sum(axis=0) if any(b is not None for b in p.biases) else None
-    b = [None if bias is None or sums is None else sums[c]
-         for bias, c in zip(p.biases, cuts, strict=True)]
-    grads_stacked = {"grad_attention": grad_attention, "grad_scaled_scores": grad_scaled_scores,
-                     "grad_scores": grad_scores}
-    return LayerGradients(head_grads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1],
-                          b[2], grad_out_weight, grad_out_bias, grads_stacked)
-
 
 def layer_loss(forward: LayerForward, upstream: Array) -> float:
     """``L = <Y, U>``: the scalar whose gradient :meth:`MultiHeadLayer.backward` gives."""
