@@ -541,7 +541,8 @@ def main(argv: list[str]) -> None:
         from end_to_end import bench_attend_end_to_end
 
         bench_attend_end_to_end(qkv_program(), 1 if args.quick else 3, NEUTRAL_DIR,
-                                (64,) if args.quick else (64, 1024))
+                                (64,) if args.quick else (64, 1024),
+                                () if args.quick else (512,))
     if "gradcheck" not in args.skip:
         bench_gradcheck(repeats)
     if "startup" not in args.skip:

@@ -6,8 +6,10 @@ baseline processes.
 to a ``.safetensors`` checkpoint in a temporary directory, its fixture made by ``qkv init
 --from-safetensors --prefix h.0.attn. --heads 12 --tokens T``, run as ``qkv attend
 --causal`` in text, json and rich against a process that imports NumPy and runs the
-layer's causal forward+reverse four times (:data:`ATTEND_BASELINE`); then the
-newcomer's fixtures (``qkv init --generate``) timed alone.
+layer's causal forward+reverse four times (:data:`ATTEND_BASELINE`); a LLaMA-like
+layer (E 2048, 32 heads, 8 K/V heads, RoPE, with its ``config.json``) likewise at T=512
+(:data:`LLAMA_BASELINE`, rows ``L512``); then the newcomer's fixtures (``qkv init
+--generate``) timed alone.
 
 The baseline imports NumPy, makes tensors of the fixture's size and runs the fused
 forward+reverse (``X@[W]``, ``[dY]@[W]^T``, ``X^T@[dY]``) four times: roughly the least
@@ -72,6 +74,45 @@ for _ in range(4):
                           axis=1)
     dx = dqkv @ wa.T; dwa = x.T @ dqkv; dba = dqkv.sum(0)
 """
+LLAMA_BASELINE = """
+import numpy as np
+B, T, E, H, G = 1, {tokens}, 2048, 32, 8
+d, per = E // H, H // G
+rng = np.random.default_rng(0)
+x = rng.uniform(-1, 1, (B * T, E))
+wa = rng.normal(0, 0.02, (E, (H + 2 * G) * d)); wo = rng.normal(0, 0.02, (E, E))
+u = rng.uniform(-1, 1, (B * T, E))
+mask = np.triu(np.ones((T, T), bool), 1)
+angles = np.arange(T)[:, None] / 10000.0 ** (np.arange(0, d, 2) / d)
+cos, sin = np.cos(angles), np.sin(angles)
+def rope(t, sign):
+    a, b = t[..., :d // 2], t[..., d // 2:]
+    return np.concatenate([a * cos - sign * b * sin, b * cos + sign * a * sin], -1)
+def heads(flat, n):
+    return flat.reshape(B, T, n, d).transpose(0, 2, 1, 3)
+for _ in range(4):
+    y = x @ wa
+    q = rope(heads(y[:, :H * d], H), 1).reshape(B, G, per, T, d)
+    k = rope(heads(y[:, H * d:(H + G) * d], G), 1)[:, :, None]
+    v = heads(y[:, (H + G) * d:], G)[:, :, None]
+    s = np.where(mask, -np.inf, q @ k.transpose(0, 1, 2, 4, 3) / np.sqrt(d))
+    a = np.exp(s - s.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    c = (a @ v).reshape(B, H, T, d).transpose(0, 2, 1, 3).reshape(B * T, E)
+    out = c @ wo
+    dc = u @ wo.T; dwo = c.T @ u
+    do = dc.reshape(B, T, H, d).transpose(0, 2, 1, 3).reshape(B, G, per, T, d)
+    da = do @ v.transpose(0, 1, 2, 4, 3); dv = (a.transpose(0, 1, 2, 4, 3) @ do).sum(2)
+    ds = a * (da - (da * a).sum(-1, keepdims=True)) / np.sqrt(d)
+    dq = rope((ds @ k).reshape(B, H, T, d), -1)
+    dk = rope((ds.transpose(0, 1, 2, 4, 3) @ q).sum(2), -1)
+    flat = np.concatenate([g.transpose(0, 2, 1, 3).reshape(B * T, -1) for g in (dq, dk, dv)],
+                          axis=1)
+    dx = flat @ wa.T; dwa = x.T @ flat
+"""
+"""The LLaMA-like layer's four passes: packed projections, RoPE, grouped K/V heads
+broadcast, causal softmax, ``A V``, ``o_proj``; the reverse likewise."""
+LLAMA_TOKENS = (512,)
 GPT2_TOKENS = (64, 1024)
 NEWCOMERS = ((2, 128, 64, 16), (2, 300, 50, 8))
 """The newcomer's ``qkv init --generate`` fixtures: batch, tokens, d_model, d_head."""
@@ -93,12 +134,56 @@ save_file({"h.0.attn.c_attn.weight": normal(e, 3 * e), "h.0.attn.c_attn.bias": n
 child: a child's peak RSS starts at its parent's, so the bench process stays small."""
 
 
+LLAMA_WRITER = """
+import json, os, sys
+import numpy as np
+from safetensors.numpy import save_file
+rng = np.random.default_rng(0)
+e, heads, kv = 2048, 32, 8
+d = e // heads
+def normal(*shape):
+    return (0.02 * rng.normal(size=shape)).astype(np.float32)
+p = "model.layers.0.self_attn."
+save_file({p + "q_proj.weight": normal(e, e), p + "k_proj.weight": normal(kv * d, e),
+           p + "v_proj.weight": normal(kv * d, e), p + "o_proj.weight": normal(e, e)},
+          os.path.join(sys.argv[1], "model.safetensors"))
+config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": e,
+          "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": 1,
+          "rope_theta": 10000.0, "attention_bias": False}
+with open(os.path.join(sys.argv[1], "config.json"), "w") as out:
+    json.dump(config, out)
+"""
+"""A LLaMA-like first attention layer (E 2048, 32 heads, 8 K/V heads, RoPE, no biases):
+names, shapes and ``config.json``, random float32 weights."""
+
+
 def write_gpt2_checkpoint(path: str) -> None:
     subprocess.run([sys.executable, "-c", CHECKPOINT_WRITER, path], check=True)
 
 
+def llama_rows(qkv: list[str], directory: str, rounds: int, neutral_dir: str,
+               env: dict[str, str], tokens: tuple[int, ...]) -> None:
+    """The LLaMA-like layer's rows, as the GPT-2 ones (its ``config.json`` gives heads,
+    K/V heads, RoPE and causality)."""
+    folder = os.path.join(directory, "llama")
+    os.makedirs(folder)
+    subprocess.run([sys.executable, "-c", LLAMA_WRITER, folder], check=True)
+    for t in tokens:
+        fixture = os.path.join(directory, f"llama-{t}.json")
+        subprocess.run([*qkv, "init", "--from-safetensors",
+                        os.path.join(folder, "model.safetensors"), "--prefix",
+                        "model.layers.0.self_attn.", "--tokens", str(t), "-o", fixture],
+                       check=True, cwd=neutral_dir, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        baseline = [sys.executable, "-c", LLAMA_BASELINE.format(tokens=t)]
+        for fmt in FORMATS:
+            row(f"L{t:>4} {fmt:<7}", baseline, [*qkv, "attend", fixture, "-f", fmt], rounds,
+                neutral_dir, env)
+
+
 def bench_attend_end_to_end(qkv: list[str], rounds: int, neutral_dir: str,
-                            tokens: tuple[int, ...] = GPT2_TOKENS) -> None:
+                            tokens: tuple[int, ...] = GPT2_TOKENS,
+                            llama: tuple[int, ...] = LLAMA_TOKENS) -> None:
     """Print the GPT-2-small rows (wall, memory, output against the baseline) and the
     newcomer's fixtures' wall times."""
     env = {**os.environ, "COLUMNS": "120"}
@@ -121,6 +206,10 @@ def bench_attend_end_to_end(qkv: list[str], rounds: int, neutral_dir: str,
             for fmt in FORMATS:
                 command = [*qkv, "attend", fixture, "--causal", "-f", fmt]
                 row(f"{t:>5} {fmt:<7}", baseline, command, rounds, neutral_dir, env)
+        if llama:
+            print("LLaMA-like layer (E 2048, 32 heads, 8 K/V heads, RoPE, causal from its "
+                  "config.json), rows L<T>:")
+            llama_rows(qkv, directory, rounds, neutral_dir, env, llama)
         print("targets: wall <= 3x, memory <= 2x, output <= 256 KiB")
         print("newcomer fixtures (qkv init --generate), qkv attend -f text alone:")
         for b, t, d, h in NEWCOMERS:
