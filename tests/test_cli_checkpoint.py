@@ -53,6 +53,27 @@ def test_inspect_lists_every_tensor_and_marks_the_projections(checkpoint: Path) 
     assert lines[-1] == "# 1 attention layer, by --prefix: h.0.attn."
 
 
+def test_a_model_folder_stands_for_its_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
+    # save_pretrained's folder, as from_pretrained takes it: model.safetensors inside
+    folder = tmp_path / "model"
+    folder.mkdir()
+    checkpoint.rename(folder / "model.safetensors")
+    listed = invoke("inspect", str(folder))
+    assert listed.exit_code == 0 and listed.output.splitlines()[-1].endswith("h.0.attn.")
+    made = invoke("init", "--from-safetensors", str(folder), "--prefix", "h.0.attn.",
+                  "--heads", str(HEADS), "--causal", "--tokens", str(TOKENS),
+                  "-o", str(folder / "layer.json"))
+    assert made.exit_code == 0, made.output
+    refs = json.loads((folder / "layer.json").read_text())["weights"]
+    assert refs["c_attn_weight"]["safetensors"] == "model.safetensors"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = invoke("inspect", str(empty))
+    assert refused.exit_code == 2
+    assert "is a folder without model.safetensors or model.safetensors.index.json" in (
+        refused.output)
+
+
 def test_checkpoint_layer_equals_the_same_layer_as_json(checkpoint: Path, tmp_path: Path) -> None:
     layer = tmp_path / "layer.json"
     result = invoke("init", "--from-safetensors", str(checkpoint), "--prefix", "h.0.attn.",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.io import SafePath, check_outputs, write_file
+from qkvcli.cli.io import CheckpointPath, SafePath, check_outputs, write_file
 from qkvcli.core.splitmix import MASK64
 
 MIN_BYTES_PER_VALUE = 4
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
 @click.option("--max-elements", type=click.IntRange(min=1), default=None,
               help=f"Refuse to write a tensor larger than this many elements.  [default: "
               f"{INIT_MAX_ELEMENTS} written out, {LARGE_MAX_ELEMENTS} with --generate/--npy]")
-@click.option("--from-safetensors", "checkpoint", type=SafePath(dir_okay=False), default=None,
+@click.option("--from-safetensors", "checkpoint", type=CheckpointPath(), default=None,
               metavar="CHECKPOINT",
               help="Write an attend fixture referencing CHECKPOINT's attention projections "
               "under --prefix (with --heads, --tokens, --seed).")

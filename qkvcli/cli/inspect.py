@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.io import SafePath
+from qkvcli.cli.io import CheckpointPath
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -139,7 +139,7 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
 
 
 @click.command()
-@click.argument("checkpoint", type=SafePath(dir_okay=False))
+@click.argument("checkpoint", type=CheckpointPath())
 def inspect(checkpoint: Path) -> None:
     """List every tensor of CHECKPOINT (.safetensors, or a sharded model.safetensors.index.json).
 

@@ -70,6 +70,30 @@ class SafePath(click.Path):
         return super().convert(value, param, ctx)
 
 
+CHECKPOINT_FILES = ("model.safetensors", "model.safetensors.index.json")
+"""What a model folder holds, as ``save_pretrained`` writes it: one file, or a sharded index."""
+
+
+class CheckpointPath(SafePath):
+    """A checkpoint argument: a ``.safetensors`` file or index, or a model folder, read as
+    the first of :data:`CHECKPOINT_FILES` it holds (as ``from_pretrained`` takes a folder)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and os.path.isdir(value):
+            check_path_argument(value)
+            found = [name for name in CHECKPOINT_FILES
+                     if os.path.isfile(os.path.join(value, name))]
+            if not found:
+                self.fail(f"{printable(value)} is a folder without {' or '.join(CHECKPOINT_FILES)}"
+                          f": name the checkpoint file", param, ctx)
+            value = os.path.join(value, found[0])
+        return super().convert(value, param, ctx)
+
+
 def check_path_argument(value: str) -> None:
     """Refuse a path no system can open: a NUL byte, or a name over the system's limits.
 
