@@ -182,17 +182,29 @@ def compare(evidence: dict[str, Any], y: Any, attention: Any, x: Any,
     assert checked == set(gradients)  # every parameter gradient qkv reports was compared
 
 
-def linear_gradients(module: Any, names: tuple[str, ...], out: Any) -> dict[str, Any]:
+def own_gradients(model: Any, *paths: str) -> dict[str, Any]:
+    """The gradient of each parameter of the modules at ``paths``, under the name qkv must
+    publish it by, built from the framework's own names: the module's attribute name and
+    the parameter's (``layers.0.self_attn.q_proj`` -> ``q_proj_weight_gradient``, BERT's
+    ``attention.output.dense`` -> ``dense_bias_gradient``)."""
     found = {}
-    for branch, short in zip(("query", "key", "value"), names, strict=True):
-        linear = getattr(module, short)
-        found[f"{branch}_weight_gradient"] = linear.weight.grad
-        if linear.bias is not None:
-            found[f"{branch}_bias_gradient"] = linear.bias.grad
-    found["out_proj_weight_gradient"] = out.weight.grad
-    if out.bias is not None:
-        found["out_proj_bias_gradient"] = out.bias.grad
+    for path in paths:
+        module = model.get_submodule(path)
+        for parameter, value in module.named_parameters(recurse=False):
+            found[f"{path.rsplit('.', 1)[-1]}_{parameter}_gradient"] = value.grad
     return found
+
+
+def assert_sources_are_the_models(model: Any, evidence: dict[str, Any]) -> None:
+    """Each published key names a parameter of the model: the JSON's ``parameter_sources``
+    is its tensor name relative to the layer, and the key its last module and parameter."""
+    names = {name for name, _ in model.named_parameters()}
+    sources = evidence["config"]["parameter_sources"]
+    assert sources, "a checkpoint layer publishes its parameters' sources"
+    for key, tensor in sources.items():
+        assert key == "_".join(tensor.split(".")[-2:]), (key, tensor)
+        assert sum(name.endswith("." + tensor) for name in names) >= 1, tensor
+        assert f"{key}_gradient" in evidence["tensors"], key
 
 
 def gpt2_config(**extra: Any) -> Any:
@@ -200,12 +212,10 @@ def gpt2_config(**extra: Any) -> Any:
                                    n_positions=16, bos_token_id=0, eos_token_id=0, **extra)
 
 
-def gpt2_gradients(module: Any) -> dict[str, Any]:
-    weight, bias = module.c_attn.weight.grad, module.c_attn.bias.grad
+def gpt2_gradients(model: Any, prefix: str) -> dict[str, Any]:
+    found = own_gradients(model, prefix + "c_attn", prefix + "c_proj")
+    weight, bias = found["c_attn_weight_gradient"], found["c_attn_bias_gradient"]
     width = weight.shape[1] // 3
-    found = {"c_attn_weight_gradient": weight, "c_attn_bias_gradient": bias,
-             "c_proj_weight_gradient": module.c_proj.weight.grad,
-             "c_proj_bias_gradient": module.c_proj.bias.grad}
     for i, branch in enumerate(("query", "key", "value")):  # Conv1D columns, query|key|value
         found[f"{branch}_weight_gradient"] = weight[:, i * width:(i + 1) * width]
         found[f"{branch}_bias_gradient"] = bias[i * width:(i + 1) * width]
@@ -230,8 +240,9 @@ def test_gpt2_matches_the_model(tmp_path: Path, flags: dict[str, Any], head: str
     assert evidence["config"]["causal"] is True and evidence["config"]["heads"] == 4
     if flags:
         assert evidence["config"]["scale_given"] is True
-    y, a, x, module = model_run(model, prefix, evidence)
-    compare(evidence, y, a, x, gpt2_gradients(module))
+    y, a, x, _ = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, gpt2_gradients(model, prefix))
+    assert_sources_are_the_models(model, evidence)
 
 
 BERT_CASES = [("bert", "BertConfig", {}), ("bert-decoder", "BertConfig", {"is_decoder": True}),
@@ -249,9 +260,13 @@ def test_bert_matches_the_model_with_its_output_dense(tmp_path: Path, config_nam
     prefix = "encoder.layer.0.attention.self."
     evidence = qkv_layer(folder, prefix)
     assert evidence["config"]["causal"] is bool(extra.get("is_decoder"))
-    y, a, x, module = model_run(model, prefix, evidence, out="encoder.layer.0.attention.output.dense")
-    out = model.get_submodule("encoder.layer.0.attention.output.dense")
-    compare(evidence, y, a, x, linear_gradients(module, ("query", "key", "value"), out))
+    out = "encoder.layer.0.attention.output.dense"
+    y, a, x, _ = model_run(model, prefix, evidence, out=out)
+    # BERT's own names: self.query.weight -> query_weight, output.dense.bias -> dense_bias
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + short for short in (
+        "query", "key", "value")), out))
+    assert "dense_weight_gradient" in evidence["tensors"]
+    assert_sources_are_the_models(model, evidence)
 
 
 LLAMA_LIKE = [
@@ -277,9 +292,13 @@ def test_llama_family_matches_the_model(tmp_path: Path, config_name: str,
     assert evidence["config"]["rope"] == {"theta": theta, "dims": 4, "layout": "half"}
     kv = extra["num_key_value_heads"]
     assert evidence["config"].get("kv_heads") == (None if kv == 4 else kv)
-    y, a, x, module = model_run(model, prefix, evidence, theta=theta)
-    compare(evidence, y, a, x, linear_gradients(module, ("q_proj", "k_proj", "v_proj"),
-                                                module.o_proj))
+    y, a, x, _ = model_run(model, prefix, evidence, theta=theta)
+    # LLaMA's own names: q_proj_weight_gradient is model...q_proj.weight.grad, and so on
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + short for short in (
+        "q_proj", "k_proj", "v_proj", "o_proj"))))
+    assert {"q_proj_weight_gradient", "o_proj_weight_gradient"} <= set(evidence["tensors"])
+    assert "query_weight_gradient" not in evidence["tensors"]
+    assert_sources_are_the_models(model, evidence)
 
 
 @pytest.mark.usefixtures("float64_softmax")
@@ -290,9 +309,10 @@ def test_opt_matches_the_model_with_its_out_proj(tmp_path: Path) -> None:
     prefix = "decoder.layers.0.self_attn."
     evidence = qkv_layer(folder, prefix)
     assert evidence["config"]["out_projection"] == "out_proj"
-    y, a, x, module = model_run(model, prefix, evidence)
-    compare(evidence, y, a, x, linear_gradients(module, ("q_proj", "k_proj", "v_proj"),
-                                                module.out_proj))
+    y, a, x, _ = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + short for short in (
+        "q_proj", "k_proj", "v_proj", "out_proj"))))
+    assert_sources_are_the_models(model, evidence)
 
 
 @pytest.mark.usefixtures("float64_softmax")
@@ -306,19 +326,17 @@ def test_gpt_neox_matches_the_model_with_partial_rotary(tmp_path: Path) -> None:
     assert evidence["config"]["rope"] == {"theta": 10000.0, "dims": 4, "layout": "half"}
     y, a, x, module = model_run(model, prefix, evidence, theta=10000.0)
     heads, d_head = 2, 8
+    # the packed tensor in its own interleaved layout, as the fixture gave it, and the
+    # output projection by its own name, dense
+    gradients = own_gradients(model, prefix + "query_key_value", prefix + "dense")
     # query_key_value rows are [H, 3, d_head]: gather each branch's rows over the heads
     weight = module.query_key_value.weight.grad.reshape(heads, 3, d_head, 16)
     bias = module.query_key_value.bias.grad.reshape(heads, 3, d_head)
-    gradients = {}
     for i, branch in enumerate(("query", "key", "value")):
         gradients[f"{branch}_weight_gradient"] = weight[:, i].reshape(heads * d_head, 16)
         gradients[f"{branch}_bias_gradient"] = bias[:, i].reshape(-1)
-    # and the packed tensor in its own interleaved layout, as the fixture gave it
-    gradients["query_key_value_weight_gradient"] = module.query_key_value.weight.grad
-    gradients["query_key_value_bias_gradient"] = module.query_key_value.bias.grad
-    gradients["out_proj_weight_gradient"] = module.dense.weight.grad
-    gradients["out_proj_bias_gradient"] = module.dense.bias.grad
     compare(evidence, y, a, x, gradients)
+    assert_sources_are_the_models(model, evidence)
 
 
 def test_a_sharded_gpt2_reads_each_tensor_from_its_shard(tmp_path: Path) -> None:
@@ -330,8 +348,9 @@ def test_a_sharded_gpt2_reads_each_tensor_from_its_shard(tmp_path: Path) -> None
     evidence = qkv_layer(folder, prefix, checkpoint="model.safetensors.index.json")
     document = json.loads((folder / "layer.json").read_text())
     assert document["weights"]["c_proj_weight"]["safetensors"] == shards[prefix + "c_proj.weight"]
-    y, a, x, module = model_run(model, prefix, evidence)
-    compare(evidence, y, a, x, gpt2_gradients(module))
+    y, a, x, _ = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, gpt2_gradients(model, prefix))
+    assert_sources_are_the_models(model, evidence)
 
 
 def test_a_hub_cache_snapshot_runs_with_trust_paths_only(tmp_path: Path) -> None:
@@ -356,8 +375,8 @@ def test_a_hub_cache_snapshot_runs_with_trust_paths_only(tmp_path: Path) -> None
     run = invoke("attend", str(layer), "-f", "json", "--trust-paths")
     assert run.exit_code == 0, run.output
     evidence = json.loads(run.stdout)
-    y, a, x, module = model_run(model, "h.0.attn.", evidence)
-    compare(evidence, y, a, x, gpt2_gradients(module))
+    y, a, x, _ = model_run(model, "h.0.attn.", evidence)
+    compare(evidence, y, a, x, gpt2_gradients(model, "h.0.attn."))
     # inside the snapshot the fixture's own link leads out too: refused, then trusted
     inside = snapshot / "layer.json"
     assert invoke("init", "--from-safetensors", str(snapshot / "model.safetensors"),

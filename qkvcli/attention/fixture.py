@@ -276,6 +276,8 @@ class LayerParts(Record):
     branch_layouts: tuple[str, str, str]  # "qkv" or "torch" per branch
     packed: str | None  # "in_proj", "c_attn", "query_key_value" or None
     out_layout: str | None  # "out_proj", "c_proj" or None
+    # (vocabulary name, checkpoint tensor name) of each parameter read from a checkpoint
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 class Features(Record):
@@ -391,7 +393,29 @@ def parse_layer(
               "query_key_value": "query_key_value"}.get(canonical.layout)
     given = tuple(branch.given for branch in canonical.branches)
     return LayerParts(layer, (given[0], given[1], given[2]), packed,
-                      None if out is None else out.layout)
+                      None if out is None else out.layout, checkpoint_sources(data["weights"]))
+
+
+_SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
+    ("in_proj", "packed"), ("c_attn", "packed"), ("query_key_value", "packed"),
+    ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")}
+
+
+def checkpoint_sources(weights: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``(vocabulary name, tensor name)`` of each parameter of the (validated) ``weights``
+    that names a checkpoint tensor (``w_query``, ``b_query``, ``w_packed``, ``w_out``...):
+    how the user's framework calls it. Inline, ``npy`` and generated tensors have none."""
+    def tensor_name(value: Any) -> str | None:
+        named = isinstance(value, dict) and "safetensors" in value
+        return value["tensor"] if named and isinstance(value.get("tensor"), str) else None
+
+    branches = [weights.get(branch) for branch in BRANCHES]
+    given = [*((f"w_{b}", value) for b, value in zip(BRANCHES, branches, strict=True)),
+             *((f"b_{b}", value.get("bias") if isinstance(value, dict) else None)
+               for b, value in zip(BRANCHES, branches, strict=True)),
+             *((name, weights.get(key)) for key, name in _SOURCED_KEYS.items())]
+    return tuple((name, tensor) for name, value in given
+                 if (tensor := tensor_name(value)) is not None)
 
 
 def parse_upstream_output(
@@ -408,5 +432,5 @@ def parse_upstream_output(
     return grad
 
 
-__all__ = ["LAYER_TOP_KEYS", "OUT_KEYS", "UPSTREAM_OUTPUT", "LayerParts", "parse_layer",
-           "parse_upstream_output"]
+__all__ = ["LAYER_TOP_KEYS", "OUT_KEYS", "UPSTREAM_OUTPUT", "LayerParts", "checkpoint_sources",
+           "parse_layer", "parse_upstream_output"]

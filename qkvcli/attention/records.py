@@ -48,6 +48,9 @@ class AttendConfig(Record):
     rope: Rope | None = None  # rotary position embedding of Q and K
     scale_given: bool = False  # the fixture's "scale", not 1/sqrt(d_k)
     architecture: str | None = None  # the model the fixture says it was read from
+    # (vocabulary name, checkpoint tensor name relative to the layer) of each parameter
+    # read from a checkpoint: ("w_query", "q_proj.weight"), ("w_out", "o_proj.weight"), ...
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 class AttendPrimary(Record):

@@ -4,7 +4,8 @@ Every word ``qkv attend`` prints lives here: the check details, the teacher's no
 the published names of the tensors and checks. The evidence holds tensors by vocabulary
 name (``w_query``, ``attention``, ``grad_attention``, ...); :func:`published_name`
 gives the names the text and the JSON have always used (``query_weight``, ``weights``,
-``weights_gradient``, ...). The rich view (:mod:`qkvcli.render.rich.attend`) reuses
+``weights_gradient``, ...), and a parameter read from a checkpoint its framework's name
+(``q_proj_weight``, ``o_proj_weight_gradient``). The rich view (:mod:`qkvcli.render.rich.attend`) reuses
 the same wording.
 """
 
@@ -45,16 +46,32 @@ SPLIT_VIEWS = tuple(f"{kind}_{branch}" for kind in ("w", "b", "grad_w", "grad_b"
 gradient), so a packed layer's text and JSON give them as digests only."""
 CHECK_NAMES = {"attention": "weights"}
 """Checks published under another name: the attention check has always been ``weights``."""
+TEXT_KEYS = ("attend", "formula", "config", "layout", "layer", "parameter_names", "parameter_count",
+             "function", "scale", "loss", "token", "check", "head", "gradcheck", "probe", "note")
+"""The text view's line keys that are not tensors: no published tensor name may be one."""
 
 
 def published_name(name: str, config: AttendConfig) -> str:
     """The published (text and JSON) name of the tensor ``name`` of evidence with ``config``.
 
+    A parameter read from a checkpoint, and its gradient, take its framework's name
+    (:func:`framework_names`: ``q_proj_weight``, ``o_proj_weight_gradient``). Otherwise
     ``w_query`` is ``query_weight``, ``grad_w_query`` ``query_weight_gradient``,
     ``attention`` ``weights``, ``grad_output`` ``upstream_output``; a packed projection
     (``w_packed``) and an output projection (``w_out``) take their layout's name
     (``in_proj_weight``, ``c_proj_bias``, ...).
     """
+    gradient = name.startswith("grad_") and name != "grad_output"
+    base = name[5:] if gradient else name
+    framework = framework_names(config).get(base) if config.sources else None
+    if framework is None:
+        return default_name(name, config)
+    return f"{framework}_gradient" if gradient else framework
+
+
+def default_name(name: str, config: AttendConfig) -> str:
+    """The published name of tensor ``name`` without the checkpoint's names (the
+    vocabulary's, as qkv has always published it)."""
     if name == "grad_output":
         return "upstream_output"
     gradient = name.startswith("grad_")
@@ -65,6 +82,37 @@ def published_name(name: str, config: AttendConfig) -> str:
     else:
         base = _PUBLISHED.get(base, base)
     return f"{base}_gradient" if gradient else base
+
+
+def framework_key(tensor: str) -> str | None:
+    """The published key of a checkpoint tensor named ``tensor``: its last module name and
+    its parameter name joined by ``_`` (``q_proj.weight`` is ``q_proj_weight``, BERT's
+    ``output.dense.bias`` ``dense_bias``), or ``None`` unless both are ASCII identifiers
+    and the module is not a number (an ``nn.Sequential`` index names nothing)."""
+    parts = tensor.split(".")
+    if len(parts) < 2 or not all(p.isascii() and p.isidentifier() for p in parts[-2:]):
+        return None
+    return f"{parts[-2]}_{parts[-1]}"
+
+
+def framework_names(config: AttendConfig) -> dict[str, str]:
+    """``{vocabulary name: published key}`` of the parameters read from a checkpoint
+    (``config.sources``), by :func:`framework_key`; empty (every parameter keeps its
+    :func:`default_name`) when any key is unusable or would collide with another
+    published name, its own gradient's, a text line's key or another parameter's."""
+    keys = {name: framework_key(tensor) for name, tensor in config.sources}
+    found = {name: key for name, key in keys.items() if key is not None}
+    if len(found) < len(keys):
+        return {}
+    # every other tensor's name, also of tensors this layer lacks: a spare name only
+    # ever makes the layer fall back to the defaults, never two tensors share one
+    renamed = {*found, *(f"grad_{name}" for name in found)}
+    taken = {*TEXT_KEYS, *(default_name(name, config) for name in (*PARAMETERS, *FORWARD,
+                                                                    *REVERSE) if name not in renamed)}
+    published = [*found.values(), *(f"{key}_gradient" for key in found.values())]
+    if len(set(published)) < len(published) or taken & set(published):
+        return {}
+    return found
 
 
 def tensor_policy(name: str, config: AttendConfig, policy: str) -> str:
@@ -290,6 +338,8 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["rope"] = {"theta": c.rope.theta, "dims": c.rope.dims, "layout": c.rope.layout}
     if c.scale_given:
         found["scale_given"] = True
+    if c.sources:  # the framework's own tensor names, relative to the layer
+        found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
     return found
 
 

@@ -29,6 +29,7 @@ from qkvcli.core.text import escape_controls
 from qkvcli.render.attend import (
     REVERSE,
     attend_checks,
+    default_name,
     formula_of,
     note_text,
     published_name,
@@ -134,8 +135,11 @@ def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
         values = np.asarray(tensors[name], dtype=np.float64)
         largest = float(np.max(np.abs(values))) if values.size else 0.0
         norm = float(np.linalg.norm(values.reshape(-1))) if values.size else 0.0
-        shown_name = published_name(name, evidence.config)
-        table.add_row(cell(SYMBOLS.get(shown_name, shown_name)), cell(fmt_shape(values.shape)),
+        # the chapter's symbol, then a checkpoint parameter's framework name (dW_Q q_proj_...)
+        default, shown_name = (f(name, evidence.config) for f in (default_name, published_name))
+        symbol = SYMBOLS.get(default, default)
+        label = symbol if shown_name == default else f"{symbol} {shown_name}"
+        table.add_row(cell(label), cell(fmt_shape(values.shape)),
                       cell(fmt_float(largest, options.precision)),
                       cell(fmt_float(norm, options.precision)))
     rules = (f"U from SplitMix64(seed {evidence.seed}) uniform [-1,1);", *REVERSE_RULES,
