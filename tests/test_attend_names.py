@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attention.fixture import checkpoint_sources, parse_attend_fixture
-from qkvcli.attention.layer_evidence import build_layer_evidence, relative_sources
+from qkvcli.attention.fixture import checkpoint_sources, parse_attend_fixture, relative_sources
+from qkvcli.attention.layer_evidence import build_layer_evidence
 from qkvcli.attention.records import AttendConfig
 from qkvcli.cli import main
 from qkvcli.render.attend import (
@@ -246,3 +246,17 @@ def test_published_names_never_collide(chosen: dict[str, str]) -> None:
 
 
 CONFIG = layer_config()
+
+
+def test_one_head_read_from_a_checkpoint_takes_the_framework_names_too(tmp_path: Path) -> None:
+    # No heads and no output projection: today's one head, its parameters from a checkpoint.
+    sourced, _ = llama_layer(tmp_path)
+    document = json.loads(sourced.read_text())
+    del document["heads"], document["weights"]["out_proj_weight"]
+    del document["weights"]["out_proj_bias"]
+    sourced.write_text(json.dumps(document))
+    run = invoke("attend", str(sourced), "-f", "json")
+    assert run.exit_code == 0, run.output
+    tensors = json.loads(run.stdout)["tensors"]
+    assert {"q_proj_weight", "q_proj_weight_gradient", "v_proj_bias_gradient"} <= set(tensors)
+    assert "query_weight_gradient" not in tensors

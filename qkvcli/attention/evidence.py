@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.fixture import AttendFixture
+from qkvcli.attention.fixture import AttendFixture, relative_sources
 from qkvcli.attention.gradcheck import gradcheck_head, plan_check
 from qkvcli.attention.head import (
     AttentionForward,
@@ -216,6 +216,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         layout_description=fixture.layout_description, scale=head.scale,
         parameter_count=head.parameter_count, names=head.names, rope=head.rope,
         scale_given=head.given_scale is not None, architecture=fixture.architecture,
+        sources=relative_sources(fixture.sources),
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

@@ -99,6 +99,7 @@ class AttendFixture(Record):
     layer: LayerParts | None = None  # heads, out_proj or c_attn: a multi-head layer
     causal: bool = False  # the fixture's "causal", or --causal
     architecture: str | None = None  # the model the fixture says it was read from
+    sources: tuple[tuple[str, str], ...] = ()  # (name, tensor) of checkpoint parameters
 
 
 def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
@@ -238,6 +239,7 @@ def parse_attend_fixture(
         layer=layer,
         causal=features.causal,
         architecture=features.architecture,
+        sources=checkpoint_sources(data["weights"]),
     )
 
 
@@ -276,8 +278,6 @@ class LayerParts(Record):
     branch_layouts: tuple[str, str, str]  # "qkv" or "torch" per branch
     packed: str | None  # "in_proj", "c_attn", "query_key_value" or None
     out_layout: str | None  # "out_proj", "c_proj" or None
-    # (vocabulary name, checkpoint tensor name) of each parameter read from a checkpoint
-    sources: tuple[tuple[str, str], ...] = ()
 
 
 class Features(Record):
@@ -393,7 +393,7 @@ def parse_layer(
               "query_key_value": "query_key_value"}.get(canonical.layout)
     given = tuple(branch.given for branch in canonical.branches)
     return LayerParts(layer, (given[0], given[1], given[2]), packed,
-                      None if out is None else out.layout, checkpoint_sources(data["weights"]))
+                      None if out is None else out.layout)
 
 
 _SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
@@ -418,6 +418,20 @@ def checkpoint_sources(weights: dict[str, Any]) -> tuple[tuple[str, str], ...]:
                  if (tensor := tensor_name(value)) is not None)
 
 
+def relative_sources(sources: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``sources`` (vocabulary name, checkpoint tensor name) with the tensor names' common
+    dotted prefix removed, the layer's place in the model, so each name is relative to the
+    layer (``q_proj.weight``, BERT's ``self.query.weight`` and ``output.dense.weight``);
+    every name keeps at least its module and parameter (``c_attn.weight``)."""
+    if not sources:
+        return ()
+    parts = [tensor.split(".") for _, tensor in sources]
+    common, keep = 0, min(len(p) for p in parts) - 2
+    while common < keep and all(p[common] == parts[0][common] for p in parts):
+        common += 1
+    return tuple((name, ".".join(p[common:])) for (name, _), p in zip(sources, parts, strict=True))
+
+
 def parse_upstream_output(
     raw: Any, shape: tuple[int, int, int], max_elements: int, base_dir: StrPath | None
 ) -> Array | None:
@@ -433,4 +447,4 @@ def parse_upstream_output(
 
 
 __all__ = ["LAYER_TOP_KEYS", "OUT_KEYS", "UPSTREAM_OUTPUT", "LayerParts", "checkpoint_sources",
-           "parse_layer", "parse_upstream_output"]
+           "parse_layer", "parse_upstream_output", "relative_sources"]

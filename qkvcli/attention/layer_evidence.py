@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.attention.evidence import EPSILON, PLAN_KEYS, hull_evidence, notes_of, verdicts
-from qkvcli.attention.fixture import AttendFixture, LayerParts
+from qkvcli.attention.fixture import AttendFixture, LayerParts, relative_sources
 from qkvcli.attention.gradcheck import gradcheck_layer, plan_check
 from qkvcli.attention.head import causal_mask
 from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
@@ -250,20 +250,6 @@ def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
     return kept
 
 
-def relative_sources(sources: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """``sources`` (vocabulary name, checkpoint tensor name) with the tensor names' common
-    dotted prefix removed, the layer's place in the model, so each name is relative to the
-    layer (``q_proj.weight``, BERT's ``self.query.weight`` and ``output.dense.weight``);
-    every name keeps at least its module and parameter (``c_attn.weight``)."""
-    if not sources:
-        return ()
-    parts = [tensor.split(".") for _, tensor in sources]
-    common, keep = 0, min(len(p) for p in parts) - 2
-    while common < keep and all(p[common] == parts[0][common] for p in parts):
-        common += 1
-    return tuple((name, ".".join(p[common:])) for (name, _), p in zip(sources, parts, strict=True))
-
-
 def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
                          causal: bool | None = None, **gradcheck: Any) -> AttendEvidence:
     """Run the layer on ``fixture`` and gather every check, per head where a head has its own.
@@ -314,7 +300,7 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
         e_out=layer.e_out, out_layout=parts.out_layout, packed=parts.packed,
         kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
         scale_given=p.given_scale is not None, architecture=fixture.architecture,
-        sources=relative_sources(parts.sources),
+        sources=relative_sources(fixture.sources),
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
