@@ -173,7 +173,9 @@ class Shortcuts:
         else:
             c, column, bias = index, np.array(w[:, index], copy=True), value
         batch, tokens, _ = self.x.shape
-        fresh = (self.rows @ column).reshape(batch, tokens)  # [BT,d_model] @ [d_model] -> [BT]
+        # [BT,d_model] . [d_model] -> [BT], one dot per row (a BLAS matrix-vector product
+        # waits for the library's sleeping threads between evaluations: 1.7 ms against 0.1)
+        fresh = np.vecdot(self.rows, column).reshape(batch, tokens)
         return c, fresh + bias if (b is not None or not weights) else fresh
 
     def _turned(self, before: Array, after: Array, j: int, fresh: Array) -> list[
