@@ -20,9 +20,10 @@ counts one, as in run.
 Evaluations (:attr:`TensorCheck.recomputes`): a small model, and every ``fast``
 direction, run a fresh forward pass of the whole model from perturbed copies
 (``full forward``: the chapter's bytes). A larger one recomputes, one coordinate at a
-time, only what the coordinate reaches (:class:`~qkvcli.attention.shortcuts.Shortcuts`),
-within a stated bound of the full forward's ``L``
-(:func:`~qkvcli.attention.shortcuts.shortcut_bound`; tests/test_attend_shortcuts.py).
+time, only what the coordinate reaches (:class:`~qkvcli.attention.shortcuts.Shortcuts`,
+for every layer kind: grouped K/V heads, RoPE, a given scale), within a stated bound of
+the full forward's ``L`` (:func:`~qkvcli.attention.shortcuts.shortcut_bound`;
+tests/test_attend_shortcuts.py, tests/test_attend_shortcut_kinds.py).
 """
 
 from __future__ import annotations
