@@ -115,6 +115,14 @@ def test_the_blocked_softmax_gives_the_same_at_any_block_size(block_rows: int | 
     assert_within_bound(layer, x, upstream, causal, fast, seed=5)
 
 
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_a_few_tokens_take_one_small_block(tokens: int) -> None:
+    layer, x, upstream = model("rope-gqa-causal", True, True, seed=6, tokens=tokens)
+    fast = Shortcuts(layer, x, upstream, True)
+    assert fast.block_rows == tokens and fast.triangle.shape == (tokens, tokens)
+    assert_within_bound(layer, x, upstream, True, fast, seed=7)
+
+
 def test_a_rope_column_changes_its_partner_and_ignoring_it_is_caught(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:

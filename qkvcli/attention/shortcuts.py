@@ -87,8 +87,8 @@ class Shortcuts:
         self.tables = None if p.rope is None else rope_tables(p.rope, tokens)
         self.given_scale = p.given_scale
         self.root = math.sqrt(layer.d_k)
-        self.block_rows = max(1, BLOCK_ELEMENTS // max(1, batch * tokens)) if (
-            block_rows is None) else block_rows
+        rows = BLOCK_ELEMENTS // max(1, batch * tokens) if block_rows is None else block_rows
+        self.block_rows = max(1, min(rows, tokens))  # never more rows than the tokens
         # above the diagonal of a block's own square of keys: its only masked entries
         self.triangle = np.triu(np.ones((self.block_rows, self.block_rows), dtype=bool), k=1)
         w_out = layer.out_weight
