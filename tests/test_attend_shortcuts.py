@@ -3,7 +3,8 @@
 Each shortcut must give the full forward's ``L`` within :func:`shortcut_bound` at every
 perturbed point, and the same verdicts; a broken gradient must still fail through every
 shortcut; ``auto`` samples what is costly; a check over budget is refused before any
-evaluation.
+evaluation. The real-checkpoint layer kinds (RoPE, grouped K/V heads, a given scale):
+tests/test_attend_shortcut_kinds.py.
 """
 
 from __future__ import annotations
@@ -180,21 +181,3 @@ def test_progress_counts_every_coordinate_across_tensors() -> None:
     result = gradcheck_attention(layer, x, upstream, grads, False, 1e-6, 2e-6, samples=3,
                                  progress=lambda done, total: seen.append((done, total)))
     assert seen == [(k, result.count) for k in range(1, result.count + 1)]
-
-
-@pytest.mark.parametrize("kind", ["rope", "scale", "grouped-query"])
-def test_layer_kinds_the_shortcuts_do_not_model_are_recomputed_in_full(kind: str) -> None:
-    from qkvcli.attention.gradcheck import known_layer
-    from qkvcli.attention.head import Rope
-
-    rng = np.random.default_rng(3)
-    d_model, heads = 8, 4
-    widths = (8, 4 if kind == "grouped-query" else 8, 4 if kind == "grouped-query" else 8)
-    w = [rng.normal(size=(d_model, width)) for width in widths]
-    plain = MultiHeadLayer.build(AttentionHead.from_arrays(*w[:1], *(w[0], w[0])), heads)
-    assert known_layer(plain)
-    options: dict[str, Any] = {"rope": {"rope": Rope(10000.0, 2)}, "scale": {"scale": 0.5},
-                               "grouped-query": {"kv_groups": 2}}[kind]
-    layer = MultiHeadLayer.build(AttentionHead.from_arrays(*w, **options), heads,
-                                 kv_heads=2 if kind == "grouped-query" else None)
-    assert not known_layer(layer)

@@ -20,9 +20,10 @@ counts one, as in run.
 Evaluations (:attr:`TensorCheck.recomputes`): a small model, and every ``fast``
 direction, run a fresh forward pass of the whole model from perturbed copies
 (``full forward``: the chapter's bytes). A larger one recomputes, one coordinate at a
-time, only what the coordinate reaches (:class:`~qkvcli.attention.shortcuts.Shortcuts`),
-within a stated bound of the full forward's ``L``
-(:func:`~qkvcli.attention.shortcuts.shortcut_bound`; tests/test_attend_shortcuts.py).
+time, only what the coordinate reaches (:class:`~qkvcli.attention.shortcuts.Shortcuts`,
+for every layer kind: grouped K/V heads, RoPE, a given scale), within a stated bound of
+the full forward's ``L`` (:func:`~qkvcli.attention.shortcuts.shortcut_bound`;
+tests/test_attend_shortcuts.py, tests/test_attend_shortcut_kinds.py).
 """
 
 from __future__ import annotations
@@ -155,20 +156,33 @@ def _tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
 def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, shortcuts: bool) -> tuple[
     int, str
 ]:
-    """Multiply-adds of one evaluation of tensor ``name``'s objective, and what it recomputes."""
+    """Multiply-adds of one evaluation of tensor ``name``'s objective, and what it recomputes.
+
+    A shortcut's cost counts every head it reaches: a key or value column of a K/V head
+    reaches the ``heads / kv_heads`` query heads of its group. With RoPE a query or key
+    column changes two columns of the turned Q or K (a rank-two change of the scores, one
+    more ``T^2`` per head) and is turned at every position. A causal mask's skipped blocks
+    are not subtracted: the budget counts whole ``T x T`` score matrices (an upper bound).
+    """
     if not shortcuts:
         return forward_cost(layer, x), RECOMPUTES_ALL
     batch, tokens, d_model = x.shape
     rows, tt = batch * tokens, batch * tokens * tokens
     p = layer.projections
+    per = layer.heads // layer.kv_heads  # query heads a K/V head's column reaches
+    turned = p.rope is not None
     if name == "input":
         per_head = tokens * tokens * 6 + tokens * 2 * (layer.d_k + layer.d_v)
-        return d_model * (2 * p.d_k + p.d_v) + layer.heads * per_head, RECOMPUTES_TOKEN
+        widths = sum(int(w.shape[1]) for w in p.weights)
+        return d_model * widths + layer.heads * per_head, RECOMPUTES_TOKEN
     if name in ("w_out", "b_out"):
         return rows * p.d_v + rows, RECOMPUTES_OUT
     if name.endswith("value"):
-        return rows * d_model + tt, RECOMPUTES_VALUE
-    return rows * d_model + 8 * tt, RECOMPUTES_SCORES  # a rank-one change, then the softmax
+        return rows * d_model + per * tt, RECOMPUTES_VALUE
+    reached = per if name.endswith("key") else 1
+    # a rank-one change (rank-two with RoPE, whose column is turned too), then the softmax
+    per_head = (9 if turned else 8) * tt
+    return rows * d_model + (4 * rows if turned else 0) + reached * per_head, RECOMPUTES_SCORES
 
 
 class CheckPlan:
@@ -322,19 +336,8 @@ def gradcheck_layer(layer: MultiHeadLayer, x: Array, upstream: Array, analytic: 
 
 def reaches_far(layer: MultiHeadLayer, x: Array) -> bool:
     """Whether a coordinate's full forward is worth avoiding: scores or output of more than
-    :data:`~qkvcli.gradcheck.settings.AUTO_FULL_LIMIT` elements (the chapter's stay whole),
-    and a layer whose every feature the shortcuts know."""
+    :data:`~qkvcli.gradcheck.settings.AUTO_FULL_LIMIT` elements (the chapter's stay whole).
+    The shortcuts model every layer kind (grouped K/V heads, RoPE, a given scale)."""
     batch, tokens, _ = x.shape
     large = max(layer.heads * batch * tokens * tokens, batch * tokens * layer.e_out)
-    return large > AUTO_FULL_LIMIT and known_layer(layer)
-
-
-def known_layer(layer: MultiHeadLayer) -> bool:
-    """Whether the shortcuts model ``layer`` exactly: plain scaled dot-product heads.
-
-    Grouped K/V heads, RoPE and a given score scale (the real-checkpoint layer kinds) are
-    checked by full recomputation until the shortcuts learn them.
-    """
-    projections = layer.projections
-    return (projections.rope is None and projections.given_scale is None
-            and layer.kv_heads == layer.heads)
+    return bool(large > AUTO_FULL_LIMIT)
