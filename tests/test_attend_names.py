@@ -260,3 +260,18 @@ def test_one_head_read_from_a_checkpoint_takes_the_framework_names_too(tmp_path:
     tensors = json.loads(run.stdout)["tensors"]
     assert {"q_proj_weight", "q_proj_weight_gradient", "v_proj_bias_gradient"} <= set(tensors)
     assert "query_weight_gradient" not in tensors
+
+
+def test_torch_layout_parameters_are_shared_read_only_views_not_copies(tmp_path: Path) -> None:
+    sourced, _ = llama_layer(tmp_path)
+    fixture = parse_attend_fixture(json.loads(sourced.read_text()), "names", base_dir=tmp_path)
+    assert fixture.layer is not None
+    evidence = build_layer_evidence(fixture, fixture.layer)
+    tensors = evidence.primary.tensors
+    layer = fixture.layer.layer
+    for name, ours in (("w_query", layer.projections.weights[0]), ("w_out", layer.out_weight)):
+        published = tensors[name]
+        assert np.shares_memory(published, ours) and np.array_equal(published, ours.T)
+    for name in ("w_query", "grad_w_query", "grad_w_value", "grad_w_out"):
+        with pytest.raises(ValueError):
+            tensors[name][0, 0] = 1.0

@@ -181,3 +181,30 @@ def test_progress_counts_every_coordinate_across_tensors() -> None:
     result = gradcheck_attention(layer, x, upstream, grads, False, 1e-6, 2e-6, samples=3,
                                  progress=lambda done, total: seen.append((done, total)))
     assert seen == [(k, result.count) for k in range(1, result.count + 1)]
+
+
+@pytest.mark.parametrize("name", ["scores", "scaled_scores", "attention", "output",
+                                  "grad_attention", "grad_scores", "grad_input", "grad_w_key"])
+def test_the_replay_in_two_halves_still_compares_every_tensor(name: str) -> None:
+    # The replay compares the forward's tensors, then the reverse's from a forward without
+    # S and Z: a changed bit in either half is seen, an unchanged run passes.
+    from qkvcli.attention.fixture import LayerParts
+    from qkvcli.attention.layer_evidence import layer_tensors, replays_bitwise
+
+    layer, x, upstream = model(1, 2, True, True)
+    parts = LayerParts(layer, ("qkv", "qkv", "qkv"), None, "out_proj")
+
+    class Given:  # the fixture: only its input and upstream are read
+        input = x
+
+    Given.upstream = upstream  # type: ignore[attr-defined]
+    for causal in (False, True):
+        f = layer.forward(x, causal)
+        g = layer.backward(x, f, upstream)
+        tensors = layer_tensors(Given, parts, f, g)  # type: ignore[arg-type]
+        assert replays_bitwise(tensors, Given, parts, (f, g), causal)  # type: ignore[arg-type]
+        changed = dict(tensors)
+        flipped = np.array(tensors[name], copy=True)
+        flipped.reshape(-1)[-1] = np.nextafter(flipped.reshape(-1)[-1], np.inf)
+        changed[name] = flipped
+        assert not replays_bitwise(changed, Given, parts, (f, g), causal)  # type: ignore[arg-type]

@@ -149,17 +149,28 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
 
 
 def _frozen(value: Array) -> Array:
-    """``value`` as the evidence holds it: read-only, C-contiguous float64, never aliasing
-    anything writable. A frozen array (the layer's weights) is shared as it is, an
-    engine result that owns its memory is frozen in place; anything else is copied
-    (a layer's parameters and their gradients would otherwise be held several times)."""
-    if value.dtype == np.float64 and value.flags.c_contiguous:
-        if not value.flags.writeable and value.base is None:
-            return value
-        if value.flags.writeable and value.flags.owndata:
-            value.flags.writeable = False
-            return value
-    return readonly(value)
+    """``value`` as the evidence holds it: read-only float64, never aliasing anything
+    writable. A frozen array (the layer's weights) is shared as it is, an engine result
+    that owns its memory is frozen in place, and so is the array a torch-layout weight or
+    gradient is the transpose of (shared as that ``[out,in]`` view); anything else is
+    copied (a layer's parameters and their gradients would otherwise be held twice)."""
+    if value.dtype != np.float64:
+        return readonly(value)
+    whole = value
+    if not value.flags.c_contiguous and value.ndim == 2 and isinstance(value.base, np.ndarray):
+        whole = value.base  # a transposed view: share what it views
+        if whole.ndim != 2 or whole.shape != value.shape[::-1] or not whole.flags.c_contiguous:
+            return readonly(value)
+    elif not value.flags.c_contiguous:
+        return readonly(value)
+    if whole.flags.writeable and whole.flags.owndata:
+        whole.flags.writeable = False
+    elif whole.flags.writeable or whole.base is not None:
+        return readonly(value)
+    if value.flags.writeable:  # a view made before its array was frozen
+        value = value.view()
+        value.flags.writeable = False
+    return value
 
 
 class _Stacked:
@@ -182,18 +193,44 @@ def same_bits(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerPar
               f: LayerForward, g: LayerGradients) -> bool:
     """Whether the run ``f``, ``g`` gives every tensor of ``tensors`` bit for bit (``-0.0``
     is not ``0.0``; a NaN equals the same NaN): a stacked tensor head by head against its
-    slices, so no second set is ever built."""
+    slices, so no second set is ever built. A tensor that *is* the one held (the same
+    memory, as when ``f`` or ``g`` is the first run's own) is not compared with itself."""
     items = layer_tensor_items(fixture, parts, f, g, stack=False)
     for name, value in items:
         first = tensors[name]
         if isinstance(value, _Stacked):
+            if first.shape[1] == len(value.parts) and all(
+                    _itself(first[:, h], part) for h, part in enumerate(value.parts)):
+                continue
             same = first.shape[1] == len(value.parts) and all(
                 _bitwise(first[:, h], part) for h, part in enumerate(value.parts))
         else:
-            same = _bitwise(first, value)
+            same = _itself(first, value) or _bitwise(first, value)
         if not same:
             return False
     return True
+
+
+def _itself(a: Array, b: Array) -> bool:
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def replays_bitwise(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
+            first: tuple[LayerForward, LayerGradients], causal: bool) -> bool:
+    """Run the layer once more and compare every tensor with the first run's, bit for bit:
+    the forward's tensors first, then, from a forward that keeps only what the reverse
+    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held), the reverse's."""
+    layer, x = parts.layer, fixture.input
+    forward = layer.forward(x, causal)
+    if not same_bits(tensors, fixture, parts, forward, first[1]):
+        return False
+    if forward.stacked is not None:
+        kept = {k: v for k, v in forward.stacked.items() if k not in ("scores", "scaled_scores")}
+        forward = LayerForward((), forward.concat, forward.output, kept, forward.causal)
+    grads = layer.backward(x, forward, fixture.upstream)
+    del forward
+    return same_bits(tensors, fixture, parts, first[0], grads)
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
@@ -280,11 +317,10 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
     loss = layer_loss(forward, fixture.upstream)
     forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, tensors["attention"])
                      ) and forward.output.shape == (batch, tokens, layer.e_out)
-    del forward, grads  # their per-head arrays live on in tensors' stacked copies only
-    # The replay runs once more and is compared tensor by tensor, never held whole.
-    replay_forward, replay_grads = _run(fixture, layer, causal)
-    replay_bitwise = same_bits(tensors, fixture, parts, replay_forward, replay_grads)
-    del replay_forward, replay_grads
+    # The replay runs once more and is compared tensor by tensor, never held whole (the
+    # first run's records are small: their arrays are the tensors' own).
+    replay_bitwise = replays_bitwise(tensors, fixture, parts, (forward, grads), causal)
+    del forward, grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output")
