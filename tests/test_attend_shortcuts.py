@@ -22,6 +22,7 @@ from qkvcli.attention.gradcheck import (
     analytic_of,
     as_layer,
     gradcheck_attention,
+    plan_check,
     reaches_far,
 )
 from qkvcli.attention.head import AttentionHead
@@ -208,3 +209,19 @@ def test_the_replay_in_two_halves_still_compares_every_tensor(name: str) -> None
         flipped.reshape(-1)[-1] = np.nextafter(flipped.reshape(-1)[-1], np.inf)
         changed[name] = flipped
         assert not replays_bitwise(changed, Given, parts, (f, g), causal)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tokens", [5, 64], ids=["small", "large"])
+def test_a_refused_fast_check_does_not_suggest_the_fast_mode(tokens: int) -> None:
+    # fast mode's directions each run a whole forward: the hint names fewer directions,
+    # and, where sampled coordinates use the shortcuts, --mode auto
+    layer, x, _ = model(1, 2, True, True, tokens=tokens)
+    with pytest.raises(TooManyEvaluations) as refused:
+        plan_check(layer, x, 1e-6, 2e-6, mode="fast", limit=1)
+    message = str(refused.value)
+    assert "check less with fewer --directions" in message
+    assert "--mode fast" not in message
+    assert ("--mode auto" in message) == (tokens == 64)
+    with pytest.raises(TooManyEvaluations) as sampled:
+        plan_check(layer, x, 1e-6, 2e-6, mode="sampled", limit=1)
+    assert "check less with --samples or --mode fast" in str(sampled.value)

@@ -216,10 +216,18 @@ class CheckPlan:
     def refuse_over(self, limit: int) -> None:
         """Raise :class:`~qkvcli.gradcheck.settings.TooManyEvaluations` over ``limit`` units."""
         if self.units > limit:
+            less = None
+            if all(cause.startswith("--directions") for cause in self.causes):
+                # fast mode's directions each run a whole forward: fewer of them, or the
+                # sampled coordinates (which, on a large model, recompute only what they reach)
+                less = "fewer --directions" + (
+                    ", or --mode auto (sampled coordinates, cheaper evaluations)"
+                    if self.shortcuts else "")
             raise TooManyEvaluations(
                 self.units, limit, ", ".join(sorted(self.causes))
                 + f"; a unit is {EVALUATION_UNIT} multiply-adds of an evaluation, a whole "
-                f"forward of this model costs {_units(self.full_cost)}", weighted=True)
+                f"forward of this model costs {_units(self.full_cost)}", weighted=True,
+                less=less)
 
 
 def plan_check(model: AttentionHead | MultiHeadLayer, x: Array, step: float, tolerance: float,

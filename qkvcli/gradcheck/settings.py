@@ -65,12 +65,13 @@ class TooManyEvaluations(GradcheckSettingError):
     """A check that would evaluate the objective more than ``limit`` times."""
 
     def __init__(self, evaluations: int, limit: int, cause: str, has_fast: bool = True,
-                 weighted: bool = False) -> None:
+                 weighted: bool = False, less: str | None = None) -> None:
         self.evaluations = evaluations
         self.limit = limit
         self.cause = cause
         self.has_fast = has_fast
-        less = "--samples or --mode fast" if has_fast else "--samples"
+        # less: how to check less, when --samples or --mode fast would not help
+        less = less or ("--samples or --mode fast" if has_fast else "--samples")
         # weighted: attention counts evaluations by their cost (see qkvcli.attention.gradcheck)
         made = (f"cost {evaluations} evaluation units" if weighted
                 else f"make {evaluations} evaluations")
