@@ -275,3 +275,16 @@ def test_torch_layout_parameters_are_shared_read_only_views_not_copies(tmp_path:
     for name in ("w_query", "grad_w_query", "grad_w_value", "grad_w_out"):
         with pytest.raises(ValueError):
             tensors[name][0, 0] = 1.0
+
+
+def test_the_rich_layer_line_names_rope_kv_heads_and_the_projection_as_published(
+        tmp_path: Path) -> None:
+    sourced, _ = llama_layer(tmp_path)
+    document = json.loads(sourced.read_text())
+    document["rope"] = {"theta": 500.0, "dims": 2}
+    sourced.write_text(json.dumps(document))
+    run = invoke("attend", str(sourced), "-f", "rich", "--width", "200", "--no-color")
+    assert run.exit_code == 0, run.output
+    line = next(x for x in run.stdout.splitlines() if x.startswith("layer: "))
+    assert "RoPE theta 500 dims 2 half" in line and "Rope(" not in line
+    assert "output projection o_proj: concat [2x2] -> e_out 4" in line

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
+from qkvcli.render.attend import published_name
 from qkvcli.render.rich.layout import Fitted, Part, Row
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
@@ -66,26 +67,22 @@ def legend(options: RichOptions) -> Text:
 
 
 def layer_line(evidence: AttendEvidence) -> Text:
-    """What the layer is: heads, ``d_k``/``d_v``, K/V heads, RoPE, output projection.
-
-    K/V heads and RoPE are read from the config when it carries them (grouped-query
-    layers and rotary positions; absent fields are not guessed).
-    """
+    """What the layer is: heads, ``d_k``/``d_v``, K/V heads, RoPE, output projection (by
+    the name its weight is published under: ``c_proj``, ``o_proj``, ``out_proj``...)."""
     c = evidence.config
     heads = c.heads or 1
     parts = [f"{heads} heads of d_k {c.d_k}, d_v {c.d_v}"]
-    kv_heads = getattr(c, "kv_heads", None)
-    if kv_heads is not None:
-        parts.append(f"{kv_heads} K/V heads" + (
-            f" (each shared by {heads // kv_heads} query heads)" if kv_heads and
-            kv_heads != heads else ""))
-    rope = getattr(c, "rope", None)
-    if rope is not None:
-        parts.append(f"RoPE {'yes' if rope else 'no'}" if isinstance(rope, bool)
-                     else f"RoPE {rope}")
-    out = c.out_layout
-    parts.append(f"output projection {out}: concat [{heads}x{c.d_v}] -> e_out {c.e_out}"
-                 if out is not None else f"no output projection: e_out {c.e_out} (the concat)")
+    if c.kv_heads is not None:
+        parts.append(f"{c.kv_heads} K/V heads" + (
+            f" (each shared by {heads // c.kv_heads} query heads)" if c.kv_heads != heads
+            else ""))
+    if c.rope is not None:
+        parts.append(f"RoPE theta {c.rope.theta:g} dims {c.rope.dims} {c.rope.layout}")
+    if c.out_layout is not None:
+        name = published_name("w_out", c).removesuffix("_weight")
+        parts.append(f"output projection {name}: concat [{heads}x{c.d_v}] -> e_out {c.e_out}")
+    else:
+        parts.append(f"no output projection: e_out {c.e_out} (the concat)")
     return Text("layer: " + "; ".join(parts), style="bold")
 
 
