@@ -111,8 +111,15 @@ def test_llama_parameters_are_published_by_their_own_names(tmp_path: Path) -> No
     text, today = attend(sourced, "text"), attend(inline, "text")
     assert "q_proj_weight_gradient=" in text and "query_weight" not in text
     assert "gradcheck=o_proj_bias mode:" in text
-    # a rename only: every line is today's, the names aside
-    assert text == renamed_text(today) and text != today
+    # a rename only: every line is today's, the names aside; the unnamed branches are
+    # named after their checkpoint tensors
+    names = f"parameter_names=[{PREFIX}q_proj.weight,{PREFIX}k_proj.weight,{PREFIX}v_proj.weight]"
+    assert names in text.splitlines()
+
+    def unnamed(report: str) -> list[str]:
+        return [x for x in report.splitlines() if not x.startswith("parameter_names=")]
+
+    assert unnamed(text) == unnamed(renamed_text(today)) and text != today
     document, before = json.loads(attend(sourced, "json")), json.loads(attend(inline, "json"))
     assert document["tensors"] == {rename(n): v for n, v in before["tensors"].items()}
     assert [t["tensor"] for t in document["gradcheck"]["tensors"]] == [
@@ -138,7 +145,10 @@ def test_a_collision_keeps_todays_names_end_to_end(tmp_path: Path) -> None:
     names = {s: f"{PREFIX}{s}" for s in ("v_proj", "o_proj")}
     names |= {"q_proj": f"{PREFIX}a.proj", "k_proj": f"{PREFIX}b.proj"}
     sourced, inline = llama_layer(tmp_path, names)
-    assert attend(sourced, "text") == attend(inline, "text")  # today's names, byte for byte
+    # today's published names, byte for byte (the branches' parameter names aside)
+    text, today = attend(sourced, "text").splitlines(), attend(inline, "text").splitlines()
+    assert [x for x in text if not x.startswith("parameter_names=")] == [
+        x for x in today if not x.startswith("parameter_names=")]
     # the sources are still stated, under the names published
     sources = json.loads(attend(sourced, "json"))["config"]["parameter_sources"]
     assert sources["query_weight"] == "a.proj.weight" and sources["key_bias"] == "b.proj.bias"
@@ -288,3 +298,14 @@ def test_the_rich_layer_line_names_rope_kv_heads_and_the_projection_as_published
     line = next(x for x in run.stdout.splitlines() if x.startswith("layer: "))
     assert "RoPE theta 500 dims 2 half" in line and "Rope(" not in line
     assert "output projection o_proj: concat [2x2] -> e_out 4" in line
+
+
+def test_unnamed_branches_take_their_tensors_names_when_all_three_are_usable() -> None:
+    from qkvcli.core.names import DEFAULT_NAMES
+    from qkvcli.reading.weights import default_names
+
+    tensors = [f"{PREFIX}{s}.weight" for s in ("q_proj", "k_proj", "v_proj")]
+    assert default_names(list(tensors)) == tuple(tensors)
+    assert default_names([*tensors[:2], None]) == DEFAULT_NAMES  # one given inline
+    assert default_names([tensors[0], tensors[0], tensors[2]]) == DEFAULT_NAMES  # one tensor twice
+    assert default_names([*tensors[:2], "model.Layers.0.v.weight"]) == DEFAULT_NAMES  # not a name

@@ -8,19 +8,17 @@ the function's keys (:func:`parse_features`: ``heads``, ``kv_heads``, ``causal``
 ``rope``, ``scale``, ``architecture``, and the command line against them); weights
 (structure, layouts, ranks, bias shapes; then names; then the head's widths and unique
 names); input (rank, width, finite); the chapter's ``upstream`` (shapes only: the
-head's objective does not use it); ``gradcheck``; ``seed``; ``chapter``.
+head's objective does not use it); ``gradcheck``; ``seed``; ``chapter``. Unnamed branches
+read from checkpoint tensors take the tensors' names (:func:`~qkvcli.reading.weights.default_names`).
 
 The head's objective is ``L = <O, U>`` with ``U [batch, tokens, d_v]`` drawn from
 SplitMix64(seed), uniform in ``[-1, 1)``, row-major: deterministic, and uneven enough that a
 gradient mixing up axes cannot pass by symmetry.
 
-The multi-head parts of an attend fixture: ``heads``, the output projection, ``upstream.output``.
-
 A fixture runs as a layer (:class:`~qkvcli.attention.multihead.MultiHeadLayer`) when it
 gives ``"heads"`` (or ``--heads`` does), ``"kv_heads"``, an output projection
 (``out_proj_*`` or ``c_proj_*``), GPT-2's packed ``c_attn`` or GPT-NeoX's
-``query_key_value``; ``heads`` defaults to 1 then. Otherwise it
-is today's one head and nothing here changes it.
+``query_key_value``; ``heads`` defaults to 1 then. Otherwise it is today's one head.
 
 Validation order, after the weights and before the input: ``heads`` (an integer of at
 least 1 dividing both projection widths), then the output projection's shapes.
@@ -39,7 +37,7 @@ from qkvcli.attention.head import ROPE_LAYOUTS, AttentionHead, Rope
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError
-from qkvcli.core.names import BRANCHES, DEFAULT_NAMES
+from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.reading.files import StrPath
@@ -77,7 +75,7 @@ from qkvcli.reading.settings import (
     parse_tolerance,
 )
 from qkvcli.reading.tensors import parse_tensor
-from qkvcli.reading.weights import check_name
+from qkvcli.reading.weights import check_name, default_names
 
 EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
 
@@ -115,10 +113,11 @@ def attend_parameters(x: Array, head: AttentionHead, layer: LayerParts | None) -
     return (x, *head.weights, *(t for t in (*head.biases, *extra) if t is not None))
 
 
-def _head(canonical: CanonicalWeights, independent: bool, features: Features) -> AttentionHead:
-    names = []
+def _head(canonical: CanonicalWeights, independent: bool, features: Features,
+          sources: dict[str, str]) -> AttentionHead:
+    names, defaults = [], default_names([sources.get(f"w_{branch}") for branch in BRANCHES])
     for index, branch in enumerate(canonical.branches):
-        name = DEFAULT_NAMES[index] if branch.name is None else branch.name
+        name = defaults[index] if branch.name is None else branch.name
         check_name(name, f"{branch.location}.name")
         names.append(name)
     b = canonical.branches
@@ -181,7 +180,8 @@ def parse_attend_fixture(
     mode = value_width_mode(data)
     features = parse_features(data, heads, causal)
     canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS, features.heads)
-    head = _head(canonical, mode == "independent", features)
+    sources = checkpoint_sources(data["weights"])
+    head = _head(canonical, mode == "independent", features, dict(sources))
     layer = parse_layer(data, head, canonical, heads, max_elements, base_dir, features)
 
     x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
@@ -239,7 +239,7 @@ def parse_attend_fixture(
         layer=layer,
         causal=features.causal,
         architecture=features.architecture,
-        sources=checkpoint_sources(data["weights"]),
+        sources=sources,
     )
 
 

@@ -59,6 +59,21 @@ def check_name(name: str, location: str) -> None:
         raise FixtureError(location, str(error)) from None
 
 
+def default_names(tensors: list[str | None]) -> tuple[str, str, str]:
+    """The names of three branches a fixture does not name: the checkpoint tensors they are
+    read from (``model.layers.0.self_attn.q_proj.weight``) when all three are, valid
+    parameter names and distinct; else the chapter's :data:`DEFAULT_NAMES`."""
+    named = [t for t in tensors if t is not None]
+    if len(named) != 3 or len(set(named)) != 3:
+        return DEFAULT_NAMES
+    try:
+        for name in named:
+            validate_name(name)
+    except QkvError:
+        return DEFAULT_NAMES
+    return (named[0], named[1], named[2])
+
+
 def _weight(
     value: Any, branch: str, max_elements: int, base_dir: StrPath | None = None
 ) -> tuple[Array, str | None]:
