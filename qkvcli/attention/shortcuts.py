@@ -2,7 +2,7 @@
 
 The gradient check's cheaper evaluations (:mod:`qkvcli.attention.gradcheck` chooses
 them for models larger than the chapter's), for every layer kind the engine runs
-(:func:`~qkvcli.attention.multihead.batched_forward` is the reference arithmetic): a
+(:func:`~qkvcli.attention.batched.batched_forward` is the reference arithmetic): a
 value-weight column changes one column of ``V`` and so the output of each query head
 reading that K/V head by ``A dV``; a query-weight column changes one head's scores, a
 key-weight column the scores of every query head of its K/V group (grouped-query
