@@ -86,6 +86,12 @@ def test_shortcuts_and_full_recomputation_reach_the_same_verdicts(
                                shortcuts=False)
     assert short.passed and full.passed
     assert {t.recomputes for t in full.tensors} == {"full forward"}
+    assert_same_checks(short, full)
+
+
+def assert_same_checks(short: Any, full: Any) -> None:
+    """A check through the shortcuts against the same check by full forwards: the same
+    tensors and coordinates, no full forward used, derivatives equal to rounding."""
     assert "full forward" not in {t.recomputes for t in short.tensors}
     for a, b in zip(short.tensors, full.tensors, strict=True):
         assert a.tensor == b.tensor and len(a.checks) == len(b.checks)
