@@ -190,14 +190,16 @@ def engine_contenders(shape: tuple[int, int, int, int], dtype: str) -> dict[str,
 
 
 def time_rounds(contenders: dict[str, Callable[[], Any]], repeats: int,
-                min_seconds: float = 0.0) -> dict[str, list[float]]:
+                min_seconds: float = 0.0, settle: float = 0.0) -> dict[str, list[float]]:
     """Each round times every contender once, back to back, so ratios are paired.
 
     The order rotates from round to round, so no contender always runs right after
     another one's thread pools (OpenBLAS, OpenMP) were busy. At least ``repeats``
     rounds, and more until ``min_seconds`` have passed: a few milliseconds' rounds
     are cheap, and one descheduled thread on a shared machine moves the median of
-    seven of them by several percent.
+    seven of them by several percent. ``settle``: seconds of sleep before each run
+    (contenders in other processes, whose idle threads spin for a while). A contender
+    that returns a ``float`` reports its own seconds (one timed in another process).
     """
     for run in contenders.values():  # warm-up: first-touch allocations, thread pools
         run()
@@ -208,9 +210,12 @@ def time_rounds(contenders: dict[str, Callable[[], Any]], repeats: int,
     while round_number < repeats or time.perf_counter() < deadline:
         shift = round_number % len(names)
         for name in names[shift:] + names[:shift]:
+            if settle:
+                time.sleep(settle)
             start = time.perf_counter()
-            contenders[name]()
-            times[name].append(time.perf_counter() - start)
+            own = contenders[name]()
+            elapsed = time.perf_counter() - start
+            times[name].append(own if isinstance(own, float) else elapsed)
         round_number += 1
     return times
 
@@ -530,7 +535,7 @@ def main(argv: list[str]) -> None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from layer import bench_layer
 
-        bench_layer(repeats, ENGINE_SECONDS, args.quick, optional_torch())
+        bench_layer(time_rounds, repeats, ENGINE_SECONDS, args.quick, optional_torch())
     if "end-to-end" not in args.skip:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from end_to_end import bench_end_to_end

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -298,24 +299,9 @@ class Worker:
         self.process.wait()
 
 
-def rounds(workers: dict[str, Worker], repeats: int, seconds: float) -> dict[str, list[float]]:
-    """At least ``repeats`` rounds and ``seconds``; each round runs every contender once, in
-    an order that rotates, so ratios are paired round by round."""
-    import time
-
-    for worker in workers.values():  # warm-up
-        worker.ask("run")
-    names = list(workers)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    deadline = time.perf_counter() + seconds
-    number = 0
-    while number < repeats or time.perf_counter() < deadline:
-        shift = number % len(names)
-        for name in names[shift:] + names[:shift]:
-            time.sleep(SETTLE)
-            times[name].append(float(workers[name].ask("run")))
-        number += 1
-    return times
+def float_reply(worker: Worker) -> float:
+    """One run in the worker's process: the seconds it reports."""
+    return float(worker.ask("run"))
 
 
 def largest_difference(workers: dict[str, Worker]) -> float:
@@ -353,7 +339,8 @@ def row(times: dict[str, list[float]], diff: float) -> str:
             f"{diff:10.1e}")
 
 
-def bench_layer(repeats: int, seconds: float, quick: bool, torch: Any) -> None:
+def bench_layer(time_rounds: Callable[..., dict[str, list[float]]], repeats: int,
+                seconds: float, quick: bool, torch: Any) -> None:
     """Print one row per layer: medians and paired ratios, each contender in its own process."""
     print("attention layer forward+reverse, float64, causal (median ms; ratios are medians of "
           "per-round ratios; each contender in a process of its own, the rounds paired)")
@@ -372,7 +359,8 @@ def bench_layer(repeats: int, seconds: float, quick: bool, torch: Any) -> None:
             workers = {n: Worker(n, index, quick, env) for n in names}
             try:
                 diff = largest_difference(workers)
-                times = rounds(workers, repeats, seconds)
+                times = time_rounds({n: partial(float_reply, w) for n, w in workers.items()},
+                                    repeats, seconds, SETTLE)
             finally:
                 for worker in workers.values():
                     worker.close()
