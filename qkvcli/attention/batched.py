@@ -211,7 +211,6 @@ def batched_backward(layer: BatchedLayer, x: Array, forward: LayerForward, grad_
     grad_scaled_scores = np.zeros(a.shape)
     grad_scores = np.zeros(a.shape)
     mask = causal_mask(tokens) if causal else None
-    factor = 1.0 / math.sqrt(dk) if p.given_scale is None else p.given_scale
     for first, end, keys in _blocks(tokens, causal):
         block = grad_scaled_scores[..., first:end, :keys]
         da, ab = grad_attention[..., first:end, :keys], a[..., first:end, :keys]
@@ -224,7 +223,7 @@ def batched_backward(layer: BatchedLayer, x: Array, forward: LayerForward, grad_
         if p.given_scale is None:  # the chapter's division, bit for bit
             np.divide(block, math.sqrt(dk), out=grad_scores[..., first:end, :keys])
         else:
-            np.multiply(block, factor, out=grad_scores[..., first:end, :keys])
+            np.multiply(block, p.given_scale, out=grad_scores[..., first:end, :keys])
     # dQ = dS K by query rows; dV = A^T dO and dK = dS^T Q (per query head) by key columns,
     # each over the rows that reach them (a causal key j: the rows from j on)
     grad_query = np.empty(query_h.shape)
