@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.errors import OutputGradientShapeMismatch
-from qkvcli.attention.gradcheck import gradcheck_head
+from qkvcli.attention.gradcheck import gradcheck_attention
 from qkvcli.attention.head import AttentionHead, output_loss
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
@@ -104,7 +104,7 @@ def test_shared_check_tensor_gives_the_old_results_bit_for_bit(
 ) -> None:
     head, x, upstream = head_of(seed, bias=seed == 0)
     grads = head.backward(x, head.forward(x, causal), upstream)
-    shared = gradcheck_head(head, x, upstream, grads, causal, 1e-6, 2e-6, samples)
+    shared = gradcheck_attention(head, x, upstream, grads, causal, 1e-6, 2e-6, samples)
     assert repr(shared) == repr(reference_gradcheck(head, x, upstream, causal, 1e-6, 2e-6,
                                                     samples))
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
 from qkvcli.attention.fixture import load_attend_fixture
-from qkvcli.attention.gradcheck import gradcheck_head
-from qkvcli.attention.head import AttentionHead, causal_mask, stable_softmax
+from qkvcli.attention.gradcheck import gradcheck_attention
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import causal_mask, softmax
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
@@ -67,7 +68,7 @@ def test_primer_fixture_is_bundled_identically() -> None:
 
 
 def test_softmax_subtracts_the_row_max() -> None:
-    weights = stable_softmax(np.array([[1000.0, 999.0, -1000.0]]))  # naive exp overflows
+    weights = softmax(np.array([[1000.0, 999.0, -1000.0]]))  # naive exp overflows
     assert np.isfinite(weights).all()
     np.testing.assert_allclose(weights[0, :2], [1 / (1 + math.exp(-1)), 1 / (1 + math.e)])
     assert weights[0, 2] == 0.0
@@ -143,7 +144,7 @@ def test_gradcheck_passes_on_random_heads(seed: int, causal: bool, d_v: int) -> 
     x = rng.normal(size=(2, 3, 5))
     forward = head.forward(x, causal)
     upstream = rng.normal(size=forward.output.shape)
-    result = gradcheck_head(head, x, upstream, head.backward(x, forward, upstream), causal,
+    result = gradcheck_attention(head, x, upstream, head.backward(x, forward, upstream), causal,
                             1e-6, 2e-6)
     assert result.passed, result.worst
     expected_tensors = 4 + (3 if seed % 2 == 0 else 0)
@@ -166,7 +167,7 @@ def test_gradcheck_fails_on_a_wrong_analytic_gradient(wrong: str) -> None:
     forward = head.forward(x)
     upstream = rng.normal(size=forward.output.shape)
     grads = WRONG[wrong](head.backward(x, forward, upstream))
-    result = gradcheck_head(head, x, upstream, grads, False, 1e-6, 2e-6)
+    result = gradcheck_attention(head, x, upstream, grads, False, 1e-6, 2e-6)
     assert not result.passed
     assert result.worst is not None and not result.worst.passed
 
@@ -181,7 +182,7 @@ def test_gradcheck_catches_a_softmax_reverse_without_the_rowsum_term() -> None:
     wrong_dq = (wrong_dz / math.sqrt(3)) @ forward.key
     grads = head.backward(x, forward, upstream)
     wrong = grads._replace(grad_w_query=x.reshape(3, 5).T @ wrong_dq.reshape(3, 3))
-    assert not gradcheck_head(head, x, upstream, wrong, False, 1e-6, 2e-6).passed
+    assert not gradcheck_attention(head, x, upstream, wrong, False, 1e-6, 2e-6).passed
 
 
 # --- construction errors -------------------------------------------------------------------

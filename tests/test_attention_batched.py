@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.batched import BLOCK_ROWS, LayerForward
-from qkvcli.attention.head import AttentionHead, Rope, causal_mask
+from qkvcli.attention.engine import BLOCK_ROWS
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import Rope, causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
 
 TOL = 1e-12
@@ -176,22 +177,14 @@ def test_per_head_records_are_views_of_the_batched_arrays() -> None:
     assert np.shares_memory(g.heads[2].grad_scores, g.stacked["grad_scores"])
 
 
-def test_backward_of_a_forward_put_together_head_by_head() -> None:
-    # A forward without the batched arrays (heads' records only) reverses the same way.
-    layer, x, upstream = build("rope-half", 2)
-    f = layer.forward(x, True)
-    loose = LayerForward(f.heads, f.concat, f.output)
-    g, h = layer.backward(x, f, upstream), layer.backward(x, loose, upstream)
-    for name in LAYER_GRAD_FIELDS:
-        assert close(getattr(g, name), getattr(h, name)), name
-
-
-def test_one_head_keeps_the_heads_own_arithmetic_bit_for_bit() -> None:
+def test_a_head_and_its_one_head_layer_are_one_computation() -> None:
+    # A head is run as a layer of one head: the same engine call, so the same bits.
     layer, x, upstream = build("plain", 3)
     one = MultiHeadLayer.build(layer.head_slices[0], 1)
     f = one.forward(x, True)
     alone = layer.head_slices[0].forward(x, True)
-    assert f.stacked is None and np.array_equal(f.output, alone.output)
+    assert np.array_equal(f.output, alone.output)
+    assert np.array_equal(f.attention[:, 0], alone.attention)
     g = one.backward(x, f, upstream[..., :3])
     assert np.array_equal(g.grad_input, layer.head_slices[0].backward(
         x, alone, upstream[..., :3]).grad_input)

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkvcli.attention.errors import GroupedWidthMismatch, KvHeadsMismatch, RopeError, ScaleError
-from qkvcli.attention.gradcheck import gradcheck_layer
-from qkvcli.attention.head import AttentionHead, Rope
+from qkvcli.attention.gradcheck import gradcheck_attention
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import Rope, rotate
 from qkvcli.attention.multihead import MultiHeadLayer
 
 RNG = np.random.default_rng(19)
@@ -122,17 +123,17 @@ def test_layer_features_match_an_independent_reference(
                        (grads.grad_out_weight, "wo"), (grads.grad_out_bias, "bo")):
         assert ours is not None
         close(ours, ref[f"grad_{name}"])
-    result = gradcheck_layer(layer, x, upstream, grads, causal, 1e-6, 1e-6)
+    result = gradcheck_attention(layer, x, upstream, grads, causal, 1e-6, 1e-6)
     assert result.passed
 
 
 def test_rope_changes_the_output_and_its_inverse_undoes_it() -> None:
     rope = Rope(10000.0, 4, "half")
     z = RNG.uniform(-1, 1, (1, 6, 4))
-    turned = rope.rotate(z)
+    turned = rotate(z, rope)
     assert np.max(np.abs(turned[:, 1:] - z[:, 1:])) > 1e-3  # position 0 does not turn
     assert np.array_equal(turned[:, 0], z[:, 0])
-    assert np.max(np.abs(rope.rotate(turned, inverse=True) - z)) < 1e-15
+    assert np.max(np.abs(rotate(turned, rope, inverse=True) - z)) < 1e-15
 
 
 def test_a_layer_without_features_is_bit_for_bit_the_old_one() -> None:
@@ -269,7 +270,7 @@ def test_every_grouped_rotary_layer_passes_its_gradient_check(
     assert np.allclose(np.linalg.norm(turned, axis=-1),
                        np.linalg.norm(forward.heads[0].query, axis=-1), rtol=1e-13)
     grads = layer.backward(x, forward, upstream)
-    assert gradcheck_layer(layer, x, upstream, grads, causal, 1e-6, 1e-6).passed
+    assert gradcheck_attention(layer, x, upstream, grads, causal, 1e-6, 1e-6).passed
 
 
 def test_run_sends_a_real_layers_keys_to_attend(tmp_path: Any) -> None:

@@ -234,8 +234,9 @@ def test_attend_takes_runs_modes_and_says_which_evaluation_it_used(tmp_path: Pat
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("gradcheck=")]
     assert lines[0] == ("gradcheck=input mode:sampled checked:6 requested:6 "
-                        "recomputes:perturbed_token_rows PASS")
-    assert any("recomputes:perturbed_head_scores" in line for line in lines)
+                        "recomputes:perturbed_batch_item PASS")
+    assert any("recomputes:perturbed_head " in line for line in lines)
+    assert any("recomputes:perturbed_K/V_group " in line for line in lines)
     fast = json.loads(invoke("attend", str(path), "-f", "json", "--mode", "fast",
                              "--directions", "2").output)
     assert {t["mode"] for t in fast["gradcheck"]["tensors"]} == {"fast"}

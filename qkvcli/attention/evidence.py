@@ -13,16 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from qkvcli.attention.engine import AttentionForward
 from qkvcli.attention.fixture import AttendFixture, relative_sources
-from qkvcli.attention.gradcheck import gradcheck_head, plan_check
-from qkvcli.attention.head import (
-    AttentionForward,
-    AttentionGradients,
-    AttentionHead,
-    causal_mask,
-    output_loss,
-)
-from qkvcli.attention.multihead import LayerForward
+from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
+from qkvcli.attention.head import AttentionGradients, AttentionHead, output_loss
+from qkvcli.attention.maths import causal_mask
 from qkvcli.attention.records import (
     CHECK_ORDER,
     AttendConfig,
@@ -41,7 +36,7 @@ from qkvcli.evidence.records import Verdict
 EPSILON = float(np.finfo(np.float64).eps)
 ROWS_LIMIT = 4096
 """Largest attention matrix (elements) whose per-token rows the evidence lists."""
-PLAN_KEYS = ("mode", "directions", "limit", "shortcuts")
+PLAN_KEYS = ("mode", "directions", "limit", "reached")
 """The gradient-check settings its budget depends on (checked before any work)."""
 
 
@@ -190,10 +185,8 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         and p.output == (p.input[0], p.input[1], head.d_v) and p.grad_input == p.input
         for p in probes
     )
-    # the shortcuts start from this forward: a head is the one-head layer it is
-    as_layer = LayerForward((forward,), forward.output, forward.output)
-    checked = gradcheck_head(head, x, fixture.upstream, grads, causal, fixture.step,
-                             fixture.tolerance, fixture.samples, forward=as_layer, **gradcheck)
+    checked = gradcheck_attention(head, x, fixture.upstream, grads, causal, fixture.step,
+                                  fixture.tolerance, fixture.samples, **gradcheck)
     forward_ok = _finite(forward.query, forward.key, forward.value, forward.scores, attention,
                          forward.output) and (
         forward.scores.shape == (batch, tokens, tokens)

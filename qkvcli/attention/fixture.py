@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from qkvcli.attention.errors import RopeError
-from qkvcli.attention.head import ROPE_LAYOUTS, AttentionHead, Rope
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import ROPE_LAYOUTS, Rope
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError

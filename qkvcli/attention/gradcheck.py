@@ -17,27 +17,36 @@ limit (``--max-evaluations``, default run's) is refused before any work
 (:class:`~qkvcli.gradcheck.settings.TooManyEvaluations`). A chapter-sized evaluation
 counts one, as in run.
 
-Evaluations (:attr:`TensorCheck.recomputes`): a small model, and every ``fast``
-direction, run a fresh forward pass of the whole model from perturbed copies
-(``full forward``: the chapter's bytes). A larger one recomputes, one coordinate at a
-time, only what the coordinate reaches (:class:`~qkvcli.attention.shortcuts.Shortcuts`,
-for every layer kind: grouped K/V heads, RoPE, a given scale), within a stated bound of
-the full forward's ``L`` (:func:`~qkvcli.attention.shortcuts.shortcut_bound`;
-tests/test_attend_shortcuts.py, tests/test_attend_shortcut_kinds.py).
+Every evaluation is one call of the engine (:mod:`qkvcli.attention.engine`) on the
+perturbed parameters, never a second derivation of the maths, and never a revalidation:
+the layer was validated when it was built. A small model, and every ``fast``
+direction, runs the whole layer (``full forward``: the chapter's bytes). A larger one
+runs the engine on only what the perturbed coordinate reaches, and adds the terms of
+``L`` it cannot reach, computed once from the unperturbed forward:
+
+- a query weight or bias of head ``h``: the layer of that one head (with its K/V head);
+- a key or value weight or bias of K/V head ``g``: the layer of the query heads of its group;
+- an input coordinate of batch item ``b`` at token ``t``: that batch item alone, and with a
+  causal mask only its query rows from ``t`` on (the earlier ones never see token ``t``);
+- an output-projection weight or bias of column ``j``: that column of ``Y``.
+
+``L = <Y, U>`` splits along those lines exactly: over batch items and rows, and through
+``Y = C W_O + b_O`` over heads (``<C, U W_O^T>`` by head, plus ``<b_O, sum U>``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
+from qkvcli.attention import engine
+from qkvcli.attention.engine import LayerForward, LayerGradients
 from qkvcli.attention.head import AttentionGradients, AttentionHead
-from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
-from qkvcli.attention.shortcuts import PointObjective, Shortcuts
+from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.batched import batched_coordinates, directional_checks
 from qkvcli.gradcheck.central import sample_indices
@@ -59,13 +68,15 @@ AUTO_FULL_UNITS = 2 * AUTO_FULL_LIMIT
 """Largest full check (in units) ``auto`` still runs on one tensor, larger ones are sampled:
 what a 4096-element tensor of one-unit evaluations costs, run's own limit."""
 RECOMPUTES_ALL = "full forward"
-RECOMPUTES_SCORES = "perturbed head scores"
-RECOMPUTES_VALUE = "perturbed value column"
-RECOMPUTES_TOKEN = "perturbed token rows"
+RECOMPUTES_HEAD = "perturbed head"
+RECOMPUTES_GROUP = "perturbed K/V group"
+RECOMPUTES_ITEM = "perturbed batch item"
 RECOMPUTES_OUT = "perturbed output column"
 
 TensorObjective = Callable[[Array], float]
 """``L`` at a whole perturbed copy of the checked tensor."""
+PointObjective = Callable[[int, float], float]
+"""``L`` with flat element ``index`` of the checked tensor set to ``value``."""
 
 
 def as_layer(model: AttentionHead | MultiHeadLayer) -> MultiHeadLayer:
@@ -78,9 +89,9 @@ def forward_cost(layer: MultiHeadLayer, x: Array) -> int:
     batch, tokens, d_model = x.shape
     p = layer.projections
     rows = batch * tokens
-    projections = rows * d_model * (2 * p.d_k + p.d_v)
+    projections = rows * d_model * (p.d_k + sum(int(w.shape[1]) for w in p.weights[1:]))
     attention = layer.heads * batch * tokens * tokens * (layer.d_k + layer.d_v + 4)
-    out = 0 if layer.out_weight is None else rows * p.d_v * layer.e_out
+    out = 0 if layer.out_weight is None else rows * layer.concat_width * layer.e_out
     return int(projections + attention + out)
 
 
@@ -153,52 +164,53 @@ def _tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
     return [(name, values) for name, values in named if values is not None]
 
 
-def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, shortcuts: bool) -> tuple[
-    int, str
-]:
+def _replaced(layer: MultiHeadLayer, name: str, probe: Array) -> MultiHeadLayer:
+    """``layer`` with parameter ``name`` (not ``input``) replaced by ``probe``, unvalidated."""
+    p = layer.projections
+    weights, biases = list(p.weights), list(p.biases)
+    out = [layer.out_weight, layer.out_bias]
+    if name in ("w_out", "b_out"):
+        out[0 if name == "w_out" else 1] = probe
+    elif name.startswith("w_"):
+        weights[BRANCHES.index(name[2:])] = probe
+    else:
+        biases[BRANCHES.index(name[2:])] = probe
+    return layer.with_parameters(weights, biases, out[0], out[1])
+
+
+def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, reached: bool) -> tuple[int, str]:
     """Multiply-adds of one evaluation of tensor ``name``'s objective, and what it recomputes.
 
-    A shortcut's cost counts every head it reaches: a key or value column of a K/V head
-    reaches the ``heads / kv_heads`` query heads of its group. With RoPE a query or key
-    column changes two columns of the turned Q or K (a rank-two change of the scores, one
-    more ``T^2`` per head) and is turned at every position. A causal mask's skipped blocks
-    are not subtracted: the budget counts whole ``T x T`` score matrices (an upper bound).
-    """
-    if not shortcuts:
+    ``reached``: the engine runs on only what the coordinate reaches (see the module
+    docstring); the cost counts that smaller call whole (a causal mask's skipped rows and
+    keys are not subtracted: an upper bound)."""
+    if not reached:
         return forward_cost(layer, x), RECOMPUTES_ALL
-    batch, tokens, d_model = x.shape
-    rows, tt = batch * tokens, batch * tokens * tokens
-    p = layer.projections
-    per = layer.heads // layer.kv_heads  # query heads a K/V head's column reaches
-    turned = p.rope is not None
+    batch, tokens, _ = x.shape
     if name == "input":
-        per_head = tokens * tokens * 6 + tokens * 2 * (layer.d_k + layer.d_v)
-        widths = sum(int(w.shape[1]) for w in p.weights)
-        return d_model * widths + layer.heads * per_head, RECOMPUTES_TOKEN
+        return forward_cost(layer, x[:1]), RECOMPUTES_ITEM
     if name in ("w_out", "b_out"):
-        return rows * p.d_v + rows, RECOMPUTES_OUT
-    if name.endswith("value"):
-        return rows * d_model + per * tt, RECOMPUTES_VALUE
-    reached = per if name.endswith("key") else 1
-    # a rank-one change (rank-two with RoPE, whose column is turned too), then the softmax
-    per_head = (9 if turned else 8) * tt
-    return rows * d_model + (4 * rows if turned else 0) + reached * per_head, RECOMPUTES_SCORES
+        return batch * tokens * (layer.concat_width + 1), RECOMPUTES_OUT
+    if name.endswith("query"):
+        return forward_cost(layer.subset(0, 1), x), RECOMPUTES_HEAD
+    per_kv = layer.heads // layer.kv_heads
+    return forward_cost(layer.subset(0, per_kv), x), RECOMPUTES_GROUP
 
 
 class CheckPlan:
     """Per checked tensor: its internal name, mode, sample count, planned checks and cost."""
 
-    __slots__ = ("causes", "full_cost", "rows", "shortcuts", "units")
+    __slots__ = ("causes", "full_cost", "reached", "rows", "units")
 
     def __init__(self, layer: MultiHeadLayer, x: Array, mode: str, samples: int | None,
-                 directions: int, shortcuts: bool | None) -> None:
-        self.shortcuts = reaches_far(layer, x) if shortcuts is None else shortcuts
+                 directions: int, reached: bool | None) -> None:
+        self.reached = reaches_far(layer, x) if reached is None else reached
         self.full_cost = forward_cost(layer, x)
         self.rows: list[tuple[str, str, int | None, int, int, str]] = []
         self.causes: set[str] = set()
         self.units = 0
         for name, values in _tensors(layer, x):
-            cost, recomputes = evaluation_cost(layer, x, name, self.shortcuts)
+            cost, recomputes = evaluation_cost(layer, x, name, self.reached)
             size = int(values.size)
             resolved, count = resolve_mode(mode, size, samples)
             if mode == "auto" and resolved == "full" and 2 * size * _units(cost) > AUTO_FULL_UNITS:
@@ -222,7 +234,7 @@ class CheckPlan:
                 # sampled coordinates (which, on a large model, recompute only what they reach)
                 less = "fewer --directions" + (
                     ", or --mode auto (sampled coordinates, cheaper evaluations)"
-                    if self.shortcuts else "")
+                    if self.reached else "")
             raise TooManyEvaluations(
                 self.units, limit, ", ".join(sorted(self.causes))
                 + f"; a unit is {EVALUATION_UNIT} multiply-adds of an evaluation, a whole "
@@ -233,85 +245,200 @@ class CheckPlan:
 def plan_check(model: AttentionHead | MultiHeadLayer, x: Array, step: float, tolerance: float,
                samples: int | None = None, *, mode: str = "auto",
                directions: int = DEFAULT_DIRECTIONS, limit: int = MAX_EVALUATIONS,
-               shortcuts: bool | None = None) -> CheckPlan:
+               reached: bool | None = None) -> CheckPlan:
     """The check :func:`gradcheck_attention` would make, refused (before any work) when its
     units pass ``limit``. Raises what :func:`gradcheck_attention` raises before evaluating."""
     validate_settings(step, tolerance, samples, mode, directions)
     plan = CheckPlan(as_layer(model), np.asarray(x, dtype=np.float64), mode, samples,
-                     directions, shortcuts)
+                     directions, reached)
     plan.refuse_over(limit)
     return plan
 
 
 def gradcheck_attention(
     model: AttentionHead | MultiHeadLayer, x: Array, upstream: Array,
-    analytic: dict[str, Array], causal: bool, step: float, tolerance: float,
-    samples: int | None = None, progress: Progress | None = None, *, mode: str = "auto",
-    directions: int = DEFAULT_DIRECTIONS, seed: int = DEFAULT_DIRECTION_SEED,
-    limit: int = MAX_EVALUATIONS, shortcuts: bool | None = None,
-    forward: LayerForward | None = None,
+    analytic: AttentionGradients | LayerGradients, causal: bool, step: float,
+    tolerance: float, samples: int | None = None, progress: Progress | None = None, *,
+    mode: str = "auto", directions: int = DEFAULT_DIRECTIONS,
+    seed: int = DEFAULT_DIRECTION_SEED, limit: int = MAX_EVALUATIONS,
+    reached: bool | None = None, forward: LayerForward | None = None,
 ) -> GradcheckResult:
-    """Check ``analytic`` (by internal name: ``analytic["input"]`` is dL/dX, ...) of
-    ``model`` at ``x`` against central differences of ``L = <Y, U>``.
+    """Check the gradients ``analytic`` of a head's or layer's reverse pass at ``x``
+    against central differences of ``L = <Y, U>``.
 
     ``mode``, ``samples``, ``directions`` and ``seed`` as run's check; ``limit`` is the
-    budget in units (see the module docstring); ``shortcuts`` forces (or forbids) the
-    cheaper evaluations (default :func:`reaches_far`), which start from ``forward`` (the
-    layer's forward at ``x``) when given. ``progress(done, total)`` after
-    each coordinate or direction. Raises
+    budget in units (see the module docstring); ``reached`` forces (or forbids) the
+    evaluations of only what a coordinate reaches (default :func:`reaches_far`), whose
+    unreached terms come from ``forward`` (the layer's forward at ``x``) when given.
+    ``progress(done, total)`` after each coordinate or direction. Raises
     :class:`~qkvcli.gradcheck.settings.GradcheckSettingError` (unusable settings) and
     :class:`~qkvcli.gradcheck.settings.TooManyEvaluations`, both before any evaluation.
     """
     plan = plan_check(model, x, step, tolerance, samples, mode=mode, directions=directions,
-                      limit=limit, shortcuts=shortcuts)
+                      limit=limit, reached=reached)
     layer = as_layer(model)
     x64 = np.asarray(x, dtype=np.float64)
     u64 = np.asarray(upstream, dtype=np.float64)
-    fast = Shortcuts(layer, x64, u64, causal, forward) if plan.shortcuts else None
+    gradients = analytic_of(analytic)
     values_of = dict(_tensors(layer, x64))
+    reach = Reach(layer, x64, u64, causal, forward) if plan.reached else None
     ticker = Ticker(progress, sum(row[3] for row in plan.rows))
     rng = SplitMix64(seed)
     checks = []
     for name, resolved, count, _, _, recomputes in plan.rows:
         values = values_of[name]
-        whole = _tensor_objective(layer, x64, u64, causal, name)
+        whole = _whole(layer, x64, u64, causal, name)
         shape = tuple(values.shape)
         if resolved == "fast":
-            found = directional_checks(_CopySlots(whole, values), name, values, analytic[name],
+            found = directional_checks(_CopySlots(whole, values), name, values, gradients[name],
                                        directions, rng, step, tolerance, ticker)
             checks.append(TensorCheck(name, shape, directions, tuple(found), "fast",
                                       recomputes))
             continue
-        point = fast.objective(name) if fast is not None else _copy_point(whole, values)
+        point = reach.objective(name) if reach is not None else _copy_point(whole, values)
         indices = sample_indices(values.size, count)
-        found = batched_coordinates(_PointSlots(point, 2), name, values, analytic[name],
+        found = batched_coordinates(_PointSlots(point, 2), name, values, gradients[name],
                                     indices, step, tolerance, ticker)
         requested = values.size if count is None else count
         checks.append(TensorCheck(name, shape, requested, tuple(found), resolved, recomputes))
     return GradcheckResult(step, tolerance, tuple(checks), mode)
 
 
-def _tensor_objective(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
-                      name: str) -> TensorObjective:
-    """``L`` by a fresh forward of ``layer`` with tensor ``name`` replaced by the probe."""
-    p = layer.projections
+def _whole(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
+           name: str) -> TensorObjective:
+    """``L`` by the engine's forward of the whole layer with tensor ``name`` replaced."""
 
     def objective(probe: Array) -> float:
-        weights, biases = list(p.weights), list(p.biases)
-        out = [layer.out_weight, layer.out_bias]
-        probe_x = x
-        if name == "input":
-            probe_x = probe
-        elif name in ("w_out", "b_out"):
-            out[0 if name == "w_out" else 1] = probe
-        elif name.startswith("w_"):
-            weights[BRANCHES.index(name[2:])] = probe
-        else:
-            biases[BRANCHES.index(name[2:])] = probe
-        probe_layer = layer.with_parameters(weights, biases, out[0], out[1])
-        return layer_loss(probe_layer.forward(probe_x, causal), upstream)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if name == "input":
+                done = engine.forward(layer, probe, causal)
+            else:
+                done = engine.forward(_replaced(layer, name, probe), x, causal)
+        return engine.loss(done, upstream)
 
     return objective
+
+
+class _OutColumn(Record):
+    """One column of an output projection: what :func:`~qkvcli.attention.engine.project_out` reads."""
+
+    out_weight: Array
+    out_bias: Array | None
+
+
+class Reach:
+    """Point objectives that run the engine on only what one coordinate reaches.
+
+    ``L`` is kept as its parts, computed once from the unperturbed forward: per head
+    ``<O_h, G_h>`` (``G = U W_O^T``, or ``U`` without an output projection) and the
+    output bias's ``<b_O, sum U>``; per batch item and row ``<Y_bt, U_bt>``; per output
+    column ``<Y[..., j], U[..., j]>``. An evaluation recomputes the parts the perturbed
+    coordinate reaches by one engine call on the perturbed parameters, and sums every
+    part again.
+    """
+
+    def __init__(self, layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
+                 forward: LayerForward | None = None) -> None:
+        self.layer, self.x, self.upstream, self.causal = layer, x, upstream, causal
+        with np.errstate(over="ignore", invalid="ignore"):
+            if forward is None:
+                forward = engine.forward(layer, x, causal)
+            self.concat = forward.concat
+            products = forward.output * upstream
+            self.by_row = products.sum(axis=-1)  # [B,T]
+            self.by_column = products.sum(axis=(0, 1))  # [E_out]
+            out_weight = layer.out_weight
+            self.mixed_upstream = upstream if out_weight is None else upstream @ out_weight.T
+            dv = layer.d_v
+            per_head = (forward.concat * self.mixed_upstream).reshape(
+                *forward.concat.shape[:2], layer.heads, dv)
+            self.by_head = per_head.sum(axis=(0, 1, 3))  # [H]
+            self.bias_part = (0.0 if layer.out_bias is None
+                              else float(np.dot(layer.out_bias, upstream.sum(axis=(0, 1)))))
+
+    def objective(self, name: str) -> PointObjective:
+        """``L`` with one element of tensor ``name`` set to a value."""
+        if name == "input":
+            return self._input
+        if name in ("w_out", "b_out"):
+            return self._out(name)
+        return self._heads(name)
+
+    def _heads(self, name: str) -> PointObjective:
+        layer = self.layer
+        p = layer.projections
+        branch = BRANCHES.index(name[2:])
+        values = (p.weights if name.startswith("w_") else p.biases)[branch]
+        assert values is not None
+        probe = np.array(values, dtype=np.float64, copy=True)
+        flat = probe.reshape(-1)
+        width = layer.d_k if branch < 2 else layer.d_v
+        per_kv = layer.heads // layer.kv_heads
+        dv = layer.d_v
+
+        def point(index: int, value: float) -> float:
+            column = index % probe.shape[-1]
+            if branch == 0:
+                first, count = column // width, 1
+            else:
+                first, count = (column // width) * per_kv, per_kv
+            original = flat[index]
+            flat[index] = value
+            try:
+                changed = _replaced(layer, name, probe).subset(first, count)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    done = engine.forward(changed, self.x, self.causal)
+                    mixed = self.mixed_upstream[..., first * dv:(first + count) * dv]
+                    parts = (done.concat * mixed).reshape(
+                        *done.concat.shape[:2], count, dv).sum(axis=(0, 1, 3))
+            finally:
+                flat[index] = original  # restore: evaluations never share state
+            by_head = self.by_head.copy()
+            by_head[first:first + count] = parts
+            return float(by_head.sum()) + self.bias_part
+
+        return point
+
+    def _input(self, index: int, value: float) -> float:
+        _, tokens, d_model = self.x.shape
+        b, t = divmod(index // d_model, tokens)
+        item = np.array(self.x[b:b + 1], dtype=np.float64, copy=True)
+        item.reshape(-1)[index - b * tokens * d_model] = value
+        first = t if self.causal else 0  # a causal query before t never sees token t
+        with np.errstate(over="ignore", invalid="ignore"):
+            done = engine.forward(self.layer, item, self.causal, first_row=first)
+            rows = (done.output * self.upstream[b:b + 1, first:]).sum(axis=-1)
+        by_row = self.by_row.copy()
+        by_row[b, first:] = rows[0]
+        return float(by_row.sum())
+
+    def _out(self, name: str) -> PointObjective:
+        layer = self.layer
+        weight, bias = layer.out_weight, layer.out_bias
+        assert weight is not None
+        values = weight if name == "w_out" else bias
+        assert values is not None
+        probe = np.array(values, dtype=np.float64, copy=True)
+        flat = probe.reshape(-1)
+
+        def point(index: int, value: float) -> float:
+            j = index % probe.shape[-1]
+            original = flat[index]
+            flat[index] = value
+            try:
+                w = probe if name == "w_out" else weight
+                b = probe if name == "b_out" else bias
+                column = _OutColumn(w[:, j:j + 1], None if b is None else b[j:j + 1])
+                with np.errstate(over="ignore", invalid="ignore"):
+                    y = engine.project_out(column, self.concat)  # type: ignore[arg-type]
+                    part = float(np.sum(y[..., 0] * self.upstream[..., j]))
+            finally:
+                flat[index] = original
+            by_column = self.by_column.copy()
+            by_column[j] = part
+            return float(by_column.sum())
+
+        return point
 
 
 def analytic_of(grads: AttentionGradients | LayerGradients) -> dict[str, Array]:
@@ -326,26 +453,9 @@ def analytic_of(grads: AttentionGradients | LayerGradients) -> dict[str, Array]:
     return {name: value for name, value in named.items() if value is not None}
 
 
-def gradcheck_head(head: AttentionHead, x: Array, upstream: Array,
-                   analytic: AttentionGradients, causal: bool, step: float, tolerance: float,
-                   samples: int | None = None, **settings: Any) -> GradcheckResult:
-    """:func:`gradcheck_attention` of one head, with the gradients of its ``backward``."""
-    return gradcheck_attention(head, x, upstream, analytic_of(analytic), causal, step,
-                               tolerance, samples, **settings)
-
-
-def gradcheck_layer(layer: MultiHeadLayer, x: Array, upstream: Array, analytic: LayerGradients,
-                    causal: bool, step: float, tolerance: float, samples: int | None = None,
-                    **settings: Any) -> GradcheckResult:
-    """:func:`gradcheck_attention` of a layer, with the gradients of its ``backward``."""
-    return gradcheck_attention(layer, x, upstream, analytic_of(analytic), causal, step,
-                               tolerance, samples, **settings)
-
-
 def reaches_far(layer: MultiHeadLayer, x: Array) -> bool:
     """Whether a coordinate's full forward is worth avoiding: scores or output of more than
-    :data:`~qkvcli.gradcheck.settings.AUTO_FULL_LIMIT` elements (the chapter's stay whole).
-    The shortcuts model every layer kind (grouped K/V heads, RoPE, a given scale)."""
+    :data:`~qkvcli.gradcheck.settings.AUTO_FULL_LIMIT` elements (the chapter's stay whole)."""
     batch, tokens, _ = x.shape
     large = max(layer.heads * batch * tokens * tokens, batch * tokens * layer.e_out)
     return bool(large > AUTO_FULL_LIMIT)

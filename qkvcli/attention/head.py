@@ -1,12 +1,14 @@
-"""One attention head on top of the projections: its parameters, forward and reverse.
+"""One attention head's parameters: validated once, then run by the engine as a layer of one head.
 
-Here are the head's validated parameters, the two pieces of the attention matrix (a
-numerically stable softmax and the causal mask) and the records of one forward and
-one reverse pass. Named as everywhere in qkv (:mod:`qkvcli.core.names`): the forward
-tensors are ``query``, ``key``, ``value``, ``scores``, ``scaled_scores``, ``attention``
-(the matrix ``A``; ``weights`` only ever means W) and ``output``; each gradient is
-``grad_`` and the tensor's name (``grad_query`` is dL/dQ), with ``grad_input`` for
-dL/dX, ``grad_w_query`` for dL/dW_Q and ``grad_b_query`` for dL/db_Q.
+Here are the head's validated parameters (three projections, optional biases, the
+score scale and RoPE) and the record of its full reverse pass. The forward and reverse
+passes are :mod:`qkvcli.attention.engine`'s, on this head as a layer of one head; the
+maths of each step is :mod:`qkvcli.attention.maths`'. Named as everywhere in qkv
+(:mod:`qkvcli.core.names`): the forward tensors are ``query``, ``key``, ``value``,
+``scores``, ``scaled_scores``, ``attention`` (the matrix ``A``; ``weights`` only ever
+means W) and ``output``; each gradient is ``grad_`` and the tensor's name
+(``grad_query`` is dL/dQ), with ``grad_input`` for dL/dX, ``grad_w_query`` for dL/dW_Q
+and ``grad_b_query`` for dL/db_Q.
 
 Forward, for ``X [B,T,d_model]``::
 
@@ -16,11 +18,10 @@ Forward, for ``X [B,T,d_model]``::
     A = softmax(Z) over the last axis (row max subtracted)      attention, rows sum to 1
     O = A V                                                     [B,T,d_v] output
 
-A real layer may add two things (:meth:`AttentionHead.from_arrays`): a RoPE (:class:`Rope`)
-turns Q and K after their biases, position by position, before the scores (``S =
-rope(Q) rope(K)^T``; the reverse pass turns dQ and dK back by the transpose), and a given
-``scale`` replaces ``1/sqrt(d_k)`` (``Z = S * scale``). Without them the arithmetic is
-the chapter's, bit for bit.
+A real layer may add two things (:meth:`AttentionHead.from_arrays`): a RoPE
+(:class:`~qkvcli.attention.maths.Rope`) turns Q and K after their biases, position by
+position, before the scores (``S = rope(Q) rope(K)^T``; the reverse pass turns dQ and dK
+back by the transpose), and a given ``scale`` replaces ``1/sqrt(d_k)`` (``Z = S * scale``).
 
 Reverse for an upstream ``dO`` (``grad_output``): ``dA = dO V^T``, ``dV = A^T dO``,
 ``dZ = A * (dA - rowsum(dA * A))``, ``dS = dZ / sqrt(d_k)``, ``dQ = dS K``,
@@ -40,132 +41,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from qkvcli.attention import engine
+from qkvcli.attention.engine import AttentionForward, HeadGradients
 from qkvcli.attention.errors import (
     BiasShapeMismatch,
     GroupedWidthMismatch,
     KeyWidthMismatch,
     OutputGradientShapeMismatch,
-    RopeError,
     ScaleError,
 )
+from qkvcli.attention.maths import Rope, check_rope, score_factor
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
-from qkvcli.core.record import Record
 from qkvcli.core.weights import (
     check_branches,
     check_input_shape,
     check_model_widths,
     check_unique_names,
 )
-
-
-def stable_softmax(z: Array) -> Array:
-    """Softmax over the last axis with the row maximum subtracted first.
-
-    ``-inf`` entries get weight exactly 0. Each row needs one finite entry (a causal
-    row always has its diagonal); empty axes give empty results.
-    """
-    if z.size == 0:
-        return np.zeros(z.shape)
-    shifted = z - np.max(z, axis=-1, keepdims=True)  # largest entry becomes 0: exp <= 1
-    exps = np.exp(shifted)
-    result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
-    return result
-
-
-def causal_mask(tokens: int) -> Array:
-    """``True`` above the diagonal: key positions after the query position."""
-    return np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
-
-
-ROPE_LAYOUTS = ("half", "interleaved")
-
-
-class Rope(Record):
-    """Rotary position embedding of the first ``dims`` coordinates of each query and key head.
-
-    Position ``t`` (``0 .. T-1``) turns pair ``i`` (``i < dims/2``) by the angle
-    ``t * theta^(-2i/dims)``. ``layout`` says which coordinates pair up: ``"half"``
-    pairs ``i`` with ``i + dims/2`` (LLaMA's and GPT-NeoX's ``rotate_half``),
-    ``"interleaved"`` pairs ``2i`` with ``2i+1`` (GPT-J). Coordinates from ``dims`` on
-    pass through (GPT-NeoX's partial rotary).
-    """
-
-    theta: float
-    dims: int
-    layout: str = "half"
-
-    def pairs(self) -> tuple[Any, Any]:
-        """The two coordinate index arrays that rotate together, ``[dims/2]`` each."""
-        half = self.dims // 2
-        if self.layout == "half":
-            return np.arange(half), np.arange(half, self.dims)
-        return np.arange(0, self.dims, 2), np.arange(1, self.dims, 2)
-
-    def rotate(self, x: Array, inverse: bool = False) -> Array:
-        """``x [..., T, d]`` with each position's pairs turned (``inverse``: turned back,
-        the transpose, which carries a gradient from after the rotation to before it)."""
-        tokens = x.shape[-2]
-        exponents = np.arange(0, self.dims, 2, dtype=np.float64) / self.dims
-        inverse_frequency = 1.0 / (self.theta ** exponents)  # [dims/2]
-        angles = np.arange(tokens, dtype=np.float64)[:, None] * inverse_frequency[None, :]
-        cos, sin = np.cos(angles), np.sin(angles)  # [T, dims/2]
-        if inverse:
-            sin = -sin
-        half = self.dims // 2
-        # the pairs as slices (views, not pairs()' gathered copies): the same arithmetic
-        first, second = ((slice(0, half), slice(half, self.dims)) if self.layout == "half"
-                         else (slice(0, self.dims, 2), slice(1, self.dims, 2)))
-        a, b = x[..., first], x[..., second]
-        # every coordinate turns: nothing to copy first
-        out = np.empty(x.shape) if self.dims == x.shape[-1] else np.array(x, dtype=np.float64)
-        out[..., first] = a * cos - b * sin
-        out[..., second] = b * cos + a * sin
-        return out
-
-
-def check_rope(rope: Rope, width: int) -> None:
-    """Refuse a RoPE that cannot turn a head of ``width`` coordinates (:class:`RopeError`)."""
-    if rope.layout not in ROPE_LAYOUTS:
-        raise RopeError(f"rope layout must be \"half\" or \"interleaved\", got {rope.layout!r}")
-    if not (math.isfinite(rope.theta) and rope.theta > 0.0):
-        raise RopeError(f"rope theta must be finite and positive, got {rope.theta!r}")
-    if rope.dims < 2 or rope.dims % 2 or rope.dims > width:
-        raise RopeError(f"rope dims must be even, at least 2 and at most the head's key width "
-                        f"{width}, got {rope.dims}")
-
-
-class AttentionForward(Record):
-    """Every intermediate of one forward pass, in the order they are computed.
-
-    ``attention`` is the attention matrix ``A`` (``weights`` is only ever W).
-    """
-
-    query: Array
-    key: Array
-    value: Array
-    scores: Array
-    scaled_scores: Array
-    attention: Array
-    output: Array
-    rotated_query: Array | None = None  # RoPE's Q and K, which the scores use
-    rotated_key: Array | None = None
-
-
-class HeadGradients(Record):
-    """One head's reverse pass from ``dA`` to ``dQ``, ``dK``, ``dV`` (a layer's per head)."""
-
-    grad_attention: Array
-    grad_scaled_scores: Array
-    grad_scores: Array
-    grad_query: Array
-    grad_key: Array
-    grad_value: Array
 
 
 class AttentionGradients(HeadGradients):
@@ -199,7 +96,8 @@ class AttentionHead:
     Build one with :meth:`from_arrays`; instances are immutable.
     """
 
-    __slots__ = ("_biases", "_independent", "_kv_groups", "_names", "_rope", "_scale", "_weights")
+    __slots__ = ("_biases", "_independent", "_kv_groups", "_names", "_packed", "_rope", "_scale",
+                 "_weights")
 
     def __init__(
         self, weights: tuple[Array, Array, Array], biases: Biases, names: tuple[str, str, str],
@@ -214,6 +112,7 @@ class AttentionHead:
         self._scale = scale
         self._rope = rope
         self._kv_groups = kv_groups
+        self._packed: tuple[Array, Array | None] | None = None
 
     @classmethod
     def from_arrays(
@@ -305,7 +204,7 @@ class AttentionHead:
 
     def scale_of(self, d_k: int) -> float:
         """The score factor of a head ``d_k`` wide: the given one, else ``1/sqrt(d_k)``."""
-        return 1.0 / math.sqrt(d_k) if self._scale is None else self._scale
+        return score_factor(d_k, self._scale)
 
     @property
     def given_scale(self) -> float | None:
@@ -331,6 +230,41 @@ class AttentionHead:
     @property
     def d_v(self) -> int:
         return int(self._weights[2].shape[1])
+
+    # --- the head as a layer of one head (what the engine reads) --------------------------
+
+    @property
+    def heads(self) -> int:
+        return 1
+
+    @property
+    def kv_heads(self) -> int:
+        return 1
+
+    @property
+    def branch_biases(self) -> tuple[bool, bool, bool]:
+        """Which branches have a bias, query, key, value."""
+        return (self._biases[0] is not None, self._biases[1] is not None,
+                self._biases[2] is not None)
+
+    @property
+    def out_weight(self) -> Array | None:
+        return None
+
+    @property
+    def out_bias(self) -> Array | None:
+        return None
+
+    def packed(self) -> tuple[Array, Array | None]:
+        """``[W_Q|W_K|W_V]`` and the packed bias (``None`` unless a branch has one; a
+        missing one is zeros), built once."""
+        if self._packed is None:
+            bias = None
+            if any(b is not None for b in self._biases):
+                bias = np.concatenate([np.zeros(w.shape[1]) if b is None else b
+                                       for w, b in zip(self._weights, self._biases, strict=True)])
+            self._packed = (np.ascontiguousarray(np.concatenate(self._weights, axis=1)), bias)
+        return self._packed
 
     @property
     def parameter_count(self) -> int:
@@ -364,87 +298,36 @@ class AttentionHead:
         return array
 
     def forward(self, x: ArrayLike, causal: bool = False) -> AttentionForward:
-        """Project, score, scale, (mask,) softmax and mix. Raises the input errors."""
+        """Project, score, scale, (mask,) softmax and mix: the engine on a layer of this
+        one head. Raises the input errors."""
         x = self.check_input(x)
         # Overflow is reported by the evidence (a non-finite tensor fails "forward"), not as
         # numpy warnings on stderr.
         with np.errstate(over="ignore", invalid="ignore"):
-            return self._forward(x, causal)
-
-    def _forward(self, x: Array, causal: bool) -> AttentionForward:
-        projected = []
-        for weight, bias in zip(self._weights, self._biases, strict=True):
-            y = x @ weight  # [B,T,d_model] @ [d_model,d_out] -> [B,T,d_out]
-            projected.append(y if bias is None else y + bias)
-        query, key, value = projected
-        rotated_query = rotated_key = None
-        matched_query, matched_key = query, key
-        if self._rope is not None:  # after the biases, before the scores (as HF applies it)
-            matched_query = rotated_query = self._rope.rotate(query)
-            matched_key = rotated_key = self._rope.rotate(key)
-        # [B,T,d_k] @ [B,d_k,T] -> [B,T,T]
-        scores = matched_query @ np.swapaxes(matched_key, -1, -2)
-        if self._scale is None:  # the chapter's division, bit for bit
-            scaled_scores = scores / math.sqrt(self.d_k)
-        else:
-            scaled_scores = scores * self._scale
-        if causal:
-            scaled_scores = np.where(causal_mask(x.shape[1]), -np.inf, scaled_scores)
-        attention = stable_softmax(scaled_scores)
-        output = attention @ value  # [B,T,T] @ [B,T,d_v] -> [B,T,d_v]
-        return AttentionForward(query, key, value, scores, scaled_scores, attention, output,
-                                rotated_query, rotated_key)
+            return engine.forward(self, x, causal).heads[0]
 
     def backward(self, x: ArrayLike, forward: AttentionForward, grad_output: ArrayLike) -> (
         AttentionGradients
     ):
         """Reverse pass for ``grad_output`` (dO, ``[B,T,d_v]``) through the mixture, softmax,
-        scores and projections. Raises the input errors, then
+        scores and projections (the engine's). Raises the input errors, then
         :class:`~qkvcli.attention.errors.OutputGradientShapeMismatch`."""
         x = self.check_input(x)
         batch, tokens = x.shape[:2]
         upstream = np.asarray(grad_output, dtype=np.float64)
         if upstream.shape != (batch, tokens, self.d_v):
             raise OutputGradientShapeMismatch((batch, tokens, self.d_v), tuple(upstream.shape))
+        one = {name: value[:, None] for name, value in (
+            ("query", forward.query), ("key", forward.key), ("value", forward.value),
+            ("scores", forward.scores), ("scaled_scores", forward.scaled_scores),
+            ("attention", forward.attention), ("rotated_query", forward.rotated_query),
+            ("rotated_key", forward.rotated_key)) if value is not None}
+        layer_forward = engine.LayerForward((forward,), forward.output, forward.output, one,
+                                            forward.causal, forward.window)
         with np.errstate(over="ignore", invalid="ignore"):
-            return self._backward(x, forward, upstream)
-
-    def _backward(
-        self, x: Array, forward: AttentionForward, grad_output: Array
-    ) -> AttentionGradients:
-        batch, tokens, d_model = x.shape
-        a = forward.attention
-        # [B,T,d_v] @ [B,d_v,T] -> [B,T,T]
-        grad_attention = grad_output @ np.swapaxes(forward.value, -1, -2)
-        grad_value = np.swapaxes(a, -1, -2) @ grad_output  # [B,T,T]^T @ [B,T,d_v] -> [B,T,d_v]
-        # softmax reverse: dZ_ij = A_ij (dA_ij - sum_l dA_il A_il); masked A_ij = 0 gives dZ_ij = 0
-        grad_scaled_scores = a * (
-            grad_attention - np.sum(grad_attention * a, axis=-1, keepdims=True)
-        )
-        if self._scale is None:
-            grad_scores = grad_scaled_scores / math.sqrt(self.d_k)
-        else:
-            grad_scores = grad_scaled_scores * self._scale
-        rope = self._rope
-        matched_key = forward.key if forward.rotated_key is None else forward.rotated_key
-        matched_query = forward.query if forward.rotated_query is None else forward.rotated_query
-        grad_query = grad_scores @ matched_key  # [B,T,T] @ [B,T,d_k] -> [B,T,d_k]
-        grad_key = np.swapaxes(grad_scores, -1, -2) @ matched_query  # [B,T,T]^T @ [B,T,d_k]
-        if rope is not None:  # back through the rotation: its transpose turns the other way
-            grad_query = rope.rotate(grad_query, inverse=True)
-            grad_key = rope.rotate(grad_key, inverse=True)
-        rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT, d_model]
-        grad_input = np.zeros_like(x)
-        grad_w: list[Array] = []
-        grad_b: list[Array | None] = []
-        for weight, bias, grad in zip(
-            self._weights, self._biases, (grad_query, grad_key, grad_value), strict=True
-        ):
-            grad_input += grad @ weight.T  # [B,T,d_out] @ [d_out,d_model] -> [B,T,d_model]
-            flat = grad.reshape(batch * tokens, weight.shape[1])
-            grad_w.append(rows.T @ flat)  # [d_model,BT] @ [BT,d_out] -> [d_model,d_out]
-            grad_b.append(None if bias is None else flat.sum(axis=0))
+            g = engine.backward(self, x, layer_forward, upstream)
+        h = g.heads[0]
         return AttentionGradients(
-            grad_attention, grad_scaled_scores, grad_scores, grad_query, grad_key, grad_value,
-            grad_input, grad_w[0], grad_w[1], grad_w[2], grad_b[0], grad_b[1], grad_b[2],
-        )
+            h.grad_attention, h.grad_scaled_scores, h.grad_scores, h.grad_query, h.grad_key,
+            h.grad_value, g.grad_input, g.grad_w_query, g.grad_w_key, g.grad_w_value,
+            g.grad_b_query, g.grad_b_key, g.grad_b_value)

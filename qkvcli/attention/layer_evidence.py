@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from qkvcli.attention.engine import LayerForward, LayerGradients
 from qkvcli.attention.evidence import EPSILON, PLAN_KEYS, hull_evidence, notes_of, verdicts
 from qkvcli.attention.fixture import AttendFixture, LayerParts, relative_sources
-from qkvcli.attention.gradcheck import gradcheck_layer, plan_check
-from qkvcli.attention.head import causal_mask
-from qkvcli.attention.multihead import LayerForward, LayerGradients, MultiHeadLayer, layer_loss
+from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
+from qkvcli.attention.maths import causal_mask
+from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
     AttendConfig,
     AttendEvidence,
@@ -311,8 +312,9 @@ def build_layer_evidence(fixture: AttendFixture, parts: LayerParts,
         and p.output == (p.input[0], p.input[1], layer.e_out) and p.grad_input == p.input
         for p in probes
     )
-    checked = gradcheck_layer(layer, x, fixture.upstream, grads, causal, fixture.step,
-                              fixture.tolerance, fixture.samples, forward=forward, **gradcheck)
+    checked = gradcheck_attention(layer, x, fixture.upstream, grads, causal, fixture.step,
+                                  fixture.tolerance, fixture.samples, forward=forward,
+                                  **gradcheck)
     tensors = layer_tensors(fixture, parts, forward, grads)
     loss = layer_loss(forward, fixture.upstream)
     forward_ok = all(all_finite(a) for a in (forward.output, forward.concat, tensors["attention"])

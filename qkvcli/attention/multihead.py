@@ -9,14 +9,11 @@ Forward, for ``X [B,T,d_model]`` and full-width projections ``W_Q [d_model, H*d_
     Y = C W_O + b_O   (no output projection: Y = C)             [B,T,E_out]
 
 exactly as ``torch.nn.MultiheadAttention`` and nanoGPT split and join heads (their
-``[B,H,T,d_k]`` view is head h's slice of the last axis). One head (H = 1) *is* an
-:class:`~qkvcli.attention.head.AttentionHead`, the very arithmetic ``qkv attend`` always
-ran; more heads run batched (:mod:`qkvcli.attention.batched`): one packed
-``X [W_Q|W_K|W_V]`` GEMM, the heads as ``[B,H,T,d]`` views, RoPE over all heads at once,
-one ``[B,H,T,T]`` score product, the softmax by blocks of rows (a causal block skips the
-masked keys), ``A V``. Each head's record is views of those arrays,
-and equals what its own AttentionHead (:attr:`MultiHeadLayer.head_slices`) computes, to
-float64 rounding (tests/test_attention_batched.py).
+``[B,H,T,d_k]`` view is head h's slice of the last axis). The passes are the engine's
+(:mod:`qkvcli.attention.engine`), for one head as for many; :attr:`MultiHeadLayer.head_slices`
+gives each head alone, as an :class:`~qkvcli.attention.head.AttentionHead`, and
+:meth:`MultiHeadLayer.subset` some of them as a smaller layer (the gradient check's
+cheaper evaluations).
 
 Grouped-query attention (``kv_heads`` = G < H): ``W_K`` and ``W_V`` hold G heads, and
 query head h reads K/V head ``h // (H/G)``, as Hugging Face's ``repeat_kv`` repeats them
@@ -24,25 +21,23 @@ query head h reads K/V head ``h // (H/G)``, as Hugging Face's ``repeat_kv`` repe
 gradients are the sum over its group.
 
 Reverse for ``dY``: ``dC = dY W_O^T``, ``dW_O = C^T dY``, ``db_O = sum dY``; every head's
-reverse on its slice of ``dC`` at once; ``[dQ|dK|dV]`` packed so that ``dX`` (every
-head's three paths) and ``[dW_Q|dW_K|dW_V]`` are one GEMM each. No I/O.
+reverse on its slice of ``dC`` at once. This module validates; the engine computes. No I/O.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# the layer's records are the batched engine's; named here too, where the layer is
-from qkvcli.attention.batched import LayerForward as LayerForward
-from qkvcli.attention.batched import LayerGradients as LayerGradients
-from qkvcli.attention.batched import batched_backward, batched_forward
+from qkvcli.attention import engine
+from qkvcli.attention.engine import LayerForward, LayerGradients
 from qkvcli.attention.errors import (
     HeadCountMismatch,
     KvHeadsMismatch,
     OutProjectionShapeMismatch,
     OutputGradientShapeMismatch,
 )
-from qkvcli.attention.head import AttentionHead, check_rope
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import Rope, check_rope
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 
 
@@ -52,8 +47,7 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_packed", "_projections",
-                 "_slices")
+    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections", "_slices")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None) -> None:
@@ -66,7 +60,6 @@ class MultiHeadLayer:
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
-        self._packed: tuple[Array, Array | None] | None = None
 
     @classmethod
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
@@ -124,7 +117,7 @@ class MultiHeadLayer:
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
-            return self._projections  # one head: today's head, untouched
+            return self._projections
         p = self._projections
         dk, dv = self.d_k, self.d_v
         g = self.group_of(h)  # the K/V head this query head reads
@@ -200,38 +193,51 @@ class MultiHeadLayer:
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads)
 
+    @property
+    def rope(self) -> Rope | None:
+        return self._projections.rope
+
+    @property
+    def given_scale(self) -> float | None:
+        return self._projections.given_scale
+
+    @property
+    def branch_biases(self) -> tuple[bool, bool, bool]:
+        return self._projections.branch_biases
+
+    def packed(self) -> tuple[Array, Array | None]:
+        """``[W_Q|W_K|W_V]`` (``[d_model, H*d_k + 2 G*d_k]``) and the packed bias, built once."""
+        return self._projections.packed()
+
+    def subset(self, first: int, count: int) -> MultiHeadLayer:
+        """The query heads ``first .. first+count-1`` and the K/V heads they read, without
+        the output projection: what a change to those heads' parameters reaches. ``first``
+        and ``count`` cover whole K/V groups when the heads are grouped."""
+        p = self._projections
+        per_kv = self._heads // self._kv_heads
+        kv_first, kv_count = first // per_kv, max(1, count // per_kv)
+        dk, dv = self.d_k, self.d_v
+        cols = (slice(first * dk, (first + count) * dk),
+                slice(kv_first * dk, (kv_first + kv_count) * dk),
+                slice(kv_first * dv, (kv_first + kv_count) * dv))
+        weights = [w[:, c] for w, c in zip(p.weights, cols, strict=True)]
+        biases = [None if b is None else b[c] for b, c in zip(p.biases, cols, strict=True)]
+        projections = AttentionHead(
+            (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]), p.names,
+            p.independent_value_width, p.given_scale, p.rope, count // kv_count)
+        return MultiHeadLayer(projections, count, None, None, kv_count)
+
     # --- computation --------------------------------------------------------------------
 
     def forward(self, x: ArrayLike, causal: bool = False) -> LayerForward:
         """Every head, the concatenation and the output projection. Raises the input errors."""
         x = self._projections.check_input(x)
         with np.errstate(over="ignore", invalid="ignore"):
-            if self._heads == 1:  # one head: today's head, its arithmetic bit for bit
-                head = self.head_slices[0].forward(x, causal)
-                return LayerForward((head,), head.output, self.project_out(head.output))
-            return batched_forward(self, x, causal)
+            return engine.forward(self, x, causal)
 
     def project_out(self, concat: Array) -> Array:
         """``Y = C W_O + b_O``, or ``C`` itself without an output projection."""
-        if self._out_weight is None:
-            return concat
-        output = concat @ self._out_weight  # [B,T,H*d_v] @ [H*d_v,E_out] -> [B,T,E_out]
-        if self._out_bias is not None:
-            output += self._out_bias
-        return output
-
-    def packed(self) -> tuple[Array, Array | None]:
-        """``[W_Q|W_K|W_V]`` (``[d_model, H*d_k + 2 G*d_k]``) and the packed bias (``None``
-        unless every branch has one; a missing one is zeros), built once per layer."""
-        if self._packed is None:
-            p = self._projections
-            biases = p.biases
-            bias = None
-            if any(b is not None for b in biases):
-                bias = np.concatenate([np.zeros(w.shape[1]) if b is None else b
-                                       for w, b in zip(p.weights, biases, strict=True)])
-            self._packed = (np.ascontiguousarray(np.concatenate(p.weights, axis=1)), bias)
-        return self._packed
+        return engine.project_out(self, concat)
 
     def backward(self, x: ArrayLike, forward: LayerForward, grad_output: ArrayLike) -> LayerGradients:
         """Reverse pass for ``grad_output`` (``[B,T,E_out]``). Raises the input errors, then
@@ -241,24 +247,10 @@ class MultiHeadLayer:
         upstream = np.asarray(grad_output, dtype=np.float64)
         if upstream.shape != (batch, tokens, self.e_out):
             raise OutputGradientShapeMismatch((batch, tokens, self.e_out), tuple(upstream.shape))
-        grad_out_weight = grad_out_bias = None
-        grad_concat = upstream
         with np.errstate(over="ignore", invalid="ignore"):
-            if self._out_weight is not None:
-                rows = forward.concat.reshape(batch * tokens, self.concat_width)  # C: [BT,H*d_v]
-                flat = upstream.reshape(batch * tokens, self.e_out)  # dY_(BT): [BT, E_out]
-                grad_concat = upstream @ self._out_weight.T  # [B,T,E_out] @ [E_out,H*d_v]
-                grad_out_weight = rows.T @ flat  # [H*d_v,BT] @ [BT,E_out] -> [H*d_v,E_out]
-                grad_out_bias = None if self._out_bias is None else flat.sum(axis=0)
-            if self._heads == 1:
-                g = self.head_slices[0].backward(x, forward.heads[0], grad_concat)
-                return LayerGradients((g,), grad_concat, g.grad_input, g.grad_w_query,
-                                      g.grad_w_key, g.grad_w_value, g.grad_b_query, g.grad_b_key,
-                                      g.grad_b_value, grad_out_weight, grad_out_bias)
-            return batched_backward(self, x, forward, grad_concat, grad_out_weight,
-                                    grad_out_bias)
+            return engine.backward(self, x, forward, upstream)
+
 
 def layer_loss(forward: LayerForward, upstream: Array) -> float:
     """``L = <Y, U>``: the scalar whose gradient :meth:`MultiHeadLayer.backward` gives."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.sum(forward.output * upstream))
+    return engine.loss(forward, upstream)

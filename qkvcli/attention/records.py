@@ -17,7 +17,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 
 if TYPE_CHECKING:
-    from qkvcli.attention.head import Rope
+    from qkvcli.attention.maths import Rope
     from qkvcli.evidence.records import Verdict
     from qkvcli.gradcheck.records import GradcheckResult
 

@@ -1,0 +1,330 @@
+"""The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer kind.
+
+A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
+(half, interleaved, partial, with a position offset), a given score scale, the causal
+mask with an optional sliding window, biases and the output projection are all this one
+path. The maths of each step is :mod:`qkvcli.attention.maths`'.
+
+:func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
+``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
+never copied), turns all heads by RoPE at once and makes one ``[B,H,T,T]`` score
+product; the softmax and ``A V`` run per block of query rows (:data:`BLOCK_ROWS`), and a
+masked block reaches only the keys its rows may see. :func:`backward` reverses it the
+same way: ``dA = dO V^T`` whole, the softmax reverse and ``dQ = dS K`` per block of rows,
+``dV = A^T dO`` and ``dK = dS^T Q`` per block of key columns over the rows that see them,
+``[dQ|dK|dV]`` packed so that ``dX`` and ``[dW_Q|dW_K|dW_V]`` are one GEMM each.
+
+What the blocks leave out is exactly zero in real arithmetic and in floating point (a
+masked weight is ``exp(-inf) = 0``; ``-inf`` never wins a row's max): the published ``S``
+and ``dA`` stay whole, masked entries of ``A``, ``dZ`` and ``dS`` are ``+0.0``.
+
+A cheaper evaluation of the gradient check is this engine called on less: a subset of
+the heads (:meth:`~qkvcli.attention.multihead.MultiHeadLayer.subset`), of the batch, or
+only the query rows from ``first_row`` on (the keys stay whole). The callers validate
+their inputs once; the passes here take them as given. No I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from qkvcli.attention.maths import Rope, hidden, key_span, rotate, scale, softmax, softmax_backward
+from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
+
+
+class AttentionForward(Record):
+    """One head's intermediates of a forward pass, in the order they are computed.
+
+    ``attention`` is the attention matrix ``A`` (``weights`` is only ever W).
+    """
+
+    query: Array
+    key: Array
+    value: Array
+    scores: Array
+    scaled_scores: Array
+    attention: Array
+    output: Array
+    rotated_query: Array | None = None  # RoPE's Q and K, which the scores use
+    rotated_key: Array | None = None
+    causal: bool = False  # the mask the pass applied
+    window: int | None = None
+
+
+class HeadGradients(Record):
+    """One head's reverse pass from ``dA`` to ``dQ``, ``dK``, ``dV``."""
+
+    grad_attention: Array
+    grad_scaled_scores: Array
+    grad_scores: Array
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+
+
+class LayerForward(Record):
+    """Every head's forward pass, their concatenation ``C`` and the final output ``Y``.
+
+    ``stacked``: the pass's own arrays, of which the heads' records are views:
+    ``scores``, ``scaled_scores``, ``attention`` ``[B,H,T,T]``, ``query`` ``[B,H,T,d_k]``,
+    ``key``, ``value`` ``[B,G,T,d]`` (and RoPE's ``rotated_*``). ``causal`` and ``window``:
+    the mask the pass applied (the reverse skips what it zeroed).
+    """
+
+    heads: tuple[AttentionForward, ...]
+    concat: Array
+    output: Array
+    stacked: dict[str, Array]
+    causal: bool = False
+    window: int | None = None
+
+    @property
+    def attention(self) -> Array:
+        """The attention matrix of every head, ``[B,H,T,T]``."""
+        return self.stacked["attention"]
+
+
+class LayerGradients(Record):
+    """The reverse pass: per head, then the layer's input and full-width parameters.
+
+    ``stacked`` as in :class:`LayerForward`: ``grad_attention``, ``grad_scaled_scores``,
+    ``grad_scores`` as ``[B,H,T,T]``.
+    """
+
+    heads: tuple[HeadGradients, ...]
+    grad_concat: Array
+    grad_input: Array
+    grad_w_query: Array
+    grad_w_key: Array
+    grad_w_value: Array
+    grad_b_query: Array | None
+    grad_b_key: Array | None
+    grad_b_value: Array | None
+    grad_out_weight: Array | None
+    grad_out_bias: Array | None
+    stacked: dict[str, Array]
+
+
+class Layer(Protocol):
+    """What the passes read of a layer: the function's description (a
+    :class:`~qkvcli.attention.multihead.MultiHeadLayer`, or a head as a layer of one)."""
+
+    @property
+    def heads(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_v(self) -> int: ...
+    @property
+    def rope(self) -> Rope | None: ...
+    @property
+    def given_scale(self) -> float | None: ...
+    @property
+    def branch_biases(self) -> tuple[bool, bool, bool]: ...
+    @property
+    def out_weight(self) -> Array | None: ...
+    @property
+    def out_bias(self) -> Array | None: ...
+    def packed(self) -> tuple[Array, Array | None]: ...
+
+
+def heads_axis(flat: Array, heads: int) -> Array:
+    """``[B,T,n*d]`` -> ``[B,n,T,d]``, a view: head ``h`` is the columns ``h*d:(h+1)*d``."""
+    batch, tokens, width = flat.shape
+    return np.swapaxes(flat.reshape(batch, tokens, heads, width // heads), 1, 2)
+
+
+def _grouped(per_query: Array, kv_heads: int) -> Array:
+    """``[B,H,...]`` -> ``[B,G,H/G,...]``, a view: query heads in their K/V head's group
+    (a K/V head ``[B,G,1,...]`` (``[:, :, None]``) is broadcast over it, never copied)."""
+    shape = per_query.shape
+    return per_query.reshape(shape[0], kv_heads, shape[1] // kv_heads, *shape[2:])
+
+
+BLOCK_ROWS = 128
+"""Query rows per block of the softmax and the ``[T,T]`` products: a masked block reaches
+only the keys its rows may see (the others weigh exactly 0), so a causal layer does about
+half the work; a block's rows stay in cache."""
+
+
+def _blocks(first_row: int, tokens: int, causal: bool,
+            window: int | None) -> list[tuple[int, int, int, int]]:
+    """``(first, end, start, stop)`` per block of query rows ``first:end`` (positions):
+    the keys ``start:stop`` they see. Without a mask one block of every row and key."""
+    if not causal:
+        return [(first_row, tokens, 0, tokens)] if tokens > first_row else []
+    return [(r, min(r + BLOCK_ROWS, tokens), *key_span(r, min(r + BLOCK_ROWS, tokens), tokens,
+                                                       causal, window))
+            for r in range(first_row, tokens, BLOCK_ROWS)]
+
+
+def project_out(layer: Layer, concat: Array) -> Array:
+    """``Y = C W_O + b_O``, or ``C`` itself without an output projection."""
+    if layer.out_weight is None:
+        return concat
+    output = concat @ layer.out_weight  # [B,T,H*d_v] @ [H*d_v,E_out] -> [B,T,E_out]
+    if layer.out_bias is not None:
+        output += layer.out_bias
+    return output
+
+
+def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
+            first_row: int = 0) -> LayerForward:
+    """The layer's forward pass on a validated ``x [B,T,d_model]``, every head at once.
+
+    ``first_row`` > 0 computes only the query rows from there on (their scores, weights,
+    outputs; the keys and values stay whole): what a change at that row reaches.
+    Expects ``errstate`` set by the caller."""
+    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+    batch, tokens, d_model = x.shape
+    rows = tokens - first_row
+    weight, bias = layer.packed()
+    qw, kw = heads * dk, kv * dk
+    flat = x.reshape(batch * tokens, d_model)
+    if first_row:  # the query rows from first_row, the keys and values whole
+        projected = np.empty((batch, tokens, weight.shape[1]))
+        projected[:, first_row:, :qw] = (x[:, first_row:].reshape(batch * rows, d_model)
+                                         @ weight[:, :qw]).reshape(batch, rows, qw)
+        projected[..., qw:] = (flat @ weight[:, qw:]).reshape(batch, tokens, -1)
+    else:  # [BT,d_model] @ [d_model, H*d_k + G*d_k + G*d_v]
+        projected = (flat @ weight).reshape(batch, tokens, weight.shape[1])
+    if bias is not None:
+        projected[:, first_row:, :qw] += bias[:qw]
+        projected[..., qw:] += bias[qw:]
+    query = heads_axis(projected[:, first_row:, :qw], heads)  # [B,H,R,d_k]
+    key = heads_axis(projected[..., qw:qw + kw], kv)  # [B,G,T,d_k]
+    value = heads_axis(projected[..., qw + kw:], kv)  # [B,G,T,d_v]
+    rope = layer.rope
+    rotated_query = rotated_key = None
+    matched_query, matched_key = query, key
+    if rope is not None:  # after the biases, before the scores (as HF applies it)
+        matched_query = rotated_query = rotate(query, rope, first_row)
+        matched_key = rotated_key = rotate(key, rope)
+    # [B,G,H/G,R,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,R,T] -> [B,H,R,T]
+    scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
+              ).reshape(batch, heads, rows, tokens)
+    scaled_scores = scale(scores, dk, layer.given_scale)
+    attention = np.zeros(scaled_scores.shape)
+    mixed = np.empty((batch, heads, rows, layer.d_v))
+    grouped_z, grouped_a = _grouped(scaled_scores, kv), _grouped(attention, kv)
+    grouped_mixed, shared_value = _grouped(mixed, kv), value[:, :, None]
+    for first, end, start, stop in _blocks(first_row, tokens, causal, window):
+        r0, r1 = first - first_row, end - first_row
+        masked = hidden(first, end, 0, tokens, causal, window)
+        if masked is not None:
+            np.copyto(scaled_scores[..., r0:r1, :], -np.inf, where=masked)
+        block = grouped_a[..., r0:r1, start:stop]
+        softmax(grouped_z[..., r0:r1, start:stop], out=block)
+        # [B,G,H/G,rows,keys] @ [B,G,1,keys,d_v] -> the block's rows of every head's O
+        grouped_mixed[..., r0:r1, :] = block @ shared_value[..., start:stop, :]
+    concat = np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows, heads * layer.d_v)
+    per_kv = heads // kv
+    records = tuple(
+        AttentionForward(query[:, h], key[:, h // per_kv], value[:, h // per_kv], scores[:, h],
+                         scaled_scores[:, h], attention[:, h], mixed[:, h],
+                         None if rotated_query is None else rotated_query[:, h],
+                         None if rotated_key is None else rotated_key[:, h // per_kv],
+                         causal, window)
+        for h in range(heads))
+    stacked = {"scores": scores, "scaled_scores": scaled_scores, "attention": attention,
+               "query": query, "key": key, "value": value}
+    if rotated_query is not None and rotated_key is not None:
+        stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
+    return LayerForward(records, concat, project_out(layer, concat), stacked, causal, window)
+
+
+def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) -> LayerGradients:
+    """The reverse of :func:`forward` (of every row) for ``dY`` (``[B,T,E_out]``), batched
+    over heads as the forward is; a K/V head's gradients sum its group's. Expects
+    ``errstate`` set by the caller and ``dY`` shaped like the output."""
+    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+    batch, tokens, d_model = x.shape
+    causal, window = forward.causal, forward.window
+    grad_out_weight = grad_out_bias = None
+    grad_concat = grad_output
+    if layer.out_weight is not None:
+        width = heads * layer.d_v
+        rows = forward.concat.reshape(batch * tokens, width)  # C: [BT,H*d_v]
+        flat_up = grad_output.reshape(batch * tokens, grad_output.shape[-1])  # dY_(BT)
+        grad_concat = grad_output @ layer.out_weight.T  # [B,T,E_out] @ [E_out,H*d_v]
+        grad_out_weight = rows.T @ flat_up  # [H*d_v,BT] @ [BT,E_out] -> [H*d_v,E_out]
+        grad_out_bias = None if layer.out_bias is None else flat_up.sum(axis=0)
+    stacked = forward.stacked
+    matched = "" if layer.rope is None else "rotated_"
+    a = stacked["attention"]
+    grad_mixed = heads_axis(grad_concat, heads)  # [B,H,T,d_v]
+    value_kv, key_kv = stacked["value"], stacked[matched + "key"]  # [B,G,T,d]
+    query_h = stacked[matched + "query"]  # [B,H,T,d_k]
+    # dA = dO V^T: [B,G,H/G,T,d_v] @ [B,G,1,d_v,T] -> [B,H,T,T]
+    grad_attention = (_grouped(grad_mixed, kv) @ np.swapaxes(value_kv, -1, -2)[:, :, None]
+                      ).reshape(a.shape)
+    # softmax reverse per block of query rows; a masked entry's dZ and dS are +0.0 (its
+    # score never reaches L)
+    grad_scaled_scores = np.zeros(a.shape)
+    grad_scores = np.zeros(a.shape)
+    blocks = _blocks(0, tokens, causal, window)
+    for first, end, start, stop in blocks:
+        block = grad_scaled_scores[..., first:end, start:stop]
+        softmax_backward(a[..., first:end, start:stop], grad_attention[..., first:end, start:stop],
+                         out=block)
+        masked = hidden(first, end, start, stop, causal, window)
+        if masked is not None:
+            np.copyto(block, 0.0, where=masked)
+        scale(block, dk, layer.given_scale, out=grad_scores[..., first:end, start:stop])
+    # dQ = dS K by query rows; dV = A^T dO and dK = dS^T Q (per query head) by key columns,
+    # each over the rows that reach them
+    grad_query = np.empty(query_h.shape)
+    grad_value = np.empty((batch, heads, tokens, layer.d_v))
+    grad_key = np.empty(query_h.shape)
+    grouped_scores = _grouped(grad_scores, kv)
+    for first, end, start, stop in blocks:
+        # [B,G,H/G,rows,keys] @ [B,G,1,keys,d_k] -> the block's rows of dQ
+        _grouped(grad_query, kv)[..., first:end, :] = (
+            grouped_scores[..., first:end, start:stop] @ key_kv[:, :, None, start:stop])
+        # the rows that see keys first..end: from first on (causal), up to the window's reach
+        reach = slice(first, tokens if window is None else min(tokens, end + window - 1)) \
+            if causal else slice(0, tokens)
+        columns = slice(first, end)
+        grad_value[..., columns, :] = np.swapaxes(a[..., reach, columns], -1, -2) @ (
+            grad_mixed[..., reach, :])
+        grad_key[..., columns, :] = np.swapaxes(grad_scores[..., reach, columns], -1, -2) @ (
+            query_h[..., reach, :])
+    del grouped_scores
+    if layer.rope is not None:  # back through the rotation: its transpose turns the other way
+        grad_query = rotate(grad_query, layer.rope, inverse=True)
+        grad_key = rotate(grad_key, layer.rope, inverse=True)
+    head_grads = tuple(
+        HeadGradients(grad_attention[:, h], grad_scaled_scores[:, h], grad_scores[:, h],
+                      grad_query[:, h], grad_key[:, h], grad_value[:, h]) for h in range(heads))
+    # [dQ | dK | dV] in the packed columns, a K/V head's the sum over its group
+    qw, kw = heads * dk, kv * dk
+    joined = np.empty((batch, tokens, qw + kw + kv * layer.d_v))
+    heads_axis(joined[..., :qw], heads)[...] = grad_query
+    heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
+    heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
+    weight, _ = layer.packed()
+    rows_x = x.reshape(batch * tokens, d_model)
+    flat = joined.reshape(batch * tokens, joined.shape[-1])
+    grad_input = (flat @ weight.T).reshape(x.shape)  # dX: the three paths in one GEMM
+    grad_w = rows_x.T @ flat  # [d_model,BT] @ [BT, H*d_k + 2 G*d_k]
+    cuts = (slice(0, qw), slice(qw, qw + kw), slice(qw + kw, None))
+    w = [np.ascontiguousarray(grad_w[:, c]) for c in cuts]
+    present = layer.branch_biases
+    sums = flat.sum(axis=0) if any(present) else None
+    b = [sums[c] if has and sums is not None else None
+         for has, c in zip(present, cuts, strict=True)]
+    grads_stacked = {"grad_attention": grad_attention, "grad_scaled_scores": grad_scaled_scores,
+                     "grad_scores": grad_scores}
+    return LayerGradients(head_grads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1],
+                          b[2], grad_out_weight, grad_out_bias, grads_stacked)
+
+
+def loss(forward: LayerForward, upstream: Array) -> float:
+    """``L = <Y, U>``: the scalar whose gradient :func:`backward` gives for ``dY = U``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sum(forward.output * upstream))
