@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import checkpoint_sources, parse_attend_fixture, relative_sources
-from qkvcli.attention.layer_evidence import build_layer_evidence
 from qkvcli.attention.records import AttendConfig
 from qkvcli.cli import main
 from qkvcli.render.attend import (
@@ -167,7 +167,7 @@ def layer_config(**weights_extra: Any) -> AttendConfig:
     fixture = parse_attend_fixture({"heads": 2, "input": rng.normal(size=(1, 2, 4)).tolist(),
                                     "weights": weights | weights_extra})
     assert fixture.layer is not None
-    return build_layer_evidence(fixture, fixture.layer).config
+    return build_attend_evidence(fixture).config
 
 
 @pytest.mark.parametrize(("tensor", "key"), [
@@ -276,7 +276,7 @@ def test_torch_layout_parameters_are_shared_read_only_views_not_copies(tmp_path:
     sourced, _ = llama_layer(tmp_path)
     fixture = parse_attend_fixture(json.loads(sourced.read_text()), "names", base_dir=tmp_path)
     assert fixture.layer is not None
-    evidence = build_layer_evidence(fixture, fixture.layer)
+    evidence = build_attend_evidence(fixture)
     tensors = evidence.primary.tensors
     layer = fixture.layer.layer
     for name, ours in (("w_query", layer.projections.weights[0]), ("w_out", layer.out_weight)):

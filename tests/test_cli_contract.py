@@ -363,7 +363,7 @@ INTERRUPTIBLE = [
     (["run"], "qkvcli.cli.evidence.build_evidence"),
     (["report"], "qkvcli.cli.evidence.build_evidence"),
     (["run", str(CHAPTER_FIXTURE), str(CHAPTER_FIXTURE)], "qkvcli.evidence.build.build_evidence"),
-    (["gradcheck"], "qkvcli.cli.gradcheck.gradcheck_layer"),
+    (["gradcheck"], "qkvcli.cli.gradcheck.gradcheck_projections"),
     (["attend"], "qkvcli.attention.evidence.build_attend_evidence"),
     (["variance"], "qkvcli.learn.variance.dot_variance"),
     (["quiz"], "qkvcli.learn.quiz.build_questions"),

@@ -9,7 +9,7 @@ import pytest
 
 from qkvcli.core.projections import QkvProjections
 from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
-from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.gradcheck.settings import InvalidStep, InvalidTolerance, ZeroSamples, validate_settings
 
 
@@ -114,7 +114,7 @@ def random_case(seed: int, shape: tuple[int, int, int, int]):  # type: ignore[no
 @pytest.mark.parametrize("shape", [(1, 2, 3, 2), (2, 3, 4, 5), (3, 1, 2, 1)], ids=str)
 def test_correct_gradients_pass(shape: tuple[int, int, int, int]) -> None:
     layer, x, upstream, grads = random_case(7, shape)
-    result = gradcheck_layer(layer, x, upstream, grads, 1e-6, 2e-6)
+    result = gradcheck_projections(layer, x, upstream, grads, 1e-6, 2e-6)
     assert result.passed
     assert result.count == x.size + 3 * layer.d_model * layer.d_head
 
@@ -125,7 +125,7 @@ def test_a_wrong_gradient_is_caught(tensor: int) -> None:
     wrong = list(grads)
     wrong[tensor] = np.array(wrong[tensor])
     wrong[tensor].reshape(-1)[-1] += 0.01
-    result = gradcheck_layer(layer, x, upstream, tuple(wrong), 1e-6, 2e-6)  # type: ignore[arg-type]
+    result = gradcheck_projections(layer, x, upstream, tuple(wrong), 1e-6, 2e-6)  # type: ignore[arg-type]
     assert not result.passed
     failed = [c for t in result.tensors for c in t.checks if not c.passed]
     assert len(failed) == 1
@@ -135,14 +135,14 @@ def test_a_wrong_gradient_is_caught(tensor: int) -> None:
 
 def test_samples_limit_the_checked_coordinates() -> None:
     layer, x, upstream, grads = random_case(3, (2, 4, 5, 3))
-    result = gradcheck_layer(layer, x, upstream, grads, 1e-6, 2e-6, samples=4)
+    result = gradcheck_projections(layer, x, upstream, grads, 1e-6, 2e-6, samples=4)
     assert [len(t.checks) for t in result.tensors] == [4, 4, 4, 4]
     assert [c.flat_index for c in result.checks_of("input").checks] == [0, 13, 26, 39]
 
 
 def test_empty_tensors_pass_with_zero_checks() -> None:
     layer, x, upstream, grads = random_case(5, (0, 3, 2, 2))
-    result = gradcheck_layer(layer, x, upstream, grads, 1e-6, 2e-6)
+    result = gradcheck_projections(layer, x, upstream, grads, 1e-6, 2e-6)
     assert result.passed
     assert len(result.checks_of("input").checks) == 0
     assert len(result.checks_of("query_weight").checks) == 4

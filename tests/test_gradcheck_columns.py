@@ -14,7 +14,7 @@ import pytest
 from qkvcli.core.outputs import QkvForward, weighted_loss
 from qkvcli.core.projections import QkvProjections
 from qkvcli.gradcheck.central import check_tensor
-from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.gradcheck.probes import RECOMPUTES_COLUMN, StackedObjective, loss_terms
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT
 
@@ -73,7 +73,7 @@ def test_each_evaluation_is_the_loss_of_the_perturbed_forward_bit_for_bit(index)
 def test_large_weights_recompute_a_column_and_agree_with_the_loop():
     layer, x, upstream, analytic = _case(5, 2, 24, 96, 48)  # weights of 4608 elements
     assert layer.weights[0].size > AUTO_FULL_LIMIT
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, 7, mode="sampled")
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, 7, mode="sampled")
     assert result.passed
     assert [t.recomputes for t in result.tensors] == ["perturbed row"] + ["perturbed column"] * 3
     for branch in range(3):
@@ -88,7 +88,7 @@ def test_the_column_path_equals_the_loop_exactly_when_arithmetic_is_exact():
     # so the column path and the loop's full forward passes give identical numbers.
     layer, x, upstream, analytic = _case(6, 1, 4, 128, 33, integers=True)
     step = 2.0**-20
-    result = gradcheck_layer(layer, x, upstream, analytic, step, TOLERANCE, 5, mode="sampled")
+    result = gradcheck_projections(layer, x, upstream, analytic, step, TOLERANCE, 5, mode="sampled")
     assert result.passed
     for branch in range(3):
         tensor = result.tensors[branch + 1]
@@ -102,7 +102,7 @@ def test_the_column_path_catches_a_wrong_weight_gradient(branch):
     layer, x, upstream, analytic = _case(7, 2, 24, 96, 48)
     wrong = [np.array(a, copy=True) for a in analytic]
     wrong[branch + 1].reshape(-1)[-1] += 1e-3  # the last coordinate is always sampled
-    result = gradcheck_layer(layer, x, upstream, tuple(wrong), STEP, TOLERANCE, 3,
+    result = gradcheck_projections(layer, x, upstream, tuple(wrong), STEP, TOLERANCE, 3,
                              mode="sampled")
     failed = [(t.tensor, c.flat_index) for t in result.tensors for c in t.checks if not c.passed]
     assert failed == [(("query_weight", "key_weight", "value_weight")[branch],
@@ -130,12 +130,12 @@ def test_the_shared_loss_terms_are_the_branches_products():
 )
 def test_which_evaluations_recompute_a_column(shape, recomputes):
     layer, x, upstream, analytic = _case(9, *shape)
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, 3, mode="sampled")
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, 3, mode="sampled")
     assert result.passed
     assert [t.recomputes for t in result.tensors] == recomputes
 
 
 def test_fast_mode_keeps_whole_branch_copies():
     layer, x, upstream, analytic = _case(10, 2, 24, 96, 48)
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast")
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast")
     assert [t.recomputes for t in result.tensors] == ["full forward"] + ["perturbed branch"] * 3

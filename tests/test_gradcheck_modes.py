@@ -12,7 +12,7 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.batched import direction
 from qkvcli.gradcheck.central import check_tensor, sample_indices
-from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_SAMPLES,
@@ -67,7 +67,7 @@ def test_batched_equals_the_loop_exactly_when_arithmetic_is_exact(samples):
     layer, x, upstream, analytic = _case(1, 2, 5, 6, 3, integers=True)
     step = 2.0**-20
     mode = "full" if samples is None else "sampled"
-    batched = gradcheck_layer(layer, x, upstream, analytic, step, TOLERANCE, samples, mode=mode)
+    batched = gradcheck_projections(layer, x, upstream, analytic, step, TOLERANCE, samples, mode=mode)
     looped = _loop(layer, x, upstream, analytic, step, samples)
     assert batched.passed
     for fast_tensor, slow_tensor in zip(batched.tensors, looped, strict=True):
@@ -84,7 +84,7 @@ def test_batched_agrees_with_the_loop_on_general_values():
     # Here rounding differs between a stacked product and a single one; the two must
     # agree far inside the tolerance, coordinate by coordinate, with the same notes.
     layer, x, upstream, analytic = _case(2, 2, 16, 32, 8)
-    batched = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="full")
+    batched = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="full")
     looped = _loop(layer, x, upstream, analytic, STEP, None)
     assert batched.count == x.size + 3 * layer.d_model * layer.d_head
     for fast_tensor, slow_tensor in zip(batched.tensors, looped, strict=True):
@@ -102,7 +102,7 @@ def test_batched_equals_the_loop_bit_for_bit_on_the_chapter_fixture():
 
     fixture = load_fixture()
     grads = tuple(fixture.layer.backward(fixture.input, *fixture.upstream))
-    batched = gradcheck_layer(fixture.layer, fixture.input, fixture.upstream, grads,
+    batched = gradcheck_projections(fixture.layer, fixture.input, fixture.upstream, grads,
                               fixture.step, fixture.tolerance, mode="full")
     looped = _loop(fixture.layer, fixture.input, fixture.upstream, grads, fixture.step, None)
     for fast_tensor, slow_tensor in zip(batched.tensors, looped, strict=True):
@@ -117,7 +117,7 @@ def test_unequal_spacings_use_the_three_point_formula_in_batches_too():
     x = np.full_like(x, 1.0)
     analytic = tuple(layer.backward(x, *upstream))
     assert (1.0 - (1.0 - STEP)) != ((1.0 + STEP) - 1.0)
-    batched = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="full")
+    batched = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="full")
     looped = _loop(layer, x, upstream, analytic, STEP, None)
     for fast, slow in zip(batched.tensors[0].checks, looped[0].checks, strict=True):
         assert abs(fast.numerical - slow.numerical) <= 1e-9
@@ -129,7 +129,7 @@ def test_chapter_default_checks_every_coordinate():
 
     fixture = load_fixture()
     grads = fixture.layer.backward(fixture.input, *fixture.upstream)
-    result = gradcheck_layer(fixture.layer, fixture.input, fixture.upstream, tuple(grads),
+    result = gradcheck_projections(fixture.layer, fixture.input, fixture.upstream, tuple(grads),
                              fixture.step, fixture.tolerance)
     assert [len(t.checks) for t in result.tensors] == [6, 6, 6, 6]
     assert [t.mode for t in result.tensors] == ["full"] * 4
@@ -156,7 +156,7 @@ def test_resolve_mode(mode, elements, samples, expected):
 def test_auto_samples_large_tensors_and_reports_it():
     # d_model * d_head = 4160 > 4096: weights sampled; the input (2*3*65) checked fully.
     layer, x, upstream, analytic = _case(4, 2, 3, 65, 64)
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE)
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE)
     assert [t.mode for t in result.tensors] == ["full", "sampled", "sampled", "sampled"]
     assert [len(t.checks) for t in result.tensors] == [x.size] + [DEFAULT_SAMPLES] * 3
     weight_indices = [c.flat_index for c in result.tensors[1].checks]
@@ -167,7 +167,7 @@ def test_auto_samples_large_tensors_and_reports_it():
 
 def test_fast_mode_reports_each_direction():
     layer, x, upstream, analytic = _case(5, 4, 64, 128, 32)
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast",
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast",
                              directions=4, seed=11)
     assert result.summary == "fast: 16 directions"
     for tensor, values, gradient in zip(result.tensors, (x, *layer.weights), analytic,
@@ -180,7 +180,7 @@ def test_fast_mode_reports_each_direction():
             assert abs(check.analytic) <= np.linalg.norm(gradient) + 1e-9
             assert check.analytic != 0.0
         del values
-    again = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast",
+    again = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast",
                             directions=4, seed=11)
     assert again == result  # seeded: the same directions, the same numbers
 
@@ -205,11 +205,11 @@ def _broken(analytic, how):
 @pytest.mark.parametrize("mode", ["full", "sampled", "fast", "auto"])
 def test_a_wrong_analytic_gradient_is_caught_by_every_mode(mode, how):
     layer, x, upstream, analytic = _case(6, 2, 16, 32, 8)
-    assert gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode).passed
+    assert gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode).passed
     # One wrong entry is only visible to sampled mode if it is sampled: ask for as many
     # samples as dX has entries, so index 7 is among the evenly spaced ones.
     samples = x.size if mode == "sampled" and how == "one-entry" else None
-    result = gradcheck_layer(layer, x, upstream, _broken(analytic, how), STEP, TOLERANCE,
+    result = gradcheck_projections(layer, x, upstream, _broken(analytic, how), STEP, TOLERANCE,
                              samples, mode=mode)
     assert not result.passed
     failed = [c for t in result.tensors for c in t.checks if not c.passed]
@@ -224,7 +224,7 @@ def test_a_wrong_analytic_gradient_is_caught_by_every_mode(mode, how):
 def test_progress_counts_every_check_across_tensors(mode):
     layer, x, upstream, analytic = _case(7, 1, 3, 4, 2)
     calls: list[tuple[int, int]] = []
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, None,
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, None,
                              lambda done, total: calls.append((done, total)), mode=mode,
                              directions=2)
     total = result.count
@@ -245,7 +245,7 @@ def test_perturbations_that_round_back_are_noted_in_every_mode():
     x = np.full_like(x, 1e20)  # 1e20 +- 1e-6 rounds back to 1e20
     analytic = tuple(layer.backward(x, *upstream))
     for mode in ("full", "fast"):
-        result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode)
+        result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode)
         notes = {c.note for c in result.tensors[0].checks}
         assert notes == {"perturbation rounds back to the point"}
         assert not result.passed
@@ -254,19 +254,19 @@ def test_perturbations_that_round_back_are_noted_in_every_mode():
 def test_settings_are_validated():
     layer, x, upstream, analytic = _case(10, 1, 2, 3, 2)
     with pytest.raises(InvalidMode) as caught:
-        gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="everything")
+        gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="everything")
     assert str(caught.value) == (
         "gradient-check mode 'everything' is not one of auto, full, sampled, fast"
     )
     with pytest.raises(ZeroDirections):
-        gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast",
+        gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode="fast",
                         directions=0)
 
 
 def test_float32_analytic_gradients_are_checked_in_float64():
     layer, x, upstream, _ = _case(11, 2, 4, 8, 3)
     single = tuple(layer.astype("float32").backward(x, *upstream))
-    result = gradcheck_layer(layer, x, upstream, single, STEP, 1e-5, mode="full")
+    result = gradcheck_projections(layer, x, upstream, single, STEP, 1e-5, mode="full")
     assert result.passed  # float32 gradients are good to ~1e-7 relative here
     assert max(c.scaled_error for t in result.tensors for c in t.checks) > 1e-9
 
@@ -278,7 +278,7 @@ def test_empty_batch_is_checked_in_every_mode(mode):
     x.flags.writeable = False  # as a fixture's input is
     upstream = tuple(np.zeros((0, 2, 2)) for _ in range(3))
     analytic = tuple(layer.backward(x, *upstream))
-    result = gradcheck_layer(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode)
+    result = gradcheck_projections(layer, x, upstream, analytic, STEP, TOLERANCE, mode=mode)
     assert result.passed
     assert result.tensors[0].shape == (0, 2, 3)
     if mode != "fast":

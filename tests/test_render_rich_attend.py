@@ -83,7 +83,7 @@ def test_a_causal_head_shows_its_masked_scores() -> None:
 
 
 def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
-    from qkvcli.attention.layer_evidence import build_layer_evidence
+    from qkvcli.attention.evidence import build_attend_evidence
 
     rng = np.random.default_rng(0)
     data = {"heads": 2, "input": rng.normal(size=(1, 3, 4)).tolist(),
@@ -91,7 +91,7 @@ def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
                         "out_proj_weight": rng.normal(size=(4, 4)).tolist()}}
     fixture = parse_attend_fixture(data)
     assert fixture.layer is not None
-    evidence = build_layer_evidence(fixture, fixture.layer, causal=False)
+    evidence = build_attend_evidence(fixture, causal=False)
     text = render(attend_renderable(evidence), 80)
     assert _cut_numbers(text) == []
     assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text

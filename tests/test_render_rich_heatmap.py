@@ -8,8 +8,8 @@ import re
 import numpy as np
 from rich.console import Console
 
+from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.attention.layer_evidence import build_layer_evidence
 from qkvcli.render.rich.attend import attend_renderable
 from qkvcli.render.rich.heatmap import level
 from qkvcli.render.rich.options import RichOptions
@@ -21,7 +21,7 @@ def render(width: int, precision: int = 4) -> str:
             "weights": {b: rng.normal(size=(4, 4)).tolist() for b in ("query", "key", "value")}}
     fixture = parse_attend_fixture(data)
     assert fixture.layer is not None
-    evidence = build_layer_evidence(fixture, fixture.layer, causal=True)
+    evidence = build_attend_evidence(fixture, causal=True)
     console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None,
                       record=True)
     console.print(attend_renderable(evidence, RichOptions(precision=precision)))
@@ -57,7 +57,7 @@ def render_layer(tokens: int, width: int, causal: bool = False) -> str:
                         for b in ("query", "key", "value")}}
     fixture = parse_attend_fixture(data)
     assert fixture.layer is not None
-    evidence = build_layer_evidence(fixture, fixture.layer, causal=causal)
+    evidence = build_attend_evidence(fixture, causal=causal)
     console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None,
                       record=True)
     console.print(attend_renderable(evidence, RichOptions(precision=4)))

@@ -214,14 +214,14 @@ def test_perturbed_evaluations_recompute_only_their_part_and_agree_with_the_loop
     from qkvcli.core.outputs import weighted_loss
     from qkvcli.core.projections import QkvProjections
     from qkvcli.gradcheck.central import check_tensor
-    from qkvcli.gradcheck.layer import gradcheck_layer
+    from qkvcli.gradcheck.projections import gradcheck_projections
 
     rng = np.random.default_rng(7)
     x = rng.uniform(-1, 1, (2, 48, 64))  # 6144 elements: above the whole-copy limit
     layer = QkvProjections.from_arrays(*[rng.uniform(-1, 1, (64, 8)) for _ in range(3)])
     upstream = tuple(rng.uniform(-1, 1, (2, 48, 8)) for _ in range(3))
     analytic = tuple(layer.backward(x, *upstream))
-    result = gradcheck_layer(layer, x, upstream, analytic, 1e-6, 2e-6, 9, mode="sampled")
+    result = gradcheck_projections(layer, x, upstream, analytic, 1e-6, 2e-6, 9, mode="sampled")
     assert result.passed
     assert [t.recomputes for t in result.tensors] == ["perturbed row"] + ["perturbed branch"] * 3
     looped = check_tensor("input", x, analytic[0], 1e-6, 2e-6, 9,

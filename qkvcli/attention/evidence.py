@@ -1,23 +1,29 @@
-"""Run one attention head on its fixture and gather the evidence (no I/O, no wording).
+"""Run an attention head or layer on its fixture and gather the evidence (no I/O, no wording).
 
-Checks, in order: forward (shapes, finite), attention (non-negative, rows sum to 1;
-published as ``weights``), mask (causal only: nothing above the diagonal), hull (each
-output row is a convex combination of the value rows), reverse (finite, shaped), shapes
-(empty batch and token axes), replay (bitwise), gradcheck. Notes are a teacher's
-remarks on the parameters, never failures.
+A head is run as the layer of one head it is: one engine, one set of checks. Checks, in
+order: forward (shapes, finite), attention (non-negative, rows sum to 1; published as
+``weights``), mask (causal only: nothing above the diagonal), hull (each output row is a
+convex combination of the value rows), reverse (finite, shaped), shapes (empty batch and
+token axes), replay (bitwise), gradcheck. Attention rows, mask and hull are found per
+head (:class:`~qkvcli.attention.records.HeadEvidence`) and pass when every head passes.
+Notes are a teacher's remarks on the parameters, never failures. Tensors are held by
+vocabulary name (:mod:`qkvcli.attention.records`), each weight and its gradient in the
+layout the fixture gave them in; a head's hold no heads axis.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.engine import AttentionForward
-from qkvcli.attention.fixture import AttendFixture, relative_sources
+from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradients
+from qkvcli.attention.fixture import AttendFixture, LayerParts, relative_sources
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
-from qkvcli.attention.head import AttentionGradients, AttentionHead, output_loss
+from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import causal_mask
+from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
     CHECK_ORDER,
     AttendConfig,
@@ -25,12 +31,14 @@ from qkvcli.attention.records import (
     AttendPrimary,
     AttentionEvidence,
     AttentionShapeProbe,
+    HeadEvidence,
     HullEvidence,
     MaskEvidence,
     Note,
     TokenRow,
 )
 from qkvcli.core.arrays import Array, all_finite, readonly
+from qkvcli.core.names import BRANCHES
 from qkvcli.evidence.records import Verdict
 
 EPSILON = float(np.finfo(np.float64).eps)
@@ -40,31 +48,239 @@ PLAN_KEYS = ("mode", "directions", "limit", "reached")
 """The gradient-check settings its budget depends on (checked before any work)."""
 
 
-def _run(fixture: AttendFixture, causal: bool) -> tuple[AttentionForward, AttentionGradients]:
-    forward = fixture.head.forward(fixture.input, causal)
-    return forward, fixture.head.backward(fixture.input, forward, fixture.upstream)
+def _run(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool) -> tuple[
+    LayerForward, LayerGradients
+]:
+    forward = layer.forward(fixture.input, causal)
+    return forward, layer.backward(fixture.input, forward, fixture.upstream)
 
 
-def _tensors(
-    fixture: AttendFixture, f: AttentionForward, g: AttentionGradients
-) -> dict[str, Array]:
-    """Every tensor of the run by vocabulary name, in report order (absent biases left out)."""
-    head = fixture.head
-    named: list[tuple[str, Array | None]] = [
-        ("input", fixture.input),
-        ("w_query", head.weights[0]), ("w_key", head.weights[1]), ("w_value", head.weights[2]),
-        ("b_query", head.biases[0]), ("b_key", head.biases[1]), ("b_value", head.biases[2]),
-        ("query", f.query), ("key", f.key), ("value", f.value), ("scores", f.scores),
-        ("scaled_scores", f.scaled_scores), ("attention", f.attention), ("output", f.output),
-        ("grad_output", fixture.upstream), ("grad_attention", g.grad_attention),
-        ("grad_scaled_scores", g.grad_scaled_scores), ("grad_scores", g.grad_scores),
-        ("grad_query", g.grad_query), ("grad_key", g.grad_key), ("grad_value", g.grad_value),
-        ("grad_input", g.grad_input), ("grad_w_query", g.grad_w_query),
-        ("grad_w_key", g.grad_w_key), ("grad_w_value", g.grad_w_value),
-        ("grad_b_query", g.grad_b_query), ("grad_b_key", g.grad_b_key),
-        ("grad_b_value", g.grad_b_value),
+def layer_parts(fixture: AttendFixture) -> LayerParts:
+    """The fixture's layer, or its head as the layer of one head (our layout, nothing packed)."""
+    if fixture.layer is not None:
+        return fixture.layer
+    return LayerParts(MultiHeadLayer.build(fixture.head, 1), ("qkv", "qkv", "qkv"), None, None)
+
+
+def _given(array: Array, layout: str) -> Array:
+    return array.T if layout == "torch" else array
+
+
+def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
+    """The three branches (our ``[d_model, W]`` layout) in the packed layout given:
+    ``in_proj`` stacks torch rows, ``c_attn`` puts Conv1D columns side by side,
+    ``query_key_value`` interleaves torch rows per head (``[H, 3, d_head]``)."""
+    if parts.packed == "c_attn":
+        return np.concatenate([_given(w, parts.branch_layouts[0]) for w in branches], axis=1)
+    rows = [w.T for w in branches]  # torch [W, d_model] each
+    if parts.packed == "in_proj":
+        return np.concatenate(rows, axis=0)
+    heads = parts.layer.heads
+    per_head = [r.reshape(heads, -1, r.shape[-1]) for r in rows]  # [H, d_head, d_model]
+    return np.stack(per_head, axis=1).reshape(-1, rows[0].shape[-1])
+
+
+def _packed_bias(parts: LayerParts, biases: tuple[Array, ...]) -> Array:
+    if parts.packed != "query_key_value":
+        return np.concatenate(biases)
+    heads = parts.layer.heads
+    return np.stack([b.reshape(heads, -1) for b in biases], axis=1).reshape(-1)
+
+
+def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
+                  g: LayerGradients) -> dict[str, Array]:
+    """Every tensor of the layer by vocabulary name, in report order, each weight (and its
+    gradient) in the layout the fixture gave it in; a packed projection adds ``w_packed``
+    (and ``b_packed``), an output projection ``w_out`` and ``b_out``."""
+    return dict(layer_tensor_items(fixture, parts, f, g))
+
+
+def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
+                       g: LayerGradients, stack: bool = True) -> Iterator[tuple[str, Any]]:
+    """:func:`layer_tensors`' items one at a time: a stacked ``[B,H,T,T]`` tensor is built
+    only when its turn comes; with ``stack=False`` it is given unbuilt (a ``_Stacked``)."""
+    layer = parts.layer
+    p = layer.projections
+    single = fixture.layer is None  # a head: its tensors have no heads axis
+    named: list[tuple[str, Array | Callable[[], Array] | None]] = [("input", fixture.input)]
+    grads_w = (g.grad_w_query, g.grad_w_key, g.grad_w_value)
+    grads_b = (g.grad_b_query, g.grad_b_key, g.grad_b_value)
+    weights = [(f"w_{branch}", _given(p.weights[i], parts.branch_layouts[i]))
+               for i, branch in enumerate(BRANCHES)]
+    biases = [(f"b_{branch}", p.biases[i]) for i, branch in enumerate(BRANCHES)]
+    # a head lists its weights, then its biases; a layer each weight beside its bias
+    named += [*weights, *biases] if single else [
+        item for pair in zip(weights, biases, strict=True) for item in pair]
+    if parts.packed is not None:
+        named.append(("w_packed", _packed(parts, p.weights)))
+        if all(b is not None for b in p.biases):
+            named.append(("b_packed", _packed_bias(parts, tuple(
+                b for b in p.biases if b is not None))))
+    out = parts.out_layout
+    if out is not None and layer.out_weight is not None:
+        named.append(("w_out", _given(layer.out_weight, "torch" if out == "out_proj" else "qkv")))
+        named.append(("b_out", layer.out_bias))
+
+    def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
+        # the engine's [B,H,T,T] array is the tensor itself, its heads views of it
+        whole = {**f.stacked, **g.stacked}.get(name)
+        if single and whole is not None:
+            whole = whole[:, 0]
+        return _Stacked([getattr(item, name) for item in source], 1, whole, single)
+
+    def joined(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
+        return lambda: np.concatenate([getattr(item, name) for item in source], axis=-1)
+
+    named += [
+        ("query", joined("query", f.heads)), ("key", joined("key", f.heads)),
+        ("value", joined("value", f.heads)), ("scores", stacked("scores", f.heads)),
+        ("scaled_scores", stacked("scaled_scores", f.heads)),
+        ("attention", stacked("attention", f.heads)),
+        ("concat", f.concat if out is not None else None), ("output", f.output),
+        ("grad_output", fixture.upstream),
+        ("grad_concat", g.grad_concat if out is not None else None),
+        ("grad_attention", stacked("grad_attention", g.heads)),
+        ("grad_scaled_scores", stacked("grad_scaled_scores", g.heads)),
+        ("grad_scores", stacked("grad_scores", g.heads)),
+        ("grad_query", joined("grad_query", g.heads)),
+        ("grad_key", joined("grad_key", g.heads)),
+        ("grad_value", joined("grad_value", g.heads)),
+        ("grad_input", g.grad_input),
     ]
-    return {name: readonly(value) for name, value in named if value is not None}
+    for i, branch in enumerate(BRANCHES):
+        named.append((f"grad_w_{branch}", _given(grads_w[i], parts.branch_layouts[i])))
+    for i, branch in enumerate(BRANCHES):
+        named.append((f"grad_b_{branch}", grads_b[i]))
+    if parts.packed is not None:
+        named.append(("grad_w_packed", _packed(parts, grads_w)))
+        if all(b is not None for b in grads_b):
+            named.append(("grad_b_packed", _packed_bias(parts, tuple(
+                b for b in grads_b if b is not None))))
+    if out is not None and g.grad_out_weight is not None:
+        named.append(("grad_w_out", _given(
+            g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
+        named.append(("grad_b_out", g.grad_out_bias))
+    for name, value in named:
+        if isinstance(value, _Stacked) and not stack:
+            yield name, value
+        elif callable(value):  # a new array of its own: frozen, not copied again
+            built = np.ascontiguousarray(value())
+            built.flags.writeable = False
+            yield name, built
+        elif value is not None:
+            # the fixture's own arrays are the caller's: copied, never frozen in place
+            given = value is fixture.input or value is fixture.upstream
+            yield name, readonly(value) if given else _frozen(value)
+
+
+def _frozen(value: Array) -> Array:
+    """``value`` as the evidence holds it: read-only float64, never aliasing anything
+    writable. A frozen array (the layer's weights) is shared as it is, an engine result
+    that owns its memory is frozen in place, and so is the array a torch-layout weight or
+    gradient is the transpose of (shared as that ``[out,in]`` view); anything else is
+    copied (a layer's parameters and their gradients would otherwise be held twice)."""
+    if value.dtype != np.float64:
+        return readonly(value)
+    whole = value
+    if not value.flags.c_contiguous and value.ndim == 2 and isinstance(value.base, np.ndarray):
+        whole = value.base  # a transposed view: share what it views
+        if whole.ndim != 2 or whole.shape != value.shape[::-1] or not whole.flags.c_contiguous:
+            return readonly(value)
+    elif not value.flags.c_contiguous:
+        return readonly(value)
+    if whole.flags.writeable and whole.flags.owndata:
+        whole.flags.writeable = False
+    elif whole.flags.writeable or whole.base is not None:
+        return readonly(value)
+    if value.flags.writeable:  # a view made before its array was frozen
+        value = value.view()
+        value.flags.writeable = False
+    return value
+
+
+class _Stacked:
+    """The heads' arrays of one tensor, stacked on ``axis`` when called (``whole``: the
+    stacked array already made, which the parts are views of, given as it is; ``single``:
+    a head's one array, no heads axis)."""
+
+    def __init__(self, parts: list[Array], axis: int, whole: Array | None = None,
+                 single: bool = False) -> None:
+        self.parts, self.axis, self.whole, self.single = parts, axis, whole, single
+
+    def __call__(self) -> Array:
+        if self.whole is not None:
+            return self.whole
+        return self.parts[0] if self.single else np.stack(self.parts, axis=self.axis)
+
+
+def _bitwise(a: Array, b: Array) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+def same_bits(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
+              f: LayerForward, g: LayerGradients) -> bool:
+    """Whether the run ``f``, ``g`` gives every tensor of ``tensors`` bit for bit (``-0.0``
+    is not ``0.0``; a NaN equals the same NaN): a stacked tensor head by head against its
+    slices, so no second set is ever built. A tensor that *is* the one held (the same
+    memory, as when ``f`` or ``g`` is the first run's own) is not compared with itself."""
+    items = layer_tensor_items(fixture, parts, f, g, stack=False)
+    for name, value in items:
+        first = tensors[name]
+        if isinstance(value, _Stacked) and value.single:
+            same = _itself(first, value.parts[0]) or _bitwise(first, value.parts[0])
+        elif isinstance(value, _Stacked):
+            if first.shape[1] == len(value.parts) and all(
+                    _itself(first[:, h], part) for h, part in enumerate(value.parts)):
+                continue
+            same = first.shape[1] == len(value.parts) and all(
+                _bitwise(first[:, h], part) for h, part in enumerate(value.parts))
+        else:
+            same = _itself(first, value) or _bitwise(first, value)
+        if not same:
+            return False
+    return True
+
+
+def _itself(a: Array, b: Array) -> bool:
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def replays_bitwise(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
+            first: tuple[LayerForward, LayerGradients], causal: bool) -> bool:
+    """Run the layer once more and compare every tensor with the first run's, bit for bit:
+    the forward's tensors first, then, from a forward that keeps only what the reverse
+    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held), the reverse's."""
+    layer, x = parts.layer, fixture.input
+    forward = layer.forward(x, causal)
+    if not same_bits(tensors, fixture, parts, forward, first[1]):
+        return False
+    kept = {k: v for k, v in forward.stacked.items() if k not in ("scores", "scaled_scores")}
+    forward = LayerForward((), forward.concat, forward.output, kept, forward.causal,
+                           forward.window)
+    grads = layer.backward(x, forward, fixture.upstream)
+    del forward
+    return same_bits(tensors, fixture, parts, first[0], grads)
+
+
+def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
+    """Row sums, mask and convex hull of each head, in head order."""
+    found = []
+    for h, head in enumerate(f.heads):
+        a = head.attention
+        sums = np.sum(a, axis=-1)
+        rows = AttentionEvidence(
+            min_attention=float(a.min()) if a.size else 0.0,
+            max_row_deviation=float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
+            tolerance=4.0 * max(tokens, 1) * EPSILON,
+        )
+        mask = MaskEvidence(False, 0.0)
+        if causal:
+            above = a[:, causal_mask(tokens)]
+            mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
+        found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
+    return tuple(found)
 
 
 def hull_evidence(f: AttentionForward, tokens: int, causal: bool = False) -> HullEvidence:
@@ -94,16 +310,31 @@ def hull_evidence(f: AttentionForward, tokens: int, causal: bool = False) -> Hul
     return HullEvidence(residual, violations, tolerance)
 
 
-def _probe(head: AttentionHead, shape: tuple[int, int, int], causal: bool) -> AttentionShapeProbe:
+def _probe(layer: MultiHeadLayer, shape: tuple[int, int, int], causal: bool,
+           single: bool) -> AttentionShapeProbe:
     x = np.zeros(shape)
-    f = head.forward(x, causal)
-    g = head.backward(x, f, np.zeros(f.output.shape))
-    return AttentionShapeProbe(shape, tuple(f.attention.shape), tuple(f.output.shape),
+    f = layer.forward(x, causal)
+    g = layer.backward(x, f, np.zeros(f.output.shape))
+    attention = f.attention.shape
+    if single:  # a head's attention has no heads axis
+        attention = (attention[0], *attention[2:])
+    return AttentionShapeProbe(shape, tuple(attention), tuple(f.output.shape),
                                tuple(g.grad_input.shape))
 
 
-def _finite(*arrays: Array) -> bool:
-    return all(all_finite(a) for a in arrays)
+def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
+    AttentionEvidence, MaskEvidence, HullEvidence
+]:
+    w = [h.attention for h in heads]
+    m = [h.mask for h in heads]
+    u = [h.hull for h in heads]
+    return (
+        AttentionEvidence(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
+                          w[0].tolerance),
+        MaskEvidence(m[0].applicable, max(x.max_masked_attention for x in m)),
+        HullEvidence(max(x.barycentric_residual for x in u), sum(x.box_violations for x in u),
+                     max(x.tolerance for x in u)),
+    )
 
 
 def _same(head: AttentionHead, i: int, j: int) -> bool:
@@ -132,88 +363,98 @@ def notes_of(head: AttentionHead) -> tuple[Note, ...]:
     return tuple(notes)
 
 
+def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
+    """The projections' notes; grouped K/V projections are narrower than the query's by
+    design, so their width note speaks of one head's widths."""
+    notes = notes_of(layer.projections)
+    if layer.kv_heads == layer.heads:
+        return notes
+    kept = tuple(n for n in notes if n.code != "independent-value-width")
+    if layer.d_v != layer.d_k:
+        kept += (Note("independent-value-width", layer.d_k, layer.d_v),)
+    return kept
+
+
 def verdicts(*passed: bool) -> tuple[Verdict, ...]:
     """A :class:`Verdict` per :data:`~qkvcli.attention.records.CHECK_ORDER` name, in order."""
     return tuple(Verdict(name, bool(ok)) for name, ok in zip(CHECK_ORDER, passed, strict=True))
 
 
+def _token_rows(forward: AttentionForward) -> tuple[TokenRow, ...]:
+    """Each query position of a head: its attention, their sum and its output. Only while
+    ``A`` is small enough to show whole (a T=1024 head would hold a million Python floats
+    twice)."""
+    a, o = forward.attention, forward.output
+    if a.size > ROWS_LIMIT:
+        return ()
+    return tuple(TokenRow(b, t, tuple(float(v) for v in a[b, t]), float(np.sum(a[b, t])),
+                          tuple(float(v) for v in o[b, t]))
+                 for b in range(a.shape[0]) for t in range(a.shape[1]))
+
+
 def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                           **gradcheck: Any) -> AttendEvidence:
-    """Run the head on ``fixture`` and gather every check.
+    """Run the head or layer on ``fixture`` and gather every check.
 
     Takes the fixture, the mask flag (default: the fixture's ``causal``) and the gradient
     check's settings (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords:
     ``mode``, ``directions``, ``limit``, ``progress``...); gives the evidence (no wording).
-    Raises the head's input errors and, for unusable settings or a check over its budget
+    Raises the input errors and, for unusable settings or a check over its budget
     (before any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
     causal = fixture.causal if causal is None else causal
-    head, x = fixture.head, fixture.input
-    plan_check(head, x, fixture.step, fixture.tolerance, fixture.samples,
+    parts = layer_parts(fixture)
+    single = fixture.layer is None
+    layer, x = parts.layer, fixture.input
+    plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples,
                **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
-    forward, grads = _run(fixture, causal)
-    replay_forward, replay_grads = _run(fixture, causal)
-    tensors = _tensors(fixture, forward, grads)
-    replay = _tensors(fixture, replay_forward, replay_grads)
-    replay_bitwise = all(a.tobytes() == replay[k].tobytes() for k, a in tensors.items())
-
-    attention = forward.attention
-    # Per-token rows repeat A and O value by value: only while A is small enough to show
-    # whole (a T=1024 head would hold a million Python floats twice).
-    rows = tuple(
-        TokenRow(bi, ti, tuple(float(v) for v in attention[bi, ti]),
-                 float(np.sum(attention[bi, ti])), tuple(float(v) for v in forward.output[bi, ti]))
-        for bi in range(batch) for ti in range(tokens)
-    ) if attention.size <= ROWS_LIMIT else ()
-    sums = np.sum(attention, axis=-1)
-    rows_evidence = AttentionEvidence(
-        min_attention=float(attention.min()) if attention.size else 0.0,
-        max_row_deviation=max((abs(r.attention_sum - 1.0) for r in rows), default=0.0) if rows
-        else float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
-        tolerance=4.0 * max(tokens, 1) * EPSILON,
-    )
-    mask = MaskEvidence(False, 0.0)
-    if causal:
-        above = attention[:, causal_mask(tokens)]
-        mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
-    hull = hull_evidence(forward, tokens, causal)
-    probes = (_probe(head, (0, tokens, d_model), causal),
-              _probe(head, (max(batch, 1), 0, d_model), causal))
+    forward, grads = _run(fixture, layer, causal)
+    heads = head_evidence(forward, tokens, causal)
+    rows, mask, hull = _worst(heads)
+    token_rows = _token_rows(forward.heads[0]) if single else ()
+    probes = (_probe(layer, (0, tokens, d_model), causal, single),
+              _probe(layer, (max(batch, 1), 0, d_model), causal, single))
+    square = () if single else (layer.heads,)
     probes_ok = all(
-        p.attention == (p.input[0], p.input[1], p.input[1])
-        and p.output == (p.input[0], p.input[1], head.d_v) and p.grad_input == p.input
+        p.attention == (p.input[0], *square, p.input[1], p.input[1])
+        and p.output == (p.input[0], p.input[1], layer.e_out) and p.grad_input == p.input
         for p in probes
     )
-    checked = gradcheck_attention(head, x, fixture.upstream, grads, causal, fixture.step,
-                                  fixture.tolerance, fixture.samples, **gradcheck)
-    forward_ok = _finite(forward.query, forward.key, forward.value, forward.scores, attention,
-                         forward.output) and (
-        forward.scores.shape == (batch, tokens, tokens)
-        and forward.output.shape == (batch, tokens, head.d_v)
-    )
+    checked = gradcheck_attention(layer, x, fixture.upstream, grads, causal, fixture.step,
+                                  fixture.tolerance, fixture.samples, forward=forward,
+                                  **gradcheck)
+    tensors = layer_tensors(fixture, parts, forward, grads)
+    loss = layer_loss(forward, fixture.upstream)
+    forward_ok = all(all_finite(tensors[name]) for name in (
+        "query", "key", "value", "scores", "attention", "output")) and (
+        forward.output.shape == (batch, tokens, layer.e_out))
+    # The replay runs once more and is compared tensor by tensor, never held whole (the
+    # first run's records are small: their arrays are the tensors' own).
+    replay_bitwise = replays_bitwise(tensors, fixture, parts, (forward, grads), causal)
+    del forward, grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
-    grad_arrays = [a for name, a in tensors.items()
-                   if name.startswith("grad_") and name != "grad_output"]
-    reverse_ok = _finite(*grad_arrays) and grads.grad_input.shape == x.shape and all(
-        grad.shape == weight.shape for grad, weight in zip(
-            (grads.grad_w_query, grads.grad_w_key, grads.grad_w_value), head.weights,
-            strict=True)
-    )
-    checks = verdicts(forward_ok, rows_evidence.passed, mask.passed, hull.passed, reverse_ok,
-                      probes_ok, replay_bitwise, checked.passed)
+    reverse_ok = all(all_finite(a) for name, a in tensors.items()
+                     if name.startswith("grad_") and name != "grad_output") and (
+        tensors["grad_input"].shape == x.shape)
+    checks = verdicts(forward_ok, rows.passed, mask.passed, hull.passed, reverse_ok, probes_ok,
+                      replay_bitwise, checked.passed)
+    p = layer.projections
     config = AttendConfig(
-        batch=batch, tokens=tokens, d_model=d_model, d_k=head.d_k, d_v=head.d_v, causal=causal,
-        bias=(head.biases[0] is not None, head.biases[1] is not None, head.biases[2] is not None),
-        value_width=fixture.value_width, layout=fixture.layout,
-        layout_description=fixture.layout_description, scale=head.scale,
-        parameter_count=head.parameter_count, names=head.names, rope=head.rope,
-        scale_given=head.given_scale is not None, architecture=fixture.architecture,
+        batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
+        bias=p.branch_biases, value_width=fixture.value_width, layout=fixture.layout,
+        layout_description=fixture.layout_description, scale=p.scale_of(layer.d_k),
+        parameter_count=layer.parameter_count, names=p.names,
+        heads=None if single else layer.heads, e_out=None if single else layer.e_out,
+        out_layout=parts.out_layout, packed=parts.packed,
+        kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
+        scale_given=p.given_scale is not None, architecture=fixture.architecture,
         sources=relative_sources(fixture.sources),
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,
-        primary=AttendPrimary(tensors, output_loss(forward, fixture.upstream)), rows=rows,
-        attention=rows_evidence, mask=mask, hull=hull, probes=probes, notes=notes_of(head),
+        primary=AttendPrimary(tensors, loss), rows=token_rows,
+        attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
         replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks,
+        heads=() if single else heads,
     )

@@ -18,7 +18,7 @@ gradient mixing up axes cannot pass by symmetry.
 A fixture runs as a layer (:class:`~qkvcli.attention.multihead.MultiHeadLayer`) when it
 gives ``"heads"`` (or ``--heads`` does), ``"kv_heads"``, an output projection
 (``out_proj_*`` or ``c_proj_*``), GPT-2's packed ``c_attn`` or GPT-NeoX's
-``query_key_value``; ``heads`` defaults to 1 then. Otherwise it is today's one head.
+``query_key_value``; ``heads`` defaults to 1 then. Otherwise it is one head.
 
 Validation order, after the weights and before the input: ``heads`` (an integer of at
 least 1 dividing both projection widths), then the output projection's shapes.
@@ -369,7 +369,7 @@ def parse_layer(
     heads_override: int | None, max_elements: int, base_dir: StrPath | None,
     features: Features | None = None,
 ) -> LayerParts | None:
-    """The layer the fixture describes, or ``None`` for today's single head.
+    """The layer the fixture describes, or ``None`` for a single head.
 
     Raises :class:`~qkvcli.reading.problems.FixtureError` at ``$.heads`` or at the
     output projection's location.

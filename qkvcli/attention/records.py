@@ -1,8 +1,7 @@
 """The evidence of one attention head or layer, as plain immutable records: facts, no wording.
 
-:func:`qkvcli.attention.evidence.build_attend_evidence` (one head) and
-:func:`qkvcli.attention.layer_evidence.build_layer_evidence` (a multi-head layer) fill
-these records; :mod:`qkvcli.render.attend` words them. Names follow the vocabulary:
+:func:`qkvcli.attention.evidence.build_attend_evidence` (one head, or a multi-head layer)
+fills these records; :mod:`qkvcli.render.attend` words them. Names follow the vocabulary:
 ``weights`` is only ever W; the attention matrix ``A`` is ``attention``. Tensors are
 held by vocabulary name (``w_query``, ``attention``, ``grad_attention``, ...); the
 published JSON names (``query_weight``, ``weights``, ``weights_gradient``, ...) are the

@@ -19,7 +19,7 @@ COMMANDS = {
     "init": "qkvcli.cli.authoring",
     "validate": "qkvcli.cli.validate",
     "schema": "qkvcli.cli.authoring",
-    "attend": "qkvcli.cli.learn",
+    "attend": "qkvcli.cli.attend",
     "variance": "qkvcli.cli.learn",
     "quiz": "qkvcli.cli.learn",
     "check": "qkvcli.cli.check",

@@ -19,7 +19,7 @@ from qkvcli.cli.options import (
     resolve_format,
 )
 from qkvcli.cli.show import show
-from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.render import render_pieces
 
 
@@ -51,7 +51,7 @@ def gradcheck(
         overrides.warn_ignored(loaded.mode)
         # The analytic gradients under test come from the engine in the chosen type.
         grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
-        result = gradcheck_layer(
+        result = gradcheck_projections(
             loaded.layer, loaded.input, loaded.upstream,
             (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value),
             loaded.step, loaded.tolerance, loaded.samples, progress=reporter,

@@ -1,4 +1,4 @@
-"""``qkv attend``, ``qkv variance`` and ``qkv quiz``: what learners reach for after the chapter."""
+"""``qkv variance`` and ``qkv quiz``: the chapter's scale argument and its prediction questions."""
 
 from __future__ import annotations
 
@@ -14,22 +14,14 @@ from qkvcli.cli.io import (
     labelled,
     load,
     read_text,
-    working_on,
 )
 from qkvcli.cli.options import (
-    ATTEND_PRECISION,
     VARIANCE_PRECISION,
-    CheckOverrides,
     ViewSettings,
     fixture_argument,
     format_option,
-    gradcheck_mode_options,
-    gradcheck_options,
     max_elements_option,
     output_option,
-    resolve_format,
-    tensor_policy,
-    tensors_option,
     view_options,
 )
 from qkvcli.cli.show import show
@@ -39,110 +31,7 @@ from qkvcli.render import render_pieces
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.attention.fixture import AttendFixture
 
-
-
-def attend_label(path: Path | None, example: str) -> str:
-    """How messages name attend's fixture: its path, ``<stdin>`` or the bundled example."""
-    from qkvcli.attention.fixture import EXAMPLES
-
-    return label_of(path, bundled=f"<bundled {EXAMPLES[example]}>")
-
-
-def _load_attend(path: Path | None, example: str, max_elements: int,
-                 heads: int | None = None, causal: bool = False) -> AttendFixture:
-    from qkvcli.attention.fixture import load_attend_fixture
-
-    return labelled(attend_label(path, example),
-                    lambda: load_attend_fixture(path, example, max_elements, heads, causal))
-
-
-@click.command()
-@fixture_argument
-@click.option("--example", type=click.Choice(("chapter", "primer")), default=None,
-              help="Run a bundled fixture: the chapter's, or the primer's worked example.")
-@click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "
-              'the diagonal before the softmax); the fixture\'s "causal" does it too.')
-@click.option("--heads", type=click.IntRange(min=1), default=None,
-              help="Split the projections into this many heads (a fixture that gives "
-              '"heads" must agree); each head attends on its own slice.')
-@click.option("--trust-paths", is_flag=True, help="Let FIXTURE read files outside its "
-              "directory (absolute paths, .., links out: a hub cache's model.safetensors).")
-@format_option()
-@output_option
-@tensors_option
-@gradcheck_mode_options
-@gradcheck_options
-@max_elements_option
-@view_options
-def attend(
-    fixture: Path | None, example: str | None, causal: bool, heads: int | None,
-    trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
-    view: ViewSettings,
-    overrides: CheckOverrides,
-) -> None:
-    """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
-
-    Shows scores, scaled scores, softmax weights (each row sums to 1), the output
-    (each row inside the convex hull of the value rows), the reverse pass back to X and
-    every weight and bias, and a central-difference check of the whole head. FIXTURE
-    defaults to the chapter fixture; --example primer runs the primer's worked example.
-    Fixtures may use torch [out,in] or packed in_proj_weight layouts, biases, and
-    "value_width": "independent". With --heads H (or "heads" in the fixture), an
-    out_proj/c_proj output projection or GPT-2's c_attn, it runs a multi-head layer.
-    The gradient check takes run's modes; --mode auto also samples a tensor whose
-    full check would cost more than 8192 units (one unit: 65,536 multiply-adds, what
-    --max-evaluations counts), and a large model recomputes only what each perturbed
-    coordinate reaches (the text's gradcheck= lines say what). Tensors over 4096
-    elements are summarised with a sha256 digest unless --tensors full.
-    Exit status: 0 all checks passed, 1 a check failed, 2 bad input.
-    """
-    import contextlib
-
-    from qkvcli.attention.evidence import build_attend_evidence
-    from qkvcli.attention.fixture import attend_parameters
-    from qkvcli.attention.layer_evidence import build_layer_evidence
-    from qkvcli.cli.console import gradcheck_progress
-    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, MAX_EVALUATIONS
-    from qkvcli.reading.limits import check_step_fits
-
-    if fixture is not None and example is not None:
-        raise click.UsageError("give FIXTURE or --example, not both")
-    check_outputs([output, *(path for _, path in view.exports)], [fixture])
-    from qkvcli.reading.files import trusting_paths
-
-    with trusting_paths(trust_paths):
-        loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
-    changes = overrides.changes()
-    mode = changes.pop("mode", "auto")
-    directions = changes.pop("directions", DEFAULT_DIRECTIONS)
-    loaded = loaded._replace(**changes) if changes else loaded
-    causal = loaded.causal  # the fixture's "causal", or --causal
-    overrides.warn_ignored(mode)
-    reporter = gradcheck_progress(resolve_format(fmt, output), view)
-    settings = {"mode": mode, "directions": directions, "progress": reporter,
-                "limit": overrides.max_evaluations or MAX_EVALUATIONS}
-    with working_on(attend_label(fixture, example or "chapter")), (
-            reporter or contextlib.nullcontext()):
-        # One head or a layer: the same step limit, and the check's budget (counted in
-        # what its evaluations cost) refused before any work.
-        if overrides.step is not None:
-            check_step_fits(loaded.step, attend_parameters(loaded.input, loaded.head,
-                                                           loaded.layer), "--step")
-        if loaded.layer is not None:
-            evidence = build_layer_evidence(loaded, loaded.layer, causal=causal, **settings)
-        else:
-            evidence = build_attend_evidence(loaded, causal=causal, **settings)
-    policy = tensor_policy(tensors, view.full)
-    show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
-         pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
-                                            tensors=policy))
-    if not evidence.passed:
-        from qkvcli.render.attend import failed_checks
-
-        click.echo(f"qkv: FAILED: {', '.join(failed_checks(evidence))}", err=True)
-        raise SystemExit(EXIT_FAILED)
 
 
 @click.command()

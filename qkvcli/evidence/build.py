@@ -15,7 +15,7 @@ from qkvcli.core.outputs import weighted_loss
 from qkvcli.evidence.behaviour import compute_independence, compute_initialization, same_primary_bits
 from qkvcli.evidence.boundaries import compute_errors, compute_shapes, other_probes
 from qkvcli.evidence.records import Config, Evidence, HistoryEvidence, Primary
-from qkvcli.gradcheck.layer import gradcheck_layer
+from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.reading.fixture import Fixture
 
 
@@ -78,7 +78,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
 
     Takes a loaded fixture; gives its :class:`Evidence`. A failing check is a fact in the
     evidence, not an error; only invalid gradient-check settings raise (a
-    :class:`~qkvcli.gradcheck.layer.GradcheckSettingError`).
+    :class:`~qkvcli.gradcheck.projections.GradcheckSettingError`).
     """
     # The doubled-batch probe first: its [2B,T,d] buffers then never coexist with the
     # primary pass's (peak memory at realistic sizes).
@@ -87,7 +87,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
     config = Config(
         fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head, layout=fixture.layout
     )
-    gradcheck = gradcheck_layer(
+    gradcheck = gradcheck_projections(
         fixture.layer,
         fixture.input,
         fixture.upstream,

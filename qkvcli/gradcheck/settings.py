@@ -1,6 +1,6 @@
 """Gradient-check settings: the modes, their defaults, and the errors of unusable settings.
 
-Modes (see :mod:`qkvcli.gradcheck.layer`): ``full`` checks every coordinate, ``sampled``
+Modes (see :mod:`qkvcli.gradcheck.projections`): ``full`` checks every coordinate, ``sampled``
 evenly spaced ones, ``fast`` random directions, and ``auto`` picks ``full`` or
 ``sampled`` by size (:func:`resolve_mode`).
 """

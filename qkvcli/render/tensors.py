@@ -3,8 +3,8 @@
 Policies (``--tensors``): ``full`` shows every value; ``summary`` (the default) shows
 every value of a tensor of at most :data:`SUMMARY_THRESHOLD` elements and a
 :class:`TensorSummary` of a larger one; ``none`` shows a summary's shape, count and
-digest only, for every tensor. The threshold keeps the chapter fixture and every small
-fixture byte for byte as before.
+digest only, for every tensor. Under the threshold, the chapter fixture and every small
+fixture show every value, as the reference's report does.
 
 The digest is the SHA-256 of the tensor's values as little-endian float64, C order
 (row-major): ``hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").tobytes())``, so

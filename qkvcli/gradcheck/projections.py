@@ -40,7 +40,7 @@ TENSOR_NAMES: tuple[str, str, str, str] = ("input", "query_weight", "key_weight"
 BATCH_ELEMENTS = 1 << 19
 
 
-def gradcheck_layer(
+def gradcheck_projections(
     layer: QkvProjections,
     x: Array,
     upstream: tuple[Array, Array, Array],
