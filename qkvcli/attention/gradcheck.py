@@ -154,7 +154,7 @@ def _copy_point(tensor: TensorObjective, values: Array) -> PointObjective:
     return point
 
 
-def _tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
+def checked_tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
     """Every checked tensor of ``layer`` at ``x`` by internal name, in order."""
     p = layer.projections
     named: list[tuple[str, Array | None]] = [("input", x)]
@@ -209,7 +209,7 @@ class CheckPlan:
         self.rows: list[tuple[str, str, int | None, int, int, str]] = []
         self.causes: set[str] = set()
         self.units = 0
-        for name, values in _tensors(layer, x):
+        for name, values in checked_tensors(layer, x):
             cost, recomputes = evaluation_cost(layer, x, name, self.reached)
             size = int(values.size)
             resolved, count = resolve_mode(mode, size, samples)
@@ -280,14 +280,14 @@ def gradcheck_attention(
     x64 = np.asarray(x, dtype=np.float64)
     u64 = np.asarray(upstream, dtype=np.float64)
     gradients = analytic_of(analytic)
-    values_of = dict(_tensors(layer, x64))
+    values_of = dict(checked_tensors(layer, x64))
     reach = Reach(layer, x64, u64, causal, forward) if plan.reached else None
     ticker = Ticker(progress, sum(row[3] for row in plan.rows))
     rng = SplitMix64(seed)
     checks = []
     for name, resolved, count, _, _, recomputes in plan.rows:
         values = values_of[name]
-        whole = _whole(layer, x64, u64, causal, name)
+        whole = whole_objective(layer, x64, u64, causal, name)
         shape = tuple(values.shape)
         if resolved == "fast":
             found = directional_checks(_CopySlots(whole, values), name, values, gradients[name],
@@ -304,7 +304,7 @@ def gradcheck_attention(
     return GradcheckResult(step, tolerance, tuple(checks), mode)
 
 
-def _whole(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
+def whole_objective(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
            name: str) -> TensorObjective:
     """``L`` by the engine's forward of the whole layer with tensor ``name`` replaced."""
 

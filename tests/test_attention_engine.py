@@ -1,0 +1,170 @@
+"""The one attention engine and its maths: each piece against a plain reference written here.
+
+The maths (:mod:`qkvcli.attention.maths`): the scale divides as the chapter does, the
+mask (causal, sliding window) hides exactly the keys it should, the softmax and its
+reverse, RoPE's position offset. The engine (:mod:`qkvcli.attention.engine`): a sliding
+window and the query rows from ``first_row`` against a dense reference; the gradient
+check's cheaper evaluations (the engine called on one head, one K/V group, one batch item
+or one output column) against a fresh forward of the whole perturbed layer, for every
+layer kind.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from qkvcli.attention import engine
+from qkvcli.attention.errors import RopeError
+from qkvcli.attention.gradcheck import Reach, checked_tensors, gradcheck_attention, whole_objective
+from qkvcli.attention.maths import (
+    Rope,
+    causal_mask,
+    check_rope,
+    hidden,
+    key_span,
+    rope_tables,
+    rotate,
+    scale,
+    softmax,
+    softmax_backward,
+)
+from tests.test_attention_batched import KINDS, build
+
+RNG = np.random.default_rng(29)
+
+
+def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, masked: np.ndarray | None,
+                    factor: float) -> np.ndarray:
+    """Scaled dot-product attention written out plainly: the test's own reference."""
+    z = (q @ np.swapaxes(k, -1, -2)) * factor
+    if masked is not None:
+        z = np.where(masked, -np.inf, z)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+
+# --- the maths ------------------------------------------------------------------------
+
+
+def test_scale_divides_by_the_root_as_the_chapter_does() -> None:
+    s = RNG.normal(size=(3, 4))
+    assert np.array_equal(scale(s, 5, None), s / math.sqrt(5))  # a division, not a product
+    assert np.array_equal(scale(s, 5, 0.25), s * 0.25)
+
+
+@pytest.mark.parametrize("window", [None, 1, 2, 3], ids=["causal", "w1", "w2", "w3"])
+def test_the_mask_hides_later_keys_and_keys_outside_the_window(window: int | None) -> None:
+    tokens = 6
+    masked = causal_mask(tokens, window)
+    for i in range(tokens):
+        for j in range(tokens):
+            seen = j <= i and (window is None or i - j < window)
+            assert masked[i, j] == (not seen), (i, j)
+    for first in range(tokens):  # a block's key span covers every key its rows see
+        start, stop = key_span(first, first + 2, tokens, True, window)
+        rows = masked[first:first + 2]
+        assert not (~rows[:, :start]).any() and not (~rows[:, stop:]).any()
+    assert hidden(0, 3, 0, 3, False, None) is None
+
+
+def test_softmax_weighs_masked_keys_exactly_zero_and_its_unshifted_form_overflows() -> None:
+    z = np.array([[1000.0, 999.0, -np.inf]])
+    a = softmax(z)
+    assert a[0, 2] == 0.0 and math.isclose(a.sum(), 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(softmax(z, shift=False)).any()  # the slip a diagnosis names
+
+
+def test_softmax_backward_is_the_softmax_jacobian_transposed() -> None:
+    z = RNG.normal(size=5)
+    a = softmax(z[None])[0]
+    jacobian = np.diag(a) - np.outer(a, a)
+    da = RNG.normal(size=5)
+    assert np.allclose(softmax_backward(a[None], da[None])[0], jacobian.T @ da, atol=1e-15)
+
+
+def test_rope_offset_turns_as_the_later_positions_of_a_longer_sequence() -> None:
+    x = RNG.normal(size=(2, 9, 8))
+    whole = rotate(x, Rope(100.0, 8))
+    later = rotate(x[:, 4:], Rope(100.0, 8, offset=4))
+    assert np.array_equal(later, whole[:, 4:])
+    assert np.array_equal(rotate(x[:, 4:], Rope(100.0, 8), first=4), later)
+    cos, _ = rope_tables(Rope(100.0, 8), 0, 9)
+    assert not cos.flags.writeable  # shared by every caller
+    with pytest.raises(RopeError, match="offset"):
+        check_rope(Rope(100.0, 8, offset=-1), 8)
+
+
+# --- the engine -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [1, 2, 4], ids=["w1", "w2", "w4"])
+def test_a_sliding_window_matches_the_dense_reference_forward_and_reverse(window: int) -> None:
+    layer, x, upstream = build("gqa", 3, tokens=300)  # more rows than one block
+    x = x[:1]
+    upstream = upstream[:1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, True, window)
+    masked = causal_mask(300, window)
+    q = f.stacked["query"]
+    k = np.repeat(f.stacked["key"], layer.heads // layer.kv_heads, axis=1)
+    v = np.repeat(f.stacked["value"], layer.heads // layer.kv_heads, axis=1)
+    expected = dense_attention(q, k, v, masked, 1 / math.sqrt(layer.d_k))
+    mixed = np.swapaxes(f.concat.reshape(1, 300, layer.heads, layer.d_v), 1, 2)
+    assert np.allclose(mixed, expected, rtol=1e-12, atol=1e-12)
+    assert (f.attention[:, :, masked] == 0.0).all()
+    # the reverse against central differences along one random direction of dX
+    g = engine.backward(layer, x, f, upstream)
+    direction = RNG.normal(size=x.shape)
+    h = 1e-6
+
+    def loss(at: np.ndarray) -> float:
+        return engine.loss(engine.forward(layer, at, True, window), upstream)
+
+    numerical = (loss(x + h * direction) - loss(x - h * direction)) / (2 * h)
+    assert math.isclose(float(np.sum(g.grad_input * direction)), numerical, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_query_rows_from_first_row_are_the_whole_passs_rows(causal: bool) -> None:
+    layer, x, _ = build("rope-half", 5, tokens=11)
+    whole = engine.forward(layer, x, causal)
+    part = engine.forward(layer, x, causal, first_row=4)
+    assert np.allclose(part.output, whole.output[:, 4:], rtol=1e-13, atol=1e-13)
+    assert np.allclose(part.attention, whole.attention[:, :, 4:], rtol=1e-13, atol=1e-13)
+
+
+# --- the gradient check's cheaper evaluations: the engine called on less ----------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_reached_evaluation_is_the_whole_layers_loss(kind: str, causal: bool) -> None:
+    layer, x, upstream = build(kind, 11, tokens=7)
+    reach = Reach(layer, x, upstream, causal)
+    for name, values in checked_tensors(layer, x):
+        whole = whole_objective(layer, x, upstream, causal, name)
+        point = reach.objective(name)
+        for index in sorted({0, values.size // 2, values.size - 1}):
+            moved = np.array(values, copy=True)
+            moved.reshape(-1)[index] += 0.125
+            expected = whole(moved)
+            got = point(index, float(moved.reshape(-1)[index]))
+            assert math.isclose(got, expected, rel_tol=1e-12, abs_tol=1e-12), (name, index)
+        assert point(0, float(values.reshape(-1)[0])) == pytest.approx(
+            engine.loss(engine.forward(layer, x, causal), upstream), rel=1e-12, abs=1e-12)
+
+
+def test_a_large_layers_check_uses_the_reached_evaluations_and_passes() -> None:
+    layer, x, upstream = build("gqa", 2, tokens=40)
+    f = layer.forward(x, True)
+    g = layer.backward(x, f, upstream)
+    result = gradcheck_attention(layer, x, upstream, g, True, 1e-6, 2e-6, samples=3,
+                                 reached=True)
+    assert result.passed
+    assert {t.recomputes for t in result.tensors} == {
+        "perturbed batch item", "perturbed head", "perturbed K/V group",
+        "perturbed output column"}
