@@ -70,7 +70,8 @@ class LayerForward(Record):
 
     ``stacked``: the pass's own arrays, of which the heads' records are views:
     ``scores``, ``scaled_scores``, ``attention`` ``[B,H,T,T]``, ``query`` ``[B,H,T,d_k]``,
-    ``key``, ``value`` ``[B,G,T,d]`` (and RoPE's ``rotated_*``). ``causal`` and ``window``:
+    ``key``, ``value`` ``[B,G,T,d]`` (and RoPE's ``rotated_*``), and ``projected``, the
+    ``[B,T,H*d_k + G*d_k + G*d_v]`` array ``[Q|K|V]`` they are views of. ``causal`` and ``window``:
     the mask the pass applied (the reverse skips what it zeroed).
     """
 
@@ -173,29 +174,32 @@ def project_out(layer: Layer, concat: Array) -> Array:
     return output
 
 
+def project(x: Array, weight: Array, bias: Array | None) -> Array:
+    """``X W + b`` for ``x [B,T,d_model]`` and ``weight [d_model, n]``: every projection of
+    the engine (all branches packed, or only the columns an evaluation needs)."""
+    batch, tokens, d_model = x.shape
+    # [BT,d_model] @ [d_model,n] -> [BT,n]
+    projected = (x.reshape(batch * tokens, d_model) @ weight).reshape(
+        batch, tokens, weight.shape[1])
+    if bias is not None:
+        projected += bias
+    return projected
+
+
 def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
-            first_row: int = 0) -> LayerForward:
+            first_row: int = 0, projected: Array | None = None) -> LayerForward:
     """The layer's forward pass on a validated ``x [B,T,d_model]``, every head at once.
 
     ``first_row`` > 0 computes only the query rows from there on (their scores, weights,
     outputs; the keys and values stay whole): what a change at that row reaches.
-    Expects ``errstate`` set by the caller."""
+    ``projected``: ``[Q|K|V]`` of ``x`` when the caller has it (the gradient check's
+    evaluations project only what they change). Expects ``errstate`` set by the caller."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
-    batch, tokens, d_model = x.shape
+    batch, tokens, _ = x.shape
     rows = tokens - first_row
-    weight, bias = layer.packed()
     qw, kw = heads * dk, kv * dk
-    flat = x.reshape(batch * tokens, d_model)
-    if first_row:  # the query rows from first_row, the keys and values whole
-        projected = np.empty((batch, tokens, weight.shape[1]))
-        projected[:, first_row:, :qw] = (x[:, first_row:].reshape(batch * rows, d_model)
-                                         @ weight[:, :qw]).reshape(batch, rows, qw)
-        projected[..., qw:] = (flat @ weight[:, qw:]).reshape(batch, tokens, -1)
-    else:  # [BT,d_model] @ [d_model, H*d_k + G*d_k + G*d_v]
-        projected = (flat @ weight).reshape(batch, tokens, weight.shape[1])
-    if bias is not None:
-        projected[:, first_row:, :qw] += bias[:qw]
-        projected[..., qw:] += bias[qw:]
+    if projected is None:
+        projected = project(x, *layer.packed())  # [B,T, H*d_k + G*d_k + G*d_v]
     query = heads_axis(projected[:, first_row:, :qw], heads)  # [B,H,R,d_k]
     key = heads_axis(projected[..., qw:qw + kw], kv)  # [B,G,T,d_k]
     value = heads_axis(projected[..., qw + kw:], kv)  # [B,G,T,d_v]
@@ -232,7 +236,7 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
                          causal, window)
         for h in range(heads))
     stacked = {"scores": scores, "scaled_scores": scaled_scores, "attention": attention,
-               "query": query, "key": key, "value": value}
+               "query": query, "key": key, "value": value, "projected": projected}
     if rotated_query is not None and rotated_key is not None:
         stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
     return LayerForward(records, concat, project_out(layer, concat), stacked, causal, window)

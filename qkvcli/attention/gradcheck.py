@@ -24,10 +24,13 @@ direction, runs the whole layer (``full forward``: the chapter's bytes). A large
 runs the engine on only what the perturbed coordinate reaches, and adds the terms of
 ``L`` it cannot reach, computed once from the unperturbed forward:
 
-- a query weight or bias of head ``h``: the layer of that one head (with its K/V head);
-- a key or value weight or bias of K/V head ``g``: the layer of the query heads of its group;
-- an input coordinate of batch item ``b`` at token ``t``: that batch item alone, and with a
-  causal mask only its query rows from ``t`` on (the earlier ones never see token ``t``);
+- a query weight or bias of head ``h``: its one projected column, then the layer of that
+  one head (with its K/V head);
+- a key or value weight or bias of K/V head ``g``: its one projected column, then the
+  layer of the query heads of its group;
+- an input coordinate of batch item ``b`` at token ``t``: that token's projections, then
+  that batch item alone, and with a causal mask only its query rows from ``t`` on (the
+  earlier ones never see token ``t``);
 - an output-projection weight or bias of column ``j``: that column of ``Y``.
 
 ``L = <Y, U>`` splits along those lines exactly: over batch items and rows, and through
@@ -178,6 +181,11 @@ def _replaced(layer: MultiHeadLayer, name: str, probe: Array) -> MultiHeadLayer:
     return layer.with_parameters(weights, biases, out[0], out[1])
 
 
+def _attention_cost(layer: MultiHeadLayer, batch: int, tokens: int, heads: int) -> int:
+    """Multiply-adds of ``heads`` heads' scores, softmax and mixture over ``batch`` items."""
+    return heads * batch * tokens * tokens * (layer.d_k + layer.d_v + 4)
+
+
 def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, reached: bool) -> tuple[int, str]:
     """Multiply-adds of one evaluation of tensor ``name``'s objective, and what it recomputes.
 
@@ -186,15 +194,18 @@ def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, reached: bool) -
     keys are not subtracted: an upper bound)."""
     if not reached:
         return forward_cost(layer, x), RECOMPUTES_ALL
-    batch, tokens, _ = x.shape
-    if name == "input":
-        return forward_cost(layer, x[:1]), RECOMPUTES_ITEM
+    batch, tokens, d_model = x.shape
+    rows = batch * tokens
+    if name == "input":  # one token's projections, one batch item's heads
+        width = sum(int(w.shape[1]) for w in layer.projections.weights)
+        return (d_model * width + _attention_cost(layer, 1, tokens, layer.heads)
+                + tokens * layer.concat_width, RECOMPUTES_ITEM)
     if name in ("w_out", "b_out"):
-        return batch * tokens * (layer.concat_width + 1), RECOMPUTES_OUT
-    if name.endswith("query"):
-        return forward_cost(layer.subset(0, 1), x), RECOMPUTES_HEAD
+        return rows * (layer.concat_width + 1), RECOMPUTES_OUT
+    if name.endswith("query"):  # one projected column, one head
+        return rows * d_model + _attention_cost(layer, batch, tokens, 1), RECOMPUTES_HEAD
     per_kv = layer.heads // layer.kv_heads
-    return forward_cost(layer.subset(0, per_kv), x), RECOMPUTES_GROUP
+    return rows * d_model + _attention_cost(layer, batch, tokens, per_kv), RECOMPUTES_GROUP
 
 
 class CheckPlan:
@@ -329,12 +340,13 @@ class _OutColumn(Record):
 class Reach:
     """Point objectives that run the engine on only what one coordinate reaches.
 
-    ``L`` is kept as its parts, computed once from the unperturbed forward: per head
-    ``<O_h, G_h>`` (``G = U W_O^T``, or ``U`` without an output projection) and the
-    output bias's ``<b_O, sum U>``; per batch item and row ``<Y_bt, U_bt>``; per output
-    column ``<Y[..., j], U[..., j]>``. An evaluation recomputes the parts the perturbed
-    coordinate reaches by one engine call on the perturbed parameters, and sums every
-    part again.
+    ``L = <Y, U> = <C, G> + <b_O, sum U>`` (``G = U W_O^T``, or ``U`` without an output
+    projection) is kept as its parts, computed once from the unperturbed forward: per head
+    and per batch item and row the terms of ``<C, G>``, per output column
+    ``<Y[..., j], U[..., j]>``. An evaluation projects afresh only the column (or token
+    row) the perturbed parameter changes, runs the engine (without the output projection
+    ``G`` stands for) on the heads, or the batch item and query rows, it reaches, and sums
+    every part again.
     """
 
     def __init__(self, layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
@@ -343,16 +355,16 @@ class Reach:
         with np.errstate(over="ignore", invalid="ignore"):
             if forward is None:
                 forward = engine.forward(layer, x, causal)
+            self.projected = forward.stacked["projected"]
             self.concat = forward.concat
-            products = forward.output * upstream
-            self.by_row = products.sum(axis=-1)  # [B,T]
-            self.by_column = products.sum(axis=(0, 1))  # [E_out]
+            self.by_column = (forward.output * upstream).sum(axis=(0, 1))  # [E_out]
             out_weight = layer.out_weight
             self.mixed_upstream = upstream if out_weight is None else upstream @ out_weight.T
-            dv = layer.d_v
             per_head = (forward.concat * self.mixed_upstream).reshape(
-                *forward.concat.shape[:2], layer.heads, dv)
+                *forward.concat.shape[:2], layer.heads, layer.d_v)
+            self.by_row = per_head.sum(axis=(2, 3))  # [B,T]
             self.by_head = per_head.sum(axis=(0, 1, 3))  # [H]
+            self.heads = layer.subset(0, layer.heads)  # the same heads, no output projection
             self.bias_part = (0.0 if layer.out_bias is None
                               else float(np.dot(layer.out_bias, upstream.sum(axis=(0, 1)))))
 
@@ -364,30 +376,49 @@ class Reach:
             return self._out(name)
         return self._heads(name)
 
+    def _group(self, branch: int, column: int) -> tuple[int, int, list[int], int]:
+        """The query heads ``first, count`` a column of ``branch`` reaches, the packed
+        columns of their sub-layer, and where the column stands among them."""
+        layer = self.layer
+        dk, dv, per_kv = layer.d_k, layer.d_v, layer.heads // layer.kv_heads
+        qw, kw = layer.heads * dk, layer.kv_heads * dk
+        width = dk if branch < 2 else dv
+        first, count = (column // dk, 1) if branch == 0 else ((column // width) * per_kv, per_kv)
+        kv_first, kv_count = first // per_kv, max(1, count // per_kv)
+        parts = [range(first * dk, (first + count) * dk),
+                 range(qw + kv_first * dk, qw + (kv_first + kv_count) * dk),
+                 range(qw + kw + kv_first * dv, qw + kw + (kv_first + kv_count) * dv)]
+        starts = (first * dk, kv_first * dk, kv_first * dv)
+        offset = sum(len(part) for part in parts[:branch]) + column - starts[branch]
+        return first, count, [c for part in parts for c in part], offset
+
     def _heads(self, name: str) -> PointObjective:
         layer = self.layer
         p = layer.projections
         branch = BRANCHES.index(name[2:])
-        values = (p.weights if name.startswith("w_") else p.biases)[branch]
+        is_weight = name.startswith("w_")
+        weight, bias = p.weights[branch], p.biases[branch]
+        values = weight if is_weight else bias
         assert values is not None
         probe = np.array(values, dtype=np.float64, copy=True)
         flat = probe.reshape(-1)
-        width = layer.d_k if branch < 2 else layer.d_v
-        per_kv = layer.heads // layer.kv_heads
         dv = layer.d_v
 
         def point(index: int, value: float) -> float:
             column = index % probe.shape[-1]
-            if branch == 0:
-                first, count = column // width, 1
-            else:
-                first, count = (column // width) * per_kv, per_kv
+            first, count, columns, offset = self._group(branch, column)
             original = flat[index]
             flat[index] = value
             try:
-                changed = _replaced(layer, name, probe).subset(first, count)
+                w = probe if is_weight else weight
+                b = probe if not is_weight else bias
                 with np.errstate(over="ignore", invalid="ignore"):
-                    done = engine.forward(changed, self.x, self.causal)
+                    projected = self.projected[..., columns]  # a copy: the heads it reaches
+                    projected[..., offset] = engine.project(
+                        self.x, w[:, column:column + 1],
+                        None if b is None else b[column:column + 1])[..., 0]
+                    done = engine.forward(layer.subset(first, count), self.x, self.causal,
+                                          projected=projected)
                     mixed = self.mixed_upstream[..., first * dv:(first + count) * dv]
                     parts = (done.concat * mixed).reshape(
                         *done.concat.shape[:2], count, dv).sum(axis=(0, 1, 3))
@@ -406,11 +437,14 @@ class Reach:
         item.reshape(-1)[index - b * tokens * d_model] = value
         first = t if self.causal else 0  # a causal query before t never sees token t
         with np.errstate(over="ignore", invalid="ignore"):
-            done = engine.forward(self.layer, item, self.causal, first_row=first)
-            rows = (done.output * self.upstream[b:b + 1, first:]).sum(axis=-1)
+            projected = self.projected[b:b + 1].copy()
+            projected[:, t:t + 1] = engine.project(item[:, t:t + 1], *self.layer.packed())
+            done = engine.forward(self.heads, item, self.causal, first_row=first,
+                                  projected=projected)
+            rows = (done.concat * self.mixed_upstream[b:b + 1, first:]).sum(axis=-1)
         by_row = self.by_row.copy()
         by_row[b, first:] = rows[0]
-        return float(by_row.sum())
+        return float(by_row.sum()) + self.bias_part
 
     def _out(self, name: str) -> PointObjective:
         layer = self.layer
