@@ -1,0 +1,193 @@
+"""The attention maths, each piece written once: the scale, the mask, the softmax and RoPE.
+
+Everything that computes attention calls these: the engine (:mod:`qkvcli.attention.engine`),
+the gradient check through it, and the diagnosis of a learner's slip, which composes
+them into the wrong formulas it recognises. No I/O, no validation beyond what a piece
+needs to be defined (:func:`check_rope`).
+
+- The scale: ``Z = S / sqrt(d_k)``, or ``Z = S * scale`` for a model that gives its own
+  factor (:func:`scale`, the same function on the reverse pass: ``dS = dZ / sqrt(d_k)``).
+- The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
+  sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
+- The softmax over the last axis with the row maximum subtracted first, and its reverse
+  ``dZ = A * (dA - rowsum(dA * A))`` (:func:`softmax`, :func:`softmax_backward`).
+- RoPE: position ``p`` turns pair ``i`` of the first ``dims`` coordinates by the angle
+  ``p * theta^(-2i/dims)`` (:func:`rope_tables`, :func:`rotate`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+from qkvcli.attention.errors import RopeError
+from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
+
+# --- the scale --------------------------------------------------------------------------
+
+
+def score_factor(d_k: int, given: float | None) -> float:
+    """The factor the scores are multiplied by: ``given``, else ``1/sqrt(d_k)``."""
+    return 1.0 / math.sqrt(d_k) if given is None else given
+
+
+def scale(values: Array, d_k: int, given: float | None, out: Array | None = None) -> Array:
+    """``values / sqrt(d_k)`` (the chapter's division, not a multiplication by its
+    inverse, which rounds differently), or ``values * given``; into ``out`` when given.
+    The forward scales the scores with it, the reverse their gradient."""
+    if given is None:
+        return np.divide(values, math.sqrt(d_k), out=out)
+    return np.multiply(values, given, out=out)
+
+
+# --- the mask ---------------------------------------------------------------------------
+
+
+def key_span(first: int, end: int, tokens: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """The keys ``start:stop`` that queries ``first:end`` may see between them (what lies
+    outside weighs exactly 0 in every one of those rows)."""
+    if not causal:
+        return 0, tokens
+    start = 0 if window is None else max(0, first - window + 1)
+    return start, min(end, tokens)
+
+
+Mask = npt.NDArray[np.bool_]
+
+
+def hidden(first: int, end: int, start: int, stop: int, causal: bool,
+           window: int | None) -> Mask | None:
+    """``True`` where query ``i`` (``first:end``) may not see key ``j`` (``start:stop``),
+    ``[end-first, stop-start]``; ``None`` when it sees them all."""
+    if not causal:
+        return None
+    rows = np.arange(first, end)[:, None]
+    keys = np.arange(start, stop)[None, :]
+    masked = keys > rows
+    if window is not None:
+        masked |= rows - keys >= window
+    return masked if masked.any() else None
+
+
+def causal_mask(tokens: int, window: int | None = None) -> Mask:
+    """``True`` where a query may not see a key, ``[tokens, tokens]``."""
+    masked = hidden(0, tokens, 0, tokens, True, window)
+    return np.zeros((tokens, tokens), dtype=bool) if masked is None else masked
+
+
+# --- the softmax ------------------------------------------------------------------------
+
+
+def softmax(z: Array, out: Array | None = None, *, shift: bool = True) -> Array:
+    """Softmax over the last axis, the row maximum subtracted first (``shift=False``
+    leaves it out: the overflowing formula a diagnosis compares with); into ``out``.
+
+    ``-inf`` entries weigh exactly 0; each row needs one finite entry. Empty axes give
+    empty results."""
+    if out is None:
+        out = np.empty(z.shape)
+    if z.size == 0:
+        return out
+    if shift:
+        np.subtract(z, np.max(z, axis=-1, keepdims=True), out=out)  # largest entry 0: exp <= 1
+    else:
+        out[...] = z
+    np.exp(out, out=out)
+    out /= np.sum(out, axis=-1, keepdims=True)
+    return out
+
+
+def softmax_backward(a: Array, grad_a: Array, out: Array | None = None) -> Array:
+    """``dZ = A * (dA - rowsum(dA * A))``, the softmax's reverse, over the last axis;
+    into ``out`` when given."""
+    if out is None:
+        out = np.empty(a.shape)
+    np.multiply(grad_a, a, out=out)
+    rowsum = np.sum(out, axis=-1, keepdims=True)
+    np.subtract(grad_a, rowsum, out=out)
+    out *= a
+    return out
+
+
+# --- RoPE -------------------------------------------------------------------------------
+
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+class Rope(Record):
+    """Rotary position embedding of the first ``dims`` coordinates of each query and key head.
+
+    Position ``offset + t`` (``t = 0 .. T-1``) turns pair ``i`` (``i < dims/2``) by the
+    angle ``(offset + t) * theta^(-2i/dims)``. ``layout`` says which coordinates pair up:
+    ``"half"`` pairs ``i`` with ``i + dims/2`` (LLaMA's and GPT-NeoX's ``rotate_half``),
+    ``"interleaved"`` pairs ``2i`` with ``2i+1`` (GPT-J). Coordinates from ``dims`` on
+    pass through (GPT-NeoX's partial rotary).
+    """
+
+    theta: float
+    dims: int
+    layout: str = "half"
+    offset: int = 0
+
+    def pairs(self) -> tuple[slice, slice]:
+        """The two coordinate slices that rotate together, ``dims/2`` each."""
+        half = self.dims // 2
+        if self.layout == "half":
+            return slice(0, half), slice(half, self.dims)
+        return slice(0, self.dims, 2), slice(1, self.dims, 2)
+
+
+def check_rope(rope: Rope, width: int) -> None:
+    """Refuse a RoPE that cannot turn a head of ``width`` coordinates (:class:`RopeError`)."""
+    if rope.layout not in ROPE_LAYOUTS:
+        raise RopeError(f"rope layout must be \"half\" or \"interleaved\", got {rope.layout!r}")
+    if not (math.isfinite(rope.theta) and rope.theta > 0.0):
+        raise RopeError(f"rope theta must be finite and positive, got {rope.theta!r}")
+    if rope.dims < 2 or rope.dims % 2 or rope.dims > width:
+        raise RopeError(f"rope dims must be even, at least 2 and at most the head's key width "
+                        f"{width}, got {rope.dims}")
+    if rope.offset < 0:
+        raise RopeError(f"rope offset must be at least 0, got {rope.offset}")
+
+
+def inverse_frequencies(rope: Rope) -> Array:
+    """``theta^(-2i/dims)`` for each pair ``i``, ``[dims/2]``."""
+    exponents = np.arange(0, rope.dims, 2, dtype=np.float64) / rope.dims
+    result: Array = 1.0 / (rope.theta ** exponents)
+    return result
+
+
+@lru_cache(maxsize=16)
+def _tables(theta: float, dims: int, offset: int, first: int, end: int) -> tuple[Array, Array]:
+    angles = (np.arange(offset + first, offset + end, dtype=np.float64)[:, None]
+              * inverse_frequencies(Rope(theta, dims))[None, :])
+    cos, sin = np.cos(angles), np.sin(angles)
+    cos.flags.writeable = sin.flags.writeable = False  # cached: shared by every caller
+    return cos, sin
+
+
+def rope_tables(rope: Rope, first: int, end: int) -> tuple[Array, Array]:
+    """``cos`` and ``sin`` of the angles of positions ``first:end`` (after the offset),
+    ``[end-first, dims/2]`` each; made once per rope and span, read-only."""
+    return _tables(rope.theta, rope.dims, rope.offset, first, end)
+
+
+def rotate(x: Array, rope: Rope, first: int = 0, inverse: bool = False) -> Array:
+    """``x [..., T, d]`` (positions ``first .. first+T-1``) with each position's pairs
+    turned; ``inverse``: turned back (the transpose, which carries a gradient from after
+    the rotation to before it). A new array."""
+    tokens = x.shape[-2]
+    cos, sin = rope_tables(rope, first, first + tokens)
+    if inverse:
+        sin = -sin
+    a_part, b_part = rope.pairs()
+    a, b = x[..., a_part], x[..., b_part]
+    # every coordinate turns: nothing to copy first
+    out = np.empty(x.shape) if rope.dims == x.shape[-1] else np.array(x, dtype=np.float64)
+    out[..., a_part] = a * cos - b * sin
+    out[..., b_part] = b * cos + a * sin
+    return out
