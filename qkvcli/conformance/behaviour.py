@@ -14,7 +14,13 @@ import numpy as np
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
+from qkvcli.conformance.result import (
+    Failure,
+    FamilyCheck,
+    judge,
+    not_applicable,
+    not_run_after,
+)
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -93,15 +99,14 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         failed = base if isinstance(base, CallFailed) else grads
         if isinstance(failed, CallFailed) or isinstance(base, CallFailed):
             assert isinstance(failed, CallFailed)
-            failures.append(not_run("independence", case.label, failed.operation,
-                                    stopped=isinstance(failed, Broken)))
+            failures.append(not_run_after("independence", case.label, failed))
             continue
         try:
             problem = _forward_independence(session, case, base)
             if problem is None and grads is not None and not isinstance(grads, CallFailed):
                 problem = _backward_independence(session, case, grads)
         except Broken as failure:
-            failures.append(not_run("independence", case.label, failure.operation, stopped=True))
+            failures.append(not_run_after("independence", case.label, failure))
             continue
         except CallFailed as failure:
             failures.append(Failure("independence", case.label, None, code="call-failed",
@@ -132,8 +137,7 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         grads = session.backward(case) if session.implementation.has_backward else None
         failed = first if isinstance(first, CallFailed) else grads
         if isinstance(failed, CallFailed):
-            failures.append(not_run("replay", case.label, failed.operation,
-                                    stopped=isinstance(failed, Broken)))
+            failures.append(not_run_after("replay", case.label, failed))
             continue
         try:
             if not isinstance(first, CallFailed):
@@ -150,7 +154,7 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                     failures.append(Failure("replay", case.label, found[0],
                                             code="replay-differs", facts=("backward", *found)))
         except Broken as failure:
-            failures.append(not_run("replay", case.label, failure.operation, stopped=True))
+            failures.append(not_run_after("replay", case.label, failure))
         except CallFailed as failure:
             failures.append(Failure("replay", case.label, None, code="replay-failed",
                                     facts=(failure.operation, failure.message)))

@@ -33,7 +33,7 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
             expected += [(BACKWARD_NAMES[0], (batch, tokens, d_model))]
             expected += [(name, (d_model, d_head)) for name in BACKWARD_NAMES[1:]]
     except Broken:
-        return not_run("shapes", case.label, "forward", stopped=True)
+        return not_run("shapes", case.label, "stopped")
     except CallFailed as failure:
         return Failure("shapes", case.label, shown, code="probe-failed",
                        facts=(failure.operation, what, shown, failure.message))
@@ -119,7 +119,7 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             except BadResult:
                 pass  # returned garbage instead of raising: still accepted
             except Broken:
-                failures.append(not_run("errors", case.label, "forward", stopped=True))
+                failures.append(not_run("errors", case.label, "stopped"))
                 break
             except CallFailed:
                 continue

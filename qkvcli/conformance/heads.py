@@ -36,7 +36,17 @@ from qkvcli.conformance.diagnose import (
 )
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
 from qkvcli.conformance.numerical import Worst, check_case
-from qkvcli.conformance.result import Clause, Failure, FamilyCheck, found_at, judge, not_applicable, not_run
+from qkvcli.conformance.result import (
+    Clause,
+    Failure,
+    FamilyCheck,
+    call_failure,
+    found_at,
+    judge,
+    not_applicable,
+    not_run,
+    not_run_after,
+)
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -92,11 +102,8 @@ class Heads:
 
 def _failed_call(family: str, heads: Heads, case: Case, causal: bool,
                  failure: CallFailed) -> Failure:
-    label = heads.label(case, causal)
-    if isinstance(failure, Broken):
-        return not_run(family, label, failure.operation, stopped=True)
-    return found_at(family, label, None, Clause("failed-valid", (
-        failure.operation, format_shape(list(case.input.shape)), failure.message)))
+    return call_failure(family, heads.label(case, causal), format_shape(list(case.input.shape)),
+                        failure)
 
 
 def _compare(family: str, heads: Heads, case: Case, causal: bool, got: Bundle, expected: Bundle,
@@ -154,8 +161,7 @@ def _first_results(family: str, heads: Heads, causal: bool,
             continue
         got = heads.forward(case, causal)
         if isinstance(got, CallFailed):
-            skipped.append(not_run(family, heads.label(case, causal), "forward",
-                                   stopped=isinstance(got, Broken)))
+            skipped.append(not_run_after(family, heads.label(case, causal), got))
         else:
             found.append((case, got))
     return found, skipped
@@ -294,7 +300,7 @@ def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                     expected += [("grad_input", x.shape)]
                     expected += [(name, (d_model, d_head)) for name in HEAD_BACKWARD_NAMES[1:]]
             except Broken:
-                failures.append(not_run("head-shapes", case.label, "forward", stopped=True))
+                failures.append(not_run("head-shapes", case.label, "stopped"))
                 break
             except CallFailed as failure:
                 failures.append(Failure("head-shapes", case.label, what, code="probe-failed",
@@ -343,7 +349,7 @@ def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             except BadResult:
                 pass
             except Broken:
-                failures.append(not_run("head-errors", case.label, "forward", stopped=True))
+                failures.append(not_run("head-errors", case.label, "stopped"))
                 break
             except CallFailed:
                 continue
@@ -368,13 +374,12 @@ def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 case.upstream[2])))
         for first, again in pairs:
             if isinstance(first, CallFailed):
-                failures.append(not_run("head-replay", case.label, first.operation,
-                                        stopped=isinstance(first, Broken)))
+                failures.append(not_run_after("head-replay", case.label, first))
                 break
             try:
                 second = again()
             except CallFailed as failure:
-                failures.append(not_run("head-replay", case.label, failure.operation, True)
+                failures.append(not_run_after("head-replay", case.label, failure)
                                 if isinstance(failure, Broken) else Failure(
                     "head-replay", case.label, None, code="replay-failed",
                     facts=(failure.operation, failure.message)))
@@ -402,8 +407,7 @@ def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             label = heads.label(case, causal)
             analytic = heads.grads(case, causal)
             if isinstance(analytic, CallFailed):
-                failures.append(not_run("head-gradcheck", label, "backward",
-                                        stopped=isinstance(analytic, Broken)))
+                failures.append(not_run_after("head-gradcheck", label, analytic))
                 continue
 
             def objective(tensors: list[Array], case: Case = case, causal: bool = causal) -> float:
@@ -417,7 +421,7 @@ def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 count, failure = check_case(session, case, analytic, worst, objective,
                                             "head-gradcheck", label)
             except Broken:
-                failures.append(not_run("head-gradcheck", label, "forward", stopped=True))
+                failures.append(not_run("head-gradcheck", label, "stopped"))
                 continue
             except CallFailed as error:
                 failures.append(found_at("head-gradcheck", label, None, Clause(

@@ -100,10 +100,12 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
     return None
 
 
-NOT_RUN_WHY = {
+NOT_RUN_WHY = {  # words for each code of conformance.result.NOT_RUN
     "stopped": "the implementation stopped answering (see protocol)",
     "forward": "its forward failed (see forward)",
     "backward": "its backward failed (see reverse)",
+    "head_forward": "its head_forward failed (see head-forward)",
+    "head_backward": "its head_backward failed (see head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
     "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
               "of it would measure the rounding, not the backward"),
@@ -196,7 +198,6 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "computed-with": lambda branch, other: (
         f"{branch} equals X W_{LETTERS[other]}: computed with the {other} weight"),
     "rejected-valid": "{0} rejected a valid input {1}: {2}",
-    "failed-valid": "{0} failed on a valid input {1}: {2}",
     "call-failed": "{0}",
     "gradient-shape": "{0} has the wrong shape for a gradient check",
     "point": _point,
