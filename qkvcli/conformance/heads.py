@@ -1,8 +1,8 @@
 """The head families: a learner's attention head against qkv's :class:`AttentionHead`.
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
-output)`` with ``scores = Q K^T / sqrt(d_k)`` before the mask ``[B,T,T]``, ``weights``
-the row softmax of the masked scores and ``output = weights V``; and optionally
+output)`` with ``scores = Q Kᵀ/√d_k`` before the mask ``[B,T,T]``, ``weights`` the row
+softmax of the masked scores and ``output = weights V``; and optionally
 ``head_backward(x, w_query, w_key, w_value, causal, grad_output) -> (grad_input,
 grad_w_query, grad_w_key, grad_w_value)``. Each fixture is checked with ``causal``
 false and true; ``grad_output`` is the fixture's value upstream gradient.
@@ -15,13 +15,13 @@ scores, which :func:`check_softmax` probes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
 from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import scale
 from qkvcli.conformance.behaviour import check_purity
 from qkvcli.conformance.boundaries import Request
 from qkvcli.conformance.cases import Case
@@ -95,7 +95,8 @@ class Heads:
         head = AttentionHead.from_arrays(*case.weights)
         done = head.forward(case.input, causal)
         grads = head.backward(case.input, done, case.upstream[2])
-        scores = done.scores / math.sqrt(head.d_k)  # before the mask, as the interface says
+        # The interface's scores are before the mask: the engine's scaled_scores are after it.
+        scores = scale(done.scores, head.d_k, head.given_scale)
         return ((scores, done.attention, done.output),
                 (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value))
 
@@ -168,7 +169,7 @@ def _first_results(family: str, heads: Heads, causal: bool,
 
 
 def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """scores are ``Q K^T / sqrt(d_k)`` (fixtures with ``d_k >= 2``, where it shows)."""
+    """scores are ``Q Kᵀ/√d_k`` (fixtures with ``d_k >= 2``, where it shows)."""
     session = heads.session
     results, failures = _first_results("scaling", heads, False,
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
