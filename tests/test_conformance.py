@@ -356,3 +356,49 @@ def test_purity_independence_and_replay_findings_are_codes_and_facts(cases: list
                  if f.family == "independence")
     assert (moved.code, moved.facts[:2]) == ("moved", ("W_Q[0,0]", "key[0,0,0]"))
     assert failure_detail(moved).startswith("changing W_Q[0,0] changed key[0,0,0] from ")
+
+
+def _head_hiding(hidden: Any) -> Any:
+    """A head whose causal mask hides ``hidden(tokens)`` (True: hidden) with -inf."""
+    from qkvcli.attention.maths import softmax
+
+    def head_forward(x: Any, wq: Any, wk: Any, wv: Any, causal: bool) -> Any:
+        numpy_qkv.validate(x, wq, wk, wv)
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(wq.shape[1])
+        z = np.where(hidden(x.shape[1]), -np.inf, scores) if causal else scores
+        weights = softmax(z)
+        return scores, weights, weights @ v
+
+    return head_forward
+
+
+SLIP_HIDES_PAST = ("the causal mask hides the earlier positions instead of the later ones: "
+                   "each position sees itself and the future")
+
+
+@pytest.mark.parametrize(
+    ("hidden", "detail"),
+    [
+        (lambda t: np.tril(np.ones((t, t), dtype=bool), k=-1), SLIP_HIDES_PAST),
+        (lambda t: np.arange(t)[None, :] < np.arange(t)[:, None], SLIP_HIDES_PAST),  # j < i
+        (lambda t: np.triu(np.ones((t, t), dtype=bool), k=2),  # one later position seen
+         "causal=true results are not the softmax of the scores with the later positions "
+         "hidden: weights[0,0,0] = 0.3530097275581304, expected 1.0 (scaled error 0.647 > "
+         "1e-09)"),
+    ],
+    ids=["tril", "keys-before", "one-later-seen"],
+)
+def test_a_mask_that_hides_the_wrong_positions_fails_the_mask_family(
+    cases: list[Case], hidden: Any, detail: str,
+) -> None:
+    three_tokens = cases[1]  # random-1[2,3,5->3]
+    result = run_checks(PythonImplementation("head", None, None, _head_hiding(hidden)),
+                        [three_tokens], 1e-9)
+    checks = by_name(result)
+    assert checks["mask"].outcome == "failed"
+    assert family_detail(checks["mask"]) == f"{three_tokens.label} causal: {detail}"
+    assert checks["head-forward"].outcome == "failed" and checks["scaling"].passed
+    named = detail == SLIP_HIDES_PAST  # head-forward names the slip it knows, before the values
+    assert family_detail(checks["head-forward"]).startswith(
+        f"{three_tokens.label} causal: {SLIP_HIDES_PAST}: weights[") is named

@@ -262,18 +262,23 @@ Bundle = tuple[Array, ...]
 
 def _hidden(tokens: int, causal: bool, bug: str) -> Mask | None:
     """What a head with ``bug`` hides from each query, ``[T,T]`` (``None``: nothing): the
-    causal mask, with the diagonal too (``diagonal``), or always (``always-mask``)."""
+    causal mask, with the diagonal too (``diagonal``), transposed (``hides-past``: the
+    earlier keys ``j < i``, ``np.tril`` for ``np.triu``), or always (``always-mask``)."""
     if not ((causal and bug != "no-mask") or bug == "always-mask"):
         return None
     hidden = causal_mask(tokens)
     if bug == "diagonal":
         return hidden | np.eye(tokens, dtype=bool)
+    if bug == "hides-past":
+        earlier: Mask = hidden.T
+        return earlier
     return hidden
 
 
 def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
     """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
-    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``after-softmax``,
+    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``hides-past`` (the
+    mask hides the earlier keys instead of the later ones), ``after-softmax``,
     ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max). Each is the
     engine's scale, mask and softmax (:mod:`qkvcli.attention.maths`) given a wrong part."""
     with np.errstate(all="ignore"):
@@ -316,7 +321,8 @@ def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_ou
         return grad_x, flat[0], flat[1], flat[2]
 
 
-FORWARD_BUGS = ("unscaled", "by-d_k", "diagonal", "after-softmax", "no-mask", "always-mask")
+FORWARD_BUGS = ("unscaled", "by-d_k", "diagonal", "hides-past", "after-softmax", "no-mask",
+                "always-mask")
 """The head's forward slips :func:`variant_forward` computes, in the order they are tried."""
 BACKWARD_BUGS = ("no-rowsum", "dv-uses-a", "dk-uses-ds")
 """The head's backward slips :func:`variant_backward` computes, in the order they are tried."""

@@ -189,9 +189,15 @@ def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     return judge("scaling", failures, len(results)), failures
 
 
+MASK_SLIPS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
+"""The mask slips :func:`check_mask` names, in the order they are tried."""
+
+
 def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """causal=true: nothing above the diagonal, the diagonal seen, rows summing to 1, scores
-    unmasked; causal=false: no mask. On fixtures with two tokens or more."""
+    """causal=true: exactly the later positions hidden (the diagonal and the earlier ones
+    seen), rows summing to 1, scores unmasked; causal=false: no mask. On fixtures with two
+    tokens or more. A wrong causal head whose non-causal results are right fails here,
+    named when it is a known slip."""
     session = heads.session
     failures: list[Failure] = []
     judged = 0
@@ -201,20 +207,25 @@ def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
         failures += skipped
         judged = max(judged, len(results))
         for case, got in results:
-            expected = variant_forward(case.input, case.weights, causal)
+            expected = heads.reference(case, causal)[0]
             if all(close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True)):
                 continue
+            label = heads.label(case, causal)
             if causal and not _right_without_mask(heads, case):
-                failures.append(not_run("mask", heads.label(case, causal), "head"))
+                failures.append(not_run("mask", label, "head"))
                 continue
-            fault = named_slip(got, ("diagonal", "after-softmax", "no-mask", "always-mask"),
+            fault = named_slip(got, MASK_SLIPS,
                                partial(variant_forward, case.input, case.weights, causal),
                                session.tolerance)
             if fault is None and causal and not close(got[0], expected[0], session.tolerance):
                 fault = "mask-moves-scores"
             if fault is not None:
-                failures.append(found_at("mask", heads.label(case, causal), "weights",
-                                         Clause("slip", (fault,))))
+                failures.append(found_at("mask", label, "weights", Clause("slip", (fault,))))
+            elif causal:  # right without the mask, wrong with it: a mask no slip names
+                where, mismatch = next(
+                    found for name, g, e in zip(HEAD_FORWARD_NAMES, got, expected, strict=True)
+                    if (found := first_mismatch(name, g, e, session.tolerance)) is not None)
+                failures.append(found_at("mask", label, where, Clause("mask-differs", (mismatch,))))
     return judge("mask", failures, judged), failures
 
 

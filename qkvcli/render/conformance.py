@@ -156,6 +156,8 @@ SLIP_WORDS = {
     "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
     "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
     "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
+    "hides-past": ("the causal mask hides the earlier positions instead of the later ones: "
+                   "each position sees itself and the future"),
     "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
     "no-mask": "causal=true is ignored: later positions are seen",
     "always-mask": "the mask is applied with causal=false too",
@@ -206,6 +208,8 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "check-call-failed": "{0} failed during the check: {1}",
     "slip": lambda slip: SLIP_WORDS[slip],
     "slip-differs": lambda slip, mismatch: f"{SLIP_WORDS[slip]}: {mismatch}",
+    "mask-differs": ("causal=true results are not the softmax of the scores with the later "
+                     "positions hidden: {0}"),
     "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
     "overflow": OVERFLOW,
     "overflow-said": OVERFLOW + " ({1})",
