@@ -402,3 +402,68 @@ def test_a_mask_that_hides_the_wrong_positions_fails_the_mask_family(
     named = detail == SLIP_HIDES_PAST  # head-forward names the slip it knows, before the values
     assert family_detail(checks["head-forward"]).startswith(
         f"{three_tokens.label} causal: {SLIP_HIDES_PAST}: weights[") is named
+
+
+def _written_as(kind: str) -> Any:
+    """numpy_head's functions computing in float32, or writing 6 decimals."""
+    import importlib.util
+
+    # A copy of its own: the wrong_head_*.py examples set the shared module's BUG.
+    spec = importlib.util.spec_from_file_location("correct_head", EXAMPLES / "numpy_head.py")
+    assert spec is not None and spec.loader is not None
+    numpy_head = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(numpy_head)
+
+    def inputs(*arrays: Any) -> list[Any]:
+        return [a.astype(np.float32) if kind == "float32" else a for a in arrays]
+
+    def results(values: Any) -> Any:
+        if kind == "float32":
+            return values
+        return tuple(np.vectorize(lambda v: float(f"{v:.6f}"))(v) for v in values)
+
+    def head_forward(x: Any, wq: Any, wk: Any, wv: Any, causal: bool) -> Any:
+        return results(numpy_head.head_forward(*inputs(x, wq, wk, wv), causal))
+
+    def head_backward(x: Any, wq: Any, wk: Any, wv: Any, causal: bool, grad_output: Any) -> Any:
+        return results(numpy_head.head_backward(*inputs(x, wq, wk, wv), causal,
+                                                *inputs(grad_output)))
+
+    return head_forward, head_backward
+
+
+@pytest.mark.parametrize(
+    ("kind", "forward", "reverse"),
+    [
+        ("float32",
+         "chapter non-causal: scores[0,0,1] = 4.242640972137451, expected 4.242640687119285 "
+         "(scaled error 6.72e-08 > 1e-09); scores, weights and output agree only to 7.5e-08 "
+         "and every value is a float32: float32 arithmetic (and 1 more fixture)",
+         "grad_input, grad_w_query, grad_w_key and grad_w_value agree only to 6.7e-07 and "
+         "every value is a float32: float32 arithmetic: grad_input[0,0,0] = "),
+        ("decimals",
+         "chapter non-causal: scores[0,0,1] = 4.242641, expected 4.242640687119285 (scaled "
+         "error 7.37e-08 > 1e-09); scores, weights and output are written with 6 decimal "
+         "places (largest scaled error 4e-07): write each float's shortest round-trip "
+         "spelling (and 1 more fixture)",
+         "are written with 6 decimal places"),
+    ],
+    ids=["float32", "decimals"],
+)
+def test_a_head_right_but_for_its_precision_is_said_so_before_any_slip(
+    cases: list[Case], kind: str, forward: str, reverse: str,
+) -> None:
+    result = run_checks(PythonImplementation("head", None, None, *_written_as(kind)), cases[:1],
+                        1e-9)
+    checks = by_name(result)
+    assert family_detail(checks["head-forward"]) == forward
+    assert reverse in family_detail(checks["head-reverse"])
+    precision = ("not run: its head_forward is right but for its precision (see head-forward): "
+                 "at this tolerance its results cannot show the family's claim")
+    for family in ("scaling", "mask", "softmax"):
+        assert checks[family].outcome == "not-run"
+        assert failure_detail(checks[family].first) == precision, family
+    assert family_detail(checks["head-gradcheck"]) == (
+        "not run: head_forward agrees only to a lossy precision (see head-forward): central "
+        "differences of it would measure the rounding, not the backward")
+    assert not any("Q K^T" in failure_detail(f) for f in result.failures)

@@ -172,6 +172,33 @@ def precision_clause(names: list[str], fault: Precision, tolerance: float) -> Cl
     return Clause("precision", (tuple(names), fault, tolerance))
 
 
+def precision_clauses(faults: list[tuple[str, Precision]], tolerance: float) -> list[Clause]:
+    """One :func:`precision_clause` per cause, in the order the causes first come: the
+    names of the tensors sharing it, with the largest error among them."""
+    causes: dict[str, tuple[list[str], Precision]] = {}
+    for name, fault in faults:
+        names, worst = causes.get(fault.cause, ([], fault))
+        causes[fault.cause] = ([*names, name], max(worst, fault, key=lambda f: f.error))
+    return [precision_clause(names, worst, tolerance) for names, worst in causes.values()]
+
+
+def precision_faults(names: tuple[str, ...], actual: tuple[Array, ...],
+                     expected: tuple[Array, ...],
+                     tolerance: float) -> list[tuple[str, Precision]] | None:
+    """Each tensor outside ``tolerance`` with its :func:`precision` fault, when every one of
+    them is right but for its precision; ``None`` when one is wrong by the maths or its
+    shape, or none is outside."""
+    faults = []
+    for name, got, wanted in zip(names, actual, expected, strict=True):
+        if close(got, wanted, tolerance):
+            continue
+        fault = precision(got, wanted) if got.shape == wanted.shape else None
+        if fault is None:
+            return None
+        faults.append((name, fault))
+    return faults or None
+
+
 def _path_counts(grad_input: Array, paths: list[Array], tolerance: float) -> Clause | None:
     """``path-counts`` (the branches whose path is missing, those counted twice) when
     that fits."""

@@ -31,13 +31,16 @@ a family that could not run (a call it needed failed, or the implementation stop
 neither a pass nor a failure, it is not counted (the failure that stopped it is)."""
 
 NOT_RUN: tuple[str, ...] = (
-    "stopped", "forward", "backward", "head_forward", "head_backward", "lossy", "head",
+    "stopped", "forward", "backward", "head_forward", "head_backward", "lossy", "head-lossy",
+    "head-precision", "head",
 )
 """Why a family could not run on a fixture: the implementation stopped answering (the
 protocol family says why), the operation named failed on the fixture (``forward``,
 ``backward``, ``head_forward``, ``head_backward``: the family judging that operation
-says how), its forward is too imprecise for central differences, or its head is wrong
-before the family's step (head-forward says how)."""
+says how), its forward or head_forward is too imprecise for central differences
+(``lossy``, ``head-lossy``), its head's results are right but for their precision
+(``head-precision``: at the tolerance they cannot show the family's claim), or its head
+is wrong before the family's step (``head``; head-forward says how of these three)."""
 
 
 class Clause(Record):

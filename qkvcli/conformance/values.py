@@ -71,7 +71,7 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             continue
         _, expected = session.reference(case)
         wrong: list[tuple[Clause | None, str, Clause]] = []
-        faults: dict[str, tuple[list[str], diagnose.Precision]] = {}  # names by cause
+        faults: list[tuple[str, diagnose.Precision]] = []
         for index, (name, actual, wanted) in enumerate(
                 zip(BACKWARD_NAMES, got, expected, strict=True)):
             found = first_mismatch(name, actual, wanted, session.tolerance)
@@ -81,8 +81,7 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             if actual.shape != wanted.shape:
                 why = Clause("wrong-shape", (name,))
             elif (low := diagnose.precision(actual, wanted)) is not None:
-                names, worst = faults.get(low.cause, ([], low))
-                faults[low.cause] = ([*names, name], max(worst, low, key=lambda f: f.error))
+                faults.append((name, low))
                 why = None  # said once per cause, after the others
             elif index == 0:
                 why = diagnose.input_gradient(actual, case.weights, case.upstream,
@@ -93,8 +92,7 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             wrong.append((why, *found))
         if wrong:
             whys = [why for why, _, _ in wrong if why is not None]
-            whys += [diagnose.precision_clause(names, fault, session.tolerance)
-                     for names, fault in faults.values()]
+            whys += diagnose.precision_clauses(faults, session.tolerance)
             _, where, mismatch = wrong[0]
             failures.append(found_at("reverse", case.label, where,
                                      Clause("reverse-differs", (tuple(whys), mismatch))))

@@ -107,8 +107,12 @@ NOT_RUN_WHY = {  # words for each code of conformance.result.NOT_RUN
     "head_forward": "its head_forward failed (see head-forward)",
     "head_backward": "its head_backward failed (see head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
+    "head-precision": ("its head_forward is right but for its precision (see head-forward): "
+                       "at this tolerance its results cannot show the family's claim"),
     "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
               "of it would measure the rounding, not the backward"),
+    "head-lossy": ("head_forward agrees only to a lossy precision (see head-forward): central "
+                   "differences of it would measure the rounding, not the backward"),
 }
 
 
@@ -289,7 +293,7 @@ def family_detail(check: FamilyCheck) -> str:
         return COMMAND_PURITY
     if check.first is None:
         return _passed_detail(check)
-    if check.first.not_run in ("stopped", "lossy"):  # the same for every fixture: said once
+    if check.first.not_run in ("stopped", "lossy", "head-lossy"):  # the same for every fixture: said once
         return failure_detail(check.first)
     where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
     more = check.more
