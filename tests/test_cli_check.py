@@ -464,7 +464,11 @@ BROKEN_HEADS = {
              "head_forward's weights holds NaN or infinity"),
             "mask            SKIP  chapter causal: not run: its head_forward failed (see "
             "head-forward) (and 2 more fixtures)"),
-    "keepdims": ([FORGETS_KEEPDIMS], None,
+    "keepdims": ([FORGETS_KEEPDIMS],
+                 # 4 fixtures, each failing in both modes: 3 more fixtures, not 7 more runs
+                 "head-forward    FAIL  chapter non-causal: weights[0,0,1] = 0.9991513950372889, "
+                 "expected 0.9858339641233116 (scaled error 0.0133 > 1e-09) (and 3 more "
+                 "fixtures)",
                  ("head-forward", "random-1[2,3,5->3] non-causal",
                   RAISES.format(_numpy_says((2, 3, 3), (2, 3)), "2,3,5")),
                  "head-replay     SKIP  random-1[2,3,5->3]: not run: its head_forward failed "

@@ -71,9 +71,20 @@ class Heads:
         self._forward: dict[tuple[int, bool], Bundle | CallFailed] = {}
         self._backward: dict[tuple[int, bool], Bundle | CallFailed] = {}
         self._reference: dict[tuple[int, bool], tuple[Bundle, Bundle]] = {}
+        self.fixture_of: dict[str, str] = {}  # each run's label: its fixture's (for judge)
 
-    def label(self, case: Case, causal: bool) -> str:  # "chapter causal"
-        return f"{case.label} {'causal' if causal else 'non-causal'}"
+    def label(self, case: Case, causal: bool) -> str:
+        """The label of ``case`` run in one mode: ``chapter causal``, ``chapter non-causal``."""
+        return self._run(case, "causal" if causal else "non-causal")
+
+    def probe_label(self, case: Case) -> str:
+        """The label of the softmax probe on ``case``: ``chapter x30``."""
+        return self._run(case, f"x{LARGE:g}")
+
+    def _run(self, case: Case, run: str) -> str:
+        label = f"{case.label} {run}"
+        self.fixture_of[label] = case.label
+        return label
 
     def forward(self, case: Case, causal: bool) -> Bundle | CallFailed:
         key = (id(case), causal)
@@ -188,7 +199,8 @@ def check_head_forward(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                              heads.reference(case, causal)[0], HEAD_FORWARD_NAMES, named)
             if found is not None:
                 failures.append(found)
-    return judge("head-forward", failures, len(session.cases), session.tolerance), failures
+    return judge("head-forward", failures, len(session.cases), session.tolerance,
+                 fixture_of=heads.fixture_of), failures
 
 
 def _first_results(family: str, heads: Heads, causal: bool,
@@ -229,7 +241,7 @@ def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
         if fault is not None:
             failures.append(found_at("scaling", heads.label(case, False), "scores",
                                      Clause("slip", (fault,))))
-    return judge("scaling", failures, len(results)), failures
+    return judge("scaling", failures, len(results), fixture_of=heads.fixture_of), failures
 
 
 MASK_SLIPS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
@@ -269,7 +281,7 @@ def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                     found for name, g, e in zip(HEAD_FORWARD_NAMES, got, expected, strict=True)
                     if (found := first_mismatch(name, g, e, session.tolerance)) is not None)
                 failures.append(found_at("mask", label, where, Clause("mask-differs", (mismatch,))))
-    return judge("mask", failures, judged), failures
+    return judge("mask", failures, judged, fixture_of=heads.fixture_of), failures
 
 
 def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
@@ -284,13 +296,13 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(found_at("softmax", heads.label(case, True), "weights", Clause(
                 "row-sums", (float(np.min(sums)), float(np.max(sums)), float(np.min(got[1]))))))
     if failures:
-        return judge("softmax", failures, len(results)), failures
+        return judge("softmax", failures, len(results), fixture_of=heads.fixture_of), failures
     probed = [case for case, _ in results if _right_without_mask(heads, case)][:2]
     for case in probed:
         x = case.input * LARGE
         expected = variant_forward(x, case.weights, False)
         largest = float(np.max(np.abs(expected[0]))) if expected[0].size else 0.0
-        label = f"{case.label} x{LARGE:g}"
+        label = heads.probe_label(case)
         try:
             got = session.call_head_forward(case, x, case.weights, False)
         except (BadResult, Broken) as failure:
@@ -307,7 +319,8 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(found_at("softmax", label, found[0], Clause("large-differs", (
                 largest, found[1])) if finite else Clause("overflow", (largest,))))
             break
-    return judge("softmax", failures, len(results), calls=len(probed)), failures
+    return judge("softmax", failures, len(results), calls=len(probed),
+                 fixture_of=heads.fixture_of), failures
 
 
 def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
@@ -333,7 +346,8 @@ def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                              heads.reference(case, causal)[1], HEAD_BACKWARD_NAMES, named)
             if found is not None:
                 failures.append(found)
-    return judge("head-reverse", failures, len(session.cases), session.tolerance), failures
+    return judge("head-reverse", failures, len(session.cases), session.tolerance,
+                 fixture_of=heads.fixture_of), failures
 
 
 def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
@@ -491,7 +505,7 @@ def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
             if failure is not None:
                 failures.append(failure)
     return judge("head-gradcheck", failures, len(session.cases), coordinates=total,
-                 worst=worst.point), failures
+                 worst=worst.point, fixture_of=heads.fixture_of), failures
 
 
 def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:

@@ -7,6 +7,7 @@ A judgement is a code (``outcome``) and the facts its wording needs; the words a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qkvcli.conformance.errors import Broken, CallFailed, Rejected
@@ -145,20 +146,31 @@ class ConformanceResult(Record):
 
 def judge(name: str, failures: list[Failure], fixtures: int, tolerance: float = 0.0,
           backward: bool = True, calls: int = 0, coordinates: int = 0,
-          finding: str = "", worst: Clause | None = None) -> FamilyCheck:
+          finding: str = "", worst: Clause | None = None,
+          fixture_of: Mapping[str, str] | None = None) -> FamilyCheck:
     """The family's check: failed at its first finding (and how many other fixtures
-    failed), not run when it could not run on some fixture, or passed with the facts given."""
+    failed), not run when it could not run on some fixture, or passed with the facts given.
+
+    ``fixture_of`` maps a failure's label to its fixture's where one fixture is run more
+    than once (a head's ``chapter causal`` and ``chapter non-causal`` are ``chapter``):
+    the other fixtures are counted, not the other runs."""
+    def count_others(found: list[Failure]) -> int:
+        labels = {failure.fixture for failure in found}
+        if fixture_of is not None:
+            labels = {fixture_of.get(label, label) if label is not None else None
+                      for label in labels}
+        return max(len(labels) - 1, 0)
+
     findings = [failure for failure in failures if not failure.not_run]
     if not failures:
         return FamilyCheck(name, True, "passed", fixtures, tolerance, backward, calls,
                            coordinates, finding, worst=worst)
     if not findings:
-        skipped = len({failure.fixture for failure in failures}) - 1
         return FamilyCheck(name, False, "not-run", fixtures, tolerance, backward, calls,
-                           coordinates, finding, failures[0], max(skipped, 0), worst)
-    more = len({failure.fixture for failure in findings}) - 1
+                           coordinates, finding, failures[0], count_others(failures), worst)
+    more = count_others(findings)
     return FamilyCheck(name, False, "failed", fixtures, tolerance, backward, calls, coordinates,
-                       finding, findings[0], max(more, 0), worst)
+                       finding, findings[0], more, worst)
 
 
 def found_at(family: str, fixture: str | None, coordinate: str | None,
