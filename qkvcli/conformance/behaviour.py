@@ -19,6 +19,7 @@ from qkvcli.conformance.result import (
     FamilyCheck,
     judge,
     not_applicable,
+    not_run,
     not_run_after,
 )
 from qkvcli.conformance.session import Session
@@ -164,10 +165,13 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
 
 def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck, list[Failure]]:
     """No call changed its arguments (judged after every other family's calls); as
-    ``head-purity``, no head call."""
+    ``head-purity``, no head call. Not run when some of those calls never completed
+    (the implementation stopped: what they would have changed is unknown)."""
     if session.implementation.is_command:
         return not_applicable(family, "command"), []
     head = family == "head-purity"
     failures = list(session.head_impurities if head else session.impurities)
+    if family in session.unfinished:
+        failures.append(not_run(family, None, "stopped"))
     calls = session.head_calls if head else session.calls - session.head_calls
     return judge(family, failures, len(session.cases), calls=calls), failures

@@ -32,7 +32,14 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, Rejected
+from qkvcli.conformance.errors import (
+    BadResult,
+    Broken,
+    CommandNotStarted,
+    NoReply,
+    NotSent,
+    Rejected,
+)
 from qkvcli.conformance.wire import (
     OPERATIONS,
     VERSION,
@@ -246,11 +253,13 @@ class CommandClient:
 
     # --- the conversation ---------------------------------------------------------------
 
-    def _break(self, operation: str, message: str) -> Broken:
+    def _break(self, operation: str, message: str, error: Broken | None = None) -> Broken:
+        """End the session: ``message`` is the problem when it is the first; the
+        :class:`Broken` to raise is ``error`` when given."""
         if self.problem is None:
             self.problem = message
         self._stop()
-        return Broken(operation, message)
+        return error if error is not None else Broken(operation, message)
 
     def _exchange(self, operation: str, message: dict[str, Any], values: int = 0) -> dict[str, Any]:
         """Send one request and return its reply, checked for its id. Raises :class:`Broken`.
@@ -258,7 +267,7 @@ class CommandClient:
         ``values``: how many numbers a reply to it may hold (its line budget follows).
         """
         if self.problem is not None:
-            raise Broken(operation, "not checked: the program stopped earlier (see protocol)")
+            raise NotSent(operation)
         ident = message["id"]
         where = f"request {ident} ({operation})"
         limit = reply_budget(values)
@@ -267,7 +276,8 @@ class CommandClient:
         try:
             line = self._read_line(limit, time.monotonic() + self.timeout)
         except _TimedOut:
-            raise self._break(operation, f"{where}: no reply within {self.timeout:g} s") from None
+            late = NoReply(operation, ident, self.timeout)
+            raise self._break(operation, late.message, late) from None
         except _Ended:
             status = self._wait_exit(EXIT_WAIT)
             ended = "closed its output" if status is None else f"exited with status {status}"
@@ -318,6 +328,7 @@ class CommandClient:
 
     def _call(self, operation: str, tensors: dict[str, Array], names: tuple[str, ...],
               causal: bool | None = None) -> tuple[Array, ...]:
+        self._changes = ()  # a call that gets no reply changed nothing anyone saw
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
         message.update({key: encode_tensor(value, self.binary) for key, value in tensors.items()})
