@@ -32,14 +32,7 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.conformance.errors import (
-    BadResult,
-    Broken,
-    CommandNotStarted,
-    NoReply,
-    NotSent,
-    Rejected,
-)
+from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
 from qkvcli.conformance.wire import (
     OPERATIONS,
     VERSION,
@@ -254,12 +247,10 @@ class CommandClient:
     # --- the conversation ---------------------------------------------------------------
 
     def _break(self, operation: str, message: str, error: Broken | None = None) -> Broken:
-        """End the session: ``message`` is the problem when it is the first; the
-        :class:`Broken` to raise is ``error`` when given."""
         if self.problem is None:
             self.problem = message
         self._stop()
-        return error if error is not None else Broken(operation, message)
+        return error or Broken(operation, message)  # error: a Broken that carries facts
 
     def _exchange(self, operation: str, message: dict[str, Any], values: int = 0) -> dict[str, Any]:
         """Send one request and return its reply, checked for its id. Raises :class:`Broken`.
@@ -276,7 +267,7 @@ class CommandClient:
         try:
             line = self._read_line(limit, time.monotonic() + self.timeout)
         except _TimedOut:
-            late = NoReply(operation, ident, self.timeout)
+            late = NoReply(operation, ident, self.timeout)  # its facts name --timeout
             raise self._break(operation, late.message, late) from None
         except _Ended:
             status = self._wait_exit(EXIT_WAIT)
@@ -328,7 +319,6 @@ class CommandClient:
 
     def _call(self, operation: str, tensors: dict[str, Array], names: tuple[str, ...],
               causal: bool | None = None) -> tuple[Array, ...]:
-        self._changes = ()  # a call that gets no reply changed nothing anyone saw
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
         message.update({key: encode_tensor(value, self.binary) for key, value in tensors.items()})
@@ -366,8 +356,7 @@ class CommandClient:
         except Broken:
             return
         if set(reply) != {"id"}:
-            self._break("bye", f"request {self._next_id} (bye): malformed reply: expected only "
-                        '"id"')
+            self._break("bye", f'request {self._next_id} (bye): malformed reply: expected only "id"')
             return
         self._close_stdin()
         self.exit_status = self._wait_exit(self.timeout)

@@ -70,15 +70,17 @@ class Session:
             self.on_call(self.calls)
         # A head's causal flag comes after the weights, as in its Python signature.
         sent = copies if causal is None else (*copies[:4], causal, *copies[4:])
+        answered = True
         try:
             return self.implementation.call(operation, sent)
         except Broken as failure:
+            answered = False  # what a call that never completed changed is unknown
             self.unfinished.add(_purity_family(operation))
             if self.stopped is None and not isinstance(failure, NotSent):
                 self.stopped = (case.label, failure)
             raise
         finally:
-            if not self.implementation.is_command:
+            if answered and not self.implementation.is_command:
                 self._record_changes(case, operation, names, originals, copies)
                 for name, where, old, new in self.implementation.take_changes():
                     self._impure(case, operation, name, where, old, new)
