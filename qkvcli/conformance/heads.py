@@ -1,4 +1,8 @@
-"""The head families: a learner's attention head against qkv's :class:`AttentionHead`.
+"""A head's results against qkv's :class:`AttentionHead`: the head calls of a session
+(:class:`Heads`) and the families that judge their values (head-forward, scaling, mask,
+softmax, head-reverse, head-gradcheck; head-shapes and head-errors are with the
+projections' in :mod:`~qkvcli.conformance.boundaries`, head-replay and head-purity in
+:mod:`~qkvcli.conformance.behaviour`, the order in :mod:`~qkvcli.conformance.run`).
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
 output)`` with ``scores = Q Kᵀ/√d_k`` before the mask ``[B,T,T]``, ``weights`` the row
@@ -22,8 +26,6 @@ import numpy as np
 
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import scale
-from qkvcli.conformance.behaviour import check_purity
-from qkvcli.conformance.boundaries import Request
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import (
     BACKWARD_BUGS,
@@ -350,117 +352,6 @@ def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                  fixture_of=heads.fixture_of), failures
 
 
-def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """An empty batch, no tokens and one token keep every axis, forward and backward."""
-    session = heads.session
-    failures: list[Failure] = []
-    for case in session.cases:
-        _, _, d_model, d_head = case.shape
-        for what, batch, tokens in (("empty batch", 0, 2), ("no tokens", 1, 0), ("one token", 1, 1)):
-            x = np.zeros((batch, tokens, d_model)) + 0.5
-            expected: list[tuple[str, tuple[int, ...]]] = [
-                ("scores", (batch, tokens, tokens)), ("weights", (batch, tokens, tokens)),
-                ("output", (batch, tokens, d_head))]
-            try:
-                results = list(session.call_head_forward(case, x, case.weights, True))
-                if heads.backward:
-                    results += session.call_head_backward(case, x, case.weights, True,
-                                                           np.ones((batch, tokens, d_head)))
-                    expected += [("grad_input", x.shape)]
-                    expected += [(name, (d_model, d_head)) for name in HEAD_BACKWARD_NAMES[1:]]
-            except Broken:
-                failures.append(not_run("head-shapes", case.label, "stopped"))
-                break
-            except CallFailed as failure:
-                failures.append(Failure("head-shapes", case.label, what, code="probe-failed",
-                                        facts=(failure.operation, what,
-                                               format_shape(list(x.shape)), failure.message)))
-                break
-            wrong = next(((n, s, r) for (n, s), r in zip(expected, results, strict=True)
-                          if r.shape != s), None)
-            if wrong is not None:
-                name, shape, result = wrong
-                failures.append(Failure("head-shapes", case.label, what, code="probe-shape",
-                                        facts=(what, format_shape(list(x.shape)), name,
-                                               format_shape(list(result.shape)),
-                                               format_shape(list(shape)))))
-                break
-    return judge("head-shapes", failures, len(session.cases), backward=heads.backward), failures
-
-
-def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """Bad head requests are rejected: the input's rank and width, mismatched head widths,
-    and (with a backward) a grad_output of the wrong shape."""
-    session = heads.session
-    failures: list[Failure] = []
-    for case in session.cases:
-        batch, tokens, d_model, d_head = (max(d, 1) for d in case.shape)
-        x = np.ones((batch, tokens, d_model))
-        w = np.ones((d_model, d_head))
-        requests: list[tuple[Request, Array, tuple[Array, ...], Array | None]] = [
-            (("rank-2", (format_shape([tokens, d_model]),)), x[0], (w, w, w), None),
-            (("input-width", (str(d_model + 1), str(d_model))),
-             np.ones((batch, tokens, d_model + 1)), (w, w, w), None),
-            (("key-width", (str(d_head + 1), str(d_head))), x,
-             (w, np.ones((d_model, d_head + 1)), w), None),
-        ]
-        if heads.backward:
-            longer = (batch, tokens + 1, d_head)
-            requests.append((("grad-output", (format_shape(list(longer)), str(tokens))), x,
-                             (w, w, w), np.ones(longer)))
-        accepted: list[Request] = []  # codes (the renderer's REQUEST_WORDS) and facts
-        for description, bad_x, weights, upstream in requests:
-            try:
-                if upstream is None:
-                    session.call_head_forward(case, bad_x, weights, True)
-                else:
-                    session.call_head_backward(case, bad_x, weights, True, upstream)
-            except BadResult:
-                pass
-            except Broken:
-                failures.append(not_run("head-errors", case.label, "stopped"))
-                break
-            except CallFailed:
-                continue
-            accepted.append(description)
-        if accepted:
-            failures.append(Failure("head-errors", case.label, accepted[0][0], code="accepted",
-                                    facts=tuple(accepted)))
-    return judge("head-errors", failures, len(session.cases), backward=heads.backward), failures
-
-
-def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """A second head_forward (and head_backward), causal, agrees bit for bit with the first."""
-    session = heads.session
-    failures: list[Failure] = []
-    for case in session.cases:
-        pairs: list[tuple[Bundle | CallFailed, Callable[[], Bundle]]] = [
-            (heads.forward(case, True),
-             partial(session.call_head_forward, case, case.input, case.weights, True))]
-        if heads.backward:
-            pairs.append((heads.grads(case, True), partial(
-                session.call_head_backward, case, case.input, case.weights, True,
-                case.upstream[2])))
-        for first, again in pairs:
-            if isinstance(first, CallFailed):
-                failures.append(not_run_after("head-replay", case.label, first))
-                break
-            try:
-                second = again()
-            except CallFailed as failure:
-                failures.append(not_run_after("head-replay", case.label, failure)
-                                if isinstance(failure, Broken) else Failure(
-                    "head-replay", case.label, None, code="replay-failed",
-                    facts=(failure.operation, failure.message)))
-                break
-            if any(a.tobytes() != b.tobytes() or a.shape != b.shape
-                   for a, b in zip(first, second, strict=True)):
-                failures.append(found_at("head-replay", case.label, None,
-                                         Clause("replay-changed")))
-                break
-    return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
-
-
 def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     """Central differences of ``L = <output, grad_output>`` of the head's own forward
     against its own backward, both modes."""
@@ -506,23 +397,3 @@ def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 failures.append(failure)
     return judge("head-gradcheck", failures, len(session.cases), coordinates=total,
                  worst=worst.point, fixture_of=heads.fixture_of), failures
-
-
-def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """No head call changed its arguments (judged after every other head family's calls)."""
-    return check_purity(heads.session, "head-purity")
-
-
-HEAD_ORDER: tuple[tuple[str, Callable[[Heads], tuple[FamilyCheck, list[Failure]]]], ...] = (
-    ("head-forward", check_head_forward),
-    ("scaling", check_scaling),
-    ("mask", check_mask),
-    ("head-reverse", check_head_reverse),
-    ("head-shapes", check_head_shapes),
-    ("head-errors", check_head_errors),
-    ("head-replay", check_head_replay),
-    ("head-gradcheck", check_head_gradcheck),
-    ("softmax", check_softmax),  # last: its overflow probe may end a program's session
-    ("head-purity", check_head_purity),
-)
-"""The head families in the order they are computed (purity sees every head call)."""

@@ -13,11 +13,25 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.conformance.behaviour import check_independence, check_purity, check_replay
-from qkvcli.conformance.boundaries import check_errors, check_shapes
+from qkvcli.conformance.behaviour import (
+    check_head_purity,
+    check_head_replay,
+    check_independence,
+    check_purity,
+    check_replay,
+)
+from qkvcli.conformance.boundaries import check_errors, check_head_errors, check_head_shapes, check_shapes
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.errors import Broken, NoReply
-from qkvcli.conformance.heads import HEAD_ORDER, Heads
+from qkvcli.conformance.heads import (
+    Heads,
+    check_head_forward,
+    check_head_gradcheck,
+    check_head_reverse,
+    check_mask,
+    check_scaling,
+    check_softmax,
+)
 from qkvcli.conformance.numerical import check_gradcheck
 from qkvcli.conformance.result import (
     FAMILIES,
@@ -46,6 +60,21 @@ COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
     ("gradcheck", check_gradcheck),
     ("purity", check_purity),
 )
+
+
+HEAD_ORDER: tuple[tuple[str, Callable[[Heads], tuple[FamilyCheck, list[Failure]]]], ...] = (
+    ("head-forward", check_head_forward),
+    ("scaling", check_scaling),
+    ("mask", check_mask),
+    ("head-reverse", check_head_reverse),
+    ("head-shapes", check_head_shapes),
+    ("head-errors", check_head_errors),
+    ("head-replay", check_head_replay),
+    ("head-gradcheck", check_head_gradcheck),
+    ("softmax", check_softmax),  # last: its overflow probe may end a program's session
+    ("head-purity", check_head_purity),
+)
+"""The head families in the order they are computed (purity sees every head call)."""
 
 
 Progress = Callable[[str, int, int, int], None]
