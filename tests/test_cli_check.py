@@ -357,3 +357,176 @@ def test_save_failures_writes_fixtures_and_requests_that_replay_the_case(
     assert backward["op"] == "backward"
     sent = np.array(backward["grad_value"]["values"]).reshape(backward["grad_value"]["shape"])
     assert sent.tobytes() == precision.upstream[2].tobytes()
+
+
+# --- a head whose call fails on a valid input: a failed family with its reason, never exit 70
+
+HEAD = '''import math
+
+import numpy as np
+
+
+def softmax(z):
+    if z.size == 0:
+        return z
+    e = np.exp(z - np.max(z, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def head_forward(x, w_query, w_key, w_value, causal):
+    if x.ndim != 3 or x.shape[2] != w_query.shape[0] or w_key.shape != w_query.shape:
+        raise ValueError("bad shapes")
+    q, k, v = x @ w_query, x @ w_key, x @ w_value
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(w_query.shape[1])
+    tokens = x.shape[1]
+    hidden = np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
+    weights = softmax(np.where(hidden, -np.inf, scores) if causal else scores)
+    return scores, weights, weights @ v
+'''
+"""A correct head alone (no backward, no projections); the cases below each break it."""
+
+FORGETS_KEEPDIMS = ("    if z.size == 0:\n        return z\n"
+                    "    e = np.exp(z - np.max(z, axis=-1, keepdims=True))\n"
+                    "    return e / np.sum(e, axis=-1, keepdims=True)",
+                    "    e = np.exp(z - np.max(z, axis=-1))\n    return e / np.sum(e, axis=-1)")
+FLOAT32 = ("    q, k, v =", "    x, w_query, w_key, w_value = (a.astype(np.float32) for a in "
+           "(x, w_query, w_key, w_value))\n    q, k, v =")
+GLOBAL_MAX = ("    if z.size == 0:\n        return z\n"
+              "    e = np.exp(z - np.max(z, axis=-1, keepdims=True))",
+              "    e = np.exp(z - np.max(z))  # the whole array's: none on an empty batch")
+
+REFUSES_CAUSAL = '''import json
+import math
+import sys
+
+import numpy as np
+
+
+def tensor(request, key):
+    field = request[key]
+    return np.array(field["values"], dtype=float).reshape(field["shape"])
+
+
+def written(array):
+    return {"shape": list(array.shape), "values": array.reshape(-1).tolist()}
+
+
+for line in sys.stdin:
+    request = json.loads(line)
+    reply = {"id": request["id"]}
+    if request["op"] == "hello":
+        reply.update(version=1, ops=["head_forward"])
+    elif request["op"] == "head_forward" and request["causal"]:
+        reply["error"] = "causal heads are not supported"
+    elif request["op"] == "head_forward":
+        x, wq, wk, wv = (tensor(request, k) for k in ("input", "w_query", "w_key", "w_value"))
+        if x.ndim != 3 or x.shape[2] != wq.shape[0] or wk.shape != wq.shape:
+            reply["error"] = "bad shapes"
+        else:
+            q, k, v = x @ wq, x @ wk, x @ wv
+            scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(wq.shape[1])
+            e = np.exp(scores - np.max(scores, axis=-1, keepdims=True)) if scores.size else scores
+            weights = e / np.sum(e, axis=-1, keepdims=True) if scores.size else scores
+            reply.update(scores=written(scores), weights=written(weights),
+                         output=written(weights @ v))
+    print(json.dumps(reply), flush=True)
+    if request["op"] == "bye":
+        break
+'''
+"""A --command head that answers every causal request with an error."""
+
+
+def _numpy_says(*shapes: tuple[int, ...]) -> str:
+    """What NumPy raises for ``a - b`` of these shapes, as the runner quotes it."""
+    import numpy as np
+
+    try:
+        np.zeros(shapes[0]) - np.zeros(shapes[1])
+    except ValueError as error:
+        return f"ValueError: {error}"
+    raise AssertionError("broadcast")
+
+
+RAISES = "head_forward rejected a valid input [{1}]: {0}"
+BROKEN_HEADS = {
+    "raises": ([("    if x.ndim", "    if causal:\n        raise NotImplementedError("
+                 "\"causal masking\")\n    if x.ndim")],
+               "head-forward    FAIL  chapter causal: head_forward rejected a valid input "
+               "[1,2,3]: NotImplementedError: causal masking (and 3 more fixtures)",
+               ("head-forward", "precision[1,3,4->2] causal",
+                RAISES.format("NotImplementedError: causal masking", "1,3,4")),
+               "head-replay     SKIP  chapter: not run: its head_forward failed (see "
+               "head-forward) (and 3 more fixtures)"),
+    "nan": ([("k=1)", "k=0)")],  # the diagonal hidden too, with -inf: row 0 is NaN
+            "head-forward    FAIL  chapter causal: head_forward's weights holds NaN or "
+            "infinity (and 2 more fixtures)",
+            ("head-forward", "random-1[2,3,5->3] causal",
+             "head_forward's weights holds NaN or infinity"),
+            "mask            SKIP  chapter causal: not run: its head_forward failed (see "
+            "head-forward) (and 2 more fixtures)"),
+    "keepdims": ([FORGETS_KEEPDIMS],
+                 # 4 fixtures, each failing in both modes: 3 more fixtures, not 7 more runs
+                 "head-forward    FAIL  chapter non-causal: weights[0,0,1] = 0.9991513950372889, "
+                 "expected 0.9858339641233116 (scaled error 0.0133 > 1e-09) (and 3 more "
+                 "fixtures)",
+                 ("head-forward", "random-1[2,3,5->3] non-causal",
+                  RAISES.format(_numpy_says((2, 3, 3), (2, 3)), "2,3,5")),
+                 "head-replay     SKIP  random-1[2,3,5->3]: not run: its head_forward failed "
+                 "(see head-forward) (and 1 more fixture)"),
+    "float32-empty-batch": ([FLOAT32, GLOBAL_MAX], None,
+                            ("head-forward", "random-2[0,3,4->2] causal",
+                             RAISES.format("ValueError: zero-size array to reduction operation "
+                                           "maximum which has no identity", "0,3,4")),
+                            "head-replay     SKIP  random-2[0,3,4->2]: not run: its "
+                            "head_forward failed (see head-forward)"),
+    "command-error": (None,
+                      "head-forward    FAIL  chapter causal: head_forward rejected a valid "
+                      "input [1,2,3]: causal heads are not supported (and 3 more fixtures)",
+                      ("head-forward", "random-2[0,3,4->2] causal",
+                       RAISES.format("causal heads are not supported", "0,3,4")),
+                      "head-replay     SKIP  chapter: not run: its head_forward failed (see "
+                      "head-forward) (and 3 more fixtures)"),
+}
+"""Each head: its edits of :data:`HEAD` (``None``: the --command program), the head-forward
+line when it is the failure's, one failure (family, fixture, detail) and a family not run."""
+
+
+@pytest.mark.parametrize(("edits", "forward_line", "failure", "skipped"), BROKEN_HEADS.values(),
+                         ids=BROKEN_HEADS.keys())
+def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
+    runner: CliRunner, tmp_path: Path, edits: list[tuple[str, str]] | None,
+    forward_line: str | None, failure: tuple[str, str, str], skipped: str,
+) -> None:
+    source = HEAD
+    for old, new in edits or []:
+        assert old in source
+        source = source.replace(old, new)
+    path = tmp_path / ("refuses_causal.py" if edits is None else "head.py")
+    path.write_text(REFUSES_CAUSAL if edits is None else source, encoding="utf-8")
+    target = (["--command", f"{shlex.quote(sys.executable)} {shlex.quote(str(path))}"]
+              if edits is None else [str(path)])
+    base = ["check", *target, "--random", "2"]
+
+    text = runner.invoke(main, [*base, "-f", "text"])
+    assert text.exit_code == 1, text.output
+    assert "internal error" not in text.output
+    lines = text.stdout.splitlines()
+    family, fixture, detail = failure
+    assert f"  {family} [{fixture}] {detail}" in lines
+    assert skipped in lines
+    if forward_line is not None:
+        assert forward_line in lines
+
+    document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
+    assert {"family": family, "fixture": fixture, "coordinate": None,
+            "detail": detail} in document["failures"]
+    checks = {c["name"]: c for c in document["checks"]}
+    name, word, said = re.split(r" +", skipped, maxsplit=2)
+    assert (word, checks[name]) == ("SKIP", {"name": name, "passed": False, "detail": said,
+                                             "applicable": False, "run": False})
+    if forward_line is not None:
+        assert checks["head-forward"]["detail"] == forward_line.split("FAIL  ")[1]
+
+    rich = runner.invoke(main, [*base, "-f", "rich"], env={"COLUMNS": "200"})
+    assert rich.exit_code == 1, rich.output
+    assert f"{name}  NOT RUN" in rich.stdout and "head-forward  FAIL" in rich.stdout

@@ -356,3 +356,114 @@ def test_purity_independence_and_replay_findings_are_codes_and_facts(cases: list
                  if f.family == "independence")
     assert (moved.code, moved.facts[:2]) == ("moved", ("W_Q[0,0]", "key[0,0,0]"))
     assert failure_detail(moved).startswith("changing W_Q[0,0] changed key[0,0,0] from ")
+
+
+def _head_hiding(hidden: Any) -> Any:
+    """A head whose causal mask hides ``hidden(tokens)`` (True: hidden) with -inf."""
+    from qkvcli.attention.maths import softmax
+
+    def head_forward(x: Any, wq: Any, wk: Any, wv: Any, causal: bool) -> Any:
+        numpy_qkv.validate(x, wq, wk, wv)
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(wq.shape[1])
+        z = np.where(hidden(x.shape[1]), -np.inf, scores) if causal else scores
+        weights = softmax(z)
+        return scores, weights, weights @ v
+
+    return head_forward
+
+
+SLIP_HIDES_PAST = ("the causal mask hides the earlier positions instead of the later ones: "
+                   "each position sees itself and the future")
+
+
+@pytest.mark.parametrize(
+    ("hidden", "detail"),
+    [
+        (lambda t: np.tril(np.ones((t, t), dtype=bool), k=-1), SLIP_HIDES_PAST),
+        (lambda t: np.arange(t)[None, :] < np.arange(t)[:, None], SLIP_HIDES_PAST),  # j < i
+        (lambda t: np.triu(np.ones((t, t), dtype=bool), k=2),  # one later position seen
+         "causal=true results are not the softmax of the scores with the later positions "
+         "hidden: weights[0,0,0] = 0.3530097275581304, expected 1.0 (scaled error 0.647 > "
+         "1e-09)"),
+    ],
+    ids=["tril", "keys-before", "one-later-seen"],
+)
+def test_a_mask_that_hides_the_wrong_positions_fails_the_mask_family(
+    cases: list[Case], hidden: Any, detail: str,
+) -> None:
+    three_tokens = cases[1]  # random-1[2,3,5->3]
+    result = run_checks(PythonImplementation("head", None, None, _head_hiding(hidden)),
+                        [three_tokens], 1e-9)
+    checks = by_name(result)
+    assert checks["mask"].outcome == "failed"
+    assert family_detail(checks["mask"]) == f"{three_tokens.label} causal: {detail}"
+    assert checks["head-forward"].outcome == "failed" and checks["scaling"].passed
+    named = detail == SLIP_HIDES_PAST  # head-forward names the slip it knows, before the values
+    assert family_detail(checks["head-forward"]).startswith(
+        f"{three_tokens.label} causal: {SLIP_HIDES_PAST}: weights[") is named
+
+
+def _written_as(kind: str) -> Any:
+    """numpy_head's functions computing in float32, or writing 6 decimals."""
+    import importlib.util
+
+    # A copy of its own: the wrong_head_*.py examples set the shared module's BUG.
+    spec = importlib.util.spec_from_file_location("correct_head", EXAMPLES / "numpy_head.py")
+    assert spec is not None and spec.loader is not None
+    numpy_head = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(numpy_head)
+
+    def inputs(*arrays: Any) -> list[Any]:
+        return [a.astype(np.float32) if kind == "float32" else a for a in arrays]
+
+    def results(values: Any) -> Any:
+        if kind == "float32":
+            return values
+        return tuple(np.vectorize(lambda v: float(f"{v:.6f}"))(v) for v in values)
+
+    def head_forward(x: Any, wq: Any, wk: Any, wv: Any, causal: bool) -> Any:
+        return results(numpy_head.head_forward(*inputs(x, wq, wk, wv), causal))
+
+    def head_backward(x: Any, wq: Any, wk: Any, wv: Any, causal: bool, grad_output: Any) -> Any:
+        return results(numpy_head.head_backward(*inputs(x, wq, wk, wv), causal,
+                                                *inputs(grad_output)))
+
+    return head_forward, head_backward
+
+
+@pytest.mark.parametrize(
+    ("kind", "forward", "reverse"),
+    [
+        ("float32",
+         "chapter non-causal: scores[0,0,1] = 4.242640972137451, expected 4.242640687119285 "
+         "(scaled error 6.72e-08 > 1e-09); scores, weights and output agree only to 7.5e-08 "
+         "and every value is a float32: float32 arithmetic",
+         "grad_input, grad_w_query, grad_w_key and grad_w_value agree only to 6.7e-07 and "
+         "every value is a float32: float32 arithmetic: grad_input[0,0,0] = "),
+        ("decimals",
+         "chapter non-causal: scores[0,0,1] = 4.242641, expected 4.242640687119285 (scaled "
+         "error 7.37e-08 > 1e-09); scores, weights and output are written with 6 decimal "
+         "places (largest scaled error 4e-07): write each float's shortest round-trip "
+         "spelling",
+         "are written with 6 decimal places"),
+    ],
+    ids=["float32", "decimals"],
+)
+def test_a_head_right_but_for_its_precision_is_said_so_before_any_slip(
+    cases: list[Case], kind: str, forward: str, reverse: str,
+) -> None:
+    result = run_checks(PythonImplementation("head", None, None, *_written_as(kind)), cases[:1],
+                        1e-9)
+    checks = by_name(result)
+    assert family_detail(checks["head-forward"]) == forward
+    assert reverse in family_detail(checks["head-reverse"])
+    precision = ("not run: its head_forward is right but for its precision (see head-forward): "
+                 "at this tolerance its results cannot show the family's claim")
+    for family in ("scaling", "mask", "softmax"):
+        assert checks[family].outcome == "not-run"
+        assert family_detail(checks[family]).endswith(f"causal: {precision}"), family  # no "more"
+    assert family_detail(checks["head-gradcheck"]) == (
+        "not run: head_forward agrees only to a lossy precision (see head-forward): central "
+        "differences of it would measure the rounding, not the backward")
+    assert not any("Q K^T" in failure_detail(f) for f in result.failures)

@@ -64,3 +64,36 @@ def test_weight_gradient_names_a_borrowed_branch() -> None:
     finding = weight_gradient(K, grad_w_key, X, U, 1e-9)
     assert finding == Clause("other-branch-gradient", ("key", "query"))
     assert say(finding) == "grad_w_key uses the query branch's gradient dL/dQ"
+
+
+# --- a head's slips are the engine's maths given a wrong part ------------------------------
+
+def test_the_right_variant_is_the_engine_s_head_and_the_scale_slips_are_exact() -> None:
+    from qkvcli.attention.head import AttentionHead
+    from qkvcli.conformance.diagnose import variant_forward
+
+    x, weights = X, (W[0], W[1], W[2])
+    raw = (x @ W[0]) @ np.swapaxes(x @ W[1], -1, -2)
+    before_mask = AttentionHead.from_arrays(*weights).forward(x, False).scaled_scores
+    for causal in (False, True):
+        done = AttentionHead.from_arrays(*weights).forward(x, causal)
+        scores, attention, output = variant_forward(x, weights, causal)
+        assert scores.tobytes() == before_mask.tobytes()
+        np.testing.assert_allclose(attention, done.attention, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(output, done.output, rtol=0, atol=1e-15)
+    assert variant_forward(x, weights, False, "by-d_k")[0].tobytes() == (raw / 3).tobytes()
+    assert variant_forward(x, weights, False, "unscaled")[0].tobytes() == raw.tobytes()
+
+
+def test_the_judge_writes_no_attention_maths_of_its_own() -> None:
+    """The softmax, its exp and the scale's root are qkvcli.attention.maths' alone."""
+    import re
+    from pathlib import Path
+
+    import qkvcli.conformance
+
+    folder = Path(qkvcli.conformance.__file__).parent
+    found = [f"{path.name}:{number}" for path in sorted(folder.glob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"np\.exp\(|math\.exp\(|sqrt", line)]
+    assert found == []

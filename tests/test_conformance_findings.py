@@ -12,13 +12,24 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from qkvcli.conformance.diagnose import BACKWARD_BUGS, FORWARD_BUGS, Precision
-from qkvcli.conformance.result import Clause, Failure, found_at
+from qkvcli.conformance.errors import BadResult, Broken, Rejected
+from qkvcli.conformance.result import (
+    NOT_RUN,
+    Clause,
+    Failure,
+    call_failure,
+    found_at,
+    not_run,
+    not_run_after,
+)
 from qkvcli.reading.expect import Expectations, ExpectResult, Mismatch, compare_expectations
 from qkvcli.render.conformance import (
     CLAUSE_WORDS,
     FINDING_WORDS,
+    NOT_RUN_WHY,
     REQUEST_WORDS,
     SLIP_WORDS,
     failure_detail,
@@ -160,3 +171,22 @@ def test_records_hold_no_words() -> None:
                                  Mismatch("loss", (), -2.0, -2.5, 0.2))
     assert expect_detail(result) == ("2 of 2 quantities differ: query[0,1]: expected 2.0, "
                                      "got 3.0; loss: expected -2.0, got -2.5 (tolerance 0.0)")
+
+
+def test_every_reason_a_family_did_not_run_has_words_and_no_other_is_taken() -> None:
+    assert set(NOT_RUN) == set(NOT_RUN_WHY)
+    with pytest.raises(ValueError, match="not one of"):
+        not_run("head-replay", "chapter", "head_forwards")
+
+
+@pytest.mark.parametrize("operation", ["forward", "backward", "head_forward", "head_backward"])
+def test_a_failed_call_is_said_one_way_for_every_operation(operation: str) -> None:
+    rejected = call_failure("f", "chapter", "[1,2,3]", Rejected(operation, "ValueError: no"))
+    assert failure_detail(rejected) == f"{operation} rejected a valid input [1,2,3]: ValueError: no"
+    garbage = call_failure("f", "chapter", "[1,2,3]", BadResult(operation, f"{operation} returned int"))
+    assert failure_detail(garbage) == f"{operation} returned int"
+    stopped = call_failure("f", "chapter", "[1,2,3]", Broken(operation, "request 1: crashed"))
+    assert failure_detail(stopped) == "not run: the implementation stopped answering (see protocol)"
+    after = not_run_after("replay", "chapter", Rejected(operation, "ValueError: no"))
+    assert after.not_run == operation
+    assert failure_detail(after).startswith(f"not run: its {operation} failed (see ")

@@ -82,12 +82,13 @@ def test_the_correct_program_passes_with_the_protocol_family(chapter: list[Case]
 @pytest.mark.parametrize(
     ("mode", "detail"),
     [
-        ("crash", "request 1 (forward): the program exited with status 3; "
+        # A request on a fixture names it; hello is on none.
+        ("crash", "chapter: request 1 (forward): the program exited with status 3; "
                   "stderr: fake_qkv: segmentation fault (pretend)"),
-        ("sleep", "request 1 (forward): no reply within 0.3 s"),
-        ("garbage", "request 1 (forward): malformed reply: not JSON"),
-        ("nan", "request 1 (forward): malformed reply: NaN is not a finite number"),
-        ("wrong-id", 'request 1 (forward): malformed reply: "id" is 101, expected 1'),
+        ("sleep", "chapter: request 1 (forward): no reply within 0.3 s (--timeout)"),
+        ("garbage", "chapter: request 1 (forward): malformed reply: not JSON"),
+        ("nan", "chapter: request 1 (forward): malformed reply: NaN is not a finite number"),
+        ("wrong-id", 'chapter: request 1 (forward): malformed reply: "id" is 101, expected 1'),
         ("bad-version", "request 0 (hello): the program speaks version 2, not the integer 1"),
         ("version-true", "request 0 (hello): the program speaks version true, not the integer 1"),
         ("version-null", "request 0 (hello): the program speaks version null, not the integer 1"),

@@ -3,6 +3,7 @@ fixtures, and programs that flood their output or never answer."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -204,6 +205,63 @@ def test_an_endless_loop_in_forward_is_ended_by_the_timeout(tmp_path):
     result = invoke("check", path, "--random", "0", "--timeout", "0.5", "-f", "text")
     assert result.exit_code == 1, result.output
     assert "no reply within 0.5 s" in protocol_line(result)
+
+
+SECOND_CALL_HANGS = (
+    "import time\n_calls = []\n_f = forward\n"
+    "def forward(x, wq, wk, wv):\n"
+    "    _calls.append(1)\n"
+    "    if len(_calls) == 2:\n"
+    "        time.sleep(30)\n"
+    "    {change}\n"
+    "    return _f(x, wq, wk, wv)\n"
+)
+"""Its second forward (the precision fixture's, request 2) never answers."""
+
+
+@pytest.mark.parametrize(("change", "purity"), [
+    ("pass", "purity        SKIP  not run: the implementation stopped answering (see protocol)"),
+    # Found before the hang, and only there: no call after it is said to change anything.
+    ("x *= 2", "purity        FAIL  chapter: forward changed its argument x[0,0,0] from 1.0 to "
+               "2.0"),
+], ids=["pure", "impure-before"])
+def test_a_timeout_names_its_fixture_and_option_and_purity_judges_only_what_ran(
+        tmp_path, change, purity):
+    path = impl(tmp_path, SECOND_CALL_HANGS.format(change=change))
+    base = ("check", path, "--random", "0", "--timeout", "0.3")
+    result = invoke(*base, "-f", "text")
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    said = "request 2 (forward): no reply within 0.3 s (--timeout)"
+    assert lines[2] == f"protocol      FAIL  precision[1,3,4->2]: {said}"
+    assert f"  protocol [precision[1,3,4->2]] {said}" in lines
+    assert purity in lines  # not a pass: the calls it would judge never completed
+    assert len([line for line in lines if line.startswith("  purity ")]) == (change != "pass")
+    document = json.loads(invoke(*base, "-f", "json").stdout)
+    assert document["failures"][0] == {"family": "protocol", "fixture": "precision[1,3,4->2]",
+                                       "coordinate": None, "detail": said}
+    check = next(c for c in document["checks"] if c["name"] == "purity")
+    assert (check["passed"], check["run"]) == (False, change != "pass")
+
+
+def test_a_timeout_in_a_head_call_leaves_head_purity_not_run(tmp_path):
+    head = str(ROOT / "examples" / "implementations" / "numpy_head.py")
+    path = impl(tmp_path, "import time\nimport runpy\n_calls = []\n"
+                f"_head = runpy.run_path({head!r})\n"
+                "def head_forward(x, wq, wk, wv, causal):\n"
+                "    _calls.append(1)\n"
+                "    if len(_calls) == 3:\n"
+                "        time.sleep(30)\n"
+                "    return _head['head_forward'](x, wq, wk, wv, causal)\n")
+    result = invoke("check", path, "--random", "0", "--timeout", "0.3", "-f", "text")
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert lines[2] == ("protocol        FAIL  precision[1,3,4->2]: request 161 (head_forward): "
+                        "no reply within 0.3 s (--timeout)")
+    # The projections' calls all completed before it: their purity is judged, the head's not.
+    assert "purity          PASS  arguments unchanged after all 158 calls" in lines
+    assert ("head-purity     SKIP  not run: the implementation stopped answering (see "
+            "protocol)") in lines
 
 
 def test_an_endless_loop_at_import_is_a_clear_error(tmp_path):

@@ -1,4 +1,5 @@
-"""The ``independence``, ``replay`` and ``purity`` families: how results depend on arguments.
+"""The ``independence``, ``replay`` and ``purity`` families (and a head's ``head-replay``
+and ``head-purity``): how results depend on arguments.
 
 Independence, every cross pair: with each weight ``W_i[r,0]`` raised by one in turn
 (``r``: the first feature the input uses) only output ``i`` may change, and it must;
@@ -9,12 +10,25 @@ weight gradients may not change. A ``V = X W_K`` slip is caught by the change of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_applicable, not_run
+from qkvcli.conformance.heads import Bundle, Heads
+from qkvcli.conformance.result import (
+    Clause,
+    Failure,
+    FamilyCheck,
+    found_at,
+    judge,
+    not_applicable,
+    not_run,
+    not_run_after,
+)
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -93,15 +107,14 @@ def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         failed = base if isinstance(base, CallFailed) else grads
         if isinstance(failed, CallFailed) or isinstance(base, CallFailed):
             assert isinstance(failed, CallFailed)
-            failures.append(not_run("independence", case.label, failed.operation,
-                                    stopped=isinstance(failed, Broken)))
+            failures.append(not_run_after("independence", case.label, failed))
             continue
         try:
             problem = _forward_independence(session, case, base)
             if problem is None and grads is not None and not isinstance(grads, CallFailed):
                 problem = _backward_independence(session, case, grads)
         except Broken as failure:
-            failures.append(not_run("independence", case.label, failure.operation, stopped=True))
+            failures.append(not_run_after("independence", case.label, failure))
             continue
         except CallFailed as failure:
             failures.append(Failure("independence", case.label, None, code="call-failed",
@@ -132,8 +145,7 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         grads = session.backward(case) if session.implementation.has_backward else None
         failed = first if isinstance(first, CallFailed) else grads
         if isinstance(failed, CallFailed):
-            failures.append(not_run("replay", case.label, failed.operation,
-                                    stopped=isinstance(failed, Broken)))
+            failures.append(not_run_after("replay", case.label, failed))
             continue
         try:
             if not isinstance(first, CallFailed):
@@ -150,7 +162,7 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                     failures.append(Failure("replay", case.label, found[0],
                                             code="replay-differs", facts=("backward", *found)))
         except Broken as failure:
-            failures.append(not_run("replay", case.label, failure.operation, stopped=True))
+            failures.append(not_run_after("replay", case.label, failure))
         except CallFailed as failure:
             failures.append(Failure("replay", case.label, None, code="replay-failed",
                                     facts=(failure.operation, failure.message)))
@@ -160,10 +172,50 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
 
 def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck, list[Failure]]:
     """No call changed its arguments (judged after every other family's calls); as
-    ``head-purity``, no head call."""
+    ``head-purity``, no head call. Not run when some of those calls never completed
+    (the implementation stopped: what they would have changed is unknown)."""
     if session.implementation.is_command:
         return not_applicable(family, "command"), []
     head = family == "head-purity"
     failures = list(session.head_impurities if head else session.impurities)
+    if family in session.unfinished:
+        failures.append(not_run(family, None, "stopped"))
     calls = session.head_calls if head else session.calls - session.head_calls
     return judge(family, failures, len(session.cases), calls=calls), failures
+
+
+def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """A second head_forward (and head_backward), causal, agrees bit for bit with the first."""
+    session = heads.session
+    failures: list[Failure] = []
+    for case in session.cases:
+        pairs: list[tuple[Bundle | CallFailed, Callable[[], Bundle]]] = [
+            (heads.forward(case, True),
+             partial(session.call_head_forward, case, case.input, case.weights, True))]
+        if heads.backward:
+            pairs.append((heads.grads(case, True), partial(
+                session.call_head_backward, case, case.input, case.weights, True,
+                case.upstream[2])))
+        for first, again in pairs:
+            if isinstance(first, CallFailed):
+                failures.append(not_run_after("head-replay", case.label, first))
+                break
+            try:
+                second = again()
+            except CallFailed as failure:
+                failures.append(not_run_after("head-replay", case.label, failure)
+                                if isinstance(failure, Broken) else Failure(
+                    "head-replay", case.label, None, code="replay-failed",
+                    facts=(failure.operation, failure.message)))
+                break
+            if any(a.tobytes() != b.tobytes() or a.shape != b.shape
+                   for a, b in zip(first, second, strict=True)):
+                failures.append(found_at("head-replay", case.label, None,
+                                         Clause("replay-changed")))
+                break
+    return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
+
+
+def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """No head call changed its arguments (judged after every other head family's calls)."""
+    return check_purity(heads.session, "head-purity")

@@ -1,4 +1,5 @@
-"""The ``shapes`` and ``errors`` families: empty axes kept, bad shapes rejected."""
+"""The ``shapes`` and ``errors`` families, and a head's (``head-shapes``, ``head-errors``):
+empty axes kept, bad shapes rejected."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
+from qkvcli.conformance.heads import Heads
 from qkvcli.conformance.result import Failure, FamilyCheck, judge, not_run
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 
@@ -33,7 +36,7 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
             expected += [(BACKWARD_NAMES[0], (batch, tokens, d_model))]
             expected += [(name, (d_model, d_head)) for name in BACKWARD_NAMES[1:]]
     except Broken:
-        return not_run("shapes", case.label, "forward", stopped=True)
+        return not_run("shapes", case.label, "stopped")
     except CallFailed as failure:
         return Failure("shapes", case.label, shown, code="probe-failed",
                        facts=(failure.operation, what, shown, failure.message))
@@ -119,7 +122,7 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             except BadResult:
                 pass  # returned garbage instead of raising: still accepted
             except Broken:
-                failures.append(not_run("errors", case.label, "forward", stopped=True))
+                failures.append(not_run("errors", case.label, "stopped"))
                 break
             except CallFailed:
                 continue
@@ -128,3 +131,82 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(Failure("errors", case.label, accepted[0][0], code="accepted",
                                     facts=tuple(accepted)))
     return judge("errors", failures, len(session.cases), backward=backward), failures
+
+
+def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """An empty batch, no tokens and one token keep every axis, forward and backward."""
+    session = heads.session
+    failures: list[Failure] = []
+    for case in session.cases:
+        _, _, d_model, d_head = case.shape
+        for what, batch, tokens in (("empty batch", 0, 2), ("no tokens", 1, 0), ("one token", 1, 1)):
+            x = np.zeros((batch, tokens, d_model)) + 0.5
+            expected: list[tuple[str, tuple[int, ...]]] = [
+                ("scores", (batch, tokens, tokens)), ("weights", (batch, tokens, tokens)),
+                ("output", (batch, tokens, d_head))]
+            try:
+                results = list(session.call_head_forward(case, x, case.weights, True))
+                if heads.backward:
+                    results += session.call_head_backward(case, x, case.weights, True,
+                                                           np.ones((batch, tokens, d_head)))
+                    expected += [("grad_input", x.shape)]
+                    expected += [(name, (d_model, d_head)) for name in HEAD_BACKWARD_NAMES[1:]]
+            except Broken:
+                failures.append(not_run("head-shapes", case.label, "stopped"))
+                break
+            except CallFailed as failure:
+                failures.append(Failure("head-shapes", case.label, what, code="probe-failed",
+                                        facts=(failure.operation, what,
+                                               format_shape(list(x.shape)), failure.message)))
+                break
+            wrong = next(((n, s, r) for (n, s), r in zip(expected, results, strict=True)
+                          if r.shape != s), None)
+            if wrong is not None:
+                name, shape, result = wrong
+                failures.append(Failure("head-shapes", case.label, what, code="probe-shape",
+                                        facts=(what, format_shape(list(x.shape)), name,
+                                               format_shape(list(result.shape)),
+                                               format_shape(list(shape)))))
+                break
+    return judge("head-shapes", failures, len(session.cases), backward=heads.backward), failures
+
+
+def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+    """Bad head requests are rejected: the input's rank and width, mismatched head widths,
+    and (with a backward) a grad_output of the wrong shape."""
+    session = heads.session
+    failures: list[Failure] = []
+    for case in session.cases:
+        batch, tokens, d_model, d_head = (max(d, 1) for d in case.shape)
+        x = np.ones((batch, tokens, d_model))
+        w = np.ones((d_model, d_head))
+        requests: list[tuple[Request, Array, tuple[Array, ...], Array | None]] = [
+            (("rank-2", (format_shape([tokens, d_model]),)), x[0], (w, w, w), None),
+            (("input-width", (str(d_model + 1), str(d_model))),
+             np.ones((batch, tokens, d_model + 1)), (w, w, w), None),
+            (("key-width", (str(d_head + 1), str(d_head))), x,
+             (w, np.ones((d_model, d_head + 1)), w), None),
+        ]
+        if heads.backward:
+            longer = (batch, tokens + 1, d_head)
+            requests.append((("grad-output", (format_shape(list(longer)), str(tokens))), x,
+                             (w, w, w), np.ones(longer)))
+        accepted: list[Request] = []  # codes (the renderer's REQUEST_WORDS) and facts
+        for description, bad_x, weights, upstream in requests:
+            try:
+                if upstream is None:
+                    session.call_head_forward(case, bad_x, weights, True)
+                else:
+                    session.call_head_backward(case, bad_x, weights, True, upstream)
+            except BadResult:
+                pass
+            except Broken:
+                failures.append(not_run("head-errors", case.label, "stopped"))
+                break
+            except CallFailed:
+                continue
+            accepted.append(description)
+        if accepted:
+            failures.append(Failure("head-errors", case.label, accepted[0][0], code="accepted",
+                                    facts=tuple(accepted)))
+    return judge("head-errors", failures, len(session.cases), backward=heads.backward), failures

@@ -32,7 +32,7 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, Rejected
+from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
 from qkvcli.conformance.wire import (
     OPERATIONS,
     VERSION,
@@ -246,11 +246,11 @@ class CommandClient:
 
     # --- the conversation ---------------------------------------------------------------
 
-    def _break(self, operation: str, message: str) -> Broken:
+    def _break(self, operation: str, message: str, error: Broken | None = None) -> Broken:
         if self.problem is None:
             self.problem = message
         self._stop()
-        return Broken(operation, message)
+        return error or Broken(operation, message)  # error: a Broken that carries facts
 
     def _exchange(self, operation: str, message: dict[str, Any], values: int = 0) -> dict[str, Any]:
         """Send one request and return its reply, checked for its id. Raises :class:`Broken`.
@@ -258,7 +258,7 @@ class CommandClient:
         ``values``: how many numbers a reply to it may hold (its line budget follows).
         """
         if self.problem is not None:
-            raise Broken(operation, "not checked: the program stopped earlier (see protocol)")
+            raise NotSent(operation)
         ident = message["id"]
         where = f"request {ident} ({operation})"
         limit = reply_budget(values)
@@ -267,7 +267,8 @@ class CommandClient:
         try:
             line = self._read_line(limit, time.monotonic() + self.timeout)
         except _TimedOut:
-            raise self._break(operation, f"{where}: no reply within {self.timeout:g} s") from None
+            late = NoReply(operation, ident, self.timeout)  # its facts name --timeout
+            raise self._break(operation, late.message, late) from None
         except _Ended:
             status = self._wait_exit(EXIT_WAIT)
             ended = "closed its output" if status is None else f"exited with status {status}"
@@ -355,8 +356,7 @@ class CommandClient:
         except Broken:
             return
         if set(reply) != {"id"}:
-            self._break("bye", f"request {self._next_id} (bye): malformed reply: expected only "
-                        '"id"')
+            self._break("bye", f'request {self._next_id} (bye): malformed reply: expected only "id"')
             return
         self._close_stdin()
         self.exit_status = self._wait_exit(self.timeout)

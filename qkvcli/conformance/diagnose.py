@@ -19,13 +19,13 @@ branches' and with all three summed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from itertools import product
 
 import numpy as np
 import numpy.typing as npt
 
+from qkvcli.attention.maths import Mask, causal_mask, scale, softmax, softmax_backward
 from qkvcli.conformance.result import Clause
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
@@ -42,8 +42,8 @@ def coordinate(shape: tuple[int, ...], flat: int) -> str:
 def mismatches(actual: Array, expected: Array, tolerance: float) -> npt.NDArray[np.bool_]:
     """A boolean array: where ``|a-e| / max(1,|a|,|e|) > tolerance`` (NaN counts as failing)."""
     with np.errstate(all="ignore"):
-        scale = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
-        error = np.abs(actual - expected) / scale
+        magnitude = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
+        error = np.abs(actual - expected) / magnitude
     failing: npt.NDArray[np.bool_] = ~(error <= tolerance)
     return failing
 
@@ -116,8 +116,8 @@ def largest_error(actual: Array, expected: Array) -> float:
     if actual.size == 0:
         return 0.0
     with np.errstate(all="ignore"):
-        scale = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
-        return float(np.max(np.abs(actual - expected) / scale))
+        magnitude = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
+        return float(np.max(np.abs(actual - expected) / magnitude))
 
 
 def _written(actual: Array, expected: Array) -> tuple[str, int] | None:
@@ -170,6 +170,33 @@ def precision_clause(names: list[str], fault: Precision, tolerance: float) -> Cl
     """``precision``: ``names`` sharing one precision fault (the largest error given), and
     the tolerance asked for."""
     return Clause("precision", (tuple(names), fault, tolerance))
+
+
+def precision_clauses(faults: list[tuple[str, Precision]], tolerance: float) -> list[Clause]:
+    """One :func:`precision_clause` per cause, in the order the causes first come: the
+    names of the tensors sharing it, with the largest error among them."""
+    causes: dict[str, tuple[list[str], Precision]] = {}
+    for name, fault in faults:
+        names, worst = causes.get(fault.cause, ([], fault))
+        causes[fault.cause] = ([*names, name], max(worst, fault, key=lambda f: f.error))
+    return [precision_clause(names, worst, tolerance) for names, worst in causes.values()]
+
+
+def precision_faults(names: tuple[str, ...], actual: tuple[Array, ...],
+                     expected: tuple[Array, ...],
+                     tolerance: float) -> list[tuple[str, Precision]] | None:
+    """Each tensor outside ``tolerance`` with its :func:`precision` fault, when every one of
+    them is right but for its precision; ``None`` when one is wrong by the maths or its
+    shape, or none is outside."""
+    faults = []
+    for name, got, wanted in zip(names, actual, expected, strict=True):
+        if close(got, wanted, tolerance):
+            continue
+        fault = precision(got, wanted) if got.shape == wanted.shape else None
+        if fault is None:
+            return None
+        faults.append((name, fault))
+    return faults or None
 
 
 def _path_counts(grad_input: Array, paths: list[Array], tolerance: float) -> Clause | None:
@@ -254,42 +281,50 @@ def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
     return None
 
 
-# --- an attention head's slips, computed from the same numbers ---------------------------
+# --- an attention head's slips, composed of the engine's own maths ----------------------
 
 HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
 Bundle = tuple[Array, ...]
 
 
-def _softmax(z: Array, stable: bool = True) -> Array:
-    if z.size == 0:
-        return np.zeros(z.shape)
-    with np.errstate(all="ignore"):
-        shifted = z - np.max(z, axis=-1, keepdims=True) if stable else z
-        exps = np.exp(shifted)
-        result: Array = exps / np.sum(exps, axis=-1, keepdims=True)
-    return result
+def _hidden(tokens: int, causal: bool, bug: str) -> Mask | None:
+    """What a head with ``bug`` hides from each query, ``[T,T]`` (``None``: nothing): the
+    causal mask, with the diagonal too (``diagonal``), transposed (``hides-past``: the
+    earlier keys ``j < i``, ``np.tril`` for ``np.triu``), or always (``always-mask``)."""
+    if not ((causal and bug != "no-mask") or bug == "always-mask"):
+        return None
+    hidden = causal_mask(tokens)
+    if bug == "diagonal":
+        return hidden | np.eye(tokens, dtype=bool)
+    if bug == "hides-past":
+        earlier: Mask = hidden.T
+        return earlier
+    return hidden
 
 
 def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
     """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
-    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``after-softmax``,
-    ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max)."""
+    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``hides-past`` (the
+    mask hides the earlier keys instead of the later ones), ``after-softmax``,
+    ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max). Each is the
+    engine's scale, mask and softmax (:mod:`qkvcli.attention.maths`) given a wrong part."""
     with np.errstate(all="ignore"):
         query, key, value = (x @ w for w in weights)  # [B,T,d] @ [d,h] -> [B,T,h]
         raw = query @ np.swapaxes(key, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
         d_k = max(int(weights[0].shape[1]), 1)
-        scale = {"unscaled": 1.0, "by-d_k": float(d_k)}.get(bug, math.sqrt(d_k))
-        scores = raw / scale
-        tokens = x.shape[1]
-        masked = (causal and bug != "no-mask") or bug == "always-mask"
-        above = np.triu(np.ones((tokens, tokens), dtype=bool), k=0 if bug == "diagonal" else 1)
+        # The scaling slips are the one scale given a wrong part: dividing by d_k is the
+        # scale of a head d_k * d_k wide (exactly: the root of a square is exact), and
+        # leaving the scores unscaled is a given factor of 1.
+        scores = scale(raw, d_k * d_k if bug == "by-d_k" else d_k,
+                       1.0 if bug == "unscaled" else None)
+        hidden = _hidden(x.shape[1], causal, bug)
         z = scores
-        if masked and bug != "after-softmax":
-            z = np.where(above, HIDDEN if bug == "diagonal" else -np.inf, scores)
-        attention = _softmax(z, stable=bug != "unstable")
-        if masked and bug == "after-softmax":
-            attention = np.where(above, 0.0, attention)
-        return scores, attention, attention @ value
+        if hidden is not None and bug != "after-softmax":
+            z = np.where(hidden, HIDDEN if bug == "diagonal" else -np.inf, scores)
+        attention = softmax(z, shift=bug != "unstable")
+        if hidden is not None and bug == "after-softmax":
+            attention = np.where(hidden, 0.0, attention)
+        return scores, attention, attention @ value  # [B,T,T] @ [B,T,h] -> [B,T,h]
 
 
 def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
@@ -301,8 +336,8 @@ def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_ou
         _, a, _ = variant_forward(x, weights, causal)
         grad_a = grad_output @ np.swapaxes(value, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
         grad_v = (a if bug == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_output
-        row_sum = 0.0 if bug == "no-rowsum" else np.sum(grad_a * a, axis=-1, keepdims=True)
-        grad_s = a * (grad_a - row_sum) / math.sqrt(max(int(weights[0].shape[1]), 1))
+        grad_z = a * grad_a if bug == "no-rowsum" else softmax_backward(a, grad_a)
+        grad_s = scale(grad_z, max(int(weights[0].shape[1]), 1), None)  # the scale's reverse
         grad_q = grad_s @ key  # [B,T,T] @ [B,T,h] -> [B,T,h]
         grad_k = (grad_s if bug == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ query
         batch, tokens, d_model = x.shape
@@ -313,7 +348,8 @@ def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_ou
         return grad_x, flat[0], flat[1], flat[2]
 
 
-FORWARD_BUGS = ("unscaled", "by-d_k", "diagonal", "after-softmax", "no-mask", "always-mask")
+FORWARD_BUGS = ("unscaled", "by-d_k", "diagonal", "hides-past", "after-softmax", "no-mask",
+                "always-mask")
 """The head's forward slips :func:`variant_forward` computes, in the order they are tried."""
 BACKWARD_BUGS = ("no-rowsum", "dv-uses-a", "dk-uses-ds")
 """The head's backward slips :func:`variant_backward` computes, in the order they are tried."""

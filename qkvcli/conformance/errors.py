@@ -75,3 +75,21 @@ class BadResult(CallFailed):
 
 class Broken(CallFailed):
     """The ``--command`` program crashed, timed out or sent a malformed reply."""
+
+
+class NoReply(Broken):
+    """No reply to request ``request`` within ``seconds`` (the ``--timeout``)."""
+
+    def __init__(self, operation: str, request: int, seconds: float) -> None:
+        self.request = request
+        self.seconds = seconds
+        super().__init__(operation, f"request {request} ({operation}): no reply within "
+                         f"{seconds:g} s")
+
+
+class NotSent(Broken):
+    """A call after the session broke: never sent to the program (the protocol family
+    says what broke it)."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(operation, "not checked: the program stopped earlier (see protocol)")

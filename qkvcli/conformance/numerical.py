@@ -17,7 +17,16 @@ import numpy as np
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import coordinate
 from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import Clause, Failure, FamilyCheck, found_at, judge, not_applicable, not_run
+from qkvcli.conformance.result import (
+    Clause,
+    Failure,
+    FamilyCheck,
+    found_at,
+    judge,
+    not_applicable,
+    not_run,
+    not_run_after,
+)
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -108,8 +117,7 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         analytic = session.backward(case)
         if isinstance(analytic, CallFailed):
-            failures.append(not_run("gradcheck", case.label, "backward",
-                                    stopped=isinstance(analytic, Broken)))
+            failures.append(not_run_after("gradcheck", case.label, analytic))
             continue
         if session.lossy:  # lossy on one fixture, lossy on all (exact values hide it)
             failures.append(not_run("gradcheck", case.label, "lossy"))
@@ -117,7 +125,7 @@ def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         try:
             count, failure = check_case(session, case, analytic, worst)
         except Broken:
-            failures.append(not_run("gradcheck", case.label, "forward", stopped=True))
+            failures.append(not_run("gradcheck", case.label, "stopped"))
             continue
         except CallFailed as error:
             failures.append(found_at("gradcheck", case.label, None, Clause(

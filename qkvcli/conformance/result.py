@@ -7,8 +7,10 @@ A judgement is a code (``outcome``) and the facts its wording needs; the words a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from qkvcli.conformance.errors import Broken, CallFailed, Rejected
 from qkvcli.core.record import Record
 
 PROJECTION_FAMILIES: tuple[str, ...] = (
@@ -29,11 +31,17 @@ implementation without a backward: fails the check) and ``command`` (purity of a
 a family that could not run (a call it needed failed, or the implementation stopped):
 neither a pass nor a failure, it is not counted (the failure that stopped it is)."""
 
-NOT_RUN: tuple[str, ...] = ("stopped", "forward", "backward", "lossy", "head")
+NOT_RUN: tuple[str, ...] = (
+    "stopped", "forward", "backward", "head_forward", "head_backward", "lossy", "head-lossy",
+    "head-precision", "head",
+)
 """Why a family could not run on a fixture: the implementation stopped answering (the
-protocol family says why), its forward or backward failed on the fixture (the forward or
-reverse family says how), its forward is too imprecise for central differences, or its
-head is wrong before the family's step (head-forward says how)."""
+protocol family says why), the operation named failed on the fixture (``forward``,
+``backward``, ``head_forward``, ``head_backward``: the family judging that operation
+says how), its forward or head_forward is too imprecise for central differences
+(``lossy``, ``head-lossy``), its head's results are right but for their precision
+(``head-precision``: at the tolerance they cannot show the family's claim), or its head
+is wrong before the family's step (``head``; head-forward says how of these three)."""
 
 
 class Clause(Record):
@@ -138,20 +146,31 @@ class ConformanceResult(Record):
 
 def judge(name: str, failures: list[Failure], fixtures: int, tolerance: float = 0.0,
           backward: bool = True, calls: int = 0, coordinates: int = 0,
-          finding: str = "", worst: Clause | None = None) -> FamilyCheck:
+          finding: str = "", worst: Clause | None = None,
+          fixture_of: Mapping[str, str] | None = None) -> FamilyCheck:
     """The family's check: failed at its first finding (and how many other fixtures
-    failed), not run when it could not run on some fixture, or passed with the facts given."""
+    failed), not run when it could not run on some fixture, or passed with the facts given.
+
+    ``fixture_of`` maps a failure's label to its fixture's where one fixture is run more
+    than once (a head's ``chapter causal`` and ``chapter non-causal`` are ``chapter``):
+    the other fixtures are counted, not the other runs."""
+    def count_others(found: list[Failure]) -> int:
+        labels = {failure.fixture for failure in found}
+        if fixture_of is not None:
+            labels = {fixture_of.get(label, label) if label is not None else None
+                      for label in labels}
+        return max(len(labels) - 1, 0)
+
     findings = [failure for failure in failures if not failure.not_run]
     if not failures:
         return FamilyCheck(name, True, "passed", fixtures, tolerance, backward, calls,
                            coordinates, finding, worst=worst)
     if not findings:
-        skipped = len({failure.fixture for failure in failures}) - 1
         return FamilyCheck(name, False, "not-run", fixtures, tolerance, backward, calls,
-                           coordinates, finding, failures[0], max(skipped, 0), worst)
-    more = len({failure.fixture for failure in findings}) - 1
+                           coordinates, finding, failures[0], count_others(failures), worst)
+    more = count_others(findings)
     return FamilyCheck(name, False, "failed", fixtures, tolerance, backward, calls, coordinates,
-                       finding, findings[0], max(more, 0), worst)
+                       finding, findings[0], more, worst)
 
 
 def found_at(family: str, fixture: str | None, coordinate: str | None,
@@ -161,9 +180,33 @@ def found_at(family: str, fixture: str | None, coordinate: str | None,
 
 
 def not_run(family: str, fixture: str | None, why: str, stopped: bool = False) -> Failure:
-    """The family could not run on ``fixture``: ``why`` is ``forward``, ``backward`` or
-    ``lossy`` (see :data:`NOT_RUN`); ``stopped`` (the implementation stopped) wins."""
+    """The family could not run on ``fixture``: ``why`` is one of :data:`NOT_RUN`;
+    ``stopped`` (the implementation stopped) wins. Raises ``ValueError`` for another
+    ``why`` (a reason the renderer has no words for)."""
+    if why not in NOT_RUN:
+        raise ValueError(f"not_run reason {why!r} is not one of {NOT_RUN}")
     return Failure(family, fixture, None, not_run="stopped" if stopped else why)
+
+
+def call_failure(family: str, fixture: str | None, shape: str, failure: CallFailed) -> Failure:
+    """A call that failed on a valid input (of ``shape``, as shown), as a finding of
+    ``family``, the same for every operation: ``rejected-valid`` (operation, shape, what
+    it said) when it raised or answered with an error, ``call-failed`` (what was wrong)
+    when it returned something that is not its tensors; not run when the implementation
+    stopped (the protocol family says why)."""
+    if isinstance(failure, Broken):
+        return not_run(family, fixture, "stopped")
+    if isinstance(failure, Rejected):
+        return found_at(family, fixture, None, Clause(
+            "rejected-valid", (failure.operation, shape, failure.message)))
+    return found_at(family, fixture, None, Clause("call-failed", (failure.message,)))
+
+
+def not_run_after(family: str, fixture: str | None, failure: CallFailed) -> Failure:
+    """``family`` could not run on ``fixture`` because a call it builds on failed: the
+    failed operation is the reason (its own family says how), or the implementation
+    stopped."""
+    return not_run(family, fixture, failure.operation, stopped=isinstance(failure, Broken))
 
 
 def not_applicable(name: str, outcome: str) -> FamilyCheck:

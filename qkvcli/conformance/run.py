@@ -13,12 +13,35 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.conformance.behaviour import check_independence, check_purity, check_replay
-from qkvcli.conformance.boundaries import check_errors, check_shapes
+from qkvcli.conformance.behaviour import (
+    check_head_purity,
+    check_head_replay,
+    check_independence,
+    check_purity,
+    check_replay,
+)
+from qkvcli.conformance.boundaries import check_errors, check_head_errors, check_head_shapes, check_shapes
 from qkvcli.conformance.cases import Case
-from qkvcli.conformance.heads import HEAD_ORDER, Heads
+from qkvcli.conformance.errors import Broken, NoReply
+from qkvcli.conformance.heads import (
+    Heads,
+    check_head_forward,
+    check_head_gradcheck,
+    check_head_reverse,
+    check_mask,
+    check_scaling,
+    check_softmax,
+)
 from qkvcli.conformance.numerical import check_gradcheck
-from qkvcli.conformance.result import FAMILIES, ConformanceResult, Failure, FamilyCheck, judge
+from qkvcli.conformance.result import (
+    FAMILIES,
+    Clause,
+    ConformanceResult,
+    Failure,
+    FamilyCheck,
+    found_at,
+    judge,
+)
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.values import check_forward, check_reverse
 
@@ -39,9 +62,37 @@ COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
 )
 
 
+HEAD_ORDER: tuple[tuple[str, Callable[[Heads], tuple[FamilyCheck, list[Failure]]]], ...] = (
+    ("head-forward", check_head_forward),
+    ("scaling", check_scaling),
+    ("mask", check_mask),
+    ("head-reverse", check_head_reverse),
+    ("head-shapes", check_head_shapes),
+    ("head-errors", check_head_errors),
+    ("head-replay", check_head_replay),
+    ("head-gradcheck", check_head_gradcheck),
+    ("softmax", check_softmax),  # last: its overflow probe may end a program's session
+    ("head-purity", check_head_purity),
+)
+"""The head families in the order they are computed (purity sees every head call)."""
+
+
 Progress = Callable[[str, int, int, int], None]
 """Told ``(family, families done, families in all, calls so far)`` before each family
 and after each call (the CLI draws a progress bar from it)."""
+
+
+def _protocol_failure(detail: str, stopped: tuple[str, Broken] | None) -> Failure:
+    """The conversation's failure: on the fixture whose call broke it, when one did; a
+    call that got no reply in time as ``no-reply`` (request, operation, seconds) for the
+    renderer to name ``--timeout``, any other problem as the conversation's own words."""
+    if stopped is None:
+        return Failure("protocol", None, None, detail)
+    fixture, error = stopped
+    if isinstance(error, NoReply):
+        return found_at("protocol", fixture, None, Clause(
+            "no-reply", (error.request, error.operation, error.seconds)))
+    return Failure("protocol", fixture, None, detail)
 
 
 def run_checks(implementation: Implementation, cases: list[Case], tolerance: float,
@@ -76,7 +127,7 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     protocol = getattr(implementation, "protocol_detail", None)
     if protocol is not None:
         passed, detail = protocol()
-        failures = [] if passed else [Failure("protocol", None, None, detail)]
+        failures = [] if passed else [_protocol_failure(detail, session.stopped)]
         # A Python implementation's runner is qkv's: its conversation is worth a line
         # only when the implementation's process died or hung in it.
         if implementation.is_command or not passed:

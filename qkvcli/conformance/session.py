@@ -16,7 +16,7 @@ import numpy as np
 
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_bit_difference
-from qkvcli.conformance.errors import CallFailed
+from qkvcli.conformance.errors import Broken, CallFailed, NotSent
 from qkvcli.conformance.result import Failure
 from qkvcli.core.arrays import Array
 from qkvcli.core.outputs import QkvForward, QkvGradients
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
 BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_query", "grad_key", "grad_value")
 HEAD_BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_output")
+
+
+def _purity_family(operation: str) -> str:
+    """The family that judges whether ``operation`` changed its arguments."""
+    return "head-purity" if operation.startswith("head_") else "purity"
 
 
 class Session:
@@ -46,6 +51,10 @@ class Session:
         # forward family's diagnosis): central differences of it would measure noise.
         self.lossy: set[int] = set()
         self.calls = 0
+        # The fixture and the call that broke the session (a crash, a timeout, a malformed
+        # reply), and the purity families some of whose calls therefore never completed.
+        self.stopped: tuple[str, Broken] | None = None
+        self.unfinished: set[str] = set()
         self._forward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._reference: dict[int, tuple[QkvForward, QkvGradients]] = {}
@@ -61,10 +70,17 @@ class Session:
             self.on_call(self.calls)
         # A head's causal flag comes after the weights, as in its Python signature.
         sent = copies if causal is None else (*copies[:4], causal, *copies[4:])
+        answered = True
         try:
             return self.implementation.call(operation, sent)
+        except Broken as failure:
+            answered = False  # what a call that never completed changed is unknown
+            self.unfinished.add(_purity_family(operation))
+            if self.stopped is None and not isinstance(failure, NotSent):
+                self.stopped = (case.label, failure)
+            raise
         finally:
-            if not self.implementation.is_command:
+            if answered and not self.implementation.is_command:
                 self._record_changes(case, operation, names, originals, copies)
                 for name, where, old, new in self.implementation.take_changes():
                     self._impure(case, operation, name, where, old, new)
@@ -78,7 +94,7 @@ class Session:
 
     def _impure(self, case: Case, operation: str, name: str, where: str, old: str,
                 new: str) -> None:
-        family = "head-purity" if operation.startswith("head_") else "purity"
+        family = _purity_family(operation)
         found = self.head_impurities if family == "head-purity" else self.impurities
         found.append(Failure(family, case.label, f"{name}{where}", code="changed-argument",
                              facts=(operation, f"{name}{where}", old, new)))

@@ -3,7 +3,7 @@
 A forward finding is ``forward-differs`` (the first mismatch, and what the wrong tensor
 computed or ``None``); a reverse one ``reverse-differs`` (what each wrong gradient
 computed, then the first mismatch); a valid input the implementation failed on is
-``rejected-valid`` or ``call-failed``.
+:func:`~qkvcli.conformance.result.call_failure`'s finding, as for a head.
 """
 
 from __future__ import annotations
@@ -11,23 +11,23 @@ from __future__ import annotations
 from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_mismatch
-from qkvcli.conformance.errors import Broken, CallFailed, Rejected
-from qkvcli.conformance.result import Clause, Failure, FamilyCheck, found_at, judge, not_applicable, not_run
+from qkvcli.conformance.errors import CallFailed
+from qkvcli.conformance.result import (
+    Clause,
+    Failure,
+    FamilyCheck,
+    call_failure,
+    found_at,
+    judge,
+    not_applicable,
+)
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
 
 
-def call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
-    """A failed call on a valid input, as a failure of ``family`` (not run when the
-    implementation stopped: the protocol family says why)."""
-    if isinstance(failure, Broken):
-        return not_run(family, case.label, failure.operation, stopped=True)
-    if isinstance(failure, Rejected):
-        shape = format_shape(list(case.input.shape))
-        return found_at(family, case.label, None, Clause(
-            "rejected-valid", (failure.operation, shape, failure.message)))
-    return found_at(family, case.label, None, Clause("call-failed", (failure.message,)))
+def _call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
+    return call_failure(family, case.label, format_shape(list(case.input.shape)), failure)
 
 
 def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
@@ -36,7 +36,7 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         got = session.forward(case)
         if isinstance(got, CallFailed):
-            failures.append(call_failure("forward", case, got))
+            failures.append(_call_failure("forward", case, got))
             continue
         expected, _ = session.reference(case)
         for index, (name, actual, wanted) in enumerate(
@@ -67,11 +67,11 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in session.cases:
         got = session.backward(case)
         if isinstance(got, CallFailed):
-            failures.append(call_failure("reverse", case, got))
+            failures.append(_call_failure("reverse", case, got))
             continue
         _, expected = session.reference(case)
         wrong: list[tuple[Clause | None, str, Clause]] = []
-        faults: dict[str, tuple[list[str], diagnose.Precision]] = {}  # names by cause
+        faults: list[tuple[str, diagnose.Precision]] = []
         for index, (name, actual, wanted) in enumerate(
                 zip(BACKWARD_NAMES, got, expected, strict=True)):
             found = first_mismatch(name, actual, wanted, session.tolerance)
@@ -81,8 +81,7 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             if actual.shape != wanted.shape:
                 why = Clause("wrong-shape", (name,))
             elif (low := diagnose.precision(actual, wanted)) is not None:
-                names, worst = faults.get(low.cause, ([], low))
-                faults[low.cause] = ([*names, name], max(worst, low, key=lambda f: f.error))
+                faults.append((name, low))
                 why = None  # said once per cause, after the others
             elif index == 0:
                 why = diagnose.input_gradient(actual, case.weights, case.upstream,
@@ -93,8 +92,7 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             wrong.append((why, *found))
         if wrong:
             whys = [why for why, _, _ in wrong if why is not None]
-            whys += [diagnose.precision_clause(names, fault, session.tolerance)
-                     for names, fault in faults.values()]
+            whys += diagnose.precision_clauses(faults, session.tolerance)
             _, where, mismatch = wrong[0]
             failures.append(found_at("reverse", case.label, where,
                                      Clause("reverse-differs", (tuple(whys), mismatch))))

@@ -100,13 +100,19 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
     return None
 
 
-NOT_RUN_WHY = {
+NOT_RUN_WHY = {  # words for each code of conformance.result.NOT_RUN
     "stopped": "the implementation stopped answering (see protocol)",
     "forward": "its forward failed (see forward)",
     "backward": "its backward failed (see reverse)",
+    "head_forward": "its head_forward failed (see head-forward)",
+    "head_backward": "its head_backward failed (see head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
+    "head-precision": ("its head_forward is right but for its precision (see head-forward): "
+                       "at this tolerance its results cannot show the family's claim"),
     "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
               "of it would measure the rounding, not the backward"),
+    "head-lossy": ("head_forward agrees only to a lossy precision (see head-forward): central "
+                   "differences of it would measure the rounding, not the backward"),
 }
 
 
@@ -154,6 +160,8 @@ SLIP_WORDS = {
     "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
     "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
     "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
+    "hides-past": ("the causal mask hides the earlier positions instead of the later ones: "
+                   "each position sees itself and the future"),
     "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
     "no-mask": "causal=true is ignored: later positions are seen",
     "always-mask": "the mask is applied with causal=false too",
@@ -196,7 +204,6 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "computed-with": lambda branch, other: (
         f"{branch} equals X W_{LETTERS[other]}: computed with the {other} weight"),
     "rejected-valid": "{0} rejected a valid input {1}: {2}",
-    "failed-valid": "{0} failed on a valid input {1}: {2}",
     "call-failed": "{0}",
     "gradient-shape": "{0} has the wrong shape for a gradient check",
     "point": _point,
@@ -205,12 +212,15 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "check-call-failed": "{0} failed during the check: {1}",
     "slip": lambda slip: SLIP_WORDS[slip],
     "slip-differs": lambda slip, mismatch: f"{SLIP_WORDS[slip]}: {mismatch}",
+    "mask-differs": ("causal=true results are not the softmax of the scores with the later "
+                     "positions hidden: {0}"),
     "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
     "overflow": OVERFLOW,
     "overflow-said": OVERFLOW + " ({1})",
     "large-call-failed": "head_forward failed on large scores: {0}",
     "large-differs": "on large scores (up to {0:.3g}): {1}",
     "replay-changed": "a second call differs from the first",
+    "no-reply": "request {0} ({1}): no reply within {2:g} s (--timeout)",
 }
 """The words of each clause code the value, gradient-check and head families find: a
 format string of the facts, or a function of them (a nested clause given worded)."""
@@ -284,7 +294,7 @@ def family_detail(check: FamilyCheck) -> str:
         return COMMAND_PURITY
     if check.first is None:
         return _passed_detail(check)
-    if check.first.not_run in ("stopped", "lossy"):  # the same for every fixture: said once
+    if check.first.not_run in ("stopped", "lossy", "head-lossy"):  # the same for every fixture: said once
         return failure_detail(check.first)
     where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
     more = check.more
