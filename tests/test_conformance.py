@@ -17,9 +17,10 @@ from qkvcli.conformance.errors import (
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, Clause, ConformanceResult
+from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, ConformanceResult
 from qkvcli.conformance.run import run_checks
 from qkvcli.conformance.target import PythonImplementation, load_python
+from qkvcli.core.results import Clause
 from qkvcli.render.conformance import failure_detail, family_detail
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from qkvcli.conformance.diagnose import input_gradient, weight_gradient
-from qkvcli.conformance.result import Clause
 from qkvcli.core.arrays import Array
+from qkvcli.core.results import Clause
 from qkvcli.render.conformance import say
 
 RNG = np.random.default_rng(12)

@@ -16,15 +16,8 @@ import pytest
 
 from qkvcli.conformance.diagnose import BACKWARD_BUGS, FORWARD_BUGS, Precision
 from qkvcli.conformance.errors import BadResult, Broken, Rejected
-from qkvcli.conformance.result import (
-    NOT_RUN,
-    Clause,
-    Failure,
-    call_failure,
-    found_at,
-    not_run,
-    not_run_after,
-)
+from qkvcli.conformance.result import NOT_RUN, call_failure, not_run, not_run_after
+from qkvcli.core.results import Clause, Failure, found_at
 from qkvcli.reading.expect import Expectations, ExpectResult, Mismatch, compare_expectations
 from qkvcli.render.conformance import (
     CLAUSE_WORDS,

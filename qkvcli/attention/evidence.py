@@ -39,7 +39,7 @@ from qkvcli.attention.records import (
 )
 from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.names import BRANCHES
-from qkvcli.evidence.records import Verdict
+from qkvcli.core.results import FamilyCheck, verdict
 
 EPSILON = float(np.finfo(np.float64).eps)
 ROWS_LIMIT = 4096
@@ -375,9 +375,9 @@ def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
     return kept
 
 
-def verdicts(*passed: bool) -> tuple[Verdict, ...]:
-    """A :class:`Verdict` per :data:`~qkvcli.attention.records.CHECK_ORDER` name, in order."""
-    return tuple(Verdict(name, bool(ok)) for name, ok in zip(CHECK_ORDER, passed, strict=True))
+def verdicts(*passed: bool) -> tuple[FamilyCheck, ...]:
+    """A judgement per :data:`~qkvcli.attention.records.CHECK_ORDER` name, in order."""
+    return tuple(verdict(name, ok) for name, ok in zip(CHECK_ORDER, passed, strict=True))
 
 
 def _token_rows(forward: AttentionForward) -> tuple[TokenRow, ...]:

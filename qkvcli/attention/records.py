@@ -17,7 +17,7 @@ from qkvcli.core.record import Record
 
 if TYPE_CHECKING:
     from qkvcli.attention.maths import Rope
-    from qkvcli.evidence.records import Verdict
+    from qkvcli.core.results import FamilyCheck
     from qkvcli.gradcheck.records import GradcheckResult
 
 CHECK_ORDER = ("forward", "attention", "mask", "hull", "reverse", "shapes", "replay",
@@ -147,7 +147,7 @@ class Note(Record):
 
 
 class AttendEvidence(Record):
-    """Everything one run found; ``checks`` holds a :class:`Verdict` per :data:`CHECK_ORDER`."""
+    """Everything one run found; ``checks`` holds a judgement per :data:`CHECK_ORDER` name."""
 
     chapter: str
     seed: int
@@ -161,7 +161,7 @@ class AttendEvidence(Record):
     notes: tuple[Note, ...]
     replay_bitwise: bool
     gradcheck: GradcheckResult
-    checks: tuple[Verdict, ...]
+    checks: tuple[FamilyCheck, ...]
     heads: tuple[HeadEvidence, ...] = ()  # per head, for a multi-head layer
 
     @property

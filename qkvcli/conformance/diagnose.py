@@ -26,11 +26,11 @@ import numpy as np
 import numpy.typing as npt
 
 from qkvcli.attention.maths import Mask, causal_mask, scale, softmax, softmax_backward
-from qkvcli.conformance.result import Clause
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
+from qkvcli.core.results import Clause
 from qkvcli.gradcheck.central import scaled_error
 
 

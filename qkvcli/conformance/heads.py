@@ -42,21 +42,12 @@ from qkvcli.conformance.diagnose import (
 )
 from qkvcli.conformance.errors import BadResult, Broken, CallFailed
 from qkvcli.conformance.numerical import Worst, check_case
-from qkvcli.conformance.result import (
-    Clause,
-    Failure,
-    FamilyCheck,
-    call_failure,
-    found_at,
-    judge,
-    not_applicable,
-    not_run,
-    not_run_after,
-)
+from qkvcli.conformance.result import call_failure, not_applicable, not_run, not_run_after
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
+from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 MODES = (False, True)  # causal
 LARGE = 30.0  # the input scale of the softmax probe: scaled scores in the thousands

@@ -33,17 +33,10 @@ from qkvcli.conformance.heads import (
     check_softmax,
 )
 from qkvcli.conformance.numerical import check_gradcheck
-from qkvcli.conformance.result import (
-    FAMILIES,
-    Clause,
-    ConformanceResult,
-    Failure,
-    FamilyCheck,
-    found_at,
-    judge,
-)
+from qkvcli.conformance.result import FAMILIES, ConformanceResult
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.values import check_forward, check_reverse
+from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 if TYPE_CHECKING:
     from qkvcli.conformance.target import Implementation

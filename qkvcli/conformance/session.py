@@ -17,10 +17,10 @@ import numpy as np
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_bit_difference
 from qkvcli.conformance.errors import Broken, CallFailed, NotSent
-from qkvcli.conformance.result import Failure
 from qkvcli.core.arrays import Array
 from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.projections import QkvProjections
+from qkvcli.core.results import Failure
 
 if TYPE_CHECKING:
     from qkvcli.conformance.target import Implementation

@@ -12,18 +12,11 @@ from qkvcli.conformance import diagnose
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import first_mismatch
 from qkvcli.conformance.errors import CallFailed
-from qkvcli.conformance.result import (
-    Clause,
-    Failure,
-    FamilyCheck,
-    call_failure,
-    found_at,
-    judge,
-    not_applicable,
-)
+from qkvcli.conformance.result import call_failure, not_applicable
 from qkvcli.conformance.session import Session
 from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
+from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 
 def _call_failure(family: str, case: Case, failure: CallFailed) -> Failure:

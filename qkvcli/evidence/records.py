@@ -1,7 +1,8 @@
 """The chapter's evidence as plain immutable records: facts only, no wording.
 
 One record per evidence family (forward/reverse values, shapes, rejected inputs,
-initialization, independence, history), a :class:`Verdict` per declared check, and
+initialization, independence, history), a judgement
+(:class:`~qkvcli.core.results.FamilyCheck`) per declared check, and
 :class:`Evidence`, which holds them all. The computations live in one module per family
 (``qkvcli.evidence.build``, ``.shapes``, ``.rejected``, ``.initialization``,
 ``.independence``, ``.replay``); every sentence about them lives in ``qkvcli.render``.
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
+from qkvcli.core.results import FamilyCheck, verdict
 
 if TYPE_CHECKING:
     from qkvcli.gradcheck.records import GradcheckResult
@@ -185,25 +187,6 @@ class HistoryEvidence(Record):
     mapping: str = "retrospective"
 
 
-class Check(Record):
-    """A named pass/fail with its one-line wording, as every view lists it.
-
-    The renderers build these for the chapter (``qkvcli.render.wording``); the
-    attention head still builds its own.
-    """
-
-    name: str
-    passed: bool
-    detail: str
-
-
-class Verdict(Record):
-    """One declared check of the chapter: its name and whether it passed."""
-
-    name: str
-    passed: bool
-
-
 class Evidence(Record):
     chapter: str
     seed: int
@@ -221,14 +204,14 @@ class Evidence(Record):
     expect: ExpectResult | None = None
 
     @property
-    def checks(self) -> tuple[Verdict, ...]:
+    def checks(self) -> tuple[FamilyCheck, ...]:
         """Every check in :data:`CHECK_ORDER`, then ``expect`` when the fixture has one."""
         passed = (self.forward_ok, self.reverse_ok, self.shapes.passed, self.errors.passed,
                   self.initialization.passed, self.independence.passed, self.replay_bitwise,
                   self.gradcheck.passed)
-        verdicts = tuple(Verdict(name, ok) for name, ok in zip(CHECK_ORDER, passed, strict=True))
+        verdicts = tuple(verdict(name, ok) for name, ok in zip(CHECK_ORDER, passed, strict=True))
         if self.expect is not None:
-            verdicts = (*verdicts, Verdict("expect", self.expect.passed))
+            verdicts = (*verdicts, verdict("expect", self.expect.passed))
         return verdicts
 
     @property

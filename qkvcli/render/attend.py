@@ -17,10 +17,9 @@ from qkvcli import __version__
 from qkvcli.attention.records import AttendConfig, AttendEvidence, Note
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
-from qkvcli.evidence.records import Check
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector, iter_vector
 from qkvcli.render.report import dumps, gradcheck_json, json_float, tensor_json
-from qkvcli.render.wording import verdict
+from qkvcli.render.wording import Check, verdict
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
 PRECISION = 6

@@ -22,7 +22,8 @@ from typing import Any
 from qkvcli import __version__
 from qkvcli.conformance.cases import Case
 from qkvcli.conformance.diagnose import Precision
-from qkvcli.conformance.result import Clause, ConformanceResult, Failure, FamilyCheck
+from qkvcli.conformance.result import ConformanceResult
+from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.report import dumps
 from qkvcli.render.wording import verdict
 

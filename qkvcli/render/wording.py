@@ -11,13 +11,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from qkvcli.evidence.records import Check
+from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_bool
 
 if TYPE_CHECKING:
     from qkvcli.evidence.records import Evidence
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.expect import ExpectResult, Mismatch
+
+
+class Check(Record):
+    """A judgement as every view lists it: its published name, whether it passed, and its
+    one-line wording."""
+
+    name: str
+    passed: bool
+    detail: str
 
 
 VERDICT = "verdict: "

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from qkvcli.conformance.result import ConformanceResult, FamilyCheck
+from qkvcli.conformance.result import ConformanceResult
+from qkvcli.core.results import FamilyCheck
 from qkvcli.render.conformance import counted, family_detail, word
 from qkvcli.render.rich.layout import Part, Row, lines, status
 from qkvcli.render.rich.options import RichOptions
