@@ -31,10 +31,10 @@ ALLOWED: dict[str, set[str]] = {
     "attention": {"core", "reading", "gradcheck", "evidence"},
     "learn": {"core", "reading", "evidence", "attention"},
     "authoring": {"core", "reading"},
-    "conformance": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
-    "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "conformance"},
+    "check": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
+    "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check"},
     "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",
-            "conformance", "render", "data"},
+            "check", "render", "data"},
     "data": set(),
 }
 

@@ -270,10 +270,10 @@ def test_a_slow_check_draws_a_progress_bar_on_a_terminal_only(runner: CliRunner)
 
     from rich.console import Console
 
+    from qkvcli.check.cases import chapter_case
+    from qkvcli.check.run import run_checks
+    from qkvcli.check.target import start_python
     from qkvcli.cli.check import CheckProgress, check_progress
-    from qkvcli.conformance.cases import chapter_case
-    from qkvcli.conformance.run import run_checks
-    from qkvcli.conformance.target import start_python
 
     stream = io.StringIO()
     console = Console(file=stream, force_terminal=True, width=80, color_system=None)
@@ -321,7 +321,7 @@ def test_save_failures_writes_fixtures_and_requests_that_replay_the_case(
 
     import numpy as np
 
-    from qkvcli.conformance.cases import precision_case, random_cases
+    from qkvcli.check.cases import precision_case, random_cases
     from qkvcli.reading.load import load_fixture
 
     saved = tmp_path / "failures"

@@ -367,7 +367,7 @@ INTERRUPTIBLE = [
     (["attend"], "qkvcli.attention.evidence.build_attend_evidence"),
     (["variance"], "qkvcli.learn.variance.dot_variance"),
     (["quiz"], "qkvcli.learn.quiz.build_questions"),
-    (["check", NUMPY], "qkvcli.conformance.run.run_checks"),
+    (["check", NUMPY], "qkvcli.check.run.run_checks"),
     (["validate", str(CHAPTER_FIXTURE)], "qkvcli.cli.validate.fixture_problems_of"),
     (["init"], "qkvcli.authoring.starter.starter_fixture"),
     (["inspect", str(CHAPTER_FIXTURE)], "qkvcli.cli.inspect.read_entries"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from qkvcli.conformance import client
+from qkvcli.check import client
 from qkvcli.reading import limits
 from tests.hostile_helpers import BASE, fixture, invoke, refused, write
 
@@ -361,9 +361,9 @@ def test_hostile_results_are_a_failed_check_not_an_internal_error(tmp_path, body
 
 def test_monkeypatching_qkv_cannot_forge_the_verdict(tmp_path):
     path = impl(tmp_path, (
-        "import qkvcli.conformance.result as result, qkvcli.render.conformance as words\n"
-        "result.ConformanceResult.passed = property(lambda self: True)\n"
-        "words.conformance_verdict = lambda r: 'verdict: PASS (8 of 8 checks passed)'\n"
+        "import qkvcli.check.result as result, qkvcli.render.check as words\n"
+        "result.CheckResult.passed = property(lambda self: True)\n"
+        "words.check_verdict = lambda r: 'verdict: PASS (8 of 8 checks passed)'\n"
         "def forward(x, wq, wk, wv):\n"
         "    return x @ wq, x @ wq, x @ wv\n"))
     result = invoke("check", path, "--random", "0", "-f", "text")
@@ -387,7 +387,7 @@ def test_the_implementation_and_its_children_are_ended(tmp_path):
 
 
 def test_a_ctrl_c_ends_the_implementation(tmp_path, monkeypatch):
-    from qkvcli.conformance import run
+    from qkvcli.check import run
 
     pids = tmp_path / "pids"
     path = impl(tmp_path, f"import os\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\n")

@@ -162,7 +162,7 @@ def test_engine_outputs_unpack_in_field_order_and_name_their_fields():
 
 
 def test_gradient_names_are_the_fields_of_the_gradients():
-    from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+    from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
     from qkvcli.core.names import BRANCHES, GRADIENTS
     from qkvcli.core.outputs import QkvForward, QkvGradients
 

@@ -1,6 +1,6 @@
 """``qkv check``: the chapter's evidence for the user's own implementation (a thin layer).
 
-The work is in :mod:`qkvcli.conformance`; this module reads the options, builds the
+The work is in :mod:`qkvcli.check`; this module reads the options, builds the
 fixtures, starts the implementation, renders the result and sets the exit status:
 0 when every applicable family passed, 1 when one failed, 2 for usage errors and
 implementations that cannot be loaded or started (raised as ``QkvError`` and turned
@@ -41,8 +41,8 @@ from qkvcli.cli.show import show
 from qkvcli.render import render_pieces
 
 if TYPE_CHECKING:
-    from qkvcli.conformance.cases import Case
-    from qkvcli.conformance.result import ConformanceResult
+    from qkvcli.check.cases import Case
+    from qkvcli.check.result import CheckResult
 
 DEFAULT_RANDOM = 4  # the four special shapes: d_model != d_head, batch 0, tokens 0, d_head 1
 DEFAULT_SEED = 26
@@ -88,7 +88,7 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
     """The chapter fixture, each given fixture (directories expanded), the precision
     fixture, then ``count`` random ones."""
-    from qkvcli.conformance.cases import (
+    from qkvcli.check.cases import (
         chapter_case,
         fixture_case,
         overflowing,
@@ -173,7 +173,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown))
     if junit is not None:
-        from qkvcli.render.conformance import family_detail, uncounted
+        from qkvcli.render.check import family_detail, uncounted
 
         checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
         skipped = frozenset(c.name for c in result.checks if uncounted(c))
@@ -200,11 +200,11 @@ def _file_name(number: int, label: str) -> str:
     return f"{number:02d}-{safe}"
 
 
-def _save_failures(folder: Path, result: ConformanceResult, cases: list[Case]) -> None:
+def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:
     """Write each failing case's fixture and replay requests into ``folder`` (made if missing)."""
     import json
 
-    from qkvcli.render.conformance import failing_fixture, replay_requests
+    from qkvcli.render.check import failing_fixture, replay_requests
 
     failing = set(result.failing_fixtures())
     try:
@@ -273,21 +273,21 @@ def check_progress(view: ViewSettings) -> CheckProgress | None:
 
 
 def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,
-         timeout: float, view: ViewSettings) -> ConformanceResult:
+         timeout: float, view: ViewSettings) -> CheckResult:
     """Every family on ``cases``: a ``--command`` program or a Python IMPL's runner (both
     always ended), with a progress bar on a terminal."""
-    from qkvcli.conformance.run import run_checks
+    from qkvcli.check.run import run_checks
 
     progress = check_progress(view)
     with contextlib.ExitStack() as stack:
         if progress is not None:
             stack.enter_context(progress)
         if command is not None:
-            from qkvcli.conformance.client import CommandClient
+            from qkvcli.check.client import CommandClient
 
             client = stack.enter_context(CommandClient(command, timeout))
         else:
-            from qkvcli.conformance.target import start_python
+            from qkvcli.check.target import start_python
 
             assert spec is not None
             client = stack.enter_context(start_python(spec, timeout))

@@ -30,11 +30,11 @@ RICH_HONOURS = {
     "gradcheck": ("--width", "--precision", "--full", "--no-color"),
     "attend": ("--width", "--precision", "--full", "--no-color"),
     "variance": ("--width", "--precision", "--no-color"),  # its rows are the table's own
-    "conformance": ("--width", "--full", "--no-color"),  # cards print exact values
+    "check": ("--width", "--full", "--no-color"),  # cards print exact values
 }
 """The view options the rich view (shown or exported) of each kind uses."""
 REASONS = {
-    ("conformance", "--precision"): "its details show exact values",
+    ("check", "--precision"): "its details show exact values",
     ("variance", "--full"): "its table elides nothing",
 }
 """Why a kind's views never use an option (said in its warning)."""

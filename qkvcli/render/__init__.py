@@ -25,12 +25,12 @@ KINDS = {
     "qkvcli.gradcheck.records.GradcheckResult": "gradcheck",
     "qkvcli.attention.records.AttendEvidence": "attend",
     "qkvcli.learn.variance.VarianceResult": "variance",
-    "qkvcli.conformance.result.ConformanceResult": "conformance",
+    "qkvcli.check.result.CheckResult": "check",
 }
 """The records the renderers take, by qualified class name (looked up along the MRO, so
 rendering one never imports the others' modules: start-up is part of the product)."""
 PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
-    "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "conformance": (),
+    "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "check": (),
 }
 """The text formats of each kind that take ``precision`` (the rich view always does)."""
 
@@ -102,10 +102,10 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
 
         whole = {"text": variance.render_variance_text, "json": variance.render_variance_json}
     else:
-        from qkvcli.render import conformance
+        from qkvcli.render import check
 
-        whole = {"text": conformance.render_conformance_text,
-                 "json": conformance.render_conformance_json}
+        whole = {"text": check.render_check_text,
+                 "json": check.render_check_json}
     extra: dict[str, Any] = {} if precision is None or fmt not in PRECISION_FORMATS[kind] else {
         "precision": precision}
     if kind == "attend":
@@ -147,6 +147,6 @@ def figure(evidence: object, options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.variance import variance_renderable
 
         return variance_renderable(evidence, options)  # type: ignore[arg-type]
-    from qkvcli.render.rich.conformance import render_conformance_rich
+    from qkvcli.render.rich.check import render_check_rich
 
-    return render_conformance_rich(evidence, options)  # type: ignore[arg-type]
+    return render_check_rich(evidence, options)  # type: ignore[arg-type]

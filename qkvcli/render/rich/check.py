@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from qkvcli.conformance.result import ConformanceResult
+from qkvcli.check.result import CheckResult
 from qkvcli.core.results import FamilyCheck
-from qkvcli.render.conformance import counted, family_detail, word
+from qkvcli.render.check import counted, family_detail, word
 from qkvcli.render.rich.layout import Part, Row, lines, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
@@ -26,7 +26,7 @@ def _title(check: FamilyCheck) -> Text:
     return title
 
 
-def _card(check: FamilyCheck, result: ConformanceResult, options: RichOptions) -> Part:
+def _card(check: FamilyCheck, result: CheckResult, options: RichOptions) -> Part:
     failures = [f for f in result.failures if f.family == check.name and f.fixture is not None]
     shown = failures if options.full else failures[:SHOWN_FAILURES]
     rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or "")) for f in shown]
@@ -41,7 +41,7 @@ def _card(check: FamilyCheck, result: ConformanceResult, options: RichOptions) -
     return Part(body, _title(check))
 
 
-def render_conformance_rich(result: ConformanceResult,
+def render_check_rich(result: CheckResult,
                             options: RichOptions | None = None) -> Group:
     """The cards (two per row when wide, stacked when narrow) and the verdict line."""
     options = options or RichOptions()

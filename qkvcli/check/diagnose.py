@@ -2,8 +2,8 @@
 
 Comparing tensors: the scaled error, the first failing coordinate, and bitwise equality.
 
-Every diagnosis is a :class:`~qkvcli.conformance.result.Clause` (a code and its facts),
-worded by :mod:`qkvcli.render.conformance`.
+Every diagnosis is a :class:`~qkvcli.check.result.Clause` (a code and its facts),
+worded by :mod:`qkvcli.render.check`.
 
 Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch;
 for an attention head, the usual slips (:data:`FORWARD_BUGS`, :data:`BACKWARD_BUGS`),

@@ -15,13 +15,13 @@ from functools import partial
 
 import numpy as np
 
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import close, first_bit_difference, first_outside
-from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.heads import Bundle, Heads
-from qkvcli.conformance.result import not_applicable, not_run, not_run_after
-from qkvcli.conformance.session import Session
-from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import close, first_bit_difference, first_outside
+from qkvcli.check.errors import Broken, CallFailed
+from qkvcli.check.heads import Bundle, Heads
+from qkvcli.check.result import not_applicable, not_run, not_run_after
+from qkvcli.check.session import Session
+from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 

@@ -1,8 +1,8 @@
 """A head's results against qkv's :class:`AttentionHead`: the head calls of a session
 (:class:`Heads`) and the families that judge their values (head-forward, scaling, mask,
 softmax, head-reverse, head-gradcheck; head-shapes and head-errors are with the
-projections' in :mod:`~qkvcli.conformance.boundaries`, head-replay and head-purity in
-:mod:`~qkvcli.conformance.behaviour`, the order in :mod:`~qkvcli.conformance.run`).
+projections' in :mod:`~qkvcli.check.boundaries`, head-replay and head-purity in
+:mod:`~qkvcli.check.behaviour`, the order in :mod:`~qkvcli.check.run`).
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
 output)`` with ``scores = Q Kᵀ/√d_k`` before the mask ``[B,T,T]``, ``weights`` the row
@@ -11,8 +11,8 @@ softmax of the masked scores and ``output = weights V``; and optionally
 grad_w_query, grad_w_key, grad_w_value)``. Each fixture is checked with ``causal``
 false and true; ``grad_output`` is the fixture's value upstream gradient.
 
-A wrong result is compared with the usual slips (:mod:`~qkvcli.conformance.diagnose`),
-so its finding (a code and facts, worded in :mod:`qkvcli.render.conformance`) names the
+A wrong result is compared with the usual slips (:mod:`~qkvcli.check.diagnose`),
+so its finding (a code and facts, worded in :mod:`qkvcli.render.check`) names the
 one it matches; a softmax without the row maximum subtracted shows only on large
 scores, which :func:`check_softmax` probes.
 """
@@ -26,8 +26,8 @@ import numpy as np
 
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import scale
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import (
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import (
     BACKWARD_BUGS,
     FORWARD_BUGS,
     LOSSY,
@@ -40,11 +40,11 @@ from qkvcli.conformance.diagnose import (
     variant_backward,
     variant_forward,
 )
-from qkvcli.conformance.errors import BadResult, Broken, CallFailed
-from qkvcli.conformance.numerical import Worst, check_case
-from qkvcli.conformance.result import call_failure, not_applicable, not_run, not_run_after
-from qkvcli.conformance.session import Session
-from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
+from qkvcli.check.errors import BadResult, Broken, CallFailed
+from qkvcli.check.numerical import Worst, check_case
+from qkvcli.check.result import call_failure, not_applicable, not_run, not_run_after
+from qkvcli.check.session import Session
+from qkvcli.check.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.conformance.diagnose import input_gradient, weight_gradient
+from qkvcli.check.diagnose import input_gradient, weight_gradient
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Clause
-from qkvcli.render.conformance import say
+from qkvcli.render.check import say
 
 RNG = np.random.default_rng(12)
 X = RNG.uniform(-1, 1, (2, 3, 5))
@@ -70,7 +70,7 @@ def test_weight_gradient_names_a_borrowed_branch() -> None:
 
 def test_the_right_variant_is_the_engine_s_head_and_the_scale_slips_are_exact() -> None:
     from qkvcli.attention.head import AttentionHead
-    from qkvcli.conformance.diagnose import variant_forward
+    from qkvcli.check.diagnose import variant_forward
 
     x, weights = X, (W[0], W[1], W[2])
     raw = (x @ W[0]) @ np.swapaxes(x @ W[1], -1, -2)
@@ -90,9 +90,9 @@ def test_the_judge_writes_no_attention_maths_of_its_own() -> None:
     import re
     from pathlib import Path
 
-    import qkvcli.conformance
+    import qkvcli.check
 
-    folder = Path(qkvcli.conformance.__file__).parent
+    folder = Path(qkvcli.check.__file__).parent
     found = [f"{path.name}:{number}" for path in sorted(folder.glob("*.py"))
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"np\.exp\(|math\.exp\(|sqrt", line)]

@@ -6,7 +6,7 @@ A Python implementation is a ``.py`` file or an importable module defining
 (grad_input, grad_w_query, grad_w_key, grad_w_value)``. Results may be anything
 ``numpy.asarray`` takes; tensors with a ``detach`` method (torch) are detached first.
 
-``qkv check`` never imports it: it starts ``python -m qkvcli.conformance.target IMPL``
+``qkv check`` never imports it: it starts ``python -m qkvcli.check.target IMPL``
 (:func:`serve`), a child process qkv owns, which imports the implementation and
 answers the ``--command`` protocol of docs/protocol.md on a private copy of its
 stdin/stdout. The implementation's own stdout is qkv's stderr pipe, its stdin is
@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from qkvcli.conformance.client import CommandClient
-from qkvcli.conformance.errors import (
+from qkvcli.check.client import CommandClient
+from qkvcli.check.errors import (
     BadResult,
     Broken,
     ImplementationImportFailed,
@@ -39,7 +39,7 @@ from qkvcli.conformance.errors import (
     MissingForward,
     Rejected,
 )
-from qkvcli.conformance.wire import OPERATIONS
+from qkvcli.check.wire import OPERATIONS
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import printable
@@ -256,7 +256,7 @@ def _load_error(spec: str) -> tuple[PythonImplementation | None, dict[str, Any]]
 
 def _changes(names: tuple[str, ...], originals: list[Array],
              arguments: list[Array]) -> list[list[str]]:
-    from qkvcli.conformance.diagnose import first_bit_difference
+    from qkvcli.check.diagnose import first_bit_difference
 
     found = []
     for name, before, after in zip(names, originals, arguments, strict=True):
@@ -268,7 +268,7 @@ def _changes(names: tuple[str, ...], originals: list[Array],
 
 def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> dict[str, Any]:
     """The reply to one forward or backward request (any exception is said in it)."""
-    from qkvcli.conformance.wire import decode_tensor, encode_tensor
+    from qkvcli.check.wire import decode_tensor, encode_tensor
 
     operation = request.get("op")
     if operation not in implementation.operations:
@@ -311,7 +311,7 @@ def serve(spec: str) -> None:
     os.dup2(empty, 0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from qkvcli.conformance.wire import Malformed, decode, encode
+    from qkvcli.check.wire import Malformed, decode, encode
 
     implementation, hello = _load_error(spec)
 
@@ -376,7 +376,7 @@ class PythonClient(CommandClient):
         self.spec = spec
         target = os.path.abspath(spec) if is_path(spec) else spec
         env = {**os.environ, "PYTHONPATH": _child_path(), "PYTHONDONTWRITEBYTECODE": "1"}
-        argv = [sys.executable, "-m", "qkvcli.conformance.target", target]
+        argv = [sys.executable, "-m", "qkvcli.check.target", target]
         super().__init__(spec, timeout, argv=argv, env=env)
         self.label = printable(spec, None)
 
@@ -403,5 +403,5 @@ class PythonClient(CommandClient):
         return passed, detail.replace("the program", "the implementation's process")
 
 
-if __name__ == "__main__":  # python -m qkvcli.conformance.target IMPL
+if __name__ == "__main__":  # python -m qkvcli.check.target IMPL
     serve(sys.argv[1])

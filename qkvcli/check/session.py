@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import first_bit_difference
-from qkvcli.conformance.errors import Broken, CallFailed, NotSent
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import first_bit_difference
+from qkvcli.check.errors import Broken, CallFailed, NotSent
 from qkvcli.core.arrays import Array
 from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.results import Failure
 
 if TYPE_CHECKING:
-    from qkvcli.conformance.target import Implementation
+    from qkvcli.check.target import Implementation
 
 FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
 BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_query", "grad_key", "grad_value")

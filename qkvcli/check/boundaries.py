@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.errors import BadResult, Broken, CallFailed
-from qkvcli.conformance.heads import Heads
-from qkvcli.conformance.result import not_run
-from qkvcli.conformance.session import Session
-from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
-from qkvcli.conformance.wire import HEAD_BACKWARD_NAMES
+from qkvcli.check.cases import Case
+from qkvcli.check.errors import BadResult, Broken, CallFailed
+from qkvcli.check.heads import Heads
+from qkvcli.check.result import not_run
+from qkvcli.check.session import Session
+from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.check.wire import HEAD_BACKWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Failure, FamilyCheck, judge

@@ -10,7 +10,7 @@ and gradcheck without backward); ``run`` is false for a family that could not ru
 (``SKIP``: neither passed nor failed, not counted; the failure that stopped it is).
 Every ``detail`` is worded here, by :func:`family_detail`, from the judgement's code
 and facts, and each finding by :func:`failure_detail` from its code and facts (the
-families' :class:`~qkvcli.conformance.result.Clause` codes in :data:`CLAUSE_WORDS`,
+families' :class:`~qkvcli.check.result.Clause` codes in :data:`CLAUSE_WORDS`,
 nested clauses said by :func:`say`); only the protocol's verdict arrives as text.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from qkvcli import __version__
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import Precision
-from qkvcli.conformance.result import ConformanceResult
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import Precision
+from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.report import dumps
 from qkvcli.render.wording import verdict
@@ -101,7 +101,7 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
     return None
 
 
-NOT_RUN_WHY = {  # words for each code of conformance.result.NOT_RUN
+NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "stopped": "the implementation stopped answering (see protocol)",
     "forward": "its forward failed (see forward)",
     "backward": "its backward failed (see reverse)",
@@ -174,7 +174,7 @@ SLIP_WORDS = {
     "mask-moves-scores": "scores with causal=true are not the scores before the mask",
 }
 """The words of each head slip the head families name (the codes of
-:data:`~qkvcli.conformance.diagnose.FORWARD_BUGS`, ``BACKWARD_BUGS``, and the scaling's
+:data:`~qkvcli.check.diagnose.FORWARD_BUGS`, ``BACKWARD_BUGS``, and the scaling's
 and mask's own)."""
 
 OVERFLOW = ("large scores (up to {0:.3g}) overflow: the softmax does not subtract the row "
@@ -248,7 +248,7 @@ FINDING_WORDS = {
     "probe-failed": "{0} on the {1} {2} failed: {3}",
     "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
 }
-"""The words of each finding code of :data:`~qkvcli.conformance.result.FINDINGS`."""
+"""The words of each finding code of :data:`~qkvcli.check.result.FINDINGS`."""
 REQUEST_WORDS = {
     "rank-2": "rank-2 input {0}",
     "input-width": "input width {0} != weight rows {1}",
@@ -318,18 +318,18 @@ def uncounted(check: FamilyCheck) -> bool:
     return word(check) in ("N/A", "SKIP")
 
 
-def counted(result: ConformanceResult) -> tuple[int, int]:
+def counted(result: CheckResult) -> tuple[int, int]:
     """How many of the counted checks passed, and how many count (N/A and SKIP do not)."""
     checks = [c for c in result.checks if not uncounted(c)]
     return sum(c.passed for c in checks), len(checks)
 
 
-def conformance_verdict(result: ConformanceResult) -> str:
+def check_verdict(result: CheckResult) -> str:
     """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (6 of 8 checks passed)``."""
     return verdict(result.passed, *counted(result))
 
 
-def render_conformance_text(result: ConformanceResult) -> str:
+def render_check_text(result: CheckResult) -> str:
     """The report; ends with a newline. Same result, same bytes."""
     width = max(len(check.name) for check in result.checks)
     lines = [f"implementation={result.implementation}",
@@ -341,11 +341,11 @@ def render_conformance_text(result: ConformanceResult) -> str:
         for failure in result.failures:
             where = f" [{failure.fixture}]" if failure.fixture is not None else ""
             lines.append(f"  {failure.family}{where} {failure_detail(failure)}")
-    lines.append(conformance_verdict(result))
+    lines.append(check_verdict(result))
     return "\n".join(lines) + "\n"
 
 
-def conformance_json(result: ConformanceResult) -> dict[str, Any]:
+def check_json(result: CheckResult) -> dict[str, Any]:
     """The document: each family once in ``checks``; each failure's family, fixture, coordinate."""
     document: dict[str, Any] = {
         "qkv_version": __version__,
@@ -362,9 +362,9 @@ def conformance_json(result: ConformanceResult) -> dict[str, Any]:
     return document
 
 
-def render_conformance_json(result: ConformanceResult) -> str:
+def render_check_json(result: CheckResult) -> str:
     """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
-    return dumps(conformance_json(result))
+    return dumps(check_json(result))
 
 
 # --- reproducing a failure: the fixture and the requests of one failing case ------------
@@ -396,7 +396,7 @@ def failing_fixture(case: Case) -> dict[str, Any]:
 def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
     """The protocol lines (hello, each operation offered on ``case``, bye) a ``--command``
     program can be fed to replay the case: ``PROGRAM < FILE``."""
-    from qkvcli.conformance.wire import encode, encode_tensor
+    from qkvcli.check.wire import encode, encode_tensor
 
     tensors = {"input": case.input, "w_query": case.weights[0], "w_key": case.weights[1],
                "w_value": case.weights[2]}

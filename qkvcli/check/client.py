@@ -15,7 +15,7 @@ left in the pipe is read and the rest is not waited for (a grandchild may hold t
 pipe open for ever).
 
 Memory stays bounded whatever the program writes: a reply line may be at most
-:func:`~qkvcli.conformance.wire.reply_budget` bytes long, a bound that follows from the
+:func:`~qkvcli.check.wire.reply_budget` bytes long, a bound that follows from the
 shapes of the request (a longer line breaks the session while it is being read, before
 it is parsed); at most one read's worth (:data:`CHUNK` bytes) waits beyond a line; of
 its stderr only the last :data:`STDERR_KEEP` bytes are kept.
@@ -32,8 +32,8 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.conformance.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
-from qkvcli.conformance.wire import (
+from qkvcli.check.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
+from qkvcli.check.wire import (
     OPERATIONS,
     VERSION,
     Malformed,
@@ -73,7 +73,7 @@ class _TooLong(Exception):
 
 
 class CommandClient:
-    """An :class:`~qkvcli.conformance.target.Implementation` backed by a program."""
+    """An :class:`~qkvcli.check.target.Implementation` backed by a program."""
 
     is_command = True
     has_backward = True

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.conformance.cases import Case, chapter_case
-from qkvcli.conformance.client import CommandClient
-from qkvcli.conformance.errors import Broken, CommandNotStarted
-from qkvcli.conformance.run import run_checks
-from qkvcli.conformance.wire import Malformed, decode, decode_tensor, encode, encode_tensor
-from qkvcli.render.conformance import family_detail
+from qkvcli.check.cases import Case, chapter_case
+from qkvcli.check.client import CommandClient
+from qkvcli.check.errors import Broken, CommandNotStarted
+from qkvcli.check.run import run_checks
+from qkvcli.check.wire import Malformed, decode, decode_tensor, encode, encode_tensor
+from qkvcli.render.check import family_detail
 
 ROOT = Path(__file__).resolve().parent.parent
 CORRECT = f"{shlex.quote(sys.executable)} {ROOT / 'examples' / 'implementations' / 'command_qkv.py'}"
@@ -221,7 +221,7 @@ LOSSY = f"{shlex.quote(sys.executable)} {Path(__file__).resolve().parent / 'prog
 def test_a_lossy_writer_fails_the_precision_fixture_with_its_measured_error(
     mode: str, named: str,
 ) -> None:
-    from qkvcli.conformance.cases import precision_case
+    from qkvcli.check.cases import precision_case
 
     chapter = chapter_case()
     cases = [chapter, precision_case(chapter.step, chapter.tolerance)]  # what --random 0 checks
@@ -239,7 +239,7 @@ def test_a_lossy_writer_fails_the_precision_fixture_with_its_measured_error(
 
 
 def test_the_precision_fixture_is_exact_neither_in_6_decimals_nor_in_float32() -> None:
-    from qkvcli.conformance.cases import precision_case
+    from qkvcli.check.cases import precision_case
 
     case = precision_case(1e-6, 2e-6)
     for values in (case.input, *case.weights, *case.upstream):
@@ -249,7 +249,7 @@ def test_the_precision_fixture_is_exact_neither_in_6_decimals_nor_in_float32() -
 
 
 def test_a_tolerance_below_float64_rounding_is_said_to_be_the_tolerance() -> None:
-    from qkvcli.conformance.cases import precision_case, random_cases
+    from qkvcli.check.cases import precision_case, random_cases
 
     chapter = chapter_case()
     cases = [chapter, precision_case(chapter.step, chapter.tolerance),

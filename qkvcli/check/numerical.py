@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import coordinate
-from qkvcli.conformance.errors import Broken, CallFailed
-from qkvcli.conformance.result import not_applicable, not_run, not_run_after
-from qkvcli.conformance.session import Session
-from qkvcli.conformance.target import BACKWARD_NAMES
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import coordinate
+from qkvcli.check.errors import Broken, CallFailed
+from qkvcli.check.result import not_applicable, not_run, not_run_after
+from qkvcli.check.session import Session
+from qkvcli.check.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error

@@ -13,17 +13,17 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.conformance.behaviour import (
+from qkvcli.check.behaviour import (
     check_head_purity,
     check_head_replay,
     check_independence,
     check_purity,
     check_replay,
 )
-from qkvcli.conformance.boundaries import check_errors, check_head_errors, check_head_shapes, check_shapes
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.errors import Broken, NoReply
-from qkvcli.conformance.heads import (
+from qkvcli.check.boundaries import check_errors, check_head_errors, check_head_shapes, check_shapes
+from qkvcli.check.cases import Case
+from qkvcli.check.errors import Broken, NoReply
+from qkvcli.check.heads import (
     Heads,
     check_head_forward,
     check_head_gradcheck,
@@ -32,14 +32,14 @@ from qkvcli.conformance.heads import (
     check_scaling,
     check_softmax,
 )
-from qkvcli.conformance.numerical import check_gradcheck
-from qkvcli.conformance.result import FAMILIES, ConformanceResult
-from qkvcli.conformance.session import Session
-from qkvcli.conformance.values import check_forward, check_reverse
+from qkvcli.check.numerical import check_gradcheck
+from qkvcli.check.result import FAMILIES, CheckResult
+from qkvcli.check.session import Session
+from qkvcli.check.values import check_forward, check_reverse
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 if TYPE_CHECKING:
-    from qkvcli.conformance.target import Implementation
+    from qkvcli.check.target import Implementation
 
 Family = Callable[[Session], tuple[FamilyCheck, list[Failure]]]
 
@@ -89,7 +89,7 @@ def _protocol_failure(detail: str, stopped: tuple[str, Broken] | None) -> Failur
 
 
 def run_checks(implementation: Implementation, cases: list[Case], tolerance: float,
-               progress: Progress | None = None) -> ConformanceResult:
+               progress: Progress | None = None) -> CheckResult:
     """Every family on every case; for a ``--command`` program, ends the conversation too.
 
     ``tolerance`` bounds the scaled error against qkv's engine (forward, reverse,
@@ -131,7 +131,7 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     if "protocol" in found and not found["protocol"][0].passed:
         names = ["protocol", *(name for name in names if name != "protocol")]  # said first
     ordered = [found[name] for name in names]
-    return ConformanceResult(
+    return CheckResult(
         implementation=implementation.label,
         fixtures=tuple(case.label for case in cases),
         checks=tuple(check for check, _ in ordered),

@@ -3,18 +3,18 @@
 A forward finding is ``forward-differs`` (the first mismatch, and what the wrong tensor
 computed or ``None``); a reverse one ``reverse-differs`` (what each wrong gradient
 computed, then the first mismatch); a valid input the implementation failed on is
-:func:`~qkvcli.conformance.result.call_failure`'s finding, as for a head.
+:func:`~qkvcli.check.result.call_failure`'s finding, as for a head.
 """
 
 from __future__ import annotations
 
-from qkvcli.conformance import diagnose
-from qkvcli.conformance.cases import Case
-from qkvcli.conformance.diagnose import first_mismatch
-from qkvcli.conformance.errors import CallFailed
-from qkvcli.conformance.result import call_failure, not_applicable
-from qkvcli.conformance.session import Session
-from qkvcli.conformance.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.check import diagnose
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import first_mismatch
+from qkvcli.check.errors import CallFailed
+from qkvcli.check.result import call_failure, not_applicable
+from qkvcli.check.session import Session
+from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 

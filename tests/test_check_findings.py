@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.conformance.diagnose import BACKWARD_BUGS, FORWARD_BUGS, Precision
-from qkvcli.conformance.errors import BadResult, Broken, Rejected
-from qkvcli.conformance.result import NOT_RUN, call_failure, not_run, not_run_after
+from qkvcli.check.diagnose import BACKWARD_BUGS, FORWARD_BUGS, Precision
+from qkvcli.check.errors import BadResult, Broken, Rejected
+from qkvcli.check.result import NOT_RUN, call_failure, not_run, not_run_after
 from qkvcli.core.results import Clause, Failure, found_at
 from qkvcli.reading.expect import Expectations, ExpectResult, Mismatch, compare_expectations
-from qkvcli.render.conformance import (
+from qkvcli.render.check import (
     CLAUSE_WORDS,
     FINDING_WORDS,
     NOT_RUN_WHY,
@@ -34,7 +34,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qkvcli"
 # The transport (client, wire, target) speaks to the implementation, not about it; errors.py
 # holds exceptions, whose messages the house style lets format themselves.
 TRANSPORT = {"client.py", "wire.py", "target.py", "errors.py"}
-SCANNED = sorted(p for p in (PACKAGE / "conformance").glob("*.py") if p.name not in TRANSPORT)
+SCANNED = sorted(p for p in (PACKAGE / "check").glob("*.py") if p.name not in TRANSPORT)
 SCANNED.append(PACKAGE / "reading" / "expect.py")
 # Two words side by side in an f-string's own text: a sentence in the making. Names and
 # places built from pieces ("W_{letter}[{row},0]", "{label} x{scale}") have none.

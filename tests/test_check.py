@@ -1,4 +1,4 @@
-"""The conformance library: every evidence family passing for a correct implementation and
+"""The check library (qkv check): every evidence family passing for a correct implementation and
 failing, for the reason it names, for a wrong one."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.conformance.cases import SPECIAL_SHAPES, Case, chapter_case, random_cases
-from qkvcli.conformance.errors import (
+from qkvcli.check.cases import SPECIAL_SHAPES, Case, chapter_case, random_cases
+from qkvcli.check.errors import (
     ImplementationImportFailed,
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.conformance.result import FAMILIES, PROJECTION_FAMILIES, ConformanceResult
-from qkvcli.conformance.run import run_checks
-from qkvcli.conformance.target import PythonImplementation, load_python
+from qkvcli.check.result import FAMILIES, PROJECTION_FAMILIES, CheckResult
+from qkvcli.check.run import run_checks
+from qkvcli.check.target import PythonImplementation, load_python
 from qkvcli.core.results import Clause
-from qkvcli.render.conformance import failure_detail, family_detail
+from qkvcli.render.check import failure_detail, family_detail
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
 sys.path.insert(0, str(EXAMPLES))
@@ -34,15 +34,15 @@ def cases() -> list[Case]:
     return [chapter, *random_cases(4, 26, chapter.step, chapter.tolerance)]
 
 
-def check_example(name: str, cases: list[Case]) -> ConformanceResult:
+def check_example(name: str, cases: list[Case]) -> CheckResult:
     return run_checks(load_python(str(EXAMPLES / name)), cases, 1e-9)
 
 
-def check_functions(cases: list[Case], forward: Any, backward: Any = None) -> ConformanceResult:
+def check_functions(cases: list[Case], forward: Any, backward: Any = None) -> CheckResult:
     return run_checks(PythonImplementation("test", forward, backward), cases, 1e-9)
 
 
-def by_name(result: ConformanceResult) -> dict[str, Any]:
+def by_name(result: CheckResult) -> dict[str, Any]:
     return {check.name: check for check in result.checks}
 
 
@@ -331,7 +331,7 @@ def test_the_child_process_reaches_the_same_judgements_as_an_in_process_call(
     cases: list[Case], example: str,
 ) -> None:
     """Float64 crosses the runner's pipe exactly: every judgement and failure is the same."""
-    from qkvcli.conformance.target import start_python
+    from qkvcli.check.target import start_python
 
     inside = check_example(example, cases)
     with start_python(str(EXAMPLES / example), 30.0) as child:
@@ -341,8 +341,8 @@ def test_the_child_process_reaches_the_same_judgements_as_an_in_process_call(
 
 
 def test_purity_independence_and_replay_findings_are_codes_and_facts(cases: list[Case]) -> None:
-    """The families hand over data; the words are render.conformance's."""
-    from qkvcli.render.conformance import FINDING_WORDS, failure_detail
+    """The families hand over data; the words are render.check's."""
+    from qkvcli.render.check import FINDING_WORDS, failure_detail
 
     impure = next(f for f in check_example("wrong_modifies_input.py", cases).failures
                   if f.family == "purity")

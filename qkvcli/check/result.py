@@ -1,13 +1,13 @@
 """The outcome of ``qkv check`` as data: one judgement per evidence family, and every failure.
 
 A judgement is a code (``outcome``) and the facts its wording needs; the words are
-:mod:`qkvcli.render.conformance`'s. A :class:`Failure` carries the family's own finding
+:mod:`qkvcli.render.check`'s. A :class:`Failure` carries the family's own finding
 (what was wrong and where, as the family diagnosed it).
 """
 
 from __future__ import annotations
 
-from qkvcli.conformance.errors import Broken, CallFailed, Rejected
+from qkvcli.check.errors import Broken, CallFailed, Rejected
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at
 
@@ -49,7 +49,7 @@ FINDINGS: dict[str, int] = {
 """The finding codes and how many facts each carries."""
 
 
-class ConformanceResult(Record):
+class CheckResult(Record):
     """Every family's check in :data:`FAMILIES` order, the failures, (``command``: a
     ``--command`` program was checked) the program's stderr, and the operations the
     implementation offered."""
