@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 
 from qkvcli.check.cases import SPECIAL_SHAPES, Case, chapter_case, random_cases
+from qkvcli.check.engine import engine_implementation
 from qkvcli.check.errors import (
     ImplementationImportFailed,
     ImplementationNotFound,
     MissingForward,
 )
 from qkvcli.check.result import FAMILIES, PROJECTION_FAMILIES, CheckResult
+from qkvcli.check.result import HEAD_FAMILIES as ALL_HEAD_FAMILIES
 from qkvcli.check.run import run_checks
 from qkvcli.check.target import PythonImplementation, load_python
 from qkvcli.core.results import Clause
@@ -50,6 +52,16 @@ def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> Non
     result = check_example("numpy_qkv.py", cases)
     assert [c.name for c in result.checks] == list(PROJECTION_FAMILIES)
     assert result.passed, result.checks
+    assert result.failures == ()
+
+
+def test_qkvs_own_engine_passes_every_family_it_is_judged_by(cases: list[Case]) -> None:
+    # The judge's families run against qkv's engine as against any implementation: the
+    # projections' and the head's, with the head's modes and probes.
+    result = run_checks(engine_implementation(), cases, 1e-9)
+    assert {c.name for c in result.checks} == {*PROJECTION_FAMILIES, *ALL_HEAD_FAMILIES}
+    assert all(c.outcome == "passed" for c in result.checks), [
+        (c.name, c.outcome, c.first) for c in result.checks if c.outcome != "passed"]
     assert result.failures == ()
 
 

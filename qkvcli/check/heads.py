@@ -24,8 +24,7 @@ from functools import partial
 
 import numpy as np
 
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import scale
+from qkvcli.check import engine
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import (
     BACKWARD_BUGS,
@@ -103,14 +102,9 @@ class Heads:
         """qkv's engine: ``(scores, weights, output)`` and the four gradients (computed once)."""
         key = (id(case), causal)
         if key not in self._reference:
-            head = AttentionHead.from_arrays(*case.weights)
-            done = head.forward(case.input, causal)
-            grads = head.backward(case.input, done, case.upstream[2])
-            # The interface's scores are before the mask: the engine's scaled_scores are after it.
-            scores = scale(done.scores, head.d_k, head.given_scale)
             self._reference[key] = (
-                (scores, done.attention, done.output),
-                (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value))
+                engine.head_forward(case.input, *case.weights, causal),
+                engine.head_backward(case.input, *case.weights, causal, case.upstream[2]))
         return self._reference[key]
 
     def precision(self, case: Case, causal: bool) -> list[tuple[str, Precision]] | None:

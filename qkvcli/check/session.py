@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkvcli.check import engine
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import first_bit_difference
 from qkvcli.check.errors import Broken, CallFailed, NotSent
 from qkvcli.core.arrays import Array
-from qkvcli.core.outputs import QkvForward, QkvGradients
-from qkvcli.core.projections import QkvProjections
 from qkvcli.core.results import Failure
 
 if TYPE_CHECKING:
@@ -57,7 +56,7 @@ class Session:
         self.unfinished: set[str] = set()
         self._forward: dict[int, tuple[Array, ...] | CallFailed] = {}
         self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
-        self._reference: dict[int, tuple[QkvForward, QkvGradients]] = {}
+        self._reference: dict[int, tuple[tuple[Array, ...], tuple[Array, ...]]] = {}
 
     # --- calls with fresh copies --------------------------------------------------------
 
@@ -142,10 +141,11 @@ class Session:
                 self._backward[id(case)] = failure
         return self._backward[id(case)]
 
-    def reference(self, case: Case) -> tuple[QkvForward, QkvGradients]:
-        """qkv's engine on ``case``: the expected outputs and gradients."""
+    def reference(self, case: Case) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+        """qkv's engine on ``case`` (:mod:`qkvcli.check.engine`): the expected outputs and
+        gradients, computed once."""
         if id(case) not in self._reference:
-            layer = QkvProjections.from_arrays(*case.weights)
-            self._reference[id(case)] = (layer.forward(case.input),
-                                           layer.backward(case.input, *case.upstream))
+            self._reference[id(case)] = (engine.forward(case.input, *case.weights),
+                                         engine.backward(case.input, *case.weights,
+                                                         *case.upstream))
         return self._reference[id(case)]

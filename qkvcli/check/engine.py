@@ -1,0 +1,55 @@
+"""qkv's own engine as an implementation: the reference every family compares with.
+
+The four operations of the protocol (``forward``, ``backward``, ``head_forward``,
+``head_backward``) answered by the chapter's projections
+(:class:`~qkvcli.core.projections.QkvProjections`) and the attention engine (a head,
+:class:`~qkvcli.attention.head.AttentionHead`). The families take their expected values
+from it, and it can be judged by them like any implementation (a test runs every family
+on it and every one passes).
+"""
+
+from __future__ import annotations
+
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import scale
+from qkvcli.check.target import PythonImplementation
+from qkvcli.core.arrays import Array
+from qkvcli.core.projections import QkvProjections
+
+Bundle = tuple[Array, ...]
+
+
+def forward(x: Array, w_query: Array, w_key: Array, w_value: Array) -> Bundle:
+    """``(query, key, value)`` of the chapter's projections."""
+    done = QkvProjections.from_arrays(w_query, w_key, w_value).forward(x)
+    return done.query, done.key, done.value
+
+
+def backward(x: Array, w_query: Array, w_key: Array, w_value: Array, grad_query: Array,
+             grad_key: Array, grad_value: Array) -> Bundle:
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` of the projections."""
+    done = QkvProjections.from_arrays(w_query, w_key, w_value).backward(
+        x, grad_query, grad_key, grad_value)
+    return done.grad_input, done.grad_w_query, done.grad_w_key, done.grad_w_value
+
+
+def head_forward(x: Array, w_query: Array, w_key: Array, w_value: Array,
+                 causal: bool) -> Bundle:
+    """``(scores, weights, output)`` of one head: the interface's scores are scaled and
+    before the mask (the engine's ``scaled_scores`` are after it)."""
+    head = AttentionHead.from_arrays(w_query, w_key, w_value)
+    done = head.forward(x, causal)
+    return scale(done.scores, head.d_k, head.given_scale), done.attention, done.output
+
+
+def head_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, causal: bool,
+                  grad_output: Array) -> Bundle:
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` of one head."""
+    head = AttentionHead.from_arrays(w_query, w_key, w_value)
+    grads = head.backward(x, head.forward(x, causal), grad_output)
+    return grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value
+
+
+def engine_implementation() -> PythonImplementation:
+    """qkv's engine, in this process, as the families call any implementation."""
+    return PythonImplementation("qkv's engine", forward, backward, head_forward, head_backward)
