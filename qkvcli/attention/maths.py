@@ -162,8 +162,8 @@ def inverse_frequencies(rope: Rope) -> Array:
 
 
 @lru_cache(maxsize=16)
-def _tables(theta: float, dims: int, offset: int, first: int, end: int) -> tuple[Array, Array]:
-    angles = (np.arange(offset + first, offset + end, dtype=np.float64)[:, None]
+def _tables(theta: float, dims: int, offset: int, end: int) -> tuple[Array, Array]:
+    angles = (np.arange(offset, offset + end, dtype=np.float64)[:, None]
               * inverse_frequencies(Rope(theta, dims))[None, :])
     cos, sin = np.cos(angles), np.sin(angles)
     cos.flags.writeable = sin.flags.writeable = False  # cached: shared by every caller
@@ -172,8 +172,10 @@ def _tables(theta: float, dims: int, offset: int, first: int, end: int) -> tuple
 
 def rope_tables(rope: Rope, first: int, end: int) -> tuple[Array, Array]:
     """``cos`` and ``sin`` of the angles of positions ``first:end`` (after the offset),
-    ``[end-first, dims/2]`` each; made once per rope and span, read-only."""
-    return _tables(rope.theta, rope.dims, rope.offset, first, end)
+    ``[end-first, dims/2]`` each, read-only: rows of the table of positions ``0:end``,
+    made once per rope and length (a position's angle does not depend on the span)."""
+    cos, sin = _tables(rope.theta, rope.dims, rope.offset, end)
+    return cos[first:], sin[first:]
 
 
 def rotate(x: Array, rope: Rope, first: int = 0, inverse: bool = False) -> Array:
