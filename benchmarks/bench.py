@@ -302,21 +302,21 @@ def naive_loop(layer: Any, x: Any, upstream: Any, analytic: Any) -> Any:
 
 
 def bench_gradcheck(repeats: int) -> None:
-    from qkvcli.gradcheck.layer import gradcheck_layer
+    from qkvcli.gradcheck.projections import gradcheck_projections
 
     print("gradient checks (median ms of compute, no start-up)")
     case = gradcheck_case((4, 64, 128, 32))
-    fast = time_rounds({"fast": lambda: gradcheck_layer(*case, 1e-6, 2e-6, mode="fast")},
+    fast = time_rounds({"fast": lambda: gradcheck_projections(*case, 1e-6, 2e-6, mode="fast")},
                        repeats)
-    result = gradcheck_layer(*case, 1e-6, 2e-6, mode="fast")
+    result = gradcheck_projections(*case, 1e-6, 2e-6, mode="fast")
     print(f"  --mode fast    [4,64,128,32]: {median_ms(fast['fast']):8.1f} ms "
           f"({result.summary}, passed={result.passed})")
     small = gradcheck_case((2, 16, 32, 8))
     times = time_rounds({
-        "full": lambda: gradcheck_layer(*small, 1e-6, 2e-6, mode="full"),
+        "full": lambda: gradcheck_projections(*small, 1e-6, 2e-6, mode="full"),
         "loop": lambda: naive_loop(*small),
     }, max(3, repeats // 2))
-    result = gradcheck_layer(*small, 1e-6, 2e-6, mode="full")
+    result = gradcheck_projections(*small, 1e-6, 2e-6, mode="full")
     print(f"  --mode full    [2,16,32,8]:   {median_ms(times['full']):8.1f} ms "
           f"({result.summary}, passed={result.passed}); naive per-coordinate loop "
           f"{median_ms(times['loop']):.1f} ms; ratio {paired_ratio(times, 'full', 'loop'):.2f}")
@@ -325,10 +325,10 @@ def bench_gradcheck(repeats: int) -> None:
     big = gradcheck_case((8, 512, 1024, 64))
     layer, x, upstream = big[0], big[1], big[2]
     times = time_rounds({
-        "sampled": lambda: gradcheck_layer(*big, 1e-6, 2e-6),
+        "sampled": lambda: gradcheck_projections(*big, 1e-6, 2e-6),
         "pass": lambda: layer.backward(x, *upstream) and layer.forward(x),
     }, max(3, repeats // 2))
-    result = gradcheck_layer(*big, 1e-6, 2e-6)
+    result = gradcheck_projections(*big, 1e-6, 2e-6)
     print(f"  --mode auto    [8,512,1024,64]: {median_ms(times['sampled']):6.1f} ms "
           f"({result.summary}, passed={result.passed}); one forward+reverse "
           f"{median_ms(times['pass']):.1f} ms; ratio {paired_ratio(times, 'sampled', 'pass'):.2f}")

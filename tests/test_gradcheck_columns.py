@@ -14,8 +14,8 @@ import pytest
 from qkvcli.core.outputs import QkvForward, weighted_loss
 from qkvcli.core.projections import QkvProjections
 from qkvcli.gradcheck.central import check_tensor
-from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.gradcheck.probes import RECOMPUTES_COLUMN, StackedObjective, loss_terms
+from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT
 
 STEP = 1e-6
