@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "evidence": {"core", "reading", "gradcheck"},
     "attention": {"core", "reading", "gradcheck", "evidence"},
     "learn": {"core", "reading", "evidence", "attention"},
-    "authoring": {"core", "reading"},
+    "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
     "conformance": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
     "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "conformance"},
     "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",

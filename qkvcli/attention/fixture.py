@@ -41,6 +41,7 @@ from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, Project
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
+from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE
 from qkvcli.reading.files import StrPath
 from qkvcli.reading.fixture import GRADCHECK_KEYS, TOP_KEYS
 from qkvcli.reading.json_values import (
@@ -59,8 +60,6 @@ from qkvcli.reading.layouts import (
 from qkvcli.reading.limits import (
     DEFAULT_MAX_ELEMENTS,
     DEFAULT_SEED,
-    DEFAULT_STEP,
-    DEFAULT_TOLERANCE,
     check_derived,
     check_projection_size,
     check_scores_size,

@@ -92,7 +92,7 @@ def attend(
     from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import attend_parameters
     from qkvcli.cli.console import gradcheck_progress
-    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, MAX_EVALUATIONS
+    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, MAX_EVALUATIONS
     from qkvcli.reading.limits import check_step_fits
 
     if fixture is not None and example is not None:
@@ -103,7 +103,7 @@ def attend(
     with trusting_paths(trust_paths):
         loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
     changes = overrides.changes()
-    mode = changes.pop("mode", "auto")
+    mode = changes.pop("mode", DEFAULT_MODE)
     directions = changes.pop("directions", DEFAULT_DIRECTIONS)
     loaded = loaded._replace(**changes) if changes else loaded
     causal = loaded.causal  # the fixture's "causal", or --causal

@@ -33,7 +33,8 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
-from qkvcli.reading.limits import DEFAULT_SEED, DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.reading.limits import DEFAULT_SEED
 
 SCHEMA_NAME = "fixture.schema.json"
 TOP_KEYS = (
@@ -86,11 +87,8 @@ class Fixture(Record):
     chapter: str = "custom"
     expect: Expectations | None = None
     layout: str = "separate"
-    # The gradient check's own defaults (qkvcli.gradcheck.settings: MODES[0],
-    # DEFAULT_DIRECTIONS), written here because reading/ may import only core/;
-    # tests/test_fixture.py keeps them equal. Set from the CLI.
-    mode: str = "auto"
-    directions: int = 3  # random directions per tensor in fast mode
+    mode: str = DEFAULT_MODE  # mode and directions: set from the command line
+    directions: int = DEFAULT_DIRECTIONS
 
     def __post_init__(self) -> None:
         self.__dict__["_layer"] = QkvProjections.from_arrays(

@@ -30,8 +30,6 @@ from qkvcli.core.splitmix import DEFAULT_SEED as DEFAULT_SEED  # a fixture's def
 from qkvcli.core.splitmix import MASK64
 from qkvcli.reading.problems import FixtureError
 
-DEFAULT_STEP = 1e-6
-DEFAULT_TOLERANCE = 2e-6
 MAX_SEED = MASK64  # a seed is SplitMix64's whole 64-bit state
 DEFAULT_MAX_ELEMENTS = 1 << 27
 MAX_FILE_BYTES = 256 * 1024 * 1024
