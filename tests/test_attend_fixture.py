@@ -27,9 +27,9 @@ def test_chapter_example_matches_the_chapter_reader() -> None:
     attend = load_attend_fixture()
     chapter = load_fixture()
     assert attend.input.tobytes() == chapter.input.tobytes()
-    for mine, theirs in zip(attend.head.weights, chapter.layer.weights, strict=True):
+    for mine, theirs in zip(attend.head.weights, chapter.weights, strict=True):
         assert mine.tobytes() == theirs.tobytes()
-    assert attend.head.names == chapter.layer.names
+    assert attend.head.names == chapter.names
     assert (attend.step, attend.tolerance, attend.seed, attend.chapter) == (
         chapter.step, chapter.tolerance, chapter.seed, chapter.chapter)
 

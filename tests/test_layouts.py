@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.reading.fixture import uses_extensions
+from qkvcli.reading.fixture import projections_of, uses_extensions
 from qkvcli.reading.layouts import canonicalize, chapter_weights
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.parse import parse_fixture
@@ -73,7 +73,7 @@ def test_chapter_reader_accepts_layouts_and_labels_them() -> None:
     for name, build in FORMS.items():
         fixture = parse_fixture(build())
         labels[name] = fixture.layout
-        q, _, v = fixture.layer.forward(fixture.input)
+        q, _, v = projections_of(fixture).forward(fixture.input)
         assert q.tobytes() == (X @ WQ).tobytes()
         assert v.tobytes() == (X @ WV).tobytes()
     assert labels == {"separate": "separate", "torch": "separate-torch", "packed": "packed"}

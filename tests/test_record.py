@@ -69,13 +69,13 @@ def test_post_init_runs_on_every_construction_and_replace():
         first._replace(depth=1)
 
 
-def test_fixture_replace_rebuilds_its_layer():
+def test_fixture_replace_shares_the_fixtures_arrays():
     from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()
     changed = fixture._replace(step=1e-5, mode="fast")
     assert (changed.step, changed.mode, fixture.step) == (1e-5, "fast", 1e-6)
-    assert changed.layer.names == fixture.layer.names
+    assert changed.weights is fixture.weights and changed.names == fixture.names
 
 
 class Labelled(Point):

@@ -72,8 +72,7 @@ if TYPE_CHECKING:
 class Fixture(Record):
     """A validated fixture: every array float64, finite, and of consistent shape.
 
-    ``layer`` is the :class:`~qkvcli.core.projections.QkvProjections` built from ``weights`` and
-    ``names`` at construction (not a field: left out of equality and ``repr``).
+    Data only: :func:`projections_of` builds the engine that runs it.
     """
 
     input: Array
@@ -90,16 +89,6 @@ class Fixture(Record):
     mode: str = DEFAULT_MODE  # mode and directions: set from the command line
     directions: int = DEFAULT_DIRECTIONS
 
-    def __post_init__(self) -> None:
-        self.__dict__["_layer"] = QkvProjections.from_arrays(
-            self.weights[0], self.weights[1], self.weights[2], names=self.names
-        )
-
-    @property
-    def layer(self) -> QkvProjections:
-        layer: QkvProjections = self.__dict__["_layer"]
-        return layer
-
     @property
     def batch(self) -> int:
         return int(self.input.shape[0])
@@ -115,3 +104,11 @@ class Fixture(Record):
     @property
     def d_head(self) -> int:
         return int(self.weights[0].shape[1])
+
+
+def projections_of(fixture: Fixture) -> QkvProjections:
+    """The engine's projections of ``fixture``'s weights and names: the one way to run a
+    fixture. Each call builds them anew (validation again, then one packed copy of the
+    weights), so a caller builds them once per run. Raises a
+    :class:`~qkvcli.core.errors.QkvError` for weights no parse would have accepted."""
+    return QkvProjections.from_arrays(*fixture.weights, names=fixture.names)
