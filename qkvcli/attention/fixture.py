@@ -28,8 +28,6 @@ the input.
 
 from __future__ import annotations
 
-from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 from qkvcli.attention.errors import RopeError
@@ -47,7 +45,6 @@ from qkvcli.reading.fixture import GRADCHECK_KEYS, TOP_KEYS
 from qkvcli.reading.json_values import (
     is_json_int,
     json_type_name,
-    parse_json_text,
     refuse_unknown_keys,
 )
 from qkvcli.reading.layouts import (
@@ -65,7 +62,7 @@ from qkvcli.reading.limits import (
     check_scores_size,
     check_step_fits,
 )
-from qkvcli.reading.load import fixture_stem, read_fixture_text
+from qkvcli.reading.load import BUNDLED_NAME, fixture_json
 from qkvcli.reading.problems import FixtureError
 from qkvcli.reading.settings import (
     parse_chapter,
@@ -77,7 +74,7 @@ from qkvcli.reading.settings import (
 from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
-EXAMPLES = {"chapter": "ch26-qkv-projections.json", "primer": "primer-worked-example.json"}
+EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
 
 
 class AttendFixture(Record):
@@ -243,26 +240,18 @@ def parse_attend_fixture(
     )
 
 
-def example_text(name: str) -> str:
-    """A bundled example fixture (``chapter`` or ``primer``) as text. Raises ``KeyError``."""
-    return files("qkvcli.data").joinpath(EXAMPLES[name]).read_text(encoding="utf-8")
-
-
 def load_attend_fixture(
-    path: Path | None = None, example: str = "chapter", max_elements: int = DEFAULT_MAX_ELEMENTS,
-    heads: int | None = None, causal: bool = False,
+    path: StrPath | None = None, example: str = "chapter",
+    max_elements: int = DEFAULT_MAX_ELEMENTS, heads: int | None = None, causal: bool = False,
 ) -> AttendFixture:
-    """Load ``path``, or the bundled ``example`` when ``path`` is ``None``.
+    """Load ``path``, or the bundled ``example`` (``chapter`` or ``primer``) when ``path``
+    is ``None``.
 
     Raises :class:`~qkvcli.reading.problems.FixtureError` for bad content and
     :class:`~qkvcli.reading.files.InputFileError` for a file that cannot be read.
     """
-    if path is None:
-        return parse_attend_fixture(parse_json_text(example_text(example)),
-                                    max_elements=max_elements, heads=heads, causal=causal)
-    text = read_fixture_text(path)
-    return parse_attend_fixture(parse_json_text(text), fixture_stem(path), max_elements,
-                                path.parent, heads, causal)
+    data, chapter, base_dir = fixture_json(path, EXAMPLES[example])
+    return parse_attend_fixture(data, chapter, max_elements, base_dir, heads, causal)
 
 
 LAYER_TOP_KEYS = ("heads", "kv_heads", "causal", "rope", "scale", "architecture")

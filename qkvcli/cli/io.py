@@ -37,9 +37,8 @@ from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 from qkvcli.reading.files import STDIN, read_limited
 from qkvcli.reading.fixture import Fixture
-from qkvcli.reading.json_values import parse_json_text
 from qkvcli.reading.limits import MAX_FILE_BYTES
-from qkvcli.reading.load import fixture_stem, load_fixture, read_fixture_text
+from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
 
 T = TypeVar("T")
@@ -163,13 +162,9 @@ def load(path: Path | None, max_elements: int) -> Fixture:
     """
     label = label_of(path)
     with working_on(label):
-        if path is None:
-            return load_fixture(None, max_elements=max_elements)
-        name = os.fspath(path)
-        data = parse_json_text(read_fixture_text(name))
+        data, chapter, base_dir = fixture_json(path)
         refuse_layer_fixture(data, label)
-        return parse_fixture(data, default_chapter=fixture_stem(name), max_elements=max_elements,
-                             base_dir=os.path.dirname(name) or os.curdir)
+        return parse_fixture(data, chapter, max_elements, base_dir)
 
 
 def refuse_layer_fixture(data: Any, label: str) -> None:
