@@ -55,6 +55,9 @@ def test_upstream_is_seeded_and_deterministic() -> None:
          "Q/K/V input must have rank three [batch, tokens, model_width], got rank 2"),
         (lambda d: d.update(input=[[[1, 2]]]), "$.input",
          "Q/K/V input final width must equal model width 3, got 2"),
+        (lambda d: d.update(input=[]), "$.input",  # the chapter's reader, and its hint
+         "Q/K/V input must have rank three [batch, tokens, model_width], got rank 1; an "
+         "empty nested list cannot show its inner axes"),
         (lambda d: d.update(upstream={"value": [[[1, 2, 3]]]}), "$.upstream.value",
          "expected shape [1,2,2], got [1,1,3]"),
         (lambda d: d.update(gradcheck={"step": 0}), "$.gradcheck.step",
@@ -65,8 +68,8 @@ def test_upstream_is_seeded_and_deterministic() -> None:
         (lambda d: (d.update(input=[1]), d["weights"]["value"].append([9, 9])), "$.weights",
          "Q/K/V model widths must match, got query 3, key 3, value 4"),
     ],
-    ids=["unknown", "missing", "name", "rank", "width", "upstream", "step", "seed", "chapter",
-         "order"],
+    ids=["unknown", "missing", "name", "rank", "width", "empty", "upstream", "step", "seed",
+         "chapter", "order"],
 )
 def test_errors(mutate: Any, location: str, message: str) -> None:
     data = good()

@@ -41,7 +41,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE
 from qkvcli.reading.files import StrPath
-from qkvcli.reading.fixture import GRADCHECK_KEYS, TOP_KEYS
+from qkvcli.reading.fixture import TOP_KEYS
 from qkvcli.reading.json_values import (
     is_json_int,
     json_type_name,
@@ -61,16 +61,12 @@ from qkvcli.reading.limits import (
     check_projection_size,
     check_scores_size,
     check_step_fits,
+    expect_shape,
 )
 from qkvcli.reading.load import BUNDLED_NAME, fixture_json
-from qkvcli.reading.problems import FixtureError
-from qkvcli.reading.settings import (
-    parse_chapter,
-    parse_samples,
-    parse_seed,
-    parse_step,
-    parse_tolerance,
-)
+from qkvcli.reading.parse import read_document, read_input, read_upstream
+from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.settings import parse_gradcheck, parse_seed_and_chapter
 from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
@@ -141,21 +137,6 @@ def _head(canonical: CanonicalWeights, independent: bool, features: Features,
         raise FixtureError("$.weights", str(error)) from None
 
 
-def _settings(raw: Any) -> tuple[float, float, int | None]:
-    """``(step, tolerance, samples)``: the chapter's own rules (:mod:`qkvcli.reading.settings`)."""
-    step, tolerance, samples = DEFAULT_STEP, DEFAULT_TOLERANCE, None
-    if raw is None:
-        return step, tolerance, samples
-    if not isinstance(raw, dict):
-        raise FixtureError("$.gradcheck", f"expected an object, got {json_type_name(raw)}")
-    refuse_unknown_keys(raw, GRADCHECK_KEYS, "$.gradcheck")
-    if "step" in raw:
-        step = parse_step(raw["step"])
-    if "tolerance" in raw:
-        tolerance = parse_tolerance(raw["tolerance"])
-    return step, tolerance, parse_samples(raw.get("samples"))
-
-
 def parse_attend_fixture(
     data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
     base_dir: StrPath | None = None, heads: int | None = None, causal: bool = False,
@@ -168,12 +149,9 @@ def parse_attend_fixture(
 
     Raises :class:`~qkvcli.reading.problems.FixtureError`.
     """
-    if not isinstance(data, dict):
-        raise FixtureError("$", f"expected an object, got {json_type_name(data)}")
-    refuse_unknown_keys(data, TOP_KEYS + LAYER_TOP_KEYS, "$")
-    for key in ("input", "weights"):
-        if key not in data:
-            raise FixtureError("$", f'missing key "{key}"')
+    problems = Problems()  # fail-fast: a reader returns None only after raising
+    data = read_document(data, TOP_KEYS + LAYER_TOP_KEYS, problems)
+    assert data is not None
     mode = value_width_mode(data)
     features = parse_features(data, heads, causal)
     canonical = canonicalize(data["weights"], max_elements, base_dir, OUT_KEYS, features.heads)
@@ -181,11 +159,8 @@ def parse_attend_fixture(
     head = _head(canonical, mode == "independent", features, dict(sources))
     layer = parse_layer(data, head, canonical, heads, max_elements, base_dir, features)
 
-    x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
-    try:
-        head.check_input(x)
-    except QkvError as error:
-        raise FixtureError("$.input", str(error)) from None
+    x = read_input(data["input"], head.d_model, max_elements, problems, base_dir)
+    assert x is not None
     batch, tokens, _ = x.shape
     # Refused before the head allocates them: projections, scores and the upstream U.
     # A layer's projections are full width (H*d_k); its scores are [B,H,T,T].
@@ -197,28 +172,18 @@ def parse_attend_fixture(
                       "$.input", max_elements)
 
     raw_upstream = data.get("upstream")
-    if raw_upstream is not None:
-        if not isinstance(raw_upstream, dict):
-            raise FixtureError("$.upstream", f"expected an object, got {json_type_name(raw_upstream)}")
-        refuse_unknown_keys(raw_upstream, (*BRANCHES, UPSTREAM_OUTPUT), "$.upstream")
-        widths = (head.d_k, head.d_k, head.d_v)
-        for branch, width in zip(BRANCHES, widths, strict=True):
-            if branch in raw_upstream:
-                location = f"$.upstream.{branch}"
-                grad = parse_tensor(raw_upstream[branch], location, max_elements, base_dir=base_dir)
-                if grad.shape != (batch, tokens, width):
-                    raise FixtureError(location, f"expected shape [{batch},{tokens},{width}], "
-                                       f"got [{','.join(map(str, grad.shape))}]")
+    widths = (head.d_k, head.d_k, head.d_v)
+    read_upstream(raw_upstream, tuple((batch, tokens, width) for width in widths), max_elements,
+                  problems, base_dir, (*BRANCHES, UPSTREAM_OUTPUT), axes=None)
 
     width_out = head.d_v if layer is None else layer.layer.e_out
     given_upstream = parse_upstream_output(
         (raw_upstream or {}).get(UPSTREAM_OUTPUT), (batch, tokens, width_out), max_elements,
         base_dir)
 
-    step, tolerance, samples = _settings(data.get("gradcheck"))
+    step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
     check_step_fits(step, attend_parameters(x, head, layer), "$.gradcheck.step")
-    seed = parse_seed(data["seed"]) if "seed" in data else DEFAULT_SEED
-    chapter = parse_chapter(data["chapter"]) if "chapter" in data else default_chapter
+    seed, chapter = parse_seed_and_chapter(data, default_chapter, problems)
 
     return AttendFixture(
         input=x,
@@ -429,10 +394,7 @@ def parse_upstream_output(
         return None
     location = f"$.upstream.{UPSTREAM_OUTPUT}"
     grad = parse_tensor(raw, location, max_elements, base_dir=base_dir)
-    if grad.shape != shape:
-        raise FixtureError(location, f"expected shape [{','.join(map(str, shape))}] (the final "
-                           f"output's [batch,tokens,E_out]), got [{','.join(map(str, grad.shape))}]")
-    return grad
+    return expect_shape(grad, shape, "the final output's [batch,tokens,E_out]", location)
 
 
 __all__ = ["LAYER_TOP_KEYS", "OUT_KEYS", "UPSTREAM_OUTPUT", "LayerParts", "checkpoint_sources",

@@ -56,12 +56,14 @@ def check_size(shape: list[int] | tuple[int, ...], location: str, max_elements: 
         )
 
 
-def expect_shape(grad: Array, expected: tuple[int, ...], axes: str, location: str) -> Array:
-    """``grad`` if its shape is ``expected``; the message names the ``axes`` of the shape."""
+def expect_shape(grad: Array, expected: tuple[int, ...], axes: str | None, location: str) -> Array:
+    """``grad`` if its shape is ``expected``; the message names the ``axes`` of the shape
+    (``None``: it does not)."""
     if grad.shape != expected:
+        named = f" ({axes})" if axes else ""
         raise FixtureError(
             location,
-            f"expected shape [{','.join(map(str, expected))}] ({axes}), "
+            f"expected shape [{','.join(map(str, expected))}]{named}, "
             f"got [{','.join(map(str, grad.shape))}]",
         )
     return grad
