@@ -8,11 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.fixture import (
-    load_attend_fixture,
-    parse_attend_fixture,
-    seeded_upstream,
-)
+from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.reading.attend import seeded_upstream
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.problems import FixtureError
 
@@ -27,9 +24,9 @@ def test_chapter_example_matches_the_chapter_reader() -> None:
     attend = load_attend_fixture()
     chapter = load_fixture()
     assert attend.input.tobytes() == chapter.input.tobytes()
-    for mine, theirs in zip(attend.head.weights, chapter.weights, strict=True):
+    for mine, theirs in zip(attend.parameters.weights, chapter.weights, strict=True):
         assert mine.tobytes() == theirs.tobytes()
-    assert attend.head.names == chapter.names
+    assert attend.parameters.names == chapter.names
     assert (attend.step, attend.tolerance, attend.seed, attend.chapter) == (
         chapter.step, chapter.tolerance, chapter.seed, chapter.chapter)
 
@@ -87,7 +84,7 @@ def test_value_upstream_may_take_the_value_width() -> None:
     data["upstream"] = {"value": [[[1, 2, 3], [4, 5, 6]]]}
     fixture = parse_attend_fixture(data)
     assert fixture.upstream.shape == (1, 2, 3)
-    assert fixture.value_width == "independent"
+    assert fixture.function.value_width == "independent"
 
 
 def test_file_name_is_the_default_chapter(tmp_path: Path) -> None:
