@@ -28,7 +28,6 @@ from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, Project
 from qkvcli.core.names import BRANCHES
 from qkvcli.reading.attend import (
     EXAMPLES,
-    LAYER_TOP_KEYS,
     UPSTREAM_OUTPUT,
     AttendFixture,
     LayerFunction,
@@ -39,7 +38,7 @@ from qkvcli.reading.attend import (
     read_upstream_output,
     seeded_upstream,
 )
-from qkvcli.reading.fixture import TOP_KEYS
+from qkvcli.reading.fixture import LAYER_TOP_KEYS, TOP_KEYS
 from qkvcli.reading.layouts import OUT_KEYS, CanonicalWeights, canonicalize
 from qkvcli.reading.limits import (
     DEFAULT_MAX_ELEMENTS,

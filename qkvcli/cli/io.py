@@ -36,7 +36,7 @@ from qkvcli.cli.group import InputError, out_of_memory
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 from qkvcli.reading.files import STDIN, read_limited
-from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.fixture import FUNCTION_KEYS, LAYER_KEYS, Fixture
 from qkvcli.reading.limits import MAX_FILE_BYTES
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
@@ -46,9 +46,6 @@ BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
 STDIN_LABEL = "<stdin>"
 CHUNK_CHARS = 1 << 16
 """Standard output is written in pieces of about this many characters."""
-LAYER_KEYS = ("heads", "kv_heads")
-FUNCTION_KEYS = ("causal", "rope", "scale", "architecture")
-"""Top-level keys that make a fixture a multi-head layer, which only ``qkv attend`` runs."""
 
 
 class SafePath(click.Path):

@@ -53,7 +53,6 @@ from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
 EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
-LAYER_TOP_KEYS = ("heads", "kv_heads", "causal", "rope", "scale", "architecture")
 ROPE_KEYS = ("theta", "dims", "layout")
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096

@@ -44,6 +44,11 @@ WEIGHT_KEYS = ("name", "shape", "values")
 GRADCHECK_KEYS = ("step", "tolerance", "samples")
 # The packed PyTorch form of the three weights (read by qkvcli.reading.layouts).
 PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
+# Top-level keys only qkv attend reads (qkvcli.reading.attend): a layer's heads, and the
+# function a real layer computes.
+LAYER_KEYS = ("heads", "kv_heads")
+FUNCTION_KEYS = ("causal", "rope", "scale", "architecture")
+LAYER_TOP_KEYS = LAYER_KEYS + FUNCTION_KEYS
 
 
 def uses_extensions(data: dict[str, Any]) -> bool:
