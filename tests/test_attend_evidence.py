@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.evidence import build_attend_evidence, hull_evidence
-from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.attention.fixture import head_of, load_attend_fixture, parse_attend_fixture
 from qkvcli.render.attend import attend_checks, attend_json
 
 CHECKS = ["forward", "attention", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
@@ -83,7 +83,7 @@ def test_independent_value_width_note_and_shapes() -> None:
 
 def test_hull_check_fails_for_an_output_outside_the_values() -> None:
     fixture = load_attend_fixture(example="primer")
-    forward = fixture.head.forward(fixture.input)
+    forward = head_of(fixture.parameters, fixture.function).forward(fixture.input)
     assert hull_evidence(forward, 2).passed
     moved = forward._replace(output=forward.output + np.array([0.0, 10.0]))
     hull = hull_evidence(moved, 2)

@@ -8,11 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.fixture import (
-    load_attend_fixture,
-    parse_attend_fixture,
-    seeded_upstream,
-)
+from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.reading.attend import seeded_upstream
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.problems import FixtureError
 
@@ -27,9 +24,9 @@ def test_chapter_example_matches_the_chapter_reader() -> None:
     attend = load_attend_fixture()
     chapter = load_fixture()
     assert attend.input.tobytes() == chapter.input.tobytes()
-    for mine, theirs in zip(attend.head.weights, chapter.layer.weights, strict=True):
+    for mine, theirs in zip(attend.parameters.weights, chapter.weights, strict=True):
         assert mine.tobytes() == theirs.tobytes()
-    assert attend.head.names == chapter.layer.names
+    assert attend.parameters.names == chapter.names
     assert (attend.step, attend.tolerance, attend.seed, attend.chapter) == (
         chapter.step, chapter.tolerance, chapter.seed, chapter.chapter)
 
@@ -55,6 +52,9 @@ def test_upstream_is_seeded_and_deterministic() -> None:
          "Q/K/V input must have rank three [batch, tokens, model_width], got rank 2"),
         (lambda d: d.update(input=[[[1, 2]]]), "$.input",
          "Q/K/V input final width must equal model width 3, got 2"),
+        (lambda d: d.update(input=[]), "$.input",  # the chapter's reader, and its hint
+         "Q/K/V input must have rank three [batch, tokens, model_width], got rank 1; an "
+         "empty nested list cannot show its inner axes"),
         (lambda d: d.update(upstream={"value": [[[1, 2, 3]]]}), "$.upstream.value",
          "expected shape [1,2,2], got [1,1,3]"),
         (lambda d: d.update(gradcheck={"step": 0}), "$.gradcheck.step",
@@ -65,8 +65,8 @@ def test_upstream_is_seeded_and_deterministic() -> None:
         (lambda d: (d.update(input=[1]), d["weights"]["value"].append([9, 9])), "$.weights",
          "Q/K/V model widths must match, got query 3, key 3, value 4"),
     ],
-    ids=["unknown", "missing", "name", "rank", "width", "upstream", "step", "seed", "chapter",
-         "order"],
+    ids=["unknown", "missing", "name", "rank", "width", "empty", "upstream", "step", "seed",
+         "chapter", "order"],
 )
 def test_errors(mutate: Any, location: str, message: str) -> None:
     data = good()
@@ -84,7 +84,7 @@ def test_value_upstream_may_take_the_value_width() -> None:
     data["upstream"] = {"value": [[[1, 2, 3], [4, 5, 6]]]}
     fixture = parse_attend_fixture(data)
     assert fixture.upstream.shape == (1, 2, 3)
-    assert fixture.value_width == "independent"
+    assert fixture.function.value_width == "independent"
 
 
 def test_file_name_is_the_default_chapter(tmp_path: Path) -> None:

@@ -19,10 +19,11 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attention.evidence import build_attend_evidence
-from qkvcli.attention.fixture import checkpoint_sources, parse_attend_fixture, relative_sources
+from qkvcli.attention.evidence import build_attend_evidence, layer_parts, layer_tensors
+from qkvcli.attention.fixture import parse_attend_fixture
 from qkvcli.attention.records import AttendConfig
 from qkvcli.cli import main
+from qkvcli.reading.attend import checkpoint_sources, relative_sources
 from qkvcli.render.attend import (
     FORWARD,
     PARAMETERS,
@@ -166,7 +167,7 @@ def layer_config(**weights_extra: Any) -> AttendConfig:
     weights |= {"out_proj_weight": rng.normal(size=(4, 4)).tolist(), "out_proj_bias": [0.0] * 4}
     fixture = parse_attend_fixture({"heads": 2, "input": rng.normal(size=(1, 2, 4)).tolist(),
                                     "weights": weights | weights_extra})
-    assert fixture.layer is not None
+    assert fixture.function.heads == 2
     return build_attend_evidence(fixture).config
 
 
@@ -275,10 +276,11 @@ def test_one_head_read_from_a_checkpoint_takes_the_framework_names_too(tmp_path:
 def test_torch_layout_parameters_are_shared_read_only_views_not_copies(tmp_path: Path) -> None:
     sourced, _ = llama_layer(tmp_path)
     fixture = parse_attend_fixture(json.loads(sourced.read_text()), "names", base_dir=tmp_path)
-    assert fixture.layer is not None
-    evidence = build_attend_evidence(fixture)
-    tensors = evidence.primary.tensors
-    layer = fixture.layer.layer
+    parts = layer_parts(fixture)
+    layer = parts.layer
+    forward = layer.forward(fixture.input, fixture.function.causal)
+    tensors = layer_tensors(fixture, parts, forward,
+                            layer.backward(fixture.input, forward, fixture.upstream))
     for name, ours in (("w_query", layer.projections.weights[0]), ("w_out", layer.out_weight)):
         published = tensors[name]
         assert np.shares_memory(published, ours) and np.array_equal(published, ours.T)

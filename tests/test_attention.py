@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkvcli.attention.errors import BiasShapeMismatch, KeyWidthMismatch
-from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.attention.fixture import head_of, load_attend_fixture
 from qkvcli.attention.gradcheck import gradcheck_attention
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import causal_mask, softmax
@@ -45,7 +45,7 @@ def random_head(seed: int, d_model: int = 5, d_k: int = 3, d_v: int = 4, bias: b
 
 def test_primer_worked_example_is_computed() -> None:
     fixture = load_attend_fixture(example="primer")
-    forward = fixture.head.forward(fixture.input)
+    forward = head_of(fixture.parameters, fixture.function).forward(fixture.input)
     # The inputs are the primer's; every number below comes out of the engine.
     np.testing.assert_array_equal(forward.query[0], [[2, 0], [0, 2]])
     np.testing.assert_array_equal(forward.value[0], [[1, 3], [3, -1]])

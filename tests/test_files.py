@@ -13,6 +13,7 @@ import pytest
 
 from qkvcli.core.errors import QkvError
 from qkvcli.reading.files import InputFileError, confined, read_limited
+from qkvcli.reading.fixture import projections_of
 from qkvcli.reading.load import bundled_fixture_text, load_fixture
 from qkvcli.reading.problems import FixtureError
 
@@ -202,7 +203,8 @@ def test_expect_npy_resolves_against_the_fixture_directory(
     fixture_dir.mkdir()
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    query = np.asarray(load_fixture().layer.forward(load_fixture().input).query)
+    chapter = load_fixture()
+    query = np.asarray(projections_of(chapter).forward(chapter.input).query)
     np.save(fixture_dir / "query.npy", query)
     np.save(elsewhere / "query.npy", query + 1)  # a decoy in the working directory
     document = dict(CHAPTER, expect={"query": {"npy": "query.npy"}})

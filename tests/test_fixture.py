@@ -50,17 +50,6 @@ def test_defaults() -> None:
     assert fixture.names[0] == "decoder.block.0.attention.query.weight"
 
 
-def test_gradient_check_defaults_are_the_checks_own() -> None:
-    """Fixture repeats two of the check's defaults (reading/ may not import gradcheck/)."""
-    from qkvcli.core.splitmix import DEFAULT_SEED as CHAPTER_SEED
-    from qkvcli.gradcheck.settings import DEFAULT_DIRECTION_SEED, DEFAULT_DIRECTIONS, MODES
-    from qkvcli.reading.fixture import Fixture
-
-    defaults = Fixture.__record_defaults__
-    assert (defaults["mode"], defaults["directions"]) == (MODES[0], DEFAULT_DIRECTIONS)
-    assert defaults["seed"] == DEFAULT_SEED == DEFAULT_DIRECTION_SEED == CHAPTER_SEED == 26
-
-
 def test_tensor_forms_agree() -> None:
     doc = base()
     doc["weights"]["query"] = {"shape": [3, 2], "values": [1, 0, 0, 1, 1, -1]}

@@ -98,13 +98,15 @@ def test_batched_equals_the_loop_bit_for_bit_on_the_chapter_fixture():
     # Each batched evaluation sums every branch's products in the loop's order, so the
     # chapter's printed numerical derivatives (9 decimals, pinned by golden files) are
     # the loop's exactly, not merely within rounding.
+    from qkvcli.reading.fixture import projections_of
     from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()
-    grads = tuple(fixture.layer.backward(fixture.input, *fixture.upstream))
-    batched = gradcheck_projections(fixture.layer, fixture.input, fixture.upstream, grads,
-                              fixture.step, fixture.tolerance, mode="full")
-    looped = _loop(fixture.layer, fixture.input, fixture.upstream, grads, fixture.step, None)
+    layer = projections_of(fixture)
+    grads = tuple(layer.backward(fixture.input, *fixture.upstream))
+    batched = gradcheck_projections(layer, fixture.input, fixture.upstream, grads,
+                                    fixture.step, fixture.tolerance, mode="full")
+    looped = _loop(layer, fixture.input, fixture.upstream, grads, fixture.step, None)
     for fast_tensor, slow_tensor in zip(batched.tensors, looped, strict=True):
         assert [c.numerical for c in fast_tensor.checks] == [
             c.numerical for c in slow_tensor.checks
@@ -125,12 +127,14 @@ def test_unequal_spacings_use_the_three_point_formula_in_batches_too():
 
 
 def test_chapter_default_checks_every_coordinate():
+    from qkvcli.reading.fixture import projections_of
     from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()
-    grads = fixture.layer.backward(fixture.input, *fixture.upstream)
-    result = gradcheck_projections(fixture.layer, fixture.input, fixture.upstream, tuple(grads),
-                             fixture.step, fixture.tolerance)
+    layer = projections_of(fixture)
+    grads = layer.backward(fixture.input, *fixture.upstream)
+    result = gradcheck_projections(layer, fixture.input, fixture.upstream, tuple(grads),
+                                   fixture.step, fixture.tolerance)
     assert [len(t.checks) for t in result.tensors] == [6, 6, 6, 6]
     assert [t.mode for t in result.tensors] == ["full"] * 4
     assert result.mode == "auto" and result.summary == "full: 24 coordinates"

@@ -8,14 +8,16 @@ import pytest
 from qkvcli.evidence.build import compute_primary
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.projections import gradcheck_projections
+from qkvcli.reading.fixture import projections_of
 from qkvcli.reading.load import load_fixture
 
 
 def _run(samples: int | None, progress: object) -> object:
     fixture = load_fixture(None)
-    primary = compute_primary(fixture)
+    layer = projections_of(fixture)
+    primary = compute_primary(fixture, layer)
     return gradcheck_projections(
-        fixture.layer, fixture.input, fixture.upstream,
+        layer, fixture.input, fixture.upstream,
         (primary.grad_input, *primary.weight_gradients),
         fixture.step, fixture.tolerance, samples, progress=progress,  # type: ignore[arg-type]
     )

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.fixture import parse_attend_fixture
-from qkvcli.reading.fixture import uses_extensions
+from qkvcli.attention.fixture import head_of, parse_attend_fixture
+from qkvcli.reading.fixture import projections_of, uses_extensions
 from qkvcli.reading.layouts import canonicalize, chapter_weights
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.parse import parse_fixture
@@ -57,7 +57,7 @@ def test_packed_transposed_and_separate_give_identical_qkv(bias: bool) -> None:
     results = {}
     for name, build in FORMS.items():
         fixture = parse_attend_fixture(build(bias))
-        results[name] = fixture.head.forward(fixture.input)
+        results[name] = head_of(fixture.parameters, fixture.function).forward(fixture.input)
     reference = results["separate"]
     expected_q = X @ WQ + (BQ if bias else 0.0)
     np.testing.assert_allclose(reference.query, expected_q, rtol=0, atol=1e-12)
@@ -73,7 +73,7 @@ def test_chapter_reader_accepts_layouts_and_labels_them() -> None:
     for name, build in FORMS.items():
         fixture = parse_fixture(build())
         labels[name] = fixture.layout
-        q, _, v = fixture.layer.forward(fixture.input)
+        q, _, v = projections_of(fixture).forward(fixture.input)
         assert q.tobytes() == (X @ WQ).tobytes()
         assert v.tobytes() == (X @ WV).tobytes()
     assert labels == {"separate": "separate", "torch": "separate-torch", "packed": "packed"}
@@ -83,7 +83,7 @@ def test_mixed_layout_label() -> None:
     data = separate()
     data["weights"]["key"] = {"values": WK.T.tolist(), "layout": "torch"}
     assert canonicalize(data["weights"]).layout == "separate-mixed"
-    assert parse_attend_fixture(data).layout == "separate-mixed"
+    assert parse_attend_fixture(data).parameters.layout == "separate-mixed"
 
 
 def test_plain_fixtures_skip_the_hook() -> None:
@@ -168,7 +168,8 @@ def test_chapter_refuses_an_independent_value_width_that_differs() -> None:
         chapter_weights(data)
     assert caught.value.location == "$.value_width"
     assert caught.value.message.startswith("value width 3 differs from the query/key width 4")
-    assert parse_attend_fixture(data).head.d_v == 3
+    fixture = parse_attend_fixture(data)
+    assert head_of(fixture.parameters, fixture.function).d_v == 3
 
 
 def test_without_the_opt_in_unequal_widths_are_the_chapters_error() -> None:

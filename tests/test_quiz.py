@@ -135,7 +135,7 @@ def test_a_wider_fixture_asks_for_one_coordinate() -> None:
     assert question.kind == "number"
     assert question.prompt.startswith("Compute q0[0], coordinate 0 of the first token's query")
     # An independent reference: the dot product of the first token with W_Q's column 0.
-    x0, column = fixture.input[0, 0], fixture.layer.weights[0][:, 0]
+    x0, column = fixture.input[0, 0], fixture.weights[0][:, 0]
     want = float(sum(float(a) * float(b) for a, b in zip(x0, column, strict=True)))
     assert question.expected == pytest.approx((want,), rel=1e-12)
     # Every number the question shows is one of x0's or of the column's, in order.

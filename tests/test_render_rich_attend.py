@@ -90,7 +90,7 @@ def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
             "weights": {**{b: rng.normal(size=(4, 4)).tolist() for b in ("query", "key", "value")},
                         "out_proj_weight": rng.normal(size=(4, 4)).tolist()}}
     fixture = parse_attend_fixture(data)
-    assert fixture.layer is not None
+    assert fixture.function.heads == 2
     evidence = build_attend_evidence(fixture, causal=False)
     text = render(attend_renderable(evidence), 80)
     assert _cut_numbers(text) == []

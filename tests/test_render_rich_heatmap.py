@@ -20,7 +20,7 @@ def render(width: int, precision: int = 4) -> str:
     data = {"heads": 2, "input": rng.normal(size=(1, 3, 4)).tolist(),
             "weights": {b: rng.normal(size=(4, 4)).tolist() for b in ("query", "key", "value")}}
     fixture = parse_attend_fixture(data)
-    assert fixture.layer is not None
+    assert fixture.function.heads == 2
     evidence = build_attend_evidence(fixture, causal=True)
     console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None,
                       record=True)
@@ -56,7 +56,7 @@ def render_layer(tokens: int, width: int, causal: bool = False) -> str:
             "weights": {b: (3 * rng.normal(size=(4, 4))).tolist()
                         for b in ("query", "key", "value")}}
     fixture = parse_attend_fixture(data)
-    assert fixture.layer is not None
+    assert fixture.function.heads == 2
     evidence = build_attend_evidence(fixture, causal=causal)
     console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None,
                       record=True)

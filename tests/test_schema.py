@@ -20,11 +20,19 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attention.fixture import LAYER_TOP_KEYS, UPSTREAM_OUTPUT, parse_attend_fixture
+from qkvcli.attention.fixture import parse_attend_fixture
 from qkvcli.cli import main
 from qkvcli.core.names import BRANCHES
+from qkvcli.reading.attend import UPSTREAM_OUTPUT
 from qkvcli.reading.expect import EXPECT_KEYS
-from qkvcli.reading.fixture import GRADCHECK_KEYS, PACKED_KEYS, SCHEMA_NAME, TOP_KEYS, WEIGHT_KEYS
+from qkvcli.reading.fixture import (
+    GRADCHECK_KEYS,
+    LAYER_TOP_KEYS,
+    PACKED_KEYS,
+    SCHEMA_NAME,
+    TOP_KEYS,
+    WEIGHT_KEYS,
+)
 from qkvcli.reading.json_values import parse_json_text
 from qkvcli.reading.layouts import C_ATTN_KEYS, NEOX_KEYS, OUT_KEYS, WEIGHT_OBJECT_KEYS
 from qkvcli.reading.load import bundled_fixture_text

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradients
-from qkvcli.attention.fixture import AttendFixture, LayerParts, relative_sources
+from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import causal_mask
@@ -39,7 +39,9 @@ from qkvcli.attention.records import (
 )
 from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.reading.attend import AttendFixture, relative_sources
 
 EPSILON = float(np.finfo(np.float64).eps)
 ROWS_LIMIT = 4096
@@ -55,11 +57,23 @@ def _run(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool) -> tuple[
     return forward, layer.backward(fixture.input, forward, fixture.upstream)
 
 
+class LayerParts(Record):
+    """The engine's layer and the layouts its tensors are shown in (the given ones)."""
+
+    layer: MultiHeadLayer
+    branch_layouts: tuple[str, str, str]  # "qkv" or "torch" per branch
+    packed: str | None  # "in_proj", "c_attn", "query_key_value" or None
+    out_layout: str | None  # "out_proj", "c_proj" or None
+
+
 def layer_parts(fixture: AttendFixture) -> LayerParts:
-    """The fixture's layer, or its head as the layer of one head (our layout, nothing packed)."""
-    if fixture.layer is not None:
-        return fixture.layer
-    return LayerParts(MultiHeadLayer.build(fixture.head, 1), ("qkv", "qkv", "qkv"), None, None)
+    """The fixture's layer (:func:`~qkvcli.attention.fixture.layer_of`) and the layouts
+    its parameters were given in; a head is a layer of one head, shown in our layout with
+    nothing packed."""
+    layer, p = layer_of(fixture), fixture.parameters
+    if fixture.function.heads is None:
+        return LayerParts(layer, ("qkv", "qkv", "qkv"), None, None)
+    return LayerParts(layer, p.branch_layouts, p.packed, p.out_layout)
 
 
 def _given(array: Array, layout: str) -> Array:
@@ -101,7 +115,7 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
     only when its turn comes; with ``stack=False`` it is given unbuilt (a ``_Stacked``)."""
     layer = parts.layer
     p = layer.projections
-    single = fixture.layer is None  # a head: its tensors have no heads axis
+    single = fixture.function.heads is None  # a head: its tensors have no heads axis
     named: list[tuple[str, Array | Callable[[], Array] | None]] = [("input", fixture.input)]
     grads_w = (g.grad_w_query, g.grad_w_key, g.grad_w_value)
     grads_b = (g.grad_b_query, g.grad_b_key, g.grad_b_value)
@@ -402,9 +416,9 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     Raises the input errors and, for unusable settings or a check over its budget
     (before any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
-    causal = fixture.causal if causal is None else causal
+    causal = fixture.function.causal if causal is None else causal
     parts = layer_parts(fixture)
-    single = fixture.layer is None
+    single = fixture.function.heads is None
     layer, x = parts.layer, fixture.input
     plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples,
                **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
@@ -442,14 +456,15 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     p = layer.projections
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
-        bias=p.branch_biases, value_width=fixture.value_width, layout=fixture.layout,
-        layout_description=fixture.layout_description, scale=p.scale_of(layer.d_k),
+        bias=p.branch_biases, value_width=fixture.function.value_width,
+        layout=fixture.parameters.layout,
+        layout_description=fixture.parameters.layout_description, scale=p.scale_of(layer.d_k),
         parameter_count=layer.parameter_count, names=p.names,
         heads=None if single else layer.heads, e_out=None if single else layer.e_out,
         out_layout=parts.out_layout, packed=parts.packed,
         kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
-        scale_given=p.given_scale is not None, architecture=fixture.architecture,
-        sources=relative_sources(fixture.sources),
+        scale_given=p.given_scale is not None, architecture=fixture.function.architecture,
+        sources=relative_sources(fixture.parameters.sources),
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

@@ -32,7 +32,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import INCREMENT, MASK64, SplitMix64, xavier_limit
-from qkvcli.reading.limits import DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE
 from qkvcli.reading.sources import generate_spec
 
 # Fixed, documented constants: changing them would change every starter fixture's input.

@@ -29,12 +29,12 @@ from qkvcli.render import render_pieces
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.attention.fixture import AttendFixture
+    from qkvcli.reading.attend import AttendFixture
 
 
 def attend_label(path: Path | None, example: str) -> str:
     """How messages name attend's fixture: its path, ``<stdin>`` or the bundled example."""
-    from qkvcli.attention.fixture import EXAMPLES
+    from qkvcli.reading.attend import EXAMPLES
 
     return label_of(path, bundled=f"<bundled {EXAMPLES[example]}>")
 
@@ -90,9 +90,8 @@ def attend(
     import contextlib
 
     from qkvcli.attention.evidence import build_attend_evidence
-    from qkvcli.attention.fixture import attend_parameters
     from qkvcli.cli.console import gradcheck_progress
-    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, MAX_EVALUATIONS
+    from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, MAX_EVALUATIONS
     from qkvcli.reading.limits import check_step_fits
 
     if fixture is not None and example is not None:
@@ -103,10 +102,10 @@ def attend(
     with trusting_paths(trust_paths):
         loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
     changes = overrides.changes()
-    mode = changes.pop("mode", "auto")
+    mode = changes.pop("mode", DEFAULT_MODE)
     directions = changes.pop("directions", DEFAULT_DIRECTIONS)
     loaded = loaded._replace(**changes) if changes else loaded
-    causal = loaded.causal  # the fixture's "causal", or --causal
+    causal = loaded.function.causal  # the fixture's "causal", or --causal
     overrides.warn_ignored(mode)
     reporter = gradcheck_progress(resolve_format(fmt, output), view)
     settings = {"mode": mode, "directions": directions, "progress": reporter,
@@ -116,8 +115,7 @@ def attend(
         # One head or a layer: the same step limit, and the check's budget (counted in
         # what its evaluations cost) refused before any work.
         if overrides.step is not None:
-            check_step_fits(loaded.step, attend_parameters(loaded.input, loaded.head,
-                                                           loaded.layer), "--step")
+            check_step_fits(loaded.step, loaded.perturbed(), "--step")
         evidence = build_attend_evidence(loaded, causal=causal, **settings)
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,

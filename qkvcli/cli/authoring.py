@@ -263,7 +263,6 @@ def checkpoint_fixture_text(
     ``[1,H,T,T]`` scores must fit ``max_elements`` (default: attend's); above attend's
     default, a warning names the ``--max-elements`` attend needs.
     """
-    from qkvcli.attention.fixture import MAX_HEADS
     from qkvcli.authoring.checkpoint import (
         CheckpointError,
         check_heads,
@@ -276,6 +275,7 @@ def checkpoint_fixture_text(
     from qkvcli.authoring.starter import dump_fixture
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
+    from qkvcli.reading.attend import MAX_HEADS
     from qkvcli.reading.files import confined
     from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.reading.problems import FixtureError

@@ -20,6 +20,7 @@ from qkvcli.cli.options import (
 )
 from qkvcli.cli.show import show
 from qkvcli.gradcheck.projections import gradcheck_projections
+from qkvcli.reading.fixture import projections_of
 from qkvcli.render import render_pieces
 
 
@@ -50,9 +51,10 @@ def gradcheck(
         loaded = overrides.apply(load(fixture, max_elements))
         overrides.warn_ignored(loaded.mode)
         # The analytic gradients under test come from the engine in the chosen type.
-        grads = loaded.layer.astype(dtype).backward(loaded.input, *loaded.upstream)
+        layer = projections_of(loaded)
+        grads = layer.astype(dtype).backward(loaded.input, *loaded.upstream)
         result = gradcheck_projections(
-            loaded.layer, loaded.input, loaded.upstream,
+            layer, loaded.input, loaded.upstream,
             (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value),
             loaded.step, loaded.tolerance, loaded.samples, progress=reporter,
             mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,

@@ -36,10 +36,9 @@ from qkvcli.cli.group import InputError, out_of_memory
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 from qkvcli.reading.files import STDIN, read_limited
-from qkvcli.reading.fixture import Fixture
-from qkvcli.reading.json_values import parse_json_text
+from qkvcli.reading.fixture import FUNCTION_KEYS, LAYER_KEYS, Fixture
 from qkvcli.reading.limits import MAX_FILE_BYTES
-from qkvcli.reading.load import fixture_stem, load_fixture, read_fixture_text
+from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
 
 T = TypeVar("T")
@@ -47,9 +46,6 @@ BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
 STDIN_LABEL = "<stdin>"
 CHUNK_CHARS = 1 << 16
 """Standard output is written in pieces of about this many characters."""
-LAYER_KEYS = ("heads", "kv_heads")
-FUNCTION_KEYS = ("causal", "rope", "scale", "architecture")
-"""Top-level keys that make a fixture a multi-head layer, which only ``qkv attend`` runs."""
 
 
 class SafePath(click.Path):
@@ -163,13 +159,9 @@ def load(path: Path | None, max_elements: int) -> Fixture:
     """
     label = label_of(path)
     with working_on(label):
-        if path is None:
-            return load_fixture(None, max_elements=max_elements)
-        name = os.fspath(path)
-        data = parse_json_text(read_fixture_text(name))
+        data, chapter, base_dir = fixture_json(path)
         refuse_layer_fixture(data, label)
-        return parse_fixture(data, default_chapter=fixture_stem(name), max_elements=max_elements,
-                             base_dir=os.path.dirname(name) or os.curdir)
+        return parse_fixture(data, chapter, max_elements, base_dir)
 
 
 def refuse_layer_fixture(data: Any, label: str) -> None:

@@ -26,10 +26,9 @@ CHAPTER, ATTEND = "chapter", "attend"
 
 def attend_keys(data: Any) -> list[str]:
     """The keys of ``data`` that only ``qkv attend`` reads, as JSON paths (``$.heads``)."""
-    from qkvcli.attention.fixture import LAYER_TOP_KEYS, OUT_KEYS
     from qkvcli.core.names import BRANCHES
-    from qkvcli.reading.fixture import PACKED_KEYS
-    from qkvcli.reading.layouts import C_ATTN_KEYS, NEOX_KEYS
+    from qkvcli.reading.fixture import LAYER_TOP_KEYS, PACKED_KEYS
+    from qkvcli.reading.layouts import C_ATTN_KEYS, NEOX_KEYS, OUT_KEYS
 
     if not isinstance(data, dict):
         return []

@@ -28,9 +28,9 @@ the new declaration, none if none is given).
 ``ClassVar`` annotations are not fields. A field without a default after one with a
 default is refused when the class is defined (``TypeError``).
 
-A ``__post_init__(self)`` method, if defined, runs after construction (it may store
-derived, non-field values in ``self.__dict__``); ``record._replace(**changes)`` builds
-a new record with some fields changed, running ``__post_init__`` again.
+``record._replace(**changes)`` builds a new record with some fields changed. A record
+holds its fields and nothing else: what can be derived from them is a property or a
+function, computed when asked.
 
 Records are not sequences. A record that callers unpack (``q, k, v = layer.forward(x)``)
 defines ``__iter__`` itself, over its fields in order (see :mod:`qkvcli.core.outputs`).
@@ -70,7 +70,6 @@ class Record:
 
     __record_fields__: ClassVar[tuple[str, ...]] = ()
     __record_defaults__: ClassVar[dict[str, Any]] = {}
-    __record_post_init__: ClassVar[Any] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -102,7 +101,6 @@ class Record:
                                 f"{seen_default!r}, which has one")
         cls.__record_fields__ = tuple(fields)
         cls.__record_defaults__ = defaults
-        cls.__record_post_init__ = getattr(cls, "__post_init__", None)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = self.__record_fields__
@@ -110,8 +108,6 @@ class Record:
             object.__setattr__(self, "__dict__", dict(zip(fields, args, strict=True)))
         else:
             self.__bind(args, kwargs)
-        if self.__record_post_init__ is not None:
-            self.__record_post_init__()
 
     def __bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         fields = self.__record_fields__

@@ -47,8 +47,11 @@ def compute_initialization(fixture: Fixture) -> InitializationEvidence:
     return InitializationEvidence(seed, reproducible, independent, transactional, rejection)
 
 
-def compute_independence(fixture: Fixture, primary: Primary | None = None) -> IndependenceEvidence:
-    """Change one W_Q entry by +1 at a row whose input column is not all zero.
+def compute_independence(
+    fixture: Fixture, layer: QkvProjections, primary: Primary | None = None
+) -> IndependenceEvidence:
+    """Change one W_Q entry of ``layer`` (the fixture's projections) by +1 at a row whose
+    input column is not all zero.
 
     The changed layer's forward pass always runs in full (Q, K and V recomputed). The
     unchanged layer's outputs are the ``primary`` pass's when given (the very same
@@ -56,7 +59,6 @@ def compute_independence(fixture: Fixture, primary: Primary | None = None) -> In
     pass of their own.
     """
     x = fixture.input
-    layer = fixture.layer
     live_rows = np.flatnonzero(np.any(x != 0.0, axis=(0, 1))) if x.size else np.array([])
     if live_rows.size == 0:
         return IndependenceEvidence(False, None, False, True, True)

@@ -56,14 +56,16 @@ def primary_probe(primary: Primary, layer: QkvProjections) -> ShapeProbe:
     )
 
 
-def other_probes(fixture: Fixture) -> tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe]:
-    """Batch doubled (the input twice, concatenated), ``[0,T,d]``, ``[2B,0,d]``, ``[B,0,d]``.
+def other_probes(
+    fixture: Fixture, layer: QkvProjections
+) -> tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe]:
+    """Batch doubled (the input twice, concatenated), ``[0,T,d]``, ``[2B,0,d]``, ``[B,0,d]``,
+    through ``layer`` (the fixture's projections).
 
     The doubled batch is the largest pass of the evidence (a ``[2B,T,d]`` input and input
     gradient); :func:`~qkvcli.evidence.build.build_evidence` runs it first, while only
     the fixture is held, so its buffers never add to the primary pass's.
     """
-    layer = fixture.layer
     batch, tokens, d_model = fixture.input.shape
     return (
         probe(layer, np.concatenate([fixture.input, fixture.input], axis=0)),
@@ -75,6 +77,7 @@ def other_probes(fixture: Fixture) -> tuple[ShapeProbe, ShapeProbe, ShapeProbe, 
 
 def compute_shapes(
     fixture: Fixture,
+    layer: QkvProjections,
     primary: Primary | None = None,
     others: tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe] | None = None,
 ) -> ShapeEvidence:
@@ -84,9 +87,8 @@ def compute_shapes(
     of projecting the input a second time; given ``others`` (:func:`other_probes`, run
     earlier), the remaining probes are not run again.
     """
-    layer = fixture.layer
     batch, empty_batch, empty_tokens, report_empty_tokens = (
-        other_probes(fixture) if others is None else others
+        other_probes(fixture, layer) if others is None else others
     )
     return ShapeEvidence(
         rule=probe(layer, fixture.input) if primary is None else primary_probe(primary, layer),
@@ -107,9 +109,9 @@ def rejected(case: str, attempt: Callable[[], object], expected: QkvError) -> Re
     return RejectedCase(case, False, "accepted")
 
 
-def compute_errors(fixture: Fixture) -> ErrorEvidence:
-    """The rejected boundaries, computed on the fixture's own sizes."""
-    layer = fixture.layer
+def compute_errors(fixture: Fixture, layer: QkvProjections) -> ErrorEvidence:
+    """The rejected boundaries, computed on the fixture's own sizes through ``layer`` (its
+    projections)."""
     batch, tokens, d = fixture.input.shape
     h = layer.d_head
     names = layer.names

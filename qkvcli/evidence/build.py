@@ -12,11 +12,12 @@ import math
 
 from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.outputs import weighted_loss
+from qkvcli.core.projections import QkvProjections
 from qkvcli.evidence.behaviour import compute_independence, compute_initialization, same_primary_bits
 from qkvcli.evidence.boundaries import compute_errors, compute_shapes, other_probes
 from qkvcli.evidence.records import Config, Evidence, HistoryEvidence, Primary
 from qkvcli.gradcheck.projections import gradcheck_projections
-from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.fixture import Fixture, projections_of
 
 
 def frozen(fresh: Array) -> Array:
@@ -26,14 +27,14 @@ def frozen(fresh: Array) -> Array:
     return view
 
 
-def compute_primary(fixture: Fixture) -> Primary:
-    """One forward and reverse pass over ``fixture``; every tensor read-only.
+def compute_primary(fixture: Fixture, layer: QkvProjections) -> Primary:
+    """One forward and reverse pass of ``layer`` (the fixture's projections) over
+    ``fixture``; every tensor read-only.
 
     The fixture's tensors are copied (the evidence never aliases what the caller may
     change); the engine's fresh outputs and gradients are only made read-only, which at
     ``[8,512,1024,64]`` saves copying 44 MiB.
     """
-    layer = fixture.layer
     outputs = layer.forward(fixture.input)
     grads = layer.backward(fixture.input, *fixture.upstream)
     w_query, w_key, w_value = layer.weights
@@ -82,13 +83,14 @@ def build_evidence(fixture: Fixture) -> Evidence:
     """
     # The doubled-batch probe first: its [2B,T,d] buffers then never coexist with the
     # primary pass's (peak memory at realistic sizes).
-    probes = other_probes(fixture)
-    primary = compute_primary(fixture)
+    layer = projections_of(fixture)
+    probes = other_probes(fixture, layer)
+    primary = compute_primary(fixture, layer)
     config = Config(
         fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head, layout=fixture.layout
     )
     gradcheck = gradcheck_projections(
-        fixture.layer,
+        layer,
         fixture.input,
         fixture.upstream,
         (primary.grad_input, *primary.weight_gradients),
@@ -110,7 +112,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
         expect = compare_expectations(fixture.expect, actual)
     # The replay pass runs last and is dropped at once, so its buffers never coexist with
     # the gradient check's or the shape probes'.
-    replay_bitwise = same_primary_bits(primary, compute_primary(fixture))
+    replay_bitwise = same_primary_bits(primary, compute_primary(fixture, layer))
     return Evidence(
         chapter=fixture.chapter,
         seed=fixture.seed,
@@ -118,10 +120,10 @@ def build_evidence(fixture: Fixture) -> Evidence:
         primary=primary,
         forward_ok=forward_ok(primary, config),
         reverse_ok=reverse_ok(primary),
-        shapes=compute_shapes(fixture, primary, probes),
-        errors=compute_errors(fixture),
+        shapes=compute_shapes(fixture, layer, primary, probes),
+        errors=compute_errors(fixture, layer),
         initialization=compute_initialization(fixture),
-        independence=compute_independence(fixture, primary),
+        independence=compute_independence(fixture, layer, primary),
         history=HistoryEvidence(),
         replay_bitwise=replay_bitwise,
         gradcheck=gradcheck,

@@ -30,6 +30,7 @@ from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_DIRECTION_SEED,
     DEFAULT_DIRECTIONS,
+    DEFAULT_MODE,
     resolve_mode,
     validate_settings,
 )
@@ -50,7 +51,7 @@ def gradcheck_projections(
     samples: int | None = None,
     progress: Progress | None = None,
     *,
-    mode: str = "auto",
+    mode: str = DEFAULT_MODE,
     directions: int = DEFAULT_DIRECTIONS,
     seed: int = DEFAULT_DIRECTION_SEED,
 ) -> GradcheckResult:

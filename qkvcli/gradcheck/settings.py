@@ -1,5 +1,10 @@
 """Gradient-check settings: the modes, their defaults, and the errors of unusable settings.
 
+Every default of the check is here, once: the step, the tolerance, the mode, the samples
+a sampled tensor gets, the directions of ``fast`` and their seed. A fixture without a
+``gradcheck`` section gets them (:mod:`qkvcli.reading.settings`), as does a command line
+that does not say.
+
 Modes (see :mod:`qkvcli.gradcheck.projections`): ``full`` checks every coordinate, ``sampled``
 evenly spaced ones, ``fast`` random directions, and ``auto`` picks ``full`` or
 ``sampled`` by size (:func:`resolve_mode`).
@@ -13,6 +18,9 @@ from qkvcli.core.errors import QkvError, format_float_debug
 from qkvcli.core.splitmix import DEFAULT_SEED
 
 MODES: tuple[str, str, str, str] = ("auto", "full", "sampled", "fast")
+DEFAULT_MODE = "auto"
+DEFAULT_STEP = 1e-6
+DEFAULT_TOLERANCE = 2e-6
 AUTO_FULL_LIMIT = 4096
 DEFAULT_SAMPLES = 6
 DEFAULT_DIRECTIONS = 3
@@ -116,7 +124,7 @@ def check_evaluations(
 
 def validate_settings(
     step: float, tolerance: float, samples: int | None,
-    mode: str = "auto", directions: int = DEFAULT_DIRECTIONS,
+    mode: str = DEFAULT_MODE, directions: int = DEFAULT_DIRECTIONS,
 ) -> None:
     """Raise a :class:`GradcheckSettingError` for a step, tolerance or count that cannot work.
 

@@ -32,7 +32,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
 from qkvcli.evidence.records import HistoryEvidence
-from qkvcli.reading.fixture import Fixture
+from qkvcli.reading.fixture import Fixture, projections_of
 
 # Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.
 NUMBER = re.compile(r"(?<![A-Za-z_\d.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -106,7 +106,7 @@ def _mat(values: np.ndarray) -> str:
 
 def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     """The nine questions with answers computed from ``fixture``. Raises :class:`QuizError`."""
-    layer = fixture.layer
+    layer = projections_of(fixture)
     batch, tokens, d = fixture.input.shape
     h = layer.d_head
     if batch == 0 or tokens == 0:

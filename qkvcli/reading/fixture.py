@@ -33,7 +33,8 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
-from qkvcli.reading.limits import DEFAULT_SEED, DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.reading.limits import DEFAULT_SEED
 
 SCHEMA_NAME = "fixture.schema.json"
 TOP_KEYS = (
@@ -43,6 +44,11 @@ WEIGHT_KEYS = ("name", "shape", "values")
 GRADCHECK_KEYS = ("step", "tolerance", "samples")
 # The packed PyTorch form of the three weights (read by qkvcli.reading.layouts).
 PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
+# Top-level keys only qkv attend reads (qkvcli.reading.attend): a layer's heads, and the
+# function a real layer computes.
+LAYER_KEYS = ("heads", "kv_heads")
+FUNCTION_KEYS = ("causal", "rope", "scale", "architecture")
+LAYER_TOP_KEYS = LAYER_KEYS + FUNCTION_KEYS
 
 
 def uses_extensions(data: dict[str, Any]) -> bool:
@@ -71,8 +77,7 @@ if TYPE_CHECKING:
 class Fixture(Record):
     """A validated fixture: every array float64, finite, and of consistent shape.
 
-    ``layer`` is the :class:`~qkvcli.core.projections.QkvProjections` built from ``weights`` and
-    ``names`` at construction (not a field: left out of equality and ``repr``).
+    Data only: :func:`projections_of` builds the engine that runs it.
     """
 
     input: Array
@@ -86,21 +91,8 @@ class Fixture(Record):
     chapter: str = "custom"
     expect: Expectations | None = None
     layout: str = "separate"
-    # The gradient check's own defaults (qkvcli.gradcheck.settings: MODES[0],
-    # DEFAULT_DIRECTIONS), written here because reading/ may import only core/;
-    # tests/test_fixture.py keeps them equal. Set from the CLI.
-    mode: str = "auto"
-    directions: int = 3  # random directions per tensor in fast mode
-
-    def __post_init__(self) -> None:
-        self.__dict__["_layer"] = QkvProjections.from_arrays(
-            self.weights[0], self.weights[1], self.weights[2], names=self.names
-        )
-
-    @property
-    def layer(self) -> QkvProjections:
-        layer: QkvProjections = self.__dict__["_layer"]
-        return layer
+    mode: str = DEFAULT_MODE  # mode and directions: set from the command line
+    directions: int = DEFAULT_DIRECTIONS
 
     @property
     def batch(self) -> int:
@@ -117,3 +109,11 @@ class Fixture(Record):
     @property
     def d_head(self) -> int:
         return int(self.weights[0].shape[1])
+
+
+def projections_of(fixture: Fixture) -> QkvProjections:
+    """The engine's projections of ``fixture``'s weights and names: the one way to run a
+    fixture. Each call builds them anew (validation again, then one packed copy of the
+    weights), so a caller builds them once per run. Raises a
+    :class:`~qkvcli.core.errors.QkvError` for weights no parse would have accepted."""
+    return QkvProjections.from_arrays(*fixture.weights, names=fixture.names)

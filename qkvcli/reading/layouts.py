@@ -52,6 +52,7 @@ from qkvcli.reading.json_values import json_type_name, refuse_unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 from qkvcli.reading.problems import FixtureError
 from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import weight_name
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -136,12 +137,7 @@ def _separate_branch(
     if isinstance(value, dict):
         sourced = any(key in value for key in SOURCE_KEYS[:3])
         refuse_unknown_keys(value, WEIGHT_OBJECT_KEYS + (SOURCE_KEYS if sourced else ()), location)
-        if "name" in value:
-            if not isinstance(value["name"], str):
-                raise FixtureError(
-                    f"{location}.name", f"expected a string, got {json_type_name(value['name'])}"
-                )
-            name = value["name"]
+        name = weight_name(value, location)
         if "layout" in value:
             layout = value["layout"]
             if layout not in LAYOUTS:

@@ -30,8 +30,6 @@ from qkvcli.core.splitmix import DEFAULT_SEED as DEFAULT_SEED  # a fixture's def
 from qkvcli.core.splitmix import MASK64
 from qkvcli.reading.problems import FixtureError
 
-DEFAULT_STEP = 1e-6
-DEFAULT_TOLERANCE = 2e-6
 MAX_SEED = MASK64  # a seed is SplitMix64's whole 64-bit state
 DEFAULT_MAX_ELEMENTS = 1 << 27
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -58,12 +56,14 @@ def check_size(shape: list[int] | tuple[int, ...], location: str, max_elements: 
         )
 
 
-def expect_shape(grad: Array, expected: tuple[int, ...], axes: str, location: str) -> Array:
-    """``grad`` if its shape is ``expected``; the message names the ``axes`` of the shape."""
+def expect_shape(grad: Array, expected: tuple[int, ...], axes: str | None, location: str) -> Array:
+    """``grad`` if its shape is ``expected``; the message names the ``axes`` of the shape
+    (``None``: it does not)."""
     if grad.shape != expected:
+        named = f" ({axes})" if axes else ""
         raise FixtureError(
             location,
-            f"expected shape [{','.join(map(str, expected))}] ({axes}), "
+            f"expected shape [{','.join(map(str, expected))}]{named}, "
             f"got [{','.join(map(str, grad.shape))}]",
         )
     return grad

@@ -9,6 +9,7 @@ directory.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from qkvcli.reading import limits
 from qkvcli.reading.files import STDIN, StrPath, read_limited
@@ -21,18 +22,18 @@ from qkvcli.reading.problems import FixtureError
 BUNDLED_NAME = "ch26-qkv-projections.json"
 
 
-def bundled_fixture_text() -> str:
-    """The chapter fixture shipped inside the package."""
+def bundled_fixture_text(name: str = BUNDLED_NAME) -> str:
+    """A fixture shipped inside the package (``qkvcli/data``): the chapter's by default."""
     # A plain read when the package is on disk: importlib.resources pulls in zipfile
     # and friends, several milliseconds of a report that takes few more.
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(package, "data", BUNDLED_NAME)
+    path = os.path.join(package, "data", name)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as handle:
             return handle.read()
     from importlib.resources import files
 
-    return files("qkvcli.data").joinpath(BUNDLED_NAME).read_text(encoding="utf-8")
+    return files("qkvcli.data").joinpath(name).read_text(encoding="utf-8")
 
 
 def read_fixture_text(path: StrPath) -> str:
@@ -59,6 +60,20 @@ def fixture_stem(path: StrPath) -> str:
     return stem
 
 
+def fixture_json(
+    path: StrPath | None, bundled: str = BUNDLED_NAME
+) -> tuple[Any, str, StrPath | None]:
+    """The JSON document of the fixture file at ``path`` (``None``: the bundled fixture
+    ``bundled``), the chapter it defaults to (its file name's stem) and the directory its
+    ``npy`` paths resolve in. Raises as :func:`read_fixture_text` and
+    :func:`~qkvcli.reading.json_values.parse_json_text` do."""
+    if path is None:
+        return parse_json_text(bundled_fixture_text(bundled)), "custom", None
+    name = os.fspath(path)
+    return parse_json_text(read_fixture_text(name)), fixture_stem(name), (
+        os.path.dirname(name) or os.curdir)
+
+
 def load_fixture(
     path: StrPath | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> Fixture:
@@ -69,11 +84,5 @@ def load_fixture(
     :class:`~qkvcli.reading.files.InputFileError` for a file that cannot be read and
     :class:`FixtureError` for bad content.
     """
-    if path is None:
-        return parse_fixture(parse_json_text(bundled_fixture_text()), max_elements=max_elements)
-    name = os.fspath(path)
-    text = read_fixture_text(name)
-    return parse_fixture(
-        parse_json_text(text), default_chapter=fixture_stem(name), max_elements=max_elements,
-        base_dir=os.path.dirname(name) or os.curdir,
-    )
+    data, chapter, base_dir = fixture_json(path)
+    return parse_fixture(data, chapter, max_elements, base_dir)

@@ -6,6 +6,10 @@ rank and widths; then model widths, head widths, duplicate names); then the inpu
 width, finite values); then upstream gradients; then settings (gradcheck, seed,
 chapter); then expectations. Problems are :class:`~qkvcli.reading.problems.FixtureError`
 values carrying the JSON location (``$.weights.key``) of what is wrong.
+
+The document's keys, the input and the upstream gradients are read here for ``qkv
+attend`` too (:func:`read_document`, :func:`read_input`, :func:`read_upstream`), as are
+the settings (:mod:`qkvcli.reading.settings`).
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import InputRank, QkvError
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.projections import QkvProjections
+from qkvcli.core.weights import check_input_shape
 from qkvcli.reading.fixture import TOP_KEYS, Fixture, uses_extensions
-from qkvcli.reading.json_values import expect_object, json_type_name, unknown_keys
+from qkvcli.reading.json_values import expect_object, unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_projection_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import MAX_PROBLEMS, FixtureError, Problems, TooManyProblems
 from qkvcli.reading.settings import parse_gradcheck, parse_seed_and_chapter
@@ -65,20 +70,36 @@ def fixture_problems(
     return problems.errors
 
 
-def _parse_input(
-    raw: Any, layer: QkvProjections | None, max_elements: int, problems: Problems,
+def read_document(data: Any, keys: tuple[str, ...], problems: Problems) -> dict[str, Any] | None:
+    """``data`` if it is an object; unknown keys (``keys`` are known) and a missing
+    ``input`` or ``weights`` reported. ``None`` when it is not an object."""
+    document = expect_object(data, "$", problems)
+    if document is None:
+        return None
+    for error in unknown_keys(document, keys, "$"):
+        problems.add(error)
+    for key in ("input", "weights"):
+        if key not in document:
+            problems.add(FixtureError("$", f'missing key "{key}"'))
+    return document
+
+
+def read_input(
+    raw: Any, d_model: int | None, max_elements: int, problems: Problems,
     base_dir: StrPath | None = None,
 ) -> Array | None:
+    """``$.input``: rank three, final width ``d_model``, finite. ``d_model`` is ``None``
+    after a problem in the weights: only the rank is checked then, and nothing returned."""
     x = problems.attempt(parse_tensor, raw, "$.input", max_elements, base_dir=base_dir)
     if x is None:
         return None
-    if layer is None:
-        # Without a valid layer the model width is unknown; the rank can still be checked.
-        if x.ndim != 3:
-            problems.add(FixtureError("$.input", str(InputRank(x.ndim)) + _empty_hint(x)))
-        return None
     try:
-        layer.check_input(x)
+        if d_model is None:
+            if x.ndim != 3:
+                raise InputRank(x.ndim)
+            return None
+        check_input_shape(x, d_model)
+        check_finite(x, "input")
     except QkvError as error:
         problems.add(FixtureError("$.input", f"{error}{_empty_hint(x)}"))
         return None
@@ -93,52 +114,44 @@ def _empty_hint(x: Array) -> str:
     return ""
 
 
-def _parse_upstream(
-    raw_upstream: Any, expected: tuple[int, ...] | None, max_elements: int, problems: Problems,
-    base_dir: StrPath | None = None,
-) -> list[Array] | None:
-    """The three upstream gradients (missing ones are all ones); ``None`` after a problem."""
-    upstream: list[Array] = []
-    ok = expected is not None
-    if raw_upstream is None:
-        return [np.ones(expected) for _ in BRANCHES] if expected is not None else None
-    raw = expect_object(raw_upstream, "$.upstream", problems)
+def read_upstream(
+    raw: Any, shapes: tuple[tuple[int, ...], ...] | None, max_elements: int, problems: Problems,
+    base_dir: StrPath | None = None, keys: tuple[str, ...] = BRANCHES,
+    axes: str | None = "batch, tokens, d_head",
+) -> list[Array | None] | None:
+    """The upstream gradients ``raw`` gives, query, key, value (``None``: not given), each
+    checked against its shape in ``shapes`` (``None``: unknown after a problem; ``axes``
+    names their axes in messages); ``keys`` are the keys it may hold. ``None`` after a
+    problem."""
     if raw is None:
+        return [None, None, None]
+    upstream = expect_object(raw, "$.upstream", problems)
+    if upstream is None:
         return None
-    for error in unknown_keys(raw, BRANCHES, "$.upstream"):
+    for error in unknown_keys(upstream, keys, "$.upstream"):
         problems.add(error)
-    for branch in BRANCHES:
+    given: list[Array | None] = []
+    ok = True
+    for branch, shape in zip(BRANCHES, shapes or (None, None, None), strict=True):
         location = f"$.upstream.{branch}"
-        if branch not in raw:
-            if expected is not None:
-                upstream.append(np.ones(expected))
-            continue
-        grad = problems.attempt(parse_tensor, raw[branch], location, max_elements,
-                                base_dir=base_dir)
-        if grad is not None and expected is not None:
-            grad = problems.attempt(
-                expect_shape, grad, expected, "batch, tokens, d_head", location
-            )
-        if grad is None:
-            ok = False
-            continue
-        upstream.append(grad)
-    return upstream if ok else None
+        grad = None
+        if branch in upstream:
+            grad = problems.attempt(parse_tensor, upstream[branch], location, max_elements,
+                                    base_dir=base_dir)
+            if grad is not None and shape is not None:
+                grad = problems.attempt(expect_shape, grad, shape, axes, location)
+            ok = ok and grad is not None
+        given.append(grad)
+    return given if ok else None
 
 
 def _parse(
     data: Any, default_chapter: str, max_elements: int, problems: Problems,
     base_dir: StrPath | None = None,
 ) -> Fixture | None:
-    if not isinstance(data, dict):
-        problems.add(FixtureError("$", f"expected an object, got {json_type_name(data)}"))
+    data = read_document(data, TOP_KEYS, problems)
+    if data is None:
         return None
-    for error in unknown_keys(data, TOP_KEYS, "$"):
-        problems.add(error)
-    for key in ("input", "weights"):
-        if key not in data:
-            problems.add(FixtureError("$", f'missing key "{key}"'))
-
     layout = "separate"
     layer: QkvProjections | None = None
     if "weights" in data and not uses_extensions(data):
@@ -151,8 +164,8 @@ def _parse(
         if converted is not None:
             plain, layout = converted
             layer = parse_weights(plain, max_elements, problems, base_dir)
-    x = (_parse_input(data["input"], layer, max_elements, problems, base_dir)
-         if "input" in data else None)
+    x = (read_input(data["input"], None if layer is None else layer.d_model, max_elements,
+                    problems, base_dir) if "input" in data else None)
     expected: tuple[int, ...] | None = None
     sizes: tuple[int, int, int, int] | None = None
     if layer is not None and x is not None:
@@ -165,8 +178,10 @@ def _parse(
             sizes = (int(batch), int(tokens), layer.d_model, layer.d_head)
         else:
             x = None  # the derived tensors are refused: nothing that needs them is checked
-    upstream = _parse_upstream(data.get("upstream"), expected, max_elements, problems,
-                               base_dir)
+    given = read_upstream(data.get("upstream"), None if expected is None else (expected,) * 3,
+                          max_elements, problems, base_dir)
+    upstream = (None if given is None or expected is None
+                else [np.ones(expected) if grad is None else grad for grad in given])
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
     if layer is not None and x is not None:
         problems.attempt(check_step_fits, step, (x, *layer.weights), "$.gradcheck.step")

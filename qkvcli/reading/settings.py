@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from qkvcli.gradcheck.settings import (
+    DEFAULT_STEP,
+    DEFAULT_TOLERANCE,
     GradcheckSettingError,
     ZeroSamples,
     check_step,
@@ -17,7 +19,7 @@ from qkvcli.gradcheck.settings import (
 )
 from qkvcli.reading.fixture import GRADCHECK_KEYS
 from qkvcli.reading.json_values import expect_object, finite_number, json_type_name, unknown_keys
-from qkvcli.reading.limits import DEFAULT_SEED, DEFAULT_STEP, DEFAULT_TOLERANCE, MAX_SEED
+from qkvcli.reading.limits import DEFAULT_SEED, MAX_SEED
 from qkvcli.reading.problems import FixtureError, Problems
 
 

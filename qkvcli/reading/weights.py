@@ -74,16 +74,22 @@ def default_names(tensors: list[str | None]) -> tuple[str, str, str]:
     return (named[0], named[1], named[2])
 
 
+def weight_name(value: Any, location: str) -> str | None:
+    """The ``name`` a weight object at ``location`` gives, if any. Raises
+    :class:`FixtureError` for one that is not a string."""
+    if not isinstance(value, dict) or "name" not in value:
+        return None
+    name = value["name"]
+    if not isinstance(name, str):
+        raise FixtureError(f"{location}.name", f"expected a string, got {json_type_name(name)}")
+    return name
+
+
 def _weight(
     value: Any, branch: str, max_elements: int, base_dir: StrPath | None = None
 ) -> tuple[Array, str | None]:
     location = f"$.weights.{branch}"
-    name: str | None = None
-    if isinstance(value, dict) and "name" in value:
-        raw = value["name"]
-        if not isinstance(raw, str):
-            raise FixtureError(f"{location}.name", f"expected a string, got {json_type_name(raw)}")
-        name = raw
+    name = weight_name(value, location)
     array = parse_tensor(value, location, max_elements, extra_keys=("name",), base_dir=base_dir)
     return array, name
 

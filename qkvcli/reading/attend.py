@@ -1,0 +1,288 @@
+"""What ``qkv attend`` reads beyond the chapter's format, and :class:`AttendFixture`, the record.
+
+An attend fixture is a chapter fixture (:mod:`qkvcli.reading.fixture`: the document's
+keys, the input, the upstream gradients and the settings are read by the chapter's own
+readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with more:
+
+- the weights' layouts and biases, and an output projection (``out_proj_*`` or
+  ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
+- the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
+  ``scale`` and ``architecture``, and the command line's ``--heads`` and ``--causal``
+  against them (:func:`read_function`);
+- ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
+  output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
+  row-major (:func:`seeded_upstream`): deterministic, and uneven enough that a gradient
+  mixing up axes cannot pass by symmetry. The chapter's ``upstream.query/key/value`` are
+  checked for shape only: the head's objective does not use them.
+
+Unnamed branches read from checkpoint tensors take the tensors' names
+(:func:`~qkvcli.reading.weights.default_names`). A fixture runs as a layer when it gives
+``heads`` (or ``--heads`` does), ``kv_heads``, an output projection, GPT-2's packed
+``c_attn`` or GPT-NeoX's ``query_key_value``; ``heads`` is 1 then unless it says.
+Otherwise it is one head.
+
+The record holds plain arrays and says what they compute: the parameters in our
+``[d_model, d_out]`` layout and how the fixture gave them (:class:`LayerParameters`),
+and the function (:class:`LayerFunction`). The engine's layer is built from them by
+:func:`qkvcli.attention.fixture.layer_of`, which also judges them when the fixture is
+read (reading may not import the engine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkvcli.attention.maths import ROPE_LAYOUTS, Rope
+from qkvcli.core.arrays import Array
+from qkvcli.core.names import BRANCHES
+from qkvcli.core.record import Record
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE
+from qkvcli.reading.files import StrPath
+from qkvcli.reading.json_values import is_json_int, json_type_name, refuse_unknown_keys
+from qkvcli.reading.layouts import (
+    LAYOUT_DESCRIPTIONS,
+    CanonicalWeights,
+    read_out_projection,
+    value_width_mode,
+)
+from qkvcli.reading.limits import DEFAULT_SEED, expect_shape
+from qkvcli.reading.load import BUNDLED_NAME
+from qkvcli.reading.problems import FixtureError
+from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import check_name, default_names
+
+EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
+ROPE_KEYS = ("theta", "dims", "layout")
+UPSTREAM_OUTPUT = "output"
+MAX_HEADS = 4096
+PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value"}
+
+
+class LayerFunction(Record):
+    """What a fixture says its layer computes beyond its parameters (:func:`read_function`)."""
+
+    heads: int | None  # None: one head, run as such (no heads axis); else a layer of heads
+    kv_heads: int | None  # grouped-query attention's K/V heads; None: one per query head
+    causal: bool  # the fixture's "causal", or --causal
+    rope: Rope | None
+    scale: float | None  # the score factor; None: 1/sqrt(d_k)
+    independent: bool  # "value_width": "independent": d_v is the value weight's own
+    architecture: str | None  # the model the fixture says it was read from
+
+    @property
+    def kv_groups(self) -> int:
+        """Query heads per K/V head (1 without ``kv_heads``)."""
+        if self.kv_heads is None or self.heads is None or self.heads % self.kv_heads:
+            return 1
+        return self.heads // self.kv_heads
+
+    @property
+    def value_width(self) -> str:
+        """The fixture's ``value_width``: ``"independent"`` or ``"shared"``."""
+        return "independent" if self.independent else "shared"
+
+
+class LayerParameters(Record):
+    """A layer's parameters in our layout (``Y = X W + b``), and how the fixture gave them."""
+
+    weights: tuple[Array, Array, Array]  # [d_model, d_out] each: query, key, value
+    biases: tuple[Array | None, Array | None, Array | None]
+    names: tuple[str, str, str]
+    layout: str  # the weights' spelling: a key of reading.layouts.LAYOUT_DESCRIPTIONS
+    branch_layouts: tuple[str, str, str]  # per branch "qkv" ([in, out]) or "torch" ([out, in])
+    out_weight: Array | None = None  # [H*d_v, E_out]
+    out_bias: Array | None = None
+    out_layout: str | None = None  # "out_proj" (torch) or "c_proj" (Conv1D)
+    sources: tuple[tuple[str, str], ...] = ()  # (name, checkpoint tensor): checkpoint_sources
+
+    @property
+    def packed(self) -> str | None:
+        """The packed projection the weights were given as (``in_proj``, ``c_attn``,
+        ``query_key_value``), or ``None``."""
+        return PACKED_LAYOUTS.get(self.layout)
+
+    @property
+    def layout_description(self) -> str:
+        """A one-line description of the weights' layout, for reports."""
+        return LAYOUT_DESCRIPTIONS[self.layout]
+
+    def arrays(self) -> tuple[Array, ...]:
+        """Every parameter given: the weights, the biases, the output projection."""
+        return (*self.weights, *(t for t in (*self.biases, self.out_weight, self.out_bias)
+                                 if t is not None))
+
+
+class AttendFixture(Record):
+    """A validated fixture for ``qkv attend``: plain arrays, and what they compute."""
+
+    input: Array
+    parameters: LayerParameters
+    function: LayerFunction
+    upstream: Array  # U of L = <O, U>, shaped like the final output [batch, tokens, E_out]
+    step: float = DEFAULT_STEP
+    tolerance: float = DEFAULT_TOLERANCE
+    samples: int | None = None
+    seed: int = DEFAULT_SEED
+    chapter: str = "custom"
+
+    def perturbed(self) -> tuple[Array, ...]:
+        """Every tensor the gradient check perturbs: the input and every parameter."""
+        return (self.input, *self.parameters.arrays())
+
+
+def _count(data: dict[str, Any], key: str) -> int | None:
+    if key not in data:
+        return None
+    raw = data[key]
+    if not is_json_int(raw):
+        raise FixtureError(f"$.{key}", f"expected an integer, got {json_type_name(raw)}")
+    if not 1 <= raw <= MAX_HEADS:
+        raise FixtureError(f"$.{key}", f"{key} must be between 1 and {MAX_HEADS}")
+    return int(raw)
+
+
+def _number(raw: Any, location: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise FixtureError(location, f"expected a number, got {json_type_name(raw)}")
+    value = float(raw)
+    if not (value > 0.0 and value < float("inf")):
+        raise FixtureError(location, f"must be a finite positive number, got {raw!r}")
+    return value
+
+
+def _rope(raw: Any) -> Rope:
+    if not isinstance(raw, dict):
+        raise FixtureError("$.rope", f"expected an object, got {json_type_name(raw)}")
+    refuse_unknown_keys(raw, ROPE_KEYS, "$.rope")
+    for key in ("theta", "dims"):
+        if key not in raw:
+            raise FixtureError("$.rope", f'missing key "{key}"')
+    dims = raw["dims"]
+    if not is_json_int(dims) or dims < 2 or dims % 2:
+        raise FixtureError("$.rope.dims", "expected an even integer of at least 2 (the rotated "
+                           "coordinates of each head)")
+    layout = raw.get("layout", "half")
+    if layout not in ROPE_LAYOUTS:
+        shown = f'"{layout}"' if isinstance(layout, str) else json_type_name(layout)
+        raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
+    return Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout))
+
+
+def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
+    """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale`` and
+    ``architecture``, in that order, with the command line's ``--heads`` and ``--causal``.
+    ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
+    whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
+    that contradicts the fixture)."""
+    independent = value_width_mode(data) == "independent"
+    given = _count(data, "heads")
+    if heads is not None and given is not None and heads != given:
+        raise FixtureError("$.heads", f"the fixture says {given} heads, --heads says {heads}: "
+                           "drop --heads (the fixture describes the layer)")
+    heads = given if heads is None else heads
+    kv_heads = _count(data, "kv_heads")
+    if kv_heads is not None and (heads or 1) % kv_heads:
+        raise FixtureError("$.kv_heads", f"kv_heads must divide heads {heads or 1}, got {kv_heads}")
+    said = data.get("causal")
+    if said is not None and not isinstance(said, bool):
+        raise FixtureError("$.causal", f"expected true or false, got {json_type_name(said)}")
+    if causal and said is False:
+        raise FixtureError("$.causal", 'the fixture says "causal": false, --causal says true: '
+                           "drop --causal (the fixture describes the layer)")
+    rope = _rope(data["rope"]) if data.get("rope") is not None else None
+    scale = _number(data["scale"], "$.scale") if data.get("scale") is not None else None
+    architecture = data.get("architecture")
+    if architecture is not None and not isinstance(architecture, str):
+        raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
+    return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
+                         architecture)
+
+
+def read_parameters(weights: dict[str, Any], canonical: CanonicalWeights) -> LayerParameters:
+    """The weights and biases of ``canonical`` (read from ``weights``), named: each
+    branch's ``name``, else its checkpoint tensor's (:func:`checkpoint_sources`), else the
+    chapter's. Raises :class:`FixtureError` at the first invalid name."""
+    sources = checkpoint_sources(weights)
+    given = dict(sources)
+    defaults = default_names([given.get(f"w_{branch}") for branch in BRANCHES])
+    names = []
+    for branch, default in zip(canonical.branches, defaults, strict=True):
+        name = default if branch.name is None else branch.name
+        check_name(name, f"{branch.location}.name")
+        names.append(name)
+    q, k, v = canonical.branches
+    return LayerParameters((q.weight, k.weight, v.weight), (q.bias, k.bias, v.bias),
+                           (names[0], names[1], names[2]), canonical.layout,
+                           (q.given, k.given, v.given), sources=sources)
+
+
+def read_layer(
+    weights: dict[str, Any], parameters: LayerParameters, function: LayerFunction,
+    max_elements: int, base_dir: StrPath | None,
+) -> tuple[LayerParameters, LayerFunction]:
+    """The output projection of ``weights``, if any, added to ``parameters``; and whether
+    the fixture is a layer, said by ``function.heads`` (1 for a layer that does not say).
+    Raises :class:`FixtureError`."""
+    out = read_out_projection(weights, max_elements, base_dir)
+    if out is not None:
+        parameters = parameters._replace(out_weight=out.weight, out_bias=out.bias,
+                                         out_layout=out.layout)
+    layer = (function.heads is not None or out is not None or function.kv_heads is not None
+             or parameters.layout in ("c_attn", "query_key_value"))
+    if layer and function.heads is None:
+        function = function._replace(heads=1)
+    return parameters, function
+
+
+def read_upstream_output(
+    raw: Any, shape: tuple[int, int, int], max_elements: int, base_dir: StrPath | None
+) -> Array | None:
+    """``upstream.output`` if given, checked against the final output's ``shape``."""
+    if raw is None:
+        return None
+    location = f"$.upstream.{UPSTREAM_OUTPUT}"
+    grad = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    return expect_shape(grad, shape, "the final output's [batch,tokens,E_out]", location)
+
+
+def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
+    """``U``: SplitMix64(seed) unit draws mapped to ``[-1, 1)``, row-major, shaped ``shape``."""
+    count = shape[0] * shape[1] * shape[2]
+    return (2.0 * SplitMix64(seed).next_unit_block(count) - 1.0).reshape(shape)
+
+
+_SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
+    ("in_proj", "packed"), ("c_attn", "packed"), ("query_key_value", "packed"),
+    ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")}
+
+
+def checkpoint_sources(weights: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``(vocabulary name, tensor name)`` of each parameter of the (validated) ``weights``
+    that names a checkpoint tensor (``w_query``, ``b_query``, ``w_packed``, ``w_out``...):
+    how the user's framework calls it. Inline, ``npy`` and generated tensors have none."""
+    def tensor_name(value: Any) -> str | None:
+        named = isinstance(value, dict) and "safetensors" in value
+        return value["tensor"] if named and isinstance(value.get("tensor"), str) else None
+
+    branches = [weights.get(branch) for branch in BRANCHES]
+    given = [*((f"w_{b}", value) for b, value in zip(BRANCHES, branches, strict=True)),
+             *((f"b_{b}", value.get("bias") if isinstance(value, dict) else None)
+               for b, value in zip(BRANCHES, branches, strict=True)),
+             *((name, weights.get(key)) for key, name in _SOURCED_KEYS.items())]
+    return tuple((name, tensor) for name, value in given
+                 if (tensor := tensor_name(value)) is not None)
+
+
+def relative_sources(sources: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``sources`` (vocabulary name, checkpoint tensor name) with the tensor names' common
+    dotted prefix removed, the layer's place in the model, so each name is relative to the
+    layer (``q_proj.weight``, BERT's ``self.query.weight`` and ``output.dense.weight``);
+    every name keeps at least its module and parameter (``c_attn.weight``)."""
+    if not sources:
+        return ()
+    parts = [tensor.split(".") for _, tensor in sources]
+    common, keep = 0, min(len(p) for p in parts) - 2
+    while common < keep and all(p[common] == parts[0][common] for p in parts):
+        common += 1
+    return tuple((name, ".".join(p[common:])) for (name, _), p in zip(sources, parts, strict=True))
