@@ -228,6 +228,25 @@ def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
     assert family_detail(check).startswith("chapter: second forward differs: query[0,0,0] was")
 
 
+def test_head_replay_says_which_call_differs_and_where_as_replay_does(cases: list[Case]) -> None:
+    import numpy_head
+
+    calls = SimpleNamespace(count=0)
+
+    def head_backward(*args: Any) -> Any:
+        calls.count += 1
+        grad_input, *grad_w = numpy_head.head_backward(*args)
+        return (grad_input + calls.count * 2.0**-40, *grad_w)  # within tolerance, not bits
+
+    result = run_checks(PythonImplementation("head", None, None, numpy_head.head_forward,
+                                             head_backward), cases[:1], 1e-9)
+    failure = next(f for f in result.failures if f.family == "head-replay")
+    assert (failure.fixture, failure.coordinate, failure.code) == (
+        "chapter", "grad_input[0,0,0]", "replay-differs")
+    assert failure_detail(failure).startswith(
+        "second head_backward differs: grad_input[0,0,0] was ")
+
+
 def test_gradcheck_names_the_worst_coordinate(cases: list[Case]) -> None:
     check = by_name(check_example("wrong_no_value_path.py", cases[:1]))["gradcheck"]
     assert family_detail(check).startswith("chapter: worst grad_input[0,0,2]: analytic -0.5")

@@ -22,8 +22,9 @@ from qkvcli.check.heads import Bundle, Heads
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
+from qkvcli.check.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
-from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+from qkvcli.core.results import Failure, FamilyCheck, judge
 
 LETTERS = ("Q", "K", "V")
 
@@ -177,18 +178,19 @@ def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck,
 
 
 def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """A second head_forward (and head_backward), causal, agrees bit for bit with the first."""
+    """A second head_forward (and head_backward), causal, agrees bit for bit with the first;
+    a finding says which call differs and where, as :func:`check_replay`'s does."""
     session = heads.session
     failures: list[Failure] = []
     for case in session.cases:
-        pairs: list[tuple[Bundle | CallFailed, Callable[[], Bundle]]] = [
-            (heads.forward(case, True),
+        pairs: list[tuple[str, tuple[str, ...], Bundle | CallFailed, Callable[[], Bundle]]] = [
+            ("head_forward", HEAD_FORWARD_NAMES, heads.forward(case, True),
              partial(session.call_head_forward, case, case.input, case.weights, True))]
         if heads.backward:
-            pairs.append((heads.grads(case, True), partial(
+            pairs.append(("head_backward", HEAD_BACKWARD_NAMES, heads.grads(case, True), partial(
                 session.call_head_backward, case, case.input, case.weights, True,
                 case.upstream[2])))
-        for first, again in pairs:
+        for operation, names, first, again in pairs:
             if isinstance(first, CallFailed):
                 failures.append(not_run_after("head-replay", case.label, first))
                 break
@@ -200,10 +202,10 @@ def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                     "head-replay", case.label, None, code="replay-failed",
                     facts=(failure.operation, failure.message)))
                 break
-            if any(a.tobytes() != b.tobytes() or a.shape != b.shape
-                   for a, b in zip(first, second, strict=True)):
-                failures.append(found_at("head-replay", case.label, None,
-                                         Clause("replay-changed")))
+            found = _differs(first, second, names)
+            if found is not None:
+                failures.append(Failure("head-replay", case.label, found[0],
+                                        code="replay-differs", facts=(operation, *found)))
                 break
     return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
 
