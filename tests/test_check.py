@@ -228,6 +228,22 @@ def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
     assert family_detail(check).startswith("chapter: second forward differs: query[0,0,0] was")
 
 
+def test_replay_judges_the_forward_of_a_fixture_whose_backward_failed(cases: list[Case]) -> None:
+    calls = SimpleNamespace(count=0)
+
+    def forward(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
+        calls.count += 1
+        q, k, v = numpy_qkv.forward(x, wq, wk, wv)
+        return q + calls.count * 2.0**-40, k, v
+
+    def backward(*args: Any) -> Any:
+        raise NotImplementedError
+
+    check = by_name(check_functions(cases[:1], forward, backward))["replay"]
+    assert check.outcome == "failed"
+    assert family_detail(check).startswith("chapter: second forward differs: query[0,0,0] was")
+
+
 def test_head_replay_says_which_call_differs_and_where_as_replay_does(cases: list[Case]) -> None:
     import numpy_head
 

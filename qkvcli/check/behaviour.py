@@ -131,34 +131,34 @@ def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
 
 
 def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """A second forward (and backward) on each fixture agrees with the first bit for bit."""
+    """A second forward (and backward) on each fixture agrees with the first bit for bit;
+    a forward is judged also when the fixture's backward failed (not run for that)."""
     failures = []
     for case in session.cases:
-        first = session.forward(case)
-        grads = session.backward(case) if session.implementation.has_backward else None
-        failed = first if isinstance(first, CallFailed) else grads
-        if isinstance(failed, CallFailed):
-            failures.append(not_run_after("replay", case.label, failed))
-            continue
-        try:
-            if not isinstance(first, CallFailed):
-                again = session.call_forward(case, case.input, case.weights)
-                found = _differs(first, again, FORWARD_NAMES)
-                if found is not None:
-                    failures.append(Failure("replay", case.label, found[0],
-                                            code="replay-differs", facts=("forward", *found)))
-                    continue
-            if grads is not None and not isinstance(grads, CallFailed):
-                again = session.call_backward(case, case.input, case.weights, case.upstream)
-                found = _differs(grads, again, BACKWARD_NAMES)
-                if found is not None:
-                    failures.append(Failure("replay", case.label, found[0],
-                                            code="replay-differs", facts=("backward", *found)))
-        except Broken as failure:
-            failures.append(not_run_after("replay", case.label, failure))
-        except CallFailed as failure:
-            failures.append(Failure("replay", case.label, None, code="replay-failed",
-                                    facts=(failure.operation, failure.message)))
+        pairs: list[tuple[str, tuple[str, ...], tuple[Array, ...] | CallFailed,
+                          Callable[[], tuple[Array, ...]]]] = [
+            ("forward", FORWARD_NAMES, session.forward(case),
+             partial(session.call_forward, case, case.input, case.weights))]
+        if session.implementation.has_backward:
+            pairs.append(("backward", BACKWARD_NAMES, session.backward(case), partial(
+                session.call_backward, case, case.input, case.weights, case.upstream)))
+        for operation, names, first, again in pairs:
+            if isinstance(first, CallFailed):
+                failures.append(not_run_after("replay", case.label, first))
+                break
+            try:
+                second = again()
+            except CallFailed as failure:
+                failures.append(not_run_after("replay", case.label, failure)
+                                if isinstance(failure, Broken) else Failure(
+                    "replay", case.label, None, code="replay-failed",
+                    facts=(failure.operation, failure.message)))
+                break
+            found = _differs(first, second, names)
+            if found is not None:
+                failures.append(Failure("replay", case.label, found[0],
+                                        code="replay-differs", facts=(operation, *found)))
+                break
     return judge("replay", failures, len(session.cases),
                  backward=session.implementation.has_backward), failures
 
