@@ -19,6 +19,7 @@ from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import close, first_bit_difference, first_outside
 from qkvcli.check.errors import Broken, CallFailed
 from qkvcli.check.heads import Bundle, Heads
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
@@ -90,7 +91,7 @@ def _backward_independence(session: Session, case: Case,
     return None
 
 
-def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_independence(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Each branch's output and weight gradient depend only on its own weight and path."""
     failures = []
     backward = session.implementation.has_backward
@@ -130,7 +131,7 @@ def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
     return None
 
 
-def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """A second forward (and backward) on each fixture agrees with the first bit for bit;
     a forward is judged also when the fixture's backward failed (not run for that)."""
     failures = []
@@ -163,24 +164,10 @@ def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                  backward=session.implementation.has_backward), failures
 
 
-def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck, list[Failure]]:
-    """No call changed its arguments (judged after every other family's calls); as
-    ``head-purity``, no head call. Not run when some of those calls never completed
-    (the implementation stopped: what they would have changed is unknown)."""
-    if session.implementation.is_command:
-        return not_applicable(family, "command"), []
-    head = family == "head-purity"
-    failures = list(session.head_impurities if head else session.impurities)
-    if family in session.unfinished:
-        failures.append(not_run(family, None, "stopped"))
-    calls = session.head_calls if head else session.calls - session.head_calls
-    return judge(family, failures, len(session.cases), calls=calls), failures
-
-
-def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """A second head_forward (and head_backward), causal, agrees bit for bit with the first;
     a finding says which call differs and where, as :func:`check_replay`'s does."""
-    session = heads.session
+    heads = Heads(session)
     failures: list[Failure] = []
     for case in session.cases:
         pairs: list[tuple[str, tuple[str, ...], Bundle | CallFailed, Callable[[], Bundle]]] = [
@@ -210,6 +197,15 @@ def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
 
 
-def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """No head call changed its arguments (judged after every other head family's calls)."""
-    return check_purity(heads.session, "head-purity")
+def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """No call of the kind changed its arguments (judged after every other family's calls).
+    Not run when some of those calls never completed (the implementation stopped: what
+    they would have changed is unknown)."""
+    family = kind.family("purity")
+    if session.implementation.is_command:
+        return not_applicable(family, "command"), []
+    failures = list(session.impurities.get(family, []))
+    if family in session.unfinished:
+        failures.append(not_run(family, None, "stopped"))
+    return judge(family, failures, len(session.cases),
+                 calls=session.kind_calls.get(family, 0)), failures

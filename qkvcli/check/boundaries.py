@@ -8,6 +8,7 @@ import numpy as np
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.heads import Heads
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_run
 from qkvcli.check.session import Session
 from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
@@ -49,7 +50,7 @@ def _probe(session: Session, case: Case, what: str, x: Array) -> Failure | None:
     return None
 
 
-def check_shapes(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Forward (and backward) on an empty batch and on no tokens keep every axis."""
     failures = []
     for case in session.cases:
@@ -103,7 +104,7 @@ def bad_backward_inputs(case: Case) -> list[tuple[Request, Array, tuple[Array, A
     ]
 
 
-def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Every bad forward (and backward) request raises (or is answered with an error);
     lists what was silently accepted."""
     failures = []
@@ -134,9 +135,9 @@ def check_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     return judge("errors", failures, len(session.cases), backward=backward), failures
 
 
-def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """An empty batch, no tokens and one token keep every axis, forward and backward."""
-    session = heads.session
+    heads = Heads(session)
     failures: list[Failure] = []
     for case in session.cases:
         _, _, d_model, d_head = case.shape
@@ -172,10 +173,10 @@ def check_head_shapes(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     return judge("head-shapes", failures, len(session.cases), backward=heads.backward), failures
 
 
-def check_head_errors(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Bad head requests are rejected: the input's rank and width, mismatched head widths,
     and (with a backward) a grad_output of the wrong shape."""
-    session = heads.session
+    heads = Heads(session)
     failures: list[Failure] = []
     for case in session.cases:
         batch, tokens, d_model, d_head = (max(d, 1) for d in case.shape)

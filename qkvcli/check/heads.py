@@ -24,8 +24,7 @@ from functools import partial
 
 import numpy as np
 
-from qkvcli.check import engine
-from qkvcli.check.cases import Case
+from qkvcli.check.cases import Case, Run
 from qkvcli.check.diagnose import (
     BACKWARD_BUGS,
     FORWARD_BUGS,
@@ -40,6 +39,7 @@ from qkvcli.check.diagnose import (
     variant_forward,
 )
 from qkvcli.check.errors import BadResult, Broken, CallFailed
+from qkvcli.check.kinds import HEAD, Kind
 from qkvcli.check.numerical import Worst, check_case
 from qkvcli.check.result import call_failure, not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
@@ -55,14 +55,12 @@ Bundle = tuple[Array, ...]
 
 
 class Heads:
-    """The head calls of one session: first results per fixture and mode, and the reference."""
+    """A head family's view of the session: the head's first results per fixture and mode,
+    the reference, and the labels of its runs (for judge)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.backward = "head_backward" in session.implementation.operations
-        self._forward: dict[tuple[int, bool], Bundle | CallFailed] = {}
-        self._backward: dict[tuple[int, bool], Bundle | CallFailed] = {}
-        self._reference: dict[tuple[int, bool], tuple[Bundle, Bundle]] = {}
+        self.backward = session.offers(HEAD.backward)
         self.fixture_of: dict[str, str] = {}  # each run's label: its fixture's (for judge)
 
     def label(self, case: Case, causal: bool) -> str:
@@ -78,34 +76,20 @@ class Heads:
         self.fixture_of[label] = case.label
         return label
 
+    def _in(self, case: Case, causal: bool) -> Run:
+        return HEAD.runs(case)[HEAD.modes.index(causal)]
+
     def forward(self, case: Case, causal: bool) -> Bundle | CallFailed:
-        key = (id(case), causal)
-        if key not in self._forward:
-            try:
-                self._forward[key] = self.session.call_head_forward(
-                    case, case.input, case.weights, causal)
-            except CallFailed as failure:
-                self._forward[key] = failure
-        return self._forward[key]
+        return self.session.first(HEAD, self._in(case, causal))
 
     def grads(self, case: Case, causal: bool) -> Bundle | CallFailed:
-        key = (id(case), causal)
-        if key not in self._backward:
-            try:
-                self._backward[key] = self.session.call_head_backward(
-                    case, case.input, case.weights, causal, case.upstream[2])
-            except CallFailed as failure:
-                self._backward[key] = failure
-        return self._backward[key]
+        return self.session.first(HEAD, self._in(case, causal), backward=True)
 
     def reference(self, case: Case, causal: bool) -> tuple[Bundle, Bundle]:
-        """qkv's engine: ``(scores, weights, output)`` and the four gradients (computed once)."""
-        key = (id(case), causal)
-        if key not in self._reference:
-            self._reference[key] = (
-                engine.head_forward(case.input, *case.weights, causal),
-                engine.head_backward(case.input, *case.weights, causal, case.upstream[2]))
-        return self._reference[key]
+        """qkv's engine: ``(scores, weights, output)`` and the four gradients."""
+        run = self._in(case, causal)
+        return (self.session.reference(HEAD, run),
+                self.session.reference(HEAD, run, backward=True))
 
     def precision(self, case: Case, causal: bool) -> list[tuple[str, Precision]] | None:
         """Each wrong tensor of the first head_forward on ``case`` with its precision fault,
@@ -166,10 +150,10 @@ def _right_without_mask(heads: Heads, case: Case) -> bool:
         for g, e in zip(got, heads.reference(case, False)[0], strict=True))
 
 
-def check_head_forward(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """scores, weights and output within the tolerance of the engine's, both modes."""
     failures: list[Failure] = []
-    session = heads.session
+    heads = Heads(session)
     for case in session.cases:
         for causal in MODES:
             got = heads.forward(case, causal)
@@ -210,9 +194,9 @@ def _first_results(family: str, heads: Heads, causal: bool,
     return found, skipped
 
 
-def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_scaling(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """scores are ``Q Kᵀ/√d_k`` (fixtures with ``d_k >= 2``, where it shows)."""
-    session = heads.session
+    heads = Heads(session)
     results, failures = _first_results("scaling", heads, False,
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
     for case, got in results:
@@ -235,12 +219,12 @@ MASK_SLIPS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask
 """The mask slips :func:`check_mask` names, in the order they are tried."""
 
 
-def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """causal=true: exactly the later positions hidden (the diagonal and the earlier ones
     seen), rows summing to 1, scores unmasked; causal=false: no mask. On fixtures with two
     tokens or more. A wrong causal head whose non-causal results are right fails here,
     named when it is a known slip."""
-    session = heads.session
+    heads = Heads(session)
     failures: list[Failure] = []
     judged = 0
     for causal in MODES:
@@ -271,10 +255,10 @@ def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
     return judge("mask", failures, judged, fixture_of=heads.fixture_of), failures
 
 
-def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Rows of weights are >= 0 and sum to 1, and large scores do not overflow (checked
     last of the head's calls: a NaN a program writes ends its session)."""
-    session = heads.session
+    heads = Heads(session)
     results, failures = _first_results("softmax", heads, True, lambda c: c.input.size > 0)
     for case, got in results:
         sums = got[1].sum(axis=-1)
@@ -310,9 +294,9 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                  fixture_of=heads.fixture_of), failures
 
 
-def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_reverse(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """The four gradients within the tolerance of the engine's, both modes; names the slip."""
-    session = heads.session
+    heads = Heads(session)
     if not heads.backward:
         return not_applicable("head-reverse", "no-backward"), [
             Failure("head-reverse", None, None, no_backward=True)]
@@ -337,10 +321,10 @@ def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                  fixture_of=heads.fixture_of), failures
 
 
-def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_gradcheck(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Central differences of ``L = <output, grad_output>`` of the head's own forward
     against its own backward, both modes."""
-    session = heads.session
+    heads = Heads(session)
     if not heads.backward:
         return not_applicable("head-gradcheck", "no-backward"), [
             Failure("head-gradcheck", None, None, no_backward=True)]

@@ -17,6 +17,7 @@ import numpy as np
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import coordinate
 from qkvcli.check.errors import Broken, CallFailed
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.check.target import BACKWARD_NAMES
@@ -98,7 +99,7 @@ def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst:
     return count, None
 
 
-def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_gradcheck(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Central differences of the implementation's forward against its own backward."""
     if not session.implementation.has_backward:
         return not_applicable("gradcheck", "no-backward"), [

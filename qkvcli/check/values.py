@@ -12,6 +12,7 @@ from qkvcli.check import diagnose
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import first_mismatch
 from qkvcli.check.errors import CallFailed
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
 from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
@@ -23,7 +24,7 @@ def _call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
     return call_failure(family, case.label, format_shape(list(case.input.shape)), failure)
 
 
-def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Q, K, V within the tolerance of the engine's; names the first failing coordinate."""
     failures = []
     for case in session.cases:
@@ -31,7 +32,7 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if isinstance(got, CallFailed):
             failures.append(_call_failure("forward", case, got))
             continue
-        expected, _ = session.reference(case)
+        expected = session.reference(kind, kind.run(case))
         for index, (name, actual, wanted) in enumerate(
                 zip(FORWARD_NAMES, got, expected, strict=True)):
             found = first_mismatch(name, actual, wanted, session.tolerance)
@@ -51,7 +52,7 @@ def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     return judge("forward", failures, len(session.cases), session.tolerance), failures
 
 
-def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_reverse(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """dX and the three dW within the tolerance of the engine's; names the wrong path or branch."""
     if not session.implementation.has_backward:
         return not_applicable("reverse", "no-backward"), [
@@ -62,7 +63,7 @@ def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if isinstance(got, CallFailed):
             failures.append(_call_failure("reverse", case, got))
             continue
-        _, expected = session.reference(case)
+        expected = session.reference(kind, kind.run(case), backward=True)
         wrong: list[tuple[Clause | None, str, Clause]] = []
         faults: list[tuple[str, diagnose.Precision]] = []
         for index, (name, actual, wanted) in enumerate(
