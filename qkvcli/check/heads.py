@@ -1,8 +1,9 @@
 """A head's results against qkv's :class:`AttentionHead`: the head calls of a session
-(:class:`Heads`) and the families that judge their values (head-forward, scaling, mask,
-softmax, head-reverse, head-gradcheck; head-shapes and head-errors are with the
-projections' in :mod:`~qkvcli.check.boundaries`, head-replay and head-purity in
-:mod:`~qkvcli.check.behaviour`, the order in :mod:`~qkvcli.check.run`).
+(:class:`Heads`) and the families that judge their values (scaling, mask, softmax,
+head-gradcheck; head-forward and head-reverse are the values families of
+:mod:`~qkvcli.check.values`, head-shapes and head-errors are with the projections' in
+:mod:`~qkvcli.check.boundaries`, head-replay in :mod:`~qkvcli.check.behaviour`, the
+order in :mod:`~qkvcli.check.run`).
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
 output)`` with ``scores = Q Kᵀ/√d_k`` before the mask ``[B,T,T]``, ``weights`` the row
@@ -26,26 +27,19 @@ import numpy as np
 
 from qkvcli.check.cases import Case, Run
 from qkvcli.check.diagnose import (
-    BACKWARD_BUGS,
-    FORWARD_BUGS,
-    LOSSY,
     Precision,
     close,
     first_mismatch,
     named_slip,
-    precision_clauses,
-    precision_faults,
-    variant_backward,
     variant_forward,
 )
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import HEAD, Kind
 from qkvcli.check.numerical import Worst, check_case
-from qkvcli.check.result import call_failure, not_applicable, not_run, not_run_after
+from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.check.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
+from qkvcli.check.wire import HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
-from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 MODES = (False, True)  # causal
@@ -92,53 +86,10 @@ class Heads:
                 self.session.reference(HEAD, run, backward=True))
 
     def precision(self, case: Case, causal: bool) -> list[tuple[str, Precision]] | None:
-        """Each wrong tensor of the first head_forward on ``case`` with its precision fault,
-        when all of them are right but for their precision (``None`` otherwise, also when
-        the call failed or every tensor is right)."""
-        got = self.forward(case, causal)
-        if isinstance(got, CallFailed):
-            return None
-        return precision_faults(HEAD_FORWARD_NAMES, got, self.reference(case, causal)[0],
-                                self.session.tolerance)
+        return self.session.precision(HEAD, self._in(case, causal))
 
     def lossy(self, case: Case, causal: bool) -> bool:
-        """Whether that forward agrees only to a lossy precision (a writer's or float32's)."""
-        faults = self.precision(case, causal)
-        return faults is not None and all(fault.cause in LOSSY for _, fault in faults)
-
-
-def _failed_call(family: str, heads: Heads, case: Case, causal: bool,
-                 failure: CallFailed) -> Failure:
-    return call_failure(family, heads.label(case, causal), format_shape(list(case.input.shape)),
-                        failure)
-
-
-def _compare(family: str, heads: Heads, case: Case, causal: bool, got: Bundle, expected: Bundle,
-             names: tuple[str, ...], named: Callable[[], str | None]) -> Failure | None:
-    """The first mismatch of ``got`` and why, diagnosed in the projections' order: a
-    tensor of the wrong shape as it is; results right but for their precision as the
-    forward and reverse families say it (``forward-differs``, ``reverse-differs``); then
-    the known slip ``named`` gives (``slip-differs``); else the mismatch alone."""
-    tolerance = heads.session.tolerance
-    found = next(((actual.shape == wanted.shape, first)
-                  for name, actual, wanted in zip(names, got, expected, strict=True)
-                  if (first := first_mismatch(name, actual, wanted, tolerance)) is not None),
-                 None)
-    if found is None:
-        return None
-    same_shape, (where, mismatch) = found
-    label = heads.label(case, causal)
-    if not same_shape:
-        return found_at(family, label, where, mismatch)
-    faults = precision_faults(names, got, expected, tolerance)
-    if faults is not None:
-        whys = precision_clauses(faults, tolerance)
-        return found_at(family, label, where, Clause("forward-differs", (mismatch, whys[0]))
-                        if family == "head-forward"
-                        else Clause("reverse-differs", (tuple(whys), mismatch)))
-    bug = named()
-    return found_at(family, label, where,
-                    Clause("slip-differs", (bug, mismatch)) if bug else mismatch)
+        return self.session.lossy(HEAD, self._in(case, causal))
 
 
 def _right_without_mask(heads: Heads, case: Case) -> bool:
@@ -148,30 +99,6 @@ def _right_without_mask(heads: Heads, case: Case) -> bool:
     return not isinstance(got, CallFailed) and all(
         close(g, e, heads.session.tolerance)
         for g, e in zip(got, heads.reference(case, False)[0], strict=True))
-
-
-def check_head_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
-    """scores, weights and output within the tolerance of the engine's, both modes."""
-    failures: list[Failure] = []
-    heads = Heads(session)
-    for case in session.cases:
-        for causal in MODES:
-            got = heads.forward(case, causal)
-            if isinstance(got, CallFailed):
-                failures.append(_failed_call("head-forward", heads, case, causal, got))
-                continue
-            bundle = got
-
-            def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
-                return named_slip(got, FORWARD_BUGS, lambda bug: variant_forward(
-                    case.input, case.weights, causal, bug), session.tolerance)
-
-            found = _compare("head-forward", heads, case, causal, got,
-                             heads.reference(case, causal)[0], HEAD_FORWARD_NAMES, named)
-            if found is not None:
-                failures.append(found)
-    return judge("head-forward", failures, len(session.cases), session.tolerance,
-                 fixture_of=heads.fixture_of), failures
 
 
 def _first_results(family: str, heads: Heads, causal: bool,
@@ -291,33 +218,6 @@ def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
                 largest, found[1])) if finite else Clause("overflow", (largest,))))
             break
     return judge("softmax", failures, len(results), calls=len(probed),
-                 fixture_of=heads.fixture_of), failures
-
-
-def check_head_reverse(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
-    """The four gradients within the tolerance of the engine's, both modes; names the slip."""
-    heads = Heads(session)
-    if not heads.backward:
-        return not_applicable("head-reverse", "no-backward"), [
-            Failure("head-reverse", None, None, no_backward=True)]
-    failures: list[Failure] = []
-    for case in session.cases:
-        for causal in MODES:
-            got = heads.grads(case, causal)
-            if isinstance(got, CallFailed):
-                failures.append(_failed_call("head-reverse", heads, case, causal, got))
-                continue
-            bundle = got
-
-            def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
-                return named_slip(got, BACKWARD_BUGS, lambda bug: variant_backward(
-                    case.input, case.weights, causal, case.upstream[2], bug), session.tolerance)
-
-            found = _compare("head-reverse", heads, case, causal, got,
-                             heads.reference(case, causal)[1], HEAD_BACKWARD_NAMES, named)
-            if found is not None:
-                failures.append(found)
-    return judge("head-reverse", failures, len(session.cases), session.tolerance,
                  fixture_of=heads.fixture_of), failures
 
 

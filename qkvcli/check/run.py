@@ -23,9 +23,7 @@ from qkvcli.check.boundaries import check_errors, check_head_errors, check_head_
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.heads import (
-    check_head_forward,
     check_head_gradcheck,
-    check_head_reverse,
     check_mask,
     check_scaling,
     check_softmax,
@@ -55,10 +53,10 @@ COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
 """The projections' families in the order they are computed (purity sees every call)."""
 
 HEAD_ORDER: tuple[tuple[str, Family], ...] = (
-    ("head-forward", check_head_forward),
+    ("head-forward", check_forward),
     ("scaling", check_scaling),
     ("mask", check_mask),
-    ("head-reverse", check_head_reverse),
+    ("head-reverse", check_reverse),
     ("head-shapes", check_head_shapes),
     ("head-errors", check_head_errors),
     ("head-replay", check_head_replay),

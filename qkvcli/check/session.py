@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkvcli.check.cases import Case, Run
-from qkvcli.check.diagnose import Bundle, first_bit_difference
+from qkvcli.check.diagnose import LOSSY, Bundle, Precision, first_bit_difference
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.errors import Broken, CallFailed, NotSent
 from qkvcli.check.kinds import HEAD, PROJECTIONS, Kind
@@ -48,9 +48,6 @@ class Session:
         self.cases = cases
         self.tolerance = tolerance
         self.impurities: dict[str, list[Failure]] = {}  # by purity family
-        # Fixtures whose forward agrees only to a writer's or float32's precision (the
-        # forward family's diagnosis): central differences of it would measure noise.
-        self.lossy: set[int] = set()
         self.calls = 0
         self.kind_calls: dict[str, int] = {}  # by purity family
         # The fixture and the call that broke the session (a crash, a timeout, a malformed
@@ -133,6 +130,22 @@ class Session:
             self._reference[key] = self.engine(kind, run.case.input, run.case.weights,
                                                run.mode, run.upstream if backward else None)
         return self._reference[key]
+
+    def precision(self, kind: Kind, run: Run) -> list[tuple[str, Precision]] | None:
+        """Each wrong result of the run's first forward with its precision fault, when they
+        are right but for their precision (``kind.precision``; ``None`` otherwise, also
+        when the call failed or every result is right)."""
+        got = self.first(kind, run)
+        if isinstance(got, CallFailed):
+            return None
+        return kind.precision(kind.forward_names, got, self.reference(kind, run),
+                              self.tolerance)
+
+    def lossy(self, kind: Kind, run: Run) -> bool:
+        """Whether that forward agrees only to a lossy precision (a writer's or float32's):
+        central differences of it would measure the rounding."""
+        faults = self.precision(kind, run)
+        return faults is not None and all(fault.cause in LOSSY for _, fault in faults)
 
     # --- the calls of the families not yet written over a kind --------------------------
 
