@@ -19,7 +19,7 @@ from qkvcli.check.behaviour import (
     check_purity,
     check_replay,
 )
-from qkvcli.check.boundaries import check_errors, check_head_errors, check_head_shapes, check_shapes
+from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.heads import (
@@ -57,8 +57,8 @@ HEAD_ORDER: tuple[tuple[str, Family], ...] = (
     ("scaling", check_scaling),
     ("mask", check_mask),
     ("head-reverse", check_reverse),
-    ("head-shapes", check_head_shapes),
-    ("head-errors", check_head_errors),
+    ("head-shapes", check_shapes),
+    ("head-errors", check_errors),
     ("head-replay", check_head_replay),
     ("head-gradcheck", check_head_gradcheck),
     ("softmax", check_softmax),  # last: its overflow probe may end a program's session
