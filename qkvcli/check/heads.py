@@ -1,9 +1,9 @@
 """A head's results against qkv's :class:`AttentionHead`: the head calls of a session
 (:class:`Heads`) and the families that judge their values (scaling, mask, softmax,
-head-gradcheck; head-forward, head-reverse, head-shapes and head-errors are the
-families of :mod:`~qkvcli.check.values` and :mod:`~qkvcli.check.boundaries` run on the
-head, head-replay is in :mod:`~qkvcli.check.behaviour`, the order in
-:mod:`~qkvcli.check.run`).
+head-gradcheck; head-forward, head-reverse, head-shapes, head-errors, head-replay and
+head-purity are the families of :mod:`~qkvcli.check.values`,
+:mod:`~qkvcli.check.boundaries` and :mod:`~qkvcli.check.behaviour` run on the head, the
+order in :mod:`~qkvcli.check.run`).
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
 output)`` with ``scores = Q Kᵀ/√d_k`` before the mask ``[B,T,T]``, ``weights`` the row

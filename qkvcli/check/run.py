@@ -13,12 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.check.behaviour import (
-    check_head_replay,
-    check_independence,
-    check_purity,
-    check_replay,
-)
+from qkvcli.check.behaviour import check_independence, check_purity, check_replay
 from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
@@ -59,7 +54,7 @@ HEAD_ORDER: tuple[tuple[str, Family], ...] = (
     ("head-reverse", check_reverse),
     ("head-shapes", check_shapes),
     ("head-errors", check_errors),
-    ("head-replay", check_head_replay),
+    ("head-replay", check_replay),
     ("head-gradcheck", check_head_gradcheck),
     ("softmax", check_softmax),  # last: its overflow probe may end a program's session
     ("head-purity", check_purity),
