@@ -1,8 +1,7 @@
 """A head's results against qkv's :class:`AttentionHead`: the head calls of a session
-(:class:`Heads`) and the families that judge their values (scaling, mask, softmax,
-head-gradcheck; head-forward, head-reverse, head-shapes, head-errors, head-replay and
-head-purity are the families of :mod:`~qkvcli.check.values`,
-:mod:`~qkvcli.check.boundaries` and :mod:`~qkvcli.check.behaviour` run on the head, the
+(:class:`Heads`) and the families only a head has (scaling, mask, softmax; the others
+are the shared families of :mod:`~qkvcli.check.values`, :mod:`~qkvcli.check.boundaries`,
+:mod:`~qkvcli.check.behaviour` and :mod:`~qkvcli.check.numerical` run on the head, the
 order in :mod:`~qkvcli.check.run`).
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
@@ -35,8 +34,7 @@ from qkvcli.check.diagnose import (
 )
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import HEAD, Kind
-from qkvcli.check.numerical import Worst, check_case
-from qkvcli.check.result import not_applicable, not_run, not_run_after
+from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.check.wire import HEAD_FORWARD_NAMES
 from qkvcli.core.arrays import Array
@@ -219,50 +217,3 @@ def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
             break
     return judge("softmax", failures, len(results), calls=len(probed),
                  fixture_of=heads.fixture_of), failures
-
-
-def check_head_gradcheck(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
-    """Central differences of ``L = <output, grad_output>`` of the head's own forward
-    against its own backward, both modes."""
-    heads = Heads(session)
-    if not heads.backward:
-        return not_applicable("head-gradcheck", "no-backward"), [
-            Failure("head-gradcheck", None, None, no_backward=True)]
-    failures: list[Failure] = []
-    worst = Worst()
-    total = 0
-    # Lossy on one fixture, lossy on all (exact values hide it), as for the projections.
-    lossy = any(heads.lossy(case, causal) for case in session.cases for causal in MODES)
-    for case in session.cases:
-        for causal in MODES:
-            label = heads.label(case, causal)
-            analytic = heads.grads(case, causal)
-            if isinstance(analytic, CallFailed):
-                failures.append(not_run_after("head-gradcheck", label, analytic))
-                continue
-            if lossy:
-                failures.append(not_run("head-gradcheck", label, "head-lossy"))
-                continue
-
-            def objective(tensors: list[Array], case: Case = case, causal: bool = causal) -> float:
-                got = session.call_head_forward(case, tensors[0], tuple(tensors[1:]), causal)
-                if got[2].shape != case.upstream[2].shape:
-                    raise CallFailed("head_forward", "head_forward gave an output of the "
-                                     "wrong shape")
-                return float(np.sum(got[2] * case.upstream[2]))
-
-            try:
-                count, failure = check_case(session, case, analytic, worst, objective,
-                                            "head-gradcheck", label)
-            except Broken:
-                failures.append(not_run("head-gradcheck", label, "stopped"))
-                continue
-            except CallFailed as error:
-                failures.append(found_at("head-gradcheck", label, None, Clause(
-                    "check-call-failed", ("head_forward", error.message))))
-                continue
-            total += count
-            if failure is not None:
-                failures.append(failure)
-    return judge("head-gradcheck", failures, len(session.cases), coordinates=total,
-                 worst=worst.point, fixture_of=heads.fixture_of), failures

@@ -18,7 +18,6 @@ from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.heads import (
-    check_head_gradcheck,
     check_mask,
     check_scaling,
     check_softmax,
@@ -55,7 +54,7 @@ HEAD_ORDER: tuple[tuple[str, Family], ...] = (
     ("head-shapes", check_shapes),
     ("head-errors", check_errors),
     ("head-replay", check_replay),
-    ("head-gradcheck", check_head_gradcheck),
+    ("head-gradcheck", check_gradcheck),
     ("softmax", check_softmax),  # last: its overflow probe may end a program's session
     ("head-purity", check_purity),
 )
