@@ -17,11 +17,7 @@ from qkvcli.check.behaviour import check_independence, check_purity, check_repla
 from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
-from qkvcli.check.heads import (
-    check_mask,
-    check_scaling,
-    check_softmax,
-)
+from qkvcli.check.heads import check_mask, check_scaling, check_softmax
 from qkvcli.check.kinds import HEAD, PROJECTIONS, Kind
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult

@@ -19,7 +19,7 @@ from qkvcli.check.cases import Case, Run
 from qkvcli.check.diagnose import LOSSY, Bundle, Precision, first_bit_difference
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.errors import Broken, CallFailed, NotSent
-from qkvcli.check.kinds import HEAD, PROJECTIONS, Kind
+from qkvcli.check.kinds import Kind
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Failure
 
@@ -146,26 +146,3 @@ class Session:
         central differences of it would measure the rounding."""
         faults = self.precision(kind, run)
         return faults is not None and all(fault.cause in LOSSY for _, fault in faults)
-
-    # --- the calls of the families not yet written over a kind --------------------------
-
-    def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> Bundle:
-        return self.call(PROJECTIONS, case, x, weights, None)
-
-    def call_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
-                      upstream: tuple[Array, ...]) -> Bundle:
-        return self.call(PROJECTIONS, case, x, weights, None, upstream)
-
-    def call_head_forward(self, case: Case, x: Array, weights: tuple[Array, ...],
-                          causal: bool) -> Bundle:
-        return self.call(HEAD, case, x, weights, causal)
-
-    def call_head_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
-                           causal: bool, grad_output: Array) -> Bundle:
-        return self.call(HEAD, case, x, weights, causal, (grad_output,))
-
-    def forward(self, case: Case) -> Bundle | CallFailed:
-        return self.first(PROJECTIONS, PROJECTIONS.run(case))
-
-    def backward(self, case: Case) -> Bundle | CallFailed:
-        return self.first(PROJECTIONS, PROJECTIONS.run(case), backward=True)
