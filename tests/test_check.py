@@ -65,6 +65,20 @@ def test_qkvs_own_engine_passes_every_family_it_is_judged_by(cases: list[Case]) 
     assert result.failures == ()
 
 
+def test_each_family_both_kinds_have_is_one_definition_run_on_a_kind() -> None:
+    # Rule 12: the projections' and the head's families are the same functions; what
+    # differs between the kinds is data (kinds.py).
+    from qkvcli.check.kinds import HEAD, PROJECTIONS
+    from qkvcli.check.run import COMPUTE_ORDER, HEAD_ORDER
+
+    shared = ["forward", "reverse", "shapes", "errors", "replay", "gradcheck", "purity"]
+    projections, head = dict(COMPUTE_ORDER), dict(HEAD_ORDER)
+    assert [projections[name] for name in shared] == [head[HEAD.family(name)] for name in shared]
+    assert [PROJECTIONS.family(name) for name in shared] == shared
+    assert (PROJECTIONS.upstream_names, HEAD.upstream_names) == (
+        ("grad_query", "grad_key", "grad_value"), ("grad_output",))
+
+
 def test_the_correct_torch_example_passes(cases: list[Case]) -> None:
     """Run with a torch-enabled Python (e.g. /work/venv-torch) to exercise it; skipped otherwise."""
     pytest.importorskip("torch")

@@ -170,4 +170,4 @@ def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     if family in session.unfinished:
         failures.append(not_run(family, None, "stopped"))
     return judge(family, failures, len(session.cases),
-                 calls=session.kind_calls.get(family, 0)), failures
+                 calls=session.purity_calls.get(family, 0)), failures

@@ -49,7 +49,7 @@ class Session:
         self.tolerance = tolerance
         self.impurities: dict[str, list[Failure]] = {}  # by purity family
         self.calls = 0
-        self.kind_calls: dict[str, int] = {}  # by purity family
+        self.purity_calls: dict[str, int] = {}  # the calls each purity family judges
         # The fixture and the call that broke the session (a crash, a timeout, a malformed
         # reply), and the purity families some of whose calls therefore never completed.
         self.stopped: tuple[str, Broken] | None = None
@@ -80,7 +80,7 @@ class Session:
         copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
         purity = kind.family("purity")
         self.calls += 1
-        self.kind_calls[purity] = self.kind_calls.get(purity, 0) + 1
+        self.purity_calls[purity] = self.purity_calls.get(purity, 0) + 1
         if self.on_call is not None:
             self.on_call(self.calls)
         answered = True
