@@ -65,6 +65,20 @@ def test_qkvs_own_engine_passes_every_family_it_is_judged_by(cases: list[Case]) 
     assert result.failures == ()
 
 
+def test_each_family_both_kinds_have_is_one_definition_run_on_a_kind() -> None:
+    # Rule 12: the projections' and the head's families are the same functions; what
+    # differs between the kinds is data (kinds.py).
+    from qkvcli.check.kinds import HEAD, PROJECTIONS
+    from qkvcli.check.run import COMPUTE_ORDER, HEAD_ORDER
+
+    shared = ["forward", "reverse", "shapes", "errors", "replay", "gradcheck", "purity"]
+    projections, head = dict(COMPUTE_ORDER), dict(HEAD_ORDER)
+    assert [projections[name] for name in shared] == [head[HEAD.family(name)] for name in shared]
+    assert [PROJECTIONS.family(name) for name in shared] == shared
+    assert (PROJECTIONS.upstream_names, HEAD.upstream_names) == (
+        ("grad_query", "grad_key", "grad_value"), ("grad_output",))
+
+
 def test_the_correct_torch_example_passes(cases: list[Case]) -> None:
     """Run with a torch-enabled Python (e.g. /work/venv-torch) to exercise it; skipped otherwise."""
     pytest.importorskip("torch")
@@ -226,6 +240,41 @@ def test_replay_fails_for_a_stateful_implementation(cases: list[Case]) -> None:
     check = by_name(check_functions(cases, forward, numpy_qkv.backward))["replay"]
     assert not check.passed
     assert family_detail(check).startswith("chapter: second forward differs: query[0,0,0] was")
+
+
+def test_replay_judges_the_forward_of_a_fixture_whose_backward_failed(cases: list[Case]) -> None:
+    calls = SimpleNamespace(count=0)
+
+    def forward(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
+        calls.count += 1
+        q, k, v = numpy_qkv.forward(x, wq, wk, wv)
+        return q + calls.count * 2.0**-40, k, v
+
+    def backward(*args: Any) -> Any:
+        raise NotImplementedError
+
+    check = by_name(check_functions(cases[:1], forward, backward))["replay"]
+    assert check.outcome == "failed"
+    assert family_detail(check).startswith("chapter: second forward differs: query[0,0,0] was")
+
+
+def test_head_replay_says_which_call_differs_and_where_as_replay_does(cases: list[Case]) -> None:
+    import numpy_head
+
+    calls = SimpleNamespace(count=0)
+
+    def head_backward(*args: Any) -> Any:
+        calls.count += 1
+        grad_input, *grad_w = numpy_head.head_backward(*args)
+        return (grad_input + calls.count * 2.0**-40, *grad_w)  # within tolerance, not bits
+
+    result = run_checks(PythonImplementation("head", None, None, numpy_head.head_forward,
+                                             head_backward), cases[:1], 1e-9)
+    failure = next(f for f in result.failures if f.family == "head-replay")
+    assert (failure.fixture, failure.coordinate, failure.code) == (
+        "chapter", "grad_input[0,0,0]", "replay-differs")
+    assert failure_detail(failure).startswith(
+        "second head_backward differs: grad_input[0,0,0] was ")
 
 
 def test_gradcheck_names_the_worst_coordinate(cases: list[Case]) -> None:

@@ -1,5 +1,5 @@
-"""The ``independence``, ``replay`` and ``purity`` families (and a head's ``head-replay``
-and ``head-purity``): how results depend on arguments.
+"""The ``independence`` family (the projections'), and ``replay`` and ``purity`` of either
+kind (``head-replay``, ``head-purity``): how results depend on arguments.
 
 Independence, every cross pair: with each weight ``W_i[r,0]`` raised by one in turn
 (``r``: the first feature the input uses) only output ``i`` may change, and it must;
@@ -10,20 +10,16 @@ weight gradients may not change. A ``V = X W_K`` slip is caught by the change of
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-
 import numpy as np
 
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import close, first_bit_difference, first_outside
 from qkvcli.check.errors import Broken, CallFailed
-from qkvcli.check.heads import Bundle, Heads
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.arrays import Array
-from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+from qkvcli.core.results import Failure, FamilyCheck, judge
 
 LETTERS = ("Q", "K", "V")
 
@@ -49,7 +45,7 @@ def _changed(what: str, name: str, after: Array, before: Array,
     return "moved", (what, f"{name}{where}", repr(old), repr(new))
 
 
-def _forward_independence(session: Session, case: Case,
+def _forward_independence(session: Session, kind: Kind, case: Case,
                           base: tuple[Array, ...]) -> Finding | None:
     row = _used_feature(case.input)
     for branch in range(3):
@@ -58,53 +54,53 @@ def _forward_independence(session: Session, case: Case,
             weights[branch][row, 0] += 1.0
         else:
             weights[branch] += 1.0
-        changed = session.call_forward(case, case.input, (weights[0], weights[1], weights[2]))
+        changed = session.call(kind, case, case.input, tuple(weights), None)
         what = f"W_{LETTERS[branch]}[{row},0]" if row is not None else f"W_{LETTERS[branch]}"
         for index in range(3):
             if index == branch:
                 continue
-            found = _changed(what, FORWARD_NAMES[index], changed[index], base[index],
+            found = _changed(what, kind.forward_names[index], changed[index], base[index],
                              session.tolerance)
             if found is not None:
                 return found
         if row is not None and close(changed[branch], base[branch], session.tolerance):
-            return "unmoved", (what, FORWARD_NAMES[branch])
+            return "unmoved", (what, kind.forward_names[branch])
     return None
 
 
-def _backward_independence(session: Session, case: Case,
+def _backward_independence(session: Session, kind: Kind, case: Case,
                            base: tuple[Array, ...]) -> Finding | None:
     for branch in range(3):
         upstream = [np.array(g, copy=True) for g in case.upstream]
         upstream[branch] = upstream[branch] + (branch + 1.0)
-        got = session.call_backward(case, case.input, case.weights,
-                                    (upstream[0], upstream[1], upstream[2]))
+        got = session.call(kind, case, case.input, case.weights, None, tuple(upstream))
         for index in range(3):
             if index == branch:
                 continue
-            found = _changed(f"dL/d{LETTERS[branch]}", BACKWARD_NAMES[index + 1], got[index + 1],
-                             base[index + 1], session.tolerance)
+            found = _changed(f"dL/d{LETTERS[branch]}", kind.backward_names[index + 1],
+                             got[index + 1], base[index + 1], session.tolerance)
             if found is not None:
                 return found
     return None
 
 
-def check_independence(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_independence(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Each branch's output and weight gradient depend only on its own weight and path."""
     failures = []
-    backward = session.implementation.has_backward
+    backward = session.offers(kind.backward)
     for case in session.cases:
-        base = session.forward(case)
-        grads = session.backward(case) if backward else None
-        failed = base if isinstance(base, CallFailed) else grads
-        if isinstance(failed, CallFailed) or isinstance(base, CallFailed):
-            assert isinstance(failed, CallFailed)
+        run = kind.run(case)
+        base = session.first(kind, run)
+        grads = session.first(kind, run, backward=True) if backward else None
+        failed = next((first for first in (base, grads) if isinstance(first, CallFailed)), None)
+        if failed is not None or isinstance(base, CallFailed):
+            assert failed is not None
             failures.append(not_run_after("independence", case.label, failed))
             continue
         try:
-            problem = _forward_independence(session, case, base)
+            problem = _forward_independence(session, kind, case, base)
             if problem is None and grads is not None and not isinstance(grads, CallFailed):
-                problem = _backward_independence(session, case, grads)
+                problem = _backward_independence(session, kind, case, grads)
         except Broken as failure:
             failures.append(not_run_after("independence", case.label, failure))
             continue
@@ -129,85 +125,49 @@ def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
     return None
 
 
-def check_replay(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """A second forward (and backward) on each fixture agrees with the first bit for bit."""
+def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """A second forward (and backward) on each fixture (a head's: causal) agrees with the
+    first bit for bit; a forward is judged also when the fixture's backward failed."""
+    family = kind.family("replay")
+    backward = session.offers(kind.backward)
     failures = []
     for case in session.cases:
-        first = session.forward(case)
-        grads = session.backward(case) if session.implementation.has_backward else None
-        failed = first if isinstance(first, CallFailed) else grads
-        if isinstance(failed, CallFailed):
-            failures.append(not_run_after("replay", case.label, failed))
-            continue
-        try:
-            if not isinstance(first, CallFailed):
-                again = session.call_forward(case, case.input, case.weights)
-                found = _differs(first, again, FORWARD_NAMES)
-                if found is not None:
-                    failures.append(Failure("replay", case.label, found[0],
-                                            code="replay-differs", facts=("forward", *found)))
-                    continue
-            if grads is not None and not isinstance(grads, CallFailed):
-                again = session.call_backward(case, case.input, case.weights, case.upstream)
-                found = _differs(grads, again, BACKWARD_NAMES)
-                if found is not None:
-                    failures.append(Failure("replay", case.label, found[0],
-                                            code="replay-differs", facts=("backward", *found)))
-        except Broken as failure:
-            failures.append(not_run_after("replay", case.label, failure))
-        except CallFailed as failure:
-            failures.append(Failure("replay", case.label, None, code="replay-failed",
-                                    facts=(failure.operation, failure.message)))
-    return judge("replay", failures, len(session.cases),
-                 backward=session.implementation.has_backward), failures
-
-
-def check_purity(session: Session, family: str = "purity") -> tuple[FamilyCheck, list[Failure]]:
-    """No call changed its arguments (judged after every other family's calls); as
-    ``head-purity``, no head call. Not run when some of those calls never completed
-    (the implementation stopped: what they would have changed is unknown)."""
-    if session.implementation.is_command:
-        return not_applicable(family, "command"), []
-    head = family == "head-purity"
-    failures = list(session.head_impurities if head else session.impurities)
-    if family in session.unfinished:
-        failures.append(not_run(family, None, "stopped"))
-    calls = session.head_calls if head else session.calls - session.head_calls
-    return judge(family, failures, len(session.cases), calls=calls), failures
-
-
-def check_head_replay(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """A second head_forward (and head_backward), causal, agrees bit for bit with the first."""
-    session = heads.session
-    failures: list[Failure] = []
-    for case in session.cases:
-        pairs: list[tuple[Bundle | CallFailed, Callable[[], Bundle]]] = [
-            (heads.forward(case, True),
-             partial(session.call_head_forward, case, case.input, case.weights, True))]
-        if heads.backward:
-            pairs.append((heads.grads(case, True), partial(
-                session.call_head_backward, case, case.input, case.weights, True,
-                case.upstream[2])))
-        for first, again in pairs:
+        run = kind.run(case)
+        firsts: list[tuple[str, tuple[str, ...], tuple[Array, ...] | None,
+                           tuple[Array, ...] | CallFailed]] = [
+            (kind.forward, kind.forward_names, None, session.first(kind, run))]
+        if backward:
+            firsts.append((kind.backward, kind.backward_names, run.upstream,
+                           session.first(kind, run, backward=True)))
+        for operation, names, upstream, first in firsts:
             if isinstance(first, CallFailed):
-                failures.append(not_run_after("head-replay", case.label, first))
+                failures.append(not_run_after(family, case.label, first))
                 break
             try:
-                second = again()
+                second = session.call(kind, case, case.input, case.weights, run.mode, upstream)
             except CallFailed as failure:
-                failures.append(not_run_after("head-replay", case.label, failure)
+                failures.append(not_run_after(family, case.label, failure)
                                 if isinstance(failure, Broken) else Failure(
-                    "head-replay", case.label, None, code="replay-failed",
+                    family, case.label, None, code="replay-failed",
                     facts=(failure.operation, failure.message)))
                 break
-            if any(a.tobytes() != b.tobytes() or a.shape != b.shape
-                   for a, b in zip(first, second, strict=True)):
-                failures.append(found_at("head-replay", case.label, None,
-                                         Clause("replay-changed")))
+            found = _differs(first, second, names)
+            if found is not None:
+                failures.append(Failure(family, case.label, found[0], code="replay-differs",
+                                        facts=(operation, *found)))
                 break
-    return judge("head-replay", failures, len(session.cases), backward=heads.backward), failures
+    return judge(family, failures, len(session.cases), backward=backward), failures
 
 
-def check_head_purity(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """No head call changed its arguments (judged after every other head family's calls)."""
-    return check_purity(heads.session, "head-purity")
+def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """No call of the kind changed its arguments (judged after every other family's calls).
+    Not run when some of those calls never completed (the implementation stopped: what
+    they would have changed is unknown)."""
+    family = kind.family("purity")
+    if session.implementation.is_command:
+        return not_applicable(family, "command"), []
+    failures = list(session.impurities.get(family, []))
+    if family in session.unfinished:
+        failures.append(not_run(family, None, "stopped"))
+    return judge(family, failures, len(session.cases),
+                 calls=session.purity_calls.get(family, 0)), failures

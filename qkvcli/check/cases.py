@@ -51,6 +51,23 @@ class Case(Record):
         return int(batch), int(tokens), int(d_model), int(self.weights[0].shape[1])
 
 
+class Run(Record):
+    """A case as one kind of operation runs it: in one ``mode`` (a head's ``causal``;
+    ``None`` for the projections, which take none), under its ``label`` (``chapter
+    causal``), with the ``upstream`` gradients its backward gets."""
+
+    case: Case
+    mode: bool | None
+    label: str
+    upstream: tuple[Array, ...]
+
+
+def fixtures_of(runs: list[Run]) -> dict[str, str]:
+    """Each run's label and its fixture's (``chapter causal``: ``chapter``), for a family's
+    judgement to count the fixtures that failed, not the runs."""
+    return {run.label: run.case.label for run in runs}
+
+
 def fixture_case(label: str, fixture: Fixture) -> Case:
     """A :class:`Case` from a loaded :class:`~qkvcli.reading.fixture.Fixture`."""
     samples = fixture.samples if fixture.samples is not None else DEFAULT_SAMPLES

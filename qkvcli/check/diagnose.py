@@ -26,9 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from qkvcli.attention.maths import Mask, causal_mask, scale, softmax, softmax_backward
+from qkvcli.check.cases import Run
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
-from qkvcli.core.names import BRANCHES
+from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
 from qkvcli.gradcheck.central import scaled_error
@@ -199,6 +200,17 @@ def precision_faults(names: tuple[str, ...], actual: tuple[Array, ...],
     return faults or None
 
 
+def first_precision_fault(names: tuple[str, ...], actual: tuple[Array, ...],
+                          expected: tuple[Array, ...],
+                          tolerance: float) -> list[tuple[str, Precision]] | None:
+    """:func:`precision_faults` of the first tensor outside ``tolerance`` alone: for
+    results computed apart (the projections' outputs), each is judged on its own."""
+    for index, (got, wanted) in enumerate(zip(actual, expected, strict=True)):
+        if not close(got, wanted, tolerance):
+            return precision_faults(names[index:index + 1], (got,), (wanted,), tolerance)
+    return None
+
+
 def _path_counts(grad_input: Array, paths: list[Array], tolerance: float) -> Clause | None:
     """``path-counts`` (the branches whose path is missing, those counted twice) when
     that fits."""
@@ -365,3 +377,66 @@ def named_slip(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bund
                 close(r, c, tolerance) for r, c in zip(right, candidate, strict=True)):
             return bug
     return None
+
+
+# --- why a result is wrong, for each kind: the slips its diagnosis tries ------------------
+# Each takes the run, the implementation's results and the engine's, the position and
+# the finding of the first mismatch, and the tolerance; the values families have already
+# said it when the results are right but for their precision.
+
+Explain = Callable[[Run, Bundle, Bundle, int, Clause, float], Clause]
+
+
+def explain_outputs(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
+                    tolerance: float) -> Clause:
+    """``forward-differs``: the projections' first wrong output, and the branch whose
+    weight it was computed with when that fits (:func:`output`)."""
+    case = run.case
+    return Clause("forward-differs", (mismatch, output(index, got[index], case.input,
+                                                       case.weights, tolerance)))
+
+
+def explain_gradients(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
+                      tolerance: float) -> Clause:
+    """``reverse-differs``: what each wrong gradient of the projections computed (its wrong
+    shape, :func:`input_gradient`, :func:`weight_gradient`; precision faults once per
+    cause, after the others), then the first mismatch."""
+    case, whys, faults = run.case, [], []
+    for position, (name, actual, wanted) in enumerate(zip(GRADIENTS, got, expected,
+                                                          strict=True)):
+        if close(actual, wanted, tolerance):
+            continue
+        if actual.shape != wanted.shape:
+            whys.append(Clause("wrong-shape", (name,)))
+        elif (low := precision(actual, wanted)) is not None:
+            faults.append((name, low))
+        elif position == 0:
+            whys.append(input_gradient(actual, case.weights, run.upstream, tolerance))
+        else:
+            whys.append(weight_gradient(position - 1, actual, case.input, run.upstream,
+                                        tolerance))
+    return Clause("reverse-differs", ((*whys, *precision_clauses(faults, tolerance)), mismatch))
+
+
+def _slip(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
+          mismatch: Clause, tolerance: float) -> Clause:
+    """``slip-differs`` (the slip, the mismatch) for the known slip ``got`` computed, else
+    the mismatch alone."""
+    bug = named_slip(got, bugs, compute, tolerance)
+    return Clause("slip-differs", (bug, mismatch)) if bug else mismatch
+
+
+def explain_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,
+                         mismatch: Clause, tolerance: float) -> Clause:
+    """A head's wrong forward: the first of :data:`FORWARD_BUGS` it computed."""
+    x, weights = run.case.input, run.case.weights
+    return _slip(got, FORWARD_BUGS, lambda bug: variant_forward(x, weights, bool(run.mode), bug),
+                 mismatch, tolerance)
+
+
+def explain_head_backward(run: Run, got: Bundle, expected: Bundle, index: int,
+                          mismatch: Clause, tolerance: float) -> Clause:
+    """A head's wrong backward: the first of :data:`BACKWARD_BUGS` it computed."""
+    x, weights = run.case.input, run.case.weights
+    return _slip(got, BACKWARD_BUGS, lambda bug: variant_backward(
+        x, weights, bool(run.mode), run.upstream[0], bug), mismatch, tolerance)

@@ -1,20 +1,13 @@
-"""A head's results against qkv's :class:`AttentionHead`: the head calls of a session
-(:class:`Heads`) and the families that judge their values (head-forward, scaling, mask,
-softmax, head-reverse, head-gradcheck; head-shapes and head-errors are with the
-projections' in :mod:`~qkvcli.check.boundaries`, head-replay and head-purity in
-:mod:`~qkvcli.check.behaviour`, the order in :mod:`~qkvcli.check.run`).
+"""The families only a head has: ``scaling``, ``mask`` and ``softmax``, judged on the
+head's first results (:meth:`~qkvcli.check.session.Session.first`) against the engine's.
 
 A head is ``head_forward(x, w_query, w_key, w_value, causal) -> (scores, weights,
 output)`` with ``scores = Q Kᵀ/√d_k`` before the mask ``[B,T,T]``, ``weights`` the row
-softmax of the masked scores and ``output = weights V``; and optionally
-``head_backward(x, w_query, w_key, w_value, causal, grad_output) -> (grad_input,
-grad_w_query, grad_w_key, grad_w_value)``. Each fixture is checked with ``causal``
-false and true; ``grad_output`` is the fixture's value upstream gradient.
-
-A wrong result is compared with the usual slips (:mod:`~qkvcli.check.diagnose`),
-so its finding (a code and facts, worded in :mod:`qkvcli.render.check`) names the
-one it matches; a softmax without the row maximum subtracted shows only on large
-scores, which :func:`check_softmax` probes.
+softmax of the masked scores and ``output = weights V`` (the families it shares with the
+projections run over :data:`~qkvcli.check.kinds.HEAD`). A wrong result is compared with
+the usual slips (:mod:`~qkvcli.check.diagnose`), so its finding (a code and facts,
+worded in :mod:`qkvcli.render.check`) names the one it matches; a softmax without the
+row maximum subtracted shows only on large scores, which :func:`check_softmax` probes.
 """
 
 from __future__ import annotations
@@ -24,198 +17,55 @@ from functools import partial
 
 import numpy as np
 
-from qkvcli.check import engine
-from qkvcli.check.cases import Case
-from qkvcli.check.diagnose import (
-    BACKWARD_BUGS,
-    FORWARD_BUGS,
-    LOSSY,
-    Precision,
-    close,
-    first_mismatch,
-    named_slip,
-    precision_clauses,
-    precision_faults,
-    variant_backward,
-    variant_forward,
-)
+from qkvcli.check.cases import Case, Run, fixtures_of
+from qkvcli.check.diagnose import Bundle, close, first_mismatch, named_slip, variant_forward
 from qkvcli.check.errors import BadResult, Broken, CallFailed
-from qkvcli.check.numerical import Worst, check_case
-from qkvcli.check.result import call_failure, not_applicable, not_run, not_run_after
+from qkvcli.check.kinds import Kind
+from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.check.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
-from qkvcli.core.arrays import Array
-from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
-MODES = (False, True)  # causal
 LARGE = 30.0  # the input scale of the softmax probe: scaled scores in the thousands
 
-Bundle = tuple[Array, ...]
+
+def _in_mode(kind: Kind, case: Case, causal: bool) -> Run:
+    return kind.runs(case)[kind.modes.index(causal)]
 
 
-class Heads:
-    """The head calls of one session: first results per fixture and mode, and the reference."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.backward = "head_backward" in session.implementation.operations
-        self._forward: dict[tuple[int, bool], Bundle | CallFailed] = {}
-        self._backward: dict[tuple[int, bool], Bundle | CallFailed] = {}
-        self._reference: dict[tuple[int, bool], tuple[Bundle, Bundle]] = {}
-        self.fixture_of: dict[str, str] = {}  # each run's label: its fixture's (for judge)
-
-    def label(self, case: Case, causal: bool) -> str:
-        """The label of ``case`` run in one mode: ``chapter causal``, ``chapter non-causal``."""
-        return self._run(case, "causal" if causal else "non-causal")
-
-    def probe_label(self, case: Case) -> str:
-        """The label of the softmax probe on ``case``: ``chapter x30``."""
-        return self._run(case, f"x{LARGE:g}")
-
-    def _run(self, case: Case, run: str) -> str:
-        label = f"{case.label} {run}"
-        self.fixture_of[label] = case.label
-        return label
-
-    def forward(self, case: Case, causal: bool) -> Bundle | CallFailed:
-        key = (id(case), causal)
-        if key not in self._forward:
-            try:
-                self._forward[key] = self.session.call_head_forward(
-                    case, case.input, case.weights, causal)
-            except CallFailed as failure:
-                self._forward[key] = failure
-        return self._forward[key]
-
-    def grads(self, case: Case, causal: bool) -> Bundle | CallFailed:
-        key = (id(case), causal)
-        if key not in self._backward:
-            try:
-                self._backward[key] = self.session.call_head_backward(
-                    case, case.input, case.weights, causal, case.upstream[2])
-            except CallFailed as failure:
-                self._backward[key] = failure
-        return self._backward[key]
-
-    def reference(self, case: Case, causal: bool) -> tuple[Bundle, Bundle]:
-        """qkv's engine: ``(scores, weights, output)`` and the four gradients (computed once)."""
-        key = (id(case), causal)
-        if key not in self._reference:
-            self._reference[key] = (
-                engine.head_forward(case.input, *case.weights, causal),
-                engine.head_backward(case.input, *case.weights, causal, case.upstream[2]))
-        return self._reference[key]
-
-    def precision(self, case: Case, causal: bool) -> list[tuple[str, Precision]] | None:
-        """Each wrong tensor of the first head_forward on ``case`` with its precision fault,
-        when all of them are right but for their precision (``None`` otherwise, also when
-        the call failed or every tensor is right)."""
-        got = self.forward(case, causal)
-        if isinstance(got, CallFailed):
-            return None
-        return precision_faults(HEAD_FORWARD_NAMES, got, self.reference(case, causal)[0],
-                                self.session.tolerance)
-
-    def lossy(self, case: Case, causal: bool) -> bool:
-        """Whether that forward agrees only to a lossy precision (a writer's or float32's)."""
-        faults = self.precision(case, causal)
-        return faults is not None and all(fault.cause in LOSSY for _, fault in faults)
-
-
-def _failed_call(family: str, heads: Heads, case: Case, causal: bool,
-                 failure: CallFailed) -> Failure:
-    return call_failure(family, heads.label(case, causal), format_shape(list(case.input.shape)),
-                        failure)
-
-
-def _compare(family: str, heads: Heads, case: Case, causal: bool, got: Bundle, expected: Bundle,
-             names: tuple[str, ...], named: Callable[[], str | None]) -> Failure | None:
-    """The first mismatch of ``got`` and why, diagnosed in the projections' order: a
-    tensor of the wrong shape as it is; results right but for their precision as the
-    forward and reverse families say it (``forward-differs``, ``reverse-differs``); then
-    the known slip ``named`` gives (``slip-differs``); else the mismatch alone."""
-    tolerance = heads.session.tolerance
-    found = next(((actual.shape == wanted.shape, first)
-                  for name, actual, wanted in zip(names, got, expected, strict=True)
-                  if (first := first_mismatch(name, actual, wanted, tolerance)) is not None),
-                 None)
-    if found is None:
-        return None
-    same_shape, (where, mismatch) = found
-    label = heads.label(case, causal)
-    if not same_shape:
-        return found_at(family, label, where, mismatch)
-    faults = precision_faults(names, got, expected, tolerance)
-    if faults is not None:
-        whys = precision_clauses(faults, tolerance)
-        return found_at(family, label, where, Clause("forward-differs", (mismatch, whys[0]))
-                        if family == "head-forward"
-                        else Clause("reverse-differs", (tuple(whys), mismatch)))
-    bug = named()
-    return found_at(family, label, where,
-                    Clause("slip-differs", (bug, mismatch)) if bug else mismatch)
-
-
-def _right_without_mask(heads: Heads, case: Case) -> bool:
+def _right_without_mask(session: Session, kind: Kind, case: Case) -> bool:
     """Whether the head's non-causal results on ``case`` are right: the mask and the
     overflow probe judge a head only on top of right scores and softmax."""
-    got = heads.forward(case, False)
+    run = _in_mode(kind, case, False)
+    got = session.first(kind, run)
     return not isinstance(got, CallFailed) and all(
-        close(g, e, heads.session.tolerance)
-        for g, e in zip(got, heads.reference(case, False)[0], strict=True))
+        close(g, e, session.tolerance)
+        for g, e in zip(got, session.reference(kind, run), strict=True))
 
 
-def check_head_forward(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """scores, weights and output within the tolerance of the engine's, both modes."""
-    failures: list[Failure] = []
-    session = heads.session
-    for case in session.cases:
-        for causal in MODES:
-            got = heads.forward(case, causal)
-            if isinstance(got, CallFailed):
-                failures.append(_failed_call("head-forward", heads, case, causal, got))
-                continue
-            bundle = got
-
-            def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
-                return named_slip(got, FORWARD_BUGS, lambda bug: variant_forward(
-                    case.input, case.weights, causal, bug), session.tolerance)
-
-            found = _compare("head-forward", heads, case, causal, got,
-                             heads.reference(case, causal)[0], HEAD_FORWARD_NAMES, named)
-            if found is not None:
-                failures.append(found)
-    return judge("head-forward", failures, len(session.cases), session.tolerance,
-                 fixture_of=heads.fixture_of), failures
-
-
-def _first_results(family: str, heads: Heads, causal: bool,
-                   wanted: Callable[[Case], bool]) -> tuple[list[tuple[Case, Bundle]],
+def _first_results(session: Session, kind: Kind, family: str, causal: bool,
+                   wanted: Callable[[Case], bool]) -> tuple[list[tuple[Run, Bundle]],
                                                             list[Failure]]:
-    """The first head_forward results of the cases ``wanted`` takes, and why others did not
-    run: the call failed, or its results are right but for their precision (said by
-    head-forward; at the tolerance they cannot show the family's claim)."""
+    """The first head_forward results in one mode on the cases ``wanted`` takes, and why
+    others did not run: the call failed, or its results are right but for their precision
+    (said by head-forward; at the tolerance they cannot show the family's claim)."""
     found, skipped = [], []
-    for case in heads.session.cases:
-        if not wanted(case):
-            continue
-        got = heads.forward(case, causal)
+    for run in (_in_mode(kind, case, causal) for case in session.cases if wanted(case)):
+        got = session.first(kind, run)
         if isinstance(got, CallFailed):
-            skipped.append(not_run_after(family, heads.label(case, causal), got))
-        elif heads.precision(case, causal) is not None:
-            skipped.append(not_run(family, heads.label(case, causal), "head-precision"))
+            skipped.append(not_run_after(family, run.label, got))
+        elif session.precision(kind, run) is not None:
+            skipped.append(not_run(family, run.label, "head-precision"))
         else:
-            found.append((case, got))
+            found.append((run, got))
     return found, skipped
 
 
-def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_scaling(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """scores are ``Q Kᵀ/√d_k`` (fixtures with ``d_k >= 2``, where it shows)."""
-    session = heads.session
-    results, failures = _first_results("scaling", heads, False,
+    results, failures = _first_results(session, kind, "scaling", False,
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
-    for case, got in results:
+    for run, got in results:
+        case = run.case
         compute = partial(variant_forward, case.input, case.weights, False)
         fault = named_slip(got[:1], ("unscaled", "by-d_k"),
                            lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
@@ -226,34 +76,33 @@ def check_scaling(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
         elif fault is None:
             fault = "not-scaled"
         if fault is not None:
-            failures.append(found_at("scaling", heads.label(case, False), "scores",
-                                     Clause("slip", (fault,))))
-    return judge("scaling", failures, len(results), fixture_of=heads.fixture_of), failures
+            failures.append(found_at("scaling", run.label, "scores", Clause("slip", (fault,))))
+    return judge("scaling", failures, len(results),
+                 fixture_of=fixtures_of(session.runs(kind))), failures
 
 
 MASK_SLIPS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
 """The mask slips :func:`check_mask` names, in the order they are tried."""
 
 
-def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """causal=true: exactly the later positions hidden (the diagonal and the earlier ones
     seen), rows summing to 1, scores unmasked; causal=false: no mask. On fixtures with two
     tokens or more. A wrong causal head whose non-causal results are right fails here,
     named when it is a known slip."""
-    session = heads.session
     failures: list[Failure] = []
     judged = 0
-    for causal in MODES:
-        results, skipped = _first_results("mask", heads, causal,
+    for causal in (False, True):
+        results, skipped = _first_results(session, kind, "mask", causal,
                                           lambda c: c.shape[1] >= 2 and c.shape[0] >= 1)
         failures += skipped
         judged = max(judged, len(results))
-        for case, got in results:
-            expected = heads.reference(case, causal)[0]
+        for run, got in results:
+            case, label = run.case, run.label
+            expected = session.reference(kind, run)
             if all(close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True)):
                 continue
-            label = heads.label(case, causal)
-            if causal and not _right_without_mask(heads, case):
+            if causal and not _right_without_mask(session, kind, case):
                 failures.append(not_run("mask", label, "head"))
                 continue
             fault = named_slip(got, MASK_SLIPS,
@@ -265,33 +114,35 @@ def check_mask(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 failures.append(found_at("mask", label, "weights", Clause("slip", (fault,))))
             elif causal:  # right without the mask, wrong with it: a mask no slip names
                 where, mismatch = next(
-                    found for name, g, e in zip(HEAD_FORWARD_NAMES, got, expected, strict=True)
+                    found for name, g, e in zip(kind.forward_names, got, expected, strict=True)
                     if (found := first_mismatch(name, g, e, session.tolerance)) is not None)
                 failures.append(found_at("mask", label, where, Clause("mask-differs", (mismatch,))))
-    return judge("mask", failures, judged, fixture_of=heads.fixture_of), failures
+    return judge("mask", failures, judged, fixture_of=fixtures_of(session.runs(kind))), failures
 
 
-def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
+def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Rows of weights are >= 0 and sum to 1, and large scores do not overflow (checked
     last of the head's calls: a NaN a program writes ends its session)."""
-    session = heads.session
-    results, failures = _first_results("softmax", heads, True, lambda c: c.input.size > 0)
-    for case, got in results:
+    results, failures = _first_results(session, kind, "softmax", True,
+                                       lambda c: c.input.size > 0)
+    fixture_of = fixtures_of(session.runs(kind))
+    for run, got in results:
         sums = got[1].sum(axis=-1)
         if got[1].size and (np.min(got[1]) < 0 or not close(sums, np.ones_like(sums),
                                                            session.tolerance * 16)):
-            failures.append(found_at("softmax", heads.label(case, True), "weights", Clause(
+            failures.append(found_at("softmax", run.label, "weights", Clause(
                 "row-sums", (float(np.min(sums)), float(np.max(sums)), float(np.min(got[1]))))))
     if failures:
-        return judge("softmax", failures, len(results), fixture_of=heads.fixture_of), failures
-    probed = [case for case, _ in results if _right_without_mask(heads, case)][:2]
+        return judge("softmax", failures, len(results), fixture_of=fixture_of), failures
+    probed = [run.case for run, _ in results if _right_without_mask(session, kind, run.case)][:2]
     for case in probed:
         x = case.input * LARGE
         expected = variant_forward(x, case.weights, False)
         largest = float(np.max(np.abs(expected[0]))) if expected[0].size else 0.0
-        label = heads.probe_label(case)
+        label = f"{case.label} x{LARGE:g}"
+        fixture_of[label] = case.label
         try:
-            got = session.call_head_forward(case, x, case.weights, False)
+            got = session.call(kind, case, x, case.weights, False)
         except (BadResult, Broken) as failure:
             failures.append(found_at("softmax", label, "weights",
                                      Clause("overflow-said", (largest, failure.message))))
@@ -307,78 +158,4 @@ def check_softmax(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
                 largest, found[1])) if finite else Clause("overflow", (largest,))))
             break
     return judge("softmax", failures, len(results), calls=len(probed),
-                 fixture_of=heads.fixture_of), failures
-
-
-def check_head_reverse(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """The four gradients within the tolerance of the engine's, both modes; names the slip."""
-    session = heads.session
-    if not heads.backward:
-        return not_applicable("head-reverse", "no-backward"), [
-            Failure("head-reverse", None, None, no_backward=True)]
-    failures: list[Failure] = []
-    for case in session.cases:
-        for causal in MODES:
-            got = heads.grads(case, causal)
-            if isinstance(got, CallFailed):
-                failures.append(_failed_call("head-reverse", heads, case, causal, got))
-                continue
-            bundle = got
-
-            def named(case: Case = case, causal: bool = causal, got: Bundle = bundle) -> str | None:
-                return named_slip(got, BACKWARD_BUGS, lambda bug: variant_backward(
-                    case.input, case.weights, causal, case.upstream[2], bug), session.tolerance)
-
-            found = _compare("head-reverse", heads, case, causal, got,
-                             heads.reference(case, causal)[1], HEAD_BACKWARD_NAMES, named)
-            if found is not None:
-                failures.append(found)
-    return judge("head-reverse", failures, len(session.cases), session.tolerance,
-                 fixture_of=heads.fixture_of), failures
-
-
-def check_head_gradcheck(heads: Heads) -> tuple[FamilyCheck, list[Failure]]:
-    """Central differences of ``L = <output, grad_output>`` of the head's own forward
-    against its own backward, both modes."""
-    session = heads.session
-    if not heads.backward:
-        return not_applicable("head-gradcheck", "no-backward"), [
-            Failure("head-gradcheck", None, None, no_backward=True)]
-    failures: list[Failure] = []
-    worst = Worst()
-    total = 0
-    # Lossy on one fixture, lossy on all (exact values hide it), as for the projections.
-    lossy = any(heads.lossy(case, causal) for case in session.cases for causal in MODES)
-    for case in session.cases:
-        for causal in MODES:
-            label = heads.label(case, causal)
-            analytic = heads.grads(case, causal)
-            if isinstance(analytic, CallFailed):
-                failures.append(not_run_after("head-gradcheck", label, analytic))
-                continue
-            if lossy:
-                failures.append(not_run("head-gradcheck", label, "head-lossy"))
-                continue
-
-            def objective(tensors: list[Array], case: Case = case, causal: bool = causal) -> float:
-                got = session.call_head_forward(case, tensors[0], tuple(tensors[1:]), causal)
-                if got[2].shape != case.upstream[2].shape:
-                    raise CallFailed("head_forward", "head_forward gave an output of the "
-                                     "wrong shape")
-                return float(np.sum(got[2] * case.upstream[2]))
-
-            try:
-                count, failure = check_case(session, case, analytic, worst, objective,
-                                            "head-gradcheck", label)
-            except Broken:
-                failures.append(not_run("head-gradcheck", label, "stopped"))
-                continue
-            except CallFailed as error:
-                failures.append(found_at("head-gradcheck", label, None, Clause(
-                    "check-call-failed", ("head_forward", error.message))))
-                continue
-            total += count
-            if failure is not None:
-                failures.append(failure)
-    return judge("head-gradcheck", failures, len(session.cases), coordinates=total,
-                 worst=worst.point, fixture_of=heads.fixture_of), failures
+                 fixture_of=fixture_of), failures

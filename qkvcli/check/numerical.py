@@ -1,25 +1,26 @@
-"""The ``gradcheck`` family: the implementation's own backward against central differences.
+"""The ``gradcheck`` family of either kind (``head-gradcheck``: both modes): the
+implementation's own backward against central differences of its own forward.
 
-The objective is ``L = <Q,U_Q> + <K,U_K> + <V,U_V>`` of the implementation's own
-forward, with the fixture's upstream gradients ``U``. For each of ``x``, ``W_Q``,
-``W_K``, ``W_V`` the chapter's evenly spaced coordinates (``sample_indices``) are
-perturbed by the fixture's step; a coordinate passes when the scaled error
-``|a-n|/max(1,|a|,|n|)`` is within the fixture's gradient-check tolerance.
+The objective is ``L = sum <Y_i, U_i>`` over the forward results the kind's loss weighs
+(the projections' ``Q``, ``K``, ``V``; a head's ``output``), each with the fixture's
+upstream gradient in the same place. For each of ``x``, ``W_Q``, ``W_K``, ``W_V`` the
+chapter's evenly spaced coordinates (``sample_indices``) are perturbed by the fixture's
+step; a coordinate passes when the scaled error ``|a-n|/max(1,|a|,|n|)`` is within the
+fixture's gradient-check tolerance.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
-from qkvcli.check.cases import Case
+from qkvcli.check.cases import Run, fixtures_of
 from qkvcli.check.diagnose import coordinate
 from qkvcli.check.errors import Broken, CallFailed
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.check.target import BACKWARD_NAMES
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
@@ -41,37 +42,34 @@ class Worst:
             self.where = where
 
 
-def _objective(session: Session, case: Case, tensors: list[Array]) -> float:
-    outputs = session.call_forward(case, tensors[0], (tensors[1], tensors[2], tensors[3]))
+def _objective(session: Session, kind: Kind, run: Run, tensors: list[Array]) -> float:
+    """``L`` of the implementation's forward on ``[x, W_Q, W_K, W_V]``. Raises
+    :class:`CallFailed`, also for a weighed result of the wrong shape."""
+    outputs = session.call(kind, run.case, tensors[0], tuple(tensors[1:]), run.mode)
     total = 0.0
-    for out, up in zip(outputs, case.upstream, strict=True):
-        if out.shape != up.shape:
-            raise CallFailed("forward", "forward gave an output of the wrong shape")
-        total += float(np.sum(out * up))
+    for index, upstream in zip(kind.loss, run.upstream, strict=True):
+        if outputs[index].shape != upstream.shape:
+            raise CallFailed(kind.forward, f"{kind.forward} gave an output of the wrong shape")
+        total += float(np.sum(outputs[index] * upstream))
     return total
 
 
-def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst: Worst,
-               objective: Callable[[list[Array]], float] | None = None,
-               family: str = "gradcheck", label: str | None = None) -> tuple[int, Failure | None]:
-    """Central differences of ``objective`` (of ``[x, W_Q, W_K, W_V]``; the projections'
-    ``L`` by default) at the case's sampled coordinates against ``analytic`` (``dL/dX``
-    and the three ``dL/dW``): how many coordinates, and the failure of ``family`` on
-    the fixture ``label`` (the case's by default) when the worst is past its tolerance.
-    Raises :class:`CallFailed` when a call fails."""
-    label = case.label if label is None else label
-    if objective is None:
-        def objective(tensors: list[Array]) -> float:
-            return _objective(session, case, tensors)
+def check_run(session: Session, kind: Kind, run: Run, analytic: tuple[Array, ...],
+              worst: Worst) -> tuple[int, Failure | None]:
+    """Central differences of ``L`` at the run's sampled coordinates against ``analytic``
+    (``dL/dX`` and the three ``dL/dW``): how many coordinates, and the family's failure
+    on the run when the worst is past the fixture's tolerance. Raises
+    :class:`CallFailed` when a call fails."""
+    case, family = run.case, kind.family("gradcheck")
     tensors = [np.array(t, dtype=np.float64, copy=True)
                for t in (case.input, *case.weights)]
     count = 0
-    case_worst = Worst()
-    for position, (name, values) in enumerate(zip(BACKWARD_NAMES, tensors, strict=True)):
+    run_worst = Worst()
+    for position, (name, values) in enumerate(zip(kind.backward_names, tensors, strict=True)):
         flat = values.reshape(-1)
         gradient = analytic[position]
         if gradient.shape != values.shape:
-            return count, found_at(family, label, name, Clause("gradient-shape", (name,)))
+            return count, found_at(family, run.label, name, Clause("gradient-shape", (name,)))
         for index in sample_indices(flat.size, case.samples):
             original = float(flat[index])
 
@@ -79,7 +77,7 @@ def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst:
                          flat: Array = flat) -> float:
                 flat[index] = point
                 try:
-                    return objective(tensors)
+                    return _objective(session, kind, run, tensors)
                 finally:
                     flat[index] = original
 
@@ -89,42 +87,47 @@ def check_case(session: Session, case: Case, analytic: tuple[Array, ...], worst:
             where = f"{name}{coordinate(values.shape, index)}"
             point = Clause("point", (where, a, numerical, error, note))
             count += 1
-            case_worst.offer(error, point, where)
-            worst.offer(error, Clause("point-on", (label, point)))
-    failed = not case_worst.error <= case.tolerance
-    if count and failed and case_worst.point is not None:
-        return count, found_at(family, label, case_worst.where, Clause(
-            "gradcheck-worst", (case_worst.point, case.tolerance)))
+            run_worst.offer(error, point, where)
+            worst.offer(error, Clause("point-on", (run.label, point)))
+    failed = not run_worst.error <= case.tolerance
+    if count and failed and run_worst.point is not None:
+        return count, found_at(family, run.label, run_worst.where, Clause(
+            "gradcheck-worst", (run_worst.point, case.tolerance)))
     return count, None
 
 
-def check_gradcheck(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Central differences of the implementation's forward against its own backward."""
-    if not session.implementation.has_backward:
-        return not_applicable("gradcheck", "no-backward"), [
-            Failure("gradcheck", None, None, no_backward=True)]
+def check_gradcheck(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """Central differences of the implementation's forward against its own backward, each
+    fixture in each mode; not run on any when its forward is lossy on one (exact values
+    hide a lossy writer)."""
+    family = kind.family("gradcheck")
+    if not session.offers(kind.backward):
+        return not_applicable(family, "no-backward"), [
+            Failure(family, None, None, no_backward=True)]
     failures = []
     worst = Worst()
     total = 0
-    for case in session.cases:
-        analytic = session.backward(case)
+    runs = session.runs(kind)
+    lossy = any(session.lossy(kind, run) for run in runs)
+    for run in runs:
+        analytic = session.first(kind, run, backward=True)
         if isinstance(analytic, CallFailed):
-            failures.append(not_run_after("gradcheck", case.label, analytic))
+            failures.append(not_run_after(family, run.label, analytic))
             continue
-        if session.lossy:  # lossy on one fixture, lossy on all (exact values hide it)
-            failures.append(not_run("gradcheck", case.label, "lossy"))
+        if lossy:
+            failures.append(not_run(family, run.label, kind.family("lossy")))
             continue
         try:
-            count, failure = check_case(session, case, analytic, worst)
+            count, failure = check_run(session, kind, run, analytic, worst)
         except Broken:
-            failures.append(not_run("gradcheck", case.label, "stopped"))
+            failures.append(not_run(family, run.label, "stopped"))
             continue
         except CallFailed as error:
-            failures.append(found_at("gradcheck", case.label, None, Clause(
-                "check-call-failed", ("forward", error.message))))
+            failures.append(found_at(family, run.label, None, Clause(
+                "check-call-failed", (kind.forward, error.message))))
             continue
         total += count
         if failure is not None:
             failures.append(failure)
-    return judge("gradcheck", failures, len(session.cases), coordinates=total,
-                 worst=worst.point), failures
+    return judge(family, failures, len(session.cases), coordinates=total, worst=worst.point,
+                 fixture_of=fixtures_of(runs)), failures

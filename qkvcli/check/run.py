@@ -13,25 +13,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.check.behaviour import (
-    check_head_purity,
-    check_head_replay,
-    check_independence,
-    check_purity,
-    check_replay,
-)
-from qkvcli.check.boundaries import check_errors, check_head_errors, check_head_shapes, check_shapes
+from qkvcli.check.behaviour import check_independence, check_purity, check_replay
+from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
-from qkvcli.check.heads import (
-    Heads,
-    check_head_forward,
-    check_head_gradcheck,
-    check_head_reverse,
-    check_mask,
-    check_scaling,
-    check_softmax,
-)
+from qkvcli.check.heads import check_mask, check_scaling, check_softmax
+from qkvcli.check.kinds import HEAD, PROJECTIONS, Kind
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult
 from qkvcli.check.session import Session
@@ -41,7 +28,7 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 if TYPE_CHECKING:
     from qkvcli.check.target import Implementation
 
-Family = Callable[[Session], tuple[FamilyCheck, list[Failure]]]
+Family = Callable[[Session, Kind], tuple[FamilyCheck, list[Failure]]]
 
 COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
     ("forward", check_forward),
@@ -53,21 +40,21 @@ COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
     ("gradcheck", check_gradcheck),
     ("purity", check_purity),
 )
+"""The projections' families in the order they are computed (purity sees every call)."""
 
-
-HEAD_ORDER: tuple[tuple[str, Callable[[Heads], tuple[FamilyCheck, list[Failure]]]], ...] = (
-    ("head-forward", check_head_forward),
+HEAD_ORDER: tuple[tuple[str, Family], ...] = (
+    ("head-forward", check_forward),
     ("scaling", check_scaling),
     ("mask", check_mask),
-    ("head-reverse", check_head_reverse),
-    ("head-shapes", check_head_shapes),
-    ("head-errors", check_head_errors),
-    ("head-replay", check_head_replay),
-    ("head-gradcheck", check_head_gradcheck),
+    ("head-reverse", check_reverse),
+    ("head-shapes", check_shapes),
+    ("head-errors", check_errors),
+    ("head-replay", check_replay),
+    ("head-gradcheck", check_gradcheck),
     ("softmax", check_softmax),  # last: its overflow probe may end a program's session
-    ("head-purity", check_head_purity),
+    ("head-purity", check_purity),
 )
-"""The head families in the order they are computed (purity sees every head call)."""
+"""The head's families in the order they are computed (purity sees every head call)."""
 
 
 Progress = Callable[[str, int, int, int], None]
@@ -103,12 +90,9 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
             progress(current["family"], current["done"], total[0], calls)
 
     session = Session(implementation, cases, tolerance, on_call)
-    heads = Heads(session)
-    order: list[tuple[str, Callable[[], tuple[FamilyCheck, list[Failure]]]]] = []
-    if "forward" in implementation.operations:
-        order += [(name, partial(family, session)) for name, family in COMPUTE_ORDER]
-    if "head_forward" in implementation.operations:
-        order += [(name, partial(head_family, heads)) for name, head_family in HEAD_ORDER]
+    order = [(name, partial(family, session, kind))
+             for kind, families in ((PROJECTIONS, COMPUTE_ORDER), (HEAD, HEAD_ORDER))
+             if session.offers(kind.forward) for name, family in families]
     total[0] = len(order)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
     for done, (name, family) in enumerate(order):

@@ -2,9 +2,10 @@
 
 Every call gets its own writeable copies of the arguments; for a Python implementation
 the copies are compared with the originals after the call, and any change is kept
-as a ``purity`` failure (a ``--command`` program only ever sees serialized copies).
-The first forward and backward of each fixture, and qkv's engine results for it,
-are computed once and shared by the families.
+as a finding of the kind's purity family (a ``--command`` program only ever sees
+serialized copies). The first forward and backward of each fixture in each mode, and
+qkv's engine on the same arguments (:mod:`qkvcli.check.engine`, called as any
+implementation is), are computed once and shared by the families.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.check import engine
-from qkvcli.check.cases import Case
-from qkvcli.check.diagnose import first_bit_difference
+from qkvcli.check.cases import Case, Run
+from qkvcli.check.diagnose import LOSSY, Bundle, Precision, first_bit_difference
+from qkvcli.check.engine import engine_implementation
 from qkvcli.check.errors import Broken, CallFailed, NotSent
+from qkvcli.check.kinds import Kind
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Failure
 
@@ -25,13 +27,15 @@ if TYPE_CHECKING:
     from qkvcli.check.target import Implementation
 
 FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
-BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_query", "grad_key", "grad_value")
-HEAD_BACKWARD_ARGUMENTS = (*FORWARD_ARGUMENTS, "grad_output")
+
+Key = tuple[str, int, bool | None]  # operation, case, mode
 
 
-def _purity_family(operation: str) -> str:
-    """The family that judges whether ``operation`` changed its arguments."""
-    return "head-purity" if operation.startswith("head_") else "purity"
+def arguments(x: Array, weights: tuple[Array, ...], mode: bool | None,
+              upstream: tuple[Array, ...] = ()) -> tuple[Array | bool, ...]:
+    """A call's arguments in the interface's order: a head's ``causal`` comes after the
+    weights, as in its Python signature."""
+    return (x, *weights, *(() if mode is None else (mode,)), *upstream)
 
 
 class Session:
@@ -43,109 +47,102 @@ class Session:
         self.on_call = on_call  # told the number of calls so far, after each
         self.cases = cases
         self.tolerance = tolerance
-        self.impurities: list[Failure] = []
-        self.head_impurities: list[Failure] = []
-        self.head_calls = 0
-        # Fixtures whose forward agrees only to a writer's or float32's precision (the
-        # forward family's diagnosis): central differences of it would measure noise.
-        self.lossy: set[int] = set()
+        self.impurities: dict[str, list[Failure]] = {}  # by purity family
         self.calls = 0
+        self.purity_calls: dict[str, int] = {}  # the calls each purity family judges
         # The fixture and the call that broke the session (a crash, a timeout, a malformed
         # reply), and the purity families some of whose calls therefore never completed.
         self.stopped: tuple[str, Broken] | None = None
         self.unfinished: set[str] = set()
-        self._forward: dict[int, tuple[Array, ...] | CallFailed] = {}
-        self._backward: dict[int, tuple[Array, ...] | CallFailed] = {}
-        self._reference: dict[int, tuple[tuple[Array, ...], tuple[Array, ...]]] = {}
+        self._first: dict[Key, Bundle | CallFailed] = {}
+        self._reference: dict[Key, Bundle] = {}
+        self._engine = engine_implementation()
+
+    def offers(self, operation: str) -> bool:
+        """Whether the implementation has ``operation`` (``backward``, ``head_backward``...)."""
+        return operation in self.implementation.operations
+
+    def runs(self, kind: Kind) -> list[Run]:
+        """Every fixture in each of the kind's modes."""
+        return [run for case in self.cases for run in kind.runs(case)]
 
     # --- calls with fresh copies --------------------------------------------------------
 
-    def _checked(self, case: Case, operation: str, names: tuple[str, ...],
-                 args: tuple[Array, ...], causal: bool | None = None) -> tuple[Array, ...]:
-        originals = tuple(np.asarray(arg, dtype=np.float64) for arg in args)
+    def call(self, kind: Kind, case: Case, x: Array, weights: tuple[Array, ...],
+             mode: bool | None, upstream: tuple[Array, ...] | None = None) -> Bundle:
+        """The kind's forward on ``x`` and ``weights`` (in ``mode``), or its backward given
+        ``upstream``, for ``case``. Raises a :class:`CallFailed` subclass."""
+        operation = kind.forward if upstream is None else kind.backward
+        names = FORWARD_ARGUMENTS if upstream is None else (*FORWARD_ARGUMENTS,
+                                                            *kind.upstream_names)
+        arrays = (x, *weights, *(upstream or ()))
+        originals = tuple(np.asarray(arg, dtype=np.float64) for arg in arrays)
         copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
+        purity = kind.family("purity")
         self.calls += 1
+        self.purity_calls[purity] = self.purity_calls.get(purity, 0) + 1
         if self.on_call is not None:
             self.on_call(self.calls)
-        # A head's causal flag comes after the weights, as in its Python signature.
-        sent = copies if causal is None else (*copies[:4], causal, *copies[4:])
         answered = True
         try:
-            return self.implementation.call(operation, sent)
+            return self.implementation.call(operation, arguments(copies[0], copies[1:4], mode,
+                                                                 copies[4:]))
         except Broken as failure:
             answered = False  # what a call that never completed changed is unknown
-            self.unfinished.add(_purity_family(operation))
+            self.unfinished.add(purity)
             if self.stopped is None and not isinstance(failure, NotSent):
                 self.stopped = (case.label, failure)
             raise
         finally:
             if answered and not self.implementation.is_command:
-                self._record_changes(case, operation, names, originals, copies)
-                for name, where, old, new in self.implementation.take_changes():
-                    self._impure(case, operation, name, where, old, new)
-
-    def _record_changes(self, case: Case, operation: str, names: tuple[str, ...],
-                        originals: tuple[Array, ...], copies: tuple[Array, ...]) -> None:
-        for name, before, after in zip(names, originals, copies, strict=True):
-            found = first_bit_difference(before, after)
-            if found is not None:
-                self._impure(case, operation, name, *found)
-
-    def _impure(self, case: Case, operation: str, name: str, where: str, old: str,
-                new: str) -> None:
-        family = _purity_family(operation)
-        found = self.head_impurities if family == "head-purity" else self.impurities
-        found.append(Failure(family, case.label, f"{name}{where}", code="changed-argument",
-                             facts=(operation, f"{name}{where}", old, new)))
-
-    def call_forward(self, case: Case, x: Array, weights: tuple[Array, ...]) -> tuple[Array, ...]:
-        """``forward(x, *weights)``. Raises a :class:`CallFailed` subclass."""
-        return self._checked(case, "forward", FORWARD_ARGUMENTS, (x, *weights))
-
-    def call_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
-                      upstream: tuple[Array, ...]) -> tuple[Array, ...]:
-        """``backward(x, *weights, *upstream)``. Raises a :class:`CallFailed` subclass."""
-        return self._checked(case, "backward", BACKWARD_ARGUMENTS, (x, *weights, *upstream))
-
-    def call_head_forward(self, case: Case, x: Array, weights: tuple[Array, ...],
-                          causal: bool) -> tuple[Array, ...]:
-        """``head_forward(x, *weights, causal)``. Raises a :class:`CallFailed` subclass."""
-        self.head_calls += 1
-        return self._checked(case, "head_forward", FORWARD_ARGUMENTS, (x, *weights), causal)
-
-    def call_head_backward(self, case: Case, x: Array, weights: tuple[Array, ...],
-                           causal: bool, grad_output: Array) -> tuple[Array, ...]:
-        """``head_backward(x, *weights, causal, grad_output)``. Raises a :class:`CallFailed`."""
-        self.head_calls += 1
-        return self._checked(case, "head_backward", HEAD_BACKWARD_ARGUMENTS,
-                             (x, *weights, grad_output), causal)
+                changes = [(name, *found) for name, before, after
+                           in zip(names, originals, copies, strict=True)
+                           if (found := first_bit_difference(before, after)) is not None]
+                for name, where, old, new in (*changes, *self.implementation.take_changes()):
+                    self.impurities.setdefault(purity, []).append(Failure(
+                        purity, case.label, f"{name}{where}", code="changed-argument",
+                        facts=(operation, f"{name}{where}", old, new)))
 
     # --- the shared first results -------------------------------------------------------
 
-    def forward(self, case: Case) -> tuple[Array, ...] | CallFailed:
-        """The implementation's first forward on ``case`` (computed once)."""
-        if id(case) not in self._forward:
+    def first(self, kind: Kind, run: Run, backward: bool = False) -> Bundle | CallFailed:
+        """The implementation's first forward (or backward, with the run's upstream
+        gradients) on the run's fixture in its mode (computed once)."""
+        key = (kind.backward if backward else kind.forward, id(run.case), run.mode)
+        if key not in self._first:
             try:
-                self._forward[id(case)] = self.call_forward(case, case.input, case.weights)
+                self._first[key] = self.call(kind, run.case, run.case.input, run.case.weights,
+                                             run.mode, run.upstream if backward else None)
             except CallFailed as failure:
-                self._forward[id(case)] = failure
-        return self._forward[id(case)]
+                self._first[key] = failure
+        return self._first[key]
 
-    def backward(self, case: Case) -> tuple[Array, ...] | CallFailed:
-        """The implementation's first backward on ``case`` with its upstream (computed once)."""
-        if id(case) not in self._backward:
-            try:
-                self._backward[id(case)] = self.call_backward(
-                    case, case.input, case.weights, case.upstream)
-            except CallFailed as failure:
-                self._backward[id(case)] = failure
-        return self._backward[id(case)]
+    def engine(self, kind: Kind, x: Array, weights: tuple[Array, ...], mode: bool | None,
+               upstream: tuple[Array, ...] | None = None) -> Bundle:
+        """qkv's engine on the arguments :meth:`call` takes (a valid input)."""
+        operation = kind.forward if upstream is None else kind.backward
+        return self._engine.call(operation, arguments(x, weights, mode, upstream or ()))
 
-    def reference(self, case: Case) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
-        """qkv's engine on ``case`` (:mod:`qkvcli.check.engine`): the expected outputs and
-        gradients, computed once."""
-        if id(case) not in self._reference:
-            self._reference[id(case)] = (engine.forward(case.input, *case.weights),
-                                         engine.backward(case.input, *case.weights,
-                                                         *case.upstream))
-        return self._reference[id(case)]
+    def reference(self, kind: Kind, run: Run, backward: bool = False) -> Bundle:
+        """qkv's engine on the run, what :meth:`first` is compared with (computed once)."""
+        key = (kind.backward if backward else kind.forward, id(run.case), run.mode)
+        if key not in self._reference:
+            self._reference[key] = self.engine(kind, run.case.input, run.case.weights,
+                                               run.mode, run.upstream if backward else None)
+        return self._reference[key]
+
+    def precision(self, kind: Kind, run: Run) -> list[tuple[str, Precision]] | None:
+        """Each wrong result of the run's first forward with its precision fault, when they
+        are right but for their precision (``kind.precision``; ``None`` otherwise, also
+        when the call failed or every result is right)."""
+        got = self.first(kind, run)
+        if isinstance(got, CallFailed):
+            return None
+        return kind.precision(kind.forward_names, got, self.reference(kind, run),
+                              self.tolerance)
+
+    def lossy(self, kind: Kind, run: Run) -> bool:
+        """Whether that forward agrees only to a lossy precision (a writer's or float32's):
+        central differences of it would measure the rounding."""
+        faults = self.precision(kind, run)
+        return faults is not None and all(fault.cause in LOSSY for _, fault in faults)

@@ -1,92 +1,67 @@
-"""The ``forward`` and ``reverse`` families: the implementation's tensors against qkv's engine.
+"""The ``forward`` and ``reverse`` families of either kind (``head-forward``,
+``head-reverse``: both modes): the implementation's results against qkv's engine.
 
-A forward finding is ``forward-differs`` (the first mismatch, and what the wrong tensor
-computed or ``None``); a reverse one ``reverse-differs`` (what each wrong gradient
-computed, then the first mismatch); a valid input the implementation failed on is
-:func:`~qkvcli.check.result.call_failure`'s finding, as for a head.
+A wrong result's finding is its first mismatch and why, diagnosed precision first
+(results right but for their precision: ``forward-differs`` with the first cause,
+``reverse-differs`` with each; a forward's by ``kind.precision``), then by the kind's
+known slips (``kind.explain_forward``, ``kind.explain_backward``); a valid input the
+implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 """
 
 from __future__ import annotations
 
-from qkvcli.check import diagnose
-from qkvcli.check.cases import Case
-from qkvcli.check.diagnose import first_mismatch
+from qkvcli.check.cases import fixtures_of
+from qkvcli.check.diagnose import first_mismatch, precision_clauses, precision_faults
 from qkvcli.check.errors import CallFailed
+from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
-from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 
-def _call_failure(family: str, case: Case, failure: CallFailed) -> Failure:
-    return call_failure(family, case.label, format_shape(list(case.input.shape)), failure)
+def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """The forward's results within the tolerance of the engine's, each fixture in each mode."""
+    return _check_values(session, kind, backward=False)
 
 
-def check_forward(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Q, K, V within the tolerance of the engine's; names the first failing coordinate."""
+def check_reverse(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """The four gradients within the tolerance of the engine's; names the wrong path or slip."""
+    return _check_values(session, kind, backward=True)
+
+
+def _check_values(session: Session, kind: Kind,
+                  backward: bool) -> tuple[FamilyCheck, list[Failure]]:
+    family = kind.family("reverse" if backward else "forward")
+    if backward and not session.offers(kind.backward):
+        return not_applicable(family, "no-backward"), [
+            Failure(family, None, None, no_backward=True)]
+    names = kind.backward_names if backward else kind.forward_names
     failures = []
-    for case in session.cases:
-        got = session.forward(case)
+    runs = session.runs(kind)
+    for run in runs:
+        got = session.first(kind, run, backward)
         if isinstance(got, CallFailed):
-            failures.append(_call_failure("forward", case, got))
+            failures.append(call_failure(family, run.label,
+                                         format_shape(list(run.case.input.shape)), got))
             continue
-        expected, _ = session.reference(case)
-        for index, (name, actual, wanted) in enumerate(
-                zip(FORWARD_NAMES, got, expected, strict=True)):
-            found = first_mismatch(name, actual, wanted, session.tolerance)
-            if found is not None:
-                where, mismatch = found
-                why: Clause | None = None
-                if actual.shape == wanted.shape:
-                    low = diagnose.precision(actual, wanted)
-                    if low is not None and low.cause in diagnose.LOSSY:
-                        session.lossy.add(id(case))
-                    why = (diagnose.precision_clause([name], low, session.tolerance)
-                           if low else diagnose.output(index, actual, case.input,
-                                                       case.weights, session.tolerance))
-                failures.append(found_at("forward", case.label, where,
-                                         Clause("forward-differs", (mismatch, why))))
-                break
-    return judge("forward", failures, len(session.cases), session.tolerance), failures
-
-
-def check_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """dX and the three dW within the tolerance of the engine's; names the wrong path or branch."""
-    if not session.implementation.has_backward:
-        return not_applicable("reverse", "no-backward"), [
-            Failure("reverse", None, None, no_backward=True)]
-    failures = []
-    for case in session.cases:
-        got = session.backward(case)
-        if isinstance(got, CallFailed):
-            failures.append(_call_failure("reverse", case, got))
+        expected = session.reference(kind, run, backward)
+        found = next(((index, *first) for index, (name, actual, wanted)
+                      in enumerate(zip(names, got, expected, strict=True))
+                      if (first := first_mismatch(name, actual, wanted, session.tolerance))
+                      is not None), None)
+        if found is None:
             continue
-        _, expected = session.reference(case)
-        wrong: list[tuple[Clause | None, str, Clause]] = []
-        faults: list[tuple[str, diagnose.Precision]] = []
-        for index, (name, actual, wanted) in enumerate(
-                zip(BACKWARD_NAMES, got, expected, strict=True)):
-            found = first_mismatch(name, actual, wanted, session.tolerance)
-            if found is None:
-                continue
-            why: Clause | None
-            if actual.shape != wanted.shape:
-                why = Clause("wrong-shape", (name,))
-            elif (low := diagnose.precision(actual, wanted)) is not None:
-                faults.append((name, low))
-                why = None  # said once per cause, after the others
-            elif index == 0:
-                why = diagnose.input_gradient(actual, case.weights, case.upstream,
-                                              session.tolerance)
-            else:
-                why = diagnose.weight_gradient(index - 1, actual, case.input, case.upstream,
-                                               session.tolerance)
-            wrong.append((why, *found))
-        if wrong:
-            whys = [why for why, _, _ in wrong if why is not None]
-            whys += diagnose.precision_clauses(faults, session.tolerance)
-            _, where, mismatch = wrong[0]
-            failures.append(found_at("reverse", case.label, where,
-                                     Clause("reverse-differs", (tuple(whys), mismatch))))
-    return judge("reverse", failures, len(session.cases), session.tolerance), failures
+        index, where, mismatch = found
+        faults = (precision_faults if backward else kind.precision)(
+            names, got, expected, session.tolerance)
+        if faults is not None:
+            whys = precision_clauses(faults, session.tolerance)
+            why = (Clause("reverse-differs", (tuple(whys), mismatch)) if backward
+                   else Clause("forward-differs", (mismatch, whys[0])))
+        else:
+            explain = kind.explain_backward if backward else kind.explain_forward
+            why = explain(run, got, expected, index, mismatch, session.tolerance)
+        failures.append(found_at(family, run.label, where, why))
+    return judge(family, failures, len(session.cases), session.tolerance,
+                 fixture_of=fixtures_of(runs)), failures

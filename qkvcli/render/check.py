@@ -220,7 +220,6 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "overflow-said": OVERFLOW + " ({1})",
     "large-call-failed": "head_forward failed on large scores: {0}",
     "large-differs": "on large scores (up to {0:.3g}): {1}",
-    "replay-changed": "a second call differs from the first",
     "no-reply": "request {0} ({1}): no reply within {2:g} s (--timeout)",
 }
 """The words of each clause code the value, gradient-check and head families find: a
