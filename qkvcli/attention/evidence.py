@@ -37,7 +37,7 @@ from qkvcli.attention.records import (
     Note,
     TokenRow,
 )
-from qkvcli.core.arrays import Array, all_finite, readonly
+from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
@@ -227,12 +227,7 @@ class _Stacked:
         return self.parts[0] if self.single else np.stack(self.parts, axis=self.axis)
 
 
-def _bitwise(a: Array, b: Array) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
-
-
-def same_bits(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
+def same_run(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
               f: LayerForward, g: LayerGradients) -> bool:
     """Whether the run ``f``, ``g`` gives every tensor of ``tensors`` bit for bit (``-0.0``
     is not ``0.0``; a NaN equals the same NaN): a stacked tensor head by head against its
@@ -242,15 +237,15 @@ def same_bits(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerPar
     for name, value in items:
         first = tensors[name]
         if isinstance(value, _Stacked) and value.single:
-            same = _itself(first, value.parts[0]) or _bitwise(first, value.parts[0])
+            same = _itself(first, value.parts[0]) or same_bits(first, value.parts[0])
         elif isinstance(value, _Stacked):
             if first.shape[1] == len(value.parts) and all(
                     _itself(first[:, h], part) for h, part in enumerate(value.parts)):
                 continue
             same = first.shape[1] == len(value.parts) and all(
-                _bitwise(first[:, h], part) for h, part in enumerate(value.parts))
+                same_bits(first[:, h], part) for h, part in enumerate(value.parts))
         else:
-            same = _itself(first, value) or _bitwise(first, value)
+            same = _itself(first, value) or same_bits(first, value)
         if not same:
             return False
     return True
@@ -268,14 +263,14 @@ def replays_bitwise(tensors: dict[str, Array], fixture: AttendFixture, parts: La
     reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held), the reverse's."""
     layer, x = parts.layer, fixture.input
     forward = layer.forward(x, causal)
-    if not same_bits(tensors, fixture, parts, forward, first[1]):
+    if not same_run(tensors, fixture, parts, forward, first[1]):
         return False
     kept = {k: v for k, v in forward.stacked.items() if k not in ("scores", "scaled_scores")}
     forward = LayerForward((), forward.concat, forward.output, kept, forward.causal,
                            forward.window)
     grads = layer.backward(x, forward, fixture.upstream)
     del forward
-    return same_bits(tensors, fixture, parts, first[0], grads)
+    return same_run(tensors, fixture, parts, first[0], grads)
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:

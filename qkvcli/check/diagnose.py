@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from qkvcli.attention.maths import Mask, causal_mask, scale, softmax, softmax_backward
 from qkvcli.check.cases import Run
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, same_bits
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.record import Record
@@ -82,11 +82,6 @@ def first_mismatch(name: str, actual: Array, expected: Array,
     where, a, e = found
     return f"{name}{where}", Clause("value-differs",
                                     (name, where, a, e, scaled_error(a, e), tolerance))
-
-
-def same_bits(left: Array, right: Array) -> bool:
-    """Equal shapes and identical binary64 values (NaN payloads and signed zeros included)."""
-    return left.shape == right.shape and left.tobytes() == right.tobytes()
 
 
 def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | None:

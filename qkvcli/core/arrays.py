@@ -66,3 +66,14 @@ def readonly(values: Any) -> Array:
     array = np.array(values, dtype=np.float64, copy=True, order="C")
     array.flags.writeable = False
     return array
+
+
+def same_bits(a: Array, b: Array) -> bool:
+    """Whether two float64 arrays have the same shape and the same 64-bit patterns: the
+    one bitwise comparison of every replay. Compared as unsigned integers, so ``-0.0 !=
+    0.0`` and a NaN equals the same NaN, as byte comparison would, without copying
+    either array to bytes (a non-contiguous one is made contiguous first)."""
+    if a.shape != b.shape:
+        return False
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))

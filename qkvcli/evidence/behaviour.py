@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import same_bits
 from qkvcli.core.errors import ProjectionError, QkvError, ZeroOutputWidth
 from qkvcli.core.outputs import QkvForward
 from qkvcli.core.projections import QkvProjections
@@ -75,17 +75,6 @@ def compute_independence(
         key_unchanged=before.key.tobytes() == after.key.tobytes(),
         value_unchanged=before.value.tobytes() == after.value.tobytes(),
     )
-
-
-def same_bits(a: Array, b: Array) -> bool:
-    """Whether two float64 arrays have the same shape and the same 64-bit patterns.
-
-    Compared as unsigned integers, so ``-0.0 != 0.0`` and a NaN equals the same NaN, as
-    byte comparison would, without copying either array to bytes.
-    """
-    if a.shape != b.shape:
-        return False
-    return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))
 
 
 def same_primary_bits(left: Primary, right: Primary) -> bool:
