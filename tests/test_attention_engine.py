@@ -168,3 +168,27 @@ def test_a_large_layers_check_uses_the_reached_evaluations_and_passes() -> None:
     assert {t.recomputes for t in result.tensors} == {
         "perturbed batch item", "perturbed head", "perturbed K/V group",
         "perturbed output column"}
+
+
+@pytest.mark.parametrize(("tokens", "d_model", "heads", "kv_heads", "rope"), [
+    (1024, 768, 12, 12, None), (512, 2048, 32, 8, Rope(10000.0, 64))],
+    ids=["gpt2-small-1024", "llama-like-512"])
+def test_a_real_layers_default_check_fits_the_default_budget(
+        tokens: int, d_model: int, heads: int, kv_heads: int, rope: Rope | None) -> None:
+    # What `qkv init --from-safetensors` writes (16 samples), causal, with biases and an
+    # output projection: planned (no evaluation runs), within --max-evaluations' default.
+    from qkvcli.attention.gradcheck import plan_check
+    from qkvcli.attention.head import AttentionHead
+    from qkvcli.attention.multihead import MultiHeadLayer
+    from qkvcli.gradcheck.settings import MAX_EVALUATIONS
+
+    d = d_model // heads
+    widths = (heads * d, kv_heads * d, kv_heads * d)
+    head = AttentionHead.from_arrays(*(np.zeros((d_model, w)) for w in widths),
+                                     biases=[np.zeros(w) for w in widths], rope=rope,
+                                     kv_groups=heads // kv_heads)
+    layer = MultiHeadLayer.build(head, heads, np.zeros((d_model, d_model)), np.zeros(d_model),
+                                 kv_heads)
+    plan = plan_check(layer, np.zeros((1, tokens, d_model)), 1e-6, 2e-6, 16, causal=True,
+                      limit=MAX_EVALUATIONS)
+    assert plan.reached and plan.units <= MAX_EVALUATIONS

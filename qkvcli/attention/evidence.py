@@ -415,7 +415,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     parts = layer_parts(fixture)
     single = fixture.function.heads is None
     layer, x = parts.layer, fixture.input
-    plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples,
+    plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples, causal=causal,
                **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
     forward, grads = _run(fixture, layer, causal)

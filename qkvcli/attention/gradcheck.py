@@ -44,7 +44,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.attention import engine
-from qkvcli.attention.engine import LayerForward, LayerGradients
+from qkvcli.attention.engine import BLOCK_ROWS, LayerForward, LayerGradients
 from qkvcli.attention.head import AttentionGradients, AttentionHead
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
@@ -181,31 +181,45 @@ def _replaced(layer: MultiHeadLayer, name: str, probe: Array) -> MultiHeadLayer:
     return layer.with_parameters(weights, biases, out[0], out[1])
 
 
-def _attention_cost(layer: MultiHeadLayer, batch: int, tokens: int, heads: int) -> int:
-    """Multiply-adds of ``heads`` heads' scores, softmax and mixture over ``batch`` items."""
-    return heads * batch * tokens * tokens * (layer.d_k + layer.d_v + 4)
+def _pairs(tokens: int, causal: bool, first: int = 0) -> int:
+    """The (query, key) pairs the engine scores for the query rows from ``first``: every
+    key without a mask; with one, each block of rows up to its last key."""
+    if not causal:
+        return (tokens - first) * tokens
+    return sum((min(r + BLOCK_ROWS, tokens) - r) * min(r + BLOCK_ROWS, tokens)
+               for r in range(first, tokens, BLOCK_ROWS))
 
 
-def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, reached: bool) -> tuple[int, str]:
+def _attention_cost(layer: MultiHeadLayer, batch: int, pairs: int, heads: int) -> int:
+    """Multiply-adds of ``heads`` heads' scores, softmax and mixture over ``pairs`` (query,
+    key) pairs of each of ``batch`` items."""
+    return heads * batch * pairs * (layer.d_k + layer.d_v + 4)
+
+
+def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, reached: bool,
+                    causal: bool = False, token: int = 0) -> tuple[int, str]:
     """Multiply-adds of one evaluation of tensor ``name``'s objective, and what it recomputes.
 
     ``reached``: the engine runs on only what the coordinate reaches (see the module
-    docstring); the cost counts that smaller call whole (a causal mask's skipped rows and
-    keys are not subtracted: an upper bound)."""
+    docstring), and the cost counts the pairs that smaller call scores (an input
+    coordinate at ``token`` under a causal mask: the rows from that token on)."""
     if not reached:
         return forward_cost(layer, x), RECOMPUTES_ALL
     batch, tokens, d_model = x.shape
     rows = batch * tokens
-    if name == "input":  # one token's projections, one batch item's heads
+    if name == "input":  # one token's projections, one batch item's heads from that row on
+        first = token if causal else 0
         width = sum(int(w.shape[1]) for w in layer.projections.weights)
-        return (d_model * width + _attention_cost(layer, 1, tokens, layer.heads)
-                + tokens * layer.concat_width, RECOMPUTES_ITEM)
+        pairs = _pairs(tokens, causal, first)
+        return (d_model * width + _attention_cost(layer, 1, pairs, layer.heads)
+                + (tokens - first) * layer.concat_width, RECOMPUTES_ITEM)
     if name in ("w_out", "b_out"):
         return rows * (layer.concat_width + 1), RECOMPUTES_OUT
+    pairs = _pairs(tokens, causal)
     if name.endswith("query"):  # one projected column, one head
-        return rows * d_model + _attention_cost(layer, batch, tokens, 1), RECOMPUTES_HEAD
+        return rows * d_model + _attention_cost(layer, batch, pairs, 1), RECOMPUTES_HEAD
     per_kv = layer.heads // layer.kv_heads
-    return rows * d_model + _attention_cost(layer, batch, tokens, per_kv), RECOMPUTES_GROUP
+    return rows * d_model + _attention_cost(layer, batch, pairs, per_kv), RECOMPUTES_GROUP
 
 
 class CheckPlan:
@@ -214,14 +228,15 @@ class CheckPlan:
     __slots__ = ("causes", "full_cost", "reached", "rows", "units")
 
     def __init__(self, layer: MultiHeadLayer, x: Array, mode: str, samples: int | None,
-                 directions: int, reached: bool | None) -> None:
+                 directions: int, reached: bool | None, causal: bool = False) -> None:
         self.reached = reaches_far(layer, x) if reached is None else reached
         self.full_cost = forward_cost(layer, x)
         self.rows: list[tuple[str, str, int | None, int, int, str]] = []
         self.causes: set[str] = set()
         self.units = 0
+        _, tokens, d_model = x.shape
         for name, values in checked_tensors(layer, x):
-            cost, recomputes = evaluation_cost(layer, x, name, self.reached)
+            cost, recomputes = evaluation_cost(layer, x, name, self.reached, causal)
             size = int(values.size)
             resolved, count = resolve_mode(mode, size, samples)
             if mode == "auto" and resolved == "full" and 2 * size * _units(cost) > AUTO_FULL_UNITS:
@@ -234,7 +249,12 @@ class CheckPlan:
                 self.causes.add("every coordinate" if resolved == "full"
                                 else f"--samples {count}")
             self.rows.append((name, resolved, count, planned, cost, recomputes))
-            self.units += 2 * planned * _units(cost)
+            if name == "input" and recomputes == RECOMPUTES_ITEM:  # each token's own rows
+                self.units += sum(2 * _units(evaluation_cost(
+                    layer, x, name, True, causal, (index // d_model) % tokens)[0])
+                    for index in sample_indices(size, count))
+            else:
+                self.units += 2 * planned * _units(cost)
 
     def refuse_over(self, limit: int) -> None:
         """Raise :class:`~qkvcli.gradcheck.settings.TooManyEvaluations` over ``limit`` units."""
@@ -256,12 +276,12 @@ class CheckPlan:
 def plan_check(model: AttentionHead | MultiHeadLayer, x: Array, step: float, tolerance: float,
                samples: int | None = None, *, mode: str = "auto",
                directions: int = DEFAULT_DIRECTIONS, limit: int = MAX_EVALUATIONS,
-               reached: bool | None = None) -> CheckPlan:
+               reached: bool | None = None, causal: bool = False) -> CheckPlan:
     """The check :func:`gradcheck_attention` would make, refused (before any work) when its
     units pass ``limit``. Raises what :func:`gradcheck_attention` raises before evaluating."""
     validate_settings(step, tolerance, samples, mode, directions)
     plan = CheckPlan(as_layer(model), np.asarray(x, dtype=np.float64), mode, samples,
-                     directions, reached)
+                     directions, reached, causal)
     plan.refuse_over(limit)
     return plan
 
@@ -286,7 +306,7 @@ def gradcheck_attention(
     :class:`~qkvcli.gradcheck.settings.TooManyEvaluations`, both before any evaluation.
     """
     plan = plan_check(model, x, step, tolerance, samples, mode=mode, directions=directions,
-                      limit=limit, reached=reached)
+                      limit=limit, reached=reached, causal=causal)
     layer = as_layer(model)
     x64 = np.asarray(x, dtype=np.float64)
     u64 = np.asarray(upstream, dtype=np.float64)
