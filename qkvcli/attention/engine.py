@@ -187,13 +187,17 @@ def project(x: Array, weight: Array, bias: Array | None) -> Array:
 
 
 def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
-            first_row: int = 0, projected: Array | None = None) -> LayerForward:
+            first_row: int = 0, projected: Array | None = None,
+            records: bool = True) -> LayerForward:
     """The layer's forward pass on a validated ``x [B,T,d_model]``, every head at once.
 
     ``first_row`` > 0 computes only the query rows from there on (their scores, weights,
     outputs; the keys and values stay whole): what a change at that row reaches.
     ``projected``: ``[Q|K|V]`` of ``x`` when the caller has it (the gradient check's
-    evaluations project only what they change). Expects ``errstate`` set by the caller."""
+    evaluations project only what they change). ``records=False`` gives only ``C`` and
+    ``Y`` (no heads' records, nothing in ``stacked``): each block of query rows then
+    scores only the keys it sees, and no ``[B,H,T,T]`` array is made. Expects
+    ``errstate`` set by the caller."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, _ = x.shape
     rows = tokens - first_row
@@ -209,6 +213,10 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     if rope is not None:  # after the biases, before the scores (as HF applies it)
         matched_query = rotated_query = rotate(query, rope, first_row)
         matched_key = rotated_key = rotate(key, rope)
+    if not records:
+        concat = _mixed_by_blocks(layer, matched_query, matched_key, value, first_row, causal,
+                                  window)
+        return LayerForward((), concat, project_out(layer, concat), {}, causal, window)
     # [B,G,H/G,R,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,R,T] -> [B,H,R,T]
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
@@ -228,7 +236,7 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
         grouped_mixed[..., r0:r1, :] = block @ shared_value[..., start:stop, :]
     concat = np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows, heads * layer.d_v)
     per_kv = heads // kv
-    records = tuple(
+    per_head = tuple(
         AttentionForward(query[:, h], key[:, h // per_kv], value[:, h // per_kv], scores[:, h],
                          scaled_scores[:, h], attention[:, h], mixed[:, h],
                          None if rotated_query is None else rotated_query[:, h],
@@ -239,7 +247,31 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
                "query": query, "key": key, "value": value, "projected": projected}
     if rotated_query is not None and rotated_key is not None:
         stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
-    return LayerForward(records, concat, project_out(layer, concat), stacked, causal, window)
+    return LayerForward(per_head, concat, project_out(layer, concat), stacked, causal, window)
+
+
+def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first_row: int,
+                     causal: bool, window: int | None) -> Array:
+    """``C`` for the query rows from ``first_row``, each block of rows scoring, scaling,
+    masking and weighing only the keys it sees: the forward's steps on less."""
+    kv = layer.kv_heads
+    batch, heads, rows, _ = query.shape
+    tokens = key.shape[2]
+    mixed = np.empty((batch, heads, rows, layer.d_v))
+    grouped_query, grouped_mixed = _grouped(query, kv), _grouped(mixed, kv)
+    shared_key, shared_value = np.swapaxes(key, -1, -2)[:, :, None], value[:, :, None]
+    for first, end, start, stop in _blocks(first_row, tokens, causal, window):
+        r0, r1 = first - first_row, end - first_row
+        # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
+        z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
+        scale(z, layer.d_k, layer.given_scale, out=z)
+        masked = hidden(first, end, start, stop, causal, window)
+        if masked is not None:
+            np.copyto(z, -np.inf, where=masked)
+        softmax(z, out=z)
+        grouped_mixed[..., r0:r1, :] = z @ shared_value[..., start:stop, :]
+    return np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows,
+                                                                  heads * layer.d_v)
 
 
 def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) -> LayerGradients:

@@ -438,7 +438,7 @@ class Reach:
                         self.x, w[:, column:column + 1],
                         None if b is None else b[column:column + 1])[..., 0]
                     done = engine.forward(layer.subset(first, count), self.x, self.causal,
-                                          projected=projected)
+                                          projected=projected, records=False)
                     mixed = self.mixed_upstream[..., first * dv:(first + count) * dv]
                     parts = (done.concat * mixed).reshape(
                         *done.concat.shape[:2], count, dv).sum(axis=(0, 1, 3))
@@ -460,7 +460,7 @@ class Reach:
             projected = self.projected[b:b + 1].copy()
             projected[:, t:t + 1] = engine.project(item[:, t:t + 1], *self.layer.packed())
             done = engine.forward(self.heads, item, self.causal, first_row=first,
-                                  projected=projected)
+                                  projected=projected, records=False)
             rows = (done.concat * self.mixed_upstream[b:b + 1, first:]).sum(axis=-1)
         by_row = self.by_row.copy()
         by_row[b, first:] = rows[0]
