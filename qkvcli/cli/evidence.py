@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from qkvcli.cli.chapter import chapter_option, check_chapter
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import SafePath, check_outputs, label_of, load, working_on, write_output
 from qkvcli.cli.options import (
@@ -46,23 +47,41 @@ def report_pieces(evidence: Evidence, tensors: str) -> Callable[[str], Iterable[
     def pieces(fmt: str) -> Iterable[str]:
         rendered = render_pieces(evidence, fmt, tensors=tensors)
         if fmt == "text" and not evidence.passed:
+            if not isinstance(evidence, Evidence):  # chapters 27-30
+                from qkvcli.render.chapters.dispatch import failure_lines as chapter_failures
+
+                return itertools.chain(rendered, [chapter_failures(evidence)])
             return itertools.chain(rendered, [failure_lines(evidence)])
         return rendered
 
     return pieces
 
 
-def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides) -> Evidence:
+def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides,
+          chapter: int | None = None) -> Evidence:
     """Load ``fixture`` with the command line's gradient-check settings and build its
-    evidence; errors (also running out of memory) name the file."""
+    evidence (``chapter``: ``--chapter``, see :mod:`qkvcli.cli.chapter`); errors (also
+    running out of memory) name the file."""
     with working_on(label_of(fixture)):
-        loaded = overrides.apply(load(fixture, max_elements))
+        if chapter is not None or fixture is not None:
+            from qkvcli.cli import chapter as chapters
+
+            found = chapters.load(fixture, max_elements, chapter)
+            if isinstance(found, chapters.ChapterFixture):
+                return chapters.build(found, overrides)  # type: ignore[no-any-return]
+            loaded = overrides.apply(found)
+        else:
+            loaded = overrides.apply(load(fixture, max_elements))
         overrides.warn_ignored(loaded.mode)
         return build_evidence(loaded)
 
 
 def name_failures(evidence: Evidence) -> None:
     """On stderr: ``qkv: FAILED: names`` and one line per failed check (``qkv run``)."""
+    if not isinstance(evidence, Evidence):  # chapters 27-30: their families
+        names = [check.name for check in evidence.checks if not check.passed]
+        click.echo(f"qkv: FAILED: {', '.join(names)}", err=True)
+        return
     failed = [check for check in check_rows(evidence) if not check.passed]
     click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
     for check in failed:
@@ -93,10 +112,11 @@ def compare_golden(text: str, golden: Path, output: Path | None) -> bool:
 @tensors_option
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run several fixtures in this many worker processes.")
+@chapter_option
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
-    tensors: str | None, jobs: int = 1,
+    tensors: str | None, jobs: int = 1, chapter: int | None = None,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -105,6 +125,7 @@ def run(
     (-o FILE saves it instead).
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
+    check_chapter(chapter)
     if is_batch(fixtures, junit):
         from qkvcli.cli.batch import reject_single_options, run_many
 
@@ -120,7 +141,7 @@ def run(
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
         fmt = "text" if fmt == "auto" else fmt
     check_outputs([output, *(path for _, path in view.exports)], [fixture, golden])
-    evidence = build(fixture, max_elements, overrides)
+    evidence = build(fixture, max_elements, overrides, chapter)
     pieces = report_pieces(evidence, tensor_policy(tensors, view.full))
     matched = True
     if golden is None:
@@ -139,16 +160,19 @@ def run(
 @format_option(REPORT_FORMATS, FORMAT_HELP)
 @evidence_options
 @tensors_option
+@chapter_option
 def report(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     view: ViewSettings, overrides: CheckOverrides, tensors: str | None,
+    chapter: int | None = None,
 ) -> None:
     """Render the evidence for FIXTURE (default: the bundled chapter fixture).
 
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
+    check_chapter(chapter)
     check_outputs([output, *(path for _, path in view.exports)], [fixture])
-    evidence = build(fixture, max_elements, overrides)
+    evidence = build(fixture, max_elements, overrides, chapter)
     show(evidence, fmt, view, output, title="qkv report", precision=FIGURE_PRECISION,
          pieces=report_pieces(evidence, tensor_policy(tensors, view.full)))
     if not evidence.passed:

@@ -31,6 +31,7 @@ RICH_HONOURS = {
     "attend": ("--width", "--precision", "--full", "--no-color"),
     "variance": ("--width", "--precision", "--no-color"),  # its rows are the table's own
     "check": ("--width", "--full", "--no-color"),  # cards print exact values
+    "chapter": ("--width", "--precision", "--full", "--no-color"),  # chapters 27-30
 }
 """The view options the rich view (shown or exported) of each kind uses."""
 REASONS = {

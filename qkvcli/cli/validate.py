@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from qkvcli.cli.batch import expand_fixtures
+from qkvcli.cli.chapter import chapter_option, check_chapter
 from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
 from qkvcli.cli.io import SafePath, label_of, labelled
 from qkvcli.cli.options import max_elements_option
@@ -42,8 +43,10 @@ def attend_keys(data: Any) -> list[str]:
     return found
 
 
-def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[str, list[str]]:
-    """Which kind ``path`` was checked as, and its problems as ``"$.location: message"`` lines."""
+def fixture_problems_of(path: Path, max_elements: int, attend: bool,
+                        chapter: int | None = None) -> tuple[str, list[str]]:
+    """Which kind ``path`` was checked as (a chapter 27-30 fixture: its chapter's id), and
+    its problems as ``"$.location: message"`` lines."""
     from qkvcli.reading.json_values import parse_json_text
     from qkvcli.reading.load import fixture_stem, read_fixture_text
     from qkvcli.reading.parse import fixture_problems
@@ -55,6 +58,11 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[st
     except FixtureError as error:
         return (ATTEND if attend else CHAPTER), [str(error)]
     if not attend:
+        from qkvcli.cli.chapter import chapter_problems
+
+        found = chapter_problems(data, path.parent, max_elements, chapter)
+        if found is not None:
+            return found
         problems = [str(error) for error in
                     fixture_problems(data, fixture_stem(path), max_elements, base_dir=path.parent)]
         if not problems or not attend_keys(data):
@@ -76,23 +84,27 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool) -> tuple[st
 @click.option("--trust-paths", is_flag=True, help="Let the fixtures read files outside their "
               "directories (absolute paths, .., links out: a hub cache's model.safetensors).")
 @max_elements_option
+@chapter_option
 def validate(fixtures: tuple[Path, ...], attend: bool, trust_paths: bool,
-             max_elements: int) -> None:
+             max_elements: int, chapter: int | None = None) -> None:
     """Check FIXTURE... without running them, reporting every problem found.
 
     A directory means the *.json files in it. Each problem is one line on stderr naming
     the file and the JSON location; each valid fixture prints "FILE: ok" ("FILE: ok
     (attend fixture)" for one qkv attend reads: biases, value_width, in_proj or c_attn
-    weights, heads, an output projection). With several fixtures a last line counts the
-    problems. Exit status 0 when every fixture is valid, 2 otherwise.
+    weights, heads, an output projection). A fixture whose "chapter" key names chapter
+    27 to 30 (or any, with --chapter N) is checked as that chapter's. With several
+    fixtures a last line counts the problems. Exit status 0 when every fixture is valid, 2 otherwise.
     """
     from qkvcli.reading.files import trusting_paths
 
+    check_chapter(chapter)
     with trusting_paths(trust_paths):
-        _validate(fixtures, attend, max_elements)
+        _validate(fixtures, attend, max_elements, chapter)
 
 
-def _validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> None:
+def _validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int,
+              chapter: int | None = None) -> None:
     from qkvcli.core.errors import QkvError
 
     bad_files = 0
@@ -100,7 +112,7 @@ def _validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> No
     paths = expand_fixtures(fixtures)
     for path in paths:
         try:
-            kind, problems = fixture_problems_of(path, max_elements, attend)
+            kind, problems = fixture_problems_of(path, max_elements, attend, chapter)
         except QkvError as error:
             kind, problems = CHAPTER, [error_line(error).removeprefix(f"{label_of(path)}: ")]
         if problems:
@@ -109,7 +121,8 @@ def _validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int) -> No
             for problem in problems:
                 click.echo(safe_line(f"Error: {label_of(path)}: {problem}"), err=True)
         else:
-            click.echo(f"{label_of(path)}: ok" + (" (attend fixture)" if kind == ATTEND else ""))
+            note = {CHAPTER: "", ATTEND: " (attend fixture)"}.get(kind, f" ({kind} fixture)")
+            click.echo(f"{label_of(path)}: ok{note}")
     if bad_files:
         if len(paths) > 1:
             noun = "problem" if total == 1 else "problems"

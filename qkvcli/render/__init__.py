@@ -31,6 +31,7 @@ KINDS = {
 rendering one never imports the others' modules: start-up is part of the product)."""
 PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
     "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "check": (),
+    "chapter": (),
 }
 """The text formats of each kind that take ``precision`` (the rich view always does)."""
 
@@ -50,12 +51,14 @@ def kind_of(evidence: object) -> str:
         kind = KINDS.get(f"{cls.__module__}.{cls.__qualname__}")
         if kind is not None:
             return kind
+    if type(evidence).__module__.startswith("qkvcli.chapters.ch"):
+        return "chapter"  # chapters 27-30: qkvcli.render.chapters.dispatch
     raise TypeError(f"nothing renders a {type(evidence).__name__}")
 
 
 def formats_of(evidence: object) -> tuple[str, ...]:
     """The formats :func:`render` gives for ``evidence``."""
-    return FORMATS if kind_of(evidence) == "evidence" else ("text", "json")
+    return FORMATS if kind_of(evidence) in ("evidence", "chapter") else ("text", "json")
 
 
 def render(evidence: object, fmt: str = "text", *, tensors: str = "summary",
@@ -90,6 +93,10 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
 
         stream = {"text": report.iter_text, "trace": report.iter_trace, "json": report.iter_json}
         return stream[fmt](evidence, tensors)  # type: ignore[arg-type]
+    if kind == "chapter":
+        from qkvcli.render.chapters import dispatch
+
+        return dispatch.pieces(evidence, fmt)
     if kind == "gradcheck":
         return iter([gradcheck_text(evidence, fmt, dtype)])
     whole: dict[str, Callable[[Any], str]]
@@ -135,6 +142,10 @@ def figure(evidence: object, options: RichOptions) -> RenderableType:
         from qkvcli.render.rich.view import render_rich
 
         return render_rich(evidence, options)  # type: ignore[arg-type]
+    if kind == "chapter":
+        from qkvcli.render.chapters import dispatch
+
+        return dispatch.figure(evidence, options)
     if kind == "gradcheck":
         from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 

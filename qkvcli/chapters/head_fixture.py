@@ -1,0 +1,212 @@
+"""Reading a one-head chapter fixture (chapters 27 and 28): Q, K, V (or X and weights), U, probes.
+
+A head chapter's fixture gives the head's operands one of two ways:
+
+- ``query``, ``key``, ``value``: the tensors themselves, ``[batch, tokens, d_k]``,
+  ``[batch, tokens, d_k]`` and ``[batch, tokens, d_v]``;
+- ``input`` and ``weights``: ``X`` ``[batch, tokens, d_model]`` and chapter 26's three
+  weights (the same ``weights`` object, names and all), projected by
+  :mod:`qkvcli.core.projections` into Q, K, V (``d_v = d_k`` then).
+
+Besides: ``chapter`` (the chapter's id, e.g. ``"27-self-attention"``: the key by which
+``qkv`` recognises the fixture's kind), ``upstream.output`` (``U = dL/dO``, default all
+ones), ``single_token`` (the single-token probe's ``query``, ``key``, ``value``
+vectors; default the last token of the first batch item) and ``gradcheck`` (``step``,
+``tolerance``, ``samples``, read as for chapter 26). A chapter adds its own keys
+(``extra``). Every problem is a :class:`~qkvcli.reading.problems.FixtureError` naming
+its ``$.path``; the first one found is raised.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkvcli.chapters.operands import OPERANDS, EmptyTokenAxis, check_operands
+from qkvcli.core.arrays import Array, check_finite, readonly
+from qkvcli.core.errors import QkvError
+from qkvcli.core.record import Record
+from qkvcli.reading.json_values import expect_object, refuse_unknown_keys
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, expect_shape
+from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.settings import parse_gradcheck
+from qkvcli.reading.tensors import parse_tensor
+
+if TYPE_CHECKING:
+    from qkvcli.reading.files import StrPath
+
+HEAD_KEYS = ("chapter", "query", "key", "value", "input", "weights", "upstream", "single_token",
+             "gradcheck")
+"""The keys every head chapter's fixture may hold (a chapter adds its own)."""
+
+
+class HeadInputs(Record):
+    """What a head chapter's fixture gives, validated: plain read-only float64 arrays.
+
+    ``source`` is ``"operands"`` (Q, K, V given) or ``"projections"`` (X and weights;
+    ``x`` and ``weights`` hold them). ``single_token`` is the probe's ``(query, key,
+    value)`` vectors.
+    """
+
+    query: Array
+    key: Array
+    value: Array
+    upstream: Array
+    single_token: tuple[Array, Array, Array]
+    step: float
+    tolerance: float
+    samples: int | None
+    source: str = "operands"
+    x: Array | None = None
+    weights: tuple[Array, Array, Array] | None = None
+    names: tuple[str, str, str] | None = None
+
+
+def read_head_inputs(document: Any, name: str, extra: tuple[str, ...] = (),
+                     max_elements: int = DEFAULT_MAX_ELEMENTS,
+                     base_dir: StrPath | None = None) -> tuple[HeadInputs, dict[str, Any]]:
+    """The validated :class:`HeadInputs` of ``document`` for the chapter ``name``, and the
+    document (for the chapter's ``extra`` keys). Raises :class:`FixtureError`."""
+    problems = Problems()
+    data = expect_object(document, "$", problems)
+    assert data is not None  # fail-fast: a problem raised
+    if "chapter" in data and data["chapter"] != name:
+        raise FixtureError("$.chapter", f'expected "{name}" (a chapter {name[:2]} fixture), '
+                           f"got {_shown(data['chapter'])}")
+    refuse_unknown_keys(data, HEAD_KEYS + extra, "$")
+    given = [key for key in OPERANDS if key in data]
+    if given and ("input" in data or "weights" in data):
+        raise FixtureError("$", "give either query, key and value or input and weights, not both")
+    if given or not ("input" in data or "weights" in data):
+        query, key, value = _operands(data, max_elements, base_dir)
+        source, x, weights, names = "operands", None, None, None
+    else:
+        query, key, value, x, weights, names = _projected(data, max_elements, base_dir)
+        source = "projections"
+    batch, tokens, d_v = value.shape
+    upstream = _upstream(data.get("upstream"), (batch, tokens, d_v), max_elements, base_dir)
+    single = _single_token(data.get("single_token"), query, key, value)
+    step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
+    inputs = HeadInputs(readonly(query), readonly(key), readonly(value), readonly(upstream),
+                        single, step, tolerance, samples, source, x, weights, names)
+    return inputs, data
+
+
+def _shown(value: Any) -> str:
+    import json
+
+    return json.dumps(value)[:60]
+
+
+def _operands(data: dict[str, Any], max_elements: int,
+              base_dir: StrPath | None) -> tuple[Array, Array, Array]:
+    arrays = []
+    for operand in OPERANDS:
+        if operand not in data:
+            raise FixtureError("$", f'missing key "{operand}" (or give "input" and "weights")')
+        location = f"$.{operand}"
+        array = parse_tensor(data[operand], location, max_elements, base_dir=base_dir)
+        try:
+            check_finite(array, operand)
+        except QkvError as error:
+            raise FixtureError(location, str(error)) from None
+        arrays.append(array)
+    query, key, value = arrays
+    try:
+        check_operands(query, key, value)
+    except QkvError as error:
+        raise FixtureError(_blame(error, query, key, value), str(error)) from None
+    return query, key, value
+
+
+def _blame(error: QkvError, query: Array, key: Array, value: Array) -> str:
+    """The operand an operand error is about: the one named, or the first that differs
+    from the query."""
+    named = getattr(error, "operand", None)
+    if isinstance(named, str):
+        return f"$.{named}"
+    fields = ("query", "key", "value")
+    values = [getattr(error, f, None) for f in fields]
+    if all(v is not None for v in values):
+        for field, v in zip(fields[1:], values[1:], strict=True):
+            if v != values[0]:
+                return f"$.{field}"
+    if hasattr(error, "key") and hasattr(error, "query") and not hasattr(error, "value"):
+        return "$.key"
+    return "$.query"
+
+
+def _projected(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> tuple[
+        Array, Array, Array, Array, tuple[Array, Array, Array], tuple[str, str, str]]:
+    from qkvcli.reading.parse import read_input
+    from qkvcli.reading.weights import parse_weights
+
+    for needed in ("input", "weights"):
+        if needed not in data:
+            raise FixtureError("$", f'missing key "{needed}" (or give "query", "key" and "value")')
+    problems = Problems()
+    layer = parse_weights(data["weights"], max_elements, problems, base_dir)
+    assert layer is not None  # fail-fast: a problem raised
+    x = read_input(data["input"], layer.d_model, max_elements, problems, base_dir)
+    assert x is not None
+    if x.shape[1] == 0:
+        raise FixtureError("$.input", str(EmptyTokenAxis()))
+    projected = layer.forward(x)
+    query, key, value = projected.query, projected.key, projected.value
+    for operand, branch in zip(OPERANDS, (query, key, value), strict=True):
+        try:
+            check_finite(branch, f"{operand} projection")
+        except QkvError as error:
+            raise FixtureError("$.input", str(error)) from None
+    return (np.array(query), np.array(key), np.array(value), readonly(x), layer.weights,
+            layer.names)
+
+
+def _upstream(raw: Any, shape: tuple[int, int, int], max_elements: int,
+              base_dir: StrPath | None) -> Array:
+    if raw is None:
+        return np.ones(shape)
+    problems = Problems()
+    upstream = expect_object(raw, "$.upstream", problems)
+    assert upstream is not None
+    refuse_unknown_keys(upstream, ("output",), "$.upstream")
+    if "output" not in upstream:
+        raise FixtureError("$.upstream", 'missing key "output"')
+    grad = parse_tensor(upstream["output"], "$.upstream.output", max_elements, base_dir=base_dir)
+    expect_shape(grad, shape, "batch, tokens, d_v", "$.upstream.output")
+    try:
+        check_finite(grad, "upstream")
+    except QkvError as error:
+        raise FixtureError("$.upstream.output", str(error)) from None
+    return grad
+
+
+def vector(raw: Any, location: str, width: int) -> Array:
+    """A finite vector of ``width`` numbers at ``location``. Raises :class:`FixtureError`."""
+    array = parse_tensor(raw, location)
+    expect_shape(array, (width,), None, location)
+    try:
+        check_finite(array, location.rsplit(".", 1)[-1])
+    except QkvError as error:
+        raise FixtureError(location, str(error)) from None
+    return readonly(array)
+
+
+def _single_token(raw: Any, query: Array, key: Array,
+                  value: Array) -> tuple[Array, Array, Array]:
+    if raw is None:  # the last token of the first batch item, when there is one
+        if query.shape[0] == 0:
+            return (readonly(np.ones(query.shape[2])), readonly(np.ones(key.shape[2])),
+                    readonly(np.ones(value.shape[2])))
+        return readonly(query[0, -1]), readonly(key[0, -1]), readonly(value[0, -1])
+    problems = Problems()
+    probe = expect_object(raw, "$.single_token", problems)
+    assert probe is not None
+    refuse_unknown_keys(probe, OPERANDS, "$.single_token")
+    found: list[Array] = []
+    for operand, whole in zip(OPERANDS, (query, key, value), strict=True):
+        if operand not in probe:
+            raise FixtureError("$.single_token", f'missing key "{operand}"')
+        found.append(vector(probe[operand], f"$.single_token.{operand}", int(whole.shape[2])))
+    return found[0], found[1], found[2]

@@ -1,0 +1,219 @@
+"""A head chapter's evidence pieces: one pass forward and back, its probes and its rejected cases.
+
+Chapters 27 (no mask) and 28 (causal mask) judge one head on the same pieces, computed
+here from the engine (:mod:`qkvcli.chapters.operands`): :func:`head_pass` (the forward
+tensors, the mixture terms of the first batch item, ``L = <O, U>`` and ``dQ, dK, dV``),
+:func:`single_token` (one token: probability 1, the value row, no gradient to Q or K),
+:func:`gradient_check` (central differences of ``L`` through the engine,
+:func:`~qkvcli.gradcheck.central.check_tensor`), :func:`same_pass` (bitwise replay) and
+:func:`rejected` (a bad input really given to the engine's checks, and what they
+raised). Plain records, no wording.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from qkvcli.attention.maths import scale, score_factor
+from qkvcli.chapters.operands import OPERANDS, additive_mask, attend, loss, reverse
+from qkvcli.core.arrays import Array, all_finite, same_bits
+from qkvcli.core.errors import QkvError
+from qkvcli.core.record import Record
+from qkvcli.gradcheck.central import check_tensor
+from qkvcli.gradcheck.records import TensorCheck
+from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
+
+ROW_SUM_TOLERANCE = 1e-12
+"""How far from 1 a probability row's sum may be (the course's bound)."""
+
+
+class HeadPass(Record):
+    """One head's forward and reverse pass on the fixture's operands.
+
+    ``scaled_scores`` are the scores before the mask, ``masked_scores`` after it (``-inf``
+    where a query may not look); ``terms`` are the first batch item's mixture terms
+    ``A[i,j] V[j]`` ``[T,T,d_v]``; ``tape_finite``: every array the reverse pass read or
+    made is finite (the mask's ``-inf`` never reaches it).
+    """
+
+    query: Array
+    key: Array
+    value: Array
+    mask: Array
+    scores: Array
+    scaled_scores: Array
+    masked_scores: Array
+    probabilities: Array
+    output: Array
+    row_sums: Array
+    terms: Array
+    scale: float
+    upstream: Array
+    loss: float
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+    tape_finite: bool
+
+    @property
+    def rows_sum_to_one(self) -> bool:
+        """Every probability row sums to 1 within :data:`ROW_SUM_TOLERANCE`."""
+        return bool(np.all(np.abs(self.row_sums - 1.0) <= ROW_SUM_TOLERANCE))
+
+    @property
+    def terms_make_output(self) -> bool:
+        """The first batch item's mixture terms add up to its output rows (within 1e-12)."""
+        if self.output.shape[0] == 0:
+            return True
+        return bool(np.all(np.abs(self.terms.sum(axis=1) - self.output[0]) <= 1e-12))
+
+
+def gradients(upstream: Array, query: Array, key: Array, value: Array,
+              causal: bool) -> tuple[Array, Array, Array]:
+    """``dQ, dK, dV`` of ``L = <O, U>`` for ``upstream = U``, by the engine's reverse."""
+    run = attend(query, key, value, causal)
+    head = reverse(run, upstream).heads[0]
+    return np.array(head.grad_query), np.array(head.grad_key), np.array(head.grad_value)
+
+
+def head_pass(query: Array, key: Array, value: Array, upstream: Array, causal: bool) -> HeadPass:
+    """Run the head forward and back on the operands (see :class:`HeadPass`)."""
+    run = attend(query, key, value, causal)
+    f = run.forward.heads[0]
+    grads = reverse(run, upstream)
+    g = grads.heads[0]
+    batch, tokens, d_k = query.shape
+    scaled = run.forward.stacked["scaled_scores"][:, 0]  # masked in place by the engine
+    # Z before the mask: the engine's scale of S (the mask changes only hidden entries)
+    unmasked = scale(np.array(f.scores), d_k, run.layer.given_scale)
+    probabilities = np.array(f.attention)
+    terms = (probabilities[0][:, :, None] * value[0][None, :, :] if batch
+             else np.zeros((tokens, tokens, value.shape[2])))  # [T,T,1] * [1,T,d_v]
+    tape = (probabilities, np.array(f.output), *(np.asarray(a) for a in (
+        g.grad_attention, g.grad_scaled_scores, g.grad_scores, g.grad_query, g.grad_key,
+        g.grad_value)))
+    return HeadPass(
+        np.array(query), np.array(key), np.array(value), additive_mask(tokens, causal),
+        np.array(f.scores), unmasked, np.array(scaled), probabilities, np.array(f.output),
+        probabilities.sum(axis=-1), terms, score_factor(d_k, run.layer.given_scale),
+        np.array(upstream), loss(run, upstream), np.array(g.grad_query), np.array(g.grad_key),
+        np.array(g.grad_value), all(all_finite(a) for a in tape))
+
+
+def same_pass(a: HeadPass, b: HeadPass) -> bool:
+    """Whether two passes agree bit for bit in every array and number."""
+    for name in a.__record_fields__:
+        left, right = getattr(a, name), getattr(b, name)
+        if isinstance(left, np.ndarray):
+            if not same_bits(np.asarray(left, dtype=np.float64),
+                             np.asarray(right, dtype=np.float64)):
+                return False
+        elif isinstance(left, float):
+            if not same_bits(np.array([left]), np.array([right])):
+                return False
+        elif left != right:
+            return False
+    return True
+
+
+class SingleToken(Record):
+    """The one-token probe: its operands ``[1,1,d]``, forward tensors, and whether ``Q``
+    and ``K`` get exactly zero gradient from ``L = sum(O)``."""
+
+    query: Array
+    key: Array
+    value: Array
+    mask: Array
+    scores: Array
+    scaled_scores: Array
+    probabilities: Array
+    output: Array
+    query_gradient_zero: bool
+    key_gradient_zero: bool
+
+    @property
+    def holds(self) -> bool:
+        """Probability exactly 1, the output the value row, no gradient to Q or K."""
+        return bool(np.all(self.probabilities == 1.0) and same_bits(
+            self.output.reshape(-1), self.value.reshape(-1))
+            and self.query_gradient_zero and self.key_gradient_zero)
+
+
+def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleToken:
+    """The probe on one token whose Q, K, V are ``vectors``."""
+    query, key, value = (np.asarray(v, dtype=np.float64).reshape(1, 1, -1) for v in vectors)
+    p = head_pass(query, key, value, np.ones(value.shape), causal)
+    return SingleToken(query, key, value, p.mask, p.scores, p.masked_scores, p.probabilities,
+                       p.output, bool(np.all(p.grad_query == 0.0)),
+                       bool(np.all(p.grad_key == 0.0)))
+
+
+class GradientCheck(Record):
+    """Central differences of ``L`` against the engine's ``dQ``, ``dK``, ``dV``."""
+
+    tensors: tuple[TensorCheck, ...]
+    step: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.tensors)
+
+    def count(self, operand: str) -> int:
+        """How many coordinates of ``operand`` were checked."""
+        return sum(len(t.checks) for t in self.tensors if t.tensor == operand)
+
+
+def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
+                   samples: int | None) -> GradientCheck:
+    """Check ``p``'s gradients at every coordinate (``samples``: that many evenly spaced
+    ones per operand; ``None``: every one up to 4096 elements, 6 above)."""
+    operands = (p.query, p.key, p.value)
+    analytic = (p.grad_query, p.grad_key, p.grad_value)
+    checks = []
+    for index, name in enumerate(OPERANDS):
+
+        def objective(probe: Array, index: int = index) -> float:
+            given = list(operands)
+            given[index] = probe
+            return loss(attend(given[0], given[1], given[2], causal, records=False), p.upstream)
+
+        count = samples
+        if count is None and operands[index].size > AUTO_FULL_LIMIT:
+            count = DEFAULT_SAMPLES
+        checks.append(check_tensor(name, operands[index], analytic[index], step, tolerance, count,
+                                   objective))
+    return GradientCheck(tuple(checks), step, tolerance)
+
+
+class RefusedCase(Record):
+    """One bad input given to the engine's checks: the ``case``, the error it must raise
+    (``expected``, a class name, with ``fields``), what it raised (``raised``: a class
+    name, ``""`` for nothing) and its message."""
+
+    case: str
+    expected: str
+    fields: tuple[tuple[str, object], ...]
+    raised: str
+    message: str
+
+    @property
+    def rejected(self) -> bool:
+        """Refused with the expected error and fields."""
+        return self.raised == self.expected
+
+
+def rejected(case: str, expected: type[QkvError], fields: tuple[tuple[str, object], ...],
+             call: Callable[[], object]) -> RefusedCase:
+    """Run ``call`` (a bad input given to a check) and record what it raised; a
+    different error, or different fields, is recorded as not the expected one."""
+    try:
+        call()
+    except QkvError as error:
+        same = type(error) is expected and all(getattr(error, k, None) == v for k, v in fields)
+        return RefusedCase(case, expected.__name__,
+                            fields, expected.__name__ if same else type(error).__name__,
+                            str(error))
+    return RefusedCase(case, expected.__name__, fields, "", "")

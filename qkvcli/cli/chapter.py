@@ -1,0 +1,129 @@
+"""``--chapter N`` of ``qkv run`` and ``qkv report``: which chapter a fixture is, and its evidence.
+
+A fixture is chapter 26's unless ``--chapter`` names another (27 to 30) or its
+``"chapter"`` key names one (``"27-self-attention"``); without a fixture the chapter's
+bundled one is used. The document is read once (:func:`load`), then parsed by chapter
+26's reader or by the chapter's module (:mod:`qkvcli.chapters.registry`). The
+gradient-check options a chapter's fixture takes (``--step``, ``--tolerance``,
+``--samples``) replace its own; the others are named in a warning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import click
+
+from qkvcli.cli.group import InputError
+from qkvcli.cli.io import label_of, refuse_layer_fixture
+from qkvcli.cli.options import CheckOverrides
+from qkvcli.core.record import Record
+from qkvcli.reading.load import fixture_json
+from qkvcli.reading.parse import parse_fixture
+
+
+class ChapterFixture(Record):
+    """A fixture of one of chapters 27 to 30, parsed by its chapter's module."""
+
+    module: ModuleType
+    fixture: Any
+
+
+def chapter_option(func: Any) -> Any:
+    """``--chapter N``: the course chapter to show (26, the default, to 30)."""
+    return click.option(
+        "--chapter", "chapter", type=int, default=None, metavar="N",
+        help="The course chapter: 26 (Q/K/V projections, the default), 27 (self-attention), "
+        "28 (causal masking), 29 (RoPE), 30 (multi-head attention). Without FIXTURE, the "
+        "chapter's own fixture; a fixture whose \"chapter\" key names one is that chapter's.",
+    )(func)
+
+
+def check_chapter(chapter: int | None) -> None:
+    """Refuse an unknown ``--chapter`` before any work: one ``Error:`` line, exit 2."""
+    if chapter is None:
+        return
+    from qkvcli.chapters.registry import DEFAULT, chapter_module, check_number
+    from qkvcli.core.errors import QkvError
+
+    try:
+        if check_number(chapter) != DEFAULT:
+            chapter_module(chapter)
+    except QkvError as error:
+        raise InputError(f"--chapter {chapter}: {error}") from None
+
+
+def load(path: Path | None, max_elements: int, chapter: int | None) -> Any:
+    """The fixture at ``path`` (``None``: the chapter's bundled one) as chapter 26's
+    :class:`~qkvcli.reading.fixture.Fixture` or a :class:`ChapterFixture`. Raises the
+    readers' errors (the caller names the file)."""
+    from qkvcli.chapters import registry
+
+    label = label_of(path)
+    module = None
+    if chapter is not None and chapter != registry.DEFAULT:
+        module = registry.chapter_module(chapter)
+    if path is None and module is not None:
+        data, stem, base_dir = fixture_json(None, module.FIXTURE)
+    else:
+        data, stem, base_dir = fixture_json(path)
+    named = registry.number_named(data.get("chapter")) if isinstance(data, dict) else None
+    if module is None and named not in (None, registry.DEFAULT):
+        if chapter == registry.DEFAULT:
+            raise InputError(f"{label}: $.chapter: a chapter {named} fixture "
+                             f"({registry.NAMES[named]}); --chapter 26 reads chapter 26's")
+        module = registry.chapter_module(named)
+    if module is None:
+        refuse_layer_fixture(data, label)
+        return parse_fixture(data, stem, max_elements, base_dir)
+    return ChapterFixture(module, parse_chapter(module, data, max_elements, base_dir))
+
+
+def parse_chapter(module: ModuleType, data: Any, max_elements: int, base_dir: Any) -> Any:
+    """``module.parse`` of ``data``, with the size limit and the directory of ``npy``
+    paths when the module takes them."""
+    import inspect
+
+    parameters = inspect.signature(module.parse).parameters
+    if "max_elements" in parameters and "base_dir" in parameters:
+        return module.parse(data, max_elements=max_elements, base_dir=base_dir)
+    return module.parse(data)
+
+
+def build(loaded: ChapterFixture, overrides: CheckOverrides) -> Any:
+    """The chapter's evidence for ``loaded``, with the command line's gradient-check
+    settings where the chapter takes them (the rest named in a warning)."""
+    module, fixture = loaded.module, loaded.fixture
+    given = overrides.changes()
+    settable = {name: value for name, value in given.items()
+                if name in ("step", "tolerance", "samples")}
+    takes = getattr(module, "with_settings", None)
+    if settable and takes is not None:
+        fixture = takes(fixture, **settable)
+    ignored = [name for name in given if name not in settable or takes is None]
+    for name in ignored:
+        click.echo(f"qkv: warning: --{name} does not apply to chapter {module.NAME}; ignored",
+                   err=True)
+    return module.build(fixture)
+
+
+def chapter_problems(data: Any, base_dir: Any, max_elements: int,
+                     chapter: int | None) -> tuple[str, list[str]] | None:
+    """``qkv validate`` of a chapter 27-30 fixture: its chapter's id and its first problem
+    (none when valid); ``None`` for a chapter 26 fixture (``chapter`` is ``--chapter``)."""
+    from qkvcli.chapters import registry
+    from qkvcli.reading.problems import FixtureError
+
+    number = chapter
+    if number is None and isinstance(data, dict):
+        number = registry.number_named(data.get("chapter"))
+    if number is None or number == registry.DEFAULT:
+        return None
+    module = registry.chapter_module(number)
+    try:
+        parse_chapter(module, data, max_elements, base_dir)
+    except FixtureError as error:
+        return module.NAME, [str(error)]
+    return module.NAME, []

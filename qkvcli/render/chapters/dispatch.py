@@ -1,0 +1,85 @@
+"""The chapters' renderers, found by their evidence: ``chapters.chNN`` is drawn by ``render.chapters.chNN``.
+
+:func:`qkvcli.render.render_pieces` and :func:`qkvcli.render.figure` hand a chapter's
+evidence here; each chapter's module has ``text``, ``trace``, ``json_document`` and
+``figure`` (see the chapter interface). Below a failing text report
+:func:`failure_lines` names the checks that failed (a passing report keeps the course's
+bytes).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from qkvcli.render.rich.options import RichOptions
+
+PREFIX = "qkvcli.chapters.ch"
+FORMATS = ("text", "trace", "json")
+
+
+def chapter_of(evidence: object) -> int | None:
+    """The chapter whose module built ``evidence`` (``qkvcli.chapters.ch27``: 27), else ``None``."""
+    module = type(evidence).__module__
+    if module.startswith(PREFIX) and module[len(PREFIX):].isdigit():
+        return int(module[len(PREFIX):])
+    return None
+
+
+def renderer(evidence: object) -> ModuleType:
+    """The module that renders ``evidence``. Raises ``TypeError`` for other records."""
+    number = chapter_of(evidence)
+    if number is None:
+        raise TypeError(f"{type(evidence).__name__} is no chapter's evidence")
+    return importlib.import_module(f"qkvcli.render.chapters.ch{number}")
+
+
+def pieces(evidence: object, fmt: str) -> Iterator[str]:
+    """``evidence`` as ``text``, ``trace`` or ``json`` (the JSON with ``qkv_version``)."""
+    module = renderer(evidence)
+    if fmt == "text":
+        return iter([module.text(evidence)])
+    if fmt == "trace":
+        return iter([module.trace(evidence)])
+    from qkvcli import __version__
+    from qkvcli.render.report import dumps
+
+    document = module.json_document(evidence)
+    if "qkv_version" not in document:
+        document = {"qkv_version": __version__, **document}
+    return iter([dumps(document)])
+
+
+def figure(evidence: object, options: RichOptions, width: int = 100) -> RenderableType:
+    """The chapter's rich figure, laid out with ``options`` when its module takes them."""
+    draw = renderer(evidence).figure
+    if "options" in inspect.signature(draw).parameters:
+        return draw(evidence, width, options=options)  # type: ignore[no-any-return]
+    return draw(evidence, width)  # type: ignore[no-any-return]
+
+
+def checks_of(evidence: Any) -> tuple[Any, ...]:
+    """The chapter's judged families (``FamilyCheck``), in its order."""
+    return tuple(getattr(evidence, "checks", ()))
+
+
+def passed(evidence: Any) -> bool:
+    """Whether every family of the chapter's evidence passed."""
+    return all(check.passed for check in checks_of(evidence))
+
+
+def failure_lines(evidence: Any) -> str:
+    """``failed: name, name`` and the verdict, for below a failing text report."""
+    from qkvcli.render.wording import verdict
+
+    checks = checks_of(evidence)
+    failed = [check.name for check in checks if not check.passed]
+    done = sum(1 for check in checks if check.passed)
+    return (f"failed: {', '.join(failed)}\n"
+            f"{verdict(not failed, done, len(checks))}\n")

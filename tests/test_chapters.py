@@ -1,0 +1,156 @@
+"""``qkv report/run/validate --chapter N`` for every chapter this build has, against its golden copy.
+
+A chapter is tested when ``tests/golden/chNN/`` exists and (for 27 to 30) its module
+imports, so chapters that land later are covered by the same tests; the others skip.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+from .conftest import GOLDEN, ROOT
+
+NUMBERS = (26, 27, 28, 29, 30)
+
+
+def chapter_ready(number: int) -> str:
+    """Why chapter ``number`` cannot be tested here, or ``""``."""
+    if not (GOLDEN / f"ch{number}").is_dir():
+        return f"no tests/golden/ch{number}"
+    if number == 26:
+        return ""
+    try:
+        importlib.import_module(f"qkvcli.chapters.ch{number}")
+        importlib.import_module(f"qkvcli.render.chapters.ch{number}")
+    except ModuleNotFoundError:
+        return f"chapter {number}'s modules are not in this build"
+    return ""
+
+
+def chapters() -> list[object]:
+    return [pytest.param(n, marks=pytest.mark.skipif(bool(chapter_ready(n)),
+                                                     reason=chapter_ready(n) or "ready"),
+                         id=f"ch{n}") for n in NUMBERS]
+
+
+def golden(number: int, name: str) -> str:
+    return (GOLDEN / f"ch{number}" / name).read_text(encoding="utf-8")
+
+
+def bundled(number: int) -> Path:
+    if number == 26:
+        return ROOT / "fixtures" / "ch26-qkv-projections.json"
+    module = importlib.import_module(f"qkvcli.chapters.ch{number}")
+    return ROOT / "fixtures" / module.FIXTURE
+
+
+@pytest.mark.parametrize("number", chapters())
+@pytest.mark.parametrize(("fmt", "name"), [("text", "expected.txt"),
+                                           ("trace", "diagram-trace.txt")], ids=["text", "trace"])
+def test_report_is_the_golden_copy(number: int, fmt: str, name: str) -> None:
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number), "--format", fmt])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == golden(number, name)
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_run_prints_the_report_and_passes(number: int) -> None:
+    result = CliRunner().invoke(main, ["run", "--chapter", str(number), "--format", "text"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == golden(number, "expected.txt")
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_run_without_a_terminal_shows_the_text_report(number: int) -> None:
+    result = CliRunner().invoke(main, ["run", "--chapter", str(number)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == golden(number, "expected.txt")
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_the_bundled_fixture_file_gives_the_report(number: int, tmp_path: Path) -> None:
+    """The fixture users see, copied elsewhere, is recognised by its ``chapter`` key."""
+    copy = tmp_path / "mine.json"
+    shutil.copyfile(bundled(number), copy)
+    installed = ROOT / "qkvcli" / "data" / bundled(number).name
+    assert installed.read_bytes() == bundled(number).read_bytes()
+    result = CliRunner().invoke(main, ["report", str(copy), "--format", "text"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == golden(number, "expected.txt")
+    explicit = CliRunner().invoke(main, ["report", "--chapter", str(number), str(copy), "-f",
+                                         "trace"])
+    assert explicit.stdout == golden(number, "diagram-trace.txt")
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_validate_accepts_the_bundled_fixture(number: int) -> None:
+    result = CliRunner().invoke(main, ["validate", str(bundled(number))])
+    assert result.exit_code == 0, result.output
+    note = "" if number == 26 else f" ({json.loads(bundled(number).read_text())['chapter']} fixture)"
+    assert result.stdout == f"{bundled(number)}: ok{note}\n"
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_json_report_carries_the_version_and_the_verdict(number: int) -> None:
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert "qkv_version" in document
+    assert document.get("passed", True) is True
+
+
+@pytest.mark.parametrize("number", [25, 31, -1, 0])
+def test_an_unknown_chapter_is_one_line_and_exit_2(number: int) -> None:
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number)])
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: --chapter {number}: no chapter {number}; qkv shows " \
+                            "chapters 26 to 30\n"
+
+
+def test_chapter_26_is_the_default(tmp_path: Path) -> None:
+    default = CliRunner().invoke(main, ["report", "-f", "text"])
+    explicit = CliRunner().invoke(main, ["report", "--chapter", "26", "-f", "text"])
+    assert default.exit_code == explicit.exit_code == 0
+    assert explicit.stdout == default.stdout == golden(26, "expected.txt")
+
+
+@pytest.mark.skipif(bool(chapter_ready(27)), reason="chapter 27 is not in this build")
+def test_a_fixture_of_another_chapter_is_refused_by_name(tmp_path: Path) -> None:
+    wrong = CliRunner().invoke(main, ["report", "--chapter", "26", str(bundled(27))])
+    assert wrong.exit_code == 2
+    assert "$.chapter: a chapter 27 fixture (27-self-attention); --chapter 26" in wrong.stderr
+    other = CliRunner().invoke(main, ["report", "--chapter", "27", str(bundled(26))])
+    assert other.exit_code == 2
+    assert other.stderr.count("\n") == 1
+    assert '$.chapter: expected "27-self-attention"' in other.stderr
+
+
+@pytest.mark.skipif(bool(chapter_ready(27)), reason="chapter 27 is not in this build")
+def test_a_bad_chapter_fixture_is_one_line_naming_the_path(tmp_path: Path) -> None:
+    data = json.loads(bundled(27).read_text())
+    data["key"] = [[[3, 0, 1], [-1, 2, 1]]]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    for command in ("report", "validate"):
+        result = CliRunner().invoke(main, [command, str(path)])
+        assert result.exit_code == 2, command
+        assert result.stderr == (f"Error: {path}: $.key: self-attention query and key widths "
+                                 "must match, got query 2, key 3\n")
+
+
+@pytest.mark.skipif(bool(chapter_ready(27)), reason="chapter 27 is not in this build")
+def test_the_gradient_check_options_reach_a_chapter_fixture() -> None:
+    result = CliRunner().invoke(main, ["report", "--chapter", "27", "--tolerance", "1e-3",
+                                       "--mode", "full", "-f", "text"])
+    assert result.exit_code == 0
+    assert "tolerance:0.001000 passed:true" in result.stdout
+    assert "qkv: warning: --mode does not apply to chapter 27-self-attention; ignored" \
+        in result.stderr
