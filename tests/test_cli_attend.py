@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
+from tests.conftest import shipped_fixtures
 
 ANCHORS = Path("/work/shared/anchors/ch26")
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +192,7 @@ def test_chapter_report_reads_torch_layout_identically(tmp_path: Path) -> None:
     assert torch.exit_code == 0 and torch.output == plain.output
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "fixtures").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", shipped_fixtures(), ids=lambda p: p.stem)
 @pytest.mark.parametrize("causal", [[], ["--causal"]], ids=["full", "causal"])
 def test_every_shipped_fixture_passes_attend(path: Path, causal: list[str]) -> None:
     result = invoke("attend", str(path), *causal)
@@ -265,3 +266,20 @@ def test_attend_summarises_large_tensors_and_tensors_full_shows_them(tmp_path: P
     assert len(text) < 512 * 1024
     full = invoke("attend", str(path), "-f", "text", "--tensors", "full").output
     assert len(full) > len(text)
+
+
+def test_the_reverse_comment_says_where_the_upstream_came_from(tmp_path: Path) -> None:
+    """``U`` is the fixture's ``upstream.output`` when it gives one, else SplitMix64's draws."""
+    data = json.loads((ROOT / "fixtures" / "ch26-qkv-projections.json").read_text())
+    del data["upstream"]
+    seeded = invoke("attend", str(write(tmp_path, data, "seeded.json")), "-f", "text")
+    assert "# reverse: L = <O,U>, U from SplitMix64(seed 26) uniform [-1,1); " in seeded.stdout
+    data["upstream"] = {"output": [[[1, 0], [0, 1]]]}
+    given = invoke("attend", str(write(tmp_path, data, "given.json")), "-f", "text")
+    assert "# reverse: L = <O,U>, U from the fixture's upstream.output; " in given.stdout
+    assert "SplitMix64" not in given.stdout
+    assert "upstream_output=shape:[1,2,2] values:[1.000000,0.000000,0.000000,1.000000]" \
+        in given.stdout
+    document = json.loads(invoke("attend", str(write(tmp_path, data, "given.json")), "-f",
+                                 "json").stdout)
+    assert document["config"]["upstream"] == "given"

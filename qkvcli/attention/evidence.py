@@ -466,5 +466,5 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         primary=AttendPrimary(tensors, loss), rows=token_rows,
         attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
         replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks,
-        heads=() if single else heads,
+        heads=() if single else heads, upstream_given=fixture.upstream_given,
     )

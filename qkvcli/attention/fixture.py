@@ -165,7 +165,7 @@ def parse_attend_fixture(
     seed, chapter = parse_seed_and_chapter(document, default_chapter, problems)
     upstream = seeded_upstream(shape, seed) if given is None else given
     return AttendFixture(x, parameters, function, upstream, step, tolerance, samples, seed,
-                         chapter)
+                         chapter, upstream_given=given is not None)
 
 
 def load_attend_fixture(

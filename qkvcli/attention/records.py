@@ -163,6 +163,7 @@ class AttendEvidence(Record):
     gradcheck: GradcheckResult
     checks: tuple[FamilyCheck, ...]
     heads: tuple[HeadEvidence, ...] = ()  # per head, for a multi-head layer
+    upstream_given: bool = False  # U from the fixture's upstream.output, not from the seed
 
     @property
     def passed(self) -> bool:

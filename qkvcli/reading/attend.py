@@ -125,6 +125,7 @@ class AttendFixture(Record):
     samples: int | None = None
     seed: int = DEFAULT_SEED
     chapter: str = "custom"
+    upstream_given: bool = False  # U is the fixture's upstream.output, not SplitMix64(seed)'s
 
     def perturbed(self) -> tuple[Array, ...]:
         """Every tensor the gradient check perturbs: the input and every parameter."""

@@ -232,6 +232,14 @@ def note_text(note: Note) -> str:
 # --- text -----------------------------------------------------------------------------
 
 
+def upstream_source(evidence: AttendEvidence) -> str:
+    """Where ``U`` of ``L = <O,U>`` came from: the fixture's ``upstream.output``, or
+    SplitMix64 draws from the fixture's seed."""
+    if evidence.upstream_given:
+        return "U from the fixture's upstream.output"
+    return f"U from SplitMix64(seed {evidence.seed}) uniform [-1,1)"
+
+
 def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
                        tensors: str = "summary") -> str:
     """The head's evidence, one fact per line, ending with the verdict line and a newline.
@@ -278,7 +286,7 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
         *(f"token=b{r.batch} t{r.token} weights:{fmt_vector(r.attention, precision)} "
           f"sum:{number(r.attention_sum)} output:{fmt_vector(r.output, precision)}"
           for r in evidence.rows),
-        f"# reverse: L = <O,U>, U from SplitMix64(seed {evidence.seed}) uniform [-1,1); "
+        f"# reverse: L = <O,U>, {upstream_source(evidence)}; "
         "dA = dO V^T, dV = A^T dO, dZ = A*(dA - rowsum(dA*A)), dS = dZ*scale, dQ = dS K, "
         "dK = dS^T Q, dX = sum of three paths",
         f"loss={number(evidence.primary.loss)}",
@@ -407,6 +415,7 @@ def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
             "bias": {"query": c.bias[0], "key": c.bias[1], "value": c.bias[2]},
             "layout": c.layout, "layout_description": c.layout_description,
             "scale": c.scale, "seed": evidence.seed,
+            "upstream": "given" if evidence.upstream_given else "seeded",
         },
         "parameter_names": list(c.names),
         "parameter_count": c.parameter_count,

@@ -33,6 +33,7 @@ from qkvcli.render.attend import (
     formula_of,
     note_text,
     published_name,
+    upstream_source,
 )
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
@@ -142,7 +143,7 @@ def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
         table.add_row(cell(label), cell(fmt_shape(values.shape)),
                       cell(fmt_float(largest, options.precision)),
                       cell(fmt_float(norm, options.precision)))
-    rules = (f"U from SplitMix64(seed {evidence.seed}) uniform [-1,1);", *REVERSE_RULES,
+    rules = (f"{upstream_source(evidence)};", *REVERSE_RULES,
              "every value: -f text or -f json")
     return Group(table, Flow([Text(rule, style="dim") for rule in rules], gap=1))
 
