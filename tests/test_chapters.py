@@ -154,3 +154,29 @@ def test_the_gradient_check_options_reach_a_chapter_fixture() -> None:
     assert "tolerance:0.001000 passed:true" in result.stdout
     assert "qkv: warning: --mode does not apply to chapter 27-self-attention; ignored" \
         in result.stderr
+
+
+@pytest.mark.parametrize("number", chapters())
+@pytest.mark.parametrize("width", [60, 100, 160])
+def test_the_rich_figure_renders_at_any_width(number: int, width: int, tmp_path: Path) -> None:
+    svg = tmp_path / "figure.svg"
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number), "-f", "rich",
+                                       "--width", str(width), "--no-color",
+                                       "--export-svg", str(svg)])
+    assert result.exit_code == 0, result.output
+    assert "verdict: PASS" in result.stdout
+    assert svg.read_text(encoding="utf-8").startswith("<svg")
+
+
+@pytest.mark.skipif(bool(chapter_ready(28)), reason="chapter 28 is not in this build")
+def test_the_chapter_28_figure_shows_the_trace_records() -> None:
+    """The picture shows what the trace lists: each masked key, the perturbation, the cases."""
+    figure = CliRunner().invoke(main, ["report", "--chapter", "28", "-f", "rich", "--width",
+                                       "120", "--no-color"]).stdout
+    trace = golden(28, "diagram-trace.txt")
+    assert figure.count("blocked") == trace.count("blocked") == 3
+    for case in ("attention-empty-tokens", "softmax-rank", "softmax-shape", "query-rank",
+                 "token-mismatch", "released-score"):
+        assert f"ERROR|case={case}|" in trace and case in figure
+    for value in ("0.445808", "0.108383", "0.554192", "-1.676343", "[-2.000000,4.000000]"):
+        assert value in trace and value in figure

@@ -15,7 +15,6 @@ from qkvcli.render.chapters.common import (
     case_facts,
     checks_json,
     gradcheck_summary_json,
-    head_figure,
     mixture_terms,
     tensor,
     vec,
@@ -24,6 +23,8 @@ from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+
+    from qkvcli.render.rich.options import RichOptions
 
 PREDICTION = "each query scores every key, then one probability row mixes the value rows"
 NEXT = "mask future key positions before row normalization"
@@ -198,6 +199,40 @@ def tensor_json(values: Any) -> dict[str, Any]:
     return whole(values, "full")
 
 
-def figure(evidence: SelfAttentionEvidence, width: int) -> RenderableType:
-    """The chapter's figure: Q, K, V, the probabilities, the output and the checks."""
-    return head_figure(evidence, width, "chapter 27: one self-attention head", masked=False)
+def figure(evidence: SelfAttentionEvidence, width: int,
+           options: RichOptions | None = None) -> RenderableType:
+    """The chapter's figure: the trace's records drawn (Q, K, V, the scores, the probability
+    rows, the mixture, the reverse pass, the probes, the rejected inputs, the history and
+    the checks). ``width`` is the console's; the layout adapts to it when printed."""
+    from qkvcli.render.chapters import figure as drawn
+    from qkvcli.render.rich.layout import Row
+    from qkvcli.render.rich.options import RichOptions
+
+    options = options or RichOptions()
+    number = options.precision
+    s, single, sh, g = evidence.scale, evidence.single, evidence.shapes, evidence.gradcheck
+    probes = drawn.facts_part("Probes", [
+        (s.holds, "scale probe", f"unscaled focus {fmt_float(s.unscaled_focus, number)}, "
+         f"scaled {fmt_float(s.scaled_focus, number)}, orthogonal key "
+         f"{fmt_float(s.orthogonal_probability, number)}: "
+         f"{'softened' if s.softened else 'not softened'}"),
+        (single.holds, "single token", f"probability {vec(single.probabilities)}, output "
+         f"{vec(single.output)}, no gradient to Q or K"),
+        (sh.isolated, "batch of two", f"{fmt_shape(sh.batch_query)} in, "
+         f"{fmt_shape(sh.batch_output)} out, halves bit for bit equal"),
+        (sh.empty_holds, "empty batch", f"A {fmt_shape(sh.empty_probabilities)}, O "
+         f"{fmt_shape(sh.empty_output)}; value width 1 gives {fmt_shape(sh.value_width_output)}"),
+    ])
+    refused = drawn.facts_part("Rejected inputs", [
+        (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
+    history = drawn.facts_part("History", [(None, key, value) for key, value in HISTORY])
+    proof = drawn.facts_part("Proof", [
+        (evidence.primary.rows_sum_to_one, "row sums", f"within {ROW_SUM_TEXT}"),
+        (g.passed, "gradient check", f"{g.count('query')}+{g.count('key')}+{g.count('value')} "
+         f"coordinates, tolerance {fmt_float(g.tolerance)}"),
+        (evidence.replay_bitwise, "replay", "bit for bit"),
+    ])
+    return drawn.head_figure(
+        evidence, options, PREDICTION, False,
+        [Row([probes, refused]), Row([history, proof])],
+        "No mask yet: chapter 28 hides the keys after each query before the softmax.")

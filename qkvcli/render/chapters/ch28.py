@@ -17,7 +17,6 @@ from qkvcli.render.chapters.common import (
     case_facts,
     checks_json,
     gradcheck_summary_json,
-    head_figure,
     mixture_terms,
     tensor,
     vec,
@@ -234,6 +233,44 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
 
 def figure(evidence: CausalEvidence, width: int,
            options: RichOptions | None = None) -> RenderableType:
-    """The chapter's figure: Q, K, V, each query's visible keys and weights, the checks."""
-    return head_figure(evidence, width, "chapter 28: the causal mask", masked=True,
-                       options=options)
+    """The chapter's figure: the trace's records drawn (Q, K, V, the mask, the scores, each
+    query's visible keys and probabilities, the mixture, the reverse pass, the suffix
+    perturbation, the prefix gradient, the probes, the rejected inputs, the history and
+    the checks). ``width`` is the console's; the layout adapts to it when printed."""
+    from qkvcli.render.chapters import figure as drawn
+    from qkvcli.render.rich.layout import Row
+    from qkvcli.render.rich.options import RichOptions
+
+    options = options or RichOptions()
+    p, x, single, e, g = (evidence.primary, evidence.prefix, evidence.single, evidence.empty,
+                          evidence.gradcheck)
+    prefix = drawn.facts_part("A later token", [
+        (None, "perturbed", f"position {x.position} of batch item 0: key {vec(x.key_before)} -> "
+         f"{vec(x.key_after)}, value {vec(x.value_before)} -> {vec(x.value_after)}"),
+        *((same, f"position {i}", "bitwise unchanged" if same else "changed")
+          for i, same in enumerate(x.unchanged)),
+        (x.last_changed, f"position {x.position}", "changed" if x.last_changed else "unchanged"),
+        (x.suffix_zero, "prefix seed", f"zero from position {x.suffix_start}: dQ, dK, dV there "
+         f"{'exactly 0' if x.suffix_zero else 'not 0'}"),
+    ], evidence.prefix.invariant and x.suffix_zero)
+    probes = drawn.facts_part("Probes", [
+        (evidence.future_zero, "future keys", f"weigh {future_word(evidence)}"),
+        (single.holds, "single token", f"mask {mask_text(single.mask)}, probability "
+         f"{vec(single.probabilities)}, output {vec(single.output)}, no gradient to Q or K"),
+        (e.valid, "empty batch", f"A {fmt_shape(e.probabilities)}, O {fmt_shape(e.output)}, "
+         f"mask {fmt_shape(e.mask)}"),
+        (p.tape_finite, "reverse pass", "every array finite: -inf never reaches it"),
+    ])
+    refused = drawn.facts_part("Rejected inputs", [
+        (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
+    history = drawn.facts_part("History", [(None, key, value) for key, value in HISTORY])
+    proof = drawn.facts_part("Proof", [
+        (p.rows_sum_to_one, "row sums", "within 0.000000000001"),
+        (g.passed, "gradient check", f"{g.count('query')}+{g.count('key')}+{g.count('value')} "
+         f"coordinates, tolerance {fmt_float(g.tolerance)}"),
+        (evidence.replay_bitwise, "replay", "bit for bit"),
+    ])
+    return drawn.head_figure(
+        evidence, options, PREDICTION, True,
+        [Row([prefix, probes]), Row([refused]), Row([history, proof])],
+        "Chapter 29 turns Q and K by position (RoPE) without moving the causal boundary.")
