@@ -40,7 +40,8 @@ Report keys
 text``, ``qkv report --format trace`` and ``qkv attend --format text`` print, computed
 here by running them (the chapter fixture, every ``fixtures/attend/*.json``, a
 multi-head layer, a GPT-2-style layer with an output projection and a large, summarised
-fixture). A text key ``k`` (``k=...``) is explained by a heading, or a list item starting
+fixture), and the text and trace of ``qkv report --chapter N`` for each of chapters
+27-30 whose modules this build has. A text key ``k`` (``k=...``) is explained by a heading, or a list item starting
 with, the code term ``k=``; each sub-key ``s`` (``s:value`` inside that line) must appear
 as the code term ``s:`` in that heading's section or list item. A trace record ``KIND``
 is explained likewise by ``KIND|``, its fields ``f`` by ``f=``. So a new key without an
@@ -315,6 +316,24 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     for path in sorted((ROOT / "fixtures" / "attend").glob("*.json")):
         found[f"attend-{path.stem}"] = qkv("attend", str(path), "--format", "text")
+    for number in later_chapters():
+        found[f"ch{number}-report"] = qkv("report", "--chapter", str(number), "-f", "text")
+        found[f"trace-ch{number}"] = qkv("report", "--chapter", str(number), "-f", "trace")
+    return found
+
+
+def later_chapters() -> list[int]:
+    """Chapters 27-30 whose modules this build has: their reports' keys are checked too."""
+    import importlib
+
+    found = []
+    for number in (27, 28, 29, 30):
+        try:
+            importlib.import_module(f"qkvcli.chapters.ch{number}")
+            importlib.import_module(f"qkvcli.render.chapters.ch{number}")
+        except ModuleNotFoundError:
+            continue
+        found.append(number)
     return found
 
 
