@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "gradcheck": {"core"},
     "evidence": {"core", "reading", "gradcheck"},
     "attention": {"core", "reading", "gradcheck", "evidence"},
-    "learn": {"core", "reading", "evidence", "attention"},
+    "learn": {"core", "reading", "evidence", "attention", "chapters"},
     "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
     "check": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
     "chapters": {"core", "reading", "gradcheck", "attention"},  # the course's chapters 27-30

@@ -41,9 +41,10 @@ text``, ``qkv report --format trace`` and ``qkv attend --format text`` print, co
 here by running them (the chapter fixture, every ``fixtures/attend/*.json``, a
 multi-head layer, a GPT-2-style layer with an output projection and a large, summarised
 fixture), and the text and trace of ``qkv report --chapter N`` for each of chapters
-27-30 whose modules this build has. A text key ``k`` (``k=...``) is explained by a heading, or a list item starting
-with, the code term ``k=``; each sub-key ``s`` (``s:value`` inside that line) must appear
-as the code term ``s:`` in that heading's section or list item. A trace record ``KIND``
+27-30 whose modules this build has. A text key ``k`` (``k=...``) is explained by a
+heading, or a list item starting with, the code term ``k=``; each sub-key ``s``
+(``s:value`` inside that line) must appear as the code term ``s:`` in that heading's
+section or list item. A trace record ``KIND``
 is explained likewise by ``KIND|``, its fields ``f`` by ``f=``. So a new key without an
 explanation fails here.
 """

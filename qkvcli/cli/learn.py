@@ -73,22 +73,28 @@ def variance(
 @click.command()
 @fixture_argument
 @click.option("--answers", type=SafePath(dir_okay=False),
-              help="Answer from FILE instead of the terminal: JSON (a list of nine answers, or "
-              'an object keyed "1".."9") or one answer per line (# comments skipped).')
+              help="Answer from FILE instead of the terminal: JSON (a list of answers, or "
+              'an object keyed "1".."N") or one answer per line (# comments skipped).')
+@click.option("--chapter", type=int, default=None, metavar="N",
+              help="The chapter whose predictions to ask: 26 (the default, about FIXTURE), "
+              "27, 28, 29 or 30 (about the chapter's own worked example).")
 @max_elements_option
-def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
-    """The chapter's nine "predict before reading the evidence" questions, one by one.
+def quiz(fixture: Path | None, answers: Path | None, max_elements: int,
+         chapter: int | None = None) -> None:
+    """A chapter's "predict before reading the evidence" questions, one by one.
 
-    Each answer is checked against values computed from FIXTURE (default: the chapter
-    fixture); the explanation follows. Questions fit a screen: on wide tensors question 2
-    asks for one coordinate, or a shape. Numbers count as right within 0.0005 (three
-    decimals are enough). At the end of piped input or on Ctrl-C the score so far is
-    shown. Exit status: 0 all right, 1 otherwise, 2 bad input.
+    Chapter 26's nine are checked against values computed from FIXTURE (default: the
+    chapter fixture); --chapter 27 to 30 asks that chapter's questions about its worked
+    example, every answer computed by qkv. The explanation follows each answer; a wrong
+    answer of several parts names the wrong ones, and the end lists the questions missed.
+    Questions fit a screen: on wide tensors question 2 asks for one coordinate, or a
+    shape. Numbers count as right within 0.0005 (three decimals are enough). At the end
+    of piped input or on Ctrl-C the score so far is shown. Exit status: 0 all right, 1
+    otherwise, 2 bad input.
     """
     from qkvcli.learn.quiz import HOW_TO_ANSWER, build_questions, check_answer, parse_answers
 
-    loaded = load(fixture, max_elements)
-    questions = labelled(label_of(fixture), lambda: build_questions(loaded))
+    questions = _questions(fixture, max_elements, chapter, build_questions)
     given: list[str] | None = None
     if answers is not None:
         text = read_text(answers, "answer")
@@ -102,6 +108,7 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
         click.echo(wrapped(HOW_TO_ANSWER, "  "))
     right = 0
     asked = 0
+    missed: list[int] = []
     try:
         for question in questions:
             asked = question.number
@@ -118,22 +125,54 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
                         break
                     click.echo(f"  ({verdict.problem}; try again)")
             right += verdict.correct
+            if not verdict.correct:
+                missed.append(question.number)
             click.echo(wrapped(("right" if verdict.correct else "not quite")
                                + (f" ({verdict.problem})" if verdict.problem else "")
+                               + (f": {verdict.detail}" if verdict.detail else "")
                                + f". Answer: {question.shown}", "  "))
             click.echo(wrapped(f"why: {question.explanation}", "  ") + "\n")
     except (click.Abort, KeyboardInterrupt) as error:
         # End of piped input or Ctrl-C: keep the score so far rather than only "Aborted!".
         click.echo(f"\nstopped at question {asked} of {len(questions)}; "
                    f"{right} right before it")
+        if missed:
+            click.echo(missed_line(missed))
         click.echo(f"score={right}/{len(questions)}")
         if isinstance(error, KeyboardInterrupt) or isinstance(error.__context__,
                                                               KeyboardInterrupt):
             raise interrupted() from None
         raise SystemExit(EXIT_FAILED) from None
+    if missed:
+        click.echo(missed_line(missed))
     click.echo(f"score={right}/{len(questions)}")
     if right != len(questions):
         raise SystemExit(EXIT_FAILED)
+
+
+def missed_line(missed: list[int]) -> str:
+    """``missed: question 4`` or ``missed: questions 2, 5 and 7``: what to read again."""
+    from qkvcli.learn.quiz import listed
+
+    names = [str(number) for number in missed]
+    return f"missed: question{'s' if len(names) > 1 else ''} {listed(names)}"
+
+
+def _questions(fixture: Path | None, max_elements: int, chapter: int | None,
+               build: Any) -> Any:
+    """Chapter 26's questions about ``fixture``, or chapter ``chapter``'s (27 to 30)."""
+    if chapter is None or chapter == 26:
+        loaded = load(fixture, max_elements)
+        return labelled(label_of(fixture), lambda: build(loaded))
+    from qkvcli.learn.chapter_quiz import CHAPTERS, chapter_questions
+
+    if chapter not in CHAPTERS:
+        raise InputError(f"--chapter {chapter}: no chapter {chapter}; qkv quizzes chapters 26 "
+                         "to 30")
+    if fixture is not None:
+        raise InputError(f"--chapter {chapter}: the chapter's questions are about its own "
+                         "worked example; give no FIXTURE")
+    return chapter_questions(chapter)
 
 
 QUIZ_WIDTH = 100

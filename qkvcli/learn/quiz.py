@@ -80,11 +80,39 @@ class Question(Record):
     explanation: str
     accepted: tuple[tuple[float, ...], ...] = ()  # other spellings of a numbers answer
     choices: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()  # names of the slices of a numbers answer ("q0", "k0")
+    sizes: tuple[int, ...] = ()  # each part's count of numbers (empty: equal slices)
 
 
 class Marking(Record):
     correct: bool
     problem: str = ""  # why an answer could not be read (the interactive quiz asks again)
+    detail: str = ""  # which parts of a wrong answer are wrong ("v0 is wrong; q0 and k0 ...")
+
+
+def listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def wrong_parts(question: Question, numbers: tuple[float, ...]) -> str:
+    """Which named parts of a numbers answer are wrong and which right, when the answer
+    has the expected count: ``v0 is wrong; q0 and k0 are right``; else ``""``."""
+    expected = question.expected
+    if not question.parts or not isinstance(expected, tuple) or len(numbers) != len(expected):
+        return ""
+    sizes = question.sizes or (len(expected) // len(question.parts),) * len(question.parts)
+    wrong: list[str] = []
+    right: list[str] = []
+    start = 0
+    for name, size in zip(question.parts, sizes, strict=True):
+        piece = slice(start, start + size)
+        start += size
+        (right if _close(numbers[piece], expected[piece]) else wrong).append(name)
+    if not wrong:
+        return ""
+    said = f"{listed(wrong)} {'is' if len(wrong) == 1 else 'are'} wrong"
+    return said + (f"; {listed(right)} {'is' if len(right) == 1 else 'are'} right" if right else "")
 
 
 def _g(value: float) -> str:
@@ -176,7 +204,8 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
                  f"{format_shape(e0[0])} and {format_shape(e1[0])}",
                  "Empty axes stay empty and keep their place; every branch gives "
                  f"{format_shape(e0[0])} and {format_shape(e1[0])}.",
-                 accepted=(tuple(float(v) for s in e0 + e1 for v in s),)),
+                 accepted=(tuple(float(v) for s in e0 + e1 for v in s),),
+                 parts=("the empty-batch shape", "the empty-token shape")),
         Question(6, f"A rank-two [T,{d}] input is rejected by this wrapper. Which rank does it "
                  "require? (a number)", "integer",
                  tuple(float(r) for r in accepted_ranks),
@@ -213,7 +242,7 @@ def _first_token_question(
                     f"W_Q={_mat(weights[0])}, W_K={_mat(weights[1])}, "
                     f"W_V={_mat(weights[2])}.", "numbers", vectors, shown,
                     "Multiply the token's row vector by each weight: q0 = x0 W_Q, k0 = x0 W_K, "
-                    "v0 = x0 W_V.")
+                    "v0 = x0 W_V.", parts=("q0", "k0", "v0"))
     if fits_screen(full, count):
         return full
     coordinate = float(first.query.reshape(-1)[0])
@@ -282,7 +311,8 @@ def check_answer(question: Question, answer: str) -> Marking:
             numbers = numbers[-1:]  # "3 x 3 x 2 = 18", "q0[0]=1.5": the last number counts
         assert isinstance(question.expected, tuple)
         wants = (question.expected, *question.accepted)
-        return Marking(any(_close(numbers, want) for want in wants))
+        correct = any(_close(numbers, want) for want in wants)
+        return Marking(correct, detail="" if correct else wrong_parts(question, numbers))
     if question.kind == "yesno":
         word = re.split(r"[^a-z]+", text)[0]
         if word in ("y", "yes"):
