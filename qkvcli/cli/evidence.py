@@ -130,6 +130,9 @@ def run(
         from qkvcli.cli.batch import reject_single_options, run_many
 
         reject_single_options(golden)
+        if chapter is not None:
+            raise click.UsageError("--chapter takes one fixture; with several, each fixture's "
+                                   "\"chapter\" key says which chapter it is")
         if view.exports:
             raise click.UsageError("--export-svg/--export-html take a single fixture file")
         run_many(fixtures, junit, max_elements, overrides, jobs=jobs, output=output)
