@@ -176,3 +176,21 @@ def test_a_bad_fixture_names_its_path(change: dict[str, Any], location: str, mes
 def test_the_bundled_fixture_is_the_installed_one() -> None:
     assert (ROOT / "fixtures" / ch27.FIXTURE).read_bytes() == (
         ROOT / "qkvcli" / "data" / ch27.FIXTURE).read_bytes()
+
+
+def test_the_json_report_holds_the_evidence() -> None:
+    from qkvcli.render.chapters import dispatch
+
+    evidence = ch27.build(ch27.parse(random_document(2, 3, 2, 4, seed=5)))
+    document = json.loads("".join(dispatch.pieces(evidence, "json")))
+    p = evidence.primary
+    assert document["chapter"] == "27-self-attention" and document["passed"] is True
+    assert document["config"] == {"batch": 2, "tokens": 3, "d_k": 2, "d_v": 4,
+                                  "scale": 1 / math.sqrt(2), "masked": False,
+                                  "softmax_axis": "key", "source": "operands"}
+    for name, values in (("output", p.output), ("query_gradient", p.grad_query),
+                         ("mixture_terms", p.terms)):
+        assert document["tensors"][name]["values"] == values.reshape(-1).tolist()
+        assert document["tensors"][name]["shape"] == list(values.shape)
+    assert document["gradcheck"]["tensors"][0]["checked"] == 12
+    assert document["scale_probe"]["softened"] is True

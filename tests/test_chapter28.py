@@ -163,3 +163,19 @@ def test_a_bad_fixture_names_its_path(change: dict[str, Any], location: str, mes
 def test_the_bundled_fixture_is_the_installed_one() -> None:
     assert (ROOT / "fixtures" / ch28.FIXTURE).read_bytes() == (
         ROOT / "qkvcli" / "data" / ch28.FIXTURE).read_bytes()
+
+
+def test_the_json_report_holds_the_evidence() -> None:
+    from qkvcli.render.chapters import dispatch
+
+    evidence = ch28.build(ch28.parse(random_document(2, 3, 2, 2, seed=21)))
+    document = json.loads("".join(dispatch.pieces(evidence, "json")))
+    p = evidence.primary
+    assert list(document)[:5] == ["qkv_version", "chapter", "passed", "checks", "config"]
+    assert document["config"]["mask"] == "lower-triangular-inclusive"
+    assert document["tensors"]["probabilities"]["values"] == p.probabilities.reshape(-1).tolist()
+    assert document["tensors"]["mask"]["values"][:3] == [0.0, "-Infinity", "-Infinity"]
+    assert document["suffix_perturbation"]["unchanged_positions"] == [True, True]
+    assert [c["name"] for c in document["checks"]] == [c.name for c in evidence.checks]
+    assert [e["case"] for e in document["errors"]] == [c.case for c in evidence.errors]
+    assert document["errors"][3]["facts"] == {"input": "query", "rank": 2}

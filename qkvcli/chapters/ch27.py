@@ -24,10 +24,11 @@ each a :class:`~qkvcli.core.results.FamilyCheck`, in the report's order:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkvcli.attention.maths import score_factor, softmax
 from qkvcli.chapters.head_fixture import HeadInputs, read_head_inputs
 from qkvcli.chapters.head_pass import (
     GradientCheck,
@@ -143,8 +144,6 @@ def scale_probe(d_k: int) -> ScaleProbe:
         units[0, 1, 1] = 1.0
     run = attend(units, units, units, CAUSAL)
     head = run.forward.heads[0]
-    from qkvcli.attention.maths import score_factor, softmax
-
     unscaled = softmax(np.array(head.scores))
     return ScaleProbe(d_k, score_factor(d_k, None), float(unscaled[0, 0, 0]),
                       float(head.attention[0, 0, 0]), float(head.attention[0, 0, 1]))
@@ -219,9 +218,3 @@ def build(fixture: HeadInputs) -> SelfAttentionEvidence:
     return SelfAttentionEvidence(NAME, fixture.source, primary, probe, single, shapes, check,
                                  errors, replay, checks)
 
-
-def describe(evidence: SelfAttentionEvidence) -> dict[str, Any]:
-    """The evidence's configuration as plain facts (batch, tokens, widths, scale)."""
-    batch, tokens, d_k = evidence.primary.query.shape
-    return {"batch": int(batch), "tokens": int(tokens), "d_k": int(d_k),
-            "d_v": int(evidence.primary.value.shape[2]), "scale": evidence.primary.scale}

@@ -28,7 +28,7 @@ value in the first batch item; default each coordinate plus one) and ``prefix_se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -291,9 +291,3 @@ def build(fixture: CausalFixture) -> CausalEvidence:
     return CausalEvidence(NAME, f.source, primary, prefix, single, empty, check, errors,
                           future_zero, replay, checks)
 
-
-def describe(evidence: CausalEvidence) -> dict[str, Any]:
-    """The evidence's configuration as plain facts (batch, tokens, widths, scale)."""
-    batch, tokens, d_k = evidence.primary.query.shape
-    return {"batch": int(batch), "tokens": int(tokens), "d_k": int(d_k),
-            "d_v": int(evidence.primary.value.shape[2]), "scale": evidence.primary.scale}
