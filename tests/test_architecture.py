@@ -34,9 +34,11 @@ ALLOWED: dict[str, set[str]] = {
     "learn": {"core", "reading", "evidence", "attention"},
     "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
     "check": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
-    "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check"},
+    "chapters": {"core", "reading", "gradcheck", "attention"},  # the course's chapters 27-30
+    "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check",
+               "chapters"},
     "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",
-            "check", "render", "data"},
+            "check", "chapters", "render", "data"},
     "data": set(),
 }
 

@@ -1,0 +1,1 @@
+"""The course's attention chapters 27–30, one module a chapter: parse, build."""

@@ -1,0 +1,1 @@
+"""The reports of the course's attention chapters 27–30, one module a chapter."""
