@@ -1,4 +1,4 @@
-"""Chapter 29's report, RoPE: the text and diagram trace (the anchors' bytes), the JSON, the figure.
+"""Chapter 29's report, RoPE: text and trace (the anchors' bytes), JSON, figure.
 
 Pure functions of :class:`~qkvcli.chapters.ch29.RopeEvidence`; every published name and
 all the chapter's wording live here. Numbers are fixed point with six decimals, a zero
