@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "ch30"
 
 
-def bundled() -> ch30.LayerEvidence:
+def bundled() -> ch30.MultiHeadEvidence:
     return ch30.build(ch30.parse(parse_json_text(bundled_fixture_text(ch30.FIXTURE))))
 
 
@@ -62,7 +62,7 @@ def test_the_input_rule_checks_in_order() -> None:
     spec = ch30.parse(parse_json_text(bundled_fixture_text(ch30.FIXTURE))).spec
     with pytest.raises(Exception, match="rank three"):
         ch30.forward_checked(spec, np.zeros(4), 2 ** 64)
-    with pytest.raises(ch30.EmptyTokens):
+    with pytest.raises(ch30.EmptyTokenAxis):
         ch30.forward_checked(spec, np.zeros((1, 0, 4)), 2 ** 64)
 
 

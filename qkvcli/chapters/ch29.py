@@ -422,7 +422,7 @@ class RotaryProbe(Record):
         return self.output_shape == self.input_shape
 
 
-class RejectedInput(Record):
+class RejectedRotaryInput(Record):
     """A bad input given to the chapter's validator: the case, the refusal expected, what
     was raised (its kind, its facts, its message; empty when nothing was)."""
 
@@ -445,7 +445,7 @@ class RopeEvidence(Record):
     fixture: RopeFixture
     primary: RopePrimary
     probes: tuple[RotaryProbe, ...]
-    errors: tuple[RejectedInput, ...]
+    errors: tuple[RejectedRotaryInput, ...]
     gradcheck: tuple[TensorCheck, ...]
     replay_bitwise: bool
     checks: tuple[FamilyCheck, ...]
@@ -532,12 +532,12 @@ def probes(fixture: RopeFixture) -> tuple[RotaryProbe, ...]:
     )
 
 
-def _rejected(case: str, expected: type[RotaryRefusal], call: Any) -> RejectedInput:
+def _rejected(case: str, expected: type[RotaryRefusal], call: Any) -> RejectedRotaryInput:
     try:
         call()
     except RotaryRefusal as error:
-        return RejectedInput(case, expected.kind, error.kind, error.facts(), str(error))
-    return RejectedInput(case, expected.kind, "", (), "")
+        return RejectedRotaryInput(case, expected.kind, error.kind, error.facts(), str(error))
+    return RejectedRotaryInput(case, expected.kind, "", (), "")
 
 
 def _released(features: int) -> memoryview[float]:
@@ -551,7 +551,7 @@ SMALL_CAPACITY = 3
 not fit."""
 
 
-def rejected_inputs(fixture: RopeFixture) -> tuple[RejectedInput, ...]:
+def rejected_inputs(fixture: RopeFixture) -> tuple[RejectedRotaryInput, ...]:
     """The chapter's bad inputs, each given to the validator and what it raised recorded,
     in the chapter's order."""
     t = fixture.table

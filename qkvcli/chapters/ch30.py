@@ -69,14 +69,14 @@ ROPE_KEYS = ("positions", "base", "layout", "offset", "shift")
 WEIGHT_KEYS = ("query", "key", "value", "output")
 
 
-class EmptyTokens(QkvError):
+class EmptyTokenAxis(QkvError):
     """A layer input without tokens: a causal row needs at least its own token."""
 
     def __init__(self) -> None:
         super().__init__("multi-head attention needs at least one token, got an empty token axis")
 
 
-class LayerSpec(Record):
+class MultiHeadSpec(Record):
     """What the chapter's layer is made of: the four weights (``X W`` layout), the head
     count and the RoPE table of each head (``features`` = ``d_h``)."""
 
@@ -101,22 +101,22 @@ def build_layer(w_query: Any, w_key: Any, w_value: Any, w_out: Any, heads: int,
     return MultiHeadLayer.build(projections, heads, w_out)
 
 
-def layer_at(spec: LayerSpec, offset: int) -> MultiHeadLayer:
+def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
     """The fixture's layer with its positions starting at ``offset``."""
     return build_layer(spec.w_query, spec.w_key, spec.w_value, spec.w_out, spec.heads,
                        spec.table.base, spec.table.layout, offset)
 
 
-def forward_checked(spec: LayerSpec, values: Any, offset: int,
+def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
                     projected: Array | None = None) -> tuple[MultiHeadLayer, Array, LayerForward]:
     """The causal forward of the layer at positions ``offset ..`` after the chapter's input
     checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedOperand`),
-    rank three and the model width (the engine's), at least one token (:class:`EmptyTokens`),
+    rank three and the model width (the engine's), at least one token (:class:`EmptyTokenAxis`),
     the position interval (chapter 29's table). Gives the layer, the input and the pass."""
     layer = layer_at(spec, offset)
     x = layer.projections.check_input(read_operand(values, PROJECTION_STAGE))
     if x.shape[1] == 0:
-        raise EmptyTokens()
+        raise EmptyTokenAxis()
     check_interval(spec.table, offset, int(x.shape[1]))
     with np.errstate(over="ignore", invalid="ignore"):
         return layer, x, engine.forward(layer, x, True, projected=projected)
@@ -125,12 +125,12 @@ def forward_checked(spec: LayerSpec, values: Any, offset: int,
 # --- the fixture ------------------------------------------------------------------------
 
 
-class LayerFixture(Record):
+class MultiHeadFixture(Record):
     """A chapter 30 fixture, validated: the layer, where the positions start and how far
     the common offset moves them, the input ``[B,T,d_model]``, the upstream gradient of the
     output, the last token's replacement for the prefix probe, and the checks' settings."""
 
-    spec: LayerSpec
+    spec: MultiHeadSpec
     offset: int
     shift: int
     input: Array
@@ -158,7 +158,7 @@ def _object(raw: Any, location: str, keys: tuple[str, ...]) -> dict[str, Any]:
     return found
 
 
-def _spec(data: dict[str, Any], max_elements: int) -> LayerSpec:
+def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
     heads = _count(data["heads"], "$.heads")
     rope = _object(data["rope"], "$.rope", ROPE_KEYS)
     for required in ("positions", "base"):
@@ -190,12 +190,12 @@ def _spec(data: dict[str, Any], max_elements: int) -> LayerSpec:
         where = "$.heads" if head_width % 2 else ("$.rope.positions" if positions == 0
                                                   else "$.rope.base")
         raise FixtureError(where, f"{error} (the head width is RoPE's feature width)") from None
-    return LayerSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
+    return MultiHeadSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
 
 
-def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> LayerFixture:
+def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHeadFixture:
     """A chapter 30 fixture document (parsed by qkv's strict JSON reader) validated into a
-    :class:`LayerFixture`. Order: the document's keys; ``$.heads``; ``$.rope``'s keys;
+    :class:`MultiHeadFixture`. Order: the document's keys; ``$.heads``; ``$.rope``'s keys;
     ``$.weights`` (the projections, the head count, the output projection, then RoPE on a
     head); ``$.input`` (the chapter's input rule); the positions the report needs
     (``$.rope.offset``, ``$.rope.shift``); ``$.upstream``; ``$.suffix``; ``$.gradcheck``;
@@ -211,7 +211,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> LayerFi
         layer = layer_at(spec, 0)
         x = layer.projections.check_input(x)
         if x.shape[1] == 0:
-            raise EmptyTokens()
+            raise EmptyTokenAxis()
     except QkvError as error:
         raise FixtureError("$.input", str(error)) from None
     batch, tokens, d_model = (int(d) for d in x.shape)
@@ -244,14 +244,14 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> LayerFi
         invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
         if invariant < 0.0:
             raise FixtureError("$.invariant_tolerance", f"expected at least 0, got {invariant!r}")
-    return LayerFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,
+    return MultiHeadFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,
                         invariant)
 
 
 # --- the evidence -----------------------------------------------------------------------
 
 
-class LayerPrimary(Record):
+class MultiHeadPrimary(Record):
     """The chapter's numbers, from the engine's forward and reverse at the fixture's
     positions: the heads' projections before and after RoPE ``[B,H,T,d_h]``, the causal
     weights ``[B,H,T,T]``, the heads' outputs, their merge ``C``, ``W_O``, the output ``Y``,
@@ -284,7 +284,7 @@ class LayerPrimary(Record):
                 self.grad_w_query, self.grad_w_key, self.grad_w_value, self.grad_w_out)
 
 
-class LayerProbes(Record):
+class MultiHeadProbes(Record):
     """What the chapter's probes found. ``head_0_uniform``: head 0 weighs every visible key
     alike; ``heads_distinct``: every other head's weights differ from head 0's;
     ``future_zero``: every masked weight is exactly 0; ``rows_normalized``: every row sums to
@@ -307,7 +307,7 @@ class LayerProbes(Record):
     common_offset: bool
 
 
-class LayerShapes(Record):
+class MultiHeadShapes(Record):
     """The shapes of each stage, and of the passes on an empty batch and on one token."""
 
     input: tuple[int, ...]
@@ -331,7 +331,7 @@ class LayerShapes(Record):
                 and self.single_token_weights == (1, h, 1, 1) and b >= 0)
 
 
-class LayerParameters(Record):
+class MultiHeadParameters(Record):
     """The layer's parameters: their shapes in the chapter's order (query, key, value,
     output), how many numbers they hold, whether any bias is present, and whether any two
     share memory."""
@@ -342,7 +342,7 @@ class LayerParameters(Record):
     distinct: bool
 
 
-class RejectedLayerInput(Record):
+class RejectedMultiHeadInput(Record):
     """A bad configuration or input given to the engine or the chapter's input rule: the
     case, the error class expected, the class raised (empty when nothing was) and its
     message."""
@@ -357,7 +357,7 @@ class RejectedLayerInput(Record):
         return self.raised == self.expected
 
 
-class LayerHistory(Record):
+class MultiHeadHistory(Record):
     """The chapter's contrast with what came before: an earlier attention's one weighted
     context per target, and one full-width causal head's single table against the layer's
     H tables (their shapes, counts, and whether every row sums to 1)."""
@@ -370,17 +370,17 @@ class LayerHistory(Record):
     rows_normalized: bool
 
 
-class LayerEvidence(Record):
+class MultiHeadEvidence(Record):
     """Chapter 30's whole evidence for one fixture, the chapter's checks judged in
     ``checks`` (report order)."""
 
-    fixture: LayerFixture
-    primary: LayerPrimary
-    probes: LayerProbes
-    shapes: LayerShapes
-    parameters: LayerParameters
-    errors: tuple[RejectedLayerInput, ...]
-    history: LayerHistory
+    fixture: MultiHeadFixture
+    primary: MultiHeadPrimary
+    probes: MultiHeadProbes
+    shapes: MultiHeadShapes
+    parameters: MultiHeadParameters
+    errors: tuple[RejectedMultiHeadInput, ...]
+    history: MultiHeadHistory
     gradcheck: GradcheckResult
     tape_finite: bool
     replay_bitwise: bool
@@ -391,14 +391,14 @@ class LayerEvidence(Record):
         return all(check.passed for check in self.checks)
 
 
-def primary(fixture: LayerFixture) -> tuple[LayerPrimary, MultiHeadLayer, LayerForward]:
+def primary(fixture: MultiHeadFixture) -> tuple[MultiHeadPrimary, MultiHeadLayer, LayerForward]:
     """The forward and reverse of the fixture's layer by the engine."""
     layer, x, done = forward_checked(fixture.spec, fixture.input, fixture.offset)
     grads = layer.backward(x, done, fixture.upstream)
     s = done.stacked
     assert grads.grad_out_weight is not None and layer.out_weight is not None
     head_outputs = np.stack([head.output for head in done.heads], axis=1)  # [B,H,T,d_v]
-    return LayerPrimary(
+    return MultiHeadPrimary(
         x, s["query"], s["key"], s["value"], s["rotated_query"], s["rotated_key"],
         s["attention"], head_outputs, done.concat, layer.out_weight, done.output,
         fixture.upstream, engine.loss(done, fixture.upstream), grads.grad_input,
@@ -417,7 +417,7 @@ def merge(split: Array) -> Array:
     return np.ascontiguousarray(np.swapaxes(split, 1, 2)).reshape(batch, tokens, heads * width)
 
 
-def probes(fixture: LayerFixture, found: LayerPrimary, done: LayerForward) -> LayerProbes:
+def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForward) -> MultiHeadProbes:
     """The chapter's probes, each a pass of the engine."""
     spec, tolerance = fixture.spec, fixture.invariant_tolerance
     a = found.attention
@@ -439,7 +439,7 @@ def probes(fixture: LayerFixture, found: LayerPrimary, done: LayerForward) -> La
                  and all(same_bits(moved.heads[h].output, done.heads[h].output) for h in others))
     split = engine.heads_axis(found.merged, spec.heads)
     _, _, shifted = forward_checked(spec, fixture.input, fixture.offset + fixture.shift)
-    return LayerProbes(
+    return MultiHeadProbes(
         head_0_uniform=_close(a[:, 0], np.broadcast_to(uniform, a[:, 0].shape), tolerance),
         heads_distinct=spec.heads > 1 and all(not _close(a[:, 0], a[:, h], tolerance)
                                               for h in others),
@@ -465,7 +465,7 @@ def _shape_of(call: Any) -> tuple[int, ...] | None:
         return None
 
 
-def shapes(fixture: LayerFixture, found: LayerPrimary) -> LayerShapes:
+def shapes(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadShapes:
     """Each stage's shape, and the passes on an empty batch and on one token (at the last
     position of the table)."""
     spec = fixture.spec
@@ -481,7 +481,7 @@ def shapes(fixture: LayerFixture, found: LayerPrimary) -> LayerShapes:
     def dims(a: Array) -> tuple[int, ...]:
         return tuple(int(d) for d in a.shape)
 
-    return LayerShapes(
+    return MultiHeadShapes(
         dims(found.input), dims(found.projected_query), dims(found.rotated_query),
         dims(found.attention), dims(found.head_outputs), dims(found.merged),
         dims(found.output_weight), dims(found.output),
@@ -490,23 +490,23 @@ def shapes(fixture: LayerFixture, found: LayerPrimary) -> LayerShapes:
     )
 
 
-def parameters(layer: MultiHeadLayer) -> LayerParameters:
+def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
     """The layer's parameters as the engine holds them."""
     assert layer.out_weight is not None
     arrays = [*layer.projections.weights, layer.out_weight]
     distinct = not any(np.shares_memory(arrays[i], arrays[j])
                        for i in range(len(arrays)) for j in range(i + 1, len(arrays)))
-    return LayerParameters(tuple(tuple(int(d) for d in a.shape) for a in arrays),
+    return MultiHeadParameters(tuple(tuple(int(d) for d in a.shape) for a in arrays),
                            layer.parameter_count,
                            not any(layer.branch_biases) and layer.out_bias is None, distinct)
 
 
-def _rejected(case: str, expected: type[Exception], call: Any) -> RejectedLayerInput:
+def _rejected(case: str, expected: type[Exception], call: Any) -> RejectedMultiHeadInput:
     try:
         call()
     except QkvError as error:
-        return RejectedLayerInput(case, expected.__name__, type(error).__name__, str(error))
-    return RejectedLayerInput(case, expected.__name__, "", "")
+        return RejectedMultiHeadInput(case, expected.__name__, type(error).__name__, str(error))
+    return RejectedMultiHeadInput(case, expected.__name__, "", "")
 
 
 def _released(shape: tuple[int, ...]) -> memoryview[float]:
@@ -515,7 +515,7 @@ def _released(shape: tuple[int, ...]) -> memoryview[float]:
     return view
 
 
-def rejected_inputs(fixture: LayerFixture) -> tuple[RejectedLayerInput, ...]:
+def rejected_inputs(fixture: MultiHeadFixture) -> tuple[RejectedMultiHeadInput, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
     from qkvcli.attention.errors import HeadCountMismatch, RopeError
@@ -546,7 +546,7 @@ def rejected_inputs(fixture: LayerFixture) -> tuple[RejectedLayerInput, ...]:
         _rejected("odd_head_width", RopeError, layer(4, 4)),
         _rejected("input_rank", InputRank, given(np.zeros(d_model), 0)),
         _rejected("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
-        _rejected("empty_tokens", EmptyTokens, given(np.zeros((1, 0, d_model)), 0)),
+        _rejected("empty_tokens", EmptyTokenAxis, given(np.zeros((1, 0, d_model)), 0)),
         _rejected("offset_overflow", PositionOffsetOverflow,
                   given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
         _rejected("position_range", PositionRangeExceeded,
@@ -556,7 +556,7 @@ def rejected_inputs(fixture: LayerFixture) -> tuple[RejectedLayerInput, ...]:
     )
 
 
-def history(fixture: LayerFixture, found: LayerPrimary) -> LayerHistory:
+def history(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadHistory:
     """One causal head over the whole width (Q = K = V = X, by the engine with identity
     projections and no RoPE) against the layer's heads; and an earlier attention's one
     weighted context, ``[0.25, 0.75]`` over two one-hot annotations."""
@@ -567,14 +567,14 @@ def history(fixture: LayerFixture, found: LayerPrimary) -> LayerHistory:
     context = np.array([0.25, 0.75]) @ np.eye(2)  # [2] @ [2,2] annotations -> [2]
     tokens = x.shape[1]
     tolerance = fixture.invariant_tolerance
-    return LayerHistory(
+    return MultiHeadHistory(
         context, tuple(int(d) for d in single.shape), tuple(int(d) for d in found.attention.shape),
         int(single.size // (tokens * tokens)), int(found.attention.size // (tokens * tokens)),
         _rows_normalized(single, tolerance) and _rows_normalized(found.attention, tolerance),
     )
 
 
-def build(fixture: LayerFixture) -> LayerEvidence:
+def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
     """Chapter 30's evidence for ``fixture``: the forward and reverse (twice, for the
     replay), the probes, the shapes, the parameters, the rejected inputs, the history and
     the gradient check of the input and the four weights, each check judged."""
@@ -608,5 +608,5 @@ def build(fixture: LayerFixture) -> LayerEvidence:
         verdict("tape_finite", tape_finite),
         verdict("replay", replay),
     )
-    return LayerEvidence(fixture, found, probed, shaped, params, errors,
+    return MultiHeadEvidence(fixture, found, probed, shaped, params, errors,
                          history(fixture, found), checked, tape_finite, replay, checks)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.chapters.ch29 import NAME, RejectedInput, RopeEvidence
+from qkvcli.chapters.ch29 import NAME, RejectedRotaryInput, RopeEvidence
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def _shape(shape: tuple[int, ...] | None) -> str:
     return "rejected" if shape is None else fmt_shape(shape)
 
 
-def _error_line(error: RejectedInput) -> str:
+def _error_line(error: RejectedRotaryInput) -> str:
     facts = "".join(f"|{key}={value}" for key, value in error.facts)
     return (f"ERROR|case={error.case}|kind={error.expected}{facts}"
             f"|rejected={fmt_bool(error.rejected)}")

@@ -1,6 +1,6 @@
 """Chapter 30's report, multi-head attention: text and trace (the anchors' bytes), JSON, figure.
 
-Pure functions of :class:`~qkvcli.chapters.ch30.LayerEvidence`; every published name and
+Pure functions of :class:`~qkvcli.chapters.ch30.MultiHeadEvidence`; every published name and
 all the chapter's wording live here. Numbers are fixed point with six decimals, and a
 value under half a unit of the last decimal is written as ``0.000000`` (never signed),
 as the reference writes them.
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.chapters.ch30 import NAME, LayerEvidence
+from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -57,12 +57,12 @@ def _shape(shape: tuple[int, ...] | None) -> str:
     return "rejected" if shape is None else fmt_shape(shape)
 
 
-def _gradient_counts(evidence: LayerEvidence) -> dict[str, int]:
+def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
     counts = {t.tensor: len(t.checks) for t in evidence.gradcheck.tensors}
     return {key: counts.get(name, 0) for name, key in GRADIENT_TENSORS}
 
 
-def text(evidence: LayerEvidence) -> str:
+def text(evidence: MultiHeadEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     s, par, h = evidence.shapes, evidence.parameters, evidence.history
@@ -137,7 +137,7 @@ def _batch(batch: int, b: int) -> str:
     return f"|batch={b}" if batch > 1 else ""
 
 
-def trace(evidence: LayerEvidence) -> str:
+def trace(evidence: MultiHeadEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
     the figure draws, stage by stage."""
     f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
