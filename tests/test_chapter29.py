@@ -4,6 +4,7 @@ here (plain NumPy pair by pair, and torch's autograd where torch is installed)."
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -258,3 +259,25 @@ def bad(change: Any) -> str:
         "key shape", "shift past the table", "negative offset", "upstream shape"])
 def test_a_bad_fixture_names_the_path(change: Any, message: str) -> None:
     assert bad(change) == message
+# --- JSON and figure ------------------------------------------------------------------------
+
+
+def test_the_json_document_has_its_declared_keys() -> None:
+    document = report.json_document(bundled())
+    assert list(document) == list(report.JSON_KEYS)
+    text = json.dumps(document, allow_nan=False)
+    again = json.loads(text)
+    assert again["chapter"] == ch29.NAME and again["passed"] is True
+    assert again["tensors"]["rotated_query"]["shape"] == [3, 4]
+    assert [e["case"] for e in again["errors"]] == [e.case for e in bundled().errors]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_figure_renders(width: int) -> None:
+    rich_console = pytest.importorskip("rich.console")
+    console = rich_console.Console(file=io.StringIO(), width=width, force_terminal=True,
+                                   color_system=None, record=True)
+    console.print(report.figure(bundled(), width))
+    shown = console.export_text()
+    assert "RoPE" in shown and "position 2" in shown
+    assert max(len(line) for line in shown.splitlines()) <= width

@@ -184,3 +184,155 @@ def trace(evidence: RopeEvidence) -> str:
         f"NEXT|chapter={NEXT_CHAPTER}",
     ]
     return "\n".join(lines) + "\n"
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
+             "tensors", "norms", "loss", "position_zero_identity", "common_shift_preserved",
+             "invariant_tolerance", "shapes", "errors", "gradcheck", "tape_finite",
+             "replay_bitwise", "history")
+"""The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
+
+
+def json_document(evidence: RopeEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
+    (shortest round trip), tensors ``{"shape", "values"}``."""
+    from qkvcli import __version__
+    from qkvcli.gradcheck.records import GradcheckResult
+    from qkvcli.render.report import gradcheck_json, json_float, tensor_json
+
+    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
+    table = f.table
+    tensors = {
+        "query": p.query, "key": p.key, "inverse_frequencies": t.inverse_frequencies,
+        "angles": t.angles, "cosines": t.cosines, "sines": t.sines,
+        "rotated_query": p.rotated_query, "rotated_key": p.rotated_key,
+        "shifted_query": p.shifted_query, "shifted_key": p.shifted_key,
+        "dot_grid": p.dot_grid, "shifted_dot_grid": p.shifted_dot_grid,
+        "upstream_query": p.upstream_query, "upstream_key": p.upstream_key,
+        "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
+    }
+    mode = "full" if f.samples is None else "sampled"
+    document: dict[str, Any] = {
+        "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "chapter": NAME,
+        "passed": evidence.passed,
+        "checks": [{"name": c.name, "passed": c.passed} for c in evidence.checks],
+        "config": {"features": table.features, "pairs": table.pairs,
+                   "positions": table.positions, "base": json_float(table.base),
+                   "layout": table.layout, "offset": f.offset, "shift": f.shift,
+                   "shifted_offset": f.offset + f.shift, "token_positions": list(t.positions)},
+        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
+        "norms": {"input": tensor_json(p.input_norms)["values"],
+                  "rotated": tensor_json(p.rotated_norms)["values"],
+                  "shifted": tensor_json(p.shifted_norms)["values"],
+                  "preserved": p.norm_preserved},
+        "loss": json_float(p.loss),
+        "position_zero_identity": p.position_zero_identity,
+        "common_shift_preserved": p.common_shift_preserved,
+        "invariant_tolerance": f.invariant_tolerance,
+        "shapes": [{"case": probe.case, "input": list(probe.input_shape), "offset": probe.offset,
+                    "output": None if probe.output_shape is None else list(probe.output_shape),
+                    "valid": probe.valid, "refusal": probe.refusal or None}
+                   for probe in evidence.probes],
+        "errors": [{"case": e.case, "kind": e.expected, "rejected": e.rejected,
+                    "facts": {key: value for key, value in e.facts}, "message": e.message}
+                   for e in evidence.errors],
+        "gradcheck": gradcheck_json(GradcheckResult(f.step, f.tolerance, evidence.gradcheck,
+                                                    mode)),
+        "tape_finite": p.tape_finite,
+        "replay_bitwise": evidence.replay_bitwise,
+        "history": dict(HISTORY),
+    }
+    return document
+
+
+# --- the figure -----------------------------------------------------------------------------
+
+
+def figure(evidence: RopeEvidence, width: int) -> Any:
+    """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
+    pairs and their frequencies (beside the checks from 120 columns), each position's
+    angle turning each pair of Q (solid border) and K (dashed), the dot products by
+    relative offset, then the norms, the common shift, position zero, the reverse, the
+    shapes and the refused inputs."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkvcli.render.rich.boxes import CARD, KEY, QUERY
+    from qkvcli.render.rich.layout import status, titled
+
+    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
+    table = f.table
+
+    def row(values: Any) -> str:
+        return " ".join(_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
+
+    head = Text.assemble(
+        ("Chapter 29 · RoPE", "bold"),
+        f"  {table.features} features in {table.pairs} {table.layout} pairs, base "
+        f"{_fixed(table.base, 2)}, a table of {table.positions} positions; tokens at "
+        f"positions {f.offset}-{f.offset + len(t.positions) - 1}, shifted by {f.shift}  ",
+        status(evidence.passed))
+    frequencies = Table(title="pairs and their frequencies", box=CARD)
+    frequencies.add_column("pair")
+    frequencies.add_column("features")
+    frequencies.add_column("θ_i = base^(-2i/d)", justify="right")
+    for pair, features in enumerate(table.pair_features()):
+        frequencies.add_row(str(pair), _ints(features), _fixed(float(t.inverse_frequencies[pair]), 6))
+
+    def pair_text(values: Any) -> str:
+        return ",".join(_fixed(float(v), 4) for v in values)
+
+    def turned(title: str, before: Any, after: Any, box: Any, style: str) -> Any:
+        # one row per (position, pair): each pair is a point in a plane, turned by its angle
+        grid = Table(title=title, box=box, border_style=style)
+        for column in ("position", "pair", "angle", "cos", "sin", "before", "after"):
+            grid.add_column(column, justify="right", no_wrap=True)
+        for r, position in enumerate(t.positions):
+            for pair, (a, b) in enumerate(table.pair_features()):
+                grid.add_row(str(position) if pair == 0 else "", str(pair),
+                             _fixed(float(t.angles[r, pair]), 4), _fixed(float(t.cosines[r, pair]), 4),
+                             _fixed(float(t.sines[r, pair]), 4), pair_text(before[r, [a, b]]),
+                             pair_text(after[r, [a, b]]))
+        return grid
+
+    query = turned("Q turned by its position (solid)", p.query, p.rotated_query, QUERY, "cyan")
+    key = turned("K turned by its position (dashed)", p.key, p.rotated_key, KEY, "magenta")
+    dots = Table(title="rot(Q)·rot(K) by relative offset", box=CARD)
+    dots.add_column("query at")
+    for position in t.positions:
+        dots.add_column(f"key {position}", justify="right")
+    for r, position in enumerate(t.positions):
+        dots.add_row(f"position {position}", *(
+            f"{_fixed(float(v), 4)} ({key_position - position:+d})"
+            for v, key_position in zip(p.dot_grid[r], t.positions, strict=True)))
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column()
+    facts.add_column()
+    facts.add_row("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {row(p.input_norms)})")
+    facts.add_row("common shift", f"+{f.shift}: every dot product kept within "
+                  f"{_fixed(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}")
+    facts.add_row("position zero", f"identity: {fmt_bool(p.position_zero_identity)}")
+    facts.add_row("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
+                  "dQ, dK = U turned back")
+    facts.add_row("shapes", " ".join(f"{probe.case} {_shape(probe.output_shape)}"
+                                     for probe in evidence.probes))
+    facts.add_row("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
+                                      for e in evidence.errors))
+    checks = Table(title="checks", box=CARD)
+    checks.add_column("check")
+    checks.add_column("result")
+    for check in evidence.checks:
+        checks.add_row(check.name, status(check.passed))
+    if width >= 120:  # side by side when both fit
+        both = Table.grid(padding=(0, 1))
+        both.add_row(frequencies, checks)
+        cards: Any = both
+    else:
+        cards = Group(frequencies, checks)
+    return Group(head, cards, query, key, dots, titled("what the rotation kept"), facts)
