@@ -5,6 +5,7 @@ installed)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -258,3 +259,29 @@ def bad(change: Any) -> str:
         "no tokens", "shift past the table", "suffix", "upstream"])
 def test_a_bad_fixture_names_the_path(change: Any, message: str) -> None:
     assert bad(change) == message
+
+
+# --- JSON and figure ------------------------------------------------------------------------
+
+
+def test_the_json_document_has_its_declared_keys() -> None:
+    evidence = bundled()
+    document = report.json_document(evidence)
+    assert list(document) == list(report.JSON_KEYS)
+    again = json.loads(json.dumps(document, allow_nan=False))
+    assert again["chapter"] == ch30.NAME and again["passed"] is True
+    assert again["tensors"]["attention_weights"]["shape"] == [1, 2, 3, 3]
+    assert again["tensors"]["output"]["values"] == evidence.primary.output.reshape(-1).tolist()
+    assert again["gradcheck"]["count"] == 76
+    assert [e["case"] for e in again["errors"]] == [e.case for e in evidence.errors]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_figure_renders(width: int) -> None:
+    rich_console = pytest.importorskip("rich.console")
+    console = rich_console.Console(file=io.StringIO(), width=width, force_terminal=True,
+                                   color_system=None, record=True)
+    console.print(report.figure(bundled(), width))
+    shown = console.export_text()
+    assert "head 1: weights" in shown and "0.7862" in shown
+    assert max(len(line) for line in shown.splitlines()) <= width

@@ -8,7 +8,7 @@ as the reference writes them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -195,3 +195,179 @@ def trace(evidence: MultiHeadEvidence) -> str:
         f"|tolerance={_fixed(f.invariant_tolerance, 12)}|parameters={evidence.parameters.count}"
         f"|gradchecks={total}")
     return "\n".join(lines) + "\n"
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
+             "tensors", "heads", "prefix", "layout", "parameters", "loss", "shapes", "errors",
+             "gradcheck", "tape_finite", "replay_bitwise", "history")
+"""The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
+
+
+def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
+    (shortest round trip), tensors ``{"shape", "values"}``."""
+    from qkvcli import __version__
+    from qkvcli.render.report import gradcheck_json, json_float, tensor_json
+
+    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
+    s, par, h = evidence.shapes, evidence.parameters, evidence.history
+    batch, tokens, d_model = p.input.shape
+
+    def dims(shape: tuple[int, ...] | None) -> list[int] | None:
+        return None if shape is None else list(shape)
+
+    tensors = {
+        "input": p.input, "projected_query_heads": p.projected_query,
+        "projected_key_heads": p.projected_key, "projected_value_heads": p.projected_value,
+        "rotated_query_heads": p.rotated_query, "rotated_key_heads": p.rotated_key,
+        "attention_weights": p.attention, "head_outputs": p.head_outputs, "merged": p.merged,
+        "output_weight": p.output_weight, "output": p.output, "upstream": p.upstream,
+        "input_gradient": p.grad_input, "query_weight_gradient": p.grad_w_query,
+        "key_weight_gradient": p.grad_w_key, "value_weight_gradient": p.grad_w_value,
+        "output_weight_gradient": p.grad_w_out, "prefix_perturbed_output": pr.suffix_output,
+    }
+    return {
+        "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "chapter": NAME,
+        "passed": evidence.passed,
+        "checks": [{"name": c.name, "passed": c.passed} for c in evidence.checks],
+        "config": {"batch": int(batch), "tokens": int(tokens), "d_model": int(d_model),
+                   "heads": f.spec.heads, "d_h": int(p.projected_query.shape[-1]),
+                   "offset": f.offset, "shift": f.shift, "capacity": f.spec.table.positions,
+                   "rope_base": json_float(f.spec.table.base), "rope_layout": f.spec.table.layout,
+                   "bias": not par.bias_free},
+        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
+        "heads": {"head_0_uniform": pr.head_0_uniform, "heads_distinct": pr.heads_distinct,
+                  "future_probabilities_zero": pr.future_zero,
+                  "rows_normalized": pr.rows_normalized},
+        "prefix": {"suffix": tensor_json(f.suffix)["values"],
+                   "unchanged": list(pr.prefix_unchanged), "last_changed": pr.suffix_changed},
+        "layout": {"split_merge_bitwise": pr.split_merge,
+                   "head_isolation_before_output": pr.head_isolation,
+                   "common_offset_weights_preserved": pr.common_offset,
+                   "tolerance": f.invariant_tolerance},
+        "parameters": {"names": list(PARAMETER_NAMES), "shapes": [list(x) for x in par.shapes],
+                       "count": par.count, "bias_free": par.bias_free,
+                       "node_distinct": par.distinct},
+        "loss": json_float(p.loss),
+        "shapes": {"input": dims(s.input), "split": dims(s.split), "rotated": dims(s.rotated),
+                   "weights": dims(s.weights), "head_output": dims(s.head_output),
+                   "merged": dims(s.merged), "output_weight": dims(s.output_weight),
+                   "output": dims(s.output), "empty_batch_weights": dims(s.empty_batch_weights),
+                   "empty_batch_output": dims(s.empty_batch_output),
+                   "single_token_weights": dims(s.single_token_weights)},
+        "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
+                    "rejected": e.rejected, "message": e.message} for e in evidence.errors],
+        "gradcheck": gradcheck_json(evidence.gradcheck),
+        "tape_finite": evidence.tape_finite,
+        "replay_bitwise": evidence.replay_bitwise,
+        "history": {"earlier_weighted_context": tensor_json(h.earlier_context)["values"],
+                    "earlier_distributions_per_target": 1,
+                    "single_head_shape": list(h.single_head_shape),
+                    "multi_head_shape": list(h.multi_head_shape),
+                    "single_head_tables": h.single_head_tables,
+                    "multi_head_tables": h.multi_head_tables,
+                    "rows_normalized": h.rows_normalized, **dict(HISTORY_CODES)},
+    }
+
+
+# --- the figure -----------------------------------------------------------------------------
+
+
+def figure(evidence: MultiHeadEvidence, width: int) -> Any:
+    """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
+    stages' shapes, each head's partition (its projected and turned Q with a solid border,
+    K dashed, V double), its causal weights (blocked keys shown as a dot), its outputs, the
+    merge and ``W_O``'s output per token, then the probes and the checks. A head's Q, K
+    and V stand side by side from 120 columns. The first batch item is drawn."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
+    from qkvcli.render.rich.layout import status, titled
+
+    f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
+    batch, tokens, d_model = p.input.shape
+    heads, d_h = f.spec.heads, p.projected_query.shape[-1]
+
+    def number(value: float) -> str:  # never a false zero: 1e-05 stays visible
+        return fmt_float(float(value) + 0.0, 4)
+
+    def row(values: Any) -> str:
+        return ",".join(number(v) for v in np.asarray(values).reshape(-1))
+
+    head = Text.assemble(
+        ("Chapter 30 · multi-head attention", "bold"),
+        f"  d_model {d_model} split into {heads} heads of {d_h}, RoPE base "
+        f"{_fixed(f.spec.table.base, 2)} from position {f.offset}, causal, W_O after the "
+        f"merge; batch item 0 of {batch}  ", status(evidence.passed))
+    stages = Text("shapes: " + " → ".join(
+        f"{name} {fmt_shape(shape)}" for name, shape in (
+            ("input", s.input), ("split", s.split), ("rotated", s.rotated),
+            ("weights", s.weights), ("head outputs", s.head_output), ("merged", s.merged),
+            ("output", s.output))))
+    parts: list[Any] = [head, stages]
+    for h in range(heads):
+        features = f"{h * d_h}-{(h + 1) * d_h - 1}"
+        branches = []
+        for title, box, style, before, after in (
+                ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
+                ("K", KEY, "magenta", p.projected_key, p.rotated_key),
+                ("V", VALUE, "yellow", p.projected_value, None)):
+            table = Table(title=f"head {h} {title}", box=box, border_style=style)
+            table.add_column("token", justify="right")
+            table.add_column("projected", no_wrap=True)
+            if after is not None:
+                table.add_column("turned", no_wrap=True)
+            for t in range(tokens):
+                cells = [str(t), row(before[0, h, t])]
+                if after is not None:
+                    cells.append(row(after[0, h, t]))
+                table.add_row(*cells)
+            branches.append(table)
+        weights = Table(title=f"head {h}: weights (· blocked) and output", box=CARD)
+        weights.add_column("query", justify="right")
+        for k in range(tokens):
+            weights.add_column(f"key {k}", justify="right")
+        weights.add_column("output", no_wrap=True)
+        for q in range(tokens):
+            weights.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "·"
+                                      for k in range(tokens)), row(p.head_outputs[0, h, q]))
+        parts.append(titled(f"head {h}: features {features}"))
+        if width >= 120:
+            side = Table.grid(padding=(0, 1))
+            side.add_row(*branches)
+            parts.append(side)
+        else:
+            parts += branches
+        parts.append(weights)
+    merged = Table(title="merged heads, then W_O", box=CARD)
+    merged.add_column("token", justify="right")
+    merged.add_column("merged", no_wrap=True)
+    merged.add_column("output", no_wrap=True)
+    for t in range(tokens):
+        merged.add_row(str(t), row(p.merged[0, t]), row(p.output[0, t]))
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column()
+    facts.add_column()
+    facts.add_row("future weights", "exactly 0" if pr.future_zero else "NOT zero")
+    facts.add_row("last token changed", ", ".join(
+        [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
+         for t, same in enumerate(pr.prefix_unchanged)]
+        + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"]))
+    facts.add_row("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}")
+    facts.add_row("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}")
+    facts.add_row("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}")
+    facts.add_row("gradient check", f"{evidence.gradcheck.count} coordinates within "
+                  f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}")
+    checks = Table(title="checks", box=CARD)
+    checks.add_column("check")
+    checks.add_column("result")
+    for check in evidence.checks:
+        checks.add_row(check.name, status(check.passed))
+    return Group(*parts, merged, titled("what the heads showed"), facts, checks)
