@@ -281,3 +281,21 @@ def test_the_figure_renders(width: int) -> None:
     shown = console.export_text()
     assert "RoPE" in shown and "position 2" in shown
     assert max(len(line) for line in shown.splitlines()) <= width
+
+
+def test_the_guide_explains_every_key_of_the_report_and_trace() -> None:
+    from tests.test_docs import GUIDE, definitions, explanation, text_keys, trace_keys
+
+    defined = definitions(GUIDE.read_text(encoding="utf-8"))
+    evidence = bundled()
+    missing = []
+    for keys, joiner, suffix in ((text_keys(report.text(evidence)), "=", ":"),
+                                 (trace_keys(report.trace(evidence)), "|", "=")):
+        for key, subs in sorted(keys.items()):
+            found = explanation(defined, key + joiner)
+            if found is None:
+                missing.append(key + joiner)
+                continue
+            missing += [f"{key}{joiner} {sub}{suffix}" for sub in sorted(subs)
+                        if f"`{sub}{suffix}`" not in found.body]
+    assert missing == []
