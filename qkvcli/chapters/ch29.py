@@ -17,6 +17,7 @@ user's fixture too. No I/O, no prose.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,16 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.records import TensorCheck
-from qkvcli.reading.json_values import expect_object, finite_number, is_json_int, unknown_keys
-from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, expect_shape
+from qkvcli.gradcheck.settings import check_evaluations
+from qkvcli.reading.json_values import (
+    expect_object,
+    finite_number,
+    is_json_int,
+    is_number,
+    json_type_name,
+    unknown_keys,
+)
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
@@ -264,11 +273,13 @@ class RopeFixture(Record):
     invariant_tolerance: float
 
 
-def _count(raw: Any, location: str, default: int | None = None) -> int:
+def count_of(raw: Any, location: str, default: int | None = None) -> int:
+    """A non-negative JSON integer (``default`` when ``raw`` is ``None`` and one is given)."""
     if raw is None and default is not None:
         return default
     if not is_json_int(raw) or raw < 0:
-        raise FixtureError(location, f"expected a non-negative integer, got {raw!r}")
+        shown = json.dumps(raw) if is_number(raw) else json_type_name(raw)
+        raise FixtureError(location, f"expected a non-negative integer, got {shown}")
     return int(raw)
 
 
@@ -280,8 +291,8 @@ def _table(raw: Any) -> RotaryTable:
     for key in ("features", "positions", "base"):
         if key not in rope:
             raise FixtureError("$.rope", f'missing key "{key}"')
-    features = _count(rope["features"], "$.rope.features")
-    positions = _count(rope["positions"], "$.rope.positions")
+    features = count_of(rope["features"], "$.rope.features")
+    positions = count_of(rope["positions"], "$.rope.positions")
     base = finite_number(rope["base"], "$.rope.base")
     layout = rope.get("layout", "adjacent")
     if layout not in LAYOUTS:
@@ -332,8 +343,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
     tokens = int(query.shape[0])
     check_derived("dot products", "[T,T]", (tokens, tokens), "$.query", max_elements)
     rope = data["rope"]
-    offset = _count(rope.get("offset"), "$.rope.offset", 0)
-    shift = _count(rope.get("shift"), "$.rope.shift", tokens)
+    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
+    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
     for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
         try:
             check_interval(table, start, tokens)
@@ -356,6 +367,12 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
                     raise FixtureError(location, str(error)) from None
                 upstream[i] = grad
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
+    check_step_fits(step, (query, key), "$.gradcheck.step")
+    try:
+        check_evaluations("full" if samples is None else "sampled", samples, 0,
+                          [query.size, key.size], has_fast=False)
+    except QkvError as error:
+        raise FixtureError("$.gradcheck", str(error)) from None
     invariant = DEFAULT_INVARIANT_TOLERANCE
     if "invariant_tolerance" in data:
         invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")

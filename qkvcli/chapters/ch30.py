@@ -25,7 +25,7 @@ import numpy as np
 
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward
-from qkvcli.attention.gradcheck import gradcheck_attention
+from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Rope, causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
@@ -35,6 +35,7 @@ from qkvcli.chapters.ch29 import (
     RotaryTable,
     check_interval,
     check_table,
+    count_of,
     read_operand,
 )
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
@@ -42,8 +43,8 @@ from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
 from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.reading.json_values import expect_object, finite_number, is_json_int, unknown_keys
-from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, expect_shape
+from qkvcli.reading.json_values import expect_object, finite_number, unknown_keys
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
@@ -142,14 +143,6 @@ class MultiHeadFixture(Record):
     invariant_tolerance: float
 
 
-def _count(raw: Any, location: str, default: int | None = None) -> int:
-    if raw is None and default is not None:
-        return default
-    if not is_json_int(raw) or raw < 0:
-        raise FixtureError(location, f"expected a non-negative integer, got {raw!r}")
-    return int(raw)
-
-
 def _object(raw: Any, location: str, keys: tuple[str, ...]) -> dict[str, Any]:
     found = expect_object(raw, location, Problems())
     assert found is not None  # fail-fast: expect_object raised otherwise
@@ -159,12 +152,12 @@ def _object(raw: Any, location: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
-    heads = _count(data["heads"], "$.heads")
+    heads = count_of(data["heads"], "$.heads")
     rope = _object(data["rope"], "$.rope", ROPE_KEYS)
     for required in ("positions", "base"):
         if required not in rope:
             raise FixtureError("$.rope", f'missing key "{required}"')
-    positions = _count(rope["positions"], "$.rope.positions")
+    positions = count_of(rope["positions"], "$.rope.positions")
     base = finite_number(rope["base"], "$.rope.base")
     layout = rope.get("layout", "adjacent")
     if layout not in LAYOUTS:
@@ -217,8 +210,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
     batch, tokens, d_model = (int(d) for d in x.shape)
     check_scores_size(batch, spec.heads, tokens, "$.input", max_elements)
     rope = data["rope"]
-    offset = _count(rope.get("offset"), "$.rope.offset", 0)
-    shift = _count(rope.get("shift"), "$.rope.shift", tokens)
+    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
+    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
     for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
         try:
             check_interval(spec.table, start, tokens)
@@ -239,6 +232,12 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
         except QkvError as error:
             raise FixtureError(location, str(error)) from None
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), Problems())
+    check_step_fits(step, (x, *layer.projections.weights, spec.w_out), "$.gradcheck.step")
+    try:
+        plan_check(layer, x, step, tolerance, samples, causal=True,
+                   mode="full" if samples is None else "sampled")
+    except QkvError as error:
+        raise FixtureError("$.gradcheck", str(error)) from None
     invariant = DEFAULT_INVARIANT_TOLERANCE
     if "invariant_tolerance" in data:
         invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
