@@ -235,8 +235,10 @@ def bad(change: Any) -> str:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.update(extra=1), '$: unknown key "extra"; expected one of description, rope, '
-     'query, key, upstream, gradcheck, invariant_tolerance'),
+    (lambda d: d.update(extra=1), '$: unknown key "extra"; expected one of chapter, description, '
+     'rope, query, key, upstream, gradcheck, invariant_tolerance'),
+    (lambda d: d.update(chapter="30-multi-head-attention"),
+     '$.chapter: expected "29-rope", got "30-multi-head-attention"'),
     (lambda d: d.pop("key"), '$: missing key "key"'),
     (lambda d: d["rope"].update(features=3), "$.rope.features: rotary feature width must be even, got 3"),
     (lambda d: d["rope"].update(positions=0),
@@ -255,8 +257,8 @@ def bad(change: Any) -> str:
      "$.rope.offset: expected a non-negative integer, got -1"),
     (lambda d: d["upstream"].update(query=[[1, 2, 3, 4]]),
      "$.upstream.query: expected shape [3,4] (tokens, features), got [1,4]"),
-], ids=["unknown key", "missing key", "odd features", "no positions", "base", "layout", "width",
-        "key shape", "shift past the table", "negative offset", "upstream shape"])
+], ids=["unknown key", "another chapter", "missing key", "odd features", "no positions", "base",
+        "layout", "width", "key shape", "shift past the table", "negative offset", "upstream shape"])
 def test_a_bad_fixture_names_the_path(change: Any, message: str) -> None:
     assert bad(change) == message
 # --- JSON and figure ------------------------------------------------------------------------

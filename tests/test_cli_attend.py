@@ -191,7 +191,10 @@ def test_chapter_report_reads_torch_layout_identically(tmp_path: Path) -> None:
     assert torch.exit_code == 0 and torch.output == plain.output
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "fixtures").glob("*.json")), ids=lambda p: p.stem)
+# chapters 29 and 30's fixtures are a RoPE table and a chapter layer, not attend fixtures
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "fixtures").glob("*.json")
+                                     if not p.name.startswith(("ch29-", "ch30-"))),
+                         ids=lambda p: p.stem)
 @pytest.mark.parametrize("causal", [[], ["--causal"]], ids=["full", "causal"])
 def test_every_shipped_fixture_passes_attend(path: Path, causal: list[str]) -> None:
     result = invoke("attend", str(path), *causal)

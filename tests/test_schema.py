@@ -43,7 +43,9 @@ from qkvcli.reading.tensors import TENSOR_KEYS
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-FIXTURE_FILES = sorted((ROOT / "fixtures").rglob("*.json"))
+# chapters 29 and 30 have fixtures of their own kinds, read by qkvcli/chapters (not this schema)
+FIXTURE_FILES = sorted(p for p in (ROOT / "fixtures").rglob("*.json")
+                       if not p.name.startswith(("ch29-", "ch30-")))
 
 
 def test_schema_is_a_valid_draft_2020_12_schema() -> None:

@@ -28,7 +28,9 @@ def validator() -> jsonschema.Draft202012Validator:
 
 
 VALIDATOR = validator()
-SHIPPED = sorted((ROOT / "fixtures").rglob("*.json"))
+# chapters 29 and 30 have fixtures of their own kinds, read by qkvcli/chapters (not this schema)
+SHIPPED = sorted(p for p in (ROOT / "fixtures").rglob("*.json")
+                 if not p.name.startswith(("ch29-", "ch30-")))
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -61,7 +61,7 @@ DEFAULT_INVARIANT_TOLERANCE = 1e-12
 ROTARY_STAGE = "rotary-pairs"
 """The stage that reads the operand: the rotation of its feature pairs."""
 
-DOCUMENT_KEYS = ("description", "rope", "query", "key", "upstream", "gradcheck",
+DOCUMENT_KEYS = ("chapter", "description", "rope", "query", "key", "upstream", "gradcheck",
                  "invariant_tolerance")
 ROPE_KEYS = ("features", "positions", "base", "layout", "offset", "shift")
 
@@ -283,6 +283,14 @@ def count_of(raw: Any, location: str, default: int | None = None) -> int:
     return int(raw)
 
 
+def check_chapter(data: dict[str, Any], name: str = NAME) -> None:
+    """A document's optional ``chapter`` key: the chapter it is a fixture of, ``name``."""
+    if "chapter" in data and data["chapter"] != name:
+        shown = json.dumps(data["chapter"]) if isinstance(data["chapter"], str) else \
+            json_type_name(data["chapter"])
+        raise FixtureError("$.chapter", f'expected "{name}", got {shown}')
+
+
 def _table(raw: Any) -> RotaryTable:
     rope = expect_object(raw, "$.rope", Problems())
     assert rope is not None  # fail-fast: expect_object raised otherwise
@@ -324,7 +332,8 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int) -> 
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFixture:
     """A chapter 29 fixture document (parsed by qkv's strict JSON reader) validated into a
-    :class:`RopeFixture`. Order: the document's keys; ``$.rope`` (keys, then the table in
+    :class:`RopeFixture`. Order: the document's keys (``chapter``, when given, must be
+    :data:`NAME`); ``$.rope`` (keys, then the table in
     the chapter's order); ``$.query``; ``$.key`` (its shape is the query's); the positions
     the report needs; ``$.upstream``; ``$.gradcheck``; ``$.invariant_tolerance``. Raises
     :class:`~qkvcli.reading.problems.FixtureError` naming the ``$.path`` of the first problem."""
@@ -333,6 +342,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
     assert data is not None
     for unknown in unknown_keys(data, DOCUMENT_KEYS, "$"):
         raise unknown
+    check_chapter(data)
     for required in ("rope", "query", "key"):
         if required not in data:
             raise FixtureError("$", f'missing key "{required}"')

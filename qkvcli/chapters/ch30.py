@@ -33,6 +33,7 @@ from qkvcli.chapters.ch29 import (
     LAYOUTS,
     RotaryRefusal,
     RotaryTable,
+    check_chapter,
     check_interval,
     check_table,
     count_of,
@@ -64,7 +65,7 @@ PROJECTION_STAGE = "query-projection"
 BRANCH_NAMES = ("attention.query.weight", "attention.key.weight", "attention.value.weight")
 """The engine's names of the three projections (the output projection is unnamed there)."""
 
-DOCUMENT_KEYS = ("description", "heads", "rope", "input", "weights", "upstream", "suffix",
+DOCUMENT_KEYS = ("chapter", "description", "heads", "rope", "input", "weights", "upstream", "suffix",
                  "gradcheck", "invariant_tolerance")
 ROPE_KEYS = ("positions", "base", "layout", "offset", "shift")
 WEIGHT_KEYS = ("query", "key", "value", "output")
@@ -188,13 +189,15 @@ def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHeadFixture:
     """A chapter 30 fixture document (parsed by qkv's strict JSON reader) validated into a
-    :class:`MultiHeadFixture`. Order: the document's keys; ``$.heads``; ``$.rope``'s keys;
+    :class:`MultiHeadFixture`. Order: the document's keys (``chapter``, when given, must be
+    :data:`NAME`); ``$.heads``; ``$.rope``'s keys;
     ``$.weights`` (the projections, the head count, the output projection, then RoPE on a
     head); ``$.input`` (the chapter's input rule); the positions the report needs
     (``$.rope.offset``, ``$.rope.shift``); ``$.upstream``; ``$.suffix``; ``$.gradcheck``;
     ``$.invariant_tolerance``. Raises :class:`~qkvcli.reading.problems.FixtureError`
     naming the ``$.path`` of the first problem."""
     data = _object(document, "$", DOCUMENT_KEYS)
+    check_chapter(data, NAME)
     for required in ("heads", "rope", "input", "weights"):
         if required not in data:
             raise FixtureError("$", f'missing key "{required}"')
