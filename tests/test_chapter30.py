@@ -250,13 +250,15 @@ def bad(change: Any) -> str:
      "$.input: Q/K/V input must have rank three [batch, tokens, model_width], got rank 2"),
     (lambda d: d.update(input={"shape": [1, 0, 4], "values": []}),
      "$.input: multi-head attention needs at least one token, got an empty token axis"),
+    (lambda d: d.update(input={"shape": [0, 3, 4], "values": []}),
+     "$.input: the chapter's probes need at least one batch item, got an empty batch axis"),
     (lambda d: d["rope"].update(offset=2, shift=2),
      "$.rope.shift: rotary position interval [4, 7) exceeds capacity 6"),
     (lambda d: d.update(suffix=[1, 2]), "$.suffix: expected shape [4] (d_model), got [2]"),
     (lambda d: d.update(upstream=[[[1, 2, 3, 4]]]),
      "$.upstream: expected shape [1,3,4] (batch, tokens, output width), got [1,1,4]"),
 ], ids=["missing weights", "heads do not divide", "odd head width", "output shape", "input rank",
-        "no tokens", "shift past the table", "suffix", "upstream"])
+        "no tokens", "no batch item", "shift past the table", "suffix", "upstream"])
 def test_a_bad_fixture_names_the_path(change: Any, message: str) -> None:
     assert bad(change) == message
 

@@ -210,6 +210,9 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
             raise EmptyTokenAxis()
     except QkvError as error:
         raise FixtureError("$.input", str(error)) from None
+    if x.shape[0] == 0:  # the probes change a token of the first batch item
+        raise FixtureError("$.input", "the chapter's probes need at least one batch item, "
+                                      "got an empty batch axis")
     batch, tokens, d_model = (int(d) for d in x.shape)
     check_scores_size(batch, spec.heads, tokens, "$.input", max_elements)
     rope = data["rope"]
