@@ -246,7 +246,7 @@ def bad(change: Any) -> str:
     (lambda d: d["rope"].update(base=-1),
      "$.rope.base: rotary frequency base must be finite and positive, got -1.0"),
     (lambda d: d["rope"].update(layout="spiral"),
-     "$.rope.layout: expected \"adjacent\" or \"half\", got 'spiral'"),
+     "$.rope.layout: expected \"adjacent\" or \"half\", got \"spiral\""),
     (lambda d: d.update(query=[[1, 0], [0, 1]]),
      "$.query: rotary input feature width must be 4, got 2"),
     (lambda d: d.update(key=[[1, 0, 1, 0]]),
