@@ -258,7 +258,7 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
     pairs and their frequencies (beside the checks from 120 columns), each position's
     angle turning each pair of Q (solid border) and K (dashed), the dot products by
     relative offset, then the norms, the common shift, position zero, the reverse, the
-    shapes and the refused inputs."""
+    shapes, the refused inputs and the history."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -324,6 +324,8 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
                                      for probe in evidence.probes))
     facts.add_row("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
                                       for e in evidence.errors))
+    facts.add_row("history", "; ".join(f"{key.replace('_', ' ')}: {value}"
+                                       for key, value in HISTORY))
     checks = Table(title="checks", box=CARD)
     checks.add_column("check")
     checks.add_column("result")

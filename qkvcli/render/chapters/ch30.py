@@ -281,8 +281,8 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
 def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     stages' shapes, each head's partition (its projected and turned Q with a solid border,
-    K dashed, V double), its causal weights (blocked keys shown as a dot), its outputs, the
-    merge and ``W_O``'s output per token, then the probes and the checks. A head's Q, K
+    K dashed, V double), its causal weights (blocked keys shown as a dot), its outputs,
+    ``W_O``'s rows, the merge and the output per token, then the probes and the checks. A head's Q, K
     and V stand side by side from 120 columns. The first batch item is drawn."""
     from rich.console import Group
     from rich.table import Table
@@ -352,6 +352,11 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     merged.add_column("output", no_wrap=True)
     for t in range(tokens):
         merged.add_row(str(t), row(p.merged[0, t]), row(p.output[0, t]))
+    mixing = Table(title="W_O: where each merged feature goes", box=CARD)
+    mixing.add_column("merged feature", justify="right")
+    mixing.add_column("output features", no_wrap=True)
+    for r in range(p.output_weight.shape[0]):
+        mixing.add_row(str(r), row(p.output_weight[r]))
     facts = Table.grid(padding=(0, 2))
     facts.add_column()
     facts.add_column()
@@ -370,4 +375,4 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     checks.add_column("result")
     for check in evidence.checks:
         checks.add_row(check.name, status(check.passed))
-    return Group(*parts, merged, titled("what the heads showed"), facts, checks)
+    return Group(*parts, mixing, merged, titled("what the heads showed"), facts, checks)
