@@ -273,7 +273,7 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
         return " ".join(_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
 
     head = Text.assemble(
-        ("Chapter 29 · RoPE", "bold"),
+        ("Chapter 29 - RoPE", "bold"),
         f"  {table.features} features in {table.pairs} {table.layout} pairs, base "
         f"{_fixed(table.base, 2)}, a table of {table.positions} positions; tokens at "
         f"positions {f.offset}-{f.offset + len(t.positions) - 1}, shifted by {f.shift}  ",
@@ -281,7 +281,7 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
     frequencies = Table(title="pairs and their frequencies", box=CARD)
     frequencies.add_column("pair")
     frequencies.add_column("features")
-    frequencies.add_column("θ_i = base^(-2i/d)", justify="right")
+    frequencies.add_column("theta_i = base^(-2i/d)", justify="right")
     for pair, features in enumerate(table.pair_features()):
         frequencies.add_row(str(pair), _ints(features), _fixed(float(t.inverse_frequencies[pair]), 6))
 
@@ -303,7 +303,7 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
 
     query = turned("Q turned by its position (solid)", p.query, p.rotated_query, QUERY, "cyan")
     key = turned("K turned by its position (dashed)", p.key, p.rotated_key, KEY, "magenta")
-    dots = Table(title="rot(Q)·rot(K) by relative offset", box=CARD)
+    dots = Table(title="rot(Q).rot(K) by relative offset", box=CARD)
     dots.add_column("query at")
     for position in t.positions:
         dots.add_column(f"key {position}", justify="right")

@@ -281,7 +281,7 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
 def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     stages' shapes, each head's partition (its projected and turned Q with a solid border,
-    K dashed, V double), its causal weights (blocked keys shown as a dot), its outputs,
+    K dashed, V double), its causal weights (a later key shown as masked), its outputs,
     ``W_O``'s rows, the merge and the output per token, then the probes and the checks. A head's Q, K
     and V stand side by side from 120 columns. The first batch item is drawn."""
     from rich.console import Group
@@ -302,11 +302,11 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
         return ",".join(number(v) for v in np.asarray(values).reshape(-1))
 
     head = Text.assemble(
-        ("Chapter 30 · multi-head attention", "bold"),
+        ("Chapter 30 - multi-head attention", "bold"),
         f"  d_model {d_model} split into {heads} heads of {d_h}, RoPE base "
         f"{_fixed(f.spec.table.base, 2)} from position {f.offset}, causal, W_O after the "
         f"merge; batch item 0 of {batch}  ", status(evidence.passed))
-    stages = Text("shapes: " + " → ".join(
+    stages = Text("shapes: " + " -> ".join(
         f"{name} {fmt_shape(shape)}" for name, shape in (
             ("input", s.input), ("split", s.split), ("rotated", s.rotated),
             ("weights", s.weights), ("head outputs", s.head_output), ("merged", s.merged),
@@ -330,13 +330,13 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
                     cells.append(row(after[0, h, t]))
                 table.add_row(*cells)
             branches.append(table)
-        weights = Table(title=f"head {h}: weights (· blocked) and output", box=CARD)
+        weights = Table(title=f"head {h}: weights (masked: a later key) and output", box=CARD)
         weights.add_column("query", justify="right")
         for k in range(tokens):
             weights.add_column(f"key {k}", justify="right")
         weights.add_column("output", no_wrap=True)
         for q in range(tokens):
-            weights.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "·"
+            weights.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "masked"
                                       for k in range(tokens)), row(p.head_outputs[0, h, q]))
         parts.append(titled(f"head {h}: features {features}"))
         if width >= 120:
