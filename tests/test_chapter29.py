@@ -301,3 +301,16 @@ def test_the_guide_explains_every_key_of_the_report_and_trace() -> None:
             missing += [f"{key}{joiner} {sub}{suffix}" for sub in sorted(subs)
                         if f"`{sub}{suffix}`" not in found.body]
     assert missing == []
+
+
+def test_the_chapter_is_found_by_its_number() -> None:
+    import importlib
+
+    chapter = importlib.import_module("qkvcli.chapters.ch29")
+    shown = importlib.import_module("qkvcli.render.chapters.ch29")
+    assert chapter.NAME.startswith("29-") and chapter.FIXTURE == f"ch{chapter.NAME}.json"
+    assert (ROOT / "qkvcli" / "data" / chapter.FIXTURE).is_file()
+    for name in ("parse", "build"):
+        assert callable(getattr(chapter, name))
+    for name in ("text", "trace", "json_document", "figure"):
+        assert callable(getattr(shown, name))
