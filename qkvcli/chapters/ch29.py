@@ -1,0 +1,663 @@
+"""Chapter 29, RoPE: a rotary fixture read into plain records, and the chapter's evidence built.
+
+The chapter turns each adjacent pair of a query's and a key's features by an angle that
+grows with the token's absolute position (``position * base^(-2i/features)``), and proves
+what that buys: position zero is the identity, a rotation keeps every vector's norm, and
+shifting every position by the same amount keeps every query-key dot product. Its
+objective ``L = <rot(Q), U_Q> + <rot(K), U_K>`` is taken on the rotated Q and K; its
+gradient is the rotation turned back, checked by central differences.
+
+The rotation and its tables are :mod:`qkvcli.attention.maths`' (``Rope`` with its
+``offset``, ``inverse_frequencies``, ``rope_tables``, ``rotate``, ``check_rope``). What
+this module adds is the chapter's table of a fixed position capacity and its validator
+(:func:`check_table`, :func:`rotate_checked`): the typed refusals the chapter's
+rejected inputs exercise, in the chapter's order, and which :func:`parse` applies to a
+user's fixture too. No I/O, no prose.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
+from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
+from qkvcli.core.errors import QkvError
+from qkvcli.core.record import Record
+from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.gradcheck.central import check_tensor
+from qkvcli.gradcheck.records import TensorCheck
+from qkvcli.gradcheck.settings import check_evaluations
+from qkvcli.reading.json_values import (
+    expect_object,
+    finite_number,
+    is_json_int,
+    is_number,
+    json_type_name,
+    unknown_keys,
+)
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, check_step_fits, expect_shape
+from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.settings import parse_gradcheck
+from qkvcli.reading.tensors import parse_tensor
+
+NAME = "29-rope"
+FIXTURE = "ch29-rope.json"
+
+LAYOUTS = {"adjacent": "interleaved", "half": "half"}
+"""The fixture's pairings and :class:`~qkvcli.attention.maths.Rope`'s names for them:
+``adjacent`` turns features ``2i`` and ``2i+1`` together (the chapter's, GPT-J's),
+``half`` features ``i`` and ``i + features/2`` (LLaMA's ``rotate_half``)."""
+
+LAST_POSITION = 2 ** 53
+"""Positions up to here are exact in binary64, the type the angles are computed in: an
+interval that reaches past it overflows (the chapter's ``usize`` overflow)."""
+
+DEFAULT_INVARIANT_TOLERANCE = 1e-12
+"""The chapter's absolute tolerance for the norms and the shifted dot products."""
+
+ROTARY_STAGE = "rotary-pairs"
+"""The stage that reads the operand: the rotation of its feature pairs."""
+
+DOCUMENT_KEYS = ("chapter", "description", "rope", "query", "key", "upstream", "gradcheck",
+                 "invariant_tolerance")
+ROPE_KEYS = ("features", "positions", "base", "layout", "offset", "shift")
+
+
+# --- the chapter's refusals ---------------------------------------------------------------
+
+
+class RotaryRefusal(QkvError):
+    """A rotary table or operand the chapter refuses; ``kind`` names the refusal."""
+
+    kind = ""
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        """The refusal's fields, in order: what the evidence records of it."""
+        return ()
+
+
+class ZeroFeatureWidth(RotaryRefusal):
+    kind = "zero-feature-width"
+
+    def __init__(self) -> None:
+        super().__init__("rotary feature width must be nonzero")
+
+
+class OddFeatureWidth(RotaryRefusal):
+    kind = "odd-feature-width"
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        super().__init__(f"rotary feature width must be even, got {width}")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("width", self.width),)
+
+
+class ZeroPositionCapacity(RotaryRefusal):
+    kind = "zero-position-capacity"
+
+    def __init__(self) -> None:
+        super().__init__("rotary position capacity must be nonzero")
+
+
+class InvalidRopeBase(RotaryRefusal):
+    kind = "invalid-base"
+
+    def __init__(self, base: float) -> None:
+        self.base = base
+        super().__init__(f"rotary frequency base must be finite and positive, got {base!r}")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("base", self.base),)
+
+
+class RotaryInputRank(RotaryRefusal):
+    kind = "input-rank"
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        super().__init__(
+            f"rotary input needs at least rank two [..., tokens, features], got rank {rank}")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("rank", self.rank),)
+
+
+class RotaryWidthMismatch(RotaryRefusal):
+    kind = "feature-width-mismatch"
+
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"rotary input feature width must be {expected}, got {actual}")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("expected", self.expected), ("actual", self.actual))
+
+
+class PositionOffsetOverflow(RotaryRefusal):
+    kind = "position-offset-overflow"
+
+    def __init__(self, offset: int, tokens: int) -> None:
+        self.offset = offset
+        self.tokens = tokens
+        super().__init__(f"rotary position interval overflows: offset {offset} plus {tokens} "
+                         f"tokens passes 2^53, the last position binary64 holds exactly")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("tokens", self.tokens),)
+
+
+class PositionRangeExceeded(RotaryRefusal):
+    kind = "position-range-exceeded"
+
+    def __init__(self, offset: int, tokens: int, capacity: int) -> None:
+        self.offset = offset
+        self.tokens = tokens
+        self.capacity = capacity
+        super().__init__(f"rotary position interval [{offset}, {offset + tokens}) exceeds "
+                         f"capacity {capacity}")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("offset", self.offset), ("tokens", self.tokens), ("capacity", self.capacity))
+
+
+class ReleasedOperand(RotaryRefusal):
+    kind = "autodiff-stage"
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
+
+    def facts(self) -> tuple[tuple[str, Any], ...]:
+        return (("stage", self.stage),)
+
+
+def read_operand(values: Any, stage: str) -> Array:
+    """``values`` as float64; a released buffer (a ``memoryview`` after ``release()``) is
+    refused as :class:`ReleasedOperand` instead of being read as an object."""
+    if isinstance(values, memoryview):
+        try:
+            values.nbytes  # noqa: B018 - any access of a released view raises
+        except ValueError:
+            raise ReleasedOperand(stage) from None
+    return np.asarray(values, dtype=np.float64)
+
+
+class RotaryTable(Record):
+    """The chapter's rotary embedding: ``features`` turned in pairs (``layout``), angles
+    ``base^(-2i/features)`` per position, tables for ``positions`` positions."""
+
+    features: int
+    positions: int
+    base: float
+    layout: str = "adjacent"
+
+    @property
+    def pairs(self) -> int:
+        return self.features // 2
+
+    def rope(self, offset: int) -> Rope:
+        """The engine's :class:`Rope` of this table, its first position at ``offset``."""
+        return Rope(self.base, self.features, LAYOUTS[self.layout], offset)
+
+    def pair_features(self) -> tuple[tuple[int, int], ...]:
+        """The two features each pair turns, in pair order."""
+        first, second = self.rope(0).pairs()
+        index = np.arange(self.features)
+        return tuple(zip(index[first].tolist(), index[second].tolist(), strict=True))
+
+
+def check_table(features: int, positions: int, base: float, layout: str = "adjacent") -> RotaryTable:
+    """The chapter's table, validated in its order: the feature width (nonzero, even), the
+    position capacity (nonzero), the base (finite, positive); then the engine's own rule
+    (:func:`~qkvcli.attention.maths.check_rope`). Raises a :class:`RotaryRefusal`, or
+    :class:`~qkvcli.attention.errors.RopeError` for an unknown layout."""
+    if features == 0:
+        raise ZeroFeatureWidth()
+    if features % 2:
+        raise OddFeatureWidth(features)
+    if positions == 0:
+        raise ZeroPositionCapacity()
+    if not (np.isfinite(base) and base > 0.0):
+        raise InvalidRopeBase(base)
+    table = RotaryTable(features, positions, float(base), layout)
+    check_rope(table.rope(0), features)
+    return table
+
+
+def check_interval(table: RotaryTable, offset: int, tokens: int) -> None:
+    """Positions ``offset .. offset+tokens-1`` fit the table: exact in binary64
+    (:class:`PositionOffsetOverflow`), then within the capacity (:class:`PositionRangeExceeded`)."""
+    if offset + tokens > LAST_POSITION:
+        raise PositionOffsetOverflow(offset, tokens)
+    if offset + tokens > table.positions:
+        raise PositionRangeExceeded(offset, tokens, table.positions)
+
+
+def rotate_checked(table: RotaryTable, values: Any, offset: int) -> Array:
+    """``values [..., tokens, features]`` turned at positions ``offset ..``, after the
+    chapter's checks in its order: a readable operand, rank at least two, the feature
+    width, the position interval. The turn is :func:`~qkvcli.attention.maths.rotate`'s."""
+    x = read_operand(values, ROTARY_STAGE)
+    if x.ndim < 2:
+        raise RotaryInputRank(x.ndim)
+    if x.shape[-1] != table.features:
+        raise RotaryWidthMismatch(table.features, int(x.shape[-1]))
+    check_interval(table, offset, int(x.shape[-2]))
+    return rotate(x, table.rope(offset))
+
+
+# --- the fixture ------------------------------------------------------------------------
+
+
+class RopeFixture(Record):
+    """A chapter 29 fixture, validated: the table, where the positions start (``offset``)
+    and how far the common shift moves them (``shift``), Q and K ``[tokens, features]``,
+    their upstream gradients, the gradient check's settings and the invariants' tolerance."""
+
+    table: RotaryTable
+    offset: int
+    shift: int
+    query: Array
+    key: Array
+    upstream_query: Array
+    upstream_key: Array
+    step: float
+    tolerance: float
+    samples: int | None
+    invariant_tolerance: float
+
+
+def count_of(raw: Any, location: str, default: int | None = None) -> int:
+    """A non-negative JSON integer (``default`` when ``raw`` is ``None`` and one is given)."""
+    if raw is None and default is not None:
+        return default
+    if not is_json_int(raw) or raw < 0:
+        shown = json.dumps(raw) if is_number(raw) else json_type_name(raw)
+        raise FixtureError(location, f"expected a non-negative integer, got {shown}")
+    return int(raw)
+
+
+def check_chapter(data: dict[str, Any], name: str = NAME) -> None:
+    """A document's optional ``chapter`` key (the chapter it is a fixture of, ``name``) and
+    ``description`` (text)."""
+    if "chapter" in data and data["chapter"] != name:
+        shown = json.dumps(data["chapter"]) if isinstance(data["chapter"], str) else \
+            json_type_name(data["chapter"])
+        raise FixtureError("$.chapter", f'expected "{name}", got {shown}')
+    if "description" in data and not isinstance(data["description"], str):
+        raise FixtureError("$.description",
+                           f"expected a string, got {json_type_name(data['description'])}")
+
+
+def _table(raw: Any) -> RotaryTable:
+    rope = expect_object(raw, "$.rope", Problems())
+    assert rope is not None  # fail-fast: expect_object raised otherwise
+    for unknown in unknown_keys(rope, ROPE_KEYS, "$.rope"):
+        raise unknown
+    for key in ("features", "positions", "base"):
+        if key not in rope:
+            raise FixtureError("$.rope", f'missing key "{key}"')
+    features = count_of(rope["features"], "$.rope.features")
+    positions = count_of(rope["positions"], "$.rope.positions")
+    base = finite_number(rope["base"], "$.rope.base")
+    layout = rope.get("layout", "adjacent")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        shown = json.dumps(layout) if isinstance(layout, str) else json_type_name(layout)
+        raise FixtureError("$.rope.layout", f'expected "adjacent" or "half", got {shown}')
+    try:
+        return check_table(features, positions, base, layout)
+    except (ZeroFeatureWidth, OddFeatureWidth) as error:
+        raise FixtureError("$.rope.features", str(error)) from None
+    except ZeroPositionCapacity as error:
+        raise FixtureError("$.rope.positions", str(error)) from None
+    except InvalidRopeBase as error:
+        raise FixtureError("$.rope.base", str(error)) from None
+
+
+def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int) -> Array:
+    x = parse_tensor(raw, location, max_elements)
+    if x.ndim != 2:
+        raise FixtureError(location, f"expected [tokens, features], got rank {x.ndim}")
+    try:
+        rotate_checked(table, np.zeros((0, x.shape[1])), 0)  # the width, by the chapter's rule
+    except RotaryRefusal as error:
+        raise FixtureError(location, str(error)) from None
+    try:
+        check_finite(x, location.rsplit(".", 1)[-1])
+    except QkvError as error:
+        raise FixtureError(location, str(error)) from None
+    return x
+
+
+def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFixture:
+    """A chapter 29 fixture document (parsed by qkv's strict JSON reader) validated into a
+    :class:`RopeFixture`. Order: the document's keys (``chapter``, when given, must be
+    :data:`NAME`); ``$.rope`` (keys, then the table in
+    the chapter's order); ``$.query``; ``$.key`` (its shape is the query's); the positions
+    the report needs; ``$.upstream``; ``$.gradcheck``; ``$.invariant_tolerance``. Raises
+    :class:`~qkvcli.reading.problems.FixtureError` naming the ``$.path`` of the first problem."""
+    problems = Problems()
+    data = expect_object(document, "$", problems)
+    assert data is not None
+    for unknown in unknown_keys(data, DOCUMENT_KEYS, "$"):
+        raise unknown
+    check_chapter(data)
+    for required in ("rope", "query", "key"):
+        if required not in data:
+            raise FixtureError("$", f'missing key "{required}"')
+    table = _table(data["rope"])
+    query = _operand(data["query"], "$.query", table, max_elements)
+    key = _operand(data["key"], "$.key", table, max_elements)
+    expect_shape(key, query.shape, "tokens, features", "$.key")
+    tokens = int(query.shape[0])
+    check_derived("dot products", "[T,T]", (tokens, tokens), "$.query", max_elements)
+    rope = data["rope"]
+    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
+    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
+    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
+        try:
+            check_interval(table, start, tokens)
+        except RotaryRefusal as error:
+            raise FixtureError(location, str(error)) from None
+    upstream = [np.ones(query.shape), np.ones(query.shape)]
+    if "upstream" in data:
+        given = expect_object(data["upstream"], "$.upstream", problems)
+        assert given is not None
+        for unknown in unknown_keys(given, ("query", "key"), "$.upstream"):
+            raise unknown
+        for i, branch in enumerate(("query", "key")):
+            if branch in given:
+                location = f"$.upstream.{branch}"
+                grad = expect_shape(parse_tensor(given[branch], location, max_elements),
+                                    query.shape, "tokens, features", location)
+                try:
+                    check_finite(grad, f"upstream {branch}")
+                except QkvError as error:
+                    raise FixtureError(location, str(error)) from None
+                upstream[i] = grad
+    step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
+    check_step_fits(step, (query, key), "$.gradcheck.step")
+    try:
+        check_evaluations("full" if samples is None else "sampled", samples, 0,
+                          [query.size, key.size], has_fast=False)
+    except QkvError as error:
+        raise FixtureError("$.gradcheck", str(error)) from None
+    invariant = DEFAULT_INVARIANT_TOLERANCE
+    if "invariant_tolerance" in data:
+        invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
+        if invariant < 0.0:
+            raise FixtureError("$.invariant_tolerance", f"expected at least 0, got {invariant!r}")
+    return RopeFixture(table, offset, shift, query, key, upstream[0], upstream[1], step,
+                       tolerance, samples, invariant)
+
+
+# --- the evidence -----------------------------------------------------------------------
+
+
+class RopeTables(Record):
+    """The angles of the fixture's positions: per pair its inverse frequency, per position
+    (``positions``, absolute) its angles, cosines and sines ``[tokens, pairs]``."""
+
+    inverse_frequencies: Array
+    positions: tuple[int, ...]
+    angles: Array
+    cosines: Array
+    sines: Array
+
+
+class RopePrimary(Record):
+    """The chapter's numbers: Q and K before and after the turn at the fixture's positions
+    and at the shifted ones, the query rows' norms, both dot-product grids, the objective
+    and its gradients, and the invariants they show."""
+
+    tables: RopeTables
+    query: Array
+    key: Array
+    rotated_query: Array
+    rotated_key: Array
+    shifted_query: Array
+    shifted_key: Array
+    input_norms: Array
+    rotated_norms: Array
+    shifted_norms: Array
+    dot_grid: Array
+    shifted_dot_grid: Array
+    upstream_query: Array
+    upstream_key: Array
+    loss: float
+    query_gradient: Array
+    key_gradient: Array
+    position_zero_identity: bool
+    norm_preserved: bool
+    common_shift_preserved: bool
+    tape_finite: bool
+
+
+class RotaryProbe(Record):
+    """A shape the rotation must keep: the input's shape, the offset it starts at, the
+    output's shape (``None`` when refused, ``refusal`` then its kind)."""
+
+    case: str
+    input_shape: tuple[int, ...]
+    offset: int
+    output_shape: tuple[int, ...] | None
+    refusal: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.output_shape == self.input_shape
+
+
+class RejectedRotaryInput(Record):
+    """A bad input given to the chapter's validator: the case, the refusal expected, what
+    was raised (its kind, its facts, its message; empty when nothing was)."""
+
+    case: str
+    expected: str
+    raised: str
+    facts: tuple[tuple[str, Any], ...]
+    message: str
+
+    @property
+    def rejected(self) -> bool:
+        return self.raised == self.expected
+
+
+class RopeEvidence(Record):
+    """Chapter 29's whole evidence for one fixture: the fixture, the primary numbers, the
+    shape probes, the rejected inputs, the gradient check of Q and K, the replay, and the
+    chapter's checks judged (``checks``, in report order)."""
+
+    fixture: RopeFixture
+    primary: RopePrimary
+    probes: tuple[RotaryProbe, ...]
+    errors: tuple[RejectedRotaryInput, ...]
+    gradcheck: tuple[TensorCheck, ...]
+    replay_bitwise: bool
+    checks: tuple[FamilyCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+    @property
+    def gradcheck_passed(self) -> bool:
+        return all(tensor.passed for tensor in self.gradcheck)
+
+
+def _norms(rows: Array) -> Array:
+    result: Array = np.sqrt(np.sum(rows * rows, axis=-1))
+    return result
+
+
+def _objective(fixture: RopeFixture, query: Array, key: Array) -> float:
+    """``L = <rot(Q), U_Q> + <rot(K), U_K>`` at the fixture's positions."""
+    table, offset = fixture.table, fixture.offset
+    return (float(np.sum(rotate_checked(table, query, offset) * fixture.upstream_query))
+            + float(np.sum(rotate_checked(table, key, offset) * fixture.upstream_key)))
+
+
+def primary(fixture: RopeFixture) -> RopePrimary:
+    """The chapter's numbers for ``fixture``: every turn by the engine's :func:`rotate`."""
+    table, offset, tolerance = fixture.table, fixture.offset, fixture.invariant_tolerance
+    tokens = int(fixture.query.shape[0])
+    rope = table.rope(offset)
+    frequencies = inverse_frequencies(rope)
+    positions = tuple(range(offset, offset + tokens))
+    # the angle each table row is the cosine and sine of: position * inverse frequency
+    angles = np.arange(offset, offset + tokens, dtype=np.float64)[:, None] * frequencies[None, :]
+    cosines, sines = (np.array(t) for t in rope_tables(rope, 0, tokens))
+    q, k = fixture.query, fixture.key
+    rotated_query = rotate_checked(table, q, offset)
+    rotated_key = rotate_checked(table, k, offset)
+    shifted = offset + fixture.shift
+    shifted_query = rotate_checked(table, q, shifted)
+    shifted_key = rotate_checked(table, k, shifted)
+    dot_grid = rotated_query @ rotated_key.T  # [T,d] @ [d,T] -> [T,T]
+    shifted_dot_grid = shifted_query @ shifted_key.T
+    norms = (_norms(q), _norms(rotated_query), _norms(shifted_query))
+    # position zero: every row of Q and K turned as if it stood at position 0
+    at_zero = [rotate_checked(table, rows[:, None, :], 0)[:, 0, :] for rows in (q, k)]
+    loss = _objective(fixture, q, k)
+    # the gradient of <rot(x), U> is U turned back: the rotation's transpose
+    query_gradient = rotate(fixture.upstream_query, rope, inverse=True)
+    key_gradient = rotate(fixture.upstream_key, rope, inverse=True)
+    arrays = (rotated_query, rotated_key, shifted_query, shifted_key, cosines, sines,
+              query_gradient, key_gradient, dot_grid, shifted_dot_grid)
+    return RopePrimary(
+        RopeTables(frequencies, positions, angles, cosines, sines),
+        q, k, rotated_query, rotated_key, shifted_query, shifted_key, *norms,
+        dot_grid, shifted_dot_grid, fixture.upstream_query, fixture.upstream_key, loss,
+        query_gradient, key_gradient,
+        position_zero_identity=bool(np.array_equal(at_zero[0], q) and np.array_equal(at_zero[1], k)),
+        norm_preserved=bool(np.all(np.abs(norms[0] - norms[1]) <= tolerance)
+                            and np.all(np.abs(norms[0] - norms[2]) <= tolerance)),
+        common_shift_preserved=bool(np.all(np.abs(dot_grid - shifted_dot_grid) <= tolerance)),
+        tape_finite=all(all_finite(a) for a in arrays) and bool(np.isfinite(loss)),
+    )
+
+
+def _probe(table: RotaryTable, case: str, shape: tuple[int, ...], offset: int) -> RotaryProbe:
+    try:
+        out = rotate_checked(table, np.zeros(shape), offset)
+    except RotaryRefusal as error:
+        return RotaryProbe(case, shape, offset, None, error.kind)
+    return RotaryProbe(case, shape, offset, tuple(int(d) for d in out.shape))
+
+
+def probes(fixture: RopeFixture) -> tuple[RotaryProbe, ...]:
+    """The shapes the rotation keeps: batched lanes of rank three and four, an empty
+    leading axis, and no tokens at the very end of the table."""
+    table, offset = fixture.table, fixture.offset
+    tokens, features = (int(d) for d in fixture.query.shape)
+    return (
+        _probe(table, "rank3", (2, tokens, features), offset),
+        _probe(table, "rank4", (2, 2, tokens, features), offset),
+        _probe(table, "empty_leading", (0, tokens, features), offset),
+        _probe(table, "empty_tokens", (2, 0, features), table.positions),
+    )
+
+
+def _rejected(case: str, expected: type[RotaryRefusal], call: Any) -> RejectedRotaryInput:
+    try:
+        call()
+    except RotaryRefusal as error:
+        return RejectedRotaryInput(case, expected.kind, error.kind, error.facts(), str(error))
+    return RejectedRotaryInput(case, expected.kind, "", (), "")
+
+
+def _released(features: int) -> memoryview[float]:
+    view = memoryview(bytearray(8 * features)).cast("d", (1, features))
+    view.release()
+    return view
+
+
+SMALL_CAPACITY = 3
+"""The rejected inputs' table: three positions, so that two tokens from position 2 do
+not fit."""
+
+
+def rejected_inputs(fixture: RopeFixture) -> tuple[RejectedRotaryInput, ...]:
+    """The chapter's bad inputs, each given to the validator and what it raised recorded,
+    in the chapter's order."""
+    t = fixture.table
+    small = RotaryTable(t.features, SMALL_CAPACITY, t.base, t.layout)
+    return (
+        _rejected("zero-width", ZeroFeatureWidth,
+                  lambda: check_table(0, t.positions, t.base, t.layout)),
+        _rejected("odd-width", OddFeatureWidth,
+                  lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
+        _rejected("invalid-base", InvalidRopeBase,
+                  lambda: check_table(t.features, t.positions, 0.0, t.layout)),
+        _rejected("input-rank", RotaryInputRank,
+                  lambda: rotate_checked(small, np.zeros(t.features), 0)),
+        _rejected("width-mismatch", RotaryWidthMismatch,
+                  lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
+        _rejected("position-range", PositionRangeExceeded,
+                  lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
+        _rejected("offset-overflow", PositionOffsetOverflow,
+                  lambda: rotate_checked(small, np.zeros((1, t.features)), 2 ** 64 - 1)),
+        _rejected("released-input", ReleasedOperand,
+                  lambda: rotate_checked(small, _released(t.features), 0)),
+    )
+
+
+def gradient_check(fixture: RopeFixture, found: RopePrimary) -> tuple[TensorCheck, TensorCheck]:
+    """Central differences of the chapter's objective against the gradients of Q and K."""
+    def of_query(probe: Array) -> float:
+        return _objective(fixture, probe, fixture.key)
+
+    def of_key(probe: Array) -> float:
+        return _objective(fixture, fixture.query, probe)
+
+    return (
+        check_tensor("query", fixture.query, found.query_gradient, fixture.step,
+                     fixture.tolerance, fixture.samples, of_query),
+        check_tensor("key", fixture.key, found.key_gradient, fixture.step,
+                     fixture.tolerance, fixture.samples, of_key),
+    )
+
+
+def _same(first: RopePrimary, second: RopePrimary) -> bool:
+    """Whether two computations of the primary numbers agree bit for bit."""
+    pairs = [(getattr(first, f), getattr(second, f)) for f in (
+        "rotated_query", "rotated_key", "shifted_query", "shifted_key", "input_norms",
+        "rotated_norms", "shifted_norms", "dot_grid", "shifted_dot_grid", "query_gradient",
+        "key_gradient")]
+    tables = [(getattr(first.tables, f), getattr(second.tables, f))
+              for f in ("inverse_frequencies", "angles", "cosines", "sines")]
+    return (all(same_bits(a, b) for a, b in pairs + tables)
+            and same_bits(np.array(first.loss), np.array(second.loss)))
+
+
+def build(fixture: RopeFixture) -> RopeEvidence:
+    """Chapter 29's evidence for ``fixture``: the primary numbers (twice, for the replay),
+    the probes, the rejected inputs, the gradient check, and each check judged."""
+    # overflow is evidence (tape_finite fails), not a warning on stderr
+    with np.errstate(over="ignore", invalid="ignore"):
+        found = primary(fixture)
+        replay = _same(found, primary(fixture))
+        shapes = probes(fixture)
+        errors = rejected_inputs(fixture)
+        checked = gradient_check(fixture, found)
+        coordinates = sum(len(t.checks) for t in checked)
+        gradcheck = FamilyCheck("gradcheck", all(t.passed for t in checked),
+                                "passed" if all(t.passed for t in checked) else "failed",
+                                fixtures=1, tolerance=fixture.tolerance, coordinates=coordinates)
+        checks = (
+            verdict("position_zero", found.position_zero_identity),
+            verdict("norms", found.norm_preserved),
+            verdict("relative_dot", found.common_shift_preserved),
+            verdict("shapes", all(p.valid for p in shapes)),
+            verdict("errors", all(e.rejected for e in errors)),
+            gradcheck,
+            verdict("tape_finite", found.tape_finite),
+            verdict("replay", replay),
+        )
+        return RopeEvidence(fixture, found, shapes, errors, checked, replay, checks)

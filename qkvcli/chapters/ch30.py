@@ -1,0 +1,621 @@
+"""Chapter 30, multi-head attention: a layer fixture read into plain records, its evidence built.
+
+The chapter projects ``X [B,T,d_model]`` once per branch, splits the projections into H
+heads of ``d_h`` features (``[B,H,T,d_h]``), turns each head's Q and K by RoPE, runs a
+causal softmax per head, merges the heads' outputs back (``[B,T,H*d_h]``) and mixes them
+with the output projection ``W_O``. Its probes: each head normalises its own causal rows,
+the future weighs exactly zero, a change to the last token leaves every earlier token's
+output bit for bit, a change confined to one head's lane leaves the other heads' outputs
+bit for bit (heads are isolated before ``W_O``), split and merge are exact inverses, and a
+common position offset keeps every weight.
+
+Forward, reverse and the gradient check are the one engine's
+(:class:`~qkvcli.attention.multihead.MultiHeadLayer`, :mod:`qkvcli.attention.engine`,
+:func:`~qkvcli.attention.gradcheck.gradcheck_attention`). What this module adds is the
+chapter's input rule around it (:func:`forward_checked`: a readable operand, the engine's
+rank and width, at least one token, the positions within the RoPE table of chapter 29).
+No I/O, no prose.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from qkvcli.attention import engine
+from qkvcli.attention.engine import LayerForward
+from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import Rope, causal_mask
+from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.chapters.ch29 import (
+    LAYOUTS,
+    RotaryRefusal,
+    RotaryTable,
+    check_chapter,
+    check_interval,
+    check_table,
+    count_of,
+    read_operand,
+)
+from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
+from qkvcli.core.errors import QkvError
+from qkvcli.core.record import Record
+from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.gradcheck.records import GradcheckResult
+from qkvcli.reading.json_values import expect_object, finite_number, json_type_name, unknown_keys
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
+from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.settings import parse_gradcheck
+from qkvcli.reading.tensors import parse_tensor
+
+NAME = "30-multi-head-attention"
+FIXTURE = "ch30-multi-head-attention.json"
+
+DEFAULT_INVARIANT_TOLERANCE = 1e-12
+"""The chapter's absolute tolerance: uniform and distinct weights, the common offset."""
+
+ISOLATION_DELTA = 0.25
+"""How far the isolation probe moves head 0's first value feature at token 0."""
+
+PROJECTION_STAGE = "query-projection"
+"""The first stage that reads the layer's input: the query projection."""
+
+BRANCH_NAMES = ("attention.query.weight", "attention.key.weight", "attention.value.weight")
+"""The engine's names of the three projections (the output projection is unnamed there)."""
+
+DOCUMENT_KEYS = ("chapter", "description", "heads", "rope", "input", "weights", "upstream", "suffix",
+                 "gradcheck", "invariant_tolerance")
+ROPE_KEYS = ("positions", "base", "layout", "offset", "shift")
+WEIGHT_KEYS = ("query", "key", "value", "output")
+
+
+class EmptyTokenAxis(QkvError):
+    """A layer input without tokens: a causal row needs at least its own token."""
+
+    def __init__(self) -> None:
+        super().__init__("multi-head attention needs at least one token, got an empty token axis")
+
+
+class MultiHeadSpec(Record):
+    """What the chapter's layer is made of: the four weights (``X W`` layout), the head
+    count and the RoPE table of each head (``features`` = ``d_h``)."""
+
+    w_query: Array
+    w_key: Array
+    w_value: Array
+    w_out: Array
+    heads: int
+    table: RotaryTable
+
+
+def build_layer(w_query: Any, w_key: Any, w_value: Any, w_out: Any, heads: int,
+                base: float, layout: str = "adjacent", offset: int = 0) -> MultiHeadLayer:
+    """The engine's layer, validated by the engine in the chapter's order: the three
+    projections (widths, finite values), the head count against their widths and the
+    output projection, then RoPE on each head (an even head width). Raises a ``QkvError``."""
+    plain = AttentionHead.from_arrays(w_query, w_key, w_value, names=BRANCH_NAMES)
+    MultiHeadLayer.build(plain, heads, w_out)  # the heads and W_O, before RoPE asks for a width
+    rope = Rope(base, plain.d_k // heads, LAYOUTS[layout], offset)
+    projections = AttentionHead.from_arrays(w_query, w_key, w_value, names=BRANCH_NAMES,
+                                            rope=rope)
+    return MultiHeadLayer.build(projections, heads, w_out)
+
+
+def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
+    """The fixture's layer with its positions starting at ``offset``."""
+    return build_layer(spec.w_query, spec.w_key, spec.w_value, spec.w_out, spec.heads,
+                       spec.table.base, spec.table.layout, offset)
+
+
+def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
+                    projected: Array | None = None) -> tuple[MultiHeadLayer, Array, LayerForward]:
+    """The causal forward of the layer at positions ``offset ..`` after the chapter's input
+    checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedOperand`),
+    rank three and the model width (the engine's), at least one token (:class:`EmptyTokenAxis`),
+    the position interval (chapter 29's table). Gives the layer, the input and the pass."""
+    layer = layer_at(spec, offset)
+    x = layer.projections.check_input(read_operand(values, PROJECTION_STAGE))
+    if x.shape[1] == 0:
+        raise EmptyTokenAxis()
+    check_interval(spec.table, offset, int(x.shape[1]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return layer, x, engine.forward(layer, x, True, projected=projected)
+
+
+# --- the fixture ------------------------------------------------------------------------
+
+
+class MultiHeadFixture(Record):
+    """A chapter 30 fixture, validated: the layer, where the positions start and how far
+    the common offset moves them, the input ``[B,T,d_model]``, the upstream gradient of the
+    output, the last token's replacement for the prefix probe, and the checks' settings."""
+
+    spec: MultiHeadSpec
+    offset: int
+    shift: int
+    input: Array
+    upstream: Array
+    suffix: Array
+    step: float
+    tolerance: float
+    samples: int | None
+    invariant_tolerance: float
+
+
+def _object(raw: Any, location: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    found = expect_object(raw, location, Problems())
+    assert found is not None  # fail-fast: expect_object raised otherwise
+    for unknown in unknown_keys(found, keys, location):
+        raise unknown
+    return found
+
+
+def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
+    heads = count_of(data["heads"], "$.heads")
+    rope = _object(data["rope"], "$.rope", ROPE_KEYS)
+    for required in ("positions", "base"):
+        if required not in rope:
+            raise FixtureError("$.rope", f'missing key "{required}"')
+    positions = count_of(rope["positions"], "$.rope.positions")
+    base = finite_number(rope["base"], "$.rope.base")
+    layout = rope.get("layout", "adjacent")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        shown = json.dumps(layout) if isinstance(layout, str) else json_type_name(layout)
+        raise FixtureError("$.rope.layout", f'expected "adjacent" or "half", got {shown}')
+    weights = _object(data["weights"], "$.weights", WEIGHT_KEYS)
+    for branch in WEIGHT_KEYS:
+        if branch not in weights:
+            raise FixtureError("$.weights", f'missing key "{branch}"')
+    arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements) for b in WEIGHT_KEYS]
+    try:
+        plain = AttentionHead.from_arrays(arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES)
+    except QkvError as error:
+        raise FixtureError("$.weights", str(error)) from None
+    try:
+        MultiHeadLayer.build(plain, heads, arrays[3])
+    except QkvError as error:
+        where = "$.weights.output" if "out_proj" in str(error) else "$.heads"
+        raise FixtureError(where, str(error)) from None
+    head_width = plain.d_k // heads
+    try:
+        table = check_table(head_width, positions, base, layout)
+    except RotaryRefusal as error:
+        where = "$.heads" if head_width % 2 else ("$.rope.positions" if positions == 0
+                                                  else "$.rope.base")
+        raise FixtureError(where, f"{error} (the head width is RoPE's feature width)") from None
+    return MultiHeadSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
+
+
+def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHeadFixture:
+    """A chapter 30 fixture document (parsed by qkv's strict JSON reader) validated into a
+    :class:`MultiHeadFixture`. Order: the document's keys (``chapter``, when given, must be
+    :data:`NAME`); ``$.heads``; ``$.rope``'s keys;
+    ``$.weights`` (the projections, the head count, the output projection, then RoPE on a
+    head); ``$.input`` (the chapter's input rule); the positions the report needs
+    (``$.rope.offset``, ``$.rope.shift``); ``$.upstream``; ``$.suffix``; ``$.gradcheck``;
+    ``$.invariant_tolerance``. Raises :class:`~qkvcli.reading.problems.FixtureError`
+    naming the ``$.path`` of the first problem."""
+    data = _object(document, "$", DOCUMENT_KEYS)
+    check_chapter(data, NAME)
+    for required in ("heads", "rope", "input", "weights"):
+        if required not in data:
+            raise FixtureError("$", f'missing key "{required}"')
+    spec = _spec(data, max_elements)
+    x = parse_tensor(data["input"], "$.input", max_elements)
+    try:
+        layer = layer_at(spec, 0)
+        x = layer.projections.check_input(x)
+        if x.shape[1] == 0:
+            raise EmptyTokenAxis()
+    except QkvError as error:
+        raise FixtureError("$.input", str(error)) from None
+    if x.shape[0] == 0:  # the probes change a token of the first batch item
+        raise FixtureError("$.input", "the chapter's probes need at least one batch item, "
+                                      "got an empty batch axis")
+    batch, tokens, d_model = (int(d) for d in x.shape)
+    check_scores_size(batch, spec.heads, tokens, "$.input", max_elements)
+    rope = data["rope"]
+    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
+    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
+    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
+        try:
+            check_interval(spec.table, start, tokens)
+        except RotaryRefusal as error:
+            raise FixtureError(location, str(error)) from None
+    shape = (batch, tokens, layer.e_out)
+    upstream = np.ones(shape)
+    if "upstream" in data:
+        upstream = expect_shape(parse_tensor(data["upstream"], "$.upstream", max_elements),
+                                shape, "batch, tokens, output width", "$.upstream")
+    suffix = x[0, -1] + 1.0
+    if "suffix" in data:
+        suffix = expect_shape(parse_tensor(data["suffix"], "$.suffix", max_elements),
+                              (d_model,), "d_model", "$.suffix")
+    for location, array in (("$.upstream", upstream), ("$.suffix", suffix)):
+        try:
+            check_finite(array, location[2:])
+        except QkvError as error:
+            raise FixtureError(location, str(error)) from None
+    step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), Problems())
+    check_step_fits(step, (x, *layer.projections.weights, spec.w_out), "$.gradcheck.step")
+    try:
+        plan_check(layer, x, step, tolerance, samples, causal=True,
+                   mode="full" if samples is None else "sampled")
+    except QkvError as error:
+        raise FixtureError("$.gradcheck", str(error)) from None
+    invariant = DEFAULT_INVARIANT_TOLERANCE
+    if "invariant_tolerance" in data:
+        invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
+        if invariant < 0.0:
+            raise FixtureError("$.invariant_tolerance", f"expected at least 0, got {invariant!r}")
+    return MultiHeadFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,
+                        invariant)
+
+
+# --- the evidence -----------------------------------------------------------------------
+
+
+class MultiHeadPrimary(Record):
+    """The chapter's numbers, from the engine's forward and reverse at the fixture's
+    positions: the heads' projections before and after RoPE ``[B,H,T,d_h]``, the causal
+    weights ``[B,H,T,T]``, the heads' outputs, their merge ``C``, ``W_O``, the output ``Y``,
+    the objective ``L = <Y, U>`` and the gradients of the input and the four weights."""
+
+    input: Array
+    projected_query: Array
+    projected_key: Array
+    projected_value: Array
+    rotated_query: Array
+    rotated_key: Array
+    attention: Array
+    head_outputs: Array
+    merged: Array
+    output_weight: Array
+    output: Array
+    upstream: Array
+    loss: float
+    grad_input: Array
+    grad_w_query: Array
+    grad_w_key: Array
+    grad_w_value: Array
+    grad_w_out: Array
+
+    def arrays(self) -> tuple[Array, ...]:
+        """Every array, in field order (what the replay compares)."""
+        return (self.input, self.projected_query, self.projected_key, self.projected_value,
+                self.rotated_query, self.rotated_key, self.attention, self.head_outputs,
+                self.merged, self.output_weight, self.output, self.upstream, self.grad_input,
+                self.grad_w_query, self.grad_w_key, self.grad_w_value, self.grad_w_out)
+
+
+class MultiHeadProbes(Record):
+    """What the chapter's probes found. ``head_0_uniform``: head 0 weighs every visible key
+    alike; ``heads_distinct``: every other head's weights differ from head 0's;
+    ``future_zero``: every masked weight is exactly 0; ``rows_normalized``: every row sums to
+    1 within the tolerance. ``suffix_output``: ``Y`` with the last token replaced,
+    ``prefix_unchanged`` per earlier token (bit for bit), ``suffix_changed`` the last.
+    ``head_isolation``: head 0's value lane moved at token 0 changes head 0's outputs and no
+    other head's. ``split_merge``: splitting ``C`` into heads gives the heads' outputs and
+    merging them gives ``C``, bit for bit. ``common_offset``: the weights at the shifted
+    positions equal these within the tolerance."""
+
+    head_0_uniform: bool
+    heads_distinct: bool
+    future_zero: bool
+    rows_normalized: bool
+    suffix_output: Array
+    prefix_unchanged: tuple[bool, ...]
+    suffix_changed: bool
+    head_isolation: bool
+    split_merge: bool
+    common_offset: bool
+
+
+class MultiHeadShapes(Record):
+    """The shapes of each stage, and of the passes on an empty batch and on one token."""
+
+    input: tuple[int, ...]
+    split: tuple[int, ...]
+    rotated: tuple[int, ...]
+    weights: tuple[int, ...]
+    head_output: tuple[int, ...]
+    merged: tuple[int, ...]
+    output_weight: tuple[int, ...]
+    output: tuple[int, ...]
+    empty_batch_weights: tuple[int, ...] | None
+    empty_batch_output: tuple[int, ...] | None
+    single_token_weights: tuple[int, ...] | None
+
+    @property
+    def probes_valid(self) -> bool:
+        b, t = self.input[0], self.input[1]
+        h = self.split[1]
+        return (self.empty_batch_weights == (0, h, t, t)
+                and self.empty_batch_output == (0, t, self.output[2])
+                and self.single_token_weights == (1, h, 1, 1) and b >= 0)
+
+
+class MultiHeadParameters(Record):
+    """The layer's parameters: their shapes in the chapter's order (query, key, value,
+    output), how many numbers they hold, whether any bias is present, and whether any two
+    share memory."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    count: int
+    bias_free: bool
+    distinct: bool
+
+
+class RejectedMultiHeadInput(Record):
+    """A bad configuration or input given to the engine or the chapter's input rule: the
+    case, the error class expected, the class raised (empty when nothing was) and its
+    message."""
+
+    case: str
+    expected: str
+    raised: str
+    message: str
+
+    @property
+    def rejected(self) -> bool:
+        return self.raised == self.expected
+
+
+class MultiHeadHistory(Record):
+    """The chapter's contrast with what came before: an earlier attention's one weighted
+    context per target, and one full-width causal head's single table against the layer's
+    H tables (their shapes, counts, and whether every row sums to 1)."""
+
+    earlier_context: Array
+    single_head_shape: tuple[int, ...]
+    multi_head_shape: tuple[int, ...]
+    single_head_tables: int
+    multi_head_tables: int
+    rows_normalized: bool
+
+
+class MultiHeadEvidence(Record):
+    """Chapter 30's whole evidence for one fixture, the chapter's checks judged in
+    ``checks`` (report order)."""
+
+    fixture: MultiHeadFixture
+    primary: MultiHeadPrimary
+    probes: MultiHeadProbes
+    shapes: MultiHeadShapes
+    parameters: MultiHeadParameters
+    errors: tuple[RejectedMultiHeadInput, ...]
+    history: MultiHeadHistory
+    gradcheck: GradcheckResult
+    tape_finite: bool
+    replay_bitwise: bool
+    checks: tuple[FamilyCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+
+def primary(fixture: MultiHeadFixture) -> tuple[MultiHeadPrimary, MultiHeadLayer, LayerForward]:
+    """The forward and reverse of the fixture's layer by the engine."""
+    layer, x, done = forward_checked(fixture.spec, fixture.input, fixture.offset)
+    grads = layer.backward(x, done, fixture.upstream)
+    s = done.stacked
+    assert grads.grad_out_weight is not None and layer.out_weight is not None
+    head_outputs = np.stack([head.output for head in done.heads], axis=1)  # [B,H,T,d_v]
+    return MultiHeadPrimary(
+        x, s["query"], s["key"], s["value"], s["rotated_query"], s["rotated_key"],
+        s["attention"], head_outputs, done.concat, layer.out_weight, done.output,
+        fixture.upstream, engine.loss(done, fixture.upstream), grads.grad_input,
+        grads.grad_w_query, grads.grad_w_key, grads.grad_w_value, grads.grad_out_weight,
+    ), layer, done
+
+
+def _close(a: Array, b: Array, tolerance: float) -> bool:
+    return a.shape == b.shape and bool(np.all(np.abs(a - b) <= tolerance))
+
+
+def merge(split: Array) -> Array:
+    """``[B,H,T,d]`` -> ``[B,T,H*d]``: head ``h`` back to columns ``h*d:(h+1)*d``, the
+    inverse of :func:`~qkvcli.attention.engine.heads_axis`."""
+    batch, heads, tokens, width = split.shape
+    return np.ascontiguousarray(np.swapaxes(split, 1, 2)).reshape(batch, tokens, heads * width)
+
+
+def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForward) -> MultiHeadProbes:
+    """The chapter's probes, each a pass of the engine."""
+    spec, tolerance = fixture.spec, fixture.invariant_tolerance
+    a = found.attention
+    tokens = a.shape[-1]
+    masked = causal_mask(tokens)
+    uniform = np.where(masked, 0.0, 1.0 / np.arange(1, tokens + 1)[:, None])
+    others = range(1, spec.heads)
+    # the last token replaced: every earlier token's output must stay bit for bit
+    changed_input = np.array(fixture.input)
+    changed_input[:, -1, :] = fixture.suffix
+    _, _, suffix = forward_checked(spec, changed_input, fixture.offset)
+    prefix = tuple(same_bits(found.output[:, t], suffix.output[:, t]) for t in range(tokens - 1))
+    # head 0's first value feature moved at token 0: only head 0's outputs may change
+    projected = np.array(done.stacked["projected"])
+    qw = kw = spec.heads * (found.projected_query.shape[-1])
+    projected[:, 0, qw + kw] += ISOLATION_DELTA
+    _, _, moved = forward_checked(spec, fixture.input, fixture.offset, projected)
+    isolation = (not same_bits(moved.heads[0].output, done.heads[0].output)
+                 and all(same_bits(moved.heads[h].output, done.heads[h].output) for h in others))
+    split = engine.heads_axis(found.merged, spec.heads)
+    _, _, shifted = forward_checked(spec, fixture.input, fixture.offset + fixture.shift)
+    return MultiHeadProbes(
+        head_0_uniform=_close(a[:, 0], np.broadcast_to(uniform, a[:, 0].shape), tolerance),
+        heads_distinct=spec.heads > 1 and all(not _close(a[:, 0], a[:, h], tolerance)
+                                              for h in others),
+        future_zero=bool(np.all(a[..., masked] == 0.0)),
+        rows_normalized=_rows_normalized(a, tolerance),
+        suffix_output=suffix.output,
+        prefix_unchanged=prefix,
+        suffix_changed=not same_bits(found.output[:, -1], suffix.output[:, -1]),
+        head_isolation=isolation,
+        split_merge=same_bits(split, found.head_outputs) and same_bits(merge(split), found.merged),
+        common_offset=_close(a, shifted.attention, tolerance),
+    )
+
+
+def _rows_normalized(weights: Array, tolerance: float) -> bool:
+    return bool(np.all(np.abs(weights.sum(axis=-1) - 1.0) <= tolerance))
+
+
+def _shape_of(call: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in call().shape)
+    except QkvError:
+        return None
+
+
+def shapes(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadShapes:
+    """Each stage's shape, and the passes on an empty batch and on one token (at the last
+    position of the table)."""
+    spec = fixture.spec
+    tokens, d_model = (int(d) for d in fixture.input.shape[1:])
+    last = spec.table.positions - 1
+
+    def empty() -> LayerForward:
+        return forward_checked(spec, np.zeros((0, tokens, d_model)), fixture.offset)[2]
+
+    def single() -> LayerForward:
+        return forward_checked(spec, fixture.input[:1, :1], last)[2]
+
+    def dims(a: Array) -> tuple[int, ...]:
+        return tuple(int(d) for d in a.shape)
+
+    return MultiHeadShapes(
+        dims(found.input), dims(found.projected_query), dims(found.rotated_query),
+        dims(found.attention), dims(found.head_outputs), dims(found.merged),
+        dims(found.output_weight), dims(found.output),
+        _shape_of(lambda: empty().attention), _shape_of(lambda: empty().output),
+        _shape_of(lambda: single().attention),
+    )
+
+
+def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
+    """The layer's parameters as the engine holds them."""
+    assert layer.out_weight is not None
+    arrays = [*layer.projections.weights, layer.out_weight]
+    distinct = not any(np.shares_memory(arrays[i], arrays[j])
+                       for i in range(len(arrays)) for j in range(i + 1, len(arrays)))
+    return MultiHeadParameters(tuple(tuple(int(d) for d in a.shape) for a in arrays),
+                           layer.parameter_count,
+                           not any(layer.branch_biases) and layer.out_bias is None, distinct)
+
+
+def _rejected(case: str, expected: type[Exception], call: Any) -> RejectedMultiHeadInput:
+    try:
+        call()
+    except QkvError as error:
+        return RejectedMultiHeadInput(case, expected.__name__, type(error).__name__, str(error))
+    return RejectedMultiHeadInput(case, expected.__name__, "", "")
+
+
+def _released(shape: tuple[int, ...]) -> memoryview[float]:
+    view = memoryview(bytearray(8 * int(np.prod(shape)))).cast("d", shape)
+    view.release()
+    return view
+
+
+def rejected_inputs(fixture: MultiHeadFixture) -> tuple[RejectedMultiHeadInput, ...]:
+    """The chapter's bad configurations and inputs, each given to the engine (the layer's
+    validation, its input check) or the chapter's input rule, in the chapter's order."""
+    from qkvcli.attention.errors import HeadCountMismatch, RopeError
+    from qkvcli.chapters.ch29 import (
+        PositionOffsetOverflow,
+        PositionRangeExceeded,
+        ReleasedOperand,
+    )
+    from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError
+
+    spec = fixture.spec
+    base, layout = spec.table.base, spec.table.layout
+    d_model = int(spec.w_query.shape[0])
+    tokens = int(fixture.input.shape[1])
+
+    def layer(width: int, heads: int) -> Any:
+        return lambda: build_layer(np.eye(width), np.eye(width), np.eye(width), np.eye(width),
+                                   heads, base, layout)
+
+    def given(values: Any, offset: int) -> Any:
+        return lambda: forward_checked(spec, values, offset)
+
+    capacity = spec.table.positions
+    return (
+        _rejected("zero_model_width", ProjectionError, layer(0, 0)),
+        _rejected("zero_heads", HeadCountMismatch, layer(4, 0)),
+        _rejected("nondivisible", HeadCountMismatch, layer(6, 4)),
+        _rejected("odd_head_width", RopeError, layer(4, 4)),
+        _rejected("input_rank", InputRank, given(np.zeros(d_model), 0)),
+        _rejected("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
+        _rejected("empty_tokens", EmptyTokenAxis, given(np.zeros((1, 0, d_model)), 0)),
+        _rejected("offset_overflow", PositionOffsetOverflow,
+                  given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
+        _rejected("position_range", PositionRangeExceeded,
+                  given(np.zeros((1, 2, d_model)), capacity - 1)),
+        _rejected("released_input", ReleasedOperand,
+                  given(_released((1, tokens, d_model)), 0)),
+    )
+
+
+def history(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadHistory:
+    """One causal head over the whole width (Q = K = V = X, by the engine with identity
+    projections and no RoPE) against the layer's heads; and an earlier attention's one
+    weighted context, ``[0.25, 0.75]`` over two one-hot annotations."""
+    x = found.input
+    width = x.shape[-1]
+    head = AttentionHead.from_arrays(np.eye(width), np.eye(width), np.eye(width))
+    single = head.forward(x, causal=True).attention  # [B,T,T]
+    context = np.array([0.25, 0.75]) @ np.eye(2)  # [2] @ [2,2] annotations -> [2]
+    tokens = x.shape[1]
+    tolerance = fixture.invariant_tolerance
+    return MultiHeadHistory(
+        context, tuple(int(d) for d in single.shape), tuple(int(d) for d in found.attention.shape),
+        int(single.size // (tokens * tokens)), int(found.attention.size // (tokens * tokens)),
+        _rows_normalized(single, tolerance) and _rows_normalized(found.attention, tolerance),
+    )
+
+
+def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
+    """Chapter 30's evidence for ``fixture``: the forward and reverse (twice, for the
+    replay), the probes, the shapes, the parameters, the rejected inputs, the history and
+    the gradient check of the input and the four weights, each check judged."""
+    # overflow is evidence (tape_finite fails), not a warning on stderr
+    with np.errstate(over="ignore", invalid="ignore"):
+        found, layer, done = primary(fixture)
+        again, _, _ = primary(fixture)
+        replay = all(same_bits(a, b) for a, b in zip(found.arrays(), again.arrays(), strict=True)) \
+            and same_bits(np.array(found.loss), np.array(again.loss))
+        probed = probes(fixture, found, done)
+        shaped = shapes(fixture, found)
+        params = parameters(layer)
+        errors = rejected_inputs(fixture)
+        grads = layer.backward(found.input, done, fixture.upstream)
+        checked = gradcheck_attention(layer, found.input, fixture.upstream, grads, True,
+                                      fixture.step, fixture.tolerance, fixture.samples,
+                                      mode="full" if fixture.samples is None else "sampled",
+                                      forward=done)
+        tape_finite = all(all_finite(a) for a in found.arrays()) and bool(np.isfinite(found.loss))
+        gradcheck = FamilyCheck("gradcheck", checked.passed,
+                                "passed" if checked.passed else "failed", fixtures=1,
+                                tolerance=fixture.tolerance, coordinates=checked.count)
+        checks = (
+            verdict("causal", probed.future_zero and probed.rows_normalized),
+            verdict("prefix", all(probed.prefix_unchanged) and probed.suffix_changed),
+            verdict("head_isolation", probed.head_isolation),
+            verdict("split_merge", probed.split_merge),
+            verdict("common_offset", probed.common_offset),
+            verdict("shapes", shaped.probes_valid),
+            verdict("parameters", params.distinct),
+            verdict("errors", all(e.rejected for e in errors)),
+            gradcheck,
+            verdict("tape_finite", tape_finite),
+            verdict("replay", replay),
+        )
+        return MultiHeadEvidence(fixture, found, probed, shaped, params, errors,
+                             history(fixture, found), checked, tape_finite, replay, checks)

@@ -1,0 +1,340 @@
+"""Chapter 29's report, RoPE: text and trace (the anchors' bytes), JSON, figure.
+
+Pure functions of :class:`~qkvcli.chapters.ch29.RopeEvidence`; every published name and
+all the chapter's wording live here. Numbers are fixed point with six decimals, a zero
+never signed (the reference writes ``-0.0`` as ``0.000000``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkvcli.chapters.ch29 import NAME, RejectedRotaryInput, RopeEvidence
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+PREDICTION = ("position zero is the identity; equal shifts preserve every fixed query-key "
+              "dot product")
+NEXT = "split the position-aware feature axis into multiple attention heads"
+NEXT_CHAPTER = "30-multi-head-attention"
+HISTORY = (
+    ("earlier", "recurrent-order-in-state"),
+    ("transformer", "absolute-vectors-added-to-embeddings"),
+    ("rotary", "absolute-qk-rotations-relative-dot"),
+    ("modern_example", "llama-rope-each-layer"),
+    ("causal_boundary", "separate-mask"),
+)
+"""Where RoPE stands in the history of position information, as the chapter tells it."""
+
+ERROR_KEYS = {
+    "zero-width": "zero_width", "odd-width": "odd_width", "invalid-base": "invalid_base",
+    "input-rank": "rank", "width-mismatch": "width_mismatch", "position-range": "range",
+    "offset-overflow": "overflow", "released-input": "released",
+}
+"""Each rejected input's key on the report's ``errors=`` line."""
+
+TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
+                 "offset-overflow", "released-input")
+"""The rejected inputs the trace draws (the table's own refusals of a zero width and a
+bad base are in the report only)."""
+
+
+def vector(values: npt.ArrayLike) -> str:
+    """``[v,...]`` in fixed point, six decimals, ``-0.0`` written as ``0.000000``."""
+    return fmt_vector(np.asarray(values, dtype=np.float64) + 0.0)
+
+
+def tensor(values: npt.ArrayLike) -> str:
+    """``shape:[..] values:[..]``."""
+    array = np.asarray(values)
+    return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
+
+
+def _fixed(value: float, decimals: int) -> str:
+    return fmt_float(value + 0.0, decimals)
+
+
+def _ints(values: Any) -> str:
+    return "[" + ",".join(str(int(v)) for v in values) + "]"
+
+
+def _base(value: float) -> str:
+    return f"{value:.0f}"
+
+
+def text(evidence: RopeEvidence) -> str:
+    """The chapter's text report, ``key=value`` lines ending with a newline."""
+    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
+    table = f.table
+    errors = " ".join(f"{ERROR_KEYS[e.case]}:{fmt_bool(e.rejected)}" for e in evidence.errors)
+    shapes = " ".join(f"{probe.case}:{_shape(probe.output_shape)}"
+                      for probe in evidence.probes)
+    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck}
+    lines = [
+        f"chapter={NAME}",
+        f"prediction={PREDICTION}",
+        f"config=features:{table.features} pairs:{table.pairs} positions:{table.positions} "
+        f"base:{_base(table.base)} layout:{table.layout} offset:{f.offset}->{f.offset + f.shift}",
+        f"inverse_frequencies={vector(t.inverse_frequencies)}",
+        f"query={tensor(p.query)}",
+        f"key={tensor(p.key)}",
+        f"angles={tensor(t.angles)}",
+        f"cosines={tensor(t.cosines)}",
+        f"sines={tensor(t.sines)}",
+        f"rotated_query={vector(p.rotated_query)}",
+        f"rotated_key={vector(p.rotated_key)}",
+        f"norms=input:{vector(p.input_norms)} rotated:{vector(p.rotated_norms)} "
+        f"shifted:{vector(p.shifted_norms)} preserved:{fmt_bool(p.norm_preserved)}",
+        f"dot_grid={tensor(p.dot_grid)}",
+        f"shifted_dot_grid={tensor(p.shifted_dot_grid)} "
+        f"common_shift_preserved:{fmt_bool(p.common_shift_preserved)}",
+        f"position_zero_identity={fmt_bool(p.position_zero_identity)}",
+        f"upstream=query:{vector(p.upstream_query)} key:{vector(p.upstream_key)} "
+        f"loss:{_fixed(p.loss, 6)}",
+        f"query_gradient={vector(p.query_gradient)}",
+        f"key_gradient={vector(p.key_gradient)}",
+        f"shapes={shapes}",
+        f"errors={errors}",
+        f"gradcheck=query_checks:{counts['query']} key_checks:{counts['key']} "
+        f"tolerance:{_fixed(f.tolerance, 6)} passed:{fmt_bool(evidence.gradcheck_passed)}",
+        "history=" + " ".join(f"{key}:{value}" for key, value in HISTORY),
+        f"proof=tape_finite:{fmt_bool(p.tape_finite)} norm_preserved:{fmt_bool(p.norm_preserved)} "
+        f"relative_dot:{fmt_bool(p.common_shift_preserved)} "
+        f"replay:{'bitwise' if evidence.replay_bitwise else 'mismatch'}",
+        f"next={NEXT}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "rejected" if shape is None else fmt_shape(shape)
+
+
+def _error_line(error: RejectedRotaryInput) -> str:
+    facts = "".join(f"|{key}={value}" for key, value in error.facts)
+    return (f"ERROR|case={error.case}|kind={error.expected}{facts}"
+            f"|rejected={fmt_bool(error.rejected)}")
+
+
+PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADING",
+               "empty_tokens": "EMPTY_TOKENS"}
+
+
+def trace(evidence: RopeEvidence) -> str:
+    """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
+    the figure draws, piece by piece."""
+    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
+    table = f.table
+    lines = [
+        f"META|input_shape={fmt_shape(p.query.shape)}|table_shape={fmt_shape(t.cosines.shape)}"
+        f"|dot_shape={fmt_shape(p.dot_grid.shape)}|features={table.features}|pairs={table.pairs}"
+        f"|positions={table.positions}|base={_fixed(table.base, 6)}|layout={table.layout}"
+        "|rotation=counterclockwise|token_axis=penultimate|feature_axis=final",
+        f"QUERY|shape={fmt_shape(p.query.shape)}|values={vector(p.query)}",
+        f"KEY|shape={fmt_shape(p.key.shape)}|values={vector(p.key)}",
+    ]
+    for pair, features in enumerate(table.pair_features()):
+        lines.append(f"FREQUENCY|pair={pair}|features={_ints(features)}"
+                     f"|theta={vector(t.inverse_frequencies[pair:pair + 1])}")
+    for row, position in enumerate(t.positions):
+        lines.append(
+            f"POSITION|position={position}|angles={vector(t.angles[row])}"
+            f"|cosines={vector(t.cosines[row])}|sines={vector(t.sines[row])}"
+            f"|query_before={vector(p.query[row])}|query_after={vector(p.rotated_query[row])}")
+    lines += [
+        f"ROTATED_QUERY|shape={fmt_shape(p.rotated_query.shape)}|values={vector(p.rotated_query)}",
+        f"ROTATED_KEY|shape={fmt_shape(p.rotated_key.shape)}|values={vector(p.rotated_key)}",
+        f"NORM|input={vector(p.input_norms)}|rotated={vector(p.rotated_norms)}"
+        f"|shifted={vector(p.shifted_norms)}|preserved={fmt_bool(p.norm_preserved)}",
+    ]
+    for row, position in enumerate(t.positions):
+        offsets = [key - position for key in t.positions]
+        lines.append(f"DOT_ROW|query_position={position}|relative_offsets={_ints(offsets)}"
+                     f"|values={vector(p.dot_grid[row])}")
+    shifted = [position + f.shift for position in t.positions]
+    lines += [
+        f"COMMON_SHIFT|before_positions={_ints(t.positions)}|after_positions={_ints(shifted)}"
+        f"|before_grid={vector(p.dot_grid)}|after_grid={vector(p.shifted_dot_grid)}"
+        f"|tolerance={_fixed(f.invariant_tolerance, 12)}"
+        f"|preserved={fmt_bool(p.common_shift_preserved)}",
+        f"BACKWARD|query_seed={vector(p.upstream_query)}|key_seed={vector(p.upstream_key)}"
+        f"|loss={_fixed(p.loss, 6)}|query_gradient={vector(p.query_gradient)}"
+        f"|key_gradient={vector(p.key_gradient)}",
+    ]
+    for probe in evidence.probes:
+        offset = f"|offset={probe.offset}" if probe.case == "empty_tokens" else ""
+        lines.append(f"{PROBE_LINES[probe.case]}|input_shape={fmt_shape(probe.input_shape)}"
+                     f"{offset}|output_shape={_shape(probe.output_shape)}"
+                     f"|valid={fmt_bool(probe.valid)}")
+    lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
+    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck}
+    lines += [
+        "HISTORY|" + "|".join(f"{key}={value}" for key, value in HISTORY),
+        f"PROOF|position_zero={'bitwise-identity' if p.position_zero_identity else 'changed'}"
+        f"|norms={'preserved' if p.norm_preserved else 'changed'}"
+        f"|relative_dot={'common-shift-preserved' if p.common_shift_preserved else 'mismatch'}"
+        f"|tape_finite={fmt_bool(p.tape_finite)}|query_checks={counts['query']}"
+        f"|key_checks={counts['key']}|gradient_tolerance={_fixed(f.tolerance, 6)}"
+        f"|gradcheck={fmt_bool(evidence.gradcheck_passed)}"
+        f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}",
+        f"NEXT|chapter={NEXT_CHAPTER}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
+             "tensors", "norms", "loss", "position_zero_identity", "common_shift_preserved",
+             "invariant_tolerance", "shapes", "errors", "gradcheck", "tape_finite",
+             "replay_bitwise", "history")
+"""The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
+
+
+def json_document(evidence: RopeEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
+    (shortest round trip), tensors ``{"shape", "values"}``."""
+    from qkvcli import __version__
+    from qkvcli.gradcheck.records import GradcheckResult
+    from qkvcli.render.report import gradcheck_json, json_float, tensor_json
+
+    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
+    table = f.table
+    tensors = {
+        "query": p.query, "key": p.key, "inverse_frequencies": t.inverse_frequencies,
+        "angles": t.angles, "cosines": t.cosines, "sines": t.sines,
+        "rotated_query": p.rotated_query, "rotated_key": p.rotated_key,
+        "shifted_query": p.shifted_query, "shifted_key": p.shifted_key,
+        "dot_grid": p.dot_grid, "shifted_dot_grid": p.shifted_dot_grid,
+        "upstream_query": p.upstream_query, "upstream_key": p.upstream_key,
+        "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
+    }
+    mode = "full" if f.samples is None else "sampled"
+    document: dict[str, Any] = {
+        "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "chapter": NAME,
+        "passed": evidence.passed,
+        "checks": [{"name": c.name, "passed": c.passed} for c in evidence.checks],
+        "config": {"features": table.features, "pairs": table.pairs,
+                   "positions": table.positions, "base": json_float(table.base),
+                   "layout": table.layout, "offset": f.offset, "shift": f.shift,
+                   "shifted_offset": f.offset + f.shift, "token_positions": list(t.positions)},
+        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
+        "norms": {"input": tensor_json(p.input_norms)["values"],
+                  "rotated": tensor_json(p.rotated_norms)["values"],
+                  "shifted": tensor_json(p.shifted_norms)["values"],
+                  "preserved": p.norm_preserved},
+        "loss": json_float(p.loss),
+        "position_zero_identity": p.position_zero_identity,
+        "common_shift_preserved": p.common_shift_preserved,
+        "invariant_tolerance": f.invariant_tolerance,
+        "shapes": [{"case": probe.case, "input": list(probe.input_shape), "offset": probe.offset,
+                    "output": None if probe.output_shape is None else list(probe.output_shape),
+                    "valid": probe.valid, "refusal": probe.refusal or None}
+                   for probe in evidence.probes],
+        "errors": [{"case": e.case, "kind": e.expected, "rejected": e.rejected,
+                    "facts": {key: value for key, value in e.facts}, "message": e.message}
+                   for e in evidence.errors],
+        "gradcheck": gradcheck_json(GradcheckResult(f.step, f.tolerance, evidence.gradcheck,
+                                                    mode)),
+        "tape_finite": p.tape_finite,
+        "replay_bitwise": evidence.replay_bitwise,
+        "history": dict(HISTORY),
+    }
+    return document
+
+
+# --- the figure -----------------------------------------------------------------------------
+
+
+def figure(evidence: RopeEvidence, width: int) -> Any:
+    """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
+    pairs and their frequencies (beside the checks from 120 columns), each position's
+    angle turning each pair of Q (solid border) and K (dashed), the dot products by
+    relative offset, then the norms, the common shift, position zero, the reverse, the
+    shapes, the refused inputs and the history."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkvcli.render.rich.boxes import CARD, KEY, QUERY
+    from qkvcli.render.rich.layout import status, titled
+
+    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
+    table = f.table
+
+    def row(values: Any) -> str:
+        return " ".join(_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
+
+    head = Text.assemble(
+        ("Chapter 29 - RoPE", "bold"),
+        f"  {table.features} features in {table.pairs} {table.layout} pairs, base "
+        f"{_fixed(table.base, 2)}, a table of {table.positions} positions; tokens at "
+        f"positions {f.offset}-{f.offset + len(t.positions) - 1}, shifted by {f.shift}  ",
+        status(evidence.passed))
+    frequencies = Table(title="pairs and their frequencies", box=CARD)
+    frequencies.add_column("pair")
+    frequencies.add_column("features")
+    frequencies.add_column("theta_i = base^(-2i/d)", justify="right")
+    for pair, features in enumerate(table.pair_features()):
+        frequencies.add_row(str(pair), _ints(features), _fixed(float(t.inverse_frequencies[pair]), 6))
+
+    def pair_text(values: Any) -> str:
+        return ",".join(_fixed(float(v), 4) for v in values)
+
+    def turned(title: str, before: Any, after: Any, box: Any, style: str) -> Any:
+        # one row per (position, pair): each pair is a point in a plane, turned by its angle
+        grid = Table(title=title, box=box, border_style=style)
+        for column in ("position", "pair", "angle", "cos", "sin", "before", "after"):
+            grid.add_column(column, justify="right", no_wrap=True)
+        for r, position in enumerate(t.positions):
+            for pair, (a, b) in enumerate(table.pair_features()):
+                grid.add_row(str(position) if pair == 0 else "", str(pair),
+                             _fixed(float(t.angles[r, pair]), 4), _fixed(float(t.cosines[r, pair]), 4),
+                             _fixed(float(t.sines[r, pair]), 4), pair_text(before[r, [a, b]]),
+                             pair_text(after[r, [a, b]]))
+        return grid
+
+    query = turned("Q turned by its position (solid)", p.query, p.rotated_query, QUERY, "cyan")
+    key = turned("K turned by its position (dashed)", p.key, p.rotated_key, KEY, "magenta")
+    dots = Table(title="rot(Q).rot(K) by relative offset", box=CARD)
+    dots.add_column("query at")
+    for position in t.positions:
+        dots.add_column(f"key {position}", justify="right")
+    for r, position in enumerate(t.positions):
+        dots.add_row(f"position {position}", *(
+            f"{_fixed(float(v), 4)} ({key_position - position:+d})"
+            for v, key_position in zip(p.dot_grid[r], t.positions, strict=True)))
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column()
+    facts.add_column()
+    facts.add_row("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {row(p.input_norms)})")
+    facts.add_row("common shift", f"+{f.shift}: every dot product kept within "
+                  f"{_fixed(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}")
+    facts.add_row("position zero", f"identity: {fmt_bool(p.position_zero_identity)}")
+    facts.add_row("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
+                  "dQ, dK = U turned back")
+    facts.add_row("shapes", " ".join(f"{probe.case} {_shape(probe.output_shape)}"
+                                     for probe in evidence.probes))
+    facts.add_row("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
+                                      for e in evidence.errors))
+    facts.add_row("history", "; ".join(f"{key.replace('_', ' ')}: {value}"
+                                       for key, value in HISTORY))
+    checks = Table(title="checks", box=CARD)
+    checks.add_column("check")
+    checks.add_column("result")
+    for check in evidence.checks:
+        checks.add_row(check.name, status(check.passed))
+    if width >= 120:  # side by side when both fit
+        both = Table.grid(padding=(0, 1))
+        both.add_row(frequencies, checks)
+        cards: Any = both
+    else:
+        cards = Group(frequencies, checks)
+    return Group(head, cards, query, key, dots, titled("what the rotation kept"), facts)

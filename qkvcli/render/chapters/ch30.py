@@ -1,0 +1,378 @@
+"""Chapter 30's report, multi-head attention: text and trace (the anchors' bytes), JSON, figure.
+
+Pure functions of :class:`~qkvcli.chapters.ch30.MultiHeadEvidence`; every published name and
+all the chapter's wording live here. Numbers are fixed point with six decimals, and a
+value under half a unit of the last decimal is written as ``0.000000`` (never signed),
+as the reference writes them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+PREDICTION = ("projection creates two learned feature lanes; each lane normalizes its own "
+              "causal rows; W_O first learns how to mix the concatenated results")
+NEXT = "wrap this attention transformation in the first pre-normalized residual path"
+PARAMETER_NAMES = ("attention.query.weight", "attention.key.weight", "attention.value.weight",
+                   "attention.output.weight")
+PARAMETER_ORDER = ("query.weight", "key.weight", "value.weight", "output.weight")
+HISTORY_CODES = (("mixing", "after-concatenation"),
+                 ("modern_example", "llama-causal-heads-plus-rope"),
+                 ("weight_api", "dense-teaching-evidence"))
+"""Where multi-head attention stands, as the chapter tells it: the heads are mixed after
+their concatenation; LLaMA runs causal heads with RoPE; the weights here are dense
+teaching evidence, not a fused kernel's API."""
+
+GRADIENT_TENSORS = (("input", "input"), ("w_query", "query"), ("w_key", "key"),
+                    ("w_value", "value"), ("w_out", "output"))
+"""The gradient check's tensors and their keys on the ``gradcheck=`` line."""
+
+
+def vector(values: npt.ArrayLike) -> str:
+    """``[v,...]`` in fixed point, six decimals; below half a unit of the last decimal
+    (``0.5e-6``) a value is written ``0.000000``."""
+    array = np.asarray(values, dtype=np.float64)
+    return fmt_vector(np.where(np.abs(array) < 0.5e-6, 0.0, array))
+
+
+def tensor(values: npt.ArrayLike) -> str:
+    """``shape:[..] values:[..]``."""
+    array = np.asarray(values)
+    return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
+
+
+def _fixed(value: float, decimals: int = 6) -> str:
+    return fmt_float(0.0 if abs(value) < 0.5 * 10.0 ** -decimals else value, decimals)
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "rejected" if shape is None else fmt_shape(shape)
+
+
+def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
+    counts = {t.tensor: len(t.checks) for t in evidence.gradcheck.tensors}
+    return {key: counts.get(name, 0) for name, key in GRADIENT_TENSORS}
+
+
+def text(evidence: MultiHeadEvidence) -> str:
+    """The chapter's text report, ``key=value`` lines ending with a newline."""
+    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
+    s, par, h = evidence.shapes, evidence.parameters, evidence.history
+    batch, tokens, d_model = p.input.shape
+    heads, d_h = f.spec.heads, p.projected_query.shape[-1]
+    prefix = " ".join(f"position_{t}_unchanged:{fmt_bool(same)}"
+                      for t, same in enumerate(pr.prefix_unchanged))
+    counts = _gradient_counts(evidence)
+    lines = [
+        f"chapter={NAME}",
+        f"prediction={PREDICTION}",
+        f"config=batch:{batch} tokens:{tokens} d_model:{d_model} heads:{heads} d_h:{d_h} "
+        f"offset:{f.offset} capacity:{f.spec.table.positions} "
+        f"rope_base:{_fixed(f.spec.table.base)} bias:{fmt_bool(not par.bias_free)}",
+        f"input={tensor(p.input)}",
+        f"projected_query_heads={tensor(p.projected_query)}",
+        f"projected_key_heads={tensor(p.projected_key)}",
+        f"projected_value_heads={tensor(p.projected_value)}",
+        f"rotated_query_heads={tensor(p.rotated_query)}",
+        f"rotated_key_heads={tensor(p.rotated_key)}",
+        f"attention_weights={tensor(p.attention)}",
+        f"head_outputs={tensor(p.head_outputs)}",
+        f"merged={tensor(p.merged)}",
+        f"output_weight={tensor(p.output_weight)}",
+        f"output={tensor(p.output)}",
+        f"heads=head_0_uniform:{fmt_bool(pr.head_0_uniform)} "
+        f"head_1_distinct:{fmt_bool(pr.heads_distinct)} "
+        f"future_probabilities_zero:{fmt_bool(pr.future_zero)}",
+        f"prefix_perturbed_output={vector(pr.suffix_output)} {prefix}"
+        f"{' ' if prefix else ''}position_{tokens - 1}_changed:{fmt_bool(pr.suffix_changed)}",
+        f"layout=split_merge_bitwise:{fmt_bool(pr.split_merge)} "
+        f"head_isolation_before_output:{fmt_bool(pr.head_isolation)} "
+        f"common_offset_weights_preserved:{fmt_bool(pr.common_offset)} "
+        f"tolerance:{_fixed(f.invariant_tolerance, 12)}",
+        f"parameters=names:[{','.join(PARAMETER_NAMES)}] "
+        f"shapes:[{','.join(fmt_shape(shape) for shape in par.shapes)}] count:{par.count} "
+        f"bias_free:{fmt_bool(par.bias_free)} node_distinct:{fmt_bool(par.distinct)}",
+        f"upstream={vector(p.upstream)} loss:{_fixed(p.loss)}",
+        f"input_gradient={vector(p.grad_input)}",
+        f"query_weight_gradient={vector(p.grad_w_query)}",
+        f"key_weight_gradient={vector(p.grad_w_key)}",
+        f"value_weight_gradient={vector(p.grad_w_value)}",
+        f"output_weight_gradient={vector(p.grad_w_out)}",
+        "gradcheck=" + " ".join(f"{key}:{count}" for key, count in counts.items())
+        + f" total:{sum(counts.values())} tolerance:{_fixed(f.tolerance)} "
+        f"passed:{fmt_bool(evidence.gradcheck.passed)}",
+        f"shapes=input:{fmt_shape(s.input)} split:{fmt_shape(s.split)} "
+        f"rotated:{fmt_shape(s.rotated)} weights:{fmt_shape(s.weights)} "
+        f"head_output:{fmt_shape(s.head_output)} merged:{fmt_shape(s.merged)} "
+        f"output_weight:{fmt_shape(s.output_weight)} output:{fmt_shape(s.output)} "
+        f"empty_batch_weights:{_shape(s.empty_batch_weights)} "
+        f"empty_batch_output:{_shape(s.empty_batch_output)} "
+        f"single_token_weights:{_shape(s.single_token_weights)}",
+        "errors=" + " ".join(f"{e.case}:{fmt_bool(e.rejected)}" for e in evidence.errors),
+        f"history=earlier_weighted_context:{vector(h.earlier_context)} "
+        f"earlier_distributions_per_target:1 single_head_shape:{fmt_shape(h.single_head_shape)} "
+        f"multi_head_shape:{fmt_shape(h.multi_head_shape)} "
+        f"single_head_tables:{h.single_head_tables} multi_head_tables:{h.multi_head_tables} "
+        f"rows_normalized:{fmt_bool(h.rows_normalized)} "
+        + " ".join(f"{key}:{value}" for key, value in HISTORY_CODES),
+        f"proof=tape_finite:{fmt_bool(evidence.tape_finite)} "
+        f"replay:{'bitwise' if evidence.replay_bitwise else 'mismatch'} "
+        f"heads_distinct:{fmt_bool(pr.heads_distinct)} causal:{fmt_bool(pr.future_zero)} "
+        f"split_merge:{fmt_bool(pr.split_merge)} gradients:{fmt_bool(evidence.gradcheck.passed)}",
+        f"next={NEXT}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _batch(batch: int, b: int) -> str:
+    """The batch item a trace line is about, named only when there is more than one."""
+    return f"|batch={b}" if batch > 1 else ""
+
+
+def trace(evidence: MultiHeadEvidence) -> str:
+    """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
+    the figure draws, stage by stage."""
+    f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
+    batch, tokens, d_model = p.input.shape
+    heads, d_h = f.spec.heads, p.projected_query.shape[-1]
+    stages = (("input", s.input), ("split", s.split), ("rotated", s.rotated),
+              ("weights", s.weights), ("head-output", s.head_output), ("merged", s.merged),
+              ("output-weight", s.output_weight), ("output", s.output))
+    lines = [
+        f"CONFIG|batch={batch}|tokens={tokens}|model_width={d_model}|heads={heads}"
+        f"|head_width={d_h}|offset={f.offset}|max_positions={f.spec.table.positions}"
+        f"|rope_base={_fixed(f.spec.table.base)}|bias={fmt_bool(not evidence.parameters.bias_free)}"
+        f"|parameter_order=[{','.join(PARAMETER_ORDER)}]|layout=reshape-transpose",
+        *(f"SHAPE|stage={stage}|value={fmt_shape(shape)}" for stage, shape in stages),
+    ]
+    for h in range(heads):
+        features = ",".join(str(c) for c in range(h * d_h, (h + 1) * d_h))
+        lines.append(
+            f"PARTITION|head={h}|features=[{features}]|projected_q={vector(p.projected_query[:, h])}"
+            f"|projected_k={vector(p.projected_key[:, h])}"
+            f"|projected_v={vector(p.projected_value[:, h])}"
+            f"|rotated_q={vector(p.rotated_query[:, h])}|rotated_k={vector(p.rotated_key[:, h])}")
+    for b in range(batch):
+        for h in range(heads):
+            for q in range(tokens):
+                row = p.attention[b, h, q]
+                seen = ",".join("allowed" if k <= q else "blocked" for k in range(tokens))
+                lines.append(f"WEIGHT{_batch(batch, b)}|head={h}|query={q}|visibility=[{seen}]"
+                             f"|values={vector(row)}|row_sum={fmt_float(float(row.sum()), 6)}")
+    for b in range(batch):
+        for h in range(heads):
+            for t in range(tokens):
+                lines.append(f"HEAD_OUTPUT{_batch(batch, b)}|head={h}|token={t}"
+                             f"|values={vector(p.head_outputs[b, h, t])}")
+    for b in range(batch):
+        for t in range(tokens):
+            parts = "".join(f"|head_{h}={vector(p.head_outputs[b, h, t])}" for h in range(heads))
+            lines.append(f"MERGED{_batch(batch, b)}|token={t}{parts}|values={vector(p.merged[b, t])}")
+    lines += [f"OUTPUT_MAP|row={r}|values={vector(p.output_weight[r])}"
+              for r in range(p.output_weight.shape[0])]
+    for b in range(batch):
+        for t in range(tokens):
+            lines.append(f"OUTPUT{_batch(batch, b)}|token={t}|merged={vector(p.merged[b, t])}"
+                         f"|projected={vector(p.output[b, t])}")
+    prefix = "".join(f"|position_{t}={'bitwise-unchanged' if same else 'changed'}"
+                     for t, same in enumerate(pr.prefix_unchanged))
+    total = sum(_gradient_counts(evidence).values())
+    lines.append(
+        f"PREFIX_PROOF{prefix}|position_{tokens - 1}="
+        f"{'changed' if pr.suffix_changed else 'unchanged'}"
+        f"|split_merge={'bitwise' if pr.split_merge else 'mismatch'}"
+        f"|head_isolation={'before-output' if pr.head_isolation else 'failed'}"
+        f"|future_probabilities={'exact-zero' if pr.future_zero else 'nonzero'}"
+        f"|common_offset={'preserved' if pr.common_offset else 'changed'}"
+        f"|tolerance={_fixed(f.invariant_tolerance, 12)}|parameters={evidence.parameters.count}"
+        f"|gradchecks={total}")
+    return "\n".join(lines) + "\n"
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
+             "tensors", "heads", "prefix", "layout", "parameters", "loss", "shapes", "errors",
+             "gradcheck", "tape_finite", "replay_bitwise", "history")
+"""The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
+
+
+def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
+    (shortest round trip), tensors ``{"shape", "values"}``."""
+    from qkvcli import __version__
+    from qkvcli.render.report import gradcheck_json, json_float, tensor_json
+
+    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
+    s, par, h = evidence.shapes, evidence.parameters, evidence.history
+    batch, tokens, d_model = p.input.shape
+
+    def dims(shape: tuple[int, ...] | None) -> list[int] | None:
+        return None if shape is None else list(shape)
+
+    tensors = {
+        "input": p.input, "projected_query_heads": p.projected_query,
+        "projected_key_heads": p.projected_key, "projected_value_heads": p.projected_value,
+        "rotated_query_heads": p.rotated_query, "rotated_key_heads": p.rotated_key,
+        "attention_weights": p.attention, "head_outputs": p.head_outputs, "merged": p.merged,
+        "output_weight": p.output_weight, "output": p.output, "upstream": p.upstream,
+        "input_gradient": p.grad_input, "query_weight_gradient": p.grad_w_query,
+        "key_weight_gradient": p.grad_w_key, "value_weight_gradient": p.grad_w_value,
+        "output_weight_gradient": p.grad_w_out, "prefix_perturbed_output": pr.suffix_output,
+    }
+    return {
+        "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "chapter": NAME,
+        "passed": evidence.passed,
+        "checks": [{"name": c.name, "passed": c.passed} for c in evidence.checks],
+        "config": {"batch": int(batch), "tokens": int(tokens), "d_model": int(d_model),
+                   "heads": f.spec.heads, "d_h": int(p.projected_query.shape[-1]),
+                   "offset": f.offset, "shift": f.shift, "capacity": f.spec.table.positions,
+                   "rope_base": json_float(f.spec.table.base), "rope_layout": f.spec.table.layout,
+                   "bias": not par.bias_free},
+        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
+        "heads": {"head_0_uniform": pr.head_0_uniform, "heads_distinct": pr.heads_distinct,
+                  "future_probabilities_zero": pr.future_zero,
+                  "rows_normalized": pr.rows_normalized},
+        "prefix": {"suffix": tensor_json(f.suffix)["values"],
+                   "unchanged": list(pr.prefix_unchanged), "last_changed": pr.suffix_changed},
+        "layout": {"split_merge_bitwise": pr.split_merge,
+                   "head_isolation_before_output": pr.head_isolation,
+                   "common_offset_weights_preserved": pr.common_offset,
+                   "tolerance": f.invariant_tolerance},
+        "parameters": {"names": list(PARAMETER_NAMES), "shapes": [list(x) for x in par.shapes],
+                       "count": par.count, "bias_free": par.bias_free,
+                       "node_distinct": par.distinct},
+        "loss": json_float(p.loss),
+        "shapes": {"input": dims(s.input), "split": dims(s.split), "rotated": dims(s.rotated),
+                   "weights": dims(s.weights), "head_output": dims(s.head_output),
+                   "merged": dims(s.merged), "output_weight": dims(s.output_weight),
+                   "output": dims(s.output), "empty_batch_weights": dims(s.empty_batch_weights),
+                   "empty_batch_output": dims(s.empty_batch_output),
+                   "single_token_weights": dims(s.single_token_weights)},
+        "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
+                    "rejected": e.rejected, "message": e.message} for e in evidence.errors],
+        "gradcheck": gradcheck_json(evidence.gradcheck),
+        "tape_finite": evidence.tape_finite,
+        "replay_bitwise": evidence.replay_bitwise,
+        "history": {"earlier_weighted_context": tensor_json(h.earlier_context)["values"],
+                    "earlier_distributions_per_target": 1,
+                    "single_head_shape": list(h.single_head_shape),
+                    "multi_head_shape": list(h.multi_head_shape),
+                    "single_head_tables": h.single_head_tables,
+                    "multi_head_tables": h.multi_head_tables,
+                    "rows_normalized": h.rows_normalized, **dict(HISTORY_CODES)},
+    }
+
+
+# --- the figure -----------------------------------------------------------------------------
+
+
+def figure(evidence: MultiHeadEvidence, width: int) -> Any:
+    """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
+    stages' shapes, each head's partition (its projected and turned Q with a solid border,
+    K dashed, V double), its causal weights (a later key shown as masked), its outputs,
+    ``W_O``'s rows, the merge and the output per token, then the probes and the checks. A head's Q, K
+    and V stand side by side from 120 columns. The first batch item is drawn."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
+    from qkvcli.render.rich.layout import status, titled
+
+    f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
+    batch, tokens, d_model = p.input.shape
+    heads, d_h = f.spec.heads, p.projected_query.shape[-1]
+
+    def number(value: float) -> str:  # never a false zero: 1e-05 stays visible
+        return fmt_float(float(value) + 0.0, 4)
+
+    def row(values: Any) -> str:
+        return ",".join(number(v) for v in np.asarray(values).reshape(-1))
+
+    head = Text.assemble(
+        ("Chapter 30 - multi-head attention", "bold"),
+        f"  d_model {d_model} split into {heads} heads of {d_h}, RoPE base "
+        f"{_fixed(f.spec.table.base, 2)} from position {f.offset}, causal, W_O after the "
+        f"merge; batch item 0 of {batch}  ", status(evidence.passed))
+    stages = Text("shapes: " + " -> ".join(
+        f"{name} {fmt_shape(shape)}" for name, shape in (
+            ("input", s.input), ("split", s.split), ("rotated", s.rotated),
+            ("weights", s.weights), ("head outputs", s.head_output), ("merged", s.merged),
+            ("output", s.output))))
+    parts: list[Any] = [head, stages]
+    for h in range(heads):
+        features = f"{h * d_h}-{(h + 1) * d_h - 1}"
+        branches = []
+        for title, box, style, before, after in (
+                ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
+                ("K", KEY, "magenta", p.projected_key, p.rotated_key),
+                ("V", VALUE, "yellow", p.projected_value, None)):
+            table = Table(title=f"head {h} {title}", box=box, border_style=style)
+            table.add_column("token", justify="right")
+            table.add_column("projected", no_wrap=True)
+            if after is not None:
+                table.add_column("turned", no_wrap=True)
+            for t in range(tokens):
+                cells = [str(t), row(before[0, h, t])]
+                if after is not None:
+                    cells.append(row(after[0, h, t]))
+                table.add_row(*cells)
+            branches.append(table)
+        weights = Table(title=f"head {h}: weights (masked: a later key) and output", box=CARD)
+        weights.add_column("query", justify="right")
+        for k in range(tokens):
+            weights.add_column(f"key {k}", justify="right")
+        weights.add_column("output", no_wrap=True)
+        for q in range(tokens):
+            weights.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "masked"
+                                      for k in range(tokens)), row(p.head_outputs[0, h, q]))
+        parts.append(titled(f"head {h}: features {features}"))
+        if width >= 120:
+            side = Table.grid(padding=(0, 1))
+            side.add_row(*branches)
+            parts.append(side)
+        else:
+            parts += branches
+        parts.append(weights)
+    merged = Table(title="merged heads, then W_O", box=CARD)
+    merged.add_column("token", justify="right")
+    merged.add_column("merged", no_wrap=True)
+    merged.add_column("output", no_wrap=True)
+    for t in range(tokens):
+        merged.add_row(str(t), row(p.merged[0, t]), row(p.output[0, t]))
+    mixing = Table(title="W_O: where each merged feature goes", box=CARD)
+    mixing.add_column("merged feature", justify="right")
+    mixing.add_column("output features", no_wrap=True)
+    for r in range(p.output_weight.shape[0]):
+        mixing.add_row(str(r), row(p.output_weight[r]))
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column()
+    facts.add_column()
+    facts.add_row("future weights", "exactly 0" if pr.future_zero else "NOT zero")
+    facts.add_row("last token changed", ", ".join(
+        [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
+         for t, same in enumerate(pr.prefix_unchanged)]
+        + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"]))
+    facts.add_row("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}")
+    facts.add_row("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}")
+    facts.add_row("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}")
+    facts.add_row("gradient check", f"{evidence.gradcheck.count} coordinates within "
+                  f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}")
+    checks = Table(title="checks", box=CARD)
+    checks.add_column("check")
+    checks.add_column("result")
+    for check in evidence.checks:
+        checks.add_row(check.name, status(check.passed))
+    return Group(*parts, mixing, merged, titled("what the heads showed"), facts, checks)
