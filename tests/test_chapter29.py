@@ -84,7 +84,7 @@ def test_the_validator_refuses_in_the_chapters_order(call: Any, message: str) ->
 def test_a_released_buffer_is_refused_not_read() -> None:
     view = memoryview(bytearray(32)).cast("d", (1, 4))
     view.release()
-    with pytest.raises(ch29.ReleasedOperand) as raised:
+    with pytest.raises(ch29.ReleasedBuffer) as raised:
         ch29.rotate_checked(TABLE, view, 0)
     assert raised.value.stage == "rotary-pairs"
 

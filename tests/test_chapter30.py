@@ -63,7 +63,7 @@ def test_the_input_rule_checks_in_order() -> None:
     spec = ch30.parse(parse_json_text(bundled_fixture_text(ch30.FIXTURE))).spec
     with pytest.raises(Exception, match="rank three"):
         ch30.forward_checked(spec, np.zeros(4), 2 ** 64)
-    with pytest.raises(ch30.EmptyTokenAxis):
+    with pytest.raises(ch30.EmptyLayerInput):
         ch30.forward_checked(spec, np.zeros((1, 0, 4)), 2 ** 64)
 
 

@@ -166,7 +166,7 @@ class PositionRangeExceeded(RotaryRefusal):
         return (("offset", self.offset), ("tokens", self.tokens), ("capacity", self.capacity))
 
 
-class ReleasedOperand(RotaryRefusal):
+class ReleasedBuffer(RotaryRefusal):
     kind = "autodiff-stage"
 
     def __init__(self, stage: str) -> None:
@@ -179,12 +179,12 @@ class ReleasedOperand(RotaryRefusal):
 
 def read_operand(values: Any, stage: str) -> Array:
     """``values`` as float64; a released buffer (a ``memoryview`` after ``release()``) is
-    refused as :class:`ReleasedOperand` instead of being read as an object."""
+    refused as :class:`ReleasedBuffer` instead of being read as an object."""
     if isinstance(values, memoryview):
         try:
             values.nbytes  # noqa: B018 - any access of a released view raises
         except ValueError:
-            raise ReleasedOperand(stage) from None
+            raise ReleasedBuffer(stage) from None
     return np.asarray(values, dtype=np.float64)
 
 
@@ -603,7 +603,7 @@ def rejected_inputs(fixture: RopeFixture) -> tuple[RejectedRotaryInput, ...]:
                   lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
         _rejected("offset-overflow", PositionOffsetOverflow,
                   lambda: rotate_checked(small, np.zeros((1, t.features)), 2 ** 64 - 1)),
-        _rejected("released-input", ReleasedOperand,
+        _rejected("released-input", ReleasedBuffer,
                   lambda: rotate_checked(small, _released(t.features), 0)),
     )
 

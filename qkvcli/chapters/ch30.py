@@ -72,7 +72,7 @@ ROPE_KEYS = ("positions", "base", "layout", "offset", "shift")
 WEIGHT_KEYS = ("query", "key", "value", "output")
 
 
-class EmptyTokenAxis(QkvError):
+class EmptyLayerInput(QkvError):
     """A layer input without tokens: a causal row needs at least its own token."""
 
     def __init__(self) -> None:
@@ -113,13 +113,13 @@ def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
 def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
                     projected: Array | None = None) -> tuple[MultiHeadLayer, Array, LayerForward]:
     """The causal forward of the layer at positions ``offset ..`` after the chapter's input
-    checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedOperand`),
-    rank three and the model width (the engine's), at least one token (:class:`EmptyTokenAxis`),
+    checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedBuffer`),
+    rank three and the model width (the engine's), at least one token (:class:`EmptyLayerInput`),
     the position interval (chapter 29's table). Gives the layer, the input and the pass."""
     layer = layer_at(spec, offset)
     x = layer.projections.check_input(read_operand(values, PROJECTION_STAGE))
     if x.shape[1] == 0:
-        raise EmptyTokenAxis()
+        raise EmptyLayerInput()
     check_interval(spec.table, offset, int(x.shape[1]))
     with np.errstate(over="ignore", invalid="ignore"):
         return layer, x, engine.forward(layer, x, True, projected=projected)
@@ -209,7 +209,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
         layer = layer_at(spec, 0)
         x = layer.projections.check_input(x)
         if x.shape[1] == 0:
-            raise EmptyTokenAxis()
+            raise EmptyLayerInput()
     except QkvError as error:
         raise FixtureError("$.input", str(error)) from None
     if x.shape[0] == 0:  # the probes change a token of the first batch item
@@ -529,7 +529,7 @@ def rejected_inputs(fixture: MultiHeadFixture) -> tuple[RejectedMultiHeadInput, 
     from qkvcli.chapters.ch29 import (
         PositionOffsetOverflow,
         PositionRangeExceeded,
-        ReleasedOperand,
+        ReleasedBuffer,
     )
     from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError
 
@@ -553,12 +553,12 @@ def rejected_inputs(fixture: MultiHeadFixture) -> tuple[RejectedMultiHeadInput, 
         _rejected("odd_head_width", RopeError, layer(4, 4)),
         _rejected("input_rank", InputRank, given(np.zeros(d_model), 0)),
         _rejected("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
-        _rejected("empty_tokens", EmptyTokenAxis, given(np.zeros((1, 0, d_model)), 0)),
+        _rejected("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
         _rejected("offset_overflow", PositionOffsetOverflow,
                   given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
         _rejected("position_range", PositionRangeExceeded,
                   given(np.zeros((1, 2, d_model)), capacity - 1)),
-        _rejected("released_input", ReleasedOperand,
+        _rejected("released_input", ReleasedBuffer,
                   given(_released((1, tokens, d_model)), 0)),
     )
 

@@ -263,6 +263,7 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from qkvcli.render.chapters.figure import verdict_text
     from qkvcli.render.rich.boxes import CARD, KEY, QUERY
     from qkvcli.render.rich.layout import status, titled
 
@@ -337,4 +338,5 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
         cards: Any = both
     else:
         cards = Group(frequencies, checks)
-    return Group(head, cards, query, key, dots, titled("what the rotation kept"), facts)
+    return Group(head, cards, query, key, dots, titled("what the rotation kept"), facts,
+                 Text(), verdict_text(evidence.checks))

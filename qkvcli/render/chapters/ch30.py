@@ -288,6 +288,7 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from qkvcli.render.chapters.figure import verdict_text
     from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
     from qkvcli.render.rich.layout import status, titled
 
@@ -375,4 +376,5 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     checks.add_column("result")
     for check in evidence.checks:
         checks.add_row(check.name, status(check.passed))
-    return Group(*parts, mixing, merged, titled("what the heads showed"), facts, checks)
+    return Group(*parts, mixing, merged, titled("what the heads showed"), facts, checks,
+                 Text(), verdict_text(evidence.checks))
