@@ -108,6 +108,9 @@ class QkvGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from qkvcli.reading.files import forget_reads
+
+        forget_reads()  # this command's outputs are checked against this command's reads
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return self.invoke_translating(ctx)
