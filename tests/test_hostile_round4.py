@@ -4,15 +4,21 @@ batches that keep going, long output names, safetensors offsets, located errors.
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from .hostile_helpers import BASE, fixture, invoke, refused, write
+from .test_hostile_processes import gone, pids
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
 WRONG = str(EXAMPLES / "wrong_no_value_path.py")
@@ -86,3 +92,161 @@ def test_an_output_name_at_the_limit_is_written(tmp_path, name):
     assert result.exit_code == 0, result.output
     assert target.read_text().startswith("chapter=")
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+# --- 2. signals end every process qkv started, then one line and 128 + N ---------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW = {  # about ten seconds of `qkv run --mode full` on one core: time to be interrupted
+    "input": {"generate": {"seed": 1, "shape": [2, 96, 192]}},
+    "weights": {name: {"generate": {"seed": seed, "shape": [192, 192]}}
+                for seed, name in enumerate(("query", "key", "value"), 2)},
+}
+
+
+def descendants(root: int) -> set[int]:
+    """Every living process below ``root``, from the parent ids in /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def start_qkv(*args: str) -> subprocess.Popen[str]:
+    """A real ``qkv`` in a session of its own (its id is its process group's)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "qkvcli", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def wait_for(condition: Any, what: str, within: float = 120.0) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} within {within} s")
+
+
+def finish(qkv: subprocess.Popen[str], started: set[int]) -> tuple[str, str]:
+    """qkv's output once it exited; every process it had started must be gone."""
+    try:
+        out, err = qkv.communicate(timeout=60)
+    finally:
+        if qkv.poll() is None:
+            os.killpg(qkv.pid, signal.SIGKILL)
+            qkv.wait()
+    survivors = [pid for pid in started if not gone(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"processes {survivors} outlived qkv"
+    return out, err
+
+
+def slow_batch(tmp_path: Path, count: int = 4) -> Path:
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    for index in range(count):
+        write(folder / f"{index}.json", SLOW)
+    return folder
+
+
+STOPS = [("SIGINT", "qkv: interrupted", True), ("SIGINT", "qkv: interrupted", False),
+         ("SIGTERM", "qkv: stopped by SIGTERM", False),
+         ("SIGHUP", "qkv: stopped by SIGHUP", False),
+         ("SIGPIPE", "qkv: stopped by SIGPIPE", False)]
+
+
+@pytest.mark.parametrize(("name", "line", "group"), STOPS,
+                         ids=["sigint-group", "sigint", "sigterm", "sighup", "sigpipe"])
+def test_a_signal_ends_run_jobs_and_its_workers(tmp_path, name, line, group):
+    qkv = start_qkv("run", str(slow_batch(tmp_path)), "--jobs", "2", "--mode", "full")
+    workers = wait_for(lambda: len(found := descendants(qkv.pid)) >= 2 and found, "workers")
+    signum = getattr(signal, name)
+    if group:  # Ctrl-C at a terminal: the whole foreground process group gets it
+        os.killpg(qkv.pid, signum)
+    else:
+        qkv.send_signal(signum)
+    out, err = finish(qkv, workers)
+    assert qkv.returncode == 128 + signum, err
+    assert err.splitlines() == [line]
+    assert out == ""
+
+
+def test_a_killed_worker_is_its_fixtures_row(tmp_path):
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    write(folder / "a.json", BASE)
+    write(folder / "b.json", SLOW)
+    write(folder / "c.json", BASE)
+    qkv = start_qkv("run", str(folder), "--jobs", "2", "--mode", "full", "-f", "text")
+    # b.json's worker is the one still computing once a.json's has given its row.
+    worker = wait_for(lambda: len(found := descendants(qkv.pid)) == 1 and found
+                      and time.sleep(0.3) is None and descendants(qkv.pid) == found and found,
+                      "b.json's worker alone")
+    os.kill(next(iter(worker)), signal.SIGKILL)
+    out, err = finish(qkv, worker)
+    assert qkv.returncode == 2, err
+    died = "its worker process was killed by SIGKILL before giving a result (out of memory?)"
+    row = next(line for line in out.splitlines() if line.startswith(str(folder / "b.json")))
+    assert row.split()[1:] == ["-", "ERROR:", *died.split()]
+    assert err == f"Error: {folder / 'b.json'}: {died}\n"
+    assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in out
+
+
+def test_sighup_ends_a_python_implementations_process(tmp_path):
+    started = tmp_path / "started"
+    impl = tmp_path / "slow_impl.py"
+    impl.write_text("import os, time\n"
+                    "def forward(x, wq, wk, wv):\n"
+                    f"    open({str(started)!r}, 'w').write(f'{{os.getpid()}}\\n')\n"
+                    "    time.sleep(300)\n")
+    qkv = start_qkv("check", str(impl), "--random", "0", "--timeout", "600", "-f", "text")
+    child = set(pids(started)) | descendants(qkv.pid)
+    qkv.send_signal(signal.SIGHUP)
+    out, err = finish(qkv, child)
+    assert qkv.returncode == 128 + signal.SIGHUP, err
+    assert err == "qkv: stopped by SIGHUP\n" and out == ""
+
+
+def test_sigterm_ends_a_command_programs_whole_group(tmp_path):
+    record = tmp_path / "pids"
+    silent = tmp_path / "silent.py"
+    silent.write_text(f"import os, time\nopen({str(record) + '.me'!r}, 'w')"
+                      ".write(f'{os.getpid()}\\n')\ntime.sleep(300)\n")
+    script = (f"sleep 300 & echo $! > {shlex.quote(str(record))}; "
+              f"exec {shlex.quote(sys.executable)} {shlex.quote(str(silent))}")
+    qkv = start_qkv("check", "--command", f"sh -c {shlex.quote(script)}", "--timeout", "600",
+                    "--random", "0", "-f", "text")
+    started = set(pids(record) + pids(Path(str(record) + ".me")))
+    qkv.send_signal(signal.SIGTERM)
+    out, err = finish(qkv, started)
+    assert qkv.returncode == 128 + signal.SIGTERM, err
+    assert err == "qkv: stopped by SIGTERM\n" and out == ""
+
+
+def test_a_reader_that_goes_away_still_ends_quietly(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    qkv = subprocess.Popen([sys.executable, "-m", "qkvcli", "report", "-f", "json", "--full"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert qkv.stdout is not None and qkv.stderr is not None
+    qkv.stdout.read(10)
+    qkv.stdout.close()  # as `qkv report | head -c 10` does
+    err = qkv.stderr.read()
+    assert qkv.wait(timeout=60) == 0, err
+    assert err == b""

@@ -129,7 +129,7 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int) -> None:
         click.echo(f"score={right}/{len(questions)}")
         if isinstance(error, KeyboardInterrupt) or isinstance(error.__context__,
                                                               KeyboardInterrupt):
-            raise interrupted() from None
+            raise interrupted(error) from None
         raise SystemExit(EXIT_FAILED) from None
     click.echo(f"score={right}/{len(questions)}")
     if right != len(questions):
