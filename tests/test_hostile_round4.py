@@ -250,3 +250,23 @@ def test_a_reader_that_goes_away_still_ends_quietly(tmp_path):
     err = qkv.stderr.read()
     assert qkv.wait(timeout=60) == 0, err
     assert err == b""
+
+
+# --- 6. batches that keep going -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_layer_fixture_in_a_batch_is_its_own_row(tmp_path, jobs):
+    write(tmp_path / "a.json", BASE)
+    write(tmp_path / "b.json", {"heads": 2, "input": [[[1.0, 2.0]]]})
+    write(tmp_path / "c.json", BASE)
+    result = invoke("run", str(tmp_path), "--jobs", jobs)
+    assert result.exit_code == 2, result.output
+    rows = result.stdout.splitlines()
+    assert [row.split()[0] for row in rows[1:4]] == [str(tmp_path / f"{n}.json") for n in "abc"]
+    layer = next(row for row in rows if row.startswith(str(tmp_path / "b.json")))
+    assert layer.split(None, 2)[1:] == ["-", "ERROR: $.heads: a multi-head layer fixture; run it "
+                                        "with qkv attend"]
+    assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in result.stdout
+    assert result.stderr == (f"Error: {tmp_path / 'b.json'}: $.heads: a multi-head layer "
+                             "fixture; run it with qkv attend\n")

@@ -100,6 +100,8 @@ def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> 
         evidence = build_evidence(fixture)
     except QkvError as error:
         return Outcome(label, error=error_line(error).removeprefix(f"{label}: "))
+    except InputError as error:  # a layer fixture, which only qkv attend runs
+        return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
     except MemoryError:  # this fixture's row says so; the batch goes on with the others
         return Outcome(label, error=out_of_memory(""))
     checks = tuple((c.name, c.passed, c.detail) for c in check_rows(evidence))
