@@ -270,3 +270,51 @@ def test_a_layer_fixture_in_a_batch_is_its_own_row(tmp_path, jobs):
     assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in result.stdout
     assert result.stderr == (f"Error: {tmp_path / 'b.json'}: $.heads: a multi-head layer "
                              "fixture; run it with qkv attend\n")
+
+
+# --- 3. one snapshot of each input ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["rewrite", "truncate"])
+def test_an_npy_changed_while_qkv_checks_gives_one_reading(tmp_path, change):
+    x = np.arange(1.0, 97.0).reshape(2, 8, 6) / 7.0
+    np.save(tmp_path / "x.npy", x)
+    weights = {name: (np.arange(24.0).reshape(6, 4) / (5.0 + i)).tolist()
+               for i, name in enumerate(("query", "key", "value"))}
+    path = write(tmp_path / "f.json", {"input": {"npy": "x.npy"}, "weights": weights})
+    spoil = ("handle.seek(-8 * 48, 2); handle.write(bytes(8 * 48))" if change == "rewrite"
+             else "handle.truncate(0)")
+    impl = tmp_path / "changing.py"
+    impl.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(EXAMPLES)!r})\n"
+        "import numpy_qkv\n"
+        "done = []\n"
+        "def forward(x, w_query, w_key, w_value):\n"
+        "    if not done:\n"
+        "        done.append(1)\n"
+        f"        with open({str(tmp_path / 'x.npy')!r}, 'r+b') as handle:\n"
+        f"            {spoil}\n"
+        "    return numpy_qkv.forward(x, w_query, w_key, w_value)\n"
+        "backward = numpy_qkv.backward\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "qkvcli", "check", str(impl), str(path),
+                           "--random", "0", "-f", "text"], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout.splitlines()[-1].startswith("verdict: PASS")
+
+
+def test_a_loaded_npy_is_a_copy_not_a_view_of_the_file(tmp_path):
+    from qkvcli.reading.sources import load_npy
+
+    x = np.arange(12.0).reshape(1, 3, 4)
+    np.save(tmp_path / "x.npy", x)
+    loaded = load_npy("x.npy", "$.input.npy", tmp_path, 1 << 20)
+    with open(tmp_path / "x.npy", "r+b") as handle:
+        handle.seek(-8 * 12, 2)
+        handle.write(bytes(8 * 12))
+    assert loaded.tobytes() == x.tobytes()
+    empty = np.zeros((0, 3), dtype=np.float64)
+    np.save(tmp_path / "e.npy", empty)
+    assert load_npy("e.npy", "$.input.npy", tmp_path, 1 << 20).shape == (0, 3)

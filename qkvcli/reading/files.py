@@ -124,7 +124,8 @@ def open_regular(path: StrPath, what: str = "fixture") -> BinaryIO:
     try:
         info = os.fstat(fd)
         _refuse_special(name, info.st_mode, what)
-        _READ.add((info.st_dev, info.st_ino))
+        if hasattr(info, "st_ino"):
+            _READ.add((info.st_dev, info.st_ino))
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
