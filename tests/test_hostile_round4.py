@@ -318,3 +318,44 @@ def test_a_loaded_npy_is_a_copy_not_a_view_of_the_file(tmp_path):
     empty = np.zeros((0, 3), dtype=np.float64)
     np.save(tmp_path / "e.npy", empty)
     assert load_npy("e.npy", "$.input.npy", tmp_path, 1 << 20).shape == (0, 3)
+
+
+# --- 4. closed standard streams -----------------------------------------------------------
+
+
+def closed(redirect: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``qkv ARGS`` run by a shell with ``redirect`` (``<&-``, ``>&-``) closing a stream;
+    stderr is kept in a file (it may be the stream closed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "qkvcli", *args))
+    return subprocess.run(["sh", "-c", f"exec {command} {redirect}"], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("redirect", "args", "line"), [
+    ("<&-", ["quiz"], "Error: standard input is closed"),
+    (">&-", ["run", "-f", "text"],
+     "Error: standard output is closed (-o FILE writes the output to a file)"),
+    (">&-", ["run", "-f", "json"],
+     "Error: standard output is closed (-o FILE writes the output to a file)"),
+    (">&-", ["check", str(EXAMPLES / "numpy_qkv.py"), "--random", "0"],
+     "Error: standard output is closed (-o FILE writes the output to a file)"),
+], ids=["quiz-stdin", "run-text-stdout", "run-json-stdout", "check-stdout"])
+def test_a_closed_standard_stream_is_one_line_and_exit_2(redirect, args, line):
+    done = closed(redirect, *args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [line]
+
+
+def test_closed_stdout_and_stderr_exit_2_quietly():
+    done = closed(">&- 2>&-", "run", "-f", "text")
+    assert done.returncode == 2
+    assert done.stderr == "" and done.stdout == ""
+
+
+def test_a_closed_stream_no_command_needs_changes_nothing(tmp_path):
+    out = tmp_path / "report.txt"
+    done = closed("<&- >&-", "run", "-f", "text", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"qkv: wrote {out}\n"
+    assert out.read_text().startswith("chapter=")

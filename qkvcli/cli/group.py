@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import os
 import signal
 import sys
@@ -193,6 +194,8 @@ class QkvGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from qkvcli.reading.files import forget_reads
 
+        guard_closed_streams()
+
         forget_reads()  # this command's outputs are checked against this command's reads
         with warnings.catch_warnings(), stopping_on_signals():
             warnings.simplefilter("ignore")
@@ -231,6 +234,72 @@ class QkvGroup(click.Group):
             raise InputError(error_line(error)) from None
         except Exception as error:
             internal_error(ctx, error)
+
+
+class ClosedStream(io.TextIOBase):
+    """What stands for a standard stream that was closed when qkv started (``<&-``,
+    ``>&-``): using it is an :class:`InputError` naming it (exit 2); a closed stderr
+    takes what is written and drops it (there is nowhere to say anything)."""
+
+    def __init__(self, name: str, hint: str = "", silent: bool = False) -> None:
+        super().__init__()
+        self.stream_name = name
+        self.hint = hint
+        self.silent = silent
+
+    def closed_error(self) -> InputError:
+        return InputError(f"standard {self.stream_name} is closed{self.hint}")
+
+    def readable(self) -> bool:
+        return self.stream_name == "input"
+
+    def writable(self) -> bool:
+        return self.stream_name != "input"
+
+    def read(self, size: int | None = -1) -> str:
+        raise self.closed_error()
+
+    def readline(self, size: int | None = -1) -> str:
+        raise self.closed_error()
+
+    def write(self, text: str) -> int:
+        if self.silent or not text:
+            return len(text)
+        raise self.closed_error()
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("a closed standard stream has no descriptor")
+
+
+def guard_closed_streams() -> None:
+    """Stand a :class:`ClosedStream` in for each standard stream closed at start-up.
+
+    Its descriptor gets the null device first, so no file qkv opens later takes the
+    number 0, 1 or 2 (and is read or written as a standard stream by mistake).
+    """
+    streams = (("stdin", "input", "", False),
+               ("stdout", "output", " (-o FILE writes the output to a file)", False),
+               ("stderr", "error", "", True))
+    for fd, (attribute, name, hint, silent) in enumerate(streams):
+        if getattr(sys, attribute) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                placeholder = os.open(os.devnull, os.O_RDWR)
+                if placeholder != fd:
+                    os.dup2(placeholder, fd)
+                    os.close(placeholder)
+            except OSError:
+                pass
+        setattr(sys, attribute, ClosedStream(name, hint, silent))
 
 
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
