@@ -259,7 +259,7 @@ class ClosedStream(io.TextIOBase):
     def read(self, size: int | None = -1) -> str:
         raise self.closed_error()
 
-    def readline(self, size: int | None = -1) -> str:
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
         raise self.closed_error()
 
     def write(self, text: str) -> int:
