@@ -4,6 +4,7 @@ batches that keep going, long output names, safetensors offsets, located errors.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -359,3 +360,41 @@ def test_a_closed_stream_no_command_needs_changes_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == f"qkv: wrote {out}\n"
     assert out.read_text().startswith("chapter=")
+
+
+# --- 5. purity that cannot be forged from inside the implementation's process -------------
+
+
+FORGERIES = {
+    "main-changes": ("import __main__\n"
+                     "__main__._changes = lambda *args, **kwargs: []\n"),
+    "diagnose": ("import qkvcli.check.diagnose as diagnose\n"
+                 "diagnose.first_bit_difference = lambda *args, **kwargs: None\n"),
+    "numpy-copy": ("import numpy\n"
+                   "_array = numpy.array\n"
+                   "numpy.array = lambda value, *a, **k: value if k.get('copy') else "
+                   "_array(value, *a, **k)\n"),
+}
+
+
+@pytest.mark.parametrize("forgery", FORGERIES.values(), ids=FORGERIES.keys())
+def test_a_mutating_forward_fails_purity_whatever_it_patches(tmp_path, forgery):
+    impl = tmp_path / "forger.py"
+    impl.write_text(forgery + "def forward(x, w_query, w_key, w_value):\n"
+                    "    query, key, value = x @ w_query, x @ w_key, x @ w_value\n"
+                    "    x *= 2\n"
+                    "    return query, key, value\n")
+    result = invoke("check", str(impl), "--random", "0", "-f", "json")
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    purity = next(c for c in document["checks"] if c["name"] == "purity")
+    assert purity["passed"] is False, purity
+    changed = [f for f in document["failures"] if f["family"] == "purity"]
+    assert changed and changed[0]["coordinate"].startswith("x[")
+
+
+def test_a_pure_forward_passes_purity_over_shared_memory(tmp_path):
+    result = invoke("check", str(EXAMPLES / "numpy_qkv.py"), "--random", "2", "-f", "json")
+    assert result.exit_code == 0, result.output
+    purity = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "purity")
+    assert purity["passed"] is True and purity["applicable"] is True
