@@ -398,3 +398,60 @@ def test_a_pure_forward_passes_purity_over_shared_memory(tmp_path):
     assert result.exit_code == 0, result.output
     purity = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "purity")
     assert purity["passed"] is True and purity["applicable"] is True
+
+
+# --- 8. safetensors offsets: contiguous, in order, covering the data ------------------------
+
+
+def checkpoint(path: Path, offsets: dict[str, list[int]], data_bytes: int) -> Path:
+    """A hand-made checkpoint: F64 tensors of shape [3,2] at ``offsets``, ``data_bytes`` of data."""
+    header = json.dumps({name: {"dtype": "F64", "shape": [3, 2] if end - begin == 48 else
+                                [(end - begin) // 8], "data_offsets": [begin, end]}
+                         for name, (begin, end) in offsets.items()}).encode()
+    data = np.arange(data_bytes // 8, dtype="<f8").tobytes()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
+    return path
+
+
+LAYOUTS = {
+    "overlap": ({"wq": [0, 48], "b": [8, 56]}, 56,
+                "tensor b: data_offsets [8, 56] overlap those of tensor wq, [0, 48]"),
+    "hole": ({"wq": [0, 48], "b": [56, 104]}, 104,
+             "bytes 48 to 56 of the data, between tensors wq and b, belong to no tensor"),
+    "leading": ({"wq": [8, 56]}, 56, "bytes 0 to 8 of the data, before tensor wq, belong to "
+                "no tensor"),
+    "trailing": ({"wq": [0, 48]}, 56, "bytes 48 to 56 of the data, after tensor wq, belong to "
+                 "no tensor"),
+}
+
+
+@pytest.mark.parametrize(("offsets", "size", "message"), LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize("command", ["inspect", "run", "validate", "attend"])
+def test_safetensors_offsets_that_do_not_tile_the_data_are_refused(tmp_path, offsets, size,
+                                                                   message, command):
+    path = checkpoint(tmp_path / "c.safetensors", offsets, size)
+    if command == "inspect":
+        result = invoke("inspect", str(path))
+    else:
+        data = fixture()
+        data["weights"]["query"] = {"safetensors": "c.safetensors", "tensor": "wq"}
+        result = invoke(command, str(write(tmp_path / "f.json", data)))
+    line = refused(result, "c.safetensors", message, "the format forbids")
+    assert "Traceback" not in result.output
+    if command != "inspect":
+        assert "$.weights.query" in line
+
+
+def test_safetensors_offsets_in_any_header_order_are_taken_in_data_order(tmp_path):
+    path = checkpoint(tmp_path / "c.safetensors", {"b": [48, 96], "wq": [0, 48]}, 96)
+    data = fixture()
+    data["weights"]["query"] = {"safetensors": "c.safetensors", "tensor": "wq"}
+    assert invoke("inspect", str(path)).exit_code == 0
+    assert invoke("validate", str(write(tmp_path / "f.json", data))).exit_code == 0
+
+
+def test_init_refuses_a_checkpoint_whose_offsets_overlap(tmp_path):
+    path = checkpoint(tmp_path / "c.safetensors", {"wq": [0, 48], "b": [8, 56]}, 56)
+    result = invoke("init", "--from-safetensors", str(path), "-o", str(tmp_path / "f.json"))
+    refused(result, "c.safetensors", "overlap", "the format forbids")
+    assert not (tmp_path / "f.json").exists()
