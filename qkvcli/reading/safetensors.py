@@ -114,7 +114,16 @@ def scan_header(text: str, keep: Collection[str] | None,
         name = _name(found.group(1))
         hashes.append(hash(name))
         if data_bytes is not None and name != METADATA:
-            spans.extend(_span(name, found.group(2), offsets, data_bytes, position))
+            # Searched in place: no copy of the entry, a cost paid by every entry.
+            span = offsets.search(text, found.start(2), found.end(2))
+            if span is None:
+                raise _bad_offsets(name, None, None, data_bytes)
+            begin, end = int(span.group(1)), int(span.group(2))
+            if end < begin or end > data_bytes:
+                raise _bad_offsets(name, begin, end, data_bytes)
+            spans.append(begin)
+            spans.append(end)
+            spans.append(position)
         if keep is None:
             bodies.append(found.group(2))
             names.append(name)
@@ -148,21 +157,17 @@ _OFFSETS = (f'"data_offsets"{_SPACE}:{_SPACE}\\[{_SPACE}([0-9]+){_SPACE},{_SPACE
             f'{_SPACE}\\]')
 
 
-def _span(name: str, body: str, offsets: Any, data_bytes: int, place: int) -> tuple[int, ...]:
-    """``(begin, end, place)`` of one entry's ``data_offsets``. Raises :class:`HeaderError`
-    when they are not two non-negative integers ending after they begin, inside the data."""
-    found = offsets.search(body)
-    if found is None:
-        raise HeaderError(f"tensor {printable(name)}: data_offsets must be two non-negative "
-                          "integers")
-    begin, end = int(found.group(1)), int(found.group(2))
+def _bad_offsets(name: str, begin: int | None, end: int | None, data_bytes: int) -> HeaderError:
+    """Why one entry's ``data_offsets`` cannot be laid out: not two non-negative
+    integers (``begin`` is ``None``), ending before they begin, or past the data."""
+    if begin is None or end is None:
+        return HeaderError(f"tensor {printable(name)}: data_offsets must be two non-negative "
+                           "integers")
     if end < begin:
-        raise HeaderError(f"tensor {printable(name)}: data_offsets [{begin}, {end}] end before "
-                          "they begin")
-    if end > data_bytes:
-        raise HeaderError(f"tensor {printable(name)}: data_offsets [{begin}, {end}] point past "
-                          f"the end of the data ({data_bytes} bytes)")
-    return begin, end, place
+        return HeaderError(f"tensor {printable(name)}: data_offsets [{begin}, {end}] end "
+                           "before they begin")
+    return HeaderError(f"tensor {printable(name)}: data_offsets [{begin}, {end}] point past "
+                       f"the end of the data ({data_bytes} bytes)")
 
 
 def check_layout(spans: Any, data_bytes: int, name_at: Any) -> None:
