@@ -455,3 +455,30 @@ def test_init_refuses_a_checkpoint_whose_offsets_overlap(tmp_path):
     result = invoke("init", "--from-safetensors", str(path), "-o", str(tmp_path / "f.json"))
     refused(result, "c.safetensors", "overlap", "the format forbids")
     assert not (tmp_path / "f.json").exists()
+
+
+# --- 9. a .npy problem names its file and its JSON location --------------------------------
+
+
+NPY_PROBLEMS = {
+    "float32-1e300": (lambda: np.full((3, 2), 1e300).astype(np.float32),
+                      "value at flat index 0 is not finite (inf)"),
+    "nan": (lambda: np.full((3, 2), np.nan), "value at flat index 0 is not finite (nan)"),
+    "object": (lambda: np.array([1, "a"], dtype=object), "object arrays (pickles) are refused"),
+    "complex": (lambda: np.ones((3, 2), dtype=np.complex128), "dtype complex128 is not supported"),
+}
+
+
+@pytest.mark.parametrize("command", [["run"], ["attend"], ["validate"], ["gradcheck"], ["quiz"],
+                                     ["check", str(EXAMPLES / "numpy_qkv.py")]],
+                         ids=["run", "attend", "validate", "gradcheck", "quiz", "check"])
+@pytest.mark.parametrize(("make", "problem"), NPY_PROBLEMS.values(), ids=NPY_PROBLEMS.keys())
+def test_an_npy_problem_names_the_file_and_the_json_location(tmp_path, command, make, problem):
+    with np.errstate(over="ignore"):
+        np.save(tmp_path / "w.npy", make(), allow_pickle=True)
+    data = fixture()
+    data["weights"]["key"] = {"npy": "w.npy"}
+    path = write(tmp_path / "f.json", data)
+    line = refused(invoke(*command, str(path), stdin=b""), f"{path}: $.weights.key.npy: w.npy: ",
+                   problem)
+    assert line.startswith(f"Error: {path}: ")
