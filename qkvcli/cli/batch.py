@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -242,7 +242,8 @@ def pooled(work: Callable[..., Outcome], fixtures: Sequence[Path | None], jobs: 
                                           args=(sender, work, fixtures[started], settings))
                 sys.stdout.flush()  # a forked worker must not write out qkv's buffers again
                 sys.stderr.flush()
-                process.start()
+                with _signals_held():  # the worker sets its own dispositions first
+                    process.start()
                 sender.close()
                 running[started] = (process, receiver)
                 started += 1
@@ -262,6 +263,23 @@ def pooled(work: Callable[..., Outcome], fixtures: Sequence[Path | None], jobs: 
                 process.kill()
             process.join()
             receiver.close()
+
+
+HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE")
+"""Blocked while a worker is forked, until it has set what each does in it."""
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Block :data:`HELD_SIGNALS` in the block (a fork inherits the mask), then restore."""
+    import signal
+
+    held = {getattr(signal, name) for name in HELD_SIGNALS if hasattr(signal, name)}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _received(process: Any, receiver: Any, path: Path | None) -> Outcome:
@@ -296,6 +314,8 @@ def _send_outcome(sender: Any, work: Callable[..., Outcome], path: Path | None,
     for name in ("SIGTERM", "SIGHUP"):
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {getattr(signal, name) for name in HELD_SIGNALS
+                                               if hasattr(signal, name)})  # held by the fork
     try:
         result: tuple[Outcome | None, BaseException | None] = (work(path, *settings), None)
     except Exception as error:  # sent back and raised in the parent
