@@ -482,3 +482,45 @@ def test_an_npy_problem_names_the_file_and_the_json_location(tmp_path, command, 
     line = refused(invoke(*command, str(path), stdin=b""), f"{path}: $.weights.key.npy: w.npy: ",
                    problem)
     assert line.startswith(f"Error: {path}: ")
+
+
+# --- the strict reader: an integer beyond float64 is refused where it stands ---------------
+
+
+HUGE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(("command", "text", "where"), [
+    (["attend"], '{"heads": 1, "rope": {"theta": %s}}' % HUGE, "$.rope.theta: line 1 column 32"),
+    (["validate", "--attend"], '{"heads": 1, "scale": %s}' % HUGE, "$.scale: line 1 column 23"),
+    (["run"], json.dumps(BASE).replace('"query": [[1, 0]', '"query": [[1, %s]' % HUGE),
+     "$.weights.query[0][1]"),
+    (["check", str(EXAMPLES / "numpy_qkv.py")], '{"seed": %s}' % HUGE, "$.seed: line 1"),
+], ids=["attend-rope-theta", "validate-scale", "run-weight", "check-seed"])
+def test_an_integer_beyond_float64_is_refused_at_its_json_path(tmp_path, command, text, where):
+    path = write(tmp_path / "f.json", text)
+    refused(invoke(*command, str(path)), f"{path}: {where}",
+            "the integer 10000000000000000000000… (401 digits) is too large for binary64")
+
+
+def test_init_refuses_a_config_with_an_integer_beyond_float64(tmp_path):
+    names = [f"model.layers.0.self_attn.{n}_proj.weight" for n in "qkvo"]
+    header = json.dumps({name: {"dtype": "F64", "shape": [4, 4],
+                                "data_offsets": [128 * i, 128 * i + 128]}
+                         for i, name in enumerate(names)}).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4 * 128))
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "rope_theta": %s}' % HUGE)
+    result = invoke("init", "--from-safetensors", str(path), "--prefix",
+                    "model.layers.0.self_attn.", "-o", str(tmp_path / "f.json"))
+    refused(result, "config.json", "$.rope_theta", "too large for binary64")
+
+
+def test_digits_that_are_no_huge_integer_are_read():
+    from qkvcli.reading.json_values import parse_json_text
+
+    largest = str(int(sys.float_info.max))  # 309 digits, a finite float64
+    data = parse_json_text('{"name": "%s", "x": 0.%s, "y": %s, "z": 1e%s}'
+                           % (HUGE, HUGE, largest, "0" * 300))
+    assert data["name"] == HUGE and data["y"] == int(largest) and data["z"] == 1.0
+    assert float(data["y"]) == sys.float_info.max
