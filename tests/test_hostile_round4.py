@@ -491,14 +491,14 @@ HUGE = "1" + "0" * 400
 
 
 @pytest.mark.parametrize(("command", "text", "where"), [
-    (["attend"], '{"heads": 1, "rope": {"theta": %s}}' % HUGE, "$.rope.theta: line 1 column 32"),
-    (["validate", "--attend"], '{"heads": 1, "scale": %s}' % HUGE, "$.scale: line 1 column 23"),
-    (["run"], json.dumps(BASE).replace('"query": [[1, 0]', '"query": [[1, %s]' % HUGE),
+    (["attend"], '{"heads": 1, "rope": {"theta": HUGE}}', "$.rope.theta: line 1 column 32"),
+    (["validate", "--attend"], '{"heads": 1, "scale": HUGE}', "$.scale: line 1 column 23"),
+    (["run"], json.dumps(BASE).replace('"query": [[1, 0]', '"query": [[1, HUGE]'),
      "$.weights.query[0][1]"),
-    (["check", str(EXAMPLES / "numpy_qkv.py")], '{"seed": %s}' % HUGE, "$.seed: line 1"),
+    (["check", str(EXAMPLES / "numpy_qkv.py")], '{"seed": HUGE}', "$.seed: line 1"),
 ], ids=["attend-rope-theta", "validate-scale", "run-weight", "check-seed"])
 def test_an_integer_beyond_float64_is_refused_at_its_json_path(tmp_path, command, text, where):
-    path = write(tmp_path / "f.json", text)
+    path = write(tmp_path / "f.json", text.replace("HUGE", HUGE))
     refused(invoke(*command, str(path)), f"{path}: {where}",
             "the integer 10000000000000000000000… (401 digits) is too large for binary64")
 
@@ -510,7 +510,7 @@ def test_init_refuses_a_config_with_an_integer_beyond_float64(tmp_path):
                          for i, name in enumerate(names)}).encode()
     path = tmp_path / "model.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4 * 128))
-    (tmp_path / "config.json").write_text('{"model_type": "llama", "rope_theta": %s}' % HUGE)
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "rope_theta": HUGE}'.replace("HUGE", HUGE))
     result = invoke("init", "--from-safetensors", str(path), "--prefix",
                     "model.layers.0.self_attn.", "-o", str(tmp_path / "f.json"))
     refused(result, "config.json", "$.rope_theta", "too large for binary64")
@@ -520,7 +520,7 @@ def test_digits_that_are_no_huge_integer_are_read():
     from qkvcli.reading.json_values import parse_json_text
 
     largest = str(int(sys.float_info.max))  # 309 digits, a finite float64
-    data = parse_json_text('{"name": "%s", "x": 0.%s, "y": %s, "z": 1e%s}'
-                           % (HUGE, HUGE, largest, "0" * 300))
+    data = parse_json_text(f'{{"name": "{HUGE}", "x": 0.{HUGE}, "y": {largest}, '
+                           f'"z": 1e{"0" * 300}}}')
     assert data["name"] == HUGE and data["y"] == int(largest) and data["z"] == 1.0
     assert float(data["y"]) == sys.float_info.max
