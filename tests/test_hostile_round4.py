@@ -524,3 +524,19 @@ def test_digits_that_are_no_huge_integer_are_read():
                            f'"z": 1e{"0" * 300}}}')
     assert data["name"] == HUGE and data["y"] == int(largest) and data["z"] == 1.0
     assert float(data["y"]) == sys.float_info.max
+
+
+def test_a_fifo_reader_that_goes_away_is_a_write_error_not_a_stop(tmp_path):
+    big = write(tmp_path / "big.json", {
+        "input": {"generate": {"seed": 1, "shape": [1, 64, 64]}},
+        "weights": {name: {"generate": {"seed": seed, "shape": [64, 64]}}
+                    for seed, name in enumerate(("query", "key", "value"), 2)}})
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    qkv = start_qkv("report", str(big), "-f", "json", "--full", "-o", str(fifo))
+    with open(fifo, "rb") as reader:
+        assert reader.read(10)
+    out, err = finish(qkv, set())
+    assert out == ""
+    assert qkv.returncode == 2, err
+    assert err.splitlines() == [f"Error: {fifo}: cannot write (Broken pipe)"]

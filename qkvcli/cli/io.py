@@ -339,14 +339,21 @@ def write_through(output: Path, text: str | Iterable[str]) -> None:
         raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     try:
         os.set_blocking(fd, True)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            fd = -1
-            handle.writelines(chunked([text] if isinstance(text, str) else text))
+        for chunk in chunked([text] if isinstance(text, str) else text):
+            data = memoryview(chunk.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
     except OSError as error:
         raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     finally:
-        if fd >= 0:
-            os.close(fd)
+        close_after_signals(fd)
+
+
+def close_after_signals(fd: int) -> None:
+    """Close ``fd``. A function of its own, called, not inlined: a SIGPIPE the last write
+    raised is handled on entry here (cli/group.py), while the pipe is still open to show
+    that its reader went away, so it is not taken for a request to stop."""
+    os.close(fd)
 
 
 def replace_atomically(output: Path, text: str | Iterable[str], new_only: bool = False) -> None:
