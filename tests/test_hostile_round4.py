@@ -540,3 +540,22 @@ def test_a_fifo_reader_that_goes_away_is_a_write_error_not_a_stop(tmp_path):
     assert out == ""
     assert qkv.returncode == 2, err
     assert err.splitlines() == [f"Error: {fifo}: cannot write (Broken pipe)"]
+
+
+def test_an_implementation_that_cuts_the_shared_memory_short_fails_purity(tmp_path):
+    impl = tmp_path / "cutter.py"
+    impl.write_text("import os\n"
+                    "def forward(x, w_query, w_key, w_value):\n"
+                    "    result = x @ w_query, x @ w_key, x @ w_value\n"
+                    "    os.ftruncate(_arena(), 0)\n"
+                    "    return result\n"
+                    "def _arena():\n"
+                    "    for name in os.listdir('/proc/self/fd'):\n"
+                    "        if 'qkv-arguments' in os.readlink(f'/proc/self/fd/{name}'):\n"
+                    "            return int(name)\n"
+                    "    raise RuntimeError('no arena')\n")
+    result = invoke("check", str(impl), "--random", "0", "-f", "json")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output
+    purity = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "purity")
+    assert purity["passed"] is False

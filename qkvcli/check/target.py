@@ -271,8 +271,8 @@ class Arena:
     qkv writes the tensors (:meth:`place`), the runner hands the implementation arrays
     over the same memory (:func:`arena_arguments`), and qkv reads them back after the
     reply (:meth:`changes`): what the implementation changed in place, seen by qkv
-    itself. The file only grows while the runner lives (a mapping past a shrunk end
-    would fault).
+    itself. qkv never shrinks the file (a mapping past a shrunk end would fault); if the
+    implementation does, what it cut reads as zeros: a change.
     """
 
     def __init__(self) -> None:
@@ -284,7 +284,6 @@ class Arena:
             fd, path = tempfile.mkstemp(prefix="qkv-arguments-")
             os.unlink(path)
             self.fd = fd
-        self.size = 0
         self.placed: list[tuple[str, Array, int]] = []
 
     def place(self, tensors: dict[str, Array]) -> dict[str, list[Any]]:
@@ -298,9 +297,8 @@ class Arena:
             layout[key] = [offset, [int(dim) for dim in array.shape]]
             placed.append((key, array, offset))
             offset += -(-array.nbytes // ARENA_ALIGN) * ARENA_ALIGN
-        if offset > self.size:
+        if offset > os.fstat(self.fd).st_size:  # the child may have cut it short
             os.ftruncate(self.fd, offset)
-            self.size = offset
         for _, array, start in placed:
             data = array.data.cast("B") if array.size else memoryview(b"")
             written = 0
@@ -317,6 +315,7 @@ class Arena:
         found = []
         for key, before, start in self.placed:
             raw = os.pread(self.fd, before.nbytes, start) if before.size else b""
+            raw += bytes(before.nbytes - len(raw))  # cut short in the child: zeros, as mapped
             after = np.frombuffer(raw, dtype="<f8").reshape(before.shape)
             difference = first_bit_difference(before, after)
             if difference is not None:
