@@ -244,8 +244,8 @@ def pooled(work: Callable[..., Outcome], fixtures: Sequence[Path | None], jobs: 
                 sys.stderr.flush()
                 with _signals_held():  # the worker sets its own dispositions first
                     process.start()
+                    running[started] = (process, receiver)  # known before any signal lands
                 sender.close()
-                running[started] = (process, receiver)
                 started += 1
             if given in finished:
                 yield finished.pop(given)
