@@ -87,9 +87,9 @@ class CommandClient:
                 and all(isinstance(part, str) for part in change)]
 
     def __init__(self, command: str, timeout: float, argv: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        """Start ``command`` (or ``argv`` when given, with ``env``) and say hello.
-        Raises :class:`CommandNotStarted`.
+                 env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
+        """Start ``command`` (or ``argv`` when given, with ``env`` and the descriptors
+        ``pass_fds`` left open in it) and say hello. Raises :class:`CommandNotStarted`.
 
         However hello ends (answered, broken, interrupted by Ctrl-C), a program that is
         not answering is never left running: an exception out of here ends it first.
@@ -110,7 +110,7 @@ class CommandClient:
             # at the terminal reaches qkv only (which then ends the group itself).
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                bufsize=0, start_new_session=True, env=env,
+                bufsize=0, start_new_session=True, env=env, pass_fds=pass_fds,
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in the command
             reason = error.strerror if isinstance(error, OSError) else None
@@ -321,7 +321,7 @@ class CommandClient:
               causal: bool | None = None) -> tuple[Array, ...]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
-        message.update({key: encode_tensor(value, self.binary) for key, value in tensors.items()})
+        message.update(self._tensor_fields(tensors))
         if causal is not None:
             message["causal"] = bool(causal)
         values = reply_values(operation, tensors)
@@ -338,6 +338,10 @@ class CommandClient:
         except Malformed as error:
             where = f"request {self._next_id} ({operation})"
             raise self._break(operation, f"{where}: malformed reply: {error}") from None
+
+    def _tensor_fields(self, tensors: dict[str, Array]) -> dict[str, Any]:
+        """The request's fields carrying ``tensors``: each one's own, as the protocol says."""
+        return {key: encode_tensor(value, self.binary) for key, value in tensors.items()}
 
     def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
         """One request of ``operation`` (its fields in :data:`OPERATIONS` order)."""

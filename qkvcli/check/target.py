@@ -12,8 +12,14 @@ answers the ``--command`` protocol of docs/protocol.md on a private copy of its
 stdin/stdout. The implementation's own stdout is qkv's stderr pipe, its stdin is
 empty; nothing it does (printing, exiting, looping, changing directory, patching
 modules, starting threads) reaches qkv except the answers. The runner adds to a
-reply what only it can see: ``"changed"`` (arguments the call modified, for purity)
-and ``"bad_result"`` (the call returned something that is not the tensors).
+reply what only it can see: ``"bad_result"`` (the call returned something that is not
+the tensors).
+
+Purity is judged in qkv's own process, where the implementation cannot reach: each
+call's arguments are placed in memory qkv shares with the runner (:class:`Arena`, a
+memory file the child maps), the implementation gets arrays over that memory, and
+after the reply qkv reads them back and compares them with what it placed. Replacing
+the runner's functions or qkv's modules inside the child changes nothing qkv reads.
 """
 
 from __future__ import annotations
@@ -254,32 +260,123 @@ def _load_error(spec: str) -> tuple[PythonImplementation | None, dict[str, Any]]
     return implementation, {"version": 1, "ops": list(implementation.operations)}
 
 
-def _changes(names: tuple[str, ...], originals: list[Array],
-             arguments: list[Array]) -> list[list[str]]:
-    from qkvcli.check.diagnose import first_bit_difference
-
-    found = []
-    for name, before, after in zip(names, originals, arguments, strict=True):
-        difference = first_bit_difference(before, after)
-        if difference is not None:
-            found.append([name, *difference])
-    return found
+ARENA_FD = "QKV_ARGUMENTS_FD"
+"""The environment variable naming the runner's descriptor of the :class:`Arena`."""
+ARENA_ALIGN = 64  # bytes: each argument starts on a cache line
 
 
-def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> dict[str, Any]:
-    """The reply to one forward or backward request (any exception is said in it)."""
+class Arena:
+    """The arguments of each call, in a memory file qkv and its runner share.
+
+    qkv writes the tensors (:meth:`place`), the runner hands the implementation arrays
+    over the same memory (:func:`arena_arguments`), and qkv reads them back after the
+    reply (:meth:`changes`): what the implementation changed in place, seen by qkv
+    itself. qkv never shrinks the file (a mapping past a shrunk end would fault); if the
+    implementation does, what it cut reads as zeros: a change.
+    """
+
+    def __init__(self) -> None:
+        if hasattr(os, "memfd_create"):
+            self.fd = os.memfd_create("qkv-arguments", os.MFD_CLOEXEC)
+        else:  # an unlinked temporary file does the same where memory files do not exist
+            import tempfile
+
+            fd, path = tempfile.mkstemp(prefix="qkv-arguments-")
+            os.unlink(path)
+            self.fd = fd
+        self.placed: list[tuple[str, Array, int]] = []
+
+    def place(self, tensors: dict[str, Array]) -> dict[str, list[Any]]:
+        """Write ``tensors`` into the file; the request's ``"arena"`` field saying where
+        (``{key: [offset, shape]}``)."""
+        layout: dict[str, list[Any]] = {}
+        placed = []
+        offset = 0
+        for key, value in tensors.items():
+            array = np.ascontiguousarray(value, dtype="<f8")
+            layout[key] = [offset, [int(dim) for dim in array.shape]]
+            placed.append((key, array, offset))
+            offset += -(-array.nbytes // ARENA_ALIGN) * ARENA_ALIGN
+        if offset > os.fstat(self.fd).st_size:  # the child may have cut it short
+            os.ftruncate(self.fd, offset)
+        for _, array, start in placed:
+            data = array.data.cast("B") if array.size else memoryview(b"")
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self.fd, data[written:], start + written)
+        self.placed = placed
+        return layout
+
+    def changes(self) -> list[tuple[str, str, str, str]]:
+        """``(argument, coordinate, before, after)`` for each argument of the last call
+        that is not, bit for bit, what was placed (read back in qkv's own process)."""
+        from qkvcli.check.diagnose import first_bit_difference
+
+        found = []
+        for key, before, start in self.placed:
+            raw = os.pread(self.fd, before.nbytes, start) if before.size else b""
+            raw += bytes(before.nbytes - len(raw))  # cut short in the child: zeros, as mapped
+            after = np.frombuffer(raw, dtype="<f8").reshape(before.shape)
+            difference = first_bit_difference(before, after)
+            if difference is not None:
+                found.append(("x" if key == "input" else key, *difference))
+        self.placed = []
+        return found
+
+    def close(self) -> None:
+        """Release the file (idempotent: the descriptor number is never closed twice)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def arena_arguments(request: dict[str, Any], keys: tuple[str, ...], fd: int) -> list[Any]:
+    """The call's arguments as arrays over the shared memory the request's ``"arena"``
+    names (the implementation changes qkv's copy, in place, if it changes them at all)."""
+    import mmap
+
+    layout = request["arena"]
+    spans = [(int(layout[key][0]), tuple(int(dim) for dim in layout[key][1]))
+             for key in keys if key != "causal"]
+    end = max((start + 8 * int(np.prod(shape)) for start, shape in spans), default=0)
+    memory = mmap.mmap(fd, end) if end else None
+    arguments: list[Any] = []
+    tensors = iter(spans)
+    for key in keys:
+        if key == "causal":
+            arguments.append(request.get(key) is True)
+            continue
+        start, shape = next(tensors)
+        count = int(np.prod(shape))
+        if memory is None or count == 0:
+            arguments.append(np.zeros(shape, dtype=np.float64))
+        else:
+            arguments.append(np.frombuffer(memory, dtype=np.float64, count=count,
+                                           offset=start).reshape(shape))
+    return arguments
+
+
+def _answer(implementation: PythonImplementation, request: dict[str, Any],
+            arena: int | None = None) -> dict[str, Any]:
+    """The reply to one forward or backward request (any exception is said in it); its
+    tensors over the shared ``arena`` when the request places them there."""
     from qkvcli.check.wire import decode_tensor, encode_tensor
 
     operation = request.get("op")
     if operation not in implementation.operations:
         return {"error": f"unknown op {json.dumps(operation)}"}
     keys, names = OPERATIONS[str(operation)]
-    arguments: list[Any] = [request.get(key) is True if key == "causal"
-                            else decode_tensor(request, key, sys.maxsize, True) for key in keys]
-    binary = any(isinstance(request.get(key), dict) and "float64" in request[key] for key in keys)
-    tensors = [(key, argument) for key, argument in zip(keys, arguments, strict=True)
-               if key != "causal"]
-    originals = [np.array(argument, copy=True) for _, argument in tensors]
+    if arena is not None and isinstance(request.get("arena"), dict):
+        arguments = arena_arguments(request, keys, arena)
+        binary = True
+    else:
+        arguments = [request.get(key) is True if key == "causal"
+                     else decode_tensor(request, key, sys.maxsize, True) for key in keys]
+        binary = any(isinstance(request.get(key), dict) and "float64" in request[key]
+                     for key in keys)
     reply: dict[str, Any] = {}
     try:
         results = implementation.call(str(operation), tuple(arguments))
@@ -291,10 +388,6 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> di
         reply = {"error": error.message, "bad_result": True}
     except Rejected as error:
         reply = {"error": error.message}
-    changed = _changes(tuple("x" if key == "input" else key for key, _ in tensors), originals,
-                       [argument for _, argument in tensors])
-    if changed:
-        reply["changed"] = changed
     return reply
 
 
@@ -305,6 +398,7 @@ def serve(spec: str) -> None:
     stdin becomes empty and its stdout goes to stderr. The process ends with
     ``os._exit``, so a thread the implementation started cannot keep it alive.
     """
+    arena = int(os.environ.pop(ARENA_FD)) if os.environ.get(ARENA_FD, "").isdigit() else None
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.dup(1)
     empty = os.open(os.devnull, os.O_RDONLY)
@@ -333,7 +427,7 @@ def serve(spec: str) -> None:
             break
         else:
             try:
-                reply.update(_answer(implementation, request))
+                reply.update(_answer(implementation, request, arena))
             except BaseException as error:  # never a traceback for qkv to parse
                 reply["error"] = said(error)
         send(reply)
@@ -375,10 +469,28 @@ class PythonClient(CommandClient):
     def __init__(self, spec: str, timeout: float) -> None:
         self.spec = spec
         target = os.path.abspath(spec) if is_path(spec) else spec
-        env = {**os.environ, "PYTHONPATH": _child_path(), "PYTHONDONTWRITEBYTECODE": "1"}
+        self.arena = Arena()
+        env = {**os.environ, "PYTHONPATH": _child_path(), "PYTHONDONTWRITEBYTECODE": "1",
+               ARENA_FD: str(self.arena.fd)}
         argv = [sys.executable, "-m", "qkvcli.check.target", target]
-        super().__init__(spec, timeout, argv=argv, env=env)
+        try:
+            super().__init__(spec, timeout, argv=argv, env=env, pass_fds=(self.arena.fd,))
+        except BaseException:
+            self.arena.close()
+            raise
         self.label = printable(spec, None)
+
+    def _tensor_fields(self, tensors: dict[str, Array]) -> dict[str, Any]:
+        """The tensors placed in the shared :class:`Arena`; the request says where."""
+        return {"arena": self.arena.place(tensors)}
+
+    def take_changes(self) -> list[tuple[str, str, str, str]]:
+        """What the last call changed in its arguments, read back by qkv itself."""
+        return self.arena.changes()
+
+    def close(self) -> None:
+        super().close()
+        self.arena.close()
 
     def _hello(self) -> None:
         """Wait for the import; raise the implementation's load error, if any."""

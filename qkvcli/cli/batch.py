@@ -13,7 +13,9 @@ report with a golden file instead of printing it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -103,6 +105,8 @@ def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> 
         evidence = build_evidence(fixture)
     except QkvError as error:
         return Outcome(label, error=error_line(error).removeprefix(f"{label}: "))
+    except InputError as error:  # a layer fixture, which only qkv attend runs
+        return Outcome(label, error=error.format_message().removeprefix(f"{label}: "))
     except MemoryError:  # this fixture's row says so; the batch goes on with the others
         return Outcome(label, error=out_of_memory(""))
     checks = tuple((c.name, c.passed, c.detail) for c in check_rows(evidence))
@@ -184,10 +188,11 @@ def run_many(
     fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
     check_outputs([output, junit], fixtures)
     outcomes = []
-    for outcome in outcomes_of(fixtures, jobs, max_elements, overrides):
-        if outcome.error is not None:
-            click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
-        outcomes.append(outcome)
+    with closing(outcomes_of(fixtures, jobs, max_elements, overrides)) as results:
+        for outcome in results:  # closed on any exit: no worker outlives the batch
+            if outcome.error is not None:
+                click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
+            outcomes.append(outcome)
     write_output(summary_table(outcomes), output)
     if junit is not None:
         write_output(junit_xml(outcomes), junit)
@@ -199,45 +204,98 @@ def run_many(
 def outcomes_of(
     fixtures: Sequence[Path | None], jobs: int, *settings: Any,
     work: Callable[..., Outcome] | None = None,
-) -> Iterator[Outcome]:
+) -> Generator[Outcome, None, None]:
     """``work(path, *settings)`` (default :func:`run_one`) of each fixture, in order; in
     ``jobs`` processes.
 
-    A worker that dies (killed, out of memory) takes the whole pool down with it, so
-    every fixture it left without a result is run again alone (:func:`run_alone`); the
-    one whose own worker dies again is a failed row naming it, and every other
-    fixture's row is the one a serial run gives.
+    Each fixture runs in a worker process of its own, at most ``jobs`` at a time
+    (:func:`pooled`); a worker that dies (killed, out of memory) is a bad-input row
+    naming its fixture, and every other fixture's row is the one a serial run gives.
     """
     work = work or run_one
     if jobs <= 1 or len(fixtures) <= 1:
         for path in fixtures:
             yield work(path, *settings)
         return
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    with ProcessPoolExecutor(max_workers=min(jobs, len(fixtures))) as pool:
-        futures = [pool.submit(work, path, *settings) for path in fixtures]
-        for path, future in zip(fixtures, futures, strict=True):
-            try:
-                yield future.result()  # in submission order, whatever order they finish in
-            except BrokenProcessPool:
-                yield run_alone(work, path, settings)
+    yield from pooled(work, fixtures, min(jobs, len(fixtures)), settings)
 
 
-def run_alone(work: Callable[..., Outcome], path: Path | None,
-              settings: tuple[Any, ...]) -> Outcome:
-    """``work(path, *settings)`` in a process of its own; if that process dies before
-    giving a result, an :class:`Outcome` whose error says how it ended."""
+def pooled(work: Callable[..., Outcome], fixtures: Sequence[Path | None], jobs: int,
+           settings: tuple[Any, ...]) -> Iterator[Outcome]:
+    """``work(path, *settings)`` of each fixture in a process of its own, ``jobs`` at a
+    time, yielded in the fixtures' order.
+
+    The workers leave signals to qkv (a Ctrl-C to the terminal's process group reaches
+    them too): however this generator ends (its results taken, an exception, a signal
+    raised in qkv, closed early), every worker still running is killed and reaped.
+    A worker that dies before giving its result is that fixture's row, said as
+    :func:`_ending` says, never run again.
+    """
     import multiprocessing
+    from multiprocessing.connection import wait
 
-    receiver, sender = multiprocessing.Pipe(duplex=False)
-    process = multiprocessing.Process(target=_send_outcome, args=(sender, work, path, settings))
-    process.start()
-    sender.close()
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    running: dict[int, tuple[Any, Any]] = {}  # index -> (process, receiving end)
+    finished: dict[int, Outcome] = {}
+    started = given = 0
     try:
-        outcome, error = receiver.recv()  # before join: a large result fills the pipe
-    except EOFError:
+        while given < len(fixtures):
+            while started < len(fixtures) and len(running) < jobs:
+                receiver, sender = context.Pipe(duplex=False)
+                process = context.Process(target=_send_outcome,
+                                          args=(sender, work, fixtures[started], settings))
+                sys.stdout.flush()  # a forked worker must not write out qkv's buffers again
+                sys.stderr.flush()
+                with _signals_held():  # the worker sets its own dispositions first
+                    process.start()
+                    running[started] = (process, receiver)  # known before any signal lands
+                sender.close()
+                started += 1
+            if given in finished:
+                yield finished.pop(given)
+                given += 1
+                continue
+            ready = set(wait([end for pair in running.values()
+                              for end in (pair[1], pair[0].sentinel)]))
+            for index, (process, receiver) in list(running.items()):
+                if receiver in ready or process.sentinel in ready:
+                    finished[index] = _received(process, receiver, fixtures[index])
+                    del running[index]
+    finally:
+        for process, receiver in running.values():
+            if process.is_alive():
+                process.kill()
+            process.join()
+            receiver.close()
+
+
+HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE")
+"""Blocked while a worker is forked, until it has set what each does in it."""
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Block :data:`HELD_SIGNALS` in the block (a fork inherits the mask), then restore."""
+    import signal
+
+    held = {getattr(signal, name) for name in HELD_SIGNALS if hasattr(signal, name)}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _received(process: Any, receiver: Any, path: Path | None) -> Outcome:
+    """The outcome a worker sent (read before it is reaped: a large one fills the pipe),
+    or the row saying how the worker ended without one."""
+    from qkvcli.reading.files import note_reads
+
+    try:
+        outcome, error, reads = receiver.recv()
+        note_reads(reads)  # the outputs are checked against the workers' reads too
+    except (EOFError, OSError):
         outcome, error = None, None
     finally:
         receiver.close()
@@ -253,11 +311,23 @@ def run_alone(work: Callable[..., Outcome], path: Path | None,
 
 def _send_outcome(sender: Any, work: Callable[..., Outcome], path: Path | None,
                   settings: tuple[Any, ...]) -> None:
+    import signal
+
+    # A worker is qkv's to end: it ignores the terminal's Ctrl-C (qkv says it and ends
+    # the workers) and dies at once of SIGTERM or SIGHUP, as a process that handles none.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {getattr(signal, name) for name in HELD_SIGNALS
+                                               if hasattr(signal, name)})  # held by the fork
     try:
         result: tuple[Outcome | None, BaseException | None] = (work(path, *settings), None)
     except Exception as error:  # sent back and raised in the parent
         result = (None, error)
-    sender.send(result)
+    from qkvcli.reading.files import files_read
+
+    sender.send((*result, files_read()))
     sender.close()
 
 

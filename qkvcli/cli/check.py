@@ -166,9 +166,12 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
     implementation = spec if spec is not None and os.path.isfile(spec) else None
-    check_outputs([output, junit, *(path for _, path in view.exports)],
-                  [implementation, *expand_fixtures(paths)])
+    reads = [implementation, *expand_fixtures(paths)]
+    check_outputs([output, junit, *(path for _, path in view.exports)], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
+    if save_failures is not None:  # every file it may write, before any work, as -o's
+        check_outputs([output, junit, *(path for _, path in view.exports),
+                       *_saved_paths(save_failures, cases)], reads)
     result = _run(spec, command, cases, tolerance, timeout, view)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown))
@@ -200,6 +203,14 @@ def _file_name(number: int, label: str) -> str:
     return f"{number:02d}-{safe}"
 
 
+def _saved_paths(folder: Path, cases: list[Case]) -> list[Path]:
+    """Every file ``--save-failures`` may write for ``cases`` (none while ``folder`` is missing)."""
+    if not folder.is_dir():
+        return []
+    names = [_file_name(number, case.label) for number, case in enumerate(cases, 1)]
+    return [folder / f"{name}{suffix}" for name in names for suffix in (".json", ".requests.jsonl")]
+
+
 def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:
     """Write each failing case's fixture and replay requests into ``folder`` (made if missing)."""
     import json
@@ -215,8 +226,10 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
         if case.label not in failing:
             continue
         name = _file_name(number, case.label)
-        write_file(folder / f"{name}.json", json.dumps(failing_fixture(case), indent=1) + "\n")
-        write_file(folder / f"{name}.requests.jsonl", replay_requests(case, result.operations))
+        write_file(folder / f"{name}.json", json.dumps(failing_fixture(case), indent=1) + "\n",
+                   regular_only=True)
+        write_file(folder / f"{name}.requests.jsonl", replay_requests(case, result.operations),
+                   regular_only=True)
 
 
 PROGRESS_DELAY = 1.0

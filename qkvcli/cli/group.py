@@ -2,7 +2,17 @@
 
 Exit statuses: 0 every check passed, 1 a check failed, 2 usage or input error (one line
 ``Error: FILE: $.location: message``), 70 an internal error (a bug: no input reaches it),
-130 interrupted (Ctrl-C: one line ``qkv: interrupted``, as 128 + SIGINT).
+130 interrupted (Ctrl-C: one line ``qkv: interrupted``, as 128 + SIGINT), 128 + N when
+SIGTERM, SIGHUP or SIGPIPE (N) stopped it (one line ``qkv: stopped by SIGTERM``).
+
+Signals: while a command runs, SIGINT, SIGTERM, SIGHUP and SIGPIPE raise
+:class:`Stopped` (a ``KeyboardInterrupt``) in the main thread, so the command unwinds
+as it does on Ctrl-C: every process qkv started is ended on the way out (the
+``--jobs`` workers, a Python implementation's process, a ``--command`` program's
+group), then the one line is said. Further signals are ignored while it unwinds, so
+the ending of those processes is never cut short. A SIGPIPE while a pipe qkv writes to
+has lost its reader is the kernel's answer to that write, not a request to stop: the
+write itself fails and says so (``qkv report | head`` ends quietly, status 0).
 
 Bare ``qkv`` prints the help on standard output and exits 0; a mistyped command gets
 the nearest command's name (``Did you mean 'check'?``).
@@ -18,9 +28,14 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import os
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -50,10 +65,79 @@ def safe_line(text: str) -> str:
     return printable(text, MAX_ERROR_LINE)
 
 
-def interrupted() -> click.exceptions.Exit:
-    """Say ``qkv: interrupted`` on stderr; give the exit (status 130) to raise."""
-    click.echo("qkv: interrupted", err=True)
-    return click.exceptions.Exit(EXIT_INTERRUPTED)
+class Stopped(KeyboardInterrupt):
+    """A signal that stops the command (``signum``), raised as Ctrl-C is, so every
+    ``except KeyboardInterrupt`` and ``finally`` on the way out runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE")
+                     if hasattr(signal, name))
+"""The signals that stop a command: it unwinds, ends what it started, says one line."""
+
+
+def interrupted(cause: BaseException | None = None) -> click.exceptions.Exit:
+    """Say ``qkv: interrupted`` (Ctrl-C) or ``qkv: stopped by SIGTERM`` on stderr; give
+    the exit to raise: 130, or 128 + the signal that stopped ``cause`` (a :class:`Stopped`,
+    or an exception raised while handling one)."""
+    signum = int(signal.SIGINT)
+    while cause is not None:
+        if isinstance(cause, Stopped):
+            signum = cause.signum
+            break
+        cause = cause.__context__
+    if signum == signal.SIGINT:
+        click.echo("qkv: interrupted", err=True)
+    else:
+        click.echo(f"qkv: stopped by {signal.Signals(signum).name}", err=True)
+    return click.exceptions.Exit(128 + signum)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """The handler of :data:`STOP_SIGNALS`: raise :class:`Stopped`, once."""
+    if signum == getattr(signal, "SIGPIPE", None) and pipe_without_reader():
+        return  # the kernel's own SIGPIPE for a write: that write fails by itself
+    for other in STOP_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)  # nothing cuts the unwinding short
+    raise Stopped(signum)
+
+
+def pipe_without_reader() -> bool:
+    """Whether a pipe or socket this process holds open for writing has lost its reader
+    (the cause of a SIGPIPE the kernel sends to a writer)."""
+    import select
+    import stat
+
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        descriptors = [1, 2]
+    poller = select.poll()
+    for fd in descriptors:
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode):
+                poller.register(fd, 0)  # asks for nothing: only POLLERR, POLLHUP, POLLNVAL
+        except (OSError, ValueError):
+            continue
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """Within the block, :data:`STOP_SIGNALS` raise :class:`Stopped` in the main thread;
+    the previous handlers come back after it (only the main thread can set them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def error_line(error: Exception) -> str:
@@ -108,7 +192,12 @@ class QkvGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with warnings.catch_warnings():
+        from qkvcli.reading.files import forget_reads
+
+        guard_closed_streams()
+
+        forget_reads()  # this command's outputs are checked against this command's reads
+        with warnings.catch_warnings(), stopping_on_signals():
             warnings.simplefilter("ignore")
             return self.invoke_translating(ctx)
 
@@ -118,12 +207,12 @@ class QkvGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit):
             raise
-        except KeyboardInterrupt:
-            raise interrupted() from None
+        except KeyboardInterrupt as error:
+            raise interrupted(error) from None
         except click.Abort as error:
             # click's prompt turns Ctrl-C into Abort; end of input stays click's "Aborted!".
             if isinstance(error.__context__, KeyboardInterrupt):
-                raise interrupted() from None
+                raise interrupted(error) from None
             raise
         except BrokenPipeError:
             # The reader went away (``qkv report | head``): stop quietly.
@@ -145,6 +234,72 @@ class QkvGroup(click.Group):
             raise InputError(error_line(error)) from None
         except Exception as error:
             internal_error(ctx, error)
+
+
+class ClosedStream(io.TextIOBase):
+    """What stands for a standard stream that was closed when qkv started (``<&-``,
+    ``>&-``): using it is an :class:`InputError` naming it (exit 2); a closed stderr
+    takes what is written and drops it (there is nowhere to say anything)."""
+
+    def __init__(self, name: str, hint: str = "", silent: bool = False) -> None:
+        super().__init__()
+        self.stream_name = name
+        self.hint = hint
+        self.silent = silent
+
+    def closed_error(self) -> InputError:
+        return InputError(f"standard {self.stream_name} is closed{self.hint}")
+
+    def readable(self) -> bool:
+        return self.stream_name == "input"
+
+    def writable(self) -> bool:
+        return self.stream_name != "input"
+
+    def read(self, size: int | None = -1) -> str:
+        raise self.closed_error()
+
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+        raise self.closed_error()
+
+    def write(self, text: str) -> int:
+        if self.silent or not text:
+            return len(text)
+        raise self.closed_error()
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("a closed standard stream has no descriptor")
+
+
+def guard_closed_streams() -> None:
+    """Stand a :class:`ClosedStream` in for each standard stream closed at start-up.
+
+    Its descriptor gets the null device first, so no file qkv opens later takes the
+    number 0, 1 or 2 (and is read or written as a standard stream by mistake).
+    """
+    streams = (("stdin", "input", "", False),
+               ("stdout", "output", " (-o FILE writes the output to a file)", False),
+               ("stderr", "error", "", True))
+    for fd, (attribute, name, hint, silent) in enumerate(streams):
+        if getattr(sys, attribute) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                placeholder = os.open(os.devnull, os.O_RDWR)
+                if placeholder != fd:
+                    os.dup2(placeholder, fd)
+                    os.close(placeholder)
+            except OSError:
+                pass
+        setattr(sys, attribute, ClosedStream(name, hint, silent))
 
 
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})

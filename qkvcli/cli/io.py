@@ -17,7 +17,11 @@ work, an output that names a directory, a missing directory, another output or a
 the command reads; :func:`write_file` replaces a regular file atomically (a temporary
 file beside it, then a rename: a failed write leaves the old file and no temporary
 behind), writes a device, a FIFO or ``/dev/stdout`` through (opened for writing, never
-created or replaced), and says ``qkv: wrote FILE`` on stderr.
+created or replaced), and says ``qkv: wrote FILE`` on stderr. It also refuses, when it
+comes to write, any file the command read (every file the one reader opened, a
+fixture's ``.npy`` or checkpoint too: :func:`~qkvcli.reading.files.files_read`); files a
+command writes on its own account (``--save-failures``) replace only regular files.
+The temporary file's name fits wherever the output's own name fits.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import click
 from qkvcli.cli.group import InputError, out_of_memory
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
-from qkvcli.reading.files import STDIN, read_limited
+from qkvcli.reading.files import STDIN, files_read, read_limited
 from qkvcli.reading.fixture import FUNCTION_KEYS, LAYER_KEYS, Fixture
 from qkvcli.reading.limits import MAX_FILE_BYTES
 from qkvcli.reading.load import fixture_json
@@ -257,17 +261,25 @@ def chunked(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[str]:
         yield "".join(gathered)
 
 
-def write_file(output: Path, text: str | Iterable[str], *, new_only: bool = False) -> None:
+def write_file(output: Path, text: str | Iterable[str], *, new_only: bool = False,
+               regular_only: bool = False) -> None:
     """Write ``text`` to ``output`` as UTF-8, then say ``qkv: wrote OUTPUT`` on stderr.
 
     A regular file (or a new one) is replaced atomically through a temporary file beside
     it; a symlink to one keeps the link and replaces its target. A device, a FIFO or a
     descriptor link (``/dev/stdout``, ``/dev/fd/N``) is written through, never replaced.
-    ``new_only`` refuses an existing ``output`` (``qkv init`` without ``--force``).
-    Raises :class:`InputError` when it cannot write.
+    ``new_only`` refuses an existing ``output`` (``qkv init`` without ``--force``);
+    ``regular_only`` refuses anything in ``output``'s place but a regular file (a file
+    the user did not name, such as a saved failure). Any file the command read is
+    refused. Raises :class:`InputError` when it cannot or may not write.
     """
     if new_only and (output.exists() or output.is_symlink()):
         raise InputError(f"{output}: already exists (use --force to overwrite it)")
+    ident = file_id(output)
+    if ident is not None and ident in files_read():
+        raise InputError(f"{output}: refusing to overwrite a file this command reads")
+    if regular_only:
+        refuse_irregular(output)
     if written_through(output):
         write_through(output, text)
     else:
@@ -276,6 +288,20 @@ def write_file(output: Path, text: str | Iterable[str], *, new_only: bool = Fals
             raise InputError(f"{output}: is a directory")
         replace_atomically(target, text, new_only)
     click.echo(f"qkv: wrote {printable(str(output))}", err=True)
+
+
+def refuse_irregular(path: Path) -> None:
+    """Raise :class:`InputError` when something other than a regular file (a symbolic
+    link, a device, a FIFO, a directory) is in ``path``'s place; nothing there is fine."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise InputError(f"{path}: is {kind}; qkv replaces only a regular file there")
 
 
 def written_through(path: Path) -> bool:
@@ -313,14 +339,21 @@ def write_through(output: Path, text: str | Iterable[str]) -> None:
         raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     try:
         os.set_blocking(fd, True)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            fd = -1
-            handle.writelines(chunked([text] if isinstance(text, str) else text))
+        for chunk in chunked([text] if isinstance(text, str) else text):
+            data = memoryview(chunk.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
     except OSError as error:
         raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     finally:
-        if fd >= 0:
-            os.close(fd)
+        close_after_signals(fd)
+
+
+def close_after_signals(fd: int) -> None:
+    """Close ``fd``. A function of its own, called, not inlined: a SIGPIPE the last write
+    raised is handled on entry here (cli/group.py), while the pipe is still open to show
+    that its reader went away, so it is not taken for a request to stop."""
+    os.close(fd)
 
 
 def replace_atomically(output: Path, text: str | Iterable[str], new_only: bool = False) -> None:
@@ -360,7 +393,8 @@ def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
     import tempfile  # only when writing a file: it costs milliseconds of start-up
 
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{temp_stem(output.name, directory)}.",
+                                   suffix=".tmp", dir=directory)
     except OSError as error:
         raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
     try:
@@ -376,6 +410,32 @@ def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
         remove_quietly(tmp)
         raise
     return tmp
+
+
+TEMP_EXTRA = len(". .12345678.tmp") - 1
+"""Bytes ``mkstemp`` adds around the stem: the dot, a dot, eight random characters, ``.tmp``."""
+
+
+def temp_stem(name: str, directory: Path) -> str:
+    """``name``, shortened (at a character boundary) so the temporary file's name fits
+    the directory's file-name limit wherever ``name`` itself fits."""
+    try:
+        name_max = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    encoded = os.fsencode(name)
+    room = max(1, name_max - TEMP_EXTRA)
+    if len(encoded) <= room:
+        return name
+    cut = encoded[:room]
+    while cut:
+        try:
+            return cut.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.start < len(cut) - 3:  # not only a character cut short: not UTF-8
+                return os.fsdecode(cut)
+            cut = cut[:-1]
+    return "qkv"
 
 
 def remove_quietly(path: str) -> None:

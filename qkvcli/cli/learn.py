@@ -141,7 +141,7 @@ def quiz(fixture: Path | None, answers: Path | None, max_elements: int,
         click.echo(f"score={right}/{len(questions)}")
         if isinstance(error, KeyboardInterrupt) or isinstance(error.__context__,
                                                               KeyboardInterrupt):
-            raise interrupted() from None
+            raise interrupted(error) from None
         raise SystemExit(EXIT_FAILED) from None
     if missed:
         click.echo(missed_line(missed))

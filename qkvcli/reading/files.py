@@ -18,6 +18,10 @@ lifts it: inside :func:`trusting_paths` (``qkv attend --trust-paths``, ``qkv val
 anywhere, as a Hugging Face hub snapshot's ``model.safetensors`` is (a link to
 ``../../blobs/<sha>``). A path typed on the command line (``qkv inspect PATH``, ``qkv
 init --from-safetensors PATH``) is the user's own choice and is never confined.
+
+Every file opened here is remembered by device and inode (:func:`files_read`), so the
+writers of :mod:`qkvcli.cli.io` can refuse to replace any file the command read, not
+only those named on its command line (a fixture's ``.npy`` tensor, a checkpoint).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path  # NumPy imports it before any of qkv's modules
@@ -43,6 +47,9 @@ STDIN_LABEL = "<stdin>"
 """How messages name standard input."""
 READ_CHUNK = 1 << 20
 """Bytes per read once a file turns out longer than it said (and of standard input)."""
+
+_READ: set[tuple[int, int]] = set()
+"""``(st_dev, st_ino)`` of every file :func:`open_regular` opened since :func:`forget_reads`."""
 
 _KINDS = (
     (stat.S_ISDIR, "directory"),
@@ -115,11 +122,29 @@ def open_regular(path: StrPath, what: str = "fixture") -> BinaryIO:
     except OSError as error:
         raise InputFileError(name, _os_problem(error)) from None
     try:
-        _refuse_special(name, os.fstat(fd).st_mode, what)
+        info = os.fstat(fd)
+        _refuse_special(name, info.st_mode, what)
+        if hasattr(info, "st_ino"):
+            _READ.add((info.st_dev, info.st_ino))
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def files_read() -> frozenset[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of every file opened for reading since :func:`forget_reads`."""
+    return frozenset(_READ)
+
+
+def note_reads(ids: Iterable[tuple[int, int]]) -> None:
+    """Add files another process read for this command (a ``--jobs`` worker's)."""
+    _READ.update(ids)
+
+
+def forget_reads() -> None:
+    """Start a new command's record of the files it read (the group calls it)."""
+    _READ.clear()
 
 
 def read_limited(path: StrPath, limit: int, what: str = "fixture") -> bytes:

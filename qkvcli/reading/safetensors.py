@@ -79,12 +79,16 @@ def _name(quoted: str) -> str:
     return json.loads(quoted) if "\\" in quoted else quoted[1:-1]
 
 
-def scan_header(text: str, keep: Collection[str] | None) -> dict[str, Any]:
+def scan_header(text: str, keep: Collection[str] | None,
+                data_bytes: int | None = None) -> dict[str, Any]:
     """The entries of the header ``text`` named in ``keep`` (``None``: every entry).
 
     Every name is checked against every other (by a 64-bit hash, confirmed exactly), the
-    entries not kept are not parsed. Raises :class:`HeaderError` (not a JSON object of
-    flat objects, a name given twice, an entry that is not JSON).
+    entries not kept are not parsed. Given ``data_bytes`` (the size of the data after
+    the header), every entry's ``data_offsets`` are checked as the format requires
+    (:func:`check_layout`). Raises :class:`HeaderError` (not a JSON object of flat
+    objects, a name given twice, an entry that is not JSON, offsets that overlap, leave
+    a hole or do not cover the data).
     """
     import array
 
@@ -96,6 +100,8 @@ def scan_header(text: str, keep: Collection[str] | None) -> dict[str, Any]:
     hashes = array.array("q")
     names: list[str] = []
     bodies: list[str] = []
+    spans = array.array("q")  # begin, end and the entry's place in the text, per tensor
+    offsets = re.compile(_OFFSETS)
     empty = re.compile(_SPACE + "}").match(text, position)
     closed = empty is not None
     if empty is not None:
@@ -107,6 +113,17 @@ def scan_header(text: str, keep: Collection[str] | None) -> dict[str, Any]:
             raise HeaderError(f"the header is not JSON the format allows at character {position}")
         name = _name(found.group(1))
         hashes.append(hash(name))
+        if data_bytes is not None and name != METADATA:
+            # Searched in place: no copy of the entry, a cost paid by every entry.
+            span = offsets.search(text, found.start(2), found.end(2))
+            if span is None:
+                raise _bad_offsets(name, None, None, data_bytes)
+            begin, end = int(span.group(1)), int(span.group(2))
+            if end < begin or end > data_bytes:
+                raise _bad_offsets(name, begin, end, data_bytes)
+            spans.append(begin)
+            spans.append(end)
+            spans.append(position)
         if keep is None:
             bodies.append(found.group(2))
             names.append(name)
@@ -117,6 +134,13 @@ def scan_header(text: str, keep: Collection[str] | None) -> dict[str, Any]:
     if text[position:].strip(" \t\n\r"):
         raise HeaderError(f"the header has text after its end at character {position}")
     _refuse_duplicates(text, start + 1, hashes)
+    if data_bytes is not None:
+        def name_at(place: int) -> str:
+            found = entry.match(text, place)
+            assert found is not None  # the place of an entry matched above
+            return _name(found.group(1))
+
+        check_layout(spans, data_bytes, name_at)
     if keep is None:  # every entry: one call of the decoder (each call has a cost)
         try:
             parsed = _DECODER.decode("[" + ",".join(bodies) + "]")
@@ -126,6 +150,61 @@ def scan_header(text: str, keep: Collection[str] | None) -> dict[str, Any]:
             raise
         kept = dict(zip(names, parsed, strict=True))
     return kept
+
+
+# An entry's offsets, read without parsing the entry (most are never parsed).
+_OFFSETS = (f'"data_offsets"{_SPACE}:{_SPACE}\\[{_SPACE}([0-9]+){_SPACE},{_SPACE}([0-9]+)'
+            f'{_SPACE}\\]')
+
+
+def _bad_offsets(name: str, begin: int | None, end: int | None, data_bytes: int) -> HeaderError:
+    """Why one entry's ``data_offsets`` cannot be laid out: not two non-negative
+    integers (``begin`` is ``None``), ending before they begin, or past the data."""
+    if begin is None or end is None:
+        return HeaderError(f"tensor {printable(name)}: data_offsets must be two non-negative "
+                           "integers")
+    if end < begin:
+        return HeaderError(f"tensor {printable(name)}: data_offsets [{begin}, {end}] end "
+                           "before they begin")
+    return HeaderError(f"tensor {printable(name)}: data_offsets [{begin}, {end}] point past "
+                       f"the end of the data ({data_bytes} bytes)")
+
+
+def check_layout(spans: Any, data_bytes: int, name_at: Any) -> None:
+    """Refuse tensors whose data do not tile the ``data_bytes`` of data exactly.
+
+    ``spans`` holds ``begin, end, place`` for each tensor (``name_at(place)`` gives its
+    name). Taken in the order of their offsets, each tensor must begin where the one
+    before it ends (the first at 0) and the last must end at the end of the data: no
+    overlap, no hole, nothing after, as the format requires (and the ``safetensors``
+    library checks). Raises :class:`HeaderError` naming the tensors.
+    """
+    table = np.frombuffer(spans, dtype=np.int64).reshape(-1, 3)
+    order = np.lexsort((table[:, 1], table[:, 0]))  # by begin, then end
+    table = table[order]
+    ends = np.concatenate(([0], table[:, 1]))
+    wrong = np.flatnonzero(table[:, 0] != ends[:-1])
+    if wrong.size:
+        index = int(wrong[0])
+        begin, end, place = (int(value) for value in table[index])
+        name = printable(name_at(place))
+        if index == 0:
+            raise HeaderError(f"bytes 0 to {begin} of the data, before tensor {name}, belong "
+                              "to no tensor (the format forbids holes)")
+        before_begin, before_end, before_place = (int(value) for value in table[index - 1])
+        before = printable(name_at(before_place))
+        if begin < before_end:
+            raise HeaderError(f"tensor {name}: data_offsets [{begin}, {end}] overlap those of "
+                              f"tensor {before}, [{before_begin}, {before_end}] (the format "
+                              "forbids it)")
+        raise HeaderError(f"bytes {before_end} to {begin} of the data, between tensors {before} "
+                          f"and {name}, belong to no tensor (the format forbids holes)")
+    last = int(ends[-1])
+    if last != data_bytes:
+        after = f"after tensor {printable(name_at(int(table[-1, 2])))}" if len(table) else \
+            "with no tensor in the header"
+        raise HeaderError(f"bytes {last} to {data_bytes} of the data, {after}, belong to no "
+                          "tensor (the format forbids holes)")
 
 
 def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -278,7 +357,7 @@ def list_tensors(path: StrPath) -> list[tuple[str, str, tuple[int, ...]]]:
     with open_regular(name, ".safetensors") as handle:
         text, _, data_bytes = read_header(handle, shown, "")
     try:
-        entries = scan_header(text, None)
+        entries = scan_header(text, None, data_bytes)
         _check_metadata(entries)
         found = []
         for key in sorted(set(entries) - {METADATA}):
@@ -325,7 +404,7 @@ def load_safetensors(
     with handle:
         text, data_start, data_bytes = read_header(handle, shown, f"{location}.safetensors")
         try:
-            entries = scan_header(text, (tensor,))
+            entries = scan_header(text, (tensor,), data_bytes)
             del text  # up to 100 MB, no longer needed
             _check_metadata(entries)
             if tensor not in entries or tensor == METADATA:

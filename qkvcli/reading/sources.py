@@ -7,8 +7,10 @@ fixture's directory, never outside it) and the file through
 :func:`~qkvcli.reading.files.open_regular` (regular files only). The header is read
 first and the shape checked against ``--max-elements`` before any data is read; object
 (pickle) arrays are never loaded; float and integer dtypes are accepted and converted to
-float64, and a native float64 C-order file is memory-mapped read-only instead of copied.
-Exactly the bytes the header promises are read, no more. The header's shape must be
+float64. The data is read whole into memory before anything is computed, never mapped:
+a file truncated or rewritten while qkv runs cannot change the tensor under the
+evidence (one reading, never a mix) nor kill qkv with SIGBUS. Exactly the bytes the
+header promises are read, no more. The header's shape must be
 non-negative integers (``True`` is no dimension). Byte order and Fortran order are
 encodings: the tensor, and so the report, is the same as the plain form's, and a
 ``-0.0`` reads as ``0.0`` as it does in JSON.
@@ -40,7 +42,6 @@ Problems raise :class:`~qkvcli.reading.problems.FixtureError` with the JSON loca
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -98,15 +99,22 @@ def _header(handle: BinaryIO, raw: str, location: str) -> tuple[tuple[int, ...],
 def _data(
     handle: BinaryIO, shape: tuple[int, ...], fortran: bool, dtype: Any, raw: str, location: str
 ) -> Array:
-    """The array the header describes, read (or mapped) from the handle's position."""
+    """The array the header describes, read whole from the handle's position."""
     count = math.prod(shape)
     wanted = count * dtype.itemsize
-    offset = handle.tell()
-    available = max(0, os.fstat(handle.fileno()).st_size - offset)
-    if dtype == np.dtype(np.float64) and not fortran and count > 0 and available >= wanted:
-        # Used as it is: map it read-only instead of copying (native float64, C order).
-        mapped = np.asarray(np.memmap(handle, dtype=dtype, mode="r", offset=offset, shape=shape))
-        return mapped + 0.0 if has_negative_zero(mapped) else mapped
+    if dtype == np.dtype(np.float64) and not fortran:
+        # Used as it is (native float64, C order): read straight into the array, one copy.
+        array = np.empty(shape, dtype=np.float64)
+        if count == 0:
+            return array
+        got = _read_into(handle, array.data.cast("B"))
+        if got < wanted:
+            raise FixtureError(location, f"cannot read {printable(raw)} (it ends after {got} "
+                               f"of {wanted} data bytes)")
+        if has_negative_zero(array):
+            array += 0.0
+        array.flags.writeable = False  # the fixture's tensor: nothing may change it
+        return array
     data = handle.read(wanted)
     if len(data) < wanted:
         raise FixtureError(
@@ -119,6 +127,17 @@ def _data(
         array = np.array(flat.reshape(shape), dtype=np.float64)
     array += 0.0  # -0.0 becomes 0.0, as in JSON tensors
     return array
+
+
+def _read_into(handle: BinaryIO, buffer: memoryview) -> int:
+    """Fill ``buffer`` from ``handle``; the bytes read (fewer only at the file's end)."""
+    done = 0
+    while done < len(buffer):
+        got = handle.readinto(buffer[done:])  # type: ignore[attr-defined]
+        if not got:
+            break
+        done += got
+    return done
 
 
 def has_negative_zero(array: Array, block: int = 1 << 20) -> bool:
