@@ -1,0 +1,360 @@
+"""The explorer page's building blocks: numbers as elements, tensors, heat maps, checks, the page.
+
+A :class:`Page` collects what a report shows as HTML pieces and, for every number, the
+derivation its panel opens (:mod:`qkvcli.render.explorer.derive`), and assembles one
+self-contained document: the styles and the script (``qkvcli/data/explorer.css`` and
+``explorer.js``) inline, the derivations as one JSON block, a content security policy
+that forbids every request. The contract a script may rely on (docs/explorer.md):
+
+- every number shown is an element with ``data-tensor`` (its key in the JSON report:
+  a tensor's name under ``tensors``; ``gradcheck.NAME`` for a gradient-check coordinate
+  of tensor ``NAME``; ``failures`` for ``qkv check``'s findings) and ``data-index``
+  (its coordinate, comma-separated; a finding's position in ``failures``; empty for a
+  statistic of a whole tensor, which says which in ``data-stat``);
+- ``data-field`` tells apart several numbers of one coordinate (``analytic``,
+  ``numerical``, ``scaled_error``, ``actual``, ``expected``);
+- each number is focusable; Enter or a click opens its derivation in ``#qkv-panel``.
+
+Tensors are shown as the terminal shows them: every value up to
+:data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements, a summary above (shape, count,
+first and last values, min/max/mean/L2 norm, the SHA-256 digest); attention weights as
+heat maps, numbered up to :data:`~qkvcli.render.rich.heatmap.NUMBERS_UP_TO` tokens and
+downsampled above by the terminal's rule (block maxima over ``floor(i T / n)`` blocks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from qkvcli.core.arrays import Array
+from qkvcli.render.explorer.derive import Derivation
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.tensors import shows_values, summarise
+
+Deriver = Callable[[tuple[int, ...]], Derivation | None]
+"""What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
+
+PARTS = {"term": "t", "rest": "r", "fact": "f", "text": "x"}
+"""How the page's data spells a row's part (:class:`~qkvcli.render.explorer.derive.Row`)."""
+BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dashed border)",
+                "value": "value branch (double border)"}
+LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
+"""The five shading levels of a heat map, as the terminal's legend names them."""
+SHADES = (" ", "░", "▒", "▓", "█")
+PAGE_CELLS = 4096
+"""Heat-map cells a page holds at most over every batch item and head (a downsampled
+map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small."""
+GRADCHECK_ROWS = 256
+"""Gradient-check rows shown per tensor (the JSON report holds every one)."""
+
+
+def branch_of(name: str) -> str | None:
+    """Which branch a published tensor name belongs to (``query``, ``key``, ``value``)."""
+    for branch in ("query", "key", "value"):
+        if name.startswith(branch) or name.startswith(f"upstream_{branch}"):
+            return branch
+    return None
+
+
+def index_text(index: Sequence[int]) -> str:
+    return ",".join(str(int(i)) for i in index)
+
+
+class Page:
+    """One explorer page being built: its sections, and a derivation per number.
+
+    ``precision``: the decimals of every number (the report's). Build sections with the
+    methods below, then :meth:`html` gives the document.
+    """
+
+    def __init__(self, title: str, precision: int) -> None:
+        self.title = title
+        self.precision = precision
+        self.sections: list[str] = []
+        self.controls: list[str] = []
+        self.derivations: dict[str, Any] = {}
+        self.labels: dict[str, int] = {}
+
+    # --- numbers -------------------------------------------------------------------
+
+    def fmt(self, value: float | str) -> str:
+        return value if isinstance(value, str) else fmt_float(float(value), self.precision)
+
+    def label(self, text: str) -> int:
+        """The number of a shared label (a label used twice is stored once)."""
+        return self.labels.setdefault(text, len(self.labels))
+
+    def derive(self, key: str, derivation: Derivation, heading: str = "") -> None:
+        """Keep ``derivation`` for the number whose ``tensor|index`` is ``key``."""
+        if key in self.derivations:
+            return
+        document: dict[str, Any] = {
+            "f": derivation.formula,
+            "r": [[self.label(row.label), self.fmt(row.value), PARTS[row.part]]
+                  for row in derivation.rows],
+            "v": self.fmt(derivation.value),
+        }
+        if derivation.terms_total != "sum":
+            document["s"] = 0
+        if heading:
+            document["h"] = heading
+        self.derivations[key] = document
+
+    def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
+               derivation: Derivation | None = None, *, field: str = "", stat: str = "",
+               css: str = "", text: str | None = None, heading: str = "",
+               aria: bool = False) -> str:
+        """A number as an element with its ``data-*`` contract (and its derivation kept).
+
+        ``text`` replaces the shown digits (a glyph cell shows none: ``aria`` then names
+        the value for screen readers and in a tooltip)."""
+        where = index if isinstance(index, str) else index_text(index)
+        key = f"{tensor}|{where}"
+        if derivation is not None:
+            self.derive(key, derivation, heading)
+        shown = self.fmt(value) if text is None else text
+        attributes = [f'data-tensor="{escape(tensor)}"', f'data-index="{where}"']
+        if field:
+            attributes.append(f'data-field="{field}"')
+        if stat:
+            attributes.append(f'data-stat="{stat}"')
+        if aria:
+            attributes.append(f'aria-label="{escape(tensor)}[{where}] {self.fmt(value)}" '
+                              f'title="{self.fmt(value)}"')
+        classes = "n" + (f" {css}" if css else "")
+        return (f'<span class="{classes}" tabindex="0" role="button" '
+                f'{" ".join(attributes)}>{escape(shown)}</span>')
+
+    # --- tensors -------------------------------------------------------------------
+
+    def tensor(self, name: str, array: Array, derive: Deriver | None = None,
+               caption: str = "", lead: int | None = None) -> str:
+        """A tensor's block: every value in tables (one per batch item, or per batch item
+        and head), or its summary when it is larger than the terminal shows in full.
+
+        ``lead``: how many leading axes select a table (batch, head); by default all but
+        the last two (a 3-D tensor: one table per batch item).
+        """
+        values = np.asarray(array)
+        branch = branch_of(name)
+        classes = "tensor" + (f" branch-{branch}" if branch else "")
+        title = (f'<h3><code>{escape(name)}</code> <span class="shape">'
+                 f'{fmt_shape(values.shape)}</span>'
+                 + (f' <span class="branch-word">{BRANCH_WORDS[branch]}</span>' if branch else "")
+                 + "</h3>")
+        intro = f'<p class="caption">{escape(caption)}</p>' if caption else ""
+        if shows_values(values.size, "summary"):
+            body = self.tables(name, values, derive, lead)
+        else:
+            body = self.summary(name, values, derive)
+        return f'<section class="{classes}" data-name="{escape(name)}">{title}{intro}{body}</section>'
+
+    def tables(self, name: str, values: Array, derive: Deriver | None,
+               lead: int | None) -> str:
+        if values.ndim <= 2:
+            return self.grid(name, values.reshape((1,) * (2 - values.ndim) + values.shape),
+                             (), derive, values.ndim)
+        lead = values.ndim - 2 if lead is None else lead
+        parts = []
+        for where in np.ndindex(*values.shape[:lead]):
+            attributes = f' data-batch="{where[0]}"'
+            label = f"batch {where[0]}"
+            if lead > 1:
+                attributes += f' data-head="{where[1]}"'
+                label += f", head {where[1]}"
+            parts.append(f'<div class="slice"{attributes}><p class="slice-name">{label}</p>'
+                         + self.grid(name, values[where], where, derive, 2) + "</div>")
+        return "".join(parts)
+
+    def grid(self, name: str, matrix: Array, lead: tuple[int, ...], derive: Deriver | None,
+             ndim: int) -> str:
+        """A 2-D table of numbers; ``ndim`` is the tensor's own (1: one row, no row label)."""
+        rows, columns = matrix.shape
+        head = "".join(f"<th scope=\"col\">{c}</th>" for c in range(columns))
+        out = [f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>']
+        for r in range(rows):
+            cells = []
+            for c in range(columns):
+                index = (*lead, r, c) if ndim == 2 else (c,)
+                value = float(matrix[r, c])
+                derivation = derive(index) if derive is not None else None
+                cells.append(f"<td>{self.number(name, index, value, derivation)}</td>")
+            label = f"<th scope=\"row\">{r}</th>" if ndim == 2 else "<th></th>"
+            out.append(f"<tr>{label}{''.join(cells)}</tr>")
+        out.append("</tbody></table>")
+        return "".join(out)
+
+    def summary(self, name: str, values: Array, derive: Deriver | None) -> str:
+        """A large tensor as the terminal summarises it; its first and last values, its
+        minimum and its maximum are numbers at their coordinates."""
+        s = summarise(values)
+        count = s.count
+
+        def at(flat: int) -> tuple[int, ...]:
+            return tuple(int(i) for i in np.unravel_index(flat, values.shape))
+
+        def numbers(flats: Iterable[int]) -> str:
+            shown = []
+            for flat in flats:
+                index = at(flat)
+                derivation = derive(index) if derive is not None else None
+                shown.append(self.number(name, index, float(values[index]), derivation,
+                                         heading=f"{name}[{index_text(index)}]"))
+            return " ".join(shown)
+
+        first = numbers(range(min(4, count)))
+        last = numbers(range(max(count - 4, 0), count))
+        extremes = ""
+        if count:
+            low, high = at(int(np.argmin(values))), at(int(np.argmax(values)))
+            extremes = (
+                f"<dt>min</dt><dd>{self.number(name, low, s.minimum, derive(low) if derive else None, stat='min')}"
+                f" at [{index_text(low)}]</dd>"
+                f"<dt>max</dt><dd>{self.number(name, high, s.maximum, derive(high) if derive else None, stat='max')}"
+                f" at [{index_text(high)}]</dd>")
+        mean = self.number(name, "", s.mean, stat="mean")
+        norm = self.number(name, "", s.l2_norm, stat="l2_norm")
+        return (f'<dl class="summary"><dt>count</dt><dd>{count} values (summarised above '
+                f"4096, as the terminal does; the JSON report's digest is the same)</dd>"
+                f"<dt>first</dt><dd>{first}</dd><dt>last</dt><dd>{last}</dd>{extremes}"
+                f"<dt>mean</dt><dd>{mean}</dd><dt>L2 norm</dt><dd>{norm}</dd>"
+                f"<dt>sha256</dt><dd><code>{s.sha256}</code></dd></dl>")
+
+    # --- heat maps -----------------------------------------------------------------
+
+    def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
+                derive: Callable[[tuple[int, ...], bool], Derivation], tokens: int,
+                extra: str = "") -> str:
+        """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
+        ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
+        is shaded against 1 (absolute) and against its row's largest (row-relative),
+        with the glyph of its level, so the map reads without colour too.
+
+        ``extra`` marks the maps' wrapper (a causal toggle's ``data-causal``).
+        """
+        from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
+
+        numbered = tokens <= NUMBERS_UP_TO
+        out = []
+        per_map = PAGE_CELLS // max(len(slices), 1)
+        columns = min(tokens, 32)
+        rows = min(tokens, GRID_ROWS)
+        while not numbered and rows * columns > per_map and columns > 4:
+            columns = max(4, columns // 2)
+            rows = min(rows, columns)
+        for where in slices:
+            matrix = np.asarray(weights[where], dtype=np.float64)
+            attributes = f' data-batch="{where[0]}"' + (
+                f' data-head="{where[1]}"' if len(where) > 1 else "")
+            caption = ", ".join(f"{axis} {i}" for axis, i in zip(("batch", "head"), where,
+                                                                   strict=False))
+            note = ""
+            if numbered:
+                labels = list(range(tokens))
+                grid = [[(q, k, float(matrix[q, k])) for k in range(tokens)] for q in labels]
+            else:
+                block, query_blocks = block_max(matrix, rows, columns)
+                labels = [start for start, _ in query_blocks]
+                grid = [[(q0 + q, k0 + k, float(value)) for (k0, k1), value in
+                         zip(blocks(tokens, columns), values, strict=True)
+                         for q, k in [_argmax(matrix[q0:q1, k0:k1])]]
+                        for (q0, q1), values in zip(query_blocks, block, strict=True)]
+                note = (f'<p class="slice-name">{len(grid)}×{len(grid[0])} blocks of '
+                        f"{tokens}×{tokens}: each cell is the largest weight of its block "
+                        "(equal blocks, floor(i T / n) boundaries; row label: the block's "
+                        "first query), at that weight's coordinate</p>")
+            body = []
+            for label, row in zip(labels, grid, strict=True):
+                largest = max(value for _, _, value in row)
+                cells = []
+                for q, k, value in row:
+                    index = (*where, q, k)
+                    css = f"w a{level(value, 1.0)} r{level(value, largest)}"
+                    derivation = derive(index, numbered)
+                    if numbered:
+                        cells.append(self.number(name, index, value, derivation, css=css))
+                    else:
+                        cells.append(self.number(name, index, value, derivation,
+                                                 css=css + " g", text="", aria=True))
+                body.append(f'<tr><th scope="row">{label}</th><td>'
+                            + "</td><td>".join(cells) + "</td></tr>")
+            if numbered:
+                keys = "".join(f'<th scope="col">{k}</th>' for k in range(tokens))
+                table = f'<table class="heat numbered"><thead><tr><th>q\\k</th>{keys}</tr></thead>'
+            else:
+                table = '<table class="heat grid">'
+            out.append(f'<div class="slice"{attributes}><p class="slice-name">{caption}</p>'
+                       f'{note}{table}<tbody>{"".join(body)}</tbody></table></div>')
+        return f'<div class="maps"{extra}>' + "".join(out) + "</div>"
+
+    def legend(self) -> str:
+        """The five levels of both scales, glyph and range; the shown scale's is visible."""
+        def swatches() -> str:
+            return "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
+                           f'{SHADES[i] if i else "blank"} {LEVEL_RANGES[i]}</span>'
+                           for i in range(5))
+        return ('<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
+                "largest weight of its row (row-relative).</p>" + swatches() + "</div>"
+                '<div class="legend" data-scale-for="abs"><p>Shading: each weight against 1 '
+                "(absolute).</p>" + swatches() + "</div>")
+
+    # --- the document --------------------------------------------------------------
+
+    def html(self, heading: str, verdict: str, passed: bool) -> str:
+        """The page: header, controls, sections, the derivation panel, data and script."""
+        data = json.dumps({"labels": list(self.labels), "derivations": self.derivations},
+                          ensure_ascii=False, separators=(",", ":"))
+        data = data.replace("<", "\\u003c")  # never a closing tag inside the script element
+        state = "pass" if passed else "fail"
+        return "".join((
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<link rel="icon" href="data:,">',
+            f"<title>{escape(self.title)}</title><style>{asset('explorer.css')}</style></head>",
+            '<body data-scale="row">',
+            f'<header><h1>{escape(heading)}</h1><p class="verdict {state}">'
+            f"{'✔' if passed else '✘'} {escape(verdict)}</p>",
+            "<p class=\"hint\">Click a number, or Tab to it and press Enter, to see how it was "
+            "made; Escape closes the panel.</p></header>",
+            f'<nav class="controls" aria-label="view">{"".join(self.controls)}</nav>',
+            '<main>', "".join(self.sections), "</main>",
+            '<aside id="qkv-panel" role="region" aria-live="polite" aria-label="derivation" '
+            'hidden><button type="button" class="close" aria-label="close">×</button>'
+            '<div id="qkv-panel-body"></div></aside>',
+            f'<script type="application/json" id="qkv-data">{data}</script>',
+            f"<script>{asset('explorer.js')}</script></body></html>\n",
+        ))
+
+    def select(self, name: str, label: str, count: int) -> None:
+        """A switch among ``count`` batch items or heads (none when there is one)."""
+        if count <= 1:
+            return
+        options = "".join(f'<option value="{i}">{i}</option>' for i in range(count))
+        self.controls.append(f'<label>{label} <select id="qkv-{name}" data-switch="{name}">'
+                             f"{options}</select></label>")
+
+    def scale_switch(self) -> None:
+        self.controls.append(
+            '<fieldset class="scale"><legend>heat-map scale</legend>'
+            '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
+            '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
+
+
+def asset(name: str) -> str:
+    """A page asset shipped in ``qkvcli/data`` (``explorer.css``, ``explorer.js``)."""
+    from importlib.resources import files
+
+    return files("qkvcli.data").joinpath(name).read_text(encoding="utf-8")
+
+
+def _argmax(block: Array) -> tuple[int, int]:
+    """Where ``block``'s largest value is (its first occurrence, row-major)."""
+    q, k = np.unravel_index(int(np.argmax(block)), block.shape)
+    return int(q), int(k)
