@@ -16,6 +16,7 @@ from qkvcli.cli.options import (
     format_option,
     gradcheck_mode_options,
     gradcheck_options,
+    html_option,
     max_elements_option,
     output_option,
     resolve_format,
@@ -65,11 +66,13 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 @gradcheck_options
 @max_elements_option
 @view_options
+@html_option
 def attend(
     fixture: Path | None, example: str | None, causal: bool, heads: int | None,
     trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
     view: ViewSettings,
     overrides: CheckOverrides,
+    html: Path | None = None,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -96,7 +99,7 @@ def attend(
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
-    check_outputs([output, *(path for _, path in view.exports)], [fixture])
+    check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     from qkvcli.reading.files import trusting_paths
 
     with trusting_paths(trust_paths):
@@ -120,7 +123,7 @@ def attend(
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
-                                            tensors=policy))
+                                            tensors=policy), html=html)
     if not evidence.passed:
         from qkvcli.render.attend import failed_checks
 

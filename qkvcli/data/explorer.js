@@ -9,6 +9,13 @@
   var opened = null;
   var PART = { t: "term", r: "rest", f: "fact", x: "text" };
 
+  // every number is focusable and announced as a control; a glyph cell's value is its tooltip
+  document.querySelectorAll("[data-tensor]").forEach(function (element) {
+    element.tabIndex = 0;
+    element.setAttribute("role", "button");
+    if (element.closest(".grid")) { element.title = element.textContent; }
+  });
+
   function cell(row, text, cls) {
     var td = document.createElement("td");
     td.textContent = text;
@@ -28,7 +35,7 @@
       (tensor + (index ? "[" + index + "]" : "") + (stat ? " (" + stat + ")" : ""));
     body.appendChild(heading);
     var shown = document.createElement("p");
-    shown.textContent = "shown: " + (element.getAttribute("title") || element.textContent);
+    shown.textContent = "shown: " + element.textContent;
     body.appendChild(shown);
     if (!found) {
       var given = document.createElement("p");
@@ -39,14 +46,15 @@
     } else {
       var formula = document.createElement("p");
       formula.className = "formula";
-      formula.textContent = found.f;
+      formula.textContent = data.labels[found.f];
       body.appendChild(formula);
       var table = document.createElement("table");
       var summing = found.s !== 0;
       var terms = 0;
+      var usual = summing ? "t" : "f";
       found.r.forEach(function (r) {
         var tr = document.createElement("tr");
-        var part = PART[r[2]];
+        var part = PART[r[2] || usual];
         tr.className = part;
         var adds = summing && (part === "term" || part === "rest");
         cell(tr, adds ? (terms++ === 0 ? " " : "+") : "", "op");

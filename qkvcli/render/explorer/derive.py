@@ -161,12 +161,12 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     total = math.fsum(exps[seen])
     rows = [
         Row("raw score S = q·k", float(scores[index]), "fact"),
-        Row("scale", factor, "fact"),
-        Row("scaled score z = S × scale", float(scaled[index]), "fact"),
+        Row(f"scaled score z = S × {factor!r}", float(scaled[index]), "fact"),
         Row("masked (a later key)" if masked else "masked", "yes" if masked else "no", "text"),
-        Row(f"row {q}'s maximum z", top, "fact"),
-        Row(f"exp(z − max) of key {k}", float(exps[k]), "fact"),
-        Row(f"sum of the row's {int(seen.sum())} exponentials", total, "fact"),
+        Row("the row's maximum z", top, "fact"),
+        Row("exp(z − max) of this key", float(exps[k]), "fact"),
+        Row("keys the row sees (not masked)", str(int(seen.sum())), "text"),
+        Row("sum of the row's exponentials", total, "fact"),
     ]
     if keys:
         seen_keys = np.flatnonzero(seen)

@@ -25,6 +25,7 @@ downsampled above by the terminal's rule (block maxima over ``floor(i T / n)`` b
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from html import escape
 from typing import Any
@@ -46,9 +47,11 @@ BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dash
 LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
 """The five shading levels of a heat map, as the terminal's legend names them."""
 SHADES = (" ", "░", "▒", "▓", "█")
-PAGE_CELLS = 4096
+PAGE_CELLS = 1536
 """Heat-map cells a page holds at most over every batch item and head (a downsampled
 map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small."""
+ROW_VALUES = 16
+"""Values per row of a 1-D tensor's table."""
 GRADCHECK_ROWS = 256
 """Gradient-check rows shown per tensor (the JSON report holds every one)."""
 
@@ -93,42 +96,32 @@ class Page:
         """Keep ``derivation`` for the number whose ``tensor|index`` is ``key``."""
         if key in self.derivations:
             return
+        usual = "term" if derivation.terms_total == "sum" else "fact"
         document: dict[str, Any] = {
-            "f": derivation.formula,
-            "r": [[self.label(row.label), self.fmt(row.value), PARTS[row.part]]
+            "f": self.label(derivation.formula),
+            "r": [[self.label(row.label), self.fmt(row.value)]
+                  + ([PARTS[row.part]] if row.part != usual else [])
                   for row in derivation.rows],
             "v": self.fmt(derivation.value),
         }
         if derivation.terms_total != "sum":
-            document["s"] = 0
+            document["s"] = 0  # the rows are facts (their part "f" unless said)
         if heading:
             document["h"] = heading
         self.derivations[key] = document
 
     def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
                derivation: Derivation | None = None, *, field: str = "", stat: str = "",
-               css: str = "", text: str | None = None, heading: str = "",
-               aria: bool = False) -> str:
-        """A number as an element with its ``data-*`` contract (and its derivation kept).
-
-        ``text`` replaces the shown digits (a glyph cell shows none: ``aria`` then names
-        the value for screen readers and in a tooltip)."""
+               css: str = "", heading: str = "", tag: str = "span") -> str:
+        """A number as an element (``tag``) with its ``data-*`` contract, its derivation
+        kept. The script makes each one focusable (``tabindex``, ``role=button``)."""
         where = index if isinstance(index, str) else index_text(index)
-        key = f"{tensor}|{where}"
         if derivation is not None:
-            self.derive(key, derivation, heading)
-        shown = self.fmt(value) if text is None else text
-        attributes = [f'data-tensor="{escape(tensor)}"', f'data-index="{where}"']
-        if field:
-            attributes.append(f'data-field="{field}"')
-        if stat:
-            attributes.append(f'data-stat="{stat}"')
-        if aria:
-            attributes.append(f'aria-label="{escape(tensor)}[{where}] {self.fmt(value)}" '
-                              f'title="{self.fmt(value)}"')
-        classes = "n" + (f" {css}" if css else "")
-        return (f'<span class="{classes}" tabindex="0" role="button" '
-                f'{" ".join(attributes)}>{escape(shown)}</span>')
+            self.derive(f"{tensor}|{where}", derivation, heading)
+        extra = (f' data-field="{field}"' if field else "") + (
+            f' data-stat="{stat}"' if stat else "") + (f' class="{css}"' if css else "")
+        return (f'<{tag} data-tensor="{escape(tensor)}" data-index="{where}"{extra}>'
+                f"{escape(self.fmt(value))}</{tag}>")
 
     # --- tensors -------------------------------------------------------------------
 
@@ -173,19 +166,26 @@ class Page:
 
     def grid(self, name: str, matrix: Array, lead: tuple[int, ...], derive: Deriver | None,
              ndim: int) -> str:
-        """A 2-D table of numbers; ``ndim`` is the tensor's own (1: one row, no row label)."""
-        rows, columns = matrix.shape
-        head = "".join(f"<th scope=\"col\">{c}</th>" for c in range(columns))
+        """A 2-D table of numbers; ``ndim`` is the tensor's own (1: the values in rows of
+        :data:`ROW_VALUES`, each labelled with its first index)."""
+        if ndim == 1:
+            flat = matrix.reshape(-1)
+            width = min(ROW_VALUES, flat.size)
+            rows = [(start, [(i,) for i in range(start, min(start + width, flat.size))])
+                    for start in range(0, flat.size, max(width, 1))]
+            head = "".join(f'<th scope="col">+{c}</th>' for c in range(width))
+        else:
+            rows = [(r, [(*lead, r, c) for c in range(matrix.shape[1])])
+                    for r in range(matrix.shape[0])]
+            head = "".join(f'<th scope="col">{c}</th>' for c in range(matrix.shape[1]))
         out = [f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>']
-        for r in range(rows):
+        for label, indices in rows:
             cells = []
-            for c in range(columns):
-                index = (*lead, r, c) if ndim == 2 else (c,)
-                value = float(matrix[r, c])
+            for index in indices:
+                value = float(flat[index[0]]) if ndim == 1 else float(matrix[index[-2:]])
                 derivation = derive(index) if derive is not None else None
-                cells.append(f"<td>{self.number(name, index, value, derivation)}</td>")
-            label = f"<th scope=\"row\">{r}</th>" if ndim == 2 else "<th></th>"
-            out.append(f"<tr>{label}{''.join(cells)}</tr>")
+                cells.append(self.number(name, index, value, derivation, tag="td"))
+            out.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
         out.append("</tbody></table>")
         return "".join(out)
 
@@ -229,24 +229,21 @@ class Page:
 
     def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
                 derive: Callable[[tuple[int, ...], bool], Derivation], tokens: int,
-                extra: str = "") -> str:
+                masked_at: Callable[[tuple[int, ...]], float], extra: str = "") -> str:
         """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
         ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
         is shaded against 1 (absolute) and against its row's largest (row-relative),
         with the glyph of its level, so the map reads without colour too.
 
-        ``extra`` marks the maps' wrapper (a causal toggle's ``data-causal``).
+        ``masked_at`` gives a cell's scaled score (``-inf``: masked); ``extra`` marks the
+        maps' wrapper (a causal toggle's ``data-causal``).
         """
         from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
 
         numbered = tokens <= NUMBERS_UP_TO
         out = []
-        per_map = PAGE_CELLS // max(len(slices), 1)
-        columns = min(tokens, 32)
-        rows = min(tokens, GRID_ROWS)
-        while not numbered and rows * columns > per_map and columns > 4:
-            columns = max(4, columns // 2)
-            rows = min(rows, columns)
+        side = max(4, math.isqrt(PAGE_CELLS // max(len(slices), 1)))
+        rows = columns = min(tokens, GRID_ROWS, side)
         for where in slices:
             matrix = np.asarray(weights[where], dtype=np.float64)
             attributes = f' data-batch="{where[0]}"' + (
@@ -276,13 +273,11 @@ class Page:
                     index = (*where, q, k)
                     css = f"w a{level(value, 1.0)} r{level(value, largest)}"
                     derivation = derive(index, numbered)
-                    if numbered:
-                        cells.append(self.number(name, index, value, derivation, css=css))
-                    else:
-                        cells.append(self.number(name, index, value, derivation,
-                                                 css=css + " g", text="", aria=True))
-                body.append(f'<tr><th scope="row">{label}</th><td>'
-                            + "</td><td>".join(cells) + "</td></tr>")
+                    if matrix[q, k] == 0.0 and not np.isfinite(masked_at(index)):
+                        css += " m"  # masked: struck through, not only blank
+                    cells.append(self.number(name, index, value, derivation, css=css,
+                                             tag="td"))
+                body.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
             if numbered:
                 keys = "".join(f'<th scope="col">{k}</th>' for k in range(tokens))
                 table = f'<table class="heat numbered"><thead><tr><th>q\\k</th>{keys}</tr></thead>'
@@ -296,7 +291,7 @@ class Page:
         """The five levels of both scales, glyph and range; the shown scale's is visible."""
         def swatches() -> str:
             return "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
-                           f'{SHADES[i] if i else "blank"} {LEVEL_RANGES[i]}</span>'
+                           f'{"" if i else "blank "}{LEVEL_RANGES[i]}</span>'
                            for i in range(5))
         return ('<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
                 "largest weight of its row (row-relative).</p>" + swatches() + "</div>"
