@@ -162,7 +162,7 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     rows = [
         Row("raw score S = q·k", float(scores[index]), "fact"),
         Row(f"scaled score z = S × {factor!r}", float(scaled[index]), "fact"),
-        Row("masked (a later key)" if masked else "masked", "yes" if masked else "no", "text"),
+        Row("masked", "yes" if masked else "no", "text"),
         Row("the row's maximum z", top, "fact"),
         Row("exp(z − max) of this key", float(exps[k]), "fact"),
         Row("keys the row sees (not masked)", str(int(seen.sum())), "text"),
