@@ -19,7 +19,6 @@ from qkvcli.attention.records import AttendEvidence
 from qkvcli.cli import main
 from qkvcli.cli.io import load
 from qkvcli.evidence.build import build_evidence
-from qkvcli.render.explorer import explorer_page
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.derive import (
     MAX_TERMS,
@@ -183,7 +182,7 @@ def test_every_derivation_of_attend_is_the_engines_number(tmp_path: Path, kind: 
         derived = attention_weight(arrays["scores"], scaled, attention, index,
                                    evidence.config.scale)
         facts = {row.label: row.value for row in derived.rows}
-        own = float(facts["exp(z − max) of this key"])
+        own = float(facts["exp(z \u2212 max) of this key"])
         total = float(facts["sum of the row's exponentials"])
         assert own / total == pytest.approx(attention[index], abs=1e-15)
         assert facts["masked"] == ("yes" if math.isinf(scaled[index]) else "no")
@@ -281,7 +280,7 @@ def test_a_gpt2_small_layer_page_stays_within_one_mebibyte(
     cells = [n for n in numbers if n["data-tensor"] == "weights"]
     assert 12 * 64 <= len(cells) <= PAGE_CELLS  # every head drawn, downsampled
     assert {index_of(n["data-index"])[1] for n in cells} == set(range(12))
-    assert "blocks of 1024×1024" in html
+    assert "blocks of 1024\u00d71024" in html
     # large tensors are summarised with the digest the text view gives
     assert html.count("<dt>sha256</dt>") >= 20
     assert embedded_sums(html, 4) > 40

@@ -169,7 +169,7 @@ def test_clicking_q_shows_its_row_times_column_terms(chapter: Opened) -> None:
     text = chapter.panel()
     for i in range(p.input.shape[-1]):
         term = float(p.input[0, 0, i] * p.w_query[i, 1])
-        line = next(line for line in text.splitlines() if f"X[0,0,{i}] × W_Q[{i},1]" in line)
+        line = next(line for line in text.splitlines() if f"X[0,0,{i}] \u00d7 W_Q[{i},1]" in line)
         assert line.split()[-1] == fmt_float(term, 6)
     assert "row 0 of X (batch 0) times column 1 of W_Q" in text
     assert chapter.by_keyboard("query", "0,0,1") == text
@@ -181,7 +181,7 @@ def test_a_weight_gradient_and_a_gradient_check_coordinate(chapter: Opened) -> N
     chapter.page.locator(".gradcheck details summary").first.click()  # passing: folded
     chapter.number("gradcheck.input", "0,0,0", "numerical").click()
     text = chapter.panel()
-    assert "numerical (L(x+h) − L(x−h)) / 2h" in text and "step h" in text
+    assert "numerical (L(x+h) \u2212 L(x\u2212h)) / 2h" in text and "step h" in text
 
 
 def test_the_close_button_and_escape_close_the_panel(chapter: Opened) -> None:
@@ -216,11 +216,11 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         text = opened.panel()
         z = a["scaled_scores"][0, 1]
         exps = np.exp(z - z.max())
-        assert f"scaled score z = S × {evidence.config.scale!r}\t{fmt_float(z[0], 4)}" in text
+        assert f"scaled score z = S \u00d7 {evidence.config.scale!r}\t{fmt_float(z[0], 4)}" in text
         assert f"the row's maximum z\t{fmt_float(z.max(), 4)}" in text
         assert f"sum of the row's exponentials\t{fmt_float(exps.sum(), 4)}" in text
         for key in range(2):
-            assert f"key {key}: exp(z − max)\t{fmt_float(exps[key], 4)}" in text
+            assert f"key {key}: exp(z \u2212 max)\t{fmt_float(exps[key], 4)}" in text
         assert text.splitlines()[-1].split()[-1] == fmt_float(a["attention"][0, 1, 0], 4)
         assert opened.by_keyboard("weights", "0,1,0") == text
         opened.number("weights", "0,0,1").click()  # above the diagonal

@@ -49,7 +49,7 @@ TORCH_LAYOUTS = ("separate-torch", "packed", "query_key_value")
 """Layouts whose per-branch weights the evidence holds as torch ``[out, in]``."""
 LETTERS = {"query": "Q", "key": "K", "value": "V"}
 STAGES = (("Parameters and input", PARAMETERS),
-          ("Forward: Q, K, V; S = Q Kᵀ; Z = S × scale (masked: −∞); A = softmax(Z); O = A V",
+          ("Forward: Q, K, V; S = Q Kᵀ; Z = S \u00d7 scale (masked: \u2212∞); A = softmax(Z); O = A V",
            FORWARD),
           ("Reverse: L = ⟨O, U⟩ back to X and every parameter", REVERSE))
 

@@ -20,7 +20,7 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, Failure
 from qkvcli.render.check import check_verdict, failure_detail, family_detail, say, word
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import Derivation, Row
+from qkvcli.render.explorer.derive import Derivation, Step
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.wording import Check
 
@@ -81,23 +81,23 @@ def comparison(clause: Clause, failure: Failure, replay: list[str]) -> Derivatio
     """Expected against actual for a numbered clause, with the finding and its replay."""
     if clause.code == "value-differs":
         _, _, actual, expected, error, tolerance = clause.facts
-        rows = [Row("actual (the implementation)", float(actual), "fact"),
-                Row("expected (qkv's engine)", float(expected), "fact"),
-                Row("actual − expected", float(actual) - float(expected), "fact"),
-                Row("scaled error |a−e| / max(1,|a|,|e|)", _small(error), "text"),
-                Row("tolerance", repr(tolerance), "text")]
+        rows = [Step("actual (the implementation)", float(actual), "fact"),
+                Step("expected (qkv's engine)", float(expected), "fact"),
+                Step("actual \u2212 expected", float(actual) - float(expected), "fact"),
+                Step("scaled error |a\u2212e| / max(1,|a|,|e|)", _small(error), "text"),
+                Step("tolerance", repr(tolerance), "text")]
         value = float(actual)
     else:
         _, analytic, numerical, error, note = clause.facts
-        rows = [Row("analytic (the implementation's backward)", float(analytic), "fact"),
-                Row("numerical (central difference of its forward)", float(numerical), "fact"),
-                Row("scaled error", _small(error), "text")]
+        rows = [Step("analytic (the implementation's backward)", float(analytic), "fact"),
+                Step("numerical (central difference of its forward)", float(numerical), "fact"),
+                Step("scaled error", _small(error), "text")]
         if note:
-            rows.append(Row("note", str(note), "text"))
+            rows.append(Step("note", str(note), "text"))
         value = float(analytic)
-    rows += [Row("exact values", _exact(clause), "text")]
-    rows += [Row("the slip", words, "text") for words in slips(failure)]
-    rows += [Row("replay" if i == 0 else "", line, "text") for i, line in enumerate(replay)]
+    rows += [Step("exact values", _exact(clause), "text")]
+    rows += [Step("the slip", words, "text") for words in slips(failure)]
+    rows += [Step("replay" if i == 0 else "", line, "text") for i, line in enumerate(replay)]
     where = f"{failure.family} on {failure.fixture}" if failure.fixture else failure.family
     return Derivation(f"{where}: {failure_detail(failure)}", tuple(rows), value, "none")
 

@@ -32,7 +32,7 @@ MAX_TERMS = 16
 Index = tuple[int, ...]
 
 
-class Row(Record):
+class Step(Record):
     """One line of a derivation: a label and a number (or words), and its part.
 
     ``part``: ``term`` (adds up to the value), ``rest`` (the other terms, summed),
@@ -52,7 +52,7 @@ class Derivation(Record):
     """
 
     formula: str
-    rows: tuple[Row, ...]
+    rows: tuple[Step, ...]
     value: float
     terms_total: str = "sum"
 
@@ -63,18 +63,18 @@ class Derivation(Record):
 
 
 def listed(labels: Sequence[str], values: Array, limit: int = MAX_TERMS,
-           part: str = "term") -> list[Row]:
+           part: str = "term") -> list[Step]:
     """``values`` as rows labelled ``labels``; past ``limit``, the ``limit`` largest by
     magnitude (in their own order) and one row holding the others' sum (``rest`` for
     terms, a ``fact`` otherwise)."""
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
     if flat.size <= limit:
-        return [Row(label, float(v), part) for label, v in zip(labels, flat, strict=True)]
+        return [Step(label, float(v), part) for label, v in zip(labels, flat, strict=True)]
     keep = np.sort(np.argsort(-np.abs(flat), kind="stable")[:limit])
     others = np.ones(flat.size, dtype=bool)
     others[keep] = False
-    rows = [Row(labels[i], float(flat[i]), part) for i in keep]
-    rows.append(Row(f"the other {int(others.sum())} together", math.fsum(flat[others]),
+    rows = [Step(labels[i], float(flat[i]), part) for i in keep]
+    rows.append(Step(f"the other {int(others.sum())} together", math.fsum(flat[others]),
                     "rest" if part == "term" else "fact"))
     return rows
 
@@ -94,11 +94,11 @@ def projection(x: Array, weight: Array, bias: Array | None, index: Index, value:
     row = np.asarray(x[b, t], dtype=np.float64)  # [d_in]
     column = np.asarray(weight[:, j], dtype=np.float64)  # [d_in]
     x_name, w_name, b_name = names
-    labels = [f"{x_name}[{b},{t},{i}] × {w_name}[{i},{j}]" for i in range(row.size)]
+    labels = [f"{x_name}[{b},{t},{i}] \u00d7 {w_name}[{i},{j}]" for i in range(row.size)]
     rows = listed(labels, row * column)
     formula = f"row {t} of {x_name} (batch {b}) times column {j} of {w_name}"
     if bias is not None:
-        rows.append(Row(f"{b_name}[{j}]", float(bias[j])))
+        rows.append(Step(f"{b_name}[{j}]", float(bias[j])))
         formula += f", plus {b_name}[{j}]"
     return Derivation(formula, tuple(rows), value)
 
@@ -112,7 +112,7 @@ def input_paths(upstreams: tuple[Array, Array, Array], weights: tuple[Array, Arr
     for letter, upstream, weight in zip("QKV", upstreams, weights, strict=True):
         path = np.asarray(upstream[b, t], dtype=np.float64) * np.asarray(weight[i],
                                                                           dtype=np.float64)
-        rows.append(Row(f"(U_{letter} W_{letter}ᵀ){coordinate(index)}: "
+        rows.append(Step(f"(U_{letter} W_{letter}ᵀ){coordinate(index)}: "
                         f"{path.size} products", math.fsum(path)))
     return Derivation("the three paths back to X: query, key and value", tuple(rows), value)
 
@@ -124,7 +124,7 @@ def weight_gradient(x: Array, upstream: Array, index: tuple[int, int], value: fl
     products = np.asarray(x[:, :, i], dtype=np.float64) * np.asarray(upstream[:, :, j],
                                                                      dtype=np.float64)
     batch, tokens = products.shape
-    labels = [f"b{b} t{t}: X[{b},{t},{i}] × U_{letter}[{b},{t},{j}]"
+    labels = [f"b{b} t{t}: X[{b},{t},{i}] \u00d7 U_{letter}[{b},{t},{j}]"
               for b in range(batch) for t in range(tokens)]
     return Derivation(f"the sum over {batch} batch items and {tokens} tokens",
                       tuple(listed(labels, products)), value)
@@ -150,8 +150,8 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     :data:`MAX_TERMS` of them); without, only this key's.
     """
     *lead, q, k = index
-    where = tuple(lead)
-    z_row = np.asarray(scaled[where + (q,)], dtype=np.float64)  # [T]
+    row_at = (*lead, q)
+    z_row = np.asarray(scaled[row_at], dtype=np.float64)  # [T]
     seen = np.isfinite(z_row)
     value = float(weights[index])
     masked = not bool(seen[k])
@@ -160,20 +160,20 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     exps[seen] = np.exp(z_row[seen] - top)
     total = math.fsum(exps[seen])
     rows = [
-        Row("raw score S = q·k", float(scores[index]), "fact"),
-        Row(f"scaled score z = S × {factor!r}", float(scaled[index]), "fact"),
-        Row("masked", "yes" if masked else "no", "text"),
-        Row("the row's maximum z", top, "fact"),
-        Row("exp(z − max) of this key", float(exps[k]), "fact"),
-        Row("keys the row sees (not masked)", str(int(seen.sum())), "text"),
-        Row("sum of the row's exponentials", total, "fact"),
+        Step("raw score S = q·k", float(scores[index]), "fact"),
+        Step(f"scaled score z = S \u00d7 {factor!r}", float(scaled[index]), "fact"),
+        Step("masked", "yes" if masked else "no", "text"),
+        Step("the row's maximum z", top, "fact"),
+        Step("exp(z \u2212 max) of this key", float(exps[k]), "fact"),
+        Step("keys the row sees (not masked)", str(int(seen.sum())), "text"),
+        Step("sum of the row's exponentials", total, "fact"),
     ]
     if keys:
         seen_keys = np.flatnonzero(seen)
-        labels = [f"key {j}: exp(z − max)" for j in seen_keys]
+        labels = [f"key {j}: exp(z \u2212 max)" for j in seen_keys]
         rows += listed(labels, exps[seen_keys], part="fact")
     formula = ("0: the key is after the query (masked before the softmax)" if masked
-               else "exp(z − max) / sum of the row's exponentials")
+               else "exp(z \u2212 max) / sum of the row's exponentials")
     return Derivation(formula, tuple(rows), value, "none")
 
 
@@ -184,11 +184,12 @@ def mixture(weights: Array, values: Array, index: Index, value: float, head: int
     holds ``c``; ``values`` per query head, ``[B,T,H*d_v]``)."""
     b, t, c = index
     lead = (b,) if head is None else (b, head)
-    a_row = np.asarray(weights[lead + (t,)], dtype=np.float64)  # [T]
+    row_at = (*lead, t)
+    a_row = np.asarray(weights[row_at], dtype=np.float64)  # [T]
     column = np.asarray(values[b, :, c], dtype=np.float64)  # [T]
     end = t + 1 if causal else a_row.size
     a_name = "A[" + ",".join(str(i) for i in (*lead, t))
-    labels = [f"{a_name},{j}] × V[{b},{j},{c}]" for j in range(end)]
+    labels = [f"{a_name},{j}] \u00d7 V[{b},{j},{c}]" for j in range(end)]
     formula = (f"a mixture of the value rows: row {t}'s weights"
                + (f" (head {head})" if head is not None else "")
                + f" times coordinate {c} of each value row"
@@ -200,12 +201,12 @@ def gradcheck_point(analytic: float, numerical: float, step: float, scaled_error
                     tolerance: float, passed: bool) -> Derivation:
     """A gradient-check coordinate: the analytic value against the central difference."""
     rows = (
-        Row("analytic (the reverse pass)", analytic, "fact"),
-        Row("numerical (L(x+h) − L(x−h)) / 2h", numerical, "fact"),
-        Row("step h", step, "fact"),
-        Row("|analytic − numerical|", abs(analytic - numerical), "fact"),
-        Row("scaled error |a−n| / max(1,|a|,|n|)", scaled_error, "fact"),
-        Row("tolerance", tolerance, "fact"),
-        Row("passed", "yes" if passed else "no", "text"),
+        Step("analytic (the reverse pass)", analytic, "fact"),
+        Step("numerical (L(x+h) \u2212 L(x\u2212h)) / 2h", numerical, "fact"),
+        Step("step h", step, "fact"),
+        Step("|analytic \u2212 numerical|", abs(analytic - numerical), "fact"),
+        Step("scaled error |a\u2212n| / max(1,|a|,|n|)", scaled_error, "fact"),
+        Step("tolerance", tolerance, "fact"),
+        Step("passed", "yes" if passed else "no", "text"),
     )
     return Derivation("central difference against the reverse pass", rows, analytic, "none")

@@ -41,7 +41,7 @@ Deriver = Callable[[tuple[int, ...]], Derivation | None]
 """What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
 
 PARTS = {"term": "t", "rest": "r", "fact": "f", "text": "x"}
-"""How the page's data spells a row's part (:class:`~qkvcli.render.explorer.derive.Row`)."""
+"""How the page's data spells a row's part (:class:`~qkvcli.render.explorer.derive.Step`)."""
 BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dashed border)",
                 "value": "value branch (double border)"}
 LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
@@ -168,6 +168,7 @@ class Page:
              ndim: int) -> str:
         """A 2-D table of numbers; ``ndim`` is the tensor's own (1: the values in rows of
         :data:`ROW_VALUES`, each labelled with its first index)."""
+        rows: list[tuple[int, list[tuple[int, ...]]]]
         if ndim == 1:
             flat = matrix.reshape(-1)
             width = min(ROW_VALUES, flat.size)
@@ -211,12 +212,12 @@ class Page:
         last = numbers(range(max(count - 4, 0), count))
         extremes = ""
         if count:
-            low, high = at(int(np.argmin(values))), at(int(np.argmax(values)))
-            extremes = (
-                f"<dt>min</dt><dd>{self.number(name, low, s.minimum, derive(low) if derive else None, stat='min')}"
-                f" at [{index_text(low)}]</dd>"
-                f"<dt>max</dt><dd>{self.number(name, high, s.maximum, derive(high) if derive else None, stat='max')}"
-                f" at [{index_text(high)}]</dd>")
+            for stat, flat, value in (("min", int(np.argmin(values)), s.minimum),
+                                      ("max", int(np.argmax(values)), s.maximum)):
+                index = at(flat)
+                derivation = derive(index) if derive is not None else None
+                shown = self.number(name, index, value, derivation, stat=stat)
+                extremes += f"<dt>{stat}</dt><dd>{shown} at [{index_text(index)}]</dd>"
         mean = self.number(name, "", s.mean, stat="mean")
         norm = self.number(name, "", s.l2_norm, stat="l2_norm")
         return (f'<dl class="summary"><dt>count</dt><dd>{count} values (summarised above '
@@ -261,8 +262,8 @@ class Page:
                          zip(blocks(tokens, columns), values, strict=True)
                          for q, k in [_argmax(matrix[q0:q1, k0:k1])]]
                         for (q0, q1), values in zip(query_blocks, block, strict=True)]
-                note = (f'<p class="slice-name">{len(grid)}×{len(grid[0])} blocks of '
-                        f"{tokens}×{tokens}: each cell is the largest weight of its block "
+                note = (f'<p class="slice-name">{len(grid)}\u00d7{len(grid[0])} blocks of '
+                        f"{tokens}\u00d7{tokens}: each cell is the largest weight of its block "
                         "(equal blocks, floor(i T / n) boundaries; row label: the block's "
                         "first query), at that weight's coordinate</p>")
             body = []
@@ -321,7 +322,7 @@ class Page:
             f'<nav class="controls" aria-label="view">{"".join(self.controls)}</nav>',
             '<main>', "".join(self.sections), "</main>",
             '<aside id="qkv-panel" role="region" aria-live="polite" aria-label="derivation" '
-            'hidden><button type="button" class="close" aria-label="close">×</button>'
+            'hidden><button type="button" class="close" aria-label="close">\u00d7</button>'
             '<div id="qkv-panel-body"></div></aside>',
             f'<script type="application/json" id="qkv-data">{data}</script>',
             f"<script>{asset('explorer.js')}</script></body></html>\n",

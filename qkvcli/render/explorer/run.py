@@ -9,6 +9,7 @@ batch and tokens, a gradient-check coordinate its analytic and numerical values.
 
 from __future__ import annotations
 
+from qkvcli.core.arrays import Array
 from qkvcli.evidence.records import Evidence
 from qkvcli.render.explorer.checks import checks_section, gradcheck_section
 from qkvcli.render.explorer.derive import (
@@ -49,11 +50,12 @@ def run_page(evidence: Evidence, precision: int, title: str) -> str:
         weight, output = p.weights[index], p.outputs[index]
         upstream = (p.grad_query, p.grad_key, p.grad_value)[index]
 
-        def project(at: tuple[int, ...], w=weight, y=output, n=letter) -> Derivation:
+        def project(at: tuple[int, ...], w: Array = weight, y: Array = output,
+                    n: str = letter) -> Derivation:
             return projection(p.input, w, None, at, float(y[at]), ("X", f"W_{n}", f"b_{n}"))
 
-        def gradient(at: tuple[int, ...], u=upstream, g=p.weight_gradients[index],
-                     n=letter) -> Derivation:
+        def gradient(at: tuple[int, ...], u: Array = upstream,
+                     g: Array = p.weight_gradients[index], n: str = letter) -> Derivation:
             return weight_gradient(p.input, u, (at[0], at[1]), float(g[at]), n)
 
         branches.append(
