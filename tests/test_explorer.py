@@ -97,11 +97,23 @@ def test_precision_sets_every_number_of_the_page(tmp_path: Path) -> None:
     assert page_data(html)["derivations"]["input_gradient|0,0,0"]["v"] == "3.000"
 
 
+def test_attend_draws_the_other_mask_behind_a_toggle(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "attend", "--causal")
+    assert 'id="qkv-causal"' in html
+    assert '<div class="mask" data-causal="true">' in html
+    assert '<div class="mask" data-causal="false">' in html
+    other = [n for n in numbers_of(html) if n.get("data-variant") == "other-mask"]
+    assert {n["data-index"] for n in other} == {"0,0,0", "0,0,1", "0,1,0", "0,1,1"}
+    assert "weights|0,0,1|other-mask" in page_data(html)["derivations"]
+    assert embedded_sums(html, 4) > 0
+
+
 def test_a_batch_of_two_has_a_batch_switch_and_a_slice_per_item(tmp_path: Path) -> None:
     html = write_page(tmp_path, "attend", str(layer_fixture(tmp_path)))
     assert 'id="qkv-batch"' in html and 'id="qkv-head"' in html
     assert 'data-batch="1" data-head="1"' in html  # the heat map of batch item 1, head 1
-    weights = {n["data-index"] for n in numbers_of(html) if n["data-tensor"] == "weights"}
+    weights = {n["data-index"] for n in numbers_of(html)
+               if n["data-tensor"] == "weights" and not n.get("data-variant")}
     assert weights == {f"{b},{h},{q},{k}" for b in range(2) for h in range(2)
                        for q in range(3) for k in range(3)}
 
@@ -113,13 +125,12 @@ def embedded_sums(html: str, precision: int) -> int:
     """Check every embedded derivation that is a sum: its term rows, as shown, add up to
     its value, as shown (to the rounding of the shown digits). Returns how many."""
     data = page_data(html)
-    numbers = {(n["data-tensor"], n["data-index"]): n["text"] for n in numbers_of(html)
-               if not n.get("data-field")}
+    numbers = {"|".join(filter(None, (n["data-tensor"], n["data-index"], n.get("data-variant")))):
+               n["text"] for n in numbers_of(html) if not n.get("data-field")}
     checked = 0
     for key, derivation in data["derivations"].items():
-        tensor, index = key.split("|")
-        if (tensor, index) in numbers:
-            assert numbers[(tensor, index)] == derivation["v"], key
+        if key in numbers:
+            assert numbers[key] == derivation["v"], key
         if derivation.get("s") == 0:
             continue
         terms = [float(row[1]) for row in derivation["r"] if (row[2:] or ["t"])[0] in "tr"]

@@ -216,7 +216,8 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         text = opened.panel()
         z = a["scaled_scores"][0, 1]
         exps = np.exp(z - z.max())
-        assert f"scaled score z = S \u00d7 {evidence.config.scale!r}\t{fmt_float(z[0], 4)}" in text
+        assert f"scale\t{fmt_float(evidence.config.scale, 4)}" in text
+        assert f"scaled score z = S \u00d7 scale\t{fmt_float(z[0], 4)}" in text
         assert f"the row's maximum z\t{fmt_float(z.max(), 4)}" in text
         assert f"sum of the row's exponentials\t{fmt_float(exps.sum(), 4)}" in text
         for key in range(2):
@@ -225,6 +226,17 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         assert opened.by_keyboard("weights", "0,1,0") == text
         opened.number("weights", "0,0,1").click()  # above the diagonal
         assert "masked\tyes" in opened.panel()
+        # the causal toggle: the same weights without the mask, from the engine's forward
+        shown = opened.page.locator(".mask:not([hidden])")
+        assert shown.count() == 1 and shown.get_attribute("data-causal") == "true"
+        opened.page.select_option("#qkv-causal", "false")
+        assert shown.count() == 1 and shown.get_attribute("data-causal") == "false"
+        unmasked = opened.page.locator('.mask[data-causal="false"] [data-index="0,0,1"]')
+        unmasked.click()
+        text = opened.panel()
+        assert "masked\tno" in text and "(other mask)" in text
+        assert text.splitlines()[-1].split()[-1] == unmasked.inner_text()
+        opened.page.select_option("#qkv-causal", "true")
         # the scale switch changes what shades a cell: row-relative by default
         assert opened.page.evaluate("document.body.dataset.scale") == "row"
         opened.page.locator("input[value=abs]").check()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -46,6 +46,21 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 
     return labelled(attend_label(path, example),
                     lambda: load_attend_fixture(path, example, max_elements, heads, causal))
+
+
+def _other_mask(loaded: AttendFixture, causal: bool) -> dict[str, Any]:
+    """The explorer's causal toggle: the weights of the other mask (the engine's forward
+    with ``not causal``), for a sequence short enough to draw with numbers."""
+    from qkvcli.attention.fixture import layer_of
+    from qkvcli.render.explorer.page import TOGGLE_UP_TO
+
+    if loaded.input.shape[1] > TOGGLE_UP_TO:
+        return {}
+    forward = layer_of(loaded).forward(loaded.input, not causal)
+    single = loaded.function.heads is None  # a head's tensors have no heads axis
+    other = {name: forward.stacked[name][:, 0] if single else forward.stacked[name]
+             for name in ("scores", "scaled_scores", "attention")}
+    return {"other": {"causal": not causal, **other}}
 
 
 @click.command()
@@ -123,7 +138,8 @@ def attend(
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
-                                            tensors=policy), html=html)
+                                            tensors=policy), html=html,
+         page=_other_mask(loaded, causal) if html is not None else None)
     if not evidence.passed:
         from qkvcli.render.attend import failed_checks
 

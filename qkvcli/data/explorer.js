@@ -27,12 +27,14 @@
   function show(element) {
     var tensor = element.getAttribute("data-tensor");
     var index = element.getAttribute("data-index");
-    var found = data.derivations[tensor + "|" + index];
+    var variant = element.getAttribute("data-variant");
+    var found = data.derivations[tensor + "|" + index + (variant ? "|" + variant : "")];
     body.textContent = "";
     var heading = document.createElement("h2");
     var stat = element.getAttribute("data-stat");
     heading.textContent = (found && found.h) ||
-      (tensor + (index ? "[" + index + "]" : "") + (stat ? " (" + stat + ")" : ""));
+      (tensor + (index ? "[" + index + "]" : "") + (stat ? " (" + stat + ")" : "") +
+       (variant ? " (" + variant.replace("-", " ") + ")" : ""));
     body.appendChild(heading);
     var shown = document.createElement("p");
     shown.textContent = "shown: " + element.textContent;

@@ -16,7 +16,8 @@ RoPE (whose ``dQ``/``dK`` are turned back) no ``dX`` paths; those numbers open a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -68,14 +69,19 @@ def transposed(weight: Array, rows: int, layout: str) -> bool | None:
     return layout in TORCH_LAYOUTS
 
 
-def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
-    """The head's or layer's explorer page (one self-contained HTML document)."""
+def attend_page(evidence: AttendEvidence, precision: int, title: str,
+                other: Mapping[str, Any] | None = None) -> str:
+    """The head's or layer's explorer page (one self-contained HTML document); ``other``:
+    the weights under the other mask, drawn behind a causal toggle (see
+    :func:`~qkvcli.render.explorer.explorer_page`)."""
     c = evidence.config
     arrays = evidence.primary.tensors
     page = Page(title, precision)
     heads = c.heads
     page.select("batch", "batch item", c.batch)
     page.select("head", "head", heads or 1)
+    if other:
+        page.mask_switch(c.causal)
     page.scale_switch()
     checks = attend_checks(evidence)
     page.sections.append(f'<p class="caption">{formula_of(c)}; batch {c.batch}, tokens '
@@ -88,18 +94,17 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
     attention = arrays["attention"]
     slices = list(np.ndindex(*attention.shape[:-2]))
 
-    def weight(at: tuple[int, ...], numbered: bool) -> Derivation:
-        return attention_weight(arrays["scores"], arrays["scaled_scores"], attention, at,
-                                c.scale, keys=numbered)
-
     name = published_name("attention", c)
+    maps = [maps_of(page, name, arrays, slices, c.tokens, c.scale, c.causal,
+                    f' data-causal="{str(c.causal).lower()}"' if other else "")]
+    if other:
+        flag = bool(other["causal"])
+        maps.append(maps_of(page, name, other, slices, c.tokens, c.scale, flag,
+                            f' data-causal="{str(flag).lower()}"', variant="other-mask"))
     page.sections.append(
         '<section class="group"><h2>Attention weights</h2><p class="caption">'
         "A = softmax(Z) row by row: queries down, keys across; each row sums to 1"
-        + (" (keys after the query are masked: weight 0)" if c.causal else "")
-        + "</p>" + page.legend()
-        + page.heatmap(name, attention, slices, weight, c.tokens,
-                       lambda at: float(arrays["scaled_scores"][at])) + "</section>")
+        + "</p>" + page.legend() + "".join(maps) + "</section>")
     for heading, names in STAGES:
         blocks = []
         for vocabulary in names:
@@ -116,6 +121,25 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
     page.sections.append(gradcheck_section(page, evidence.gradcheck,
                                            lambda tensor: checked_name(tensor, c)))
     return page.html(f"{title}: {evidence.chapter}", attend_verdict(evidence), evidence.passed)
+
+
+def maps_of(page: Page, name: str, arrays: Mapping[str, Array],
+            slices: list[tuple[int, ...]], tokens: int, factor: float, causal: bool,
+            extra: str, variant: str = "") -> str:
+    """The heat maps of one mask's weights (``arrays``: its ``scores``, ``scaled_scores``
+    and ``attention``), each cell opening its softmax."""
+    scores, scaled, attention = arrays["scores"], arrays["scaled_scores"], arrays["attention"]
+
+    def weight(at: tuple[int, ...], numbered: bool) -> Derivation:
+        return attention_weight(scores, scaled, attention, at, factor, keys=numbered)
+
+    note = ("causal: keys after the query are masked (weight 0, struck through)" if causal
+            else "not masked: every query sees every key")
+    if variant:
+        note += "; the other mask than the report's: the engine's forward alone, unchecked"
+    return (f'<div class="mask"{extra}><p class="caption">{note}</p>'
+            + page.heatmap(name, attention, slices, weight, tokens,
+                           lambda at: float(scaled[at]), variant=variant) + "</div>")
 
 
 def derivations(evidence: AttendEvidence) -> dict[str, Deriver]:

@@ -161,7 +161,8 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     total = math.fsum(exps[seen])
     rows = [
         Step("raw score S = q·k", float(scores[index]), "fact"),
-        Step(f"scaled score z = S \u00d7 {factor!r}", float(scaled[index]), "fact"),
+        Step("scale", factor, "fact"),
+        Step("scaled score z = S \u00d7 scale", float(scaled[index]), "fact"),
         Step("masked", "yes" if masked else "no", "text"),
         Step("the row's maximum z", top, "fact"),
         Step("exp(z \u2212 max) of this key", float(exps[k]), "fact"),

@@ -50,6 +50,8 @@ SHADES = (" ", "░", "▒", "▓", "█")
 PAGE_CELLS = 1536
 """Heat-map cells a page holds at most over every batch item and head (a downsampled
 map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small."""
+TOGGLE_UP_TO = 16
+"""Tokens up to which ``qkv attend``'s page also draws the weights under the other mask."""
 ROW_VALUES = 16
 """Values per row of a 1-D tensor's table."""
 GRADCHECK_ROWS = 256
@@ -112,13 +114,18 @@ class Page:
 
     def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
                derivation: Derivation | None = None, *, field: str = "", stat: str = "",
-               css: str = "", heading: str = "", tag: str = "span") -> str:
+               css: str = "", heading: str = "", tag: str = "span",
+               variant: str = "") -> str:
         """A number as an element (``tag``) with its ``data-*`` contract, its derivation
-        kept. The script makes each one focusable (``tabindex``, ``role=button``)."""
+        kept. The script makes each one focusable (``tabindex``, ``role=button``).
+        ``variant`` tells apart a number of another run than the report's (the other
+        mask's weights: ``data-variant``)."""
         where = index if isinstance(index, str) else index_text(index)
         if derivation is not None:
-            self.derive(f"{tensor}|{where}", derivation, heading)
-        extra = (f' data-field="{field}"' if field else "") + (
+            key = f"{tensor}|{where}" + (f"|{variant}" if variant else "")
+            self.derive(key, derivation, heading)
+        extra = (f' data-variant="{variant}"' if variant else "") + (
+            f' data-field="{field}"' if field else "") + (
             f' data-stat="{stat}"' if stat else "") + (f' class="{css}"' if css else "")
         return (f'<{tag} data-tensor="{escape(tensor)}" data-index="{where}"{extra}>'
                 f"{escape(self.fmt(value))}</{tag}>")
@@ -230,14 +237,15 @@ class Page:
 
     def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
                 derive: Callable[[tuple[int, ...], bool], Derivation], tokens: int,
-                masked_at: Callable[[tuple[int, ...]], float], extra: str = "") -> str:
+                masked_at: Callable[[tuple[int, ...]], float], extra: str = "",
+                variant: str = "") -> str:
         """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
         ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
         is shaded against 1 (absolute) and against its row's largest (row-relative),
         with the glyph of its level, so the map reads without colour too.
 
         ``masked_at`` gives a cell's scaled score (``-inf``: masked); ``extra`` marks the
-        maps' wrapper (a causal toggle's ``data-causal``).
+        maps' wrapper (a causal toggle's ``data-causal``) and ``variant`` its numbers.
         """
         from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
 
@@ -277,7 +285,7 @@ class Page:
                     if matrix[q, k] == 0.0 and not np.isfinite(masked_at(index)):
                         css += " m"  # masked: struck through, not only blank
                     cells.append(self.number(name, index, value, derivation, css=css,
-                                             tag="td"))
+                                             tag="td", variant=variant))
                 body.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
             if numbered:
                 keys = "".join(f'<th scope="col">{k}</th>' for k in range(tokens))
@@ -335,6 +343,15 @@ class Page:
         options = "".join(f'<option value="{i}">{i}</option>' for i in range(count))
         self.controls.append(f'<label>{label} <select id="qkv-{name}" data-switch="{name}">'
                              f"{options}</select></label>")
+
+    def mask_switch(self, shown: bool) -> None:
+        """The causal toggle: the report's mask (``shown``) first, the other one beside."""
+        options = [(shown, "causal" if shown else "none (every key)"),
+                   (not shown, "causal" if not shown else "none (every key)")]
+        self.controls.append(
+            '<label>mask <select id="qkv-causal" data-switch="causal">' + "".join(
+                f'<option value="{str(flag).lower()}">{label}</option>'
+                for flag, label in options) + "</select></label>")
 
     def scale_switch(self) -> None:
         self.controls.append(
