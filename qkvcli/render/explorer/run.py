@@ -35,9 +35,6 @@ def run_page(evidence: Evidence, precision: int, title: str) -> str:
     page.sections.append(checks_section(rows))
     arrays = {PUBLISHED_TENSORS[field]: value for field, value in p.tensors().items()}
 
-    def given(_: tuple[int, ...]) -> Derivation | None:
-        return None
-
     page.sections.append(
         '<section class="group"><h2>Input</h2>'
         + page.tensor("input", arrays["input"], None,
@@ -60,9 +57,9 @@ def run_page(evidence: Evidence, precision: int, title: str) -> str:
 
         branches.append(
             f'<div class="branch branch-{branch}"><h2>{branch} branch</h2>'
-            + page.tensor(f"{branch}_weight", weight, given, f"W_{letter}, given")
+            + page.tensor(f"{branch}_weight", weight, None, f"W_{letter}, given")
             + page.tensor(branch, output, project, f"{letter} = X W_{letter}")
-            + page.tensor(f"upstream_{branch}", upstream, given,
+            + page.tensor(f"upstream_{branch}", upstream, None,
                           f"U_{letter} = dL/d{letter}, given by the fixture")
             + page.tensor(f"{branch}_weight_gradient", p.weight_gradients[index], gradient,
                           f"dW_{letter} = Xᵀ U_{letter}: this branch only")
