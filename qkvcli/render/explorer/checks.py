@@ -62,7 +62,7 @@ def gradcheck_section(page: Page, result: GradcheckResult, name_of: Callable[[st
             cells = [page.number(key, where, value, derivation, field=field, heading=heading)
                      for field, value in (("analytic", check.analytic),
                                           ("numerical", check.numerical))]
-            error = page.number(key, where, f"{check.scaled_error:.3g}", derivation,
+            error = page.number(key, where, check.scaled_error, derivation,
                                 field="scaled_error", heading=heading)
             word = "✔ PASS" if check.passed else "✘ FAIL"
             rows.append(f"<tr><th scope=\"row\">{label}</th><td>{cells[0]}</td>"
