@@ -262,6 +262,14 @@ def test_html_never_replaces_an_input_or_another_output(tmp_path: Path) -> None:
     assert not page.exists()
 
 
+def test_html_is_written_beside_a_golden_comparison(tmp_path: Path) -> None:
+    golden = Path(__file__).resolve().parent / "golden" / "ch26" / "expected.txt"
+    page = tmp_path / "p.html"
+    result = CliRunner().invoke(main, ["run", "--expect", str(golden), "--html", str(page)])
+    assert result.exit_code == 0 and "the report matches" in result.output
+    assert 'data-tensor="input_gradient" data-index="0,0,0"' in page.read_text(encoding="utf-8")
+
+
 def test_html_writes_through_a_device(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["run", "-f", "json", "--html", os.devnull])
     assert result.exit_code == 0 and f"qkv: wrote {os.devnull}" in result.output
