@@ -166,8 +166,13 @@ def test_every_derivation_of_the_chapter_is_the_engines_number() -> None:
     for index in np.ndindex(*p.grad_input.shape):
         derived = input_paths((p.grad_query, p.grad_key, p.grad_value), p.weights, index,
                               float(p.grad_input[index]))
-        assert [row.label.split(")")[0] for row in derived.rows] == [
-            "(U_Q W_Qᵀ", "(U_K W_Kᵀ", "(U_V W_Vᵀ"]
+        assert [row.label.split(")")[0] for row in derived.rows if row.part == "term"] == [
+            "(U_Q W_Q\u1d40", "(U_K W_K\u1d40", "(U_V W_V\u1d40"]
+        for letter in "QKV":  # each path's products, which add up to its term
+            path = next(r for r in derived.rows if r.label.startswith(f"(U_{letter}"))
+            own = [float(r.value) for r in derived.rows if f"{letter} path:" in r.label]
+            assert len(own) == p.grad_query.shape[-1]
+            assert math.fsum(own) == pytest.approx(float(path.value), abs=1e-15)
         assert derived.term_sum() == pytest.approx(p.grad_input[index], abs=1e-12)
 
 

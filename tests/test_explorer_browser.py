@@ -158,7 +158,10 @@ def test_clicking_dx_shows_its_three_path_terms_at_six_decimals(chapter: Opened)
         path = float(np.dot(upstream[0, 0], weight[0]))
         line = next(line for line in text.splitlines() if f"(U_{letter} W_{letter}ᵀ)[0,0,0]" in line)
         assert line.split()[-1] == fmt_float(path, 6), line
-    assert text.splitlines()[-1].split()[-1] == fmt_float(float(p.grad_input[0, 0, 0]), 6)
+    total = next(line for line in text.splitlines() if line.startswith("="))
+    assert total.split()[-1] == fmt_float(float(p.grad_input[0, 0, 0]), 6)
+    lines = text.splitlines()
+    assert lines.index(total) == lines.index(line) + 1  # the value right below its terms
     assert "input_gradient[0,0,0]" in text
     assert chapter.by_keyboard("input_gradient", "0,0,0") == text
 

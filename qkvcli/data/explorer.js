@@ -52,9 +52,9 @@
       body.appendChild(formula);
       var table = document.createElement("table");
       var summing = found.s !== 0;
-      var terms = 0;
       var usual = summing ? "t" : "f";
-      found.r.forEach(function (r) {
+      var terms = 0;
+      function line(r) {
         var tr = document.createElement("tr");
         var part = PART[r[2] || usual];
         tr.className = part;
@@ -63,13 +63,18 @@
         cell(tr, data.labels[r[0]]);
         cell(tr, r[1], "value");
         table.appendChild(tr);
-      });
+      }
+      function adds(r) { return summing && "tr".indexOf(r[2] || usual) >= 0; }
+      // a sum: its terms, then the value; the facts beside it follow
+      found.r.filter(adds).forEach(line);
       var total = document.createElement("tr");
       total.className = "total";
       cell(total, "=", "op");
-      cell(total, summing ? "the value (sum of the terms above)" : "the value");
+      cell(total, summing ? "the value (the sum of the terms)" : "the value");
       cell(total, found.v, "value");
-      table.appendChild(total);
+      if (summing) { table.appendChild(total); }
+      found.r.filter(function (r) { return !adds(r); }).forEach(line);
+      if (!summing) { table.appendChild(total); }
       body.appendChild(table);
     }
     if (opened) { opened.classList.remove("open"); }

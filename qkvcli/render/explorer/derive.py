@@ -106,15 +106,19 @@ def projection(x: Array, weight: Array, bias: Array | None, index: Index, value:
 def input_paths(upstreams: tuple[Array, Array, Array], weights: tuple[Array, Array, Array],
                 index: Index, value: float) -> Derivation:
     """``dX[b,t,i] = (U_Q W_Q^T) + (U_K W_K^T) + (U_V W_V^T)`` at ``[b,t,i]``: one term a
-    branch, each a gradient row times a weight row (weights ``[d_model, out]``)."""
+    branch, each a gradient row times a weight row (weights ``[d_model, out]``); each
+    path's own products follow as facts."""
     b, t, i = index
-    rows = []
+    paths, products = [], []
     for letter, upstream, weight in zip("QKV", upstreams, weights, strict=True):
         path = np.asarray(upstream[b, t], dtype=np.float64) * np.asarray(weight[i],
                                                                           dtype=np.float64)
-        rows.append(Step(f"(U_{letter} W_{letter}ᵀ){coordinate(index)}: "
-                        f"{path.size} products", math.fsum(path)))
-    return Derivation("the three paths back to X: query, key and value", tuple(rows), value)
+        paths.append(Step(f"(U_{letter} W_{letter}\u1d40){coordinate(index)}", math.fsum(path)))
+        labels = [f"  {letter} path: U_{letter}[{b},{t},{j}] \u00d7 W_{letter}[{i},{j}]"
+                  for j in range(path.size)]
+        products += listed(labels, path, part="fact")
+    return Derivation("the three paths back to X: query, key and value; below, each "
+                      "path's products", tuple(paths + products), value)
 
 
 def weight_gradient(x: Array, upstream: Array, index: tuple[int, int], value: float,
