@@ -4,8 +4,9 @@
 :func:`show`: ``-f auto`` picks the rich view on a terminal (text when it does not fit)
 and text elsewhere; the text formats come from :func:`qkvcli.render.render_pieces`, the
 figure from :func:`qkvcli.render.figure`; ``--export-svg``/``--export-html`` export the
-figure whatever format was shown; a view option the shown view does not use is named
-in one warning line (:func:`unused_options`), never silently dropped.
+figure whatever format was shown, and ``--html`` (run, report, attend, check) writes the
+explorer page (:mod:`qkvcli.render.explorer`); a view option the shown view does not use
+is named in one warning line (:func:`unused_options`), never silently dropped.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def show(
     ``precision`` is the rich view's (and the explorer's) default decimals; ``pieces(fmt)``
     gives a text format's pieces (normally :func:`qkvcli.render.render_pieces` of
     ``evidence``); ``title`` names the exported page (``qkv run``); ``page`` holds what
-    else the explorer takes (check's ``replay`` and ``spec``).
+    else the explorer takes (check's ``replay`` and ``spec``, attend's ``other`` mask).
     """
     shown = _show(evidence, fmt, view, output, title=title, precision=precision,
                   pieces=pieces, html=html is not None)
