@@ -16,10 +16,13 @@ from click.testing import CliRunner
 from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.check.result import CheckResult
 from qkvcli.cli import main
 from qkvcli.cli.io import load
+from qkvcli.core.results import Failure
 from qkvcli.evidence.build import build_evidence
 from qkvcli.render.explorer.attend import derivations
+from qkvcli.render.explorer.check import replay_lines
 from qkvcli.render.explorer.derive import (
     MAX_TERMS,
     attention_weight,
@@ -239,6 +242,23 @@ def test_a_failed_check_shows_expected_actual_the_slip_and_its_replay(tmp_path: 
     fields = {n["data-field"] for n in numbers_of(html) if n["data-tensor"] == "failures"}
     assert {"actual", "expected"} <= fields
     assert '<ul class="failing">' in html and "6 passing checks" in html
+
+
+def test_a_command_programs_replay_feeds_it_the_saved_requests() -> None:
+    result = CheckResult("./my_qkv", ("chapter", "random-1[2,3,5->3]"), (), (),
+                         command=True)
+    failure = Failure("forward", "random-1[2,3,5->3]", "query[0,0,0]")
+    lines = replay_lines(failure, result, {"random-1[2,3,5->3]": "03-random-1-2-3-5-3"},
+                         "--command './my_qkv --fast'")
+    assert lines == [
+        "qkv check --command './my_qkv --fast' --save-failures DIR   "
+        "(writes DIR/03-random-1-2-3-5-3.json)",
+        "qkv check --command './my_qkv --fast' DIR/03-random-1-2-3-5-3.json",
+        "./my_qkv --fast < DIR/03-random-1-2-3-5-3.requests.jsonl   (the requests alone)"]
+    # a head's run of a fixture ("chapter causal") replays that fixture; no file, no lines
+    assert replay_lines(failure._replace(fixture="chapter causal"), result,
+                        {"chapter": "01-chapter"}, "x")[1] == "qkv check x DIR/01-chapter.json"
+    assert replay_lines(failure._replace(fixture=None), result, {}, "x") == []
 
 
 def test_a_passing_check_folds_every_family(tmp_path: Path) -> None:
