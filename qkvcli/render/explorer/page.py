@@ -6,9 +6,10 @@ self-contained document: the styles and the script (``qkvcli/data/explorer.css``
 ``explorer.js``) inline, the derivations as one JSON block, a content security policy
 that forbids every request. The contract a script may rely on (docs/explorer.md):
 
-- every number shown is an element with ``data-tensor`` (its key in the JSON report:
-  a tensor's name under ``tensors``; ``gradcheck.NAME`` for a gradient-check coordinate
-  of tensor ``NAME``; ``failures`` for ``qkv check``'s findings) and ``data-index``
+- every value of a tensor, of the gradient check and of a finding is an element with
+  ``data-tensor`` (its key in the JSON report: a tensor's name under ``tensors``;
+  ``gradcheck.NAME`` for a gradient-check coordinate of tensor ``NAME``; ``failures``
+  for ``qkv check``'s findings) and ``data-index``
   (its coordinate, comma-separated; a finding's position in ``failures``; empty for a
   statistic of a whole tensor, which says which in ``data-stat``);
 - ``data-field`` tells apart several numbers of one coordinate (``analytic``,
