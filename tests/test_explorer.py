@@ -111,6 +111,27 @@ def test_attend_draws_the_other_mask_behind_a_toggle(tmp_path: Path) -> None:
     assert embedded_sums(html, 4) > 0
 
 
+def test_numbered_maps_over_the_page_cells_drop_the_toggle_and_the_rows_exponentials(
+        tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    path = tmp_path / "eight.json"  # 8 heads x 16 x 16 = 2048 numbered cells > PAGE_CELLS
+    path.write_text(json.dumps({
+        "heads": 8, "causal": True, "input": rng.normal(size=(1, 16, 8)).tolist(),
+        "weights": {b: rng.normal(size=(8, 8)).tolist() for b in ("query", "key", "value")},
+    }), encoding="utf-8")
+    html = write_page(tmp_path, "attend", str(path))
+    assert 'id="qkv-causal"' not in html and 'id="qkv-head"' in html
+    cells = [n for n in numbers_of(html) if n["data-tensor"] == "weights"]
+    assert len(cells) == 8 * 16 * 16 > PAGE_CELLS
+    data = page_data(html)
+    labels = [data["labels"][row[0]] for row in data["derivations"]["weights|0,3,15,2"]["r"]]
+    assert "sum of the row's exponentials" in labels
+    assert not any(label.startswith("key ") for label in labels)
+    small = page_data(write_page(tmp_path, "attend", "--causal", name="small.html"))
+    labels = [small["labels"][row[0]] for row in small["derivations"]["weights|0,1,0"]["r"]]
+    assert "key 1: exp(z \u2212 max)" in labels
+
+
 def test_a_batch_of_two_has_a_batch_switch_and_a_slice_per_item(tmp_path: Path) -> None:
     html = write_page(tmp_path, "attend", str(layer_fixture(tmp_path)))
     assert 'id="qkv-batch"' in html and 'id="qkv-head"' in html

@@ -50,11 +50,12 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 
 def _other_mask(loaded: AttendFixture, causal: bool) -> dict[str, Any]:
     """The explorer's causal toggle: the weights of the other mask (the engine's forward
-    with ``not causal``), for a sequence short enough to draw with numbers."""
+    with ``not causal``), for maps drawn with numbers within the page's cells."""
     from qkvcli.attention.fixture import layer_of
-    from qkvcli.render.explorer.page import TOGGLE_UP_TO
+    from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
 
-    if loaded.input.shape[1] > TOGGLE_UP_TO:
+    batch, tokens = loaded.input.shape[:2]
+    if tokens > TOGGLE_UP_TO or batch * (loaded.function.heads or 1) * tokens ** 2 > PAGE_CELLS:
         return {}
     forward = layer_of(loaded).forward(loaded.input, not causal)
     single = loaded.function.heads is None  # a head's tensors have no heads axis

@@ -50,9 +50,11 @@ LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
 SHADES = (" ", "░", "▒", "▓", "█")
 PAGE_CELLS = 1536
 """Heat-map cells a page holds at most over every batch item and head (a downsampled
-map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small."""
+map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small.
+Numbered maps over it keep their numbers, their panels without the row's exponentials."""
 TOGGLE_UP_TO = 16
-"""Tokens up to which ``qkv attend``'s page also draws the weights under the other mask."""
+"""Tokens up to which ``qkv attend``'s page also draws the weights under the other mask
+(when its maps hold at most :data:`PAGE_CELLS` numbered cells)."""
 ROW_VALUES = 16
 """Values per row of a 1-D tensor's table."""
 GRADCHECK_ROWS = 256
@@ -243,7 +245,8 @@ class Page:
         """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
         ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
         is shaded against 1 (absolute) and against its row's largest (row-relative),
-        with the glyph of its level, so the map reads without colour too.
+        with the glyph of its level, so the map reads without colour too. ``derive``
+        gives a cell's derivation, listing its row's exponentials or not.
 
         ``masked_at`` gives a cell's scaled score (``-inf``: masked); ``extra`` marks the
         maps' wrapper (a causal toggle's ``data-causal``) and ``variant`` its numbers.
@@ -251,6 +254,9 @@ class Page:
         from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
 
         numbered = tokens <= NUMBERS_UP_TO
+        # a numbered cell's panel lists its row's exponentials while the page's maps stay
+        # within PAGE_CELLS cells; beyond, it gives the row's sum alone, as a block's does
+        listed = numbered and len(slices) * tokens * tokens <= PAGE_CELLS
         out = []
         side = max(4, math.isqrt(PAGE_CELLS // max(len(slices), 1)))
         rows = columns = min(tokens, GRID_ROWS, side)
@@ -282,7 +288,7 @@ class Page:
                 for q, k, value in row:
                     index = (*where, q, k)
                     css = f"w a{level(value, 1.0)} r{level(value, largest)}"
-                    derivation = derive(index, numbered)
+                    derivation = derive(index, listed)
                     if matrix[q, k] == 0.0 and not np.isfinite(masked_at(index)):
                         css += " m"  # masked: struck through, not only blank
                     cells.append(self.number(name, index, value, derivation, css=css,
