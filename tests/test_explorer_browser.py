@@ -227,6 +227,10 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
             assert f"key {key}: exp(z \u2212 max)\t{fmt_float(exps[key], 4)}" in text
         assert text.splitlines()[-1].split()[-1] == fmt_float(a["attention"][0, 1, 0], 4)
         assert opened.by_keyboard("weights", "0,1,0") == text
+        opened.number("input", "0,1,2").click()
+        assert "given: an input of the computation" in opened.panel()
+        opened.number("scores", "0,1,0").click()  # computed, no terms on this page
+        assert "computed by qkv's engine; this page lists no terms for it" in opened.panel()
         opened.number("weights", "0,0,1").click()  # above the diagonal
         assert "masked\tyes" in opened.panel()
         # the causal toggle: the same weights without the mask, from the engine's forward

@@ -43,7 +43,10 @@
       var given = document.createElement("p");
       given.textContent = stat === "mean" || stat === "l2_norm"
         ? "a statistic of the whole tensor (see its summary)."
-        : "given: the fixture holds this number (it is not computed from others).";
+        : data.given.indexOf(tensor) >= 0
+          ? "given: an input of the computation (the fixture's, or drawn from its seed), " +
+            "not computed from other numbers."
+          : "computed by qkv's engine; this page lists no terms for it.";
       body.appendChild(given);
     } else {
       var formula = document.createElement("p");

@@ -49,6 +49,8 @@ from qkvcli.render.explorer.page import Deriver, Page
 TORCH_LAYOUTS = ("separate-torch", "packed", "query_key_value")
 """Layouts whose per-branch weights the evidence holds as torch ``[out, in]``."""
 LETTERS = {"query": "Q", "key": "K", "value": "V"}
+GIVEN = (*PARAMETERS, "grad_output")
+"""The tensors the fixture holds (the input, the parameters, the upstream ``U``)."""
 STAGES = (("Parameters and input", PARAMETERS),
           ("Forward: Q, K, V; S = Q Kᵀ; Z = S \u00d7 scale (masked: \u2212∞); A = softmax(Z); O = A V",
            FORWARD),
@@ -115,7 +117,8 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str,
             value = arrays[vocabulary]
             lead = 2 if heads is not None and value.ndim == 4 else None
             blocks.append(page.tensor(published_name(vocabulary, c), value,
-                                      derivers.get(vocabulary), lead=lead))
+                                      derivers.get(vocabulary), lead=lead,
+                                      given=vocabulary in GIVEN))
         page.sections.append(f'<section class="group"><h2>{heading}</h2>'
                              + "".join(blocks) + "</section>")
     page.sections.append(gradcheck_section(page, evidence.gradcheck,

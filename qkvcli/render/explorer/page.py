@@ -87,6 +87,7 @@ class Page:
         self.controls: list[str] = []
         self.derivations: dict[str, Any] = {}
         self.labels: dict[str, int] = {}
+        self.given: set[str] = set()
 
     # --- numbers -------------------------------------------------------------------
 
@@ -136,13 +137,17 @@ class Page:
     # --- tensors -------------------------------------------------------------------
 
     def tensor(self, name: str, array: Array, derive: Deriver | None = None,
-               caption: str = "", lead: int | None = None) -> str:
+               caption: str = "", lead: int | None = None, given: bool = False) -> str:
         """A tensor's block: every value in tables (one per batch item, or per batch item
         and head), or its summary when it is larger than the terminal shows in full.
 
         ``lead``: how many leading axes select a table (batch, head); by default all but
-        the last two (a 3-D tensor: one table per batch item).
+        the last two (a 3-D tensor: one table per batch item). ``given``: the fixture
+        holds the tensor (its panel says so; a computed one without ``derive`` says the
+        page lists no terms for it).
         """
+        if given:
+            self.given.add(name)
         values = np.asarray(array)
         branch = branch_of(name)
         classes = "tensor" + (f" branch-{branch}" if branch else "")
@@ -318,7 +323,8 @@ class Page:
 
     def html(self, heading: str, verdict: str, passed: bool) -> str:
         """The page: header, controls, sections, the derivation panel, data and script."""
-        data = json.dumps({"labels": list(self.labels), "derivations": self.derivations},
+        data = json.dumps({"labels": list(self.labels), "given": sorted(self.given),
+                           "derivations": self.derivations},
                           ensure_ascii=False, separators=(",", ":"))
         data = data.replace("<", "\\u003c")  # never a closing tag inside the script element
         state = "pass" if passed else "fail"

@@ -39,7 +39,7 @@ def run_page(evidence: Evidence, precision: int, title: str) -> str:
         '<section class="group"><h2>Input</h2>'
         + page.tensor("input", arrays["input"], None,
                       f"X [batch, tokens, d_model] = [{c.batch}, {c.tokens}, {c.d_model}], "
-                      "given by the fixture")
+                      "given by the fixture", given=True)
         + "</section>")
     branches = []
     for index, branch in enumerate(("query", "key", "value")):
@@ -57,10 +57,11 @@ def run_page(evidence: Evidence, precision: int, title: str) -> str:
 
         branches.append(
             f'<div class="branch branch-{branch}"><h2>{branch} branch</h2>'
-            + page.tensor(f"{branch}_weight", weight, None, f"W_{letter}, given")
+            + page.tensor(f"{branch}_weight", weight, None, f"W_{letter}, given",
+                          given=True)
             + page.tensor(branch, output, project, f"{letter} = X W_{letter}")
             + page.tensor(f"upstream_{branch}", upstream, None,
-                          f"U_{letter} = dL/d{letter}, given by the fixture")
+                          f"U_{letter} = dL/d{letter}, given by the fixture", given=True)
             + page.tensor(f"{branch}_weight_gradient", p.weight_gradients[index], gradient,
                           f"dW_{letter} = Xᵀ U_{letter}: this branch only")
             + "</div>")
