@@ -11,7 +11,7 @@ paths; a weight's or bias's gradient its sum over batch and tokens.
 A derivation is offered where the evidence holds every array it needs in one layout:
 grouped K/V heads (whose ``key``/``value`` tensors are per query head while their
 weights are per K/V head) have no projection or weight-gradient terms for K and V, and
-RoPE (whose ``dQ``/``dK`` are turned back) no ``dX`` paths; those numbers open as given.
+RoPE (whose ``dQ``/``dK`` are turned back) no ``dX`` paths; those panels say so.
 """
 
 from __future__ import annotations
