@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,7 @@ from qkvcli.cli.options import (
     format_option,
     gradcheck_mode_options,
     gradcheck_options,
+    html_option,
     max_elements_option,
     output_option,
     resolve_format,
@@ -47,6 +48,22 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
                     lambda: load_attend_fixture(path, example, max_elements, heads, causal))
 
 
+def _other_mask(loaded: AttendFixture, causal: bool) -> dict[str, Any]:
+    """The explorer's causal toggle: the weights of the other mask (the engine's forward
+    with ``not causal``), for maps drawn with numbers within the page's cells."""
+    from qkvcli.attention.fixture import layer_of
+    from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
+
+    batch, tokens = loaded.input.shape[:2]
+    if tokens > TOGGLE_UP_TO or batch * (loaded.function.heads or 1) * tokens ** 2 > PAGE_CELLS:
+        return {}
+    forward = layer_of(loaded).forward(loaded.input, not causal)
+    single = loaded.function.heads is None  # a head's tensors have no heads axis
+    other = {name: forward.stacked[name][:, 0] if single else forward.stacked[name]
+             for name in ("scores", "scaled_scores", "attention")}
+    return {"other": {"causal": not causal, **other}}
+
+
 @click.command()
 @fixture_argument
 @click.option("--example", type=click.Choice(("chapter", "primer")), default=None,
@@ -65,11 +82,13 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 @gradcheck_options
 @max_elements_option
 @view_options
+@html_option
 def attend(
     fixture: Path | None, example: str | None, causal: bool, heads: int | None,
     trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
     view: ViewSettings,
     overrides: CheckOverrides,
+    html: Path | None = None,
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -96,7 +115,7 @@ def attend(
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
-    check_outputs([output, *(path for _, path in view.exports)], [fixture])
+    check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     from qkvcli.reading.files import trusting_paths
 
     with trusting_paths(trust_paths):
@@ -120,7 +139,8 @@ def attend(
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
-                                            tensors=policy))
+                                            tensors=policy), html=html,
+         page=_other_mask(loaded, causal) if html is not None else None)
     if not evidence.passed:
         from qkvcli.render.attend import failed_checks
 

@@ -34,6 +34,7 @@ from qkvcli.cli.options import (
     FIGURE_PRECISION,
     ViewSettings,
     format_option,
+    html_option,
     output_option,
     view_options,
 )
@@ -139,10 +140,11 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
               show_default=True, help="Refuse a FIXTURE whose tensors together hold more "
               "than this many elements (they are sent in one call).")
 @view_options
+@html_option
 def check(arguments: tuple[str, ...], command: str | None, random_count: int, seed: int,
           tolerance: float, timeout: float, fmt: str, output: Path | None,
           junit: Path | None, save_failures: Path | None, max_elements: int,
-          view: ViewSettings) -> None:
+          view: ViewSettings, html: Path | None = None) -> None:
     """Check YOUR Q/K/V implementation against the chapter's evidence.
 
     \b
@@ -167,14 +169,15 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
     implementation = spec if spec is not None and os.path.isfile(spec) else None
     reads = [implementation, *expand_fixtures(paths)]
-    check_outputs([output, junit, *(path for _, path in view.exports)], reads)
+    check_outputs([output, junit, *(path for _, path in view.exports), html], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
     if save_failures is not None:  # every file it may write, before any work, as -o's
         check_outputs([output, junit, *(path for _, path in view.exports),
                        *_saved_paths(save_failures, cases)], reads)
     result = _run(spec, command, cases, tolerance, timeout, view)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
-               pieces=lambda shown: render_pieces(result, shown))
+               pieces=lambda shown: render_pieces(result, shown), html=html,
+               page=_page_facts(result, cases, spec, command))
     if junit is not None:
         from qkvcli.render.check import family_detail, uncounted
 
@@ -209,6 +212,18 @@ def _saved_paths(folder: Path, cases: list[Case]) -> list[Path]:
         return []
     names = [_file_name(number, case.label) for number, case in enumerate(cases, 1)]
     return [folder / f"{name}{suffix}" for name in names for suffix in (".json", ".requests.jsonl")]
+def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
+                command: str | None) -> dict[str, Any]:
+    """What the explorer page says to replay each failing fixture: the file name
+    ``--save-failures`` gives it, and how the command line names the implementation."""
+    import shlex
+
+    failing = set(result.failing_fixtures())
+    replay = {case.label: _file_name(number, case.label)
+              for number, case in enumerate(cases, 1) if case.label in failing}
+    named = f"--command {shlex.quote(command)}" if command is not None else shlex.quote(
+        spec or "IMPL")
+    return {"replay": replay, "spec": named}
 
 
 def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:

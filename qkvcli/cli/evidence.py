@@ -25,11 +25,12 @@ from qkvcli.cli.options import (
     evidence_options,
     fixture_argument,
     format_option,
+    html_option,
     is_batch,
     tensor_policy,
     tensors_option,
 )
-from qkvcli.cli.show import show
+from qkvcli.cli.show import show, write_page
 from qkvcli.evidence.build import build_evidence
 from qkvcli.evidence.records import Evidence
 from qkvcli.render import render_pieces
@@ -110,13 +111,14 @@ def compare_golden(text: str, golden: Path, output: Path | None) -> bool:
 @batch_options
 @evidence_options
 @tensors_option
+@html_option
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run several fixtures in this many worker processes.")
 @chapter_option
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
-    tensors: str | None, jobs: int = 1, chapter: int | None = None,
+    tensors: str | None, html: Path | None = None, jobs: int = 1, chapter: int | None = None,
 ) -> None:
     """Run every check of the chapter's evidence on FIXTURE... and show it.
 
@@ -133,8 +135,8 @@ def run(
         if chapter is not None:
             raise click.UsageError("--chapter takes one fixture; with several, each fixture's "
                                    "\"chapter\" key says which chapter it is")
-        if view.exports:
-            raise click.UsageError("--export-svg/--export-html take a single fixture file")
+        if view.exports or html is not None:
+            raise click.UsageError("--export-svg/--export-html/--html take a single fixture file")
         run_many(fixtures, junit, max_elements, overrides, jobs=jobs, output=output)
         return
     fixture = fixtures[0] if fixtures else None
@@ -143,15 +145,17 @@ def run(
         if fmt == "rich":
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
         fmt = "text" if fmt == "auto" else fmt
-    check_outputs([output, *(path for _, path in view.exports)], [fixture, golden])
+    check_outputs([output, *(path for _, path in view.exports), html], [fixture, golden])
     evidence = build(fixture, max_elements, overrides, chapter)
     pieces = report_pieces(evidence, tensor_policy(tensors, view.full))
     matched = True
     if golden is None:
         show(evidence, fmt, view, output, title="qkv run", precision=FIGURE_PRECISION,
-             pieces=pieces)
+             pieces=pieces, html=html)
     else:
         matched = compare_golden("".join(pieces(fmt)), golden, output)
+        if html is not None:
+            write_page(evidence, html, view, title="qkv run", precision=FIGURE_PRECISION)
     if not evidence.passed:
         name_failures(evidence)
     if not (matched and evidence.passed):
@@ -164,19 +168,20 @@ def run(
 @evidence_options
 @tensors_option
 @chapter_option
+@html_option
 def report(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     view: ViewSettings, overrides: CheckOverrides, tensors: str | None,
-    chapter: int | None = None,
+    chapter: int | None = None, html: Path | None = None,
 ) -> None:
     """Render the evidence for FIXTURE (default: the bundled chapter fixture).
 
     Exit status: 0 when every check passed, 1 when any failed, 2 for bad input.
     """
     check_chapter(chapter)
-    check_outputs([output, *(path for _, path in view.exports)], [fixture])
+    check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     evidence = build(fixture, max_elements, overrides, chapter)
     show(evidence, fmt, view, output, title="qkv report", precision=FIGURE_PRECISION,
-         pieces=report_pieces(evidence, tensor_policy(tensors, view.full)))
+         pieces=report_pieces(evidence, tensor_policy(tensors, view.full)), html=html)
     if not evidence.passed:
         raise SystemExit(EXIT_FAILED)

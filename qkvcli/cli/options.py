@@ -65,6 +65,16 @@ def output_option(func: F) -> F:
     )(func)
 
 
+def html_option(func: F) -> F:
+    """``--html FILE``: the evidence explorer, one self-contained page (``html``)."""
+    return click.option(
+        "--html", type=SafePath(dir_okay=False), metavar="FILE", default=None,
+        help="Also write the evidence explorer to FILE: one self-contained HTML page where "
+        "a click on any number shows how it was made (--export-html is the terminal's "
+        "figure as HTML).",
+    )(func)
+
+
 def max_elements_option(func: F) -> F:
     return click.option(
         "--max-elements", type=click.IntRange(min=1), default=DEFAULT_MAX_ELEMENTS,
@@ -211,7 +221,8 @@ def view_options(func: F) -> F:
     path = SafePath(dir_okay=False)
     options = [
         click.option("--export-html", type=path, metavar="FILE",
-                     help="Also write the rich view as HTML to FILE, with any --format."),
+                     help="Also write the rich view as HTML to FILE, with any --format "
+                     "(a copy of the terminal; --html, where offered, is the explorer)."),
         click.option("--export-svg", type=path, metavar="FILE",
                      help="Also write the rich view as SVG to FILE, with any --format."),
         click.option("--full", is_flag=True,

@@ -4,19 +4,20 @@
 :func:`show`: ``-f auto`` picks the rich view on a terminal (text when it does not fit)
 and text elsewhere; the text formats come from :func:`qkvcli.render.render_pieces`, the
 figure from :func:`qkvcli.render.figure`; ``--export-svg``/``--export-html`` export the
-figure whatever format was shown; a view option the shown view does not use is named
-in one warning line (:func:`unused_options`), never silently dropped.
+figure whatever format was shown, and ``--html`` (run, report, attend, check) writes the
+explorer page (:mod:`qkvcli.render.explorer`); a view option the shown view does not use
+is named in one warning line (:func:`unused_options`), never silently dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from qkvcli.cli.io import write_output
+from qkvcli.cli.io import write_file, write_output
 from qkvcli.cli.options import ViewSettings, resolve_format
 from qkvcli.render import PRECISION_FORMATS, figure, kind_of
 
@@ -44,20 +45,22 @@ TEXT_HONOURS = {"evidence": ("--full", "--no-color"), "attend": ("--full", "--no
 every text format honours ``--no-color``: it has no colour."""
 
 
-def unused_options(kind: str, fmt: str, view: ViewSettings) -> list[str]:
-    """The given view options that neither the shown format ``fmt`` nor an export uses."""
+def unused_options(kind: str, fmt: str, view: ViewSettings, html: bool = False) -> list[str]:
+    """The given view options that neither the shown format ``fmt``, an export nor the
+    explorer page (``html``: it takes ``--precision``) uses."""
     used = set(TEXT_HONOURS.get(kind, ("--no-color",)))
-    if fmt in PRECISION_FORMATS[kind]:
+    if fmt in PRECISION_FORMATS[kind] or html:
         used.add("--precision")
     if fmt == "rich" or view.exports:
         used.update(RICH_HONOURS[kind])
     return [name for name in view.given if name not in used]
 
 
-def unused_warnings(kind: str, fmt: str, view: ViewSettings, title: str) -> list[str]:
+def unused_warnings(kind: str, fmt: str, view: ViewSettings, title: str,
+                    html: bool = False) -> list[str]:
     """One warning per given view option that :func:`unused_options` finds unused."""
     warnings = []
-    for name in unused_options(kind, fmt, view):
+    for name in unused_options(kind, fmt, view, html):
         reason = REASONS.get((kind, name))
         if reason is not None:
             warnings.append(f"{name} does not apply to {title} ({reason})")
@@ -70,14 +73,37 @@ def unused_warnings(kind: str, fmt: str, view: ViewSettings, title: str) -> list
 def show(
     evidence: object, fmt: str, view: ViewSettings, output: Path | None, *,
     title: str, precision: int, pieces: Callable[[str], Iterable[str]],
+    html: Path | None = None, page: Mapping[str, Any] | None = None,
 ) -> str:
-    """Show ``evidence`` as ``fmt`` on stdout or in ``output``, then export the figure;
-    return the format shown.
+    """Show ``evidence`` as ``fmt`` on stdout or in ``output``, then export the figure
+    and write the explorer page to ``html``; return the format shown.
 
-    ``precision`` is the rich view's default decimals; ``pieces(fmt)`` gives a text
-    format's pieces (normally :func:`qkvcli.render.render_pieces` of ``evidence``);
-    ``title`` names the exported page (``qkv run``).
+    ``precision`` is the rich view's (and the explorer's) default decimals; ``pieces(fmt)``
+    gives a text format's pieces (normally :func:`qkvcli.render.render_pieces` of
+    ``evidence``); ``title`` names the exported page (``qkv run``); ``page`` holds what
+    else the explorer takes (check's ``replay`` and ``spec``, attend's ``other`` mask).
     """
+    shown = _show(evidence, fmt, view, output, title=title, precision=precision,
+                  pieces=pieces, html=html is not None)
+    if html is not None:
+        write_page(evidence, html, view, title=title, precision=precision, page=page)
+    return shown
+
+
+def write_page(evidence: object, html: Path, view: ViewSettings, *, title: str,
+               precision: int, page: Mapping[str, Any] | None = None) -> None:
+    """Write the explorer page of ``evidence`` to ``html`` (``--precision`` decimals, else
+    ``precision``), through the one writer of every output."""
+    from qkvcli.render.explorer import explorer_page
+
+    decimals = precision if view.precision is None else view.precision
+    write_file(html, explorer_page(evidence, precision=decimals, title=title, **(page or {})))
+
+
+def _show(
+    evidence: object, fmt: str, view: ViewSettings, output: Path | None, *,
+    title: str, precision: int, pieces: Callable[[str], Iterable[str]], html: bool,
+) -> str:
     def build(options: RichOptions) -> RenderableType:
         return figure(evidence, options)
 
@@ -86,7 +112,7 @@ def show(
         from qkvcli.cli.console import auto_format
 
         fmt = auto_format(requested, fmt, build, view, precision)
-    for warning in unused_warnings(kind_of(evidence), fmt, view, title):
+    for warning in unused_warnings(kind_of(evidence), fmt, view, title, html):
         click.echo(f"qkv: warning: {warning}", err=True)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich

@@ -1,0 +1,139 @@
+// qkv's evidence explorer: the page's script (inlined into every page).
+// It only displays: every number, label and derivation arrives computed in the
+// page's JSON block (#qkv-data); nothing here does arithmetic on the evidence.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("qkv-data").textContent);
+  var panel = document.getElementById("qkv-panel");
+  var body = document.getElementById("qkv-panel-body");
+  var opened = null;
+  var PART = { t: "term", r: "rest", f: "fact", x: "text" };
+
+  // every number is focusable and announced as a control; a glyph cell's value is its tooltip
+  document.querySelectorAll("[data-tensor]").forEach(function (element) {
+    element.tabIndex = 0;
+    element.setAttribute("role", "button");
+    if (element.closest(".grid")) { element.title = element.textContent; }
+  });
+
+  function cell(row, text, cls) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (cls) { td.className = cls; }
+    row.appendChild(td);
+    return td;
+  }
+
+  function show(element) {
+    var tensor = element.getAttribute("data-tensor");
+    var index = element.getAttribute("data-index");
+    var variant = element.getAttribute("data-variant");
+    var found = data.derivations[tensor + "|" + index + (variant ? "|" + variant : "")];
+    body.textContent = "";
+    var heading = document.createElement("h2");
+    var stat = element.getAttribute("data-stat");
+    heading.textContent = (found && found.h) ||
+      (tensor + (index ? "[" + index + "]" : "") + (stat ? " (" + stat + ")" : "") +
+       (variant ? " (" + variant.replace("-", " ") + ")" : ""));
+    body.appendChild(heading);
+    var shown = document.createElement("p");
+    shown.textContent = "shown: " + element.textContent;
+    body.appendChild(shown);
+    if (!found) {
+      var given = document.createElement("p");
+      given.textContent = stat === "mean" || stat === "l2_norm"
+        ? "a statistic of the whole tensor (see its summary)."
+        : data.given.indexOf(tensor) >= 0
+          ? "given: an input of the computation (the fixture's, or drawn from its seed), " +
+            "not computed from other numbers."
+          : "computed by qkv's engine; this page lists no terms for it.";
+      body.appendChild(given);
+    } else {
+      var formula = document.createElement("p");
+      formula.className = "formula";
+      formula.textContent = data.labels[found.f];
+      body.appendChild(formula);
+      var table = document.createElement("table");
+      var summing = found.s !== 0;
+      var usual = summing ? "t" : "f";
+      var terms = 0;
+      function line(r) {
+        var tr = document.createElement("tr");
+        var part = PART[r[2] || usual];
+        tr.className = part;
+        var adds = summing && (part === "term" || part === "rest");
+        cell(tr, adds ? (terms++ === 0 ? " " : "+") : "", "op");
+        cell(tr, data.labels[r[0]]);
+        cell(tr, r[1], "value");
+        table.appendChild(tr);
+      }
+      function adds(r) { return summing && "tr".indexOf(r[2] || usual) >= 0; }
+      // a sum: its terms, then the value; the facts beside it follow
+      found.r.filter(adds).forEach(line);
+      var total = document.createElement("tr");
+      total.className = "total";
+      cell(total, "=", "op");
+      cell(total, summing ? "the value (the sum of the terms)" : "the value");
+      cell(total, found.v, "value");
+      if (summing) { table.appendChild(total); }
+      found.r.filter(function (r) { return !adds(r); }).forEach(line);
+      if (!summing) { table.appendChild(total); }
+      body.appendChild(table);
+    }
+    if (opened) { opened.classList.remove("open"); }
+    opened = element;
+    element.classList.add("open");
+    panel.hidden = false;
+  }
+
+  function close() {
+    panel.hidden = true;
+    if (opened) {
+      opened.classList.remove("open");
+      opened.focus();
+      opened = null;
+    }
+  }
+
+  function number(target) {
+    return target && target.closest ? target.closest("[data-tensor]") : null;
+  }
+
+  document.addEventListener("click", function (event) {
+    var element = number(event.target);
+    if (element && !panel.contains(element)) { show(element); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && !panel.hidden) { close(); event.preventDefault(); return; }
+    if (event.key === "Enter" || event.key === " ") {
+      var element = number(event.target);
+      if (element) { show(element); event.preventDefault(); }
+    }
+  });
+  panel.querySelector(".close").addEventListener("click", close);
+
+  // switches: batch item, head, causal mask; the heat maps' scale
+  var chosen = {};
+  function apply() {
+    ["batch", "head", "causal"].forEach(function (axis) {
+      if (!(axis in chosen)) { return; }
+      document.querySelectorAll("[data-" + axis + "]").forEach(function (el) {
+        if (el.hasAttribute("data-switch")) { return; }
+        el.hidden = el.getAttribute("data-" + axis) !== chosen[axis];
+      });
+    });
+  }
+  document.querySelectorAll("[data-switch]").forEach(function (select) {
+    chosen[select.getAttribute("data-switch")] = select.value;
+    select.addEventListener("change", function () {
+      chosen[select.getAttribute("data-switch")] = select.value;
+      apply();
+    });
+  });
+  apply();
+  document.querySelectorAll("input[name=qkv-scale]").forEach(function (radio) {
+    radio.addEventListener("change", function () {
+      if (radio.checked) { document.body.setAttribute("data-scale", radio.value); }
+    });
+  });
+}());

@@ -1,0 +1,44 @@
+"""The evidence explorer: one self-contained HTML page where every number opens its derivation.
+
+:func:`explorer_page` turns the evidence of ``qkv run``/``report`` (the chapter's
+projections), ``qkv attend`` (a head or a layer) or ``qkv check`` (an implementation's
+judgement) into the page ``--html FILE`` writes; ``docs/explorer.md`` states the page's
+contract. Pure functions: nothing here reads argv, writes files or exits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from qkvcli.render import kind_of
+
+
+def explorer_page(evidence: object, *, precision: int, title: str,
+                  replay: Mapping[str, str] | None = None, spec: str = "IMPL",
+                  other: Mapping[str, Any] | None = None) -> str:
+    """The explorer page of ``evidence`` (a run's, attend's or check's record) as HTML text.
+
+    ``precision``: decimals of every number (the report's); ``title`` names the page
+    (``qkv run``); for ``qkv check``, ``replay`` maps a failing fixture's label to the
+    file name ``--save-failures`` gives it and ``spec`` is how the command names the
+    implementation; for ``qkv attend``, ``other`` holds the weights under the other mask
+    (``causal``, ``scores``, ``scaled_scores``, ``attention``: the engine's forward),
+    which the page's causal toggle shows. Raises ``TypeError`` for a record the
+    explorer does not draw.
+    """
+    kind = kind_of(evidence)
+    if kind == "evidence":
+        from qkvcli.render.explorer.run import run_page
+
+        return run_page(evidence, precision, title)  # type: ignore[arg-type]
+    if kind == "attend":
+        from qkvcli.render.explorer.attend import attend_page
+
+        return attend_page(evidence, precision, title, other)  # type: ignore[arg-type]
+    if kind == "check":
+        from qkvcli.render.explorer.check import check_page
+
+        return check_page(evidence, precision, title,  # type: ignore[arg-type]
+                          replay or {}, spec)
+    raise TypeError(f"the explorer draws no page of {kind}")

@@ -1,0 +1,155 @@
+"""The explorer page of ``qkv check``: an implementation's families, its findings and their replay.
+
+Failing families are listed open, passing ones folded. Each finding is worded as the
+text report words it; where it names a coordinate's value (``value-differs``) or a
+gradient-check point (``point``), the implementation's value and qkv's are numbers that
+open the comparison: expected against actual, the scaled error and tolerance, the slip
+the finding names, and the commands that replay the failing fixture
+(``--save-failures``).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Iterator, Mapping
+from html import escape
+from typing import Any
+
+from qkvcli.check.result import CheckResult
+from qkvcli.core.results import Clause, Failure
+from qkvcli.render.check import check_verdict, failure_detail, family_detail, say, word
+from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.derive import Derivation, Step
+from qkvcli.render.explorer.page import Page
+from qkvcli.render.wording import Check
+
+NUMBERED = ("value-differs", "point")
+"""The clause codes whose numbers the page shows (and where in their facts they are)."""
+
+
+def clauses(facts: tuple[Any, ...] | list[Any]) -> Iterator[Clause]:
+    """Every clause among ``facts`` (and in tuples of them), nested ones too, depth first."""
+    for fact in facts:
+        if isinstance(fact, Clause):
+            yield fact
+            yield from clauses(fact.facts)
+        elif isinstance(fact, (tuple, list)):
+            yield from clauses(fact)
+
+
+def numbered(failure: Failure) -> Clause | None:
+    """The finding's first clause with numbers to compare (``value-differs`` or ``point``)."""
+    found = Clause(failure.code, failure.facts) if failure.code else None
+    for clause in ([found] if found else []) + list(clauses(failure.facts)):
+        if clause.code in NUMBERED:
+            return clause
+    return None
+
+
+def slips(failure: Failure) -> list[str]:
+    """The words of the finding's clauses that name a cause (a slip, a path, a weight),
+    without the comparison itself."""
+    found = [say(Clause("slip", (failure.facts[0],)))] if failure.code == "slip-differs" else []
+    return found + [say(clause) for clause in clauses(failure.facts)
+                    if clause.code not in (*NUMBERED, "point-on")]
+
+
+def replay_lines(failure: Failure, result: CheckResult, replay: Mapping[str, str],
+                 spec: str) -> list[str]:
+    """The commands that replay the failing fixture of ``failure`` (none for a fixture
+    ``--save-failures`` does not write)."""
+    label = failure.fixture
+    name = None
+    if label is not None:
+        name = replay.get(label) or next(
+            (file for fixture, file in replay.items() if label.startswith(fixture + " ")), None)
+    if name is None:
+        return []
+    lines = [f"qkv check {spec} --save-failures DIR   (writes DIR/{name}.json)",
+             f"qkv check {spec} DIR/{name}.json"]
+    if result.command:
+        program = spec.removeprefix("--command ")
+        lines.append(f"{shlex.split(program)[0] if program else 'PROGRAM'} "
+                     f"< DIR/{name}.requests.jsonl   (the requests alone)")
+    else:
+        lines.append(f"qkv run DIR/{name}.json   (qkv's own evidence on it)")
+    return lines
+
+
+def comparison(clause: Clause, failure: Failure, replay: list[str]) -> Derivation:
+    """Expected against actual for a numbered clause, with the finding and its replay."""
+    if clause.code == "value-differs":
+        _, _, actual, expected, error, tolerance = clause.facts
+        rows = [Step("actual (the implementation)", float(actual), "fact"),
+                Step("expected (qkv's engine)", float(expected), "fact"),
+                Step("actual \u2212 expected", float(actual) - float(expected), "fact"),
+                Step("scaled error |a\u2212e| / max(1,|a|,|e|)", _small(error), "text"),
+                Step("tolerance", repr(tolerance), "text")]
+        value = float(actual)
+    else:
+        _, analytic, numerical, error, note = clause.facts
+        rows = [Step("analytic (the implementation's backward)", float(analytic), "fact"),
+                Step("numerical (central difference of its forward)", float(numerical), "fact"),
+                Step("scaled error", _small(error), "text")]
+        if note:
+            rows.append(Step("note", str(note), "text"))
+        value = float(analytic)
+    rows += [Step("exact values", _exact(clause), "text")]
+    rows += [Step("the slip", words, "text") for words in slips(failure)]
+    rows += [Step("replay" if i == 0 else "", line, "text") for i, line in enumerate(replay)]
+    where = f"{failure.family} on {failure.fixture}" if failure.fixture else failure.family
+    return Derivation(f"{where}: {failure_detail(failure)}", tuple(rows), value, "none")
+
+
+def _small(error: Any) -> str:
+    value = float(error)
+    return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def _exact(clause: Clause) -> str:
+    """The compared numbers as the text report writes them (shortest round trip)."""
+    if clause.code == "value-differs":
+        return f"actual {clause.facts[2]!r}, expected {clause.facts[3]!r}"
+    return f"analytic {clause.facts[1]!r}, numerical {clause.facts[2]!r}"
+
+
+def check_page(result: CheckResult, precision: int, title: str,
+               replay: Mapping[str, str], spec: str) -> str:
+    """The implementation's explorer page (one self-contained HTML document).
+
+    ``replay``: failing fixture label -> the name ``--save-failures`` writes it under;
+    ``spec``: how the command line names the implementation.
+    """
+    page = Page(title, precision)
+    rows = [Check(c.name, c.passed, family_detail(c)) for c in result.checks]
+    page.sections.append(f'<p class="caption">implementation {escape(result.implementation)};'
+                         f" fixtures {escape(', '.join(result.fixtures))}</p>")
+    page.sections.append(checks_section(rows, [word(c) for c in result.checks]))
+    if result.failures:
+        items = []
+        for i, failure in enumerate(result.failures):
+            commands = replay_lines(failure, result, replay, spec)
+            clause = numbered(failure)
+            numbers = ""
+            if clause is not None:
+                derivation = comparison(clause, failure, commands)
+                heading = f"finding {i + 1}: {failure.family}"
+                first, second = ((clause.facts[2], clause.facts[3])
+                                 if clause.code == "value-differs"
+                                 else (clause.facts[1], clause.facts[2]))
+                names = (("actual", "expected") if clause.code == "value-differs"
+                         else ("analytic", "numerical"))
+                numbers = (f'<p class="compare">{names[0]} '
+                           + page.number("failures", str(i), float(first), derivation,
+                                         field=names[0], heading=heading)
+                           + f", {names[1]} "
+                           + page.number("failures", str(i), float(second), derivation,
+                                         field=names[1], heading=heading) + "</p>")
+            where = f" [{escape(failure.fixture)}]" if failure.fixture else ""
+            replay_html = ("<pre>" + escape("\n".join(commands)) + "</pre>") if commands else ""
+            items.append(f'<li class="failure"><strong>{escape(failure.family)}</strong>{where} '
+                         f"{escape(failure_detail(failure))}{numbers}{replay_html}</li>")
+        page.sections.append('<section class="group"><h2>Findings</h2><ul class="findings">'
+                             + "".join(items) + "</ul></section>")
+    return page.html(f"{title}: {result.implementation}", check_verdict(result), result.passed)

@@ -1,0 +1,386 @@
+"""The explorer page's building blocks: numbers as elements, tensors, heat maps, checks, the page.
+
+A :class:`Page` collects what a report shows as HTML pieces and, for every number, the
+derivation its panel opens (:mod:`qkvcli.render.explorer.derive`), and assembles one
+self-contained document: the styles and the script (``qkvcli/data/explorer.css`` and
+``explorer.js``) inline, the derivations as one JSON block, a content security policy
+that forbids every request. The contract a script may rely on (docs/explorer.md):
+
+- every value of a tensor, of the gradient check and of a finding is an element with
+  ``data-tensor`` (its key in the JSON report: a tensor's name under ``tensors``;
+  ``gradcheck.NAME`` for a gradient-check coordinate of tensor ``NAME``; ``failures``
+  for ``qkv check``'s findings) and ``data-index``
+  (its coordinate, comma-separated; a finding's position in ``failures``; empty for a
+  statistic of a whole tensor, which says which in ``data-stat``);
+- ``data-field`` tells apart several numbers of one coordinate (``analytic``,
+  ``numerical``, ``scaled_error``, ``actual``, ``expected``);
+- each number is focusable; Enter or a click opens its derivation in ``#qkv-panel``.
+
+Tensors are shown as the terminal shows them: every value up to
+:data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements, a summary above (shape, count,
+first and last values, min/max/mean/L2 norm, the SHA-256 digest); attention weights as
+heat maps, numbered up to :data:`~qkvcli.render.rich.heatmap.NUMBERS_UP_TO` tokens and
+downsampled above by the terminal's rule (block maxima over ``floor(i T / n)`` blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from qkvcli.core.arrays import Array
+from qkvcli.render.explorer.derive import Derivation
+from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.tensors import shows_values, summarise
+
+Deriver = Callable[[tuple[int, ...]], Derivation | None]
+"""What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
+
+PARTS = {"term": "t", "rest": "r", "fact": "f", "text": "x"}
+"""How the page's data spells a row's part (:class:`~qkvcli.render.explorer.derive.Step`)."""
+BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dashed border)",
+                "value": "value branch (double border)"}
+LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
+"""The five shading levels of a heat map, as the terminal's legend names them."""
+SHADES = (" ", "░", "▒", "▓", "█")
+PAGE_CELLS = 1536
+"""Heat-map cells a page holds at most over every batch item and head (a downsampled
+map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small.
+Numbered maps over it keep their numbers, their panels without the row's exponentials."""
+TOGGLE_UP_TO = 16
+"""Tokens up to which ``qkv attend``'s page also draws the weights under the other mask
+(when its maps hold at most :data:`PAGE_CELLS` numbered cells)."""
+ROW_VALUES = 16
+"""Values per row of a 1-D tensor's table."""
+GRADCHECK_ROWS = 256
+"""Gradient-check rows shown per tensor (the JSON report holds every one)."""
+
+
+def branch_of(name: str) -> str | None:
+    """Which branch a published tensor name belongs to (``query``, ``key``, ``value``)."""
+    for branch in ("query", "key", "value"):
+        if name.startswith(branch) or name.startswith(f"upstream_{branch}"):
+            return branch
+    return None
+
+
+def index_text(index: Sequence[int]) -> str:
+    return ",".join(str(int(i)) for i in index)
+
+
+class Page:
+    """One explorer page being built: its sections, and a derivation per number.
+
+    ``precision``: the decimals of every number (the report's). Build sections with the
+    methods below, then :meth:`html` gives the document.
+    """
+
+    def __init__(self, title: str, precision: int) -> None:
+        self.title = title
+        self.precision = precision
+        self.sections: list[str] = []
+        self.controls: list[str] = []
+        self.derivations: dict[str, Any] = {}
+        self.labels: dict[str, int] = {}
+        self.given: set[str] = set()
+
+    # --- numbers -------------------------------------------------------------------
+
+    def fmt(self, value: float | str) -> str:
+        return value if isinstance(value, str) else fmt_float(float(value), self.precision)
+
+    def label(self, text: str) -> int:
+        """The number of a shared label (a label used twice is stored once)."""
+        return self.labels.setdefault(text, len(self.labels))
+
+    def derive(self, key: str, derivation: Derivation, heading: str = "") -> None:
+        """Keep ``derivation`` for the number whose ``tensor|index`` is ``key``."""
+        if key in self.derivations:
+            return
+        usual = "term" if derivation.terms_total == "sum" else "fact"
+        document: dict[str, Any] = {
+            "f": self.label(derivation.formula),
+            "r": [[self.label(row.label), self.fmt(row.value)]
+                  + ([PARTS[row.part]] if row.part != usual else [])
+                  for row in derivation.rows],
+            "v": self.fmt(derivation.value),
+        }
+        if derivation.terms_total != "sum":
+            document["s"] = 0  # the rows are facts (their part "f" unless said)
+        if heading:
+            document["h"] = heading
+        self.derivations[key] = document
+
+    def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
+               derivation: Derivation | None = None, *, field: str = "", stat: str = "",
+               css: str = "", heading: str = "", tag: str = "span",
+               variant: str = "") -> str:
+        """A number as an element (``tag``) with its ``data-*`` contract, its derivation
+        kept. The script makes each one focusable (``tabindex``, ``role=button``).
+        ``variant`` tells apart a number of another run than the report's (the other
+        mask's weights: ``data-variant``)."""
+        where = index if isinstance(index, str) else index_text(index)
+        if derivation is not None:
+            key = f"{tensor}|{where}" + (f"|{variant}" if variant else "")
+            self.derive(key, derivation, heading)
+        extra = (f' data-variant="{variant}"' if variant else "") + (
+            f' data-field="{field}"' if field else "") + (
+            f' data-stat="{stat}"' if stat else "") + (f' class="{css}"' if css else "")
+        return (f'<{tag} data-tensor="{escape(tensor)}" data-index="{where}"{extra}>'
+                f"{escape(self.fmt(value))}</{tag}>")
+
+    # --- tensors -------------------------------------------------------------------
+
+    def tensor(self, name: str, array: Array, derive: Deriver | None = None,
+               caption: str = "", lead: int | None = None, given: bool = False) -> str:
+        """A tensor's block: every value in tables (one per batch item, or per batch item
+        and head), or its summary when it is larger than the terminal shows in full.
+
+        ``lead``: how many leading axes select a table (batch, head); by default all but
+        the last two (a 3-D tensor: one table per batch item). ``given``: the fixture
+        holds the tensor (its panel says so; a computed one without ``derive`` says the
+        page lists no terms for it).
+        """
+        if given:
+            self.given.add(name)
+        values = np.asarray(array)
+        branch = branch_of(name)
+        classes = "tensor" + (f" branch-{branch}" if branch else "")
+        title = (f'<h3><code>{escape(name)}</code> <span class="shape">'
+                 f'{fmt_shape(values.shape)}</span>'
+                 + (f' <span class="branch-word">{BRANCH_WORDS[branch]}</span>' if branch else "")
+                 + "</h3>")
+        intro = f'<p class="caption">{escape(caption)}</p>' if caption else ""
+        if shows_values(values.size, "summary"):
+            body = self.tables(name, values, derive, lead)
+        else:
+            body = self.summary(name, values, derive)
+        return f'<section class="{classes}" data-name="{escape(name)}">{title}{intro}{body}</section>'
+
+    def tables(self, name: str, values: Array, derive: Deriver | None,
+               lead: int | None) -> str:
+        if values.ndim <= 2:
+            return self.grid(name, values.reshape((1,) * (2 - values.ndim) + values.shape),
+                             (), derive, values.ndim)
+        lead = values.ndim - 2 if lead is None else lead
+        parts = []
+        for where in np.ndindex(*values.shape[:lead]):
+            attributes = f' data-batch="{where[0]}"'
+            label = f"batch {where[0]}"
+            if lead > 1:
+                attributes += f' data-head="{where[1]}"'
+                label += f", head {where[1]}"
+            parts.append(f'<div class="slice"{attributes}><p class="slice-name">{label}</p>'
+                         + self.grid(name, values[where], where, derive, 2) + "</div>")
+        return "".join(parts)
+
+    def grid(self, name: str, matrix: Array, lead: tuple[int, ...], derive: Deriver | None,
+             ndim: int) -> str:
+        """A 2-D table of numbers; ``ndim`` is the tensor's own (1: the values in rows of
+        :data:`ROW_VALUES`, each labelled with its first index)."""
+        rows: list[tuple[int, list[tuple[int, ...]]]]
+        if ndim == 1:
+            flat = matrix.reshape(-1)
+            width = min(ROW_VALUES, flat.size)
+            rows = [(start, [(i,) for i in range(start, min(start + width, flat.size))])
+                    for start in range(0, flat.size, max(width, 1))]
+            head = "".join(f'<th scope="col">+{c}</th>' for c in range(width))
+        else:
+            rows = [(r, [(*lead, r, c) for c in range(matrix.shape[1])])
+                    for r in range(matrix.shape[0])]
+            head = "".join(f'<th scope="col">{c}</th>' for c in range(matrix.shape[1]))
+        out = [f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>']
+        for label, indices in rows:
+            cells = []
+            for index in indices:
+                value = float(flat[index[0]]) if ndim == 1 else float(matrix[index[-2:]])
+                derivation = derive(index) if derive is not None else None
+                cells.append(self.number(name, index, value, derivation, tag="td"))
+            out.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
+        out.append("</tbody></table>")
+        return "".join(out)
+
+    def summary(self, name: str, values: Array, derive: Deriver | None) -> str:
+        """A large tensor as the terminal summarises it; its first and last values, its
+        minimum and its maximum are numbers at their coordinates."""
+        s = summarise(values)
+        count = s.count
+
+        def at(flat: int) -> tuple[int, ...]:
+            return tuple(int(i) for i in np.unravel_index(flat, values.shape))
+
+        def numbers(flats: Iterable[int]) -> str:
+            shown = []
+            for flat in flats:
+                index = at(flat)
+                derivation = derive(index) if derive is not None else None
+                shown.append(self.number(name, index, float(values[index]), derivation,
+                                         heading=f"{name}[{index_text(index)}]"))
+            return " ".join(shown)
+
+        first = numbers(range(min(4, count)))
+        last = numbers(range(max(count - 4, 0), count))
+        extremes = ""
+        if count:
+            for stat, flat, value in (("min", int(np.argmin(values)), s.minimum),
+                                      ("max", int(np.argmax(values)), s.maximum)):
+                index = at(flat)
+                derivation = derive(index) if derive is not None else None
+                shown = self.number(name, index, value, derivation, stat=stat)
+                extremes += f"<dt>{stat}</dt><dd>{shown} at [{index_text(index)}]</dd>"
+        mean = self.number(name, "", s.mean, stat="mean")
+        norm = self.number(name, "", s.l2_norm, stat="l2_norm")
+        return (f'<dl class="summary"><dt>count</dt><dd>{count} values (summarised above '
+                f"4096, as the terminal does; the JSON report's digest is the same)</dd>"
+                f"<dt>first</dt><dd>{first}</dd><dt>last</dt><dd>{last}</dd>{extremes}"
+                f"<dt>mean</dt><dd>{mean}</dd><dt>L2 norm</dt><dd>{norm}</dd>"
+                f"<dt>sha256</dt><dd><code>{s.sha256}</code></dd></dl>")
+
+    # --- heat maps -----------------------------------------------------------------
+
+    def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
+                derive: Callable[[tuple[int, ...], bool], Derivation], tokens: int,
+                masked_at: Callable[[tuple[int, ...]], float], extra: str = "",
+                variant: str = "") -> str:
+        """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
+        ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
+        is shaded against 1 (absolute) and against its row's largest (row-relative),
+        with the glyph of its level, so the map reads without colour too. ``derive``
+        gives a cell's derivation, listing its row's exponentials or not.
+
+        ``masked_at`` gives a cell's scaled score (``-inf``: masked); ``extra`` marks the
+        maps' wrapper (a causal toggle's ``data-causal``) and ``variant`` its numbers.
+        """
+        from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
+
+        numbered = tokens <= NUMBERS_UP_TO
+        # a numbered cell's panel lists its row's exponentials while the page's maps stay
+        # within PAGE_CELLS cells; beyond, it gives the row's sum alone, as a block's does
+        listed = numbered and len(slices) * tokens * tokens <= PAGE_CELLS
+        out = []
+        side = max(4, math.isqrt(PAGE_CELLS // max(len(slices), 1)))
+        rows = columns = min(tokens, GRID_ROWS, side)
+        for where in slices:
+            matrix = np.asarray(weights[where], dtype=np.float64)
+            attributes = f' data-batch="{where[0]}"' + (
+                f' data-head="{where[1]}"' if len(where) > 1 else "")
+            caption = ", ".join(f"{axis} {i}" for axis, i in zip(("batch", "head"), where,
+                                                                   strict=False))
+            note = ""
+            if numbered:
+                labels = list(range(tokens))
+                grid = [[(q, k, float(matrix[q, k])) for k in range(tokens)] for q in labels]
+            else:
+                block, query_blocks = block_max(matrix, rows, columns)
+                labels = [start for start, _ in query_blocks]
+                grid = [[(q0 + q, k0 + k, float(value)) for (k0, k1), value in
+                         zip(blocks(tokens, columns), values, strict=True)
+                         for q, k in [_argmax(matrix[q0:q1, k0:k1])]]
+                        for (q0, q1), values in zip(query_blocks, block, strict=True)]
+                note = (f'<p class="slice-name">{len(grid)}\u00d7{len(grid[0])} blocks of '
+                        f"{tokens}\u00d7{tokens}: each cell is the largest weight of its block "
+                        "(equal blocks, floor(i T / n) boundaries; row label: the block's "
+                        "first query), at that weight's coordinate</p>")
+            body = []
+            for label, row in zip(labels, grid, strict=True):
+                largest = max(value for _, _, value in row)
+                cells = []
+                for q, k, value in row:
+                    index = (*where, q, k)
+                    css = f"w a{level(value, 1.0)} r{level(value, largest)}"
+                    derivation = derive(index, listed)
+                    if matrix[q, k] == 0.0 and not np.isfinite(masked_at(index)):
+                        css += " m"  # masked: struck through, not only blank
+                    cells.append(self.number(name, index, value, derivation, css=css,
+                                             tag="td", variant=variant))
+                body.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
+            if numbered:
+                keys = "".join(f'<th scope="col">{k}</th>' for k in range(tokens))
+                table = f'<table class="heat numbered"><thead><tr><th>q\\k</th>{keys}</tr></thead>'
+            else:
+                table = '<table class="heat grid">'
+            out.append(f'<div class="slice"{attributes}><p class="slice-name">{caption}</p>'
+                       f'{note}{table}<tbody>{"".join(body)}</tbody></table></div>')
+        return f'<div class="maps"{extra}>' + "".join(out) + "</div>"
+
+    def legend(self) -> str:
+        """The five levels of both scales, glyph and range; the shown scale's is visible."""
+        def swatches() -> str:
+            return "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
+                           f'{"" if i else "blank "}{LEVEL_RANGES[i]}</span>'
+                           for i in range(5))
+        return ('<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
+                "largest weight of its row (row-relative).</p>" + swatches() + "</div>"
+                '<div class="legend" data-scale-for="abs"><p>Shading: each weight against 1 '
+                "(absolute).</p>" + swatches() + "</div>")
+
+    # --- the document --------------------------------------------------------------
+
+    def html(self, heading: str, verdict: str, passed: bool) -> str:
+        """The page: header, controls, sections, the derivation panel, data and script."""
+        data = json.dumps({"labels": list(self.labels), "given": sorted(self.given),
+                           "derivations": self.derivations},
+                          ensure_ascii=False, separators=(",", ":"))
+        data = data.replace("<", "\\u003c")  # never a closing tag inside the script element
+        state = "pass" if passed else "fail"
+        return "".join((
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<link rel="icon" href="data:,">',
+            f"<title>{escape(self.title)}</title><style>{asset('explorer.css')}</style></head>",
+            '<body data-scale="row">',
+            f'<header><h1>{escape(heading)}</h1><p class="verdict {state}">'
+            f"{'✔' if passed else '✘'} {escape(verdict)}</p>",
+            "<p class=\"hint\">Click a number, or Tab to it and press Enter, to see how it was "
+            "made; Escape closes the panel.</p></header>",
+            f'<nav class="controls" aria-label="view">{"".join(self.controls)}</nav>',
+            '<main>', "".join(self.sections), "</main>",
+            '<aside id="qkv-panel" role="region" aria-live="polite" aria-label="derivation" '
+            'hidden><button type="button" class="close" aria-label="close">\u00d7</button>'
+            '<div id="qkv-panel-body"></div></aside>',
+            f'<script type="application/json" id="qkv-data">{data}</script>',
+            f"<script>{asset('explorer.js')}</script></body></html>\n",
+        ))
+
+    def select(self, name: str, label: str, count: int) -> None:
+        """A switch among ``count`` batch items or heads (none when there is one)."""
+        if count <= 1:
+            return
+        options = "".join(f'<option value="{i}">{i}</option>' for i in range(count))
+        self.controls.append(f'<label>{label} <select id="qkv-{name}" data-switch="{name}">'
+                             f"{options}</select></label>")
+
+    def mask_switch(self, shown: bool) -> None:
+        """The causal toggle: the report's mask (``shown``) first, the other one beside."""
+        options = [(shown, "causal" if shown else "none (every key)"),
+                   (not shown, "causal" if not shown else "none (every key)")]
+        self.controls.append(
+            '<label>mask <select id="qkv-causal" data-switch="causal">' + "".join(
+                f'<option value="{str(flag).lower()}">{label}</option>'
+                for flag, label in options) + "</select></label>")
+
+    def scale_switch(self) -> None:
+        self.controls.append(
+            '<fieldset class="scale"><legend>heat-map scale</legend>'
+            '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
+            '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
+
+
+def asset(name: str) -> str:
+    """A page asset shipped in ``qkvcli/data`` (``explorer.css``, ``explorer.js``)."""
+    from importlib.resources import files
+
+    return files("qkvcli.data").joinpath(name).read_text(encoding="utf-8")
+
+
+def _argmax(block: Array) -> tuple[int, int]:
+    """Where ``block``'s largest value is (its first occurrence, row-major)."""
+    q, k = np.unravel_index(int(np.argmax(block)), block.shape)
+    return int(q), int(k)

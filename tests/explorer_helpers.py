@@ -1,0 +1,96 @@
+"""Helpers of the explorer's tests: pages written by the CLI, their numbers, a GPT-2-small layer."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "implementations"
+MIB = 1 << 20
+
+
+def write_page(folder: Path, *args: str, name: str = "page.html") -> str:
+    """Run ``qkv ARGS --html FILE -o OUT`` in ``folder`` and give the page's text."""
+    page, text = folder / name, folder / f"{name}.txt"
+    result = CliRunner().invoke(main, [*args, "--html", str(page), "-o", str(text)],
+                                catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    assert f"qkv: wrote {page}" in result.output
+    return page.read_text(encoding="utf-8")
+
+
+def page_data(html: str) -> dict[str, Any]:
+    """The page's embedded JSON (labels and derivations)."""
+    start = html.index('<script type="application/json" id="qkv-data">')
+    start = html.index(">", start) + 1
+    document: dict[str, Any] = json.loads(html[start:html.index("</script>", start)])
+    return document
+
+
+class Numbers(HTMLParser):
+    """Every element carrying ``data-tensor``: its tag, attributes and text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, Any]] = []
+        self.open: dict[str, Any] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if "data-tensor" in attributes:
+            self.open = {"tag": tag, **attributes, "text": ""}
+            self.found.append(self.open)
+
+    def handle_data(self, data: str) -> None:
+        if self.open is not None:
+            self.open["text"] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.open is not None and tag == self.open["tag"]:
+            self.open = None
+
+
+def numbers_of(html: str) -> list[dict[str, Any]]:
+    parser = Numbers()
+    parser.feed(html)
+    return parser.found
+
+
+def gpt2_fixture(folder: Path) -> Path:
+    """A GPT-2-small attention layer at T=1024 (generated weights in c_attn/c_proj
+    layout, causal, 16 samples per tensor as ``qkv init`` writes)."""
+    def generate(seed: int, shape: list[int], scale: float = 0.02) -> dict[str, Any]:
+        return {"generate": {"seed": seed, "shape": shape, "distribution": "normal",
+                             "scale": scale}}
+
+    path = folder / "gpt2-layer.json"
+    path.write_text(json.dumps({
+        "heads": 12, "causal": True,
+        "input": generate(7, [1, 1024, 768], 1.0),
+        "weights": {"c_attn_weight": generate(1, [768, 2304]),
+                    "c_attn_bias": generate(2, [2304]),
+                    "c_proj_weight": generate(3, [768, 768]),
+                    "c_proj_bias": generate(4, [768])},
+        "gradcheck": {"samples": 16},
+    }), encoding="utf-8")
+    return path
+
+
+_GPT2: dict[str, Path] = {}
+
+
+def gpt2_page(factory: pytest.TempPathFactory) -> Path:
+    """The explorer page of the GPT-2-small layer, written once per test session."""
+    if "page" not in _GPT2:
+        folder = factory.mktemp("gpt2")
+        write_page(folder, "attend", str(gpt2_fixture(folder)), name="gpt2.html")
+        _GPT2["page"] = folder / "gpt2.html"
+    return _GPT2["page"]

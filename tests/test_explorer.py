@@ -1,0 +1,351 @@
+"""The evidence explorer's page without a browser: self-contained, the ``data-*`` contract,
+derivations that add up to the engine's numbers, ``--html``'s output rules, the size budget."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.attention.evidence import build_attend_evidence
+from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.attention.records import AttendEvidence
+from qkvcli.check.result import CheckResult
+from qkvcli.cli import main
+from qkvcli.cli.io import load
+from qkvcli.core.results import Failure
+from qkvcli.evidence.build import build_evidence
+from qkvcli.render.explorer.attend import derivations
+from qkvcli.render.explorer.check import replay_lines
+from qkvcli.render.explorer.derive import (
+    MAX_TERMS,
+    attention_weight,
+    input_paths,
+    projection,
+    weight_gradient,
+)
+from qkvcli.render.explorer.page import PAGE_CELLS
+from qkvcli.render.numbers import fmt_float
+from tests.explorer_helpers import EXAMPLES, MIB, gpt2_page, numbers_of, page_data, write_page
+
+
+def index_of(text: str) -> tuple[int, ...]:
+    return tuple(int(i) for i in text.split(",")) if text else ()
+
+
+def layer_fixture(folder: Path, **extra: Any) -> Path:
+    """A small two-head layer: torch-layout weights with biases, an out_proj, batch 2."""
+    rng = np.random.default_rng(5)
+    document = {
+        "heads": 2,
+        "input": rng.normal(size=(2, 3, 4)).tolist(),
+        "weights": {branch: {"values": rng.normal(size=(4, 4)).tolist(), "layout": "torch",
+                             "bias": rng.normal(size=4).tolist()}
+                    for branch in ("query", "key", "value")},
+        **extra,
+    }
+    document["weights"]["out_proj_weight"] = rng.normal(size=(5, 4)).tolist()
+    document["weights"]["out_proj_bias"] = rng.normal(size=5).tolist()
+    path = folder / "layer.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def attend_evidence(path: Path | None, causal: bool) -> AttendEvidence:
+    fixture = load_attend_fixture(path, "chapter", 1 << 20, None, causal)
+    return build_attend_evidence(fixture, causal=causal)
+
+
+# --- the page is self-contained ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["run"], ["attend", "--causal"]], ids=["run", "attend"])
+def test_the_page_is_self_contained(tmp_path: Path, args: list[str]) -> None:
+    html = write_page(tmp_path, *args)
+    assert html.startswith("<!DOCTYPE html>") and html.endswith("</html>\n")
+    assert "http://" not in html and "https://" not in html
+    assert " src=" not in html  # no script, image or frame is loaded from anywhere
+    assert html.count("<style>") == 1 and html.count("<script") == 2
+    assert html.count(" href=") == 1 and ' href="data:,"' in html  # the empty favicon
+    assert "default-src 'none'" in html  # the browser refuses any request the page makes
+
+
+def test_every_value_of_the_chapter_is_a_number_with_its_coordinate(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "run")
+    report = json.loads(CliRunner().invoke(main, ["report", "-f", "json"]).output)
+    shown: dict[tuple[str, str], str] = {}
+    for number in numbers_of(html):
+        if not number.get("data-field"):
+            shown[(number["data-tensor"], number["data-index"])] = number["text"]
+    for name, tensor in report["tensors"].items():
+        values = np.reshape(tensor["values"], tensor["shape"])
+        for index in np.ndindex(*values.shape):
+            where = ",".join(str(i) for i in index)
+            assert shown[(name, where)] == fmt_float(float(values[index]), 6), (name, where)
+    # and every number element carries both attributes
+    assert all("data-index" in number for number in numbers_of(html))
+
+
+def test_precision_sets_every_number_of_the_page(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "run", "--precision", "3")
+    cell = next(n for n in numbers_of(html)
+                if n["data-tensor"] == "input_gradient" and n["data-index"] == "0,0,0")
+    assert cell["text"] == "3.000"
+    assert page_data(html)["derivations"]["input_gradient|0,0,0"]["v"] == "3.000"
+
+
+def test_attend_draws_the_other_mask_behind_a_toggle(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "attend", "--causal")
+    assert 'id="qkv-causal"' in html
+    assert '<div class="mask" data-causal="true">' in html
+    assert '<div class="mask" data-causal="false">' in html
+    other = [n for n in numbers_of(html) if n.get("data-variant") == "other-mask"]
+    assert {n["data-index"] for n in other} == {"0,0,0", "0,0,1", "0,1,0", "0,1,1"}
+    assert "weights|0,0,1|other-mask" in page_data(html)["derivations"]
+    assert embedded_sums(html, 4) > 0
+
+
+def test_numbered_maps_over_the_page_cells_drop_the_toggle_and_the_rows_exponentials(
+        tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    path = tmp_path / "eight.json"  # 8 heads x 16 x 16 = 2048 numbered cells > PAGE_CELLS
+    path.write_text(json.dumps({
+        "heads": 8, "causal": True, "input": rng.normal(size=(1, 16, 8)).tolist(),
+        "weights": {b: rng.normal(size=(8, 8)).tolist() for b in ("query", "key", "value")},
+    }), encoding="utf-8")
+    html = write_page(tmp_path, "attend", str(path))
+    assert 'id="qkv-causal"' not in html and 'id="qkv-head"' in html
+    cells = [n for n in numbers_of(html) if n["data-tensor"] == "weights"]
+    assert len(cells) == 8 * 16 * 16 > PAGE_CELLS
+    data = page_data(html)
+    labels = [data["labels"][row[0]] for row in data["derivations"]["weights|0,3,15,2"]["r"]]
+    assert "sum of the row's exponentials" in labels
+    assert not any(label.startswith("key ") for label in labels)
+    small = page_data(write_page(tmp_path, "attend", "--causal", name="small.html"))
+    labels = [small["labels"][row[0]] for row in small["derivations"]["weights|0,1,0"]["r"]]
+    assert "key 1: exp(z \u2212 max)" in labels
+
+
+def test_a_batch_of_two_has_a_batch_switch_and_a_slice_per_item(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "attend", str(layer_fixture(tmp_path)))
+    assert 'id="qkv-batch"' in html and 'id="qkv-head"' in html
+    assert 'data-batch="1" data-head="1"' in html  # the heat map of batch item 1, head 1
+    weights = {n["data-index"] for n in numbers_of(html)
+               if n["data-tensor"] == "weights" and not n.get("data-variant")}
+    assert weights == {f"{b},{h},{q},{k}" for b in range(2) for h in range(2)
+                       for q in range(3) for k in range(3)}
+
+
+# --- derivations ----------------------------------------------------------------------------
+
+
+def embedded_sums(html: str, precision: int) -> int:
+    """Check every embedded derivation that is a sum: its term rows, as shown, add up to
+    its value, as shown (to the rounding of the shown digits). Returns how many."""
+    data = page_data(html)
+    numbers = {"|".join(filter(None, (n["data-tensor"], n["data-index"], n.get("data-variant")))):
+               n["text"] for n in numbers_of(html) if not n.get("data-field")}
+    checked = 0
+    for key, derivation in data["derivations"].items():
+        if key in numbers:
+            assert numbers[key] == derivation["v"], key
+        if derivation.get("s") == 0:
+            continue
+        terms = [float(row[1]) for row in derivation["r"] if (row[2:] or ["t"])[0] in "tr"]
+        slack = (len(terms) + 1) * 0.5 * 10.0 ** -precision
+        assert abs(math.fsum(terms) - float(derivation["v"])) <= slack, key
+        checked += 1
+    return checked
+
+
+def test_the_embedded_terms_add_up_to_the_shown_values(tmp_path: Path) -> None:
+    assert embedded_sums(write_page(tmp_path, "run"), 6) == 4 + 4 + 4 + 6 + 6 + 6 + 6
+    assert embedded_sums(write_page(tmp_path, "attend", "--causal", name="a.html"), 4) > 20
+    layer = write_page(tmp_path, "attend", str(layer_fixture(tmp_path)), "--precision", "8",
+                       name="l.html")
+    assert embedded_sums(layer, 8) > 100
+
+
+def test_every_derivation_of_the_chapter_is_the_engines_number() -> None:
+    evidence = build_evidence(load(None, 1 << 20))
+    p = evidence.primary
+    for branch, (weight, output) in enumerate(zip(p.weights, p.outputs, strict=True)):
+        for index in np.ndindex(*output.shape):
+            derived = projection(p.input, weight, None, index, float(output[index]),
+                                 ("X", "W", "b"))
+            assert derived.term_sum() == pytest.approx(output[index], abs=1e-12)
+            assert len(derived.rows) == p.input.shape[-1]  # one term per input coordinate
+        gradient = p.weight_gradients[branch]
+        upstream = (p.grad_query, p.grad_key, p.grad_value)[branch]
+        for i, j in np.ndindex(*gradient.shape):
+            derived = weight_gradient(p.input, upstream, (i, j), float(gradient[i, j]), "Q")
+            assert derived.term_sum() == pytest.approx(gradient[i, j], abs=1e-12)
+            assert len(derived.rows) == p.input.shape[0] * p.input.shape[1]
+    for index in np.ndindex(*p.grad_input.shape):
+        derived = input_paths((p.grad_query, p.grad_key, p.grad_value), p.weights, index,
+                              float(p.grad_input[index]))
+        assert [row.label.split(")")[0] for row in derived.rows if row.part == "term"] == [
+            "(U_Q W_Q\u1d40", "(U_K W_K\u1d40", "(U_V W_V\u1d40"]
+        for letter in "QKV":  # each path's products, which add up to its term
+            path = next(r for r in derived.rows if r.label.startswith(f"(U_{letter}"))
+            own = [float(r.value) for r in derived.rows if f"{letter} path:" in r.label]
+            assert len(own) == p.grad_query.shape[-1]
+            assert math.fsum(own) == pytest.approx(float(path.value), abs=1e-15)
+        assert derived.term_sum() == pytest.approx(p.grad_input[index], abs=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["head", "head-causal", "layer", "layer-causal"])
+def test_every_derivation_of_attend_is_the_engines_number(tmp_path: Path, kind: str) -> None:
+    causal = kind.endswith("causal")
+    path = layer_fixture(tmp_path) if kind.startswith("layer") else None
+    evidence = attend_evidence(path, causal)
+    arrays = evidence.primary.tensors
+    derivers = derivations(evidence)
+    expected = {"query", "key", "value", "output", "grad_input", "grad_w_query",
+                "grad_w_key", "grad_w_value"}
+    if kind.startswith("layer"):
+        expected |= {"concat", "grad_b_query", "grad_b_key", "grad_b_value"}
+    assert set(derivers) == expected
+    for name, derive in derivers.items():
+        for index in np.ndindex(*arrays[name].shape):
+            derived = derive(index)
+            assert derived is not None and derived.value == float(arrays[name][index])
+            assert derived.term_sum() == pytest.approx(derived.value, abs=1e-12), (name, index)
+    attention, scaled = arrays["attention"], arrays["scaled_scores"]
+    for index in np.ndindex(*attention.shape):
+        derived = attention_weight(arrays["scores"], scaled, attention, index,
+                                   evidence.config.scale)
+        facts = {row.label: row.value for row in derived.rows}
+        own = float(facts["exp(z \u2212 max) of this key"])
+        total = float(facts["sum of the row's exponentials"])
+        assert own / total == pytest.approx(attention[index], abs=1e-15)
+        assert facts["masked"] == ("yes" if math.isinf(scaled[index]) else "no")
+        row = [r for r in derived.rows if r.label.startswith("key ")]
+        assert math.fsum(float(r.value) for r in row) == pytest.approx(total)
+
+
+def test_a_long_sum_lists_its_largest_terms_and_the_rest_in_one_row() -> None:
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(1, 2, 100)), rng.normal(size=(100, 3))
+    y = x @ w
+    derived = projection(x, w, None, (0, 1, 2), float(y[0, 1, 2]), ("X", "W", "b"))
+    assert len(derived.rows) == MAX_TERMS + 1
+    assert derived.rows[-1].part == "rest" and derived.rows[-1].label == "the other 84 together"
+    shown = sorted(abs(float(r.value)) for r in derived.rows[:-1])
+    products = np.sort(np.abs(x[0, 1] * w[:, 2]))
+    assert shown == pytest.approx(products[-MAX_TERMS:].tolist())
+    assert derived.term_sum() == pytest.approx(y[0, 1, 2], abs=1e-12)
+
+
+# --- qkv check --------------------------------------------------------------------------
+
+
+def test_a_failed_check_shows_expected_actual_the_slip_and_its_replay(tmp_path: Path) -> None:
+    saved = tmp_path / "failures"
+    html = write_page(tmp_path, "check", str(EXAMPLES / "wrong_no_value_path.py"),
+                      "--save-failures", str(saved))
+    data = page_data(html)
+    first = data["derivations"]["failures|0"]
+    labels = data["labels"]
+    rows = {labels[row[0]]: row[1] for row in first["r"]}
+    assert rows["actual (the implementation)"] == "0.000000"
+    assert rows["expected (qkv's engine)"] == "3.000000"
+    assert rows["the slip"] == "grad_input misses the value path"
+    replay = [row[1] for row in first["r"] if labels[row[0]] in ("replay", "")]
+    assert replay[1].endswith("DIR/01-chapter.json")
+    assert (saved / "01-chapter.json").is_file()  # the name the page gives is the file written
+    fields = {n["data-field"] for n in numbers_of(html) if n["data-tensor"] == "failures"}
+    assert {"actual", "expected"} <= fields
+    assert '<ul class="failing">' in html and "6 passing checks" in html
+
+
+def test_a_command_programs_replay_feeds_it_the_saved_requests() -> None:
+    result = CheckResult("./my_qkv", ("chapter", "random-1[2,3,5->3]"), (), (),
+                         command=True)
+    failure = Failure("forward", "random-1[2,3,5->3]", "query[0,0,0]")
+    lines = replay_lines(failure, result, {"random-1[2,3,5->3]": "03-random-1-2-3-5-3"},
+                         "--command './my_qkv --fast'")
+    assert lines == [
+        "qkv check --command './my_qkv --fast' --save-failures DIR   "
+        "(writes DIR/03-random-1-2-3-5-3.json)",
+        "qkv check --command './my_qkv --fast' DIR/03-random-1-2-3-5-3.json",
+        "./my_qkv --fast < DIR/03-random-1-2-3-5-3.requests.jsonl   (the requests alone)"]
+    # a head's run of a fixture ("chapter causal") replays that fixture; no file, no lines
+    assert replay_lines(failure._replace(fixture="chapter causal"), result,
+                        {"chapter": "01-chapter"}, "x")[1] == "qkv check x DIR/01-chapter.json"
+    assert replay_lines(failure._replace(fixture=None), result, {}, "x") == []
+
+
+def test_a_passing_check_folds_every_family(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "check", str(EXAMPLES / "numpy_qkv.py"))
+    assert '<ul class="failing">' not in html and "Findings" not in html
+    assert "passing checks</summary>" in html
+
+
+# --- --html follows the output rules -------------------------------------------------------
+
+
+def test_html_never_replaces_an_input_or_another_output(tmp_path: Path) -> None:
+    fixture = tmp_path / "f.json"
+    fixture.write_text(Path(__file__).resolve().parent.parent.joinpath(
+        "fixtures", "ch26-qkv-projections.json").read_text(encoding="utf-8"), encoding="utf-8")
+    before = fixture.read_bytes()
+    result = CliRunner().invoke(main, ["run", str(fixture), "--html", str(fixture)])
+    assert result.exit_code == 2 and "refusing to overwrite a file this command reads" in (
+        result.output)
+    assert fixture.read_bytes() == before
+    page = tmp_path / "p.html"
+    result = CliRunner().invoke(main, ["report", "-o", str(page), "--html", str(page)])
+    assert result.exit_code == 2 and "named twice as an output" in result.output
+    result = CliRunner().invoke(main, ["run", str(fixture), str(fixture), "--html", str(page)])
+    assert result.exit_code == 2 and "--html take a single fixture file" in result.output
+    assert not page.exists()
+
+
+def test_html_is_written_beside_a_golden_comparison(tmp_path: Path) -> None:
+    golden = Path(__file__).resolve().parent / "golden" / "ch26" / "expected.txt"
+    page = tmp_path / "p.html"
+    result = CliRunner().invoke(main, ["run", "--expect", str(golden), "--html", str(page)])
+    assert result.exit_code == 0 and "the report matches" in result.output
+    assert 'data-tensor="input_gradient" data-index="0,0,0"' in page.read_text(encoding="utf-8")
+
+
+def test_html_writes_through_a_device(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["run", "-f", "json", "--html", os.devnull])
+    assert result.exit_code == 0 and f"qkv: wrote {os.devnull}" in result.output
+
+
+def test_help_tells_the_explorer_from_the_exported_figure() -> None:
+    for command in ("run", "report", "attend", "check"):
+        text = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        assert "--html FILE Also write the evidence explorer" in text, command
+        assert "(a copy of the terminal; --html, where offered, is the explorer)" in text
+
+
+def test_precision_with_html_draws_no_warning(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["run", "-f", "text", "--precision", "3", "--html",
+                                       str(tmp_path / "p.html")])
+    assert result.exit_code == 0 and "warning" not in result.output
+
+
+# --- a GPT-2-small layer at T=1024 ------------------------------------------------------------
+
+
+def test_a_gpt2_small_layer_page_stays_within_one_mebibyte(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    html = gpt2_page(tmp_path_factory).read_text(encoding="utf-8")
+    assert len(html.encode("utf-8")) <= MIB
+    numbers = numbers_of(html)
+    cells = [n for n in numbers if n["data-tensor"] == "weights"]
+    assert 12 * 64 <= len(cells) <= PAGE_CELLS  # every head drawn, downsampled
+    assert {index_of(n["data-index"])[1] for n in cells} == set(range(12))
+    assert "blocks of 1024\u00d71024" in html
+    # large tensors are summarised with the digest the text view gives
+    assert html.count("<dt>sha256</dt>") >= 20
+    assert embedded_sums(html, 4) > 40
