@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
+from tests.conftest import ROOT
 
 TERMINAL_VARS = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM",
                  "COLUMNS", "LINES")
@@ -174,3 +180,91 @@ def test_library_loads_a_str_path_and_renders_every_format() -> None:
     assert json.loads(render(evidence, "json"))["passed"] is True
     with pytest.raises(ValueError, match="unknown format 'rich'"):
         render(evidence, "rich")
+
+
+# --- issue 33: bf16 with `pip install .` alone ----------------------------------------------
+
+
+def test_every_bfloat16_bit_pattern_widens_to_the_float32_of_its_upper_half() -> None:
+    import struct
+
+    from qkvcli.reading.safetensors import as_float64
+
+    patterns = np.arange(1 << 16, dtype="<u2")
+    widened = as_float64(patterns.tobytes(), "BF16")
+    # an independent reference: the float32 whose upper two little-endian bytes are the bf16's
+    expected = np.array([struct.unpack("<f", b"\0\0" + int(p).to_bytes(2, "little"))[0]
+                         for p in patterns.tolist()])
+    same = (widened == expected) | (np.isnan(widened) & np.isnan(expected))
+    assert same.all() and widened.dtype == np.float64
+    assert as_float64(bytes.fromhex("c03f"), "BF16").tolist() == [1.5]
+    assert as_float64(bytes.fromhex("0080"), "BF16").tolist() == [-0.0]
+
+
+def test_the_bfloat16_widening_agrees_with_ml_dtypes() -> None:
+    from qkvcli.reading.safetensors import as_float64
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    patterns = np.arange(1 << 16, dtype="<u2")
+    reference = patterns.view(ml_dtypes.bfloat16).astype(np.float64)
+    widened = as_float64(patterns.tobytes(), "BF16")
+    assert ((widened == reference) | (np.isnan(widened) & np.isnan(reference))).all()
+
+
+def _without_extras(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``safetensors`` and ``ml_dtypes`` cannot be imported, as in
+    the README's venv (``pip install .``)."""
+    blocked = tmp_path / "blocked"
+    for name in ("safetensors", "ml_dtypes"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(
+            f"raise ImportError('{name} is not installed by pip install .')\n")
+    environment = {k: v for k, v in os.environ.items() if k not in TERMINAL_VARS}
+    environment["PYTHONPATH"] = os.pathsep.join([str(blocked), str(ROOT)])
+    environment["PYTHONDONTWRITEBYTECODE"] = "1"
+    return environment
+
+
+def test_the_offline_real_model_walk_runs_without_safetensors_or_ml_dtypes(
+        tmp_path: Path) -> None:
+    environment = _without_extras(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], cwd=work, env=environment,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    blocked = run("-c", "import safetensors")
+    assert blocked.returncode == 1 and "not installed by pip install ." in blocked.stderr
+    made = run(str(ROOT / "examples" / "checkpoints" / "tiny_gpt2.py"), "--bf16")
+    assert made.returncode == 0, made.stderr
+    listed = run("-m", "qkvcli", "inspect", "model.safetensors")
+    assert listed.returncode == 0 and "BF16" in listed.stdout, listed.stderr
+    written = run("-m", "qkvcli", "init", "--from-safetensors", "model.safetensors",
+                  "--prefix", "transformer.h.0.attn.", "-o", "layer.json")
+    assert written.returncode == 0, written.stderr
+    attended = run("-m", "qkvcli", "attend", "layer.json", "--format", "text")
+    assert attended.returncode == 0, attended.stdout + attended.stderr
+    assert "verdict: PASS" in attended.stdout
+
+
+def test_no_install_advice_names_an_extra_or_an_index_package() -> None:
+    advice = re.compile(r"pip install [^\n`]*(\[checkpoints\]|'qkv)")
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in
+             [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+              *sorted((ROOT / "qkvcli").rglob("*.py"))]
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if advice.search(line)]
+    assert found == []
+    assert "checkpoints" not in tomllib_extras()
+
+
+def tomllib_extras() -> dict[str, list[str]]:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomli = pytest.importorskip("tomli")
+        return dict(tomli.loads(text)["project"]["optional-dependencies"])
+    return dict(tomllib.loads(text)["project"]["optional-dependencies"])
