@@ -268,3 +268,53 @@ def tomllib_extras() -> dict[str, list[str]]:
         tomli = pytest.importorskip("tomli")
         return dict(tomli.loads(text)["project"]["optional-dependencies"])
     return dict(tomllib.loads(text)["project"]["optional-dependencies"])
+
+
+# --- issue 33: every fence of the documentation closes ------------------------------------
+
+FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def unclosed_fences(text: str) -> list[str]:
+    """Each fenced block of the Markdown ``text`` that does not close as written: a line
+    inside it that looks like its closing fence but has text after it (CommonMark reads it
+    as code, so the block runs on and swallows what follows), or a block still open at the
+    end. ``"line N: ..."`` strings, empty when every fence closes."""
+    problems = []
+    opening: tuple[int, str] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        found = FENCE_LINE.match(line)
+        if found is None:
+            continue
+        fence, rest = found.group(1), found.group(2)
+        if opening is None:
+            opening = (number, fence)
+            continue
+        start, opened = opening
+        if fence[0] != opened[0] or len(fence) < len(opened):
+            continue  # a shorter or other fence is the block's content
+        if rest.strip():
+            problems.append(f"line {number}: text after the fence closing line {start}'s block")
+            continue
+        opening = None
+    if opening is not None:
+        problems.append(f"line {opening[0]}: a fence never closed")
+    return problems
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))],
+                         ids=lambda path: path.name)
+def test_every_fence_of_the_docs_closes_on_a_bare_line(path: Path) -> None:
+    assert unclosed_fences(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(("text", "problems"), [
+    ("```\ncode\n``` text after\n### Heading\n```json\n{}\n```\n",
+     ["line 3: text after the fence closing line 1's block",
+      "line 5: text after the fence closing line 1's block"]),
+    ("```sh\nqkv run\n", ["line 1: a fence never closed"]),
+    ("````\n```sh qkv-run\nnot run\n```\n````\n", []),
+    ("~~~\n```\n~~~\n", []),
+])
+def test_the_fence_check_finds_what_it_should(text: str, problems: list[str]) -> None:
+    assert unclosed_fences(text) == problems
