@@ -66,10 +66,10 @@ def test_the_verdict_wording() -> None:
         (("gradcheck", "--tolerance", "0"), False, None, 24),
         (("check", NUMPY_QKV), True, 8, 8),
         (("check", WRONG), False, 7, 8),
-        (("report", "--tolerance", "0"), False, 7, 8),
+        (("report", "--tolerance", "0", "-f", "rich", "--width", "100"), False, 7, 8),
     ],
     ids=["attend", "attend-fail", "gradcheck", "gradcheck-fail", "check", "check-fail",
-         "report-fail"],
+         "report-rich-fail"],
 )
 def test_every_view_ends_with_the_one_verdict_wording(
     args: tuple[str, ...], passed: bool, count: int | None, total: int

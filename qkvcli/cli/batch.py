@@ -123,7 +123,8 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
         f"{len(outcomes)} {noun}: {counts[0]} passed, {counts[1]} failed, {counts[2]} bad input"
     )
     checks = [ok for outcome in outcomes for _, ok, _ in outcome.checks]
-    lines.append(verdict_line(sum(checks), len(checks), passed_all=counts[0] == len(outcomes)))
+    lines.append(verdict_line(sum(checks), len(checks), passed_all=counts[0] == len(outcomes),
+                              unread=counts[2], fixtures=len(outcomes)))
     return "\n".join(lines) + "\n"
 
 
@@ -178,11 +179,11 @@ def run_many(
     """
     fixtures: list[Path | None] = [*expand_fixtures(paths)] if paths else [None]
     check_outputs([output, junit], fixtures)
-    outcomes = []
-    for outcome in outcomes_of(fixtures, jobs, max_elements, overrides):
-        if outcome.error is not None:
-            click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
-        outcomes.append(outcome)
+    outcomes = list(outcomes_of(fixtures, jobs, max_elements, overrides))
+    if output is not None:  # the table, and its ERROR rows, are in the file: say them here
+        for outcome in outcomes:
+            if outcome.error is not None:
+                click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
     write_output(summary_table(outcomes), output)
     if junit is not None:
         write_output(junit_xml(outcomes), junit)

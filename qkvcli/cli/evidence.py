@@ -40,8 +40,9 @@ FORMAT_HELP = ("text: the chapter's report; trace: the diagram trace; json: ever
 
 
 def report_pieces(evidence: Evidence, tensors: str) -> Callable[[str], Iterable[str]]:
-    """A text format's pieces: the report, and below a failing text report its failures
-    (a passing report stays byte for byte the chapter's)."""
+    """A text format's pieces: the report, and below a failing text report one
+    ``failed=`` line per failed check (no verdict line: the text and trace are the
+    course's formats; a passing report stays byte for byte the chapter's)."""
 
     def pieces(fmt: str) -> Iterable[str]:
         rendered = render_pieces(evidence, fmt, tensors=tensors)
