@@ -376,3 +376,39 @@ def test_every_fence_of_the_docs_closes_on_a_bare_line(path: Path) -> None:
 ])
 def test_the_fence_check_finds_what_it_should(text: str, problems: list[str]) -> None:
     assert unclosed_fences(text) == problems
+
+
+# --- issue 33: help at 80 columns -------------------------------------------------------------
+
+
+def _help(args: list[str], columns: int) -> str:
+    result = CliRunner().invoke(main, args, env={**dict.fromkeys(TERMINAL_VARS),
+                                                 "COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _commands() -> list[str]:
+    return main.list_commands(click.Context(main))
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_the_overview_fits_the_terminal_and_lists_each_command_once(columns: int) -> None:
+    shown = _help(["--help"], columns)
+    assert max(len(line) for line in shown.splitlines()) <= columns
+    listed = [line.split()[1] for line in shown.splitlines() if line.startswith("  qkv ")]
+    assert sorted(listed) == _commands()  # each command once, none missing
+    for usage in ("[ARGS]...", "[FIXTURE]...", "FIXTURE..."):  # nothing cut off with ...
+        shown = shown.replace(usage, "")
+    assert "..." not in shown
+    assert shown.count("\nCommands:\n") == 1
+
+
+@pytest.mark.parametrize("command", [
+    "run", "report", "gradcheck", "init", "validate", "schema", "attend", "variance", "quiz",
+    "check", "inspect"])
+def test_every_command_help_fits_80_columns(command: str) -> None:
+    assert command in _commands()
+    shown = _help([command, "--help"], 80)
+    too_long = [line for line in shown.splitlines() if len(line) > 80]
+    assert too_long == []
