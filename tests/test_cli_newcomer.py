@@ -113,8 +113,9 @@ def test_auto_falls_back_to_text_on_a_narrow_terminal(monkeypatch: pytest.Monkey
     monkeypatch.setattr("qkvcli.cli.options.stdout_is_terminal", lambda: True)
     code, out, err = invoke(["run", "--width", "40"])
     assert code == 0
-    assert out == invoke(["report", "-f", "text"])[1]
-    assert "too narrow for the rich view; showing text (--format rich shows it anyway)" in err
+    assert "".join(out.split()) == "".join(invoke(["report", "-f", "text"])[1].split())
+    assert " ".join(err.split()) == ("qkv: the rich view needs 57 columns, the screen has 40; "
+                                     "showing text wrapped to 40 (--width 57 shows the view)")
     _, wide, wide_err = invoke(["run", "--width", "100"])
     assert "Borders:" in wide and wide_err == ""
 
@@ -412,3 +413,98 @@ def test_every_command_help_fits_80_columns(command: str) -> None:
     shown = _help([command, "--help"], 80)
     too_long = [line for line in shown.splitlines() if len(line) > 80]
     assert too_long == []
+
+
+# --- issue 33: narrow terminals -----------------------------------------------------------
+
+NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?")
+BOX_GLYPHS = "┃│┆║|+"
+
+
+def _on_a_terminal(monkeypatch: pytest.MonkeyPatch, args: list[str],
+                   columns: int) -> tuple[int, str, str]:
+    monkeypatch.setattr("qkvcli.cli.options.stdout_is_terminal", lambda: True)
+    environment: dict[str, str | None] = {**dict.fromkeys(TERMINAL_VARS),
+                                          "COLUMNS": str(columns)}
+    result = CliRunner().invoke(main, args, env=environment)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _numbers(text: str) -> list[str]:
+    return sorted(NUMBER.findall(text))
+
+
+def _unbreakable(line: str) -> bool:
+    """A line the wrapper may leave long: one word with no place to break."""
+    word = line.strip()
+    return " " not in word and not any(mark in word[:-1] for mark in ",|;")
+
+
+WALK = [
+    ["run"], ["run", "--tolerance", "0"], ["attend"], ["attend", "--tolerance", "0"],
+    ["check", RIGHT], ["check", WRONG],
+]
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+@pytest.mark.parametrize("args", WALK, ids=" ".join)
+def test_a_newcomers_walk_shows_no_wrapped_number_and_no_broken_box(
+        monkeypatch: pytest.MonkeyPatch, args: list[str], columns: int) -> None:
+    code, out, err = _on_a_terminal(monkeypatch, args, columns)
+    assert code in (0, 1), err
+    lines = out.splitlines()
+    boxed = any(glyph in out for glyph in "┃│┆║")
+    if boxed:  # the rich view: it fits, so the terminal breaks no box
+        assert max(cell_width(line) for line in lines) <= min(columns, 160)
+        wide = _on_a_terminal(monkeypatch, [*args, "-f", "rich", "--width", "200"], 200)[1]
+        if args[0] == "check":  # no tables: the same numbers at any width
+            assert _numbers(out) == _numbers(wide)
+    else:  # text wrapped at word boundaries: every number of the plain report, whole
+        plain = invoke([*args, "-f", "text"])[1]
+        assert "".join(out.split()) == "".join(plain.split())
+        assert _numbers(out) == _numbers(plain)
+        assert all(len(line) <= columns or _unbreakable(line) for line in lines)
+    assert all(len(line) <= columns for line in err.splitlines())
+
+
+def cell_width(line: str) -> int:
+    from rich.cells import cell_len
+
+    return cell_len(line)
+
+
+def test_check_shows_its_cards_at_40_columns_passing_or_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for implementation in (RIGHT, WRONG):
+        _, out, err = _on_a_terminal(monkeypatch, ["check", implementation], 40)
+        assert "╭─ forward" in out and "rich view needs" not in err
+
+
+@pytest.mark.parametrize("width", ["40", "20"])
+def test_rich_at_a_given_width_never_lays_out_wider(width: str) -> None:
+    code, out, err = invoke(["run", "-f", "rich", "--width", width, "--precision", "0"])
+    assert code == 0
+    if "┃" in out:
+        assert max(cell_width(line) for line in out.splitlines()) <= int(width)
+    else:
+        assert f"the screen has {width}; showing text wrapped to {width}" in " ".join(err.split())
+
+
+def test_failure_lines_and_batch_errors_wrap_to_the_screen(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    code, _, err = _on_a_terminal(monkeypatch, ["run", "--tolerance", "0", "-f", "text"], 40)
+    assert code == 1 and max(len(line) for line in err.splitlines()) <= 40
+    assert "".join(err.split()).startswith("qkv:FAILED:gradcheckgradcheck:23of24")
+    (tmp_path / "a.json").write_text((ROOT / "fixtures" / "ch26-qkv-projections.json")
+                                     .read_text())
+    (tmp_path / "b.json").write_text(json.dumps(
+        {"input": [[[1.0, 2.0]]], "weights": {"query": [[1.0]], "key": [[1.0]],
+                                              "value": [[1.0]]}}))
+    code, out, _ = _on_a_terminal(monkeypatch, ["run", str(tmp_path)], 60)
+    assert code == 2
+    rows = out.splitlines()
+    error_rows = [line for line in rows if "ERROR:" in line or line.startswith("      ")]
+    assert len(error_rows) >= 2 and all(len(line) <= 60 for line in error_rows)
+    assert "input final width must equal model width 1, got 2" in " ".join(out.split())
+    plain = invoke(["run", str(tmp_path)])[1]
+    assert "".join(out.split()) == "".join(plain.split())  # the same table, wrapped

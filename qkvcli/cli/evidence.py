@@ -64,10 +64,11 @@ def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides) ->
 
 def name_failures(evidence: Evidence) -> None:
     """On stderr: ``qkv: FAILED: names`` and one line per failed check (``qkv run``)."""
+    from qkvcli.cli.console import echo_wrapped
+
     failed = [check for check in check_rows(evidence) if not check.passed]
-    click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
-    for check in failed:
-        click.echo(f"  {check.name}: {check.detail}", err=True)
+    echo_wrapped("\n".join([f"qkv: FAILED: {', '.join(check.name for check in failed)}",
+                            *(f"  {check.name}: {check.detail}" for check in failed)]))
 
 
 def compare_golden(text: str, golden: Path, output: Path | None) -> bool:
