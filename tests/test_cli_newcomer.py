@@ -508,3 +508,76 @@ def test_failure_lines_and_batch_errors_wrap_to_the_screen(
     assert "input final width must equal model width 1, got 2" in " ".join(out.split())
     plain = invoke(["run", str(tmp_path)])[1]
     assert "".join(out.split()) == "".join(plain.split())  # the same table, wrapped
+
+
+# --- issue 33: numbers that mislead ------------------------------------------------------
+
+
+def _rich(args: list[str], width: int = 120) -> str:
+    code, out, err = invoke([*args, "-f", "rich", "--width", str(width)])
+    assert code in (0, 1), err
+    return out
+
+
+def _reverse_row(out: str, symbol: str) -> list[str]:
+    found = [line.split() for line in out.splitlines() if line.split()[:1] == [symbol]]
+    assert found, symbol
+    return found[0]
+
+
+def test_attends_gradient_table_is_at_the_reports_precision() -> None:
+    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.render.numbers import fmt_float
+
+    evidence = build_attend_evidence(load_attend_fixture(example="chapter"))
+    gradient = np.asarray(evidence.primary.tensors["grad_w_query"])
+    largest = float(np.abs(gradient).max())
+    row = _reverse_row(_rich(["attend"]), "dW_Q")
+    assert row[2] == fmt_float(largest, 6)  # the text's six decimals, not four
+    assert _reverse_row(_rich(["attend", "--precision", "3"]), "dW_Q")[2] == fmt_float(largest, 3)
+    text = invoke(["attend", "-f", "text"])[1]
+    assert len(text.split("weights:[")[1].split(",")[0].split(".")[1]) == 6
+
+
+def test_no_value_is_printed_as_minus_zero(tmp_path: Path) -> None:
+    from qkvcli.render.numbers import fmt_float, fmt_vector
+
+    assert fmt_float(-0.0) == "0.000000" and fmt_float(-1e-17) == "-1e-17"
+    assert fmt_vector(np.array([-1e-17, -0.0, -4e-7, 6e-7, -1.0])) == (
+        "[0.000000,0.000000,0.000000,0.000001,-1.000000]")
+    assert fmt_vector(np.full(100, -1e-17)) == "[" + ",".join(["0.000000"] * 100) + "]"
+    fixture = tmp_path / "tiny.json"
+    fixture.write_text(json.dumps({
+        "input": [[[1e-9, 1.0], [-1e-9, 2.0]]],
+        "weights": {"query": [[-1e-8, 1.0], [0.0, 1.0]], "key": [[1e-8, 0.5], [0.0, -1.0]],
+                    "value": [[-1e-8, 1.0], [1.0, 0.0]]}}))
+    for args in (["run", str(fixture), "-f", "text", "--tensors", "full"],
+                 ["run", str(fixture), "-f", "trace"],
+                 ["attend", str(fixture), "-f", "text", "--tensors", "full"]):
+        code, out, _ = invoke(args)
+        assert code == 0 and "-0.000000" not in out and "0.000000" in out
+
+
+def _heat_rows(out: str) -> dict[str, list[str]]:
+    """Each head's first row of cells: glyph and number words."""
+    rows: dict[str, list[str]] = {}
+    head = ""
+    for line in out.splitlines():
+        if line.startswith("batch 0, head "):
+            head = line.split()[-1]
+        elif head and line.split()[:1] == ["0"] and head not in rows:
+            rows[head] = line.split()[1:]
+    return rows
+
+
+def test_heat_maps_shade_absolutely_by_default_and_by_row_on_request() -> None:
+    layer = ["attend", "fixtures/attend/attend-packed-in-proj.json", "--heads", "3"]
+    absolute = _heat_rows(_rich(layer))
+    uniform = absolute["0"]  # head 0's first query weighs its three keys equally
+    assert [cell[1:] for cell in uniform] == ["0.333333"] * 3
+    assert all(cell[0] == "▒" for cell in uniform)  # a third: the second level, not the darkest
+    row = _heat_rows(_rich([*layer, "--shading", "row"]))["0"]
+    assert all(cell[0] == "█" for cell in row)  # against the row's largest: all at the top
+    assert "against 1 (--shading row" in _rich(layer)
+    assert "against the largest of their row" in _rich([*layer, "--shading", "row"])

@@ -65,11 +65,15 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
 @gradcheck_options
 @max_elements_option
 @view_options
+@click.option("--shading", type=click.Choice(("absolute", "row")), default="absolute",
+              show_default=True, help="Rich heat maps: shade each weight against 1, or "
+              "against the largest weight of its query row.")
 def attend(
     fixture: Path | None, example: str | None, causal: bool, heads: int | None,
     trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
     view: ViewSettings,
     overrides: CheckOverrides,
+    shading: str = "absolute",
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -96,6 +100,7 @@ def attend(
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
+    view = view._replace(shading=shading)
     check_outputs([output, *(path for _, path in view.exports)], [fixture])
     from qkvcli.reading.files import trusting_paths
 

@@ -76,7 +76,8 @@ def rich_options(view: ViewSettings, console: Console, default_precision: int) -
     from qkvcli.render.rich.options import RichOptions
 
     precision = default_precision if view.precision is None else view.precision
-    return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only)
+    return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only,
+                       shading=view.shading)
 
 
 def show_rich(

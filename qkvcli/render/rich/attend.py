@@ -148,8 +148,9 @@ def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
 
 
 BAR_WIDTH = 10
-PRECISION = 4
-"""Decimals of the attention and the outputs unless the options ask for others."""
+PRECISION = 6
+"""Decimals of every value unless the options ask for others: the text view's, so that
+a small gradient (dW_Q ``0.000123``) is not shown as ``0.0001``."""
 SUM_PRECISION = 6
 
 
@@ -178,7 +179,7 @@ def _attention_table(
         largest = float(np.max(row)) if row.size else 0.0
         table.add_row(
             cell(f"t{index}"),
-            *(cell(ellipsis if j is None else f"{float(row[j]):.{options.precision}f}")
+            *(cell(ellipsis if j is None else fmt_float(float(row[j]), options.precision))
               for j in keys),
             cell(f"{float(np.sum(row)):.{SUM_PRECISION}f}"),
             cell(options.bar(largest, BAR_WIDTH)),
@@ -206,7 +207,7 @@ def _output_table(
         if index is None:
             table.add_row(cell(ellipsis), cell(ellipsis))
             continue
-        values = (ellipsis if f is None else f"{float(output[index, f]):.{options.precision}f}"
+        values = (ellipsis if f is None else fmt_float(float(output[index, f]), options.precision)
                   for f in features)
         table.add_row(cell(f"t{index}"), cell("[" + ", ".join(values) + "]"))
     if shown(features) == width and shown(queries) == tokens:
