@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -520,7 +521,8 @@ def _rich(args: list[str], width: int = 120) -> str:
 
 
 def _reverse_row(out: str, symbol: str) -> list[str]:
-    found = [line.split() for line in out.splitlines() if line.split()[:1] == [symbol]]
+    found = [line.strip("│ ").split() for line in out.splitlines()
+             if line.strip("│ ").split()[:1] == [symbol]]
     assert found, symbol
     return found[0]
 
@@ -581,3 +583,86 @@ def test_heat_maps_shade_absolutely_by_default_and_by_row_on_request() -> None:
     assert all(cell[0] == "█" for cell in row)  # against the row's largest: all at the top
     assert "against 1 (--shading row" in _rich(layer)
     assert "against the largest of their row" in _rich([*layer, "--shading", "row"])
+
+
+# --- issue 33: the figure shows what a learner recomputes by hand -------------------------
+
+
+def _chapter() -> dict[str, object]:
+    loaded: dict[str, object] = json.loads(
+        (ROOT / "fixtures" / "ch26-qkv-projections.json").read_text())
+    return loaded
+
+
+def _table_rows(out: str, corner: str) -> list[list[str]]:
+    """The value rows under the table whose corner cell is ``corner`` (``U_Q b=0``)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if f" {corner} " in line)
+    column = lines[start].index(f" {corner} ")
+
+    def words(line: str) -> list[str]:
+        return [w for w in re.split(r"[│┆║┃ ]+", line[column:]) if w]
+
+    header = words(lines[start])[len(corner.split()):]
+    count = len(list(itertools.takewhile(str.isdigit, header)))
+    rows = []
+    for line in lines[start + 2:]:
+        found = words(line)
+        if not found or not re.fullmatch(r"t\d+|\d+", found[0]):
+            break
+        cells: list[str] = []
+        for word in found[1:]:
+            if word != "◀" and sum(w != "◀" for w in cells) == count:
+                break
+            cells.append(word)
+        rows.append(cells)
+    return rows
+
+
+def test_runs_figure_shows_the_upstream_gradients() -> None:
+    from qkvcli.evidence.build import build_evidence
+    from qkvcli.reading.load import load_fixture
+    from qkvcli.render.numbers import fmt_float
+
+    primary = build_evidence(load_fixture(None)).primary
+    out = _rich(["run"], 160)
+    assert "Upstream gradients" in out
+    for letter, upstream in zip("QKV", (primary.grad_query, primary.grad_key, primary.grad_value),
+                                strict=True):
+        expected = [[fmt_float(float(v)) for v in row] for row in upstream[0]]
+        assert _table_rows(out, f"U_{letter} b=0") == expected
+
+
+def test_attend_shows_small_gradients_whole() -> None:
+    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.render.numbers import fmt_float
+
+    evidence = build_attend_evidence(load_attend_fixture(example="primer"))
+    out = " ".join(_rich(["attend", "--example", "primer"], 120).split())
+    for name in ("grad_query", "grad_key", "grad_value"):
+        values = np.asarray(evidence.primary.tensors[name]).reshape(-1)
+        assert values.size == 4
+        shown = "[" + ", ".join(fmt_float(float(v)) for v in values) + "]"
+        assert shown in out, name
+
+
+def test_a_failing_expect_value_is_marked_in_the_figure(tmp_path: Path) -> None:
+    fixture = tmp_path / "f.json"
+    fixture.write_text(json.dumps({**_chapter(), "expect": {
+        "query": [[[0.0, 3.0], [2.0, 1.0]]], "loss": 99.0}}))  # Q[0,1,1] is -1.0
+    code, out, _ = invoke(["run", str(fixture), "-f", "rich", "--width", "160"])
+    assert code == 1
+    rows = _table_rows(out, "Q b=0")
+    assert rows[1][-2:] == ["-1.000000", "◀"] and "◀" not in " ".join(rows[0])
+    assert out.count("◀ differs from the") == 2  # the Q table, the loss
+    passing = invoke(["run", "-f", "rich", "--width", "160"])[1]
+    assert "differs from the fixture's expect" not in passing
+
+
+def test_attend_speaks_runs_visual_language() -> None:
+    out = _rich(["attend"], 100)
+    assert "╭─ Checks  PASS" in out and "╭─ Reverse pass  PASS" in out
+    assert not any(line.strip() == "checks" for line in out.splitlines())
+    failing = _rich(["attend", "--tolerance", "0"], 100)
+    assert "╭─ Checks  FAIL" in failing

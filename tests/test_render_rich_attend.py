@@ -69,7 +69,7 @@ def test_attend_shows_the_scores_and_the_reverse_pass_whole_at_80_columns(make: 
     scores = evidence.primary["scores"]
     if scores.size:
         assert f"{scores[0, 0, 0]:.6f}" in text
-    assert f"reverse: L = <O,U> = {evidence.primary.loss:.6f}" in text
+    assert f"L = <O,U> = {evidence.primary.loss:.6f}" in text
     for symbol in ("U = dO", "dA", "dZ", "dS", "dQ", "dK", "dV", "dX", "dW_Q", "dW_K", "dW_V"):
         assert f"  {symbol}  " in text
     gradient = evidence.primary["grad_input"]
@@ -95,7 +95,7 @@ def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
     evidence = build_attend_evidence(fixture, causal=False)
     text = render(attend_renderable(evidence), 80)
     assert _cut_numbers(text) == []
-    assert f"reverse: L = <O,U> = {evidence.primary.loss:.6f}" in text
+    assert f"L = <O,U> = {evidence.primary.loss:.6f}" in text
     assert "  dH  " in text and "  dW_out  " in text
     assert "scores S = Q K^T" not in text  # a layer shows weights as heat maps per head
 
