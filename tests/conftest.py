@@ -1,7 +1,15 @@
-"""Shared fixtures for the tests."""
+"""Shared fixtures for the tests, and the settings that keep a test run out of the checkout.
+
+A test run writes nothing into the repository: hypothesis keeps its example database in
+the system's temporary directory (not ``.hypothesis/`` in the working directory), and the
+Rust example is built from a copy (cargo writes ``Cargo.lock`` beside its manifest, and
+its target directory is a temporary one too).
+"""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,8 +17,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER_FIXTURE = ROOT / "fixtures" / "ch26-qkv-projections.json"
 GOLDEN = Path(__file__).resolve().parent / "golden"
+HYPOTHESIS_DATABASE = Path(tempfile.gettempdir()) / "qkv-tests-hypothesis"
+
+try:
+    from hypothesis import settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+except ImportError:  # hypothesis is a test extra: the tests that need it skip
+    pass
+else:
+    settings.register_profile(
+        "qkv", database=DirectoryBasedExampleDatabase(str(HYPOTHESIS_DATABASE)))
+    settings.load_profile("qkv")
 
 
 @pytest.fixture
 def chapter_path() -> Path:
     return CHAPTER_FIXTURE
+
+
+@pytest.fixture(scope="session")
+def rust_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of ``examples/rust`` to build: its ``Cargo.toml`` in a temporary directory."""
+    copy = tmp_path_factory.mktemp("rust-example") / "rust"
+    shutil.copytree(ROOT / "examples" / "rust", copy,
+                    ignore=shutil.ignore_patterns("target", "Cargo.lock"))
+    return copy / "Cargo.toml"

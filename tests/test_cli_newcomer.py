@@ -666,3 +666,34 @@ def test_attend_speaks_runs_visual_language() -> None:
     assert not any(line.strip() == "checks" for line in out.splitlines())
     failing = _rich(["attend", "--tolerance", "0"], 100)
     assert "╭─ Checks  FAIL" in failing
+
+
+# --- issue 33: housekeeping ----------------------------------------------------------------
+
+
+def test_the_classifiers_state_the_platforms_qkv_check_needs() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    client = (ROOT / "qkvcli" / "check" / "client.py").read_text(encoding="utf-8")
+    assert "select.poll" in client and "os.killpg" in client  # POSIX only
+    assert "OS Independent" not in text and '"Operating System :: POSIX"' in text
+    assert "POSIX" in (ROOT / "docs" / "check.md").read_text(encoding="utf-8")
+
+
+def test_a_test_run_keeps_hypothesis_and_cargo_out_of_the_checkout() -> None:
+    from tests.conftest import HYPOTHESIS_DATABASE
+
+    hypothesis = pytest.importorskip("hypothesis")
+    database = hypothesis.settings().database
+    assert getattr(database, "path", None) is not None
+    assert ROOT not in Path(database.path).resolve().parents
+    assert ROOT not in HYPOTHESIS_DATABASE.resolve().parents
+    source = (ROOT / "tests" / "test_examples_languages.py").read_text(encoding="utf-8")
+    assert 'EXAMPLES / "rust" / "Cargo.toml"' not in source  # built from a copy
+
+
+def test_no_test_asserts_wall_time() -> None:
+    timed = re.compile(r"assert[^\n]*(monotonic|perf_counter|time\.time)\(\)")
+    found = [f"{path.name}:{number}" for path in sorted((ROOT / "tests").glob("test_*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if timed.search(line)]
+    assert found == []
