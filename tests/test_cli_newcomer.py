@@ -680,13 +680,16 @@ def test_the_classifiers_state_the_platforms_qkv_check_needs() -> None:
 
 
 def test_a_test_run_keeps_hypothesis_and_cargo_out_of_the_checkout() -> None:
-    from tests.conftest import HYPOTHESIS_DATABASE
+    from tests.conftest import HYPOTHESIS_DATABASE, HYPOTHESIS_HOME
 
     hypothesis = pytest.importorskip("hypothesis")
     database = hypothesis.settings().database
     assert getattr(database, "path", None) is not None
     assert ROOT not in Path(database.path).resolve().parents
     assert ROOT not in HYPOTHESIS_DATABASE.resolve().parents
+    from hypothesis.configuration import storage_directory
+
+    assert Path(storage_directory(intent_to_write=False).path).resolve() == HYPOTHESIS_HOME.resolve()
     source = (ROOT / "tests" / "test_examples_languages.py").read_text(encoding="utf-8")
     assert 'EXAMPLES / "rust" / "Cargo.toml"' not in source  # built from a copy
 
