@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -700,3 +701,58 @@ def test_no_test_asserts_wall_time() -> None:
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if timed.search(line)]
     assert found == []
+
+
+# --- issue 33: rich --full at most 3x text --full -----------------------------------------
+
+
+@pytest.mark.parametrize("box_name", ["INPUT", "query", "key", "value", "PLAIN"])
+@pytest.mark.parametrize("ascii_only", [False, True], ids=["unicode", "ascii"])
+@pytest.mark.parametrize("colour", [None, "truecolor"], ids=["plain", "colour"])
+def test_the_large_table_grid_draws_what_richs_table_draws(
+        monkeypatch: pytest.MonkeyPatch, box_name: str, ascii_only: bool,
+        colour: str | None) -> None:
+    from rich.console import Console
+
+    from qkvcli.render.rich import boxes, tables
+    from qkvcli.render.rich.grid import NumberGrid
+    from qkvcli.render.rich.options import RichOptions
+
+    box = (getattr(boxes, box_name) if box_name.isupper()
+           else boxes.ROLE_BOXES[box_name])
+    rng = np.random.default_rng(3)
+    matrix = rng.normal(size=(20, 24)) * 10.0 ** rng.integers(-20, 4, size=(20, 24))
+    matrix[0, 0], matrix[1, 1] = -0.0, -1e-17
+    options = RichOptions(ascii=ascii_only)
+    marks = {(2, 3), (19, 0)}
+
+    def shown(limit: int, edge: bool) -> tuple[str, bool]:
+        monkeypatch.setattr(tables, "GRID_FROM_CELLS", limit)
+        table = tables.matrix_table(matrix, "W b=0", "t", box, options, border_style="cyan",
+                                    edge=edge, marks=marks)
+        console = Console(file=AsciiIO() if ascii_only else io.StringIO(), width=400,
+                          color_system=colour, force_terminal=colour is not None, record=True,
+                          legacy_windows=False)
+        console.print(table)
+        used = any(isinstance(part, NumberGrid) for part in getattr(table, "renderables", []))
+        return console.export_text(), used
+
+    for edge in (True, False):
+        grid, used_grid = shown(0, edge)
+        table, used_table = shown(10**9, edge)
+        assert used_grid and not used_table
+        assert grid == table
+
+
+class AsciiIO(io.StringIO):
+    """A stream that says it cannot encode Unicode (rich then swaps every box)."""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "ascii"
+
+
+def test_the_benchmark_has_the_rich_full_row() -> None:
+    source = (ROOT / "benchmarks" / "bench.py").read_text(encoding="utf-8")
+    assert "def bench_rich_full(" in source and '"rich-full"' in source
+    assert "RICH_FULL_SHAPE = (2, 64, 128" in source

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 
+import numpy as np
 from rich.box import Box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
@@ -16,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_shape, format_chunk
+from qkvcli.render.rich.grid import GRID_FROM_CELLS, NumberGrid
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
 
@@ -132,6 +134,14 @@ def matrix_table(
     note: Text | None = None
     if shown(row_pick) < rows or shown(col_pick) < cols:
         note = elision_note(what, (shown(row_pick), rows), (shown(col_pick), cols))
+    whole = summary_note(matrix, corner, options, summaries) if summary else None
+    marked = (Text(f"{options.symbols.mark} differs from the fixture's expect (the Checks "
+                   "card says by how much)", style="bold") if marks else None)
+    notes = [n for n in (note, whole, marked) if n is not None]
+    if (len(row_pick) + 1) * (len(col_pick) + 1) > GRID_FROM_CELLS:
+        grid = _number_grid(matrix, corner, row_label, box, options, row_pick, col_pick,
+                            border_style, edge, marks)
+        return Group(grid, *notes) if notes else grid
     table = Table(
         box=box, border_style=border_style,
         header_style="bold", show_edge=edge,
@@ -153,11 +163,47 @@ def matrix_table(
               else _number(float(matrix[row, col]), (row, col) in marks, options)
               for col in col_pick),
         )
-    whole = summary_note(matrix, corner, options, summaries) if summary else None
-    marked = (Text(f"{options.symbols.mark} differs from the fixture's expect (the Checks "
-                   "card says by how much)", style="bold") if marks else None)
-    notes = [n for n in (note, whole, marked) if n is not None]
     return Group(table, *notes) if notes else table
+
+
+def _spelled(values: Array, precision: int) -> list[str]:
+    """:func:`fmt_float` of each of ``values``, the fixed spellings made for the whole row
+    at once (:func:`~qkvcli.render.numbers.format_chunk`)."""
+    spelled = format_chunk(np.ascontiguousarray(values, dtype=np.float64), precision).split(",")
+    # fmt_float differs from the fixed spelling only where that reads as zero
+    return [fmt_float(float(value), precision) if not text.strip("-0.") else text
+            for value, text in zip(values.tolist(), spelled, strict=True)]
+
+
+def _number_grid(
+    matrix: Array, corner: str, row_label: str, box: Box, options: RichOptions,
+    row_pick: Sequence[int | None], col_pick: Sequence[int | None],
+    border_style: str | None, edge: bool, marks: Collection[tuple[int, ...]],
+) -> NumberGrid:
+    """The same table as :func:`matrix_table`'s, drawn by :class:`NumberGrid` (large)."""
+    ellipsis = options.symbols.ellipsis
+    header = [options.safe(corner), *(ellipsis if col is None else str(col)
+                                       for col in col_pick)]
+    rows: list[list[str]] = []
+    marked: set[tuple[int, int]] = set()
+    columns = [col for col in col_pick if col is not None]
+    for row in row_pick:
+        if row is None:
+            rows.append([ellipsis] * (len(col_pick) + 1))
+            continue
+        values = iter(_spelled(matrix[row, columns], options.precision))
+        cells = [f"{row_label}{row}"]
+        for index, col in enumerate(col_pick):
+            if col is None:
+                cells.append(ellipsis)
+                continue
+            text = next(values)
+            if (row, col) in marks:
+                marked.add((len(rows), index))
+                text = f"{text} {options.symbols.mark}"
+            cells.append(text)
+        rows.append(cells)
+    return NumberGrid(header, rows, box, border_style, edge, marked=frozenset(marked))
 
 
 def batched_tables(
