@@ -19,7 +19,9 @@ float64, causal). Then end-to-end rows (``qkv run`` at
 ``[8,512,1024,64]`` in text, json and rich against a baseline process: wall, peak memory
 and output; see ``end_to_end.py``), the same rows for ``qkv attend --causal`` on a
 GPT-2-small layer read from a ``.safetensors`` checkpoint at T=64 and T=1024 and the
-newcomer's fixtures' wall times (section ``attend``), then gradient-check timings, the CLI
+newcomer's fixtures' wall times (section ``attend``), then ``qkv run --format rich --full``
+against ``--format text --full`` on a ``[2,64,128]`` fixture (section ``rich-full``: the
+whole figure, every value, budget 3x the text), gradient-check timings, the CLI
 start-up ratios, and peak memory of a forward+reverse pass. Nothing here passes or
 fails: it reports numbers.
 
@@ -58,6 +60,8 @@ CHAPTER_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 # What start-up may cost, against the baseline (instructions and wall time). Printed, never
 # asserted: where the last few percent would cost readability, readability wins.
 STARTUP_BUDGET = 1.15
+RICH_FULL_BUDGET = 3.0
+RICH_FULL_SHAPE = (2, 64, 128, 64)  # batch, tokens, d_model, d_head
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -71,8 +75,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clean-blas-env", action="store_true",
                         help=f"re-run with {' and '.join(BLAS_ENV)} unset")
     parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["engine", "layer", "end-to-end", "attend", "gradcheck",
-                                 "startup", "memory"],
+                        choices=["engine", "layer", "end-to-end", "attend", "rich-full",
+                                 "gradcheck", "startup", "memory"],
                         help="sections to leave out")
     parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
                         help=argparse.SUPPRESS)
@@ -473,6 +477,50 @@ def importtime_breakdown() -> None:
     print()
 
 
+# --- the rich figure in full ----------------------------------------------------------------
+
+
+def bench_rich_full(runs: int) -> None:
+    """``qkv run F --format rich --full`` against ``--format text --full`` on a
+    :data:`RICH_FULL_SHAPE` fixture, launches interleaved, stdout to a pipe (so the
+    figure is laid out as wide as every value needs): wall and CPU medians, and the
+    median of paired wall ratios against :data:`RICH_FULL_BUDGET`."""
+    import resource
+    import tempfile
+
+    batch, tokens, d_model, d_head = RICH_FULL_SHAPE
+    with tempfile.TemporaryDirectory() as folder:
+        fixture = os.path.join(folder, "rich-full.json")
+        subprocess.run([*qkv_program(), "init", "--generate", "--batch", str(batch),
+                        "--tokens", str(tokens), "--d-model", str(d_model), "--d-head",
+                        str(d_head), "-o", fixture], check=True, stderr=subprocess.DEVNULL)
+        commands = {fmt: [*qkv_program(), "run", fixture, "--format", fmt, "--full"]
+                    for fmt in ("text", "rich")}
+        wall: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(runs):
+            for name, command in commands.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                start = time.perf_counter()
+                subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               check=True, cwd=NEUTRAL_DIR)
+                wall[name].append(time.perf_counter() - start)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime - before.ru_utime
+                                 + after.ru_stime - before.ru_stime)
+    ratio = paired_ratio(wall, "rich", "text")
+    label = "[" + ",".join(map(str, RICH_FULL_SHAPE[:3])) + "]"
+    print(f"qkv run --full on {label} (d_head {d_head}), median of {runs} launches, interleaved")
+    for name in commands:
+        print(f"  --format {name:<5} wall {median_ms(wall[name]):8.1f} ms   "
+              f"cpu {median_ms(cpu[name]):8.1f} ms")
+    print(f"  rich/text: wall {ratio:.2f}x (median of paired), cpu "
+          f"{statistics.median(cpu['rich']) / statistics.median(cpu['text']):.2f}x; "
+          + ("within" if ratio <= RICH_FULL_BUDGET else "over")
+          + f" the {RICH_FULL_BUDGET:.0f}x budget")
+    print()
+
+
 # --- memory -------------------------------------------------------------------------------
 
 
@@ -548,6 +596,8 @@ def main(argv: list[str]) -> None:
         bench_attend_end_to_end(qkv_program(), 1 if args.quick else 3, NEUTRAL_DIR,
                                 (64,) if args.quick else (64, 1024),
                                 () if args.quick else (512,))
+    if "rich-full" not in args.skip:
+        bench_rich_full(3 if args.quick else 7)
     if "gradcheck" not in args.skip:
         bench_gradcheck(repeats)
     if "startup" not in args.skip:

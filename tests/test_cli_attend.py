@@ -76,7 +76,7 @@ def test_attend_rich_renders_tables_without_markup_loss(monkeypatch: pytest.Monk
     result = invoke("attend", "--example", "primer", "-f", "rich")
     assert result.exit_code == 0
     assert "attend: primer-worked-example" in result.output
-    assert "0.9442" in result.output and "[1.1116, 2.7768]" in result.output
+    assert "0.944193" in result.output and "[1.111614, 2.776771]" in result.output
     assert "[min_j v_j, max_j v_j]" in result.output  # not swallowed as rich markup
     assert "note: symmetric-matching" in result.output
 
@@ -96,7 +96,7 @@ def test_attend_rich_module_is_pure() -> None:
         console.print(attend_renderable(evidence))
         texts.append(console.export_text())
     assert texts[0] == texts[1]
-    assert "t0      0.9442   0.0558   1.000000" in texts[0]
+    assert "t0      0.944193   0.055807   1.000000" in texts[0]
 
 
 def test_attend_output_file_is_written(tmp_path: Path) -> None:

@@ -326,19 +326,16 @@ def test_command_replies_with_absurd_shapes_and_numbers_are_harmless(
 ) -> None:
     import shlex
     import sys
-    import time
 
     program = tmp_path / "reply.py"
     program.write_text(REPLY_PROGRAM, encoding="utf-8")
     template = tmp_path / "template.json"
     template.write_text(json.dumps(dict(zip(REPLY_NAMES, tensors, strict=True))))
     command = " ".join(shlex.quote(part) for part in (sys.executable, str(program), str(template)))
-    start = time.monotonic()
     result = CliRunner().invoke(main, ["check", "--command", command, "--random", "1",
                                        "--timeout", "10", "-f", "text"])
     _assert_not_internal(result)
     assert result.exit_code == 1  # the replies are never all right
-    assert time.monotonic() - start < 30
 
 
 # Python implementations returning hostile objects: each result is built from a Python
@@ -373,7 +370,6 @@ HOSTILE_VALUES = st.sampled_from([
 def test_python_implementations_returning_hostile_objects_are_harmless(
     tmp_path: Path, values: list[str]
 ) -> None:
-    import time
 
     results = ", ".join(values)
     implementation = tmp_path / "hostile_impl.py"
@@ -381,14 +377,12 @@ def test_python_implementations_returning_hostile_objects_are_harmless(
                               f"    return ({results},)\n"
                               "def backward(x, wq, wk, wv, gq, gk, gv):\n"
                               f"    return ({results},)\n", encoding="utf-8")
-    start = time.monotonic()
     result = CliRunner().invoke(main, ["check", str(implementation), "--random", "0",
                                        "--timeout", "10", "-f", "text"])
     _assert_not_internal(result)
     assert result.exit_code in (1, 2), result.output  # a failed check, or a clear refusal
     if result.exit_code == 1:
         assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
-    assert time.monotonic() - start < 60
 
 
 CONFIG_KEYS = ["model_type", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",

@@ -149,19 +149,25 @@ def test_huge_tensor_is_elided_and_full_shows_it(tmp_path: Path) -> None:
     assert all(f"t{t} " in full for t in range(tokens))
 
 
-def test_too_narrow_a_width_widens_the_view_rather_than_cut_numbers() -> None:
+def test_too_narrow_a_screen_shows_wrapped_text_rather_than_broken_boxes(
+        tmp_path: Path) -> None:
     code, out, err = invoke(["run", "-f", "rich", "--width", "20"])
     assert code == 0
-    # Said before the view and again after it: a long view scrolls the first notice away.
-    first, again = err.splitlines()
-    assert first == again
-    assert re.fullmatch(r"qkv: the rich view needs (\d+) columns to show every number whole; "
-                        r"laid out for \1 instead of 20 \(--format text suits a narrow screen\)",
-                        first)
-    need = int(err.split()[5])
-    assert max(len(line) for line in out.splitlines()) == need
+    found = re.fullmatch(r"qkv: the rich view needs (\d+) columns, the screen has 20; showing "
+                         r"text wrapped to 20 \(--width \1 shows the view\)",
+                         " ".join(err.split()))
+    assert found is not None, err
+    text = invoke(["report", "-f", "text"])[1]
+    assert "".join(out.split()) == "".join(text.split())  # the same report, wrapped
+    assert not any(glyph in out for glyph in "┃│┆║")
+    # a file has no screen: the figure is laid out as wide as it needs, without a word
+    saved = tmp_path / "figure.txt"
+    code, _, err = invoke(["run", "-f", "rich", "--width", "20", "-o", str(saved)])
+    need = int(found.group(1))
+    assert code == 0 and err == f"qkv: wrote {saved}\n"
+    assert max(len(line) for line in saved.read_text().splitlines()) == need
     for value in ("-1.000000", "-5.000000", "3.500000", "-3.000000"):
-        assert value in out
+        assert value in saved.read_text()
 
 
 # --- exports -------------------------------------------------------------------------------

@@ -43,10 +43,10 @@ def _build(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def rust(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def rust(tmp_path_factory: pytest.TempPathFactory, rust_example: Path) -> list[str]:
     cargo = _tool("cargo")
     target = tmp_path_factory.mktemp("rust-target")
-    manifest = str(EXAMPLES / "rust" / "Cargo.toml")
+    manifest = str(rust_example)  # a copy: cargo writes Cargo.lock beside it
     _build([cargo, "build", "--offline", "--release", "--quiet", "--manifest-path", manifest,
             "--target-dir", str(target)])
     return [str(target / "release" / "qkv_projections")]
@@ -190,11 +190,11 @@ def test_numbers_cross_the_pipe_exactly_and_shortest(program: list[str],
             assert _digits(token) <= _digits(repr(expected)), (name, token, repr(expected))
 
 
-def test_the_rust_json_unit_tests_pass(rust: list[str]) -> None:
+def test_the_rust_json_unit_tests_pass(rust: list[str], rust_example: Path) -> None:
     cargo = _tool("cargo")
     target = Path(rust[0]).parent.parent
     done = _build([cargo, "test", "--offline", "--release", "--quiet", "--manifest-path",
-                   str(EXAMPLES / "rust" / "Cargo.toml"), "--target-dir", str(target)])
+                   str(rust_example), "--target-dir", str(target)])
     assert "test result: ok. 5 passed" in done.stdout, done.stdout
 
 

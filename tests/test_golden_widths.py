@@ -3,8 +3,10 @@
 Each view is printed the way the CLI prints it (``qkvcli.cli.console.print_fitted``: capped at
 a readable width, widened rather than cut) into ``Console(file=StringIO(), width=W,
 force_terminal=True, color_system=None, record=True)`` and compared with
-``tests/golden/widths/<view>-<W>.txt``. ``QKV_UPDATE_GOLDEN=1`` rewrites them; read the diff
-(``git diff tests/golden``) before committing, never regenerate to silence a failure.
+``tests/golden/widths/<view>-<W>.txt`` (:func:`golden_path`: one file per distinct figure,
+so a width whose figure is another's by design shares its file). ``QKV_UPDATE_GOLDEN=1``
+rewrites them; read the diff (``git diff tests/golden``) before committing, never
+regenerate to silence a failure.
 """
 
 from __future__ import annotations
@@ -60,11 +62,31 @@ def shown(renderable: RenderableType, width: int) -> str:
     return console.export_text()
 
 
+GRADCHECK_FIXED_FROM = 80
+"""The gradient check's table needs 78 columns and does not grow: one figure from 80 on."""
+
+
+def golden_path(view: str, width: int) -> Path:
+    """The golden file of ``view`` at ``width``: a screen wider than the cap gets the capped
+    figure (the cap's file), and the gradient check one figure from 80 columns on."""
+    width = min(width, MAX_FIGURE_WIDTH)
+    if view == "gradcheck" and width >= GRADCHECK_FIXED_FROM:
+        return GOLDEN / "gradcheck.txt"
+    return GOLDEN / f"{view}-{width}.txt"
+
+
+def test_every_golden_file_is_used_and_distinct() -> None:
+    used = {golden_path(view, width) for view in VIEWS for width in WIDTHS}
+    assert used == set(GOLDEN.glob("*.txt"))
+    contents = [path.read_bytes() for path in sorted(used)]
+    assert len(set(contents)) == len(contents)
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("view", VIEWS)
 def test_view_matches_golden(view: str, width: int) -> None:
     text = shown(VIEWS[view](), width)
-    path = GOLDEN / f"{view}-{width}.txt"
+    path = golden_path(view, width)
     if os.environ.get("QKV_UPDATE_GOLDEN") == "1":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -288,20 +288,15 @@ def test_a_fixture_moved_away_from_its_checkpoint_names_the_missing_file(tmp_pat
                      "$.weights.c_attn_weight", "model.safetensors")
 
 
-def test_bfloat16_without_ml_dtypes_is_refused_by_init_as_attend_would(tmp_path: Path,
-                                                                      monkeypatch: Any):
-    from qkvcli.reading import safetensors
-
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+def test_bfloat16_is_accepted_by_init_and_read_by_attend(tmp_path: Path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # only to write the file
     tensors = gpt2_tensors()
     tensors["h.0.attn.c_attn.weight"] = tensors["h.0.attn.c_attn.weight"].astype(
         ml_dtypes.bfloat16)
     safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_head": 2}))
     assert init(tmp_path / "model.safetensors", "h.0.attn.").exit_code == 0
-    monkeypatch.setattr(safetensors, "_bfloat16_ready", lambda: False)
-    one_line(init(tmp_path / "model.safetensors", "h.0.attn.", "--force"),
-             'tensor "c_attn.weight" is BF16 (bfloat16); widening it needs ml_dtypes')
+    assert invoke("attend", str(tmp_path / "out.json"), "-f", "text").exit_code == 0
 
 
 def test_a_checkpoint_whose_file_name_is_not_utf8_is_refused_not_written(tmp_path: Path):

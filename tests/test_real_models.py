@@ -44,7 +44,6 @@ from qkvcli.cli import main
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("ml_dtypes")  # GPT-2 in bf16
 
 TOKENS = 4
 TOLERANCE = 1e-10

@@ -43,7 +43,7 @@ def test_golden_copies_equal_the_shared_anchors(name: str) -> None:
 
 
 def test_numbers_match_the_reference_spelling() -> None:
-    assert fmt_float(-0.0) == "-0.000000"
+    assert fmt_float(-0.0) == "0.000000"  # a zero reads as zero, never as -0.000000
     assert fmt_float(2e-6) == "0.000002"
     assert fmt_float(float("nan")) == "NaN"
     assert fmt_float(float("-inf")) == "-inf"

@@ -12,6 +12,7 @@ from rich.console import Console, RenderableType
 from qkvcli.attention.evidence import AttendEvidence, build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
 from qkvcli.learn.variance import dot_variance
+from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.attend import attend_renderable
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.variance import variance_renderable
@@ -50,8 +51,8 @@ def test_attend_never_cuts_a_number_at_80_columns(make: Any) -> None:
     assert [word for word in text.split() if "…" in word and word not in ("…", "…,")] == []
     # Every weight shown is whole: each shown row's first key weight appears as printed.
     for row in evidence.rows[:2]:
-        assert f"{row.attention[0]:.4f}" in text
-        assert f"{row.output[0]:.4f}" in text
+        assert fmt_float(row.attention[0], 6) in text
+        assert fmt_float(row.output[0], 6) in text
 
 
 def _cut_numbers(text: str) -> list[str]:
@@ -67,19 +68,19 @@ def test_attend_shows_the_scores_and_the_reverse_pass_whole_at_80_columns(make: 
     assert "scores S = Q K^T" in text and f"Z = S / sqrt({evidence.config.d_k})" in text
     scores = evidence.primary["scores"]
     if scores.size:
-        assert f"{scores[0, 0, 0]:.4f}" in text
-    assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text
+        assert f"{scores[0, 0, 0]:.6f}" in text
+    assert f"L = <O,U> = {evidence.primary.loss:.6f}" in text
     for symbol in ("U = dO", "dA", "dZ", "dS", "dQ", "dK", "dV", "dX", "dW_Q", "dW_K", "dW_V"):
         assert f"  {symbol}  " in text
     gradient = evidence.primary["grad_input"]
-    assert f"{float(np.abs(gradient).max()):.4f}" in text
+    assert f"{float(np.abs(gradient).max()):.6f}" in text
 
 
 def test_a_causal_head_shows_its_masked_scores() -> None:
     evidence = build_attend_evidence(load_attend_fixture(example="primer"), True)
     text = render(attend_renderable(evidence), 80)
     assert "Z = S / sqrt(2)" in text and "-inf: masked (causal)" in text
-    assert "2.8284     -inf" in text
+    assert "2.828427       -inf" in text
 
 
 def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
@@ -94,7 +95,7 @@ def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
     evidence = build_attend_evidence(fixture, causal=False)
     text = render(attend_renderable(evidence), 80)
     assert _cut_numbers(text) == []
-    assert f"reverse: L = <O,U> = {evidence.primary.loss:.4f}" in text
+    assert f"L = <O,U> = {evidence.primary.loss:.6f}" in text
     assert "  dH  " in text and "  dW_out  " in text
     assert "scores S = Q K^T" not in text  # a layer shows weights as heat maps per head
 
@@ -114,11 +115,11 @@ def test_attend_takes_precision_and_ascii_from_the_options() -> None:
     assert "█" not in text and "#" in text
 
 
-def test_attend_default_keeps_four_decimals() -> None:
+def test_attend_default_is_the_text_reports_six_decimals() -> None:
     evidence = build_attend_evidence(load_attend_fixture(example="primer"))
     text = render(attend_renderable(evidence), 100)
-    assert "t0      0.9442   0.0558   1.000000" in text
-    assert "[1.1116, 2.7768]" in text
+    assert "t0      0.944193   0.055807   1.000000" in text
+    assert "[1.111614, 2.776771]" in text
 
 
 @pytest.mark.parametrize("width", [80, 60], ids=["80", "60"])

@@ -14,7 +14,7 @@ from qkvcli.reading.load import load_fixture
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 from qkvcli.render.rich.options import RichOptions
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "rich_gradcheck.txt"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "widths" / "gradcheck.txt"
 
 
 def render(result: GradcheckResult, options: RichOptions | None = None, width: int = 80) -> str:

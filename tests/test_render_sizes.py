@@ -35,10 +35,15 @@ def _invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+def _unsigned_zero(text: str) -> str:
+    # a value that rounds to zero is spelled 0.000000, never -0.000000 (issue 33)
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
+
+
 def _reference(values: np.ndarray, precision: int = 6) -> str:
     # a vector keeps the reference's fixed point for every value, tiny ones included
-    return ",".join(f"{v:.{precision}f}" if math.isfinite(v) else fmt_float(v, precision)
-                    for v in values.reshape(-1).tolist())
+    return ",".join(_unsigned_zero(f"{v:.{precision}f}") if math.isfinite(v)
+                    else fmt_float(v, precision) for v in values.reshape(-1).tolist())
 
 
 VALUES = {

@@ -32,7 +32,7 @@ def invoke(*args: str) -> tuple[int, str]:
     ("value", "precision", "expected"),
     [
         (1e-8, 6, "1e-08"), (-1e-9, 6, "-1e-09"), (2.5e-7, 6, "2.5e-07"),
-        (1e-5, 4, "1e-05"), (0.0, 6, "0.000000"), (-0.0, 6, "-0.000000"),
+        (1e-5, 4, "1e-05"), (0.0, 6, "0.000000"), (-0.0, 6, "0.000000"),
         (6e-7, 6, "0.000001"), (5e-7, 6, "5e-07"), (0.5, 6, "0.500000"), (0.3, 0, "0.3"), (2.0, 0, "2"),
         (float("nan"), 6, "NaN"), (float("-inf"), 6, "-inf"),
     ],
@@ -66,10 +66,10 @@ def test_the_verdict_wording() -> None:
         (("gradcheck", "--tolerance", "0"), False, None, 24),
         (("check", NUMPY_QKV), True, 8, 8),
         (("check", WRONG), False, 7, 8),
-        (("report", "--tolerance", "0"), False, 7, 8),
+        (("report", "--tolerance", "0", "-f", "rich", "--width", "100"), False, 7, 8),
     ],
     ids=["attend", "attend-fail", "gradcheck", "gradcheck-fail", "check", "check-fail",
-         "report-fail"],
+         "report-rich-fail"],
 )
 def test_every_view_ends_with_the_one_verdict_wording(
     args: tuple[str, ...], passed: bool, count: int | None, total: int

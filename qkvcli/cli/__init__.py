@@ -25,31 +25,33 @@ COMMANDS = {
     "check": "qkvcli.cli.check",
     "inspect": "qkvcli.cli.inspect",
 }
+LISTING = (
+    ("run [FIXTURE]...", "run every check and show the evidence: the chapter's figure on a "
+     "terminal, text in a pipe; several fixtures or a DIR/: a summary table"),
+    ("report [FIXTURE]", "the same evidence as text, trace, json or rich"),
+    ("gradcheck [FIXTURE]", "per-coordinate central-difference check of the gradients"),
+    ("attend [FIXTURE]", "one attention head or a real model's layer, forward and reverse"),
+    ("check IMPL [FIXTURE]...", "the chapter's evidence for YOUR implementation (a .py "
+     "file, a module, or --command PROGRAM)"),
+    ("init -o FILE [--seed N]", "write a starter fixture with seeded weights"),
+    ("validate FIXTURE...", "report every problem without running anything"),
+    ("schema", "print the fixture format's JSON Schema"),
+    ("inspect FILE.safetensors", "list a checkpoint's tensors, mark attention projections"),
+    ("variance", "why scores are scaled by 1/sqrt(d_k)"),
+    ("quiz [FIXTURE]", "the chapter's nine prediction questions"),
+)
+"""The help's list of commands, each once, in the order a newcomer meets them: its usage
+and what it does (:meth:`QkvGroup.format_commands` wraps them to the terminal)."""
 
 
-@click.group(cls=QkvGroup, lazy_commands=COMMANDS,
+@click.group(cls=QkvGroup, lazy_commands=COMMANDS, listing=LISTING,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="qkv", message="%(prog)s %(version)s")
 def main() -> None:
     """Evidence for the query/key/value projections of self-attention (chapter 26).
 
-    \b
-    qkv run [FIXTURE]              run every check and show the evidence
-                                   (the chapter's figure on a terminal, text in a pipe)
-    qkv report [FIXTURE] -f trace  render the report as text, trace, json or rich
-    qkv gradcheck [FIXTURE]        per-coordinate central-difference check
-    qkv run A.json B.json DIR/     several fixtures: a summary table (--junit FILE)
-    qkv init -o FILE [--seed N]    write a starter fixture with seeded weights
-    qkv validate FIXTURE...        report every problem without running anything
-    qkv schema                     print the fixture format's JSON Schema
-    qkv attend [FIXTURE]           one attention head on top of the projections
-    qkv variance                   why scores are scaled by 1/sqrt(d_k)
-    qkv quiz [FIXTURE]             the chapter's nine prediction questions
-    qkv check IMPL [FIXTURE...]    the chapter's evidence for YOUR implementation
-                                   (a .py file, a module, or --command "PROGRAM")
-    qkv inspect FILE.safetensors   list a checkpoint's tensors, mark attention projections
-
-    Without FIXTURE the bundled chapter fixture is used.
+    Without FIXTURE the bundled chapter fixture is used. qkv COMMAND -h shows a
+    command's options.
     """
 
 

@@ -83,12 +83,16 @@ def _other_mask(loaded: AttendFixture, causal: bool) -> dict[str, Any]:
 @max_elements_option
 @view_options
 @html_option
+@click.option("--shading", type=click.Choice(("absolute", "row")), default="absolute",
+              show_default=True, help="Rich heat maps: shade each weight against 1, or "
+              "against the largest weight of its query row.")
 def attend(
     fixture: Path | None, example: str | None, causal: bool, heads: int | None,
     trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
     view: ViewSettings,
     overrides: CheckOverrides,
     html: Path | None = None,
+    shading: str = "absolute",
 ) -> None:
     """One attention head on FIXTURE: O = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -115,6 +119,7 @@ def attend(
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
+    view = view._replace(shading=shading)
     check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     from qkvcli.reading.files import trusting_paths
 

@@ -24,8 +24,11 @@ from qkvcli.cli.group import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError, error
 from qkvcli.cli.io import check_outputs, label_of, read_text, write_output
 from qkvcli.core.record import Record
 from qkvcli.render import verdict_line
+from qkvcli.render.wrap import wrap_line
 
 F = TypeVar("F", bound=Callable[..., Any])
+MIN_RESULT_COLUMN = 30
+"""The narrowest result column a long result wraps in; narrower, it goes below its row."""
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -113,8 +116,9 @@ def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> 
     return Outcome(label, checks)
 
 
-def summary_table(outcomes: Sequence[Outcome]) -> str:
-    """An aligned plain-text table, one row per fixture, and a totals line."""
+def summary_table(outcomes: Sequence[Outcome], width: int | None = None) -> str:
+    """An aligned plain-text table, one row per fixture, and a totals line; with a
+    screen ``width``, a long result (an error) wraps at word boundaries under its column."""
     rows = [("fixture", "checks", "result")]
     for outcome in outcomes:
         if outcome.error is not None:
@@ -125,14 +129,28 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
         result = "passed" if not failed else "FAILED: " + ", ".join(failed)
         rows.append((outcome.label, f"{passed}/{len(outcome.checks)}", result))
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
-    lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip() for r in rows]
+    column = widths[0] + widths[1] + 4
+    lines = []
+    for label, counted, result in rows:
+        if width is None or column + len(result) <= width or len(result) <= MIN_RESULT_COLUMN:
+            lines.append(f"{label:<{widths[0]}}  {counted:<{widths[1]}}  {result}".rstrip())
+        elif width - column >= MIN_RESULT_COLUMN:  # wrapped under its column
+            first, *more = wrap_line(result, width - column)
+            lines.append(f"{label:<{widths[0]}}  {counted:<{widths[1]}}  {first}")
+            lines.extend(" " * column + line for line in more)
+        else:  # too little room beside the label: on the lines below it
+            lines.append(f"{label:<{widths[0]}}  {counted}")
+            lines.extend(wrap_line(f"    {result}", width))
     counts = [sum(o.status == s for o in outcomes) for s in (EXIT_OK, EXIT_FAILED, EXIT_INPUT)]
     noun = "fixture" if len(outcomes) == 1 else "fixtures"
     lines.append(
         f"{len(outcomes)} {noun}: {counts[0]} passed, {counts[1]} failed, {counts[2]} bad input"
     )
     checks = [ok for outcome in outcomes for _, ok, _ in outcome.checks]
-    lines.append(verdict_line(sum(checks), len(checks), passed_all=counts[0] == len(outcomes)))
+    lines.append(verdict_line(sum(checks), len(checks), passed_all=counts[0] == len(outcomes),
+                              unread=counts[2], fixtures=len(outcomes)))
+    if width is not None:
+        lines[-2:] = [part for line in lines[-2:] for part in wrap_line(line, width)]
     return "\n".join(lines) + "\n"
 
 
@@ -190,10 +208,13 @@ def run_many(
     outcomes = []
     with closing(outcomes_of(fixtures, jobs, max_elements, overrides)) as results:
         for outcome in results:  # closed on any exit: no worker outlives the batch
-            if outcome.error is not None:
+            if outcome.error is not None and output is not None:
+                # the table, and its ERROR rows, are in the file: say them here
                 click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
             outcomes.append(outcome)
-    write_output(summary_table(outcomes), output)
+    from qkvcli.cli.console import screen_width
+
+    write_output(summary_table(outcomes, None if output else screen_width()), output)
     if junit is not None:
         write_output(junit_xml(outcomes), junit)
     status = max(outcome.status for outcome in outcomes)

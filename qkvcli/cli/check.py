@@ -148,8 +148,9 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     """Check YOUR Q/K/V implementation against the chapter's evidence.
 
     \b
-    qkv check my_qkv.py [FIXTURE]...          a Python file or an importable module
-    qkv check --command "./my_qkv" [FIXTURE]...  any language, JSON lines on stdin/stdout
+    qkv check my_qkv.py [FIXTURE]...    a Python file or an importable module
+    qkv check --command "./my_qkv" [FIXTURE]...
+                                        any language, JSON lines on stdin/stdout
 
     IMPL defines forward(x, w_query, w_key, w_value) -> (query, key, value) and
     optionally backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value)

@@ -76,7 +76,8 @@ def rich_options(view: ViewSettings, console: Console, default_precision: int) -
     from qkvcli.render.rich.options import RichOptions
 
     precision = default_precision if view.precision is None else view.precision
-    return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only)
+    return RichOptions(precision=precision, full=view.full, ascii=console.options.ascii_only,
+                       shading=view.shading)
 
 
 def show_rich(
@@ -102,29 +103,59 @@ def show_rich(
         _write_exports(console, view, title)
 
 
-def figure_fits(
+def screen_width(err: bool = False) -> int | None:
+    """The width of the screen standard output (``err``: standard error) is shown on:
+    ``COLUMNS`` when set, the terminal's when the stream is one, else ``None`` (a pipe or
+    a file, whose lines are never wrapped)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = sys.stderr if err else sys.stdout
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
+def echo_wrapped(text: str, err: bool = True, width: int | None = None) -> None:
+    """Print each line of ``text`` wrapped at word boundaries to ``width`` (default: the
+    stream's :func:`screen_width`, no wrapping without one)."""
+    from qkvcli.render.wrap import wrap_line
+
+    width = width or screen_width(err)
+    for line in text.split("\n"):
+        for part in wrap_line(line, width) if width else [line]:
+            click.echo(part, err=err)
+
+
+def narrow_screen(
     build: Callable[[RichOptions], RenderableType], view: ViewSettings, default_precision: int
-) -> bool:
-    """Whether the view fits the terminal without widening (``auto`` shows text when not)."""
+) -> int | None:
+    """The screen's width when the view does not fit it (show text wrapped to it), else
+    ``None`` (show the view).
+
+    Laid out wider than the screen, every box would break where the terminal wraps its
+    lines (at 40 columns the chapter's figure needs 57); the text report, wrapped at word
+    boundaries, reads better there. stderr says so, and how to get the figure anyway.
+    """
+    from qkvcli.cli.options import stdout_is_terminal
+
+    columns = os.environ.get("COLUMNS", "")
+    if view.width is None and not columns.isdigit() and not stdout_is_terminal():
+        return None  # no screen: a pipe or a file gets the view laid out as wide as it needs
     console = make_console(view)
     width = min(console.width, MAX_FIGURE_WIDTH)
-    return needed_width(console, build(rich_options(view, console, default_precision))) <= width
-
-
-def auto_format(
-    fmt: str, resolved: str, build: Callable[[RichOptions], RenderableType],
-    view: ViewSettings, default_precision: int,
-) -> str:
-    """``auto`` that resolved to rich stays rich only if the view fits the terminal.
-
-    At 40 columns the figure would be laid out for 57 and wrap into hundreds of lines; the
-    text report reads better there, and stderr says how to get the figure anyway.
-    """
-    if fmt != "auto" or resolved != "rich" or figure_fits(build, view, default_precision):
-        return resolved
-    click.echo("qkv: the terminal is too narrow for the rich view; showing text "
-               "(--format rich shows it anyway)", err=True)
-    return "text"
+    need = needed_width(console, build(rich_options(view, console, default_precision)))
+    if need <= width:
+        return None
+    echo_wrapped(f"qkv: the rich view needs {need} columns, the screen has {console.width}; "
+                 f"showing text wrapped to {console.width} (--width {need} shows the view)",
+                 width=screen_width(err=True) or console.width)
+    return console.width
 
 
 def export_only(

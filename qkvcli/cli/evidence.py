@@ -42,8 +42,9 @@ FORMAT_HELP = ("text: the chapter's report; trace: the diagram trace; json: ever
 
 
 def report_pieces(evidence: Evidence, tensors: str) -> Callable[[str], Iterable[str]]:
-    """A text format's pieces: the report, and below a failing text report its failures
-    (a passing report stays byte for byte the chapter's)."""
+    """A text format's pieces: the report, and below a failing text report one
+    ``failed=`` line per failed check (no verdict line: the text and trace are the
+    course's formats; a passing report stays byte for byte the chapter's)."""
 
     def pieces(fmt: str) -> Iterable[str]:
         rendered = render_pieces(evidence, fmt, tensors=tensors)
@@ -79,14 +80,15 @@ def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides,
 
 def name_failures(evidence: Evidence) -> None:
     """On stderr: ``qkv: FAILED: names`` and one line per failed check (``qkv run``)."""
+    from qkvcli.cli.console import echo_wrapped
+
     if not isinstance(evidence, Evidence):  # chapters 27-30: their families
         names = [check.name for check in evidence.checks if not check.passed]
-        click.echo(f"qkv: FAILED: {', '.join(names)}", err=True)
+        echo_wrapped(f"qkv: FAILED: {', '.join(names)}")
         return
     failed = [check for check in check_rows(evidence) if not check.passed]
-    click.echo(f"qkv: FAILED: {', '.join(check.name for check in failed)}", err=True)
-    for check in failed:
-        click.echo(f"  {check.name}: {check.detail}", err=True)
+    echo_wrapped("\n".join([f"qkv: FAILED: {', '.join(check.name for check in failed)}",
+                            *(f"  {check.name}: {check.detail}" for check in failed)]))
 
 
 def compare_golden(text: str, golden: Path, output: Path | None) -> bool:

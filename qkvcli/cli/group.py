@@ -156,9 +156,35 @@ class QkvGroup(click.Group):
     """
 
     def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
-                 **kwargs: Any) -> None:
+                 listing: tuple[tuple[str, str], ...] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
+        self.listing = listing
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if parent is None and "terminal_width" not in extra and (
+                not args or args[0] in ("-h", "--help")):
+            # click wraps help at 50 columns or more; a narrower terminal would wrap the
+            # list of commands again, mid-word. Only this help pays for the look-up
+            # (start-up); a command's options keep click's layout.
+            import shutil
+
+            columns = shutil.get_terminal_size().columns
+            extra["terminal_width"] = max(min(columns, 80) - 2, 30)
+        return super().make_context(info_name, args, parent, **extra)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The help's one list of commands: ``listing``'s usage and sentence of each,
+        wrapped at word boundaries to the terminal's width (click's own list would
+        import every command's module and cut each sentence off with ``...``)."""
+        if not self.listing:
+            super().format_commands(ctx, formatter)
+            return
+        with formatter.section("Commands"):
+            # below 70 columns each sentence goes under its usage, not beside it
+            formatter.write_dl([(f"qkv {usage}", what) for usage, what in self.listing],
+                               col_max=28 if formatter.width >= 70 else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.lazy_commands, *super().list_commands(ctx)})  # as click sorts

@@ -147,6 +147,5 @@ def inspect(checkpoint: Path) -> None:
     recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj or out_proj;
     BERT query/key/value and attention.output.dense; GPT-NeoX query_key_value and dense)
     and lists the layer prefixes that init --prefix takes. Only the headers are read.
-    Needs the checkpoints extra for bf16 (pip install 'qkv[checkpoints]').
     """
     click.echo("\n".join(inspect_lines(read_entries(checkpoint))))

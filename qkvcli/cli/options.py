@@ -47,7 +47,7 @@ FIGURE_PRECISION = 6
 """Decimals of the rich figure of run and report, and of check's cards (``--precision``)."""
 GRADCHECK_PRECISION = 9
 """Decimals of the rich gradient-check table: errors near the tolerance need more digits."""
-ATTEND_PRECISION = 4
+ATTEND_PRECISION = 6
 """Decimals of attend's rich tables (weights are probabilities; four places read well)."""
 VARIANCE_PRECISION = 4
 """Decimals of the variance table's rich view unless ``--precision`` says otherwise."""
@@ -188,6 +188,7 @@ class ViewSettings(Record):
     export_svg: Path | None = None
     export_html: Path | None = None
     given: tuple[str, ...] = ()
+    shading: str = "absolute"
 
     @property
     def exports(self) -> list[tuple[str, Path]]:
@@ -229,7 +230,7 @@ def view_options(func: F) -> F:
                      help="Show every value of large tensors instead of eliding."),
         click.option("--precision", type=click.IntRange(0, 17), default=None,
                      help="Decimals for values: the rich view (default 6; gradcheck 9; "
-                     "attend and variance 4) and attend's and variance's text (6 and 4); "
+                     "variance 4) and attend's and variance's text (6 and 4); "
                      "check shows exact values and says so."),
         click.option("--width", type=click.IntRange(20, MAX_WIDTH), default=None,
                      help="Rich view: columns to lay out for (default: the terminal's, "

@@ -1,12 +1,14 @@
 """Showing a command's evidence: the view contract every command with a rich view keeps.
 
 ``run``, ``report``, ``gradcheck``, ``attend``, ``variance`` and ``check`` all end in
-:func:`show`: ``-f auto`` picks the rich view on a terminal (text when it does not fit)
-and text elsewhere; the text formats come from :func:`qkvcli.render.render_pieces`, the
-figure from :func:`qkvcli.render.figure`; ``--export-svg``/``--export-html`` export the
-figure whatever format was shown, and ``--html`` (run, report, attend, check) writes the
-explorer page (:mod:`qkvcli.render.explorer`); a view option the shown view does not use
-is named in one warning line (:func:`unused_options`), never silently dropped.
+:func:`show`: ``-f auto`` picks the rich view on a terminal and text elsewhere; a rich
+view wider than the screen it is shown on becomes the text, wrapped to the screen at
+word boundaries (:mod:`qkvcli.render.wrap`); the text formats come from
+:func:`qkvcli.render.render_pieces`, the figure from :func:`qkvcli.render.figure`;
+``--export-svg``/``--export-html`` export the figure whatever format was shown, and
+``--html`` (run, report, attend, check) writes the explorer page
+(:mod:`qkvcli.render.explorer`); a view option the shown view does not use is named in
+one warning line (:func:`unused_options`), never silently dropped.
 """
 
 from __future__ import annotations
@@ -104,22 +106,35 @@ def _show(
     evidence: object, fmt: str, view: ViewSettings, output: Path | None, *,
     title: str, precision: int, pieces: Callable[[str], Iterable[str]], html: bool,
 ) -> str:
+    built: dict[RichOptions, RenderableType] = {}
+
     def build(options: RichOptions) -> RenderableType:
-        return figure(evidence, options)
+        # measured for the screen, then printed: one figure for both
+        if options not in built:
+            built[options] = figure(evidence, options)
+        return built[options]
 
-    requested, fmt = fmt, resolve_format(fmt, output)
-    if fmt == "rich" and requested == "auto":
-        from qkvcli.cli.console import auto_format
+    fmt = resolve_format(fmt, output)
+    wrap: int | None = None
+    if fmt == "rich" and output is None:
+        from qkvcli.cli.console import narrow_screen
 
-        fmt = auto_format(requested, fmt, build, view, precision)
+        wrap = narrow_screen(build, view, precision)
+        fmt = "text" if wrap is not None else fmt
     for warning in unused_warnings(kind_of(evidence), fmt, view, title, html):
-        click.echo(f"qkv: warning: {warning}", err=True)
+        if wrap is None or not warning.startswith("--width "):  # the text is wrapped to it
+            click.echo(f"qkv: warning: {warning}", err=True)
     if fmt == "rich":
         from qkvcli.cli.console import show_rich
 
         show_rich(build, view, output, precision, title)
         return fmt
-    write_output(pieces(fmt), output)
+    if wrap is not None:
+        from qkvcli.render.wrap import wrap_lines
+
+        write_output(wrap_lines(pieces(fmt), wrap), output)
+    else:
+        write_output(pieces(fmt), output)
     if view.exports:
         from qkvcli.cli.console import export_only
 

@@ -15,10 +15,10 @@ given twice, which the format forbids and the library lets the last entry win) a
 parsing only the entries asked for. The named tensor's entry is then checked (a known
 dtype, a shape of non-negative integers, ``data_offsets`` inside the data and as long
 as the shape needs), its shape against ``--max-elements`` before any of its data is
-read, and only its bytes are read. F16, F32 and F64 become float64 exactly. BF16,
-which NumPy cannot hold, is widened through ``ml_dtypes`` when it is installed (the
-``checkpoints`` extra) and refused in one line naming the tensor and its dtype when it
-is not; any other dtype is refused the same way.
+read, and only its bytes are read. F16, F32 and F64 become float64 exactly, and so does
+BF16, which NumPy has no dtype for: a bfloat16 is the upper half of the float32 of the
+same value, so its 16 bits shifted up are that float32 (no extra package). Any other
+dtype is refused in one line naming the tensor and its dtype.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ DTYPE_BITS = {
 HEADER_LENGTH_BYTES = 8  # a little-endian u64: the header's length, then the header
 MAX_HEADER_BYTES = 100_000_000  # the format's own limit on the header
 METADATA = "__metadata__"
-INSTALL_HINT = "install the checkpoints extra: pip install 'qkv[checkpoints]'"
 
 # Patterns as strings, compiled by ``re``'s cache on first use (start-up never pays).
 # One header entry: a JSON string, a colon, an object holding no object (strings may
@@ -60,14 +59,6 @@ _SPACE = "[ \t\n\r]*"
 _STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 _ENTRY = (f"{_SPACE}({_STRING}){_SPACE}:{_SPACE}"
           f'(\\{{[^{{}}"]*(?:{_STRING}[^{{}}"]*)*\\}}){_SPACE}([,}}])')
-
-
-def _bfloat16_ready() -> bool:
-    try:
-        import ml_dtypes  # noqa: F401 - registers bfloat16 with NumPy
-    except ImportError:
-        return False
-    return True
 
 
 class HeaderError(ValueError):
@@ -423,8 +414,7 @@ def load_safetensors(
             raise FixtureError(location, f"{shown}: cannot read ({error.strerror})") from None
     if len(data) != end - begin:
         raise FixtureError(location, f"{shown}: the file ended inside tensor {named}")
-    array: Array = np.frombuffer(data, dtype=_numpy_dtype(dtype)).astype(np.float64)
-    array = array.reshape(shape)
+    array = as_float64(data, dtype).reshape(shape)
     if not all_finite(array):
         index = int(np.argmin(np.isfinite(array).reshape(-1)))
         raise FixtureError(location, f"{shown}: tensor {named}: value at flat index {index} is "
@@ -436,16 +426,21 @@ def dtype_problem(dtype: str) -> str | None:
     """Why a tensor of safetensors ``dtype`` cannot be read here (the end of a sentence
     after the tensor's name), or ``None`` when it can: what ``qkv init`` checks so that
     it never writes a fixture that ``attend`` refuses."""
-    if dtype in WIDENED_DTYPES and not _bfloat16_ready():
-        return f"is {dtype} (bfloat16); widening it needs ml_dtypes: {INSTALL_HINT}"
     if dtype not in FLOAT_DTYPES and dtype not in WIDENED_DTYPES:
         return f"has dtype {printable(dtype)}; only F16, F32, F64 and BF16 are read"
     return None
 
 
-def _numpy_dtype(dtype: str) -> Any:
-    if dtype in FLOAT_DTYPES:
-        return np.dtype(FLOAT_DTYPES[dtype])
-    import ml_dtypes
-
-    return ml_dtypes.bfloat16
+def as_float64(data: bytes, dtype: str) -> Array:
+    """The little-endian values ``data`` of safetensors ``dtype`` (F16, F32, F64 or BF16)
+    as a flat float64 array, every value exact."""
+    if dtype == "BF16":
+        # bfloat16 keeps float32's sign, exponent and top 7 mantissa bits: shifted into
+        # the upper half of a 32-bit word, its bits are the float32 of the same value.
+        halves = np.frombuffer(data, dtype="<u2")
+        words = halves.astype(np.uint32) << np.uint32(16)
+        with np.errstate(invalid="ignore"):  # a signalling NaN stays NaN, refused by the caller
+            widened: Array = words.view(np.float32).astype(np.float64)
+        return widened
+    exact: Array = np.frombuffer(data, dtype=np.dtype(FLOAT_DTYPES[dtype])).astype(np.float64)
+    return exact

@@ -36,13 +36,16 @@ PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
 """The text formats of each kind that take ``precision`` (the rich view always does)."""
 
 
-def verdict_line(passed: int, total: int, *, passed_all: bool | None = None) -> str:
+def verdict_line(passed: int, total: int, *, passed_all: bool | None = None,
+                 unread: int = 0, fixtures: int = 0) -> str:
     """``verdict: PASS (N of M checks passed)``, or ``FAIL``: the one verdict wording
     outside the anchored chapter report. ``passed_all`` overrides ``passed == total``
-    (a batch with a fixture that could not be read fails whatever its checks did)."""
+    (a batch with a fixture that could not be read fails whatever its checks did), and
+    ``unread`` of ``fixtures`` could not be read (named in the counts when not 0)."""
     from qkvcli.render.wording import verdict
 
-    return verdict(passed == total if passed_all is None else passed_all, passed, total)
+    return verdict(passed == total if passed_all is None else passed_all, passed, total,
+                   unread=unread, fixtures=fixtures)
 
 
 def kind_of(evidence: object) -> str:

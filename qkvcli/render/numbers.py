@@ -7,7 +7,8 @@ never has to exist at once.
 
 Whole tensors are formatted in fixed point by a vectorised path, in bounded chunks:
 :func:`iter_fixed` gives exactly the bytes of ``",".join(f"{v:.6f}" for v in flat)``
-(``NaN``, ``inf``, ``-inf`` for non-finite values; a negative zero keeps its sign) without
+(``NaN``, ``inf``, ``-inf`` for non-finite values; a value that rounds to zero is
+``0.000000``, never ``-0.000000``, whatever its sign) without
 one Python call per value: each chunk of values is scaled to an integer count of units
 in the last decimal, its digits laid out in a byte matrix by NumPy arithmetic, and the
 unwanted leading zeros masked away. Values whose correct rounding the scaled product
@@ -33,18 +34,21 @@ if TYPE_CHECKING:
 def fmt_float(value: float, precision: int = 6) -> str:
     """One number: ``{:.6}`` fixed point as the reference prints it, never a false zero.
 
-    Takes the value and the decimals; a negative zero keeps its sign, non-finite values
-    are ``NaN``, ``inf``, ``-inf``. A non-zero value that fixed point would round to
-    zero (a ``--tolerance 1e-8``) is written with ``precision`` significant digits
-    instead (``1e-08``), so no number reads as zero when it is not.
+    Takes the value and the decimals; zero is ``0.000000`` whatever its sign (``-0.000000``
+    reads as a negative number), non-finite values are ``NaN``, ``inf``, ``-inf``. A
+    non-zero value that fixed point would round to zero (a ``--tolerance 1e-8``) is
+    written with ``precision`` significant digits instead (``1e-08``), so no number
+    reads as zero when it is not.
     """
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     text = f"{value:.{precision}f}"
-    if value != 0.0 and not text.strip("-0."):  # every digit zero: it would read as 0
-        return f"{value:.{max(precision, 1)}g}"
+    if not text.strip("-0."):  # every digit zero
+        if value != 0.0:  # it would read as 0
+            return f"{value:.{max(precision, 1)}g}"
+        return text.lstrip("-")
     return text
 
 
@@ -120,12 +124,14 @@ SMALL = 48
 
 
 def python_fixed(value: float, precision: int) -> str:
-    """One value as ``{:.<precision>f}``, with the reference's non-finite spellings."""
+    """One value as ``{:.<precision>f}``, with the reference's non-finite spellings, and
+    no sign on a value that rounds to zero (``-1e-17`` is ``0.000000``, not ``-0.000000``)."""
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "inf" if value > 0 else "-inf"
-    return f"{value:.{precision}f}"
+    text = f"{value:.{precision}f}"
+    return text[1:] if text[0] == "-" and not text.strip("-0.") else text
 
 
 def iter_fixed(values: Array, precision: int = 6, chunk: int = CHUNK) -> Iterator[str]:
@@ -171,7 +177,7 @@ def format_chunk(values: Array, precision: int) -> str:
     matrix[:, 2 + INT_DIGITS:-1] = digits[:, INT_DIGITS:] + ord("0")
     matrix[:, -1] = ord(",")
     keep = np.ones((values.size, width), dtype=bool)
-    keep[:, 0] = np.signbit(values)
+    keep[:, 0] = np.signbit(values) & (whole != 0)  # no sign on a value that rounds to 0
     # Leading integer zeros go, but the units digit always stays.
     leading = np.cumsum(digits[:, :INT_DIGITS - 1] != 0, axis=1) == 0
     keep[:, 1:INT_DIGITS] = ~leading

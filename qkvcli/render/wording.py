@@ -2,8 +2,9 @@
 
 Text, JSON and rich list the same ``name``, ``passed`` and ``detail`` for the chapter's
 checks, so they cannot drift: all three call :func:`check_rows`. Every verdict that no
-anchor fixes (attend, gradcheck, check, a failing report, the rich views) is worded by
-:func:`verdict`: ``verdict: PASS (8 of 8 checks passed)``.
+anchor fixes (attend, gradcheck, check, the batch summary, the rich views) is worded by
+:func:`verdict`: ``verdict: PASS (8 of 8 checks passed)``. The chapter's text and trace
+are the course's formats and carry none.
 """
 
 from __future__ import annotations
@@ -33,18 +34,25 @@ VERDICT = "verdict: "
 """How every verdict line starts; :func:`verdict_counts` ends it."""
 
 
-def verdict_counts(passed: int, total: int) -> str:
-    """``(7 of 8 checks passed)``: the end of every verdict line."""
-    return f"({passed} of {total} checks passed)"
+def verdict_counts(passed: int, total: int, *, unread: int = 0, fixtures: int = 0) -> str:
+    """``(7 of 8 checks passed)``: the end of every verdict line. A batch with ``unread``
+    of its ``fixtures`` unreadable says so first: ``(9 of 16 fixtures could not be read;
+    55 of 57 checks passed)`` (their checks never ran, so they are in neither count)."""
+    checks = f"{passed} of {total} checks passed"
+    if unread:
+        return f"({unread} of {fixtures} fixtures could not be read; {checks})"
+    return f"({checks})"
 
 
-def verdict(ok: bool, passed: int, total: int) -> str:
+def verdict(ok: bool, passed: int, total: int, *, unread: int = 0, fixtures: int = 0) -> str:
     """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (7 of 8 checks passed)``.
 
-    Takes whether the whole run passed and how many of how many counted checks passed;
+    Takes whether the whole run passed and how many of how many counted checks passed
+    (and, for a batch, how many of its fixtures could not be read: :func:`verdict_counts`);
     the rich views style the same words (:data:`VERDICT`, :func:`verdict_counts`).
     """
-    return f"{VERDICT}{'PASS' if ok else 'FAIL'} {verdict_counts(passed, total)}"
+    counts = verdict_counts(passed, total, unread=unread, fixtures=fixtures)
+    return f"{VERDICT}{'PASS' if ok else 'FAIL'} {counts}"
 
 
 def _forward(evidence: Evidence) -> str:
@@ -163,16 +171,10 @@ def check_rows(evidence: Evidence) -> tuple[Check, ...]:
 
 
 def failure_lines(evidence: Evidence) -> str:
-    """The lines a *failing* text report ends with: each failed check, then the verdict.
-
-    ``failed=gradcheck 23 of 24 coordinates ...`` then ``verdict: FAIL (7 of 8 checks
-    passed)``; a report saved to a file then says why without stderr. Empty when every
-    check passed (the passing report's bytes are the anchor's).
-    """
-    rows = check_rows(evidence)
-    failed = [check for check in rows if not check.passed]
-    if not failed:
-        return ""
-    lines = [f"failed={check.name} {check.detail}" for check in failed]
-    lines.append(verdict(False, len(rows) - len(failed), len(rows)))
-    return "\n".join(lines) + "\n"
+    """The lines a text report adds after the reference's: one per failed check,
+    ``failed=gradcheck 23 of 24 coordinates ...`` (a report saved to a file then says
+    why without stderr); empty when every check passed. The chapter's text report never
+    ends with a ``verdict:`` line, passing or not (the anchor fixes its bytes): its
+    verdict is the exit status, and ``qkv run`` names the failed checks on stderr."""
+    return "".join(f"failed={check.name} {check.detail}\n"
+                   for check in check_rows(evidence) if not check.passed)

@@ -37,9 +37,9 @@ from qkvcli.render.attend import (
 )
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, status
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, status, titled
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
+from qkvcli.render.rich.tables import add_number_column, cell, elision_note, grid, pick, shown
 from qkvcli.render.wording import VERDICT, verdict_counts
 
 FEWEST_COLUMNS = 3
@@ -119,17 +119,30 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
     ])
 
 
-def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
-    """The loss, then each gradient's shape, largest magnitude and norm, in the text's order."""
+SMALL_VALUES = 12
+"""A gradient of at most this many values is shown whole in the reverse table (a learner
+recomputes dQ, dK, dV of two tokens by hand); a larger one by its largest value and norm."""
+
+
+def _values_cell(values: Array, options: RichOptions) -> Text:
+    """``[v, v, ...]`` row-major, the values apart so a long list wraps between them."""
+    if values.size > SMALL_VALUES and not options.full:
+        return Text("")
+    return Text("[" + ", ".join(fmt_float(float(v), options.precision)
+                                for v in values.reshape(-1)) + "]")
+
+
+def _reverse_table(evidence: AttendEvidence, options: RichOptions, small: bool) -> Table:
+    """One row per gradient: shape, largest magnitude, norm, and (``small``) the values
+    of each gradient of at most :data:`SMALL_VALUES` values."""
     tensors = evidence.primary.tensors
-    table = Table(
-        title=f"reverse: L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}",
-        box=box.SIMPLE_HEAVY, title_justify="left",
-    )
+    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False)
     table.add_column("gradient", no_wrap=True)
     table.add_column("shape", no_wrap=True)
     add_number_column(table, "max |value|")
     add_number_column(table, "norm")
+    if small:
+        table.add_column("values", overflow="fold")
     for name in REVERSE:
         if name not in tensors:
             continue
@@ -140,25 +153,42 @@ def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Group:
         default, shown_name = (f(name, evidence.config) for f in (default_name, published_name))
         symbol = SYMBOLS.get(default, default)
         label = symbol if shown_name == default else f"{symbol} {shown_name}"
-        table.add_row(cell(label), cell(fmt_shape(values.shape)),
-                      cell(fmt_float(largest, options.precision)),
-                      cell(fmt_float(norm, options.precision)))
+        row = [cell(label), cell(fmt_shape(values.shape)),
+               cell(fmt_float(largest, options.precision)),
+               cell(fmt_float(norm, options.precision))]
+        table.add_row(*row, *([_values_cell(values, options)] if small else []))
+    return table
+
+
+def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Part:
+    """The loss, then each gradient's shape, largest magnitude and norm, in the text's
+    order, and its values when it is small (:data:`SMALL_VALUES`) and they fit, as a card."""
+    tensors = evidence.primary.tensors
+    small = options.full or any(
+        np.asarray(tensors[name]).size <= SMALL_VALUES for name in REVERSE if name in tensors)
+    tables = [_reverse_table(evidence, options, True)] if small else []
     rules = (f"{upstream_source(evidence)};", *REVERSE_RULES,
              "every value: -f text or -f json")
-    return Group(table, Flow([Text(rule, style="dim") for rule in rules], gap=1))
+    body = Group(
+        Text(f"L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}"),
+        Fitted([*tables, _reverse_table(evidence, options, False)]),
+        Flow([Text(rule, style="dim") for rule in rules], gap=1))
+    reverse = next(check.passed for check in evidence.checks if check.name == "reverse")
+    return Part(body, titled("Reverse pass", reverse))
 
 
 BAR_WIDTH = 10
-PRECISION = 4
-"""Decimals of the attention and the outputs unless the options ask for others."""
+PRECISION = 6
+"""Decimals of every value unless the options ask for others: the text view's, so that
+a small gradient (dW_Q ``0.000123``) is not shown as ``0.0001``."""
 SUM_PRECISION = 6
 
 
 def _attention_table(
-    evidence: AttendEvidence, batch: int, options: RichOptions, limit: int
+    evidence: AttendEvidence, batch: int, options: RichOptions, limit: int, bar: bool = True
 ) -> RenderableType:
-    """Rows are queries, columns keys (at most ``limit``), then the row sum and the largest
-    entry (the title keeps the published word, weights A)."""
+    """Rows are queries, columns keys (at most ``limit``), then the row sum and (``bar``)
+    the largest entry as a bar (the title keeps the published word, weights A)."""
     c = evidence.config
     attention = evidence.primary["attention"][batch]  # [T,T]
     keys = pick(c.tokens, limit, options.full)
@@ -170,19 +200,20 @@ def _attention_table(
     for j in keys:
         add_number_column(table, ellipsis if j is None else f"k t{j}")
     add_number_column(table, "sum")
-    table.add_column("largest", no_wrap=True)
+    if bar:
+        table.add_column("largest", no_wrap=True)
     for index in queries:
         if index is None:
-            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 3)))
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 2 + bar)))
             continue
         row = attention[index]
         largest = float(np.max(row)) if row.size else 0.0
         table.add_row(
             cell(f"t{index}"),
-            *(cell(ellipsis if j is None else f"{float(row[j]):.{options.precision}f}")
+            *(cell(ellipsis if j is None else fmt_float(float(row[j]), options.precision))
               for j in keys),
             cell(f"{float(np.sum(row)):.{SUM_PRECISION}f}"),
-            cell(options.bar(largest, BAR_WIDTH)),
+            *([cell(options.bar(largest, BAR_WIDTH))] if bar else []),
         )
     if shown(keys) == c.tokens and shown(queries) == c.tokens:
         return table
@@ -207,7 +238,7 @@ def _output_table(
         if index is None:
             table.add_row(cell(ellipsis), cell(ellipsis))
             continue
-        values = (ellipsis if f is None else f"{float(output[index, f]):.{options.precision}f}"
+        values = (ellipsis if f is None else fmt_float(float(output[index, f]), options.precision)
                   for f in features)
         table.add_row(cell(f"t{index}"), cell("[" + ", ".join(values) + "]"))
     if shown(features) == width and shown(queries) == tokens:
@@ -216,16 +247,11 @@ def _output_table(
                                      (shown(features), width)))
 
 
-def _checks_table(evidence: AttendEvidence) -> Table:
-    checks = Table(title="checks", box=box.SIMPLE_HEAVY, title_justify="left")
-    checks.add_column("check", no_wrap=True)
-    checks.add_column("verdict", no_wrap=True)
-    # Prose wraps at spaces; a word longer than the column folds, never ends in an ellipsis.
-    checks.add_column("evidence", overflow="fold")
-    for check in attend_checks(evidence):
-        verdict = Text("PASS", "green") if check.passed else Text("FAIL", "red")
-        checks.add_row(cell(check.name), verdict, cell(check.detail))
-    return checks
+def _checks_part(evidence: AttendEvidence) -> Part:
+    """Every check as run's Checks card: its PASS/FAIL word, name and evidence."""
+    rows = grid(*((status(check.passed), check.name, check.detail)
+                  for check in attend_checks(evidence)), nowrap=(0, 1))
+    return Part(rows, titled("Checks", evidence.passed))
 
 
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
@@ -260,14 +286,16 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         parts.append(heatmaps(evidence, options))
     for b in range(c.batch if c.heads is None else 0):
         parts.append(scores_row(evidence, b, options))
-        attention = Fitted([_attention_table(evidence, b, options, limit)
-                            for limit in column_limits(c.tokens, options)])
+        limits = column_limits(c.tokens, options)
+        # the narrowest layout drops the bar of the largest weight before any more keys
+        attention = Fitted([*(_attention_table(evidence, b, options, limit) for limit in limits),
+                            _attention_table(evidence, b, options, limits[-1], bar=False)])
         output = Fitted([_output_table(evidence, b, options, limit)
                          for limit in column_limits(c.d_v, options)])
         parts.append(Row([Part(attention, box=None), Part(output, box=None)],
                          gap=2, stack_expand=False, fill=False))
-    parts.append(reverse_summary(evidence, options))
-    parts.append(_checks_table(evidence))
+    parts.append(Row([reverse_summary(evidence, options)]))
+    parts.append(Row([_checks_part(evidence)]))
     for note in evidence.notes:
         parts.append(Row([Part(Text(note_text(note)), f"note: {note.code}", box.ROUNDED,
                                "yellow")]))

@@ -41,16 +41,46 @@ ANALOGY = (
 )
 
 
+def expect_marks(evidence: Evidence, name: str) -> frozenset[tuple[int, ...]]:
+    """The coordinates of ``name`` (an ``expect`` key: ``query``, ``input_gradient``...)
+    whose value differs from the fixture's ``expect``: marked in the figure."""
+    if evidence.expect is None:
+        return frozenset()
+    return frozenset(m.coordinate for m in evidence.expect.mismatches if m.name == name)
+
+
+def _upstream_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
+    """U_Q, U_K, U_V: the upstream gradients dL/dQ, dL/dK, dL/dV the reverse pass starts
+    from, what a learner needs to recompute dX and each dW by hand."""
+    p = evidence.primary
+    tables = [
+        Part(Group(*batched_tables(upstream, f"U_{LETTERS[role]}", ROLE_BOXES[role], options,
+                                   ROLE_STYLES[role], summaries=summaries)), box=None)
+        for role, upstream in zip(ROLES, (p.grad_query, p.grad_key, p.grad_value), strict=True)
+    ]
+    body = lines(
+        Text("U = dL/dQ, dL/dK, dL/dV: the fixture's upstream gradients, where the reverse "
+             "pass starts (dQ = U_Q, dK = U_K, dV = U_V)."),
+        Row(tables, gap=3, stack_expand=False, fill=False),
+    )
+    return Part(body, titled("Upstream gradients"))
+
+
 def _input_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     p = evidence.primary
     t = options.symbols.transpose
+    loss = Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
+                f"{fmt_float(p.loss, options.precision)}")
+    if expect_marks(evidence, "loss"):
+        loss.append(f" {options.symbols.mark} differs from the fixture's expect",
+                    style="bold reverse")
     body = lines(
         Text(f"dX = dQ W_Q{t} + dK W_K{t} + dV W_V{t}"),
         Text(f"All three paths add into the shared input; shape(dX) = "
              f"{fmt_shape(p.grad_input.shape)}.", style="dim"),
-        Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
-             f"{fmt_float(p.loss, options.precision)}"),
-        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False, summaries=summaries),
+        loss,
+        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False, summaries=summaries,
+                        marks=expect_marks(evidence, "input_gradient")),
     )
     return Part(body, titled("Combined input gradient", evidence.reverse_ok))
 
@@ -72,7 +102,9 @@ def _weight_gradient_part(evidence: Evidence, options: RichOptions, summaries: S
         tables.append(Part(
             Group(matrix_table(grad, f"dW_{letter}", "", ROLE_BOXES[role], options,
                                ("d_model rows", "d_head columns"), ROLE_STYLES[role],
-                               summaries=summaries), caption),
+                               summaries=summaries,
+                               marks=expect_marks(evidence, f"{role}_weight_gradient")),
+                  caption),
             box=None,
         ))
     body = lines(
@@ -214,6 +246,7 @@ def evidence_cards(
     ``summaries`` gives a large tensor's summary (the figure passes those it computed ahead).
     """
     return [
+        Row([_upstream_part(evidence, options, summaries)]),
         Row([_input_gradient_part(evidence, options, summaries), _independence_part(evidence)]),
         Row([_weight_gradient_part(evidence, options, summaries)]),
         Row([_shapes_part(evidence, options), _numerical_part(evidence, options)]),

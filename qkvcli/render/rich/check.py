@@ -8,7 +8,7 @@ from rich.text import Text
 from qkvcli.check.result import CheckResult
 from qkvcli.core.results import FamilyCheck
 from qkvcli.render.check import counted, family_detail, word
-from qkvcli.render.rich.layout import Part, Row, lines, status
+from qkvcli.render.rich.layout import Foldable, Part, Row, lines, status
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
 from qkvcli.render.wording import VERDICT, verdict_counts
@@ -29,13 +29,16 @@ def _title(check: FamilyCheck) -> Text:
 def _card(check: FamilyCheck, result: CheckResult, options: RichOptions) -> Part:
     failures = [f for f in result.failures if f.family == check.name and f.fixture is not None]
     shown = failures if options.full else failures[:SHOWN_FAILURES]
-    rows = [(options.safe(f.fixture or ""), options.safe(f.coordinate or "")) for f in shown]
+    # fixture and coordinate on one line that breaks between them, never inside a name:
+    # two unbreakable columns side by side made a card 42 columns wide
+    rows = [(Text.assemble((options.safe(f.fixture or ""), "dim"), " ",
+                           options.safe(f.coordinate or "")),) for f in shown]
     more = len(failures) - len(shown)
     body = lines(
         Text(options.safe(family_detail(check)),
              style="" if check.passed or check.outcome == "not-run" else "red"),
         Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
-        grid(*rows, nowrap=(0, 1), dim=(0,)) if len(failures) > 1 else None,
+        grid(*rows) if len(failures) > 1 else None,
         Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None,
     )
     return Part(body, _title(check))
@@ -56,5 +59,5 @@ def render_check_rich(result: CheckResult,
     if result.stderr and not result.passed:
         stderr = Text("program stderr:\n", style="bold")
         stderr.append(options.safe(result.stderr.rstrip()), style="dim")
-        return Group(header, *rows, stderr, line)
-    return Group(header, *rows, line)
+        return Group(Foldable(header), *rows, stderr, line)
+    return Group(Foldable(header), *rows, line)

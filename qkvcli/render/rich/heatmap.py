@@ -3,11 +3,13 @@
 Above them, one line names the layer: its heads, ``d_k`` and ``d_v``, the K/V heads and
 RoPE (when the evidence carries them) and the output projection with ``e_out``.
 
-Shading is per row: a cell's level is its weight against the largest weight of its
-query row, in quarters (:func:`level`), so a row's peak is always darkest at any ``T``
-(fixed steps of 0.25 left every cell of a long row at the lowest level). The glyph
-carries the same scale as the colour, so the map reads without colour (``NO_COLOR``, a
-pipe) too; a legend names the levels.
+Shading is absolute by default: a cell's level is its weight in quarters of 1
+(:func:`level`), so a near-uniform row (every weight about 1/T) stays light and only a
+weight above 0.75 gets the darkest glyph. ``--shading row`` (:attr:`RichOptions.shading`)
+shades each weight against the largest of its query row instead, so a row's peak is
+darkest at any ``T`` (where absolute shading leaves a long row at the lowest level). The
+glyph carries the same scale as the colour, so the map reads without colour
+(``NO_COLOR``, a pipe) too; a legend names the levels and the scale.
 
 Up to :data:`NUMBERS_UP_TO` tokens each cell also shows the weight at ``--precision``
 decimals, every key first and fewer only when they do not fit (elided with a note,
@@ -30,6 +32,7 @@ from rich.text import Text
 from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import published_name
+from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.layout import Fitted, Part, Row
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
@@ -46,8 +49,8 @@ GRID_ROWS = 24
 
 
 def level(weight: float, scale: float = 1.0) -> int:
-    """The shading level of ``weight`` against ``scale`` (its row's largest): 0 for exactly
-    0 (a masked key), else 1 to 4 by quarters of ``scale``."""
+    """The shading level of ``weight`` against ``scale`` (1, or its row's largest with
+    ``row`` shading): 0 for exactly 0 (a masked key), else 1 to 4 by quarters of ``scale``."""
     if not weight > 0.0:
         return 0
     if not scale > 0.0:
@@ -55,11 +58,20 @@ def level(weight: float, scale: float = 1.0) -> int:
     return min(4, max(1, math.ceil(4.0 * weight / scale)))
 
 
+def scale_of(row: Array, options: RichOptions) -> float:
+    """What a row's weights are shaded against: 1, or the row's largest (``row``)."""
+    if options.shading != "row":
+        return 1.0
+    return float(np.max(row)) if row.size else 0.0
+
+
 def legend(options: RichOptions) -> Text:
     """The glyphs and colours of the five levels, as one line."""
     shades = ASCII_SHADES if options.ascii else SHADES
     ranges = ("0", "(0,0.25]", "(0.25,0.5]", "(0.5,0.75]", "(0.75,1]")
-    text = Text("weights, against the largest of their row:\n")
+    against = ("the largest of their row" if options.shading == "row"
+               else "1 (--shading row: the largest of their row)")
+    text = Text(f"weights, against {against}:\n")
     for i, (shade, label) in enumerate(zip(shades, ranges, strict=True)):
         text.append(f" {shade} ", style=COLOURS[i] or None)
         text.append(f" {label}  ")
@@ -105,7 +117,7 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
             table.add_row(cell(options.symbols.ellipsis), *(cell("") for _ in keys))
             continue
         row: list[Text] = [cell(str(query))]
-        largest = float(np.max(attention[query])) if tokens else 0.0
+        largest = scale_of(attention[query], options)
         for key in keys:
             if key is None:
                 row.append(cell(options.symbols.ellipsis))
@@ -113,7 +125,7 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
             value = float(attention[query, key])
             shade = level(value, largest)
             # glyph and number form one word, so the table measures it whole and never folds it
-            row.append(Text(f"{shades[shade]}{value:.{options.precision}f}",
+            row.append(Text(f"{shades[shade]}{fmt_float(value, options.precision)}",
                             style=COLOURS[shade] or ""))
         table.add_row(*row)
     if shown(keys) == tokens and shown(queries) == tokens:
@@ -158,7 +170,7 @@ def head_grid(evidence: AttendEvidence, batch: int, head: int, options: RichOpti
     table.add_column(no_wrap=True)
     for (start, _), values in zip(query_blocks, grid, strict=True):
         line = Text()
-        largest = float(values.max()) if values.size else 0.0
+        largest = scale_of(values, options)
         for value in values:
             shade = level(float(value), largest)
             line.append(shades[shade], style=COLOURS[shade] or None)
@@ -206,6 +218,6 @@ def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
     if not ((options.full and c.tokens <= NUMBERS_UP_TO * 4) or c.tokens <= NUMBERS_UP_TO):
         parts.append(Text("each cell: the largest weight of its block of queries x keys "
                           "(equal blocks, floor(i T / n) boundaries; row label: the block's "
-                          "first query), shaded against the largest of its block row",
+                          "first query), shaded as the legend says",
                           style="dim"))
     return Group(*parts)

@@ -149,6 +149,26 @@ class Fitted:
         return Measurement(narrowest.minimum, max(narrowest.maximum, widest.maximum))
 
 
+class Foldable:
+    """Text that may fold inside a long word (a path, a module name), so that it never
+    makes a view wider than :data:`FOLD_AT` columns; numbers are never given to it."""
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+        self.text.overflow = "fold"
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.text
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        found = Measurement.get(console, options, self.text)
+        return Measurement(min(found.minimum, FOLD_AT), found.maximum)
+
+
+FOLD_AT = 20
+"""The widest a :class:`Foldable` text asks a view to be before folding a word."""
+
+
 class Flow:
     """Items on one line, wrapped only *between* items: a legend entry never splits.
 

@@ -41,7 +41,9 @@ class RichOptions(Record):
     ``max_rows`` rows, ``max_columns`` columns and ``max_batches`` batch items (and a
     gradient check at most ``max_checks`` rows per tensor), the rest replaced by an
     ellipsis and a note. ``ascii`` spells every glyph in ASCII (the CLI
-    sets it when the output stream cannot encode Unicode).
+    sets it when the output stream cannot encode Unicode). ``shading`` is how a heat map
+    shades a weight: ``absolute`` (against 1: a near-uniform row stays light) or ``row``
+    (against the largest weight of its query row: a row's peak is darkest at any length).
     """
 
     precision: int = 6
@@ -51,6 +53,8 @@ class RichOptions(Record):
     max_columns: int = 6
     max_batches: int = 2
     max_checks: int = 12
+    shading: str = "absolute"
+
     @property
     def symbols(self) -> Symbols:
         """The glyphs this view spells: ASCII when ``ascii``, else Unicode."""

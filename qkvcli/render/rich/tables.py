@@ -7,8 +7,9 @@ elided with a note, unless ``--full``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
+import numpy as np
 from rich.box import Box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
@@ -16,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_shape, format_chunk
+from qkvcli.render.rich.grid import GRID_FROM_CELLS, NumberGrid
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
 
@@ -25,13 +27,30 @@ Summarise = Callable[[Array], TensorSummary]
 """How a view gets a tensor's summary: :func:`summarise`, or summaries computed ahead."""
 
 
-def pick(count: int, limit: int, full: bool) -> list[int | None]:
-    """Indices to show out of ``count``: all, or a head and a tail around one ``None`` gap."""
+def pick(count: int, limit: int, full: bool,
+         keep: Iterable[int] = ()) -> list[int | None]:
+    """Indices to show out of ``count``: all, or a head and a tail around ``None`` gaps,
+    with each index of ``keep`` (a marked value) shown too."""
     if full or count <= limit:
         return list(range(count))
     head = max(1, limit // 2)
     tail = max(1, limit - head - 1)
-    return [*range(head), None, *range(count - tail, count)]
+    wanted = sorted({*range(head), *range(count - tail, count),
+                     *(index for index in keep if 0 <= index < count)})
+    picked: list[int | None] = []
+    for index in wanted:
+        if picked and picked[-1] is not None and index != picked[-1] + 1:
+            picked.append(None)
+        picked.append(index)
+    return picked
+
+
+def _number(value: float, marked: bool, options: RichOptions) -> Text:
+    """A value's cell; a marked one in reverse video with the mark glyph after it."""
+    text = fmt_float(value, options.precision)
+    if not marked:
+        return Text(text)
+    return Text(f"{text} {options.symbols.mark}", style="bold reverse")
 
 
 def shown(indices: Sequence[int | None]) -> int:
@@ -97,25 +116,41 @@ def matrix_table(
     edge: bool = True,
     summary: bool = True,
     summaries: Summarise = summarise,
+    marks: Collection[tuple[int, ...]] = (),
 ) -> RenderableType:
     """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``.
 
     Elided rows and columns become an ellipsis, and a note under the table says how many
     are shown and how to see them all; a large matrix also gets its :func:`summary_note`
     (unless ``summary`` is false: a slice of a larger tensor, summarised whole instead).
+    Each ``(row, column)`` of ``marks`` (a value that differs from the fixture's
+    ``expect``) is shown even when elision would hide it, in reverse video and followed
+    by the mark glyph, so it reads without colour too, and a note says what the mark means.
     """
     rows, cols = (int(n) for n in matrix.shape)
-    row_pick = pick(rows, options.max_rows, options.full)
-    col_pick = pick(cols, options.max_columns, options.full)
+    row_pick = pick(rows, options.max_rows, options.full, [mark[0] for mark in marks])
+    col_pick = pick(cols, options.max_columns, options.full, [mark[1] for mark in marks])
     ellipsis = options.symbols.ellipsis
     note: Text | None = None
     if shown(row_pick) < rows or shown(col_pick) < cols:
         note = elision_note(what, (shown(row_pick), rows), (shown(col_pick), cols))
+    whole = summary_note(matrix, corner, options, summaries) if summary else None
+    marked = (Text(f"{options.symbols.mark} differs from the fixture's expect (the Checks "
+                   "card says by how much)", style="bold") if marks else None)
+    notes = [n for n in (note, whole, marked) if n is not None]
+    if (len(row_pick) + 1) * (len(col_pick) + 1) > GRID_FROM_CELLS:
+        grid = _number_grid(matrix, corner, row_label, box, options, row_pick, col_pick,
+                            border_style, edge, marks)
+        return Group(grid, *notes) if notes else grid
     table = Table(
         box=box, border_style=border_style,
         header_style="bold", show_edge=edge,
     )
-    table.add_column(cell(options.safe(corner)), justify="left", no_wrap=True, style="dim")
+    # min_width: a no_wrap header still measures as its longest word ("U_Q" of "U_Q b=0"),
+    # so a row of tables would be laid out too narrow and fold the numbers
+    corner_text = cell(options.safe(corner))
+    table.add_column(corner_text, justify="left", no_wrap=True, style="dim",
+                     min_width=corner_text.cell_len)
     for col in col_pick:
         add_number_column(table, ellipsis if col is None else str(col))
     for row in row_pick:
@@ -124,13 +159,51 @@ def matrix_table(
             continue
         table.add_row(
             cell(f"{row_label}{row}"),
-            *(cell(ellipsis if col is None
-                   else fmt_float(float(matrix[row, col]), options.precision))
+            *(cell(ellipsis) if col is None
+              else _number(float(matrix[row, col]), (row, col) in marks, options)
               for col in col_pick),
         )
-    whole = summary_note(matrix, corner, options, summaries) if summary else None
-    notes = [n for n in (note, whole) if n is not None]
     return Group(table, *notes) if notes else table
+
+
+def _spelled(values: Array, precision: int) -> list[str]:
+    """:func:`fmt_float` of each of ``values``, the fixed spellings made for the whole row
+    at once (:func:`~qkvcli.render.numbers.format_chunk`)."""
+    spelled = format_chunk(np.ascontiguousarray(values, dtype=np.float64), precision).split(",")
+    # fmt_float differs from the fixed spelling only where that reads as zero
+    return [fmt_float(float(value), precision) if not text.strip("-0.") else text
+            for value, text in zip(values.tolist(), spelled, strict=True)]
+
+
+def _number_grid(
+    matrix: Array, corner: str, row_label: str, box: Box, options: RichOptions,
+    row_pick: Sequence[int | None], col_pick: Sequence[int | None],
+    border_style: str | None, edge: bool, marks: Collection[tuple[int, ...]],
+) -> NumberGrid:
+    """The same table as :func:`matrix_table`'s, drawn by :class:`NumberGrid` (large)."""
+    ellipsis = options.symbols.ellipsis
+    header = [options.safe(corner), *(ellipsis if col is None else str(col)
+                                       for col in col_pick)]
+    rows: list[list[str]] = []
+    marked: set[tuple[int, int]] = set()
+    columns = [col for col in col_pick if col is not None]
+    for row in row_pick:
+        if row is None:
+            rows.append([ellipsis] * (len(col_pick) + 1))
+            continue
+        values = iter(_spelled(matrix[row, columns], options.precision))
+        cells = [f"{row_label}{row}"]
+        for index, col in enumerate(col_pick):
+            if col is None:
+                cells.append(ellipsis)
+                continue
+            text = next(values)
+            if (row, col) in marks:
+                marked.add((len(rows), index))
+                text = f"{text} {options.symbols.mark}"
+            cells.append(text)
+        rows.append(cells)
+    return NumberGrid(header, rows, box, border_style, edge, marked=frozenset(marked))
 
 
 def batched_tables(
@@ -141,13 +214,15 @@ def batched_tables(
     border_style: str | None = None,
     edge: bool = True,
     summaries: Summarise = summarise,
+    marks: Collection[tuple[int, ...]] = (),
 ) -> list[RenderableType]:
-    """One ``[t, feature]`` table per batch item of a ``[batch, tokens, width]`` tensor."""
+    """One ``[t, feature]`` table per batch item of a ``[batch, tokens, width]`` tensor;
+    ``marks`` are ``(batch, token, feature)`` coordinates to mark (:func:`matrix_table`)."""
     batch, tokens, _width = (int(n) for n in tensor.shape)
     if batch == 0 or tokens == 0:
         return [Text(f"{name}: no values (shape {fmt_shape(tensor.shape)})", style="dim")]
     out: list[RenderableType] = []
-    batch_pick = pick(batch, options.max_batches, options.full)
+    batch_pick = pick(batch, options.max_batches, options.full, [mark[0] for mark in marks])
     for item in batch_pick:
         if item is None:
             hidden = batch - shown(batch_pick)
@@ -158,6 +233,7 @@ def batched_tables(
         out.append(matrix_table(
             tensor[item], f"{name} b={item}", "t", box, options, ("tokens", "features"),
             border_style, edge, summary=False,
+            marks={mark[1:] for mark in marks if mark[0] == item},
         ))
     whole = summary_note(tensor, name, options, summaries)
     if whole is not None:

@@ -24,7 +24,7 @@ from qkvcli.render.rich.boxes import (
     ROLE_STYLES,
     ROLES,
 )
-from qkvcli.render.rich.cards import evidence_cards, verdict_line
+from qkvcli.render.rich.cards import evidence_cards, expect_marks, verdict_line
 from qkvcli.render.rich.layout import Flow, Part, Row, lines, titled
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Summarise, batched_tables, matrix_table, pairs
@@ -93,7 +93,8 @@ def _branch_part(
                               ("d_model rows", "d_head columns"), style, summaries=summaries),
                  box=None),
             Part(Group(*batched_tables(output, letter, box, options, style,
-                                       summaries=summaries)), box=None),
+                                       summaries=summaries,
+                                       marks=expect_marks(evidence, role))), box=None),
         ], gap=2, stack_expand=False, fill=False),
     )
     title = titled(f"{role.capitalize()} projection ({BORDER_WORDS[role]})")
