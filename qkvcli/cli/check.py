@@ -86,10 +86,11 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded), the precision
-    fixture, then ``count`` random ones."""
+    """The chapter fixture, each given fixture (directories expanded), the precision and
+    contrast fixtures, then ``count`` random ones."""
     from qkvcli.check.cases import (
         chapter_case,
+        contrast_case,
         fixture_case,
         overflowing,
         precision_case,
@@ -106,6 +107,7 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
             raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
                              "compares finite results only (the protocol carries no infinity)")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
+            contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
 
 

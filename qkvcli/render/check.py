@@ -160,15 +160,32 @@ def _point(where: str, analytic: float, numerical: float, error: float, note: st
 SLIP_WORDS = {
     "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
     "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
+    "by-root-d_model": "scores are divided by sqrt(d_model) instead of sqrt(d_k)",
+    "transposed-scores": "scores are K Q^T instead of Q K^T (S transposed)",
     "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
     "hides-past": ("the causal mask hides the earlier positions instead of the later ones: "
                    "each position sees itself and the future"),
     "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
     "no-mask": "causal=true is ignored: later positions are seen",
     "always-mask": "the mask is applied with causal=false too",
+    "query-axis": ("the softmax is taken over the query axis (each key's column sums to 1) "
+                   "instead of over each query's row"),
+    "global-max": ("the softmax subtracts the maximum of the whole tensor, not of each row: "
+                   "rows far below it lose their precision or underflow"),
+    "unstable": "the softmax does not subtract the row maximum before exp",
     "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "rowsum-axis": ("the softmax backward takes its row sum over the query axis "
+                    "(sum(dA * A) over i instead of over j)"),
+    "elementwise": ("the softmax backward keeps only the Jacobian's diagonal: dZ = A (1 - A) dA "
+                    "instead of A * (dA - rowsum(dA * A))"),
     "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
     "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
+    "ignores-mask": ("the backward ignores the causal mask: its gradients are exactly the "
+                     "unmasked head's"),
+    "first-item": ("the weight gradients come from the first batch item alone, not summed "
+                   "over the batch"),
+    "last-item": ("the weight gradients come from the last batch item alone (each item "
+                  "overwrites the last), not summed over the batch"),
     "unscaled-weights": "weights are the softmax of the unscaled scores Q K^T",
     "not-scaled": "scores are not Q K^T / sqrt(d_k)",
     "mask-moves-scores": "scores with causal=true are not the scores before the mask",
@@ -176,6 +193,22 @@ SLIP_WORDS = {
 """The words of each head slip the head families name (the codes of
 :data:`~qkvcli.check.diagnose.FORWARD_BUGS`, ``BACKWARD_BUGS``, and the scaling's
 and mask's own)."""
+
+
+def _slips(slips: tuple[str, ...]) -> str:
+    """One slip's words; several that the fixture cannot tell apart, each, as either."""
+    if len(slips) == 1:
+        return SLIP_WORDS[slips[0]]
+    return ("on this fixture, either " + "; or ".join(SLIP_WORDS[slip] for slip in slips)
+            + " (the same numbers here)")
+
+
+def _mask_positions(slips: tuple[str, ...], positions: tuple[Clause, ...]) -> str:
+    said = "; ".join(map(say, positions))
+    if not slips:
+        return f"the mask {said}"
+    return _slips(slips) + (f": the mask {said}" if said else "")
+
 
 OVERFLOW = ("large scores (up to {0:.3g}) overflow: the softmax does not subtract the row "
             "maximum before exp")
@@ -211,8 +244,17 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "point-on": "{0} {1}",
     "gradcheck-worst": "worst {0} > tolerance {1!r}",
     "check-call-failed": "{0} failed during the check: {1}",
-    "slip": lambda slip: SLIP_WORDS[slip],
-    "slip-differs": lambda slip, mismatch: f"{SLIP_WORDS[slip]}: {mismatch}",
+    "slip": _slips,
+    "slip-differs": lambda slips, mismatch: f"{_slips(slips)}: {mismatch}",
+    "mask-positions": _mask_positions,
+    "hides-earlier": "hides earlier positions (weights{0} = 0: query {1} cannot see key {2})",
+    "hides-diagonal": "hides the diagonal (weights{0} = 0: query {1} cannot see itself)",
+    "hides-later": ("hides later positions with causal=false (weights{0} = 0: query {1} "
+                    "cannot see key {2})"),
+    "leaks-future": ("leaks future positions (weights{0} = {3!r}: query {1} sees the later "
+                     "key {2})"),
+    "masked-after-softmax": ("masks after the softmax (exactly the later keys get 0, but row "
+                             "{0} sums to {1!r}, not 1)"),
     "mask-differs": ("causal=true results are not the softmax of the scores with the later "
                      "positions hidden: {0}"),
     "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
