@@ -452,40 +452,43 @@ BROKEN_HEADS = {
     "raises": ([("    if x.ndim", "    if causal:\n        raise NotImplementedError("
                  "\"causal masking\")\n    if x.ndim")],
                "head-forward    FAIL  chapter causal: head_forward rejected a valid input "
-               "[1,2,3]: NotImplementedError: causal masking (and 3 more fixtures)",
+               "[1,2,3]: NotImplementedError: causal masking (and 4 more fixtures)",
                ("head-forward", "precision[1,3,4->2] causal",
                 RAISES.format("NotImplementedError: causal masking", "1,3,4")),
                "head-replay     SKIP  chapter: not run: its head_forward failed (see "
-               "head-forward) (and 3 more fixtures)"),
+               "head-forward) (and 4 more fixtures)"),
     "nan": ([("k=1)", "k=0)")],  # the diagonal hidden too, with -inf: row 0 is NaN
             "head-forward    FAIL  chapter causal: head_forward's weights holds NaN or "
-            "infinity (and 2 more fixtures)",
+            "infinity (and 3 more fixtures)",
             ("head-forward", "random-1[2,3,5->3] causal",
              "head_forward's weights holds NaN or infinity"),
             "mask            SKIP  chapter causal: not run: its head_forward failed (see "
-            "head-forward) (and 2 more fixtures)"),
+            "head-forward) (and 3 more fixtures)"),
     "keepdims": ([FORGETS_KEEPDIMS],
-                 # 4 fixtures, each failing in both modes: 3 more fixtures, not 7 more runs
-                 "head-forward    FAIL  chapter non-causal: weights[0,0,1] = 0.9991513950372889, "
-                 "expected 0.9858339641233116 (scaled error 0.0133 > 1e-09) (and 3 more "
-                 "fixtures)",
+                 # 5 fixtures, each failing in both modes: 4 more fixtures, not 9 more runs;
+                 # the chapter's scores are symmetric, where dividing by row j's sum in
+                 # column j is the softmax over the query axis
+                 "head-forward    FAIL  chapter non-causal: the softmax is taken over the "
+                 "query axis (each key's column sums to 1) instead of over each query's row: "
+                 "weights[0,0,1] = 0.9991513950372889, expected 0.9858339641233116 (scaled "
+                 "error 0.0133 > 1e-09) (and 4 more fixtures)",
                  ("head-forward", "random-1[2,3,5->3] non-causal",
                   RAISES.format(_numpy_says((2, 3, 3), (2, 3)), "2,3,5")),
-                 "head-replay     SKIP  random-1[2,3,5->3]: not run: its head_forward failed "
-                 "(see head-forward) (and 1 more fixture)"),
+                 "head-replay     SKIP  contrast[2,4,5->3]: not run: its head_forward failed "
+                 "(see head-forward) (and 2 more fixtures)"),
     "float32-empty-batch": ([FLOAT32, GLOBAL_MAX], None,
                             ("head-forward", "random-2[0,3,4->2] causal",
                              RAISES.format("ValueError: zero-size array to reduction operation "
                                            "maximum which has no identity", "0,3,4")),
-                            "head-replay     SKIP  random-2[0,3,4->2]: not run: its "
-                            "head_forward failed (see head-forward)"),
+                            "head-replay     SKIP  contrast[2,4,5->3]: not run: its "
+                            "head_forward failed (see head-forward) (and 1 more fixture)"),
     "command-error": (None,
                       "head-forward    FAIL  chapter causal: head_forward rejected a valid "
-                      "input [1,2,3]: causal heads are not supported (and 3 more fixtures)",
+                      "input [1,2,3]: causal heads are not supported (and 4 more fixtures)",
                       ("head-forward", "random-2[0,3,4->2] causal",
                        RAISES.format("causal heads are not supported", "0,3,4")),
                       "head-replay     SKIP  chapter: not run: its head_forward failed (see "
-                      "head-forward) (and 3 more fixtures)"),
+                      "head-forward) (and 4 more fixtures)"),
 }
 """Each head: its edits of :data:`HEAD` (``None``: the --command program), the head-forward
 line when it is the failure's, one failure (family, fixture, detail) and a family not run."""

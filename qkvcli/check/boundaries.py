@@ -44,13 +44,13 @@ def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     tokens; a head's one token too): the first failing probe of each fixture."""
     failures = []
     backward = session.offers(kind.backward)
-    for case in session.cases:
+    for case in session.cases_of(kind):
         for probe in kind.probes(case):
             found = _probe(session, kind, kind.run(case), probe, backward)
             if found is not None:
                 failures.append(found)
                 break
-    return judge(kind.family("shapes"), failures, len(session.cases),
+    return judge(kind.family("shapes"), failures, len(session.cases_of(kind)),
                  backward=backward), failures
 
 
@@ -60,7 +60,7 @@ def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     family = kind.family("errors")
     failures = []
     backward = session.offers(kind.backward)
-    for case in session.cases:
+    for case in session.cases_of(kind):
         mode = kind.run(case).mode
         accepted: list[Request] = []
         for request, x, weights, upstream in kind.requests(case, backward):
@@ -77,4 +77,4 @@ def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
         if accepted:
             failures.append(Failure(family, case.label, accepted[0][0], code="accepted",
                                     facts=tuple(accepted)))
-    return judge(family, failures, len(session.cases), backward=backward), failures
+    return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures

@@ -45,6 +45,7 @@ class Case(Record):
     step: float
     tolerance: float
     samples: int | None = DEFAULT_SAMPLES
+    heads_only: bool = False  # a probe of a head's slips (contrast), not of the projections
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -142,7 +143,7 @@ def contrast_case(step: float, tolerance: float) -> Case:
     x[1] = CONTRAST_SCALE * np.eye(tokens, CONTRAST_SHAPE[2]) + 0.001 * x[1]
     w_key[:tokens, 0] = 1.5 + 0.002 * w_key[:tokens, 0]
     w_query[2:4, :] = CONTRAST_QUERIES
-    return case
+    return case._replace(heads_only=True)
 
 
 def random_cases(count: int, seed: int, step: float, tolerance: float) -> list[Case]:

@@ -59,7 +59,7 @@ def _first_results(session: Session, kind: Kind, family: str, causal: bool,
     others did not run: the call failed, or its results are right but for their precision
     (said by head-forward; at the tolerance they cannot show the family's claim)."""
     found, skipped = [], []
-    for run in (_in_mode(kind, case, causal) for case in session.cases if wanted(case)):
+    for run in (_in_mode(kind, case, causal) for case in session.cases_of(kind) if wanted(case)):
         got = session.first(kind, run)
         if isinstance(got, CallFailed):
             skipped.append(not_run_after(family, run.label, got))

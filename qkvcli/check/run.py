@@ -90,9 +90,10 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
             progress(current["family"], current["done"], total[0], calls)
 
     session = Session(implementation, cases, tolerance, on_call)
+    kinds = [kind for kind in (PROJECTIONS, HEAD) if session.offers(kind.forward)]
     order = [(name, partial(family, session, kind))
              for kind, families in ((PROJECTIONS, COMPUTE_ORDER), (HEAD, HEAD_ORDER))
-             if session.offers(kind.forward) for name, family in families]
+             if kind in kinds for name, family in families]
     total[0] = len(order)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
     for done, (name, family) in enumerate(order):
@@ -117,7 +118,8 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     ordered = [found[name] for name in names]
     return CheckResult(
         implementation=implementation.label,
-        fixtures=tuple(case.label for case in cases),
+        fixtures=tuple(case.label for case in cases
+                       if any(kind.takes(case) for kind in kinds)),
         checks=tuple(check for check, _ in ordered),
         # A family that could not run on a fixture found nothing there: not a failure.
         failures=tuple(failure for _, failures in ordered for failure in failures

@@ -62,9 +62,13 @@ class Session:
         """Whether the implementation has ``operation`` (``backward``, ``head_backward``...)."""
         return operation in self.implementation.operations
 
+    def cases_of(self, kind: Kind) -> list[Case]:
+        """The fixtures the kind's families run on (a head's include the contrast one)."""
+        return [case for case in self.cases if kind.takes(case)]
+
     def runs(self, kind: Kind) -> list[Run]:
-        """Every fixture in each of the kind's modes."""
-        return [run for case in self.cases for run in kind.runs(case)]
+        """Every fixture of the kind in each of its modes."""
+        return [run for case in self.cases_of(kind) for run in kind.runs(case)]
 
     # --- calls with fresh copies --------------------------------------------------------
 

@@ -63,5 +63,5 @@ def _check_values(session: Session, kind: Kind,
             explain = kind.explain_backward if backward else kind.explain_forward
             why = explain(run, got, expected, index, mismatch, session.tolerance)
         failures.append(found_at(family, run.label, where, why))
-    return judge(family, failures, len(session.cases), session.tolerance,
+    return judge(family, failures, len(session.cases_of(kind)), session.tolerance,
                  fixture_of=fixtures_of(runs)), failures

@@ -213,7 +213,8 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
         folder.mkdir(exist_ok=True)
     except OSError as error:
         raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
-    for number, case in enumerate(cases, 1):
+    checked = [case for case in cases if case.label in result.fixtures]
+    for number, case in enumerate(checked, 1):
         if case.label not in failing:
             continue
         name = _file_name(number, case.label)
