@@ -123,3 +123,26 @@ def test_a_command_program_with_a_slip_is_named_as_a_module_is(slip: str) -> Non
     checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
     assert checks["protocol"]["passed"]
     assert not checks[family]["passed"] and words in checks[family]["detail"]
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
+WRONG_EXAMPLES = [
+    ("wrong_head_query_axis.py", "softmax", SLIP_WORDS["query-axis"]),
+    ("wrong_head_global_max.py", "softmax", SLIP_WORDS["global-max"]),
+    ("wrong_head_ignores_mask.py", "head-reverse", SLIP_WORDS["ignores-mask"]),
+    ("wrong_head_first_item.py", "head-reverse", SLIP_WORDS["first-item"]),
+]
+
+
+@pytest.mark.parametrize(("example", "family", "named"), WRONG_EXAMPLES,
+                         ids=[row[0][len("wrong_head_"):-3] for row in WRONG_EXAMPLES])
+def test_each_wrong_head_example_fails_its_family_naming_the_slip(
+    cases: list[Case], example: str, family: str, named: str,
+) -> None:
+    from qkvcli.check.target import start_python
+
+    with start_python(str(EXAMPLES / example), 30.0) as child:  # each sets numpy_head.BUG
+        result = run_checks(child, cases, 1e-9)
+    checks = {check.name: check for check in result.checks}
+    assert checks[family].outcome == "failed"
+    assert named in family_detail(checks[family])
