@@ -146,3 +146,24 @@ def test_each_wrong_head_example_fails_its_family_naming_the_slip(
     checks = {check.name: check for check in result.checks}
     assert checks[family].outcome == "failed"
     assert named in family_detail(checks[family])
+
+
+def test_a_slip_is_named_only_where_it_fits_every_wrong_fixture(cases: list[Case]) -> None:
+    """A softmax without keepdims divides row j's sum into column j: on the chapter's
+    symmetric scores that is the softmax over the query axis, on no other fixture; it
+    fails with its numbers, and the rows that do not sum to 1, not with a wrong name."""
+    def head_forward(x: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray,
+                     causal: bool) -> tuple[np.ndarray, ...]:
+        scores, _, _ = head("")[0](x, wq, wk, wv, False)
+        z = np.where(np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1), -np.inf,
+                     scores) if causal else scores
+        e = np.exp(z - np.max(z, axis=-1))  # no keepdims: batch 1 only
+        weights = e / np.sum(e, axis=-1)
+        return scores, weights, weights @ (x @ wv)
+
+    one_item = [case for case in cases if case.shape[0] == 1]
+    result = run_checks(PythonImplementation("k", None, None, head_forward), one_item, 1e-9)
+    details = [family_detail(check) for check in result.checks]
+    assert not any(SLIP_WORDS["query-axis"] in detail for detail in details), details
+    softmax = next(check for check in result.checks if check.name == "softmax")
+    assert family_detail(softmax).startswith("chapter causal: rows of weights sum to ")

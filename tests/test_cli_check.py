@@ -465,13 +465,12 @@ BROKEN_HEADS = {
             "mask            SKIP  chapter causal: not run: its head_forward failed (see "
             "head-forward) (and 3 more fixtures)"),
     "keepdims": ([FORGETS_KEEPDIMS],
-                 # 5 fixtures, each failing in both modes: 4 more fixtures, not 9 more runs;
-                 # the chapter's scores are symmetric, where dividing by row j's sum in
-                 # column j is the softmax over the query axis
-                 "head-forward    FAIL  chapter non-causal: the softmax is taken over the "
-                 "query axis (each key's column sums to 1) instead of over each query's row: "
-                 "weights[0,0,1] = 0.9991513950372889, expected 0.9858339641233116 (scaled "
-                 "error 0.0133 > 1e-09) (and 4 more fixtures)",
+                 # 5 fixtures, each failing in both modes: 4 more fixtures, not 9 more runs.
+                 # On the chapter's symmetric scores it is the softmax over the query axis,
+                 # not on precision's: no slip is named.
+                 "head-forward    FAIL  chapter non-causal: weights[0,0,1] = 0.9991513950372889, "
+                 "expected 0.9858339641233116 (scaled error 0.0133 > 1e-09) (and 4 more "
+                 "fixtures)",
                  ("head-forward", "random-1[2,3,5->3] non-causal",
                   RAISES.format(_numpy_says((2, 3, 3), (2, 3)), "2,3,5")),
                  "head-replay     SKIP  contrast[2,4,5->3]: not run: its head_forward failed "

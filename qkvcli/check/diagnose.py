@@ -427,6 +427,27 @@ def named_slips(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bun
     return tuple(found)
 
 
+def agreed(found: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The slips every one of ``found`` names, in the first's order (each entry: the
+    slips one wrong result matches, empty when it matches none). A slip is named only
+    when it fits every fixture the result is wrong on, not where numbers merely happen
+    to match it: a softmax that forgets ``keepdims`` is the softmax over the query axis
+    on symmetric scores alone."""
+    if not found:
+        return ()
+    return tuple(slip for slip in found[0] if all(slip in others for others in found[1:]))
+
+
+def kept(clause: Clause, agree: tuple[str, ...]) -> Clause:
+    """``clause`` (``slip-differs``: the slips, the mismatch) naming only the slips of
+    ``agree``, or its mismatch alone when none is left; any other clause as it is."""
+    if clause.code != "slip-differs":
+        return clause
+    slips, mismatch = clause.facts
+    left = tuple(slip for slip in slips if slip in agree)
+    return Clause("slip-differs", (left, mismatch)) if left else mismatch
+
+
 def mask_positions(weights: Array, expected: Array, causal: bool,
                    tolerance: float) -> tuple[Clause, ...]:
     """What a head's mask did, position by position, on ``[B,T,T]`` weights (same shape as

@@ -23,6 +23,7 @@ from qkvcli.check.diagnose import (
     SCALING_BUGS,
     SOFTMAX_BUGS,
     Bundle,
+    agreed,
     close,
     first_mismatch,
     mask_positions,
@@ -76,6 +77,7 @@ def check_scaling(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
     it matches when the fixture cannot tell them apart)."""
     results, failures = _first_results(session, kind, "scaling", False,
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
+    wrong: list[tuple[str, tuple[str, ...]]] = []
     for run, got in results:
         case = run.case
         compute = partial(variant_forward, case.input, case.weights, False)
@@ -88,7 +90,13 @@ def check_scaling(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
         elif not faults:
             faults = ("not-scaled",)
         if faults:
-            failures.append(found_at("scaling", run.label, "scores", Clause("slip", (faults,))))
+            wrong.append((run.label, faults))
+    agree = agreed([faults if faults[0] in SCALING_BUGS else () for _, faults in wrong
+                    if faults != ("unscaled-weights",)])
+    for label, faults in wrong:
+        if faults[0] in SCALING_BUGS:
+            faults = tuple(fault for fault in faults if fault in agree) or ("not-scaled",)
+        failures.append(found_at("scaling", label, "scores", Clause("slip", (faults,))))
     return judge("scaling", failures, len(results),
                  fixture_of=fixtures_of(session.runs(kind))), failures
 
@@ -100,6 +108,7 @@ def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]
     position by position (:func:`~qkvcli.check.diagnose.mask_positions`) and named when
     it is a known slip."""
     failures: list[Failure] = []
+    wrong: list[tuple[str, tuple[str, ...], tuple[Clause, ...]]] = []
     judged = 0
     for causal in (False, True):
         results, skipped = _first_results(session, kind, "mask", causal,
@@ -120,8 +129,7 @@ def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]
             positions = (mask_positions(got[1], expected[1], causal, session.tolerance)
                          if got[1].shape == expected[1].shape else ())
             if slips or positions:
-                failures.append(found_at("mask", label, "weights",
-                                         Clause("mask-positions", (slips, positions))))
+                wrong.append((label, slips, positions))
             elif causal and not close(got[0], expected[0], session.tolerance):
                 failures.append(found_at("mask", label, "scores",
                                          Clause("slip", (("mask-moves-scores",),))))
@@ -130,6 +138,14 @@ def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]
                     found for name, g, e in zip(kind.forward_names, got, expected, strict=True)
                     if (found := first_mismatch(name, g, e, session.tolerance)) is not None)
                 failures.append(found_at("mask", label, where, Clause("mask-differs", (mismatch,))))
+                wrong.append((label, (), ()))
+    agree = agreed([slips for _, slips, _ in wrong])
+    failures += [found_at("mask", label, "weights", Clause("mask-positions", (
+        tuple(slip for slip in slips if slip in agree), positions)))
+        for label, slips, positions in wrong if slips or positions]
+    order = [run.label for run in session.runs(kind)]
+    failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
+                  else len(order))
     return judge("mask", failures, judged, fixture_of=fixtures_of(session.runs(kind))), failures
 
 
@@ -140,17 +156,21 @@ def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
     writes ends its session)."""
     plain, _ = _first_results(session, kind, "softmax", False, lambda c: c.input.size > 0)
     failures: list[Failure] = []
+    wrong: list[tuple[Run, tuple[str, ...]]] = []
     named = set()
     for run, got in plain:
         case, expected = run.case, session.reference(kind, run)
         if not close(got[0], expected[0], session.tolerance) or close(
                 got[1], expected[1], session.tolerance):
             continue  # wrong scores are scaling's to say; right weights need no name
-        slips = named_slips(got, SOFTMAX_BUGS,
-                            partial(variant_forward, case.input, case.weights, False),
-                            session.tolerance)
+        wrong.append((run, named_slips(got, SOFTMAX_BUGS,
+                                       partial(variant_forward, case.input, case.weights,
+                                               False), session.tolerance)))
+    agree = agreed([slips for _, slips in wrong])
+    for run, slips in wrong:
+        slips = tuple(slip for slip in slips if slip in agree)
         if slips:
-            named.add(case.label)
+            named.add(run.case.label)
             failures.append(found_at("softmax", run.label, "weights", Clause("slip", (slips,))))
     results, skipped = _first_results(session, kind, "softmax", True,
                                       lambda c: c.input.size > 0)

@@ -11,13 +11,22 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 from __future__ import annotations
 
 from qkvcli.check.cases import fixtures_of
-from qkvcli.check.diagnose import first_mismatch, precision_clauses, precision_faults
+from qkvcli.check.diagnose import (
+    agreed,
+    first_mismatch,
+    kept,
+    precision_clauses,
+    precision_faults,
+)
 from qkvcli.check.errors import CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+
+UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs")
+"""A head's wrong maths: named as a slip, or its first mismatch alone."""
 
 
 def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
@@ -38,7 +47,9 @@ def _check_values(session: Session, kind: Kind,
             Failure(family, None, None, no_backward=True)]
     names = kind.backward_names if backward else kind.forward_names
     failures = []
+    found_wrong: list[tuple[str, str, Clause]] = []
     runs = session.runs(kind)
+    order = [run.label for run in runs]
     for run in runs:
         got = session.first(kind, run, backward)
         if isinstance(got, CallFailed):
@@ -62,6 +73,13 @@ def _check_values(session: Session, kind: Kind,
         else:
             explain = kind.explain_backward if backward else kind.explain_forward
             why = explain(run, got, expected, index, mismatch, session.tolerance)
-        failures.append(found_at(family, run.label, where, why))
+        found_wrong.append((run.label, where, why))
+    # A slip is named only where it fits every fixture the maths is wrong on.
+    agree = agreed([why.facts[0] if why.code == "slip-differs" else ()
+                    for _, _, why in found_wrong if why.code in UNEXPLAINED])
+    failures += [found_at(family, label, where, kept(why, agree))
+                 for label, where, why in found_wrong]
+    failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
+                  else len(order))
     return judge(family, failures, len(session.cases_of(kind)), session.tolerance,
                  fixture_of=fixtures_of(runs)), failures
