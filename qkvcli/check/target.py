@@ -39,7 +39,7 @@ from qkvcli.check.errors import (
     MissingForward,
     Rejected,
 )
-from qkvcli.check.wire import OPERATIONS
+from qkvcli.check.wire import FIRST_OPERATIONS, OPERATIONS, PAIRS, SCALARS
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import printable
@@ -85,6 +85,8 @@ def said(error: BaseException) -> str:
 def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Array, ...]:
     """``result`` as one float64 array per name. Raises :class:`BadResult`."""
     expected = f"({', '.join(names)})"
+    if len(names) == 1:  # one tensor: itself, or alone in a tuple
+        result = result if isinstance(result, tuple) and len(result) == 1 else (result,)
     if not isinstance(result, (tuple, list)):
         raise BadResult(operation, f"{operation} returned {type(result).__name__}, "
                         f"expected {expected}")
@@ -126,12 +128,13 @@ class PythonImplementation:
     def __init__(self, label: str, forward: Callable[..., Any] | None,
                  backward: Callable[..., Any] | None = None,
                  head_forward: Callable[..., Any] | None = None,
-                 head_backward: Callable[..., Any] | None = None) -> None:
+                 head_backward: Callable[..., Any] | None = None,
+                 **others: Callable[..., Any] | None) -> None:
         self.label = label
         self._forward = forward
         self._backward = backward
         found = {"forward": forward, "backward": backward, "head_forward": head_forward,
-                 "head_backward": head_backward}
+                 "head_backward": head_backward, **others}  # others: rope, mha_forward...
         self._functions = {name: f for name, f in found.items() if f is not None}
         self.operations = tuple(self._functions)
         self.has_backward = backward is not None
@@ -224,14 +227,15 @@ def load_python(spec: str) -> PythonImplementation:
     for name in OPERATIONS:
         function = getattr(module, name, None)
         found[name] = function if callable(function) else None
-    if found["forward"] is None and found["head_forward"] is None:
+    if all(found[name] is None for name in FIRST_OPERATIONS):
         raise MissingForward(spec)
-    if found["forward"] is None:
-        found["backward"] = None  # a projection backward is judged with its forward only
-    if found["head_forward"] is None:
-        found["head_backward"] = None
+    for later, first in PAIRS.items():
+        if found[first] is None:
+            found[later] = None  # a backward is judged with its forward only
+    others = {name: found[name] for name in OPERATIONS if name not in (
+        "forward", "backward", "head_forward", "head_backward")}
     return PythonImplementation(printable(spec, None), found["forward"], found["backward"],
-                                found["head_forward"], found["head_backward"])
+                                found["head_forward"], found["head_backward"], **others)
 
 
 # --- the runner: a Python implementation in a child process qkv owns ---------------------
@@ -266,6 +270,15 @@ def _changes(names: tuple[str, ...], originals: list[Array],
     return found
 
 
+def _scalar(key: str, value: Any) -> Any:
+    """A request's scalar field as the Python function takes it (``causal``, ``rope``:
+    ``bool``; ``heads``, ``offset``: ``int``; ``base``: ``float``)."""
+    kind = SCALARS[key]
+    if kind is bool:
+        return value is True
+    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
 def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> dict[str, Any]:
     """The reply to one forward or backward request (any exception is said in it)."""
     from qkvcli.check.wire import decode_tensor, encode_tensor
@@ -274,11 +287,11 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> di
     if operation not in implementation.operations:
         return {"error": f"unknown op {json.dumps(operation)}"}
     keys, names = OPERATIONS[str(operation)]
-    arguments: list[Any] = [request.get(key) is True if key == "causal"
+    arguments: list[Any] = [_scalar(key, request.get(key)) if key in SCALARS
                             else decode_tensor(request, key, sys.maxsize, True) for key in keys]
     binary = any(isinstance(request.get(key), dict) and "float64" in request[key] for key in keys)
     tensors = [(key, argument) for key, argument in zip(keys, arguments, strict=True)
-               if key != "causal"]
+               if key not in SCALARS]
     originals = [np.array(argument, copy=True) for _, argument in tensors]
     reply: dict[str, Any] = {}
     try:
