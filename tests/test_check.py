@@ -18,8 +18,8 @@ from qkvcli.check.errors import (
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.check.result import FAMILIES, PROJECTION_FAMILIES, CheckResult
 from qkvcli.check.result import HEAD_FAMILIES as ALL_HEAD_FAMILIES
+from qkvcli.check.result import PROJECTION_FAMILIES, CheckResult
 from qkvcli.check.run import run_checks
 from qkvcli.check.target import PythonImplementation, load_python
 from qkvcli.core.results import Clause
@@ -57,9 +57,13 @@ def test_the_correct_numpy_example_passes_every_family(cases: list[Case]) -> Non
 
 def test_qkvs_own_engine_passes_every_family_it_is_judged_by(cases: list[Case]) -> None:
     # The judge's families run against qkv's engine as against any implementation: the
-    # projections' and the head's, with the head's modes and probes.
+    # projections' and the head's, with the head's modes and probes, RoPE's and
+    # multi-head attention's.
+    from qkvcli.check.result import MHA_FAMILIES, ROPE_FAMILIES
+
     result = run_checks(engine_implementation(), cases, 1e-9)
-    assert {c.name for c in result.checks} == {*PROJECTION_FAMILIES, *ALL_HEAD_FAMILIES}
+    assert {c.name for c in result.checks} == {*PROJECTION_FAMILIES, *ALL_HEAD_FAMILIES,
+                                               *ROPE_FAMILIES, *MHA_FAMILIES}
     assert all(c.outcome == "passed" for c in result.checks), [
         (c.name, c.outcome, c.first) for c in result.checks if c.outcome != "passed"]
     assert result.failures == ()
@@ -338,7 +342,7 @@ HEAD_FAMILIES = ["head-forward", "scaling", "softmax", "mask", "head-reverse", "
 
 def test_the_correct_numpy_head_passes_the_projection_and_head_families(cases: list[Case]) -> None:
     result = check_example("numpy_head.py", cases)
-    assert [c.name for c in result.checks] == [f for f in FAMILIES if f != "protocol"]
+    assert [c.name for c in result.checks] == [*PROJECTION_FAMILIES, *ALL_HEAD_FAMILIES]
     assert [c.name for c in result.checks][8:] == HEAD_FAMILIES
     assert result.passed, [family_detail(c) for c in result.checks if not c.passed]
     assert "large scores do not overflow" in family_detail(by_name(result)["softmax"])

@@ -95,6 +95,22 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
         return f"two calls of {calls} agree bit for bit on {on}"
     if name == "head-purity":
         return f"arguments unchanged after all {check.calls} head calls"
+    if name in ("rope", "rope-reverse"):
+        turn = "turns" if name == "rope" else "turns back"
+        return (f"{turn} each adjacent pair by (offset + t) base^(-2i/d), within "
+                f"{check.tolerance!r} of qkv, on {on}")
+    if name in ("rope-errors", "multi-head-errors"):
+        count = 6 if name == "rope-errors" else 5
+        return f"{count} bad {'RoPE' if name == 'rope-errors' else 'multi-head'} requests rejected"
+    if name == "multi-head":
+        return (f"weights, merged and output agree with qkv within {check.tolerance!r} on "
+                f"{on}, with and without the mask and RoPE")
+    if name == "multi-head-reverse":
+        return (f"grad_input and the four weight gradients agree with qkv within "
+                f"{check.tolerance!r} on {on}, with and without the mask and RoPE")
+    if name == "head-isolation":
+        return (f"changing one head's W_Q or W_V columns changes only that head's weights "
+                f"or merged columns ({on})")
     if name == "head-gradcheck":
         worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
         return f"{check.coordinates} coordinates on {on}, causal and not{worst}"
@@ -107,6 +123,10 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "backward": "its backward failed (see reverse)",
     "head_forward": "its head_forward failed (see head-forward)",
     "head_backward": "its head_backward failed (see head-reverse)",
+    "rope": "its rope failed (see rope)",
+    "rope_reverse": "its rope_reverse failed (see rope-reverse)",
+    "mha_forward": "its mha_forward failed (see multi-head)",
+    "mha_backward": "its mha_backward failed (see multi-head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
@@ -186,6 +206,23 @@ SLIP_WORDS = {
                    "over the batch"),
     "last-item": ("the weight gradients come from the last batch item alone (each item "
                   "overwrites the last), not summed over the batch"),
+    "half-split": ("RoPE pairs coordinate i with i + d/2 (half-split) instead of the "
+                   "adjacent 2i with 2i+1"),
+    "from-one": "RoPE counts positions from 1: the first token is turned, not left as it is",
+    "turned-back": "RoPE turns the other way (sin with the wrong sign)",
+    "frequency": "RoPE's angles use base^(-i/d) instead of base^(-2i/d)",
+    "not-inverted": "rope_reverse turns forward again instead of back",
+    "split-no-transpose": ("the heads are split by a bare reshape [B,T,d] -> [B,H,T,d_h] "
+                           "without the transpose: tokens and heads leak into each other"),
+    "merge-no-transpose": ("the heads are merged by a bare reshape [B,H,T,d_h] -> [B,T,d] "
+                           "without the transpose"),
+    "wo-before-merge": ("W_O is applied to each head before the merge (each head through its "
+                        "own block of W_O alone): the heads never mix"),
+    "scale-d_model": "each head's scores are divided by sqrt(d_model) instead of sqrt(d_h)",
+    "rope-half-split": ("RoPE pairs coordinate i with i + d_h/2 (half-split) instead of the "
+                        "adjacent 2i with 2i+1"),
+    "no-rope": "rope=true is ignored: queries and keys are not turned",
+    "rope-always": "RoPE is applied with rope=false too",
     "unscaled-weights": "weights are the softmax of the unscaled scores Q K^T",
     "not-scaled": "scores are not Q K^T / sqrt(d_k)",
     "mask-moves-scores": "scores with causal=true are not the scores before the mask",
@@ -301,6 +338,15 @@ REQUEST_WORDS = {
     "backward-grad-value": "backward with grad_value {0} for head width {1}",
     "key-width": "key width {0} != query width {1}",
     "grad-output": "grad_output {0} for {1} tokens",
+    "rope-odd-width": "an odd width {0}",
+    "rope-zero-width": "no width",
+    "rope-rank-1": "a rank-1 input {0}",
+    "rope-base": "base {0}",
+    "rope-offset": "offset {0}",
+    "mha-heads": "{0} heads for d_model {1}",
+    "mha-no-heads": "no heads",
+    "mha-odd-head": "heads of odd width {0} with RoPE",
+    "mha-output-rows": "W_O with {0} rows for d_model {1}",
 }
 """The words of each bad request the ``errors`` family sends (its codes and facts)."""
 
