@@ -15,9 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.check.engine import engine_implementation
-from qkvcli.check.multihead import engine_mha, mha_cases
+from qkvcli.check.multihead import mha_cases
+from qkvcli.check.reference import engine_mha, engine_rope
 from qkvcli.check.result import MHA_FAMILIES, ROPE_FAMILIES
-from qkvcli.check.rotary import engine_rope, rope_cases
+from qkvcli.check.rotary import rope_cases
 from qkvcli.check.run import run_checks
 from qkvcli.check.target import PythonImplementation, load_python
 from qkvcli.cli import main

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Rope, check_rope, scale
+from qkvcli.check.reference import engine_mha, engine_mha_backward, engine_rope
 from qkvcli.check.target import PythonImplementation
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
@@ -61,16 +62,12 @@ def _checked_rope(x: Array, base: float, offset: int) -> None:
 
 def rope(x: Array, base: float, offset: int) -> Array:
     """``x`` turned by RoPE (adjacent pairs), as the ``rope`` family's reference."""
-    from qkvcli.check.rotary import engine_rope
-
     _checked_rope(x, base, offset)
     return engine_rope(x, base, offset)
 
 
 def rope_reverse(rotated: Array, base: float, offset: int) -> Array:
     """``rotated`` turned back."""
-    from qkvcli.check.rotary import engine_rope
-
     _checked_rope(rotated, base, offset)
     return engine_rope(rotated, base, offset, reverse=True)
 
@@ -78,8 +75,6 @@ def rope_reverse(rotated: Array, base: float, offset: int) -> Array:
 def mha_forward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
                 heads: int, causal: bool, rope: bool, base: float, offset: int) -> Bundle:
     """``(weights, merged, output)`` of a multi-head layer."""
-    from qkvcli.check.multihead import engine_mha
-
     return engine_mha(x, (w_query, w_key, w_value, w_output), heads, causal, rope, base, offset)
 
 
@@ -87,8 +82,6 @@ def mha_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_outpu
                  heads: int, causal: bool, rope: bool, base: float, offset: int,
                  grad_output: Array) -> Bundle:
     """The five gradients of a multi-head layer."""
-    from qkvcli.check.multihead import engine_mha_backward
-
     return engine_mha_backward(x, (w_query, w_key, w_value, w_output), heads, causal, rope,
                                base, offset, grad_output)
 

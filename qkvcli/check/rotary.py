@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkvcli.attention.maths import Rope, rotate
 from qkvcli.check.diagnose import (
     Bundle,
     agreed,
@@ -25,6 +24,7 @@ from qkvcli.check.diagnose import (
     precision_faults,
 )
 from qkvcli.check.errors import BadResult, Broken, CallFailed
+from qkvcli.check.reference import engine_rope
 from qkvcli.check.result import call_failure, not_applicable, not_run
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array
@@ -70,19 +70,6 @@ def rope_cases() -> list[RopeCase]:
         label = "rope[{},{},{},base={:g},offset={}]".format(*shape, base, offset)
         found.append(RopeCase(label, x, base, offset))
     return found
-
-
-def engine_rope(x: Array, base: float, offset: int, bug: str = "",
-                reverse: bool = False) -> Array:
-    """qkv's rotation of ``x`` (``reverse``: turned back), or with ``bug``: ``half-split``
-    pairs, positions ``from-one``, ``turned-back`` (the other way), ``frequency``
-    (``base^(-i/d)``: the engine's with the root of the base), ``not-inverted`` (a
-    reverse that turns forward again)."""
-    rope = Rope(base ** 0.5 if bug == "frequency" else base, int(x.shape[-1]),
-                "half" if bug == "half-split" else "interleaved",
-                offset + (1 if bug == "from-one" else 0))
-    inverse = reverse != (bug in ("turned-back", "not-inverted"))
-    return rotate(x, rope, inverse=inverse)
 
 
 def _values(session: Session, family: str, operation: str, reverse: bool,
