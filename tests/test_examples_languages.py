@@ -85,7 +85,7 @@ def pytest_request(request: pytest.FixtureRequest) -> pytest.FixtureRequest:
 
 
 HEADS = {"rust": True, "node": True, "c": True}  # which examples implement a head too
-ROPE_MHA = {"rust": True, "node": True, "c": False}  # ... and RoPE and multi-head attention
+ROPE_MHA = {"rust": True, "node": True, "c": True}  # ... and RoPE and multi-head attention
 
 
 def offered(request: pytest.FixtureRequest) -> list[str]:
