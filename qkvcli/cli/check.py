@@ -156,7 +156,10 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays;
     and/or an attention head: head_forward(x, w_query, w_key, w_value, causal) ->
     (scores, weights, output) and head_backward(..., causal, grad_output) -> the same
-    four gradients. It runs in a process of its own (--timeout bounds each call).
+    four gradients; and/or RoPE, rope(x, base, offset) and rope_reverse, and multi-head
+    attention, mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope,
+    base, offset) and mha_backward (docs/protocol.md). It runs in a process of its own
+    (--timeout bounds each call).
     The chapter fixture, each FIXTURE, a precision fixture (values exact neither in 6
     decimals nor in float32) and --random N seeded fixtures are checked.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
