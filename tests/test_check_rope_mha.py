@@ -146,3 +146,26 @@ def test_a_command_program_is_judged_as_a_module_is(slip: str, family: str | Non
         return
     assert result.exit_code == 1
     assert not checks[family]["passed"] and named in checks[family]["detail"]
+
+
+def test_an_implementation_that_rejects_every_valid_input_is_not_said_to_reject_bad_ones() -> None:
+    def refuses(*args: Any) -> Any:
+        raise NotImplementedError("not yet")
+
+    checks = checks_of(PythonImplementation("r", None, rope=refuses, mha_forward=refuses))
+    for family, operation in (("rope-errors", "rope"), ("multi-head-errors", "mha_forward")):
+        assert checks[family].outcome == "not-run"
+        assert family_detail(checks[family]) == (
+            f"not run: its {operation} failed (see {family.removesuffix('-errors')})")
+
+
+def test_a_head_that_rejects_every_valid_input_skips_head_errors() -> None:
+    from qkvcli.check.cases import chapter_case
+
+    def refuses(*args: Any) -> Any:
+        raise NotImplementedError("not yet")
+
+    result = run_checks(PythonImplementation("h", None, None, refuses), [chapter_case()], 1e-9)
+    errors = next(check for check in result.checks if check.name == "head-errors")
+    assert errors.outcome == "not-run"
+    assert family_detail(errors) == "not run: its head_forward failed (see head-forward)"

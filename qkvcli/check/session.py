@@ -53,6 +53,7 @@ class Session:
         # reply), and the purity families some of whose calls therefore never completed.
         self.stopped: tuple[str, Broken] | None = None
         self.unfinished: set[str] = set()
+        self.worked: set[str] = set()  # operations that answered a valid request (RoPE, MHA)
         self._first: dict[Key, Bundle | CallFailed] = {}
         self._reference: dict[Key, Bundle] = {}
         self._engine = engine_implementation()
