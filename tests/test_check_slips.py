@@ -167,3 +167,13 @@ def test_a_slip_is_named_only_where_it_fits_every_wrong_fixture(cases: list[Case
     assert not any(SLIP_WORDS["query-axis"] in detail for detail in details), details
     softmax = next(check for check in result.checks if check.name == "softmax")
     assert family_detail(softmax).startswith("chapter causal: rows of weights sum to ")
+
+
+def test_a_backward_of_a_wrong_forward_says_the_forward_is_wrong_too(cases: list[Case]) -> None:
+    """A softmax over the query axis has a right backward of its own (head-gradcheck's to
+    judge); head-reverse does not leave its numbers unexplained."""
+    result = run_checks(PythonImplementation("q", None, None, *head("query-axis")), cases, 1e-9)
+    reverse = next(check for check in result.checks if check.name == "head-reverse")
+    assert family_detail(reverse).endswith(
+        "(its head_forward is wrong on this fixture too, see head-forward: head-gradcheck judges "
+        "the backward against it) (and 4 more fixtures)")

@@ -10,9 +10,10 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 
 from __future__ import annotations
 
-from qkvcli.check.cases import fixtures_of
+from qkvcli.check.cases import Run, fixtures_of
 from qkvcli.check.diagnose import (
     agreed,
+    close,
     first_mismatch,
     kept,
     precision_clauses,
@@ -27,6 +28,16 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs")
 """A head's wrong maths: named as a slip, or its first mismatch alone."""
+
+
+def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:
+    """Whether the run's first forward answered, and wrongly (not only in precision)."""
+    got = session.first(kind, run)
+    if isinstance(got, CallFailed):
+        return False
+    expected = session.reference(kind, run)
+    return kind.precision(kind.forward_names, got, expected, session.tolerance) is None and not all(
+        close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True))
 
 
 def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
@@ -77,8 +88,14 @@ def _check_values(session: Session, kind: Kind,
     # A slip is named only where it fits every fixture the maths is wrong on.
     agree = agreed([why.facts[0] if why.code == "slip-differs" else ()
                     for _, _, why in found_wrong if why.code in UNEXPLAINED])
-    failures += [found_at(family, label, where, kept(why, agree))
-                 for label, where, why in found_wrong]
+    by_label = {run.label: run for run in runs}
+    for label, where, why in found_wrong:
+        why = kept(why, agree)
+        if backward and why.code in UNEXPLAINED[1:] and _forward_wrong(session, kind,
+                                                                        by_label[label]):
+            # Its gradients are of another function: head-gradcheck judges them against it.
+            why = Clause("forward-wrong-too", (why, kind.forward, kind.family("forward")))
+        failures.append(found_at(family, label, where, why))
     failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
                   else len(order))
     return judge(family, failures, len(session.cases_of(kind)), session.tolerance,

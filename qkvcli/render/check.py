@@ -284,6 +284,8 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "slip": _slips,
     "slip-differs": lambda slips, mismatch: f"{_slips(slips)}: {mismatch}",
     "mask-positions": _mask_positions,
+    "forward-wrong-too": "{0} (its {1} is wrong on this fixture too, see {2}: head-gradcheck "
+                         "judges the backward against it)",
     "hides-earlier": "hides earlier positions (weights{0} = 0: query {1} cannot see key {2})",
     "hides-diagonal": "hides the diagonal (weights{0} = 0: query {1} cannot see itself)",
     "hides-later": ("hides later positions with causal=false (weights{0} = 0: query {1} "
