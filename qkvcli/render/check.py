@@ -284,6 +284,9 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "slip": _slips,
     "slip-differs": lambda slips, mismatch: f"{_slips(slips)}: {mismatch}",
     "mask-positions": _mask_positions,
+    "diagonal-hidden": ("the causal mask hides the diagonal too: with one token {0} its "
+                        "weights are not finite ({1}), since query 0's only key is hidden and "
+                        "a row hidden everywhere with -inf is 0/0"),
     "forward-wrong-too": "{0} (its {1} is wrong on this fixture too, see {2}: head-gradcheck "
                          "judges the backward against it)",
     "hides-earlier": "hides earlier positions (weights{0} = 0: query {1} cannot see key {2})",
