@@ -82,6 +82,15 @@ def said(error: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+def _scalar(key: str, value: Any) -> Any:
+    """A request's scalar field as the Python function takes it (``causal``, ``rope``:
+    ``bool``; ``heads``, ``offset``: ``int``; ``base``: ``float``)."""
+    kind = SCALARS[key]
+    if kind is bool:
+        return value is True
+    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
 def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Array, ...]:
     """``result`` as one float64 array per name. Raises :class:`BadResult`."""
     expected = f"({', '.join(names)})"
@@ -268,15 +277,6 @@ def _changes(names: tuple[str, ...], originals: list[Array],
         if difference is not None:
             found.append([name, *difference])
     return found
-
-
-def _scalar(key: str, value: Any) -> Any:
-    """A request's scalar field as the Python function takes it (``causal``, ``rope``:
-    ``bool``; ``heads``, ``offset``: ``int``; ``base``: ``float``)."""
-    kind = SCALARS[key]
-    if kind is bool:
-        return value is True
-    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def _answer(implementation: PythonImplementation, request: dict[str, Any]) -> dict[str, Any]:
