@@ -85,12 +85,15 @@ def pytest_request(request: pytest.FixtureRequest) -> pytest.FixtureRequest:
 
 
 HEADS = {"rust": True, "node": True, "c": True}  # which examples implement a head too
+ROPE_MHA = {"rust": True, "node": True, "c": True}  # ... and RoPE and multi-head attention
 
 
 def offered(request: pytest.FixtureRequest) -> list[str]:
     """The operations the example under test lists in its hello reply."""
-    head = HEADS[request.node.callspec.params["program"]]
-    return ["forward", "backward", *(["head_forward", "head_backward"] if head else [])]
+    language = request.node.callspec.params["program"]
+    return ["forward", "backward", *(["head_forward", "head_backward"] if HEADS[language] else []),
+            *(["rope", "rope_reverse", "mha_forward", "mha_backward"] if ROPE_MHA[language]
+              else [])]
 
 
 @pytest.mark.parametrize("options", [[], ["--random", "2"]], ids=["defaults", "random-2"])
@@ -101,11 +104,13 @@ def test_the_example_passes_every_check(program: list[str], options: list[str],
     lines = result.stdout.splitlines()
     head = HEADS[request.node.callspec.params["program"]]
     counted = 17 if head else 8  # a head adds 10 families, head-purity N/A for a program
-    assert ("head-forward    PASS" in result.stdout) is head
+    counted += 7 if ROPE_MHA[request.node.callspec.params["program"]] else 0  # RoPE's 3, MHA's 4
+    assert any(line.split()[:2] == ["head-forward", "PASS"] for line in lines) is head
     assert lines[-1] == f"verdict: PASS ({counted} of {counted} checks passed)", result.stdout
     protocol = [line for line in lines if line.startswith("protocol ")]
     assert protocol and protocol[0].split()[1] == "PASS", result.stdout
-    assert lines[1].startswith("fixtures=chapter,precision[1,3,4->2],random-1[")
+    contrast = "contrast[2,4,5->3]," if head else ""  # a head's slips told apart there
+    assert lines[1].startswith(f"fixtures=chapter,precision[1,3,4->2],{contrast}random-1[")
     assert lines[1].count(",random-") == (2 if options else 4)
 
 
@@ -121,6 +126,8 @@ WRONG = [
      "grad_input misses the value path"),
     ("node", "head-no-rowsum", {"head-reverse", "head-gradcheck"}, "head-reverse",
      "the softmax backward lacks its row-sum term (dZ = A * dA)"),
+    ("node", "rope-half-split", {"rope", "rope-reverse", "multi-head", "multi-head-reverse"},
+     "rope", "RoPE pairs coordinate i with i + d/2 (half-split) instead of the adjacent"),
     ("c", "head-dk-uses-ds", {"head-reverse", "head-gradcheck"}, "head-reverse",
      "grad_key is computed with dS instead of dS^T (dK = dS Q)"),
     ("c", "key-path-uses-query-weight", {"reverse", "gradcheck", "head-reverse", "head-gradcheck"},

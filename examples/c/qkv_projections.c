@@ -1,4 +1,5 @@
-/* Q/K/V projections for `qkv check --command`, in C99 with the C library and libm only.
+/* Q/K/V projections, an attention head, RoPE and multi-head attention for `qkv check
+ * --command`, in C99 with the C library and libm only.
  *
  *     cc -std=c99 -O2 -Wall -Wextra -pedantic -o qkv_projections qkv_projections.c -lm
  *     qkv check --command ./qkv_projections
@@ -601,6 +602,255 @@ static bool head_backward(const QkvProjections *layer, const Tensor *x, bool cau
     return ok;
 }
 
+/* ---- RoPE (chapter 29) and multi-head attention (chapter 30) ------------------------ */
+
+/* Turn the adjacent pairs (2i, 2i+1) of each of `rows` rows of `width` (`tokens` rows a
+ * sequence, so row r is token r % tokens) by (offset + t) * base^(-2i/width), in place;
+ * sign -1 turns back. */
+static void rope_turn(double *values, size_t rows, size_t tokens, size_t width, double base,
+                      double offset, double sign) {
+    size_t row, i;
+    if (tokens == 0) return;
+    for (row = 0; row < rows; row++) {
+        double position = offset + (double)(row % tokens);
+        for (i = 0; i < width / 2; i++) {
+            double angle = position * pow(base, -2.0 * (double)i / (double)width);
+            double c = cos(angle), s = sign * sin(angle);
+            double a = values[row * width + 2 * i], b = values[row * width + 2 * i + 1];
+            values[row * width + 2 * i] = a * c - b * s;
+            values[row * width + 2 * i + 1] = b * c + a * s;
+        }
+    }
+}
+
+/* What RoPE refuses: an odd or zero width, a base that is not positive, a negative or
+ * fractional offset. */
+static bool rope_check(size_t width, double base, double offset, char *error) {
+    if (width == 0 || width % 2) {
+        snprintf(error, ERROR_SIZE, "RoPE needs an even, non-zero width, got %lu", (unsigned long)width);
+        return false;
+    }
+    if (!isfinite(base) || !(base > 0)) {
+        snprintf(error, ERROR_SIZE, "RoPE needs a positive base");
+        return false;
+    }
+    if (!(offset >= 0) || offset != floor(offset)) {
+        snprintf(error, ERROR_SIZE, "RoPE needs an offset of 0 or more");
+        return false;
+    }
+    return true;
+}
+
+typedef struct {
+    const Tensor *w[4]; /* W_Q, W_K, W_V, W_O, each [width, width] */
+    size_t heads, width, size;
+    bool rope;
+    double base, offset;
+} MultiHead;
+
+static bool mha_new(MultiHead *m, const Tensor *w[4], double heads, bool rope, double base,
+                    double offset, char *error) {
+    size_t n;
+    m->width = w[0]->rank == 2 ? w[0]->shape[0] : 0;
+    for (n = 0; n < 4; n++) {
+        m->w[n] = w[n];
+        if (w[n]->rank != 2 || w[n]->shape[0] != m->width || w[n]->shape[1] != m->width) {
+            snprintf(error, ERROR_SIZE, "weights must all be [%lu, %lu]", (unsigned long)m->width,
+                     (unsigned long)m->width);
+            return false;
+        }
+    }
+    if (!(heads >= 1) || heads != floor(heads) || heads > 1e9 || m->width % (size_t)heads) {
+        snprintf(error, ERROR_SIZE, "the heads must divide d_model %lu", (unsigned long)m->width);
+        return false;
+    }
+    m->heads = (size_t)heads;
+    m->size = m->width / m->heads;
+    m->rope = rope, m->base = base, m->offset = offset;
+    return !rope || rope_check(m->size, base, offset, error);
+}
+
+/* y [rows, width] @ w [width, width] (transposed: w^T) -> out [rows, width]. */
+static void square_product(const double *y, const double *w, size_t rows, size_t width,
+                           bool transposed, double *out) {
+    size_t i, j, k;
+    for (i = 0; i < rows; i++) {
+        for (j = 0; j < width; j++) {
+            double total = 0.0;
+            for (k = 0; k < width; k++) {
+                total += y[i * width + k] * (transposed ? w[j * width + k] : w[k * width + j]);
+            }
+            out[i * width + j] = total;
+        }
+    }
+}
+
+/* The forward pass. heads[0..2]: Q (turned), K (turned), V per head, [B,H,T,size] each;
+ * a: [B,H,T,T]; merged: [B*T, width]. All fresh memory. */
+typedef struct {
+    size_t batch, tokens;
+    double *heads[3], *a, *merged;
+} MhaPass;
+
+static void mha_pass_free(MhaPass *p) {
+    free(p->heads[0]), free(p->heads[1]), free(p->heads[2]), free(p->a), free(p->merged);
+}
+
+static double *zeros(size_t count) { return checked(calloc(count ? count : 1, sizeof(double))); }
+
+static bool mha_run(const MultiHead *m, const Tensor *x, bool causal, MhaPass *p, char *error) {
+    size_t rows, b, h, t, u, j, n, size = m->size, width = m->width, tokens;
+    double *projected = NULL, scale = sqrt((double)m->size);
+    if (x->rank != 3 || x->shape[2] != width) {
+        snprintf(error, ERROR_SIZE, "input must be [batch, tokens, %lu]", (unsigned long)width);
+        return false;
+    }
+    p->batch = x->shape[0], p->tokens = tokens = x->shape[1];
+    rows = p->batch * tokens;
+    projected = zeros(rows * width);
+    for (n = 0; n < 3; n++) {
+        square_product(x->values, m->w[n]->values, rows, width, false, projected);
+        p->heads[n] = zeros(rows * width);
+        for (b = 0; b < p->batch; b++)
+            for (h = 0; h < m->heads; h++)
+                for (t = 0; t < tokens; t++)
+                    for (j = 0; j < size; j++)
+                        p->heads[n][((b * m->heads + h) * tokens + t) * size + j] =
+                            projected[(b * tokens + t) * width + h * size + j];
+        if (m->rope && n < 2) rope_turn(p->heads[n], rows * m->heads, tokens, size, m->base, m->offset, 1.0);
+    }
+    free(projected);
+    p->a = zeros(p->batch * m->heads * tokens * tokens);
+    p->merged = zeros(rows * width);
+    for (b = 0; b < p->batch; b++) {
+        for (h = 0; h < m->heads; h++) {
+            size_t at = (b * m->heads + h) * tokens;
+            const double *q = p->heads[0] + at * size, *k = p->heads[1] + at * size;
+            const double *v = p->heads[2] + at * size;
+            double *a = p->a + at * tokens;
+            for (t = 0; t < tokens; t++) {
+                size_t seen = causal ? t + 1 : tokens;
+                double max = -INFINITY, total = 0.0;
+                for (u = 0; u < seen; u++) {
+                    double dot = 0.0;
+                    for (j = 0; j < size; j++) dot += q[t * size + j] * k[u * size + j];
+                    a[t * tokens + u] = dot / scale;
+                    max = fmax(max, a[t * tokens + u]);
+                }
+                for (u = 0; u < seen; u++) total += a[t * tokens + u] = exp(a[t * tokens + u] - max);
+                for (u = 0; u < seen; u++) a[t * tokens + u] /= total;
+                for (j = 0; j < size; j++) {
+                    double mix = 0.0;
+                    for (u = 0; u < tokens; u++) mix += a[t * tokens + u] * v[u * size + j];
+                    p->merged[(b * tokens + t) * width + h * size + j] = mix;
+                }
+            }
+        }
+    }
+    return true;
+}
+
+/* out = {weights [B,H,T,T], merged [B,T,width], output = merged W_O}. */
+static bool mha_forward(const MultiHead *m, const Tensor *x, bool causal, Tensor out[3], char *error) {
+    MhaPass p;
+    size_t shape[4];
+    if (!mha_run(m, x, causal, &p, error)) return false;
+    shape[0] = p.batch, shape[1] = m->heads, shape[2] = p.tokens, shape[3] = p.tokens;
+    out[0] = tensor_new(4, shape);
+    memcpy(out[0].values, p.a, out[0].size * sizeof(double));
+    out[1] = tensor_new(3, x->shape);
+    memcpy(out[1].values, p.merged, out[1].size * sizeof(double));
+    out[2] = tensor_new(3, x->shape);
+    square_product(p.merged, m->w[3]->values, p.batch * p.tokens, m->width, false, out[2].values);
+    mha_pass_free(&p);
+    return true;
+}
+
+/* out = {grad_input, grad_w_query, grad_w_key, grad_w_value, grad_w_output}. */
+static bool mha_backward(const MultiHead *m, const Tensor *x, bool causal, const Tensor *grad_output,
+                         Tensor out[5], char *error) {
+    MhaPass p;
+    size_t rows, b, h, t, u, j, i, n, size = m->size, width = m->width, tokens, shape[2];
+    double *grad_merged, *grads[3], *path, scale = sqrt((double)m->size);
+    if (!mha_run(m, x, causal, &p, error)) return false;
+    tokens = p.tokens, rows = p.batch * tokens;
+    if (grad_output->rank != 3 || grad_output->shape[0] != p.batch ||
+        grad_output->shape[1] != tokens || grad_output->shape[2] != width) {
+        snprintf(error, ERROR_SIZE, "grad_output must have the input's shape");
+        mha_pass_free(&p);
+        return false;
+    }
+    shape[0] = width, shape[1] = width;
+    out[4] = tensor_new(2, shape); /* dW_O = merged^T dY */
+    for (i = 0; i < width; i++)
+        for (j = 0; j < width; j++)
+            for (n = 0; n < rows; n++)
+                out[4].values[i * width + j] += p.merged[n * width + i] * grad_output->values[n * width + j];
+    grad_merged = zeros(rows * width); /* dY W_O^T */
+    square_product(grad_output->values, m->w[3]->values, rows, width, true, grad_merged);
+    for (n = 0; n < 3; n++) grads[n] = zeros(rows * m->heads * size); /* per head, [B,H,T,size] */
+    for (b = 0; b < p.batch; b++) {
+        for (h = 0; h < m->heads; h++) {
+            size_t at = (b * m->heads + h) * tokens;
+            const double *q = p.heads[0] + at * size, *k = p.heads[1] + at * size;
+            const double *v = p.heads[2] + at * size, *a = p.a + at * tokens;
+            double *ds = zeros(tokens * tokens);
+            for (t = 0; t < tokens; t++) {
+                double row_sum = 0.0;
+                for (u = 0; u < tokens; u++) {
+                    double da = 0.0;
+                    for (j = 0; j < size; j++) da += grad_merged[(b * tokens + t) * width + h * size + j] * v[u * size + j];
+                    ds[t * tokens + u] = da;
+                    row_sum += da * a[t * tokens + u];
+                }
+                for (u = 0; u < tokens; u++) ds[t * tokens + u] = a[t * tokens + u] * (ds[t * tokens + u] - row_sum) / scale;
+            }
+            for (t = 0; t < tokens; t++) {
+                for (j = 0; j < size; j++) {
+                    double dq = 0.0, dk = 0.0, dv = 0.0;
+                    for (u = 0; u < tokens; u++) {
+                        dq += ds[t * tokens + u] * k[u * size + j];
+                        dk += ds[u * tokens + t] * q[u * size + j];
+                        dv += a[u * tokens + t] * grad_merged[(b * tokens + u) * width + h * size + j];
+                    }
+                    grads[0][(at + t) * size + j] = dq;
+                    grads[1][(at + t) * size + j] = dk;
+                    grads[2][(at + t) * size + j] = dv;
+                }
+            }
+            free(ds);
+        }
+    }
+    if (m->rope) { /* the rotation's reverse carries dQ and dK back */
+        rope_turn(grads[0], rows * m->heads, tokens, size, m->base, m->offset, -1.0);
+        rope_turn(grads[1], rows * m->heads, tokens, size, m->base, m->offset, -1.0);
+    }
+    out[0] = tensor_new(3, x->shape);
+    path = zeros(rows * width);
+    for (n = 0; n < 3; n++) {
+        double *merged_grad = zeros(rows * width); /* this branch's gradient back in its columns */
+        for (b = 0; b < p.batch; b++)
+            for (h = 0; h < m->heads; h++)
+                for (t = 0; t < tokens; t++)
+                    for (j = 0; j < size; j++)
+                        merged_grad[(b * tokens + t) * width + h * size + j] =
+                            grads[n][((b * m->heads + h) * tokens + t) * size + j];
+        square_product(merged_grad, m->w[n]->values, rows, width, true, path);
+        for (i = 0; i < rows * width; i++) out[0].values[i] += path[i];
+        out[1 + n] = tensor_new(2, shape); /* dW = X^T dY */
+        for (i = 0; i < width; i++)
+            for (j = 0; j < width; j++)
+                for (t = 0; t < rows; t++)
+                    out[1 + n].values[i * width + j] += x->values[t * width + i] * merged_grad[t * width + j];
+        free(merged_grad);
+        free(grads[n]);
+    }
+    free(path);
+    free(grad_merged);
+    mha_pass_free(&p);
+    return true;
+}
+
 /* ---- the protocol (docs/protocol.md) ------------------------------------------------ */
 
 #define MAX_TENSORS 8
@@ -760,12 +1010,102 @@ static bool run_head_backward(const Json *request, Reply *reply, char *error) {
     return ok;
 }
 
+/* request[key], which must be a JSON number. */
+static bool request_number(const Json *request, const char *key, double *out, char *error) {
+    const Json *number = json_get(request, key);
+    if (number == NULL || number->kind != JSON_NUMBER) {
+        snprintf(error, ERROR_SIZE, "\"%s\" must be a number", key);
+        return false;
+    }
+    *out = number->number;
+    return true;
+}
+
+/* rope (sign 1) or rope_reverse (sign -1): the input turned. */
+static bool run_turn(const Json *request, Reply *reply, char *error, double sign) {
+    Tensor in;
+    double base, offset;
+    size_t width, tokens;
+    if (!request_number(request, "base", &base, error) ||
+        !request_number(request, "offset", &offset, error)) return false;
+    if (!request_tensor(request, "input", &in, error)) return false;
+    if (in.rank < 2) {
+        snprintf(error, ERROR_SIZE, "RoPE needs [..., tokens, width]");
+        tensor_free(&in);
+        return false;
+    }
+    width = in.shape[in.rank - 1], tokens = in.shape[in.rank - 2];
+    if (!rope_check(width, base, offset, error)) {
+        tensor_free(&in);
+        return false;
+    }
+    rope_turn(in.values, width ? in.size / width : 0, tokens, width, base, offset, sign);
+    reply->count = 1;
+    reply->names[0] = sign > 0 ? "rotated" : "turned_back";
+    reply->tensors[0] = in;
+    return true;
+}
+
+static bool run_rope(const Json *request, Reply *reply, char *error) {
+    return run_turn(request, reply, error, 1.0);
+}
+
+static bool run_rope_reverse(const Json *request, Reply *reply, char *error) {
+    return run_turn(request, reply, error, -1.0);
+}
+
+static const char *const MHA_KEYS[6] = {"w_query", "w_key", "w_value", "w_output", "input",
+                                        "grad_output"};
+static const char *const MHA_FORWARD_NAMES[3] = {"weights", "merged", "output"};
+static const char *const MHA_BACKWARD_NAMES[5] = {"grad_input", "grad_w_query", "grad_w_key",
+                                                  "grad_w_value", "grad_w_output"};
+
+static bool run_mha(const Json *request, Reply *reply, char *error, bool backward) {
+    Tensor in[6];
+    const Tensor *weights[4];
+    const Json *rope = json_get(request, "rope");
+    MultiHead layer;
+    double heads = 0, base = 0, offset = 0;
+    bool ok, causal = false;
+    size_t i, count = backward ? 6 : 5;
+    if (!request_causal(request, &causal, error) ||
+        !request_number(request, "heads", &heads, error) ||
+        !request_number(request, "base", &base, error) ||
+        !request_number(request, "offset", &offset, error)) return false;
+    if (rope == NULL || rope->kind != JSON_BOOL) {
+        snprintf(error, ERROR_SIZE, "\"rope\" must be true or false");
+        return false;
+    }
+    if (!request_tensors(request, MHA_KEYS, count, in, error)) return false;
+    for (i = 0; i < 4; i++) weights[i] = &in[i];
+    ok = mha_new(&layer, weights, heads, rope->number != 0, base, offset, error) &&
+         (backward ? mha_backward(&layer, &in[4], causal, &in[5], reply->tensors, error)
+                   : mha_forward(&layer, &in[4], causal, reply->tensors, error));
+    if (ok) {
+        reply->count = backward ? 5 : 3;
+        for (i = 0; i < reply->count; i++)
+            reply->names[i] = backward ? MHA_BACKWARD_NAMES[i] : MHA_FORWARD_NAMES[i];
+    }
+    for (i = 0; i < count; i++) tensor_free(&in[i]);
+    return ok;
+}
+
+static bool run_mha_forward(const Json *request, Reply *reply, char *error) {
+    return run_mha(request, reply, error, false);
+}
+
+static bool run_mha_backward(const Json *request, Reply *reply, char *error) {
+    return run_mha(request, reply, error, true);
+}
+
 /* The operations this program answers, listed in the hello reply as "ops". */
 static const struct {
     const char *op;
     bool (*run)(const Json *request, Reply *reply, char *error);
 } OPERATIONS[] = {{"forward", run_forward}, {"backward", run_backward},
-                  {"head_forward", run_head_forward}, {"head_backward", run_head_backward}};
+                  {"head_forward", run_head_forward}, {"head_backward", run_head_backward},
+                  {"rope", run_rope}, {"rope_reverse", run_rope_reverse},
+                  {"mha_forward", run_mha_forward}, {"mha_backward", run_mha_backward}};
 #define OPERATION_COUNT (sizeof OPERATIONS / sizeof OPERATIONS[0])
 
 static void write_tensor(FILE *out, const Tensor *t) {

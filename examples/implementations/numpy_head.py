@@ -23,11 +23,14 @@ BUG = ""
 
 
 def _softmax(z):
-    if BUG != "unstable":
-        z = z - np.max(z, axis=-1, keepdims=True)  # largest entry 0: exp never overflows
+    axis = -2 if BUG == "query-axis" else -1  # the slip: each key's column sums to 1
+    if BUG == "global-max":
+        z = z - np.max(z)  # the slip: rows far below the largest score underflow
+    elif BUG != "unstable":
+        z = z - np.max(z, axis=axis, keepdims=True)  # largest entry 0: exp never overflows
     with np.errstate(over="ignore", invalid="ignore"):  # the unstable slip gives NaN: qkv says so
         e = np.exp(z)
-        return e / np.sum(e, axis=-1, keepdims=True)
+        return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _forward(x, w_query, w_key, w_value, causal):
@@ -51,7 +54,8 @@ def head_forward(x, w_query, w_key, w_value, causal):
 
 
 def head_backward(x, w_query, w_key, w_value, causal, grad_output):
-    q, k, v, a, _, _ = _forward(x, w_query, w_key, w_value, causal)
+    # The "ignores-mask" slip: the gradients of the unmasked head, whatever causal says.
+    q, k, v, a, _, _ = _forward(x, w_query, w_key, w_value, causal and BUG != "ignores-mask")
     batch, tokens, d_model = x.shape
     d_k = w_query.shape[1]
     if grad_output.shape != (batch, tokens, w_value.shape[1]):
@@ -66,4 +70,6 @@ def head_backward(x, w_query, w_key, w_value, causal, grad_output):
     grads = (grad_q, grad_k, grad_v)
     grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
     grad_w = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
+    if BUG == "first-item" and batch:  # the slip: X[0]^T dY[0], the other items dropped
+        grad_w = [x[0].T @ g[0] for g in grads]
     return (grad_input + np.zeros_like(x), *grad_w)

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Q/K/V projections and an attention head for `qkv check --command`, Node.js with no npm
-// packages.
+// Q/K/V projections, an attention head, RoPE and multi-head attention for `qkv check
+// --command`, Node.js with no npm packages.
 //
 //     qkv check --command "node examples/node/qkv_projections.js"
 //
@@ -238,6 +238,176 @@ class AttentionHead {
   }
 }
 
+// --- RoPE (chapter 29) and multi-head attention (chapter 30) ---------------------------
+
+/**
+ * Turn the adjacent pairs (2i, 2i+1) of each row of values (rows of `width`, `tokens`
+ * rows per sequence) by (offset + t) * base^(-2i/width); sign -1 turns back. `halfSplit`
+ * pairs i with i + width/2 instead (the --wrong rope-half-split slip).
+ */
+function turn(values, tokens, width, base, offset, sign, halfSplit = false) {
+  const out = values.slice();
+  const rows = tokens ? values.length / width : 0;
+  for (let row = 0; row < rows; row++) {
+    const position = offset + (row % tokens);
+    for (let i = 0; i < width / 2; i++) {
+      const angle = position * Math.pow(base, (-2 * i) / width);
+      const cos = Math.cos(angle);
+      const sin = sign * Math.sin(angle);
+      const [a, b] = halfSplit ? [i, i + width / 2] : [2 * i, 2 * i + 1];
+      const x = values[row * width + a];
+      const y = values[row * width + b];
+      out[row * width + a] = x * cos - y * sin;
+      out[row * width + b] = y * cos + x * sin;
+    }
+  }
+  return out;
+}
+
+/** The RoPE request's checks: a token axis, an even non-zero width, a positive base, an
+ * offset of 0 or more. Throws ShapeError. */
+function checkRope(shape, base, offset) {
+  if (shape.length < 2) throw new ShapeError(`RoPE needs [..., tokens, width], got rank ${shape.length}`);
+  const width = shape[shape.length - 1];
+  if (width === 0 || width % 2) throw new ShapeError(`RoPE needs an even, non-zero width, got ${width}`);
+  if (typeof base !== "number" || !Number.isFinite(base) || base <= 0) {
+    throw new ShapeError(`RoPE needs a positive base, got ${base}`);
+  }
+  if (!Number.isInteger(offset) || offset < 0) throw new ShapeError(`RoPE needs an offset of 0 or more, got ${offset}`);
+}
+
+class MultiHeadAttention {
+  /**
+   * Weights [d_model, d_model] (query, key, value, output), `heads` heads of width
+   * d_model / heads, RoPE when `rope` (base, offset). Throws ShapeError.
+   */
+  constructor(weights, heads, rope, base, offset, halfSplit = false) {
+    const width = weights[0].shape[0];
+    weights.forEach((w) => {
+      if (!sameShape(w.shape, [width, width])) {
+        throw new ShapeError(`weights must be [${width},${width}], got [${w.shape}]`);
+      }
+    });
+    if (!Number.isInteger(heads) || heads < 1 || width % heads) {
+      throw new ShapeError(`${heads} heads do not divide d_model ${width}`);
+    }
+    if (rope) checkRope([1, width / heads], base, offset);
+    Object.assign(this, { weights, heads, rope, base, offset, width, size: width / heads, halfSplit });
+  }
+
+  /** Per head of batch item b: the rows of y [B*T, width] in its columns, [T*size]. */
+  column(y, b, h, tokens) {
+    const out = new Array(tokens * this.size);
+    for (let t = 0; t < tokens; t++) {
+      for (let j = 0; j < this.size; j++) out[t * this.size + j] = y[(b * tokens + t) * this.width + h * this.size + j];
+    }
+    return out;
+  }
+
+  turned(values, tokens, sign) {
+    return this.rope ? turn(values, tokens, this.size, this.base, this.offset, sign, this.halfSplit) : values;
+  }
+
+  /** Everything the reverse pass needs, and the reply's weights, merged, output. */
+  pass(x, causal) {
+    if (x.shape.length !== 3 || x.shape[2] !== this.width) {
+      throw new ShapeError(`input must be [batch, tokens, ${this.width}], got [${x.shape}]`);
+    }
+    const [batch, tokens] = x.shape;
+    const rows = batch * tokens;
+    const [q, k, v] = this.weights.slice(0, 3).map((w) => matmul(x.values, w.values, rows, this.width, this.width));
+    const weights = [];
+    const merged = new Array(rows * this.width).fill(0);
+    const heads = [];
+    for (let b = 0; b < batch; b++) {
+      for (let h = 0; h < this.heads; h++) {
+        const qh = this.turned(this.column(q, b, h, tokens), tokens, 1);
+        const kh = this.turned(this.column(k, b, h, tokens), tokens, 1);
+        const vh = this.column(v, b, h, tokens);
+        const scores = matmulTransposedRight(qh, kh, tokens, this.size, tokens).map((s) => s / Math.sqrt(this.size));
+        const a = new Array(tokens * tokens);
+        for (let t = 0; t < tokens; t++) {
+          const seen = causal ? t + 1 : tokens;
+          let largest = -Infinity;
+          for (let u = 0; u < seen; u++) largest = Math.max(largest, scores[t * tokens + u]);
+          let total = 0.0;
+          for (let u = 0; u < tokens; u++) {
+            a[t * tokens + u] = u < seen ? Math.exp(scores[t * tokens + u] - largest) : 0.0;
+            total += a[t * tokens + u];
+          }
+          for (let u = 0; u < tokens; u++) a[t * tokens + u] /= total;
+        }
+        const o = matmul(a, vh, tokens, tokens, this.size);
+        for (let t = 0; t < tokens; t++) {
+          for (let j = 0; j < this.size; j++) merged[(b * tokens + t) * this.width + h * this.size + j] = o[t * this.size + j];
+        }
+        weights.push(...a);
+        heads.push({ qh, kh, vh, a });
+      }
+    }
+    const output = matmul(merged, this.weights[3].values, rows, this.width, this.width);
+    return { batch, tokens, q, k, v, weights, merged, output, heads };
+  }
+
+  forward(x, causal) {
+    const done = this.pass(x, causal);
+    const { batch, tokens } = done;
+    return {
+      weights: { shape: [batch, this.heads, tokens, tokens], values: done.weights },
+      merged: { shape: x.shape.slice(), values: done.merged },
+      output: { shape: x.shape.slice(), values: done.output },
+    };
+  }
+
+  backward(x, causal, gradOutput) {
+    const done = this.pass(x, causal);
+    const { batch, tokens } = done;
+    if (!sameShape(gradOutput.shape, x.shape)) {
+      throw new ShapeError(`grad_output must be [${x.shape}], got [${gradOutput.shape}]`);
+    }
+    const rows = batch * tokens;
+    const width = this.width;
+    const gradOut = matmulTransposedLeft(done.merged, gradOutput.values, rows, width, width);
+    const gradMerged = matmulTransposedRight(gradOutput.values, this.weights[3].values, rows, width, width);
+    const grads = [0, 1, 2].map(() => new Array(rows * width).fill(0)); // dQ, dK, dV [B*T, width]
+    for (let b = 0; b < batch; b++) {
+      for (let h = 0; h < this.heads; h++) {
+        const { qh, kh, vh, a } = done.heads[b * this.heads + h];
+        const gradO = this.column(gradMerged, b, h, tokens);
+        const gradA = matmulTransposedRight(gradO, vh, tokens, this.size, tokens);
+        const gradV = matmulTransposedLeft(a, gradO, tokens, tokens, this.size);
+        const gradS = new Array(tokens * tokens);
+        for (let t = 0; t < tokens; t++) {
+          let rowSum = 0.0;
+          for (let u = 0; u < tokens; u++) rowSum += gradA[t * tokens + u] * a[t * tokens + u];
+          for (let u = 0; u < tokens; u++) {
+            gradS[t * tokens + u] = (a[t * tokens + u] * (gradA[t * tokens + u] - rowSum)) / Math.sqrt(this.size);
+          }
+        }
+        const gradQ = this.turned(matmul(gradS, kh, tokens, tokens, this.size), tokens, -1);
+        const gradK = this.turned(matmulTransposedLeft(gradS, qh, tokens, tokens, this.size), tokens, -1);
+        [gradQ, gradK, gradV].forEach((g, branch) => {
+          for (let t = 0; t < tokens; t++) {
+            for (let j = 0; j < this.size; j++) grads[branch][(b * tokens + t) * width + h * this.size + j] = g[t * this.size + j];
+          }
+        });
+      }
+    }
+    const gradInput = new Array(rows * width).fill(0);
+    grads.forEach((g, branch) => {
+      const path = matmulTransposedRight(g, this.weights[branch].values, rows, width, width);
+      path.forEach((value, i) => { gradInput[i] += value; });
+    });
+    const gradW = grads.map((g) => matmulTransposedLeft(x.values, g, rows, width, width));
+    const square = (values) => ({ shape: [width, width], values });
+    return {
+      grad_input: { shape: x.shape.slice(), values: gradInput },
+      grad_w_query: square(gradW[0]), grad_w_key: square(gradW[1]), grad_w_value: square(gradW[2]),
+      grad_w_output: square(gradOut),
+    };
+  }
+}
+
 // --- JSON out: exact numbers -----------------------------------------------------------
 
 class NotFinite extends Error {}
@@ -305,17 +475,48 @@ const OPERATIONS = {
     return new Head(layer).backward(tensor(request, "input"), causal(request),
                                     tensor(request, "grad_output"));
   },
+  rope(request, Layer, Head, slips) {
+    return { rotated: rotation(request, 1, slips) };
+  },
+  rope_reverse(request, Layer, Head, slips) {
+    return { turned_back: rotation(request, -1, slips) };
+  },
+  mha_forward(request, Layer, Head, slips) {
+    return multiHead(request, slips).forward(tensor(request, "input"), causal(request));
+  },
+  mha_backward(request, Layer, Head, slips) {
+    return multiHead(request, slips).backward(tensor(request, "input"), causal(request),
+                                              tensor(request, "grad_output"));
+  },
 };
 
+/** The rope request's input turned (sign 1) or turned back (sign -1). */
+function rotation(request, sign, slips) {
+  const x = tensor(request, "input");
+  checkRope(x.shape, request.base, request.offset);
+  const width = x.shape[x.shape.length - 1];
+  return { shape: x.shape.slice(),
+           values: turn(x.values, x.shape[x.shape.length - 2], width, request.base, request.offset, sign,
+                        slips.has("rope-half-split")) };
+}
+
+/** The layer a multi-head request describes. Throws ShapeError. */
+function multiHead(request, slips) {
+  if (typeof request.rope !== "boolean") throw new ShapeError('"rope" must be true or false');
+  const weights = ["w_query", "w_key", "w_value", "w_output"].map((key) => tensor(request, key));
+  return new MultiHeadAttention(weights, request.heads, request.rope, request.base, request.offset,
+                                slips.has("rope-half-split"));
+}
+
 /** The reply line (without newline) to one request. */
-function answer(request, Layer, Head = AttentionHead) {
+function answer(request, Layer, Head = AttentionHead, slips = new Set()) {
   const id = request.id;
   if (request.op === "hello") return encode({ id, version: 1, ops: Object.keys(OPERATIONS) });
   if (request.op === "bye") return encode({ id });
   const operation = Object.hasOwn(OPERATIONS, request.op) ? OPERATIONS[request.op] : null;
   if (operation === null) return encode({ id, error: `unknown op ${JSON.stringify(request.op)}` });
   try {
-    return encode({ id, ...operation(request, Layer, Head) });
+    return encode({ id, ...operation(request, Layer, Head, slips) });
   } catch (error) {
     // An invalid input, or a result that overflowed: say so rather than crash.
     if (error instanceof ShapeError || error instanceof NotFinite) {
@@ -330,10 +531,11 @@ async function main(argv) {
     constructor(layer) { super(layer, false); }
   }
   const layers = { "": [QkvProjections, AttentionHead], "no-value-path": [NoValuePath, AttentionHead],
-                   "head-no-rowsum": [QkvProjections, HeadNoRowSum] };
+                   "head-no-rowsum": [QkvProjections, HeadNoRowSum],
+                   "rope-half-split": [QkvProjections, AttentionHead, new Set(["rope-half-split"])] };
   const wrong = argv[0] === "--wrong" && argv.length === 2 ? argv[1] : argv.length ? null : "";
   if (!Object.hasOwn(layers, wrong)) {
-    process.stderr.write("usage: node qkv_projections.js [--wrong no-value-path|head-no-rowsum]\n");
+    process.stderr.write("usage: node qkv_projections.js [--wrong no-value-path|head-no-rowsum|rope-half-split]\n");
     process.exitCode = 2;
     return;
   }
@@ -357,5 +559,5 @@ if (require.main === module) {
   });
 }
 
-module.exports = { QkvProjections, NoValuePath, AttentionHead, ShapeError, formatNumber, encode,
-                   answer };
+module.exports = { QkvProjections, NoValuePath, AttentionHead, MultiHeadAttention, turn, ShapeError,
+                   formatNumber, encode, answer };

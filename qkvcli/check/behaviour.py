@@ -88,7 +88,7 @@ def check_independence(session: Session, kind: Kind) -> tuple[FamilyCheck, list[
     """Each branch's output and weight gradient depend only on its own weight and path."""
     failures = []
     backward = session.offers(kind.backward)
-    for case in session.cases:
+    for case in session.cases_of(kind):
         run = kind.run(case)
         base = session.first(kind, run)
         grads = session.first(kind, run, backward=True) if backward else None
@@ -111,7 +111,7 @@ def check_independence(session: Session, kind: Kind) -> tuple[FamilyCheck, list[
         if problem is not None:
             failures.append(Failure("independence", case.label, None, code=problem[0],
                                     facts=problem[1]))
-    return judge("independence", failures, len(session.cases), backward=backward), failures
+    return judge("independence", failures, len(session.cases_of(kind)), backward=backward), failures
 
 
 def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
@@ -131,7 +131,7 @@ def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     family = kind.family("replay")
     backward = session.offers(kind.backward)
     failures = []
-    for case in session.cases:
+    for case in session.cases_of(kind):
         run = kind.run(case)
         firsts: list[tuple[str, tuple[str, ...], tuple[Array, ...] | None,
                            tuple[Array, ...] | CallFailed]] = [
@@ -156,7 +156,7 @@ def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
                 failures.append(Failure(family, case.label, found[0], code="replay-differs",
                                         facts=(operation, *found)))
                 break
-    return judge(family, failures, len(session.cases), backward=backward), failures
+    return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures
 
 
 def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
@@ -169,5 +169,5 @@ def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     failures = list(session.impurities.get(family, []))
     if family in session.unfinished:
         failures.append(not_run(family, None, "stopped"))
-    return judge(family, failures, len(session.cases),
+    return judge(family, failures, len(session.cases_of(kind)),
                  calls=session.purity_calls.get(family, 0)), failures

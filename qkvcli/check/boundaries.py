@@ -6,7 +6,7 @@ from __future__ import annotations
 from qkvcli.check.cases import Run
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind, Probe, Request
-from qkvcli.check.result import not_run
+from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Failure, FamilyCheck, judge
@@ -44,23 +44,30 @@ def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     tokens; a head's one token too): the first failing probe of each fixture."""
     failures = []
     backward = session.offers(kind.backward)
-    for case in session.cases:
+    for case in session.cases_of(kind):
         for probe in kind.probes(case):
             found = _probe(session, kind, kind.run(case), probe, backward)
             if found is not None:
                 failures.append(found)
                 break
-    return judge(kind.family("shapes"), failures, len(session.cases),
+    return judge(kind.family("shapes"), failures, len(session.cases_of(kind)),
                  backward=backward), failures
 
 
 def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Every bad forward (and backward) request raises (or is answered with an error);
-    lists what was silently accepted."""
+    lists what was silently accepted. Not run when the forward failed on every valid
+    fixture (an implementation that rejects everything rejects these too)."""
     family = kind.family("errors")
     failures = []
     backward = session.offers(kind.backward)
-    for case in session.cases:
+    # An implementation that failed every valid input rejects anything: nothing to judge.
+    firsts = [session.first(kind, run) for run in session.runs(kind)]
+    if firsts and all(isinstance(first, CallFailed) for first in firsts):
+        failed = next(first for first in firsts if isinstance(first, CallFailed))
+        skipped = [not_run_after(family, None, failed)]
+        return judge(family, skipped, len(session.cases_of(kind)), backward=backward), skipped
+    for case in session.cases_of(kind):
         mode = kind.run(case).mode
         accepted: list[Request] = []
         for request, x, weights, upstream in kind.requests(case, backward):
@@ -77,4 +84,4 @@ def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
         if accepted:
             failures.append(Failure(family, case.label, accepted[0][0], code="accepted",
                                     facts=tuple(accepted)))
-    return judge(family, failures, len(session.cases), backward=backward), failures
+    return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures

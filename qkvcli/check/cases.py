@@ -13,6 +13,8 @@ integers alone.
 
 from __future__ import annotations
 
+import numpy as np
+
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
@@ -43,6 +45,7 @@ class Case(Record):
     step: float
     tolerance: float
     samples: int | None = DEFAULT_SAMPLES
+    heads_only: bool = False  # a probe of a head's slips (contrast), not of the projections
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -115,6 +118,32 @@ def precision_case(step: float, tolerance: float) -> Case:
     """The fixture every check includes, labelled ``precision[1,3,4->2]``."""
     label = "precision[{},{},{}->{}]".format(*PRECISION_SHAPE)
     return _drawn(label, PRECISION_SHAPE, SplitMix64(PRECISION_SEED), step, tolerance)
+
+
+CONTRAST_SHAPE = (2, 4, 5, 3)  # √d_model 2.24, d_k 3, √d_k 1.73: all differ
+CONTRAST_SEED = 29
+CONTRAST_SCALE = 16.0  # batch item 1: token t is about 16 e_t
+CONTRAST_QUERIES = ((-1.98, 0.004, -0.003), (1.353, 0.02, 0.01))  # W_Q rows 2 and 3
+
+
+def contrast_case(step: float, tolerance: float) -> Case:
+    """The fixture every check includes to tell a head's slips apart, labelled
+    ``contrast[2,4,5->3]``: drawn values (scores ``Q Kᵀ`` not symmetric, batch items
+    that differ, widths where ``√d_model``, ``d_k`` and ``√d_k`` all differ),
+    then batch item 1 made of rows of very different magnitude: its token ``t`` is about
+    16 ``e_t`` and ``W_K``'s first four rows share a first column of about 1.5, so query 3's
+    scores reach about +300 and query 2's all lie near -440, about 739 below: a softmax
+    that subtracts the whole tensor's maximum underflows there into subnormal numbers
+    (finite, but wrong from the fourth digit), while the row's own maximum keeps it exact
+    and no score is large enough for exp to overflow."""
+    label = "contrast[{},{},{}->{}]".format(*CONTRAST_SHAPE)
+    case = _drawn(label, CONTRAST_SHAPE, SplitMix64(CONTRAST_SEED), step, tolerance)
+    x, (w_query, w_key, _) = case.input, case.weights
+    tokens = CONTRAST_SHAPE[1]
+    x[1] = CONTRAST_SCALE * np.eye(tokens, CONTRAST_SHAPE[2]) + 0.001 * x[1]
+    w_key[:tokens, 0] = 1.5 + 0.002 * w_key[:tokens, 0]
+    w_query[2:4, :] = CONTRAST_QUERIES
+    return case._replace(heads_only=True)
 
 
 def random_cases(count: int, seed: int, step: float, tolerance: float) -> list[Case]:

@@ -34,7 +34,10 @@ from typing import Any
 
 from qkvcli.check.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
 from qkvcli.check.wire import (
+    FIRST_OPERATIONS,
     OPERATIONS,
+    PAIRS,
+    SCALARS,
     VERSION,
     Malformed,
     check_id,
@@ -311,19 +314,17 @@ class CommandClient:
         if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
             raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must be a '
                               "list of strings")
-        if "forward" not in ops and "head_forward" not in ops:
+        if not any(op in ops for op in FIRST_OPERATIONS):
             raise self._break("hello", 'request 0 (hello): malformed reply: "ops" must '
-                              'include "forward" or "head_forward"')
-        pairs = {"backward": "forward", "head_backward": "head_forward"}  # judged with it
-        return tuple(op for op in OPERATIONS if op in ops and pairs.get(op, op) in ops)
+                              'include "forward", "head_forward", "rope" or "mha_forward"')
+        return tuple(op for op in OPERATIONS if op in ops and PAIRS.get(op, op) in ops)
 
     def _call(self, operation: str, tensors: dict[str, Array], names: tuple[str, ...],
-              causal: bool | None = None) -> tuple[Array, ...]:
+              scalars: dict[str, Any]) -> tuple[Array, ...]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "op": operation}
         message.update(self._tensor_fields(tensors))
-        if causal is not None:
-            message["causal"] = bool(causal)
+        message.update({key: SCALARS[key](value) for key, value in scalars.items()})
         values = reply_values(operation, tensors)
         reply = self._exchange(operation, message, values)
         self.requests += 1
@@ -347,8 +348,8 @@ class CommandClient:
         """One request of ``operation`` (its fields in :data:`OPERATIONS` order)."""
         keys, names = OPERATIONS[operation]
         fields = dict(zip(keys, args, strict=True))
-        causal = fields.pop("causal", None)
-        return self._call(operation, fields, names, causal)
+        scalars = {key: fields.pop(key) for key in keys if key in SCALARS}
+        return self._call(operation, fields, names, scalars)
 
     def finish(self) -> None:
         """Say bye, expect ``{"id": n}``, and expect the program to exit by itself."""

@@ -103,6 +103,9 @@ FLOAT64_ROUNDING = 1e-12
 """The scaled error float64 arithmetic in another order stays within on qkv's fixtures
 (sums of a few dozen unit-sized products): below it, only the tolerance is wrong."""
 SAMPLED = 512  # elements looked at for a writer's decimals (the first ones, row-major)
+FEWEST_PLACES = 3
+"""The fewest decimals or digits taken for a writer's: values of one or two places
+(a mask's exact 0 and 1 weights, small integers) are a head's own, not a lossy spelling."""
 LOSSY = ("decimals", "digits", "float32")
 """Causes that make the implementation's forward a poor function for central differences."""
 
@@ -121,7 +124,7 @@ def _written(actual: Array, expected: Array) -> tuple[str, int] | None:
     the expected one (``%.6f``), ``("digits", k)`` for ``k`` significant digits (``%g``)."""
     pairs = list(zip(actual.reshape(-1)[:SAMPLED].tolist(),
                      expected.reshape(-1)[:SAMPLED].tolist(), strict=True))
-    for places in range(1, 16):
+    for places in range(FEWEST_PLACES, 16):
         half = 0.5 * 10.0 ** -places * (1 + 1e-6)
         if all(a == float(f"{a:.{places}f}") and abs(a - e) <= half for a, e in pairs):
             return "decimals", places
@@ -309,69 +312,172 @@ def _hidden(tokens: int, causal: bool, bug: str) -> Mask | None:
     return hidden
 
 
+def _swapped(values: Array) -> Array:
+    """The last two axes swapped: ``[B,T,T]`` queries for keys."""
+    return np.swapaxes(values, -1, -2)
+
+
+def _weights(z: Array, bug: str) -> Array:
+    """The engine's softmax of the masked scores ``z``, or a slip of it: over the query
+    axis (``query-axis``: the softmax of the swapped scores, swapped back), with the
+    whole tensor's maximum subtracted (``global-max``: the unshifted softmax of ``z``
+    minus that maximum), or with no maximum at all (``unstable``)."""
+    if bug == "query-axis":
+        return _swapped(softmax(_swapped(z)))
+    if bug == "global-max" and z.size:
+        return softmax(z - np.max(z), shift=False)
+    return softmax(z, shift=bug != "unstable")
+
+
 def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
     """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
-    ``unscaled``, ``by-d_k``, ``diagonal`` (the mask hides it too), ``hides-past`` (the
-    mask hides the earlier keys instead of the later ones), ``after-softmax``,
-    ``no-mask`` (causal ignored), ``always-mask``, ``unstable`` (no row max). Each is the
-    engine's scale, mask and softmax (:mod:`qkvcli.attention.maths`) given a wrong part."""
+    ``unscaled``, ``by-d_k``, ``by-root-d_model``, ``transposed-scores`` (``S = K Qᵀ``),
+    ``diagonal`` (the mask hides it too), ``hides-past`` (the mask hides the earlier keys
+    instead of the later ones), ``after-softmax``, ``no-mask`` (causal ignored),
+    ``always-mask``, ``query-axis``, ``global-max``, ``unstable`` (no row max). Each is
+    the engine's scale, mask and softmax (:mod:`qkvcli.attention.maths`) given a wrong
+    part or a transformed input."""
     with np.errstate(all="ignore"):
         query, key, value = (x @ w for w in weights)  # [B,T,d] @ [d,h] -> [B,T,h]
-        raw = query @ np.swapaxes(key, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
+        if bug == "transposed-scores":  # S = K Qᵀ: the right maths on swapped projections
+            query, key = key, query
+        raw = query @ _swapped(key)  # [B,T,h] @ [B,h,T] -> [B,T,T]
         d_k = max(int(weights[0].shape[1]), 1)
         # The scaling slips are the one scale given a wrong part: dividing by d_k is the
-        # scale of a head d_k * d_k wide (exactly: the root of a square is exact), and
-        # leaving the scores unscaled is a given factor of 1.
-        scores = scale(raw, d_k * d_k if bug == "by-d_k" else d_k,
-                       1.0 if bug == "unscaled" else None)
+        # scale of a head d_k * d_k wide (exactly: the root of a square is exact), by
+        # √d_model that of a head d_model wide, and leaving the scores unscaled is a
+        # given factor of 1.
+        width = {"by-d_k": d_k * d_k, "by-root-d_model": int(x.shape[-1])}.get(bug, d_k)
+        scores = scale(raw, width, 1.0 if bug == "unscaled" else None)
         hidden = _hidden(x.shape[1], causal, bug)
         z = scores
         if hidden is not None and bug != "after-softmax":
             z = np.where(hidden, HIDDEN if bug == "diagonal" else -np.inf, scores)
-        attention = softmax(z, shift=bug != "unstable")
+        attention = _weights(z, bug)
         if hidden is not None and bug == "after-softmax":
             attention = np.where(hidden, 0.0, attention)
         return scores, attention, attention @ value  # [B,T,T] @ [B,T,h] -> [B,T,h]
 
 
+def _softmax_reverse(a: Array, grad_a: Array, bug: str) -> Array:
+    """The engine's softmax backward, or a slip of it: its row sum over the query axis
+    (``rowsum-axis``: the engine's on the swapped arrays, swapped back), without the row
+    sum (``no-rowsum``: ``A * dA``), or only the Jacobian's diagonal (``elementwise``:
+    ``A (1 - A) dA``, the row sum of the element itself)."""
+    if bug == "rowsum-axis":
+        return _swapped(softmax_backward(_swapped(a), _swapped(grad_a)))
+    if bug == "no-rowsum":
+        return a * grad_a
+    if bug == "elementwise":
+        return a * grad_a - a * (a * grad_a)
+    return softmax_backward(a, grad_a)
+
+
 def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
                      bug: str = "") -> Bundle:
-    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``: ``no-rowsum``
-    (softmax backward ``A * dA``), ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``)."""
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``:
+    ``no-rowsum``, ``rowsum-axis``, ``elementwise`` (:func:`_softmax_reverse`),
+    ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``), ``ignores-mask`` (the unmasked
+    head's gradients), ``first-item`` or ``last-item`` (each weight gradient from one
+    batch item, not summed over the batch)."""
+    if bug == "ignores-mask":
+        causal, bug = False, ""
     with np.errstate(all="ignore"):
         query, key, value = (x @ w for w in weights)
         _, a, _ = variant_forward(x, weights, causal)
-        grad_a = grad_output @ np.swapaxes(value, -1, -2)  # [B,T,h] @ [B,h,T] -> [B,T,T]
-        grad_v = (a if bug == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_output
-        grad_z = a * grad_a if bug == "no-rowsum" else softmax_backward(a, grad_a)
+        grad_a = grad_output @ _swapped(value)  # [B,T,h] @ [B,h,T] -> [B,T,T]
+        grad_v = (a if bug == "dv-uses-a" else _swapped(a)) @ grad_output
+        grad_z = _softmax_reverse(a, grad_a, bug)
         grad_s = scale(grad_z, max(int(weights[0].shape[1]), 1), None)  # the scale's reverse
         grad_q = grad_s @ key  # [B,T,T] @ [B,T,h] -> [B,T,h]
-        grad_k = (grad_s if bug == "dk-uses-ds" else np.swapaxes(grad_s, -1, -2)) @ query
-        batch, tokens, d_model = x.shape
-        rows = x.reshape(batch * tokens, d_model)
+        grad_k = (grad_s if bug == "dk-uses-ds" else _swapped(grad_s)) @ query
         grads = (grad_q, grad_k, grad_v)
         grad_x = sum((g @ w.T for g, w in zip(grads, weights, strict=True)), np.zeros_like(x))
-        flat = [rows.T @ g.reshape(batch * tokens, g.shape[-1]) for g in grads]
+        items = {"first-item": slice(0, 1), "last-item": slice(-1, None)}.get(bug, slice(None))
+        rows = x[items].reshape(-1, x.shape[-1])
+        flat = [rows.T @ g[items].reshape(rows.shape[0], g.shape[-1]) for g in grads]
         return grad_x, flat[0], flat[1], flat[2]
 
 
-FORWARD_BUGS = ("unscaled", "by-d_k", "diagonal", "hides-past", "after-softmax", "no-mask",
-                "always-mask")
+SCALING_BUGS = ("unscaled", "by-d_k", "by-root-d_model", "transposed-scores")
+"""The slips of the scores (before the mask)."""
+MASK_BUGS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
+"""The slips of the mask."""
+SOFTMAX_BUGS = ("query-axis", "global-max", "unstable")
+"""The slips of the softmax."""
+FORWARD_BUGS = (*SCALING_BUGS, *MASK_BUGS, *SOFTMAX_BUGS)
 """The head's forward slips :func:`variant_forward` computes, in the order they are tried."""
-BACKWARD_BUGS = ("no-rowsum", "dv-uses-a", "dk-uses-ds")
+BACKWARD_BUGS = ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-uses-ds",
+                 "ignores-mask", "first-item", "last-item")
 """The head's backward slips :func:`variant_backward` computes, in the order they are tried."""
 
 
-def named_slip(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
-               tolerance: float) -> str | None:
-    """The first of ``bugs`` whose results ``got`` equals (and the right ones do not)."""
+def named_slips(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
+                tolerance: float) -> tuple[str, ...]:
+    """Every one of ``bugs`` whose results ``got`` equals (and the right ones do not), in
+    order: more than one when the fixture cannot tell them apart (``by-d_k`` and
+    ``by-root-d_model`` where ``d_model = d_k²``); empty when none fits."""
     right = compute("")
+    found = []
     for bug in bugs:
         candidate = compute(bug)
         if all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
                 close(r, c, tolerance) for r, c in zip(right, candidate, strict=True)):
-            return bug
-    return None
+            found.append(bug)
+    return tuple(found)
+
+
+def agreed(found: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The slips every one of ``found`` names, in the first's order (each entry: the
+    slips one wrong result matches, empty when it matches none). A slip is named only
+    when it fits every fixture the result is wrong on, not where numbers merely happen
+    to match it: a softmax that forgets ``keepdims`` is the softmax over the query axis
+    on symmetric scores alone."""
+    if not found:
+        return ()
+    return tuple(slip for slip in found[0] if all(slip in others for others in found[1:]))
+
+
+def kept(clause: Clause, agree: tuple[str, ...]) -> Clause:
+    """``clause`` (``slip-differs``: the slips, the mismatch) naming only the slips of
+    ``agree``, or its mismatch alone when none is left; any other clause as it is."""
+    if clause.code != "slip-differs":
+        return clause
+    slips, mismatch = clause.facts
+    left = tuple(slip for slip in slips if slip in agree)
+    return Clause("slip-differs", (left, mismatch)) if left else mismatch
+
+
+def mask_positions(weights: Array, expected: Array, causal: bool,
+                   tolerance: float) -> tuple[Clause, ...]:
+    """What a head's mask did, position by position, on ``[B,T,T]`` weights (same shape as
+    the engine's): keys it gives exactly 0 that the engine lets the query see (earlier
+    positions: ``hides-earlier``, the diagonal: ``hides-diagonal``, later ones with
+    causal=false: ``hides-later``), later keys that keep weight with causal=true
+    (``leaks-future``), and, when exactly the later keys get 0, a row that no longer sums
+    to 1 (``masked-after-softmax``). Each with its first coordinate
+    ``[b,i,j]``, the query ``i`` and the key ``j``; empty when every position is right."""
+    tokens = weights.shape[-1]
+    query, key = np.indices((tokens, tokens))
+    zero, seen = weights == 0, expected != 0
+    found = []
+    for code, where in (("hides-earlier", zero & seen & (key < query)),
+                        ("hides-diagonal", zero & seen & (key == query)),
+                        ("hides-later", zero & seen & (key > query) & (not causal)),
+                        ("leaks-future", ~zero & (key > query) & causal)):
+        if where.any():
+            flat = int(np.argmax(where.reshape(-1)))
+            b, i, j = (int(v) for v in np.unravel_index(flat, where.shape))
+            found.append(Clause(code, (coordinate(where.shape, flat), i, j,
+                                       float(weights[b, i, j]))))
+    if not found and causal and weights.size:
+        sums = weights.sum(axis=-1)
+        off = mismatches(sums, np.ones_like(sums), tolerance * 16).reshape(-1)
+        if off.any():
+            flat = int(np.argmax(off))
+            found.append(Clause("masked-after-softmax", (coordinate(sums.shape, flat),
+                                                  float(sums.reshape(-1)[flat]))))
+    return tuple(found)
 
 
 # --- why a result is wrong, for each kind: the slips its diagnosis tries ------------------
@@ -415,10 +521,10 @@ def explain_gradients(run: Run, got: Bundle, expected: Bundle, index: int, misma
 
 def _slip(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
           mismatch: Clause, tolerance: float) -> Clause:
-    """``slip-differs`` (the slip, the mismatch) for the known slip ``got`` computed, else
-    the mismatch alone."""
-    bug = named_slip(got, bugs, compute, tolerance)
-    return Clause("slip-differs", (bug, mismatch)) if bug else mismatch
+    """``slip-differs`` (the slips, the mismatch) for the known slips ``got`` computed,
+    else the mismatch alone."""
+    found = named_slips(got, bugs, compute, tolerance)
+    return Clause("slip-differs", (found, mismatch)) if found else mismatch
 
 
 def explain_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,

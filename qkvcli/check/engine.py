@@ -11,7 +11,8 @@ on it and every one passes).
 from __future__ import annotations
 
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import scale
+from qkvcli.attention.maths import Rope, check_rope, scale
+from qkvcli.check.reference import engine_mha, engine_mha_backward, engine_rope
 from qkvcli.check.target import PythonImplementation
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
@@ -50,6 +51,43 @@ def head_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, causal
     return grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value
 
 
+def _checked_rope(x: Array, base: float, offset: int) -> None:
+    """Refuse what the engine's RoPE refuses (odd or no width, a base of 0 or below, a
+    negative offset: :class:`~qkvcli.attention.errors.RopeError`) and an input without
+    a token axis."""
+    if x.ndim < 2:
+        raise ValueError(f"RoPE needs [..., tokens, width], got rank {x.ndim}")
+    check_rope(Rope(base, int(x.shape[-1]), "interleaved", offset), int(x.shape[-1]))
+
+
+def rope(x: Array, base: float, offset: int) -> Array:
+    """``x`` turned by RoPE (adjacent pairs), as the ``rope`` family's reference."""
+    _checked_rope(x, base, offset)
+    return engine_rope(x, base, offset)
+
+
+def rope_reverse(rotated: Array, base: float, offset: int) -> Array:
+    """``rotated`` turned back."""
+    _checked_rope(rotated, base, offset)
+    return engine_rope(rotated, base, offset, reverse=True)
+
+
+def mha_forward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
+                heads: int, causal: bool, rope: bool, base: float, offset: int) -> Bundle:
+    """``(weights, merged, output)`` of a multi-head layer."""
+    return engine_mha(x, (w_query, w_key, w_value, w_output), heads, causal, rope, base, offset)
+
+
+def mha_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
+                 heads: int, causal: bool, rope: bool, base: float, offset: int,
+                 grad_output: Array) -> Bundle:
+    """The five gradients of a multi-head layer."""
+    return engine_mha_backward(x, (w_query, w_key, w_value, w_output), heads, causal, rope,
+                               base, offset, grad_output)
+
+
 def engine_implementation() -> PythonImplementation:
     """qkv's engine, in this process, as the families call any implementation."""
-    return PythonImplementation("qkv's engine", forward, backward, head_forward, head_backward)
+    return PythonImplementation("qkv's engine", forward, backward, head_forward, head_backward,
+                                rope=rope, rope_reverse=rope_reverse, mha_forward=mha_forward,
+                                mha_backward=mha_backward)

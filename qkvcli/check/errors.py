@@ -35,8 +35,10 @@ class MissingForward(ImplementationError):
     def __init__(self, spec: str) -> None:
         self.spec = spec
         super().__init__(
-            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function "
-            "nor head_forward(x, w_query, w_key, w_value, causal)"
+            f"implementation {spec} defines no forward(x, w_query, w_key, w_value) function, "
+            "head_forward(x, w_query, w_key, w_value, causal), rope(x, base, offset) nor "
+            "mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope, base, "
+            "offset)"
         )
 
 

@@ -18,11 +18,23 @@ from functools import partial
 import numpy as np
 
 from qkvcli.check.cases import Case, Run, fixtures_of
-from qkvcli.check.diagnose import Bundle, close, first_mismatch, named_slip, variant_forward
+from qkvcli.check.diagnose import (
+    MASK_BUGS,
+    SCALING_BUGS,
+    SOFTMAX_BUGS,
+    Bundle,
+    agreed,
+    close,
+    first_mismatch,
+    mask_positions,
+    named_slips,
+    variant_forward,
+)
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
+from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 
 LARGE = 30.0  # the input scale of the softmax probe: scaled scores in the thousands
@@ -49,7 +61,7 @@ def _first_results(session: Session, kind: Kind, family: str, causal: bool,
     others did not run: the call failed, or its results are right but for their precision
     (said by head-forward; at the tolerance they cannot show the family's claim)."""
     found, skipped = [], []
-    for run in (_in_mode(kind, case, causal) for case in session.cases if wanted(case)):
+    for run in (_in_mode(kind, case, causal) for case in session.cases_of(kind) if wanted(case)):
         got = session.first(kind, run)
         if isinstance(got, CallFailed):
             skipped.append(not_run_after(family, run.label, got))
@@ -61,40 +73,71 @@ def _first_results(session: Session, kind: Kind, family: str, causal: bool,
 
 
 def check_scaling(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
-    """scores are ``Q Kᵀ/√d_k`` (fixtures with ``d_k >= 2``, where it shows)."""
+    """scores are ``Q Kᵀ/√d_k`` (fixtures with ``d_k >= 2``, where it shows): a wrong one
+    named when it is a known slip (:data:`~qkvcli.check.diagnose.SCALING_BUGS`, every one
+    it matches when the fixture cannot tell them apart)."""
     results, failures = _first_results(session, kind, "scaling", False,
                                        lambda c: c.shape[3] >= 2 and c.input.size > 0)
+    wrong: list[tuple[str, tuple[str, ...]]] = []
     for run, got in results:
         case = run.case
         compute = partial(variant_forward, case.input, case.weights, False)
-        fault = named_slip(got[:1], ("unscaled", "by-d_k"),
-                           lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
-        if fault is None and close(got[0], compute("")[0], session.tolerance):
-            if named_slip(got[1:2], ("unscaled",), lambda bug: compute(bug)[1:2],  # noqa: B023
-                          session.tolerance) is not None:
-                fault = "unscaled-weights"
-        elif fault is None:
-            fault = "not-scaled"
-        if fault is not None:
-            failures.append(found_at("scaling", run.label, "scores", Clause("slip", (fault,))))
+        faults = named_slips(got[:1], SCALING_BUGS,
+                             lambda bug: compute(bug)[:1], session.tolerance)  # noqa: B023
+        if not faults and close(got[0], compute("")[0], session.tolerance):
+            if named_slips(got[1:2], ("unscaled",), lambda bug: compute(bug)[1:2],  # noqa: B023
+                           session.tolerance):
+                faults = ("unscaled-weights",)
+        elif not faults:
+            faults = ("not-scaled",)
+        if faults:
+            wrong.append((run.label, faults))
+    agree = agreed([faults if faults[0] in SCALING_BUGS else () for _, faults in wrong
+                    if faults != ("unscaled-weights",)])
+    for label, faults in wrong:
+        if faults[0] in SCALING_BUGS:
+            faults = tuple(fault for fault in faults if fault in agree) or ("not-scaled",)
+        failures.append(found_at("scaling", label, "scores", Clause("slip", (faults,))))
     return judge("scaling", failures, len(results),
                  fixture_of=fixtures_of(session.runs(kind))), failures
 
 
-MASK_SLIPS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
-"""The mask slips :func:`check_mask` names, in the order they are tried."""
+def _empty_row(session: Session, kind: Kind, skipped: Failure) -> Failure:
+    """A causal run whose head_forward gave something not finite, while its non-causal
+    results are right: with one token, query 0's only key is the diagonal. When the head
+    gives NaN there too, its mask hides the diagonal, and a row with every key at -inf is
+    0/0 (``diagonal-hidden``); else the reason the run was skipped stands."""
+    run = next((run for run in session.runs(kind) if run.label == skipped.fixture), None)
+    if run is None or not isinstance(session.first(kind, run), BadResult) or isinstance(
+            session.first(kind, run), Broken) or not _right_without_mask(session, kind, run.case):
+        return skipped
+    one = run.case.input[:1, :1]
+    try:
+        session.call(kind, run.case, one, run.case.weights, True)
+    except Broken:
+        return skipped
+    except BadResult as failure:
+        return found_at("mask", run.label, "weights", Clause("diagonal-hidden", (
+            format_shape(list(one.shape)), failure.message)))
+    except CallFailed:
+        return skipped
+    return skipped
 
 
 def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """causal=true: exactly the later positions hidden (the diagonal and the earlier ones
     seen), rows summing to 1, scores unmasked; causal=false: no mask. On fixtures with two
-    tokens or more. A wrong causal head whose non-causal results are right fails here,
-    named when it is a known slip."""
+    tokens or more. A wrong head whose non-causal results are right fails here, judged
+    position by position (:func:`~qkvcli.check.diagnose.mask_positions`) and named when
+    it is a known slip."""
     failures: list[Failure] = []
+    wrong: list[tuple[str, tuple[str, ...], tuple[Clause, ...]]] = []
     judged = 0
     for causal in (False, True):
         results, skipped = _first_results(session, kind, "mask", causal,
                                           lambda c: c.shape[1] >= 2 and c.shape[0] >= 1)
+        if causal:
+            skipped = [_empty_row(session, kind, failure) for failure in skipped]
         failures += skipped
         judged = max(judged, len(results))
         for run, got in results:
@@ -105,28 +148,62 @@ def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]
             if causal and not _right_without_mask(session, kind, case):
                 failures.append(not_run("mask", label, "head"))
                 continue
-            fault = named_slip(got, MASK_SLIPS,
-                               partial(variant_forward, case.input, case.weights, causal),
-                               session.tolerance)
-            if fault is None and causal and not close(got[0], expected[0], session.tolerance):
-                fault = "mask-moves-scores"
-            if fault is not None:
-                failures.append(found_at("mask", label, "weights", Clause("slip", (fault,))))
-            elif causal:  # right without the mask, wrong with it: a mask no slip names
+            slips = named_slips(got, MASK_BUGS,
+                                partial(variant_forward, case.input, case.weights, causal),
+                                session.tolerance)
+            positions = (mask_positions(got[1], expected[1], causal, session.tolerance)
+                         if got[1].shape == expected[1].shape else ())
+            if slips or positions:
+                wrong.append((label, slips, positions))
+            elif causal and not close(got[0], expected[0], session.tolerance):
+                failures.append(found_at("mask", label, "scores",
+                                         Clause("slip", (("mask-moves-scores",),))))
+            elif causal:  # the right keys hidden, rows summing to 1, yet other weights
                 where, mismatch = next(
                     found for name, g, e in zip(kind.forward_names, got, expected, strict=True)
                     if (found := first_mismatch(name, g, e, session.tolerance)) is not None)
                 failures.append(found_at("mask", label, where, Clause("mask-differs", (mismatch,))))
+                wrong.append((label, (), ()))
+    agree = agreed([slips for _, slips, _ in wrong])
+    failures += [found_at("mask", label, "weights", Clause("mask-positions", (
+        tuple(slip for slip in slips if slip in agree), positions)))
+        for label, slips, positions in wrong if slips or positions]
+    order = [run.label for run in session.runs(kind)]
+    failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
+                  else len(order))
     return judge("mask", failures, judged, fixture_of=fixtures_of(session.runs(kind))), failures
 
 
 def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
-    """Rows of weights are >= 0 and sum to 1, and large scores do not overflow (checked
-    last of the head's calls: a NaN a program writes ends its session)."""
-    results, failures = _first_results(session, kind, "softmax", True,
-                                       lambda c: c.input.size > 0)
+    """Non-causal weights that are a known slip of the softmax of right scores are named
+    (:data:`~qkvcli.check.diagnose.SOFTMAX_BUGS`); rows of weights are >= 0 and sum to 1;
+    and large scores do not overflow (checked last of the head's calls: a NaN a program
+    writes ends its session)."""
+    plain, _ = _first_results(session, kind, "softmax", False, lambda c: c.input.size > 0)
+    failures: list[Failure] = []
+    wrong: list[tuple[Run, tuple[str, ...]]] = []
+    named = set()
+    for run, got in plain:
+        case, expected = run.case, session.reference(kind, run)
+        if not close(got[0], expected[0], session.tolerance) or close(
+                got[1], expected[1], session.tolerance):
+            continue  # wrong scores are scaling's to say; right weights need no name
+        wrong.append((run, named_slips(got, SOFTMAX_BUGS,
+                                       partial(variant_forward, case.input, case.weights,
+                                               False), session.tolerance)))
+    agree = agreed([slips for _, slips in wrong])
+    for run, slips in wrong:
+        slips = tuple(slip for slip in slips if slip in agree)
+        if slips:
+            named.add(run.case.label)
+            failures.append(found_at("softmax", run.label, "weights", Clause("slip", (slips,))))
+    results, skipped = _first_results(session, kind, "softmax", True,
+                                      lambda c: c.input.size > 0)
+    failures += skipped  # the causal runs' reasons: those the row sums could not judge
     fixture_of = fixtures_of(session.runs(kind))
     for run, got in results:
+        if run.case.label in named:
+            continue
         sums = got[1].sum(axis=-1)
         if got[1].size and (np.min(got[1]) < 0 or not close(sums, np.ones_like(sums),
                                                            session.tolerance * 16)):

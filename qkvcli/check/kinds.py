@@ -76,6 +76,11 @@ class Kind(Record):
     precision: Faults
     explain_forward: Explain
     explain_backward: Explain
+    heads: bool = False  # also takes the fixtures that probe a head alone (contrast)
+
+    def takes(self, case: Case) -> bool:
+        """Whether the kind's families run on ``case``."""
+        return self.heads or not case.heads_only
 
     def family(self, name: str) -> str:
         """The published name of the kind's ``name`` (``replay``: ``head-replay``)."""
@@ -186,5 +191,5 @@ HEAD = Kind(
     modes=(False, True), loss=(2,),  # grad_output: the output's, the value's upstream
     probes=_head_probes, requests=_head_requests,
     precision=precision_faults,  # scores, weights, output come from one another: together
-    explain_forward=explain_head_forward, explain_backward=explain_head_backward)
+    explain_forward=explain_head_forward, explain_backward=explain_head_backward, heads=True)
 """One attention head: ``scores``, ``weights``, ``output``, and the four gradients."""

@@ -129,5 +129,5 @@ def check_gradcheck(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Fai
         total += count
         if failure is not None:
             failures.append(failure)
-    return judge(family, failures, len(session.cases), coordinates=total, worst=worst.point,
+    return judge(family, failures, len(session.cases_of(kind)), coordinates=total, worst=worst.point,
                  fixture_of=fixtures_of(runs)), failures

@@ -18,13 +18,18 @@ HEAD_FAMILIES: tuple[str, ...] = (
     "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes", "head-errors",
     "head-replay", "head-purity", "head-gradcheck",
 )
-FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, "protocol")
+ROPE_FAMILIES: tuple[str, ...] = ("rope", "rope-reverse", "rope-errors")
+MHA_FAMILIES: tuple[str, ...] = ("multi-head", "multi-head-reverse", "head-isolation",
+                                 "multi-head-errors")
+FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, *ROPE_FAMILIES,
+                             *MHA_FAMILIES, "protocol")
 """Every family in report order: the projections' (an implementation with ``forward``),
-the head's (with ``head_forward``), then the protocol."""
+the head's (with ``head_forward``), RoPE's (with ``rope``), multi-head attention's (with
+``mha_forward``), then the protocol."""
 
 NOT_RUN: tuple[str, ...] = (
-    "stopped", "forward", "backward", "head_forward", "head_backward", "lossy", "head-lossy",
-    "head-precision", "head",
+    "stopped", "forward", "backward", "head_forward", "head_backward", "rope", "rope_reverse",
+    "mha_forward", "mha_backward", "lossy", "head-lossy", "head-precision", "head",
 )
 """Why a family could not run on a fixture: the implementation stopped answering (the
 protocol family says why), the operation named failed on the fixture (``forward``,

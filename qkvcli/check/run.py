@@ -19,8 +19,16 @@ from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.heads import check_mask, check_scaling, check_softmax
 from qkvcli.check.kinds import HEAD, PROJECTIONS, Kind
+from qkvcli.check.multihead import (
+    check_head_isolation,
+    check_mha_errors,
+    check_multi_head,
+    check_multi_head_reverse,
+    mha_cases,
+)
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult
+from qkvcli.check.rotary import check_rope, check_rope_errors, check_rope_reverse, rope_cases
 from qkvcli.check.session import Session
 from qkvcli.check.values import check_forward, check_reverse
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
@@ -57,6 +65,22 @@ HEAD_ORDER: tuple[tuple[str, Family], ...] = (
 """The head's families in the order they are computed (purity sees every head call)."""
 
 
+ROPE_ORDER: tuple[tuple[str, Callable[[Session], tuple[FamilyCheck, list[Failure]]]], ...] = (
+    ("rope", check_rope),
+    ("rope-reverse", check_rope_reverse),
+    ("rope-errors", check_rope_errors),
+)
+"""RoPE's families (an implementation with ``rope``), each judging its own calls' purity."""
+
+MHA_ORDER: tuple[tuple[str, Callable[[Session], tuple[FamilyCheck, list[Failure]]]], ...] = (
+    ("multi-head", check_multi_head),
+    ("multi-head-reverse", check_multi_head_reverse),
+    ("head-isolation", check_head_isolation),
+    ("multi-head-errors", check_mha_errors),
+)
+"""Multi-head attention's families (an implementation with ``mha_forward``)."""
+
+
 Progress = Callable[[str, int, int, int], None]
 """Told ``(family, families done, families in all, calls so far)`` before each family
 and after each call (the CLI draws a progress bar from it)."""
@@ -90,9 +114,14 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
             progress(current["family"], current["done"], total[0], calls)
 
     session = Session(implementation, cases, tolerance, on_call)
-    order = [(name, partial(family, session, kind))
-             for kind, families in ((PROJECTIONS, COMPUTE_ORDER), (HEAD, HEAD_ORDER))
-             if session.offers(kind.forward) for name, family in families]
+    kinds = [kind for kind in (PROJECTIONS, HEAD) if session.offers(kind.forward)]
+    order: list[tuple[str, Callable[[], tuple[FamilyCheck, list[Failure]]]]] = [
+        (name, partial(family, session, kind))
+        for kind, families in ((PROJECTIONS, COMPUTE_ORDER), (HEAD, HEAD_ORDER))
+        if kind in kinds for name, family in families]
+    order += [(name, partial(family, session)) for operation, families in (
+        ("rope", ROPE_ORDER), ("mha_forward", MHA_ORDER)) if session.offers(operation)
+        for name, family in families]
     total[0] = len(order)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
     for done, (name, family) in enumerate(order):
@@ -117,7 +146,9 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     ordered = [found[name] for name in names]
     return CheckResult(
         implementation=implementation.label,
-        fixtures=tuple(case.label for case in cases),
+        fixtures=(*(case.label for case in cases if any(kind.takes(case) for kind in kinds)),
+                  *(case.label for case in rope_cases() if session.offers("rope")),
+                  *(case.label for case in mha_cases() if session.offers("mha_forward"))),
         checks=tuple(check for check, _ in ordered),
         # A family that could not run on a fixture found nothing there: not a failure.
         failures=tuple(failure for _, failures in ordered for failure in failures

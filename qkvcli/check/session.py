@@ -11,7 +11,7 @@ implementation is), are computed once and shared by the families.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,13 +20,12 @@ from qkvcli.check.diagnose import LOSSY, Bundle, Precision, first_bit_difference
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.errors import Broken, CallFailed, NotSent
 from qkvcli.check.kinds import Kind
+from qkvcli.check.wire import OPERATIONS, SCALARS
 from qkvcli.core.arrays import Array
 from qkvcli.core.results import Failure
 
 if TYPE_CHECKING:
     from qkvcli.check.target import Implementation
-
-FORWARD_ARGUMENTS = ("x", "w_query", "w_key", "w_value")
 
 Key = tuple[str, int, bool | None]  # operation, case, mode
 
@@ -54,6 +53,7 @@ class Session:
         # reply), and the purity families some of whose calls therefore never completed.
         self.stopped: tuple[str, Broken] | None = None
         self.unfinished: set[str] = set()
+        self.worked: set[str] = set()  # operations that answered a valid request (RoPE, MHA)
         self._first: dict[Key, Bundle | CallFailed] = {}
         self._reference: dict[Key, Bundle] = {}
         self._engine = engine_implementation()
@@ -62,9 +62,13 @@ class Session:
         """Whether the implementation has ``operation`` (``backward``, ``head_backward``...)."""
         return operation in self.implementation.operations
 
+    def cases_of(self, kind: Kind) -> list[Case]:
+        """The fixtures the kind's families run on (a head's include the contrast one)."""
+        return [case for case in self.cases if kind.takes(case)]
+
     def runs(self, kind: Kind) -> list[Run]:
-        """Every fixture in each of the kind's modes."""
-        return [run for case in self.cases for run in kind.runs(case)]
+        """Every fixture of the kind in each of its modes."""
+        return [run for case in self.cases_of(kind) for run in kind.runs(case)]
 
     # --- calls with fresh copies --------------------------------------------------------
 
@@ -73,25 +77,34 @@ class Session:
         """The kind's forward on ``x`` and ``weights`` (in ``mode``), or its backward given
         ``upstream``, for ``case``. Raises a :class:`CallFailed` subclass."""
         operation = kind.forward if upstream is None else kind.backward
-        names = FORWARD_ARGUMENTS if upstream is None else (*FORWARD_ARGUMENTS,
-                                                            *kind.upstream_names)
-        arrays = (x, *weights, *(upstream or ()))
-        originals = tuple(np.asarray(arg, dtype=np.float64) for arg in arrays)
+        return self.invoke(kind.family("purity"), case.label, operation,
+                           arguments(x, weights, mode, upstream or ()))
+
+    def invoke(self, purity: str, label: str, operation: str,
+               args: tuple[Any, ...]) -> Bundle:
+        """``operation`` on fresh copies of ``args`` (its fields in the protocol's order;
+        scalars as they are), counted and judged by the ``purity`` family, for the fixture
+        ``label``. Raises a :class:`CallFailed` subclass."""
+        keys = OPERATIONS[operation][0]
+        names = tuple("x" if key == "input" else key for key in keys if key not in SCALARS)
+        tensors = [index for index, key in enumerate(keys) if key not in SCALARS]
+        originals = tuple(np.asarray(args[index], dtype=np.float64) for index in tensors)
         copies = tuple(np.array(arg, dtype=np.float64, copy=True) for arg in originals)
-        purity = kind.family("purity")
+        called = list(args)
+        for index, copy in zip(tensors, copies, strict=True):
+            called[index] = copy
         self.calls += 1
         self.purity_calls[purity] = self.purity_calls.get(purity, 0) + 1
         if self.on_call is not None:
             self.on_call(self.calls)
         answered = True
         try:
-            return self.implementation.call(operation, arguments(copies[0], copies[1:4], mode,
-                                                                 copies[4:]))
+            return self.implementation.call(operation, tuple(called))
         except Broken as failure:
             answered = False  # what a call that never completed changed is unknown
             self.unfinished.add(purity)
             if self.stopped is None and not isinstance(failure, NotSent):
-                self.stopped = (case.label, failure)
+                self.stopped = (label, failure)
             raise
         finally:
             if answered and not self.implementation.is_command:
@@ -100,7 +113,7 @@ class Session:
                            if (found := first_bit_difference(before, after)) is not None]
                 for name, where, old, new in (*changes, *self.implementation.take_changes()):
                     self.impurities.setdefault(purity, []).append(Failure(
-                        purity, case.label, f"{name}{where}", code="changed-argument",
+                        purity, label, f"{name}{where}", code="changed-argument",
                         facts=(operation, f"{name}{where}", old, new)))
 
     # --- the shared first results -------------------------------------------------------

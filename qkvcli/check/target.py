@@ -45,7 +45,7 @@ from qkvcli.check.errors import (
     MissingForward,
     Rejected,
 )
-from qkvcli.check.wire import OPERATIONS
+from qkvcli.check.wire import FIRST_OPERATIONS, OPERATIONS, PAIRS, SCALARS
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.text import printable
@@ -88,9 +88,20 @@ def said(error: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+def _scalar(key: str, value: Any) -> Any:
+    """A request's scalar field as the Python function takes it (``causal``, ``rope``:
+    ``bool``; ``heads``, ``offset``: ``int``; ``base``: ``float``)."""
+    kind = SCALARS[key]
+    if kind is bool:
+        return value is True
+    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
 def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Array, ...]:
     """``result`` as one float64 array per name. Raises :class:`BadResult`."""
     expected = f"({', '.join(names)})"
+    if len(names) == 1:  # one tensor: itself, or alone in a tuple
+        result = result if isinstance(result, tuple) and len(result) == 1 else (result,)
     if not isinstance(result, (tuple, list)):
         raise BadResult(operation, f"{operation} returned {type(result).__name__}, "
                         f"expected {expected}")
@@ -132,12 +143,13 @@ class PythonImplementation:
     def __init__(self, label: str, forward: Callable[..., Any] | None,
                  backward: Callable[..., Any] | None = None,
                  head_forward: Callable[..., Any] | None = None,
-                 head_backward: Callable[..., Any] | None = None) -> None:
+                 head_backward: Callable[..., Any] | None = None,
+                 **others: Callable[..., Any] | None) -> None:
         self.label = label
         self._forward = forward
         self._backward = backward
         found = {"forward": forward, "backward": backward, "head_forward": head_forward,
-                 "head_backward": head_backward}
+                 "head_backward": head_backward, **others}  # others: rope, mha_forward...
         self._functions = {name: f for name, f in found.items() if f is not None}
         self.operations = tuple(self._functions)
         self.has_backward = backward is not None
@@ -230,14 +242,15 @@ def load_python(spec: str) -> PythonImplementation:
     for name in OPERATIONS:
         function = getattr(module, name, None)
         found[name] = function if callable(function) else None
-    if found["forward"] is None and found["head_forward"] is None:
+    if all(found[name] is None for name in FIRST_OPERATIONS):
         raise MissingForward(spec)
-    if found["forward"] is None:
-        found["backward"] = None  # a projection backward is judged with its forward only
-    if found["head_forward"] is None:
-        found["head_backward"] = None
+    for later, first in PAIRS.items():
+        if found[first] is None:
+            found[later] = None  # a backward is judged with its forward only
+    others = {name: found[name] for name in OPERATIONS if name not in (
+        "forward", "backward", "head_forward", "head_backward")}
     return PythonImplementation(printable(spec, None), found["forward"], found["backward"],
-                                found["head_forward"], found["head_backward"])
+                                found["head_forward"], found["head_backward"], **others)
 
 
 # --- the runner: a Python implementation in a child process qkv owns ---------------------
@@ -340,14 +353,14 @@ def arena_arguments(request: dict[str, Any], keys: tuple[str, ...], fd: int) -> 
 
     layout = request["arena"]
     spans = [(int(layout[key][0]), tuple(int(dim) for dim in layout[key][1]))
-             for key in keys if key != "causal"]
+             for key in keys if key not in SCALARS]
     end = max((start + 8 * int(np.prod(shape)) for start, shape in spans), default=0)
     memory = mmap.mmap(fd, end) if end else None
     arguments: list[Any] = []
     tensors = iter(spans)
     for key in keys:
-        if key == "causal":
-            arguments.append(request.get(key) is True)
+        if key in SCALARS:
+            arguments.append(_scalar(key, request.get(key)))
             continue
         start, shape = next(tensors)
         count = int(np.prod(shape))
@@ -373,7 +386,7 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any],
         arguments = arena_arguments(request, keys, arena)
         binary = True
     else:
-        arguments = [request.get(key) is True if key == "causal"
+        arguments = [_scalar(key, request.get(key)) if key in SCALARS
                      else decode_tensor(request, key, sys.maxsize, True) for key in keys]
         binary = any(isinstance(request.get(key), dict) and "float64" in request[key]
                      for key in keys)

@@ -10,14 +10,34 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 
 from __future__ import annotations
 
-from qkvcli.check.cases import fixtures_of
-from qkvcli.check.diagnose import first_mismatch, precision_clauses, precision_faults
+from qkvcli.check.cases import Run, fixtures_of
+from qkvcli.check.diagnose import (
+    agreed,
+    close,
+    first_mismatch,
+    kept,
+    precision_clauses,
+    precision_faults,
+)
 from qkvcli.check.errors import CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+
+UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs")
+"""A head's wrong maths: named as a slip, or its first mismatch alone."""
+
+
+def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:
+    """Whether the run's first forward answered, and wrongly (not only in precision)."""
+    got = session.first(kind, run)
+    if isinstance(got, CallFailed):
+        return False
+    expected = session.reference(kind, run)
+    return kind.precision(kind.forward_names, got, expected, session.tolerance) is None and not all(
+        close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True))
 
 
 def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
@@ -38,7 +58,9 @@ def _check_values(session: Session, kind: Kind,
             Failure(family, None, None, no_backward=True)]
     names = kind.backward_names if backward else kind.forward_names
     failures = []
+    found_wrong: list[tuple[str, str, Clause]] = []
     runs = session.runs(kind)
+    order = [run.label for run in runs]
     for run in runs:
         got = session.first(kind, run, backward)
         if isinstance(got, CallFailed):
@@ -62,6 +84,19 @@ def _check_values(session: Session, kind: Kind,
         else:
             explain = kind.explain_backward if backward else kind.explain_forward
             why = explain(run, got, expected, index, mismatch, session.tolerance)
-        failures.append(found_at(family, run.label, where, why))
-    return judge(family, failures, len(session.cases), session.tolerance,
+        found_wrong.append((run.label, where, why))
+    # A slip is named only where it fits every fixture the maths is wrong on.
+    agree = agreed([why.facts[0] if why.code == "slip-differs" else ()
+                    for _, _, why in found_wrong if why.code in UNEXPLAINED])
+    by_label = {run.label: run for run in runs}
+    for label, where, why in found_wrong:
+        why = kept(why, agree)
+        if backward and why.code in UNEXPLAINED[1:] and _forward_wrong(session, kind,
+                                                                        by_label[label]):
+            # Its gradients are of another function: head-gradcheck judges them against it.
+            why = Clause("forward-wrong-too", (why, kind.forward, kind.family("forward")))
+        failures.append(found_at(family, label, where, why))
+    failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
+                  else len(order))
+    return judge(family, failures, len(session.cases_of(kind)), session.tolerance,
                  fixture_of=fixtures_of(runs)), failures

@@ -26,6 +26,12 @@ from qkvcli.core.text import ERROR_TEXT_LIMIT, printable
 VERSION = 1
 HEAD_FORWARD_NAMES = ("scores", "weights", "output")
 HEAD_BACKWARD_NAMES = GRADIENTS
+ROPE_NAMES = ("rotated",)
+ROPE_REVERSE_NAMES = ("turned_back",)
+MHA_FIELDS = ("input", "w_query", "w_key", "w_value", "w_output", "heads", "causal", "rope",
+              "base", "offset")
+MHA_FORWARD_NAMES = ("weights", "merged", "output")
+MHA_BACKWARD_NAMES = (*GRADIENTS, "grad_w_output")
 OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "forward": (("input", "w_query", "w_key", "w_value"), BRANCHES),
     "backward": (("input", "w_query", "w_key", "w_value", "grad_query", "grad_key",
@@ -33,9 +39,22 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "head_forward": (("input", "w_query", "w_key", "w_value", "causal"), HEAD_FORWARD_NAMES),
     "head_backward": (("input", "w_query", "w_key", "w_value", "causal", "grad_output"),
                       HEAD_BACKWARD_NAMES),
+    "rope": (("input", "base", "offset"), ROPE_NAMES),
+    "rope_reverse": (("input", "base", "offset"), ROPE_REVERSE_NAMES),
+    "mha_forward": (MHA_FIELDS, MHA_FORWARD_NAMES),
+    "mha_backward": ((*MHA_FIELDS, "grad_output"), MHA_BACKWARD_NAMES),
 }
 """Each operation's request fields (the protocol's names, in the Python functions' order)
-and the tensors its reply gives. ``causal`` is a boolean, every other field a tensor."""
+and the tensors its reply gives. The fields of :data:`SCALARS` are JSON booleans or
+numbers, every other field a tensor."""
+SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
+                            "offset": int}
+"""The request fields that are not tensors, and their types."""
+PAIRS = {"backward": "forward", "head_backward": "head_forward", "rope_reverse": "rope",
+         "mha_backward": "mha_forward"}
+"""Each operation judged together with another, offered only beside it."""
+FIRST_OPERATIONS = ("forward", "head_forward", "rope", "mha_forward")
+"""The operations an implementation offers at least one of."""
 
 
 BYTES_PER_VALUE = 32
@@ -142,8 +161,16 @@ def reply_values(operation: str, tensors: dict[str, Array]) -> int:
     protocol rejects may be answered with as many values as it sent. The larger count.
     """
     x = tensors["input"]
-    weights = [tensors[name] for name in ("w_query", "w_key", "w_value")]
     sent = sum(extent(array.shape) for array in tensors.values())
+    if operation in ("rope", "rope_reverse"):
+        return max(extent(x.shape), sent)
+    if operation == "mha_forward":  # weights [B,H,T,T] (H at most d_model), merged, output
+        tokens = int(x.shape[1]) if x.ndim > 1 else 1
+        width = int(x.shape[-1]) if x.ndim else 1
+        return max(extent(x.shape[:-1]) * (max(width, 1) * max(tokens, 1) + 2 * width
+                                           + extent(tensors["w_output"].shape)), sent)
+    weights = [tensors[name] for name in ("w_query", "w_key", "w_value", "w_output")
+               if name in tensors]
     widest = max(max((int(w.shape[-1]) for w in weights if w.ndim), default=1), 1)
     if operation == "forward":
         answer = 3 * extent(x.shape[:-1]) * widest

@@ -87,10 +87,11 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
 
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded), the precision
-    fixture, then ``count`` random ones."""
+    """The chapter fixture, each given fixture (directories expanded), the precision and
+    contrast fixtures, then ``count`` random ones."""
     from qkvcli.check.cases import (
         chapter_case,
+        contrast_case,
         fixture_case,
         overflowing,
         precision_case,
@@ -107,6 +108,7 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
             raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
                              "compares finite results only (the protocol carries no infinity)")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
+            contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
 
 
@@ -157,7 +159,10 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     -> (grad_input, grad_w_query, grad_w_key, grad_w_value), on float64 NumPy arrays;
     and/or an attention head: head_forward(x, w_query, w_key, w_value, causal) ->
     (scores, weights, output) and head_backward(..., causal, grad_output) -> the same
-    four gradients. It runs in a process of its own (--timeout bounds each call).
+    four gradients; and/or RoPE, rope(x, base, offset) and rope_reverse, and multi-head
+    attention, mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope,
+    base, offset) and mha_backward (docs/protocol.md). It runs in a process of its own
+    (--timeout bounds each call).
     The chapter fixture, each FIXTURE, a precision fixture (values exact neither in 6
     decimals nor in float32) and --random N seeded fixtures are checked.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
@@ -238,7 +243,8 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
         folder.mkdir(exist_ok=True)
     except OSError as error:
         raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
-    for number, case in enumerate(cases, 1):
+    checked = [case for case in cases if case.label in result.fixtures]
+    for number, case in enumerate(checked, 1):
         if case.label not in failing:
             continue
         name = _file_name(number, case.label)

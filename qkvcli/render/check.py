@@ -95,6 +95,22 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
         return f"two calls of {calls} agree bit for bit on {on}"
     if name == "head-purity":
         return f"arguments unchanged after all {check.calls} head calls"
+    if name in ("rope", "rope-reverse"):
+        turn = "turns" if name == "rope" else "turns back"
+        return (f"{turn} each adjacent pair by (offset + t) base^(-2i/d), within "
+                f"{check.tolerance!r} of qkv, on {on}")
+    if name in ("rope-errors", "multi-head-errors"):
+        count = 6 if name == "rope-errors" else 5
+        return f"{count} bad {'RoPE' if name == 'rope-errors' else 'multi-head'} requests rejected"
+    if name == "multi-head":
+        return (f"weights, merged and output agree with qkv within {check.tolerance!r} on "
+                f"{on}, with and without the mask and RoPE")
+    if name == "multi-head-reverse":
+        return (f"grad_input and the four weight gradients agree with qkv within "
+                f"{check.tolerance!r} on {on}, with and without the mask and RoPE")
+    if name == "head-isolation":
+        return (f"changing one head's W_Q or W_V columns changes only that head's weights "
+                f"or merged columns ({on})")
     if name == "head-gradcheck":
         worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
         return f"{check.coordinates} coordinates on {on}, causal and not{worst}"
@@ -107,6 +123,10 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "backward": "its backward failed (see reverse)",
     "head_forward": "its head_forward failed (see head-forward)",
     "head_backward": "its head_backward failed (see head-reverse)",
+    "rope": "its rope failed (see rope)",
+    "rope_reverse": "its rope_reverse failed (see rope-reverse)",
+    "mha_forward": "its mha_forward failed (see multi-head)",
+    "mha_backward": "its mha_backward failed (see multi-head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
@@ -160,15 +180,49 @@ def _point(where: str, analytic: float, numerical: float, error: float, note: st
 SLIP_WORDS = {
     "unscaled": "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
     "by-d_k": "scores are divided by d_k instead of sqrt(d_k)",
+    "by-root-d_model": "scores are divided by sqrt(d_model) instead of sqrt(d_k)",
+    "transposed-scores": "scores are K Q^T instead of Q K^T (S transposed)",
     "diagonal": "the causal mask hides the diagonal too (a position must see itself)",
     "hides-past": ("the causal mask hides the earlier positions instead of the later ones: "
                    "each position sees itself and the future"),
     "after-softmax": "the mask is applied after the softmax: masked rows no longer sum to 1",
     "no-mask": "causal=true is ignored: later positions are seen",
     "always-mask": "the mask is applied with causal=false too",
+    "query-axis": ("the softmax is taken over the query axis (each key's column sums to 1) "
+                   "instead of over each query's row"),
+    "global-max": ("the softmax subtracts the maximum of the whole tensor, not of each row: "
+                   "rows far below it lose their precision or underflow"),
+    "unstable": "the softmax does not subtract the row maximum before exp",
     "no-rowsum": "the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "rowsum-axis": ("the softmax backward takes its row sum over the query axis "
+                    "(sum(dA * A) over i instead of over j)"),
+    "elementwise": ("the softmax backward keeps only the Jacobian's diagonal: dZ = A (1 - A) dA "
+                    "instead of A * (dA - rowsum(dA * A))"),
     "dv-uses-a": "grad_value is computed with A instead of A^T (dV = A dO)",
     "dk-uses-ds": "grad_key is computed with dS instead of dS^T (dK = dS Q)",
+    "ignores-mask": ("the backward ignores the causal mask: its gradients are exactly the "
+                     "unmasked head's"),
+    "first-item": ("the weight gradients come from the first batch item alone, not summed "
+                   "over the batch"),
+    "last-item": ("the weight gradients come from the last batch item alone (each item "
+                  "overwrites the last), not summed over the batch"),
+    "half-split": ("RoPE pairs coordinate i with i + d/2 (half-split) instead of the "
+                   "adjacent 2i with 2i+1"),
+    "from-one": "RoPE counts positions from 1: the first token is turned, not left as it is",
+    "turned-back": "RoPE turns the other way (sin with the wrong sign)",
+    "frequency": "RoPE's angles use base^(-i/d) instead of base^(-2i/d)",
+    "not-inverted": "rope_reverse turns forward again instead of back",
+    "split-no-transpose": ("the heads are split by a bare reshape [B,T,d] -> [B,H,T,d_h] "
+                           "without the transpose: tokens and heads leak into each other"),
+    "merge-no-transpose": ("the heads are merged by a bare reshape [B,H,T,d_h] -> [B,T,d] "
+                           "without the transpose"),
+    "wo-before-merge": ("W_O is applied to each head before the merge (each head through its "
+                        "own block of W_O alone): the heads never mix"),
+    "scale-d_model": "each head's scores are divided by sqrt(d_model) instead of sqrt(d_h)",
+    "rope-half-split": ("RoPE pairs coordinate i with i + d_h/2 (half-split) instead of the "
+                        "adjacent 2i with 2i+1"),
+    "no-rope": "rope=true is ignored: queries and keys are not turned",
+    "rope-always": "RoPE is applied with rope=false too",
     "unscaled-weights": "weights are the softmax of the unscaled scores Q K^T",
     "not-scaled": "scores are not Q K^T / sqrt(d_k)",
     "mask-moves-scores": "scores with causal=true are not the scores before the mask",
@@ -176,6 +230,22 @@ SLIP_WORDS = {
 """The words of each head slip the head families name (the codes of
 :data:`~qkvcli.check.diagnose.FORWARD_BUGS`, ``BACKWARD_BUGS``, and the scaling's
 and mask's own)."""
+
+
+def _slips(slips: tuple[str, ...]) -> str:
+    """One slip's words; several that the fixture cannot tell apart, each, as either."""
+    if len(slips) == 1:
+        return SLIP_WORDS[slips[0]]
+    return ("on this fixture, either " + "; or ".join(SLIP_WORDS[slip] for slip in slips)
+            + " (the same numbers here)")
+
+
+def _mask_positions(slips: tuple[str, ...], positions: tuple[Clause, ...]) -> str:
+    said = "; ".join(map(say, positions))
+    if not slips:
+        return f"the mask {said}"
+    return _slips(slips) + (f": the mask {said}" if said else "")
+
 
 OVERFLOW = ("large scores (up to {0:.3g}) overflow: the softmax does not subtract the row "
             "maximum before exp")
@@ -211,8 +281,22 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "point-on": "{0} {1}",
     "gradcheck-worst": "worst {0} > tolerance {1!r}",
     "check-call-failed": "{0} failed during the check: {1}",
-    "slip": lambda slip: SLIP_WORDS[slip],
-    "slip-differs": lambda slip, mismatch: f"{SLIP_WORDS[slip]}: {mismatch}",
+    "slip": _slips,
+    "slip-differs": lambda slips, mismatch: f"{_slips(slips)}: {mismatch}",
+    "mask-positions": _mask_positions,
+    "diagonal-hidden": ("the causal mask hides the diagonal too: with one token {0} its "
+                        "weights are not finite ({1}), since query 0's only key is hidden and "
+                        "a row hidden everywhere with -inf is 0/0"),
+    "forward-wrong-too": "{0} (its {1} is wrong on this fixture too, see {2}: head-gradcheck "
+                         "judges the backward against it)",
+    "hides-earlier": "hides earlier positions (weights{0} = 0: query {1} cannot see key {2})",
+    "hides-diagonal": "hides the diagonal (weights{0} = 0: query {1} cannot see itself)",
+    "hides-later": ("hides later positions with causal=false (weights{0} = 0: query {1} "
+                    "cannot see key {2})"),
+    "leaks-future": ("leaks future positions (weights{0} = {3!r}: query {1} sees the later "
+                     "key {2})"),
+    "masked-after-softmax": ("masks after the softmax (exactly the later keys get 0, but row "
+                             "{0} sums to {1!r}, not 1)"),
     "mask-differs": ("causal=true results are not the softmax of the scores with the later "
                      "positions hidden: {0}"),
     "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
@@ -259,6 +343,15 @@ REQUEST_WORDS = {
     "backward-grad-value": "backward with grad_value {0} for head width {1}",
     "key-width": "key width {0} != query width {1}",
     "grad-output": "grad_output {0} for {1} tokens",
+    "rope-odd-width": "an odd width {0}",
+    "rope-zero-width": "no width",
+    "rope-rank-1": "a rank-1 input {0}",
+    "rope-base": "base {0}",
+    "rope-offset": "offset {0}",
+    "mha-heads": "{0} heads for d_model {1}",
+    "mha-no-heads": "no heads",
+    "mha-odd-head": "heads of odd width {0} with RoPE",
+    "mha-output-rows": "W_O with {0} rows for d_model {1}",
 }
 """The words of each bad request the ``errors`` family sends (its codes and facts)."""
 

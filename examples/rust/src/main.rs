@@ -1,4 +1,5 @@
-//! Q/K/V projections and an attention head for `qkv check --command`, standard library only.
+//! Q/K/V projections, an attention head, RoPE and multi-head attention for `qkv check
+//! --command`, standard library only.
 //!
 //!     cargo build --offline --release
 //!     qkv check --command target/release/qkv_projections
@@ -7,6 +8,7 @@ mod head;
 mod json;
 mod projections;
 mod protocol;
+mod rope_mha;
 mod tensor;
 mod wrap;
 

@@ -8,6 +8,7 @@ use std::io::{BufRead, Write};
 
 use crate::head;
 use crate::json::{self, Json};
+use crate::rope_mha;
 use crate::tensor::Tensor;
 
 /// What the protocol needs of a layer. Implement it for your own type (see `wrap.rs`);
@@ -24,7 +25,8 @@ pub trait Projections: Sized {
 
 /// The operations this program answers, announced in the hello reply; each is one arm in
 /// [`answer`]. The head ones run [`crate::head`] on the same layer.
-pub const OPS: [&str; 4] = ["forward", "backward", "head_forward", "head_backward"];
+pub const OPS: [&str; 8] = ["forward", "backward", "head_forward", "head_backward", "rope",
+                           "rope_reverse", "mha_forward", "mha_backward"];
 
 const VERSION: u64 = 1;
 const FORWARD_NAMES: [&str; 3] = ["query", "key", "value"];
@@ -103,7 +105,59 @@ fn answer<P: Projections>(op: &str, request: &Json) -> Result<Vec<(String, Json)
                                             &tensor(request, "grad_output")?)?;
             Ok(named(&BACKWARD_NAMES, grads))
         }
+        "rope" | "rope_reverse" => {
+            let x = tensor(request, "input")?;
+            if x.shape.len() < 2 {
+                return Err(format!("RoPE needs [..., tokens, width], got rank {}", x.shape.len()));
+            }
+            let (tokens, width) = (x.shape[x.shape.len() - 2], x.shape[x.shape.len() - 1]);
+            let rope = rope_settings(request)?;
+            rope_mha::check_rope(width, rope.base)?;
+            let sign = if op == "rope" { 1.0 } else { -1.0 };
+            let turned = Tensor::new(x.shape.clone(), rope_mha::turn(&x.values, tokens, width, rope, sign))?;
+            let name = if op == "rope" { "rotated" } else { "turned_back" };
+            Ok(vec![(name.into(), tensor_json(turned))])
+        }
+        "mha_forward" => {
+            let layer = multi_head(request)?;
+            Ok(named(&MHA_FORWARD_NAMES, layer.forward(&tensor(request, "input")?, flag(request, "causal")?)?))
+        }
+        "mha_backward" => {
+            let layer = multi_head(request)?;
+            let grads = layer.backward(&tensor(request, "input")?, flag(request, "causal")?,
+                                       &tensor(request, "grad_output")?)?;
+            Ok(named(&MHA_BACKWARD_NAMES, grads))
+        }
         other => Err(format!("unknown op {other:?}")),
+    }
+}
+
+const MHA_FORWARD_NAMES: [&str; 3] = ["weights", "merged", "output"];
+const MHA_BACKWARD_NAMES: [&str; 5] = ["grad_input", "grad_w_query", "grad_w_key", "grad_w_value",
+                                       "grad_w_output"];
+
+/// `request["base"]` and `request["offset"]` (a non-negative integer).
+fn rope_settings(request: &Json) -> Result<rope_mha::Rope, String> {
+    let base = request.get("base").and_then(Json::as_f64).ok_or("\"base\" must be a number")?;
+    let offset = request.get("offset").and_then(Json::as_usize)
+        .ok_or("\"offset\" must be an integer, 0 or more")?;
+    Ok(rope_mha::Rope { base, offset })
+}
+
+/// The multi-head layer a request describes (RoPE when `"rope"` is true).
+fn multi_head(request: &Json) -> Result<rope_mha::MultiHead, String> {
+    let weights = [tensor(request, "w_query")?, tensor(request, "w_key")?, tensor(request, "w_value")?,
+                   tensor(request, "w_output")?];
+    let heads = request.get("heads").and_then(Json::as_usize).ok_or("\"heads\" must be an integer")?;
+    let rope = if flag(request, "rope")? { Some(rope_settings(request)?) } else { None };
+    rope_mha::MultiHead::new(weights, heads, rope)
+}
+
+/// `request[key]`, which must be `true` or `false`.
+fn flag(request: &Json, key: &str) -> Result<bool, String> {
+    match request.get(key) {
+        Some(Json::Bool(value)) => Ok(*value),
+        _ => Err(format!("\"{key}\" must be true or false")),
     }
 }
 

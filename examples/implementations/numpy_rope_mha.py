@@ -1,0 +1,136 @@
+"""RoPE (chapter 29) and multi-head attention (chapter 30) in NumPy, correct.
+
+    qkv check examples/implementations/numpy_rope_mha.py
+
+``rope(x, base, offset) -> rotated`` turns each adjacent pair ``(2i, 2i+1)`` of the last
+axis at token ``t`` by ``(offset + t) * base^(-2i/d)``; ``rope_reverse(rotated, base,
+offset)`` turns it back. ``mha_forward(x, w_query, w_key, w_value, w_output, heads,
+causal, rope, base, offset) -> (weights [B,H,T,T], merged [B,T,d], output [B,T,d])`` and
+``mha_backward(..., grad_output)`` gives ``(grad_input, grad_w_query, grad_w_key,
+grad_w_value, grad_w_output)``. ``BUG`` switches on one slip on purpose (the
+``wrong_rope_*.py`` and ``wrong_mha_*.py`` examples set it); ``""`` is correct.
+"""
+
+import math
+
+import numpy as np
+
+BUG = ""
+
+
+def _angles(tokens, width, base, offset):
+    if width == 0 or width % 2:
+        raise ValueError(f"RoPE needs an even, non-zero width, got {width}")
+    if not (math.isfinite(base) and base > 0):
+        raise ValueError(f"RoPE needs a positive base, got {base}")
+    if offset < 0:
+        raise ValueError(f"RoPE needs an offset of 0 or more, got {offset}")
+    first = offset + (1 if BUG == "from-one" else 0)
+    positions = np.arange(first, first + tokens, dtype=np.float64)
+    frequencies = base ** (-np.arange(0, width, 2, dtype=np.float64) / width)
+    return positions[:, None] * frequencies[None, :]  # [T, d/2]
+
+
+def _turn(x, base, offset, sign):
+    if x.ndim < 2:
+        raise ValueError(f"RoPE needs [..., tokens, width], got shape {x.shape}")
+    angles = _angles(x.shape[-2], x.shape[-1], base, offset)
+    cos, sin = np.cos(angles), sign * np.sin(angles)
+    if BUG == "half-split":
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+    a, b = x[..., 0::2], x[..., 1::2]  # the adjacent pairs
+    out = np.empty(x.shape)
+    out[..., 0::2] = a * cos - b * sin
+    out[..., 1::2] = b * cos + a * sin
+    return out
+
+
+def rope(x, base, offset):
+    return _turn(x, base, offset, 1.0)
+
+
+def rope_reverse(rotated, base, offset):
+    return _turn(rotated, base, offset, 1.0 if BUG == "not-inverted" else -1.0)
+
+
+def _split(y, heads):  # [B,T,d] -> [B,H,T,d_h]
+    batch, tokens, width = y.shape
+    if BUG == "split-no-transpose":
+        return y.reshape(batch, heads, tokens, width // heads)
+    return y.reshape(batch, tokens, heads, width // heads).transpose(0, 2, 1, 3)
+
+
+def _merge(y):  # [B,H,T,d_h] -> [B,T,d]
+    batch, heads, tokens, size = y.shape
+    if BUG in ("split-no-transpose", "merge-no-transpose"):
+        return y.reshape(batch, tokens, heads * size)
+    return y.transpose(0, 2, 1, 3).reshape(batch, tokens, heads * size)
+
+
+def _validate(x, w_query, w_key, w_value, w_output, heads, rope_on):
+    if x.ndim != 3:
+        raise ValueError(f"input must be [batch, tokens, d_model], got {x.shape}")
+    width = x.shape[2]
+    for w in (w_query, w_key, w_value, w_output):
+        if w.shape != (width, width):
+            raise ValueError(f"weights must be [{width},{width}], got {w.shape}")
+    if heads < 1 or width % heads:
+        raise ValueError(f"{heads} heads do not divide d_model {width}")
+    if rope_on and (width // heads) % 2:
+        raise ValueError(f"RoPE needs an even head width, got {width // heads}")
+
+
+def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset):
+    _validate(x, w_query, w_key, w_value, w_output, heads, rope_on)
+    q, k, v = (_split(x @ w, heads) for w in (w_query, w_key, w_value))
+    if rope_on:
+        q, k = rope(q, base, offset), rope(k, base, offset)
+    size = x.shape[2] // heads
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(size)  # [B,H,T,T]
+    tokens = x.shape[1]
+    if causal:
+        scores = np.where(np.triu(np.ones((tokens, tokens), dtype=bool), k=1), -np.inf, scores)
+    if scores.size:
+        e = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
+        weights = e / np.sum(e, axis=-1, keepdims=True)
+    else:
+        weights = np.zeros(scores.shape)
+    heads_out = weights @ v  # [B,H,T,d_h]
+    if BUG == "wo-before-merge":  # each head through its own block of W_O, then merged
+        blocks = [heads_out[:, h] @ w_output[h * size:(h + 1) * size, h * size:(h + 1) * size]
+                  for h in range(heads)]
+        merged = np.concatenate(blocks, axis=-1) if blocks else np.zeros(x.shape)
+        return q, k, v, weights, heads_out, merged, merged
+    merged = _merge(heads_out)
+    return q, k, v, weights, heads_out, merged, merged @ w_output
+
+
+def mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset):
+    *_, weights, _, merged, output = _forward(x, w_query, w_key, w_value, w_output, heads,
+                                              causal, rope_on, base, offset)
+    return weights, merged, output
+
+
+def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset,
+                 grad_output):
+    q, k, v, a, _, merged, _ = _forward(x, w_query, w_key, w_value, w_output, heads, causal,
+                                        rope_on, base, offset)
+    if grad_output.shape != x.shape:
+        raise ValueError(f"grad_output has shape {grad_output.shape}")
+    width = x.shape[2]
+    size = width // heads
+    grad_w_output = merged.reshape(-1, width).T @ grad_output.reshape(-1, width)
+    grad_heads = _split(grad_output @ w_output.T, heads)  # dC split per head
+    grad_a = grad_heads @ np.swapaxes(v, -1, -2)
+    grad_v = np.swapaxes(a, -1, -2) @ grad_heads
+    grad_s = a * (grad_a - np.sum(grad_a * a, axis=-1, keepdims=True)) / math.sqrt(size)
+    grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
+    if rope_on:  # the rotation's reverse carries the gradient back
+        grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
+    grads = [_merge(g) for g in (grad_q, grad_k, grad_v)]
+    rows = x.reshape(-1, width)
+    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
+    grad_w = [rows.T @ g.reshape(-1, width) for g in grads]
+    return (grad_input + np.zeros_like(x), *grad_w, grad_w_output)

@@ -1,0 +1,14 @@
+"""A head wrong on purpose (ignores-mask): qkv check names it.
+
+    qkv check examples/implementations/wrong_head_ignores_mask.py
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy_head
+
+numpy_head.BUG = "ignores-mask"
+head_forward = numpy_head.head_forward
+head_backward = numpy_head.head_backward

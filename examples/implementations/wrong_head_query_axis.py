@@ -1,0 +1,14 @@
+"""A head wrong on purpose (query-axis): qkv check names it.
+
+    qkv check examples/implementations/wrong_head_query_axis.py
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy_head
+
+numpy_head.BUG = "query-axis"
+head_forward = numpy_head.head_forward
+head_backward = numpy_head.head_backward
