@@ -194,3 +194,19 @@ def test_the_json_report_holds_the_evidence() -> None:
         assert document["tensors"][name]["shape"] == list(values.shape)
     assert document["gradcheck"]["tensors"][0]["checked"] == 12
     assert document["scale_probe"]["softened"] is True
+
+
+def test_a_case_is_rejected_only_by_the_expected_error() -> None:
+    from qkvcli.chapters.head_pass import rejected
+    from qkvcli.chapters.operands import OperandRank, QueryKeyWidthMismatch
+
+    def raises_width() -> object:
+        raise QueryKeyWidthMismatch(2, 3)
+
+    right = rejected("w", QueryKeyWidthMismatch, (("query", 2), ("key", 3)), raises_width)
+    assert right.rejected and right.message.endswith("got query 2, key 3")
+    assert not rejected("w", QueryKeyWidthMismatch, (("query", 2), ("key", 4)),
+                        raises_width).rejected  # the wrong facts
+    assert not rejected("w", OperandRank, (), raises_width).rejected  # the wrong error
+    accepted = rejected("w", OperandRank, (), lambda: None)  # nothing refused it
+    assert not accepted.rejected and accepted.raised == ""

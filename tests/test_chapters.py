@@ -180,3 +180,31 @@ def test_the_chapter_28_figure_shows_the_trace_records() -> None:
         assert f"ERROR|case={case}|" in trace and case in figure
     for value in ("0.445808", "0.108383", "0.554192", "-1.676343", "[-2.000000,4.000000]"):
         assert value in trace and value in figure
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_a_failing_family_exits_1_and_is_named(number: int) -> None:
+    """A tolerance of 0 fails every gradient check: the text report is followed by the
+    failed family and the verdict, and the command exits 1."""
+    if number == 26:
+        pytest.skip("chapter 26's failure lines are tested with its own report")
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number), "--tolerance", "0",
+                                       "-f", "text"])
+    assert result.exit_code == 1, result.output
+    assert "failed: gradcheck\nverdict: FAIL (" in result.stdout
+    run = CliRunner().invoke(main, ["run", "--chapter", str(number), "--tolerance", "0",
+                                    "-f", "text"])
+    assert run.exit_code == 1
+    assert run.stderr.startswith("qkv: FAILED: gradcheck")
+
+
+@pytest.mark.skipif(bool(chapter_ready(28)), reason="chapter 28 is not in this build")
+def test_a_perturbation_that_changes_nothing_is_refused(tmp_path: Path) -> None:
+    data = json.loads(bundled(28).read_text())
+    data["suffix_perturbation"] = {"key": [2, 1], "value": [-2, 4]}
+    path = tmp_path / "same.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["report", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {path}: $.suffix_perturbation: changes nothing: give the "
+                             "last token a new key or a new value\n")

@@ -191,18 +191,20 @@ def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
 class RefusedCase(Record):
     """One bad input given to the engine's checks: the ``case``, the error it must raise
     (``expected``, a class name, with ``fields``), what it raised (``raised``: a class
-    name, ``""`` for nothing) and its message."""
+    name, ``""`` for nothing), its message, and whether the error's fields were
+    ``fields`` (``facts_match``)."""
 
     case: str
     expected: str
     fields: tuple[tuple[str, object], ...]
     raised: str
     message: str
+    facts_match: bool = False
 
     @property
     def rejected(self) -> bool:
         """Refused with the expected error and fields."""
-        return self.raised == self.expected
+        return self.raised == self.expected and self.facts_match
 
 
 def rejected(case: str, expected: type[QkvError], fields: tuple[tuple[str, object], ...],
@@ -212,8 +214,7 @@ def rejected(case: str, expected: type[QkvError], fields: tuple[tuple[str, objec
     try:
         call()
     except QkvError as error:
-        same = type(error) is expected and all(getattr(error, k, None) == v for k, v in fields)
-        return RefusedCase(case, expected.__name__,
-                            fields, expected.__name__ if same else type(error).__name__,
-                            str(error))
+        facts = all(getattr(error, k, None) == v for k, v in fields)
+        return RefusedCase(case, expected.__name__, fields, type(error).__name__, str(error),
+                           facts)
     return RefusedCase(case, expected.__name__, fields, "", "")

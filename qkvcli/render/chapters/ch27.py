@@ -185,7 +185,7 @@ def json_document(evidence: SelfAttentionEvidence) -> dict[str, Any]:
                         "value_width_probe": list(sh.value_width_output)},
         "gradcheck": gradcheck_summary_json(evidence.gradcheck),
         "errors": [{"case": c.case, "kind": ERROR_KINDS.get(c.expected, c.expected),
-                    "facts": dict(c.fields), "rejected": c.rejected, "message": c.message}
+                    "facts": dict(c.fields), "rejected": c.rejected, "raised": c.raised, "message": c.message}
                    for c in evidence.errors],
         "history": dict(HISTORY),
         "replay_bitwise": evidence.replay_bitwise,
