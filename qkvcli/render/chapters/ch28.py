@@ -224,7 +224,8 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
         "gradcheck": gradcheck_summary_json(evidence.gradcheck),
         "errors": [{"case": c.case, "kind": ERROR_KINDS.get(c.expected, c.expected),
                     "facts": {FACT_NAMES.get(c.expected, {}).get(k, k): v for k, v in c.fields},
-                    "rejected": c.rejected, "raised": c.raised, "message": c.message} for c in evidence.errors],
+                    "rejected": c.rejected, "raised": c.raised, "message": c.message}
+                   for c in evidence.errors],
         "history": dict(HISTORY),
         "replay_bitwise": evidence.replay_bitwise,
         "next": NEXT_CHAPTER,
