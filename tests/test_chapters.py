@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qkvcli.chapters.registry import NAMES
 from qkvcli.cli import main
 
 from .conftest import GOLDEN, ROOT
@@ -208,3 +209,15 @@ def test_a_perturbation_that_changes_nothing_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr == (f"Error: {path}: $.suffix_perturbation: changes nothing: give the "
                              "last token a new key or a new value\n")
+
+
+@pytest.mark.parametrize("number", [n for n in NUMBERS if n != 26])
+def test_chapter_26s_other_commands_point_a_later_chapter_fixture_to_report(
+        number: int, tmp_path: Path) -> None:
+    path = tmp_path / "later.json"
+    path.write_text(json.dumps({"chapter": NAMES[number]}))
+    result = CliRunner().invoke(main, ["gradcheck", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: {path}: $.chapter: a chapter {number} fixture (")
+    assert result.stderr.endswith(f"this command reads chapter 26's (qkv report {path} "
+                                  "shows it)\n")
