@@ -210,3 +210,18 @@ def test_a_case_is_rejected_only_by_the_expected_error() -> None:
     assert not rejected("w", OperandRank, (), raises_width).rejected  # the wrong error
     accepted = rejected("w", OperandRank, (), lambda: None)  # nothing refused it
     assert not accepted.rejected and accepted.raised == ""
+
+
+def test_a_wide_fixture_keeps_the_mixture_terms_of_its_first_queries() -> None:
+    from qkvcli.chapters.head_pass import MIXTURE_LIMIT
+    from qkvcli.render.chapters import ch27 as rendered
+
+    document = random_document(1, 100, 3, 512, seed=8)
+    document["gradcheck"] = {"samples": 2}
+    evidence = ch27.build(ch27.parse(document))
+    kept = MIXTURE_LIMIT // (100 * 512)
+    assert evidence.primary.terms.shape == (kept, 100, 512) and kept < 100
+    assert evidence.passed
+    report = rendered.text(evidence)
+    assert report.count("\nmixture_query_") == kept
+    assert f"mixture_query_{kept - 1}=" in report and f"mixture_query_{kept}=" not in report
