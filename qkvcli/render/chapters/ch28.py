@@ -250,7 +250,9 @@ def figure(evidence: CausalEvidence, width: int,
          f"{vec(x.key_after)}, value {vec(x.value_before)} -> {vec(x.value_after)}"),
         *((same, f"position {i}", "bitwise unchanged" if same else "changed")
           for i, same in enumerate(x.unchanged)),
-        (x.last_changed, f"position {x.position}", "changed" if x.last_changed else "unchanged"),
+        (x.last_changed, f"position {x.position}",
+         f"{'changed' if x.last_changed else 'unchanged'}: now "
+         f"{vec(x.perturbed_output[0, x.position])}"),
         (x.suffix_zero, "prefix seed", f"zero from position {x.suffix_start}: dQ, dK, dV there "
          f"{'exactly 0' if x.suffix_zero else 'not 0'}"),
     ], evidence.prefix.invariant and x.suffix_zero)
