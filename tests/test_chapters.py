@@ -221,3 +221,18 @@ def test_chapter_26s_other_commands_point_a_later_chapter_fixture_to_report(
     assert result.stderr.startswith(f"Error: {path}: $.chapter: a chapter {number} fixture (")
     assert result.stderr.endswith(f"this command reads chapter 26's (qkv report {path} "
                                   "shows it)\n")
+
+
+@pytest.mark.skipif(bool(chapter_ready(27)), reason="chapter 27 is not in this build")
+def test_the_chapter_27_figure_shows_the_trace_records() -> None:
+    figure = CliRunner().invoke(main, ["report", "--chapter", "27", "-f", "rich", "--width",
+                                       "120", "--no-color"]).stdout
+    trace = golden(27, "diagram-trace.txt")
+    for case in ("query-rank", "batch-mismatch", "token-mismatch", "empty-tokens",
+                 "query-key-width"):
+        assert f"ERROR|case={case}|" in trace and case in figure
+    for value in ("4.242641", "0.014166", "0.985834", "1.028332", "-2.994908", "0.079000",
+                  "0.062847", "[2,2,2]", "additive-encoder-decoder-alignment"):
+        assert value in trace and value in figure, value
+    assert "o0 = 0.014166 [3.000000,-3.000000] + 0.985834 [1.000000,3.000000] = " \
+           "[1.028332,2.915004]" in figure
