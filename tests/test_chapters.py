@@ -236,3 +236,17 @@ def test_the_chapter_27_figure_shows_the_trace_records() -> None:
         assert value in trace and value in figure, value
     assert "o0 = 0.014166 [3.000000,-3.000000] + 0.985834 [1.000000,3.000000] = " \
            "[1.028332,2.915004]" in figure
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_run_compares_a_chapter_with_its_golden_copy(number: int) -> None:
+    same = CliRunner().invoke(main, ["run", "--chapter", str(number), "--expect",
+                                     str(GOLDEN / f"ch{number}" / "diagram-trace.txt"), "-f",
+                                     "trace"])
+    assert same.exit_code == 0, same.output
+    assert same.stderr.startswith("qkv: the report matches")
+    other = 27 if number != 27 else 26
+    differs = CliRunner().invoke(main, ["run", "--chapter", str(number), "--expect",
+                                        str(GOLDEN / f"ch{other}" / "expected.txt")])
+    assert differs.exit_code == 1
+    assert differs.stdout.startswith(f"--- {GOLDEN / f'ch{other}' / 'expected.txt'}")
