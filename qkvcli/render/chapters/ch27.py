@@ -138,13 +138,14 @@ def trace(evidence: SelfAttentionEvidence) -> str:
 def json_document(evidence: SelfAttentionEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order."""
     from qkvcli import __version__
-    from qkvcli.render.report import json_float
+    from qkvcli.render.report import SCHEMA_VERSION, json_float
 
     p = evidence.primary
     s, single, sh = evidence.scale, evidence.single, evidence.shapes
     batch, tokens, d_k = p.query.shape
     return {
         "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
         "chapter": evidence.chapter,
         "passed": evidence.passed,
         "checks": checks_json(evidence.checks),

@@ -177,7 +177,7 @@ def trace(evidence: CausalEvidence) -> str:
 def json_document(evidence: CausalEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order."""
     from qkvcli import __version__
-    from qkvcli.render.report import json_float
+    from qkvcli.render.report import SCHEMA_VERSION, json_float
     from qkvcli.render.report import tensor_json as whole
 
     def t(values: Any) -> dict[str, Any]:
@@ -187,6 +187,7 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
     batch, tokens, d_k = p.query.shape
     return {
         "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
         "chapter": evidence.chapter,
         "passed": evidence.passed,
         "checks": checks_json(evidence.checks),
