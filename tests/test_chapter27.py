@@ -194,3 +194,34 @@ def test_the_json_report_holds_the_evidence() -> None:
         assert document["tensors"][name]["shape"] == list(values.shape)
     assert document["gradcheck"]["tensors"][0]["checked"] == 12
     assert document["scale_probe"]["softened"] is True
+
+
+def test_a_case_is_rejected_only_by_the_expected_error() -> None:
+    from qkvcli.chapters.head_pass import rejected
+    from qkvcli.chapters.operands import OperandRank, QueryKeyWidthMismatch
+
+    def raises_width() -> object:
+        raise QueryKeyWidthMismatch(2, 3)
+
+    right = rejected("w", QueryKeyWidthMismatch, (("query", 2), ("key", 3)), raises_width)
+    assert right.rejected and right.message.endswith("got query 2, key 3")
+    assert not rejected("w", QueryKeyWidthMismatch, (("query", 2), ("key", 4)),
+                        raises_width).rejected  # the wrong facts
+    assert not rejected("w", OperandRank, (), raises_width).rejected  # the wrong error
+    accepted = rejected("w", OperandRank, (), lambda: None)  # nothing refused it
+    assert not accepted.rejected and accepted.raised == ""
+
+
+def test_a_wide_fixture_keeps_the_mixture_terms_of_its_first_queries() -> None:
+    from qkvcli.chapters.head_pass import MIXTURE_LIMIT
+    from qkvcli.render.chapters import ch27 as rendered
+
+    document = random_document(1, 100, 3, 512, seed=8)
+    document["gradcheck"] = {"samples": 2}
+    evidence = ch27.build(ch27.parse(document))
+    kept = MIXTURE_LIMIT // (100 * 512)
+    assert evidence.primary.terms.shape == (kept, 100, 512) and kept < 100
+    assert evidence.passed
+    report = rendered.text(evidence)
+    assert report.count("\nmixture_query_") == kept
+    assert f"mixture_query_{kept - 1}=" in report and f"mixture_query_{kept}=" not in report

@@ -171,7 +171,8 @@ def test_the_json_report_holds_the_evidence() -> None:
     evidence = ch28.build(ch28.parse(random_document(2, 3, 2, 2, seed=21)))
     document = json.loads("".join(dispatch.pieces(evidence, "json")))
     p = evidence.primary
-    assert list(document)[:5] == ["qkv_version", "chapter", "passed", "checks", "config"]
+    assert list(document)[:6] == ["qkv_version", "schema_version", "chapter", "passed",
+                                  "checks", "config"]
     assert document["config"]["mask"] == "lower-triangular-inclusive"
     assert document["tensors"]["probabilities"]["values"] == p.probabilities.reshape(-1).tolist()
     assert document["tensors"]["mask"]["values"][:3] == [0.0, "-Infinity", "-Infinity"]

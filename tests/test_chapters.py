@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qkvcli.chapters.registry import NAMES
 from qkvcli.cli import main
 
 from .conftest import GOLDEN, ROOT
@@ -180,3 +181,72 @@ def test_the_chapter_28_figure_shows_the_trace_records() -> None:
         assert f"ERROR|case={case}|" in trace and case in figure
     for value in ("0.445808", "0.108383", "0.554192", "-1.676343", "[-2.000000,4.000000]"):
         assert value in trace and value in figure
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_a_failing_family_exits_1_and_is_named(number: int) -> None:
+    """A tolerance of 0 fails every gradient check: the text report is followed by the
+    failed family and the verdict, and the command exits 1."""
+    if number == 26:
+        pytest.skip("chapter 26's failure lines are tested with its own report")
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number), "--tolerance", "0",
+                                       "-f", "text"])
+    assert result.exit_code == 1, result.output
+    assert "failed: gradcheck\nverdict: FAIL (" in result.stdout
+    run = CliRunner().invoke(main, ["run", "--chapter", str(number), "--tolerance", "0",
+                                    "-f", "text"])
+    assert run.exit_code == 1
+    assert run.stderr.startswith("qkv: FAILED: gradcheck")
+
+
+@pytest.mark.skipif(bool(chapter_ready(28)), reason="chapter 28 is not in this build")
+def test_a_perturbation_that_changes_nothing_is_refused(tmp_path: Path) -> None:
+    data = json.loads(bundled(28).read_text())
+    data["suffix_perturbation"] = {"key": [2, 1], "value": [-2, 4]}
+    path = tmp_path / "same.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["report", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {path}: $.suffix_perturbation: changes nothing: give the "
+                             "last token a new key or a new value\n")
+
+
+@pytest.mark.parametrize("number", [n for n in NUMBERS if n != 26])
+def test_chapter_26s_other_commands_point_a_later_chapter_fixture_to_report(
+        number: int, tmp_path: Path) -> None:
+    path = tmp_path / "later.json"
+    path.write_text(json.dumps({"chapter": NAMES[number]}))
+    result = CliRunner().invoke(main, ["gradcheck", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: {path}: $.chapter: a chapter {number} fixture (")
+    assert result.stderr.endswith(f"this command reads chapter 26's (qkv report {path} "
+                                  "shows it)\n")
+
+
+@pytest.mark.skipif(bool(chapter_ready(27)), reason="chapter 27 is not in this build")
+def test_the_chapter_27_figure_shows_the_trace_records() -> None:
+    figure = CliRunner().invoke(main, ["report", "--chapter", "27", "-f", "rich", "--width",
+                                       "120", "--no-color"]).stdout
+    trace = golden(27, "diagram-trace.txt")
+    for case in ("query-rank", "batch-mismatch", "token-mismatch", "empty-tokens",
+                 "query-key-width"):
+        assert f"ERROR|case={case}|" in trace and case in figure
+    for value in ("4.242641", "0.014166", "0.985834", "1.028332", "-2.994908", "0.079000",
+                  "0.062847", "[2,2,2]", "additive-encoder-decoder-alignment"):
+        assert value in trace and value in figure, value
+    assert "o0 = 0.014166 [3.000000,-3.000000] + 0.985834 [1.000000,3.000000] = " \
+           "[1.028332,2.915004]" in figure
+
+
+@pytest.mark.parametrize("number", chapters())
+def test_run_compares_a_chapter_with_its_golden_copy(number: int) -> None:
+    same = CliRunner().invoke(main, ["run", "--chapter", str(number), "--expect",
+                                     str(GOLDEN / f"ch{number}" / "diagram-trace.txt"), "-f",
+                                     "trace"])
+    assert same.exit_code == 0, same.output
+    assert same.stderr.startswith("qkv: the report matches")
+    other = 27 if number != 27 else 26
+    differs = CliRunner().invoke(main, ["run", "--chapter", str(number), "--expect",
+                                        str(GOLDEN / f"ch{other}" / "expected.txt")])
+    assert differs.exit_code == 1
+    assert differs.stdout.startswith(f"--- {GOLDEN / f'ch{other}' / 'expected.txt'}")

@@ -106,6 +106,10 @@ def parse(document: object, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
             key_after = vector(raw["key"], "$.suffix_perturbation.key", int(d_k))
         if "value" in raw:
             value_after = vector(raw["value"], "$.suffix_perturbation.value", d_v)
+    if (np.array_equal(key_after, inputs.key[0, -1])
+            and np.array_equal(value_after, inputs.value[0, -1])):
+        raise FixtureError("$.suffix_perturbation", "changes nothing: give the last token a "
+                           "new key or a new value")
     if "prefix_seed" in data:
         seed = parse_tensor(data["prefix_seed"], "$.prefix_seed", max_elements, base_dir=base_dir)
         expect_shape(seed, inputs.value.shape, "batch, tokens, d_v", "$.prefix_seed")

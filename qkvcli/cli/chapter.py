@@ -92,9 +92,10 @@ def parse_chapter(module: ModuleType, data: Any, max_elements: int, base_dir: An
     return module.parse(data)
 
 
-def build(loaded: ChapterFixture, overrides: CheckOverrides) -> Any:
+def build(loaded: ChapterFixture, overrides: CheckOverrides, tensors: str | None = None) -> Any:
     """The chapter's evidence for ``loaded``, with the command line's gradient-check
-    settings where the chapter takes them (the rest named in a warning)."""
+    settings where the chapter takes them (the rest, and ``--tensors``, named in a
+    warning: a chapter's report prints every value)."""
     module, fixture = loaded.module, loaded.fixture
     given = overrides.changes()
     settable = {name: value for name, value in given.items()
@@ -103,6 +104,8 @@ def build(loaded: ChapterFixture, overrides: CheckOverrides) -> Any:
     if settable and takes is not None:
         fixture = takes(fixture, **settable)
     ignored = [name for name in given if name not in settable or takes is None]
+    if tensors is not None:
+        ignored.append("tensors")
     for name in ignored:
         click.echo(f"qkv: warning: --{name} does not apply to chapter {module.NAME}; ignored",
                    err=True)

@@ -60,7 +60,7 @@ def report_pieces(evidence: Evidence, tensors: str) -> Callable[[str], Iterable[
 
 
 def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides,
-          chapter: int | None = None) -> Evidence:
+          chapter: int | None = None, tensors: str | None = None) -> Evidence:
     """Load ``fixture`` with the command line's gradient-check settings and build its
     evidence (``chapter``: ``--chapter``, see :mod:`qkvcli.cli.chapter`); errors (also
     running out of memory) name the file."""
@@ -70,7 +70,7 @@ def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides,
 
             found = chapters.load(fixture, max_elements, chapter)
             if isinstance(found, chapters.ChapterFixture):
-                return chapters.build(found, overrides)  # type: ignore[no-any-return]
+                return chapters.build(found, overrides, tensors)  # type: ignore[no-any-return]
             loaded = overrides.apply(found)
         else:
             loaded = overrides.apply(load(fixture, max_elements))
@@ -148,7 +148,7 @@ def run(
             raise click.UsageError("--expect compares text, trace or json, not the rich figure")
         fmt = "text" if fmt == "auto" else fmt
     check_outputs([output, *(path for _, path in view.exports), html], [fixture, golden])
-    evidence = build(fixture, max_elements, overrides, chapter)
+    evidence = build(fixture, max_elements, overrides, chapter, tensors)
     pieces = report_pieces(evidence, tensor_policy(tensors, view.full))
     matched = True
     if golden is None:
@@ -182,7 +182,7 @@ def report(
     """
     check_chapter(chapter)
     check_outputs([output, *(path for _, path in view.exports), html], [fixture])
-    evidence = build(fixture, max_elements, overrides, chapter)
+    evidence = build(fixture, max_elements, overrides, chapter, tensors)
     show(evidence, fmt, view, output, title="qkv report", precision=FIGURE_PRECISION,
          pieces=report_pieces(evidence, tensor_policy(tensors, view.full)), html=html)
     if not evidence.passed:

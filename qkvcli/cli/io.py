@@ -165,7 +165,19 @@ def load(path: Path | None, max_elements: int) -> Fixture:
     with working_on(label):
         data, chapter, base_dir = fixture_json(path)
         refuse_layer_fixture(data, label)
+        refuse_later_chapter(data, label)
         return parse_fixture(data, chapter, max_elements, base_dir)
+
+
+def refuse_later_chapter(data: Any, label: str) -> None:
+    """Raise :class:`InputError` when ``data`` names chapter 27 or later: chapter 26's
+    reader would only call its keys unknown."""
+    from qkvcli.chapters.registry import DEFAULT, NAMES, number_named
+
+    number = number_named(data.get("chapter")) if isinstance(data, dict) else None
+    if number is not None and number != DEFAULT:
+        raise InputError(f"{label}: $.chapter: a chapter {number} fixture ({NAMES[number]}); "
+                         f"this command reads chapter 26's (qkv report {label} shows it)")
 
 
 def refuse_layer_fixture(data: Any, label: str) -> None:

@@ -60,7 +60,7 @@ def text(evidence: SelfAttentionEvidence) -> str:
         f"probabilities={tensor(p.probabilities)}",
         f"row_sums={vec(p.row_sums)}",
         *(f"mixture_query_{i}=terms:{mixture_terms(p.terms[i])} output:{vec(p.output[0, i])}"
-          for i in range(tokens if batch else 0)),
+          for i in range(p.terms.shape[0])),
         f"output={tensor(p.output)}",
         f"scale_probe=unscaled_focus:{fmt_float(s.unscaled_focus)} "
         f"scaled_focus:{fmt_float(s.scaled_focus)} "
@@ -109,7 +109,8 @@ def trace(evidence: SelfAttentionEvidence) -> str:
         *(f"PROBABILITY_ROW|query={i}|values={vec(p.probabilities[0, i])}"
           f"|sum={fmt_float(p.row_sums[0, i])}" for i in rows),
         *(f"MIXTURE_ROW|query={i}|probabilities={vec(p.probabilities[0, i])}"
-          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}" for i in rows),
+          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}"
+          for i in range(p.terms.shape[0])),
         f"BACKWARD|seed={vec(p.upstream)}|query_gradient={vec(p.grad_query)}"
         f"|key_gradient={vec(p.grad_key)}|value_gradient={vec(p.grad_value)}",
         f"BATCH_SHAPE|batches={sh.batch_query[0]}|query={fmt_shape(sh.batch_query)}"
@@ -124,7 +125,7 @@ def trace(evidence: SelfAttentionEvidence) -> str:
         *(f"ERROR|case={c.case}|kind={ERROR_KINDS.get(c.expected, c.expected)}"
           f"{case_facts(c.fields)}|rejected={fmt_bool(c.rejected)}" for c in evidence.errors),
         "HISTORY|" + "|".join(f"{key}={value}" for key, value in HISTORY),
-        f"PROOF|row_sum_tolerance={ROW_SUM_TEXT}|query_checks={g.count('query')}"
+        f"PROOF|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.count('query')}"
         f"|key_checks={g.count('key')}|value_checks={g.count('value')}"
         f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
         f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}"
@@ -134,20 +135,17 @@ def trace(evidence: SelfAttentionEvidence) -> str:
     return "\n".join(lines) + "\n"
 
 
-ROW_SUM_TEXT = "0.000000000001"
-"""The row-sum bound (:data:`~qkvcli.chapters.head_pass.ROW_SUM_TOLERANCE`) as the trace spells it."""
-
-
 def json_document(evidence: SelfAttentionEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order."""
     from qkvcli import __version__
-    from qkvcli.render.report import json_float
+    from qkvcli.render.report import SCHEMA_VERSION, json_float
 
     p = evidence.primary
     s, single, sh = evidence.scale, evidence.single, evidence.shapes
     batch, tokens, d_k = p.query.shape
     return {
         "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
         "chapter": evidence.chapter,
         "passed": evidence.passed,
         "checks": checks_json(evidence.checks),
@@ -185,7 +183,7 @@ def json_document(evidence: SelfAttentionEvidence) -> dict[str, Any]:
                         "value_width_probe": list(sh.value_width_output)},
         "gradcheck": gradcheck_summary_json(evidence.gradcheck),
         "errors": [{"case": c.case, "kind": ERROR_KINDS.get(c.expected, c.expected),
-                    "facts": dict(c.fields), "rejected": c.rejected, "message": c.message}
+                    "facts": dict(c.fields), "rejected": c.rejected, "raised": c.raised, "message": c.message}
                    for c in evidence.errors],
         "history": dict(HISTORY),
         "replay_bitwise": evidence.replay_bitwise,
@@ -227,7 +225,8 @@ def figure(evidence: SelfAttentionEvidence, width: int,
         (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
     history = drawn.facts_part("History", [(None, key, value) for key, value in HISTORY])
     proof = drawn.facts_part("Proof", [
-        (evidence.primary.rows_sum_to_one, "row sums", f"within {ROW_SUM_TEXT}"),
+        (evidence.primary.rows_sum_to_one, "row sums",
+         f"within {evidence.primary.row_sum_tolerance:.12f}"),
         (g.passed, "gradient check", f"{g.count('query')}+{g.count('key')}+{g.count('value')} "
          f"coordinates, tolerance {fmt_float(g.tolerance)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),

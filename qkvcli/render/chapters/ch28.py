@@ -114,8 +114,7 @@ def future_word(evidence: CausalEvidence) -> str:
 def trace(evidence: CausalEvidence) -> str:
     """The diagram trace: what the figure shows, one record a line."""
     p, x, single, g = evidence.primary, evidence.prefix, evidence.single, evidence.gradcheck
-    batch, tokens, d_k = p.query.shape
-    rows = range(tokens if batch else 0)
+    _, tokens, d_k = p.query.shape
     e = evidence.empty
 
     def visibility(i: int) -> str:
@@ -135,7 +134,8 @@ def trace(evidence: CausalEvidence) -> str:
         *(f"CAUSAL_ROW|query={i}|visibility={visibility(i)}"
           f"|masked_scores={vec(p.masked_scores[0, i])}"
           f"|probabilities={vec(p.probabilities[0, i])}|sum={fmt_float(p.row_sums[0, i])}"
-          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}" for i in rows),
+          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}"
+          for i in range(p.terms.shape[0])),
         f"SUFFIX_PERTURBATION|position={x.position}|key_before={vec(x.key_before)}"
         f"|key_after={vec(x.key_after)}|value_before={vec(x.value_before)}"
         f"|value_after={vec(x.value_after)}",
@@ -164,7 +164,7 @@ def trace(evidence: CausalEvidence) -> str:
                               for key, value in HISTORY),
         f"PROOF|mask_future={'negative-infinity' if np.isneginf(p.mask).any() else 'none'}"
         f"|tape_finite={fmt_bool(p.tape_finite)}|future_probabilities={future_word(evidence)}"
-        f"|row_sum_tolerance=0.000000000001|query_checks={g.count('query')}"
+        f"|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.count('query')}"
         f"|key_checks={g.count('key')}|value_checks={g.count('value')}"
         f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
         f"|prefix_outputs={'bitwise' if all(x.unchanged) else 'changed'}"
@@ -177,7 +177,7 @@ def trace(evidence: CausalEvidence) -> str:
 def json_document(evidence: CausalEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order."""
     from qkvcli import __version__
-    from qkvcli.render.report import json_float
+    from qkvcli.render.report import SCHEMA_VERSION, json_float
     from qkvcli.render.report import tensor_json as whole
 
     def t(values: Any) -> dict[str, Any]:
@@ -187,6 +187,7 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
     batch, tokens, d_k = p.query.shape
     return {
         "qkv_version": __version__,
+        "schema_version": SCHEMA_VERSION,
         "chapter": evidence.chapter,
         "passed": evidence.passed,
         "checks": checks_json(evidence.checks),
@@ -224,7 +225,8 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
         "gradcheck": gradcheck_summary_json(evidence.gradcheck),
         "errors": [{"case": c.case, "kind": ERROR_KINDS.get(c.expected, c.expected),
                     "facts": {FACT_NAMES.get(c.expected, {}).get(k, k): v for k, v in c.fields},
-                    "rejected": c.rejected, "message": c.message} for c in evidence.errors],
+                    "rejected": c.rejected, "raised": c.raised, "message": c.message}
+                   for c in evidence.errors],
         "history": dict(HISTORY),
         "replay_bitwise": evidence.replay_bitwise,
         "next": NEXT_CHAPTER,
@@ -249,7 +251,9 @@ def figure(evidence: CausalEvidence, width: int,
          f"{vec(x.key_after)}, value {vec(x.value_before)} -> {vec(x.value_after)}"),
         *((same, f"position {i}", "bitwise unchanged" if same else "changed")
           for i, same in enumerate(x.unchanged)),
-        (x.last_changed, f"position {x.position}", "changed" if x.last_changed else "unchanged"),
+        (x.last_changed, f"position {x.position}",
+         f"{'changed' if x.last_changed else 'unchanged'}: now "
+         f"{vec(x.perturbed_output[0, x.position])}"),
         (x.suffix_zero, "prefix seed", f"zero from position {x.suffix_start}: dQ, dK, dV there "
          f"{'exactly 0' if x.suffix_zero else 'not 0'}"),
     ], evidence.prefix.invariant and x.suffix_zero)
@@ -265,7 +269,7 @@ def figure(evidence: CausalEvidence, width: int,
         (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
     history = drawn.facts_part("History", [(None, key, value) for key, value in HISTORY])
     proof = drawn.facts_part("Proof", [
-        (p.rows_sum_to_one, "row sums", "within 0.000000000001"),
+        (p.rows_sum_to_one, "row sums", f"within {p.row_sum_tolerance:.12f}"),
         (g.passed, "gradient check", f"{g.count('query')}+{g.count('key')}+{g.count('value')} "
          f"coordinates, tolerance {fmt_float(g.tolerance)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),

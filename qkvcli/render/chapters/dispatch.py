@@ -56,12 +56,33 @@ def pieces(evidence: object, fmt: str) -> Iterator[str]:
     return iter([dumps(document)])
 
 
-def figure(evidence: object, options: RichOptions, width: int = 100) -> RenderableType:
-    """The chapter's rich figure, laid out with ``options`` when its module takes them."""
-    draw = renderer(evidence).figure
-    if "options" in inspect.signature(draw).parameters:
-        return draw(evidence, width, options=options)  # type: ignore[no-any-return]
-    return draw(evidence, width)  # type: ignore[no-any-return]
+class ChapterFigure:
+    """A chapter's figure drawn at the width the console offers when it is printed (the
+    chapter's ``figure(evidence, width)`` is called then, with ``options`` when it takes
+    them), so the CLI's width check and the printed figure agree."""
+
+    def __init__(self, evidence: object, options: RichOptions) -> None:
+        self.evidence = evidence
+        self.options = options
+
+    def drawn(self, width: int) -> Any:
+        draw = renderer(self.evidence).figure
+        if "options" in inspect.signature(draw).parameters:
+            return draw(self.evidence, width, options=self.options)
+        return draw(self.evidence, width)
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        yield self.drawn(options.max_width)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.drawn(options.max_width))
+
+
+def figure(evidence: object, options: RichOptions) -> RenderableType:
+    """The chapter's rich figure (see :class:`ChapterFigure`)."""
+    return ChapterFigure(evidence, options)
 
 
 def checks_of(evidence: Any) -> tuple[Any, ...]:

@@ -106,9 +106,35 @@ def probability_part(p: Any, options: RichOptions, masked: bool) -> Part:
     return Part(lines(table, note), titled(f"Probability rows A ({what})"))
 
 
-def mixture_part(p: Any, options: RichOptions) -> Part:
-    """Each query's output, a probability-weighted mixture of the value rows."""
+def mixture_lines(p: Any, options: RichOptions, masked: bool) -> list[Text]:
+    """``o0 = 0.014166 [3,-3] + 0.985834 [1,3] = [1.028332,2.915004]``: each kept query's
+    weighted value rows of the first batch item (masked keys left out)."""
+    found = []
+    rows = pick(int(p.terms.shape[0]), options.max_rows, options.full)
+    for row in rows:
+        if row is None:
+            found.append(Text(f"{options.symbols.ellipsis} --full shows every query", style="dim"))
+            continue
+        keys = [j for j in range(p.terms.shape[1])
+                if not (masked and bool(np.isneginf(p.mask[row, j])))]
+        shown_keys = keys if options.full else keys[:options.max_columns]
+        parts = [f"{fmt_float(float(p.probabilities[0, row, j]), options.precision)} "
+                 f"{_row(p.value[0, j], options)}" for j in shown_keys]
+        if len(shown_keys) < len(keys):
+            parts.append(options.symbols.ellipsis)
+        found.append(Text(f"o{row} = " + " + ".join(parts) + f" = {_row(p.output[0, row], options)}"))
+    return found
+
+
+def _row(values: Any, options: RichOptions) -> str:
+    return "[" + ",".join(fmt_float(float(v), options.precision) for v in values) + "]"
+
+
+def mixture_part(p: Any, options: RichOptions, masked: bool = False) -> Part:
+    """Each query's output, a probability-weighted mixture of the value rows: the terms
+    of the first batch item's queries, then every output."""
     body = lines(Text("O[i] = sum over j of A[i,j] V[j]", style="dim"),
+                 *mixture_lines(p, options, masked),
                  *batched_tables(p.output, "O", VALUE, options, ROLE_STYLES["value"]))
     return Part(body, titled("Mixture of value rows"), VALUE, ROLE_STYLES["value"])
 
@@ -165,7 +191,7 @@ def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bo
         operands_row(p, options),
         scores_row(p, options, masked),
         Row([probability_part(p, options, masked)]),
-        Row([mixture_part(p, options)]),
+        Row([mixture_part(p, options, masked)]),
         *backward_rows(p, options),
         Text(""),
         Text("Check the chapter's claims", style="bold underline"),
