@@ -206,7 +206,7 @@ def test_a_killed_worker_is_its_fixtures_row(tmp_path):
     died = "its worker process was killed by SIGKILL before giving a result (out of memory?)"
     row = next(line for line in out.splitlines() if line.startswith(str(folder / "b.json")))
     assert row.split()[1:] == ["-", "ERROR:", *died.split()]
-    assert "Traceback" not in err  # the row says it (stderr too, where a batch repeats errors)
+    assert err == f"Error: {folder / 'b.json'}: {died}\n"
     assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in out
 
 
@@ -269,7 +269,8 @@ def test_a_layer_fixture_in_a_batch_is_its_own_row(tmp_path, jobs):
     assert layer.split(None, 2)[1:] == ["-", "ERROR: $.heads: a multi-head layer fixture; run it "
                                         "with qkv attend"]
     assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in result.stdout
-    assert "Traceback" not in result.stderr
+    assert result.stderr == (f"Error: {tmp_path / 'b.json'}: $.heads: a multi-head layer "
+                             "fixture; run it with qkv attend\n")
 
 
 # --- 3. one snapshot of each input ------------------------------------------------------------
