@@ -490,16 +490,16 @@ HUGE = "1" + "0" * 400
 
 
 @pytest.mark.parametrize(("command", "text", "where"), [
-    (["attend"], '{"heads": 1, "rope": {"theta": HUGE}}', "$.rope.theta: line 1 column 32"),
-    (["validate", "--attend"], '{"heads": 1, "scale": HUGE}', "$.scale: line 1 column 23"),
+    (["attend"], '{"heads": 1, "rope": {"theta": HUGE}}', "$.rope.theta"),
+    (["validate", "--attend"], '{"heads": 1, "scale": HUGE}', "$.scale"),
     (["run"], json.dumps(BASE).replace('"query": [[1, 0]', '"query": [[1, HUGE]'),
      "$.weights.query[0][1]"),
-    (["check", str(EXAMPLES / "numpy_qkv.py")], '{"seed": HUGE}', "$.seed: line 1"),
+    (["check", str(EXAMPLES / "numpy_qkv.py")], '{"seed": HUGE}', "$.seed"),
 ], ids=["attend-rope-theta", "validate-scale", "run-weight", "check-seed"])
 def test_an_integer_beyond_float64_is_refused_at_its_json_path(tmp_path, command, text, where):
     path = write(tmp_path / "f.json", text.replace("HUGE", HUGE))
-    refused(invoke(*command, str(path)), f"{path}: {where}",
-            "the integer 10000000000000000000000… (401 digits) is too large for binary64")
+    line = refused(invoke(*command, str(path)), f"{path}: {where}: ")
+    assert line == f"Error: {path}: {where}: number is too large for binary64"
 
 
 def test_init_refuses_a_config_with_an_integer_beyond_float64(tmp_path):
@@ -512,7 +512,8 @@ def test_init_refuses_a_config_with_an_integer_beyond_float64(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "rope_theta": HUGE}'.replace("HUGE", HUGE))
     result = invoke("init", "--from-safetensors", str(path), "--prefix",
                     "model.layers.0.self_attn.", "-o", str(tmp_path / "f.json"))
-    refused(result, "config.json", "$.rope_theta", "too large for binary64")
+    refused(result, "config.json: not a JSON config: $.rope_theta: number is too large for "
+            "binary64")
 
 
 def test_digits_that_are_no_huge_integer_are_read():

@@ -81,13 +81,11 @@ class CommandClient:
     is_command = True
     has_backward = True
     operations: tuple[str, ...] = ("forward", "backward")
-    reports_changes = binary = False  # only qkv's own Python runner: changes, base64 tensors
-    _changes: tuple[Any, ...] = ()
+    reports_changes = binary = False  # only qkv's own Python runner: bad results, base64 tensors
 
-    def take_changes(self) -> list[tuple[str, str, str, str]]:  # [] for a --command program
-        return [(change[0], change[1], change[2], change[3]) for change in self._changes
-                if isinstance(change, list) and len(change) == 4
-                and all(isinstance(part, str) for part in change)]
+    def take_changes(self) -> list[tuple[str, str, str, str]]:
+        """Nothing: a --command program only ever sees copies (qkv's runner reads its own)."""
+        return []
 
     def __init__(self, command: str, timeout: float, argv: list[str] | None = None,
                  env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
@@ -328,8 +326,6 @@ class CommandClient:
         values = reply_values(operation, tensors)
         reply = self._exchange(operation, message, values)
         self.requests += 1
-        changed = reply.get("changed") if self.reports_changes else None
-        self._changes = tuple(changed) if isinstance(changed, list) else ()
         try:
             rejection = error_message(reply)
             if rejection is not None:

@@ -6,8 +6,8 @@ Every check raises (or reports to :class:`~qkvcli.reading.problems.Problems`) a
 Strict means: no ``NaN``/``Infinity``, no repeated key, no lone surrogate, and no
 integer literal whose nearest float64 is not finite (a magnitude of about 1.8e308 or
 more, so 309 digits at least): every number qkv reads becomes a float64 at last, and
-such an integer has none. It is refused while the text is read, naming its line,
-column and ``$.path``, whatever key holds it.
+such an integer has none. It is refused while the text is read, naming its
+``$.path``, whatever key holds it, in the words a tensor's overflowing number gets.
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ def _located(text: str, stop: int | None = None) -> JsonTextError | None:
         problem = f"{spot.detail} is not a number JSON allows; write a finite number"
     elif spot.what == "duplicate":
         problem = f'duplicate key "{printable(spot.detail, 40)}"'
-    elif spot.what == "integer":
-        problem = huge_integer_problem(spot.detail)
     else:
         return None
     return JsonTextError(spot.path, line, column, problem)
@@ -161,27 +159,19 @@ def _holds_huge_integer(data: Any) -> bool:
     return False
 
 
-def huge_integer_problem(literal: str) -> str:
-    """What is wrong with an integer literal beyond float64 (shown cut short)."""
-    digits = len(literal.lstrip("-"))
-    return (f"the integer {printable(literal, 24)} ({digits} digits) is too large for "
-            "binary64 (at most about 1.8e308)")
+TOO_LARGE = "number is too large for binary64"
+"""The one wording of a number beyond float64, wherever it stands (tensors say it too)."""
 
 
 def refuse_huge_integers(text: str, locate: bool = True) -> None:
-    """Raise :class:`JsonTextError` at the first integer literal of the JSON ``text`` whose
-    nearest float64 is not finite (``locate`` false: a :class:`FixtureError` without its
+    """Raise :class:`FixtureError` at the ``$.path`` of the first integer literal of the
+    JSON ``text`` whose nearest float64 is not finite (``locate`` false: without its
     place, for a file too large to scan; called only when the text holds one). A run of
     digits inside a string, or the digits of a float, are no such integer."""
-    from qkvcli.reading.json_locate import line_column
     from qkvcli.reading.json_locate import locate as locate_in
 
-    if not locate:
-        raise FixtureError("", "an integer is too large for binary64 (at most about 1.8e308)")
-    spot = locate_in(text, integers=True)
-    if spot is not None and spot.what == "integer":
-        line, column = line_column(text, spot.offset)
-        raise JsonTextError(spot.path, line, column, huge_integer_problem(spot.detail))
+    spot = locate_in(text, integers=True) if locate else None
+    raise FixtureError(spot.path if spot is not None else "", TOO_LARGE)
 
 
 LOCATE_LIMIT = 1 << 20
