@@ -756,3 +756,17 @@ def test_the_benchmark_has_the_rich_full_row() -> None:
     source = (ROOT / "benchmarks" / "bench.py").read_text(encoding="utf-8")
     assert "def bench_rich_full(" in source and '"rich-full"' in source
     assert "RICH_FULL_SHAPE = (2, 64, 128" in source
+
+
+def test_a_command_missing_from_the_listing_is_still_listed_once() -> None:
+    from qkvcli.cli import COMMANDS, LISTING
+
+    trimmed = tuple(entry for entry in LISTING if not entry[0].startswith("variance"))
+    main.listing = trimmed  # type: ignore[attr-defined]
+    try:
+        shown = _help(["--help"], 80)
+    finally:
+        main.listing = LISTING  # type: ignore[attr-defined]
+    listed = [line.split()[1] for line in shown.splitlines() if line.startswith("  qkv ")]
+    assert sorted(listed) == sorted(COMMANDS) and listed[-1] == "variance"
+    assert "Why scores are divided by sqrt(d_k)" in shown

@@ -177,14 +177,20 @@ class QkvGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The help's one list of commands: ``listing``'s usage and sentence of each,
         wrapped at word boundaries to the terminal's width (click's own list would
-        import every command's module and cut each sentence off with ``...``)."""
+        import every command's module and cut each sentence off with ``...``); a command
+        the listing lacks follows with the first sentence of its own help."""
         if not self.listing:
             super().format_commands(ctx, formatter)
             return
+        rows = [(f"qkv {usage}", what) for usage, what in self.listing]
+        listed = {usage.split()[0] for usage, _ in self.listing}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if name not in listed and command is not None and not command.hidden:
+                rows.append((f"qkv {name}", command.get_short_help_str(limit=1000)))
         with formatter.section("Commands"):
             # below 70 columns each sentence goes under its usage, not beside it
-            formatter.write_dl([(f"qkv {usage}", what) for usage, what in self.listing],
-                               col_max=28 if formatter.width >= 70 else 0)
+            formatter.write_dl(rows, col_max=28 if formatter.width >= 70 else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.lazy_commands, *super().list_commands(ctx)})  # as click sorts
