@@ -82,7 +82,10 @@ def build(tmp_path: Path, name: str, config: Any, model_class: Any = None,
     """A tiny model from ``config``, saved (optionally in ``dtype``), then widened to float64."""
     torch.manual_seed(19)
     cls = model_class or transformers.AutoModel
-    model = cls.from_config(config, attn_implementation="eager")
+    # a mixture of experts' grouped products run in float64 only in their eager form
+    experts = {"experts_implementation": "eager"} if getattr(
+        config, "num_local_experts", None) else {}
+    model = cls.from_config(config, attn_implementation="eager", **experts)
     with torch.no_grad():  # random weights of a visible size (the init's are tiny)
         for p in model.parameters():
             p.uniform_(-0.5, 0.5)
@@ -131,26 +134,61 @@ def capture(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return seen["args"], seen["kwargs"]
 
 
-def float64_rope(kwargs: dict[str, Any], theta: float) -> None:
-    """Replace the captured float32-precision ``(cos, sin)`` by the same tables in float64."""
-    cos32, sin32 = kwargs["position_embeddings"]
-    dims = cos32.shape[-1]
+def float64_rope(kwargs: dict[str, Any], theta: float, dims: int) -> None:
+    """Replace the captured float32-precision RoPE tables by the same tables in float64.
+
+    Families lay the tables out in their own ways: LLaMA's ``(cos, sin)`` each
+    ``cat(angles, angles)``, Cohere's ``repeat_interleave(angles, 2)``, GPT-J's
+    ``(sin, cos)`` of the angles alone. The layout is the one whose float64 tables equal
+    the model's own to float32 rounding (1e-6), and there must be exactly one."""
+    first32, second32 = kwargs["position_embeddings"]
     inverse = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
     angles = torch.arange(TOKENS, dtype=torch.float64)[:, None] * inverse[None, :]
-    emb = torch.cat((angles, angles), dim=-1)[None]
-    cos, sin = emb.cos(), emb.sin()
-    assert float((cos - cos32).abs().max()) < 1e-6 and float((sin - sin32).abs().max()) < 1e-6
-    kwargs["position_embeddings"] = (cos, sin)
+    layouts = {"cat": torch.cat((angles, angles), dim=-1),
+               "interleave": torch.repeat_interleave(angles, 2, dim=-1), "plain": angles}
+    found = []
+    for layout, emb in layouts.items():
+        for order in ("cos-sin", "sin-cos"):
+            one, two = (emb.cos(), emb.sin()) if order == "cos-sin" else (emb.sin(), emb.cos())
+            if one.numel() != first32.numel() or two.numel() != second32.numel():
+                continue
+            one, two = one.reshape(first32.shape), two.reshape(second32.shape)
+            if (float((one - first32).abs().max()) < 1e-6
+                    and float((two - second32).abs().max()) < 1e-6):
+                found.append((layout, order, one, two))
+    assert len(found) == 1, [f[:2] for f in found]
+    kwargs["position_embeddings"] = found[0][2:]
+
+
+@pytest.fixture
+def float64_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-Neo casts Q and K to float32 on purpose (``query.to(torch.float32)``), Cohere's
+    RoPE too (``q.float()``); during the comparison a float64 tensor stays float64, so
+    the module computes in float64."""
+    original = torch.Tensor.to
+    original_float = torch.Tensor.float
+
+    def as_float(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.dtype == torch.float64 and args and args[0] is torch.float32:
+            return self
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    monkeypatch.setattr(torch.Tensor, "float", as_float)
 
 
 def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None = None,
-              theta: float | None = None) -> tuple[Any, Any, Any, Any]:
+              theta: float | None = None, **extra: Any) -> tuple[Any, Any, Any, Any]:
     """The model's attention module on qkv's input X with qkv's upstream U: ``(Y, A, X, module)``
     after ``(Y * U).sum().backward()``. ``out`` names an output projection outside the module."""
     module = model.get_submodule(prefix.rstrip("."))
     args, kwargs = capture(model, module)
     if theta is not None:
-        float64_rope(kwargs, theta)
+        float64_rope(kwargs, theta, evidence["config"]["rope"]["dims"])
+    kwargs.update(extra)
     x = torch.tensor(tensor(evidence, "input"), requires_grad=True)
     kwargs.pop("hidden_states", None)
     model.zero_grad()
@@ -246,7 +284,9 @@ def test_gpt2_matches_the_model(tmp_path: Path, flags: dict[str, Any], head: str
 
 
 BERT_CASES = [("bert", "BertConfig", {}), ("bert-decoder", "BertConfig", {"is_decoder": True}),
-              ("roberta", "RobertaConfig", {"pad_token_id": 1})]
+              ("roberta", "RobertaConfig", {"pad_token_id": 1}),
+              ("xlm-roberta", "XLMRobertaConfig", {"pad_token_id": 1}),
+              ("electra", "ElectraConfig", {"embedding_size": 16})]
 
 
 @pytest.mark.parametrize(("config_name", "extra"), [c[1:] for c in BERT_CASES],
@@ -298,6 +338,100 @@ def test_llama_family_matches_the_model(tmp_path: Path, config_name: str,
         "q_proj", "k_proj", "v_proj", "o_proj"))))
     assert {"q_proj_weight_gradient", "o_proj_weight_gradient"} <= set(evidence["tensors"])
     assert "query_weight_gradient" not in evidence["tensors"]
+    assert_sources_are_the_models(model, evidence)
+
+
+def _small(**extra: Any) -> dict[str, Any]:
+    return {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1,
+            "intermediate_size": 8, "vocab_size": 11, **extra}
+
+
+QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
+QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
+# id, config class, its arguments, the layer's prefix, its modules (relative to the
+# prefix), what the fixture init writes must say (None: the key absent)
+FAMILY_CASES = [
+    ("mistral-window", "MistralConfig", _small(num_key_value_heads=2, sliding_window=2),
+     "layers.0.self_attn.", QKVO, {"window": 2, "kv_heads": 2, "architecture": "mistral"}),
+    ("mixtral-window", "MixtralConfig", _small(num_key_value_heads=2, sliding_window=3,
+                                               num_local_experts=2, num_experts_per_tok=1),
+     "layers.0.self_attn.", QKVO, {"window": 3}),
+    ("starcoder2-biases-window", "Starcoder2Config",
+     _small(num_key_value_heads=2, sliding_window=2, use_bias=True),
+     "layers.0.self_attn.", QKVO, {"window": 2}),
+    ("qwen2-sliding-layer", "Qwen2Config",
+     _small(num_key_value_heads=2, use_sliding_window=True, sliding_window=2,
+            max_window_layers=0), "layers.0.self_attn.", QKVO, {"window": 2}),
+    ("granite-multiplier", "GraniteConfig", _small(attention_multiplier=0.3),
+     "layers.0.self_attn.", QKVO, {"scale": 0.3, "window": None}),
+    ("gemma-head-dim", "GemmaConfig", _small(head_dim=8, num_key_value_heads=1),
+     "layers.0.self_attn.", QKVO, {"kv_heads": 1}),
+    ("smollm3-rope-layer", "SmolLM3Config",
+     _small(num_key_value_heads=2, num_hidden_layers=4, pad_token_id=0),
+     "layers.0.self_attn.", QKVO, {"kv_heads": 2}),
+    ("smollm3-no-rope-layer", "SmolLM3Config",
+     _small(num_key_value_heads=2, num_hidden_layers=4, pad_token_id=0), "layers.3.self_attn.",
+     QKVO,
+     {"rope": None}),
+    ("olmo", "OlmoConfig", _small(), "layers.0.self_attn.", QKVO, {}),
+    ("cohere-interleaved", "CohereConfig", _small(num_key_value_heads=2),
+     "layers.0.self_attn.", QKVO, {"rope": {"theta": 500000.0, "dims": 4,
+                                             "layout": "interleaved"}}),
+    ("stablelm-partial-biases", "StableLmConfig",
+     _small(hidden_size=32, num_key_value_heads=2, partial_rotary_factor=0.5,
+            use_qkv_bias=True), "layers.0.self_attn.", QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("phi-partial-dense", "PhiConfig", _small(hidden_size=32, partial_rotary_factor=0.5),
+     "layers.0.self_attn.", ("q_proj", "k_proj", "v_proj", "dense"),
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("gptj-interleaved-partial", "GPTJConfig",
+     {"n_embd": 16, "n_head": 2, "n_layer": 1, "rotary_dim": 4, "vocab_size": 11,
+      "n_positions": 16}, "h.0.attn.", QKV_OUT,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("gpt-neo-local-unscaled", "GPTNeoConfig",
+     {"hidden_size": 16, "num_heads": 2, "num_layers": 2, "vocab_size": 11,
+      "attention_types": [[["global", "local"], 1]], "window_size": 2,
+      "max_position_embeddings": 16, "intermediate_size": 8}, "h.1.attn.attention.", QKV_OUT,
+     {"scale": 1.0, "window": 2, "rope": None}),
+    ("gpt-neo-global", "GPTNeoConfig",
+     {"hidden_size": 16, "num_heads": 2, "num_layers": 2, "vocab_size": 11,
+      "attention_types": [[["global", "local"], 1]], "window_size": 2,
+      "max_position_embeddings": 16, "intermediate_size": 8}, "h.0.attn.attention.", QKV_OUT,
+     {"scale": 1.0, "window": None}),
+    ("clip-text-causal", "CLIPTextConfig",
+     {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16},
+     "encoder.layers.0.self_attn.", QKV_OUT, {"causal": True, "rope": None}),
+    ("distilbert", "DistilBertConfig",
+     {"dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 8, "vocab_size": 11,
+      "max_position_embeddings": 16}, "transformer.layer.0.attention.",
+     ("q_lin", "k_lin", "v_lin", "out_lin"), {"causal": False}),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "modules", "said"),
+                         [c[1:] for c in FAMILY_CASES], ids=[c[0] for c in FAMILY_CASES])
+def test_each_family_matches_its_own_attention_module(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str,
+    modules: tuple[str, ...], said: dict[str, Any],
+) -> None:
+    config = getattr(transformers, config_name)(**arguments)
+    model, folder = build(tmp_path, "family", config)
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    for key, value in said.items():
+        assert document.get(key) == value, (key, document.get(key))
+    if document.get("window") is not None:  # the input reaches past the window
+        assert TOKENS > document["window"]
+        assert evidence["config"]["window"] == document["window"]
+    rope = document.get("rope")
+    extra = {"output_attentions": True} if config_name == "GPTNeoConfig" else {}
+    y, a, x, _ = model_run(model, prefix, evidence, theta=rope and rope["theta"], **extra)
+    if document.get("window") is not None:  # the model's own weights are 0 out of the window
+        far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
+        assert float(a.detach().numpy()[..., far].max()) == 0.0
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in modules)))
     assert_sources_are_the_models(model, evidence)
 
 
@@ -452,11 +586,23 @@ LLAMA_REFUSALS = [
      "not compute"),
     ("alibi", {"alibi": True}, "config alibi asks for ALiBi position biases"),
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
-    ("sliding-window", {"model_type": "mistral", "architectures": ["MistralModel"],
-                        "sliding_window": 2},
-     "config sliding_window 2: qkv computes no sliding window, and --tokens 4 reaches past it"),
-    ("unknown-model", {"model_type": "falcon"}, "config model_type \"falcon\": qkv reads only"),
-    ("another-models-config", {"model_type": "gpt2"},
+    ("unknown-model", {"model_type": "mamba", "architectures": ["MambaModel"]},
+     "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv does not know that "
+     "architecture's attention; it reads gpt2, bert"),
+    ("falcon-by-name", {"model_type": "falcon", "architectures": ["FalconModel"]},
+     "config model_type \"falcon\" (architectures [\"FalconModel\"]): Falcon's packed "
+     "query_key_value"),
+    ("theta-spellings", {"rope_theta": 500.0},
+     "config rope_parameters.rope_theta 10000.0 and rope_theta 500.0 disagree"),
+    ("rotary-spellings", {"rotary_pct": 0.5, "partial_rotary_factor": 1.0},
+     "config partial_rotary_factor 1.0 and rotary_pct 0.5 disagree"),
+    ("base-spellings", {"rope_parameters": None, "rope_theta": 10000.0, "rotary_emb_base": 500},
+     "config rope_theta 10000.0 and rotary_emb_base 500 disagree"),
+    ("scaling-beside-parameters", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}},
+     "config rope_scaling.rope_type is \"yarn\""),
+    ("theta-401-digits", {"rope_parameters": None, "rope_theta": 10 ** 400},
+     "config rope_theta must be a finite positive number, got a number of 401 digits"),
+    ("another-models-config", {"model_type": "gpt2", "architectures": None},
      "config model_type \"gpt2\", but the tensors under it are not that architecture's"),
 ]
 
@@ -493,3 +639,99 @@ def test_llama_without_its_config_is_refused_not_computed_without_rope(tmp_path:
     result = _init(folder, "--prefix", "layers.0.self_attn.", "--heads", "4", "--causal")
     assert result.exit_code == 2
     assert "rotate Q and K by a RoPE that only config.json describes" in result.stderr
+
+
+# --- the rule: every tensor accounted for, every key understood ----------------------------
+
+NO_CONFIG_CASES = [
+    ("gptj", "GPTJConfig", {"n_embd": 16, "n_head": 2, "n_layer": 1, "rotary_dim": 4,
+                            "vocab_size": 11, "n_positions": 16}, "h.0.attn.",
+     "pass --no-rope and --scale"),
+    ("gpt-neo", "GPTNeoConfig", {"hidden_size": 16, "num_heads": 2, "num_layers": 1,
+                                 "attention_types": [[["global"], 1]], "vocab_size": 11,
+                                 "max_position_embeddings": 16, "intermediate_size": 8},
+     "h.0.attn.attention.", "pass --no-rope and --scale"),
+    ("phi", "PhiConfig", _small(), "layers.0.self_attn.",
+     "o_proj or dense (LLaMA, Mistral, Qwen2, Phi and others) rotate Q and K by a RoPE"),
+]
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "words"),
+                         [c[1:] for c in NO_CONFIG_CASES], ids=[c[0] for c in NO_CONFIG_CASES])
+def test_without_a_config_names_that_do_not_fix_the_function_are_refused(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str, words: str
+) -> None:
+    _, folder = build(tmp_path, "bare", getattr(transformers, config_name)(**arguments))
+    (folder / "config.json").unlink()
+    result = _init(folder, "--prefix", prefix, "--heads", "2", "--causal")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert words in result.stderr
+
+
+@pytest.mark.usefixtures("float64_softmax")
+def test_without_a_config_the_options_say_rope_and_scale(tmp_path: Path) -> None:
+    config = transformers.OPTConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                    ffn_dim=8, vocab_size=11, word_embed_proj_dim=16)
+    model, folder = build(tmp_path, "opt", config)
+    (folder / "config.json").unlink()
+    prefix = "decoder.layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix, "--heads", "2", "--causal", "--no-rope",
+                         "--scale", "inverse-sqrt")
+    y, a, x, _ = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKV_OUT)))
+    bad = _init(folder, "--prefix", prefix, "--heads", "2", "--causal", "--no-rope",
+                "--scale", "-1")
+    assert bad.exit_code == 2 and "--scale" in bad.stderr
+
+
+def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path: Path) -> None:
+    config = transformers.Qwen3Config(**_small(num_key_value_heads=2, head_dim=4))
+    _, folder = build(tmp_path, "qwen3", config)
+    own = _init(folder, "--prefix", "layers.0.self_attn.")
+    assert own.exit_code == 2 and "config model_type \"qwen3\"" in own.stderr
+    assert "q_norm/k_norm" in own.stderr
+    _edit_config(folder, model_type="qwen2", architectures=["Qwen2Model"])
+    result = _init(folder, "--prefix", "layers.0.self_attn.")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "tensor \"k_norm.weight\" under the prefix is not one qkv reads: a norm on K" in (
+        result.stderr) or "tensor \"q_norm.weight\" under the prefix" in result.stderr
+
+
+REFUSED_FAMILIES = [
+    ("bloom", "BloomConfig", {"hidden_size": 16, "n_head": 2, "n_layer": 1, "vocab_size": 11},
+     "h.0.self_attention.", "ALiBi position biases", "query_key_value layers (GPT-NeoX, BLOOM"),
+    ("falcon-new-arch", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
+      "vocab_size": 11, "new_decoder_architecture": True}, "h.0.self_attention.",
+     "Falcon's packed query_key_value", "query_key_value.weight [32,16] is not GPT-NeoX's"),
+    ("gpt-bigcode", "GPTBigCodeConfig", {"n_embd": 16, "n_head": 4, "n_layer": 1,
+                                         "vocab_size": 11, "n_positions": 16},
+     "h.0.attn.", "GPT-BigCode's multi-query c_attn", "c_attn.weight [24,16] is not GPT-2's"),
+    ("phi3", "Phi3Config", _small(pad_token_id=0), "layers.0.self_attn.",
+     "Phi-3's packed qkv_proj", "it has \"layers.0.self_attn.qkv_proj.weight\", a packed "
+     "qkv_proj (Phi-3, CodeGen)"),
+    ("codegen", "CodeGenConfig", {"n_embd": 16, "n_head": 4, "n_layer": 1, "rotary_dim": 2,
+                                  "vocab_size": 11, "n_positions": 16},
+     "h.0.attn.", "CodeGen's qkv_proj", "a packed qkv_proj (Phi-3, CodeGen)"),
+    ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
+                          "max_seq_len": 16}, "blocks.0.attn.", "ALiBi position biases",
+     "a packed Wqkv (MPT)"),
+    ("gemma2", "Gemma2Config", _small(head_dim=4, num_key_value_heads=2),
+     "layers.0.self_attn.", "attention-logit soft-capping", "rotate Q and K by a RoPE"),
+]
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "named", "bare"),
+                         [c[1:] for c in REFUSED_FAMILIES], ids=[c[0] for c in REFUSED_FAMILIES])
+def test_families_qkv_does_not_compute_are_refused_by_name(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str, named: str,
+    bare: str,
+) -> None:
+    _, folder = build(tmp_path, "other", getattr(transformers, config_name)(**arguments))
+    with_config = _init(folder, "--prefix", prefix)
+    assert with_config.exit_code == 2 and with_config.stderr.count("\n") == 1
+    assert named in with_config.stderr, with_config.stderr
+    (folder / "config.json").unlink()
+    without = _init(folder, "--prefix", prefix, "--heads", "2", "--causal")
+    assert without.exit_code == 2 and without.stderr.count("\n") == 1
+    assert bare in without.stderr, without.stderr

@@ -126,6 +126,8 @@ class Layer(Protocol):
     @property
     def given_scale(self) -> float | None: ...
     @property
+    def window(self) -> int | None: ...
+    @property
     def branch_biases(self) -> tuple[bool, bool, bool]: ...
     @property
     def out_weight(self) -> Array | None: ...
@@ -197,10 +199,13 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     evaluations project only what they change). ``records=False`` gives only ``C`` and
     ``Y`` (no heads' records, nothing in ``stacked``): each block of query rows then
     scores only the keys it sees, and no ``[B,H,T,T]`` array is made. Expects
-    ``errstate`` set by the caller."""
+    ``errstate`` set by the caller. ``window`` (default: the layer's own) limits a causal
+    mask to the ``window`` latest keys."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, _ = x.shape
     rows = tokens - first_row
+    if window is None:
+        window = layer.window
     qw, kw = heads * dk, kv * dk
     if projected is None:
         projected = project(x, *layer.packed())  # [B,T, H*d_k + G*d_k + G*d_v]

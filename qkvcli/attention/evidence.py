@@ -286,7 +286,7 @@ def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvide
         )
         mask = MaskEvidence(False, 0.0)
         if causal:
-            above = a[:, causal_mask(tokens)]
+            above = a[:, causal_mask(tokens, f.window)]  # and below a window
             mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
         found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
     return tuple(found)
@@ -459,7 +459,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         out_layout=parts.out_layout, packed=parts.packed,
         kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
         scale_given=p.given_scale is not None, architecture=fixture.function.architecture,
-        sources=relative_sources(fixture.parameters.sources),
+        sources=relative_sources(fixture.parameters.sources), window=layer.window,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

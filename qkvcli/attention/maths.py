@@ -152,6 +152,10 @@ def check_rope(rope: Rope, width: int) -> None:
                         f"{width}, got {rope.dims}")
     if rope.offset < 0:
         raise RopeError(f"rope offset must be at least 0, got {rope.offset}")
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if not np.all(np.isfinite(inverse_frequencies(rope))):
+            raise RopeError(f"rope theta {rope.theta!r} makes the frequencies "
+                            f"theta^(-2i/{rope.dims}) overflow")
 
 
 def inverse_frequencies(rope: Rope) -> Array:

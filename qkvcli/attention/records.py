@@ -50,6 +50,7 @@ class AttendConfig(Record):
     # (vocabulary name, checkpoint tensor name relative to the layer) of each parameter
     # read from a checkpoint: ("w_query", "q_proj.weight"), ("w_out", "o_proj.weight"), ...
     sources: tuple[tuple[str, str], ...] = ()
+    window: int | None = None  # a causal mask's sliding window (keys a query sees)
 
 
 class AttendPrimary(Record):

@@ -107,15 +107,10 @@ NAME_LIMIT = 200
 def inspect_lines(entries: list[Entry]) -> list[str]:
     """One aligned line per tensor (name, dtype, shape and, if recognised, its role), grouped
     by layer in natural order, then the layer prefixes ``--prefix`` takes."""
-    import re
-
-    from qkvcli.authoring.checkpoint import layer_prefixes, role_of
+    from qkvcli.authoring.checkpoint import layer_prefixes, natural_key, role_of
     from qkvcli.core.text import printable
 
-    def natural(entry: Entry) -> list[Any]:
-        return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", entry[0])]
-
-    entries = sorted(entries, key=natural)
+    entries = sorted(entries, key=lambda entry: natural_key(entry[0]))
     shapes = ["[" + ",".join(map(str, shape)) + "]" for _, _, shape in entries]
     # Names come from the file: escaped, and capped so one cannot widen every line.
     names = [printable(name, NAME_LIMIT) for name, _, _ in entries]

@@ -323,6 +323,8 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append(f"kv_heads:{c.kv_heads}")
     if c.rope is not None:
         parts.append(f"rope:theta={c.rope.theta!r},dims={c.rope.dims},layout={c.rope.layout}")
+    if c.window is not None:
+        parts.append(f"window:{c.window}")
     return [f"function={' '.join(parts)}"] if parts else []
 
 
@@ -337,6 +339,8 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["rope"] = {"theta": c.rope.theta, "dims": c.rope.dims, "layout": c.rope.layout}
     if c.scale_given:
         found["scale_given"] = True
+    if c.window is not None:
+        found["window"] = c.window
     if c.sources:  # the framework's own tensor names, relative to the layer
         found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
     return found
