@@ -121,15 +121,23 @@ def qkv_layer(folder: Path, prefix: str, *extra: str, checkpoint: str = "model.s
 
 
 def capture(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The arguments the model itself passes its attention ``module`` (mask, RoPE tables)."""
+    """The arguments the model itself passes its attention ``module`` (mask, RoPE tables);
+    a speech model (Whisper) is given audio features and ``TOKENS`` decoder tokens."""
     seen: dict[str, Any] = {}
 
     def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         seen["args"], seen["kwargs"] = args, dict(kwargs)
 
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    tokens = torch.arange(TOKENS)[None] % 7
+    inputs: dict[str, Any] = {"input_ids": tokens}
+    if getattr(model.config, "model_type", None) == "whisper":
+        frames = 2 * model.config.max_source_positions
+        inputs = {"input_features": torch.ones(1, model.config.num_mel_bins, frames,
+                                               dtype=torch.float64),
+                  "decoder_input_ids": tokens}
     with torch.no_grad():
-        model(input_ids=torch.arange(TOKENS)[None] % 7, use_cache=False)
+        model(**inputs, use_cache=False)
     handle.remove()
     return seen["args"], seen["kwargs"]
 
@@ -347,6 +355,12 @@ def _small(**extra: Any) -> dict[str, Any]:
 
 
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
+_BART = {"d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 4,
+         "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 8, "decoder_ffn_dim": 8,
+         "vocab_size": 11, "max_position_embeddings": 16, "pad_token_id": 1,
+         "decoder_start_token_id": 2}
+_WHISPER = {**_BART, "num_mel_bins": 4, "max_source_positions": 4, "max_target_positions": 16,
+            "decoder_start_token_id": 2}
 QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
 # id, config class, its arguments, the layer's prefix, its modules (relative to the
 # prefix), what the fixture init writes must say (None: the key absent)
@@ -402,6 +416,14 @@ FAMILY_CASES = [
      {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
       "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16},
      "encoder.layers.0.self_attn.", QKV_OUT, {"causal": True, "rope": None}),
+    ("bart-encoder", "BartConfig", _BART, "encoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": False}),
+    ("bart-decoder", "BartConfig", _BART, "decoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": True, "heads": 4}),
+    ("whisper-encoder", "WhisperConfig", _WHISPER, "encoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": False, "heads": 2}),
+    ("whisper-decoder", "WhisperConfig", _WHISPER, "decoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": True, "heads": 4}),
     ("distilbert", "DistilBertConfig",
      {"dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 8, "vocab_size": 11,
       "max_position_embeddings": 16}, "transformer.layer.0.attention.",

@@ -63,7 +63,6 @@ _FAMILIES = (
                        scale="one")),
     ("bart", Family("BART", "linear", "prefix", None, "Bart")),
     ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper")),
-    ("clip", Family("CLIP", "linear", "prefix", None, "CLIP")),
     ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP")),
 )
 FAMILIES = dict(_FAMILIES)
@@ -87,6 +86,8 @@ REFUSED_MODELS = {
     "gpt_bigcode": "GPT-BigCode's multi-query c_attn (a torch Linear of one query per head "
                    "and one shared key and value), which qkv does not read",
     "phi3": "Phi-3's packed qkv_proj, which qkv does not read",
+    "clip": "a CLIP model of two towers; qkv reads the text tower from its own config "
+            "(CLIPTextModel's, model_type clip_text_model)",
     "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
                "which qkv does not read",
     "persimmon": "Persimmon's q/k layernorm (qk_layernorm), which qkv does not compute",
@@ -324,7 +325,6 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     del tokens
     model = config_family(config, prefix)
     family = FAMILIES[model]
-    config = _tower(config, model, prefix)
     if kind is not None and family.kind != kind:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}, but the tensors under "
                               "it are not that architecture's: is config.json this model's?")
@@ -364,21 +364,6 @@ def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
     return HEADS_KEYS
 
 
-def _tower(config: dict[str, Any], model: str, prefix: str) -> dict[str, Any]:
-    """CLIP's config holds one config per tower (``text_config``, ``vision_config``): the
-    one of the prefix's tower."""
-    if model != "clip":
-        return config
-    parts = prefix.split(".")
-    key = "text_config" if "text_model" in parts else (
-        "vision_config" if "vision_model" in parts else None)
-    tower = config.get(key) if key is not None else None
-    if not isinstance(tower, dict):
-        raise CheckpointError(prefix, "a CLIP layer's heads are in config text_config or "
-                              "vision_config, by the prefix's tower (text_model., vision_model.)")
-    return tower
-
-
 def _causal(config: dict[str, Any], family: Family, prefix: str) -> bool:
     """Whether the family's layer under ``prefix`` masks later keys."""
     if family.causal == "yes":
@@ -391,11 +376,10 @@ def _causal(config: dict[str, Any], family: Family, prefix: str) -> bool:
     if "encoder_attn" in parts or "crossattention" in parts:
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
                               "encoder); qkv computes self-attention only")
-    # CLIP: the text tower is causal, the vision tower is not; encoder-decoder models:
-    # the decoder's self-attention is causal, the encoder's is not
-    if "text_model" in parts or "decoder" in parts:
+    # encoder-decoder models: the decoder's self-attention is causal, the encoder's is not
+    if "decoder" in parts:
         return True
-    if "vision_model" in parts or "encoder" in parts:
+    if "encoder" in parts:
         return False
     raise CheckpointError(prefix, "qkv cannot tell from the prefix whether this layer is the "
                           "encoder's (not causal) or the decoder's (causal): give the prefix "
