@@ -82,12 +82,12 @@ def _given(array: Array, layout: str) -> Array:
 
 def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
     """The three branches (our ``[d_model, W]`` layout) in the packed layout given:
-    ``in_proj`` stacks torch rows, ``c_attn`` puts Conv1D columns side by side,
-    ``query_key_value`` interleaves torch rows per head (``[H, 3, d_head]``)."""
+    ``in_proj`` and ``qkv_proj`` stack torch rows, ``c_attn`` puts Conv1D columns side
+    by side, ``query_key_value`` interleaves torch rows per head (``[H, 3, d_head]``)."""
     if parts.packed == "c_attn":
         return np.concatenate([_given(w, parts.branch_layouts[0]) for w in branches], axis=1)
     rows = [w.T for w in branches]  # torch [W, d_model] each
-    if parts.packed == "in_proj":
+    if parts.packed in ("in_proj", "qkv_proj"):
         return np.concatenate(rows, axis=0)
     heads = parts.layer.heads
     per_head = [r.reshape(heads, -1, r.shape[-1]) for r in rows]  # [H, d_head, d_model]

@@ -134,7 +134,8 @@ def parse_attend_fixture(
     assert document is not None
     function = read_function(document, heads, causal)
     weights = document["weights"]
-    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS, function.heads)
+    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS, function.heads,
+                             function.kv_heads)
     parameters = read_parameters(weights, canonical)
     head = _judged_head(canonical, parameters, function)
     parameters, function = read_layer(weights, parameters, function, max_elements, base_dir)

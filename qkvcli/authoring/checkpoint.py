@@ -41,7 +41,8 @@ Entry = tuple[str, str, tuple[int, ...]]  # name, dtype, shape
 # (suffix of a tensor name, what it is), first match wins
 _LINEAR = "(torch layout [out,in])"
 ROLES = (
-    ("attn.c_attn.weight", "GPT-2 c_attn weight: query|key|value packed, Conv1D [d_model,3*W]"),
+    ("attn.c_attn.weight", "GPT-2 c_attn weight: query|key|value packed, Conv1D [d_model,3*W] "
+     "(GPT-BigCode's: torch rows)"),
     ("attn.c_attn.bias", "GPT-2 c_attn bias: query|key|value packed [3*W]"),
     ("attn.c_proj.weight", "GPT-2 c_proj weight: output projection, Conv1D [H*d_v,E_out]"),
     ("attn.c_proj.bias", "GPT-2 c_proj bias: output projection [E_out]"),
@@ -52,6 +53,9 @@ ROLES = (
     ("attention.dense.bias", "GPT-NeoX output projection bias [E_out]"),
     ("attention.output.dense.weight", f"BERT output projection weight {_LINEAR}"),
     ("attention.output.dense.bias", "BERT output projection bias [E_out]"),
+    ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
+     "[(H+2G)*d_head,d_model]"),
+    ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
     ("self_attn.dense.weight", f"Phi output projection weight {_LINEAR}"),
     ("self_attn.dense.bias", "Phi output projection bias [E_out]"),
     *((f"{short}.{part}", f"{branch} projection {part} {_LINEAR}")
@@ -64,14 +68,16 @@ ROLES = (
 # The tensor that marks a layer, and the kind of layer it marks.
 ANCHORS = (("c_attn.weight", "gpt2"), ("q_proj.weight", "linear"),
            ("query_key_value.weight", "neox"), ("query.weight", "bert"),
-           ("q_lin.weight", "distil"), ("SelfAttention.q.weight", "t5"))
+           ("q_lin.weight", "distil"), ("qkv_proj.weight", "blocks"),
+           ("SelfAttention.q.weight", "t5"))
+# The packed projection each kind reads (its tensor relative to the prefix), torch rows.
+PACKED = {"blocks": "qkv_proj.", "bigcode": "c_attn."}
 # The query, key and value modules of each kind with separate projections.
 TRIOS = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"),
          "distil": ("q_lin", "k_lin", "v_lin")}
 # Attention tensors of layers qkv does not compute, and what they are: named when no
 # layer qkv reads is found (the anchors of other families).
-UNREAD = (("qkv_proj.weight", "a packed qkv_proj (Phi-3, CodeGen)"),
-          ("Wqkv.weight", "a packed Wqkv (MPT)"),
+UNREAD = (("Wqkv.weight", "a packed Wqkv (MPT)"),
           ("q_a_proj.weight", "multi-head latent attention's q_a_proj (DeepSeek-V2/V3)"),
           ("kv_a_proj_with_mqa.weight", "multi-head latent attention's kv_a_proj_with_mqa "
            "(DeepSeek-V2/V3)"),
@@ -79,8 +85,9 @@ UNREAD = (("qkv_proj.weight", "a packed qkv_proj (Phi-3, CodeGen)"),
 # Tensors under a layer's prefix that are not parameters of its function: GPT-2's and
 # GPT-Neo's stored causal-mask buffers, and RoPE's stored inverse frequencies, which the
 # config's theta derives (older checkpoints save them).
-BUFFERS = {"gpt2": ("bias", "masked_bias"), "linear": ("bias", "masked_bias",
-                                                      "rotary_emb.inv_freq"),
+BUFFERS = {"gpt2": ("bias", "masked_bias"), "bigcode": ("bias", "masked_bias"),
+           "blocks": ("rotary_emb.inv_freq",),
+           "linear": ("bias", "masked_bias", "rotary_emb.inv_freq"),
            "neox": ("bias", "masked_bias", "rotary_emb.inv_freq")}
 # What an unread tensor under the prefix is, when qkv knows (the refusal names it).
 EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, OLMo 2, Gemma 3)"),
@@ -120,6 +127,7 @@ class ModelFunction(Record):
     scale: float | None = None  # None: 1/sqrt(d_k)
     architecture: str | None = None
     window: int | None = None  # a causal mask's sliding window
+    layout: str | None = None  # the tensors' kind the config says (a packing names alone hide)
 
 
 def shown_value(value: Any) -> str:
@@ -238,9 +246,14 @@ def _matrix(shapes: dict[str, tuple[int, ...]], prefix: str, name: str) -> tuple
     return shape[0], shape[1]
 
 
-def layer_widths(entries: list[Entry], prefix: str) -> tuple[str, int, tuple[int, int, int]]:
+def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | None = None,
+                 layout: str | None = None) -> tuple[str, int, tuple[int, int, int]]:
     """``(kind, d_model, (query, key, value widths))`` of the layer under ``prefix``.
 
+    ``layout`` (or ``function.layout``): the tensors' kind the config says, where the
+    names alone do not tell it (GPT-BigCode's torch ``c_attn`` beside GPT-2's Conv1D).
+    A packing of unequal parts (Phi-3's ``qkv_proj``) is split by ``function``'s heads;
+    without it the widths are ``(rows, 0, 0)``.
     Raises :class:`CheckpointError` (no layer there, listing the prefixes that exist).
     """
     shapes = {name: shape for name, _, shape in entries}
@@ -249,6 +262,16 @@ def layer_widths(entries: list[Entry], prefix: str) -> tuple[str, int, tuple[int
     if kind is None:
         raise prefix_problem(prefix, sorted(kinds.items(), key=lambda i: natural_key(i[0])),
                              list(shapes))
+    said = layout if layout is not None else (function.layout if function else None)
+    if said == "bigcode" and kind == "gpt2":
+        kind = "bigcode"
+    if kind in PACKED:
+        rows, d_model = _matrix(shapes, prefix, PACKED[kind] + "weight")  # torch [out, in]
+        if function is None:
+            return kind, d_model, (rows, 0, 0)
+        head_dim = function.head_dim or 0
+        kv = function.kv_heads or function.heads
+        return kind, d_model, (function.heads * head_dim, kv * head_dim, kv * head_dim)
     if kind == "t5":
         raise CheckpointError(prefix, "T5's SelfAttention adds a relative position bias and "
                               "does not scale by 1/sqrt(d_k); qkv does not compute it")
@@ -283,6 +306,8 @@ def _out_prefix(kind: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, st
     """Where the layer's output projection lives and in which layout."""
     if kind == "gpt2":
         candidates = [(prefix + "c_proj.", "c_proj")]
+    elif kind == "bigcode":  # a torch Linear, as the rest of GPT-BigCode
+        candidates = [(prefix + "c_proj.", "out_proj")]
     elif kind == "neox":
         candidates = [(prefix + "dense.", "out_proj")]
     elif kind == "bert":
@@ -311,7 +336,7 @@ def checkpoint_document(
     :class:`CheckpointError`.
     """
     shapes = {name: shape for name, _, shape in entries}
-    kind, d_model, widths = layer_widths(entries, prefix)
+    kind, d_model, widths = layer_widths(entries, prefix, function)
 
     def ref(name: str) -> dict[str, str] | None:
         return {"safetensors": locate(name), "tensor": name} if name in shapes else None
@@ -323,6 +348,13 @@ def checkpoint_document(
     elif kind == "neox":
         weights["query_key_value_weight"] = ref(prefix + "query_key_value.weight")
         weights["query_key_value_bias"] = ref(prefix + "query_key_value.bias")
+    elif kind in PACKED:
+        # GPT-BigCode with a K/V head per query head interleaves its rows per head as
+        # GPT-NeoX does; with one K/V head (and Phi-3 always) the rows are three blocks
+        key = "query_key_value" if kind == "bigcode" and (
+            function.kv_heads in (None, function.heads)) else "qkv_proj"
+        weights[f"{key}_weight"] = ref(prefix + PACKED[kind] + "weight")
+        weights[f"{key}_bias"] = ref(prefix + PACKED[kind] + "bias")
     else:
         trio = TRIOS[kind]
         for branch, short in zip(BRANCHES, trio, strict=True):
@@ -395,7 +427,11 @@ def _expected_shapes(
     that attend reads what init writes; ``concat`` is the output projection's input width."""
     query = widths[0]
     expected: dict[str, tuple[int | None, ...]] = {}
-    if kind in ("gpt2", "neox"):
+    if kind in PACKED:
+        rows = sum(widths)
+        expected[prefix + PACKED[kind] + "weight"] = (rows, d_model)
+        expected[prefix + PACKED[kind] + "bias"] = (rows,)
+    elif kind in ("gpt2", "neox"):
         packed = "c_attn." if kind == "gpt2" else "query_key_value."
         expected[prefix + packed + "weight"] = ((d_model, 3 * query) if kind == "gpt2"
                                                 else (3 * query, d_model))
@@ -467,6 +503,9 @@ def config_needed(entries: list[Entry], prefix: str) -> str | None:
     if kind == "neox":
         return ("query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon) compute "
                 "functions that only config.json tells apart (RoPE, ALiBi, the packing)")
+    if kind == "blocks":
+        return ("qkv_proj layers (Phi-3, CodeGen) pack query, key and value in ways only "
+                "config.json tells apart (the K/V heads, CodeGen's blocks, the RoPE)")
     return None
 
 

@@ -59,6 +59,9 @@ _FAMILIES = (
     ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ")),
     ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT")),
+    ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
+    ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
+                           scale="bigcode")),
     ("gpt_neo", Family("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
                        scale="one")),
     ("bart", Family("BART", "linear", "prefix", None, "Bart")),
@@ -83,11 +86,6 @@ REFUSED_MODELS = {
     "bloom": _ALIBI, "mpt": _ALIBI + " (and its packed Wqkv)",
     "falcon": "Falcon's packed query_key_value (multi-query and grouped in its own order, "
               "ALiBi in some), which qkv does not read",
-    "gpt_bigcode": "GPT-BigCode's multi-query c_attn (a torch Linear of one query per head "
-                   "and one shared key and value), which qkv does not read",
-    "phi3": "Phi-3's packed qkv_proj, which qkv does not read",
-    "clip": "a CLIP model of two towers; qkv reads the text tower from its own config "
-            "(CLIPTextModel's, model_type clip_text_model)",
     "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
                "which qkv does not read",
     "persimmon": "Persimmon's q/k layernorm (qk_layernorm), which qkv does not compute",
@@ -118,11 +116,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
+    "gpt_bigcode": {"multi_query": True},
 }
 """What each family's transformers config assumes when its config.json leaves a key
 out (an older or hand-written config): read as transformers would read it."""
 
-PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm")
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
@@ -335,7 +334,12 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     heads = _int(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
         raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
-    kv_heads = _int(config, prefix, "num_key_value_heads") if family.kind == "linear" else None
+    if family.kind in ("blocks", "bigcode"):  # one packed tensor: split it by the config
+        widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
+    kv_heads = (_int(config, prefix, "num_key_value_heads") if family.kind in ("linear", "blocks")
+                else None)
+    if model == "gpt_bigcode":
+        kv_heads = widths[1] * heads // widths[0]
     head_dim = _int(config, prefix, "head_dim") if model not in ("gpt_neox", "gptj") else None
     if head_dim is None and widths[0] % heads:
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads, which do not divide "
@@ -353,7 +357,29 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         rope = _rope(config, model, family.rope, head_dim, prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window)
+        head_dim, rope, scale, model, window, family.kind)
+
+
+def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
+                   hidden: int | None, prefix: str) -> tuple[int, int]:
+    """The query and key widths of a packed projection of ``rows`` rows: Phi-3's heads and
+    ``num_key_value_heads``, GPT-BigCode's one K/V head (``multi_query``) or one per head,
+    each ``head_dim`` (``hidden / heads`` unless the config says) wide."""
+    if model == "gpt_bigcode":
+        kv = 1 if _flag({**DEFAULTS[model], **config}, "multi_query", True, prefix) else heads
+    else:
+        kv = _int(config, prefix, "num_key_value_heads") or heads
+    head_dim = _int(config, prefix, "head_dim")
+    if head_dim is None:
+        if hidden is None or hidden % heads:
+            raise CheckpointError(prefix, f"config says {heads} heads, which do not divide the "
+                                  f"hidden size {shown_value(hidden)}")
+        head_dim = hidden // heads
+    if rows != (heads + 2 * kv) * head_dim:
+        raise CheckpointError(prefix, f"config says {heads} heads and {kv} K/V heads of "
+                              f"{head_dim}, but the packed projection has {rows} rows, not "
+                              f"{(heads + 2 * kv) * head_dim}: is config.json this model's?")
+    return heads * head_dim, kv * head_dim
 
 
 def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
@@ -414,6 +440,8 @@ def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int |
     """The family's score factor (``None``: ``1/sqrt(d_k)``)."""
     if rule == "one":  # GPT-Neo does not scale its scores
         return 1.0
+    if rule == "bigcode":  # GPTBigCodeAttention: head_dim**-0.5 if scale_attn_weights else 1
+        return None if _flag(config, "scale_attn_weights", True, prefix) else 1.0
     if rule == "granite":
         value = config.get("attention_multiplier", DEFAULTS["granite"]["attention_multiplier"])
         return _positive(value, "attention_multiplier", prefix)

@@ -305,7 +305,7 @@ def checkpoint_fixture_text(
         layer_widths,
         options_needed,
     )
-    from qkvcli.authoring.config import config_family, model_function
+    from qkvcli.authoring.config import FAMILIES, config_family, model_function
     from qkvcli.authoring.starter import dump_fixture
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
@@ -340,9 +340,10 @@ def checkpoint_fixture_text(
 
     try:
         given = _read_config(config_path)
+        layout = None
         if given is not None:  # the config first: its refusals name the family or the key
-            config_family(given[1], prefix)
-        kind, d_model, widths = layer_widths(entries, prefix)
+            layout = FAMILIES[config_family(given[1], prefix)].kind
+        kind, d_model, widths = layer_widths(entries, prefix, layout=layout)
         if given is None:
             reason = config_needed(entries, prefix)
             if reason is not None:
@@ -353,6 +354,7 @@ def checkpoint_fixture_text(
         else:
             function = model_function(given[1], prefix, tokens, widths[:2], kind, d_model)
             _agree(function, heads, causal, rope, scale, given[0], prefix)
+            kind, d_model, widths = layer_widths(entries, prefix, function)
         check_heads(function, widths, prefix, MAX_HEADS)
         document, (d_model, width, value_width) = checkpoint_document(
             entries, locate, prefix, function, tokens, seed)

@@ -69,6 +69,8 @@ LAYOUT_DESCRIPTIONS = {
     "c_attn": "one c_attn_weight [d_model,3*d_out] (GPT-2 Conv1D) split query,key,value",
     "query_key_value": "one query_key_value_weight [3*d_out,d_model] (GPT-NeoX, torch) "
                        "interleaved per head [H,3,d_head], transposed",
+    "qkv_proj": "one qkv_proj_weight [(H+2G)*d_head,d_model] (Phi-3, torch) split into query "
+                "H*d_head, key and value G*d_head rows, transposed",
 }
 # A separate weight object may name its tensor through a source instead of values.
 SOURCE_KEYS = ("npy", "generate", "safetensors", "tensor")
@@ -239,9 +241,39 @@ def _neox(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
     return CanonicalWeights((b[0], b[1], b[2]), "query_key_value")
 
 
+def _qkv_proj(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
+              heads: int | None, kv_heads: int | None) -> CanonicalWeights:
+    """Phi-3's ``qkv_proj``: torch ``[(H+2G)*d_head, d_model]`` whose rows are the query's
+    ``H*d_head``, then the key's and the value's ``G*d_head`` each (blocks, not
+    interleaved), so reading it needs ``heads`` (and ``kv_heads``, G, when fewer)."""
+    location = "$.weights.qkv_proj_weight"
+    if "qkv_proj_weight" not in raw:
+        raise FixtureError("$.weights", 'missing key "qkv_proj_weight" (qkv_proj_bias needs it)')
+    if heads is None:
+        raise FixtureError(location, "qkv_proj stacks H query heads and G key and value heads: "
+                           'the fixture needs "heads" (and "kv_heads" when G < H)')
+    kv = heads if kv_heads is None else kv_heads
+    packed = parse_tensor(raw["qkv_proj_weight"], location, max_elements, base_dir=base_dir)
+    if packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (heads + 2 * kv):
+        raise FixtureError(location, f"qkv_proj_weight must be [(H+2G)*d_head,d_model] with "
+                           f"H = {heads}, G = {kv}, got {_dims(packed.shape)}")
+    d_head = packed.shape[0] // (heads + 2 * kv)
+    cuts = (0, heads * d_head, (heads + kv) * d_head, packed.shape[0])
+    weights = [np.ascontiguousarray(packed[cuts[i]:cuts[i + 1]].T) for i in range(3)]
+    biases: list[Array | None] = [None, None, None]
+    bias_location = "$.weights.qkv_proj_bias"
+    if raw.get("qkv_proj_bias") is not None:
+        bias = _bias(raw["qkv_proj_bias"], packed.shape[0], "qkv_proj_bias", bias_location,
+                     max_elements, base_dir)
+        biases = [bias[cuts[i]:cuts[i + 1]].copy() for i in range(3)]
+    b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
+         for w, bias in zip(weights, biases, strict=True)]
+    return CanonicalWeights((b[0], b[1], b[2]), "qkv_proj")
+
+
 def canonicalize(
     raw: Any, max_elements: int = DEFAULT_MAX_ELEMENTS, base_dir: StrPath | None = None,
-    extra_keys: tuple[str, ...] = (), heads: int | None = None,
+    extra_keys: tuple[str, ...] = (), heads: int | None = None, kv_heads: int | None = None,
 ) -> CanonicalWeights:
     """Read any accepted ``weights`` spelling into :class:`CanonicalWeights`.
 
@@ -254,8 +286,16 @@ def canonicalize(
     """
     if not isinstance(raw, dict):
         raise FixtureError("$.weights", f"expected an object, got {json_type_name(raw)}")
-    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + extra_keys,
-                        "$.weights")
+    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS
+                        + extra_keys, "$.weights")
+    blocks_keys = [key for key in QKV_PROJ_KEYS if key in raw]
+    if blocks_keys:
+        others = [key for key in BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS if key in raw]
+        if others:
+            raise FixtureError("$.weights", f'use one of query/key/value, in_proj_weight, '
+                               f'c_attn_weight, query_key_value_weight or qkv_proj_weight; '
+                               f'found "{others[0]}" and "{blocks_keys[0]}"')
+        return _qkv_proj(raw, max_elements, base_dir, heads, kv_heads)
     packed_keys = [key for key in PACKED_KEYS if key in raw]
     separate_keys = [key for key in BRANCHES if key in raw]
     conv_keys = [key for key in C_ATTN_KEYS if key in raw]
@@ -341,6 +381,7 @@ if TYPE_CHECKING:
 
 C_ATTN_KEYS = ("c_attn_weight", "c_attn_bias")
 NEOX_KEYS = ("query_key_value_weight", "query_key_value_bias")
+QKV_PROJ_KEYS = ("qkv_proj_weight", "qkv_proj_bias")
 OUT_PROJ_KEYS = ("out_proj_weight", "out_proj_bias")
 C_PROJ_KEYS = ("c_proj_weight", "c_proj_bias")
 OUT_KEYS = OUT_PROJ_KEYS + C_PROJ_KEYS
