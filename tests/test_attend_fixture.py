@@ -148,3 +148,20 @@ def test_a_window_is_the_fixtures_own_and_attend_computes_it(tmp_path):
     assert not weights[..., far].any() and (weights[..., ~far & np.tril(
         np.ones((6, 6), dtype=bool))] > 0).all()
     assert invoke("validate", "--attend", str(path)).exit_code == 0
+
+
+def test_a_soft_capped_window_is_computed_and_its_gradients_checked(tmp_path):
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _layer_fixture(window=3, softcap=0.5, input={
+        "generate": {"seed": 1, "shape": [1, 6, 4]}}, gradcheck={"samples": 8}))
+    run = invoke("attend", str(path), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["passed"] and evidence["config"]["softcap"] == 0.5
+    z = np.asarray(evidence["tensors"]["scaled_scores"]["values"], dtype=float)
+    assert np.all(np.abs(z[np.isfinite(z)]) < 0.5)  # every score inside the cap
+    refused_run = invoke("attend", str(write(tmp_path / "g.json", _layer_fixture(softcap=-1))))
+    assert refused_run.exit_code == 2 and "$.softcap" in refused_run.stderr

@@ -390,6 +390,13 @@ FAMILY_CASES = [
      QKVO,
      {"rope": None}),
     ("olmo", "OlmoConfig", _small(), "layers.0.self_attn.", QKVO, {}),
+    ("gemma2-softcap-sliding", "Gemma2Config",
+     _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
+            attn_logit_softcapping=1.5, query_pre_attn_scalar=20), "layers.0.self_attn.", QKVO,
+     {"softcap": 1.5, "window": 2, "scale": 20 ** -0.5}),
+    ("gemma2-full-layer", "Gemma2Config",
+     _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2),
+     "layers.1.self_attn.", QKVO, {"softcap": 50.0, "window": None, "scale": 256 ** -0.5}),
     ("cohere-interleaved", "CohereConfig", _small(num_key_value_heads=2),
      "layers.0.self_attn.", QKVO, {"rope": {"theta": 500000.0, "dims": 4,
                                              "layout": "interleaved"}}),
@@ -751,8 +758,6 @@ REFUSED_FAMILIES = [
     ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
                           "max_seq_len": 16}, "blocks.0.attn.", "ALiBi position biases",
      "a packed Wqkv (MPT)"),
-    ("gemma2", "Gemma2Config", _small(head_dim=4, num_key_value_heads=2),
-     "layers.0.self_attn.", "attention-logit soft-capping", "rotate Q and K by a RoPE"),
 ]
 
 

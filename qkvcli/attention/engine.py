@@ -1,9 +1,9 @@
 """The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer kind.
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
-(half, interleaved, partial, with a position offset), a given score scale, the causal
-mask with an optional sliding window, biases and the output projection are all this one
-path. The maths of each step is :mod:`qkvcli.attention.maths`'.
+(half, interleaved, partial, with a position offset), a given score scale, soft-capping
+of the scores, the causal mask with an optional sliding window, biases and the output
+projection are all this one path. The maths of each step is :mod:`qkvcli.attention.maths`'.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
 ``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
@@ -30,7 +30,17 @@ from typing import Protocol
 
 import numpy as np
 
-from qkvcli.attention.maths import Rope, hidden, key_span, rotate, scale, softmax, softmax_backward
+from qkvcli.attention.maths import (
+    Rope,
+    hidden,
+    key_span,
+    rotate,
+    scale,
+    softcap,
+    softcap_backward,
+    softmax,
+    softmax_backward,
+)
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 
@@ -127,6 +137,8 @@ class Layer(Protocol):
     def given_scale(self) -> float | None: ...
     @property
     def window(self) -> int | None: ...
+    @property
+    def softcap(self) -> float | None: ...
     @property
     def branch_biases(self) -> tuple[bool, bool, bool]: ...
     @property
@@ -226,6 +238,8 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
     scaled_scores = scale(scores, dk, layer.given_scale)
+    if layer.softcap is not None:  # the scaled scores, capped (what the softmax reads)
+        softcap(scaled_scores, layer.softcap, out=scaled_scores)
     attention = np.zeros(scaled_scores.shape)
     mixed = np.empty((batch, heads, rows, layer.d_v))
     grouped_z, grouped_a = _grouped(scaled_scores, kv), _grouped(attention, kv)
@@ -270,6 +284,8 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
         # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
         z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
         scale(z, layer.d_k, layer.given_scale, out=z)
+        if layer.softcap is not None:
+            softcap(z, layer.softcap, out=z)
         masked = hidden(first, end, start, stop, causal, window)
         if masked is not None:
             np.copyto(z, -np.inf, where=masked)
@@ -281,8 +297,9 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
 
 def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) -> LayerGradients:
     """The reverse of :func:`forward` (of every row) for ``dY`` (``[B,T,E_out]``), batched
-    over heads as the forward is; a K/V head's gradients sum its group's. Expects
-    ``errstate`` set by the caller and ``dY`` shaped like the output."""
+    over heads as the forward is; a K/V head's gradients sum its group's. A soft-capped
+    layer's reverse reads the forward's capped ``scaled_scores``. Expects ``errstate``
+    set by the caller and ``dY`` shaped like the output."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, d_model = x.shape
     causal, window = forward.causal, forward.window
@@ -313,6 +330,9 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
         block = grad_scaled_scores[..., first:end, start:stop]
         softmax_backward(a[..., first:end, start:stop], grad_attention[..., first:end, start:stop],
                          out=block)
+        if layer.softcap is not None:  # back through the cap, to the scaled scores
+            softcap_backward(stacked["scaled_scores"][..., first:end, start:stop], block,
+                             layer.softcap, out=block)
         masked = hidden(first, end, start, stop, causal, window)
         if masked is not None:
             np.copyto(block, 0.0, where=masked)

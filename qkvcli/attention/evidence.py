@@ -260,12 +260,14 @@ def replays_bitwise(tensors: dict[str, Array], fixture: AttendFixture, parts: La
             first: tuple[LayerForward, LayerGradients], causal: bool) -> bool:
     """Run the layer once more and compare every tensor with the first run's, bit for bit:
     the forward's tensors first, then, from a forward that keeps only what the reverse
-    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held), the reverse's."""
+    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held; a soft-capped
+    layer's reverse reads ``Z``), the reverse's."""
     layer, x = parts.layer, fixture.input
     forward = layer.forward(x, causal)
     if not same_run(tensors, fixture, parts, forward, first[1]):
         return False
-    kept = {k: v for k, v in forward.stacked.items() if k not in ("scores", "scaled_scores")}
+    dropped = ("scores",) if layer.softcap is not None else ("scores", "scaled_scores")
+    kept = {k: v for k, v in forward.stacked.items() if k not in dropped}
     forward = LayerForward((), forward.concat, forward.output, kept, forward.causal,
                            forward.window)
     grads = layer.backward(x, forward, fixture.upstream)
@@ -460,6 +462,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
         scale_given=p.given_scale is not None, architecture=fixture.function.architecture,
         sources=relative_sources(fixture.parameters.sources), window=layer.window,
+        softcap=layer.softcap,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

@@ -8,11 +8,12 @@ may not import the engine, so the two meet here.
 
 Validation order (first failure wins): document keys; ``value_width``; the function's
 keys (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
-``window``, and the command line against them); weights (structure, layouts, ranks, bias shapes; then names;
-then finite values, widths, unique names, the scale and RoPE, as the engine judges a
-head); the output projection's structure; the layer as the engine judges it (``kv_heads``
-and ``heads`` dividing the projection widths, RoPE against a head, the output
-projection's shapes); input (rank, width, finite); the sizes it makes qkv derive; the
+``window``, ``softcap``, and the command line against them); weights (structure,
+layouts, ranks, bias shapes; then names; then finite values, widths, unique names, the
+scale and RoPE, as the engine judges a head); the output projection's structure; the
+layer as the engine judges it (``kv_heads`` and ``heads`` dividing the projection
+widths, RoPE against a head, the output projection's shapes, the window and the
+soft-cap); input (rank, width, finite); the sizes it makes qkv derive; the
 chapter's ``upstream`` (shapes only); ``upstream.output``; ``gradcheck``; ``seed``;
 ``chapter``.
 """
@@ -67,7 +68,8 @@ def head_of(parameters: LayerParameters, function: LayerFunction) -> AttentionHe
 def _layer(head: AttentionHead, parameters: LayerParameters,
            function: LayerFunction) -> MultiHeadLayer:
     return MultiHeadLayer.build(head, function.heads or 1, parameters.out_weight,
-                                parameters.out_bias, function.kv_heads, function.window)
+                                parameters.out_bias, function.kv_heads, function.window,
+                                function.softcap)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:

@@ -7,6 +7,8 @@ needs to be defined (:func:`check_rope`).
 
 - The scale: ``Z = S / sqrt(d_k)``, or ``Z = S * scale`` for a model that gives its own
   factor (:func:`scale`, the same function on the reverse pass: ``dS = dZ / sqrt(d_k)``).
+- Soft-capping (Gemma 2): ``cap * tanh(Z / cap)`` and its reverse (:func:`softcap`,
+  :func:`softcap_backward`), between the scale and the mask.
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
   sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
@@ -42,6 +44,27 @@ def scale(values: Array, d_k: int, given: float | None, out: Array | None = None
     if given is None:
         return np.divide(values, math.sqrt(d_k), out=out)
     return np.multiply(values, given, out=out)
+
+
+# --- soft-capping ------------------------------------------------------------------------
+
+
+def softcap(values: Array, cap: float, out: Array | None = None) -> Array:
+    """``cap * tanh(values / cap)``: Gemma 2's soft-capping of the scaled scores, which
+    keeps every score inside ``(-cap, cap)``; into ``out`` when given."""
+    out = np.divide(values, cap, out=out)
+    np.tanh(out, out=out)
+    out *= cap
+    return out
+
+
+def softcap_backward(capped: Array, grad: Array, cap: float, out: Array | None = None) -> Array:
+    """The reverse of :func:`softcap` from its output ``capped``: ``dZ = dC * (1 - t^2)``
+    with ``t = capped / cap`` (tanh's derivative); into ``out`` when given."""
+    t = capped / cap
+    np.multiply(t, t, out=t)
+    np.subtract(1.0, t, out=t)
+    return np.multiply(grad, t, out=out)
 
 
 # --- the mask ---------------------------------------------------------------------------

@@ -26,6 +26,8 @@ reverse on its slice of ``dC`` at once. This module validates; the engine comput
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from qkvcli.attention import engine
@@ -35,6 +37,7 @@ from qkvcli.attention.errors import (
     KvHeadsMismatch,
     OutProjectionShapeMismatch,
     OutputGradientShapeMismatch,
+    ScaleError,
     WindowError,
 )
 from qkvcli.attention.head import AttentionHead
@@ -49,11 +52,11 @@ class MultiHeadLayer:
     """
 
     __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections", "_slices",
-                 "_window")
+                 "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None,
-                 window: int | None = None) -> None:
+                 window: int | None = None, softcap: float | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
@@ -61,6 +64,7 @@ class MultiHeadLayer:
         self._out_weight = out_weight
         self._out_bias = out_bias
         self._window = window
+        self._softcap = softcap
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
@@ -68,7 +72,7 @@ class MultiHeadLayer:
     @classmethod
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
               out_bias: ArrayLike | None = None, kv_heads: int | None = None,
-              window: int | None = None) -> MultiHeadLayer:
+              window: int | None = None, softcap: float | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
@@ -76,6 +80,7 @@ class MultiHeadLayer:
         multi-query attention); the projections must then be built with
         ``kv_groups = heads / kv_heads``. ``window``: a causal mask sees only the
         ``window`` latest keys (a sliding window; it does nothing without the mask).
+        ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
 
         Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
         projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
@@ -123,7 +128,9 @@ class MultiHeadLayer:
         if window is not None and (isinstance(window, bool) or not isinstance(window, int)
                                    or window < 1):
             raise WindowError(window)
-        return cls(projections, heads, weight, bias, kv_heads, window)
+        if softcap is not None and not (math.isfinite(softcap) and softcap > 0.0):
+            raise ScaleError(softcap)
+        return cls(projections, heads, weight, bias, kv_heads, window, softcap)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -160,6 +167,11 @@ class MultiHeadLayer:
     def window(self) -> int | None:
         """The sliding window of a causal mask (``None``: every earlier key)."""
         return self._window
+
+    @property
+    def softcap(self) -> float | None:
+        """The scores' soft-cap (``None``: none)."""
+        return self._softcap
 
     @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
@@ -206,7 +218,8 @@ class MultiHeadLayer:
                         out_weight: Array | None, out_bias: Array | None) -> MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
-                              out_weight, out_bias, self._kv_heads, self._window)
+                              out_weight, out_bias, self._kv_heads, self._window,
+                              self._softcap)
 
     @property
     def rope(self) -> Rope | None:
@@ -240,7 +253,8 @@ class MultiHeadLayer:
         projections = AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]), p.names,
             p.independent_value_width, p.given_scale, p.rope, count // kv_count)
-        return MultiHeadLayer(projections, count, None, None, kv_count, self._window)
+        return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
+                              self._softcap)
 
     # --- computation --------------------------------------------------------------------
 

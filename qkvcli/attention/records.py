@@ -51,6 +51,7 @@ class AttendConfig(Record):
     # read from a checkpoint: ("w_query", "q_proj.weight"), ("w_out", "o_proj.weight"), ...
     sources: tuple[tuple[str, str], ...] = ()
     window: int | None = None  # a causal mask's sliding window (keys a query sees)
+    softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
 
 
 class AttendPrimary(Record):

@@ -128,6 +128,7 @@ class ModelFunction(Record):
     architecture: str | None = None
     window: int | None = None  # a causal mask's sliding window
     layout: str | None = None  # the tensors' kind the config says (a packing names alone hide)
+    softcap: float | None = None  # the scores' soft-cap (Gemma 2)
 
 
 def shown_value(value: Any) -> str:
@@ -389,6 +390,8 @@ def checkpoint_document(
         document["scale"] = function.scale
     if function.window is not None:
         document["window"] = function.window
+    if function.softcap is not None:
+        document["softcap"] = function.softcap
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},

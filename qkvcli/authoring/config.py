@@ -52,6 +52,8 @@ _FAMILIES = (
     ("smollm3", Family("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3")),
     ("granite", Family("Granite", "linear", "yes", "half", "Granite", scale="granite")),
     ("gemma", Family("Gemma", "linear", "yes", "half", "Gemma")),
+    ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
+                      scale="gemma2")),
     ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo")),
     ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm")),
     ("phi", Family("Phi", "linear", "yes", "half", "Phi")),
@@ -82,7 +84,6 @@ REFUSED_MODELS = {
     "longt5": "a relative position bias and local attention (T5's attention)",
     "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
     "gemma3": _NORM, "gemma3_text": _NORM,
-    "gemma2": "attention-logit soft-capping (attn_logit_softcapping), which qkv does not compute",
     "bloom": _ALIBI, "mpt": _ALIBI + " (and its packed Wqkv)",
     "falcon": "Falcon's packed query_key_value (multi-query and grouped in its own order, "
               "ALiBi in some), which qkv does not read",
@@ -117,6 +118,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
     "gpt_bigcode": {"multi_query": True},
+    "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+               "sliding_window": 4096},
 }
 """What each family's transformers config assumes when its config.json leaves a key
 out (an older or hand-written config): read as transformers would read it."""
@@ -243,6 +246,8 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
     settings = {**DEFAULTS.get(model, {}), **config}
     if model == "whisper" or model == "bart":
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
+    if model == "gemma2":
+        settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
     for key, what in REFUSED_KEYS:
         if _set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
@@ -355,9 +360,13 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     rope = None
     if family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = _rope(config, model, family.rope, head_dim, prefix)
+    softcap = None
+    if model == "gemma2":
+        value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
+        softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window, family.kind)
+        head_dim, rope, scale, model, window, family.kind, softcap)
 
 
 def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
@@ -442,6 +451,9 @@ def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int |
         return 1.0
     if rule == "bigcode":  # GPTBigCodeAttention: head_dim**-0.5 if scale_attn_weights else 1
         return None if _flag(config, "scale_attn_weights", True, prefix) else 1.0
+    if rule == "gemma2":  # Gemma2Attention: query_pre_attn_scalar**-0.5, not head_dim's
+        value = config.get("query_pre_attn_scalar", DEFAULTS["gemma2"]["query_pre_attn_scalar"])
+        return float(_positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
     if rule == "granite":
         value = config.get("attention_multiplier", DEFAULTS["granite"]["attention_multiplier"])
         return _positive(value, "attention_multiplier", prefix)
@@ -493,6 +505,14 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             raise CheckpointError(prefix, "config gives no attention_layers: GPT-Neo's layers "
                                   "are global or local, and only that list says which")
         key, sliding = "window_size", kind == "local"
+    elif rule == "gemma2":  # layer_types, else every other layer from the first slides
+        kind = _layer_kind(config, "layer_types", index, full, prefix)
+        if kind is None:
+            if index is None:
+                raise CheckpointError(prefix, "config gives no layer_types: Gemma 2's sliding "
+                                      "layers need the layer's number in the prefix")
+            kind = "sliding_attention" if (index + 1) % 2 else "full_attention"
+        key, sliding = "sliding_window", kind == "sliding_attention"
     elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
         key, sliding = "sliding_window", True
     elif rule == "qwen2":

@@ -7,7 +7,7 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale``, ``architecture`` and ``window``, and the command line's ``--heads`` and ``--causal``
+  ``scale``, ``architecture``, ``window`` and ``softcap``, and the command line's ``--heads`` and ``--causal``
   against them (:func:`read_function`);
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
@@ -74,6 +74,7 @@ class LayerFunction(Record):
     independent: bool  # "value_width": "independent": d_v is the value weight's own
     architecture: str | None  # the model the fixture says it was read from
     window: int | None = None  # a causal mask's sliding window: the keys a query sees
+    softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
 
     @property
     def kv_groups(self) -> int:
@@ -188,7 +189,8 @@ def _rope(raw: Any) -> Rope:
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
-    ``architecture`` and ``window``, in that order, with the command line's ``--heads`` and ``--causal``.
+    ``architecture``, ``window`` and ``softcap``, in that order, with the command line's
+    ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
     that contradicts the fixture)."""
@@ -213,8 +215,9 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     if architecture is not None and not isinstance(architecture, str):
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
     window = _window(data.get("window"), bool(said) or causal)
+    softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
-                         architecture, window)
+                         architecture, window, softcap)
 
 
 def _window(raw: Any, causal: bool) -> int | None:
@@ -261,6 +264,7 @@ def read_layer(
         parameters = parameters._replace(out_weight=out.weight, out_bias=out.bias,
                                          out_layout=out.layout)
     layer = (function.heads is not None or out is not None or function.kv_heads is not None
+             or function.softcap is not None
              or parameters.layout in ("c_attn", "query_key_value", "qkv_proj"))
     if layer and function.heads is None:
         function = function._replace(heads=1)
