@@ -190,7 +190,8 @@ def float64_attention(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None = None,
-              theta: float | None = None, **extra: Any) -> tuple[Any, Any, Any, Any]:
+              theta: float | None = None, zero_residual: bool = False,
+              **extra: Any) -> tuple[Any, Any, Any, Any]:
     """The model's attention module on qkv's input X with qkv's upstream U: ``(Y, A, X, module)``
     after ``(Y * U).sum().backward()``. ``out`` names an output projection outside the module."""
     module = model.get_submodule(prefix.rstrip("."))
@@ -201,7 +202,10 @@ def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None
     x = torch.tensor(tensor(evidence, "input"), requires_grad=True)
     kwargs.pop("hidden_states", None)
     model.zero_grad()
-    result = module(x, *args[1:], **kwargs)
+    rest = args[1:]
+    if zero_residual:  # BLOOM's module adds the block's residual (its second argument)
+        rest = (torch.zeros_like(x), *rest[1:])
+    result = module(x, *rest, **kwargs)
     y, attention = result[0], result[1]
     assert attention is not None and attention.dtype == torch.float64
     if out is not None:
@@ -443,6 +447,13 @@ FAMILY_CASES = [
     ("gpt-bigcode-multi-head", "GPTBigCodeConfig",
      {"n_embd": 16, "n_head": 4, "n_layer": 1, "vocab_size": 11, "n_positions": 16,
       "multi_query": False}, "h.0.attn.", ("c_attn", "c_proj"), {"kv_heads": None}),
+    ("bloom-alibi", "BloomConfig", {"hidden_size": 16, "n_head": 4, "n_layer": 1,
+                                    "vocab_size": 11},
+     "h.0.self_attention.", ("query_key_value", "dense"),
+     {"alibi": [0.25, 0.0625, 0.015625, 0.00390625], "rope": None}),
+    ("bloom-alibi-6-heads", "BloomConfig", {"hidden_size": 24, "n_head": 6, "n_layer": 1,
+                                            "vocab_size": 11},
+     "h.0.self_attention.", ("query_key_value", "dense"), {"rope": None}),
     ("distilbert", "DistilBertConfig",
      {"dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 8, "vocab_size": 11,
       "max_position_embeddings": 16}, "transformer.layer.0.attention.",
@@ -467,13 +478,16 @@ def test_each_family_matches_its_own_attention_module(
         assert TOKENS > document["window"]
         assert evidence["config"]["window"] == document["window"]
     rope = document.get("rope")
-    extra = {"output_attentions": True} if config_name == "GPTNeoConfig" else {}
+    extra: dict[str, Any] = {"output_attentions": True} if config_name in (
+        "GPTNeoConfig", "BloomConfig") else {}
+    if config_name == "BloomConfig":
+        extra["zero_residual"] = True
     y, a, x, _ = model_run(model, prefix, evidence, theta=rope and rope["theta"], **extra)
     if document.get("window") is not None:  # the model's own weights are 0 out of the window
         far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
         assert float(a.detach().numpy()[..., far].max()) == 0.0
     gradients = own_gradients(model, *(prefix + m for m in modules))
-    packed = next((n for n in ("qkv_proj", "c_attn") if n in modules), None)
+    packed = next((n for n in ("qkv_proj", "c_attn", "query_key_value") if n in modules), None)
     if packed is not None:  # the split views are digests of the packed gradient's numbers
         gradients.update({f"{branch}_{part}_gradient": None for branch in BRANCHES
                           for part in ("weight", "bias")
@@ -700,6 +714,8 @@ NO_CONFIG_CASES = [
      "h.0.attn.attention.", "pass --no-rope and --scale"),
     ("phi", "PhiConfig", _small(), "layers.0.self_attn.",
      "o_proj or dense (LLaMA, Mistral, Qwen2, Phi and others) rotate Q and K by a RoPE"),
+    ("bloom", "BloomConfig", {"hidden_size": 16, "n_head": 2, "n_layer": 1, "vocab_size": 11},
+     "h.0.self_attention.", "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
 ]
 
 
@@ -745,8 +761,6 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
 
 
 REFUSED_FAMILIES = [
-    ("bloom", "BloomConfig", {"hidden_size": 16, "n_head": 2, "n_layer": 1, "vocab_size": 11},
-     "h.0.self_attention.", "ALiBi position biases", "query_key_value layers (GPT-NeoX, BLOOM"),
     ("falcon-new-arch", "FalconConfig",
      {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
       "vocab_size": 11, "new_decoder_architecture": True}, "h.0.self_attention.",

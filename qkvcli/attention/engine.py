@@ -1,8 +1,8 @@
 """The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer kind.
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
-(half, interleaved, partial, with a position offset), a given score scale, soft-capping
-of the scores, the causal mask with an optional sliding window, biases and the output
+(half, interleaved, partial, with a position offset), a given score scale, ALiBi and
+soft-capping of the scores, the causal mask with an optional sliding window, biases and the output
 projection are all this one path. The maths of each step is :mod:`qkvcli.attention.maths`'.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
@@ -32,6 +32,7 @@ import numpy as np
 
 from qkvcli.attention.maths import (
     Rope,
+    alibi_bias,
     hidden,
     key_span,
     rotate,
@@ -140,6 +141,8 @@ class Layer(Protocol):
     @property
     def softcap(self) -> float | None: ...
     @property
+    def alibi(self) -> Array | None: ...
+    @property
     def branch_biases(self) -> tuple[bool, bool, bool]: ...
     @property
     def out_weight(self) -> Array | None: ...
@@ -238,6 +241,8 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
     scaled_scores = scale(scores, dk, layer.given_scale)
+    if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
+        scaled_scores += alibi_bias(layer.alibi, 0, tokens)
     if layer.softcap is not None:  # the scaled scores, capped (what the softmax reads)
         softcap(scaled_scores, layer.softcap, out=scaled_scores)
     attention = np.zeros(scaled_scores.shape)
@@ -284,6 +289,8 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
         # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
         z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
         scale(z, layer.d_k, layer.given_scale, out=z)
+        if layer.alibi is not None:  # [H,1,keys] as [G,H/G,1,keys] over the grouped block
+            z += alibi_bias(layer.alibi, start, stop).reshape(kv, heads // kv, 1, stop - start)
         if layer.softcap is not None:
             softcap(z, layer.softcap, out=z)
         masked = hidden(first, end, start, stop, causal, window)

@@ -463,6 +463,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         scale_given=p.given_scale is not None, architecture=fixture.function.architecture,
         sources=relative_sources(fixture.parameters.sources), window=layer.window,
         softcap=layer.softcap,
+        alibi=None if layer.alibi is None else tuple(float(v) for v in layer.alibi),
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

@@ -9,6 +9,8 @@ needs to be defined (:func:`check_rope`).
   factor (:func:`scale`, the same function on the reverse pass: ``dS = dZ / sqrt(d_k)``).
 - Soft-capping (Gemma 2): ``cap * tanh(Z / cap)`` and its reverse (:func:`softcap`,
   :func:`softcap_backward`), between the scale and the mask.
+- ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
+  (:func:`alibi_bias`; the slopes are the fixture's).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
   sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
@@ -65,6 +67,20 @@ def softcap_backward(capped: Array, grad: Array, cap: float, out: Array | None =
     np.multiply(t, t, out=t)
     np.subtract(1.0, t, out=t)
     return np.multiply(grad, t, out=out)
+
+
+# --- ALiBi ------------------------------------------------------------------------------
+
+
+def alibi_bias(slopes: Array, start: int, stop: int) -> Array:
+    """ALiBi's bias of keys ``start:stop`` for heads of ``slopes``: ``slope_h * j``,
+    ``[H, 1, stop-start]``, added to the scaled scores (BLOOM's form: a query's row is
+    shifted by a constant, which the softmax ignores, from the ``-slope_h * (i - j)`` of
+    the paper). Its reverse is the identity: the bias is a constant, ``dZ`` passes
+    through it unchanged."""
+    keys = np.arange(start, stop, dtype=np.float64)
+    result: Array = slopes[:, None, None] * keys[None, None, :]
+    return result
 
 
 # --- the mask ---------------------------------------------------------------------------

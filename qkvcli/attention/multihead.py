@@ -51,12 +51,13 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections", "_slices",
-                 "_softcap", "_window")
+    __slots__ = ("_alibi", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
+                 "_slices", "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None,
-                 window: int | None = None, softcap: float | None = None) -> None:
+                 window: int | None = None, softcap: float | None = None,
+                 alibi: Array | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
@@ -65,6 +66,7 @@ class MultiHeadLayer:
         self._out_bias = out_bias
         self._window = window
         self._softcap = softcap
+        self._alibi = alibi
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
@@ -72,7 +74,8 @@ class MultiHeadLayer:
     @classmethod
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
               out_bias: ArrayLike | None = None, kv_heads: int | None = None,
-              window: int | None = None, softcap: float | None = None) -> MultiHeadLayer:
+              window: int | None = None, softcap: float | None = None,
+              alibi: ArrayLike | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
@@ -81,6 +84,8 @@ class MultiHeadLayer:
         ``kv_groups = heads / kv_heads``. ``window``: a causal mask sees only the
         ``window`` latest keys (a sliding window; it does nothing without the mask).
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
+        ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
+        scores (BLOOM).
 
         Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
         projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
@@ -130,7 +135,14 @@ class MultiHeadLayer:
             raise WindowError(window)
         if softcap is not None and not (math.isfinite(softcap) and softcap > 0.0):
             raise ScaleError(softcap)
-        return cls(projections, heads, weight, bias, kv_heads, window, softcap)
+        slopes = None
+        if alibi is not None:
+            slopes = readonly(alibi)
+            if slopes.shape != (heads,):
+                raise KvHeadsMismatch(f"alibi must give one slope per head, {heads}, got "
+                                      f"{slopes.size}")
+            check_finite(slopes, "parameter")
+        return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -172,6 +184,11 @@ class MultiHeadLayer:
     def softcap(self) -> float | None:
         """The scores' soft-cap (``None``: none)."""
         return self._softcap
+
+    @property
+    def alibi(self) -> Array | None:
+        """One ALiBi slope per query head (``None``: no ALiBi)."""
+        return self._alibi
 
     @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
@@ -219,7 +236,7 @@ class MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads, self._window,
-                              self._softcap)
+                              self._softcap, self._alibi)
 
     @property
     def rope(self) -> Rope | None:
@@ -253,8 +270,9 @@ class MultiHeadLayer:
         projections = AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]), p.names,
             p.independent_value_width, p.given_scale, p.rope, count // kv_count)
+        alibi = None if self._alibi is None else self._alibi[first:first + count]
         return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
-                              self._softcap)
+                              self._softcap, alibi)
 
     # --- computation --------------------------------------------------------------------
 

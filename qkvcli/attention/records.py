@@ -52,6 +52,7 @@ class AttendConfig(Record):
     sources: tuple[tuple[str, str], ...] = ()
     window: int | None = None  # a causal mask's sliding window (keys a query sees)
     softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
+    alibi: tuple[float, ...] | None = None  # one ALiBi slope per head
 
 
 class AttendPrimary(Record):

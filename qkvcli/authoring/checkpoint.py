@@ -53,6 +53,11 @@ ROLES = (
     ("attention.dense.bias", "GPT-NeoX output projection bias [E_out]"),
     ("attention.output.dense.weight", f"BERT output projection weight {_LINEAR}"),
     ("attention.output.dense.bias", "BERT output projection bias [E_out]"),
+    ("self_attention.query_key_value.weight",
+     "BLOOM query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
+    ("self_attention.query_key_value.bias", "BLOOM query_key_value bias [3*W]"),
+    ("self_attention.dense.weight", f"BLOOM output projection weight {_LINEAR}"),
+    ("self_attention.dense.bias", "BLOOM output projection bias [E_out]"),
     ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
@@ -129,6 +134,7 @@ class ModelFunction(Record):
     window: int | None = None  # a causal mask's sliding window
     layout: str | None = None  # the tensors' kind the config says (a packing names alone hide)
     softcap: float | None = None  # the scores' soft-cap (Gemma 2)
+    alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
 
 
 def shown_value(value: Any) -> str:
@@ -392,6 +398,8 @@ def checkpoint_document(
         document["window"] = function.window
     if function.softcap is not None:
         document["softcap"] = function.softcap
+    if function.alibi is not None:
+        document["alibi"] = list(function.alibi)
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},

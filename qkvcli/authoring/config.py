@@ -60,6 +60,7 @@ _FAMILIES = (
     ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere")),
     ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ")),
     ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX")),
+    ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT")),
     ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
     ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
@@ -76,7 +77,6 @@ SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
 _NORM = "a norm on Q and K before the scores (q_norm/k_norm), whose weights qkv does not read"
-_ALIBI = "ALiBi position biases added to the scores, which qkv does not compute"
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
@@ -84,7 +84,7 @@ REFUSED_MODELS = {
     "longt5": "a relative position bias and local attention (T5's attention)",
     "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
     "gemma3": _NORM, "gemma3_text": _NORM,
-    "bloom": _ALIBI, "mpt": _ALIBI + " (and its packed Wqkv)",
+    "mpt": "ALiBi with MPT's own slopes and its packed Wqkv, which qkv does not read",
     "falcon": "Falcon's packed query_key_value (multi-query and grouped in its own order, "
               "ALiBi in some), which qkv does not read",
     "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
@@ -360,13 +360,28 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     rope = None
     if family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = _rope(config, model, family.rope, head_dim, prefix)
+    alibi = None
+    if model == "bloom":  # BLOOM's slopes: a function of the heads alone
+        alibi = tuple(_bloom_slopes(heads))
     softcap = None
     if model == "gemma2":
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window, family.kind, softcap)
+        head_dim, rope, scale, model, window, family.kind, softcap, alibi)
+
+
+def _bloom_slopes(heads: int) -> list[float]:
+    """BLOOM's ALiBi slopes (``_get_alibi_slopes``): ``2^(-8i/n)``, ``i = 1..n``, for ``n``
+    the largest power of two up to ``heads``, then odd powers of the next one's base."""
+    closest = 1 << (heads.bit_length() - 1)
+    base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+    slopes = [base ** power for power in range(1, closest + 1)]
+    if closest != heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** power for power in range(1, 1 + 2 * min(closest, heads - closest), 2)]
+    return slopes
 
 
 def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,

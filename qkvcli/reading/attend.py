@@ -7,8 +7,8 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale``, ``architecture``, ``window`` and ``softcap``, and the command line's ``--heads`` and ``--causal``
-  against them (:func:`read_function`);
+  ``scale``, ``architecture``, ``window``, ``softcap`` and ``alibi``, and the command
+  line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
   row-major (:func:`seeded_upstream`): deterministic, and uneven enough that a gradient
@@ -75,6 +75,7 @@ class LayerFunction(Record):
     architecture: str | None  # the model the fixture says it was read from
     window: int | None = None  # a causal mask's sliding window: the keys a query sees
     softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
+    alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
 
     @property
     def kv_groups(self) -> int:
@@ -189,7 +190,7 @@ def _rope(raw: Any) -> Rope:
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
-    ``architecture``, ``window`` and ``softcap``, in that order, with the command line's
+    ``architecture``, ``window``, ``softcap`` and ``alibi``, in that order, with the command line's
     ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
@@ -217,7 +218,28 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     window = _window(data.get("window"), bool(said) or causal)
     softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
-                         architecture, window, softcap)
+                         architecture, window, softcap, _alibi(data.get("alibi")))
+
+
+def _alibi(raw: Any) -> tuple[float, ...] | None:
+    """``alibi``: a non-empty list of finite numbers, one slope per head (``None``: none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_HEADS:
+        raise FixtureError("$.alibi", f"expected a list of 1 to {MAX_HEADS} slopes, one per "
+                           f"head, got {json_type_name(raw)}")
+    slopes = []
+    for i, value in enumerate(raw):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FixtureError(f"$.alibi[{i}]", f"expected a number, got {json_type_name(value)}")
+        try:
+            slope = float(value)
+        except OverflowError:
+            slope = float("inf")
+        if not np.isfinite(slope):
+            raise FixtureError(f"$.alibi[{i}]", "must be a finite number")
+        slopes.append(slope)
+    return tuple(slopes)
 
 
 def _window(raw: Any, causal: bool) -> int | None:
@@ -264,7 +286,7 @@ def read_layer(
         parameters = parameters._replace(out_weight=out.weight, out_bias=out.bias,
                                          out_layout=out.layout)
     layer = (function.heads is not None or out is not None or function.kv_heads is not None
-             or function.softcap is not None
+             or function.softcap is not None or function.alibi is not None
              or parameters.layout in ("c_attn", "query_key_value", "qkv_proj"))
     if layer and function.heads is None:
         function = function._replace(heads=1)
