@@ -1,9 +1,10 @@
 """The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer kind.
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
-(half, interleaved, partial, with a position offset), a given score scale, ALiBi and
-soft-capping of the scores, the causal mask with an optional sliding window, biases and the output
-projection are all this one path. The maths of each step is :mod:`qkvcli.attention.maths`'.
+(half, interleaved, partial, with a position offset), clipping of the projections, a
+given score scale, ALiBi and soft-capping of the scores, the causal mask with an
+optional sliding window, biases and the output projection are all this one path. The
+maths of each step is :mod:`qkvcli.attention.maths`'.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
 ``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
@@ -33,6 +34,8 @@ import numpy as np
 from qkvcli.attention.maths import (
     Rope,
     alibi_bias,
+    clip,
+    clip_backward,
     hidden,
     key_span,
     rotate,
@@ -143,6 +146,8 @@ class Layer(Protocol):
     @property
     def alibi(self) -> Array | None: ...
     @property
+    def clip(self) -> float | None: ...
+    @property
     def branch_biases(self) -> tuple[bool, bool, bool]: ...
     @property
     def out_weight(self) -> Array | None: ...
@@ -224,9 +229,12 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     qw, kw = heads * dk, kv * dk
     if projected is None:
         projected = project(x, *layer.packed())  # [B,T, H*d_k + G*d_k + G*d_v]
-    query = heads_axis(projected[:, first_row:, :qw], heads)  # [B,H,R,d_k]
-    key = heads_axis(projected[..., qw:qw + kw], kv)  # [B,G,T,d_k]
-    value = heads_axis(projected[..., qw + kw:], kv)  # [B,G,T,d_v]
+    # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
+    # reads where they were inside the bound)
+    used = projected if layer.clip is None else clip(projected, layer.clip)
+    query = heads_axis(used[:, first_row:, :qw], heads)  # [B,H,R,d_k]
+    key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,T,d_k]
+    value = heads_axis(used[..., qw + kw:], kv)  # [B,G,T,d_v]
     rope = layer.rope
     rotated_query = rotated_key = None
     matched_query, matched_key = query, key
@@ -375,6 +383,8 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     heads_axis(joined[..., :qw], heads)[...] = grad_query
     heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
     heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
+    if layer.clip is not None:  # back through the clipping, to the projections
+        clip_backward(stacked["projected"], joined, layer.clip, out=joined)
     weight, _ = layer.packed()
     rows_x = x.reshape(batch * tokens, d_model)
     flat = joined.reshape(batch * tokens, joined.shape[-1])

@@ -464,6 +464,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         sources=relative_sources(fixture.parameters.sources), window=layer.window,
         softcap=layer.softcap,
         alibi=None if layer.alibi is None else tuple(float(v) for v in layer.alibi),
+        clip_qkv=layer.clip,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

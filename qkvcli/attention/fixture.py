@@ -8,7 +8,7 @@ may not import the engine, so the two meet here.
 
 Validation order (first failure wins): document keys; ``value_width``; the function's
 keys (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
-``window``, ``softcap``, ``alibi``, and the command line against them); weights (structure,
+``window``, ``softcap``, ``alibi``, ``clip_qkv``, and the command line against them); weights (structure,
 layouts, ranks, bias shapes; then names; then finite values, widths, unique names, the
 scale and RoPE, as the engine judges a head); the output projection's structure; the
 layer as the engine judges it (``kv_heads`` and ``heads`` dividing the projection
@@ -72,7 +72,8 @@ def _layer(head: AttentionHead, parameters: LayerParameters,
     return MultiHeadLayer.build(head, function.heads or 1, parameters.out_weight,
                                 parameters.out_bias, function.kv_heads, function.window,
                                 function.softcap,
-                                None if function.alibi is None else np.array(function.alibi))
+                                None if function.alibi is None else np.array(function.alibi),
+                                function.clip_qkv)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:

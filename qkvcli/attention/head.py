@@ -257,6 +257,11 @@ class AttentionHead:
         return None
 
     @property
+    def clip(self) -> float | None:
+        """A head alone clips no projections (a layer may: :class:`MultiHeadLayer`)."""
+        return None
+
+    @property
     def branch_biases(self) -> tuple[bool, bool, bool]:
         """Which branches have a bias, query, key, value."""
         return (self._biases[0] is not None, self._biases[1] is not None,

@@ -9,6 +9,8 @@ needs to be defined (:func:`check_rope`).
   factor (:func:`scale`, the same function on the reverse pass: ``dS = dZ / sqrt(d_k)``).
 - Soft-capping (Gemma 2): ``cap * tanh(Z / cap)`` and its reverse (:func:`softcap`,
   :func:`softcap_backward`), between the scale and the mask.
+- Clipping of Q, K and V (OLMo's ``clip_qkv``) and its reverse (:func:`clip`,
+  :func:`clip_backward`), right after the projections.
 - ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
   (:func:`alibi_bias`; the slopes are the fixture's).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
@@ -67,6 +69,23 @@ def softcap_backward(capped: Array, grad: Array, cap: float, out: Array | None =
     np.multiply(t, t, out=t)
     np.subtract(1.0, t, out=t)
     return np.multiply(grad, t, out=out)
+
+
+# --- clipping of Q, K and V --------------------------------------------------------------
+
+
+def clip(values: Array, bound: float) -> Array:
+    """``values`` clamped to ``[-bound, bound]`` (OLMo's ``clip_qkv`` of the projections),
+    a new array."""
+    return np.clip(values, -bound, bound)
+
+
+def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = None) -> Array:
+    """The reverse of :func:`clip` at the unclipped ``values``: ``grad`` where
+    ``-bound <= values <= bound`` (torch's ``clamp`` passes the bounds themselves), 0
+    elsewhere; into ``out`` when given."""
+    inside = np.abs(values) <= bound
+    return np.multiply(grad, inside, out=out)
 
 
 # --- ALiBi ------------------------------------------------------------------------------

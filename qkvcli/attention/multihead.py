@@ -51,13 +51,13 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_alibi", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
+    __slots__ = ("_alibi", "_clip", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
                  "_slices", "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None,
                  window: int | None = None, softcap: float | None = None,
-                 alibi: Array | None = None) -> None:
+                 alibi: Array | None = None, clip: float | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
@@ -67,6 +67,7 @@ class MultiHeadLayer:
         self._window = window
         self._softcap = softcap
         self._alibi = alibi
+        self._clip = clip
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
@@ -75,7 +76,7 @@ class MultiHeadLayer:
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
               out_bias: ArrayLike | None = None, kv_heads: int | None = None,
               window: int | None = None, softcap: float | None = None,
-              alibi: ArrayLike | None = None) -> MultiHeadLayer:
+              alibi: ArrayLike | None = None, clip: float | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
@@ -85,7 +86,7 @@ class MultiHeadLayer:
         ``window`` latest keys (a sliding window; it does nothing without the mask).
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
         ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
-        scores (BLOOM).
+        scores (BLOOM). ``clip``: the projections are clamped to ``[-clip, clip]`` (OLMo).
 
         Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
         projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
@@ -142,7 +143,9 @@ class MultiHeadLayer:
                 raise KvHeadsMismatch(f"alibi must give one slope per head, {heads}, got "
                                       f"{slopes.size}")
             check_finite(slopes, "parameter")
-        return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes)
+        if clip is not None and not (math.isfinite(clip) and clip > 0.0):
+            raise ScaleError(clip)
+        return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes, clip)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -191,6 +194,11 @@ class MultiHeadLayer:
         return self._alibi
 
     @property
+    def clip(self) -> float | None:
+        """The bound the projections are clamped to (``None``: none)."""
+        return self._clip
+
+    @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
         """Each head alone, an :class:`AttentionHead` on its columns (copies, made once)."""
         if self._slices is None:
@@ -236,7 +244,7 @@ class MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads, self._window,
-                              self._softcap, self._alibi)
+                              self._softcap, self._alibi, self._clip)
 
     @property
     def rope(self) -> Rope | None:
@@ -272,7 +280,7 @@ class MultiHeadLayer:
             p.independent_value_width, p.given_scale, p.rope, count // kv_count)
         alibi = None if self._alibi is None else self._alibi[first:first + count]
         return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
-                              self._softcap, alibi)
+                              self._softcap, alibi, self._clip)
 
     # --- computation --------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ class AttendConfig(Record):
     window: int | None = None  # a causal mask's sliding window (keys a query sees)
     softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head
+    clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
 
 
 class AttendPrimary(Record):

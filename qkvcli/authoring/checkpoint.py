@@ -135,6 +135,7 @@ class ModelFunction(Record):
     layout: str | None = None  # the tensors' kind the config says (a packing names alone hide)
     softcap: float | None = None  # the scores' soft-cap (Gemma 2)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
+    clip_qkv: float | None = None  # OLMo's clamp of the projections
 
 
 def shown_value(value: Any) -> str:
@@ -400,6 +401,8 @@ def checkpoint_document(
         document["softcap"] = function.softcap
     if function.alibi is not None:
         document["alibi"] = list(function.alibi)
+    if function.clip_qkv is not None:
+        document["clip_qkv"] = function.clip_qkv
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},

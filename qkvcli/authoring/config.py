@@ -248,6 +248,8 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
     if model == "gemma2":
         settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
+    if model == "olmo":
+        settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
     for key, what in REFUSED_KEYS:
         if _set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
@@ -369,7 +371,9 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window, family.kind, softcap, alibi)
+        head_dim, rope, scale, model, window, family.kind, softcap, alibi,
+        None if model != "olmo" or config.get("clip_qkv") is None
+        else _positive(config["clip_qkv"], "clip_qkv", prefix))
 
 
 def _bloom_slopes(heads: int) -> list[float]:

@@ -7,7 +7,8 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale``, ``architecture``, ``window``, ``softcap`` and ``alibi``, and the command
+  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` and ``clip_qkv``, and
+  the command
   line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
@@ -76,6 +77,7 @@ class LayerFunction(Record):
     window: int | None = None  # a causal mask's sliding window: the keys a query sees
     softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
+    clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
 
     @property
     def kv_groups(self) -> int:
@@ -190,8 +192,8 @@ def _rope(raw: Any) -> Rope:
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
-    ``architecture``, ``window``, ``softcap`` and ``alibi``, in that order, with the command line's
-    ``--heads`` and ``--causal``.
+    ``architecture``, ``window``, ``softcap``, ``alibi`` and ``clip_qkv``, in that order,
+    with the command line's ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
     that contradicts the fixture)."""
@@ -218,7 +220,9 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     window = _window(data.get("window"), bool(said) or causal)
     softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
-                         architecture, window, softcap, _alibi(data.get("alibi")))
+                         architecture, window, softcap, _alibi(data.get("alibi")),
+                         _number(data["clip_qkv"], "$.clip_qkv")
+                         if data.get("clip_qkv") is not None else None)
 
 
 def _alibi(raw: Any) -> tuple[float, ...] | None:
@@ -287,6 +291,7 @@ def read_layer(
                                          out_layout=out.layout)
     layer = (function.heads is not None or out is not None or function.kv_heads is not None
              or function.softcap is not None or function.alibi is not None
+             or function.clip_qkv is not None
              or parameters.layout in ("c_attn", "query_key_value", "qkv_proj"))
     if layer and function.heads is None:
         function = function._replace(heads=1)

@@ -333,6 +333,8 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append(f"softcap:{c.softcap!r}")
     if c.alibi is not None:
         parts.append("alibi:" + ",".join(repr(v) for v in c.alibi))
+    if c.clip_qkv is not None:
+        parts.append(f"clip_qkv:{c.clip_qkv!r}")
     return [f"function={' '.join(parts)}"] if parts else []
 
 
@@ -353,6 +355,8 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["softcap"] = c.softcap
     if c.alibi is not None:
         found["alibi"] = list(c.alibi)
+    if c.clip_qkv is not None:
+        found["clip_qkv"] = c.clip_qkv
     if c.sources:  # the framework's own tensor names, relative to the layer
         found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
     return found
