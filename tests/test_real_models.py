@@ -456,6 +456,17 @@ FAMILY_CASES = [
     ("bloom-alibi-6-heads", "BloomConfig", {"hidden_size": 24, "n_head": 6, "n_layer": 1,
                                             "vocab_size": 11},
      "h.0.self_attention.", ("query_key_value", "dense"), {"rope": None}),
+    ("falcon-multi-query", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11},
+     "h.0.self_attention.", ("query_key_value", "dense"), {"kv_heads": 1}),
+    ("falcon-new-architecture", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
+      "vocab_size": 11, "new_decoder_architecture": True, "bias": True},
+     "h.0.self_attention.", ("query_key_value", "dense"), {"kv_heads": 2}),
+    ("falcon-multi-head", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11,
+      "multi_query": False}, "h.0.self_attention.", ("query_key_value", "dense"),
+     {"kv_heads": None}),
     ("distilbert", "DistilBertConfig",
      {"dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 8, "vocab_size": 11,
       "max_position_embeddings": 16}, "transformer.layer.0.attention.",
@@ -481,7 +492,7 @@ def test_each_family_matches_its_own_attention_module(
         assert evidence["config"]["window"] == document["window"]
     rope = document.get("rope")
     extra: dict[str, Any] = {"output_attentions": True} if config_name in (
-        "GPTNeoConfig", "BloomConfig") else {}
+        "GPTNeoConfig", "BloomConfig", "FalconConfig") else {}
     if config_name == "BloomConfig":
         extra["zero_residual"] = True
     y, a, x, _ = model_run(model, prefix, evidence, theta=rope and rope["theta"], **extra)
@@ -649,12 +660,11 @@ LLAMA_REFUSALS = [
      "not compute"),
     ("alibi", {"alibi": True}, "config alibi asks for ALiBi position biases"),
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
+    ("falcon-alibi", {"model_type": "falcon", "architectures": ["FalconModel"], "alibi": True},
+     "config alibi asks for ALiBi position biases"),
     ("unknown-model", {"model_type": "mamba", "architectures": ["MambaModel"]},
      "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv does not know that "
      "architecture's attention; it reads gpt2, bert"),
-    ("falcon-by-name", {"model_type": "falcon", "architectures": ["FalconModel"]},
-     "config model_type \"falcon\" (architectures [\"FalconModel\"]): Falcon's packed "
-     "query_key_value"),
     ("theta-spellings", {"rope_theta": 500.0},
      "config rope_parameters.rope_theta 10000.0 and rope_theta 500.0 disagree"),
     ("rotary-spellings", {"rotary_pct": 0.5, "partial_rotary_factor": 1.0},
@@ -763,10 +773,6 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
 
 
 REFUSED_FAMILIES = [
-    ("falcon-new-arch", "FalconConfig",
-     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
-      "vocab_size": 11, "new_decoder_architecture": True}, "h.0.self_attention.",
-     "Falcon's packed query_key_value", "query_key_value.weight [32,16] is not GPT-NeoX's"),
     ("codegen", "CodeGenConfig", {"n_embd": 16, "n_head": 4, "n_layer": 1, "rotary_dim": 2,
                                   "vocab_size": 11, "n_positions": 16},
      "h.0.attn.", "CodeGen's qkv_proj", "qkv_proj layers (Phi-3, CodeGen) pack query, key "

@@ -83,22 +83,25 @@ def _given(array: Array, layout: str) -> Array:
 def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
     """The three branches (our ``[d_model, W]`` layout) in the packed layout given:
     ``in_proj`` and ``qkv_proj`` stack torch rows, ``c_attn`` puts Conv1D columns side
-    by side, ``query_key_value`` interleaves torch rows per head (``[H, 3, d_head]``)."""
+    by side, ``query_key_value`` interleaves torch rows per K/V head (``[G, H/G + 2,
+    d_head]``, GPT-NeoX's ``[H, 3, d_head]`` when G = H)."""
     if parts.packed == "c_attn":
         return np.concatenate([_given(w, parts.branch_layouts[0]) for w in branches], axis=1)
     rows = [w.T for w in branches]  # torch [W, d_model] each
     if parts.packed in ("in_proj", "qkv_proj"):
         return np.concatenate(rows, axis=0)
-    heads = parts.layer.heads
-    per_head = [r.reshape(heads, -1, r.shape[-1]) for r in rows]  # [H, d_head, d_model]
-    return np.stack(per_head, axis=1).reshape(-1, rows[0].shape[-1])
+    # per K/V head g: its query heads' rows, its key's, its value's ([G, H/G + 2, d_head])
+    kv = parts.layer.kv_heads
+    per_group = [r.reshape(kv, -1, parts.layer.d_k, r.shape[-1]) for r in rows]
+    return np.concatenate(per_group, axis=1).reshape(-1, rows[0].shape[-1])
 
 
 def _packed_bias(parts: LayerParts, biases: tuple[Array, ...]) -> Array:
     if parts.packed != "query_key_value":
         return np.concatenate(biases)
-    heads = parts.layer.heads
-    return np.stack([b.reshape(heads, -1) for b in biases], axis=1).reshape(-1)
+    kv = parts.layer.kv_heads
+    return np.concatenate([b.reshape(kv, -1, parts.layer.d_k) for b in biases],
+                          axis=1).reshape(-1)
 
 
 def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,

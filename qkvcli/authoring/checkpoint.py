@@ -76,7 +76,7 @@ ANCHORS = (("c_attn.weight", "gpt2"), ("q_proj.weight", "linear"),
            ("q_lin.weight", "distil"), ("qkv_proj.weight", "blocks"),
            ("SelfAttention.q.weight", "t5"))
 # The packed projection each kind reads (its tensor relative to the prefix), torch rows.
-PACKED = {"blocks": "qkv_proj.", "bigcode": "c_attn."}
+PACKED = {"blocks": "qkv_proj.", "bigcode": "c_attn.", "falcon": "query_key_value."}
 # The query, key and value modules of each kind with separate projections.
 TRIOS = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"),
          "distil": ("q_lin", "k_lin", "v_lin")}
@@ -91,6 +91,7 @@ UNREAD = (("Wqkv.weight", "a packed Wqkv (MPT)"),
 # GPT-Neo's stored causal-mask buffers, and RoPE's stored inverse frequencies, which the
 # config's theta derives (older checkpoints save them).
 BUFFERS = {"gpt2": ("bias", "masked_bias"), "bigcode": ("bias", "masked_bias"),
+           "falcon": ("rotary_emb.inv_freq",),
            "blocks": ("rotary_emb.inv_freq",),
            "linear": ("bias", "masked_bias", "rotary_emb.inv_freq"),
            "neox": ("bias", "masked_bias", "rotary_emb.inv_freq")}
@@ -271,8 +272,8 @@ def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | No
         raise prefix_problem(prefix, sorted(kinds.items(), key=lambda i: natural_key(i[0])),
                              list(shapes))
     said = layout if layout is not None else (function.layout if function else None)
-    if said == "bigcode" and kind == "gpt2":
-        kind = "bigcode"
+    if said is not None and (said, kind) in (("bigcode", "gpt2"), ("falcon", "neox")):
+        kind = said
     if kind in PACKED:
         rows, d_model = _matrix(shapes, prefix, PACKED[kind] + "weight")  # torch [out, in]
         if function is None:
@@ -359,8 +360,10 @@ def checkpoint_document(
     elif kind in PACKED:
         # GPT-BigCode with a K/V head per query head interleaves its rows per head as
         # GPT-NeoX does; with one K/V head (and Phi-3 always) the rows are three blocks
-        key = "query_key_value" if kind == "bigcode" and (
-            function.kv_heads in (None, function.heads)) else "qkv_proj"
+        # (Falcon's rows are per K/V head, its query heads' then its key's and value's,
+        # whatever the K/V heads: the fixture's query_key_value with kv_heads)
+        key = "query_key_value" if kind == "falcon" or (kind == "bigcode" and (
+            function.kv_heads in (None, function.heads))) else "qkv_proj"
         weights[f"{key}_weight"] = ref(prefix + PACKED[kind] + "weight")
         weights[f"{key}_bias"] = ref(prefix + PACKED[kind] + "bias")
     else:

@@ -61,6 +61,7 @@ _FAMILIES = (
     ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ")),
     ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX")),
     ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom")),
+    ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT")),
     ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
     ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
@@ -85,8 +86,6 @@ REFUSED_MODELS = {
     "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
     "gemma3": _NORM, "gemma3_text": _NORM,
     "mpt": "ALiBi with MPT's own slopes and its packed Wqkv, which qkv does not read",
-    "falcon": "Falcon's packed query_key_value (multi-query and grouped in its own order, "
-              "ALiBi in some), which qkv does not read",
     "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
                "which qkv does not read",
     "persimmon": "Persimmon's q/k layernorm (qk_layernorm), which qkv does not compute",
@@ -118,6 +117,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
     "gpt_bigcode": {"multi_query": True},
+    "falcon": {"multi_query": True, "new_decoder_architecture": False},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096},
 }
@@ -341,11 +341,11 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     heads = _int(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
         raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
-    if family.kind in ("blocks", "bigcode"):  # one packed tensor: split it by the config
+    if family.kind in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
         widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
     kv_heads = (_int(config, prefix, "num_key_value_heads") if family.kind in ("linear", "blocks")
                 else None)
-    if model == "gpt_bigcode":
+    if model in ("gpt_bigcode", "falcon"):
         kv_heads = widths[1] * heads // widths[0]
     head_dim = _int(config, prefix, "head_dim") if model not in ("gpt_neox", "gptj") else None
     if head_dim is None and widths[0] % heads:
@@ -391,10 +391,17 @@ def _bloom_slopes(heads: int) -> list[float]:
 def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
                    hidden: int | None, prefix: str) -> tuple[int, int]:
     """The query and key widths of a packed projection of ``rows`` rows: Phi-3's heads and
-    ``num_key_value_heads``, GPT-BigCode's one K/V head (``multi_query``) or one per head,
+    ``num_key_value_heads``, GPT-BigCode's and Falcon's one K/V head (``multi_query``) or
+    one per head (Falcon's ``new_decoder_architecture``: ``num_kv_heads``),
     each ``head_dim`` (``hidden / heads`` unless the config says) wide."""
+    settings = {**DEFAULTS.get(model, {}), **config}
     if model == "gpt_bigcode":
-        kv = 1 if _flag({**DEFAULTS[model], **config}, "multi_query", True, prefix) else heads
+        kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
+    elif model == "falcon":  # FalconAttention._split_heads
+        if _flag(settings, "new_decoder_architecture", False, prefix):
+            kv = _int(config, prefix, "num_kv_heads") or heads
+        else:
+            kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
     else:
         kv = _int(config, prefix, "num_key_value_heads") or heads
     head_dim = _int(config, prefix, "head_dim")

@@ -209,9 +209,11 @@ def _c_attn(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None) ->
 
 
 def _neox(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
-          heads: int | None) -> CanonicalWeights:
+          heads: int | None, kv_heads: int | None = None) -> CanonicalWeights:
     """GPT-NeoX's ``query_key_value``: torch ``[3W, d_model]`` whose rows are, per head,
-    that head's query, key and value rows (``[H, 3, d_head]``), not three blocks."""
+    that head's query, key and value rows (``[H, 3, d_head]``), not three blocks. With
+    ``kv_heads`` G < H (Falcon), per K/V head: its ``H/G`` query heads' rows, then its key's
+    and its value's (``[G, H/G + 2, d_head]``; G = H is GPT-NeoX's)."""
     location = "$.weights.query_key_value_weight"
     if "query_key_value_weight" not in raw:
         raise FixtureError("$.weights", 'missing key "query_key_value_weight" '
@@ -219,23 +221,28 @@ def _neox(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
     if heads is None:
         raise FixtureError(location, "GPT-NeoX's query_key_value interleaves query, key and "
                            'value per head: the fixture needs "heads"')
+    kv = heads if kv_heads is None else kv_heads
+    per = heads // kv + 2  # rows of d_head per K/V head: its query heads, its key, its value
     packed = parse_tensor(raw["query_key_value_weight"], location, max_elements,
                           base_dir=base_dir)
-    if (packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (3 * heads)):
-        raise FixtureError(location, f"query_key_value_weight must be [3*H*d_head,d_model] with "
-                           f"H = {heads}, got {_dims(packed.shape)}")
+    if (packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (kv * per)):
+        shape = "3*H*d_head" if kv == heads else "(H+2G)*d_head"
+        raise FixtureError(location, f"query_key_value_weight must be [{shape},d_model] with "
+                           f"H = {heads}" + (f", G = {kv}" if kv != heads else "")
+                           + f", got {_dims(packed.shape)}")
     rows, d_model = packed.shape
-    d_head = rows // (3 * heads)
-    # rows [H*3*d] -> [H,3,d,d_model]: branch i of head h is block (h, i)
-    blocks = packed.reshape(heads, 3, d_head, d_model)
-    weights = [np.ascontiguousarray(blocks[:, i].reshape(heads * d_head, d_model).T)
-               for i in range(3)]
+    d_head = rows // (kv * per)
+    # rows [G*per*d] -> [G,per,d,d_model]: a group's query heads, then its key, its value
+    blocks = packed.reshape(kv, per, d_head, d_model)
+    parts = (blocks[:, :per - 2], blocks[:, per - 2:per - 1], blocks[:, per - 1:])
+    weights = [np.ascontiguousarray(part.reshape(-1, d_model).T) for part in parts]
     biases: list[Array | None] = [None, None, None]
     bias_location = "$.weights.query_key_value_bias"
     if raw.get("query_key_value_bias") is not None:
         bias = _bias(raw["query_key_value_bias"], rows, "query_key_value_bias", bias_location,
-                     max_elements, base_dir).reshape(heads, 3, d_head)
-        biases = [np.ascontiguousarray(bias[:, i].reshape(-1)) for i in range(3)]
+                     max_elements, base_dir).reshape(kv, per, d_head)
+        biases = [np.ascontiguousarray(part.reshape(-1)) for part in (
+            bias[:, :per - 2], bias[:, per - 2], bias[:, per - 1])]
     b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
          for w, bias in zip(weights, biases, strict=True)]
     return CanonicalWeights((b[0], b[1], b[2]), "query_key_value")
@@ -306,7 +313,7 @@ def canonicalize(
             raise FixtureError("$.weights", f'use one of query/key/value, in_proj_weight, '
                                f'c_attn_weight or query_key_value_weight; found "{others[0]}" '
                                f'and "{neox_keys[0]}"')
-        return _neox(raw, max_elements, base_dir, heads)
+        return _neox(raw, max_elements, base_dir, heads, kv_heads)
     if packed_keys and separate_keys:
         raise FixtureError(
             "$.weights",
