@@ -58,6 +58,9 @@ ROLES = (
     ("self_attention.query_key_value.bias", "BLOOM query_key_value bias [3*W]"),
     ("self_attention.dense.weight", f"BLOOM output projection weight {_LINEAR}"),
     ("self_attention.dense.bias", "BLOOM output projection bias [E_out]"),
+    ("self_attn.query_key_value.weight",
+     "Persimmon query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
+    ("self_attn.query_key_value.bias", "Persimmon query_key_value bias [3*W]"),
     ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),

@@ -61,6 +61,7 @@ _FAMILIES = (
     ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ")),
     ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX")),
     ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom")),
+    ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon")),
     ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT")),
     ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
@@ -88,7 +89,6 @@ REFUSED_MODELS = {
     "mpt": "ALiBi with MPT's own slopes and its packed Wqkv, which qkv does not read",
     "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
                "which qkv does not read",
-    "persimmon": "Persimmon's q/k layernorm (qk_layernorm), which qkv does not compute",
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
                    "and K/V with a separate RoPE part), which qkv does not compute",
     "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -112,6 +112,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stablelm": {"partial_rotary_factor": 0.25},
     "phi": {"partial_rotary_factor": 0.5},
     "gpt_neox": {"partial_rotary_factor": 0.25},
+    "persimmon": {"partial_rotary_factor": 0.5, "qk_layernorm": True},
     "gpt_neo": {"window_size": 256},
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
     "starcoder2": {"use_bias": True},
@@ -124,7 +125,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 """What each family's transformers config assumes when its config.json leaves a key
 out (an older or hand-written config): read as transformers would read it."""
 
-PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3")
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
