@@ -281,8 +281,7 @@ LLAMA = '"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads":
 
 
 @pytest.mark.parametrize(("config", "words"), [
-    ('{"model_type": 5}', "config model_type 5: qkv does not know that architecture's "
-     "attention; it reads gpt2"),
+    ('{"model_type": 5}', "config model_type 5: qkv reads only gpt2"),
     ("[1]", "not a model config (not a JSON object)"),
     ("[" * 5000 + "]" * 5000, "not a JSON config"),
     ('{"model_type": "llama", "num_attention_heads": "4"}',

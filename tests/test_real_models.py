@@ -664,11 +664,12 @@ LLAMA_REFUSALS = [
      "not compute"),
     ("alibi", {"alibi": True}, "config alibi asks for ALiBi position biases"),
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
+    ("sliding-window-in-llama", {"sliding_window": 2},
+     "config sliding_window 2: llama's attention has no sliding window in transformers"),
     ("falcon-alibi", {"model_type": "falcon", "architectures": ["FalconModel"], "alibi": True},
      "config alibi asks for ALiBi position biases"),
     ("unknown-model", {"model_type": "mamba", "architectures": ["MambaModel"]},
-     "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv does not know that "
-     "architecture's attention; it reads gpt2, bert"),
+     "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv reads only gpt2, bert"),
     ("theta-spellings", {"rope_theta": 500.0},
      "config rope_parameters.rope_theta 10000.0 and rope_theta 500.0 disagree"),
     ("rotary-spellings", {"rotary_pct": 0.5, "partial_rotary_factor": 1.0},
@@ -785,7 +786,7 @@ REFUSED_FAMILIES = [
      "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
      "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
     ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
-                          "max_seq_len": 16}, "blocks.0.attn.", "ALiBi position biases",
+                          "max_seq_len": 16}, "blocks.0.attn.", "ALiBi with MPT's own slopes",
      "a packed Wqkv (MPT)"),
 ]
 

@@ -240,8 +240,8 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
                               f"{REFUSED_MODELS[model]}; refused")
     if not isinstance(model, str) or model not in FAMILIES:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}{said}: qkv "
-                              f"does not know that architecture's attention; it reads "
-                              f"{', '.join(SUPPORTED)}")
+                              f"reads only {', '.join(SUPPORTED)}; it does not know that "
+                              "architecture's attention")
     family = FAMILIES[model]
     _check_architectures(config, model, family.classes, prefix)
     settings = {**DEFAULTS.get(model, {}), **config}
@@ -358,6 +358,13 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                               f"{shown_value(kv_heads or heads)} K/V heads of {shown_value(head_dim)}, but "
                               f"the projections are query {widths[0]}, key {widths[1]} wide")
     index = layer_index(prefix)
+    for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
+        if config.get(key) is not None:
+            _layer_kind(config, key, 0, ("full_attention", "sliding_attention"), prefix)
+    if family.window is None and config.get("sliding_window") is not None:
+        raise CheckpointError(prefix, f"config sliding_window {shown_value(config['sliding_window'])}:"
+                              f" {model}'s attention has no sliding window in transformers; "
+                              "is config.json this model's?")
     window = _window(config, model, family.window, index, prefix)
     scale = _scale(config, family.scale, head_dim, index, prefix)
     rope = None
