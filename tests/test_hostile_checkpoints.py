@@ -360,3 +360,18 @@ def test_a_theta_whose_frequencies_overflow_is_refused_in_the_config(tmp_path):
     refused(invoke("init", "--from-safetensors", str(path), "--prefix", "layers.0.self_attn.",
                    "-o", str(tmp_path / "out.json")),
             "config rope_theta 5e-324 makes the rotation frequencies theta^(-2i/64) overflow")
+
+
+@pytest.mark.parametrize(("names", "words"), [
+    (("layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight"),
+     "it has \"layers.0.self_attn.q_a_proj.weight\", multi-head latent attention's q_a_proj"),
+    (("blocks.0.mixer.attention_weird.weight",),
+     "its attention tensors include \"blocks.0.mixer.attention_weird.weight\""),
+    (("embed.weight", "lm_head.weight"), "none of its 2 tensors is named as attention"),
+], ids=["deepseek", "unknown-attention", "no-attention"])
+def test_no_layer_qkv_reads_names_what_the_checkpoint_holds(tmp_path, names, words):
+    path = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file({name: np.ones((2, 2), np.float32) for name in names}, str(path))
+    refused(invoke("init", "--from-safetensors", str(path), "--prefix", "layers.0.self_attn.",
+                   "--heads", "1", "--causal", "-o", str(tmp_path / "out.json")),
+            "the checkpoint has no attention layer qkv recognises; " + words)

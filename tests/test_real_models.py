@@ -221,7 +221,8 @@ def compare(evidence: dict[str, Any], y: Any, attention: Any, x: Any,
     assert scaled_error(tensor(evidence, "weights"), attention.detach().numpy()) <= TOLERANCE
     assert scaled_error(tensor(evidence, "input_gradient"), x.grad.numpy()) <= TOLERANCE
     packed = [n for n in ("c_attn_weight_gradient", "query_key_value_weight_gradient",
-                          "in_proj_weight_gradient", "qkv_proj_weight_gradient")
+                          "in_proj_weight_gradient", "qkv_proj_weight_gradient",
+                          "Wqkv_weight_gradient")
               if n in gradients]
     for name, grad in gradients.items():
         if "values" not in evidence["tensors"][name]:
@@ -471,6 +472,13 @@ FAMILY_CASES = [
      _small(hidden_size=32, qk_layernorm=False, partial_rotary_factor=0.5),
      "layers.0.self_attn.", ("query_key_value", "dense"),
      {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("mpt-alibi-clip", "MptConfig",
+     {"d_model": 16, "n_heads": 4, "n_layers": 1, "vocab_size": 11, "max_seq_len": 16,
+      "attn_config": {"clip_qkv": 0.9}}, "blocks.0.attn.", ("Wqkv", "out_proj"),
+     {"alibi": [0.25, 0.0625, 0.015625, 0.00390625], "clip_qkv": 0.9}),
+    ("mpt-alibi-6-heads", "MptConfig",
+     {"d_model": 24, "n_heads": 6, "n_layers": 1, "vocab_size": 11, "max_seq_len": 16},
+     "blocks.0.attn.", ("Wqkv", "out_proj"), {"rope": None}),
     ("distilbert", "DistilBertConfig",
      {"dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 8, "vocab_size": 11,
       "max_position_embeddings": 16}, "transformer.layer.0.attention.",
@@ -504,7 +512,8 @@ def test_each_family_matches_its_own_attention_module(
         far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
         assert float(a.detach().numpy()[..., far].max()) == 0.0
     gradients = own_gradients(model, *(prefix + m for m in modules))
-    packed = next((n for n in ("qkv_proj", "c_attn", "query_key_value") if n in modules), None)
+    packed = next((n for n in ("qkv_proj", "c_attn", "query_key_value", "Wqkv")
+                   if n in modules), None)
     if packed is not None:  # the split views are digests of the packed gradient's numbers
         gradients.update({f"{branch}_{part}_gradient": None for branch in BRANCHES
                           for part in ("weight", "bias")
@@ -733,6 +742,8 @@ NO_CONFIG_CASES = [
      "o_proj or dense (LLaMA, Mistral, Qwen2, Phi and others) rotate Q and K by a RoPE"),
     ("bloom", "BloomConfig", {"hidden_size": 16, "n_head": 2, "n_layer": 1, "vocab_size": 11},
      "h.0.self_attention.", "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
+    ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
+                          "max_seq_len": 16}, "blocks.0.attn.", "Wqkv layers (MPT) add ALiBi"),
 ]
 
 
@@ -785,9 +796,6 @@ REFUSED_FAMILIES = [
     ("persimmon-qk-layernorm", "PersimmonConfig", _small(hidden_size=32),
      "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
      "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
-    ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
-                          "max_seq_len": 16}, "blocks.0.attn.", "ALiBi with MPT's own slopes",
-     "a packed Wqkv (MPT)"),
 ]
 
 
@@ -805,3 +813,18 @@ def test_families_qkv_does_not_compute_are_refused_by_name(
     without = _init(folder, "--prefix", prefix, "--heads", "2", "--causal")
     assert without.exit_code == 2 and without.stderr.count("\n") == 1
     assert bare in without.stderr, without.stderr
+
+
+def test_mpt_attention_settings_transformers_does_not_run_are_refused(tmp_path: Path) -> None:
+    config = transformers.MptConfig(d_model=16, n_heads=2, n_layers=1, vocab_size=11,
+                                    max_seq_len=16)
+    _, folder = build(tmp_path, "mpt", config)
+    saved = json.loads((folder / "config.json").read_text())
+    for key, value in (("qk_ln", True), ("alibi_bias_max", 4), ("prefix_lm", True),
+                       ("alibi", False)):
+        changed = {**saved, "attn_config": {**saved["attn_config"], key: value}}
+        (folder / "config.json").write_text(json.dumps(changed))
+        result = _init(folder, "--prefix", "blocks.0.attn.")
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1
+        assert f"config attn_config.{key} {json.dumps(value)}: transformers' MPT computes" in (
+            result.stderr)

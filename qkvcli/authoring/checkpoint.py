@@ -61,6 +61,7 @@ ROLES = (
     ("self_attn.query_key_value.weight",
      "Persimmon query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
     ("self_attn.query_key_value.bias", "Persimmon query_key_value bias [3*W]"),
+    ("attn.Wqkv.weight", "MPT Wqkv weight: query, key, value row blocks [3*W,d_model]"),
     ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
@@ -76,7 +77,7 @@ ROLES = (
 # The tensor that marks a layer, and the kind of layer it marks.
 ANCHORS = (("c_attn.weight", "gpt2"), ("q_proj.weight", "linear"),
            ("query_key_value.weight", "neox"), ("query.weight", "bert"),
-           ("q_lin.weight", "distil"), ("qkv_proj.weight", "blocks"),
+           ("q_lin.weight", "distil"), ("qkv_proj.weight", "blocks"), ("Wqkv.weight", "mpt"),
            ("SelfAttention.q.weight", "t5"))
 # The packed projection each kind reads (its tensor relative to the prefix), torch rows.
 PACKED = {"blocks": "qkv_proj.", "bigcode": "c_attn.", "falcon": "query_key_value."}
@@ -85,8 +86,7 @@ TRIOS = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "val
          "distil": ("q_lin", "k_lin", "v_lin")}
 # Attention tensors of layers qkv does not compute, and what they are: named when no
 # layer qkv reads is found (the anchors of other families).
-UNREAD = (("Wqkv.weight", "a packed Wqkv (MPT)"),
-          ("q_a_proj.weight", "multi-head latent attention's q_a_proj (DeepSeek-V2/V3)"),
+UNREAD = (("q_a_proj.weight", "multi-head latent attention's q_a_proj (DeepSeek-V2/V3)"),
           ("kv_a_proj_with_mqa.weight", "multi-head latent attention's kv_a_proj_with_mqa "
            "(DeepSeek-V2/V3)"),
           ("c_attn.weight", "a c_attn"), ("query_key_value.weight", "a query_key_value"))
@@ -295,10 +295,11 @@ def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | No
             "encoder_attn" in prefix.split(".")):
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
                               "encoder); qkv computes self-attention only")
-    if kind in ("gpt2", "neox"):
-        name = "c_attn.weight" if kind == "gpt2" else "query_key_value.weight"
+    if kind in ("gpt2", "neox", "mpt"):
+        name = {"gpt2": "c_attn.weight", "neox": "query_key_value.weight",
+                "mpt": "Wqkv.weight"}[kind]
         rows, cols = _matrix(shapes, prefix, name)
-        d_model, packed = (rows, cols) if kind == "gpt2" else (cols, rows)
+        d_model, packed = (rows, cols) if kind == "gpt2" else (cols, rows)  # Conv1D, torch
         if packed % 3:
             layout = ("GPT-2's Conv1D [d_model,3*W]" if kind == "gpt2"
                       else "GPT-NeoX's [3*W,d_model]")
@@ -360,6 +361,9 @@ def checkpoint_document(
     elif kind == "neox":
         weights["query_key_value_weight"] = ref(prefix + "query_key_value.weight")
         weights["query_key_value_bias"] = ref(prefix + "query_key_value.bias")
+    elif kind == "mpt":  # three row blocks, as torch's in_proj
+        weights["in_proj_weight"] = ref(prefix + "Wqkv.weight")
+        weights["in_proj_bias"] = ref(prefix + "Wqkv.bias")
     elif kind in PACKED:
         # GPT-BigCode with a K/V head per query head interleaves its rows per head as
         # GPT-NeoX does; with one K/V head (and Phi-3 always) the rows are three blocks
@@ -451,8 +455,8 @@ def _expected_shapes(
         rows = sum(widths)
         expected[prefix + PACKED[kind] + "weight"] = (rows, d_model)
         expected[prefix + PACKED[kind] + "bias"] = (rows,)
-    elif kind in ("gpt2", "neox"):
-        packed = "c_attn." if kind == "gpt2" else "query_key_value."
+    elif kind in ("gpt2", "neox", "mpt"):
+        packed = {"gpt2": "c_attn.", "neox": "query_key_value.", "mpt": "Wqkv."}[kind]
         expected[prefix + packed + "weight"] = ((d_model, 3 * query) if kind == "gpt2"
                                                 else (3 * query, d_model))
         expected[prefix + packed + "bias"] = (3 * query,)
@@ -523,6 +527,8 @@ def config_needed(entries: list[Entry], prefix: str) -> str | None:
     if kind == "neox":
         return ("query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon) compute "
                 "functions that only config.json tells apart (RoPE, ALiBi, the packing)")
+    if kind == "mpt":
+        return "Wqkv layers (MPT) add ALiBi biases that only config.json describes"
     if kind == "blocks":
         return ("qkv_proj layers (Phi-3, CodeGen) pack query, key and value in ways only "
                 "config.json tells apart (the K/V heads, CodeGen's blocks, the RoPE)")

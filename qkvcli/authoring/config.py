@@ -64,6 +64,7 @@ _FAMILIES = (
     ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon")),
     ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT")),
+    ("mpt", Family("MPT", "mpt", "yes", None, "Mpt")),
     ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
     ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
                            scale="bigcode")),
@@ -86,7 +87,6 @@ REFUSED_MODELS = {
     "longt5": "a relative position bias and local attention (T5's attention)",
     "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
     "gemma3": _NORM, "gemma3_text": _NORM,
-    "mpt": "ALiBi with MPT's own slopes and its packed Wqkv, which qkv does not read",
     "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
                "which qkv does not read",
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -373,15 +373,51 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     alibi = None
     if model == "bloom":  # BLOOM's slopes: a function of the heads alone
         alibi = tuple(_bloom_slopes(heads))
+    clip_qkv = None
+    if model == "olmo" and config.get("clip_qkv") is not None:
+        clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
+    if model == "mpt":
+        alibi, scale, clip_qkv = _mpt(config, heads, head_dim, prefix)
     softcap = None
     if model == "gemma2":
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window, family.kind, softcap, alibi,
-        None if model != "olmo" or config.get("clip_qkv") is None
-        else _positive(config["clip_qkv"], "clip_qkv", prefix))
+        head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv)
+
+
+MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,
+                 "alibi": True, "alibi_bias_max": 8, "attn_type": "multihead_attention"}
+"""What transformers' MPT computes whatever its ``attn_config`` says: a config asking for
+another value is refused (the checkpoint was trained for a function transformers does
+not run)."""
+
+
+def _mpt(config: dict[str, Any], heads: int, head_dim: int,
+         prefix: str) -> tuple[tuple[float, ...], float | None, float | None]:
+    """MPT's ALiBi slopes, score factor (``softmax_scale``) and ``clip_qkv``, from its
+    nested ``attn_config``."""
+    attn = config.get("attn_config") or {}
+    if not isinstance(attn, dict):
+        raise CheckpointError(prefix, "config attn_config must be an object")
+    for key, value in MPT_ATTENTION.items():
+        given = attn.get(key, value)
+        if given != value or type(given) is not type(value):
+            raise CheckpointError(prefix, f"config attn_config.{key} {shown_value(given)}: "
+                                  f"transformers' MPT computes {shown_value(value)}; refused")
+    scale = None if attn.get("softmax_scale") is None else _positive(
+        attn["softmax_scale"], "attn_config.softmax_scale", prefix)
+    clip_qkv = None if attn.get("clip_qkv") is None else _positive(
+        attn["clip_qkv"], "attn_config.clip_qkv", prefix)
+    # build_mpt_alibi_tensor: 1 / 2^(i * 8 / n) for the next power of two n, odd then even
+    # when the heads are fewer
+    power = 1 << (heads - 1).bit_length()
+    slopes = [1.0 / 2.0 ** (i * (8 / power)) for i in range(1, power + 1)]
+    if power != heads:
+        slopes = (slopes[1::2] + slopes[::2])[:heads]
+    del head_dim
+    return tuple(slopes), scale, clip_qkv
 
 
 def _bloom_slopes(heads: int) -> list[float]:
