@@ -472,6 +472,10 @@ FAMILY_CASES = [
      _small(hidden_size=32, qk_layernorm=False, partial_rotary_factor=0.5),
      "layers.0.self_attn.", ("query_key_value", "dense"),
      {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("codegen-blocks-interleaved-partial", "CodeGenConfig",
+     {"n_embd": 32, "n_head": 4, "n_layer": 1, "rotary_dim": 4, "vocab_size": 11,
+      "n_positions": 16}, "h.0.attn.", ("qkv_proj", "out_proj"),
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
     ("mpt-alibi-clip", "MptConfig",
      {"d_model": 16, "n_heads": 4, "n_layers": 1, "vocab_size": 11, "max_seq_len": 16,
       "attn_config": {"clip_qkv": 0.9}}, "blocks.0.attn.", ("Wqkv", "out_proj"),
@@ -744,6 +748,10 @@ NO_CONFIG_CASES = [
      "h.0.self_attention.", "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
     ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
                           "max_seq_len": 16}, "blocks.0.attn.", "Wqkv layers (MPT) add ALiBi"),
+    ("codegen", "CodeGenConfig", {"n_embd": 16, "n_head": 4, "n_layer": 1, "rotary_dim": 2,
+                                  "vocab_size": 11, "n_positions": 16},
+     "h.0.attn.", "qkv_proj layers (Phi-3, CodeGen) pack query, key and value in ways only "
+     "config.json tells apart"),
 ]
 
 
@@ -789,10 +797,6 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
 
 
 REFUSED_FAMILIES = [
-    ("codegen", "CodeGenConfig", {"n_embd": 16, "n_head": 4, "n_layer": 1, "rotary_dim": 2,
-                                  "vocab_size": 11, "n_positions": 16},
-     "h.0.attn.", "CodeGen's qkv_proj", "qkv_proj layers (Phi-3, CodeGen) pack query, key "
-     "and value in ways only config.json tells apart"),
     ("persimmon-qk-layernorm", "PersimmonConfig", _small(hidden_size=32),
      "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
      "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),

@@ -36,6 +36,7 @@ from qkvcli.reading.fixture import (
 from qkvcli.reading.json_values import parse_json_text
 from qkvcli.reading.layouts import (
     C_ATTN_KEYS,
+    CODEGEN_KEYS,
     NEOX_KEYS,
     OUT_KEYS,
     QKV_PROJ_KEYS,
@@ -99,7 +100,8 @@ def test_schema_names_the_keys_the_code_knows() -> None:
     props = SCHEMA["properties"]
     assert tuple(props) == TOP_KEYS + LAYER_TOP_KEYS
     assert tuple(props["weights"]["properties"]) == (
-        BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS + OUT_KEYS)
+        BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS + CODEGEN_KEYS
+        + OUT_KEYS)
     assert tuple(props["upstream"]["properties"]) == (*BRANCHES, UPSTREAM_OUTPUT)
     assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
     assert tuple(props["expect"]["properties"]) == EXPECT_KEYS

@@ -42,6 +42,7 @@ from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
 from qkvcli.reading.attend import AttendFixture, relative_sources
+from qkvcli.reading.layouts import CODEGEN_BLOCKS
 
 EPSILON = float(np.finfo(np.float64).eps)
 ROWS_LIMIT = 4096
@@ -90,6 +91,10 @@ def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
     rows = [w.T for w in branches]  # torch [W, d_model] each
     if parts.packed in ("in_proj", "qkv_proj"):
         return np.concatenate(rows, axis=0)
+    if parts.packed == "codegen_qkv_proj":  # [4, 3, W/4]: query, value, key per block
+        per_block = [r.reshape(CODEGEN_BLOCKS, 1, -1, r.shape[-1]) for r in rows]
+        return np.concatenate([per_block[0], per_block[2], per_block[1]], axis=1).reshape(
+            -1, rows[0].shape[-1])
     # per K/V head g: its query heads' rows, its key's, its value's ([G, H/G + 2, d_head])
     kv = parts.layer.kv_heads
     per_group = [r.reshape(kv, -1, parts.layer.d_k, r.shape[-1]) for r in rows]
@@ -97,6 +102,9 @@ def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
 
 
 def _packed_bias(parts: LayerParts, biases: tuple[Array, ...]) -> Array:
+    if parts.packed == "codegen_qkv_proj":
+        q, k, v = (b.reshape(CODEGEN_BLOCKS, 1, -1) for b in biases)
+        return np.concatenate([q, v, k], axis=1).reshape(-1)
     if parts.packed != "query_key_value":
         return np.concatenate(biases)
     kv = parts.layer.kv_heads

@@ -65,6 +65,8 @@ ROLES = (
     ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
+    ("attn.qkv_proj.weight", "CodeGen qkv_proj weight: 4 blocks of query, value, key rows "
+     "[3*W,d_model]"),
     ("self_attn.dense.weight", f"Phi output projection weight {_LINEAR}"),
     ("self_attn.dense.bias", "Phi output projection bias [E_out]"),
     *((f"{short}.{part}", f"{branch} projection {part} {_LINEAR}")
@@ -275,7 +277,8 @@ def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | No
         raise prefix_problem(prefix, sorted(kinds.items(), key=lambda i: natural_key(i[0])),
                              list(shapes))
     said = layout if layout is not None else (function.layout if function else None)
-    if said is not None and (said, kind) in (("bigcode", "gpt2"), ("falcon", "neox")):
+    if said is not None and (said, kind) in (("bigcode", "gpt2"), ("falcon", "neox"),
+                                             ("codegen", "blocks")):
         kind = said
     if kind in PACKED:
         rows, d_model = _matrix(shapes, prefix, PACKED[kind] + "weight")  # torch [out, in]
@@ -295,9 +298,9 @@ def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | No
             "encoder_attn" in prefix.split(".")):
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
                               "encoder); qkv computes self-attention only")
-    if kind in ("gpt2", "neox", "mpt"):
+    if kind in ("gpt2", "neox", "mpt", "codegen"):
         name = {"gpt2": "c_attn.weight", "neox": "query_key_value.weight",
-                "mpt": "Wqkv.weight"}[kind]
+                "mpt": "Wqkv.weight", "codegen": "qkv_proj.weight"}[kind]
         rows, cols = _matrix(shapes, prefix, name)
         d_model, packed = (rows, cols) if kind == "gpt2" else (cols, rows)  # Conv1D, torch
         if packed % 3:
@@ -361,6 +364,9 @@ def checkpoint_document(
     elif kind == "neox":
         weights["query_key_value_weight"] = ref(prefix + "query_key_value.weight")
         weights["query_key_value_bias"] = ref(prefix + "query_key_value.bias")
+    elif kind == "codegen":  # 4 blocks of query, value, key rows
+        weights["codegen_qkv_proj_weight"] = ref(prefix + "qkv_proj.weight")
+        weights["codegen_qkv_proj_bias"] = ref(prefix + "qkv_proj.bias")
     elif kind == "mpt":  # three row blocks, as torch's in_proj
         weights["in_proj_weight"] = ref(prefix + "Wqkv.weight")
         weights["in_proj_bias"] = ref(prefix + "Wqkv.bias")
@@ -455,8 +461,9 @@ def _expected_shapes(
         rows = sum(widths)
         expected[prefix + PACKED[kind] + "weight"] = (rows, d_model)
         expected[prefix + PACKED[kind] + "bias"] = (rows,)
-    elif kind in ("gpt2", "neox", "mpt"):
-        packed = {"gpt2": "c_attn.", "neox": "query_key_value.", "mpt": "Wqkv."}[kind]
+    elif kind in ("gpt2", "neox", "mpt", "codegen"):
+        packed = {"gpt2": "c_attn.", "neox": "query_key_value.", "mpt": "Wqkv.",
+                  "codegen": "qkv_proj."}[kind]
         expected[prefix + packed + "weight"] = ((d_model, 3 * query) if kind == "gpt2"
                                                 else (3 * query, d_model))
         expected[prefix + packed + "bias"] = (3 * query,)

@@ -65,6 +65,7 @@ _FAMILIES = (
     ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT")),
     ("mpt", Family("MPT", "mpt", "yes", None, "Mpt")),
+    ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen")),
     ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
     ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
                            scale="bigcode")),
@@ -87,8 +88,6 @@ REFUSED_MODELS = {
     "longt5": "a relative position bias and local attention (T5's attention)",
     "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
     "gemma3": _NORM, "gemma3_text": _NORM,
-    "codegen": "CodeGen's qkv_proj (query, value and key packed in model-parallel blocks), "
-               "which qkv does not read",
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
                    "and K/V with a separate RoPE part), which qkv does not compute",
     "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -117,6 +116,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
+    "codegen": {"rotary_dim": 64},
     "gpt_bigcode": {"multi_query": True},
     "falcon": {"multi_query": True, "new_decoder_architecture": False},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
@@ -282,8 +282,8 @@ def _rope_type(config: dict[str, Any], prefix: str) -> None:
 def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
           prefix: str) -> RopeSpec:
     """The default RoPE of the family (transformers 4 and 5 spellings)."""
-    if model == "gptj":  # GPT-J's sin/cos tables use 10000 whatever the config says
-        theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS["gptj"]["rotary_dim"])
+    if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
+        theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
         if rotary is None:
             dims = head_dim
         elif type(rotary) is not int or rotary <= 0:
@@ -348,7 +348,8 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                 else None)
     if model in ("gpt_bigcode", "falcon"):
         kv_heads = widths[1] * heads // widths[0]
-    head_dim = _int(config, prefix, "head_dim") if model not in ("gpt_neox", "gptj") else None
+    head_dim = (_int(config, prefix, "head_dim") if model not in ("gpt_neox", "gptj", "codegen")
+                else None)
     if head_dim is None and widths[0] % heads:
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads, which do not divide "
                               f"the query projection's width {widths[0]}")

@@ -61,7 +61,7 @@ UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
 PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
-                  "qkv_proj": "qkv_proj"}
+                  "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
 
 
 class LayerFunction(Record):
@@ -292,7 +292,8 @@ def read_layer(
     layer = (function.heads is not None or out is not None or function.kv_heads is not None
              or function.softcap is not None or function.alibi is not None
              or function.clip_qkv is not None
-             or parameters.layout in ("c_attn", "query_key_value", "qkv_proj"))
+             or parameters.layout in ("c_attn", "query_key_value", "qkv_proj",
+                                      "codegen_qkv_proj"))
     if layer and function.heads is None:
         function = function._replace(heads=1)
     return parameters, function
@@ -317,7 +318,7 @@ def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
 
 _SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
     ("in_proj", "packed"), ("c_attn", "packed"), ("query_key_value", "packed"),
-    ("qkv_proj", "packed"),
+    ("qkv_proj", "packed"), ("codegen_qkv_proj", "packed"),
     ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")}
 
 

@@ -69,6 +69,8 @@ LAYOUT_DESCRIPTIONS = {
     "c_attn": "one c_attn_weight [d_model,3*d_out] (GPT-2 Conv1D) split query,key,value",
     "query_key_value": "one query_key_value_weight [3*d_out,d_model] (GPT-NeoX, torch) "
                        "interleaved per head [H,3,d_head], transposed",
+    "codegen_qkv_proj": "one codegen_qkv_proj_weight [3*d_out,d_model] (CodeGen, torch) in 4 "
+                        "model-parallel blocks of query, value, key rows, transposed",
     "qkv_proj": "one qkv_proj_weight [(H+2G)*d_head,d_model] (Phi-3, torch) split into query "
                 "H*d_head, key and value G*d_head rows, transposed",
 }
@@ -278,6 +280,36 @@ def _qkv_proj(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
     return CanonicalWeights((b[0], b[1], b[2]), "qkv_proj")
 
 
+def _codegen(raw: dict[str, Any], max_elements: int,
+             base_dir: StrPath | None) -> CanonicalWeights:
+    """CodeGen's ``qkv_proj``: torch ``[3W, d_model]`` whose rows are 4 model-parallel
+    blocks, each the query's, the value's and the key's next ``W/4`` rows, in that order
+    (``[4, 3, W/4]``)."""
+    location = "$.weights.codegen_qkv_proj_weight"
+    if "codegen_qkv_proj_weight" not in raw:
+        raise FixtureError("$.weights", 'missing key "codegen_qkv_proj_weight" '
+                           "(codegen_qkv_proj_bias needs it)")
+    packed = parse_tensor(raw["codegen_qkv_proj_weight"], location, max_elements,
+                          base_dir=base_dir)
+    parts = 3 * CODEGEN_BLOCKS
+    if packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % parts:
+        raise FixtureError(location, f"codegen_qkv_proj_weight must be [3*W,d_model] with W a "
+                           f"multiple of {CODEGEN_BLOCKS}, got {_dims(packed.shape)}")
+    rows, d_model = packed.shape
+    blocks = packed.reshape(CODEGEN_BLOCKS, 3, rows // parts, d_model)  # query, value, key
+    order = (0, 2, 1)  # query, key, value from the blocks' query, value, key
+    weights = [np.ascontiguousarray(blocks[:, i].reshape(-1, d_model).T) for i in order]
+    biases: list[Array | None] = [None, None, None]
+    bias_location = "$.weights.codegen_qkv_proj_bias"
+    if raw.get("codegen_qkv_proj_bias") is not None:
+        bias = _bias(raw["codegen_qkv_proj_bias"], rows, "codegen_qkv_proj_bias", bias_location,
+                     max_elements, base_dir).reshape(CODEGEN_BLOCKS, 3, -1)
+        biases = [np.ascontiguousarray(bias[:, i].reshape(-1)) for i in order]
+    b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
+         for w, bias in zip(weights, biases, strict=True)]
+    return CanonicalWeights((b[0], b[1], b[2]), "codegen_qkv_proj")
+
+
 def canonicalize(
     raw: Any, max_elements: int = DEFAULT_MAX_ELEMENTS, base_dir: StrPath | None = None,
     extra_keys: tuple[str, ...] = (), heads: int | None = None, kv_heads: int | None = None,
@@ -294,7 +326,15 @@ def canonicalize(
     if not isinstance(raw, dict):
         raise FixtureError("$.weights", f"expected an object, got {json_type_name(raw)}")
     refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS
-                        + extra_keys, "$.weights")
+                        + CODEGEN_KEYS + extra_keys, "$.weights")
+    codegen_keys = [key for key in CODEGEN_KEYS if key in raw]
+    if codegen_keys:
+        others = [key for key in BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS
+                  + QKV_PROJ_KEYS if key in raw]
+        if others:
+            raise FixtureError("$.weights", f'use one packed form or query/key/value; found '
+                               f'"{others[0]}" and "{codegen_keys[0]}"')
+        return _codegen(raw, max_elements, base_dir)
     blocks_keys = [key for key in QKV_PROJ_KEYS if key in raw]
     if blocks_keys:
         others = [key for key in BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS if key in raw]
@@ -389,6 +429,8 @@ if TYPE_CHECKING:
 C_ATTN_KEYS = ("c_attn_weight", "c_attn_bias")
 NEOX_KEYS = ("query_key_value_weight", "query_key_value_bias")
 QKV_PROJ_KEYS = ("qkv_proj_weight", "qkv_proj_bias")
+CODEGEN_KEYS = ("codegen_qkv_proj_weight", "codegen_qkv_proj_bias")
+CODEGEN_BLOCKS = 4  # CodeGenAttention.mp_num
 OUT_PROJ_KEYS = ("out_proj_weight", "out_proj_bias")
 C_PROJ_KEYS = ("c_proj_weight", "c_proj_bias")
 OUT_KEYS = OUT_PROJ_KEYS + C_PROJ_KEYS
