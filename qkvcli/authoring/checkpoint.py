@@ -67,8 +67,8 @@ ROLES = (
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
     ("attn.qkv_proj.weight", "CodeGen qkv_proj weight: 4 blocks of query, value, key rows "
      "[3*W,d_model]"),
-    ("self_attn.dense.weight", f"Phi output projection weight {_LINEAR}"),
-    ("self_attn.dense.bias", "Phi output projection bias [E_out]"),
+    ("self_attn.dense.weight", f"Phi (Persimmon) output projection weight {_LINEAR}"),
+    ("self_attn.dense.bias", "Phi (Persimmon) output projection bias [E_out]"),
     *((f"{short}.{part}", f"{branch} projection {part} {_LINEAR}")
       for short, branch in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value"),
                             ("o_proj", "output"), ("out_proj", "output"), ("query", "query"),

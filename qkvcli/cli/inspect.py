@@ -139,8 +139,10 @@ def inspect(checkpoint: Path) -> None:
     """List every tensor of CHECKPOINT (.safetensors, or a sharded model.safetensors.index.json).
 
     Name, dtype, shape, grouped by layer; marks with * the attention projections qkv
-    recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj or out_proj;
-    BERT query/key/value and attention.output.dense; GPT-NeoX query_key_value and dense)
+    recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj, out_proj or Phi's
+    dense; BERT query/key/value and attention.output.dense; DistilBERT q_lin...out_lin;
+    GPT-NeoX, BLOOM, Falcon and Persimmon query_key_value and dense; Phi-3's and CodeGen's
+    qkv_proj; MPT's Wqkv)
     and lists the layer prefixes that init --prefix takes. Only the headers are read.
     Needs the checkpoints extra for bf16 (pip install 'qkv[checkpoints]').
     """
