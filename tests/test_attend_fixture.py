@@ -93,3 +93,78 @@ def test_file_name_is_the_default_chapter(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(good()), encoding="utf-8")
     assert load_attend_fixture(path).chapter == "mine"
+
+
+# --- the function's numbers: never a traceback, never NaN everywhere -------------------------
+
+def _layer_fixture(**changes: object) -> dict[str, object]:
+    width = 128
+    document: dict[str, object] = {
+        "heads": 2, "causal": True,
+        "input": {"generate": {"seed": 1, "shape": [1, 3, 4]}},
+        "weights": {branch: {"generate": {"seed": i, "shape": [4, width]}}
+                    for i, branch in enumerate(("query", "key", "value"))},
+    }
+    document.update(changes)
+    return document
+
+
+HUGE = int("1" + "0" * 400)
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"rope": {"theta": HUGE, "dims": 64}}, "$.rope.theta: must be a finite positive number, "
+     "got a number of 401 digits"),
+    ({"scale": HUGE}, "$.scale: must be a finite positive number, got a number of 401 digits"),
+    ({"rope": {"theta": 5e-324, "dims": 64}}, "$.rope.theta: theta 5e-324 makes the rotation "
+     "frequencies theta^(-2i/64) overflow float64"),
+    ({"window": 0}, "$.window: must be at least 1, got 0"),
+    ({"window": True}, "$.window: expected a positive integer, got boolean"),
+    ({"window": 2, "causal": False}, "$.window: a sliding window narrows the causal mask"),
+    ({"alibi": [0.5]}, "$.alibi: alibi must give one slope per head, 2, got 1"),
+    ({"alibi": [0.5, HUGE]}, "$.alibi[1]: must be a finite number"),
+    ({"alibi": "yes"}, "$.alibi: expected a list of 1 to 4096 slopes"),
+], ids=["theta-401-digits", "scale-401-digits", "theta-subnormal", "window-0", "window-bool",
+        "window-not-causal", "alibi-count", "alibi-huge", "alibi-string"])
+def test_the_functions_numbers_are_refused_in_one_line(tmp_path, changes, words):
+    from tests.hostile_helpers import invoke, refused, write
+
+    path = write(tmp_path / "f.json", _layer_fixture(**changes))
+    refused(invoke("attend", str(path)), words)
+    refused(invoke("validate", "--attend", str(path)), words)
+
+
+def test_a_window_is_the_fixtures_own_and_attend_computes_it(tmp_path):
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _layer_fixture(window=2, input={"generate": {
+        "seed": 1, "shape": [1, 6, 4]}}))
+    run = invoke("attend", str(path), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["config"]["window"] == 2
+    weights = np.asarray(evidence["tensors"]["weights"]["values"]).reshape(
+        evidence["tensors"]["weights"]["shape"])
+    far = np.tril(np.ones((6, 6), dtype=bool), -2)  # keys two or more positions back
+    assert not weights[..., far].any() and (weights[..., ~far & np.tril(
+        np.ones((6, 6), dtype=bool))] > 0).all()
+    assert invoke("validate", "--attend", str(path)).exit_code == 0
+
+
+def test_a_soft_capped_window_is_computed_and_its_gradients_checked(tmp_path):
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _layer_fixture(window=3, softcap=0.5, input={
+        "generate": {"seed": 1, "shape": [1, 6, 4]}}, gradcheck={"samples": 8}))
+    run = invoke("attend", str(path), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["passed"] and evidence["config"]["softcap"] == 0.5
+    z = np.asarray(evidence["tensors"]["scaled_scores"]["values"], dtype=float)
+    assert np.all(np.abs(z[np.isfinite(z)]) < 0.5)  # every score inside the cap
+    refused_run = invoke("attend", str(write(tmp_path / "g.json", _layer_fixture(softcap=-1))))
+    assert refused_run.exit_code == 2 and "$.softcap" in refused_run.stderr

@@ -115,3 +115,21 @@ def test_a_misshapen_output_gradient_is_a_typed_error() -> None:
         head.backward(x, head.forward(x), upstream[:, :2])
     assert caught.value == OutputGradientShapeMismatch((2, 3, 2), (2, 2, 2))
     assert str(caught.value) == "output gradient must have shape [2,3,2], got [2,2,2]"
+
+
+def test_thousands_of_tiny_heads_count_their_overhead_in_the_budget() -> None:
+    from qkvcli.attention.gradcheck import HEAD_OVERHEAD, forward_cost, plan_check
+    from qkvcli.attention.head import AttentionHead
+    from qkvcli.attention.multihead import MultiHeadLayer
+    from qkvcli.gradcheck.settings import TooManyEvaluations
+
+    rng = np.random.default_rng(3)
+    heads = 4096
+    weights = [rng.uniform(-1, 1, size=(1, heads)) for _ in range(3)]
+    layer = MultiHeadLayer.build(AttentionHead.from_arrays(*weights), heads)
+    x = rng.uniform(-1, 1, size=(1, 1, 1))
+    assert forward_cost(layer, x) >= heads * HEAD_OVERHEAD  # the products alone are tiny
+    with pytest.raises(TooManyEvaluations):
+        plan_check(layer, x, 1e-6, 1e-6, mode="full")  # 2 x 12289 whole forwards
+    plan = plan_check(layer, x, 1e-6, 1e-6)  # auto samples the weights
+    assert [row[1] for row in plan.rows] == ["full", "sampled", "sampled", "sampled"]

@@ -281,7 +281,7 @@ LLAMA = '"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads":
 
 
 @pytest.mark.parametrize(("config", "words"), [
-    ('{"model_type": 5}', "config model_type 5: qkv reads only"),
+    ('{"model_type": 5}', "config model_type 5: qkv reads only gpt2"),
     ("[1]", "not a model config (not a JSON object)"),
     ("[" * 5000 + "]" * 5000, "not a JSON config"),
     ('{"model_type": "llama", "num_attention_heads": "4"}',
@@ -296,7 +296,8 @@ LLAMA = '"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads":
     ('{"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3}',
      "config says 4 heads and 3 K/V heads of 4, but the projections are query 16, key 8 wide"),
     ("{" + LLAMA + ', "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}',
-     "config partial_rotary_factor 0.5: llama rotates whole heads in qkv's reading; refused"),
+     "config rope_parameters.partial_rotary_factor 0.5: llama rotates whole heads in qkv's "
+     "reading; refused"),
 ], ids=["model-type", "not-object", "deep", "heads-string", "rope-list", "theta-inf",
         "theta-nan", "rope-dynamic", "head-dim-0", "kv-heads", "partial-llama"])
 def test_a_hostile_config_is_one_line_naming_the_key(tmp_path, config, words):
@@ -306,3 +307,71 @@ def test_a_hostile_config_is_one_line_naming_the_key(tmp_path, config, words):
                           "layers.0.self_attn.", "-o", str(tmp_path / "out.json")), words)
     assert line.count("\n") == 0
     assert not (tmp_path / "out.json").exists()
+
+
+# --- names, numbers and sizes that once ended in exit 70 -----------------------------------
+
+def _linear_layer(prefix: str) -> dict[str, Any]:
+    rng = np.random.default_rng(2)
+    return {f"{prefix}{name}.weight": rng.normal(size=(4, 4)).astype(np.float32)
+            for name in ("q_proj", "k_proj", "v_proj", "out_proj")}
+
+
+@pytest.mark.parametrize("layer", ["1\u00b2", "9" * 5000], ids=["superscript", "5000-digits"])
+def test_odd_layer_numbers_are_listed_and_refused_in_one_line(tmp_path, layer):
+    path = tmp_path / "m.safetensors"
+    prefix = f"h.{layer}.attn."
+    safetensors_numpy.save_file({**_linear_layer(prefix), "h.2.attn.q_proj.weight":
+                                 np.ones((4, 4), np.float32), "1\u00b2": np.ones(1, np.float32)},
+                                str(path))
+    listing = invoke("inspect", str(path))
+    assert listing.exit_code == 0, listing.output
+    assert "h.2.attn." in listing.output.splitlines()[-1]
+    made = invoke("init", "--from-safetensors", str(path), "--prefix", prefix, "--heads", "2",
+                  "--causal", "--no-rope", "--scale", "inverse-sqrt",
+                  "-o", str(tmp_path / "out.json"))
+    assert made.exit_code == 0, made.output  # without a config the number is not read
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "opt", "num_attention_heads": 2, "hidden_size": 4}))
+    with_config = invoke("init", "--from-safetensors", str(path), "--prefix", prefix,
+                         "-o", str(tmp_path / "other.json"))
+    if layer.isascii():  # the config's per-layer settings need the number: refused
+        refused(with_config, "the layer number in the prefix has 5000 digits")
+    else:
+        assert with_config.exit_code == 0, with_config.output
+
+
+def test_a_401_digit_rope_theta_in_a_config_is_one_line(tmp_path):
+    checkpoint = _llama_shaped(tmp_path)
+    (tmp_path / "config.json").write_text("{" + LLAMA + ', "rope_theta": 1' + "0" * 400 + "}")
+    refused(invoke("init", "--from-safetensors", str(checkpoint), "--prefix",
+                   "layers.0.self_attn.", "-o", str(tmp_path / "out.json")),
+            "config rope_theta must be a finite positive number, got a number of 401 digits")
+
+
+def test_a_theta_whose_frequencies_overflow_is_refused_in_the_config(tmp_path):
+    path = tmp_path / "model.safetensors"
+    rng = np.random.default_rng(1)
+    safetensors_numpy.save_file({f"layers.0.self_attn.{name}.weight": rng.normal(
+        size=(128, 128)).astype(np.float32) for name in ("q_proj", "k_proj", "v_proj", "o_proj")},
+        str(path))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "llama", "num_attention_heads": 2, "rope_theta": 5e-324}))
+    refused(invoke("init", "--from-safetensors", str(path), "--prefix", "layers.0.self_attn.",
+                   "-o", str(tmp_path / "out.json")),
+            "config rope_theta 5e-324 makes the rotation frequencies theta^(-2i/64) overflow")
+
+
+@pytest.mark.parametrize(("names", "words"), [
+    (("layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight"),
+     "it has \"layers.0.self_attn.q_a_proj.weight\", multi-head latent attention's q_a_proj"),
+    (("blocks.0.mixer.attention_weird.weight",),
+     "its attention tensors include \"blocks.0.mixer.attention_weird.weight\""),
+    (("embed.weight", "lm_head.weight"), "none of its 2 tensors is named as attention"),
+], ids=["deepseek", "unknown-attention", "no-attention"])
+def test_no_layer_qkv_reads_names_what_the_checkpoint_holds(tmp_path, names, words):
+    path = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file({name: np.ones((2, 2), np.float32) for name in names}, str(path))
+    refused(invoke("init", "--from-safetensors", str(path), "--prefix", "layers.0.self_attn.",
+                   "--heads", "1", "--causal", "-o", str(tmp_path / "out.json")),
+            "the checkpoint has no attention layer qkv recognises; " + words)

@@ -40,6 +40,7 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.cli import main
+from qkvcli.core.names import BRANCHES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
@@ -81,7 +82,10 @@ def build(tmp_path: Path, name: str, config: Any, model_class: Any = None,
     """A tiny model from ``config``, saved (optionally in ``dtype``), then widened to float64."""
     torch.manual_seed(19)
     cls = model_class or transformers.AutoModel
-    model = cls.from_config(config, attn_implementation="eager")
+    # a mixture of experts' grouped products run in float64 only in their eager form
+    experts = {"experts_implementation": "eager"} if getattr(
+        config, "num_local_experts", None) else {}
+    model = cls.from_config(config, attn_implementation="eager", **experts)
     with torch.no_grad():  # random weights of a visible size (the init's are tiny)
         for p in model.parameters():
             p.uniform_(-0.5, 0.5)
@@ -117,43 +121,90 @@ def qkv_layer(folder: Path, prefix: str, *extra: str, checkpoint: str = "model.s
 
 
 def capture(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The arguments the model itself passes its attention ``module`` (mask, RoPE tables)."""
+    """The arguments the model itself passes its attention ``module`` (mask, RoPE tables);
+    a speech model (Whisper) is given audio features and ``TOKENS`` decoder tokens."""
     seen: dict[str, Any] = {}
 
     def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         seen["args"], seen["kwargs"] = args, dict(kwargs)
 
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    tokens = torch.arange(TOKENS)[None] % 7
+    inputs: dict[str, Any] = {"input_ids": tokens}
+    if getattr(model.config, "model_type", None) == "whisper":
+        frames = 2 * model.config.max_source_positions
+        inputs = {"input_features": torch.ones(1, model.config.num_mel_bins, frames,
+                                               dtype=torch.float64),
+                  "decoder_input_ids": tokens}
     with torch.no_grad():
-        model(input_ids=torch.arange(TOKENS)[None] % 7, use_cache=False)
+        model(**inputs, use_cache=False)
     handle.remove()
     return seen["args"], seen["kwargs"]
 
 
-def float64_rope(kwargs: dict[str, Any], theta: float) -> None:
-    """Replace the captured float32-precision ``(cos, sin)`` by the same tables in float64."""
-    cos32, sin32 = kwargs["position_embeddings"]
-    dims = cos32.shape[-1]
+def float64_rope(kwargs: dict[str, Any], theta: float, dims: int) -> None:
+    """Replace the captured float32-precision RoPE tables by the same tables in float64.
+
+    Families lay the tables out in their own ways: LLaMA's ``(cos, sin)`` each
+    ``cat(angles, angles)``, Cohere's ``repeat_interleave(angles, 2)``, GPT-J's
+    ``(sin, cos)`` of the angles alone. The layout is the one whose float64 tables equal
+    the model's own to float32 rounding (1e-6), and there must be exactly one."""
+    first32, second32 = kwargs["position_embeddings"]
     inverse = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
     angles = torch.arange(TOKENS, dtype=torch.float64)[:, None] * inverse[None, :]
-    emb = torch.cat((angles, angles), dim=-1)[None]
-    cos, sin = emb.cos(), emb.sin()
-    assert float((cos - cos32).abs().max()) < 1e-6 and float((sin - sin32).abs().max()) < 1e-6
-    kwargs["position_embeddings"] = (cos, sin)
+    layouts = {"cat": torch.cat((angles, angles), dim=-1),
+               "interleave": torch.repeat_interleave(angles, 2, dim=-1), "plain": angles}
+    found = []
+    for layout, emb in layouts.items():
+        for order in ("cos-sin", "sin-cos"):
+            one, two = (emb.cos(), emb.sin()) if order == "cos-sin" else (emb.sin(), emb.cos())
+            if one.numel() != first32.numel() or two.numel() != second32.numel():
+                continue
+            one, two = one.reshape(first32.shape), two.reshape(second32.shape)
+            if (float((one - first32).abs().max()) < 1e-6
+                    and float((two - second32).abs().max()) < 1e-6):
+                found.append((layout, order, one, two))
+    assert len(found) == 1, [f[:2] for f in found]
+    kwargs["position_embeddings"] = found[0][2:]
+
+
+@pytest.fixture
+def float64_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-Neo casts Q and K to float32 on purpose (``query.to(torch.float32)``), Cohere's
+    RoPE too (``q.float()``); during the comparison a float64 tensor stays float64, so
+    the module computes in float64."""
+    original = torch.Tensor.to
+    original_float = torch.Tensor.float
+
+    def as_float(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.dtype == torch.float64 and args and args[0] is torch.float32:
+            return self
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    monkeypatch.setattr(torch.Tensor, "float", as_float)
 
 
 def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None = None,
-              theta: float | None = None) -> tuple[Any, Any, Any, Any]:
+              theta: float | None = None, zero_residual: bool = False,
+              **extra: Any) -> tuple[Any, Any, Any, Any]:
     """The model's attention module on qkv's input X with qkv's upstream U: ``(Y, A, X, module)``
     after ``(Y * U).sum().backward()``. ``out`` names an output projection outside the module."""
     module = model.get_submodule(prefix.rstrip("."))
     args, kwargs = capture(model, module)
     if theta is not None:
-        float64_rope(kwargs, theta)
+        float64_rope(kwargs, theta, evidence["config"]["rope"]["dims"])
+    kwargs.update(extra)
     x = torch.tensor(tensor(evidence, "input"), requires_grad=True)
     kwargs.pop("hidden_states", None)
     model.zero_grad()
-    result = module(x, *args[1:], **kwargs)
+    rest = args[1:]
+    if zero_residual:  # BLOOM's module adds the block's residual (its second argument)
+        rest = (torch.zeros_like(x), *rest[1:])
+    result = module(x, *rest, **kwargs)
     y, attention = result[0], result[1]
     assert attention is not None and attention.dtype == torch.float64
     if out is not None:
@@ -169,7 +220,9 @@ def compare(evidence: dict[str, Any], y: Any, attention: Any, x: Any,
     assert scaled_error(tensor(evidence, "weights"), attention.detach().numpy()) <= TOLERANCE
     assert scaled_error(tensor(evidence, "input_gradient"), x.grad.numpy()) <= TOLERANCE
     packed = [n for n in ("c_attn_weight_gradient", "query_key_value_weight_gradient",
-                          "in_proj_weight_gradient") if n in gradients]
+                          "in_proj_weight_gradient", "qkv_proj_weight_gradient",
+                          "Wqkv_weight_gradient")
+              if n in gradients]
     for name, grad in gradients.items():
         if "values" not in evidence["tensors"][name]:
             # A packed layer's split view is stated once, as a digest: its numbers are the
@@ -245,7 +298,9 @@ def test_gpt2_matches_the_model(tmp_path: Path, flags: dict[str, Any], head: str
 
 
 BERT_CASES = [("bert", "BertConfig", {}), ("bert-decoder", "BertConfig", {"is_decoder": True}),
-              ("roberta", "RobertaConfig", {"pad_token_id": 1})]
+              ("roberta", "RobertaConfig", {"pad_token_id": 1}),
+              ("xlm-roberta", "XLMRobertaConfig", {"pad_token_id": 1}),
+              ("electra", "ElectraConfig", {"embedding_size": 16})]
 
 
 @pytest.mark.parametrize(("config_name", "extra"), [c[1:] for c in BERT_CASES],
@@ -297,6 +352,176 @@ def test_llama_family_matches_the_model(tmp_path: Path, config_name: str,
         "q_proj", "k_proj", "v_proj", "o_proj"))))
     assert {"q_proj_weight_gradient", "o_proj_weight_gradient"} <= set(evidence["tensors"])
     assert "query_weight_gradient" not in evidence["tensors"]
+    assert_sources_are_the_models(model, evidence)
+
+
+def _small(**extra: Any) -> dict[str, Any]:
+    return {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1,
+            "intermediate_size": 8, "vocab_size": 11, **extra}
+
+
+QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
+_BART = {"d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 4,
+         "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 8, "decoder_ffn_dim": 8,
+         "vocab_size": 11, "max_position_embeddings": 16, "pad_token_id": 1,
+         "decoder_start_token_id": 2}
+_WHISPER = {**_BART, "num_mel_bins": 4, "max_source_positions": 4, "max_target_positions": 16,
+            "decoder_start_token_id": 2}
+QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
+# id, config class, its arguments, the layer's prefix, its modules (relative to the
+# prefix), what the fixture init writes must say (None: the key absent)
+FAMILY_CASES = [
+    ("mistral-window", "MistralConfig", _small(num_key_value_heads=2, sliding_window=2),
+     "layers.0.self_attn.", QKVO, {"window": 2, "kv_heads": 2, "architecture": "mistral"}),
+    ("mixtral-window", "MixtralConfig", _small(num_key_value_heads=2, sliding_window=3,
+                                               num_local_experts=2, num_experts_per_tok=1),
+     "layers.0.self_attn.", QKVO, {"window": 3}),
+    ("starcoder2-biases-window", "Starcoder2Config",
+     _small(num_key_value_heads=2, sliding_window=2, use_bias=True),
+     "layers.0.self_attn.", QKVO, {"window": 2}),
+    ("qwen2-sliding-layer", "Qwen2Config",
+     _small(num_key_value_heads=2, use_sliding_window=True, sliding_window=2,
+            max_window_layers=0), "layers.0.self_attn.", QKVO, {"window": 2}),
+    ("granite-multiplier", "GraniteConfig", _small(attention_multiplier=0.3),
+     "layers.0.self_attn.", QKVO, {"scale": 0.3, "window": None}),
+    ("gemma-head-dim", "GemmaConfig", _small(head_dim=8, num_key_value_heads=1),
+     "layers.0.self_attn.", QKVO, {"kv_heads": 1}),
+    ("smollm3-rope-layer", "SmolLM3Config",
+     _small(num_key_value_heads=2, num_hidden_layers=4, pad_token_id=0),
+     "layers.0.self_attn.", QKVO, {"kv_heads": 2}),
+    ("smollm3-no-rope-layer", "SmolLM3Config",
+     _small(num_key_value_heads=2, num_hidden_layers=4, pad_token_id=0), "layers.3.self_attn.",
+     QKVO,
+     {"rope": None}),
+    ("olmo", "OlmoConfig", _small(), "layers.0.self_attn.", QKVO, {"clip_qkv": None}),
+    ("olmo-clip-qkv", "OlmoConfig", _small(clip_qkv=0.8), "layers.0.self_attn.", QKVO,
+     {"clip_qkv": 0.8}),
+    ("gemma2-softcap-sliding", "Gemma2Config",
+     _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
+            attn_logit_softcapping=1.5, query_pre_attn_scalar=20), "layers.0.self_attn.", QKVO,
+     {"softcap": 1.5, "window": 2, "scale": 20 ** -0.5}),
+    ("gemma2-full-layer", "Gemma2Config",
+     _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2),
+     "layers.1.self_attn.", QKVO, {"softcap": 50.0, "window": None, "scale": 256 ** -0.5}),
+    ("cohere-interleaved", "CohereConfig", _small(num_key_value_heads=2),
+     "layers.0.self_attn.", QKVO, {"rope": {"theta": 500000.0, "dims": 4,
+                                             "layout": "interleaved"}}),
+    ("stablelm-partial-biases", "StableLmConfig",
+     _small(hidden_size=32, num_key_value_heads=2, partial_rotary_factor=0.5,
+            use_qkv_bias=True), "layers.0.self_attn.", QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("phi-partial-dense", "PhiConfig", _small(hidden_size=32, partial_rotary_factor=0.5),
+     "layers.0.self_attn.", ("q_proj", "k_proj", "v_proj", "dense"),
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("gptj-interleaved-partial", "GPTJConfig",
+     {"n_embd": 16, "n_head": 2, "n_layer": 1, "rotary_dim": 4, "vocab_size": 11,
+      "n_positions": 16}, "h.0.attn.", QKV_OUT,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("gpt-neo-local-unscaled", "GPTNeoConfig",
+     {"hidden_size": 16, "num_heads": 2, "num_layers": 2, "vocab_size": 11,
+      "attention_types": [[["global", "local"], 1]], "window_size": 2,
+      "max_position_embeddings": 16, "intermediate_size": 8}, "h.1.attn.attention.", QKV_OUT,
+     {"scale": 1.0, "window": 2, "rope": None}),
+    ("gpt-neo-global", "GPTNeoConfig",
+     {"hidden_size": 16, "num_heads": 2, "num_layers": 2, "vocab_size": 11,
+      "attention_types": [[["global", "local"], 1]], "window_size": 2,
+      "max_position_embeddings": 16, "intermediate_size": 8}, "h.0.attn.attention.", QKV_OUT,
+     {"scale": 1.0, "window": None}),
+    ("clip-text-causal", "CLIPTextConfig",
+     {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16},
+     "encoder.layers.0.self_attn.", QKV_OUT, {"causal": True, "rope": None}),
+    ("bart-encoder", "BartConfig", _BART, "encoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": False}),
+    ("bart-decoder", "BartConfig", _BART, "decoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": True, "heads": 4}),
+    ("whisper-encoder", "WhisperConfig", _WHISPER, "encoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": False, "heads": 2}),
+    ("whisper-decoder", "WhisperConfig", _WHISPER, "decoder.layers.0.self_attn.", QKV_OUT,
+     {"causal": True, "heads": 4}),
+    ("phi3-packed-gqa-partial", "Phi3Config",
+     _small(hidden_size=32, num_key_value_heads=2, partial_rotary_factor=0.5, pad_token_id=0),
+     "layers.0.self_attn.", ("qkv_proj", "o_proj"),
+     {"kv_heads": 2, "rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("gpt-bigcode-multi-query", "GPTBigCodeConfig",
+     {"n_embd": 16, "n_head": 4, "n_layer": 1, "vocab_size": 11, "n_positions": 16},
+     "h.0.attn.", ("c_attn", "c_proj"), {"kv_heads": 1}),
+    ("gpt-bigcode-multi-head", "GPTBigCodeConfig",
+     {"n_embd": 16, "n_head": 4, "n_layer": 1, "vocab_size": 11, "n_positions": 16,
+      "multi_query": False}, "h.0.attn.", ("c_attn", "c_proj"), {"kv_heads": None}),
+    ("bloom-alibi", "BloomConfig", {"hidden_size": 16, "n_head": 4, "n_layer": 1,
+                                    "vocab_size": 11},
+     "h.0.self_attention.", ("query_key_value", "dense"),
+     {"alibi": [0.25, 0.0625, 0.015625, 0.00390625], "rope": None}),
+    ("bloom-alibi-6-heads", "BloomConfig", {"hidden_size": 24, "n_head": 6, "n_layer": 1,
+                                            "vocab_size": 11},
+     "h.0.self_attention.", ("query_key_value", "dense"), {"rope": None}),
+    ("falcon-multi-query", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11},
+     "h.0.self_attention.", ("query_key_value", "dense"), {"kv_heads": 1}),
+    ("falcon-new-architecture", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
+      "vocab_size": 11, "new_decoder_architecture": True, "bias": True},
+     "h.0.self_attention.", ("query_key_value", "dense"), {"kv_heads": 2}),
+    ("falcon-multi-head", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11,
+      "multi_query": False}, "h.0.self_attention.", ("query_key_value", "dense"),
+     {"kv_heads": None}),
+    ("persimmon-partial", "PersimmonConfig",
+     _small(hidden_size=32, qk_layernorm=False, partial_rotary_factor=0.5),
+     "layers.0.self_attn.", ("query_key_value", "dense"),
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("codegen-blocks-interleaved-partial", "CodeGenConfig",
+     {"n_embd": 32, "n_head": 4, "n_layer": 1, "rotary_dim": 4, "vocab_size": 11,
+      "n_positions": 16}, "h.0.attn.", ("qkv_proj", "out_proj"),
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("mpt-alibi-clip", "MptConfig",
+     {"d_model": 16, "n_heads": 4, "n_layers": 1, "vocab_size": 11, "max_seq_len": 16,
+      "attn_config": {"clip_qkv": 0.9}}, "blocks.0.attn.", ("Wqkv", "out_proj"),
+     {"alibi": [0.25, 0.0625, 0.015625, 0.00390625], "clip_qkv": 0.9}),
+    ("mpt-alibi-6-heads", "MptConfig",
+     {"d_model": 24, "n_heads": 6, "n_layers": 1, "vocab_size": 11, "max_seq_len": 16},
+     "blocks.0.attn.", ("Wqkv", "out_proj"), {"rope": None}),
+    ("distilbert", "DistilBertConfig",
+     {"dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 8, "vocab_size": 11,
+      "max_position_embeddings": 16}, "transformer.layer.0.attention.",
+     ("q_lin", "k_lin", "v_lin", "out_lin"), {"causal": False}),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "modules", "said"),
+                         [c[1:] for c in FAMILY_CASES], ids=[c[0] for c in FAMILY_CASES])
+def test_each_family_matches_its_own_attention_module(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str,
+    modules: tuple[str, ...], said: dict[str, Any],
+) -> None:
+    config = getattr(transformers, config_name)(**arguments)
+    model, folder = build(tmp_path, "family", config)
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    for key, value in said.items():
+        assert document.get(key) == value, (key, document.get(key))
+    if document.get("window") is not None:  # the input reaches past the window
+        assert TOKENS > document["window"]
+        assert evidence["config"]["window"] == document["window"]
+    rope = document.get("rope")
+    extra: dict[str, Any] = {"output_attentions": True} if config_name in (
+        "GPTNeoConfig", "BloomConfig", "FalconConfig") else {}
+    if config_name == "BloomConfig":
+        extra["zero_residual"] = True
+    y, a, x, _ = model_run(model, prefix, evidence, theta=rope and rope["theta"], **extra)
+    if document.get("window") is not None:  # the model's own weights are 0 out of the window
+        far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
+        assert float(a.detach().numpy()[..., far].max()) == 0.0
+    gradients = own_gradients(model, *(prefix + m for m in modules))
+    packed = next((n for n in ("qkv_proj", "c_attn", "query_key_value", "Wqkv")
+                   if n in modules), None)
+    if packed is not None:  # the split views are digests of the packed gradient's numbers
+        gradients.update({f"{branch}_{part}_gradient": None for branch in BRANCHES
+                          for part in ("weight", "bias")
+                          if f"{packed}_{part}_gradient" in gradients})
+    compare(evidence, y, a, x, gradients)
     assert_sources_are_the_models(model, evidence)
 
 
@@ -451,11 +676,23 @@ LLAMA_REFUSALS = [
      "not compute"),
     ("alibi", {"alibi": True}, "config alibi asks for ALiBi position biases"),
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
-    ("sliding-window", {"model_type": "mistral", "architectures": ["MistralModel"],
-                        "sliding_window": 2},
-     "config sliding_window 2: qkv computes no sliding window, and --tokens 4 reaches past it"),
-    ("unknown-model", {"model_type": "falcon"}, "config model_type \"falcon\": qkv reads only"),
-    ("another-models-config", {"model_type": "gpt2"},
+    ("sliding-window-in-llama", {"sliding_window": 2},
+     "config sliding_window 2: llama's attention has no sliding window in transformers"),
+    ("falcon-alibi", {"model_type": "falcon", "architectures": ["FalconModel"], "alibi": True},
+     "config alibi asks for ALiBi position biases"),
+    ("unknown-model", {"model_type": "mamba", "architectures": ["MambaModel"]},
+     "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv reads only gpt2, bert"),
+    ("theta-spellings", {"rope_theta": 500.0},
+     "config rope_parameters.rope_theta 10000.0 and rope_theta 500.0 disagree"),
+    ("rotary-spellings", {"rotary_pct": 0.5, "partial_rotary_factor": 1.0},
+     "config partial_rotary_factor 1.0 and rotary_pct 0.5 disagree"),
+    ("base-spellings", {"rope_parameters": None, "rope_theta": 10000.0, "rotary_emb_base": 500},
+     "config rope_theta 10000.0 and rotary_emb_base 500 disagree"),
+    ("scaling-beside-parameters", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}},
+     "config rope_scaling.rope_type is \"yarn\""),
+    ("theta-401-digits", {"rope_parameters": None, "rope_theta": 10 ** 400},
+     "config rope_theta must be a finite positive number, got a number of 401 digits"),
+    ("another-models-config", {"model_type": "gpt2", "architectures": None},
      "config model_type \"gpt2\", but the tensors under it are not that architecture's"),
 ]
 
@@ -492,3 +729,105 @@ def test_llama_without_its_config_is_refused_not_computed_without_rope(tmp_path:
     result = _init(folder, "--prefix", "layers.0.self_attn.", "--heads", "4", "--causal")
     assert result.exit_code == 2
     assert "rotate Q and K by a RoPE that only config.json describes" in result.stderr
+
+
+# --- the rule: every tensor accounted for, every key understood ----------------------------
+
+NO_CONFIG_CASES = [
+    ("gptj", "GPTJConfig", {"n_embd": 16, "n_head": 2, "n_layer": 1, "rotary_dim": 4,
+                            "vocab_size": 11, "n_positions": 16}, "h.0.attn.",
+     "pass --no-rope and --scale"),
+    ("gpt-neo", "GPTNeoConfig", {"hidden_size": 16, "num_heads": 2, "num_layers": 1,
+                                 "attention_types": [[["global"], 1]], "vocab_size": 11,
+                                 "max_position_embeddings": 16, "intermediate_size": 8},
+     "h.0.attn.attention.", "pass --no-rope and --scale"),
+    ("phi", "PhiConfig", _small(), "layers.0.self_attn.",
+     "o_proj or dense (LLaMA, Mistral, Qwen2, Phi and others) rotate Q and K by a RoPE"),
+    ("bloom", "BloomConfig", {"hidden_size": 16, "n_head": 2, "n_layer": 1, "vocab_size": 11},
+     "h.0.self_attention.", "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
+    ("mpt", "MptConfig", {"d_model": 16, "n_heads": 2, "n_layers": 1, "vocab_size": 11,
+                          "max_seq_len": 16}, "blocks.0.attn.", "Wqkv layers (MPT) add ALiBi"),
+    ("codegen", "CodeGenConfig", {"n_embd": 16, "n_head": 4, "n_layer": 1, "rotary_dim": 2,
+                                  "vocab_size": 11, "n_positions": 16},
+     "h.0.attn.", "qkv_proj layers (Phi-3, CodeGen) pack query, key and value in ways only "
+     "config.json tells apart"),
+]
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "words"),
+                         [c[1:] for c in NO_CONFIG_CASES], ids=[c[0] for c in NO_CONFIG_CASES])
+def test_without_a_config_names_that_do_not_fix_the_function_are_refused(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str, words: str
+) -> None:
+    _, folder = build(tmp_path, "bare", getattr(transformers, config_name)(**arguments))
+    (folder / "config.json").unlink()
+    result = _init(folder, "--prefix", prefix, "--heads", "2", "--causal")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert words in result.stderr
+
+
+@pytest.mark.usefixtures("float64_softmax")
+def test_without_a_config_the_options_say_rope_and_scale(tmp_path: Path) -> None:
+    config = transformers.OPTConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                    ffn_dim=8, vocab_size=11, word_embed_proj_dim=16)
+    model, folder = build(tmp_path, "opt", config)
+    (folder / "config.json").unlink()
+    prefix = "decoder.layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix, "--heads", "2", "--causal", "--no-rope",
+                         "--scale", "inverse-sqrt")
+    y, a, x, _ = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKV_OUT)))
+    bad = _init(folder, "--prefix", prefix, "--heads", "2", "--causal", "--no-rope",
+                "--scale", "-1")
+    assert bad.exit_code == 2 and "--scale" in bad.stderr
+
+
+def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path: Path) -> None:
+    config = transformers.Qwen3Config(**_small(num_key_value_heads=2, head_dim=4))
+    _, folder = build(tmp_path, "qwen3", config)
+    own = _init(folder, "--prefix", "layers.0.self_attn.")
+    assert own.exit_code == 2 and "config model_type \"qwen3\"" in own.stderr
+    assert "q_norm/k_norm" in own.stderr
+    _edit_config(folder, model_type="qwen2", architectures=["Qwen2Model"])
+    result = _init(folder, "--prefix", "layers.0.self_attn.")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "tensor \"k_norm.weight\" under the prefix is not one qkv reads: a norm on K" in (
+        result.stderr) or "tensor \"q_norm.weight\" under the prefix" in result.stderr
+
+
+REFUSED_FAMILIES = [
+    ("persimmon-qk-layernorm", "PersimmonConfig", _small(hidden_size=32),
+     "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
+     "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
+]
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "named", "bare"),
+                         [c[1:] for c in REFUSED_FAMILIES], ids=[c[0] for c in REFUSED_FAMILIES])
+def test_families_qkv_does_not_compute_are_refused_by_name(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str, named: str,
+    bare: str,
+) -> None:
+    _, folder = build(tmp_path, "other", getattr(transformers, config_name)(**arguments))
+    with_config = _init(folder, "--prefix", prefix)
+    assert with_config.exit_code == 2 and with_config.stderr.count("\n") == 1
+    assert named in with_config.stderr, with_config.stderr
+    (folder / "config.json").unlink()
+    without = _init(folder, "--prefix", prefix, "--heads", "2", "--causal")
+    assert without.exit_code == 2 and without.stderr.count("\n") == 1
+    assert bare in without.stderr, without.stderr
+
+
+def test_mpt_attention_settings_transformers_does_not_run_are_refused(tmp_path: Path) -> None:
+    config = transformers.MptConfig(d_model=16, n_heads=2, n_layers=1, vocab_size=11,
+                                    max_seq_len=16)
+    _, folder = build(tmp_path, "mpt", config)
+    saved = json.loads((folder / "config.json").read_text())
+    for key, value in (("qk_ln", True), ("alibi_bias_max", 4), ("prefix_lm", True),
+                       ("alibi", False)):
+        changed = {**saved, "attn_config": {**saved["attn_config"], key: value}}
+        (folder / "config.json").write_text(json.dumps(changed))
+        result = _init(folder, "--prefix", "blocks.0.attn.")
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1
+        assert f"config attn_config.{key} {json.dumps(value)}: transformers' MPT computes" in (
+            result.stderr)

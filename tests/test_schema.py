@@ -34,7 +34,14 @@ from qkvcli.reading.fixture import (
     WEIGHT_KEYS,
 )
 from qkvcli.reading.json_values import parse_json_text
-from qkvcli.reading.layouts import C_ATTN_KEYS, NEOX_KEYS, OUT_KEYS, WEIGHT_OBJECT_KEYS
+from qkvcli.reading.layouts import (
+    C_ATTN_KEYS,
+    CODEGEN_KEYS,
+    NEOX_KEYS,
+    OUT_KEYS,
+    QKV_PROJ_KEYS,
+    WEIGHT_OBJECT_KEYS,
+)
 from qkvcli.reading.load import bundled_fixture_text
 from qkvcli.reading.parse import parse_fixture
 from qkvcli.reading.problems import FixtureError
@@ -94,7 +101,8 @@ def test_schema_names_the_keys_the_code_knows() -> None:
     props = SCHEMA["properties"]
     assert tuple(props) == TOP_KEYS + LAYER_TOP_KEYS
     assert tuple(props["weights"]["properties"]) == (
-        BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + OUT_KEYS)
+        BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS + CODEGEN_KEYS
+        + OUT_KEYS)
     assert tuple(props["upstream"]["properties"]) == (*BRANCHES, UPSTREAM_OUTPUT)
     assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
     assert tuple(props["expect"]["properties"]) == EXPECT_KEYS

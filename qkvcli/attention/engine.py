@@ -1,9 +1,10 @@
 """The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer kind.
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
-(half, interleaved, partial, with a position offset), a given score scale, the causal
-mask with an optional sliding window, biases and the output projection are all this one
-path. The maths of each step is :mod:`qkvcli.attention.maths`'.
+(half, interleaved, partial, with a position offset), clipping of the projections, a
+given score scale, ALiBi and soft-capping of the scores, the causal mask with an
+optional sliding window, biases and the output projection are all this one path. The
+maths of each step is :mod:`qkvcli.attention.maths`'.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
 ``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
@@ -30,7 +31,20 @@ from typing import Protocol
 
 import numpy as np
 
-from qkvcli.attention.maths import Rope, hidden, key_span, rotate, scale, softmax, softmax_backward
+from qkvcli.attention.maths import (
+    Rope,
+    alibi_bias,
+    clip,
+    clip_backward,
+    hidden,
+    key_span,
+    rotate,
+    scale,
+    softcap,
+    softcap_backward,
+    softmax,
+    softmax_backward,
+)
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 
@@ -126,6 +140,14 @@ class Layer(Protocol):
     @property
     def given_scale(self) -> float | None: ...
     @property
+    def window(self) -> int | None: ...
+    @property
+    def softcap(self) -> float | None: ...
+    @property
+    def alibi(self) -> Array | None: ...
+    @property
+    def clip(self) -> float | None: ...
+    @property
     def branch_biases(self) -> tuple[bool, bool, bool]: ...
     @property
     def out_weight(self) -> Array | None: ...
@@ -197,16 +219,22 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     evaluations project only what they change). ``records=False`` gives only ``C`` and
     ``Y`` (no heads' records, nothing in ``stacked``): each block of query rows then
     scores only the keys it sees, and no ``[B,H,T,T]`` array is made. Expects
-    ``errstate`` set by the caller."""
+    ``errstate`` set by the caller. ``window`` (default: the layer's own) limits a causal
+    mask to the ``window`` latest keys."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, _ = x.shape
     rows = tokens - first_row
+    if window is None:
+        window = layer.window
     qw, kw = heads * dk, kv * dk
     if projected is None:
         projected = project(x, *layer.packed())  # [B,T, H*d_k + G*d_k + G*d_v]
-    query = heads_axis(projected[:, first_row:, :qw], heads)  # [B,H,R,d_k]
-    key = heads_axis(projected[..., qw:qw + kw], kv)  # [B,G,T,d_k]
-    value = heads_axis(projected[..., qw + kw:], kv)  # [B,G,T,d_v]
+    # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
+    # reads where they were inside the bound)
+    used = projected if layer.clip is None else clip(projected, layer.clip)
+    query = heads_axis(used[:, first_row:, :qw], heads)  # [B,H,R,d_k]
+    key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,T,d_k]
+    value = heads_axis(used[..., qw + kw:], kv)  # [B,G,T,d_v]
     rope = layer.rope
     rotated_query = rotated_key = None
     matched_query, matched_key = query, key
@@ -221,6 +249,10 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
     scaled_scores = scale(scores, dk, layer.given_scale)
+    if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
+        scaled_scores += alibi_bias(layer.alibi, 0, tokens)
+    if layer.softcap is not None:  # the scaled scores, capped (what the softmax reads)
+        softcap(scaled_scores, layer.softcap, out=scaled_scores)
     attention = np.zeros(scaled_scores.shape)
     mixed = np.empty((batch, heads, rows, layer.d_v))
     grouped_z, grouped_a = _grouped(scaled_scores, kv), _grouped(attention, kv)
@@ -265,6 +297,10 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
         # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
         z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
         scale(z, layer.d_k, layer.given_scale, out=z)
+        if layer.alibi is not None:  # [H,1,keys] as [G,H/G,1,keys] over the grouped block
+            z += alibi_bias(layer.alibi, start, stop).reshape(kv, heads // kv, 1, stop - start)
+        if layer.softcap is not None:
+            softcap(z, layer.softcap, out=z)
         masked = hidden(first, end, start, stop, causal, window)
         if masked is not None:
             np.copyto(z, -np.inf, where=masked)
@@ -276,8 +312,9 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
 
 def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) -> LayerGradients:
     """The reverse of :func:`forward` (of every row) for ``dY`` (``[B,T,E_out]``), batched
-    over heads as the forward is; a K/V head's gradients sum its group's. Expects
-    ``errstate`` set by the caller and ``dY`` shaped like the output."""
+    over heads as the forward is; a K/V head's gradients sum its group's. A soft-capped
+    layer's reverse reads the forward's capped ``scaled_scores``. Expects ``errstate``
+    set by the caller and ``dY`` shaped like the output."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, d_model = x.shape
     causal, window = forward.causal, forward.window
@@ -308,6 +345,9 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
         block = grad_scaled_scores[..., first:end, start:stop]
         softmax_backward(a[..., first:end, start:stop], grad_attention[..., first:end, start:stop],
                          out=block)
+        if layer.softcap is not None:  # back through the cap, to the scaled scores
+            softcap_backward(stacked["scaled_scores"][..., first:end, start:stop], block,
+                             layer.softcap, out=block)
         masked = hidden(first, end, start, stop, causal, window)
         if masked is not None:
             np.copyto(block, 0.0, where=masked)
@@ -343,6 +383,8 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     heads_axis(joined[..., :qw], heads)[...] = grad_query
     heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
     heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
+    if layer.clip is not None:  # back through the clipping, to the projections
+        clip_backward(stacked["projected"], joined, layer.clip, out=joined)
     weight, _ = layer.packed()
     rows_x = x.reshape(batch * tokens, d_model)
     flat = joined.reshape(batch * tokens, joined.shape[-1])

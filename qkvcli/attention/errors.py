@@ -42,6 +42,14 @@ class OutputGradientShapeMismatch(QkvError):
         )
 
 
+class WindowError(QkvError):
+    """A sliding window that is not a positive number of keys."""
+
+    def __init__(self, window: object) -> None:
+        self.window = window
+        super().__init__(f"window must be a positive integer (the keys a query sees), got {window!r}")
+
+
 class HeadCountMismatch(QkvError):
     """The head count does not divide the query/key width and the value width."""
 

@@ -42,6 +42,7 @@ from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
 from qkvcli.reading.attend import AttendFixture, relative_sources
+from qkvcli.reading.layouts import CODEGEN_BLOCKS
 
 EPSILON = float(np.finfo(np.float64).eps)
 ROWS_LIMIT = 4096
@@ -82,23 +83,33 @@ def _given(array: Array, layout: str) -> Array:
 
 def _packed(parts: LayerParts, branches: tuple[Array, ...]) -> Array:
     """The three branches (our ``[d_model, W]`` layout) in the packed layout given:
-    ``in_proj`` stacks torch rows, ``c_attn`` puts Conv1D columns side by side,
-    ``query_key_value`` interleaves torch rows per head (``[H, 3, d_head]``)."""
+    ``in_proj`` and ``qkv_proj`` stack torch rows, ``c_attn`` puts Conv1D columns side
+    by side, ``query_key_value`` interleaves torch rows per K/V head (``[G, H/G + 2,
+    d_head]``, GPT-NeoX's ``[H, 3, d_head]`` when G = H)."""
     if parts.packed == "c_attn":
         return np.concatenate([_given(w, parts.branch_layouts[0]) for w in branches], axis=1)
     rows = [w.T for w in branches]  # torch [W, d_model] each
-    if parts.packed == "in_proj":
+    if parts.packed in ("in_proj", "qkv_proj"):
         return np.concatenate(rows, axis=0)
-    heads = parts.layer.heads
-    per_head = [r.reshape(heads, -1, r.shape[-1]) for r in rows]  # [H, d_head, d_model]
-    return np.stack(per_head, axis=1).reshape(-1, rows[0].shape[-1])
+    if parts.packed == "codegen_qkv_proj":  # [4, 3, W/4]: query, value, key per block
+        per_block = [r.reshape(CODEGEN_BLOCKS, 1, -1, r.shape[-1]) for r in rows]
+        return np.concatenate([per_block[0], per_block[2], per_block[1]], axis=1).reshape(
+            -1, rows[0].shape[-1])
+    # per K/V head g: its query heads' rows, its key's, its value's ([G, H/G + 2, d_head])
+    kv = parts.layer.kv_heads
+    per_group = [r.reshape(kv, -1, parts.layer.d_k, r.shape[-1]) for r in rows]
+    return np.concatenate(per_group, axis=1).reshape(-1, rows[0].shape[-1])
 
 
 def _packed_bias(parts: LayerParts, biases: tuple[Array, ...]) -> Array:
+    if parts.packed == "codegen_qkv_proj":
+        q, k, v = (b.reshape(CODEGEN_BLOCKS, 1, -1) for b in biases)
+        return np.concatenate([q, v, k], axis=1).reshape(-1)
     if parts.packed != "query_key_value":
         return np.concatenate(biases)
-    heads = parts.layer.heads
-    return np.stack([b.reshape(heads, -1) for b in biases], axis=1).reshape(-1)
+    kv = parts.layer.kv_heads
+    return np.concatenate([b.reshape(kv, -1, parts.layer.d_k) for b in biases],
+                          axis=1).reshape(-1)
 
 
 def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
@@ -260,12 +271,14 @@ def replays_bitwise(tensors: dict[str, Array], fixture: AttendFixture, parts: La
             first: tuple[LayerForward, LayerGradients], causal: bool) -> bool:
     """Run the layer once more and compare every tensor with the first run's, bit for bit:
     the forward's tensors first, then, from a forward that keeps only what the reverse
-    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held), the reverse's."""
+    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held; a soft-capped
+    layer's reverse reads ``Z``), the reverse's."""
     layer, x = parts.layer, fixture.input
     forward = layer.forward(x, causal)
     if not same_run(tensors, fixture, parts, forward, first[1]):
         return False
-    kept = {k: v for k, v in forward.stacked.items() if k not in ("scores", "scaled_scores")}
+    dropped = ("scores",) if layer.softcap is not None else ("scores", "scaled_scores")
+    kept = {k: v for k, v in forward.stacked.items() if k not in dropped}
     forward = LayerForward((), forward.concat, forward.output, kept, forward.causal,
                            forward.window)
     grads = layer.backward(x, forward, fixture.upstream)
@@ -286,7 +299,7 @@ def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvide
         )
         mask = MaskEvidence(False, 0.0)
         if causal:
-            above = a[:, causal_mask(tokens)]
+            above = a[:, causal_mask(tokens, f.window)]  # and below a window
             mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
         found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
     return tuple(found)
@@ -459,7 +472,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         out_layout=parts.out_layout, packed=parts.packed,
         kv_heads=None if layer.kv_heads == layer.heads else layer.kv_heads, rope=p.rope,
         scale_given=p.given_scale is not None, architecture=fixture.function.architecture,
-        sources=relative_sources(fixture.parameters.sources),
+        sources=relative_sources(fixture.parameters.sources), window=layer.window,
+        softcap=layer.softcap,
+        alibi=None if layer.alibi is None else tuple(float(v) for v in layer.alibi),
+        clip_qkv=layer.clip,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

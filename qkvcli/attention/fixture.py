@@ -7,12 +7,13 @@ it once while the fixture is read, then dropped: the record keeps plain arrays. 
 may not import the engine, so the two meet here.
 
 Validation order (first failure wins): document keys; ``value_width``; the function's
-keys (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``, and the
-command line against them); weights (structure, layouts, ranks, bias shapes; then names;
-then finite values, widths, unique names, the scale and RoPE, as the engine judges a
-head); the output projection's structure; the layer as the engine judges it (``kv_heads``
-and ``heads`` dividing the projection widths, RoPE against a head, the output
-projection's shapes); input (rank, width, finite); the sizes it makes qkv derive; the
+keys (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
+``window``, ``softcap``, ``alibi``, ``clip_qkv``, and the command line against them); weights (structure,
+layouts, ranks, bias shapes; then names; then finite values, widths, unique names, the
+scale and RoPE, as the engine judges a head); the output projection's structure; the
+layer as the engine judges it (``kv_heads`` and ``heads`` dividing the projection
+widths, RoPE against a head, the output projection's shapes, the window, the soft-cap
+and one ALiBi slope per head); input (rank, width, finite); the sizes it makes qkv derive; the
 chapter's ``upstream`` (shapes only); ``upstream.output``; ``gradcheck``; ``seed``;
 ``chapter``.
 """
@@ -20,6 +21,8 @@ chapter's ``upstream`` (shapes only); ``upstream.output``; ``gradcheck``; ``seed
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from qkvcli.attention.errors import RopeError
 from qkvcli.attention.head import AttentionHead
@@ -67,7 +70,10 @@ def head_of(parameters: LayerParameters, function: LayerFunction) -> AttentionHe
 def _layer(head: AttentionHead, parameters: LayerParameters,
            function: LayerFunction) -> MultiHeadLayer:
     return MultiHeadLayer.build(head, function.heads or 1, parameters.out_weight,
-                                parameters.out_bias, function.kv_heads)
+                                parameters.out_bias, function.kv_heads, function.window,
+                                function.softcap,
+                                None if function.alibi is None else np.array(function.alibi),
+                                function.clip_qkv)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:
@@ -114,6 +120,8 @@ def _judged_layer(head: AttentionHead, parameters: LayerParameters,
         location = "$.heads" if out is None or "heads" in str(error) else f"$.weights.{out}_weight"
         if "rope" in str(error):
             location = "$.rope"
+        if "alibi" in str(error):
+            location = "$.alibi"
         raise FixtureError(location, str(error)) from None
 
 
@@ -134,7 +142,8 @@ def parse_attend_fixture(
     assert document is not None
     function = read_function(document, heads, causal)
     weights = document["weights"]
-    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS, function.heads)
+    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS, function.heads,
+                             function.kv_heads)
     parameters = read_parameters(weights, canonical)
     head = _judged_head(canonical, parameters, function)
     parameters, function = read_layer(weights, parameters, function, max_elements, base_dir)

@@ -70,6 +70,10 @@ EVALUATION_UNIT = 1 << 16
 AUTO_FULL_UNITS = 2 * AUTO_FULL_LIMIT
 """Largest full check (in units) ``auto`` still runs on one tensor, larger ones are sampled:
 what a 4096-element tensor of one-unit evaluations costs, run's own limit."""
+HEAD_OVERHEAD = 1024
+"""Multiply-adds one head costs an evaluation beside its arithmetic (each of the batched
+products' per-matrix steps, the softmax's per-row reductions): a layer of thousands of
+tiny heads is not free because its products are."""
 RECOMPUTES_ALL = "full forward"
 RECOMPUTES_HEAD = "perturbed head"
 RECOMPUTES_GROUP = "perturbed K/V group"
@@ -88,14 +92,15 @@ def as_layer(model: AttentionHead | MultiHeadLayer) -> MultiHeadLayer:
 
 
 def forward_cost(layer: MultiHeadLayer, x: Array) -> int:
-    """Multiply-adds of one forward pass of ``layer`` at ``x`` (projections, scores, mix, out)."""
+    """Multiply-adds of one forward pass of ``layer`` at ``x`` (projections, scores, mix,
+    out), with :data:`HEAD_OVERHEAD` per head."""
     batch, tokens, d_model = x.shape
     p = layer.projections
     rows = batch * tokens
     projections = rows * d_model * (p.d_k + sum(int(w.shape[1]) for w in p.weights[1:]))
     attention = layer.heads * batch * tokens * tokens * (layer.d_k + layer.d_v + 4)
     out = 0 if layer.out_weight is None else rows * layer.concat_width * layer.e_out
-    return int(projections + attention + out)
+    return int(projections + attention + out + layer.heads * HEAD_OVERHEAD)
 
 
 def _units(multiply_adds: int) -> int:
@@ -340,11 +345,13 @@ def whole_objective(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bo
     """``L`` by the engine's forward of the whole layer with tensor ``name`` replaced."""
 
     def objective(probe: Array) -> float:
+        # records=False: only Y, no per-head records (the same products: up to one block
+        # of query rows, the very same bits)
         with np.errstate(over="ignore", invalid="ignore"):
             if name == "input":
-                done = engine.forward(layer, probe, causal)
+                done = engine.forward(layer, probe, causal, records=False)
             else:
-                done = engine.forward(_replaced(layer, name, probe), x, causal)
+                done = engine.forward(_replaced(layer, name, probe), x, causal, records=False)
         return engine.loss(done, upstream)
 
     return objective

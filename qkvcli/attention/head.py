@@ -242,6 +242,26 @@ class AttentionHead:
         return 1
 
     @property
+    def window(self) -> int | None:
+        """A head alone has no sliding window (a layer may: :class:`MultiHeadLayer`)."""
+        return None
+
+    @property
+    def softcap(self) -> float | None:
+        """A head alone caps no scores (a layer may: :class:`MultiHeadLayer`)."""
+        return None
+
+    @property
+    def alibi(self) -> Array | None:
+        """A head alone has no ALiBi slopes (a layer may: :class:`MultiHeadLayer`)."""
+        return None
+
+    @property
+    def clip(self) -> float | None:
+        """A head alone clips no projections (a layer may: :class:`MultiHeadLayer`)."""
+        return None
+
+    @property
     def branch_biases(self) -> tuple[bool, bool, bool]:
         """Which branches have a bias, query, key, value."""
         return (self._biases[0] is not None, self._biases[1] is not None,

@@ -7,6 +7,12 @@ needs to be defined (:func:`check_rope`).
 
 - The scale: ``Z = S / sqrt(d_k)``, or ``Z = S * scale`` for a model that gives its own
   factor (:func:`scale`, the same function on the reverse pass: ``dS = dZ / sqrt(d_k)``).
+- Soft-capping (Gemma 2): ``cap * tanh(Z / cap)`` and its reverse (:func:`softcap`,
+  :func:`softcap_backward`), between the scale and the mask.
+- Clipping of Q, K and V (OLMo's ``clip_qkv``) and its reverse (:func:`clip`,
+  :func:`clip_backward`), right after the projections.
+- ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
+  (:func:`alibi_bias`; the slopes are the fixture's).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
   sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
@@ -42,6 +48,58 @@ def scale(values: Array, d_k: int, given: float | None, out: Array | None = None
     if given is None:
         return np.divide(values, math.sqrt(d_k), out=out)
     return np.multiply(values, given, out=out)
+
+
+# --- soft-capping ------------------------------------------------------------------------
+
+
+def softcap(values: Array, cap: float, out: Array | None = None) -> Array:
+    """``cap * tanh(values / cap)``: Gemma 2's soft-capping of the scaled scores, which
+    keeps every score inside ``(-cap, cap)``; into ``out`` when given."""
+    out = np.divide(values, cap, out=out)
+    np.tanh(out, out=out)
+    out *= cap
+    return out
+
+
+def softcap_backward(capped: Array, grad: Array, cap: float, out: Array | None = None) -> Array:
+    """The reverse of :func:`softcap` from its output ``capped``: ``dZ = dC * (1 - t^2)``
+    with ``t = capped / cap`` (tanh's derivative); into ``out`` when given."""
+    t = capped / cap
+    np.multiply(t, t, out=t)
+    np.subtract(1.0, t, out=t)
+    return np.multiply(grad, t, out=out)
+
+
+# --- clipping of Q, K and V --------------------------------------------------------------
+
+
+def clip(values: Array, bound: float) -> Array:
+    """``values`` clamped to ``[-bound, bound]`` (OLMo's ``clip_qkv`` of the projections),
+    a new array."""
+    return np.clip(values, -bound, bound)
+
+
+def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = None) -> Array:
+    """The reverse of :func:`clip` at the unclipped ``values``: ``grad`` where
+    ``-bound <= values <= bound`` (torch's ``clamp`` passes the bounds themselves), 0
+    elsewhere; into ``out`` when given."""
+    inside = np.abs(values) <= bound
+    return np.multiply(grad, inside, out=out)
+
+
+# --- ALiBi ------------------------------------------------------------------------------
+
+
+def alibi_bias(slopes: Array, start: int, stop: int) -> Array:
+    """ALiBi's bias of keys ``start:stop`` for heads of ``slopes``: ``slope_h * j``,
+    ``[H, 1, stop-start]``, added to the scaled scores (BLOOM's form: a query's row is
+    shifted by a constant, which the softmax ignores, from the ``-slope_h * (i - j)`` of
+    the paper). Its reverse is the identity: the bias is a constant, ``dZ`` passes
+    through it unchanged."""
+    keys = np.arange(start, stop, dtype=np.float64)
+    result: Array = slopes[:, None, None] * keys[None, None, :]
+    return result
 
 
 # --- the mask ---------------------------------------------------------------------------
@@ -152,6 +210,10 @@ def check_rope(rope: Rope, width: int) -> None:
                         f"{width}, got {rope.dims}")
     if rope.offset < 0:
         raise RopeError(f"rope offset must be at least 0, got {rope.offset}")
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if not np.all(np.isfinite(inverse_frequencies(rope))):
+            raise RopeError(f"rope theta {rope.theta!r} makes the frequencies "
+                            f"theta^(-2i/{rope.dims}) overflow")
 
 
 def inverse_frequencies(rope: Rope) -> Array:

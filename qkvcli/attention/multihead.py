@@ -26,6 +26,8 @@ reverse on its slice of ``dC`` at once. This module validates; the engine comput
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from qkvcli.attention import engine
@@ -35,6 +37,8 @@ from qkvcli.attention.errors import (
     KvHeadsMismatch,
     OutProjectionShapeMismatch,
     OutputGradientShapeMismatch,
+    ScaleError,
+    WindowError,
 )
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Rope, check_rope
@@ -47,34 +51,48 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections", "_slices")
+    __slots__ = ("_alibi", "_clip", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
+                 "_slices", "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
-                 out_bias: Array | None, kv_heads: int | None = None) -> None:
+                 out_bias: Array | None, kv_heads: int | None = None,
+                 window: int | None = None, softcap: float | None = None,
+                 alibi: Array | None = None, clip: float | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
         self._kv_heads = heads if kv_heads is None else kv_heads
         self._out_weight = out_weight
         self._out_bias = out_bias
+        self._window = window
+        self._softcap = softcap
+        self._alibi = alibi
+        self._clip = clip
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
 
     @classmethod
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
-              out_bias: ArrayLike | None = None, kv_heads: int | None = None) -> MultiHeadLayer:
+              out_bias: ArrayLike | None = None, kv_heads: int | None = None,
+              window: int | None = None, softcap: float | None = None,
+              alibi: ArrayLike | None = None, clip: float | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
         ``heads / kv_heads`` consecutive query heads (grouped-query attention; 1 is
         multi-query attention); the projections must then be built with
-        ``kv_groups = heads / kv_heads``.
+        ``kv_groups = heads / kv_heads``. ``window``: a causal mask sees only the
+        ``window`` latest keys (a sliding window; it does nothing without the mask).
+        ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
+        ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
+        scores (BLOOM). ``clip``: the projections are clamped to ``[-clip, clip]`` (OLMo).
 
         Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
         projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
         (:class:`HeadCountMismatch`); RoPE fits a head; finite out_proj; its shapes
-        (:class:`OutProjectionShapeMismatch`).
+        (:class:`OutProjectionShapeMismatch`); the window, a positive integer
+        (:class:`WindowError`).
         """
         groups = 1
         if kv_heads is not None:
@@ -113,7 +131,21 @@ class MultiHeadLayer:
                 raise OutProjectionShapeMismatch(
                     f"out_proj bias must be [{weight.shape[1]}] (E_out), got "
                     f"[{','.join(map(str, bias.shape))}]")
-        return cls(projections, heads, weight, bias, kv_heads)
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                                   or window < 1):
+            raise WindowError(window)
+        if softcap is not None and not (math.isfinite(softcap) and softcap > 0.0):
+            raise ScaleError(softcap)
+        slopes = None
+        if alibi is not None:
+            slopes = readonly(alibi)
+            if slopes.shape != (heads,):
+                raise KvHeadsMismatch(f"alibi must give one slope per head, {heads}, got "
+                                      f"{slopes.size}")
+            check_finite(slopes, "parameter")
+        if clip is not None and not (math.isfinite(clip) and clip > 0.0):
+            raise ScaleError(clip)
+        return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes, clip)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -145,6 +177,26 @@ class MultiHeadLayer:
     @property
     def kv_heads(self) -> int:
         return self._kv_heads
+
+    @property
+    def window(self) -> int | None:
+        """The sliding window of a causal mask (``None``: every earlier key)."""
+        return self._window
+
+    @property
+    def softcap(self) -> float | None:
+        """The scores' soft-cap (``None``: none)."""
+        return self._softcap
+
+    @property
+    def alibi(self) -> Array | None:
+        """One ALiBi slope per query head (``None``: no ALiBi)."""
+        return self._alibi
+
+    @property
+    def clip(self) -> float | None:
+        """The bound the projections are clamped to (``None``: none)."""
+        return self._clip
 
     @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
@@ -191,7 +243,8 @@ class MultiHeadLayer:
                         out_weight: Array | None, out_bias: Array | None) -> MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
-                              out_weight, out_bias, self._kv_heads)
+                              out_weight, out_bias, self._kv_heads, self._window,
+                              self._softcap, self._alibi, self._clip)
 
     @property
     def rope(self) -> Rope | None:
@@ -225,7 +278,9 @@ class MultiHeadLayer:
         projections = AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]), p.names,
             p.independent_value_width, p.given_scale, p.rope, count // kv_count)
-        return MultiHeadLayer(projections, count, None, None, kv_count)
+        alibi = None if self._alibi is None else self._alibi[first:first + count]
+        return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
+                              self._softcap, alibi, self._clip)
 
     # --- computation --------------------------------------------------------------------
 

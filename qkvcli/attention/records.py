@@ -50,6 +50,10 @@ class AttendConfig(Record):
     # (vocabulary name, checkpoint tensor name relative to the layer) of each parameter
     # read from a checkpoint: ("w_query", "q_proj.weight"), ("w_out", "o_proj.weight"), ...
     sources: tuple[tuple[str, str], ...] = ()
+    window: int | None = None  # a causal mask's sliding window (keys a query sees)
+    softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
+    alibi: tuple[float, ...] | None = None  # one ALiBi slope per head
+    clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
 
 
 class AttendPrimary(Record):

@@ -41,7 +41,8 @@ Entry = tuple[str, str, tuple[int, ...]]  # name, dtype, shape
 # (suffix of a tensor name, what it is), first match wins
 _LINEAR = "(torch layout [out,in])"
 ROLES = (
-    ("attn.c_attn.weight", "GPT-2 c_attn weight: query|key|value packed, Conv1D [d_model,3*W]"),
+    ("attn.c_attn.weight", "GPT-2 c_attn weight: query|key|value packed, Conv1D [d_model,3*W] "
+     "(GPT-BigCode's: torch rows)"),
     ("attn.c_attn.bias", "GPT-2 c_attn bias: query|key|value packed [3*W]"),
     ("attn.c_proj.weight", "GPT-2 c_proj weight: output projection, Conv1D [H*d_v,E_out]"),
     ("attn.c_proj.bias", "GPT-2 c_proj bias: output projection [E_out]"),
@@ -52,16 +53,60 @@ ROLES = (
     ("attention.dense.bias", "GPT-NeoX output projection bias [E_out]"),
     ("attention.output.dense.weight", f"BERT output projection weight {_LINEAR}"),
     ("attention.output.dense.bias", "BERT output projection bias [E_out]"),
+    ("self_attention.query_key_value.weight",
+     "BLOOM query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
+    ("self_attention.query_key_value.bias", "BLOOM query_key_value bias [3*W]"),
+    ("self_attention.dense.weight", f"BLOOM output projection weight {_LINEAR}"),
+    ("self_attention.dense.bias", "BLOOM output projection bias [E_out]"),
+    ("self_attn.query_key_value.weight",
+     "Persimmon query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
+    ("self_attn.query_key_value.bias", "Persimmon query_key_value bias [3*W]"),
+    ("attn.Wqkv.weight", "MPT Wqkv weight: query, key, value row blocks [3*W,d_model]"),
+    ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
+     "[(H+2G)*d_head,d_model]"),
+    ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
+    ("attn.qkv_proj.weight", "CodeGen qkv_proj weight: 4 blocks of query, value, key rows "
+     "[3*W,d_model]"),
+    ("self_attn.dense.weight", f"Phi (Persimmon) output projection weight {_LINEAR}"),
+    ("self_attn.dense.bias", "Phi (Persimmon) output projection bias [E_out]"),
     *((f"{short}.{part}", f"{branch} projection {part} {_LINEAR}")
       for short, branch in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value"),
                             ("o_proj", "output"), ("out_proj", "output"), ("query", "query"),
-                            ("key", "key"), ("value", "value"))
+                            ("key", "key"), ("value", "value"), ("q_lin", "query"),
+                            ("k_lin", "key"), ("v_lin", "value"), ("out_lin", "output"))
       for part in ("weight", "bias")),
 )
 # The tensor that marks a layer, and the kind of layer it marks.
 ANCHORS = (("c_attn.weight", "gpt2"), ("q_proj.weight", "linear"),
            ("query_key_value.weight", "neox"), ("query.weight", "bert"),
+           ("q_lin.weight", "distil"), ("qkv_proj.weight", "blocks"), ("Wqkv.weight", "mpt"),
            ("SelfAttention.q.weight", "t5"))
+# The packed projection each kind reads (its tensor relative to the prefix), torch rows.
+PACKED = {"blocks": "qkv_proj.", "bigcode": "c_attn.", "falcon": "query_key_value."}
+# The query, key and value modules of each kind with separate projections.
+TRIOS = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"),
+         "distil": ("q_lin", "k_lin", "v_lin")}
+# Attention tensors of layers qkv does not compute, and what they are: named when no
+# layer qkv reads is found (the anchors of other families).
+UNREAD = (("q_a_proj.weight", "multi-head latent attention's q_a_proj (DeepSeek-V2/V3)"),
+          ("kv_a_proj_with_mqa.weight", "multi-head latent attention's kv_a_proj_with_mqa "
+           "(DeepSeek-V2/V3)"),
+          ("c_attn.weight", "a c_attn"), ("query_key_value.weight", "a query_key_value"))
+# Tensors under a layer's prefix that are not parameters of its function: GPT-2's and
+# GPT-Neo's stored causal-mask buffers, and RoPE's stored inverse frequencies, which the
+# config's theta derives (older checkpoints save them).
+BUFFERS = {"gpt2": ("bias", "masked_bias"), "bigcode": ("bias", "masked_bias"),
+           "falcon": ("rotary_emb.inv_freq",),
+           "blocks": ("rotary_emb.inv_freq",),
+           "linear": ("bias", "masked_bias", "rotary_emb.inv_freq"),
+           "neox": ("bias", "masked_bias", "rotary_emb.inv_freq")}
+# What an unread tensor under the prefix is, when qkv knows (the refusal names it).
+EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, OLMo 2, Gemma 3)"),
+                 ("k_norm.", "a norm on K (k_norm: Qwen3, OLMo 2, Gemma 3)"),
+                 ("q_layernorm.", "a layernorm on Q (qk_layernorm: Phi, StableLM, Persimmon)"),
+                 ("k_layernorm.", "a layernorm on K (qk_layernorm: Phi, StableLM, Persimmon)"),
+                 ("q_attn.", "cross-attention's query (GPT-2's crossattention)"),
+                 ("relative_attention_bias.", "a relative position bias (T5)"))
 # Mixes the input's seed so it is not the weights' seed (a fixture-wide convention).
 INPUT_SEED_TAG = 0x51CE_0001
 
@@ -92,6 +137,11 @@ class ModelFunction(Record):
     rope: RopeSpec | None = None
     scale: float | None = None  # None: 1/sqrt(d_k)
     architecture: str | None = None
+    window: int | None = None  # a causal mask's sliding window
+    layout: str | None = None  # the tensors' kind the config says (a packing names alone hide)
+    softcap: float | None = None  # the scores' soft-cap (Gemma 2)
+    alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
+    clip_qkv: float | None = None  # OLMo's clamp of the projections
 
 
 def shown_value(value: Any) -> str:
@@ -112,8 +162,11 @@ def role_of(name: str) -> str | None:
     return None
 
 
-def _natural(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+def natural_key(text: str) -> list[Any]:
+    """A sort key in which ``h.2.`` comes before ``h.10.``: each run of ASCII digits is
+    compared by its value (length, then digits: no int of thousands of digits is made)."""
+    return [(len(part.lstrip("0")), part.lstrip("0")) if i % 2 else part
+            for i, part in enumerate(re.split(r"([0-9]+)", text))]
 
 
 def layer_prefixes(names: list[str]) -> list[tuple[str, str]]:
@@ -128,14 +181,31 @@ def layer_prefixes(names: list[str]) -> list[tuple[str, str]]:
                     continue
                 found.setdefault(prefix, kind)
                 break
-    return sorted(found.items(), key=lambda item: _natural(item[0]))
+    return sorted(found.items(), key=lambda item: natural_key(item[0]))
 
 
-def prefix_problem(prefix: str, layers: list[tuple[str, str]]) -> CheckpointError:
-    """The error for a prefix that names no layer: the prefixes that exist, and a guess."""
+def seen_attention(names: list[str]) -> str:
+    """What the checkpoint's tensors show of attention, for a refusal that finds no layer
+    qkv reads: a tensor of a family qkv does not compute (:data:`UNREAD`), else the
+    first tensor whose name speaks of attention, else how many tensors there are."""
+    for anchor, what in UNREAD:
+        hit = next((n for n in sorted(names) if n == anchor or n.endswith("." + anchor)), None)
+        if hit is not None:
+            return f"it has {shown_value(hit)}, {what}"
+    hit = next((n for n in sorted(names) if "attn" in n.lower() or "attention" in n.lower()),
+               None)
+    if hit is not None:
+        return f"its attention tensors include {shown_value(hit)}"
+    return f"none of its {len(names)} tensors is named as attention"
+
+
+def prefix_problem(prefix: str, layers: list[tuple[str, str]],
+                   names: list[str] | None = None) -> CheckpointError:
+    """The error for a prefix that names no layer: the prefixes that exist, and a guess;
+    without any, what the checkpoint holds (``names``, its tensors)."""
     if not layers:
-        return CheckpointError(prefix, "the checkpoint has no attention layer qkv recognises "
-                               "(qkv inspect lists its tensors)")
+        return CheckpointError(prefix, "the checkpoint has no attention layer qkv recognises; "
+                               f"{seen_attention(names or [])} (qkv inspect lists its tensors)")
     names = [p for p, _ in layers]
     shown = ", ".join(printable(name, USER_TEXT_LIMIT) for name in names[:6]) + (
         f" ... ({len(names)} layers)" if len(names) > 6 else "")
@@ -145,21 +215,40 @@ def prefix_problem(prefix: str, layers: list[tuple[str, str]]) -> CheckpointErro
     return CheckpointError(prefix, f"{start}; the layer prefixes are {shown}{guess}")
 
 
+MAX_LAYER_DIGITS = 9
+
+
 def layer_index(prefix: str) -> int | None:
-    """The layer's number in the model: the last integer component of ``prefix``."""
-    numbers = re.findall(r"(?:^|\.)(\d+)(?=\.)", prefix)
-    return int(numbers[-1]) if numbers else None
+    """The layer's number in the model: the last integer component of ``prefix``
+    (ASCII digits). Raises :class:`CheckpointError` for one of more than
+    :data:`MAX_LAYER_DIGITS` digits: no model has a billion layers."""
+    numbers = re.findall(r"(?:^|\.)([0-9]+)(?=\.)", prefix)
+    if not numbers:
+        return None
+    if len(numbers[-1].lstrip("0")) > MAX_LAYER_DIGITS:
+        raise CheckpointError(prefix, f"the layer number in the prefix has {len(numbers[-1])} "
+                              f"digits; qkv reads layer numbers of at most {MAX_LAYER_DIGITS}")
+    return int(numbers[-1])
 
 
-def command_line_function(heads: int | None, causal: bool | None, prefix: str) -> ModelFunction:
-    """The function given by ``--heads`` and ``--causal``/``--no-causal`` without a config."""
-    if heads is None or causal is None:
-        missing = " and ".join(m for m, v in (("--heads", heads),
-                                              ("--causal or --no-causal", causal)) if v is None)
+def command_line_function(heads: int | None, causal: bool | None, prefix: str,
+                          rope: bool | None = None, scale: float | None = None,
+                          needs_rope_and_scale: bool = False) -> ModelFunction:
+    """The function given by ``--heads``, ``--causal``/``--no-causal`` and, for a layer
+    whose tensor names leave them open, ``--no-rope`` (``rope`` False) and ``--scale``
+    (``0.0``: ``1/sqrt(d_k)``), without a config."""
+    wanted: list[tuple[str, object]] = [("--heads", heads), ("--causal or --no-causal", causal)]
+    if needs_rope_and_scale:
+        wanted += [("--no-rope", rope), ("--scale", scale)]
+    if any(v is None for _, v in wanted):
+        missing = " and ".join(m for m, v in wanted if v is None)
         raise CheckpointError(prefix, f"no config.json beside the checkpoint: pass {missing} "
                               "(or --config FILE, or put the model's config.json beside it); "
-                              "qkv does not guess the layer's function")
-    return ModelFunction(heads, causal)
+                              "qkv does not guess the layer's function"
+                              + (" (these tensor names are OPT's, GPT-J's, GPT-Neo's, BART's...: "
+                                 "RoPE and the scale differ)" if needs_rope_and_scale else ""))
+    assert heads is not None and causal is not None
+    return ModelFunction(heads, causal, scale=scale or None)
 
 
 def _matrix(shapes: dict[str, tuple[int, ...]], prefix: str, name: str) -> tuple[int, int]:
@@ -171,16 +260,33 @@ def _matrix(shapes: dict[str, tuple[int, ...]], prefix: str, name: str) -> tuple
     return shape[0], shape[1]
 
 
-def layer_widths(entries: list[Entry], prefix: str) -> tuple[str, int, tuple[int, int, int]]:
+def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | None = None,
+                 layout: str | None = None) -> tuple[str, int, tuple[int, int, int]]:
     """``(kind, d_model, (query, key, value widths))`` of the layer under ``prefix``.
 
+    ``layout`` (or ``function.layout``): the tensors' kind the config says, where the
+    names alone do not tell it (GPT-BigCode's torch ``c_attn`` beside GPT-2's Conv1D).
+    A packing of unequal parts (Phi-3's ``qkv_proj``) is split by ``function``'s heads;
+    without it the widths are ``(rows, 0, 0)``.
     Raises :class:`CheckpointError` (no layer there, listing the prefixes that exist).
     """
     shapes = {name: shape for name, _, shape in entries}
     kinds = dict(layer_prefixes(list(shapes)))
     kind = kinds.get(prefix)
     if kind is None:
-        raise prefix_problem(prefix, sorted(kinds.items(), key=lambda i: _natural(i[0])))
+        raise prefix_problem(prefix, sorted(kinds.items(), key=lambda i: natural_key(i[0])),
+                             list(shapes))
+    said = layout if layout is not None else (function.layout if function else None)
+    if said is not None and (said, kind) in (("bigcode", "gpt2"), ("falcon", "neox"),
+                                             ("codegen", "blocks")):
+        kind = said
+    if kind in PACKED:
+        rows, d_model = _matrix(shapes, prefix, PACKED[kind] + "weight")  # torch [out, in]
+        if function is None:
+            return kind, d_model, (rows, 0, 0)
+        head_dim = function.head_dim or 0
+        kv = function.kv_heads or function.heads
+        return kind, d_model, (function.heads * head_dim, kv * head_dim, kv * head_dim)
     if kind == "t5":
         raise CheckpointError(prefix, "T5's SelfAttention adds a relative position bias and "
                               "does not scale by 1/sqrt(d_k); qkv does not compute it")
@@ -188,17 +294,23 @@ def layer_widths(entries: list[Entry], prefix: str) -> tuple[str, int, tuple[int
     # input: GPT-2's has c_attn (key|value only) beside q_attn, BERT's lives under
     # crossattention. Read as self-attention, it would be another function.
     if (kind == "gpt2" and prefix + "q_attn.weight" in shapes) or (
-            kind == "bert" and prefix.endswith("crossattention.self.")):
+            kind == "bert" and prefix.endswith("crossattention.self.")) or (
+            "encoder_attn" in prefix.split(".")):
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
                               "encoder); qkv computes self-attention only")
-    if kind in ("gpt2", "neox"):
-        name = "c_attn.weight" if kind == "gpt2" else "query_key_value.weight"
+    if kind in ("gpt2", "neox", "mpt", "codegen"):
+        name = {"gpt2": "c_attn.weight", "neox": "query_key_value.weight",
+                "mpt": "Wqkv.weight", "codegen": "qkv_proj.weight"}[kind]
         rows, cols = _matrix(shapes, prefix, name)
-        d_model, packed = (rows, cols) if kind == "gpt2" else (cols, rows)
+        d_model, packed = (rows, cols) if kind == "gpt2" else (cols, rows)  # Conv1D, torch
         if packed % 3:
-            raise CheckpointError(prefix, f"{name}'s width {packed} is not 3 equal parts")
+            layout = ("GPT-2's Conv1D [d_model,3*W]" if kind == "gpt2"
+                      else "GPT-NeoX's [3*W,d_model]")
+            raise CheckpointError(prefix, f"{name} [{rows},{cols}] is not {layout}: its "
+                                  f"width {packed} is not 3 equal parts (another family's "
+                                  "packing; config.json names it)")
         return kind, d_model, (packed // 3, packed // 3, packed // 3)
-    trio = ("q_proj", "k_proj", "v_proj") if kind == "linear" else ("query", "key", "value")
+    trio = TRIOS[kind]
     for short in trio:
         if prefix + short + ".weight" not in shapes:
             raise CheckpointError(prefix, f"{short}.weight is missing")
@@ -210,13 +322,22 @@ def _out_prefix(kind: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, st
     """Where the layer's output projection lives and in which layout."""
     if kind == "gpt2":
         candidates = [(prefix + "c_proj.", "c_proj")]
+    elif kind == "bigcode":  # a torch Linear, as the rest of GPT-BigCode
+        candidates = [(prefix + "c_proj.", "out_proj")]
     elif kind == "neox":
         candidates = [(prefix + "dense.", "out_proj")]
     elif kind == "bert":
         candidates = [(prefix.removesuffix("self.") + "output.dense.", "out_proj")]
-    else:
-        candidates = [(prefix + "o_proj.", "out_proj"), (prefix + "out_proj.", "out_proj")]
-    return next((c for c in candidates if c[0] + "weight" in shapes), None)
+    elif kind == "distil":
+        candidates = [(prefix + "out_lin.", "out_proj")]
+    else:  # LLaMA's o_proj, OPT's out_proj, Phi's dense
+        candidates = [(prefix + name, "out_proj") for name in ("o_proj.", "out_proj.", "dense.")]
+    found = [c for c in candidates if c[0] + "weight" in shapes]
+    if len(found) > 1:
+        names = " and ".join(shown_value(c[0][len(prefix):] + "weight") for c in found)
+        raise CheckpointError(prefix, f"two output projections under the prefix, {names}: "
+                              "qkv cannot tell which one the layer applies")
+    return found[0] if found else None
 
 
 def checkpoint_document(
@@ -231,7 +352,7 @@ def checkpoint_document(
     :class:`CheckpointError`.
     """
     shapes = {name: shape for name, _, shape in entries}
-    kind, d_model, widths = layer_widths(entries, prefix)
+    kind, d_model, widths = layer_widths(entries, prefix, function)
 
     def ref(name: str) -> dict[str, str] | None:
         return {"safetensors": locate(name), "tensor": name} if name in shapes else None
@@ -243,8 +364,23 @@ def checkpoint_document(
     elif kind == "neox":
         weights["query_key_value_weight"] = ref(prefix + "query_key_value.weight")
         weights["query_key_value_bias"] = ref(prefix + "query_key_value.bias")
+    elif kind == "codegen":  # 4 blocks of query, value, key rows
+        weights["codegen_qkv_proj_weight"] = ref(prefix + "qkv_proj.weight")
+        weights["codegen_qkv_proj_bias"] = ref(prefix + "qkv_proj.bias")
+    elif kind == "mpt":  # three row blocks, as torch's in_proj
+        weights["in_proj_weight"] = ref(prefix + "Wqkv.weight")
+        weights["in_proj_bias"] = ref(prefix + "Wqkv.bias")
+    elif kind in PACKED:
+        # GPT-BigCode with a K/V head per query head interleaves its rows per head as
+        # GPT-NeoX does; with one K/V head (and Phi-3 always) the rows are three blocks
+        # (Falcon's rows are per K/V head, its query heads' then its key's and value's,
+        # whatever the K/V heads: the fixture's query_key_value with kv_heads)
+        key = "query_key_value" if kind == "falcon" or (kind == "bigcode" and (
+            function.kv_heads in (None, function.heads))) else "qkv_proj"
+        weights[f"{key}_weight"] = ref(prefix + PACKED[kind] + "weight")
+        weights[f"{key}_bias"] = ref(prefix + PACKED[kind] + "bias")
     else:
-        trio = ("q_proj", "k_proj", "v_proj") if kind == "linear" else ("query", "key", "value")
+        trio = TRIOS[kind]
         for branch, short in zip(BRANCHES, trio, strict=True):
             entry: dict[str, Any] = {"layout": "torch", **(ref(f"{prefix}{short}.weight") or {})}
             if ref(f"{prefix}{short}.bias") is not None:
@@ -259,6 +395,7 @@ def checkpoint_document(
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
     _check_tensors(entries, _expected_shapes(kind, prefix, d_model, widths, concat, out, shapes),
                    prefix)
+    _check_accounted(entries, prefix, kind, weights)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
         "seed": seed,
@@ -274,6 +411,14 @@ def checkpoint_document(
                             "layout": function.rope.layout}
     if function.scale is not None:
         document["scale"] = function.scale
+    if function.window is not None:
+        document["window"] = function.window
+    if function.softcap is not None:
+        document["softcap"] = function.softcap
+    if function.alibi is not None:
+        document["alibi"] = list(function.alibi)
+    if function.clip_qkv is not None:
+        document["clip_qkv"] = function.clip_qkv
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},
@@ -284,6 +429,26 @@ def checkpoint_document(
     return document, (d_model, widths[0], widths[2])
 
 
+def _check_accounted(entries: list[Entry], prefix: str, kind: str,
+                     weights: dict[str, Any]) -> None:
+    """Refuse a tensor under ``prefix`` that the fixture does not read: a layer is
+    computed only when every one of its tensors is accounted for. A stored buffer that
+    is no parameter (:data:`BUFFERS`) passes. Raises :class:`CheckpointError` naming it."""
+    read = {ref["tensor"] for value in weights.values()
+            for ref in (value, value.get("bias")) if isinstance(ref, dict) and "tensor" in ref}
+    buffers = {prefix + name for name in BUFFERS.get(kind, ())}
+    for name, _, _ in entries:
+        if not name.startswith(prefix) or name in read or name in buffers:
+            continue
+        short = name[len(prefix):]
+        what = next((what for start, what in EXTRA_TENSORS if short.startswith(start)), None)
+        said = f": {what}, which qkv does not compute" if what else (
+            ": qkv does not know what it does in the layer")
+        raise CheckpointError(prefix, f"tensor {shown_value(short)} under the prefix is not "
+                              f"one qkv reads{said}; refused (every tensor of a layer must be "
+                              "accounted for)")
+
+
 def _expected_shapes(
     kind: str, prefix: str, d_model: int, widths: tuple[int, int, int], concat: int,
     out: tuple[str, str] | None, shapes: dict[str, tuple[int, ...]],
@@ -292,13 +457,18 @@ def _expected_shapes(
     that attend reads what init writes; ``concat`` is the output projection's input width."""
     query = widths[0]
     expected: dict[str, tuple[int | None, ...]] = {}
-    if kind in ("gpt2", "neox"):
-        packed = "c_attn." if kind == "gpt2" else "query_key_value."
+    if kind in PACKED:
+        rows = sum(widths)
+        expected[prefix + PACKED[kind] + "weight"] = (rows, d_model)
+        expected[prefix + PACKED[kind] + "bias"] = (rows,)
+    elif kind in ("gpt2", "neox", "mpt", "codegen"):
+        packed = {"gpt2": "c_attn.", "neox": "query_key_value.", "mpt": "Wqkv.",
+                  "codegen": "qkv_proj."}[kind]
         expected[prefix + packed + "weight"] = ((d_model, 3 * query) if kind == "gpt2"
                                                 else (3 * query, d_model))
         expected[prefix + packed + "bias"] = (3 * query,)
     else:
-        trio = ("q_proj", "k_proj", "v_proj") if kind == "linear" else ("query", "key", "value")
+        trio = TRIOS[kind]
         for short, width in zip(trio, widths, strict=True):
             expected[f"{prefix}{short}.weight"] = (width, d_model)
             expected[f"{prefix}{short}.bias"] = (width,)
@@ -352,12 +522,29 @@ def check_heads(function: ModelFunction, widths: tuple[int, int, int], prefix: s
 
 
 def config_needed(entries: list[Entry], prefix: str) -> str | None:
-    """Why the layer under ``prefix`` cannot be read without its config, or ``None``."""
+    """Why the layer under ``prefix`` cannot be read without its config (its tensor
+    names fit several functions only the config tells apart), or ``None`` when the names
+    and the command line's options fix it."""
     kind, _, _ = layer_widths(entries, prefix)
-    if kind == "linear" and any(name == prefix + "o_proj.weight" for name, _, _ in entries):
-        kind = "q_proj/k_proj/v_proj/o_proj layers (LLaMA, Mistral, Qwen2)"
-    elif kind == "neox":
-        kind = "GPT-NeoX layers"
-    else:
-        return None
-    return f"{kind} rotate Q and K by a RoPE that only config.json describes"
+    names = {name for name, _, _ in entries}
+    if kind == "linear" and (prefix + "o_proj.weight" in names or prefix + "dense.weight"
+                             in names):
+        return ("q_proj/k_proj/v_proj layers with o_proj or dense (LLaMA, Mistral, Qwen2, "
+                "Phi and others) rotate Q and K by a RoPE that only config.json describes")
+    if kind == "neox":
+        return ("query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon) compute "
+                "functions that only config.json tells apart (RoPE, ALiBi, the packing)")
+    if kind == "mpt":
+        return "Wqkv layers (MPT) add ALiBi biases that only config.json describes"
+    if kind == "blocks":
+        return ("qkv_proj layers (Phi-3, CodeGen) pack query, key and value in ways only "
+                "config.json tells apart (the K/V heads, CodeGen's blocks, the RoPE)")
+    return None
+
+
+def options_needed(entries: list[Entry], prefix: str) -> bool:
+    """Whether, without a config, the layer's tensor names leave RoPE and the scale open
+    (q_proj/k_proj/v_proj/out_proj: OPT, GPT-J's RoPE, GPT-Neo's unscaled scores, BART,
+    Whisper, CLIP): then ``--no-rope`` and ``--scale`` must say them."""
+    kind, _, _ = layer_widths(entries, prefix)
+    return kind == "linear"

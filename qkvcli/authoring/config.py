@@ -1,16 +1,18 @@
 """The function of a checkpoint's attention layer, as the model's ``config.json`` says it.
 
-:func:`model_function` reads heads, K/V heads, head width, causality, RoPE and the score
-scale of the architectures qkv computes (:data:`SUPPORTED`), and refuses, naming the
-config key, whatever the config asks for that qkv does not compute
-(:data:`REFUSED_KEYS`, RoPE scaling, T5's relative position bias, sliding windows
-shorter than the input), and whatever it cannot read as transformers would (a
-string where a number or a boolean belongs, ``architectures`` of another model).
-No I/O here.
+The rule: qkv computes a layer only when every config key that changes its function is
+understood. :func:`config_family` reads the config first, before any tensor shape:
+``model_type`` (one of :data:`FAMILIES`, or refused by name: :data:`REFUSED_MODELS`),
+``architectures``, the keys that ask for what qkv does not compute
+(:data:`REFUSED_KEYS`, with each family's defaults), and spellings of one setting that
+disagree. :func:`model_function` then reads heads, K/V heads, head width, causality,
+RoPE, the score scale and the sliding window, each from the family's own keys, and
+checks them against the projections' widths. No I/O here.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from qkvcli.authoring.checkpoint import (
@@ -20,19 +22,114 @@ from qkvcli.authoring.checkpoint import (
     layer_index,
     shown_value,
 )
+from qkvcli.core.record import Record
 
-CAUSAL_MODELS = ("gpt2", "llama", "mistral", "qwen2", "gpt_neox", "opt")
-ENCODER_MODELS = ("bert", "roberta")  # causal only as a decoder (is_decoder)
-SUPPORTED = (*CAUSAL_MODELS, *ENCODER_MODELS)
-ROPE_MODELS = ("llama", "mistral", "qwen2", "gpt_neox")
+
+class Family(Record):
+    """What a ``model_type``'s attention is, as far as qkv reads it."""
+
+    title: str
+    kind: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
+    causal: str  # "yes", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
+    rope: str | None  # None, or RoPE's layout: "half" (rotate_half), "interleaved"
+    classes: str  # the start of its transformers classes' names (config "architectures")
+    window: str | None = None  # how its config gives a sliding window (see _window)
+    scale: str | None = None  # how its config gives the score factor (see _scale)
+
+
+_FAMILIES = (
+    ("gpt2", Family("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2")),
+    ("bert", Family("BERT", "bert", "decoder", None, "Bert")),
+    ("roberta", Family("RoBERTa", "bert", "decoder", None, "Roberta")),
+    ("xlm-roberta", Family("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta")),
+    ("electra", Family("ELECTRA", "bert", "decoder", None, "Electra")),
+    ("distilbert", Family("DistilBERT", "distil", "no", None, "DistilBert")),
+    ("llama", Family("LLaMA", "linear", "yes", "half", "Llama")),
+    ("mistral", Family("Mistral", "linear", "yes", "half", "Mistral", window="all")),
+    ("mixtral", Family("Mixtral", "linear", "yes", "half", "Mixtral", window="all")),
+    ("starcoder2", Family("Starcoder2", "linear", "yes", "half", "Starcoder2", window="all")),
+    ("qwen2", Family("Qwen2", "linear", "yes", "half", "Qwen2", window="qwen2")),
+    ("smollm3", Family("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3")),
+    ("granite", Family("Granite", "linear", "yes", "half", "Granite", scale="granite")),
+    ("gemma", Family("Gemma", "linear", "yes", "half", "Gemma")),
+    ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
+                      scale="gemma2")),
+    ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo")),
+    ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm")),
+    ("phi", Family("Phi", "linear", "yes", "half", "Phi")),
+    ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere")),
+    ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ")),
+    ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX")),
+    ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom")),
+    ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon")),
+    ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon")),
+    ("opt", Family("OPT", "linear", "yes", None, "OPT")),
+    ("mpt", Family("MPT", "mpt", "yes", None, "Mpt")),
+    ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen")),
+    ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
+    ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
+                           scale="bigcode")),
+    ("gpt_neo", Family("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
+                       scale="one")),
+    ("bart", Family("BART", "linear", "prefix", None, "Bart")),
+    ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper")),
+    ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP")),
+)
+FAMILIES = dict(_FAMILIES)
+"""Every ``model_type`` qkv computes, and how it reads each one's config."""
+SUPPORTED = tuple(FAMILIES)
+CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
+
+_NORM = "a norm on Q and K before the scores (q_norm/k_norm), whose weights qkv does not read"
+REFUSED_MODELS = {
+    "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
+    "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
+    "umt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
+    "longt5": "a relative position bias and local attention (T5's attention)",
+    "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
+    "gemma3": _NORM, "gemma3_text": _NORM,
+    "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
+                   "and K/V with a separate RoPE part), which qkv does not compute",
+    "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
+                   "and K/V with a separate RoPE part), which qkv does not compute",
+}
+"""Families qkv knows by name and does not compute: what they add, for the refusal."""
+
 REFUSED_KEYS = (
     ("alibi", "ALiBi position biases"), ("use_alibi", "ALiBi position biases"),
     ("attn_logit_softcapping", "logit soft-capping of the scores"),
     ("qk_norm", "QK-norm"), ("use_qk_norm", "QK-norm"), ("qk_layernorm", "QK-norm"),
+    ("clip_qkv", "clipping of Q, K and V (clip_qkv)"),
     ("relative_attention_num_buckets", "a relative position bias"),
     ("add_cross_attention", "cross-attention layers"),
+    ("use_bidirectional_attention", "bidirectional attention in a causal family"),
 )
 """Config keys that, when set (not null, false or 0), ask for what qkv does not compute."""
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "granite": {"attention_multiplier": 1.0},
+    "stablelm": {"partial_rotary_factor": 0.25},
+    "phi": {"partial_rotary_factor": 0.5},
+    "gpt_neox": {"partial_rotary_factor": 0.25},
+    "persimmon": {"partial_rotary_factor": 0.5, "qk_layernorm": True},
+    "gpt_neo": {"window_size": 256},
+    "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
+    "starcoder2": {"use_bias": True},
+    "gptj": {"rotary_dim": 64},
+    "codegen": {"rotary_dim": 64},
+    "gpt_bigcode": {"multi_query": True},
+    "falcon": {"multi_query": True, "new_decoder_architecture": False},
+    "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+               "sliding_window": 4096},
+}
+"""What each family's transformers config assumes when its config.json leaves a key
+out (an older or hand-written config): read as transformers would read it."""
+
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon")
+"""Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
+(GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
+HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 
 
 def _set(config: dict[str, Any], key: str) -> bool:
@@ -71,12 +168,24 @@ def _flag(config: dict[str, Any], key: str, default: bool, prefix: str) -> bool:
     return value
 
 
-# The class-name start of each architecture's transformers classes (config "architectures").
-CLASS_PREFIXES = {"gpt2": "GPT2", "bert": "Bert", "roberta": "Roberta", "llama": "Llama",
-                  "mistral": "Mistral", "qwen2": "Qwen2", "opt": "OPT", "gpt_neox": "GPTNeoX"}
+def _positive(value: Any, key: str, prefix: str) -> float:
+    """``value`` as a finite positive float (a JSON integer of any length too), else refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CheckpointError(prefix, f"config {key} must be a finite positive number, got "
+                              f"{shown_value(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float64's range
+        number = math.inf
+    if not (0.0 < number < math.inf):
+        shown = shown_value(value) if len(str(value)) <= 40 else (
+            f"a number of {len(str(value))} digits")
+        raise CheckpointError(prefix, f"config {key} must be a finite positive number, got "
+                              f"{shown}")
+    return number
 
 
-def _check_architectures(config: dict[str, Any], model: str, prefix: str) -> None:
+def _check_architectures(config: dict[str, Any], model: str, start: str, prefix: str) -> None:
     """Refuse ``architectures`` naming another model's classes: the config contradicts
     itself, and qkv cannot tell which function the checkpoint holds."""
     classes = config.get("architectures")
@@ -85,7 +194,6 @@ def _check_architectures(config: dict[str, Any], model: str, prefix: str) -> Non
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise CheckpointError(prefix, f"config architectures must be a list of class names, "
                               f"got {shown_value(classes)}")
-    start = CLASS_PREFIXES[model]
     other = next((c for c in classes if not c.startswith(start)
                   or c[len(start):len(start) + 1].islower()), None)
     if other is not None:
@@ -94,52 +202,121 @@ def _check_architectures(config: dict[str, Any], model: str, prefix: str) -> Non
                               "config.json this model's?")
 
 
-def _rope(config: dict[str, Any], model: str, head_dim: int, prefix: str) -> RopeSpec:
-    """The default RoPE of LLaMA-like and NeoX configs (transformers 4 and 5 spellings)."""
-    params = config.get("rope_parameters")
-    theta_key = "rope_parameters.rope_theta"
-    if params is not None and not isinstance(params, dict):
-        raise CheckpointError(prefix, "config rope_parameters must be an object")
-    if params is None:  # transformers 4: rope_theta (rotary_emb_base) and rope_scaling
-        scaling = config.get("rope_scaling")
-        if scaling is not None and not isinstance(scaling, dict):
-            raise CheckpointError(prefix, "config rope_scaling must be an object or null")
-        params = dict(scaling or {})
-        theta_key = next((k for k in ("rope_theta", "rotary_emb_base") if k in config),
-                         "rope_theta")
-        params["rope_theta"] = config.get(theta_key, 10000.0)  # transformers' default
-        for source in ("rotary_pct", "partial_rotary_factor"):
-            if source in config:
-                params.setdefault("partial_rotary_factor", config[source])
-        key = "rope_scaling"
+def _one_of(config: dict[str, Any], prefix: str, *paths: str) -> tuple[str, Any] | None:
+    """The one value given under any of ``paths`` (``a.b``: key ``b`` of object ``a``;
+    null is unset), and the path it was read from. Two paths giving different values
+    are refused, naming both: transformers keeps one of them, which one depends on its
+    version."""
+    found: list[tuple[str, Any]] = []
+    for path in paths:
+        holder: Any = config
+        for part in path.split("."):
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        if holder is not None:
+            found.append((path, holder))
+    for path, value in found[1:]:
+        first = found[0][1]
+        if value != first or isinstance(value, bool) != isinstance(first, bool):
+            raise CheckpointError(prefix, f"config {found[0][0]} {shown_value(first)} and "
+                                  f"{path} {shown_value(value)} disagree (two spellings of one "
+                                  "setting: which one counts depends on the transformers version)")
+    return found[0] if found else None
+
+
+THETA_PATHS = ("rope_parameters.rope_theta", "rope_theta", "rotary_emb_base",
+               "rope_scaling.rope_theta")
+FACTOR_PATHS = ("rope_parameters.partial_rotary_factor", "partial_rotary_factor", "rotary_pct")
+
+
+def config_family(config: dict[str, Any], prefix: str) -> str:
+    """The config's ``model_type``, read before any tensor: known and computed, with
+    nothing asked for that qkv does not compute. Raises :class:`CheckpointError` naming
+    the family or the key."""
+    model = config.get("model_type")
+    seen = config.get("architectures")
+    said = f" (architectures {shown_value(seen)})" if seen is not None else ""
+    if isinstance(model, str) and model in REFUSED_MODELS:
+        raise CheckpointError(prefix, f"config model_type {shown_value(model)}{said}: "
+                              f"{REFUSED_MODELS[model]}; refused")
+    if not isinstance(model, str) or model not in FAMILIES:
+        raise CheckpointError(prefix, f"config model_type {shown_value(model)}{said}: qkv "
+                              f"reads only {', '.join(SUPPORTED)}; it does not know that "
+                              "architecture's attention")
+    family = FAMILIES[model]
+    _check_architectures(config, model, family.classes, prefix)
+    settings = {**DEFAULTS.get(model, {}), **config}
+    if model == "whisper" or model == "bart":
+        settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
+    if model == "gemma2":
+        settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
+    if model == "olmo":
+        settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
+    for key, what in REFUSED_KEYS:
+        if _set(settings, key):
+            raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
+                                  "compute")
+    position = config.get("position_embedding_type", "absolute")
+    if position not in (None, "absolute"):
+        raise CheckpointError(prefix, f"config position_embedding_type {shown_value(position)}: qkv "
+                              "computes no relative position scores")
+    for paths in (THETA_PATHS, FACTOR_PATHS):
+        _one_of(config, prefix, *paths)
+    _rope_type(config, prefix)
+    return model
+
+
+def _rope_type(config: dict[str, Any], prefix: str) -> None:
+    """Refuse a RoPE scaling, in either spelling (``rope_parameters``, ``rope_scaling``)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = config.get(key)
+        if params is None:
+            continue
+        if not isinstance(params, dict):
+            raise CheckpointError(prefix, f"config {key} must be an object or null")
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind != "default":
+            raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(kind)}: qkv "
+                                  "computes only the default RoPE (no scaling)")
+
+
+def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
+          prefix: str) -> RopeSpec:
+    """The default RoPE of the family (transformers 4 and 5 spellings)."""
+    if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
+        theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
+        if rotary is None:
+            dims = head_dim
+        elif type(rotary) is not int or rotary <= 0:
+            raise CheckpointError(prefix, f"config rotary_dim must be a positive integer or "
+                                  f"null, got {shown_value(rotary)}")
+        else:
+            dims = min(rotary, head_dim)
     else:
-        key = "rope_parameters"
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(kind)}: qkv computes only "
-                              "the default RoPE (no scaling)")
-    theta = params.get("rope_theta")
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or not (
-            0 < theta < float("inf")):
-        raise CheckpointError(prefix, f"config {theta_key} must be a finite positive number, "
-                              f"got {shown_value(theta)}")
-    factor = params.get("partial_rotary_factor", 1.0)
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
-        raise CheckpointError(prefix, f"config partial_rotary_factor must be in (0, 1], got "
-                              f"{shown_value(factor)}")
-    dims = int(head_dim * factor)  # as transformers computes it
-    if model != "gpt_neox" and dims != head_dim:
-        raise CheckpointError(prefix, f"config partial_rotary_factor {factor}: {model} rotates "
-                              "whole heads in qkv's reading; refused")
-    if dims < 2 or dims % 2:
-        raise CheckpointError(prefix, f"config partial_rotary_factor {factor} gives {dims} "
-                              "rotary dimensions; qkv needs an even number of at least 2")
-    return RopeSpec(float(theta), dims, "half")
-
-
-KIND_OF_MODEL = {"gpt2": "gpt2", "bert": "bert", "roberta": "bert", "llama": "linear",
-                 "mistral": "linear", "qwen2": "linear", "opt": "linear", "gpt_neox": "neox"}
-"""The tensor names each architecture's layers have (:data:`ANCHORS`)."""
+        found = _one_of(config, prefix, *THETA_PATHS)
+        key, value = found if found is not None else ("rope_theta", 10000.0)
+        theta = _positive(value, key, prefix)
+        factor_found = _one_of(config, prefix, *FACTOR_PATHS)
+        factor_key, factor = factor_found if factor_found is not None else (
+            "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+            raise CheckpointError(prefix, f"config {factor_key} must be in (0, 1], got "
+                                  f"{shown_value(factor)}")
+        dims = int(head_dim * factor)  # as transformers computes it
+        if dims != head_dim and model not in PARTIAL_ROTARY:
+            raise CheckpointError(prefix, f"config {factor_key} {factor}: {model} rotates "
+                                  "whole heads in qkv's reading; refused")
+        if dims < 2 or dims % 2:
+            raise CheckpointError(prefix, f"config {factor_key} {factor} gives {dims} "
+                                  "rotary dimensions; qkv needs an even number of at least 2")
+    # theta^(-2i/dims) must be a float64: a theta near 0 turns every angle into NaN
+    try:
+        largest = theta ** (-(dims - 2) / dims)
+    except OverflowError:
+        largest = math.inf
+    if largest == math.inf:
+        raise CheckpointError(prefix, f"config rope_theta {theta!r} makes the rotation "
+                              f"frequencies theta^(-2i/{dims}) overflow float64")
+    return RopeSpec(theta, dims, layout)
 
 
 def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
@@ -148,37 +325,31 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
 
     ``widths`` are the query and key projections' widths, ``kind`` the layer's tensor
     names (:func:`layer_widths`), which must be the architecture's, ``d_model`` its
-    input width, which must be the config's hidden size when it gives one. Raises
-    :class:`CheckpointError` naming the config key of anything qkv does not compute.
+    input width, which must be the config's hidden size when it gives one. ``tokens`` is
+    not read: a sliding window is written into the fixture, whatever the input's length.
+    Raises :class:`CheckpointError` naming the config key of anything qkv does not compute.
     """
-    model = config.get("model_type")
-    if model == "t5" or model not in SUPPORTED:
-        why = (" (relative_attention_num_buckets: a relative position bias, and no "
-               "1/sqrt(d_k) scale)" if model == "t5" else "")
-        raise CheckpointError(prefix, f"config model_type {shown_value(model)}{why}: qkv reads only "
-                              f"{', '.join(SUPPORTED)}")
-    if kind is not None and KIND_OF_MODEL[str(model)] != kind:
+    del tokens
+    model = config_family(config, prefix)
+    family = FAMILIES[model]
+    if kind is not None and family.kind != kind:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}, but the tensors under "
                               "it are not that architecture's: is config.json this model's?")
-    for key, what in REFUSED_KEYS:
-        if _set(config, key):
-            raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
-                                  "compute")
-    position = config.get("position_embedding_type", "absolute")
-    if position not in (None, "absolute", "rotary") or (position == "rotary"
-                                                        and model in ENCODER_MODELS):
-        raise CheckpointError(prefix, f"config position_embedding_type {shown_value(position)}: qkv "
-                              "computes no relative position scores")
-    _check_architectures(config, str(model), prefix)
-    hidden = _int(config, prefix, "hidden_size", "n_embd")
+    hidden = _int(config, prefix, *HIDDEN_KEYS)
     if d_model is not None and hidden is not None and hidden != d_model:
         raise CheckpointError(prefix, f"config hidden size {hidden}, but the layer reads "
                               f"inputs {d_model} wide: is config.json this model's?")
-    heads = _int(config, prefix, "num_attention_heads", "n_head")
+    heads = _int(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
         raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
-    kv_heads = _int(config, prefix, "num_key_value_heads") if model in ROPE_MODELS else None
-    head_dim = _int(config, prefix, "head_dim") if model != "gpt_neox" else None
+    if family.kind in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
+        widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
+    kv_heads = (_int(config, prefix, "num_key_value_heads") if family.kind in ("linear", "blocks")
+                else None)
+    if model in ("gpt_bigcode", "falcon"):
+        kv_heads = widths[1] * heads // widths[0]
+    head_dim = (_int(config, prefix, "head_dim") if model not in ("gpt_neox", "gptj", "codegen")
+                else None)
     if head_dim is None and widths[0] % heads:
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads, which do not divide "
                               f"the query projection's width {widths[0]}")
@@ -188,19 +359,177 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                               f"{shown_value(kv_heads or heads)} K/V heads of {shown_value(head_dim)}, but "
                               f"the projections are query {widths[0]}, key {widths[1]} wide")
     index = layer_index(prefix)
-    _check_window(config, model, index, tokens, prefix)
-    scale = None
-    if model == "gpt2":
-        scale = _gpt2_scale(config, head_dim, index, prefix)
-    causal = model in CAUSAL_MODELS or _flag(config, "is_decoder", False, prefix)
+    for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
+        if config.get(key) is not None:
+            _layer_kind(config, key, 0, ("full_attention", "sliding_attention"), prefix)
+    if family.window is None and config.get("sliding_window") is not None:
+        raise CheckpointError(prefix, f"config sliding_window {shown_value(config['sliding_window'])}:"
+                              f" {model}'s attention has no sliding window in transformers; "
+                              "is config.json this model's?")
+    window = _window(config, model, family.window, index, prefix)
+    scale = _scale(config, family.scale, head_dim, index, prefix)
+    rope = None
+    if family.rope is not None and _uses_rope(config, model, index, prefix):
+        rope = _rope(config, model, family.rope, head_dim, prefix)
+    alibi = None
+    if model == "bloom":  # BLOOM's slopes: a function of the heads alone
+        alibi = tuple(_bloom_slopes(heads))
+    clip_qkv = None
+    if model == "olmo" and config.get("clip_qkv") is not None:
+        clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
+    if model == "mpt":
+        alibi, scale, clip_qkv = _mpt(config, heads, head_dim, prefix)
+    softcap = None
+    if model == "gemma2":
+        value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
+        softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     return ModelFunction(
-        heads, causal, None if kv_heads in (None, heads) else kv_heads, head_dim,
-        _rope(config, str(model), head_dim, prefix) if model in ROPE_MODELS else None,
-        scale, str(model))
+        heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
+        head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv)
 
 
-def _gpt2_scale(config: dict[str, Any], head_dim: int, index: int | None,
-                prefix: str) -> float | None:
+MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,
+                 "alibi": True, "alibi_bias_max": 8, "attn_type": "multihead_attention"}
+"""What transformers' MPT computes whatever its ``attn_config`` says: a config asking for
+another value is refused (the checkpoint was trained for a function transformers does
+not run)."""
+
+
+def _mpt(config: dict[str, Any], heads: int, head_dim: int,
+         prefix: str) -> tuple[tuple[float, ...], float | None, float | None]:
+    """MPT's ALiBi slopes, score factor (``softmax_scale``) and ``clip_qkv``, from its
+    nested ``attn_config``."""
+    attn = config.get("attn_config") or {}
+    if not isinstance(attn, dict):
+        raise CheckpointError(prefix, "config attn_config must be an object")
+    for key, value in MPT_ATTENTION.items():
+        given = attn.get(key, value)
+        if given != value or type(given) is not type(value):
+            raise CheckpointError(prefix, f"config attn_config.{key} {shown_value(given)}: "
+                                  f"transformers' MPT computes {shown_value(value)}; refused")
+    scale = None if attn.get("softmax_scale") is None else _positive(
+        attn["softmax_scale"], "attn_config.softmax_scale", prefix)
+    clip_qkv = None if attn.get("clip_qkv") is None else _positive(
+        attn["clip_qkv"], "attn_config.clip_qkv", prefix)
+    # build_mpt_alibi_tensor: 1 / 2^(i * 8 / n) for the next power of two n, odd then even
+    # when the heads are fewer
+    power = 1 << (heads - 1).bit_length()
+    slopes = [1.0 / 2.0 ** (i * (8 / power)) for i in range(1, power + 1)]
+    if power != heads:
+        slopes = (slopes[1::2] + slopes[::2])[:heads]
+    del head_dim
+    return tuple(slopes), scale, clip_qkv
+
+
+def _bloom_slopes(heads: int) -> list[float]:
+    """BLOOM's ALiBi slopes (``_get_alibi_slopes``): ``2^(-8i/n)``, ``i = 1..n``, for ``n``
+    the largest power of two up to ``heads``, then odd powers of the next one's base."""
+    closest = 1 << (heads.bit_length() - 1)
+    base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+    slopes = [base ** power for power in range(1, closest + 1)]
+    if closest != heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** power for power in range(1, 1 + 2 * min(closest, heads - closest), 2)]
+    return slopes
+
+
+def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
+                   hidden: int | None, prefix: str) -> tuple[int, int]:
+    """The query and key widths of a packed projection of ``rows`` rows: Phi-3's heads and
+    ``num_key_value_heads``, GPT-BigCode's and Falcon's one K/V head (``multi_query``) or
+    one per head (Falcon's ``new_decoder_architecture``: ``num_kv_heads``),
+    each ``head_dim`` (``hidden / heads`` unless the config says) wide."""
+    settings = {**DEFAULTS.get(model, {}), **config}
+    if model == "gpt_bigcode":
+        kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
+    elif model == "falcon":  # FalconAttention._split_heads
+        if _flag(settings, "new_decoder_architecture", False, prefix):
+            kv = _int(config, prefix, "num_kv_heads") or heads
+        else:
+            kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
+    else:
+        kv = _int(config, prefix, "num_key_value_heads") or heads
+    head_dim = _int(config, prefix, "head_dim")
+    if head_dim is None:
+        if hidden is None or hidden % heads:
+            raise CheckpointError(prefix, f"config says {heads} heads, which do not divide the "
+                                  f"hidden size {shown_value(hidden)}")
+        head_dim = hidden // heads
+    if rows != (heads + 2 * kv) * head_dim:
+        raise CheckpointError(prefix, f"config says {heads} heads and {kv} K/V heads of "
+                              f"{head_dim}, but the packed projection has {rows} rows, not "
+                              f"{(heads + 2 * kv) * head_dim}: is config.json this model's?")
+    return heads * head_dim, kv * head_dim
+
+
+def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
+    """Where the config says the layer's heads: an encoder-decoder model says them per side."""
+    if model in ("bart", "whisper"):
+        side = "decoder" if "decoder" in prefix.split(".") else "encoder"
+        return (f"{side}_attention_heads",)
+    return HEADS_KEYS
+
+
+def _causal(config: dict[str, Any], family: Family, prefix: str) -> bool:
+    """Whether the family's layer under ``prefix`` masks later keys."""
+    if family.causal == "yes":
+        return True
+    if family.causal == "no":
+        return False
+    if family.causal == "decoder":
+        return _flag(config, "is_decoder", False, prefix)
+    parts = prefix.split(".")
+    if "encoder_attn" in parts or "crossattention" in parts:
+        raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
+                              "encoder); qkv computes self-attention only")
+    # encoder-decoder models: the decoder's self-attention is causal, the encoder's is not
+    if "decoder" in parts:
+        return True
+    if "encoder" in parts:
+        return False
+    raise CheckpointError(prefix, "qkv cannot tell from the prefix whether this layer is the "
+                          "encoder's (not causal) or the decoder's (causal): give the prefix "
+                          "from the checkpoint's own names (qkv inspect lists them)")
+
+
+def _uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: str) -> bool:
+    """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none)."""
+    if model != "smollm3":
+        return True
+    flags = config.get("no_rope_layers")
+    if flags is None:
+        interval = config.get("no_rope_layer_interval", 4)
+        if type(interval) is not int or interval <= 0:
+            raise CheckpointError(prefix, "config no_rope_layer_interval must be a positive "
+                                  f"integer, got {shown_value(interval)}")
+        if index is None:
+            raise CheckpointError(prefix, "config no_rope_layer_interval needs the layer's "
+                                  "number in the prefix (layers.N.self_attn.)")
+        return (index + 1) % interval != 0
+    if not isinstance(flags, list) or any(f not in (0, 1) or isinstance(f, bool) for f in flags):
+        raise CheckpointError(prefix, f"config no_rope_layers must be a list of 0 and 1, got "
+                              f"{shown_value(flags)}")
+    if index is None or index >= len(flags):
+        raise CheckpointError(prefix, "config no_rope_layers has no entry for this layer "
+                              f"(the prefix's layer number {shown_value(index)})")
+    return bool(flags[index] == 1)
+
+
+def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int | None,
+           prefix: str) -> float | None:
+    """The family's score factor (``None``: ``1/sqrt(d_k)``)."""
+    if rule == "one":  # GPT-Neo does not scale its scores
+        return 1.0
+    if rule == "bigcode":  # GPTBigCodeAttention: head_dim**-0.5 if scale_attn_weights else 1
+        return None if _flag(config, "scale_attn_weights", True, prefix) else 1.0
+    if rule == "gemma2":  # Gemma2Attention: query_pre_attn_scalar**-0.5, not head_dim's
+        value = config.get("query_pre_attn_scalar", DEFAULTS["gemma2"]["query_pre_attn_scalar"])
+        return float(_positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
+    if rule == "granite":
+        value = config.get("attention_multiplier", DEFAULTS["granite"]["attention_multiplier"])
+        return _positive(value, "attention_multiplier", prefix)
+    if rule != "gpt2":
+        return None
     # GPT2Attention: scaling = head_dim**-0.5 if scale_attn_weights else 1.0, then
     # divided by layer_idx + 1 if scale_attn_by_inverse_layer_idx
     weights = _flag(config, "scale_attn_weights", True, prefix)
@@ -216,24 +545,70 @@ def _gpt2_scale(config: dict[str, Any], head_dim: int, index: int | None,
     return scale
 
 
-def _check_window(config: dict[str, Any], model: str, index: int | None, tokens: int,
-                  prefix: str) -> None:
-    """A sliding window is the full causal mask on inputs no longer than it; refuse others."""
-    window = config.get("sliding_window")
-    if window is None or (model == "qwen2"
-                          and not _flag(config, "use_sliding_window", False, prefix)):
-        return
-    types = config.get("layer_types")
-    if types is not None and (not isinstance(types, list) or any(
-            kind not in ("full_attention", "sliding_attention") for kind in types)):
+def _layer_kind(config: dict[str, Any], key: str, index: int | None, kinds: tuple[str, ...],
+                prefix: str) -> str | None:
+    """Entry ``index`` of the list ``config[key]`` (each one of ``kinds``); ``None`` when
+    the config has no such list."""
+    types = config.get(key)
+    if types is None:
+        return None
+    if not isinstance(types, list) or any(kind not in kinds for kind in types):
         # an entry qkv cannot read might be a window of its own: never guess it is full
-        raise CheckpointError(prefix, "config layer_types must be a list of "
-                              f"\"full_attention\" and \"sliding_attention\", got {shown_value(types)}")
-    if isinstance(types, list) and index is not None and index < len(types) and (
-            types[index] != "sliding_attention"):
-        return
-    if type(window) is not int or tokens > window:
-        raise CheckpointError(prefix, f"config sliding_window {shown_value(window)}: qkv computes no "
-                              f"sliding window, and --tokens {tokens} reaches past it")
+        wanted = " and ".join(f'"{kind}"' for kind in kinds)
+        raise CheckpointError(prefix, f"config {key} must be a list of {wanted}, got "
+                              f"{shown_value(types)}")
+    if index is None or index >= len(types):
+        raise CheckpointError(prefix, f"config {key} has no entry for this layer (the "
+                              f"prefix's layer number {shown_value(index)})")
+    return str(types[index])
 
 
+def _window(config: dict[str, Any], model: str, rule: str | None, index: int | None,
+            prefix: str) -> int | None:
+    """The layer's sliding window, as its family's model builds the mask (``None``: none)."""
+    if rule is None:
+        return None
+    settings = {**DEFAULTS.get(model, {}), **config}
+    full = ("full_attention", "sliding_attention")
+    if rule == "gpt_neo":
+        kind = _layer_kind(config, "attention_layers", index, ("global", "local"), prefix)
+        if kind is None:
+            raise CheckpointError(prefix, "config gives no attention_layers: GPT-Neo's layers "
+                                  "are global or local, and only that list says which")
+        key, sliding = "window_size", kind == "local"
+    elif rule == "gemma2":  # layer_types, else every other layer from the first slides
+        kind = _layer_kind(config, "layer_types", index, full, prefix)
+        if kind is None:
+            if index is None:
+                raise CheckpointError(prefix, "config gives no layer_types: Gemma 2's sliding "
+                                      "layers need the layer's number in the prefix")
+            kind = "sliding_attention" if (index + 1) % 2 else "full_attention"
+        key, sliding = "sliding_window", kind == "sliding_attention"
+    elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
+        key, sliding = "sliding_window", True
+    elif rule == "qwen2":
+        if not _flag(config, "use_sliding_window", False, prefix):
+            return None
+        kind = _layer_kind(config, "layer_types", index, full, prefix)
+        if kind is None:  # Qwen2Config: the layers from max_window_layers on slide
+            start = _int(settings, prefix, "max_window_layers")
+            if index is None:
+                raise CheckpointError(prefix, "config max_window_layers needs the layer's "
+                                      "number in the prefix (layers.N.self_attn.)")
+            kind = "sliding_attention" if start is not None and index >= start else "full"
+        key, sliding = "sliding_window", kind == "sliding_attention"
+    else:  # SmolLM3: use_sliding_window and the layer's type
+        if not _flag(config, "use_sliding_window", False, prefix):
+            return None
+        kind = _layer_kind(config, "layer_types", index, full, prefix)
+        if kind is None:
+            raise CheckpointError(prefix, "config use_sliding_window without layer_types: qkv "
+                                  "does not derive which layers slide")
+        key, sliding = "sliding_window", kind == "sliding_attention"
+    window = settings.get(key)
+    if not sliding or window is None:
+        return None
+    if type(window) is not int or window <= 0:
+        raise CheckpointError(prefix, f"config {key} must be a positive integer or null, got "
+                              f"{shown_value(window)}")
+    return window

@@ -82,6 +82,8 @@ LARGE_MAX_ELEMENTS = 1 << 27
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from qkvcli.authoring.checkpoint import ModelFunction
+
 
 @click.command()
 @click.option("--seed", type=click.IntRange(0, MASK64), default=None,
@@ -121,11 +123,19 @@ if TYPE_CHECKING:
 @click.option("--config", "config", type=SafePath(dir_okay=False), default=None, metavar="FILE",
               help="The model's Hugging Face config.json.  [default: config.json beside "
               "CHECKPOINT, if there]")
+@click.option("--no-rope", "no_rope", is_flag=True,
+              help="The layer turns Q and K by no RoPE (with --from-safetensors and no config: "
+              "needed for q_proj/k_proj/v_proj/out_proj layers).")
+@click.option("--scale", "scale", default=None, metavar="FACTOR",
+              help="The scores' factor, a positive number or inverse-sqrt (1/sqrt(d_k)) (with "
+              "--from-safetensors and no config: needed for q_proj/k_proj/v_proj/out_proj "
+              "layers).")
 def init(
     seed: int | None, batch: int | None, tokens: int | None, d_model: int | None,
     d_head: int | None, from_chapter: bool, output: Path | None, force: bool,
     generate: bool, npy_dir: str | None, max_elements: int | None, checkpoint: Path | None,
     prefix: str, heads: int | None, causal: bool | None, config: Path | None,
+    no_rope: bool, scale: str | None,
 ) -> None:
     """Write a starter fixture with seeded weights, input and upstream gradients.
 
@@ -154,10 +164,12 @@ def init(
 
         text = checkpoint_fixture_text(checkpoint, prefix, heads, 4 if tokens is None
                                        else tokens, DEFAULT_SEED if seed is None else seed, output,
-                                       given_max, causal, config)
-    elif heads is not None or causal is not None or config is not None:
-        raise click.UsageError("--heads, --causal/--no-causal and --config go with "
-                               "--from-safetensors")
+                                       given_max, causal, config, False if no_rope else None,
+                                       _scale_option(scale))
+    elif heads is not None or causal is not None or config is not None or no_rope or (
+            scale is not None):
+        raise click.UsageError("--heads, --causal/--no-causal, --config, --no-rope and --scale "
+                               "go with --from-safetensors")
     elif from_chapter:
         given = [name for name, value in (("--seed", seed), ("--batch", batch),
                  ("--tokens", tokens), ("--d-model", d_model), ("--d-head", d_head),
@@ -195,6 +207,25 @@ def init(
         return
     # Never over an existing file without --force (hard-linked into place: atomic).
     write_file(output, text, new_only=not force)
+
+
+def _scale_option(raw: str | None) -> float | None:
+    """``--scale``: ``inverse-sqrt`` is 0.0 (the default factor, said explicitly), else a
+    finite positive number; ``None`` when not given. Raises :class:`click.BadParameter`."""
+    import math
+
+    if raw is None:
+        return None
+    if raw == "inverse-sqrt":
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (0.0 < value < math.inf):
+        raise click.BadParameter("expected a finite positive number or inverse-sqrt",
+                                 param_hint="--scale")
+    return value
 
 
 def _large_fixture(
@@ -249,13 +280,15 @@ def schema() -> None:
 def checkpoint_fixture_text(
     checkpoint: Path, prefix: str, heads: int | None, tokens: int, seed: int,
     output: Path | None, max_elements: int | None = None, causal: bool | None = None,
-    config: Path | None = None,
+    config: Path | None = None, rope: bool | None = None, scale: float | None = None,
 ) -> str:
     """The text of an attend fixture referencing ``checkpoint``'s tensors under ``prefix``.
 
     The layer's function comes from ``config`` (default: config.json beside the
-    checkpoint, if there) or, without one, from ``heads`` and ``causal``, which must then
-    be given; given with a config they must agree with it. Each tensor's file is written
+    checkpoint, if there), read before any tensor's shape, or, without one, from
+    ``heads`` and ``causal``, which must then be given, with ``rope`` (False:
+    ``--no-rope``) and ``scale`` (0.0: ``1/sqrt(d_k)``) for a layer whose tensor names
+    leave them open; given with a config they must agree with it. Each tensor's file is written
     relative to FILE's directory (the current directory without -o). A file outside it,
     or reached through a symbolic link out of it (a hub cache), is written all the same
     and a note says that attend needs --trust-paths to read it: a fixture never reads
@@ -270,8 +303,9 @@ def checkpoint_fixture_text(
         command_line_function,
         config_needed,
         layer_widths,
+        options_needed,
     )
-    from qkvcli.authoring.config import model_function
+    from qkvcli.authoring.config import FAMILIES, config_family, model_function
     from qkvcli.authoring.starter import dump_fixture
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
@@ -305,24 +339,22 @@ def checkpoint_fixture_text(
         return relative.replace(os.sep, "/")
 
     try:
-        kind, d_model, widths = layer_widths(entries, prefix)
         given = _read_config(config_path)
+        layout = None
+        if given is not None:  # the config first: its refusals name the family or the key
+            layout = FAMILIES[config_family(given[1], prefix)].kind
+        kind, d_model, widths = layer_widths(entries, prefix, layout=layout)
         if given is None:
-            function = command_line_function(heads, causal, prefix)
             reason = config_needed(entries, prefix)
             if reason is not None:
                 raise CheckpointError(prefix, f"{reason}: put config.json beside the "
                                       "checkpoint or give --config FILE")
+            function = command_line_function(heads, causal, prefix, rope, scale,
+                                             options_needed(entries, prefix))
         else:
             function = model_function(given[1], prefix, tokens, widths[:2], kind, d_model)
-            if heads is not None and heads != function.heads:
-                raise CheckpointError(prefix, f"--heads {heads} contradicts {given[0]}, which "
-                                      f"says {function.heads} heads; drop --heads")
-            if causal is not None and causal != function.causal:
-                flag = "--causal" if causal else "--no-causal"
-                said = "causal" if function.causal else "not causal"
-                raise CheckpointError(prefix, f"{flag} contradicts {given[0]}, which says the "
-                                      f"layer is {said}; drop {flag}")
+            _agree(function, heads, causal, rope, scale, given[0], prefix)
+            kind, d_model, widths = layer_widths(entries, prefix, function)
         check_heads(function, widths, prefix, MAX_HEADS)
         document, (d_model, width, value_width) = checkpoint_document(
             entries, locate, prefix, function, tokens, seed)
@@ -343,6 +375,28 @@ def checkpoint_fixture_text(
                    "(or links out of it, as a hub cache does): run the fixture with "
                    "qkv attend --trust-paths", err=True)
     return dump_fixture(document)
+
+
+def _agree(function: ModelFunction, heads: int | None, causal: bool | None,
+           rope: bool | None, scale: float | None, shown: str, prefix: str) -> None:
+    """Refuse a command-line option that contradicts the config (which describes the layer)."""
+    from qkvcli.authoring.checkpoint import CheckpointError
+
+    if heads is not None and heads != function.heads:
+        raise CheckpointError(prefix, f"--heads {heads} contradicts {shown}, which "
+                              f"says {function.heads} heads; drop --heads")
+    if causal is not None and causal != function.causal:
+        flag = "--causal" if causal else "--no-causal"
+        said = "causal" if function.causal else "not causal"
+        raise CheckpointError(prefix, f"{flag} contradicts {shown}, which says the "
+                              f"layer is {said}; drop {flag}")
+    if rope is False and function.rope is not None:
+        raise CheckpointError(prefix, f"--no-rope contradicts {shown}, which gives the layer "
+                              "a RoPE; drop --no-rope")
+    if scale is not None and (scale or None) != function.scale:
+        raise CheckpointError(prefix, f"--scale contradicts {shown}, which gives the factor "
+                              f"{'1/sqrt(d_k)' if function.scale is None else function.scale}; "
+                              "drop --scale")
 
 
 def _config_path(checkpoint: Path, config: Path | None) -> str | None:

@@ -107,15 +107,10 @@ NAME_LIMIT = 200
 def inspect_lines(entries: list[Entry]) -> list[str]:
     """One aligned line per tensor (name, dtype, shape and, if recognised, its role), grouped
     by layer in natural order, then the layer prefixes ``--prefix`` takes."""
-    import re
-
-    from qkvcli.authoring.checkpoint import layer_prefixes, role_of
+    from qkvcli.authoring.checkpoint import layer_prefixes, natural_key, role_of
     from qkvcli.core.text import printable
 
-    def natural(entry: Entry) -> list[Any]:
-        return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", entry[0])]
-
-    entries = sorted(entries, key=natural)
+    entries = sorted(entries, key=lambda entry: natural_key(entry[0]))
     shapes = ["[" + ",".join(map(str, shape)) + "]" for _, _, shape in entries]
     # Names come from the file: escaped, and capped so one cannot widen every line.
     names = [printable(name, NAME_LIMIT) for name, _, _ in entries]
@@ -144,8 +139,10 @@ def inspect(checkpoint: Path) -> None:
     """List every tensor of CHECKPOINT (.safetensors, or a sharded model.safetensors.index.json).
 
     Name, dtype, shape, grouped by layer; marks with * the attention projections qkv
-    recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj or out_proj;
-    BERT query/key/value and attention.output.dense; GPT-NeoX query_key_value and dense)
+    recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj, out_proj or Phi's
+    dense; BERT query/key/value and attention.output.dense; DistilBERT q_lin...out_lin;
+    GPT-NeoX, BLOOM, Falcon and Persimmon query_key_value and dense; Phi-3's and CodeGen's
+    qkv_proj; MPT's Wqkv)
     and lists the layer prefixes that init --prefix takes. Only the headers are read.
     """
     click.echo("\n".join(inspect_lines(read_entries(checkpoint))))

@@ -29,14 +29,21 @@ def attend_keys(data: Any) -> list[str]:
     """The keys of ``data`` that only ``qkv attend`` reads, as JSON paths (``$.heads``)."""
     from qkvcli.core.names import BRANCHES
     from qkvcli.reading.fixture import LAYER_TOP_KEYS, PACKED_KEYS
-    from qkvcli.reading.layouts import C_ATTN_KEYS, NEOX_KEYS, OUT_KEYS
+    from qkvcli.reading.layouts import (
+        C_ATTN_KEYS,
+        CODEGEN_KEYS,
+        NEOX_KEYS,
+        OUT_KEYS,
+        QKV_PROJ_KEYS,
+    )
 
     if not isinstance(data, dict):
         return []
     found = [f"$.{key}" for key in (*LAYER_TOP_KEYS, "value_width") if key in data]
     weights = data.get("weights")
     if isinstance(weights, dict):
-        found += [f"$.weights.{key}" for key in (*PACKED_KEYS, *C_ATTN_KEYS, *NEOX_KEYS, *OUT_KEYS)
+        found += [f"$.weights.{key}" for key in (*PACKED_KEYS, *C_ATTN_KEYS, *NEOX_KEYS,
+                                                  *QKV_PROJ_KEYS, *CODEGEN_KEYS, *OUT_KEYS)
                   if key in weights]
         found += [f"$.weights.{branch}.bias" for branch in BRANCHES
                   if isinstance(weights.get(branch), dict) and "bias" in weights[branch]]

@@ -7,8 +7,9 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale`` and ``architecture``, and the command line's ``--heads`` and ``--causal``
-  against them (:func:`read_function`);
+  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` and ``clip_qkv``, and
+  the command
+  line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
   row-major (:func:`seeded_upstream`): deterministic, and uneven enough that a gradient
@@ -32,7 +33,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkvcli.attention.maths import ROPE_LAYOUTS, Rope
+import numpy as np
+
+from qkvcli.attention.maths import ROPE_LAYOUTS, Rope, inverse_frequencies
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -56,7 +59,9 @@ EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # 
 ROPE_KEYS = ("theta", "dims", "layout")
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
-PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value"}
+MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
+PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
+                  "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
 
 
 class LayerFunction(Record):
@@ -69,6 +74,10 @@ class LayerFunction(Record):
     scale: float | None  # the score factor; None: 1/sqrt(d_k)
     independent: bool  # "value_width": "independent": d_v is the value weight's own
     architecture: str | None  # the model the fixture says it was read from
+    window: int | None = None  # a causal mask's sliding window: the keys a query sees
+    softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
+    alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
+    clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
 
     @property
     def kv_groups(self) -> int:
@@ -146,9 +155,13 @@ def _count(data: dict[str, Any], key: str) -> int | None:
 def _number(raw: Any, location: str) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise FixtureError(location, f"expected a number, got {json_type_name(raw)}")
-    value = float(raw)
+    try:
+        value = float(raw)
+    except OverflowError:  # an integer of hundreds of digits: past float64's range
+        value = float("inf")
     if not (value > 0.0 and value < float("inf")):
-        raise FixtureError(location, f"must be a finite positive number, got {raw!r}")
+        shown = repr(raw) if len(str(raw)) <= 40 else f"a number of {len(str(raw))} digits"
+        raise FixtureError(location, f"must be a finite positive number, got {shown}")
     return value
 
 
@@ -167,12 +180,21 @@ def _rope(raw: Any) -> Rope:
     if layout not in ROPE_LAYOUTS:
         shown = f'"{layout}"' if isinstance(layout, str) else json_type_name(layout)
         raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
-    return Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout))
+    if dims > MAX_ROPE_DIMS:
+        raise FixtureError("$.rope.dims", f"must be at most {MAX_ROPE_DIMS}, got {dims}")
+    rope = Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        finite = bool(np.all(np.isfinite(inverse_frequencies(rope))))
+    if not finite:  # a theta so near 0 that theta^(-2i/dims) overflows: every angle NaN
+        raise FixtureError("$.rope.theta", f"theta {rope.theta!r} makes the rotation "
+                           f"frequencies theta^(-2i/{rope.dims}) overflow float64")
+    return rope
 
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
-    """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale`` and
-    ``architecture``, in that order, with the command line's ``--heads`` and ``--causal``.
+    """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
+    ``architecture``, ``window``, ``softcap``, ``alibi`` and ``clip_qkv``, in that order,
+    with the command line's ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
     that contradicts the fixture)."""
@@ -196,8 +218,47 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     architecture = data.get("architecture")
     if architecture is not None and not isinstance(architecture, str):
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
+    window = _window(data.get("window"), bool(said) or causal)
+    softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
-                         architecture)
+                         architecture, window, softcap, _alibi(data.get("alibi")),
+                         _number(data["clip_qkv"], "$.clip_qkv")
+                         if data.get("clip_qkv") is not None else None)
+
+
+def _alibi(raw: Any) -> tuple[float, ...] | None:
+    """``alibi``: a non-empty list of finite numbers, one slope per head (``None``: none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_HEADS:
+        raise FixtureError("$.alibi", f"expected a list of 1 to {MAX_HEADS} slopes, one per "
+                           f"head, got {json_type_name(raw)}")
+    slopes = []
+    for i, value in enumerate(raw):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FixtureError(f"$.alibi[{i}]", f"expected a number, got {json_type_name(value)}")
+        try:
+            slope = float(value)
+        except OverflowError:
+            slope = float("inf")
+        if not np.isfinite(slope):
+            raise FixtureError(f"$.alibi[{i}]", "must be a finite number")
+        slopes.append(slope)
+    return tuple(slopes)
+
+
+def _window(raw: Any, causal: bool) -> int | None:
+    """``window``: a positive integer, only with the causal mask it narrows (``None``: none)."""
+    if raw is None:
+        return None
+    if not is_json_int(raw) or raw < 1:
+        raise FixtureError("$.window", f"expected a positive integer, got {json_type_name(raw)}"
+                           if not is_json_int(raw) else f"must be at least 1, got {raw}")
+    if not causal:
+        raise FixtureError("$.window", "a sliding window narrows the causal mask: the "
+                           'fixture needs "causal": true')
+    # a window longer than any input qkv reads sees every earlier key: the full mask
+    return int(min(raw, 1 << 62))
 
 
 def read_parameters(weights: dict[str, Any], canonical: CanonicalWeights) -> LayerParameters:
@@ -230,7 +291,10 @@ def read_layer(
         parameters = parameters._replace(out_weight=out.weight, out_bias=out.bias,
                                          out_layout=out.layout)
     layer = (function.heads is not None or out is not None or function.kv_heads is not None
-             or parameters.layout in ("c_attn", "query_key_value"))
+             or function.softcap is not None or function.alibi is not None
+             or function.clip_qkv is not None
+             or parameters.layout in ("c_attn", "query_key_value", "qkv_proj",
+                                      "codegen_qkv_proj"))
     if layer and function.heads is None:
         function = function._replace(heads=1)
     return parameters, function
@@ -255,6 +319,7 @@ def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
 
 _SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
     ("in_proj", "packed"), ("c_attn", "packed"), ("query_key_value", "packed"),
+    ("qkv_proj", "packed"), ("codegen_qkv_proj", "packed"),
     ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")}
 
 

@@ -47,7 +47,8 @@ PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
 # Top-level keys only qkv attend reads (qkvcli.reading.attend): a layer's heads, and the
 # function a real layer computes.
 LAYER_KEYS = ("heads", "kv_heads")
-FUNCTION_KEYS = ("causal", "rope", "scale", "architecture")
+FUNCTION_KEYS = ("causal", "rope", "scale", "architecture", "window", "softcap", "alibi",
+                 "clip_qkv")
 LAYER_TOP_KEYS = LAYER_KEYS + FUNCTION_KEYS
 
 

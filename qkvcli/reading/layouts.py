@@ -69,6 +69,10 @@ LAYOUT_DESCRIPTIONS = {
     "c_attn": "one c_attn_weight [d_model,3*d_out] (GPT-2 Conv1D) split query,key,value",
     "query_key_value": "one query_key_value_weight [3*d_out,d_model] (GPT-NeoX, torch) "
                        "interleaved per head [H,3,d_head], transposed",
+    "codegen_qkv_proj": "one codegen_qkv_proj_weight [3*d_out,d_model] (CodeGen, torch) in 4 "
+                        "model-parallel blocks of query, value, key rows, transposed",
+    "qkv_proj": "one qkv_proj_weight [(H+2G)*d_head,d_model] (Phi-3, torch) split into query "
+                "H*d_head, key and value G*d_head rows, transposed",
 }
 # A separate weight object may name its tensor through a source instead of values.
 SOURCE_KEYS = ("npy", "generate", "safetensors", "tensor")
@@ -207,9 +211,11 @@ def _c_attn(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None) ->
 
 
 def _neox(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
-          heads: int | None) -> CanonicalWeights:
+          heads: int | None, kv_heads: int | None = None) -> CanonicalWeights:
     """GPT-NeoX's ``query_key_value``: torch ``[3W, d_model]`` whose rows are, per head,
-    that head's query, key and value rows (``[H, 3, d_head]``), not three blocks."""
+    that head's query, key and value rows (``[H, 3, d_head]``), not three blocks. With
+    ``kv_heads`` G < H (Falcon), per K/V head: its ``H/G`` query heads' rows, then its key's
+    and its value's (``[G, H/G + 2, d_head]``; G = H is GPT-NeoX's)."""
     location = "$.weights.query_key_value_weight"
     if "query_key_value_weight" not in raw:
         raise FixtureError("$.weights", 'missing key "query_key_value_weight" '
@@ -217,31 +223,96 @@ def _neox(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
     if heads is None:
         raise FixtureError(location, "GPT-NeoX's query_key_value interleaves query, key and "
                            'value per head: the fixture needs "heads"')
+    kv = heads if kv_heads is None else kv_heads
+    per = heads // kv + 2  # rows of d_head per K/V head: its query heads, its key, its value
     packed = parse_tensor(raw["query_key_value_weight"], location, max_elements,
                           base_dir=base_dir)
-    if (packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (3 * heads)):
-        raise FixtureError(location, f"query_key_value_weight must be [3*H*d_head,d_model] with "
-                           f"H = {heads}, got {_dims(packed.shape)}")
+    if (packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (kv * per)):
+        shape = "3*H*d_head" if kv == heads else "(H+2G)*d_head"
+        raise FixtureError(location, f"query_key_value_weight must be [{shape},d_model] with "
+                           f"H = {heads}" + (f", G = {kv}" if kv != heads else "")
+                           + f", got {_dims(packed.shape)}")
     rows, d_model = packed.shape
-    d_head = rows // (3 * heads)
-    # rows [H*3*d] -> [H,3,d,d_model]: branch i of head h is block (h, i)
-    blocks = packed.reshape(heads, 3, d_head, d_model)
-    weights = [np.ascontiguousarray(blocks[:, i].reshape(heads * d_head, d_model).T)
-               for i in range(3)]
+    d_head = rows // (kv * per)
+    # rows [G*per*d] -> [G,per,d,d_model]: a group's query heads, then its key, its value
+    blocks = packed.reshape(kv, per, d_head, d_model)
+    parts = (blocks[:, :per - 2], blocks[:, per - 2:per - 1], blocks[:, per - 1:])
+    weights = [np.ascontiguousarray(part.reshape(-1, d_model).T) for part in parts]
     biases: list[Array | None] = [None, None, None]
     bias_location = "$.weights.query_key_value_bias"
     if raw.get("query_key_value_bias") is not None:
         bias = _bias(raw["query_key_value_bias"], rows, "query_key_value_bias", bias_location,
-                     max_elements, base_dir).reshape(heads, 3, d_head)
-        biases = [np.ascontiguousarray(bias[:, i].reshape(-1)) for i in range(3)]
+                     max_elements, base_dir).reshape(kv, per, d_head)
+        biases = [np.ascontiguousarray(part.reshape(-1)) for part in (
+            bias[:, :per - 2], bias[:, per - 2], bias[:, per - 1])]
     b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
          for w, bias in zip(weights, biases, strict=True)]
     return CanonicalWeights((b[0], b[1], b[2]), "query_key_value")
 
 
+def _qkv_proj(raw: dict[str, Any], max_elements: int, base_dir: StrPath | None,
+              heads: int | None, kv_heads: int | None) -> CanonicalWeights:
+    """Phi-3's ``qkv_proj``: torch ``[(H+2G)*d_head, d_model]`` whose rows are the query's
+    ``H*d_head``, then the key's and the value's ``G*d_head`` each (blocks, not
+    interleaved), so reading it needs ``heads`` (and ``kv_heads``, G, when fewer)."""
+    location = "$.weights.qkv_proj_weight"
+    if "qkv_proj_weight" not in raw:
+        raise FixtureError("$.weights", 'missing key "qkv_proj_weight" (qkv_proj_bias needs it)')
+    if heads is None:
+        raise FixtureError(location, "qkv_proj stacks H query heads and G key and value heads: "
+                           'the fixture needs "heads" (and "kv_heads" when G < H)')
+    kv = heads if kv_heads is None else kv_heads
+    packed = parse_tensor(raw["qkv_proj_weight"], location, max_elements, base_dir=base_dir)
+    if packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % (heads + 2 * kv):
+        raise FixtureError(location, f"qkv_proj_weight must be [(H+2G)*d_head,d_model] with "
+                           f"H = {heads}, G = {kv}, got {_dims(packed.shape)}")
+    d_head = packed.shape[0] // (heads + 2 * kv)
+    cuts = (0, heads * d_head, (heads + kv) * d_head, packed.shape[0])
+    weights = [np.ascontiguousarray(packed[cuts[i]:cuts[i + 1]].T) for i in range(3)]
+    biases: list[Array | None] = [None, None, None]
+    bias_location = "$.weights.qkv_proj_bias"
+    if raw.get("qkv_proj_bias") is not None:
+        bias = _bias(raw["qkv_proj_bias"], packed.shape[0], "qkv_proj_bias", bias_location,
+                     max_elements, base_dir)
+        biases = [bias[cuts[i]:cuts[i + 1]].copy() for i in range(3)]
+    b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
+         for w, bias in zip(weights, biases, strict=True)]
+    return CanonicalWeights((b[0], b[1], b[2]), "qkv_proj")
+
+
+def _codegen(raw: dict[str, Any], max_elements: int,
+             base_dir: StrPath | None) -> CanonicalWeights:
+    """CodeGen's ``qkv_proj``: torch ``[3W, d_model]`` whose rows are 4 model-parallel
+    blocks, each the query's, the value's and the key's next ``W/4`` rows, in that order
+    (``[4, 3, W/4]``)."""
+    location = "$.weights.codegen_qkv_proj_weight"
+    if "codegen_qkv_proj_weight" not in raw:
+        raise FixtureError("$.weights", 'missing key "codegen_qkv_proj_weight" '
+                           "(codegen_qkv_proj_bias needs it)")
+    packed = parse_tensor(raw["codegen_qkv_proj_weight"], location, max_elements,
+                          base_dir=base_dir)
+    parts = 3 * CODEGEN_BLOCKS
+    if packed.ndim != 2 or 0 in packed.shape or packed.shape[0] % parts:
+        raise FixtureError(location, f"codegen_qkv_proj_weight must be [3*W,d_model] with W a "
+                           f"multiple of {CODEGEN_BLOCKS}, got {_dims(packed.shape)}")
+    rows, d_model = packed.shape
+    blocks = packed.reshape(CODEGEN_BLOCKS, 3, rows // parts, d_model)  # query, value, key
+    order = (0, 2, 1)  # query, key, value from the blocks' query, value, key
+    weights = [np.ascontiguousarray(blocks[:, i].reshape(-1, d_model).T) for i in order]
+    biases: list[Array | None] = [None, None, None]
+    bias_location = "$.weights.codegen_qkv_proj_bias"
+    if raw.get("codegen_qkv_proj_bias") is not None:
+        bias = _bias(raw["codegen_qkv_proj_bias"], rows, "codegen_qkv_proj_bias", bias_location,
+                     max_elements, base_dir).reshape(CODEGEN_BLOCKS, 3, -1)
+        biases = [np.ascontiguousarray(bias[:, i].reshape(-1)) for i in order]
+    b = [BranchWeights(w, bias, None, location, bias_location, given="torch")
+         for w, bias in zip(weights, biases, strict=True)]
+    return CanonicalWeights((b[0], b[1], b[2]), "codegen_qkv_proj")
+
+
 def canonicalize(
     raw: Any, max_elements: int = DEFAULT_MAX_ELEMENTS, base_dir: StrPath | None = None,
-    extra_keys: tuple[str, ...] = (), heads: int | None = None,
+    extra_keys: tuple[str, ...] = (), heads: int | None = None, kv_heads: int | None = None,
 ) -> CanonicalWeights:
     """Read any accepted ``weights`` spelling into :class:`CanonicalWeights`.
 
@@ -254,8 +325,24 @@ def canonicalize(
     """
     if not isinstance(raw, dict):
         raise FixtureError("$.weights", f"expected an object, got {json_type_name(raw)}")
-    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + extra_keys,
-                        "$.weights")
+    refuse_unknown_keys(raw, BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS
+                        + CODEGEN_KEYS + extra_keys, "$.weights")
+    codegen_keys = [key for key in CODEGEN_KEYS if key in raw]
+    if codegen_keys:
+        others = [key for key in BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS
+                  + QKV_PROJ_KEYS if key in raw]
+        if others:
+            raise FixtureError("$.weights", f'use one packed form or query/key/value; found '
+                               f'"{others[0]}" and "{codegen_keys[0]}"')
+        return _codegen(raw, max_elements, base_dir)
+    blocks_keys = [key for key in QKV_PROJ_KEYS if key in raw]
+    if blocks_keys:
+        others = [key for key in BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS if key in raw]
+        if others:
+            raise FixtureError("$.weights", f'use one of query/key/value, in_proj_weight, '
+                               f'c_attn_weight, query_key_value_weight or qkv_proj_weight; '
+                               f'found "{others[0]}" and "{blocks_keys[0]}"')
+        return _qkv_proj(raw, max_elements, base_dir, heads, kv_heads)
     packed_keys = [key for key in PACKED_KEYS if key in raw]
     separate_keys = [key for key in BRANCHES if key in raw]
     conv_keys = [key for key in C_ATTN_KEYS if key in raw]
@@ -266,7 +353,7 @@ def canonicalize(
             raise FixtureError("$.weights", f'use one of query/key/value, in_proj_weight, '
                                f'c_attn_weight or query_key_value_weight; found "{others[0]}" '
                                f'and "{neox_keys[0]}"')
-        return _neox(raw, max_elements, base_dir, heads)
+        return _neox(raw, max_elements, base_dir, heads, kv_heads)
     if packed_keys and separate_keys:
         raise FixtureError(
             "$.weights",
@@ -341,6 +428,9 @@ if TYPE_CHECKING:
 
 C_ATTN_KEYS = ("c_attn_weight", "c_attn_bias")
 NEOX_KEYS = ("query_key_value_weight", "query_key_value_bias")
+QKV_PROJ_KEYS = ("qkv_proj_weight", "qkv_proj_bias")
+CODEGEN_KEYS = ("codegen_qkv_proj_weight", "codegen_qkv_proj_bias")
+CODEGEN_BLOCKS = 4  # CodeGenAttention.mp_num
 OUT_PROJ_KEYS = ("out_proj_weight", "out_proj_bias")
 C_PROJ_KEYS = ("c_proj_weight", "c_proj_bias")
 OUT_KEYS = OUT_PROJ_KEYS + C_PROJ_KEYS

@@ -315,10 +315,14 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
 
 def formula_of(c: AttendConfig) -> str:
     """The formula line: the chapter's, or the real layer's RoPE and given scale."""
-    if c.rope is None and not c.scale_given:
+    if c.rope is None and not c.scale_given and c.softcap is None and c.alibi is None:
         return FORMULA
     q, k = ("rope(Q)", "rope(K)") if c.rope is not None else ("Q", "K")
     scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
+    if c.alibi is not None:
+        scaled += " + slope_h j"
+    if c.softcap is not None:
+        return f"O = softmax({c.softcap!r} tanh({q} {k}^T{scaled} / {c.softcap!r})) V"
     return f"O = softmax({q} {k}^T{scaled}) V"
 
 
@@ -331,6 +335,14 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append(f"kv_heads:{c.kv_heads}")
     if c.rope is not None:
         parts.append(f"rope:theta={c.rope.theta!r},dims={c.rope.dims},layout={c.rope.layout}")
+    if c.window is not None:
+        parts.append(f"window:{c.window}")
+    if c.softcap is not None:
+        parts.append(f"softcap:{c.softcap!r}")
+    if c.alibi is not None:
+        parts.append("alibi:" + ",".join(repr(v) for v in c.alibi))
+    if c.clip_qkv is not None:
+        parts.append(f"clip_qkv:{c.clip_qkv!r}")
     return [f"function={' '.join(parts)}"] if parts else []
 
 
@@ -345,6 +357,14 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["rope"] = {"theta": c.rope.theta, "dims": c.rope.dims, "layout": c.rope.layout}
     if c.scale_given:
         found["scale_given"] = True
+    if c.window is not None:
+        found["window"] = c.window
+    if c.softcap is not None:
+        found["softcap"] = c.softcap
+    if c.alibi is not None:
+        found["alibi"] = list(c.alibi)
+    if c.clip_qkv is not None:
+        found["clip_qkv"] = c.clip_qkv
     if c.sources:  # the framework's own tensor names, relative to the layer
         found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
     return found
