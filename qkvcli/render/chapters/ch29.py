@@ -16,6 +16,7 @@ from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+    from rich.table import Table
 
 PREDICTION = ("position zero is the identity; equal shifts preserve every fixed query-key "
               "dot product")
@@ -253,7 +254,7 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
 # --- the figure -----------------------------------------------------------------------------
 
 
-def whole(table: Any) -> Any:
+def whole(table: Table) -> Table:
     """``table`` (a rich ``Table`` of ``no_wrap`` columns) measured as wide as it draws:
     each column's minimum is its widest line, so a layout chooser (``Fitted``) never
     picks a table that would cut a number to fit. Gives the same table."""
