@@ -290,12 +290,13 @@ def test_the_figure_renders(width: int) -> None:
     assert max(len(line) for line in shown.splitlines()) <= width
 
 
-def drawn(width: int) -> str:
-    """The bundled fixture's figure printed as the CLI prints it: drawn for the width."""
+def drawn(width: int, evidence: ch30.MultiHeadEvidence | None = None) -> str:
+    """A figure (the bundled fixture's unless ``evidence`` is given) printed as the CLI
+    prints it: drawn for the width."""
     rich_console = pytest.importorskip("rich.console")
     console = rich_console.Console(file=io.StringIO(), width=width, force_terminal=True,
                                    color_system=None)
-    console.print(report.figure(bundled(), width))
+    console.print(report.figure(bundled() if evidence is None else evidence, width))
     return console.file.getvalue()  # type: ignore[no-any-return]
 
 
@@ -321,6 +322,23 @@ def test_the_figure_lays_out_for_its_width(width: int) -> None:
     console = rich_console.Console(file=io.StringIO(), width=width, color_system=None)
     wide = console.options.update_width(10_000)
     assert Measurement.get(console, wide, report.figure(bundled(), 10_000)).minimum <= 40
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_random_figure_fits_every_width_it_asks_for(seed: int) -> None:
+    """From the width the CLI's check measures (the narrowest layout) up, a random
+    fixture's figure draws within the width and cuts no number."""
+    from rich.measure import Measurement
+
+    evidence = ch30.build(ch30.parse(parse_json_text(json.dumps(random_document(seed)))))
+    rich_console = pytest.importorskip("rich.console")
+    console = rich_console.Console(file=io.StringIO(), width=200, color_system=None)
+    need = Measurement.get(console, console.options.update_width(10_000),
+                           report.figure(evidence, 10_000)).minimum
+    for width in sorted({need, need + 7, max(need, 60), max(need, 100), max(need, 160)}):
+        shown = drawn(width, evidence)
+        assert max(len(line) for line in shown.splitlines()) <= width
+        assert "…" not in shown and "verdict: PASS" in shown
 
 
 def test_the_figure_keeps_its_wide_layout_where_there_is_room() -> None:

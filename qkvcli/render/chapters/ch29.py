@@ -391,8 +391,9 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
                              for e in evidence.errors)),
         ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
     ]
+    # the labels never wrap, so a detail's longest word is measured beside them whole
     beside = Table.grid(padding=(0, 2))
-    beside.add_column()
+    beside.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
     beside.add_column()
     for label, detail in facts:
         beside.add_row(label, detail)

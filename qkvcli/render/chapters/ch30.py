@@ -394,19 +394,24 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
             table.add_row(str(r), row(p.output_weight[r], per_line))
         return whole(table)
 
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column()
-    facts.add_column()
-    facts.add_row("future weights", "exactly 0" if pr.future_zero else "NOT zero")
-    facts.add_row("last token changed", ", ".join(
-        [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
-         for t, same in enumerate(pr.prefix_unchanged)]
-        + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"]))
-    facts.add_row("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}")
-    facts.add_row("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}")
-    facts.add_row("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}")
-    facts.add_row("gradient check", f"{evidence.gradcheck.count} coordinates within "
-                  f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}")
+    facts = [
+        ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
+        ("last token changed", ", ".join(
+            [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
+             for t, same in enumerate(pr.prefix_unchanged)]
+            + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"])),
+        ("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}"),
+        ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
+        ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
+        ("gradient check", f"{evidence.gradcheck.count} coordinates within "
+         f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
+    ]
+    # the labels never wrap, so a detail's longest word is measured beside them whole
+    shown_facts = Table.grid(padding=(0, 2))
+    shown_facts.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
+    shown_facts.add_column()
+    for label, detail in facts:
+        shown_facts.add_row(label, detail)
     checks = Table(title="checks", box=CARD)
     checks.add_column("check")
     checks.add_column("result")
@@ -414,4 +419,4 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
         checks.add_row(check.name, status(check.passed))
     return Group(*parts, Fitted([mixing(n) for n in per_lines]),
                  Fitted([merged(n) for n in per_lines]), titled("what the heads showed"),
-                 facts, checks, Text(), verdict_text(evidence.checks))
+                 shown_facts, checks, Text(), verdict_text(evidence.checks))
