@@ -19,6 +19,7 @@ from qkvcli.reading.json_values import parse_json_text
 from qkvcli.reading.load import bundled_fixture_text
 from qkvcli.reading.problems import FixtureError
 from qkvcli.render.chapters import ch30 as report
+from qkvcli.render.numbers import fmt_float
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "ch30"
@@ -287,6 +288,65 @@ def test_the_figure_renders(width: int) -> None:
     shown = console.export_text()
     assert "head 1: weights" in shown and "0.7862" in shown
     assert max(len(line) for line in shown.splitlines()) <= width
+
+
+def drawn(width: int, evidence: ch30.MultiHeadEvidence | None = None) -> str:
+    """A figure (the bundled fixture's unless ``evidence`` is given) printed as the CLI
+    prints it: drawn for the width."""
+    rich_console = pytest.importorskip("rich.console")
+    console = rich_console.Console(file=io.StringIO(), width=width, force_terminal=True,
+                                   color_system=None)
+    console.print(report.figure(bundled() if evidence is None else evidence, width))
+    return console.file.getvalue()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_the_figure_lays_out_for_its_width(width: int) -> None:
+    """No line wider than the screen, no number cut (``…``) or wrapped (each weight,
+    merged value, output and W_O entry shows whole), the verdict at the end; and the
+    CLI's width check (measured as the narrowest layout) asks for no more."""
+    from rich.measure import Measurement
+
+    shown = drawn(width)
+    assert max(len(line) for line in shown.splitlines()) <= width
+    assert "…" not in shown
+    assert shown.rstrip().splitlines()[-1] == "verdict: PASS (11 of 11 checks passed)"
+    p = bundled().primary
+    causal = p.attention[0][np.tril(np.ones(p.attention.shape[-2:], dtype=bool))[None]
+                            .repeat(p.attention.shape[1], axis=0)]
+    for values in (causal, p.rotated_query[0], p.head_outputs[0], p.merged[0], p.output[0],
+                   p.output_weight):
+        for value in np.asarray(values).reshape(-1):
+            assert fmt_float(float(value) + 0.0, 4) in shown
+    rich_console = pytest.importorskip("rich.console")
+    console = rich_console.Console(file=io.StringIO(), width=width, color_system=None)
+    wide = console.options.update_width(10_000)
+    assert Measurement.get(console, wide, report.figure(bundled(), 10_000)).minimum <= 40
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_random_figure_fits_every_width_it_asks_for(seed: int) -> None:
+    """From the width the CLI's check measures (the narrowest layout) up, a random
+    fixture's figure draws within the width and cuts no number."""
+    from rich.measure import Measurement
+
+    evidence = ch30.build(ch30.parse(parse_json_text(json.dumps(random_document(seed)))))
+    rich_console = pytest.importorskip("rich.console")
+    console = rich_console.Console(file=io.StringIO(), width=200, color_system=None)
+    need = Measurement.get(console, console.options.update_width(10_000),
+                           report.figure(evidence, 10_000)).minimum
+    for width in sorted({need, need + 7, max(need, 60), max(need, 100), max(need, 160)}):
+        shown = drawn(width, evidence)
+        assert max(len(line) for line in shown.splitlines()) <= width
+        assert "…" not in shown and "verdict: PASS" in shown
+
+
+def test_the_figure_keeps_its_wide_layout_where_there_is_room() -> None:
+    """A head's Q, K and V stand side by side from 120 columns, stacked below."""
+    def side_by_side(shown: str) -> bool:
+        return any("head 0 Q" in line and "head 0 V" in line for line in shown.splitlines())
+
+    assert side_by_side(drawn(120)) and not side_by_side(drawn(100))
 
 
 def test_the_guide_explains_every_key_of_the_report_and_trace() -> None:

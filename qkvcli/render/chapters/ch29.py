@@ -16,6 +16,7 @@ from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+    from rich.table import Table
 
 PREDICTION = ("position zero is the identity; equal shifts preserve every fixed query-key "
               "dot product")
@@ -253,25 +254,50 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
 # --- the figure -----------------------------------------------------------------------------
 
 
+def whole(table: Table) -> Table:
+    """``table`` (a rich ``Table`` of ``no_wrap`` columns) measured as wide as it draws:
+    each column's minimum is its widest line, so a layout chooser (``Fitted``) never
+    picks a table that would cut a number to fit. Gives the same table."""
+    from rich.cells import cell_len
+
+    for column in table.columns:
+        found = [line for cell in (column.header, *column.cells) for line in str(cell).splitlines()]
+        column.min_width = max((cell_len(line) for line in found), default=0)
+    return table
+
+
 def figure(evidence: RopeEvidence, width: int) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     pairs and their frequencies (beside the checks from 120 columns), each position's
     angle turning each pair of Q (solid border) and K (dashed), the dot products by
     relative offset, then the norms, the common shift, position zero, the reverse, the
-    shapes, the refused inputs and the history."""
+    shapes, the refused inputs and the history, and the verdict line.
+
+    Laid out for the width rich offers when it is printed, down to 40 columns: below
+    80 the angles stand once in a table of their own and Q's and K's pairs wrap between
+    their two numbers; below 60 the angle, cos and sin of a pair share a cell and each
+    fact stands under its label. Measured as its narrowest layout."""
     from rich.console import Group
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
     from qkvcli.render.chapters.figure import verdict_text
     from qkvcli.render.rich.boxes import CARD, KEY, QUERY
-    from qkvcli.render.rich.layout import status, titled
+    from qkvcli.render.rich.layout import Fitted, status, titled
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
+    pairs = list(enumerate(table.pair_features()))
+
+    def number(value: Any) -> str:
+        return _fixed(float(value), 4)
 
     def row(values: Any) -> str:
-        return " ".join(_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
+        return " ".join(number(v) for v in np.asarray(values).reshape(-1))
+
+    def pair_text(values: Any) -> str:
+        return ",".join(number(v) for v in values)
 
     head = Text.assemble(
         ("Chapter 29 - RoPE", "bold"),
@@ -283,60 +309,105 @@ def figure(evidence: RopeEvidence, width: int) -> Any:
     frequencies.add_column("pair")
     frequencies.add_column("features")
     frequencies.add_column("theta_i = base^(-2i/d)", justify="right")
-    for pair, features in enumerate(table.pair_features()):
+    for pair, features in pairs:
         frequencies.add_row(str(pair), _ints(features), _fixed(float(t.inverse_frequencies[pair]), 6))
 
-    def pair_text(values: Any) -> str:
-        return ",".join(_fixed(float(v), 4) for v in values)
+    def position_cell(r: int, pair: int) -> str:
+        return str(t.positions[r]) if pair == 0 else ""
 
-    def turned(title: str, before: Any, after: Any, box: Any, style: str) -> Any:
+    def angle_cells(r: int, pair: int) -> list[str]:
+        return [number(t.angles[r, pair]), number(t.cosines[r, pair]), number(t.sines[r, pair])]
+
+    def turned(title: str, before: Any, after: Any, box: Any, style: str) -> Table:
         # one row per (position, pair): each pair is a point in a plane, turned by its angle
         grid = Table(title=title, box=box, border_style=style)
         for column in ("position", "pair", "angle", "cos", "sin", "before", "after"):
             grid.add_column(column, justify="right", no_wrap=True)
-        for r, position in enumerate(t.positions):
-            for pair, (a, b) in enumerate(table.pair_features()):
-                grid.add_row(str(position) if pair == 0 else "", str(pair),
-                             _fixed(float(t.angles[r, pair]), 4), _fixed(float(t.cosines[r, pair]), 4),
-                             _fixed(float(t.sines[r, pair]), 4), pair_text(before[r, [a, b]]),
-                             pair_text(after[r, [a, b]]))
-        return grid
+        for r in range(len(t.positions)):
+            for pair, (a, b) in pairs:
+                grid.add_row(position_cell(r, pair), str(pair), *angle_cells(r, pair),
+                             pair_text(before[r, [a, b]]), pair_text(after[r, [a, b]]))
+        return whole(grid)
 
-    query = turned("Q turned by its position (solid)", p.query, p.rotated_query, QUERY, "cyan")
-    key = turned("K turned by its position (dashed)", p.key, p.rotated_key, KEY, "magenta")
-    dots = Table(title="rot(Q).rot(K) by relative offset", box=CARD)
-    dots.add_column("query at")
-    for position in t.positions:
-        dots.add_column(f"key {position}", justify="right")
-    for r, position in enumerate(t.positions):
-        dots.add_row(f"position {position}", *(
-            f"{_fixed(float(v), 4)} ({key_position - position:+d})"
-            for v, key_position in zip(p.dot_grid[r], t.positions, strict=True)))
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column()
-    facts.add_column()
-    facts.add_row("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {row(p.input_norms)})")
-    facts.add_row("common shift", f"+{f.shift}: every dot product kept within "
-                  f"{_fixed(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}")
-    facts.add_row("position zero", f"identity: {fmt_bool(p.position_zero_identity)}")
-    facts.add_row("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
-                  "dQ, dK = U turned back")
-    facts.add_row("shapes", " ".join(f"{probe.case} {_shape(probe.output_shape)}"
-                                     for probe in evidence.probes))
-    facts.add_row("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
-                                      for e in evidence.errors))
-    facts.add_row("history", "; ".join(f"{key.replace('_', ' ')}: {value}"
-                                       for key, value in HISTORY))
+    def angles(stacked: bool) -> Table:
+        # the angles of Q and K are the same (one table of positions), so drawn once;
+        # ``stacked`` puts a pair's angle, cos and sin one above the other in one cell
+        grid = Table(title="each position's angle, for Q and K alike", box=CARD)
+        grid.add_column("position", justify="right", no_wrap=True)
+        grid.add_column("pair", justify="right", no_wrap=True)
+        for name in ("angle\ncos\nsin",) if stacked else ("angle", "cos", "sin"):
+            grid.add_column(name, justify="right", no_wrap=True)
+        for r in range(len(t.positions)):
+            for pair, _ in pairs:
+                cells = angle_cells(r, pair)
+                grid.add_row(position_cell(r, pair), str(pair),
+                             *(("\n".join(cells),) if stacked else cells))
+        return whole(grid)
+
+    def points(title: str, before: Any, after: Any, box: Any, style: str,
+               stacked: bool) -> Table:
+        # ``stacked`` writes a pair's two numbers one above the other
+        grid = Table(title=title, box=box, border_style=style)
+        for column in ("position", "pair", "before", "after"):
+            grid.add_column(column, justify="right", no_wrap=True)
+        for r in range(len(t.positions)):
+            for pair, (a, b) in pairs:
+                cells = [before[r, [a, b]], after[r, [a, b]]]
+                grid.add_row(position_cell(r, pair), str(pair), *(
+                    "\n".join(number(v) for v in cell) if stacked else pair_text(cell)
+                    for cell in cells))
+        return whole(grid)
+
+    def dots(stacked: bool) -> Table:
+        # ``stacked`` writes each offset under its dot product, the query's position alone
+        grid = Table(title="rot(Q).rot(K) by relative offset", box=CARD)
+        grid.add_column("query at\nposition" if stacked else "query at", no_wrap=True)
+        for position in t.positions:
+            grid.add_column(f"key {position}", justify="right", no_wrap=True)
+        for r, position in enumerate(t.positions):
+            grid.add_row(str(position) if stacked else f"position {position}", *(
+                f"{number(v)}{chr(10) if stacked else ' '}({key_position - position:+d})"
+                for v, key_position in zip(p.dot_grid[r], t.positions, strict=True)))
+        return whole(grid)
+
+    q_title, k_title = "Q turned by its position (solid)", "K turned by its position (dashed)"
+    q_args = (p.query, p.rotated_query, QUERY, "cyan")
+    k_args = (p.key, p.rotated_key, KEY, "magenta")
+    rotation = Fitted([
+        Group(turned(q_title, *q_args), turned(k_title, *k_args)),
+        *(Group(angles(stacked), points(q_title, *q_args, stacked),
+                points(k_title, *k_args, stacked)) for stacked in (False, True)),
+    ])
+    facts = [
+        ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {row(p.input_norms)})"),
+        ("common shift", f"+{f.shift}: every dot product kept within "
+         f"{_fixed(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
+        ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
+        ("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
+         "dQ, dK = U turned back"),
+        ("shapes", " ".join(f"{probe.case} {_shape(probe.output_shape)}"
+                            for probe in evidence.probes)),
+        ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
+                             for e in evidence.errors)),
+        ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
+    ]
+    # the labels never wrap, so a detail's longest word is measured beside them whole
+    beside = Table.grid(padding=(0, 2))
+    beside.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
+    beside.add_column()
+    for label, detail in facts:
+        beside.add_row(label, detail)
+    under = Group(*(Group(Text(label), Padding(Text(detail), (0, 0, 0, 2)))
+                    for label, detail in facts))
     checks = Table(title="checks", box=CARD)
     checks.add_column("check")
     checks.add_column("result")
     for check in evidence.checks:
         checks.add_row(check.name, status(check.passed))
+    cards: Any = Group(frequencies, checks)
     if width >= 120:  # side by side when both fit
         both = Table.grid(padding=(0, 1))
         both.add_row(frequencies, checks)
-        cards: Any = both
-    else:
-        cards = Group(frequencies, checks)
-    return Group(head, cards, query, key, dots, titled("what the rotation kept"), facts,
-                 Text(), verdict_text(evidence.checks))
+        cards = Fitted([both, cards])
+    return Group(head, cards, rotation, Fitted([dots(False), dots(True)]), titled("what the rotation kept"),
+                 Fitted([beside, under]), Text(), verdict_text(evidence.checks))

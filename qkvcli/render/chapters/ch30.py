@@ -282,25 +282,35 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     stages' shapes, each head's partition (its projected and turned Q with a solid border,
     K dashed, V double), its causal weights (a later key shown as masked), its outputs,
-    ``W_O``'s rows, the merge and the output per token, then the probes and the checks. A head's Q, K
-    and V stand side by side from 120 columns. The first batch item is drawn."""
+    ``W_O``'s rows, the merge and the output per token, then the probes, the checks and
+    the verdict line. A head's Q, K and V stand side by side from 120 columns. The first
+    batch item is drawn.
+
+    Laid out for the width rich offers when it is printed, down to 40 columns: a vector
+    too long for its column is written a few numbers a line (a line ends with its comma),
+    and a head's outputs leave its weights for a table of their own. Measured as its
+    narrowest layout."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    from qkvcli.render.chapters.ch29 import whole
     from qkvcli.render.chapters.figure import verdict_text
     from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
-    from qkvcli.render.rich.layout import status, titled
+    from qkvcli.render.rich.layout import Fitted, status, titled
 
     f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
+    per_lines = (None, 2, 1)  # how many numbers a vector's line holds, widest first (None: all)
 
     def number(value: float) -> str:  # never a false zero: 1e-05 stays visible
         return fmt_float(float(value) + 0.0, 4)
 
-    def row(values: Any) -> str:
-        return ",".join(number(v) for v in np.asarray(values).reshape(-1))
+    def row(values: Any, per_line: int | None = None) -> str:
+        found = [number(v) for v in np.asarray(values).reshape(-1)]
+        step = per_line or max(len(found), 1)
+        return ",\n".join(",".join(found[i:i + step]) for i in range(0, len(found), step))
 
     head = Text.assemble(
         ("Chapter 30 - multi-head attention", "bold"),
@@ -312,69 +322,101 @@ def figure(evidence: MultiHeadEvidence, width: int) -> Any:
             ("input", s.input), ("split", s.split), ("rotated", s.rotated),
             ("weights", s.weights), ("head outputs", s.head_output), ("merged", s.merged),
             ("output", s.output))))
-    parts: list[Any] = [head, stages]
-    for h in range(heads):
-        features = f"{h * d_h}-{(h + 1) * d_h - 1}"
-        branches = []
+
+    def branches(h: int, per_line: int | None) -> list[Table]:
+        found = []
         for title, box, style, before, after in (
                 ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
                 ("K", KEY, "magenta", p.projected_key, p.rotated_key),
                 ("V", VALUE, "yellow", p.projected_value, None)):
             table = Table(title=f"head {h} {title}", box=box, border_style=style)
-            table.add_column("token", justify="right")
+            table.add_column("token", justify="right", no_wrap=True)
             table.add_column("projected", no_wrap=True)
             if after is not None:
                 table.add_column("turned", no_wrap=True)
             for t in range(tokens):
-                cells = [str(t), row(before[0, h, t])]
+                cells = [str(t), row(before[0, h, t], per_line)]
                 if after is not None:
-                    cells.append(row(after[0, h, t]))
+                    cells.append(row(after[0, h, t], per_line))
                 table.add_row(*cells)
-            branches.append(table)
-        weights = Table(title=f"head {h}: weights (masked: a later key) and output", box=CARD)
-        weights.add_column("query", justify="right")
+            found.append(whole(table))
+        return found
+
+    def weights(h: int, with_output: bool) -> Table:
+        title = "weights (masked: a later key) and output" if with_output else (
+            "weights (masked: a later key)")
+        table = Table(title=f"head {h}: {title}", box=CARD)
+        table.add_column("query", justify="right", no_wrap=True)
         for k in range(tokens):
-            weights.add_column(f"key {k}", justify="right")
-        weights.add_column("output", no_wrap=True)
+            table.add_column(f"key {k}", justify="right", no_wrap=True)
+        if with_output:
+            table.add_column("output", no_wrap=True)
         for q in range(tokens):
-            weights.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "masked"
-                                      for k in range(tokens)), row(p.head_outputs[0, h, q]))
-        parts.append(titled(f"head {h}: features {features}"))
+            table.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "masked"
+                                    for k in range(tokens)),
+                          *([row(p.head_outputs[0, h, q])] if with_output else []))
+        return whole(table)
+
+    def outputs(h: int, per_line: int | None) -> Table:
+        table = Table(title=f"head {h}: output", box=CARD)
+        table.add_column("query", justify="right", no_wrap=True)
+        table.add_column("output", no_wrap=True)
+        for q in range(tokens):
+            table.add_row(str(q), row(p.head_outputs[0, h, q], per_line))
+        return whole(table)
+
+    parts: list[Any] = [head, stages]
+    for h in range(heads):
+        features = f"{h * d_h}-{(h + 1) * d_h - 1}"
+        stacked: list[Any] = [Group(*branches(h, per_line)) for per_line in per_lines]
         if width >= 120:
             side = Table.grid(padding=(0, 1))
-            side.add_row(*branches)
-            parts.append(side)
-        else:
-            parts += branches
-        parts.append(weights)
-    merged = Table(title="merged heads, then W_O", box=CARD)
-    merged.add_column("token", justify="right")
-    merged.add_column("merged", no_wrap=True)
-    merged.add_column("output", no_wrap=True)
-    for t in range(tokens):
-        merged.add_row(str(t), row(p.merged[0, t]), row(p.output[0, t]))
-    mixing = Table(title="W_O: where each merged feature goes", box=CARD)
-    mixing.add_column("merged feature", justify="right")
-    mixing.add_column("output features", no_wrap=True)
-    for r in range(p.output_weight.shape[0]):
-        mixing.add_row(str(r), row(p.output_weight[r]))
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column()
-    facts.add_column()
-    facts.add_row("future weights", "exactly 0" if pr.future_zero else "NOT zero")
-    facts.add_row("last token changed", ", ".join(
-        [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
-         for t, same in enumerate(pr.prefix_unchanged)]
-        + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"]))
-    facts.add_row("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}")
-    facts.add_row("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}")
-    facts.add_row("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}")
-    facts.add_row("gradient check", f"{evidence.gradcheck.count} coordinates within "
-                  f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}")
+            side.add_row(*branches(h, None))
+            stacked.insert(0, side)
+        parts += [titled(f"head {h}: features {features}"), Fitted(stacked), Fitted([
+            weights(h, True),
+            *(Group(weights(h, False), outputs(h, per_line)) for per_line in per_lines)])]
+
+    def merged(per_line: int | None) -> Table:
+        table = Table(title="merged heads, then W_O", box=CARD)
+        table.add_column("token", justify="right", no_wrap=True)
+        table.add_column("merged", no_wrap=True)
+        table.add_column("output", no_wrap=True)
+        for t in range(tokens):
+            table.add_row(str(t), row(p.merged[0, t], per_line), row(p.output[0, t], per_line))
+        return whole(table)
+
+    def mixing(per_line: int | None) -> Table:
+        table = Table(title="W_O: where each merged feature goes", box=CARD)
+        table.add_column("merged feature", justify="right", no_wrap=True)
+        table.add_column("output features", no_wrap=True)
+        for r in range(p.output_weight.shape[0]):
+            table.add_row(str(r), row(p.output_weight[r], per_line))
+        return whole(table)
+
+    facts = [
+        ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
+        ("last token changed", ", ".join(
+            [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
+             for t, same in enumerate(pr.prefix_unchanged)]
+            + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"])),
+        ("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}"),
+        ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
+        ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
+        ("gradient check", f"{evidence.gradcheck.count} coordinates within "
+         f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
+    ]
+    # the labels never wrap, so a detail's longest word is measured beside them whole
+    shown_facts = Table.grid(padding=(0, 2))
+    shown_facts.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
+    shown_facts.add_column()
+    for label, detail in facts:
+        shown_facts.add_row(label, detail)
     checks = Table(title="checks", box=CARD)
     checks.add_column("check")
     checks.add_column("result")
     for check in evidence.checks:
         checks.add_row(check.name, status(check.passed))
-    return Group(*parts, mixing, merged, titled("what the heads showed"), facts, checks,
-                 Text(), verdict_text(evidence.checks))
+    return Group(*parts, Fitted([mixing(n) for n in per_lines]),
+                 Fitted([merged(n) for n in per_lines]), titled("what the heads showed"),
+                 shown_facts, checks, Text(), verdict_text(evidence.checks))
