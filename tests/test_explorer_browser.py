@@ -22,6 +22,7 @@ import pytest
 from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
 from qkvcli.cli.io import load
+from qkvcli.cli.options import ATTEND_PRECISION
 from qkvcli.evidence.build import build_evidence
 from qkvcli.render.numbers import fmt_float
 from tests.explorer_helpers import EXAMPLES, gpt2_page, write_page
@@ -219,13 +220,13 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         text = opened.panel()
         z = a["scaled_scores"][0, 1]
         exps = np.exp(z - z.max())
-        assert f"scale\t{fmt_float(evidence.config.scale, 4)}" in text
-        assert f"scaled score z = S \u00d7 scale\t{fmt_float(z[0], 4)}" in text
-        assert f"the row's maximum z\t{fmt_float(z.max(), 4)}" in text
-        assert f"sum of the row's exponentials\t{fmt_float(exps.sum(), 4)}" in text
+        assert f"scale\t{fmt_float(evidence.config.scale, ATTEND_PRECISION)}" in text
+        assert f"scaled score z = S \u00d7 scale\t{fmt_float(z[0], ATTEND_PRECISION)}" in text
+        assert f"the row's maximum z\t{fmt_float(z.max(), ATTEND_PRECISION)}" in text
+        assert f"sum of the row's exponentials\t{fmt_float(exps.sum(), ATTEND_PRECISION)}" in text
         for key in range(2):
-            assert f"key {key}: exp(z \u2212 max)\t{fmt_float(exps[key], 4)}" in text
-        assert text.splitlines()[-1].split()[-1] == fmt_float(a["attention"][0, 1, 0], 4)
+            assert f"key {key}: exp(z \u2212 max)\t{fmt_float(exps[key], ATTEND_PRECISION)}" in text
+        assert text.splitlines()[-1].split()[-1] == fmt_float(a["attention"][0, 1, 0], ATTEND_PRECISION)
         assert opened.by_keyboard("weights", "0,1,0") == text
         opened.number("input", "0,1,2").click()
         assert "given: an input of the computation" in opened.panel()
