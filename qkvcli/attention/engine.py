@@ -2,7 +2,7 @@
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
 (half, interleaved, partial, with a position offset), clipping of the projections, a
-given score scale, ALiBi and soft-capping of the scores, the causal mask with an
+learned RMSNorm of Q and K, a given score scale, ALiBi and soft-capping of the scores, the causal mask with an
 optional sliding window, biases and the output projection are all this one path. The
 maths of each step is :mod:`qkvcli.attention.maths`'.
 
@@ -32,12 +32,15 @@ from typing import Protocol
 import numpy as np
 
 from qkvcli.attention.maths import (
+    QkNorm,
     Rope,
     alibi_bias,
     clip,
     clip_backward,
     hidden,
     key_span,
+    rms_norm,
+    rms_norm_backward,
     rotate,
     scale,
     softcap,
@@ -121,6 +124,8 @@ class LayerGradients(Record):
     grad_out_weight: Array | None
     grad_out_bias: Array | None
     stacked: dict[str, Array]
+    grad_norm_query: Array | None = None  # a q/k norm's weights (QkNorm)
+    grad_norm_key: Array | None = None
 
 
 class Layer(Protocol):
@@ -147,6 +152,8 @@ class Layer(Protocol):
     def alibi(self) -> Array | None: ...
     @property
     def clip(self) -> float | None: ...
+    @property
+    def qk_norm(self) -> QkNorm | None: ...
     @property
     def branch_biases(self) -> tuple[bool, bool, bool]: ...
     @property
@@ -208,6 +215,27 @@ def project(x: Array, weight: Array, bias: Array | None) -> Array:
     return projected
 
 
+def _norm_parts(norm: QkNorm, qw: int, kw: int) -> tuple[tuple[slice, Array], ...]:
+    """The packed columns of Q and of K with the weight that normalises each."""
+    return (slice(0, qw), norm.query), (slice(qw, qw + kw), norm.key)
+
+
+def _by_norm_width(block: Array, width: int) -> Array:
+    """``[B,T,n]`` -> ``[B,T,n/width,width]``: the spans a norm normalises, a view."""
+    return block.reshape(*block.shape[:-1], block.shape[-1] // width, width)
+
+
+def normalised(used: Array, norm: QkNorm, qw: int, kw: int) -> Array:
+    """``[Q|K|V]`` with Q and K normalised by ``norm`` (each head alone, or a token's
+    whole width, as the weights are wide), V as it was: a new array."""
+    out = np.array(used, dtype=np.float64, copy=True)
+    for part, weight in _norm_parts(norm, qw, kw):
+        block = used[..., part]
+        out[..., part] = rms_norm(_by_norm_width(block, weight.shape[0]), weight, norm.eps,
+                                  norm.offset).reshape(block.shape)
+    return out
+
+
 def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
             first_row: int = 0, projected: Array | None = None,
             records: bool = True) -> LayerForward:
@@ -232,6 +260,8 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
     # reads where they were inside the bound)
     used = projected if layer.clip is None else clip(projected, layer.clip)
+    if layer.qk_norm is not None:  # Qwen3, OLMo 2, Gemma 3: after the biases, before RoPE
+        used = normalised(used, layer.qk_norm, qw, kw)
     query = heads_axis(used[:, first_row:, :qw], heads)  # [B,H,R,d_k]
     key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,T,d_k]
     value = heads_axis(used[..., qw + kw:], kv)  # [B,G,T,d_v]
@@ -383,6 +413,18 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     heads_axis(joined[..., :qw], heads)[...] = grad_query
     heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
     heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
+    grad_norms: list[Array | None] = [None, None]
+    norm = layer.qk_norm
+    if norm is not None:  # back through the norm of Q and K, to what it normalised
+        before = stacked["projected"] if layer.clip is None else clip(stacked["projected"],
+                                                                       layer.clip)
+        for i, (part, norm_weight) in enumerate(_norm_parts(norm, qw, kw)):
+            width = norm_weight.shape[0]
+            grad_before, grad_norms[i] = rms_norm_backward(
+                _by_norm_width(before[..., part], width),
+                _by_norm_width(np.ascontiguousarray(joined[..., part]), width), norm_weight,
+                norm.eps, norm.offset)
+            joined[..., part] = grad_before.reshape(batch, tokens, -1)
     if layer.clip is not None:  # back through the clipping, to the projections
         clip_backward(stacked["projected"], joined, layer.clip, out=joined)
     weight, _ = layer.packed()
@@ -399,7 +441,8 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     grads_stacked = {"grad_attention": grad_attention, "grad_scaled_scores": grad_scaled_scores,
                      "grad_scores": grad_scores}
     return LayerGradients(head_grads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1],
-                          b[2], grad_out_weight, grad_out_bias, grads_stacked)
+                          b[2], grad_out_weight, grad_out_bias, grads_stacked, grad_norms[0],
+                          grad_norms[1])
 
 
 def loss(forward: LayerForward, upstream: Array) -> float:

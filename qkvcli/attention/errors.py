@@ -107,3 +107,11 @@ class KvHeadsMismatch(QkvError):
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(detail)
+
+
+class QkNormError(QkvError):
+    """A norm of Q and K whose weights, span, eps or offset cannot be computed."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)

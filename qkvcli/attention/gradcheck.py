@@ -3,7 +3,8 @@
 The objective is ``L = <Y, U>`` for the final output ``Y`` (a head's ``O``; a layer's
 output after its optional output projection) and a fixed upstream ``U``. Tensors, by
 internal name and in order: ``input``, ``w_query``, ``w_key``, ``w_value``, the biases
-the model has (``b_query``, ``b_key``, ``b_value``), then a layer's ``w_out``, ``b_out``;
+the model has (``b_query``, ``b_key``, ``b_value``), a norm's weights (``norm_query``,
+``norm_key``), then a layer's ``w_out``, ``b_out``;
 weights in our layout (``[in, out]``). :mod:`qkvcli.render.attend` publishes the names.
 
 Modes are run's (:mod:`qkvcli.gradcheck.settings`): ``full``, ``sampled``, ``fast`` and
@@ -31,7 +32,10 @@ runs the engine on only what the perturbed coordinate reaches, and adds the term
 - an input coordinate of batch item ``b`` at token ``t``: that token's projections, then
   that batch item alone, and with a causal mask only its query rows from ``t`` on (the
   earlier ones never see token ``t``);
-- an output-projection weight or bias of column ``j``: that column of ``Y``.
+- an output-projection weight or bias of column ``j``: that column of ``Y``;
+- a norm's weight reaches every head, and a norm over the layer's width ties every
+  query (key) column to the others: those tensors, and the projections of such a layer,
+  run the full forward.
 
 ``L = <Y, U>`` splits along those lines exactly: over batch items and rows, and through
 ``Y = C W_O + b_O`` over heads (``<C, U W_O^T>`` by head, plus ``<b_O, sum U>``).
@@ -168,6 +172,9 @@ def checked_tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
     named: list[tuple[str, Array | None]] = [("input", x)]
     named += [(f"w_{b}", w) for b, w in zip(BRANCHES, p.weights, strict=True)]
     named += [(f"b_{b}", bias) for b, bias in zip(BRANCHES, p.biases, strict=True)]
+    norm = layer.qk_norm
+    if norm is not None:
+        named += [("norm_query", norm.query), ("norm_key", norm.key)]
     named += [("w_out", layer.out_weight), ("b_out", layer.out_bias)]
     return [(name, values) for name, values in named if values is not None]
 
@@ -177,6 +184,10 @@ def _replaced(layer: MultiHeadLayer, name: str, probe: Array) -> MultiHeadLayer:
     p = layer.projections
     weights, biases = list(p.weights), list(p.biases)
     out = [layer.out_weight, layer.out_bias]
+    norm = layer.qk_norm
+    if name in ("norm_query", "norm_key") and norm is not None:
+        return layer.with_qk_norm(probe if name == "norm_query" else norm.query,
+                                  probe if name == "norm_key" else norm.key)
     if name in ("w_out", "b_out"):
         out[0 if name == "w_out" else 1] = probe
     elif name.startswith("w_"):
@@ -208,7 +219,9 @@ def evaluation_cost(layer: MultiHeadLayer, x: Array, name: str, reached: bool,
     ``reached``: the engine runs on only what the coordinate reaches (see the module
     docstring), and the cost counts the pairs that smaller call scores (an input
     coordinate at ``token`` under a causal mask: the rows from that token on)."""
-    if not reached:
+    norm = layer.qk_norm
+    if not reached or (norm is not None and (name.startswith("norm_") or (
+            norm.span == "layer" and name not in ("input", "w_out", "b_out")))):
         return forward_cost(layer, x), RECOMPUTES_ALL
     batch, tokens, d_model = x.shape
     rows = batch * tokens
@@ -331,7 +344,8 @@ def gradcheck_attention(
             checks.append(TensorCheck(name, shape, directions, tuple(found), "fast",
                                       recomputes))
             continue
-        point = reach.objective(name) if reach is not None else _copy_point(whole, values)
+        point = (reach.objective(name) if reach is not None and recomputes != RECOMPUTES_ALL
+                 else _copy_point(whole, values))
         indices = sample_indices(values.size, count)
         found = batched_coordinates(_PointSlots(point, 2), name, values, gradients[name],
                                     indices, step, tolerance, ticker)
@@ -510,6 +524,8 @@ def analytic_of(grads: AttentionGradients | LayerGradients) -> dict[str, Array]:
         "b_key": grads.grad_b_key, "b_value": grads.grad_b_value,
         "w_out": getattr(grads, "grad_out_weight", None),
         "b_out": getattr(grads, "grad_out_bias", None),
+        "norm_query": getattr(grads, "grad_norm_query", None),
+        "norm_key": getattr(grads, "grad_norm_key", None),
     }
     return {name: value for name, value in named.items() if value is not None}
 

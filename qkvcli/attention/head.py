@@ -53,7 +53,7 @@ from qkvcli.attention.errors import (
     OutputGradientShapeMismatch,
     ScaleError,
 )
-from qkvcli.attention.maths import Rope, check_rope, score_factor
+from qkvcli.attention.maths import QkNorm, Rope, check_rope, score_factor
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
@@ -259,6 +259,11 @@ class AttentionHead:
     @property
     def clip(self) -> float | None:
         """A head alone clips no projections (a layer may: :class:`MultiHeadLayer`)."""
+        return None
+
+    @property
+    def qk_norm(self) -> QkNorm | None:
+        """A head alone normalises no Q or K (a layer may: :class:`MultiHeadLayer`)."""
         return None
 
     @property

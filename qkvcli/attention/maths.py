@@ -11,6 +11,9 @@ needs to be defined (:func:`check_rope`).
   :func:`softcap_backward`), between the scale and the mask.
 - Clipping of Q, K and V (OLMo's ``clip_qkv``) and its reverse (:func:`clip`,
   :func:`clip_backward`), right after the projections.
+- RMSNorm of Q and K with a learned weight (Qwen3, OLMo 2, Gemma 3's ``q_norm``/``k_norm``)
+  and its reverse to the input and the weight (:func:`rms_norm`, :func:`rms_norm_backward`,
+  described by :class:`QkNorm`), after the projections and before RoPE.
 - ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
   (:func:`alibi_bias`; the slopes are the fixture's).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
@@ -86,6 +89,52 @@ def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = 
     elsewhere; into ``out`` when given."""
     inside = np.abs(values) <= bound
     return np.multiply(grad, inside, out=out)
+
+
+# --- RMSNorm of Q and K ------------------------------------------------------------------
+
+QK_NORM_SPANS = ("head", "layer")
+
+
+class QkNorm(Record):
+    """A learned RMSNorm of the projected Q and K (after their biases, before RoPE).
+
+    ``query`` and ``key`` are the weights. ``span`` is ``"head"`` when each head's
+    ``d_k`` coordinates are normalised alone with one weight ``[d_k]`` shared by every
+    head (Qwen3, Gemma 3), ``"layer"`` when a token's whole query width ``H*d_k`` (key
+    width ``G*d_k``) is normalised at once before the split into heads, weights
+    ``[H*d_k]`` and ``[G*d_k]`` (OLMo 2). ``offset`` is added to the weight before it
+    multiplies (Gemma 3's ``1 + weight``: 1.0; else 0.0).
+    """
+
+    query: Array
+    key: Array
+    eps: float
+    span: str = "head"
+    offset: float = 0.0
+
+
+def rms_norm(values: Array, weight: Array, eps: float, offset: float = 0.0) -> Array:
+    """``values / sqrt(mean(values^2) + eps) * (offset + weight)`` over the last axis
+    (``weight`` as wide as it), a new array."""
+    inverse = 1.0 / np.sqrt(np.mean(values * values, axis=-1, keepdims=True) + eps)
+    result: Array = (values * inverse) * (weight + offset)
+    return result
+
+
+def rms_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
+                      offset: float = 0.0) -> tuple[Array, Array]:
+    """The reverse of :func:`rms_norm` at its input ``values`` for ``grad`` (shaped like
+    ``values``): the gradient to the input, ``r (dn - n mean(dn n))`` with ``r`` the
+    inverse root, ``n = values r`` and ``dn = grad (offset + weight)``; and the gradient to
+    the weight, ``sum(grad n)`` over every axis but the last."""
+    inverse = 1.0 / np.sqrt(np.mean(values * values, axis=-1, keepdims=True) + eps)
+    normed = values * inverse
+    grad_normed = grad * (weight + offset)
+    grad_values: Array = inverse * (
+        grad_normed - normed * np.mean(grad_normed * normed, axis=-1, keepdims=True))
+    grad_weight: Array = (grad * normed).reshape(-1, values.shape[-1]).sum(axis=0)
+    return grad_values, grad_weight
 
 
 # --- ALiBi ------------------------------------------------------------------------------

@@ -37,11 +37,12 @@ from qkvcli.attention.errors import (
     KvHeadsMismatch,
     OutProjectionShapeMismatch,
     OutputGradientShapeMismatch,
+    QkNormError,
     ScaleError,
     WindowError,
 )
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, check_rope
+from qkvcli.attention.maths import QK_NORM_SPANS, QkNorm, Rope, check_rope
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 
 
@@ -52,12 +53,13 @@ class MultiHeadLayer:
     """
 
     __slots__ = ("_alibi", "_clip", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
-                 "_slices", "_softcap", "_window")
+                 "_qk_norm", "_slices", "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None,
                  window: int | None = None, softcap: float | None = None,
-                 alibi: Array | None = None, clip: float | None = None) -> None:
+                 alibi: Array | None = None, clip: float | None = None,
+                 qk_norm: QkNorm | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
@@ -68,6 +70,7 @@ class MultiHeadLayer:
         self._softcap = softcap
         self._alibi = alibi
         self._clip = clip
+        self._qk_norm = qk_norm
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
@@ -76,7 +79,8 @@ class MultiHeadLayer:
     def build(cls, projections: AttentionHead, heads: int, out_weight: ArrayLike | None = None,
               out_bias: ArrayLike | None = None, kv_heads: int | None = None,
               window: int | None = None, softcap: float | None = None,
-              alibi: ArrayLike | None = None, clip: float | None = None) -> MultiHeadLayer:
+              alibi: ArrayLike | None = None, clip: float | None = None,
+              qk_norm: QkNorm | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
@@ -87,6 +91,9 @@ class MultiHeadLayer:
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
         ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
         scores (BLOOM). ``clip``: the projections are clamped to ``[-clip, clip]`` (OLMo).
+        ``qk_norm``: Q and K are RMS-normalised with learned weights (Qwen3, OLMo 2,
+        Gemma 3; :class:`~qkvcli.attention.maths.QkNorm`), checked last
+        (:class:`QkNormError`).
 
         Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
         projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
@@ -145,7 +152,9 @@ class MultiHeadLayer:
             check_finite(slopes, "parameter")
         if clip is not None and not (math.isfinite(clip) and clip > 0.0):
             raise ScaleError(clip)
-        return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes, clip)
+        norm = None if qk_norm is None else _checked_norm(qk_norm, heads, kv, width_qk // heads)
+        return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes, clip,
+                   norm)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -199,6 +208,11 @@ class MultiHeadLayer:
         return self._clip
 
     @property
+    def qk_norm(self) -> QkNorm | None:
+        """The learned norm of Q and K (``None``: none)."""
+        return self._qk_norm
+
+    @property
     def head_slices(self) -> tuple[AttentionHead, ...]:
         """Each head alone, an :class:`AttentionHead` on its columns (copies, made once)."""
         if self._slices is None:
@@ -236,7 +250,9 @@ class MultiHeadLayer:
 
     @property
     def parameter_count(self) -> int:
-        extra = sum(int(a.size) for a in (self._out_weight, self._out_bias) if a is not None)
+        norm = () if self._qk_norm is None else (self._qk_norm.query, self._qk_norm.key)
+        extra = sum(int(a.size) for a in (self._out_weight, self._out_bias, *norm)
+                    if a is not None)
         return self._projections.parameter_count + extra
 
     def with_parameters(self, weights: list[Array], biases: list[Array | None],
@@ -244,7 +260,15 @@ class MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads, self._window,
-                              self._softcap, self._alibi, self._clip)
+                              self._softcap, self._alibi, self._clip, self._qk_norm)
+
+    def with_qk_norm(self, query: Array, key: Array) -> MultiHeadLayer:
+        """The same layer with other norm weights of the same shapes, unvalidated."""
+        assert self._qk_norm is not None
+        return MultiHeadLayer(self._projections, self._heads, self._out_weight,
+                              self._out_bias, self._kv_heads, self._window, self._softcap,
+                              self._alibi, self._clip,
+                              self._qk_norm._replace(query=query, key=key))
 
     @property
     def rope(self) -> Rope | None:
@@ -265,7 +289,8 @@ class MultiHeadLayer:
     def subset(self, first: int, count: int) -> MultiHeadLayer:
         """The query heads ``first .. first+count-1`` and the K/V heads they read, without
         the output projection: what a change to those heads' parameters reaches. ``first``
-        and ``count`` cover whole K/V groups when the heads are grouped."""
+        and ``count`` cover whole K/V groups when the heads are grouped. A norm over the
+        layer's whole width spans every head: such a layer's subset is all of it."""
         p = self._projections
         per_kv = self._heads // self._kv_heads
         kv_first, kv_count = first // per_kv, max(1, count // per_kv)
@@ -279,8 +304,11 @@ class MultiHeadLayer:
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]), p.names,
             p.independent_value_width, p.given_scale, p.rope, count // kv_count)
         alibi = None if self._alibi is None else self._alibi[first:first + count]
+        norm = self._qk_norm
+        if norm is not None and norm.span == "layer" and count != self._heads:
+            raise ValueError("a norm over the layer's width has no subset of its heads")
         return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
-                              self._softcap, alibi, self._clip)
+                              self._softcap, alibi, self._clip, norm)
 
     # --- computation --------------------------------------------------------------------
 
@@ -304,6 +332,28 @@ class MultiHeadLayer:
             raise OutputGradientShapeMismatch((batch, tokens, self.e_out), tuple(upstream.shape))
         with np.errstate(over="ignore", invalid="ignore"):
             return engine.backward(self, x, forward, upstream)
+
+
+def _checked_norm(norm: QkNorm, heads: int, kv_heads: int, d_k: int) -> QkNorm:
+    """``norm`` with read-only weights, or :class:`QkNormError`: its span, then eps (finite
+    and positive), the offset (finite), the weights' shapes (``[d_k]`` each for a norm per
+    head, ``[H*d_k]`` and ``[G*d_k]`` over the layer's width), their values finite."""
+    if norm.span not in QK_NORM_SPANS:
+        raise QkNormError(f"qk_norm span must be \"head\" or \"layer\", got {norm.span!r}")
+    if not (math.isfinite(norm.eps) and norm.eps > 0.0):
+        raise QkNormError(f"qk_norm eps must be finite and positive, got {norm.eps!r}")
+    if not math.isfinite(norm.offset):
+        raise QkNormError(f"qk_norm offset must be finite, got {norm.offset!r}")
+    query, key = readonly(norm.query), readonly(norm.key)
+    widths = (d_k, d_k) if norm.span == "head" else (heads * d_k, kv_heads * d_k)
+    for branch, weight, width in (("query", query, widths[0]), ("key", key, widths[1])):
+        if weight.shape != (width,):
+            raise QkNormError(
+                f"qk_norm {branch} weight must be [{width}] (a norm over "
+                f"{'each head' if norm.span == 'head' else 'the layer'}), got "
+                f"[{','.join(map(str, weight.shape))}]")
+        check_finite(weight, "parameter")
+    return norm._replace(query=query, key=key)
 
 
 def layer_loss(forward: LayerForward, upstream: Array) -> float:

@@ -1,0 +1,183 @@
+"""The learned RMSNorm of Q and K (Qwen3, OLMo 2, Gemma 3): the engine against torch
+autograd written from the formulas, the gradient check through the engine, and the
+layer's refusals of a norm it cannot compute."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkvcli.attention import engine
+from qkvcli.attention.errors import QkNormError
+from qkvcli.attention.gradcheck import gradcheck_attention
+from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import QkNorm, Rope, rms_norm, rms_norm_backward
+from qkvcli.attention.multihead import MultiHeadLayer
+
+D_MODEL, D_K = 6, 4
+
+
+def _layer(rng: np.random.Generator, heads: int, kv: int, span: str, offset: float,
+           eps: float = 1e-6) -> MultiHeadLayer:
+    weights = [rng.uniform(-1, 1, (D_MODEL, n * D_K)) for n in (heads, kv, kv)]
+    biases = [rng.uniform(-1, 1, w.shape[1]) for w in weights]
+    projections = AttentionHead.from_arrays(weights[0], weights[1], weights[2], biases,
+                                            rope=Rope(100.0, D_K, "half"),
+                                            kv_groups=heads // kv)
+    widths = (D_K, D_K) if span == "head" else (heads * D_K, kv * D_K)
+    norm = QkNorm(rng.uniform(-1, 1, widths[0]), rng.uniform(-1, 1, widths[1]), eps, span,
+                  offset)
+    return MultiHeadLayer.build(projections, heads, rng.uniform(-1, 1, (heads * D_K, 5)),
+                                rng.uniform(-1, 1, 5), kv_heads=kv, qk_norm=norm)
+
+
+def _torch_reference(layer: MultiHeadLayer, x: np.ndarray, upstream: np.ndarray,
+                     causal: bool) -> dict[str, np.ndarray]:
+    """The layer from its formulas in torch float64 (the norm as transformers writes it:
+    ``x * rsqrt(mean(x^2) + eps) * (offset + w)``), with autograd for every gradient."""
+    torch = pytest.importorskip("torch")
+    p, norm = layer.projections, layer.qk_norm
+    assert norm is not None and p.rope is not None
+    t = {name: torch.tensor(a, dtype=torch.float64, requires_grad=True) for name, a in (
+        ("x", x), ("wq", p.weights[0]), ("wk", p.weights[1]), ("wv", p.weights[2]),
+        ("bq", p.biases[0]), ("bk", p.biases[1]), ("bv", p.biases[2]),
+        ("nq", norm.query), ("nk", norm.key), ("wo", layer.out_weight),
+        ("bo", layer.out_bias)) if a is not None}
+    batch, tokens, _ = x.shape
+    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+
+    def normed(y: Any, w: Any) -> Any:
+        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.eps) * (norm.offset + w)
+
+    def split(y: Any, n: int, w: Any = None) -> Any:
+        if w is not None and norm.span == "layer":
+            y = normed(y, w)
+        y = y.view(batch, tokens, n, dk)
+        if w is not None and norm.span == "head":
+            y = normed(y, w)
+        return y.transpose(1, 2)
+
+    q = split(t["x"] @ t["wq"] + t["bq"], heads, t["nq"])
+    k = split(t["x"] @ t["wk"] + t["bk"], kv, t["nk"])
+    v = split(t["x"] @ t["wv"] + t["bv"], kv)
+    inv = 1.0 / (p.rope.theta ** (torch.arange(0, dk, 2, dtype=torch.float64) / dk))
+    ang = torch.arange(tokens, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang), torch.sin(ang)
+
+    def turn(z: Any) -> Any:
+        a, b = z[..., : dk // 2], z[..., dk // 2:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+    q, k = turn(q), turn(k).repeat_interleave(heads // kv, dim=1)
+    v = v.repeat_interleave(heads // kv, dim=1)
+    z = (q @ k.transpose(-1, -2)) / math.sqrt(dk)
+    if causal:
+        z = z.masked_fill(torch.triu(torch.ones(tokens, tokens, dtype=torch.bool), 1),
+                          float("-inf"))
+    a = torch.softmax(z, dim=-1)
+    y = (a @ v).transpose(1, 2).reshape(batch, tokens, heads * dk) @ t["wo"] + t["bo"]
+    (y * torch.tensor(upstream)).sum().backward()
+    found = {"output": y.detach().numpy(), "attention": a.detach().numpy()}
+    found |= {f"grad_{n}": tensor.grad.numpy() for n, tensor in t.items()}
+    return found
+
+
+CASES = [
+    ("per-head-gqa", 4, 2, "head", 0.0, True),
+    ("per-head-plus-one", 2, 1, "head", 1.0, False),
+    ("over-the-layer-gqa", 4, 2, "layer", 0.0, True),
+    ("over-the-layer-mha", 2, 2, "layer", 0.0, False),
+]
+
+
+@pytest.mark.parametrize(("heads", "kv", "span", "offset", "causal"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("reached", [False, True], ids=["whole", "reached"])
+def test_the_norm_matches_autograd_and_passes_the_gradient_check(
+    heads: int, kv: int, span: str, offset: float, causal: bool, reached: bool
+) -> None:
+    rng = np.random.default_rng(5)
+    layer = _layer(rng, heads, kv, span, offset)
+    x = rng.uniform(-1, 1, (2, 5, D_MODEL))
+    upstream = rng.uniform(-1, 1, (2, 5, 5))
+    forward = layer.forward(x, causal)
+    grads = layer.backward(x, forward, upstream)
+    ref = _torch_reference(layer, x, upstream, causal)
+
+    def close(ours: np.ndarray | None, theirs: np.ndarray) -> None:
+        assert ours is not None and ours.shape == theirs.shape
+        assert np.max(np.abs(ours - theirs)) <= 1e-12 * max(1.0, float(np.max(np.abs(theirs))))
+
+    close(forward.output, ref["output"])
+    close(forward.attention, ref["attention"])
+    close(grads.grad_input, ref["grad_x"])
+    for ours, name in ((grads.grad_w_query, "wq"), (grads.grad_w_key, "wk"),
+                       (grads.grad_w_value, "wv"), (grads.grad_b_query, "bq"),
+                       (grads.grad_b_key, "bk"), (grads.grad_norm_query, "nq"),
+                       (grads.grad_norm_key, "nk"), (grads.grad_out_weight, "wo")):
+        close(ours, ref[f"grad_{name}"])
+    result = gradcheck_attention(layer, x, upstream, grads, causal, 1e-6, 1e-6, mode="full",
+                                 reached=reached)
+    assert result.passed
+    assert {"norm_query", "norm_key"} <= {check.tensor for check in result.tensors}
+
+
+def test_the_norm_alone_against_central_differences() -> None:
+    rng = np.random.default_rng(3)
+    values, weight, up = (rng.uniform(-1, 1, s) for s in ((3, 2, 4), (4,), (3, 2, 4)))
+    grad_values, grad_weight = rms_norm_backward(values, up, weight, 1e-5, 1.0)
+    step = 1e-6
+    for array, grad in ((values, grad_values), (weight, grad_weight)):
+        for index in np.ndindex(array.shape):
+            saved = array[index]
+            array[index] = saved + step
+            plus = float(np.sum(rms_norm(values, weight, 1e-5, 1.0) * up))
+            array[index] = saved - step
+            minus = float(np.sum(rms_norm(values, weight, 1e-5, 1.0) * up))
+            array[index] = saved
+            assert abs((plus - minus) / (2 * step) - grad[index]) < 1e-8
+
+
+def test_a_wrong_norm_reverse_fails_the_gradient_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reverse that forgets the mean's own gradient (treats the RMS as a constant)."""
+    rng = np.random.default_rng(7)
+    layer = _layer(rng, 2, 2, "head", 0.0)
+    x = rng.uniform(-1, 1, (1, 4, D_MODEL))
+    upstream = rng.uniform(-1, 1, (1, 4, 5))
+
+    def constant_rms(values: np.ndarray, grad: np.ndarray, weight: np.ndarray, eps: float,
+                     offset: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        inverse = 1.0 / np.sqrt(np.mean(values * values, axis=-1, keepdims=True) + eps)
+        grad_weight = (grad * values * inverse).reshape(-1, values.shape[-1]).sum(axis=0)
+        return grad * (weight + offset) * inverse, grad_weight
+
+    monkeypatch.setattr(engine, "rms_norm_backward", constant_rms)
+    grads = layer.backward(x, layer.forward(x, True), upstream)
+    result = gradcheck_attention(layer, x, upstream, grads, True, 1e-6, 1e-6, mode="full")
+    failed = {check.tensor for check in result.tensors if not check.passed}
+    assert not result.passed and "input" in failed and "w_query" in failed
+
+
+BAD = [
+    ("span", {"span": "heads"}, 'qk_norm span must be "head" or "layer", got \'heads\''),
+    ("eps", {"eps": 0.0}, "qk_norm eps must be finite and positive, got 0.0"),
+    ("offset", {"offset": math.inf}, "qk_norm offset must be finite, got inf"),
+    ("width", {"query": np.ones(8)}, "qk_norm query weight must be [4] (a norm over each "
+     "head), got [8]"),
+    ("layer-width", {"span": "layer"}, "qk_norm query weight must be [8] (a norm over the "
+     "layer), got [4]"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_a_norm_the_layer_cannot_compute_is_refused(change: dict[str, Any], message: str) -> None:
+    rng = np.random.default_rng(1)
+    weights = [rng.uniform(-1, 1, (D_MODEL, 2 * D_K)) for _ in range(3)]
+    projections = AttentionHead.from_arrays(weights[0], weights[1], weights[2])
+    norm = QkNorm(np.ones(D_K), np.ones(D_K), 1e-6)._replace(**change)
+    with pytest.raises(QkNormError) as raised:
+        MultiHeadLayer.build(projections, 2, qk_norm=norm)
+    assert str(raised.value) == message
