@@ -168,3 +168,49 @@ def test_a_soft_capped_window_is_computed_and_its_gradients_checked(tmp_path):
     assert np.all(np.abs(z[np.isfinite(z)]) < 0.5)  # every score inside the cap
     refused_run = invoke("attend", str(write(tmp_path / "g.json", _layer_fixture(softcap=-1))))
     assert refused_run.exit_code == 2 and "$.softcap" in refused_run.stderr
+
+
+def _normed(**norm: object) -> dict[str, object]:
+    weights = {"query": {"generate": {"seed": 4, "shape": [4, 8]}},
+               "key": {"generate": {"seed": 5, "shape": [4, 8]}},
+               "value": {"generate": {"seed": 6, "shape": [4, 8]}},
+               "q_norm_weight": [0.5, -1.0, 2.0, 1.5], "k_norm_weight": [1.0, 0.25, -0.5, 3.0]}
+    return _layer_fixture(weights=weights, qk_norm={"span": "head", "eps": 1e-6, **norm},
+                          input={"generate": {"seed": 1, "shape": [1, 4, 4]}})
+
+
+def test_a_q_k_norm_is_computed_and_its_weights_gradients_checked(tmp_path):
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    run = invoke("attend", str(write(tmp_path / "f.json", _normed(offset=1))), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["passed"]
+    assert evidence["config"]["qk_norm"] == {"span": "head", "eps": 1e-6, "offset": 1.0}
+    assert evidence["tensors"]["q_norm_weight_gradient"]["shape"] == [4]
+    checked = {row["tensor"] for row in evidence["gradcheck"]["tensors"]}
+    assert {"q_norm_weight", "k_norm_weight"} <= checked
+    text = invoke("attend", str(tmp_path / "f.json"))
+    assert "qk_norm:span=head,eps=1e-06,offset=1.0" in text.stdout
+
+
+@pytest.mark.parametrize(("document", "words"), [
+    (_normed(span="heads"), "$.qk_norm.span: \"head\" (each head alone) or \"layer\""),
+    (_normed(eps=0), "$.qk_norm.eps: must be a finite positive number, got 0"),
+    (_normed(offset="1"), "$.qk_norm.offset: expected a finite number, got string"),
+    (_normed(scale=1), "$.qk_norm: unknown key"),
+    (_normed(span="layer"), "$.weights.q_norm_weight: qk_norm query weight must be [8] (a "
+     "norm over the layer), got [4]"),
+    ({**_normed(), "qk_norm": None}, "$.weights.q_norm_weight: a norm's weight needs "
+     "\"qk_norm\""),
+    (_layer_fixture(qk_norm={"span": "head", "eps": 1e-6}),
+     "$.weights: missing key \"q_norm_weight\" (\"qk_norm\" needs it)"),
+], ids=["span", "eps", "offset", "unknown", "layer-width", "weights-alone", "no-weights"])
+def test_a_bad_q_k_norm_is_one_line_at_its_path(tmp_path, document, words):
+    from tests.hostile_helpers import invoke, write
+
+    run = invoke("attend", str(write(tmp_path / "f.json", document)))
+    assert run.exit_code == 2 and words in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1

@@ -38,6 +38,7 @@ from qkvcli.reading.layouts import (
     C_ATTN_KEYS,
     CODEGEN_KEYS,
     NEOX_KEYS,
+    NORM_KEYS,
     OUT_KEYS,
     QKV_PROJ_KEYS,
     WEIGHT_OBJECT_KEYS,
@@ -102,7 +103,7 @@ def test_schema_names_the_keys_the_code_knows() -> None:
     assert tuple(props) == TOP_KEYS + LAYER_TOP_KEYS
     assert tuple(props["weights"]["properties"]) == (
         BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS + CODEGEN_KEYS
-        + OUT_KEYS)
+        + OUT_KEYS + NORM_KEYS)
     assert tuple(props["upstream"]["properties"]) == (*BRANCHES, UPSTREAM_OUTPUT)
     assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
     assert tuple(props["expect"]["properties"]) == EXPECT_KEYS

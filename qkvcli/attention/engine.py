@@ -424,7 +424,7 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
                 _by_norm_width(before[..., part], width),
                 _by_norm_width(np.ascontiguousarray(joined[..., part]), width), norm_weight,
                 norm.eps, norm.offset)
-            joined[..., part] = grad_before.reshape(batch, tokens, -1)
+            joined[..., part] = grad_before.reshape(batch, tokens, part.stop - part.start)
     if layer.clip is not None:  # back through the clipping, to the projections
         clip_backward(stacked["projected"], joined, layer.clip, out=joined)
     weight, _ = layer.packed()

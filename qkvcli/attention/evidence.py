@@ -145,6 +145,9 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
     if out is not None and layer.out_weight is not None:
         named.append(("w_out", _given(layer.out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("b_out", layer.out_bias))
+    norm = layer.qk_norm
+    if norm is not None:
+        named += [("norm_query", norm.query), ("norm_key", norm.key)]
 
     def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
         # the engine's [B,H,T,T] array is the tensor itself, its heads views of it
@@ -185,6 +188,7 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
         named.append(("grad_w_out", _given(
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("grad_b_out", g.grad_out_bias))
+    named += [("grad_norm_query", g.grad_norm_query), ("grad_norm_key", g.grad_norm_key)]
     for name, value in named:
         if isinstance(value, _Stacked) and not stack:
             yield name, value
@@ -475,7 +479,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         sources=relative_sources(fixture.parameters.sources), window=layer.window,
         softcap=layer.softcap,
         alibi=None if layer.alibi is None else tuple(float(v) for v in layer.alibi),
-        clip_qkv=layer.clip,
+        clip_qkv=layer.clip, qk_norm=fixture.function.qk_norm,
     )
     return AttendEvidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config,

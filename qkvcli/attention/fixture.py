@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.attention.errors import RopeError
+from qkvcli.attention.errors import QkNormError, RopeError
 from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.maths import QkNorm
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES
@@ -42,7 +43,7 @@ from qkvcli.reading.attend import (
     seeded_upstream,
 )
 from qkvcli.reading.fixture import LAYER_TOP_KEYS, TOP_KEYS
-from qkvcli.reading.layouts import OUT_KEYS, CanonicalWeights, canonicalize
+from qkvcli.reading.layouts import NORM_KEYS, OUT_KEYS, CanonicalWeights, canonicalize
 from qkvcli.reading.limits import (
     DEFAULT_MAX_ELEMENTS,
     check_derived,
@@ -73,7 +74,15 @@ def _layer(head: AttentionHead, parameters: LayerParameters,
                                 parameters.out_bias, function.kv_heads, function.window,
                                 function.softcap,
                                 None if function.alibi is None else np.array(function.alibi),
-                                function.clip_qkv)
+                                function.clip_qkv, _norm(parameters, function))
+
+
+def _norm(parameters: LayerParameters, function: LayerFunction) -> QkNorm | None:
+    """The engine's q/k norm of the fixture's ``qk_norm`` and its weights."""
+    spec, query, key = function.qk_norm, parameters.norm_query, parameters.norm_key
+    if spec is None or query is None or key is None:
+        return None
+    return QkNorm(query, key, spec.eps, spec.span, spec.offset)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:
@@ -122,6 +131,8 @@ def _judged_layer(head: AttentionHead, parameters: LayerParameters,
             location = "$.rope"
         if "alibi" in str(error):
             location = "$.alibi"
+        if isinstance(error, QkNormError):
+            location = "$.weights." + ("q" if "query" in str(error) else "k") + "_norm_weight"
         raise FixtureError(location, str(error)) from None
 
 
@@ -142,7 +153,8 @@ def parse_attend_fixture(
     assert document is not None
     function = read_function(document, heads, causal)
     weights = document["weights"]
-    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS, function.heads,
+    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS + NORM_KEYS,
+                             function.heads,
                              function.kv_heads)
     parameters = read_parameters(weights, canonical)
     head = _judged_head(canonical, parameters, function)

@@ -133,7 +133,8 @@ def rms_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
     grad_normed = grad * (weight + offset)
     grad_values: Array = inverse * (
         grad_normed - normed * np.mean(grad_normed * normed, axis=-1, keepdims=True))
-    grad_weight: Array = (grad * normed).reshape(-1, values.shape[-1]).sum(axis=0)
+    width = values.shape[-1]
+    grad_weight: Array = (grad * normed).reshape(values.size // width, width).sum(axis=0)
     return grad_values, grad_weight
 
 

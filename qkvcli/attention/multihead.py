@@ -352,7 +352,8 @@ def _checked_norm(norm: QkNorm, heads: int, kv_heads: int, d_k: int) -> QkNorm:
                 f"qk_norm {branch} weight must be [{width}] (a norm over "
                 f"{'each head' if norm.span == 'head' else 'the layer'}), got "
                 f"[{','.join(map(str, weight.shape))}]")
-        check_finite(weight, "parameter")
+        if not np.all(np.isfinite(weight)):
+            raise QkNormError(f"qk_norm {branch} weight must be finite")
     return norm._replace(query=query, key=key)
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from qkvcli.attention.maths import Rope
     from qkvcli.core.results import FamilyCheck
     from qkvcli.gradcheck.records import GradcheckResult
+    from qkvcli.reading.attend import NormSpec
 
 CHECK_ORDER = ("forward", "attention", "mask", "hull", "reverse", "shapes", "replay",
                "gradcheck")
@@ -54,6 +55,7 @@ class AttendConfig(Record):
     softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
+    qk_norm: NormSpec | None = None  # Q and K RMS-normalised (span, eps, offset)
 
 
 class AttendPrimary(Record):

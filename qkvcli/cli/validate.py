@@ -33,6 +33,7 @@ def attend_keys(data: Any) -> list[str]:
         C_ATTN_KEYS,
         CODEGEN_KEYS,
         NEOX_KEYS,
+        NORM_KEYS,
         OUT_KEYS,
         QKV_PROJ_KEYS,
     )
@@ -43,7 +44,8 @@ def attend_keys(data: Any) -> list[str]:
     weights = data.get("weights")
     if isinstance(weights, dict):
         found += [f"$.weights.{key}" for key in (*PACKED_KEYS, *C_ATTN_KEYS, *NEOX_KEYS,
-                                                  *QKV_PROJ_KEYS, *CODEGEN_KEYS, *OUT_KEYS)
+                                                  *QKV_PROJ_KEYS, *CODEGEN_KEYS, *OUT_KEYS,
+                                                  *NORM_KEYS)
                   if key in weights]
         found += [f"$.weights.{branch}.bias" for branch in BRANCHES
                   if isinstance(weights.get(branch), dict) and "bias" in weights[branch]]

@@ -7,8 +7,8 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` and ``clip_qkv``, and
-  the command
+  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi``, ``clip_qkv`` and
+  ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``), and the command
   line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.maths import ROPE_LAYOUTS, Rope, inverse_frequencies
+from qkvcli.attention.maths import QK_NORM_SPANS, ROPE_LAYOUTS, Rope, inverse_frequencies
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -45,6 +45,7 @@ from qkvcli.reading.files import StrPath
 from qkvcli.reading.json_values import is_json_int, json_type_name, refuse_unknown_keys
 from qkvcli.reading.layouts import (
     LAYOUT_DESCRIPTIONS,
+    NORM_KEYS,
     CanonicalWeights,
     read_out_projection,
     value_width_mode,
@@ -60,8 +61,17 @@ ROPE_KEYS = ("theta", "dims", "layout")
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
+QK_NORM_KEYS = ("span", "eps", "offset")
 PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
                   "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
+
+
+class NormSpec(Record):
+    """A fixture's ``qk_norm``: how Q and K are RMS-normalised (its weights are parameters)."""
+
+    span: str  # "head": each head alone, weight [d_k]; "layer": a token's whole width
+    eps: float  # added to the mean square
+    offset: float = 0.0  # added to the weight before it multiplies (Gemma 3's 1 + weight)
 
 
 class LayerFunction(Record):
@@ -78,6 +88,7 @@ class LayerFunction(Record):
     softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
+    qk_norm: NormSpec | None = None  # Q and K RMS-normalised (weights: LayerParameters)
 
     @property
     def kv_groups(self) -> int:
@@ -104,6 +115,8 @@ class LayerParameters(Record):
     out_bias: Array | None = None
     out_layout: str | None = None  # "out_proj" (torch) or "c_proj" (Conv1D)
     sources: tuple[tuple[str, str], ...] = ()  # (name, checkpoint tensor): checkpoint_sources
+    norm_query: Array | None = None  # a q/k norm's weights, [d_k] or [H*d_k]
+    norm_key: Array | None = None
 
     @property
     def packed(self) -> str | None:
@@ -118,7 +131,8 @@ class LayerParameters(Record):
 
     def arrays(self) -> tuple[Array, ...]:
         """Every parameter given: the weights, the biases, the output projection."""
-        return (*self.weights, *(t for t in (*self.biases, self.out_weight, self.out_bias)
+        return (*self.weights, *(t for t in (*self.biases, self.out_weight, self.out_bias,
+                                             self.norm_query, self.norm_key)
                                  if t is not None))
 
 
@@ -193,7 +207,8 @@ def _rope(raw: Any) -> Rope:
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
-    ``architecture``, ``window``, ``softcap``, ``alibi`` and ``clip_qkv``, in that order,
+    ``architecture``, ``window``, ``softcap``, ``alibi``, ``clip_qkv`` and ``qk_norm``, in
+    that order,
     with the command line's ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
@@ -223,7 +238,34 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
                          architecture, window, softcap, _alibi(data.get("alibi")),
                          _number(data["clip_qkv"], "$.clip_qkv")
-                         if data.get("clip_qkv") is not None else None)
+                         if data.get("clip_qkv") is not None else None,
+                         _qk_norm(data.get("qk_norm")))
+
+
+def _qk_norm(raw: Any) -> NormSpec | None:
+    """``qk_norm``: ``{"span": "head" | "layer", "eps": positive, "offset": number}``
+    (``offset`` optional, 0; ``None``: no norm)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise FixtureError("$.qk_norm", f"expected an object, got {json_type_name(raw)}")
+    refuse_unknown_keys(raw, QK_NORM_KEYS, "$.qk_norm")
+    for key in ("span", "eps"):
+        if key not in raw:
+            raise FixtureError("$.qk_norm", f'missing key "{key}"')
+    span = raw["span"]
+    if span not in QK_NORM_SPANS:
+        raise FixtureError("$.qk_norm.span", '"head" (each head alone) or "layer" (a token\'s '
+                           f"whole query and key widths), got {json_type_name(span)}"
+                           if not isinstance(span, str) else
+                           f'"head" (each head alone) or "layer" (a token\'s whole query '
+                           f"and key widths), got {span!r}")
+    offset = raw.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int | float) or not (
+            abs(offset) < float("inf")):
+        raise FixtureError("$.qk_norm.offset", f"expected a finite number, got "
+                           f"{json_type_name(offset)}")
+    return NormSpec(str(span), _number(raw["eps"], "$.qk_norm.eps"), float(offset))
 
 
 def _alibi(raw: Any) -> tuple[float, ...] | None:
@@ -290,14 +332,37 @@ def read_layer(
     if out is not None:
         parameters = parameters._replace(out_weight=out.weight, out_bias=out.bias,
                                          out_layout=out.layout)
+    parameters = _read_norm(weights, parameters, function, max_elements, base_dir)
     layer = (function.heads is not None or out is not None or function.kv_heads is not None
              or function.softcap is not None or function.alibi is not None
-             or function.clip_qkv is not None
+             or function.clip_qkv is not None or function.qk_norm is not None
              or parameters.layout in ("c_attn", "query_key_value", "qkv_proj",
                                       "codegen_qkv_proj"))
     if layer and function.heads is None:
         function = function._replace(heads=1)
     return parameters, function
+
+
+def _read_norm(weights: dict[str, Any], parameters: LayerParameters, function: LayerFunction,
+               max_elements: int, base_dir: StrPath | None) -> LayerParameters:
+    """``q_norm_weight`` and ``k_norm_weight``, both with ``qk_norm`` and never without,
+    each of rank one (the widths are the layer's to judge)."""
+    given = [key for key in NORM_KEYS if key in weights]
+    if function.qk_norm is None:
+        if given:
+            raise FixtureError(f"$.weights.{given[0]}", 'a norm\'s weight needs "qk_norm" '
+                               "(its span and eps)")
+        return parameters
+    arrays = []
+    for key in NORM_KEYS:
+        if key not in weights:
+            raise FixtureError("$.weights", f'missing key "{key}" ("qk_norm" needs it)')
+        location = f"$.weights.{key}"
+        array = parse_tensor(weights[key], location, max_elements, base_dir=base_dir)
+        if array.ndim != 1:
+            raise FixtureError(location, f"{key} must have rank one, got rank {array.ndim}")
+        arrays.append(array)
+    return parameters._replace(norm_query=arrays[0], norm_key=arrays[1])
 
 
 def read_upstream_output(
@@ -320,7 +385,8 @@ def seeded_upstream(shape: tuple[int, int, int], seed: int) -> Array:
 _SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
     ("in_proj", "packed"), ("c_attn", "packed"), ("query_key_value", "packed"),
     ("qkv_proj", "packed"), ("codegen_qkv_proj", "packed"),
-    ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")}
+    ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")} | {
+    "q_norm_weight": "norm_query", "k_norm_weight": "norm_key"}
 
 
 def checkpoint_sources(weights: dict[str, Any]) -> tuple[tuple[str, str], ...]:

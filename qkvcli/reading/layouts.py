@@ -434,6 +434,7 @@ CODEGEN_BLOCKS = 4  # CodeGenAttention.mp_num
 OUT_PROJ_KEYS = ("out_proj_weight", "out_proj_bias")
 C_PROJ_KEYS = ("c_proj_weight", "c_proj_bias")
 OUT_KEYS = OUT_PROJ_KEYS + C_PROJ_KEYS
+NORM_KEYS = ("q_norm_weight", "k_norm_weight")  # a q/k norm's weights (with "qk_norm")
 
 
 def _dims(shape: tuple[int, ...]) -> str:

@@ -26,16 +26,18 @@ PRECISION = 6
 """Decimals of the text view's numbers unless the caller asks for others (as the docs say)."""
 
 PARAMETERS = ("input", "w_query", "w_key", "w_value", "b_query", "b_key", "b_value",
-              "w_packed", "b_packed", "w_out", "b_out")
+              "w_packed", "b_packed", "w_out", "b_out", "norm_query", "norm_key")
 FORWARD = ("query", "key", "value", "scores", "scaled_scores", "attention", "concat", "output")
 REVERSE = ("grad_output", "grad_concat", "grad_attention", "grad_scaled_scores", "grad_scores",
            "grad_query", "grad_key", "grad_value", "grad_input",
            "grad_w_query", "grad_w_key", "grad_w_value", "grad_b_query", "grad_b_key",
-           "grad_b_value", "grad_w_packed", "grad_b_packed", "grad_w_out", "grad_b_out")
+           "grad_b_value", "grad_w_packed", "grad_b_packed", "grad_w_out", "grad_b_out",
+           "grad_norm_query", "grad_norm_key")
 """The text view's tensors, by vocabulary name, in the order it prints them."""
 
 _PUBLISHED = {
     "attention": "weights", "concat": "heads_output", "grad_output": "upstream_output",
+    "norm_query": "q_norm_weight", "norm_key": "k_norm_weight",
     **{f"w_{branch}": f"{branch}_weight" for branch in BRANCHES},
     **{f"b_{branch}": f"{branch}_bias" for branch in BRANCHES},
 }
@@ -343,6 +345,9 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append("alibi:" + ",".join(repr(v) for v in c.alibi))
     if c.clip_qkv is not None:
         parts.append(f"clip_qkv:{c.clip_qkv!r}")
+    if c.qk_norm is not None:
+        parts.append(f"qk_norm:span={c.qk_norm.span},eps={c.qk_norm.eps!r}"
+                     f",offset={c.qk_norm.offset!r}")
     return [f"function={' '.join(parts)}"] if parts else []
 
 
@@ -365,6 +370,9 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["alibi"] = list(c.alibi)
     if c.clip_qkv is not None:
         found["clip_qkv"] = c.clip_qkv
+    if c.qk_norm is not None:
+        found["qk_norm"] = {"span": c.qk_norm.span, "eps": c.qk_norm.eps,
+                            "offset": c.qk_norm.offset}
     if c.sources:  # the framework's own tensor names, relative to the layer
         found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
     return found
