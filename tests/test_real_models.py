@@ -396,6 +396,20 @@ FAMILY_CASES = [
     ("olmo", "OlmoConfig", _small(), "layers.0.self_attn.", QKVO, {"clip_qkv": None}),
     ("olmo-clip-qkv", "OlmoConfig", _small(clip_qkv=0.8), "layers.0.self_attn.", QKVO,
      {"clip_qkv": 0.8}),
+    ("qwen3-qk-norm-gqa", "Qwen3Config", _small(num_key_value_heads=2, head_dim=4),
+     "layers.0.self_attn.", (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "head", "eps": 1e-6, "offset": 0.0}, "kv_heads": 2}),
+    ("qwen3-qk-norm-biases-sliding", "Qwen3Config",
+     _small(head_dim=8, num_key_value_heads=4, attention_bias=True, use_sliding_window=True,
+            sliding_window=2,
+            max_window_layers=0, rms_norm_eps=1e-3), "layers.0.self_attn.",
+     (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0}, "window": 2}),
+    ("olmo2-qk-norm-over-the-layer", "Olmo2Config", _small(num_key_value_heads=2),
+     "layers.0.self_attn.", (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "layer", "eps": 1e-5, "offset": 0.0}, "kv_heads": 2}),
+    ("olmo2-qk-norm-mha", "Olmo2Config", _small(rms_norm_eps=0.01), "layers.0.self_attn.",
+     (*QKVO, "q_norm", "k_norm"), {"qk_norm": {"span": "layer", "eps": 0.01, "offset": 0.0}}),
     ("gemma2-softcap-sliding", "Gemma2Config",
      _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
             attn_logit_softcapping=1.5, query_pre_attn_scalar=20), "layers.0.self_attn.", QKVO,
@@ -786,8 +800,7 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
     config = transformers.Qwen3Config(**_small(num_key_value_heads=2, head_dim=4))
     _, folder = build(tmp_path, "qwen3", config)
     own = _init(folder, "--prefix", "layers.0.self_attn.")
-    assert own.exit_code == 2 and "config model_type \"qwen3\"" in own.stderr
-    assert "q_norm/k_norm" in own.stderr
+    assert own.exit_code == 0, own.stderr  # its own config: the norm is read
     _edit_config(folder, model_type="qwen2", architectures=["Qwen2Model"])
     result = _init(folder, "--prefix", "layers.0.self_attn.")
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
@@ -831,3 +844,28 @@ def test_mpt_attention_settings_transformers_does_not_run_are_refused(tmp_path: 
         assert result.exit_code == 2 and result.stderr.count("\n") == 1
         assert f"config attn_config.{key} {json.dumps(value)}: transformers' MPT computes" in (
             result.stderr)
+
+
+def test_a_wrong_norm_reverse_fails_a_qwen3_layers_gradient_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradient check covers the q/k norm: a reverse whose weight gradient forgets the
+    normalisation (``sum(dY * x)`` for ``sum(dY * x / rms)``) fails on the norm weights."""
+    from qkvcli.attention import engine
+
+    config = transformers.Qwen3Config(**_small(num_key_value_heads=2, head_dim=4))
+    _, folder = build(tmp_path, "qwen3", config)
+    assert qkv_layer(folder, "layers.0.self_attn.")["passed"]
+    right = engine.rms_norm_backward
+
+    def unnormalised_weight(values: Any, grad: Any, weight: Any, eps: float,
+                            offset: float = 0.0) -> Any:
+        grad_values, _ = right(values, grad, weight, eps, offset)
+        return grad_values, (grad * values).reshape(-1, values.shape[-1]).sum(axis=0)
+
+    monkeypatch.setattr(engine, "rms_norm_backward", unnormalised_weight)
+    run = invoke("attend", str(folder / "layer.json"), "-f", "json")
+    assert run.exit_code != 0
+    evidence = json.loads(run.stdout)
+    failed = {t["tensor"] for t in evidence["gradcheck"]["tensors"] if not t["passed"]}
+    assert not evidence["passed"] and failed == {"q_norm_weight", "k_norm_weight"}

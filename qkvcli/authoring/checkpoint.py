@@ -67,6 +67,10 @@ ROLES = (
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
     ("attn.qkv_proj.weight", "CodeGen qkv_proj weight: 4 blocks of query, value, key rows "
      "[3*W,d_model]"),
+    ("self_attn.q_norm.weight", "q_norm weight: RMSNorm of Q (Qwen3, Gemma 3 [d_head]; "
+     "OLMo 2 [H*d_head])"),
+    ("self_attn.k_norm.weight", "k_norm weight: RMSNorm of K (Qwen3, Gemma 3 [d_head]; "
+     "OLMo 2 [G*d_head])"),
     ("self_attn.dense.weight", f"Phi (Persimmon) output projection weight {_LINEAR}"),
     ("self_attn.dense.bias", "Phi (Persimmon) output projection bias [E_out]"),
     *((f"{short}.{part}", f"{branch} projection {part} {_LINEAR}")
@@ -142,6 +146,7 @@ class ModelFunction(Record):
     softcap: float | None = None  # the scores' soft-cap (Gemma 2)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
     clip_qkv: float | None = None  # OLMo's clamp of the projections
+    qk_norm: tuple[str, float, float] | None = None  # q_norm/k_norm: span, eps, offset
 
 
 def shown_value(value: Any) -> str:
@@ -390,11 +395,24 @@ def checkpoint_document(
     if out is not None:
         weights[f"{out[1]}_weight"] = ref(out[0] + "weight")
         weights[f"{out[1]}_bias"] = ref(out[0] + "bias")
+    norm_shapes: dict[str, tuple[int | None, ...]] = {}
+    if function.qk_norm is not None:  # Qwen3, OLMo 2, Gemma 3: per head or the layer's width
+        per_head = function.qk_norm[0] == "head"
+        for key, short, width in (("q_norm_weight", "q_norm", widths[0]),
+                                  ("k_norm_weight", "k_norm", widths[1])):
+            name = f"{prefix}{short}.weight"
+            if ref(name) is None:
+                raise CheckpointError(prefix, f"config model_type "
+                                      f"{shown_value(function.architecture)} normalises Q and "
+                                      f"K, but there is no tensor {shown_value(short + '.weight')}"
+                                      " under the prefix")
+            weights[key] = ref(name)
+            norm_shapes[name] = (function.head_dim if per_head else width,)
     weights = {key: value for key, value in weights.items() if value is not None}
     # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
-    _check_tensors(entries, _expected_shapes(kind, prefix, d_model, widths, concat, out, shapes),
-                   prefix)
+    _check_tensors(entries, _expected_shapes(kind, prefix, d_model, widths, concat, out, shapes)
+                   | norm_shapes, prefix)
     _check_accounted(entries, prefix, kind, weights)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
@@ -419,6 +437,9 @@ def checkpoint_document(
         document["alibi"] = list(function.alibi)
     if function.clip_qkv is not None:
         document["clip_qkv"] = function.clip_qkv
+    if function.qk_norm is not None:
+        span, eps, offset = function.qk_norm
+        document["qk_norm"] = {"span": span, "eps": eps, "offset": offset}
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},

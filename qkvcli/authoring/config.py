@@ -55,6 +55,8 @@ _FAMILIES = (
     ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
                       scale="gemma2")),
     ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo")),
+    ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2")),
+    ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2")),
     ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm")),
     ("phi", Family("Phi", "linear", "yes", "half", "Phi")),
     ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere")),
@@ -86,8 +88,7 @@ REFUSED_MODELS = {
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "umt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "longt5": "a relative position bias and local attention (T5's attention)",
-    "qwen3": _NORM, "qwen3_moe": _NORM, "olmo2": _NORM, "olmo3": _NORM,
-    "gemma3": _NORM, "gemma3_text": _NORM,
+    "qwen3_moe": _NORM, "olmo3": _NORM, "gemma3": _NORM, "gemma3_text": _NORM,
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
                    "and K/V with a separate RoPE part), which qkv does not compute",
     "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -114,6 +115,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "persimmon": {"partial_rotary_factor": 0.5, "qk_layernorm": True},
     "gpt_neo": {"window_size": 256},
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
+    "qwen3": {"sliding_window": 4096, "max_window_layers": 28, "rms_norm_eps": 1e-6},
+    "olmo2": {"rms_norm_eps": 1e-5},
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
     "codegen": {"rotary_dim": 64},
@@ -385,7 +388,23 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv)
+        head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv,
+        _qk_norm(config, model, prefix))
+
+
+QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0)}
+"""The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
+head alone or the layer's whole width, and the offset added to the weight."""
+
+
+def _qk_norm(config: dict[str, Any], model: str,
+             prefix: str) -> tuple[str, float, float] | None:
+    """The family's q/k norm: its span, ``rms_norm_eps`` and offset (``None``: none)."""
+    if model not in QK_NORMS:
+        return None
+    span, offset = QK_NORMS[model]
+    eps = _positive({**DEFAULTS[model], **config}.get("rms_norm_eps"), "rms_norm_eps", prefix)
+    return span, eps, offset
 
 
 MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,
