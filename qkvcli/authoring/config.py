@@ -82,7 +82,8 @@ FAMILIES = dict(_FAMILIES)
 SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
-_NORM = "a norm on Q and K before the scores (q_norm/k_norm), whose weights qkv does not read"
+_NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3 "
+         "and OLMo 2 only")
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
