@@ -370,6 +370,9 @@ _WHISPER = {**_BART, "num_mel_bins": 4, "max_source_positions": 4, "max_target_p
 QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
 # id, config class, its arguments, the layer's prefix, its modules (relative to the
 # prefix), what the fixture init writes must say (None: the key absent)
+_GEMMA3 = _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
+                 layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=20,
+                 rms_norm_eps=1e-3)
 FAMILY_CASES = [
     ("mistral-window", "MistralConfig", _small(num_key_value_heads=2, sliding_window=2),
      "layers.0.self_attn.", QKVO, {"window": 2, "kv_heads": 2, "architecture": "mistral"}),
@@ -410,6 +413,15 @@ FAMILY_CASES = [
      {"qk_norm": {"span": "layer", "eps": 1e-5, "offset": 0.0}, "kv_heads": 2}),
     ("olmo2-qk-norm-mha", "Olmo2Config", _small(rms_norm_eps=0.01), "layers.0.self_attn.",
      (*QKVO, "q_norm", "k_norm"), {"qk_norm": {"span": "layer", "eps": 0.01, "offset": 0.0}}),
+    ("gemma3-qk-norm-sliding", "Gemma3TextConfig", _GEMMA3, "layers.0.self_attn.",
+     (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 1.0}, "window": 2,
+      "scale": 20 ** -0.5, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"},
+      "softcap": None}),
+    ("gemma3-qk-norm-full-layer", "Gemma3TextConfig", _GEMMA3, "layers.1.self_attn.",
+     (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 1.0}, "window": None,
+      "rope": {"theta": 1000000.0, "dims": 8, "layout": "half"}}),
     ("gemma2-softcap-sliding", "Gemma2Config",
      _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
             attn_logit_softcapping=1.5, query_pre_attn_scalar=20), "layers.0.self_attn.", QKVO,
@@ -812,6 +824,10 @@ REFUSED_FAMILIES = [
     ("persimmon-qk-layernorm", "PersimmonConfig", _small(hidden_size=32),
      "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
      "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
+    ("gemma3-softcap-its-module-does-not-run", "Gemma3TextConfig",
+     {**_GEMMA3, "attn_logit_softcapping": 1.5}, "layers.0.self_attn.",
+     "config attn_logit_softcapping 1.5: transformers' Gemma 3 attention does not apply it",
+     "a RoPE that only config.json describes"),
 ]
 
 

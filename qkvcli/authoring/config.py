@@ -55,6 +55,8 @@ _FAMILIES = (
     ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
                       scale="gemma2")),
     ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo")),
+    ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="gemma3",
+                           scale="gemma2")),
     ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2")),
     ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2")),
     ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm")),
@@ -82,14 +84,16 @@ FAMILIES = dict(_FAMILIES)
 SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
-_NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3 "
-         "and OLMo 2 only")
+_NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3, "
+         "OLMo 2 and Gemma 3 only")
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "umt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "longt5": "a relative position bias and local attention (T5's attention)",
-    "qwen3_moe": _NORM, "olmo3": _NORM, "gemma3": _NORM, "gemma3_text": _NORM,
+    "qwen3_moe": _NORM, "olmo3": _NORM,
+    "gemma3": "a multimodal model in one config (a vision tower beside the text model): give "
+              "the text model's own config (model_type gemma3_text)",
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
                    "and K/V with a separate RoPE part), which qkv does not compute",
     "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -118,6 +122,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
     "qwen3": {"sliding_window": 4096, "max_window_layers": 28, "rms_norm_eps": 1e-6},
     "olmo2": {"rms_norm_eps": 1e-5},
+    "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "rms_norm_eps": 1e-6,
+                    "sliding_window_pattern": 6},
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
     "codegen": {"rotary_dim": 64},
@@ -253,6 +259,13 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
     if model == "gemma2":
         settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
+    if model == "gemma3_text" and _set(settings, "attn_logit_softcapping"):
+        # Gemma3Attention keeps the value but passes no softcap to its attention: the
+        # model's scores are not capped, and a capped fixture would not be its function
+        raise CheckpointError(prefix, "config attn_logit_softcapping "
+                              f"{shown_value(settings['attn_logit_softcapping'])}: transformers' "
+                              "Gemma 3 attention does not apply it (no softcap reaches its "
+                              "scores); refused")
     if model == "olmo":
         settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
     for key, what in REFUSED_KEYS:
@@ -373,7 +386,10 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     window = _window(config, model, family.window, index, prefix)
     scale = _scale(config, family.scale, head_dim, index, prefix)
     rope = None
-    if family.rope is not None and _uses_rope(config, model, index, prefix):
+    if model == "gemma3_text":  # each kind of layer its own theta
+        rope = RopeSpec(_gemma3_theta(config, _gemma3_kind(config, index, prefix), prefix),
+                        head_dim, family.rope or "half")
+    elif family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = _rope(config, model, family.rope, head_dim, prefix)
     alibi = None
     if model == "bloom":  # BLOOM's slopes: a function of the heads alone
@@ -393,7 +409,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         _qk_norm(config, model, prefix))
 
 
-QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0)}
+QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -439,6 +455,55 @@ def _mpt(config: dict[str, Any], heads: int, head_dim: int,
         slopes = (slopes[1::2] + slopes[::2])[:heads]
     del head_dim
     return tuple(slopes), scale, clip_qkv
+
+
+def _gemma3_kind(config: dict[str, Any], index: int | None, prefix: str) -> str:
+    """A Gemma 3 layer's kind: ``layer_types``, else every ``sliding_window_pattern``-th
+    layer (default 6) is full and the others slide, as Gemma3TextConfig derives it."""
+    kind = _layer_kind(config, "layer_types", index, ("full_attention", "sliding_attention"),
+                       prefix)
+    if kind is not None:
+        return kind
+    if index is None:
+        raise CheckpointError(prefix, "config gives no layer_types: Gemma 3's sliding layers "
+                              "need the layer's number in the prefix")
+    pattern = _int({**DEFAULTS["gemma3_text"], **config}, prefix, "sliding_window_pattern")
+    return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
+
+
+GEMMA3_THETA = {"full_attention": ("rope_theta", 1_000_000.0),
+                "sliding_attention": ("rope_local_base_freq", 10_000.0)}
+"""Gemma 3's flat spelling of each kind of layer's RoPE theta, and its default."""
+
+
+def _gemma3_theta(config: dict[str, Any], kind: str, prefix: str) -> float:
+    """The RoPE theta of a Gemma 3 layer of ``kind``: ``rope_parameters.<kind>.rope_theta``
+    or the flat ``rope_theta`` (full layers) / ``rope_local_base_freq`` (sliding ones);
+    a scaling, another key, or spellings that disagree are refused."""
+    flat_key, default = GEMMA3_THETA[kind]
+    nested: Any = None
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and any(k in params for k in GEMMA3_THETA):
+        entry = params.get(kind) or {}
+        where = f"rope_parameters.{kind}"
+        if not isinstance(entry, dict):
+            raise CheckpointError(prefix, f"config {where} must be an object or null")
+        for key, value in entry.items():
+            if key == "rope_type" and value == "default":
+                continue
+            if key != "rope_theta":
+                raise CheckpointError(prefix, f"config {where}.{key} {shown_value(value)}: qkv "
+                                      "computes only the default RoPE (rope_theta alone)")
+        nested = entry.get("rope_theta")
+    flat = config.get(flat_key)
+    if nested is not None and flat is not None and (
+            nested != flat or isinstance(nested, bool) != isinstance(flat, bool)):
+        raise CheckpointError(prefix, f"config rope_parameters.{kind}.rope_theta "
+                              f"{shown_value(nested)} and {flat_key} {shown_value(flat)} "
+                              "disagree (two spellings of one setting)")
+    if nested is not None:
+        return _positive(nested, f"rope_parameters.{kind}.rope_theta", prefix)
+    return _positive(flat, flat_key, prefix) if flat is not None else default
 
 
 def _bloom_slopes(heads: int) -> list[float]:
@@ -604,6 +669,8 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
                                       "layers need the layer's number in the prefix")
             kind = "sliding_attention" if (index + 1) % 2 else "full_attention"
         key, sliding = "sliding_window", kind == "sliding_attention"
+    elif rule == "gemma3":
+        key, sliding = "sliding_window", _gemma3_kind(config, index, prefix) == "sliding_attention"
     elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
         key, sliding = "sliding_window", True
     elif rule == "qwen2":
