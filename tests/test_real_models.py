@@ -885,3 +885,44 @@ def test_a_wrong_norm_reverse_fails_a_qwen3_layers_gradient_check(
     evidence = json.loads(run.stdout)
     failed = {t["tensor"] for t in evidence["gradcheck"]["tensors"] if not t["passed"]}
     assert not evidence["passed"] and failed == {"q_norm_weight", "k_norm_weight"}
+
+
+GEMMA3_CONFIGS = [
+    ("theta-spellings-disagree", "layers.1.self_attn.", {"rope_theta": 500000.0},
+     "config rope_parameters.full_attention.rope_theta 1000000.0 and rope_theta 500000.0 "
+     "disagree"),
+    ("sliding-rope-scaling", "layers.0.self_attn.",
+     {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                          "sliding_attention": {"rope_type": "linear", "rope_theta": 1e4,
+                                                "factor": 2.0}}},
+     "config rope_parameters.sliding_attention.rope_type \"linear\": qkv computes only the "
+     "default RoPE"),
+]
+
+
+@pytest.mark.parametrize(("prefix", "changes", "words"), [c[1:] for c in GEMMA3_CONFIGS],
+                         ids=[c[0] for c in GEMMA3_CONFIGS])
+def test_a_gemma3_rope_qkv_cannot_read_is_refused_by_its_key(
+    tmp_path: Path, prefix: str, changes: dict[str, Any], words: str
+) -> None:
+    _, folder = build(tmp_path, "gemma3", transformers.Gemma3TextConfig(**_GEMMA3))
+    _edit_config(folder, **changes)
+    result = _init(folder, "--prefix", prefix)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert words in result.stderr, result.stderr
+
+
+def test_gemma3_layers_without_layer_types_slide_by_the_pattern(tmp_path: Path) -> None:
+    """Gemma3TextConfig: every sliding_window_pattern-th layer is full, the others slide,
+    each with its kind's theta."""
+    _, folder = build(tmp_path, "gemma3", transformers.Gemma3TextConfig(**_GEMMA3))
+    saved = json.loads((folder / "config.json").read_text())
+    del saved["layer_types"]
+    (folder / "config.json").write_text(json.dumps({**saved, "sliding_window_pattern": 2}))
+    for prefix, window, theta in (("layers.0.self_attn.", 2, 10000.0),
+                                  ("layers.1.self_attn.", None, 1000000.0)):
+        made = _init(folder, "--prefix", prefix, "--force")
+        assert made.exit_code == 0, made.stderr
+        document = json.loads((folder / "layer.json").read_text())
+        assert document.get("window") == window and document["rope"]["theta"] == theta
+        assert document["qk_norm"] == {"span": "head", "eps": 1e-3, "offset": 1.0}
