@@ -194,6 +194,7 @@ def test_a_q_k_norm_is_computed_and_its_weights_gradients_checked(tmp_path):
     assert {"q_norm_weight", "k_norm_weight"} <= checked
     text = invoke("attend", str(tmp_path / "f.json"))
     assert "qk_norm:span=head,eps=1e-06,offset=1.0" in text.stdout
+    assert "formula=O = softmax(norm(Q) norm(K)^T / sqrt(d_k)) V" in text.stdout
 
 
 @pytest.mark.parametrize(("document", "words"), [

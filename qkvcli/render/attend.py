@@ -316,10 +316,13 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
 
 
 def formula_of(c: AttendConfig) -> str:
-    """The formula line: the chapter's, or the real layer's RoPE and given scale."""
-    if c.rope is None and not c.scale_given and c.softcap is None and c.alibi is None:
+    """The formula line: the chapter's, or the real layer's q/k norm, RoPE and given scale."""
+    if (c.rope is None and not c.scale_given and c.softcap is None and c.alibi is None
+            and c.qk_norm is None):
         return FORMULA
-    q, k = ("rope(Q)", "rope(K)") if c.rope is not None else ("Q", "K")
+    q, k = ("norm(Q)", "norm(K)") if c.qk_norm is not None else ("Q", "K")
+    if c.rope is not None:
+        q, k = f"rope({q})", f"rope({k})"
     scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
     if c.alibi is not None:
         scaled += " + slope_h j"
