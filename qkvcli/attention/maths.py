@@ -196,6 +196,15 @@ def softmax(z: Array, out: Array | None = None, *, shift: bool = True) -> Array:
 
     ``-inf`` entries weigh exactly 0; each row needs one finite entry. Empty axes give
     empty results."""
+    out = exponentials(z, out, shift=shift)
+    if out.size:
+        out /= np.sum(out, axis=-1, keepdims=True)
+    return out
+
+
+def exponentials(z: Array, out: Array | None = None, *, shift: bool = True) -> Array:
+    """The softmax's numerators over the last axis: ``exp(z - max)`` of each row (``shift=False``:
+    ``exp(z)``); into ``out``. A ``-inf`` entry gives exactly 0."""
     if out is None:
         out = np.empty(z.shape)
     if z.size == 0:
@@ -205,7 +214,6 @@ def softmax(z: Array, out: Array | None = None, *, shift: bool = True) -> Array:
     else:
         out[...] = z
     np.exp(out, out=out)
-    out /= np.sum(out, axis=-1, keepdims=True)
     return out
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from qkvcli.attention.maths import exponentials
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 
@@ -160,8 +161,8 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     value = float(weights[index])
     masked = not bool(seen[k])
     top = float(np.max(z_row[seen])) if seen.any() else math.nan
-    exps = np.zeros_like(z_row)
-    exps[seen] = np.exp(z_row[seen] - top)
+    # the engine's own numerators; a row with no key seen has none
+    exps = exponentials(z_row) if seen.any() else np.zeros_like(z_row)
     total = math.fsum(exps[seen])
     rows = [
         Step("raw score S = q·k", float(scores[index]), "fact"),
