@@ -335,11 +335,11 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int) -> 
     return x
 
 
-
 def with_settings(fixture: RopeFixture, **settings: float | int | None) -> RopeFixture:
     """``fixture`` with the gradient check's ``step``, ``tolerance`` or ``samples`` replaced
     (the command line's ``--step``, ``--tolerance``, ``--samples``)."""
     return fixture._replace(**settings)
+
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFixture:
     """A chapter 29 fixture document (parsed by qkv's strict JSON reader) validated into a

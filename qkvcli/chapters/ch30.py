@@ -189,11 +189,11 @@ def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
     return MultiHeadSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
 
 
-
 def with_settings(fixture: MultiHeadFixture, **settings: float | int | None) -> MultiHeadFixture:
     """``fixture`` with the gradient check's ``step``, ``tolerance`` or ``samples`` replaced
     (the command line's ``--step``, ``--tolerance``, ``--samples``)."""
     return fixture._replace(**settings)
+
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHeadFixture:
     """A chapter 30 fixture document (parsed by qkv's strict JSON reader) validated into a

@@ -3,6 +3,9 @@ empty axes kept, bad requests rejected; each fixture once (a head's: causal)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from functools import partial
+
 from qkvcli.check.cases import Run
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind, Probe, Request
@@ -69,19 +72,31 @@ def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
         return judge(family, skipped, len(session.cases_of(kind)), backward=backward), skipped
     for case in session.cases_of(kind):
         mode = kind.run(case).mode
-        accepted: list[Request] = []
-        for request, x, weights, upstream in kind.requests(case, backward):
-            try:
-                session.call(kind, case, x, weights, mode, upstream)
-            except BadResult:
-                pass  # returned garbage instead of raising: still accepted
-            except Broken:
-                failures.append(not_run(family, case.label, "stopped"))
-                break
-            except CallFailed:
-                continue
-            accepted.append(request)
-        if accepted:
-            failures.append(Failure(family, case.label, accepted[0][0], code="accepted",
-                                    facts=tuple(accepted)))
+        failures += refusals(family, case.label, (
+            (request, partial(session.call, kind, case, x, weights, mode, upstream))
+            for request, x, weights, upstream in kind.requests(case, backward)))
     return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures
+
+
+def refusals(family: str, label: str,
+             requests: Iterable[tuple[Request, Callable[[], object]]]) -> list[Failure]:
+    """Make each bad request in turn; the findings: one ``accepted`` failure listing every
+    request that was not refused (garbage returned counts as accepted), or ``stopped``
+    when the session broke (the requests after it are not made)."""
+    failures: list[Failure] = []
+    accepted: list[Request] = []
+    for request, call in requests:
+        try:
+            call()
+        except BadResult:
+            pass  # returned garbage instead of raising: still accepted
+        except Broken:
+            failures.append(not_run(family, label, "stopped"))
+            break
+        except CallFailed:
+            continue
+        accepted.append(request)
+    if accepted:
+        failures.append(Failure(family, label, accepted[0][0], code="accepted",
+                                facts=tuple(accepted)))
+    return failures

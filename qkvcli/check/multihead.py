@@ -24,8 +24,11 @@ RoPE with half-split pairs, left out or always applied.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from qkvcli.check.boundaries import refusals
 from qkvcli.check.diagnose import (
     Bundle,
     agreed,
@@ -36,7 +39,7 @@ from qkvcli.check.diagnose import (
     precision_clauses,
     precision_faults,
 )
-from qkvcli.check.errors import BadResult, Broken, CallFailed
+from qkvcli.check.errors import Broken, CallFailed
 from qkvcli.check.reference import engine_mha, engine_mha_backward
 from qkvcli.check.result import call_failure, not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
@@ -253,24 +256,11 @@ def mha_requests() -> list[tuple[tuple[str, tuple[str, ...]], tuple[object, ...]
 def check_mha_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     """Every bad multi-head request raises (or is answered with an error)."""
     family, label = "multi-head-errors", "mha requests"
-    accepted = []
-    failures: list[Failure] = []
     if "mha_forward" not in session.worked:  # it rejects everything: says nothing here
         skipped = [not_run(family, None, "mha_forward", stopped=session.stopped is not None)]
         return judge(family, skipped, 1), skipped
-    for request, args in mha_requests():
-        try:
-            session.invoke(family, label, "mha_forward", args)
-        except BadResult:
-            pass
-        except Broken:
-            failures.append(not_run(family, label, "stopped"))
-            break
-        except CallFailed:
-            continue
-        accepted.append(request)
-    if accepted:
-        failures.append(Failure(family, label, accepted[0][0], code="accepted",
-                                facts=tuple(accepted)))
+    failures = refusals(family, label, (
+        (request, partial(session.invoke, family, label, "mha_forward", args))
+        for request, args in mha_requests()))
     failures += session.impurities.pop(family, [])
     return judge(family, failures, 1), failures

@@ -12,8 +12,11 @@ turned the other way, or ``base^(-i/d)`` (the engine with the root of the base).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from qkvcli.check.boundaries import refusals
 from qkvcli.check.diagnose import (
     Bundle,
     agreed,
@@ -23,7 +26,7 @@ from qkvcli.check.diagnose import (
     precision_clauses,
     precision_faults,
 )
-from qkvcli.check.errors import BadResult, Broken, CallFailed
+from qkvcli.check.errors import Broken, CallFailed
 from qkvcli.check.reference import engine_rope
 from qkvcli.check.result import call_failure, not_applicable, not_run
 from qkvcli.check.session import Session
@@ -145,24 +148,11 @@ def check_rope_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     """Every bad RoPE request raises (or is answered with an error); lists what was
     silently accepted."""
     family, label = "rope-errors", "rope requests"
-    accepted = []
-    failures: list[Failure] = []
     if "rope" not in session.worked:  # it rejects everything: these too, says nothing
         skipped = [not_run(family, None, "rope", stopped=session.stopped is not None)]
         return judge(family, skipped, 1), skipped
-    for request, x, base, offset in rope_requests():
-        try:
-            session.invoke(family, label, "rope", (x, base, offset))
-        except BadResult:
-            pass  # returned garbage instead of raising: still accepted
-        except Broken:
-            failures.append(not_run(family, label, "stopped"))
-            break
-        except CallFailed:
-            continue
-        accepted.append(request)
-    if accepted:
-        failures.append(Failure(family, label, accepted[0][0], code="accepted",
-                                facts=tuple(accepted)))
+    failures = refusals(family, label, (
+        (request, partial(session.invoke, family, label, "rope", (x, base, offset)))
+        for request, x, base, offset in rope_requests()))
     failures += session.impurities.pop(family, [])
     return judge(family, failures, 1), failures
