@@ -99,9 +99,14 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
         turn = "turns" if name == "rope" else "turns back"
         return (f"{turn} each adjacent pair by (offset + t) base^(-2i/d), within "
                 f"{check.tolerance!r} of qkv, on {on}")
-    if name in ("rope-errors", "multi-head-errors"):
-        count = 6 if name == "rope-errors" else 5
-        return f"{count} bad {'RoPE' if name == 'rope-errors' else 'multi-head'} requests rejected"
+    if name == "rope-errors":
+        from qkvcli.check.rotary import rope_requests
+
+        return f"{len(rope_requests())} bad RoPE requests rejected"
+    if name == "multi-head-errors":
+        from qkvcli.check.multihead import mha_requests
+
+        return f"{len(mha_requests())} bad multi-head requests rejected"
     if name == "multi-head":
         return (f"weights, merged and output agree with qkv within {check.tolerance!r} on "
                 f"{on}, with and without the mask and RoPE")
