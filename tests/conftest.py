@@ -39,7 +39,8 @@ def is_later_chapter_fixture(path: Path) -> bool:
     read by that chapter's module, not by chapter 26's reader, ``qkv attend`` or the schema."""
     import json
 
-    from qkvcli.chapters.registry import DEFAULT, number_named
+    from qkvcli.core.names import DEFAULT_CHAPTER as DEFAULT
+    from qkvcli.core.names import chapter_of_id as number_named
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

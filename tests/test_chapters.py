@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qkvcli.chapters.registry import NAMES
 from qkvcli.cli import main
+from qkvcli.core.names import CHAPTER_IDS as NAMES
 
 from .conftest import GOLDEN, ROOT
 

@@ -19,6 +19,7 @@ import click
 from qkvcli.cli.group import InputError
 from qkvcli.cli.io import label_of, refuse_layer_fixture
 from qkvcli.cli.options import CheckOverrides
+from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_of_id
 from qkvcli.core.record import Record
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
@@ -45,36 +46,42 @@ def check_chapter(chapter: int | None) -> None:
     """Refuse an unknown ``--chapter`` before any work: one ``Error:`` line, exit 2."""
     if chapter is None:
         return
-    from qkvcli.chapters.registry import DEFAULT, chapter_module, check_number
+    from qkvcli.chapters.registry import chapter_module, check_number
     from qkvcli.core.errors import QkvError
 
     try:
-        if check_number(chapter) != DEFAULT:
+        if check_number(chapter) != DEFAULT_CHAPTER:
             chapter_module(chapter)
     except QkvError as error:
         raise InputError(f"--chapter {chapter}: {error}") from None
+
+
+def module_of(number: int) -> ModuleType:
+    """Chapter ``number``'s module (27 to 30), the registry imported only then: a chapter
+    26 command never loads it."""
+    from qkvcli.chapters.registry import chapter_module
+
+    return chapter_module(number)
 
 
 def load(path: Path | None, max_elements: int, chapter: int | None) -> Any:
     """The fixture at ``path`` (``None``: the chapter's bundled one) as chapter 26's
     :class:`~qkvcli.reading.fixture.Fixture` or a :class:`ChapterFixture`. Raises the
     readers' errors (the caller names the file)."""
-    from qkvcli.chapters import registry
-
     label = label_of(path)
     module = None
-    if chapter is not None and chapter != registry.DEFAULT:
-        module = registry.chapter_module(chapter)
+    if chapter is not None and chapter != DEFAULT_CHAPTER:
+        module = module_of(chapter)
     if path is None and module is not None:
         data, stem, base_dir = fixture_json(None, module.FIXTURE)
     else:
         data, stem, base_dir = fixture_json(path)
-    named = registry.number_named(data.get("chapter")) if isinstance(data, dict) else None
-    if module is None and named not in (None, registry.DEFAULT):
-        if chapter == registry.DEFAULT:
+    named = chapter_of_id(data.get("chapter")) if isinstance(data, dict) else None
+    if module is None and named not in (None, DEFAULT_CHAPTER):
+        if chapter == DEFAULT_CHAPTER:
             raise InputError(f"{label}: $.chapter: a chapter {named} fixture "
-                             f"({registry.NAMES[named]}); --chapter 26 reads chapter 26's")
-        module = registry.chapter_module(named)
+                             f"({CHAPTER_IDS[named]}); --chapter 26 reads chapter 26's")
+        module = module_of(named)
     if module is None:
         refuse_layer_fixture(data, label)
         return parse_fixture(data, stem, max_elements, base_dir)
@@ -121,8 +128,8 @@ def chapter_problems(data: Any, base_dir: Any, max_elements: int,
 
     number = chapter
     if number is None and isinstance(data, dict):
-        number = registry.number_named(data.get("chapter"))
-    if number is None or number == registry.DEFAULT:
+        number = chapter_of_id(data.get("chapter"))
+    if number is None or number == DEFAULT_CHAPTER:
         return None
     module = registry.chapter_module(number)
     try:

@@ -26,11 +26,14 @@ reports, not a line of noise.
 
 from __future__ import annotations
 
+# The C module behind ``signal``: the same functions and numbers without building the
+# ``Signals`` enums at every start (about 1% of a command's start-up); ``signal`` itself
+# is imported only to name a signal that stopped qkv.
+import _signal
 import errno
 import importlib
 import io
 import os
-import signal
 import sys
 import threading
 import warnings
@@ -74,8 +77,9 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE")
-                     if hasattr(signal, name))
+STOP_SIGNALS: tuple[int, ...] = tuple(
+    getattr(_signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE")
+    if hasattr(_signal, name))
 """The signals that stop a command: it unwinds, ends what it started, says one line."""
 
 
@@ -83,25 +87,27 @@ def interrupted(cause: BaseException | None = None) -> click.exceptions.Exit:
     """Say ``qkv: interrupted`` (Ctrl-C) or ``qkv: stopped by SIGTERM`` on stderr; give
     the exit to raise: 130, or 128 + the signal that stopped ``cause`` (a :class:`Stopped`,
     or an exception raised while handling one)."""
-    signum = int(signal.SIGINT)
+    signum = _signal.SIGINT
     while cause is not None:
         if isinstance(cause, Stopped):
             signum = cause.signum
             break
         cause = cause.__context__
-    if signum == signal.SIGINT:
+    if signum == _signal.SIGINT:
         click.echo("qkv: interrupted", err=True)
     else:
+        import signal
+
         click.echo(f"qkv: stopped by {signal.Signals(signum).name}", err=True)
     return click.exceptions.Exit(128 + signum)
 
 
 def _stop(signum: int, frame: Any) -> None:
     """The handler of :data:`STOP_SIGNALS`: raise :class:`Stopped`, once."""
-    if signum == getattr(signal, "SIGPIPE", None) and pipe_without_reader():
+    if signum == getattr(_signal, "SIGPIPE", None) and pipe_without_reader():
         return  # the kernel's own SIGPIPE for a write: that write fails by itself
     for other in STOP_SIGNALS:
-        signal.signal(other, signal.SIG_IGN)  # nothing cuts the unwinding short
+        _signal.signal(other, _signal.SIG_IGN)  # nothing cuts the unwinding short
     raise Stopped(signum)
 
 
@@ -132,12 +138,12 @@ def stopping_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS}
+    previous = {signum: _signal.signal(signum, _stop) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
 
 
 def error_line(error: Exception) -> str:

@@ -172,11 +172,11 @@ def load(path: Path | None, max_elements: int) -> Fixture:
 def refuse_later_chapter(data: Any, label: str) -> None:
     """Raise :class:`InputError` when ``data`` names chapter 27 or later: chapter 26's
     reader would only call its keys unknown."""
-    from qkvcli.chapters.registry import DEFAULT, NAMES, number_named
+    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_of_id
 
-    number = number_named(data.get("chapter")) if isinstance(data, dict) else None
-    if number is not None and number != DEFAULT:
-        raise InputError(f"{label}: $.chapter: a chapter {number} fixture ({NAMES[number]}); "
+    number = chapter_of_id(data.get("chapter")) if isinstance(data, dict) else None
+    if number is not None and number != DEFAULT_CHAPTER:
+        raise InputError(f"{label}: $.chapter: a chapter {number} fixture ({CHAPTER_IDS[number]}); "
                          f"this command reads chapter 26's (qkv report {label} shows it)")
 
 

@@ -46,3 +46,21 @@ def validate_name(name: str) -> None:
         previous_was_dot = False
     if previous_was_dot:
         raise EmptyNameSegment(len(encoded))
+
+
+DEFAULT_CHAPTER = 26
+"""The course chapter ``qkv run`` and ``qkv report`` show without ``--chapter``: the Q/K/V
+projections, qkv's own evidence."""
+CHAPTER_IDS = {26: "26-qkv-projections", 27: "27-self-attention", 28: "28-causal-masking",
+               29: "29-rope", 30: "30-multi-head-attention"}
+"""Each chapter's id, as its report's first line prints it and its fixture's
+``"chapter"`` key gives it."""
+
+
+def chapter_of_id(name: object) -> int | None:
+    """The chapter whose id is ``name`` (a fixture's ``"chapter"`` value); ``None`` when
+    it names none of them."""
+    for number, known in CHAPTER_IDS.items():
+        if name == known:
+            return number
+    return None
