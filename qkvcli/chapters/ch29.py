@@ -56,7 +56,8 @@ LAST_POSITION = 2 ** 53
 interval that reaches past it overflows (the chapter's ``usize`` overflow)."""
 
 DEFAULT_INVARIANT_TOLERANCE = 1e-12
-"""The chapter's absolute tolerance for the norms and the shifted dot products."""
+"""The absolute tolerance of chapters 29 and 30's invariants (the norms, the shifted dot
+products, uniform and distinct weights, the common offset), unless a fixture gives one."""
 
 ROTARY_STAGE = "rotary-pairs"
 """The stage that reads the operand: the rotation of its feature pairs."""
@@ -394,13 +395,19 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
                           [query.size, key.size], has_fast=False)
     except QkvError as error:
         raise FixtureError("$.gradcheck", str(error)) from None
-    invariant = DEFAULT_INVARIANT_TOLERANCE
-    if "invariant_tolerance" in data:
-        invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
-        if invariant < 0.0:
-            raise FixtureError("$.invariant_tolerance", f"expected at least 0, got {invariant!r}")
+    invariant = invariant_tolerance(data)
     return RopeFixture(table, offset, shift, query, key, upstream[0], upstream[1], step,
                        tolerance, samples, invariant)
+
+
+def invariant_tolerance(data: dict[str, Any]) -> float:
+    """The fixture's ``invariant_tolerance`` (at least 0), else the chapter's 1e-12."""
+    if "invariant_tolerance" not in data:
+        return DEFAULT_INVARIANT_TOLERANCE
+    invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
+    if invariant < 0.0:
+        raise FixtureError("$.invariant_tolerance", f"expected at least 0, got {invariant!r}")
+    return invariant
 
 
 # --- the evidence -----------------------------------------------------------------------

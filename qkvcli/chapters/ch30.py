@@ -38,6 +38,7 @@ from qkvcli.chapters.ch29 import (
     check_interval,
     check_table,
     count_of,
+    invariant_tolerance,
     read_operand,
 )
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
@@ -53,9 +54,6 @@ from qkvcli.reading.tensors import parse_tensor
 
 NAME = "30-multi-head-attention"
 FIXTURE = "ch30-multi-head-attention.json"
-
-DEFAULT_INVARIANT_TOLERANCE = 1e-12
-"""The chapter's absolute tolerance: uniform and distinct weights, the common offset."""
 
 ISOLATION_DELTA = 0.25
 """How far the isolation probe moves head 0's first value feature at token 0."""
@@ -252,11 +250,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
                    mode="full" if samples is None else "sampled")
     except QkvError as error:
         raise FixtureError("$.gradcheck", str(error)) from None
-    invariant = DEFAULT_INVARIANT_TOLERANCE
-    if "invariant_tolerance" in data:
-        invariant = finite_number(data["invariant_tolerance"], "$.invariant_tolerance")
-        if invariant < 0.0:
-            raise FixtureError("$.invariant_tolerance", f"expected at least 0, got {invariant!r}")
+    invariant = invariant_tolerance(data)
     return MultiHeadFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,
                         invariant)
 
