@@ -321,7 +321,9 @@ def test_a_killed_worker_is_a_failed_row_and_every_other_row_is_printed(
     assert result.stderr == ""  # the error is in the table, once
 
 
-def test_outcomes_of_reruns_alone_what_a_broken_pool_left(tmp_path: Path) -> None:
+def test_a_killed_worker_is_its_own_fixtures_row_and_the_others_run(tmp_path: Path) -> None:
+    """With one worker per fixture, the fixture whose worker is killed gets status 2 and
+    the signal in its row; the fixtures before and after it pass."""
     from qkvcli.cli import batch
     from qkvcli.cli.options import CheckOverrides
 
