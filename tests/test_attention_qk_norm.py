@@ -165,8 +165,8 @@ BAD = [
     ("span", {"span": "heads"}, 'qk_norm span must be "head" or "layer", got \'heads\''),
     ("eps", {"eps": 0.0}, "qk_norm eps must be finite and positive, got 0.0"),
     ("offset", {"offset": math.inf}, "qk_norm offset must be finite, got inf"),
-    ("width", {"query": np.ones(8)}, "qk_norm query weight must be [4] (a norm over each "
-     "head), got [8]"),
+    ("width", {"query": np.ones(8)}, "qk_norm query weight must be [4] (shared by the heads) "
+     "or [2,4] (a row per head), got [8]"),
     ("layer-width", {"span": "layer"}, "qk_norm query weight must be [8] (a norm over the "
      "layer), got [4]"),
 ]

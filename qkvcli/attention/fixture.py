@@ -82,7 +82,8 @@ def _norm(parameters: LayerParameters, function: LayerFunction) -> QkNorm | None
     spec, query, key = function.qk_norm, parameters.norm_query, parameters.norm_key
     if spec is None or query is None or key is None:
         return None
-    return QkNorm(query, key, spec.eps, spec.span, spec.offset)
+    return QkNorm(query, key, spec.eps, spec.span, spec.offset, spec.kind,
+                  parameters.norm_query_bias, parameters.norm_key_bias)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:
@@ -132,7 +133,11 @@ def _judged_layer(head: AttentionHead, parameters: LayerParameters,
         if "alibi" in str(error):
             location = "$.alibi"
         if isinstance(error, QkNormError):
-            location = "$.weights." + ("q" if "query" in str(error) else "k") + "_norm_weight"
+            message = str(error)
+            location = "$.weights." + ("q" if "query" in message else "k") + (
+                "_norm_bias" if " bias" in message else "_norm_weight")
+            if "kind" in message:
+                location = "$.qk_norm.kind"
         raise FixtureError(location, str(error)) from None
 
 

@@ -12,8 +12,11 @@ needs to be defined (:func:`check_rope`).
 - Clipping of Q, K and V (OLMo's ``clip_qkv``) and its reverse (:func:`clip`,
   :func:`clip_backward`), right after the projections.
 - RMSNorm of Q and K with a learned weight (Qwen3, OLMo 2, Gemma 3's ``q_norm``/``k_norm``)
-  and its reverse to the input and the weight (:func:`rms_norm`, :func:`rms_norm_backward`,
-  described by :class:`QkNorm`), after the projections and before RoPE.
+  and its reverse to the input and the weight (:func:`rms_norm`, :func:`rms_norm_backward`),
+  or LayerNorm with a learned weight and an optional bias (Phi, Persimmon, StableLM,
+  Cohere) and its reverse to the input, the weight and the bias (:func:`layer_norm`,
+  :func:`layer_norm_backward`); both described by :class:`QkNorm`, after the projections
+  and before RoPE.
 - ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
   (:func:`alibi_bias`; the slopes are the fixture's).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
@@ -94,17 +97,22 @@ def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = 
 # --- RMSNorm of Q and K ------------------------------------------------------------------
 
 QK_NORM_SPANS = ("head", "layer")
+QK_NORM_KINDS = ("rms", "layer")
 
 
 class QkNorm(Record):
-    """A learned RMSNorm of the projected Q and K (after their biases, before RoPE).
+    """A learned norm of the projected Q and K (after their biases, before RoPE).
 
-    ``query`` and ``key`` are the weights. ``span`` is ``"head"`` when each head's
-    ``d_k`` coordinates are normalised alone with one weight ``[d_k]`` shared by every
-    head (Qwen3, Gemma 3), ``"layer"`` when a token's whole query width ``H*d_k`` (key
-    width ``G*d_k``) is normalised at once before the split into heads, weights
-    ``[H*d_k]`` and ``[G*d_k]`` (OLMo 2). ``offset`` is added to the weight before it
-    multiplies (Gemma 3's ``1 + weight``: 1.0; else 0.0).
+    ``kind`` is ``"rms"`` (RMSNorm: Qwen3, OLMo 2, Gemma 3) or ``"layer"`` (LayerNorm,
+    the mean subtracted first: Phi, Persimmon, StableLM, Cohere). ``query`` and ``key``
+    are the weights, ``query_bias`` and ``key_bias`` the biases (LayerNorm only; ``None``:
+    none), each shaped like its weight. ``span`` is ``"head"`` when each head's ``d_k``
+    coordinates are normalised alone, with one weight ``[d_k]`` shared by every head
+    (Qwen3, Gemma 3, Phi, Persimmon) or one per head, ``[H, d_k]`` and ``[G, d_k]``
+    (StableLM, Cohere); ``"layer"`` when a token's whole query width ``H*d_k`` (key width
+    ``G*d_k``) is normalised at once before the split into heads, weights ``[H*d_k]`` and
+    ``[G*d_k]`` (OLMo 2). ``offset`` is added to the weight before it multiplies (Gemma
+    3's ``1 + weight``: 1.0; else 0.0).
     """
 
     query: Array
@@ -112,6 +120,9 @@ class QkNorm(Record):
     eps: float
     span: str = "head"
     offset: float = 0.0
+    kind: str = "rms"
+    query_bias: Array | None = None
+    key_bias: Array | None = None
 
 
 def rms_norm(values: Array, weight: Array, eps: float, offset: float = 0.0) -> Array:
@@ -133,9 +144,44 @@ def rms_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
     grad_normed = grad * (weight + offset)
     grad_values: Array = inverse * (
         grad_normed - normed * np.mean(grad_normed * normed, axis=-1, keepdims=True))
-    width = values.shape[-1]
-    grad_weight: Array = (grad * normed).reshape(values.size // width, width).sum(axis=0)
-    return grad_values, grad_weight
+    return grad_values, _summed_to(grad * normed, weight.shape)
+
+
+def _summed_to(values: Array, shape: tuple[int, ...]) -> Array:
+    """``values`` summed over every leading axis the parameter of ``shape`` is shared by."""
+    result: Array = values.reshape(-1, *shape).sum(axis=0)
+    return result
+
+
+def layer_norm(values: Array, weight: Array, bias: Array | None, eps: float,
+               offset: float = 0.0) -> Array:
+    """``(values - mean) / sqrt(var + eps) * (offset + weight) + bias`` over the last axis
+    (``var`` the mean square of ``values - mean``, as torch's ``LayerNorm``; ``weight``
+    as wide as the axis, or ``[n, width]`` for the ``n`` axes before it: a weight per
+    head), a new array."""
+    centred = values - np.mean(values, axis=-1, keepdims=True)
+    inverse = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)
+    result: Array = (centred * inverse) * (weight + offset)
+    if bias is not None:
+        result += bias
+    return result
+
+
+def layer_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
+                        offset: float = 0.0) -> tuple[Array, Array, Array]:
+    """The reverse of :func:`layer_norm` at its input ``values`` for ``grad`` (shaped like
+    ``values``): the gradient to the input, ``r (dn - mean(dn) - n mean(dn n))`` with
+    ``r`` the inverse root, ``n`` the normalised values and ``dn = grad (offset +
+    weight)``; to the weight, ``sum(grad n)``, and to the bias, ``sum(grad)``, each over
+    the axes the parameter is shared by."""
+    centred = values - np.mean(values, axis=-1, keepdims=True)
+    inverse = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)
+    normed = centred * inverse
+    grad_normed = grad * (weight + offset)
+    grad_values: Array = inverse * (
+        grad_normed - np.mean(grad_normed, axis=-1, keepdims=True)
+        - normed * np.mean(grad_normed * normed, axis=-1, keepdims=True))
+    return grad_values, _summed_to(grad * normed, weight.shape), _summed_to(grad, weight.shape)
 
 
 # --- ALiBi ------------------------------------------------------------------------------
