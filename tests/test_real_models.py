@@ -111,7 +111,8 @@ def qkv_layer(folder: Path, prefix: str, *extra: str, checkpoint: str = "model.s
     assert made.exit_code == 0, made.output
     marked = {line.split()[0] for line in listing.output.splitlines() if "  * " in line}
     referenced = {ref["tensor"] for weight in json.loads(layer.read_text())["weights"].values()
-                  for ref in ([weight] + ([weight["bias"]] if "bias" in weight else []))}
+                  for ref in (weight if isinstance(weight, list) else  # a row per head
+                              [weight] + ([weight["bias"]] if "bias" in weight else []))}
     assert referenced <= marked  # inspect marks every tensor the fixture maps
     run = invoke("attend", str(layer), "-f", "json", *attend)
     assert run.exit_code == 0, run.output
@@ -493,6 +494,24 @@ FAMILY_CASES = [
      {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11,
       "multi_query": False}, "h.0.self_attention.", ("query_key_value", "dense"),
      {"kv_heads": None}),
+    ("phi-qk-layernorm-biases", "PhiConfig",
+     _small(hidden_size=32, partial_rotary_factor=0.5, qk_layernorm=True, layer_norm_eps=1e-3),
+     "layers.0.self_attn.", ("q_proj", "k_proj", "v_proj", "dense", "q_layernorm", "k_layernorm"),
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0}}),
+    ("persimmon-qk-layernorm-biases", "PersimmonConfig",
+     _small(hidden_size=32, partial_rotary_factor=0.5),
+     "layers.0.self_attn.", ("query_key_value", "dense", "q_layernorm", "k_layernorm"),
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("stablelm-qk-layernorm-per-head-gqa", "StableLmConfig",
+     _small(hidden_size=32, num_key_value_heads=2, partial_rotary_factor=0.5, qk_layernorm=True,
+            layer_norm_eps=1e-3, use_qkv_bias=True), "layers.0.self_attn.", QKVO,
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0},
+      "kv_heads": 2}),
+    ("cohere-qk-norm-rows-gqa", "CohereConfig",
+     _small(num_key_value_heads=2, use_qk_norm=True, layer_norm_eps=1e-3),
+     "layers.0.self_attn.", (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0},
+      "kv_heads": 2}),
     ("persimmon-partial", "PersimmonConfig",
      _small(hidden_size=32, qk_layernorm=False, partial_rotary_factor=0.5),
      "layers.0.self_attn.", ("query_key_value", "dense"),
@@ -541,6 +560,11 @@ def test_each_family_matches_its_own_attention_module(
         far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
         assert float(a.detach().numpy()[..., far].max()) == 0.0
     gradients = own_gradients(model, *(prefix + m for m in modules))
+    for letter in "qk":  # StableLM's LayerNorm per head, norms.{h}: qkv's rows, stacked
+        per_head = getattr(model.get_submodule(prefix.rstrip(".")), f"{letter}_layernorm", None)
+        if per_head is not None and hasattr(per_head, "norms"):
+            gradients[f"{letter}_norm_weight_gradient"] = torch.stack(
+                [norm.weight.grad for norm in per_head.norms])
     packed = next((n for n in ("qkv_proj", "c_attn", "query_key_value", "Wqkv")
                    if n in modules), None)
     if packed is not None:  # the split views are digests of the packed gradient's numbers
@@ -821,9 +845,6 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
 
 
 REFUSED_FAMILIES = [
-    ("persimmon-qk-layernorm", "PersimmonConfig", _small(hidden_size=32),
-     "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
-     "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
     ("gemma3-softcap-its-module-does-not-run", "Gemma3TextConfig",
      {**_GEMMA3, "attn_logit_softcapping": 1.5}, "layers.0.self_attn.",
      "config attn_logit_softcapping 1.5: transformers' Gemma 3 attention does not apply it",

@@ -18,6 +18,7 @@ from typing import Any
 from qkvcli.authoring.checkpoint import (
     CheckpointError,
     ModelFunction,
+    NormFunction,
     RopeSpec,
     layer_index,
     shown_value,
@@ -85,7 +86,7 @@ SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
 _NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3, "
-         "OLMo 2 and Gemma 3 only")
+         "OLMo 2, Gemma 3, Phi, Persimmon, StableLM and Cohere only")
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
@@ -268,6 +269,8 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
                               "scores); refused")
     if model == "olmo":
         settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
+    if model in LAYER_NORMS:  # computed: the fixture's qk_norm
+        settings.pop(LAYER_NORMS[model][0], None)
     for key, what in REFUSED_KEYS:
         if _set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
@@ -413,15 +416,38 @@ QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0), "gemma3_text": ("he
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
+LAYER_NORMS = {
+    "phi": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                         modules=("q_layernorm", "k_layernorm"), bias=True)),
+    "persimmon": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                               modules=("q_layernorm", "k_layernorm"),
+                                               bias=True)),
+    "stablelm": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                              modules=("q_layernorm", "k_layernorm"),
+                                              rows="modules")),
+    "cohere": ("use_qk_norm", NormFunction("head", 0.0, kind="layer", rows="tensor")),
+}
+"""The families whose Q and K pass a learned LayerNorm over each head when the config's
+key says so (eps: ``layer_norm_eps``): Phi's and Persimmon's ``nn.LayerNorm(head_dim)``
+with a bias shared by the heads, StableLM's ``StableLmLayerNormPerHead`` (a LayerNorm
+without bias per head, ``norms.{h}``) and Cohere's ``CohereLayerNorm((heads, head_dim))``
+(a row of weights per head, no bias)."""
 
-def _qk_norm(config: dict[str, Any], model: str,
-             prefix: str) -> tuple[str, float, float] | None:
-    """The family's q/k norm: its span, ``rms_norm_eps`` and offset (``None``: none)."""
+
+def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | None:
+    """The family's q/k norm: its kind, span, eps, offset and tensors (``None``: none)."""
+    settings = {**DEFAULTS.get(model, {}), **config}
+    if model in LAYER_NORMS:
+        key, norm = LAYER_NORMS[model]
+        if not _flag(settings, key, False, prefix):
+            return None
+        eps = _positive(settings.get("layer_norm_eps", 1e-5), "layer_norm_eps", prefix)
+        return norm._replace(eps=eps)
     if model not in QK_NORMS:
         return None
     span, offset = QK_NORMS[model]
-    eps = _positive({**DEFAULTS[model], **config}.get("rms_norm_eps"), "rms_norm_eps", prefix)
-    return span, eps, offset
+    eps = _positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
+    return NormFunction(span, eps, offset)
 
 
 MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,

@@ -394,7 +394,7 @@ def _norm_tensor(raw: Any, location: str, max_elements: int, base_dir: StrPath |
     """A norm's weight or bias: a tensor of rank one or two, or a non-empty list of tensor
     objects (not numbers) of rank one and one width, stacked into rows."""
     if isinstance(raw, list) and raw and all(isinstance(item, dict) for item in raw):
-        rows = []
+        rows: list[Array] = []
         for h, item in enumerate(raw):
             row = parse_tensor(item, f"{location}[{h}]", max_elements, base_dir=base_dir)
             if row.ndim != 1:
