@@ -198,7 +198,7 @@ def test_a_wrong_layernorm_reverse_fails_the_gradient_check_on_its_parameters(
     layer = _layer(rng, 2, 2, "head", 0.0, kind="layer", bias=True)
     x = rng.uniform(-1, 1, (1, 4, D_MODEL))
     upstream = rng.uniform(-1, 1, (1, 4, 5))
-    right = engine.layer_norm_backward
+    right = layer_norm_backward
 
     def first_head_only(values: np.ndarray, grad: np.ndarray, weight: np.ndarray, eps: float,
                         offset: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -263,3 +263,92 @@ def test_a_norm_the_layer_cannot_compute_is_refused(change: dict[str, Any], mess
     with pytest.raises(QkNormError) as raised:
         MultiHeadLayer.build(projections, 2, qk_norm=norm)
     assert str(raised.value) == message
+
+
+def _layernormed(**changes: object) -> dict[str, object]:
+    """A fixture of 2 heads of 4 with a LayerNorm of Q and K: a row of weights and biases
+    per head (``[2, 4]``), in place of whatever ``changes`` gives."""
+    weights: dict[str, object] = {
+        "query": {"generate": {"seed": 4, "shape": [4, 8]}},
+        "key": {"generate": {"seed": 5, "shape": [4, 8]}},
+        "value": {"generate": {"seed": 6, "shape": [4, 8]}},
+        "q_norm_weight": [[0.5, -1.0, 2.0, 1.5], [1.0, 0.5, 0.25, -2.0]],
+        "k_norm_weight": [[1.0, 0.25, -0.5, 3.0], [0.75, -0.25, 1.0, 0.5]],
+        "q_norm_bias": [[0.1, 0.0, -0.2, 0.3], [0.0, 0.4, 0.1, -0.1]],
+        "k_norm_bias": [[-0.3, 0.2, 0.0, 0.1], [0.2, 0.1, -0.4, 0.0]]}
+    weights.update(changes.pop("weights", {}))  # type: ignore[call-overload]
+    weights = {key: value for key, value in weights.items() if value is not None}  # None: left out
+    document: dict[str, object] = {
+        "heads": 2, "causal": True, "input": {"generate": {"seed": 1, "shape": [1, 4, 4]}},
+        "weights": weights, "qk_norm": {"kind": "layer", "span": "head", "eps": 1e-5}}
+    document.update(changes)
+    return {key: value for key, value in document.items() if value is not None}
+
+
+def test_a_layernorm_fixture_is_computed_and_its_biases_gradients_checked(tmp_path: Any) -> None:
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _layernormed())
+    run = invoke("attend", str(path), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["passed"]
+    assert evidence["config"]["qk_norm"] == {"kind": "layer", "span": "head", "eps": 1e-5,
+                                             "offset": 0.0}
+    for name in ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias"):
+        assert evidence["tensors"][f"{name}_gradient"]["shape"] == [2, 4]
+    checked = {row["tensor"] for row in evidence["gradcheck"]["tensors"]}
+    assert {"q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias"} <= checked
+    assert "qk_norm:kind=layer,span=head,eps=1e-05,offset=0.0" in invoke("attend",
+                                                                         str(path)).stdout
+    assert invoke("validate", "--attend", str(path)).exit_code == 0
+
+
+BAD_FIXTURES = [
+    ("kind", {"qk_norm": {"kind": "group", "span": "head", "eps": 1e-5}},
+     "$.qk_norm.kind: \"rms\" (RMSNorm) or \"layer\" (LayerNorm), got 'group'"),
+    ("rows", {"weights": {"k_norm_weight": [[1.0, 1.0, 1.0, 1.0]] * 3}},
+     "$.weights.k_norm_weight: qk_norm key weight must be [4] (shared by the heads) or [2,4] "
+     "(a row per head), got [3,4]"),
+    ("bias-shape", {"weights": {"q_norm_bias": [0.0, 0.0, 0.0, 0.0]}},
+     "$.weights.q_norm_bias: qk_norm query bias must be [2,4] (its weight's shape), got [4]"),
+    ("one-bias", {"weights": {"k_norm_bias": None}},
+     "$.weights: missing key \"k_norm_bias\" (q_norm_bias needs it)"),
+    ("rms-bias", {"qk_norm": {"span": "head", "eps": 1e-5}},
+     "$.weights.q_norm_bias: a bias needs \"qk_norm\" of kind \"layer\" (an RMSNorm has none)"),
+    ("rank-three", {"weights": {"q_norm_weight": [[[1.0] * 4] * 2]}},
+     "$.weights.q_norm_weight: q_norm_weight must have rank one or two, got rank 3"),
+    ("row-of-another-width", {"weights": {"q_norm_weight": [
+        {"generate": {"seed": 1, "shape": [4]}}, {"generate": {"seed": 2, "shape": [3]}}]}},
+     "$.weights.q_norm_weight[1]: each head's row must be [4] as the first, got [3]"),
+]
+
+
+@pytest.mark.parametrize(("changes", "words"), [c[1:] for c in BAD_FIXTURES],
+                         ids=[c[0] for c in BAD_FIXTURES])
+def test_a_bad_layernorm_fixture_is_one_line_at_its_path(tmp_path: Any, changes: dict[str, Any],
+                                                         words: str) -> None:
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _layernormed(**changes))
+    for command in (("attend", str(path)), ("validate", "--attend", str(path))):
+        run = invoke(*command)
+        assert run.exit_code == 2, (command, run.output)
+        assert words in run.stderr or words in run.output, (command, run.output)
+
+
+def test_rows_given_as_one_tensor_per_head_are_stacked(tmp_path: Any) -> None:
+    """StableLM's norms.{h}: a list of tensor objects, one row per head, reads as the rank
+    two tensor of those rows: the same evidence, byte for byte."""
+    from tests.hostile_helpers import invoke, write
+
+    (tmp_path / "rows").mkdir()
+    whole = write(tmp_path / "f.json", _layernormed())
+    rows = {key: [{"values": row} for row in value]
+            for key, value in _layernormed()["weights"].items()  # type: ignore[attr-defined]
+            if key.endswith(("_norm_weight", "_norm_bias"))}
+    stacked = write(tmp_path / "rows" / "f.json", _layernormed(weights=rows))
+    first, second = (invoke("attend", str(path), "-f", "json") for path in (whole, stacked))
+    assert first.exit_code == 0 and first.stdout == second.stdout

@@ -61,7 +61,8 @@ def scaled_error(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 def tensor(evidence: dict[str, Any], name: str) -> np.ndarray:
     found = evidence["tensors"][name]
-    return np.asarray(found["values"], dtype=np.float64).reshape(found["shape"])
+    values: np.ndarray = np.asarray(found["values"], dtype=np.float64).reshape(found["shape"])
+    return values
 
 
 @pytest.fixture
@@ -889,11 +890,11 @@ def test_a_wrong_norm_reverse_fails_a_qwen3_layers_gradient_check(
     """The gradient check covers the q/k norm: a reverse whose weight gradient forgets the
     normalisation (``sum(dY * x)`` for ``sum(dY * x / rms)``) fails on the norm weights."""
     from qkvcli.attention import engine
+    from qkvcli.attention.maths import rms_norm_backward as right
 
     config = transformers.Qwen3Config(**_small(num_key_value_heads=2, head_dim=4))
     _, folder = build(tmp_path, "qwen3", config)
     assert qkv_layer(folder, "layers.0.self_attn.")["passed"]
-    right = engine.rms_norm_backward
 
     def unnormalised_weight(values: Any, grad: Any, weight: Any, eps: float,
                             offset: float = 0.0) -> Any:
@@ -906,6 +907,31 @@ def test_a_wrong_norm_reverse_fails_a_qwen3_layers_gradient_check(
     evidence = json.loads(run.stdout)
     failed = {t["tensor"] for t in evidence["gradcheck"]["tensors"] if not t["passed"]}
     assert not evidence["passed"] and failed == {"q_norm_weight", "k_norm_weight"}
+
+
+def test_a_wrong_layernorm_reverse_fails_a_phi_layers_gradient_check_on_its_biases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradient check covers a q/k LayerNorm's biases: a reverse that gives them no
+    gradient fails on exactly ``q_layernorm.bias`` and ``k_layernorm.bias``."""
+    from qkvcli.attention import engine
+    from qkvcli.attention.maths import layer_norm_backward as right
+
+    config = transformers.PhiConfig(**_small(hidden_size=32, qk_layernorm=True))
+    _, folder = build(tmp_path, "phi", config)
+    assert qkv_layer(folder, "layers.0.self_attn.")["passed"]
+
+    def no_bias_gradient(values: Any, grad: Any, weight: Any, eps: float,
+                         offset: float = 0.0) -> Any:
+        grad_values, grad_weight, grad_bias = right(values, grad, weight, eps, offset)
+        return grad_values, grad_weight, np.zeros_like(grad_bias)
+
+    monkeypatch.setattr(engine, "layer_norm_backward", no_bias_gradient)
+    run = invoke("attend", str(folder / "layer.json"), "-f", "json")
+    assert run.exit_code != 0
+    evidence = json.loads(run.stdout)
+    failed = {t["tensor"] for t in evidence["gradcheck"]["tensors"] if not t["passed"]}
+    assert not evidence["passed"] and failed == {"q_layernorm_bias", "k_layernorm_bias"}
 
 
 GEMMA3_CONFIGS = [
