@@ -215,6 +215,14 @@ def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None
     return y, attention, x, module
 
 
+def causal_mask_of(tokens: int) -> Any:
+    """An additive causal mask ``[1, 1, T, T]``: 0 where a key is seen, float64's lowest
+    number where it is not (as transformers materialises one)."""
+    later = torch.triu(torch.ones(tokens, tokens, dtype=torch.bool), 1)
+    return torch.zeros(1, 1, tokens, tokens, dtype=torch.float64).masked_fill(
+        later, torch.finfo(torch.float64).min)
+
+
 def compare(evidence: dict[str, Any], y: Any, attention: Any, x: Any,
             gradients: dict[str, Any]) -> None:
     """Output, per-head attention weights, dX and every parameter gradient, to 1e-10."""
@@ -513,6 +521,20 @@ FAMILY_CASES = [
      "layers.0.self_attn.", (*QKVO, "q_norm", "k_norm"),
      {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0},
       "kv_heads": 2}),
+    ("falcon-alibi-multi-query", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11,
+      "alibi": True}, "h.0.self_attention.", ("query_key_value", "dense"),
+     {"kv_heads": 1, "rope": None, "alibi": [0.25, 0.0625, 0.015625, 0.00390625],
+      "alibi_scaled": True, "alibi_rounding": "bfloat16"}),
+    ("falcon-alibi-multi-head-6-heads", "FalconConfig",
+     {"hidden_size": 24, "num_attention_heads": 6, "num_hidden_layers": 1, "vocab_size": 11,
+      "alibi": True, "multi_query": False, "bias": True}, "h.0.self_attention.",
+     ("query_key_value", "dense"), {"kv_heads": None, "rope": None, "alibi_scaled": True}),
+    ("falcon-alibi-new-architecture", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
+      "vocab_size": 11, "new_decoder_architecture": True, "alibi": True},
+     "h.0.self_attention.", ("query_key_value", "dense"),
+     {"kv_heads": 2, "rope": None, "alibi_scaled": True}),
     ("persimmon-partial", "PersimmonConfig",
      _small(hidden_size=32, qk_layernorm=False, partial_rotary_factor=0.5),
      "layers.0.self_attn.", ("query_key_value", "dense"),
@@ -556,6 +578,12 @@ def test_each_family_matches_its_own_attention_module(
         "GPTNeoConfig", "BloomConfig", "FalconConfig") else {}
     if config_name == "BloomConfig":
         extra["zero_residual"] = True
+    if config_name == "FalconConfig" and document.get("alibi") is not None:
+        # FalconModel also folds alibi / sqrt(head_dim) into the mask it passes, which the
+        # eager module adds to its own (scores + alibi) * inv_norm_factor: the bias twice.
+        # The module gets the plain causal mask here, its own ALiBi once; the model's
+        # default (SDPA) path is compared whole in test_falcon_alibi_matches_the_sdpa_model
+        extra["attention_mask"] = causal_mask_of(TOKENS)
     y, a, x, _ = model_run(model, prefix, evidence, theta=rope and rope["theta"], **extra)
     if document.get("window") is not None:  # the model's own weights are 0 out of the window
         far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
@@ -729,8 +757,6 @@ LLAMA_REFUSALS = [
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
     ("sliding-window-in-llama", {"sliding_window": 2},
      "config sliding_window 2: llama's attention has no sliding window in transformers"),
-    ("falcon-alibi", {"model_type": "falcon", "architectures": ["FalconModel"], "alibi": True},
-     "config alibi asks for ALiBi position biases"),
     ("unknown-model", {"model_type": "mamba", "architectures": ["MambaModel"]},
      "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv reads only gpt2, bert"),
     ("theta-spellings", {"rope_theta": 500.0},
@@ -843,6 +869,65 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert "tensor \"k_norm.weight\" under the prefix is not one qkv reads: a norm on K" in (
         result.stderr) or "tensor \"q_norm.weight\" under the prefix" in result.stderr
+
+
+FALCON_ALIBI = [
+    ("multi-query", {}),
+    ("new-architecture", {"new_decoder_architecture": True, "num_kv_heads": 2}),
+]
+
+
+@pytest.mark.parametrize("arguments", [c[1] for c in FALCON_ALIBI], ids=[c[0] for c in FALCON_ALIBI])
+def test_falcon_alibi_matches_the_sdpa_model(tmp_path: Path, arguments: dict[str, Any]) -> None:
+    """transformers' default Falcon path (SDPA): the model passes its attention module a
+    mask holding ``alibi / sqrt(head_dim)``, which SDPA adds to the scaled scores once.
+    Output, dX and every parameter gradient match qkv's (SDPA gives no weights); the
+    eager path, which adds the bias a second time, does not."""
+    config = transformers.FalconConfig(hidden_size=16, num_attention_heads=4,
+                                       num_hidden_layers=1, vocab_size=11, alibi=True,
+                                       **arguments)
+    _, folder = build(tmp_path, "falcon", config)
+    evidence = qkv_layer(folder, "h.0.self_attention.")
+    results = {}
+    for implementation in ("sdpa", "eager"):
+        model = transformers.AutoModel.from_pretrained(
+            folder, attn_implementation=implementation).double().eval()
+        module = model.get_submodule("h.0.self_attention")
+        args, kwargs = capture(model, module)
+        x = torch.tensor(tensor(evidence, "input"), requires_grad=True)
+        kwargs.pop("hidden_states", None)
+        y = module(x, *args[1:], **kwargs)[0]
+        (y * torch.tensor(tensor(evidence, "upstream_output"))).sum().backward()
+        results[implementation] = (model, y, x)
+    model, y, x = results["sdpa"]
+    assert scaled_error(tensor(evidence, "output"), y.detach().numpy()) <= TOLERANCE
+    assert scaled_error(tensor(evidence, "input_gradient"), x.grad.numpy()) <= TOLERANCE
+    gradients = own_gradients(model, "h.0.self_attention.query_key_value",
+                              "h.0.self_attention.dense")
+    for name, grad in gradients.items():
+        assert scaled_error(tensor(evidence, name), grad.numpy()) <= TOLERANCE, name
+    eager_y = results["eager"][1]
+    assert scaled_error(tensor(evidence, "output"), eager_y.detach().numpy()) > 1e-6
+
+
+def test_falcon_alibi_bias_is_transformers_own_to_the_bit() -> None:
+    """The bias of ``alibi_rounding: bfloat16`` is transformers' ``build_alibi_tensor``
+    (slopes, positions and products rounded to bfloat16) bit for bit, also where the
+    rounding shows: slopes that bfloat16 cannot hold (16 and 32 heads) and positions past
+    256, which bfloat16 cannot all hold."""
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    from qkvcli.attention.maths import alibi_bias
+    from qkvcli.authoring.config import _bloom_slopes
+
+    tokens = 700
+    for heads in (4, 6, 16, 32, 71):
+        theirs = build_alibi_tensor(torch.ones(1, tokens, dtype=torch.long), heads,
+                                    torch.float64).numpy()
+        ours = alibi_bias(np.array(_bloom_slopes(heads)), 0, tokens, "bfloat16")
+        assert np.array_equal(ours, theirs), heads
+        exact = alibi_bias(np.array(_bloom_slopes(heads)), 0, tokens)
+        assert not np.array_equal(exact, theirs)  # the rounding is not idle
 
 
 REFUSED_FAMILIES = [

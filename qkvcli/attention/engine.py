@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from qkvcli.attention.maths import (
+    AlibiForm,
     QkNorm,
     Rope,
     alibi_bias,
@@ -154,6 +155,8 @@ class Layer(Protocol):
     def softcap(self) -> float | None: ...
     @property
     def alibi(self) -> Array | None: ...
+    @property
+    def alibi_form(self) -> AlibiForm: ...
     @property
     def clip(self) -> float | None: ...
     @property
@@ -288,9 +291,14 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     # [B,G,H/G,R,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,R,T] -> [B,H,R,T]
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
-    scaled_scores = scale(scores, dk, layer.given_scale)
-    if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
-        scaled_scores += alibi_bias(layer.alibi, 0, tokens)
+    form = layer.alibi_form
+    if layer.alibi is not None and form.scaled:  # Falcon: (S + bias) / sqrt(d_k)
+        scaled_scores = scale(scores + alibi_bias(layer.alibi, 0, tokens, form.rounding), dk,
+                              layer.given_scale)
+    else:
+        scaled_scores = scale(scores, dk, layer.given_scale)
+        if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
+            scaled_scores += alibi_bias(layer.alibi, 0, tokens, form.rounding)
     if layer.softcap is not None:  # the scaled scores, capped (what the softmax reads)
         softcap(scaled_scores, layer.softcap, out=scaled_scores)
     attention = np.zeros(scaled_scores.shape)
@@ -336,9 +344,14 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
         r0, r1 = first - first_row, end - first_row
         # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
         z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
+        form = layer.alibi_form
+        if layer.alibi is not None and form.scaled:  # the bias before the scale (Falcon)
+            z += alibi_bias(layer.alibi, start, stop, form.rounding).reshape(
+                kv, heads // kv, 1, stop - start)
         scale(z, layer.d_k, layer.given_scale, out=z)
-        if layer.alibi is not None:  # [H,1,keys] as [G,H/G,1,keys] over the grouped block
-            z += alibi_bias(layer.alibi, start, stop).reshape(kv, heads // kv, 1, stop - start)
+        if layer.alibi is not None and not form.scaled:  # [H,1,keys] as [G,H/G,1,keys]
+            z += alibi_bias(layer.alibi, start, stop, form.rounding).reshape(
+                kv, heads // kv, 1, stop - start)
         if layer.softcap is not None:
             softcap(z, layer.softcap, out=z)
         masked = hidden(first, end, start, stop, causal, window)

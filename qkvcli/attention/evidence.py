@@ -482,6 +482,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         sources=relative_sources(fixture.parameters.sources), window=layer.window,
         softcap=layer.softcap,
         alibi=None if layer.alibi is None else tuple(float(v) for v in layer.alibi),
+        alibi_scaled=layer.alibi_form.scaled, alibi_rounding=layer.alibi_form.rounding,
         clip_qkv=layer.clip, qk_norm=fixture.function.qk_norm,
     )
     return AttendEvidence(

@@ -26,7 +26,7 @@ import numpy as np
 
 from qkvcli.attention.errors import QkNormError, RopeError
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import QkNorm
+from qkvcli.attention.maths import AlibiForm, QkNorm
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES
@@ -74,7 +74,8 @@ def _layer(head: AttentionHead, parameters: LayerParameters,
                                 parameters.out_bias, function.kv_heads, function.window,
                                 function.softcap,
                                 None if function.alibi is None else np.array(function.alibi),
-                                function.clip_qkv, _norm(parameters, function))
+                                function.clip_qkv, _norm(parameters, function),
+                                AlibiForm(function.alibi_scaled, function.alibi_rounding))
 
 
 def _norm(parameters: LayerParameters, function: LayerFunction) -> QkNorm | None:

@@ -17,8 +17,10 @@ needs to be defined (:func:`check_rope`).
   Cohere) and its reverse to the input, the weight and the bias (:func:`layer_norm`,
   :func:`layer_norm_backward`); both described by :class:`QkNorm`, after the projections
   and before RoPE.
-- ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
-  (:func:`alibi_bias`; the slopes are the fixture's).
+- ALiBi (BLOOM, MPT): ``slope_h * j`` added to the scaled scores, its reverse the
+  identity (:func:`alibi_bias`; the slopes are the fixture's). Falcon adds it to the
+  scores before the scale, its ``slope_h * j`` rounded to bfloat16 as transformers builds
+  it (:class:`AlibiForm`, :func:`bfloat16`).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
   sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
@@ -186,14 +188,43 @@ def layer_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
 
 # --- ALiBi ------------------------------------------------------------------------------
 
+ALIBI_ROUNDINGS = ("bfloat16",)
 
-def alibi_bias(slopes: Array, start: int, stop: int) -> Array:
+
+class AlibiForm(Record):
+    """Where and how a layer's ALiBi bias enters the scores.
+
+    ``scaled``: the bias is added to the raw scores and scaled with them,
+    ``(S + bias) / sqrt(d_k)`` (Falcon's ``(scores + alibi) * inv_norm_factor``), rather
+    than added to the scaled scores (BLOOM, MPT). ``rounding``: ``"bfloat16"`` when the
+    slopes, the key positions and their products are each rounded to bfloat16 (Falcon's
+    ``build_alibi_tensor``: ``slopes.bfloat16() * positions``); ``None``: exact.
+    """
+
+    scaled: bool = False
+    rounding: str | None = None
+
+
+def bfloat16(values: Array) -> Array:
+    """``values`` rounded to float32, then to bfloat16 (round to nearest, ties to even, as
+    torch converts), back in float64. Finite values only."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) & np.uint64(
+        0xFFFF0000)
+    result: Array = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+    return result
+
+
+def alibi_bias(slopes: Array, start: int, stop: int, rounding: str | None = None) -> Array:
     """ALiBi's bias of keys ``start:stop`` for heads of ``slopes``: ``slope_h * j``,
-    ``[H, 1, stop-start]``, added to the scaled scores (BLOOM's form: a query's row is
-    shifted by a constant, which the softmax ignores, from the ``-slope_h * (i - j)`` of
-    the paper). Its reverse is the identity: the bias is a constant, ``dZ`` passes
-    through it unchanged."""
+    ``[H, 1, stop-start]`` (BLOOM's form: a query's row is shifted by a constant, which
+    the softmax ignores, from the ``-slope_h * (i - j)`` of the paper); with ``rounding``
+    ``"bfloat16"``, ``bf16(bf16(slope_h) * bf16(j))`` (the product of two bfloat16 numbers
+    is exact in float64, then rounded once). Its reverse is the identity: the bias is a
+    constant, ``dZ`` passes through it unchanged."""
     keys = np.arange(start, stop, dtype=np.float64)
+    if rounding == "bfloat16":
+        return bfloat16(bfloat16(slopes)[:, None, None] * bfloat16(keys)[None, None, :])
     result: Array = slopes[:, None, None] * keys[None, None, :]
     return result
 

@@ -42,7 +42,15 @@ from qkvcli.attention.errors import (
     WindowError,
 )
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import QK_NORM_KINDS, QK_NORM_SPANS, QkNorm, Rope, check_rope
+from qkvcli.attention.maths import (
+    ALIBI_ROUNDINGS,
+    QK_NORM_KINDS,
+    QK_NORM_SPANS,
+    AlibiForm,
+    QkNorm,
+    Rope,
+    check_rope,
+)
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 
 
@@ -52,14 +60,15 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_alibi", "_clip", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
-                 "_qk_norm", "_slices", "_softcap", "_window")
+    __slots__ = ("_alibi", "_alibi_form", "_clip", "_heads", "_kv_heads", "_out_bias",
+                 "_out_weight", "_projections", "_qk_norm", "_slices", "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None,
                  window: int | None = None, softcap: float | None = None,
                  alibi: Array | None = None, clip: float | None = None,
-                 qk_norm: QkNorm | None = None) -> None:
+                 qk_norm: QkNorm | None = None,
+                 alibi_form: AlibiForm | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
@@ -71,6 +80,7 @@ class MultiHeadLayer:
         self._alibi = alibi
         self._clip = clip
         self._qk_norm = qk_norm
+        self._alibi_form = AlibiForm() if alibi_form is None else alibi_form
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
@@ -80,7 +90,8 @@ class MultiHeadLayer:
               out_bias: ArrayLike | None = None, kv_heads: int | None = None,
               window: int | None = None, softcap: float | None = None,
               alibi: ArrayLike | None = None, clip: float | None = None,
-              qk_norm: QkNorm | None = None) -> MultiHeadLayer:
+              qk_norm: QkNorm | None = None,
+              alibi_form: AlibiForm | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
@@ -90,7 +101,9 @@ class MultiHeadLayer:
         ``window`` latest keys (a sliding window; it does nothing without the mask).
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
         ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
-        scores (BLOOM). ``clip``: the projections are clamped to ``[-clip, clip]`` (OLMo).
+        scores (BLOOM), or as ``alibi_form`` says (Falcon: added before the scale,
+        rounded to bfloat16; :class:`~qkvcli.attention.maths.AlibiForm`). ``clip``: the
+        projections are clamped to ``[-clip, clip]`` (OLMo).
         ``qk_norm``: Q and K are normalised with learned weights (RMSNorm: Qwen3, OLMo 2,
         Gemma 3; LayerNorm: Phi, Persimmon, StableLM, Cohere;
         :class:`~qkvcli.attention.maths.QkNorm`), checked last (:class:`QkNormError`).
@@ -150,11 +163,14 @@ class MultiHeadLayer:
                 raise KvHeadsMismatch(f"alibi must give one slope per head, {heads}, got "
                                       f"{slopes.size}")
             check_finite(slopes, "parameter")
+        if alibi_form is not None and alibi_form.rounding not in (None, *ALIBI_ROUNDINGS):
+            raise KvHeadsMismatch(f"alibi rounding must be \"bfloat16\" or none, got "
+                                  f"{alibi_form.rounding!r}")
         if clip is not None and not (math.isfinite(clip) and clip > 0.0):
             raise ScaleError(clip)
         norm = None if qk_norm is None else _checked_norm(qk_norm, heads, kv, width_qk // heads)
         return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes, clip,
-                   norm)
+                   norm, alibi_form)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -201,6 +217,11 @@ class MultiHeadLayer:
     def alibi(self) -> Array | None:
         """One ALiBi slope per query head (``None``: no ALiBi)."""
         return self._alibi
+
+    @property
+    def alibi_form(self) -> AlibiForm:
+        """Where and how the ALiBi bias enters the scores."""
+        return self._alibi_form
 
     @property
     def clip(self) -> float | None:
@@ -261,7 +282,8 @@ class MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads, self._window,
-                              self._softcap, self._alibi, self._clip, self._qk_norm)
+                              self._softcap, self._alibi, self._clip, self._qk_norm,
+                              self._alibi_form)
 
     def with_qk_norm(self, query: Array, key: Array, query_bias: Array | None = None,
                      key_bias: Array | None = None) -> MultiHeadLayer:
@@ -274,7 +296,8 @@ class MultiHeadLayer:
                               self._alibi, self._clip, norm._replace(
                                   query=query, key=key,
                                   query_bias=norm.query_bias if query_bias is None else query_bias,
-                                  key_bias=norm.key_bias if key_bias is None else key_bias))
+                                  key_bias=norm.key_bias if key_bias is None else key_bias),
+                              self._alibi_form)
 
     @property
     def rope(self) -> Rope | None:
@@ -320,7 +343,7 @@ class MultiHeadLayer:
                 query_bias=None if norm.query_bias is None else norm.query_bias[rows_q],
                 key_bias=None if norm.key_bias is None else norm.key_bias[rows_k])
         return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
-                              self._softcap, alibi, self._clip, norm)
+                              self._softcap, alibi, self._clip, norm, self._alibi_form)
 
     # --- computation --------------------------------------------------------------------
 

@@ -167,6 +167,8 @@ class ModelFunction(Record):
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
     clip_qkv: float | None = None  # OLMo's clamp of the projections
     qk_norm: NormFunction | None = None  # a learned norm of Q and K
+    alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)
+    alibi_rounding: str | None = None  # "bfloat16": the bias as Falcon builds it
 
 
 def shown_value(value: Any) -> str:
@@ -447,6 +449,10 @@ def checkpoint_document(
         document["softcap"] = function.softcap
     if function.alibi is not None:
         document["alibi"] = list(function.alibi)
+        if function.alibi_scaled:
+            document["alibi_scaled"] = True
+        if function.alibi_rounding is not None:
+            document["alibi_rounding"] = function.alibi_rounding
     if function.clip_qkv is not None:
         document["clip_qkv"] = function.clip_qkv
     norm = function.qk_norm

@@ -269,6 +269,8 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
                               "scores); refused")
     if model == "olmo":
         settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
+    if model == "falcon":
+        settings.pop("alibi", None)  # computed: the fixture's alibi, scaled and rounded
     if model in LAYER_NORMS:  # computed: the fixture's qk_norm
         settings.pop(LAYER_NORMS[model][0], None)
     for key, what in REFUSED_KEYS:
@@ -392,11 +394,14 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     if model == "gemma3_text":  # each kind of layer its own theta
         rope = RopeSpec(_gemma3_theta(config, _gemma3_kind(config, index, prefix), prefix),
                         head_dim, family.rope or "half")
+    falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
+    if falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
+        pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = _rope(config, model, family.rope, head_dim, prefix)
     alibi = None
-    if model == "bloom":  # BLOOM's slopes: a function of the heads alone
-        alibi = tuple(_bloom_slopes(heads))
+    if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
+        alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
     clip_qkv = None
     if model == "olmo" and config.get("clip_qkv") is not None:
         clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
@@ -409,7 +414,10 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
         head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv,
-        _qk_norm(config, model, prefix))
+        _qk_norm(config, model, prefix),
+        # FalconAttention: (scores + alibi) * inv_norm_factor, its build_alibi_tensor
+        # rounding slopes, positions and products to bfloat16
+        alibi_scaled=falcon_alibi, alibi_rounding="bfloat16" if falcon_alibi else None)
 
 
 QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0), "gemma3_text": ("head", 1.0)}

@@ -7,7 +7,8 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi``, ``clip_qkv`` and
+  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` (with
+  ``alibi_scaled`` and ``alibi_rounding``), ``clip_qkv`` and
   ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``, and a
   LayerNorm's optional biases ``q_norm_bias`` and ``k_norm_bias``), and the command
   line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.attention.maths import (
+    ALIBI_ROUNDINGS,
     QK_NORM_KINDS,
     QK_NORM_SPANS,
     ROPE_LAYOUTS,
@@ -97,6 +99,8 @@ class LayerFunction(Record):
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
     qk_norm: NormSpec | None = None  # Q and K normalised (weights: LayerParameters)
+    alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)
+    alibi_rounding: str | None = None  # "bfloat16": slopes, positions, products rounded
 
     @property
     def kv_groups(self) -> int:
@@ -217,8 +221,8 @@ def _rope(raw: Any) -> Rope:
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
-    ``architecture``, ``window``, ``softcap``, ``alibi``, ``clip_qkv`` and ``qk_norm``, in
-    that order,
+    ``architecture``, ``window``, ``softcap``, ``alibi`` (``alibi_scaled``,
+    ``alibi_rounding``), ``clip_qkv`` and ``qk_norm``, in that order,
     with the command line's ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
@@ -245,11 +249,29 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
     window = _window(data.get("window"), bool(said) or causal)
     softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
+    alibi = _alibi(data.get("alibi"))
+    scaled, rounding = _alibi_form(data, alibi is not None)
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
-                         architecture, window, softcap, _alibi(data.get("alibi")),
+                         architecture, window, softcap, alibi,
                          _number(data["clip_qkv"], "$.clip_qkv")
                          if data.get("clip_qkv") is not None else None,
-                         _qk_norm(data.get("qk_norm")))
+                         _qk_norm(data.get("qk_norm")), scaled, rounding)
+
+
+def _alibi_form(data: dict[str, Any], alibi: bool) -> tuple[bool, str | None]:
+    """``alibi_scaled`` (true or false: the bias added before the scale) and
+    ``alibi_rounding`` (``"bfloat16"``), both only with the ``alibi`` they describe."""
+    scaled, rounding = data.get("alibi_scaled"), data.get("alibi_rounding")
+    for key, value in (("alibi_scaled", scaled), ("alibi_rounding", rounding)):
+        if value is not None and not alibi:
+            raise FixtureError(f"$.{key}", f'{key} describes an ALiBi bias: the fixture needs "alibi"')
+    if scaled is not None and not isinstance(scaled, bool):
+        raise FixtureError("$.alibi_scaled", f"expected true or false, got {json_type_name(scaled)}")
+    if rounding is not None and rounding not in ALIBI_ROUNDINGS:
+        raise FixtureError("$.alibi_rounding", '"bfloat16" (slopes, positions and their products '
+                           "rounded to bfloat16), got " + (repr(rounding) if isinstance(
+                               rounding, str) else json_type_name(rounding)))
+    return bool(scaled), None if rounding is None else str(rounding)
 
 
 def _qk_norm(raw: Any) -> NormSpec | None:

@@ -326,8 +326,11 @@ def formula_of(c: AttendConfig) -> str:
     if c.rope is not None:
         q, k = f"rope({q})", f"rope({k})"
     scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
+    rounded = "bf16(slope_h j)" if c.alibi_rounding == "bfloat16" else "slope_h j"
+    if c.alibi is not None and c.alibi_scaled:  # Falcon: the bias scaled with the scores
+        return f"O = softmax(({q} {k}^T + {rounded}){scaled}) V"
     if c.alibi is not None:
-        scaled += " + slope_h j"
+        scaled += f" + {rounded}"
     if c.softcap is not None:
         return f"O = softmax({c.softcap!r} tanh({q} {k}^T{scaled} / {c.softcap!r})) V"
     return f"O = softmax({q} {k}^T{scaled}) V"
@@ -348,6 +351,10 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append(f"softcap:{c.softcap!r}")
     if c.alibi is not None:
         parts.append("alibi:" + ",".join(repr(v) for v in c.alibi))
+        if c.alibi_scaled:
+            parts.append("alibi_scaled:true")
+        if c.alibi_rounding is not None:
+            parts.append(f"alibi_rounding:{c.alibi_rounding}")
     if c.clip_qkv is not None:
         parts.append(f"clip_qkv:{c.clip_qkv!r}")
     if c.qk_norm is not None:  # an RMSNorm, the default kind, says no kind
@@ -374,6 +381,10 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["softcap"] = c.softcap
     if c.alibi is not None:
         found["alibi"] = list(c.alibi)
+        if c.alibi_scaled:
+            found["alibi_scaled"] = True
+        if c.alibi_rounding is not None:
+            found["alibi_rounding"] = c.alibi_rounding
     if c.clip_qkv is not None:
         found["clip_qkv"] = c.clip_qkv
     if c.qk_norm is not None:
