@@ -391,11 +391,11 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     window = _window(config, model, family.window, index, prefix)
     scale = _scale(config, family.scale, head_dim, index, prefix)
     rope = None
+    falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
     if model == "gemma3_text":  # each kind of layer its own theta
         rope = RopeSpec(_gemma3_theta(config, _gemma3_kind(config, index, prefix), prefix),
                         head_dim, family.rope or "half")
-    falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
-    if falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
+    elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = _rope(config, model, family.rope, head_dim, prefix)
