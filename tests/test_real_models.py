@@ -871,6 +871,29 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
         result.stderr) or "tensor \"q_norm.weight\" under the prefix" in result.stderr
 
 
+NORM_CONFIGS = [
+    ("eps-zero", {"layer_norm_eps": 0}, "config layer_norm_eps must be a finite positive "
+     "number, got 0"),
+    ("flag-a-string", {"qk_layernorm": "true"}, "config qk_layernorm must be true or false, "
+     "got \"true\""),
+    ("flag-off-beside-the-tensors", {"qk_layernorm": False},
+     "tensor \"k_layernorm.bias\" under the prefix is not one qkv reads: a layernorm on K"),
+]
+
+
+@pytest.mark.parametrize(("changes", "words"), [c[1:] for c in NORM_CONFIGS],
+                         ids=[c[0] for c in NORM_CONFIGS])
+def test_a_phi_norm_config_qkv_cannot_read_is_refused_by_its_key(
+    tmp_path: Path, changes: dict[str, Any], words: str
+) -> None:
+    config = transformers.PhiConfig(**_small(hidden_size=32, qk_layernorm=True))
+    _, folder = build(tmp_path, "phi", config)
+    _edit_config(folder, **changes)
+    result = _init(folder, "--prefix", "layers.0.self_attn.")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert words in result.stderr, result.stderr
+
+
 FALCON_ALIBI = [
     ("multi-query", {}),
     ("new-architecture", {"new_decoder_architecture": True, "num_kv_heads": 2}),
