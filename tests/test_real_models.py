@@ -61,7 +61,8 @@ def scaled_error(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 def tensor(evidence: dict[str, Any], name: str) -> np.ndarray:
     found = evidence["tensors"][name]
-    return np.asarray(found["values"], dtype=np.float64).reshape(found["shape"])
+    values: np.ndarray = np.asarray(found["values"], dtype=np.float64).reshape(found["shape"])
+    return values
 
 
 @pytest.fixture
@@ -111,7 +112,8 @@ def qkv_layer(folder: Path, prefix: str, *extra: str, checkpoint: str = "model.s
     assert made.exit_code == 0, made.output
     marked = {line.split()[0] for line in listing.output.splitlines() if "  * " in line}
     referenced = {ref["tensor"] for weight in json.loads(layer.read_text())["weights"].values()
-                  for ref in ([weight] + ([weight["bias"]] if "bias" in weight else []))}
+                  for ref in (weight if isinstance(weight, list) else  # a row per head
+                              [weight] + ([weight["bias"]] if "bias" in weight else []))}
     assert referenced <= marked  # inspect marks every tensor the fixture maps
     run = invoke("attend", str(layer), "-f", "json", *attend)
     assert run.exit_code == 0, run.output
@@ -211,6 +213,14 @@ def model_run(model: Any, prefix: str, evidence: dict[str, Any], out: str | None
         y = model.get_submodule(out)(y)
     (y * torch.tensor(tensor(evidence, "upstream_output"))).sum().backward()
     return y, attention, x, module
+
+
+def causal_mask_of(tokens: int) -> Any:
+    """An additive causal mask ``[1, 1, T, T]``: 0 where a key is seen, float64's lowest
+    number where it is not (as transformers materialises one)."""
+    later = torch.triu(torch.ones(tokens, tokens, dtype=torch.bool), 1)
+    return torch.zeros(1, 1, tokens, tokens, dtype=torch.float64).masked_fill(
+        later, torch.finfo(torch.float64).min)
 
 
 def compare(evidence: dict[str, Any], y: Any, attention: Any, x: Any,
@@ -493,6 +503,38 @@ FAMILY_CASES = [
      {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11,
       "multi_query": False}, "h.0.self_attention.", ("query_key_value", "dense"),
      {"kv_heads": None}),
+    ("phi-qk-layernorm-biases", "PhiConfig",
+     _small(hidden_size=32, partial_rotary_factor=0.5, qk_layernorm=True, layer_norm_eps=1e-3),
+     "layers.0.self_attn.", ("q_proj", "k_proj", "v_proj", "dense", "q_layernorm", "k_layernorm"),
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0}}),
+    ("persimmon-qk-layernorm-biases", "PersimmonConfig",
+     _small(hidden_size=32, partial_rotary_factor=0.5),
+     "layers.0.self_attn.", ("query_key_value", "dense", "q_layernorm", "k_layernorm"),
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("stablelm-qk-layernorm-per-head-gqa", "StableLmConfig",
+     _small(hidden_size=32, num_key_value_heads=2, partial_rotary_factor=0.5, qk_layernorm=True,
+            layer_norm_eps=1e-3, use_qkv_bias=True), "layers.0.self_attn.", QKVO,
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0},
+      "kv_heads": 2}),
+    ("cohere-qk-norm-rows-gqa", "CohereConfig",
+     _small(num_key_value_heads=2, use_qk_norm=True, layer_norm_eps=1e-3),
+     "layers.0.self_attn.", (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"kind": "layer", "span": "head", "eps": 1e-3, "offset": 0.0},
+      "kv_heads": 2}),
+    ("falcon-alibi-multi-query", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11,
+      "alibi": True}, "h.0.self_attention.", ("query_key_value", "dense"),
+     {"kv_heads": 1, "rope": None, "alibi": [0.25, 0.0625, 0.015625, 0.00390625],
+      "alibi_scaled": True, "alibi_rounding": "bfloat16"}),
+    ("falcon-alibi-multi-head-6-heads", "FalconConfig",
+     {"hidden_size": 24, "num_attention_heads": 6, "num_hidden_layers": 1, "vocab_size": 11,
+      "alibi": True, "multi_query": False, "bias": True}, "h.0.self_attention.",
+     ("query_key_value", "dense"), {"kv_heads": None, "rope": None, "alibi_scaled": True}),
+    ("falcon-alibi-new-architecture", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
+      "vocab_size": 11, "new_decoder_architecture": True, "alibi": True},
+     "h.0.self_attention.", ("query_key_value", "dense"),
+     {"kv_heads": 2, "rope": None, "alibi_scaled": True}),
     ("persimmon-partial", "PersimmonConfig",
      _small(hidden_size=32, qk_layernorm=False, partial_rotary_factor=0.5),
      "layers.0.self_attn.", ("query_key_value", "dense"),
@@ -536,11 +578,22 @@ def test_each_family_matches_its_own_attention_module(
         "GPTNeoConfig", "BloomConfig", "FalconConfig") else {}
     if config_name == "BloomConfig":
         extra["zero_residual"] = True
+    if config_name == "FalconConfig" and document.get("alibi") is not None:
+        # FalconModel also folds alibi / sqrt(head_dim) into the mask it passes, which the
+        # eager module adds to its own (scores + alibi) * inv_norm_factor: the bias twice.
+        # The module gets the plain causal mask here, its own ALiBi once; the model's
+        # default (SDPA) path is compared whole in test_falcon_alibi_matches_the_sdpa_model
+        extra["attention_mask"] = causal_mask_of(TOKENS)
     y, a, x, _ = model_run(model, prefix, evidence, theta=rope and rope["theta"], **extra)
     if document.get("window") is not None:  # the model's own weights are 0 out of the window
         far = np.tril(np.ones((TOKENS, TOKENS), dtype=bool), -document["window"])
         assert float(a.detach().numpy()[..., far].max()) == 0.0
     gradients = own_gradients(model, *(prefix + m for m in modules))
+    for letter in "qk":  # StableLM's LayerNorm per head, norms.{h}: qkv's rows, stacked
+        per_head = getattr(model.get_submodule(prefix.rstrip(".")), f"{letter}_layernorm", None)
+        if per_head is not None and hasattr(per_head, "norms"):
+            gradients[f"{letter}_norm_weight_gradient"] = torch.stack(
+                [norm.weight.grad for norm in per_head.norms])
     packed = next((n for n in ("qkv_proj", "c_attn", "query_key_value", "Wqkv")
                    if n in modules), None)
     if packed is not None:  # the split views are digests of the packed gradient's numbers
@@ -704,8 +757,6 @@ LLAMA_REFUSALS = [
     ("qk-norm", {"use_qk_norm": True}, "config use_qk_norm asks for QK-norm"),
     ("sliding-window-in-llama", {"sliding_window": 2},
      "config sliding_window 2: llama's attention has no sliding window in transformers"),
-    ("falcon-alibi", {"model_type": "falcon", "architectures": ["FalconModel"], "alibi": True},
-     "config alibi asks for ALiBi position biases"),
     ("unknown-model", {"model_type": "mamba", "architectures": ["MambaModel"]},
      "config model_type \"mamba\" (architectures [\"MambaModel\"]): qkv reads only gpt2, bert"),
     ("theta-spellings", {"rope_theta": 500.0},
@@ -820,10 +871,89 @@ def test_qwen3_weights_beside_a_qwen2_config_are_refused_naming_q_norm(tmp_path:
         result.stderr) or "tensor \"q_norm.weight\" under the prefix" in result.stderr
 
 
+NORM_CONFIGS = [
+    ("eps-zero", {"layer_norm_eps": 0}, "config layer_norm_eps must be a finite positive "
+     "number, got 0"),
+    ("flag-a-string", {"qk_layernorm": "true"}, "config qk_layernorm must be true or false, "
+     "got \"true\""),
+    ("flag-off-beside-the-tensors", {"qk_layernorm": False},
+     "tensor \"k_layernorm.bias\" under the prefix is not one qkv reads: a layernorm on K"),
+]
+
+
+@pytest.mark.parametrize(("changes", "words"), [c[1:] for c in NORM_CONFIGS],
+                         ids=[c[0] for c in NORM_CONFIGS])
+def test_a_phi_norm_config_qkv_cannot_read_is_refused_by_its_key(
+    tmp_path: Path, changes: dict[str, Any], words: str
+) -> None:
+    config = transformers.PhiConfig(**_small(hidden_size=32, qk_layernorm=True))
+    _, folder = build(tmp_path, "phi", config)
+    _edit_config(folder, **changes)
+    result = _init(folder, "--prefix", "layers.0.self_attn.")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert words in result.stderr, result.stderr
+
+
+FALCON_ALIBI = [
+    ("multi-query", {}),
+    ("new-architecture", {"new_decoder_architecture": True, "num_kv_heads": 2}),
+]
+
+
+@pytest.mark.parametrize("arguments", [c[1] for c in FALCON_ALIBI], ids=[c[0] for c in FALCON_ALIBI])
+def test_falcon_alibi_matches_the_sdpa_model(tmp_path: Path, arguments: dict[str, Any]) -> None:
+    """transformers' default Falcon path (SDPA): the model passes its attention module a
+    mask holding ``alibi / sqrt(head_dim)``, which SDPA adds to the scaled scores once.
+    Output, dX and every parameter gradient match qkv's (SDPA gives no weights); the
+    eager path, which adds the bias a second time, does not."""
+    config = transformers.FalconConfig(hidden_size=16, num_attention_heads=4,
+                                       num_hidden_layers=1, vocab_size=11, alibi=True,
+                                       **arguments)
+    _, folder = build(tmp_path, "falcon", config)
+    evidence = qkv_layer(folder, "h.0.self_attention.")
+    results = {}
+    for implementation in ("sdpa", "eager"):
+        model = transformers.AutoModel.from_pretrained(
+            folder, attn_implementation=implementation).double().eval()
+        module = model.get_submodule("h.0.self_attention")
+        args, kwargs = capture(model, module)
+        x = torch.tensor(tensor(evidence, "input"), requires_grad=True)
+        kwargs.pop("hidden_states", None)
+        y = module(x, *args[1:], **kwargs)[0]
+        (y * torch.tensor(tensor(evidence, "upstream_output"))).sum().backward()
+        results[implementation] = (model, y, x)
+    model, y, x = results["sdpa"]
+    assert scaled_error(tensor(evidence, "output"), y.detach().numpy()) <= TOLERANCE
+    assert scaled_error(tensor(evidence, "input_gradient"), x.grad.numpy()) <= TOLERANCE
+    gradients = own_gradients(model, "h.0.self_attention.query_key_value",
+                              "h.0.self_attention.dense")
+    for name, grad in gradients.items():
+        assert scaled_error(tensor(evidence, name), grad.numpy()) <= TOLERANCE, name
+    eager_y = results["eager"][1]
+    assert scaled_error(tensor(evidence, "output"), eager_y.detach().numpy()) > 1e-6
+
+
+def test_falcon_alibi_bias_is_transformers_own_to_the_bit() -> None:
+    """The bias of ``alibi_rounding: bfloat16`` is transformers' ``build_alibi_tensor``
+    (slopes, positions and products rounded to bfloat16) bit for bit, also where the
+    rounding shows: slopes that bfloat16 cannot hold (16 and 32 heads) and positions past
+    256, which bfloat16 cannot all hold."""
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    from qkvcli.attention.maths import alibi_bias
+    from qkvcli.authoring.config import _bloom_slopes
+
+    tokens = 700
+    for heads in (4, 6, 16, 32, 71):
+        theirs = build_alibi_tensor(torch.ones(1, tokens, dtype=torch.long), heads,
+                                    torch.float64).numpy()
+        ours = alibi_bias(np.array(_bloom_slopes(heads)), 0, tokens, "bfloat16")
+        assert np.array_equal(ours, theirs), heads
+        exact = alibi_bias(np.array(_bloom_slopes(heads)), 0, tokens)
+        assert not np.array_equal(exact, theirs)  # the rounding is not idle
+
+
 REFUSED_FAMILIES = [
-    ("persimmon-qk-layernorm", "PersimmonConfig", _small(hidden_size=32),
-     "layers.0.self_attn.", "config qk_layernorm asks for QK-norm",
-     "query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon)"),
     ("gemma3-softcap-its-module-does-not-run", "Gemma3TextConfig",
      {**_GEMMA3, "attn_logit_softcapping": 1.5}, "layers.0.self_attn.",
      "config attn_logit_softcapping 1.5: transformers' Gemma 3 attention does not apply it",
@@ -868,11 +998,11 @@ def test_a_wrong_norm_reverse_fails_a_qwen3_layers_gradient_check(
     """The gradient check covers the q/k norm: a reverse whose weight gradient forgets the
     normalisation (``sum(dY * x)`` for ``sum(dY * x / rms)``) fails on the norm weights."""
     from qkvcli.attention import engine
+    from qkvcli.attention.maths import rms_norm_backward as right
 
     config = transformers.Qwen3Config(**_small(num_key_value_heads=2, head_dim=4))
     _, folder = build(tmp_path, "qwen3", config)
     assert qkv_layer(folder, "layers.0.self_attn.")["passed"]
-    right = engine.rms_norm_backward
 
     def unnormalised_weight(values: Any, grad: Any, weight: Any, eps: float,
                             offset: float = 0.0) -> Any:
@@ -885,6 +1015,31 @@ def test_a_wrong_norm_reverse_fails_a_qwen3_layers_gradient_check(
     evidence = json.loads(run.stdout)
     failed = {t["tensor"] for t in evidence["gradcheck"]["tensors"] if not t["passed"]}
     assert not evidence["passed"] and failed == {"q_norm_weight", "k_norm_weight"}
+
+
+def test_a_wrong_layernorm_reverse_fails_a_phi_layers_gradient_check_on_its_biases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradient check covers a q/k LayerNorm's biases: a reverse that gives them no
+    gradient fails on exactly ``q_layernorm.bias`` and ``k_layernorm.bias``."""
+    from qkvcli.attention import engine
+    from qkvcli.attention.maths import layer_norm_backward as right
+
+    config = transformers.PhiConfig(**_small(hidden_size=32, qk_layernorm=True))
+    _, folder = build(tmp_path, "phi", config)
+    assert qkv_layer(folder, "layers.0.self_attn.")["passed"]
+
+    def no_bias_gradient(values: Any, grad: Any, weight: Any, eps: float,
+                         offset: float = 0.0) -> Any:
+        grad_values, grad_weight, grad_bias = right(values, grad, weight, eps, offset)
+        return grad_values, grad_weight, np.zeros_like(grad_bias)
+
+    monkeypatch.setattr(engine, "layer_norm_backward", no_bias_gradient)
+    run = invoke("attend", str(folder / "layer.json"), "-f", "json")
+    assert run.exit_code != 0
+    evidence = json.loads(run.stdout)
+    failed = {t["tensor"] for t in evidence["gradcheck"]["tensors"] if not t["passed"]}
+    assert not evidence["passed"] and failed == {"q_layernorm_bias", "k_layernorm_bias"}
 
 
 GEMMA3_CONFIGS = [

@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from qkvcli.attention.maths import (
+    AlibiForm,
     QkNorm,
     Rope,
     alibi_bias,
@@ -39,6 +40,8 @@ from qkvcli.attention.maths import (
     clip_backward,
     hidden,
     key_span,
+    layer_norm,
+    layer_norm_backward,
     rms_norm,
     rms_norm_backward,
     rotate,
@@ -126,6 +129,8 @@ class LayerGradients(Record):
     stacked: dict[str, Array]
     grad_norm_query: Array | None = None  # a q/k norm's weights (QkNorm)
     grad_norm_key: Array | None = None
+    grad_norm_query_bias: Array | None = None  # a q/k LayerNorm's biases
+    grad_norm_key_bias: Array | None = None
 
 
 class Layer(Protocol):
@@ -150,6 +155,8 @@ class Layer(Protocol):
     def softcap(self) -> float | None: ...
     @property
     def alibi(self) -> Array | None: ...
+    @property
+    def alibi_form(self) -> AlibiForm: ...
     @property
     def clip(self) -> float | None: ...
     @property
@@ -215,9 +222,11 @@ def project(x: Array, weight: Array, bias: Array | None) -> Array:
     return projected
 
 
-def _norm_parts(norm: QkNorm, qw: int, kw: int) -> tuple[tuple[slice, Array], ...]:
-    """The packed columns of Q and of K with the weight that normalises each."""
-    return (slice(0, qw), norm.query), (slice(qw, qw + kw), norm.key)
+def _norm_parts(norm: QkNorm, qw: int,
+                kw: int) -> tuple[tuple[slice, Array, Array | None], ...]:
+    """The packed columns of Q and of K with the weight and bias that normalise each."""
+    return (slice(0, qw), norm.query, norm.query_bias), (slice(qw, qw + kw), norm.key,
+                                                          norm.key_bias)
 
 
 def _by_norm_width(block: Array, width: int) -> Array:
@@ -227,12 +236,16 @@ def _by_norm_width(block: Array, width: int) -> Array:
 
 def normalised(used: Array, norm: QkNorm, qw: int, kw: int) -> Array:
     """``[Q|K|V]`` with Q and K normalised by ``norm`` (each head alone, or a token's
-    whole width, as the weights are wide), V as it was: a new array."""
+    whole width, as the weights are wide; a weight ``[n, d_k]`` is each head's own), V as
+    it was: a new array."""
     out = np.array(used, dtype=np.float64, copy=True)
-    for part, weight in _norm_parts(norm, qw, kw):
-        block = used[..., part]
-        out[..., part] = rms_norm(_by_norm_width(block, weight.shape[0]), weight, norm.eps,
-                                  norm.offset).reshape(block.shape)
+    for part, weight, bias in _norm_parts(norm, qw, kw):
+        block = _by_norm_width(used[..., part], weight.shape[-1])  # [B,T,n,width]
+        if norm.kind == "layer":
+            normed = layer_norm(block, weight, bias, norm.eps, norm.offset)
+        else:
+            normed = rms_norm(block, weight, norm.eps, norm.offset)
+        out[..., part] = normed.reshape(*block.shape[:2], part.stop - part.start)
     return out
 
 
@@ -260,7 +273,7 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
     # reads where they were inside the bound)
     used = projected if layer.clip is None else clip(projected, layer.clip)
-    if layer.qk_norm is not None:  # Qwen3, OLMo 2, Gemma 3: after the biases, before RoPE
+    if layer.qk_norm is not None:  # a learned q/k norm: after the biases, before RoPE
         used = normalised(used, layer.qk_norm, qw, kw)
     query = heads_axis(used[:, first_row:, :qw], heads)  # [B,H,R,d_k]
     key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,T,d_k]
@@ -278,9 +291,14 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     # [B,G,H/G,R,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,R,T] -> [B,H,R,T]
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
-    scaled_scores = scale(scores, dk, layer.given_scale)
-    if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
-        scaled_scores += alibi_bias(layer.alibi, 0, tokens)
+    form = layer.alibi_form
+    if layer.alibi is not None and form.scaled:  # Falcon: (S + bias) / sqrt(d_k)
+        scaled_scores = scale(scores + alibi_bias(layer.alibi, 0, tokens, form.rounding), dk,
+                              layer.given_scale)
+    else:
+        scaled_scores = scale(scores, dk, layer.given_scale)
+        if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
+            scaled_scores += alibi_bias(layer.alibi, 0, tokens, form.rounding)
     if layer.softcap is not None:  # the scaled scores, capped (what the softmax reads)
         softcap(scaled_scores, layer.softcap, out=scaled_scores)
     attention = np.zeros(scaled_scores.shape)
@@ -326,9 +344,14 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
         r0, r1 = first - first_row, end - first_row
         # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
         z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
+        form = layer.alibi_form
+        if layer.alibi is not None and form.scaled:  # the bias before the scale (Falcon)
+            z += alibi_bias(layer.alibi, start, stop, form.rounding).reshape(
+                kv, heads // kv, 1, stop - start)
         scale(z, layer.d_k, layer.given_scale, out=z)
-        if layer.alibi is not None:  # [H,1,keys] as [G,H/G,1,keys] over the grouped block
-            z += alibi_bias(layer.alibi, start, stop).reshape(kv, heads // kv, 1, stop - start)
+        if layer.alibi is not None and not form.scaled:  # [H,1,keys] as [G,H/G,1,keys]
+            z += alibi_bias(layer.alibi, start, stop, form.rounding).reshape(
+                kv, heads // kv, 1, stop - start)
         if layer.softcap is not None:
             softcap(z, layer.softcap, out=z)
         masked = hidden(first, end, start, stop, causal, window)
@@ -413,17 +436,22 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     heads_axis(joined[..., :qw], heads)[...] = grad_query
     heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
     heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
-    grad_norms: list[Array | None] = [None, None]
+    grad_norms: list[Array | None] = [None, None, None, None]  # weights, then biases
     norm = layer.qk_norm
     if norm is not None:  # back through the norm of Q and K, to what it normalised
         before = stacked["projected"] if layer.clip is None else clip(stacked["projected"],
                                                                        layer.clip)
-        for i, (part, norm_weight) in enumerate(_norm_parts(norm, qw, kw)):
-            width = norm_weight.shape[0]
-            grad_before, grad_norms[i] = rms_norm_backward(
-                _by_norm_width(before[..., part], width),
-                _by_norm_width(np.ascontiguousarray(joined[..., part]), width), norm_weight,
-                norm.eps, norm.offset)
+        for i, (part, norm_weight, norm_bias) in enumerate(_norm_parts(norm, qw, kw)):
+            width = norm_weight.shape[-1]
+            values = _by_norm_width(before[..., part], width)
+            upstream = _by_norm_width(np.ascontiguousarray(joined[..., part]), width)
+            if norm.kind == "layer":
+                grad_before, grad_norms[i], grad_bias = layer_norm_backward(
+                    values, upstream, norm_weight, norm.eps, norm.offset)
+                grad_norms[2 + i] = None if norm_bias is None else grad_bias
+            else:
+                grad_before, grad_norms[i] = rms_norm_backward(values, upstream, norm_weight,
+                                                               norm.eps, norm.offset)
             joined[..., part] = grad_before.reshape(batch, tokens, part.stop - part.start)
     if layer.clip is not None:  # back through the clipping, to the projections
         clip_backward(stacked["projected"], joined, layer.clip, out=joined)
@@ -441,8 +469,7 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     grads_stacked = {"grad_attention": grad_attention, "grad_scaled_scores": grad_scaled_scores,
                      "grad_scores": grad_scores}
     return LayerGradients(head_grads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1],
-                          b[2], grad_out_weight, grad_out_bias, grads_stacked, grad_norms[0],
-                          grad_norms[1])
+                          b[2], grad_out_weight, grad_out_bias, grads_stacked, *grad_norms)
 
 
 def loss(forward: LayerForward, upstream: Array) -> float:

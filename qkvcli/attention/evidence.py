@@ -147,7 +147,8 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
         named.append(("b_out", layer.out_bias))
     norm = layer.qk_norm
     if norm is not None:
-        named += [("norm_query", norm.query), ("norm_key", norm.key)]
+        named += [("norm_query", norm.query), ("norm_key", norm.key),
+                  ("norm_query_bias", norm.query_bias), ("norm_key_bias", norm.key_bias)]
 
     def stacked(name: str, source: tuple[object, ...]) -> Callable[[], Array]:
         # the engine's [B,H,T,T] array is the tensor itself, its heads views of it
@@ -188,7 +189,9 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
         named.append(("grad_w_out", _given(
             g.grad_out_weight, "torch" if out == "out_proj" else "qkv")))
         named.append(("grad_b_out", g.grad_out_bias))
-    named += [("grad_norm_query", g.grad_norm_query), ("grad_norm_key", g.grad_norm_key)]
+    named += [("grad_norm_query", g.grad_norm_query), ("grad_norm_key", g.grad_norm_key),
+              ("grad_norm_query_bias", g.grad_norm_query_bias),
+              ("grad_norm_key_bias", g.grad_norm_key_bias)]
     for name, value in named:
         if isinstance(value, _Stacked) and not stack:
             yield name, value
@@ -479,6 +482,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         sources=relative_sources(fixture.parameters.sources), window=layer.window,
         softcap=layer.softcap,
         alibi=None if layer.alibi is None else tuple(float(v) for v in layer.alibi),
+        alibi_scaled=layer.alibi_form.scaled, alibi_rounding=layer.alibi_form.rounding,
         clip_qkv=layer.clip, qk_norm=fixture.function.qk_norm,
     )
     return AttendEvidence(

@@ -26,7 +26,7 @@ import numpy as np
 
 from qkvcli.attention.errors import QkNormError, RopeError
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import QkNorm
+from qkvcli.attention.maths import AlibiForm, QkNorm
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES
@@ -74,7 +74,8 @@ def _layer(head: AttentionHead, parameters: LayerParameters,
                                 parameters.out_bias, function.kv_heads, function.window,
                                 function.softcap,
                                 None if function.alibi is None else np.array(function.alibi),
-                                function.clip_qkv, _norm(parameters, function))
+                                function.clip_qkv, _norm(parameters, function),
+                                AlibiForm(function.alibi_scaled, function.alibi_rounding))
 
 
 def _norm(parameters: LayerParameters, function: LayerFunction) -> QkNorm | None:
@@ -82,7 +83,8 @@ def _norm(parameters: LayerParameters, function: LayerFunction) -> QkNorm | None
     spec, query, key = function.qk_norm, parameters.norm_query, parameters.norm_key
     if spec is None or query is None or key is None:
         return None
-    return QkNorm(query, key, spec.eps, spec.span, spec.offset)
+    return QkNorm(query, key, spec.eps, spec.span, spec.offset, spec.kind,
+                  parameters.norm_query_bias, parameters.norm_key_bias)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:
@@ -132,7 +134,11 @@ def _judged_layer(head: AttentionHead, parameters: LayerParameters,
         if "alibi" in str(error):
             location = "$.alibi"
         if isinstance(error, QkNormError):
-            location = "$.weights." + ("q" if "query" in str(error) else "k") + "_norm_weight"
+            message = str(error)
+            location = "$.weights." + ("q" if "query" in message else "k") + (
+                "_norm_bias" if " bias" in message else "_norm_weight")
+            if "kind" in message:
+                location = "$.qk_norm.kind"
         raise FixtureError(location, str(error)) from None
 
 

@@ -4,7 +4,7 @@ The objective is ``L = <Y, U>`` for the final output ``Y`` (a head's ``O``; a la
 output after its optional output projection) and a fixed upstream ``U``. Tensors, by
 internal name and in order: ``input``, ``w_query``, ``w_key``, ``w_value``, the biases
 the model has (``b_query``, ``b_key``, ``b_value``), a norm's weights (``norm_query``,
-``norm_key``), then a layer's ``w_out``, ``b_out``;
+``norm_key``) and biases (``norm_query_bias``, ``norm_key_bias``), then a layer's ``w_out``, ``b_out``;
 weights in our layout (``[in, out]``). :mod:`qkvcli.render.attend` publishes the names.
 
 Modes are run's (:mod:`qkvcli.gradcheck.settings`): ``full``, ``sampled``, ``fast`` and
@@ -174,7 +174,8 @@ def checked_tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
     named += [(f"b_{b}", bias) for b, bias in zip(BRANCHES, p.biases, strict=True)]
     norm = layer.qk_norm
     if norm is not None:
-        named += [("norm_query", norm.query), ("norm_key", norm.key)]
+        named += [("norm_query", norm.query), ("norm_key", norm.key),
+                  ("norm_query_bias", norm.query_bias), ("norm_key_bias", norm.key_bias)]
     named += [("w_out", layer.out_weight), ("b_out", layer.out_bias)]
     return [(name, values) for name, values in named if values is not None]
 
@@ -185,9 +186,11 @@ def _replaced(layer: MultiHeadLayer, name: str, probe: Array) -> MultiHeadLayer:
     weights, biases = list(p.weights), list(p.biases)
     out = [layer.out_weight, layer.out_bias]
     norm = layer.qk_norm
-    if name in ("norm_query", "norm_key") and norm is not None:
+    if name.startswith("norm_") and norm is not None:
         return layer.with_qk_norm(probe if name == "norm_query" else norm.query,
-                                  probe if name == "norm_key" else norm.key)
+                                  probe if name == "norm_key" else norm.key,
+                                  probe if name == "norm_query_bias" else None,
+                                  probe if name == "norm_key_bias" else None)
     if name in ("w_out", "b_out"):
         out[0 if name == "w_out" else 1] = probe
     elif name.startswith("w_"):
@@ -526,6 +529,8 @@ def analytic_of(grads: AttentionGradients | LayerGradients) -> dict[str, Array]:
         "b_out": getattr(grads, "grad_out_bias", None),
         "norm_query": getattr(grads, "grad_norm_query", None),
         "norm_key": getattr(grads, "grad_norm_key", None),
+        "norm_query_bias": getattr(grads, "grad_norm_query_bias", None),
+        "norm_key_bias": getattr(grads, "grad_norm_key_bias", None),
     }
     return {name: value for name, value in named.items() if value is not None}
 

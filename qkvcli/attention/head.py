@@ -53,7 +53,7 @@ from qkvcli.attention.errors import (
     OutputGradientShapeMismatch,
     ScaleError,
 )
-from qkvcli.attention.maths import QkNorm, Rope, check_rope, score_factor
+from qkvcli.attention.maths import AlibiForm, QkNorm, Rope, check_rope, score_factor
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
@@ -255,6 +255,11 @@ class AttentionHead:
     def alibi(self) -> Array | None:
         """A head alone has no ALiBi slopes (a layer may: :class:`MultiHeadLayer`)."""
         return None
+
+    @property
+    def alibi_form(self) -> AlibiForm:
+        """The default form: a head alone has no ALiBi."""
+        return AlibiForm()
 
     @property
     def clip(self) -> float | None:

@@ -12,10 +12,15 @@ needs to be defined (:func:`check_rope`).
 - Clipping of Q, K and V (OLMo's ``clip_qkv``) and its reverse (:func:`clip`,
   :func:`clip_backward`), right after the projections.
 - RMSNorm of Q and K with a learned weight (Qwen3, OLMo 2, Gemma 3's ``q_norm``/``k_norm``)
-  and its reverse to the input and the weight (:func:`rms_norm`, :func:`rms_norm_backward`,
-  described by :class:`QkNorm`), after the projections and before RoPE.
-- ALiBi (BLOOM): ``slope_h * j`` added to the scaled scores, its reverse the identity
-  (:func:`alibi_bias`; the slopes are the fixture's).
+  and its reverse to the input and the weight (:func:`rms_norm`, :func:`rms_norm_backward`),
+  or LayerNorm with a learned weight and an optional bias (Phi, Persimmon, StableLM,
+  Cohere) and its reverse to the input, the weight and the bias (:func:`layer_norm`,
+  :func:`layer_norm_backward`); both described by :class:`QkNorm`, after the projections
+  and before RoPE.
+- ALiBi (BLOOM, MPT): ``slope_h * j`` added to the scaled scores, its reverse the
+  identity (:func:`alibi_bias`; the slopes are the fixture's). Falcon adds it to the
+  scores before the scale, its ``slope_h * j`` rounded to bfloat16 as transformers builds
+  it (:class:`AlibiForm`, :func:`bfloat16`).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
   sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
@@ -94,17 +99,22 @@ def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = 
 # --- RMSNorm of Q and K ------------------------------------------------------------------
 
 QK_NORM_SPANS = ("head", "layer")
+QK_NORM_KINDS = ("rms", "layer")
 
 
 class QkNorm(Record):
-    """A learned RMSNorm of the projected Q and K (after their biases, before RoPE).
+    """A learned norm of the projected Q and K (after their biases, before RoPE).
 
-    ``query`` and ``key`` are the weights. ``span`` is ``"head"`` when each head's
-    ``d_k`` coordinates are normalised alone with one weight ``[d_k]`` shared by every
-    head (Qwen3, Gemma 3), ``"layer"`` when a token's whole query width ``H*d_k`` (key
-    width ``G*d_k``) is normalised at once before the split into heads, weights
-    ``[H*d_k]`` and ``[G*d_k]`` (OLMo 2). ``offset`` is added to the weight before it
-    multiplies (Gemma 3's ``1 + weight``: 1.0; else 0.0).
+    ``kind`` is ``"rms"`` (RMSNorm: Qwen3, OLMo 2, Gemma 3) or ``"layer"`` (LayerNorm,
+    the mean subtracted first: Phi, Persimmon, StableLM, Cohere). ``query`` and ``key``
+    are the weights, ``query_bias`` and ``key_bias`` the biases (LayerNorm only; ``None``:
+    none), each shaped like its weight. ``span`` is ``"head"`` when each head's ``d_k``
+    coordinates are normalised alone, with one weight ``[d_k]`` shared by every head
+    (Qwen3, Gemma 3, Phi, Persimmon) or one per head, ``[H, d_k]`` and ``[G, d_k]``
+    (StableLM, Cohere); ``"layer"`` when a token's whole query width ``H*d_k`` (key width
+    ``G*d_k``) is normalised at once before the split into heads, weights ``[H*d_k]`` and
+    ``[G*d_k]`` (OLMo 2). ``offset`` is added to the weight before it multiplies (Gemma
+    3's ``1 + weight``: 1.0; else 0.0).
     """
 
     query: Array
@@ -112,6 +122,9 @@ class QkNorm(Record):
     eps: float
     span: str = "head"
     offset: float = 0.0
+    kind: str = "rms"
+    query_bias: Array | None = None
+    key_bias: Array | None = None
 
 
 def rms_norm(values: Array, weight: Array, eps: float, offset: float = 0.0) -> Array:
@@ -133,21 +146,85 @@ def rms_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
     grad_normed = grad * (weight + offset)
     grad_values: Array = inverse * (
         grad_normed - normed * np.mean(grad_normed * normed, axis=-1, keepdims=True))
-    width = values.shape[-1]
-    grad_weight: Array = (grad * normed).reshape(values.size // width, width).sum(axis=0)
-    return grad_values, grad_weight
+    return grad_values, _summed_to(grad * normed, weight.shape)
+
+
+def _summed_to(values: Array, shape: tuple[int, ...]) -> Array:
+    """``values`` summed over every leading axis the parameter of ``shape`` is shared by."""
+    result: Array = values.reshape(-1, *shape).sum(axis=0)
+    return result
+
+
+def layer_norm(values: Array, weight: Array, bias: Array | None, eps: float,
+               offset: float = 0.0) -> Array:
+    """``(values - mean) / sqrt(var + eps) * (offset + weight) + bias`` over the last axis
+    (``var`` the mean square of ``values - mean``, as torch's ``LayerNorm``; ``weight``
+    as wide as the axis, or ``[n, width]`` for the ``n`` axes before it: a weight per
+    head), a new array."""
+    centred = values - np.mean(values, axis=-1, keepdims=True)
+    inverse = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)
+    result: Array = (centred * inverse) * (weight + offset)
+    if bias is not None:
+        result += bias
+    return result
+
+
+def layer_norm_backward(values: Array, grad: Array, weight: Array, eps: float,
+                        offset: float = 0.0) -> tuple[Array, Array, Array]:
+    """The reverse of :func:`layer_norm` at its input ``values`` for ``grad`` (shaped like
+    ``values``): the gradient to the input, ``r (dn - mean(dn) - n mean(dn n))`` with
+    ``r`` the inverse root, ``n`` the normalised values and ``dn = grad (offset +
+    weight)``; to the weight, ``sum(grad n)``, and to the bias, ``sum(grad)``, each over
+    the axes the parameter is shared by."""
+    centred = values - np.mean(values, axis=-1, keepdims=True)
+    inverse = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)
+    normed = centred * inverse
+    grad_normed = grad * (weight + offset)
+    grad_values: Array = inverse * (
+        grad_normed - np.mean(grad_normed, axis=-1, keepdims=True)
+        - normed * np.mean(grad_normed * normed, axis=-1, keepdims=True))
+    return grad_values, _summed_to(grad * normed, weight.shape), _summed_to(grad, weight.shape)
 
 
 # --- ALiBi ------------------------------------------------------------------------------
 
+ALIBI_ROUNDINGS = ("bfloat16",)
 
-def alibi_bias(slopes: Array, start: int, stop: int) -> Array:
+
+class AlibiForm(Record):
+    """Where and how a layer's ALiBi bias enters the scores.
+
+    ``scaled``: the bias is added to the raw scores and scaled with them,
+    ``(S + bias) / sqrt(d_k)`` (Falcon's ``(scores + alibi) * inv_norm_factor``), rather
+    than added to the scaled scores (BLOOM, MPT). ``rounding``: ``"bfloat16"`` when the
+    slopes, the key positions and their products are each rounded to bfloat16 (Falcon's
+    ``build_alibi_tensor``: ``slopes.bfloat16() * positions``); ``None``: exact.
+    """
+
+    scaled: bool = False
+    rounding: str | None = None
+
+
+def bfloat16(values: Array) -> Array:
+    """``values`` rounded to float32, then to bfloat16 (round to nearest, ties to even, as
+    torch converts), back in float64. Finite values only."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) & np.uint64(
+        0xFFFF0000)
+    result: Array = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+    return result
+
+
+def alibi_bias(slopes: Array, start: int, stop: int, rounding: str | None = None) -> Array:
     """ALiBi's bias of keys ``start:stop`` for heads of ``slopes``: ``slope_h * j``,
-    ``[H, 1, stop-start]``, added to the scaled scores (BLOOM's form: a query's row is
-    shifted by a constant, which the softmax ignores, from the ``-slope_h * (i - j)`` of
-    the paper). Its reverse is the identity: the bias is a constant, ``dZ`` passes
-    through it unchanged."""
+    ``[H, 1, stop-start]`` (BLOOM's form: a query's row is shifted by a constant, which
+    the softmax ignores, from the ``-slope_h * (i - j)`` of the paper); with ``rounding``
+    ``"bfloat16"``, ``bf16(bf16(slope_h) * bf16(j))`` (the product of two bfloat16 numbers
+    is exact in float64, then rounded once). Its reverse is the identity: the bias is a
+    constant, ``dZ`` passes through it unchanged."""
     keys = np.arange(start, stop, dtype=np.float64)
+    if rounding == "bfloat16":
+        return bfloat16(bfloat16(slopes)[:, None, None] * bfloat16(keys)[None, None, :])
     result: Array = slopes[:, None, None] * keys[None, None, :]
     return result
 

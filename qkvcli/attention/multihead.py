@@ -42,7 +42,15 @@ from qkvcli.attention.errors import (
     WindowError,
 )
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import QK_NORM_SPANS, QkNorm, Rope, check_rope
+from qkvcli.attention.maths import (
+    ALIBI_ROUNDINGS,
+    QK_NORM_KINDS,
+    QK_NORM_SPANS,
+    AlibiForm,
+    QkNorm,
+    Rope,
+    check_rope,
+)
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 
 
@@ -52,14 +60,15 @@ class MultiHeadLayer:
     Build one with :meth:`build`; instances are immutable.
     """
 
-    __slots__ = ("_alibi", "_clip", "_heads", "_kv_heads", "_out_bias", "_out_weight", "_projections",
-                 "_qk_norm", "_slices", "_softcap", "_window")
+    __slots__ = ("_alibi", "_alibi_form", "_clip", "_heads", "_kv_heads", "_out_bias",
+                 "_out_weight", "_projections", "_qk_norm", "_slices", "_softcap", "_window")
 
     def __init__(self, projections: AttentionHead, heads: int, out_weight: Array | None,
                  out_bias: Array | None, kv_heads: int | None = None,
                  window: int | None = None, softcap: float | None = None,
                  alibi: Array | None = None, clip: float | None = None,
-                 qk_norm: QkNorm | None = None) -> None:
+                 qk_norm: QkNorm | None = None,
+                 alibi_form: AlibiForm | None = None) -> None:
         # Private: build validates first.
         self._projections = projections
         self._heads = heads
@@ -71,6 +80,7 @@ class MultiHeadLayer:
         self._alibi = alibi
         self._clip = clip
         self._qk_norm = qk_norm
+        self._alibi_form = AlibiForm() if alibi_form is None else alibi_form
         # each head alone, built when first asked for (the batched engine never needs them,
         # and a gradient check builds a layer per probe)
         self._slices: tuple[AttentionHead, ...] | None = None
@@ -80,7 +90,8 @@ class MultiHeadLayer:
               out_bias: ArrayLike | None = None, kv_heads: int | None = None,
               window: int | None = None, softcap: float | None = None,
               alibi: ArrayLike | None = None, clip: float | None = None,
-              qk_norm: QkNorm | None = None) -> MultiHeadLayer:
+              qk_norm: QkNorm | None = None,
+              alibi_form: AlibiForm | None = None) -> MultiHeadLayer:
         """Validate and build. ``out_weight`` is ``[H*d_v, E_out]`` (our layout, ``Y = C W``).
 
         ``kv_heads`` (default ``heads``) K/V heads are shared by groups of
@@ -90,10 +101,12 @@ class MultiHeadLayer:
         ``window`` latest keys (a sliding window; it does nothing without the mask).
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
         ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
-        scores (BLOOM). ``clip``: the projections are clamped to ``[-clip, clip]`` (OLMo).
-        ``qk_norm``: Q and K are RMS-normalised with learned weights (Qwen3, OLMo 2,
-        Gemma 3; :class:`~qkvcli.attention.maths.QkNorm`), checked last
-        (:class:`QkNormError`).
+        scores (BLOOM), or as ``alibi_form`` says (Falcon: added before the scale,
+        rounded to bfloat16; :class:`~qkvcli.attention.maths.AlibiForm`). ``clip``: the
+        projections are clamped to ``[-clip, clip]`` (OLMo).
+        ``qk_norm``: Q and K are normalised with learned weights (RMSNorm: Qwen3, OLMo 2,
+        Gemma 3; LayerNorm: Phi, Persimmon, StableLM, Cohere;
+        :class:`~qkvcli.attention.maths.QkNorm`), checked last (:class:`QkNormError`).
 
         Order (first failure wins): ``kv_heads`` divides ``heads`` and matches the
         projections' groups (:class:`KvHeadsMismatch`); head count divides both widths
@@ -150,11 +163,14 @@ class MultiHeadLayer:
                 raise KvHeadsMismatch(f"alibi must give one slope per head, {heads}, got "
                                       f"{slopes.size}")
             check_finite(slopes, "parameter")
+        if alibi_form is not None and alibi_form.rounding not in (None, *ALIBI_ROUNDINGS):
+            raise KvHeadsMismatch(f"alibi rounding must be \"bfloat16\" or none, got "
+                                  f"{alibi_form.rounding!r}")
         if clip is not None and not (math.isfinite(clip) and clip > 0.0):
             raise ScaleError(clip)
         norm = None if qk_norm is None else _checked_norm(qk_norm, heads, kv, width_qk // heads)
         return cls(projections, heads, weight, bias, kv_heads, window, softcap, slopes, clip,
-                   norm)
+                   norm, alibi_form)
 
     def _slice(self, h: int) -> AttentionHead:
         if self._heads == 1:
@@ -201,6 +217,11 @@ class MultiHeadLayer:
     def alibi(self) -> Array | None:
         """One ALiBi slope per query head (``None``: no ALiBi)."""
         return self._alibi
+
+    @property
+    def alibi_form(self) -> AlibiForm:
+        """Where and how the ALiBi bias enters the scores."""
+        return self._alibi_form
 
     @property
     def clip(self) -> float | None:
@@ -250,7 +271,8 @@ class MultiHeadLayer:
 
     @property
     def parameter_count(self) -> int:
-        norm = () if self._qk_norm is None else (self._qk_norm.query, self._qk_norm.key)
+        n = self._qk_norm
+        norm = () if n is None else (n.query, n.key, n.query_bias, n.key_bias)
         extra = sum(int(a.size) for a in (self._out_weight, self._out_bias, *norm)
                     if a is not None)
         return self._projections.parameter_count + extra
@@ -260,15 +282,22 @@ class MultiHeadLayer:
         """The same layer with other parameter values of the same shapes, unvalidated."""
         return MultiHeadLayer(self._projections.with_parameters(weights, biases), self._heads,
                               out_weight, out_bias, self._kv_heads, self._window,
-                              self._softcap, self._alibi, self._clip, self._qk_norm)
+                              self._softcap, self._alibi, self._clip, self._qk_norm,
+                              self._alibi_form)
 
-    def with_qk_norm(self, query: Array, key: Array) -> MultiHeadLayer:
-        """The same layer with other norm weights of the same shapes, unvalidated."""
-        assert self._qk_norm is not None
+    def with_qk_norm(self, query: Array, key: Array, query_bias: Array | None = None,
+                     key_bias: Array | None = None) -> MultiHeadLayer:
+        """The same layer with other norm weights and biases (``None``: the layer's own)
+        of the same shapes, unvalidated."""
+        norm = self._qk_norm
+        assert norm is not None
         return MultiHeadLayer(self._projections, self._heads, self._out_weight,
                               self._out_bias, self._kv_heads, self._window, self._softcap,
-                              self._alibi, self._clip,
-                              self._qk_norm._replace(query=query, key=key))
+                              self._alibi, self._clip, norm._replace(
+                                  query=query, key=key,
+                                  query_bias=norm.query_bias if query_bias is None else query_bias,
+                                  key_bias=norm.key_bias if key_bias is None else key_bias),
+                              self._alibi_form)
 
     @property
     def rope(self) -> Rope | None:
@@ -307,8 +336,14 @@ class MultiHeadLayer:
         norm = self._qk_norm
         if norm is not None and norm.span == "layer" and count != self._heads:
             raise ValueError("a norm over the layer's width has no subset of its heads")
+        if norm is not None and norm.query.ndim == 2:  # a weight per head: those heads' rows
+            rows_q, rows_k = slice(first, first + count), slice(kv_first, kv_first + kv_count)
+            norm = norm._replace(
+                query=norm.query[rows_q], key=norm.key[rows_k],
+                query_bias=None if norm.query_bias is None else norm.query_bias[rows_q],
+                key_bias=None if norm.key_bias is None else norm.key_bias[rows_k])
         return MultiHeadLayer(projections, count, None, None, kv_count, self._window,
-                              self._softcap, alibi, self._clip, norm)
+                              self._softcap, alibi, self._clip, norm, self._alibi_form)
 
     # --- computation --------------------------------------------------------------------
 
@@ -335,9 +370,13 @@ class MultiHeadLayer:
 
 
 def _checked_norm(norm: QkNorm, heads: int, kv_heads: int, d_k: int) -> QkNorm:
-    """``norm`` with read-only weights, or :class:`QkNormError`: its span, then eps (finite
-    and positive), the offset (finite), the weights' shapes (``[d_k]`` each for a norm per
-    head, ``[H*d_k]`` and ``[G*d_k]`` over the layer's width), their values finite."""
+    """``norm`` with read-only weights and biases, or :class:`QkNormError`: its kind, its
+    span, then eps (finite and positive), the offset (finite), the weights' shapes
+    (``[d_k]`` each for a norm per head, or ``[H, d_k]`` and ``[G, d_k]``, a weight per
+    head; ``[H*d_k]`` and ``[G*d_k]`` over the layer's width), their values finite, then
+    the biases (a LayerNorm's only, both or neither, each shaped like its weight)."""
+    if norm.kind not in QK_NORM_KINDS:
+        raise QkNormError(f"qk_norm kind must be \"rms\" or \"layer\", got {norm.kind!r}")
     if norm.span not in QK_NORM_SPANS:
         raise QkNormError(f"qk_norm span must be \"head\" or \"layer\", got {norm.span!r}")
     if not (math.isfinite(norm.eps) and norm.eps > 0.0):
@@ -345,16 +384,31 @@ def _checked_norm(norm: QkNorm, heads: int, kv_heads: int, d_k: int) -> QkNorm:
     if not math.isfinite(norm.offset):
         raise QkNormError(f"qk_norm offset must be finite, got {norm.offset!r}")
     query, key = readonly(norm.query), readonly(norm.key)
-    widths = (d_k, d_k) if norm.span == "head" else (heads * d_k, kv_heads * d_k)
-    for branch, weight, width in (("query", query, widths[0]), ("key", key, widths[1])):
-        if weight.shape != (width,):
-            raise QkNormError(
-                f"qk_norm {branch} weight must be [{width}] (a norm over "
-                f"{'each head' if norm.span == 'head' else 'the layer'}), got "
-                f"[{','.join(map(str, weight.shape))}]")
+    for branch, weight, rows in (("query", query, heads), ("key", key, kv_heads)):
+        if norm.span == "head":
+            allowed = {(d_k,): "shared by the heads", (rows, d_k): "a row per head"}
+        else:
+            allowed = {(rows * d_k,): "a norm over the layer"}
+        if weight.shape not in allowed:
+            spelled = " or ".join(f"[{','.join(map(str, shape))}] ({what})"
+                                  for shape, what in allowed.items())
+            raise QkNormError(f"qk_norm {branch} weight must be {spelled}, got "
+                              f"[{','.join(map(str, weight.shape))}]")
         if not np.all(np.isfinite(weight)):
             raise QkNormError(f"qk_norm {branch} weight must be finite")
-    return norm._replace(query=query, key=key)
+    biases = [None if b is None else readonly(b) for b in (norm.query_bias, norm.key_bias)]
+    if any(b is not None for b in biases):
+        if norm.kind != "layer":
+            raise QkNormError("qk_norm biases need kind \"layer\" (an RMSNorm has none)")
+        for branch, bias, weight in zip(("query", "key"), biases, (query, key), strict=True):
+            if bias is None or bias.shape != weight.shape:
+                raise QkNormError(
+                    f"qk_norm {branch} bias must be [{','.join(map(str, weight.shape))}] (its "
+                    "weight's shape), got "
+                    + ("none" if bias is None else f"[{','.join(map(str, bias.shape))}]"))
+            if not np.all(np.isfinite(bias)):
+                raise QkNormError(f"qk_norm {branch} bias must be finite")
+    return norm._replace(query=query, key=key, query_bias=biases[0], key_bias=biases[1])
 
 
 def layer_loss(forward: LayerForward, upstream: Array) -> float:

@@ -54,8 +54,10 @@ class AttendConfig(Record):
     window: int | None = None  # a causal mask's sliding window (keys a query sees)
     softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head
+    alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)
+    alibi_rounding: str | None = None  # "bfloat16": the bias rounded as Falcon builds it
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
-    qk_norm: NormSpec | None = None  # Q and K RMS-normalised (span, eps, offset)
+    qk_norm: NormSpec | None = None  # Q and K normalised (kind, span, eps, offset)
 
 
 class AttendPrimary(Record):

@@ -68,9 +68,15 @@ ROLES = (
     ("attn.qkv_proj.weight", "CodeGen qkv_proj weight: 4 blocks of query, value, key rows "
      "[3*W,d_model]"),
     ("self_attn.q_norm.weight", "q_norm weight: RMSNorm of Q (Qwen3, Gemma 3 [d_head]; "
-     "OLMo 2 [H*d_head])"),
+     "OLMo 2 [H*d_head]), LayerNorm of Q (Cohere [H,d_head])"),
     ("self_attn.k_norm.weight", "k_norm weight: RMSNorm of K (Qwen3, Gemma 3 [d_head]; "
-     "OLMo 2 [G*d_head])"),
+     "OLMo 2 [G*d_head]), LayerNorm of K (Cohere [G,d_head])"),
+    *((f"self_attn.{letter}_layernorm.{part}",
+       f"{letter}_layernorm {part}: LayerNorm of {letter.upper()} (Phi, Persimmon) [d_head]")
+      for letter in "qk" for part in ("weight", "bias")),
+    *((f"self_attn.{letter}_layernorm.norms.{{h}}.weight",
+       f"{letter}_layernorm.norms.{{h}} weight: head h's LayerNorm of {letter.upper()} "
+       "(StableLM) [d_head]") for letter in "qk"),
     ("self_attn.dense.weight", f"Phi (Persimmon) output projection weight {_LINEAR}"),
     ("self_attn.dense.bias", "Phi (Persimmon) output projection bias [E_out]"),
     *((f"{short}.{part}", f"{branch} projection {part} {_LINEAR}")
@@ -105,10 +111,14 @@ BUFFERS = {"gpt2": ("bias", "masked_bias"), "bigcode": ("bias", "masked_bias"),
            "linear": ("bias", "masked_bias", "rotary_emb.inv_freq"),
            "neox": ("bias", "masked_bias", "rotary_emb.inv_freq")}
 # What an unread tensor under the prefix is, when qkv knows (the refusal names it).
-EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, OLMo 2, Gemma 3)"),
-                 ("k_norm.", "a norm on K (k_norm: Qwen3, OLMo 2, Gemma 3)"),
-                 ("q_layernorm.", "a layernorm on Q (qk_layernorm: Phi, StableLM, Persimmon)"),
-                 ("k_layernorm.", "a layernorm on K (qk_layernorm: Phi, StableLM, Persimmon)"),
+EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, OLMo 2, Gemma 3, Cohere with "
+                             "use_qk_norm)"),
+                 ("k_norm.", "a norm on K (k_norm: Qwen3, OLMo 2, Gemma 3, Cohere with "
+                             "use_qk_norm)"),
+                 ("q_layernorm.", "a layernorm on Q (Phi, StableLM, Persimmon with "
+                                  "qk_layernorm)"),
+                 ("k_layernorm.", "a layernorm on K (Phi, StableLM, Persimmon with "
+                                  "qk_layernorm)"),
                  ("q_attn.", "cross-attention's query (GPT-2's crossattention)"),
                  ("relative_attention_bias.", "a relative position bias (T5)"))
 # Mixes the input's seed so it is not the weights' seed (a fixture-wide convention).
@@ -131,6 +141,20 @@ class RopeSpec(Record):
     layout: str = "half"
 
 
+class NormFunction(Record):
+    """A learned norm of Q and K, as the fixture's ``qk_norm`` will say it, and where its
+    tensors sit under the prefix."""
+
+    span: str  # "head" (each head alone) or "layer" (a token's whole width)
+    eps: float
+    offset: float = 0.0  # added to the weight (Gemma 3's 1 + weight)
+    kind: str = "rms"  # "rms" (RMSNorm) or "layer" (LayerNorm)
+    modules: tuple[str, str] = ("q_norm", "k_norm")  # the query's and the key's module
+    rows: str = "shared"  # "shared": [d_head] or [width]; "tensor": one [heads, d_head]
+    # tensor (Cohere); "modules": a module per head, norms.{h} (StableLM)
+    bias: bool = False  # LayerNorm with a bias (Phi, Persimmon)
+
+
 class ModelFunction(Record):
     """What decides the layer's function beyond its weights, as the fixture will say it."""
 
@@ -146,7 +170,9 @@ class ModelFunction(Record):
     softcap: float | None = None  # the scores' soft-cap (Gemma 2)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
     clip_qkv: float | None = None  # OLMo's clamp of the projections
-    qk_norm: tuple[str, float, float] | None = None  # q_norm/k_norm: span, eps, offset
+    qk_norm: NormFunction | None = None  # a learned norm of Q and K
+    alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)
+    alibi_rounding: str | None = None  # "bfloat16": the bias as Falcon builds it
 
 
 def shown_value(value: Any) -> str:
@@ -161,6 +187,7 @@ def shown_value(value: Any) -> str:
 
 def role_of(name: str) -> str | None:
     """What a tensor is, if it is an attention projection qkv recognises, else ``None``."""
+    name = re.sub(r"\.norms\.[0-9]+\.", ".norms.{h}.", name)  # a module per head
     for suffix, role in ROLES:
         if name == suffix or name.endswith("." + suffix):
             return role
@@ -396,18 +423,9 @@ def checkpoint_document(
         weights[f"{out[1]}_weight"] = ref(out[0] + "weight")
         weights[f"{out[1]}_bias"] = ref(out[0] + "bias")
     norm_shapes: dict[str, tuple[int | None, ...]] = {}
-    if function.qk_norm is not None:  # Qwen3, OLMo 2, Gemma 3: per head or the layer's width
-        per_head = function.qk_norm[0] == "head"
-        for key, short, width in (("q_norm_weight", "q_norm", widths[0]),
-                                  ("k_norm_weight", "k_norm", widths[1])):
-            name = f"{prefix}{short}.weight"
-            if ref(name) is None:
-                raise CheckpointError(prefix, f"config model_type "
-                                      f"{shown_value(function.architecture)} normalises Q and "
-                                      f"K, but there is no tensor {shown_value(short + '.weight')}"
-                                      " under the prefix")
-            weights[key] = ref(name)
-            norm_shapes[name] = (function.head_dim if per_head else width,)
+    if function.qk_norm is not None:  # per head or the layer's width
+        norm_refs, norm_shapes = _norm_weights(function, widths, prefix, ref)
+        weights |= norm_refs
     weights = {key: value for key, value in weights.items() if value is not None}
     # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
@@ -435,11 +453,16 @@ def checkpoint_document(
         document["softcap"] = function.softcap
     if function.alibi is not None:
         document["alibi"] = list(function.alibi)
+        if function.alibi_scaled:
+            document["alibi_scaled"] = True
+        if function.alibi_rounding is not None:
+            document["alibi_rounding"] = function.alibi_rounding
     if function.clip_qkv is not None:
         document["clip_qkv"] = function.clip_qkv
-    if function.qk_norm is not None:
-        span, eps, offset = function.qk_norm
-        document["qk_norm"] = {"span": span, "eps": eps, "offset": offset}
+    norm = function.qk_norm
+    if norm is not None:
+        named = {} if norm.kind == "rms" else {"kind": norm.kind}  # RMSNorm: the default
+        document["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset}
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},
@@ -450,13 +473,50 @@ def checkpoint_document(
     return document, (d_model, widths[0], widths[2])
 
 
+def _norm_weights(function: ModelFunction, widths: tuple[int, int, int], prefix: str,
+                  ref: Callable[[str], dict[str, str] | None],
+                  ) -> tuple[dict[str, Any], dict[str, tuple[int | None, ...]]]:
+    """The fixture's ``q_norm_weight`` and ``k_norm_weight`` (and a LayerNorm's biases) as
+    references to the norm's tensors under ``prefix``, and the shape each tensor must
+    have. A norm with a module per head (StableLM's ``norms.{h}``) gives a list of
+    references, one per head, stacked when read. Raises :class:`CheckpointError` naming
+    a missing tensor."""
+    norm = function.qk_norm
+    assert norm is not None and function.head_dim is not None
+    weights: dict[str, Any] = {}
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    d_head = function.head_dim
+    parts = ("weight", "bias") if norm.bias else ("weight",)
+    for letter, module, width in zip("qk", norm.modules, widths[:2], strict=True):
+        rows = width // d_head
+        for part in parts:
+            if norm.rows == "modules":
+                names = [f"{prefix}{module}.norms.{h}.{part}" for h in range(rows)]
+                shape: tuple[int | None, ...] = (d_head,)
+            else:
+                names = [f"{prefix}{module}.{part}"]
+                shape = {"tensor": (rows, d_head), "shared": (
+                    d_head if norm.span == "head" else width,)}[norm.rows]
+            found = [ref(name) for name in names]
+            missing = next((n for n, r in zip(names, found, strict=True) if r is None), None)
+            if missing is not None:
+                raise CheckpointError(prefix, f"config model_type "
+                                      f"{shown_value(function.architecture)} normalises Q and "
+                                      f"K, but there is no tensor "
+                                      f"{shown_value(missing[len(prefix):])} under the prefix")
+            weights[f"{letter}_norm_{part}"] = found if norm.rows == "modules" else found[0]
+            shapes |= {name: shape for name in names}
+    return weights, shapes
+
+
 def _check_accounted(entries: list[Entry], prefix: str, kind: str,
                      weights: dict[str, Any]) -> None:
     """Refuse a tensor under ``prefix`` that the fixture does not read: a layer is
     computed only when every one of its tensors is accounted for. A stored buffer that
     is no parameter (:data:`BUFFERS`) passes. Raises :class:`CheckpointError` naming it."""
     read = {ref["tensor"] for value in weights.values()
-            for ref in (value, value.get("bias")) if isinstance(ref, dict) and "tensor" in ref}
+            for ref in (value if isinstance(value, list) else (value, value.get("bias")))
+            if isinstance(ref, dict) and "tensor" in ref}
     buffers = {prefix + name for name in BUFFERS.get(kind, ())}
     for name, _, _ in entries:
         if not name.startswith(prefix) or name in read or name in buffers:

@@ -18,6 +18,7 @@ from typing import Any
 from qkvcli.authoring.checkpoint import (
     CheckpointError,
     ModelFunction,
+    NormFunction,
     RopeSpec,
     layer_index,
     shown_value,
@@ -85,7 +86,7 @@ SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
 _NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3, "
-         "OLMo 2 and Gemma 3 only")
+         "OLMo 2, Gemma 3, Phi, Persimmon, StableLM and Cohere only")
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
@@ -268,6 +269,10 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
                               "scores); refused")
     if model == "olmo":
         settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
+    if model == "falcon":
+        settings.pop("alibi", None)  # computed: the fixture's alibi, scaled and rounded
+    if model in LAYER_NORMS:  # computed: the fixture's qk_norm
+        settings.pop(LAYER_NORMS[model][0], None)
     for key, what in REFUSED_KEYS:
         if _set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
@@ -386,14 +391,17 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     window = _window(config, model, family.window, index, prefix)
     scale = _scale(config, family.scale, head_dim, index, prefix)
     rope = None
+    falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
     if model == "gemma3_text":  # each kind of layer its own theta
         rope = RopeSpec(_gemma3_theta(config, _gemma3_kind(config, index, prefix), prefix),
                         head_dim, family.rope or "half")
+    elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
+        pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = _rope(config, model, family.rope, head_dim, prefix)
     alibi = None
-    if model == "bloom":  # BLOOM's slopes: a function of the heads alone
-        alibi = tuple(_bloom_slopes(heads))
+    if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
+        alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
     clip_qkv = None
     if model == "olmo" and config.get("clip_qkv") is not None:
         clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
@@ -406,22 +414,48 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
         head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv,
-        _qk_norm(config, model, prefix))
+        _qk_norm(config, model, prefix),
+        # FalconAttention: (scores + alibi) * inv_norm_factor, its build_alibi_tensor
+        # rounding slopes, positions and products to bfloat16
+        alibi_scaled=falcon_alibi, alibi_rounding="bfloat16" if falcon_alibi else None)
 
 
 QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
+LAYER_NORMS = {
+    "phi": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                         modules=("q_layernorm", "k_layernorm"), bias=True)),
+    "persimmon": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                               modules=("q_layernorm", "k_layernorm"),
+                                               bias=True)),
+    "stablelm": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                              modules=("q_layernorm", "k_layernorm"),
+                                              rows="modules")),
+    "cohere": ("use_qk_norm", NormFunction("head", 0.0, kind="layer", rows="tensor")),
+}
+"""The families whose Q and K pass a learned LayerNorm over each head when the config's
+key says so (eps: ``layer_norm_eps``): Phi's and Persimmon's ``nn.LayerNorm(head_dim)``
+with a bias shared by the heads, StableLM's ``StableLmLayerNormPerHead`` (a LayerNorm
+without bias per head, ``norms.{h}``) and Cohere's ``CohereLayerNorm((heads, head_dim))``
+(a row of weights per head, no bias)."""
 
-def _qk_norm(config: dict[str, Any], model: str,
-             prefix: str) -> tuple[str, float, float] | None:
-    """The family's q/k norm: its span, ``rms_norm_eps`` and offset (``None``: none)."""
+
+def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | None:
+    """The family's q/k norm: its kind, span, eps, offset and tensors (``None``: none)."""
+    settings = {**DEFAULTS.get(model, {}), **config}
+    if model in LAYER_NORMS:
+        key, norm = LAYER_NORMS[model]
+        if not _flag(settings, key, False, prefix):
+            return None
+        eps = _positive(settings.get("layer_norm_eps", 1e-5), "layer_norm_eps", prefix)
+        return norm._replace(eps=eps)
     if model not in QK_NORMS:
         return None
     span, offset = QK_NORMS[model]
-    eps = _positive({**DEFAULTS[model], **config}.get("rms_norm_eps"), "rms_norm_eps", prefix)
-    return span, eps, offset
+    eps = _positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
+    return NormFunction(span, eps, offset)
 
 
 MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,

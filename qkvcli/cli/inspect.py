@@ -142,7 +142,8 @@ def inspect(checkpoint: Path) -> None:
     recognises (GPT-2 c_attn/c_proj; q_proj/k_proj/v_proj with o_proj, out_proj or Phi's
     dense; BERT query/key/value and attention.output.dense; DistilBERT q_lin...out_lin;
     GPT-NeoX, BLOOM, Falcon and Persimmon query_key_value and dense; Phi-3's and CodeGen's
-    qkv_proj; MPT's Wqkv; Qwen3's, OLMo 2's and Gemma 3's q_norm and k_norm)
+    qkv_proj; MPT's Wqkv; Qwen3's, OLMo 2's, Gemma 3's and Cohere's q_norm and k_norm;
+    Phi's, Persimmon's and StableLM's q_layernorm and k_layernorm)
     and lists the layer prefixes that init --prefix takes. Only the headers are read.
     """
     click.echo("\n".join(inspect_lines(read_entries(checkpoint))))

@@ -7,8 +7,10 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
 - the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
-  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi``, ``clip_qkv`` and
-  ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``), and the command
+  ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` (with
+  ``alibi_scaled`` and ``alibi_rounding``), ``clip_qkv`` and
+  ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``, and a
+  LayerNorm's optional biases ``q_norm_bias`` and ``k_norm_bias``), and the command
   line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
@@ -35,7 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.maths import QK_NORM_SPANS, ROPE_LAYOUTS, Rope, inverse_frequencies
+from qkvcli.attention.maths import (
+    ALIBI_ROUNDINGS,
+    QK_NORM_KINDS,
+    QK_NORM_SPANS,
+    ROPE_LAYOUTS,
+    Rope,
+    inverse_frequencies,
+)
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -61,17 +70,18 @@ ROPE_KEYS = ("theta", "dims", "layout")
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
-QK_NORM_KEYS = ("span", "eps", "offset")
+QK_NORM_KEYS = ("kind", "span", "eps", "offset")
 PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
                   "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
 
 
 class NormSpec(Record):
-    """A fixture's ``qk_norm``: how Q and K are RMS-normalised (its weights are parameters)."""
+    """A fixture's ``qk_norm``: how Q and K are normalised (its weights are parameters)."""
 
-    span: str  # "head": each head alone, weight [d_k]; "layer": a token's whole width
-    eps: float  # added to the mean square
+    span: str  # "head": each head alone, weight [d_k] or [n, d_k]; "layer": a token's width
+    eps: float  # added to the mean square (the variance)
     offset: float = 0.0  # added to the weight before it multiplies (Gemma 3's 1 + weight)
+    kind: str = "rms"  # "rms": RMSNorm; "layer": LayerNorm (the mean subtracted first)
 
 
 class LayerFunction(Record):
@@ -88,7 +98,9 @@ class LayerFunction(Record):
     softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
-    qk_norm: NormSpec | None = None  # Q and K RMS-normalised (weights: LayerParameters)
+    qk_norm: NormSpec | None = None  # Q and K normalised (weights: LayerParameters)
+    alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)
+    alibi_rounding: str | None = None  # "bfloat16": slopes, positions, products rounded
 
     @property
     def kv_groups(self) -> int:
@@ -115,8 +127,10 @@ class LayerParameters(Record):
     out_bias: Array | None = None
     out_layout: str | None = None  # "out_proj" (torch) or "c_proj" (Conv1D)
     sources: tuple[tuple[str, str], ...] = ()  # (name, checkpoint tensor): checkpoint_sources
-    norm_query: Array | None = None  # a q/k norm's weights, [d_k] or [H*d_k]
+    norm_query: Array | None = None  # a q/k norm's weights, [d_k], [H, d_k] or [H*d_k]
     norm_key: Array | None = None
+    norm_query_bias: Array | None = None  # a q/k LayerNorm's biases, shaped as the weights
+    norm_key_bias: Array | None = None
 
     @property
     def packed(self) -> str | None:
@@ -207,8 +221,8 @@ def _rope(raw: Any) -> Rope:
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
-    ``architecture``, ``window``, ``softcap``, ``alibi``, ``clip_qkv`` and ``qk_norm``, in
-    that order,
+    ``architecture``, ``window``, ``softcap``, ``alibi`` (``alibi_scaled``,
+    ``alibi_rounding``), ``clip_qkv`` and ``qk_norm``, in that order,
     with the command line's ``--heads`` and ``--causal``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
@@ -235,16 +249,35 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
     window = _window(data.get("window"), bool(said) or causal)
     softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
+    alibi = _alibi(data.get("alibi"))
+    scaled, rounding = _alibi_form(data, alibi is not None)
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
-                         architecture, window, softcap, _alibi(data.get("alibi")),
+                         architecture, window, softcap, alibi,
                          _number(data["clip_qkv"], "$.clip_qkv")
                          if data.get("clip_qkv") is not None else None,
-                         _qk_norm(data.get("qk_norm")))
+                         _qk_norm(data.get("qk_norm")), scaled, rounding)
+
+
+def _alibi_form(data: dict[str, Any], alibi: bool) -> tuple[bool, str | None]:
+    """``alibi_scaled`` (true or false: the bias added before the scale) and
+    ``alibi_rounding`` (``"bfloat16"``), both only with the ``alibi`` they describe."""
+    scaled, rounding = data.get("alibi_scaled"), data.get("alibi_rounding")
+    for key, value in (("alibi_scaled", scaled), ("alibi_rounding", rounding)):
+        if value is not None and not alibi:
+            raise FixtureError(f"$.{key}", f'{key} describes an ALiBi bias: the fixture needs "alibi"')
+    if scaled is not None and not isinstance(scaled, bool):
+        raise FixtureError("$.alibi_scaled", f"expected true or false, got {json_type_name(scaled)}")
+    if rounding is not None and rounding not in ALIBI_ROUNDINGS:
+        raise FixtureError("$.alibi_rounding", '"bfloat16" (slopes, positions and their products '
+                           "rounded to bfloat16), got " + (repr(rounding) if isinstance(
+                               rounding, str) else json_type_name(rounding)))
+    return bool(scaled), None if rounding is None else str(rounding)
 
 
 def _qk_norm(raw: Any) -> NormSpec | None:
-    """``qk_norm``: ``{"span": "head" | "layer", "eps": positive, "offset": number}``
-    (``offset`` optional, 0; ``None``: no norm)."""
+    """``qk_norm``: ``{"kind": "rms" | "layer", "span": "head" | "layer", "eps": positive,
+    "offset": number}`` (``kind`` optional, ``"rms"``; ``offset`` optional, 0; ``None``:
+    no norm)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -253,6 +286,10 @@ def _qk_norm(raw: Any) -> NormSpec | None:
     for key in ("span", "eps"):
         if key not in raw:
             raise FixtureError("$.qk_norm", f'missing key "{key}"')
+    kind = raw.get("kind", "rms")
+    if kind not in QK_NORM_KINDS:
+        raise FixtureError("$.qk_norm.kind", '"rms" (RMSNorm) or "layer" (LayerNorm), got '
+                           + (repr(kind) if isinstance(kind, str) else json_type_name(kind)))
     span = raw["span"]
     if span not in QK_NORM_SPANS:
         raise FixtureError("$.qk_norm.span", '"head" (each head alone) or "layer" (a token\'s '
@@ -265,7 +302,7 @@ def _qk_norm(raw: Any) -> NormSpec | None:
             abs(offset) < float("inf")):
         raise FixtureError("$.qk_norm.offset", f"expected a finite number, got "
                            f"{json_type_name(offset)}")
-    return NormSpec(str(span), _number(raw["eps"], "$.qk_norm.eps"), float(offset))
+    return NormSpec(str(span), _number(raw["eps"], "$.qk_norm.eps"), float(offset), str(kind))
 
 
 def _alibi(raw: Any) -> tuple[float, ...] | None:
@@ -346,23 +383,55 @@ def read_layer(
 def _read_norm(weights: dict[str, Any], parameters: LayerParameters, function: LayerFunction,
                max_elements: int, base_dir: StrPath | None) -> LayerParameters:
     """``q_norm_weight`` and ``k_norm_weight``, both with ``qk_norm`` and never without,
-    each of rank one (the widths are the layer's to judge)."""
+    and a LayerNorm's ``q_norm_bias`` and ``k_norm_bias``, both or neither. Each is a
+    tensor of rank one (shared by the heads, or over the layer's width), of rank two (a
+    row per head), or a list of rank-one tensor objects, one per head, stacked into rows
+    (StableLM's ``norms.{h}``); the widths are the layer's to judge."""
     given = [key for key in NORM_KEYS if key in weights]
     if function.qk_norm is None:
         if given:
             raise FixtureError(f"$.weights.{given[0]}", 'a norm\'s weight needs "qk_norm" '
                                "(its span and eps)")
         return parameters
-    arrays = []
+    arrays: list[Array | None] = []
     for key in NORM_KEYS:
         if key not in weights:
+            if key.endswith("_bias"):
+                arrays.append(None)
+                continue
             raise FixtureError("$.weights", f'missing key "{key}" ("qk_norm" needs it)')
-        location = f"$.weights.{key}"
-        array = parse_tensor(weights[key], location, max_elements, base_dir=base_dir)
-        if array.ndim != 1:
-            raise FixtureError(location, f"{key} must have rank one, got rank {array.ndim}")
-        arrays.append(array)
-    return parameters._replace(norm_query=arrays[0], norm_key=arrays[1])
+        arrays.append(_norm_tensor(weights[key], f"$.weights.{key}", max_elements, base_dir))
+    biases = [key for key, array in zip(NORM_KEYS[2:], arrays[2:], strict=True) if array is not None]
+    if biases and function.qk_norm.kind != "layer":
+        raise FixtureError(f"$.weights.{biases[0]}", 'a bias needs "qk_norm" of kind "layer" '
+                           "(an RMSNorm has none)")
+    if len(biases) == 1:
+        missing = next(key for key in NORM_KEYS[2:] if key not in biases)
+        raise FixtureError("$.weights", f'missing key "{missing}" ({biases[0]} needs it)')
+    return parameters._replace(norm_query=arrays[0], norm_key=arrays[1],
+                               norm_query_bias=arrays[2], norm_key_bias=arrays[3])
+
+
+def _norm_tensor(raw: Any, location: str, max_elements: int, base_dir: StrPath | None) -> Array:
+    """A norm's weight or bias: a tensor of rank one or two, or a non-empty list of tensor
+    objects (not numbers) of rank one and one width, stacked into rows."""
+    if isinstance(raw, list) and raw and all(isinstance(item, dict) for item in raw):
+        rows: list[Array] = []
+        for h, item in enumerate(raw):
+            row = parse_tensor(item, f"{location}[{h}]", max_elements, base_dir=base_dir)
+            if row.ndim != 1:
+                raise FixtureError(f"{location}[{h}]", f"each head's row must have rank one, "
+                                   f"got rank {row.ndim}")
+            if rows and row.shape != rows[0].shape:
+                raise FixtureError(f"{location}[{h}]", f"each head's row must be "
+                                   f"[{rows[0].shape[0]}] as the first, got [{row.shape[0]}]")
+            rows.append(row)
+        return np.stack(rows)
+    array = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    if array.ndim not in (1, 2):
+        raise FixtureError(location, f"{location.rsplit('.', 1)[-1]} must have rank one or "
+                           f"two, got rank {array.ndim}")
+    return array
 
 
 def read_upstream_output(
@@ -386,7 +455,8 @@ _SOURCED_KEYS = {f"{prefix}_{part}": f"{part[0]}_{role}" for prefix, role in (
     ("in_proj", "packed"), ("c_attn", "packed"), ("query_key_value", "packed"),
     ("qkv_proj", "packed"), ("codegen_qkv_proj", "packed"),
     ("out_proj", "out"), ("c_proj", "out")) for part in ("weight", "bias")} | {
-    "q_norm_weight": "norm_query", "k_norm_weight": "norm_key"}
+    "q_norm_weight": "norm_query", "k_norm_weight": "norm_key",
+    "q_norm_bias": "norm_query_bias", "k_norm_bias": "norm_key_bias"}
 
 
 def checkpoint_sources(weights: dict[str, Any]) -> tuple[tuple[str, str], ...]:

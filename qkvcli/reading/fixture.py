@@ -48,7 +48,7 @@ PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
 # function a real layer computes.
 LAYER_KEYS = ("heads", "kv_heads")
 FUNCTION_KEYS = ("causal", "rope", "scale", "architecture", "window", "softcap", "alibi",
-                 "clip_qkv", "qk_norm")
+                 "alibi_scaled", "alibi_rounding", "clip_qkv", "qk_norm")
 LAYER_TOP_KEYS = LAYER_KEYS + FUNCTION_KEYS
 
 

@@ -434,7 +434,8 @@ CODEGEN_BLOCKS = 4  # CodeGenAttention.mp_num
 OUT_PROJ_KEYS = ("out_proj_weight", "out_proj_bias")
 C_PROJ_KEYS = ("c_proj_weight", "c_proj_bias")
 OUT_KEYS = OUT_PROJ_KEYS + C_PROJ_KEYS
-NORM_KEYS = ("q_norm_weight", "k_norm_weight")  # a q/k norm's weights (with "qk_norm")
+# a q/k norm's weights, then a LayerNorm's optional biases (with "qk_norm")
+NORM_KEYS = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias")
 
 
 def _dims(shape: tuple[int, ...]) -> str:

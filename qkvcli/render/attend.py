@@ -26,18 +26,20 @@ PRECISION = 6
 """Decimals of the text view's numbers unless the caller asks for others (as the docs say)."""
 
 PARAMETERS = ("input", "w_query", "w_key", "w_value", "b_query", "b_key", "b_value",
-              "w_packed", "b_packed", "w_out", "b_out", "norm_query", "norm_key")
+              "w_packed", "b_packed", "w_out", "b_out", "norm_query", "norm_key",
+              "norm_query_bias", "norm_key_bias")
 FORWARD = ("query", "key", "value", "scores", "scaled_scores", "attention", "concat", "output")
 REVERSE = ("grad_output", "grad_concat", "grad_attention", "grad_scaled_scores", "grad_scores",
            "grad_query", "grad_key", "grad_value", "grad_input",
            "grad_w_query", "grad_w_key", "grad_w_value", "grad_b_query", "grad_b_key",
            "grad_b_value", "grad_w_packed", "grad_b_packed", "grad_w_out", "grad_b_out",
-           "grad_norm_query", "grad_norm_key")
+           "grad_norm_query", "grad_norm_key", "grad_norm_query_bias", "grad_norm_key_bias")
 """The text view's tensors, by vocabulary name, in the order it prints them."""
 
 _PUBLISHED = {
     "attention": "weights", "concat": "heads_output", "grad_output": "upstream_output",
     "norm_query": "q_norm_weight", "norm_key": "k_norm_weight",
+    "norm_query_bias": "q_norm_bias", "norm_key_bias": "k_norm_bias",
     **{f"w_{branch}": f"{branch}_weight" for branch in BRANCHES},
     **{f"b_{branch}": f"{branch}_bias" for branch in BRANCHES},
 }
@@ -324,8 +326,11 @@ def formula_of(c: AttendConfig) -> str:
     if c.rope is not None:
         q, k = f"rope({q})", f"rope({k})"
     scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
+    rounded = "bf16(slope_h j)" if c.alibi_rounding == "bfloat16" else "slope_h j"
+    if c.alibi is not None and c.alibi_scaled:  # Falcon: the bias scaled with the scores
+        return f"O = softmax(({q} {k}^T + {rounded}){scaled}) V"
     if c.alibi is not None:
-        scaled += " + slope_h j"
+        scaled += f" + {rounded}"
     if c.softcap is not None:
         return f"O = softmax({c.softcap!r} tanh({q} {k}^T{scaled} / {c.softcap!r})) V"
     return f"O = softmax({q} {k}^T{scaled}) V"
@@ -346,10 +351,15 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append(f"softcap:{c.softcap!r}")
     if c.alibi is not None:
         parts.append("alibi:" + ",".join(repr(v) for v in c.alibi))
+        if c.alibi_scaled:
+            parts.append("alibi_scaled:true")
+        if c.alibi_rounding is not None:
+            parts.append(f"alibi_rounding:{c.alibi_rounding}")
     if c.clip_qkv is not None:
         parts.append(f"clip_qkv:{c.clip_qkv!r}")
-    if c.qk_norm is not None:
-        parts.append(f"qk_norm:span={c.qk_norm.span},eps={c.qk_norm.eps!r}"
+    if c.qk_norm is not None:  # an RMSNorm, the default kind, says no kind
+        kind = "" if c.qk_norm.kind == "rms" else f"kind={c.qk_norm.kind},"
+        parts.append(f"qk_norm:{kind}span={c.qk_norm.span},eps={c.qk_norm.eps!r}"
                      f",offset={c.qk_norm.offset!r}")
     return [f"function={' '.join(parts)}"] if parts else []
 
@@ -371,10 +381,15 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["softcap"] = c.softcap
     if c.alibi is not None:
         found["alibi"] = list(c.alibi)
+        if c.alibi_scaled:
+            found["alibi_scaled"] = True
+        if c.alibi_rounding is not None:
+            found["alibi_rounding"] = c.alibi_rounding
     if c.clip_qkv is not None:
         found["clip_qkv"] = c.clip_qkv
     if c.qk_norm is not None:
-        found["qk_norm"] = {"span": c.qk_norm.span, "eps": c.qk_norm.eps,
+        kind = {} if c.qk_norm.kind == "rms" else {"kind": c.qk_norm.kind}
+        found["qk_norm"] = {**kind, "span": c.qk_norm.span, "eps": c.qk_norm.eps,
                             "offset": c.qk_norm.offset}
     if c.sources:  # the framework's own tensor names, relative to the layer
         found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
