@@ -247,6 +247,39 @@ def test_another_familys_config_beside_the_tensors_is_refused(
     _refused(folder, prefix, "model_type")
 
 
+# --- a config that contradicts itself, accepted -------------------------------------------
+# docs/real-models.md: "architectures naming another model's classes ... the config
+# contradicts itself" is refused. _check_architectures (qkvcli/authoring/config.py) takes
+# any class whose name goes on after the family's start with a digit or a capital:
+# Gemma2ForCausalLM passes for model_type gemma (Gemma 2 caps and scales its scores
+# otherwise), Qwen2MoeForCausalLM for qwen2, Phi3ForCausalLM for phi (Phi-3 turns whole
+# heads), Llama4ForCausalLM for llama. Fix: the rest of the class name must be a head
+# (Model, ForCausalLM, LMHeadModel, ...), not another family's name.
+
+CONTRADICTING_CLASSES = [
+    ("gemma-gemma2-class", "GemmaConfig", _small(head_dim=4, num_key_value_heads=2),
+     "Gemma2ForCausalLM"),
+    ("qwen2-qwen2moe-class", "Qwen2Config", _small(num_key_value_heads=2),
+     "Qwen2MoeForCausalLM"),
+    ("phi-phi3-class", "PhiConfig", _small(hidden_size=32), "Phi3ForCausalLM"),
+    ("llama-llama4-class", "LlamaConfig", _small(num_key_value_heads=2), "Llama4ForCausalLM"),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="architectures naming another family's class whose "
+                   "name starts like this family's (Gemma2ForCausalLM under model_type gemma) "
+                   "is accepted; the docs say such a config is refused")
+@pytest.mark.parametrize(("config_name", "arguments", "other"),
+                         [c[1:] for c in CONTRADICTING_CLASSES],
+                         ids=[c[0] for c in CONTRADICTING_CLASSES])
+def test_architectures_of_another_family_are_refused(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], other: str
+) -> None:
+    _, folder = build(tmp_path, "self", getattr(transformers, config_name)(**arguments))
+    _edit_config(folder, architectures=[other])
+    _refused(folder, LLAMA_PREFIX, "architectures", other)
+
+
 # --- silent wrong numbers today: GPT-2 without its config ----------------------------------
 # c_attn does not fix the scale (scale_attn_weights false: 1; scale_attn_by_inverse_layer_idx:
 # 1/(sqrt(d_k)(layer+1))), yet --heads and --causal alone are accepted and 1/sqrt(d_k) is
