@@ -522,6 +522,33 @@ def test_a_config_variant_is_the_models_function(
         assert document.get(key) == value, (key, document.get(key))
 
 
+BF16_VARIANTS = [
+    ("qwen3-qk-norm", "Qwen3Config", _small(num_key_value_heads=2, head_dim=4), LLAMA_PREFIX),
+    ("gemma2-softcap-window", "Gemma2Config",
+     _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
+            attn_logit_softcapping=1.5, query_pre_attn_scalar=20), LLAMA_PREFIX),
+    ("falcon-new-architecture", "FalconConfig",
+     {"hidden_size": 16, "num_attention_heads": 4, "num_kv_heads": 2, "num_hidden_layers": 1,
+      "vocab_size": 11, "new_decoder_architecture": True}, "h.0.self_attention."),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "prefix"),
+                         [c[1:] for c in BF16_VARIANTS], ids=[c[0] for c in BF16_VARIANTS])
+def test_a_bf16_checkpoint_is_the_models_function(
+    tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str
+) -> None:
+    """Weights stored in bfloat16 are widened exactly, norms and caps included: qkv's
+    float64 numbers are the float64 model's on the same stored values."""
+    _, folder = build(tmp_path, "bf16", getattr(transformers, config_name)(**arguments),
+                      dtype=torch.bfloat16)
+    model = _loaded(folder)
+    extra = {"output_attentions": True} if config_name == "FalconConfig" else {}
+    _numbers_or_refusal(folder, prefix, "(never refused)", theta=_theta(model), model=model,
+                        **extra)
+
+
 @pytest.mark.usefixtures("float64_softmax")
 def test_layer_types_win_over_max_window_layers_as_in_transformers(tmp_path: Path) -> None:
     """Qwen2: a config whose layer_types and max_window_layers disagree slides the layers
