@@ -383,9 +383,10 @@ def test_a_layer_past_num_hidden_layers_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="GPT-J rotary_dim wider than a head, or null, is "
-                   "computed (min(rotary_dim, head_dim) / whole heads); transformers' GPT-J "
-                   "raises on the first and refuses the second config")
-@pytest.mark.parametrize("rotary_dim", [16, None], ids=["wider-than-a-head", "null"])
+                   "computed (min(rotary_dim, head_dim) / whole heads), transformers' GPT-J "
+                   "raises on the first and refuses the second config; an odd one is written "
+                   "into a fixture that attend then refuses ($.rope.dims), not refused by init")
+@pytest.mark.parametrize("rotary_dim", [16, None, 3], ids=["wider-than-a-head", "null", "odd"])
 def test_a_gptj_rotary_dim_transformers_does_not_run_is_refused(
     tmp_path: Path, rotary_dim: int | None
 ) -> None:
