@@ -542,6 +542,23 @@ def test_qwen2_max_window_layers_0_without_layer_types_slides_every_layer(
     assert json.loads((folder / "layer.json").read_text())["window"] == 2
 
 
+@pytest.mark.xfail(strict=True, reason="a GPT-Neo config with attention_types and no "
+                   "attention_layers is refused as 'only that list says which' layers are "
+                   "local; GPTNeoConfig derives attention_layers from attention_types "
+                   "(config.py _window)")
+@pytest.mark.usefixtures("float64_attention")
+def test_gpt_neo_attention_types_alone_say_which_layers_are_local(tmp_path: Path) -> None:
+    config = transformers.GPTNeoConfig(**{**_NEO, "num_layers": 2, "window_size": 2,
+                                          "attention_types": [[["global", "local"], 1]]})
+    _, folder = build(tmp_path, "neo", config)
+    _drop_config_keys(folder, "attention_layers")
+    model = _loaded(folder)
+    assert model.config.attention_layers == ["global", "local"]
+    _numbers_or_refusal(folder, "h.1.attn.attention.", "(a valid config)", model=model,
+                        output_attentions=True)
+    assert json.loads((folder / "layer.json").read_text())["window"] == 2
+
+
 # --- right today: variants that change the function, computed as the model does -------------
 
 RIGHT_VARIANTS = [
