@@ -686,12 +686,6 @@ def test_gpt_neo_attention_layers_are_read_as_transformers_reads_them(tmp_path: 
 # --- right today: refusals that name the key or the tensor ----------------------------------
 
 NAMED_REFUSALS = [
-    ("cohere-use-qk-norm", "CohereConfig", _small(num_key_value_heads=2, use_qk_norm=True),
-     LLAMA_PREFIX, {}, "config use_qk_norm"),
-    ("phi-qk-layernorm", "PhiConfig", _small(hidden_size=32, qk_layernorm=True), LLAMA_PREFIX,
-     {}, "config qk_layernorm"),
-    ("stablelm-qk-layernorm", "StableLmConfig", _small(hidden_size=32, qk_layernorm=True),
-     LLAMA_PREFIX, {}, "config qk_layernorm"),
     ("llama-partial-rotary-in-rope-parameters", "LlamaConfig", _small(), LLAMA_PREFIX,
      {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                           "partial_rotary_factor": 0.5}},
