@@ -699,17 +699,24 @@ def _init(folder: Path, *args: str) -> Any:
 def test_without_a_config_init_asks_for_heads_and_causality(tmp_path: Path) -> None:
     _, folder = build(tmp_path, "gpt2", gpt2_config())
     (folder / "config.json").unlink()
-    for given, missing in (((), "--heads and --causal or --no-causal"),
-                           (("--heads", "4"), "--causal or --no-causal"),
-                           (("--causal",), "--heads")):
+    # c_attn does not fix the scale (scale_attn_weights, scale_attn_by_inverse_layer_idx):
+    # --scale must say it, as --heads and the causality
+    for given, missing in (((), "--heads and --causal or --no-causal and --scale"),
+                           (("--heads", "4", "--scale", "inverse-sqrt"),
+                            "--causal or --no-causal"),
+                           (("--causal", "--scale", "inverse-sqrt"), "--heads"),
+                           (("--heads", "4", "--causal"), "--scale")):
         result = _init(folder, "--prefix", "h.0.attn.", *given)
         assert result.exit_code == 2
         assert result.stderr == (
             f"Error: {folder / 'model.safetensors'}: prefix \"h.0.attn.\": no config.json beside "
             f"the checkpoint: pass {missing} (or --config FILE, or put the model's config.json "
-            "beside it); qkv does not guess the layer's function\n")
-    assert _init(folder, "--prefix", "h.0.attn.", "--heads", "4", "--causal").exit_code == 0
-    assert json.loads((folder / "layer.json").read_text())["causal"] is True
+            "beside it); qkv does not guess the layer's function (GPT-2's c_attn: "
+            "scale_attn_weights and scale_attn_by_inverse_layer_idx change the scale)\n")
+    assert _init(folder, "--prefix", "h.0.attn.", "--heads", "4", "--causal",
+                 "--scale", "inverse-sqrt").exit_code == 0
+    document = json.loads((folder / "layer.json").read_text())
+    assert document["causal"] is True and "scale" not in document  # 1/sqrt(d_k)
 
 
 def test_the_command_line_may_not_contradict_the_config(tmp_path: Path) -> None:
@@ -817,7 +824,8 @@ NO_CONFIG_CASES = [
     ("gpt-neo", "GPTNeoConfig", {"hidden_size": 16, "num_heads": 2, "num_layers": 1,
                                  "attention_types": [[["global"], 1]], "vocab_size": 11,
                                  "max_position_embeddings": 16, "intermediate_size": 8},
-     "h.0.attn.attention.", "pass --no-rope and --scale"),
+     "h.0.attn.attention.", "global or local by config.json's attention_layers, and no "
+     "option says a local layer's window"),
     ("phi", "PhiConfig", _small(), "layers.0.self_attn.",
      "o_proj or dense (LLaMA, Mistral, Qwen2, Phi and others) rotate Q and K by a RoPE"),
     ("bloom", "BloomConfig", {"hidden_size": 16, "n_head": 2, "n_layer": 1, "vocab_size": 11},

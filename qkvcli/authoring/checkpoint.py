@@ -173,6 +173,9 @@ class ModelFunction(Record):
     qk_norm: NormFunction | None = None  # a learned norm of Q and K
     alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)
     alibi_rounding: str | None = None  # "bfloat16": the bias as Falcon builds it
+    out: str | None = None  # the family's output projection module ("": outside the prefix)
+    biased: tuple[str, ...] | None = None  # the modules its config gives a bias (None: unknown)
+    bias_said: str = ""  # what says which modules carry a bias (for a refusal)
 
 
 def shown_value(value: Any) -> str:
@@ -214,6 +217,15 @@ def layer_prefixes(names: list[str]) -> list[tuple[str, str]]:
                 found.setdefault(prefix, kind)
                 break
     return sorted(found.items(), key=lambda item: natural_key(item[0]))
+
+
+def cross_attention(prefix: str, kind: str, names: set[str]) -> bool:
+    """Whether the layer under ``prefix`` is a cross-attention (keys and values from the
+    encoder): GPT-2's ``q_attn`` beside ``c_attn``, BERT's ``crossattention``, BART's and
+    Whisper's ``encoder_attn``. qkv computes self-attention only."""
+    return ((kind == "gpt2" and prefix + "q_attn.weight" in names)
+            or (kind == "bert" and prefix.endswith("crossattention.self."))
+            or "encoder_attn" in prefix.split("."))
 
 
 def seen_attention(names: list[str]) -> str:
@@ -265,20 +277,25 @@ def layer_index(prefix: str) -> int | None:
 
 def command_line_function(heads: int | None, causal: bool | None, prefix: str,
                           rope: bool | None = None, scale: float | None = None,
-                          needs_rope_and_scale: bool = False) -> ModelFunction:
+                          needs: tuple[str, ...] = ()) -> ModelFunction:
     """The function given by ``--heads``, ``--causal``/``--no-causal`` and, for a layer
     whose tensor names leave them open, ``--no-rope`` (``rope`` False) and ``--scale``
     (``0.0``: ``1/sqrt(d_k)``), without a config."""
     wanted: list[tuple[str, object]] = [("--heads", heads), ("--causal or --no-causal", causal)]
-    if needs_rope_and_scale:
-        wanted += [("--no-rope", rope), ("--scale", scale)]
+    if "--no-rope" in needs:
+        wanted.append(("--no-rope", rope))
+    if "--scale" in needs:
+        wanted.append(("--scale", scale))
     if any(v is None for _, v in wanted):
         missing = " and ".join(m for m, v in wanted if v is None)
         raise CheckpointError(prefix, f"no config.json beside the checkpoint: pass {missing} "
                               "(or --config FILE, or put the model's config.json beside it); "
                               "qkv does not guess the layer's function"
                               + (" (these tensor names are OPT's, GPT-J's, GPT-Neo's, BART's...: "
-                                 "RoPE and the scale differ)" if needs_rope_and_scale else ""))
+                                 "RoPE and the scale differ)" if "--no-rope" in needs else "")
+                              + (" (GPT-2's c_attn: scale_attn_weights and "
+                                 "scale_attn_by_inverse_layer_idx change the scale)"
+                                 if needs == ("--scale",) else ""))
     assert heads is not None and causal is not None
     return ModelFunction(heads, causal, scale=scale or None)
 
@@ -325,9 +342,7 @@ def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | No
     # Cross-attention reads its keys and values from the encoder, not from the layer's
     # input: GPT-2's has c_attn (key|value only) beside q_attn, BERT's lives under
     # crossattention. Read as self-attention, it would be another function.
-    if (kind == "gpt2" and prefix + "q_attn.weight" in shapes) or (
-            kind == "bert" and prefix.endswith("crossattention.self.")) or (
-            "encoder_attn" in prefix.split(".")):
+    if cross_attention(prefix, kind, set(shapes)):
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
                               "encoder); qkv computes self-attention only")
     if kind in ("gpt2", "neox", "mpt", "codegen"):
@@ -419,6 +434,7 @@ def checkpoint_document(
                 entry["bias"] = ref(f"{prefix}{short}.bias")
             weights[branch] = entry
     out = _out_prefix(kind, prefix, shapes)
+    _check_out(function, out, prefix)
     if out is not None:
         weights[f"{out[1]}_weight"] = ref(out[0] + "weight")
         weights[f"{out[1]}_bias"] = ref(out[0] + "bias")
@@ -432,6 +448,7 @@ def checkpoint_document(
     _check_tensors(entries, _expected_shapes(kind, prefix, d_model, widths, concat, out, shapes)
                    | norm_shapes, prefix)
     _check_accounted(entries, prefix, kind, weights)
+    _check_biases(function, weights, prefix, shapes)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
         "seed": seed,
@@ -471,6 +488,48 @@ def checkpoint_document(
         "gradcheck": {"samples": 16},
     }
     return document, (d_model, widths[0], widths[2])
+
+
+def _check_out(function: ModelFunction, out: tuple[str, str] | None, prefix: str) -> None:
+    """With a config, the layer's output projection must be its family's: missing, or
+    under another name (OPT's out_proj beside a LLaMA config), it is refused by name."""
+    if not function.out:
+        return
+    name = f"{function.out}.weight"
+    family = shown_value(function.architecture)
+    if out is None:
+        raise CheckpointError(prefix, f"config model_type {family}: the layer ends with its "
+                              f"output projection, but there is no tensor {shown_value(name)} "
+                              "under the prefix; refused")
+    found = out[0][len(prefix):] + "weight"
+    if found != name:
+        raise CheckpointError(prefix, f"tensor {shown_value(found)} under the prefix, but config "
+                              f"model_type {family} names its output projection "
+                              f"{shown_value(name)}: is config.json this model's?")
+
+
+def _check_biases(function: ModelFunction, weights: dict[str, Any], prefix: str,
+                  shapes: dict[str, tuple[int, ...]]) -> None:
+    """With a config, a projection's bias is read only when the family's config gives the
+    module one; a stored bias it does not (transformers leaves it unread) or a missing
+    one it does is refused, naming the tensor and the config key."""
+    if function.biased is None:
+        return
+    modules = list(dict.fromkeys(value["tensor"][len(prefix):-len(".weight")]
+                      for key, value in weights.items()
+                      if isinstance(value, dict) and "norm" not in key
+                      and value.get("tensor", "").startswith(prefix)
+                      and value.get("tensor", "").endswith(".weight")))
+    for module in modules:
+        has = f"{prefix}{module}.bias" in shapes
+        wanted = module in function.biased
+        if has and not wanted:
+            raise CheckpointError(prefix, f"tensor {shown_value(module + '.bias')} under the "
+                                  f"prefix, but {function.bias_said}: the model's {module} has "
+                                  "no bias (transformers leaves the tensor unread); refused")
+        if wanted and not has:
+            raise CheckpointError(prefix, f"{function.bias_said}, but there is no tensor "
+                                  f"{shown_value(module + '.bias')} under the prefix; refused")
 
 
 def _norm_weights(function: ModelFunction, widths: tuple[int, int, int], prefix: str,
@@ -612,6 +671,9 @@ def config_needed(entries: list[Entry], prefix: str) -> str | None:
                              in names):
         return ("q_proj/k_proj/v_proj layers with o_proj or dense (LLaMA, Mistral, Qwen2, "
                 "Phi and others) rotate Q and K by a RoPE that only config.json describes")
+    if kind == "linear" and prefix.endswith("attn.attention."):
+        return ("GPT-Neo's layers (attn.attention.) are global or local by config.json's "
+                "attention_layers, and no option says a local layer's window")
     if kind == "neox":
         return ("query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon) compute "
                 "functions that only config.json tells apart (RoPE, ALiBi, the packing)")
@@ -623,9 +685,10 @@ def config_needed(entries: list[Entry], prefix: str) -> str | None:
     return None
 
 
-def options_needed(entries: list[Entry], prefix: str) -> bool:
-    """Whether, without a config, the layer's tensor names leave RoPE and the scale open
-    (q_proj/k_proj/v_proj/out_proj: OPT, GPT-J's RoPE, GPT-Neo's unscaled scores, BART,
-    Whisper, CLIP): then ``--no-rope`` and ``--scale`` must say them."""
+def options_needed(entries: list[Entry], prefix: str) -> tuple[str, ...]:
+    """The options that, without a config, must say what the layer's tensor names leave
+    open: RoPE and the scale for q_proj/k_proj/v_proj/out_proj (OPT, GPT-J's RoPE,
+    GPT-Neo's unscaled scores, BART, Whisper, CLIP), the scale for GPT-2's c_attn
+    (``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``)."""
     kind, _, _ = layer_widths(entries, prefix)
-    return kind == "linear"
+    return {"linear": ("--no-rope", "--scale"), "gpt2": ("--scale",)}.get(kind, ())

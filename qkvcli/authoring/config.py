@@ -13,6 +13,7 @@ checks them against the projections' widths. No I/O here.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from qkvcli.authoring.checkpoint import (
@@ -36,49 +37,74 @@ class Family(Record):
     classes: str  # the start of its transformers classes' names (config "architectures")
     window: str | None = None  # how its config gives a sliding window (see _window)
     scale: str | None = None  # how its config gives the score factor (see _scale)
+    out: str = "o_proj"  # its output projection's module under the prefix ("": outside it)
+    path: str | None = None  # the end of its layers' prefixes (a regular expression)
+    biases: str = "attention_bias"  # which of its projections carry a bias (see BIASES)
 
 
+_LAYERS = r"layers\.[0-9]+\.self_attn\."  # LLaMA's and most decoders' module path
 _FAMILIES = (
-    ("gpt2", Family("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2")),
-    ("bert", Family("BERT", "bert", "decoder", None, "Bert")),
-    ("roberta", Family("RoBERTa", "bert", "decoder", None, "Roberta")),
-    ("xlm-roberta", Family("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta")),
-    ("electra", Family("ELECTRA", "bert", "decoder", None, "Electra")),
-    ("distilbert", Family("DistilBERT", "distil", "no", None, "DistilBert")),
-    ("llama", Family("LLaMA", "linear", "yes", "half", "Llama")),
-    ("mistral", Family("Mistral", "linear", "yes", "half", "Mistral", window="all")),
-    ("mixtral", Family("Mixtral", "linear", "yes", "half", "Mixtral", window="all")),
-    ("starcoder2", Family("Starcoder2", "linear", "yes", "half", "Starcoder2", window="all")),
-    ("qwen2", Family("Qwen2", "linear", "yes", "half", "Qwen2", window="qwen2")),
-    ("smollm3", Family("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3")),
-    ("granite", Family("Granite", "linear", "yes", "half", "Granite", scale="granite")),
-    ("gemma", Family("Gemma", "linear", "yes", "half", "Gemma")),
+    ("gpt2", Family("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2", out="c_proj",
+                    biases="all")),
+    ("bert", Family("BERT", "bert", "decoder", None, "Bert", out="", biases="all")),
+    ("roberta", Family("RoBERTa", "bert", "decoder", None, "Roberta", out="", biases="all")),
+    ("xlm-roberta", Family("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta", out="",
+                           biases="all")),
+    ("electra", Family("ELECTRA", "bert", "decoder", None, "Electra", out="", biases="all")),
+    ("distilbert", Family("DistilBERT", "distil", "no", None, "DistilBert", out="out_lin",
+                          biases="all")),
+    ("llama", Family("LLaMA", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("mistral", Family("Mistral", "linear", "yes", "half", "Mistral", window="all",
+                       path=_LAYERS, biases="none")),
+    ("mixtral", Family("Mixtral", "linear", "yes", "half", "Mixtral", window="all",
+                       path=_LAYERS, biases="none")),
+    ("starcoder2", Family("Starcoder2", "linear", "yes", "half", "Starcoder2", window="all",
+                          path=_LAYERS, biases="use_bias")),
+    ("qwen2", Family("Qwen2", "linear", "yes", "half", "Qwen2", window="qwen2", path=_LAYERS,
+                     biases="qkv")),
+    ("smollm3", Family("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3",
+                       path=_LAYERS)),
+    ("granite", Family("Granite", "linear", "yes", "half", "Granite", scale="granite",
+                       path=_LAYERS)),
+    ("gemma", Family("Gemma", "linear", "yes", "half", "Gemma", path=_LAYERS)),
     ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
-                      scale="gemma2")),
-    ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo")),
+                      scale="gemma2", path=_LAYERS)),
+    ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo", path=_LAYERS)),
     ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="gemma3",
-                           scale="gemma2")),
-    ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2")),
-    ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2")),
-    ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm")),
-    ("phi", Family("Phi", "linear", "yes", "half", "Phi")),
-    ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere")),
-    ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ")),
-    ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX")),
-    ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom")),
-    ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon")),
-    ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon")),
-    ("opt", Family("OPT", "linear", "yes", None, "OPT")),
-    ("mpt", Family("MPT", "mpt", "yes", None, "Mpt")),
-    ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen")),
-    ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all")),
+                           scale="gemma2", path=_LAYERS)),
+    ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2", path=_LAYERS)),
+    ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2", path=_LAYERS)),
+    ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm", path=_LAYERS,
+                        biases="use_qkv_bias")),
+    ("phi", Family("Phi", "linear", "yes", "half", "Phi", out="dense", path=_LAYERS,
+                   biases="all")),
+    ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere", path=_LAYERS)),
+    ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ", out="out_proj",
+                    path=r"h\.[0-9]+\.attn\.", biases="none")),
+    ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX", out="dense",
+                        biases="attention_bias")),
+    ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom", out="dense", biases="all")),
+    ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon", out="dense",
+                         biases="all")),
+    ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon", out="dense", biases="bias")),
+    ("opt", Family("OPT", "linear", "yes", None, "OPT", out="out_proj",
+                   path=r"decoder\.layers\.[0-9]+\.self_attn\.", biases="enable_bias")),
+    ("mpt", Family("MPT", "mpt", "yes", None, "Mpt", out="out_proj", biases="none")),
+    ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen", out="out_proj",
+                       biases="none")),
+    ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all", biases="none")),
     ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
-                           scale="bigcode")),
+                           scale="bigcode", out="c_proj", biases="all")),
     ("gpt_neo", Family("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
-                       scale="one")),
-    ("bart", Family("BART", "linear", "prefix", None, "Bart")),
-    ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper")),
-    ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP")),
+                       scale="one", out="out_proj", path=r"h\.[0-9]+\.attn\.attention\.",
+                       biases="out")),
+    ("bart", Family("BART", "linear", "prefix", None, "Bart", out="out_proj",
+                    path=r"(?:encoder|decoder)\.layers\.[0-9]+\.self_attn\.", biases="all")),
+    ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper", out="out_proj",
+                       path=r"(?:encoder|decoder)\.layers\.[0-9]+\.self_attn\.",
+                       biases="not_key")),
+    ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
+                               path=r"encoder\.layers\.[0-9]+\.self_attn\.", biases="all")),
 )
 FAMILIES = dict(_FAMILIES)
 """Every ``model_type`` qkv computes, and how it reads each one's config."""
@@ -115,26 +141,34 @@ REFUSED_KEYS = (
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "granite": {"attention_multiplier": 1.0},
+    "mistral": {"sliding_window": 4096},
+    "gemma": {"head_dim": 256},
+    "gpt_neox": {"partial_rotary_factor": 0.25, "attention_bias": True},
+    "opt": {"enable_bias": True},
     "stablelm": {"partial_rotary_factor": 0.25},
     "phi": {"partial_rotary_factor": 0.5},
-    "gpt_neox": {"partial_rotary_factor": 0.25},
     "persimmon": {"partial_rotary_factor": 0.5, "qk_layernorm": True},
     "gpt_neo": {"window_size": 256},
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
-    "qwen3": {"sliding_window": 4096, "max_window_layers": 28, "rms_norm_eps": 1e-6},
+    "qwen3": {"sliding_window": 4096, "max_window_layers": 28, "rms_norm_eps": 1e-6,
+              "head_dim": 128},
     "olmo2": {"rms_norm_eps": 1e-5},
     "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "rms_norm_eps": 1e-6,
-                    "sliding_window_pattern": 6},
+                    "sliding_window_pattern": 6, "head_dim": 256},
     "starcoder2": {"use_bias": True},
     "gptj": {"rotary_dim": 64},
     "codegen": {"rotary_dim": 64},
     "gpt_bigcode": {"multi_query": True},
     "falcon": {"multi_query": True, "new_decoder_architecture": False},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
-               "sliding_window": 4096},
+               "sliding_window": 4096, "head_dim": 256},
 }
 """What each family's transformers config assumes when its config.json leaves a key
 out (an older or hand-written config): read as transformers would read it."""
+
+ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0}
+"""The RoPE theta of a family whose transformers config does not default it to 10000
+(its ``default_theta``), read when config.json gives none."""
 
 PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
@@ -196,6 +230,13 @@ def _positive(value: Any, key: str, prefix: str) -> float:
     return number
 
 
+HEAD_CLASS = re.compile(r"For[A-Z][A-Za-z]*|(?:Text|LMHead|DoubleHeads|PreTrained|Encoder|"
+                        r"Decoder)?Model(?:WithProjection|WithLMHead)?")
+"""What follows a family's name in the name of one of its own classes (``LlamaModel``,
+``GPT2LMHeadModel``, ``BertForMaskedLM``): anything else (``Gemma2ForCausalLM`` under
+gemma, ``Qwen2MoeForCausalLM`` under qwen2) is another family's class."""
+
+
 def _check_architectures(config: dict[str, Any], model: str, start: str, prefix: str) -> None:
     """Refuse ``architectures`` naming another model's classes: the config contradicts
     itself, and qkv cannot tell which function the checkpoint holds."""
@@ -206,7 +247,7 @@ def _check_architectures(config: dict[str, Any], model: str, start: str, prefix:
         raise CheckpointError(prefix, f"config architectures must be a list of class names, "
                               f"got {shown_value(classes)}")
     other = next((c for c in classes if not c.startswith(start)
-                  or c[len(start):len(start) + 1].islower()), None)
+                  or not HEAD_CLASS.fullmatch(c[len(start):])), None)
     if other is not None:
         raise CheckpointError(prefix, f"config architectures names {shown_value(other)}, not a "
                               f"{model} class, though model_type is {shown_value(model)}: is "
@@ -237,6 +278,16 @@ def _one_of(config: dict[str, Any], prefix: str, *paths: str) -> tuple[str, Any]
 THETA_PATHS = ("rope_parameters.rope_theta", "rope_theta", "rotary_emb_base",
                "rope_scaling.rope_theta")
 FACTOR_PATHS = ("rope_parameters.partial_rotary_factor", "partial_rotary_factor", "rotary_pct")
+NEOX_SPELLINGS = ("rotary_emb_base", "rotary_pct")
+"""GPT-NeoX's own spellings of theta and the rotary share: GPTNeoXConfig reads them (and
+not the flat rope_theta / partial_rotary_factor); every other family's config ignores them."""
+
+
+def _paths(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The spellings of a RoPE setting that ``model``'s transformers config reads."""
+    if model == "gpt_neox":
+        return tuple(p for p in paths if p not in ("rope_theta", "partial_rotary_factor"))
+    return tuple(p for p in paths if p not in NEOX_SPELLINGS)
 
 
 def config_family(config: dict[str, Any], prefix: str) -> str:
@@ -306,18 +357,25 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
     """The default RoPE of the family (transformers 4 and 5 spellings)."""
     if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
         theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
-        if rotary is None:
+        if rotary is None and model == "codegen":  # CodeGenAttention: the whole head
             dims = head_dim
-        elif type(rotary) is not int or rotary <= 0:
-            raise CheckpointError(prefix, f"config rotary_dim must be a positive integer or "
-                                  f"null, got {shown_value(rotary)}")
+        elif rotary is None:  # GPTJAttention slices [:rotary_dim]: None is no rotary width
+            raise CheckpointError(prefix, "config rotary_dim null: transformers' GPT-J needs "
+                                  "a rotary width (it does not run without one); refused")
+        elif type(rotary) is not int or rotary <= 0 or rotary % 2:
+            raise CheckpointError(prefix, f"config rotary_dim must be an even positive integer, "
+                                  f"got {shown_value(rotary)}")
+        elif rotary > head_dim:
+            raise CheckpointError(prefix, f"config rotary_dim {rotary} is wider than a head "
+                                  f"({head_dim}): transformers' {model} cannot run it; refused")
         else:
-            dims = min(rotary, head_dim)
+            dims = rotary
     else:
-        found = _one_of(config, prefix, *THETA_PATHS)
-        key, value = found if found is not None else ("rope_theta", 10000.0)
+        found = _one_of(config, prefix, *_paths(model, THETA_PATHS))
+        key, value = found if found is not None else (
+            "rope_theta", ROPE_THETA.get(model, 10000.0))
         theta = _positive(value, key, prefix)
-        factor_found = _one_of(config, prefix, *FACTOR_PATHS)
+        factor_found = _one_of(config, prefix, *_paths(model, FACTOR_PATHS))
         factor_key, factor = factor_found if factor_found is not None else (
             "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
@@ -357,6 +415,13 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     if kind is not None and family.kind != kind:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}, but the tensors under "
                               "it are not that architecture's: is config.json this model's?")
+    if kind is not None and family.path is not None and not re.search(
+            r"(?:^|\.)" + family.path + "$", prefix):
+        shown = family.path.replace("\\.", ".").replace("[0-9]+", "N").replace(
+            "(?:encoder|decoder)", "encoder|decoder")
+        raise CheckpointError(prefix, f"config model_type {shown_value(model)}: {family.title}'s "
+                              f"attention layers sit under {shown}, not under this prefix: is "
+                              "config.json this model's?")
     hidden = _int(config, prefix, *HIDDEN_KEYS)
     if d_model is not None and hidden is not None and hidden != d_model:
         raise CheckpointError(prefix, f"config hidden size {hidden}, but the layer reads "
@@ -370,17 +435,22 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                 else None)
     if model in ("gpt_bigcode", "falcon"):
         kv_heads = widths[1] * heads // widths[0]
-    head_dim = (_int(config, prefix, "head_dim") if model not in ("gpt_neox", "gptj", "codegen")
-                else None)
+    head_dim = (_int({**DEFAULTS.get(model, {}), **config}, prefix, "head_dim")
+                if model not in ("gpt_neox", "gptj", "codegen") else None)
+    defaulted = "head_dim" not in config and "head_dim" in DEFAULTS.get(model, {})
     if head_dim is None and widths[0] % heads:
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads, which do not divide "
                               f"the query projection's width {widths[0]}")
     head_dim = head_dim or widths[0] // heads
     if heads * head_dim != widths[0] or (kv_heads or heads) * head_dim != widths[1]:
+        said = (f" (config.json gives no head_dim: {model}'s default is {head_dim})"
+                if defaulted else "")
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads and "
-                              f"{shown_value(kv_heads or heads)} K/V heads of {shown_value(head_dim)}, but "
-                              f"the projections are query {widths[0]}, key {widths[1]} wide")
+                              f"{shown_value(kv_heads or heads)} K/V heads of head_dim "
+                              f"{shown_value(head_dim)}{said}, but the projections are query "
+                              f"{widths[0]}, key {widths[1]} wide")
     index = layer_index(prefix)
+    _check_layer_count(config, model, index, prefix)
     for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
         if config.get(key) is not None:
             _layer_kind(config, key, 0, ("full_attention", "sliding_attention"), prefix)
@@ -411,13 +481,76 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     if model == "gemma2":
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
+    biased, bias_said = _biases(config, model, family, prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
         head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv,
         _qk_norm(config, model, prefix),
         # FalconAttention: (scores + alibi) * inv_norm_factor, its build_alibi_tensor
         # rounding slopes, positions and products to bfloat16
-        alibi_scaled=falcon_alibi, alibi_rounding="bfloat16" if falcon_alibi else None)
+        alibi_scaled=falcon_alibi, alibi_rounding="bfloat16" if falcon_alibi else None,
+        out=family.out, biased=biased, bias_said=bias_said)
+
+
+LAYERS_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def _check_layer_count(config: dict[str, Any], model: str, index: int | None,
+                       prefix: str) -> None:
+    """Refuse a layer number past the config's count of layers: the model built from that
+    config has no such layer (transformers leaves its tensors unread)."""
+    if index is None:
+        return
+    keys: tuple[str, ...] = LAYERS_KEYS
+    if model in ("bart", "whisper"):
+        keys = ("decoder_layers",) if "decoder" in prefix.split(".") else ("encoder_layers",)
+    key = next((k for k in keys if config.get(k) is not None), None)
+    if key is None:
+        return
+    count = _int(config, prefix, key)
+    if count is not None and index >= count:
+        raise CheckpointError(prefix, f"the prefix names layer {index}, but config {key} is "
+                              f"{count}: the model built from config.json has no such layer")
+
+
+def _biases(config: dict[str, Any], model: str, family: Family,
+            prefix: str) -> tuple[tuple[str, ...], str]:
+    """The projection modules of the family's layer that carry a bias (each module's
+    ``nn.Linear(..., bias=...)`` in transformers), and what says so, for a refusal."""
+    kind = family.kind
+    if kind in ("gpt2", "bigcode"):
+        modules: tuple[str, ...] = ("c_attn", "c_proj")
+    elif kind in ("neox", "falcon"):
+        modules = ("query_key_value", "dense")
+    elif kind == "mpt":
+        modules = ("Wqkv", "out_proj")
+    elif kind in ("codegen", "blocks"):
+        modules = ("qkv_proj", family.out)
+    else:
+        modules = (*TRIO_MODULES[kind], family.out)
+    modules = tuple(m for m in modules if m)
+    rule = family.biases
+    name = shown_value(model)
+    if rule == "all":
+        return modules, f"config model_type {name} gives every projection a bias"
+    if rule == "none":
+        return (), f"config model_type {name} builds its projections without biases"
+    if rule == "qkv":
+        return modules[:3], f"config model_type {name} gives q_proj, k_proj and v_proj biases"
+    if rule == "out":
+        return modules[-1:], f"config model_type {name} gives only {family.out} a bias"
+    if rule == "not_key":
+        return tuple(m for m in modules if m != "k_proj"), (
+            f"config model_type {name} gives every projection but k_proj a bias")
+    on = _flag({**DEFAULTS.get(model, {}), **config}, rule, False, prefix)
+    said = f"config {rule} is {'true' if on else 'false'}"
+    if rule == "use_qkv_bias":
+        return (modules[:3] if on else ()), said
+    return (modules if on else ()), said
+
+
+TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"),
+                "distil": ("q_lin", "k_lin", "v_lin")}
 
 
 QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
@@ -566,6 +699,12 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
             kv = _int(config, prefix, "num_kv_heads") or heads
         else:
             kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
+            given = config.get("num_kv_heads")
+            if kv == heads and given is not None and given != heads:
+                raise CheckpointError(prefix, f"config num_kv_heads {shown_value(given)} with "
+                                      "multi_query false and no new_decoder_architecture: "
+                                      "transformers' Falcon packs a key and a value per head "
+                                      "there and cannot run it; refused")
     else:
         kv = _int(config, prefix, "num_key_value_heads") or heads
     head_dim = _int(config, prefix, "head_dim")
@@ -682,6 +821,30 @@ def _layer_kind(config: dict[str, Any], key: str, index: int | None, kinds: tupl
     return str(types[index])
 
 
+def _neo_attention_layers(config: dict[str, Any], prefix: str) -> list[Any]:
+    """GPT-Neo's ``attention_layers`` derived from ``attention_types`` as GPTNeoConfig
+    does: each ``[[kinds...], repeats]`` entry adds its kinds ``repeats`` times."""
+    types = config.get("attention_types")
+    problem = CheckpointError(prefix, "config gives no attention_layers, and its "
+                              "attention_types must be a list of [[\"global\" or \"local\", "
+                              f"...], repeats], got {shown_value(types)}")
+    if types is None:
+        raise CheckpointError(prefix, "config gives neither attention_layers nor "
+                              "attention_types: GPT-Neo's layers are global or local, and only "
+                              "those lists say which")
+    if not isinstance(types, list):
+        raise problem
+    layers: list[Any] = []
+    for entry in types:
+        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], list)
+                or type(entry[1]) is not int or entry[1] < 0):
+            raise problem
+        if len(layers) + len(entry[0]) * entry[1] > 1_000_000:
+            raise problem
+        layers += entry[0] * entry[1]
+    return layers
+
+
 def _window(config: dict[str, Any], model: str, rule: str | None, index: int | None,
             prefix: str) -> int | None:
     """The layer's sliding window, as its family's model builds the mask (``None``: none)."""
@@ -692,8 +855,9 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
     if rule == "gpt_neo":
         kind = _layer_kind(config, "attention_layers", index, ("global", "local"), prefix)
         if kind is None:
-            raise CheckpointError(prefix, "config gives no attention_layers: GPT-Neo's layers "
-                                  "are global or local, and only that list says which")
+            layers = _neo_attention_layers(config, prefix)
+            kind = _layer_kind({"attention_layers": layers}, "attention_layers", index,
+                               ("global", "local"), prefix)
         key, sliding = "window_size", kind == "local"
     elif rule == "gemma2":  # layer_types, else every other layer from the first slides
         kind = _layer_kind(config, "layer_types", index, full, prefix)
@@ -709,10 +873,20 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
         key, sliding = "sliding_window", True
     elif rule == "qwen2":
         if not _flag(config, "use_sliding_window", False, prefix):
+            # Qwen2Config sets sliding_window to None: a layer layer_types calls sliding
+            # has no window to slide, and transformers' attention fails on it
+            if (_layer_kind(config, "layer_types", index, full, prefix)
+                    == "sliding_attention"):
+                raise CheckpointError(prefix, "config layer_types calls this layer "
+                                      "\"sliding_attention\" but use_sliding_window is false "
+                                      "(no window): transformers cannot run it; refused")
             return None
         kind = _layer_kind(config, "layer_types", index, full, prefix)
         if kind is None:  # Qwen2Config: the layers from max_window_layers on slide
-            start = _int(settings, prefix, "max_window_layers")
+            start = settings.get("max_window_layers")
+            if start is not None and (type(start) is not int or start < 0):
+                raise CheckpointError(prefix, "config max_window_layers must be an integer of "
+                                      f"at least 0, got {shown_value(start)}")
             if index is None:
                 raise CheckpointError(prefix, "config max_window_layers needs the layer's "
                                       "number in the prefix (layers.N.self_attn.)")

@@ -107,7 +107,7 @@ NAME_LIMIT = 200
 def inspect_lines(entries: list[Entry]) -> list[str]:
     """One aligned line per tensor (name, dtype, shape and, if recognised, its role), grouped
     by layer in natural order, then the layer prefixes ``--prefix`` takes."""
-    from qkvcli.authoring.checkpoint import layer_prefixes, natural_key, role_of
+    from qkvcli.authoring.checkpoint import cross_attention, layer_prefixes, natural_key, role_of
     from qkvcli.core.text import printable
 
     entries = sorted(entries, key=lambda entry: natural_key(entry[0]))
@@ -125,7 +125,11 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
     recognised = sum(1 for name, _, _ in entries if role_of(name))
     noun = "tensor" if len(entries) == 1 else "tensors"
     lines.append(f"# {len(entries)} {noun}, {recognised} recognised attention projections (*)")
-    layers = layer_prefixes([name for name, _, _ in entries])
+    every = {name for name, _, _ in entries}
+    # a cross-attention layer is listed tensor by tensor, but offered as no --prefix:
+    # init computes self-attention only
+    layers = [(prefix, kind) for prefix, kind in layer_prefixes(sorted(every))
+              if not cross_attention(prefix, kind, every)]
     if layers:
         shown = " ".join(printable(prefix, NAME_LIMIT) for prefix, _ in layers)
         noun = "layer" if len(layers) == 1 else "layers"
