@@ -61,8 +61,8 @@ def test_a_model_folder_stands_for_its_checkpoint(checkpoint: Path, tmp_path: Pa
     listed = invoke("inspect", str(folder))
     assert listed.exit_code == 0 and listed.output.splitlines()[-1].endswith("h.0.attn.")
     made = invoke("init", "--from-safetensors", str(folder), "--prefix", "h.0.attn.",
-                  "--heads", str(HEADS), "--causal", "--tokens", str(TOKENS),
-                  "-o", str(folder / "layer.json"))
+                  "--heads", str(HEADS), "--causal", "--scale", "inverse-sqrt",
+                  "--tokens", str(TOKENS), "-o", str(folder / "layer.json"))
     assert made.exit_code == 0, made.output
     refs = json.loads((folder / "layer.json").read_text())["weights"]
     assert refs["c_attn_weight"]["safetensors"] == "model.safetensors"
@@ -77,7 +77,8 @@ def test_a_model_folder_stands_for_its_checkpoint(checkpoint: Path, tmp_path: Pa
 def test_checkpoint_layer_equals_the_same_layer_as_json(checkpoint: Path, tmp_path: Path) -> None:
     layer = tmp_path / "layer.json"
     result = invoke("init", "--from-safetensors", str(checkpoint), "--prefix", "h.0.attn.",
-                    "--heads", str(HEADS), "--causal", "--tokens", str(TOKENS), "-o", str(layer))
+                    "--heads", str(HEADS), "--causal", "--scale", "inverse-sqrt",
+                    "--tokens", str(TOKENS), "-o", str(layer))
     assert result.exit_code == 0, result.output
     document = json.loads(layer.read_text())
     assert document["heads"] == HEADS and document["causal"] is True

@@ -128,8 +128,9 @@ def gpt2(tmp_path: Path, width: int = WIDTH) -> Path:
 
 
 def init(tmp_path: Path, *extra: str, prefix: str = "h.0.attn.") -> Any:
-    # no config.json beside it: the command line says the function
-    said = ("--causal",) + (() if "--heads" in extra else ("--heads", "2"))
+    # no config.json beside it: the command line says the function (c_attn: the scale too)
+    said = ("--causal", "--scale", "inverse-sqrt") + (
+        () if "--heads" in extra else ("--heads", "2"))
     return invoke("init", "--from-safetensors", str(gpt2(tmp_path)), "--prefix", prefix,
                   "-o", str(tmp_path / "out.json"), *said, *extra)
 
@@ -158,8 +159,8 @@ def test_a_checkpoint_linked_from_outside_needs_trust_paths_to_be_read(tmp_path)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "g.safetensors").symlink_to(checkpoint)
     result = invoke("init", "--from-safetensors", str(tmp_path / "sub" / "g.safetensors"),
-                    "--prefix", "h.0.attn.", "--heads", "2", "--causal", "-o",
-                    str(tmp_path / "sub" / "out.json"))
+                    "--prefix", "h.0.attn.", "--heads", "2", "--causal", "--scale",
+                    "inverse-sqrt", "-o", str(tmp_path / "sub" / "out.json"))
     assert result.exit_code == 0
     assert result.stderr.splitlines()[0] == (
         "qkv: note: g.safetensors lies outside the fixture's directory (or links out of it, as "
@@ -247,7 +248,8 @@ def test_validate_keeps_the_confinement_rule_unless_told(tmp_path):
     (tmp_path / "sub").mkdir()
     fixture = tmp_path / "sub" / "out.json"
     assert invoke("init", "--from-safetensors", str(checkpoint), "--prefix", "h.0.attn.",
-                  "--heads", "2", "--causal", "-o", str(fixture)).exit_code == 0
+                  "--heads", "2", "--causal", "--scale", "inverse-sqrt",
+                  "-o", str(fixture)).exit_code == 0
     assert json.loads(fixture.read_text())["weights"]["c_attn_weight"]["safetensors"] == (
         "../g.safetensors")
     refused(invoke("validate", str(fixture)), "'..' is refused")
@@ -331,8 +333,8 @@ def test_odd_layer_numbers_are_listed_and_refused_in_one_line(tmp_path, layer):
                   "--causal", "--no-rope", "--scale", "inverse-sqrt",
                   "-o", str(tmp_path / "out.json"))
     assert made.exit_code == 0, made.output  # without a config the number is not read
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "opt", "num_attention_heads": 2, "hidden_size": 4}))
+    (tmp_path / "config.json").write_text(json.dumps(  # GPT-J's names (h.N.attn., out_proj)
+        {"model_type": "gptj", "n_head": 2, "n_embd": 4, "rotary_dim": 2}))
     with_config = invoke("init", "--from-safetensors", str(path), "--prefix", prefix,
                          "-o", str(tmp_path / "other.json"))
     if layer.isascii():  # the config's per-layer settings need the number: refused

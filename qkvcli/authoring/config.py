@@ -42,7 +42,7 @@ class Family(Record):
     biases: str = "attention_bias"  # which of its projections carry a bias (see BIASES)
 
 
-_LAYERS = r"layers\.[0-9]+\.self_attn\."  # LLaMA's and most decoders' module path
+_LAYERS = r"layers\.[^.]+\.self_attn\."  # LLaMA's and most decoders' module path
 _FAMILIES = (
     ("gpt2", Family("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2", out="c_proj",
                     biases="all")),
@@ -80,7 +80,7 @@ _FAMILIES = (
                    biases="all")),
     ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere", path=_LAYERS)),
     ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ", out="out_proj",
-                    path=r"h\.[0-9]+\.attn\.", biases="none")),
+                    path=r"h\.[^.]+\.attn\.", biases="none")),
     ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX", out="dense",
                         biases="attention_bias")),
     ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom", out="dense", biases="all")),
@@ -88,7 +88,7 @@ _FAMILIES = (
                          biases="all")),
     ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon", out="dense", biases="bias")),
     ("opt", Family("OPT", "linear", "yes", None, "OPT", out="out_proj",
-                   path=r"decoder\.layers\.[0-9]+\.self_attn\.", biases="enable_bias")),
+                   path=r"decoder\.layers\.[^.]+\.self_attn\.", biases="enable_bias")),
     ("mpt", Family("MPT", "mpt", "yes", None, "Mpt", out="out_proj", biases="none")),
     ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen", out="out_proj",
                        biases="none")),
@@ -96,15 +96,15 @@ _FAMILIES = (
     ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
                            scale="bigcode", out="c_proj", biases="all")),
     ("gpt_neo", Family("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
-                       scale="one", out="out_proj", path=r"h\.[0-9]+\.attn\.attention\.",
+                       scale="one", out="out_proj", path=r"h\.[^.]+\.attn\.attention\.",
                        biases="out")),
     ("bart", Family("BART", "linear", "prefix", None, "Bart", out="out_proj",
-                    path=r"(?:encoder|decoder)\.layers\.[0-9]+\.self_attn\.", biases="all")),
+                    path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.", biases="all")),
     ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper", out="out_proj",
-                       path=r"(?:encoder|decoder)\.layers\.[0-9]+\.self_attn\.",
+                       path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.",
                        biases="not_key")),
     ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
-                               path=r"encoder\.layers\.[0-9]+\.self_attn\.", biases="all")),
+                               path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all")),
 )
 FAMILIES = dict(_FAMILIES)
 """Every ``model_type`` qkv computes, and how it reads each one's config."""
@@ -417,7 +417,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                               "it are not that architecture's: is config.json this model's?")
     if kind is not None and family.path is not None and not re.search(
             r"(?:^|\.)" + family.path + "$", prefix):
-        shown = family.path.replace("\\.", ".").replace("[0-9]+", "N").replace(
+        shown = family.path.replace("\\.", ".").replace("[^.]+", "N").replace(
             "(?:encoder|decoder)", "encoder|decoder")
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}: {family.title}'s "
                               f"attention layers sit under {shown}, not under this prefix: is "
@@ -446,7 +446,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         said = (f" (config.json gives no head_dim: {model}'s default is {head_dim})"
                 if defaulted else "")
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads and "
-                              f"{shown_value(kv_heads or heads)} K/V heads of head_dim "
+                              f"{shown_value(kv_heads or heads)} K/V heads of "
                               f"{shown_value(head_dim)}{said}, but the projections are query "
                               f"{widths[0]}, key {widths[1]} wide")
     index = layer_index(prefix)
