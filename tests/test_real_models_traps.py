@@ -7,9 +7,10 @@ qkv either computes the numbers of the model transformers loads from that folder
 (float64, 1e-10: output, per-head weights, dX), or refuses in one line naming the
 config key or the tensor.
 
-Cases marked ``xfail(strict=True)`` are wrong today (the reason names the bug); they
-assert the right behaviour, so they start passing, and must be unmarked, when fixed.
-The others are variants and traps that are right today and must stay right.
+The first groups were wrong when the set was written (silent wrong numbers, layers
+transformers cannot run, misleading messages): each comment names the bug and where it
+was fixed, and the case asserts the right behaviour. The others are variants and traps
+that were right from the start and must stay right.
 
 The float64 set-up is ``tests/test_real_models.py``'s (its helpers are reused here).
 """
@@ -110,7 +111,7 @@ def _refused(folder: Path, prefix: str, *words: str, options: tuple[str, ...] = 
     return str(made.stderr)
 
 
-# --- silent wrong numbers today: a bias tensor the config turns off ------------------------
+# --- once silent wrong numbers: a bias tensor the config turns off ------------------------
 # transformers builds the module without that bias and ignores the stored tensor (an
 # "UNEXPECTED" key when loading); qkv adds it. Fix: qkvcli/authoring/checkpoint.py,
 # checkpoint_document/_check_accounted (a bias is read only when the family's config key
@@ -178,7 +179,7 @@ def test_a_bias_the_config_turns_off_is_refused_or_left_out(
     _numbers_or_refusal(folder, prefix, next(iter(biases)), theta=theta, model=model, **extra)
 
 
-# --- silent wrong numbers today: a RoPE theta the config leaves out ------------------------
+# --- once silent wrong numbers: a RoPE theta the config leaves out ------------------------
 # docs/real-models.md: "A config.json that leaves a key out is read as the family's
 # transformers config would read it". qkv reads 10000 for every family; Cohere's default
 # is 500000, Mixtral's 1e6, SmolLM3's 2e6. Fix: qkvcli/authoring/config.py, DEFAULTS
@@ -210,7 +211,7 @@ def test_a_rope_theta_left_out_is_the_familys_default(
     _numbers_or_refusal(folder, LLAMA_PREFIX, "rope_theta", theta=_theta(model), model=model)
 
 
-# --- silent wrong numbers today: GPT-NeoX's spellings read for other families ---------------
+# --- once silent wrong numbers: GPT-NeoX's spellings read for other families ---------------
 # rotary_emb_base and rotary_pct are read by GPTNeoXConfig alone; LLaMA's and Phi's configs
 # ignore them (theta 10000, Phi's factor 0.5). qkv reads THETA_PATHS and FACTOR_PATHS for
 # every family. Fix: qkvcli/authoring/config.py _rope (and config_family's _one_of): the
@@ -238,7 +239,7 @@ def test_another_familys_rope_spelling_is_not_read_as_this_familys(
     _numbers_or_refusal(folder, LLAMA_PREFIX, key, theta=_theta(model), model=model)
 
 
-# --- silent wrong numbers today: another family's config beside the tensors ----------------
+# --- once silent wrong numbers: another family's config beside the tensors ----------------
 # The tensor kinds agree ("linear": q_proj/k_proj/v_proj), so model_function accepts the
 # config; the output projection's name (o_proj, out_proj, dense), the biases and the
 # prefix's module path (layers.N.self_attn., decoder.layers.N.self_attn., h.N.attn.,
@@ -302,7 +303,7 @@ def test_architectures_of_another_family_are_refused(
     _refused(folder, LLAMA_PREFIX, "architectures", other)
 
 
-# --- silent wrong numbers today: a layer missing its output projection ---------------------
+# --- once silent wrong numbers: a layer missing its output projection ---------------------
 # The family's attention module ends with its output projection (LLaMA's o_proj, GPT-2's
 # c_proj); a checkpoint without it is computed without one and every check passes, while
 # the model applies a projection that the checkpoint does not hold. Fix:
@@ -330,7 +331,7 @@ def test_a_layer_without_its_output_projection_is_refused(
     _refused(folder, prefix, dropped[0])
 
 
-# --- silent wrong numbers today: GPT-2 without its config ----------------------------------
+# --- once silent wrong numbers: GPT-2 without its config ----------------------------------
 # c_attn does not fix the scale (scale_attn_weights false: 1; scale_attn_by_inverse_layer_idx:
 # 1/(sqrt(d_k)(layer+1))), yet --heads and --causal alone are accepted and 1/sqrt(d_k) is
 # computed. The issue's rule asks for --scale when the names do not fix it. Fix:
@@ -437,7 +438,7 @@ def test_a_qwen2_sliding_layer_without_use_sliding_window_is_refused(tmp_path: P
     _refused(folder, LLAMA_PREFIX, "layer_types")
 
 
-# --- silent wrong numbers today: a GPT-Neo local layer without its config ------------------
+# --- once silent wrong numbers: a GPT-Neo local layer without its config ------------------
 # The options (--heads, --causal, --no-rope, --scale) cannot say a window, and the tensor
 # names q_proj ... out_proj under h.N.attn.attention. do not say whether the layer is
 # local: qkv computes the full causal mask. Fix: qkvcli/authoring/checkpoint.py
@@ -509,7 +510,7 @@ def test_gpt_neo_attention_types_alone_say_which_layers_are_local(tmp_path: Path
     assert json.loads((folder / "layer.json").read_text())["window"] == 2
 
 
-# --- right today: variants that change the function, computed as the model does -------------
+# --- right from the start: variants that change the function, computed as the model does -------------
 
 RIGHT_VARIANTS = [
     ("llama-head-dim-wider", "LlamaConfig", _small(num_key_value_heads=2, head_dim=8),
@@ -633,7 +634,7 @@ def test_gpt_neo_attention_layers_are_read_as_transformers_reads_them(tmp_path: 
     assert json.loads((folder / "layer.json").read_text()).get("window") is None
 
 
-# --- right today: refusals that name the key or the tensor ----------------------------------
+# --- right from the start: refusals that name the key or the tensor ----------------------------------
 
 NAMED_REFUSALS = [
     ("llama-partial-rotary-in-rope-parameters", "LlamaConfig", _small(), LLAMA_PREFIX,
