@@ -85,7 +85,7 @@ def build(tmp_path: Path, name: str, config: Any, model_class: Any = None,
     cls = model_class or transformers.AutoModel
     # a mixture of experts' grouped products run in float64 only in their eager form
     experts = {"experts_implementation": "eager"} if getattr(
-        config, "num_local_experts", None) else {}
+        config, "num_local_experts", None) or getattr(config, "num_experts", None) else {}
     model = cls.from_config(config, attn_implementation="eager", **experts)
     with torch.no_grad():  # random weights of a visible size (the init's are tiny)
         for p in model.parameters():
@@ -416,6 +416,17 @@ FAMILY_CASES = [
      _small(head_dim=8, num_key_value_heads=4, attention_bias=True, use_sliding_window=True,
             sliding_window=2,
             max_window_layers=0, rms_norm_eps=1e-3), "layers.0.self_attn.",
+     (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0}, "window": 2}),
+    ("qwen3-moe-qk-norm-gqa", "Qwen3MoeConfig",
+     _small(num_key_value_heads=2, head_dim=4, num_experts=2, num_experts_per_tok=1,
+            moe_intermediate_size=8), "layers.0.self_attn.", (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "head", "eps": 1e-6, "offset": 0.0}, "kv_heads": 2, "window": None,
+      "architecture": "qwen3_moe"}),
+    ("qwen3-moe-qk-norm-biases-sliding", "Qwen3MoeConfig",
+     _small(head_dim=8, num_key_value_heads=4, attention_bias=True, use_sliding_window=True,
+            sliding_window=2, num_hidden_layers=2, rms_norm_eps=1e-3, num_experts=2,
+            num_experts_per_tok=1, moe_intermediate_size=8), "layers.1.self_attn.",
      (*QKVO, "q_norm", "k_norm"),
      {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0}, "window": 2}),
     ("olmo2-qk-norm-over-the-layer", "Olmo2Config", _small(num_key_value_heads=2),

@@ -111,10 +111,10 @@ BUFFERS = {"gpt2": ("bias", "masked_bias"), "bigcode": ("bias", "masked_bias"),
            "linear": ("bias", "masked_bias", "rotary_emb.inv_freq"),
            "neox": ("bias", "masked_bias", "rotary_emb.inv_freq")}
 # What an unread tensor under the prefix is, when qkv knows (the refusal names it).
-EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, OLMo 2, Gemma 3, Cohere with "
-                             "use_qk_norm)"),
-                 ("k_norm.", "a norm on K (k_norm: Qwen3, OLMo 2, Gemma 3, Cohere with "
-                             "use_qk_norm)"),
+EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, Qwen3-MoE, OLMo 2, Gemma 3, Cohere "
+                             "with use_qk_norm)"),
+                 ("k_norm.", "a norm on K (k_norm: Qwen3, Qwen3-MoE, OLMo 2, Gemma 3, Cohere "
+                             "with use_qk_norm)"),
                  ("q_layernorm.", "a layernorm on Q (Phi, StableLM, Persimmon with "
                                   "qk_layernorm)"),
                  ("k_layernorm.", "a layernorm on K (Phi, StableLM, Persimmon with "

@@ -73,6 +73,8 @@ _FAMILIES = (
     ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="gemma3",
                            scale="gemma2", path=_LAYERS)),
     ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2", path=_LAYERS)),
+    ("qwen3_moe", Family("Qwen3-MoE", "linear", "yes", "half", "Qwen3Moe", window="qwen3_moe",
+                         path=_LAYERS)),
     ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2", path=_LAYERS)),
     ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm", path=_LAYERS,
                         biases="use_qkv_bias")),
@@ -112,13 +114,13 @@ SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
 _NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3, "
-         "OLMo 2, Gemma 3, Phi, Persimmon, StableLM and Cohere only")
+         "Qwen3-MoE, OLMo 2, Gemma 3, Phi, Persimmon, StableLM and Cohere only")
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "umt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "longt5": "a relative position bias and local attention (T5's attention)",
-    "qwen3_moe": _NORM, "olmo3": _NORM,
+    "olmo3": _NORM,
     "gemma3": "a multimodal model in one config (a vision tower beside the text model): give "
               "the text model's own config (model_type gemma3_text)",
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -152,6 +154,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
     "qwen3": {"sliding_window": 4096, "max_window_layers": 28, "rms_norm_eps": 1e-6,
               "head_dim": 128},
+    "qwen3_moe": {"sliding_window": 4096, "rms_norm_eps": 1e-6},
     "olmo2": {"rms_norm_eps": 1e-5},
     "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "rms_norm_eps": 1e-6,
                     "sliding_window_pattern": 6, "head_dim": 256},
@@ -553,7 +556,8 @@ TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key
                 "distil": ("q_lin", "k_lin", "v_lin")}
 
 
-QK_NORMS = {"qwen3": ("head", 0.0), "olmo2": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
+QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
+            "gemma3_text": ("head", 1.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -870,6 +874,11 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
     elif rule == "gemma3":
         key, sliding = "sliding_window", _gemma3_kind(config, index, prefix) == "sliding_attention"
     elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
+        key, sliding = "sliding_window", True
+    elif rule == "qwen3_moe":  # Qwen3MoeConfig: sliding_window only with use_sliding_window,
+        # and then every layer's mask slides (no layer_types, no max_window_layers)
+        if not _flag(config, "use_sliding_window", False, prefix):
+            return None
         key, sliding = "sliding_window", True
     elif rule == "qwen2":
         if not _flag(config, "use_sliding_window", False, prefix):
