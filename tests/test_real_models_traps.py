@@ -260,6 +260,10 @@ OTHER_CONFIGS = [
      "h.0.attn.attention.", _opt),
     ("gpt-neo-tensors-gptj-config", lambda: transformers.GPTNeoConfig(**_NEO),
      "h.0.attn.attention.", _gptj),
+    # query_key_value/dense tensors: BLOOM's ALiBi layer read with GPT-NeoX's RoPE
+    ("bloom-tensors-gpt-neox-config", lambda: transformers.BloomConfig(
+        hidden_size=16, n_head=2, n_layer=1, vocab_size=11), "h.0.self_attention.",
+     _neox),
 ]
 
 
