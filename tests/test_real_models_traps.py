@@ -179,6 +179,17 @@ def test_a_bias_the_config_turns_off_is_refused_or_left_out(
     _numbers_or_refusal(folder, prefix, next(iter(biases)), theta=theta, model=model, **extra)
 
 
+def test_a_bias_the_config_turns_on_is_needed(tmp_path: Path) -> None:
+    """The converse: OPT's enable_bias (default true) gives q_proj a bias; a checkpoint
+    without it is not the model transformers builds (it would draw that bias at random)."""
+    _, folder = build(tmp_path, "opt", _opt())
+    path = folder / "model.safetensors"
+    tensors = safetensors_torch.load_file(str(path))
+    del tensors["decoder.layers.0.self_attn.q_proj.bias"]
+    safetensors_torch.save_file(tensors, str(path), metadata={"format": "pt"})
+    _refused(folder, "decoder.layers.0.self_attn.", "enable_bias", "\"q_proj.bias\"")
+
+
 # --- once silent wrong numbers: a RoPE theta the config leaves out ------------------------
 # docs/real-models.md: "A config.json that leaves a key out is read as the family's
 # transformers config would read it". qkv reads 10000 for every family; Cohere's default

@@ -548,7 +548,9 @@ def _biases(config: dict[str, Any], model: str, family: Family,
         return tuple(m for m in modules if m != "k_proj"), (
             f"config model_type {name} gives every projection but k_proj a bias")
     on = _flag({**DEFAULTS.get(model, {}), **config}, rule, False, prefix)
-    said = f"config {rule} is {'true' if on else 'false'}"
+    said = f"config {rule} is {'true' if on else 'false'}" + (
+        "" if config.get(rule) is not None else " (the family's default: config.json leaves "
+        "it out)")
     if rule == "use_qkv_bias":
         return (modules[:3] if on else ()), said
     return (modules if on else ()), said
