@@ -291,7 +291,7 @@ def command_line_function(heads: int | None, causal: bool | None, prefix: str,
         raise CheckpointError(prefix, f"no config.json beside the checkpoint: pass {missing} "
                               "(or --config FILE, or put the model's config.json beside it); "
                               "qkv does not guess the layer's function"
-                              + (" (these tensor names are OPT's, GPT-J's, GPT-Neo's, BART's...: "
+                              + (" (these tensor names are OPT's, GPT-J's, BART's, CLIP's...: "
                                  "RoPE and the scale differ)" if "--no-rope" in needs else "")
                               + (" (GPT-2's c_attn: scale_attn_weights and "
                                  "scale_attn_by_inverse_layer_idx change the scale)"
@@ -687,8 +687,8 @@ def config_needed(entries: list[Entry], prefix: str) -> str | None:
 
 def options_needed(entries: list[Entry], prefix: str) -> tuple[str, ...]:
     """The options that, without a config, must say what the layer's tensor names leave
-    open: RoPE and the scale for q_proj/k_proj/v_proj/out_proj (OPT, GPT-J's RoPE,
-    GPT-Neo's unscaled scores, BART, Whisper, CLIP), the scale for GPT-2's c_attn
+    open: RoPE and the scale for q_proj/k_proj/v_proj/out_proj (OPT, GPT-J's RoPE, BART,
+    Whisper, CLIP; GPT-Neo's are refused by :func:`config_needed`), the scale for GPT-2's c_attn
     (``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``)."""
     kind, _, _ = layer_widths(entries, prefix)
     return {"linear": ("--no-rope", "--scale"), "gpt2": ("--scale",)}.get(kind, ())
