@@ -29,7 +29,7 @@ from __future__ import annotations
 # The C module behind ``signal``: the same functions and numbers without building the
 # ``Signals`` enums at every start (about 1% of a command's start-up); ``signal`` itself
 # is imported only to name a signal that stopped qkv.
-import _signal
+import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the C module
 import errno
 import importlib
 import io
