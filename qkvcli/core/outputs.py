@@ -52,7 +52,7 @@ def branch_sums(terms: Array) -> Array:
     contiguous. NumPy sums such an axis pairwise, the same way for one forward's terms as
     for a stack of evaluations', so the gradient check's sums are the loss's own.
     """
-    sums: Array = np.sum(terms, axis=-1)
+    sums: Array = terms.sum(axis=-1)
     return sums
 
 
@@ -73,9 +73,7 @@ def weighted_sums(outputs: Array, upstream: Array, terms: Array | None = None,
 def add_branches(sums: Array) -> Array:
     """``L`` from the branches' sums ``[..., 3] -> [...]``: added from zero in query, key,
     value order."""
-    total = np.zeros(sums.shape[:-1])
-    for branch in range(3):
-        total += sums[..., branch]
+    total: Array = 0.0 + sums[..., 0] + sums[..., 1] + sums[..., 2]
     return total
 
 

@@ -50,8 +50,10 @@ if TYPE_CHECKING:
 def project(rows: Array, weights: Array, out: Array | None = None) -> Array:
     """``rows @ weights``: ``[N, d_model] @ [d_model, n] -> [N, n]``, into ``out`` when given.
 
-    The projections' one forward product, on inputs already validated: no check, and
-    overflow gives infinities without a warning (the evidence's checks report them).
+    The projections' one forward product, on inputs already validated: no check. Call it
+    inside ``np.errstate(over="ignore", invalid="ignore")``, as forward and the gradient
+    check do: overflow to infinity is reported by the evidence's checks, not as a warning
+    (the check enters that state once per batch of evaluations, not once per product).
     ``out`` must be a C-contiguous ``[N, n]`` array; writing into a buffer made once
     spares the kernel zeroing fresh pages on every call.
 
@@ -59,8 +61,8 @@ def project(rows: Array, weights: Array, out: Array | None = None) -> Array:
     sums run in another order than the matrix-matrix kernel of larger shapes: a caller
     that must match forward's values to the last bit keeps at least two of each.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.matmul(rows, weights, out=out)
+    product: Array = np.matmul(rows, weights, out=out)
+    return product
 
 
 class QkvProjections:
@@ -254,8 +256,10 @@ class QkvProjections:
         if not by_output:
             check_finite(x, "input")
         rows = x.reshape(batch * tokens, d_model)  # X_(BT): a view when x is contiguous
-        # A NaN input may meet the product before its check.
-        packed = project(rows, self._packed)  # [BT,d] @ [d,3h] -> [BT,3h]: one GEMM for all three
+        # Overflow to inf is reported by the evidence's checks, not as a warning on stderr;
+        # a NaN input may meet the product before its check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            packed = project(rows, self._packed)  # [BT,d] @ [d,3h] -> [BT,3h]: all three
         if by_output and not all_finite(packed):
             check_finite(x, "input")
         packed = packed.reshape(batch, tokens, 3 * h)

@@ -55,9 +55,10 @@ def loss_terms(layer: QkvProjections, x: Array, upstream: tuple[Array, Array, Ar
     rows, h = batch * tokens, layer.d_head
     packed = layer.astype(np.float64).packed
     terms = np.empty((3, rows, h))
-    # forward's product: [BT,d] @ [d,3h] -> [BT,3h]
-    outputs = project(np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model), packed)
     with np.errstate(over="ignore", invalid="ignore"):
+        # forward's product: [BT,d] @ [d,3h] -> [BT,3h]
+        outputs = project(np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model),
+                          packed)
         for branch, grad in enumerate(upstream):
             np.multiply(outputs[:, branch * h:(branch + 1) * h],
                         np.asarray(grad, dtype=np.float64).reshape(rows, h), out=terms[branch])
@@ -112,6 +113,7 @@ class StackedObjective:
             self._value = np.zeros(slots)
             # One branch's terms, a column replaced at a time and restored after its sum.
             self._work = self._base[index - 1].copy()  # [BT, h]
+            self._work_terms = self._work.reshape(-1)  # the same, as one row-major axis
         elif index > 0:
             self.recomputes = RECOMPUTES_BRANCH
             # slots copies of the branch's weight side by side: [d, slots*h], so one
@@ -220,7 +222,7 @@ class StackedObjective:
         for k in range(count):
             j = column[k]
             np.multiply(products[:, k], upstream[:, j], out=work[:, j])
-            sums[k] = branch_sums(work.reshape(-1))  # all BT*h terms, row-major
+            sums[k] = branch_sums(self._work_terms)  # all BT*h terms of work, row-major
             work[:, j] = base[:, j]  # restore: evaluations never share state
         return sums
 
