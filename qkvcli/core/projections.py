@@ -57,9 +57,10 @@ def project(rows: Array, weights: Array, out: Array | None = None) -> Array:
     ``out`` must be a C-contiguous ``[N, n]`` array; writing into a buffer made once
     spares the kernel zeroing fresh pages on every call.
 
-    NumPy computes a product with one row or one column by a matrix-vector kernel whose
-    sums run in another order than the matrix-matrix kernel of larger shapes: a caller
-    that must match forward's values to the last bit keeps at least two of each.
+    The last bit of an output may depend on the shape: BLAS blocks a product by its
+    sizes, and NumPy computes one with a single row or column by a matrix-vector kernel,
+    whose sums run in another order. A caller that wants the matrix-matrix kernel for
+    every batch keeps at least two of each.
     """
     product: Array = np.matmul(rows, weights, out=out)
     return product
