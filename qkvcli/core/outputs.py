@@ -67,13 +67,12 @@ def weighted_sums(outputs: Array, upstream: Array, terms: Array | None = None,
     """
     terms = np.multiply(outputs, upstream, out=terms)
     lead = 0 if axes is None else terms.ndim - axes
-    return branch_sums(terms.reshape(*terms.shape[:lead], -1))
+    return branch_sums(terms.reshape((*terms.shape[:lead], -1)))
 
 
 def add_branches(sums: Array) -> Array:
-    """``L`` from the branches' sums ``[..., 3] -> [...]``: added from zero in query, key,
-    value order."""
-    total: Array = 0.0 + sums[..., 0] + sums[..., 1] + sums[..., 2]
+    """``L`` from the branches' sums ``[..., 3] -> [...]``, added in query, key, value order."""
+    total: Array = sums[..., 0] + sums[..., 1] + sums[..., 2]
     return total
 
 
@@ -82,4 +81,6 @@ def weighted_loss(outputs: QkvForward, upstream: tuple[Array, Array, Array]) -> 
     with np.errstate(over="ignore", invalid="ignore"):
         sums = np.array([weighted_sums(out, up, axes=None)
                          for out, up in zip(outputs, upstream, strict=True)])
-        return float(add_branches(sums))
+        # + 0.0: the sum from zero, ((0 + L_Q) + L_K) + L_V, which differs from
+        # add_branches' only in giving +0.0 where all three sums are -0.0.
+        return float(add_branches(sums)) + 0.0
