@@ -28,7 +28,7 @@ from qkvcli.gradcheck.probes import (
     StackedObjective,
 )
 
-# (tensor index, local): which way StackedObjective evaluates.
+# (tensor index, local, what an evaluation recomputes): the ways StackedObjective evaluates.
 WAYS = [(0, False, RECOMPUTES_ALL), (0, True, RECOMPUTES_ROW),
         (1, False, RECOMPUTES_BRANCH), (2, True, RECOMPUTES_COLUMN),
         (3, False, RECOMPUTES_BRANCH), (3, True, RECOMPUTES_COLUMN)]
