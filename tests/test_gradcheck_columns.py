@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qkvcli.core.outputs import QkvForward, weighted_loss
-from qkvcli.core.projections import QkvProjections
+from qkvcli.core.projections import QkvProjections, project
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.probes import RECOMPUTES_COLUMN, StackedObjective, loss_terms
 from qkvcli.gradcheck.projections import gradcheck_projections
@@ -56,15 +56,16 @@ def test_each_evaluation_is_the_loss_of_the_perturbed_forward_bit_for_bit(index)
     for k, (flat, value) in enumerate(puts):
         objective.put(k, flat, value)
     got = objective.evaluate(len(puts))
-    # The reference: the unperturbed forward with column j of the branch replaced by the
-    # same [BT,d] @ [d,count] product of the perturbed columns, then weighted_loss.
+    # The reference: the engine's unperturbed forward with column j of the branch replaced
+    # by the engine's product of the perturbed columns (the same [BT,d] @ [d,count]
+    # shape, so the same kernel), then weighted_loss.
     rows = x.reshape(-1, x.shape[2])
     columns = np.stack([layer.weights[index - 1][:, flat % h] for flat, _ in puts], axis=1)
     for k, (flat, value) in enumerate(puts):
         columns[flat // h, k] = value
-    products = rows @ columns
+    products = project(rows, columns)
     for k, (flat, _) in enumerate(puts):
-        outputs = (rows @ layer.packed).reshape(*x.shape[:2], 3 * h)
+        outputs = np.concatenate(list(layer.forward(x)), axis=-1)
         outputs[..., (index - 1) * h + flat % h] = products[:, k].reshape(x.shape[:2])
         forward = QkvForward(outputs[..., :h], outputs[..., h:2 * h], outputs[..., 2 * h:])
         assert got[k] == weighted_loss(forward, upstream)

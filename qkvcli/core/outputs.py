@@ -45,10 +45,42 @@ class QkvGradients(Record):
         return iter((self.grad_input, self.grad_w_query, self.grad_w_key, self.grad_w_value))
 
 
+def branch_sums(terms: Array) -> Array:
+    """Each branch's ``<Y_b, U_b>`` from its terms ``Y_b * U_b``: ``[..., n] -> [...]``.
+
+    The last axis holds a branch's ``[batch, tokens, d_head]`` terms in row-major order,
+    contiguous. NumPy sums such an axis pairwise, the same way for one forward's terms as
+    for a stack of evaluations', so the gradient check's sums are the loss's own.
+    """
+    sums: Array = terms.sum(axis=-1)
+    return sums
+
+
+def weighted_sums(outputs: Array, upstream: Array, terms: Array | None = None,
+                  axes: int | None = 2) -> Array:
+    """``<Y, U>`` over the last ``axes`` axes of ``Y * U`` (broadcast; ``None``: every axis),
+    for each leading index.
+
+    With the default, ``[..., B*T, d_head]`` rows of one branch give ``[...]``: a stack of
+    evaluations at once. ``terms``, when given, is a C-contiguous buffer of the broadcast
+    shape that receives ``Y * U`` (no allocation per call). The sum is :func:`branch_sums`.
+    """
+    terms = np.multiply(outputs, upstream, out=terms)
+    lead = 0 if axes is None else terms.ndim - axes
+    return branch_sums(terms.reshape((*terms.shape[:lead], -1)))
+
+
+def add_branches(sums: Array) -> Array:
+    """``L`` from the branches' sums ``[..., 3] -> [...]``, added in query, key, value order."""
+    total: Array = sums[..., 0] + sums[..., 1] + sums[..., 2]
+    return total
+
+
 def weighted_loss(outputs: QkvForward, upstream: tuple[Array, Array, Array]) -> float:
     """``L = <Q,U_Q> + <K,U_K> + <V,U_V>``: the scalar whose gradient ``backward`` gives."""
-    total = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        for out, up in zip(outputs, upstream, strict=True):
-            total += float(np.sum(out * up))
-    return total
+        sums = np.array([weighted_sums(out, up, axes=None)
+                         for out, up in zip(outputs, upstream, strict=True)])
+        # + 0.0: the sum from zero, ((0 + L_Q) + L_K) + L_V, which differs from
+        # add_branches' only in giving +0.0 where all three sums are -0.0.
+        return float(add_branches(sums)) + 0.0

@@ -8,6 +8,11 @@ Speed: the weights are column views of one C-contiguous ``[d_model, 3*d_head]`` 
 ``[W_Q|W_K|W_V]``, so forward is one GEMM split into Q, K, V views and reverse is two
 GEMMs over ``[dQ|dK|dV]``: the same sums as three products (equal to rounding) at about
 half the cost.
+
+:func:`project` is that one forward product, rows of inputs through columns of weights.
+Forward calls it on the whole packed matrix; the gradient check
+(:mod:`qkvcli.gradcheck.probes`) calls it on less: a few perturbed rows, a few perturbed
+columns of one branch, perturbed copies stacked along the rows or the columns.
 """
 
 from __future__ import annotations
@@ -41,6 +46,24 @@ from qkvcli.core.weights import (
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+
+def project(rows: Array, weights: Array, out: Array | None = None) -> Array:
+    """``rows @ weights``: ``[N, d_model] @ [d_model, n] -> [N, n]``, into ``out`` when given.
+
+    The projections' one forward product, on inputs already validated: no check. Call it
+    inside ``np.errstate(over="ignore", invalid="ignore")``, as forward and the gradient
+    check do: overflow to infinity is reported by the evidence's checks, not as a warning
+    (the check enters that state once per batch of evaluations, not once per product).
+    ``out`` must be a C-contiguous ``[N, n]`` array; writing into a buffer made once
+    spares the kernel zeroing fresh pages on every call.
+
+    The last bit of an output may depend on the shape: BLAS blocks a product by its
+    sizes, and NumPy computes one with a single row or column by a matrix-vector kernel,
+    whose sums run in another order. A caller that wants the matrix-matrix kernel for
+    every batch keeps at least two of each.
+    """
+    product: Array = np.matmul(rows, weights, out=out)
+    return product
 
 
 class QkvProjections:
@@ -237,7 +260,7 @@ class QkvProjections:
         # Overflow to inf is reported by the evidence's checks, not as a warning on stderr;
         # a NaN input may meet the product before its check.
         with np.errstate(over="ignore", invalid="ignore"):
-            packed = rows @ self._packed  # [BT,d] @ [d,3h] -> [BT,3h]: one GEMM for all three
+            packed = project(rows, self._packed)  # [BT,d] @ [d,3h] -> [BT,3h]: all three
         if by_output and not all_finite(packed):
             check_finite(x, "input")
         packed = packed.reshape(batch, tokens, 3 * h)

@@ -3,25 +3,30 @@
 The objective is ``L = <Q,U_Q> + <K,U_K> + <V,U_V>`` with ``[Q|K|V] = X [W_Q|W_K|W_V]``.
 A :class:`StackedObjective` owns a buffer of ``slots`` perturbable copies, each of which a
 caller may perturb; :meth:`StackedObjective.evaluate` then computes ``L`` for every slot
-with one stacked matrix product. Each slot's value is a complete evaluation of ``L`` at its
-own perturbed tensor; the analytic gradient is never consulted, so batching changes the
-speed of the check, not what it measures.
+at once. Each slot's value is a complete evaluation of ``L`` at its own perturbed tensor;
+the analytic gradient is never consulted, so batching changes the speed of the check, not
+what it measures.
 
-What an evaluation recomputes (:attr:`StackedObjective.recomputes`) is only what the
-perturbation can change; everything else is computed once, from the unperturbed tensors,
-by the same products and sums:
+Every product is the projections' own (:func:`qkvcli.core.projections.project`, forward's
+product) called on less, and every sum the loss's own (:func:`~qkvcli.core.outputs.
+weighted_sums`, :func:`~qkvcli.core.outputs.branch_sums`, :func:`~qkvcli.core.outputs.
+add_branches`, which make :func:`~qkvcli.core.outputs.weighted_loss`). What an evaluation
+recomputes (:attr:`StackedObjective.recomputes`) is only what the perturbation can change;
+everything else is computed once, from the unperturbed tensors:
 
 * a weight, one coordinate at a time (``local``): only the perturbed column of the
   branch's output, ``X W_b[:, j]`` (perturbing ``W_b[i,j]`` changes column ``j`` of
-  ``Y_b`` and nothing else; a batch's columns are one ``[BT,d] @ [d,count]`` product);
-  the branch's sum over all its terms is then taken again, with that column's terms
-  replaced (the other two branches' sums are constants of the check);
+  ``Y_b`` and nothing else; a batch's perturbed columns go through the product together,
+  ``[BT,d] @ [d,count]``); the branch's sum over all its terms is then taken again, with
+  that column's terms replaced (the other two branches' sums are constants of the check);
 * a weight otherwise (small tensors, and random directions): the perturbed branch's
-  whole product ``X W_b`` and its sum ``<Y_b,U_b>``;
+  whole product, the slots' copies of ``W_b`` side by side as the columns of one product
+  ``[BT,d] @ [d,count*h]``, and its sum ``<Y_b,U_b>``;
 * the input, one coordinate at a time (``local``): only the perturbed row of ``[Q|K|V]``
-  (a ``[1,d] @ [d,3h]`` product); every branch's sum over all its terms is then taken
-  again, with that row's terms replaced;
-* the input otherwise (small tensors, and random directions): the whole forward product.
+  (the perturbed rows through the packed weights, ``[count,d] @ [d,3h]``); every
+  branch's sum over all its terms is then taken again, with that row's terms replaced;
+* the input otherwise (small tensors, and random directions): the whole forward, the
+  slots' copies of ``X`` stacked along the batch axis, ``[count*BT,d] @ [d,3h]``.
 
 Every sum is a full pass over a branch's ``[batch, tokens, d_head]`` terms in the order
 :func:`~qkvcli.core.outputs.weighted_loss` takes it, so ``L`` at the perturbed point is
@@ -35,7 +40,8 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.core.projections import QkvProjections
+from qkvcli.core.outputs import add_branches, branch_sums, weighted_sums
+from qkvcli.core.projections import QkvProjections, project
 
 RECOMPUTES_BRANCH = "perturbed branch"
 RECOMPUTES_ROW = "perturbed row"
@@ -50,8 +56,10 @@ def loss_terms(layer: QkvProjections, x: Array, upstream: tuple[Array, Array, Ar
     packed = layer.astype(np.float64).packed
     terms = np.empty((3, rows, h))
     with np.errstate(over="ignore", invalid="ignore"):
-        outputs = np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model) @ packed
-        for branch, grad in enumerate(upstream):  # [BT,d] @ [d,3h] -> [BT,3h], by branch
+        # forward's product: [BT,d] @ [d,3h] -> [BT,3h]
+        outputs = project(np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model),
+                          packed)
+        for branch, grad in enumerate(upstream):
             np.multiply(outputs[:, branch * h:(branch + 1) * h],
                         np.asarray(grad, dtype=np.float64).reshape(rows, h), out=terms[branch])
     terms.flags.writeable = False  # shared by a check's objectives: none may change it
@@ -99,22 +107,23 @@ class StackedObjective:
             self._base = loss_terms(layer, x, upstream) if base is None else base  # [3,BT,h]
         if index > 0 and local:
             self.recomputes = RECOMPUTES_COLUMN
-            self._sums = self._base.reshape(3, rows * h).sum(axis=1)  # constants
+            self._sums = branch_sums(self._base.reshape(3, rows * h))  # constants
             self._weight = packed[:, (index - 1) * h:index * h]  # [d, h]
             self._where = np.zeros(slots, dtype=np.int64)
             self._value = np.zeros(slots)
             # One branch's terms, a column replaced at a time and restored after its sum.
             self._work = self._base[index - 1].copy()  # [BT, h]
+            self._work_terms = self._work.reshape(-1)  # the same, as one row-major axis
         elif index > 0:
             self.recomputes = RECOMPUTES_BRANCH
-            # slots copies of the branch's weight side by side: [d, slots*h], so one GEMM
-            # X_(BT) @ buffer evaluates every slot's branch product.
+            # slots copies of the branch's weight side by side: [d, slots*h], so one
+            # product X_(BT) @ buffer evaluates every slot's branch.
             weight = packed[:, (index - 1) * h:index * h]
             self._buffer = np.empty((d_model, slots * h))
             self._buffer.reshape(d_model, slots, h)[...] = weight[:, None, :]
             self._outputs = np.empty(slots * rows * h)
             self._terms = np.empty_like(self._outputs)
-            self._sums = self._base.reshape(3, rows * h).sum(axis=1)  # constants
+            self._sums = branch_sums(self._base.reshape(3, rows * h))  # constants
         elif local:
             self.recomputes = RECOMPUTES_ROW
             self._where = np.zeros(slots, dtype=np.int64)
@@ -169,8 +178,8 @@ class StackedObjective:
         """``L`` of slots ``0..count-1``, each from its own perturbed tensor: ``[count]``.
 
         Each branch's sum runs over its ``[batch, tokens, d_head]`` terms in row-major
-        order, contiguous, so it is the very sum :func:`~qkvcli.core.outputs.weighted_loss`
-        takes (same pairwise summation); the three are added in query, key, value order.
+        order, contiguous, and the three are added in query, key, value order: the sums of
+        :func:`~qkvcli.core.outputs.weighted_loss`, by the same functions.
         """
         with np.errstate(over="ignore", invalid="ignore"):  # the checks report non-finite L
             if self.index > 0:
@@ -181,7 +190,7 @@ class StackedObjective:
                 per_branch = self._local_sums(count)
             else:
                 per_branch = self._full_sums(count)
-            total: Array = per_branch[:, 0] + per_branch[:, 1] + per_branch[:, 2]
+            total: Array = add_branches(per_branch)
         return total
 
     def _branch_sums(self, count: int) -> Array:
@@ -189,12 +198,10 @@ class StackedObjective:
         h = self._h
         size = count * rows * h
         outputs = self._outputs[:size].reshape(rows, count * h)
-        np.matmul(self._rows, self._buffer[:, :count * h], out=outputs)  # [BT,d]@[d,count*h]
+        project(self._rows, self._buffer[:, :count * h], out=outputs)  # [BT,d]@[d,count*h]
         terms = self._terms[:size].reshape(count, rows, h)
         upstream = self._upstream[self.index - 1]  # [BT, h]
-        np.multiply(outputs.reshape(rows, count, h).transpose(1, 0, 2), upstream, out=terms)
-        sums: Array = terms.reshape(count, rows * h).sum(axis=1)
-        return sums
+        return weighted_sums(outputs.reshape(rows, count, h).transpose(1, 0, 2), upstream, terms)
 
     def _column_sums(self, count: int) -> Array:
         """The perturbed branch's sum per slot, recomputing only column ``j`` of ``Y_b``."""
@@ -206,7 +213,8 @@ class StackedObjective:
         # matrix-matrix kernel every other batch (and the full forward) uses.
         columns = self._weight[:, np.resize(column, max(2, count))]
         columns[which, np.arange(count)] = self._value[:count]
-        products = self._rows @ columns  # [BT,d] @ [d,count] -> [BT,count]: Y_b[:, j] per slot
+        # [BT,d] @ [d,count] -> [BT,count]: Y_b[:, j] per slot
+        products = project(self._rows, columns)
         upstream = self._upstream[branch]  # [BT, h]
         base = self._base[branch]
         work = self._work
@@ -214,7 +222,7 @@ class StackedObjective:
         for k in range(count):
             j = column[k]
             np.multiply(products[:, k], upstream[:, j], out=work[:, j])
-            sums[k] = work.sum()  # all BT*h terms, row-major: weighted_loss's very sum
+            sums[k] = branch_sums(self._work_terms)  # all BT*h terms of work, row-major
             work[:, j] = base[:, j]  # restore: evaluations never share state
         return sums
 
@@ -224,13 +232,12 @@ class StackedObjective:
         which, column = np.divmod(self._where[:count], d_model)
         changed = self._rows[which]  # [count, d]: copies of the perturbed rows
         changed[np.arange(count), column] = self._value[:count]
-        products = changed @ self._packed  # [count,d] @ [d,3h] -> [count,3h]
+        products = project(changed, self._packed)  # [count,d] @ [d,3h] -> [count,3h]
         terms = self._terms[:count]
         terms[...] = self._base
         for k in range(count):
             terms[k, :, which[k], :] = products[k].reshape(3, h) * self._upstream[:, which[k], :]
-        sums: Array = terms.reshape(count, 3, rows * h).sum(axis=2)
-        return sums
+        return branch_sums(terms.reshape(count, 3, rows * h))
 
     def _full_sums(self, count: int) -> Array:
         rows = self._rows.shape[0]
@@ -238,8 +245,6 @@ class StackedObjective:
         size = count * rows * 3 * h
         terms = self._terms[:size].reshape(count, 3, rows, h)
         outputs = self._outputs[:size].reshape(count * rows, 3 * h)
-        np.matmul(self._buffer[:count * rows], self._packed, out=outputs)  # [count*BT,d]@[d,3h]
+        project(self._buffer[:count * rows], self._packed, out=outputs)  # [count*BT,d]@[d,3h]
         by_branch = outputs.reshape(count, rows, 3, h).transpose(0, 2, 1, 3)
-        np.multiply(by_branch, self._upstream, out=terms)  # [count, 3, BT, h]
-        sums: Array = terms.reshape(count, 3, rows * h).sum(axis=2)
-        return sums
+        return weighted_sums(by_branch, self._upstream, terms)  # [count, 3]
