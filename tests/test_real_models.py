@@ -383,6 +383,12 @@ QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
 _GEMMA3 = _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
                  layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=20,
                  rms_norm_eps=1e-3)
+# OLMo 3: three layers, the third full (no layer_types: Olmo3Config's every 4th would
+# make all three slide), each kind with its own theta
+_OLMO3 = _small(num_key_value_heads=2, num_hidden_layers=3, sliding_window=2, rms_norm_eps=1e-3,
+                layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 300.0},
+                                 "full_attention": {"rope_type": "default", "rope_theta": 70000.0}})
 FAMILY_CASES = [
     ("mistral-window", "MistralConfig", _small(num_key_value_heads=2, sliding_window=2),
      "layers.0.self_attn.", QKVO, {"window": 2, "kv_heads": 2, "architecture": "mistral"}),
@@ -443,6 +449,14 @@ FAMILY_CASES = [
      (*QKVO, "q_norm", "k_norm"),
      {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 1.0}, "window": None,
       "rope": {"theta": 1000000.0, "dims": 8, "layout": "half"}}),
+    ("olmo3-qk-norm-sliding-layer-gqa", "Olmo3Config", _OLMO3, "layers.1.self_attn.",
+     (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "layer", "eps": 1e-3, "offset": 0.0}, "window": 2, "kv_heads": 2,
+      "rope": {"theta": 300.0, "dims": 4, "layout": "half"}, "architecture": "olmo3"}),
+    ("olmo3-qk-norm-full-layer-biases", "Olmo3Config", {**_OLMO3, "attention_bias": True},
+     "layers.2.self_attn.", (*QKVO, "q_norm", "k_norm"),
+     {"qk_norm": {"span": "layer", "eps": 1e-3, "offset": 0.0}, "window": None, "kv_heads": 2,
+      "rope": {"theta": 70000.0, "dims": 4, "layout": "half"}}),
     ("gemma2-softcap-sliding", "Gemma2Config",
      _small(head_dim=8, num_key_value_heads=2, num_hidden_layers=2, sliding_window=2,
             attn_logit_softcapping=1.5, query_pre_attn_scalar=20), "layers.0.self_attn.", QKVO,
@@ -1100,3 +1114,72 @@ def test_gemma3_layers_without_layer_types_slide_by_the_pattern(tmp_path: Path) 
         document = json.loads((folder / "layer.json").read_text())
         assert document.get("window") == window and document["rope"]["theta"] == theta
         assert document["qk_norm"] == {"span": "head", "eps": 1e-3, "offset": 1.0}
+
+
+OLMO3_CONFIGS = [
+    ("sliding-rope-scaling", "layers.0.self_attn.",
+     {"rope_parameters": {**_OLMO3["rope_parameters"],
+                          "sliding_attention": {"rope_type": "linear", "rope_theta": 300.0,
+                                                "factor": 2.0}}},
+     "config rope_parameters.sliding_attention.rope_type \"linear\": qkv computes only the "
+     "default RoPE"),
+    ("full-rope-scaling", "layers.2.self_attn.",
+     {"rope_parameters": {**_OLMO3["rope_parameters"],
+                          "full_attention": {"rope_type": "yarn", "rope_theta": 70000.0,
+                                             "factor": 2.0}}},
+     "config rope_parameters.full_attention.rope_type \"yarn\": qkv computes only the "
+     "default RoPE"),
+    ("rope-parameters-not-per-layer-type", "layers.0.self_attn.",
+     {"rope_parameters": {"rope_type": "default", "rope_theta": 300.0}},
+     "config rope_parameters.rope_type: OLMo 3's rope_parameters is keyed by layer type"),
+    ("flat-theta-on-a-sliding-layer", "layers.0.self_attn.",
+     {"rope_parameters": None, "rope_theta": 300.0},
+     "config rope_theta 300.0 and no rope_parameters.sliding_attention.rope_theta"),
+    ("unknown-layer-type", "layers.0.self_attn.",
+     {"layer_types": ["sliding_attention", "chunked_attention", "full_attention"]},
+     "config layer_types must be a list of \"full_attention\" and \"sliding_attention\""),
+    ("layer-types-too-short", "layers.2.self_attn.",
+     {"layer_types": ["sliding_attention", "full_attention"]},
+     "config layer_types has no entry for this layer (the prefix's layer number 2)"),
+    ("sliding-layer-without-a-window", "layers.0.self_attn.", {"sliding_window": None},
+     "config sliding_window null, but this layer is a \"sliding_attention\" one"),
+]
+
+
+@pytest.mark.parametrize(("prefix", "changes", "words"), [c[1:] for c in OLMO3_CONFIGS],
+                         ids=[c[0] for c in OLMO3_CONFIGS])
+def test_an_olmo3_config_qkv_cannot_read_is_refused_by_its_key(
+    tmp_path: Path, prefix: str, changes: dict[str, Any], words: str
+) -> None:
+    _, folder = build(tmp_path, "olmo3", transformers.Olmo3Config(**_OLMO3))
+    _edit_config(folder, **changes)
+    result = _init(folder, "--prefix", prefix)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert words in result.stderr, result.stderr
+
+
+def test_olmo3_layers_without_layer_types_slide_but_every_fourth(tmp_path: Path) -> None:
+    """Olmo3Config: with no layer_types, every 4th layer is full and the others slide,
+    each with its kind's theta; a flat rope_theta sets the full layers' (transformers 5),
+    and equal to the sliding layers' default it is read there too."""
+    config = transformers.Olmo3Config(**{**_OLMO3, "num_hidden_layers": 4, "layer_types": None})
+    assert config.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
+    _, folder = build(tmp_path, "olmo3", config)
+    saved = json.loads((folder / "config.json").read_text())
+    saved.pop("layer_types", None)
+    (folder / "config.json").write_text(json.dumps(saved))
+    for prefix, window, theta in (("layers.2.self_attn.", 2, 300.0),
+                                  ("layers.3.self_attn.", None, 70000.0)):
+        made = _init(folder, "--prefix", prefix, "--force")
+        assert made.exit_code == 0, made.stderr
+        document = json.loads((folder / "layer.json").read_text())
+        assert document.get("window") == window and document["rope"]["theta"] == theta
+        assert document["qk_norm"] == {"span": "layer", "eps": 1e-3, "offset": 0.0}
+    saved.pop("rope_parameters")
+    (folder / "config.json").write_text(json.dumps({**saved, "rope_theta": 500000.0}))
+    read = transformers.Olmo3Config.from_pretrained(folder).rope_parameters
+    assert read["sliding_attention"]["rope_theta"] == read["full_attention"]["rope_theta"]
+    for prefix in ("layers.0.self_attn.", "layers.3.self_attn."):
+        made = _init(folder, "--prefix", prefix, "--force")
+        assert made.exit_code == 0, made.stderr
+        assert json.loads((folder / "layer.json").read_text())["rope"]["theta"] == 500000.0

@@ -70,12 +70,13 @@ _FAMILIES = (
     ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
                       scale="gemma2", path=_LAYERS)),
     ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo", path=_LAYERS)),
-    ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="gemma3",
+    ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="types",
                            scale="gemma2", path=_LAYERS)),
     ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2", path=_LAYERS)),
     ("qwen3_moe", Family("Qwen3-MoE", "linear", "yes", "half", "Qwen3Moe", window="qwen3_moe",
                          path=_LAYERS)),
     ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2", path=_LAYERS)),
+    ("olmo3", Family("OLMo 3", "linear", "yes", "half", "Olmo3", window="types", path=_LAYERS)),
     ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm", path=_LAYERS,
                         biases="use_qkv_bias")),
     ("phi", Family("Phi", "linear", "yes", "half", "Phi", out="dense", path=_LAYERS,
@@ -115,14 +116,11 @@ FAMILIES = dict(_FAMILIES)
 SUPPORTED = tuple(FAMILIES)
 CAUSAL_MODELS = tuple(m for m, f in _FAMILIES if f.causal == "yes")
 
-_NORM = ("a norm on Q and K before the scores (q_norm/k_norm), which qkv computes for Qwen3, "
-         "Qwen3-MoE, OLMo 2, Gemma 3, Phi, Persimmon, StableLM and Cohere only")
 REFUSED_MODELS = {
     "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
     "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "umt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
     "longt5": "a relative position bias and local attention (T5's attention)",
-    "olmo3": _NORM,
     "gemma3": "a multimodal model in one config (a vision tower beside the text model): give "
               "the text model's own config (model_type gemma3_text)",
     "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
@@ -158,6 +156,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
               "head_dim": 128},
     "qwen3_moe": {"sliding_window": 4096, "rms_norm_eps": 1e-6},
     "olmo2": {"rms_norm_eps": 1e-5},
+    "olmo3": {"rms_norm_eps": 1e-5, "sliding_window": 4096},
     "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "rms_norm_eps": 1e-6,
                     "sliding_window_pattern": 6, "head_dim": 256},
     "starcoder2": {"use_bias": True},
@@ -467,9 +466,9 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     scale = _scale(config, family.scale, head_dim, index, prefix)
     rope = None
     falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
-    if model == "gemma3_text":  # each kind of layer its own theta
-        rope = RopeSpec(_gemma3_theta(config, _gemma3_kind(config, index, prefix), prefix),
-                        head_dim, family.rope or "half")
+    if model in TYPE_THETAS:  # each kind of layer its own theta
+        rope = RopeSpec(_type_theta(config, model, _layer_type(config, model, index, prefix),
+                                    prefix), head_dim, family.rope or "half")
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
@@ -561,7 +560,7 @@ TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key
 
 
 QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
-            "gemma3_text": ("head", 1.0)}
+            "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -632,33 +631,72 @@ def _mpt(config: dict[str, Any], heads: int, head_dim: int,
     return tuple(slopes), scale, clip_qkv
 
 
-def _gemma3_kind(config: dict[str, Any], index: int | None, prefix: str) -> str:
-    """A Gemma 3 layer's kind: ``layer_types``, else every ``sliding_window_pattern``-th
-    layer (default 6) is full and the others slide, as Gemma3TextConfig derives it."""
+LAYER_PATTERNS = {"gemma3_text": ("sliding_window_pattern", None),
+                  "olmo3": (None, 4)}
+"""How a family's config derives ``layer_types`` when it gives none: every N-th layer
+is full and the others slide, N read from a key (Gemma3TextConfig's
+``sliding_window_pattern``, default 6) or fixed (Olmo3Config: 4)."""
+
+
+def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: str) -> str:
+    """A Gemma 3 or OLMo 3 layer's kind: ``layer_types``, else every N-th layer
+    (:data:`LAYER_PATTERNS`) is full and the others slide, as the family's config
+    derives it."""
     kind = _layer_kind(config, "layer_types", index, ("full_attention", "sliding_attention"),
                        prefix)
     if kind is not None:
         return kind
+    title = FAMILIES[model].title
     if index is None:
-        raise CheckpointError(prefix, "config gives no layer_types: Gemma 3's sliding layers "
+        raise CheckpointError(prefix, f"config gives no layer_types: {title}'s sliding layers "
                               "need the layer's number in the prefix")
-    pattern = _int({**DEFAULTS["gemma3_text"], **config}, prefix, "sliding_window_pattern")
+    key, fixed = LAYER_PATTERNS[model]
+    pattern = fixed if key is None else _int({**DEFAULTS[model], **config}, prefix, key)
     return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
 
 
-GEMMA3_THETA = {"full_attention": ("rope_theta", 1_000_000.0),
-                "sliding_attention": ("rope_local_base_freq", 10_000.0)}
-"""Gemma 3's flat spelling of each kind of layer's RoPE theta, and its default."""
+TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
+    "gemma3_text": {"full_attention": ("rope_theta", 1_000_000.0),
+                    "sliding_attention": ("rope_local_base_freq", 10_000.0)},
+    "olmo3": {"full_attention": ("rope_theta", 500_000.0),
+              "sliding_attention": (None, 500_000.0)},
+}
+"""The families whose RoPE theta is per kind of layer (``rope_parameters`` keyed by
+``layer_types``' kinds): each kind's flat spelling (``None``: none) and its default."""
 
 
-def _gemma3_theta(config: dict[str, Any], kind: str, prefix: str) -> float:
-    """The RoPE theta of a Gemma 3 layer of ``kind``: ``rope_parameters.<kind>.rope_theta``
-    or the flat ``rope_theta`` (full layers) / ``rope_local_base_freq`` (sliding ones);
-    a scaling, another key, or spellings that disagree are refused."""
-    flat_key, default = GEMMA3_THETA[kind]
+def _type_theta(config: dict[str, Any], model: str, kind: str, prefix: str) -> float:
+    """The RoPE theta of a layer of ``kind``: ``rope_parameters.<kind>.rope_theta`` or the
+    kind's flat spelling (:data:`TYPE_THETAS`); a scaling, another key, or spellings that
+    disagree are refused.
+
+    OLMo 3 (Olmo3Config, transformers 5): ``rope_parameters`` must be keyed by kind; a
+    flat ``rope_theta`` sets the full layers' theta only (the sliding ones keep
+    500000), so a sliding layer with a flat ``rope_theta`` of another value and no
+    ``rope_parameters.sliding_attention.rope_theta`` is refused (transformers 4 read it
+    for every layer); a ``rope_scaling`` (which updates the full layers' entry) is
+    refused unless it is the default RoPE alone."""
+    thetas = TYPE_THETAS[model]
+    flat_key, default = thetas[kind]
     nested: Any = None
     params = config.get("rope_parameters")
-    if isinstance(params, dict) and any(k in params for k in GEMMA3_THETA):
+    if model == "olmo3":
+        if isinstance(params, dict):
+            other = next((k for k in params if k not in thetas), None)
+            if other is not None:
+                raise CheckpointError(prefix, f"config rope_parameters.{other}: OLMo 3's "
+                                      "rope_parameters is keyed by layer type "
+                                      "(full_attention, sliding_attention); refused")
+        scaling = config.get("rope_scaling")
+        if isinstance(scaling, dict):
+            for key, value in scaling.items():
+                if key not in ("rope_type", "type") or value != "default":
+                    raise CheckpointError(prefix, f"config rope_scaling.{key} "
+                                          f"{shown_value(value)}: OLMo 3 applies it to its "
+                                          "full layers' RoPE, and qkv computes only the "
+                                          "default RoPE (rope_parameters.<layer "
+                                          "type>.rope_theta alone)")
+    if isinstance(params, dict) and any(k in params for k in thetas):
         entry = params.get(kind) or {}
         where = f"rope_parameters.{kind}"
         if not isinstance(entry, dict):
@@ -670,7 +708,7 @@ def _gemma3_theta(config: dict[str, Any], kind: str, prefix: str) -> float:
                 raise CheckpointError(prefix, f"config {where}.{key} {shown_value(value)}: qkv "
                                       "computes only the default RoPE (rope_theta alone)")
         nested = entry.get("rope_theta")
-    flat = config.get(flat_key)
+    flat = config.get(flat_key) if flat_key is not None else None
     if nested is not None and flat is not None and (
             nested != flat or isinstance(nested, bool) != isinstance(flat, bool)):
         raise CheckpointError(prefix, f"config rope_parameters.{kind}.rope_theta "
@@ -678,7 +716,16 @@ def _gemma3_theta(config: dict[str, Any], kind: str, prefix: str) -> float:
                               "disagree (two spellings of one setting)")
     if nested is not None:
         return _positive(nested, f"rope_parameters.{kind}.rope_theta", prefix)
-    return _positive(flat, flat_key, prefix) if flat is not None else default
+    if flat is not None:
+        return _positive(flat, str(flat_key), prefix)
+    loose = config.get("rope_theta")
+    if model == "olmo3" and loose is not None and loose != default:
+        raise CheckpointError(prefix, f"config rope_theta {shown_value(loose)} and no "
+                              f"rope_parameters.{kind}.rope_theta: transformers 5's OLMo 3 "
+                              f"gives its {kind} layers {default} (rope_theta sets the "
+                              "full layers' only), transformers 4's gave every layer "
+                              "rope_theta; refused (give rope_parameters per layer type)")
+    return default
 
 
 def _bloom_slopes(heads: int) -> list[float]:
@@ -875,8 +922,14 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
                                       "layers need the layer's number in the prefix")
             kind = "sliding_attention" if (index + 1) % 2 else "full_attention"
         key, sliding = "sliding_window", kind == "sliding_attention"
-    elif rule == "gemma3":
-        key, sliding = "sliding_window", _gemma3_kind(config, index, prefix) == "sliding_attention"
+    elif rule == "types":  # Gemma 3, OLMo 3: layer_types, else the family's pattern
+        key, sliding = "sliding_window", _layer_type(config, model, index, prefix) == (
+            "sliding_attention")
+        if sliding and settings.get(key) is None:
+            # the model's cache and mask need a window for a sliding layer
+            raise CheckpointError(prefix, "config sliding_window null, but this layer is a "
+                                  "\"sliding_attention\" one (layer_types or the family's "
+                                  "pattern): transformers cannot run it; refused")
     elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
         key, sliding = "sliding_window", True
     elif rule == "qwen3_moe":  # Qwen3MoeConfig: sliding_window only with use_sliding_window,
