@@ -33,6 +33,7 @@ from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import MASK64
 from qkvcli.core.text import printable
+from qkvcli.reading.attend import pieces_document
 
 USER_TEXT_LIMIT = 120  # characters of user text (a prefix, a config value) in a message
 
@@ -464,22 +465,7 @@ def checkpoint_document(
                             "layout": function.rope.layout}
     if function.scale is not None:
         document["scale"] = function.scale
-    if function.window is not None:
-        document["window"] = function.window
-    if function.softcap is not None:
-        document["softcap"] = function.softcap
-    if function.alibi is not None:
-        document["alibi"] = list(function.alibi)
-        if function.alibi_scaled:
-            document["alibi_scaled"] = True
-        if function.alibi_rounding is not None:
-            document["alibi_rounding"] = function.alibi_rounding
-    if function.clip_qkv is not None:
-        document["clip_qkv"] = function.clip_qkv
-    norm = function.qk_norm
-    if norm is not None:
-        named = {} if norm.kind == "rms" else {"kind": norm.kind}  # RMSNorm: the default
-        document["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset}
+    document |= pieces_document(function)
     document |= {
         "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
                                "shape": [1, tokens, d_model]}},

@@ -33,7 +33,7 @@ read (reading may not import the engine).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -82,6 +82,62 @@ class NormSpec(Record):
     eps: float  # added to the mean square (the variance)
     offset: float = 0.0  # added to the weight before it multiplies (Gemma 3's 1 + weight)
     kind: str = "rms"  # "rms": RMSNorm; "layer": LayerNorm (the mean subtracted first)
+
+
+class NormKeys(Protocol):
+    """What a q/k norm's fixture keys are made of (a fixture's or a config's norm)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def span(self) -> str: ...
+    @property
+    def eps(self) -> float: ...
+    @property
+    def offset(self) -> float: ...
+
+
+class LayerPieces(Protocol):
+    """The pieces a real layer adds to attention, wherever they are held (a fixture's
+    :class:`LayerFunction`, a config's function, attend's evidence)."""
+
+    @property
+    def window(self) -> int | None: ...
+    @property
+    def softcap(self) -> float | None: ...
+    @property
+    def alibi(self) -> tuple[float, ...] | None: ...
+    @property
+    def alibi_scaled(self) -> bool: ...
+    @property
+    def alibi_rounding(self) -> str | None: ...
+    @property
+    def clip_qkv(self) -> float | None: ...
+    @property
+    def qk_norm(self) -> NormKeys | None: ...
+
+
+def pieces_document(function: LayerPieces) -> dict[str, Any]:
+    """``function``'s pieces as a fixture spells them, in the fixture format's order, each
+    only when present (``init`` writes them; attend's JSON reports them under ``config``)."""
+    found: dict[str, Any] = {}
+    if function.window is not None:
+        found["window"] = function.window
+    if function.softcap is not None:
+        found["softcap"] = function.softcap
+    if function.alibi is not None:
+        found["alibi"] = list(function.alibi)
+        if function.alibi_scaled:
+            found["alibi_scaled"] = True
+        if function.alibi_rounding is not None:
+            found["alibi_rounding"] = function.alibi_rounding
+    if function.clip_qkv is not None:
+        found["clip_qkv"] = function.clip_qkv
+    norm = function.qk_norm
+    if norm is not None:
+        named = {} if norm.kind == "rms" else {"kind": norm.kind}  # RMSNorm: the default
+        found["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset}
+    return found
 
 
 class LayerFunction(Record):

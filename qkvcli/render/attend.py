@@ -17,6 +17,7 @@ from qkvcli import __version__
 from qkvcli.attention.records import AttendConfig, AttendEvidence, Note
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
+from qkvcli.reading.attend import pieces_document
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector, iter_vector
 from qkvcli.render.report import dumps, gradcheck_json, json_float, tensor_json
 from qkvcli.render.wording import Check, verdict
@@ -375,22 +376,7 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
         found["rope"] = {"theta": c.rope.theta, "dims": c.rope.dims, "layout": c.rope.layout}
     if c.scale_given:
         found["scale_given"] = True
-    if c.window is not None:
-        found["window"] = c.window
-    if c.softcap is not None:
-        found["softcap"] = c.softcap
-    if c.alibi is not None:
-        found["alibi"] = list(c.alibi)
-        if c.alibi_scaled:
-            found["alibi_scaled"] = True
-        if c.alibi_rounding is not None:
-            found["alibi_rounding"] = c.alibi_rounding
-    if c.clip_qkv is not None:
-        found["clip_qkv"] = c.clip_qkv
-    if c.qk_norm is not None:
-        kind = {} if c.qk_norm.kind == "rms" else {"kind": c.qk_norm.kind}
-        found["qk_norm"] = {**kind, "span": c.qk_norm.span, "eps": c.qk_norm.eps,
-                            "offset": c.qk_norm.offset}
+    found |= pieces_document(c)
     if c.sources:  # the framework's own tensor names, relative to the layer
         found["parameter_sources"] = {published_name(n, c): tensor for n, tensor in c.sources}
     return found
