@@ -305,7 +305,8 @@ def checkpoint_fixture_text(
         layer_widths,
         options_needed,
     )
-    from qkvcli.authoring.config import FAMILIES, config_family, model_function
+    from qkvcli.authoring.config import config_family, model_function
+    from qkvcli.authoring.families import FAMILIES
     from qkvcli.authoring.starter import dump_fixture
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable

@@ -1,0 +1,231 @@
+"""What each model family's attention is, as transformers builds it: the table qkv reads
+a checkpoint's ``config.json`` against (:mod:`qkvcli.authoring.config` does the reading).
+
+Per ``model_type``: its tensors' kind, causality, RoPE layout, module path, output
+projection and biases (:class:`Family`); the families refused by name and the keys that
+ask for what qkv does not compute; each family's config defaults and RoPE theta; its
+norms of Q and K; how it derives its layers' kinds and each kind's theta. Data only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkvcli.authoring.checkpoint import NormFunction
+from qkvcli.core.record import Record
+
+
+class Family(Record):
+    """What a ``model_type``'s attention is, as far as qkv reads it."""
+
+    title: str
+    kind: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
+    causal: str  # "yes", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
+    rope: str | None  # None, or RoPE's layout: "half" (rotate_half), "interleaved"
+    classes: str  # the start of its transformers classes' names (config "architectures")
+    window: str | None = None  # how its config gives a sliding window (see _window)
+    scale: str | None = None  # how its config gives the score factor (see _scale)
+    out: str = "o_proj"  # its output projection's module under the prefix ("": outside it)
+    path: str | None = None  # the end of its layers' prefixes (a regular expression)
+    biases: str = "attention_bias"  # which of its projections carry a bias (see BIASES)
+
+
+_LAYERS = r"layers\.[^.]+\.self_attn\."  # LLaMA's and most decoders' module path
+
+
+_FAMILIES = (
+    ("gpt2", Family("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2", out="c_proj",
+                    biases="all")),
+    ("bert", Family("BERT", "bert", "decoder", None, "Bert", out="", biases="all")),
+    ("roberta", Family("RoBERTa", "bert", "decoder", None, "Roberta", out="", biases="all")),
+    ("xlm-roberta", Family("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta", out="",
+                           biases="all")),
+    ("electra", Family("ELECTRA", "bert", "decoder", None, "Electra", out="", biases="all")),
+    ("distilbert", Family("DistilBERT", "distil", "no", None, "DistilBert", out="out_lin",
+                          biases="all")),
+    ("llama", Family("LLaMA", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("mistral", Family("Mistral", "linear", "yes", "half", "Mistral", window="all",
+                       path=_LAYERS, biases="none")),
+    ("mixtral", Family("Mixtral", "linear", "yes", "half", "Mixtral", window="all",
+                       path=_LAYERS, biases="none")),
+    ("starcoder2", Family("Starcoder2", "linear", "yes", "half", "Starcoder2", window="all",
+                          path=_LAYERS, biases="use_bias")),
+    ("qwen2", Family("Qwen2", "linear", "yes", "half", "Qwen2", window="qwen2", path=_LAYERS,
+                     biases="qkv")),
+    ("smollm3", Family("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3",
+                       path=_LAYERS)),
+    ("granite", Family("Granite", "linear", "yes", "half", "Granite", scale="granite",
+                       path=_LAYERS)),
+    ("gemma", Family("Gemma", "linear", "yes", "half", "Gemma", path=_LAYERS)),
+    ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
+                      scale="gemma2", path=_LAYERS)),
+    ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo", path=_LAYERS)),
+    ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="types",
+                           scale="gemma2", path=_LAYERS)),
+    ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2", path=_LAYERS)),
+    ("qwen3_moe", Family("Qwen3-MoE", "linear", "yes", "half", "Qwen3Moe", window="qwen3_moe",
+                         path=_LAYERS)),
+    ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2", path=_LAYERS)),
+    ("olmo3", Family("OLMo 3", "linear", "yes", "half", "Olmo3", window="types", path=_LAYERS)),
+    ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm", path=_LAYERS,
+                        biases="use_qkv_bias")),
+    ("phi", Family("Phi", "linear", "yes", "half", "Phi", out="dense", path=_LAYERS,
+                   biases="all")),
+    ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere", path=_LAYERS)),
+    ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ", out="out_proj",
+                    path=r"h\.[^.]+\.attn\.", biases="none")),
+    ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX", out="dense",
+                        path=r"layers\.[^.]+\.attention\.", biases="attention_bias")),
+    ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom", out="dense",
+                     path=r"h\.[^.]+\.self_attention\.", biases="all")),
+    ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon", out="dense",
+                         path=_LAYERS, biases="all")),
+    ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon", out="dense",
+                      path=r"h\.[^.]+\.self_attention\.", biases="bias")),
+    ("opt", Family("OPT", "linear", "yes", None, "OPT", out="out_proj",
+                   path=r"decoder\.layers\.[^.]+\.self_attn\.", biases="enable_bias")),
+    ("mpt", Family("MPT", "mpt", "yes", None, "Mpt", out="out_proj", biases="none")),
+    ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen", out="out_proj",
+                       biases="none")),
+    ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all", biases="none")),
+    ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
+                           scale="bigcode", out="c_proj", biases="all")),
+    ("gpt_neo", Family("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
+                       scale="one", out="out_proj", path=r"h\.[^.]+\.attn\.attention\.",
+                       biases="out")),
+    ("bart", Family("BART", "linear", "prefix", None, "Bart", out="out_proj",
+                    path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.", biases="all")),
+    ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper", out="out_proj",
+                       path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.",
+                       biases="not_key")),
+    ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
+                               path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all")),
+)
+
+
+FAMILIES = dict(_FAMILIES)
+"""Every ``model_type`` qkv computes, and how it reads each one's config."""
+
+
+SUPPORTED = tuple(FAMILIES)
+
+
+
+
+REFUSED_MODELS = {
+    "t5": "a relative position bias (relative_attention_num_buckets) and no 1/sqrt(d_k) scale",
+    "mt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
+    "umt5": "a relative position bias and no 1/sqrt(d_k) scale (T5's attention)",
+    "longt5": "a relative position bias and local attention (T5's attention)",
+    "gemma3": "a multimodal model in one config (a vision tower beside the text model): give "
+              "the text model's own config (model_type gemma3_text)",
+    "deepseek_v2": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
+                   "and K/V with a separate RoPE part), which qkv does not compute",
+    "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
+                   "and K/V with a separate RoPE part), which qkv does not compute",
+}
+"""Families qkv knows by name and does not compute: what they add, for the refusal."""
+
+
+REFUSED_KEYS = (
+    ("alibi", "ALiBi position biases"), ("use_alibi", "ALiBi position biases"),
+    ("attn_logit_softcapping", "logit soft-capping of the scores"),
+    ("qk_norm", "QK-norm"), ("use_qk_norm", "QK-norm"), ("qk_layernorm", "QK-norm"),
+    ("clip_qkv", "clipping of Q, K and V (clip_qkv)"),
+    ("relative_attention_num_buckets", "a relative position bias"),
+    ("add_cross_attention", "cross-attention layers"),
+    ("use_bidirectional_attention", "bidirectional attention in a causal family"),
+)
+"""Config keys that, when set (not null, false or 0), ask for what qkv does not compute."""
+
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "granite": {"attention_multiplier": 1.0},
+    "mistral": {"sliding_window": 4096},
+    "gemma": {"head_dim": 256},
+    "gpt_neox": {"partial_rotary_factor": 0.25, "attention_bias": True},
+    "opt": {"enable_bias": True},
+    "stablelm": {"partial_rotary_factor": 0.25},
+    "phi": {"partial_rotary_factor": 0.5},
+    "persimmon": {"partial_rotary_factor": 0.5, "qk_layernorm": True},
+    "gpt_neo": {"window_size": 256},
+    "qwen2": {"sliding_window": 4096, "max_window_layers": 28},
+    "qwen3": {"sliding_window": 4096, "max_window_layers": 28, "rms_norm_eps": 1e-6,
+              "head_dim": 128},
+    "qwen3_moe": {"sliding_window": 4096, "rms_norm_eps": 1e-6},
+    "olmo2": {"rms_norm_eps": 1e-5},
+    "olmo3": {"rms_norm_eps": 1e-5, "sliding_window": 4096},
+    "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "rms_norm_eps": 1e-6,
+                    "sliding_window_pattern": 6, "head_dim": 256},
+    "starcoder2": {"use_bias": True},
+    "gptj": {"rotary_dim": 64},
+    "codegen": {"rotary_dim": 64},
+    "gpt_bigcode": {"multi_query": True},
+    "falcon": {"multi_query": True, "new_decoder_architecture": False},
+    "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+               "sliding_window": 4096, "head_dim": 256},
+}
+"""What each family's transformers config assumes when its config.json leaves a key
+out (an older or hand-written config): read as transformers would read it."""
+
+
+ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0}
+"""The RoPE theta of a family whose transformers config does not default it to 10000
+(its ``default_theta``), read when config.json gives none."""
+
+
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon")
+"""Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
+(GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
+
+
+TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"),
+                "distil": ("q_lin", "k_lin", "v_lin")}
+
+
+QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
+            "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
+"""The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
+head alone or the layer's whole width, and the offset added to the weight."""
+
+
+LAYER_NORMS = {
+    "phi": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                         modules=("q_layernorm", "k_layernorm"), bias=True)),
+    "persimmon": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                               modules=("q_layernorm", "k_layernorm"),
+                                               bias=True)),
+    "stablelm": ("qk_layernorm", NormFunction("head", 0.0, kind="layer",
+                                              modules=("q_layernorm", "k_layernorm"),
+                                              rows="modules")),
+    "cohere": ("use_qk_norm", NormFunction("head", 0.0, kind="layer", rows="tensor")),
+}
+"""The families whose Q and K pass a learned LayerNorm over each head when the config's
+key says so (eps: ``layer_norm_eps``): Phi's and Persimmon's ``nn.LayerNorm(head_dim)``
+with a bias shared by the heads, StableLM's ``StableLmLayerNormPerHead`` (a LayerNorm
+without bias per head, ``norms.{h}``) and Cohere's ``CohereLayerNorm((heads, head_dim))``
+(a row of weights per head, no bias)."""
+
+
+MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,
+                 "alibi": True, "alibi_bias_max": 8, "attn_type": "multihead_attention"}
+"""What transformers' MPT computes whatever its ``attn_config`` says: a config asking for
+another value is refused (the checkpoint was trained for a function transformers does
+not run)."""
+
+
+LAYER_PATTERNS = {"gemma3_text": ("sliding_window_pattern", None),
+                  "olmo3": (None, 4)}
+"""How a family's config derives ``layer_types`` when it gives none: every N-th layer
+is full and the others slide, N read from a key (Gemma3TextConfig's
+``sliding_window_pattern``, default 6) or fixed (Olmo3Config: 4)."""
+
+
+TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
+    "gemma3_text": {"full_attention": ("rope_theta", 1_000_000.0),
+                    "sliding_attention": ("rope_local_base_freq", 10_000.0)},
+    "olmo3": {"full_attention": ("rope_theta", 500_000.0),
+              "sliding_attention": (None, 500_000.0)},
+}
+"""The families whose RoPE theta is per kind of layer (``rope_parameters`` keyed by
+``layer_types``' kinds): each kind's flat spelling (``None``: none) and its default."""
