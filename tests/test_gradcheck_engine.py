@@ -27,6 +27,7 @@ from qkvcli.gradcheck.probes import (
     RECOMPUTES_ROW,
     StackedObjective,
 )
+from tests.test_gradcheck_columns import _case as seeded_case
 
 # (tensor index, local, what an evaluation recomputes): the ways StackedObjective evaluates.
 WAYS = [(0, False, RECOMPUTES_ALL), (0, True, RECOMPUTES_ROW),
@@ -37,17 +38,8 @@ WAY_IDS = ["input-whole", "input-row", "query-branch", "key-column", "value-bran
 
 
 def _case(seed, batch, tokens, d_model, d_head, integers=False):
-    rng = np.random.default_rng(seed)
-
-    def draw(shape):
-        if integers:
-            return rng.integers(-3, 4, shape).astype(float)
-        return rng.uniform(-1, 1, shape)
-
-    x = draw((batch, tokens, d_model))
-    layer = QkvProjections.from_arrays(*[draw((d_model, d_head)) for _ in range(3)])
-    upstream = tuple(draw((batch, tokens, d_head)) for _ in range(3))
-    return layer, x, upstream
+    """A seeded layer, input and upstream (the column tests' cases, without the gradients)."""
+    return seeded_case(seed, batch, tokens, d_model, d_head, integers)[:3]
 
 
 def _puts(layer, x, index):
