@@ -69,16 +69,20 @@ def test_qkvs_own_engine_passes_every_family_it_is_judged_by(cases: list[Case]) 
     assert result.failures == ()
 
 
-def test_each_family_both_kinds_have_is_one_definition_run_on_a_kind() -> None:
-    # Rule 12: the projections' and the head's families are the same functions; what
-    # differs between the kinds is data (kinds.py).
-    from qkvcli.check.kinds import HEAD, PROJECTIONS
-    from qkvcli.check.run import COMPUTE_ORDER, HEAD_ORDER
+def test_each_family_every_kind_has_is_one_definition_run_on_a_kind() -> None:
+    # Rule 12: every kind's shared families are the same functions; what differs between
+    # the kinds is data (kinds.py).
+    from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE
+    from qkvcli.check.run import plan
 
     shared = ["forward", "reverse", "shapes", "errors", "replay", "gradcheck", "purity"]
-    projections, head = dict(COMPUTE_ORDER), dict(HEAD_ORDER)
-    assert [projections[name] for name in shared] == [head[HEAD.family(name)] for name in shared]
+    plans = [dict(plan(kind)) for kind in KINDS]
+    for kind, families in zip(KINDS, plans, strict=True):
+        assert [families[kind.family(name)] for name in shared] == [
+            plans[0][name] for name in shared], kind.prefix
     assert [PROJECTIONS.family(name) for name in shared] == shared
+    assert [ROPE.family(name) for name in shared][:2] == ["rope", "rope-reverse"]
+    assert [MULTI_HEAD.family(name) for name in shared][:2] == ["multi-head", "multi-head-reverse"]
     assert (PROJECTIONS.upstream_names, HEAD.upstream_names) == (
         ("grad_query", "grad_key", "grad_value"), ("grad_output",))
 

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from qkvcli.check.cases import mha_cases, rope_cases
 from qkvcli.check.engine import engine_implementation
-from qkvcli.check.multihead import mha_cases
 from qkvcli.check.reference import engine_mha, engine_rope
 from qkvcli.check.result import MHA_FAMILIES, ROPE_FAMILIES
-from qkvcli.check.rotary import rope_cases
 from qkvcli.check.run import run_checks
 from qkvcli.check.target import PythonImplementation, load_python
 from qkvcli.cli import main
@@ -92,7 +91,7 @@ def test_each_wrong_example_fails_its_family_naming_the_slip(example: str, famil
     assert named in family_detail(checks[family])
 
 
-def test_rope_errors_lists_what_was_accepted_and_purity_fails_the_family() -> None:
+def test_rope_errors_lists_what_was_accepted_and_rope_purity_fails() -> None:
     def rope(x: Any, base: float, offset: int) -> Any:
         if x.shape[-1] % 2:
             raise ValueError("odd")
@@ -106,7 +105,7 @@ def test_rope_errors_lists_what_was_accepted_and_purity_fails_the_family() -> No
     accepted = checks_of(PythonImplementation("r", None, rope=rope))["rope-errors"]
     assert family_detail(accepted).startswith(
         "rope requests: silently accepted: no width, base 0, base -10, offset -1")
-    impure = checks_of(PythonImplementation("r", None, rope=scaling))["rope"]
+    impure = checks_of(PythonImplementation("r", None, rope=scaling))["rope-purity"]
     assert impure.outcome == "failed"
     assert "rope changed its argument x[0,0,0]" in family_detail(impure)
 

@@ -398,7 +398,7 @@ def test_a_ctrl_c_ends_the_implementation(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(run, "check_forward", interrupt)
-    monkeypatch.setattr(run, "COMPUTE_ORDER", (("forward", interrupt),))
+    monkeypatch.setitem(run.PLANS, "forward", (("forward", interrupt),))
     result = invoke("check", path, "--random", "0", "-f", "text")
     assert result.exit_code == 130, result.output
     pid = int(pids.read_text())

@@ -25,9 +25,11 @@ def _angles(tokens, width, base, offset):
         raise ValueError(f"RoPE needs a positive base, got {base}")
     if offset < 0:
         raise ValueError(f"RoPE needs an offset of 0 or more, got {offset}")
-    first = offset + (1 if BUG == "from-one" else 0)
-    positions = np.arange(first, first + tokens, dtype=np.float64)
-    frequencies = base ** (-np.arange(0, width, 2, dtype=np.float64) / width)
+    first = {"from-one": offset + 1, "offset-ignored": 0}.get(BUG, offset)
+    base = {"base-ignored": 10000.0, "base-squared": base ** 2}.get(BUG, base)
+    kind = np.float32 if BUG == "float32-angles" else np.float64
+    positions = np.arange(first, first + tokens, dtype=kind)
+    frequencies = 1.0 / kind(base) ** (np.arange(0, width, 2, dtype=kind) / kind(width))
     return positions[:, None] * frequencies[None, :]  # [T, d/2]
 
 
@@ -36,6 +38,9 @@ def _turn(x, base, offset, sign):
         raise ValueError(f"RoPE needs [..., tokens, width], got shape {x.shape}")
     angles = _angles(x.shape[-2], x.shape[-1], base, offset)
     cos, sin = np.cos(angles), sign * np.sin(angles)
+    if BUG == "cos-sin-swapped":
+        cos, sin = np.sin(angles), sign * np.cos(angles)
+    cos, sin = cos.astype(np.float64), sin.astype(np.float64)
     if BUG == "half-split":
         half = x.shape[-1] // 2
         a, b = x[..., :half], x[..., half:]
@@ -59,6 +64,8 @@ def _split(y, heads):  # [B,T,d] -> [B,H,T,d_h]
     batch, tokens, width = y.shape
     if BUG == "split-no-transpose":
         return y.reshape(batch, heads, tokens, width // heads)
+    if BUG == "strided-heads":  # head h gets the columns h, h + H, h + 2H, ...
+        return y.reshape(batch, tokens, width // heads, heads).transpose(0, 3, 1, 2)
     return y.reshape(batch, tokens, heads, width // heads).transpose(0, 2, 1, 3)
 
 
@@ -66,7 +73,32 @@ def _merge(y):  # [B,H,T,d_h] -> [B,T,d]
     batch, heads, tokens, size = y.shape
     if BUG in ("split-no-transpose", "merge-no-transpose"):
         return y.reshape(batch, tokens, heads * size)
+    if BUG == "strided-heads":
+        return y.transpose(0, 2, 3, 1).reshape(batch, tokens, heads * size)
     return y.transpose(0, 2, 1, 3).reshape(batch, tokens, heads * size)
+
+
+def _softmax(scores):  # each query's row, or (one-softmax) its row across every head
+    if not scores.size:
+        return np.zeros(scores.shape)
+    joint = BUG == "one-softmax"
+    if joint:
+        batch, heads, tokens, _ = scores.shape
+        scores = scores.transpose(0, 2, 1, 3).reshape(batch, tokens, heads * tokens)
+    e = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
+    weights = e / np.sum(e, axis=-1, keepdims=True)
+    if joint:
+        weights = weights.reshape(batch, tokens, heads, tokens).transpose(0, 2, 1, 3)
+    return weights
+
+
+def _softmax_reverse(a, grad_a):
+    if BUG != "one-softmax":
+        return a * (grad_a - np.sum(grad_a * a, axis=-1, keepdims=True))
+    batch, heads, tokens, _ = a.shape
+    a_j, g_j = (t.transpose(0, 2, 1, 3).reshape(batch, tokens, heads * tokens) for t in (a, grad_a))
+    grad = a_j * (g_j - np.sum(g_j * a_j, axis=-1, keepdims=True))
+    return grad.reshape(batch, tokens, heads, tokens).transpose(0, 2, 1, 3)
 
 
 def _validate(x, w_query, w_key, w_value, w_output, heads, rope_on):
@@ -87,24 +119,30 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
     q, k, v = (_split(x @ w, heads) for w in (w_query, w_key, w_value))
     if rope_on:
         q, k = rope(q, base, offset), rope(k, base, offset)
+        if BUG == "rope-on-value":
+            v = rope(v, base, offset)
     size = x.shape[2] // heads
-    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(size)  # [B,H,T,T]
+    scores = q @ np.swapaxes(k, -1, -2) / _scale(size)  # [B,H,T,T]
     tokens = x.shape[1]
     if causal:
-        scores = np.where(np.triu(np.ones((tokens, tokens), dtype=bool), k=1), -np.inf, scores)
-    if scores.size:
-        e = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
-        weights = e / np.sum(e, axis=-1, keepdims=True)
-    else:
-        weights = np.zeros(scores.shape)
+        future = np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
+        if BUG == "mask-one-head":
+            future = np.zeros((heads, tokens, tokens), dtype=bool) | future
+            future[1:] = False
+        scores = np.where(future, -np.inf, scores)
+    weights = _softmax(scores)
     heads_out = weights @ v  # [B,H,T,d_h]
     if BUG == "wo-before-merge":  # each head through its own block of W_O, then merged
         blocks = [heads_out[:, h] @ w_output[h * size:(h + 1) * size, h * size:(h + 1) * size]
                   for h in range(heads)]
         merged = np.concatenate(blocks, axis=-1) if blocks else np.zeros(x.shape)
         return q, k, v, weights, heads_out, merged, merged
-    merged = _merge(heads_out)
+    merged = _merge(heads_out[:, ::-1] if BUG == "merge-reversed" else heads_out)
     return q, k, v, weights, heads_out, merged, merged @ w_output
+
+
+def _scale(size):
+    return 1.0 if BUG == "unscaled" else math.sqrt(size)
 
 
 def mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset):
@@ -121,16 +159,28 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
         raise ValueError(f"grad_output has shape {grad_output.shape}")
     width = x.shape[2]
     size = width // heads
-    grad_w_output = merged.reshape(-1, width).T @ grad_output.reshape(-1, width)
+    items = slice(0, 1) if BUG == "dw-first-item" else slice(None)  # weights from one item
+    grad_w_output = (merged[items].reshape(-1, width).T
+                     @ grad_output[items].reshape(-1, width))
+    if BUG == "dwo-transposed":
+        grad_w_output = grad_w_output.T
     grad_heads = _split(grad_output @ w_output.T, heads)  # dC split per head
+    if BUG == "merge-reversed":
+        grad_heads = grad_heads[:, ::-1]
     grad_a = grad_heads @ np.swapaxes(v, -1, -2)
     grad_v = np.swapaxes(a, -1, -2) @ grad_heads
-    grad_s = a * (grad_a - np.sum(grad_a * a, axis=-1, keepdims=True)) / math.sqrt(size)
+    grad_s = _softmax_reverse(a, grad_a) / _scale(size)
     grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
     if rope_on:  # the rotation's reverse carries the gradient back
         grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
+        if BUG == "rope-on-value":
+            grad_v = rope_reverse(grad_v, base, offset)
     grads = [_merge(g) for g in (grad_q, grad_k, grad_v)]
-    rows = x.reshape(-1, width)
-    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
-    grad_w = [rows.T @ g.reshape(-1, width) for g in grads]
+    rows = x[items].reshape(-1, width)
+    paths = grads
+    if BUG == "dx-last-head":  # each head's dX overwrites the last: the last head's alone
+        last = (np.arange(heads) == heads - 1)[:, None, None]
+        paths = [_merge(g * last) for g in (grad_q, grad_k, grad_v)]
+    grad_input = sum(g @ w.T for g, w in zip(paths, (w_query, w_key, w_value), strict=True))
+    grad_w = [rows.T @ g[items].reshape(-1, width) for g in grads]
     return (grad_input + np.zeros_like(x), *grad_w, grad_w_output)

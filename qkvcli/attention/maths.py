@@ -325,6 +325,7 @@ class Rope(Record):
     dims: int
     layout: str = "half"
     offset: int = 0
+    angles: str = "float64"  # "float32": the angles and their tables in float32, as some write them
 
     def pairs(self) -> tuple[slice, slice]:
         """The two coordinate slices that rotate together, ``dims/2`` each."""
@@ -359,10 +360,17 @@ def inverse_frequencies(rope: Rope) -> Array:
 
 
 @lru_cache(maxsize=16)
-def _tables(theta: float, dims: int, offset: int, end: int) -> tuple[Array, Array]:
-    angles = (np.arange(offset, offset + end, dtype=np.float64)[:, None]
-              * inverse_frequencies(Rope(theta, dims))[None, :])
-    cos, sin = np.cos(angles), np.sin(angles)
+def _tables(theta: float, dims: int, offset: int, end: int,
+            precision: str = "float64") -> tuple[Array, Array]:
+    if precision == "float32":  # every step in float32, the tables widened after
+        exponents = np.arange(0, dims, 2, dtype=np.float32) / np.float32(dims)
+        frequencies = np.float32(1.0) / (np.float32(theta) ** exponents)
+        narrow = np.arange(offset, offset + end, dtype=np.float32)[:, None] * frequencies
+        cos, sin = (np.asarray(t, dtype=np.float64) for t in (np.cos(narrow), np.sin(narrow)))
+    else:
+        angles = (np.arange(offset, offset + end, dtype=np.float64)[:, None]
+                  * inverse_frequencies(Rope(theta, dims))[None, :])
+        cos, sin = np.cos(angles), np.sin(angles)
     cos.flags.writeable = sin.flags.writeable = False  # cached: shared by every caller
     return cos, sin
 
@@ -371,7 +379,7 @@ def rope_tables(rope: Rope, first: int, end: int) -> tuple[Array, Array]:
     """``cos`` and ``sin`` of the angles of positions ``first:end`` (after the offset),
     ``[end-first, dims/2]`` each, read-only: rows of the table of positions ``0:end``,
     made once per rope and length (a position's angle does not depend on the span)."""
-    cos, sin = _tables(rope.theta, rope.dims, rope.offset, end)
+    cos, sin = _tables(rope.theta, rope.dims, rope.offset, end, rope.angles)
     return cos[first:], sin[first:]
 
 

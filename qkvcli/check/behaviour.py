@@ -1,5 +1,5 @@
-"""The ``independence`` family (the projections'), and ``replay`` and ``purity`` of either
-kind (``head-replay``, ``head-purity``): how results depend on arguments.
+"""The ``independence`` family (the projections'), and ``replay`` and ``purity`` of every
+kind (``head-replay``, ``rope-purity``): how results depend on arguments.
 
 Independence, every cross pair: with each weight ``W_i[r,0]`` raised by one in turn
 (``r``: the first feature the input uses) only output ``i`` may change, and it must;
@@ -54,7 +54,7 @@ def _forward_independence(session: Session, kind: Kind, case: Case,
             weights[branch][row, 0] += 1.0
         else:
             weights[branch] += 1.0
-        changed = session.call(kind, case, case.input, tuple(weights), None)
+        changed = session.call(kind, kind.run(case), (case.input, *weights))
         what = f"W_{LETTERS[branch]}[{row},0]" if row is not None else f"W_{LETTERS[branch]}"
         for index in range(3):
             if index == branch:
@@ -73,7 +73,7 @@ def _backward_independence(session: Session, kind: Kind, case: Case,
     for branch in range(3):
         upstream = [np.array(g, copy=True) for g in case.upstream]
         upstream[branch] = upstream[branch] + (branch + 1.0)
-        got = session.call(kind, case, case.input, case.weights, None, tuple(upstream))
+        got = session.call(kind, kind.run(case), None, tuple(upstream))
         for index in range(3):
             if index == branch:
                 continue
@@ -144,7 +144,7 @@ def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
                 failures.append(not_run_after(family, case.label, first))
                 break
             try:
-                second = session.call(kind, case, case.input, case.weights, run.mode, upstream)
+                second = session.call(kind, run, None, upstream)
             except CallFailed as failure:
                 failures.append(not_run_after(family, case.label, failure)
                                 if isinstance(failure, Broken) else Failure(

@@ -1,5 +1,5 @@
-"""The ``shapes`` and ``errors`` families of either kind (``head-shapes``, ``head-errors``):
-empty axes kept, bad requests rejected; each fixture once (a head's: causal)."""
+"""The ``shapes`` and ``errors`` families of every kind (``head-shapes``, ``rope-errors``):
+empty axes kept, bad requests rejected; each fixture once (in the kind's last mode)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,17 @@ def _probe(session: Session, kind: Kind, run: Run, probe: Probe,
     family, case = kind.family("shapes"), run.case
     shown = format_shape(list(probe.x.shape))
     calls = (None, probe.upstream) if backward else (None,)
+    tensors = (probe.x, *case.weights)
     try:
         results = [result for upstream in calls
-                   for result in session.call(kind, case, probe.x, case.weights, run.mode,
-                                              upstream)]
+                   for result in session.call(kind, run, tensors, upstream)]
     except Broken:
         return not_run(family, case.label, "stopped")
     except CallFailed as failure:
         return Failure(family, case.label, probe.where, code="probe-failed",
                        facts=(failure.operation, probe.what, shown, failure.message))
     expected = [result for upstream in calls
-                for result in session.engine(kind, probe.x, case.weights, run.mode, upstream)]
+                for result in session.engine(kind, run, tensors, upstream)]
     for name, result, wanted in zip((*kind.forward_names, *kind.backward_names), results,
                                     expected, strict=False):
         if result.shape != wanted.shape:
@@ -70,12 +70,15 @@ def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
         failed = next(first for first in firsts if isinstance(first, CallFailed))
         skipped = [not_run_after(family, None, failed)]
         return judge(family, skipped, len(session.cases_of(kind)), backward=backward), skipped
-    for case in session.cases_of(kind):
-        mode = kind.run(case).mode
-        failures += refusals(family, case.label, (
-            (request, partial(session.call, kind, case, x, weights, mode, upstream))
-            for request, x, weights, upstream in kind.requests(case, backward)))
-    return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures
+    # Requests that do not depend on the fixture are made once, under the kind's label.
+    cases = session.cases_of(kind)[:1] if kind.requests_label else session.cases_of(kind)
+    for case in cases:
+        label = kind.requests_label or case.label
+        failures += refusals(family, label, (
+            (request, partial(session.invoke, kind.family("purity"), label, operation, args))
+            for request, operation, args in kind.requests(case, backward)))
+    sent = len(kind.requests(cases[0], backward)) if cases else 0
+    return judge(family, failures, len(cases), backward=backward, calls=sent), failures
 
 
 def refusals(family: str, label: str,

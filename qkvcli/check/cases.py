@@ -1,4 +1,5 @@
-"""The fixtures ``qkv check`` runs on: the chapter's, the user's, and seeded random shapes.
+"""The fixtures ``qkv check`` runs on: the chapter's, the user's, seeded random shapes, and
+the fixtures of RoPE and of multi-head attention.
 
 The random shapes always start with the four that catch the usual slips, in this
 order: ``d_model != d_head``, an empty batch, no tokens, and ``d_head = 1``; further
@@ -9,16 +10,26 @@ The ``precision`` fixture is always checked, whatever ``--random`` says: its val
 (drawn the same way, from its own seed) are exact neither in 6 decimals nor in float32,
 so a lossy number writer or float32 arithmetic cannot pass on the chapter's exact
 integers alone.
+
+RoPE and multi-head attention have fixtures of their own (:func:`rope_cases`,
+:func:`mha_cases`): a few shapes, bases and offsets, values drawn the same way.
 """
 
 from __future__ import annotations
+
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.gradcheck.settings import DEFAULT_SAMPLES  # the chapter's coordinates per tensor
+from qkvcli.gradcheck.settings import (  # the chapter's coordinates per tensor
+    DEFAULT_SAMPLES,
+    DEFAULT_STEP,
+    DEFAULT_TOLERANCE,
+)
 from qkvcli.reading.fixture import Fixture
 from qkvcli.reading.load import load_fixture
 
@@ -32,20 +43,33 @@ SPECIAL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
 
 
 class Case(Record):
-    """One fixture: input, weights (query, key, value) and upstream gradients, float64.
+    """One fixture: the input, the weights and the upstream gradients, float64.
 
-    ``step``, ``tolerance`` and ``samples`` are the gradient check's settings (the
-    fixture's own, else the chapter's).
+    The projections and a head take ``W_Q``, ``W_K``, ``W_V`` and the projections' three
+    upstream gradients (a head's ``grad_output`` is the value's); RoPE takes no weights,
+    its ``base`` and ``offset``, and one upstream gradient; multi-head attention takes
+    ``W_Q``, ``W_K``, ``W_V``, ``W_O``, its ``heads``, RoPE's ``base`` and ``offset``, and
+    the output's upstream gradient. ``step``, ``tolerance`` and ``samples`` are the
+    gradient check's settings (the fixture's own, else the chapter's).
     """
 
     label: str
     input: Array
-    weights: tuple[Array, Array, Array]
-    upstream: tuple[Array, Array, Array]
+    weights: tuple[Array, ...]
+    upstream: tuple[Array, ...]
     step: float
     tolerance: float
     samples: int | None = DEFAULT_SAMPLES
     heads_only: bool = False  # a probe of a head's slips (contrast), not of the projections
+    heads: int = 0
+    base: float = 0.0
+    offset: int = 0
+
+    @property
+    def tensors(self) -> tuple[Array, ...]:
+        """The input and the weights: what the gradient check perturbs, in the order of
+        the backward's results."""
+        return (self.input, *self.weights)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -55,12 +79,12 @@ class Case(Record):
 
 
 class Run(Record):
-    """A case as one kind of operation runs it: in one ``mode`` (a head's ``causal``;
-    ``None`` for the projections, which take none), under its ``label`` (``chapter
-    causal``), with the ``upstream`` gradients its backward gets."""
+    """A case as one kind of operation runs it: in one ``mode`` (a head's ``causal``,
+    multi-head attention's ``(causal, rope)``; ``None`` for a kind that takes none), under
+    its ``label`` (``chapter causal``), with the ``upstream`` gradients its backward gets."""
 
     case: Case
-    mode: bool | None
+    mode: Any
     label: str
     upstream: tuple[Array, ...]
 
@@ -96,22 +120,25 @@ PRECISION_SHAPE = (1, 3, 4, 2)
 PRECISION_SEED = 27
 
 
+def uniform(rng: SplitMix64, *dims: int) -> Array:
+    """An array of ``dims`` drawn from ``rng``, uniform in ``[-1, 1)`` (all 53 bits used)."""
+    size = 1
+    for dim in dims:
+        size *= dim
+    values: Array = (rng.next_unit_block(size) * 2.0 - 1.0).reshape(dims)
+    return values
+
+
 def _drawn(label: str, shape: tuple[int, int, int, int], rng: SplitMix64, step: float,
            tolerance: float) -> Case:
     """A fixture of ``shape`` with values drawn from ``rng``, uniform in ``[-1, 1)``."""
     batch, tokens, d_model, d_head = shape
+    draw = partial(uniform, rng)
 
-    def uniform(*dims: int) -> Array:
-        size = 1
-        for dim in dims:
-            size *= dim
-        values: Array = (rng.next_unit_block(size) * 2.0 - 1.0).reshape(dims)
-        return values
-
-    x = uniform(batch, tokens, d_model)
-    weights = (uniform(d_model, d_head), uniform(d_model, d_head), uniform(d_model, d_head))
-    upstream = tuple(uniform(batch, tokens, d_head) for _ in range(3))
-    return Case(label, x, weights, (upstream[0], upstream[1], upstream[2]), step, tolerance)
+    x = draw(batch, tokens, d_model)
+    weights = (draw(d_model, d_head), draw(d_model, d_head), draw(d_model, d_head))
+    upstream = tuple(draw(batch, tokens, d_head) for _ in range(3))
+    return Case(label, x, weights, upstream, step, tolerance)
 
 
 def precision_case(step: float, tolerance: float) -> Case:
@@ -162,7 +189,8 @@ def overflowing(case: Case) -> str | None:
     from qkvcli.core.names import BRANCHES, GRADIENTS
     from qkvcli.core.projections import QkvProjections
 
-    layer = QkvProjections.from_arrays(*case.weights)
+    w_query, w_key, w_value = case.weights
+    layer = QkvProjections.from_arrays(w_query, w_key, w_value)
     with np.errstate(all="ignore"):
         outputs = layer.forward(case.input)
         gradients = layer.backward(case.input, *case.upstream)
@@ -170,3 +198,57 @@ def overflowing(case: Case) -> str | None:
              *zip(GRADIENTS, (gradients.grad_input, gradients.grad_w_query,
                               gradients.grad_w_key, gradients.grad_w_value), strict=True)]
     return next((name for name, values in named if not np.isfinite(values).all()), None)
+
+
+ROPE_SHAPES: tuple[tuple[tuple[int, int, int], float, int], ...] = (
+    ((1, 3, 4), 100.0, 0),  # the chapter's sizes
+    ((2, 5, 6), 10000.0, 0),  # LLaMA's base; half-split differs from adjacent from d = 4
+    ((2, 5, 6), 100.0, 3),  # an offset: positions 3 .. 7
+    ((1, 3, 2), 10.0, 1),  # one pair
+    ((0, 3, 4), 100.0, 0),  # an empty batch
+    ((2, 0, 4), 100.0, 2),  # no tokens
+    ((1, 3, 4), 10.0, 2),  # a base whose square is not 10000: an ignored base and a squared one differ
+)
+ROPE_SEED = 29
+
+
+def rope_cases() -> list[Case]:
+    """The fixtures of RoPE, labelled ``rope[2,5,6,base=100,offset=3]``: ``x [batch,
+    tokens, d]`` drawn uniform in ``[-1, 1)`` (exact neither in 6 decimals nor in
+    float32); the upstream gradient of the rotation is ``x`` itself (what ``rope_reverse``
+    is given)."""
+    rng = SplitMix64(ROPE_SEED)
+    found = []
+    for shape, base, offset in ROPE_SHAPES:
+        x = uniform(rng, *shape)
+        label = "rope[{},{},{},base={:g},offset={}]".format(*shape, base, offset)
+        found.append(Case(label, x, (), (x,), DEFAULT_STEP, DEFAULT_TOLERANCE, base=base,
+                          offset=offset))
+    return found
+
+
+MHA_SHAPES: tuple[tuple[tuple[int, int, int], int, float, int], ...] = (
+    ((1, 3, 4), 2, 100.0, 0),  # the chapter's sizes: two heads of width 2
+    ((2, 4, 8), 2, 100.0, 1),  # heads of width 4: half-split pairs differ from adjacent ones
+    ((2, 4, 6), 3, 10000.0, 2),  # three heads, batch items that differ, an offset
+    ((0, 3, 4), 2, 100.0, 0),  # an empty batch
+    ((1, 1, 4), 2, 100.0, 0),  # one token
+)
+MHA_SEED = 30
+
+
+def mha_cases() -> list[Case]:
+    """The fixtures of multi-head attention, labelled ``mha[2,4,6/3,base=10000,offset=2]``
+    (the input's shape and the head count, RoPE's base and offset): the input, ``W_Q``,
+    ``W_K``, ``W_V``, ``W_O`` ``[d_model, d_model]`` and the output's upstream gradient,
+    drawn uniform in ``[-1, 1)``."""
+    rng = SplitMix64(MHA_SEED)
+    found = []
+    for (batch, tokens, width), heads, base, offset in MHA_SHAPES:
+        x = uniform(rng, batch, tokens, width)
+        weights = tuple(uniform(rng, width, width) for _ in range(4))
+        label = f"mha[{batch},{tokens},{width}/{heads},base={base:g},offset={offset}]"
+        found.append(Case(label, x, weights, (uniform(rng, batch, tokens, width),),
+                          DEFAULT_STEP, DEFAULT_TOLERANCE, heads=heads, base=base,
+                          offset=offset))
+    return found

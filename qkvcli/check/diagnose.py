@@ -519,8 +519,8 @@ def explain_gradients(run: Run, got: Bundle, expected: Bundle, index: int, misma
     return Clause("reverse-differs", ((*whys, *precision_clauses(faults, tolerance)), mismatch))
 
 
-def _slip(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
-          mismatch: Clause, tolerance: float) -> Clause:
+def slip_clause(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
+                mismatch: Clause, tolerance: float) -> Clause:
     """``slip-differs`` (the slips, the mismatch) for the known slips ``got`` computed,
     else the mismatch alone."""
     found = named_slips(got, bugs, compute, tolerance)
@@ -531,7 +531,7 @@ def explain_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,
                          mismatch: Clause, tolerance: float) -> Clause:
     """A head's wrong forward: the first of :data:`FORWARD_BUGS` it computed."""
     x, weights = run.case.input, run.case.weights
-    return _slip(got, FORWARD_BUGS, lambda bug: variant_forward(x, weights, bool(run.mode), bug),
+    return slip_clause(got, FORWARD_BUGS, lambda bug: variant_forward(x, weights, bool(run.mode), bug),
                  mismatch, tolerance)
 
 
@@ -539,5 +539,5 @@ def explain_head_backward(run: Run, got: Bundle, expected: Bundle, index: int,
                           mismatch: Clause, tolerance: float) -> Clause:
     """A head's wrong backward: the first of :data:`BACKWARD_BUGS` it computed."""
     x, weights = run.case.input, run.case.weights
-    return _slip(got, BACKWARD_BUGS, lambda bug: variant_backward(
+    return slip_clause(got, BACKWARD_BUGS, lambda bug: variant_backward(
         x, weights, bool(run.mode), run.upstream[0], bug), mismatch, tolerance)

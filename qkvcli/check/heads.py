@@ -113,7 +113,7 @@ def _empty_row(session: Session, kind: Kind, skipped: Failure) -> Failure:
         return skipped
     one = run.case.input[:1, :1]
     try:
-        session.call(kind, run.case, one, run.case.weights, True)
+        session.call(kind, run, (one, *run.case.weights))
     except Broken:
         return skipped
     except BadResult as failure:
@@ -219,7 +219,7 @@ def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
         label = f"{case.label} x{LARGE:g}"
         fixture_of[label] = case.label
         try:
-            got = session.call(kind, case, x, case.weights, False)
+            got = session.call(kind, _in_mode(kind, case, False), (x, *case.weights))
         except (BadResult, Broken) as failure:
             failures.append(found_at("softmax", label, "weights",
                                      Clause("overflow-said", (largest, failure.message))))

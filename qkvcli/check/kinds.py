@@ -1,23 +1,26 @@
-"""The two kinds of operation ``qkv check`` judges, as data: the chapter's projections
-(``forward``, ``backward``) and one attention head (``head_forward``, ``head_backward``).
+"""The four kinds of operation ``qkv check`` judges, as data: the chapter's projections
+(``forward``, ``backward``), one attention head (``head_forward``, ``head_backward``), RoPE
+(``rope``, ``rope_reverse``) and multi-head attention (``mha_forward``, ``mha_backward``).
 
-A family both kinds share is written once over a :class:`Kind`: the operations and
-their results' names, how a fixture becomes the arguments of a call (a head adds
-``causal`` after the weights and runs each fixture in both modes; its one upstream
-gradient, the output's, is the fixture's value upstream), the names its families and
-reasons publish (``replay``, ``head-replay``), the inputs its shapes and errors
-families send, and how a wrong result is diagnosed (:mod:`~qkvcli.check.diagnose`).
+Every family shared by the kinds (forward, reverse, shapes, errors, replay, purity, the
+gradient check) is written once over a :class:`Kind`: its operations and their results'
+names, the fixtures it runs on and the modes it runs each in (a head's ``causal``,
+multi-head attention's ``causal`` and ``rope``), how a fixture becomes the arguments of
+a call, which forward results the gradient check's objective weighs and with which
+upstream gradients (the backward's), the names its families publish (``head-replay``;
+RoPE's forward is ``rope``), the inputs its shapes and errors families send, and how a
+wrong result is diagnosed (:mod:`~qkvcli.check.diagnose`, :mod:`~qkvcli.check.reference`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from qkvcli.check.cases import Case, Run
+from qkvcli.check.cases import Case, Run, mha_cases, rope_cases
 from qkvcli.check.diagnose import (
-    Bundle,
     Explain,
     Precision,
     explain_gradients,
@@ -27,7 +30,19 @@ from qkvcli.check.diagnose import (
     first_precision_fault,
     precision_faults,
 )
-from qkvcli.check.wire import HEAD_BACKWARD_NAMES, HEAD_FORWARD_NAMES
+from qkvcli.check.reference import (
+    explain_mha_backward,
+    explain_mha_forward,
+    explain_rope,
+    explain_rope_reverse,
+)
+from qkvcli.check.wire import (
+    HEAD_BACKWARD_NAMES,
+    HEAD_FORWARD_NAMES,
+    MHA_BACKWARD_NAMES,
+    MHA_FORWARD_NAMES,
+    ROPE_REVERSE_NAMES,
+)
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
@@ -35,10 +50,13 @@ from qkvcli.core.record import Record
 
 Request = tuple[str, tuple[str, ...]]
 """A bad request as data: its code (the renderer's ``REQUEST_WORDS``) and facts."""
-BadRequest = tuple[Request, Array, tuple[Array, ...], tuple[Array, ...] | None]
-"""A request the implementation must reject: the request, the input, the weights and
-the upstream gradients (``None``: a forward)."""
-Faults = Callable[[tuple[str, ...], Bundle, Bundle, float], list[tuple[str, Precision]] | None]
+BadRequest = tuple[Request, str, tuple[Any, ...]]
+"""A request the implementation must reject: the request, the operation, its arguments."""
+Faults = Callable[[tuple[str, ...], tuple[Array, ...], tuple[Array, ...], float],
+                  list[tuple[str, Precision]] | None]
+Arguments = Callable[[Case, Any, tuple[Array, ...], tuple[Array, ...] | None], tuple[Any, ...]]
+"""A call's arguments in the interface's order, from the fixture, the mode, the tensors
+(the input first, then the weights) and the upstream gradients (``None``: a forward)."""
 
 
 class Probe(Record):
@@ -52,16 +70,21 @@ class Probe(Record):
 
 
 class Kind(Record):
-    """One kind of operation, as the families shared by both kinds need it.
+    """One kind of operation, as the families shared by every kind need it.
 
-    ``prefix`` starts its family names and its own not-run reasons (``head-lossy``);
-    ``modes`` are the ``causal`` flags each fixture runs with (``None``: the kind takes
-    none); ``loss`` the forward results the gradient check's objective weighs, each by
-    the fixture's upstream gradient in the same place: the backward's upstream. ``probes``
-    and ``requests`` are the inputs the shapes and errors families send (with ``True``,
-    the backward's requests too); ``precision`` gives a forward's faults when it is right
-    but for its precision, and ``explain_forward``, ``explain_backward`` say why a result
-    is wrong otherwise (the kind's known slips).
+    ``prefix`` starts its family names and its own not-run reasons (``head-lossy``),
+    ``published`` names a family otherwise (RoPE's ``forward`` is ``rope``); ``modes``
+    are the modes each fixture runs in (``None``: the kind takes none), ``label`` says a
+    run of a fixture in one (``chapter causal``), ``arguments`` builds a call's. ``loss``
+    are the forward results the gradient check's objective weighs, each by the upstream
+    gradient of ``upstream`` (the fixture's, by position) in the same place: the
+    backward's upstream. ``probes`` and ``requests`` are the inputs the shapes and errors
+    families send (with ``True``, the backward's requests too); ``precision`` gives a
+    forward's faults when it is right but for its precision, and ``explain_forward``,
+    ``explain_backward`` say why a result is wrong otherwise (the kind's known slips).
+    ``fixtures`` gives the kind's own fixtures (``None``: the check's, which the
+    projections and a head share); a kind whose bad requests do not depend on the
+    fixture makes them once, under ``requests_label``.
     """
 
     prefix: str
@@ -69,22 +92,28 @@ class Kind(Record):
     backward: str
     forward_names: tuple[str, ...]
     backward_names: tuple[str, ...]
-    modes: tuple[bool | None, ...]
+    modes: tuple[Any, ...]
+    label: Callable[[Case, Any], str]
+    arguments: Arguments
     loss: tuple[int, ...]
+    upstream: tuple[int, ...]
     probes: Callable[[Case], list[Probe]]
     requests: Callable[[Case, bool], list[BadRequest]]
     precision: Faults
     explain_forward: Explain
     explain_backward: Explain
     heads: bool = False  # also takes the fixtures that probe a head alone (contrast)
+    fixtures: Callable[[], list[Case]] | None = None
+    published: tuple[tuple[str, str], ...] = ()
+    requests_label: str = ""  # its requests do not depend on the fixture: made once, so said
 
     def takes(self, case: Case) -> bool:
-        """Whether the kind's families run on ``case``."""
+        """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
         return self.heads or not case.heads_only
 
     def family(self, name: str) -> str:
         """The published name of the kind's ``name`` (``replay``: ``head-replay``)."""
-        return self.prefix + name
+        return dict(self.published).get(name, self.prefix + name)
 
     @property
     def upstream_names(self) -> tuple[str, ...]:
@@ -94,16 +123,59 @@ class Kind(Record):
     def runs(self, case: Case) -> list[Run]:
         """``case`` in each mode, labelled ``chapter non-causal``, ``chapter causal`` (the
         projections': ``chapter``)."""
-        return [self._run(case, mode, case.label if mode is None else
-                          " ".join((case.label, "causal" if mode else "non-causal")))
-                for mode in self.modes]
+        return [self._run(case, mode, self.label(case, mode)) for mode in self.modes]
 
     def run(self, case: Case) -> Run:
         """``case`` once, in the last mode (a head's causal), labelled as the fixture."""
         return self._run(case, self.modes[-1], case.label)
 
-    def _run(self, case: Case, mode: bool | None, label: str) -> Run:
-        return Run(case, mode, label, tuple(case.upstream[index] for index in self.loss))
+    def _run(self, case: Case, mode: Any, label: str) -> Run:
+        return Run(case, mode, label, tuple(case.upstream[index] for index in self.upstream))
+
+    def call_arguments(self, run: Run, tensors: tuple[Array, ...] | None = None,
+                       upstream: tuple[Array, ...] | None = None) -> tuple[Any, ...]:
+        """The arguments of the kind's forward on the run (``tensors``: the input and the
+        weights instead of the fixture's), or of its backward given ``upstream``."""
+        return self.arguments(run.case, run.mode, run.case.tensors if tensors is None
+                              else tensors, upstream)
+
+
+def _label_of(case: Case, mode: Any) -> str:
+    """The fixture's label: a kind without modes runs each fixture once."""
+    return case.label
+
+
+def _causal_label(case: Case, mode: bool) -> str:
+    return f"{case.label} {'causal' if mode else 'non-causal'}"
+
+
+def _mha_label(case: Case, mode: tuple[bool, bool]) -> str:
+    """``mha[...] causal rope``: the fixture with and without the mask and RoPE."""
+    causal, rope = mode
+    return " ".join((_causal_label(case, causal), *(("rope",) if rope else ())))
+
+
+def _projection_arguments(case: Case, mode: None, tensors: tuple[Array, ...],
+                          upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
+    return (*tensors, *(upstream or ()))
+
+
+def _head_arguments(case: Case, mode: bool, tensors: tuple[Array, ...],
+                    upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
+    """A head's ``causal`` comes after the weights, as in its Python signature."""
+    return (*tensors, mode, *(upstream or ()))
+
+
+def _rope_arguments(case: Case, mode: None, tensors: tuple[Array, ...],
+                    upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
+    """``rope(x, base, offset)``; ``rope_reverse`` turns the upstream gradient back."""
+    return (tensors[0] if upstream is None else upstream[0], case.base, case.offset)
+
+
+def _mha_arguments(case: Case, mode: tuple[bool, bool], tensors: tuple[Array, ...],
+                   upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
+    causal, rope = mode
+    return (*tensors, case.heads, causal, rope, case.base, case.offset, *(upstream or ()))
 
 
 def _projection_probes(case: Case) -> list[Probe]:
@@ -117,14 +189,24 @@ def _projection_probes(case: Case) -> list[Probe]:
     return probes
 
 
-def _head_probes(case: Case) -> list[Probe]:
-    """An empty batch, no tokens and one token (every input 0.5, grad_output ones), said
-    by name."""
-    _, _, d_model, d_head = case.shape
-    return [Probe(what, what, np.zeros((batch, tokens, d_model)) + 0.5,
-                  (np.ones((batch, tokens, d_head)),))
+def _named_probes(width: int, out: int) -> list[Probe]:
+    """An empty batch, no tokens and one token (every input 0.5, upstream ones), said by
+    name: ``width`` features in, ``out`` out."""
+    return [Probe(what, what, np.zeros((batch, tokens, width)) + 0.5,
+                  (np.ones((batch, tokens, out)),))
             for what, batch, tokens in (("empty batch", 0, 2), ("no tokens", 1, 0),
                                         ("one token", 1, 1))]
+
+
+def _head_probes(case: Case) -> list[Probe]:
+    _, _, d_model, d_head = case.shape
+    return _named_probes(d_model, d_head)
+
+
+def _same_width_probes(case: Case) -> list[Probe]:
+    """RoPE's and multi-head attention's: the output as wide as the input."""
+    width = int(case.input.shape[-1])
+    return _named_probes(width, width)
 
 
 def _projection_requests(case: Case, backward: bool) -> list[BadRequest]:
@@ -136,24 +218,24 @@ def _projection_requests(case: Case, backward: bool) -> list[BadRequest]:
                 np.ones((batch, tokens, d_head)))
     wider = np.ones((batch, tokens, d_model + 1))
     requests: list[BadRequest] = [
-        (("rank-2", (format_shape([tokens, d_model]),)), x[0], (w, w, w), None),
-        (("input-width", (str(d_model + 1), str(d_model))), wider, (w, w, w), None),
-        (("model-widths", (str(d_model), str(d_model + 1))), x,
-         (w, np.ones((d_model + 1, d_head)), w), None),
-        (("head-widths", (str(d_head), str(d_head + 1))), x,
-         (w, np.ones((d_model, d_head + 1)), w), None),
+        (("rank-2", (format_shape([tokens, d_model]),)), "forward", (x[0], w, w, w)),
+        (("input-width", (str(d_model + 1), str(d_model))), "forward", (wider, w, w, w)),
+        (("model-widths", (str(d_model), str(d_model + 1))), "forward",
+         (x, w, np.ones((d_model + 1, d_head)), w)),
+        (("head-widths", (str(d_head), str(d_head + 1))), "forward",
+         (x, w, np.ones((d_model, d_head + 1)), w)),
     ]
     if backward:
         longer, wider_head = (batch, tokens + 1, d_head), (batch, tokens, d_head + 1)
         requests += [
-            (("backward-rank-2", (format_shape([tokens, d_model]),)), x[0], (w, w, w),
-             (up, up, up)),
-            (("backward-input-width", (str(d_model + 1), str(d_model))), wider, (w, w, w),
-             (up, up, up)),
-            (("backward-grad-key", (format_shape(list(longer)), str(tokens))), x, (w, w, w),
-             (up, np.ones(longer), up)),
-            (("backward-grad-value", (format_shape(list(wider_head)), str(d_head))), x,
-             (w, w, w), (up, up, np.ones(wider_head))),
+            (("backward-rank-2", (format_shape([tokens, d_model]),)), "backward",
+             (x[0], w, w, w, up, up, up)),
+            (("backward-input-width", (str(d_model + 1), str(d_model))), "backward",
+             (wider, w, w, w, up, up, up)),
+            (("backward-grad-key", (format_shape(list(longer)), str(tokens))), "backward",
+             (x, w, w, w, up, np.ones(longer), up)),
+            (("backward-grad-value", (format_shape(list(wider_head)), str(d_head))),
+             "backward", (x, w, w, w, up, up, np.ones(wider_head))),
         ]
     return requests
 
@@ -164,22 +246,64 @@ def _head_requests(case: Case, backward: bool) -> list[BadRequest]:
     batch, tokens, d_model, d_head = (max(size, 1) for size in case.shape)
     x, w = np.ones((batch, tokens, d_model)), np.ones((d_model, d_head))
     requests: list[BadRequest] = [
-        (("rank-2", (format_shape([tokens, d_model]),)), x[0], (w, w, w), None),
-        (("input-width", (str(d_model + 1), str(d_model))),
-         np.ones((batch, tokens, d_model + 1)), (w, w, w), None),
-        (("key-width", (str(d_head + 1), str(d_head))), x,
-         (w, np.ones((d_model, d_head + 1)), w), None),
+        (("rank-2", (format_shape([tokens, d_model]),)), "head_forward", (x[0], w, w, w, True)),
+        (("input-width", (str(d_model + 1), str(d_model))), "head_forward",
+         (np.ones((batch, tokens, d_model + 1)), w, w, w, True)),
+        (("key-width", (str(d_head + 1), str(d_head))), "head_forward",
+         (x, w, np.ones((d_model, d_head + 1)), w, True)),
     ]
     if backward:
         longer = (batch, tokens + 1, d_head)
-        requests.append((("grad-output", (format_shape(list(longer)), str(tokens))), x,
-                         (w, w, w), (np.ones(longer),)))
+        requests.append((("grad-output", (format_shape(list(longer)), str(tokens))),
+                         "head_backward", (x, w, w, w, True, np.ones(longer))))
+    return requests
+
+
+def _rope_requests(case: Case, backward: bool) -> list[BadRequest]:
+    """An odd width, no width, a rank-1 input, a base of 0 or below, a negative offset;
+    with ``backward`` an odd width to ``rope_reverse`` too."""
+    ones = np.ones((1, 3, 4))
+    requests: list[BadRequest] = [
+        (("rope-odd-width", ("3",)), "rope", (np.ones((1, 3, 3)), 100.0, 0)),
+        (("rope-zero-width", ()), "rope", (np.ones((1, 3, 0)), 100.0, 0)),
+        (("rope-rank-1", ("[4]",)), "rope", (np.ones(4), 100.0, 0)),
+        (("rope-base", ("0",)), "rope", (ones, 0.0, 0)),
+        (("rope-base", ("-10",)), "rope", (ones, -10.0, 0)),
+        (("rope-offset", ("-1",)), "rope", (ones, 100.0, -1)),
+    ]
+    if backward:
+        requests.append((("rope-reverse-odd-width", ("3",)), "rope_reverse",
+                         (np.ones((1, 3, 3)), 100.0, 0)))
+    return requests
+
+
+def _mha_requests(case: Case, backward: bool) -> list[BadRequest]:
+    """All ones, ``[1,3,4]``, causal with RoPE: a head count that does not divide
+    ``d_model``, no heads, an odd head width with RoPE, ``W_O`` of the wrong rows, an
+    input width that is not the weights' rows; with ``backward`` a grad_output of the
+    wrong tokens."""
+    x, w = np.ones((1, 3, 4)), np.ones((4, 4))
+    wide = np.ones((6, 6))
+    requests: list[BadRequest] = [
+        (("mha-heads", ("3", "4")), "mha_forward", (x, w, w, w, w, 3, True, True, 100.0, 0)),
+        (("mha-no-heads", ()), "mha_forward", (x, w, w, w, w, 0, True, True, 100.0, 0)),
+        (("mha-odd-head", ("3",)), "mha_forward", (np.ones((1, 3, 6)), wide, wide, wide, wide,
+                                                   2, True, True, 100.0, 0)),
+        (("mha-output-rows", ("5", "4")), "mha_forward",
+         (x, w, w, w, np.ones((5, 4)), 2, True, True, 100.0, 0)),
+        (("input-width", ("5", "4")), "mha_forward",
+         (np.ones((1, 3, 5)), w, w, w, w, 2, True, True, 100.0, 0)),
+    ]
+    if backward:
+        requests.append((("grad-output", ("[1,4,4]", "3")), "mha_backward",
+                         (x, w, w, w, w, 2, True, True, 100.0, 0, np.ones((1, 4, 4)))))
     return requests
 
 
 PROJECTIONS = Kind(
     prefix="", forward="forward", backward="backward", forward_names=BRANCHES,
-    backward_names=GRADIENTS, modes=(None,), loss=(0, 1, 2),
+    backward_names=GRADIENTS, modes=(None,), label=_label_of,
+    arguments=_projection_arguments, loss=(0, 1, 2), upstream=(0, 1, 2),
     probes=_projection_probes, requests=_projection_requests,
     precision=first_precision_fault,  # outputs computed apart: the first wrong one alone
     explain_forward=explain_outputs, explain_backward=explain_gradients)
@@ -188,8 +312,33 @@ PROJECTIONS = Kind(
 HEAD = Kind(
     prefix="head-", forward="head_forward", backward="head_backward",
     forward_names=HEAD_FORWARD_NAMES, backward_names=HEAD_BACKWARD_NAMES,
-    modes=(False, True), loss=(2,),  # grad_output: the output's, the value's upstream
+    modes=(False, True), label=_causal_label, arguments=_head_arguments,
+    loss=(2,), upstream=(2,),  # grad_output: the output's, the value's upstream
     probes=_head_probes, requests=_head_requests,
     precision=precision_faults,  # scores, weights, output come from one another: together
     explain_forward=explain_head_forward, explain_backward=explain_head_backward, heads=True)
 """One attention head: ``scores``, ``weights``, ``output``, and the four gradients."""
+
+ROPE = Kind(
+    prefix="rope-", forward="rope", backward="rope_reverse", forward_names=("rope",),
+    backward_names=ROPE_REVERSE_NAMES, modes=(None,), label=_label_of,
+    arguments=_rope_arguments, loss=(0,), upstream=(0,),
+    probes=_same_width_probes, requests=_rope_requests, precision=precision_faults,
+    explain_forward=explain_rope, explain_backward=explain_rope_reverse,
+    fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests")
+"""RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
+(the rotation's transpose, which carries a gradient back through it)."""
+
+MULTI_HEAD = Kind(
+    prefix="multi-head-", forward="mha_forward", backward="mha_backward",
+    forward_names=MHA_FORWARD_NAMES, backward_names=MHA_BACKWARD_NAMES,
+    modes=((False, False), (True, False), (False, True), (True, True)), label=_mha_label,
+    arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
+    probes=_same_width_probes, requests=_mha_requests, precision=precision_faults,
+    explain_forward=explain_mha_forward, explain_backward=explain_mha_backward,
+    fixtures=mha_cases, published=(("forward", "multi-head"),), requests_label="mha requests")
+"""Multi-head attention: ``weights``, ``merged``, ``output``, and the five gradients, each
+fixture without and with the mask and RoPE."""
+
+KINDS = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD)
+"""Every kind, in report order."""

@@ -1,12 +1,12 @@
-"""The ``gradcheck`` family of either kind (``head-gradcheck``: both modes): the
+"""The ``gradcheck`` family of every kind (``head-gradcheck``: each mode): the
 implementation's own backward against central differences of its own forward.
 
 The objective is ``L = sum <Y_i, U_i>`` over the forward results the kind's loss weighs
-(the projections' ``Q``, ``K``, ``V``; a head's ``output``), each with the fixture's
-upstream gradient in the same place. For each of ``x``, ``W_Q``, ``W_K``, ``W_V`` the
-chapter's evenly spaced coordinates (``sample_indices``) are perturbed by the fixture's
-step; a coordinate passes when the scaled error ``|a-n|/max(1,|a|,|n|)`` is within the
-fixture's gradient-check tolerance.
+(the projections' ``Q``, ``K``, ``V``; a head's and a multi-head layer's ``output``;
+RoPE's rotation), each with the fixture's upstream gradient in the same place. For each
+tensor the forward takes (``x`` and the weights) the chapter's evenly spaced coordinates
+(``sample_indices``) are perturbed by the fixture's step; a coordinate passes when the
+scaled error ``|a-n|/max(1,|a|,|n|)`` is within the fixture's gradient-check tolerance.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ class Worst:
 
 
 def _objective(session: Session, kind: Kind, run: Run, tensors: list[Array]) -> float:
-    """``L`` of the implementation's forward on ``[x, W_Q, W_K, W_V]``. Raises
+    """``L`` of the implementation's forward on ``tensors`` (the input, the weights). Raises
     :class:`CallFailed`, also for a weighed result of the wrong shape."""
-    outputs = session.call(kind, run.case, tensors[0], tuple(tensors[1:]), run.mode)
+    outputs = session.call(kind, run, tuple(tensors))
     total = 0.0
     for index, upstream in zip(kind.loss, run.upstream, strict=True):
         if outputs[index].shape != upstream.shape:
@@ -57,12 +57,11 @@ def _objective(session: Session, kind: Kind, run: Run, tensors: list[Array]) -> 
 def check_run(session: Session, kind: Kind, run: Run, analytic: tuple[Array, ...],
               worst: Worst) -> tuple[int, Failure | None]:
     """Central differences of ``L`` at the run's sampled coordinates against ``analytic``
-    (``dL/dX`` and the three ``dL/dW``): how many coordinates, and the family's failure
+    (``dL/dX`` and each ``dL/dW``): how many coordinates, and the family's failure
     on the run when the worst is past the fixture's tolerance. Raises
     :class:`CallFailed` when a call fails."""
     case, family = run.case, kind.family("gradcheck")
-    tensors = [np.array(t, dtype=np.float64, copy=True)
-               for t in (case.input, *case.weights)]
+    tensors = [np.array(t, dtype=np.float64, copy=True) for t in case.tensors]
     count = 0
     run_worst = Worst()
     for position, (name, values) in enumerate(zip(kind.backward_names, tensors, strict=True)):

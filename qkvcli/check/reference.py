@@ -1,24 +1,62 @@
 """The reference for RoPE and multi-head attention, and each known slip of them: qkv's
 engine (:func:`qkvcli.attention.maths.rotate`, a
 :class:`~qkvcli.attention.multihead.MultiHeadLayer`) on the arguments, or on arguments
-transformed so that the engine computes what the slip computes (half-split pairs are
-the engine's other layout, positions from 1 its offset plus one, heads split by a bare
-reshape the engine's right split of permuted projections, ``W_O`` before the merge the
-engine with ``W_O``'s off-diagonal blocks zeroed). The families in
-:mod:`~qkvcli.check.rotary` and :mod:`~qkvcli.check.multihead` compare with them, and
-:mod:`~qkvcli.check.engine` answers with them.
+transformed so that the engine computes what the slip computes, or with one part
+changed. Half-split pairs are the engine's other layout; positions from 1 its offset
+plus one; cos and sin swapped a quarter turn of each pair then the turn back (the angle
+``π/2 - θ``); heads split by a bare reshape or by strided columns the engine's right
+split of permuted projections; ``W_O`` before the merge the engine with ``W_O``'s
+off-diagonal blocks zeroed; RoPE on V the engine given projections whose values are
+turned. The families of :mod:`~qkvcli.check.values` compare with them (through
+:mod:`~qkvcli.check.kinds`), and :mod:`~qkvcli.check.engine` answers with them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from qkvcli.attention import engine
+from qkvcli.attention.engine import LayerForward, heads_axis, project
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, rotate
+from qkvcli.attention.maths import Rope, rotate, softmax
 from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.check.cases import Run
+from qkvcli.check.diagnose import Bundle, slip_clause
 from qkvcli.core.arrays import Array
+from qkvcli.core.results import Clause
 
-Bundle = tuple[Array, ...]
+ROTATION_BUGS = ("base-ignored", "base-squared", "cos-sin-swapped", "offset-ignored",
+                 "float32-angles")
+"""The slips the rotation and its reverse share (beside their own)."""
+ROPE_BUGS = ("half-split", "from-one", "turned-back", "frequency", *ROTATION_BUGS)
+"""The slips of the rotation, in the order they are tried."""
+REVERSE_BUGS = ("not-inverted", "half-split", "from-one", "frequency", *ROTATION_BUGS)
+"""The slips of the reverse, in the order they are tried."""
+IGNORED_BASE = 10000.0
+"""The base an implementation that ignores the one given uses (the usual default)."""
+MHA_BUGS = ("split-no-transpose", "merge-no-transpose", "strided-heads", "merge-reversed",
+            "wo-before-merge", "scale-d_model", "unscaled", "one-softmax", "no-mask",
+            "always-mask", "mask-one-head", "rope-half-split", "no-rope", "rope-always",
+            "rope-on-value")
+"""The multi-head slips, in the order they are tried. Positions counted from 1 are not
+among them: a common shift of every position leaves RoPE's scores as they are (the
+``rope`` family judges the offset)."""
+MHA_BACKWARD_BUGS = ("wo-gradient-transposed", "input-first-head", "input-last-head",
+                     "first-item", "last-item")
+"""The slips of a multi-head backward alone (its forward right), in the order they are
+tried."""
+
+
+def _quarter_turn(x: Array, rope: Rope, back: bool) -> Array:
+    """Each pair ``(a, b)`` turned by a right angle: ``(-b, a)``, or ``(b, -a)`` ``back``."""
+    first, second = rope.pairs()
+    sign = -1.0 if back else 1.0
+    out = np.array(x, dtype=np.float64, copy=True)
+    out[..., first] = -sign * x[..., second]
+    out[..., second] = sign * x[..., first]
+    return out
 
 
 def engine_rope(x: Array, base: float, offset: int, bug: str = "",
@@ -26,12 +64,20 @@ def engine_rope(x: Array, base: float, offset: int, bug: str = "",
     """qkv's rotation of ``x`` (``reverse``: turned back), or with ``bug``: ``half-split``
     pairs, positions ``from-one``, ``turned-back`` (the other way), ``frequency``
     (``base^(-i/d)``: the engine's with the root of the base), ``not-inverted`` (a
-    reverse that turns forward again)."""
-    rope = Rope(base ** 0.5 if bug == "frequency" else base, int(x.shape[-1]),
-                "half" if bug == "half-split" else "interleaved",
-                offset + (1 if bug == "from-one" else 0))
-    inverse = reverse != (bug in ("turned-back", "not-inverted"))
-    return rotate(x, rope, inverse=inverse)
+    reverse that turns forward again), ``base-ignored`` (:data:`IGNORED_BASE` whatever
+    the base), ``base-squared``, ``cos-sin-swapped`` (each angle ``θ`` turned by ``π/2 -
+    θ``: a quarter turn, then the turn back), ``offset-ignored`` (positions from 0),
+    ``float32-angles`` (the angles and their cosines and sines in float32)."""
+    theta = {"frequency": base ** 0.5, "base-squared": base ** 2.0,
+             "base-ignored": IGNORED_BASE}.get(bug, base)
+    start = {"from-one": offset + 1, "offset-ignored": 0}.get(bug, offset)
+    rope = Rope(theta, int(x.shape[-1]), "half" if bug == "half-split" else "interleaved",
+                start, "float32" if bug == "float32-angles" else "float64")
+    inverse = reverse != (bug in ("turned-back", "not-inverted", "cos-sin-swapped"))
+    with np.errstate(all="ignore"):
+        if bug == "cos-sin-swapped":
+            x = _quarter_turn(x, rope, back=reverse)
+        return rotate(x, rope, inverse=inverse)
 
 
 def _reshaped(values: Array, heads: int) -> Array:
@@ -51,6 +97,13 @@ def _merged_bare(concat: Array, heads: int) -> Array:
     return merged
 
 
+def _strided(width: int, heads: int) -> Array:
+    """The column a strided split gives head ``h``'s feature ``j`` (``j H + h``), at the
+    engine's place of it (``h d_h + j``)."""
+    size = width // heads
+    return np.array([j * heads + h for h in range(heads) for j in range(size)])
+
+
 def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offset: int,
            bug: str = "") -> MultiHeadLayer:
     """The engine's layer for the arguments, or with ``bug``'s transformed parameters."""
@@ -59,19 +112,50 @@ def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offs
     turns = (rope and bug != "no-rope") or bug == "rope-always"
     rotary = Rope(base, width // heads, "half" if bug == "rope-half-split" else "interleaved",
                   offset) if turns else None
-    scale = 1.0 / width ** 0.5 if bug == "scale-d_model" else None
+    scale = {"scale-d_model": 1.0 / width ** 0.5, "unscaled": 1.0}.get(bug)
     if bug == "wo-before-merge":  # each head's output through its own block of W_O alone
         size = width // heads
         blocks = np.kron(np.eye(heads), np.ones((size, size)))
         w_output = w_output * blocks
+    if bug == "strided-heads":  # the engine's head h reads the strided columns
+        columns = _strided(width, heads)
+        w_query, w_key, w_value = (w[:, columns] for w in (w_query, w_key, w_value))
     head = AttentionHead.from_arrays(w_query, w_key, w_value, scale=scale, rope=rotary)
     return MultiHeadLayer.build(head, heads, out_weight=w_output)
 
 
+def _heads_merged(per_head: Array) -> Array:
+    """``[B,H,T,d]`` -> ``[B,T,H*d]``: the heads' outputs side by side, a new array."""
+    batch, heads, tokens, size = per_head.shape
+    return np.ascontiguousarray(np.swapaxes(per_head, 1, 2)).reshape(batch, tokens,
+                                                                      heads * size)
+
+
+def _one_softmax(layer: MultiHeadLayer, done: LayerForward) -> tuple[Array, Array]:
+    """The weights and merged heads when one softmax normalises each query's scores over
+    every head's keys together (the masked scaled scores, heads beside keys)."""
+    z = done.stacked["scaled_scores"]  # [B,H,T,T], masked by the engine
+    batch, heads, tokens, _ = z.shape
+    joint = np.swapaxes(z, 1, 2).reshape(batch, tokens, heads * tokens)
+    weights = np.swapaxes(softmax(joint).reshape(batch, tokens, heads, tokens), 1, 2)
+    return weights, _heads_merged(weights @ done.stacked["value"])
+
+
+def _value_turned(layer: MultiHeadLayer, x: Array, causal: bool) -> LayerForward:
+    """The engine given projections whose values are turned by RoPE as Q and K are."""
+    projected = project(x, *layer.packed())
+    width = layer.heads * layer.d_k
+    if layer.rope is not None:
+        values = heads_axis(projected[..., 2 * width:], layer.heads)
+        heads_axis(projected[..., 2 * width:], layer.heads)[...] = rotate(values, layer.rope)
+    return engine.forward(layer, x, causal, projected=projected)
+
+
 def engine_mha(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope: bool,
                base: float, offset: int, bug: str = "") -> Bundle:
-    """``(weights, merged, output)`` of qkv's engine, or as a head with ``bug`` (one of
-    :data:`~qkvcli.check.multihead.MHA_BUGS`) computes them."""
+    """``(weights, merged, output)`` of qkv's engine, or as a layer with ``bug`` (one of
+    :data:`MHA_BUGS`) computes them."""
+    w_output = weights[3]
     with np.errstate(all="ignore"):
         if bug == "split-no-transpose":
             width = int(x.shape[-1])
@@ -82,25 +166,115 @@ def engine_mha(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, r
             zero = np.zeros((width, width))
             picks = tuple(np.vstack([eye if i == j else zero for j in range(3)])
                           for i in range(3))
-            done = _layer((*picks, weights[3]), heads, rope, base, offset).forward(permuted,
-                                                                                  causal)
+            done = _layer((*picks, w_output), heads, rope, base, offset).forward(permuted,
+                                                                                causal)
             merged = _merged_bare(done.concat, heads)
-            return done.attention, merged, merged @ weights[3]
-        done = _layer(weights, heads, rope, base, offset, bug).forward(x, causal)
+            return done.attention, merged, merged @ w_output
+        layer = _layer(weights, heads, rope, base, offset, bug)
+        masked = {"no-mask": False, "always-mask": True}.get(bug, causal)
+        if bug == "rope-on-value":
+            done = _value_turned(layer, np.asarray(x, dtype=np.float64), masked)
+        else:
+            done = layer.forward(x, masked)
+        attention, merged = done.attention, done.concat
         if bug == "merge-no-transpose":
             merged = _merged_bare(done.concat, heads)
-            return done.attention, merged, merged @ weights[3]
-        if bug == "wo-before-merge":  # what is merged is already projected
+        elif bug == "strided-heads":  # merged back into the strided columns
+            merged = np.empty_like(done.concat)
+            merged[..., _strided(merged.shape[-1], heads)] = done.concat
+        elif bug == "merge-reversed":
+            merged = _heads_merged(heads_axis(done.concat, heads)[:, ::-1])
+        elif bug == "wo-before-merge":  # what is merged is already projected
             return done.attention, done.output, done.output
-        return done.attention, done.concat, done.output
+        elif bug == "one-softmax":
+            attention, merged = _one_softmax(layer, done)
+        elif bug == "mask-one-head" and causal:  # head 0 masked, the others not
+            unmasked = layer.forward(x, False)
+            attention = np.array(unmasked.attention)
+            attention[:, 0] = done.attention[:, 0]
+            per_head = np.array(heads_axis(unmasked.concat, heads))
+            per_head[:, 0] = heads_axis(done.concat, heads)[:, 0]
+            merged = _heads_merged(per_head)
+        else:
+            return attention, merged, done.output
+        return attention, merged, merged @ w_output
+
+
+def _input_of_head(layer: MultiHeadLayer, grads: engine.LayerGradients, head: int) -> Array:
+    """``dX`` through one head alone: its ``dQ W_Q^T + dK W_K^T + dV W_V^T``."""
+    size = layer.d_k
+    columns = slice(head * size, (head + 1) * size)
+    one = grads.heads[head]
+    w_query, w_key, w_value = layer.projections.weights
+    # [B,T,d_h] @ [d_h,d_model] -> [B,T,d_model], for each branch of the head
+    found: Array = (one.grad_query @ w_query[:, columns].T + one.grad_key @ w_key[:, columns].T
+                    + one.grad_value @ w_value[:, columns].T)
+    return found
 
 
 def engine_mha_backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool,
-                        rope: bool, base: float, offset: int, grad_output: Array) -> Bundle:
-    """The five gradients of qkv's engine."""
+                        rope: bool, base: float, offset: int, grad_output: Array,
+                        bug: str = "") -> Bundle:
+    """The five gradients of qkv's engine, or as a backward with ``bug`` (one of
+    :data:`MHA_BACKWARD_BUGS`) gives them: ``wo-gradient-transposed`` (``dW_O`` as
+    ``(Cᵀ dY)ᵀ``), ``input-first-head``/``input-last-head`` (``dX`` through one head
+    only), ``first-item``/``last-item`` (every weight gradient from one batch item, the
+    engine's on that item alone)."""
     layer = _layer(weights, heads, rope, base, offset)
     with np.errstate(all="ignore"):
         grads = layer.backward(x, layer.forward(x, causal), grad_output)
-    assert grads.grad_out_weight is not None
-    return (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value,
-            grads.grad_out_weight)
+        assert grads.grad_out_weight is not None
+        found = [grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value,
+                 grads.grad_out_weight]
+        if bug == "wo-gradient-transposed":
+            found[4] = found[4].T
+        elif bug in ("input-first-head", "input-last-head"):
+            found[0] = _input_of_head(layer, grads, 0 if bug == "input-first-head" else heads - 1)
+        elif bug in ("first-item", "last-item") and x.shape[0]:
+            item = slice(0, 1) if bug == "first-item" else slice(-1, None)
+            one = layer.backward(x[item], layer.forward(x[item], causal), grad_output[item])
+            assert one.grad_out_weight is not None
+            found[1:] = [one.grad_w_query, one.grad_w_key, one.grad_w_value,
+                         one.grad_out_weight]
+    return tuple(found)
+
+
+# --- why a result is wrong: the slips each kind's diagnosis tries -------------------------
+
+
+def explain_rope(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
+                 tolerance: float) -> Clause:
+    """A wrong rotation: the slips of :data:`ROPE_BUGS` it computed."""
+    case = run.case
+    return slip_clause(got, ROPE_BUGS, lambda bug: (
+        engine_rope(case.input, case.base, case.offset, bug),), mismatch, tolerance)
+
+
+def explain_rope_reverse(run: Run, got: Bundle, expected: Bundle, index: int,
+                         mismatch: Clause, tolerance: float) -> Clause:
+    """A wrong reverse: the slips of :data:`REVERSE_BUGS` it computed."""
+    case, upstream = run.case, run.upstream[0]
+    return slip_clause(got, REVERSE_BUGS, lambda bug: (
+        engine_rope(upstream, case.base, case.offset, bug, reverse=True),), mismatch,
+        tolerance)
+
+
+def _mha(run: Run) -> Callable[..., Bundle]:
+    case, (causal, rope) = run.case, run.mode
+    return lambda bug: engine_mha(case.input, case.weights, case.heads, causal, rope,
+                                  case.base, case.offset, bug)
+
+
+def explain_mha_forward(run: Run, got: Bundle, expected: Bundle, index: int,
+                        mismatch: Clause, tolerance: float) -> Clause:
+    """A wrong multi-head forward: the slips of :data:`MHA_BUGS` it computed."""
+    return slip_clause(got, MHA_BUGS, _mha(run), mismatch, tolerance)
+
+
+def explain_mha_backward(run: Run, got: Bundle, expected: Bundle, index: int,
+                         mismatch: Clause, tolerance: float) -> Clause:
+    """A wrong multi-head backward: the slips of :data:`MHA_BACKWARD_BUGS` it computed."""
+    case, (causal, rope) = run.case, run.mode
+    return slip_clause(got, MHA_BACKWARD_BUGS, lambda bug: engine_mha_backward(
+        case.input, case.weights, case.heads, causal, rope, case.base, case.offset,
+        run.upstream[0], bug), mismatch, tolerance)

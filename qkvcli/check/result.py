@@ -18,9 +18,14 @@ HEAD_FAMILIES: tuple[str, ...] = (
     "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes", "head-errors",
     "head-replay", "head-purity", "head-gradcheck",
 )
-ROPE_FAMILIES: tuple[str, ...] = ("rope", "rope-reverse", "rope-errors")
-MHA_FAMILIES: tuple[str, ...] = ("multi-head", "multi-head-reverse", "head-isolation",
-                                 "multi-head-errors")
+ROPE_FAMILIES: tuple[str, ...] = (
+    "rope", "rope-reverse", "position-zero", "relative-dot", "rope-shapes", "rope-errors",
+    "rope-replay", "rope-purity", "rope-gradcheck",
+)
+MHA_FAMILIES: tuple[str, ...] = (
+    "multi-head", "multi-head-reverse", "head-isolation", "multi-head-shapes",
+    "multi-head-errors", "multi-head-replay", "multi-head-purity", "multi-head-gradcheck",
+)
 FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, *ROPE_FAMILIES,
                              *MHA_FAMILIES, "protocol")
 """Every family in report order: the projections' (an implementation with ``forward``),
@@ -29,13 +34,14 @@ the head's (with ``head_forward``), RoPE's (with ``rope``), multi-head attention
 
 NOT_RUN: tuple[str, ...] = (
     "stopped", "forward", "backward", "head_forward", "head_backward", "rope", "rope_reverse",
-    "mha_forward", "mha_backward", "lossy", "head-lossy", "head-precision", "head",
+    "mha_forward", "mha_backward", "lossy", "head-lossy", "rope-lossy", "multi-head-lossy",
+    "head-precision", "head",
 )
 """Why a family could not run on a fixture: the implementation stopped answering (the
 protocol family says why), the operation named failed on the fixture (``forward``,
 ``backward``, ``head_forward``, ``head_backward``: the family judging that operation
-says how), its forward or head_forward is too imprecise for central differences
-(``lossy``, ``head-lossy``), its head's results are right but for their precision
+says how), its forward is too imprecise for central differences (``lossy``,
+``head-lossy``, ``rope-lossy``, ``multi-head-lossy``), its head's results are right but for their precision
 (``head-precision``: at the tolerance they cannot show the family's claim), or its head
 is wrong before the family's step (``head``; head-forward says how of these three)."""
 
@@ -49,6 +55,8 @@ FINDINGS: dict[str, int] = {
     "replay-failed": 2,  # operation, what it said
     "probe-failed": 4,  # operation, probe (empty batch, no tokens), input shape, what it said
     "probe-shape": 5,  # probe, input shape, tensor, its shape, the shape expected
+    "not-identity": 3,  # tensor and coordinate, the rotation's value, the input's
+    "shift-moved": 4,  # the shift, dot product and coordinate, before, after
     "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
 }
 """The finding codes and how many facts each carries."""

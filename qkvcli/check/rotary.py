@@ -1,158 +1,100 @@
-"""The RoPE families (chapter 29): ``rope``, ``rope-reverse`` and ``rope-errors``.
+"""The families only RoPE has (chapter 29): ``position-zero`` and ``relative-dot``.
 
 An implementation's ``rope(x, base, offset) -> rotated`` turns each adjacent pair
 ``(2i, 2i+1)`` of the last axis of ``x [batch, tokens, d]`` at token ``t`` by the angle
-``(offset + t) * base^(-2i/d)``; ``rope_reverse(rotated, base, offset)`` turns it back
-(the transpose, which also carries a gradient from after the rotation to before it).
-Both are compared with qkv's engine (:func:`qkvcli.attention.maths.rotate`) on a few
-fixtures, and a wrong answer with what each known slip gives: the engine given half-split
-pairs (``i`` with ``i + d/2``), positions counted from 1 (the offset plus one), the angle
-turned the other way, or ``base^(-i/d)`` (the engine with the root of the base).
+``(offset + t) * base^(-2i/d)``; the families RoPE shares with every kind (its values
+against qkv's engine, its reverse, shapes, errors, replay, purity and the gradient check
+of ``rope_reverse`` against central differences of ``rope``) run over
+:data:`~qkvcli.check.kinds.ROPE`. The chapter's two claims are judged here on the
+implementation's own answers: position zero is the identity (the first token of a
+rotation from offset 0 is the input's, bit for bit), and a common shift of every
+position keeps every dot product between the rotated tokens (``rope(x, base, o)`` and
+``rope(x, base, o + 5)`` have the same Gram matrix per batch item).
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
-from qkvcli.check.boundaries import refusals
-from qkvcli.check.diagnose import (
-    Bundle,
-    agreed,
-    first_mismatch,
-    kept,
-    named_slips,
-    precision_clauses,
-    precision_faults,
-)
-from qkvcli.check.errors import Broken, CallFailed
-from qkvcli.check.reference import engine_rope
-from qkvcli.check.result import call_failure, not_applicable, not_run
+from qkvcli.check.cases import Case
+from qkvcli.check.diagnose import first_bit_difference, first_outside
+from qkvcli.check.errors import CallFailed
+from qkvcli.check.kinds import ROPE
+from qkvcli.check.result import not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array
-from qkvcli.core.errors import format_shape
-from qkvcli.core.record import Record
-from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
-from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.results import Failure, FamilyCheck, judge
 
-ROPE_BUGS = ("half-split", "from-one", "turned-back", "frequency")
-"""The slips of the rotation, in the order they are tried."""
-REVERSE_BUGS = ("not-inverted", "half-split", "from-one", "frequency")
-"""The slips of the reverse, in the order they are tried."""
+SHIFT = 5
+"""How far the relative-dot family moves every position."""
 
 
-class RopeCase(Record):
-    """One RoPE fixture: ``x [batch, tokens, d]``, the base and the position offset."""
-
-    label: str
-    input: Array
-    base: float
-    offset: int
-
-
-ROPE_SHAPES: tuple[tuple[tuple[int, int, int], float, int], ...] = (
-    ((1, 3, 4), 100.0, 0),  # the chapter's sizes
-    ((2, 5, 6), 10000.0, 0),  # LLaMA's base; half-split differs from adjacent from d = 4
-    ((2, 5, 6), 100.0, 3),  # an offset: positions 3 .. 7
-    ((1, 3, 2), 10.0, 1),  # one pair
-    ((0, 3, 4), 100.0, 0),  # an empty batch
-    ((2, 0, 4), 100.0, 2),  # no tokens
-)
-ROPE_SEED = 29
+def _rotated(session: Session, family: str, case: Case,
+             offset: int) -> Array | Failure:
+    """The implementation's rotation of the fixture from ``offset``, or why not."""
+    run = ROPE.run(case._replace(offset=offset))
+    try:
+        return session.call(ROPE, run)[0]
+    except CallFailed as failure:
+        return not_run_after(family, case.label, failure)
 
 
-def rope_cases() -> list[RopeCase]:
-    """The fixtures the RoPE families run on, labelled ``rope[2,5,6,base=100,offset=3]``:
-    values drawn uniform in ``[-1, 1)`` (exact neither in 6 decimals nor in float32)."""
-    rng = SplitMix64(ROPE_SEED)
-    found = []
-    for shape, base, offset in ROPE_SHAPES:
-        size = int(np.prod(shape))
-        x = (rng.next_unit_block(size) * 2.0 - 1.0).reshape(shape)
-        label = "rope[{},{},{},base={:g},offset={}]".format(*shape, base, offset)
-        found.append(RopeCase(label, x, base, offset))
-    return found
+def _judged(session: Session) -> list[Case]:
+    """The fixtures with a token (the claims say nothing of an empty one)."""
+    return [case for case in session.cases_of(ROPE) if case.input.size]
 
 
-def _values(session: Session, family: str, operation: str, reverse: bool,
-            bugs: tuple[str, ...]) -> tuple[FamilyCheck, list[Failure]]:
-    """``operation`` on every RoPE fixture against the engine's, a wrong one named."""
-    failures: list[Failure] = []
-    wrong: list[tuple[str, str, Clause]] = []
-    names = (operation if not reverse else "turned_back",)
-    cases = rope_cases()
+def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """Turned from offset 0, the first token is the input's own, bit for bit: the angle
+    at position 0 is 0 for every pair."""
+    family, failures = "position-zero", []
+    cases = _judged(session)
     for case in cases:
-        try:
-            got = session.invoke(family, case.label, operation, (case.input, case.base,
-                                                                 case.offset))
-        except CallFailed as failure:
-            failures.append(call_failure(family, case.label, format_shape(
-                list(case.input.shape)), failure))
-            if isinstance(failure, Broken):
+        turned = _rotated(session, family, case, 0)
+        if isinstance(turned, Failure):
+            failures.append(turned)
+            if turned.not_run == "stopped":
                 break
             continue
-        session.worked.add(operation)
-        expected = (engine_rope(case.input, case.base, case.offset, reverse=reverse),)
-        found = first_mismatch(names[0], got[0], expected[0], session.tolerance)
-        if found is None:
-            continue
-        where, mismatch = found
-        faults = precision_faults(names, got, expected, session.tolerance)
-        if faults is not None:
-            why = Clause("forward-differs", (mismatch, precision_clauses(
-                faults, session.tolerance)[0]))
-        else:
-            def compute(bug: str, c: RopeCase = case) -> Bundle:
-                return (engine_rope(c.input, c.base, c.offset, bug, reverse),)
+        if turned.shape != case.input.shape:
+            continue  # a wrong shape is rope's to say
+        found = first_bit_difference(turned[:, :1], case.input[:, :1])
+        if found is not None:
+            where, got, wanted = found
+            failures.append(Failure(family, case.label, f"rope{where}", code="not-identity",
+                                    facts=(f"rope{where}", got, wanted)))
+    return judge(family, failures, len(cases)), failures
 
-            slips = named_slips(got, bugs, compute, session.tolerance)
-            why = Clause("slip-differs", (slips, mismatch)) if slips else mismatch
-        wrong.append((case.label, where, why))
-    agree = agreed([why.facts[0] if why.code == "slip-differs" else () for _, _, why in wrong
-                    if why.code != "forward-differs"])
-    failures += [found_at(family, label, where, kept(why, agree)) for label, where, why in wrong]
-    failures += session.impurities.pop(family, [])
+
+def _gram(rows: Array) -> Array:
+    """Every dot product between the tokens of each batch item: ``[B,T,d] -> [B,T,T]``."""
+    gram: Array = rows @ np.swapaxes(rows, -1, -2)
+    return gram
+
+
+def check_relative_dot(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+    """Every position moved by the same :data:`SHIFT` keeps every dot product between the
+    rotated tokens (within the tolerance): RoPE's scores see only relative positions."""
+    family, failures = "relative-dot", []
+    cases = _judged(session)
+    for case in cases:
+        turned = [_rotated(session, family, case, offset)
+                  for offset in (case.offset, case.offset + SHIFT)]
+        failed = next((t for t in turned if isinstance(t, Failure)), None)
+        if failed is not None:
+            failures.append(failed)
+            if failed.not_run == "stopped":
+                break
+            continue
+        first, shifted = (t for t in turned if not isinstance(t, Failure))
+        if first.shape != case.input.shape or shifted.shape != case.input.shape:
+            continue
+        with np.errstate(all="ignore"):
+            before, after = _gram(first), _gram(shifted)
+        found = first_outside(after, before, session.tolerance)
+        if found is not None:
+            where, new, old = found
+            failures.append(Failure(family, case.label, f"dot{where}", code="shift-moved",
+                                    facts=(SHIFT, f"dot{where}", repr(old), repr(new))))
     return judge(family, failures, len(cases), session.tolerance), failures
 
-
-def check_rope(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """``rope`` turns each adjacent pair by ``(offset + t) base^(-2i/d)``, exactly as qkv's
-    engine does; a wrong one named when it is a known slip."""
-    return _values(session, "rope", "rope", False, ROPE_BUGS)
-
-
-def check_rope_reverse(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """``rope_reverse`` turns each pair back by the same angle (not run without it)."""
-    if not session.offers("rope_reverse"):
-        return not_applicable("rope-reverse", "no-backward"), [
-            Failure("rope-reverse", None, None, no_backward=True)]
-    return _values(session, "rope-reverse", "rope_reverse", True, REVERSE_BUGS)
-
-
-def rope_requests() -> list[tuple[tuple[str, tuple[str, ...]], Array, float, int]]:
-    """The RoPE requests to reject: an odd width, no width, a rank-1 input, a base of 0
-    or below, a negative offset."""
-    ones = np.ones((1, 3, 4))
-    return [
-        (("rope-odd-width", ("3",)), np.ones((1, 3, 3)), 100.0, 0),
-        (("rope-zero-width", ()), np.ones((1, 3, 0)), 100.0, 0),
-        (("rope-rank-1", ("[4]",)), np.ones(4), 100.0, 0),
-        (("rope-base", ("0",)), ones, 0.0, 0),
-        (("rope-base", ("-10",)), ones, -10.0, 0),
-        (("rope-offset", ("-1",)), ones, 100.0, -1),
-    ]
-
-
-def check_rope_errors(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Every bad RoPE request raises (or is answered with an error); lists what was
-    silently accepted."""
-    family, label = "rope-errors", "rope requests"
-    if "rope" not in session.worked:  # it rejects everything: these too, says nothing
-        skipped = [not_run(family, None, "rope", stopped=session.stopped is not None)]
-        return judge(family, skipped, 1), skipped
-    failures = refusals(family, label, (
-        (request, partial(session.invoke, family, label, "rope", (x, base, offset)))
-        for request, x, base, offset in rope_requests()))
-    failures += session.impurities.pop(family, [])
-    return judge(family, failures, 1), failures

@@ -18,17 +18,11 @@ from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.heads import check_mask, check_scaling, check_softmax
-from qkvcli.check.kinds import HEAD, PROJECTIONS, Kind
-from qkvcli.check.multihead import (
-    check_head_isolation,
-    check_mha_errors,
-    check_multi_head,
-    check_multi_head_reverse,
-    mha_cases,
-)
+from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
+from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult
-from qkvcli.check.rotary import check_rope, check_rope_errors, check_rope_reverse, rope_cases
+from qkvcli.check.rotary import check_position_zero, check_relative_dot
 from qkvcli.check.session import Session
 from qkvcli.check.values import check_forward, check_reverse
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
@@ -36,49 +30,45 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 if TYPE_CHECKING:
     from qkvcli.check.target import Implementation
 
-Family = Callable[[Session, Kind], tuple[FamilyCheck, list[Failure]]]
+Judged = tuple[FamilyCheck, list[Failure]]
+Family = Callable[[Session, Kind], Judged]
 
-COMPUTE_ORDER: tuple[tuple[str, Family], ...] = (
+
+def _own(family: Callable[[Session], Judged]) -> Family:
+    """A family only one kind has, taking the session alone."""
+    return lambda session, kind: family(session)
+
+
+SHARED: tuple[tuple[str, Family], ...] = (
     ("forward", check_forward),
     ("reverse", check_reverse),
     ("shapes", check_shapes),
     ("errors", check_errors),
-    ("independence", check_independence),
     ("replay", check_replay),
     ("gradcheck", check_gradcheck),
-    ("purity", check_purity),
 )
-"""The projections' families in the order they are computed (purity sees every call)."""
+"""The families every kind has, in the order they are computed (purity comes last)."""
 
-HEAD_ORDER: tuple[tuple[str, Family], ...] = (
-    ("head-forward", check_forward),
-    ("scaling", check_scaling),
-    ("mask", check_mask),
-    ("head-reverse", check_reverse),
-    ("head-shapes", check_shapes),
-    ("head-errors", check_errors),
-    ("head-replay", check_replay),
-    ("head-gradcheck", check_gradcheck),
-    ("softmax", check_softmax),  # last: its overflow probe may end a program's session
-    ("head-purity", check_purity),
-)
-"""The head's families in the order they are computed (purity sees every head call)."""
+PLANS: dict[str, tuple[tuple[str, Family], ...]] = {
+    PROJECTIONS.forward: (*SHARED[:4], ("independence", check_independence), *SHARED[4:]),
+    HEAD.forward: (SHARED[0], ("scaling", check_scaling), ("mask", check_mask), *SHARED[1:],
+                   ("softmax", check_softmax)),  # last: its overflow probe may end a session
+    ROPE.forward: (*SHARED[:2], ("position-zero", _own(check_position_zero)),
+                   ("relative-dot", _own(check_relative_dot)), *SHARED[2:]),
+    MULTI_HEAD.forward: (*SHARED[:2], ("head-isolation", _own(check_head_isolation)),
+                         *SHARED[2:]),
+}
+"""Each kind's families in the order they are computed, by the kind's forward; its
+purity follows them all, so that it sees every call. A name is the kind's own, published
+through :meth:`~qkvcli.check.kinds.Kind.family`."""
 
 
-ROPE_ORDER: tuple[tuple[str, Callable[[Session], tuple[FamilyCheck, list[Failure]]]], ...] = (
-    ("rope", check_rope),
-    ("rope-reverse", check_rope_reverse),
-    ("rope-errors", check_rope_errors),
-)
-"""RoPE's families (an implementation with ``rope``), each judging its own calls' purity."""
-
-MHA_ORDER: tuple[tuple[str, Callable[[Session], tuple[FamilyCheck, list[Failure]]]], ...] = (
-    ("multi-head", check_multi_head),
-    ("multi-head-reverse", check_multi_head_reverse),
-    ("head-isolation", check_head_isolation),
-    ("multi-head-errors", check_mha_errors),
-)
-"""Multi-head attention's families (an implementation with ``mha_forward``)."""
+def plan(kind: Kind) -> list[tuple[str, Family]]:
+    """The kind's families by published name, in the order they are computed."""
+    names = {"scaling", "mask", "softmax", "independence", "position-zero", "relative-dot",
+             "head-isolation"}  # a kind's own families are published as they are
+    return [(name if name in names else kind.family(name), family)
+            for name, family in (*PLANS[kind.forward], ("purity", check_purity))]
 
 
 Progress = Callable[[str, int, int, int], None]
@@ -107,21 +97,16 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     independence); the gradient check uses each case's own tolerance.
     """
     current: dict[str, Any] = {"family": "", "done": 0}
-    total = [len(COMPUTE_ORDER)]
+    total = [0]
 
     def on_call(calls: int) -> None:
         if progress is not None:
             progress(current["family"], current["done"], total[0], calls)
 
     session = Session(implementation, cases, tolerance, on_call)
-    kinds = [kind for kind in (PROJECTIONS, HEAD) if session.offers(kind.forward)]
-    order: list[tuple[str, Callable[[], tuple[FamilyCheck, list[Failure]]]]] = [
-        (name, partial(family, session, kind))
-        for kind, families in ((PROJECTIONS, COMPUTE_ORDER), (HEAD, HEAD_ORDER))
-        if kind in kinds for name, family in families]
-    order += [(name, partial(family, session)) for operation, families in (
-        ("rope", ROPE_ORDER), ("mha_forward", MHA_ORDER)) if session.offers(operation)
-        for name, family in families]
+    kinds = [kind for kind in KINDS if session.offers(kind.forward)]
+    order: list[tuple[str, Callable[[], Judged]]] = [
+        (name, partial(family, session, kind)) for kind in kinds for name, family in plan(kind)]
     total[0] = len(order)
     found: dict[str, tuple[FamilyCheck, list[Failure]]] = {}
     for done, (name, family) in enumerate(order):
@@ -146,9 +131,10 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     ordered = [found[name] for name in names]
     return CheckResult(
         implementation=implementation.label,
-        fixtures=(*(case.label for case in cases if any(kind.takes(case) for kind in kinds)),
-                  *(case.label for case in rope_cases() if session.offers("rope")),
-                  *(case.label for case in mha_cases() if session.offers("mha_forward"))),
+        fixtures=(*(case.label for case in cases if any(
+            kind.takes(case) for kind in kinds if kind.fixtures is None)),
+                  *(case.label for kind in kinds if kind.fixtures is not None
+                    for case in session.cases_of(kind))),
         checks=tuple(check for check, _ in ordered),
         # A family that could not run on a fixture found nothing there: not a failure.
         failures=tuple(failure for _, failures in ordered for failure in failures

@@ -27,14 +27,7 @@ from qkvcli.core.results import Failure
 if TYPE_CHECKING:
     from qkvcli.check.target import Implementation
 
-Key = tuple[str, int, bool | None]  # operation, case, mode
-
-
-def arguments(x: Array, weights: tuple[Array, ...], mode: bool | None,
-              upstream: tuple[Array, ...] = ()) -> tuple[Array | bool, ...]:
-    """A call's arguments in the interface's order: a head's ``causal`` comes after the
-    weights, as in its Python signature."""
-    return (x, *weights, *(() if mode is None else (mode,)), *upstream)
+Key = tuple[str, int, Any]  # operation, case, mode
 
 
 class Session:
@@ -56,6 +49,7 @@ class Session:
         self.worked: set[str] = set()  # operations that answered a valid request (RoPE, MHA)
         self._first: dict[Key, Bundle | CallFailed] = {}
         self._reference: dict[Key, Bundle] = {}
+        self._own: dict[str, list[Case]] = {}  # each kind's own fixtures, made once
         self._engine = engine_implementation()
 
     def offers(self, operation: str) -> bool:
@@ -63,7 +57,12 @@ class Session:
         return operation in self.implementation.operations
 
     def cases_of(self, kind: Kind) -> list[Case]:
-        """The fixtures the kind's families run on (a head's include the contrast one)."""
+        """The fixtures the kind's families run on: its own (RoPE's, multi-head
+        attention's), else the check's it takes (a head's include the contrast one)."""
+        if kind.fixtures is not None:
+            if kind.forward not in self._own:
+                self._own[kind.forward] = kind.fixtures()
+            return self._own[kind.forward]
         return [case for case in self.cases if kind.takes(case)]
 
     def runs(self, kind: Kind) -> list[Run]:
@@ -72,13 +71,14 @@ class Session:
 
     # --- calls with fresh copies --------------------------------------------------------
 
-    def call(self, kind: Kind, case: Case, x: Array, weights: tuple[Array, ...],
-             mode: bool | None, upstream: tuple[Array, ...] | None = None) -> Bundle:
-        """The kind's forward on ``x`` and ``weights`` (in ``mode``), or its backward given
-        ``upstream``, for ``case``. Raises a :class:`CallFailed` subclass."""
+    def call(self, kind: Kind, run: Run, tensors: tuple[Array, ...] | None = None,
+             upstream: tuple[Array, ...] | None = None) -> Bundle:
+        """The kind's forward on the run (``tensors``: the input and the weights instead of
+        the fixture's), or its backward given ``upstream``. Raises a :class:`CallFailed`
+        subclass."""
         operation = kind.forward if upstream is None else kind.backward
-        return self.invoke(kind.family("purity"), case.label, operation,
-                           arguments(x, weights, mode, upstream or ()))
+        return self.invoke(kind.family("purity"), run.case.label, operation,
+                           kind.call_arguments(run, tensors, upstream))
 
     def invoke(self, purity: str, label: str, operation: str,
                args: tuple[Any, ...]) -> Bundle:
@@ -124,24 +124,24 @@ class Session:
         key = (kind.backward if backward else kind.forward, id(run.case), run.mode)
         if key not in self._first:
             try:
-                self._first[key] = self.call(kind, run.case, run.case.input, run.case.weights,
-                                             run.mode, run.upstream if backward else None)
+                self._first[key] = self.call(kind, run, None,
+                                             run.upstream if backward else None)
             except CallFailed as failure:
                 self._first[key] = failure
         return self._first[key]
 
-    def engine(self, kind: Kind, x: Array, weights: tuple[Array, ...], mode: bool | None,
+    def engine(self, kind: Kind, run: Run, tensors: tuple[Array, ...] | None = None,
                upstream: tuple[Array, ...] | None = None) -> Bundle:
         """qkv's engine on the arguments :meth:`call` takes (a valid input)."""
         operation = kind.forward if upstream is None else kind.backward
-        return self._engine.call(operation, arguments(x, weights, mode, upstream or ()))
+        return self._engine.call(operation, kind.call_arguments(run, tensors, upstream))
 
     def reference(self, kind: Kind, run: Run, backward: bool = False) -> Bundle:
         """qkv's engine on the run, what :meth:`first` is compared with (computed once)."""
         key = (kind.backward if backward else kind.forward, id(run.case), run.mode)
         if key not in self._reference:
-            self._reference[key] = self.engine(kind, run.case.input, run.case.weights,
-                                               run.mode, run.upstream if backward else None)
+            self._reference[key] = self.engine(kind, run, None,
+                                               run.upstream if backward else None)
         return self._reference[key]
 
     def precision(self, kind: Kind, run: Run) -> list[tuple[str, Precision]] | None:

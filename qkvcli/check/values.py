@@ -1,5 +1,5 @@
-"""The ``forward`` and ``reverse`` families of either kind (``head-forward``,
-``head-reverse``: both modes): the implementation's results against qkv's engine.
+"""The ``forward`` and ``reverse`` families of every kind (``head-forward``,
+``rope-reverse``: each mode): the implementation's results against qkv's engine.
 
 A wrong result's finding is its first mismatch and why, diagnosed precision first
 (results right but for their precision: ``forward-differs`` with the first cause,
@@ -94,7 +94,8 @@ def _check_values(session: Session, kind: Kind,
         if backward and why.code in UNEXPLAINED[1:] and _forward_wrong(session, kind,
                                                                         by_label[label]):
             # Its gradients are of another function: head-gradcheck judges them against it.
-            why = Clause("forward-wrong-too", (why, kind.forward, kind.family("forward")))
+            why = Clause("forward-wrong-too", (why, kind.forward, kind.family("forward"),
+                                               kind.family("gradcheck")))
         failures.append(found_at(family, label, where, why))
     failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
                   else len(order))

@@ -35,43 +35,93 @@ def _fixtures(count: int) -> str:
     return f"{count} fixture" if count == 1 else f"{count} fixtures"
 
 
+class Words:
+    """How the families shared by every kind speak of one kind: its operations, what its
+    forward and backward give, the modes each fixture runs in, what its probes are, what
+    its bad requests are called."""
+
+    def __init__(self, forward: str, backward: str, results: str, gradients: str,
+                 modes: str, probes: str, requests: str, calls: str) -> None:
+        self.forward, self.backward, self.results, self.gradients = (forward, backward,
+                                                                    results, gradients)
+        self.modes, self.probes, self.requests, self.calls = modes, probes, requests, calls
+
+
+KIND_WORDS = {
+    "": Words("forward", "backward", "query, key and value",
+              "grad_input and the three weight gradients", "", "empty batch and token axes",
+              "", "calls"),
+    "head-": Words("head_forward", "head_backward", "scores, weights and output",
+                   "grad_input and the three weight gradients", ", causal and not",
+                   "an empty batch, no tokens and one token", "head", "head calls"),
+    "rope-": Words("rope", "rope_reverse", "", "", "",
+                   "an empty batch, no tokens and one token", "RoPE", "RoPE calls"),
+    "multi-head-": Words("mha_forward", "mha_backward", "weights, merged and output",
+                         "grad_input and the four weight gradients",
+                         ", with and without the mask and RoPE",
+                         "an empty batch, no tokens and one token", "multi-head",
+                         "multi-head calls"),
+}
+"""The words of each kind, by the prefix of its family names."""
+SHARED = ("forward", "reverse", "shapes", "errors", "replay", "purity", "gradcheck")
+ROTATION = "each adjacent pair by (offset + t) base^(-2i/d)"
+
+
+def _shared(check: FamilyCheck) -> tuple[Words, str] | None:
+    """The kind's words and the shared family a check is (``rope-replay``: RoPE's
+    ``replay``; ``rope``: its ``forward``), or ``None`` for a kind's own family."""
+    published = {"rope": ("rope-", "forward"), "multi-head": ("multi-head-", "forward")}
+    if check.name in published:
+        prefix, family = published[check.name]
+        return KIND_WORDS[prefix], family
+    for prefix in ("head-", "rope-", "multi-head-", ""):
+        family = check.name.removeprefix(prefix)
+        if check.name.startswith(prefix) and family in SHARED:
+            return KIND_WORDS[prefix], family
+    return None
+
+
 def _passed_detail(check: FamilyCheck) -> str:
     """What a passing family established, from its facts."""
     on = _fixtures(check.fixtures)
+    shared = _shared(check)
+    if shared is None:
+        own = _passed_own_detail(check, on)
+        return own if own is not None else check.finding  # protocol: the conversation's own
+    words, family = shared
+    both = f"{words.forward} and {words.backward}" if check.backward else words.forward
+    if family in ("forward", "reverse") and words is KIND_WORDS["rope-"]:
+        turn = "turns" if family == "forward" else "turns back"
+        return f"{turn} {ROTATION}, within {check.tolerance!r} of qkv, on {on}"
+    if family == "forward":
+        return f"{words.results} agree with qkv within {check.tolerance!r} on {on}{words.modes}"
+    if family == "reverse":
+        return (f"{words.gradients} agree with qkv within {check.tolerance!r} on "
+                f"{on}{words.modes}")
+    if family == "shapes":
+        keep = f"{both} keep" if check.backward else f"{words.forward} keeps"
+        return f"{keep} {words.probes} on {on}"
+    if family == "errors":
+        if not words.requests:
+            backward = "; 4 bad backward requests" if check.backward else ""
+            return f"4 bad forward requests{backward} rejected on {on}"
+        where = f" on {on}" if check.fixtures > 1 or words.requests == "head" else ""
+        return f"{check.calls} bad {words.requests} requests rejected{where}"
+    if family == "replay":
+        return f"two calls of {both} agree bit for bit on {on}"
+    if family == "purity":
+        return f"arguments unchanged after all {check.calls} {words.calls}"
+    worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
+    return f"{check.coordinates} coordinates on {on}{words.modes}{worst}"
+
+
+def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
+    """What a passing family of one kind alone established (``None`` for the protocol)."""
     name = check.name
-    if name == "forward":
-        return f"query, key and value agree with qkv within {check.tolerance!r} on {on}"
-    if name == "reverse":
-        return (f"grad_input and the three weight gradients agree with qkv within "
-                f"{check.tolerance!r} on {on}")
-    if name == "shapes":
-        keep = "forward and backward keep" if check.backward else "forward keeps"
-        return f"{keep} empty batch and token axes on {on}"
-    if name == "errors":
-        backward = "; 4 bad backward requests" if check.backward else ""
-        return f"4 bad forward requests{backward} rejected on {on}"
     if name == "independence":
         paths = ("; changing each upstream gradient changes only its own weight gradient"
                  if check.backward else " (weight gradients not checked: no backward)")
         return f"changing each of W_Q, W_K, W_V changes only its own output{paths} ({on})"
-    if name == "replay":
-        calls = "forward and backward" if check.backward else "forward"
-        return f"two calls of {calls} agree bit for bit on {on}"
-    if name == "purity":
-        return f"arguments unchanged after all {check.calls} calls"
-    if name == "gradcheck":
-        worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
-        return f"{check.coordinates} coordinates on {on}{worst}"
-    head = _passed_head_detail(check, on)
-    return head if head is not None else check.finding  # protocol: the conversation's own
-
-
-def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
-    """What a passing head family established (``None`` for the protocol)."""
-    name = check.name
-    if name == "head-forward":
-        return (f"scores, weights and output agree with qkv within {check.tolerance!r} on "
-                f"{on}, causal and not")
     if name == "scaling":
         return f"scores are Q K^T / sqrt(d_k) on {on} with d_k >= 2"
     if name == "softmax":
@@ -81,44 +131,16 @@ def _passed_head_detail(check: FamilyCheck, on: str) -> str | None:
     if name == "mask":
         return (f"causal=true hides exactly the later positions, after the scores and before "
                 f"the softmax; causal=false hides none ({on} with two tokens or more)")
-    if name == "head-reverse":
-        return (f"grad_input and the three weight gradients agree with qkv within "
-                f"{check.tolerance!r} on {on}, causal and not")
-    if name == "head-shapes":
-        keep = "head_forward and head_backward keep" if check.backward else "head_forward keeps"
-        return f"{keep} an empty batch, no tokens and one token on {on}"
-    if name == "head-errors":
-        count = 4 if check.backward else 3
-        return f"{count} bad head requests rejected on {on}"
-    if name == "head-replay":
-        calls = "head_forward and head_backward" if check.backward else "head_forward"
-        return f"two calls of {calls} agree bit for bit on {on}"
-    if name == "head-purity":
-        return f"arguments unchanged after all {check.calls} head calls"
-    if name in ("rope", "rope-reverse"):
-        turn = "turns" if name == "rope" else "turns back"
-        return (f"{turn} each adjacent pair by (offset + t) base^(-2i/d), within "
-                f"{check.tolerance!r} of qkv, on {on}")
-    if name == "rope-errors":
-        from qkvcli.check.rotary import rope_requests
+    if name == "position-zero":
+        return f"turned from offset 0, the first token is the input's own, bit for bit, on {on}"
+    if name == "relative-dot":
+        from qkvcli.check.rotary import SHIFT
 
-        return f"{len(rope_requests())} bad RoPE requests rejected"
-    if name == "multi-head-errors":
-        from qkvcli.check.multihead import mha_requests
-
-        return f"{len(mha_requests())} bad multi-head requests rejected"
-    if name == "multi-head":
-        return (f"weights, merged and output agree with qkv within {check.tolerance!r} on "
-                f"{on}, with and without the mask and RoPE")
-    if name == "multi-head-reverse":
-        return (f"grad_input and the four weight gradients agree with qkv within "
-                f"{check.tolerance!r} on {on}, with and without the mask and RoPE")
+        return (f"moving every position by {SHIFT} keeps every dot product of the rotated "
+                f"tokens within {check.tolerance!r}, on {on}")
     if name == "head-isolation":
         return (f"changing one head's W_Q or W_V columns changes only that head's weights "
                 f"or merged columns ({on})")
-    if name == "head-gradcheck":
-        worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
-        return f"{check.coordinates} coordinates on {on}, causal and not{worst}"
     return None
 
 
@@ -135,10 +157,13 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "head": "its non-causal head_forward is wrong already (see head-forward)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
-    "lossy": ("forward agrees only to a lossy precision (see forward): central differences "
-              "of it would measure the rounding, not the backward"),
-    "head-lossy": ("head_forward agrees only to a lossy precision (see head-forward): central "
-                   "differences of it would measure the rounding, not the backward"),
+    **{f"{prefix}lossy": (f"{operation} agrees only to a lossy precision (see {family}): "
+                          "central differences of it would measure the rounding, not the "
+                          "backward")
+       for prefix, operation, family in (("", "forward", "forward"),
+                                         ("head-", "head_forward", "head-forward"),
+                                         ("rope-", "rope", "rope"),
+                                         ("multi-head-", "mha_forward", "multi-head"))},
 }
 
 
@@ -228,6 +253,22 @@ SLIP_WORDS = {
                         "adjacent 2i with 2i+1"),
     "no-rope": "rope=true is ignored: queries and keys are not turned",
     "rope-always": "RoPE is applied with rope=false too",
+    "base-ignored": "RoPE ignores the base it is given and uses 10000",
+    "base-squared": "RoPE's angles use the base squared: (base^2)^(-2i/d)",
+    "cos-sin-swapped": "RoPE swaps cos and sin: each pair is turned by pi/2 minus its angle",
+    "offset-ignored": "RoPE ignores the offset: positions start at 0 whatever offset is given",
+    "float32-angles": "RoPE's angles, cosines and sines are computed in float32",
+    "strided-heads": ("head h takes the strided columns h, h + H, h + 2H, ... instead of the "
+                      "contiguous block h d_h .. (h+1) d_h - 1"),
+    "merge-reversed": "the heads are merged in reverse order (the last head's output first)",
+    "one-softmax": ("one softmax normalises each query's scores over every head's keys "
+                    "together, instead of one softmax per head"),
+    "mask-one-head": "the causal mask is applied to head 0 only",
+    "rope-on-value": "RoPE turns the values too (only queries and keys are turned)",
+    "wo-gradient-transposed": "grad_w_output is transposed: (C^T dY)^T instead of C^T dY",
+    "input-first-head": "grad_input comes from head 0 alone, not summed over the heads",
+    "input-last-head": ("grad_input comes from the last head alone (each head overwrites the "
+                        "last), not summed over the heads"),
     "unscaled-weights": "weights are the softmax of the unscaled scores Q K^T",
     "not-scaled": "scores are not Q K^T / sqrt(d_k)",
     "mask-moves-scores": "scores with causal=true are not the scores before the mask",
@@ -292,8 +333,8 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "diagonal-hidden": ("the causal mask hides the diagonal too: with one token {0} its "
                         "weights are not finite ({1}), since query 0's only key is hidden and "
                         "a row hidden everywhere with -inf is 0/0"),
-    "forward-wrong-too": "{0} (its {1} is wrong on this fixture too, see {2}: head-gradcheck "
-                         "judges the backward against it)",
+    "forward-wrong-too": "{0} (its {1} is wrong on this fixture too, see {2}: {3} judges "
+                         "the backward against it)",
     "hides-earlier": "hides earlier positions (weights{0} = 0: query {1} cannot see key {2})",
     "hides-diagonal": "hides the diagonal (weights{0} = 0: query {1} cannot see itself)",
     "hides-later": ("hides later positions with causal=false (weights{0} = 0: query {1} "
@@ -335,6 +376,10 @@ FINDING_WORDS = {
     "replay-failed": "second {0} failed: {1}",
     "probe-failed": "{0} on the {1} {2} failed: {3}",
     "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
+    "not-identity": ("turned from offset 0, {0} = {1}, expected the input's {2}: position 0 is "
+                     "not the identity"),
+    "shift-moved": ("moving every position by {0} changed {1} from {2} to {3}: the rotated "
+                    "tokens' dot products depend on more than their distance"),
 }
 """The words of each finding code of :data:`~qkvcli.check.result.FINDINGS`."""
 REQUEST_WORDS = {
@@ -353,6 +398,7 @@ REQUEST_WORDS = {
     "rope-rank-1": "a rank-1 input {0}",
     "rope-base": "base {0}",
     "rope-offset": "offset {0}",
+    "rope-reverse-odd-width": "rope_reverse with an odd width {0}",
     "mha-heads": "{0} heads for d_model {1}",
     "mha-no-heads": "no heads",
     "mha-odd-head": "heads of odd width {0} with RoPE",
@@ -392,7 +438,7 @@ def family_detail(check: FamilyCheck) -> str:
         return COMMAND_PURITY
     if check.first is None:
         return _passed_detail(check)
-    if check.first.not_run in ("stopped", "lossy", "head-lossy"):  # the same for every fixture: said once
+    if check.first.not_run == "stopped" or check.first.not_run.endswith("lossy"):  # said once
         return failure_detail(check.first)
     where = f"{check.first.fixture}: " if check.first.fixture is not None else ""
     more = check.more
