@@ -73,3 +73,81 @@ def test_every_damaged_value_is_one_fixture_error_or_a_fixture(chapter: ModuleTy
 def test_a_document_that_is_not_an_object_is_refused(chapter: ModuleType) -> None:
     with pytest.raises(FixtureError, match=r"^\$: expected an object, got array$"):
         chapter.parse([])
+
+
+def _tensor_places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every tensor of a fixture: a ``{"shape", "values"}`` object or a nested list."""
+    if isinstance(value, dict):
+        if {"shape", "values"} <= set(value):
+            yield path
+            return
+        for key, item in value.items():
+            yield from _tensor_places(item, (*path, key))
+    elif isinstance(value, list) and value and isinstance(value[0], list):
+        yield path
+
+
+def _empty_axes() -> Iterator[tuple[str, Any]]:
+    """Each bundled chapter 27-30 fixture with one axis of one of its tensors emptied."""
+    import numpy as np
+
+    for name in ("ch27-self-attention", "ch28-causal-masking", "ch29-rope",
+                 "ch30-multi-head-attention"):
+        document = json.loads(bundled_fixture_text(f"{name}.json"))
+        for place in _tensor_places(document):
+            found: Any = document
+            for key in place:
+                found = found[key]
+            shape = (list(found["shape"]) if isinstance(found, dict)
+                     else list(np.asarray(found).shape))
+            for axis in range(len(shape)):
+                empty = [0 if i == axis else size for i, size in enumerate(shape)]
+                yield (f"{name}-{'.'.join(place)}-{axis}",
+                       replaced(document, place, {"shape": empty, "values": []}))
+        # one axis emptied in every tensor of the same rank that shares its size: an
+        # empty batch, no tokens
+        places = list(_tensor_places(document))
+        arrays = {place: _array_at(document, place) for place in places}
+        for rank in sorted({array.ndim for array in arrays.values()}):
+            for axis in range(rank):
+                sizes = {array.shape[axis] for array in arrays.values() if array.ndim == rank}
+                for size in sorted(sizes):
+                    emptied = document
+                    for place, array in arrays.items():
+                        if array.ndim == rank and array.shape[axis] == size:
+                            shape = [0 if i == axis else n for i, n in enumerate(array.shape)]
+                            emptied = replaced(emptied, place, {"shape": shape, "values": []})
+                    yield f"{name}-rank{rank}-axis{axis}-size{size}", emptied
+
+
+def _array_at(document: Any, place: tuple[Any, ...]) -> Any:
+    import numpy as np
+
+    found: Any = document
+    for key in place:
+        found = found[key]
+    if isinstance(found, dict):
+        return np.zeros(found["shape"])
+    return np.asarray(found, dtype=np.float64)
+
+
+EMPTY_AXES = list(_empty_axes())
+
+
+@pytest.mark.parametrize(("label", "document"), EMPTY_AXES, ids=[label for label, _ in EMPTY_AXES])
+def test_a_chapter_fixture_with_an_empty_axis_is_run_exactly_when_it_validates(
+        label: str, document: Any, tmp_path: Any) -> None:
+    """Its evidence (exit 0 or 1) or one line naming the place (exit 2), never exit 70,
+    and ``validate`` says ok exactly when ``run`` computes the evidence."""
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+
+    path = tmp_path / "fixture.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    validated = CliRunner().invoke(main, ["validate", str(path)])
+    ran = CliRunner().invoke(main, ["run", str(path), "-f", "text"])
+    assert ran.exit_code in (0, 1, 2), ran.output
+    assert (validated.exit_code == 0) == (ran.exit_code in (0, 1)), (validated.output, ran.output)
+    if ran.exit_code == 2:
+        assert ran.stderr.count("\n") == 1 and ran.stderr.startswith(f"Error: {path}: $.")

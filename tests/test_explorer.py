@@ -349,3 +349,56 @@ def test_a_gpt2_small_layer_page_stays_within_one_mebibyte(
     # large tensors are summarised with the digest the text view gives
     assert html.count("<dt>sha256</dt>") >= 20
     assert embedded_sums(html, 4) > 40
+
+
+# --- every report opens as a page ----------------------------------------------------------
+
+EVERY_REPORT = [
+    ["run", "--chapter", "27"], ["run", "--chapter", "28"], ["run", "--chapter", "29"],
+    ["report", "--chapter", "30"], ["gradcheck"],
+    ["check", str(EXAMPLES / "wrong_mha_strided_heads.py")],
+]
+
+
+@pytest.mark.parametrize("args", EVERY_REPORT, ids=["ch27", "ch28", "ch29", "ch30", "gradcheck",
+                                                     "check-multi-head-slip"])
+def test_every_report_opens_as_a_page_with_the_same_exit_code(tmp_path: Path,
+                                                              args: list[str]) -> None:
+    """The page is self-contained, every number carries its place in the JSON report, and
+    the command exits as it does without ``--html``."""
+    plain = CliRunner().invoke(main, [*args, "-f", "json"])
+    html = write_page(tmp_path, *args)
+    page = CliRunner().invoke(main, [*args, "--html", str(tmp_path / "again.html"), "-f", "json"])
+    assert page.exit_code == plain.exit_code
+    assert html.startswith("<!DOCTYPE html>") and "default-src 'none'" in html
+    numbers = numbers_of(html)
+    assert numbers and all("data-tensor" in n and "data-index" in n for n in numbers)
+    report = json.loads(plain.stdout)
+    tensors = report.get("tensors")
+    if isinstance(tensors, dict):  # a chapter's: every value of every tensor, at its place
+        shown = {(n["data-tensor"], n["data-index"]): n["text"] for n in numbers
+                 if not n.get("data-field") and not n.get("data-stat")}
+        for name, tensor in tensors.items():
+            values = np.reshape(tensor["values"], tensor["shape"])
+            for index in np.ndindex(*values.shape):
+                at = (name, ",".join(str(i) for i in index))
+                assert shown[at] == fmt_float(float(values[index]), 6), at
+    gradcheck = report.get("gradcheck", report)
+    if isinstance(gradcheck, dict) and isinstance(gradcheck.get("tensors"), list):
+        for entry in gradcheck["tensors"]:
+            for point in entry["checks"][:4]:
+                where = ",".join(str(i) for i in point["coordinate"])
+                assert any(n["data-tensor"] == f"gradcheck.{entry['tensor']}"
+                           and n["data-index"] == where and n.get("data-field") == "analytic"
+                           for n in numbers), (entry["tensor"], where)
+
+
+def test_a_chapter_page_explains_each_weight_by_its_scores_softmax(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "run", "--chapter", "28")
+    derivations = page_data(html)["derivations"]
+    weight = derivations["probabilities|0,2,1"]
+    assert weight["v"] == "0.108383"
+    masked = derivations["probabilities|0,0,2"]
+    labels = page_data(html)["labels"]
+    assert labels[masked["f"]].startswith("0: the key is after the query")
+    assert "output|0,2,0" in derivations  # the mixture of the value rows

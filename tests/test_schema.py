@@ -52,7 +52,10 @@ from tests.conftest import shipped_fixtures
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA: dict[str, Any] = json.loads(files("qkvcli.data").joinpath(SCHEMA_NAME).read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-FIXTURE_FILES = shipped_fixtures(recursive=True)  # chapters 27-30 have readers of their own
+FIXTURE_FILES = shipped_fixtures(recursive=True)  # chapter 26's and attend's reader
+CHAPTER_FILES = sorted(path for path in (ROOT / "fixtures").glob("ch*.json")
+                       if path not in FIXTURE_FILES)  # chapters 27-30, read by their modules
+PROJECTIONS: dict[str, Any] = SCHEMA["$defs"]["projections"]
 
 
 def test_schema_is_a_valid_draft_2020_12_schema() -> None:
@@ -74,6 +77,52 @@ def test_repository_fixtures_validate_against_schema_and_code(path: Path) -> Non
         parse_attend_fixture(data)
     else:
         parse_fixture(data)
+
+
+@pytest.mark.parametrize("path", CHAPTER_FILES, ids=[p.name for p in CHAPTER_FILES])
+def test_chapter_fixtures_validate_against_schema_and_their_chapter(path: Path) -> None:
+    from qkvcli.chapters.registry import chapter_module
+    from qkvcli.core.names import chapter_of_id
+
+    data = parse_json_text(path.read_text(encoding="utf-8"))
+    assert list(VALIDATOR.iter_errors(data)) == []
+    chapter_module(chapter_of_id(data["chapter"])).parse(data)
+
+
+def test_every_chapter_schema_names_the_keys_its_chapter_knows() -> None:
+    from qkvcli.chapters import ch28, ch29, ch30
+    from qkvcli.chapters.head_fixture import HEAD_KEYS
+
+    defs = SCHEMA["$defs"]
+    assert tuple(defs["chapter27"]["properties"]) == HEAD_KEYS
+    assert tuple(defs["chapter28"]["properties"]) == HEAD_KEYS + ch28.KEYS
+    assert tuple(defs["chapter29"]["properties"]) == ch29.DOCUMENT_KEYS
+    assert tuple(defs["chapter29"]["properties"]["rope"]["properties"]) == ch29.ROPE_KEYS
+    assert tuple(defs["chapter30"]["properties"]) == ch30.DOCUMENT_KEYS
+    assert tuple(defs["chapter30"]["properties"]["rope"]["properties"]) == ch30.ROPE_KEYS
+    assert tuple(defs["chapter30"]["properties"]["weights"]["properties"]) == ch30.WEIGHT_KEYS
+
+
+@pytest.mark.parametrize(("chapter", "change"), [
+    ("ch27-self-attention", {"scale": 1.0}),
+    ("ch27-self-attention", {"input": [[[1.0, 2.0]]]}),
+    ("ch28-causal-masking", {"upstream": {"query": [[[1.0]]]}}),
+    ("ch29-rope", {"rope": {"features": 4, "base": 100}}),
+    ("ch29-rope", {"rope": {"features": 4, "positions": 6, "base": 100, "layout": "spiral"}}),
+    ("ch30-multi-head-attention", {"heads": -1}),
+    ("ch30-multi-head-attention", {"weights": {"query": [[1.0]]}}),
+], ids=["unknown-key", "operands-and-input", "upstream-branch", "positions-missing",
+        "layout", "negative-heads", "output-weight-missing"])
+def test_a_bad_chapter_fixture_is_refused_by_schema_and_chapter(chapter: str,
+                                                                change: dict[str, Any]) -> None:
+    from qkvcli.chapters.registry import chapter_module
+    from qkvcli.core.names import chapter_of_id
+
+    data = {**parse_json_text((ROOT / "fixtures" / f"{chapter}.json").read_text(encoding="utf-8")),
+            **change}
+    assert list(VALIDATOR.iter_errors(data))
+    with pytest.raises(FixtureError):
+        chapter_module(chapter_of_id(data["chapter"])).parse(data)
 
 
 def uses_attend_only_keys(data: dict[str, Any]) -> bool:
@@ -99,19 +148,19 @@ def test_bundled_fixture_validates() -> None:
 
 
 def test_schema_names_the_keys_the_code_knows() -> None:
-    props = SCHEMA["properties"]
+    props = PROJECTIONS["properties"]
     assert tuple(props) == TOP_KEYS + LAYER_TOP_KEYS
     assert tuple(props["weights"]["properties"]) == (
         BRANCHES + PACKED_KEYS + C_ATTN_KEYS + NEOX_KEYS + QKV_PROJ_KEYS + CODEGEN_KEYS
         + OUT_KEYS + NORM_KEYS)
     assert tuple(props["upstream"]["properties"]) == (*BRANCHES, UPSTREAM_OUTPUT)
-    assert tuple(props["gradcheck"]["properties"]) == GRADCHECK_KEYS
+    assert tuple(SCHEMA["$defs"]["gradcheck"]["properties"]) == GRADCHECK_KEYS
     assert tuple(props["expect"]["properties"]) == EXPECT_KEYS
     weight_object = SCHEMA["$defs"]["weight"]["anyOf"][2]["properties"]
     assert set(weight_object) == set(WEIGHT_KEYS) | set(WEIGHT_OBJECT_KEYS)
     tensor_object = SCHEMA["$defs"]["tensor3"]["anyOf"][2]["properties"]
     assert set(tensor_object) == set(TENSOR_KEYS)
-    assert SCHEMA["required"] == ["input", "weights"]
+    assert PROJECTIONS["required"] == ["input", "weights"]
 
 
 def test_schema_command_prints_the_shipped_schema() -> None:
@@ -262,8 +311,9 @@ def test_valid_fixtures_are_accepted_by_schema_and_code(data: Any) -> None:
 
 def test_docs_page_describes_every_field() -> None:
     docs = (ROOT / "docs" / "fixtures.md").read_text(encoding="utf-8")
-    props = SCHEMA["properties"]
-    for key in (*props, *props["gradcheck"]["properties"], *props["expect"]["properties"]):
+    props = PROJECTIONS["properties"]
+    for key in (*props, *SCHEMA["$defs"]["gradcheck"]["properties"],
+                *props["expect"]["properties"]):
         assert f"`{key}`" in docs or f"`gradcheck.{key}`" in docs, key
 
 

@@ -111,7 +111,8 @@ def head_pass(query: Array, key: Array, value: Array, upstream: Array, causal: b
     probabilities = np.array(f.attention)
     rows = min(tokens, MIXTURE_LIMIT // max(1, tokens * int(value.shape[2]))) if batch else 0
     # [R,T,1] * [1,T,d_v] -> [R,T,d_v]: each kept query's weighted value rows
-    terms = probabilities[0, :rows][:, :, None] * value[0][None, :, :]
+    terms = (probabilities[0, :rows][:, :, None] * value[0][None, :, :] if batch
+             else np.zeros((0, tokens, int(value.shape[2]))))
     tape = (probabilities, np.array(f.output), *(np.asarray(a) for a in (
         g.grad_attention, g.grad_scaled_scores, g.grad_scores, g.grad_query, g.grad_key,
         g.grad_value)))

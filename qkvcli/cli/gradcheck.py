@@ -16,6 +16,7 @@ from qkvcli.cli.options import (
     evidence_options,
     fixture_argument,
     format_option,
+    html_option,
     resolve_format,
 )
 from qkvcli.cli.show import show
@@ -34,9 +35,11 @@ from qkvcli.render import render_pieces
     help="Type of the analytic gradients under test (a speed study); the central "
     "differences they are checked against are always float64.",
 )
+@html_option
 def gradcheck(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,
     view: ViewSettings, overrides: CheckOverrides, dtype: str = "float64",
+    html: Path | None = None,
 ) -> None:
     """Check the reverse gradients of FIXTURE against central differences.
 
@@ -45,7 +48,7 @@ def gradcheck(
     """
     from qkvcli.cli.console import gradcheck_progress
 
-    check_outputs([output, *(path for _, path in view.exports)], [fixture])
+    check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     reporter = gradcheck_progress(resolve_format(fmt, output), view)
     with working_on(label_of(fixture)), reporter or contextlib.nullcontext():
         loaded = overrides.apply(load(fixture, max_elements))
@@ -60,6 +63,6 @@ def gradcheck(
             mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,
         )
     show(result, fmt, view, output, title="qkv gradcheck", precision=GRADCHECK_PRECISION,
-         pieces=lambda shown: render_pieces(result, shown, dtype=dtype))
+         pieces=lambda shown: render_pieces(result, shown, dtype=dtype), html=html)
     if not result.passed:
         raise SystemExit(EXIT_FAILED)

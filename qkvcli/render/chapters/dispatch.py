@@ -47,13 +47,19 @@ def pieces(evidence: object, fmt: str) -> Iterator[str]:
         return iter([module.text(evidence)])
     if fmt == "trace":
         return iter([module.trace(evidence)])
-    from qkvcli import __version__
     from qkvcli.render.report import dumps
 
-    document = module.json_document(evidence)
-    if "qkv_version" not in document:
-        document = {"qkv_version": __version__, **document}
-    return iter([dumps(document)])
+    return iter([dumps(document(evidence))])
+
+
+def document(evidence: object) -> dict[str, Any]:
+    """The chapter's JSON document, ``qkv_version`` first."""
+    from qkvcli import __version__
+
+    found: dict[str, Any] = renderer(evidence).json_document(evidence)
+    if "qkv_version" not in found:
+        found = {"qkv_version": __version__, **found}
+    return found
 
 
 class ChapterFigure:

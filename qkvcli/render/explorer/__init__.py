@@ -41,4 +41,14 @@ def explorer_page(evidence: object, *, precision: int, title: str,
 
         return check_page(evidence, precision, title,  # type: ignore[arg-type]
                           replay or {}, spec)
+    if kind == "chapter":
+        from qkvcli.render.chapters.dispatch import document
+        from qkvcli.render.explorer.document import document_page
+
+        return document_page(document(evidence), precision, title)
+    if kind == "gradcheck":
+        from qkvcli.render.explorer.document import document_page
+        from qkvcli.render.gradcheck import gradcheck_document
+
+        return document_page(gradcheck_document(evidence), precision, title)  # type: ignore[arg-type]
     raise TypeError(f"the explorer draws no page of {kind}")

@@ -1,0 +1,209 @@
+"""The explorer page of any report, drawn from its JSON document: the facts it publishes.
+
+The checks (``checks``: each one's name, whether it passed, its detail or outcome), every
+tensor under ``tensors`` (``{"shape", "values"}``; an attention matrix, a square last
+pair of axes named ``probabilities``, ``attention_weights`` or ``weights``, as heat maps
+too), and every coordinate of the gradient check (``gradcheck.tensors[].checks[]``, or
+the document's own ``tensors`` list for ``qkv gradcheck``). Each number carries the
+explorer's contract (``data-tensor``, ``data-index``: its key and coordinate in the
+JSON report), so any report's page is the same facts as its JSON, whatever computed them.
+
+A number opens its derivation where the document holds what makes it: an attention
+weight its scores' softmax (``dot_products`` or ``raw_scores``, ``scaled_scores``, the
+``masked_scores`` where they are published, ``probabilities``), an output its mixture
+of the value rows (``probabilities``, ``value``, ``output``), a gradient-check
+coordinate its central difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from qkvcli.core.arrays import Array
+from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.derive import Derivation, attention_weight, gradcheck_point, mixture
+from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, index_text
+from qkvcli.render.wording import Check, verdict
+
+MAPS = ("probabilities", "attention_weights", "weights")
+"""The published names of an attention matrix, drawn as heat maps."""
+SCORES = ("dot_products", "raw_scores", "scores")
+"""The published names of the raw scores an attention matrix is the softmax of."""
+
+
+def tensors_of(document: Mapping[str, Any]) -> dict[str, Array]:
+    """Every ``{"shape", "values"}`` under the document's ``tensors``, as arrays."""
+    found: dict[str, Array] = {}
+    published = document.get("tensors")
+    if not isinstance(published, Mapping):
+        return found
+    for name, tensor in published.items():
+        if isinstance(tensor, Mapping) and "shape" in tensor and "values" in tensor:
+            found[name] = np.array(tensor["values"], dtype=np.float64).reshape(tensor["shape"])
+    return found
+
+
+def checks_of(document: Mapping[str, Any]) -> list[Check]:
+    """The document's judged checks, each with its published detail (or its outcome)."""
+    return [Check(str(entry.get("name", "")), bool(entry.get("passed")),
+                  str(entry.get("detail", entry.get("outcome", ""))))
+            for entry in document.get("checks", []) if isinstance(entry, Mapping)]
+
+
+def _scale(arrays: Mapping[str, Array], scores: str) -> float:
+    """The factor between the raw and the scaled scores (their first non-zero pair)."""
+    raw, scaled = arrays[scores].reshape(-1), arrays["scaled_scores"].reshape(-1)
+    for a, b in zip(raw, scaled, strict=True):
+        if a != 0.0 and math.isfinite(b):
+            return float(b / a)
+    return 1.0
+
+
+def derivers(arrays: Mapping[str, Array]) -> dict[str, Any]:
+    """What the document's own tensors can explain: its attention weights and outputs."""
+    found: dict[str, Any] = {}
+    weights = next((name for name in MAPS if name in arrays), None)
+    scores = next((name for name in SCORES if name in arrays), None)
+    if weights is not None and scores is not None and "scaled_scores" in arrays and (
+            arrays[weights].shape == arrays["scaled_scores"].shape == arrays[scores].shape):
+        factor = _scale(arrays, scores)
+
+        masked = arrays.get("masked_scores", arrays["scaled_scores"])  # what the softmax read
+
+        def weight(at: tuple[int, ...], numbered: bool = True) -> Derivation:
+            return attention_weight(arrays[scores], masked, arrays[weights],
+                                    at, factor, keys=numbered)
+
+        found["weights"] = weight
+        if "value" in arrays and "output" in arrays and arrays["output"].ndim == 3 and (
+                arrays[weights].ndim == 3):
+            causal = bool(np.any(~np.isfinite(masked)))
+
+            def output(at: tuple[int, ...]) -> Derivation:
+                return mixture(arrays[weights], arrays["value"], at,
+                               float(arrays["output"][at]), None, causal)
+
+            found["output"] = output
+    return found
+
+
+def _gradcheck_entries(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any]]:
+    """The gradient check's settings and its tensors' entries (``qkv gradcheck``'s
+    document is the check itself)."""
+    check = document.get("gradcheck")
+    if isinstance(check, Mapping):
+        return check, list(check.get("tensors", []))
+    listed = document.get("tensors")
+    if isinstance(listed, list):
+        return document, listed
+    return {}, []
+
+
+def gradcheck_rows(page: Page, document: Mapping[str, Any]) -> str:
+    """Every checked coordinate of the document (up to :data:`GRADCHECK_ROWS` a tensor):
+    analytic, numerical and scaled error, each opening the comparison."""
+    settings, entries = _gradcheck_entries(document)
+    if not entries:
+        return ""
+    step, tolerance = float(settings.get("step", 0.0)), float(settings.get("tolerance", 0.0))
+    out = ['<section class="group gradcheck"><h2>Gradient check</h2>',
+           f'<p class="caption">step {step!r}, tolerance {tolerance!r}</p>']
+    for entry in entries:
+        name = str(entry.get("tensor", ""))
+        checks = list(entry.get("checks", []))
+        shown, rows = checks[:GRADCHECK_ROWS], []
+        for check in shown:
+            direction = check.get("direction")
+            if direction is not None:
+                where, label = str(direction), f"direction {direction}"
+            else:
+                where = index_text(check.get("coordinate", []))
+                label = f"[{where}]"
+            analytic, numerical = float(check["analytic"]), float(check["numerical"])
+            error, passed = float(check["scaled_error"]), bool(check["passed"])
+            derivation = gradcheck_point(analytic, numerical, step, error, tolerance, passed)
+            heading = f"gradient check of {name} at {label}"
+            key = f"gradcheck.{name}"
+            cells = [page.number(key, where, value, derivation, field=field, heading=heading)
+                     for field, value in (("analytic", analytic), ("numerical", numerical),
+                                          ("scaled_error", error))]
+            word = "✔ PASS" if passed else "✘ FAIL"
+            rows.append(f'<tr><th scope="row">{label}</th><td>{cells[0]}</td><td>{cells[1]}'
+                        f"</td><td>{cells[2]}</td><td>{word}</td></tr>")
+        passed = bool(entry.get("passed", True))
+        more = (f'<p class="caption">showing {len(shown)} of {len(checks)} coordinates (the '
+                "JSON report lists every one)</p>" if len(shown) < len(checks) else "")
+        out.append(
+            f"<details{' open' if not passed else ''}><summary><code>{escape(name)}</code>: "
+            f"{len(checks)} checked, {'all pass' if passed else 'FAILED'}</summary>"
+            '<table class="values gc"><thead><tr><th>coordinate</th><th>analytic</th>'
+            "<th>numerical</th><th>scaled error</th><th></th></tr></thead><tbody>"
+            + "".join(rows) + f"</tbody></table>{more}</details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _maps(page: Page, name: str, weights: Array, arrays: Mapping[str, Array],
+          explain: Any) -> str:
+    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head)."""
+    tokens = int(weights.shape[-1])
+    slices: Sequence[tuple[int, ...]] = list(np.ndindex(*weights.shape[:-2]))
+    scaled = arrays.get("masked_scores", arrays.get("scaled_scores"))
+
+    def masked_at(at: tuple[int, ...]) -> float:
+        return float(scaled[at]) if scaled is not None and scaled.shape == weights.shape else 0.0
+
+    def derive(at: tuple[int, ...], numbered: bool) -> Derivation | None:
+        return explain(at, numbered) if explain is not None else None
+
+    return page.heatmap(name, weights, slices, derive, tokens, masked_at)  # type: ignore[arg-type]
+
+
+def document_page(document: Mapping[str, Any], precision: int, title: str) -> str:
+    """The explorer page of a report's JSON ``document`` (one self-contained HTML text)."""
+    page = Page(title, precision)
+    arrays = tensors_of(document)
+    explained = derivers(arrays)
+    config = document.get("config")
+    batches = config.get("batch", 1) if isinstance(config, Mapping) else 1
+    page.select("batch", "batch item", int(batches) if isinstance(batches, int) else 1)
+    checks = checks_of(document)
+    if checks:
+        page.sections.append(checks_section(checks))
+    maps = [name for name in MAPS if name in arrays and arrays[name].ndim >= 3
+            and arrays[name].shape[-1] == arrays[name].shape[-2]]
+    if maps:
+        page.scale_switch()
+        page.sections.append(
+            '<section class="group"><h2>Attention weights</h2><p class="caption">each row '
+            "a query's probabilities over the keys</p>" + page.legend()
+            + "".join(_maps(page, name, arrays[name], arrays, explained.get("weights"))
+                      for name in maps) + "</section>")
+    blocks = []
+    for name, values in arrays.items():
+        deriver: Deriver | None = None
+        if name in maps and "weights" in explained:
+            deriver = lambda at, f=explained["weights"]: f(at, True)  # noqa: E731
+        elif name == "output" and "output" in explained:
+            deriver = explained["output"]
+        lead = 2 if values.ndim == 4 else None
+        blocks.append(page.tensor(name, values, deriver, lead=lead))
+    if blocks:
+        page.sections.append('<section class="group"><h2>Tensors</h2>' + "".join(blocks)
+                             + "</section>")
+    page.sections.append(gradcheck_rows(page, document))
+    passed = bool(document.get("passed", all(check.passed for check in checks)))
+    if checks:
+        said = verdict(passed, sum(check.passed for check in checks), len(checks))
+    else:
+        _, entries = _gradcheck_entries(document)
+        coordinates = [c for entry in entries for c in entry.get("checks", [])]
+        said = verdict(passed, sum(bool(c.get("passed")) for c in coordinates), len(coordinates))
+    chapter = document.get("chapter")
+    heading = f"{title}: {chapter}" if chapter else title
+    return page.html(heading, said, passed)
