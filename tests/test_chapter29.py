@@ -51,7 +51,7 @@ def test_every_check_of_the_bundled_fixture_passes() -> None:
         "position_zero", "norms", "relative_dot", "shapes", "errors", "gradcheck",
         "tape_finite", "replay"]
     assert evidence.passed
-    assert [len(t.checks) for t in evidence.gradcheck] == [12, 12]
+    assert [len(t.checks) for t in evidence.gradcheck.tensors] == [12, 12]
 
 
 # --- the validator and the rejected inputs -------------------------------------------------
@@ -208,7 +208,7 @@ def test_a_wrong_gradient_fails_the_check() -> None:
     fixture = ch29.parse(parse_json_text(bundled_fixture_text(ch29.FIXTURE)))
     found = ch29.primary(fixture)
     wrong = found._replace(query_gradient=found.query_gradient + np.eye(3, 4))
-    query_check, key_check = ch29.gradient_check(fixture, wrong)
+    query_check, key_check = ch29.gradient_check(fixture, wrong).tensors
     assert not query_check.passed and key_check.passed
 
 

@@ -20,6 +20,7 @@ from qkvcli.core.names import CHAPTER_IDS as NAMES
 from .conftest import GOLDEN, ROOT
 
 NUMBERS = (26, 27, 28, 29, 30)
+EXAMPLES = ROOT / "examples" / "implementations"
 
 
 def chapter_ready(number: int) -> str:
@@ -215,12 +216,26 @@ def test_a_perturbation_that_changes_nothing_is_refused(tmp_path: Path) -> None:
 def test_chapter_26s_other_commands_point_a_later_chapter_fixture_to_report(
         number: int, tmp_path: Path) -> None:
     path = tmp_path / "later.json"
-    path.write_text(json.dumps({"chapter": NAMES[number]}))
-    result = CliRunner().invoke(main, ["gradcheck", str(path)])
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"Error: {path}: $.chapter: a chapter {number} fixture (")
-    assert result.stderr.endswith(f"this command reads chapter 26's (qkv report {path} "
-                                  "shows it)\n")
+    path.write_text(json.dumps({"chapter": NAMES[number], "heads": 2, "rope": {}}))
+    for command in (["quiz", str(path)], ["check", str(EXAMPLES / "numpy_qkv.py"), str(path)]):
+        result = CliRunner().invoke(main, command, input="")
+        assert result.exit_code == 2
+        assert result.stderr.startswith(f"Error: {path}: $.chapter: a chapter {number} fixture (")
+        assert result.stderr.endswith(f"this command reads chapter 26's (qkv report {path} "
+                                      "shows it)\n")
+
+
+@pytest.mark.parametrize("number", [n for n in NUMBERS if n != 26])
+def test_gradcheck_takes_a_later_chapter_fixture_and_gives_its_chapters_check(number: int) -> None:
+    """The same coordinates as the chapter's report, in gradcheck's table and JSON."""
+    fixture = str(ROOT / "fixtures" / f"ch{number}-{NAMES[number].split('-', 1)[1]}.json")
+    checked = CliRunner().invoke(main, ["gradcheck", fixture, "-f", "json"])
+    report = CliRunner().invoke(main, ["run", fixture, "-f", "json"])
+    assert checked.exit_code == 0, checked.output
+    ours, theirs = json.loads(checked.stdout), json.loads(report.stdout)["gradcheck"]
+    assert [(t["tensor"], [c["coordinate"] for c in t["checks"]]) for t in ours["tensors"]] == [
+        (t["tensor"], [c["coordinate"] for c in t["checks"]]) for t in theirs["tensors"]]
+    assert ours["passed"] and ours["tolerance"] == theirs["tolerance"]
 
 
 @pytest.mark.skipif(bool(chapter_ready(27)), reason="chapter 27 is not in this build")

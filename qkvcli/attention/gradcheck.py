@@ -43,7 +43,7 @@ runs the engine on only what the perturbed coordinate reaches, and adds the term
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -54,10 +54,9 @@ from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
-from qkvcli.core.splitmix import SplitMix64
-from qkvcli.gradcheck.batched import batched_coordinates, directional_checks
+from qkvcli.gradcheck.batched import Checked, Copies, Points, check, perturbing
 from qkvcli.gradcheck.central import sample_indices
-from qkvcli.gradcheck.records import GradcheckResult, Progress, TensorCheck, Ticker
+from qkvcli.gradcheck.records import GradcheckResult, PointObjective, Progress, TensorObjective
 from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_DIRECTION_SEED,
@@ -84,11 +83,6 @@ RECOMPUTES_GROUP = "perturbed K/V group"
 RECOMPUTES_ITEM = "perturbed batch item"
 RECOMPUTES_OUT = "perturbed output column"
 
-TensorObjective = Callable[[Array], float]
-"""``L`` at a whole perturbed copy of the checked tensor."""
-PointObjective = Callable[[int, float], float]
-"""``L`` with flat element ``index`` of the checked tensor set to ``value``."""
-
 
 def as_layer(model: AttentionHead | MultiHeadLayer) -> MultiHeadLayer:
     """A head as the one-head layer without output projection it is (the same arithmetic)."""
@@ -109,61 +103,6 @@ def forward_cost(layer: MultiHeadLayer, x: Array) -> int:
 
 def _units(multiply_adds: int) -> int:
     return max(1, -(-int(multiply_adds) // EVALUATION_UNIT))
-
-
-class _PointSlots:
-    """:class:`~qkvcli.gradcheck.records.Objective` over a point objective: each slot one
-    perturbed coordinate, each evaluation a complete evaluation of ``L``."""
-
-    def __init__(self, point: PointObjective, slots: int) -> None:
-        self.point = point
-        self.slots = slots
-        self._where = [0] * slots
-        self._value = [0.0] * slots
-
-    def put(self, k: int, flat_index: int, value: float) -> None:
-        self._where[k] = flat_index
-        self._value[k] = value
-
-    def slot(self, k: int) -> Array:
-        raise ValueError("a point objective has no slot copies; use put")
-
-    def evaluate(self, count: int) -> Array:
-        return np.array([self.point(self._where[k], self._value[k]) for k in range(count)])
-
-
-class _CopySlots:
-    """:class:`~qkvcli.gradcheck.records.Objective` over whole perturbed copies (``fast``)."""
-
-    def __init__(self, tensor: TensorObjective, values: Array) -> None:
-        self.tensor = tensor
-        self.slots = 2
-        self._copies = [np.array(values, dtype=np.float64, copy=True) for _ in range(2)]
-
-    def put(self, k: int, flat_index: int, value: float) -> None:
-        self._copies[k].reshape(-1)[flat_index] = value
-
-    def slot(self, k: int) -> Array:
-        return self._copies[k]
-
-    def evaluate(self, count: int) -> Array:
-        return np.array([self.tensor(self._copies[k]) for k in range(count)])
-
-
-def _copy_point(tensor: TensorObjective, values: Array) -> PointObjective:
-    """The point objective that perturbs a copy, evaluates it whole, and restores it."""
-    probe = np.array(values, dtype=np.float64, copy=True)
-    flat = probe.reshape(-1)
-
-    def point(index: int, value: float) -> float:
-        original = flat[index]
-        flat[index] = value
-        try:
-            return tensor(probe)
-        finally:
-            flat[index] = original  # restore: evaluations never share state
-
-    return point
 
 
 def checked_tensors(layer: MultiHeadLayer, x: Array) -> list[tuple[str, Array]]:
@@ -334,27 +273,22 @@ def gradcheck_attention(
     gradients = analytic_of(analytic)
     values_of = dict(checked_tensors(layer, x64))
     reach = Reach(layer, x64, u64, causal, forward) if plan.reached else None
-    ticker = Ticker(progress, sum(row[3] for row in plan.rows))
-    rng = SplitMix64(seed)
-    checks = []
-    for name, resolved, count, _, _, recomputes in plan.rows:
-        values = values_of[name]
-        whole = whole_objective(layer, x64, u64, causal, name)
-        shape = tuple(values.shape)
-        if resolved == "fast":
-            found = directional_checks(_CopySlots(whole, values), name, values, gradients[name],
-                                       directions, rng, step, tolerance, ticker)
-            checks.append(TensorCheck(name, shape, directions, tuple(found), "fast",
-                                      recomputes))
-            continue
-        point = (reach.objective(name) if reach is not None and recomputes != RECOMPUTES_ALL
-                 else _copy_point(whole, values))
-        indices = sample_indices(values.size, count)
-        found = batched_coordinates(_PointSlots(point, 2), name, values, gradients[name],
-                                    indices, step, tolerance, ticker)
-        requested = values.size if count is None else count
-        checks.append(TensorCheck(name, shape, requested, tuple(found), resolved, recomputes))
-    return GradcheckResult(step, tolerance, tuple(checks), mode)
+
+    def tensors() -> Iterator[Checked]:
+        for name, resolved, count, _, _, recomputes in plan.rows:
+            values = values_of[name]
+            whole = whole_objective(layer, x64, u64, causal, name)
+            if resolved == "fast":
+                yield Checked(name, values, gradients[name], Copies(whole, values), "fast",
+                              None, recomputes)
+                continue
+            point = (reach.objective(name) if reach is not None and recomputes != RECOMPUTES_ALL
+                     else perturbing(whole, values))
+            yield Checked(name, values, gradients[name], Points(point, 2), resolved, count,
+                          recomputes)
+
+    return check(tensors(), step, tolerance, mode=mode, directions=directions, seed=seed,
+                 total=sum(row[3] for row in plan.rows), progress=progress)
 
 
 def whole_objective(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,

@@ -31,7 +31,6 @@ import numpy as np
 from qkvcli.attention.maths import score_factor, softmax
 from qkvcli.chapters.head_fixture import HeadInputs, read_head_inputs
 from qkvcli.chapters.head_pass import (
-    GradientCheck,
     HeadPass,
     RefusedCase,
     SingleToken,
@@ -52,6 +51,7 @@ from qkvcli.chapters.operands import (
 from qkvcli.core.arrays import Array, same_bits
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class SelfAttentionEvidence(Record):
     scale: ScaleProbe
     single: SingleToken
     shapes: ShapeProbes
-    gradcheck: GradientCheck
+    gradcheck: GradcheckResult
     errors: tuple[RefusedCase, ...]
     replay_bitwise: bool
     checks: tuple[FamilyCheck, ...]
@@ -210,8 +210,7 @@ def build(fixture: HeadInputs) -> SelfAttentionEvidence:
         verdict("batch_isolation", shapes.isolated),
         verdict("empty_batch", shapes.empty_holds),
         FamilyCheck("gradcheck", check.passed, "passed" if check.passed else "failed",
-                    tolerance=check.tolerance,
-                    coordinates=sum(len(t.checks) for t in check.tensors)),
+                    tolerance=check.tolerance, coordinates=check.count),
         verdict("rejected_inputs", all(case.rejected for case in errors)),
         verdict("replay", replay),
     )

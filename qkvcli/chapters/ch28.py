@@ -34,7 +34,6 @@ import numpy as np
 
 from qkvcli.chapters.head_fixture import HeadInputs, read_head_inputs, vector
 from qkvcli.chapters.head_pass import (
-    GradientCheck,
     HeadPass,
     RefusedCase,
     SingleToken,
@@ -61,6 +60,7 @@ from qkvcli.core.arrays import Array, check_finite, readonly, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.json_values import expect_object, refuse_unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
@@ -198,7 +198,7 @@ class CausalEvidence(Record):
     prefix: PrefixProbe
     single: SingleToken
     empty: EmptyProbe
-    gradcheck: GradientCheck
+    gradcheck: GradcheckResult
     errors: tuple[RefusedCase, ...]
     future_zero: bool
     replay_bitwise: bool
@@ -287,8 +287,7 @@ def build(fixture: CausalFixture) -> CausalEvidence:
         verdict("empty_batch", empty.valid),
         verdict("tape_finite", primary.tape_finite),
         FamilyCheck("gradcheck", check.passed, "passed" if check.passed else "failed",
-                    tolerance=check.tolerance,
-                    coordinates=sum(len(t.checks) for t in check.tensors)),
+                    tolerance=check.tolerance, coordinates=check.count),
         verdict("rejected_inputs", all(case.rejected for case in errors)),
         verdict("replay", replay),
     )

@@ -27,8 +27,8 @@ from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
-from qkvcli.gradcheck.central import check_tensor
-from qkvcli.gradcheck.records import TensorCheck
+from qkvcli.gradcheck.batched import plain_check
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
 from qkvcli.reading.json_values import (
     expect_object,
@@ -491,7 +491,7 @@ class RopeEvidence(Record):
     primary: RopePrimary
     probes: tuple[RotaryProbe, ...]
     errors: tuple[RejectedRotaryInput, ...]
-    gradcheck: tuple[TensorCheck, ...]
+    gradcheck: GradcheckResult
     replay_bitwise: bool
     checks: tuple[FamilyCheck, ...]
 
@@ -499,9 +499,6 @@ class RopeEvidence(Record):
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
 
-    @property
-    def gradcheck_passed(self) -> bool:
-        return all(tensor.passed for tensor in self.gradcheck)
 
 
 def _norms(rows: Array) -> Array:
@@ -621,7 +618,7 @@ def rejected_inputs(fixture: RopeFixture) -> tuple[RejectedRotaryInput, ...]:
     )
 
 
-def gradient_check(fixture: RopeFixture, found: RopePrimary) -> tuple[TensorCheck, TensorCheck]:
+def gradient_check(fixture: RopeFixture, found: RopePrimary) -> GradcheckResult:
     """Central differences of the chapter's objective against the gradients of Q and K."""
     def of_query(probe: Array) -> float:
         return _objective(fixture, probe, fixture.key)
@@ -629,12 +626,10 @@ def gradient_check(fixture: RopeFixture, found: RopePrimary) -> tuple[TensorChec
     def of_key(probe: Array) -> float:
         return _objective(fixture, fixture.query, probe)
 
-    return (
-        check_tensor("query", fixture.query, found.query_gradient, fixture.step,
-                     fixture.tolerance, fixture.samples, of_query),
-        check_tensor("key", fixture.key, found.key_gradient, fixture.step,
-                     fixture.tolerance, fixture.samples, of_key),
-    )
+    samples = fixture.samples
+    return plain_check((("query", fixture.query, found.query_gradient, of_query, samples),
+                        ("key", fixture.key, found.key_gradient, of_key, samples)),
+                       fixture.step, fixture.tolerance, "full" if samples is None else "sampled")
 
 
 def _same(first: RopePrimary, second: RopePrimary) -> bool:
@@ -659,10 +654,9 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         shapes = probes(fixture)
         errors = rejected_inputs(fixture)
         checked = gradient_check(fixture, found)
-        coordinates = sum(len(t.checks) for t in checked)
-        gradcheck = FamilyCheck("gradcheck", all(t.passed for t in checked),
-                                "passed" if all(t.passed for t in checked) else "failed",
-                                fixtures=1, tolerance=fixture.tolerance, coordinates=coordinates)
+        gradcheck = FamilyCheck("gradcheck", checked.passed,
+                                "passed" if checked.passed else "failed",
+                                fixtures=1, tolerance=fixture.tolerance, coordinates=checked.count)
         checks = (
             verdict("position_zero", found.position_zero_identity),
             verdict("norms", found.norm_preserved),

@@ -4,8 +4,8 @@ Chapters 27 (no mask) and 28 (causal mask) judge one head on the same pieces, co
 here from the engine (:mod:`qkvcli.chapters.operands`): :func:`head_pass` (the forward
 tensors, the mixture terms of the first batch item, ``L = <O, U>`` and ``dQ, dK, dV``),
 :func:`single_token` (one token: probability 1, the value row, no gradient to Q or K),
-:func:`gradient_check` (central differences of ``L`` through the engine,
-:func:`~qkvcli.gradcheck.central.check_tensor`), :func:`same_pass` (bitwise replay) and
+:func:`gradient_check` (central differences of ``L`` through the engine, by the one
+checker, :func:`~qkvcli.gradcheck.batched.plain_check`), :func:`same_pass` (bitwise replay) and
 :func:`rejected` (a bad input really given to the engine's checks, and what they
 raised). Plain records, no wording.
 """
@@ -21,8 +21,8 @@ from qkvcli.chapters.operands import OPERANDS, additive_mask, attend, loss, reve
 from qkvcli.core.arrays import Array, all_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.gradcheck.central import check_tensor
-from qkvcli.gradcheck.records import TensorCheck
+from qkvcli.gradcheck.batched import plain_check
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
 
 ROW_SUM_TOLERANCE = 1e-12
@@ -172,42 +172,27 @@ def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleTok
                        bool(np.all(p.grad_key == 0.0)))
 
 
-class GradientCheck(Record):
-    """Central differences of ``L`` against the engine's ``dQ``, ``dK``, ``dV``."""
-
-    tensors: tuple[TensorCheck, ...]
-    step: float
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        return all(t.passed for t in self.tensors)
-
-    def count(self, operand: str) -> int:
-        """How many coordinates of ``operand`` were checked."""
-        return sum(len(t.checks) for t in self.tensors if t.tensor == operand)
-
-
 def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
-                   samples: int | None) -> GradientCheck:
+                   samples: int | None) -> GradcheckResult:
     """Check ``p``'s gradients at every coordinate (``samples``: that many evenly spaced
     ones per operand; ``None``: every one up to 4096 elements, 6 above)."""
     operands = (p.query, p.key, p.value)
     analytic = (p.grad_query, p.grad_key, p.grad_value)
-    checks = []
-    for index, name in enumerate(OPERANDS):
 
-        def objective(probe: Array, index: int = index) -> float:
+    def objective(index: int) -> Callable[[Array], float]:
+        def of(probe: Array) -> float:
             given = list(operands)
             given[index] = probe
             return loss(attend(given[0], given[1], given[2], causal, records=False), p.upstream)
 
-        count = samples
-        if count is None and operands[index].size > AUTO_FULL_LIMIT:
-            count = DEFAULT_SAMPLES
-        checks.append(check_tensor(name, operands[index], analytic[index], step, tolerance, count,
-                                   objective))
-    return GradientCheck(tuple(checks), step, tolerance)
+        return of
+
+    def count(values: Array) -> int | None:
+        return DEFAULT_SAMPLES if samples is None and values.size > AUTO_FULL_LIMIT else samples
+
+    return plain_check(((name, operands[index], analytic[index], objective(index),
+                         count(operands[index])) for index, name in enumerate(OPERANDS)),
+                       step, tolerance, "full" if samples is None else "sampled")
 
 
 class RefusedCase(Record):

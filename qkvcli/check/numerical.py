@@ -11,19 +11,17 @@ scaled error ``|a-n|/max(1,|a|,|n|)`` is within the fixture's gradient-check tol
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from qkvcli.check.cases import Run, fixtures_of
-from qkvcli.check.diagnose import coordinate
 from qkvcli.check.errors import Broken, CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array
+from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
-from qkvcli.gradcheck.central import central_difference, sample_indices, scaled_error
+from qkvcli.gradcheck.batched import Checked, Points, check, perturbing
 
 
 class Worst:
@@ -57,37 +55,32 @@ def _objective(session: Session, kind: Kind, run: Run, tensors: list[Array]) -> 
 def check_run(session: Session, kind: Kind, run: Run, analytic: tuple[Array, ...],
               worst: Worst) -> tuple[int, Failure | None]:
     """Central differences of ``L`` at the run's sampled coordinates against ``analytic``
-    (``dL/dX`` and each ``dL/dW``): how many coordinates, and the family's failure
-    on the run when the worst is past the fixture's tolerance. Raises
+    (``dL/dX`` and each ``dL/dW``), by the one checker
+    (:func:`~qkvcli.gradcheck.batched.check`): how many coordinates, and the family's
+    failure on the run when the worst is past the fixture's tolerance. Raises
     :class:`CallFailed` when a call fails."""
     case, family = run.case, kind.family("gradcheck")
-    tensors = [np.array(t, dtype=np.float64, copy=True) for t in case.tensors]
+    tensors = tuple(np.array(t, dtype=np.float64, copy=True) for t in case.tensors)
     count = 0
     run_worst = Worst()
     for position, (name, values) in enumerate(zip(kind.backward_names, tensors, strict=True)):
-        flat = values.reshape(-1)
         gradient = analytic[position]
         if gradient.shape != values.shape:
             return count, found_at(family, run.label, name, Clause("gradient-shape", (name,)))
-        for index in sample_indices(flat.size, case.samples):
-            original = float(flat[index])
 
-            def evaluate(point: float, index: int = index, original: float = original,
-                         flat: Array = flat) -> float:
-                flat[index] = point
-                try:
-                    return _objective(session, kind, run, tensors)
-                finally:
-                    flat[index] = original
+        def objective(probe: Array, position: int = position) -> float:
+            given = (*tensors[:position], probe, *tensors[position + 1:])
+            return _objective(session, kind, run, list(given))
 
-            numerical, note = central_difference(original, case.step, evaluate)
-            a = float(gradient.reshape(-1)[index])
-            error = scaled_error(a, numerical) if not note else math.inf
-            where = f"{name}{coordinate(values.shape, index)}"
-            point = Clause("point", (where, a, numerical, error, note))
+        checked = check([Checked(name, values, gradient, Points(perturbing(objective, values)),
+                                 "sampled", case.samples)], case.step, case.tolerance)
+        for point in checked.tensors[0].checks:
+            where = f"{name}{format_shape(list(point.coordinate))}"
+            clause = Clause("point", (where, point.analytic, point.numerical,
+                                      point.scaled_error, point.note))
             count += 1
-            run_worst.offer(error, point, where)
-            worst.offer(error, Clause("point-on", (run.label, point)))
+            run_worst.offer(point.scaled_error, clause, where)
+            worst.offer(point.scaled_error, Clause("point-on", (run.label, clause)))
     failed = not run_worst.error <= case.tolerance
     if count and failed and run_worst.point is not None:
         return count, found_at(family, run.label, run_worst.where, Clause(

@@ -1,4 +1,8 @@
-"""``qkv gradcheck``: the per-coordinate central-difference check of one fixture's gradients."""
+"""``qkv gradcheck``: the per-coordinate central-difference check of one fixture's gradients.
+
+A chapter 27-30 fixture (its ``"chapter"`` key names one) gets its chapter's own gradient
+check, as ``qkv run`` computes it (:mod:`qkvcli.cli.chapter`); any other is chapter 26's.
+"""
 
 from __future__ import annotations
 
@@ -44,11 +48,29 @@ def gradcheck(
     """Check the reverse gradients of FIXTURE against central differences.
 
     Shows each checked coordinate (tensor, coordinate, analytic, numerical, scaled
-    error, pass) and the verdict. Exit status 1 when any coordinate fails.
+    error, pass) and the verdict. A chapter 27-30 fixture gets its chapter's own check.
+    Exit status 1 when any coordinate fails.
     """
     from qkvcli.cli.console import gradcheck_progress
 
+    from qkvcli.cli import chapter as chapters
+
     check_outputs([output, *(path for _, path in view.exports), html], [fixture])
+    if fixture is not None:
+        with working_on(label_of(fixture)):
+            found = chapters.load(fixture, max_elements, None)
+        if isinstance(found, chapters.ChapterFixture):
+            if dtype != "float64":
+                click.echo(f"qkv: warning: --dtype does not apply to chapter "
+                           f"{found.module.NAME}; ignored", err=True)
+            with working_on(label_of(fixture)):
+                result = chapters.build(found, overrides).gradcheck
+            show(result, fmt, view, output, title="qkv gradcheck",
+                 precision=GRADCHECK_PRECISION, pieces=lambda shown: render_pieces(result, shown),
+                 html=html)
+            if not result.passed:
+                raise SystemExit(EXIT_FAILED)
+            return
     reporter = gradcheck_progress(resolve_format(fmt, output), view)
     with working_on(label_of(fixture)), reporter or contextlib.nullcontext():
         loaded = overrides.apply(load(fixture, max_elements))

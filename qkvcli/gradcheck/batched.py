@@ -1,4 +1,13 @@
-"""The batched checks: per coordinate (``full``, ``sampled``) and along directions (``fast``).
+"""The one gradient checker: any objective, each tensor per coordinate (``full``,
+``sampled``) or along directions (``fast``).
+
+:func:`check` runs every tensor of a check and gives its
+:class:`~qkvcli.gradcheck.records.GradcheckResult`; what differs between the checks of
+the projections, of a head or layer, of a chapter and of a learner's implementation is
+only the objective each tensor is evaluated by: slots of perturbed copies
+(:class:`~qkvcli.gradcheck.records.Objective`: the projections' stacked copies, the
+attention engine called on what a coordinate reaches), or a plain function of the
+perturbed tensor (:class:`Points` over :func:`perturbing`).
 
 Per coordinate:
 
@@ -21,14 +30,30 @@ scaled error as the coordinate checks.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.gradcheck.central import central_difference, coordinate_check, scaled_error
-from qkvcli.gradcheck.records import CoordinateCheck, Objective, Ticker
+from qkvcli.gradcheck.central import (
+    central_difference,
+    coordinate_check,
+    sample_indices,
+    scaled_error,
+)
+from qkvcli.gradcheck.records import (
+    CoordinateCheck,
+    GradcheckResult,
+    Objective,
+    PointObjective,
+    Progress,
+    TensorCheck,
+    TensorObjective,
+    Ticker,
+)
+from qkvcli.gradcheck.settings import DEFAULT_DIRECTION_SEED, DEFAULT_DIRECTIONS
 
 
 def batched_coordinates(
@@ -152,3 +177,116 @@ def directional_checks(
         for k in range(2 * len(batch)):
             objective.slot(k)[...] = saved
     return checks
+
+
+class Points:
+    """:class:`~qkvcli.gradcheck.records.Objective` over a point objective: each slot one
+    perturbed coordinate, each evaluation a complete evaluation of ``L``."""
+
+    def __init__(self, point: PointObjective, slots: int = 1) -> None:
+        self.point = point
+        self.slots = slots
+        self._where = [0] * slots
+        self._value = [0.0] * slots
+
+    def put(self, k: int, flat_index: int, value: float) -> None:
+        self._where[k] = flat_index
+        self._value[k] = value
+
+    def slot(self, k: int) -> Array:
+        raise ValueError("a point objective has no slot copies; use put")
+
+    def evaluate(self, count: int) -> Array:
+        return np.array([self.point(self._where[k], self._value[k]) for k in range(count)])
+
+
+class Copies:
+    """:class:`~qkvcli.gradcheck.records.Objective` over whole perturbed copies (``fast``)."""
+
+    def __init__(self, tensor: TensorObjective, values: Array) -> None:
+        self.tensor = tensor
+        self.slots = 2
+        self._copies = [np.array(values, dtype=np.float64, copy=True) for _ in range(2)]
+
+    def put(self, k: int, flat_index: int, value: float) -> None:
+        self._copies[k].reshape(-1)[flat_index] = value
+
+    def slot(self, k: int) -> Array:
+        return self._copies[k]
+
+    def evaluate(self, count: int) -> Array:
+        return np.array([self.tensor(self._copies[k]) for k in range(count)])
+
+
+def perturbing(tensor: TensorObjective, values: Array) -> PointObjective:
+    """The point objective that perturbs one element of a copy of ``values``, evaluates
+    ``tensor`` on the whole copy, and restores the element (evaluations never share state)."""
+    probe = np.array(values, dtype=np.float64, copy=True)
+    flat = probe.reshape(-1)
+
+    def point(index: int, value: float) -> float:
+        original = flat[index]
+        flat[index] = value
+        try:
+            return tensor(probe)
+        finally:
+            flat[index] = original
+
+    return point
+
+
+class Checked(Record):
+    """One tensor of a check: its name, values and analytic gradient, the objective its
+    evaluations run, the mode it resolved to (``full``, ``sampled``, ``fast``), its
+    sample count (``None``: every coordinate) and what each evaluation recomputes."""
+
+    name: str
+    values: Array
+    analytic: Array
+    objective: Objective
+    mode: str
+    samples: int | None = None
+    recomputes: str = "full forward"
+
+    @property
+    def planned(self) -> int:
+        """How many coordinates or directions it checks (``fast``: ``directions``)."""
+        return len(sample_indices(int(self.values.size), self.samples))
+
+
+def check(tensors: Iterable[Checked], step: float, tolerance: float, *, mode: str = "full",
+          directions: int = DEFAULT_DIRECTIONS, seed: int = DEFAULT_DIRECTION_SEED,
+          total: int = 0, progress: Progress | None = None) -> GradcheckResult:
+    """Every tensor of ``tensors`` (made one at a time, so only one objective is held)
+    checked in its mode: sampled coordinates by central differences, or ``directions``
+    seeded directions (SplitMix64 from ``seed``, drawn in tensor order). ``total`` is the
+    count ``progress(done, total)`` reports against, after each coordinate or direction;
+    ``mode`` is the mode the check was asked for (``auto``), kept in the result."""
+    ticker = Ticker(progress, total)
+    rng = SplitMix64(seed)
+    found = []
+    for tensor in tensors:
+        values, shape = tensor.values, tuple(tensor.values.shape)
+        if tensor.mode == "fast":
+            checks = directional_checks(tensor.objective, tensor.name, values, tensor.analytic,
+                                        directions, rng, step, tolerance, ticker)
+            requested = directions
+        else:
+            indices = sample_indices(int(values.size), tensor.samples)
+            checks = batched_coordinates(tensor.objective, tensor.name, values,
+                                         tensor.analytic, indices, step, tolerance, ticker)
+            requested = int(values.size) if tensor.samples is None else tensor.samples
+        found.append(TensorCheck(tensor.name, shape, requested, tuple(checks), tensor.mode,
+                                 tensor.recomputes))
+    return GradcheckResult(step, tolerance, tuple(found), mode)
+
+
+def plain_check(tensors: Iterable[tuple[str, Array, Array, TensorObjective, int | None]],
+                step: float, tolerance: float, mode: str = "full") -> GradcheckResult:
+    """:func:`check` of ``(name, values, analytic, objective, samples)`` tensors, each
+    evaluated by a function of the whole perturbed tensor at ``samples`` evenly spaced
+    coordinates (``None``: every one, the ``full`` mode; else ``sampled``)."""
+    return check((Checked(name, values, analytic, Points(perturbing(objective, values)),
+                          "full" if samples is None else "sampled", samples)
+                  for name, values, analytic, objective, samples in tensors), step, tolerance,
+                 mode=mode)

@@ -10,9 +10,10 @@ fresh forward pass; nothing is shared between evaluations.
 
 A coordinate passes when ``|a - n| / max(1, |a|, |n|) <= tolerance``.
 
-:func:`check_tensor` is the one plain per-coordinate loop (one objective call per
-evaluation), for any objective: the projections' (tests prove the batched path of
-:mod:`qkvcli.gradcheck.batched` agrees with it) and the attention head's.
+:func:`check_tensor` is the plain per-coordinate loop, one objective call per
+evaluation and nothing batched: the independent reference that the one checker
+(:func:`qkvcli.gradcheck.batched.check`, which every check runs) is held against by the
+tests and the benchmark.
 """
 
 from __future__ import annotations

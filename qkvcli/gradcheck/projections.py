@@ -17,15 +17,16 @@ tensors are the input and the three weights, in that order. Modes, per tensor (s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
-from qkvcli.core.splitmix import SplitMix64
-from qkvcli.gradcheck.batched import batched_coordinates, directional_checks
+from qkvcli.gradcheck.batched import Checked, check
 from qkvcli.gradcheck.central import sample_indices
 from qkvcli.gradcheck.probes import StackedObjective, loss_terms
-from qkvcli.gradcheck.records import GradcheckResult, Progress, TensorCheck, Ticker
+from qkvcli.gradcheck.records import GradcheckResult, Progress
 from qkvcli.gradcheck.settings import (
     AUTO_FULL_LIMIT,
     DEFAULT_DIRECTION_SEED,
@@ -75,38 +76,30 @@ def gradcheck_projections(
         resolved, count = resolve_mode(mode, int(values.size), samples)
         planned = directions if resolved == "fast" else len(sample_indices(values.size, count))
         plans.append((resolved, count, planned))
-    ticker = Ticker(progress, sum(planned for _, _, planned in plans))
-    rng = SplitMix64(seed)
     batch, tokens, _ = x64.shape
     branch_output = int(batch * tokens) * layer.d_head  # [B,T,d_head]: what a weight reaches
     # The unperturbed loss terms, computed once (every weight's objective needs them).
     base = loss_terms(layer, x64, upstream)
-    tensors = []
-    for index, values in enumerate(tensors_values):
-        resolved, count, planned = plans[index]
-        name = TENSOR_NAMES[index]
-        # One coordinate at a time, a large tensor needs only what its coordinate reaches
-        # recomputed: a row of [Q|K|V] for a large input, a column of one branch for a
-        # weight that is large or whose branch output is. Small ones (the chapter's) keep
-        # whole-copy evaluations, the path whose sums the golden files pin bit for bit.
-        reach = branch_output if index > 0 else 0
-        local = resolved != "fast" and max(int(values.size), reach) > AUTO_FULL_LIMIT
-        per_slot = StackedObjective.slot_elements(layer, x64, index, local)
-        fits = max(1, BATCH_ELEMENTS // max(1, per_slot))  # an empty input costs nothing
-        if resolved == "fast":
-            slots = 2 * max(1, min(directions, fits // 2))
-        else:
-            slots = min(3 * max(planned, 1), fits)
-        objective = StackedObjective(layer, x64, upstream, index, slots, local, base)
-        if resolved == "fast":
-            checks = directional_checks(objective, name, values, analytic[index], directions,
-                                        rng, step, tolerance, ticker)
-            requested = directions
-        else:
-            indices = sample_indices(values.size, count)
-            checks = batched_coordinates(objective, name, values, analytic[index], indices,
-                                         step, tolerance, ticker)
-            requested = values.size if count is None else count
-        tensors.append(TensorCheck(name, tuple(values.shape), requested, tuple(checks), resolved,
-                                   objective.recomputes))
-    return GradcheckResult(step, tolerance, tuple(tensors), mode)
+
+    def tensors() -> Iterator[Checked]:
+        for index, values in enumerate(tensors_values):
+            resolved, count, planned = plans[index]
+            # One coordinate at a time, a large tensor needs only what its coordinate
+            # reaches recomputed: a row of [Q|K|V] for a large input, a column of one
+            # branch for a weight that is large or whose branch output is. Small ones (the
+            # chapter's) keep whole-copy evaluations, the path whose sums the golden files
+            # pin bit for bit.
+            reach = branch_output if index > 0 else 0
+            local = resolved != "fast" and max(int(values.size), reach) > AUTO_FULL_LIMIT
+            per_slot = StackedObjective.slot_elements(layer, x64, index, local)
+            fits = max(1, BATCH_ELEMENTS // max(1, per_slot))  # an empty input costs nothing
+            if resolved == "fast":
+                slots = 2 * max(1, min(directions, fits // 2))
+            else:
+                slots = min(3 * max(planned, 1), fits)
+            objective = StackedObjective(layer, x64, upstream, index, slots, local, base)
+            yield Checked(TENSOR_NAMES[index], values, analytic[index], objective, resolved,
+                          count, objective.recomputes)
+
+    return check(tensors(), step, tolerance, mode=mode, directions=directions, seed=seed,
+                 total=sum(planned for _, _, planned in plans), progress=progress)

@@ -16,6 +16,10 @@ from qkvcli.core.record import Record
 
 Progress = Callable[[int, int], None]
 """``progress(done, total)``: called after each checked coordinate or direction."""
+TensorObjective = Callable[[Array], float]
+"""``L`` of a whole perturbed copy of one tensor."""
+PointObjective = Callable[[int, float], float]
+"""``L`` with one element (a flat index) of one tensor set to a value."""
 
 
 class Objective(Protocol):
@@ -113,6 +117,10 @@ class GradcheckResult(Record):
     @property
     def count(self) -> int:
         return sum(len(tensor.checks) for tensor in self.tensors)
+
+    def checked(self, tensor: str) -> int:
+        """How many coordinates (or directions) of ``tensor`` were checked."""
+        return len(self.checks_of(tensor).checks)
 
     def checks_of(self, tensor: str) -> TensorCheck:
         for item in self.tensors:

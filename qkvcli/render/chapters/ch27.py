@@ -78,9 +78,9 @@ def text(evidence: SelfAttentionEvidence) -> str:
         f"query_gradient={vec(p.grad_query)}",
         f"key_gradient={vec(p.grad_key)}",
         f"value_gradient={vec(p.grad_value)}",
-        f"gradcheck=query_checks:{evidence.gradcheck.count('query')} "
-        f"key_checks:{evidence.gradcheck.count('key')} "
-        f"value_checks:{evidence.gradcheck.count('value')} "
+        f"gradcheck=query_checks:{evidence.gradcheck.checked('query')} "
+        f"key_checks:{evidence.gradcheck.checked('key')} "
+        f"value_checks:{evidence.gradcheck.checked('value')} "
         f"tolerance:{fmt_float(evidence.gradcheck.tolerance)} "
         f"passed:{fmt_bool(evidence.gradcheck.passed)}",
         "errors=" + " ".join(f"{ERROR_KEYS.get(c.case, c.case)}:{fmt_bool(c.rejected)}"
@@ -125,8 +125,8 @@ def trace(evidence: SelfAttentionEvidence) -> str:
         *(f"ERROR|case={c.case}|kind={ERROR_KINDS.get(c.expected, c.expected)}"
           f"{case_facts(c.fields)}|rejected={fmt_bool(c.rejected)}" for c in evidence.errors),
         "HISTORY|" + "|".join(f"{key}={value}" for key, value in HISTORY),
-        f"PROOF|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.count('query')}"
-        f"|key_checks={g.count('key')}|value_checks={g.count('value')}"
+        f"PROOF|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.checked('query')}"
+        f"|key_checks={g.checked('key')}|value_checks={g.checked('value')}"
         f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
         f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}"
         f"|unmasked={fmt_bool(not p.mask.size or bool((p.mask == 0.0).all()))}",
@@ -227,7 +227,7 @@ def figure(evidence: SelfAttentionEvidence, width: int,
     proof = drawn.facts_part("Proof", [
         (evidence.primary.rows_sum_to_one, "row sums",
          f"within {evidence.primary.row_sum_tolerance:.12f}"),
-        (g.passed, "gradient check", f"{g.count('query')}+{g.count('key')}+{g.count('value')} "
+        (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+{g.checked('value')} "
          f"coordinates, tolerance {fmt_float(g.tolerance)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),
     ])

@@ -93,8 +93,8 @@ def text(evidence: CausalEvidence) -> str:
         f"output:{fmt_shape(evidence.empty.output)} valid:{fmt_bool(evidence.empty.valid)}",
         "errors=" + " ".join(f"{ERROR_KEYS.get(c.case, c.case)}:{fmt_bool(c.rejected)}"
                              for c in evidence.errors),
-        f"gradcheck=query_checks:{g.count('query')} key_checks:{g.count('key')} "
-        f"value_checks:{g.count('value')} tolerance:{fmt_float(g.tolerance)} "
+        f"gradcheck=query_checks:{g.checked('query')} key_checks:{g.checked('key')} "
+        f"value_checks:{g.checked('value')} tolerance:{fmt_float(g.tolerance)} "
         f"passed:{fmt_bool(g.passed)}",
         "history=" + " ".join(f"{key}:{value}" for key, value in HISTORY),
         f"proof=tape_finite:{fmt_bool(p.tape_finite)} "
@@ -164,8 +164,8 @@ def trace(evidence: CausalEvidence) -> str:
                               for key, value in HISTORY),
         f"PROOF|mask_future={'negative-infinity' if np.isneginf(p.mask).any() else 'none'}"
         f"|tape_finite={fmt_bool(p.tape_finite)}|future_probabilities={future_word(evidence)}"
-        f"|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.count('query')}"
-        f"|key_checks={g.count('key')}|value_checks={g.count('value')}"
+        f"|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.checked('query')}"
+        f"|key_checks={g.checked('key')}|value_checks={g.checked('value')}"
         f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
         f"|prefix_outputs={'bitwise' if all(x.unchanged) else 'changed'}"
         f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}",
@@ -270,7 +270,7 @@ def figure(evidence: CausalEvidence, width: int,
     history = drawn.facts_part("History", [(None, key, value) for key, value in HISTORY])
     proof = drawn.facts_part("Proof", [
         (p.rows_sum_to_one, "row sums", f"within {p.row_sum_tolerance:.12f}"),
-        (g.passed, "gradient check", f"{g.count('query')}+{g.count('key')}+{g.count('value')} "
+        (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+{g.checked('value')} "
          f"coordinates, tolerance {fmt_float(g.tolerance)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),
     ])

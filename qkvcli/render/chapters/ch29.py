@@ -74,7 +74,7 @@ def text(evidence: RopeEvidence) -> str:
     errors = " ".join(f"{ERROR_KEYS[e.case]}:{fmt_bool(e.rejected)}" for e in evidence.errors)
     shapes = " ".join(f"{probe.case}:{_shape(probe.output_shape)}"
                       for probe in evidence.probes)
-    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck}
+    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
     lines = [
         f"chapter={NAME}",
         f"prediction={PREDICTION}",
@@ -101,7 +101,7 @@ def text(evidence: RopeEvidence) -> str:
         f"shapes={shapes}",
         f"errors={errors}",
         f"gradcheck=query_checks:{counts['query']} key_checks:{counts['key']} "
-        f"tolerance:{_fixed(f.tolerance, 6)} passed:{fmt_bool(evidence.gradcheck_passed)}",
+        f"tolerance:{_fixed(f.tolerance, 6)} passed:{fmt_bool(evidence.gradcheck.passed)}",
         "history=" + " ".join(f"{key}:{value}" for key, value in HISTORY),
         f"proof=tape_finite:{fmt_bool(p.tape_finite)} norm_preserved:{fmt_bool(p.norm_preserved)} "
         f"relative_dot:{fmt_bool(p.common_shift_preserved)} "
@@ -172,7 +172,7 @@ def trace(evidence: RopeEvidence) -> str:
                      f"{offset}|output_shape={_shape(probe.output_shape)}"
                      f"|valid={fmt_bool(probe.valid)}")
     lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
-    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck}
+    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
     lines += [
         "HISTORY|" + "|".join(f"{key}={value}" for key, value in HISTORY),
         f"PROOF|position_zero={'bitwise-identity' if p.position_zero_identity else 'changed'}"
@@ -180,7 +180,7 @@ def trace(evidence: RopeEvidence) -> str:
         f"|relative_dot={'common-shift-preserved' if p.common_shift_preserved else 'mismatch'}"
         f"|tape_finite={fmt_bool(p.tape_finite)}|query_checks={counts['query']}"
         f"|key_checks={counts['key']}|gradient_tolerance={_fixed(f.tolerance, 6)}"
-        f"|gradcheck={fmt_bool(evidence.gradcheck_passed)}"
+        f"|gradcheck={fmt_bool(evidence.gradcheck.passed)}"
         f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}",
         f"NEXT|chapter={NEXT_CHAPTER}",
     ]
@@ -201,7 +201,6 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
     """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
     (shortest round trip), tensors ``{"shape", "values"}``."""
     from qkvcli import __version__
-    from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.render.report import gradcheck_json, json_float, tensor_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
@@ -215,7 +214,6 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
         "upstream_query": p.upstream_query, "upstream_key": p.upstream_key,
         "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
     }
-    mode = "full" if f.samples is None else "sampled"
     document: dict[str, Any] = {
         "qkv_version": __version__,
         "schema_version": SCHEMA_VERSION,
@@ -242,8 +240,7 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
         "errors": [{"case": e.case, "kind": e.expected, "rejected": e.rejected,
                     "facts": {key: value for key, value in e.facts}, "message": e.message}
                    for e in evidence.errors],
-        "gradcheck": gradcheck_json(GradcheckResult(f.step, f.tolerance, evidence.gradcheck,
-                                                    mode)),
+        "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": p.tape_finite,
         "replay_bitwise": evidence.replay_bitwise,
         "history": dict(HISTORY),

@@ -15,7 +15,7 @@ from qkvcli.core.results import FamilyCheck
 from qkvcli.render.numbers import fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
-    from qkvcli.chapters.head_pass import GradientCheck
+    from qkvcli.gradcheck.records import GradcheckResult
 
 
 def vec(values: Any) -> str:
@@ -48,7 +48,7 @@ def checks_json(checks: tuple[FamilyCheck, ...]) -> list[dict[str, Any]]:
             for check in checks]
 
 
-def gradcheck_summary_json(check: GradientCheck) -> dict[str, Any]:
+def gradcheck_summary_json(check: GradcheckResult) -> dict[str, Any]:
     """The gradient check's settings, counts, verdict and every coordinate."""
     from qkvcli.render.report import coordinate_json
 
