@@ -51,9 +51,8 @@ def gradcheck(
     error, pass) and the verdict. A chapter 27-30 fixture gets its chapter's own check.
     Exit status 1 when any coordinate fails.
     """
-    from qkvcli.cli.console import gradcheck_progress
-
     from qkvcli.cli import chapter as chapters
+    from qkvcli.cli.console import gradcheck_progress
 
     check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     if fixture is not None:
