@@ -52,6 +52,7 @@ from qkvcli.attention.maths import (
     softmax_backward,
 )
 from qkvcli.core.arrays import Array
+from qkvcli.core.projections import project, project_back
 from qkvcli.core.record import Record
 
 
@@ -210,18 +211,6 @@ def project_out(layer: Layer, concat: Array) -> Array:
     return output
 
 
-def project(x: Array, weight: Array, bias: Array | None) -> Array:
-    """``X W + b`` for ``x [B,T,d_model]`` and ``weight [d_model, n]``: every projection of
-    the engine (all branches packed, or only the columns an evaluation needs)."""
-    batch, tokens, d_model = x.shape
-    # [BT,d_model] @ [d_model,n] -> [BT,n]
-    projected = (x.reshape(batch * tokens, d_model) @ weight).reshape(
-        batch, tokens, weight.shape[1])
-    if bias is not None:
-        projected += bias
-    return projected
-
-
 def _norm_parts(norm: QkNorm, qw: int,
                 kw: int) -> tuple[tuple[slice, Array, Array | None], ...]:
     """The packed columns of Q and of K with the weight and bias that normalise each."""
@@ -269,7 +258,8 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
         window = layer.window
     qw, kw = heads * dk, kv * dk
     if projected is None:
-        projected = project(x, *layer.packed())  # [B,T, H*d_k + G*d_k + G*d_v]
+        weight, bias = layer.packed()
+        projected = project(x, weight, bias=bias)  # [B,T, H*d_k + G*d_k + G*d_v]
     # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
     # reads where they were inside the bound)
     used = projected if layer.clip is None else clip(projected, layer.clip)
@@ -291,29 +281,20 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     # [B,G,H/G,R,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,R,T] -> [B,H,R,T]
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
               ).reshape(batch, heads, rows, tokens)
-    form = layer.alibi_form
-    if layer.alibi is not None and form.scaled:  # Falcon: (S + bias) / sqrt(d_k)
-        scaled_scores = scale(scores + alibi_bias(layer.alibi, 0, tokens, form.rounding), dk,
-                              layer.given_scale)
-    else:
-        scaled_scores = scale(scores, dk, layer.given_scale)
-        if layer.alibi is not None:  # [H,1,T] over [B,H,R,T]
-            scaled_scores += alibi_bias(layer.alibi, 0, tokens, form.rounding)
-    if layer.softcap is not None:  # the scaled scores, capped (what the softmax reads)
-        softcap(scaled_scores, layer.softcap, out=scaled_scores)
+    alibi = None if layer.alibi is None else alibi_bias(layer.alibi, 0, tokens,
+                                                        layer.alibi_form.rounding)
+    scaled_scores = _read(layer, np.array(scores), alibi)  # [H,1,T] over [B,H,R,T]
     attention = np.zeros(scaled_scores.shape)
     mixed = np.empty((batch, heads, rows, layer.d_v))
     grouped_z, grouped_a = _grouped(scaled_scores, kv), _grouped(attention, kv)
     grouped_mixed, shared_value = _grouped(mixed, kv), value[:, :, None]
     for first, end, start, stop in _blocks(first_row, tokens, causal, window):
         r0, r1 = first - first_row, end - first_row
-        masked = hidden(first, end, 0, tokens, causal, window)
-        if masked is not None:
-            np.copyto(scaled_scores[..., r0:r1, :], -np.inf, where=masked)
-        block = grouped_a[..., r0:r1, start:stop]
-        softmax(grouped_z[..., r0:r1, start:stop], out=block)
-        # [B,G,H/G,rows,keys] @ [B,G,1,keys,d_v] -> the block's rows of every head's O
-        grouped_mixed[..., r0:r1, :] = block @ shared_value[..., start:stop, :]
+        # the block's rows of every key (the published scores masked whole), weighed
+        # over the keys they see
+        grouped_mixed[..., r0:r1, :] = _weighed(
+            grouped_z[..., r0:r1, :], grouped_a[..., r0:r1, start:stop], shared_value,
+            (first, end, 0, tokens, start, stop), causal, window)
     concat = np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows, heads * layer.d_v)
     per_kv = heads // kv
     per_head = tuple(
@@ -330,6 +311,37 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     return LayerForward(per_head, concat, project_out(layer, concat), stacked, causal, window)
 
 
+def _read(layer: Layer, z: Array, bias: Array | None) -> Array:
+    """Raw scores ``z`` made what the softmax reads, in place: ALiBi's ``bias`` (shaped
+    for ``z``) added before the scale (Falcon's form) or after it, the scale, the soft
+    cap. The one sequence of both forward paths."""
+    scaled = layer.alibi_form.scaled
+    if bias is not None and scaled:
+        z += bias
+    scale(z, layer.d_k, layer.given_scale, out=z)
+    if bias is not None and not scaled:
+        z += bias
+    if layer.softcap is not None:
+        softcap(z, layer.softcap, out=z)
+    return z
+
+
+def _weighed(z: Array, into: Array, value: Array, span: tuple[int, int, int, int, int, int],
+             causal: bool, window: int | None) -> Array:
+    """One block of query rows ``first:end`` (``span``: those, the keys ``lo:hi`` that ``z``
+    holds, the keys ``start:stop`` the rows see): ``z`` masked with ``-inf`` in place,
+    the softmax of the keys seen into ``into``, and their mixture of the value rows
+    ``[..., keys, d_v]``."""
+    first, end, lo, hi, start, stop = span
+    masked = hidden(first, end, lo, hi, causal, window)
+    if masked is not None:
+        np.copyto(z, -np.inf, where=masked)
+    softmax(z[..., start - lo:stop - lo], out=into)
+    # [...,rows,keys] @ [...,keys,d_v] -> the block's rows of the mixture
+    mixed: Array = into @ value[..., start:stop, :]
+    return mixed
+
+
 def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first_row: int,
                      causal: bool, window: int | None) -> Array:
     """``C`` for the query rows from ``first_row``, each block of rows scoring, scaling,
@@ -340,25 +352,16 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
     mixed = np.empty((batch, heads, rows, layer.d_v))
     grouped_query, grouped_mixed = _grouped(query, kv), _grouped(mixed, kv)
     shared_key, shared_value = np.swapaxes(key, -1, -2)[:, :, None], value[:, :, None]
+    form = layer.alibi_form
     for first, end, start, stop in _blocks(first_row, tokens, causal, window):
         r0, r1 = first - first_row, end - first_row
-        # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, scaled in place
-        z = grouped_query[..., r0:r1, :] @ shared_key[..., start:stop]
-        form = layer.alibi_form
-        if layer.alibi is not None and form.scaled:  # the bias before the scale (Falcon)
-            z += alibi_bias(layer.alibi, start, stop, form.rounding).reshape(
-                kv, heads // kv, 1, stop - start)
-        scale(z, layer.d_k, layer.given_scale, out=z)
-        if layer.alibi is not None and not form.scaled:  # [H,1,keys] as [G,H/G,1,keys]
-            z += alibi_bias(layer.alibi, start, stop, form.rounding).reshape(
-                kv, heads // kv, 1, stop - start)
-        if layer.softcap is not None:
-            softcap(z, layer.softcap, out=z)
-        masked = hidden(first, end, start, stop, causal, window)
-        if masked is not None:
-            np.copyto(z, -np.inf, where=masked)
-        softmax(z, out=z)
-        grouped_mixed[..., r0:r1, :] = z @ shared_value[..., start:stop, :]
+        # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, read in place
+        alibi = None if layer.alibi is None else alibi_bias(  # [H,1,keys] as [G,H/G,1,keys]
+            layer.alibi, start, stop, form.rounding).reshape(kv, heads // kv, 1, stop - start)
+        z = _read(layer, grouped_query[..., r0:r1, :] @ shared_key[..., start:stop], alibi)
+        grouped_mixed[..., r0:r1, :] = _weighed(z, z, shared_value,
+                                                (first, end, start, stop, start, stop),
+                                                causal, window)
     return np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows,
                                                                   heads * layer.d_v)
 
@@ -456,10 +459,10 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     if layer.clip is not None:  # back through the clipping, to the projections
         clip_backward(stacked["projected"], joined, layer.clip, out=joined)
     weight, _ = layer.packed()
-    rows_x = x.reshape(batch * tokens, d_model)
     flat = joined.reshape(batch * tokens, joined.shape[-1])
-    grad_input = (flat @ weight.T).reshape(x.shape)  # dX: the three paths in one GEMM
-    grad_w = rows_x.T @ flat  # [d_model,BT] @ [BT, H*d_k + 2 G*d_k]
+    # dX: the three paths in one GEMM; [dW_Q|dW_K|dW_V] in another
+    grad_rows, grad_w = project_back(x.reshape(batch * tokens, d_model), flat, weight)
+    grad_input = grad_rows.reshape(x.shape)
     cuts = (slice(0, qw), slice(qw, qw + kw), slice(qw + kw, None))
     w = [np.ascontiguousarray(grad_w[:, c]) for c in cuts]
     present = layer.branch_biases

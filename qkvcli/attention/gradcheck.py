@@ -53,6 +53,7 @@ from qkvcli.attention.head import AttentionGradients, AttentionHead
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
+from qkvcli.core.projections import project
 from qkvcli.core.record import Record
 from qkvcli.gradcheck.batched import Checked, Copies, Points, check, perturbing
 from qkvcli.gradcheck.central import sample_indices
@@ -392,9 +393,9 @@ class Reach:
                 b = probe if not is_weight else bias
                 with np.errstate(over="ignore", invalid="ignore"):
                     projected = self.projected[..., columns]  # a copy: the heads it reaches
-                    projected[..., offset] = engine.project(
+                    projected[..., offset] = project(
                         self.x, w[:, column:column + 1],
-                        None if b is None else b[column:column + 1])[..., 0]
+                        bias=None if b is None else b[column:column + 1])[..., 0]
                     done = engine.forward(layer.subset(first, count), self.x, self.causal,
                                           projected=projected, records=False)
                     mixed = self.mixed_upstream[..., first * dv:(first + count) * dv]
@@ -416,7 +417,8 @@ class Reach:
         first = t if self.causal else 0  # a causal query before t never sees token t
         with np.errstate(over="ignore", invalid="ignore"):
             projected = self.projected[b:b + 1].copy()
-            projected[:, t:t + 1] = engine.project(item[:, t:t + 1], *self.layer.packed())
+            weight, bias = self.layer.packed()
+            projected[:, t:t + 1] = project(item[:, t:t + 1], weight, bias=bias)
             done = engine.forward(self.heads, item, self.causal, first_row=first,
                                   projected=projected, records=False)
             rows = (done.concat * self.mixed_upstream[b:b + 1, first:]).sum(axis=-1)

@@ -25,11 +25,13 @@ from itertools import product
 import numpy as np
 import numpy.typing as npt
 
+from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Mask, causal_mask, scale, softmax, softmax_backward
 from qkvcli.check.cases import Run
 from qkvcli.core.arrays import Array, same_bits
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
+from qkvcli.core.projections import project_back
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
 from qkvcli.gradcheck.central import scaled_error
@@ -291,7 +293,7 @@ def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
     return None
 
 
-# --- an attention head's slips, composed of the engine's own maths ----------------------
+# --- an attention head's slips: the engine, given a wrong part --------------------------
 
 HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
 Bundle = tuple[Array, ...]
@@ -335,28 +337,32 @@ def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str
     ``diagonal`` (the mask hides it too), ``hides-past`` (the mask hides the earlier keys
     instead of the later ones), ``after-softmax``, ``no-mask`` (causal ignored),
     ``always-mask``, ``query-axis``, ``global-max``, ``unstable`` (no row max). Each is
-    the engine's scale, mask and softmax (:mod:`qkvcli.attention.maths`) given a wrong
-    part or a transformed input."""
+    qkv's engine given a wrong part: its head on swapped projections or with another mask
+    flag, or its raw scores and values with one later step (the scale, the mask, the
+    softmax) the slip's, the steps after it :mod:`qkvcli.attention.maths`'."""
+    w_query, w_key, w_value = weights
+    if bug == "transposed-scores":  # S = K Qᵀ: the right maths on swapped projections
+        w_query, w_key = w_key, w_query
     with np.errstate(all="ignore"):
-        query, key, value = (x @ w for w in weights)  # [B,T,d] @ [d,h] -> [B,T,h]
-        if bug == "transposed-scores":  # S = K Qᵀ: the right maths on swapped projections
-            query, key = key, query
-        raw = query @ _swapped(key)  # [B,T,h] @ [B,h,T] -> [B,T,T]
-        d_k = max(int(weights[0].shape[1]), 1)
+        head = AttentionHead.from_arrays(w_query, w_key, w_value)
+        plain, d_k = head.forward(x, False), head.d_k
+        if bug in ("", "transposed-scores", "no-mask", "always-mask"):
+            done = head.forward(x, {"no-mask": False, "always-mask": True}.get(bug, causal))
+            return scale(plain.scores, d_k, None), done.attention, done.output
         # The scaling slips are the one scale given a wrong part: dividing by d_k is the
         # scale of a head d_k * d_k wide (exactly: the root of a square is exact), by
         # √d_model that of a head d_model wide, and leaving the scores unscaled is a
         # given factor of 1.
         width = {"by-d_k": d_k * d_k, "by-root-d_model": int(x.shape[-1])}.get(bug, d_k)
-        scores = scale(raw, width, 1.0 if bug == "unscaled" else None)
-        hidden = _hidden(x.shape[1], causal, bug)
+        scores = scale(plain.scores, width, 1.0 if bug == "unscaled" else None)
+        hidden = _hidden(int(x.shape[1]), causal, bug)
         z = scores
         if hidden is not None and bug != "after-softmax":
             z = np.where(hidden, HIDDEN if bug == "diagonal" else -np.inf, scores)
         attention = _weights(z, bug)
         if hidden is not None and bug == "after-softmax":
             attention = np.where(hidden, 0.0, attention)
-        return scores, attention, attention @ value  # [B,T,T] @ [B,T,h] -> [B,T,h]
+        return scores, attention, attention @ plain.value  # [B,T,T] @ [B,T,h] -> [B,T,h]
 
 
 def _softmax_reverse(a: Array, grad_a: Array, bug: str) -> Array:
@@ -379,24 +385,39 @@ def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_ou
     ``no-rowsum``, ``rowsum-axis``, ``elementwise`` (:func:`_softmax_reverse`),
     ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``), ``ignores-mask`` (the unmasked
     head's gradients), ``first-item`` or ``last-item`` (each weight gradient from one
-    batch item, not summed over the batch)."""
-    if bug == "ignores-mask":
-        causal, bug = False, ""
+    batch item, not summed over the batch). Each is qkv's engine, forward and back,
+    given a wrong part: the mask flag, one batch item, or one step of the reverse
+    replaced, the steps after it the engine's (the scale's reverse, the projections'
+    reverse :func:`~qkvcli.core.projections.project_back`)."""
+    w_query, w_key, w_value = weights
+    head = AttentionHead.from_arrays(w_query, w_key, w_value)
     with np.errstate(all="ignore"):
-        query, key, value = (x @ w for w in weights)
-        _, a, _ = variant_forward(x, weights, causal)
-        grad_a = grad_output @ _swapped(value)  # [B,T,h] @ [B,h,T] -> [B,T,T]
-        grad_v = (a if bug == "dv-uses-a" else _swapped(a)) @ grad_output
-        grad_z = _softmax_reverse(a, grad_a, bug)
-        grad_s = scale(grad_z, max(int(weights[0].shape[1]), 1), None)  # the scale's reverse
-        grad_q = grad_s @ key  # [B,T,T] @ [B,T,h] -> [B,T,h]
-        grad_k = (grad_s if bug == "dk-uses-ds" else _swapped(grad_s)) @ query
-        grads = (grad_q, grad_k, grad_v)
-        grad_x = sum((g @ w.T for g, w in zip(grads, weights, strict=True)), np.zeros_like(x))
-        items = {"first-item": slice(0, 1), "last-item": slice(-1, None)}.get(bug, slice(None))
-        rows = x[items].reshape(-1, x.shape[-1])
-        flat = [rows.T @ g[items].reshape(rows.shape[0], g.shape[-1]) for g in grads]
-        return grad_x, flat[0], flat[1], flat[2]
+        if bug == "ignores-mask":
+            causal, bug = False, ""
+        done = head.forward(x, causal)
+        grads = head.backward(x, done, grad_output)
+        found = [grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value]
+        if bug in ("first-item", "last-item") and x.shape[0]:
+            item = slice(0, 1) if bug == "first-item" else slice(-1, None)
+            one = head.backward(x[item], head.forward(x[item], causal), grad_output[item])
+            found[1:] = [one.grad_w_query, one.grad_w_key, one.grad_w_value]
+        if bug not in ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-uses-ds"):
+            return tuple(found)
+        a = done.attention
+        grad_q, grad_k, grad_v = grads.grad_query, grads.grad_key, grads.grad_value
+        if bug == "dv-uses-a":
+            grad_v = a @ grad_output  # [B,T,T] @ [B,T,h]
+        else:
+            grad_s = scale(_softmax_reverse(a, grads.grad_attention, bug), head.d_k, None)
+            if bug != "dk-uses-ds":
+                grad_q = grad_s @ done.key  # [B,T,T] @ [B,T,h] -> [B,T,h]
+            grad_k = (grad_s if bug == "dk-uses-ds" else _swapped(grad_s)) @ done.query
+        d_model = int(x.shape[-1])
+        joined = np.concatenate([grad_q, grad_k, grad_v], axis=-1).reshape(-1, 3 * head.d_k)
+        grad_rows, grad_w = project_back(x.reshape(-1, d_model), joined,
+                                         np.concatenate(weights, axis=1))
+        h = head.d_k
+        return grad_rows.reshape(x.shape), grad_w[:, :h], grad_w[:, h:2 * h], grad_w[:, 2 * h:]
 
 
 SCALING_BUGS = ("unscaled", "by-d_k", "by-root-d_model", "transposed-scores")

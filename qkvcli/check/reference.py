@@ -18,13 +18,14 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.attention import engine
-from qkvcli.attention.engine import LayerForward, heads_axis, project
+from qkvcli.attention.engine import LayerForward, heads_axis
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, rotate, softmax
+from qkvcli.attention.maths import Rope, rotate, score_factor, softmax
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.check.cases import Run
 from qkvcli.check.diagnose import Bundle, slip_clause
 from qkvcli.core.arrays import Array
+from qkvcli.core.projections import project
 from qkvcli.core.results import Clause
 
 ROTATION_BUGS = ("base-ignored", "base-squared", "cos-sin-swapped", "offset-ignored",
@@ -112,7 +113,7 @@ def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offs
     turns = (rope and bug != "no-rope") or bug == "rope-always"
     rotary = Rope(base, width // heads, "half" if bug == "rope-half-split" else "interleaved",
                   offset) if turns else None
-    scale = {"scale-d_model": 1.0 / width ** 0.5, "unscaled": 1.0}.get(bug)
+    scale = {"scale-d_model": score_factor(width, None), "unscaled": 1.0}.get(bug)
     if bug == "wo-before-merge":  # each head's output through its own block of W_O alone
         size = width // heads
         blocks = np.kron(np.eye(heads), np.ones((size, size)))
@@ -143,7 +144,8 @@ def _one_softmax(layer: MultiHeadLayer, done: LayerForward) -> tuple[Array, Arra
 
 def _value_turned(layer: MultiHeadLayer, x: Array, causal: bool) -> LayerForward:
     """The engine given projections whose values are turned by RoPE as Q and K are."""
-    projected = project(x, *layer.packed())
+    weight, bias = layer.packed()
+    projected = project(x, weight, bias=bias)
     width = layer.heads * layer.d_k
     if layer.rope is not None:
         values = heads_axis(projected[..., 2 * width:], layer.heads)

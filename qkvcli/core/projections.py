@@ -47,10 +47,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 
-def project(rows: Array, weights: Array, out: Array | None = None) -> Array:
-    """``rows @ weights``: ``[N, d_model] @ [d_model, n] -> [N, n]``, into ``out`` when given.
+def project(rows: Array, weights: Array, out: Array | None = None,
+            bias: Array | None = None) -> Array:
+    """``rows @ weights (+ bias)``: ``[N, d_model] @ [d_model, n] -> [N, n]``, into ``out``
+    when given; ``rows`` ``[B, T, d_model]`` gives ``[B, T, n]`` (no ``out`` then).
 
-    The projections' one forward product, on inputs already validated: no check. Call it
+    Every projection of qkv: the chapter's three branches packed, the attention engine's
+    ``X [W_Q|W_K|W_V] + b``, and the gradient checks' evaluations on less (a few rows, a
+    few columns). On inputs already validated: no check. Call it
     inside ``np.errstate(over="ignore", invalid="ignore")``, as forward and the gradient
     check do: overflow to infinity is reported by the evidence's checks, not as a warning
     (the check enters that state once per batch of evaluations, not once per product).
@@ -62,8 +66,24 @@ def project(rows: Array, weights: Array, out: Array | None = None) -> Array:
     whose sums run in another order. A caller that wants the matrix-matrix kernel for
     every batch keeps at least two of each.
     """
+    if rows.ndim != 2:  # [B,T,d] -> [BT,d] @ [d,n] -> [B,T,n]
+        tokens = rows.reshape(-1, rows.shape[-1]) @ weights
+        shaped: Array = tokens.reshape(*rows.shape[:-1], weights.shape[1])
+        if bias is not None:
+            shaped += bias
+        return shaped
     product: Array = np.matmul(rows, weights, out=out)
+    if bias is not None:
+        product += bias
     return product
+
+
+def project_back(rows: Array, upstream: Array, weights: Array) -> tuple[Array, Array]:
+    """The reverse of :func:`project` for ``upstream`` ``[N, n]``: ``(upstream weights^T,
+    rows^T upstream)``, the gradient of the rows (every output column's path into them
+    summed inside one product) and of the weights (each column its own)."""
+    # [N,n] @ [n,d] -> [N,d]; [d,N] @ [N,n] -> [d,n]
+    return upstream @ weights.T, rows.T @ upstream
 
 
 class QkvProjections:
@@ -303,9 +323,8 @@ class QkvProjections:
                 check_finite(g, f"{branch} upstream")
         # dX = [dQ|dK|dV] [W_Q|W_K|W_V]^T sums the three paths inside one product.
         with np.errstate(over="ignore", invalid="ignore"):
-            # [BT,3h] @ [3h,d] -> [BT,d]
-            grad_input = (joined @ self._packed.T).reshape(batch, tokens, d_model)
-            grad_packed = rows.T @ joined  # [d,BT] @ [BT,3h] -> [d,3h]: each branch's own dW
+            grad_rows, grad_packed = project_back(rows, joined, self._packed)  # each dW its own
+            grad_input = grad_rows.reshape(batch, tokens, d_model)
         # Proof by output, as in forward: a non-finite x[r,i] reaches every dW[i,j] whose
         # upstream entry in row r is non-zero, so a finite dW proves x finite when no
         # upstream row is all zero.
