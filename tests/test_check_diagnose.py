@@ -70,7 +70,7 @@ def test_weight_gradient_names_a_borrowed_branch() -> None:
 
 def test_the_right_variant_is_the_engine_s_head_and_the_scale_slips_are_exact() -> None:
     from qkvcli.attention.head import AttentionHead
-    from qkvcli.check.diagnose import variant_forward
+    from qkvcli.check.reference import variant_forward
 
     x, weights = X, (W[0], W[1], W[2])
     raw = (x @ W[0]) @ np.swapaxes(x @ W[1], -1, -2)

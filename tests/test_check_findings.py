@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.check.diagnose import BACKWARD_BUGS, FORWARD_BUGS, Precision
+from qkvcli.check.diagnose import Precision
 from qkvcli.check.errors import BadResult, Broken, Rejected
+from qkvcli.check.reference import BACKWARD_BUGS, FORWARD_BUGS
 from qkvcli.check.result import NOT_RUN, call_failure, not_run, not_run_after
 from qkvcli.core.results import Clause, Failure, found_at
 from qkvcli.reading.expect import Expectations, ExpectResult, Mismatch, compare_expectations

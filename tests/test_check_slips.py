@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.check.cases import Case, chapter_case, contrast_case, precision_case, random_cases
-from qkvcli.check.diagnose import FORWARD_BUGS, variant_forward
+from qkvcli.check.reference import FORWARD_BUGS, variant_forward
 from qkvcli.check.run import run_checks
 from qkvcli.check.target import PythonImplementation
 from qkvcli.cli import main

@@ -146,7 +146,8 @@ def test_chapter_output_is_unchanged_in_every_policy():
 
 
 def test_full_json_streams_the_bytes_json_dumps_gives(large_evidence):
-    from qkvcli.render.report import dumps, evidence_json, tensor_json
+    from qkvcli.render.document import dumps, tensor_json
+    from qkvcli.render.report import evidence_json
 
     document = evidence_json(large_evidence, "full")
     assert document["tensors"]["input"] == tensor_json(large_evidence.primary.input)

@@ -5,9 +5,10 @@ Comparing tensors: the scaled error, the first failing coordinate, and bitwise e
 Every diagnosis is a :class:`~qkvcli.check.result.Clause` (a code and its facts),
 worded by :mod:`qkvcli.render.check`.
 
-Naming what a wrong result computed: a missing or doubled path, a borrowed weight or branch;
-for an attention head, the usual slips (:data:`FORWARD_BUGS`, :data:`BACKWARD_BUGS`),
-each computed from the same numbers by :func:`variant_forward` and :func:`variant_backward`.
+Naming what a wrong result computed: a missing or doubled path, a borrowed weight or
+branch of the projections; a known slip of any kind, by comparing with what each slip
+computes (:func:`named_slips`; the slips themselves are the engine given a wrong part,
+:mod:`~qkvcli.check.reference`).
 
 The reverse pass of the chapter: ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T`` (three paths
 add into the shared input) while ``dW_Q = X^T dQ`` stays branch-local. A wrong dX is
@@ -25,16 +26,16 @@ from itertools import product
 import numpy as np
 import numpy.typing as npt
 
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Mask, causal_mask, scale, softmax, softmax_backward
 from qkvcli.check.cases import Run
 from qkvcli.core.arrays import Array, same_bits
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
-from qkvcli.core.projections import project_back
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
 from qkvcli.gradcheck.central import scaled_error
+
+Bundle = tuple[Array, ...]
+"""The results of one call, in the operation's order."""
 
 
 def coordinate(shape: tuple[int, ...], flat: int) -> str:
@@ -293,146 +294,6 @@ def output(index: int, actual: Array, x: Array, weights: tuple[Array, ...],
     return None
 
 
-# --- an attention head's slips: the engine, given a wrong part --------------------------
-
-HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
-Bundle = tuple[Array, ...]
-
-
-def _hidden(tokens: int, causal: bool, bug: str) -> Mask | None:
-    """What a head with ``bug`` hides from each query, ``[T,T]`` (``None``: nothing): the
-    causal mask, with the diagonal too (``diagonal``), transposed (``hides-past``: the
-    earlier keys ``j < i``, ``np.tril`` for ``np.triu``), or always (``always-mask``)."""
-    if not ((causal and bug != "no-mask") or bug == "always-mask"):
-        return None
-    hidden = causal_mask(tokens)
-    if bug == "diagonal":
-        return hidden | np.eye(tokens, dtype=bool)
-    if bug == "hides-past":
-        earlier: Mask = hidden.T
-        return earlier
-    return hidden
-
-
-def _swapped(values: Array) -> Array:
-    """The last two axes swapped: ``[B,T,T]`` queries for keys."""
-    return np.swapaxes(values, -1, -2)
-
-
-def _weights(z: Array, bug: str) -> Array:
-    """The engine's softmax of the masked scores ``z``, or a slip of it: over the query
-    axis (``query-axis``: the softmax of the swapped scores, swapped back), with the
-    whole tensor's maximum subtracted (``global-max``: the unshifted softmax of ``z``
-    minus that maximum), or with no maximum at all (``unstable``)."""
-    if bug == "query-axis":
-        return _swapped(softmax(_swapped(z)))
-    if bug == "global-max" and z.size:
-        return softmax(z - np.max(z), shift=False)
-    return softmax(z, shift=bug != "unstable")
-
-
-def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
-    """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
-    ``unscaled``, ``by-d_k``, ``by-root-d_model``, ``transposed-scores`` (``S = K Qᵀ``),
-    ``diagonal`` (the mask hides it too), ``hides-past`` (the mask hides the earlier keys
-    instead of the later ones), ``after-softmax``, ``no-mask`` (causal ignored),
-    ``always-mask``, ``query-axis``, ``global-max``, ``unstable`` (no row max). Each is
-    qkv's engine given a wrong part: its head on swapped projections or with another mask
-    flag, or its raw scores and values with one later step (the scale, the mask, the
-    softmax) the slip's, the steps after it :mod:`qkvcli.attention.maths`'."""
-    w_query, w_key, w_value = weights
-    if bug == "transposed-scores":  # S = K Qᵀ: the right maths on swapped projections
-        w_query, w_key = w_key, w_query
-    with np.errstate(all="ignore"):
-        head = AttentionHead.from_arrays(w_query, w_key, w_value)
-        plain, d_k = head.forward(x, False), head.d_k
-        if bug in ("", "transposed-scores", "no-mask", "always-mask"):
-            done = head.forward(x, {"no-mask": False, "always-mask": True}.get(bug, causal))
-            return scale(plain.scores, d_k, None), done.attention, done.output
-        # The scaling slips are the one scale given a wrong part: dividing by d_k is the
-        # scale of a head d_k * d_k wide (exactly: the root of a square is exact), by
-        # √d_model that of a head d_model wide, and leaving the scores unscaled is a
-        # given factor of 1.
-        width = {"by-d_k": d_k * d_k, "by-root-d_model": int(x.shape[-1])}.get(bug, d_k)
-        scores = scale(plain.scores, width, 1.0 if bug == "unscaled" else None)
-        hidden = _hidden(int(x.shape[1]), causal, bug)
-        z = scores
-        if hidden is not None and bug != "after-softmax":
-            z = np.where(hidden, HIDDEN if bug == "diagonal" else -np.inf, scores)
-        attention = _weights(z, bug)
-        if hidden is not None and bug == "after-softmax":
-            attention = np.where(hidden, 0.0, attention)
-        return scores, attention, attention @ plain.value  # [B,T,T] @ [B,T,h] -> [B,T,h]
-
-
-def _softmax_reverse(a: Array, grad_a: Array, bug: str) -> Array:
-    """The engine's softmax backward, or a slip of it: its row sum over the query axis
-    (``rowsum-axis``: the engine's on the swapped arrays, swapped back), without the row
-    sum (``no-rowsum``: ``A * dA``), or only the Jacobian's diagonal (``elementwise``:
-    ``A (1 - A) dA``, the row sum of the element itself)."""
-    if bug == "rowsum-axis":
-        return _swapped(softmax_backward(_swapped(a), _swapped(grad_a)))
-    if bug == "no-rowsum":
-        return a * grad_a
-    if bug == "elementwise":
-        return a * grad_a - a * (a * grad_a)
-    return softmax_backward(a, grad_a)
-
-
-def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
-                     bug: str = "") -> Bundle:
-    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``:
-    ``no-rowsum``, ``rowsum-axis``, ``elementwise`` (:func:`_softmax_reverse`),
-    ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``), ``ignores-mask`` (the unmasked
-    head's gradients), ``first-item`` or ``last-item`` (each weight gradient from one
-    batch item, not summed over the batch). Each is qkv's engine, forward and back,
-    given a wrong part: the mask flag, one batch item, or one step of the reverse
-    replaced, the steps after it the engine's (the scale's reverse, the projections'
-    reverse :func:`~qkvcli.core.projections.project_back`)."""
-    w_query, w_key, w_value = weights
-    head = AttentionHead.from_arrays(w_query, w_key, w_value)
-    with np.errstate(all="ignore"):
-        if bug == "ignores-mask":
-            causal, bug = False, ""
-        done = head.forward(x, causal)
-        grads = head.backward(x, done, grad_output)
-        found = [grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value]
-        if bug in ("first-item", "last-item") and x.shape[0]:
-            item = slice(0, 1) if bug == "first-item" else slice(-1, None)
-            one = head.backward(x[item], head.forward(x[item], causal), grad_output[item])
-            found[1:] = [one.grad_w_query, one.grad_w_key, one.grad_w_value]
-        if bug not in ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-uses-ds"):
-            return tuple(found)
-        a = done.attention
-        grad_q, grad_k, grad_v = grads.grad_query, grads.grad_key, grads.grad_value
-        if bug == "dv-uses-a":
-            grad_v = a @ grad_output  # [B,T,T] @ [B,T,h]
-        else:
-            grad_s = scale(_softmax_reverse(a, grads.grad_attention, bug), head.d_k, None)
-            if bug != "dk-uses-ds":
-                grad_q = grad_s @ done.key  # [B,T,T] @ [B,T,h] -> [B,T,h]
-            grad_k = (grad_s if bug == "dk-uses-ds" else _swapped(grad_s)) @ done.query
-        d_model = int(x.shape[-1])
-        joined = np.concatenate([grad_q, grad_k, grad_v], axis=-1).reshape(-1, 3 * head.d_k)
-        grad_rows, grad_w = project_back(x.reshape(-1, d_model), joined,
-                                         np.concatenate(weights, axis=1))
-        h = head.d_k
-        return grad_rows.reshape(x.shape), grad_w[:, :h], grad_w[:, h:2 * h], grad_w[:, 2 * h:]
-
-
-SCALING_BUGS = ("unscaled", "by-d_k", "by-root-d_model", "transposed-scores")
-"""The slips of the scores (before the mask)."""
-MASK_BUGS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
-"""The slips of the mask."""
-SOFTMAX_BUGS = ("query-axis", "global-max", "unstable")
-"""The slips of the softmax."""
-FORWARD_BUGS = (*SCALING_BUGS, *MASK_BUGS, *SOFTMAX_BUGS)
-"""The head's forward slips :func:`variant_forward` computes, in the order they are tried."""
-BACKWARD_BUGS = ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-uses-ds",
-                 "ignores-mask", "first-item", "last-item")
-"""The head's backward slips :func:`variant_backward` computes, in the order they are tried."""
-
-
 def named_slips(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bundle],
                 tolerance: float) -> tuple[str, ...]:
     """Every one of ``bugs`` whose results ``got`` equals (and the right ones do not), in
@@ -546,19 +407,3 @@ def slip_clause(got: Bundle, bugs: tuple[str, ...], compute: Callable[[str], Bun
     else the mismatch alone."""
     found = named_slips(got, bugs, compute, tolerance)
     return Clause("slip-differs", (found, mismatch)) if found else mismatch
-
-
-def explain_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,
-                         mismatch: Clause, tolerance: float) -> Clause:
-    """A head's wrong forward: the first of :data:`FORWARD_BUGS` it computed."""
-    x, weights = run.case.input, run.case.weights
-    return slip_clause(got, FORWARD_BUGS, lambda bug: variant_forward(x, weights, bool(run.mode), bug),
-                 mismatch, tolerance)
-
-
-def explain_head_backward(run: Run, got: Bundle, expected: Bundle, index: int,
-                          mismatch: Clause, tolerance: float) -> Clause:
-    """A head's wrong backward: the first of :data:`BACKWARD_BUGS` it computed."""
-    x, weights = run.case.input, run.case.weights
-    return slip_clause(got, BACKWARD_BUGS, lambda bug: variant_backward(
-        x, weights, bool(run.mode), run.upstream[0], bug), mismatch, tolerance)

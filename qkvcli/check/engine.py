@@ -10,12 +10,14 @@ on it and every one passes).
 
 from __future__ import annotations
 
-from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, check_rope, scale
-from qkvcli.check.reference import engine_mha, engine_mha_backward, engine_rope
+from typing import TYPE_CHECKING
+
 from qkvcli.check.target import PythonImplementation
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
+
+if TYPE_CHECKING:
+    from qkvcli.attention.head import AttentionHead
 
 Bundle = tuple[Array, ...]
 
@@ -34,11 +36,20 @@ def backward(x: Array, w_query: Array, w_key: Array, w_value: Array, grad_query:
     return done.grad_input, done.grad_w_query, done.grad_w_key, done.grad_w_value
 
 
+def _head(w_query: Array, w_key: Array, w_value: Array) -> AttentionHead:
+    """The engine's head (the attention engine imported only for the kinds that use it)."""
+    from qkvcli.attention.head import AttentionHead
+
+    return AttentionHead.from_arrays(w_query, w_key, w_value)
+
+
 def head_forward(x: Array, w_query: Array, w_key: Array, w_value: Array,
                  causal: bool) -> Bundle:
     """``(scores, weights, output)`` of one head: the interface's scores are scaled and
     before the mask (the engine's ``scaled_scores`` are after it)."""
-    head = AttentionHead.from_arrays(w_query, w_key, w_value)
+    from qkvcli.attention.maths import scale
+
+    head = _head(w_query, w_key, w_value)
     done = head.forward(x, causal)
     return scale(done.scores, head.d_k, head.given_scale), done.attention, done.output
 
@@ -46,7 +57,7 @@ def head_forward(x: Array, w_query: Array, w_key: Array, w_value: Array,
 def head_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, causal: bool,
                   grad_output: Array) -> Bundle:
     """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` of one head."""
-    head = AttentionHead.from_arrays(w_query, w_key, w_value)
+    head = _head(w_query, w_key, w_value)
     grads = head.backward(x, head.forward(x, causal), grad_output)
     return grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value
 
@@ -55,6 +66,8 @@ def _checked_rope(x: Array, base: float, offset: int) -> None:
     """Refuse what the engine's RoPE refuses (odd or no width, a base of 0 or below, a
     negative offset: :class:`~qkvcli.attention.errors.RopeError`) and an input without
     a token axis."""
+    from qkvcli.attention.maths import Rope, check_rope
+
     if x.ndim < 2:
         raise ValueError(f"RoPE needs [..., tokens, width], got rank {x.ndim}")
     check_rope(Rope(base, int(x.shape[-1]), "interleaved", offset), int(x.shape[-1]))
@@ -62,12 +75,16 @@ def _checked_rope(x: Array, base: float, offset: int) -> None:
 
 def rope(x: Array, base: float, offset: int) -> Array:
     """``x`` turned by RoPE (adjacent pairs), as the ``rope`` family's reference."""
+    from qkvcli.check.reference import engine_rope
+
     _checked_rope(x, base, offset)
     return engine_rope(x, base, offset)
 
 
 def rope_reverse(rotated: Array, base: float, offset: int) -> Array:
     """``rotated`` turned back."""
+    from qkvcli.check.reference import engine_rope
+
     _checked_rope(rotated, base, offset)
     return engine_rope(rotated, base, offset, reverse=True)
 
@@ -75,6 +92,8 @@ def rope_reverse(rotated: Array, base: float, offset: int) -> Array:
 def mha_forward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
                 heads: int, causal: bool, rope: bool, base: float, offset: int) -> Bundle:
     """``(weights, merged, output)`` of a multi-head layer."""
+    from qkvcli.check.reference import engine_mha
+
     return engine_mha(x, (w_query, w_key, w_value, w_output), heads, causal, rope, base, offset)
 
 
@@ -82,6 +101,8 @@ def mha_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_outpu
                  heads: int, causal: bool, rope: bool, base: float, offset: int,
                  grad_output: Array) -> Bundle:
     """The five gradients of a multi-head layer."""
+    from qkvcli.check.reference import engine_mha_backward
+
     return engine_mha_backward(x, (w_query, w_key, w_value, w_output), heads, causal, rope,
                                base, offset, grad_output)
 

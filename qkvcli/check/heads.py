@@ -19,19 +19,16 @@ import numpy as np
 
 from qkvcli.check.cases import Case, Run, fixtures_of
 from qkvcli.check.diagnose import (
-    MASK_BUGS,
-    SCALING_BUGS,
-    SOFTMAX_BUGS,
     Bundle,
     agreed,
     close,
     first_mismatch,
     mask_positions,
     named_slips,
-    variant_forward,
 )
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind
+from qkvcli.check.reference import MASK_BUGS, SCALING_BUGS, SOFTMAX_BUGS, variant_forward
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape

@@ -21,20 +21,13 @@ import numpy as np
 
 from qkvcli.check.cases import Case, Run, mha_cases, rope_cases
 from qkvcli.check.diagnose import (
+    Bundle,
     Explain,
     Precision,
     explain_gradients,
-    explain_head_backward,
-    explain_head_forward,
     explain_outputs,
     first_precision_fault,
     precision_faults,
-)
-from qkvcli.check.reference import (
-    explain_mha_backward,
-    explain_mha_forward,
-    explain_rope,
-    explain_rope_reverse,
 )
 from qkvcli.check.wire import (
     HEAD_BACKWARD_NAMES,
@@ -57,6 +50,20 @@ Faults = Callable[[tuple[str, ...], tuple[Array, ...], tuple[Array, ...], float]
 Arguments = Callable[[Case, Any, tuple[Array, ...], tuple[Array, ...] | None], tuple[Any, ...]]
 """A call's arguments in the interface's order, from the fixture, the mode, the tensors
 (the input first, then the weights) and the upstream gradients (``None``: a forward)."""
+
+
+def _slips(name: str) -> Explain:
+    """The explanation ``name`` of :mod:`~qkvcli.check.reference` (a head's, RoPE's or
+    multi-head attention's slips), imported at its first call: the attention engine they
+    are computed by is loaded only when an implementation offers such a kind."""
+
+    def explain(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Any,
+                tolerance: float) -> Any:
+        from qkvcli.check import reference
+
+        return getattr(reference, name)(run, got, expected, index, mismatch, tolerance)
+
+    return explain
 
 
 class Probe(Record):
@@ -316,7 +323,8 @@ HEAD = Kind(
     loss=(2,), upstream=(2,),  # grad_output: the output's, the value's upstream
     probes=_head_probes, requests=_head_requests,
     precision=precision_faults,  # scores, weights, output come from one another: together
-    explain_forward=explain_head_forward, explain_backward=explain_head_backward, heads=True)
+    explain_forward=_slips("explain_head_forward"),
+    explain_backward=_slips("explain_head_backward"), heads=True)
 """One attention head: ``scores``, ``weights``, ``output``, and the four gradients."""
 
 ROPE = Kind(
@@ -324,7 +332,7 @@ ROPE = Kind(
     backward_names=ROPE_REVERSE_NAMES, modes=(None,), label=_label_of,
     arguments=_rope_arguments, loss=(0,), upstream=(0,),
     probes=_same_width_probes, requests=_rope_requests, precision=precision_faults,
-    explain_forward=explain_rope, explain_backward=explain_rope_reverse,
+    explain_forward=_slips("explain_rope"), explain_backward=_slips("explain_rope_reverse"),
     fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests")
 """RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
 (the rotation's transpose, which carries a gradient back through it)."""
@@ -335,7 +343,7 @@ MULTI_HEAD = Kind(
     modes=((False, False), (True, False), (False, True), (True, True)), label=_mha_label,
     arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
     probes=_same_width_probes, requests=_mha_requests, precision=precision_faults,
-    explain_forward=explain_mha_forward, explain_backward=explain_mha_backward,
+    explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
     fixtures=mha_cases, published=(("forward", "multi-head"),), requests_label="mha requests")
 """Multi-head attention: ``weights``, ``merged``, ``output``, and the five gradients, each
 fixture without and with the mask and RoPE."""

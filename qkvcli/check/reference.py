@@ -1,14 +1,16 @@
-"""The reference for RoPE and multi-head attention, and each known slip of them: qkv's
-engine (:func:`qkvcli.attention.maths.rotate`, a
+"""Each known slip of a head, of RoPE and of multi-head attention, and the reference for
+RoPE and multi-head attention: qkv's engine (an
+:class:`~qkvcli.attention.head.AttentionHead`, :func:`qkvcli.attention.maths.rotate`, a
 :class:`~qkvcli.attention.multihead.MultiHeadLayer`) on the arguments, or on arguments
 transformed so that the engine computes what the slip computes, or with one part
-changed. Half-split pairs are the engine's other layout; positions from 1 its offset
-plus one; cos and sin swapped a quarter turn of each pair then the turn back (the angle
-``π/2 - θ``); heads split by a bare reshape or by strided columns the engine's right
-split of permuted projections; ``W_O`` before the merge the engine with ``W_O``'s
-off-diagonal blocks zeroed; RoPE on V the engine given projections whose values are
-turned. The families of :mod:`~qkvcli.check.values` compare with them (through
-:mod:`~qkvcli.check.kinds`), and :mod:`~qkvcli.check.engine` answers with them.
+changed. A head's slips are its scale, mask or softmax (or a step of the reverse) given
+the slip's version of that one step. Half-split pairs are the engine's other layout;
+positions from 1 its offset plus one; cos and sin swapped a quarter turn of each pair,
+then the turn back (the angle ``π/2 - θ``); heads split by a bare reshape or by strided
+columns the engine's right split of permuted projections; ``W_O`` before the merge the
+engine with ``W_O``'s off-diagonal blocks zeroed; RoPE on V the engine given projections
+whose values are turned. The families of :mod:`~qkvcli.check.values` compare with them
+(through :mod:`~qkvcli.check.kinds`), and :mod:`~qkvcli.check.engine` answers with them.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ import numpy as np
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward, heads_axis
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, rotate, score_factor, softmax
+from qkvcli.attention.maths import (
+    Mask,
+    Rope,
+    causal_mask,
+    rotate,
+    scale,
+    score_factor,
+    softmax,
+    softmax_backward,
+)
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.check.cases import Run
 from qkvcli.check.diagnose import Bundle, slip_clause
 from qkvcli.core.arrays import Array
-from qkvcli.core.projections import project
+from qkvcli.core.projections import project, project_back
 from qkvcli.core.results import Clause
 
 ROTATION_BUGS = ("base-ignored", "base-squared", "cos-sin-swapped", "offset-ignored",
@@ -241,6 +252,145 @@ def engine_mha_backward(x: Array, weights: tuple[Array, ...], heads: int, causal
     return tuple(found)
 
 
+# --- an attention head's slips: the engine, given a wrong part --------------------------
+
+HIDDEN = -1e9  # what a learner's mask often writes instead of -inf (rows stay finite)
+
+
+def _hidden(tokens: int, causal: bool, bug: str) -> Mask | None:
+    """What a head with ``bug`` hides from each query, ``[T,T]`` (``None``: nothing): the
+    causal mask, with the diagonal too (``diagonal``), transposed (``hides-past``: the
+    earlier keys ``j < i``, ``np.tril`` for ``np.triu``), or always (``always-mask``)."""
+    if not ((causal and bug != "no-mask") or bug == "always-mask"):
+        return None
+    hidden = causal_mask(tokens)
+    if bug == "diagonal":
+        return hidden | np.eye(tokens, dtype=bool)
+    if bug == "hides-past":
+        earlier: Mask = hidden.T
+        return earlier
+    return hidden
+
+
+def _swapped(values: Array) -> Array:
+    """The last two axes swapped: ``[B,T,T]`` queries for keys."""
+    return np.swapaxes(values, -1, -2)
+
+
+def _weights(z: Array, bug: str) -> Array:
+    """The engine's softmax of the masked scores ``z``, or a slip of it: over the query
+    axis (``query-axis``: the softmax of the swapped scores, swapped back), with the
+    whole tensor's maximum subtracted (``global-max``: the unshifted softmax of ``z``
+    minus that maximum), or with no maximum at all (``unstable``)."""
+    if bug == "query-axis":
+        return _swapped(softmax(_swapped(z)))
+    if bug == "global-max" and z.size:
+        return softmax(z - np.max(z), shift=False)
+    return softmax(z, shift=bug != "unstable")
+
+
+def variant_forward(x: Array, weights: tuple[Array, ...], causal: bool, bug: str = "") -> Bundle:
+    """``(scores, weights, output)`` as a head with ``bug`` computes them ("" is correct):
+    ``unscaled``, ``by-d_k``, ``by-root-d_model``, ``transposed-scores`` (``S = K Qᵀ``),
+    ``diagonal`` (the mask hides it too), ``hides-past`` (the mask hides the earlier keys
+    instead of the later ones), ``after-softmax``, ``no-mask`` (causal ignored),
+    ``always-mask``, ``query-axis``, ``global-max``, ``unstable`` (no row max). Each is
+    qkv's engine given a wrong part: its head on swapped projections or with another mask
+    flag, or its raw scores and values with one later step (the scale, the mask, the
+    softmax) the slip's, the steps after it :mod:`qkvcli.attention.maths`'."""
+    w_query, w_key, w_value = weights
+    if bug == "transposed-scores":  # S = K Qᵀ: the right maths on swapped projections
+        w_query, w_key = w_key, w_query
+    with np.errstate(all="ignore"):
+        head = AttentionHead.from_arrays(w_query, w_key, w_value)
+        plain, d_k = head.forward(x, False), head.d_k
+        if bug in ("", "transposed-scores", "no-mask", "always-mask"):
+            done = head.forward(x, {"no-mask": False, "always-mask": True}.get(bug, causal))
+            return scale(plain.scores, d_k, None), done.attention, done.output
+        # The scaling slips are the one scale given a wrong part: dividing by d_k is the
+        # scale of a head d_k * d_k wide (exactly: the root of a square is exact), by
+        # √d_model that of a head d_model wide, and leaving the scores unscaled is a
+        # given factor of 1.
+        width = {"by-d_k": d_k * d_k, "by-root-d_model": int(x.shape[-1])}.get(bug, d_k)
+        scores = scale(plain.scores, width, 1.0 if bug == "unscaled" else None)
+        hidden = _hidden(int(x.shape[1]), causal, bug)
+        z = scores
+        if hidden is not None and bug != "after-softmax":
+            z = np.where(hidden, HIDDEN if bug == "diagonal" else -np.inf, scores)
+        attention = _weights(z, bug)
+        if hidden is not None and bug == "after-softmax":
+            attention = np.where(hidden, 0.0, attention)
+        return scores, attention, attention @ plain.value  # [B,T,T] @ [B,T,h] -> [B,T,h]
+
+
+def _softmax_reverse(a: Array, grad_a: Array, bug: str) -> Array:
+    """The engine's softmax backward, or a slip of it: its row sum over the query axis
+    (``rowsum-axis``: the engine's on the swapped arrays, swapped back), without the row
+    sum (``no-rowsum``: ``A * dA``), or only the Jacobian's diagonal (``elementwise``:
+    ``A (1 - A) dA``, the row sum of the element itself)."""
+    if bug == "rowsum-axis":
+        return _swapped(softmax_backward(_swapped(a), _swapped(grad_a)))
+    if bug == "no-rowsum":
+        return a * grad_a
+    if bug == "elementwise":
+        return a * grad_a - a * (a * grad_a)
+    return softmax_backward(a, grad_a)
+
+
+def variant_backward(x: Array, weights: tuple[Array, ...], causal: bool, grad_output: Array,
+                     bug: str = "") -> Bundle:
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value)`` with ``bug``:
+    ``no-rowsum``, ``rowsum-axis``, ``elementwise`` (:func:`_softmax_reverse`),
+    ``dv-uses-a`` (``A dO``), ``dk-uses-ds`` (``dS Q``), ``ignores-mask`` (the unmasked
+    head's gradients), ``first-item`` or ``last-item`` (each weight gradient from one
+    batch item, not summed over the batch). Each is qkv's engine, forward and back,
+    given a wrong part: the mask flag, one batch item, or one step of the reverse
+    replaced, the steps after it the engine's (the scale's reverse, the projections'
+    reverse :func:`~qkvcli.core.projections.project_back`)."""
+    w_query, w_key, w_value = weights
+    head = AttentionHead.from_arrays(w_query, w_key, w_value)
+    with np.errstate(all="ignore"):
+        if bug == "ignores-mask":
+            causal, bug = False, ""
+        done = head.forward(x, causal)
+        grads = head.backward(x, done, grad_output)
+        found = [grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value]
+        if bug in ("first-item", "last-item") and x.shape[0]:
+            item = slice(0, 1) if bug == "first-item" else slice(-1, None)
+            one = head.backward(x[item], head.forward(x[item], causal), grad_output[item])
+            found[1:] = [one.grad_w_query, one.grad_w_key, one.grad_w_value]
+        if bug not in ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-uses-ds"):
+            return tuple(found)
+        a = done.attention
+        grad_q, grad_k, grad_v = grads.grad_query, grads.grad_key, grads.grad_value
+        if bug == "dv-uses-a":
+            grad_v = a @ grad_output  # [B,T,T] @ [B,T,h]
+        else:
+            grad_s = scale(_softmax_reverse(a, grads.grad_attention, bug), head.d_k, None)
+            if bug != "dk-uses-ds":
+                grad_q = grad_s @ done.key  # [B,T,T] @ [B,T,h] -> [B,T,h]
+            grad_k = (grad_s if bug == "dk-uses-ds" else _swapped(grad_s)) @ done.query
+        d_model = int(x.shape[-1])
+        joined = np.concatenate([grad_q, grad_k, grad_v], axis=-1).reshape(-1, 3 * head.d_k)
+        grad_rows, grad_w = project_back(x.reshape(-1, d_model), joined,
+                                         np.concatenate(weights, axis=1))
+        h = head.d_k
+        return grad_rows.reshape(x.shape), grad_w[:, :h], grad_w[:, h:2 * h], grad_w[:, 2 * h:]
+
+
+SCALING_BUGS = ("unscaled", "by-d_k", "by-root-d_model", "transposed-scores")
+"""The slips of the scores (before the mask)."""
+MASK_BUGS = ("diagonal", "hides-past", "after-softmax", "no-mask", "always-mask")
+"""The slips of the mask."""
+SOFTMAX_BUGS = ("query-axis", "global-max", "unstable")
+"""The slips of the softmax."""
+FORWARD_BUGS = (*SCALING_BUGS, *MASK_BUGS, *SOFTMAX_BUGS)
+"""The head's forward slips :func:`variant_forward` computes, in the order they are tried."""
+BACKWARD_BUGS = ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-uses-ds",
+                 "ignores-mask", "first-item", "last-item")
+"""The head's backward slips :func:`variant_backward` computes, in the order they are tried."""
+
+
 # --- why a result is wrong: the slips each kind's diagnosis tries -------------------------
 
 
@@ -280,3 +430,19 @@ def explain_mha_backward(run: Run, got: Bundle, expected: Bundle, index: int,
     return slip_clause(got, MHA_BACKWARD_BUGS, lambda bug: engine_mha_backward(
         case.input, case.weights, case.heads, causal, rope, case.base, case.offset,
         run.upstream[0], bug), mismatch, tolerance)
+
+
+def explain_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,
+                         mismatch: Clause, tolerance: float) -> Clause:
+    """A head's wrong forward: the first of :data:`FORWARD_BUGS` it computed."""
+    x, weights = run.case.input, run.case.weights
+    return slip_clause(got, FORWARD_BUGS, lambda bug: variant_forward(
+        x, weights, bool(run.mode), bug), mismatch, tolerance)
+
+
+def explain_head_backward(run: Run, got: Bundle, expected: Bundle, index: int,
+                          mismatch: Clause, tolerance: float) -> Clause:
+    """A head's wrong backward: the first of :data:`BACKWARD_BUGS` it computed."""
+    x, weights = run.case.input, run.case.weights
+    return slip_clause(got, BACKWARD_BUGS, lambda bug: variant_backward(
+        x, weights, bool(run.mode), run.upstream[0], bug), mismatch, tolerance)

@@ -9,6 +9,7 @@ failed protocol comes first: it explains the families it stopped.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -17,12 +18,9 @@ from qkvcli.check.behaviour import check_independence, check_purity, check_repla
 from qkvcli.check.boundaries import check_errors, check_shapes
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
-from qkvcli.check.heads import check_mask, check_scaling, check_softmax
 from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
-from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult
-from qkvcli.check.rotary import check_position_zero, check_relative_dot
 from qkvcli.check.session import Session
 from qkvcli.check.values import check_forward, check_reverse
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
@@ -34,9 +32,16 @@ Judged = tuple[FamilyCheck, list[Failure]]
 Family = Callable[[Session, Kind], Judged]
 
 
-def _own(family: Callable[[Session], Judged]) -> Family:
-    """A family only one kind has, taking the session alone."""
-    return lambda session, kind: family(session)
+def _own(module: str, name: str, kind_too: bool = False) -> Family:
+    """The family ``name`` only one kind has, in ``qkvcli.check.MODULE``, imported when
+    it first runs (the projections' check loads no other kind's families and no
+    attention engine); it takes the session alone unless ``kind_too``."""
+
+    def family(session: Session, kind: Kind) -> Judged:
+        found = getattr(importlib.import_module(f"qkvcli.check.{module}"), name)
+        return found(session, kind) if kind_too else found(session)  # type: ignore[no-any-return]
+
+    return family
 
 
 SHARED: tuple[tuple[str, Family], ...] = (
@@ -51,11 +56,13 @@ SHARED: tuple[tuple[str, Family], ...] = (
 
 PLANS: dict[str, tuple[tuple[str, Family], ...]] = {
     PROJECTIONS.forward: (*SHARED[:4], ("independence", check_independence), *SHARED[4:]),
-    HEAD.forward: (SHARED[0], ("scaling", check_scaling), ("mask", check_mask), *SHARED[1:],
-                   ("softmax", check_softmax)),  # last: its overflow probe may end a session
-    ROPE.forward: (*SHARED[:2], ("position-zero", _own(check_position_zero)),
-                   ("relative-dot", _own(check_relative_dot)), *SHARED[2:]),
-    MULTI_HEAD.forward: (*SHARED[:2], ("head-isolation", _own(check_head_isolation)),
+    HEAD.forward: (SHARED[0], ("scaling", _own("heads", "check_scaling", True)),
+                   ("mask", _own("heads", "check_mask", True)), *SHARED[1:],
+                   # last: its overflow probe may end a program's session
+                   ("softmax", _own("heads", "check_softmax", True))),
+    ROPE.forward: (*SHARED[:2], ("position-zero", _own("rotary", "check_position_zero")),
+                   ("relative-dot", _own("rotary", "check_relative_dot")), *SHARED[2:]),
+    MULTI_HEAD.forward: (*SHARED[:2], ("head-isolation", _own("multihead", "check_head_isolation")),
                          *SHARED[2:]),
 }
 """Each kind's families in the order they are computed, by the kind's forward; its

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkvcli import __version__
 from qkvcli.attention.records import AttendConfig, AttendEvidence, Note
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
+from qkvcli.render.document import dumps, gradcheck_json, head, json_float, tensor_json
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector, iter_vector
-from qkvcli.render.report import dumps, gradcheck_json, json_float, tensor_json
 from qkvcli.render.wording import Check, verdict
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
@@ -384,7 +383,6 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
 
 # --- JSON -----------------------------------------------------------------------------
 
-SCHEMA_VERSION = 1
 
 
 def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
@@ -436,11 +434,7 @@ def _gradcheck_json(evidence: AttendEvidence) -> dict[str, Any]:
 def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
     c = evidence.config
     return {
-        "qkv_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "kind": "attend",
-        "chapter": evidence.chapter,
-        "passed": evidence.passed,
+        **head(evidence.chapter, evidence.passed, kind="attend"),
         "config": {
             "batch": c.batch, "tokens": c.tokens, "d_model": c.d_model, "d_k": c.d_k,
             "d_v": c.d_v, "causal": c.causal, "value_width": c.value_width,

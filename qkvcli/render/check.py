@@ -24,7 +24,7 @@ from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import Precision
 from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, Failure, FamilyCheck
-from qkvcli.render.report import dumps
+from qkvcli.render.document import dumps
 from qkvcli.render.wording import verdict
 
 NO_BACKWARD = "not applicable: no backward"

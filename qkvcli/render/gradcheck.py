@@ -6,8 +6,8 @@ from typing import Any
 
 from qkvcli import __version__
 from qkvcli.gradcheck.records import GradcheckResult
+from qkvcli.render.document import dumps, gradcheck_json
 from qkvcli.render.numbers import fmt_shape
-from qkvcli.render.report import dumps, gradcheck_json
 from qkvcli.render.wording import verdict
 
 HEADER = ("tensor", "coordinate", "analytic", "numerical", "scaled_error", "pass")

@@ -2,33 +2,27 @@
 
 The text is the chapter's 28-line ``key=value`` report and the trace its diagram's
 17-line ``KIND|key=value`` trace, both byte for byte the reference's (the anchors fix
-them); the JSON holds everything in the evidence under stable key names. The JSON
-helpers the other reports share (:func:`json_float`, :func:`tensor_json`,
-:func:`gradcheck_json`, :func:`dumps`) live here too.
-
-JSON floats are written with Python's shortest round-trip representation, so reading
-the JSON back gives the same binary64 values. JSON has no NaN or infinity; such values
-(only possible when a computation overflows) are written as the strings ``"NaN"``,
-``"Infinity"`` and ``"-Infinity"``.
+them); the JSON holds everything in the evidence under stable key names, in the forms
+every report shares (:mod:`qkvcli.render.document`).
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from qkvcli import __version__
 from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
 from qkvcli.evidence.records import Evidence, Primary, ShapeProbe
-from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
+from qkvcli.render.document import (
+    dumps,
+    gradcheck_json,
+    head,
+    json_float,
+    tensor_json,
+)
 from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
 from qkvcli.render.stream import marker, stream_document
-from qkvcli.render.tensors import TensorSummary, shows_values, summarise
 from qkvcli.render.wording import check_rows
 
 if TYPE_CHECKING:
@@ -203,48 +197,6 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
 
 # --- JSON ---------------------------------------------------------------------------
 
-SCHEMA_VERSION = 1
-
-
-def json_float(value: float) -> float | str:
-    """A float JSON can hold, or the string spelling of a non-finite value."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float(value)
-
-
-def tensor_json(values: npt.ArrayLike, tensors: str = "full") -> dict[str, Any]:
-    """``{"shape", "values"}``, or per the ``tensors`` policy the summary form
-    ``{"shape", "count", "summary": {...}}`` (``none``: ``{"shape", "count", "sha256"}``)."""
-    array = np.asarray(values, dtype=np.float64)
-    if not shows_values(array.size, tensors):
-        return summary_json(summarise(array), tensors)
-    flat = array.reshape(-1).tolist()
-    if not np.isfinite(array).all():
-        flat = [json_float(v) for v in flat]
-    return {"shape": list(array.shape), "values": flat}
-
-
-def summary_json(s: TensorSummary, tensors: str) -> dict[str, Any]:
-    """A summarised tensor: see ``docs/tensors.md`` for the schema of both forms."""
-    if tensors == "none":
-        return {"shape": list(s.shape), "count": s.count, "sha256": s.sha256}
-    return {
-        "shape": list(s.shape),
-        "count": s.count,
-        "summary": {
-            "head": [json_float(v) for v in s.head],
-            "tail": [json_float(v) for v in s.tail],
-            "min": json_float(s.minimum),
-            "max": json_float(s.maximum),
-            "mean": json_float(s.mean),
-            "l2_norm": json_float(s.l2_norm),
-            "sha256": s.sha256,
-        },
-    }
-
 
 def _probe(probe: ShapeProbe) -> dict[str, Any]:
     return {
@@ -256,47 +208,6 @@ def _probe(probe: ShapeProbe) -> dict[str, Any]:
     }
 
 
-def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
-    """One checked coordinate (or direction): where, both gradients, the error, the verdict."""
-    where: dict[str, Any] = (
-        {"direction": check.direction} if check.direction is not None
-        else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
-    )
-    return {
-        "tensor": check.tensor,
-        **where,
-        "analytic": json_float(check.analytic),
-        "numerical": json_float(check.numerical),
-        "scaled_error": json_float(check.scaled_error),
-        "passed": check.passed,
-        **({"note": check.note} if check.note else {}),
-    }
-
-
-def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
-    """A gradient check's settings and every tensor's checks, as every report embeds it."""
-    return {
-        "passed": result.passed,
-        "mode": result.mode,
-        "step": result.step,
-        "tolerance": result.tolerance,
-        "count": result.count,
-        "tensors": [
-            {
-                "tensor": t.tensor,
-                "mode": t.mode,
-                "shape": list(t.shape),
-                "requested": t.requested,
-                "checked": len(t.checks),
-                "passed": t.passed,
-                "recomputes": t.recomputes,
-                "checks": [coordinate_json(c) for c in t.checks],
-            }
-            for t in result.tensors
-        ],
-    }
-
-
 def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
     """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
     p = evidence.primary
@@ -305,10 +216,7 @@ def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any
     i = evidence.initialization
     ind = evidence.independence
     return {
-        "qkv_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "chapter": evidence.chapter,
-        "passed": evidence.passed,
+        **head(evidence.chapter, evidence.passed),
         "loss": json_float(p.loss),
         "checks": [
             {"name": ch.name, "passed": ch.passed, "detail": ch.detail}
@@ -362,11 +270,6 @@ def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any
         },
         "gradcheck": gradcheck_json(evidence.gradcheck),
     }
-
-
-def dumps(document: Any) -> str:
-    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
-    return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
 def render_json(evidence: Evidence, tensors: str = "summary") -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from qkvcli import __version__
 from qkvcli.learn.variance import VarianceResult
-from qkvcli.render.report import dumps
+from qkvcli.render.document import dumps
 
 HEADER = ("d_k", "var(q.k)", "std(q.k)", "var(q.k/sqrt(d_k))", "std_err", "z")
 EXPLAIN = (

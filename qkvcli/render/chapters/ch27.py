@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from qkvcli.chapters.ch27 import SelfAttentionEvidence
 from qkvcli.render.chapters.common import (
     case_facts,
-    checks_json,
     gradcheck_summary_json,
     mixture_terms,
     tensor,
@@ -137,17 +136,13 @@ def trace(evidence: SelfAttentionEvidence) -> str:
 
 def json_document(evidence: SelfAttentionEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order."""
-    from qkvcli import __version__
-    from qkvcli.render.report import SCHEMA_VERSION, json_float
+    from qkvcli.render.document import checks_json, head, json_float
 
     p = evidence.primary
     s, single, sh = evidence.scale, evidence.single, evidence.shapes
     batch, tokens, d_k = p.query.shape
     return {
-        "qkv_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "chapter": evidence.chapter,
-        "passed": evidence.passed,
+        **head(evidence.chapter, evidence.passed),
         "checks": checks_json(evidence.checks),
         "config": {"batch": int(batch), "tokens": int(tokens), "d_k": int(d_k),
                    "d_v": int(p.value.shape[2]), "scale": p.scale, "masked": False,
@@ -192,7 +187,7 @@ def json_document(evidence: SelfAttentionEvidence) -> dict[str, Any]:
 
 
 def tensor_json(values: Any) -> dict[str, Any]:
-    from qkvcli.render.report import tensor_json as whole
+    from qkvcli.render.document import tensor_json as whole
 
     return whole(values, "full")
 

@@ -15,7 +15,6 @@ import numpy as np
 from qkvcli.chapters.ch28 import CausalEvidence
 from qkvcli.render.chapters.common import (
     case_facts,
-    checks_json,
     gradcheck_summary_json,
     mixture_terms,
     tensor,
@@ -176,9 +175,8 @@ def trace(evidence: CausalEvidence) -> str:
 
 def json_document(evidence: CausalEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order."""
-    from qkvcli import __version__
-    from qkvcli.render.report import SCHEMA_VERSION, json_float
-    from qkvcli.render.report import tensor_json as whole
+    from qkvcli.render.document import checks_json, head, json_float
+    from qkvcli.render.document import tensor_json as whole
 
     def t(values: Any) -> dict[str, Any]:
         return whole(values, "full")
@@ -186,10 +184,7 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
     p, x, single, e = evidence.primary, evidence.prefix, evidence.single, evidence.empty
     batch, tokens, d_k = p.query.shape
     return {
-        "qkv_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "chapter": evidence.chapter,
-        "passed": evidence.passed,
+        **head(evidence.chapter, evidence.passed),
         "checks": checks_json(evidence.checks),
         "config": {"batch": int(batch), "tokens": int(tokens), "d_k": int(d_k),
                    "d_v": int(p.value.shape[2]), "scale": p.scale, "mask": MASK_RULE,

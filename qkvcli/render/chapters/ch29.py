@@ -189,7 +189,6 @@ def trace(evidence: RopeEvidence) -> str:
 
 # --- JSON -----------------------------------------------------------------------------------
 
-SCHEMA_VERSION = 1
 JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
              "tensors", "norms", "loss", "position_zero_identity", "common_shift_preserved",
              "invariant_tolerance", "shapes", "errors", "gradcheck", "tape_finite",
@@ -200,8 +199,7 @@ JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "co
 def json_document(evidence: RopeEvidence) -> dict[str, Any]:
     """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
     (shortest round trip), tensors ``{"shape", "values"}``."""
-    from qkvcli import __version__
-    from qkvcli.render.report import gradcheck_json, json_float, tensor_json
+    from qkvcli.render.document import checks_json, gradcheck_json, head, json_float, tensor_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
@@ -215,11 +213,8 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
         "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
     }
     document: dict[str, Any] = {
-        "qkv_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "chapter": NAME,
-        "passed": evidence.passed,
-        "checks": [{"name": c.name, "passed": c.passed} for c in evidence.checks],
+        **head(NAME, evidence.passed),
+        "checks": checks_json(evidence.checks),
         "config": {"features": table.features, "pairs": table.pairs,
                    "positions": table.positions, "base": json_float(table.base),
                    "layout": table.layout, "offset": f.offset, "shift": f.shift,

@@ -199,7 +199,6 @@ def trace(evidence: MultiHeadEvidence) -> str:
 
 # --- JSON -----------------------------------------------------------------------------------
 
-SCHEMA_VERSION = 1
 JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
              "tensors", "heads", "prefix", "layout", "parameters", "loss", "shapes", "errors",
              "gradcheck", "tape_finite", "replay_bitwise", "history")
@@ -209,8 +208,7 @@ JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "co
 def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
     """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
     (shortest round trip), tensors ``{"shape", "values"}``."""
-    from qkvcli import __version__
-    from qkvcli.render.report import gradcheck_json, json_float, tensor_json
+    from qkvcli.render.document import checks_json, gradcheck_json, head, json_float, tensor_json
 
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     s, par, h = evidence.shapes, evidence.parameters, evidence.history
@@ -230,11 +228,8 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
         "output_weight_gradient": p.grad_w_out, "prefix_perturbed_output": pr.suffix_output,
     }
     return {
-        "qkv_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "chapter": NAME,
-        "passed": evidence.passed,
-        "checks": [{"name": c.name, "passed": c.passed} for c in evidence.checks],
+        **head(NAME, evidence.passed),
+        "checks": checks_json(evidence.checks),
         "config": {"batch": int(batch), "tokens": int(tokens), "d_model": int(d_model),
                    "heads": f.spec.heads, "d_h": int(p.projected_query.shape[-1]),
                    "offset": f.offset, "shift": f.shift, "capacity": f.spec.table.positions,

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.core.results import FamilyCheck
 from qkvcli.render.numbers import fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -42,15 +41,9 @@ def case_facts(fields: tuple[tuple[str, object], ...], names: dict[str, str] | N
     return "".join(f"|{names.get(key, key)}={value}" for key, value in fields)
 
 
-def checks_json(checks: tuple[FamilyCheck, ...]) -> list[dict[str, Any]]:
-    """Each family's name and verdict."""
-    return [{"name": check.name, "passed": check.passed, "outcome": check.outcome}
-            for check in checks]
-
-
 def gradcheck_summary_json(check: GradcheckResult) -> dict[str, Any]:
     """The gradient check's settings, counts, verdict and every coordinate."""
-    from qkvcli.render.report import coordinate_json
+    from qkvcli.render.document import coordinate_json
 
     return {
         "passed": check.passed,

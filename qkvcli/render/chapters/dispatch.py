@@ -47,7 +47,7 @@ def pieces(evidence: object, fmt: str) -> Iterator[str]:
         return iter([module.text(evidence)])
     if fmt == "trace":
         return iter([module.trace(evidence)])
-    from qkvcli.render.report import dumps
+    from qkvcli.render.document import dumps
 
     return iter([dumps(document(evidence))])
 
