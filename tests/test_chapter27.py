@@ -197,18 +197,19 @@ def test_the_json_report_holds_the_evidence() -> None:
 
 
 def test_a_case_is_rejected_only_by_the_expected_error() -> None:
-    from qkvcli.chapters.head_pass import rejected
     from qkvcli.chapters.operands import OperandRank, QueryKeyWidthMismatch
+    from qkvcli.core.results import refused
 
     def raises_width() -> object:
         raise QueryKeyWidthMismatch(2, 3)
 
-    right = rejected("w", QueryKeyWidthMismatch, (("query", 2), ("key", 3)), raises_width)
+    right = refused("w", QueryKeyWidthMismatch(2, 3), raises_width)
     assert right.rejected and right.message.endswith("got query 2, key 3")
-    assert not rejected("w", QueryKeyWidthMismatch, (("query", 2), ("key", 4)),
-                        raises_width).rejected  # the wrong facts
-    assert not rejected("w", OperandRank, (), raises_width).rejected  # the wrong error
-    accepted = rejected("w", OperandRank, (), lambda: None)  # nothing refused it
+    assert right.fields == (("query", 2), ("key", 3))
+    assert not refused("w", QueryKeyWidthMismatch(2, 4), raises_width).rejected  # wrong facts
+    assert not refused("w", OperandRank("query", 2), raises_width).rejected  # the wrong error
+    assert refused("w", QueryKeyWidthMismatch, raises_width).rejected  # a class: any fields
+    accepted = refused("w", OperandRank("query", 2), lambda: None)  # nothing refused it
     assert not accepted.rejected and accepted.raised == ""
 
 

@@ -129,7 +129,7 @@ def test_a_longer_zero_suffix_has_zero_gradient_throughout() -> None:
 def test_the_rejected_cases_follow_the_fixture_shapes_and_the_course_order() -> None:
     evidence = ch28.build(ch28.parse(random_document(2, 4, 3, 2, seed=12)))
     assert [(c.case, c.expected, c.fields) for c in evidence.errors] == [
-        ("attention-empty-tokens", "EmptyTokenAxis", ()),
+        ("attention-empty-tokens", "EmptyTokenAxis", (("tokens", 0),)),
         ("softmax-rank", "CausalSoftmaxRank", (("rank", 1),)),
         ("softmax-shape", "CausalSoftmaxNonSquare", (("queries", 3), ("keys", 4))),
         ("query-rank", "OperandRank", (("operand", "query"), ("rank", 2))),

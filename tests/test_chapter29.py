@@ -96,7 +96,7 @@ def test_the_rejected_inputs_record_what_the_validator_raised() -> None:
                                         "width-mismatch", "position-range", "offset-overflow",
                                         "released-input"]
     assert all(e.rejected and e.message for e in errors)
-    assert dict(errors[5].facts) == {"offset": 2, "tokens": 2, "capacity": 3}
+    assert dict(errors[5].fields) == {"offset": 2, "tokens": 2, "capacity": 3}
 
 
 def test_an_empty_token_axis_at_the_end_of_the_table_is_valid() -> None:

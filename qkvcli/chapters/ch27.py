@@ -32,11 +32,9 @@ from qkvcli.attention.maths import score_factor, softmax
 from qkvcli.chapters.head_fixture import HeadInputs, read_head_inputs
 from qkvcli.chapters.head_pass import (
     HeadPass,
-    RefusedCase,
     SingleToken,
     gradient_check,
     head_pass,
-    rejected,
     same_pass,
     single_token,
 )
@@ -50,7 +48,7 @@ from qkvcli.chapters.operands import (
 )
 from qkvcli.core.arrays import Array, same_bits
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 
@@ -127,7 +125,7 @@ class SelfAttentionEvidence(Record):
     single: SingleToken
     shapes: ShapeProbes
     gradcheck: GradcheckResult
-    errors: tuple[RefusedCase, ...]
+    errors: tuple[Refusal, ...]
     replay_bitwise: bool
     checks: tuple[FamilyCheck, ...]
 
@@ -169,7 +167,7 @@ def shape_probes(query: Array, key: Array, value: Array) -> ShapeProbes:
         empty_output=empty_run.forward.output.shape, value_width_output=narrow.forward.output.shape)
 
 
-def rejected_inputs(query: Array, key: Array, value: Array) -> tuple[RefusedCase, ...]:
+def rejected_inputs(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
     """The chapter's five bad inputs, made from the fixture's shapes, in the anchor's order."""
     batch, tokens, d_k = query.shape
 
@@ -177,19 +175,17 @@ def rejected_inputs(query: Array, key: Array, value: Array) -> tuple[RefusedCase
         return np.zeros(shape)
 
     return (
-        rejected("query-rank", OperandRank, (("operand", "query"), ("rank", 2)),
-                 lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, CAUSAL)),
-        rejected("batch-mismatch", OperandBatchMismatch,
-                 (("query", batch), ("key", batch + 1), ("value", batch)),
-                 lambda: attend(query, zeros(batch + 1, tokens, d_k), value, CAUSAL)),
-        rejected("token-mismatch", OperandTokenMismatch,
-                 (("query", tokens), ("key", tokens + 1), ("value", tokens)),
-                 lambda: attend(query, zeros(batch, tokens + 1, d_k), value, CAUSAL)),
-        rejected("empty-tokens", EmptyTokenAxis, (("tokens", 0),),
-                 lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
-                                zeros(batch, 0, value.shape[2]), CAUSAL)),
-        rejected("query-key-width", QueryKeyWidthMismatch, (("query", d_k), ("key", d_k + 1)),
-                 lambda: attend(query, zeros(batch, tokens, d_k + 1), value, CAUSAL)),
+        refused("query-rank", OperandRank("query", 2),
+                lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, CAUSAL)),
+        refused("batch-mismatch", OperandBatchMismatch(batch, batch + 1, batch),
+                lambda: attend(query, zeros(batch + 1, tokens, d_k), value, CAUSAL)),
+        refused("token-mismatch", OperandTokenMismatch(tokens, tokens + 1, tokens),
+                lambda: attend(query, zeros(batch, tokens + 1, d_k), value, CAUSAL)),
+        refused("empty-tokens", EmptyTokenAxis(),
+                lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
+                               zeros(batch, 0, value.shape[2]), CAUSAL)),
+        refused("query-key-width", QueryKeyWidthMismatch(d_k, d_k + 1),
+                lambda: attend(query, zeros(batch, tokens, d_k + 1), value, CAUSAL)),
     )
 
 

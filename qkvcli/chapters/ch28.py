@@ -35,12 +35,10 @@ import numpy as np
 from qkvcli.chapters.head_fixture import HeadInputs, read_head_inputs, vector
 from qkvcli.chapters.head_pass import (
     HeadPass,
-    RefusedCase,
     SingleToken,
     gradient_check,
     gradients,
     head_pass,
-    rejected,
     same_pass,
     single_token,
 )
@@ -59,7 +57,7 @@ from qkvcli.chapters.operands import (
 from qkvcli.core.arrays import Array, check_finite, readonly, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.json_values import expect_object, refuse_unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, expect_shape
@@ -199,7 +197,7 @@ class CausalEvidence(Record):
     single: SingleToken
     empty: EmptyProbe
     gradcheck: GradcheckResult
-    errors: tuple[RefusedCase, ...]
+    errors: tuple[Refusal, ...]
     future_zero: bool
     replay_bitwise: bool
     checks: tuple[FamilyCheck, ...]
@@ -237,7 +235,7 @@ def empty_probe(query: Array, value: Array) -> EmptyProbe:
                       run.forward.output.shape)
 
 
-def rejected_inputs(query: Array, key: Array, value: Array) -> tuple[RefusedCase, ...]:
+def rejected_inputs(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
     """The chapter's six bad inputs, made from the fixture's shapes, in the course's order."""
     batch, tokens, d_k = query.shape
     d_v = int(value.shape[2])
@@ -247,21 +245,17 @@ def rejected_inputs(query: Array, key: Array, value: Array) -> tuple[RefusedCase
         return reverse(kept_nothing, np.ones(value.shape))
 
     return (
-        rejected("attention-empty-tokens", EmptyTokenAxis, (),
-                 lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
-                                np.zeros((batch, 0, d_v)), CAUSAL)),
-        rejected("softmax-rank", CausalSoftmaxRank, (("rank", 1),),
-                 lambda: causal_probabilities(np.zeros(1))),
-        rejected("softmax-shape", CausalSoftmaxNonSquare,
-                 (("queries", tokens - 1), ("keys", tokens)),
-                 lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
-        rejected("query-rank", OperandRank, (("operand", "query"), ("rank", 2)),
-                 lambda: attend(query[0], key, value, CAUSAL)),
-        rejected("token-mismatch", OperandTokenMismatch,
-                 (("query", tokens), ("key", tokens - 1), ("value", tokens)),
-                 lambda: attend(query, key[:, :-1], value, CAUSAL)),
-        rejected("released-score", ReleasedOperand,
-                 (("operation", "causal-softmax"), ("operand", 0)), released),
+        refused("attention-empty-tokens", EmptyTokenAxis(),
+                lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
+                               np.zeros((batch, 0, d_v)), CAUSAL)),
+        refused("softmax-rank", CausalSoftmaxRank(1), lambda: causal_probabilities(np.zeros(1))),
+        refused("softmax-shape", CausalSoftmaxNonSquare(tokens - 1, tokens),
+                lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
+        refused("query-rank", OperandRank("query", 2),
+                lambda: attend(query[0], key, value, CAUSAL)),
+        refused("token-mismatch", OperandTokenMismatch(tokens, tokens - 1, tokens),
+                lambda: attend(query, key[:, :-1], value, CAUSAL)),
+        refused("released-score", ReleasedOperand("causal-softmax", 0), released),
     )
 
 

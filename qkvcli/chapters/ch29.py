@@ -26,7 +26,7 @@ from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_t
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -75,10 +75,6 @@ class RotaryRefusal(QkvError):
 
     kind = ""
 
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        """The refusal's fields, in order: what the evidence records of it."""
-        return ()
-
 
 class ZeroFeatureWidth(RotaryRefusal):
     kind = "zero-feature-width"
@@ -93,9 +89,6 @@ class OddFeatureWidth(RotaryRefusal):
     def __init__(self, width: int) -> None:
         self.width = width
         super().__init__(f"rotary feature width must be even, got {width}")
-
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("width", self.width),)
 
 
 class ZeroPositionCapacity(RotaryRefusal):
@@ -112,9 +105,6 @@ class InvalidRopeBase(RotaryRefusal):
         self.base = base
         super().__init__(f"rotary frequency base must be finite and positive, got {base!r}")
 
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("base", self.base),)
-
 
 class RotaryInputRank(RotaryRefusal):
     kind = "input-rank"
@@ -123,9 +113,6 @@ class RotaryInputRank(RotaryRefusal):
         self.rank = rank
         super().__init__(
             f"rotary input needs at least rank two [..., tokens, features], got rank {rank}")
-
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("rank", self.rank),)
 
 
 class RotaryWidthMismatch(RotaryRefusal):
@@ -136,9 +123,6 @@ class RotaryWidthMismatch(RotaryRefusal):
         self.actual = actual
         super().__init__(f"rotary input feature width must be {expected}, got {actual}")
 
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("expected", self.expected), ("actual", self.actual))
-
 
 class PositionOffsetOverflow(RotaryRefusal):
     kind = "position-offset-overflow"
@@ -148,9 +132,6 @@ class PositionOffsetOverflow(RotaryRefusal):
         self.tokens = tokens
         super().__init__(f"rotary position interval overflows: offset {offset} plus {tokens} "
                          f"tokens passes 2^53, the last position binary64 holds exactly")
-
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("tokens", self.tokens),)
 
 
 class PositionRangeExceeded(RotaryRefusal):
@@ -163,9 +144,6 @@ class PositionRangeExceeded(RotaryRefusal):
         super().__init__(f"rotary position interval [{offset}, {offset + tokens}) exceeds "
                          f"capacity {capacity}")
 
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("offset", self.offset), ("tokens", self.tokens), ("capacity", self.capacity))
-
 
 class ReleasedBuffer(RotaryRefusal):
     kind = "autodiff-stage"
@@ -174,8 +152,6 @@ class ReleasedBuffer(RotaryRefusal):
         self.stage = stage
         super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
 
-    def facts(self) -> tuple[tuple[str, Any], ...]:
-        return (("stage", self.stage),)
 
 
 def read_operand(values: Any, stage: str) -> Array:
@@ -467,21 +443,6 @@ class RotaryProbe(Record):
         return self.output_shape == self.input_shape
 
 
-class RejectedRotaryInput(Record):
-    """A bad input given to the chapter's validator: the case, the refusal expected, what
-    was raised (its kind, its facts, its message; empty when nothing was)."""
-
-    case: str
-    expected: str
-    raised: str
-    facts: tuple[tuple[str, Any], ...]
-    message: str
-
-    @property
-    def rejected(self) -> bool:
-        return self.raised == self.expected
-
-
 class RopeEvidence(Record):
     """Chapter 29's whole evidence for one fixture: the fixture, the primary numbers, the
     shape probes, the rejected inputs, the gradient check of Q and K, the replay, and the
@@ -490,7 +451,7 @@ class RopeEvidence(Record):
     fixture: RopeFixture
     primary: RopePrimary
     probes: tuple[RotaryProbe, ...]
-    errors: tuple[RejectedRotaryInput, ...]
+    errors: tuple[Refusal, ...]
     gradcheck: GradcheckResult
     replay_bitwise: bool
     checks: tuple[FamilyCheck, ...]
@@ -574,14 +535,6 @@ def probes(fixture: RopeFixture) -> tuple[RotaryProbe, ...]:
     )
 
 
-def _rejected(case: str, expected: type[RotaryRefusal], call: Any) -> RejectedRotaryInput:
-    try:
-        call()
-    except RotaryRefusal as error:
-        return RejectedRotaryInput(case, expected.kind, error.kind, error.facts(), str(error))
-    return RejectedRotaryInput(case, expected.kind, "", (), "")
-
-
 def _released(features: int) -> memoryview[float]:
     view = memoryview(bytearray(8 * features)).cast("d", (1, features))
     view.release()
@@ -593,28 +546,29 @@ SMALL_CAPACITY = 3
 not fit."""
 
 
-def rejected_inputs(fixture: RopeFixture) -> tuple[RejectedRotaryInput, ...]:
+def rejected_inputs(fixture: RopeFixture) -> tuple[Refusal, ...]:
     """The chapter's bad inputs, each given to the validator and what it raised recorded,
-    in the chapter's order."""
+    in the chapter's order: each must raise exactly the error expected, fields and all."""
     t = fixture.table
     small = RotaryTable(t.features, SMALL_CAPACITY, t.base, t.layout)
+    overflow = 2 ** 64 - 1
     return (
-        _rejected("zero-width", ZeroFeatureWidth,
-                  lambda: check_table(0, t.positions, t.base, t.layout)),
-        _rejected("odd-width", OddFeatureWidth,
-                  lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
-        _rejected("invalid-base", InvalidRopeBase,
-                  lambda: check_table(t.features, t.positions, 0.0, t.layout)),
-        _rejected("input-rank", RotaryInputRank,
-                  lambda: rotate_checked(small, np.zeros(t.features), 0)),
-        _rejected("width-mismatch", RotaryWidthMismatch,
-                  lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
-        _rejected("position-range", PositionRangeExceeded,
-                  lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
-        _rejected("offset-overflow", PositionOffsetOverflow,
-                  lambda: rotate_checked(small, np.zeros((1, t.features)), 2 ** 64 - 1)),
-        _rejected("released-input", ReleasedBuffer,
-                  lambda: rotate_checked(small, _released(t.features), 0)),
+        refused("zero-width", ZeroFeatureWidth(),
+                lambda: check_table(0, t.positions, t.base, t.layout)),
+        refused("odd-width", OddFeatureWidth(t.features - 1),
+                lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
+        refused("invalid-base", InvalidRopeBase(0.0),
+                lambda: check_table(t.features, t.positions, 0.0, t.layout)),
+        refused("input-rank", RotaryInputRank(1),
+                lambda: rotate_checked(small, np.zeros(t.features), 0)),
+        refused("width-mismatch", RotaryWidthMismatch(t.features, t.features // 2),
+                lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
+        refused("position-range", PositionRangeExceeded(2, 2, SMALL_CAPACITY),
+                lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
+        refused("offset-overflow", PositionOffsetOverflow(overflow, 1),
+                lambda: rotate_checked(small, np.zeros((1, t.features)), overflow)),
+        refused("released-input", ReleasedBuffer(ROTARY_STAGE),
+                lambda: rotate_checked(small, _released(t.features), 0)),
     )
 
 

@@ -44,7 +44,7 @@ from qkvcli.chapters.ch29 import (
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.json_values import expect_object, finite_number, json_type_name, unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
@@ -349,21 +349,6 @@ class MultiHeadParameters(Record):
     distinct: bool
 
 
-class RejectedMultiHeadInput(Record):
-    """A bad configuration or input given to the engine or the chapter's input rule: the
-    case, the error class expected, the class raised (empty when nothing was) and its
-    message."""
-
-    case: str
-    expected: str
-    raised: str
-    message: str
-
-    @property
-    def rejected(self) -> bool:
-        return self.raised == self.expected
-
-
 class MultiHeadHistory(Record):
     """The chapter's contrast with what came before: an earlier attention's one weighted
     context per target, and one full-width causal head's single table against the layer's
@@ -386,7 +371,7 @@ class MultiHeadEvidence(Record):
     probes: MultiHeadProbes
     shapes: MultiHeadShapes
     parameters: MultiHeadParameters
-    errors: tuple[RejectedMultiHeadInput, ...]
+    errors: tuple[Refusal, ...]
     history: MultiHeadHistory
     gradcheck: GradcheckResult
     tape_finite: bool
@@ -508,21 +493,13 @@ def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
                            not any(layer.branch_biases) and layer.out_bias is None, distinct)
 
 
-def _rejected(case: str, expected: type[Exception], call: Any) -> RejectedMultiHeadInput:
-    try:
-        call()
-    except QkvError as error:
-        return RejectedMultiHeadInput(case, expected.__name__, type(error).__name__, str(error))
-    return RejectedMultiHeadInput(case, expected.__name__, "", "")
-
-
 def _released(shape: tuple[int, ...]) -> memoryview[float]:
     view = memoryview(bytearray(8 * int(np.prod(shape)))).cast("d", shape)
     view.release()
     return view
 
 
-def rejected_inputs(fixture: MultiHeadFixture) -> tuple[RejectedMultiHeadInput, ...]:
+def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
     from qkvcli.attention.errors import HeadCountMismatch, RopeError
@@ -547,19 +524,18 @@ def rejected_inputs(fixture: MultiHeadFixture) -> tuple[RejectedMultiHeadInput, 
 
     capacity = spec.table.positions
     return (
-        _rejected("zero_model_width", ProjectionError, layer(0, 0)),
-        _rejected("zero_heads", HeadCountMismatch, layer(4, 0)),
-        _rejected("nondivisible", HeadCountMismatch, layer(6, 4)),
-        _rejected("odd_head_width", RopeError, layer(4, 4)),
-        _rejected("input_rank", InputRank, given(np.zeros(d_model), 0)),
-        _rejected("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
-        _rejected("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
-        _rejected("offset_overflow", PositionOffsetOverflow,
-                  given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
-        _rejected("position_range", PositionRangeExceeded,
-                  given(np.zeros((1, 2, d_model)), capacity - 1)),
-        _rejected("released_input", ReleasedBuffer,
-                  given(_released((1, tokens, d_model)), 0)),
+        refused("zero_model_width", ProjectionError, layer(0, 0)),
+        refused("zero_heads", HeadCountMismatch, layer(4, 0)),
+        refused("nondivisible", HeadCountMismatch, layer(6, 4)),
+        refused("odd_head_width", RopeError, layer(4, 4)),
+        refused("input_rank", InputRank, given(np.zeros(d_model), 0)),
+        refused("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
+        refused("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
+        refused("offset_overflow", PositionOffsetOverflow,
+                given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
+        refused("position_range", PositionRangeExceeded,
+                given(np.zeros((1, 2, d_model)), capacity - 1)),
+        refused("released_input", ReleasedBuffer, given(_released((1, tokens, d_model)), 0)),
     )
 
 

@@ -1,13 +1,12 @@
-"""A head chapter's evidence pieces: one pass forward and back, its probes and its rejected cases.
+"""A head chapter's evidence pieces: one pass forward and back, and its probes.
 
 Chapters 27 (no mask) and 28 (causal mask) judge one head on the same pieces, computed
 here from the engine (:mod:`qkvcli.chapters.operands`): :func:`head_pass` (the forward
 tensors, the mixture terms of the first batch item, ``L = <O, U>`` and ``dQ, dK, dV``),
 :func:`single_token` (one token: probability 1, the value row, no gradient to Q or K),
 :func:`gradient_check` (central differences of ``L`` through the engine, by the one
-checker, :func:`~qkvcli.gradcheck.batched.plain_check`), :func:`same_pass` (bitwise replay) and
-:func:`rejected` (a bad input really given to the engine's checks, and what they
-raised). Plain records, no wording.
+checker, :func:`~qkvcli.gradcheck.batched.plain_check`) and :func:`same_pass` (bitwise
+replay). Plain records, no wording.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import numpy as np
 from qkvcli.attention.maths import scale, score_factor
 from qkvcli.chapters.operands import OPERANDS, additive_mask, attend, loss, reverse
 from qkvcli.core.arrays import Array, all_finite, same_bits
-from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
@@ -193,35 +191,3 @@ def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
     return plain_check(((name, operands[index], analytic[index], objective(index),
                          count(operands[index])) for index, name in enumerate(OPERANDS)),
                        step, tolerance, "full" if samples is None else "sampled")
-
-
-class RefusedCase(Record):
-    """One bad input given to the engine's checks: the ``case``, the error it must raise
-    (``expected``, a class name, with ``fields``), what it raised (``raised``: a class
-    name, ``""`` for nothing), its message, and whether the error's fields were
-    ``fields`` (``facts_match``)."""
-
-    case: str
-    expected: str
-    fields: tuple[tuple[str, object], ...]
-    raised: str
-    message: str
-    facts_match: bool = False
-
-    @property
-    def rejected(self) -> bool:
-        """Refused with the expected error and fields."""
-        return self.raised == self.expected and self.facts_match
-
-
-def rejected(case: str, expected: type[QkvError], fields: tuple[tuple[str, object], ...],
-             call: Callable[[], object]) -> RefusedCase:
-    """Run ``call`` (a bad input given to a check) and record what it raised; a
-    different error, or different fields, is recorded as not the expected one."""
-    try:
-        call()
-    except QkvError as error:
-        facts = all(getattr(error, k, None) == v for k, v in fields)
-        return RefusedCase(case, expected.__name__, fields, type(error).__name__, str(error),
-                           facts)
-    return RefusedCase(case, expected.__name__, fields, "", "")

@@ -9,9 +9,10 @@ by the renderers, never here).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "no-backward", "command", "not-run")
@@ -79,6 +80,38 @@ class FamilyCheck(Record):
     def applicable(self) -> bool:
         """False for a family that does not apply (``no-backward``, ``command``) or did not run."""
         return self.outcome in ("passed", "failed")
+
+
+class Refusal(Record):
+    """A bad input given to a check that must refuse it: the ``case``, the error expected
+    (a class name; ``""``: any refusal), what was raised (``""``: nothing), its message,
+    the expected error's ``fields`` (when an exact one was expected), and whether it was
+    refused as it must be (``rejected``). The one record of every rejected-inputs family:
+    the engine's typed refusals of each chapter and the refusals ``qkv check`` asks of an
+    implementation."""
+
+    case: str
+    expected: str
+    raised: str
+    message: str
+    fields: tuple[tuple[str, Any], ...] = ()
+    rejected: bool = False
+
+
+def refused(case: str, expected: QkvError | type[QkvError],
+            call: Callable[[], object]) -> Refusal:
+    """Run ``call`` (a bad input given to a check) and record what it raised. ``expected``
+    is the error it must raise: an instance (the same type, every field equal) or a class
+    (that type, any fields)."""
+    wanted = expected if isinstance(expected, type) else type(expected)
+    fields = () if isinstance(expected, type) else tuple(
+        (key, value) for key, value in vars(expected).items() if key != "file")
+    try:
+        call()
+    except QkvError as error:
+        exact = type(error) is wanted and (isinstance(expected, type) or error == expected)
+        return Refusal(case, wanted.__name__, type(error).__name__, str(error), fields, exact)
+    return Refusal(case, wanted.__name__, "", "", fields)
 
 
 def verdict(name: str, passed: bool) -> FamilyCheck:

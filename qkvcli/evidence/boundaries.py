@@ -9,8 +9,6 @@ The rejected-input evidence: five bad inputs, each refused with exactly the expe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from qkvcli.core.arrays import Array
@@ -20,10 +18,10 @@ from qkvcli.core.errors import (
     DuplicateName,
     InputRank,
     InputWidthMismatch,
-    QkvError,
 )
 from qkvcli.core.projections import QkvProjections
-from qkvcli.evidence.records import ErrorEvidence, Primary, RejectedCase, ShapeEvidence, ShapeProbe
+from qkvcli.core.results import refused
+from qkvcli.evidence.records import ErrorEvidence, Primary, ShapeEvidence, ShapeProbe
 from qkvcli.reading.fixture import Fixture
 
 
@@ -100,15 +98,6 @@ def compute_shapes(
     )
 
 
-def rejected(case: str, attempt: Callable[[], object], expected: QkvError) -> RejectedCase:
-    """Run ``attempt``; whether it raised an error equal to ``expected``, and its message."""
-    try:
-        attempt()
-    except QkvError as error:
-        return RejectedCase(case, error == expected, str(error))
-    return RejectedCase(case, False, "accepted")
-
-
 def compute_errors(fixture: Fixture, layer: QkvProjections) -> ErrorEvidence:
     """The rejected boundaries, computed on the fixture's own sizes through ``layer`` (its
     projections)."""
@@ -120,29 +109,19 @@ def compute_errors(fixture: Fixture, layer: QkvProjections) -> ErrorEvidence:
         return np.zeros((rows, cols))
 
     return ErrorEvidence(
-        rank=rejected(
-            "rank-two", lambda: layer.forward(np.broadcast_to(0.0, (tokens, d))), InputRank(2)
-        ),
-        width=rejected(
-            "input-width",
-            lambda: layer.forward(np.broadcast_to(0.0, (batch, tokens, d + 1))),
-            InputWidthMismatch(d, d + 1),
-        ),
-        model_mismatch=rejected(
-            "branch-mismatch",
-            lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d + 1, h), zeros(d, h), names),
-            BranchInputWidthMismatch(d, d + 1, d),
-        ),
-        head_mismatch=rejected(
-            "head-mismatch",
-            lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d, h + 1), zeros(d, h), names),
-            BranchOutputWidthMismatch(h, h + 1, h),
-        ),
-        duplicate_name=rejected(
-            "duplicate-name",
+        rank=refused(
+            "rank-two", InputRank(2), lambda: layer.forward(np.broadcast_to(0.0, (tokens, d)))),
+        width=refused(
+            "input-width", InputWidthMismatch(d, d + 1),
+            lambda: layer.forward(np.broadcast_to(0.0, (batch, tokens, d + 1)))),
+        model_mismatch=refused(
+            "branch-mismatch", BranchInputWidthMismatch(d, d + 1, d),
+            lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d + 1, h), zeros(d, h), names)),
+        head_mismatch=refused(
+            "head-mismatch", BranchOutputWidthMismatch(h, h + 1, h),
+            lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d, h + 1), zeros(d, h), names)),
+        duplicate_name=refused(
+            "duplicate-name", DuplicateName("same", 0, 1),
             lambda: QkvProjections.from_arrays(
-                zeros(d, h), zeros(d, h), zeros(d, h), ("same", "same", names[2])
-            ),
-            DuplicateName("same", 0, 1),
-        ),
+                zeros(d, h), zeros(d, h), zeros(d, h), ("same", "same", names[2]))),
     )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.core.results import FamilyCheck, Refusal, verdict
 
 if TYPE_CHECKING:
     from qkvcli.gradcheck.records import GradcheckResult
@@ -124,22 +124,16 @@ class ShapeEvidence(Record):
         return all(probe.passed(self.d_head) for probe in probes)
 
 
-class RejectedCase(Record):
-    """One bad input: whether it was rejected with exactly the expected error, and its message."""
-
-    case: str
-    rejected: bool
-    message: str
-
-
 class ErrorEvidence(Record):
-    rank: RejectedCase
-    width: RejectedCase
-    model_mismatch: RejectedCase
-    head_mismatch: RejectedCase
-    duplicate_name: RejectedCase
+    """The chapter's five bad inputs, each refused with exactly its expected error."""
 
-    def cases(self) -> tuple[RejectedCase, ...]:
+    rank: Refusal
+    width: Refusal
+    model_mismatch: Refusal
+    head_mismatch: Refusal
+    duplicate_name: Refusal
+
+    def cases(self) -> tuple[Refusal, ...]:
         return (self.rank, self.width, self.model_mismatch, self.head_mismatch,
                 self.duplicate_name)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.results import Refusal
 from qkvcli.core.text import escape_controls
 from qkvcli.evidence.records import Evidence, Primary, ShapeProbe
 from qkvcli.render.document import (
@@ -116,6 +117,11 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
 NEXT_CHAPTER = "27-self-attention"
 
 
+def said(case: Refusal) -> str:
+    """A bad input's message: the error raised, or ``accepted`` when none was."""
+    return case.message or "accepted"
+
+
 def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
     """The trace as the reference prints it, computed from ``evidence``; ends with a newline."""
     return "".join(iter_trace(evidence, tensors))
@@ -176,10 +182,10 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         f"|batch_key={fmt_shape(eb.outputs[1])}|batch_value={fmt_shape(eb.outputs[2])}"
         f"|token_input={fmt_shape(et.input)}|token_query={fmt_shape(et.outputs[0])}"
         f"|token_key={fmt_shape(et.outputs[1])}|token_value={fmt_shape(et.outputs[2])}",
-        f"ERROR|case=rank-two|rejected={fmt_bool(e.rank.rejected)}|message={e.rank.message}",
-        f"ERROR|case=input-width|rejected={fmt_bool(e.width.rejected)}|message={e.width.message}",
+        f"ERROR|case=rank-two|rejected={fmt_bool(e.rank.rejected)}|message={said(e.rank)}",
+        f"ERROR|case=input-width|rejected={fmt_bool(e.width.rejected)}|message={said(e.width)}",
         f"ERROR|case=branch-mismatch|rejected={fmt_bool(e.model_mismatch.rejected)}"
-        f"|message={e.model_mismatch.message}",
+        f"|message={said(e.model_mismatch)}",
         f"HISTORY|earlier_left={h.earlier_left}|earlier_right={h.earlier_right}"
         f"|transformer_source={h.transformer_source}|mapping={h.mapping}",
         f"PROOF|input_checks={len(g.checks_of('input').checks)}"
@@ -243,7 +249,7 @@ def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any
             "report_empty_tokens": _probe(s.report_empty_tokens),
         },
         "errors": [
-            {"case": case.case, "rejected": case.rejected, "message": case.message}
+            {"case": case.case, "rejected": case.rejected, "message": said(case)}
             for case in evidence.errors.cases()
         ],
         "initialization": {

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch28 import CausalEvidence
+from qkvcli.core.results import Refusal
 from qkvcli.render.chapters.common import (
     case_facts,
     gradcheck_summary_json,
@@ -47,6 +48,16 @@ ERROR_KINDS = {"EmptyTokenAxis": "empty-tokens", "CausalSoftmaxRank": "causal-so
 """Each expected error's name in the trace's ``kind=``."""
 FACT_NAMES = {"OperandRank": {"operand": "input"}}
 """The trace's names of a case's facts where they differ from its error's fields."""
+UNSAID = ("EmptyTokenAxis",)
+"""The refusals whose facts the chapter does not publish (an empty axis is its own fact)."""
+
+
+def facts_of(case: Refusal) -> tuple[tuple[str, Any], ...]:
+    """A refusal's published facts: its expected error's fields, under the trace's names."""
+    if case.expected in UNSAID:
+        return ()
+    names = FACT_NAMES.get(case.expected, {})
+    return tuple((names.get(key, key), value) for key, value in case.fields)
 
 
 def mask_text(mask: Any) -> str:
@@ -157,7 +168,7 @@ def trace(evidence: CausalEvidence) -> str:
         f"|probability_shape={fmt_shape(e.probabilities)}|output_shape={fmt_shape(e.output)}"
         f"|valid={fmt_bool(e.valid)}",
         *(f"ERROR|case={c.case}|kind={ERROR_KINDS.get(c.expected, c.expected)}"
-          f"{case_facts(c.fields, FACT_NAMES.get(c.expected))}|rejected={fmt_bool(c.rejected)}"
+          f"{case_facts(facts_of(c))}|rejected={fmt_bool(c.rejected)}"
           for c in evidence.errors),
         "HISTORY|" + "|".join(f"{'earlier_visibility' if key == 'visibility' else key}={value}"
                               for key, value in HISTORY),
@@ -219,7 +230,7 @@ def json_document(evidence: CausalEvidence) -> dict[str, Any]:
                         "output": list(e.output), "valid": e.valid},
         "gradcheck": gradcheck_summary_json(evidence.gradcheck),
         "errors": [{"case": c.case, "kind": ERROR_KINDS.get(c.expected, c.expected),
-                    "facts": {FACT_NAMES.get(c.expected, {}).get(k, k): v for k, v in c.fields},
+                    "facts": dict(facts_of(c)),
                     "rejected": c.rejected, "raised": c.raised, "message": c.message}
                    for c in evidence.errors],
         "history": dict(HISTORY),

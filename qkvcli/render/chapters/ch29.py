@@ -11,7 +11,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.chapters.ch29 import NAME, RejectedRotaryInput, RopeEvidence
+from qkvcli.chapters.ch29 import (
+    NAME,
+    InvalidRopeBase,
+    OddFeatureWidth,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
+    RopeEvidence,
+    RotaryInputRank,
+    RotaryWidthMismatch,
+    ZeroFeatureWidth,
+)
+from qkvcli.core.results import Refusal
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -38,6 +50,15 @@ ERROR_KEYS = {
 }
 """Each rejected input's key on the report's ``errors=`` line."""
 
+KINDS = {refusal.__name__: refusal.kind for refusal in (
+    ZeroFeatureWidth, OddFeatureWidth, InvalidRopeBase, RotaryInputRank, RotaryWidthMismatch,
+    PositionRangeExceeded, PositionOffsetOverflow, ReleasedBuffer)}
+"""Each expected refusal's name in the trace's and the JSON's ``kind``."""
+FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
+         "RotaryInputRank": ("rank",), "RotaryWidthMismatch": ("expected", "actual"),
+         "PositionOffsetOverflow": ("tokens",),
+         "PositionRangeExceeded": ("offset", "tokens", "capacity"), "ReleasedBuffer": ("stage",)}
+"""The facts the chapter publishes of each refusal, in order."""
 TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
                  "offset-overflow", "released-input")
 """The rejected inputs the trace draws (the table's own refusals of a zero width and a
@@ -115,10 +136,16 @@ def _shape(shape: tuple[int, ...] | None) -> str:
     return "rejected" if shape is None else fmt_shape(shape)
 
 
-def _error_line(error: RejectedRotaryInput) -> str:
-    facts = "".join(f"|{key}={value}" for key, value in error.facts)
-    return (f"ERROR|case={error.case}|kind={error.expected}{facts}"
+def _error_line(error: Refusal) -> str:
+    facts = "".join(f"|{key}={value}" for key, value in facts_of(error))
+    return (f"ERROR|case={error.case}|kind={KINDS[error.expected]}{facts}"
             f"|rejected={fmt_bool(error.rejected)}")
+
+
+def facts_of(error: Refusal) -> tuple[tuple[str, Any], ...]:
+    """The facts the chapter publishes of a refusal: :data:`FACTS` of its expected error."""
+    shown = FACTS.get(error.expected, ())
+    return tuple((key, value) for key, value in error.fields if key in shown)
 
 
 PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADING",
@@ -232,8 +259,8 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
                     "output": None if probe.output_shape is None else list(probe.output_shape),
                     "valid": probe.valid, "refusal": probe.refusal or None}
                    for probe in evidence.probes],
-        "errors": [{"case": e.case, "kind": e.expected, "rejected": e.rejected,
-                    "facts": {key: value for key, value in e.facts}, "message": e.message}
+        "errors": [{"case": e.case, "kind": KINDS[e.expected], "rejected": e.rejected,
+                    "facts": dict(facts_of(e)), "message": e.message}
                    for e in evidence.errors],
         "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": p.tape_finite,

@@ -35,10 +35,9 @@ def mixture_terms(terms: Any) -> str:
     return "[" + ",".join(vec(row) for row in np.asarray(terms)) + "]"
 
 
-def case_facts(fields: tuple[tuple[str, object], ...], names: dict[str, str] | None = None) -> str:
+def case_facts(fields: tuple[tuple[str, object], ...]) -> str:
     """A rejected case's facts as the trace writes them: ``|operand=query|rank=2``."""
-    names = names or {}
-    return "".join(f"|{names.get(key, key)}={value}" for key, value in fields)
+    return "".join(f"|{key}={value}" for key, value in fields)
 
 
 def gradcheck_summary_json(check: GradcheckResult) -> dict[str, Any]:

@@ -159,7 +159,7 @@ def _rejected_part(evidence: Evidence, options: RichOptions) -> Part:
     rows = []
     for case in evidence.errors.cases():
         detail = Text(REJECTION_REASONS.get(case.case, ""))
-        detail.append(f"\n{options.safe(case.message)}", style="dim")
+        detail.append(f"\n{options.safe(case.message or 'accepted')}", style="dim")
         rows.append((status(case.rejected), f"rejected {case.case}", detail))
     return Part(grid(*rows, nowrap=(0, 1)), titled("Rejected boundaries", evidence.errors.passed))
 
