@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from rich.table import Table
 
+    from qkvcli.render.rich.options import RichOptions
+
 PREDICTION = ("position zero is the identity; equal shifts preserve every fixed query-key "
               "dot product")
 NEXT = "split the position-aware feature axis into multiple attention heads"
@@ -285,7 +287,7 @@ def whole(table: Table) -> Table:
     return table
 
 
-def figure(evidence: RopeEvidence, width: int) -> Any:
+def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     pairs and their frequencies (beside the checks from 120 columns), each position's
     angle turning each pair of Q (solid border) and K (dashed), the dot products by

@@ -18,6 +18,8 @@ from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from qkvcli.render.rich.options import RichOptions
+
 PREDICTION = ("projection creates two learned feature lanes; each lane normalizes its own "
               "causal rows; W_O first learns how to mix the concatenated results")
 NEXT = "wrap this attention transformation in the first pre-normalized residual path"
@@ -273,7 +275,7 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
 # --- the figure -----------------------------------------------------------------------------
 
 
-def figure(evidence: MultiHeadEvidence, width: int) -> Any:
+def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     stages' shapes, each head's partition (its projected and turned Q with a solid border,
     K dashed, V double), its causal weights (a later key shown as masked), its outputs,

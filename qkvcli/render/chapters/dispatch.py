@@ -1,16 +1,15 @@
-"""The chapters' renderers, found by their evidence: ``chapters.chNN`` is drawn by ``render.chapters.chNN``.
+"""The views of a later chapter's evidence, through the renderer the one table names
+(:data:`qkvcli.render.CHAPTERS`).
 
 :func:`qkvcli.render.render_pieces` and :func:`qkvcli.render.figure` hand a chapter's
-evidence here; each chapter's module has ``text``, ``trace``, ``json_document`` and
-``figure`` (see the chapter interface). Below a failing text report
-:func:`failure_lines` names the checks that failed (a passing report keeps the course's
-bytes).
+evidence here; each chapter's renderer has ``text``, ``trace``, ``json_document`` and
+``figure(evidence, width, options)``. Below a failing text report :func:`failure_lines`
+names the checks that failed (a passing report keeps the course's bytes).
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -20,24 +19,17 @@ if TYPE_CHECKING:
 
     from qkvcli.render.rich.options import RichOptions
 
-PREFIX = "qkvcli.chapters.ch"
 FORMATS = ("text", "trace", "json")
-
-
-def chapter_of(evidence: object) -> int | None:
-    """The chapter whose module built ``evidence`` (``qkvcli.chapters.ch27``: 27), else ``None``."""
-    module = type(evidence).__module__
-    if module.startswith(PREFIX) and module[len(PREFIX):].isdigit():
-        return int(module[len(PREFIX):])
-    return None
 
 
 def renderer(evidence: object) -> ModuleType:
     """The module that renders ``evidence``. Raises ``TypeError`` for other records."""
-    number = chapter_of(evidence)
-    if number is None:
+    from qkvcli.render import CHAPTERS, record_of
+
+    name = record_of(evidence)
+    if name not in CHAPTERS:
         raise TypeError(f"{type(evidence).__name__} is no chapter's evidence")
-    return importlib.import_module(f"qkvcli.render.chapters.ch{number}")
+    return importlib.import_module(CHAPTERS[name])
 
 
 def pieces(evidence: object, fmt: str) -> Iterator[str]:
@@ -64,18 +56,15 @@ def document(evidence: object) -> dict[str, Any]:
 
 class ChapterFigure:
     """A chapter's figure drawn at the width the console offers when it is printed (the
-    chapter's ``figure(evidence, width)`` is called then, with ``options`` when it takes
-    them), so the CLI's width check and the printed figure agree."""
+    chapter's ``figure(evidence, width, options)`` is called then), so the CLI's width
+    check and the printed figure agree."""
 
     def __init__(self, evidence: object, options: RichOptions) -> None:
         self.evidence = evidence
         self.options = options
 
     def drawn(self, width: int) -> Any:
-        draw = renderer(self.evidence).figure
-        if "options" in inspect.signature(draw).parameters:
-            return draw(self.evidence, width, options=self.options)
-        return draw(self.evidence, width)
+        return renderer(self.evidence).figure(self.evidence, width, options=self.options)
 
     def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
         yield self.drawn(options.max_width)
