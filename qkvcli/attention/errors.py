@@ -10,6 +10,14 @@ from __future__ import annotations
 from qkvcli.core.errors import QkvError, format_shape
 
 
+class Refused(QkvError):
+    """A refusal said in one sentence, its ``detail`` (the settings' own words)."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
 class KeyWidthMismatch(QkvError):
     def __init__(self, query: int, key: int) -> None:
         self.query = query
@@ -63,12 +71,8 @@ class HeadCountMismatch(QkvError):
         )
 
 
-class OutProjectionShapeMismatch(QkvError):
+class OutProjectionShapeMismatch(Refused):
     """The output projection's weight or bias does not fit the concatenated heads."""
-
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)
 
 
 class GroupedWidthMismatch(QkvError):
@@ -93,25 +97,13 @@ class ScaleError(QkvError):
         super().__init__(f"scale must be finite and positive, got {scale!r}")
 
 
-class RopeError(QkvError):
+class RopeError(Refused):
     """Rotary position embedding settings the head cannot apply."""
 
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)
 
-
-class KvHeadsMismatch(QkvError):
+class KvHeadsMismatch(Refused):
     """``kv_heads`` that does not divide the heads, or projections that do not fit it."""
 
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)
 
-
-class QkNormError(QkvError):
+class QkNormError(Refused):
     """A norm of Q and K whose weights, span, eps or offset cannot be computed."""
-
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)

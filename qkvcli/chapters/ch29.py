@@ -31,12 +31,11 @@ from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
 from qkvcli.reading.json_values import (
-    expect_object,
     finite_number,
     is_json_int,
     is_number,
     json_type_name,
-    unknown_keys,
+    keyed_object,
 )
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
@@ -273,13 +272,7 @@ def check_chapter(data: dict[str, Any], name: str = NAME) -> None:
 
 
 def _table(raw: Any) -> RotaryTable:
-    rope = expect_object(raw, "$.rope", Problems())
-    assert rope is not None  # fail-fast: expect_object raised otherwise
-    for unknown in unknown_keys(rope, ROPE_KEYS, "$.rope"):
-        raise unknown
-    for key in ("features", "positions", "base"):
-        if key not in rope:
-            raise FixtureError("$.rope", f'missing key "{key}"')
+    rope = keyed_object(raw, "$.rope", ROPE_KEYS, ("features", "positions", "base"))
     features = count_of(rope["features"], "$.rope.features")
     positions = count_of(rope["positions"], "$.rope.positions")
     base = finite_number(rope["base"], "$.rope.base")
@@ -326,14 +319,9 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
     the report needs; ``$.upstream``; ``$.gradcheck``; ``$.invariant_tolerance``. Raises
     :class:`~qkvcli.reading.problems.FixtureError` naming the ``$.path`` of the first problem."""
     problems = Problems()
-    data = expect_object(document, "$", problems)
-    assert data is not None
-    for unknown in unknown_keys(data, DOCUMENT_KEYS, "$"):
-        raise unknown
+    data = keyed_object(document, "$", DOCUMENT_KEYS)
     check_chapter(data)
-    for required in ("rope", "query", "key"):
-        if required not in data:
-            raise FixtureError("$", f'missing key "{required}"')
+    keyed_object(data, "$", DOCUMENT_KEYS, ("rope", "query", "key"))
     table = _table(data["rope"])
     query = _operand(data["query"], "$.query", table, max_elements)
     key = _operand(data["key"], "$.key", table, max_elements)
@@ -350,10 +338,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
             raise FixtureError(location, str(error)) from None
     upstream = [np.ones(query.shape), np.ones(query.shape)]
     if "upstream" in data:
-        given = expect_object(data["upstream"], "$.upstream", problems)
-        assert given is not None
-        for unknown in unknown_keys(given, ("query", "key"), "$.upstream"):
-            raise unknown
+        given = keyed_object(data["upstream"], "$.upstream", ("query", "key"))
         for i, branch in enumerate(("query", "key")):
             if branch in given:
                 location = f"$.upstream.{branch}"

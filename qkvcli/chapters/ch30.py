@@ -46,7 +46,7 @@ from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.reading.json_values import expect_object, finite_number, json_type_name, unknown_keys
+from qkvcli.reading.json_values import finite_number, json_type_name, keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
@@ -143,30 +143,16 @@ class MultiHeadFixture(Record):
     invariant_tolerance: float
 
 
-def _object(raw: Any, location: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    found = expect_object(raw, location, Problems())
-    assert found is not None  # fail-fast: expect_object raised otherwise
-    for unknown in unknown_keys(found, keys, location):
-        raise unknown
-    return found
-
-
 def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
     heads = count_of(data["heads"], "$.heads")
-    rope = _object(data["rope"], "$.rope", ROPE_KEYS)
-    for required in ("positions", "base"):
-        if required not in rope:
-            raise FixtureError("$.rope", f'missing key "{required}"')
+    rope = keyed_object(data["rope"], "$.rope", ROPE_KEYS, ("positions", "base"))
     positions = count_of(rope["positions"], "$.rope.positions")
     base = finite_number(rope["base"], "$.rope.base")
     layout = rope.get("layout", "adjacent")
     if not isinstance(layout, str) or layout not in LAYOUTS:
         shown = json.dumps(layout) if isinstance(layout, str) else json_type_name(layout)
         raise FixtureError("$.rope.layout", f'expected "adjacent" or "half", got {shown}')
-    weights = _object(data["weights"], "$.weights", WEIGHT_KEYS)
-    for branch in WEIGHT_KEYS:
-        if branch not in weights:
-            raise FixtureError("$.weights", f'missing key "{branch}"')
+    weights = keyed_object(data["weights"], "$.weights", WEIGHT_KEYS, WEIGHT_KEYS)
     arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements) for b in WEIGHT_KEYS]
     try:
         plain = AttentionHead.from_arrays(arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES)
@@ -202,11 +188,9 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
     (``$.rope.offset``, ``$.rope.shift``); ``$.upstream``; ``$.suffix``; ``$.gradcheck``;
     ``$.invariant_tolerance``. Raises :class:`~qkvcli.reading.problems.FixtureError`
     naming the ``$.path`` of the first problem."""
-    data = _object(document, "$", DOCUMENT_KEYS)
+    data = keyed_object(document, "$", DOCUMENT_KEYS)
     check_chapter(data, NAME)
-    for required in ("heads", "rope", "input", "weights"):
-        if required not in data:
-            raise FixtureError("$", f'missing key "{required}"')
+    keyed_object(data, "$", DOCUMENT_KEYS, ("heads", "rope", "input", "weights"))
     spec = _spec(data, max_elements)
     x = parse_tensor(data["input"], "$.input", max_elements)
     try:

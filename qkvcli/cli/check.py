@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -254,57 +252,14 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
                    regular_only=True)
 
 
-PROGRESS_DELAY = 1.0
-"""Seconds a check runs before its progress bar appears (a quick check never shows one)."""
+def check_progress(view: ViewSettings) -> Any:
+    """A progress reporter when stderr is an interactive terminal, else ``None``: the
+    families done, the one running and the calls so far
+    (:class:`~qkvcli.cli.console.CheckProgress`)."""
+    from qkvcli.cli.console import CheckProgress, stderr_console
 
-
-class CheckProgress:
-    """A transient bar on stderr: the families done, the one running and the calls so far.
-
-    Drawn only once the check has run :data:`PROGRESS_DELAY` seconds; use it as a
-    context manager so the bar is always removed.
-    """
-
-    def __init__(self, console: Any, delay: float = PROGRESS_DELAY) -> None:
-        self.console = console
-        self.delay = delay
-        self.started = time.monotonic()
-        self.progress: Any = None
-        self.task: Any = None
-
-    def __call__(self, family: str, done: int, total: int, calls: int) -> None:
-        if self.progress is None:
-            if time.monotonic() - self.started < self.delay:
-                return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self.progress = Progress(TextColumn("qkv check"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.description}"),
-                                     console=self.console, transient=True)
-            self.progress.start()
-            self.task = self.progress.add_task("", total=total)
-        self.progress.update(self.task, completed=done, total=total,
-                             description=f"{family}, {calls} calls")
-
-    def __enter__(self) -> CheckProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
-def check_progress(view: ViewSettings) -> CheckProgress | None:
-    """A progress reporter when stderr is an interactive terminal, else ``None``."""
-    try:
-        if not sys.stderr.isatty():
-            return None
-    except (AttributeError, ValueError):
-        return None
-    from qkvcli.cli.console import make_console
-
-    console = make_console(view, stderr=True)
-    return CheckProgress(console) if console.is_interactive else None
+    console = stderr_console(view)
+    return None if console is None else CheckProgress(console)
 
 
 def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,

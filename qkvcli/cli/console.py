@@ -216,21 +216,20 @@ def _write_exports(console: Console, view: ViewSettings, title: str) -> None:
         write_file(path, text)
 
 
-class GradcheckProgress:
-    """A transient progress bar on stderr, shown only once a check has taken a while.
+class ProgressBar:
+    """A transient progress bar on stderr (``title``, the bar, ``done/total``, then an
+    estimate of the time left or the caller's description), drawn only once the work has
+    run ``delay`` seconds; use it as a context manager so the bar is always removed."""
 
-    Call it as ``progress(done, total)`` (the core's callback); use it as a context
-    manager so the bar is always removed.
-    """
-
-    def __init__(self, console: Console, delay: float = PROGRESS_DELAY) -> None:
-        self.console = console
-        self.delay = delay
+    def __init__(self, console: Console, title: str, eta: bool = False,
+                 delay: float = PROGRESS_DELAY) -> None:
+        self.console, self.title, self.eta, self.delay = console, title, eta, delay
         self.started = time.monotonic()
         self.progress: Progress | None = None
         self.task: TaskID | None = None
 
-    def __call__(self, done: int, total: int) -> None:
+    def update(self, done: int, total: int, description: str = "") -> None:
+        """Show ``done`` of ``total`` (the bar appears once ``delay`` has passed)."""
         if self.progress is None:
             if time.monotonic() - self.started < self.delay:
                 return
@@ -242,17 +241,17 @@ class GradcheckProgress:
                 TimeRemainingColumn,
             )
 
-            self.progress = Progress(
-                TextColumn("gradcheck"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("eta"), TimeRemainingColumn(),
-                console=self.console, transient=True,
-            )
+            tail = ((TextColumn("eta"), TimeRemainingColumn()) if self.eta
+                    else (TextColumn("{task.description}"),))
+            self.progress = Progress(TextColumn(self.title), BarColumn(), MofNCompleteColumn(),
+                                     *tail, console=self.console, transient=True)
             self.progress.start()
-            self.task = self.progress.add_task("gradcheck", total=total)
+            self.task = self.progress.add_task(self.title if self.eta else "", total=total)
         assert self.task is not None
-        self.progress.update(self.task, completed=done, total=total)
+        self.progress.update(self.task, completed=done, total=total, description=description
+                             or (self.title if self.eta else ""))
 
-    def __enter__(self) -> GradcheckProgress:
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -260,16 +259,41 @@ class GradcheckProgress:
             self.progress.stop()
 
 
-def gradcheck_progress(fmt: str, view: ViewSettings) -> GradcheckProgress | None:
-    """A progress reporter when the view is rich and stderr is an interactive terminal."""
-    if fmt != "rich":
-        return None
+class GradcheckProgress(ProgressBar):
+    """The gradient check's bar: call it as ``progress(done, total)`` (the core's callback)."""
+
+    def __init__(self, console: Console, delay: float = PROGRESS_DELAY) -> None:
+        super().__init__(console, "gradcheck", eta=True, delay=delay)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.update(done, total)
+
+
+class CheckProgress(ProgressBar):
+    """``qkv check``'s bar: called as ``progress(family, done, total, calls)``, it shows
+    the families done, the one running and the calls so far, once the check has run a
+    second."""
+
+    def __init__(self, console: Console, delay: float = 1.0) -> None:
+        super().__init__(console, "qkv check", delay=delay)
+
+    def __call__(self, family: str, done: int, total: int, calls: int) -> None:
+        self.update(done, total, f"{family}, {calls} calls")
+
+
+def stderr_console(view: ViewSettings) -> Console | None:
+    """A console on stderr when it is an interactive terminal (where a bar can be drawn),
+    else ``None``."""
     try:
         if not sys.stderr.isatty():
             return None
     except (AttributeError, ValueError):
         return None
     console = make_console(view, stderr=True)
-    if not console.is_interactive:
-        return None
-    return GradcheckProgress(console)
+    return console if console.is_interactive else None
+
+
+def gradcheck_progress(fmt: str, view: ViewSettings) -> GradcheckProgress | None:
+    """A progress reporter when the view is rich and stderr is an interactive terminal."""
+    console = stderr_console(view) if fmt == "rich" else None
+    return None if console is None else GradcheckProgress(console)

@@ -51,7 +51,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE
 from qkvcli.reading.files import StrPath
-from qkvcli.reading.json_values import is_json_int, json_type_name, refuse_unknown_keys
+from qkvcli.reading.json_values import is_json_int, json_type_name, keyed_object
 from qkvcli.reading.layouts import (
     LAYOUT_DESCRIPTIONS,
     NORM_KEYS,
@@ -250,12 +250,7 @@ def _number(raw: Any, location: str) -> float:
 
 
 def _rope(raw: Any) -> Rope:
-    if not isinstance(raw, dict):
-        raise FixtureError("$.rope", f"expected an object, got {json_type_name(raw)}")
-    refuse_unknown_keys(raw, ROPE_KEYS, "$.rope")
-    for key in ("theta", "dims"):
-        if key not in raw:
-            raise FixtureError("$.rope", f'missing key "{key}"')
+    keyed_object(raw, "$.rope", ROPE_KEYS, ("theta", "dims"))
     dims = raw["dims"]
     if not is_json_int(dims) or dims < 2 or dims % 2:
         raise FixtureError("$.rope.dims", "expected an even integer of at least 2 (the rotated "
@@ -336,12 +331,7 @@ def _qk_norm(raw: Any) -> NormSpec | None:
     no norm)."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise FixtureError("$.qk_norm", f"expected an object, got {json_type_name(raw)}")
-    refuse_unknown_keys(raw, QK_NORM_KEYS, "$.qk_norm")
-    for key in ("span", "eps"):
-        if key not in raw:
-            raise FixtureError("$.qk_norm", f'missing key "{key}"')
+    keyed_object(raw, "$.qk_norm", QK_NORM_KEYS, ("span", "eps"))
     kind = raw.get("kind", "rms")
     if kind not in QK_NORM_KINDS:
         raise FixtureError("$.qk_norm.kind", '"rms" (RMSNorm) or "layer" (LayerNorm), got '

@@ -259,6 +259,19 @@ def refuse_unknown_keys(obj: dict[str, Any], allowed: Iterable[str], location: s
         raise error
 
 
+def keyed_object(value: Any, location: str, keys: Iterable[str],
+                 required: Iterable[str] = ()) -> dict[str, Any]:
+    """``value`` as an object of ``keys`` only, holding every key of ``required``. Raises
+    the first :class:`FixtureError` (not an object, an unknown key, a missing one)."""
+    if not isinstance(value, dict):
+        raise FixtureError(location, f"expected an object, got {json_type_name(value)}")
+    refuse_unknown_keys(value, keys, location)
+    for key in required:
+        if key not in value:
+            raise FixtureError(location, f'missing key "{key}"')
+    return value
+
+
 def is_number(value: Any) -> bool:
     """Whether ``value`` is a JSON number (``true`` and ``false`` are not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -13,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from qkvcli.render.kinds import CHAPTERS, KINDS, kind_of, record_of
+
+__all__ = ["CHAPTERS", "FORMATS", "KINDS", "figure", "formats_of", "kind_of", "record_of",
+           "render", "render_pieces", "verdict_line"]
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -20,25 +25,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "trace", "json")
 """Every format :func:`render` knows (``trace`` only for the chapter's evidence)."""
-CHAPTERS = {
-    "qkvcli.chapters.ch27.SelfAttentionEvidence": "qkvcli.render.chapters.ch27",
-    "qkvcli.chapters.ch28.CausalEvidence": "qkvcli.render.chapters.ch28",
-    "qkvcli.chapters.ch29.RopeEvidence": "qkvcli.render.chapters.ch29",
-    "qkvcli.chapters.ch30.MultiHeadEvidence": "qkvcli.render.chapters.ch30",
-}
-"""Each later chapter's evidence and the module that renders it (``text``, ``trace``,
-``json_document``, ``figure``)."""
-KINDS = {
-    "qkvcli.evidence.records.Evidence": "evidence",
-    "qkvcli.gradcheck.records.GradcheckResult": "gradcheck",
-    "qkvcli.attention.records.AttendEvidence": "attend",
-    "qkvcli.learn.variance.VarianceResult": "variance",
-    "qkvcli.check.result.CheckResult": "check",
-    **dict.fromkeys(CHAPTERS, "chapter"),
-}
-"""The records the renderers take, by qualified class name (looked up along the MRO, so
-rendering one never imports the others' modules: start-up is part of the product). The
-one table every view dispatches by: the text formats, the rich figure, the explorer."""
 PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
     "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "check": (),
     "chapter": (),
@@ -56,21 +42,6 @@ def verdict_line(passed: int, total: int, *, passed_all: bool | None = None,
 
     return verdict(passed == total if passed_all is None else passed_all, passed, total,
                    unread=unread, fixtures=fixtures)
-
-
-def record_of(evidence: object) -> str:
-    """The qualified name of the record of :data:`KINDS` ``evidence`` is (or derives from).
-    Raises ``TypeError``."""
-    for cls in type(evidence).__mro__:
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        if name in KINDS:
-            return name
-    raise TypeError(f"nothing renders a {type(evidence).__name__}")
-
-
-def kind_of(evidence: object) -> str:
-    """Which record ``evidence`` is (a key of :data:`KINDS`' values). Raises ``TypeError``."""
-    return KINDS[record_of(evidence)]
 
 
 def formats_of(evidence: object) -> tuple[str, ...]:

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkvcli.attention.records import AttendConfig, AttendEvidence, Note
+from qkvcli.attention.records import (
+    AttendConfig,
+    AttendEvidence,
+    AttentionEvidence,
+    HullEvidence,
+    MaskEvidence,
+    Note,
+)
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
@@ -364,6 +371,20 @@ def _function_lines(c: AttendConfig) -> list[str]:
     return [f"function={' '.join(parts)}"] if parts else []
 
 
+def _rows_json(rows: AttentionEvidence, mask: MaskEvidence, hull: HullEvidence) -> dict[str, Any]:
+    """The attention rows', the mask's and the hull's facts (of a head, or the worst of a
+    layer's heads), as ``weights``, ``mask`` and ``hull``."""
+    return {
+        "weights": {"min_weight": json_float(rows.min_attention),
+                    "max_row_deviation": json_float(rows.max_row_deviation),
+                    "tolerance": rows.tolerance},
+        "mask": {"applicable": mask.applicable,
+                 "max_masked_weight": json_float(mask.max_masked_attention)},
+        "hull": {"barycentric_residual": json_float(hull.barycentric_residual),
+                 "box_violations": hull.box_violations, "tolerance": json_float(hull.tolerance)},
+    }
+
+
 def _function_json(c: AttendConfig) -> dict[str, Any]:
     """What a real layer adds to ``config`` (nothing for a fixture without it)."""
     found: dict[str, Any] = {}
@@ -384,7 +405,6 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
 # --- JSON -----------------------------------------------------------------------------
 
 
-
 def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
     """What a multi-head layer adds: its config and each head's evidence."""
     c = evidence.config
@@ -392,14 +412,7 @@ def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
         "config": {"heads": c.heads, "e_out": c.e_out, "out_projection": c.out_layout},
         "heads": [
             {"head": h.head, "passed": h.passed,
-             "weights": {"min_weight": json_float(h.attention.min_attention),
-                         "max_row_deviation": json_float(h.attention.max_row_deviation),
-                         "tolerance": h.attention.tolerance},
-             "mask": {"applicable": h.mask.applicable,
-                      "max_masked_weight": json_float(h.mask.max_masked_attention)},
-             "hull": {"barycentric_residual": json_float(h.hull.barycentric_residual),
-                      "box_violations": h.hull.box_violations,
-                      "tolerance": json_float(h.hull.tolerance)}}
+             **_rows_json(h.attention, h.mask, h.hull)}
             for h in evidence.heads
         ],
     }
@@ -458,14 +471,7 @@ def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
              "output": [json_float(v) for v in r.output]}
             for r in evidence.rows
         ],
-        "weights": {"min_weight": json_float(evidence.attention.min_attention),
-                    "max_row_deviation": json_float(evidence.attention.max_row_deviation),
-                    "tolerance": evidence.attention.tolerance},
-        "mask": {"applicable": evidence.mask.applicable,
-                 "max_masked_weight": json_float(evidence.mask.max_masked_attention)},
-        "hull": {"barycentric_residual": json_float(evidence.hull.barycentric_residual),
-                 "box_violations": evidence.hull.box_violations,
-                 "tolerance": json_float(evidence.hull.tolerance)},
+        **_rows_json(evidence.attention, evidence.mask, evidence.hull),
         "probes": [{"input": list(p.input), "weights": list(p.attention),
                     "output": list(p.output), "input_gradient": list(p.grad_input)}
                    for p in evidence.probes],

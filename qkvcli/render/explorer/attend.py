@@ -34,7 +34,7 @@ from qkvcli.render.attend import (
     published_name,
     tensor_policy,
 )
-from qkvcli.render.explorer.checks import checks_section, gradcheck_section
+from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.derive import (
     Derivation,
     attention_weight,
@@ -44,6 +44,7 @@ from qkvcli.render.explorer.derive import (
     projection,
     weight_gradient,
 )
+from qkvcli.render.explorer.document import gradcheck_section
 from qkvcli.render.explorer.page import Deriver, Page
 
 TORCH_LAYOUTS = ("separate-torch", "packed", "query_key_value")

@@ -18,13 +18,14 @@ coordinate its central difference.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.derive import Derivation, attention_weight, gradcheck_point, mixture
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, index_text
@@ -104,15 +105,16 @@ def _gradcheck_entries(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], 
     return {}, []
 
 
-def gradcheck_rows(page: Page, document: Mapping[str, Any]) -> str:
+def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -> str:
     """Every checked coordinate of the document (up to :data:`GRADCHECK_ROWS` a tensor):
-    analytic, numerical and scaled error, each opening the comparison."""
+    analytic, numerical and scaled error, each opening the comparison; ``caption``
+    (escaped) says the settings (default: the step and tolerance)."""
     settings, entries = _gradcheck_entries(document)
     if not entries:
         return ""
     step, tolerance = float(settings.get("step", 0.0)), float(settings.get("tolerance", 0.0))
     out = ['<section class="group gradcheck"><h2>Gradient check</h2>',
-           f'<p class="caption">step {step!r}, tolerance {tolerance!r}</p>']
+           f'<p class="caption">{caption or f"step {step!r}, tolerance {tolerance!r}"}</p>']
     for entry in entries:
         name = str(entry.get("tensor", ""))
         checks = list(entry.get("checks", []))
@@ -138,14 +140,30 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any]) -> str:
         passed = bool(entry.get("passed", True))
         more = (f'<p class="caption">showing {len(shown)} of {len(checks)} coordinates (the '
                 "JSON report lists every one)</p>" if len(shown) < len(checks) else "")
+        mode = f", {escape(str(entry['mode']))}" if "mode" in entry else ""
         out.append(
             f"<details{' open' if not passed else ''}><summary><code>{escape(name)}</code>: "
-            f"{len(checks)} checked, {'all pass' if passed else 'FAILED'}</summary>"
+            f"{len(checks)} checked{mode}, {'all pass' if passed else 'FAILED'}</summary>"
             '<table class="values gc"><thead><tr><th>coordinate</th><th>analytic</th>'
             "<th>numerical</th><th>scaled error</th><th></th></tr></thead><tbody>"
             + "".join(rows) + f"</tbody></table>{more}</details>")
     out.append("</section>")
     return "".join(out)
+
+
+def gradcheck_section(page: Page, result: GradcheckResult, name_of: Callable[[str], str]) -> str:
+    """Every checked coordinate (up to :data:`~qkvcli.render.explorer.page.GRADCHECK_ROWS`
+    a tensor): the analytic value, the numerical one and the scaled error, each opening
+    the comparison, as the JSON report holds them (``name_of`` gives a checked tensor's
+    published name)."""
+    from qkvcli.render.document import gradcheck_json
+
+    document = gradcheck_json(result)
+    for entry in document["tensors"]:
+        entry["tensor"] = name_of(entry["tensor"])
+    caption = (f"mode {escape(result.mode)}, step {result.step!r}, tolerance "
+               f"{result.tolerance!r}: {escape(result.summary)}")
+    return gradcheck_rows(page, {"gradcheck": document}, caption)
 
 
 def _maps(page: Page, name: str, weights: Array, arrays: Mapping[str, Array],

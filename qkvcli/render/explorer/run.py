@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from qkvcli.core.arrays import Array
 from qkvcli.evidence.records import Evidence
-from qkvcli.render.explorer.checks import checks_section, gradcheck_section
+from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.derive import (
     Derivation,
     input_paths,
     projection,
     weight_gradient,
 )
+from qkvcli.render.explorer.document import gradcheck_section
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.report import PUBLISHED_TENSORS
 from qkvcli.render.wording import check_rows, verdict

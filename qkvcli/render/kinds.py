@@ -1,0 +1,41 @@
+"""The one table of what the renderers draw: each record, by qualified class name, and
+the kind of view it has (every view dispatches by it: the text formats, the rich
+figure, the explorer); each later chapter's evidence and the module that renders it.
+Plain strings, nothing imported: start-up is part of the product."""
+
+from __future__ import annotations
+
+CHAPTERS = {
+    "qkvcli.chapters.ch27.SelfAttentionEvidence": "qkvcli.render.chapters.ch27",
+    "qkvcli.chapters.ch28.CausalEvidence": "qkvcli.render.chapters.ch28",
+    "qkvcli.chapters.ch29.RopeEvidence": "qkvcli.render.chapters.ch29",
+    "qkvcli.chapters.ch30.MultiHeadEvidence": "qkvcli.render.chapters.ch30",
+}
+"""Each later chapter's evidence and the module that renders it (``text``, ``trace``,
+``json_document``, ``figure``)."""
+KINDS = {
+    "qkvcli.evidence.records.Evidence": "evidence",
+    "qkvcli.gradcheck.records.GradcheckResult": "gradcheck",
+    "qkvcli.attention.records.AttendEvidence": "attend",
+    "qkvcli.learn.variance.VarianceResult": "variance",
+    "qkvcli.check.result.CheckResult": "check",
+    **dict.fromkeys(CHAPTERS, "chapter"),
+}
+"""The records the renderers take, by qualified class name (looked up along the MRO, so
+rendering one never imports the others' modules: start-up is part of the product). The
+one table every view dispatches by: the text formats, the rich figure, the explorer."""
+
+
+def record_of(evidence: object) -> str:
+    """The qualified name of the record of :data:`KINDS` ``evidence`` is (or derives from).
+    Raises ``TypeError``."""
+    for cls in type(evidence).__mro__:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name in KINDS:
+            return name
+    raise TypeError(f"nothing renders a {type(evidence).__name__}")
+
+
+def kind_of(evidence: object) -> str:
+    """Which record ``evidence`` is (a key of :data:`KINDS`' values). Raises ``TypeError``."""
+    return KINDS[record_of(evidence)]
