@@ -340,8 +340,9 @@ def test_random_cases_are_seeded_and_start_with_the_special_shapes() -> None:
     assert not np.array_equal(first[0].input, random_cases(1, 8, 1e-6, 2e-6)[0].input)
 
 
-HEAD_FAMILIES = ["head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes",
-                 "head-errors", "head-replay", "head-purity", "head-gradcheck"]
+HEAD_FAMILIES = ["head-forward", "scaling", "softmax", "mask", "head-prefix",
+                 "head-single-token", "head-reverse", "head-shapes", "head-errors", "head-replay",
+                 "head-purity", "head-gradcheck"]
 
 
 def test_the_correct_numpy_head_passes_the_projection_and_head_families(cases: list[Case]) -> None:

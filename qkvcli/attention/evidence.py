@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from qkvcli.attention import engine
 from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradients
 from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
@@ -38,6 +39,7 @@ from qkvcli.attention.records import (
     TokenRow,
 )
 from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
+from qkvcli.core.invariants import prefix, single_token
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
@@ -404,9 +406,40 @@ def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
     return kept
 
 
-def verdicts(*passed: bool) -> tuple[FamilyCheck, ...]:
-    """A judgement per :data:`~qkvcli.attention.records.CHECK_ORDER` name, in order."""
-    return tuple(verdict(name, ok) for name, ok in zip(CHECK_ORDER, passed, strict=True))
+def verdicts(**passed: bool) -> tuple[FamilyCheck, ...]:
+    """A judgement per :data:`~qkvcli.attention.records.CHECK_ORDER` name given, in order."""
+    return tuple(verdict(name, passed[name]) for name in CHECK_ORDER if name in passed)
+
+
+def prefix_kept(layer: MultiHeadLayer, x: Array) -> bool:
+    """The causal prefix claim (:func:`~qkvcli.core.invariants.prefix`): the layer on
+    ``x`` with its last token's input raised by one keeps every earlier output bit for bit
+    and changes the last one. Both passes compute ``Y`` alone, the same way (no
+    ``[B,H,T,T]`` array is made)."""
+    if x.shape[1] < 2 or not x.shape[0]:
+        return True
+    changed = np.array(x, copy=True)
+    changed[:, -1, :] += 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        before, after = (engine.forward(layer, given, True, records=False).output
+                         for given in (x, changed))
+    return prefix(before, after).holds
+
+
+def single_token_holds(layer: MultiHeadLayer, x: Array, causal: bool) -> bool:
+    """The single-token claim (:func:`~qkvcli.core.invariants.single_token`) on the layer's
+    first token: every weight exactly 1, and no gradient to what only the scores reach
+    (the query's and the key's weights, biases and norm)."""
+    if not x.shape[0] or not x.shape[1]:
+        return True
+    one = x[:, :1]
+    forward = layer.forward(one, causal)
+    grads = layer.backward(one, forward, np.ones(forward.output.shape))
+    reached = [g for g in (grads.grad_w_query, grads.grad_w_key, grads.grad_b_query,
+                           grads.grad_b_key, grads.grad_norm_query, grads.grad_norm_key,
+                           grads.grad_norm_query_bias, grads.grad_norm_key_bias)
+               if g is not None]
+    return single_token(forward.attention, *reached)
 
 
 def _token_rows(forward: AttentionForward) -> tuple[TokenRow, ...]:
@@ -466,8 +499,12 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output") and (
         tensors["grad_input"].shape == x.shape)
-    checks = verdicts(forward_ok, rows.passed, mask.passed, hull.passed, reverse_ok, probes_ok,
-                      replay_bitwise, checked.passed)
+    claims = {"single_token": single_token_holds(layer, x, causal)}
+    if causal:
+        claims["prefix"] = prefix_kept(layer, x)
+    checks = verdicts(forward=forward_ok, attention=rows.passed, mask=mask.passed,
+                      hull=hull.passed, reverse=reverse_ok, shapes=probes_ok,
+                      replay=replay_bitwise, gradcheck=checked.passed, **claims)
     p = layer.projections
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.attend import NormSpec
 
-CHECK_ORDER = ("forward", "attention", "mask", "hull", "reverse", "shapes", "replay",
-               "gradcheck")
-"""The declared order of attend's checks (the renderers publish ``attention`` as ``weights``)."""
+CHECK_ORDER = ("forward", "attention", "mask", "hull", "prefix", "single_token", "reverse",
+               "shapes", "replay", "gradcheck")
+"""The declared order of attend's checks (the renderers publish ``attention`` as
+``weights``); ``prefix`` only with the causal mask."""
 
 
 class AttendConfig(Record):

@@ -54,8 +54,9 @@ from qkvcli.chapters.operands import (
     causal_probabilities,
     reverse,
 )
-from qkvcli.core.arrays import Array, check_finite, readonly, same_bits
+from qkvcli.core.arrays import Array, check_finite, readonly
 from qkvcli.core.errors import QkvError
+from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.records import GradcheckResult
@@ -216,11 +217,11 @@ def prefix_probe(fixture: CausalFixture) -> PrefixProbe:
     key[0, last], value[0, last] = fixture.perturbed_key, fixture.perturbed_value
     before = attend(f.query, f.key, f.value, CAUSAL).forward.output
     after = attend(f.query, key, value, CAUSAL).forward.output
-    unchanged = tuple(same_bits(before[0, p], after[0, p]) for p in range(last))
+    kept = prefix(before[:1], after[:1])  # the first batch item's last token changed
     grads = gradients(fixture.prefix_seed, f.query, f.key, f.value, CAUSAL)
     return PrefixProbe(last, np.array(f.key[0, last]), np.array(fixture.perturbed_key),
                        np.array(f.value[0, last]), np.array(fixture.perturbed_value),
-                       np.array(after), unchanged, not same_bits(before[0, last], after[0, last]),
+                       np.array(after), kept.unchanged, kept.last_changed,
                        np.array(fixture.prefix_seed), fixture.suffix_start, *grads)
 
 

@@ -43,6 +43,7 @@ from qkvcli.chapters.ch29 import (
 )
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
+from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.records import GradcheckResult
@@ -405,7 +406,7 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
     changed_input = np.array(fixture.input)
     changed_input[:, -1, :] = fixture.suffix
     _, _, suffix = forward_checked(spec, changed_input, fixture.offset)
-    prefix = tuple(same_bits(found.output[:, t], suffix.output[:, t]) for t in range(tokens - 1))
+    kept = prefix(found.output, suffix.output)
     # head 0's first value feature moved at token 0: only head 0's outputs may change
     projected = np.array(done.stacked["projected"])
     qw = kw = spec.heads * (found.projected_query.shape[-1])
@@ -422,8 +423,8 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
         future_zero=bool(np.all(a[..., masked] == 0.0)),
         rows_normalized=_rows_normalized(a, tolerance),
         suffix_output=suffix.output,
-        prefix_unchanged=prefix,
-        suffix_changed=not same_bits(found.output[:, -1], suffix.output[:, -1]),
+        prefix_unchanged=kept.unchanged,
+        suffix_changed=kept.last_changed,
         head_isolation=isolation,
         split_merge=same_bits(split, found.head_outputs) and same_bits(merge(split), found.merged),
         common_offset=_close(a, shifted.attention, tolerance),

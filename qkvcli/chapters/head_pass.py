@@ -18,6 +18,7 @@ import numpy as np
 from qkvcli.attention.maths import scale, score_factor
 from qkvcli.chapters.operands import OPERANDS, additive_mask, attend, loss, reverse
 from qkvcli.core.arrays import Array, all_finite, same_bits
+from qkvcli.core.invariants import single_token as single_token_claim
 from qkvcli.core.record import Record
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
@@ -138,36 +139,30 @@ def same_pass(a: HeadPass, b: HeadPass) -> bool:
     return True
 
 
-class SingleToken(Record):
-    """The one-token probe: its operands ``[1,1,d]``, forward tensors, and whether ``Q``
-    and ``K`` get exactly zero gradient from ``L = sum(O)``."""
+class SingleToken(HeadPass):
+    """The one-token probe: the head's pass on operands ``[1,1,d]`` for ``L = sum(O)``
+    (one token: its scaled scores are its masked ones)."""
 
-    query: Array
-    key: Array
-    value: Array
-    mask: Array
-    scores: Array
-    scaled_scores: Array
-    probabilities: Array
-    output: Array
-    query_gradient_zero: bool
-    key_gradient_zero: bool
+    @property
+    def query_gradient_zero(self) -> bool:
+        return bool(np.all(self.grad_query == 0.0))
+
+    @property
+    def key_gradient_zero(self) -> bool:
+        return bool(np.all(self.grad_key == 0.0))
 
     @property
     def holds(self) -> bool:
-        """Probability exactly 1, the output the value row, no gradient to Q or K."""
-        return bool(np.all(self.probabilities == 1.0) and same_bits(
-            self.output.reshape(-1), self.value.reshape(-1))
-            and self.query_gradient_zero and self.key_gradient_zero)
+        """Probability exactly 1 and no gradient to Q or K (the claim every attention
+        keeps, :func:`~qkvcli.core.invariants.single_token`), and the output the value row."""
+        return single_token_claim(self.probabilities, self.grad_query, self.grad_key) and (
+            same_bits(self.output.reshape(-1), self.value.reshape(-1)))
 
 
 def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleToken:
     """The probe on one token whose Q, K, V are ``vectors``."""
     query, key, value = (np.asarray(v, dtype=np.float64).reshape(1, 1, -1) for v in vectors)
-    p = head_pass(query, key, value, np.ones(value.shape), causal)
-    return SingleToken(query, key, value, p.mask, p.scores, p.masked_scores, p.probabilities,
-                       p.output, bool(np.all(p.grad_query == 0.0)),
-                       bool(np.all(p.grad_key == 0.0)))
+    return SingleToken(*head_pass(query, key, value, np.ones(value.shape), causal)._values())
 
 
 def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,

@@ -1,5 +1,6 @@
-"""The ``independence`` family (the projections'), and ``replay`` and ``purity`` of every
-kind (``head-replay``, ``rope-purity``): how results depend on arguments.
+"""The ``independence`` family (the projections'), ``replay`` and ``purity`` of every kind
+(``head-replay``, ``rope-purity``) and ``prefix`` of every kind with an attention
+matrix (``head-prefix``): how results depend on arguments.
 
 Independence, every cross pair: with each weight ``W_i[r,0]`` raised by one in turn
 (``r``: the first feature the input uses) only output ``i`` may change, and it must;
@@ -19,6 +20,7 @@ from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array
+from qkvcli.core.invariants import prefix
 from qkvcli.core.results import Failure, FamilyCheck, judge
 
 LETTERS = ("Q", "K", "V")
@@ -157,6 +159,50 @@ def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
                                         facts=(operation, *found)))
                 break
     return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures
+
+
+def check_prefix(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """Under the causal mask, the last token's input changed (each of its features plus
+    one) leaves every earlier token's output bit for bit and changes the last one's
+    (:func:`~qkvcli.core.invariants.prefix`): each fixture of two tokens or more, in the
+    kind's last mode (a head's causal; multi-head attention's causal with RoPE)."""
+    family = kind.family("prefix")
+    failures: list[Failure] = []
+    cases = [case for case in session.cases_of(kind)
+             if case.input.shape[0] and case.input.shape[1] >= 2]
+    out = kind.loss[0]
+    name = kind.forward_names[out]
+    for case in cases:
+        run = kind.run(case)
+        first = session.first(kind, run)
+        if isinstance(first, CallFailed):
+            failures.append(not_run_after(family, case.label, first))
+            continue
+        changed = np.array(case.input, copy=True)
+        changed[:, -1, :] += 1.0
+        try:
+            after = session.call(kind, run, (changed, *case.weights))
+        except Broken as failure:
+            failures.append(not_run_after(family, case.label, failure))
+            break
+        except CallFailed as failure:
+            failures.append(Failure(family, case.label, None, code="call-failed",
+                                    facts=(failure.message,)))
+            continue
+        before = first[out]
+        if before.shape != after[out].shape or before.ndim < 2:
+            continue  # a wrong shape is the forward's to say
+        kept = prefix(before, after[out])
+        if not all(kept.unchanged):
+            found = first_bit_difference(before[:, :-1], after[out][:, :-1])
+            assert found is not None
+            where, old, new = found
+            failures.append(Failure(family, case.label, f"{name}{where}", code="prefix-moved",
+                                    facts=(f"{name}{where}", old, new)))
+        elif not kept.last_changed:
+            failures.append(Failure(family, case.label, name, code="last-unmoved",
+                                    facts=(name, int(before.shape[1]) - 1)))
+    return judge(family, failures, len(cases)), failures
 
 
 def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:

@@ -1,17 +1,23 @@
-"""The ``shapes`` and ``errors`` families of every kind (``head-shapes``, ``rope-errors``):
-empty axes kept, bad requests rejected; each fixture once (in the kind's last mode)."""
+"""The ``shapes`` and ``errors`` families of every kind (``head-shapes``, ``rope-errors``)
+and ``single-token`` of every kind with an attention matrix: empty axes kept, bad
+requests rejected, one token weighed exactly 1; each fixture once (in the kind's last
+mode)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
 
+import numpy as np
+
 from qkvcli.check.cases import Run
+from qkvcli.check.diagnose import coordinate
 from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind, Probe, Request
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape
+from qkvcli.core.invariants import single_token
 from qkvcli.core.results import Failure, FamilyCheck, judge
 
 
@@ -55,6 +61,45 @@ def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
                 break
     return judge(kind.family("shapes"), failures, len(session.cases_of(kind)),
                  backward=backward), failures
+
+
+def check_single_token(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """One token (each fixture's first, in the kind's last mode): every attention weight
+    exactly 1 and, from the backward (``grad_output`` ones), ``W_Q`` and ``W_K`` no
+    gradient at all (:func:`~qkvcli.core.invariants.single_token`)."""
+    family = kind.family("single-token")
+    assert kind.attention is not None
+    failures: list[Failure] = []
+    backward = session.offers(kind.backward)
+    cases = [case for case in session.cases_of(kind) if case.input.shape[0]
+             and case.input.shape[1]]
+    for case in cases:
+        run = kind.run(case)
+        tensors = (case.input[:, :1], *case.weights)
+        try:
+            got = session.call(kind, run, tensors)
+            named = [(kind.forward_names[kind.attention], got[kind.attention], 1.0)]
+            if backward:
+                grads = session.call(kind, run, tensors, (np.ones(got[kind.loss[0]].shape),))
+                named += [(kind.backward_names[i], grads[i], 0.0) for i in (1, 2)]
+        except Broken as failure:
+            failures.append(not_run_after(family, case.label, failure))
+            break
+        except CallFailed as failure:
+            failures.append(not_run_after(family, case.label, failure))
+            continue
+        if single_token(*(values for _, values, _ in named)) or any(
+                values.size == 0 for _, values, _ in named):
+            continue
+        for name, values, wanted in named:
+            off = np.flatnonzero(values.reshape(-1) != wanted)
+            if off.size:
+                where = coordinate(values.shape, int(off[0]))
+                failures.append(Failure(family, case.label, f"{name}{where}", code="one-token",
+                                        facts=(f"{name}{where}", repr(float(
+                                            values.reshape(-1)[off[0]])), repr(wanted))))
+                break
+    return judge(family, failures, len(cases), backward=backward), failures
 
 
 def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:

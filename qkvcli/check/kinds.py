@@ -90,8 +90,10 @@ class Kind(Record):
     forward's faults when it is right but for its precision, and ``explain_forward``,
     ``explain_backward`` say why a result is wrong otherwise (the kind's known slips).
     ``fixtures`` gives the kind's own fixtures (``None``: the check's, which the
-    projections and a head share); a kind whose bad requests do not depend on the
-    fixture makes them once, under ``requests_label``.
+    projections and a head share); ``attention`` where an attention matrix is among the
+    forward's results (a kind with one has the prefix and single-token claims); a kind
+    whose bad requests do not depend on the fixture makes them once, under
+    ``requests_label``.
     """
 
     prefix: str
@@ -111,6 +113,7 @@ class Kind(Record):
     explain_backward: Explain
     heads: bool = False  # also takes the fixtures that probe a head alone (contrast)
     fixtures: Callable[[], list[Case]] | None = None
+    attention: int | None = None  # where its attention matrix is among the forward's results
     published: tuple[tuple[str, str], ...] = ()
     requests_label: str = ""  # its requests do not depend on the fixture: made once, so said
 
@@ -324,7 +327,7 @@ HEAD = Kind(
     probes=_head_probes, requests=_head_requests,
     precision=precision_faults,  # scores, weights, output come from one another: together
     explain_forward=_slips("explain_head_forward"),
-    explain_backward=_slips("explain_head_backward"), heads=True)
+    explain_backward=_slips("explain_head_backward"), heads=True, attention=1)
 """One attention head: ``scores``, ``weights``, ``output``, and the four gradients."""
 
 ROPE = Kind(
@@ -344,7 +347,8 @@ MULTI_HEAD = Kind(
     arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
     probes=_same_width_probes, requests=_mha_requests, precision=precision_faults,
     explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
-    fixtures=mha_cases, published=(("forward", "multi-head"),), requests_label="mha requests")
+    fixtures=mha_cases, attention=0, published=(("forward", "multi-head"),),
+    requests_label="mha requests")
 """Multi-head attention: ``weights``, ``merged``, ``output``, and the five gradients, each
 fixture without and with the mask and RoPE."""
 

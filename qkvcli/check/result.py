@@ -15,16 +15,17 @@ PROJECTION_FAMILIES: tuple[str, ...] = (
     "forward", "reverse", "shapes", "errors", "independence", "replay", "purity", "gradcheck",
 )
 HEAD_FAMILIES: tuple[str, ...] = (
-    "head-forward", "scaling", "softmax", "mask", "head-reverse", "head-shapes", "head-errors",
-    "head-replay", "head-purity", "head-gradcheck",
+    "head-forward", "scaling", "softmax", "mask", "head-prefix", "head-single-token",
+    "head-reverse", "head-shapes", "head-errors", "head-replay", "head-purity", "head-gradcheck",
 )
 ROPE_FAMILIES: tuple[str, ...] = (
     "rope", "rope-reverse", "position-zero", "relative-dot", "rope-shapes", "rope-errors",
     "rope-replay", "rope-purity", "rope-gradcheck",
 )
 MHA_FAMILIES: tuple[str, ...] = (
-    "multi-head", "multi-head-reverse", "head-isolation", "multi-head-shapes",
-    "multi-head-errors", "multi-head-replay", "multi-head-purity", "multi-head-gradcheck",
+    "multi-head", "multi-head-reverse", "head-isolation", "multi-head-prefix",
+    "multi-head-single-token", "multi-head-shapes", "multi-head-errors", "multi-head-replay",
+    "multi-head-purity", "multi-head-gradcheck",
 )
 FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, *ROPE_FAMILIES,
                              *MHA_FAMILIES, "protocol")
@@ -56,6 +57,9 @@ FINDINGS: dict[str, int] = {
     "probe-failed": 4,  # operation, probe (empty batch, no tokens), input shape, what it said
     "probe-shape": 5,  # probe, input shape, tensor, its shape, the shape expected
     "not-identity": 3,  # tensor and coordinate, the rotation's value, the input's
+    "prefix-moved": 3,  # tensor and coordinate, before, after
+    "last-unmoved": 2,  # tensor, the last position
+    "one-token": 3,  # tensor and coordinate, its value, the value it must have
     "shift-moved": 4,  # the shift, dot product and coordinate, before, after
     "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
 }

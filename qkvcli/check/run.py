@@ -14,8 +14,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.check.behaviour import check_independence, check_purity, check_replay
-from qkvcli.check.boundaries import check_errors, check_shapes
+from qkvcli.check.behaviour import check_independence, check_prefix, check_purity, check_replay
+from qkvcli.check.boundaries import check_errors, check_shapes, check_single_token
 from qkvcli.check.cases import Case
 from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
@@ -53,17 +53,22 @@ SHARED: tuple[tuple[str, Family], ...] = (
     ("gradcheck", check_gradcheck),
 )
 """The families every kind has, in the order they are computed (purity comes last)."""
+ATTENTION: tuple[tuple[str, Family], ...] = (
+    ("prefix", check_prefix),
+    ("single-token", check_single_token),
+)
+"""The claims of every kind with an attention matrix (a head, multi-head attention)."""
 
 PLANS: dict[str, tuple[tuple[str, Family], ...]] = {
     PROJECTIONS.forward: (*SHARED[:4], ("independence", check_independence), *SHARED[4:]),
     HEAD.forward: (SHARED[0], ("scaling", _own("heads", "check_scaling", True)),
-                   ("mask", _own("heads", "check_mask", True)), *SHARED[1:],
+                   ("mask", _own("heads", "check_mask", True)), *ATTENTION, *SHARED[1:],
                    # last: its overflow probe may end a program's session
                    ("softmax", _own("heads", "check_softmax", True))),
     ROPE.forward: (*SHARED[:2], ("position-zero", _own("rotary", "check_position_zero")),
                    ("relative-dot", _own("rotary", "check_relative_dot")), *SHARED[2:]),
     MULTI_HEAD.forward: (*SHARED[:2], ("head-isolation", _own("multihead", "check_head_isolation")),
-                         *SHARED[2:]),
+                         *ATTENTION, *SHARED[2:]),
 }
 """Each kind's families in the order they are computed, by the kind's forward; its
 purity follows them all, so that it sees every call. A name is the kind's own, published

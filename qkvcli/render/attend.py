@@ -205,6 +205,12 @@ _SHARED_DETAILS = {
     "shapes": ("empty batch and empty token axes run forward and reverse",
                "an empty-axis probe gave an unexpected shape"),
     "replay": ("two runs agree bit for bit", "two runs differ"),
+    "prefix": ("the last token's input changed: every earlier output bit for bit",
+               "the last token's input changed an earlier output: a later key is seen"),
+    "single_token": ("one token: every weight exactly 1, no gradient to the query's or the "
+                     "key's parameters",
+                     "one token: a weight is not exactly 1, or the query's or the key's "
+                     "parameters get a gradient"),
 }
 
 

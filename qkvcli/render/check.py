@@ -63,7 +63,8 @@ KIND_WORDS = {
                          "multi-head calls"),
 }
 """The words of each kind, by the prefix of its family names."""
-SHARED = ("forward", "reverse", "shapes", "errors", "replay", "purity", "gradcheck")
+SHARED = ("forward", "reverse", "shapes", "errors", "replay", "purity", "gradcheck", "prefix",
+          "single-token")
 ROTATION = "each adjacent pair by (offset + t) base^(-2i/d)"
 
 
@@ -111,6 +112,12 @@ def _passed_detail(check: FamilyCheck) -> str:
         return f"two calls of {both} agree bit for bit on {on}"
     if family == "purity":
         return f"arguments unchanged after all {check.calls} {words.calls}"
+    if family == "prefix":
+        return (f"changing the last token's input leaves every earlier output bit for bit, "
+                f"causal, on {on} with two tokens or more")
+    if family == "single-token":
+        gradients = " and no gradient to W_Q or W_K" if check.backward else ""
+        return f"one token: every weight exactly 1{gradients}, on {on}"
     worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
     return f"{check.coordinates} coordinates on {on}{words.modes}{worst}"
 
@@ -378,6 +385,10 @@ FINDING_WORDS = {
     "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
     "not-identity": ("turned from offset 0, {0} = {1}, expected the input's {2}: position 0 is "
                      "not the identity"),
+    "prefix-moved": ("changing the last token's input changed {0} from {1} to {2}: an earlier "
+                     "position sees a later key"),
+    "last-unmoved": "changing the last token's input left {0}[:,{1}] unchanged",
+    "one-token": "with one token, {0} = {1}, expected exactly {2}",
     "shift-moved": ("moving every position by {0} changed {1} from {2} to {3}: the rotated "
                     "tokens' dot products depend on more than their distance"),
 }
