@@ -198,8 +198,8 @@ def bench_attend_end_to_end(qkv: list[str], rounds: int, neutral_dir: str,
         for t in tokens:
             fixture = os.path.join(directory, f"layer-{t}.json")
             subprocess.run([*qkv, "init", "--from-safetensors", checkpoint, "--prefix",
-                            "h.0.attn.", "--heads", "12", "--tokens", str(t), "--causal", "-o",
-                            fixture],
+                            "h.0.attn.", "--heads", "12", "--tokens", str(t), "--causal", "--scale",
+                            "inverse-sqrt", "-o", fixture],
                            check=True, cwd=neutral_dir, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
             baseline = [sys.executable, "-c", ATTEND_BASELINE.format(tokens=t)]

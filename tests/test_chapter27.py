@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.chapters import ch27
-from qkvcli.chapters.head_pass import gradient_check
+from qkvcli.chapters.head import SELF_ATTENTION as ch27
+from qkvcli.chapters.head import gradient_check, scale_probe
 from qkvcli.chapters.operands import attend
 from qkvcli.reading.problems import FixtureError
 
@@ -28,7 +28,7 @@ SHAPES = [(1, 1, 1, 1), (1, 2, 2, 2), (2, 3, 4, 2), (3, 5, 2, 3), (1, 7, 3, 1), 
 def random_document(batch: int, tokens: int, d_k: int, d_v: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     return {
-        "chapter": ch27.NAME,
+        "chapter": ch27.name,
         "query": rng.normal(size=(batch, tokens, d_k)).tolist(),
         "key": rng.normal(size=(batch, tokens, d_k)).tolist(),
         "value": rng.normal(size=(batch, tokens, d_v)).tolist(),
@@ -96,7 +96,7 @@ def test_x_and_weights_give_the_projected_operands() -> None:
     rng = np.random.default_rng(7)
     x = rng.normal(size=(2, 3, 4))
     weights = {b: rng.normal(size=(4, 2)) for b in ("query", "key", "value")}
-    document = {"chapter": ch27.NAME, "input": x.tolist(),
+    document = {"chapter": ch27.name, "input": x.tolist(),
                 "weights": {b: {"values": w.tolist()} for b, w in weights.items()}}
     fixture = ch27.parse(document)
     assert fixture.source == "projections"
@@ -109,12 +109,12 @@ def test_x_and_weights_give_the_projected_operands() -> None:
 
 
 def test_the_scale_probe_is_the_chapters_and_holds_at_width_one() -> None:
-    probe = ch27.scale_probe(2)
+    probe = scale_probe(2)
     assert probe.unscaled_focus == pytest.approx(math.e / (math.e + 1.0), rel=1e-15)
     soft = math.exp(1 / math.sqrt(2))
     assert probe.scaled_focus == pytest.approx(soft / (soft + 1.0), rel=1e-15)
     assert probe.softened and probe.holds
-    narrow = ch27.scale_probe(1)
+    narrow = scale_probe(1)
     assert not narrow.softened and narrow.holds  # a scale of 1 changes nothing
 
 
@@ -165,7 +165,7 @@ def test_the_operand_checks_run_in_the_declared_order() -> None:
     ({"extra": 1}, "$", 'unknown key "extra"'),
 ], ids=["chapter", "width", "batch", "rank", "upstream", "single-token", "both", "step", "key"])
 def test_a_bad_fixture_names_its_path(change: dict[str, Any], location: str, message: str) -> None:
-    document = json.loads((ROOT / "fixtures" / ch27.FIXTURE).read_text())
+    document = json.loads((ROOT / "fixtures" / ch27.fixture).read_text())
     document.update(change)
     with pytest.raises(FixtureError) as caught:
         ch27.parse(document)
@@ -174,8 +174,8 @@ def test_a_bad_fixture_names_its_path(change: dict[str, Any], location: str, mes
 
 
 def test_the_bundled_fixture_is_the_installed_one() -> None:
-    assert (ROOT / "fixtures" / ch27.FIXTURE).read_bytes() == (
-        ROOT / "qkvcli" / "data" / ch27.FIXTURE).read_bytes()
+    assert (ROOT / "fixtures" / ch27.fixture).read_bytes() == (
+        ROOT / "qkvcli" / "data" / ch27.fixture).read_bytes()
 
 
 def test_the_json_report_holds_the_evidence() -> None:
@@ -214,8 +214,8 @@ def test_a_case_is_rejected_only_by_the_expected_error() -> None:
 
 
 def test_a_wide_fixture_keeps_the_mixture_terms_of_its_first_queries() -> None:
-    from qkvcli.chapters.head_pass import MIXTURE_LIMIT
-    from qkvcli.render.chapters import ch27 as rendered
+    from qkvcli.chapters.head import MIXTURE_LIMIT
+    from qkvcli.render.chapters import head as rendered
 
     document = random_document(1, 100, 3, 512, seed=8)
     document["gradcheck"] = {"samples": 2}

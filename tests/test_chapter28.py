@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.chapters import ch28
+from qkvcli.chapters.head import CAUSAL_MASKING as ch28
 from qkvcli.reading.problems import FixtureError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ SHAPES = [(1, 1, 1, 1), (1, 3, 2, 2), (2, 4, 3, 2), (3, 6, 2, 3), (1, 9, 4, 1), 
 def random_document(batch: int, tokens: int, d_k: int, d_v: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     return {
-        "chapter": ch28.NAME,
+        "chapter": ch28.name,
         "query": rng.normal(size=(batch, tokens, d_k)).tolist(),
         "key": rng.normal(size=(batch, tokens, d_k)).tolist(),
         "value": rng.normal(size=(batch, tokens, d_v)).tolist(),
@@ -152,7 +152,7 @@ def test_the_rejected_cases_follow_the_fixture_shapes_and_the_course_order() -> 
     ({"chapter": "27-self-attention"}, "$.chapter", 'expected "28-causal-masking"'),
 ], ids=["seed-not-zero", "seed-shape", "key-width", "unknown", "empty-batch", "chapter"])
 def test_a_bad_fixture_names_its_path(change: dict[str, Any], location: str, message: str) -> None:
-    document = json.loads((ROOT / "fixtures" / ch28.FIXTURE).read_text())
+    document = json.loads((ROOT / "fixtures" / ch28.fixture).read_text())
     document.update(change)
     with pytest.raises(FixtureError) as caught:
         ch28.parse(document)
@@ -161,8 +161,8 @@ def test_a_bad_fixture_names_its_path(change: dict[str, Any], location: str, mes
 
 
 def test_the_bundled_fixture_is_the_installed_one() -> None:
-    assert (ROOT / "fixtures" / ch28.FIXTURE).read_bytes() == (
-        ROOT / "qkvcli" / "data" / ch28.FIXTURE).read_bytes()
+    assert (ROOT / "fixtures" / ch28.fixture).read_bytes() == (
+        ROOT / "qkvcli" / "data" / ch28.fixture).read_bytes()
 
 
 def test_the_json_report_holds_the_evidence() -> None:

@@ -6,7 +6,6 @@ imports, so chapters that land later are covered by the same tests; the others s
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 from pathlib import Path
@@ -29,11 +28,10 @@ def chapter_ready(number: int) -> str:
         return f"no tests/golden/ch{number}"
     if number == 26:
         return ""
-    try:
-        importlib.import_module(f"qkvcli.chapters.ch{number}")
-        importlib.import_module(f"qkvcli.render.chapters.ch{number}")
-    except ModuleNotFoundError:
-        return f"chapter {number}'s modules are not in this build"
+    from qkvcli.chapters.registry import available
+
+    if number not in available():
+        return f"chapter {number} is not in this build"
     return ""
 
 
@@ -50,8 +48,9 @@ def golden(number: int, name: str) -> str:
 def bundled(number: int) -> Path:
     if number == 26:
         return ROOT / "fixtures" / "ch26-qkv-projections.json"
-    module = importlib.import_module(f"qkvcli.chapters.ch{number}")
-    return ROOT / "fixtures" / module.FIXTURE
+    from qkvcli.chapters.registry import chapter_of
+
+    return ROOT / "fixtures" / chapter_of(number).fixture
 
 
 @pytest.mark.parametrize("number", chapters())

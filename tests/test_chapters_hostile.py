@@ -1,4 +1,4 @@
-"""Chapters 29 and 30's readers on damaged fixtures: every value of the bundled fixture
+"""Chapters 27 to 30's readers on damaged fixtures: every value of the bundled fixture
 replaced, in turn, by each kind of wrong JSON value gives a fixture or one
 :class:`~qkvcli.reading.problems.FixtureError` naming a ``$.path``, never another
 exception (which the CLI would report as an internal error)."""
@@ -8,18 +8,19 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from types import ModuleType
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qkvcli.chapters import ch29, ch30
+from qkvcli.chapters.registry import Chapter, chapter_of
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 from qkvcli.reading.load import bundled_fixture_text
 from qkvcli.reading.problems import FixtureError
-from qkvcli.render.chapters import ch29 as report29
-from qkvcli.render.chapters import ch30 as report30
+from qkvcli.render.chapters.dispatch import renderer
 
-RENDERERS = {ch29.NAME: report29, ch30.NAME: report30}
+CHAPTERS = [chapter_of(number) for number in (27, 28, 29, 30)]
+IDS = [f"ch{chapter.number}" for chapter in CHAPTERS]
 
 JUNK: tuple[Any, ...] = (None, True, -1, 0, 2.5, 1e308, "x", "", [], [[]], [1, 2], {}, {"a": 1},
                          [[1, 0], [0, 1]], [[[1.0]]], {"shape": [2], "values": [1, "a"]})
@@ -48,31 +49,57 @@ def replaced(document: Any, path: tuple[Any, ...], junk: Any) -> Any:
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
-@pytest.mark.parametrize("chapter", [ch29, ch30], ids=["ch29", "ch30"])
-def test_every_damaged_value_is_one_fixture_error_or_a_fixture(chapter: ModuleType) -> None:
-    document = json.loads(bundled_fixture_text(chapter.FIXTURE))
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_every_damaged_value_is_one_fixture_error_or_a_fixture(chapter: Chapter) -> None:
+    document = json.loads(bundled_fixture_text(chapter.fixture))
     tried = refused = 0
     for path in paths(document):
         for junk in JUNK:
             tried += 1
             try:
-                fixture = chapter.parse(replaced(document, path, junk))
+                fixture = chapter.parse(replaced(document, path, junk), DEFAULT_MAX_ELEMENTS,
+                                        None)
             except FixtureError as error:
                 refused += 1
                 assert error.location.startswith("$"), (path, junk, error)
                 continue
             evidence = chapter.build(fixture)  # what parse accepts, build computes and renders
-            shown = RENDERERS[chapter.NAME]
-            assert shown.text(evidence).startswith(f"chapter={chapter.NAME}\n")
+            shown = renderer(evidence)
+            assert shown.text(evidence).startswith(f"chapter={chapter.name}\n")
             assert shown.trace(evidence).endswith("\n")
             json.dumps(shown.json_document(evidence), allow_nan=False)
     assert refused > tried // 2  # most damage is refused, and the loop is not vacuous
 
 
-@pytest.mark.parametrize("chapter", [ch29, ch30], ids=["ch29", "ch30"])
-def test_a_document_that_is_not_an_object_is_refused(chapter: ModuleType) -> None:
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_a_document_that_is_not_an_object_is_refused(chapter: Chapter) -> None:
     with pytest.raises(FixtureError, match=r"^\$: expected an object, got array$"):
-        chapter.parse([])
+        chapter.parse([], DEFAULT_MAX_ELEMENTS, None)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_a_tensor_path_is_read_beside_the_fixture(chapter: Chapter, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chapter's tensors may be ``.npy`` files, found beside the fixture whatever
+    the working directory (chapters 29 and 30 looked in the working directory)."""
+    import numpy as np
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+
+    document = json.loads(bundled_fixture_text(chapter.fixture))
+    place = next(_tensor_places(document))
+    np.save(tmp_path / "tensor.npy", _array_given(document, place))
+    fixture = tmp_path / "fixture.json"
+    fixture.write_text(json.dumps(replaced(document, place, {"npy": "tensor.npy"})),
+                       encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    given = CliRunner().invoke(main, ["run", str(fixture), "-f", "text"])
+    bundled = CliRunner().invoke(main, ["run", "--chapter", str(chapter.number), "-f", "text"])
+    assert given.exit_code == 0, given.output
+    assert given.stdout == bundled.stdout
 
 
 def _tensor_places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -118,6 +145,18 @@ def _empty_axes() -> Iterator[tuple[str, Any]]:
                             shape = [0 if i == axis else n for i, n in enumerate(array.shape)]
                             emptied = replaced(emptied, place, {"shape": shape, "values": []})
                     yield f"{name}-rank{rank}-axis{axis}-size{size}", emptied
+
+
+def _array_given(document: Any, place: tuple[Any, ...]) -> Any:
+    """The values of the tensor at ``place``, as the fixture gives them."""
+    import numpy as np
+
+    found: Any = document
+    for key in place:
+        found = found[key]
+    if isinstance(found, dict):
+        return np.asarray(found["values"], dtype=np.float64).reshape(found["shape"])
+    return np.asarray(found, dtype=np.float64)
 
 
 def _array_at(document: Any, place: tuple[Any, ...]) -> Any:

@@ -43,6 +43,7 @@ from qkvcli.reading.layouts import (
     QKV_PROJ_KEYS,
     WEIGHT_OBJECT_KEYS,
 )
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
 from qkvcli.reading.load import bundled_fixture_text
 from qkvcli.reading.parse import parse_fixture
 from qkvcli.reading.problems import FixtureError
@@ -81,21 +82,21 @@ def test_repository_fixtures_validate_against_schema_and_code(path: Path) -> Non
 
 @pytest.mark.parametrize("path", CHAPTER_FILES, ids=[p.name for p in CHAPTER_FILES])
 def test_chapter_fixtures_validate_against_schema_and_their_chapter(path: Path) -> None:
-    from qkvcli.chapters.registry import chapter_module
+    from qkvcli.chapters.registry import chapter_of
     from qkvcli.core.names import chapter_of_id
 
     data = parse_json_text(path.read_text(encoding="utf-8"))
     assert list(VALIDATOR.iter_errors(data)) == []
-    chapter_module(chapter_of_id(data["chapter"])).parse(data)
+    chapter_of(chapter_of_id(data["chapter"])).parse(data, DEFAULT_MAX_ELEMENTS, None)
 
 
 def test_every_chapter_schema_names_the_keys_its_chapter_knows() -> None:
-    from qkvcli.chapters import ch28, ch29, ch30
-    from qkvcli.chapters.head_fixture import HEAD_KEYS
+    from qkvcli.chapters import ch29, ch30
+    from qkvcli.chapters.head_fixture import CAUSAL_KEYS, HEAD_KEYS
 
     defs = SCHEMA["$defs"]
     assert tuple(defs["chapter27"]["properties"]) == HEAD_KEYS
-    assert tuple(defs["chapter28"]["properties"]) == HEAD_KEYS + ch28.KEYS
+    assert tuple(defs["chapter28"]["properties"]) == HEAD_KEYS + CAUSAL_KEYS
     assert tuple(defs["chapter29"]["properties"]) == ch29.DOCUMENT_KEYS
     assert tuple(defs["chapter29"]["properties"]["rope"]["properties"]) == ch29.ROPE_KEYS
     assert tuple(defs["chapter30"]["properties"]) == ch30.DOCUMENT_KEYS
@@ -115,14 +116,14 @@ def test_every_chapter_schema_names_the_keys_its_chapter_knows() -> None:
         "layout", "negative-heads", "output-weight-missing"])
 def test_a_bad_chapter_fixture_is_refused_by_schema_and_chapter(chapter: str,
                                                                 change: dict[str, Any]) -> None:
-    from qkvcli.chapters.registry import chapter_module
+    from qkvcli.chapters.registry import chapter_of
     from qkvcli.core.names import chapter_of_id
 
     data = {**parse_json_text((ROOT / "fixtures" / f"{chapter}.json").read_text(encoding="utf-8")),
             **change}
     assert list(VALIDATOR.iter_errors(data))
     with pytest.raises(FixtureError):
-        chapter_module(chapter_of_id(data["chapter"])).parse(data)
+        chapter_of(chapter_of_id(data["chapter"])).parse(data, DEFAULT_MAX_ELEMENTS, None)
 
 
 def uses_attend_only_keys(data: dict[str, Any]) -> bool:

@@ -18,11 +18,12 @@ user's fixture too. No I/O, no prose.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
+from qkvcli.chapters.registry import Chapter
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
@@ -41,6 +42,9 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, check_ste
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+
+if TYPE_CHECKING:
+    from qkvcli.reading.files import StrPath
 
 NAME = "29-rope"
 FIXTURE = "ch29-rope.json"
@@ -290,8 +294,9 @@ def _table(raw: Any) -> RotaryTable:
         raise FixtureError("$.rope.base", str(error)) from None
 
 
-def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int) -> Array:
-    x = parse_tensor(raw, location, max_elements)
+def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int,
+             base_dir: StrPath | None) -> Array:
+    x = parse_tensor(raw, location, max_elements, base_dir=base_dir)
     if x.ndim != 2:
         raise FixtureError(location, f"expected [tokens, features], got rank {x.ndim}")
     try:
@@ -311,7 +316,8 @@ def with_settings(fixture: RopeFixture, **settings: float | int | None) -> RopeF
     return fixture._replace(**settings)
 
 
-def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFixture:
+def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
+          base_dir: StrPath | None = None) -> RopeFixture:
     """A chapter 29 fixture document (parsed by qkv's strict JSON reader) validated into a
     :class:`RopeFixture`. Order: the document's keys (``chapter``, when given, must be
     :data:`NAME`); ``$.rope`` (keys, then the table in
@@ -323,8 +329,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
     check_chapter(data)
     keyed_object(data, "$", DOCUMENT_KEYS, ("rope", "query", "key"))
     table = _table(data["rope"])
-    query = _operand(data["query"], "$.query", table, max_elements)
-    key = _operand(data["key"], "$.key", table, max_elements)
+    query = _operand(data["query"], "$.query", table, max_elements, base_dir)
+    key = _operand(data["key"], "$.key", table, max_elements, base_dir)
     expect_shape(key, query.shape, "tokens, features", "$.key")
     tokens = int(query.shape[0])
     check_derived("dot products", "[T,T]", (tokens, tokens), "$.query", max_elements)
@@ -342,7 +348,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> RopeFix
         for i, branch in enumerate(("query", "key")):
             if branch in given:
                 location = f"$.upstream.{branch}"
-                grad = expect_shape(parse_tensor(given[branch], location, max_elements),
+                grad = expect_shape(parse_tensor(given[branch], location, max_elements,
+                                                 base_dir=base_dir),
                                     query.shape, "tokens, features", location)
                 try:
                     check_finite(grad, f"upstream {branch}")
@@ -607,3 +614,6 @@ def build(fixture: RopeFixture) -> RopeEvidence:
             verdict("replay", replay),
         )
         return RopeEvidence(fixture, found, shapes, errors, checked, replay, checks)
+
+
+CHAPTER = Chapter(29, NAME, FIXTURE, parse, build, with_settings)

@@ -20,7 +20,7 @@ No I/O, no prose.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from qkvcli.chapters.ch29 import (
     invariant_tolerance,
     read_operand,
 )
+from qkvcli.chapters.registry import Chapter
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import prefix
@@ -52,6 +53,9 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+
+if TYPE_CHECKING:
+    from qkvcli.reading.files import StrPath
 
 NAME = "30-multi-head-attention"
 FIXTURE = "ch30-multi-head-attention.json"
@@ -144,7 +148,7 @@ class MultiHeadFixture(Record):
     invariant_tolerance: float
 
 
-def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
+def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> MultiHeadSpec:
     heads = count_of(data["heads"], "$.heads")
     rope = keyed_object(data["rope"], "$.rope", ROPE_KEYS, ("positions", "base"))
     positions = count_of(rope["positions"], "$.rope.positions")
@@ -154,7 +158,8 @@ def _spec(data: dict[str, Any], max_elements: int) -> MultiHeadSpec:
         shown = json.dumps(layout) if isinstance(layout, str) else json_type_name(layout)
         raise FixtureError("$.rope.layout", f'expected "adjacent" or "half", got {shown}')
     weights = keyed_object(data["weights"], "$.weights", WEIGHT_KEYS, WEIGHT_KEYS)
-    arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements) for b in WEIGHT_KEYS]
+    arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements, base_dir=base_dir)
+              for b in WEIGHT_KEYS]
     try:
         plain = AttentionHead.from_arrays(arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES)
     except QkvError as error:
@@ -180,7 +185,8 @@ def with_settings(fixture: MultiHeadFixture, **settings: float | int | None) -> 
     return fixture._replace(**settings)
 
 
-def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHeadFixture:
+def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
+          base_dir: StrPath | None = None) -> MultiHeadFixture:
     """A chapter 30 fixture document (parsed by qkv's strict JSON reader) validated into a
     :class:`MultiHeadFixture`. Order: the document's keys (``chapter``, when given, must be
     :data:`NAME`); ``$.heads``; ``$.rope``'s keys;
@@ -192,8 +198,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
     data = keyed_object(document, "$", DOCUMENT_KEYS)
     check_chapter(data, NAME)
     keyed_object(data, "$", DOCUMENT_KEYS, ("heads", "rope", "input", "weights"))
-    spec = _spec(data, max_elements)
-    x = parse_tensor(data["input"], "$.input", max_elements)
+    spec = _spec(data, max_elements, base_dir)
+    x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
     try:
         layer = layer_at(spec, 0)
         x = layer.projections.check_input(x)
@@ -217,11 +223,13 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> MultiHe
     shape = (batch, tokens, layer.e_out)
     upstream = np.ones(shape)
     if "upstream" in data:
-        upstream = expect_shape(parse_tensor(data["upstream"], "$.upstream", max_elements),
+        upstream = expect_shape(parse_tensor(data["upstream"], "$.upstream", max_elements,
+                                             base_dir=base_dir),
                                 shape, "batch, tokens, output width", "$.upstream")
     suffix = x[0, -1] + 1.0
     if "suffix" in data:
-        suffix = expect_shape(parse_tensor(data["suffix"], "$.suffix", max_elements),
+        suffix = expect_shape(parse_tensor(data["suffix"], "$.suffix", max_elements,
+                                           base_dir=base_dir),
                               (d_model,), "d_model", "$.suffix")
     for location, array in (("$.upstream", upstream), ("$.suffix", suffix)):
         try:
@@ -580,3 +588,6 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
         )
         return MultiHeadEvidence(fixture, found, probed, shaped, params, errors,
                              history(fixture, found), checked, tape_finite, replay, checks)
+
+
+CHAPTER = Chapter(30, NAME, FIXTURE, parse, build, with_settings)

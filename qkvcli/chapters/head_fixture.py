@@ -12,9 +12,14 @@ Besides: ``chapter`` (the chapter's id, e.g. ``"27-self-attention"``: the key by
 ``qkv`` recognises the fixture's kind), ``upstream.output`` (``U = dL/dO``, default all
 ones), ``single_token`` (the single-token probe's ``query``, ``key``, ``value``
 vectors; default the last token of the first batch item) and ``gradcheck`` (``step``,
-``tolerance``, ``samples``, read as for chapter 26). A chapter adds its own keys
-(``extra``). Every problem is a :class:`~qkvcli.reading.problems.FixtureError` naming
-its ``$.path``; the first one found is raised.
+``tolerance``, ``samples``, read as for chapter 26). Chapter 28 adds two keys
+(:data:`CAUSAL_KEYS`): ``suffix_perturbation`` (``key`` and ``value``: the last token's new
+key and value in the first batch item; default each coordinate plus one) and
+``prefix_seed`` (an upstream ``[batch, tokens, d_v]`` that is zero from some position on;
+default ``upstream.output`` with the last position zeroed). Every problem is a
+:class:`~qkvcli.reading.problems.FixtureError` naming its ``$.path``; the first one found
+is raised. :func:`parse_self_attention` and :func:`parse_causal` are the chapters'
+parsers, with the one signature every chapter's has.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from qkvcli.chapters.operands import OPERANDS, EmptyTokenAxis, check_operands
 from qkvcli.core.arrays import Array, check_finite, readonly
 from qkvcli.core.errors import QkvError
+from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
 from qkvcli.reading.json_values import expect_object, refuse_unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, expect_shape
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
 HEAD_KEYS = ("chapter", "query", "key", "value", "input", "weights", "upstream", "single_token",
              "gradcheck")
 """The keys every head chapter's fixture may hold (a chapter adds its own)."""
+CAUSAL_KEYS = ("suffix_perturbation", "prefix_seed")
+"""The fixture keys chapter 28 adds to chapter 27's."""
 
 
 class HeadInputs(Record):
@@ -210,3 +218,68 @@ def _single_token(raw: Any, query: Array, key: Array,
             raise FixtureError("$.single_token", f'missing key "{operand}"')
         found.append(vector(probe[operand], f"$.single_token.{operand}", int(whole.shape[2])))
     return found[0], found[1], found[2]
+
+
+class CausalFixture(Record):
+    """Chapter 28's fixture: the head's inputs, the last token's new key and value, and
+    the prefix seed (``suffix_start``: the first position from which it is all zero)."""
+
+    inputs: HeadInputs
+    perturbed_key: Array
+    perturbed_value: Array
+    prefix_seed: Array
+    suffix_start: int
+
+
+def parse_self_attention(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                         base_dir: StrPath | None = None) -> HeadInputs:
+    """A chapter 27 fixture validated. Raises :class:`FixtureError` naming the ``$.path``."""
+    inputs, _ = read_head_inputs(document, CHAPTER_IDS[27], (), max_elements, base_dir)
+    return inputs
+
+
+def parse_causal(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                 base_dir: StrPath | None = None) -> CausalFixture:
+    """A chapter 28 fixture validated. Raises :class:`FixtureError` naming the ``$.path``."""
+    inputs, data = read_head_inputs(document, CHAPTER_IDS[28], CAUSAL_KEYS, max_elements,
+                                    base_dir)
+    _, tokens, d_k = inputs.key.shape
+    d_v = int(inputs.value.shape[2])
+    if inputs.key.shape[0] == 0:
+        raise FixtureError("$.query", "chapter 28 perturbs the first batch item's last token: "
+                           "give at least one batch item")
+    key_after, value_after = inputs.key[0, -1] + 1.0, inputs.value[0, -1] + 1.0
+    if "suffix_perturbation" in data:
+        raw = expect_object(data["suffix_perturbation"], "$.suffix_perturbation", Problems())
+        assert raw is not None  # fail-fast: a problem raised
+        refuse_unknown_keys(raw, ("key", "value"), "$.suffix_perturbation")
+        if "key" in raw:
+            key_after = vector(raw["key"], "$.suffix_perturbation.key", int(d_k))
+        if "value" in raw:
+            value_after = vector(raw["value"], "$.suffix_perturbation.value", d_v)
+    if (np.array_equal(key_after, inputs.key[0, -1])
+            and np.array_equal(value_after, inputs.value[0, -1])):
+        raise FixtureError("$.suffix_perturbation", "changes nothing: give the last token a "
+                           "new key or a new value")
+    if "prefix_seed" in data:
+        seed = parse_tensor(data["prefix_seed"], "$.prefix_seed", max_elements, base_dir=base_dir)
+        expect_shape(seed, inputs.value.shape, "batch, tokens, d_v", "$.prefix_seed")
+        try:
+            check_finite(seed, "prefix seed")
+        except QkvError as error:
+            raise FixtureError("$.prefix_seed", str(error)) from None
+    else:
+        seed = np.array(inputs.upstream)
+        seed[:, -1, :] = 0.0
+    start = suffix_start(seed)
+    if start >= tokens:
+        raise FixtureError("$.prefix_seed", "must be zero at the last position at least (the "
+                           "positions whose gradient must vanish)")
+    return CausalFixture(inputs, readonly(key_after), readonly(value_after), readonly(seed),
+                         start)
+
+
+def suffix_start(seed: Array) -> int:
+    """The first position from which ``seed`` ``[B,T,d]`` is zero in every batch item."""
+    nonzero = np.flatnonzero(np.any(seed != 0.0, axis=(0, 2)))
+    return int(nonzero[-1]) + 1 if nonzero.size else 0

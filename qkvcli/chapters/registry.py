@@ -1,19 +1,50 @@
-"""Which chapter a number or a fixture names, and the module that computes it.
+"""Which chapter a number or a fixture names, and the :class:`Chapter` that computes it.
 
 Chapter 26 (the Q/K/V projections) is qkv's own evidence (:mod:`qkvcli.evidence`);
-chapters 27 to 30 are one module each, ``qkvcli.chapters.chNN``, found by its number
-with :mod:`importlib` (each has ``NAME``, ``FIXTURE``, ``parse`` and ``build``), so a
-chapter is available exactly when its module is. A fixture names its chapter by its
-``"chapter"`` key: ``"27-self-attention"`` is a chapter 27 fixture.
+chapters 27 to 30 are each a :class:`Chapter` (its id, its bundled fixture, its parser,
+its evidence builder), found through one table (:data:`CHAPTERS`: the module and the
+name of each, imported only when asked), so a chapter is available exactly when its
+module is. A fixture names its chapter by its ``"chapter"`` key: ``"27-self-attention"``
+is a chapter 27 fixture.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from qkvcli.core.errors import QkvError
 from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
+from qkvcli.core.record import Record
+
+if TYPE_CHECKING:
+    from qkvcli.reading.files import StrPath
+
+CHAPTERS = {
+    27: ("qkvcli.chapters.head", "SELF_ATTENTION"),
+    28: ("qkvcli.chapters.head", "CAUSAL_MASKING"),
+    29: ("qkvcli.chapters.ch29", "CHAPTER"),
+    30: ("qkvcli.chapters.ch30", "CHAPTER"),
+}
+"""Each later chapter: the module that defines it and the :class:`Chapter`'s name there."""
+
+
+class Chapter(Record):
+    """One later chapter: what the CLI, the quiz and the tests need of it.
+
+    ``parse(document, max_elements, base_dir)`` validates a fixture document (raising
+    :class:`~qkvcli.reading.problems.FixtureError` naming the ``$.path``), ``build`` computes
+    the evidence of a parsed fixture (no I/O, no wording), ``with_settings(fixture,
+    **settings)`` replaces the gradient check's ``step``, ``tolerance`` or ``samples``.
+    """
+
+    number: int
+    name: str
+    fixture: str
+    parse: Callable[[object, int, StrPath | None], Any]
+    build: Callable[[Any], Any]
+    with_settings: Callable[..., Any]
 
 
 class UnknownChapter(QkvError):
@@ -28,18 +59,20 @@ class ChapterUnavailable(QkvError):
         super().__init__(f"chapter {number} ({CHAPTER_IDS[number]}) is not in this build of qkv")
 
 
-def chapter_module(number: int) -> ModuleType:
-    """The module that parses and builds chapter ``number`` (27 to 30). Raises
-    :class:`UnknownChapter` for a number qkv does not know (26 included: it has no
-    module) and :class:`ChapterUnavailable` when the module is missing."""
-    if number not in CHAPTER_IDS or number == DEFAULT_CHAPTER:
+def chapter_of(number: int) -> Chapter:
+    """Chapter ``number`` (27 to 30). Raises :class:`UnknownChapter` for a number qkv does
+    not know (26 included: it is not a :class:`Chapter`) and :class:`ChapterUnavailable`
+    when its module is missing."""
+    if number not in CHAPTERS:
         raise UnknownChapter(number)
+    module, attribute = CHAPTERS[number]
     try:
-        return importlib.import_module(f"qkvcli.chapters.ch{number}")
+        found: Chapter = getattr(importlib.import_module(module), attribute)
     except ModuleNotFoundError as error:
-        if error.name != f"qkvcli.chapters.ch{number}":
+        if error.name != module:
             raise
         raise ChapterUnavailable(number) from None
+    return found
 
 
 def check_number(number: int) -> int:
@@ -50,13 +83,11 @@ def check_number(number: int) -> int:
 
 
 def available() -> list[int]:
-    """The chapters whose evidence this build computes: 26 and each importable module."""
+    """The chapters whose evidence this build computes: 26 and each importable one."""
     found = [DEFAULT_CHAPTER]
-    for number in CHAPTER_IDS:
-        if number == DEFAULT_CHAPTER:
-            continue
+    for number in CHAPTERS:
         try:
-            chapter_module(number)
+            chapter_of(number)
         except ChapterUnavailable:
             continue
         found.append(number)

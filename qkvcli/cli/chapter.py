@@ -3,7 +3,7 @@
 A fixture is chapter 26's unless ``--chapter`` names another (27 to 30) or its
 ``"chapter"`` key names one (``"27-self-attention"``); without a fixture the chapter's
 bundled one is used. The document is read once (:func:`load`), then parsed by chapter
-26's reader or by the chapter's module (:mod:`qkvcli.chapters.registry`). The
+26's reader or by the chapter's parser (:mod:`qkvcli.chapters.registry`). The
 gradient-check options a chapter's fixture takes (``--step``, ``--tolerance``,
 ``--samples``) replace its own; the others are named in a warning.
 """
@@ -11,8 +11,7 @@ gradient-check options a chapter's fixture takes (``--step``, ``--tolerance``,
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,11 +23,14 @@ from qkvcli.core.record import Record
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
 
+if TYPE_CHECKING:
+    from qkvcli.chapters.registry import Chapter
+
 
 class ChapterFixture(Record):
-    """A fixture of one of chapters 27 to 30, parsed by its chapter's module."""
+    """A fixture of one of chapters 27 to 30, parsed by its chapter."""
 
-    module: ModuleType
+    chapter: Chapter
     fixture: Any
 
 
@@ -46,22 +48,22 @@ def check_chapter(chapter: int | None) -> None:
     """Refuse an unknown ``--chapter`` before any work: one ``Error:`` line, exit 2."""
     if chapter is None:
         return
-    from qkvcli.chapters.registry import chapter_module, check_number
+    from qkvcli.chapters.registry import chapter_of, check_number
     from qkvcli.core.errors import QkvError
 
     try:
         if check_number(chapter) != DEFAULT_CHAPTER:
-            chapter_module(chapter)
+            chapter_of(chapter)
     except QkvError as error:
         raise InputError(f"--chapter {chapter}: {error}") from None
 
 
-def module_of(number: int) -> ModuleType:
-    """Chapter ``number``'s module (27 to 30), the registry imported only then: a chapter
-    26 command never loads it."""
-    from qkvcli.chapters.registry import chapter_module
+def chapter_of(number: int) -> Chapter:
+    """Chapter ``number`` (27 to 30), the registry imported only then: a chapter 26
+    command never loads it."""
+    from qkvcli.chapters.registry import chapter_of
 
-    return chapter_module(number)
+    return chapter_of(number)
 
 
 def load(path: Path | None, max_elements: int, chapter: int | None) -> Any:
@@ -69,61 +71,48 @@ def load(path: Path | None, max_elements: int, chapter: int | None) -> Any:
     :class:`~qkvcli.reading.fixture.Fixture` or a :class:`ChapterFixture`. Raises the
     readers' errors (the caller names the file)."""
     label = label_of(path)
-    module = None
+    found = None
     if chapter is not None and chapter != DEFAULT_CHAPTER:
-        module = module_of(chapter)
-    if path is None and module is not None:
-        data, stem, base_dir = fixture_json(None, module.FIXTURE)
+        found = chapter_of(chapter)
+    if path is None and found is not None:
+        data, stem, base_dir = fixture_json(None, found.fixture)
     else:
         data, stem, base_dir = fixture_json(path)
     named = chapter_of_id(data.get("chapter")) if isinstance(data, dict) else None
-    if module is None and named not in (None, DEFAULT_CHAPTER):
+    if found is None and named not in (None, DEFAULT_CHAPTER):
         if chapter == DEFAULT_CHAPTER:
             raise InputError(f"{label}: $.chapter: a chapter {named} fixture "
                              f"({CHAPTER_IDS[named]}); --chapter 26 reads chapter 26's")
-        module = module_of(named)
-    if module is None:
+        found = chapter_of(named)
+    if found is None:
         refuse_layer_fixture(data, label)
         return parse_fixture(data, stem, max_elements, base_dir)
-    return ChapterFixture(module, parse_chapter(module, data, max_elements, base_dir))
-
-
-def parse_chapter(module: ModuleType, data: Any, max_elements: int, base_dir: Any) -> Any:
-    """``module.parse`` of ``data``, with the size limit and the directory of ``npy``
-    paths when the module takes them."""
-    import inspect
-
-    parameters = inspect.signature(module.parse).parameters
-    if "max_elements" in parameters and "base_dir" in parameters:
-        return module.parse(data, max_elements=max_elements, base_dir=base_dir)
-    return module.parse(data)
+    return ChapterFixture(found, found.parse(data, max_elements, base_dir))
 
 
 def build(loaded: ChapterFixture, overrides: CheckOverrides, tensors: str | None = None) -> Any:
     """The chapter's evidence for ``loaded``, with the command line's gradient-check
-    settings where the chapter takes them (the rest, and ``--tensors``, named in a
-    warning: a chapter's report prints every value)."""
-    module, fixture = loaded.module, loaded.fixture
+    settings (the rest, and ``--tensors``, named in a warning: a chapter's report prints
+    every value)."""
+    chapter, fixture = loaded.chapter, loaded.fixture
     given = overrides.changes()
     settable = {name: value for name, value in given.items()
                 if name in ("step", "tolerance", "samples")}
-    takes = getattr(module, "with_settings", None)
-    if settable and takes is not None:
-        fixture = takes(fixture, **settable)
-    ignored = [name for name in given if name not in settable or takes is None]
+    if settable:
+        fixture = chapter.with_settings(fixture, **settable)
+    ignored = [name for name in given if name not in settable]
     if tensors is not None:
         ignored.append("tensors")
     for name in ignored:
-        click.echo(f"qkv: warning: --{name} does not apply to chapter {module.NAME}; ignored",
+        click.echo(f"qkv: warning: --{name} does not apply to chapter {chapter.name}; ignored",
                    err=True)
-    return module.build(fixture)
+    return chapter.build(fixture)
 
 
 def chapter_problems(data: Any, base_dir: Any, max_elements: int,
                      chapter: int | None) -> tuple[str, list[str]] | None:
     """``qkv validate`` of a chapter 27-30 fixture: its chapter's id and its first problem
     (none when valid); ``None`` for a chapter 26 fixture (``chapter`` is ``--chapter``)."""
-    from qkvcli.chapters import registry
     from qkvcli.reading.problems import FixtureError
 
     number = chapter
@@ -131,9 +120,9 @@ def chapter_problems(data: Any, base_dir: Any, max_elements: int,
         number = chapter_of_id(data.get("chapter"))
     if number is None or number == DEFAULT_CHAPTER:
         return None
-    module = registry.chapter_module(number)
+    found = chapter_of(number)
     try:
-        parse_chapter(module, data, max_elements, base_dir)
+        found.parse(data, max_elements, base_dir)
     except FixtureError as error:
-        return module.NAME, [str(error)]
-    return module.NAME, []
+        return found.name, [str(error)]
+    return found.name, []

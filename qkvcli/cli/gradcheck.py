@@ -61,7 +61,7 @@ def gradcheck(
         if isinstance(found, chapters.ChapterFixture):
             if dtype != "float64":
                 click.echo(f"qkv: warning: --dtype does not apply to chapter "
-                           f"{found.module.NAME}; ignored", err=True)
+                           f"{found.chapter.name}; ignored", err=True)
             with working_on(label_of(fixture)):
                 result = chapters.build(found, overrides).gradcheck
             show(result, fmt, view, output, title="qkv gradcheck",

@@ -48,12 +48,14 @@ def _numbers(values: object) -> tuple[float, ...]:
 
 
 def _bundled(number: int) -> object:
-    """A chapter's evidence for its bundled fixture, built by its module."""
-    from qkvcli.chapters.registry import chapter_module
+    """A chapter's evidence for its bundled fixture."""
+    from qkvcli.chapters.registry import chapter_of
+    from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.reading.load import bundled_fixture_text
 
-    module = chapter_module(number)
-    return module.build(module.parse(json.loads(bundled_fixture_text(module.FIXTURE))))
+    chapter = chapter_of(number)
+    return chapter.build(chapter.parse(json.loads(bundled_fixture_text(chapter.fixture)),
+                                       DEFAULT_MAX_ELEMENTS, None))
 
 
 def chapter_questions(number: int) -> tuple[Question, ...]:
@@ -69,7 +71,7 @@ def _chapter_27() -> tuple[Question, ...]:
     q, k = p.query[0], p.key[0]
     favoured = _numbers(np.argmax(p.probabilities[0], axis=-1))
     tokens = q.shape[0]
-    empty = evidence.shapes  # type: ignore[attr-defined]
+    empty = evidence.empty  # type: ignore[attr-defined]
     return (
         Question(1, f"Q={_mat(q)} and K={_mat(k)} (one row per token): for each query in turn, "
                  "which key position gets the larger probability?", "numbers",
@@ -98,10 +100,10 @@ def _chapter_27() -> tuple[Question, ...]:
                  "no" if single.query_gradient_zero else "yes",
                  "With no competing key its probability cannot move: the softmax's reverse "
                  "gives exactly zero, so neither the query nor the key gets a gradient."),
-        Question(6, f"Q and K of shape {_vec(empty.empty_query)} and V of shape "
-                 f"{_vec(empty.empty_value)}: the shapes of the probabilities and of the output?",
-                 "numbers", _numbers([*empty.empty_probabilities, *empty.empty_output]),
-                 f"{_vec(empty.empty_probabilities)} and {_vec(empty.empty_output)}",
+        Question(6, f"Q and K of shape {_vec(empty.query)} and V of shape "
+                 f"{_vec(empty.value)}: the shapes of the probabilities and of the output?",
+                 "numbers", _numbers([*empty.probabilities, *empty.output]),
+                 f"{_vec(empty.probabilities)} and {_vec(empty.output)}",
                  "The probabilities are [B,T,T] and the output [B,T,d_v]: the output takes the "
                  "value's width, and an empty batch stays empty.",
                  parts=("the probabilities' shape", "the output's shape")),

@@ -6,8 +6,7 @@ Plain strings, nothing imported: start-up is part of the product."""
 from __future__ import annotations
 
 CHAPTERS = {
-    "qkvcli.chapters.ch27.SelfAttentionEvidence": "qkvcli.render.chapters.ch27",
-    "qkvcli.chapters.ch28.CausalEvidence": "qkvcli.render.chapters.ch28",
+    "qkvcli.chapters.head.HeadChapterEvidence": "qkvcli.render.chapters.head",
     "qkvcli.chapters.ch29.RopeEvidence": "qkvcli.render.chapters.ch29",
     "qkvcli.chapters.ch30.MultiHeadEvidence": "qkvcli.render.chapters.ch30",
 }

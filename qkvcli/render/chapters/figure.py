@@ -20,7 +20,6 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.results import FamilyCheck
-from qkvcli.render.chapters.common import CHECK_TITLES
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import CARD, KEY, LETTERS, QUERY, ROLE_SENTENCES, ROLE_STYLES, VALUE
 from qkvcli.render.rich.layout import Flow, Part, Row, lines, status, titled
@@ -30,6 +29,16 @@ from qkvcli.render.wording import VERDICT, verdict_counts
 
 BORDERS = (("query", QUERY, "solid"), ("key", KEY, "dashed"), ("value", VALUE, "double"))
 BAR_WIDTH = 8
+CHECK_TITLES = {
+    "row_sums": "rows sum to 1", "scale_probe": "scale softens the focus",
+    "single_token": "one token: probability 1, no Q/K gradient",
+    "batch_isolation": "batch items isolated", "empty_batch": "empty batch shapes",
+    "gradcheck": "gradient check", "rejected_inputs": "bad inputs rejected",
+    "replay": "replays bit for bit", "prefix_invariance": "a later token leaves earlier outputs",
+    "suffix_gradient": "no gradient to unseen positions",
+    "masked_rows": "future keys weigh exactly 0", "tape_finite": "reverse pass finite",
+}
+"""How the figure's checks card names each family."""
 
 
 def legend(options: RichOptions) -> Flow:

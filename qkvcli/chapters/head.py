@@ -1,0 +1,563 @@
+"""Chapters 27 and 28, one attention head without and with the causal mask: their evidence.
+
+Every query scores every key (``S = Q K^T``), the scores are scaled by ``1/sqrt(d_k)``,
+each row becomes probabilities over the keys, and the probabilities mix the value rows
+(``O = A V``); ``L = <O, U>`` is taken back to ``dQ, dK, dV``. Chapter 28 hides the keys
+after each query (``-inf`` above the diagonal before the softmax), so a query mixes only
+its own and earlier value rows. Both chapters run the same pieces on the engine
+(:mod:`qkvcli.chapters.operands`): :func:`head_pass` (the forward tensors, the mixture
+terms of the first batch item, ``L`` and its gradients), :func:`single_token`,
+:func:`gradient_check` (the one checker, :func:`~qkvcli.gradcheck.batched.plain_check`)
+and :func:`same_pass` (bitwise replay); each chapter is then a plan of families
+(:data:`SELF_ATTENTION_PLAN`, :data:`CAUSAL_PLAN`: names and verdicts) judged on its
+evidence, each a :class:`~qkvcli.core.results.FamilyCheck`:
+
+- ``row_sums``: each probability row sums to 1 and the first batch item's mixture terms
+  add up to its output;
+- ``scale_probe`` (27): on orthogonal unit queries and keys (``e0``, ``e1`` of width
+  ``d_k``) the scale softens the focus ``A[0,0]`` exactly when it shrinks the scores;
+- ``masked_rows`` (28): every future key weighs exactly 0, in every row;
+- ``prefix_invariance`` (28): a new key and value at the last position leave every
+  earlier output of that batch item bit for bit, and change the last one;
+- ``suffix_gradient`` (28): the gradient of the prefix seed's loss is exactly 0 at the
+  positions where the seed is 0, for Q, K and V;
+- ``single_token``: one token has probability 1, outputs its value row, and sends no
+  gradient to its query or key;
+- ``batch_isolation`` (27): the fixture's batch stacked twice gives the same output in
+  both halves, bit for bit;
+- ``empty_batch``: an empty batch gives empty probabilities and outputs of the right
+  shapes (27: with a value one wider, and a value of width 1 gives an output of width 1);
+- ``tape_finite`` (28): every array of the reverse pass is finite (``-inf`` never leaks);
+- ``gradcheck``: central differences of ``L`` against ``dQ``, ``dK``, ``dV``;
+- ``rejected_inputs``: the chapter's bad inputs, built from the fixture's shapes, each
+  refused by the engine's checks with the right error, in the course's order;
+- ``replay``: the same fixture run twice gives the same bits.
+
+The fixtures are read by :mod:`qkvcli.chapters.head_fixture`. Plain records, no wording.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+
+from qkvcli.attention.maths import scale, score_factor, softmax
+from qkvcli.chapters.head_fixture import (
+    CausalFixture,
+    HeadInputs,
+    parse_causal,
+    parse_self_attention,
+)
+from qkvcli.chapters.operands import (
+    OPERANDS,
+    CausalSoftmaxNonSquare,
+    CausalSoftmaxRank,
+    EmptyTokenAxis,
+    OperandBatchMismatch,
+    OperandRank,
+    OperandTokenMismatch,
+    QueryKeyWidthMismatch,
+    ReleasedOperand,
+    additive_mask,
+    attend,
+    causal_probabilities,
+    loss,
+    reverse,
+)
+from qkvcli.chapters.registry import Chapter
+from qkvcli.core.arrays import Array, all_finite, same_bits
+from qkvcli.core.invariants import prefix
+from qkvcli.core.invariants import single_token as single_token_claim
+from qkvcli.core.names import CHAPTER_IDS
+from qkvcli.core.record import Record
+from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
+from qkvcli.gradcheck.batched import plain_check
+from qkvcli.gradcheck.records import GradcheckResult
+from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
+
+ROW_SUM_TOLERANCE = 1e-12
+"""How far from 1 a probability row's sum may be (the course's bound, for a short row)."""
+MIXTURE_LIMIT = 1 << 22
+"""The most mixture terms ``A[i,j] V[j]`` kept: the first batch item's first
+``MIXTURE_LIMIT // (T d_v)`` query rows (all of them up to ``T = 2048`` at ``d_v = 1``)."""
+
+
+def row_sum_tolerance(tokens: int) -> float:
+    """The course's 1e-12, or the rounding a sum of ``tokens`` terms may carry when that is
+    more (``T`` units in the last place of 1)."""
+    return max(ROW_SUM_TOLERANCE, tokens * float(np.finfo(np.float64).eps))
+
+
+# --- one pass forward and back ----------------------------------------------------------
+
+class HeadPass(Record):
+    """One head's forward and reverse pass on the fixture's operands.
+
+    ``scaled_scores`` are the scores before the mask, ``masked_scores`` after it (``-inf``
+    where a query may not look); ``terms`` are the first batch item's mixture terms
+    ``A[i,j] V[j]`` ``[R,T,d_v]`` of its first ``R`` query rows (all ``T`` unless that passes
+    :data:`MIXTURE_LIMIT`); ``tape_finite``: every array the reverse pass read or
+    made is finite (the mask's ``-inf`` never reaches it).
+    """
+
+    query: Array
+    key: Array
+    value: Array
+    mask: Array
+    scores: Array
+    scaled_scores: Array
+    masked_scores: Array
+    probabilities: Array
+    output: Array
+    row_sums: Array
+    terms: Array
+    scale: float
+    upstream: Array
+    loss: float
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+    tape_finite: bool
+
+    @property
+    def row_sum_tolerance(self) -> float:
+        """The bound of :attr:`rows_sum_to_one` (:func:`row_sum_tolerance` of ``T``)."""
+        return row_sum_tolerance(int(self.query.shape[1]))
+
+    @property
+    def rows_sum_to_one(self) -> bool:
+        """Every probability row sums to 1 within :attr:`row_sum_tolerance`."""
+        return bool(np.all(np.abs(self.row_sums - 1.0) <= self.row_sum_tolerance))
+
+    @property
+    def terms_make_output(self) -> bool:
+        """The kept mixture terms add up to their output rows, within the rounding of a
+        sum of ``T`` terms (``T`` eps times the terms' absolute sum, at least 1e-12)."""
+        rows = self.terms.shape[0]
+        if self.output.shape[0] == 0 or rows == 0:
+            return True
+        eps = float(np.finfo(np.float64).eps)
+        bound = np.maximum(ROW_SUM_TOLERANCE,
+                           2 * self.terms.shape[1] * eps * np.abs(self.terms).sum(axis=1))
+        return bool(np.all(np.abs(self.terms.sum(axis=1) - self.output[0, :rows]) <= bound))
+
+    @property
+    def future_zero(self) -> bool:
+        """Every key the mask hides weighs exactly 0 (true without a mask)."""
+        return bool(np.all(self.probabilities[:, np.isneginf(self.mask)] == 0.0))
+
+
+def gradients(upstream: Array, query: Array, key: Array, value: Array,
+              causal: bool) -> tuple[Array, Array, Array]:
+    """``dQ, dK, dV`` of ``L = <O, U>`` for ``upstream = U``, by the engine's reverse."""
+    run = attend(query, key, value, causal)
+    head = reverse(run, upstream).heads[0]
+    return np.array(head.grad_query), np.array(head.grad_key), np.array(head.grad_value)
+
+
+def head_pass(query: Array, key: Array, value: Array, upstream: Array, causal: bool) -> HeadPass:
+    """Run the head forward and back on the operands (see :class:`HeadPass`)."""
+    run = attend(query, key, value, causal)
+    f = run.forward.heads[0]
+    grads = reverse(run, upstream)
+    g = grads.heads[0]
+    batch, tokens, d_k = query.shape
+    scaled = run.forward.stacked["scaled_scores"][:, 0]  # masked in place by the engine
+    # Z before the mask: the engine's scale of S (the mask changes only hidden entries)
+    unmasked = scale(np.array(f.scores), d_k, run.layer.given_scale)
+    probabilities = np.array(f.attention)
+    rows = min(tokens, MIXTURE_LIMIT // max(1, tokens * int(value.shape[2]))) if batch else 0
+    # [R,T,1] * [1,T,d_v] -> [R,T,d_v]: each kept query's weighted value rows
+    terms = (probabilities[0, :rows][:, :, None] * value[0][None, :, :] if batch
+             else np.zeros((0, tokens, int(value.shape[2]))))
+    tape = (probabilities, np.array(f.output), *(np.asarray(a) for a in (
+        g.grad_attention, g.grad_scaled_scores, g.grad_scores, g.grad_query, g.grad_key,
+        g.grad_value)))
+    return HeadPass(
+        np.array(query), np.array(key), np.array(value), additive_mask(tokens, causal),
+        np.array(f.scores), unmasked, np.array(scaled), probabilities, np.array(f.output),
+        probabilities.sum(axis=-1), terms, score_factor(d_k, run.layer.given_scale),
+        np.array(upstream), loss(run, upstream), np.array(g.grad_query), np.array(g.grad_key),
+        np.array(g.grad_value), all(all_finite(a) for a in tape))
+
+
+def same_pass(a: HeadPass, b: HeadPass) -> bool:
+    """Whether two passes agree bit for bit in every array and number."""
+    for name in a.__record_fields__:
+        left, right = getattr(a, name), getattr(b, name)
+        if isinstance(left, np.ndarray):
+            if not same_bits(np.asarray(left, dtype=np.float64),
+                             np.asarray(right, dtype=np.float64)):
+                return False
+        elif isinstance(left, float):
+            if not same_bits(np.array([left]), np.array([right])):
+                return False
+        elif left != right:
+            return False
+    return True
+
+
+def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
+                   samples: int | None) -> GradcheckResult:
+    """Check ``p``'s gradients at every coordinate (``samples``: that many evenly spaced
+    ones per operand; ``None``: every one up to 4096 elements, 6 above)."""
+    operands = (p.query, p.key, p.value)
+    analytic = (p.grad_query, p.grad_key, p.grad_value)
+
+    def objective(index: int) -> Callable[[Array], float]:
+        def of(probe: Array) -> float:
+            given = list(operands)
+            given[index] = probe
+            return loss(attend(given[0], given[1], given[2], causal, records=False), p.upstream)
+
+        return of
+
+    def count(values: Array) -> int | None:
+        return DEFAULT_SAMPLES if samples is None and values.size > AUTO_FULL_LIMIT else samples
+
+    return plain_check(((name, operands[index], analytic[index], objective(index),
+                         count(operands[index])) for index, name in enumerate(OPERANDS)),
+                       step, tolerance, "full" if samples is None else "sampled")
+
+
+# --- the probes -------------------------------------------------------------------------
+
+class SingleToken(HeadPass):
+    """The one-token probe: the head's pass on operands ``[1,1,d]`` for ``L = sum(O)``
+    (one token: its scaled scores are its masked ones)."""
+
+    @property
+    def query_gradient_zero(self) -> bool:
+        return bool(np.all(self.grad_query == 0.0))
+
+    @property
+    def key_gradient_zero(self) -> bool:
+        return bool(np.all(self.grad_key == 0.0))
+
+    @property
+    def holds(self) -> bool:
+        """Probability exactly 1 and no gradient to Q or K (the claim every attention
+        keeps, :func:`~qkvcli.core.invariants.single_token`), and the output the value row."""
+        return single_token_claim(self.probabilities, self.grad_query, self.grad_key) and (
+            same_bits(self.output.reshape(-1), self.value.reshape(-1)))
+
+
+def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleToken:
+    """The probe on one token whose Q, K, V are ``vectors``."""
+    query, key, value = (np.asarray(v, dtype=np.float64).reshape(1, 1, -1) for v in vectors)
+    return SingleToken(*head_pass(query, key, value, np.ones(value.shape), causal)._values())
+
+
+class ScaleProbe(Record):
+    """The scale probe: ``A[0,0]`` without and with the scale, and ``A[0,1]``."""
+
+    d_k: int
+    scale: float
+    unscaled_focus: float
+    scaled_focus: float
+    orthogonal_probability: float
+
+    @property
+    def softened(self) -> bool:
+        return self.scaled_focus < self.unscaled_focus
+
+    @property
+    def holds(self) -> bool:
+        """The focus is softened exactly when the scale shrinks the scores."""
+        return self.softened == (self.scale < 1.0)
+
+
+def scale_probe(d_k: int, causal: bool = False) -> ScaleProbe:
+    """The probe on two tokens whose queries, keys and values are ``e0`` and ``e1``."""
+    units = np.zeros((1, 2, d_k))
+    units[0, 0, 0] = 1.0
+    if d_k > 1:
+        units[0, 1, 1] = 1.0
+    head = attend(units, units, units, causal).forward.heads[0]
+    unscaled = softmax(np.array(head.scores))
+    return ScaleProbe(d_k, score_factor(d_k, None), float(unscaled[0, 0, 0]),
+                      float(head.attention[0, 0, 0]), float(head.attention[0, 0, 1]))
+
+
+class BatchProbe(Record):
+    """The fixture's batch stacked twice: the shapes in and out, and whether both halves
+    gave the same output bit for bit."""
+
+    query: tuple[int, ...]
+    key: tuple[int, ...]
+    value: tuple[int, ...]
+    probabilities: tuple[int, ...]
+    output: tuple[int, ...]
+    isolated: bool
+
+
+def batch_probe(query: Array, key: Array, value: Array, causal: bool) -> BatchProbe:
+    twice = [np.concatenate([a, a], axis=0) for a in (query, key, value)]
+    run = attend(twice[0], twice[1], twice[2], causal)
+    out = run.forward.output
+    batch = query.shape[0]
+    return BatchProbe(twice[0].shape, twice[1].shape, twice[2].shape,
+                      run.forward.attention[:, 0].shape, out.shape,
+                      same_bits(out[:batch], out[batch:]))
+
+
+class EmptyProbe(Record):
+    """An empty batch through the head: its shapes and whether they hold."""
+
+    query: tuple[int, ...]
+    key: tuple[int, ...]
+    value: tuple[int, ...]
+    mask: tuple[int, ...]
+    probabilities: tuple[int, ...]
+    output: tuple[int, ...]
+
+    @property
+    def valid(self) -> bool:
+        _, tokens, d_v = self.value
+        return (self.probabilities == (0, tokens, tokens) and self.output == (0, tokens, d_v)
+                and self.mask == (tokens, tokens))
+
+
+def empty_probe(query: Array, value: Array, causal: bool, wider: int = 0) -> EmptyProbe:
+    """An empty batch of the fixture's tokens and widths (the value ``wider``)."""
+    _, tokens, d_k = query.shape
+    q = np.zeros((0, tokens, d_k))
+    v = np.zeros((0, tokens, value.shape[2] + wider))
+    run = attend(q, q, v, causal)
+    return EmptyProbe(q.shape, q.shape, v.shape, additive_mask(tokens, causal).shape,
+                      run.forward.attention[:, 0].shape, run.forward.output.shape)
+
+
+class PrefixProbe(Record):
+    """The suffix perturbation and the prefix seed: what a later token cannot change.
+
+    ``unchanged[p]``: position ``p`` (before the last) of the first batch item kept its
+    output bit for bit; ``last_changed``: the last one did not.
+    """
+
+    position: int
+    key_before: Array
+    key_after: Array
+    value_before: Array
+    value_after: Array
+    perturbed_output: Array
+    unchanged: tuple[bool, ...]
+    last_changed: bool
+    seed: Array
+    suffix_start: int
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+
+    @property
+    def invariant(self) -> bool:
+        return all(self.unchanged) and self.last_changed
+
+    @property
+    def suffix_zero(self) -> bool:
+        """``dQ``, ``dK``, ``dV`` exactly 0 from :attr:`suffix_start` on."""
+        s = self.suffix_start
+        return all(bool(np.all(g[:, s:, :] == 0.0))
+                   for g in (self.grad_query, self.grad_key, self.grad_value))
+
+
+def prefix_probe(fixture: CausalFixture) -> PrefixProbe:
+    """The first batch item's last token given a new key and value, and the prefix seed's
+    gradients."""
+    f = fixture.inputs
+    last = int(f.key.shape[1]) - 1
+    key, value = np.array(f.key), np.array(f.value)
+    key[0, last], value[0, last] = fixture.perturbed_key, fixture.perturbed_value
+    before = attend(f.query, f.key, f.value, True).forward.output
+    after = attend(f.query, key, value, True).forward.output
+    kept = prefix(before[:1], after[:1])  # the first batch item's last token changed
+    grads = gradients(fixture.prefix_seed, f.query, f.key, f.value, True)
+    return PrefixProbe(last, np.array(f.key[0, last]), np.array(fixture.perturbed_key),
+                       np.array(f.value[0, last]), np.array(fixture.perturbed_value),
+                       np.array(after), kept.unchanged, kept.last_changed,
+                       np.array(fixture.prefix_seed), fixture.suffix_start, *grads)
+
+
+# --- the rejected inputs ----------------------------------------------------------------
+
+def self_attention_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
+    """Chapter 27's five bad inputs, made from the fixture's shapes, in the anchor's order."""
+    batch, tokens, d_k = query.shape
+
+    def zeros(*shape: int) -> Array:
+        return np.zeros(shape)
+
+    return (
+        refused("query-rank", OperandRank("query", 2),
+                lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, False)),
+        refused("batch-mismatch", OperandBatchMismatch(batch, batch + 1, batch),
+                lambda: attend(query, zeros(batch + 1, tokens, d_k), value, False)),
+        refused("token-mismatch", OperandTokenMismatch(tokens, tokens + 1, tokens),
+                lambda: attend(query, zeros(batch, tokens + 1, d_k), value, False)),
+        refused("empty-tokens", EmptyTokenAxis(),
+                lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
+                               zeros(batch, 0, value.shape[2]), False)),
+        refused("query-key-width", QueryKeyWidthMismatch(d_k, d_k + 1),
+                lambda: attend(query, zeros(batch, tokens, d_k + 1), value, False)),
+    )
+
+
+def causal_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
+    """Chapter 28's six bad inputs, made from the fixture's shapes, in the course's order."""
+    batch, tokens, d_k = query.shape
+    d_v = int(value.shape[2])
+
+    def released() -> object:
+        kept_nothing = attend(query, key, value, True, records=False)
+        return reverse(kept_nothing, np.ones(value.shape))
+
+    return (
+        refused("attention-empty-tokens", EmptyTokenAxis(),
+                lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
+                               np.zeros((batch, 0, d_v)), True)),
+        refused("softmax-rank", CausalSoftmaxRank(1), lambda: causal_probabilities(np.zeros(1))),
+        refused("softmax-shape", CausalSoftmaxNonSquare(tokens - 1, tokens),
+                lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
+        refused("query-rank", OperandRank("query", 2),
+                lambda: attend(query[0], key, value, True)),
+        refused("token-mismatch", OperandTokenMismatch(tokens, tokens - 1, tokens),
+                lambda: attend(query, key[:, :-1], value, True)),
+        refused("released-score", ReleasedOperand("causal-softmax", 0), released),
+    )
+
+
+# --- the evidence and the chapters' plans -----------------------------------------------
+
+class HeadChapterEvidence(Record):
+    """A head chapter's evidence: the pass, the probes, the check, the cases, the verdicts."""
+
+    chapter: str
+    source: str
+    primary: HeadPass
+    single: SingleToken
+    empty: EmptyProbe
+    gradcheck: GradcheckResult
+    errors: tuple[Refusal, ...]
+    replay_bitwise: bool
+    checks: tuple[FamilyCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+
+class SelfAttentionEvidence(HeadChapterEvidence):
+    """Chapter 27's: the head without a mask, with its scale, batch and value-width probes."""
+
+    scale: ScaleProbe
+    batch: BatchProbe
+    value_width_output: tuple[int, ...]
+
+    @property
+    def empty_holds(self) -> bool:
+        """The empty batch's shapes, and a value of width 1 gives an output of width 1."""
+        return self.empty.valid and self.value_width_output[2] == 1
+
+
+class CausalEvidence(HeadChapterEvidence):
+    """Chapter 28's: the head with the causal mask, and what a later token cannot change."""
+
+    prefix: PrefixProbe
+
+    @property
+    def future_zero(self) -> bool:
+        return self.primary.future_zero
+
+
+E = TypeVar("E", bound=HeadChapterEvidence)
+Plan = tuple[tuple[str, Callable[[E], bool] | None], ...]
+"""A chapter's families in its order, each a verdict on its evidence (``None``: the
+gradient check, judged with its tolerance and count)."""
+
+
+def _rows(e: HeadChapterEvidence) -> bool:
+    return e.primary.rows_sum_to_one and e.primary.terms_make_output
+
+
+def _single(e: HeadChapterEvidence) -> bool:
+    return e.single.holds
+
+
+def _refused(e: HeadChapterEvidence) -> bool:
+    return all(case.rejected for case in e.errors)
+
+
+def _replayed(e: HeadChapterEvidence) -> bool:
+    return e.replay_bitwise
+
+
+SELF_ATTENTION_PLAN: Plan[SelfAttentionEvidence] = (
+    ("row_sums", _rows), ("scale_probe", lambda e: e.scale.holds), ("single_token", _single),
+    ("batch_isolation", lambda e: e.batch.isolated), ("empty_batch", lambda e: e.empty_holds),
+    ("gradcheck", None), ("rejected_inputs", _refused), ("replay", _replayed))
+CAUSAL_PLAN: Plan[CausalEvidence] = (
+    ("row_sums", _rows), ("masked_rows", lambda e: e.future_zero),
+    ("prefix_invariance", lambda e: e.prefix.invariant),
+    ("suffix_gradient", lambda e: e.prefix.suffix_zero), ("single_token", _single),
+    ("empty_batch", lambda e: e.empty.valid), ("tape_finite", lambda e: e.primary.tape_finite),
+    ("gradcheck", None), ("rejected_inputs", _refused), ("replay", _replayed))
+
+
+def judged(evidence: E, plan: Plan[E]) -> E:
+    """``evidence`` with the families of ``plan`` judged on it, in the plan's order."""
+    check = evidence.gradcheck
+    return evidence._replace(checks=tuple(
+        verdict(name, family(evidence)) if family is not None
+        else FamilyCheck(name, check.passed, "passed" if check.passed else "failed",
+                         tolerance=check.tolerance, coordinates=check.count)
+        for name, family in plan))
+
+
+def run_head(f: HeadInputs, causal: bool) -> tuple[HeadPass, bool, SingleToken, GradcheckResult]:
+    """What both chapters compute: the pass, whether a second one replays it bit for bit,
+    the single token and the gradient check."""
+    q, k, v, u = f.query, f.key, f.value, f.upstream
+    primary = head_pass(q, k, v, u, causal)
+    return (primary, same_pass(primary, head_pass(q, k, v, u, causal)),
+            single_token(f.single_token, causal),
+            gradient_check(primary, causal, f.step, f.tolerance, f.samples))
+
+
+def build_self_attention(fixture: HeadInputs) -> SelfAttentionEvidence:
+    """Chapter 27's evidence for ``fixture`` (no I/O, no wording)."""
+    q, k, v = fixture.query, fixture.key, fixture.value
+    primary, replay, single, check = run_head(fixture, False)
+    return judged(SelfAttentionEvidence(
+        chapter=CHAPTER_IDS[27], source=fixture.source, primary=primary, single=single,
+        empty=empty_probe(q, v, False, wider=1), gradcheck=check,
+        errors=self_attention_refusals(q, k, v), replay_bitwise=replay, checks=(),
+        scale=scale_probe(int(q.shape[2])), batch=batch_probe(q, k, v, False),
+        value_width_output=attend(q, k, v[..., :1], False).forward.output.shape),
+        SELF_ATTENTION_PLAN)
+
+
+def build_causal(fixture: CausalFixture) -> CausalEvidence:
+    """Chapter 28's evidence for ``fixture`` (no I/O, no wording)."""
+    f = fixture.inputs
+    primary, replay, single, check = run_head(f, True)
+    return judged(CausalEvidence(
+        chapter=CHAPTER_IDS[28], source=f.source, primary=primary, single=single,
+        empty=empty_probe(f.query, f.value, True), gradcheck=check,
+        errors=causal_refusals(f.query, f.key, f.value), replay_bitwise=replay, checks=(),
+        prefix=prefix_probe(fixture)), CAUSAL_PLAN)
+
+
+def _settings_of(fixture: HeadInputs, **settings: float | int | None) -> HeadInputs:
+    return fixture._replace(**settings)
+
+
+def _causal_settings(fixture: CausalFixture, **settings: float | int | None) -> CausalFixture:
+    return fixture._replace(inputs=fixture.inputs._replace(**settings))
+
+
+SELF_ATTENTION = Chapter(27, CHAPTER_IDS[27], "ch27-self-attention.json", parse_self_attention,
+                         build_self_attention, _settings_of)
+CAUSAL_MASKING = Chapter(28, CHAPTER_IDS[28], "ch28-causal-masking.json", parse_causal,
+                         build_causal, _causal_settings)
