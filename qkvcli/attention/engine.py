@@ -109,15 +109,10 @@ class LayerForward(Record):
         return self.stacked["attention"]
 
 
-class LayerGradients(Record):
-    """The reverse pass: per head, then the layer's input and full-width parameters.
+class ParameterGradients(Record):
+    """The reverse pass on to the input and the projections' parameters; a bias gradient
+    is ``None`` where there is no such bias."""
 
-    ``stacked`` as in :class:`LayerForward`: ``grad_attention``, ``grad_scaled_scores``,
-    ``grad_scores`` as ``[B,H,T,T]``.
-    """
-
-    heads: tuple[HeadGradients, ...]
-    grad_concat: Array
     grad_input: Array
     grad_w_query: Array
     grad_w_key: Array
@@ -125,6 +120,17 @@ class LayerGradients(Record):
     grad_b_query: Array | None
     grad_b_key: Array | None
     grad_b_value: Array | None
+
+
+class LayerGradients(ParameterGradients):
+    """The reverse pass: the layer's input and full-width parameters, then per head.
+
+    ``stacked`` as in :class:`LayerForward`: ``grad_attention``, ``grad_scaled_scores``,
+    ``grad_scores`` as ``[B,H,T,T]``.
+    """
+
+    heads: tuple[HeadGradients, ...]
+    grad_concat: Array
     grad_out_weight: Array | None
     grad_out_bias: Array | None
     stacked: dict[str, Array]
@@ -471,8 +477,8 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
          for has, c in zip(present, cuts, strict=True)]
     grads_stacked = {"grad_attention": grad_attention, "grad_scaled_scores": grad_scaled_scores,
                      "grad_scores": grad_scores}
-    return LayerGradients(head_grads, grad_concat, grad_input, w[0], w[1], w[2], b[0], b[1],
-                          b[2], grad_out_weight, grad_out_bias, grads_stacked, *grad_norms)
+    return LayerGradients(grad_input, w[0], w[1], w[2], b[0], b[1], b[2], head_grads,
+                          grad_concat, grad_out_weight, grad_out_bias, grads_stacked, *grad_norms)
 
 
 def loss(forward: LayerForward, upstream: Array) -> float:

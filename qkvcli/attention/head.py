@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from qkvcli.attention import engine
-from qkvcli.attention.engine import AttentionForward, HeadGradients
+from qkvcli.attention.engine import AttentionForward, HeadGradients, ParameterGradients
 from qkvcli.attention.errors import (
     BiasShapeMismatch,
     GroupedWidthMismatch,
@@ -65,17 +65,9 @@ from qkvcli.core.weights import (
 )
 
 
-class AttentionGradients(HeadGradients):
-    """The reverse pass on to the input and parameters, in the order computed; a bias
-    gradient is ``None`` when the head has no such bias."""
-
-    grad_input: Array
-    grad_w_query: Array
-    grad_w_key: Array
-    grad_w_value: Array
-    grad_b_query: Array | None
-    grad_b_key: Array | None
-    grad_b_value: Array | None
+class AttentionGradients(ParameterGradients, HeadGradients):
+    """The reverse pass of one head: from ``dA`` to ``dQ``, ``dK``, ``dV``, then on to the
+    input and parameters (a bias gradient is ``None`` when the head has no such bias)."""
 
 
 def output_loss(forward: AttentionForward, upstream: Array) -> float:
@@ -359,5 +351,4 @@ class AttentionHead:
         h = g.heads[0]
         return AttentionGradients(
             h.grad_attention, h.grad_scaled_scores, h.grad_scores, h.grad_query, h.grad_key,
-            h.grad_value, g.grad_input, g.grad_w_query, g.grad_w_key, g.grad_w_value,
-            g.grad_b_query, g.grad_b_key, g.grad_b_value)
+            h.grad_value, *(getattr(g, name) for name in ParameterGradients.__record_fields__))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
-from qkvcli.chapters.registry import Chapter
+from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
@@ -275,15 +275,22 @@ def check_chapter(data: dict[str, Any], name: str = NAME) -> None:
                            f"expected a string, got {json_type_name(data['description'])}")
 
 
-def _table(raw: Any) -> RotaryTable:
-    rope = keyed_object(raw, "$.rope", ROPE_KEYS, ("features", "positions", "base"))
-    features = count_of(rope["features"], "$.rope.features")
+def rope_settings(rope: dict[str, Any]) -> tuple[int, float, str]:
+    """``$.rope``'s ``positions``, ``base`` and ``layout`` (``adjacent`` unless given), in
+    that order. Raises :class:`FixtureError`."""
     positions = count_of(rope["positions"], "$.rope.positions")
     base = finite_number(rope["base"], "$.rope.base")
     layout = rope.get("layout", "adjacent")
     if not isinstance(layout, str) or layout not in LAYOUTS:
         shown = json.dumps(layout) if isinstance(layout, str) else json_type_name(layout)
         raise FixtureError("$.rope.layout", f'expected "adjacent" or "half", got {shown}')
+    return positions, base, layout
+
+
+def _table(raw: Any) -> RotaryTable:
+    rope = keyed_object(raw, "$.rope", ROPE_KEYS, ("features", "positions", "base"))
+    features = count_of(rope["features"], "$.rope.features")
+    positions, base, layout = rope_settings(rope)
     try:
         return check_table(features, positions, base, layout)
     except (ZeroFeatureWidth, OddFeatureWidth) as error:
@@ -309,11 +316,6 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int,
         raise FixtureError(location, str(error)) from None
     return x
 
-
-def with_settings(fixture: RopeFixture, **settings: float | int | None) -> RopeFixture:
-    """``fixture`` with the gradient check's ``step``, ``tolerance`` or ``samples`` replaced
-    (the command line's ``--step``, ``--tolerance``, ``--samples``)."""
-    return fixture._replace(**settings)
 
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -435,7 +437,7 @@ class RotaryProbe(Record):
         return self.output_shape == self.input_shape
 
 
-class RopeEvidence(Record):
+class RopeEvidence(ChapterEvidence):
     """Chapter 29's whole evidence for one fixture: the fixture, the primary numbers, the
     shape probes, the rejected inputs, the gradient check of Q and K, the replay, and the
     chapter's checks judged (``checks``, in report order)."""
@@ -443,14 +445,6 @@ class RopeEvidence(Record):
     fixture: RopeFixture
     primary: RopePrimary
     probes: tuple[RotaryProbe, ...]
-    errors: tuple[Refusal, ...]
-    gradcheck: GradcheckResult
-    replay_bitwise: bool
-    checks: tuple[FamilyCheck, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
 
 
 
@@ -613,7 +607,8 @@ def build(fixture: RopeFixture) -> RopeEvidence:
             verdict("tape_finite", found.tape_finite),
             verdict("replay", replay),
         )
-        return RopeEvidence(fixture, found, shapes, errors, checked, replay, checks)
+        return RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
+                            checks=checks, fixture=fixture, primary=found, probes=shapes)
 
 
-CHAPTER = Chapter(29, NAME, FIXTURE, parse, build, with_settings)
+CHAPTER = Chapter(29, NAME, FIXTURE, parse, build)

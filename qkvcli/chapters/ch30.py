@@ -19,7 +19,6 @@ No I/O, no prose.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,15 +39,15 @@ from qkvcli.chapters.ch29 import (
     count_of,
     invariant_tolerance,
     read_operand,
+    rope_settings,
 )
-from qkvcli.chapters.registry import Chapter
+from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
-from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.reading.json_values import finite_number, json_type_name, keyed_object
+from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
@@ -151,12 +150,7 @@ class MultiHeadFixture(Record):
 def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> MultiHeadSpec:
     heads = count_of(data["heads"], "$.heads")
     rope = keyed_object(data["rope"], "$.rope", ROPE_KEYS, ("positions", "base"))
-    positions = count_of(rope["positions"], "$.rope.positions")
-    base = finite_number(rope["base"], "$.rope.base")
-    layout = rope.get("layout", "adjacent")
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        shown = json.dumps(layout) if isinstance(layout, str) else json_type_name(layout)
-        raise FixtureError("$.rope.layout", f'expected "adjacent" or "half", got {shown}')
+    positions, base, layout = rope_settings(rope)
     weights = keyed_object(data["weights"], "$.weights", WEIGHT_KEYS, WEIGHT_KEYS)
     arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements, base_dir=base_dir)
               for b in WEIGHT_KEYS]
@@ -178,11 +172,6 @@ def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> 
         raise FixtureError(where, f"{error} (the head width is RoPE's feature width)") from None
     return MultiHeadSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
 
-
-def with_settings(fixture: MultiHeadFixture, **settings: float | int | None) -> MultiHeadFixture:
-    """``fixture`` with the gradient check's ``step``, ``tolerance`` or ``samples`` replaced
-    (the command line's ``--step``, ``--tolerance``, ``--samples``)."""
-    return fixture._replace(**settings)
 
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -355,7 +344,7 @@ class MultiHeadHistory(Record):
     rows_normalized: bool
 
 
-class MultiHeadEvidence(Record):
+class MultiHeadEvidence(ChapterEvidence):
     """Chapter 30's whole evidence for one fixture, the chapter's checks judged in
     ``checks`` (report order)."""
 
@@ -364,16 +353,8 @@ class MultiHeadEvidence(Record):
     probes: MultiHeadProbes
     shapes: MultiHeadShapes
     parameters: MultiHeadParameters
-    errors: tuple[Refusal, ...]
     history: MultiHeadHistory
-    gradcheck: GradcheckResult
     tape_finite: bool
-    replay_bitwise: bool
-    checks: tuple[FamilyCheck, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
 
 
 def primary(fixture: MultiHeadFixture) -> tuple[MultiHeadPrimary, MultiHeadLayer, LayerForward]:
@@ -586,8 +567,10 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
             verdict("tape_finite", tape_finite),
             verdict("replay", replay),
         )
-        return MultiHeadEvidence(fixture, found, probed, shaped, params, errors,
-                             history(fixture, found), checked, tape_finite, replay, checks)
+        return MultiHeadEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
+                                 checks=checks, fixture=fixture, primary=found, probes=probed,
+                                 shapes=shaped, parameters=params,
+                                 history=history(fixture, found), tape_finite=tape_finite)
 
 
-CHAPTER = Chapter(30, NAME, FIXTURE, parse, build, with_settings)
+CHAPTER = Chapter(30, NAME, FIXTURE, parse, build)

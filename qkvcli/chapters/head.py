@@ -66,7 +66,7 @@ from qkvcli.chapters.operands import (
     loss,
     reverse,
 )
-from qkvcli.chapters.registry import Chapter
+from qkvcli.chapters.registry import Chapter, ChapterEvidence, settings_replaced
 from qkvcli.core.arrays import Array, all_finite, same_bits
 from qkvcli.core.invariants import prefix
 from qkvcli.core.invariants import single_token as single_token_claim
@@ -430,22 +430,15 @@ def causal_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ..
 
 # --- the evidence and the chapters' plans -----------------------------------------------
 
-class HeadChapterEvidence(Record):
-    """A head chapter's evidence: the pass, the probes, the check, the cases, the verdicts."""
+class HeadChapterEvidence(ChapterEvidence):
+    """A head chapter's evidence: the pass and the probes both chapters run (besides the
+    cases, the check and the verdicts every chapter has)."""
 
     chapter: str
     source: str
     primary: HeadPass
     single: SingleToken
     empty: EmptyProbe
-    gradcheck: GradcheckResult
-    errors: tuple[Refusal, ...]
-    replay_bitwise: bool
-    checks: tuple[FamilyCheck, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
 
 
 class SelfAttentionEvidence(HeadChapterEvidence):
@@ -549,15 +542,11 @@ def build_causal(fixture: CausalFixture) -> CausalEvidence:
         prefix=prefix_probe(fixture)), CAUSAL_PLAN)
 
 
-def _settings_of(fixture: HeadInputs, **settings: float | int | None) -> HeadInputs:
-    return fixture._replace(**settings)
-
-
 def _causal_settings(fixture: CausalFixture, **settings: float | int | None) -> CausalFixture:
-    return fixture._replace(inputs=fixture.inputs._replace(**settings))
+    return fixture._replace(inputs=settings_replaced(fixture.inputs, **settings))
 
 
 SELF_ATTENTION = Chapter(27, CHAPTER_IDS[27], "ch27-self-attention.json", parse_self_attention,
-                         build_self_attention, _settings_of)
+                         build_self_attention)
 CAUSAL_MASKING = Chapter(28, CHAPTER_IDS[28], "ch28-causal-masking.json", parse_causal,
                          build_causal, _causal_settings)

@@ -19,6 +19,8 @@ from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
 from qkvcli.core.record import Record
 
 if TYPE_CHECKING:
+    from qkvcli.core.results import FamilyCheck, Refusal
+    from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.files import StrPath
 
 CHAPTERS = {
@@ -30,13 +32,21 @@ CHAPTERS = {
 """Each later chapter: the module that defines it and the :class:`Chapter`'s name there."""
 
 
+def settings_replaced(fixture: Any, **settings: float | int | None) -> Any:
+    """``fixture`` (a record holding ``step``, ``tolerance`` and ``samples``) with the
+    gradient check's settings replaced (the command line's ``--step``, ``--tolerance``,
+    ``--samples``)."""
+    return fixture._replace(**settings)
+
+
 class Chapter(Record):
     """One later chapter: what the CLI, the quiz and the tests need of it.
 
     ``parse(document, max_elements, base_dir)`` validates a fixture document (raising
     :class:`~qkvcli.reading.problems.FixtureError` naming the ``$.path``), ``build`` computes
     the evidence of a parsed fixture (no I/O, no wording), ``with_settings(fixture,
-    **settings)`` replaces the gradient check's ``step``, ``tolerance`` or ``samples``.
+    **settings)`` replaces the gradient check's ``step``, ``tolerance`` or ``samples``
+    (:func:`settings_replaced` where the fixture holds them itself).
     """
 
     number: int
@@ -44,7 +54,22 @@ class Chapter(Record):
     fixture: str
     parse: Callable[[object, int, StrPath | None], Any]
     build: Callable[[Any], Any]
-    with_settings: Callable[..., Any]
+    with_settings: Callable[..., Any] = settings_replaced
+
+
+class ChapterEvidence(Record):
+    """What every later chapter's evidence holds besides its own: its rejected inputs,
+    its gradient check, whether a second run replays the first bit for bit, and its
+    families judged (``checks``, in report order)."""
+
+    errors: tuple[Refusal, ...]
+    gradcheck: GradcheckResult
+    replay_bitwise: bool
+    checks: tuple[FamilyCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
 
 
 class UnknownChapter(QkvError):

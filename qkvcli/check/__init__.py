@@ -1,1 +1,2 @@
-"""``qkv check``: the chapter's evidence families run against a user's own Q/K/V implementation."""
+"""``qkv check``: every evidence family run against a user's own implementation of the
+projections, an attention head, RoPE or multi-head attention (:mod:`qkvcli.check.kinds`)."""

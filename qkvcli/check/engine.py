@@ -1,9 +1,11 @@
 """qkv's own engine as an implementation: the reference every family compares with.
 
-The four operations of the protocol (``forward``, ``backward``, ``head_forward``,
-``head_backward``) answered by the chapter's projections
-(:class:`~qkvcli.core.projections.QkvProjections`) and the attention engine (a head,
-:class:`~qkvcli.attention.head.AttentionHead`). The families take their expected values
+Every operation of the protocol answered by qkv's engine: ``forward`` and ``backward`` by
+the chapter's projections (:class:`~qkvcli.core.projections.QkvProjections`),
+``head_forward`` and ``head_backward`` by the attention engine's head
+(:class:`~qkvcli.attention.head.AttentionHead`), ``rope``, ``rope_reverse``,
+``mha_forward`` and ``mha_backward`` by the engine's RoPE and multi-head layer
+(:mod:`qkvcli.check.reference`). The families take their expected values
 from it, and it can be judged by them like any implementation (a test runs every family
 on it and every one passes).
 """

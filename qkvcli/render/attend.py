@@ -151,54 +151,39 @@ def failed_checks(evidence: AttendEvidence) -> list[str]:
 # --- the checks' wording --------------------------------------------------------------
 
 
-def _head_details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
-    """Per check of one head: its detail when passed and when failed."""
+def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
+    """Per check of one head or of a multi-head layer (judged per head, the gradient
+    check on the whole layer): its detail when passed and when failed."""
     a, m, h, g = evidence.attention, evidence.mask, evidence.hull, evidence.gradcheck
-    rows = (f"min weight {a.min_attention:.6g} >= 0; max |row sum - 1| "
-            f"{a.max_row_deviation:.3g} <= {a.tolerance:.3g} (4 T eps)")
-    mask = (f"causal: largest weight above the diagonal {m.max_masked_attention!r} "
-            "(must be exactly 0)" if m.applicable else "not applicable: no causal mask")
-    hull = ("O = sum_j A_ij v_j recomputed term by term (residual "
-            f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); with the weights checked "
-            "above this places each output in the convex hull of the value rows; box test "
-            f"(necessary only): {h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
-    gradcheck = f"{g.count} coordinates, step {g.step!r}, tolerance {g.tolerance!r}"
-    return {
-        "forward": ("scores [B,T,T], output [B,T,d_v], all finite",
-                    "a forward tensor is not finite or misshapen"),
-        "attention": (rows, rows),
-        "mask": (mask, mask),
-        "hull": (hull, hull),
-        "reverse": ("dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped",
-                    "a gradient is not finite or misshapen"),
-        "gradcheck": (gradcheck, gradcheck),
-    }
-
-
-def _layer_details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
-    """Per check of a multi-head layer: its detail when passed and when failed."""
-    a, m, h, g = evidence.attention, evidence.mask, evidence.hull, evidence.gradcheck
+    layer = evidence.config.heads is not None
     failing = [str(head.head) for head in evidence.heads if not head.passed]
     per_head = f"{len(evidence.heads)} heads" + (
         f", failing: {','.join(failing)}" if failing else "")
-    rows = (f"per head ({per_head}): min weight {a.min_attention:.6g} >= 0; max |row sum - 1| "
-            f"{a.max_row_deviation:.3g} <= {a.tolerance:.3g} (4 T eps)")
-    mask = (f"causal, per head: largest weight above the diagonal {m.max_masked_attention!r} "
-            "(must be exactly 0)" if m.applicable else "not applicable: no causal mask")
-    hull = ("per head: O_h = sum_j A_ij v_j recomputed term by term (largest residual "
-            f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); box test: "
-            f"{h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
-    gradcheck = (f"whole layer: {g.count} coordinates, step {g.step!r}, "
+    rows = (f"{f'per head ({per_head}): ' if layer else ''}min weight {a.min_attention:.6g} "
+            f">= 0; max |row sum - 1| {a.max_row_deviation:.3g} <= {a.tolerance:.3g} (4 T eps)")
+    mask = (f"causal{', per head' if layer else ''}: largest weight above the diagonal "
+            f"{m.max_masked_attention!r} (must be exactly 0)" if m.applicable
+            else "not applicable: no causal mask")
+    if layer:
+        hull = ("per head: O_h = sum_j A_ij v_j recomputed term by term (largest residual "
+                f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); box test: "
+                f"{h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
+        forward = (f"weights [B,H,T,T], output [B,T,E_out={evidence.config.e_out}], all "
+                   "finite")
+        reverse = ("every gradient finite", "a gradient is not finite")
+    else:
+        hull = ("O = sum_j A_ij v_j recomputed term by term (residual "
+                f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); with the weights checked "
+                "above this places each output in the convex hull of the value rows; box test "
+                f"(necessary only): {h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
+        forward = "scores [B,T,T], output [B,T,d_v], all finite"
+        reverse = ("dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped",
+                   "a gradient is not finite or misshapen")
+    gradcheck = (f"{'whole layer: ' if layer else ''}{g.count} coordinates, step {g.step!r}, "
                  f"tolerance {g.tolerance!r}")
-    return {
-        "forward": (f"weights [B,H,T,T], output [B,T,E_out={evidence.config.e_out}], all "
-                    "finite", "a forward tensor is not finite or misshapen"),
-        "attention": (rows, rows),
-        "mask": (mask, mask),
-        "hull": (hull, hull),
-        "reverse": ("every gradient finite", "a gradient is not finite"),
-        "gradcheck": (gradcheck, gradcheck),
-    }
+    return {"forward": (forward, "a forward tensor is not finite or misshapen"),
+            "attention": (rows, rows), "mask": (mask, mask), "hull": (hull, hull),
+            "reverse": reverse, "gradcheck": (gradcheck, gradcheck)}
 
 
 _SHARED_DETAILS = {
@@ -219,8 +204,7 @@ def attend_checks(evidence: AttendEvidence) -> tuple[Check, ...]:
 
     The text, JSON and rich views all list these rows, so their wording cannot drift.
     """
-    details = {**_SHARED_DETAILS, **(
-        _head_details(evidence) if evidence.config.heads is None else _layer_details(evidence))}
+    details = {**_SHARED_DETAILS, **_details(evidence)}
     return tuple(
         Check(check_name(v.name), v.passed, details[v.name][0 if v.passed else 1])
         for v in evidence.checks

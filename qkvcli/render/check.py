@@ -23,6 +23,7 @@ from qkvcli import __version__
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import Precision
 from qkvcli.check.result import CheckResult
+from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import dumps
 from qkvcli.render.wording import verdict
@@ -35,28 +36,31 @@ def _fixtures(count: int) -> str:
     return f"{count} fixture" if count == 1 else f"{count} fixtures"
 
 
-class Words:
+class KindWords(Record):
     """How the families shared by every kind speak of one kind: its operations, what its
     forward and backward give, the modes each fixture runs in, what its probes are, what
     its bad requests are called."""
 
-    def __init__(self, forward: str, backward: str, results: str, gradients: str,
-                 modes: str, probes: str, requests: str, calls: str) -> None:
-        self.forward, self.backward, self.results, self.gradients = (forward, backward,
-                                                                    results, gradients)
-        self.modes, self.probes, self.requests, self.calls = modes, probes, requests, calls
+    forward: str
+    backward: str
+    results: str
+    gradients: str
+    modes: str
+    probes: str
+    requests: str
+    calls: str
 
 
 KIND_WORDS = {
-    "": Words("forward", "backward", "query, key and value",
+    "": KindWords("forward", "backward", "query, key and value",
               "grad_input and the three weight gradients", "", "empty batch and token axes",
               "", "calls"),
-    "head-": Words("head_forward", "head_backward", "scores, weights and output",
+    "head-": KindWords("head_forward", "head_backward", "scores, weights and output",
                    "grad_input and the three weight gradients", ", causal and not",
                    "an empty batch, no tokens and one token", "head", "head calls"),
-    "rope-": Words("rope", "rope_reverse", "", "", "",
+    "rope-": KindWords("rope", "rope_reverse", "", "", "",
                    "an empty batch, no tokens and one token", "RoPE", "RoPE calls"),
-    "multi-head-": Words("mha_forward", "mha_backward", "weights, merged and output",
+    "multi-head-": KindWords("mha_forward", "mha_backward", "weights, merged and output",
                          "grad_input and the four weight gradients",
                          ", with and without the mask and RoPE",
                          "an empty batch, no tokens and one token", "multi-head",
@@ -68,7 +72,7 @@ SHARED = ("forward", "reverse", "shapes", "errors", "replay", "purity", "gradche
 ROTATION = "each adjacent pair by (offset + t) base^(-2i/d)"
 
 
-def _shared(check: FamilyCheck) -> tuple[Words, str] | None:
+def _shared(check: FamilyCheck) -> tuple[KindWords, str] | None:
     """The kind's words and the shared family a check is (``rope-replay``: RoPE's
     ``replay``; ``rope``: its ``forward``), or ``None`` for a kind's own family."""
     published = {"rope": ("rope-", "forward"), "multi-head": ("multi-head-", "forward")}
@@ -90,36 +94,45 @@ def _passed_detail(check: FamilyCheck) -> str:
         own = _passed_own_detail(check, on)
         return own if own is not None else check.finding  # protocol: the conversation's own
     words, family = shared
-    both = f"{words.forward} and {words.backward}" if check.backward else words.forward
     if family in ("forward", "reverse") and words is KIND_WORDS["rope-"]:
         turn = "turns" if family == "forward" else "turns back"
         return f"{turn} {ROTATION}, within {check.tolerance!r} of qkv, on {on}"
-    if family == "forward":
-        return f"{words.results} agree with qkv within {check.tolerance!r} on {on}{words.modes}"
-    if family == "reverse":
-        return (f"{words.gradients} agree with qkv within {check.tolerance!r} on "
-                f"{on}{words.modes}")
-    if family == "shapes":
-        keep = f"{both} keep" if check.backward else f"{words.forward} keeps"
-        return f"{keep} {words.probes} on {on}"
-    if family == "errors":
-        if not words.requests:
-            backward = "; 4 bad backward requests" if check.backward else ""
-            return f"4 bad forward requests{backward} rejected on {on}"
-        where = f" on {on}" if check.fixtures > 1 or words.requests == "head" else ""
-        return f"{check.calls} bad {words.requests} requests rejected{where}"
-    if family == "replay":
-        return f"two calls of {both} agree bit for bit on {on}"
-    if family == "purity":
-        return f"arguments unchanged after all {check.calls} {words.calls}"
-    if family == "prefix":
-        return (f"changing the last token's input leaves every earlier output bit for bit, "
-                f"causal, on {on} with two tokens or more")
-    if family == "single-token":
-        gradients = " and no gradient to W_Q or W_K" if check.backward else ""
-        return f"one token: every weight exactly 1{gradients}, on {on}"
-    worst = f"; worst {say(check.worst)}" if check.worst is not None else ""
-    return f"{check.coordinates} coordinates on {on}{words.modes}{worst}"
+    return PASSED_SHARED[family](check, words, on)
+
+
+def _errors_detail(check: FamilyCheck, words: KindWords, on: str) -> str:
+    if not words.requests:
+        backward = "; 4 bad backward requests" if check.backward else ""
+        return f"4 bad forward requests{backward} rejected on {on}"
+    where = f" on {on}" if check.fixtures > 1 or words.requests == "head" else ""
+    return f"{check.calls} bad {words.requests} requests rejected{where}"
+
+
+def _both(check: FamilyCheck, words: KindWords) -> str:
+    """The operations a family called: the forward, and the backward when offered."""
+    return f"{words.forward} and {words.backward}" if check.backward else words.forward
+
+
+PASSED_SHARED: dict[str, Callable[[FamilyCheck, KindWords, str], str]] = {
+    "forward": lambda c, w, on: (f"{w.results} agree with qkv within {c.tolerance!r} on "
+                                 f"{on}{w.modes}"),
+    "reverse": lambda c, w, on: (f"{w.gradients} agree with qkv within {c.tolerance!r} on "
+                                 f"{on}{w.modes}"),
+    "shapes": lambda c, w, on: (f"{_both(c, w)} keep" if c.backward else f"{w.forward} keeps")
+    + f" {w.probes} on {on}",
+    "errors": _errors_detail,
+    "replay": lambda c, w, on: f"two calls of {_both(c, w)} agree bit for bit on {on}",
+    "purity": lambda c, w, on: f"arguments unchanged after all {c.calls} {w.calls}",
+    "prefix": lambda c, w, on: ("changing the last token's input leaves every earlier output "
+                                f"bit for bit, causal, on {on} with two tokens or more"),
+    "single-token": lambda c, w, on: (
+        "one token: every weight exactly 1"
+        f"{' and no gradient to W_Q or W_K' if c.backward else ''}, on {on}"),
+    "gradcheck": lambda c, w, on: (
+        f"{c.coordinates} coordinates on {on}{w.modes}"
+        f"{f'; worst {say(c.worst)}' if c.worst is not None else ''}"),
+}
+"""What a passing shared family established, in its kind's words (:data:`SHARED`)."""
 
 
 def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
