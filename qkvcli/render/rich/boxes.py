@@ -1,17 +1,11 @@
-"""Boxes and branch styles of the rich view.
-
-How the rich figure names and colours the three branches and the shared input.
-
-Colour only ever adds to a border or a word (the borders themselves are in
-:mod:`qkvcli.render.rich.boxes`).
-
-The figure's borders: one per role, each with an ASCII fallback of its own.
+"""Boxes and branch styles of the rich view: how the figure names, colours and borders
+the three branches and the shared input.
 
 The chapter tells the branches apart by border, not by colour: the shared input is
-heavy, query solid, key dashed, value double; evidence cards are rounded. rich swaps
-*every* non-ASCII box for the same ``+--+`` box on a stream that cannot encode
-Unicode, which would make the three branches look alike, so :class:`RoleBox` carries
-its own ASCII spelling and returns it instead.
+heavy, query solid, key dashed, value double; evidence cards are rounded. Colour only
+ever adds to a border or a word. rich swaps *every* non-ASCII box for the same ``+--+``
+box on a stream that cannot encode Unicode, which would make the three branches look
+alike, so :class:`RoleBox` carries its own ASCII spelling and returns it instead.
 
 A box is eight lines of four characters (see :class:`rich.box.Box`): top, head,
 head_row, mid, row, foot_row, foot, bottom.
@@ -63,117 +57,25 @@ def _ascii(box: str) -> Box:
     return Box(box, ascii=True)
 
 
-# fmt: off
-INPUT = RoleBox(
-    "┏━┳┓\n"
-    "┃ ┃┃\n"
-    "┣━╋┫\n"
-    "┃ ┃┃\n"
-    "┣━╋┫\n"
-    "┣━╋┫\n"
-    "┃ ┃┃\n"
-    "┗━┻┛\n",
-    _ascii(
-        "*~**\n"
-        "! !!\n"
-        "*~**\n"
-        "! !!\n"
-        "*~**\n"
-        "*~**\n"
-        "! !!\n"
-        "*~**\n"
-    ),
-)
+def _frame(top: str, row: str, divider: str, bottom: str) -> str:
+    """The eight lines of a box whose rows are all ``row`` and whose dividers (under the
+    head, between rows, above the foot) are all ``divider``."""
+    return "".join(f"{line}\n" for line in (top, row, divider, row, divider, divider, row,
+                                             bottom))
+
+
+INPUT = RoleBox(_frame("┏━┳┓", "┃ ┃┃", "┣━╋┫", "┗━┻┛"), _ascii(_frame("*~**", "! !!", "*~**", "*~**")))
 """Shared input: heavy (ASCII ``*~*!``)."""
-
-QUERY = RoleBox(
-    "┌─┬┐\n"
-    "│ ││\n"
-    "├─┼┤\n"
-    "│ ││\n"
-    "├─┼┤\n"
-    "├─┼┤\n"
-    "│ ││\n"
-    "└─┴┘\n",
-    _ascii(
-        "+-++\n"
-        "| ||\n"
-        "+-++\n"
-        "| ||\n"
-        "+-++\n"
-        "+-++\n"
-        "| ||\n"
-        "+-++\n"
-    ),
-)
+QUERY = RoleBox(_frame("┌─┬┐", "│ ││", "├─┼┤", "└─┴┘"), _ascii(_frame("+-++", "| ||", "+-++", "+-++")))
 """Query: solid (ASCII ``+-+|``)."""
-
-KEY = RoleBox(
-    "┌┄┬┐\n"
-    "┆ ┆┆\n"
-    "├┄┼┤\n"
-    "┆ ┆┆\n"
-    "├┄┼┤\n"
-    "├┄┼┤\n"
-    "┆ ┆┆\n"
-    "└┄┴┘\n",
-    _ascii(
-        "+.++\n"
-        ": ::\n"
-        "+.++\n"
-        ": ::\n"
-        "+.++\n"
-        "+.++\n"
-        ": ::\n"
-        "+.++\n"
-    ),
-)
+KEY = RoleBox(_frame("┌┄┬┐", "┆ ┆┆", "├┄┼┤", "└┄┴┘"), _ascii(_frame("+.++", ": ::", "+.++", "+.++")))
 """Key: dashed (ASCII ``+.+:``)."""
-
-VALUE = RoleBox(
-    "╔═╦╗\n"
-    "║ ║║\n"
-    "╠═╬╣\n"
-    "║ ║║\n"
-    "╠═╬╣\n"
-    "╠═╬╣\n"
-    "║ ║║\n"
-    "╚═╩╝\n",
-    _ascii(
-        "#=##\n"
-        "H HH\n"
-        "#=##\n"
-        "H HH\n"
-        "#=##\n"
-        "#=##\n"
-        "H HH\n"
-        "#=##\n"
-    ),
-)
+VALUE = RoleBox(_frame("╔═╦╗", "║ ║║", "╠═╬╣", "╚═╩╝"), _ascii(_frame("#=##", "H HH", "#=##", "#=##")))
 """Value: double (ASCII ``#=#H``)."""
-
-CARD = RoleBox(
-    "╭─┬╮\n"
-    "│ ││\n"
-    "├─┼┤\n"
-    "│ ││\n"
-    "├─┼┤\n"
-    "├─┼┤\n"
-    "│ ││\n"
-    "╰─┴╯\n",
-    _ascii(
-        ".-..\n"
-        "| ||\n"
-        "|-+|\n"
-        "| ||\n"
-        "|-+|\n"
-        "|-+|\n"
-        "| ||\n"
-        "'-''\n"
-    ),
-)
+CARD = RoleBox(_frame("╭─┬╮", "│ ││", "├─┼┤", "╰─┴╯"), _ascii(_frame(".-..", "| ||", "|-+|", "'-''")))
 """Evidence cards: rounded (ASCII ``.-.`` over ``'-'``), so no card looks like a branch."""
 
+# fmt: off
 PLAIN = RoleBox(
     "    \n"
     "    \n"
