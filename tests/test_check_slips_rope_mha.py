@@ -92,3 +92,25 @@ def test_a_rope_slip_at_position_zero_fails_position_zero_too() -> None:
     checks = {check.name: check for check in checked("cos-sin-swapped").checks}
     assert checks["position-zero"].outcome == "failed"
     assert "position 0 is not the identity" in family_detail(checks["position-zero"])
+
+
+LAYER_ROPE = {
+    # a rotation slip inside the layer: the multi-head family names it as the rotation's
+    "base-ignored": ("base-ignored", "base-squared"),  # base 100: 10000 is its square
+    "base-squared": ("base-ignored", "base-squared"),
+    "cos-sin-swapped": ("turned-back", "cos-sin-swapped"),  # one angle's turn in any score
+    "float32-angles": ("float32-angles",),
+    "half-split": ("half-split",),
+}
+"""Each rotation slip of the example, and the slips the layer's fixtures cannot tell it
+from (every one named, as either)."""
+
+
+@pytest.mark.parametrize("bug", sorted(LAYER_ROPE))
+def test_a_rope_slip_inside_the_layer_is_named_by_multi_head_too(bug: str) -> None:
+    detail = family_detail({c.name: c for c in checked(bug).checks}["multi-head"])
+    for slip in LAYER_ROPE[bug]:
+        words = SLIP_WORDS.get(f"rope-{slip}", SLIP_WORDS[slip])
+        assert words in detail, detail
+    if len(LAYER_ROPE[bug]) > 1:
+        assert "either" in detail, detail

@@ -6,7 +6,8 @@ transformed so that the engine computes what the slip computes, or with one part
 changed. A head's slips are its scale, mask or softmax (or a step of the reverse) given
 the slip's version of that one step. Half-split pairs are the engine's other layout;
 positions from 1 its offset plus one; cos and sin swapped a quarter turn of each pair,
-then the turn back (the angle ``π/2 - θ``); heads split by a bare reshape or by strided
+then the turn back (the angle ``π/2 - θ``); a layer's RoPE slip the engine without RoPE
+given queries and keys turned by the slip's rotation; heads split by a bare reshape or by strided
 columns the engine's right split of permuted projections; ``W_O`` before the merge the
 engine with ``W_O``'s off-diagonal blocks zeroed; RoPE on V the engine given projections
 whose values are turned. The families of :mod:`~qkvcli.check.values` compare with them
@@ -48,13 +49,17 @@ REVERSE_BUGS = ("not-inverted", "half-split", "from-one", "frequency", *ROTATION
 """The slips of the reverse, in the order they are tried."""
 IGNORED_BASE = 10000.0
 """The base an implementation that ignores the one given uses (the usual default)."""
+LAYER_ROPE_BUGS = ("half-split", "turned-back", "frequency", *ROTATION_BUGS[:3],
+                   ROTATION_BUGS[4])
+"""The rotation's slips a multi-head layer's RoPE can make, its queries and keys turned
+by the slip's rotation (``rope-half-split``, ...). Positions counted from 1 and an ignored
+offset are not among them: a common shift of every position leaves RoPE's scores as they
+are (the ``rope`` family judges the offset)."""
 MHA_BUGS = ("split-no-transpose", "merge-no-transpose", "strided-heads", "merge-reversed",
             "wo-before-merge", "scale-d_model", "unscaled", "one-softmax", "no-mask",
-            "always-mask", "mask-one-head", "rope-half-split", "no-rope", "rope-always",
-            "rope-on-value")
-"""The multi-head slips, in the order they are tried. Positions counted from 1 are not
-among them: a common shift of every position leaves RoPE's scores as they are (the
-``rope`` family judges the offset)."""
+            "always-mask", "mask-one-head", *(f"rope-{bug}" for bug in LAYER_ROPE_BUGS),
+            "no-rope", "rope-always", "rope-on-value")
+"""The multi-head slips, in the order they are tried."""
 MHA_BACKWARD_BUGS = ("wo-gradient-transposed", "input-first-head", "input-last-head",
                      "first-item", "last-item")
 """The slips of a multi-head backward alone (its forward right), in the order they are
@@ -122,8 +127,7 @@ def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offs
     w_query, w_key, w_value, w_output = weights
     width = int(w_query.shape[1])
     turns = (rope and bug != "no-rope") or bug == "rope-always"
-    rotary = Rope(base, width // heads, "half" if bug == "rope-half-split" else "interleaved",
-                  offset) if turns else None
+    rotary = Rope(base, width // heads, "interleaved", offset) if turns else None
     scale = {"scale-d_model": score_factor(width, None), "unscaled": 1.0}.get(bug)
     if bug == "wo-before-merge":  # each head's output through its own block of W_O alone
         size = width // heads
@@ -164,6 +168,20 @@ def _value_turned(layer: MultiHeadLayer, x: Array, causal: bool) -> LayerForward
     return engine.forward(layer, x, causal, projected=projected)
 
 
+def _slip_turned(weights: tuple[Array, ...], heads: int, x: Array, causal: bool, base: float,
+                 offset: int, slip: str) -> LayerForward:
+    """The engine without RoPE, given projections whose queries and keys are turned by
+    the rotation with ``slip`` (one of :data:`LAYER_ROPE_BUGS`)."""
+    layer = _layer(weights, heads, False, base, offset)
+    weight, bias = layer.packed()
+    projected = project(x, weight, bias=bias)
+    width = layer.heads * layer.d_k
+    for start in (0, width):  # the queries' columns, then the keys'
+        turned = heads_axis(projected[..., start:start + width], layer.heads)
+        turned[...] = engine_rope(np.array(turned), base, offset, slip)
+    return engine.forward(layer, x, causal, projected=projected)
+
+
 def engine_mha(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope: bool,
                base: float, offset: int, bug: str = "") -> Bundle:
     """``(weights, merged, output)`` of qkv's engine, or as a layer with ``bug`` (one of
@@ -185,7 +203,10 @@ def engine_mha(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, r
             return done.attention, merged, merged @ w_output
         layer = _layer(weights, heads, rope, base, offset, bug)
         masked = {"no-mask": False, "always-mask": True}.get(bug, causal)
-        if bug == "rope-on-value":
+        if rope and bug.removeprefix("rope-") in LAYER_ROPE_BUGS:
+            done = _slip_turned(weights, heads, np.asarray(x, dtype=np.float64), masked, base,
+                                offset, bug.removeprefix("rope-"))
+        elif bug == "rope-on-value":
             done = _value_turned(layer, np.asarray(x, dtype=np.float64), masked)
         else:
             done = layer.forward(x, masked)

@@ -301,9 +301,15 @@ and mask's own)."""
 def _slips(slips: tuple[str, ...]) -> str:
     """One slip's words; several that the fixture cannot tell apart, each, as either."""
     if len(slips) == 1:
-        return SLIP_WORDS[slips[0]]
-    return ("on this fixture, either " + "; or ".join(SLIP_WORDS[slip] for slip in slips)
+        return _slip_words(slips[0])
+    return ("on this fixture, either " + "; or ".join(map(_slip_words, slips))
             + " (the same numbers here)")
+
+
+def _slip_words(slip: str) -> str:
+    """A slip's words; a multi-head layer's RoPE slip (``rope-base-ignored``) is worded
+    as the rotation's own (``base-ignored``) when it has no words of its own."""
+    return SLIP_WORDS.get(slip) or SLIP_WORDS[slip.removeprefix("rope-")]
 
 
 def _mask_positions(slips: tuple[str, ...], positions: tuple[Clause, ...]) -> str:
