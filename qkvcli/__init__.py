@@ -3,9 +3,9 @@
 Library use::
 
     from qkvcli import QkvProjections
-    layer = QkvProjections.from_arrays(w_query, w_key, w_value)
-    q, k, v = layer.forward(x)
-    grads = layer.backward(x, grad_q, grad_k, grad_v)   # .grad_input, .grad_w_query, ...
+    projections = QkvProjections.from_arrays(w_query, w_key, w_value)
+    q, k, v = projections.forward(x)
+    grads = projections.backward(x, grad_q, grad_k, grad_v)   # .grad_input, .grad_w_query, ...
 
 The engine is imported lazily so that ``qkv --help`` and ``qkv --version`` stay quick.
 """

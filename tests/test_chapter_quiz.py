@@ -16,7 +16,7 @@ from qkvcli.reading.load import load_fixture
 
 
 def right_answer(question: Question) -> str:
-    return question.expected if question.kind == "choice" else question.shown  # type: ignore[return-value]
+    return question.expected if question.form == "choice" else question.shown  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("number", CHAPTERS)

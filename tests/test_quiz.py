@@ -110,7 +110,7 @@ def test_quiz_needs_a_token() -> None:
 
 def test_chapter_questions_are_unchanged() -> None:
     # Recorded from the quiz before it learnt to scale to wide fixtures: on the chapter's
-    # fixture every prompt, kind, expected answer, spelling and explanation stays as it was.
+    # fixture every prompt, form, expected answer, spelling and explanation stays as it was.
 
     from tests.conftest import GOLDEN
 
@@ -132,7 +132,7 @@ def _seeded(d_model: int, d_head: int, tokens: int = 2) -> dict[str, object]:
 def test_a_wider_fixture_asks_for_one_coordinate() -> None:
     fixture = parse_fixture(_seeded(24, 16))
     question = build_questions(fixture)[1]
-    assert question.kind == "number"
+    assert question.form == "number"
     assert question.prompt.startswith("Compute q0[0], coordinate 0 of the first token's query")
     # An independent reference: the dot product of the first token with W_Q's column 0.
     x0, column = fixture.input[0, 0], fixture.weights[0][:, 0]
@@ -159,7 +159,7 @@ def test_a_fixture_too_wide_for_a_coordinate_asks_for_a_shape() -> None:
 
 
 def test_the_chapter_question_two_fits_and_is_the_full_one() -> None:
-    assert fits_screen(QUESTIONS[1], 9) and QUESTIONS[1].kind == "numbers"
+    assert fits_screen(QUESTIONS[1], 9) and QUESTIONS[1].form == "numbers"
 
 
 @settings(max_examples=40, deadline=None)

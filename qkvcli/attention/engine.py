@@ -1,4 +1,4 @@
-"""The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer kind.
+"""The attention engine: one forward and one reverse pass over ``[B,H,T,d]`` for every layer qkv computes.
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
 (half, interleaved, partial, with a position offset), clipping of the projections, a

@@ -87,14 +87,15 @@ ROLES = (
                             ("k_lin", "key"), ("v_lin", "value"), ("out_lin", "output"))
       for part in ("weight", "bias")),
 )
-# The tensor that marks a layer, and the kind of layer it marks.
+# The tensor that marks a layer, and the naming of the tensors it marks (the layer's
+# tensor names: GPT-2's, NeoX's, a plain q_proj/k_proj/v_proj trio, ...).
 ANCHORS = (("c_attn.weight", "gpt2"), ("q_proj.weight", "linear"),
            ("query_key_value.weight", "neox"), ("query.weight", "bert"),
            ("q_lin.weight", "distil"), ("qkv_proj.weight", "blocks"), ("Wqkv.weight", "mpt"),
            ("SelfAttention.q.weight", "t5"))
-# The packed projection each kind reads (its tensor relative to the prefix), torch rows.
+# The packed projection each naming reads (its tensor relative to the prefix), torch rows.
 PACKED = {"blocks": "qkv_proj.", "bigcode": "c_attn.", "falcon": "query_key_value."}
-# The query, key and value modules of each kind with separate projections.
+# The query, key and value modules of each naming with separate projections.
 TRIOS = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"),
          "distil": ("q_lin", "k_lin", "v_lin")}
 # Attention tensors of layers qkv does not compute, and what they are: named when no
@@ -167,7 +168,7 @@ class ModelFunction(Record):
     scale: float | None = None  # None: 1/sqrt(d_k)
     architecture: str | None = None
     window: int | None = None  # a causal mask's sliding window
-    layout: str | None = None  # the tensors' kind the config says (a packing names alone hide)
+    layout: str | None = None  # the tensors' naming the config says (a packing names alone hide)
     softcap: float | None = None  # the scores' soft-cap (Gemma 2)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head (BLOOM)
     clip_qkv: float | None = None  # OLMo's clamp of the projections
@@ -206,26 +207,26 @@ def natural_key(text: str) -> list[Any]:
 
 
 def layer_prefixes(names: list[str]) -> list[tuple[str, str]]:
-    """``(prefix, kind)`` of every attention layer among ``names``, in natural order."""
+    """``(prefix, naming)`` of every attention layer among ``names``, in natural order."""
     found: dict[str, str] = {}
     for name in names:
-        for anchor, kind in ANCHORS:
+        for anchor, naming in ANCHORS:
             if name == anchor or name.endswith("." + anchor):
-                tail = anchor.split(".", 1)[1] if kind == "t5" else anchor
+                tail = anchor.split(".", 1)[1] if naming == "t5" else anchor
                 prefix = name[:len(name) - len(tail)]
-                if kind == "bert" and not prefix.endswith("self."):
+                if naming == "bert" and not prefix.endswith("self."):
                     continue
-                found.setdefault(prefix, kind)
+                found.setdefault(prefix, naming)
                 break
     return sorted(found.items(), key=lambda item: natural_key(item[0]))
 
 
-def cross_attention(prefix: str, kind: str, names: set[str]) -> bool:
+def cross_attention(prefix: str, naming: str, names: set[str]) -> bool:
     """Whether the layer under ``prefix`` is a cross-attention (keys and values from the
     encoder): GPT-2's ``q_attn`` beside ``c_attn``, BERT's ``crossattention``, BART's and
     Whisper's ``encoder_attn``. qkv computes self-attention only."""
-    return ((kind == "gpt2" and prefix + "q_attn.weight" in names)
-            or (kind == "bert" and prefix.endswith("crossattention.self."))
+    return ((naming == "gpt2" and prefix + "q_attn.weight" in names)
+            or (naming == "bert" and prefix.endswith("crossattention.self."))
             or "encoder_attn" in prefix.split("."))
 
 
@@ -312,71 +313,71 @@ def _matrix(shapes: dict[str, tuple[int, ...]], prefix: str, name: str) -> tuple
 
 def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | None = None,
                  layout: str | None = None) -> tuple[str, int, tuple[int, int, int]]:
-    """``(kind, d_model, (query, key, value widths))`` of the layer under ``prefix``.
+    """``(naming, d_model, (query, key, value widths))`` of the layer under ``prefix``.
 
-    ``layout`` (or ``function.layout``): the tensors' kind the config says, where the
+    ``layout`` (or ``function.layout``): the tensors' naming the config says, where the
     names alone do not tell it (GPT-BigCode's torch ``c_attn`` beside GPT-2's Conv1D).
     A packing of unequal parts (Phi-3's ``qkv_proj``) is split by ``function``'s heads;
     without it the widths are ``(rows, 0, 0)``.
     Raises :class:`CheckpointError` (no layer there, listing the prefixes that exist).
     """
     shapes = {name: shape for name, _, shape in entries}
-    kinds = dict(layer_prefixes(list(shapes)))
-    kind = kinds.get(prefix)
-    if kind is None:
-        raise prefix_problem(prefix, sorted(kinds.items(), key=lambda i: natural_key(i[0])),
+    namings = dict(layer_prefixes(list(shapes)))
+    naming = namings.get(prefix)
+    if naming is None:
+        raise prefix_problem(prefix, sorted(namings.items(), key=lambda i: natural_key(i[0])),
                              list(shapes))
     said = layout if layout is not None else (function.layout if function else None)
-    if said is not None and (said, kind) in (("bigcode", "gpt2"), ("falcon", "neox"),
+    if said is not None and (said, naming) in (("bigcode", "gpt2"), ("falcon", "neox"),
                                              ("codegen", "blocks")):
-        kind = said
-    if kind in PACKED:
-        rows, d_model = _matrix(shapes, prefix, PACKED[kind] + "weight")  # torch [out, in]
+        naming = said
+    if naming in PACKED:
+        rows, d_model = _matrix(shapes, prefix, PACKED[naming] + "weight")  # torch [out, in]
         if function is None:
-            return kind, d_model, (rows, 0, 0)
+            return naming, d_model, (rows, 0, 0)
         head_dim = function.head_dim or 0
         kv = function.kv_heads or function.heads
-        return kind, d_model, (function.heads * head_dim, kv * head_dim, kv * head_dim)
-    if kind == "t5":
+        return naming, d_model, (function.heads * head_dim, kv * head_dim, kv * head_dim)
+    if naming == "t5":
         raise CheckpointError(prefix, "T5's SelfAttention adds a relative position bias and "
                               "does not scale by 1/sqrt(d_k); qkv does not compute it")
     # Cross-attention reads its keys and values from the encoder, not from the layer's
     # input: GPT-2's has c_attn (key|value only) beside q_attn, BERT's lives under
     # crossattention. Read as self-attention, it would be another function.
-    if cross_attention(prefix, kind, set(shapes)):
+    if cross_attention(prefix, naming, set(shapes)):
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
                               "encoder); qkv computes self-attention only")
-    if kind in ("gpt2", "neox", "mpt", "codegen"):
+    if naming in ("gpt2", "neox", "mpt", "codegen"):
         name = {"gpt2": "c_attn.weight", "neox": "query_key_value.weight",
-                "mpt": "Wqkv.weight", "codegen": "qkv_proj.weight"}[kind]
+                "mpt": "Wqkv.weight", "codegen": "qkv_proj.weight"}[naming]
         rows, cols = _matrix(shapes, prefix, name)
-        d_model, packed = (rows, cols) if kind == "gpt2" else (cols, rows)  # Conv1D, torch
+        d_model, packed = (rows, cols) if naming == "gpt2" else (cols, rows)  # Conv1D, torch
         if packed % 3:
-            layout = ("GPT-2's Conv1D [d_model,3*W]" if kind == "gpt2"
+            layout = ("GPT-2's Conv1D [d_model,3*W]" if naming == "gpt2"
                       else "GPT-NeoX's [3*W,d_model]")
             raise CheckpointError(prefix, f"{name} [{rows},{cols}] is not {layout}: its "
                                   f"width {packed} is not 3 equal parts (another family's "
                                   "packing; config.json names it)")
-        return kind, d_model, (packed // 3, packed // 3, packed // 3)
-    trio = TRIOS[kind]
+        return naming, d_model, (packed // 3, packed // 3, packed // 3)
+    trio = TRIOS[naming]
     for short in trio:
         if prefix + short + ".weight" not in shapes:
             raise CheckpointError(prefix, f"{short}.weight is missing")
     matrices = [_matrix(shapes, prefix, f"{short}.weight") for short in trio]  # [out, in]
-    return kind, matrices[0][1], (matrices[0][0], matrices[1][0], matrices[2][0])
+    return naming, matrices[0][1], (matrices[0][0], matrices[1][0], matrices[2][0])
 
 
-def _out_prefix(kind: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, str] | None:
+def _out_prefix(naming: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, str] | None:
     """Where the layer's output projection lives and in which layout."""
-    if kind == "gpt2":
+    if naming == "gpt2":
         candidates = [(prefix + "c_proj.", "c_proj")]
-    elif kind == "bigcode":  # a torch Linear, as the rest of GPT-BigCode
+    elif naming == "bigcode":  # a torch Linear, as the rest of GPT-BigCode
         candidates = [(prefix + "c_proj.", "out_proj")]
-    elif kind == "neox":
+    elif naming == "neox":
         candidates = [(prefix + "dense.", "out_proj")]
-    elif kind == "bert":
+    elif naming == "bert":
         candidates = [(prefix.removesuffix("self.") + "output.dense.", "out_proj")]
-    elif kind == "distil":
+    elif naming == "distil":
         candidates = [(prefix + "out_lin.", "out_proj")]
     else:  # LLaMA's o_proj, OPT's out_proj, Phi's dense
         candidates = [(prefix + name, "out_proj") for name in ("o_proj.", "out_proj.", "dense.")]
@@ -400,41 +401,41 @@ def checkpoint_document(
     :class:`CheckpointError`.
     """
     shapes = {name: shape for name, _, shape in entries}
-    kind, d_model, widths = layer_widths(entries, prefix, function)
+    naming, d_model, widths = layer_widths(entries, prefix, function)
 
     def ref(name: str) -> dict[str, str] | None:
         return {"safetensors": locate(name), "tensor": name} if name in shapes else None
 
     weights: dict[str, Any] = {}
-    if kind == "gpt2":
+    if naming == "gpt2":
         weights["c_attn_weight"] = ref(prefix + "c_attn.weight")
         weights["c_attn_bias"] = ref(prefix + "c_attn.bias")
-    elif kind == "neox":
+    elif naming == "neox":
         weights["query_key_value_weight"] = ref(prefix + "query_key_value.weight")
         weights["query_key_value_bias"] = ref(prefix + "query_key_value.bias")
-    elif kind == "codegen":  # 4 blocks of query, value, key rows
+    elif naming == "codegen":  # 4 blocks of query, value, key rows
         weights["codegen_qkv_proj_weight"] = ref(prefix + "qkv_proj.weight")
         weights["codegen_qkv_proj_bias"] = ref(prefix + "qkv_proj.bias")
-    elif kind == "mpt":  # three row blocks, as torch's in_proj
+    elif naming == "mpt":  # three row blocks, as torch's in_proj
         weights["in_proj_weight"] = ref(prefix + "Wqkv.weight")
         weights["in_proj_bias"] = ref(prefix + "Wqkv.bias")
-    elif kind in PACKED:
+    elif naming in PACKED:
         # GPT-BigCode with a K/V head per query head interleaves its rows per head as
         # GPT-NeoX does; with one K/V head (and Phi-3 always) the rows are three blocks
         # (Falcon's rows are per K/V head, its query heads' then its key's and value's,
         # whatever the K/V heads: the fixture's query_key_value with kv_heads)
-        key = "query_key_value" if kind == "falcon" or (kind == "bigcode" and (
+        key = "query_key_value" if naming == "falcon" or (naming == "bigcode" and (
             function.kv_heads in (None, function.heads))) else "qkv_proj"
-        weights[f"{key}_weight"] = ref(prefix + PACKED[kind] + "weight")
-        weights[f"{key}_bias"] = ref(prefix + PACKED[kind] + "bias")
+        weights[f"{key}_weight"] = ref(prefix + PACKED[naming] + "weight")
+        weights[f"{key}_bias"] = ref(prefix + PACKED[naming] + "bias")
     else:
-        trio = TRIOS[kind]
+        trio = TRIOS[naming]
         for branch, short in zip(BRANCHES, trio, strict=True):
             entry: dict[str, Any] = {"layout": "torch", **(ref(f"{prefix}{short}.weight") or {})}
             if ref(f"{prefix}{short}.bias") is not None:
                 entry["bias"] = ref(f"{prefix}{short}.bias")
             weights[branch] = entry
-    out = _out_prefix(kind, prefix, shapes)
+    out = _out_prefix(naming, prefix, shapes)
     _check_out(function, out, prefix)
     if out is not None:
         weights[f"{out[1]}_weight"] = ref(out[0] + "weight")
@@ -446,9 +447,9 @@ def checkpoint_document(
     weights = {key: value for key, value in weights.items() if value is not None}
     # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
-    _check_tensors(entries, _expected_shapes(kind, prefix, d_model, widths, concat, out, shapes)
+    _check_tensors(entries, _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes)
                    | norm_shapes, prefix)
-    _check_accounted(entries, prefix, kind, weights)
+    _check_accounted(entries, prefix, naming, weights)
     _check_biases(function, weights, prefix, shapes)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
@@ -554,7 +555,7 @@ def _norm_weights(function: ModelFunction, widths: tuple[int, int, int], prefix:
     return weights, shapes
 
 
-def _check_accounted(entries: list[Entry], prefix: str, kind: str,
+def _check_accounted(entries: list[Entry], prefix: str, naming: str,
                      weights: dict[str, Any]) -> None:
     """Refuse a tensor under ``prefix`` that the fixture does not read: a layer is
     computed only when every one of its tensors is accounted for. A stored buffer that
@@ -562,7 +563,7 @@ def _check_accounted(entries: list[Entry], prefix: str, kind: str,
     read = {ref["tensor"] for value in weights.values()
             for ref in (value if isinstance(value, list) else (value, value.get("bias")))
             if isinstance(ref, dict) and "tensor" in ref}
-    buffers = {prefix + name for name in BUFFERS.get(kind, ())}
+    buffers = {prefix + name for name in BUFFERS.get(naming, ())}
     for name, _, _ in entries:
         if not name.startswith(prefix) or name in read or name in buffers:
             continue
@@ -576,25 +577,25 @@ def _check_accounted(entries: list[Entry], prefix: str, kind: str,
 
 
 def _expected_shapes(
-    kind: str, prefix: str, d_model: int, widths: tuple[int, int, int], concat: int,
+    naming: str, prefix: str, d_model: int, widths: tuple[int, int, int], concat: int,
     out: tuple[str, str] | None, shapes: dict[str, tuple[int, ...]],
 ) -> dict[str, tuple[int | None, ...]]:
     """The shape each tensor of the layer must have (``None``: any positive length), so
     that attend reads what init writes; ``concat`` is the output projection's input width."""
     query = widths[0]
     expected: dict[str, tuple[int | None, ...]] = {}
-    if kind in PACKED:
+    if naming in PACKED:
         rows = sum(widths)
-        expected[prefix + PACKED[kind] + "weight"] = (rows, d_model)
-        expected[prefix + PACKED[kind] + "bias"] = (rows,)
-    elif kind in ("gpt2", "neox", "mpt", "codegen"):
+        expected[prefix + PACKED[naming] + "weight"] = (rows, d_model)
+        expected[prefix + PACKED[naming] + "bias"] = (rows,)
+    elif naming in ("gpt2", "neox", "mpt", "codegen"):
         packed = {"gpt2": "c_attn.", "neox": "query_key_value.", "mpt": "Wqkv.",
-                  "codegen": "qkv_proj."}[kind]
-        expected[prefix + packed + "weight"] = ((d_model, 3 * query) if kind == "gpt2"
+                  "codegen": "qkv_proj."}[naming]
+        expected[prefix + packed + "weight"] = ((d_model, 3 * query) if naming == "gpt2"
                                                 else (3 * query, d_model))
         expected[prefix + packed + "bias"] = (3 * query,)
     else:
-        trio = TRIOS[kind]
+        trio = TRIOS[naming]
         for short, width in zip(trio, widths, strict=True):
             expected[f"{prefix}{short}.weight"] = (width, d_model)
             expected[f"{prefix}{short}.bias"] = (width,)
@@ -651,21 +652,21 @@ def config_needed(entries: list[Entry], prefix: str) -> str | None:
     """Why the layer under ``prefix`` cannot be read without its config (its tensor
     names fit several functions only the config tells apart), or ``None`` when the names
     and the command line's options fix it."""
-    kind, _, _ = layer_widths(entries, prefix)
+    naming, _, _ = layer_widths(entries, prefix)
     names = {name for name, _, _ in entries}
-    if kind == "linear" and (prefix + "o_proj.weight" in names or prefix + "dense.weight"
+    if naming == "linear" and (prefix + "o_proj.weight" in names or prefix + "dense.weight"
                              in names):
         return ("q_proj/k_proj/v_proj layers with o_proj or dense (LLaMA, Mistral, Qwen2, "
                 "Phi and others) rotate Q and K by a RoPE that only config.json describes")
-    if kind == "linear" and prefix.endswith("attn.attention."):
+    if naming == "linear" and prefix.endswith("attn.attention."):
         return ("GPT-Neo's layers (attn.attention.) are global or local by config.json's "
                 "attention_layers, and no option says a local layer's window")
-    if kind == "neox":
+    if naming == "neox":
         return ("query_key_value layers (GPT-NeoX, BLOOM, Falcon, Persimmon) compute "
                 "functions that only config.json tells apart (RoPE, ALiBi, the packing)")
-    if kind == "mpt":
+    if naming == "mpt":
         return "Wqkv layers (MPT) add ALiBi biases that only config.json describes"
-    if kind == "blocks":
+    if naming == "blocks":
         return ("qkv_proj layers (Phi-3, CodeGen) pack query, key and value in ways only "
                 "config.json tells apart (the K/V heads, CodeGen's blocks, the RoPE)")
     return None
@@ -676,5 +677,5 @@ def options_needed(entries: list[Entry], prefix: str) -> tuple[str, ...]:
     open: RoPE and the scale for q_proj/k_proj/v_proj/out_proj (OPT, GPT-J's RoPE, BART,
     Whisper, CLIP; GPT-Neo's are refused by :func:`config_needed`), the scale for GPT-2's c_attn
     (``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``)."""
-    kind, _, _ = layer_widths(entries, prefix)
-    return {"linear": ("--no-rope", "--scale"), "gpt2": ("--scale",)}.get(kind, ())
+    naming, _, _ = layer_widths(entries, prefix)
+    return {"linear": ("--no-rope", "--scale"), "gpt2": ("--scale",)}.get(naming, ())

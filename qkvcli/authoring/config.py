@@ -1,7 +1,7 @@
 """The function of a checkpoint's attention layer, as the model's ``config.json`` says it.
 
 The rule: qkv computes a layer only when every config key that changes its function is
-understood, against the table of families in :mod:`qkvcli.authoring.families`.
+understood, against the table of model families in :mod:`qkvcli.authoring.model_families`.
 :func:`config_family` reads the config first, before any tensor shape:
 ``model_type`` (one of :data:`FAMILIES`, or refused by name: :data:`REFUSED_MODELS`),
 ``architectures``, the keys that ask for what qkv does not compute
@@ -25,7 +25,7 @@ from qkvcli.authoring.checkpoint import (
     layer_index,
     shown_value,
 )
-from qkvcli.authoring.families import (
+from qkvcli.authoring.model_families import (
     DEFAULTS,
     FAMILIES,
     LAYER_NORMS,
@@ -39,7 +39,7 @@ from qkvcli.authoring.families import (
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
-    Family,
+    ModelFamily,
 )
 
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
@@ -215,9 +215,9 @@ def _rope_type(config: dict[str, Any], prefix: str) -> None:
             continue
         if not isinstance(params, dict):
             raise CheckpointError(prefix, f"config {key} must be an object or null")
-        kind = params.get("rope_type", params.get("type", "default"))
-        if kind != "default":
-            raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(kind)}: qkv "
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(rope_type)}: qkv "
                                   "computes only the default RoPE (no scaling)")
 
 
@@ -269,10 +269,10 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
 
 
 def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
-                   kind: str | None = None, d_model: int | None = None) -> ModelFunction:
+                   naming: str | None = None, d_model: int | None = None) -> ModelFunction:
     """The function of the layer under ``prefix`` that ``config`` (config.json) describes.
 
-    ``widths`` are the query and key projections' widths, ``kind`` the layer's tensor
+    ``widths`` are the query and key projections' widths, ``naming`` the layer's tensor
     names (:func:`layer_widths`), which must be the architecture's, ``d_model`` its
     input width, which must be the config's hidden size when it gives one. ``tokens`` is
     not read: a sliding window is written into the fixture, whatever the input's length.
@@ -281,10 +281,10 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     del tokens
     model = config_family(config, prefix)
     family = FAMILIES[model]
-    if kind is not None and family.kind != kind:
+    if naming is not None and family.naming != naming:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}, but the tensors under "
                               "it are not that architecture's: is config.json this model's?")
-    if kind is not None and family.path is not None and not re.search(
+    if naming is not None and family.path is not None and not re.search(
             r"(?:^|\.)" + family.path + "$", prefix):
         shown = family.path.replace("\\.", ".").replace("[^.]+", "N").replace(
             "(?:encoder|decoder)", "encoder|decoder")
@@ -298,9 +298,9 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     heads = _int(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
         raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
-    if family.kind in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
+    if family.naming in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
         widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
-    kv_heads = (_int(config, prefix, "num_key_value_heads") if family.kind in ("linear", "blocks")
+    kv_heads = (_int(config, prefix, "num_key_value_heads") if family.naming in ("linear", "blocks")
                 else None)
     if model in ("gpt_bigcode", "falcon"):
         kv_heads = widths[1] * heads // widths[0]
@@ -322,7 +322,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     _check_layer_count(config, model, index, prefix)
     for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
         if config.get(key) is not None:
-            _layer_kind(config, key, 0, ("full_attention", "sliding_attention"), prefix)
+            _listed_type(config, key, 0, ("full_attention", "sliding_attention"), prefix)
     if family.window is None and config.get("sliding_window") is not None:
         raise CheckpointError(prefix, f"config sliding_window {shown_value(config['sliding_window'])}:"
                               f" {model}'s attention has no sliding window in transformers; "
@@ -331,7 +331,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     scale = _scale(config, family.scale, head_dim, index, prefix)
     rope = None
     falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
-    if model in TYPE_THETAS:  # each kind of layer its own theta
+    if model in TYPE_THETAS:  # each type of layer its own theta
         rope = RopeSpec(_type_theta(config, model, _layer_type(config, model, index, prefix),
                                     prefix), head_dim, family.rope or "half")
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
@@ -353,7 +353,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     biased, bias_said = _biases(config, model, family, prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
-        head_dim, rope, scale, model, window, family.kind, softcap, alibi, clip_qkv,
+        head_dim, rope, scale, model, window, family.naming, softcap, alibi, clip_qkv,
         _qk_norm(config, model, prefix),
         # FalconAttention: (scores + alibi) * inv_norm_factor, its build_alibi_tensor
         # rounding slopes, positions and products to bfloat16
@@ -382,21 +382,21 @@ def _check_layer_count(config: dict[str, Any], model: str, index: int | None,
                               f"{count}: the model built from config.json has no such layer")
 
 
-def _biases(config: dict[str, Any], model: str, family: Family,
+def _biases(config: dict[str, Any], model: str, family: ModelFamily,
             prefix: str) -> tuple[tuple[str, ...], str]:
     """The projection modules of the family's layer that carry a bias (each module's
     ``nn.Linear(..., bias=...)`` in transformers), and what says so, for a refusal."""
-    kind = family.kind
-    if kind in ("gpt2", "bigcode"):
+    naming = family.naming
+    if naming in ("gpt2", "bigcode"):
         modules: tuple[str, ...] = ("c_attn", "c_proj")
-    elif kind in ("neox", "falcon"):
+    elif naming in ("neox", "falcon"):
         modules = ("query_key_value", "dense")
-    elif kind == "mpt":
+    elif naming == "mpt":
         modules = ("Wqkv", "out_proj")
-    elif kind in ("codegen", "blocks"):
+    elif naming in ("codegen", "blocks"):
         modules = ("qkv_proj", family.out)
     else:
-        modules = (*TRIO_MODULES[kind], family.out)
+        modules = (*TRIO_MODULES[naming], family.out)
     modules = tuple(m for m in modules if m)
     rule = family.biases
     name = shown_value(model)
@@ -463,13 +463,13 @@ def _mpt(config: dict[str, Any], heads: int, head_dim: int,
 
 
 def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: str) -> str:
-    """A Gemma 3 or OLMo 3 layer's kind: ``layer_types``, else every N-th layer
+    """A Gemma 3 or OLMo 3 layer's type: ``layer_types``, else every N-th layer
     (:data:`LAYER_PATTERNS`) is full and the others slide, as the family's config
     derives it."""
-    kind = _layer_kind(config, "layer_types", index, ("full_attention", "sliding_attention"),
+    layer_type = _listed_type(config, "layer_types", index, ("full_attention", "sliding_attention"),
                        prefix)
-    if kind is not None:
-        return kind
+    if layer_type is not None:
+        return layer_type
     title = FAMILIES[model].title
     if index is None:
         raise CheckpointError(prefix, f"config gives no layer_types: {title}'s sliding layers "
@@ -479,19 +479,19 @@ def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: s
     return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
 
 
-def _type_theta(config: dict[str, Any], model: str, kind: str, prefix: str) -> float:
-    """The RoPE theta of a layer of ``kind``: ``rope_parameters.<kind>.rope_theta`` or the
-    kind's flat spelling (:data:`TYPE_THETAS`); a scaling, another key, or spellings that
+def _type_theta(config: dict[str, Any], model: str, layer_type: str, prefix: str) -> float:
+    """The RoPE theta of a layer of ``layer_type``: ``rope_parameters.<layer_type>.rope_theta`` or the
+    type's flat spelling (:data:`TYPE_THETAS`); a scaling, another key, or spellings that
     disagree are refused.
 
-    OLMo 3 (Olmo3Config, transformers 5): ``rope_parameters`` must be keyed by kind; a
+    OLMo 3 (Olmo3Config, transformers 5): ``rope_parameters`` must be keyed by layer type; a
     flat ``rope_theta`` sets the full layers' theta only (the sliding ones keep
     500000), so a sliding layer with a flat ``rope_theta`` of another value and no
     ``rope_parameters.sliding_attention.rope_theta`` is refused (transformers 4 read it
     for every layer); a ``rope_scaling`` (which updates the full layers' entry) is
     refused unless it is the default RoPE alone."""
     thetas = TYPE_THETAS[model]
-    flat_key, default = thetas[kind]
+    flat_key, default = thetas[layer_type]
     nested: Any = None
     params = config.get("rope_parameters")
     if model == "olmo3":
@@ -511,8 +511,8 @@ def _type_theta(config: dict[str, Any], model: str, kind: str, prefix: str) -> f
                                           "default RoPE (rope_parameters.<layer "
                                           "type>.rope_theta alone)")
     if isinstance(params, dict) and any(k in params for k in thetas):
-        entry = params.get(kind) or {}
-        where = f"rope_parameters.{kind}"
+        entry = params.get(layer_type) or {}
+        where = f"rope_parameters.{layer_type}"
         if not isinstance(entry, dict):
             raise CheckpointError(prefix, f"config {where} must be an object or null")
         for key, value in entry.items():
@@ -525,18 +525,18 @@ def _type_theta(config: dict[str, Any], model: str, kind: str, prefix: str) -> f
     flat = config.get(flat_key) if flat_key is not None else None
     if nested is not None and flat is not None and (
             nested != flat or isinstance(nested, bool) != isinstance(flat, bool)):
-        raise CheckpointError(prefix, f"config rope_parameters.{kind}.rope_theta "
+        raise CheckpointError(prefix, f"config rope_parameters.{layer_type}.rope_theta "
                               f"{shown_value(nested)} and {flat_key} {shown_value(flat)} "
                               "disagree (two spellings of one setting)")
     if nested is not None:
-        return _positive(nested, f"rope_parameters.{kind}.rope_theta", prefix)
+        return _positive(nested, f"rope_parameters.{layer_type}.rope_theta", prefix)
     if flat is not None:
         return _positive(flat, str(flat_key), prefix)
     loose = config.get("rope_theta")
     if model == "olmo3" and loose is not None and loose != default:
         raise CheckpointError(prefix, f"config rope_theta {shown_value(loose)} and no "
-                              f"rope_parameters.{kind}.rope_theta: transformers 5's OLMo 3 "
-                              f"gives its {kind} layers {default} (rope_theta sets the "
+                              f"rope_parameters.{layer_type}.rope_theta: transformers 5's OLMo 3 "
+                              f"gives its {layer_type} layers {default} (rope_theta sets the "
                               "full layers' only), transformers 4's gave every layer "
                               "rope_theta; refused (give rope_parameters per layer type)")
     return default
@@ -597,7 +597,7 @@ def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
     return HEADS_KEYS
 
 
-def _causal(config: dict[str, Any], family: Family, prefix: str) -> bool:
+def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
     """Whether the family's layer under ``prefix`` masks later keys."""
     if family.causal == "yes":
         return True
@@ -672,16 +672,16 @@ def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int |
     return scale
 
 
-def _layer_kind(config: dict[str, Any], key: str, index: int | None, kinds: tuple[str, ...],
+def _listed_type(config: dict[str, Any], key: str, index: int | None, allowed: tuple[str, ...],
                 prefix: str) -> str | None:
-    """Entry ``index`` of the list ``config[key]`` (each one of ``kinds``); ``None`` when
+    """Entry ``index`` of the list ``config[key]`` (each one of ``allowed``); ``None`` when
     the config has no such list."""
     types = config.get(key)
     if types is None:
         return None
-    if not isinstance(types, list) or any(kind not in kinds for kind in types):
+    if not isinstance(types, list) or any(layer_type not in allowed for layer_type in types):
         # an entry qkv cannot read might be a window of its own: never guess it is full
-        wanted = " and ".join(f'"{kind}"' for kind in kinds)
+        wanted = " and ".join(f'"{layer_type}"' for layer_type in allowed)
         raise CheckpointError(prefix, f"config {key} must be a list of {wanted}, got "
                               f"{shown_value(types)}")
     if index is None or index >= len(types):
@@ -692,7 +692,7 @@ def _layer_kind(config: dict[str, Any], key: str, index: int | None, kinds: tupl
 
 def _neo_attention_layers(config: dict[str, Any], prefix: str) -> list[Any]:
     """GPT-Neo's ``attention_layers`` derived from ``attention_types`` as GPTNeoConfig
-    does: each ``[[kinds...], repeats]`` entry adds its kinds ``repeats`` times."""
+    does: each ``[[types...], repeats]`` entry adds its types ``repeats`` times."""
     types = config.get("attention_types")
     problem = CheckpointError(prefix, "config gives no attention_layers, and its "
                               "attention_types must be a list of [[\"global\" or \"local\", "
@@ -722,20 +722,20 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
     settings = {**DEFAULTS.get(model, {}), **config}
     full = ("full_attention", "sliding_attention")
     if rule == "gpt_neo":
-        kind = _layer_kind(config, "attention_layers", index, ("global", "local"), prefix)
-        if kind is None:
+        layer_type = _listed_type(config, "attention_layers", index, ("global", "local"), prefix)
+        if layer_type is None:
             layers = _neo_attention_layers(config, prefix)
-            kind = _layer_kind({"attention_layers": layers}, "attention_layers", index,
+            layer_type = _listed_type({"attention_layers": layers}, "attention_layers", index,
                                ("global", "local"), prefix)
-        key, sliding = "window_size", kind == "local"
+        key, sliding = "window_size", layer_type == "local"
     elif rule == "gemma2":  # layer_types, else every other layer from the first slides
-        kind = _layer_kind(config, "layer_types", index, full, prefix)
-        if kind is None:
+        layer_type = _listed_type(config, "layer_types", index, full, prefix)
+        if layer_type is None:
             if index is None:
                 raise CheckpointError(prefix, "config gives no layer_types: Gemma 2's sliding "
                                       "layers need the layer's number in the prefix")
-            kind = "sliding_attention" if (index + 1) % 2 else "full_attention"
-        key, sliding = "sliding_window", kind == "sliding_attention"
+            layer_type = "sliding_attention" if (index + 1) % 2 else "full_attention"
+        key, sliding = "sliding_window", layer_type == "sliding_attention"
     elif rule == "types":  # Gemma 3, OLMo 3: layer_types, else the family's pattern
         key, sliding = "sliding_window", _layer_type(config, model, index, prefix) == (
             "sliding_attention")
@@ -755,14 +755,14 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
         if not _flag(config, "use_sliding_window", False, prefix):
             # Qwen2Config sets sliding_window to None: a layer layer_types calls sliding
             # has no window to slide, and transformers' attention fails on it
-            if (_layer_kind(config, "layer_types", index, full, prefix)
+            if (_listed_type(config, "layer_types", index, full, prefix)
                     == "sliding_attention"):
                 raise CheckpointError(prefix, "config layer_types calls this layer "
                                       "\"sliding_attention\" but use_sliding_window is false "
                                       "(no window): transformers cannot run it; refused")
             return None
-        kind = _layer_kind(config, "layer_types", index, full, prefix)
-        if kind is None:  # Qwen2Config: the layers from max_window_layers on slide
+        layer_type = _listed_type(config, "layer_types", index, full, prefix)
+        if layer_type is None:  # Qwen2Config: the layers from max_window_layers on slide
             start = settings.get("max_window_layers")
             if start is not None and (type(start) is not int or start < 0):
                 raise CheckpointError(prefix, "config max_window_layers must be an integer of "
@@ -770,16 +770,16 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             if index is None:
                 raise CheckpointError(prefix, "config max_window_layers needs the layer's "
                                       "number in the prefix (layers.N.self_attn.)")
-            kind = "sliding_attention" if start is not None and index >= start else "full"
-        key, sliding = "sliding_window", kind == "sliding_attention"
+            layer_type = "sliding_attention" if start is not None and index >= start else "full"
+        key, sliding = "sliding_window", layer_type == "sliding_attention"
     else:  # SmolLM3: use_sliding_window and the layer's type
         if not _flag(config, "use_sliding_window", False, prefix):
             return None
-        kind = _layer_kind(config, "layer_types", index, full, prefix)
-        if kind is None:
+        layer_type = _listed_type(config, "layer_types", index, full, prefix)
+        if layer_type is None:
             raise CheckpointError(prefix, "config use_sliding_window without layer_types: qkv "
                                   "does not derive which layers slide")
-        key, sliding = "sliding_window", kind == "sliding_attention"
+        key, sliding = "sliding_window", layer_type == "sliding_attention"
     window = settings.get(key)
     if not sliding or window is None:
         return None

@@ -9,7 +9,7 @@ A head chapter's fixture gives the head's operands one of two ways:
   :mod:`qkvcli.core.projections` into Q, K, V (``d_v = d_k`` then).
 
 Besides: ``chapter`` (the chapter's id, e.g. ``"27-self-attention"``: the key by which
-``qkv`` recognises the fixture's kind), ``upstream.output`` (``U = dL/dO``, default all
+``qkv`` recognises which chapter the fixture is), ``upstream.output`` (``U = dL/dO``, default all
 ones), ``single_token`` (the single-token probe's ``query``, ``key``, ``value``
 vectors; default the last token of the first batch item) and ``gradcheck`` (``step``,
 ``tolerance``, ``samples``, read as for chapter 26). Chapter 28 adds two keys

@@ -306,7 +306,7 @@ def checkpoint_fixture_text(
         options_needed,
     )
     from qkvcli.authoring.config import config_family, model_function
-    from qkvcli.authoring.families import FAMILIES
+    from qkvcli.authoring.model_families import FAMILIES
     from qkvcli.authoring.starter import dump_fixture
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
@@ -343,8 +343,8 @@ def checkpoint_fixture_text(
         given = _read_config(config_path)
         layout = None
         if given is not None:  # the config first: its refusals name the family or the key
-            layout = FAMILIES[config_family(given[1], prefix)].kind
-        kind, d_model, widths = layer_widths(entries, prefix, layout=layout)
+            layout = FAMILIES[config_family(given[1], prefix)].naming
+        naming, d_model, widths = layer_widths(entries, prefix, layout=layout)
         if given is None:
             reason = config_needed(entries, prefix)
             if reason is not None:
@@ -353,9 +353,9 @@ def checkpoint_fixture_text(
             function = command_line_function(heads, causal, prefix, rope, scale,
                                              options_needed(entries, prefix))
         else:
-            function = model_function(given[1], prefix, tokens, widths[:2], kind, d_model)
+            function = model_function(given[1], prefix, tokens, widths[:2], naming, d_model)
             _agree(function, heads, causal, rope, scale, given[0], prefix)
-            kind, d_model, widths = layer_widths(entries, prefix, function)
+            naming, d_model, widths = layer_widths(entries, prefix, function)
         check_heads(function, widths, prefix, MAX_HEADS)
         document, (d_model, width, value_width) = checkpoint_document(
             entries, locate, prefix, function, tokens, seed)

@@ -206,8 +206,8 @@ def print_fitted(console: Console, renderable: RenderableType, quiet: bool = Fal
 def _write_exports(console: Console, view: ViewSettings, title: str) -> None:
     from html import escape
 
-    for kind, path in view.exports:
-        if kind == "svg":
+    for form, path in view.exports:
+        if form == "svg":
             text = console.export_svg(title=title, clear=False)
         else:
             # rich's page has no <title>: a browser tab and a bookmark should name the view.

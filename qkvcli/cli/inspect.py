@@ -128,8 +128,8 @@ def inspect_lines(entries: list[Entry]) -> list[str]:
     every = {name for name, _, _ in entries}
     # a cross-attention layer is listed tensor by tensor, but offered as no --prefix:
     # init computes self-attention only
-    layers = [(prefix, kind) for prefix, kind in layer_prefixes(sorted(every))
-              if not cross_attention(prefix, kind, every)]
+    layers = [(prefix, naming) for prefix, naming in layer_prefixes(sorted(every))
+              if not cross_attention(prefix, naming, every)]
     if layers:
         shown = " ".join(printable(prefix, NAME_LIMIT) for prefix, _ in layers)
         noun = "layer" if len(layers) == 1 else "layers"

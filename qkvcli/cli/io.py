@@ -196,7 +196,7 @@ def refuse_layer_fixture(data: Any, label: str) -> None:
 def read_text(path: Path, what: str) -> str:
     """A UTF-8 text input (a golden or answers file) through the one reader.
 
-    ``what`` names the kind of file in messages (``"golden"``, ``"answer"``).
+    ``what`` says what the file is in messages (``"golden"``, ``"answer"``).
     """
     data = labelled(label_of(path), lambda: read_limited(path, MAX_FILE_BYTES, what))
     try:
@@ -312,8 +312,8 @@ def refuse_irregular(path: Path) -> None:
     except OSError as error:
         raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
     if not stat.S_ISREG(mode):
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-        raise InputError(f"{path}: is {kind}; qkv replaces only a regular file there")
+        found = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise InputError(f"{path}: is {found}; qkv replaces only a regular file there")
 
 
 def written_through(path: Path) -> bool:

@@ -213,7 +213,7 @@ def _ask(question: Any, count: int) -> None:
     for letter, choice in zip("abc", question.choices, strict=False):
         click.echo(wrapped(f"  {letter}) {choice}", "     "))
     expected = question.expected
-    if question.kind in ("numbers", "number") and isinstance(expected, tuple) and any(
+    if question.form in ("numbers", "number") and isinstance(expected, tuple) and any(
         value != int(value) for value in expected
     ):
         click.echo("  (3 decimals are enough: within 0.0005 counts as right)")

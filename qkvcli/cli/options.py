@@ -192,7 +192,7 @@ class ViewSettings(Record):
 
     @property
     def exports(self) -> list[tuple[str, Path]]:
-        """``(kind, path)`` for each export asked for, SVG first."""
+        """``(format, path)`` for each export asked for (``"svg"``, ``"html"``), SVG first."""
         out = []
         if self.export_svg is not None:
             out.append(("svg", self.export_svg))

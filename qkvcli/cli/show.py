@@ -21,7 +21,7 @@ import click
 
 from qkvcli.cli.io import write_file, write_output
 from qkvcli.cli.options import ViewSettings, resolve_format
-from qkvcli.render import PRECISION_FORMATS, figure, kind_of
+from qkvcli.render import PRECISION_FORMATS, figure, view_of
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -36,34 +36,35 @@ RICH_HONOURS = {
     "check": ("--width", "--full", "--no-color"),  # cards print exact values
     "chapter": ("--width", "--precision", "--full", "--no-color"),  # chapters 27-30
 }
-"""The view options the rich view (shown or exported) of each kind uses."""
+"""The view options the rich view (shown or exported) of each report uses (by its
+:data:`~qkvcli.render.views.VIEWS` view)."""
 REASONS = {
     ("check", "--precision"): "its details show exact values",
     ("variance", "--full"): "its table elides nothing",
 }
-"""Why a kind's views never use an option (said in its warning)."""
+"""Why a report's views never use an option (said in its warning)."""
 TEXT_HONOURS = {"evidence": ("--full", "--no-color"), "attend": ("--full", "--no-color")}
-"""The view options the text formats of each kind use (``--full``: ``--tensors full``);
+"""The view options the text formats of each report use (``--full``: ``--tensors full``);
 every text format honours ``--no-color``: it has no colour."""
 
 
-def unused_options(kind: str, fmt: str, view: ViewSettings, html: bool = False) -> list[str]:
+def unused_options(report: str, fmt: str, view: ViewSettings, html: bool = False) -> list[str]:
     """The given view options that neither the shown format ``fmt``, an export nor the
     explorer page (``html``: it takes ``--precision``) uses."""
-    used = set(TEXT_HONOURS.get(kind, ("--no-color",)))
-    if fmt in PRECISION_FORMATS[kind] or html:
+    used = set(TEXT_HONOURS.get(report, ("--no-color",)))
+    if fmt in PRECISION_FORMATS[report] or html:
         used.add("--precision")
     if fmt == "rich" or view.exports:
-        used.update(RICH_HONOURS[kind])
+        used.update(RICH_HONOURS[report])
     return [name for name in view.given if name not in used]
 
 
-def unused_warnings(kind: str, fmt: str, view: ViewSettings, title: str,
+def unused_warnings(report: str, fmt: str, view: ViewSettings, title: str,
                     html: bool = False) -> list[str]:
     """One warning per given view option that :func:`unused_options` finds unused."""
     warnings = []
-    for name in unused_options(kind, fmt, view, html):
-        reason = REASONS.get((kind, name))
+    for name in unused_options(report, fmt, view, html):
+        reason = REASONS.get((report, name))
         if reason is not None:
             warnings.append(f"{name} does not apply to {title} ({reason})")
         else:
@@ -121,7 +122,7 @@ def _show(
 
         wrap = narrow_screen(build, view, precision)
         fmt = "text" if wrap is not None else fmt
-    for warning in unused_warnings(kind_of(evidence), fmt, view, title, html):
+    for warning in unused_warnings(view_of(evidence), fmt, view, title, html):
         if wrap is None or not warning.startswith("--width "):  # the text is wrapped to it
             click.echo(f"qkv: warning: {warning}", err=True)
     if fmt == "rich":

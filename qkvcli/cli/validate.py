@@ -54,7 +54,7 @@ def attend_keys(data: Any) -> list[str]:
 
 def fixture_problems_of(path: Path, max_elements: int, attend: bool,
                         chapter: int | None = None) -> tuple[str, list[str]]:
-    """Which kind ``path`` was checked as (a chapter 27-30 fixture: its chapter's id), and
+    """What ``path`` was checked as (a chapter 27-30 fixture: its chapter's id), and
     its problems as ``"$.location: message"`` lines."""
     from qkvcli.reading.json_values import parse_json_text
     from qkvcli.reading.load import fixture_stem, read_fixture_text
@@ -121,16 +121,16 @@ def _validate(fixtures: tuple[Path, ...], attend: bool, max_elements: int,
     paths = expand_fixtures(fixtures)
     for path in paths:
         try:
-            kind, problems = fixture_problems_of(path, max_elements, attend, chapter)
+            checked_as, problems = fixture_problems_of(path, max_elements, attend, chapter)
         except QkvError as error:
-            kind, problems = CHAPTER, [error_line(error).removeprefix(f"{label_of(path)}: ")]
+            checked_as, problems = CHAPTER, [error_line(error).removeprefix(f"{label_of(path)}: ")]
         if problems:
             bad_files += 1
             total += len(problems)
             for problem in problems:
                 click.echo(safe_line(f"Error: {label_of(path)}: {problem}"), err=True)
         else:
-            note = {CHAPTER: "", ATTEND: " (attend fixture)"}.get(kind, f" ({kind} fixture)")
+            note = {CHAPTER: "", ATTEND: " (attend fixture)"}.get(checked_as, f" ({checked_as} fixture)")
             click.echo(f"{label_of(path)}: ok{note}")
     if bad_files:
         if len(paths) > 1:

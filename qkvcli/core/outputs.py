@@ -1,7 +1,7 @@
 """What the projections give: the forward outputs, the gradients, and the loss they belong to.
 
 Both are :class:`~qkvcli.core.record.Record` types that also unpack, in field order, as
-the library's documented use does (``q, k, v = layer.forward(x)``; ``qkvcli/__init__.py``
+the library's documented use does (``q, k, v = projections.forward(x)``; ``qkvcli/__init__.py``
 and docs/commands.md): they define ``__iter__``, nothing more of a tuple.
 """
 
@@ -23,7 +23,7 @@ class QkvForward(Record):
     value: Array
 
     def __iter__(self) -> Iterator[Array]:
-        """``query``, ``key``, ``value``: so ``q, k, v = layer.forward(x)`` unpacks."""
+        """``query``, ``key``, ``value``: so ``q, k, v = projections.forward(x)`` unpacks."""
         return iter((self.query, self.key, self.value))
 
 

@@ -144,7 +144,7 @@ class QkvProjections:
         names = tuple(names)
         if len(names) != 3:
             raise ValueError(f"expected three parameter names, got {len(names)}")
-        # No copy yet: _pack copies the validated weights into the layer's own matrix.
+        # No copy yet: _pack copies the validated weights into the projections' own matrix.
         arrays = tuple(np.asarray(w, dtype=np.float64) for w in (w_query, w_key, w_value))
         for name, array in zip(names, arrays, strict=True):
             validate_name(name)
@@ -181,9 +181,9 @@ class QkvProjections:
                 weights.append(xavier_uniform(d_model, d_head, trial))
             except QkvError as error:
                 raise ProjectionError(branch, error) from None
-        layer = cls.from_arrays(weights[0], weights[1], weights[2], names=names)
+        projections = cls.from_arrays(weights[0], weights[1], weights[2], names=names)
         rng.state = trial.state
-        return layer
+        return projections
 
     # --- properties ---------------------------------------------------------------------
 
@@ -216,11 +216,11 @@ class QkvProjections:
 
     @property
     def dtype(self) -> np.dtype[np.floating[npt.NBitBase]]:
-        """The floating type the layer computes in (float64 unless made by :meth:`astype`)."""
+        """The floating type the projections compute in (float64 unless made by :meth:`astype`)."""
         return self._packed.dtype  # type: ignore[return-value]
 
     def astype(self, dtype: npt.DTypeLike) -> QkvProjections:
-        """The same layer computing in ``dtype`` (``float64`` or ``float32``).
+        """The same projections computing in ``dtype`` (``float64`` or ``float32``).
 
         For speed studies only: gradient checks and reports stay float64. Raises
         ``ValueError`` for other types.
@@ -233,7 +233,7 @@ class QkvProjections:
         return QkvProjections(self._weights, self._names, target)
 
     def with_weight(self, branch: str, weight: ArrayLike) -> QkvProjections:
-        """A new layer with one branch's weight replaced (same names), validated."""
+        """New projections with one branch's weight replaced (same names), validated."""
         index = BRANCHES.index(branch)
         weights = list(self._weights)
         weights[index] = np.asarray(weight, dtype=np.float64)
@@ -250,7 +250,7 @@ class QkvProjections:
     def check_input(self, x: ArrayLike) -> Array:
         """Validate ``x`` (rank, then final width, then finite values) and return it as an array.
 
-        The array has the layer's dtype (float64 unless :meth:`astype` was used); an input
+        The array has the projections' dtype (float64 unless :meth:`astype` was used); an input
         already of that type is not copied.
         """
         array = self._shaped_input(x)

@@ -32,7 +32,7 @@ default is refused when the class is defined (``TypeError``).
 holds its fields and nothing else: what can be derived from them is a property or a
 function, computed when asked.
 
-Records are not sequences. A record that callers unpack (``q, k, v = layer.forward(x)``)
+Records are not sequences. A record that callers unpack (``q, k, v = projections.forward(x)``)
 defines ``__iter__`` itself, over its fields in order (see :mod:`qkvcli.core.outputs`).
 """
 

@@ -41,7 +41,7 @@ def pack(weights: Sequence[Array], dtype: npt.DTypeLike = np.float64) -> Array:
 
 
 SCRATCH_BYTES = 64 << 20
-"""The largest ``[dQ|dK|dV]`` copy a layer keeps for its next reverse pass."""
+"""The largest ``[dQ|dK|dV]`` copy the projections keep for their next reverse pass."""
 
 
 def join_upstream(upstream: Sequence[Array], pool: list[Array]) -> Array:
@@ -49,7 +49,7 @@ def join_upstream(upstream: Sequence[Array], pool: list[Array]) -> Array:
 
     A read-only view when the three are adjacent column blocks of one ``[B,T,3h]`` array
     (as :meth:`~qkvcli.core.projections.QkvProjections.forward`'s outputs are, and the
-    gradient of a packed layer's output is); otherwise a copy into a buffer taken from
+    gradient of packed projections' output is); otherwise a copy into a buffer taken from
     ``pool``. Give the matrix back with :func:`release_upstream`.
     """
     query, key, value = upstream
@@ -71,7 +71,7 @@ def join_upstream(upstream: Sequence[Array], pool: list[Array]) -> Array:
         )
     # A fresh buffer on every call costs more than its copy: freeing it lets the C
     # allocator hand its pages back to the system, and the next call faults them in
-    # again (about a fifth of a small layer's forward+reverse, measured). Popping it off
+    # again (about a fifth of small projections' forward+reverse, measured). Popping it off
     # a list gives each concurrent caller a buffer of its own.
     try:
         joined = pool.pop()
@@ -81,7 +81,7 @@ def join_upstream(upstream: Sequence[Array], pool: list[Array]) -> Array:
         joined = np.empty((rows, 3 * h), dtype=query.dtype)
     # One concatenation writes each [dQ|dK|dV] row in turn: about half the time of three
     # column-block copies, each of which walks the whole buffer (measured in a small
-    # layer's forward+reverse).
+    # projections' forward+reverse).
     np.concatenate(upstream, axis=2, out=joined.reshape(batch, tokens, 3 * h))
     return joined
 

@@ -48,14 +48,14 @@ def compute_initialization(fixture: Fixture) -> InitializationEvidence:
 
 
 def compute_independence(
-    fixture: Fixture, layer: QkvProjections, primary: Primary | None = None
+    fixture: Fixture, projections: QkvProjections, primary: Primary | None = None
 ) -> IndependenceEvidence:
-    """Change one W_Q entry of ``layer`` (the fixture's projections) by +1 at a row whose
+    """Change one W_Q entry of ``projections`` (the fixture's) by +1 at a row whose
     input column is not all zero.
 
-    The changed layer's forward pass always runs in full (Q, K and V recomputed). The
-    unchanged layer's outputs are the ``primary`` pass's when given (the very same
-    ``layer.forward(x)``, whose replay the evidence checks bit for bit), else a forward
+    The changed projections' forward pass always runs in full (Q, K and V recomputed). The
+    unchanged projections' outputs are the ``primary`` pass's when given (the very same
+    ``projections.forward(x)``, whose replay the evidence checks bit for bit), else a forward
     pass of their own.
     """
     x = fixture.input
@@ -63,11 +63,11 @@ def compute_independence(
     if live_rows.size == 0:
         return IndependenceEvidence(False, None, False, True, True)
     row = int(live_rows[0])
-    changed_weight = np.array(layer.weights[0])
+    changed_weight = np.array(projections.weights[0])
     changed_weight[row, 0] += 1.0
-    changed = layer.with_weight("query", changed_weight)
+    changed = projections.with_weight("query", changed_weight)
     after = changed.forward(x)
-    before = layer.forward(x) if primary is None else QkvForward(*primary.outputs)
+    before = projections.forward(x) if primary is None else QkvForward(*primary.outputs)
     return IndependenceEvidence(
         applicable=True,
         row=row,

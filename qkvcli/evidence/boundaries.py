@@ -25,15 +25,15 @@ from qkvcli.evidence.records import ErrorEvidence, Primary, ShapeEvidence, Shape
 from qkvcli.reading.fixture import Fixture
 
 
-def probe(layer: QkvProjections, x: Array) -> ShapeProbe:
+def probe(projections: QkvProjections, x: Array) -> ShapeProbe:
     """Project ``x`` forward and back with unit upstream gradients; record every shape."""
-    shapes = tuple(tuple(out.shape) for out in layer.forward(x))  # the outputs go at once
+    shapes = tuple(tuple(out.shape) for out in projections.forward(x))  # the outputs go at once
     # Unit upstream as read-only broadcasts: the engine reads them like any array.
     ones = tuple(np.broadcast_to(1.0, shape) for shape in shapes)
-    grads = layer.backward(x, *ones)
+    grads = projections.backward(x, *ones)
     grad_input, *grad_weights = grads
     gradient_ok = grad_input.shape == x.shape and all(
-        g.shape == (layer.d_model, layer.d_head) for g in grad_weights
+        g.shape == (projections.d_model, projections.d_head) for g in grad_weights
     )
     return ShapeProbe(
         input=tuple(x.shape),
@@ -42,10 +42,10 @@ def probe(layer: QkvProjections, x: Array) -> ShapeProbe:
     )
 
 
-def primary_probe(primary: Primary, layer: QkvProjections) -> ShapeProbe:
+def primary_probe(primary: Primary, projections: QkvProjections) -> ShapeProbe:
     """The shapes the primary pass itself gave (the same forward and reverse products)."""
     gradient_ok = primary.grad_input.shape == primary.input.shape and all(
-        g.shape == (layer.d_model, layer.d_head) for g in primary.weight_gradients
+        g.shape == (projections.d_model, projections.d_head) for g in primary.weight_gradients
     )
     return ShapeProbe(
         input=tuple(primary.input.shape),
@@ -55,10 +55,10 @@ def primary_probe(primary: Primary, layer: QkvProjections) -> ShapeProbe:
 
 
 def other_probes(
-    fixture: Fixture, layer: QkvProjections
+    fixture: Fixture, projections: QkvProjections
 ) -> tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe]:
     """Batch doubled (the input twice, concatenated), ``[0,T,d]``, ``[2B,0,d]``, ``[B,0,d]``,
-    through ``layer`` (the fixture's projections).
+    through ``projections`` (the fixture's).
 
     The doubled batch is the largest pass of the evidence (a ``[2B,T,d]`` input and input
     gradient); :func:`~qkvcli.evidence.build.build_evidence` runs it first, while only
@@ -66,16 +66,16 @@ def other_probes(
     """
     batch, tokens, d_model = fixture.input.shape
     return (
-        probe(layer, np.concatenate([fixture.input, fixture.input], axis=0)),
-        probe(layer, np.zeros((0, tokens, d_model))),
-        probe(layer, np.zeros((2 * batch, 0, d_model))),
-        probe(layer, np.zeros((batch, 0, d_model))),
+        probe(projections, np.concatenate([fixture.input, fixture.input], axis=0)),
+        probe(projections, np.zeros((0, tokens, d_model))),
+        probe(projections, np.zeros((2 * batch, 0, d_model))),
+        probe(projections, np.zeros((batch, 0, d_model))),
     )
 
 
 def compute_shapes(
     fixture: Fixture,
-    layer: QkvProjections,
+    projections: QkvProjections,
     primary: Primary | None = None,
     others: tuple[ShapeProbe, ShapeProbe, ShapeProbe, ShapeProbe] | None = None,
 ) -> ShapeEvidence:
@@ -86,34 +86,34 @@ def compute_shapes(
     earlier), the remaining probes are not run again.
     """
     batch, empty_batch, empty_tokens, report_empty_tokens = (
-        other_probes(fixture, layer) if others is None else others
+        other_probes(fixture, projections) if others is None else others
     )
     return ShapeEvidence(
-        rule=probe(layer, fixture.input) if primary is None else primary_probe(primary, layer),
+        rule=probe(projections, fixture.input) if primary is None else primary_probe(primary, projections),
         batch=batch,
         empty_batch=empty_batch,
         empty_tokens=empty_tokens,
         report_empty_tokens=report_empty_tokens,
-        d_head=layer.d_head,
+        d_head=projections.d_head,
     )
 
 
-def compute_errors(fixture: Fixture, layer: QkvProjections) -> ErrorEvidence:
-    """The rejected boundaries, computed on the fixture's own sizes through ``layer`` (its
-    projections)."""
+def compute_errors(fixture: Fixture, projections: QkvProjections) -> ErrorEvidence:
+    """The rejected boundaries, computed on the fixture's own sizes through its
+    ``projections``."""
     batch, tokens, d = fixture.input.shape
-    h = layer.d_head
-    names = layer.names
+    h = projections.d_head
+    names = projections.names
 
     def zeros(rows: int, cols: int) -> Array:
         return np.zeros((rows, cols))
 
     return ErrorEvidence(
         rank=refused(
-            "rank-two", InputRank(2), lambda: layer.forward(np.broadcast_to(0.0, (tokens, d)))),
+            "rank-two", InputRank(2), lambda: projections.forward(np.broadcast_to(0.0, (tokens, d)))),
         width=refused(
             "input-width", InputWidthMismatch(d, d + 1),
-            lambda: layer.forward(np.broadcast_to(0.0, (batch, tokens, d + 1)))),
+            lambda: projections.forward(np.broadcast_to(0.0, (batch, tokens, d + 1)))),
         model_mismatch=refused(
             "branch-mismatch", BranchInputWidthMismatch(d, d + 1, d),
             lambda: QkvProjections.from_arrays(zeros(d, h), zeros(d + 1, h), zeros(d, h), names)),

@@ -27,17 +27,17 @@ def frozen(fresh: Array) -> Array:
     return view
 
 
-def compute_primary(fixture: Fixture, layer: QkvProjections) -> Primary:
-    """One forward and reverse pass of ``layer`` (the fixture's projections) over
+def compute_primary(fixture: Fixture, projections: QkvProjections) -> Primary:
+    """One forward and reverse pass of ``projections`` (the fixture's) over
     ``fixture``; every tensor read-only.
 
     The fixture's tensors are copied (the evidence never aliases what the caller may
     change); the engine's fresh outputs and gradients are only made read-only, which at
     ``[8,512,1024,64]`` saves copying 44 MiB.
     """
-    outputs = layer.forward(fixture.input)
-    grads = layer.backward(fixture.input, *fixture.upstream)
-    w_query, w_key, w_value = layer.weights
+    outputs = projections.forward(fixture.input)
+    grads = projections.backward(fixture.input, *fixture.upstream)
+    w_query, w_key, w_value = projections.weights
     return Primary(
         input=readonly(fixture.input),
         w_query=w_query,
@@ -54,8 +54,8 @@ def compute_primary(fixture: Fixture, layer: QkvProjections) -> Primary:
         grad_w_query=frozen(grads.grad_w_query),
         grad_w_key=frozen(grads.grad_w_key),
         grad_w_value=frozen(grads.grad_w_value),
-        parameter_names=layer.names,
-        parameter_count=layer.parameter_count,
+        parameter_names=projections.names,
+        parameter_count=projections.parameter_count,
     )
 
 
@@ -83,14 +83,14 @@ def build_evidence(fixture: Fixture) -> Evidence:
     """
     # The doubled-batch probe first: its [2B,T,d] buffers then never coexist with the
     # primary pass's (peak memory at realistic sizes).
-    layer = projections_of(fixture)
-    probes = other_probes(fixture, layer)
-    primary = compute_primary(fixture, layer)
+    projections = projections_of(fixture)
+    probes = other_probes(fixture, projections)
+    primary = compute_primary(fixture, projections)
     config = Config(
         fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head, layout=fixture.layout
     )
     gradcheck = gradcheck_projections(
-        layer,
+        projections,
         fixture.input,
         fixture.upstream,
         (primary.grad_input, *primary.weight_gradients),
@@ -112,7 +112,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
         expect = compare_expectations(fixture.expect, actual)
     # The replay pass runs last and is dropped at once, so its buffers never coexist with
     # the gradient check's or the shape probes'.
-    replay_bitwise = same_primary_bits(primary, compute_primary(fixture, layer))
+    replay_bitwise = same_primary_bits(primary, compute_primary(fixture, projections))
     return Evidence(
         chapter=fixture.chapter,
         seed=fixture.seed,
@@ -120,10 +120,10 @@ def build_evidence(fixture: Fixture) -> Evidence:
         primary=primary,
         forward_ok=forward_ok(primary, config),
         reverse_ok=reverse_ok(primary),
-        shapes=compute_shapes(fixture, layer, primary, probes),
-        errors=compute_errors(fixture, layer),
+        shapes=compute_shapes(fixture, projections, primary, probes),
+        errors=compute_errors(fixture, projections),
         initialization=compute_initialization(fixture),
-        independence=compute_independence(fixture, layer, primary),
+        independence=compute_independence(fixture, projections, primary),
         history=HistoryEvidence(),
         replay_bitwise=replay_bitwise,
         gradcheck=gradcheck,

@@ -49,11 +49,11 @@ RECOMPUTES_COLUMN = "perturbed column"
 RECOMPUTES_ALL = "full forward"
 
 
-def loss_terms(layer: QkvProjections, x: Array, upstream: tuple[Array, Array, Array]) -> Array:
+def loss_terms(projections: QkvProjections, x: Array, upstream: tuple[Array, Array, Array]) -> Array:
     """The unperturbed terms ``Y_b * U_b`` of ``L``, per branch: ``[3, BT, h]``."""
     batch, tokens, d_model = x.shape
-    rows, h = batch * tokens, layer.d_head
-    packed = layer.astype(np.float64).packed
+    rows, h = batch * tokens, projections.d_head
+    packed = projections.astype(np.float64).packed
     terms = np.empty((3, rows, h))
     with np.errstate(over="ignore", invalid="ignore"):
         # forward's product: [BT,d] @ [d,3h] -> [BT,3h]
@@ -74,13 +74,13 @@ class StackedObjective:
     it (or :meth:`put` one element), call :meth:`evaluate`, and restore what you changed
     before reusing the slot. With ``local`` no copies exist: :meth:`put` is the only way
     to perturb, one element per slot, and :meth:`slot` is unavailable. ``base``, when
-    given, is :func:`loss_terms` of the same layer, input and upstream (computed once and
+    given, is :func:`loss_terms` of the same projections, input and upstream (computed once and
     shared); otherwise it is computed when needed.
     """
 
     def __init__(
         self,
-        layer: QkvProjections,
+        projections: QkvProjections,
         x: Array,
         upstream: tuple[Array, Array, Array],
         index: int,
@@ -91,9 +91,9 @@ class StackedObjective:
         self.index = index
         self.slots = slots
         self.local = local
-        packed = layer.astype(np.float64).packed
+        packed = projections.astype(np.float64).packed
         batch, tokens, d_model = x.shape
-        h = layer.d_head
+        h = projections.d_head
         self._h = h
         rows = batch * tokens
         self._rows = np.ascontiguousarray(x, dtype=np.float64).reshape(rows, d_model)
@@ -104,7 +104,7 @@ class StackedObjective:
         self._packed = packed
         self.recomputes = RECOMPUTES_ALL
         if index > 0 or local:
-            self._base = loss_terms(layer, x, upstream) if base is None else base  # [3,BT,h]
+            self._base = loss_terms(projections, x, upstream) if base is None else base  # [3,BT,h]
         if index > 0 and local:
             self.recomputes = RECOMPUTES_COLUMN
             self._sums = branch_sums(self._base.reshape(3, rows * h))  # constants
@@ -139,14 +139,14 @@ class StackedObjective:
             self._terms = np.empty_like(self._outputs)
 
     @staticmethod
-    def slot_elements(layer: QkvProjections, x: Array, index: int, local: bool = False) -> int:
+    def slot_elements(projections: QkvProjections, x: Array, index: int, local: bool = False) -> int:
         """Elements one slot costs (its copy plus its product and loss terms)."""
         batch, tokens, d_model = x.shape
-        outputs = batch * tokens * 3 * layer.d_head
+        outputs = batch * tokens * 3 * projections.d_head
         if index > 0 and local:
             return int(d_model) + int(batch * tokens)  # the perturbed column and its product
         if index > 0:
-            return int(d_model) * layer.d_head + 2 * int(outputs) // 3
+            return int(d_model) * projections.d_head + 2 * int(outputs) // 3
         if local:
             return int(outputs)
         return int(x.size) + 2 * int(outputs)

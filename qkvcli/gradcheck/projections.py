@@ -43,7 +43,7 @@ BATCH_ELEMENTS = 1 << 19
 
 
 def gradcheck_projections(
-    layer: QkvProjections,
+    projections: QkvProjections,
     x: Array,
     upstream: tuple[Array, Array, Array],
     analytic: tuple[Array, Array, Array, Array],
@@ -56,7 +56,7 @@ def gradcheck_projections(
     directions: int = DEFAULT_DIRECTIONS,
     seed: int = DEFAULT_DIRECTION_SEED,
 ) -> GradcheckResult:
-    """Check the input gradient and the three weight gradients of ``layer`` at ``x``.
+    """Check the input gradient and the three weight gradients of ``projections`` at ``x``.
 
     ``analytic`` is ``(grad_input, grad_w_query, grad_w_key, grad_w_value)``;
     ``upstream`` is ``(grad_query, grad_key, grad_value)``. ``mode`` is one of
@@ -70,16 +70,16 @@ def gradcheck_projections(
     """
     validate_settings(step, tolerance, samples, mode, directions)
     x64 = np.asarray(x, dtype=np.float64)
-    tensors_values = (x64, *layer.weights)
+    tensors_values = (x64, *projections.weights)
     plans: list[tuple[str, int | None, int]] = []
     for values in tensors_values:
         resolved, count = resolve_mode(mode, int(values.size), samples)
         planned = directions if resolved == "fast" else len(sample_indices(values.size, count))
         plans.append((resolved, count, planned))
     batch, tokens, _ = x64.shape
-    branch_output = int(batch * tokens) * layer.d_head  # [B,T,d_head]: what a weight reaches
+    branch_output = int(batch * tokens) * projections.d_head  # [B,T,d_head]: what a weight reaches
     # The unperturbed loss terms, computed once (every weight's objective needs them).
-    base = loss_terms(layer, x64, upstream)
+    base = loss_terms(projections, x64, upstream)
 
     def tensors() -> Iterator[Checked]:
         for index, values in enumerate(tensors_values):
@@ -91,13 +91,13 @@ def gradcheck_projections(
             # pin bit for bit.
             reach = branch_output if index > 0 else 0
             local = resolved != "fast" and max(int(values.size), reach) > AUTO_FULL_LIMIT
-            per_slot = StackedObjective.slot_elements(layer, x64, index, local)
+            per_slot = StackedObjective.slot_elements(projections, x64, index, local)
             fits = max(1, BATCH_ELEMENTS // max(1, per_slot))  # an empty input costs nothing
             if resolved == "fast":
                 slots = 2 * max(1, min(directions, fits // 2))
             else:
                 slots = min(3 * max(planned, 1), fits)
-            objective = StackedObjective(layer, x64, upstream, index, slots, local, base)
+            objective = StackedObjective(projections, x64, upstream, index, slots, local, base)
             yield Checked(TENSOR_NAMES[index], values, analytic[index], objective, resolved,
                           count, objective.recomputes)
 

@@ -2,7 +2,7 @@
 
 Every expected answer is computed from the fixture by running the engine (shapes by
 projecting zero tensors, vectors by projecting the first token, the parameter count
-from the layer, rejections by probing). Questions 8 and 9 are conceptual: their answers
+from the projections, rejections by probing). Questions 8 and 9 are conceptual: their answers
 come from the evidence's history record and from the stages ``qkv attend`` adds.
 
 Questions scale to the fixture: each fits one screen (:data:`SCREEN_LINES` lines of
@@ -74,7 +74,7 @@ class TooManyAnswers(QuizError):
 class Question(Record):
     number: int
     prompt: str
-    kind: str  # "numbers", "number", "integer", "yesno" or "choice"
+    form: str  # "numbers", "number", "integer", "yesno" or "choice"
     expected: tuple[float, ...] | str
     shown: str
     explanation: str
@@ -134,24 +134,24 @@ def _mat(values: np.ndarray) -> str:
 
 def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     """The nine questions with answers computed from ``fixture``. Raises :class:`QuizError`."""
-    layer = projections_of(fixture)
+    projections = projections_of(fixture)
     batch, tokens, d = fixture.input.shape
-    h = layer.d_head
+    h = projections.d_head
     if batch == 0 or tokens == 0:
         raise EmptyQuizFixture()
 
     def shapes_of(shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(out.shape) for out in layer.forward(np.zeros(shape)))
+        return tuple(tuple(out.shape) for out in projections.forward(np.zeros(shape)))
 
     one = shapes_of((4, 7, d))
     q1 = tuple(float(v) for v in one[0])
     x0 = fixture.input[0, 0]
-    first = layer.forward(fixture.input[:1, :1])
+    first = projections.forward(fixture.input[:1, :1])
     vectors = tuple(float(v) for out in first for v in out.reshape(-1))
     row = int(np.flatnonzero(x0 != 0.0)[0]) if np.any(x0 != 0.0) else 0
-    changed = np.array(layer.weights[0])
+    changed = np.array(projections.weights[0])
     changed[row, 0] += 1.0
-    before, after = layer.forward(fixture.input), layer.with_weight("query", changed).forward(
+    before, after = projections.forward(fixture.input), projections.with_weight("query", changed).forward(
         fixture.input)
     kv_changed = not (np.array_equal(before.key, after.key)
                       and np.array_equal(before.value, after.value))
@@ -160,7 +160,7 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     rank_two = ""
     for rank in range(1, 6):
         try:
-            layer.forward(np.zeros((1,) * (rank - 1) + (d,)))
+            projections.forward(np.zeros((1,) * (rank - 1) + (d,)))
             accepted_ranks.append(rank)
         except QkvError as error:
             rank_two = str(error) if rank == 2 else rank_two
@@ -189,15 +189,15 @@ def build_questions(fixture: Fixture) -> tuple[Question, ...]:
                  "numbers", q1, format_shape(one[0]),
                  "Each output keeps batch and token axes and takes d_head: "
                  f"{format_shape(one[0])} for query, key and value.", accepted=(q1 * 3,)),
-        _first_token_question(x0, layer.weights, first, vectors, q2, QUESTION_COUNT),
+        _first_token_question(x0, projections.weights, first, vectors, q2, QUESTION_COUNT),
         Question(3, "Can changing only W_Q change K or V? (yes/no)", "yesno",
                  "yes" if kv_changed else "no", "yes" if kv_changed else "no",
                  f"Computed: W_Q[{row},0]+1 changed Q; K and V "
                  f"{'changed' if kv_changed else 'stayed bitwise unchanged'}. Independent "
                  "weights make the unchanged key and value outputs replay bitwise."),
         Question(4, f"Count the trainable scalars in three bias-free [{d},{h}] weights.",
-                 "integer", (float(layer.parameter_count),), str(layer.parameter_count),
-                 f"The count is 3 x {d} x {h} = {layer.parameter_count}."),
+                 "integer", (float(projections.parameter_count),), str(projections.parameter_count),
+                 f"The count is 3 x {d} x {h} = {projections.parameter_count}."),
         Question(5, f"Predict the three outputs' shapes for inputs [0,{tokens},{d}] and "
                  f"[{2 * batch},0,{d}].", "numbers",
                  tuple(float(v) for v in e0[0] + e1[0]),
@@ -303,17 +303,17 @@ def check_answer(question: Question, answer: str) -> Marking:
     text = answer.strip().lower()
     if not text:
         return Marking(False, "no answer")
-    if question.kind in ("numbers", "number", "integer"):
+    if question.form in ("numbers", "number", "integer"):
         numbers = tuple(float(m) for m in NUMBER.findall(text))
         if not numbers:
             return Marking(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
-        if question.kind in ("integer", "number"):
+        if question.form in ("integer", "number"):
             numbers = numbers[-1:]  # "3 x 3 x 2 = 18", "q0[0]=1.5": the last number counts
         assert isinstance(question.expected, tuple)
         wants = (question.expected, *question.accepted)
         correct = any(_close(numbers, want) for want in wants)
         return Marking(correct, detail="" if correct else wrong_parts(question, numbers))
-    if question.kind == "yesno":
+    if question.form == "yesno":
         word = re.split(r"[^a-z]+", text)[0]
         if word in ("y", "yes"):
             return Marking(question.expected == "yes")

@@ -51,7 +51,7 @@ READ_CHUNK = 1 << 20
 _READ: set[tuple[int, int]] = set()
 """``(st_dev, st_ino)`` of every file :func:`open_regular` opened since :func:`forget_reads`."""
 
-_KINDS = (
+_FILE_TYPES = (
     (stat.S_ISDIR, "directory"),
     (stat.S_ISFIFO, "FIFO"),
     (stat.S_ISSOCK, "socket"),
@@ -84,8 +84,8 @@ def _refuse_special(name: str, mode: int, what: str) -> None:
     """Raise :class:`InputFileError` unless ``mode`` is a regular file's."""
     if stat.S_ISREG(mode):
         return
-    kind = next((label for test, label in _KINDS if test(mode)), "special file")
-    raise InputFileError(name, f"is {_article(kind)} {kind}, not {_article(what)} {what} file")
+    found = next((label for test, label in _FILE_TYPES if test(mode)), "special file")
+    raise InputFileError(name, f"is {_article(found)} {found}, not {_article(what)} {what} file")
 
 
 def _os_problem(error: OSError) -> str:

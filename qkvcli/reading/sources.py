@@ -81,7 +81,7 @@ def _header(handle: BinaryIO, raw: str, location: str) -> tuple[tuple[int, ...],
     except FixtureError:
         raise
     except Exception as error:  # numpy parses the header with tokenize and
-        # ast.literal_eval, which raise many kinds (TokenError, SyntaxError, ...): all mean
+        # ast.literal_eval, which raise many errors (TokenError, SyntaxError, ...): all mean
         # a header that cannot be read.
         raise FixtureError(
             location, f"{printable(raw)}: unreadable .npy header ({printable(str(error))})"
@@ -211,9 +211,9 @@ def load_source(
             raise FixtureError(location, 'give one of "npy", "generate" or "safetensors"')
         refuse_unknown_keys(value, (*SAFETENSORS_KEYS, *extra_keys), location)
         return load_safetensors(value, location, base_dir, max_elements)
-    kind = "npy" if "npy" in value else "generate"
-    refuse_unknown_keys(value, (kind, *extra_keys), location)
-    if kind == "npy":
+    source = "npy" if "npy" in value else "generate"
+    refuse_unknown_keys(value, (source, *extra_keys), location)
+    if source == "npy":
         return load_npy(value["npy"], f"{location}.npy", base_dir, max_elements)
     return generate_spec(value["generate"], f"{location}.generate", max_elements)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.render.kinds import CHAPTERS, KINDS, kind_of, record_of
+from qkvcli.render.views import CHAPTERS, VIEWS, record_of, view_of
 
-__all__ = ["CHAPTERS", "FORMATS", "KINDS", "figure", "formats_of", "kind_of", "record_of",
-           "render", "render_pieces", "verdict_line"]
+__all__ = ["CHAPTERS", "FORMATS", "VIEWS", "figure", "formats_of", "record_of", "render",
+           "render_pieces", "verdict_line", "view_of"]
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -29,7 +29,7 @@ PRECISION_FORMATS: dict[str, tuple[str, ...]] = {
     "evidence": (), "gradcheck": (), "attend": ("text",), "variance": ("text",), "check": (),
     "chapter": (),
 }
-"""The text formats of each kind that take ``precision`` (the rich view always does)."""
+"""The text formats of each view that take ``precision`` (the rich view always does)."""
 
 
 def verdict_line(passed: int, total: int, *, passed_all: bool | None = None,
@@ -46,7 +46,7 @@ def verdict_line(passed: int, total: int, *, passed_all: bool | None = None,
 
 def formats_of(evidence: object) -> tuple[str, ...]:
     """The formats :func:`render` gives for ``evidence``."""
-    return FORMATS if kind_of(evidence) in ("evidence", "chapter") else ("text", "json")
+    return FORMATS if view_of(evidence) in ("evidence", "chapter") else ("text", "json")
 
 
 def render(evidence: object, fmt: str = "text", *, tensors: str = "summary",
@@ -72,27 +72,27 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
     Raises :class:`ValueError` for a format ``evidence`` has not (the rich view is a
     renderable, not text: see :func:`figure`) and ``TypeError`` for an unknown record.
     """
-    kind = kind_of(evidence)
+    view = view_of(evidence)
     if fmt not in formats_of(evidence):
-        raise ValueError(f"unknown format {fmt!r} for {kind}; expected one of "
+        raise ValueError(f"unknown format {fmt!r} for {view}; expected one of "
                          f"{', '.join(formats_of(evidence))}")
-    if kind == "evidence":
+    if view == "evidence":
         from qkvcli.render import report
 
         stream = {"text": report.iter_text, "trace": report.iter_trace, "json": report.iter_json}
         return stream[fmt](evidence, tensors)  # type: ignore[arg-type]
-    if kind == "chapter":
+    if view == "chapter":
         from qkvcli.render.chapters import dispatch
 
         return dispatch.pieces(evidence, fmt)
-    if kind == "gradcheck":
+    if view == "gradcheck":
         return iter([gradcheck_text(evidence, fmt, dtype)])
     whole: dict[str, Callable[[Any], str]]
-    if kind == "attend":
+    if view == "attend":
         from qkvcli.render import attend
 
         whole = {"text": attend.render_attend_text, "json": attend.render_attend_json}
-    elif kind == "variance":
+    elif view == "variance":
         from qkvcli.render import variance
 
         whole = {"text": variance.render_variance_text, "json": variance.render_variance_json}
@@ -101,9 +101,9 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
 
         whole = {"text": check.render_check_text,
                  "json": check.render_check_json}
-    extra: dict[str, Any] = {} if precision is None or fmt not in PRECISION_FORMATS[kind] else {
+    extra: dict[str, Any] = {} if precision is None or fmt not in PRECISION_FORMATS[view] else {
         "precision": precision}
-    if kind == "attend":
+    if view == "attend":
         extra["tensors"] = tensors
     return iter([whole[fmt](evidence, **extra)])
 
@@ -125,24 +125,24 @@ def gradcheck_text(result: Any, fmt: str, dtype: str) -> str:
 def figure(evidence: object, options: RichOptions) -> RenderableType:
     """The rich view of ``evidence`` (any record :func:`render` takes), laid out with
     ``options``. Imports rich: only the rich paths call it."""
-    kind = kind_of(evidence)
-    if kind == "evidence":
+    view = view_of(evidence)
+    if view == "evidence":
         from qkvcli.render.rich.view import render_rich
 
         return render_rich(evidence, options)  # type: ignore[arg-type]
-    if kind == "chapter":
+    if view == "chapter":
         from qkvcli.render.chapters import dispatch
 
         return dispatch.figure(evidence, options)
-    if kind == "gradcheck":
+    if view == "gradcheck":
         from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 
         return render_gradcheck_rich(evidence, options)  # type: ignore[arg-type]
-    if kind == "attend":
+    if view == "attend":
         from qkvcli.render.rich.attend import attend_renderable
 
         return attend_renderable(evidence, options)  # type: ignore[arg-type]
-    if kind == "variance":
+    if view == "variance":
         from qkvcli.render.rich.variance import variance_renderable
 
         return variance_renderable(evidence, options)  # type: ignore[arg-type]

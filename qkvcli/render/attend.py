@@ -50,7 +50,7 @@ _PUBLISHED = {
     **{f"w_{branch}": f"{branch}_weight" for branch in BRANCHES},
     **{f"b_{branch}": f"{branch}_bias" for branch in BRANCHES},
 }
-SPLIT_VIEWS = tuple(f"{kind}_{branch}" for kind in ("w", "b", "grad_w", "grad_b")
+SPLIT_VIEWS = tuple(f"{part}_{branch}" for part in ("w", "b", "grad_w", "grad_b")
                     for branch in BRANCHES)
 """A packed projection's per-branch views: the same numbers as ``w_packed`` (or its
 gradient), so a packed layer's text and JSON give them as digests only."""

@@ -1,5 +1,5 @@
 """The views of a later chapter's evidence, through the renderer the one table names
-(:data:`qkvcli.render.kinds.CHAPTERS`).
+(:data:`qkvcli.render.views.CHAPTERS`).
 
 :func:`qkvcli.render.render_pieces` and :func:`qkvcli.render.figure` hand a chapter's
 evidence here; each chapter's renderer has ``text``, ``trace``, ``json_document`` and
@@ -24,7 +24,7 @@ FORMATS = ("text", "trace", "json")
 
 def renderer(evidence: object) -> ModuleType:
     """The module that renders ``evidence``. Raises ``TypeError`` for other records."""
-    from qkvcli.render.kinds import CHAPTERS, record_of
+    from qkvcli.render.views import CHAPTERS, record_of
 
     name = record_of(evidence)
     if name not in CHAPTERS:

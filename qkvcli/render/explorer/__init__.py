@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from qkvcli.render import kind_of
+from qkvcli.render import view_of
 
 
 def explorer_page(evidence: object, *, precision: int, title: str,
@@ -27,28 +27,28 @@ def explorer_page(evidence: object, *, precision: int, title: str,
     which the page's causal toggle shows. Raises ``TypeError`` for a record the
     explorer does not draw.
     """
-    kind = kind_of(evidence)
-    if kind == "evidence":
+    view = view_of(evidence)
+    if view == "evidence":
         from qkvcli.render.explorer.run import run_page
 
         return run_page(evidence, precision, title)  # type: ignore[arg-type]
-    if kind == "attend":
+    if view == "attend":
         from qkvcli.render.explorer.attend import attend_page
 
         return attend_page(evidence, precision, title, other)  # type: ignore[arg-type]
-    if kind == "check":
+    if view == "check":
         from qkvcli.render.explorer.check import check_page
 
         return check_page(evidence, precision, title,  # type: ignore[arg-type]
                           replay or {}, spec)
-    if kind == "chapter":
+    if view == "chapter":
         from qkvcli.render.chapters.dispatch import document
         from qkvcli.render.explorer.document import document_page
 
         return document_page(document(evidence), precision, title)
-    if kind == "gradcheck":
+    if view == "gradcheck":
         from qkvcli.render.explorer.document import document_page
         from qkvcli.render.gradcheck import gradcheck_document
 
         return document_page(gradcheck_document(evidence), precision, title)  # type: ignore[arg-type]
-    raise TypeError(f"the explorer draws no page of {kind}")
+    raise TypeError(f"the explorer draws no page of {view}")

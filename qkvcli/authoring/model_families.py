@@ -1,10 +1,10 @@
 """What each model family's attention is, as transformers builds it: the table qkv reads
 a checkpoint's ``config.json`` against (:mod:`qkvcli.authoring.config` does the reading).
 
-Per ``model_type``: its tensors' kind, causality, RoPE layout, module path, output
-projection and biases (:class:`Family`); the families refused by name and the keys that
+Per ``model_type``: its tensors' naming, causality, RoPE layout, module path, output
+projection and biases (:class:`ModelFamily`); the families refused by name and the keys that
 ask for what qkv does not compute; each family's config defaults and RoPE theta; its
-norms of Q and K; how it derives its layers' kinds and each kind's theta. Data only.
+norms of Q and K; how it derives its layers' types and each type's theta. Data only.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from qkvcli.authoring.checkpoint import NormFunction
 from qkvcli.core.record import Record
 
 
-class Family(Record):
+class ModelFamily(Record):
     """What a ``model_type``'s attention is, as far as qkv reads it."""
 
     title: str
-    kind: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
+    naming: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
     causal: str  # "yes", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
     rope: str | None  # None, or RoPE's layout: "half" (rotate_half), "interleaved"
     classes: str  # the start of its transformers classes' names (config "architectures")
@@ -34,72 +34,72 @@ _LAYERS = r"layers\.[^.]+\.self_attn\."  # LLaMA's and most decoders' module pat
 
 
 _FAMILIES = (
-    ("gpt2", Family("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2", out="c_proj",
-                    biases="all")),
-    ("bert", Family("BERT", "bert", "decoder", None, "Bert", out="", biases="all")),
-    ("roberta", Family("RoBERTa", "bert", "decoder", None, "Roberta", out="", biases="all")),
-    ("xlm-roberta", Family("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta", out="",
-                           biases="all")),
-    ("electra", Family("ELECTRA", "bert", "decoder", None, "Electra", out="", biases="all")),
-    ("distilbert", Family("DistilBERT", "distil", "no", None, "DistilBert", out="out_lin",
-                          biases="all")),
-    ("llama", Family("LLaMA", "linear", "yes", "half", "Llama", path=_LAYERS)),
-    ("mistral", Family("Mistral", "linear", "yes", "half", "Mistral", window="all",
-                       path=_LAYERS, biases="none")),
-    ("mixtral", Family("Mixtral", "linear", "yes", "half", "Mixtral", window="all",
-                       path=_LAYERS, biases="none")),
-    ("starcoder2", Family("Starcoder2", "linear", "yes", "half", "Starcoder2", window="all",
-                          path=_LAYERS, biases="use_bias")),
-    ("qwen2", Family("Qwen2", "linear", "yes", "half", "Qwen2", window="qwen2", path=_LAYERS,
-                     biases="qkv")),
-    ("smollm3", Family("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3",
-                       path=_LAYERS)),
-    ("granite", Family("Granite", "linear", "yes", "half", "Granite", scale="granite",
-                       path=_LAYERS)),
-    ("gemma", Family("Gemma", "linear", "yes", "half", "Gemma", path=_LAYERS)),
-    ("gemma2", Family("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
-                      scale="gemma2", path=_LAYERS)),
-    ("olmo", Family("OLMo", "linear", "yes", "half", "Olmo", path=_LAYERS)),
-    ("gemma3_text", Family("Gemma 3", "linear", "yes", "half", "Gemma3", window="types",
+    ("gpt2", ModelFamily("GPT-2", "gpt2", "yes", None, "GPT2", scale="gpt2", out="c_proj",
+                         biases="all")),
+    ("bert", ModelFamily("BERT", "bert", "decoder", None, "Bert", out="", biases="all")),
+    ("roberta", ModelFamily("RoBERTa", "bert", "decoder", None, "Roberta", out="", biases="all")),
+    ("xlm-roberta", ModelFamily("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta", out="",
+                                biases="all")),
+    ("electra", ModelFamily("ELECTRA", "bert", "decoder", None, "Electra", out="", biases="all")),
+    ("distilbert", ModelFamily("DistilBERT", "distil", "no", None, "DistilBert", out="out_lin",
+                               biases="all")),
+    ("llama", ModelFamily("LLaMA", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("mistral", ModelFamily("Mistral", "linear", "yes", "half", "Mistral", window="all",
+                            path=_LAYERS, biases="none")),
+    ("mixtral", ModelFamily("Mixtral", "linear", "yes", "half", "Mixtral", window="all",
+                            path=_LAYERS, biases="none")),
+    ("starcoder2", ModelFamily("Starcoder2", "linear", "yes", "half", "Starcoder2", window="all",
+                               path=_LAYERS, biases="use_bias")),
+    ("qwen2", ModelFamily("Qwen2", "linear", "yes", "half", "Qwen2", window="qwen2", path=_LAYERS,
+                          biases="qkv")),
+    ("smollm3", ModelFamily("SmolLM3", "linear", "yes", "half", "SmolLM3", window="smollm3",
+                            path=_LAYERS)),
+    ("granite", ModelFamily("Granite", "linear", "yes", "half", "Granite", scale="granite",
+                            path=_LAYERS)),
+    ("gemma", ModelFamily("Gemma", "linear", "yes", "half", "Gemma", path=_LAYERS)),
+    ("gemma2", ModelFamily("Gemma 2", "linear", "yes", "half", "Gemma2", window="gemma2",
                            scale="gemma2", path=_LAYERS)),
-    ("qwen3", Family("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2", path=_LAYERS)),
-    ("qwen3_moe", Family("Qwen3-MoE", "linear", "yes", "half", "Qwen3Moe", window="qwen3_moe",
-                         path=_LAYERS)),
-    ("olmo2", Family("OLMo 2", "linear", "yes", "half", "Olmo2", path=_LAYERS)),
-    ("olmo3", Family("OLMo 3", "linear", "yes", "half", "Olmo3", window="types", path=_LAYERS)),
-    ("stablelm", Family("StableLM", "linear", "yes", "half", "StableLm", path=_LAYERS,
-                        biases="use_qkv_bias")),
-    ("phi", Family("Phi", "linear", "yes", "half", "Phi", out="dense", path=_LAYERS,
-                   biases="all")),
-    ("cohere", Family("Cohere", "linear", "yes", "interleaved", "Cohere", path=_LAYERS)),
-    ("gptj", Family("GPT-J", "linear", "yes", "interleaved", "GPTJ", out="out_proj",
-                    path=r"h\.[^.]+\.attn\.", biases="none")),
-    ("gpt_neox", Family("GPT-NeoX", "neox", "yes", "half", "GPTNeoX", out="dense",
-                        path=r"layers\.[^.]+\.attention\.", biases="attention_bias")),
-    ("bloom", Family("BLOOM", "neox", "yes", None, "Bloom", out="dense",
-                     path=r"h\.[^.]+\.self_attention\.", biases="all")),
-    ("persimmon", Family("Persimmon", "neox", "yes", "half", "Persimmon", out="dense",
-                         path=_LAYERS, biases="all")),
-    ("falcon", Family("Falcon", "falcon", "yes", "half", "Falcon", out="dense",
-                      path=r"h\.[^.]+\.self_attention\.", biases="bias")),
-    ("opt", Family("OPT", "linear", "yes", None, "OPT", out="out_proj",
-                   path=r"decoder\.layers\.[^.]+\.self_attn\.", biases="enable_bias")),
-    ("mpt", Family("MPT", "mpt", "yes", None, "Mpt", out="out_proj", biases="none")),
-    ("codegen", Family("CodeGen", "codegen", "yes", "interleaved", "CodeGen", out="out_proj",
-                       biases="none")),
-    ("phi3", Family("Phi-3", "blocks", "yes", "half", "Phi3", window="all", biases="none")),
-    ("gpt_bigcode", Family("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
-                           scale="bigcode", out="c_proj", biases="all")),
-    ("gpt_neo", Family("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
-                       scale="one", out="out_proj", path=r"h\.[^.]+\.attn\.attention\.",
-                       biases="out")),
-    ("bart", Family("BART", "linear", "prefix", None, "Bart", out="out_proj",
-                    path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.", biases="all")),
-    ("whisper", Family("Whisper", "linear", "prefix", None, "Whisper", out="out_proj",
-                       path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.",
-                       biases="not_key")),
-    ("clip_text_model", Family("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
-                               path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all")),
+    ("olmo", ModelFamily("OLMo", "linear", "yes", "half", "Olmo", path=_LAYERS)),
+    ("gemma3_text", ModelFamily("Gemma 3", "linear", "yes", "half", "Gemma3", window="types",
+                                scale="gemma2", path=_LAYERS)),
+    ("qwen3", ModelFamily("Qwen3", "linear", "yes", "half", "Qwen3", window="qwen2", path=_LAYERS)),
+    ("qwen3_moe", ModelFamily("Qwen3-MoE", "linear", "yes", "half", "Qwen3Moe", window="qwen3_moe",
+                              path=_LAYERS)),
+    ("olmo2", ModelFamily("OLMo 2", "linear", "yes", "half", "Olmo2", path=_LAYERS)),
+    ("olmo3", ModelFamily("OLMo 3", "linear", "yes", "half", "Olmo3", window="types", path=_LAYERS)),
+    ("stablelm", ModelFamily("StableLM", "linear", "yes", "half", "StableLm", path=_LAYERS,
+                             biases="use_qkv_bias")),
+    ("phi", ModelFamily("Phi", "linear", "yes", "half", "Phi", out="dense", path=_LAYERS,
+                        biases="all")),
+    ("cohere", ModelFamily("Cohere", "linear", "yes", "interleaved", "Cohere", path=_LAYERS)),
+    ("gptj", ModelFamily("GPT-J", "linear", "yes", "interleaved", "GPTJ", out="out_proj",
+                         path=r"h\.[^.]+\.attn\.", biases="none")),
+    ("gpt_neox", ModelFamily("GPT-NeoX", "neox", "yes", "half", "GPTNeoX", out="dense",
+                             path=r"layers\.[^.]+\.attention\.", biases="attention_bias")),
+    ("bloom", ModelFamily("BLOOM", "neox", "yes", None, "Bloom", out="dense",
+                          path=r"h\.[^.]+\.self_attention\.", biases="all")),
+    ("persimmon", ModelFamily("Persimmon", "neox", "yes", "half", "Persimmon", out="dense",
+                              path=_LAYERS, biases="all")),
+    ("falcon", ModelFamily("Falcon", "falcon", "yes", "half", "Falcon", out="dense",
+                           path=r"h\.[^.]+\.self_attention\.", biases="bias")),
+    ("opt", ModelFamily("OPT", "linear", "yes", None, "OPT", out="out_proj",
+                        path=r"decoder\.layers\.[^.]+\.self_attn\.", biases="enable_bias")),
+    ("mpt", ModelFamily("MPT", "mpt", "yes", None, "Mpt", out="out_proj", biases="none")),
+    ("codegen", ModelFamily("CodeGen", "codegen", "yes", "interleaved", "CodeGen", out="out_proj",
+                            biases="none")),
+    ("phi3", ModelFamily("Phi-3", "blocks", "yes", "half", "Phi3", window="all", biases="none")),
+    ("gpt_bigcode", ModelFamily("GPT-BigCode", "bigcode", "yes", None, "GPTBigCode",
+                                scale="bigcode", out="c_proj", biases="all")),
+    ("gpt_neo", ModelFamily("GPT-Neo", "linear", "yes", None, "GPTNeo", window="gpt_neo",
+                            scale="one", out="out_proj", path=r"h\.[^.]+\.attn\.attention\.",
+                            biases="out")),
+    ("bart", ModelFamily("BART", "linear", "prefix", None, "Bart", out="out_proj",
+                         path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.", biases="all")),
+    ("whisper", ModelFamily("Whisper", "linear", "prefix", None, "Whisper", out="out_proj",
+                            path=r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\.",
+                            biases="not_key")),
+    ("clip_text_model", ModelFamily("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
+                                    path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all")),
 )
 
 
@@ -227,5 +227,5 @@ TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
     "olmo3": {"full_attention": ("rope_theta", 500_000.0),
               "sliding_attention": (None, 500_000.0)},
 }
-"""The families whose RoPE theta is per kind of layer (``rope_parameters`` keyed by
-``layer_types``' kinds): each kind's flat spelling (``None``: none) and its default."""
+"""The families whose RoPE theta is per type of layer (``rope_parameters`` keyed by
+``layer_types``' types): each type's flat spelling (``None``: none) and its default."""

@@ -1,7 +1,7 @@
 """The one table of what the renderers draw: each record, by qualified class name, and
-the kind of view it has (every view dispatches by it: the text formats, the rich
-figure, the explorer); each later chapter's evidence and the module that renders it.
-Plain strings, nothing imported: start-up is part of the product."""
+its view, the report it is drawn as (every format dispatches by it: the text formats,
+the rich figure, the explorer); each later chapter's evidence and the module that
+renders it. Plain strings, nothing imported: start-up is part of the product."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ CHAPTERS = {
 }
 """Each later chapter's evidence and the module that renders it (``text``, ``trace``,
 ``json_document``, ``figure``)."""
-KINDS = {
+VIEWS = {
     "qkvcli.evidence.records.Evidence": "evidence",
     "qkvcli.gradcheck.records.GradcheckResult": "gradcheck",
     "qkvcli.attention.records.AttendEvidence": "attend",
@@ -20,21 +20,23 @@ KINDS = {
     "qkvcli.check.result.CheckResult": "check",
     **dict.fromkeys(CHAPTERS, "chapter"),
 }
-"""The records the renderers take, by qualified class name (looked up along the MRO, so
-rendering one never imports the others' modules: start-up is part of the product). The
-one table every view dispatches by: the text formats, the rich figure, the explorer."""
+"""The records the renderers take, by qualified class name, and each one's view (looked
+up along the MRO, so rendering one never imports the others' modules: start-up is part
+of the product). The one table every format dispatches by: the text formats, the rich
+figure, the explorer."""
 
 
 def record_of(evidence: object) -> str:
-    """The qualified name of the record of :data:`KINDS` ``evidence`` is (or derives from).
+    """The qualified name of the record of :data:`VIEWS` ``evidence`` is (or derives from).
     Raises ``TypeError``."""
     for cls in type(evidence).__mro__:
         name = f"{cls.__module__}.{cls.__qualname__}"
-        if name in KINDS:
+        if name in VIEWS:
             return name
     raise TypeError(f"nothing renders a {type(evidence).__name__}")
 
 
-def kind_of(evidence: object) -> str:
-    """Which record ``evidence`` is (a key of :data:`KINDS`' values). Raises ``TypeError``."""
-    return KINDS[record_of(evidence)]
+def view_of(evidence: object) -> str:
+    """Which report ``evidence`` is drawn as (a value of :data:`VIEWS`). Raises
+    ``TypeError``."""
+    return VIEWS[record_of(evidence)]
