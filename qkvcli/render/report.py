@@ -15,15 +15,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.results import Refusal
 from qkvcli.core.text import escape_controls
 from qkvcli.evidence.records import Evidence, Primary, ShapeProbe
-from qkvcli.render.document import (
-    dumps,
-    gradcheck_json,
-    head,
-    json_float,
-    tensor_json,
-)
 from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
-from qkvcli.render.stream import marker, stream_document
 from qkvcli.render.wording import check_rows
 
 if TYPE_CHECKING:
@@ -216,6 +208,8 @@ def _probe(probe: ShapeProbe) -> dict[str, Any]:
 
 def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
     """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
+    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json  # JSON only
+
     p = evidence.primary
     c = evidence.config
     s = evidence.shapes
@@ -289,6 +283,9 @@ def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
     Large tensors shown in full are streamed (:func:`~qkvcli.render.stream.iter_values`)
     instead of being held as one list of Python floats and one string.
     """
+    from qkvcli.render.document import dumps  # the JSON path only: start-up
+    from qkvcli.render.stream import marker, stream_document
+
     document = evidence_json(evidence, "summary" if tensors == "full" else tensors)
     if tensors != "full":
         yield dumps(document)
