@@ -288,6 +288,22 @@ def test_a_passing_check_folds_every_family(tmp_path: Path) -> None:
     assert "passing checks</summary>" in html
 
 
+def test_a_passing_gradient_checks_worst_coordinate_opens_its_values(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "check", str(EXAMPLES / "numpy_qkv.py"))
+    document = json.loads(CliRunner().invoke(
+        main, ["check", str(EXAMPLES / "numpy_qkv.py"), "-f", "json"]).output)
+    at = next(i for i, c in enumerate(document["checks"]) if c["name"] == "gradcheck")
+    shown = [n for n in numbers_of(html) if n["data-tensor"] == "checks"]
+    assert {(n["data-index"], n["data-field"]) for n in shown} == {
+        (str(at), "analytic"), (str(at), "numerical")}
+    derivation = page_data(html)["derivations"][f"checks|{at}"]
+    labels = page_data(html)["labels"]
+    steps = {labels[row[0]] for row in derivation["r"]}
+    assert {"analytic (the implementation's backward)", "tolerance"} <= steps
+    # the numbers are the JSON report's own worst point, as its detail words them
+    assert "analytic " + repr(float(derivation["v"])) in document["checks"][at]["detail"]
+
+
 # --- --html follows the output rules -------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ text report words it; where it names a coordinate's value (``value-differs``) or
 gradient-check point (``point``), the implementation's value and qkv's are numbers that
 open the comparison: expected against actual, the scaled error and tolerance, the slip
 the finding names, and the commands that replay the failing fixture
-(``--save-failures``).
+(``--save-failures``). A passing gradient check's worst coordinate opens its analytic
+and numerical values the same way.
 """
 
 from __future__ import annotations
@@ -88,18 +89,51 @@ def comparison(clause: Clause, failure: Failure, replay: list[str]) -> Derivatio
                 Step("tolerance", repr(tolerance), "text")]
         value = float(actual)
     else:
-        _, analytic, numerical, error, note = clause.facts
-        rows = [Step("analytic (the implementation's backward)", float(analytic), "fact"),
-                Step("numerical (central difference of its forward)", float(numerical), "fact"),
-                Step("scaled error", _small(error), "text")]
-        if note:
-            rows.append(Step("note", str(note), "text"))
-        value = float(analytic)
+        rows = _point_rows(clause)
+        value = float(clause.facts[1])
     rows += [Step("exact values", _exact(clause), "text")]
     rows += [Step("the slip", words, "text") for words in slips(failure)]
     rows += [Step("replay" if i == 0 else "", line, "text") for i, line in enumerate(replay)]
     where = f"{failure.family} on {failure.fixture}" if failure.fixture else failure.family
     return Derivation(f"{where}: {failure_detail(failure)}", tuple(rows), value, "none")
+
+
+def _point_rows(point: Clause) -> list[Step]:
+    """A gradient-check point's analytic and numerical values, its scaled error and note."""
+    _, analytic, numerical, error, note = point.facts
+    rows = [Step("analytic (the implementation's backward)", float(analytic), "fact"),
+            Step("numerical (central difference of its forward)", float(numerical), "fact"),
+            Step("scaled error", _small(error), "text")]
+    if note:
+        rows.append(Step("note", str(note), "text"))
+    return rows
+
+
+def worst_section(page: Page, result: CheckResult) -> str:
+    """The worst coordinate of each passing gradient check, its two values numbers that
+    open the comparison (``data-tensor="checks"``, ``data-index``: the family's place in
+    the report's ``checks``); empty when no passing family has one."""
+    items = []
+    for i, check in enumerate(result.checks):
+        if not check.passed or check.worst is None:
+            continue
+        label, point = check.worst.facts
+        derivation = Derivation(
+            f"{check.name}: the worst coordinate, on {label}",
+            (*_point_rows(point), Step("tolerance", repr(check.tolerance), "text"),
+             Step("exact values", _exact(point), "text")), float(point.facts[1]), "none")
+        heading = f"{check.name}: worst {point.facts[0]}"
+        items.append(f"<li><strong>{escape(check.name)}</strong> [{escape(str(label))}] "
+                     f"{escape(str(point.facts[0]))}: analytic "
+                     + page.number("checks", str(i), float(point.facts[1]), derivation,
+                                   field="analytic", heading=heading)
+                     + ", numerical "
+                     + page.number("checks", str(i), float(point.facts[2]), derivation,
+                                   field="numerical", heading=heading) + "</li>")
+    if not items:
+        return ""
+    return ('<section class="group"><h2>Worst gradient-check coordinates</h2>'
+            '<ul class="findings">' + "".join(items) + "</ul></section>")
 
 
 def _small(error: Any) -> str:
@@ -126,6 +160,9 @@ def check_page(result: CheckResult, precision: int, title: str,
     page.sections.append(f'<p class="caption">implementation {escape(result.implementation)};'
                          f" fixtures {escape(', '.join(result.fixtures))}</p>")
     page.sections.append(checks_section(rows, [word(c) for c in result.checks]))
+    worst = worst_section(page, result)
+    if worst:
+        page.sections.append(worst)
     if result.failures:
         items = []
         for i, failure in enumerate(result.failures):
