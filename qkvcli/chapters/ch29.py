@@ -24,8 +24,9 @@ import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
-from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
+from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
+from qkvcli.core.invariants import replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.batched import plain_check
@@ -580,8 +581,8 @@ def _same(first: RopePrimary, second: RopePrimary) -> bool:
         "key_gradient")]
     tables = [(getattr(first.tables, f), getattr(second.tables, f))
               for f in ("inverse_frequencies", "angles", "cosines", "sines")]
-    return (all(same_bits(a, b) for a, b in pairs + tables)
-            and same_bits(np.array(first.loss), np.array(second.loss)))
+    return replayed((*(a for a, _ in pairs + tables), first.loss),
+                    (*(b for _, b in pairs + tables), second.loss))
 
 
 def build(fixture: RopeFixture) -> RopeEvidence:

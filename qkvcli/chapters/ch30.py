@@ -44,7 +44,7 @@ from qkvcli.chapters.ch29 import (
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import prefix
+from qkvcli.core.invariants import prefix, replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.reading.json_values import keyed_object
@@ -539,8 +539,7 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
     with np.errstate(over="ignore", invalid="ignore"):
         found, layer, done = primary(fixture)
         again, _, _ = primary(fixture)
-        replay = all(same_bits(a, b) for a, b in zip(found.arrays(), again.arrays(), strict=True)) \
-            and same_bits(np.array(found.loss), np.array(again.loss))
+        replay = replayed((*found.arrays(), found.loss), (*again.arrays(), again.loss))
         probed = probes(fixture, found, done)
         shaped = shapes(fixture, found)
         params = parameters(layer)

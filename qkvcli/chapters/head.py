@@ -68,7 +68,7 @@ from qkvcli.chapters.operands import (
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence, settings_replaced
 from qkvcli.core.arrays import Array, all_finite, same_bits
-from qkvcli.core.invariants import prefix
+from qkvcli.core.invariants import prefix, replayed
 from qkvcli.core.invariants import single_token as single_token_claim
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
@@ -185,18 +185,12 @@ def head_pass(query: Array, key: Array, value: Array, upstream: Array, causal: b
 
 def same_pass(a: HeadPass, b: HeadPass) -> bool:
     """Whether two passes agree bit for bit in every array and number."""
-    for name in a.__record_fields__:
-        left, right = getattr(a, name), getattr(b, name)
-        if isinstance(left, np.ndarray):
-            if not same_bits(np.asarray(left, dtype=np.float64),
-                             np.asarray(right, dtype=np.float64)):
-                return False
-        elif isinstance(left, float):
-            if not same_bits(np.array([left]), np.array([right])):
-                return False
-        elif left != right:
-            return False
-    return True
+    values = [name for name in a.__record_fields__
+              if isinstance(getattr(a, name), (np.ndarray, float))]
+    return replayed((getattr(a, name) for name in values),
+                    (getattr(b, name) for name in values)) and all(
+        getattr(a, name) == getattr(b, name)
+        for name in a.__record_fields__ if name not in values)
 
 
 def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,

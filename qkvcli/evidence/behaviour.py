@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkvcli.core.arrays import same_bits
 from qkvcli.core.errors import ProjectionError, QkvError, ZeroOutputWidth
+from qkvcli.core.invariants import replayed
 from qkvcli.core.outputs import QkvForward
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.splitmix import SplitMix64
@@ -79,13 +79,8 @@ def compute_independence(
 
 def same_primary_bits(left: Primary, right: Primary) -> bool:
     """Whether two runs agree bit for bit in every tensor, the loss, names and count."""
-    tensors_equal = all(
-        same_bits(a, b)
-        for a, b in zip(left.tensors().values(), right.tensors().values(), strict=True)
-    )
     return (
-        tensors_equal
-        and np.float64(left.loss).tobytes() == np.float64(right.loss).tobytes()
+        replayed((*left.tensors().values(), left.loss), (*right.tensors().values(), right.loss))
         and left.parameter_names == right.parameter_names
         and left.parameter_count == right.parameter_count
     )
