@@ -219,6 +219,21 @@ def test_no_private_name_crosses_modules() -> None:
     assert crossing == []
 
 
+ENGINES_AND_JUDGEMENTS = ("qkvcli.core.projections", "qkvcli.core.results",
+                          "qkvcli.core.invariants", "qkvcli.attention.engine",
+                          "qkvcli.attention.head", "qkvcli.attention.multihead")
+"""What builds or runs an engine, and the records of a judgement."""
+
+
+def test_the_reader_builds_no_engine_and_judges_nothing() -> None:
+    # A fixture is plain data: the engine is built where the evidence is computed
+    # (evidence/build.projections_of, attention/fixture.layer_of), `expect` judged there.
+    found = [f"{name}:{line} imports {module}"
+             for name in MODULES if name.startswith("qkvcli.reading.")
+             for module, _, line in imports_of(name) if module in ENGINES_AND_JUDGEMENTS]
+    assert found == []
+
+
 def test_layers_import_only_what_they_may() -> None:
     wrong = []
     for name in MODULES:

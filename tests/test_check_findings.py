@@ -19,7 +19,8 @@ from qkvcli.check.errors import BadResult, Broken, Rejected
 from qkvcli.check.reference import BACKWARD_BUGS, FORWARD_BUGS
 from qkvcli.check.result import NOT_RUN, call_failure, not_run, not_run_after
 from qkvcli.core.results import Clause, Failure, found_at
-from qkvcli.reading.expect import Expectations, ExpectResult, Mismatch, compare_expectations
+from qkvcli.evidence.expect import ExpectResult, Mismatch, compare_expectations
+from qkvcli.reading.expect import Expectations
 from qkvcli.render.check import (
     CLAUSE_WORDS,
     FINDING_WORDS,

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from qkvcli.evidence.behaviour import same_primary_bits
-from qkvcli.evidence.build import build_evidence, compute_primary
-from qkvcli.reading.fixture import projections_of
+from qkvcli.evidence.build import build_evidence, compute_primary, projections_of
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.parse import parse_fixture
 from qkvcli.render.wording import check_rows

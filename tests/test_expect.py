@@ -9,12 +9,8 @@ import numpy as np
 import pytest
 
 from qkvcli.evidence.build import build_evidence
-from qkvcli.reading.expect import (
-    Expectations,
-    ExpectResult,
-    Mismatch,
-    compare_expectations,
-)
+from qkvcli.evidence.expect import ExpectResult, Mismatch, compare_expectations
+from qkvcli.reading.expect import Expectations
 from qkvcli.reading.load import bundled_fixture_text, load_fixture
 from qkvcli.reading.parse import fixture_problems, parse_fixture
 from qkvcli.reading.problems import FixtureError

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.evidence.build import compute_primary
+from qkvcli.evidence.build import compute_primary, projections_of
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.projections import gradcheck_projections
-from qkvcli.reading.fixture import projections_of
 from qkvcli.reading.load import load_fixture
 
 

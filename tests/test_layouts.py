@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.fixture import head_of, parse_attend_fixture
-from qkvcli.reading.fixture import projections_of, uses_extensions
+from qkvcli.evidence.build import projections_of
+from qkvcli.reading.fixture import uses_extensions
 from qkvcli.reading.layouts import canonicalize, chapter_weights
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.parse import parse_fixture

@@ -32,6 +32,7 @@ from qkvcli.chapters.operands import OPERANDS, EmptyTokenAxis, check_operands
 from qkvcli.core.arrays import Array, check_finite, readonly
 from qkvcli.core.errors import QkvError
 from qkvcli.core.names import CHAPTER_IDS
+from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.reading.json_values import expect_object, refuse_unknown_keys
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, expect_shape
@@ -154,8 +155,9 @@ def _projected(data: dict[str, Any], max_elements: int, base_dir: StrPath | None
         if needed not in data:
             raise FixtureError("$", f'missing key "{needed}" (or give "query", "key" and "value")')
     problems = Problems()
-    layer = parse_weights(data["weights"], max_elements, problems, base_dir)
-    assert layer is not None  # fail-fast: a problem raised
+    parsed = parse_weights(data["weights"], max_elements, problems, base_dir)
+    assert parsed is not None  # fail-fast: a problem raised
+    layer = QkvProjections.from_arrays(*parsed[0], names=parsed[1])  # chapter 26's engine
     x = read_input(data["input"], layer.d_model, max_elements, problems, base_dir)
     assert x is not None
     if x.shape[1] == 0:

@@ -24,8 +24,8 @@ from qkvcli.cli.options import (
     resolve_format,
 )
 from qkvcli.cli.show import show
+from qkvcli.evidence.build import projections_of
 from qkvcli.gradcheck.projections import gradcheck_projections
-from qkvcli.reading.fixture import projections_of
 from qkvcli.render import render_pieces
 
 

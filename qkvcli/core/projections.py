@@ -24,7 +24,6 @@ import numpy as np
 
 from qkvcli.core.arrays import Array, ArrayLike, all_finite, check_finite
 from qkvcli.core.errors import (
-    BranchOutputWidthMismatch,
     GradientShapeMismatch,
     ProjectionError,
     QkvError,
@@ -33,10 +32,8 @@ from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, DEFAULT_PREFIX, validate_
 from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
 from qkvcli.core.weights import (
-    check_branches,
     check_input_shape,
-    check_model_widths,
-    check_unique_names,
+    check_weights,
     join_upstream,
     pack,
     release_upstream,
@@ -146,17 +143,8 @@ class QkvProjections:
             raise ValueError(f"expected three parameter names, got {len(names)}")
         # No copy yet: _pack copies the validated weights into the projections' own matrix.
         arrays = tuple(np.asarray(w, dtype=np.float64) for w in (w_query, w_key, w_value))
-        for name, array in zip(names, arrays, strict=True):
-            validate_name(name)
-            check_finite(array, "parameter")
-        check_branches(arrays)
-        check_model_widths(arrays)
-        query, key, value = arrays
-        head = (query.shape[1], key.shape[1], value.shape[1])
-        if len(set(head)) != 1:
-            raise BranchOutputWidthMismatch(*head)
-        check_unique_names(names)
-        return cls((query, key, value), (names[0], names[1], names[2]))
+        check_weights(arrays, names)
+        return cls((arrays[0], arrays[1], arrays[2]), (names[0], names[1], names[2]))
 
     @classmethod
     def from_seed(

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
+    BranchOutputWidthMismatch,
     DuplicateName,
     InputRank,
     InputWidthMismatch,
@@ -24,7 +25,7 @@ from qkvcli.core.errors import (
     ZeroInputWidth,
     ZeroOutputWidth,
 )
-from qkvcli.core.names import BRANCHES
+from qkvcli.core.names import BRANCHES, validate_name
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -134,6 +135,22 @@ def check_unique_names(names: Sequence[str]) -> None:
     for repeated, name in enumerate(names):
         if name in names[:repeated]:
             raise DuplicateName(name, list(names).index(name), repeated)
+
+
+def check_weights(weights: Sequence[Array], names: Sequence[str]) -> None:
+    """The projections' three weights and names, in the engine's order (first failure
+    wins): each weight's name, then its values finite, in query, key, value order; per
+    branch its rank and non-zero widths; equal model widths, equal head widths, unique
+    names. Raises a :class:`~qkvcli.core.errors.QkvError` subclass."""
+    for name, weight in zip(names, weights, strict=True):
+        validate_name(name)
+        check_finite(weight, "parameter")
+    check_branches(weights)
+    check_model_widths(weights)
+    head = tuple(int(weight.shape[1]) for weight in weights)
+    if len(set(head)) != 1:
+        raise BranchOutputWidthMismatch(*head)
+    check_unique_names(names)
 
 
 def check_input_shape(x: Array, d_model: int) -> None:

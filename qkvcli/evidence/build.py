@@ -17,7 +17,15 @@ from qkvcli.evidence.behaviour import compute_independence, compute_initializati
 from qkvcli.evidence.boundaries import compute_errors, compute_shapes, other_probes
 from qkvcli.evidence.records import Config, Evidence, HistoryEvidence, Primary
 from qkvcli.gradcheck.projections import gradcheck_projections
-from qkvcli.reading.fixture import Fixture, projections_of
+from qkvcli.reading.fixture import Fixture
+
+
+def projections_of(fixture: Fixture) -> QkvProjections:
+    """The engine's projections of ``fixture``'s weights and names: the one way to run a
+    fixture. Each call builds them anew (validation again, then one packed copy of the
+    weights), so a caller builds them once per run. Raises a
+    :class:`~qkvcli.core.errors.QkvError` for weights no parse would have accepted."""
+    return QkvProjections.from_arrays(*fixture.weights, names=fixture.names)
 
 
 def frozen(fresh: Array) -> Array:
@@ -104,7 +112,8 @@ def build_evidence(fixture: Fixture) -> Evidence:
     expect = None
     if fixture.expect is not None:
         # Only fixtures with an expect section get this check, so the chapter's is unchanged.
-        from qkvcli.reading.expect import EXPECT_FIELDS, compare_expectations
+        from qkvcli.evidence.expect import compare_expectations
+        from qkvcli.reading.expect import EXPECT_FIELDS
 
         fields = primary.tensors()
         actual: dict[str, Array | float] = {key: fields[field] for key, field in EXPECT_FIELDS.items()}

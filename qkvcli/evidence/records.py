@@ -17,8 +17,8 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, verdict
 
 if TYPE_CHECKING:
+    from qkvcli.evidence.expect import ExpectResult
     from qkvcli.gradcheck.records import GradcheckResult
-    from qkvcli.reading.expect import ExpectResult
 
 Shape = tuple[int, ...]
 

@@ -31,8 +31,9 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
+from qkvcli.evidence.build import projections_of
 from qkvcli.evidence.records import HistoryEvidence
-from qkvcli.reading.fixture import Fixture, projections_of
+from qkvcli.reading.fixture import Fixture
 
 # Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.
 NUMBER = re.compile(r"(?<![A-Za-z_\d.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")

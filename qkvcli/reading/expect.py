@@ -1,4 +1,5 @@
-"""A fixture's ``expect`` section: values the author expects, checked against a run.
+"""A fixture's ``expect`` section read: values the author expects of a run (judged against
+the run by :mod:`qkvcli.evidence.expect`, not here).
 
 ::
 
@@ -20,10 +21,7 @@ the run gives them (``query``/``key``/``value`` ``[batch, tokens, d_head]``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
@@ -62,32 +60,6 @@ class Expectations(Record):
     tensors: tuple[tuple[str, Array], ...]
     loss: float | None = None
     tolerance: float = DEFAULT_EXPECT_TOLERANCE
-
-
-class Mismatch(Record):
-    """The first value of one quantity that is further from expected than the tolerance:
-    its name, coordinate (``()`` for the loss), both values and the scaled error."""
-
-    name: str
-    coordinate: tuple[int, ...]
-    expected: float
-    actual: float
-    error: float
-
-
-class ExpectResult(Record):
-    """The comparison of every expected quantity with the run's values: the quantities
-    compared (names), how many values, the tolerance, and each quantity's first mismatch
-    (worded by :func:`qkvcli.render.wording.expect_detail`)."""
-
-    names: tuple[str, ...]
-    values: int
-    tolerance: float
-    mismatches: tuple[Mismatch, ...]
-
-    @property
-    def passed(self) -> bool:
-        return not self.mismatches
 
 
 def _tolerance(raw: object) -> float:
@@ -153,35 +125,3 @@ def parse_expect(
     if not ok:
         return None
     return Expectations(tuple(tensors), loss, tolerance)
-
-
-def _scaled_error(actual: Array, expected: Array) -> Array:
-    scale = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
-    return np.asarray(np.abs(actual - expected) / scale, dtype=np.float64)
-
-
-def compare_expectations(expect: Expectations, actual: Mapping[str, Array | float]) -> ExpectResult:
-    """Compare each expected quantity with ``actual`` (names as in :data:`EXPECT_KEYS`).
-
-    Gives every quantity's first value beyond the tolerance, in declared order.
-    """
-    wanted: dict[str, Array] = dict(expect.tensors)
-    if expect.loss is not None:
-        wanted["loss"] = np.asarray(expect.loss, dtype=np.float64)
-    names = tuple(key for key in EXPECT_KEYS if key in wanted)
-    mismatches: list[Mismatch] = []
-    values = 0
-    for name in names:
-        expected = wanted[name]
-        got = np.asarray(actual[name], dtype=np.float64)
-        values += int(expected.size)
-        error = _scaled_error(got, expected)
-        bad = np.flatnonzero(~(error <= expect.tolerance))  # NaN errors count as bad
-        if bad.size:
-            flat = int(bad[0])
-            coordinate = tuple(int(i) for i in np.unravel_index(flat, expected.shape))
-            mismatches.append(Mismatch(
-                name, coordinate, float(expected.reshape(-1)[flat]),
-                float(got.reshape(-1)[flat]), float(error.reshape(-1)[flat]),
-            ))
-    return ExpectResult(names, values, expect.tolerance, tuple(mismatches))

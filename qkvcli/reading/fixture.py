@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES
-from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, DEFAULT_STEP, DEFAULT_TOLERANCE
 from qkvcli.reading.limits import DEFAULT_SEED
@@ -78,7 +77,7 @@ if TYPE_CHECKING:
 class Fixture(Record):
     """A validated fixture: every array float64, finite, and of consistent shape.
 
-    Data only: :func:`projections_of` builds the engine that runs it.
+    Data only: :func:`qkvcli.evidence.build.projections_of` builds the engine that runs it.
     """
 
     input: Array
@@ -111,10 +110,3 @@ class Fixture(Record):
     def d_head(self) -> int:
         return int(self.weights[0].shape[1])
 
-
-def projections_of(fixture: Fixture) -> QkvProjections:
-    """The engine's projections of ``fixture``'s weights and names: the one way to run a
-    fixture. Each call builds them anew (validation again, then one packed copy of the
-    weights), so a caller builds them once per run. Raises a
-    :class:`~qkvcli.core.errors.QkvError` for weights no parse would have accepted."""
-    return QkvProjections.from_arrays(*fixture.weights, names=fixture.names)

@@ -21,7 +21,6 @@ import numpy as np
 from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import InputRank, QkvError
 from qkvcli.core.names import BRANCHES
-from qkvcli.core.projections import QkvProjections
 from qkvcli.core.weights import check_input_shape
 from qkvcli.reading.fixture import TOP_KEYS, Fixture, uses_extensions
 from qkvcli.reading.json_values import expect_object, unknown_keys
@@ -29,7 +28,7 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_projection_size, c
 from qkvcli.reading.problems import MAX_PROBLEMS, FixtureError, Problems, TooManyProblems
 from qkvcli.reading.settings import parse_gradcheck, parse_seed_and_chapter
 from qkvcli.reading.tensors import parse_tensor
-from qkvcli.reading.weights import parse_weights
+from qkvcli.reading.weights import Weights, parse_weights
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -153,7 +152,7 @@ def _parse(
     if data is None:
         return None
     layout = "separate"
-    layer: QkvProjections | None = None
+    layer: Weights | None = None  # the weights and their names
     if "weights" in data and not uses_extensions(data):
         layer = parse_weights(data["weights"], max_elements, problems, base_dir)
     elif "weights" in data:
@@ -164,18 +163,19 @@ def _parse(
         if converted is not None:
             plain, layout = converted
             layer = parse_weights(plain, max_elements, problems, base_dir)
-    x = (read_input(data["input"], None if layer is None else layer.d_model, max_elements,
+    d_model, d_head = (0, 0) if layer is None else layer[0][0].shape
+    x = (read_input(data["input"], None if layer is None else d_model, max_elements,
                     problems, base_dir) if "input" in data else None)
     expected: tuple[int, ...] | None = None
     sizes: tuple[int, int, int, int] | None = None
     if layer is not None and x is not None:
         batch, tokens, _ = x.shape
         before = len(problems.errors)
-        problems.attempt(check_projection_size, int(batch), int(tokens), layer.d_head,
+        problems.attempt(check_projection_size, int(batch), int(tokens), d_head,
                          "$.input", max_elements)
         if len(problems.errors) == before:
-            expected = (batch, tokens, layer.d_head)
-            sizes = (int(batch), int(tokens), layer.d_model, layer.d_head)
+            expected = (batch, tokens, d_head)
+            sizes = (int(batch), int(tokens), d_model, d_head)
         else:
             x = None  # the derived tensors are refused: nothing that needs them is checked
     given = read_upstream(data.get("upstream"), None if expected is None else (expected,) * 3,
@@ -184,7 +184,7 @@ def _parse(
                 else [np.ones(expected) if grad is None else grad for grad in given])
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
     if layer is not None and x is not None:
-        problems.attempt(check_step_fits, step, (x, *layer.weights), "$.gradcheck.step")
+        problems.attempt(check_step_fits, step, (x, *layer[0]), "$.gradcheck.step")
     seed, chapter = parse_seed_and_chapter(data, default_chapter, problems)
     expect = None
     if "expect" in data:
@@ -196,8 +196,8 @@ def _parse(
         return None  # only reached when collecting: fail-fast raised already
     return Fixture(
         input=x,
-        weights=layer.weights,
-        names=layer.names,
+        weights=layer[0],
+        names=layer[1],
         upstream=(upstream[0], upstream[1], upstream[2]),
         step=step,
         tolerance=tolerance,

@@ -19,8 +19,8 @@ from qkvcli.core.errors import (
     QkvError,
 )
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
-from qkvcli.core.projections import QkvProjections
 from qkvcli.core.text import printable
+from qkvcli.core.weights import check_weights
 from qkvcli.reading.json_values import expect_object, json_type_name, unknown_keys
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.tensors import parse_tensor
@@ -108,22 +108,31 @@ def _branch(
     return array, name
 
 
-def _layer(arrays: list[Array], names: list[str]) -> QkvProjections:
-    """The three weights together: per-branch rank and widths, shared widths, unique names."""
+Weights = tuple[tuple[Array, Array, Array], tuple[str, str, str]]
+"""The three weights and their names, in query, key, value order, checked together."""
+
+
+def _together(arrays: list[Array], names: list[str]) -> Weights:
+    """The three weights together, by the engine's own checks (:func:`~qkvcli.core.weights.
+    check_weights`: per-branch rank and widths, shared widths, unique names)."""
     try:
-        return QkvProjections.from_arrays(arrays[0], arrays[1], arrays[2], names=names)
+        check_weights(arrays, names)
     except ProjectionError as error:
         raise FixtureError(f"$.weights.{error.projection}", str(error)) from None
     except DuplicateName as error:
         raise FixtureError(f"$.weights.{BRANCHES[error.repeated]}.name", str(error)) from None
     except (BranchInputWidthMismatch, BranchOutputWidthMismatch) as error:
         raise FixtureError("$.weights", str(error)) from None
+    for array in arrays:  # read fresh, held by nothing else: read-only as the fixture's data
+        array.flags.writeable = False
+    return (arrays[0], arrays[1], arrays[2]), (names[0], names[1], names[2])
 
 
 def parse_weights(
     raw_weights: Any, max_elements: int, problems: Problems, base_dir: StrPath | None = None
-) -> QkvProjections | None:
-    """The layer the plain ``weights`` object describes; ``None`` after reporting a problem."""
+) -> Weights | None:
+    """The weights and names the plain ``weights`` object describes, as the engine would
+    accept them; ``None`` after reporting a problem."""
     weights = expect_object(raw_weights, "$.weights", problems)
     if weights is None:
         return None
@@ -135,4 +144,4 @@ def parse_weights(
         return None  # widths and names can only be compared once all three parsed
     arrays = [item[0] for item in parsed if item is not None]
     names = [item[1] for item in parsed if item is not None]
-    return problems.attempt(_layer, arrays, names)
+    return problems.attempt(_together, arrays, names)

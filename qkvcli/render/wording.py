@@ -16,9 +16,9 @@ from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_bool
 
 if TYPE_CHECKING:
+    from qkvcli.evidence.expect import ExpectResult, Mismatch
     from qkvcli.evidence.records import Evidence
     from qkvcli.gradcheck.records import GradcheckResult
-    from qkvcli.reading.expect import ExpectResult, Mismatch
 
 
 class Check(Record):
