@@ -55,6 +55,8 @@ NAMED = {
     "dwo-transposed": ("multi-head-reverse", "wo-gradient-transposed"),
     "dx-last-head": ("multi-head-reverse", "input-last-head"),
     "dw-first-item": ("multi-head-reverse", "first-item"),
+    "rope-backward-ignored": ("multi-head-reverse", "rope-backward-ignored"),
+    "not-inverted": ("multi-head-reverse", "rope-backward-not-inverted"),
 }
 """Each slip of the example: the family that names it, and the slip's code."""
 
@@ -72,7 +74,8 @@ def test_each_slip_fails_its_family_naming_it(bug: str) -> None:
     assert f": {SLIP_WORDS[slip]}: " in family_detail(checks[family]), family_detail(checks[family])
 
 
-@pytest.mark.parametrize("bug", ["dwo-transposed", "dx-last-head", "dw-first-item"])
+@pytest.mark.parametrize("bug", ["dwo-transposed", "dx-last-head", "dw-first-item",
+                                 "rope-backward-ignored"])
 def test_a_backward_that_disagrees_with_its_own_forward_fails_the_gradient_check(bug: str) -> None:
     checks = {check.name: check for check in checked(bug).checks}
     assert checks["multi-head"].passed  # the forward is right

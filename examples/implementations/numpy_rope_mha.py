@@ -171,7 +171,7 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
     grad_v = np.swapaxes(a, -1, -2) @ grad_heads
     grad_s = _softmax_reverse(a, grad_a) / _scale(size)
     grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
-    if rope_on:  # the rotation's reverse carries the gradient back
+    if rope_on and BUG != "rope-backward-ignored":  # the rotation's reverse carries it back
         grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
         if BUG == "rope-on-value":
             grad_v = rope_reverse(grad_v, base, offset)

@@ -61,7 +61,8 @@ MHA_BUGS = ("split-no-transpose", "merge-no-transpose", "strided-heads", "merge-
             "no-rope", "rope-always", "rope-on-value")
 """The multi-head slips, in the order they are tried."""
 MHA_BACKWARD_BUGS = ("wo-gradient-transposed", "input-first-head", "input-last-head",
-                     "first-item", "last-item")
+                     "first-item", "last-item", "rope-backward-ignored",
+                     "rope-backward-not-inverted")
 """The slips of a multi-head backward alone (its forward right), in the order they are
 tried."""
 
@@ -253,9 +254,16 @@ def engine_mha_backward(x: Array, weights: tuple[Array, ...], heads: int, causal
     :data:`MHA_BACKWARD_BUGS`) gives them: ``wo-gradient-transposed`` (``dW_O`` as
     ``(Cᵀ dY)ᵀ``), ``input-first-head``/``input-last-head`` (``dX`` through one head
     only), ``first-item``/``last-item`` (every weight gradient from one batch item, the
-    engine's on that item alone)."""
+    engine's on that item alone), ``rope-backward-ignored`` (``dQ`` and ``dK`` not turned
+    back through RoPE: the engine without RoPE, run on queries and keys turned as the
+    forward turns them), ``rope-backward-not-inverted`` (``dQ`` and ``dK`` turned forward
+    again: those gradients turned by the engine's rotation, then taken back through the
+    projections by :func:`~qkvcli.core.projections.project_back`)."""
     layer = _layer(weights, heads, rope, base, offset)
     with np.errstate(all="ignore"):
+        if bug in ("rope-backward-ignored", "rope-backward-not-inverted") and rope:
+            return _rope_backward_slip(weights, heads, np.asarray(x, dtype=np.float64), causal,
+                                       base, offset, grad_output, bug)
         grads = layer.backward(x, layer.forward(x, causal), grad_output)
         assert grads.grad_out_weight is not None
         found = [grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value,
@@ -271,6 +279,33 @@ def engine_mha_backward(x: Array, weights: tuple[Array, ...], heads: int, causal
             found[1:] = [one.grad_w_query, one.grad_w_key, one.grad_w_value,
                          one.grad_out_weight]
     return tuple(found)
+
+
+def _rope_backward_slip(weights: tuple[Array, ...], heads: int, x: Array, causal: bool,
+                        base: float, offset: int, grad_output: Array, bug: str) -> Bundle:
+    """The five gradients of a backward that leaves ``dQ`` and ``dK`` as the rotated
+    queries' and keys' (``rope-backward-ignored``) or turns them forward once more
+    (``rope-backward-not-inverted``)."""
+    unturned = _layer(weights, heads, False, base, offset)
+    grads = unturned.backward(x, _slip_turned(weights, heads, x, causal, base, offset, ""),
+                              grad_output)
+    assert grads.grad_out_weight is not None
+    if bug == "rope-backward-ignored":
+        return (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value,
+                grads.grad_out_weight)
+    by_head = [np.stack([getattr(g, name) for g in grads.heads], axis=1)  # [B,H,T,d]
+               for name in ("grad_query", "grad_key", "grad_value")]
+    turned = [engine_rope(by_head[0], base, offset), engine_rope(by_head[1], base, offset),
+              by_head[2]]
+    batch, tokens, width = x.shape
+    joined = np.concatenate([_heads_merged(g) for g in turned], axis=-1)
+    weight, _ = unturned.packed()
+    # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
+    grad_rows, grad_w = project_back(x.reshape(batch * tokens, width),
+                                     joined.reshape(batch * tokens, -1), weight)
+    size = grad_w.shape[1] // 3
+    return (grad_rows.reshape(x.shape), grad_w[:, :size], grad_w[:, size:2 * size],
+            grad_w[:, 2 * size:], grads.grad_out_weight)
 
 
 # --- an attention head's slips: the engine, given a wrong part --------------------------

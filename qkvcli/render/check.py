@@ -289,6 +289,10 @@ SLIP_WORDS = {
     "input-first-head": "grad_input comes from head 0 alone, not summed over the heads",
     "input-last-head": ("grad_input comes from the last head alone (each head overwrites the "
                         "last), not summed over the heads"),
+    "rope-backward-ignored": ("the backward does not turn dQ and dK back through RoPE: its "
+                              "gradients are the rotated queries' and keys'"),
+    "rope-backward-not-inverted": ("the backward turns dQ and dK forward through RoPE again "
+                                   "instead of back"),
     "unscaled-weights": "weights are the softmax of the unscaled scores Q K^T",
     "not-scaled": "scores are not Q K^T / sqrt(d_k)",
     "mask-moves-scores": "scores with causal=true are not the scores before the mask",
