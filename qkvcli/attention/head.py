@@ -58,6 +58,7 @@ from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
 from qkvcli.core.weights import (
+    NamedWeights,
     check_branches,
     check_input_shape,
     check_model_widths,
@@ -82,7 +83,7 @@ STAGES = ("scores Q K^T", "scaling by 1/sqrt(d_k)", "softmax weights", "weighted
 Biases = tuple[Array | None, Array | None, Array | None]
 
 
-class AttentionHead:
+class AttentionHead(NamedWeights):
     """Three projections (optional biases) and one scaled dot-product attention head.
 
     Build one with :meth:`from_arrays`; instances are immutable.
@@ -174,16 +175,8 @@ class AttentionHead:
     # --- properties ---------------------------------------------------------------------
 
     @property
-    def weights(self) -> tuple[Array, Array, Array]:
-        return self._weights
-
-    @property
     def biases(self) -> Biases:
         return self._biases
-
-    @property
-    def names(self) -> tuple[str, str, str]:
-        return self._names
 
     @property
     def independent_value_width(self) -> bool:

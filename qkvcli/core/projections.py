@@ -32,6 +32,7 @@ from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, DEFAULT_PREFIX, validate_
 from qkvcli.core.outputs import QkvForward, QkvGradients
 from qkvcli.core.splitmix import SplitMix64, xavier_uniform
 from qkvcli.core.weights import (
+    NamedWeights,
     check_input_shape,
     check_weights,
     join_upstream,
@@ -83,7 +84,7 @@ def project_back(rows: Array, upstream: Array, weights: Array) -> tuple[Array, A
     return upstream @ weights.T, rows.T @ upstream
 
 
-class QkvProjections:
+class QkvProjections(NamedWeights):
     """Three independent bias-free linear maps sharing one input.
 
     Build one with :meth:`from_arrays` (existing weights) or :meth:`from_seed`
@@ -182,16 +183,6 @@ class QkvProjections:
     @property
     def d_head(self) -> int:
         return self._d_head
-
-    @property
-    def names(self) -> tuple[str, str, str]:
-        """Stable parameter names in query, key, value order."""
-        return self._names
-
-    @property
-    def weights(self) -> tuple[Array, Array, Array]:
-        """The read-only weights in query, key, value order."""
-        return self._weights
 
     @property
     def parameter_count(self) -> int:

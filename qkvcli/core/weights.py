@@ -93,6 +93,25 @@ def release_upstream(joined: Array, pool: list[Array]) -> None:
         pool.append(joined)
 
 
+class NamedWeights:
+    """The three weights, read-only, in query, key, value order, and their stable parameter
+    names: what the projections and an attention head both hold (set by their makers)."""
+
+    __slots__ = ()
+    _weights: tuple[Array, Array, Array]
+    _names: tuple[str, str, str]
+
+    @property
+    def weights(self) -> tuple[Array, Array, Array]:
+        """The read-only weights in query, key, value order."""
+        return self._weights
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """Stable parameter names in query, key, value order."""
+        return self._names
+
+
 def check_branch(weight: Array) -> None:
     if weight.ndim != 2:
         raise WeightRank(weight.ndim)
