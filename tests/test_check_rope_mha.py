@@ -4,6 +4,7 @@ to with the slip named, as a Python module and as a ``--command`` program."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
@@ -79,14 +80,20 @@ WRONG = [
 ]
 
 
+@functools.cache
+def _checked_example(example: str) -> dict[str, Any]:
+    """Every family's check of one example, run once however many rows ask about it."""
+    from qkvcli.check.target import start_python
+
+    with start_python(str(EXAMPLES / example), 30.0) as child:  # each sets the module's BUG
+        return {check.name: check for check in run_checks(child, [], 1e-9).checks}
+
+
 @pytest.mark.parametrize(("example", "family", "named"), WRONG,
                          ids=[f"{row[0][6:-3]}-{row[1]}" for row in WRONG])
 def test_each_wrong_example_fails_its_family_naming_the_slip(example: str, family: str,
                                                              named: str) -> None:
-    from qkvcli.check.target import start_python
-
-    with start_python(str(EXAMPLES / example), 30.0) as child:  # each sets the module's BUG
-        checks = {check.name: check for check in run_checks(child, [], 1e-9).checks}
+    checks = _checked_example(example)
     assert checks[family].outcome == "failed"
     assert named in family_detail(checks[family])
 

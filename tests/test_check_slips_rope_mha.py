@@ -5,6 +5,7 @@ every other; a backward that disagrees with its own forward fails the gradient c
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +30,9 @@ def with_bug(bug: str) -> ModuleType:
     return module
 
 
+@functools.cache
 def checked(bug: str) -> CheckResult:
+    """The whole check of the example with ``bug``, once per bug (results are immutable)."""
     module = with_bug(bug)
     return run_checks(PythonImplementation(bug, None, rope=module.rope,
                                            rope_reverse=module.rope_reverse,
