@@ -34,12 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "attention": {"core", "reading", "gradcheck", "evidence"},
     "learn": {"core", "reading", "evidence", "attention", "chapters"},
     "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
-    "check": {"core", "reading", "gradcheck", "attention"},  # AttentionHead: the head reference
+    "protocol": {"core", "reading"},  # an implementation's source is read by the one reader
+    "check": {"core", "reading", "gradcheck", "attention", "protocol"},  # AttentionHead: the head reference
     "chapters": {"core", "reading", "gradcheck", "attention"},  # the course's chapters 27-30
     "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check",
-               "chapters"},
+               "chapters", "protocol"},
     "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",
-            "check", "render", "data", "chapters"},
+            "check", "render", "data", "chapters", "protocol"},
     "data": set(),
 }
 
@@ -251,3 +252,33 @@ def test_layers_import_only_what_they_may() -> None:
             if target[1] not in ALLOWED[layer] and ".".join(target[1:3]) not in ALLOWED[layer]:
                 wrong.append(f"{name}:{line} imports {module}")
     assert wrong == []
+
+
+PROCESS_CALLS = {"print", "exit", "quit", "input", "breakpoint", "sys.exit", "os._exit",
+                 "os.abort", "os.kill", "os.dup2", "contextlib.redirect_stdout",
+                 "contextlib.redirect_stderr", "redirect_stdout", "redirect_stderr"}
+# Standard input is a file the one reader reads for "-" (reading/files.py), not the terminal.
+PROCESS_NAMES = {"sys.argv", "sys.stdout", "sys.stderr"}
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def test_nothing_below_cli_touches_the_process() -> None:
+    """Only cli/ prints, exits, reads argv, writes the standard streams or rebinds them:
+    the engine, the judge and the renderers are functions of their arguments."""
+    offenders = []
+    for name, path in MODULES.items():
+        if name == "qkvcli.cli" or name.startswith("qkvcli.cli.") or name == "qkvcli.__main__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and _dotted(node.func) in PROCESS_CALLS:
+                offenders.append(f"{name}:{node.lineno} calls {_dotted(node.func)}")
+            elif isinstance(node, ast.Attribute) and _dotted(node) in PROCESS_NAMES:
+                offenders.append(f"{name}:{node.lineno} uses {_dotted(node)}")
+    assert offenders == []

@@ -13,16 +13,16 @@ import pytest
 
 from qkvcli.check.cases import SPECIAL_SHAPES, Case, chapter_case, random_cases
 from qkvcli.check.engine import engine_implementation
-from qkvcli.check.errors import (
+from qkvcli.check.result import HEAD_FAMILIES as ALL_HEAD_FAMILIES
+from qkvcli.check.result import PROJECTION_FAMILIES, CheckResult
+from qkvcli.check.run import run_checks
+from qkvcli.core.results import Clause
+from qkvcli.protocol.errors import (
     ImplementationImportFailed,
     ImplementationNotFound,
     MissingForward,
 )
-from qkvcli.check.result import HEAD_FAMILIES as ALL_HEAD_FAMILIES
-from qkvcli.check.result import PROJECTION_FAMILIES, CheckResult
-from qkvcli.check.run import run_checks
-from qkvcli.check.target import PythonImplementation, load_python
-from qkvcli.core.results import Clause
+from qkvcli.protocol.python import PythonImplementation, load_python
 from qkvcli.render.check import failure_detail, family_detail
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "implementations"
@@ -401,7 +401,7 @@ def test_the_child_process_reaches_the_same_judgements_as_an_in_process_call(
     cases: list[Case], example: str,
 ) -> None:
     """Float64 crosses the runner's pipe exactly: every judgement and failure is the same."""
-    from qkvcli.check.target import start_python
+    from qkvcli.protocol.runner import start_python
 
     inside = check_example(example, cases)
     with start_python(str(EXAMPLES / example), 30.0) as child:

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from qkvcli.check.cases import Case, chapter_case
-from qkvcli.check.client import CommandClient
-from qkvcli.check.errors import Broken, CommandNotStarted
 from qkvcli.check.run import run_checks
-from qkvcli.check.wire import Malformed, decode, decode_tensor, encode, encode_tensor
+from qkvcli.protocol.client import CommandClient
+from qkvcli.protocol.errors import Broken, CommandNotStarted
+from qkvcli.protocol.wire import Malformed, decode, decode_tensor, encode, encode_tensor
 from qkvcli.render.check import family_detail
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,8 +20,8 @@ from qkvcli.check.engine import engine_implementation
 from qkvcli.check.reference import engine_mha, engine_rope
 from qkvcli.check.result import MHA_FAMILIES, ROPE_FAMILIES
 from qkvcli.check.run import run_checks
-from qkvcli.check.target import PythonImplementation, load_python
 from qkvcli.cli import main
+from qkvcli.protocol.python import PythonImplementation, load_python
 from qkvcli.render.check import SLIP_WORDS, family_detail
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ WRONG = [
 @functools.cache
 def _checked_example(example: str) -> dict[str, Any]:
     """Every family's check of one example, run once however many rows ask about it."""
-    from qkvcli.check.target import start_python
+    from qkvcli.protocol.runner import start_python
 
     with start_python(str(EXAMPLES / example), 30.0) as child:  # each sets the module's BUG
         return {check.name: check for check in run_checks(child, [], 1e-9).checks}

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from qkvcli.check.cases import Case, chapter_case, contrast_case, precision_case, random_cases
 from qkvcli.check.reference import FORWARD_BUGS, variant_forward
 from qkvcli.check.run import run_checks
-from qkvcli.check.target import PythonImplementation
 from qkvcli.cli import main
+from qkvcli.protocol.python import PythonImplementation
 from qkvcli.render.check import SLIP_WORDS, family_detail
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -139,7 +139,7 @@ WRONG_EXAMPLES = [
 def test_each_wrong_head_example_fails_its_family_naming_the_slip(
     cases: list[Case], example: str, family: str, named: str,
 ) -> None:
-    from qkvcli.check.target import start_python
+    from qkvcli.protocol.runner import start_python
 
     with start_python(str(EXAMPLES / example), 30.0) as child:  # each sets numpy_head.BUG
         result = run_checks(child, cases, 1e-9)

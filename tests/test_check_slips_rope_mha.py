@@ -14,7 +14,7 @@ import pytest
 
 from qkvcli.check.result import CheckResult
 from qkvcli.check.run import run_checks
-from qkvcli.check.target import PythonImplementation
+from qkvcli.protocol.python import PythonImplementation
 from qkvcli.render.check import SLIP_WORDS, family_detail
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "implementations" / "numpy_rope_mha.py"

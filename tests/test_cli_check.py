@@ -272,9 +272,9 @@ def test_a_slow_check_draws_a_progress_bar_on_a_terminal_only(runner: CliRunner)
 
     from qkvcli.check.cases import chapter_case
     from qkvcli.check.run import run_checks
-    from qkvcli.check.target import start_python
     from qkvcli.cli.check import check_progress
     from qkvcli.cli.console import CheckProgress
+    from qkvcli.protocol.runner import start_python
 
     stream = io.StringIO()
     console = Console(file=stream, force_terminal=True, width=80, color_system=None)

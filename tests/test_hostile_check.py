@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from qkvcli.check import client
+from qkvcli.protocol import client
 from qkvcli.reading import limits
 from tests.hostile_helpers import BASE, fixture, invoke, refused, write
 

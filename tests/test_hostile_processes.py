@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.check.client import CommandClient
-from qkvcli.check.wire import Malformed, decode_tensor, reply_budget, reply_values
+from qkvcli.protocol.client import CommandClient
+from qkvcli.protocol.wire import Malformed, decode_tensor, reply_budget, reply_values
 from tests.hostile_helpers import invoke
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,7 +195,7 @@ def test_closing_the_client_during_hello_ends_the_program(tmp_path, reap, monkey
     silent = python_program(tmp_path, (
         f"open({str(record)!r}, 'w').write(f'{{os.getpid()}}\\n')\n"
         "time.sleep(300)\n"))
-    from qkvcli.check import client as module
+    from qkvcli.protocol import client as module
 
     real = module.CommandClient._read_line
 

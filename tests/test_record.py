@@ -143,9 +143,9 @@ def test_engine_outputs_unpack_in_field_order_and_name_their_fields():
 
 
 def test_gradient_names_are_the_fields_of_the_gradients():
-    from qkvcli.check.target import BACKWARD_NAMES, FORWARD_NAMES
     from qkvcli.core.names import BRANCHES, GRADIENTS
     from qkvcli.core.outputs import QkvForward, QkvGradients
+    from qkvcli.protocol.python import BACKWARD_NAMES, FORWARD_NAMES
 
     assert QkvGradients.__record_fields__ == GRADIENTS == BACKWARD_NAMES
     assert QkvForward.__record_fields__ == BRANCHES == FORWARD_NAMES

@@ -11,14 +11,14 @@ from functools import partial
 import numpy as np
 
 from qkvcli.check.cases import Run
-from qkvcli.check.diagnose import coordinate
-from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind, Probe, Request
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
+from qkvcli.core.arrays import coordinate
 from qkvcli.core.errors import format_shape
 from qkvcli.core.invariants import single_token
 from qkvcli.core.results import Failure, FamilyCheck, judge
+from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
 
 def _probe(session: Session, kind: Kind, run: Run, probe: Probe,

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qkvcli.check.cases import Run
-from qkvcli.core.arrays import Array, same_bits
+from qkvcli.core.arrays import Array, coordinate
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.record import Record
@@ -37,10 +37,6 @@ from qkvcli.gradcheck.central import scaled_error
 Bundle = tuple[Array, ...]
 """The results of one call, in the operation's order."""
 
-
-def coordinate(shape: tuple[int, ...], flat: int) -> str:
-    """``[b,t,j]``: the multi-index of flat index ``flat`` in ``shape``."""
-    return format_shape([int(i) for i in np.unravel_index(flat, shape)])
 
 
 def mismatches(actual: Array, expected: Array, tolerance: float) -> npt.NDArray[np.bool_]:
@@ -86,20 +82,6 @@ def first_mismatch(name: str, actual: Array, expected: Array,
     return f"{name}{where}", Clause("value-differs",
                                     (name, where, a, e, scaled_error(a, e), tolerance))
 
-
-def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | None:
-    """Where two results first differ bit for bit: ``(coordinate, left, right)``, or ``None``.
-
-    A shape change gives ``("", left shape, right shape)``.
-    """
-    if left.shape != right.shape:
-        return "", format_shape(list(left.shape)), format_shape(list(right.shape))
-    if same_bits(left, right):
-        return None
-    differs = left.reshape(-1).view(np.uint64) != right.reshape(-1).view(np.uint64)
-    flat = int(np.argmax(differs))
-    return (coordinate(left.shape, flat), repr(float(left.reshape(-1)[flat])),
-            repr(float(right.reshape(-1)[flat])))
 
 
 FLOAT64_ROUNDING = 1e-12

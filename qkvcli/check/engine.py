@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from qkvcli.check.target import PythonImplementation
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
+from qkvcli.protocol.python import PythonImplementation
 
 if TYPE_CHECKING:
     from qkvcli.attention.head import AttentionHead

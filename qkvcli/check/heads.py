@@ -26,13 +26,13 @@ from qkvcli.check.diagnose import (
     mask_positions,
     named_slips,
 )
-from qkvcli.check.errors import BadResult, Broken, CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.reference import MASK_BUGS, SCALING_BUGS, SOFTMAX_BUGS, variant_forward
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
 LARGE = 30.0  # the input scale of the softmax probe: scaled scores in the thousands
 

@@ -29,17 +29,17 @@ from qkvcli.check.diagnose import (
     first_precision_fault,
     precision_faults,
 )
-from qkvcli.check.wire import (
+from qkvcli.core.arrays import Array
+from qkvcli.core.errors import format_shape
+from qkvcli.core.names import BRANCHES, GRADIENTS
+from qkvcli.core.record import Record
+from qkvcli.protocol.wire import (
     HEAD_BACKWARD_NAMES,
     HEAD_FORWARD_NAMES,
     MHA_BACKWARD_NAMES,
     MHA_FORWARD_NAMES,
     ROPE_REVERSE_NAMES,
 )
-from qkvcli.core.arrays import Array
-from qkvcli.core.errors import format_shape
-from qkvcli.core.names import BRANCHES, GRADIENTS
-from qkvcli.core.record import Record
 
 Request = tuple[str, tuple[str, ...]]
 """A bad request as data: its code (the renderer's ``REQUEST_WORDS``) and facts."""

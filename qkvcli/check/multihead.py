@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.check.diagnose import first_outside
-from qkvcli.check.errors import Broken, CallFailed
 from qkvcli.check.kinds import MULTI_HEAD
 from qkvcli.check.result import not_run_after
 from qkvcli.check.session import Session
-from qkvcli.check.wire import MHA_FORWARD_NAMES
 from qkvcli.core.results import Failure, FamilyCheck, judge
+from qkvcli.protocol.errors import Broken, CallFailed
+from qkvcli.protocol.wire import MHA_FORWARD_NAMES
 
 
 def check_head_isolation(session: Session) -> tuple[FamilyCheck, list[Failure]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.check.cases import Run, fixtures_of
-from qkvcli.check.errors import Broken, CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
@@ -22,6 +21,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.gradcheck.batched import Checked, Points, check, perturbing
+from qkvcli.protocol.errors import Broken, CallFailed
 
 
 class Worst:

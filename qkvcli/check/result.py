@@ -7,9 +7,9 @@ A judgement is a code (``outcome``) and the facts its wording needs; the words a
 
 from __future__ import annotations
 
-from qkvcli.check.errors import Broken, CallFailed, Rejected
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at
+from qkvcli.protocol.errors import Broken, CallFailed, Rejected
 
 PROJECTION_FAMILIES: tuple[str, ...] = (
     "forward", "reverse", "shapes", "errors", "independence", "replay", "purity", "gradcheck",

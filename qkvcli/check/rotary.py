@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.check.cases import Case
-from qkvcli.check.diagnose import first_bit_difference, first_outside
-from qkvcli.check.errors import CallFailed
+from qkvcli.check.diagnose import first_outside
 from qkvcli.check.kinds import ROPE
 from qkvcli.check.result import not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, first_bit_difference
 from qkvcli.core.results import Failure, FamilyCheck, judge
+from qkvcli.protocol.errors import CallFailed
 
 SHIFT = 5
 """How far the relative-dot family moves every position."""

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 from qkvcli.check.behaviour import check_independence, check_prefix, check_purity, check_replay
 from qkvcli.check.boundaries import check_errors, check_shapes, check_single_token
 from qkvcli.check.cases import Case
-from qkvcli.check.errors import Broken, NoReply
 from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult
 from qkvcli.check.session import Session
 from qkvcli.check.values import check_forward, check_reverse
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+from qkvcli.protocol.errors import Broken, NoReply
 
 if TYPE_CHECKING:
-    from qkvcli.check.target import Implementation
+    from qkvcli.protocol.python import Implementation
 
 Judged = tuple[FamilyCheck, list[Failure]]
 Family = Callable[[Session, Kind], Judged]

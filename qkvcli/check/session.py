@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.check.cases import Case, Run
-from qkvcli.check.diagnose import LOSSY, Bundle, Precision, first_bit_difference
+from qkvcli.check.diagnose import LOSSY, Bundle, Precision
 from qkvcli.check.engine import engine_implementation
-from qkvcli.check.errors import Broken, CallFailed, NotSent
 from qkvcli.check.kinds import Kind
-from qkvcli.check.wire import OPERATIONS, SCALARS
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, first_bit_difference
 from qkvcli.core.results import Failure
+from qkvcli.protocol.errors import Broken, CallFailed, NotSent
+from qkvcli.protocol.wire import OPERATIONS, SCALARS
 
 if TYPE_CHECKING:
-    from qkvcli.check.target import Implementation
+    from qkvcli.protocol.python import Implementation
 
 Key = tuple[str, int, Any]  # operation, case, mode
 

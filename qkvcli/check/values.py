@@ -19,12 +19,12 @@ from qkvcli.check.diagnose import (
     precision_clauses,
     precision_faults,
 )
-from qkvcli.check.errors import CallFailed
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
+from qkvcli.protocol.errors import CallFailed
 
 UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs")
 """A head's wrong maths: named as a slip, or its first mismatch alone."""

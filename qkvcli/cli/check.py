@@ -273,11 +273,11 @@ def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: fl
         if progress is not None:
             stack.enter_context(progress)
         if command is not None:
-            from qkvcli.check.client import CommandClient
+            from qkvcli.protocol.client import CommandClient
 
             client = stack.enter_context(CommandClient(command, timeout))
         else:
-            from qkvcli.check.target import start_python
+            from qkvcli.protocol.runner import start_python
 
             assert spec is not None
             client = stack.enter_context(start_python(spec, timeout))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.core.errors import NonFiniteValue
+from qkvcli.core.errors import NonFiniteValue, format_shape
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -77,3 +77,22 @@ def same_bits(a: Array, b: Array) -> bool:
         return False
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))
+
+def coordinate(shape: tuple[int, ...], flat: int) -> str:
+    """``[b,t,j]``: the multi-index of flat index ``flat`` in ``shape``."""
+    return format_shape([int(i) for i in np.unravel_index(flat, shape)])
+
+
+def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | None:
+    """Where two results first differ bit for bit: ``(coordinate, left, right)``, or ``None``.
+
+    A shape change gives ``("", left shape, right shape)``.
+    """
+    if left.shape != right.shape:
+        return "", format_shape(list(left.shape)), format_shape(list(right.shape))
+    if same_bits(left, right):
+        return None
+    differs = left.reshape(-1).view(np.uint64) != right.reshape(-1).view(np.uint64)
+    flat = int(np.argmax(differs))
+    return (coordinate(left.shape, flat), repr(float(left.reshape(-1)[flat])),
+            repr(float(right.reshape(-1)[flat])))

@@ -35,7 +35,7 @@ class Failure(Record):
     """Where a family failed: the fixture's label and the coordinate (``None`` when none applies).
 
     ``detail`` holds only the protocol family's finding (the conversation's own verdict,
-    :mod:`~qkvcli.check.target`'s); ``no_backward`` marks the one failure that is not
+    :mod:`~qkvcli.protocol.runner`'s); ``no_backward`` marks the one failure that is not
     a finding but the want of a backward (its words are the renderer's); ``not_run``
     (one of :data:`NOT_RUN`) marks no finding either, but why the family could not run
     on the fixture. Every other family's finding is a ``code`` (one of :data:`FINDINGS`

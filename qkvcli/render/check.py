@@ -573,7 +573,7 @@ def failing_fixture(case: Case) -> dict[str, Any]:
 def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
     """The protocol lines (hello, each operation offered on ``case``, bye) a ``--command``
     program can be fed to replay the case: ``PROGRAM < FILE``."""
-    from qkvcli.check.wire import encode, encode_tensor
+    from qkvcli.protocol.wire import encode, encode_tensor
 
     tensors = {"input": case.input, "w_query": case.weights[0], "w_key": case.weights[1],
                "w_value": case.weights[2]}

@@ -15,7 +15,7 @@ left in the pipe is read and the rest is not waited for (a grandchild may hold t
 pipe open for ever).
 
 Memory stays bounded whatever the program writes: a reply line may be at most
-:func:`~qkvcli.check.wire.reply_budget` bytes long, a bound that follows from the
+:func:`~qkvcli.protocol.wire.reply_budget` bytes long, a bound that follows from the
 shapes of the request (a longer line breaks the session while it is being read, before
 it is parsed); at most one read's worth (:data:`CHUNK` bytes) waits beyond a line; of
 its stderr only the last :data:`STDERR_KEEP` bytes are kept.
@@ -32,8 +32,10 @@ import subprocess
 import time
 from typing import Any
 
-from qkvcli.check.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
-from qkvcli.check.wire import (
+from qkvcli.core.arrays import Array
+from qkvcli.core.text import printable
+from qkvcli.protocol.errors import BadResult, Broken, CommandNotStarted, NoReply, NotSent, Rejected
+from qkvcli.protocol.wire import (
     FIRST_OPERATIONS,
     OPERATIONS,
     PAIRS,
@@ -50,8 +52,6 @@ from qkvcli.check.wire import (
     reply_budget,
     reply_values,
 )
-from qkvcli.core.arrays import Array
-from qkvcli.core.text import printable
 
 EXIT_WAIT = 2.0  # seconds a program may take to exit after end of input (or a signal)
 GRACE = 0.5  # seconds between SIGTERM and SIGKILL to the program's group
@@ -76,7 +76,7 @@ class _TooLong(Exception):
 
 
 class CommandClient:
-    """An :class:`~qkvcli.check.target.Implementation` backed by a program."""
+    """An :class:`~qkvcli.protocol.python.Implementation` backed by a program."""
 
     is_command = True
     has_backward = True

@@ -1,19 +1,13 @@
-"""The implementation under test: the interface every kind shares, and the runner of Python ones.
+"""The runner of a Python implementation: a child process qkv owns, spoken to as a program is.
 
-A Python implementation is a ``.py`` file or an importable module defining
-``forward(x, w_query, w_key, w_value) -> (query, key, value)`` and optionally
-``backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value) ->
-(grad_input, grad_w_query, grad_w_key, grad_w_value)``. Results may be anything
-``numpy.asarray`` takes; tensors with a ``detach`` method (torch) are detached first.
-
-``qkv check`` never imports it: it starts ``python -m qkvcli.check.target IMPL``
-(:func:`serve`), a child process qkv owns, which imports the implementation and
-answers the ``--command`` protocol of docs/protocol.md on a private copy of its
-stdin/stdout. The implementation's own stdout is qkv's stderr pipe, its stdin is
-empty; nothing it does (printing, exiting, looping, changing directory, patching
-modules, starting threads) reaches qkv except the answers. The runner adds to a
-reply what only it can see: ``"bad_result"`` (the call returned something that is not
-the tensors).
+``qkv check`` starts ``python -m qkvcli.cli.child IMPL`` (:class:`PythonClient`); the
+child's entry sets up its process and calls :func:`serve`, which imports the
+implementation (:func:`~qkvcli.protocol.python.load_python`) and answers the
+``--command`` protocol of docs/protocol.md on a private copy of its stdin/stdout. The
+implementation's own stdout is qkv's stderr pipe, its stdin is empty; nothing it does
+(printing, exiting, looping, changing directory, patching modules, starting threads)
+reaches qkv except the answers. The runner adds to a reply what only it can see:
+``"bad_result"`` (the call returned something that is not the tensors).
 
 Purity is judged in qkv's own process, where the implementation cannot reach: each
 call's arguments are placed in memory qkv shares with the runner (:class:`Arena`, a
@@ -24,20 +18,18 @@ the runner's functions or qkv's modules inside the child changes nothing qkv rea
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-from qkvcli.check.client import CommandClient
-from qkvcli.check.errors import (
+from qkvcli.core.arrays import Array, first_bit_difference
+from qkvcli.core.text import printable
+from qkvcli.protocol.client import CommandClient
+from qkvcli.protocol.errors import (
     BadResult,
     Broken,
     ImplementationImportFailed,
@@ -45,47 +37,10 @@ from qkvcli.check.errors import (
     MissingForward,
     Rejected,
 )
-from qkvcli.check.wire import FIRST_OPERATIONS, OPERATIONS, PAIRS, SCALARS
-from qkvcli.core.arrays import Array
-from qkvcli.core.names import BRANCHES, GRADIENTS
-from qkvcli.core.text import printable
+from qkvcli.protocol.python import PythonImplementation, is_module_name, is_path, load_python, said
+from qkvcli.protocol.wire import OPERATIONS, SCALARS
 from qkvcli.reading import limits
 from qkvcli.reading.files import InputFileError, read_limited
-
-# What forward and backward give, in order, as the protocol and the reports name them.
-FORWARD_NAMES = BRANCHES
-BACKWARD_NAMES = GRADIENTS
-class Implementation(Protocol):
-    """What the families call. Each operation raises :class:`CallFailed` subclasses.
-
-    ``operations`` lists those it provides (of :data:`OPERATIONS`); ``has_backward``
-    says whether ``backward`` is one of them.
-    """
-
-    label: str
-    has_backward: bool
-    is_command: bool
-    operations: tuple[str, ...]
-
-    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
-        """``operation`` on ``args`` (in :data:`OPERATIONS` order): its result tensors."""
-
-    def finish(self) -> None:
-        """End the conversation cleanly (a ``--command`` program says bye and exits)."""
-
-    def take_changes(self) -> list[tuple[str, str, str, str]]:
-        """What the last call changed in its arguments, seen where it ran:
-        ``(argument, coordinate, before, after)`` each (empty when nothing, or unknown)."""
-
-
-def said(error: BaseException) -> str:
-    """``"ValueError: message"``; an exception whose own ``str`` raises gives its type only."""
-    try:
-        text = str(error)
-    except BaseException:  # the implementation's exception class, not qkv's
-        text = ""
-    name = type(error).__name__
-    return f"{name}: {text}" if text else name
 
 
 def _scalar(key: str, value: Any) -> Any:
@@ -96,164 +51,6 @@ def _scalar(key: str, value: Any) -> Any:
         return value is True
     return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
-
-def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Array, ...]:
-    """``result`` as one float64 array per name. Raises :class:`BadResult`."""
-    expected = f"({', '.join(names)})"
-    if len(names) == 1:  # one tensor: itself, or alone in a tuple
-        result = result if isinstance(result, tuple) and len(result) == 1 else (result,)
-    if not isinstance(result, (tuple, list)):
-        raise BadResult(operation, f"{operation} returned {type(result).__name__}, "
-                        f"expected {expected}")
-    try:
-        count = len(result)
-    except BaseException as error:  # a list subclass's own __len__
-        raise BadResult(operation, f"{operation}'s result has no length "
-                        f"({type(error).__name__})") from None
-    if count != len(names):
-        raise BadResult(operation, f"{operation} returned {count} values, "
-                        f"expected {expected}")
-    arrays = []
-    try:
-        values = list(result)
-    except BaseException as error:  # a tuple subclass's own __iter__
-        raise BadResult(operation, f"{operation}'s result cannot be read "
-                        f"({type(error).__name__})") from None
-    for name, value in zip(names, values, strict=False):
-        try:
-            if hasattr(value, "detach"):  # torch tensors, with or without requires_grad
-                value = value.detach()
-                value = value.cpu() if hasattr(value, "cpu") else value
-            array = np.asarray(value)
-            if array.dtype.kind not in "fiu":
-                raise TypeError(f"dtype {array.dtype}")
-            arrays.append(np.array(array, dtype=np.float64))
-        except BaseException as error:  # the result's own __array__ may raise anything
-            raise BadResult(operation, f"{operation}'s {name} is not a numeric tensor "
-                            f"({said(error)})") from None
-    return tuple(arrays)
-
-
-class PythonImplementation:
-    """The functions of a loaded module (``forward``, ``backward``, ``head_forward``,
-    ``head_backward``, those it defines), called with fresh arrays."""
-
-    is_command = False
-
-    def __init__(self, label: str, forward: Callable[..., Any] | None,
-                 backward: Callable[..., Any] | None = None,
-                 head_forward: Callable[..., Any] | None = None,
-                 head_backward: Callable[..., Any] | None = None,
-                 **others: Callable[..., Any] | None) -> None:
-        self.label = label
-        self._forward = forward
-        self._backward = backward
-        found = {"forward": forward, "backward": backward, "head_forward": head_forward,
-                 "head_backward": head_backward, **others}  # others: rope, mha_forward...
-        self._functions = {name: f for name, f in found.items() if f is not None}
-        self.operations = tuple(self._functions)
-        self.has_backward = backward is not None
-
-    def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
-        return self._call(operation, self._functions[operation], args, OPERATIONS[operation][1])
-
-    def _call(self, operation: str, function: Callable[..., Any], args: tuple[Any, ...],
-              names: tuple[str, ...]) -> tuple[Array, ...]:
-        try:
-            # Debugging prints go to stderr, so they never spoil qkv's report on stdout.
-            with contextlib.redirect_stdout(sys.stderr):
-                result = function(*args)
-        except BaseException as error:  # any exception is a rejection, as
-            # the interface says; sys.exit() or GeneratorExit in a forward too
-            raise Rejected(operation, said(error)) from None
-        return as_tensors(operation, result, names)
-
-    def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
-        assert self._forward is not None
-        return self._call("forward", self._forward, (x, w_query, w_key, w_value), FORWARD_NAMES)
-
-    def backward(self, x: Array, w_query: Array, w_key: Array, w_value: Array,
-                 grad_query: Array, grad_key: Array, grad_value: Array) -> tuple[Array, ...]:
-        assert self._backward is not None
-        args = (x, w_query, w_key, w_value, grad_query, grad_key, grad_value)
-        return self._call("backward", self._backward, args, BACKWARD_NAMES)
-
-    def finish(self) -> None:
-        return None
-
-    def take_changes(self) -> list[tuple[str, str, str, str]]:
-        return []  # in process the session compares its own copies
-
-
-def is_path(spec: str) -> bool:
-    """Whether ``spec`` names a file (ends in ``.py`` or has a directory part), not a module."""
-    return spec.endswith(".py") or "/" in spec or os.sep in spec
-
-
-def _import_file(spec: str) -> ModuleType:
-    """Run the ``.py`` file ``spec`` as a module. Its source is read through the one reader
-    (a regular file, never a blocking open, at most the byte limit)."""
-    path = os.path.abspath(spec)
-    try:
-        source = read_limited(path, limits.MAX_FILE_BYTES, "Python")
-    except InputFileError as error:
-        raise ImplementationNotFound(spec, error.problem) from None
-    name = "qkv_check_" + "".join(c if c.isascii() and c.isalnum() else "_"
-                                  for c in os.path.basename(spec))
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None:
-        raise ImplementationNotFound(spec, "not a Python file")
-    module = importlib.util.module_from_spec(module_spec)
-    # The file's own directory first, so it can import the modules beside it.
-    sys.path.insert(0, os.path.dirname(path))
-    sys.modules[name] = module
-    exec(compile(source, path, "exec"), module.__dict__)  # the code the user asked to check
-    return module
-
-
-def is_module_name(spec: str) -> bool:
-    """Whether ``spec`` is a dotted name of Python identifiers (``pkg.my_qkv``)."""
-    return all(part.isidentifier() for part in spec.split("."))
-
-
-def load_python(spec: str) -> PythonImplementation:
-    """Import ``spec`` (a ``.py`` path or a module name) and find its functions.
-
-    Raises :class:`ImplementationNotFound`, :class:`ImplementationImportFailed` (the
-    code raised while importing) or :class:`MissingForward`.
-    """
-    if not is_path(spec) and not is_module_name(spec):
-        raise ImplementationNotFound(spec, "not a .py file (no such file) nor a module name "
-                                     "(dotted Python identifiers)")
-    try:
-        if is_path(spec):
-            module = _import_file(spec)
-        else:
-            module = importlib.import_module(spec)
-    except ImplementationNotFound:
-        raise
-    except ModuleNotFoundError as error:
-        if error.name is not None and spec.startswith(error.name):
-            raise ImplementationNotFound(spec, "no such module") from None
-        raise ImplementationImportFailed(spec, f"{type(error).__name__}: {error}") from None
-    except BaseException as error:  # whatever the import raised
-        raise ImplementationImportFailed(spec, said(error)) from None
-    found = {}
-    for name in OPERATIONS:
-        function = getattr(module, name, None)
-        found[name] = function if callable(function) else None
-    if all(found[name] is None for name in FIRST_OPERATIONS):
-        raise MissingForward(spec)
-    for later, first in PAIRS.items():
-        if found[first] is None:
-            found[later] = None  # a backward is judged with its forward only
-    others = {name: found[name] for name in OPERATIONS if name not in (
-        "forward", "backward", "head_forward", "head_backward")}
-    return PythonImplementation(printable(spec, None), found["forward"], found["backward"],
-                                found["head_forward"], found["head_backward"], **others)
-
-
-# --- the runner: a Python implementation in a child process qkv owns ---------------------
 
 LOAD_ERRORS = {"not-found": ImplementationNotFound, "import-failed": ImplementationImportFailed,
                "no-forward": MissingForward}
@@ -323,8 +120,6 @@ class Arena:
     def changes(self) -> list[tuple[str, str, str, str]]:
         """``(argument, coordinate, before, after)`` for each argument of the last call
         that is not, bit for bit, what was placed (read back in qkv's own process)."""
-        from qkvcli.check.diagnose import first_bit_difference
-
         found = []
         for key, before, start in self.placed:
             raw = os.pread(self.fd, before.nbytes, start) if before.size else b""
@@ -376,7 +171,7 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any],
             arena: int | None = None) -> dict[str, Any]:
     """The reply to one forward or backward request (any exception is said in it); its
     tensors over the shared ``arena`` when the request places them there."""
-    from qkvcli.check.wire import decode_tensor, encode_tensor
+    from qkvcli.protocol.wire import decode_tensor, encode_tensor
 
     operation = request.get("op")
     if operation not in implementation.operations:
@@ -404,29 +199,16 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any],
     return reply
 
 
-def serve(spec: str) -> None:
-    """Load ``spec`` and answer protocol requests on stdin/stdout until bye or end of input.
-
-    The protocol's pipes are moved to private descriptors first; the implementation's
-    stdin becomes empty and its stdout goes to stderr. The process ends with
-    ``os._exit``, so a thread the implementation started cannot keep it alive.
+def serve(spec: str, requests: Iterable[bytes], send: Callable[[dict[str, Any]], None],
+          arena: int | None) -> None:
+    """Load ``spec`` and answer the protocol's ``requests`` (lines) through ``send`` until
+    bye or the end of input; each call's tensors over the shared memory ``arena`` (a
+    descriptor, ``None``: none is shared). Returns when the conversation ends; the
+    child's entry (:mod:`qkvcli.cli.child`) owns its process: descriptors and exit.
     """
-    arena = int(os.environ.pop(ARENA_FD)) if os.environ.get(ARENA_FD, "").isdigit() else None
-    requests = os.fdopen(os.dup(0), "rb")
-    replies = os.dup(1)
-    empty = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(empty, 0)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    from qkvcli.check.wire import Malformed, decode, encode
+    from qkvcli.protocol.wire import Malformed, decode
 
     implementation, hello = _load_error(spec)
-
-    def send(message: dict[str, Any]) -> None:
-        data = memoryview(encode(message))
-        while data:
-            data = data[os.write(replies, data):]
-
     for line in requests:
         try:
             request = decode(line)
@@ -444,8 +226,6 @@ def serve(spec: str) -> None:
             except BaseException as error:  # never a traceback for qkv to parse
                 reply["error"] = said(error)
         send(reply)
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _child_path() -> str:
@@ -485,7 +265,7 @@ class PythonClient(CommandClient):
         self.arena = Arena()
         env = {**os.environ, "PYTHONPATH": _child_path(), "PYTHONDONTWRITEBYTECODE": "1",
                ARENA_FD: str(self.arena.fd)}
-        argv = [sys.executable, "-m", "qkvcli.check.target", target]
+        argv = [sys.executable, "-m", "qkvcli.cli.child", target]
         try:
             super().__init__(spec, timeout, argv=argv, env=env, pass_fds=(self.arena.fd,))
         except BaseException:
@@ -527,6 +307,3 @@ class PythonClient(CommandClient):
         passed, detail = super().protocol_detail()
         return passed, detail.replace("the program", "the implementation's process")
 
-
-if __name__ == "__main__":  # python -m qkvcli.check.target IMPL
-    serve(sys.argv[1])
