@@ -190,8 +190,11 @@ def check_prefix(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
                                     facts=(failure.message,)))
             continue
         before = first[out]
-        if before.shape != after[out].shape or before.ndim < 2:
-            continue  # a wrong shape is the forward's to say
+        if (before.shape != after[out].shape or before.ndim < 2
+                or before.shape[:2] != case.input.shape[:2]):
+            # the forward family says how; here the claim was not judged
+            failures.append(not_run(family, case.label, kind.family("shape")))
+            continue
         kept = prefix(before, after[out])
         if not all(kept.unchanged):
             found = first_bit_difference(before[:, :-1], after[out][:, :-1])

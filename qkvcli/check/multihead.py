@@ -18,7 +18,7 @@ import numpy as np
 
 from qkvcli.check.diagnose import first_outside
 from qkvcli.check.kinds import MULTI_HEAD
-from qkvcli.check.result import not_run_after
+from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import Broken, CallFailed
@@ -58,8 +58,12 @@ def check_head_isolation(session: Session) -> tuple[FamilyCheck, list[Failure]]:
                                         facts=(failure.message,)))
                 break
             before, after = base[tensor], changed[tensor]
-            if before.shape != after.shape or before.ndim != 4 - tensor:
-                break  # a wrong shape is multi-head's to say
+            batch, tokens = case.input.shape[:2]
+            wanted = (batch, case.heads, tokens, tokens) if tensor == 0 else case.input.shape
+            if before.shape != wanted or after.shape != wanted:
+                # multi-head says how; the heads' isolation is not judged
+                failures.append(not_run(family, label, "multi-head-shape"))
+                break
             own = (np.s_[:, head] if tensor == 0 else np.s_[..., head * size:(head + 1) * size])
             others = np.ones(before.shape, dtype=bool)
             others[own] = False

@@ -19,7 +19,7 @@ import numpy as np
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import first_outside
 from qkvcli.check.kinds import ROPE
-from qkvcli.check.result import not_run_after
+from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, first_bit_difference
 from qkvcli.core.results import Failure, FamilyCheck, judge
@@ -56,8 +56,9 @@ def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             if turned.not_run == "stopped":
                 break
             continue
-        if turned.shape != case.input.shape:
-            continue  # a wrong shape is rope's to say
+        if turned.shape != case.input.shape:  # rope says how; position zero is not judged
+            failures.append(not_run(family, case.label, "rope-shape"))
+            continue
         found = first_bit_difference(turned[:, :1], case.input[:, :1])
         if found is not None:
             where, got, wanted = found
@@ -88,6 +89,7 @@ def check_relative_dot(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             continue
         first, shifted = (t for t in turned if not isinstance(t, Failure))
         if first.shape != case.input.shape or shifted.shape != case.input.shape:
+            failures.append(not_run(family, case.label, "rope-shape"))
             continue
         with np.errstate(all="ignore"):
             before, after = _gram(first), _gram(shifted)

@@ -19,7 +19,7 @@ from qkvcli.check.boundaries import check_errors, check_shapes, check_single_tok
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
 from qkvcli.check.numerical import check_gradcheck
-from qkvcli.check.result import FAMILIES, CheckResult
+from qkvcli.check.result import FAMILIES, CheckResult, not_run
 from qkvcli.check.session import Session
 from qkvcli.check.values import check_forward, check_reverse
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
@@ -101,6 +101,15 @@ def _protocol_failure(detail: str, stopped: tuple[str, Broken] | None) -> Failur
     return Failure("protocol", fixture, None, detail)
 
 
+def _judged_some(check: FamilyCheck, failures: list[Failure]) -> Judged:
+    """A family that passed on no fixture judged nothing (the fixtures given have no
+    token, or one, where its claim needs two): not run, never a pass on none."""
+    if check.outcome != "passed" or check.fixtures:
+        return check, failures
+    why = not_run(check.name, None, "no-fixture")
+    return check._replace(passed=False, outcome="not-run", first=why), [*failures, why]
+
+
 def run_checks(implementation: Implementation, cases: list[Case], tolerance: float,
                progress: Progress | None = None) -> CheckResult:
     """Every family on every case; for a ``--command`` program, ends the conversation too.
@@ -124,7 +133,7 @@ def run_checks(implementation: Implementation, cases: list[Case], tolerance: flo
     for done, (name, family) in enumerate(order):
         current.update(family=name, done=done)
         on_call(session.calls)
-        found[name] = family()
+        found[name] = _judged_some(*family())
     stderr = ""
     implementation.finish()
     protocol = getattr(implementation, "protocol_detail", None)

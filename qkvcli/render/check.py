@@ -175,8 +175,14 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "mha_forward": "its mha_forward failed (see multi-head)",
     "mha_backward": "its mha_backward failed (see multi-head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
+    "no-fixture": "no fixture given has what its claim needs (a batch item and the tokens it reads)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
+    **{f"{prefix}shape": f"its {operation}'s answer has the wrong shape (see {family})"
+       for prefix, operation, family in (("", "forward", "forward"),
+                                         ("head-", "head_forward", "head-forward"),
+                                         ("rope-", "rope", "rope"),
+                                         ("multi-head-", "mha_forward", "multi-head"))},
     **{f"{prefix}lossy": (f"{operation} agrees only to a lossy precision (see {family}): "
                           "central differences of it would measure the rounding, not the "
                           "backward")
