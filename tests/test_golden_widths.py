@@ -29,6 +29,7 @@ from qkvcli.render.rich.attend import attend_renderable
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.view import render_rich
+from tests.tolerant import text_differences
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "widths"
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +91,9 @@ def test_view_matches_golden(view: str, width: int) -> None:
     if os.environ.get("QKV_UPDATE_GOLDEN") == "1":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8")
+    golden = path.read_text(encoding="utf-8")
+    # bytes first; another machine's BLAS may print a zero gradient's rounding otherwise
+    assert text == golden or text_differences(text, golden) == []
 
 
 @pytest.mark.parametrize("width", WIDTHS)
