@@ -138,3 +138,43 @@ def test_gradcheck_passes_on_seeded_random_fixtures(seed: int) -> None:
         evidence = build_attend_evidence(parse_attend_fixture(data), causal)
         assert evidence.gradcheck.passed, evidence.gradcheck.worst
         assert evidence.passed
+
+
+def _layer(**changes: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "heads": 4, "kv_heads": 2, "causal": True, "rope": {"theta": 10000, "dims": 8},
+        "input": {"generate": {"seed": 1, "shape": [2, 20, 16]}},
+        "weights": {"query": {"generate": {"seed": 2, "shape": [16, 32]}},
+                    "key": {"generate": {"seed": 3, "shape": [16, 16]}},
+                    "value": {"generate": {"seed": 4, "shape": [16, 16]}},
+                    "out_proj_weight": {"generate": {"seed": 5, "shape": [16, 32]}}},
+    }
+    document.update(changes)
+    return document
+
+
+def _checks(document: dict[str, Any]) -> dict[str, bool]:
+    evidence = build_attend_evidence(parse_attend_fixture(document))
+    return {check.name: check.passed for check in evidence.checks}
+
+
+def test_a_multi_head_rope_causal_layer_gets_every_claim_a_learner_s_layer_gets() -> None:
+    checks = _checks(_layer())
+    for name in ("prefix", "single_token", "head_isolation", "position_zero", "replay"):
+        assert checks[name], name
+
+
+def test_isolation_needs_two_heads_and_heads_no_norm_joins_and_position_zero_needs_rope() -> None:
+    assert "head_isolation" not in _checks(_layer(heads=1, kv_heads=1, weights={
+        "query": {"generate": {"seed": 2, "shape": [16, 8]}},
+        "key": {"generate": {"seed": 3, "shape": [16, 8]}},
+        "value": {"generate": {"seed": 4, "shape": [16, 8]}},
+        "out_proj_weight": {"generate": {"seed": 5, "shape": [16, 8]}}}))
+    plain = _layer()
+    del plain["rope"]
+    assert "position_zero" not in _checks(plain) and _checks(plain)["head_isolation"]
+    weights = dict(_layer()["weights"])
+    weights.update({"q_norm_weight": {"generate": {"seed": 6, "shape": [32]}},
+                    "k_norm_weight": {"generate": {"seed": 7, "shape": [16]}}})
+    joined = _checks(_layer(weights=weights, qk_norm={"span": "layer", "eps": 1e-6}))
+    assert "head_isolation" not in joined and joined["position_zero"]

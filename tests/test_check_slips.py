@@ -84,7 +84,8 @@ def test_a_slip_the_fixture_cannot_tell_apart_is_said_as_either(cases: list[Case
 def test_the_contrast_fixture_tells_every_forward_slip_apart() -> None:
     """No two known forward slips give the same results on it (in either mode), and the
     whole-tensor maximum is finite there but wrong: the probe names it without a NaN."""
-    from qkvcli.check.diagnose import close, largest_error
+    from qkvcli.check.diagnose import largest_error
+    from qkvcli.core.arrays import close
 
     case = contrast_case(1e-6, 1e-6)
     for causal in (False, True):

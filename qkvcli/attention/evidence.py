@@ -23,7 +23,7 @@ from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradien
 from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import causal_mask
+from qkvcli.attention.maths import causal_mask, rotate
 from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
     CHECK_ORDER,
@@ -39,7 +39,13 @@ from qkvcli.attention.records import (
     TokenRow,
 )
 from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
-from qkvcli.core.invariants import prefix, single_token
+from qkvcli.core.invariants import (
+    HeadLayout,
+    isolated_heads,
+    position_zero,
+    prefix,
+    single_token,
+)
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, verdict
@@ -442,6 +448,51 @@ def single_token_holds(layer: MultiHeadLayer, x: Array, causal: bool) -> bool:
     return single_token(forward.attention, *reached)
 
 
+ISOLATION_TOKENS = 16
+"""The tokens the isolation probes read: the input's first ones. The claim holds for any
+input, and under the causal mask these tokens' results are the full pass's own; the
+probes then cost three passes of a few rows, whatever the sequence's length."""
+
+
+def heads_isolated(layer: MultiHeadLayer, x: Array, causal: bool) -> bool | None:
+    """The heads are apart before the output projection
+    (:func:`~qkvcli.core.invariants.isolated_heads`) on the input's first
+    :data:`ISOLATION_TOKENS` tokens; ``None`` where the claim does not apply: one head,
+    no batch item or token, or a q/k norm over the whole layer's width (OLMo 2's), which
+    joins the heads by design."""
+    norm = layer.qk_norm
+    if layer.heads < 2 or not x.shape[0] or not x.shape[1] or (
+            norm is not None and norm.span == "layer"):
+        return None
+    part = x[:, :ISOLATION_TOKENS]
+    p = layer.projections
+
+    def outputs(weights: tuple[Array, ...]) -> tuple[Array, Array]:
+        moved = layer.with_parameters(list(weights), list(p.biases), layer.out_weight,
+                                      layer.out_bias).forward(part, causal)
+        return moved.attention, moved.concat
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        before = layer.forward(part, causal)
+        tolerance = 4.0 * part.shape[1] * EPSILON
+        return isolated_heads(outputs, part, p.weights, (before.attention, before.concat),
+                              HeadLayout(layer.heads, layer.kv_heads, layer.d_k, layer.d_v),
+                              tolerance) is None
+
+
+def turned_from_zero(layer: MultiHeadLayer, forward: LayerForward) -> bool | None:
+    """RoPE's position zero (:func:`~qkvcli.core.invariants.position_zero`): the
+    layer's queries and keys turned from position zero keep their first token bit for
+    bit; ``None`` without RoPE or a token."""
+    rope = layer.rope
+    query, key = forward.stacked.get("query"), forward.stacked.get("key")
+    if rope is None or query is None or key is None or not query.shape[-2]:
+        return None
+    at_zero = rope._replace(offset=0)
+    return all(position_zero(rotate(given[..., :1, :], at_zero), given) is None
+               for given in (query, key))
+
+
 def _token_rows(forward: AttentionForward) -> tuple[TokenRow, ...]:
     """Each query position of a head: its attention, their sum and its output. Only while
     ``A`` is small enough to show whole (a T=1024 head would hold a million Python floats
@@ -494,6 +545,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     # The replay runs once more and is compared tensor by tensor, never held whole (the
     # first run's records are small: their arrays are the tensors' own).
     replay_bitwise = replays_bitwise(tensors, fixture, parts, (forward, grads), causal)
+    turned = turned_from_zero(layer, forward)
     del forward, grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
@@ -502,6 +554,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     claims = {"single_token": single_token_holds(layer, x, causal)}
     if causal:
         claims["prefix"] = prefix_kept(layer, x)
+    for name, holds in (("head_isolation", heads_isolated(layer, x, causal)),
+                        ("position_zero", turned)):
+        if holds is not None:
+            claims[name] = holds
     checks = verdicts(forward=forward_ok, attention=rows.passed, mask=mask.passed,
                       hull=hull.passed, reverse=reverse_ok, shapes=probes_ok,
                       replay=replay_bitwise, gradcheck=checked.passed, **claims)

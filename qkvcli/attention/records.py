@@ -21,10 +21,12 @@ if TYPE_CHECKING:
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.attend import NormSpec
 
-CHECK_ORDER = ("forward", "attention", "mask", "hull", "prefix", "single_token", "reverse",
-               "shapes", "replay", "gradcheck")
+CHECK_ORDER = ("forward", "attention", "mask", "hull", "prefix", "single_token",
+               "head_isolation", "position_zero", "reverse", "shapes", "replay", "gradcheck")
 """The declared order of attend's checks (the renderers publish ``attention`` as
-``weights``); ``prefix`` only with the causal mask."""
+``weights``); ``prefix`` only with the causal mask, ``head_isolation`` only for a layer
+of two heads or more whose heads a q/k norm does not join, ``position_zero`` only with
+RoPE."""
 
 
 class AttendConfig(Record):

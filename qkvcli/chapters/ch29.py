@@ -26,7 +26,7 @@ from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_t
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import replayed
+from qkvcli.core.invariants import position_zero, replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.gradcheck.batched import plain_check
@@ -481,7 +481,7 @@ def primary(fixture: RopeFixture) -> RopePrimary:
     shifted_dot_grid = shifted_query @ shifted_key.T
     norms = (_norms(q), _norms(rotated_query), _norms(shifted_query))
     # position zero: every row of Q and K turned as if it stood at position 0
-    at_zero = [rotate_checked(table, rows[:, None, :], 0)[:, 0, :] for rows in (q, k)]
+    at_zero = [rotate_checked(table, rows[:, None, :], 0) for rows in (q, k)]
     loss = _objective(fixture, q, k)
     # the gradient of <rot(x), U> is U turned back: the rotation's transpose
     query_gradient = rotate(fixture.upstream_query, rope, inverse=True)
@@ -493,7 +493,8 @@ def primary(fixture: RopeFixture) -> RopePrimary:
         q, k, rotated_query, rotated_key, shifted_query, shifted_key, *norms,
         dot_grid, shifted_dot_grid, fixture.upstream_query, fixture.upstream_key, loss,
         query_gradient, key_gradient,
-        position_zero_identity=bool(np.array_equal(at_zero[0], q) and np.array_equal(at_zero[1], k)),
+        position_zero_identity=all(position_zero(turned, rows[:, None, :]) is None
+                                   for turned, rows in zip(at_zero, (q, k), strict=True)),
         norm_preserved=bool(np.all(np.abs(norms[0] - norms[1]) <= tolerance)
                             and np.all(np.abs(norms[0] - norms[2]) <= tolerance)),
         common_shift_preserved=bool(np.all(np.abs(dot_grid - shifted_dot_grid) <= tolerance)),

@@ -44,7 +44,7 @@ from qkvcli.chapters.ch29 import (
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import prefix, replayed
+from qkvcli.core.invariants import HeadLayout, isolated_heads, prefix, replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
 from qkvcli.reading.json_values import keyed_object
@@ -58,9 +58,6 @@ if TYPE_CHECKING:
 
 NAME = "30-multi-head-attention"
 FIXTURE = "ch30-multi-head-attention.json"
-
-ISOLATION_DELTA = 0.25
-"""How far the isolation probe moves head 0's first value feature at token 0."""
 
 PROJECTION_STAGE = "query-projection"
 """The first stage that reads the layer's input: the query projection."""
@@ -279,10 +276,11 @@ class MultiHeadProbes(Record):
     ``future_zero``: every masked weight is exactly 0; ``rows_normalized``: every row sums to
     1 within the tolerance. ``suffix_output``: ``Y`` with the last token replaced,
     ``prefix_unchanged`` per earlier token (bit for bit), ``suffix_changed`` the last.
-    ``head_isolation``: head 0's value lane moved at token 0 changes head 0's outputs and no
-    other head's. ``split_merge``: splitting ``C`` into heads gives the heads' outputs and
-    merging them gives ``C``, bit for bit. ``common_offset``: the weights at the shifted
-    positions equal these within the tolerance."""
+    ``head_isolation``: the heads are apart before the output projection
+    (:func:`~qkvcli.core.invariants.isolated_heads`). ``split_merge``: splitting ``C``
+    into heads gives the heads' outputs and merging them gives ``C``, bit for bit.
+    ``common_offset``: the weights at the shifted positions equal these within the
+    tolerance."""
 
     head_0_uniform: bool
     heads_distinct: bool
@@ -396,13 +394,16 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
     changed_input[:, -1, :] = fixture.suffix
     _, _, suffix = forward_checked(spec, changed_input, fixture.offset)
     kept = prefix(found.output, suffix.output)
-    # head 0's first value feature moved at token 0: only head 0's outputs may change
-    projected = np.array(done.stacked["projected"])
-    qw = kw = spec.heads * (found.projected_query.shape[-1])
-    projected[:, 0, qw + kw] += ISOLATION_DELTA
-    _, _, moved = forward_checked(spec, fixture.input, fixture.offset, projected)
-    isolation = (not same_bits(moved.heads[0].output, done.heads[0].output)
-                 and all(same_bits(moved.heads[h].output, done.heads[h].output) for h in others))
+    layer = layer_at(spec, fixture.offset)
+
+    def outputs(weights: tuple[Array, ...]) -> tuple[Array, Array]:
+        moved = engine.forward(layer.with_parameters(list(weights), [None] * 3,
+                                                     layer.out_weight, None), found.input, True)
+        return moved.attention, moved.concat
+
+    isolation = isolated_heads(outputs, found.input, layer.projections.weights, (a, done.concat),
+                               HeadLayout(layer.heads, layer.kv_heads, layer.d_k, layer.d_v),
+                               tolerance) is None
     split = engine.heads_axis(found.merged, spec.heads)
     _, _, shifted = forward_checked(spec, fixture.input, fixture.offset + fixture.shift)
     return MultiHeadProbes(

@@ -14,11 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.check.cases import Case
-from qkvcli.check.diagnose import close, first_outside
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, first_bit_difference
+from qkvcli.core.arrays import Array, close, first_bit_difference, first_outside
 from qkvcli.core.invariants import prefix
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import Broken, CallFailed

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from itertools import product
 
 import numpy as np
-import numpy.typing as npt
 
 from qkvcli.check.cases import Run
-from qkvcli.core.arrays import Array, coordinate
+from qkvcli.core.arrays import Array, close, coordinate, first_outside, mismatches
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.record import Record
@@ -36,34 +35,6 @@ from qkvcli.gradcheck.central import scaled_error
 
 Bundle = tuple[Array, ...]
 """The results of one call, in the operation's order."""
-
-
-
-def mismatches(actual: Array, expected: Array, tolerance: float) -> npt.NDArray[np.bool_]:
-    """A boolean array: where ``|a-e| / max(1,|a|,|e|) > tolerance`` (NaN counts as failing)."""
-    with np.errstate(all="ignore"):
-        magnitude = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
-        error = np.abs(actual - expected) / magnitude
-    failing: npt.NDArray[np.bool_] = ~(error <= tolerance)
-    return failing
-
-
-def close(actual: Array, expected: Array, tolerance: float) -> bool:
-    """Same shape and every scaled error within ``tolerance``."""
-    return actual.shape == expected.shape and not mismatches(actual, expected, tolerance).any()
-
-
-def first_outside(actual: Array, expected: Array, tolerance: float) -> tuple[str, float, float] | None:
-    """``(coordinate, actual, expected)`` of the first element (row-major) outside ``tolerance``.
-
-    Same shapes only; ``None`` when every element is within.
-    """
-    bad = mismatches(actual, expected, tolerance).reshape(-1)
-    if not bad.any():
-        return None
-    flat = int(np.argmax(bad))
-    return (coordinate(actual.shape, flat), float(actual.reshape(-1)[flat]),
-            float(expected.reshape(-1)[flat]))
 
 
 def first_mismatch(name: str, actual: Array, expected: Array,
@@ -81,7 +52,6 @@ def first_mismatch(name: str, actual: Array, expected: Array,
     where, a, e = found
     return f"{name}{where}", Clause("value-differs",
                                     (name, where, a, e, scaled_error(a, e), tolerance))
-
 
 
 FLOAT64_ROUNDING = 1e-12

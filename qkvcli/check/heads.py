@@ -21,7 +21,6 @@ from qkvcli.check.cases import Case, Run, fixtures_of
 from qkvcli.check.diagnose import (
     Bundle,
     agreed,
-    close,
     first_mismatch,
     mask_positions,
     named_slips,
@@ -30,6 +29,7 @@ from qkvcli.check.kinds import Kind
 from qkvcli.check.reference import MASK_BUGS, SCALING_BUGS, SOFTMAX_BUGS, variant_forward
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
+from qkvcli.core.arrays import close
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import BadResult, Broken, CallFailed

@@ -14,22 +14,30 @@ apart before ``W_O``, judged on the implementation's own answers.
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
 
-from qkvcli.check.diagnose import first_outside
+from qkvcli.check.cases import Case, Run
 from qkvcli.check.kinds import MULTI_HEAD
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.results import Failure, FamilyCheck, judge
+from qkvcli.core.arrays import Array
+from qkvcli.core.invariants import HeadLayout, isolated_heads
+from qkvcli.core.results import Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import Broken, CallFailed
 from qkvcli.protocol.wire import MHA_FORWARD_NAMES
 
 
+def _outputs(session: Session, run: Run, case: Case,
+             weights: tuple[Array, ...]) -> tuple[Array, Array]:
+    """The implementation's weights and merged heads on the fixture with other weights."""
+    attention, merged, _ = session.call(MULTI_HEAD, run, (case.input, *weights))
+    return attention, merged
+
+
 def check_head_isolation(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Before the output projection the heads are apart: changing the ``W_Q`` columns of
-    head 0 changes head 0's weights and no other head's, and changing the ``W_V`` columns
-    of the last head changes only that head's columns of ``merged`` (causal, with RoPE;
-    fixtures with two tokens or more and a batch item)."""
+    """Before the output projection the heads are apart
+    (:func:`~qkvcli.core.invariants.isolated_heads`), on the implementation's own
+    answers: causal, with RoPE; fixtures with two tokens or more and a batch item."""
     family = "head-isolation"
     failures: list[Failure] = []
     cases = [case for case in session.cases_of(MULTI_HEAD)
@@ -44,41 +52,23 @@ def check_head_isolation(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         except CallFailed as failure:
             failures.append(not_run_after(family, label, failure))
             continue
-        for branch, head, tensor in ((0, 0, 0), (2, case.heads - 1, 1)):
-            weights = [np.array(w, copy=True) for w in case.weights]
-            weights[branch][:, head * size:(head + 1) * size] += 0.5
-            what = f"W_{'QKV'[branch]}[:,{head * size}:{(head + 1) * size}]"
-            try:
-                changed = session.call(MULTI_HEAD, run, (case.input, *weights))
-            except Broken as failure:
-                failures.append(not_run_after(family, label, failure))
-                break
-            except CallFailed as failure:
-                failures.append(Failure(family, label, None, code="call-failed",
-                                        facts=(failure.message,)))
-                break
-            before, after = base[tensor], changed[tensor]
-            batch, tokens = case.input.shape[:2]
-            wanted = (batch, case.heads, tokens, tokens) if tensor == 0 else case.input.shape
-            if before.shape != wanted or after.shape != wanted:
-                # multi-head says how; the heads' isolation is not judged
-                failures.append(not_run(family, label, "multi-head-shape"))
-                break
-            own = (np.s_[:, head] if tensor == 0 else np.s_[..., head * size:(head + 1) * size])
-            others = np.ones(before.shape, dtype=bool)
-            others[own] = False
-            name = MHA_FORWARD_NAMES[tensor]
-            moved = first_outside(np.where(others, after, 0.0), np.where(others, before, 0.0),
-                                  session.tolerance)
-            if moved is not None:
-                where, new, old = moved
-                failures.append(Failure(family, label, f"{name}{where}", code="moved",
-                                        facts=(what, f"{name}{where}", repr(old), repr(new))))
-                break
-            if first_outside(after[own], before[own], session.tolerance) is None:
-                failures.append(Failure(family, label, name, code="unmoved",
-                                        facts=(what, f"{name}[:,{head}]" if tensor == 0
-                                               else f"{name}[...,{head * size}:"
-                                               f"{(head + 1) * size}]")))
-                break
+        batch, tokens = case.input.shape[:2]
+        if base[0].shape != (batch, case.heads, tokens, tokens) or base[1].shape != case.input.shape:
+            # multi-head says how; the heads' isolation is not judged
+            failures.append(not_run(family, label, "multi-head-shape"))
+            continue
+        try:
+            found = isolated_heads(partial(_outputs, session, run, case), case.input,
+                                   case.weights, (base[0], base[1]),
+                                   HeadLayout(case.heads, case.heads, size, size),
+                                   session.tolerance, MHA_FORWARD_NAMES[:2])
+        except Broken as failure:
+            failures.append(not_run_after(family, label, failure))
+            continue
+        except CallFailed as failure:
+            failures.append(Failure(family, label, None, code="call-failed",
+                                    facts=(failure.message,)))
+            continue
+        if found is not None:
+            failures.append(found_at(family, label, *found))
     return judge(family, failures, len(cases)), failures

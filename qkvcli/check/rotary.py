@@ -7,9 +7,10 @@ against qkv's engine, its reverse, shapes, errors, replay, purity and the gradie
 of ``rope_reverse`` against central differences of ``rope``) run over
 :data:`~qkvcli.check.kinds.ROPE`. The chapter's two claims are judged here on the
 implementation's own answers: position zero is the identity (the first token of a
-rotation from offset 0 is the input's, bit for bit), and a common shift of every
-position keeps every dot product between the rotated tokens (``rope(x, base, o)`` and
-``rope(x, base, o + 5)`` have the same Gram matrix per batch item).
+rotation from offset 0 is the input's: :func:`~qkvcli.core.invariants.position_zero`),
+and a common shift of every position keeps every dot product between the rotated
+tokens (``rope(x, base, o)`` and ``rope(x, base, o + 5)`` have the same Gram matrix per
+batch item).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from qkvcli.check.cases import Case
-from qkvcli.check.diagnose import first_outside
 from qkvcli.check.kinds import ROPE
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, first_bit_difference
+from qkvcli.core.arrays import Array, first_outside
+from qkvcli.core.invariants import position_zero
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import CallFailed
 
@@ -45,7 +46,7 @@ def _judged(session: Session) -> list[Case]:
 
 
 def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Turned from offset 0, the first token is the input's own, bit for bit: the angle
+    """Turned from offset 0, the first token is the input's own, exactly: the angle
     at position 0 is 0 for every pair."""
     family, failures = "position-zero", []
     cases = _judged(session)
@@ -59,7 +60,7 @@ def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if turned.shape != case.input.shape:  # rope says how; position zero is not judged
             failures.append(not_run(family, case.label, "rope-shape"))
             continue
-        found = first_bit_difference(turned[:, :1], case.input[:, :1])
+        found = position_zero(turned, case.input)
         if found is not None:
             where, got, wanted = found
             failures.append(Failure(family, case.label, f"rope{where}", code="not-identity",

@@ -13,7 +13,6 @@ from __future__ import annotations
 from qkvcli.check.cases import Run, fixtures_of
 from qkvcli.check.diagnose import (
     agreed,
-    close,
     first_mismatch,
     kept,
     precision_clauses,
@@ -22,6 +21,7 @@ from qkvcli.check.diagnose import (
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
+from qkvcli.core.arrays import close
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import CallFailed

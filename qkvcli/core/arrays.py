@@ -1,4 +1,4 @@
-"""Typed float64 arrays and the checks every stage shares: finiteness and read-only copies."""
+"""Typed float64 arrays and the comparisons every stage shares: finiteness, copies, bits, scaled error."""
 
 from __future__ import annotations
 
@@ -96,3 +96,30 @@ def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | No
     flat = int(np.argmax(differs))
     return (coordinate(left.shape, flat), repr(float(left.reshape(-1)[flat])),
             repr(float(right.reshape(-1)[flat])))
+
+
+def mismatches(actual: Array, expected: Array, tolerance: float) -> npt.NDArray[np.bool_]:
+    """A boolean array: where ``|a-e| / max(1,|a|,|e|) > tolerance`` (NaN counts as failing)."""
+    with np.errstate(all="ignore"):
+        magnitude = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
+        error = np.abs(actual - expected) / magnitude
+    failing: npt.NDArray[np.bool_] = ~(error <= tolerance)
+    return failing
+
+
+def close(actual: Array, expected: Array, tolerance: float) -> bool:
+    """Same shape and every scaled error within ``tolerance``."""
+    return actual.shape == expected.shape and not mismatches(actual, expected, tolerance).any()
+
+
+def first_outside(actual: Array, expected: Array, tolerance: float) -> tuple[str, float, float] | None:
+    """``(coordinate, actual, expected)`` of the first element (row-major) outside ``tolerance``.
+
+    Same shapes only; ``None`` when every element is within.
+    """
+    bad = mismatches(actual, expected, tolerance).reshape(-1)
+    if not bad.any():
+        return None
+    flat = int(np.argmax(bad))
+    return (coordinate(actual.shape, flat), float(actual.reshape(-1)[flat]),
+            float(expected.reshape(-1)[flat]))

@@ -11,18 +11,28 @@ judged here, the same for all:
 - :func:`replayed`: the same inputs computed twice give every value bit for bit (chapter
   26's and each chapter's evidence; ``qkv check``'s replay family finds the first value
   that differs, and ``qkv attend`` compares a second run head by head without building it
-  whole, both with the same :func:`~qkvcli.core.arrays.same_bits`).
+  whole, both with the same :func:`~qkvcli.core.arrays.same_bits`);
+- :func:`isolated_heads`: before the output projection the heads are apart: a change to
+  the query columns of one head moves its attention weights and no other head's, and a
+  change to the value columns of one K/V head moves the merged columns of the heads that
+  read it and no others (chapter 30's engine, a learner's multi-head layer, a real
+  layer; its probes are part of the claim, so every caller perturbs the same way);
+- :func:`position_zero`: a rotation from position zero leaves the first token as it was,
+  bit for bit (chapter 29's engine, a learner's RoPE, a real layer's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import EllipsisType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.core.arrays import Array, same_bits
+from qkvcli.core.arrays import Array, coordinate, first_outside, same_bits
+from qkvcli.core.errors import format_shape
 from qkvcli.core.record import Record
+from qkvcli.core.results import Clause
 
 if TYPE_CHECKING:
     import numpy.typing as npt  # annotations only: importing it costs start-up
@@ -61,3 +71,99 @@ def replayed(first: Iterable[npt.ArrayLike], second: Iterable[npt.ArrayLike]) ->
     the first run's shape and bits (``-0.0`` is not ``0.0``; a NaN equals the same NaN)."""
     return all(same_bits(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
                for a, b in zip(first, second, strict=True))
+
+
+def position_zero(turned: Array, given: Array) -> tuple[str, str, str] | None:
+    """The position-zero claim on ``[..., tokens, width]`` arrays: the first token of
+    ``turned`` (a rotation from position zero of ``given``) equals ``given``'s own
+    exactly (the angle is 0: ``x cos 0 - y sin 0`` is ``x``, though ``-0.0`` may come out
+    as ``0.0``). ``None`` when it holds, else ``(coordinate, turned, given)`` where it
+    first differs (a coordinate ``""`` and the two shapes when the shapes differ)."""
+    first, wanted = turned[..., :1, :], given[..., :1, :]
+    if first.shape != wanted.shape:
+        return "", format_shape(list(first.shape)), format_shape(list(wanted.shape))
+    differs = (first != wanted).reshape(-1)
+    if not differs.any():
+        return None
+    flat = int(np.argmax(differs))
+    return (coordinate(first.shape, flat), repr(float(first.reshape(-1)[flat])),
+            repr(float(wanted.reshape(-1)[flat])))
+
+
+class HeadLayout(Record):
+    """Which weight columns each head reads: query head ``h`` the columns ``h*d_k`` on of
+    ``W_Q``, and K/V head ``g`` the columns ``g*d_v`` on of ``W_V``; the ``heads`` query
+    heads share the ``kv_heads`` K/V heads in consecutive groups (grouped-query
+    attention; ``kv_heads == heads`` for plain multi-head attention)."""
+
+    heads: int
+    kv_heads: int
+    d_k: int
+    d_v: int
+
+
+ISOLATION_STEP = 0.5
+"""What each probe of :func:`isolated_heads` adds to the columns it changes."""
+
+LayerOutputs = Callable[[tuple[Array, ...]], tuple[Array, Array]]
+"""The layer on weights ``(W_Q, W_K, W_V, ...)``: its attention weights ``[B,H,T,T]`` and
+the heads' outputs merged before the output projection ``[B,T,H*d_v]``."""
+
+
+def isolated_heads(forward: LayerOutputs, x: Array, weights: tuple[Array, ...],
+                   before: tuple[Array, Array], layout: HeadLayout, tolerance: float,
+                   names: tuple[str, str] = ("weights", "merged"),
+                   ) -> tuple[str | None, Clause] | None:
+    """The isolation claim, probed: ``forward`` on the input ``x [B,T,d_model]`` and
+    ``weights`` gave ``before``; then
+
+    1. (with two tokens or more: one token's weight is 1 whatever its query) query head
+       0's columns of ``W_Q`` raised by :data:`ISOLATION_STEP` must leave every other
+       head's attention weights as they were (head 0's may stay too: keys that all
+       match alike give uniform weights whatever the query);
+    2. the last K/V head's columns of ``W_V`` raised must leave every merged column but
+       those of the query heads that read it, and must move those (unless the input
+       makes the change vanish: ``V`` then moves by ``ISOLATION_STEP`` times each
+       token's row sum, and its heads mix those by their weights).
+
+    Judged within ``tolerance`` (scaled error). ``None`` when it holds; else the
+    coordinate and the finding: ``moved`` (what was changed, the tensor and coordinate
+    that moved, before, after), ``unmoved`` (what was changed, the part that did not
+    move), or ``reshaped`` (what was changed, the tensor whose shape it changed).
+    ``forward`` may raise: the caller says what a failed call means.
+    """
+    attention = before[0]
+    tokens = int(attention.shape[-1])
+    per_group = layout.heads // layout.kv_heads
+    last = layout.kv_heads - 1
+    first, end = last * per_group * layout.d_v, layout.heads * layout.d_v
+    reading = attention[:, last * per_group:]  # the heads that read the last K/V head
+    shift = np.einsum("bhtj,bj->bht", reading, np.sum(x, axis=-1)) * ISOLATION_STEP
+    probes: list[tuple[int, int, int, int, bool]] = [
+        (2, last * layout.d_v, (last + 1) * layout.d_v, 1, bool(np.any(shift != 0.0)))]
+    if tokens >= 2:
+        probes.insert(0, (0, 0, layout.d_k, 0, False))
+    for branch, start, stop, tensor, must_move in probes:
+        changed = [np.array(w, copy=True) for w in weights]
+        changed[branch][:, start:stop] += ISOLATION_STEP
+        what = f"W_{'QKV'[branch]}[:,{start}:{stop}]"
+        after = forward(tuple(changed))[tensor]
+        old, name = before[tensor], names[tensor]
+        if after.shape != old.shape:
+            return name, Clause("reshaped", (what, name))
+        own: tuple[slice | int, ...] | tuple[EllipsisType, slice]
+        if tensor == 0:
+            own, part = np.s_[:, 0], f"{name}[:,0]"
+        else:
+            own, part = np.s_[..., first:end], f"{name}[...,{first}:{end}]"
+        others = np.ones(old.shape, dtype=bool)
+        others[own] = False
+        moved = first_outside(np.where(others, after, 0.0), np.where(others, old, 0.0),
+                              tolerance)
+        if moved is not None:
+            where, new, previous = moved
+            return f"{name}{where}", Clause("moved", (what, f"{name}{where}", repr(previous),
+                                                      repr(new)))
+        if must_move and first_outside(after[own], old[own], tolerance) is None:
+            return name, Clause("unmoved", (what, part))
+    return None

@@ -196,6 +196,13 @@ _SHARED_DETAILS = {
                      "key's parameters",
                      "one token: a weight is not exactly 1, or the query's or the key's "
                      "parameters get a gradient"),
+    "head_isolation": ("one head's W_Q or one K/V head's W_V columns changed: no other "
+                       "head's weights or merged columns move (first 16 tokens)",
+                       "changing one head's columns moved another head's weights or "
+                       "merged columns"),
+    "position_zero": ("queries and keys turned from position 0 keep their first token "
+                      "bit for bit",
+                      "RoPE at position 0 changed the first token: it is not the identity"),
 }
 
 
