@@ -183,6 +183,13 @@ def heads_axis(flat: Array, heads: int) -> Array:
     return np.swapaxes(flat.reshape(batch, tokens, heads, width // heads), 1, 2)
 
 
+def merge_heads(per_head: Array) -> Array:
+    """``[B,n,T,d]`` -> ``[B,T,n*d]``, a new array: head ``h`` back to the columns
+    ``h*d:(h+1)*d``, the inverse of :func:`heads_axis` (the one merge of the heads)."""
+    batch, heads, tokens, width = per_head.shape
+    return np.ascontiguousarray(np.swapaxes(per_head, 1, 2)).reshape(batch, tokens, heads * width)
+
+
 def _grouped(per_query: Array, kv_heads: int) -> Array:
     """``[B,H,...]`` -> ``[B,G,H/G,...]``, a view: query heads in their K/V head's group
     (a K/V head ``[B,G,1,...]`` (``[:, :, None]``) is broadcast over it, never copied)."""
@@ -301,7 +308,7 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
         grouped_mixed[..., r0:r1, :] = _weighed(
             grouped_z[..., r0:r1, :], grouped_a[..., r0:r1, start:stop], shared_value,
             (first, end, 0, tokens, start, stop), causal, window)
-    concat = np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows, heads * layer.d_v)
+    concat = merge_heads(mixed)
     per_kv = heads // kv
     per_head = tuple(
         AttentionForward(query[:, h], key[:, h // per_kv], value[:, h // per_kv], scores[:, h],
@@ -368,8 +375,7 @@ def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first
         grouped_mixed[..., r0:r1, :] = _weighed(z, z, shared_value,
                                                 (first, end, start, stop, start, stop),
                                                 causal, window)
-    return np.ascontiguousarray(np.swapaxes(mixed, 1, 2)).reshape(batch, rows,
-                                                                  heads * layer.d_v)
+    return merge_heads(mixed)
 
 
 def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) -> LayerGradients:

@@ -374,12 +374,6 @@ def _close(a: Array, b: Array, tolerance: float) -> bool:
     return a.shape == b.shape and bool(np.all(np.abs(a - b) <= tolerance))
 
 
-def merge(split: Array) -> Array:
-    """``[B,H,T,d]`` -> ``[B,T,H*d]``: head ``h`` back to columns ``h*d:(h+1)*d``, the
-    inverse of :func:`~qkvcli.attention.engine.heads_axis`."""
-    batch, heads, tokens, width = split.shape
-    return np.ascontiguousarray(np.swapaxes(split, 1, 2)).reshape(batch, tokens, heads * width)
-
 
 def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForward) -> MultiHeadProbes:
     """The chapter's probes, each a pass of the engine."""
@@ -416,7 +410,8 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
         prefix_unchanged=kept.unchanged,
         suffix_changed=kept.last_changed,
         head_isolation=isolation,
-        split_merge=same_bits(split, found.head_outputs) and same_bits(merge(split), found.merged),
+        split_merge=(same_bits(split, found.head_outputs)
+                     and same_bits(engine.merge_heads(split), found.merged)),
         common_offset=_close(a, shifted.attention, tolerance),
     )
 

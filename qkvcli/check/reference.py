@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.attention import engine
-from qkvcli.attention.engine import LayerForward, heads_axis
+from qkvcli.attention.engine import LayerForward, heads_axis, merge_heads
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import (
     Mask,
@@ -141,12 +141,6 @@ def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offs
     return MultiHeadLayer.build(head, heads, out_weight=w_output)
 
 
-def _heads_merged(per_head: Array) -> Array:
-    """``[B,H,T,d]`` -> ``[B,T,H*d]``: the heads' outputs side by side, a new array."""
-    batch, heads, tokens, size = per_head.shape
-    return np.ascontiguousarray(np.swapaxes(per_head, 1, 2)).reshape(batch, tokens,
-                                                                      heads * size)
-
 
 def _one_softmax(layer: MultiHeadLayer, done: LayerForward) -> tuple[Array, Array]:
     """The weights and merged heads when one softmax normalises each query's scores over
@@ -155,7 +149,7 @@ def _one_softmax(layer: MultiHeadLayer, done: LayerForward) -> tuple[Array, Arra
     batch, heads, tokens, _ = z.shape
     joint = np.swapaxes(z, 1, 2).reshape(batch, tokens, heads * tokens)
     weights = np.swapaxes(softmax(joint).reshape(batch, tokens, heads, tokens), 1, 2)
-    return weights, _heads_merged(weights @ done.stacked["value"])
+    return weights, merge_heads(weights @ done.stacked["value"])
 
 
 def _value_turned(layer: MultiHeadLayer, x: Array, causal: bool) -> LayerForward:
@@ -218,7 +212,7 @@ def engine_mha(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, r
             merged = np.empty_like(done.concat)
             merged[..., _strided(merged.shape[-1], heads)] = done.concat
         elif bug == "merge-reversed":
-            merged = _heads_merged(heads_axis(done.concat, heads)[:, ::-1])
+            merged = merge_heads(heads_axis(done.concat, heads)[:, ::-1])
         elif bug == "wo-before-merge":  # what is merged is already projected
             return done.attention, done.output, done.output
         elif bug == "one-softmax":
@@ -229,7 +223,7 @@ def engine_mha(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, r
             attention[:, 0] = done.attention[:, 0]
             per_head = np.array(heads_axis(unmasked.concat, heads))
             per_head[:, 0] = heads_axis(done.concat, heads)[:, 0]
-            merged = _heads_merged(per_head)
+            merged = merge_heads(per_head)
         else:
             return attention, merged, done.output
         return attention, merged, merged @ w_output
@@ -298,7 +292,7 @@ def _rope_backward_slip(weights: tuple[Array, ...], heads: int, x: Array, causal
     turned = [engine_rope(by_head[0], base, offset), engine_rope(by_head[1], base, offset),
               by_head[2]]
     batch, tokens, width = x.shape
-    joined = np.concatenate([_heads_merged(g) for g in turned], axis=-1)
+    joined = np.concatenate([merge_heads(g) for g in turned], axis=-1)
     weight, _ = unturned.packed()
     # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
     grad_rows, grad_w = project_back(x.reshape(batch * tokens, width),
