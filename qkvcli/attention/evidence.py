@@ -36,6 +36,7 @@ from qkvcli.attention.records import (
     HullEvidence,
     MaskEvidence,
     Note,
+    OtherMask,
     TokenRow,
 )
 from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
@@ -505,11 +506,30 @@ def _token_rows(forward: AttentionForward) -> tuple[TokenRow, ...]:
                  for b in range(a.shape[0]) for t in range(a.shape[1]))
 
 
+def other_mask(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool,
+               within: tuple[int, int]) -> OtherMask | None:
+    """The weights under the other mask (the engine's forward with ``not causal``), when
+    the fixture has at most ``within[0]`` tokens and its weights at most ``within[1]``
+    elements; else ``None``."""
+    batch, tokens = fixture.input.shape[:2]
+    tokens_limit, cells_limit = within
+    if tokens > tokens_limit or batch * (fixture.function.heads or 1) * tokens ** 2 > cells_limit:
+        return None
+    forward = layer.forward(fixture.input, not causal)
+    single = fixture.function.heads is None  # a head's tensors have no heads axis
+    scores, scaled, attention = (forward.stacked[name][:, 0] if single else forward.stacked[name]
+                                 for name in ("scores", "scaled_scores", "attention"))
+    return OtherMask(not causal, scores, scaled, attention)
+
+
 def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
+                          other_mask_within: tuple[int, int] | None = None,
                           **gradcheck: Any) -> AttendEvidence:
     """Run the head or layer on ``fixture`` and gather every check.
 
-    Takes the fixture, the mask flag (default: the fixture's ``causal``) and the gradient
+    Takes the fixture, the mask flag (default: the fixture's ``causal``), the bounds
+    ``(tokens, weights)`` within which the weights under the other mask are computed too
+    (for the page's causal toggle: :func:`other_mask`; ``None``: never), and the gradient
     check's settings (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords:
     ``mode``, ``directions``, ``limit``, ``progress``...); gives the evidence (no wording).
     Raises the input errors and, for unusable settings or a check over its budget
@@ -584,4 +604,6 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
         replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks,
         heads=() if single else heads, upstream_given=fixture.upstream_given,
+        other_mask=None if other_mask_within is None else other_mask(
+            fixture, layer, causal, other_mask_within),
     )

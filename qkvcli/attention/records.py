@@ -157,6 +157,16 @@ class Note(Record):
     d_v: int
 
 
+class OtherMask(Record):
+    """The scores, scaled scores and weights under the other mask than the report's
+    (``causal``): the engine's forward alone, unchecked, for the page's causal toggle."""
+
+    causal: bool
+    scores: Array
+    scaled_scores: Array
+    attention: Array
+
+
 class AttendEvidence(Record):
     """Everything one run found; ``checks`` holds a judgement per :data:`CHECK_ORDER` name."""
 
@@ -175,6 +185,7 @@ class AttendEvidence(Record):
     checks: tuple[FamilyCheck, ...]
     heads: tuple[HeadEvidence, ...] = ()  # per head, for a multi-head layer
     upstream_given: bool = False  # U from the fixture's upstream.output, not from the seed
+    other_mask: OtherMask | None = None  # asked for by the page's causal toggle
 
     @property
     def passed(self) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -47,21 +47,6 @@ def _load_attend(path: Path | None, example: str, max_elements: int,
     return labelled(attend_label(path, example),
                     lambda: load_attend_fixture(path, example, max_elements, heads, causal))
 
-
-def _other_mask(loaded: AttendFixture, causal: bool) -> dict[str, Any]:
-    """The explorer's causal toggle: the weights of the other mask (the engine's forward
-    with ``not causal``), for maps drawn with numbers within the page's cells."""
-    from qkvcli.attention.fixture import layer_of
-    from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
-
-    batch, tokens = loaded.input.shape[:2]
-    if tokens > TOGGLE_UP_TO or batch * (loaded.function.heads or 1) * tokens ** 2 > PAGE_CELLS:
-        return {}
-    forward = layer_of(loaded).forward(loaded.input, not causal)
-    single = loaded.function.heads is None  # a head's tensors have no heads axis
-    other = {name: forward.stacked[name][:, 0] if single else forward.stacked[name]
-             for name in ("scores", "scaled_scores", "attention")}
-    return {"other": {"causal": not causal, **other}}
 
 
 @click.command()
@@ -116,6 +101,7 @@ def attend(
     from qkvcli.cli.console import gradcheck_progress
     from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, MAX_EVALUATIONS
     from qkvcli.reading.limits import check_step_fits
+    from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
 
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
@@ -140,12 +126,12 @@ def attend(
         # what its evaluations cost) refused before any work.
         if overrides.step is not None:
             check_step_fits(loaded.step, loaded.perturbed(), "--step")
-        evidence = build_attend_evidence(loaded, causal=causal, **settings)
+        evidence = build_attend_evidence(loaded, causal=causal, other_mask_within=None if (
+            html is None) else (TOGGLE_UP_TO, PAGE_CELLS), **settings)
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,
-                                            tensors=policy), html=html,
-         page=_other_mask(loaded, causal) if html is not None else None)
+                                            tensors=policy), html=html)
     if not evidence.passed:
         from qkvcli.render.attend import failed_checks
 

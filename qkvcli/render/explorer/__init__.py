@@ -9,23 +9,20 @@ contract. Pure functions: nothing here reads argv, writes files or exits.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from qkvcli.render import view_of
 
 
 def explorer_page(evidence: object, *, precision: int, title: str,
-                  replay: Mapping[str, str] | None = None, spec: str = "IMPL",
-                  other: Mapping[str, Any] | None = None) -> str:
+                  replay: Mapping[str, str] | None = None, spec: str = "IMPL") -> str:
     """The explorer page of ``evidence`` (a run's, attend's or check's record) as HTML text.
 
     ``precision``: decimals of every number (the report's); ``title`` names the page
     (``qkv run``); for ``qkv check``, ``replay`` maps a failing fixture's label to the
     file name ``--save-failures`` gives it and ``spec`` is how the command names the
-    implementation; for ``qkv attend``, ``other`` holds the weights under the other mask
-    (``causal``, ``scores``, ``scaled_scores``, ``attention``: the engine's forward),
-    which the page's causal toggle shows. Raises ``TypeError`` for a record the
-    explorer does not draw.
+    implementation (attend's page draws the weights under the other mask behind a causal
+    toggle when its evidence holds them). Raises ``TypeError`` for a record the explorer
+    does not draw.
     """
     view = view_of(evidence)
     if view == "evidence":
@@ -35,7 +32,7 @@ def explorer_page(evidence: object, *, precision: int, title: str,
     if view == "attend":
         from qkvcli.render.explorer.attend import attend_page
 
-        return attend_page(evidence, precision, title, other)  # type: ignore[arg-type]
+        return attend_page(evidence, precision, title)  # type: ignore[arg-type]
     if view == "check":
         from qkvcli.render.explorer.check import check_page
 

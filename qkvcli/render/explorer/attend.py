@@ -72,11 +72,14 @@ def transposed(weight: Array, rows: int, layout: str) -> bool | None:
     return layout in TORCH_LAYOUTS
 
 
-def attend_page(evidence: AttendEvidence, precision: int, title: str,
-                other: Mapping[str, Any] | None = None) -> str:
-    """The head's or layer's explorer page (one self-contained HTML document); ``other``:
-    the weights under the other mask, drawn behind a causal toggle (see
-    :func:`~qkvcli.render.explorer.explorer_page`)."""
+def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
+    """The head's or layer's explorer page (one self-contained HTML document); the
+    weights under the other mask, when the evidence holds them, are drawn behind a
+    causal toggle."""
+    found = evidence.other_mask
+    other: Mapping[str, Any] | None = None if found is None else {
+        "causal": found.causal, "scores": found.scores, "scaled_scores": found.scaled_scores,
+        "attention": found.attention}
     c = evidence.config
     arrays = evidence.primary.tensors
     page = Page(title, precision)
