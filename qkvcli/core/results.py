@@ -86,9 +86,10 @@ class Refusal(Record):
     """A bad input given to a check that must refuse it: the ``case``, the error expected
     (a class name; ``""``: any refusal), what was raised (``""``: nothing), its message,
     the expected error's ``fields`` (when an exact one was expected), and whether it was
-    refused as it must be (``rejected``). The one record of every rejected-inputs family:
-    the engine's typed refusals of each chapter and the refusals ``qkv check`` asks of an
-    implementation."""
+    refused as it must be (``rejected``). The record of the engine's typed refusals, in
+    chapter 26's evidence and each chapter's. ``qkv check``'s errors family asks for any
+    refusal, not a typed one, and keeps only what was accepted: one ``accepted``
+    :class:`Failure` listing those requests."""
 
     case: str
     expected: str
