@@ -49,7 +49,7 @@ from qkvcli.core.invariants import (
 )
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, verdict
+from qkvcli.core.results import Plan, judge_plan
 from qkvcli.reading.attend import AttendFixture, relative_sources
 from qkvcli.reading.layouts import CODEGEN_BLOCKS
 
@@ -413,9 +413,13 @@ def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
     return kept
 
 
-def verdicts(**passed: bool) -> tuple[FamilyCheck, ...]:
-    """A judgement per :data:`~qkvcli.attention.records.CHECK_ORDER` name given, in order."""
-    return tuple(verdict(name, passed[name]) for name in CHECK_ORDER if name in passed)
+def _found(name: str) -> Callable[[dict[str, bool]], bool | None]:
+    return lambda found: found.get(name)
+
+
+PLAN: Plan[dict[str, bool]] = tuple((name, _found(name)) for name in CHECK_ORDER)
+"""attend's families in :data:`~qkvcli.attention.records.CHECK_ORDER`, each read off
+what the build found (a family it did not run does not apply)."""
 
 
 def prefix_kept(layer: MultiHeadLayer, x: Array) -> bool:
@@ -578,9 +582,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                         ("position_zero", turned)):
         if holds is not None:
             claims[name] = holds
-    checks = verdicts(forward=forward_ok, attention=rows.passed, mask=mask.passed,
-                      hull=hull.passed, reverse=reverse_ok, shapes=probes_ok,
-                      replay=replay_bitwise, gradcheck=checked.passed, **claims)
+    checks = judge_plan(PLAN, {
+        "forward": forward_ok, "attention": rows.passed, "mask": mask.passed,
+        "hull": hull.passed, "reverse": reverse_ok, "shapes": probes_ok,
+        "replay": replay_bitwise, "gradcheck": checked.passed, **claims})
     p = layer.projections
     config = AttendConfig(
         batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,

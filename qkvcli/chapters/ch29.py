@@ -28,7 +28,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import position_zero, replayed
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
+from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -596,21 +596,29 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         shapes = probes(fixture)
         errors = rejected_inputs(fixture)
         checked = gradient_check(fixture, found)
-        gradcheck = FamilyCheck("gradcheck", checked.passed,
-                                "passed" if checked.passed else "failed",
-                                fixtures=1, tolerance=fixture.tolerance, coordinates=checked.count)
-        checks = (
-            verdict("position_zero", found.position_zero_identity),
-            verdict("norms", found.norm_preserved),
-            verdict("relative_dot", found.common_shift_preserved),
-            verdict("shapes", all(p.valid for p in shapes)),
-            verdict("errors", all(e.rejected for e in errors)),
-            gradcheck,
-            verdict("tape_finite", found.tape_finite),
-            verdict("replay", replay),
-        )
-        return RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
-                            checks=checks, fixture=fixture, primary=found, probes=shapes)
+        evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
+                                checks=(), fixture=fixture, primary=found, probes=shapes)
+        return evidence._replace(checks=judge_plan(PLAN, evidence))
+
+
+def _gradcheck(e: RopeEvidence) -> FamilyCheck:
+    """The gradient check's own judgement, with its tolerance and count."""
+    return FamilyCheck("gradcheck", e.gradcheck.passed,
+                       "passed" if e.gradcheck.passed else "failed", fixtures=1,
+                       tolerance=e.fixture.tolerance, coordinates=e.gradcheck.count)
+
+
+PLAN: Plan[RopeEvidence] = (
+    ("position_zero", lambda e: e.primary.position_zero_identity),
+    ("norms", lambda e: e.primary.norm_preserved),
+    ("relative_dot", lambda e: e.primary.common_shift_preserved),
+    ("shapes", lambda e: all(p.valid for p in e.probes)),
+    ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
+    ("gradcheck", _gradcheck),
+    ("tape_finite", lambda e: e.primary.tape_finite),
+    ("replay", lambda e: e.replay_bitwise),
+)
+"""Chapter 29's families, in report order, each read off its evidence."""
 
 
 CHAPTER = Chapter(29, NAME, FIXTURE, parse, build)

@@ -46,7 +46,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import HeadLayout, isolated_heads, prefix, replayed
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
+from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
 from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
@@ -546,26 +546,34 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
                                       mode="full" if fixture.samples is None else "sampled",
                                       forward=done)
         tape_finite = all(all_finite(a) for a in found.arrays()) and bool(np.isfinite(found.loss))
-        gradcheck = FamilyCheck("gradcheck", checked.passed,
-                                "passed" if checked.passed else "failed", fixtures=1,
-                                tolerance=fixture.tolerance, coordinates=checked.count)
-        checks = (
-            verdict("causal", probed.future_zero and probed.rows_normalized),
-            verdict("prefix", all(probed.prefix_unchanged) and probed.suffix_changed),
-            verdict("head_isolation", probed.head_isolation),
-            verdict("split_merge", probed.split_merge),
-            verdict("common_offset", probed.common_offset),
-            verdict("shapes", shaped.probes_valid),
-            verdict("parameters", params.distinct),
-            verdict("errors", all(e.rejected for e in errors)),
-            gradcheck,
-            verdict("tape_finite", tape_finite),
-            verdict("replay", replay),
-        )
-        return MultiHeadEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
-                                 checks=checks, fixture=fixture, primary=found, probes=probed,
-                                 shapes=shaped, parameters=params,
-                                 history=history(fixture, found), tape_finite=tape_finite)
+        evidence = MultiHeadEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
+                                     checks=(), fixture=fixture, primary=found, probes=probed,
+                                     shapes=shaped, parameters=params,
+                                     history=history(fixture, found), tape_finite=tape_finite)
+        return evidence._replace(checks=judge_plan(PLAN, evidence))
+
+
+def _gradcheck(e: MultiHeadEvidence) -> FamilyCheck:
+    """The gradient check's own judgement, with its tolerance and count."""
+    return FamilyCheck("gradcheck", e.gradcheck.passed,
+                       "passed" if e.gradcheck.passed else "failed", fixtures=1,
+                       tolerance=e.fixture.tolerance, coordinates=e.gradcheck.count)
+
+
+PLAN: Plan[MultiHeadEvidence] = (
+    ("causal", lambda e: e.probes.future_zero and e.probes.rows_normalized),
+    ("prefix", lambda e: all(e.probes.prefix_unchanged) and e.probes.suffix_changed),
+    ("head_isolation", lambda e: e.probes.head_isolation),
+    ("split_merge", lambda e: e.probes.split_merge),
+    ("common_offset", lambda e: e.probes.common_offset),
+    ("shapes", lambda e: e.shapes.probes_valid),
+    ("parameters", lambda e: e.parameters.distinct),
+    ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
+    ("gradcheck", _gradcheck),
+    ("tape_finite", lambda e: e.tape_finite),
+    ("replay", lambda e: e.replay_bitwise),
+)
+"""Chapter 30's families, in report order, each read off its evidence."""
 
 
 CHAPTER = Chapter(30, NAME, FIXTURE, parse, build)

@@ -72,7 +72,7 @@ from qkvcli.core.invariants import prefix, replayed
 from qkvcli.core.invariants import single_token as single_token_claim
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Refusal, refused, verdict
+from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
@@ -458,12 +458,6 @@ class CausalEvidence(HeadChapterEvidence):
         return self.primary.future_zero
 
 
-E = TypeVar("E", bound=HeadChapterEvidence)
-Plan = tuple[tuple[str, Callable[[E], bool] | None], ...]
-"""A chapter's families in its order, each a verdict on its evidence (``None``: the
-gradient check, judged with its tolerance and count)."""
-
-
 def _rows(e: HeadChapterEvidence) -> bool:
     return e.primary.rows_sum_to_one and e.primary.terms_make_output
 
@@ -480,26 +474,31 @@ def _replayed(e: HeadChapterEvidence) -> bool:
     return e.replay_bitwise
 
 
+def _gradcheck(e: HeadChapterEvidence) -> FamilyCheck:
+    """The gradient check's own judgement, with its tolerance and count."""
+    check = e.gradcheck
+    return FamilyCheck("gradcheck", check.passed, "passed" if check.passed else "failed",
+                       tolerance=check.tolerance, coordinates=check.count)
+
+
 SELF_ATTENTION_PLAN: Plan[SelfAttentionEvidence] = (
     ("row_sums", _rows), ("scale_probe", lambda e: e.scale.holds), ("single_token", _single),
     ("batch_isolation", lambda e: e.batch.isolated), ("empty_batch", lambda e: e.empty_holds),
-    ("gradcheck", None), ("rejected_inputs", _refused), ("replay", _replayed))
+    ("gradcheck", _gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
 CAUSAL_PLAN: Plan[CausalEvidence] = (
     ("row_sums", _rows), ("masked_rows", lambda e: e.future_zero),
     ("prefix_invariance", lambda e: e.prefix.invariant),
     ("suffix_gradient", lambda e: e.prefix.suffix_zero), ("single_token", _single),
     ("empty_batch", lambda e: e.empty.valid), ("tape_finite", lambda e: e.primary.tape_finite),
-    ("gradcheck", None), ("rejected_inputs", _refused), ("replay", _replayed))
+    ("gradcheck", _gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
+
+
+E = TypeVar("E", bound=HeadChapterEvidence)
 
 
 def judged(evidence: E, plan: Plan[E]) -> E:
     """``evidence`` with the families of ``plan`` judged on it, in the plan's order."""
-    check = evidence.gradcheck
-    return evidence._replace(checks=tuple(
-        verdict(name, family(evidence)) if family is not None
-        else FamilyCheck(name, check.passed, "passed" if check.passed else "failed",
-                         tolerance=check.tolerance, coordinates=check.count)
-        for name, family in plan))
+    return evidence._replace(checks=judge_plan(plan, evidence))
 
 
 def run_head(f: HeadInputs, causal: bool) -> tuple[HeadPass, bool, SingleToken, GradcheckResult]:

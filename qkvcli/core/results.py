@@ -10,7 +10,7 @@ by the renderers, never here).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
@@ -113,6 +113,25 @@ def refused(case: str, expected: QkvError | type[QkvError],
         exact = type(error) is wanted and (isinstance(expected, type) or error == expected)
         return Refusal(case, wanted.__name__, type(error).__name__, str(error), fields, exact)
     return Refusal(case, wanted.__name__, "", "", fields)
+
+
+E = TypeVar("E")
+Plan = tuple[tuple[str, Callable[[E], "bool | FamilyCheck | None"]], ...]
+"""A command's or chapter's families as data: each published id, in report order, with
+what judges it on the evidence: a claim that holds or not, a family's own judgement
+(the gradient check's, with its facts), or ``None`` where the family does not apply to
+this evidence. Reading the evidence is all a plan does; the families computed it."""
+
+
+def judge_plan(plan: Plan[E], evidence: E) -> tuple[FamilyCheck, ...]:
+    """Every family of ``plan`` that applies to ``evidence``, judged in the plan's order."""
+    found = []
+    for name, family in plan:
+        result = family(evidence)
+        if result is None:
+            continue
+        found.append(result if isinstance(result, FamilyCheck) else verdict(name, result))
+    return tuple(found)
 
 
 def verdict(name: str, passed: bool) -> FamilyCheck:

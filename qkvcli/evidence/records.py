@@ -14,18 +14,13 @@ from typing import TYPE_CHECKING
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Refusal, verdict
+from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan
 
 if TYPE_CHECKING:
     from qkvcli.evidence.expect import ExpectResult
     from qkvcli.gradcheck.records import GradcheckResult
 
 Shape = tuple[int, ...]
-
-CHECK_ORDER = ("forward", "reverse", "shapes", "errors", "initialization", "independence",
-               "replay", "gradcheck")
-"""The declared order of the chapter's checks; ``expect`` follows when a fixture has one."""
-
 
 class Config(Record):
     batch: int
@@ -199,15 +194,25 @@ class Evidence(Record):
 
     @property
     def checks(self) -> tuple[FamilyCheck, ...]:
-        """Every check in :data:`CHECK_ORDER`, then ``expect`` when the fixture has one."""
-        passed = (self.forward_ok, self.reverse_ok, self.shapes.passed, self.errors.passed,
-                  self.initialization.passed, self.independence.passed, self.replay_bitwise,
-                  self.gradcheck.passed)
-        verdicts = tuple(verdict(name, ok) for name, ok in zip(CHECK_ORDER, passed, strict=True))
-        if self.expect is not None:
-            verdicts = (*verdicts, verdict("expect", self.expect.passed))
-        return verdicts
+        """Every check of :data:`PLAN` that applies, in its order."""
+        return judge_plan(PLAN, self)
 
     @property
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
+
+
+PLAN: Plan[Evidence] = (
+    ("forward", lambda e: e.forward_ok),
+    ("reverse", lambda e: e.reverse_ok),
+    ("shapes", lambda e: e.shapes.passed),
+    ("errors", lambda e: e.errors.passed),
+    ("initialization", lambda e: e.initialization.passed),
+    ("independence", lambda e: e.independence.passed),
+    ("replay", lambda e: e.replay_bitwise),
+    ("gradcheck", lambda e: e.gradcheck.passed),
+    ("expect", lambda e: None if e.expect is None else e.expect.passed),
+)
+"""Chapter 26's families (``qkv run``'s plan), each read off its evidence."""
+CHECK_ORDER = tuple(name for name, _ in PLAN)
+"""The declared order of the chapter's checks; ``expect`` only when a fixture has one."""
