@@ -241,3 +241,26 @@ def test_the_chapters_plans_are_the_table_rows() -> None:
         names = [entry["name"] for entry in _pinned(pin)["checks"]]
         assert names == [published(chapter, check).name for check in PLANS[chapter]]
     assert set(PUBLISHED) == {"run", CH27, CH28, CH29, CH30, "attend", "check"}
+
+
+LABELS = {"run": "run (chapter 26)", CH27: "run (chapter 27)", CH28: "run (chapter 28)",
+          CH29: "run (chapter 29)", CH30: "run (chapter 30)", "attend": "attend",
+          "check": "check"}
+
+
+def names_table() -> str:
+    """The table of docs/json.md: each report's checks, the schema 1 name (the internal
+    id, attend's ``weights`` aside), the name, family and operation."""
+    rows = ["| report | schema 1 name | name | family | operation |",
+            "| --- | --- | --- | --- | --- |"]
+    for report, checks in PLANS.items():
+        for check in checks:
+            found = published(report, check)
+            old = "weights" if (report, check) == ("attend", "attention") else check
+            rows.append(f"| {LABELS[report]} | `{old}` | `{found.name}` | `{found.family}` "
+                        f"| `{found.operation}` |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_docs_show_the_names_table() -> None:
+    assert names_table() in (ROOT / "docs" / "json.md").read_text(encoding="utf-8")
