@@ -177,6 +177,24 @@ _HEAD_CLAIMS = {
                              "finite, -inf never reaches it"),
 }
 
+_SHARED_FAMILIES = {"forward": FORWARD, "reverse": REVERSE, "shapes": SHAPES,
+                    "errors": REJECTED_INPUTS, "replay": REPLAY, "purity": PURITY,
+                    "gradcheck": GRADCHECK, "prefix": PREFIX, "single-token": SINGLE_TOKEN}
+"""``qkv check``'s families every kind shares, by the name after the kind's prefix."""
+_ATTENTION = ("prefix", "single-token")
+_KINDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("", PROJECTIONS, ("forward", "reverse", "shapes", "errors", "replay", "purity",
+                       "gradcheck")),
+    ("head-", HEAD, ("forward", "reverse", "shapes", "errors", "replay", "purity",
+                     "gradcheck", *_ATTENTION)),
+    ("rope-", ROPE, ("reverse", "shapes", "errors", "replay", "purity", "gradcheck")),
+    ("multi-head-", MULTI_HEAD, ("reverse", "shapes", "errors", "replay", "purity",
+                                 "gradcheck", *_ATTENTION)),
+)
+"""Each kind of ``qkv check``: its names' prefix, its operation, the shared families it
+publishes under that prefix (RoPE's and multi-head's forward are ``rope`` and
+``multi-head``, below)."""
+
 PUBLISHED: dict[str, dict[str, Published]] = {
     RUN: {
         **_same(PROJECTIONS, "forward", "reverse", "shapes", "initialization", "independence",
@@ -230,13 +248,8 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "mask": Published("future-zero", FUTURE_ZERO, LAYER),
     },
     CHECK: {
-        **{f"{prefix}{idea}": Published(f"{prefix}{idea}", family, operation)
-           for prefix, operation in (("", PROJECTIONS), ("head-", HEAD), ("rope-", ROPE),
-                                     ("multi-head-", MULTI_HEAD))
-           for idea, family in (("forward", FORWARD), ("reverse", REVERSE), ("shapes", SHAPES),
-                                ("errors", REJECTED_INPUTS), ("replay", REPLAY),
-                                ("purity", PURITY), ("gradcheck", GRADCHECK),
-                                ("prefix", PREFIX), ("single-token", SINGLE_TOKEN))},
+        **{f"{prefix}{idea}": Published(f"{prefix}{idea}", _SHARED_FAMILIES[idea], operation)
+           for prefix, operation, ideas in _KINDS for idea in ideas},
         "rope": Published("rope", FORWARD, ROPE),
         "multi-head": Published("multi-head", FORWARD, MULTI_HEAD),
         "independence": Published("independence", INDEPENDENCE, PROJECTIONS),
@@ -250,9 +263,7 @@ PUBLISHED: dict[str, dict[str, Published]] = {
     },
 }
 """Each report's checks by internal id (``run``: chapter 26's ``CHECK_ORDER``; a
-chapter's by its plan; ``attend``'s by its evidence; ``check``'s by family name). The
-check table holds a few ids no kind has (``rope-forward``, ``prefix``...): they are
-never looked up."""
+chapter's by its plan; ``attend``'s by its evidence; ``check``'s by family name)."""
 
 
 def published(report: str, check: str) -> Published:
