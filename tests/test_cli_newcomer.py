@@ -674,7 +674,7 @@ def test_attend_speaks_runs_visual_language() -> None:
 
 def test_the_classifiers_state_the_platforms_qkv_check_needs() -> None:
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    client = (ROOT / "qkvcli" / "check" / "client.py").read_text(encoding="utf-8")
+    client = (ROOT / "qkvcli" / "protocol" / "client.py").read_text(encoding="utf-8")
     assert "select.poll" in client and "os.killpg" in client  # POSIX only
     assert "OS Independent" not in text and '"Operating System :: POSIX"' in text
     assert "POSIX" in (ROOT / "docs" / "check.md").read_text(encoding="utf-8")
