@@ -171,12 +171,15 @@ def test_the_json_report_holds_the_evidence() -> None:
     evidence = ch28.build(ch28.parse(random_document(2, 3, 2, 2, seed=21)))
     document = json.loads("".join(dispatch.pieces(evidence, "json")))
     p = evidence.primary
-    assert list(document)[:6] == ["qkv_version", "schema_version", "chapter", "passed",
-                                  "checks", "config"]
+    assert list(document)[:7] == ["qkv_version", "schema_version", "report", "chapter",
+                                  "passed", "checks", "config"]
     assert document["config"]["mask"] == "lower-triangular-inclusive"
     assert document["tensors"]["probabilities"]["values"] == p.probabilities.reshape(-1).tolist()
     assert document["tensors"]["mask"]["values"][:3] == [0.0, "-Infinity", "-Infinity"]
     assert document["suffix_perturbation"]["unchanged_positions"] == [True, True]
-    assert [c["name"] for c in document["checks"]] == [c.name for c in evidence.checks]
+    assert [c["name"] for c in document["checks"]] == [
+        "row-sums", "future-zero", "prefix", "suffix-gradient", "single-token", "empty-batch",
+        "tape-finite", "gradcheck", "rejected-inputs", "replay"]
+    assert [c["passed"] for c in document["checks"]] == [c.passed for c in evidence.checks]
     assert [e["case"] for e in document["errors"]] == [c.case for c in evidence.errors]
     assert document["errors"][3]["facts"] == {"input": "query", "rank": 2}

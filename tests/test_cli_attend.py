@@ -64,7 +64,7 @@ def test_attend_json() -> None:
     result = invoke("attend", "--example", "primer", "--causal", "-f", "json")
     assert result.exit_code == 0
     document = json.loads(result.output)
-    assert document["kind"] == "attend" and document["passed"] is True
+    assert document["report"] == "attend" and document["passed"] is True
     assert document["config"]["causal"] is True
     assert document["tensors"]["scaled_scores"]["values"][1] == "-Infinity"
     assert document["rows"][0]["weights"] == [1.0, 0.0]

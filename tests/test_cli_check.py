@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from qkvcli import __version__
 from qkvcli.cli import main
 from qkvcli.cli.options import ViewSettings
+from qkvcli.render.names import published
 from tests.tolerant import text_differences
 
 from .conftest import CHAPTER_FIXTURE
@@ -45,16 +46,18 @@ def test_json_document_shape(runner: CliRunner) -> None:
                                   str(CHAPTER_FIXTURE), "--random", "0"])
     assert result.exit_code == 1
     document = json.loads(result.stdout)
-    assert list(document) == ["qkv_version", "implementation", "passed", "checks", "failures"]
+    assert list(document) == ["qkv_version", "schema_version", "report", "implementation",
+                              "passed", "checks", "failures"]
+    assert (document["schema_version"], document["report"]) == (2, "check")
     assert document["qkv_version"] == __version__
     assert document["passed"] is False
     assert [c["name"] for c in document["checks"]] == FAMILIES
-    assert all(list(c) == ["name", "passed", "detail", "applicable", "run"]
+    assert all(list(c) == ["name", "family", "operation", "passed", "outcome", "detail"]
                for c in document["checks"])
-    assert all(c["applicable"] for c in document["checks"])
-    reverse = [f for f in document["failures"] if f["family"] == "reverse"]
+    assert all(c["outcome"] in ("passed", "failed") for c in document["checks"])
+    reverse = [f for f in document["failures"] if f["check"] == "reverse"]
     assert reverse[0] == {
-        "family": "reverse", "fixture": "chapter", "coordinate": "grad_input[0,0,0]",
+        "check": "reverse", "family": "reverse", "fixture": "chapter", "coordinate": "grad_input[0,0,0]",
         "detail": "grad_input misses the value path: grad_input[0,0,0] = 0.0, expected 3.0 "
                   "(scaled error 1 > 1e-09)",
     }
@@ -77,9 +80,9 @@ def test_purity_is_not_applicable_to_a_command_in_every_view(runner: CliRunner) 
     base = ["check", "--command", command, "--random", "0"]
     document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
     purity = next(c for c in document["checks"] if c["name"] == "purity")
-    assert purity == {"name": "purity", "passed": True, "detail": detail, "applicable": False,
-                      "run": True}
-    assert all(c["applicable"] for c in document["checks"] if c["name"] != "purity")
+    assert purity == {"name": "purity", "family": "purity", "operation": "projections",
+                      "passed": True, "outcome": "command", "detail": detail}
+    assert all(c["outcome"] == "passed" for c in document["checks"] if c["name"] != "purity")
     text = runner.invoke(main, [*base, "-f", "text"]).stdout
     assert f"purity        N/A   {detail}" in text.splitlines()
     assert text.endswith("verdict: PASS (8 of 8 checks passed)\n")
@@ -97,8 +100,9 @@ def test_without_backward_the_json_says_not_applicable_and_failed(
     assert result.exit_code == 1
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     for family in ("reverse", "gradcheck"):
-        assert checks[family] == {"name": family, "passed": False, "applicable": False,
-                                  "detail": "not applicable: no backward", "run": True}
+        assert checks[family] == {"name": family, "family": family, "operation": "projections",
+                                  "passed": False, "outcome": "no-backward",
+                                  "detail": "not applicable: no backward"}
     assert "qkv: FAILED: reverse, gradcheck" in result.stderr
 
 
@@ -524,12 +528,14 @@ def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
         assert " ".join(forward_line.split()) in lines
 
     document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
-    assert {"family": family, "fixture": fixture, "coordinate": None,
-            "detail": detail} in document["failures"]
+    assert {"check": family, "family": published("check", family).family, "fixture": fixture,
+            "coordinate": None, "detail": detail} in document["failures"]
     checks = {c["name"]: c for c in document["checks"]}
     name, word, said = re.split(r" +", skipped, maxsplit=2)
-    assert (word, checks[name]) == ("SKIP", {"name": name, "passed": False, "detail": said,
-                                             "applicable": False, "run": False})
+    assert (word, checks[name]) == ("SKIP", {
+        "name": name, "family": published("check", name).family,
+        "operation": published("check", name).operation, "passed": False,
+        "outcome": "not-run", "detail": said})
     if forward_line is not None:
         assert checks["head-forward"]["detail"] == forward_line.split("FAIL  ")[1]
 

@@ -36,7 +36,8 @@ def test_variance_json_and_rich() -> None:
     document = json.loads(invoke("variance", "--max", "16", "--samples", "100", "-f",
                                  "json").output)
     assert [row["d_k"] for row in document["rows"]] == [4, 8, 16]
-    assert list(document) == ["qkv_version", "kind", "seed", "samples", "rows"]
+    assert list(document) == ["qkv_version", "schema_version", "report", "seed", "samples", "rows"]
+    assert document["report"] == "variance"
     assert document["qkv_version"] == __version__
     for row in document["rows"]:
         assert row["z"] == pytest.approx((row["ratio"] - 1) / row["std_error"])

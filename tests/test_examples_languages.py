@@ -149,8 +149,8 @@ def test_a_wrong_on_purpose_run_fails_and_names_the_bug(
     assert result.exit_code == 1, result.output
     document = json.loads(result.stdout)
     assert document["passed"] is False
-    assert {c["name"] for c in document["checks"] if not c["passed"] and c["run"]} == failing
-    details = [f["detail"] for f in document["failures"] if f["family"] == family]
+    assert {c["name"] for c in document["checks"] if c["outcome"] == "failed"} == failing
+    details = [f["detail"] for f in document["failures"] if f["check"] == family]
     assert details and all(named in detail for detail in details), details
     assert document["stderr"] == ""
 

@@ -240,10 +240,11 @@ def test_a_timeout_names_its_fixture_and_option_and_purity_judges_only_what_ran(
     assert purity in lines  # not a pass: the calls it would judge never completed
     assert len([line for line in lines if line.startswith("  purity ")]) == (change != "pass")
     document = json.loads(invoke(*base, "-f", "json").stdout)
-    assert document["failures"][0] == {"family": "protocol", "fixture": "precision[1,3,4->2]",
+    assert document["failures"][0] == {"check": "protocol", "family": "protocol",
+                                       "fixture": "precision[1,3,4->2]",
                                        "coordinate": None, "detail": said}
     check = next(c for c in document["checks"] if c["name"] == "purity")
-    assert (check["passed"], check["run"]) == (False, change != "pass")
+    assert (check["passed"], check["outcome"] != "not-run") == (False, change != "pass")
 
 
 def test_a_timeout_in_a_head_call_leaves_head_purity_not_run(tmp_path):

@@ -388,7 +388,7 @@ def test_a_mutating_forward_fails_purity_whatever_it_patches(tmp_path, forgery):
     document = json.loads(result.stdout)
     purity = next(c for c in document["checks"] if c["name"] == "purity")
     assert purity["passed"] is False, purity
-    changed = [f for f in document["failures"] if f["family"] == "purity"]
+    changed = [f for f in document["failures"] if f["check"] == "purity"]
     assert changed and changed[0]["coordinate"].startswith("x[")
 
 
@@ -396,7 +396,7 @@ def test_a_pure_forward_passes_purity_over_shared_memory(tmp_path):
     result = invoke("check", str(EXAMPLES / "numpy_qkv.py"), "--random", "2", "-f", "json")
     assert result.exit_code == 0, result.output
     purity = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "purity")
-    assert purity["passed"] is True and purity["applicable"] is True
+    assert purity["passed"] is True and purity["outcome"] == "passed"
 
 
 # --- 8. safetensors offsets: contiguous, in order, covering the data ------------------------

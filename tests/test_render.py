@@ -88,9 +88,11 @@ def test_json_report_round_trips_every_tensor(chapter_evidence) -> None:  # type
     assert document["passed"] is True
     assert document["loss"] == -2.0
     assert [c["name"] for c in document["checks"]] == [
-        "forward", "reverse", "shapes", "errors", "initialization", "independence", "replay",
-        "gradcheck",
+        "forward", "reverse", "shapes", "rejected-inputs", "initialization", "independence",
+        "replay", "gradcheck",
     ]
+    assert {(c["family"], c["operation"]) for c in document["checks"]} >= {
+        ("rejected-inputs", "projections")}
     assert document["config"] == {"batch": 1, "tokens": 2, "d_model": 3, "d_head": 2,
                                   "bias": False, "seed": 26, "layout": "separate"}
     assert set(document["tensors"]) == {

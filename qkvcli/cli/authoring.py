@@ -268,8 +268,21 @@ def _large_fixture(
 
 
 @click.command()
-def schema() -> None:
-    """Print the JSON Schema of the fixture format (for editors and other tools)."""
+@click.option("--report", "report", metavar="NAME", default=None, is_flag=False, flag_value="",
+              help="Print the JSON Schema of a report's JSON document instead: run, attend, "
+              "check, gradcheck or variance.")
+def schema(report: str | None) -> None:
+    """Print the JSON Schema of the fixture format (for editors and other tools), or with
+    --report NAME the schema of that report's JSON document (draft 2020-12)."""
+    if report is not None:
+        from qkvcli.render.document import REPORTS, dumps
+        from qkvcli.render.schemas import report_schema
+
+        if report not in REPORTS:
+            given = f"--report {report!r}" if report else "--report"
+            raise InputError(f"{given}: name a report: {', '.join(REPORTS)}")
+        click.echo(dumps(report_schema(report)), nl=False)
+        return
     from importlib.resources import files
 
     from qkvcli.reading.fixture import SCHEMA_NAME

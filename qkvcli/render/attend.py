@@ -4,8 +4,9 @@ Every word ``qkv attend`` prints lives here: the check details, the teacher's no
 the published names of the tensors and checks. The evidence holds tensors by vocabulary
 name (``w_query``, ``attention``, ``grad_attention``, ...); :func:`published_name`
 gives the names the text and the JSON have always used (``query_weight``, ``weights``,
-``weights_gradient``, ...), and a parameter read from a checkpoint its framework's name
-(``q_proj_weight``, ``o_proj_weight_gradient``). The rich view (:mod:`qkvcli.render.rich.attend`) reuses
+``weights_gradient``, ...; the JSON names its checks by :mod:`qkvcli.render.names`),
+and a parameter read from a checkpoint its framework's name (``q_proj_weight``,
+``o_proj_weight_gradient``). The rich view (:mod:`qkvcli.render.rich.attend`) reuses
 the same wording.
 """
 
@@ -24,7 +25,14 @@ from qkvcli.attention.records import (
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
-from qkvcli.render.document import dumps, gradcheck_json, head, json_float, tensor_json
+from qkvcli.render.document import (
+    check_entry,
+    dumps,
+    gradcheck_json,
+    head,
+    json_float,
+    tensor_json,
+)
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector, iter_vector
 from qkvcli.render.wording import Check, verdict
 
@@ -444,7 +452,7 @@ def _gradcheck_json(evidence: AttendEvidence) -> dict[str, Any]:
 def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
     c = evidence.config
     return {
-        **head(evidence.chapter, evidence.passed, kind="attend"),
+        **head("attend", chapter=evidence.chapter, passed=evidence.passed),
         "config": {
             "batch": c.batch, "tokens": c.tokens, "d_model": c.d_model, "d_k": c.d_k,
             "d_v": c.d_v, "causal": c.causal, "value_width": c.value_width,
@@ -456,8 +464,8 @@ def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
         "parameter_names": list(c.names),
         "parameter_count": c.parameter_count,
         "loss": json_float(evidence.primary.loss),
-        "checks": [{"name": ch.name, "passed": ch.passed, "detail": ch.detail}
-                   for ch in attend_checks(evidence)],
+        "checks": [check_entry("attend", v.name, ch.passed, ch.detail)
+                   for v, ch in zip(evidence.checks, attend_checks(evidence), strict=True)],
         "notes": [{"code": n.code, "text": note_text(n)} for n in evidence.notes],
         "tensors": {published_name(name, c): tensor_json(value, tensor_policy(name, c, policy))
                     for name, value in evidence.primary.tensors.items()},

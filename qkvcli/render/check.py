@@ -1,13 +1,15 @@
 """``qkv check``: the judgements in words, as plain text and as JSON.
 
 The text is one line per family (PASS, FAIL or N/A), the failures, then the verdict
-(:func:`~qkvcli.render.wording.verdict`). The JSON is ``{"qkv_version",
-"implementation", "passed", "checks", "failures"}``, and ``"stderr"`` for a
-``--command`` program. Each check is ``{"name", "passed", "detail", "applicable", "run"}``:
-``applicable`` is false for a family that does not apply, with ``passed`` true when it
-does not count (purity with ``--command``) and false when it fails the check (reverse
-and gradcheck without backward); ``run`` is false for a family that could not run
-(``SKIP``: neither passed nor failed, not counted; the failure that stopped it is).
+(:func:`~qkvcli.render.wording.verdict`). The JSON is the one head
+(:func:`~qkvcli.render.document.head`, ``report``: ``check``), then ``implementation``,
+``passed``, ``checks`` and ``failures``, and ``"stderr"`` for a ``--command`` program.
+Each check is the one entry (``{"name", "family", "operation", "passed", "outcome",
+"detail"}``, :func:`~qkvcli.render.document.check_entry`): ``outcome`` ``no-backward``
+or ``command`` marks a family that does not apply, with ``passed`` true when it does not
+count (purity with ``--command``) and false when it fails the check (reverse and
+gradcheck without backward); ``not-run`` a family that could not run (``SKIP``: neither
+passed nor failed, not counted; the failure that stopped it is).
 Every ``detail`` is worded here, by :func:`family_detail`, from the judgement's code
 and facts, and each finding by :func:`failure_detail` from its code and facts (the
 families' :class:`~qkvcli.check.result.Clause` codes in :data:`CLAUSE_WORDS`,
@@ -19,13 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from qkvcli import __version__
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import Precision
 from qkvcli.check.result import CheckResult
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
-from qkvcli.render.document import dumps
+from qkvcli.render.document import checks_json, dumps, head
 from qkvcli.render.wording import verdict
 
 NO_BACKWARD = "not applicable: no backward"
@@ -529,17 +530,19 @@ def render_check_text(result: CheckResult) -> str:
 
 
 def check_json(result: CheckResult) -> dict[str, Any]:
-    """The document: each family once in ``checks``; each failure's family, fixture, coordinate."""
-    document: dict[str, Any] = {
-        "qkv_version": __version__,
-        "implementation": result.implementation,
-        "passed": result.passed,
-        "checks": [{"name": c.name, "passed": c.passed, "detail": family_detail(c),
-                    "applicable": c.applicable, "run": c.outcome != "not-run"}
-                   for c in result.checks],
-        "failures": [{"family": f.family, "fixture": f.fixture, "coordinate": _coordinate(f),
-                      "detail": failure_detail(f)} for f in result.failures],
-    }
+    """The document: the head, each family once in ``checks`` (the one entry shape), each
+    failure's check, family, fixture and coordinate."""
+    from qkvcli.render.names import published
+
+    document: dict[str, Any] = head(
+        "check",
+        implementation=result.implementation,
+        passed=result.passed,
+        checks=checks_json("check", result.checks, family_detail),
+        failures=[{"check": f.family, "family": published("check", f.family).family,
+                   "fixture": f.fixture, "coordinate": _coordinate(f),
+                   "detail": failure_detail(f)} for f in result.failures],
+    )
     if result.command:
         document["stderr"] = result.stderr
     return document

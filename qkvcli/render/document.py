@@ -1,20 +1,23 @@
 """The forms every JSON report shares: its head, its numbers, tensors and gradient checks,
 and the one deterministic spelling of the document.
 
-A report's document starts with :func:`head` (``qkv_version``, ``schema_version``, the
-chapter, whether it passed). Floats are written with Python's shortest round-trip
-representation, so reading the JSON back gives the same binary64 values. JSON has no NaN
-or infinity; such values (only possible when a computation overflows) are written as
-the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``. A tensor is ``{"shape",
-"values"}``, or its summary above the size the ``tensors`` policy shows
-(``docs/tensors.md``).
+Every JSON document any command prints starts with :func:`head` (``qkv_version``,
+``schema_version``, ``report``: which report it is), then the report's own keys; each
+judged check is one :func:`check_entry` (``name``, ``family``, ``operation``, ``passed``,
+``outcome``, ``detail``), named by the one table, :mod:`qkvcli.render.names`.
+
+Floats are written with Python's shortest round-trip representation, so reading the JSON
+back gives the same binary64 values. JSON has no NaN or infinity; such values (only
+possible when a computation overflows) are written as the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"``. A tensor is ``{"shape", "values"}``, or its summary
+above the size the ``tensors`` policy shows (``docs/tensors.md``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,20 +32,40 @@ if TYPE_CHECKING:
     from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
 
 
-def head(chapter: str, passed: bool, **before: Any) -> dict[str, Any]:
-    """The head of a report's document: ``qkv_version``, ``schema_version``, the keys of
-    ``before`` (attend's ``kind``), ``chapter`` and ``passed``."""
-    return {"qkv_version": __version__, "schema_version": SCHEMA_VERSION, **before,
-            "chapter": chapter, "passed": passed}
+def head(report: str, **keys: Any) -> dict[str, Any]:
+    """The head of every JSON document: ``qkv_version``, ``schema_version``, ``report``
+    (:data:`REPORTS`), then the report's own ``keys`` in their order."""
+    if report not in REPORTS:
+        raise ValueError(f"unknown report {report!r}")
+    return {"qkv_version": __version__, "schema_version": SCHEMA_VERSION, "report": report,
+            **keys}
 
 
-def checks_json(checks: Iterable[FamilyCheck]) -> list[dict[str, Any]]:
-    """Each judged family's name, verdict and outcome (``passed``, ``failed``...)."""
-    return [{"name": check.name, "passed": check.passed, "outcome": check.outcome}
+def check_entry(report: str, check: str, passed: bool, detail: str,
+                outcome: str | None = None) -> dict[str, Any]:
+    """One judged check of ``report`` as every document publishes it: ``name``, ``family``
+    and ``operation`` from the names table (``check`` is its internal id), ``passed``,
+    ``outcome`` (``passed``/``failed`` unless given) and ``detail``, one line of words."""
+    from qkvcli.render.names import published
+
+    found = published(report, check)
+    return {"name": found.name, "family": found.family, "operation": found.operation,
+            "passed": passed, "outcome": outcome or ("passed" if passed else "failed"),
+            "detail": detail}
+
+
+def checks_json(report: str, checks: Iterable[FamilyCheck],
+                detail: Callable[[FamilyCheck], str]) -> list[dict[str, Any]]:
+    """Each judged family of ``report`` as a :func:`check_entry`, its words by ``detail``."""
+    return [check_entry(report, check.name, check.passed, detail(check), check.outcome)
             for check in checks]
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the one head (``report``), the one check entry and the one vocabulary of names."""
+REPORTS: tuple[str, ...] = ("run", "attend", "check", "gradcheck", "variance")
+"""The reports a JSON document can be: every command's JSON (``run`` and ``report`` of
+any chapter are ``run``)."""
 
 
 def json_float(value: float) -> float | str:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkvcli import __version__
 from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.render.document import dumps, gradcheck_json
+from qkvcli.render.document import dumps, gradcheck_json, head
 from qkvcli.render.numbers import fmt_shape
 from qkvcli.render.wording import verdict
 
@@ -59,9 +58,9 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
 
 
 def gradcheck_document(result: GradcheckResult, **extra: Any) -> dict[str, Any]:
-    """``qkv gradcheck --format json``: ``qkv_version``, the check (``gradcheck_json``'s
-    keys) and ``extra`` keys (the CLI adds ``dtype``)."""
-    return {"qkv_version": __version__, **gradcheck_json(result), **extra}
+    """``qkv gradcheck --format json``: the head (``report``: ``gradcheck``), the check
+    (``gradcheck_json``'s keys) and ``extra`` keys (the CLI adds ``dtype``)."""
+    return head("gradcheck", **gradcheck_json(result), **extra)
 
 
 def render_gradcheck_json(result: GradcheckResult, **extra: Any) -> str:

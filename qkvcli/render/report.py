@@ -208,7 +208,7 @@ def _probe(probe: ShapeProbe) -> dict[str, Any]:
 
 def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
     """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
-    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json  # JSON only
+    from qkvcli.render.document import check_entry, gradcheck_json, head, json_float, tensor_json
 
     p = evidence.primary
     c = evidence.config
@@ -216,12 +216,10 @@ def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any
     i = evidence.initialization
     ind = evidence.independence
     return {
-        **head(evidence.chapter, evidence.passed),
+        **head("run", chapter=evidence.chapter, passed=evidence.passed),
         "loss": json_float(p.loss),
-        "checks": [
-            {"name": ch.name, "passed": ch.passed, "detail": ch.detail}
-            for ch in check_rows(evidence)
-        ],
+        "checks": [check_entry("run", ch.name, ch.passed, ch.detail)
+                   for ch in check_rows(evidence)],
         "config": {
             "batch": c.batch,
             "tokens": c.tokens,

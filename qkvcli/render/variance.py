@@ -2,16 +2,15 @@
 
 The text is a right-aligned table, a line of settings and one of explanation (the rich
 view, :mod:`qkvcli.render.rich.variance`, shares its cells' wording); the JSON holds
-the rows with the version that made them.
+the rows under the one head (:func:`~qkvcli.render.document.head`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from qkvcli import __version__
 from qkvcli.learn.variance import VarianceResult
-from qkvcli.render.document import dumps
+from qkvcli.render.document import dumps, head
 
 HEADER = ("d_k", "var(q.k)", "std(q.k)", "var(q.k/sqrt(d_k))", "std_err", "z")
 EXPLAIN = (
@@ -54,20 +53,19 @@ def render_variance_text(result: VarianceResult, precision: int = PRECISION) -> 
 
 
 def variance_json(result: VarianceResult) -> dict[str, Any]:
-    """``{"qkv_version", "kind", "seed", "samples", "rows"}``; each row keeps ``ratio`` and
-    ``scaled_variance`` (equal by ``var(x/c) = var(x)/c^2``, computed both ways) and adds
-    ``z``, the ratio's distance from 1 in standard errors."""
-    return {
-        "qkv_version": __version__,
-        "kind": "variance",
-        "seed": result.seed,
-        "samples": result.samples,
-        "rows": [
+    """The head (``report``: ``variance``), then ``seed``, ``samples`` and ``rows``; each
+    row keeps ``ratio`` and ``scaled_variance`` (equal by ``var(x/c) = var(x)/c^2``,
+    computed both ways) and adds ``z``, the ratio's distance from 1 in standard errors."""
+    return head(
+        "variance",
+        seed=result.seed,
+        samples=result.samples,
+        rows=[
             {"d_k": r.d_k, "variance": r.variance, "std": r.std, "ratio": r.ratio,
              "scaled_variance": r.scaled_variance, "std_error": r.std_error, "z": r.z}
             for r in result.rows
         ],
-    }
+    )
 
 
 def render_variance_json(result: VarianceResult) -> str:

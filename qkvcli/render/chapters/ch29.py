@@ -218,7 +218,7 @@ def trace(evidence: RopeEvidence) -> str:
 
 # --- JSON -----------------------------------------------------------------------------------
 
-JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
+JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "checks", "config",
              "tensors", "norms", "loss", "position_zero_identity", "common_shift_preserved",
              "invariant_tolerance", "shapes", "errors", "gradcheck", "tape_finite",
              "replay_bitwise", "history")
@@ -228,7 +228,8 @@ JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "co
 def json_document(evidence: RopeEvidence) -> dict[str, Any]:
     """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
     (shortest round trip), tensors ``{"shape", "values"}``."""
-    from qkvcli.render.document import checks_json, gradcheck_json, head, json_float, tensor_json
+    from qkvcli.render.chapters.entries import chapter_checks
+    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
@@ -242,8 +243,8 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
         "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
     }
     document: dict[str, Any] = {
-        **head(NAME, evidence.passed),
-        "checks": checks_json(evidence.checks),
+        **head("run", chapter=NAME, passed=evidence.passed),
+        "checks": chapter_checks(NAME, evidence),
         "config": {"features": table.features, "pairs": table.pairs,
                    "positions": table.positions, "base": json_float(table.base),
                    "layout": table.layout, "offset": f.offset, "shift": f.shift,

@@ -201,7 +201,7 @@ def trace(evidence: MultiHeadEvidence) -> str:
 
 # --- JSON -----------------------------------------------------------------------------------
 
-JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "config",
+JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "checks", "config",
              "tensors", "heads", "prefix", "layout", "parameters", "loss", "shapes", "errors",
              "gradcheck", "tape_finite", "replay_bitwise", "history")
 """The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
@@ -210,7 +210,8 @@ JSON_KEYS = ("qkv_version", "schema_version", "chapter", "passed", "checks", "co
 def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
     """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
     (shortest round trip), tensors ``{"shape", "values"}``."""
-    from qkvcli.render.document import checks_json, gradcheck_json, head, json_float, tensor_json
+    from qkvcli.render.chapters.entries import chapter_checks
+    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json
 
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     s, par, h = evidence.shapes, evidence.parameters, evidence.history
@@ -230,8 +231,8 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
         "output_weight_gradient": p.grad_w_out, "prefix_perturbed_output": pr.suffix_output,
     }
     return {
-        **head(NAME, evidence.passed),
-        "checks": checks_json(evidence.checks),
+        **head("run", chapter=NAME, passed=evidence.passed),
+        "checks": chapter_checks(NAME, evidence),
         "config": {"batch": int(batch), "tokens": int(tokens), "d_model": int(d_model),
                    "heads": f.spec.heads, "d_h": int(p.projected_query.shape[-1]),
                    "offset": f.offset, "shift": f.shift, "capacity": f.spec.table.positions,

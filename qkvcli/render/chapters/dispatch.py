@@ -33,7 +33,7 @@ def renderer(evidence: object) -> ModuleType:
 
 
 def pieces(evidence: object, fmt: str) -> Iterator[str]:
-    """``evidence`` as ``text``, ``trace`` or ``json`` (the JSON with ``qkv_version``)."""
+    """``evidence`` as ``text``, ``trace`` or ``json``."""
     module = renderer(evidence)
     if fmt == "text":
         return iter([module.text(evidence)])
@@ -45,12 +45,8 @@ def pieces(evidence: object, fmt: str) -> Iterator[str]:
 
 
 def document(evidence: object) -> dict[str, Any]:
-    """The chapter's JSON document, ``qkv_version`` first."""
-    from qkvcli import __version__
-
+    """The chapter's JSON document (it starts with the one head, ``report``: ``run``)."""
     found: dict[str, Any] = renderer(evidence).json_document(evidence)
-    if "qkv_version" not in found:
-        found = {"qkv_version": __version__, **found}
     return found
 
 

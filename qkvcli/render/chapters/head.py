@@ -368,7 +368,8 @@ def trace(evidence: HeadChapterEvidence) -> str:
 def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
     """The JSON report: every tensor, probe, case and verdict, keys in a declared order
     (chapter 28's tensors add the mask and the masked scores, and its own probes)."""
-    from qkvcli.render.document import checks_json, coordinate_json, head, json_float
+    from qkvcli.render.chapters.entries import chapter_checks
+    from qkvcli.render.document import coordinate_json, head, json_float
     from qkvcli.render.document import tensor_json as whole
 
     def t(values: Any) -> dict[str, Any]:
@@ -412,8 +413,8 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
         empty.update(probabilities=list(e.probabilities), output=list(e.output),
                      value_width_probe=list(evidence.value_width_output))
     return {
-        **head(evidence.chapter, evidence.passed),
-        "checks": checks_json(evidence.checks),
+        **head("run", chapter=evidence.chapter, passed=evidence.passed),
+        "checks": chapter_checks(evidence.chapter, evidence),
         "config": {"batch": int(batch), "tokens": int(tokens), "d_k": int(d_k),
                    "d_v": int(p.value.shape[2]), "scale": p.scale, **rule,
                    "softmax_axis": "key", "source": evidence.source},

@@ -1,0 +1,180 @@
+"""The published JSON Schemas (draft 2020-12) of every report's document, built from the
+one head, the one check entry and the names table, so a schema cannot drift from what
+the writers print (``qkv schema --report NAME``).
+
+Each schema is strict where the vocabulary is: the head's keys (``qkv_version``,
+``schema_version``, ``report``), every check entry (its six keys and no other, its
+``name`` one of the report's published names, its ``family``, ``operation`` and
+``outcome`` one of the table's, its ``passed`` agreeing with its ``outcome``) and the
+document's top-level keys (no other key). What lies under a report's own keys
+(tensors, configs, probes) is typed only by its kind of value: ``docs/`` explains it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkvcli.render.document import REPORTS, SCHEMA_VERSION
+from qkvcli.render.names import (
+    ATTEND,
+    CH27,
+    CH28,
+    CH29,
+    CH30,
+    CHECK,
+    FAMILIES,
+    OPERATIONS,
+    OUTCOMES,
+    PUBLISHED,
+    RUN,
+)
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+OBJECT: dict[str, Any] = {"type": "object"}
+ARRAY: dict[str, Any] = {"type": "array"}
+BOOLEAN: dict[str, Any] = {"type": "boolean"}
+STRING: dict[str, Any] = {"type": "string"}
+INTEGER: dict[str, Any] = {"type": "integer"}
+FLOAT: dict[str, Any] = {"type": ["number", "string"]}
+"""A float: a number, or ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has none)."""
+
+ENTRY_KEYS = ("name", "family", "operation", "passed", "outcome", "detail")
+PASSING_OUTCOMES = ("passed", "command")
+"""The outcomes a check entry has with ``passed`` true (``command``: does not apply and
+does not count); every other outcome has ``passed`` false."""
+
+# Each report's own keys after the head, with the kind of value each holds; ``None``
+# marks a key only some documents have (attend's per-head ``heads``, check's ``stderr``,
+# gradcheck's ``dtype``).
+_CHAPTER_26 = {
+    "chapter": STRING, "passed": BOOLEAN, "loss": FLOAT, "checks": "checks", "config": OBJECT,
+    "parameter_names": ARRAY, "parameter_count": INTEGER, "tensors": OBJECT, "shapes": OBJECT,
+    "errors": ARRAY, "initialization": OBJECT, "independence": OBJECT,
+    "replay_bitwise": BOOLEAN, "history": OBJECT, "gradcheck": OBJECT,
+}
+_HEAD_CHAPTER = {
+    "passed": BOOLEAN, "checks": "checks", "config": OBJECT, "tensors": OBJECT, "loss": FLOAT,
+    "single_token": OBJECT, "empty_batch": OBJECT, "gradcheck": OBJECT, "errors": ARRAY,
+    "history": OBJECT, "replay_bitwise": BOOLEAN, "next": STRING,
+}
+_CHAPTERS: dict[str, dict[str, Any]] = {
+    CH27: {**_HEAD_CHAPTER, "scale_probe": OBJECT, "batch_probe": OBJECT},
+    CH28: {**_HEAD_CHAPTER, "future_probabilities_zero": BOOLEAN, "tape_finite": BOOLEAN,
+           "suffix_perturbation": OBJECT, "prefix_gradient": OBJECT},
+    CH29: {"passed": BOOLEAN, "checks": "checks", "config": OBJECT, "tensors": OBJECT,
+           "norms": OBJECT, "loss": FLOAT, "position_zero_identity": BOOLEAN,
+           "common_shift_preserved": BOOLEAN, "invariant_tolerance": FLOAT, "shapes": ARRAY,
+           "errors": ARRAY, "gradcheck": OBJECT, "tape_finite": BOOLEAN,
+           "replay_bitwise": BOOLEAN, "history": OBJECT},
+    CH30: {"passed": BOOLEAN, "checks": "checks", "config": OBJECT, "tensors": OBJECT,
+           "heads": OBJECT, "prefix": OBJECT, "layout": OBJECT, "parameters": OBJECT,
+           "loss": FLOAT, "shapes": OBJECT, "errors": ARRAY, "gradcheck": OBJECT,
+           "tape_finite": BOOLEAN, "replay_bitwise": BOOLEAN, "history": OBJECT},
+}
+_OWN: dict[str, dict[str, Any]] = {
+    ATTEND: {"chapter": STRING, "passed": BOOLEAN, "config": OBJECT, "parameter_names": ARRAY,
+             "parameter_count": INTEGER, "loss": FLOAT, "checks": "checks", "notes": ARRAY,
+             "tensors": OBJECT, "rows": ARRAY, "weights": OBJECT, "mask": OBJECT,
+             "hull": OBJECT, "probes": ARRAY, "replay_bitwise": BOOLEAN, "gradcheck": OBJECT,
+             "heads": None},
+    CHECK: {"implementation": STRING, "passed": BOOLEAN, "checks": "checks",
+            "failures": "failures", "stderr": None},
+    "gradcheck": {"passed": BOOLEAN, "mode": STRING, "step": FLOAT, "tolerance": FLOAT,
+                  "count": INTEGER, "tensors": ARRAY, "dtype": None},
+    "variance": {"seed": INTEGER, "samples": INTEGER, "rows": ARRAY},
+}
+_OPTIONAL_AS = {"heads": ARRAY, "stderr": STRING, "dtype": STRING}
+
+
+def entry_schema(names: list[str]) -> dict[str, Any]:
+    """The one check entry: exactly its six keys, ``name`` one of ``names``."""
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"enum": names},
+            "family": {"enum": list(FAMILIES)},
+            "operation": {"enum": list(OPERATIONS)},
+            "passed": BOOLEAN,
+            "outcome": {"enum": list(OUTCOMES)},
+            "detail": {"type": "string", "minLength": 1},
+        },
+        "required": list(ENTRY_KEYS),
+        "additionalProperties": False,
+        "if": {"properties": {"outcome": {"enum": list(PASSING_OUTCOMES)}}},
+        "then": {"properties": {"passed": {"const": True}}},
+        "else": {"properties": {"passed": {"const": False}}},
+    }
+
+
+FAILURE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"check": STRING, "family": {"enum": list(FAMILIES)},
+                   "fixture": {"type": ["string", "null"]},
+                   "coordinate": {"type": ["string", "null"]}, "detail": STRING},
+    "required": ["check", "family", "fixture", "coordinate", "detail"],
+    "additionalProperties": False,
+}
+"""A failure of ``qkv check``: the check it failed (its entry's ``name``), that check's
+family, the fixture and coordinate (``null`` where none applies), its words."""
+
+
+def _document(report: str, own: dict[str, Any], extra: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """A document's object schema: the head's three keys, then ``own`` (``"checks"``:
+    the entries, ``"failures"``: check's failures, ``None``: an optional key)."""
+    properties: dict[str, Any] = {
+        "qkv_version": STRING, "schema_version": {"const": SCHEMA_VERSION},
+        "report": {"const": report},
+    }
+    required = ["qkv_version", "schema_version", "report"]
+    for key, kind in own.items():
+        if kind is None:
+            properties[key] = _OPTIONAL_AS[key]
+            continue
+        required.append(key)
+        if kind == "checks":
+            properties[key] = {"type": "array", "items": {"$ref": "#/$defs/entry"}}
+        elif kind == "failures":
+            properties[key] = {"type": "array", "items": {"$ref": "#/$defs/failure"}}
+        else:
+            properties[key] = kind
+    return {"type": "object", "properties": {**properties, **(extra or {})},
+            "required": required, "additionalProperties": False}
+
+
+def _names(*tables: str) -> list[str]:
+    """Every published name of the given tables, once each, in table order."""
+    found: dict[str, None] = {}
+    for table in tables:
+        found.update((p.name, None) for p in PUBLISHED[table].values())
+    return list(found)
+
+
+def report_schema(report: str) -> dict[str, Any]:
+    """The JSON Schema of ``report``'s document (one of :data:`REPORTS`). Raises
+    ``KeyError`` for another name."""
+    if report not in REPORTS:
+        raise KeyError(report)
+    title = f"qkv {report} report (schema_version {SCHEMA_VERSION})"
+    head = {"$schema": DRAFT, "$id": f"urn:qkv:report-{report}.schema.json", "title": title}
+    defs: dict[str, Any] = {}
+    if report == RUN:
+        # chapter 26 (any chapter label a fixture gives) or one of chapters 27 to 30
+        chapters = [{**_document(RUN, own, {"chapter": {"const": chapter}})}
+                    for chapter, own in _CHAPTERS.items()]
+        for variant, chapter in zip(chapters, _CHAPTERS, strict=True):
+            variant["required"].insert(3, "chapter")
+            variant["properties"]["checks"]["items"] = {"$ref": f"#/$defs/entry-{chapter}"}
+            defs[f"entry-{chapter}"] = entry_schema(_names(chapter))
+        projections = _document(RUN, _CHAPTER_26)
+        projections["properties"]["chapter"] = {"not": {"enum": list(_CHAPTERS)}}
+        defs["entry"] = entry_schema(_names(RUN))
+        return {**head, "$defs": defs, "anyOf": [projections, *chapters]}
+    own = _OWN[report]
+    document = _document(report, own)
+    if "checks" in own.values():
+        defs["entry"] = entry_schema(_names(report))
+    if report == CHECK:
+        defs["failure"] = FAILURE
+    return {**head, **({"$defs": defs} if defs else {}), **document}
