@@ -188,3 +188,39 @@ def test_a_grandchild_in_a_process_group_of_its_own_is_ended(tmp_path: Path, rea
     assert result.exit_code == 0, result.output
     assert os.getpgid(reap[0]) == reap[0] if not gone(reap[0], 0.0) else True
     assert gone(reap[0]), "a grandchild in its own process group outlived qkv check"
+
+
+# --- bounds that protect memory, checked before the allocation ---------------------------
+
+
+def _rope_fixture(tmp_path: Path, **rope: Any) -> Path:
+    import json
+
+    data = json.loads((ROOT / "qkvcli" / "data" / "ch29-rope.json").read_text())
+    data["rope"].update(rope)
+    path = tmp_path / "rope.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("features", [2 ** 32, 10 ** 30, 2 ** 27 + 2])
+def test_a_rope_feature_width_over_the_limit_is_refused_before_any_table(
+        tmp_path: Path, features: int) -> None:
+    path = _rope_fixture(tmp_path, features=features)
+    for command in ("run", "validate"):
+        result = invoke(command, str(path))
+        assert result.stderr == (f"Error: {path}: $.rope.features: {features} features, more than "
+                                 "the limit 134217728 (raise it with --max-elements)\n"), command
+        assert result.exit_code == 2
+    result = invoke("run", str(path), "--max-elements", "1000")
+    assert "more than the limit 1000 (raise it with --max-elements)" in result.stderr
+
+
+@pytest.mark.parametrize("chapter", ["27", "28", "29", "30"])
+def test_max_evaluations_on_a_later_chapter_is_named_not_silently_dropped(chapter: str) -> None:
+    from qkvcli.core.names import CHAPTER_IDS
+
+    result = invoke("run", "--chapter", chapter, "--max-evaluations", "1", "-f", "text")
+    assert result.exit_code == 0, result.output
+    assert (f"qkv: warning: --max-evaluations does not apply to chapter "
+            f"{CHAPTER_IDS[int(chapter)]}; ignored\n") in result.stderr

@@ -101,6 +101,8 @@ def build(loaded: ChapterFixture, overrides: CheckOverrides, tensors: str | None
     if settable:
         fixture = chapter.with_settings(fixture, **settable)
     ignored = [name for name in given if name not in settable]
+    if overrides.max_evaluations is not None:  # a limit, not a setting: never silently dropped
+        ignored.append("max-evaluations")
     if tensors is not None:
         ignored.append("tensors")
     for name in ignored:
