@@ -224,3 +224,44 @@ def test_max_evaluations_on_a_later_chapter_is_named_not_silently_dropped(chapte
     assert result.exit_code == 0, result.output
     assert (f"qkv: warning: --max-evaluations does not apply to chapter "
             f"{CHAPTER_IDS[int(chapter)]}; ignored\n") in result.stderr
+
+
+# --- a batch: every error that makes the exit status 2 is one line on stderr -------------
+
+
+@pytest.fixture
+def bad_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "b"
+    folder.mkdir()
+    shutil.copy(CHAPTER, folder / "a.json")
+    (folder / "d.json").symlink_to("nowhere.json")
+    os.mkfifo(folder / "f.json")
+    data = json.loads(CHAPTER.read_text())
+    (folder / "m.json").write_text(json.dumps({**data, "input": {"npy": "missing.npy"}}))
+    (folder / "w.json").write_text(json.dumps({**data, "input": [[[1, 2]]]}))
+    return folder
+
+
+BATCH_ERRORS = [
+    "Error: b/d.json: a symbolic link to nowhere.json, which does not exist",
+    "Error: b/f.json: is a FIFO, not a fixture file",
+    "Error: b/m.json: $.input.npy: no such file: missing.npy",
+    "Error: b/w.json: $.input: Q/K/V input final width must equal model width 3, got 2",
+]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("to_file", [False, True], ids=["stdout", "-o"])
+def test_every_bad_fixture_of_a_batch_is_one_line_on_stderr(bad_batch: Path, jobs: str,
+                                                            to_file: bool) -> None:
+    result = invoke("run", "b", "-f", "text", "--jobs", jobs, *(["-o", "t.txt"] if to_file else []))
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert [line for line in lines if line.startswith("Error: ")] == BATCH_ERRORS
+    assert lines == BATCH_ERRORS + (["qkv: wrote t.txt"] if to_file else [])
+    table = (bad_batch.parent / "t.txt").read_text() if to_file else result.stdout
+    rows = [line for line in table.splitlines() if "ERROR: " in line]
+    assert [row.split()[0] for row in rows] == [line.split()[1].rstrip(":") for line in BATCH_ERRORS]
