@@ -44,6 +44,7 @@ from qkvcli.reading.fixture import FUNCTION_KEYS, LAYER_KEYS, Fixture
 from qkvcli.reading.limits import MAX_FILE_BYTES
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.settings import misnamed_chapter
 
 T = TypeVar("T")
 BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
@@ -164,6 +165,9 @@ def load(path: Path | None, max_elements: int) -> Fixture:
     label = label_of(path)
     with working_on(label):
         data, chapter, base_dir = fixture_json(path)
+        misnamed = misnamed_chapter(data)
+        if misnamed is not None:  # one problem, not every key of the chapter it meant
+            raise misnamed
         refuse_later_chapter(data, label)  # a chapter 29 or 30 fixture has layer keys too
         refuse_layer_fixture(data, label)
         return parse_fixture(data, chapter, max_elements, base_dir)

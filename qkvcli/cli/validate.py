@@ -87,13 +87,13 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool,
 
 @click.command()
 @click.argument("fixtures", nargs=-1, required=True, type=SafePath())
+@chapter_option
 @click.option("--attend", is_flag=True,
               help="Check every file as a qkv attend fixture (stops at its first problem). "
               "Without it, a file with attend-only keys is recognised as one.")
 @click.option("--trust-paths", is_flag=True, help="Let the fixtures read files outside their "
               "directories (absolute paths, .., links out: a hub cache's model.safetensors).")
 @max_elements_option
-@chapter_option
 def validate(fixtures: tuple[Path, ...], attend: bool, trust_paths: bool,
              max_elements: int, chapter: int | None = None) -> None:
     """Check FIXTURE... without running them, reporting every problem found.
