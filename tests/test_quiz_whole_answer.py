@@ -70,3 +70,19 @@ def test_a_numbers_question_takes_the_whole_list(number: int, answer: str, corre
 def test_an_unreadable_list_says_why(answer: str, problem: str) -> None:
     verdict = check_answer(QUESTIONS[0], answer)
     assert not verdict.correct and verdict.problem == problem
+
+
+def test_an_answers_file_with_a_hedged_answer_scores_it_wrong(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from qkvcli.cli import main
+
+    answers = ["[4,7,2]", "[0,3] [3,0] [3,-3]", "no", "5,18", "[0,2,2] and [2,0,2]",
+               "[1,2,3]", "no", "b", "c"]
+    path = tmp_path / "answers.txt"
+    path.write_text("\n".join(answers) + "\n")
+    result = CliRunner().invoke(main, ["quiz", "--answers", str(path)])
+    assert result.exit_code == 1
+    assert "not quite (expected one number, not several). Answer: 18" in result.stdout
+    assert "not quite (expected one number, not a list). Answer: 3" in result.stdout
+    assert result.stdout.endswith("missed: questions 4 and 6\nscore=7/9\n")
