@@ -17,11 +17,14 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 @pytest.fixture
 def bench() -> Iterator[Any]:
     sys.path.insert(0, str(BENCHMARKS))
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # nothing into the checkout
     try:
         module = importlib.import_module("bench")
+        importlib.import_module("layer")
         module.TARGETS.clear()
         yield module
     finally:
+        sys.dont_write_bytecode = writes
         sys.path.remove(str(BENCHMARKS))
 
 
