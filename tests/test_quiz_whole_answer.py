@@ -24,7 +24,7 @@ def test_a_one_number_question_refuses_more_or_less_than_one_number(answer: str,
 @pytest.mark.parametrize("answer", [
     "18", " 18 ", "18.", "+18", "18.0", "1.8e1", "= 18", "18 scalars", "count: 18",
     "3 x 3 x 2 = 18", "3*3*2=18", "3 \u00d7 3 \u00d7 2 = 18", "3·3·2 = 18", "3 x (3 x 2) = 18",
-    "n = 3 x 3 x 2 = 18",
+    "n = 3 x 3 x 2 = 18", "3 x 3 x 2", "3*6", "36/2", "(3 x 3) x 2",
 ])
 def test_a_one_number_question_takes_each_spelling_of_the_number(answer: str) -> None:
     verdict = check_answer(QUESTIONS[3], answer)
@@ -32,8 +32,9 @@ def test_a_one_number_question_takes_each_spelling_of_the_number(answer: str) ->
 
 
 def test_working_that_contradicts_the_number_is_wrong() -> None:
-    verdict = check_answer(QUESTIONS[3], "3 x 3 x 3 = 18")
-    assert not verdict.correct and verdict.problem == ""
+    for answer in ("3 x 3 x 3 = 18", "3 x 3 x 3", "17+2"):
+        verdict = check_answer(QUESTIONS[3], answer)
+        assert not verdict.correct and verdict.problem == "", answer
 
 
 @pytest.mark.parametrize("answer", ["[1,2,3]", "[1,2,3,2,3]", "[3]", "1,2,3", "2 3"])

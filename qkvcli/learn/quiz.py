@@ -395,9 +395,13 @@ def _arithmetic(text: str) -> float | None:
 
 
 def _read_one_number(text: str) -> _Read:
-    """One number: ``18``, ``rank 3``, ``q0[0]=1.5``, ``3 x 3 x 2 = 18``. Every part before
-    an ``=`` that is arithmetic must come to the same number; a list or two numbers is not one."""
+    """One number: ``18``, ``rank 3``, ``q0[0]=1.5``, ``3 x 3 x 2 = 18``, ``3 x 3 x 2``.
+    Every part before an ``=`` that is arithmetic must come to the same number; a list or
+    two numbers is not one."""
     *working, last = text.split("=")
+    worked = None if working else _arithmetic(last)
+    if worked is not None and re.search(r"\d\s*[-+*/x\u00d7\u00b7]\s*[\d(]", last):
+        return _Read(numbers=(worked,))  # the working alone: "3 x 3 x 2" is 18
     read = _read_numbers(last)
     if read.problem:
         return read
