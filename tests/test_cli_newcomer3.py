@@ -128,3 +128,13 @@ def test_help_names_every_chapter_and_chapter_comes_first() -> None:
     for command in ("run", "report", "validate"):
         options = help_text(command, 80).split("Options:\n", 1)[1]
         assert options.lstrip().startswith("--chapter N"), command
+
+
+@pytest.mark.parametrize("number", [27, 30])
+def test_validate_attend_points_a_chapter_fixture_to_run_chapter(tmp_path: Path, number: int) -> None:
+    path = chapter_fixture(tmp_path, number, IDS[number])
+    result = invoke("validate", "--attend", str(path))
+    assert result.stderr == (f"Error: {path}: $.chapter: a chapter {number} fixture "
+                             f"({IDS[number]}); qkv attend runs attention layers: run it with "
+                             f"qkv run --chapter {number} {path}\n")
+    assert result.exit_code == 2
