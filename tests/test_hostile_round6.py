@@ -265,3 +265,23 @@ def test_every_bad_fixture_of_a_batch_is_one_line_on_stderr(bad_batch: Path, job
     table = (bad_batch.parent / "t.txt").read_text() if to_file else result.stdout
     rows = [line for line in table.splitlines() if "ERROR: " in line]
     assert [row.split()[0] for row in rows] == [line.split()[1].rstrip(":") for line in BATCH_ERRORS]
+
+
+@pytest.mark.parametrize("chapter", ["29-rope", "30-multi-head-attention"])
+@pytest.mark.parametrize("positions", [2 ** 53, 2 ** 53 + 1, 10 ** 30])
+def test_a_rope_capacity_past_exact_positions_is_bad_input_not_a_failed_check(
+        tmp_path: Path, chapter: str, positions: int) -> None:
+    import json
+
+    data = json.loads((ROOT / "qkvcli" / "data" / f"ch{chapter}.json").read_text())
+    data["rope"]["positions"] = positions
+    path = tmp_path / "rope.json"
+    path.write_text(json.dumps(data))
+    result = invoke("run", str(path), "-f", "text")
+    assert result.stderr == (f"Error: {path}: $.rope.positions: {positions} positions, more than "
+                             "2^53 - 1 (9007199254740991): the positions just past the table "
+                             "must be exact in binary64\n")
+    assert result.exit_code == 2
+    data["rope"]["positions"] = 2 ** 53 - 1
+    path.write_text(json.dumps(data))
+    assert invoke("run", str(path), "-f", "text").exit_code == 0

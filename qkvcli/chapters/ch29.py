@@ -280,6 +280,10 @@ def rope_settings(rope: dict[str, Any]) -> tuple[int, float, str]:
     """``$.rope``'s ``positions``, ``base`` and ``layout`` (``adjacent`` unless given), in
     that order. Raises :class:`FixtureError`."""
     positions = count_of(rope["positions"], "$.rope.positions")
+    if positions >= LAST_POSITION:  # the probes one past the table's end must stay exact
+        raise FixtureError("$.rope.positions", f"{positions} positions, more than 2^53 - 1 "
+                           f"({LAST_POSITION - 1}): the positions just past the table must be "
+                           "exact in binary64")
     base = finite_number(rope["base"], "$.rope.base")
     layout = rope.get("layout", "adjacent")
     if not isinstance(layout, str) or layout not in LAYOUTS:
