@@ -4,7 +4,7 @@ Run from the repository root (qkv installed, ideally with ``pip install .`` so t
 package's bytecode is compiled)::
 
     python benchmarks/bench.py                 # everything (a few minutes on 2 cores)
-    python benchmarks/bench.py --quick         # small shapes, fewer repeats
+    python benchmarks/bench.py --quick         # about 2 minutes: small shapes, shorter rounds
     python benchmarks/bench.py --clean-blas-env   # unset OPENBLAS_CORETYPE/L2_SIZE first
 
 It prints, per shape and dtype, the median time of qkv's forward+reverse pass
@@ -22,8 +22,8 @@ GPT-2-small layer read from a ``.safetensors`` checkpoint at T=64 and T=1024 and
 newcomer's fixtures' wall times (section ``attend``), then ``qkv run --format rich --full``
 against ``--format text --full`` on a ``[2,64,128]`` fixture (section ``rich-full``: the
 whole figure, every value, budget 3x the text), gradient-check timings, the CLI
-start-up ratios, and peak memory of a forward+reverse pass. Nothing here passes or
-fails: it reports numbers.
+start-up ratios, and peak memory of a forward+reverse pass. It reports numbers, and
+ends with every target it measured, met or MISSED (``--strict``: exit 1 on a miss).
 
 Start-up (``--skip engine end-to-end gradcheck memory`` runs it alone): ``qkv report
 --format text`` (the bundled fixture) and ``qkv run FIXTURE --format text`` (the chapter
@@ -62,22 +62,48 @@ CHAPTER_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 STARTUP_BUDGET = 1.15
 RICH_FULL_BUDGET = 3.0
 RICH_FULL_SHAPE = (2, 64, 128, 64)  # batch, tokens, d_model, d_head
+QUICK_SKIPS = {"end-to-end"}
+"""What ``--quick`` leaves out unless ``--skip`` is given: its rows are minutes of launches."""
+LAYER_FLOOR_TARGET = 1.2  # layer.py's "targets: qkv/floor <= 1.2"
+
+
+class Target:
+    """One figure measured against the limit the bench states for it."""
+
+    def __init__(self, what: str, value: float, limit: float, note: str = "") -> None:
+        self.what, self.value, self.limit, self.note = what, value, limit, note
+
+    @property
+    def met(self) -> bool:
+        return self.value <= self.limit
+
+    def line(self) -> str:
+        verdict = "met   " if self.met else "MISSED"
+        return (f"  {verdict} {self.what}: {self.value:.3f} against <= {self.limit:g}"
+                + (f" ({self.note})" if self.note and not self.met else ""))
+
+
+TARGETS: list[Target] = []
+"""Every target measured in this run, summed up at the end so a miss is never silent."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="skip the largest shape; fewer repeats")
+                        help="skip the largest shape; fewer, shorter rounds; the layer "
+                        "against its floor only; no end-to-end rows")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed rounds per shape (default 7, quick 3)")
     parser.add_argument("--startup-runs", type=int, default=None,
                         help="process launches per command (default 21, quick 7)")
     parser.add_argument("--clean-blas-env", action="store_true",
                         help=f"re-run with {' and '.join(BLAS_ENV)} unset")
-    parser.add_argument("--skip", nargs="*", default=[],
+    parser.add_argument("--skip", nargs="*", default=None,
                         choices=["engine", "layer", "end-to-end", "attend", "rich-full",
                                  "gradcheck", "startup", "memory"],
                         help="sections to leave out")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 when a measured target was missed")
     parser.add_argument("--memory-probe", nargs=5, metavar=("B", "T", "D", "H", "DTYPE"),
                         help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -228,9 +254,10 @@ def paired_ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
     return statistics.median(a / b for a, b in zip(times[top], times[bottom], strict=True))
 
 
-def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
+def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int,
+                 seconds: float = ENGINE_SECONDS) -> None:
     print(f"forward+reverse (median ms; ratios are medians of per-round ratios; at least "
-          f"{repeats} rounds and {ENGINE_SECONDS:g} s per set of rounds)")
+          f"{repeats} rounds and {seconds:g} s per set of rounds)")
     print("  qkv/floor from rounds of qkv and the floor alone; the torch columns from rounds")
     print("  of qkv, the three-GEMM version and torch (torch's OpenMP threads keep spinning")
     print("  after each call and would slow whatever NumPy product runs next); packed/floor:")
@@ -243,14 +270,14 @@ def bench_engine(shapes: list[tuple[int, int, int, int]], repeats: int) -> None:
         for dtype in ("float64", "float32"):
             contenders = engine_contenders(shape, dtype)
             floor_rounds = time_rounds(
-                {name: contenders[name] for name in ("qkv", "floor")}, repeats, ENGINE_SECONDS
+                {name: contenders[name] for name in ("qkv", "floor")}, repeats, seconds
             )
             packed_rounds = time_rounds(
-                {name: contenders[name] for name in ("packed", "floor")}, repeats, ENGINE_SECONDS
+                {name: contenders[name] for name in ("packed", "floor")}, repeats, seconds
             )
             others = {name: run for name, run in contenders.items()
                       if name not in ("floor", "packed")}
-            other_rounds = time_rounds(others, repeats, ENGINE_SECONDS)
+            other_rounds = time_rounds(others, repeats, seconds)
             has_torch = "torch" in other_rounds
             torch_ms = f"{median_ms(other_rounds['torch']):9.1f}" if has_torch else f"{'-':>9}"
             vs_torch = (f"{paired_ratio(other_rounds, 'qkv', 'torch'):9.2f}" if has_torch
@@ -405,6 +432,10 @@ def bench_startup(runs: int) -> None:
             f"cpu {statistics.median(cpu[name]) / statistics.median(cpu[base]):.3f}")
         print(f"  {name:<30} wall {median_ms(wall[name]):7.1f} ms   "
               f"cpu {median_ms(cpu[name]):7.1f} ms{ratios}")
+    for name in names[1:3]:
+        TARGETS.append(Target(f"start-up wall, {name.strip(' .')}", paired_ratio(wall, name, base),
+                              STARTUP_BUDGET, "a busy machine inflates wall time; see the "
+                              "instruction count"))
     over = [name for name in names[1:3] if paired_ratio(wall, name, base) > STARTUP_BUDGET]
     print("  wall time: " + (f"over {STARTUP_BUDGET:.2f}x: {', '.join(over)} (a busy machine "
                              "inflates it; the instruction counts below are the stable figure)"
@@ -439,6 +470,9 @@ def startup_instructions(commands: dict[str, list[str]]) -> None:
     for name, count in counts.items():
         ratio = "" if name == base else f" ({count / counts[base]:.3f}x)"
         print(f"    {name.strip(' .'):<34} {count / 1e6:8.1f}M{ratio}")
+    for name in list(counts)[1:3]:
+        TARGETS.append(Target(f"start-up instructions, {name.strip(' .')}",
+                              counts[name] / counts[base], STARTUP_BUDGET))
     over = [name for name in list(counts)[1:3] if counts[name] / counts[base] > STARTUP_BUDGET]
     print("    " + (f"over {STARTUP_BUDGET:.2f}x: {', '.join(over)}" if over
                     else f"both qkv commands within {STARTUP_BUDGET:.2f}x"))
@@ -510,6 +544,7 @@ def bench_rich_full(runs: int) -> None:
                                  + after.ru_stime - before.ru_stime)
     ratio = paired_ratio(wall, "rich", "text")
     label = "[" + ",".join(map(str, RICH_FULL_SHAPE[:3])) + "]"
+    TARGETS.append(Target(f"rich-full rich/text wall on {label}", ratio, RICH_FULL_BUDGET))
     print(f"qkv run --full on {label} (d_head {d_head}), median of {runs} launches, interleaved")
     for name in commands:
         print(f"  --format {name:<5} wall {median_ms(wall[name]):8.1f} ms   "
@@ -564,6 +599,44 @@ def bench_memory(shape: tuple[int, int, int, int]) -> None:
     print()
 
 
+def layer_targets(time_rounds_: Callable[..., dict[str, list[float]]],
+                  quick: bool) -> Callable[..., dict[str, list[float]]]:
+    """``time_rounds`` for layer.py's table, recording each row's qkv/floor as a target.
+
+    layer.py times one set of rounds per row, allocators outer and layers inner, so the
+    n-th call is row n of that order."""
+    import layer
+
+    layers = layer.QUICK_LAYERS if quick else layer.LAYERS
+    rows = [(allocator, row) for allocator, _ in layer.ALLOCATORS for row in layers]
+    calls = iter(rows)
+
+    def timed(contenders: dict[str, Callable[[], Any]], *args: Any,
+              **kwargs: Any) -> dict[str, list[float]]:
+        times = time_rounds_(contenders, *args, **kwargs)
+        allocator, (name, batch, tokens, d_model, heads, kv, *_) = next(calls)
+        if "qkv" in times and "floor" in times:
+            TARGETS.append(Target(
+                f"layer qkv/floor, {name} {batch},{tokens},{d_model},{heads},{kv}, "
+                f"{allocator.split(' (')[0]}", paired_ratio(times, "qkv", "floor"),
+                LAYER_FLOOR_TARGET, "glibc's default allocator maps and faults each large "
+                "array afresh: docs/performance.md" if allocator.startswith("glibc") else ""))
+        return times
+
+    return timed
+
+
+def summary(strict: bool) -> None:
+    """Every target of the run, met or MISSED, and with ``strict`` exit status 1 on a miss."""
+    missed = [target for target in TARGETS if not target.met]
+    print(f"targets: {len(TARGETS) - len(missed)} of {len(TARGETS)} met"
+          + (f", {len(missed)} MISSED" if missed else ""))
+    for target in TARGETS:
+        print(target.line())
+    if strict and missed:
+        sys.exit(1)
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.memory_probe:
@@ -576,34 +649,58 @@ def main(argv: list[str]) -> None:
         os.execve(sys.executable, [sys.executable, __file__, *rest], env)
     repeats = args.repeats or (3 if args.quick else 7)
     shapes = SHAPES[:2] if args.quick else SHAPES
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     describe_machine()
-    if "engine" not in args.skip:
-        bench_engine(shapes, repeats)
-    if "layer" not in args.skip:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from layer import bench_layer
+    seconds = ENGINE_SECONDS / 4 if args.quick else ENGINE_SECONDS
 
-        bench_layer(time_rounds, repeats, ENGINE_SECONDS, args.quick, optional_torch())
-    if "end-to-end" not in args.skip:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    def bench_layer_section() -> None:
+        import layer
+
+        if args.quick:
+            # Quick: qkv against its floor only, with freed memory kept (the setting the
+            # 1.2 target is for): each torch worker's start costs more than its rows.
+            layer.ALLOCATORS = layer.ALLOCATORS[1:]
+            print("--quick: qkv and the floor only, freed memory kept in the process\n")
+        layer.bench_layer(layer_targets(time_rounds, args.quick), repeats, seconds, args.quick,
+                          None if args.quick else optional_torch())
+
+    def end_to_end_section() -> None:
         from end_to_end import bench_end_to_end
 
         bench_end_to_end(qkv_program(), 3 if args.quick else 5, NEUTRAL_DIR)
-    if "attend" not in args.skip:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+    def attend_section() -> None:
         from end_to_end import bench_attend_end_to_end
 
         bench_attend_end_to_end(qkv_program(), 1 if args.quick else 3, NEUTRAL_DIR,
                                 (64,) if args.quick else (64, 1024),
                                 () if args.quick else (512,))
-    if "rich-full" not in args.skip:
-        bench_rich_full(3 if args.quick else 7)
-    if "gradcheck" not in args.skip:
-        bench_gradcheck(repeats)
-    if "startup" not in args.skip:
-        bench_startup(args.startup_runs or (7 if args.quick else 21))
-    if "memory" not in args.skip:
-        bench_memory(shapes[-1])
+
+    sections: dict[str, Callable[[], None]] = {
+        "engine": lambda: bench_engine(shapes, repeats, seconds),
+        "layer": bench_layer_section,
+        # --quick: the end-to-end rows at [8,512,1024,64] are most of a quick run's time
+        "end-to-end": end_to_end_section,
+        "attend": attend_section,
+        "rich-full": lambda: bench_rich_full(3 if args.quick else 7),
+        "gradcheck": lambda: bench_gradcheck(repeats),
+        "startup": lambda: bench_startup(args.startup_runs or (7 if args.quick else 21)),
+        "memory": lambda: bench_memory(shapes[-1]),
+    }
+    given = set(args.skip or ())
+    skipped = given | (QUICK_SKIPS if args.quick and args.skip is None else set())
+    if skipped - given:
+        print(f"--quick leaves out {', '.join(sorted(skipped - given))} (a bare --skip, or "
+              "--skip naming other sections, runs it)\n")
+    started = time.perf_counter()
+    for name, section in sections.items():
+        if name in skipped:
+            continue
+        begun = time.perf_counter()
+        section()
+        print(f"[{name}: {time.perf_counter() - begun:.0f} s]\n")
+    print(f"[all: {time.perf_counter() - started:.0f} s]")
+    summary(args.strict)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def test_several_fixtures_print_a_summary_and_exit_with_the_worst(three: Path) -
         "3 fixtures: 1 passed, 1 failed, 1 bad input\n"
         "verdict: FAIL (1 of 3 fixtures could not be read; 16 of 17 checks passed)\n"
     )
-    assert result.stderr == ""  # the error is in the table, once
+    # The row in the table, and the error that makes the exit status 2 on stderr (issue 44).
+    assert result.stderr == 'Error: c.json: $: missing key "weights"\n'
 
 
 def test_a_failed_check_without_bad_input_exits_1(three: Path) -> None:
@@ -320,7 +321,7 @@ def test_a_killed_worker_is_a_failed_row_and_every_other_row_is_printed(
         "4 fixtures: 2 passed, 1 failed, 1 bad input\n"
         "verdict: FAIL (1 of 4 fixtures could not be read; 24 of 25 checks passed)\n"
     )
-    assert result.stderr == ""  # the error is in the table, once
+    assert result.stderr == f"Error: b.json: {died}\n"  # the row, and its line on stderr
 
 
 def test_a_killed_worker_is_its_own_fixtures_row_and_the_others_run(tmp_path: Path) -> None:
@@ -360,4 +361,5 @@ def test_out_of_memory_in_one_fixture_is_its_row_and_the_batch_goes_on(
     assert result.exit_code == 2, result.output
     assert "a.json   -       ERROR: out of memory: the input's tensors are too large" in result.stdout
     assert "b.json   8/8     passed" in result.stdout
-    assert result.stderr == ""  # the error is in the table, once
+    assert result.stderr.startswith("Error: a.json: out of memory: the input's tensors are too large")
+    assert result.stderr.count("\n") == 1  # one line, as the row says it

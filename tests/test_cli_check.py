@@ -340,10 +340,10 @@ def test_save_failures_writes_fixtures_and_requests_that_replay_the_case(
     names = sorted(path.name for path in saved.iterdir())
     assert names == ["01-chapter.json", "01-chapter.requests.jsonl",
                      "02-precision-1-3-4-2.json", "02-precision-1-3-4-2.requests.jsonl",
-                     "03-random-1-2-3-5-3.json", "03-random-1-2-3-5-3.requests.jsonl"]
+                     "04-random-1-2-3-5-3.json", "04-random-1-2-3-5-3.requests.jsonl"]
     # The fixture holds the case's values exactly, and qkv run takes it.
     case = random_cases(1, 26, 1e-6, 2e-6)[0]
-    fixture = load_fixture(saved / "03-random-1-2-3-5-3.json")
+    fixture = load_fixture(saved / "04-random-1-2-3-5-3.json")
     assert fixture.input.tobytes() == case.input.tobytes()
     assert all(a.tobytes() == b.tobytes() for a, b in zip(fixture.upstream, case.upstream,
                                                            strict=True))

@@ -1,11 +1,12 @@
 """The explorer page in a real browser: Debian's Chromium driven by Playwright for Python.
 
-Skipped where Playwright or ``/usr/bin/chromium`` is absent (no browser is ever
-downloaded). Each page is opened from ``file://`` with every request recorded: it loads
-with no console error and asks for nothing but itself. Clicks and the keyboard open the
-right derivation with the right terms, computed here from the evidence. With
-``QKV_EXPLORER_SCREENSHOT=PATH`` the chapter's page is also saved there as a PNG
-(docs/explorer.png is made that way); by default nothing is written outside tmp_path.
+Skipped where Playwright or a Chromium (``QKV_CHROMIUM``, else ``chromium`` on
+``PATH``) is absent (no browser is ever downloaded). Each page is opened from
+``file://`` with every request recorded: it loads with no console error and asks for
+nothing but itself. Clicks and the keyboard open the right derivation with the right
+terms, computed here from the evidence. With ``QKV_EXPLORER_SCREENSHOT=PATH`` the
+chapter's page is also saved there as a PNG (docs/explorer.png is made that way); by
+default nothing is written outside tmp_path.
 """
 
 from __future__ import annotations
@@ -27,9 +28,22 @@ from qkvcli.evidence.build import build_evidence
 from qkvcli.render.numbers import fmt_float
 from tests.explorer_helpers import EXAMPLES, gpt2_page, write_page
 
-sync_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not "
+                               "installed (pip install playwright; README.md, Testing)")
+
+
+def _chromium() -> Path:
+    """A Chromium: ``QKV_CHROMIUM``, else the first on ``PATH`` (no browser is downloaded)."""
+    import shutil
+
+    given = os.environ.get("QKV_CHROMIUM")
+    found = given or shutil.which("chromium") or shutil.which("chromium-browser")
+    return Path(found or "/usr/bin/chromium")
+
+
+CHROMIUM = _chromium()
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium found (install the "
+                                "chromium package or set QKV_CHROMIUM; README.md, Testing)")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

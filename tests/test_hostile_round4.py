@@ -206,7 +206,7 @@ def test_a_killed_worker_is_its_fixtures_row(tmp_path):
     died = "its worker process was killed by SIGKILL before giving a result (out of memory?)"
     row = next(line for line in out.splitlines() if line.startswith(str(folder / "b.json")))
     assert row.split()[1:] == ["-", "ERROR:", *died.split()]
-    assert err == ""  # said once, in its row of the table on stdout
+    assert err == f"Error: {folder / 'b.json'}: {died}\n"  # its row, and one line on stderr
     assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in out
 
 
@@ -269,7 +269,8 @@ def test_a_layer_fixture_in_a_batch_is_its_own_row(tmp_path, jobs):
     assert layer.split(None, 2)[1:] == ["-", "ERROR: $.heads: a multi-head layer fixture; run it "
                                         "with qkv attend"]
     assert "3 fixtures: 2 passed, 0 failed, 1 bad input" in result.stdout
-    assert result.stderr == ""  # said once, in its row of the table
+    assert result.stderr == (f"Error: {tmp_path / 'b.json'}: $.heads: a multi-head layer fixture; "
+                             "run it with qkv attend\n")  # its row, and one line on stderr
 
 
 # --- 3. one snapshot of each input ------------------------------------------------------------

@@ -280,6 +280,10 @@ def rope_settings(rope: dict[str, Any]) -> tuple[int, float, str]:
     """``$.rope``'s ``positions``, ``base`` and ``layout`` (``adjacent`` unless given), in
     that order. Raises :class:`FixtureError`."""
     positions = count_of(rope["positions"], "$.rope.positions")
+    if positions >= LAST_POSITION:  # the probes one past the table's end must stay exact
+        raise FixtureError("$.rope.positions", f"{positions} positions, more than 2^53 - 1 "
+                           f"({LAST_POSITION - 1}): the positions just past the table must be "
+                           "exact in binary64")
     base = finite_number(rope["base"], "$.rope.base")
     layout = rope.get("layout", "adjacent")
     if not isinstance(layout, str) or layout not in LAYOUTS:
@@ -288,9 +292,12 @@ def rope_settings(rope: dict[str, Any]) -> tuple[int, float, str]:
     return positions, base, layout
 
 
-def _table(raw: Any) -> RotaryTable:
+def _table(raw: Any, max_elements: int) -> RotaryTable:
     rope = keyed_object(raw, "$.rope", ROPE_KEYS, ("features", "positions", "base"))
     features = count_of(rope["features"], "$.rope.features")
+    if features > max_elements:  # before the table's frequencies are allocated
+        raise FixtureError("$.rope.features", f"{features} features, more than the limit "
+                           f"{max_elements} (raise it with --max-elements)")
     positions, base, layout = rope_settings(rope)
     try:
         return check_table(features, positions, base, layout)
@@ -331,7 +338,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     data = keyed_object(document, "$", DOCUMENT_KEYS)
     check_chapter(data)
     keyed_object(data, "$", DOCUMENT_KEYS, ("rope", "query", "key"))
-    table = _table(data["rope"])
+    table = _table(data["rope"], max_elements)
     query = _operand(data["query"], "$.query", table, max_elements, base_dir)
     key = _operand(data["key"], "$.key", table, max_elements, base_dir)
     expect_shape(key, query.shape, "tokens, features", "$.key")

@@ -48,10 +48,12 @@ and what it does (:meth:`QkvGroup.format_commands` wraps them to the terminal)."
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="qkv", message="%(prog)s %(version)s")
 def main() -> None:
-    """Evidence for the query/key/value projections of self-attention (chapter 26).
+    """Evidence for self-attention, chapter by chapter: the query/key/value projections
+    (chapter 26, the default), self-attention (27), causal masking (28), RoPE (29) and
+    multi-head attention (30).
 
-    Without FIXTURE the bundled chapter fixture is used. qkv COMMAND -h shows a
-    command's options.
+    Without FIXTURE the bundled chapter fixture is used; --chapter N picks another
+    chapter's. qkv COMMAND -h shows a command's options.
     """
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -42,10 +42,51 @@ def attend_label(path: Path | None, example: str) -> str:
 
 def _load_attend(path: Path | None, example: str, max_elements: int,
                  heads: int | None = None, causal: bool = False) -> AttendFixture:
-    from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.attention.fixture import parse_attend_fixture
+    from qkvcli.reading.attend import EXAMPLES
+    from qkvcli.reading.load import fixture_json
 
-    return labelled(attend_label(path, example),
-                    lambda: load_attend_fixture(path, example, max_elements, heads, causal))
+    label = attend_label(path, example)
+
+    def read() -> AttendFixture:
+        data, stem, base_dir = fixture_json(path, EXAMPLES[example])
+        refuse_chapter_fixture(data, label)
+        return parse_attend_fixture(data, stem, max_elements, base_dir, heads, causal)
+
+    return labelled(label, read)
+
+
+CHAPTER_KEYS = (("suffix", 30), ("suffix_perturbation", 28), ("prefix_seed", 28),
+                ("invariant_tolerance", 29), ("single_token", 27), ("query", 27))
+"""Top-level keys only a chapter 27-30 fixture has, and the chapter each points to (the
+first found decides: ``query`` beside ``rope`` is chapter 29's)."""
+
+
+def refuse_chapter_fixture(data: Any, label: str) -> None:
+    """Raise for a chapter 27-30 fixture given to ``qkv attend``, naming ``qkv run
+    --chapter N``: attend's reader would only call its keys unknown. A misspelt
+    ``chapter`` is named as such (:func:`~qkvcli.reading.settings.misnamed_chapter`)."""
+    from qkvcli.cli.group import InputError
+    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_of_id
+    from qkvcli.reading.settings import misnamed_chapter
+
+    if not isinstance(data, dict):
+        return
+    misnamed = misnamed_chapter(data)
+    if misnamed is not None:
+        raise misnamed
+    number = chapter_of_id(data.get("chapter"))
+    if number is not None and number != DEFAULT_CHAPTER:
+        raise InputError(f"{label}: $.chapter: a chapter {number} fixture ({CHAPTER_IDS[number]}); "
+                         f"qkv attend runs attention layers: run it with qkv run --chapter "
+                         f"{number} {label}")
+    for key, chapter in CHAPTER_KEYS:
+        if key in data:
+            chapter = 29 if key in ("query", "single_token") and "rope" in data else chapter
+            chapter = 28 if chapter == 27 and "prefix_seed" in data else chapter
+            raise InputError(f"{label}: $.{key}: a chapter {chapter} fixture's key; qkv attend "
+                             f"runs attention layers: run it with qkv run --chapter {chapter} "
+                             f"{label}")
 
 
 

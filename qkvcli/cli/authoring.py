@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.io import CheckpointPath, SafePath, check_outputs, write_file
+from qkvcli.cli.io import CheckpointPath, SafePath, check_outputs, refuse_same_file, write_file
 from qkvcli.core.splitmix import MASK64
 
 MIN_BYTES_PER_VALUE = 4
@@ -254,6 +254,8 @@ def _large_fixture(
         targets = {confined_target(base, name, "--npy"): array for name, array in arrays.items()}
     except FixtureError as error:
         raise InputError(str(error)) from None
+    # The fixture and its tensors are one run's outputs: none may be another (-o t/input.npy).
+    refuse_same_file([*targets, output])
     if not force:
         existing = [str(path) for path in targets if path.exists()]
         if existing:

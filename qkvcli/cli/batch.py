@@ -208,8 +208,9 @@ def run_many(
     outcomes = []
     with closing(outcomes_of(fixtures, jobs, max_elements, overrides)) as results:
         for outcome in results:  # closed on any exit: no worker outlives the batch
-            if outcome.error is not None and output is not None:
-                # the table, and its ERROR rows, are in the file: say them here
+            if outcome.error is not None:
+                # Every error that makes the exit status 2 is one line on stderr, as a
+                # single fixture's is, whether the table goes to stdout or to -o's file.
                 click.echo(f"Error: {outcome.label}: {outcome.error}", err=True)
             outcomes.append(outcome)
     from qkvcli.cli.console import screen_width

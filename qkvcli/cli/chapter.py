@@ -22,6 +22,7 @@ from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_of_id
 from qkvcli.core.record import Record
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.settings import misnamed_chapter
 
 if TYPE_CHECKING:
     from qkvcli.chapters.registry import Chapter
@@ -78,6 +79,10 @@ def load(path: Path | None, max_elements: int, chapter: int | None) -> Any:
         data, stem, base_dir = fixture_json(None, found.fixture)
     else:
         data, stem, base_dir = fixture_json(path)
+    if found is None:  # a misspelt later chapter is one problem, not every key it has
+        misnamed = misnamed_chapter(data)
+        if misnamed is not None:
+            raise misnamed
     named = chapter_of_id(data.get("chapter")) if isinstance(data, dict) else None
     if found is None and named not in (None, DEFAULT_CHAPTER):
         if chapter == DEFAULT_CHAPTER:
@@ -101,6 +106,8 @@ def build(loaded: ChapterFixture, overrides: CheckOverrides, tensors: str | None
     if settable:
         fixture = chapter.with_settings(fixture, **settable)
     ignored = [name for name in given if name not in settable]
+    if overrides.max_evaluations is not None:  # a limit, not a setting: never silently dropped
+        ignored.append("max-evaluations")
     if tensors is not None:
         ignored.append("tensors")
     for name in ignored:
@@ -116,6 +123,10 @@ def chapter_problems(data: Any, base_dir: Any, max_elements: int,
     from qkvcli.reading.problems import FixtureError
 
     number = chapter
+    if number is None or number == DEFAULT_CHAPTER:
+        misnamed = misnamed_chapter(data)
+        if misnamed is not None:
+            return CHAPTER_IDS[DEFAULT_CHAPTER], [str(misnamed)]
     if number is None and isinstance(data, dict):
         number = chapter_of_id(data.get("chapter"))
     if number is None or number == DEFAULT_CHAPTER:

@@ -84,6 +84,51 @@ def _argument_paths(arguments: tuple[str, ...]) -> None:
             raise InputError(error.message) from None
 
 
+def implementation_sources(spec: str | None, command: str | None) -> list[str]:
+    """The files that are the implementation under test, so no output replaces them: a
+    ``.py`` IMPL, the file a module name imports (found as the child would find it, never
+    imported here), or a ``--command`` program and every file its arguments name (the
+    script of ``python impl.py``, the module of ``python -m pkg.impl``)."""
+    import itertools
+    import shlex
+    import shutil
+
+    if spec is not None:
+        if os.path.isfile(spec):
+            return [spec]
+        return [found] if (found := module_file(spec)) is not None else []
+    try:
+        argv = shlex.split(command or "")
+    except ValueError:
+        return []  # the client says why it cannot start it
+    sources: list[str] = []
+    if argv:
+        program = argv[0] if os.sep in argv[0] else shutil.which(argv[0])
+        sources += [program] if program is not None and os.path.isfile(program) else []
+    for before, argument in itertools.pairwise(argv):
+        if os.path.isfile(argument):
+            sources.append(argument)
+        elif before == "-m" and (found := module_file(argument)) is not None:
+            sources.append(found)
+    return sources
+
+
+def module_file(name: str) -> str | None:
+    """The file ``import name`` would run, searched where the child searches (the working
+    directory, then qkv's own path), without importing anything; ``None`` if not found."""
+    import sys
+
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        return None
+    relative = os.path.join(*name.split("."))
+    for entry in ["", *sys.path]:
+        base = os.path.join(os.path.abspath(entry or os.curdir), relative)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
     """The chapter fixture, each given fixture (directories expanded), the precision and
     contrast fixtures, then ``count`` random ones."""
@@ -171,12 +216,11 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     _argument_paths(arguments)
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
-    implementation = spec if spec is not None and os.path.isfile(spec) else None
-    reads = [implementation, *expand_fixtures(paths)]
+    reads: list[Path | str] = [*implementation_sources(spec, command), *expand_fixtures(paths)]
     check_outputs([output, junit, *(path for _, path in view.exports), html], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
     if save_failures is not None:  # every file it may write, before any work, as -o's
-        check_outputs([output, junit, *(path for _, path in view.exports),
+        check_outputs([output, junit, *(path for _, path in view.exports), html,
                        *_saved_paths(save_failures, cases)], reads)
     result = _run(spec, command, cases, tolerance, timeout, view)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
@@ -241,9 +285,10 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
         folder.mkdir(exist_ok=True)
     except OSError as error:
         raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
-    checked = [case for case in cases if case.label in result.fixtures]
-    for number, case in enumerate(checked, 1):
-        if case.label not in failing:
+    # Numbered over every case, as _saved_paths checked them up front and the page names
+    # them: a case that was not checked must not shift the names onto another output.
+    for number, case in enumerate(cases, 1):
+        if case.label not in failing or case.label not in result.fixtures:
             continue
         name = _file_name(number, case.label)
         write_file(folder / f"{name}.json", json.dumps(failing_fixture(case), indent=1) + "\n",

@@ -109,6 +109,7 @@ def compare_golden(text: str, golden: Path, output: Path | None) -> bool:
 
 @click.command()
 @click.argument("fixtures", nargs=-1, type=SafePath())
+@chapter_option
 @format_option(REPORT_FORMATS, FORMAT_HELP)
 @batch_options
 @evidence_options
@@ -116,7 +117,6 @@ def compare_golden(text: str, golden: Path, output: Path | None) -> bool:
 @html_option
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run several fixtures in this many worker processes.")
-@chapter_option
 def run(
     fixtures: tuple[Path, ...], fmt: str, output: Path | None, golden: Path | None,
     junit: Path | None, max_elements: int, view: ViewSettings, overrides: CheckOverrides,
@@ -166,10 +166,10 @@ def run(
 
 @click.command()
 @fixture_argument
+@chapter_option
 @format_option(REPORT_FORMATS, FORMAT_HELP)
 @evidence_options
 @tensors_option
-@chapter_option
 @html_option
 def report(
     fixture: Path | None, fmt: str, output: Path | None, max_elements: int,

@@ -152,6 +152,116 @@ def error_line(error: Exception) -> str:
     return f"{file}: {error}" if file else str(error)
 
 
+HELP_MIN_WIDTH = 20
+"""Help is laid out for the terminal's width down to this many columns."""
+DL_BESIDE_WIDTH = 70
+"""Below this width an option's or command's sentence goes under it, not beside it: a
+column beside a long option name leaves too little room for whole words."""
+
+
+def wrap_words(text: str, width: int, initial_indent: str = "", subsequent_indent: str = "",
+               preserve_paragraphs: bool = False) -> str:
+    """click's ``wrap_text``, breaking lines only at spaces: never inside a word, nor at a
+    word's hyphen (``--max-`` / ``evaluations``). A word longer than a line keeps its line.
+    A paragraph after a line holding only ``\\b`` keeps its lines, as in click."""
+    import textwrap
+
+    def fill(paragraph: str, extra: str) -> str:
+        return textwrap.fill(paragraph, max(width, 1), initial_indent=initial_indent + extra,
+                             subsequent_indent=subsequent_indent + extra,
+                             replace_whitespace=False, break_long_words=False,
+                             break_on_hyphens=False)
+
+    text = text.expandtabs()
+    if not preserve_paragraphs:
+        return fill(text, "")
+    paragraphs: list[tuple[int, bool, list[str]]] = []
+    lines: list[str] = []
+    indent: int | None = None
+    for line in [*text.splitlines(), ""]:
+        if line:
+            if indent is None:
+                indent = len(line) - len(line.lstrip())
+                line = line.lstrip()
+            lines.append(line)
+            continue
+        if lines:
+            raw = lines[0].strip() == "\b"
+            paragraphs.append((indent or 0, raw, lines[1:] if raw else lines))
+        lines, indent = [], None
+    out = []
+    for extra, raw, body in paragraphs:
+        pad = " " * extra
+        if raw:  # kept as written while it fits; a line too wide wraps at its spaces
+            kept = []
+            for i, line in enumerate(body):
+                first = (initial_indent if i == 0 else subsequent_indent) + pad
+                if len(first + line) <= width:
+                    kept.append(first + line)
+                    continue
+                inner = " " * (len(line) - len(line.lstrip()))
+                kept.append(textwrap.fill(line.strip(), max(width, 1), initial_indent=first + inner,
+                                          subsequent_indent=first + inner + "    ",
+                                          break_long_words=False, break_on_hyphens=False))
+            out.append("\n".join(kept))
+        else:
+            out.append(fill(" ".join(body), pad))
+    return "\n\n".join(out)
+
+
+class WordFormatter(click.HelpFormatter):
+    """Help text and option lists wrapped by :func:`wrap_words`; below
+    :data:`DL_BESIDE_WIDTH` columns each option's help goes under the option."""
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        prefix = "Usage: " if prefix is None else prefix
+        usage_prefix = f"{prefix:>{self.current_indent}}{prog} "
+        text_width = self.width - self.current_indent
+        if text_width >= len(usage_prefix) + 20:
+            self.write(wrap_words(args, text_width, usage_prefix, " " * len(usage_prefix)))
+        else:  # as click does: the arguments under the program's name
+            self.write(usage_prefix.rstrip() + "\n")
+            indent = " " * (max(self.current_indent, len(prefix)) + 4)
+            self.write(wrap_words(args, text_width, indent, indent))
+        self.write("\n")
+
+    def write_text(self, text: str) -> None:
+        indent = " " * self.current_indent
+        self.write(wrap_words(text, self.width, indent, indent, preserve_paragraphs=True))
+        self.write("\n")
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        rows = list(rows)
+        if self.width < DL_BESIDE_WIDTH:
+            col_max = 0
+        first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
+        for first, second in rows:
+            wrapped = len(first) > self.width - self.current_indent  # -f, --format [auto|...]
+            if wrapped:
+                first = wrap_words(first, self.width - self.current_indent,
+                                   subsequent_indent=" " * (self.current_indent + 2))
+            self.write(f"{'':>{self.current_indent}}{first}")
+            if not second:
+                self.write("\n")
+                continue
+            if not wrapped and len(first) <= first_col - col_spacing:
+                self.write(" " * (first_col - len(first)))
+            else:
+                self.write("\n")
+                self.write(" " * (first_col + self.current_indent))
+            text_width = max(self.width - first_col - 2, 10)  # as click's own
+            lines = wrap_words(second, text_width, preserve_paragraphs=True).splitlines()
+            self.write(f"{lines[0]}\n" if lines else "\n")
+            for line in lines[1:]:
+                self.write(f"{'':>{first_col + self.current_indent}}{line}\n")
+
+
+class WordContext(click.Context):
+    """A context whose help is laid out by :class:`WordFormatter`."""
+
+    formatter_class = WordFormatter
+
+
 class QkvGroup(click.Group):
     """A click group that imports a command's module only when it is needed, and
     translates any escaped exception into one stderr line and an exit status.
@@ -160,6 +270,8 @@ class QkvGroup(click.Group):
     the same name). Lazy loading is a start-up measure: building a module's click options
     costs time that other commands need not pay.
     """
+
+    context_class = WordContext
 
     def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
                  listing: tuple[tuple[str, str], ...] = (), **kwargs: Any) -> None:
@@ -170,14 +282,14 @@ class QkvGroup(click.Group):
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
         if parent is None and "terminal_width" not in extra and (
-                not args or args[0] in ("-h", "--help")):
-            # click wraps help at 50 columns or more; a narrower terminal would wrap the
-            # list of commands again, mid-word. Only this help pays for the look-up
-            # (start-up); a command's options keep click's layout.
+                not args or any(arg in ("-h", "--help") for arg in args)):
+            # click wraps help at 50 columns or more; a narrower terminal would wrap it
+            # again, mid-word ("sof/tmax"). The width is the terminal's, for this help and
+            # a command's (its context inherits it); only help pays for the look-up.
             import shutil
 
             columns = shutil.get_terminal_size().columns
-            extra["terminal_width"] = max(min(columns, 80) - 2, 30)
+            extra["terminal_width"] = max(min(columns, 80) - 2, HELP_MIN_WIDTH)
         return super().make_context(info_name, args, parent, **extra)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -206,6 +318,7 @@ class QkvGroup(click.Group):
         if module is not None and cmd_name not in self.commands:
             command = getattr(importlib.import_module(module), cmd_name)
             assert isinstance(command, click.Command)
+            command.context_class = WordContext  # its help wraps at word boundaries too
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 

@@ -44,6 +44,7 @@ from qkvcli.reading.fixture import FUNCTION_KEYS, LAYER_KEYS, Fixture
 from qkvcli.reading.limits import MAX_FILE_BYTES
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
+from qkvcli.reading.settings import misnamed_chapter
 
 T = TypeVar("T")
 BUNDLED_LABEL = "<bundled ch26-qkv-projections.json>"
@@ -164,6 +165,9 @@ def load(path: Path | None, max_elements: int) -> Fixture:
     label = label_of(path)
     with working_on(label):
         data, chapter, base_dir = fixture_json(path)
+        misnamed = misnamed_chapter(data)
+        if misnamed is not None:  # one problem, not every key of the chapter it meant
+            raise misnamed
         refuse_later_chapter(data, label)  # a chapter 29 or 30 fixture has layer keys too
         refuse_layer_fixture(data, label)
         return parse_fixture(data, chapter, max_elements, base_dir)
@@ -214,30 +218,60 @@ def file_id(path: Path | str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
+def output_key(path: Path | str) -> tuple[object, ...]:
+    """What ``path`` names as a file, for comparing outputs with each other and with inputs.
+
+    An existing file is its device and inode (through symbolic links and hard links); a new
+    one is its resolved parent's device and inode and its name, the parent found after
+    every link and ``..`` is resolved as the kernel would (``lnk/../out`` is beside the
+    link's target, not beside the link). A dangling link names the file it would create.
+    """
+    ident = file_id(path)
+    if ident is not None:
+        return ("file", *ident)
+    real = os.path.realpath(path)
+    parent, name = os.path.split(real)
+    parent_id = file_id(parent)
+    return ("new", *parent_id, name) if parent_id is not None else ("path", real)
+
+
+def refuse_same_file(outputs: Sequence[Path | None]) -> None:
+    """Raise :class:`InputError` when two of ``outputs`` are one file (:func:`output_key`),
+    naming both spellings: the second would silently replace the first."""
+    seen: dict[tuple[object, ...], Path] = {}
+    for path in outputs:
+        if path is None:
+            continue
+        key = output_key(path)
+        if key in seen:
+            first = seen[key]
+            raise InputError(f"{path}: named twice as an output" + (
+                "" if os.fspath(first) == os.fspath(path)
+                else f" (the same file as {printable(os.fspath(first))})"))
+        seen[key] = path
+
+
 def check_outputs(outputs: Sequence[Path | None], reads: Sequence[Path | str | None] = ()) -> None:
     """Refuse unusable output paths before any work. Raises :class:`InputError`.
 
     ``outputs`` (``None`` entries skipped) must each name a file in an existing directory,
-    not a directory, no two the same file or spelling, and none a file in ``reads`` (the
-    fixtures, checkpoint, implementation... the command reads; ``-`` and ``None`` skipped),
-    compared by device and inode, so through symlinks and hard links too.
+    not a directory, no two the same file, and none a file in ``reads`` (the fixtures,
+    checkpoint, implementation... the command reads; ``-`` and ``None`` skipped). Files
+    are compared as files (:func:`output_key`): through symbolic links, hard links and
+    ``..`` after a link, so two spellings of one file are named twice.
     """
     read_ids = {ident for ident in (file_id(p) for p in reads
                                     if p is not None and os.fspath(p) != STDIN) if ident}
-    seen: set[object] = set()
+    refuse_same_file(outputs)
     for path in outputs:
         if path is None:
             continue
-        ident = file_id(path)
-        spelling = os.path.abspath(path)
-        if (ident is not None and ident in seen) or spelling in seen:
-            raise InputError(f"{path}: named twice as an output")
-        seen.update({spelling} if ident is None else {spelling, ident})
         if path.is_dir():
             raise InputError(f"{path}: is a directory")
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise InputError(f"{path}: no such directory {parent}")
+        ident = file_id(path)
         if ident is not None and ident in read_ids:
             raise InputError(f"{path}: refusing to overwrite a file this command reads")
 

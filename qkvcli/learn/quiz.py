@@ -299,17 +299,145 @@ def _close(got: tuple[float, ...], want: tuple[float, ...]) -> bool:
     )
 
 
+# The whole answer is read, never a number picked out of it: "5,18" is two numbers, not 18.
+_TOKEN = re.compile(r"""\s*(?:
+    (?P<label>[a-z_][a-z0-9_]*(?:\[[\d,\s]*\])*\s*[=:])   # q0=, q0[0]=, rank:
+  | (?P<number>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)
+  | (?P<open>[\[(])
+  | (?P<close>[\])])
+  | (?P<sep>,|;|\*|\u00d7|\u00b7|x(?![a-z_]))              # 4,7,2  4 x 7 x 2  4\u00d77\u00d72
+  | (?P<word>[a-z_][a-z0-9_]*)                                 # rank 3, [0,2,2] and [2,0,2]
+  )""", re.X)
+_ARITHMETIC = re.compile(r"[\d.\se+\-*/()]+")
+ONE_NUMBER = "expected one number, e.g. 12 or 3 x 4 = 12"
+SEVERAL = "expected one number, not several"
+A_LIST = "expected one number, not a list"
+NUMBERS = "expected numbers, e.g. [4,7,2] or 4,7,2"
+
+
+class _Read(Record):
+    numbers: tuple[float, ...] = ()
+    listed: bool = False  # brackets: the answer is spelled as a list
+    problem: str = ""
+
+
+def _normalised(text: str) -> str:
+    # Typographic minus and a sentence's full stop are spellings, not content.
+    return text.replace("\u2212", "-").strip().rstrip("!?").strip()
+
+
+def _read_numbers(text: str) -> _Read:
+    """Every number of ``text`` in order, if all of ``text`` is numbers, brackets, separators,
+    labels (``q0=``) and words (``rank``, ``and``); else why it could not be read."""
+    numbers: list[float] = []
+    depth = 0
+    listed = False
+    at = 0
+    text = text.rstrip(".") if not re.search(r"\d\.$", text) else text
+    while at < len(text):
+        found = _TOKEN.match(text, at)
+        if found is None or found.end() == at:
+            if text[at:].strip() == "":
+                break
+            return _Read(problem=f'could not read "{printable(text[at:], 20)}"')
+        at = found.end()
+        if found.group("number") is not None:
+            value = float(found.group("number"))
+            if not math.isfinite(value):
+                return _Read(problem=f'could not read "{printable(found.group("number"), 20)}"')
+            numbers.append(value)
+        elif found.group("open") is not None:
+            depth += 1
+            listed = True
+        elif found.group("close") is not None:
+            depth -= 1
+            if depth < 0:
+                return _Read(problem="unbalanced brackets")
+    if depth:
+        return _Read(problem="unbalanced brackets")
+    return _Read(numbers=tuple(numbers), listed=listed)
+
+
+def _arithmetic(text: str) -> float | None:
+    """The value of ``text`` if it is plain arithmetic (``3 x 3 x 2``), else ``None``."""
+    import ast
+
+    spelled = re.sub(r"(?<=[\d)\s])(?:x|\u00d7|\u00b7)(?=[\s\d(])", "*", text.strip())
+    if not spelled or not _ARITHMETIC.fullmatch(spelled) or "**" in spelled:
+        return None
+    try:
+        tree = ast.parse(spelled, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = value(node.operand)
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            return left / right
+        raise ValueError("not arithmetic")
+
+    try:
+        result = value(tree.body)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return result if math.isfinite(result) else None
+
+
+def _read_one_number(text: str) -> _Read:
+    """One number: ``18``, ``rank 3``, ``q0[0]=1.5``, ``3 x 3 x 2 = 18``, ``3 x 3 x 2``.
+    Every part before an ``=`` that is arithmetic must come to the same number; a list or
+    two numbers is not one."""
+    *working, last = text.split("=")
+    worked = None if working else _arithmetic(last)
+    if worked is not None and re.search(r"\d\s*[-+*/x\u00d7\u00b7]\s*[\d(]", last):
+        return _Read(numbers=(worked,))  # the working alone: "3 x 3 x 2" is 18
+    read = _read_numbers(last)
+    if read.problem:
+        return read
+    if not read.numbers:
+        return _Read(problem=ONE_NUMBER)
+    if read.listed:
+        return _Read(problem=A_LIST)
+    if len(read.numbers) > 1:
+        return _Read(problem=SEVERAL)
+    for step in working:
+        worked = _arithmetic(step)
+        if worked is not None and not _close((worked,), read.numbers):
+            return _Read(numbers=(math.nan,))  # "3 x 3 x 3 = 18" contradicts itself: wrong
+    return read
+
+
 def check_answer(question: Question, answer: str) -> Marking:
-    """Whether ``answer`` is right; ``problem`` says why it could not be read."""
-    text = answer.strip().lower()
+    """Whether ``answer`` is right; ``problem`` says why it could not be read.
+
+    The whole answer is read: a numbers question takes a list (``[4,7,2]``, ``4,7,2``,
+    ``4 x 7 x 2``, ``q0=[0,3], k0=[3,0]``), a one-number question one number (``18``,
+    ``3 x 3 x 2 = 18``); an answer holding more, or less, than asked is not right.
+    """
+    text = _normalised(answer.lower())
     if not text:
         return Marking(False, "no answer")
     if question.form in ("numbers", "number", "integer"):
-        numbers = tuple(float(m) for m in NUMBER.findall(text))
-        if not numbers:
-            return Marking(False, "expected numbers, e.g. [4,7,2] or 4,7,2")
-        if question.form in ("integer", "number"):
-            numbers = numbers[-1:]  # "3 x 3 x 2 = 18", "q0[0]=1.5": the last number counts
+        if question.form == "numbers":
+            read = _read_numbers(text)
+            if not read.problem and not read.numbers:
+                read = _Read(problem=NUMBERS)
+        else:
+            read = _read_one_number(text)
+        if read.problem:
+            return Marking(False, read.problem)
+        numbers = read.numbers
         assert isinstance(question.expected, tuple)
         wants = (question.expected, *question.accepted)
         correct = any(_close(numbers, want) for want in wants)

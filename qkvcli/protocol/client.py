@@ -75,6 +75,35 @@ class _TooLong(Exception):
     """The line being read is already longer than its budget."""
 
 
+def session_groups(session: int) -> list[int]:
+    """The process groups in session ``session`` (the program's own group first).
+
+    The program starts a session of its own, so every process it starts is in that
+    session unless it calls ``setsid``; a child that moves to a group of its own
+    (``setpgid``) is found here by its session, read from ``/proc`` (Linux; elsewhere
+    the program's own group only).
+    """
+    groups = [session]
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return groups
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                data = handle.read()
+            # pid (comm) state ppid pgrp session ...: comm may hold spaces and parentheses
+            fields = data[data.rindex(b")") + 2:].split()
+            group, sid = int(fields[2]), int(fields[3])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if sid == session and group not in groups:
+            groups.append(group)
+    return groups
+
+
 class CommandClient:
     """An :class:`~qkvcli.protocol.python.Implementation` backed by a program."""
 
@@ -380,14 +409,18 @@ class CommandClient:
             pass
 
     def _signal_group(self, signum: int) -> bool:
-        """Send ``signum`` to the program's process group; whether anyone was there."""
-        try:
-            os.killpg(self.process.pid, signum)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # a member changed its user: the rest still get it
-            return True
-        return True
+        """Send ``signum`` to every process group of the program's session (its own, and
+        any a child made with ``setpgid``); whether anyone was there."""
+        anyone = False
+        for group in session_groups(self.process.pid):
+            try:
+                os.killpg(group, signum)
+            except ProcessLookupError:
+                continue
+            except PermissionError:  # a member changed its user: the rest still get it
+                pass
+            anyone = True
+        return anyone
 
     def _stop(self) -> None:
         """End the program and its group: close its input, SIGTERM to the group, a short

@@ -98,6 +98,15 @@ def _os_problem(error: OSError) -> str:
     return f"cannot read ({error.strerror or error})"
 
 
+def _missing(name: str) -> str:
+    """``no such file``, or, for a symbolic link whose target is missing, where it points."""
+    try:
+        target = os.readlink(name)
+    except (OSError, ValueError):
+        return "no such file"
+    return f"a symbolic link to {printable(target, 200)}, which does not exist"
+
+
 def check_path_text(name: str) -> None:
     """Refuse a path no file system can hold: a NUL byte. Raises :class:`InputFileError`."""
     if "\0" in name:
@@ -119,6 +128,8 @@ def open_regular(path: StrPath, what: str = "fixture") -> BinaryIO:
         _refuse_special(name, os.stat(name).st_mode, what)
         flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(name, flags)
+    except FileNotFoundError:
+        raise InputFileError(name, _missing(name)) from None
     except OSError as error:
         raise InputFileError(name, _os_problem(error)) from None
     try:

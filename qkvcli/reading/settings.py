@@ -74,6 +74,58 @@ def parse_chapter(raw_chapter: Any) -> str:
     return raw_chapter
 
 
+def misnamed_chapter(data: Any) -> FixtureError | None:
+    """The one problem of a document whose ``chapter`` looks meant for chapter 27 to 30 but
+    is not its id (``"27-self-atention"``, ``"27"``, ``"self-attention"``, the number
+    ``30``), naming the id; ``None`` otherwise. Without it such a fixture is read as
+    chapter 26's, whose ``chapter`` is any label, and fails on every key it does not know.
+    """
+    from qkvcli.core.names import CHAPTER_IDS, chapter_of_id
+
+    if not isinstance(data, dict) or "chapter" not in data:
+        return None
+    value = data["chapter"]
+    if chapter_of_id(value) is not None:
+        return None
+    meant = _meant_chapter(value)
+    if meant is None:
+        return None
+    if isinstance(value, str):
+        import json
+
+        shown = json.dumps(value, ensure_ascii=False)
+        said = f"{shown[:60]}{'...' if len(shown) > 60 else ''} is not a chapter's id"
+    else:
+        said = f"the number {value!r} is not a chapter's id"
+    return FixtureError("$.chapter", f'{said}; chapter {meant}\'s is "{CHAPTER_IDS[meant]}"')
+
+
+def _meant_chapter(value: Any) -> int | None:
+    """The chapter ``value`` seems to mean: its number (``30``, ``"27"``, ``"ch29-rope"``),
+    or a spelling near a later chapter's name (``"self-attention"``, ``"Causal masking"``)."""
+    import difflib
+    import re
+
+    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value) if value == int(value) and int(value) in CHAPTER_IDS else None
+    if not isinstance(value, str):
+        return None
+    text = re.sub(r"[\s_]+", "-", value.strip().lower())
+    number = re.match(r"(?:ch(?:apter)?-?)?(\d+)(?![\d.])", text)
+    if number is not None:
+        found = int(number.group(1))
+        return found if found in CHAPTER_IDS and found != DEFAULT_CHAPTER else None
+    for chapter, known in CHAPTER_IDS.items():
+        name = known.split("-", 1)[1]
+        if chapter != DEFAULT_CHAPTER and difflib.SequenceMatcher(None, text, name).ratio() >= 0.85:
+            return chapter
+    return None
+
+
 def parse_gradcheck(
     raw_check: Any, problems: Problems
 ) -> tuple[float, float, int | None]:
