@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from qkvcli.authoring.checkpoint import (
+    OUTSIDE_OUT,
     CheckpointError,
     ModelFunction,
     NormFunction,
@@ -222,7 +223,7 @@ def _rope_type(config: dict[str, Any], prefix: str) -> None:
 
 
 def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
-          prefix: str) -> RopeSpec:
+          prefix: str, table_dim: int | None = None) -> RopeSpec:
     """The default RoPE of the family (transformers 4 and 5 spellings)."""
     if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
         theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
@@ -250,12 +251,20 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
             raise CheckpointError(prefix, f"config {factor_key} must be in (0, 1], got "
                                   f"{shown_value(factor)}")
-        dims = int(head_dim * factor)  # as transformers computes it
+        # as transformers computes it, from the width its RoPE table reads (GPT-NeoX's
+        # table reads a config head_dim its attention does not: the table's width decides
+        # how many coordinates turn)
+        dims = int((table_dim or head_dim) * factor)
+        if dims > head_dim:
+            raise CheckpointError(prefix, f"config head_dim {table_dim} makes {model}'s RoPE "
+                                  f"table {dims} wide, wider than a head ({head_dim}): "
+                                  "transformers cannot run it; refused")
         if dims != head_dim and model not in PARTIAL_ROTARY:
             raise CheckpointError(prefix, f"config {factor_key} {factor}: {model} rotates "
                                   "whole heads in qkv's reading; refused")
         if dims < 2 or dims % 2:
-            raise CheckpointError(prefix, f"config {factor_key} {factor} gives {dims} "
+            said = f" and head_dim {table_dim}" if table_dim else ""
+            raise CheckpointError(prefix, f"config {factor_key} {factor}{said} gives {dims} "
                                   "rotary dimensions; qkv needs an even number of at least 2")
     # theta^(-2i/dims) must be a float64: a theta near 0 turns every angle into NaN
     try:
@@ -337,7 +346,8 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
-        rope = _rope(config, model, family.rope, head_dim, prefix)
+        rope = _rope(config, model, family.rope, head_dim, prefix,
+                     _int(config, prefix, "head_dim") if model == "gpt_neox" else None)
     alibi = None
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
@@ -396,7 +406,7 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     elif naming in ("codegen", "blocks"):
         modules = ("qkv_proj", family.out)
     else:
-        modules = (*TRIO_MODULES[naming], family.out)
+        modules = (*TRIO_MODULES[naming], family.out or OUTSIDE_OUT.get(naming, ""))
     modules = tuple(m for m in modules if m)
     rule = family.biases
     name = shown_value(model)
@@ -770,19 +780,30 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             if index is None:
                 raise CheckpointError(prefix, "config max_window_layers needs the layer's "
                                       "number in the prefix (layers.N.self_attn.)")
-            layer_type = "sliding_attention" if start is not None and index >= start else "full"
+            # (a null sliding_window makes every layer full there)
+            layer_type = "sliding_attention" if (
+                start is not None and index >= start
+                and settings.get("sliding_window") is not None) else "full"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
-    else:  # SmolLM3: use_sliding_window and the layer's type
-        if not _flag(config, "use_sliding_window", False, prefix):
-            return None
+    else:  # SmolLM3: the model builds a sliding layer's mask from sliding_window, whatever
+        # use_sliding_window says (that flag only derives layer_types when they are absent)
         layer_type = _listed_type(config, "layer_types", index, full, prefix)
-        if layer_type is None:
-            raise CheckpointError(prefix, "config use_sliding_window without layer_types: qkv "
-                                  "does not derive which layers slide")
+        if layer_type is None:  # SmolLM3Config: the layers without RoPE slide, when asked
+            layer_type = "sliding_attention" if (
+                _flag(config, "use_sliding_window", False, prefix)
+                and settings.get("sliding_window") is not None
+                and not _uses_rope(config, model, index, prefix)) else "full_attention"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
     window = settings.get(key)
-    if not sliding or window is None:
+    if not sliding:
         return None
+    if window is None and rule in ("all", "qwen3_moe"):  # a null window: no window at all
+        return None
+    if window is None:  # transformers' sliding mask needs a window: it raises, never slides
+        # the whole sequence, so a PASS for full attention would not be the model's
+        raise CheckpointError(prefix, f"config {key} null, but this layer is a sliding one "
+                              f"({'attention_layers' if rule == 'gpt_neo' else 'layer_types'} "
+                              "or the family's pattern): transformers cannot run it; refused")
     if type(window) is not int or window <= 0:
         raise CheckpointError(prefix, f"config {key} must be a positive integer or null, got "
                               f"{shown_value(window)}")
