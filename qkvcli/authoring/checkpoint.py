@@ -141,6 +141,7 @@ class RopeSpec(Record):
     theta: float
     dims: int
     layout: str = "half"
+    scaling: dict[str, Any] | None = None  # the fixture's rope.scaling (reading.attend)
 
 
 class NormFunction(Record):
@@ -469,6 +470,8 @@ def checkpoint_document(
     if function.rope is not None:
         document["rope"] = {"theta": function.rope.theta, "dims": function.rope.dims,
                             "layout": function.rope.layout}
+        if function.rope.scaling is not None:
+            document["rope"]["scaling"] = function.rope.scaling
     if function.scale is not None:
         document["scale"] = function.scale
     document |= pieces_document(function)

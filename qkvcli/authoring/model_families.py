@@ -162,6 +162,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "codegen": {"rotary_dim": 64},
     "gpt_bigcode": {"multi_query": True},
     "falcon": {"multi_query": True, "new_decoder_architecture": False},
+    "phi3": {"original_max_position_embeddings": 4096},  # read by a LongRoPE scaling
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096, "head_dim": 256},
 }
