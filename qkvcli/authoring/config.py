@@ -27,16 +27,21 @@ from qkvcli.authoring.checkpoint import (
     shown_value,
 )
 from qkvcli.authoring.model_families import (
+    ALIASES,
+    CLIP_QKV,
     DEFAULTS,
     FAMILIES,
     LAYER_NORMS,
     LAYER_PATTERNS,
     MPT_ATTENTION,
+    NULL_MULTIPLIER_IS_INVERSE_SQRT,
     PARTIAL_ROTARY,
+    QK_NORM_FLAGS,
     QK_NORMS,
     REFUSED_KEYS,
     REFUSED_MODELS,
     ROPE_THETA,
+    SCALED_BY_DEFAULT,
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
@@ -162,10 +167,31 @@ def _paths(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p for p in paths if p not in NEOX_SPELLINGS)
 
 
+def canonical(config: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``config`` with its family's other spellings of a key (its config class's
+    ``attribute_map``, :data:`ALIASES`) under the name qkv reads; the two spellings
+    saying different things are refused, naming both."""
+    model = config.get("model_type")
+    aliases = ALIASES.get(model, {}) if isinstance(model, str) else {}
+    if not any(key in config for key in aliases):
+        return config
+    out = {key: value for key, value in config.items() if key not in aliases}
+    for alias, key in aliases.items():
+        if alias not in config:
+            continue
+        if key in out and out[key] != config[alias]:
+            raise CheckpointError(prefix, f"config {alias} {shown_value(config[alias])} and "
+                                  f"{key} {shown_value(out[key])} disagree ({model}'s config "
+                                  f"reads {alias} as {key})")
+        out[key] = config[alias]
+    return out
+
+
 def config_family(config: dict[str, Any], prefix: str) -> str:
     """The config's ``model_type``, read before any tensor: known and computed, with
     nothing asked for that qkv does not compute. Raises :class:`CheckpointError` naming
     the family or the key."""
+    config = canonical(config, prefix)
     model = config.get("model_type")
     seen = config.get("architectures")
     said = f" (architectures {shown_value(seen)})" if seen is not None else ""
@@ -179,7 +205,7 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
     family = FAMILIES[model]
     _check_architectures(config, model, family.classes, prefix)
     settings = {**DEFAULTS.get(model, {}), **config}
-    if model == "whisper" or model == "bart":
+    if family.causal == "prefix":
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
     if model == "gemma2":
         settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
@@ -190,8 +216,10 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
                               f"{shown_value(settings['attn_logit_softcapping'])}: transformers' "
                               "Gemma 3 attention does not apply it (no softcap reaches its "
                               "scores); refused")
-    if model == "olmo":
+    if model in CLIP_QKV:
         settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
+    if model in QK_NORM_FLAGS:  # computed when on: the fixture's qk_norm
+        settings.pop(QK_NORM_FLAGS[model], None)
     if model == "falcon":
         settings.pop("alibi", None)  # computed: the fixture's alibi, scaled and rounded
     if model in LAYER_NORMS:  # computed: the fixture's qk_norm
@@ -401,6 +429,10 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
                                   "rotary dimensions; qkv needs an even number of at least 2")
     scaling = None
     found_params = _scaling_params(config, prefix) if model not in ("gptj", "codegen") else None
+    if found_params is None and model in SCALED_BY_DEFAULT:
+        raise CheckpointError(prefix, f"config gives no rope_parameters: {model}'s config "
+                              f"defaults to a {SCALED_BY_DEFAULT[model]} RoPE scaling whose "
+                              "values qkv does not guess; refused (give rope_parameters)")
     if found_params is not None:
         scaling = _scaling(found_params[1], found_params[0], config, model, dims, prefix)
     # theta^(-2i/dims) must be a float64: a theta near 0 turns every angle into NaN
@@ -435,6 +467,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     Raises :class:`CheckpointError` naming the config key of anything qkv does not compute.
     """
     del tokens
+    config = canonical(config, prefix)
     model = config_family(config, prefix)
     family = FAMILIES[model]
     if naming is not None and family.naming != naming:
@@ -484,7 +517,8 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                               f" {model}'s attention has no sliding window in transformers; "
                               "is config.json this model's?")
     window = _window(config, model, family.window, index, prefix)
-    scale = _scale(config, family.scale, head_dim, index, prefix)
+    scale = _scale({**DEFAULTS.get(model, {}), **config}, family.scale, head_dim, index, prefix,
+                   NULL_MULTIPLIER_IS_INVERSE_SQRT.get(model, False))
     rope = None
     falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
     if model in TYPE_THETAS:  # each type of layer its own theta
@@ -499,7 +533,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
     clip_qkv = None
-    if model == "olmo" and config.get("clip_qkv") is not None:
+    if model in CLIP_QKV and config.get("clip_qkv") is not None:
         clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
     if model == "mpt":
         alibi, scale, clip_qkv = _mpt(config, heads, head_dim, prefix)
@@ -528,7 +562,7 @@ def _check_layer_count(config: dict[str, Any], model: str, index: int | None,
     if index is None:
         return
     keys: tuple[str, ...] = LAYERS_KEYS
-    if model in ("bart", "whisper"):
+    if FAMILIES[model].causal == "prefix":
         keys = ("decoder_layers",) if "decoder" in prefix.split(".") else ("encoder_layers",)
     key = next((k for k in keys if config.get(k) is not None), None)
     if key is None:
@@ -568,10 +602,29 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     if rule == "not_key":
         return tuple(m for m in modules if m != "k_proj"), (
             f"config model_type {name} gives every projection but k_proj a bias")
-    on = _flag({**DEFAULTS.get(model, {}), **config}, rule, False, prefix)
-    said = f"config {rule} is {'true' if on else 'false'}" + (
-        "" if config.get(rule) is not None else " (the family's default: config.json leaves "
-        "it out)")
+    settings = {**DEFAULTS.get(model, {}), **config}
+
+    def by_key(key: str) -> tuple[bool, str]:
+        on = _flag(settings, key, False, prefix)
+        return on, f"config {key} is {'true' if on else 'false'}" + (
+            "" if config.get(key) is not None else " (the family's default: config.json "
+            "leaves it out)")
+
+    if "|" in rule:  # the query, key and value's rule | the output projection's
+        biased: tuple[str, ...] = ()
+        said_parts = []
+        for part, group in zip(rule.split("|"), (modules[:3], modules[3:]), strict=True):
+            shown = ", ".join(group)
+            if part in ("all", ""):
+                on = part == "all"
+                said_parts.append(f"config model_type {name} builds {shown} "
+                                  f"{'with' if on else 'without'} a bias")
+            else:
+                on, text = by_key(part)
+                said_parts.append(f"{text} ({shown})")
+            biased += group if on else ()
+        return biased, "; ".join(said_parts)
+    on, said = by_key(rule)
     if rule == "use_qkv_bias":
         return (modules[:3] if on else ()), said
     return (modules if on else ()), said
@@ -587,6 +640,8 @@ def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | 
         eps = _positive(settings.get("layer_norm_eps", 1e-5), "layer_norm_eps", prefix)
         return norm._replace(eps=eps)
     if model not in QK_NORMS:
+        return None
+    if model in QK_NORM_FLAGS and not _flag(settings, QK_NORM_FLAGS[model], False, prefix):
         return None
     span, offset = QK_NORMS[model]
     eps = _positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
@@ -631,6 +686,9 @@ def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: s
     if index is None:
         raise CheckpointError(prefix, f"config gives no layer_types: {title}'s sliding layers "
                               "need the layer's number in the prefix")
+    if model not in LAYER_PATTERNS:  # saved configs list them; older ones qkv does not guess
+        raise CheckpointError(prefix, f"config gives no layer_types: qkv does not derive which "
+                              f"of {title}'s layers slide; refused (give layer_types)")
     key, fixed = LAYER_PATTERNS[model]
     pattern = fixed if key is None else _int({**DEFAULTS[model], **config}, prefix, key)
     return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
@@ -748,7 +806,7 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
 
 def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
     """Where the config says the layer's heads: an encoder-decoder model says them per side."""
-    if model in ("bart", "whisper"):
+    if FAMILIES[model].causal == "prefix":
         side = "decoder" if "decoder" in prefix.split(".") else "encoder"
         return (f"{side}_attention_heads",)
     return HEADS_KEYS
@@ -800,17 +858,19 @@ def _uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: st
 
 
 def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int | None,
-           prefix: str) -> float | None:
+           prefix: str, null_is_default: bool = False) -> float | None:
     """The family's score factor (``None``: ``1/sqrt(d_k)``)."""
     if rule == "one":  # GPT-Neo does not scale its scores
         return 1.0
     if rule == "bigcode":  # GPTBigCodeAttention: head_dim**-0.5 if scale_attn_weights else 1
         return None if _flag(config, "scale_attn_weights", True, prefix) else 1.0
     if rule == "gemma2":  # Gemma2Attention: query_pre_attn_scalar**-0.5, not head_dim's
-        value = config.get("query_pre_attn_scalar", DEFAULTS["gemma2"]["query_pre_attn_scalar"])
+        value = config.get("query_pre_attn_scalar")
         return float(_positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
     if rule == "granite":
-        value = config.get("attention_multiplier", DEFAULTS["granite"]["attention_multiplier"])
+        value = config.get("attention_multiplier")
+        if value is None and null_is_default:  # HyperCLOVAXConfig: null is head_dim**-0.5
+            return None
         return _positive(value, "attention_multiplier", prefix)
     if rule != "gpt2":
         return None

@@ -100,6 +100,42 @@ _FAMILIES = (
                             biases="not_key")),
     ("clip_text_model", ModelFamily("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
                                     path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all")),
+    # LLaMA's attention under other configs (issue 43): each its biases, defaults, norms
+    ("arcee", ModelFamily("Arcee", "linear", "yes", "half", "Arcee", path=_LAYERS)),
+    # EXAONE's checkpoints keep their own names (transformers maps them onto LLaMA's)
+    ("exaone", ModelFamily("EXAONE", "linear", "yes", "half", "Llama", out="out_proj",
+                           path=r"layers\.[^.]+\.attn\.attention\.")),
+    ("internlm3", ModelFamily("InternLM3", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("iquestcoder", ModelFamily("IQuestCoder", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("solar_open", ModelFamily("Solar Open", "linear", "yes", "half", "SolarOpen", path=_LAYERS,
+                               biases="attention_bias|")),
+    ("seed_oss", ModelFamily("Seed-OSS", "linear", "yes", "half", "SeedOss", path=_LAYERS,
+                             biases="attention_bias|attention_out_bias")),
+    ("hyperclovax", ModelFamily("HyperCLOVA X", "linear", "yes", "half", "HyperCLOVAX",
+                                scale="granite", path=_LAYERS)),
+    ("granitemoe", ModelFamily("Granite-MoE", "linear", "yes", "half", "GraniteMoe",
+                               scale="granite", path=_LAYERS)),
+    ("granitemoeshared", ModelFamily("Granite-MoE shared", "linear", "yes", "half",
+                                     "GraniteMoeShared", scale="granite", path=_LAYERS)),
+    ("helium", ModelFamily("Helium", "linear", "yes", "interleaved", "Helium", path=_LAYERS,
+                           biases="attention_bias|")),
+    ("glm", ModelFamily("GLM", "linear", "yes", "interleaved", "Glm", path=_LAYERS,
+                        biases="attention_bias|")),
+    ("glm4", ModelFamily("GLM-4", "linear", "yes", "interleaved", "Glm4", path=_LAYERS,
+                         biases="attention_bias|")),
+    ("ernie4_5", ModelFamily("ERNIE 4.5", "linear", "yes", "interleaved", "Ernie4_5",
+                             path=_LAYERS, biases="use_bias")),
+    ("ministral", ModelFamily("Ministral", "linear", "yes", "half", "Ministral", window="types",
+                              path=_LAYERS, biases="none")),
+    ("cwm", ModelFamily("CWM", "linear", "yes", "half", "Cwm", window="types", path=_LAYERS,
+                        biases="none")),
+    ("dots1", ModelFamily("dots.llm1", "linear", "yes", "half", "Dots1", window="types",
+                          path=_LAYERS)),
+    ("olmoe", ModelFamily("OLMoE", "linear", "yes", "half", "Olmoe", path=_LAYERS)),
+    ("flex_olmo", ModelFamily("FlexOlmo", "linear", "yes", "half", "FlexOlmo", path=_LAYERS)),
+    ("glm4_moe", ModelFamily("GLM-4-MoE", "linear", "yes", "half", "Glm4Moe", path=_LAYERS,
+                             biases="attention_bias|")),
+    ("apertus", ModelFamily("Apertus", "linear", "yes", "half", "Apertus", path=_LAYERS)),
 )
 
 
@@ -163,6 +199,23 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_bigcode": {"multi_query": True},
     "falcon": {"multi_query": True, "new_decoder_architecture": False},
     "phi3": {"original_max_position_embeddings": 4096},  # read by a LongRoPE scaling
+    "internlm3": {"head_dim": 128},
+    "iquestcoder": {"head_dim": 128},
+    "solar_open": {"head_dim": 128},
+    "seed_oss": {"head_dim": 128, "attention_bias": True},
+    "granitemoe": {"attention_multiplier": 1.0},
+    "granitemoeshared": {"attention_multiplier": 1.0},
+    "helium": {"head_dim": 128},
+    "glm": {"head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5},
+    "glm4": {"head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5},
+    "glm4_moe": {"partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5},
+    "ernie4_5": {"head_dim": 128},
+    "ministral": {"sliding_window": 4096},
+    "cwm": {"head_dim": 128, "sliding_window": 8192},
+    "dots1": {"sliding_window": 4096, "rms_norm_eps": 1e-6},
+    "olmoe": {"rms_norm_eps": 1e-5},
+    "flex_olmo": {"rms_norm_eps": 1e-6},
+    "apertus": {"rms_norm_eps": 1e-5},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096, "head_dim": 256},
 }
@@ -170,12 +223,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 out (an older or hand-written config): read as transformers would read it."""
 
 
-ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0}
+ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0,
+              "exaone": 500_000.0, "solar_open": 1_000_000.0, "helium": 100_000.0,
+              "ernie4_5": 500_000.0, "cwm": 1_000_000.0, "flex_olmo": 500_000.0,
+              "apertus": 12_000_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
 
-PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon")
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -185,7 +241,9 @@ TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key
 
 
 QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
-            "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
+            "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0), "dots1": ("head", 0.0),
+            "olmoe": ("layer", 0.0), "flex_olmo": ("layer", 0.0), "glm4_moe": ("head", 0.0),
+            "apertus": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -230,3 +288,30 @@ TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
 }
 """The families whose RoPE theta is per type of layer (``rope_parameters`` keyed by
 ``layer_types``' types): each type's flat spelling (``None``: none) and its default."""
+
+
+ALIASES: dict[str, dict[str, str]] = {
+    "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps"},
+    "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+}
+"""A family's other spellings of a key (its config class's ``attribute_map``): read as
+the key they stand for."""
+
+
+SCALED_BY_DEFAULT = {"cwm": "llama3", "apertus": "llama3"}
+"""The families whose config class's own default RoPE is scaled: a config.json without
+``rope_parameters`` is refused rather than guessed."""
+
+
+QK_NORM_FLAGS = {"glm4_moe": "use_qk_norm"}
+"""The families of :data:`QK_NORMS` whose norm is there only when a config key says so."""
+
+
+CLIP_QKV = ("olmo",)
+"""The families that clamp Q, K and V to ``clip_qkv`` when the config gives it, right after
+the projections (OLMoE clamps after its q/k norm: refused by the key)."""
+
+
+NULL_MULTIPLIER_IS_INVERSE_SQRT = {"hyperclovax": True}
+"""The families whose config turns a null ``attention_multiplier`` into ``head_dim**-0.5``
+(Granite's attention cannot run with it null)."""

@@ -1,0 +1,137 @@
+"""Model families made of pieces qkv already computes (issue 43), each against its own
+attention module: a tiny model from the family's config class, saved, read by ``qkv
+init`` and ``qkv attend`` as a user would, and compared in float64 (1e-10: output,
+per-head weights, dX and every parameter gradient) with the module the model built.
+
+The RoPE tables the module is given are the model's own rotary module run again in
+float64 (``tests/test_real_models_scaling.py``'s ``float64_tables``, checked against the
+model's float32 tables), so every family's layout, partial rotary and theta come from
+transformers, not from qkv's reading of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tests.test_real_models import (  # noqa: E402  (after the skips)
+    QKVO,
+    TOKENS,
+    build,
+    compare,
+    float64_attention,
+    float64_softmax,
+    model_run,
+    own_gradients,
+    qkv_layer,
+)
+from tests.test_real_models_scaling import float64_tables  # noqa: E402
+
+__all__ = ["float64_attention", "float64_softmax"]  # fixtures used by name below
+
+NORMS = (*QKVO, "q_norm", "k_norm")
+SLIDING = ["sliding_attention", "full_attention"]
+
+
+def small(**extra: Any) -> dict[str, Any]:
+    """A tiny decoder: 2 heads of 8, one K/V head, 2 layers."""
+    return {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "head_dim": 8, "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 11,
+            "max_position_embeddings": 64, **extra}
+
+
+_MOE = {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 8}
+# id, config class, its arguments, the layer's prefix, its modules, what the fixture must
+# say (None: the key absent)
+DECODERS = [
+    ("arcee-biases", "ArceeConfig", small(attention_bias=True), 0, QKVO, {}),
+    ("exaone-theta", "ExaoneConfig", small(), 0, QKVO,
+     {"rope": {"theta": 500000.0, "dims": 8, "layout": "half"}}),
+    ("internlm3-qkv-bias", "InternLM3Config", small(qkv_bias=True, bias=True), 0, QKVO, {}),
+    ("iquestcoder", "IQuestCoderConfig", small(), 1, QKVO, {}),
+    ("solar-open-qkv-biases", "SolarOpenConfig",
+     small(attention_bias=True, n_routed_experts=2, num_experts_per_tok=1,
+           moe_intermediate_size=8, n_shared_experts=1, first_k_dense_replace=0), 0, QKVO, {}),
+    ("seed-oss-out-bias", "SeedOssConfig", small(attention_out_bias=True), 0, QKVO, {}),
+    ("seed-oss-qkv-bias-only", "SeedOssConfig", small(), 0, QKVO, {}),
+    ("hyperclovax-multiplier", "HyperCLOVAXConfig", small(attention_multiplier=0.3), 0, QKVO,
+     {"scale": 0.3}),
+    ("hyperclovax-default-multiplier", "HyperCLOVAXConfig", small(), 0, QKVO,
+     {"scale": 8 ** -0.5}),
+    ("granitemoe-multiplier", "GraniteMoeConfig",
+     small(attention_multiplier=0.2, num_local_experts=2, num_experts_per_tok=1), 0, QKVO,
+     {"scale": 0.2}),
+    ("granitemoeshared", "GraniteMoeSharedConfig",
+     small(attention_multiplier=0.2, num_local_experts=2, num_experts_per_tok=1,
+           shared_intermediate_size=8), 0, QKVO, {"scale": 0.2}),
+    ("helium-interleaved", "HeliumConfig", small(head_dim=8), 0, QKVO,
+     {"rope": {"theta": 100000.0, "dims": 8, "layout": "interleaved"}}),
+    ("glm-interleaved-partial", "GlmConfig", small(pad_token_id=0), 0, QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("glm4-interleaved-partial", "Glm4Config", small(attention_bias=False, pad_token_id=0), 1, QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("ernie4-5-interleaved-biases", "Ernie4_5Config", small(use_bias=True), 0, QKVO,
+     {"rope": {"theta": 500000.0, "dims": 8, "layout": "interleaved"}}),
+    ("ministral-sliding", "MinistralConfig", small(sliding_window=2, layer_types=SLIDING), 0,
+     QKVO, {"window": 2}),
+    ("ministral-full", "MinistralConfig", small(sliding_window=2, layer_types=SLIDING), 1,
+     QKVO, {"window": None}),
+    ("cwm-sliding-llama3", "CwmConfig", small(sliding_window=3, layer_types=SLIDING), 0, QKVO,
+     {"window": 3}),
+    ("dots1-qk-norm-sliding", "Dots1Config",
+     small(sliding_window=2, layer_types=SLIDING, attention_bias=True, n_routed_experts=2,
+           num_experts_per_tok=1, moe_intermediate_size=8, first_k_dense_replace=2), 0, NORMS,
+     {"window": 2, "qk_norm": {"span": "head", "eps": 1e-6, "offset": 0.0}}),
+    ("olmoe-layer-norm", "OlmoeConfig", small(num_experts=2, num_experts_per_tok=1), 0, NORMS,
+     {"qk_norm": {"span": "layer", "eps": 1e-5, "offset": 0.0}}),
+    ("flex-olmo-layer-norm", "FlexOlmoConfig",
+     small(num_experts=2, num_experts_per_tok=1, pad_token_id=0), 0,
+     NORMS, {"qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
+    ("glm4-moe-qk-norm-partial", "Glm4MoeConfig",
+     small(use_qk_norm=True, attention_bias=True, n_routed_experts=2, num_experts_per_tok=1,
+           moe_intermediate_size=8, first_k_dense_replace=2), 0, NORMS,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("glm4-moe-plain", "Glm4MoeConfig",
+     small(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+           first_k_dense_replace=2), 0, QKVO, {"qk_norm": None}),
+    ("apertus-qk-norm-llama3", "ApertusConfig", small(), 0, NORMS,
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+]
+
+
+def _layer_type(model: Any, layer: int) -> str | None:
+    rotary = next(m for name, m in model.named_modules() if name.endswith("rotary_emb"))
+    return (model.config.layer_types[layer]
+            if isinstance(getattr(rotary, "rope_type", None), dict) else None)
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "layer", "modules", "said"),
+                         [c[1:] for c in DECODERS], ids=[c[0] for c in DECODERS])
+def test_each_decoder_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], layer: int,
+        modules: tuple[str, ...], said: dict[str, Any]) -> None:
+    model, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments))
+    prefix = f"layers.{layer}.self_attn."
+    # EXAONE's checkpoint keeps its own names, which transformers maps onto LLaMA's modules
+    stored = f"layers.{layer}.attn.attention." if config_name == "ExaoneConfig" else prefix
+    evidence = qkv_layer(folder, stored)
+    document = json.loads((folder / "layer.json").read_text())
+    for key, value in said.items():
+        assert document.get(key) == value, (key, document.get(key))
+    if document.get("window") is not None:
+        assert TOKENS > document["window"]
+    cos, sin = float64_tables(model, prefix, _layer_type(model, layer))
+    y, a, x, _ = model_run(model, prefix, evidence, position_embeddings=(cos, sin))
+    gradients = own_gradients(model, *(prefix + m for m in modules))
+    if config_name == "ExaoneConfig":
+        gradients = {name.replace("o_proj", "out_proj"): grad for name, grad in gradients.items()}
+    compare(evidence, y, a, x, gradients)
