@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tests import test_real_models as real_models  # noqa: E402
 from tests.test_real_models import (  # noqa: E402  (after the skips)
     QKVO,
     TOKENS,
@@ -135,3 +136,118 @@ def test_each_decoder_family_matches_its_own_attention_module(
     if config_name == "ExaoneConfig":
         gradients = {name.replace("o_proj", "out_proj"): grad for name, grad in gradients.items()}
     compare(evidence, y, a, x, gradients)
+
+
+_SEQ2SEQ = {"d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 4,
+            "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 8, "decoder_ffn_dim": 8,
+            "vocab_size": 11, "max_position_embeddings": 16, "pad_token_id": 1,
+            "decoder_start_token_id": 2, "bos_token_id": 0, "eos_token_id": 2}
+QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
+SEQ2SEQ = [(name, side) for name in (
+    "MarianConfig", "PegasusConfig", "BlenderbotConfig", "BlenderbotSmallConfig", "MvpConfig",
+    "M2M100Config", "NllbMoeConfig", "MBartConfig", "PLBartConfig") for side in ("encoder",
+                                                                                "decoder")]
+
+
+def _seq2seq_capture(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments an encoder-decoder passes ``module``, given tokens on both sides."""
+    seen: dict[str, Any] = {}
+
+    def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen["args"], seen["kwargs"] = args, dict(kwargs)
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    tokens = torch.arange(TOKENS)[None] % 7 + 3
+    with torch.no_grad():
+        model(input_ids=tokens, decoder_input_ids=tokens, use_cache=False)
+    handle.remove()
+    return seen["args"], seen["kwargs"]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "side"), SEQ2SEQ,
+                         ids=[f"{c[0][:-6].lower()}-{c[1]}" for c in SEQ2SEQ])
+def test_each_encoder_decoder_family_matches_its_own_attention_module(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_name: str, side: str) -> None:
+    extra = {"num_experts": 2, "expert_capacity": 4} if config_name == "NllbMoeConfig" else {}
+    model, folder = build(tmp_path, "family",
+                          getattr(transformers, config_name)(**_SEQ2SEQ, **extra))
+    prefix = f"{side}.layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is (side == "decoder")
+    assert evidence["config"]["heads"] == (4 if side == "decoder" else 2)
+    monkeypatch.setattr(real_models, "capture", _seq2seq_capture)
+    # MVP's attention returns its weights only when asked
+    y, a, x, _ = model_run(model, prefix, evidence, output_attentions=True)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKV_OUT)))
+
+
+DECODER_ONLY = [
+    ("xglm", "XGLMConfig", {"d_model": 16, "attention_heads": 2, "num_layers": 1,
+                            "ffn_dim": 8, "vocab_size": 11, "max_position_embeddings": 16}),
+    ("biogpt", "BioGptConfig", {"hidden_size": 16, "num_attention_heads": 2,
+                                "num_hidden_layers": 1, "intermediate_size": 8,
+                                "vocab_size": 11, "max_position_embeddings": 16}),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments"), [c[1:] for c in DECODER_ONLY],
+                         ids=[c[0] for c in DECODER_ONLY])
+def test_each_unrotated_decoder_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any]) -> None:
+    model, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments))
+    prefix = "layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is True and "rope" not in evidence["config"]
+    # XGLM clamps its scores with torch.full((), finfo(float64).min) in the default dtype
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        y, a, x, _ = model_run(model, prefix, evidence)
+    finally:
+        torch.set_default_dtype(saved)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKV_OUT)))
+
+
+_BERT = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
+         "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
+         "pad_token_id": 1}
+# id, config class, extra arguments, whether is_decoder makes the model causal
+ENCODERS = [
+    ("camembert", "CamembertConfig", {}, True), ("data2vec-text", "Data2VecTextConfig", {}, True),
+    ("ernie", "ErnieConfig", {}, True), ("megatron-bert", "MegatronBertConfig", {}, True),
+    ("xlm-roberta-xl", "XLMRobertaXLConfig", {}, True),
+    ("roberta-prelayernorm", "RobertaPreLayerNormConfig", {}, True),
+    ("rembert", "RemBertConfig", {"input_embedding_size": 16, "output_embedding_size": 16},
+     True),
+    ("tapas", "TapasConfig", {}, False), ("xmod", "XmodConfig", {}, True),
+    ("roc-bert", "RoCBertConfig", {"pronunciation_vocab_size": 11, "shape_vocab_size": 11},
+     True),
+    ("bert-generation", "BertGenerationConfig", {}, True),
+    ("layoutlm", "LayoutLMConfig", {}, False), ("splinter", "SplinterConfig", {}, False),
+    ("markuplm", "MarkupLMConfig", {}, False),
+]
+ENCODER_CASES = [(*case, decoder) for case in ENCODERS for decoder in (False, True)]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "causal", "decoder"),
+                         [c[1:] for c in ENCODER_CASES],
+                         ids=[f"{c[0]}{'-is-decoder' if c[4] else ''}" for c in ENCODER_CASES])
+def test_each_bert_like_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], causal: bool,
+        decoder: bool) -> None:
+    config = getattr(transformers, config_name)(**_BERT, **arguments, is_decoder=decoder)
+    model, folder = build(tmp_path, "family", config)
+    if config_name == "XmodConfig":  # its adapters need a language to run the model
+        model.set_default_language(config.languages[0])
+    prefix = "encoder.layer.0.attention.self."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is (causal and decoder)
+    out = "encoder.layer.0.attention.output.dense"
+    # TAPAS's attention returns its weights only when asked
+    extra = {"output_attentions": True} if config_name == "TapasConfig" else {}
+    y, a, x, _ = model_run(model, prefix, evidence, out=out, **extra)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + short for short in (
+        "query", "key", "value")), out))

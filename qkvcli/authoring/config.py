@@ -108,7 +108,7 @@ def _positive(value: Any, key: str, prefix: str) -> float:
 
 
 HEAD_CLASS = re.compile(r"For[A-Z][A-Za-z]*|(?:Text|LMHead|DoubleHeads|PreTrained|Encoder|"
-                        r"Decoder)?Model(?:WithProjection|WithLMHead)?")
+                        r"Decoder)?Model(?:WithProjection|WithLMHead)?|Encoder|Decoder")
 """What follows a family's name in the name of one of its own classes (``LlamaModel``,
 ``GPT2LMHeadModel``, ``BertForMaskedLM``): anything else (``Gemma2ForCausalLM`` under
 gemma, ``Qwen2MoeForCausalLM`` under qwen2) is another family's class."""

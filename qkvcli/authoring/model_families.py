@@ -31,6 +31,7 @@ class ModelFamily(Record):
 
 
 _LAYERS = r"layers\.[^.]+\.self_attn\."  # LLaMA's and most decoders' module path
+_SIDES = r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\."  # BART's, either side
 
 
 _FAMILIES = (
@@ -136,6 +137,34 @@ _FAMILIES = (
     ("glm4_moe", ModelFamily("GLM-4-MoE", "linear", "yes", "half", "Glm4Moe", path=_LAYERS,
                              biases="attention_bias|")),
     ("apertus", ModelFamily("Apertus", "linear", "yes", "half", "Apertus", path=_LAYERS)),
+    # BART's attention in other encoder-decoders and decoders
+    *((model_type, ModelFamily(title, "linear", "prefix", None, classes, out="out_proj",
+                               path=_SIDES, biases="all"))
+      for model_type, title, classes in (
+          ("marian", "Marian", "Marian"), ("pegasus", "Pegasus", "Pegasus"),
+          ("blenderbot", "Blenderbot", "Blenderbot"),
+          ("blenderbot-small", "Blenderbot small", "BlenderbotSmall"), ("mvp", "MVP", "Mvp"),
+          ("m2m_100", "M2M100", "M2M100"), ("nllb-moe", "NLLB-MoE", "NllbMoe"),
+          ("mbart", "mBART", "MBart"), ("plbart", "PLBart", "PLBart"))),
+    # BERT's self-attention and output dense in other encoders: causal when is_decoder
+    # ("decoder"), or never, where the model builds no causal mask ("no")
+    *((model_type, ModelFamily(title, "bert", causal, None, classes, out="", biases="all"))
+      for model_type, title, classes, causal in (
+          ("camembert", "CamemBERT", "Camembert", "decoder"),
+          ("data2vec-text", "Data2Vec text", "Data2VecText", "decoder"),
+          ("ernie", "ERNIE", "Ernie", "decoder"),
+          ("megatron-bert", "Megatron-BERT", "MegatronBert", "decoder"),
+          ("xlm-roberta-xl", "XLM-RoBERTa-XL", "XLMRobertaXL", "decoder"),
+          ("roberta-prelayernorm", "RoBERTa-PreLayerNorm", "RobertaPreLayerNorm", "decoder"),
+          ("rembert", "RemBERT", "RemBert", "decoder"), ("tapas", "TAPAS", "Tapas", "no"),
+          ("xmod", "X-MOD", "Xmod", "decoder"), ("roc_bert", "RoCBert", "RoCBert", "decoder"),
+          ("bert-generation", "BertGeneration", "BertGeneration", "decoder"),
+          ("layoutlm", "LayoutLM", "LayoutLM", "no"), ("splinter", "Splinter", "Splinter", "no"),
+          ("markuplm", "MarkupLM", "MarkupLM", "no"))),
+    ("xglm", ModelFamily("XGLM", "linear", "yes", None, "XGLM", out="out_proj",
+                         path=_LAYERS, biases="all")),
+    ("biogpt", ModelFamily("BioGPT", "linear", "yes", None, "BioGpt", out="out_proj",
+                           path=_LAYERS, biases="all")),
 )
 
 
@@ -291,6 +320,7 @@ TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
 
 
 ALIASES: dict[str, dict[str, str]] = {
+    "xglm": {"attention_heads": "num_attention_heads", "num_layers": "num_hidden_layers"},
     "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
 }
