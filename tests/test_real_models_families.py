@@ -105,6 +105,34 @@ DECODERS = [
            first_k_dense_replace=2), 0, QKVO, {"qk_norm": None}),
     ("apertus-qk-norm-llama3", "ApertusConfig", small(), 0, NORMS,
      {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("ernie4-5-moe-interleaved", "Ernie4_5_MoeConfig",
+     small(use_bias=True, moe_num_experts=2, moe_k=1, moe_intermediate_size=8), 0, QKVO,
+     {"rope": {"theta": 500000.0, "dims": 8, "layout": "interleaved"}}),
+    ("phimoe-window", "PhimoeConfig",
+     small(sliding_window=2, attention_bias=True, num_local_experts=2, num_experts_per_tok=1),
+     0, QKVO, {"window": 2}),
+    ("aria-text", "AriaTextConfig", small(moe_num_experts=2, moe_topk=1), 0, QKVO, {}),
+    ("ministral3-yarn-window", "Ministral3Config", small(pad_token_id=0, sliding_window=3), 0,
+     QKVO, {"window": 3}),
+    ("nemotron-partial", "NemotronConfig", small(attention_bias=True), 0, QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("vaultgemma-softcap-sliding", "VaultGemmaConfig",
+     small(sliding_window=2, attn_logit_softcapping=3.0, query_pre_attn_scalar=12), 0, QKVO,
+     {"window": 2, "softcap": 3.0, "scale": 12 ** -0.5}),
+    ("vaultgemma-full", "VaultGemmaConfig", small(sliding_window=2), 1, QKVO,
+     {"window": None, "softcap": 50.0}),
+]
+# the packed names their checkpoints keep: the stored prefix, the packed and output tensors
+STORED = {"GteConfig": ("encoder.layer.0.attention.", "qkv_proj", "o_proj"),
+          "NomicBertConfig": ("encoder.layers.0.attn.", "Wqkv", "out_proj"),
+          "JinaEmbeddingsV3Config": ("encoder.layers.0.mixer.", "Wqkv", "out_proj")}
+ENCODER_ROPE = [
+    ("gte-packed-biases", "GteConfig", {}),
+    ("nomic-bert-packed", "NomicBertConfig", {}),
+    ("jina-embeddings-v3-packed-biases", "JinaEmbeddingsV3Config", {}),
+    ("eurobert-gqa-biases", "EuroBertConfig",
+     {"num_key_value_heads": 1, "attention_bias": True, "pad_token_id": 0, "bos_token_id": 0,
+      "eos_token_id": 0, "mask_token_id": 0}),
 ]
 
 
@@ -120,7 +148,10 @@ def _layer_type(model: Any, layer: int) -> str | None:
 def test_each_decoder_family_matches_its_own_attention_module(
         tmp_path: Path, config_name: str, arguments: dict[str, Any], layer: int,
         modules: tuple[str, ...], said: dict[str, Any]) -> None:
-    model, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments))
+    config = getattr(transformers, config_name)(**arguments)
+    if hasattr(config, "moe_num_experts"):  # its experts' eager (float64) form, as build's
+        config.num_local_experts = config.moe_num_experts
+    model, folder = build(tmp_path, "family", config)
     prefix = f"layers.{layer}.self_attn."
     # EXAONE's checkpoint keeps its own names, which transformers maps onto LLaMA's modules
     stored = f"layers.{layer}.attn.attention." if config_name == "ExaoneConfig" else prefix
@@ -251,3 +282,29 @@ def test_each_bert_like_family_matches_its_own_attention_module(
     y, a, x, _ = model_run(model, prefix, evidence, out=out, **extra)
     compare(evidence, y, a, x, own_gradients(model, *(prefix + short for short in (
         "query", "key", "value")), out))
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments"), [c[1:] for c in ENCODER_ROPE],
+                         ids=[c[0] for c in ENCODER_ROPE])
+def test_each_rotated_encoder_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any]) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, max_position_embeddings=16, **arguments)
+    model, folder = build(tmp_path, "family", config)
+    prefix = "layers.0.self_attn."
+    stored, packed, out = STORED.get(config_name, (prefix, None, "o_proj"))
+    evidence = qkv_layer(folder, stored)
+    assert evidence["config"]["causal"] is False
+    cos, sin = float64_tables(model, prefix)
+    y, a, x, _ = model_run(model, prefix, evidence, position_embeddings=(cos, sin))
+    gradients = own_gradients(model, *(prefix + m for m in QKVO))
+    if packed is not None:  # transformers' q_proj, k_proj, v_proj are the packed rows
+        for part in ("weight", "bias"):
+            rows = [gradients.pop(f"{m}_{part}_gradient", None) for m in QKVO[:3]]
+            if rows[0] is not None:
+                gradients[f"{packed}_{part}_gradient"] = torch.cat(rows)
+                gradients |= {f"{b}_{part}_gradient": None for b in ("query", "key", "value")}
+        gradients = {name.replace("o_proj", out): grad for name, grad in gradients.items()}
+    compare(evidence, y, a, x, gradients)

@@ -63,6 +63,12 @@ ROLES = (
      "Persimmon query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
     ("self_attn.query_key_value.bias", "Persimmon query_key_value bias [3*W]"),
     ("attn.Wqkv.weight", "MPT Wqkv weight: query, key, value row blocks [3*W,d_model]"),
+    ("mixer.Wqkv.weight", "Jina Wqkv weight: query, key, value row blocks [3*W,d_model]"),
+    ("mixer.Wqkv.bias", "Jina Wqkv bias [3*W]"),
+    ("attn.Wqkv.bias", "Wqkv bias [3*W]"),
+    ("attention.qkv_proj.weight", "GTE qkv_proj weight: query, key, value rows "
+     "[(H+2G)*d_head,d_model]"),
+    ("attention.qkv_proj.bias", "GTE qkv_proj bias [(H+2G)*d_head]"),
     ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),

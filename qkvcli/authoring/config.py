@@ -42,6 +42,7 @@ from qkvcli.authoring.model_families import (
     REFUSED_MODELS,
     ROPE_THETA,
     SCALED_BY_DEFAULT,
+    SOFTCAP,
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
@@ -207,7 +208,7 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
     settings = {**DEFAULTS.get(model, {}), **config}
     if family.causal == "prefix":
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
-    if model == "gemma2":
+    if model in SOFTCAP:
         settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
     if model == "gemma3_text" and _set(settings, "attn_logit_softcapping"):
         # Gemma3Attention keeps the value but passes no softcap to its attention: the
@@ -538,7 +539,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     if model == "mpt":
         alibi, scale, clip_qkv = _mpt(config, heads, head_dim, prefix)
     softcap = None
-    if model == "gemma2":
+    if model in SOFTCAP:
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     biased, bias_said = _biases(config, model, family, prefix)

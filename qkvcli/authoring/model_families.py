@@ -137,6 +137,27 @@ _FAMILIES = (
     ("glm4_moe", ModelFamily("GLM-4-MoE", "linear", "yes", "half", "Glm4Moe", path=_LAYERS,
                              biases="attention_bias|")),
     ("apertus", ModelFamily("Apertus", "linear", "yes", "half", "Apertus", path=_LAYERS)),
+    ("ernie4_5_moe", ModelFamily("ERNIE 4.5 MoE", "linear", "yes", "interleaved", "Ernie4_5_Moe",
+                                 path=_LAYERS, biases="use_bias")),
+    ("phimoe", ModelFamily("PhiMoE", "linear", "yes", "half", "Phimoe", window="all",
+                           path=_LAYERS)),
+    ("aria_text", ModelFamily("Aria text", "linear", "yes", "half", "AriaText", path=_LAYERS)),
+    ("ministral3", ModelFamily("Ministral 3", "linear", "yes", "half", "Ministral3", window="all",
+                               path=_LAYERS, biases="none")),
+    ("nemotron", ModelFamily("Nemotron", "linear", "yes", "half", "Nemotron", path=_LAYERS)),
+    ("vaultgemma", ModelFamily("VaultGemma", "linear", "yes", "half", "VaultGemma",
+                               window="gemma2", scale="gemma2", path=_LAYERS)),
+    # bidirectional encoders with LLaMA's rotated attention
+    # (their checkpoints keep their own packed names, which transformers splits on loading:
+    # GTE's qkv_proj as Phi-3's, Nomic's and Jina's Wqkv as MPT's, query|key|value rows)
+    ("gte", ModelFamily("GTE", "blocks", "no", "half", "Gte",
+                        path=r"encoder\.layer\.[^.]+\.attention\.", biases="all")),
+    ("nomic_bert", ModelFamily("Nomic BERT", "mpt", "no", "half", "NomicBert", out="out_proj",
+                               path=r"encoder\.layers\.[^.]+\.attn\.", biases="none")),
+    ("jina_embeddings_v3", ModelFamily("Jina embeddings v3", "mpt", "no", "half",
+                                       "JinaEmbeddingsV3", out="out_proj",
+                                       path=r"encoder\.layers\.[^.]+\.mixer\.", biases="all")),
+    ("eurobert", ModelFamily("EuroBERT", "linear", "no", "half", "EuroBert", path=_LAYERS)),
     # BART's attention in other encoder-decoders and decoders
     *((model_type, ModelFamily(title, "linear", "prefix", None, classes, out="out_proj",
                                path=_SIDES, biases="all"))
@@ -245,6 +266,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "olmoe": {"rms_norm_eps": 1e-5},
     "flex_olmo": {"rms_norm_eps": 1e-6},
     "apertus": {"rms_norm_eps": 1e-5},
+    "ministral3": {"head_dim": 128},
+    "nemotron": {"partial_rotary_factor": 0.5},
+    "vaultgemma": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+                   "sliding_window": 4096, "head_dim": 256},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096, "head_dim": 256},
 }
@@ -255,12 +280,14 @@ out (an older or hand-written config): read as transformers would read it."""
 ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0,
               "exaone": 500_000.0, "solar_open": 1_000_000.0, "helium": 100_000.0,
               "ernie4_5": 500_000.0, "cwm": 1_000_000.0, "flex_olmo": 500_000.0,
-              "apertus": 12_000_000.0}
+              "apertus": 12_000_000.0, "ernie4_5_moe": 500_000.0, "phimoe": 1_000_000.0,
+              "gte": 160_000.0, "nomic_bert": 1000.0, "jina_embeddings_v3": 20_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
 
-PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe")
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe",
+                  "nemotron")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -328,7 +355,7 @@ ALIASES: dict[str, dict[str, str]] = {
 the key they stand for."""
 
 
-SCALED_BY_DEFAULT = {"cwm": "llama3", "apertus": "llama3"}
+SCALED_BY_DEFAULT = {"cwm": "llama3", "apertus": "llama3", "ministral3": "yarn"}
 """The families whose config class's own default RoPE is scaled: a config.json without
 ``rope_parameters`` is refused rather than guessed."""
 
@@ -345,3 +372,7 @@ the projections (OLMoE clamps after its q/k norm: refused by the key)."""
 NULL_MULTIPLIER_IS_INVERSE_SQRT = {"hyperclovax": True}
 """The families whose config turns a null ``attention_multiplier`` into ``head_dim**-0.5``
 (Granite's attention cannot run with it null)."""
+
+
+SOFTCAP = ("gemma2", "vaultgemma")
+"""The families that soft-cap their scores by ``attn_logit_softcapping``."""
