@@ -308,3 +308,30 @@ def test_each_rotated_encoder_family_matches_its_own_attention_module(
                 gradients |= {f"{b}_{part}_gradient": None for b in ("query", "key", "value")}
         gradients = {name.replace("o_proj", out): grad for name, grad in gradients.items()}
     compare(evidence, y, a, x, gradients)
+
+
+REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "cohere2", "exaone4", "hunyuan_v1_dense",
+                   "modernbert", "mobilebert", "jamba", "diffllama", "llama4_text"]
+
+
+@pytest.fixture(scope="module")
+def saved_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _, folder = build(tmp_path_factory.mktemp("llama"), "llama",
+                      transformers.LlamaConfig(**small()))
+    return folder
+
+
+@pytest.mark.parametrize("model_type", REFUSED_BY_NAME)
+def test_a_family_that_needs_a_new_piece_is_refused_naming_it(
+        saved_llama: Path, tmp_path: Path, model_type: str) -> None:
+    from qkvcli.authoring.model_families import REFUSED_MODELS
+    from tests.test_real_models import _init
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes((saved_llama / "model.safetensors").read_bytes())
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert f'config model_type "{model_type}"' in made.stderr
+    assert REFUSED_MODELS[model_type] in made.stderr

@@ -209,6 +209,55 @@ REFUSED_MODELS = {
                    "and K/V with a separate RoPE part), which qkv does not compute",
     "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
                    "and K/V with a separate RoPE part), which qkv does not compute",
+    **{model_type: "attention sinks (a learned logit per head beside the scores' softmax)"
+       for model_type in ("gpt_oss",)},
+    **{model_type: "an output gate on the attention (a sigmoid of the input multiplies it)"
+       for model_type in ("qwen3_next", "qwen3_5", "qwen3_5_moe")},
+    **{model_type: "multi-head latent attention (low-rank Q and K/V with a separate RoPE "
+       "part)" for model_type in ("longcat_flash", "kimi_linear", "glm4_moe_lite")},
+    **{model_type: "a relative position bias in the scores"
+       for model_type in ("mpnet", "switch_transformers", "pop2piano", "udop", "transfo-xl")},
+    **{model_type: "disentangled (content-to-position) attention"
+       for model_type in ("deberta", "deberta-v2", "sew-d")},
+    **{model_type: "sparse or windowed-global attention (blocks, global tokens)"
+       for model_type in ("big_bird", "bigbird_pegasus", "longformer", "led", "pegasus_x",
+                          "reformer")},
+    **{model_type: "differential attention (two softmax maps subtracted)"
+       for model_type in ("diffllama",)},
+    "llama4_text": "chunked attention, an L2 norm of Q and K and a position-dependent "
+                   "temperature on some layers",
+    "gemma3n_text": "key/value sharing across layers and a norm of V",
+    "funnel": "pooled queries and relative attention",
+    "xlnet": "two-stream relative attention",
+    "esm": "RoPE applied to BERT's query and key after a query scale",
+    "modernbert": "a two-sided (bidirectional) sliding window on local layers",
+    "ultrabert": "a two-sided (bidirectional) sliding window",
+    "mobilebert": "values projected from another input than the queries and keys",
+    "gpt_neox_japanese": "an output dense whose bias is added outside the layer",
+    "falcon_h1": "a key multiplier folded into the scores' scale, in a hybrid layer stack",
+    "hunyuan_v1_dense": "a q/k norm applied after RoPE",
+    "hunyuan_v1_moe": "a q/k norm applied after RoPE",
+    "cohere2": "RoPE on its sliding layers only",
+    "exaone4": "RoPE on its sliding layers only",
+    "exaone_moe": "RoPE on its sliding layers only",
+    **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
+       for model_type in ("jamba", "bamba", "nemotron_h", "recurrent_gemma", "zamba", "zamba2",
+                          "granitemoehybrid", "lfm2", "lfm2_moe", "minimax")},
+    **{model_type: "a multimodal RoPE (positions per modality section)"
+       for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
+    **{model_type: "a multimodal model in one config: give its text model's own config"
+       for model_type in ("mistral3", "llava", "qwen2_vl", "qwen2_5_vl", "glm4v", "aria",
+                          "idefics3", "smolvlm", "paligemma")},
+    "bitnet": "a norm inside the attention before its output projection",
+    "jetmoe": "a mixture of attention heads",
+    "doge": "a dynamic mask learned from the values",
+    "dbrx": "its own packed Wqkv layout with clipping, not yet checked against its module",
+    "openai-gpt": "its own Conv1D attention, not yet checked against its module",
+    "ctrl": "its own projections (Wq, Wk, Wv, dense), not yet checked against its module",
+    "mellum": "a RoPE theta per layer type that qkv does not yet read",
+    "qwen2_moe": "sliding layers by max_window_layers with a window of 0 when off",
+    "t5gemma": "an encoder-decoder of Gemma 2 layers with cross-attention",
+    "fsmt": "its own attention class, not yet checked against its module",
 }
 """Families qkv knows by name and does not compute: what they add, for the refusal."""
 
