@@ -119,3 +119,50 @@ def test_bert_without_its_output_dense_or_its_bias_is_refused(tmp_path: Path,
     made = _init(folder, "--prefix", "encoder.layer.0.attention.self.", "--tokens", "4")
     assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
     assert f'"output.dense.{dropped}"' in made.stderr, made.stderr
+
+
+# Refusals that named another key than the one that caused them (issue 43): each now
+# names the config's own spelling.
+WRONG_KEYS = [
+    ("theta-overflow-nested", {"rope_parameters": {"rope_type": "default", "rope_theta": 5e-324}},
+     "config rope_parameters.rope_theta 5e-324 makes the rotation frequencies"),
+    ("hidden-size-as-d-model", {"hidden_size": None, "d_model": 32},
+     "config d_model 32, but the layer reads inputs 128 wide"),
+    ("hidden-size-as-n-embd", {"hidden_size": None, "n_embd": 32},
+     "config n_embd 32, but the layer reads inputs 128 wide"),
+    ("no-heads", {"num_attention_heads": None}, "config gives no num_attention_heads (or n_head)"),
+]
+
+
+@pytest.mark.parametrize(("edit", "words"), [c[1:] for c in WRONG_KEYS],
+                         ids=[c[0] for c in WRONG_KEYS])
+def test_a_refusal_names_the_key_the_config_spells(tmp_path: Path, edit: dict[str, Any],
+                                                   words: str) -> None:
+    # heads of 64: a theta near 0 overflows theta^(-62/64)
+    config = transformers.LlamaConfig(**_small(hidden_size=128, num_attention_heads=2))
+    _, folder = build(tmp_path, "llama", config)
+    _edit_config(folder, **edit)
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", "4")
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
+
+
+def test_an_encoder_decoder_without_its_heads_names_its_own_key(tmp_path: Path) -> None:
+    config = transformers.BartConfig(
+        d_model=16, encoder_attention_heads=2, decoder_attention_heads=4, encoder_layers=1,
+        decoder_layers=1, encoder_ffn_dim=8, decoder_ffn_dim=8, vocab_size=11,
+        max_position_embeddings=16)
+    _, folder = build(tmp_path, "bart", config)
+    _edit_config(folder, encoder_attention_heads=None)
+    made = _init(folder, "--prefix", "encoder.layers.0.self_attn.", "--tokens", "4")
+    assert made.exit_code == 2, made.output
+    assert "config gives no encoder_attention_heads" in made.stderr, made.stderr
+
+
+def test_a_packed_layer_whose_heads_do_not_divide_names_the_hidden_key(tmp_path: Path) -> None:
+    config = transformers.Phi3Config(**_small(hidden_size=32, pad_token_id=0))
+    _, folder = build(tmp_path, "phi3", config)
+    _edit_config(folder, num_attention_heads=3, num_key_value_heads=3)
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", "4")
+    assert made.exit_code == 2, made.output
+    assert "do not divide hidden_size 32" in made.stderr, made.stderr

@@ -387,6 +387,7 @@ def _scaling(params: dict[str, Any], where: str, config: dict[str, Any], model: 
 def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
           prefix: str, table_dim: int | None = None) -> RopeSpec:
     """The default RoPE of the family (transformers 4 and 5 spellings)."""
+    theta_key = "rope_theta"
     if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
         theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
         if rotary is None and model == "codegen":  # CodeGenAttention: the whole head
@@ -406,7 +407,7 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
         found = _one_of(config, prefix, *_paths(model, THETA_PATHS))
         key, value = found if found is not None else (
             "rope_theta", ROPE_THETA.get(model, 10000.0))
-        theta = _positive(value, key, prefix)
+        theta, theta_key = _positive(value, key, prefix), key
         factor_found = _one_of(config, prefix, *_paths(model, FACTOR_PATHS))
         factor_key, factor = factor_found if factor_found is not None else (
             "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
@@ -426,7 +427,8 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
                                   "whole heads in qkv's reading; refused")
         if dims < 2 or dims % 2:
             said = f" and head_dim {table_dim}" if table_dim else ""
-            raise CheckpointError(prefix, f"config {factor_key} {factor}{said} gives {dims} "
+            whose = "config" if factor_found is not None else f"{model}'s default"
+            raise CheckpointError(prefix, f"{whose} {factor_key} {factor}{said} gives {dims} "
                                   "rotary dimensions; qkv needs an even number of at least 2")
     scaling = None
     found_params = _scaling_params(config, prefix) if model not in ("gptj", "codegen") else None
@@ -442,7 +444,7 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
     except OverflowError:
         largest = math.inf
     if largest == math.inf:
-        raise CheckpointError(prefix, f"config rope_theta {theta!r} makes the rotation "
+        raise CheckpointError(prefix, f"config {theta_key} {theta!r} makes the rotation "
                               f"frequencies theta^(-2i/{dims}) overflow float64")
     if scaling is not None:
         _check_scaling(scaling, dims, prefix)
@@ -483,11 +485,14 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                               "config.json this model's?")
     hidden = _int(config, prefix, *HIDDEN_KEYS)
     if d_model is not None and hidden is not None and hidden != d_model:
-        raise CheckpointError(prefix, f"config hidden size {hidden}, but the layer reads "
+        key = next(k for k in HIDDEN_KEYS if config.get(k) is not None)
+        raise CheckpointError(prefix, f"config {key} {hidden}, but the layer reads "
                               f"inputs {d_model} wide: is config.json this model's?")
     heads = _int(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
-        raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
+        raise CheckpointError(prefix, "config gives no "
+                              f"{' (or '.join(_heads_keys(model, prefix)[:2])}"
+                              f"{')' if len(_heads_keys(model, prefix)) > 1 else ''}")
     if family.naming in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
         widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
     kv_heads = (_int(config, prefix, "num_key_value_heads") if family.naming in ("linear", "blocks")
@@ -795,8 +800,9 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
     head_dim = _int(config, prefix, "head_dim")
     if head_dim is None:
         if hidden is None or hidden % heads:
-            raise CheckpointError(prefix, f"config says {heads} heads, which do not divide the "
-                                  f"hidden size {shown_value(hidden)}")
+            key = next((k for k in HIDDEN_KEYS if config.get(k) is not None), "hidden_size")
+            raise CheckpointError(prefix, f"config says {heads} heads, which do not divide "
+                                  f"{key} {shown_value(hidden)} (and it gives no head_dim)")
         head_dim = hidden // heads
     if rows != (heads + 2 * kv) * head_dim:
         raise CheckpointError(prefix, f"config says {heads} heads and {kv} K/V heads of "
