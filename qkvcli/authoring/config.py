@@ -40,6 +40,7 @@ from qkvcli.authoring.model_families import (
     QK_NORMS,
     REFUSED_KEYS,
     REFUSED_MODELS,
+    ROPE_ON_SLIDING,
     ROPE_THETA,
     SCALED_BY_DEFAULT,
     SOFTCAP,
@@ -842,7 +843,13 @@ def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
 
 
 def _uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: str) -> bool:
-    """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none)."""
+    """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none); Cohere 2 and
+    EXAONE 4 turn only their sliding layers (:data:`ROPE_ON_SLIDING`)."""
+    if model in ROPE_ON_SLIDING:
+        if ROPE_ON_SLIDING[model] and {**DEFAULTS.get(model, {}), **config}.get(
+                "sliding_window") is None:
+            return True  # no window at all: every layer turns
+        return _layer_type(config, model, index, prefix) == "sliding_attention"
     if model != "smollm3":
         return True
     flags = config.get("no_rope_layers")

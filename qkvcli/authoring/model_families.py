@@ -147,6 +147,13 @@ _FAMILIES = (
     ("nemotron", ModelFamily("Nemotron", "linear", "yes", "half", "Nemotron", path=_LAYERS)),
     ("vaultgemma", ModelFamily("VaultGemma", "linear", "yes", "half", "VaultGemma",
                                window="gemma2", scale="gemma2", path=_LAYERS)),
+    # RoPE on the sliding layers only (ROPE_ON_SLIDING)
+    ("cohere2", ModelFamily("Cohere 2", "linear", "yes", "interleaved", "Cohere2", window="types",
+                            path=_LAYERS)),
+    ("exaone4", ModelFamily("EXAONE 4", "linear", "yes", "half", "Exaone4", window="types",
+                            path=_LAYERS, biases="none")),
+    ("exaone_moe", ModelFamily("EXAONE MoE", "linear", "yes", "half", "ExaoneMoe",
+                               window="types", path=_LAYERS, biases="none")),
     # bidirectional encoders with LLaMA's rotated attention
     # (their checkpoints keep their own packed names, which transformers splits on loading:
     # GTE's qkv_proj as Phi-3's, Nomic's and Jina's Wqkv as MPT's, query|key|value rows)
@@ -237,9 +244,6 @@ REFUSED_MODELS = {
     "falcon_h1": "a key multiplier folded into the scores' scale, in a hybrid layer stack",
     "hunyuan_v1_dense": "a q/k norm applied after RoPE",
     "hunyuan_v1_moe": "a q/k norm applied after RoPE",
-    "cohere2": "RoPE on its sliding layers only",
-    "exaone4": "RoPE on its sliding layers only",
-    "exaone_moe": "RoPE on its sliding layers only",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
        for model_type in ("jamba", "bamba", "nemotron_h", "recurrent_gemma", "zamba", "zamba2",
                           "granitemoehybrid", "lfm2", "lfm2_moe", "minimax")},
@@ -316,6 +320,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "flex_olmo": {"rms_norm_eps": 1e-6},
     "apertus": {"rms_norm_eps": 1e-5},
     "ministral3": {"head_dim": 128},
+    "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    "exaone4": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
+    "exaone_moe": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
     "nemotron": {"partial_rotary_factor": 0.5},
     "vaultgemma": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                    "sliding_window": 4096, "head_dim": 256},
@@ -348,7 +355,7 @@ TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key
 QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
             "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0), "dots1": ("head", 0.0),
             "olmoe": ("layer", 0.0), "flex_olmo": ("layer", 0.0), "glm4_moe": ("head", 0.0),
-            "apertus": ("head", 0.0)}
+            "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -379,7 +386,7 @@ not run)."""
 
 
 LAYER_PATTERNS = {"gemma3_text": ("sliding_window_pattern", None),
-                  "olmo3": (None, 4)}
+                  "olmo3": (None, 4), "cohere2": ("sliding_window_pattern", None)}
 """How a family's config derives ``layer_types`` when it gives none: every N-th layer
 is full and the others slide, N read from a key (Gemma3TextConfig's
 ``sliding_window_pattern``, default 6) or fixed (Olmo3Config: 4)."""
@@ -425,3 +432,8 @@ NULL_MULTIPLIER_IS_INVERSE_SQRT = {"hyperclovax": True}
 
 SOFTCAP = ("gemma2", "vaultgemma")
 """The families that soft-cap their scores by ``attn_logit_softcapping``."""
+
+
+ROPE_ON_SLIDING = {"cohere2": False, "exaone4": True, "exaone_moe": True}
+"""The families whose attention turns Q and K on its sliding layers only; ``True``: every
+layer turns when the config has no window at all (EXAONE 4's ``sliding_window is None``)."""
