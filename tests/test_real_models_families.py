@@ -331,7 +331,7 @@ def test_each_rotated_encoder_family_matches_its_own_attention_module(
 
 
 REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "hunyuan_v1_dense",
-                   "modernbert", "mobilebert", "jamba", "diffllama", "llama4_text"]
+                   "modernbert", "mobilebert", "zamba", "diffllama", "llama4_text"]
 
 
 @pytest.fixture(scope="module")
@@ -355,3 +355,49 @@ def test_a_family_that_needs_a_new_piece_is_refused_naming_it(
     assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
     assert f'config model_type "{model_type}"' in made.stderr
     assert REFUSED_MODELS[model_type] in made.stderr
+
+
+_HYBRID = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 11}
+# id, config class, arguments, the softmax layer's prefix, whether it turns Q and K
+HYBRIDS = [
+    ("jamba-unrotated", "JambaConfig",
+     {**_HYBRID, "attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2,
+      "expert_layer_offset": 1, "num_experts": 2, "num_experts_per_tok": 1,
+      "mamba_d_state": 4, "mamba_d_conv": 2, "mamba_expand": 2, "use_mamba_kernels": False},
+     "layers.1.self_attn.", False),
+    ("granitemoehybrid-rope-multiplier", "GraniteMoeHybridConfig",
+     {**_HYBRID, "layer_types": ["mamba", "attention"], "num_local_experts": 2,
+      "num_experts_per_tok": 1, "mamba_n_heads": 2, "mamba_d_head": 16, "mamba_d_state": 4,
+      "mamba_n_groups": 1, "mamba_chunk_size": 4, "shared_intermediate_size": 8,
+      "position_embedding_type": "rope", "attention_multiplier": 0.3},
+     "layers.1.self_attn.", True),
+    ("granitemoehybrid-nope", "GraniteMoeHybridConfig",
+     {**_HYBRID, "layer_types": ["mamba", "attention"], "num_local_experts": 2,
+      "num_experts_per_tok": 1, "mamba_n_heads": 2, "mamba_d_head": 16, "mamba_d_state": 4,
+      "mamba_n_groups": 1, "mamba_chunk_size": 4, "shared_intermediate_size": 8},
+     "layers.1.self_attn.", False),
+    ("nemotron-h-mixer", "NemotronHConfig",
+     {**_HYBRID, "head_dim": 8, "hybrid_override_pattern": "M*", "mamba_num_heads": 2,
+      "mamba_head_dim": 16, "ssm_state_size": 4, "n_groups": 1, "chunk_size": 4},
+     "layers.1.mixer.", False),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "rotated"),
+                         [c[1:] for c in HYBRIDS], ids=[c[0] for c in HYBRIDS])
+def test_a_hybrid_stacks_softmax_layer_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str,
+        rotated: bool) -> None:
+    model, folder = build(tmp_path, "hybrid", getattr(transformers, config_name)(**arguments))
+    evidence = qkv_layer(folder, prefix)
+    assert ("rope" in evidence["config"]) is rotated
+    extra: dict[str, Any] = {}
+    if rotated:
+        cos, sin = float64_tables(model, prefix)
+        extra["position_embeddings"] = (cos, sin)
+    y, a, x, _ = model_run(model, prefix, evidence, **extra)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKVO)))
+    made = real_models._init(folder, "--prefix", prefix.replace(".1.", ".0."), "--force")
+    assert made.exit_code == 2  # the hybrid's other kind of layer is no attention to read

@@ -31,6 +31,7 @@ from qkvcli.authoring.model_families import (
     CLIP_QKV,
     DEFAULTS,
     FAMILIES,
+    HYBRID_LAYERS,
     LAYER_NORMS,
     LAYER_PATTERNS,
     MPT_ATTENTION,
@@ -40,6 +41,7 @@ from qkvcli.authoring.model_families import (
     QK_NORMS,
     REFUSED_KEYS,
     REFUSED_MODELS,
+    ROPE_BY_KEY,
     ROPE_ON_SLIDING,
     ROPE_THETA,
     SCALED_BY_DEFAULT,
@@ -231,6 +233,8 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
                                   "compute")
     position = config.get("position_embedding_type", "absolute")
+    if model in ROPE_BY_KEY and ROPE_BY_KEY[model][0] == "position_embedding_type":
+        position = None  # read as the family's switch of RoPE (_uses_rope)
     if position not in (None, "absolute"):
         raise CheckpointError(prefix, f"config position_embedding_type {shown_value(position)}: qkv "
                               "computes no relative position scores")
@@ -518,7 +522,14 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     _check_layer_count(config, model, index, prefix)
     for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
         if config.get(key) is not None:
-            _listed_type(config, key, 0, ("full_attention", "sliding_attention"), prefix)
+            other = HYBRID_LAYERS.get(model, ())  # a hybrid's layers of another kind
+            _listed_type(config, key, 0, ("full_attention", "sliding_attention", *other),
+                         prefix)
+            here = _listed_type(config, key, index, ("full_attention", "sliding_attention",
+                                                     *other), prefix) if other else None
+            if here in other:
+                raise CheckpointError(prefix, f"config layer_types calls this layer "
+                                      f"{shown_value(here)}: not a softmax attention layer")
     if family.window is None and config.get("sliding_window") is not None:
         raise CheckpointError(prefix, f"config sliding_window {shown_value(config['sliding_window'])}:"
                               f" {model}'s attention has no sliding window in transformers; "
@@ -845,6 +856,13 @@ def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
 def _uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: str) -> bool:
     """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none); Cohere 2 and
     EXAONE 4 turn only their sliding layers (:data:`ROPE_ON_SLIDING`)."""
+    if model in ROPE_BY_KEY:  # GraniteMoeHybrid: position_embedding_type "rope", or none
+        key, wanted = ROPE_BY_KEY[model]
+        value = config.get(key)
+        if value not in (None, wanted, "nope"):
+            raise CheckpointError(prefix, f"config {key} {shown_value(value)}: {model} reads "
+                                  f"{shown_value(wanted)} (RoPE) or none; refused")
+        return bool(value == wanted)
     if model in ROPE_ON_SLIDING:
         if ROPE_ON_SLIDING[model] and {**DEFAULTS.get(model, {}), **config}.get(
                 "sliding_window") is None:

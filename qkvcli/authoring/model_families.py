@@ -154,6 +154,13 @@ _FAMILIES = (
                             path=_LAYERS, biases="none")),
     ("exaone_moe", ModelFamily("EXAONE MoE", "linear", "yes", "half", "ExaoneMoe",
                                window="types", path=_LAYERS, biases="none")),
+    # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
+    ("jamba", ModelFamily("Jamba", "linear", "yes", None, "Jamba", path=_LAYERS,
+                          biases="none")),
+    ("granitemoehybrid", ModelFamily("Granite-MoE hybrid", "linear", "yes", "half",
+                                     "GraniteMoeHybrid", scale="granite", path=_LAYERS)),
+    ("nemotron_h", ModelFamily("Nemotron-H", "linear", "yes", None, "NemotronH",
+                               path=r"layers\.[^.]+\.mixer\.", biases="none")),
     # bidirectional encoders with LLaMA's rotated attention
     # (their checkpoints keep their own packed names, which transformers splits on loading:
     # GTE's qkv_proj as Phi-3's, Nomic's and Jina's Wqkv as MPT's, query|key|value rows)
@@ -245,8 +252,8 @@ REFUSED_MODELS = {
     "hunyuan_v1_dense": "a q/k norm applied after RoPE",
     "hunyuan_v1_moe": "a q/k norm applied after RoPE",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
-       for model_type in ("jamba", "bamba", "nemotron_h", "recurrent_gemma", "zamba", "zamba2",
-                          "granitemoehybrid", "lfm2", "lfm2_moe", "minimax")},
+       for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2", "lfm2_moe",
+                          "minimax")},
     **{model_type: "a multimodal RoPE (positions per modality section)"
        for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
     **{model_type: "a multimodal model in one config: give its text model's own config"
@@ -320,6 +327,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "flex_olmo": {"rms_norm_eps": 1e-6},
     "apertus": {"rms_norm_eps": 1e-5},
     "ministral3": {"head_dim": 128},
+    "granitemoehybrid": {"attention_multiplier": 1.0},
+    "nemotron_h": {"head_dim": 128},
     "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "exaone4": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
     "exaone_moe": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
@@ -437,3 +446,13 @@ SOFTCAP = ("gemma2", "vaultgemma")
 ROPE_ON_SLIDING = {"cohere2": False, "exaone4": True, "exaone_moe": True}
 """The families whose attention turns Q and K on its sliding layers only; ``True``: every
 layer turns when the config has no window at all (EXAONE 4's ``sliding_window is None``)."""
+
+
+HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_attention",),
+                 "nemotron_h": ("linear_attention", "mlp", "moe")}
+"""The hybrid families whose ``layer_types`` also list layers that are not softmax
+attention: a prefix naming one of those is refused."""
+
+
+ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
+"""The families whose attention turns Q and K only when a config key has a value."""
