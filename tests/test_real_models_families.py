@@ -121,6 +121,20 @@ DECODERS = [
      {"window": 2, "softcap": 3.0, "scale": 12 ** -0.5}),
     ("vaultgemma-full", "VaultGemmaConfig", small(sliding_window=2), 1, QKVO,
      {"window": None, "softcap": 50.0}),
+    ("mellum-sliding-theta", "MellumConfig",
+     small(sliding_window=2, layer_types=SLIDING, attention_bias=True, **_MOE), 0, NORMS,
+     {"window": 2, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"}}),
+    ("mellum-full-theta", "MellumConfig", small(sliding_window=2, layer_types=SLIDING, **_MOE),
+     1, NORMS, {"window": None, "rope": {"theta": 500000.0, "dims": 8, "layout": "half"}}),
+    ("qwen2-moe-sliding", "Qwen2MoeConfig",
+     small(use_sliding_window=True, sliding_window=2, layer_types=SLIDING,
+           shared_expert_intermediate_size=8, **_MOE), 0, QKVO, {"window": 2}),
+    ("qwen2-moe-no-window-flag", "Qwen2MoeConfig",
+     small(shared_expert_intermediate_size=8, **_MOE), 0, QKVO, {"window": None}),
+    ("lfm2-layernorm-per-head", "Lfm2Config",
+     small(layer_types=["conv", "full_attention"], norm_eps=1e-3), 1,
+     ("q_proj", "k_proj", "v_proj", "out_proj", "q_layernorm", "k_layernorm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0}}),
 ]
 # the packed names their checkpoints keep: the stored prefix, the packed and output tensors
 STORED = {"GteConfig": ("encoder.layer.0.attention.", "qkv_proj", "o_proj"),
@@ -234,6 +248,11 @@ def test_each_encoder_decoder_family_matches_its_own_attention_module(
 
 
 DECODER_ONLY = [
+    ("openai-gpt", "OpenAIGPTConfig", {"n_embd": 16, "n_head": 2, "n_layer": 1,
+                                       "vocab_size": 11, "n_positions": 16}),
+    ("trocr", "TrOCRConfig", {"d_model": 16, "decoder_attention_heads": 2, "decoder_layers": 1,
+                              "decoder_ffn_dim": 8, "vocab_size": 11,
+                              "max_position_embeddings": 16, "pad_token_id": 1}),
     ("xglm", "XGLMConfig", {"d_model": 16, "attention_heads": 2, "num_layers": 1,
                             "ffn_dim": 8, "vocab_size": 11, "max_position_embeddings": 16}),
     ("biogpt", "BioGptConfig", {"hidden_size": 16, "num_attention_heads": 2,
@@ -247,18 +266,24 @@ DECODER_ONLY = [
                          ids=[c[0] for c in DECODER_ONLY])
 def test_each_unrotated_decoder_family_matches_its_own_attention_module(
         tmp_path: Path, config_name: str, arguments: dict[str, Any]) -> None:
-    model, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments))
-    prefix = "layers.0.self_attn."
+    prefix, head = {"OpenAIGPTConfig": ("h.0.attn.", None),
+                    "TrOCRConfig": ("model.decoder.layers.0.self_attn.",
+                                    transformers.AutoModelForCausalLM)}.get(
+        config_name, ("layers.0.self_attn.", None))
+    model, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments),
+                          head)
     evidence = qkv_layer(folder, prefix)
     assert evidence["config"]["causal"] is True and "rope" not in evidence["config"]
     # XGLM clamps its scores with torch.full((), finfo(float64).min) in the default dtype
     saved = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        y, a, x, _ = model_run(model, prefix, evidence)
+        y, a, x, _ = model_run(model, prefix, evidence, output_attentions=True)
     finally:
         torch.set_default_dtype(saved)
-    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKV_OUT)))
+    gradients = (real_models.gpt2_gradients(model, prefix) if config_name == "OpenAIGPTConfig"
+                 else own_gradients(model, *(prefix + m for m in QKV_OUT)))
+    compare(evidence, y, a, x, gradients)
 
 
 _BERT = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,

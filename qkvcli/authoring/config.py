@@ -38,6 +38,7 @@ from qkvcli.authoring.model_families import (
     NULL_MULTIPLIER_IS_INVERSE_SQRT,
     PARTIAL_ROTARY,
     QK_NORM_FLAGS,
+    QK_NORM_MODULES,
     QK_NORMS,
     REFUSED_KEYS,
     REFUSED_MODELS,
@@ -49,6 +50,7 @@ from qkvcli.authoring.model_families import (
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
+    WINDOW_FLAGS,
     ModelFamily,
 )
 from qkvcli.core.errors import QkvError
@@ -663,7 +665,8 @@ def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | 
         return None
     span, offset = QK_NORMS[model]
     eps = _positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
-    return NormFunction(span, eps, offset)
+    return NormFunction(span, eps, offset,
+                        modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")))
 
 
 def _mpt(config: dict[str, Any], heads: int, head_dim: int,
@@ -764,13 +767,14 @@ def _type_rope(config: dict[str, Any], model: str, layer_type: str, dims: int, l
         theta = _positive(flat, str(flat_key), prefix)
     else:
         loose = config.get("rope_theta")
-        if model == "olmo3" and loose is not None and loose != default:
+        if flat_key is None and loose is not None and loose != default:
+            title = FAMILIES[model].title
             raise CheckpointError(prefix, f"config rope_theta {shown_value(loose)} and no "
                                   f"rope_parameters.{layer_type}.rope_theta: transformers 5's "
-                                  f"OLMo 3 gives its {layer_type} layers {default} (rope_theta "
-                                  "sets the full layers' only), transformers 4's gave every "
-                                  "layer rope_theta; refused (give rope_parameters per layer "
-                                  "type)")
+                                  f"{title} gives its {layer_type} layers {default} "
+                                  "(rope_theta sets the full layers' only, if any), "
+                                  "transformers 4's gave every layer rope_theta; refused (give "
+                                  "rope_parameters per layer type)")
         theta = default
     return RopeSpec(theta, dims, layout, scaling)
 
@@ -986,6 +990,16 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             layer_type = "sliding_attention" if (index + 1) % 2 else "full_attention"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
     elif rule == "types":  # Gemma 3, OLMo 3: layer_types, else the family's pattern
+        flag = WINDOW_FLAGS.get(model)
+        if flag is not None and not _flag(config, flag, False, prefix):
+            # Qwen2MoeConfig: no window without the flag (its sliding_window becomes 0)
+            if (_listed_type(config, "layer_types", index,
+                             ("full_attention", "sliding_attention"), prefix)
+                    == "sliding_attention"):
+                raise CheckpointError(prefix, f"config layer_types calls this layer "
+                                      f"\"sliding_attention\" but {flag} is false (no "
+                                      "window): transformers cannot slide it; refused")
+            return None
         key, sliding = "sliding_window", _layer_type(config, model, index, prefix) == (
             "sliding_attention")
         if sliding and settings.get(key) is None:

@@ -154,6 +154,16 @@ _FAMILIES = (
                             path=_LAYERS, biases="none")),
     ("exaone_moe", ModelFamily("EXAONE MoE", "linear", "yes", "half", "ExaoneMoe",
                                window="types", path=_LAYERS, biases="none")),
+    ("mellum", ModelFamily("Mellum", "linear", "yes", "half", "Mellum", window="types",
+                           path=_LAYERS)),
+    ("qwen2_moe", ModelFamily("Qwen2-MoE", "linear", "yes", "half", "Qwen2Moe", window="types",
+                              path=_LAYERS, biases="qkv_bias|")),
+    ("openai-gpt", ModelFamily("OpenAI GPT", "gpt2", "yes", None, "OpenAIGPT", out="c_proj",
+                               biases="all")),
+    ("trocr", ModelFamily("TrOCR decoder", "linear", "prefix", None, "TrOCR", out="out_proj",
+                          path=_SIDES, biases="all")),
+    ("lfm2", ModelFamily("LFM2", "linear", "yes", "half", "Lfm2", out="out_proj", path=_LAYERS,
+                         biases="none")),
     # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
     ("jamba", ModelFamily("Jamba", "linear", "yes", None, "Jamba", path=_LAYERS,
                           biases="none")),
@@ -252,7 +262,7 @@ REFUSED_MODELS = {
     "hunyuan_v1_dense": "a q/k norm applied after RoPE",
     "hunyuan_v1_moe": "a q/k norm applied after RoPE",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
-       for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2", "lfm2_moe",
+       for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2_moe",
                           "minimax")},
     **{model_type: "a multimodal RoPE (positions per modality section)"
        for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
@@ -263,10 +273,7 @@ REFUSED_MODELS = {
     "jetmoe": "a mixture of attention heads",
     "doge": "a dynamic mask learned from the values",
     "dbrx": "its own packed Wqkv layout with clipping, not yet checked against its module",
-    "openai-gpt": "its own Conv1D attention, not yet checked against its module",
     "ctrl": "its own projections (Wq, Wk, Wv, dense), not yet checked against its module",
-    "mellum": "a RoPE theta per layer type that qkv does not yet read",
-    "qwen2_moe": "sliding layers by max_window_layers with a window of 0 when off",
     "t5gemma": "an encoder-decoder of Gemma 2 layers with cross-attention",
     "fsmt": "its own attention class, not yet checked against its module",
 }
@@ -328,6 +335,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "apertus": {"rms_norm_eps": 1e-5},
     "ministral3": {"head_dim": 128},
     "granitemoehybrid": {"attention_multiplier": 1.0},
+    "mellum": {"head_dim": 128, "sliding_window": 1024, "rms_norm_eps": 1e-6},
+    "qwen2_moe": {"qkv_bias": True, "sliding_window": 4096, "rms_norm_eps": 1e-6},
+    "lfm2": {"rms_norm_eps": 1e-5},
     "nemotron_h": {"head_dim": 128},
     "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "exaone4": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
@@ -346,7 +356,7 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
               "exaone": 500_000.0, "solar_open": 1_000_000.0, "helium": 100_000.0,
               "ernie4_5": 500_000.0, "cwm": 1_000_000.0, "flex_olmo": 500_000.0,
               "apertus": 12_000_000.0, "ernie4_5_moe": 500_000.0, "phimoe": 1_000_000.0,
-              "gte": 160_000.0, "nomic_bert": 1000.0, "jina_embeddings_v3": 20_000.0}
+              "gte": 160_000.0, "lfm2": 1_000_000.0, "nomic_bert": 1000.0, "jina_embeddings_v3": 20_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
@@ -364,7 +374,8 @@ TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key
 QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
             "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0), "dots1": ("head", 0.0),
             "olmoe": ("layer", 0.0), "flex_olmo": ("layer", 0.0), "glm4_moe": ("head", 0.0),
-            "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0)}
+            "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0),
+            "mellum": ("head", 0.0), "lfm2": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -402,6 +413,7 @@ is full and the others slide, N read from a key (Gemma3TextConfig's
 
 
 TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
+    "mellum": {"full_attention": (None, 500_000.0), "sliding_attention": (None, 10_000.0)},
     "gemma3_text": {"full_attention": ("rope_theta", 1_000_000.0),
                     "sliding_attention": ("rope_local_base_freq", 10_000.0)},
     "olmo3": {"full_attention": ("rope_theta", 500_000.0),
@@ -412,6 +424,7 @@ TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
 
 
 ALIASES: dict[str, dict[str, str]] = {
+    "lfm2": {"norm_eps": "rms_norm_eps"},
     "xglm": {"attention_heads": "num_attention_heads", "num_layers": "num_hidden_layers"},
     "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
@@ -449,6 +462,7 @@ layer turns when the config has no window at all (EXAONE 4's ``sliding_window is
 
 
 HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_attention",),
+                 "lfm2": ("conv",),
                  "nemotron_h": ("linear_attention", "mlp", "moe")}
 """The hybrid families whose ``layer_types`` also list layers that are not softmax
 attention: a prefix naming one of those is refused."""
@@ -456,3 +470,11 @@ attention: a prefix naming one of those is refused."""
 
 ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
 """The families whose attention turns Q and K only when a config key has a value."""
+
+
+QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm")}
+"""The families of :data:`QK_NORMS` whose norms' modules have other names."""
+
+
+WINDOW_FLAGS = {"qwen2_moe": "use_sliding_window"}
+"""The families whose sliding layers slide only when a config flag is on."""
