@@ -699,8 +699,9 @@ def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: s
     """A Gemma 3 or OLMo 3 layer's type: ``layer_types``, else every N-th layer
     (:data:`LAYER_PATTERNS`) is full and the others slide, as the family's config
     derives it."""
-    layer_type = _listed_type(config, "layer_types", index, ("full_attention", "sliding_attention"),
-                       prefix)
+    layer_type = _listed_type(config, "layer_types", index, ("full_attention", "sliding_attention",
+                                                              *HYBRID_LAYERS.get(model, ())),
+                              prefix)
     if layer_type is not None:
         return layer_type
     title = FAMILIES[model].title

@@ -164,6 +164,15 @@ _FAMILIES = (
                           path=_SIDES, biases="all")),
     ("lfm2", ModelFamily("LFM2", "linear", "yes", "half", "Lfm2", out="out_proj", path=_LAYERS,
                          biases="none")),
+    ("jais2", ModelFamily("Jais 2", "linear", "yes", "half", "Jais2", path=_LAYERS)),
+    ("apertus1p5_text", ModelFamily("Apertus 1.5 text", "linear", "yes", "half",
+                                    "Apertus1p5Text", path=_LAYERS)),
+    ("kolibri1", ModelFamily("Kolibri 1", "linear", "yes", "half", "Kolibri1", window="types",
+                             path=_LAYERS, biases="none")),
+    ("olmo_hybrid", ModelFamily("OLMo hybrid", "linear", "yes", "half", "OlmoHybrid",
+                                path=_LAYERS)),
+    ("lara_mini", ModelFamily("Lara mini", "linear", "yes", "half", "LaraMini", window="types",
+                              path=_LAYERS)),
     # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
     ("jamba", ModelFamily("Jamba", "linear", "yes", None, "Jamba", path=_LAYERS,
                           biases="none")),
@@ -261,6 +270,16 @@ REFUSED_MODELS = {
     "falcon_h1": "a key multiplier folded into the scores' scale, in a hybrid layer stack",
     "hunyuan_v1_dense": "a q/k norm applied after RoPE",
     "hunyuan_v1_moe": "a q/k norm applied after RoPE",
+    "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
+    "nanochat": "a q/k RMSNorm without a learned weight",
+    "youtu": "multi-head latent attention (low-rank Q and K/V with a separate RoPE part)",
+    "granite_swa": "attention sinks (a learned logit per head beside the scores' softmax)",
+    "granitemoe_swa": "attention sinks (a learned logit per head beside the scores' softmax)",
+    "flint": "attention sinks (a softmax offset per head)",
+    "laguna": "an output gate on the attention (g_proj)",
+    "afmoe": "an output gate on the attention (gate_proj)",
+    "beam": "an output gate on the attention (gate_proj)",
+    "dory": "a gated, differential-style attention (g_proj, s_gate, lambdas)",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
        for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2_moe",
                           "minimax")},
@@ -335,6 +354,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "apertus": {"rms_norm_eps": 1e-5},
     "ministral3": {"head_dim": 128},
     "granitemoehybrid": {"attention_multiplier": 1.0},
+    "jais2": {"attention_bias": True},
+    "apertus1p5_text": {"rms_norm_eps": 1e-5},
+    "kolibri1": {"head_dim": 128, "sliding_window": 513, "rms_norm_eps": 1e-6},
+    "olmo_hybrid": {"rms_norm_eps": 1e-6},
+    "lara_mini": {"head_dim": 128, "sliding_window": 512, "rms_norm_eps": 1e-6},
     "mellum": {"head_dim": 128, "sliding_window": 1024, "rms_norm_eps": 1e-6},
     "qwen2_moe": {"qkv_bias": True, "sliding_window": 4096, "rms_norm_eps": 1e-6},
     "lfm2": {"rms_norm_eps": 1e-5},
@@ -356,7 +380,8 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
               "exaone": 500_000.0, "solar_open": 1_000_000.0, "helium": 100_000.0,
               "ernie4_5": 500_000.0, "cwm": 1_000_000.0, "flex_olmo": 500_000.0,
               "apertus": 12_000_000.0, "ernie4_5_moe": 500_000.0, "phimoe": 1_000_000.0,
-              "gte": 160_000.0, "lfm2": 1_000_000.0, "nomic_bert": 1000.0, "jina_embeddings_v3": 20_000.0}
+              "gte": 160_000.0, "lfm2": 1_000_000.0, "apertus1p5_text": 12_000_000.0,
+              "nomic_bert": 1000.0, "jina_embeddings_v3": 20_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
@@ -375,7 +400,8 @@ QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer
             "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0), "dots1": ("head", 0.0),
             "olmoe": ("layer", 0.0), "flex_olmo": ("layer", 0.0), "glm4_moe": ("head", 0.0),
             "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0),
-            "mellum": ("head", 0.0), "lfm2": ("head", 0.0)}
+            "mellum": ("head", 0.0), "lfm2": ("head", 0.0), "apertus1p5_text": ("head", 0.0),
+            "kolibri1": ("head", 0.0), "olmo_hybrid": ("layer", 0.0), "lara_mini": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -433,7 +459,8 @@ ALIASES: dict[str, dict[str, str]] = {
 the key they stand for."""
 
 
-SCALED_BY_DEFAULT = {"cwm": "llama3", "apertus": "llama3", "ministral3": "yarn"}
+SCALED_BY_DEFAULT = {"cwm": "llama3", "apertus": "llama3", "ministral3": "yarn",
+                     "apertus1p5_text": "llama3"}
 """The families whose config class's own default RoPE is scaled: a config.json without
 ``rope_parameters`` is refused rather than guessed."""
 
@@ -456,13 +483,14 @@ SOFTCAP = ("gemma2", "vaultgemma")
 """The families that soft-cap their scores by ``attn_logit_softcapping``."""
 
 
-ROPE_ON_SLIDING = {"cohere2": False, "exaone4": True, "exaone_moe": True}
+ROPE_ON_SLIDING = {"cohere2": False, "exaone4": True, "exaone_moe": True, "kolibri1": True}
 """The families whose attention turns Q and K on its sliding layers only; ``True``: every
 layer turns when the config has no window at all (EXAONE 4's ``sliding_window is None``)."""
 
 
 HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_attention",),
-                 "lfm2": ("conv",),
+                 "lfm2": ("conv",), "olmo_hybrid": ("linear_attention",),
+                 "lara_mini": ("linear_attention",),
                  "nemotron_h": ("linear_attention", "mlp", "moe")}
 """The hybrid families whose ``layer_types`` also list layers that are not softmax
 attention: a prefix naming one of those is refused."""
