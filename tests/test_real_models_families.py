@@ -144,6 +144,12 @@ DECODERS = [
     ("lara-mini-sliding", "LaraMiniConfig",
      small(layer_types=["linear_attention", "sliding_attention"], sliding_window=2), 1, NORMS,
      {"window": 2}),
+    ("minimax-m2-layer-norm-partial", "MiniMaxM2Config",
+     small(rotary_dim=4, num_local_experts=2, num_experts_per_tok=1, pad_token_id=0), 0, NORMS,
+     {"rope": {"theta": 5000000.0, "dims": 4, "layout": "half"},
+      "qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
+    ("hy-v3-qk-norm", "HYV3Config", small(attention_bias=True, pad_token_id=0), 0, NORMS,
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
     ("lfm2-layernorm-per-head", "Lfm2Config",
      small(layer_types=["conv", "full_attention"], norm_eps=1e-3), 1,
      ("q_proj", "k_proj", "v_proj", "out_proj", "q_layernorm", "k_layernorm"),
@@ -439,3 +445,4 @@ def test_a_hybrid_stacks_softmax_layer_matches_its_own_attention_module(
     compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKVO)))
     made = real_models._init(folder, "--prefix", prefix.replace(".1.", ".0."), "--force")
     assert made.exit_code == 2  # the hybrid's other kind of layer is no attention to read
+

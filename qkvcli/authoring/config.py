@@ -45,6 +45,7 @@ from qkvcli.authoring.model_families import (
     ROPE_BY_KEY,
     ROPE_ON_SLIDING,
     ROPE_THETA,
+    ROTARY_DIM,
     SCALED_BY_DEFAULT,
     SOFTCAP,
     SUPPORTED,
@@ -418,6 +419,12 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
         factor_found = _one_of(config, prefix, *_paths(model, FACTOR_PATHS))
         factor_key, factor = factor_found if factor_found is not None else (
             "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
+        rotary = config.get("rotary_dim") if model in ROTARY_DIM else None
+        if factor_found is None and rotary is not None:  # MiniMaxM2Config: the older spelling
+            if type(rotary) is not int or rotary <= 0:
+                raise CheckpointError(prefix, "config rotary_dim must be a positive integer, "
+                                      f"got {shown_value(rotary)}")
+            factor_key, factor = "rotary_dim", rotary / head_dim
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
             raise CheckpointError(prefix, f"config {factor_key} must be in (0, 1], got "
                                   f"{shown_value(factor)}")

@@ -20,7 +20,7 @@ class ModelFamily(Record):
 
     title: str
     naming: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
-    causal: str  # "yes", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
+    causal: str  # "yes", "no", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
     rope: str | None  # None, or RoPE's layout: "half" (rotate_half), "interleaved"
     classes: str  # the start of its transformers classes' names (config "architectures")
     window: str | None = None  # how its config gives a sliding window (see _window)
@@ -173,6 +173,9 @@ _FAMILIES = (
                                 path=_LAYERS)),
     ("lara_mini", ModelFamily("Lara mini", "linear", "yes", "half", "LaraMini", window="types",
                               path=_LAYERS)),
+    ("minimax_m2", ModelFamily("MiniMax-M2", "linear", "yes", "half", "MiniMaxM2", path=_LAYERS,
+                               biases="none")),
+    ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
     # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
     ("jamba", ModelFamily("Jamba", "linear", "yes", None, "Jamba", path=_LAYERS,
                           biases="none")),
@@ -272,6 +275,9 @@ REFUSED_MODELS = {
     "hunyuan_v1_moe": "a q/k norm applied after RoPE",
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
+    "embedding_gemma2_text": "a norm of V beside its q/k norms",
+    "timesfm2_5": "a learned per-dimension scale of Q (softplus)",
+    "glm_ocr_text": "a multimodal RoPE (positions per modality section)",
     "youtu": "multi-head latent attention (low-rank Q and K/V with a separate RoPE part)",
     "granite_swa": "attention sinks (a learned logit per head beside the scores' softmax)",
     "granitemoe_swa": "attention sinks (a learned logit per head beside the scores' softmax)",
@@ -355,6 +361,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "ministral3": {"head_dim": 128},
     "granitemoehybrid": {"attention_multiplier": 1.0},
     "jais2": {"attention_bias": True},
+    "minimax_m2": {"head_dim": 128, "rms_norm_eps": 1e-6},
+    "hy_v3": {"head_dim": 128, "rms_norm_eps": 1e-5},
     "apertus1p5_text": {"rms_norm_eps": 1e-5},
     "kolibri1": {"head_dim": 128, "sliding_window": 513, "rms_norm_eps": 1e-6},
     "olmo_hybrid": {"rms_norm_eps": 1e-6},
@@ -381,13 +389,14 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
               "ernie4_5": 500_000.0, "cwm": 1_000_000.0, "flex_olmo": 500_000.0,
               "apertus": 12_000_000.0, "ernie4_5_moe": 500_000.0, "phimoe": 1_000_000.0,
               "gte": 160_000.0, "lfm2": 1_000_000.0, "apertus1p5_text": 12_000_000.0,
-              "nomic_bert": 1000.0, "jina_embeddings_v3": 20_000.0}
+              "nomic_bert": 1000.0, "minimax_m2": 5_000_000.0, "hy_v3": 11_158_840.0,
+              "jina_embeddings_v3": 20_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
 
 PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe",
-                  "nemotron")
+                  "nemotron", "minimax_m2")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -401,7 +410,8 @@ QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer
             "olmoe": ("layer", 0.0), "flex_olmo": ("layer", 0.0), "glm4_moe": ("head", 0.0),
             "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0),
             "mellum": ("head", 0.0), "lfm2": ("head", 0.0), "apertus1p5_text": ("head", 0.0),
-            "kolibri1": ("head", 0.0), "olmo_hybrid": ("layer", 0.0), "lara_mini": ("head", 0.0)}
+            "kolibri1": ("head", 0.0), "olmo_hybrid": ("layer", 0.0), "lara_mini": ("head", 0.0),
+            "minimax_m2": ("layer", 0.0), "hy_v3": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -506,3 +516,8 @@ QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm")}
 
 WINDOW_FLAGS = {"qwen2_moe": "use_sliding_window"}
 """The families whose sliding layers slide only when a config flag is on."""
+
+
+ROTARY_DIM = ("minimax_m2",)
+"""The families whose config may give the rotated width as ``rotary_dim`` (read as the
+factor ``rotary_dim / head_dim`` when no ``partial_rotary_factor`` is given)."""
