@@ -911,6 +911,10 @@ def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int |
     if rule == "gemma2":  # Gemma2Attention: query_pre_attn_scalar**-0.5, not head_dim's
         value = config.get("query_pre_attn_scalar")
         return float(_positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
+    if rule == "key_multiplier":  # Falcon-H1 multiplies K by it: the scores, by linearity
+        value = config.get("key_multiplier")
+        multiplier = _positive(1.0 if value is None else value, "key_multiplier", prefix)
+        return float(multiplier * head_dim ** -0.5)
     if rule == "granite":
         value = config.get("attention_multiplier")
         if value is None and null_is_default:  # HyperCLOVAXConfig: null is head_dim**-0.5

@@ -35,7 +35,8 @@ WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_slidin
            "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers"}
 SCALES = {"gpt2": "scale_attn_weights, scale_attn_by_inverse_layer_idx",
           "bigcode": "scale_attn_weights", "gemma2": "scale query_pre_attn_scalar^-0.5",
-          "granite": "scale attention_multiplier", "one": "unscaled scores"}
+          "granite": "scale attention_multiplier", "one": "unscaled scores",
+          "key_multiplier": "scale key_multiplier / sqrt(d_head)"}
 ALIBI = {"bloom": "ALiBi", "falcon": "RoPE or ALiBi (alibi)", "mpt": "ALiBi, clip_qkv"}
 
 

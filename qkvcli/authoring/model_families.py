@@ -177,6 +177,10 @@ _FAMILIES = (
                                biases="none")),
     ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
     # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
+    ("falcon_h1", ModelFamily("Falcon-H1", "linear", "yes", "half", "FalconH1",
+                              scale="key_multiplier", path=_LAYERS)),
+    ("minimax", ModelFamily("MiniMax", "linear", "yes", "half", "MiniMax", window="all",
+                            path=_LAYERS, biases="none")),
     ("jamba", ModelFamily("Jamba", "linear", "yes", None, "Jamba", path=_LAYERS,
                           biases="none")),
     ("granitemoehybrid", ModelFamily("Granite-MoE hybrid", "linear", "yes", "half",
@@ -270,7 +274,6 @@ REFUSED_MODELS = {
     "ultrabert": "a two-sided (bidirectional) sliding window",
     "mobilebert": "values projected from another input than the queries and keys",
     "gpt_neox_japanese": "an output dense whose bias is added outside the layer",
-    "falcon_h1": "a key multiplier folded into the scores' scale, in a hybrid layer stack",
     "hunyuan_v1_dense": "a q/k norm applied after RoPE",
     "hunyuan_v1_moe": "a q/k norm applied after RoPE",
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
@@ -287,8 +290,7 @@ REFUSED_MODELS = {
     "beam": "an output gate on the attention (gate_proj)",
     "dory": "a gated, differential-style attention (g_proj, s_gate, lambdas)",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
-       for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2_moe",
-                          "minimax")},
+       for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2_moe")},
     **{model_type: "a multimodal RoPE (positions per modality section)"
        for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
     **{model_type: "a multimodal model in one config: give its text model's own config"
@@ -363,6 +365,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "jais2": {"attention_bias": True},
     "minimax_m2": {"head_dim": 128, "rms_norm_eps": 1e-6},
     "hy_v3": {"head_dim": 128, "rms_norm_eps": 1e-5},
+    "falcon_h1": {"key_multiplier": 1.0},
     "apertus1p5_text": {"rms_norm_eps": 1e-5},
     "kolibri1": {"head_dim": 128, "sliding_window": 513, "rms_norm_eps": 1e-6},
     "olmo_hybrid": {"rms_norm_eps": 1e-6},
@@ -390,7 +393,7 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
               "apertus": 12_000_000.0, "ernie4_5_moe": 500_000.0, "phimoe": 1_000_000.0,
               "gte": 160_000.0, "lfm2": 1_000_000.0, "apertus1p5_text": 12_000_000.0,
               "nomic_bert": 1000.0, "minimax_m2": 5_000_000.0, "hy_v3": 11_158_840.0,
-              "jina_embeddings_v3": 20_000.0}
+              "jina_embeddings_v3": 20_000.0, "minimax": 1_000_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
@@ -500,7 +503,7 @@ layer turns when the config has no window at all (EXAONE 4's ``sliding_window is
 
 HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_attention",),
                  "lfm2": ("conv",), "olmo_hybrid": ("linear_attention",),
-                 "lara_mini": ("linear_attention",),
+                 "lara_mini": ("linear_attention",), "minimax": ("linear_attention",),
                  "nemotron_h": ("linear_attention", "mlp", "moe")}
 """The hybrid families whose ``layer_types`` also list layers that are not softmax
 attention: a prefix naming one of those is refused."""
