@@ -421,6 +421,10 @@ HYBRIDS = [
       "num_experts_per_tok": 1, "mamba_n_heads": 2, "mamba_d_head": 16, "mamba_d_state": 4,
       "mamba_n_groups": 1, "mamba_chunk_size": 4, "shared_intermediate_size": 8},
      "layers.1.self_attn.", False),
+    ("bamba-partial", "BambaConfig",
+     {**_HYBRID, "attn_layer_indices": [1], "mamba_n_heads": 2, "mamba_d_head": 16,
+      "mamba_d_state": 4, "mamba_n_groups": 1, "mamba_chunk_size": 4, "mamba_expand": 2,
+      "attention_bias": True}, "layers.1.self_attn.", True),
     ("falcon-h1-key-multiplier", "FalconH1Config",
      {**_HYBRID, "head_dim": 8, "key_multiplier": 0.7, "attention_bias": True,
       "mamba_d_ssm": 16, "mamba_n_heads": 2, "mamba_d_head": 8, "mamba_d_state": 4,
@@ -456,3 +460,20 @@ def test_a_hybrid_stacks_softmax_layer_matches_its_own_attention_module(
         made = real_models._init(folder, "--prefix", prefix.replace(".1.", ".0."), "--force")
         assert made.exit_code == 2  # the hybrid's other kind of layer is no attention to read
 
+
+
+@pytest.mark.parametrize("flat", [1.0, 0.25])
+def test_bamba_reads_its_own_factor_over_a_flat_one(tmp_path: Path, flat: float) -> None:
+    """BambaConfig writes 0.5 over a flat partial_rotary_factor; rope_parameters' stands."""
+    arguments = next(case[2] for case in HYBRIDS if case[0] == "bamba-partial")
+    _, folder = build(tmp_path, "bamba", transformers.BambaConfig(**arguments))
+    saved = json.loads((folder / "config.json").read_text())
+    saved["rope_parameters"].pop("partial_rotary_factor", None)
+    saved["partial_rotary_factor"] = flat
+    (folder / "config.json").write_text(json.dumps(saved))
+    made = real_models._init(folder, "--prefix", "layers.1.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 0, made.output
+    document = json.loads((folder / "layer.json").read_text())
+    loaded = transformers.AutoConfig.from_pretrained(folder)
+    assert loaded.rope_parameters["partial_rotary_factor"] == 0.5
+    assert document["rope"]["dims"] == int(8 * 0.5)

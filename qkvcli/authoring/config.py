@@ -31,6 +31,7 @@ from qkvcli.authoring.model_families import (
     CLIP_QKV,
     DEFAULTS,
     FAMILIES,
+    FORCED_FLAT_FACTOR,
     HYBRID_LAYERS,
     LAYER_NORMS,
     LAYER_PATTERNS,
@@ -171,6 +172,8 @@ def _paths(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
     """The spellings of a RoPE setting that ``model``'s transformers config reads."""
     if model == "gpt_neox":
         return tuple(p for p in paths if p not in ("rope_theta", "partial_rotary_factor"))
+    if model in FORCED_FLAT_FACTOR:  # BambaConfig overwrites a flat factor with its own
+        return tuple(p for p in paths if p not in (*NEOX_SPELLINGS, "partial_rotary_factor"))
     return tuple(p for p in paths if p not in NEOX_SPELLINGS)
 
 

@@ -177,6 +177,7 @@ _FAMILIES = (
                                biases="none")),
     ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
     # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
+    ("bamba", ModelFamily("Bamba", "linear", "yes", "half", "Bamba", path=_LAYERS)),
     ("falcon_h1", ModelFamily("Falcon-H1", "linear", "yes", "half", "FalconH1",
                               scale="key_multiplier", path=_LAYERS)),
     ("minimax", ModelFamily("MiniMax", "linear", "yes", "half", "MiniMax", window="all",
@@ -289,8 +290,13 @@ REFUSED_MODELS = {
     "afmoe": "an output gate on the attention (gate_proj)",
     "beam": "an output gate on the attention (gate_proj)",
     "dory": "a gated, differential-style attention (g_proj, s_gate, lambdas)",
+    "mistral4": "multi-head latent attention (low-rank Q and K/V with a separate RoPE part)",
+    "mistral_large4_text": "multi-head latent attention with an indexer (sparse attention)",
+    "mimo_v2_flash": "attention sinks on its sliding layers",
+    "inkling2_text": "attention sinks projected from the input, and convolved keys",
+    "muse_glimmer_text": "an output gate on the attention (gate_proj)",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
-       for model_type in ("bamba", "recurrent_gemma", "zamba", "zamba2", "lfm2_moe")},
+       for model_type in ("recurrent_gemma", "zamba", "zamba2", "lfm2_moe")},
     **{model_type: "a multimodal RoPE (positions per modality section)"
        for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
     **{model_type: "a multimodal model in one config: give its text model's own config"
@@ -366,6 +372,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "minimax_m2": {"head_dim": 128, "rms_norm_eps": 1e-6},
     "hy_v3": {"head_dim": 128, "rms_norm_eps": 1e-5},
     "falcon_h1": {"key_multiplier": 1.0},
+    "bamba": {"partial_rotary_factor": 0.5},
     "apertus1p5_text": {"rms_norm_eps": 1e-5},
     "kolibri1": {"head_dim": 128, "sliding_window": 513, "rms_norm_eps": 1e-6},
     "olmo_hybrid": {"rms_norm_eps": 1e-6},
@@ -399,7 +406,7 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
 
 
 PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe",
-                  "nemotron", "minimax_m2")
+                  "nemotron", "minimax_m2", "bamba")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -504,6 +511,7 @@ layer turns when the config has no window at all (EXAONE 4's ``sliding_window is
 HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_attention",),
                  "lfm2": ("conv",), "olmo_hybrid": ("linear_attention",),
                  "lara_mini": ("linear_attention",), "minimax": ("linear_attention",),
+                 "bamba": ("linear_attention",),
                  "nemotron_h": ("linear_attention", "mlp", "moe")}
 """The hybrid families whose ``layer_types`` also list layers that are not softmax
 attention: a prefix naming one of those is refused."""
@@ -524,3 +532,8 @@ WINDOW_FLAGS = {"qwen2_moe": "use_sliding_window"}
 ROTARY_DIM = ("minimax_m2",)
 """The families whose config may give the rotated width as ``rotary_dim`` (read as the
 factor ``rotary_dim / head_dim`` when no ``partial_rotary_factor`` is given)."""
+
+
+FORCED_FLAT_FACTOR = ("bamba",)
+"""The families whose config class overwrites a flat ``partial_rotary_factor`` with its
+own default (0.5): only ``rope_parameters.partial_rotary_factor`` is read."""
