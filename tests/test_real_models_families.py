@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -477,3 +478,54 @@ def test_bamba_reads_its_own_factor_over_a_flat_one(tmp_path: Path, flat: float)
     loaded = transformers.AutoConfig.from_pretrained(folder)
     assert loaded.rope_parameters["partial_rotary_factor"] == 0.5
     assert document["rope"]["dims"] == int(8 * 0.5)
+
+
+# id, config class, model class, the layer's prefix, causal, BERT's names
+TOWERS = [
+    ("siglip-text", "SiglipTextConfig", "SiglipTextModel", "encoder.layers.0.self_attn.",
+     False, False),
+    ("siglip2-text", "Siglip2TextConfig", "Siglip2TextModel", "encoder.layers.0.self_attn.",
+     False, False),
+    ("clipseg-text", "CLIPSegTextConfig", "CLIPSegTextModel", "encoder.layers.0.self_attn.",
+     True, False),
+    ("owlvit-text", "OwlViTTextConfig", "OwlViTTextModel",
+     "text_model.encoder.layers.0.self_attn.", True, False),
+    ("owlv2-text", "Owlv2TextConfig", "Owlv2TextModel",
+     "text_model.encoder.layers.0.self_attn.", True, False),
+    ("groupvit-text", "GroupViTTextConfig", "GroupViTTextModel",
+     "text_model.encoder.layers.0.self_attn.", True, False),
+    ("metaclip2-text", "MetaClip2TextConfig", "MetaClip2TextModel",
+     "encoder.layers.0.self_attn.", True, False),
+    ("xclip-text", "XCLIPTextConfig", "XCLIPTextModel", "encoder.layers.0.self_attn.", True,
+     False),
+    ("chinese-clip-text", "ChineseCLIPTextConfig", "ChineseCLIPTextModel",
+     "encoder.layer.0.attention.self.", False, True),
+    ("altclip-text", "AltCLIPTextConfig", "AltCLIPTextModel",
+     "roberta.encoder.layers.0.attention.self.", False, True),
+    ("clap-text", "ClapTextConfig", "ClapTextModel", "encoder.layer.0.attention.self.", False,
+     True),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "model_name", "prefix", "causal", "bert"),
+                         [c[1:] for c in TOWERS], ids=[c[0] for c in TOWERS])
+def test_each_text_tower_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, model_name: str, prefix: str, causal: bool,
+        bert: bool) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, max_position_embeddings=16, pad_token_id=1)
+    tower = getattr(transformers, model_name)  # no Auto class maps a tower's own config
+    model, folder = build(tmp_path, "tower", config, SimpleNamespace(
+        from_config=lambda c, **kw: tower._from_config(c, **kw)))
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is causal
+    if bert:
+        out = prefix.removesuffix("self.") + "output.dense"
+        y, a, x, _ = model_run(model, prefix, evidence, out=out)
+        gradients = own_gradients(model, *(prefix + m for m in ("query", "key", "value")), out)
+    else:
+        y, a, x, _ = model_run(model, prefix, evidence)
+        gradients = own_gradients(model, *(prefix + m for m in QKV_OUT))
+    compare(evidence, y, a, x, gradients)

@@ -176,6 +176,23 @@ _FAMILIES = (
     ("minimax_m2", ModelFamily("MiniMax-M2", "linear", "yes", "half", "MiniMaxM2", path=_LAYERS,
                                biases="none")),
     ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
+    # the text towers of CLIP's kin (CLIP's attention; causal where the model masks)
+    *((model_type, ModelFamily(title, "linear", causal, None, classes, out="out_proj",
+                               path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all"))
+      for model_type, title, classes, causal in (
+          ("siglip_text_model", "SigLIP text", "Siglip", "no"),
+          ("siglip2_text_model", "SigLIP 2 text", "Siglip2", "no"),
+          ("clipseg_text_model", "CLIPSeg text", "CLIPSeg", "yes"),
+          ("owlvit_text_model", "OWL-ViT text", "OwlViT", "yes"),
+          ("owlv2_text_model", "OWLv2 text", "Owlv2", "yes"),
+          ("groupvit_text_model", "GroupViT text", "GroupViT", "yes"),
+          ("metaclip_2_text_model", "MetaCLIP 2 text", "MetaClip2", "yes"),
+          ("xclip_text_model", "X-CLIP text", "XCLIP", "yes"))),
+    *((model_type, ModelFamily(title, "bert", "no", None, classes, out="", biases="all"))
+      for model_type, title, classes in (
+          ("chinese_clip_text_model", "Chinese-CLIP text", "ChineseCLIP"),
+          ("altclip_text_model", "AltCLIP text", "AltCLIP"),
+          ("clap_text_model", "CLAP text", "Clap"))),
     # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
     ("bamba", ModelFamily("Bamba", "linear", "yes", "half", "Bamba", path=_LAYERS)),
     ("falcon_h1", ModelFamily("Falcon-H1", "linear", "yes", "half", "FalconH1",
