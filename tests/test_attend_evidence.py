@@ -178,3 +178,22 @@ def test_isolation_needs_two_heads_and_heads_no_norm_joins_and_position_zero_nee
                     "k_norm_weight": {"generate": {"seed": 7, "shape": [16]}}})
     joined = _checks(_layer(weights=weights, qk_norm={"span": "layer", "eps": 1e-6}))
     assert "head_isolation" not in joined and joined["position_zero"]
+
+
+def test_position_zero_of_a_scaled_rope_is_its_attention_factor_not_a_failure() -> None:
+    """YaRN multiplies cos and sin by its attention factor: at position 0 a turned
+    coordinate is the factor times itself, which the claim expects, and nothing else."""
+    from qkvcli.attention.fixture import layer_of
+    from qkvcli.attention.maths import attention_factor, rotate
+
+    scaled = _layer(rope={"theta": 10000, "dims": 6, "scaling": {
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}})
+    assert _checks(scaled)["position_zero"]
+    layer = layer_of(parse_attend_fixture(scaled))
+    assert layer.rope is not None and layer.rope.scaling is not None
+    factor = attention_factor(layer.rope.scaling)
+    assert factor != 1.0
+    first = np.arange(1.0, 9.0).reshape(1, 1, 1, 8)
+    turned = rotate(first, layer.rope._replace(offset=0))
+    assert np.array_equal(turned[..., :6], first[..., :6] * factor)
+    assert np.array_equal(turned[..., 6:], first[..., 6:])  # partial: the rest passes through

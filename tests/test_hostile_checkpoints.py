@@ -293,7 +293,8 @@ LLAMA = '"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads":
      "config rope_parameters.rope_theta must be a finite positive number, got Infinity"),
     ("{" + LLAMA + ', "rope_theta": NaN}', "$.rope_theta: line 1 column 91: NaN is not a number"),
     ("{" + LLAMA + ', "rope_scaling": {"type": "dynamic", "factor": 2}}',
-     'config rope_scaling.rope_type is "dynamic"'),
+     'config rope_scaling.rope_type "dynamic" reads max_position_embeddings, which '
+     'config.json leaves out'),
     ("{" + LLAMA + ', "head_dim": 0}', "config head_dim must be a positive integer, got 0"),
     ('{"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3}',
      "config says 4 heads and 3 K/V heads of 4, but the projections are query 16, key 8 wide"),

@@ -87,7 +87,7 @@ CONFIGS = [
     ("rope-theta-zero", {**LLAMA, "rope_theta": 0},
      "config rope_theta must be a finite positive number, got 0"),
     ("hidden-size-other", {**LLAMA, "hidden_size": 32},
-     "config hidden size 32, but the layer reads inputs 16 wide"),
+     "config hidden_size 32, but the layer reads inputs 16 wide"),
     ("hidden-size-string", {**LLAMA, "hidden_size": "16"},
      'config hidden_size must be a positive integer, got "16"'),
     ("two-spellings-disagree", {**LLAMA, "n_head": 2},

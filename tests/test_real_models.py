@@ -779,10 +779,10 @@ def _edit_config(folder: Path, **changes: Any) -> None:
 
 
 LLAMA_REFUSALS = [
-    ("rope-scaling", {"rope_parameters": {"rope_type": "linear", "factor": 2.0,
-                                          "rope_theta": 10000.0}},
-     "config rope_parameters.rope_type is \"linear\": qkv computes only the default RoPE "
-     "(no scaling)"),
+    ("rope-scaling-unknown", {"rope_parameters": {"rope_type": "proportional",
+                                                  "rope_theta": 10000.0}},
+     "config rope_parameters.rope_type is \"proportional\": qkv computes the RoPE scalings "
+     "linear, dynamic, yarn, longrope, llama3 and the default"),
     ("softcapping", {"attn_logit_softcapping": 50.0},
      "config attn_logit_softcapping asks for logit soft-capping of the scores, which qkv does "
      "not compute"),
@@ -799,7 +799,7 @@ LLAMA_REFUSALS = [
     ("base-spellings", {"rope_parameters": None, "rope_theta": 10000.0, "rotary_emb_base": 500},
      "config rope_theta 10000.0 and rotary_emb_base 500 disagree"),
     ("scaling-beside-parameters", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}},
-     "config rope_scaling.rope_type is \"yarn\""),
+     "config rope_scaling and rope_parameters disagree"),
     ("theta-401-digits", {"rope_parameters": None, "rope_theta": 10 ** 400},
      "not a JSON config: $.rope_theta: number is too large for binary64"),
     ("another-models-config", {"model_type": "gpt2", "architectures": None},
@@ -1080,12 +1080,15 @@ GEMMA3_CONFIGS = [
     ("theta-spellings-disagree", "layers.1.self_attn.", {"rope_theta": 500000.0},
      "config rope_parameters.full_attention.rope_theta 1000000.0 and rope_theta 500000.0 "
      "disagree"),
-    ("sliding-rope-scaling", "layers.0.self_attn.",
+    ("sliding-rope-scaling-unknown", "layers.0.self_attn.",
      {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                          "sliding_attention": {"rope_type": "linear", "rope_theta": 1e4,
-                                                "factor": 2.0}}},
-     "config rope_parameters.sliding_attention.rope_type \"linear\": qkv computes only the "
-     "default RoPE"),
+                          "sliding_attention": {"rope_type": "proportional",
+                                                "rope_theta": 1e4}}},
+     "config rope_parameters.sliding_attention.rope_type is \"proportional\""),
+    ("flat-rope-scaling-beside-layer-types", "layers.1.self_attn.",
+     {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e6, "factor": 2.0}},
+     "config rope_parameters.rope_type is \"linear\": gemma3_text's config keys its RoPE by "
+     "layer type and ignores a flat one"),
 ]
 
 
@@ -1118,18 +1121,10 @@ def test_gemma3_layers_without_layer_types_slide_by_the_pattern(tmp_path: Path) 
 
 
 OLMO3_CONFIGS = [
-    ("sliding-rope-scaling", "layers.0.self_attn.",
+    ("full-rope-scaling-without-factor", "layers.2.self_attn.",
      {"rope_parameters": {**_OLMO3["rope_parameters"],
-                          "sliding_attention": {"rope_type": "linear", "rope_theta": 300.0,
-                                                "factor": 2.0}}},
-     "config rope_parameters.sliding_attention.rope_type \"linear\": qkv computes only the "
-     "default RoPE"),
-    ("full-rope-scaling", "layers.2.self_attn.",
-     {"rope_parameters": {**_OLMO3["rope_parameters"],
-                          "full_attention": {"rope_type": "yarn", "rope_theta": 70000.0,
-                                             "factor": 2.0}}},
-     "config rope_parameters.full_attention.rope_type \"yarn\": qkv computes only the "
-     "default RoPE"),
+                          "full_attention": {"rope_type": "yarn", "rope_theta": 70000.0}}},
+     "config rope_parameters.full_attention has rope_type \"yarn\" but no factor"),
     ("rope-parameters-not-per-layer-type", "layers.0.self_attn.",
      {"rope_parameters": {"rope_type": "default", "rope_theta": 300.0}},
      "config rope_parameters.rope_type: OLMo 3's rope_parameters is keyed by layer type"),

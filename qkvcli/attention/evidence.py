@@ -23,7 +23,7 @@ from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradien
 from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import causal_mask, rotate
+from qkvcli.attention.maths import attention_factor, causal_mask, rotate
 from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
     CHECK_ORDER,
@@ -487,14 +487,22 @@ def heads_isolated(layer: MultiHeadLayer, x: Array, causal: bool) -> bool | None
 
 def turned_from_zero(layer: MultiHeadLayer, forward: LayerForward) -> bool | None:
     """RoPE's position zero (:func:`~qkvcli.core.invariants.position_zero`): the
-    layer's queries and keys turned from position zero keep their first token bit for
-    bit; ``None`` without RoPE or a token."""
+    layer's queries and keys turned from position zero keep their first token, exactly
+    (a scaling's attention factor times the turned coordinates: ``cos 0`` is the factor,
+    ``sin 0`` is 0); ``None`` without RoPE or a token."""
     rope = layer.rope
     query, key = forward.stacked.get("query"), forward.stacked.get("key")
     if rope is None or query is None or key is None or not query.shape[-2]:
         return None
     at_zero = rope._replace(offset=0)
-    return all(position_zero(rotate(given[..., :1, :], at_zero), given) is None
+    factor = 1.0 if rope.scaling is None else attention_factor(rope.scaling)
+
+    def expected(given: Array) -> Array:
+        first = np.array(given[..., :1, :])
+        first[..., :rope.dims] *= factor
+        return first
+
+    return all(position_zero(rotate(given[..., :1, :], at_zero), expected(given)) is None
                for given in (query, key))
 
 

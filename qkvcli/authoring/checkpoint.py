@@ -63,6 +63,12 @@ ROLES = (
      "Persimmon query_key_value weight: query,key,value interleaved per head [3*W,d_model]"),
     ("self_attn.query_key_value.bias", "Persimmon query_key_value bias [3*W]"),
     ("attn.Wqkv.weight", "MPT Wqkv weight: query, key, value row blocks [3*W,d_model]"),
+    ("mixer.Wqkv.weight", "Jina Wqkv weight: query, key, value row blocks [3*W,d_model]"),
+    ("mixer.Wqkv.bias", "Jina Wqkv bias [3*W]"),
+    ("attn.Wqkv.bias", "Wqkv bias [3*W]"),
+    ("attention.qkv_proj.weight", "GTE qkv_proj weight: query, key, value rows "
+     "[(H+2G)*d_head,d_model]"),
+    ("attention.qkv_proj.bias", "GTE qkv_proj bias [(H+2G)*d_head]"),
     ("self_attn.qkv_proj.weight", "Phi-3 qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("self_attn.qkv_proj.bias", "Phi-3 qkv_proj bias [(H+2G)*d_head]"),
@@ -141,6 +147,7 @@ class RopeSpec(Record):
     theta: float
     dims: int
     layout: str = "half"
+    scaling: dict[str, Any] | None = None  # the fixture's rope.scaling (reading.attend)
 
 
 class NormFunction(Record):
@@ -367,6 +374,11 @@ def layer_widths(entries: list[Entry], prefix: str, function: ModelFunction | No
     return naming, matrices[0][1], (matrices[0][0], matrices[1][0], matrices[2][0])
 
 
+OUTSIDE_OUT = {"bert": "output.dense"}
+"""The output projection of a family whose layer prefix leaves it out, named from the
+prefix's parent (BERT's ``attention.self.`` and ``attention.output.dense``)."""
+
+
 def _out_prefix(naming: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, str] | None:
     """Where the layer's output projection lives and in which layout."""
     if naming == "gpt2":
@@ -464,6 +476,8 @@ def checkpoint_document(
     if function.rope is not None:
         document["rope"] = {"theta": function.rope.theta, "dims": function.rope.dims,
                             "layout": function.rope.layout}
+        if function.rope.scaling is not None:
+            document["rope"]["scaling"] = function.rope.scaling
     if function.scale is not None:
         document["scale"] = function.scale
     document |= pieces_document(function)
@@ -480,10 +494,15 @@ def checkpoint_document(
 def _check_out(function: ModelFunction, out: tuple[str, str] | None, prefix: str) -> None:
     """With a config, the layer's output projection must be its family's: missing, or
     under another name (OPT's out_proj beside a LLaMA config), it is refused by name."""
+    family = shown_value(function.architecture)
     if not function.out:
+        if function.layout == "bert" and out is None:  # BertSelfOutput's dense, beside the prefix
+            raise CheckpointError(prefix, f"config model_type {family}: the layer ends with its "
+                                  "output projection, but there is no tensor "
+                                  f"{shown_value(OUTSIDE_OUT['bert'] + '.weight')} beside the "
+                                  "prefix; refused")
         return
     name = f"{function.out}.weight"
-    family = shown_value(function.architecture)
     if out is None:
         raise CheckpointError(prefix, f"config model_type {family}: the layer ends with its "
                               f"output projection, but there is no tensor {shown_value(name)} "
@@ -502,13 +521,16 @@ def _check_biases(function: ModelFunction, weights: dict[str, Any], prefix: str,
     one it does is refused, naming the tensor and the config key."""
     if function.biased is None:
         return
-    modules = list(dict.fromkeys(value["tensor"][len(prefix):-len(".weight")]
+    # a module outside the prefix (BERT's output.dense) is named from the prefix's parent
+    parent = prefix[:prefix.rstrip(".").rfind(".") + 1]
+    modules = list(dict.fromkeys(value["tensor"][len(base):-len(".weight")]
                       for key, value in weights.items()
                       if isinstance(value, dict) and "norm" not in key
-                      and value.get("tensor", "").startswith(prefix)
-                      and value.get("tensor", "").endswith(".weight")))
+                      and value.get("tensor", "").endswith(".weight")
+                      for base in (prefix if value["tensor"].startswith(prefix) else parent,)
+                      if value["tensor"].startswith(base)))
     for module in modules:
-        has = f"{prefix}{module}.bias" in shapes
+        has = f"{prefix if prefix + module + '.weight' in shapes else parent}{module}.bias" in shapes
         wanted = module in function.biased
         if has and not wanted:
             raise CheckpointError(prefix, f"tensor {shown_value(module + '.bias')} under the "

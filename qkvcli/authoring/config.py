@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from qkvcli.authoring.checkpoint import (
+    OUTSIDE_OUT,
     CheckpointError,
     ModelFunction,
     NormFunction,
@@ -26,21 +27,36 @@ from qkvcli.authoring.checkpoint import (
     shown_value,
 )
 from qkvcli.authoring.model_families import (
+    ALIASES,
+    CLIP_QKV,
     DEFAULTS,
     FAMILIES,
+    FORCED_FLAT_FACTOR,
+    HYBRID_LAYERS,
     LAYER_NORMS,
     LAYER_PATTERNS,
     MPT_ATTENTION,
+    NULL_MULTIPLIER_IS_INVERSE_SQRT,
     PARTIAL_ROTARY,
+    QK_NORM_FLAGS,
+    QK_NORM_MODULES,
     QK_NORMS,
     REFUSED_KEYS,
     REFUSED_MODELS,
+    ROPE_BY_KEY,
+    ROPE_ON_SLIDING,
     ROPE_THETA,
+    ROTARY_DIM,
+    SCALED_BY_DEFAULT,
+    SOFTCAP,
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
+    WINDOW_FLAGS,
     ModelFamily,
 )
+from qkvcli.core.errors import QkvError
+from qkvcli.reading.attend import SCALING_KEYS, read_scaling
 
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
@@ -100,7 +116,7 @@ def _positive(value: Any, key: str, prefix: str) -> float:
 
 
 HEAD_CLASS = re.compile(r"For[A-Z][A-Za-z]*|(?:Text|LMHead|DoubleHeads|PreTrained|Encoder|"
-                        r"Decoder)?Model(?:WithProjection|WithLMHead)?")
+                        r"Decoder)?Model(?:WithProjection|WithLMHead)?|Encoder|Decoder")
 """What follows a family's name in the name of one of its own classes (``LlamaModel``,
 ``GPT2LMHeadModel``, ``BertForMaskedLM``): anything else (``Gemma2ForCausalLM`` under
 gemma, ``Qwen2MoeForCausalLM`` under qwen2) is another family's class."""
@@ -156,13 +172,36 @@ def _paths(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
     """The spellings of a RoPE setting that ``model``'s transformers config reads."""
     if model == "gpt_neox":
         return tuple(p for p in paths if p not in ("rope_theta", "partial_rotary_factor"))
+    if model in FORCED_FLAT_FACTOR:  # BambaConfig overwrites a flat factor with its own
+        return tuple(p for p in paths if p not in (*NEOX_SPELLINGS, "partial_rotary_factor"))
     return tuple(p for p in paths if p not in NEOX_SPELLINGS)
+
+
+def canonical(config: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``config`` with its family's other spellings of a key (its config class's
+    ``attribute_map``, :data:`ALIASES`) under the name qkv reads; the two spellings
+    saying different things are refused, naming both."""
+    model = config.get("model_type")
+    aliases = ALIASES.get(model, {}) if isinstance(model, str) else {}
+    if not any(key in config for key in aliases):
+        return config
+    out = {key: value for key, value in config.items() if key not in aliases}
+    for alias, key in aliases.items():
+        if alias not in config:
+            continue
+        if key in out and out[key] != config[alias]:
+            raise CheckpointError(prefix, f"config {alias} {shown_value(config[alias])} and "
+                                  f"{key} {shown_value(out[key])} disagree ({model}'s config "
+                                  f"reads {alias} as {key})")
+        out[key] = config[alias]
+    return out
 
 
 def config_family(config: dict[str, Any], prefix: str) -> str:
     """The config's ``model_type``, read before any tensor: known and computed, with
     nothing asked for that qkv does not compute. Raises :class:`CheckpointError` naming
     the family or the key."""
+    config = canonical(config, prefix)
     model = config.get("model_type")
     seen = config.get("architectures")
     said = f" (architectures {shown_value(seen)})" if seen is not None else ""
@@ -176,9 +215,9 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
     family = FAMILIES[model]
     _check_architectures(config, model, family.classes, prefix)
     settings = {**DEFAULTS.get(model, {}), **config}
-    if model == "whisper" or model == "bart":
+    if family.causal == "prefix":
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
-    if model == "gemma2":
+    if model in SOFTCAP:
         settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
     if model == "gemma3_text" and _set(settings, "attn_logit_softcapping"):
         # Gemma3Attention keeps the value but passes no softcap to its attention: the
@@ -187,8 +226,10 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
                               f"{shown_value(settings['attn_logit_softcapping'])}: transformers' "
                               "Gemma 3 attention does not apply it (no softcap reaches its "
                               "scores); refused")
-    if model == "olmo":
+    if model in CLIP_QKV:
         settings.pop("clip_qkv", None)  # computed: the fixture's clip_qkv
+    if model in QK_NORM_FLAGS:  # computed when on: the fixture's qk_norm
+        settings.pop(QK_NORM_FLAGS[model], None)
     if model == "falcon":
         settings.pop("alibi", None)  # computed: the fixture's alibi, scaled and rounded
     if model in LAYER_NORMS:  # computed: the fixture's qk_norm
@@ -198,32 +239,166 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
                                   "compute")
     position = config.get("position_embedding_type", "absolute")
+    if model in ROPE_BY_KEY and ROPE_BY_KEY[model][0] == "position_embedding_type":
+        position = None  # read as the family's switch of RoPE (_uses_rope)
     if position not in (None, "absolute"):
         raise CheckpointError(prefix, f"config position_embedding_type {shown_value(position)}: qkv "
                               "computes no relative position scores")
     for paths in (THETA_PATHS, FACTOR_PATHS):
         _one_of(config, prefix, *paths)
-    _rope_type(config, prefix)
+    _rope_type(config, model, prefix)
     return model
 
 
-def _rope_type(config: dict[str, Any], prefix: str) -> None:
-    """Refuse a RoPE scaling, in either spelling (``rope_parameters``, ``rope_scaling``)."""
+def _rope_type(config: dict[str, Any], model: str, prefix: str) -> None:
+    """Refuse a RoPE scaling, in either spelling (``rope_parameters``, ``rope_scaling``),
+    where qkv does not read it: a family without transformers' RoPE tables (GPT-J's and
+    CodeGen's own, none at all) or one whose RoPE is per layer type
+    (:data:`TYPE_THETAS`, read by :func:`_type_rope`). The others' are read by
+    :func:`_scaling`."""
+    scaled = FAMILIES[model].rope is not None and model not in ("gptj", "codegen")
     for key in ("rope_parameters", "rope_scaling"):
         params = config.get(key)
         if params is None:
             continue
         if not isinstance(params, dict):
             raise CheckpointError(prefix, f"config {key} must be an object or null")
+        flat = model in TYPE_THETAS and key == "rope_parameters" and not any(
+            k in params for k in TYPE_THETAS[model])
+        if (scaled and not flat) or (model in TYPE_THETAS and key == "rope_scaling"):
+            continue
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
-            raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(rope_type)}: qkv "
-                                  "computes only the default RoPE (no scaling)")
+            why = (f"{model}'s config keys its RoPE by layer type and ignores a flat one"
+                   if flat else f"{model}'s attention has no RoPE tables that read it")
+            raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(rope_type)}: "
+                                  f"{why}; refused")
+
+
+def _scaling_params(config: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]] | None:
+    """The config's one RoPE parameters object and its key: ``rope_scaling`` (transformers
+    4's spelling, which transformers 5 takes over ``rope_parameters``) or
+    ``rope_parameters``; both, saying different things, are refused."""
+    found = [(key, config[key]) for key in ("rope_scaling", "rope_parameters")
+             if isinstance(config.get(key), dict) and config[key]]
+    if len(found) == 2:
+        # transformers takes rope_scaling whole (its theta the flat rope_theta or the
+        # family's default): rope_parameters saying anything else is another reading
+        plain = [dict(params) for _, params in found]
+        kinds = [p.pop("rope_type", p.pop("type", "default")) for p in plain]
+        if kinds[0] != kinds[1] or plain[0] != plain[1]:
+            raise CheckpointError(prefix, "config rope_scaling and rope_parameters disagree "
+                                  "(two spellings of one setting: which one counts depends on "
+                                  "the transformers version)")
+    return found[0] if found else None
+
+
+def _scaling(params: dict[str, Any], where: str, config: dict[str, Any], model: str,
+             dims: int, prefix: str, nested: bool = False) -> dict[str, Any] | None:
+    """The fixture's ``rope.scaling`` from a config's RoPE parameters (``where``: their
+    key, for a refusal), every default resolved as transformers resolves it
+    (``modeling_rope_utils``), or ``None`` for the default RoPE. ``nested``: the
+    parameters of one layer type. Raises :class:`CheckpointError` naming the key."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    if model == "phi3" and kind in ("su", "yarn") and "rope_type" in params:
+        kind = "longrope"  # Phi3Config's reading of its older names
+    if kind == "default":
+        return None
+    if kind not in SCALING_KEYS:
+        raise CheckpointError(prefix, f"config {where}.rope_type is {shown_value(kind)}: qkv "
+                              f"computes the RoPE scalings {', '.join(SCALING_KEYS)} and the "
+                              "default; refused")
+    if model == "phi3" and kind != "longrope":
+        raise CheckpointError(prefix, f"config {where}.rope_type is {shown_value(kind)}: "
+                              "Phi3Config accepts only default and longrope (transformers "
+                              "refuses the config); refused")
+
+    def given(key: str) -> Any:
+        if key not in params:
+            raise CheckpointError(prefix, f"config {where} has rope_type {shown_value(kind)} but "
+                                  f"no {key}: transformers cannot build its RoPE; refused")
+        return params[key]
+
+    def length(key: str, value: Any) -> int:
+        if type(value) is not int or value <= 0:
+            raise CheckpointError(prefix, f"config {key} must be a positive integer, got "
+                                  f"{shown_value(value)}")
+        return value
+
+    def longest() -> int:
+        if config.get("max_position_embeddings") is None:
+            raise CheckpointError(prefix, f"config {where}.rope_type {shown_value(kind)} reads "
+                                  "max_position_embeddings, which config.json leaves out; "
+                                  "refused (give it)")
+        return length("max_position_embeddings", config["max_position_embeddings"])
+
+    out: dict[str, Any] = {"type": kind}
+    if kind == "linear":
+        out["factor"] = _positive(given("factor"), f"{where}.factor", prefix)
+        return out
+    if kind == "dynamic":
+        out["factor"] = _positive(given("factor"), f"{where}.factor", prefix)
+        out["max_position_embeddings"] = longest()
+        if dims <= 2:  # its base's exponent dims / (dims - 2)
+            raise CheckpointError(prefix, f"config {where}.rope_type \"dynamic\" with {dims} "
+                                  "rotary dimensions: transformers divides by zero; refused")
+        return out
+    # yarn, longrope, llama3: the trained length. A flat config's top-level
+    # original_max_position_embeddings wins (Phi3Config's always, default 4096)
+    top = {**DEFAULTS.get(model, {}), **config}.get("original_max_position_embeddings")
+    if top is not None and not nested:
+        original = length("original_max_position_embeddings", top)
+    elif params.get("original_max_position_embeddings") is not None:
+        original = length(f"{where}.original_max_position_embeddings",
+                          params["original_max_position_embeddings"])
+    else:
+        original = longest()
+    out["original_max_position_embeddings"] = original
+    if kind == "llama3":
+        for key in ("factor", "low_freq_factor", "high_freq_factor"):
+            out[key] = _positive(given(key), f"{where}.{key}", prefix)
+        if out["low_freq_factor"] == out["high_freq_factor"]:
+            raise CheckpointError(prefix, f"config {where}.low_freq_factor and high_freq_factor "
+                                  "are equal: transformers divides by zero; refused")
+        return out
+    factor_value = params.get("factor") if kind == "longrope" else given("factor")
+    factor = (longest() / original if factor_value is None
+              else _positive(factor_value, f"{where}.factor", prefix))
+    out["factor"] = factor
+    attention = params.get("attention_factor")
+    if attention is not None:  # else the type's default (the maths' attention_factor)
+        out["attention_factor"] = _positive(attention, f"{where}.attention_factor", prefix)
+    if kind == "longrope":
+        for key in ("short_factor", "long_factor"):
+            values = given(key)
+            if (not isinstance(values, list) or len(values) != dims // 2
+                    or any(isinstance(v, bool) or not isinstance(v, int | float) for v in values)):
+                raise CheckpointError(prefix, f"config {where}.{key} must be a list of "
+                                      f"{dims // 2} numbers (one per rotated pair), got "
+                                      f"{shown_value(values)}")
+            out[key] = [_positive(v, f"{where}.{key}", prefix) for v in values]
+        return out
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    if mscale and mscale_all_dim:  # transformers weighs the default by them only when both are
+        out["mscale"] = _positive(mscale, f"{where}.mscale", prefix)
+        out["mscale_all_dim"] = _positive(mscale_all_dim, f"{where}.mscale_all_dim", prefix)
+    for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+        value = params.get(key) or default  # transformers' "or": 0 and null are the default
+        out[key] = _positive(value, f"{where}.{key}", prefix)
+    # transformers reads truncate from the whole rope_parameters object: a layer type's
+    # own is never seen
+    truncate = True if nested else params.get("truncate", True)
+    if truncate is not None and not isinstance(truncate, bool):
+        raise CheckpointError(prefix, f"config {where}.truncate must be true or false, got "
+                              f"{shown_value(truncate)}")
+    out["truncate"] = bool(truncate)
+    return out
 
 
 def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
-          prefix: str) -> RopeSpec:
+          prefix: str, table_dim: int | None = None) -> RopeSpec:
     """The default RoPE of the family (transformers 4 and 5 spellings)."""
+    theta_key = "rope_theta"
     if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
         theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
         if rotary is None and model == "codegen":  # CodeGenAttention: the whole head
@@ -243,29 +418,62 @@ def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
         found = _one_of(config, prefix, *_paths(model, THETA_PATHS))
         key, value = found if found is not None else (
             "rope_theta", ROPE_THETA.get(model, 10000.0))
-        theta = _positive(value, key, prefix)
+        theta, theta_key = _positive(value, key, prefix), key
         factor_found = _one_of(config, prefix, *_paths(model, FACTOR_PATHS))
         factor_key, factor = factor_found if factor_found is not None else (
             "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
+        rotary = config.get("rotary_dim") if model in ROTARY_DIM else None
+        if factor_found is None and rotary is not None:  # MiniMaxM2Config: the older spelling
+            if type(rotary) is not int or rotary <= 0:
+                raise CheckpointError(prefix, "config rotary_dim must be a positive integer, "
+                                      f"got {shown_value(rotary)}")
+            factor_key, factor = "rotary_dim", rotary / head_dim
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
             raise CheckpointError(prefix, f"config {factor_key} must be in (0, 1], got "
                                   f"{shown_value(factor)}")
-        dims = int(head_dim * factor)  # as transformers computes it
+        # as transformers computes it, from the width its RoPE table reads (GPT-NeoX's
+        # table reads a config head_dim its attention does not: the table's width decides
+        # how many coordinates turn)
+        dims = int((table_dim or head_dim) * factor)
+        if dims > head_dim:
+            raise CheckpointError(prefix, f"config head_dim {table_dim} makes {model}'s RoPE "
+                                  f"table {dims} wide, wider than a head ({head_dim}): "
+                                  "transformers cannot run it; refused")
         if dims != head_dim and model not in PARTIAL_ROTARY:
             raise CheckpointError(prefix, f"config {factor_key} {factor}: {model} rotates "
                                   "whole heads in qkv's reading; refused")
         if dims < 2 or dims % 2:
-            raise CheckpointError(prefix, f"config {factor_key} {factor} gives {dims} "
+            said = f" and head_dim {table_dim}" if table_dim else ""
+            whose = "config" if factor_found is not None else f"{model}'s default"
+            raise CheckpointError(prefix, f"{whose} {factor_key} {factor}{said} gives {dims} "
                                   "rotary dimensions; qkv needs an even number of at least 2")
+    scaling = None
+    found_params = _scaling_params(config, prefix) if model not in ("gptj", "codegen") else None
+    if found_params is None and model in SCALED_BY_DEFAULT:
+        raise CheckpointError(prefix, f"config gives no rope_parameters: {model}'s config "
+                              f"defaults to a {SCALED_BY_DEFAULT[model]} RoPE scaling whose "
+                              "values qkv does not guess; refused (give rope_parameters)")
+    if found_params is not None:
+        scaling = _scaling(found_params[1], found_params[0], config, model, dims, prefix)
     # theta^(-2i/dims) must be a float64: a theta near 0 turns every angle into NaN
     try:
         largest = theta ** (-(dims - 2) / dims)
     except OverflowError:
         largest = math.inf
     if largest == math.inf:
-        raise CheckpointError(prefix, f"config rope_theta {theta!r} makes the rotation "
+        raise CheckpointError(prefix, f"config {theta_key} {theta!r} makes the rotation "
                               f"frequencies theta^(-2i/{dims}) overflow float64")
-    return RopeSpec(theta, dims, layout)
+    if scaling is not None:
+        _check_scaling(scaling, dims, prefix)
+    return RopeSpec(theta, dims, layout, scaling)
+
+
+def _check_scaling(scaling: dict[str, Any], dims: int, prefix: str) -> None:
+    """The scaling's frequencies are defined and finite, as the fixture's reading checks."""
+    try:
+        read_scaling(scaling, dims)
+    except QkvError as error:
+        raise CheckpointError(prefix, f"config RoPE scaling {scaling['type']}: {error}") from None
 
 
 def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
@@ -279,6 +487,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     Raises :class:`CheckpointError` naming the config key of anything qkv does not compute.
     """
     del tokens
+    config = canonical(config, prefix)
     model = config_family(config, prefix)
     family = FAMILIES[model]
     if naming is not None and family.naming != naming:
@@ -293,11 +502,14 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
                               "config.json this model's?")
     hidden = _int(config, prefix, *HIDDEN_KEYS)
     if d_model is not None and hidden is not None and hidden != d_model:
-        raise CheckpointError(prefix, f"config hidden size {hidden}, but the layer reads "
+        key = next(k for k in HIDDEN_KEYS if config.get(k) is not None)
+        raise CheckpointError(prefix, f"config {key} {hidden}, but the layer reads "
                               f"inputs {d_model} wide: is config.json this model's?")
     heads = _int(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
-        raise CheckpointError(prefix, "config gives no num_attention_heads (or n_head)")
+        raise CheckpointError(prefix, "config gives no "
+                              f"{' (or '.join(_heads_keys(model, prefix)[:2])}"
+                              f"{')' if len(_heads_keys(model, prefix)) > 1 else ''}")
     if family.naming in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
         widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
     kv_heads = (_int(config, prefix, "num_key_value_heads") if family.naming in ("linear", "blocks")
@@ -322,32 +534,41 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     _check_layer_count(config, model, index, prefix)
     for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
         if config.get(key) is not None:
-            _listed_type(config, key, 0, ("full_attention", "sliding_attention"), prefix)
+            other = HYBRID_LAYERS.get(model, ())  # a hybrid's layers of another kind
+            _listed_type(config, key, 0, ("full_attention", "sliding_attention", *other),
+                         prefix)
+            here = _listed_type(config, key, index, ("full_attention", "sliding_attention",
+                                                     *other), prefix) if other else None
+            if here in other:
+                raise CheckpointError(prefix, f"config layer_types calls this layer "
+                                      f"{shown_value(here)}: not a softmax attention layer")
     if family.window is None and config.get("sliding_window") is not None:
         raise CheckpointError(prefix, f"config sliding_window {shown_value(config['sliding_window'])}:"
                               f" {model}'s attention has no sliding window in transformers; "
                               "is config.json this model's?")
     window = _window(config, model, family.window, index, prefix)
-    scale = _scale(config, family.scale, head_dim, index, prefix)
+    scale = _scale({**DEFAULTS.get(model, {}), **config}, family.scale, head_dim, index, prefix,
+                   NULL_MULTIPLIER_IS_INVERSE_SQRT.get(model, False))
     rope = None
     falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
     if model in TYPE_THETAS:  # each type of layer its own theta
-        rope = RopeSpec(_type_theta(config, model, _layer_type(config, model, index, prefix),
-                                    prefix), head_dim, family.rope or "half")
+        rope = _type_rope(config, model, _layer_type(config, model, index, prefix), head_dim,
+                          family.rope or "half", prefix)
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
-        rope = _rope(config, model, family.rope, head_dim, prefix)
+        rope = _rope(config, model, family.rope, head_dim, prefix,
+                     _int(config, prefix, "head_dim") if model == "gpt_neox" else None)
     alibi = None
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
     clip_qkv = None
-    if model == "olmo" and config.get("clip_qkv") is not None:
+    if model in CLIP_QKV and config.get("clip_qkv") is not None:
         clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
     if model == "mpt":
         alibi, scale, clip_qkv = _mpt(config, heads, head_dim, prefix)
     softcap = None
-    if model == "gemma2":
+    if model in SOFTCAP:
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
         softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
     biased, bias_said = _biases(config, model, family, prefix)
@@ -371,7 +592,7 @@ def _check_layer_count(config: dict[str, Any], model: str, index: int | None,
     if index is None:
         return
     keys: tuple[str, ...] = LAYERS_KEYS
-    if model in ("bart", "whisper"):
+    if FAMILIES[model].causal == "prefix":
         keys = ("decoder_layers",) if "decoder" in prefix.split(".") else ("encoder_layers",)
     key = next((k for k in keys if config.get(k) is not None), None)
     if key is None:
@@ -396,7 +617,7 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     elif naming in ("codegen", "blocks"):
         modules = ("qkv_proj", family.out)
     else:
-        modules = (*TRIO_MODULES[naming], family.out)
+        modules = (*TRIO_MODULES[naming], family.out or OUTSIDE_OUT.get(naming, ""))
     modules = tuple(m for m in modules if m)
     rule = family.biases
     name = shown_value(model)
@@ -411,10 +632,29 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     if rule == "not_key":
         return tuple(m for m in modules if m != "k_proj"), (
             f"config model_type {name} gives every projection but k_proj a bias")
-    on = _flag({**DEFAULTS.get(model, {}), **config}, rule, False, prefix)
-    said = f"config {rule} is {'true' if on else 'false'}" + (
-        "" if config.get(rule) is not None else " (the family's default: config.json leaves "
-        "it out)")
+    settings = {**DEFAULTS.get(model, {}), **config}
+
+    def by_key(key: str) -> tuple[bool, str]:
+        on = _flag(settings, key, False, prefix)
+        return on, f"config {key} is {'true' if on else 'false'}" + (
+            "" if config.get(key) is not None else " (the family's default: config.json "
+            "leaves it out)")
+
+    if "|" in rule:  # the query, key and value's rule | the output projection's
+        biased: tuple[str, ...] = ()
+        said_parts = []
+        for part, group in zip(rule.split("|"), (modules[:3], modules[3:]), strict=True):
+            shown = ", ".join(group)
+            if part in ("all", ""):
+                on = part == "all"
+                said_parts.append(f"config model_type {name} builds {shown} "
+                                  f"{'with' if on else 'without'} a bias")
+            else:
+                on, text = by_key(part)
+                said_parts.append(f"{text} ({shown})")
+            biased += group if on else ()
+        return biased, "; ".join(said_parts)
+    on, said = by_key(rule)
     if rule == "use_qkv_bias":
         return (modules[:3] if on else ()), said
     return (modules if on else ()), said
@@ -431,9 +671,12 @@ def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | 
         return norm._replace(eps=eps)
     if model not in QK_NORMS:
         return None
+    if model in QK_NORM_FLAGS and not _flag(settings, QK_NORM_FLAGS[model], False, prefix):
+        return None
     span, offset = QK_NORMS[model]
     eps = _positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
-    return NormFunction(span, eps, offset)
+    return NormFunction(span, eps, offset,
+                        modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")))
 
 
 def _mpt(config: dict[str, Any], heads: int, head_dim: int,
@@ -466,62 +709,63 @@ def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: s
     """A Gemma 3 or OLMo 3 layer's type: ``layer_types``, else every N-th layer
     (:data:`LAYER_PATTERNS`) is full and the others slide, as the family's config
     derives it."""
-    layer_type = _listed_type(config, "layer_types", index, ("full_attention", "sliding_attention"),
-                       prefix)
+    layer_type = _listed_type(config, "layer_types", index, ("full_attention", "sliding_attention",
+                                                              *HYBRID_LAYERS.get(model, ())),
+                              prefix)
     if layer_type is not None:
         return layer_type
     title = FAMILIES[model].title
     if index is None:
         raise CheckpointError(prefix, f"config gives no layer_types: {title}'s sliding layers "
                               "need the layer's number in the prefix")
+    if model not in LAYER_PATTERNS:  # saved configs list them; older ones qkv does not guess
+        raise CheckpointError(prefix, f"config gives no layer_types: qkv does not derive which "
+                              f"of {title}'s layers slide; refused (give layer_types)")
     key, fixed = LAYER_PATTERNS[model]
     pattern = fixed if key is None else _int({**DEFAULTS[model], **config}, prefix, key)
     return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
 
 
-def _type_theta(config: dict[str, Any], model: str, layer_type: str, prefix: str) -> float:
-    """The RoPE theta of a layer of ``layer_type``: ``rope_parameters.<layer_type>.rope_theta`` or the
-    type's flat spelling (:data:`TYPE_THETAS`); a scaling, another key, or spellings that
-    disagree are refused.
+def _type_rope(config: dict[str, Any], model: str, layer_type: str, dims: int, layout: str,
+               prefix: str) -> RopeSpec:
+    """The RoPE of a layer of ``layer_type``: its theta, ``rope_parameters.<layer_type>.rope_theta``
+    or the type's flat spelling (:data:`TYPE_THETAS`), and its scaling
+    (``rope_parameters.<layer_type>``; a ``rope_scaling`` updates the full layers' entry,
+    as Gemma3TextConfig and Olmo3Config do); spellings that disagree are refused.
 
     OLMo 3 (Olmo3Config, transformers 5): ``rope_parameters`` must be keyed by layer type; a
     flat ``rope_theta`` sets the full layers' theta only (the sliding ones keep
     500000), so a sliding layer with a flat ``rope_theta`` of another value and no
     ``rope_parameters.sliding_attention.rope_theta`` is refused (transformers 4 read it
-    for every layer); a ``rope_scaling`` (which updates the full layers' entry) is
-    refused unless it is the default RoPE alone."""
+    for every layer)."""
     thetas = TYPE_THETAS[model]
     flat_key, default = thetas[layer_type]
-    nested: Any = None
     params = config.get("rope_parameters")
-    if model == "olmo3":
-        if isinstance(params, dict):
-            other = next((k for k in params if k not in thetas), None)
-            if other is not None:
-                raise CheckpointError(prefix, f"config rope_parameters.{other}: OLMo 3's "
-                                      "rope_parameters is keyed by layer type "
-                                      "(full_attention, sliding_attention); refused")
-        scaling = config.get("rope_scaling")
-        if isinstance(scaling, dict):
-            for key, value in scaling.items():
-                if key not in ("rope_type", "type") or value != "default":
-                    raise CheckpointError(prefix, f"config rope_scaling.{key} "
-                                          f"{shown_value(value)}: OLMo 3 applies it to its "
-                                          "full layers' RoPE, and qkv computes only the "
-                                          "default RoPE (rope_parameters.<layer "
-                                          "type>.rope_theta alone)")
+    if model == "olmo3" and isinstance(params, dict):
+        other = next((k for k in params if k not in thetas), None)
+        if other is not None:
+            raise CheckpointError(prefix, f"config rope_parameters.{other}: OLMo 3's "
+                                  "rope_parameters is keyed by layer type "
+                                  "(full_attention, sliding_attention); refused")
+    entry: dict[str, Any] = {}
+    where = f"rope_parameters.{layer_type}"
     if isinstance(params, dict) and any(k in params for k in thetas):
-        entry = params.get(layer_type) or {}
-        where = f"rope_parameters.{layer_type}"
-        if not isinstance(entry, dict):
+        raw = params.get(layer_type) or {}
+        if not isinstance(raw, dict):
             raise CheckpointError(prefix, f"config {where} must be an object or null")
-        for key, value in entry.items():
-            if key == "rope_type" and value == "default":
-                continue
-            if key != "rope_theta":
-                raise CheckpointError(prefix, f"config {where}.{key} {shown_value(value)}: qkv "
-                                      "computes only the default RoPE (rope_theta alone)")
-        nested = entry.get("rope_theta")
+        entry = dict(raw)
+    update = config.get("rope_scaling")
+    if layer_type == "full_attention" and isinstance(update, dict) and update:
+        entry = {"rope_type": "default", **entry, **update}  # the config's .update(rope_scaling)
+        where = "rope_scaling"
+    for key, value in entry.items():
+        if key == "partial_rotary_factor" and value != 1:
+            raise CheckpointError(prefix, f"config {where}.{key} {shown_value(value)}: "
+                                  f"{model} rotates whole heads in qkv's reading; refused")
+    scaling = _scaling(entry, where, config, model, dims, prefix, nested=True)
+    if scaling is not None:
+        _check_scaling(scaling, dims, prefix)
+    nested = entry.get("rope_theta")
     flat = config.get(flat_key) if flat_key is not None else None
     if nested is not None and flat is not None and (
             nested != flat or isinstance(nested, bool) != isinstance(flat, bool)):
@@ -529,17 +773,21 @@ def _type_theta(config: dict[str, Any], model: str, layer_type: str, prefix: str
                               f"{shown_value(nested)} and {flat_key} {shown_value(flat)} "
                               "disagree (two spellings of one setting)")
     if nested is not None:
-        return _positive(nested, f"rope_parameters.{layer_type}.rope_theta", prefix)
-    if flat is not None:
-        return _positive(flat, str(flat_key), prefix)
-    loose = config.get("rope_theta")
-    if model == "olmo3" and loose is not None and loose != default:
-        raise CheckpointError(prefix, f"config rope_theta {shown_value(loose)} and no "
-                              f"rope_parameters.{layer_type}.rope_theta: transformers 5's OLMo 3 "
-                              f"gives its {layer_type} layers {default} (rope_theta sets the "
-                              "full layers' only), transformers 4's gave every layer "
-                              "rope_theta; refused (give rope_parameters per layer type)")
-    return default
+        theta = _positive(nested, f"{where}.rope_theta", prefix)
+    elif flat is not None:
+        theta = _positive(flat, str(flat_key), prefix)
+    else:
+        loose = config.get("rope_theta")
+        if flat_key is None and loose is not None and loose != default:
+            title = FAMILIES[model].title
+            raise CheckpointError(prefix, f"config rope_theta {shown_value(loose)} and no "
+                                  f"rope_parameters.{layer_type}.rope_theta: transformers 5's "
+                                  f"{title} gives its {layer_type} layers {default} "
+                                  "(rope_theta sets the full layers' only, if any), "
+                                  "transformers 4's gave every layer rope_theta; refused (give "
+                                  "rope_parameters per layer type)")
+        theta = default
+    return RopeSpec(theta, dims, layout, scaling)
 
 
 def _bloom_slopes(heads: int) -> list[float]:
@@ -579,8 +827,9 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
     head_dim = _int(config, prefix, "head_dim")
     if head_dim is None:
         if hidden is None or hidden % heads:
-            raise CheckpointError(prefix, f"config says {heads} heads, which do not divide the "
-                                  f"hidden size {shown_value(hidden)}")
+            key = next((k for k in HIDDEN_KEYS if config.get(k) is not None), "hidden_size")
+            raise CheckpointError(prefix, f"config says {heads} heads, which do not divide "
+                                  f"{key} {shown_value(hidden)} (and it gives no head_dim)")
         head_dim = hidden // heads
     if rows != (heads + 2 * kv) * head_dim:
         raise CheckpointError(prefix, f"config says {heads} heads and {kv} K/V heads of "
@@ -591,7 +840,7 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
 
 def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
     """Where the config says the layer's heads: an encoder-decoder model says them per side."""
-    if model in ("bart", "whisper"):
+    if FAMILIES[model].causal == "prefix":
         side = "decoder" if "decoder" in prefix.split(".") else "encoder"
         return (f"{side}_attention_heads",)
     return HEADS_KEYS
@@ -620,7 +869,20 @@ def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
 
 
 def _uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: str) -> bool:
-    """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none)."""
+    """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none); Cohere 2 and
+    EXAONE 4 turn only their sliding layers (:data:`ROPE_ON_SLIDING`)."""
+    if model in ROPE_BY_KEY:  # GraniteMoeHybrid: position_embedding_type "rope", or none
+        key, wanted = ROPE_BY_KEY[model]
+        value = config.get(key)
+        if value not in (None, wanted, "nope"):
+            raise CheckpointError(prefix, f"config {key} {shown_value(value)}: {model} reads "
+                                  f"{shown_value(wanted)} (RoPE) or none; refused")
+        return bool(value == wanted)
+    if model in ROPE_ON_SLIDING:
+        if ROPE_ON_SLIDING[model] and {**DEFAULTS.get(model, {}), **config}.get(
+                "sliding_window") is None:
+            return True  # no window at all: every layer turns
+        return _layer_type(config, model, index, prefix) == "sliding_attention"
     if model != "smollm3":
         return True
     flags = config.get("no_rope_layers")
@@ -643,17 +905,23 @@ def _uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: st
 
 
 def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int | None,
-           prefix: str) -> float | None:
+           prefix: str, null_is_default: bool = False) -> float | None:
     """The family's score factor (``None``: ``1/sqrt(d_k)``)."""
     if rule == "one":  # GPT-Neo does not scale its scores
         return 1.0
     if rule == "bigcode":  # GPTBigCodeAttention: head_dim**-0.5 if scale_attn_weights else 1
         return None if _flag(config, "scale_attn_weights", True, prefix) else 1.0
     if rule == "gemma2":  # Gemma2Attention: query_pre_attn_scalar**-0.5, not head_dim's
-        value = config.get("query_pre_attn_scalar", DEFAULTS["gemma2"]["query_pre_attn_scalar"])
+        value = config.get("query_pre_attn_scalar")
         return float(_positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
+    if rule == "key_multiplier":  # Falcon-H1 multiplies K by it: the scores, by linearity
+        value = config.get("key_multiplier")
+        multiplier = _positive(1.0 if value is None else value, "key_multiplier", prefix)
+        return float(multiplier * head_dim ** -0.5)
     if rule == "granite":
-        value = config.get("attention_multiplier", DEFAULTS["granite"]["attention_multiplier"])
+        value = config.get("attention_multiplier")
+        if value is None and null_is_default:  # HyperCLOVAXConfig: null is head_dim**-0.5
+            return None
         return _positive(value, "attention_multiplier", prefix)
     if rule != "gpt2":
         return None
@@ -737,6 +1005,16 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             layer_type = "sliding_attention" if (index + 1) % 2 else "full_attention"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
     elif rule == "types":  # Gemma 3, OLMo 3: layer_types, else the family's pattern
+        flag = WINDOW_FLAGS.get(model)
+        if flag is not None and not _flag(config, flag, False, prefix):
+            # Qwen2MoeConfig: no window without the flag (its sliding_window becomes 0)
+            if (_listed_type(config, "layer_types", index,
+                             ("full_attention", "sliding_attention"), prefix)
+                    == "sliding_attention"):
+                raise CheckpointError(prefix, f"config layer_types calls this layer "
+                                      f"\"sliding_attention\" but {flag} is false (no "
+                                      "window): transformers cannot slide it; refused")
+            return None
         key, sliding = "sliding_window", _layer_type(config, model, index, prefix) == (
             "sliding_attention")
         if sliding and settings.get(key) is None:
@@ -770,19 +1048,30 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             if index is None:
                 raise CheckpointError(prefix, "config max_window_layers needs the layer's "
                                       "number in the prefix (layers.N.self_attn.)")
-            layer_type = "sliding_attention" if start is not None and index >= start else "full"
+            # (a null sliding_window makes every layer full there)
+            layer_type = "sliding_attention" if (
+                start is not None and index >= start
+                and settings.get("sliding_window") is not None) else "full"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
-    else:  # SmolLM3: use_sliding_window and the layer's type
-        if not _flag(config, "use_sliding_window", False, prefix):
-            return None
+    else:  # SmolLM3: the model builds a sliding layer's mask from sliding_window, whatever
+        # use_sliding_window says (that flag only derives layer_types when they are absent)
         layer_type = _listed_type(config, "layer_types", index, full, prefix)
-        if layer_type is None:
-            raise CheckpointError(prefix, "config use_sliding_window without layer_types: qkv "
-                                  "does not derive which layers slide")
+        if layer_type is None:  # SmolLM3Config: the layers without RoPE slide, when asked
+            layer_type = "sliding_attention" if (
+                _flag(config, "use_sliding_window", False, prefix)
+                and settings.get("sliding_window") is not None
+                and not _uses_rope(config, model, index, prefix)) else "full_attention"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
     window = settings.get(key)
-    if not sliding or window is None:
+    if not sliding:
         return None
+    if window is None and rule in ("all", "qwen3_moe"):  # a null window: no window at all
+        return None
+    if window is None:  # transformers' sliding mask needs a window: it raises, never slides
+        # the whole sequence, so a PASS for full attention would not be the model's
+        raise CheckpointError(prefix, f"config {key} null, but this layer is a sliding one "
+                              f"({'attention_layers' if rule == 'gpt_neo' else 'layer_types'} "
+                              "or the family's pattern): transformers cannot run it; refused")
     if type(window) is not int or window <= 0:
         raise CheckpointError(prefix, f"config {key} must be a positive integer or null, got "
                               f"{shown_value(window)}")

@@ -20,7 +20,7 @@ class ModelFamily(Record):
 
     title: str
     naming: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
-    causal: str  # "yes", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
+    causal: str  # "yes", "no", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
     rope: str | None  # None, or RoPE's layout: "half" (rotate_half), "interleaved"
     classes: str  # the start of its transformers classes' names (config "architectures")
     window: str | None = None  # how its config gives a sliding window (see _window)
@@ -31,6 +31,7 @@ class ModelFamily(Record):
 
 
 _LAYERS = r"layers\.[^.]+\.self_attn\."  # LLaMA's and most decoders' module path
+_SIDES = r"(?:encoder|decoder)\.layers\.[^.]+\.self_attn\."  # BART's, either side
 
 
 _FAMILIES = (
@@ -100,6 +101,149 @@ _FAMILIES = (
                             biases="not_key")),
     ("clip_text_model", ModelFamily("CLIP text", "linear", "yes", None, "CLIP", out="out_proj",
                                     path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all")),
+    # LLaMA's attention under other configs (issue 43): each its biases, defaults, norms
+    ("arcee", ModelFamily("Arcee", "linear", "yes", "half", "Arcee", path=_LAYERS)),
+    # EXAONE's checkpoints keep their own names (transformers maps them onto LLaMA's)
+    ("exaone", ModelFamily("EXAONE", "linear", "yes", "half", "Llama", out="out_proj",
+                           path=r"layers\.[^.]+\.attn\.attention\.")),
+    ("internlm3", ModelFamily("InternLM3", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("iquestcoder", ModelFamily("IQuestCoder", "linear", "yes", "half", "Llama", path=_LAYERS)),
+    ("solar_open", ModelFamily("Solar Open", "linear", "yes", "half", "SolarOpen", path=_LAYERS,
+                               biases="attention_bias|")),
+    ("seed_oss", ModelFamily("Seed-OSS", "linear", "yes", "half", "SeedOss", path=_LAYERS,
+                             biases="attention_bias|attention_out_bias")),
+    ("hyperclovax", ModelFamily("HyperCLOVA X", "linear", "yes", "half", "HyperCLOVAX",
+                                scale="granite", path=_LAYERS)),
+    ("granitemoe", ModelFamily("Granite-MoE", "linear", "yes", "half", "GraniteMoe",
+                               scale="granite", path=_LAYERS)),
+    ("granitemoeshared", ModelFamily("Granite-MoE shared", "linear", "yes", "half",
+                                     "GraniteMoeShared", scale="granite", path=_LAYERS)),
+    ("helium", ModelFamily("Helium", "linear", "yes", "interleaved", "Helium", path=_LAYERS,
+                           biases="attention_bias|")),
+    ("glm", ModelFamily("GLM", "linear", "yes", "interleaved", "Glm", path=_LAYERS,
+                        biases="attention_bias|")),
+    ("glm4", ModelFamily("GLM-4", "linear", "yes", "interleaved", "Glm4", path=_LAYERS,
+                         biases="attention_bias|")),
+    ("ernie4_5", ModelFamily("ERNIE 4.5", "linear", "yes", "interleaved", "Ernie4_5",
+                             path=_LAYERS, biases="use_bias")),
+    ("ministral", ModelFamily("Ministral", "linear", "yes", "half", "Ministral", window="types",
+                              path=_LAYERS, biases="none")),
+    ("cwm", ModelFamily("CWM", "linear", "yes", "half", "Cwm", window="types", path=_LAYERS,
+                        biases="none")),
+    ("dots1", ModelFamily("dots.llm1", "linear", "yes", "half", "Dots1", window="types",
+                          path=_LAYERS)),
+    ("olmoe", ModelFamily("OLMoE", "linear", "yes", "half", "Olmoe", path=_LAYERS)),
+    ("flex_olmo", ModelFamily("FlexOlmo", "linear", "yes", "half", "FlexOlmo", path=_LAYERS)),
+    ("glm4_moe", ModelFamily("GLM-4-MoE", "linear", "yes", "half", "Glm4Moe", path=_LAYERS,
+                             biases="attention_bias|")),
+    ("apertus", ModelFamily("Apertus", "linear", "yes", "half", "Apertus", path=_LAYERS)),
+    ("ernie4_5_moe", ModelFamily("ERNIE 4.5 MoE", "linear", "yes", "interleaved", "Ernie4_5_Moe",
+                                 path=_LAYERS, biases="use_bias")),
+    ("phimoe", ModelFamily("PhiMoE", "linear", "yes", "half", "Phimoe", window="all",
+                           path=_LAYERS)),
+    ("aria_text", ModelFamily("Aria text", "linear", "yes", "half", "AriaText", path=_LAYERS)),
+    ("ministral3", ModelFamily("Ministral 3", "linear", "yes", "half", "Ministral3", window="all",
+                               path=_LAYERS, biases="none")),
+    ("nemotron", ModelFamily("Nemotron", "linear", "yes", "half", "Nemotron", path=_LAYERS)),
+    ("vaultgemma", ModelFamily("VaultGemma", "linear", "yes", "half", "VaultGemma",
+                               window="gemma2", scale="gemma2", path=_LAYERS)),
+    # RoPE on the sliding layers only (ROPE_ON_SLIDING)
+    ("cohere2", ModelFamily("Cohere 2", "linear", "yes", "interleaved", "Cohere2", window="types",
+                            path=_LAYERS)),
+    ("exaone4", ModelFamily("EXAONE 4", "linear", "yes", "half", "Exaone4", window="types",
+                            path=_LAYERS, biases="none")),
+    ("exaone_moe", ModelFamily("EXAONE MoE", "linear", "yes", "half", "ExaoneMoe",
+                               window="types", path=_LAYERS, biases="none")),
+    ("mellum", ModelFamily("Mellum", "linear", "yes", "half", "Mellum", window="types",
+                           path=_LAYERS)),
+    ("qwen2_moe", ModelFamily("Qwen2-MoE", "linear", "yes", "half", "Qwen2Moe", window="types",
+                              path=_LAYERS, biases="qkv_bias|")),
+    ("openai-gpt", ModelFamily("OpenAI GPT", "gpt2", "yes", None, "OpenAIGPT", out="c_proj",
+                               biases="all")),
+    ("trocr", ModelFamily("TrOCR decoder", "linear", "prefix", None, "TrOCR", out="out_proj",
+                          path=_SIDES, biases="all")),
+    ("lfm2", ModelFamily("LFM2", "linear", "yes", "half", "Lfm2", out="out_proj", path=_LAYERS,
+                         biases="none")),
+    ("jais2", ModelFamily("Jais 2", "linear", "yes", "half", "Jais2", path=_LAYERS)),
+    ("apertus1p5_text", ModelFamily("Apertus 1.5 text", "linear", "yes", "half",
+                                    "Apertus1p5Text", path=_LAYERS)),
+    ("kolibri1", ModelFamily("Kolibri 1", "linear", "yes", "half", "Kolibri1", window="types",
+                             path=_LAYERS, biases="none")),
+    ("olmo_hybrid", ModelFamily("OLMo hybrid", "linear", "yes", "half", "OlmoHybrid",
+                                path=_LAYERS)),
+    ("lara_mini", ModelFamily("Lara mini", "linear", "yes", "half", "LaraMini", window="types",
+                              path=_LAYERS)),
+    ("minimax_m2", ModelFamily("MiniMax-M2", "linear", "yes", "half", "MiniMaxM2", path=_LAYERS,
+                               biases="none")),
+    ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
+    # the text towers of CLIP's kin (CLIP's attention; causal where the model masks)
+    *((model_type, ModelFamily(title, "linear", causal, None, classes, out="out_proj",
+                               path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all"))
+      for model_type, title, classes, causal in (
+          ("siglip_text_model", "SigLIP text", "Siglip", "no"),
+          ("siglip2_text_model", "SigLIP 2 text", "Siglip2", "no"),
+          ("clipseg_text_model", "CLIPSeg text", "CLIPSeg", "yes"),
+          ("owlvit_text_model", "OWL-ViT text", "OwlViT", "yes"),
+          ("owlv2_text_model", "OWLv2 text", "Owlv2", "yes"),
+          ("groupvit_text_model", "GroupViT text", "GroupViT", "yes"),
+          ("metaclip_2_text_model", "MetaCLIP 2 text", "MetaClip2", "yes"),
+          ("xclip_text_model", "X-CLIP text", "XCLIP", "yes"))),
+    *((model_type, ModelFamily(title, "bert", "no", None, classes, out="", biases="all"))
+      for model_type, title, classes in (
+          ("chinese_clip_text_model", "Chinese-CLIP text", "ChineseCLIP"),
+          ("altclip_text_model", "AltCLIP text", "AltCLIP"),
+          ("clap_text_model", "CLAP text", "Clap"))),
+    # the softmax layers of hybrid stacks (HYBRID_LAYERS: their other layers' kinds)
+    ("bamba", ModelFamily("Bamba", "linear", "yes", "half", "Bamba", path=_LAYERS)),
+    ("falcon_h1", ModelFamily("Falcon-H1", "linear", "yes", "half", "FalconH1",
+                              scale="key_multiplier", path=_LAYERS)),
+    ("minimax", ModelFamily("MiniMax", "linear", "yes", "half", "MiniMax", window="all",
+                            path=_LAYERS, biases="none")),
+    ("jamba", ModelFamily("Jamba", "linear", "yes", None, "Jamba", path=_LAYERS,
+                          biases="none")),
+    ("granitemoehybrid", ModelFamily("Granite-MoE hybrid", "linear", "yes", "half",
+                                     "GraniteMoeHybrid", scale="granite", path=_LAYERS)),
+    ("nemotron_h", ModelFamily("Nemotron-H", "linear", "yes", None, "NemotronH",
+                               path=r"layers\.[^.]+\.mixer\.", biases="none")),
+    # bidirectional encoders with LLaMA's rotated attention
+    # (their checkpoints keep their own packed names, which transformers splits on loading:
+    # GTE's qkv_proj as Phi-3's, Nomic's and Jina's Wqkv as MPT's, query|key|value rows)
+    ("gte", ModelFamily("GTE", "blocks", "no", "half", "Gte",
+                        path=r"encoder\.layer\.[^.]+\.attention\.", biases="all")),
+    ("nomic_bert", ModelFamily("Nomic BERT", "mpt", "no", "half", "NomicBert", out="out_proj",
+                               path=r"encoder\.layers\.[^.]+\.attn\.", biases="none")),
+    ("jina_embeddings_v3", ModelFamily("Jina embeddings v3", "mpt", "no", "half",
+                                       "JinaEmbeddingsV3", out="out_proj",
+                                       path=r"encoder\.layers\.[^.]+\.mixer\.", biases="all")),
+    ("eurobert", ModelFamily("EuroBERT", "linear", "no", "half", "EuroBert", path=_LAYERS)),
+    # BART's attention in other encoder-decoders and decoders
+    *((model_type, ModelFamily(title, "linear", "prefix", None, classes, out="out_proj",
+                               path=_SIDES, biases="all"))
+      for model_type, title, classes in (
+          ("marian", "Marian", "Marian"), ("pegasus", "Pegasus", "Pegasus"),
+          ("blenderbot", "Blenderbot", "Blenderbot"),
+          ("blenderbot-small", "Blenderbot small", "BlenderbotSmall"), ("mvp", "MVP", "Mvp"),
+          ("m2m_100", "M2M100", "M2M100"), ("nllb-moe", "NLLB-MoE", "NllbMoe"),
+          ("mbart", "mBART", "MBart"), ("plbart", "PLBart", "PLBart"))),
+    # BERT's self-attention and output dense in other encoders: causal when is_decoder
+    # ("decoder"), or never, where the model builds no causal mask ("no")
+    *((model_type, ModelFamily(title, "bert", causal, None, classes, out="", biases="all"))
+      for model_type, title, classes, causal in (
+          ("camembert", "CamemBERT", "Camembert", "decoder"),
+          ("data2vec-text", "Data2Vec text", "Data2VecText", "decoder"),
+          ("ernie", "ERNIE", "Ernie", "decoder"),
+          ("megatron-bert", "Megatron-BERT", "MegatronBert", "decoder"),
+          ("xlm-roberta-xl", "XLM-RoBERTa-XL", "XLMRobertaXL", "decoder"),
+          ("roberta-prelayernorm", "RoBERTa-PreLayerNorm", "RobertaPreLayerNorm", "decoder"),
+          ("rembert", "RemBERT", "RemBert", "decoder"), ("tapas", "TAPAS", "Tapas", "no"),
+          ("xmod", "X-MOD", "Xmod", "decoder"), ("roc_bert", "RoCBert", "RoCBert", "decoder"),
+          ("bert-generation", "BertGeneration", "BertGeneration", "decoder"),
+          ("layoutlm", "LayoutLM", "LayoutLM", "no"), ("splinter", "Splinter", "Splinter", "no"),
+          ("markuplm", "MarkupLM", "MarkupLM", "no"))),
+    ("xglm", ModelFamily("XGLM", "linear", "yes", None, "XGLM", out="out_proj",
+                         path=_LAYERS, biases="all")),
+    ("biogpt", ModelFamily("BioGPT", "linear", "yes", None, "BioGpt", out="out_proj",
+                           path=_LAYERS, biases="all")),
 )
 
 
@@ -123,6 +267,65 @@ REFUSED_MODELS = {
                    "and K/V with a separate RoPE part), which qkv does not compute",
     "deepseek_v3": "multi-head latent attention (q_a_proj, kv_a_proj_with_mqa: low-rank Q "
                    "and K/V with a separate RoPE part), which qkv does not compute",
+    **{model_type: "attention sinks (a learned logit per head beside the scores' softmax)"
+       for model_type in ("gpt_oss",)},
+    **{model_type: "an output gate on the attention (a sigmoid of the input multiplies it)"
+       for model_type in ("qwen3_next", "qwen3_5", "qwen3_5_moe")},
+    **{model_type: "multi-head latent attention (low-rank Q and K/V with a separate RoPE "
+       "part)" for model_type in ("longcat_flash", "kimi_linear", "glm4_moe_lite")},
+    **{model_type: "a relative position bias in the scores"
+       for model_type in ("mpnet", "switch_transformers", "pop2piano", "udop", "transfo-xl")},
+    **{model_type: "disentangled (content-to-position) attention"
+       for model_type in ("deberta", "deberta-v2", "sew-d")},
+    **{model_type: "sparse or windowed-global attention (blocks, global tokens)"
+       for model_type in ("big_bird", "bigbird_pegasus", "longformer", "led", "pegasus_x",
+                          "reformer")},
+    **{model_type: "differential attention (two softmax maps subtracted)"
+       for model_type in ("diffllama",)},
+    "llama4_text": "chunked attention, an L2 norm of Q and K and a position-dependent "
+                   "temperature on some layers",
+    "gemma3n_text": "key/value sharing across layers and a norm of V",
+    "funnel": "pooled queries and relative attention",
+    "xlnet": "two-stream relative attention",
+    "esm": "RoPE applied to BERT's query and key after a query scale",
+    "modernbert": "a two-sided (bidirectional) sliding window on local layers",
+    "ultrabert": "a two-sided (bidirectional) sliding window",
+    "mobilebert": "values projected from another input than the queries and keys",
+    "gpt_neox_japanese": "an output dense whose bias is added outside the layer",
+    "hunyuan_v1_dense": "a q/k norm applied after RoPE",
+    "hunyuan_v1_moe": "a q/k norm applied after RoPE",
+    "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
+    "nanochat": "a q/k RMSNorm without a learned weight",
+    "embedding_gemma2_text": "a norm of V beside its q/k norms",
+    "timesfm2_5": "a learned per-dimension scale of Q (softplus)",
+    "glm_ocr_text": "a multimodal RoPE (positions per modality section)",
+    "youtu": "multi-head latent attention (low-rank Q and K/V with a separate RoPE part)",
+    "granite_swa": "attention sinks (a learned logit per head beside the scores' softmax)",
+    "granitemoe_swa": "attention sinks (a learned logit per head beside the scores' softmax)",
+    "flint": "attention sinks (a softmax offset per head)",
+    "laguna": "an output gate on the attention (g_proj)",
+    "afmoe": "an output gate on the attention (gate_proj)",
+    "beam": "an output gate on the attention (gate_proj)",
+    "dory": "a gated, differential-style attention (g_proj, s_gate, lambdas)",
+    "mistral4": "multi-head latent attention (low-rank Q and K/V with a separate RoPE part)",
+    "mistral_large4_text": "multi-head latent attention with an indexer (sparse attention)",
+    "mimo_v2_flash": "attention sinks on its sliding layers",
+    "inkling2_text": "attention sinks projected from the input, and convolved keys",
+    "muse_glimmer_text": "an output gate on the attention (gate_proj)",
+    **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
+       for model_type in ("recurrent_gemma", "zamba", "zamba2", "lfm2_moe")},
+    **{model_type: "a multimodal RoPE (positions per modality section)"
+       for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
+    **{model_type: "a multimodal model in one config: give its text model's own config"
+       for model_type in ("mistral3", "llava", "qwen2_vl", "qwen2_5_vl", "glm4v", "aria",
+                          "idefics3", "smolvlm", "paligemma")},
+    "bitnet": "a norm inside the attention before its output projection",
+    "jetmoe": "a mixture of attention heads",
+    "doge": "a dynamic mask learned from the values",
+    "dbrx": "its own packed Wqkv layout with clipping, not yet checked against its module",
+    "ctrl": "its own projections (Wq, Wk, Wv, dense), not yet checked against its module",
+    "t5gemma": "an encoder-decoder of Gemma 2 layers with cross-attention",
+    "fsmt": "its own attention class, not yet checked against its module",
 }
 """Families qkv knows by name and does not compute: what they add, for the refusal."""
 
@@ -162,6 +365,45 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "codegen": {"rotary_dim": 64},
     "gpt_bigcode": {"multi_query": True},
     "falcon": {"multi_query": True, "new_decoder_architecture": False},
+    "phi3": {"original_max_position_embeddings": 4096},  # read by a LongRoPE scaling
+    "internlm3": {"head_dim": 128},
+    "iquestcoder": {"head_dim": 128},
+    "solar_open": {"head_dim": 128},
+    "seed_oss": {"head_dim": 128, "attention_bias": True},
+    "granitemoe": {"attention_multiplier": 1.0},
+    "granitemoeshared": {"attention_multiplier": 1.0},
+    "helium": {"head_dim": 128},
+    "glm": {"head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5},
+    "glm4": {"head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5},
+    "glm4_moe": {"partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5},
+    "ernie4_5": {"head_dim": 128},
+    "ministral": {"sliding_window": 4096},
+    "cwm": {"head_dim": 128, "sliding_window": 8192},
+    "dots1": {"sliding_window": 4096, "rms_norm_eps": 1e-6},
+    "olmoe": {"rms_norm_eps": 1e-5},
+    "flex_olmo": {"rms_norm_eps": 1e-6},
+    "apertus": {"rms_norm_eps": 1e-5},
+    "ministral3": {"head_dim": 128},
+    "granitemoehybrid": {"attention_multiplier": 1.0},
+    "jais2": {"attention_bias": True},
+    "minimax_m2": {"head_dim": 128, "rms_norm_eps": 1e-6},
+    "hy_v3": {"head_dim": 128, "rms_norm_eps": 1e-5},
+    "falcon_h1": {"key_multiplier": 1.0},
+    "bamba": {"partial_rotary_factor": 0.5},
+    "apertus1p5_text": {"rms_norm_eps": 1e-5},
+    "kolibri1": {"head_dim": 128, "sliding_window": 513, "rms_norm_eps": 1e-6},
+    "olmo_hybrid": {"rms_norm_eps": 1e-6},
+    "lara_mini": {"head_dim": 128, "sliding_window": 512, "rms_norm_eps": 1e-6},
+    "mellum": {"head_dim": 128, "sliding_window": 1024, "rms_norm_eps": 1e-6},
+    "qwen2_moe": {"qkv_bias": True, "sliding_window": 4096, "rms_norm_eps": 1e-6},
+    "lfm2": {"rms_norm_eps": 1e-5},
+    "nemotron_h": {"head_dim": 128},
+    "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    "exaone4": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
+    "exaone_moe": {"sliding_window": 4096, "rms_norm_eps": 1e-5},
+    "nemotron": {"partial_rotary_factor": 0.5},
+    "vaultgemma": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+                   "sliding_window": 4096, "head_dim": 256},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096, "head_dim": 256},
 }
@@ -169,12 +411,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 out (an older or hand-written config): read as transformers would read it."""
 
 
-ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0}
+ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.0,
+              "exaone": 500_000.0, "solar_open": 1_000_000.0, "helium": 100_000.0,
+              "ernie4_5": 500_000.0, "cwm": 1_000_000.0, "flex_olmo": 500_000.0,
+              "apertus": 12_000_000.0, "ernie4_5_moe": 500_000.0, "phimoe": 1_000_000.0,
+              "gte": 160_000.0, "lfm2": 1_000_000.0, "apertus1p5_text": 12_000_000.0,
+              "nomic_bert": 1000.0, "minimax_m2": 5_000_000.0, "hy_v3": 11_158_840.0,
+              "jina_embeddings_v3": 20_000.0, "minimax": 1_000_000.0}
 """The RoPE theta of a family whose transformers config does not default it to 10000
 (its ``default_theta``), read when config.json gives none."""
 
 
-PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon")
+PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe",
+                  "nemotron", "minimax_m2", "bamba")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -184,7 +433,12 @@ TRIO_MODULES = {"linear": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key
 
 
 QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer", 0.0),
-            "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0)}
+            "olmo3": ("layer", 0.0), "gemma3_text": ("head", 1.0), "dots1": ("head", 0.0),
+            "olmoe": ("layer", 0.0), "flex_olmo": ("layer", 0.0), "glm4_moe": ("head", 0.0),
+            "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0),
+            "mellum": ("head", 0.0), "lfm2": ("head", 0.0), "apertus1p5_text": ("head", 0.0),
+            "kolibri1": ("head", 0.0), "olmo_hybrid": ("layer", 0.0), "lara_mini": ("head", 0.0),
+            "minimax_m2": ("layer", 0.0), "hy_v3": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -215,13 +469,14 @@ not run)."""
 
 
 LAYER_PATTERNS = {"gemma3_text": ("sliding_window_pattern", None),
-                  "olmo3": (None, 4)}
+                  "olmo3": (None, 4), "cohere2": ("sliding_window_pattern", None)}
 """How a family's config derives ``layer_types`` when it gives none: every N-th layer
 is full and the others slide, N read from a key (Gemma3TextConfig's
 ``sliding_window_pattern``, default 6) or fixed (Olmo3Config: 4)."""
 
 
 TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
+    "mellum": {"full_attention": (None, 500_000.0), "sliding_attention": (None, 10_000.0)},
     "gemma3_text": {"full_attention": ("rope_theta", 1_000_000.0),
                     "sliding_attention": ("rope_local_base_freq", 10_000.0)},
     "olmo3": {"full_attention": ("rope_theta", 500_000.0),
@@ -229,3 +484,73 @@ TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
 }
 """The families whose RoPE theta is per type of layer (``rope_parameters`` keyed by
 ``layer_types``' types): each type's flat spelling (``None``: none) and its default."""
+
+
+ALIASES: dict[str, dict[str, str]] = {
+    "lfm2": {"norm_eps": "rms_norm_eps"},
+    "xglm": {"attention_heads": "num_attention_heads", "num_layers": "num_hidden_layers"},
+    "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps"},
+    "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+}
+"""A family's other spellings of a key (its config class's ``attribute_map``): read as
+the key they stand for."""
+
+
+SCALED_BY_DEFAULT = {"cwm": "llama3", "apertus": "llama3", "ministral3": "yarn",
+                     "apertus1p5_text": "llama3"}
+"""The families whose config class's own default RoPE is scaled: a config.json without
+``rope_parameters`` is refused rather than guessed."""
+
+
+QK_NORM_FLAGS = {"glm4_moe": "use_qk_norm"}
+"""The families of :data:`QK_NORMS` whose norm is there only when a config key says so."""
+
+
+CLIP_QKV = ("olmo",)
+"""The families that clamp Q, K and V to ``clip_qkv`` when the config gives it, right after
+the projections (OLMoE clamps after its q/k norm: refused by the key)."""
+
+
+NULL_MULTIPLIER_IS_INVERSE_SQRT = {"hyperclovax": True}
+"""The families whose config turns a null ``attention_multiplier`` into ``head_dim**-0.5``
+(Granite's attention cannot run with it null)."""
+
+
+SOFTCAP = ("gemma2", "vaultgemma")
+"""The families that soft-cap their scores by ``attn_logit_softcapping``."""
+
+
+ROPE_ON_SLIDING = {"cohere2": False, "exaone4": True, "exaone_moe": True, "kolibri1": True}
+"""The families whose attention turns Q and K on its sliding layers only; ``True``: every
+layer turns when the config has no window at all (EXAONE 4's ``sliding_window is None``)."""
+
+
+HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_attention",),
+                 "lfm2": ("conv",), "olmo_hybrid": ("linear_attention",),
+                 "lara_mini": ("linear_attention",), "minimax": ("linear_attention",),
+                 "bamba": ("linear_attention",),
+                 "nemotron_h": ("linear_attention", "mlp", "moe")}
+"""The hybrid families whose ``layer_types`` also list layers that are not softmax
+attention: a prefix naming one of those is refused."""
+
+
+ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
+"""The families whose attention turns Q and K only when a config key has a value."""
+
+
+QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm")}
+"""The families of :data:`QK_NORMS` whose norms' modules have other names."""
+
+
+WINDOW_FLAGS = {"qwen2_moe": "use_sliding_window"}
+"""The families whose sliding layers slide only when a config flag is on."""
+
+
+ROTARY_DIM = ("minimax_m2",)
+"""The families whose config may give the rotated width as ``rotary_dim`` (read as the
+factor ``rotary_dim / head_dim`` when no ``partial_rotary_factor`` is given)."""
+
+
+FORCED_FLAT_FACTOR = ("bamba",)
+"""The families whose config class overwrites a flat ``partial_rotary_factor`` with its
+own default (0.5): only ``rope_parameters.partial_rotary_factor`` is read."""

@@ -90,8 +90,22 @@ def refuse_chapter_fixture(data: Any, label: str) -> None:
 
 
 
+def _families(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--families``: the table of model families, then exit."""
+    if not value or ctx.resilient_parsing:
+        return
+    from qkvcli.authoring.family_table import families_text
+
+    click.echo(families_text(), nl=False)
+    ctx.exit(0)
+
+
 @click.command()
 @fixture_argument
+@click.option("--families", is_flag=True, expose_value=False, is_eager=True,
+              callback=_families, help="List the model families qkv reads from a checkpoint, "
+              "each with its attention's pieces, and those it refuses, each with what it "
+              "lacks; then exit.")
 @click.option("--example", type=click.Choice(("chapter", "primer")), default=None,
               help="Run a bundled fixture: the chapter's, or the primer's worked example.")
 @click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "

@@ -42,10 +42,14 @@ from qkvcli.attention.maths import (
     QK_NORM_KINDS,
     QK_NORM_SPANS,
     ROPE_LAYOUTS,
+    SCALINGS,
     Rope,
+    RopeScaling,
+    check_scaling,
     inverse_frequencies,
 )
 from qkvcli.core.arrays import Array
+from qkvcli.core.errors import QkvError
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
@@ -66,7 +70,23 @@ from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
 EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
-ROPE_KEYS = ("theta", "dims", "layout")
+ROPE_KEYS = ("theta", "dims", "layout", "scaling")
+SCALING_KEYS = {  # each scaling type's keys beside "type"
+    "linear": ("factor",),
+    "dynamic": ("factor", "max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
+             "attention_factor", "mscale", "mscale_all_dim"),
+    "longrope": ("factor", "original_max_position_embeddings", "short_factor", "long_factor",
+                 "attention_factor"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor",
+               "high_freq_factor"),
+}
+SCALING_OPTIONAL = ("beta_fast", "beta_slow", "truncate", "attention_factor", "mscale",
+                    "mscale_all_dim")
+"""The keys of a fixture's ``rope.scaling`` per type, each required but
+:data:`SCALING_OPTIONAL`: transformers' ``rope_parameters`` with the lengths resolved
+(YaRN's ``beta_fast`` 32, ``beta_slow`` 1, ``truncate`` true; YaRN's and LongRoPE's
+``attention_factor`` its default, :func:`qkvcli.attention.maths.attention_factor`)."""
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
@@ -261,13 +281,52 @@ def _rope(raw: Any) -> Rope:
         raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
     if dims > MAX_ROPE_DIMS:
         raise FixtureError("$.rope.dims", f"must be at most {MAX_ROPE_DIMS}, got {dims}")
-    rope = Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout))
+    scaling = read_scaling(raw["scaling"], int(dims)) if raw.get("scaling") is not None else None
+    rope = Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout), scaling=scaling)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         finite = bool(np.all(np.isfinite(inverse_frequencies(rope))))
     if not finite:  # a theta so near 0 that theta^(-2i/dims) overflows: every angle NaN
         raise FixtureError("$.rope.theta", f"theta {rope.theta!r} makes the rotation "
                            f"frequencies theta^(-2i/{rope.dims}) overflow float64")
     return rope
+
+
+def read_scaling(raw: Any, dims: int) -> RopeScaling:
+    """A fixture's ``rope.scaling``: its ``type`` and that type's keys (:data:`SCALING_KEYS`)."""
+    where = "$.rope.scaling"
+    if not isinstance(raw, dict):
+        raise FixtureError(where, f"expected an object, got {json_type_name(raw)}")
+    kind = raw.get("type")
+    if kind not in SCALINGS:
+        raise FixtureError(f"{where}.type", f"expected one of {', '.join(SCALINGS)}, got "
+                           f"{json_type_name(kind) if not isinstance(kind, str) else repr(kind)}")
+    keyed_object(raw, where, ("type", *SCALING_KEYS[kind]),
+                 [k for k in SCALING_KEYS[kind] if k not in SCALING_OPTIONAL])
+    fields: dict[str, Any] = {"kind": kind}
+    for key, value in raw.items():
+        at = f"{where}.{key}"
+        if key in ("type",):
+            continue
+        if key in ("short_factor", "long_factor"):
+            if not isinstance(value, list) or len(value) != dims // 2:
+                raise FixtureError(at, f"expected a list of {dims // 2} numbers (one per pair)")
+            fields[key] = tuple(_number(v, f"{at}[{i}]") for i, v in enumerate(value))
+        elif key == "truncate":
+            if not isinstance(value, bool):
+                raise FixtureError(at, f"expected true or false, got {json_type_name(value)}")
+            fields[key] = value
+        elif key in ("max_position_embeddings", "original_max_position_embeddings"):
+            if not is_json_int(value) or value < 1:
+                raise FixtureError(at, "expected a positive integer")
+            fields["original"] = int(value)
+        else:
+            fields[key] = _number(value, at)
+    scaling = RopeScaling(**fields)
+    try:
+        check_scaling(scaling, dims)
+    except QkvError as error:  # the maths' RopeError
+        raise FixtureError(where, str(error)) from None
+    return scaling
 
 
 def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:

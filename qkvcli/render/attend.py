@@ -209,7 +209,7 @@ _SHARED_DETAILS = {
                        "changing one head's columns moved another head's weights or "
                        "merged columns"),
     "position_zero": ("queries and keys turned from position 0 keep their first token "
-                      "bit for bit",
+                      "exactly (times a RoPE scaling's attention factor)",
                       "RoPE at position 0 changed the first token: it is not the identity"),
 }
 

@@ -1,0 +1,92 @@
+"""The family table as people read it (``qkv attend --families``): each ``model_type``
+qkv computes from a checkpoint with the pieces of its attention, and each one it refuses
+by name with the piece it lacks. Written from :mod:`qkvcli.authoring.model_families`
+alone, so the listing cannot drift from what ``qkv init`` reads. No I/O.
+"""
+
+from __future__ import annotations
+
+from qkvcli.authoring.model_families import (
+    CLIP_QKV,
+    FAMILIES,
+    LAYER_NORMS,
+    PARTIAL_ROTARY,
+    QK_NORM_FLAGS,
+    QK_NORMS,
+    REFUSED_MODELS,
+    ROPE_THETA,
+    SCALED_BY_DEFAULT,
+    SOFTCAP,
+    TYPE_THETAS,
+    ModelFamily,
+)
+from qkvcli.reading.attend import SCALING_KEYS
+
+TENSORS = {"gpt2": "c_attn, c_proj (Conv1D)", "bert": "query, key, value; output.dense",
+           "distil": "q_lin, k_lin, v_lin, out_lin", "neox": "query_key_value (per head), dense",
+           "falcon": "query_key_value (per K/V head), dense", "mpt": "Wqkv (row blocks), {out}",
+           "blocks": "qkv_proj (row blocks), {out}", "bigcode": "c_attn, c_proj",
+           "codegen": "qkv_proj (4 blocks), out_proj", "linear": "q_proj, k_proj, v_proj, {out}"}
+MASKS = {"yes": "causal", "no": "bidirectional", "decoder": "causal when is_decoder",
+         "prefix": "encoder bidirectional, decoder causal"}
+WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_sliding_window",
+           "qwen2": "sliding layers by max_window_layers or layer_types",
+           "smollm3": "sliding layers by layer_types", "gemma2": "sliding layers by layer_types",
+           "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers"}
+SCALES = {"gpt2": "scale_attn_weights, scale_attn_by_inverse_layer_idx",
+          "bigcode": "scale_attn_weights", "gemma2": "scale query_pre_attn_scalar^-0.5",
+          "granite": "scale attention_multiplier", "one": "unscaled scores",
+          "key_multiplier": "scale key_multiplier / sqrt(d_head)"}
+ALIBI = {"bloom": "ALiBi", "falcon": "RoPE or ALiBi (alibi)", "mpt": "ALiBi, clip_qkv"}
+
+
+def pieces(model_type: str, family: ModelFamily) -> str:
+    """The pieces of ``family``'s attention, in one line."""
+    out = family.out or "output.dense"
+    parts = [TENSORS[family.naming].format(out=out), MASKS[family.causal]]
+    if model_type in ALIBI:
+        parts.append(ALIBI[model_type])
+    elif family.rope is not None:
+        rope = f"RoPE ({family.rope}"
+        rope += ", partial" if model_type in PARTIAL_ROTARY or model_type in (
+            "gptj", "codegen") else ""
+        rope += (", theta per layer type" if model_type in TYPE_THETAS else
+                 f", theta {ROPE_THETA[model_type]:.0f}" if model_type in ROPE_THETA else "")
+        rope += (f", {SCALED_BY_DEFAULT[model_type]} by default" if model_type in
+                 SCALED_BY_DEFAULT else "")
+        parts.append(rope + ")")
+    if family.window is not None:
+        parts.append(WINDOWS[family.window])
+    if family.scale is not None:
+        parts.append(SCALES[family.scale])
+    if model_type in SOFTCAP:
+        parts.append("soft-capped scores")
+    if model_type in QK_NORMS:
+        span = QK_NORMS[model_type][0]
+        flag = f" with {QK_NORM_FLAGS[model_type]}" if model_type in QK_NORM_FLAGS else ""
+        parts.append(f"q/k RMSNorm over the {span}{flag}")
+    if model_type in LAYER_NORMS:
+        parts.append(f"q/k LayerNorm with {LAYER_NORMS[model_type][0]}")
+    if model_type in CLIP_QKV:
+        parts.append("clip_qkv")
+    biases = {"all": "every projection", "none": "none", "qkv": "query, key, value",
+              "out": "output", "not_key": "all but the key"}.get(family.biases, family.biases)
+    parts.append(f"biases: {biases.replace('|', ' (qkv) | ')}".rstrip(" |"))
+    return "; ".join(parts)
+
+
+def families_text() -> str:
+    """The whole listing, a line per family."""
+    width = max(len(name) for name in (*FAMILIES, *REFUSED_MODELS)) + 2
+    scalings = ", ".join(SCALING_KEYS)
+    lines = [f"qkv computes {len(FAMILIES)} model families from a checkpoint "
+             "(model_type: its title and the pieces of its attention):"]
+    lines += [f"  {name:<{width}}{family.title}: {pieces(name, family)}"
+              for name, family in sorted(FAMILIES.items())]
+    lines += ["", f"RoPE scaling ({scalings}) is read wherever a family's RoPE tables read "
+              "it (not GPT-J's or CodeGen's own tables).", "",
+              f"qkv refuses {len(REFUSED_MODELS)} model families by name (model_type: what "
+              "its attention adds that qkv does not compute):"]
+    lines += [f"  {name:<{width}}{why}" for name, why in sorted(REFUSED_MODELS.items())]
+    lines += ["", "Any other model_type is refused: qkv does not know its attention."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,531 @@
+"""Model families made of pieces qkv already computes (issue 43), each against its own
+attention module: a tiny model from the family's config class, saved, read by ``qkv
+init`` and ``qkv attend`` as a user would, and compared in float64 (1e-10: output,
+per-head weights, dX and every parameter gradient) with the module the model built.
+
+The RoPE tables the module is given are the model's own rotary module run again in
+float64 (``tests/test_real_models_scaling.py``'s ``float64_tables``, checked against the
+model's float32 tables), so every family's layout, partial rotary and theta come from
+transformers, not from qkv's reading of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tests import test_real_models as real_models  # noqa: E402
+from tests.test_real_models import (  # noqa: E402  (after the skips)
+    QKVO,
+    TOKENS,
+    build,
+    compare,
+    float64_attention,
+    float64_softmax,
+    model_run,
+    own_gradients,
+    qkv_layer,
+)
+from tests.test_real_models_scaling import float64_tables  # noqa: E402
+
+__all__ = ["float64_attention", "float64_softmax"]  # fixtures used by name below
+
+NORMS = (*QKVO, "q_norm", "k_norm")
+SLIDING = ["sliding_attention", "full_attention"]
+
+
+def small(**extra: Any) -> dict[str, Any]:
+    """A tiny decoder: 2 heads of 8, one K/V head, 2 layers."""
+    return {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "head_dim": 8, "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 11,
+            "max_position_embeddings": 64, **extra}
+
+
+_MOE = {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 8}
+# id, config class, its arguments, the layer's prefix, its modules, what the fixture must
+# say (None: the key absent)
+DECODERS = [
+    ("arcee-biases", "ArceeConfig", small(attention_bias=True), 0, QKVO, {}),
+    ("exaone-theta", "ExaoneConfig", small(), 0, QKVO,
+     {"rope": {"theta": 500000.0, "dims": 8, "layout": "half"}}),
+    ("internlm3-qkv-bias", "InternLM3Config", small(qkv_bias=True, bias=True), 0, QKVO, {}),
+    ("iquestcoder", "IQuestCoderConfig", small(), 1, QKVO, {}),
+    ("solar-open-qkv-biases", "SolarOpenConfig",
+     small(attention_bias=True, n_routed_experts=2, num_experts_per_tok=1,
+           moe_intermediate_size=8, n_shared_experts=1, first_k_dense_replace=0), 0, QKVO, {}),
+    ("seed-oss-out-bias", "SeedOssConfig", small(attention_out_bias=True), 0, QKVO, {}),
+    ("seed-oss-qkv-bias-only", "SeedOssConfig", small(), 0, QKVO, {}),
+    ("hyperclovax-multiplier", "HyperCLOVAXConfig", small(attention_multiplier=0.3), 0, QKVO,
+     {"scale": 0.3}),
+    ("hyperclovax-default-multiplier", "HyperCLOVAXConfig", small(), 0, QKVO,
+     {"scale": 8 ** -0.5}),
+    ("granitemoe-multiplier", "GraniteMoeConfig",
+     small(attention_multiplier=0.2, num_local_experts=2, num_experts_per_tok=1), 0, QKVO,
+     {"scale": 0.2}),
+    ("granitemoeshared", "GraniteMoeSharedConfig",
+     small(attention_multiplier=0.2, num_local_experts=2, num_experts_per_tok=1,
+           shared_intermediate_size=8), 0, QKVO, {"scale": 0.2}),
+    ("helium-interleaved", "HeliumConfig", small(head_dim=8), 0, QKVO,
+     {"rope": {"theta": 100000.0, "dims": 8, "layout": "interleaved"}}),
+    ("glm-interleaved-partial", "GlmConfig", small(pad_token_id=0), 0, QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("glm4-interleaved-partial", "Glm4Config", small(attention_bias=False, pad_token_id=0), 1, QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "interleaved"}}),
+    ("ernie4-5-interleaved-biases", "Ernie4_5Config", small(use_bias=True), 0, QKVO,
+     {"rope": {"theta": 500000.0, "dims": 8, "layout": "interleaved"}}),
+    ("ministral-sliding", "MinistralConfig", small(sliding_window=2, layer_types=SLIDING), 0,
+     QKVO, {"window": 2}),
+    ("ministral-full", "MinistralConfig", small(sliding_window=2, layer_types=SLIDING), 1,
+     QKVO, {"window": None}),
+    ("cwm-sliding-llama3", "CwmConfig", small(sliding_window=3, layer_types=SLIDING), 0, QKVO,
+     {"window": 3}),
+    ("dots1-qk-norm-sliding", "Dots1Config",
+     small(sliding_window=2, layer_types=SLIDING, attention_bias=True, n_routed_experts=2,
+           num_experts_per_tok=1, moe_intermediate_size=8, first_k_dense_replace=2), 0, NORMS,
+     {"window": 2, "qk_norm": {"span": "head", "eps": 1e-6, "offset": 0.0}}),
+    ("olmoe-layer-norm", "OlmoeConfig", small(num_experts=2, num_experts_per_tok=1), 0, NORMS,
+     {"qk_norm": {"span": "layer", "eps": 1e-5, "offset": 0.0}}),
+    ("flex-olmo-layer-norm", "FlexOlmoConfig",
+     small(num_experts=2, num_experts_per_tok=1, pad_token_id=0), 0,
+     NORMS, {"qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
+    ("glm4-moe-qk-norm-partial", "Glm4MoeConfig",
+     small(use_qk_norm=True, attention_bias=True, n_routed_experts=2, num_experts_per_tok=1,
+           moe_intermediate_size=8, first_k_dense_replace=2), 0, NORMS,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("glm4-moe-plain", "Glm4MoeConfig",
+     small(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+           first_k_dense_replace=2), 0, QKVO, {"qk_norm": None}),
+    ("apertus-qk-norm-llama3", "ApertusConfig", small(), 0, NORMS,
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("ernie4-5-moe-interleaved", "Ernie4_5_MoeConfig",
+     small(use_bias=True, moe_num_experts=2, moe_k=1, moe_intermediate_size=8), 0, QKVO,
+     {"rope": {"theta": 500000.0, "dims": 8, "layout": "interleaved"}}),
+    ("phimoe-window", "PhimoeConfig",
+     small(sliding_window=2, attention_bias=True, num_local_experts=2, num_experts_per_tok=1),
+     0, QKVO, {"window": 2}),
+    ("aria-text", "AriaTextConfig", small(moe_num_experts=2, moe_topk=1), 0, QKVO, {}),
+    ("ministral3-yarn-window", "Ministral3Config", small(pad_token_id=0, sliding_window=3), 0,
+     QKVO, {"window": 3}),
+    ("nemotron-partial", "NemotronConfig", small(attention_bias=True), 0, QKVO,
+     {"rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("vaultgemma-softcap-sliding", "VaultGemmaConfig",
+     small(sliding_window=2, attn_logit_softcapping=3.0, query_pre_attn_scalar=12), 0, QKVO,
+     {"window": 2, "softcap": 3.0, "scale": 12 ** -0.5}),
+    ("vaultgemma-full", "VaultGemmaConfig", small(sliding_window=2), 1, QKVO,
+     {"window": None, "softcap": 50.0}),
+    ("mellum-sliding-theta", "MellumConfig",
+     small(sliding_window=2, layer_types=SLIDING, attention_bias=True, **_MOE), 0, NORMS,
+     {"window": 2, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"}}),
+    ("mellum-full-theta", "MellumConfig", small(sliding_window=2, layer_types=SLIDING, **_MOE),
+     1, NORMS, {"window": None, "rope": {"theta": 500000.0, "dims": 8, "layout": "half"}}),
+    ("qwen2-moe-sliding", "Qwen2MoeConfig",
+     small(use_sliding_window=True, sliding_window=2, layer_types=SLIDING,
+           shared_expert_intermediate_size=8, **_MOE), 0, QKVO, {"window": 2}),
+    ("qwen2-moe-no-window-flag", "Qwen2MoeConfig",
+     small(shared_expert_intermediate_size=8, **_MOE), 0, QKVO, {"window": None}),
+    ("jais2-biases", "Jais2Config", small(), 0, QKVO, {}),
+    ("apertus1p5-text-llama3", "Apertus1p5TextConfig", small(), 1, NORMS,
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("kolibri1-sliding-rotated", "Kolibri1Config", small(sliding_window=2, layer_types=SLIDING),
+     0, NORMS, {"window": 2, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"}}),
+    ("kolibri1-full-unrotated", "Kolibri1Config", small(sliding_window=2, layer_types=SLIDING),
+     1, NORMS, {"window": None, "rope": None}),
+    ("olmo-hybrid-layer-norm", "OlmoHybridConfig",
+     small(layer_types=["linear_attention", "full_attention"], pad_token_id=0), 1, NORMS,
+     {"qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
+    ("lara-mini-sliding", "LaraMiniConfig",
+     small(layer_types=["linear_attention", "sliding_attention"], sliding_window=2), 1, NORMS,
+     {"window": 2}),
+    ("minimax-m2-layer-norm-partial", "MiniMaxM2Config",
+     small(rotary_dim=4, num_local_experts=2, num_experts_per_tok=1, pad_token_id=0), 0, NORMS,
+     {"rope": {"theta": 5000000.0, "dims": 4, "layout": "half"},
+      "qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
+    ("hy-v3-qk-norm", "HYV3Config", small(attention_bias=True, pad_token_id=0), 0, NORMS,
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("lfm2-layernorm-per-head", "Lfm2Config",
+     small(layer_types=["conv", "full_attention"], norm_eps=1e-3), 1,
+     ("q_proj", "k_proj", "v_proj", "out_proj", "q_layernorm", "k_layernorm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0}}),
+]
+# the packed names their checkpoints keep: the stored prefix, the packed and output tensors
+STORED = {"GteConfig": ("encoder.layer.0.attention.", "qkv_proj", "o_proj"),
+          "NomicBertConfig": ("encoder.layers.0.attn.", "Wqkv", "out_proj"),
+          "JinaEmbeddingsV3Config": ("encoder.layers.0.mixer.", "Wqkv", "out_proj")}
+ENCODER_ROPE = [
+    ("gte-packed-biases", "GteConfig", {}),
+    ("nomic-bert-packed", "NomicBertConfig", {}),
+    ("jina-embeddings-v3-packed-biases", "JinaEmbeddingsV3Config", {}),
+    ("eurobert-gqa-biases", "EuroBertConfig",
+     {"num_key_value_heads": 1, "attention_bias": True, "pad_token_id": 0, "bos_token_id": 0,
+      "eos_token_id": 0, "mask_token_id": 0}),
+]
+
+
+# RoPE on the sliding layers only: the full layer's fixture has none
+ROPE_ON_SLIDING = [
+    ("cohere2-sliding-rotated", "Cohere2Config",
+     small(sliding_window=2, layer_types=SLIDING, attention_bias=True), 0, QKVO,
+     {"window": 2, "rope": {"theta": 10000.0, "dims": 8, "layout": "interleaved"}}),
+    ("cohere2-full-unrotated", "Cohere2Config", small(sliding_window=2, layer_types=SLIDING), 1,
+     QKVO, {"window": None, "rope": None}),
+    ("exaone4-sliding-rotated", "Exaone4Config", small(sliding_window=2, layer_types=SLIDING),
+     0, NORMS, {"window": 2, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"}}),
+    ("exaone4-full-unrotated", "Exaone4Config", small(sliding_window=2, layer_types=SLIDING),
+     1, NORMS, {"window": None, "rope": None}),
+    ("exaone-moe-full-unrotated", "ExaoneMoeConfig",
+     small(sliding_window=2, layer_types=SLIDING, num_experts=2, num_experts_per_tok=1,
+           moe_intermediate_size=8, first_k_dense_replace=2), 1, NORMS, {"rope": None}),
+]
+DECODERS += ROPE_ON_SLIDING
+
+
+def _layer_type(model: Any, layer: int) -> str | None:
+    rotary = next(m for name, m in model.named_modules() if name.endswith("rotary_emb"))
+    return (model.config.layer_types[layer]
+            if isinstance(getattr(rotary, "rope_type", None), dict) else None)
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "layer", "modules", "said"),
+                         [c[1:] for c in DECODERS], ids=[c[0] for c in DECODERS])
+def test_each_decoder_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], layer: int,
+        modules: tuple[str, ...], said: dict[str, Any]) -> None:
+    config = getattr(transformers, config_name)(**arguments)
+    if hasattr(config, "moe_num_experts"):  # its experts' eager (float64) form, as build's
+        config.num_local_experts = config.moe_num_experts
+    model, folder = build(tmp_path, "family", config)
+    prefix = f"layers.{layer}.self_attn."
+    # EXAONE's checkpoint keeps its own names, which transformers maps onto LLaMA's modules
+    stored = f"layers.{layer}.attn.attention." if config_name == "ExaoneConfig" else prefix
+    evidence = qkv_layer(folder, stored)
+    document = json.loads((folder / "layer.json").read_text())
+    for key, value in said.items():
+        assert document.get(key) == value, (key, document.get(key))
+    if document.get("window") is not None:
+        assert TOKENS > document["window"]
+    cos, sin = float64_tables(model, prefix, _layer_type(model, layer))
+    y, a, x, _ = model_run(model, prefix, evidence, position_embeddings=(cos, sin))
+    if document.get("rope") is None:  # a layer that turns nothing: the tables must not count
+        assert "rope" not in evidence["config"]
+    gradients = own_gradients(model, *(prefix + m for m in modules))
+    if config_name == "ExaoneConfig":
+        gradients = {name.replace("o_proj", "out_proj"): grad for name, grad in gradients.items()}
+    compare(evidence, y, a, x, gradients)
+
+
+_SEQ2SEQ = {"d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 4,
+            "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 8, "decoder_ffn_dim": 8,
+            "vocab_size": 11, "max_position_embeddings": 16, "pad_token_id": 1,
+            "decoder_start_token_id": 2, "bos_token_id": 0, "eos_token_id": 2}
+QKV_OUT = ("q_proj", "k_proj", "v_proj", "out_proj")
+SEQ2SEQ = [(name, side) for name in (
+    "MarianConfig", "PegasusConfig", "BlenderbotConfig", "BlenderbotSmallConfig", "MvpConfig",
+    "M2M100Config", "NllbMoeConfig", "MBartConfig", "PLBartConfig") for side in ("encoder",
+                                                                                "decoder")]
+
+
+def _seq2seq_capture(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments an encoder-decoder passes ``module``, given tokens on both sides."""
+    seen: dict[str, Any] = {}
+
+    def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen["args"], seen["kwargs"] = args, dict(kwargs)
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    tokens = torch.arange(TOKENS)[None] % 7 + 3
+    with torch.no_grad():
+        model(input_ids=tokens, decoder_input_ids=tokens, use_cache=False)
+    handle.remove()
+    return seen["args"], seen["kwargs"]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "side"), SEQ2SEQ,
+                         ids=[f"{c[0][:-6].lower()}-{c[1]}" for c in SEQ2SEQ])
+def test_each_encoder_decoder_family_matches_its_own_attention_module(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_name: str, side: str) -> None:
+    extra = {"num_experts": 2, "expert_capacity": 4} if config_name == "NllbMoeConfig" else {}
+    model, folder = build(tmp_path, "family",
+                          getattr(transformers, config_name)(**_SEQ2SEQ, **extra))
+    prefix = f"{side}.layers.0.self_attn."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is (side == "decoder")
+    assert evidence["config"]["heads"] == (4 if side == "decoder" else 2)
+    monkeypatch.setattr(real_models, "capture", _seq2seq_capture)
+    # MVP's attention returns its weights only when asked
+    y, a, x, _ = model_run(model, prefix, evidence, output_attentions=True)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKV_OUT)))
+
+
+DECODER_ONLY = [
+    ("openai-gpt", "OpenAIGPTConfig", {"n_embd": 16, "n_head": 2, "n_layer": 1,
+                                       "vocab_size": 11, "n_positions": 16}),
+    ("trocr", "TrOCRConfig", {"d_model": 16, "decoder_attention_heads": 2, "decoder_layers": 1,
+                              "decoder_ffn_dim": 8, "vocab_size": 11,
+                              "max_position_embeddings": 16, "pad_token_id": 1}),
+    ("xglm", "XGLMConfig", {"d_model": 16, "attention_heads": 2, "num_layers": 1,
+                            "ffn_dim": 8, "vocab_size": 11, "max_position_embeddings": 16}),
+    ("biogpt", "BioGptConfig", {"hidden_size": 16, "num_attention_heads": 2,
+                                "num_hidden_layers": 1, "intermediate_size": 8,
+                                "vocab_size": 11, "max_position_embeddings": 16}),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments"), [c[1:] for c in DECODER_ONLY],
+                         ids=[c[0] for c in DECODER_ONLY])
+def test_each_unrotated_decoder_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any]) -> None:
+    prefix, head = {"OpenAIGPTConfig": ("h.0.attn.", None),
+                    "TrOCRConfig": ("model.decoder.layers.0.self_attn.",
+                                    transformers.AutoModelForCausalLM)}.get(
+        config_name, ("layers.0.self_attn.", None))
+    model, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments),
+                          head)
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is True and "rope" not in evidence["config"]
+    # XGLM clamps its scores with torch.full((), finfo(float64).min) in the default dtype
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        y, a, x, _ = model_run(model, prefix, evidence, output_attentions=True)
+    finally:
+        torch.set_default_dtype(saved)
+    gradients = (real_models.gpt2_gradients(model, prefix) if config_name == "OpenAIGPTConfig"
+                 else own_gradients(model, *(prefix + m for m in QKV_OUT)))
+    compare(evidence, y, a, x, gradients)
+
+
+_BERT = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
+         "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
+         "pad_token_id": 1}
+# id, config class, extra arguments, whether is_decoder makes the model causal
+ENCODERS = [
+    ("camembert", "CamembertConfig", {}, True), ("data2vec-text", "Data2VecTextConfig", {}, True),
+    ("ernie", "ErnieConfig", {}, True), ("megatron-bert", "MegatronBertConfig", {}, True),
+    ("xlm-roberta-xl", "XLMRobertaXLConfig", {}, True),
+    ("roberta-prelayernorm", "RobertaPreLayerNormConfig", {}, True),
+    ("rembert", "RemBertConfig", {"input_embedding_size": 16, "output_embedding_size": 16},
+     True),
+    ("tapas", "TapasConfig", {}, False), ("xmod", "XmodConfig", {}, True),
+    ("roc-bert", "RoCBertConfig", {"pronunciation_vocab_size": 11, "shape_vocab_size": 11},
+     True),
+    ("bert-generation", "BertGenerationConfig", {}, True),
+    ("layoutlm", "LayoutLMConfig", {}, False), ("splinter", "SplinterConfig", {}, False),
+    ("markuplm", "MarkupLMConfig", {}, False),
+]
+ENCODER_CASES = [(*case, decoder) for case in ENCODERS for decoder in (False, True)]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "causal", "decoder"),
+                         [c[1:] for c in ENCODER_CASES],
+                         ids=[f"{c[0]}{'-is-decoder' if c[4] else ''}" for c in ENCODER_CASES])
+def test_each_bert_like_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], causal: bool,
+        decoder: bool) -> None:
+    config = getattr(transformers, config_name)(**_BERT, **arguments, is_decoder=decoder)
+    model, folder = build(tmp_path, "family", config)
+    if config_name == "XmodConfig":  # its adapters need a language to run the model
+        model.set_default_language(config.languages[0])
+    prefix = "encoder.layer.0.attention.self."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is (causal and decoder)
+    out = "encoder.layer.0.attention.output.dense"
+    # TAPAS's attention returns its weights only when asked
+    extra = {"output_attentions": True} if config_name == "TapasConfig" else {}
+    y, a, x, _ = model_run(model, prefix, evidence, out=out, **extra)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + short for short in (
+        "query", "key", "value")), out))
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments"), [c[1:] for c in ENCODER_ROPE],
+                         ids=[c[0] for c in ENCODER_ROPE])
+def test_each_rotated_encoder_family_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any]) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, max_position_embeddings=16, **arguments)
+    model, folder = build(tmp_path, "family", config)
+    prefix = "layers.0.self_attn."
+    stored, packed, out = STORED.get(config_name, (prefix, None, "o_proj"))
+    evidence = qkv_layer(folder, stored)
+    assert evidence["config"]["causal"] is False
+    cos, sin = float64_tables(model, prefix)
+    y, a, x, _ = model_run(model, prefix, evidence, position_embeddings=(cos, sin))
+    gradients = own_gradients(model, *(prefix + m for m in QKVO))
+    if packed is not None:  # transformers' q_proj, k_proj, v_proj are the packed rows
+        for part in ("weight", "bias"):
+            rows = [gradients.pop(f"{m}_{part}_gradient", None) for m in QKVO[:3]]
+            if rows[0] is not None:
+                gradients[f"{packed}_{part}_gradient"] = torch.cat(rows)
+                gradients |= {f"{b}_{part}_gradient": None for b in ("query", "key", "value")}
+        gradients = {name.replace("o_proj", out): grad for name, grad in gradients.items()}
+    compare(evidence, y, a, x, gradients)
+
+
+REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "hunyuan_v1_dense",
+                   "modernbert", "mobilebert", "zamba", "diffllama", "llama4_text"]
+
+
+@pytest.fixture(scope="module")
+def saved_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _, folder = build(tmp_path_factory.mktemp("llama"), "llama",
+                      transformers.LlamaConfig(**small()))
+    return folder
+
+
+@pytest.mark.parametrize("model_type", REFUSED_BY_NAME)
+def test_a_family_that_needs_a_new_piece_is_refused_naming_it(
+        saved_llama: Path, tmp_path: Path, model_type: str) -> None:
+    from qkvcli.authoring.model_families import REFUSED_MODELS
+    from tests.test_real_models import _init
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes((saved_llama / "model.safetensors").read_bytes())
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert f'config model_type "{model_type}"' in made.stderr
+    assert REFUSED_MODELS[model_type] in made.stderr
+
+
+_HYBRID = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 11}
+# id, config class, arguments, the softmax layer's prefix, whether it turns Q and K
+HYBRIDS = [
+    ("jamba-unrotated", "JambaConfig",
+     {**_HYBRID, "attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2,
+      "expert_layer_offset": 1, "num_experts": 2, "num_experts_per_tok": 1,
+      "mamba_d_state": 4, "mamba_d_conv": 2, "mamba_expand": 2, "use_mamba_kernels": False},
+     "layers.1.self_attn.", False),
+    ("granitemoehybrid-rope-multiplier", "GraniteMoeHybridConfig",
+     {**_HYBRID, "layer_types": ["mamba", "attention"], "num_local_experts": 2,
+      "num_experts_per_tok": 1, "mamba_n_heads": 2, "mamba_d_head": 16, "mamba_d_state": 4,
+      "mamba_n_groups": 1, "mamba_chunk_size": 4, "shared_intermediate_size": 8,
+      "position_embedding_type": "rope", "attention_multiplier": 0.3},
+     "layers.1.self_attn.", True),
+    ("granitemoehybrid-nope", "GraniteMoeHybridConfig",
+     {**_HYBRID, "layer_types": ["mamba", "attention"], "num_local_experts": 2,
+      "num_experts_per_tok": 1, "mamba_n_heads": 2, "mamba_d_head": 16, "mamba_d_state": 4,
+      "mamba_n_groups": 1, "mamba_chunk_size": 4, "shared_intermediate_size": 8},
+     "layers.1.self_attn.", False),
+    ("bamba-partial", "BambaConfig",
+     {**_HYBRID, "attn_layer_indices": [1], "mamba_n_heads": 2, "mamba_d_head": 16,
+      "mamba_d_state": 4, "mamba_n_groups": 1, "mamba_chunk_size": 4, "mamba_expand": 2,
+      "attention_bias": True}, "layers.1.self_attn.", True),
+    ("falcon-h1-key-multiplier", "FalconH1Config",
+     {**_HYBRID, "head_dim": 8, "key_multiplier": 0.7, "attention_bias": True,
+      "mamba_d_ssm": 16, "mamba_n_heads": 2, "mamba_d_head": 8, "mamba_d_state": 4,
+      "mamba_n_groups": 1, "mamba_chunk_size": 4, "mamba_d_conv": 2},
+     "layers.1.self_attn.", True),
+    ("minimax-window", "MiniMaxConfig",
+     {**_HYBRID, "head_dim": 8, "layer_types": ["linear_attention", "full_attention"],
+      "sliding_window": 2, "num_local_experts": 2, "num_experts_per_tok": 1},
+     "layers.1.self_attn.", True),
+    ("nemotron-h-mixer", "NemotronHConfig",
+     {**_HYBRID, "head_dim": 8, "hybrid_override_pattern": "M*", "mamba_num_heads": 2,
+      "mamba_head_dim": 16, "ssm_state_size": 4, "n_groups": 1, "chunk_size": 4},
+     "layers.1.mixer.", False),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "rotated"),
+                         [c[1:] for c in HYBRIDS], ids=[c[0] for c in HYBRIDS])
+def test_a_hybrid_stacks_softmax_layer_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str,
+        rotated: bool) -> None:
+    model, folder = build(tmp_path, "hybrid", getattr(transformers, config_name)(**arguments))
+    evidence = qkv_layer(folder, prefix)
+    assert ("rope" in evidence["config"]) is rotated
+    extra: dict[str, Any] = {}
+    if rotated:
+        cos, sin = float64_tables(model, prefix)
+        extra["position_embeddings"] = (cos, sin)
+    y, a, x, _ = model_run(model, prefix, evidence, **extra)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKVO)))
+    if config_name != "FalconH1Config":  # its every layer holds attention beside its mamba
+        made = real_models._init(folder, "--prefix", prefix.replace(".1.", ".0."), "--force")
+        assert made.exit_code == 2  # the hybrid's other kind of layer is no attention to read
+
+
+
+@pytest.mark.parametrize("flat", [1.0, 0.25])
+def test_bamba_reads_its_own_factor_over_a_flat_one(tmp_path: Path, flat: float) -> None:
+    """BambaConfig writes 0.5 over a flat partial_rotary_factor; rope_parameters' stands."""
+    arguments = next(case[2] for case in HYBRIDS if case[0] == "bamba-partial")
+    _, folder = build(tmp_path, "bamba", transformers.BambaConfig(**arguments))
+    saved = json.loads((folder / "config.json").read_text())
+    saved["rope_parameters"].pop("partial_rotary_factor", None)
+    saved["partial_rotary_factor"] = flat
+    (folder / "config.json").write_text(json.dumps(saved))
+    made = real_models._init(folder, "--prefix", "layers.1.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 0, made.output
+    document = json.loads((folder / "layer.json").read_text())
+    loaded = transformers.AutoConfig.from_pretrained(folder)
+    assert loaded.rope_parameters["partial_rotary_factor"] == 0.5
+    assert document["rope"]["dims"] == int(8 * 0.5)
+
+
+# id, config class, model class, the layer's prefix, causal, BERT's names
+TOWERS = [
+    ("siglip-text", "SiglipTextConfig", "SiglipTextModel", "encoder.layers.0.self_attn.",
+     False, False),
+    ("siglip2-text", "Siglip2TextConfig", "Siglip2TextModel", "encoder.layers.0.self_attn.",
+     False, False),
+    ("clipseg-text", "CLIPSegTextConfig", "CLIPSegTextModel", "encoder.layers.0.self_attn.",
+     True, False),
+    ("owlvit-text", "OwlViTTextConfig", "OwlViTTextModel",
+     "text_model.encoder.layers.0.self_attn.", True, False),
+    ("owlv2-text", "Owlv2TextConfig", "Owlv2TextModel",
+     "text_model.encoder.layers.0.self_attn.", True, False),
+    ("groupvit-text", "GroupViTTextConfig", "GroupViTTextModel",
+     "text_model.encoder.layers.0.self_attn.", True, False),
+    ("metaclip2-text", "MetaClip2TextConfig", "MetaClip2TextModel",
+     "encoder.layers.0.self_attn.", True, False),
+    ("xclip-text", "XCLIPTextConfig", "XCLIPTextModel", "encoder.layers.0.self_attn.", True,
+     False),
+    ("chinese-clip-text", "ChineseCLIPTextConfig", "ChineseCLIPTextModel",
+     "encoder.layer.0.attention.self.", False, True),
+    ("altclip-text", "AltCLIPTextConfig", "AltCLIPTextModel",
+     "roberta.encoder.layers.0.attention.self.", False, True),
+    ("clap-text", "ClapTextConfig", "ClapTextModel", "encoder.layer.0.attention.self.", False,
+     True),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "model_name", "prefix", "causal", "bert"),
+                         [c[1:] for c in TOWERS], ids=[c[0] for c in TOWERS])
+def test_each_text_tower_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, model_name: str, prefix: str, causal: bool,
+        bert: bool) -> None:
+    config = getattr(transformers, config_name)(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
+        vocab_size=11, max_position_embeddings=16, pad_token_id=1)
+    tower = getattr(transformers, model_name)  # no Auto class maps a tower's own config
+    model, folder = build(tmp_path, "tower", config, SimpleNamespace(
+        from_config=lambda c, **kw: tower._from_config(c, **kw)))
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is causal
+    if bert:
+        out = prefix.removesuffix("self.") + "output.dense"
+        y, a, x, _ = model_run(model, prefix, evidence, out=out)
+        gradients = own_gradients(model, *(prefix + m for m in ("query", "key", "value")), out)
+    else:
+        y, a, x, _ = model_run(model, prefix, evidence)
+        gradients = own_gradients(model, *(prefix + m for m in QKV_OUT))
+    compare(evidence, y, a, x, gradients)

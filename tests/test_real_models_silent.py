@@ -1,0 +1,168 @@
+"""Configs that qkv once computed as another function and reported PASS (issue 43).
+
+Each case builds a tiny model from a config, edits what was saved into the trap, and
+runs ``qkv init`` as a user would: either refused in one line naming the key or tensor,
+or computed and equal to the model transformers loads from that folder (float64, 1e-10:
+output, per-head weights, dX). The float64 set-up is ``tests/test_real_models.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from tests.test_real_models import (  # noqa: E402  (after the skips)
+    _edit_config,
+    _init,
+    _small,
+    build,
+    float64_attention,
+    float64_softmax,
+)
+from tests.test_real_models_traps import _loaded, _numbers_or_refusal  # noqa: E402
+
+__all__ = ["float64_attention", "float64_softmax"]  # fixtures used by name below
+
+SLIDING = ["sliding_attention", "full_attention"]
+
+# id, config class, its arguments, the edit to the saved config.json, the prefix, the key
+# the refusal must name. Each edit makes a layer transformers' layer_types (or GPT-Neo's
+# attention_layers) calls sliding with no window: the model's sliding mask cannot be
+# built (transformers raises), and qkv used to compute full attention there.
+NULL_WINDOWS = [
+    ("gemma2", "Gemma2Config", _small(head_dim=8, num_hidden_layers=2, sliding_window=2),
+     {"sliding_window": None}, "layers.0.self_attn."),
+    ("qwen2", "Qwen2Config", _small(num_hidden_layers=2),
+     {"use_sliding_window": True, "sliding_window": None, "layer_types": SLIDING},
+     "layers.0.self_attn."),
+    ("qwen3", "Qwen3Config", _small(num_hidden_layers=2, head_dim=4),
+     {"use_sliding_window": True, "sliding_window": None, "layer_types": SLIDING},
+     "layers.0.self_attn."),
+    ("smollm3", "SmolLM3Config", _small(num_hidden_layers=2, pad_token_id=0),
+     {"sliding_window": None, "layer_types": SLIDING}, "layers.0.self_attn."),
+    ("gpt-neo-local", "GPTNeoConfig",
+     {"hidden_size": 16, "num_heads": 2, "num_layers": 2, "vocab_size": 11,
+      "attention_types": [[["global", "local"], 1]], "window_size": 2,
+      "max_position_embeddings": 16, "intermediate_size": 8},
+     {"window_size": None}, "h.1.attn.attention."),
+]
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "edit", "prefix"),
+                         [c[1:] for c in NULL_WINDOWS], ids=[c[0] for c in NULL_WINDOWS])
+def test_a_sliding_layer_without_a_window_is_refused(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], edit: dict[str, Any],
+        prefix: str) -> None:
+    _, folder = build(tmp_path, "family", getattr(transformers, config_name)(**arguments))
+    _edit_config(folder, **edit)
+    made = _init(folder, "--prefix", prefix, "--tokens", "4")
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    key = "window_size" if config_name == "GPTNeoConfig" else "sliding_window"
+    assert f"config {key} null, but this layer is a sliding one" in made.stderr
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+def test_smollm3_slides_a_sliding_layer_whatever_use_sliding_window_says(tmp_path: Path) -> None:
+    """SmolLM3's model builds a sliding layer's mask from sliding_window alone: with
+    use_sliding_window false the layer still slides (qkv once computed it full)."""
+    model, folder = build(tmp_path, "smollm3", transformers.SmolLM3Config(
+        **_small(num_hidden_layers=2, pad_token_id=0, sliding_window=2, layer_types=SLIDING)))
+    _edit_config(folder, use_sliding_window=False)
+    theta = float(model.config.rope_parameters["rope_theta"])
+    _numbers_or_refusal(folder, "layers.0.self_attn.", "sliding_window", theta=theta,
+                        model=_loaded(folder))
+
+
+@pytest.mark.usefixtures("float64_softmax")
+@pytest.mark.parametrize("head_dim", [2, 12, 20])
+def test_gpt_neox_rotates_as_wide_as_its_table_reads_head_dim(tmp_path: Path,
+                                                              head_dim: int) -> None:
+    """GPT-NeoX's RoPE table is int(head_dim * rotary_pct) wide with a config head_dim its
+    attention does not read otherwise: that width turns (or the model cannot run)."""
+    config = transformers.GPTNeoXConfig(hidden_size=32, num_attention_heads=4,
+                                        num_hidden_layers=1, intermediate_size=8,
+                                        vocab_size=11, rotary_pct=0.5)
+    _, folder = build(tmp_path, "neox", config)
+    _edit_config(folder, head_dim=head_dim)
+    model = _loaded(folder)
+    width = int(head_dim * 0.5)
+    if width > 8 or width < 2:  # wider than the head (or nothing): the module cannot run it
+        made = _init(folder, "--prefix", "layers.0.attention.", "--tokens", "4")
+        assert made.exit_code == 2 and "head_dim" in made.stderr, made.output
+        return
+    _numbers_or_refusal(folder, "layers.0.attention.", "head_dim",
+                        theta=float(model.config.rope_parameters["rope_theta"]), model=model)
+
+
+@pytest.mark.parametrize("dropped", ["weight", "bias"])
+def test_bert_without_its_output_dense_or_its_bias_is_refused(tmp_path: Path,
+                                                              dropped: str) -> None:
+    config = transformers.BertConfig(hidden_size=16, num_attention_heads=2,
+                                     num_hidden_layers=1, intermediate_size=8, vocab_size=11,
+                                     max_position_embeddings=16)
+    _, folder = build(tmp_path, "bert", config)
+    path = folder / "model.safetensors"
+    tensors = safetensors_torch.load_file(str(path))
+    names = [f"encoder.layer.0.attention.output.dense.{part}" for part in (
+        ("weight", "bias") if dropped == "weight" else ("bias",))]
+    for name in names:
+        del tensors[name]
+    safetensors_torch.save_file(tensors, str(path), metadata={"format": "pt"})
+    made = _init(folder, "--prefix", "encoder.layer.0.attention.self.", "--tokens", "4")
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert f'"output.dense.{dropped}"' in made.stderr, made.stderr
+
+
+# Refusals that named another key than the one that caused them (issue 43): each now
+# names the config's own spelling.
+WRONG_KEYS = [
+    ("theta-overflow-nested", {"rope_parameters": {"rope_type": "default", "rope_theta": 5e-324}},
+     "config rope_parameters.rope_theta 5e-324 makes the rotation frequencies"),
+    ("hidden-size-as-d-model", {"hidden_size": None, "d_model": 32},
+     "config d_model 32, but the layer reads inputs 128 wide"),
+    ("hidden-size-as-n-embd", {"hidden_size": None, "n_embd": 32},
+     "config n_embd 32, but the layer reads inputs 128 wide"),
+    ("no-heads", {"num_attention_heads": None}, "config gives no num_attention_heads (or n_head)"),
+]
+
+
+@pytest.mark.parametrize(("edit", "words"), [c[1:] for c in WRONG_KEYS],
+                         ids=[c[0] for c in WRONG_KEYS])
+def test_a_refusal_names_the_key_the_config_spells(tmp_path: Path, edit: dict[str, Any],
+                                                   words: str) -> None:
+    # heads of 64: a theta near 0 overflows theta^(-62/64)
+    config = transformers.LlamaConfig(**_small(hidden_size=128, num_attention_heads=2))
+    _, folder = build(tmp_path, "llama", config)
+    _edit_config(folder, **edit)
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", "4")
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
+
+
+def test_an_encoder_decoder_without_its_heads_names_its_own_key(tmp_path: Path) -> None:
+    config = transformers.BartConfig(
+        d_model=16, encoder_attention_heads=2, decoder_attention_heads=4, encoder_layers=1,
+        decoder_layers=1, encoder_ffn_dim=8, decoder_ffn_dim=8, vocab_size=11,
+        max_position_embeddings=16)
+    _, folder = build(tmp_path, "bart", config)
+    _edit_config(folder, encoder_attention_heads=None)
+    made = _init(folder, "--prefix", "encoder.layers.0.self_attn.", "--tokens", "4")
+    assert made.exit_code == 2, made.output
+    assert "config gives no encoder_attention_heads" in made.stderr, made.stderr
+
+
+def test_a_packed_layer_whose_heads_do_not_divide_names_the_hidden_key(tmp_path: Path) -> None:
+    config = transformers.Phi3Config(**_small(hidden_size=32, pad_token_id=0))
+    _, folder = build(tmp_path, "phi3", config)
+    _edit_config(folder, num_attention_heads=3, num_key_value_heads=3)
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", "4")
+    assert made.exit_code == 2, made.output
+    assert "do not divide hidden_size 32" in made.stderr, made.stderr
