@@ -217,13 +217,24 @@ def test_a_rope_feature_width_over_the_limit_is_refused_before_any_table(
 
 
 @pytest.mark.parametrize("chapter", ["27", "28", "29", "30"])
-def test_max_evaluations_on_a_later_chapter_is_named_not_silently_dropped(chapter: str) -> None:
+def test_max_evaluations_caps_a_later_chapter_s_gradient_check(chapter: str) -> None:
+    """--max-evaluations is a limit a chapter's check keeps, as chapter 26's does: over
+    it, one error naming the chapter's bundled fixture and what to do, exit 2, no report;
+    within it, the report as without it, and no warning."""
     from qkvcli.core.names import CHAPTER_IDS
 
-    result = invoke("run", "--chapter", chapter, "--max-evaluations", "1", "-f", "text")
-    assert result.exit_code == 0, result.output
-    assert (f"qkv: warning: --max-evaluations does not apply to chapter "
-            f"{CHAPTER_IDS[int(chapter)]}; ignored\n") in result.stderr
+    over = invoke("run", "--chapter", chapter, "--max-evaluations", "1", "-f", "text")
+    line = refused(over, f"<bundled ch{CHAPTER_IDS[int(chapter)]}.json>: the gradient check "
+                   "would", "more than the limit 1 (raise it with --max-evaluations, or check "
+                   "less with --samples)")
+    assert "--mode fast" not in line and over.stdout == ""
+    within = invoke("run", "--chapter", chapter, "--max-evaluations", "100000", "-f", "text")
+    plain = invoke("run", "--chapter", chapter, "-f", "text")
+    assert within.exit_code == plain.exit_code == 0
+    assert within.stdout == plain.stdout and within.stderr == ""
+    checked = invoke("gradcheck", str(ROOT / "fixtures" / f"ch{CHAPTER_IDS[int(chapter)]}.json"),
+                     "--max-evaluations", "1")
+    refused(checked, "more than the limit 1")
 
 
 # --- a batch: every error that makes the exit status 2 is one line on stderr -------------

@@ -217,8 +217,9 @@ class CheckPlan:
             else:
                 self.units += 2 * planned * _units(cost)
 
-    def refuse_over(self, limit: int) -> None:
-        """Raise :class:`~qkvcli.gradcheck.settings.TooManyEvaluations` over ``limit`` units."""
+    def refuse_over(self, limit: int, has_fast: bool = True) -> None:
+        """Raise :class:`~qkvcli.gradcheck.settings.TooManyEvaluations` over ``limit`` units
+        (``has_fast``: whether the command offers ``--mode fast`` to check less)."""
         if self.units > limit:
             less = None
             if all(cause.startswith("--directions") for cause in self.causes):
@@ -230,20 +231,21 @@ class CheckPlan:
             raise TooManyEvaluations(
                 self.units, limit, ", ".join(sorted(self.causes))
                 + f"; a unit is {EVALUATION_UNIT} multiply-adds of an evaluation, a whole "
-                f"forward of this model costs {_units(self.full_cost)}", weighted=True,
+                f"forward of this model costs {_units(self.full_cost)}", has_fast, weighted=True,
                 less=less)
 
 
 def plan_check(model: AttentionHead | MultiHeadLayer, x: Array, step: float, tolerance: float,
                samples: int | None = None, *, mode: str = "auto",
                directions: int = DEFAULT_DIRECTIONS, limit: int = MAX_EVALUATIONS,
-               reached: bool | None = None, causal: bool = False) -> CheckPlan:
+               reached: bool | None = None, causal: bool = False,
+               has_fast: bool = True) -> CheckPlan:
     """The check :func:`gradcheck_attention` would make, refused (before any work) when its
     units pass ``limit``. Raises what :func:`gradcheck_attention` raises before evaluating."""
     validate_settings(step, tolerance, samples, mode, directions)
     plan = CheckPlan(as_layer(model), np.asarray(x, dtype=np.float64), mode, samples,
                      directions, reached, causal)
-    plan.refuse_over(limit)
+    plan.refuse_over(limit, has_fast)
     return plan
 
 
@@ -253,7 +255,7 @@ def gradcheck_attention(
     tolerance: float, samples: int | None = None, progress: Progress | None = None, *,
     mode: str = "auto", directions: int = DEFAULT_DIRECTIONS,
     seed: int = DEFAULT_DIRECTION_SEED, limit: int = MAX_EVALUATIONS,
-    reached: bool | None = None, forward: LayerForward | None = None,
+    reached: bool | None = None, forward: LayerForward | None = None, has_fast: bool = True,
 ) -> GradcheckResult:
     """Check the gradients ``analytic`` of a head's or layer's reverse pass at ``x``
     against central differences of ``L = <Y, U>``.
@@ -267,7 +269,7 @@ def gradcheck_attention(
     :class:`~qkvcli.gradcheck.settings.TooManyEvaluations`, both before any evaluation.
     """
     plan = plan_check(model, x, step, tolerance, samples, mode=mode, directions=directions,
-                      limit=limit, reached=reached, causal=causal)
+                      limit=limit, reached=reached, causal=causal, has_fast=has_fast)
     layer = as_layer(model)
     x64 = np.asarray(x, dtype=np.float64)
     u64 = np.asarray(upstream, dtype=np.float64)

@@ -47,6 +47,7 @@ from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import HeadLayout, isolated_heads, prefix, replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
+from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
@@ -544,7 +545,8 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
         checked = gradcheck_attention(layer, found.input, fixture.upstream, grads, True,
                                       fixture.step, fixture.tolerance, fixture.samples,
                                       mode="full" if fixture.samples is None else "sampled",
-                                      forward=done)
+                                      forward=done, has_fast=False,
+                                      limit=evaluations_allowed() or MAX_EVALUATIONS)
         tape_finite = all(all_finite(a) for a in found.arrays()) and bool(np.isfinite(found.loss))
         evidence = MultiHeadEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
                                      checks=(), fixture=fixture, primary=found, probes=probed,

@@ -106,14 +106,15 @@ def build(loaded: ChapterFixture, overrides: CheckOverrides, tensors: str | None
     if settable:
         fixture = chapter.with_settings(fixture, **settable)
     ignored = [name for name in given if name not in settable]
-    if overrides.max_evaluations is not None:  # a limit, not a setting: never silently dropped
-        ignored.append("max-evaluations")
     if tensors is not None:
         ignored.append("tensors")
     for name in ignored:
         click.echo(f"qkv: warning: --{name} does not apply to chapter {chapter.name}; ignored",
                    err=True)
-    return chapter.build(fixture)
+    from qkvcli.gradcheck.settings import evaluation_budget
+
+    with evaluation_budget(overrides.max_evaluations):  # a limit the chapter's check keeps
+        return chapter.build(fixture)
 
 
 def chapter_problems(data: Any, base_dir: Any, max_elements: int,

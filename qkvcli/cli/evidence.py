@@ -64,7 +64,11 @@ def build(fixture: Path | None, max_elements: int, overrides: CheckOverrides,
     """Load ``fixture`` with the command line's gradient-check settings and build its
     evidence (``chapter``: ``--chapter``, see :mod:`qkvcli.cli.chapter`); errors (also
     running out of memory) name the file."""
-    with working_on(label_of(fixture)):
+    from qkvcli.core.names import CHAPTER_IDS
+
+    # without FIXTURE, --chapter N reads chapter N's bundled fixture: errors name it
+    bundled = f"<bundled ch{CHAPTER_IDS[chapter]}.json>" if chapter in CHAPTER_IDS else None
+    with working_on(label_of(fixture) if bundled is None else label_of(fixture, bundled)):
         if chapter is not None or fixture is not None:
             from qkvcli.cli import chapter as chapters
 

@@ -53,7 +53,12 @@ from qkvcli.gradcheck.records import (
     TensorObjective,
     Ticker,
 )
-from qkvcli.gradcheck.settings import DEFAULT_DIRECTION_SEED, DEFAULT_DIRECTIONS
+from qkvcli.gradcheck.settings import (
+    DEFAULT_DIRECTION_SEED,
+    DEFAULT_DIRECTIONS,
+    TooManyEvaluations,
+    evaluations_allowed,
+)
 
 
 def batched_coordinates(
@@ -285,8 +290,20 @@ def plain_check(tensors: Iterable[tuple[str, Array, Array, TensorObjective, int 
                 step: float, tolerance: float, mode: str = "full") -> GradcheckResult:
     """:func:`check` of ``(name, values, analytic, objective, samples)`` tensors, each
     evaluated by a function of the whole perturbed tensor at ``samples`` evenly spaced
-    coordinates (``None``: every one, the ``full`` mode; else ``sampled``)."""
+    coordinates (``None``: every one, the ``full`` mode; else ``sampled``). Raises
+    :class:`~qkvcli.gradcheck.settings.TooManyEvaluations` before any evaluation when
+    the check would make more than an :func:`~qkvcli.gradcheck.settings.evaluation_budget`
+    allows."""
+    given = list(tensors)
+    limit = evaluations_allowed()
+    if limit is not None:
+        total = sum(2 * (values.size if samples is None else min(values.size, samples))
+                    for _, values, _, _, samples in given)
+        if total > limit:
+            causes = sorted({f"every coordinate of {len(given)} tensors" if samples is None
+                             else f"--samples {samples}" for *_, samples in given})
+            raise TooManyEvaluations(total, limit, ", ".join(causes), has_fast=False)
     return check((Checked(name, values, analytic, Points(perturbing(objective, values)),
                           "full" if samples is None else "sampled", samples)
-                  for name, values, analytic, objective, samples in tensors), step, tolerance,
+                  for name, values, analytic, objective, samples in given), step, tolerance,
                  mode=mode)

@@ -13,6 +13,9 @@ evenly spaced ones, ``fast`` random directions, and ``auto`` picks ``full`` or
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from qkvcli.core.errors import QkvError, format_float_debug
 from qkvcli.core.splitmix import DEFAULT_SEED
@@ -107,6 +110,27 @@ def planned_evaluations(
             total += 2 * min(count, tensor_samples or count)
             causes.add(f"--samples {tensor_samples}")
     return total, ", ".join(sorted(causes))
+
+
+_BUDGET: ContextVar[int | None] = ContextVar("qkv_evaluation_budget", default=None)
+
+
+@contextmanager
+def evaluation_budget(limit: int | None) -> Iterator[None]:
+    """Within the block, a check whose tensors its caller never sees (a chapter's, made
+    inside the chapter's evidence) refuses to make more than ``limit`` evaluations
+    (``None``: no limit beyond its own sampling): the command line's
+    ``--max-evaluations`` reaching a check it cannot plan."""
+    token = _BUDGET.set(limit)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def evaluations_allowed() -> int | None:
+    """The limit :func:`evaluation_budget` set, ``None`` outside one."""
+    return _BUDGET.get()
 
 
 def check_evaluations(
