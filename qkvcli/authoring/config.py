@@ -22,22 +22,27 @@ from qkvcli.authoring.checkpoint import (
     CheckpointError,
     ModelFunction,
     NormFunction,
-    RopeSpec,
     layer_index,
     shown_value,
 )
+from qkvcli.authoring.config_rope import (
+    FACTOR_PATHS,
+    THETA_PATHS,
+    check_rope_type,
+    rope_of,
+    type_rope,
+)
+from qkvcli.authoring.config_values import flag_value, int_value, is_set, one_of, positive
 from qkvcli.authoring.model_families import (
     ALIASES,
     CLIP_QKV,
     DEFAULTS,
     FAMILIES,
-    FORCED_FLAT_FACTOR,
     HYBRID_LAYERS,
     LAYER_NORMS,
     LAYER_PATTERNS,
     MPT_ATTENTION,
     NULL_MULTIPLIER_IS_INVERSE_SQRT,
-    PARTIAL_ROTARY,
     QK_NORM_FLAGS,
     QK_NORM_MODULES,
     QK_NORMS,
@@ -45,9 +50,6 @@ from qkvcli.authoring.model_families import (
     REFUSED_MODELS,
     ROPE_BY_KEY,
     ROPE_ON_SLIDING,
-    ROPE_THETA,
-    ROTARY_DIM,
-    SCALED_BY_DEFAULT,
     SOFTCAP,
     SUPPORTED,
     TRIO_MODULES,
@@ -55,64 +57,9 @@ from qkvcli.authoring.model_families import (
     WINDOW_FLAGS,
     ModelFamily,
 )
-from qkvcli.core.errors import QkvError
-from qkvcli.reading.attend import SCALING_KEYS, read_scaling
 
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
-
-
-def _set(config: dict[str, Any], key: str) -> bool:
-    value = config.get(key)
-    return value is not None and value is not False and value != 0
-
-
-def _int(config: dict[str, Any], prefix: str, *keys: str) -> int | None:
-    """The value of ``keys`` (spellings of one setting; null is unset), a positive integer,
-    or ``None`` when none is set. Spellings that disagree are refused: which one
-    transformers keeps depends on its version. Raises :class:`CheckpointError` naming
-    the key."""
-    found: dict[str, int] = {}
-    for key in keys:
-        value = config.get(key)
-        if value is None:
-            continue
-        if type(value) is not int or value <= 0:
-            raise CheckpointError(prefix, f"config {key} must be a positive integer, got "
-                                  f"{shown_value(value)}")
-        found[key] = value
-    if len(set(found.values())) > 1:
-        said = " and ".join(f"{key} {value}" for key, value in found.items())
-        raise CheckpointError(prefix, f"config {said} disagree")
-    return next(iter(found.values()), None)
-
-
-def _flag(config: dict[str, Any], key: str, default: bool, prefix: str) -> bool:
-    """The config's ``key`` as a boolean (null: ``default``); the string "false" is not
-    false to transformers' Python either, so anything but true/false/null is refused."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise CheckpointError(prefix, f"config {key} must be true or false, got {shown_value(value)}")
-    return value
-
-
-def _positive(value: Any, key: str, prefix: str) -> float:
-    """``value`` as a finite positive float (a JSON integer of any length too), else refused."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise CheckpointError(prefix, f"config {key} must be a finite positive number, got "
-                              f"{shown_value(value)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer past float64's range
-        number = math.inf
-    if not (0.0 < number < math.inf):
-        shown = shown_value(value) if len(str(value)) <= 40 else (
-            f"a number of {len(str(value))} digits")
-        raise CheckpointError(prefix, f"config {key} must be a finite positive number, got "
-                              f"{shown}")
-    return number
 
 
 HEAD_CLASS = re.compile(r"For[A-Z][A-Za-z]*|(?:Text|LMHead|DoubleHeads|PreTrained|Encoder|"
@@ -137,44 +84,6 @@ def _check_architectures(config: dict[str, Any], model: str, start: str, prefix:
         raise CheckpointError(prefix, f"config architectures names {shown_value(other)}, not a "
                               f"{model} class, though model_type is {shown_value(model)}: is "
                               "config.json this model's?")
-
-
-def _one_of(config: dict[str, Any], prefix: str, *paths: str) -> tuple[str, Any] | None:
-    """The one value given under any of ``paths`` (``a.b``: key ``b`` of object ``a``;
-    null is unset), and the path it was read from. Two paths giving different values
-    are refused, naming both: transformers keeps one of them, which one depends on its
-    version."""
-    found: list[tuple[str, Any]] = []
-    for path in paths:
-        holder: Any = config
-        for part in path.split("."):
-            holder = holder.get(part) if isinstance(holder, dict) else None
-        if holder is not None:
-            found.append((path, holder))
-    for path, value in found[1:]:
-        first = found[0][1]
-        if value != first or isinstance(value, bool) != isinstance(first, bool):
-            raise CheckpointError(prefix, f"config {found[0][0]} {shown_value(first)} and "
-                                  f"{path} {shown_value(value)} disagree (two spellings of one "
-                                  "setting: which one counts depends on the transformers version)")
-    return found[0] if found else None
-
-
-THETA_PATHS = ("rope_parameters.rope_theta", "rope_theta", "rotary_emb_base",
-               "rope_scaling.rope_theta")
-FACTOR_PATHS = ("rope_parameters.partial_rotary_factor", "partial_rotary_factor", "rotary_pct")
-NEOX_SPELLINGS = ("rotary_emb_base", "rotary_pct")
-"""GPT-NeoX's own spellings of theta and the rotary share: GPTNeoXConfig reads them (and
-not the flat rope_theta / partial_rotary_factor); every other family's config ignores them."""
-
-
-def _paths(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
-    """The spellings of a RoPE setting that ``model``'s transformers config reads."""
-    if model == "gpt_neox":
-        return tuple(p for p in paths if p not in ("rope_theta", "partial_rotary_factor"))
-    if model in FORCED_FLAT_FACTOR:  # BambaConfig overwrites a flat factor with its own
-        return tuple(p for p in paths if p not in (*NEOX_SPELLINGS, "partial_rotary_factor"))
-    return tuple(p for p in paths if p not in NEOX_SPELLINGS)
 
 
 def canonical(config: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -219,7 +128,7 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
         settings.pop("add_cross_attention", None)  # their decoders' own encoder_attn
     if model in SOFTCAP:
         settings.pop("attn_logit_softcapping", None)  # computed: the fixture's softcap
-    if model == "gemma3_text" and _set(settings, "attn_logit_softcapping"):
+    if model == "gemma3_text" and is_set(settings, "attn_logit_softcapping"):
         # Gemma3Attention keeps the value but passes no softcap to its attention: the
         # model's scores are not capped, and a capped fixture would not be its function
         raise CheckpointError(prefix, "config attn_logit_softcapping "
@@ -235,7 +144,7 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
     if model in LAYER_NORMS:  # computed: the fixture's qk_norm
         settings.pop(LAYER_NORMS[model][0], None)
     for key, what in REFUSED_KEYS:
-        if _set(settings, key):
+        if is_set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
                                   "compute")
     position = config.get("position_embedding_type", "absolute")
@@ -245,235 +154,9 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
         raise CheckpointError(prefix, f"config position_embedding_type {shown_value(position)}: qkv "
                               "computes no relative position scores")
     for paths in (THETA_PATHS, FACTOR_PATHS):
-        _one_of(config, prefix, *paths)
-    _rope_type(config, model, prefix)
+        one_of(config, prefix, *paths)
+    check_rope_type(config, model, prefix)
     return model
-
-
-def _rope_type(config: dict[str, Any], model: str, prefix: str) -> None:
-    """Refuse a RoPE scaling, in either spelling (``rope_parameters``, ``rope_scaling``),
-    where qkv does not read it: a family without transformers' RoPE tables (GPT-J's and
-    CodeGen's own, none at all) or one whose RoPE is per layer type
-    (:data:`TYPE_THETAS`, read by :func:`_type_rope`). The others' are read by
-    :func:`_scaling`."""
-    scaled = FAMILIES[model].rope is not None and model not in ("gptj", "codegen")
-    for key in ("rope_parameters", "rope_scaling"):
-        params = config.get(key)
-        if params is None:
-            continue
-        if not isinstance(params, dict):
-            raise CheckpointError(prefix, f"config {key} must be an object or null")
-        flat = model in TYPE_THETAS and key == "rope_parameters" and not any(
-            k in params for k in TYPE_THETAS[model])
-        if (scaled and not flat) or (model in TYPE_THETAS and key == "rope_scaling"):
-            continue
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type != "default":
-            why = (f"{model}'s config keys its RoPE by layer type and ignores a flat one"
-                   if flat else f"{model}'s attention has no RoPE tables that read it")
-            raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(rope_type)}: "
-                                  f"{why}; refused")
-
-
-def _scaling_params(config: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]] | None:
-    """The config's one RoPE parameters object and its key: ``rope_scaling`` (transformers
-    4's spelling, which transformers 5 takes over ``rope_parameters``) or
-    ``rope_parameters``; both, saying different things, are refused."""
-    found = [(key, config[key]) for key in ("rope_scaling", "rope_parameters")
-             if isinstance(config.get(key), dict) and config[key]]
-    if len(found) == 2:
-        # transformers takes rope_scaling whole (its theta the flat rope_theta or the
-        # family's default): rope_parameters saying anything else is another reading
-        plain = [dict(params) for _, params in found]
-        kinds = [p.pop("rope_type", p.pop("type", "default")) for p in plain]
-        if kinds[0] != kinds[1] or plain[0] != plain[1]:
-            raise CheckpointError(prefix, "config rope_scaling and rope_parameters disagree "
-                                  "(two spellings of one setting: which one counts depends on "
-                                  "the transformers version)")
-    return found[0] if found else None
-
-
-def _scaling(params: dict[str, Any], where: str, config: dict[str, Any], model: str,
-             dims: int, prefix: str, nested: bool = False) -> dict[str, Any] | None:
-    """The fixture's ``rope.scaling`` from a config's RoPE parameters (``where``: their
-    key, for a refusal), every default resolved as transformers resolves it
-    (``modeling_rope_utils``), or ``None`` for the default RoPE. ``nested``: the
-    parameters of one layer type. Raises :class:`CheckpointError` naming the key."""
-    kind = params.get("rope_type", params.get("type", "default"))
-    if model == "phi3" and kind in ("su", "yarn") and "rope_type" in params:
-        kind = "longrope"  # Phi3Config's reading of its older names
-    if kind == "default":
-        return None
-    if kind not in SCALING_KEYS:
-        raise CheckpointError(prefix, f"config {where}.rope_type is {shown_value(kind)}: qkv "
-                              f"computes the RoPE scalings {', '.join(SCALING_KEYS)} and the "
-                              "default; refused")
-    if model == "phi3" and kind != "longrope":
-        raise CheckpointError(prefix, f"config {where}.rope_type is {shown_value(kind)}: "
-                              "Phi3Config accepts only default and longrope (transformers "
-                              "refuses the config); refused")
-
-    def given(key: str) -> Any:
-        if key not in params:
-            raise CheckpointError(prefix, f"config {where} has rope_type {shown_value(kind)} but "
-                                  f"no {key}: transformers cannot build its RoPE; refused")
-        return params[key]
-
-    def length(key: str, value: Any) -> int:
-        if type(value) is not int or value <= 0:
-            raise CheckpointError(prefix, f"config {key} must be a positive integer, got "
-                                  f"{shown_value(value)}")
-        return value
-
-    def longest() -> int:
-        if config.get("max_position_embeddings") is None:
-            raise CheckpointError(prefix, f"config {where}.rope_type {shown_value(kind)} reads "
-                                  "max_position_embeddings, which config.json leaves out; "
-                                  "refused (give it)")
-        return length("max_position_embeddings", config["max_position_embeddings"])
-
-    out: dict[str, Any] = {"type": kind}
-    if kind == "linear":
-        out["factor"] = _positive(given("factor"), f"{where}.factor", prefix)
-        return out
-    if kind == "dynamic":
-        out["factor"] = _positive(given("factor"), f"{where}.factor", prefix)
-        out["max_position_embeddings"] = longest()
-        if dims <= 2:  # its base's exponent dims / (dims - 2)
-            raise CheckpointError(prefix, f"config {where}.rope_type \"dynamic\" with {dims} "
-                                  "rotary dimensions: transformers divides by zero; refused")
-        return out
-    # yarn, longrope, llama3: the trained length. A flat config's top-level
-    # original_max_position_embeddings wins (Phi3Config's always, default 4096)
-    top = {**DEFAULTS.get(model, {}), **config}.get("original_max_position_embeddings")
-    if top is not None and not nested:
-        original = length("original_max_position_embeddings", top)
-    elif params.get("original_max_position_embeddings") is not None:
-        original = length(f"{where}.original_max_position_embeddings",
-                          params["original_max_position_embeddings"])
-    else:
-        original = longest()
-    out["original_max_position_embeddings"] = original
-    if kind == "llama3":
-        for key in ("factor", "low_freq_factor", "high_freq_factor"):
-            out[key] = _positive(given(key), f"{where}.{key}", prefix)
-        if out["low_freq_factor"] == out["high_freq_factor"]:
-            raise CheckpointError(prefix, f"config {where}.low_freq_factor and high_freq_factor "
-                                  "are equal: transformers divides by zero; refused")
-        return out
-    factor_value = params.get("factor") if kind == "longrope" else given("factor")
-    factor = (longest() / original if factor_value is None
-              else _positive(factor_value, f"{where}.factor", prefix))
-    out["factor"] = factor
-    attention = params.get("attention_factor")
-    if attention is not None:  # else the type's default (the maths' attention_factor)
-        out["attention_factor"] = _positive(attention, f"{where}.attention_factor", prefix)
-    if kind == "longrope":
-        for key in ("short_factor", "long_factor"):
-            values = given(key)
-            if (not isinstance(values, list) or len(values) != dims // 2
-                    or any(isinstance(v, bool) or not isinstance(v, int | float) for v in values)):
-                raise CheckpointError(prefix, f"config {where}.{key} must be a list of "
-                                      f"{dims // 2} numbers (one per rotated pair), got "
-                                      f"{shown_value(values)}")
-            out[key] = [_positive(v, f"{where}.{key}", prefix) for v in values]
-        return out
-    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
-    if mscale and mscale_all_dim:  # transformers weighs the default by them only when both are
-        out["mscale"] = _positive(mscale, f"{where}.mscale", prefix)
-        out["mscale_all_dim"] = _positive(mscale_all_dim, f"{where}.mscale_all_dim", prefix)
-    for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
-        value = params.get(key) or default  # transformers' "or": 0 and null are the default
-        out[key] = _positive(value, f"{where}.{key}", prefix)
-    # transformers reads truncate from the whole rope_parameters object: a layer type's
-    # own is never seen
-    truncate = True if nested else params.get("truncate", True)
-    if truncate is not None and not isinstance(truncate, bool):
-        raise CheckpointError(prefix, f"config {where}.truncate must be true or false, got "
-                              f"{shown_value(truncate)}")
-    out["truncate"] = bool(truncate)
-    return out
-
-
-def _rope(config: dict[str, Any], model: str, layout: str, head_dim: int,
-          prefix: str, table_dim: int | None = None) -> RopeSpec:
-    """The default RoPE of the family (transformers 4 and 5 spellings)."""
-    theta_key = "rope_theta"
-    if model in ("gptj", "codegen"):  # their sin/cos tables use 10000 whatever the config says
-        theta, rotary = 10000.0, config.get("rotary_dim", DEFAULTS[model]["rotary_dim"])
-        if rotary is None and model == "codegen":  # CodeGenAttention: the whole head
-            dims = head_dim
-        elif rotary is None:  # GPTJAttention slices [:rotary_dim]: None is no rotary width
-            raise CheckpointError(prefix, "config rotary_dim null: transformers' GPT-J needs "
-                                  "a rotary width (it does not run without one); refused")
-        elif type(rotary) is not int or rotary <= 0 or rotary % 2:
-            raise CheckpointError(prefix, f"config rotary_dim must be an even positive integer, "
-                                  f"got {shown_value(rotary)}")
-        elif rotary > head_dim:
-            raise CheckpointError(prefix, f"config rotary_dim {rotary} is wider than a head "
-                                  f"({head_dim}): transformers' {model} cannot run it; refused")
-        else:
-            dims = rotary
-    else:
-        found = _one_of(config, prefix, *_paths(model, THETA_PATHS))
-        key, value = found if found is not None else (
-            "rope_theta", ROPE_THETA.get(model, 10000.0))
-        theta, theta_key = _positive(value, key, prefix), key
-        factor_found = _one_of(config, prefix, *_paths(model, FACTOR_PATHS))
-        factor_key, factor = factor_found if factor_found is not None else (
-            "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
-        rotary = config.get("rotary_dim") if model in ROTARY_DIM else None
-        if factor_found is None and rotary is not None:  # MiniMaxM2Config: the older spelling
-            if type(rotary) is not int or rotary <= 0:
-                raise CheckpointError(prefix, "config rotary_dim must be a positive integer, "
-                                      f"got {shown_value(rotary)}")
-            factor_key, factor = "rotary_dim", rotary / head_dim
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
-            raise CheckpointError(prefix, f"config {factor_key} must be in (0, 1], got "
-                                  f"{shown_value(factor)}")
-        # as transformers computes it, from the width its RoPE table reads (GPT-NeoX's
-        # table reads a config head_dim its attention does not: the table's width decides
-        # how many coordinates turn)
-        dims = int((table_dim or head_dim) * factor)
-        if dims > head_dim:
-            raise CheckpointError(prefix, f"config head_dim {table_dim} makes {model}'s RoPE "
-                                  f"table {dims} wide, wider than a head ({head_dim}): "
-                                  "transformers cannot run it; refused")
-        if dims != head_dim and model not in PARTIAL_ROTARY:
-            raise CheckpointError(prefix, f"config {factor_key} {factor}: {model} rotates "
-                                  "whole heads in qkv's reading; refused")
-        if dims < 2 or dims % 2:
-            said = f" and head_dim {table_dim}" if table_dim else ""
-            whose = "config" if factor_found is not None else f"{model}'s default"
-            raise CheckpointError(prefix, f"{whose} {factor_key} {factor}{said} gives {dims} "
-                                  "rotary dimensions; qkv needs an even number of at least 2")
-    scaling = None
-    found_params = _scaling_params(config, prefix) if model not in ("gptj", "codegen") else None
-    if found_params is None and model in SCALED_BY_DEFAULT:
-        raise CheckpointError(prefix, f"config gives no rope_parameters: {model}'s config "
-                              f"defaults to a {SCALED_BY_DEFAULT[model]} RoPE scaling whose "
-                              "values qkv does not guess; refused (give rope_parameters)")
-    if found_params is not None:
-        scaling = _scaling(found_params[1], found_params[0], config, model, dims, prefix)
-    # theta^(-2i/dims) must be a float64: a theta near 0 turns every angle into NaN
-    try:
-        largest = theta ** (-(dims - 2) / dims)
-    except OverflowError:
-        largest = math.inf
-    if largest == math.inf:
-        raise CheckpointError(prefix, f"config {theta_key} {theta!r} makes the rotation "
-                              f"frequencies theta^(-2i/{dims}) overflow float64")
-    if scaling is not None:
-        _check_scaling(scaling, dims, prefix)
-    return RopeSpec(theta, dims, layout, scaling)
-
-
-def _check_scaling(scaling: dict[str, Any], dims: int, prefix: str) -> None:
-    """The scaling's frequencies are defined and finite, as the fixture's reading checks."""
-    try:
-        read_scaling(scaling, dims)
-    except QkvError as error:
-        raise CheckpointError(prefix, f"config RoPE scaling {scaling['type']}: {error}") from None
 
 
 def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tuple[int, int],
@@ -500,23 +183,23 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}: {family.title}'s "
                               f"attention layers sit under {shown}, not under this prefix: is "
                               "config.json this model's?")
-    hidden = _int(config, prefix, *HIDDEN_KEYS)
+    hidden = int_value(config, prefix, *HIDDEN_KEYS)
     if d_model is not None and hidden is not None and hidden != d_model:
         key = next(k for k in HIDDEN_KEYS if config.get(k) is not None)
         raise CheckpointError(prefix, f"config {key} {hidden}, but the layer reads "
                               f"inputs {d_model} wide: is config.json this model's?")
-    heads = _int(config, prefix, *_heads_keys(model, prefix))
+    heads = int_value(config, prefix, *_heads_keys(model, prefix))
     if heads is None:
         raise CheckpointError(prefix, "config gives no "
                               f"{' (or '.join(_heads_keys(model, prefix)[:2])}"
                               f"{')' if len(_heads_keys(model, prefix)) > 1 else ''}")
     if family.naming in ("blocks", "bigcode", "falcon"):  # one packed tensor: split by the config
         widths = _packed_widths(config, model, heads, widths[0], hidden or d_model, prefix)
-    kv_heads = (_int(config, prefix, "num_key_value_heads") if family.naming in ("linear", "blocks")
+    kv_heads = (int_value(config, prefix, "num_key_value_heads") if family.naming in ("linear", "blocks")
                 else None)
     if model in ("gpt_bigcode", "falcon"):
         kv_heads = widths[1] * heads // widths[0]
-    head_dim = (_int({**DEFAULTS.get(model, {}), **config}, prefix, "head_dim")
+    head_dim = (int_value({**DEFAULTS.get(model, {}), **config}, prefix, "head_dim")
                 if model not in ("gpt_neox", "gptj", "codegen") else None)
     defaulted = "head_dim" not in config and "head_dim" in DEFAULTS.get(model, {})
     if head_dim is None and widths[0] % heads:
@@ -550,27 +233,27 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     scale = _scale({**DEFAULTS.get(model, {}), **config}, family.scale, head_dim, index, prefix,
                    NULL_MULTIPLIER_IS_INVERSE_SQRT.get(model, False))
     rope = None
-    falcon_alibi = model == "falcon" and _flag(config, "alibi", False, prefix)
+    falcon_alibi = model == "falcon" and flag_value(config, "alibi", False, prefix)
     if model in TYPE_THETAS:  # each type of layer its own theta
-        rope = _type_rope(config, model, _layer_type(config, model, index, prefix), head_dim,
+        rope = type_rope(config, model, _layer_type(config, model, index, prefix), head_dim,
                           family.rope or "half", prefix)
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
-        rope = _rope(config, model, family.rope, head_dim, prefix,
-                     _int(config, prefix, "head_dim") if model == "gpt_neox" else None)
+        rope = rope_of(config, model, family.rope, head_dim, prefix,
+                     int_value(config, prefix, "head_dim") if model == "gpt_neox" else None)
     alibi = None
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
     clip_qkv = None
     if model in CLIP_QKV and config.get("clip_qkv") is not None:
-        clip_qkv = _positive(config["clip_qkv"], "clip_qkv", prefix)
+        clip_qkv = positive(config["clip_qkv"], "clip_qkv", prefix)
     if model == "mpt":
         alibi, scale, clip_qkv = _mpt(config, heads, head_dim, prefix)
     softcap = None
     if model in SOFTCAP:
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
-        softcap = None if value is None else _positive(value, "attn_logit_softcapping", prefix)
+        softcap = None if value is None else positive(value, "attn_logit_softcapping", prefix)
     biased, bias_said = _biases(config, model, family, prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
@@ -597,7 +280,7 @@ def _check_layer_count(config: dict[str, Any], model: str, index: int | None,
     key = next((k for k in keys if config.get(k) is not None), None)
     if key is None:
         return
-    count = _int(config, prefix, key)
+    count = int_value(config, prefix, key)
     if count is not None and index >= count:
         raise CheckpointError(prefix, f"the prefix names layer {index}, but config {key} is "
                               f"{count}: the model built from config.json has no such layer")
@@ -635,7 +318,7 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     settings = {**DEFAULTS.get(model, {}), **config}
 
     def by_key(key: str) -> tuple[bool, str]:
-        on = _flag(settings, key, False, prefix)
+        on = flag_value(settings, key, False, prefix)
         return on, f"config {key} is {'true' if on else 'false'}" + (
             "" if config.get(key) is not None else " (the family's default: config.json "
             "leaves it out)")
@@ -665,16 +348,16 @@ def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | 
     settings = {**DEFAULTS.get(model, {}), **config}
     if model in LAYER_NORMS:
         key, norm = LAYER_NORMS[model]
-        if not _flag(settings, key, False, prefix):
+        if not flag_value(settings, key, False, prefix):
             return None
-        eps = _positive(settings.get("layer_norm_eps", 1e-5), "layer_norm_eps", prefix)
+        eps = positive(settings.get("layer_norm_eps", 1e-5), "layer_norm_eps", prefix)
         return norm._replace(eps=eps)
     if model not in QK_NORMS:
         return None
-    if model in QK_NORM_FLAGS and not _flag(settings, QK_NORM_FLAGS[model], False, prefix):
+    if model in QK_NORM_FLAGS and not flag_value(settings, QK_NORM_FLAGS[model], False, prefix):
         return None
     span, offset = QK_NORMS[model]
-    eps = _positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
+    eps = positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
     return NormFunction(span, eps, offset,
                         modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")))
 
@@ -691,9 +374,9 @@ def _mpt(config: dict[str, Any], heads: int, head_dim: int,
         if given != value or type(given) is not type(value):
             raise CheckpointError(prefix, f"config attn_config.{key} {shown_value(given)}: "
                                   f"transformers' MPT computes {shown_value(value)}; refused")
-    scale = None if attn.get("softmax_scale") is None else _positive(
+    scale = None if attn.get("softmax_scale") is None else positive(
         attn["softmax_scale"], "attn_config.softmax_scale", prefix)
-    clip_qkv = None if attn.get("clip_qkv") is None else _positive(
+    clip_qkv = None if attn.get("clip_qkv") is None else positive(
         attn["clip_qkv"], "attn_config.clip_qkv", prefix)
     # build_mpt_alibi_tensor: 1 / 2^(i * 8 / n) for the next power of two n, odd then even
     # when the heads are fewer
@@ -722,72 +405,8 @@ def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: s
         raise CheckpointError(prefix, f"config gives no layer_types: qkv does not derive which "
                               f"of {title}'s layers slide; refused (give layer_types)")
     key, fixed = LAYER_PATTERNS[model]
-    pattern = fixed if key is None else _int({**DEFAULTS[model], **config}, prefix, key)
+    pattern = fixed if key is None else int_value({**DEFAULTS[model], **config}, prefix, key)
     return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
-
-
-def _type_rope(config: dict[str, Any], model: str, layer_type: str, dims: int, layout: str,
-               prefix: str) -> RopeSpec:
-    """The RoPE of a layer of ``layer_type``: its theta, ``rope_parameters.<layer_type>.rope_theta``
-    or the type's flat spelling (:data:`TYPE_THETAS`), and its scaling
-    (``rope_parameters.<layer_type>``; a ``rope_scaling`` updates the full layers' entry,
-    as Gemma3TextConfig and Olmo3Config do); spellings that disagree are refused.
-
-    OLMo 3 (Olmo3Config, transformers 5): ``rope_parameters`` must be keyed by layer type; a
-    flat ``rope_theta`` sets the full layers' theta only (the sliding ones keep
-    500000), so a sliding layer with a flat ``rope_theta`` of another value and no
-    ``rope_parameters.sliding_attention.rope_theta`` is refused (transformers 4 read it
-    for every layer)."""
-    thetas = TYPE_THETAS[model]
-    flat_key, default = thetas[layer_type]
-    params = config.get("rope_parameters")
-    if model == "olmo3" and isinstance(params, dict):
-        other = next((k for k in params if k not in thetas), None)
-        if other is not None:
-            raise CheckpointError(prefix, f"config rope_parameters.{other}: OLMo 3's "
-                                  "rope_parameters is keyed by layer type "
-                                  "(full_attention, sliding_attention); refused")
-    entry: dict[str, Any] = {}
-    where = f"rope_parameters.{layer_type}"
-    if isinstance(params, dict) and any(k in params for k in thetas):
-        raw = params.get(layer_type) or {}
-        if not isinstance(raw, dict):
-            raise CheckpointError(prefix, f"config {where} must be an object or null")
-        entry = dict(raw)
-    update = config.get("rope_scaling")
-    if layer_type == "full_attention" and isinstance(update, dict) and update:
-        entry = {"rope_type": "default", **entry, **update}  # the config's .update(rope_scaling)
-        where = "rope_scaling"
-    for key, value in entry.items():
-        if key == "partial_rotary_factor" and value != 1:
-            raise CheckpointError(prefix, f"config {where}.{key} {shown_value(value)}: "
-                                  f"{model} rotates whole heads in qkv's reading; refused")
-    scaling = _scaling(entry, where, config, model, dims, prefix, nested=True)
-    if scaling is not None:
-        _check_scaling(scaling, dims, prefix)
-    nested = entry.get("rope_theta")
-    flat = config.get(flat_key) if flat_key is not None else None
-    if nested is not None and flat is not None and (
-            nested != flat or isinstance(nested, bool) != isinstance(flat, bool)):
-        raise CheckpointError(prefix, f"config rope_parameters.{layer_type}.rope_theta "
-                              f"{shown_value(nested)} and {flat_key} {shown_value(flat)} "
-                              "disagree (two spellings of one setting)")
-    if nested is not None:
-        theta = _positive(nested, f"{where}.rope_theta", prefix)
-    elif flat is not None:
-        theta = _positive(flat, str(flat_key), prefix)
-    else:
-        loose = config.get("rope_theta")
-        if flat_key is None and loose is not None and loose != default:
-            title = FAMILIES[model].title
-            raise CheckpointError(prefix, f"config rope_theta {shown_value(loose)} and no "
-                                  f"rope_parameters.{layer_type}.rope_theta: transformers 5's "
-                                  f"{title} gives its {layer_type} layers {default} "
-                                  "(rope_theta sets the full layers' only, if any), "
-                                  "transformers 4's gave every layer rope_theta; refused (give "
-                                  "rope_parameters per layer type)")
-        theta = default
-    return RopeSpec(theta, dims, layout, scaling)
 
 
 def _bloom_slopes(heads: int) -> list[float]:
@@ -810,12 +429,12 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
     each ``head_dim`` (``hidden / heads`` unless the config says) wide."""
     settings = {**DEFAULTS.get(model, {}), **config}
     if model == "gpt_bigcode":
-        kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
+        kv = 1 if flag_value(settings, "multi_query", True, prefix) else heads
     elif model == "falcon":  # FalconAttention._split_heads
-        if _flag(settings, "new_decoder_architecture", False, prefix):
-            kv = _int(config, prefix, "num_kv_heads") or heads
+        if flag_value(settings, "new_decoder_architecture", False, prefix):
+            kv = int_value(config, prefix, "num_kv_heads") or heads
         else:
-            kv = 1 if _flag(settings, "multi_query", True, prefix) else heads
+            kv = 1 if flag_value(settings, "multi_query", True, prefix) else heads
             given = config.get("num_kv_heads")
             if kv == heads and given is not None and given != heads:
                 raise CheckpointError(prefix, f"config num_kv_heads {shown_value(given)} with "
@@ -823,8 +442,8 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
                                       "transformers' Falcon packs a key and a value per head "
                                       "there and cannot run it; refused")
     else:
-        kv = _int(config, prefix, "num_key_value_heads") or heads
-    head_dim = _int(config, prefix, "head_dim")
+        kv = int_value(config, prefix, "num_key_value_heads") or heads
+    head_dim = int_value(config, prefix, "head_dim")
     if head_dim is None:
         if hidden is None or hidden % heads:
             key = next((k for k in HIDDEN_KEYS if config.get(k) is not None), "hidden_size")
@@ -853,7 +472,7 @@ def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
     if family.causal == "no":
         return False
     if family.causal == "decoder":
-        return _flag(config, "is_decoder", False, prefix)
+        return flag_value(config, "is_decoder", False, prefix)
     parts = prefix.split(".")
     if "encoder_attn" in parts or "crossattention" in parts:
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "
@@ -910,25 +529,25 @@ def _scale(config: dict[str, Any], rule: str | None, head_dim: int, index: int |
     if rule == "one":  # GPT-Neo does not scale its scores
         return 1.0
     if rule == "bigcode":  # GPTBigCodeAttention: head_dim**-0.5 if scale_attn_weights else 1
-        return None if _flag(config, "scale_attn_weights", True, prefix) else 1.0
+        return None if flag_value(config, "scale_attn_weights", True, prefix) else 1.0
     if rule == "gemma2":  # Gemma2Attention: query_pre_attn_scalar**-0.5, not head_dim's
         value = config.get("query_pre_attn_scalar")
-        return float(_positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
+        return float(positive(value, "query_pre_attn_scalar", prefix) ** -0.5)
     if rule == "key_multiplier":  # Falcon-H1 multiplies K by it: the scores, by linearity
         value = config.get("key_multiplier")
-        multiplier = _positive(1.0 if value is None else value, "key_multiplier", prefix)
+        multiplier = positive(1.0 if value is None else value, "key_multiplier", prefix)
         return float(multiplier * head_dim ** -0.5)
     if rule == "granite":
         value = config.get("attention_multiplier")
         if value is None and null_is_default:  # HyperCLOVAXConfig: null is head_dim**-0.5
             return None
-        return _positive(value, "attention_multiplier", prefix)
+        return positive(value, "attention_multiplier", prefix)
     if rule != "gpt2":
         return None
     # GPT2Attention: scaling = head_dim**-0.5 if scale_attn_weights else 1.0, then
     # divided by layer_idx + 1 if scale_attn_by_inverse_layer_idx
-    weights = _flag(config, "scale_attn_weights", True, prefix)
-    by_layer = _flag(config, "scale_attn_by_inverse_layer_idx", False, prefix)
+    weights = flag_value(config, "scale_attn_weights", True, prefix)
+    by_layer = flag_value(config, "scale_attn_by_inverse_layer_idx", False, prefix)
     if weights and not by_layer:
         return None
     scale = head_dim ** -0.5 if weights else 1.0
@@ -1006,7 +625,7 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
         key, sliding = "sliding_window", layer_type == "sliding_attention"
     elif rule == "types":  # Gemma 3, OLMo 3: layer_types, else the family's pattern
         flag = WINDOW_FLAGS.get(model)
-        if flag is not None and not _flag(config, flag, False, prefix):
+        if flag is not None and not flag_value(config, flag, False, prefix):
             # Qwen2MoeConfig: no window without the flag (its sliding_window becomes 0)
             if (_listed_type(config, "layer_types", index,
                              ("full_attention", "sliding_attention"), prefix)
@@ -1026,11 +645,11 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
         key, sliding = "sliding_window", True
     elif rule == "qwen3_moe":  # Qwen3MoeConfig: sliding_window only with use_sliding_window,
         # and then every layer's mask slides (no layer_types, no max_window_layers)
-        if not _flag(config, "use_sliding_window", False, prefix):
+        if not flag_value(config, "use_sliding_window", False, prefix):
             return None
         key, sliding = "sliding_window", True
     elif rule == "qwen2":
-        if not _flag(config, "use_sliding_window", False, prefix):
+        if not flag_value(config, "use_sliding_window", False, prefix):
             # Qwen2Config sets sliding_window to None: a layer layer_types calls sliding
             # has no window to slide, and transformers' attention fails on it
             if (_listed_type(config, "layer_types", index, full, prefix)
@@ -1058,7 +677,7 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
         layer_type = _listed_type(config, "layer_types", index, full, prefix)
         if layer_type is None:  # SmolLM3Config: the layers without RoPE slide, when asked
             layer_type = "sliding_attention" if (
-                _flag(config, "use_sliding_window", False, prefix)
+                flag_value(config, "use_sliding_window", False, prefix)
                 and settings.get("sliding_window") is not None
                 and not _uses_rope(config, model, index, prefix)) else "full_attention"
         key, sliding = "sliding_window", layer_type == "sliding_attention"
