@@ -30,7 +30,8 @@ C = [[1, 1], [1, -1], [0, 2]]
 @pytest.mark.parametrize("example", ["chapter", "primer"])
 def test_bundled_examples_pass_every_check(example: str, causal: bool) -> None:
     evidence = build_attend_evidence(load_attend_fixture(example=example), causal)
-    claims = ["prefix", "single_token"] if causal else ["single_token"]  # prefix: causal only
+    # prefix: causal only; the scale probe is every head's (chapter 27's claim)
+    claims = ["scale_probe", *(["prefix"] if causal else []), "single_token"]
     assert [c.name for c in evidence.checks] == [*CHECKS[:4], *claims, *CHECKS[4:]]
     assert [c.name for c in attend_checks(evidence)] == [*PUBLISHED_CHECKS[:4], *claims,
                                                          *PUBLISHED_CHECKS[4:]]
@@ -197,3 +198,17 @@ def test_position_zero_of_a_scaled_rope_is_its_attention_factor_not_a_failure() 
     turned = rotate(first, layer.rope._replace(offset=0))
     assert np.array_equal(turned[..., :6], first[..., :6] * factor)
     assert np.array_equal(turned[..., 6:], first[..., 6:])  # partial: the rest passes through
+
+
+def test_the_scale_probe_softens_exactly_when_the_scale_shrinks() -> None:
+    """Chapter 27's probe, every head's: the default and a given scale below 1 soften the
+    focus; a scale of 1 (no scaling) or above does not, and the claim holds for each."""
+    from qkvcli.attention.head import scale_probe
+
+    default, shrinking, none, growing = (scale_probe(4), scale_probe(4, 0.25),
+                                         scale_probe(4, 1.0), scale_probe(4, 2.0))
+    assert default.softened and shrinking.softened and default.holds and shrinking.holds
+    assert not none.softened and not growing.softened and none.holds and growing.holds
+    assert _checks(_layer(scale=2.0))["scale_probe"]
+    lying = default._replace(scale=1.5)  # softened, yet the scale claims to sharpen
+    assert not lying.holds

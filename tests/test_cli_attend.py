@@ -51,7 +51,7 @@ def test_attend_primer_text() -> None:
     assert token in lines
     assert "layout=separate: three [d_model,d_out] weights (qkv layout, Y = X W)" in lines
     assert any(line.startswith("note=symmetric-matching") for line in lines)
-    assert lines[-1] == "verdict: PASS (9 of 9 checks passed)"  # no prefix claim: not causal
+    assert lines[-1] == "verdict: PASS (10 of 10 checks passed)"  # no prefix claim: not causal
 
 
 def test_attend_defaults_to_the_chapter_fixture() -> None:
@@ -104,7 +104,7 @@ def test_attend_output_file_is_written(tmp_path: Path) -> None:
     result = invoke("attend", "--example", "primer", "-f", "rich", "-o", str(out))
     assert result.exit_code == 0 and result.stdout == ""
     assert result.stderr == f"qkv: wrote {out}\n"  # the one -o habit of every command
-    assert "verdict: PASS (9 of 9 checks passed)" in out.read_text(encoding="utf-8")
+    assert "verdict: PASS (10 of 10 checks passed)" in out.read_text(encoding="utf-8")
 
 
 def test_attend_accepts_bias_and_independent_value_width(tmp_path: Path) -> None:
@@ -197,7 +197,7 @@ def test_chapter_report_reads_torch_layout_identically(tmp_path: Path) -> None:
 def test_every_shipped_fixture_passes_attend(path: Path, causal: list[str]) -> None:
     result = invoke("attend", str(path), *causal)
     assert result.exit_code == 0, result.output
-    checks = 10 if causal else 9  # the prefix claim only under the causal mask
+    checks = 11 if causal else 10  # the prefix claim only under the causal mask
     assert result.output.endswith(f"verdict: PASS ({checks} of {checks} checks passed)\n")
 
 

@@ -22,7 +22,7 @@ from qkvcli.attention import engine
 from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradients
 from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
-from qkvcli.attention.head import AttentionHead
+from qkvcli.attention.head import AttentionHead, scale_probe
 from qkvcli.attention.maths import attention_factor, causal_mask, rotate
 from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
@@ -583,7 +583,8 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output") and (
         tensors["grad_input"].shape == x.shape)
-    claims = {"single_token": single_token_holds(layer, x, causal)}
+    claims = {"single_token": single_token_holds(layer, x, causal),
+              "scale_probe": scale_probe(layer.d_k, layer.given_scale).holds}
     if causal:
         claims["prefix"] = prefix_kept(layer, x)
     for name, holds in (("head_isolation", heads_isolated(layer, x, causal)),

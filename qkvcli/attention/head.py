@@ -53,10 +53,11 @@ from qkvcli.attention.errors import (
     OutputGradientShapeMismatch,
     ScaleError,
 )
-from qkvcli.attention.maths import AlibiForm, QkNorm, Rope, check_rope, score_factor
+from qkvcli.attention.maths import AlibiForm, QkNorm, Rope, check_rope, score_factor, softmax
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
+from qkvcli.core.record import Record
 from qkvcli.core.weights import (
     NamedWeights,
     check_branches,
@@ -345,3 +346,38 @@ class AttentionHead(NamedWeights):
         return AttentionGradients(
             h.grad_attention, h.grad_scaled_scores, h.grad_scores, h.grad_query, h.grad_key,
             h.grad_value, *(getattr(g, name) for name in ParameterGradients.__record_fields__))
+
+
+class ScaleProbe(Record):
+    """The scale probe: ``A[0,0]`` without and with the head's score scale, and ``A[0,1]``."""
+
+    d_k: int
+    scale: float
+    unscaled_focus: float
+    scaled_focus: float
+    orthogonal_probability: float
+
+    @property
+    def softened(self) -> bool:
+        return self.scaled_focus < self.unscaled_focus
+
+    @property
+    def holds(self) -> bool:
+        """The focus is softened exactly when the scale shrinks the scores."""
+        return self.softened == (self.scale < 1.0)
+
+
+def scale_probe(d_k: int, given: float | None = None) -> ScaleProbe:
+    """The scale probe of a head ``d_k`` wide whose score scale is ``given`` (``None``:
+    ``1/sqrt(d_k)``): two tokens whose queries, keys and values are ``e0`` and ``e1``
+    (the head's projections the identity), so the scores are the identity and only the
+    scale moves the weights. Chapter 27's claim, and every head's and layer's."""
+    units = np.zeros((1, 2, d_k))
+    units[0, 0, 0] = 1.0
+    if d_k > 1:
+        units[0, 1, 1] = 1.0
+    identity = np.eye(d_k)
+    done = AttentionHead.from_arrays(identity, identity, identity, scale=given).forward(units)
+    unscaled = softmax(np.array(done.scores))
+    return ScaleProbe(d_k, score_factor(d_k, given), float(unscaled[0, 0, 0]),
+                      float(done.attention[0, 0, 0]), float(done.attention[0, 0, 1]))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.attend import NormSpec
 
-CHECK_ORDER = ("forward", "attention", "mask", "hull", "prefix", "single_token",
+CHECK_ORDER = ("forward", "attention", "mask", "hull", "scale_probe", "prefix", "single_token",
                "head_isolation", "position_zero", "reverse", "shapes", "replay", "gradcheck")
 """The declared order of attend's checks (the renderers publish ``attention`` as
 ``weights``); ``prefix`` only with the causal mask, ``head_isolation`` only for a layer

@@ -43,7 +43,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from qkvcli.attention.maths import scale, score_factor, softmax
+from qkvcli.attention.head import ScaleProbe, scale_probe
+from qkvcli.attention.maths import scale, score_factor
 from qkvcli.chapters.head_fixture import (
     CausalFixture,
     HeadInputs,
@@ -242,37 +243,6 @@ def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleTok
     """The probe on one token whose Q, K, V are ``vectors``."""
     query, key, value = (np.asarray(v, dtype=np.float64).reshape(1, 1, -1) for v in vectors)
     return SingleToken(*head_pass(query, key, value, np.ones(value.shape), causal)._values())
-
-
-class ScaleProbe(Record):
-    """The scale probe: ``A[0,0]`` without and with the scale, and ``A[0,1]``."""
-
-    d_k: int
-    scale: float
-    unscaled_focus: float
-    scaled_focus: float
-    orthogonal_probability: float
-
-    @property
-    def softened(self) -> bool:
-        return self.scaled_focus < self.unscaled_focus
-
-    @property
-    def holds(self) -> bool:
-        """The focus is softened exactly when the scale shrinks the scores."""
-        return self.softened == (self.scale < 1.0)
-
-
-def scale_probe(d_k: int, causal: bool = False) -> ScaleProbe:
-    """The probe on two tokens whose queries, keys and values are ``e0`` and ``e1``."""
-    units = np.zeros((1, 2, d_k))
-    units[0, 0, 0] = 1.0
-    if d_k > 1:
-        units[0, 1, 1] = 1.0
-    head = attend(units, units, units, causal).forward.heads[0]
-    unscaled = softmax(np.array(head.scores))
-    return ScaleProbe(d_k, score_factor(d_k, None), float(unscaled[0, 0, 0]),
-                      float(head.attention[0, 0, 0]), float(head.attention[0, 0, 1]))
 
 
 class BatchProbe(Record):

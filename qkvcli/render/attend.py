@@ -204,6 +204,9 @@ _SHARED_DETAILS = {
                      "key's parameters",
                      "one token: a weight is not exactly 1, or the query's or the key's "
                      "parameters get a gradient"),
+    "scale_probe": ("two orthogonal unit tokens: the score scale softens a peaked row "
+                    "exactly when it shrinks the scores",
+                    "two orthogonal unit tokens: the score scale and the focus disagree"),
     "head_isolation": ("one head's W_Q or one K/V head's W_V columns changed: no other "
                        "head's weights or merged columns move (first 16 tokens)",
                        "changing one head's columns moved another head's weights or "

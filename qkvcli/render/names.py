@@ -247,6 +247,7 @@ PUBLISHED: dict[str, dict[str, Published]] = {
                 "single_token"),
         "attention": Published("row-sums", ROW_SUMS, LAYER),
         "mask": Published("future-zero", FUTURE_ZERO, LAYER),
+        "scale_probe": Published("scale-probe", SCALING, LAYER),
         "head_isolation": Published("head-isolation", HEAD_ISOLATION, LAYER),
         "position_zero": Published("position-zero", POSITION_ZERO, LAYER),
     },
