@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
-from qkvcli.chapters.registry import Chapter, ChapterEvidence
+from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import position_zero, replayed
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
+from qkvcli.core.results import Plan, Refusal, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -608,20 +608,13 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         return evidence._replace(checks=judge_plan(PLAN, evidence))
 
 
-def _gradcheck(e: RopeEvidence) -> FamilyCheck:
-    """The gradient check's own judgement, with its tolerance and count."""
-    return FamilyCheck("gradcheck", e.gradcheck.passed,
-                       "passed" if e.gradcheck.passed else "failed", fixtures=1,
-                       tolerance=e.fixture.tolerance, coordinates=e.gradcheck.count)
-
-
 PLAN: Plan[RopeEvidence] = (
     ("position_zero", lambda e: e.primary.position_zero_identity),
     ("norms", lambda e: e.primary.norm_preserved),
     ("relative_dot", lambda e: e.primary.common_shift_preserved),
     ("shapes", lambda e: all(p.valid for p in e.probes)),
     ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
-    ("gradcheck", _gradcheck),
+    ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),
     ("tape_finite", lambda e: e.primary.tape_finite),
     ("replay", lambda e: e.replay_bitwise),
 )

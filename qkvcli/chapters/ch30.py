@@ -41,12 +41,12 @@ from qkvcli.chapters.ch29 import (
     read_operand,
     rope_settings,
 )
-from qkvcli.chapters.registry import Chapter, ChapterEvidence
+from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import HeadLayout, isolated_heads, prefix, replayed
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
+from qkvcli.core.results import Plan, Refusal, judge_plan, refused
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
@@ -555,13 +555,6 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
         return evidence._replace(checks=judge_plan(PLAN, evidence))
 
 
-def _gradcheck(e: MultiHeadEvidence) -> FamilyCheck:
-    """The gradient check's own judgement, with its tolerance and count."""
-    return FamilyCheck("gradcheck", e.gradcheck.passed,
-                       "passed" if e.gradcheck.passed else "failed", fixtures=1,
-                       tolerance=e.fixture.tolerance, coordinates=e.gradcheck.count)
-
-
 PLAN: Plan[MultiHeadEvidence] = (
     ("causal", lambda e: e.probes.future_zero and e.probes.rows_normalized),
     ("prefix", lambda e: all(e.probes.prefix_unchanged) and e.probes.suffix_changed),
@@ -571,7 +564,7 @@ PLAN: Plan[MultiHeadEvidence] = (
     ("shapes", lambda e: e.shapes.probes_valid),
     ("parameters", lambda e: e.parameters.distinct),
     ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
-    ("gradcheck", _gradcheck),
+    ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),
     ("tape_finite", lambda e: e.tape_finite),
     ("replay", lambda e: e.replay_bitwise),
 )

@@ -67,13 +67,18 @@ from qkvcli.chapters.operands import (
     loss,
     reverse,
 )
-from qkvcli.chapters.registry import Chapter, ChapterEvidence, settings_replaced
+from qkvcli.chapters.registry import (
+    Chapter,
+    ChapterEvidence,
+    judged_gradcheck,
+    settings_replaced,
+)
 from qkvcli.core.arrays import Array, all_finite, same_bits
 from qkvcli.core.invariants import prefix, replayed
 from qkvcli.core.invariants import single_token as single_token_claim
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan, refused
+from qkvcli.core.results import Plan, Refusal, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
@@ -444,23 +449,16 @@ def _replayed(e: HeadChapterEvidence) -> bool:
     return e.replay_bitwise
 
 
-def _gradcheck(e: HeadChapterEvidence) -> FamilyCheck:
-    """The gradient check's own judgement, with its tolerance and count."""
-    check = e.gradcheck
-    return FamilyCheck("gradcheck", check.passed, "passed" if check.passed else "failed",
-                       tolerance=check.tolerance, coordinates=check.count)
-
-
 SELF_ATTENTION_PLAN: Plan[SelfAttentionEvidence] = (
     ("row_sums", _rows), ("scale_probe", lambda e: e.scale.holds), ("single_token", _single),
     ("batch_isolation", lambda e: e.batch.isolated), ("empty_batch", lambda e: e.empty_holds),
-    ("gradcheck", _gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
+    ("gradcheck", judged_gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
 CAUSAL_PLAN: Plan[CausalEvidence] = (
     ("row_sums", _rows), ("masked_rows", lambda e: e.future_zero),
     ("prefix_invariance", lambda e: e.prefix.invariant),
     ("suffix_gradient", lambda e: e.prefix.suffix_zero), ("single_token", _single),
     ("empty_batch", lambda e: e.empty.valid), ("tape_finite", lambda e: e.primary.tape_finite),
-    ("gradcheck", _gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
+    ("gradcheck", judged_gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
 
 
 E = TypeVar("E", bound=HeadChapterEvidence)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from qkvcli.core.errors import QkvError
 from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
 from qkvcli.core.record import Record
+from qkvcli.core.results import FamilyCheck
 
 if TYPE_CHECKING:
-    from qkvcli.core.results import FamilyCheck, Refusal
+    from qkvcli.core.results import Refusal
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.files import StrPath
 
@@ -70,6 +71,15 @@ class ChapterEvidence(Record):
     @property
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
+
+
+def judged_gradcheck(evidence: ChapterEvidence, fixtures: int = 0) -> FamilyCheck:
+    """A chapter's gradient check as its plan judges it: its own verdict, with its
+    tolerance and count (``fixtures``: the fixtures its report counts, 1 for chapters 29
+    and 30, none said for 27 and 28)."""
+    check = evidence.gradcheck
+    return FamilyCheck("gradcheck", check.passed, "passed" if check.passed else "failed",
+                       fixtures=fixtures, tolerance=check.tolerance, coordinates=check.count)
 
 
 class UnknownChapter(QkvError):
