@@ -380,10 +380,10 @@ def qkv_program() -> list[str]:
 def bytecode_note() -> str:
     import importlib.util
 
-    import qkvcli.evidence.build
+    import qkvcli.check.chapter26
 
-    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.evidence.build.__file__))
-    where = os.path.dirname(os.path.dirname(qkvcli.evidence.build.__file__))
+    compiled = os.path.exists(importlib.util.cache_from_source(qkvcli.check.chapter26.__file__))
+    where = os.path.dirname(os.path.dirname(qkvcli.check.chapter26.__file__))
     # Without bytecode every launch compiles qkv's modules (a third of the report's
     # instructions on a 2-core machine), so the figures say nothing about qkv itself.
     hint = "" if compiled else (f" (run python -m compileall -q {where} first: the "
@@ -492,12 +492,12 @@ def importtime_breakdown() -> None:
 
     base = self_times("import numpy, click, json")
     report = self_times("import numpy, click, json, qkvcli.cli, qkvcli.cli.evidence, "
-                        "qkvcli.evidence.build, qkvcli.render.report")
+                        "qkvcli.check.chapter26, qkvcli.render.report")
     extra = {name: us for name, us in report.items() if name not in base}
     top = sorted(extra.items(), key=lambda item: -item[1])[:8]
     print(f"  -X importtime: modules beyond the baseline {sum(extra.values()) / 1000:.1f} ms "
           "self time; largest: " + ", ".join(f"{name} {us / 1000:.1f}" for name, us in top))
-    from qkvcli.evidence.build import build_evidence
+    from qkvcli.check.chapter26 import build_evidence
     from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()

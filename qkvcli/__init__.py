@@ -29,11 +29,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from qkvcli.check.chapter26 import build_evidence
     from qkvcli.core.errors import QkvError
     from qkvcli.core.outputs import QkvForward, QkvGradients
     from qkvcli.core.projections import QkvProjections
     from qkvcli.core.splitmix import SplitMix64
-    from qkvcli.evidence.build import build_evidence
     from qkvcli.reading.fixture import Fixture
     from qkvcli.reading.load import load_fixture
 
@@ -45,7 +45,7 @@ _LAZY = {
     "SplitMix64": "qkvcli.core.splitmix",
     "Fixture": "qkvcli.reading.fixture",
     "load_fixture": "qkvcli.reading.load",
-    "build_evidence": "qkvcli.evidence.build",
+    "build_evidence": "qkvcli.check.chapter26",
 }
 
 

@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "learn": {"core", "reading", "evidence", "attention", "chapters"},
     "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
     "protocol": {"core", "reading"},  # an implementation's source is read by the one reader
-    "check": {"core", "reading", "gradcheck", "attention", "protocol"},  # AttentionHead: the head reference
+    "check": {"core", "reading", "gradcheck", "evidence", "attention", "protocol"},  # AttentionHead: the head reference; evidence: run's records
     "chapters": {"core", "reading", "gradcheck", "attention"},  # the course's chapters 27-30
     "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check",
                "chapters", "protocol"},

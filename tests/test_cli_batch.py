@@ -344,7 +344,7 @@ def test_a_killed_worker_is_its_own_fixtures_row_and_the_others_run(tmp_path: Pa
 def test_out_of_memory_in_one_fixture_is_its_row_and_the_batch_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: str,
 ) -> None:
-    from qkvcli.evidence import build as build_module  # run_one imports it when it runs
+    from qkvcli.check import chapter26 as build_module  # run_one imports it when it runs
 
     original = build_module.build_evidence
 

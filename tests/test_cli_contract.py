@@ -362,7 +362,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(args: list[str], tm
 INTERRUPTIBLE = [
     (["run"], "qkvcli.cli.evidence.build_evidence"),
     (["report"], "qkvcli.cli.evidence.build_evidence"),
-    (["run", str(CHAPTER_FIXTURE), str(CHAPTER_FIXTURE)], "qkvcli.evidence.build.build_evidence"),
+    (["run", str(CHAPTER_FIXTURE), str(CHAPTER_FIXTURE)], "qkvcli.check.chapter26.build_evidence"),
     (["gradcheck"], "qkvcli.cli.gradcheck.gradcheck_projections"),
     (["attend"], "qkvcli.attention.evidence.build_attend_evidence"),
     (["variance"], "qkvcli.learn.variance.dot_variance"),

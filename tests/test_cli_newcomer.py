@@ -622,7 +622,7 @@ def _table_rows(out: str, corner: str) -> list[list[str]]:
 
 
 def test_runs_figure_shows_the_upstream_gradients() -> None:
-    from qkvcli.evidence.build import build_evidence
+    from qkvcli.check.chapter26 import build_evidence
     from qkvcli.reading.load import load_fixture
     from qkvcli.render.numbers import fmt_float
 

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.evidence.behaviour import same_primary_bits
-from qkvcli.evidence.build import build_evidence, compute_primary, projections_of
+from qkvcli.check import chapter26, engine
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.parse import parse_fixture
 from qkvcli.render.wording import check_rows
@@ -95,15 +95,28 @@ def test_independence_probes_the_first_live_row() -> None:
     assert evidence.independence.key_unchanged and evidence.independence.value_unchanged
 
 
-def test_replay_detects_a_difference() -> None:
+def test_replay_detects_a_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine's forward drifts by one ulp on its second call with the fixture's own
+    # arrays (the replay): run's replay is the replay family's bit comparison.
     fixture = load_fixture(CHAPTER_FIXTURE)
-    layer = projections_of(fixture)
-    first = compute_primary(fixture, layer)
-    assert same_primary_bits(first, compute_primary(fixture, layer))
-    changed = first._replace(loss=-2.0000000000000004)
-    assert not same_primary_bits(first, changed)
-    zero = first._replace(loss=-0.0)
-    assert not same_primary_bits(first._replace(loss=0.0), zero)
+    assert build_evidence(fixture).replay_bitwise
+    original = engine.forward
+    seen: dict[tuple[int, int], int] = {}
+
+    def drifting(*args: np.ndarray) -> tuple[np.ndarray, ...]:
+        key = (id(args[0]), id(args[1]))
+        seen[key] = seen.get(key, 0) + 1
+        query, key_, value = original(*args)
+        if seen[key] == 2:
+            query = np.nextafter(query, np.inf)
+        return query, key_, value
+
+    monkeypatch.setattr(engine, "forward", drifting)
+    monkeypatch.setattr(chapter26, "engine_implementation", lambda: engine.PythonImplementation(
+        "drifting", drifting, engine.backward))
+    evidence = build_evidence(fixture)
+    assert not evidence.replay_bitwise
+    assert [c.name for c in evidence.checks if not c.passed] == ["replay"]
 
 
 def test_a_tight_tolerance_fails_honestly() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.evidence.build import build_evidence
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.evidence.expect import ExpectResult, Mismatch, compare_expectations
 from qkvcli.reading.expect import Expectations
 from qkvcli.reading.load import bundled_fixture_text, load_fixture

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.check.result import CheckResult
 from qkvcli.cli import main
 from qkvcli.cli.io import load
 from qkvcli.core.results import Failure
-from qkvcli.evidence.build import build_evidence
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.check import replay_lines
 from qkvcli.render.explorer.derive import (

@@ -22,9 +22,9 @@ import pytest
 
 from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.io import load
 from qkvcli.cli.options import ATTEND_PRECISION
-from qkvcli.evidence.build import build_evidence
 from qkvcli.render.numbers import fmt_float
 from tests.explorer_helpers import EXAMPLES, gpt2_page, write_page
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qkvcli.check.chapter26 import projections_of
 from qkvcli.core.errors import QkvError
-from qkvcli.evidence.build import projections_of
 from qkvcli.reading.files import InputFileError, confined, read_limited
 from qkvcli.reading.load import bundled_fixture_text, load_fixture
 from qkvcli.reading.problems import FixtureError

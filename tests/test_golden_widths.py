@@ -21,9 +21,9 @@ from rich.console import Console, RenderableType
 
 from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.console import MAX_FIGURE_WIDTH, print_fitted
 from qkvcli.cli.options import ATTEND_PRECISION, FIGURE_PRECISION, GRADCHECK_PRECISION
-from qkvcli.evidence.build import build_evidence
 from qkvcli.reading.load import load_fixture
 from qkvcli.render.rich.attend import attend_renderable
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich

@@ -98,7 +98,7 @@ def test_batched_equals_the_loop_bit_for_bit_on_the_chapter_fixture():
     # Each batched evaluation sums every branch's products in the loop's order, so the
     # chapter's printed numerical derivatives (9 decimals, pinned by golden files) are
     # the loop's exactly, not merely within rounding.
-    from qkvcli.evidence.build import projections_of
+    from qkvcli.check.chapter26 import projections_of
     from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()
@@ -127,7 +127,7 @@ def test_unequal_spacings_use_the_three_point_formula_in_batches_too():
 
 
 def test_chapter_default_checks_every_coordinate():
-    from qkvcli.evidence.build import projections_of
+    from qkvcli.check.chapter26 import projections_of
     from qkvcli.reading.load import load_fixture
 
     fixture = load_fixture()

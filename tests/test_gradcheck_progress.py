@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkvcli.evidence.build import compute_primary, projections_of
+from qkvcli.check.chapter26 import build_evidence, projections_of
 from qkvcli.gradcheck.central import check_tensor
 from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.reading.load import load_fixture
@@ -14,7 +14,7 @@ from qkvcli.reading.load import load_fixture
 def _run(samples: int | None, progress: object) -> object:
     fixture = load_fixture(None)
     layer = projections_of(fixture)
-    primary = compute_primary(fixture, layer)
+    primary = build_evidence(fixture).primary
     return gradcheck_projections(
         layer, fixture.input, fixture.upstream,
         (primary.grad_input, *primary.weight_gradients),

@@ -260,10 +260,10 @@ def test_a_timeout_in_a_head_call_leaves_head_purity_not_run(tmp_path):
     result = invoke("check", path, "--random", "0", "--timeout", "2", "-f", "text")
     assert result.exit_code == 1, result.output
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
-    assert lines[2] == ("protocol FAIL precision[1,3,4->2]: request 161 (head_forward): "
+    assert lines[2] == ("protocol FAIL precision[1,3,4->2]: request 169 (head_forward): "
                         "no reply within 2 s (--timeout)")
     # The projections' calls all completed before it: their purity is judged, the head's not.
-    assert "purity PASS arguments unchanged after all 158 calls" in lines
+    assert "purity PASS arguments unchanged after all 166 calls" in lines
     assert ("head-purity SKIP not run: the implementation stopped answering (see "
             "protocol)") in lines
 

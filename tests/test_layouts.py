@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from qkvcli.attention.fixture import head_of, parse_attend_fixture
-from qkvcli.evidence.build import projections_of
+from qkvcli.check.chapter26 import projections_of
 from qkvcli.reading.fixture import uses_extensions
 from qkvcli.reading.layouts import canonicalize, chapter_weights
 from qkvcli.reading.load import load_fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkvcli.evidence.build import build_evidence
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.parse import parse_fixture
 from qkvcli.render.numbers import fmt_float, fmt_shape, fmt_vector

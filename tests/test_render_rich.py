@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from rich.console import Console, RenderableType
 
-from qkvcli.evidence.build import build_evidence
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.evidence.records import Evidence
 from qkvcli.reading.fixture import Fixture
 from qkvcli.reading.load import load_fixture

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console, RenderableType
 from rich.segment import Segment
 
-from qkvcli.evidence.build import build_evidence
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.evidence.records import Evidence
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.load import load_fixture

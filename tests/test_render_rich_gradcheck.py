@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from qkvcli.evidence.build import build_evidence
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.reading.load import load_fixture
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from qkvcli.authoring.starter import generated_fixture_document
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli import main
-from qkvcli.evidence.build import build_evidence
 from qkvcli.reading.load import load_fixture
 from qkvcli.render.numbers import SMALL, fmt_float, iter_fixed, iter_vector
 from qkvcli.render.report import iter_text, render_json, render_text

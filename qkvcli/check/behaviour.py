@@ -46,17 +46,30 @@ def _changed(what: str, name: str, after: Array, before: Array,
     return "moved", (what, f"{name}{where}", repr(old), repr(new))
 
 
+def raised_weight(case: Case, branch: int) -> tuple[str, list[Array]]:
+    """The weights with branch ``branch``'s ``W[r,0]`` raised by one (``r``: the first
+    feature the input uses; every entry when it uses none), and what was changed."""
+    row = _used_feature(case.input)
+    weights = [np.array(w, copy=True) for w in case.weights]
+    if row is not None:
+        weights[branch][row, 0] += 1.0
+    else:
+        weights[branch] += 1.0
+    return (f"W_{LETTERS[branch]}[{row},0]" if row is not None
+            else f"W_{LETTERS[branch]}"), weights
+
+
 def _forward_independence(session: Session, kind: Kind, case: Case,
-                          base: tuple[Array, ...]) -> Finding | None:
+                          base: tuple[Array, ...],
+                          seen: list[tuple[Array, ...]] | None = None) -> Finding | None:
+    """The first output that moved with another branch's weight, or did not move with
+    its own; ``seen`` collects each branch's changed forward, in branch order."""
     row = _used_feature(case.input)
     for branch in range(3):
-        weights = [np.array(w, copy=True) for w in case.weights]
-        if row is not None:
-            weights[branch][row, 0] += 1.0
-        else:
-            weights[branch] += 1.0
+        what, weights = raised_weight(case, branch)
         changed = session.call(kind, kind.run(case), (case.input, *weights))
-        what = f"W_{LETTERS[branch]}[{row},0]" if row is not None else f"W_{LETTERS[branch]}"
+        if seen is not None:
+            seen.append(changed)
         for index in range(3):
             if index == branch:
                 continue
@@ -85,8 +98,12 @@ def _backward_independence(session: Session, kind: Kind, case: Case,
     return None
 
 
-def check_independence(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
-    """Each branch's output and weight gradient depend only on its own weight and path."""
+def check_independence(session: Session, kind: Kind,
+                       seen: list[tuple[Array, ...]] | None = None
+                       ) -> tuple[FamilyCheck, list[Failure]]:
+    """Each branch's output and weight gradient depend only on its own weight and path;
+    ``seen`` collects the forwards with each weight changed (chapter 26's record reads
+    the first: ``W_Q`` changed)."""
     failures = []
     backward = session.offers(kind.backward)
     for case in session.cases_of(kind):
@@ -99,7 +116,7 @@ def check_independence(session: Session, kind: Kind) -> tuple[FamilyCheck, list[
             failures.append(not_run_after("independence", case.label, failed))
             continue
         try:
-            problem = _forward_independence(session, kind, case, base)
+            problem = _forward_independence(session, kind, case, base, seen)
             if problem is None and grads is not None and not isinstance(grads, CallFailed):
                 problem = _backward_independence(session, kind, case, grads)
         except Broken as failure:

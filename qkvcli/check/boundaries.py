@@ -11,41 +11,78 @@ from functools import partial
 import numpy as np
 
 from qkvcli.check.cases import Run
-from qkvcli.check.kinds import Kind, Probe, Request
+from qkvcli.check.kinds import Kind, Probe, Request, Shape
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import coordinate
 from qkvcli.core.errors import format_shape
 from qkvcli.core.invariants import single_token
+from qkvcli.core.record import Record
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
 
-def _probe(session: Session, kind: Kind, run: Run, probe: Probe,
-           backward: bool) -> Failure | None:
-    """The probe's failed call, or its first result whose shape is not the engine's on
-    the same input (forward, then backward); ``None`` when every shape is right."""
+class Measured(Record):
+    """A shape probe as the implementation answered it: the shapes of its forward's
+    results, then its backward's (with a backward), as data."""
+
+    probe: Probe
+    shapes: tuple[Shape, ...]
+
+
+def measure(session: Session, kind: Kind, run: Run, probe: Probe,
+            backward: bool) -> Measured | Failure:
+    """The probe's results' shapes, or the failure of its call (not run when the
+    implementation stopped)."""
     family, case = kind.family("shapes"), run.case
-    shown = format_shape(list(probe.x.shape))
     calls = (None, probe.upstream) if backward else (None,)
-    tensors = (probe.x, *case.weights)
     try:
         results = [result for upstream in calls
-                   for result in session.call(kind, run, tensors, upstream)]
+                   for result in session.call(kind, run, (probe.x, *case.weights), upstream)]
     except Broken:
         return not_run(family, case.label, "stopped")
     except CallFailed as failure:
         return Failure(family, case.label, probe.where, code="probe-failed",
-                       facts=(failure.operation, probe.what, shown, failure.message))
-    expected = [result for upstream in calls
-                for result in session.engine(kind, run, tensors, upstream)]
-    for name, result, wanted in zip((*kind.forward_names, *kind.backward_names), results,
-                                    expected, strict=False):
-        if result.shape != wanted.shape:
-            return Failure(family, case.label, probe.where, code="probe-shape",
-                           facts=(probe.what, shown, name, format_shape(list(result.shape)),
-                                  format_shape(list(wanted.shape))))
+                       facts=(failure.operation, probe.what,
+                              format_shape(list(probe.x.shape)), failure.message))
+    return Measured(probe, tuple(tuple(int(size) for size in result.shape)
+                                 for result in results))
+
+
+def expected_shapes(session: Session, kind: Kind, run: Run, probe: Probe,
+                    backward: bool) -> tuple[Shape, ...]:
+    """The shapes the probe's results must have: the kind's rule, else the engine's."""
+    weights = tuple(run.case.weights)
+    if kind.shape_rule is not None:
+        rule = kind.shape_rule(probe.x, weights)
+        return rule if backward else rule[:len(kind.forward_names)]
+    calls = (None, probe.upstream) if backward else (None,)
+    return tuple(tuple(int(size) for size in result.shape) for upstream in calls
+                 for result in session.engine(kind, run, (probe.x, *weights), upstream))
+
+
+def misshapen(kind: Kind, measured: Measured, wanted: tuple[Shape, ...],
+              label: str) -> Failure | None:
+    """The first result of the probe whose shape is not the one wanted."""
+    probe = measured.probe
+    for name, shape, expected in zip((*kind.forward_names, *kind.backward_names),
+                                     measured.shapes, wanted, strict=False):
+        if shape != expected:
+            return Failure(kind.family("shapes"), label, probe.where, code="probe-shape",
+                           facts=(probe.what, format_shape(list(probe.x.shape)), name,
+                                  format_shape(list(shape)), format_shape(list(expected))))
     return None
+
+
+def _probe(session: Session, kind: Kind, run: Run, probe: Probe,
+           backward: bool) -> Failure | None:
+    """The probe's failed call, or its first result whose shape is not the one wanted
+    (forward, then backward); ``None`` when every shape is right."""
+    measured = measure(session, kind, run, probe, backward)
+    if isinstance(measured, Failure):
+        return measured
+    return misshapen(kind, measured, expected_shapes(session, kind, run, probe, backward),
+                     run.case.label)
 
 
 def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
@@ -129,24 +166,37 @@ def check_errors(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     return judge(family, failures, len(cases), backward=backward, calls=sent), failures
 
 
-def refusals(family: str, label: str,
-             requests: Iterable[tuple[Request, Callable[[], object]]]) -> list[Failure]:
-    """Make each bad request in turn; the findings: one ``accepted`` failure listing every
-    request that was not refused (garbage returned counts as accepted), or ``stopped``
-    when the session broke (the requests after it are not made)."""
-    failures: list[Failure] = []
-    accepted: list[Request] = []
+Answer = tuple[Request, CallFailed | None]
+"""A bad request and what refused it (``None``: it was accepted, or garbage returned)."""
+
+
+def answers(requests: Iterable[tuple[Request, Callable[[], object]]]
+            ) -> tuple[list[Answer], bool]:
+    """Make each bad request in turn: each with what refused it, and whether the session
+    broke (the requests after it are not made)."""
+    found: list[Answer] = []
     for request, call in requests:
         try:
             call()
         except BadResult:
             pass  # returned garbage instead of raising: still accepted
         except Broken:
-            failures.append(not_run(family, label, "stopped"))
-            break
-        except CallFailed:
+            return found, True
+        except CallFailed as failure:
+            found.append((request, failure))
             continue
-        accepted.append(request)
+        found.append((request, None))
+    return found, False
+
+
+def refusals(family: str, label: str,
+             requests: Iterable[tuple[Request, Callable[[], object]]]) -> list[Failure]:
+    """Make each bad request in turn; the findings: one ``accepted`` failure listing every
+    request that was not refused (garbage returned counts as accepted), or ``stopped``
+    when the session broke (the requests after it are not made)."""
+    found, stopped = answers(requests)
+    failures = [not_run(family, label, "stopped")] if stopped else []
+    accepted = [request for request, refusal in found if refusal is None]
     if accepted:
         failures.append(Failure(family, label, accepted[0][0], code="accepted",
                                 facts=tuple(accepted)))

@@ -41,6 +41,7 @@ from qkvcli.protocol.wire import (
     ROPE_REVERSE_NAMES,
 )
 
+Shape = tuple[int, ...]
 Request = tuple[str, tuple[str, ...]]
 """A bad request as data: its code (the renderer's ``REQUEST_WORDS``) and facts."""
 BadRequest = tuple[Request, str, tuple[Any, ...]]
@@ -116,6 +117,9 @@ class Kind(Record):
     attention: int | None = None  # where its attention matrix is among the forward's results
     published: tuple[tuple[str, str], ...] = ()
     requests_label: str = ""  # its requests do not depend on the fixture: made once, so said
+    # The shapes its results must have, forward's then backward's, for an input and the
+    # weights: the rule the shapes family judges by (``None``: the engine's shapes).
+    shape_rule: Callable[[Array, tuple[Array, ...]], tuple[Shape, ...]] | None = None
 
     def takes(self, case: Case) -> bool:
         """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
@@ -189,14 +193,28 @@ def _mha_arguments(case: Case, mode: tuple[bool, bool], tensors: tuple[Array, ..
 
 
 def _projection_probes(case: Case) -> list[Probe]:
-    """An empty batch and no tokens (zeros; zero upstream gradients), said at their shape."""
+    """An empty batch ``[0,T,d]``, no tokens ``[2B,0,d]`` and ``[B,0,d]`` (zeros), and
+    the batch doubled (the input twice, concatenated), with zero upstream gradients,
+    said at their shape; an empty axis of the fixture's is taken as 1 here, so that each
+    probe empties one axis only."""
     batch, tokens, d_model, d_head = case.shape
     probes = []
     for what, x in (("empty batch", np.zeros((0, max(tokens, 1), d_model))),
-                    ("no tokens", np.zeros((max(batch, 1), 0, d_model)))):
+                    ("no tokens", np.zeros((2 * max(batch, 1), 0, d_model))),
+                    ("no tokens", np.zeros((max(batch, 1), 0, d_model))),
+                    ("batch doubled", np.concatenate([case.input, case.input], axis=0))):
         upstream = tuple(np.zeros((*x.shape[:2], d_head)) for _ in BRANCHES)
         probes.append(Probe(what, format_shape(list(x.shape)), x, upstream))
     return probes
+
+
+def _projection_shapes(x: Array, weights: tuple[Array, ...]) -> tuple[Shape, ...]:
+    """The chapter's rule: Q, K and V keep the batch and token axes at width ``d_head``,
+    and each gradient has its tensor's shape."""
+    d_model, d_head = (int(size) for size in weights[0].shape)
+    kept = (*(int(size) for size in x.shape[:2]), d_head)
+    return (kept, kept, kept, tuple(int(size) for size in x.shape),
+            *((d_model, d_head),) * 3)
 
 
 def _named_probes(width: int, out: int) -> list[Probe]:
@@ -316,7 +334,8 @@ PROJECTIONS = Kind(
     arguments=_projection_arguments, loss=(0, 1, 2), upstream=(0, 1, 2),
     probes=_projection_probes, requests=_projection_requests,
     precision=first_precision_fault,  # outputs computed apart: the first wrong one alone
-    explain_forward=explain_outputs, explain_backward=explain_gradients)
+    explain_forward=explain_outputs, explain_backward=explain_gradients,
+    shape_rule=_projection_shapes)
 """The chapter's Q/K/V projections: ``query``, ``key``, ``value`` and the four gradients."""
 
 HEAD = Kind(

@@ -93,9 +93,9 @@ class Outcome(Record):
 
 def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> Outcome:
     """Load and check one fixture (``None``: the bundled one); an input error is kept."""
+    from qkvcli.check.chapter26 import build_evidence
     from qkvcli.cli import chapter as chapters
     from qkvcli.core.errors import QkvError
-    from qkvcli.evidence.build import build_evidence
     from qkvcli.render.wording import check_rows
 
     label = label_of(path)

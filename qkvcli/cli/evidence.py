@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.chapter import chapter_option, check_chapter
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import SafePath, check_outputs, label_of, load, working_on, write_output
@@ -31,7 +32,6 @@ from qkvcli.cli.options import (
     tensors_option,
 )
 from qkvcli.cli.show import show, write_page
-from qkvcli.evidence.build import build_evidence
 from qkvcli.evidence.records import Evidence
 from qkvcli.render import render_pieces
 from qkvcli.render.wording import check_rows, failure_lines

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from qkvcli.check.chapter26 import projections_of
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import check_outputs, label_of, load, working_on
 from qkvcli.cli.options import (
@@ -24,7 +25,6 @@ from qkvcli.cli.options import (
     resolve_format,
 )
 from qkvcli.cli.show import show
-from qkvcli.evidence.build import projections_of
 from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.render import render_pieces
 

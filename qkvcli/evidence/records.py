@@ -92,16 +92,14 @@ class Primary(Record):
 
 
 class ShapeProbe(Record):
-    """One input shape and the three output shapes it produced."""
+    """One input shape, the three output shapes it produced, whether the gradients are
+    shaped like their tensors, and whether every shape is the rule's (``kept``: batch and
+    token axes kept at width ``d_head``, judged by the shapes family)."""
 
     input: Shape
     outputs: tuple[Shape, Shape, Shape]
     gradient_shapes_ok: bool
-
-    def passed(self, d_head: int) -> bool:
-        """Batch and token axes kept, width ``d_head``, gradients shaped like their tensors."""
-        expected = (*self.input[:2], d_head)
-        return self.gradient_shapes_ok and all(out == expected for out in self.outputs)
+    kept: bool
 
 
 class ShapeEvidence(Record):
@@ -116,7 +114,7 @@ class ShapeEvidence(Record):
     def passed(self) -> bool:
         probes = (self.rule, self.batch, self.empty_batch, self.empty_tokens,
                   self.report_empty_tokens)
-        return all(probe.passed(self.d_head) for probe in probes)
+        return all(probe.kept for probe in probes)
 
 
 class ErrorEvidence(Record):
@@ -161,12 +159,14 @@ class IndependenceEvidence(Record):
     query_changed: bool
     key_unchanged: bool
     value_unchanged: bool
+    others_unchanged: bool = True  # every other pair of the independence family
 
     @property
     def passed(self) -> bool:
         if not self.applicable:
-            return True
-        return self.query_changed and self.key_unchanged and self.value_unchanged
+            return self.others_unchanged
+        return (self.query_changed and self.key_unchanged and self.value_unchanged
+                and self.others_unchanged)
 
 
 class HistoryEvidence(Record):

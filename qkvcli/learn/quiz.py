@@ -31,7 +31,6 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
-from qkvcli.evidence.build import projections_of
 from qkvcli.evidence.records import HistoryEvidence
 from qkvcli.reading.fixture import Fixture
 
@@ -135,7 +134,7 @@ def _mat(values: np.ndarray) -> str:
 
 def build_questions(fixture: Fixture) -> tuple[Question, ...]:
     """The nine questions with answers computed from ``fixture``. Raises :class:`QuizError`."""
-    projections = projections_of(fixture)
+    projections = QkvProjections.from_arrays(*fixture.weights, names=fixture.names)
     batch, tokens, d = fixture.input.shape
     h = projections.d_head
     if batch == 0 or tokens == 0:

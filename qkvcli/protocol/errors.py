@@ -68,7 +68,14 @@ class CallFailed(QkvError):
 
 
 class Rejected(CallFailed):
-    """The implementation raised (or replied with an error): it rejected the input."""
+    """The implementation raised (or replied with an error): it rejected the input.
+    ``raised`` is the exception itself where it ran in this process (qkv's engine: its
+    typed error, whose fields the engine-only families judge), else ``None``."""
+
+    def __init__(self, operation: str, message: str,
+                 raised: BaseException | None = None) -> None:
+        super().__init__(operation, message)
+        self.raised = raised
 
 
 class BadResult(CallFailed):

@@ -142,7 +142,7 @@ class PythonImplementation:
             result = function(*args)
         except BaseException as error:  # any exception is a rejection, as
             # the interface says; sys.exit() or GeneratorExit in a forward too
-            raise Rejected(operation, said(error)) from None
+            raise Rejected(operation, said(error), error) from None
         return as_tensors(operation, result, names)
 
     def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:

@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 class Fixture(Record):
     """A validated fixture: every array float64, finite, and of consistent shape.
 
-    Data only: :func:`qkvcli.evidence.build.projections_of` builds the engine that runs it.
+    Data only: :func:`qkvcli.check.chapter26.projections_of` builds the engine that runs it.
     """
 
     input: Array

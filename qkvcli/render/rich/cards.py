@@ -3,7 +3,7 @@
 Each card shows one family of evidence (combined input gradient, branch-local weight
 gradients, changing only the query weight, shapes and empty axes, numerical checks,
 rejected boundaries, the historical contrast, every check) with a PASS/FAIL word.
-Pure: functions take an :class:`~qkvcli.evidence.build.Evidence` and return renderables.
+Pure: functions take an :class:`~qkvcli.evidence.records.Evidence` and return renderables.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
     rows = grid(
         *((label, f"{fmt_shape(probe.input)} {arrow} "
                   f"{','.join(fmt_shape(out) for out in probe.outputs)}",
-           status(probe.passed(s.d_head)))
+           status(probe.kept))
           for label, probe in probes),
         nowrap=(0, 2),
     )

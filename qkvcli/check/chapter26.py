@@ -1,0 +1,281 @@
+"""Chapter 26's evidence (``qkv run``): the projections' families run on qkv's engine.
+
+The fixture is one :class:`~qkvcli.check.cases.Case`, and qkv's engine
+(:mod:`qkvcli.check.engine`) the implementation, called through a :class:`Session` as
+``qkv check`` calls a learner's: the forward and reverse pass, the shape probes, the bad
+requests, independence and replay are the families of :mod:`qkvcli.check.boundaries`
+and :mod:`qkvcli.check.behaviour`, the same definitions that judge a learner's
+projections. What only the engine offers is judged here: its refusals are typed (each
+request's error, field for field, and a duplicate parameter name), and its seeded
+initialization. The result is the chapter's :class:`~qkvcli.evidence.records.Evidence`
+record, which the renderers read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from qkvcli.check.behaviour import check_independence, check_replay
+from qkvcli.check.boundaries import (
+    Measured,
+    answers,
+    expected_shapes,
+    measure,
+    misshapen,
+)
+from qkvcli.check.cases import Case, fixture_case
+from qkvcli.check.engine import engine_implementation
+from qkvcli.check.kinds import PROJECTIONS, Probe
+from qkvcli.check.session import Session
+from qkvcli.core.arrays import Array, all_finite, readonly
+from qkvcli.core.errors import (
+    BranchInputWidthMismatch,
+    BranchOutputWidthMismatch,
+    DuplicateName,
+    InputRank,
+    InputWidthMismatch,
+    ProjectionError,
+    QkvError,
+    ZeroOutputWidth,
+)
+from qkvcli.core.outputs import QkvForward, weighted_loss
+from qkvcli.core.projections import QkvProjections
+from qkvcli.core.results import Failure, Refusal, refused
+from qkvcli.core.splitmix import SplitMix64
+from qkvcli.evidence.records import (
+    Config,
+    ErrorEvidence,
+    Evidence,
+    HistoryEvidence,
+    IndependenceEvidence,
+    InitializationEvidence,
+    Primary,
+    ShapeEvidence,
+    ShapeProbe,
+)
+from qkvcli.gradcheck.projections import gradcheck_projections
+from qkvcli.protocol.errors import CallFailed, Rejected
+from qkvcli.reading.fixture import Fixture
+
+KIND = PROJECTIONS
+
+TYPED: dict[str, tuple[str, Callable[[int, int], QkvError]]] = {
+    "rank-2": ("rank-two", lambda d, h: InputRank(2)),
+    "input-width": ("input-width", lambda d, h: InputWidthMismatch(d, d + 1)),
+    "model-widths": ("branch-mismatch", lambda d, h: BranchInputWidthMismatch(d, d + 1, d)),
+    "head-widths": ("head-mismatch", lambda d, h: BranchOutputWidthMismatch(h, h + 1, h)),
+}
+"""The engine's typed refusal of each forward request of the errors family, by the
+request's code: the chapter's name for the case and the error, given ``d_model`` and
+``d_head``."""
+
+
+def _sizes(case: Case) -> tuple[int, int]:
+    """``d_model`` and ``d_head`` as the errors family's requests use them."""
+    _, _, d_model, d_head = (max(size, 1) for size in case.shape)
+    return d_model, d_head
+
+
+def _typed(request: tuple[str, tuple[str, ...]], refusal: CallFailed | None,
+           d_model: int, d_head: int) -> Refusal:
+    """One request's refusal judged field for field against the engine's typed error."""
+    name, make = TYPED[request[0]]
+    expected = make(d_model, d_head)
+    raised = refusal.raised if isinstance(refusal, Rejected) else None
+
+    def again() -> None:
+        if raised is not None:
+            raise raised
+
+    if raised is not None and not isinstance(raised, QkvError):
+        return Refusal(name, type(expected).__name__, type(raised).__name__, str(raised),
+                       tuple((key, value) for key, value in vars(expected).items()
+                             if key != "file"))
+    return refused(name, expected, again)
+
+
+def _errors(session: Session, case: Case, names: tuple[str, str, str]) -> ErrorEvidence:
+    """The errors family's forward requests, each refused with the engine's typed error,
+    then a duplicate parameter name (names are the engine's alone)."""
+    label = case.label
+    requests = [(request, lambda operation=operation, args=args: session.invoke(
+        KIND.family("purity"), label, operation, args))
+        for request, operation, args in KIND.requests(case, False)]
+    found, _ = answers(requests)
+    d_model, d_head = _sizes(case)
+    typed = [_typed(request, refusal, d_model, d_head) for request, refusal in found]
+    zeros = np.zeros((d_model, d_head))
+    duplicate = refused("duplicate-name", DuplicateName("same", 0, 1),
+                        lambda: QkvProjections.from_arrays(zeros, zeros, zeros,
+                                                           ("same", "same", names[2])))
+    rank, width, model, head = typed
+    return ErrorEvidence(rank, width, model, head, duplicate)
+
+
+def _shape_probe(measured: Measured | Failure, wanted: tuple[tuple[int, ...], ...],
+                 label: str, x: Array) -> ShapeProbe:
+    """One probe's record: its shapes, and whether each is the rule's."""
+    if isinstance(measured, Failure):
+        return ShapeProbe(tuple(x.shape), ((), (), ()), False, False)
+    shapes = measured.shapes
+    return ShapeProbe(tuple(x.shape), (shapes[0], shapes[1], shapes[2]),
+                      shapes[3:] == wanted[3:],
+                      misshapen(KIND, measured, wanted, label) is None)
+
+
+def _shapes(session: Session, case: Case, primary: Primary) -> ShapeEvidence:
+    """The shapes family's probes, measured and judged by the projections' rule; the
+    fixture's own shapes from its primary pass."""
+    run = KIND.run(case)
+    own = Probe("the input", "the input", case.input, case.upstream)
+    own_shapes = Measured(own, tuple(tuple(result.shape) for result in (
+        *primary.outputs, primary.grad_input, *primary.weight_gradients)))
+    probes: list[tuple[Measured | Failure, tuple[tuple[int, ...], ...], Array]] = [
+        (own_shapes, expected_shapes(session, KIND, run, own, True), own.x)]
+    for probe in KIND.probes(case):
+        probes.append((measure(session, KIND, run, probe, True),
+                       expected_shapes(session, KIND, run, probe, True), probe.x))
+    rule, empty_batch, empty_tokens, report_empty_tokens, batch = (
+        _shape_probe(measured, wanted, case.label, x) for measured, wanted, x in probes)
+    return ShapeEvidence(rule, batch, empty_batch, empty_tokens, report_empty_tokens,
+                         int(case.weights[0].shape[1]))
+
+
+def _independence(session: Session, case: Case, primary: Primary) -> IndependenceEvidence:
+    """The independence family; the record reads its first probe (``W_Q`` changed) bit
+    for bit against the primary pass."""
+    seen: list[tuple[Array, ...]] = []
+    check, _ = check_independence(session, KIND, seen)
+    live = np.flatnonzero(np.any(case.input != 0.0, axis=(0, 1)))
+    if live.size == 0:
+        return IndependenceEvidence(False, None, False, True, True, check.passed)
+    before = QkvForward(*primary.outputs)
+    after = QkvForward(*seen[0]) if seen else before
+    return IndependenceEvidence(
+        applicable=True,
+        row=int(live[0]),
+        query_changed=not np.array_equal(before.query, after.query),
+        key_unchanged=before.key.tobytes() == after.key.tobytes(),
+        value_unchanged=before.value.tobytes() == after.value.tobytes(),
+        others_unchanged=check.passed,
+    )
+
+
+def projections_of(fixture: Fixture) -> QkvProjections:
+    """The engine's projections of ``fixture``'s weights and names: the one way to build
+    the projections a fixture describes. Raises a :class:`~qkvcli.core.errors.QkvError`
+    for weights no parse would have accepted."""
+    return QkvProjections.from_arrays(*fixture.weights, names=fixture.names)
+
+
+def compute_initialization(fixture: Fixture) -> InitializationEvidence:
+    """Seeded construction (engine-only): reproducible, independent branches,
+    transactional on failure."""
+    d_model, d_head, seed = fixture.d_model, fixture.d_head, fixture.seed
+    first_rng, second_rng = SplitMix64(seed), SplitMix64(seed)
+    first = QkvProjections.from_seed(d_model, d_head, first_rng)
+    second = QkvProjections.from_seed(d_model, d_head, second_rng)
+    reproducible = first_rng.state == second_rng.state and all(
+        a.tobytes() == b.tobytes() for a, b in zip(first.weights, second.weights, strict=True))
+    w = first.weights
+    independent = not (np.array_equal(w[0], w[1]) or np.array_equal(w[0], w[2])
+                       or np.array_equal(w[1], w[2]))
+    rejected_rng = SplitMix64(seed)
+    before = rejected_rng.state
+    rejection = "accepted"
+    transactional = False
+    try:
+        QkvProjections.from_seed(d_model, 0, rejected_rng)
+    except QkvError as error:
+        rejection = str(error)
+        transactional = (error == ProjectionError("query", ZeroOutputWidth())
+                         and rejected_rng.state == before)
+    return InitializationEvidence(seed, reproducible, independent, transactional, rejection)
+
+
+def _primary(session: Session, case: Case, projections: QkvProjections) -> Primary:
+    """The engine's first forward and backward on the fixture (the session's, which
+    every family shares), read-only."""
+    run = KIND.run(case)
+    outputs, grads = (session.first(KIND, run, backward) for backward in (False, True))
+    for result in (outputs, grads):
+        if isinstance(result, CallFailed):  # the reader accepted what the engine refuses
+            raise result.raised if isinstance(result, Rejected) and isinstance(
+                result.raised, QkvError) else result
+    assert not isinstance(outputs, CallFailed) and not isinstance(grads, CallFailed)
+    query, key, value = (readonly_view(out) for out in outputs)
+    grad_input, grad_w_query, grad_w_key, grad_w_value = (readonly_view(g) for g in grads)
+    w_query, w_key, w_value = projections.weights
+    return Primary(
+        input=case.input, w_query=w_query, w_key=w_key, w_value=w_value,
+        query=query, key=key, value=value,
+        grad_query=case.upstream[0], grad_key=case.upstream[1], grad_value=case.upstream[2],
+        loss=weighted_loss(QkvForward(query, key, value),
+                           (case.upstream[0], case.upstream[1], case.upstream[2])),
+        grad_input=grad_input, grad_w_query=grad_w_query, grad_w_key=grad_w_key,
+        grad_w_value=grad_w_value,
+        parameter_names=projections.names, parameter_count=projections.parameter_count)
+
+
+def readonly_view(fresh: Array) -> Array:
+    """A read-only view of an array only the evidence holds (no copy)."""
+    view: Array = fresh.view()
+    view.flags.writeable = False
+    return view
+
+
+def forward_ok(primary: Primary, config: Config) -> bool:
+    """Whether Q, K and V are all finite and shaped ``[batch, tokens, d_head]``."""
+    expected = (config.batch, config.tokens, config.d_head)
+    return all(all_finite(out) and out.shape == expected for out in primary.outputs)
+
+
+def reverse_ok(primary: Primary) -> bool:
+    """Whether the loss and the four gradients are finite and dX is shaped like X."""
+    return (all(all_finite(grad) for grad in (primary.grad_input, *primary.weight_gradients))
+            and math.isfinite(primary.loss) and primary.grad_input.shape == primary.input.shape)
+
+
+def build_evidence(fixture: Fixture) -> Evidence:
+    """Chapter 26's evidence on ``fixture``: its plan's families on qkv's engine.
+
+    A failing check is a fact in the evidence, not an error; only invalid gradient-check
+    settings raise (a :class:`~qkvcli.gradcheck.projections.GradcheckSettingError`).
+    """
+    projections = projections_of(fixture)
+    case = fixture_case("fixture", fixture)._replace(
+        input=readonly(fixture.input), upstream=tuple(readonly(u) for u in fixture.upstream))
+    # The engine, called as any implementation is, on the read-only arrays themselves: no
+    # copies (this plan has no purity family; a write would raise).
+    session = Session(engine_implementation(), [case], 0.0, isolated=False)
+    errors = _errors(session, case, projections.names)
+    primary = _primary(session, case, projections)
+    shapes = _shapes(session, case, primary)
+    config = Config(fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head,
+                    layout=fixture.layout)
+    gradcheck = gradcheck_projections(
+        projections, fixture.input, fixture.upstream,
+        (primary.grad_input, *primary.weight_gradients), fixture.step, fixture.tolerance,
+        fixture.samples, mode=fixture.mode, directions=fixture.directions, seed=fixture.seed)
+    expect = None
+    if fixture.expect is not None:
+        # Only fixtures with an expect section get this check, so the chapter's is unchanged.
+        from qkvcli.evidence.expect import compare_expectations
+        from qkvcli.reading.expect import EXPECT_FIELDS
+
+        fields = primary.tensors()
+        actual: dict[str, Array | float] = {key: fields[field]
+                                            for key, field in EXPECT_FIELDS.items()}
+        actual["loss"] = primary.loss
+        expect = compare_expectations(fixture.expect, actual)
+    independence = _independence(session, case, primary)
+    replay, _ = check_replay(session, KIND)  # a second forward and backward, bit for bit
+    return Evidence(
+        chapter=fixture.chapter, seed=fixture.seed, config=config, primary=primary,
+        forward_ok=forward_ok(primary, config), reverse_ok=reverse_ok(primary),
+        shapes=shapes, errors=errors, initialization=compute_initialization(fixture),
+        independence=independence, history=HistoryEvidence(),
+        replay_bitwise=replay.passed, gradcheck=gradcheck, expect=expect)
