@@ -91,8 +91,10 @@ def test_junit_report(three: Path) -> None:
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("18", "1", "1")
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["a.json", "b.json", "c.json"]
-    assert [c.get("name") for c in suites[0].findall("testcase")] == CHECKS
-    assert [c.get("name") for c in suites[1].findall("testcase")] == [*CHECKS, "expect"]
+    # JUnit names each check as the JSON publishes it (run's errors: rejected-inputs).
+    published = ["rejected-inputs" if name == "errors" else name for name in CHECKS]
+    assert [c.get("name") for c in suites[0].findall("testcase")] == published
+    assert [c.get("name") for c in suites[1].findall("testcase")] == [*published, "expect"]
     failure = suites[1].find("testcase[@name='expect']/failure")
     assert failure is not None
     assert failure.get("message") == (
@@ -270,7 +272,7 @@ def test_expect_check_is_last_in_json_output(tmp_path: Path) -> None:
     result = invoke(["run", "f.json", "-f", "json"], tmp_path)
     assert result.exit_code == 0
     checks = json.loads(result.stdout)["checks"]
-    # the JSON's names (the names table); JUnit keeps the report's own (above)
+    # the JSON's names (the names table), as JUnit's (above)
     assert [c["name"] for c in checks] == [
         "rejected-inputs" if name == "errors" else name for name in [*CHECKS, "expect"]]
     assert checks[-1]["detail"] == "1 quantity, 1 value as expected (tolerance 0.0)"
@@ -363,3 +365,18 @@ def test_out_of_memory_in_one_fixture_is_its_row_and_the_batch_goes_on(
     assert "b.json   8/8     passed" in result.stdout
     assert result.stderr.startswith("Error: a.json: out of memory: the input's tensors are too large")
     assert result.stderr.count("\n") == 1  # one line, as the row says it
+
+
+def test_junit_names_a_chapter_check_as_its_json_does(tmp_path: Path) -> None:
+    # A batch of chapter 28's fixture: each testcase is the published name (`prefix`,
+    # `future-zero`), never the chapter's internal id (`prefix_invariance`, `masked_rows`).
+    from qkvcli.reading.load import bundled_fixture_text
+
+    bundled = tmp_path / "ch28.json"
+    bundled.write_text(bundled_fixture_text("ch28-causal-masking.json"))
+    result = invoke(["run", str(bundled), "--junit", "r.xml"], tmp_path)
+    assert result.exit_code == 0, result.output
+    names = [c.get("name") for c in ET.parse(tmp_path / "r.xml").getroot().iter("testcase")]
+    document = json.loads(invoke(["run", str(bundled), "--format", "json"], tmp_path).stdout)
+    assert names == [check["name"] for check in document["checks"]]
+    assert "prefix" in names and "prefix_invariance" not in names

@@ -76,13 +76,16 @@ class Outcome(Record):
     """One fixture's result: its checks ``(name, passed, detail)``, or the input error.
 
     ``not_applicable`` names checks that did not count (``qkv check``'s N/A families):
-    JUnit reports them as skipped, not passed.
+    JUnit reports them as skipped, not passed. ``report`` is the report whose checks
+    they are (``run``, a chapter's id, ``check``): JUnit names each by its published
+    name (:mod:`qkvcli.render.names`), as the JSON does.
     """
 
     label: str
     checks: tuple[tuple[str, bool, str], ...] = ()
     error: str | None = None
     not_applicable: frozenset[str] = frozenset()
+    report: str = "run"
 
     @property
     def status(self) -> int:
@@ -103,7 +106,8 @@ def run_one(path: Path | None, max_elements: int, overrides: CheckOverrides) -> 
         found = chapters.load(path, max_elements, None)
         if isinstance(found, chapters.ChapterFixture):  # chapters 27-30: their own families
             judged = chapters.build(found, overrides)
-            return Outcome(label, tuple((c.name, c.passed, "") for c in judged.checks))
+            return Outcome(label, tuple((c.name, c.passed, "") for c in judged.checks),
+                           report=found.chapter.name)
         fixture = overrides.apply(found)
         evidence = build_evidence(fixture)
     except QkvError as error:
@@ -158,9 +162,12 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
     """A JUnit XML report: one ``testsuite`` per fixture, one ``testcase`` per check.
 
     A failed check is a ``failure``, a check that did not apply is ``skipped``; a fixture
-    that could not be loaded is one ``testcase`` named ``load`` with an ``error``.
+    that could not be loaded is one ``testcase`` named ``load`` with an ``error``. Each
+    check's ``name`` is its published name, the JSON's.
     """
     import xml.etree.ElementTree as ET  # only for --junit: it costs start-up otherwise
+
+    from qkvcli.render.names import published
 
     root = ET.Element("testsuites", name="qkv")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -172,7 +179,8 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
             ET.SubElement(case, "error", message=outcome.error, type="input").text = outcome.error
             counts.update(tests=1, errors=1)
         for name, passed, detail in outcome.checks:
-            case = ET.SubElement(suite, "testcase", classname=outcome.label, name=name)
+            case = ET.SubElement(suite, "testcase", classname=outcome.label,
+                                 name=published(outcome.report, name).name)
             counts["tests"] += 1
             if name in outcome.not_applicable:
                 ET.SubElement(case, "skipped", message=detail)

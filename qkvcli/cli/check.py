@@ -232,7 +232,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
         checks = tuple((c.name, c.passed, family_detail(c)) for c in result.checks)
         skipped = frozenset(c.name for c in result.checks if uncounted(c))
         write_file(junit, junit_xml([Outcome(result.implementation, checks,
-                                             not_applicable=skipped)]))
+                                             not_applicable=skipped, report="check")]))
     if save_failures is not None:
         _save_failures(save_failures, result, cases)
     if not result.command and result.stderr.strip():
