@@ -35,7 +35,8 @@ ALLOWED: dict[str, set[str]] = {
     "learn": {"core", "reading", "evidence", "attention", "chapters"},
     "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
     "protocol": {"core", "reading"},  # an implementation's source is read by the one reader
-    "check": {"core", "reading", "gradcheck", "evidence", "attention", "protocol"},  # AttentionHead: the head reference; evidence: run's records
+    # attention: the reference head and layer; evidence: chapter 26's records
+    "check": {"core", "reading", "gradcheck", "evidence", "attention", "protocol"},
     "chapters": {"core", "reading", "gradcheck", "attention"},  # the course's chapters 27-30
     "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check",
                "chapters", "protocol"},

@@ -33,7 +33,14 @@ from qkvcli.render.document import (
     json_float,
     tensor_json,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector, iter_vector
+from qkvcli.render.numbers import (
+    fmt_bool,
+    fmt_float,
+    fmt_general,
+    fmt_shape,
+    fmt_vector,
+    iter_vector,
+)
 from qkvcli.render.wording import Check, verdict
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
@@ -167,21 +174,23 @@ def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
     failing = [str(head.head) for head in evidence.heads if not head.passed]
     per_head = f"{len(evidence.heads)} heads" + (
         f", failing: {','.join(failing)}" if failing else "")
-    rows = (f"{f'per head ({per_head}): ' if layer else ''}min weight {a.min_attention:.6g} "
-            f">= 0; max |row sum - 1| {a.max_row_deviation:.3g} <= {a.tolerance:.3g} (4 T eps)")
+    rows = (f"{f'per head ({per_head}): ' if layer else ''}min weight "
+            f"{fmt_general(a.min_attention, 6)} >= 0; max |row sum - 1| "
+            f"{fmt_general(a.max_row_deviation)} <= {fmt_general(a.tolerance)} (4 T eps)")
     mask = (f"causal{', per head' if layer else ''}: largest weight above the diagonal "
             f"{m.max_masked_attention!r} (must be exactly 0)" if m.applicable
             else "not applicable: no causal mask")
     if layer:
         hull = ("per head: O_h = sum_j A_ij v_j recomputed term by term (largest residual "
-                f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); box test: "
+                f"{fmt_general(h.barycentric_residual)} <= {fmt_general(h.tolerance)}); box test: "
                 f"{h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
         forward = (f"weights [B,H,T,T], output [B,T,E_out={evidence.config.e_out}], all "
                    "finite")
         reverse = ("every gradient finite", "a gradient is not finite")
     else:
         hull = ("O = sum_j A_ij v_j recomputed term by term (residual "
-                f"{h.barycentric_residual:.3g} <= {h.tolerance:.3g}); with the weights checked "
+                f"{fmt_general(h.barycentric_residual)} <= {fmt_general(h.tolerance)}); "
+                "with the weights checked "
                 "above this places each output in the convex hull of the value rows; box test "
                 f"(necessary only): {h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
         forward = "scores [B,T,T], output [B,T,d_v], all finite"

@@ -27,6 +27,7 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
+from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import verdict
 
 NO_BACKWARD = "not applicable: no backward"
@@ -231,7 +232,7 @@ def _path_counts(missing: tuple[str, ...], doubled: tuple[str, ...]) -> str:
 
 def _point(where: str, analytic: float, numerical: float, error: float, note: str) -> str:
     return (f"{where}: analytic {analytic!r}, numerical {numerical!r}, scaled error "
-            f"{error:.3g}" + (f" ({note})" if note else ""))
+            f"{fmt_general(error)}" + (f" ({note})" if note else ""))
 
 
 SLIP_WORDS = {

@@ -6,14 +6,10 @@ from typing import Any
 
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.document import dumps, gradcheck_json, head
-from qkvcli.render.numbers import fmt_shape
+from qkvcli.render.numbers import fmt_error, fmt_shape
 from qkvcli.render.wording import verdict
 
 HEADER = ("tensor", "coordinate", "analytic", "numerical", "scaled_error", "pass")
-
-
-def _sci(value: float) -> str:
-    return f"{value:.3e}" if value == value and abs(value) != float("inf") else str(value)
 
 
 def within(result: GradcheckResult) -> int:
@@ -32,7 +28,7 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
                 fmt_shape(c.coordinate) if c.direction is None else f"u{c.direction}",
                 f"{c.analytic:.9f}",
                 f"{c.numerical:.9f}",
-                _sci(c.scaled_error),
+                fmt_error(c.scaled_error),
                 ("PASS" if c.passed else "FAIL") + (f" ({c.note})" if c.note else ""),
             ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
@@ -47,7 +43,7 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
     lines.append("")
     if worst is not None:
         where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
-        lines.append(f"worst={worst.tensor}{where} scaled_error:{_sci(worst.scaled_error)}")
+        lines.append(f"worst={worst.tensor}{where} scaled_error:{fmt_error(worst.scaled_error)}")
     lines.append(f"mode={result.mode} ({result.summary})")
     lines.append(
         f"gradcheck=checks:{result.count} {counts} "

@@ -52,6 +52,18 @@ def fmt_float(value: float, precision: int = 6) -> str:
     return text
 
 
+def fmt_error(value: float) -> str:
+    """A scaled error or another measured error: three significant digits in scientific
+    notation (``3.170e-10``), non-finite values as :func:`fmt_float` writes them."""
+    return f"{value:.3e}" if math.isfinite(value) else fmt_float(value)
+
+
+def fmt_general(value: float, digits: int = 3) -> str:
+    """A number in a sentence: ``digits`` significant digits, the shorter of fixed and
+    scientific notation (``0.509``, ``2e-06``, ``inf``)."""
+    return f"{value:.{digits}g}"
+
+
 def iter_vector(values: npt.ArrayLike, policy: str = "full", precision: int = 6) -> Iterator[str]:
     """A tensor as ``[v,v,...]`` in pieces, or (per ``policy``) its ``{...}`` summary."""
     array = np.asarray(values, dtype=np.float64)

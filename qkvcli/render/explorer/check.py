@@ -11,7 +11,6 @@ and numerical values the same way.
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections.abc import Iterator, Mapping
 from html import escape
@@ -23,6 +22,7 @@ from qkvcli.render.check import check_verdict, failure_detail, family_detail, sa
 from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.derive import Derivation, Step
 from qkvcli.render.explorer.page import Page
+from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import Check
 
 NUMBERED = ("value-differs", "point")
@@ -137,8 +137,7 @@ def worst_section(page: Page, result: CheckResult) -> str:
 
 
 def _small(error: Any) -> str:
-    value = float(error)
-    return "inf" if math.isinf(value) else f"{value:.3g}"
+    return fmt_general(float(error))
 
 
 def _exact(clause: Clause) -> str:

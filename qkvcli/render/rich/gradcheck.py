@@ -6,15 +6,13 @@ and display options and returns a :class:`rich.console.Group`.
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
 from qkvcli.render.gradcheck import within
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import lines, status
 from qkvcli.render.rich.options import RichOptions
@@ -25,10 +23,6 @@ TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}
 MAX_FAILURES_SHOWN = 20
 """Without ``--full``, failed coordinates beyond this many per tensor are elided too."""
-
-
-def _sci(value: float) -> str:
-    return f"{value:.3e}" if math.isfinite(value) else fmt_float(value)
 
 
 def _shown_rows(tensor: TensorCheck, worst: CoordinateCheck | None,
@@ -87,7 +81,7 @@ def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[T
                 cell(fmt_shape(check.coordinate)),
                 cell(fmt_float(check.analytic, options.precision)),
                 cell(fmt_float(check.numerical, options.precision)),
-                cell(_sci(check.scaled_error)),
+                cell(fmt_error(check.scaled_error)),
                 status(check.passed),
                 style="bold" if check is worst else None,
             )
@@ -131,7 +125,7 @@ def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None =
     if worst is not None:
         worst_line = Text(
             f"{options.symbols.worst}: {worst.tensor}{fmt_shape(worst.coordinate)} scaled error "
-            f"{_sci(worst.scaled_error)}", style="bold",
+            f"{fmt_error(worst.scaled_error)}", style="bold",
         )
     return lines(
         Text("Gradient check: analytic gradients against central differences", style="bold"),
