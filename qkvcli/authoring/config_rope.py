@@ -14,6 +14,7 @@ from qkvcli.authoring.model_families import (
     DEFAULTS,
     FAMILIES,
     FORCED_FLAT_FACTOR,
+    NEOX_ROPE,
     PARTIAL_ROTARY,
     ROPE_THETA,
     ROTARY_DIM,
@@ -31,13 +32,14 @@ FACTOR_PATHS = ("rope_parameters.partial_rotary_factor", "partial_rotary_factor"
 
 
 NEOX_SPELLINGS = ("rotary_emb_base", "rotary_pct")
-"""GPT-NeoX's own spellings of theta and the rotary share: GPTNeoXConfig reads them (and
-not the flat rope_theta / partial_rotary_factor); every other family's config ignores them."""
+"""GPT-NeoX's own spellings of theta and the rotary share: the configs of
+:data:`NEOX_ROPE` read them (and not the flat rope_theta / partial_rotary_factor); every
+other family's config ignores them."""
 
 
 def spellings(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
     """The spellings of a RoPE setting that ``model``'s transformers config reads."""
-    if model == "gpt_neox":
+    if model in NEOX_ROPE:
         return tuple(p for p in paths if p not in ("rope_theta", "partial_rotary_factor"))
     if model in FORCED_FLAT_FACTOR:  # BambaConfig overwrites a flat factor with its own
         return tuple(p for p in paths if p not in (*NEOX_SPELLINGS, "partial_rotary_factor"))

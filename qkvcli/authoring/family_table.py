@@ -28,6 +28,7 @@ TENSORS = {"gpt2": "c_attn, c_proj (Conv1D)", "bert": "query, key, value; output
            "blocks": "qkv_proj (row blocks), {out}", "bigcode": "c_attn, c_proj",
            "codegen": "qkv_proj (4 blocks), out_proj", "linear": "q_proj, k_proj, v_proj, {out}"}
 MASKS = {"yes": "causal", "no": "bidirectional", "decoder": "causal when is_decoder",
+         "causal": "causal when causal",
          "prefix": "encoder bidirectional, decoder causal"}
 WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_sliding_window",
            "qwen2": "sliding layers by max_window_layers or layer_types",
