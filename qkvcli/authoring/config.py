@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from qkvcli.authoring.checkpoint import (
@@ -37,6 +39,7 @@ from qkvcli.authoring.model_families import (
     ALIASES,
     CLIP_QKV,
     DEFAULTS,
+    EQUAL_KEYS,
     FAMILIES,
     HYBRID_LAYERS,
     LAYER_NORMS,
@@ -109,11 +112,37 @@ def canonical(config: dict[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
+@contextmanager
+def _spelled_as_given(config: dict[str, Any]) -> Iterator[None]:
+    """A refusal raised while reading :func:`canonical`'s config names each key as
+    config.json spells it: a family's other spelling (:data:`ALIASES`, given without the
+    key it stands for) by that spelling, not by a key the config does not hold."""
+    try:
+        yield
+    except CheckpointError as error:
+        model = config.get("model_type")
+        aliases = ALIASES.get(model, {}) if isinstance(model, str) else {}
+        problem = error.problem
+        for alias, key in aliases.items():
+            if alias in config and key not in config:
+                problem = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(key)}(?![A-Za-z0-9_])", alias,
+                                 problem)
+        if problem == error.problem:
+            raise
+        raise CheckpointError(error.prefix, problem) from None
+
+
 def config_family(config: dict[str, Any], prefix: str) -> str:
     """The config's ``model_type``, read before any tensor: known and computed, with
     nothing asked for that qkv does not compute. Raises :class:`CheckpointError` naming
-    the family or the key."""
-    config = canonical(config, prefix)
+    the family or the key (as config.json spells it)."""
+    read = canonical(config, prefix)
+    with _spelled_as_given(config):
+        return _config_family(read, prefix)
+
+
+def _config_family(config: dict[str, Any], prefix: str) -> str:
+    """:func:`config_family` of a :func:`canonical` config."""
     model = config.get("model_type")
     seen = config.get("architectures")
     said = f" (architectures {shown_value(seen)})" if seen is not None else ""
@@ -146,6 +175,16 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
         settings.pop("alibi", None)  # computed: the fixture's alibi, scaled and rounded
     if model in LAYER_NORMS:  # computed: the fixture's qk_norm
         settings.pop(LAYER_NORMS[model][0], None)
+    if model in EQUAL_KEYS:
+        first, second = EQUAL_KEYS[model]
+        values = [flag_value(settings, key, False, prefix) for key in (first, second)]
+        if values[0] != values[1]:
+            shown = [f"{key} {shown_value(value)}" + (" (its default)" if config.get(key) is None
+                                                      else "")
+                     for key, value in zip((first, second), values, strict=True)]
+            raise CheckpointError(prefix, f"config {shown[0]} and {shown[1]}: {family.title}'s config "
+                                  "refuses them unequal (transformers cannot build the model); "
+                                  "refused")
     for key, wanted in RUNS_ONLY_WITH.get(model, {}).items():
         if flag_value(config, key, wanted, prefix) != wanted:
             raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
@@ -175,11 +214,19 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     names (:func:`layer_widths`), which must be the architecture's, ``d_model`` its
     input width, which must be the config's hidden size when it gives one. ``tokens`` is
     not read: a sliding window is written into the fixture, whatever the input's length.
-    Raises :class:`CheckpointError` naming the config key of anything qkv does not compute.
+    Raises :class:`CheckpointError` naming the config key (as config.json spells it) of
+    anything qkv does not compute.
     """
     del tokens
-    config = canonical(config, prefix)
-    model = config_family(config, prefix)
+    read = canonical(config, prefix)
+    with _spelled_as_given(config):
+        return _model_function(read, prefix, widths, naming, d_model)
+
+
+def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int],
+                    naming: str | None, d_model: int | None) -> ModelFunction:
+    """:func:`model_function` of a :func:`canonical` config."""
+    model = _config_family(config, prefix)
     family = FAMILIES[model]
     if naming is not None and family.naming != naming:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}, but the tensors under "
@@ -487,11 +534,14 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
 
 
 def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
-    """Where the config says the layer's heads: an encoder-decoder model says them per side."""
+    """Where the config says the layer's heads: an encoder-decoder model says them per side,
+    a family's own spelling (:data:`ALIASES`, XGLM's ``attention_heads``) comes first."""
     if FAMILIES[model].causal == "prefix":
         side = "decoder" if "decoder" in prefix.split(".") else "encoder"
         return (f"{side}_attention_heads",)
-    return HEADS_KEYS
+    own = tuple(alias for alias, key in ALIASES.get(model, {}).items()
+                if key == HEADS_KEYS[0])
+    return (*own, *HEADS_KEYS)
 
 
 def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:

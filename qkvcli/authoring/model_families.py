@@ -476,6 +476,11 @@ RUNS_ONLY_WITH = {"xlm": {"is_encoder": True}, "flaubert": {"is_encoder": True}}
 FlaubertModel raise for a decoder): a config saying otherwise is refused, naming the key."""
 
 
+EQUAL_KEYS = {"internlm3": ("attention_bias", "mlp_bias")}
+"""Keys a family's config class refuses unequal (InternLM3Config: one bias setting for
+every projection, ``qkv_bias`` as ``bias``): a config giving them apart is refused."""
+
+
 MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,
                  "alibi": True, "alibi_bias_max": 8, "attn_type": "multihead_attention"}
 """What transformers' MPT computes whatever its ``attn_config`` says: a config asking for
