@@ -10,6 +10,7 @@ from qkvcli.authoring.model_families import (
     CLIP_QKV,
     FAMILIES,
     LAYER_NORMS,
+    OUT_BIAS_PARAMETERS,
     PARTIAL_ROTARY,
     QK_NORM_FLAGS,
     QK_NORMS,
@@ -72,6 +73,8 @@ def pieces(model_type: str, family: ModelFamily) -> str:
         parts.append("clip_qkv")
     biases = {"all": "every projection", "none": "none", "qkv": "query, key, value",
               "out": "output", "not_key": "all but the key"}.get(family.biases, family.biases)
+    if model_type in OUT_BIAS_PARAMETERS:  # a parameter beside the output projection
+        biases = f"the last layer's {OUT_BIAS_PARAMETERS[model_type]} (output)"
     parts.append(f"biases: {biases.replace('|', ' (qkv) | ')}".rstrip(" |"))
     return "; ".join(parts)
 

@@ -298,11 +298,14 @@ REFUSED_MODELS = {
     "funnel": "pooled queries and relative attention",
     "xlnet": "two-stream relative attention",
     "esm": "RoPE applied to BERT's query and key after a query scale",
-    "modernbert": "a two-sided (bidirectional) sliding window on local layers",
-    "ultrabert": "a two-sided (bidirectional) sliding window",
-    "mobilebert": "values projected from another input than the queries and keys",
-    "hunyuan_v1_dense": "a q/k norm applied after RoPE",
-    "hunyuan_v1_moe": "a q/k norm applied after RoPE",
+    **{model_type: "a two-sided (bidirectional) sliding window on its local layers, which a "
+                   "fixture cannot say (its window narrows the causal mask only)"
+       for model_type in ("modernbert", "ultrabert")},
+    "mobilebert": "values projected from another input than the queries and keys (its "
+                  "bottleneck), which a fixture cannot give (it holds one input)",
+    **{model_type: "a q/k RMSNorm applied after RoPE (query_layernorm, key_layernorm), "
+                   "which a fixture cannot say (its qk_norm comes before RoPE)"
+       for model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe")},
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
