@@ -20,3 +20,19 @@ def test_families_lists_every_family_computed_and_refused() -> None:
     assert "q_proj, k_proj, v_proj, o_proj; causal; RoPE (half)" in llama
     gpt_oss = next(line for line in lines if line.split()[:1] == ["gpt_oss"])
     assert "attention sinks" in gpt_oss
+
+
+def test_families_name_the_piece_each_refused_family_lacks() -> None:
+    """The families that need a piece a fixture cannot say yet are listed with that piece;
+    the rows issue 43's third round added are listed with theirs."""
+    result = CliRunner().invoke(main, ["attend", "--families"])
+    lines = {line.split()[0]: line for line in result.output.splitlines()
+             if line.startswith("  ")}
+    for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm applied after RoPE"),
+                              ("hunyuan_v1_moe", "q/k RMSNorm applied after RoPE"),
+                              ("modernbert", "two-sided (bidirectional) sliding window"),
+                              ("ultrabert", "two-sided (bidirectional) sliding window"),
+                              ("mobilebert", "values projected from another input")):
+        assert piece in lines[model_type], lines[model_type]
+    assert "causal when causal" in lines["xlm"] and "causal when causal" in lines["flaubert"]
+    assert "the last layer's dense_bias (output)" in lines["gpt_neox_japanese"]

@@ -529,3 +529,113 @@ def test_each_text_tower_matches_its_own_attention_module(
         y, a, x, _ = model_run(model, prefix, evidence)
         gradients = own_gradients(model, *(prefix + m for m in QKV_OUT))
     compare(evidence, y, a, x, gradients)
+
+
+# XLM's and FlauBERT's MultiHeadAttention: DistilBERT's q_lin ... out_lin under
+# attentions.N., causal when the config's own causal key says
+XLM_CASES = [(name, causal) for name in ("XLMConfig", "FlaubertConfig")
+             for causal in (False, True)]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "causal"), XLM_CASES,
+                         ids=[f"{c[0][:-6].lower()}{'-causal' if c[1] else ''}"
+                              for c in XLM_CASES])
+def test_xlm_and_flaubert_match_their_own_attention_module(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_name: str,
+        causal: bool) -> None:
+    config = getattr(transformers, config_name)(
+        emb_dim=16, n_heads=2, n_layers=2, vocab_size=11, max_position_embeddings=16,
+        causal=causal)
+    model, folder = build(tmp_path, "xlm", config)
+    prefix = "attentions.1."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["causal"] is causal
+    original = real_models.capture
+
+    def fresh(model: Any, module: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs = original(model, module)
+        kwargs["cache"] = None  # the capture's own cache holds its keys already
+        # XLMModel counts its pad_index among the capture's tokens as padding at the end:
+        # the layer's own mask is the model's choice, the function here is unpadded
+        seen = torch.ones(1, TOKENS, TOKENS, dtype=torch.bool)
+        return (args[0], torch.tril(seen) if causal else seen[:, 0]), kwargs
+
+    monkeypatch.setattr(real_models, "capture", fresh)
+    y, a, x, _ = model_run(model, prefix, evidence, output_attentions=True)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in (
+        "q_lin", "k_lin", "v_lin", "out_lin"))))
+
+
+@pytest.mark.parametrize("config_name", ["XLMConfig", "FlaubertConfig"])
+def test_xlm_as_a_decoder_is_refused_naming_is_encoder(tmp_path: Path,
+                                                       config_name: str) -> None:
+    """XLMModel and FlaubertModel raise for ``is_encoder`` false: no function to compute."""
+    from tests.test_real_models import _edit_config, _init
+
+    config = getattr(transformers, config_name)(emb_dim=16, n_heads=2, n_layers=1,
+                                                vocab_size=11, max_position_embeddings=16)
+    _, folder = build(tmp_path, "xlm", config)
+    _edit_config(folder, is_encoder=False)
+    made = _init(folder, "--prefix", "attentions.0.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert "config is_encoder false" in made.stderr, made.stderr
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize("layer", [0, 1], ids=["inner-layer", "last-layer-dense-bias"])
+def test_gpt_neox_japanese_matches_its_own_attention_module(tmp_path: Path,
+                                                            layer: int) -> None:
+    """GPT-NeoX's packing without biases, partial rotary by ``rotary_pct``; the last
+    layer's ``dense_bias`` (a parameter beside ``dense``, which the module returns and its
+    block adds) is the output projection's bias."""
+    config = transformers.GPTNeoXJapaneseConfig(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
+        intermediate_multiple_size=1, vocab_size=11, max_position_embeddings=16,
+        bos_token_id=0, eos_token_id=0, rotary_pct=0.5, rotary_emb_base=500.0)
+    model, folder = build(tmp_path, "neox-japanese", config)
+    prefix = f"layers.{layer}.attention."
+    evidence = qkv_layer(folder, prefix)
+    assert evidence["config"]["rope"]["dims"] == 4
+    module = model.get_submodule(prefix.rstrip("."))
+    _, kwargs = real_models.capture(model, module)
+    kwargs.update(position_embeddings=float64_tables(model, prefix), output_attentions=True,
+                  layer_past=None)
+    x = torch.tensor(real_models.tensor(evidence, "input"), requires_grad=True)
+    model.zero_grad()
+    y, attention, bias = module(x, **kwargs)
+    assert (bias is not None) is (layer == 1)
+    if bias is not None:  # bias_dropout_add: the block adds it to the layer's output
+        y = y + bias
+    (y * torch.tensor(real_models.tensor(evidence, "upstream_output"))).sum().backward()
+    gradients = own_gradients(model, prefix + "query_key_value", prefix + "dense",
+                              prefix.rstrip("."))
+    # the packed tensor's per-branch views, stated as digests
+    gradients |= {f"{branch}_weight_gradient": None for branch in ("query", "key", "value")}
+    compare(evidence, y, attention, x, gradients)
+
+
+@pytest.mark.parametrize("layer", [0, 1], ids=["stray-on-inner-layer", "missing-on-last"])
+def test_gpt_neox_japanese_dense_bias_only_on_its_last_layer(tmp_path: Path,
+                                                             layer: int) -> None:
+    """A ``dense_bias`` on a layer whose module has none is left unread by transformers;
+    the last layer without it lacks a bias the model adds: both refused, naming it."""
+    from tests.test_real_models import _init
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+
+    config = transformers.GPTNeoXJapaneseConfig(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
+        intermediate_multiple_size=1, vocab_size=11, max_position_embeddings=16,
+        bos_token_id=0, eos_token_id=0)
+    _, folder = build(tmp_path, "neox-japanese", config)
+    path = folder / "model.safetensors"
+    tensors = safetensors_torch.load_file(path)
+    name = next(n for n in tensors if n.endswith("layers.1.attention.dense_bias"))
+    if layer == 0:
+        tensors[name.replace(".1.", ".0.")] = tensors[name].clone()
+    else:
+        del tensors[name]
+    safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
+    made = _init(folder, "--prefix", f"layers.{layer}.attention.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert '"dense_bias"' in made.stderr and "num_hidden_layers is 2" in made.stderr, made.stderr

@@ -166,3 +166,53 @@ def test_a_packed_layer_whose_heads_do_not_divide_names_the_hidden_key(tmp_path:
     made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", "4")
     assert made.exit_code == 2, made.output
     assert "do not divide hidden_size 32" in made.stderr, made.stderr
+
+
+# A family's other spelling of a key (its config class's attribute_map) was refused under
+# the key it stands for, which the config does not hold (issue 43's sixth wrong key); and
+# MiniMax-M2's rotary_dim was called the family's default, shown as a factor. Each config
+# is the one its transformers config class writes, with the one value edited.
+SPELLED = [
+    ("lfm2-norm-eps", "Lfm2Config",
+     {"layer_types": ["full_attention"], "norm_eps": 1e-3}, {"norm_eps": 0},
+     "config norm_eps must be a finite positive number, got 0"),
+    ("internlm3-qkv-bias", "InternLM3Config", {"qkv_bias": True, "bias": True},
+     {"qkv_bias": "true"}, 'config qkv_bias must be true or false, got "true"'),
+    ("internlm3-bias-apart", "InternLM3Config", {"qkv_bias": True, "bias": True},
+     {"bias": False}, "config qkv_bias true and bias false: InternLM3's config refuses them"),
+    ("xglm-attention-heads", "XGLMConfig", {"d_model": 16, "attention_heads": 2, "num_layers": 1},
+     {"attention_heads": 2.0}, "config attention_heads must be a positive integer, got 2.0"),
+    ("xglm-no-heads", "XGLMConfig", {"d_model": 16, "attention_heads": 2, "num_layers": 1},
+     {"attention_heads": None}, "config gives no attention_heads (or num_attention_heads)"),
+    ("xglm-num-layers", "XGLMConfig", {"d_model": 16, "attention_heads": 2, "num_layers": 1},
+     {"num_layers": 1}, "the prefix names layer 1, but config num_layers is 1"),
+    ("minimax-m2-rotary-dim", "MiniMaxM2Config", {"head_dim": 8}, {"rotary_dim": 3},
+     "config rotary_dim 3 gives 3 rotary dimensions"),
+    ("minimax-m2-rotary-dim-wide", "MiniMaxM2Config", {"head_dim": 8}, {"rotary_dim": 12},
+     "config rotary_dim 12 is wider than a head (8)"),
+]
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "edit", "words"),
+                         [c[1:] for c in SPELLED], ids=[c[0] for c in SPELLED])
+def test_a_refusal_names_the_key_as_the_family_spells_it(
+        config_name: str, arguments: dict[str, Any], edit: dict[str, Any], words: str) -> None:
+    from qkvcli.authoring.checkpoint import CheckpointError
+    from qkvcli.authoring.config import model_function
+    from qkvcli.authoring.model_families import ALIASES
+
+    saved = getattr(transformers, config_name)(
+        **{"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "num_hidden_layers": 1, "vocab_size": 11, **arguments}).to_dict()
+    if "rotary_dim" in edit:  # an older MiniMax-M2 config: the rotated width as rotary_dim
+        saved["rope_parameters"].pop("partial_rotary_factor", None)
+        saved.pop("partial_rotary_factor", None)
+    for alias, key in ALIASES.get(saved["model_type"], {}).items():
+        if alias in arguments and key in saved:  # a hub config's own spelling
+            saved[alias] = saved.pop(key)  # (InternLM3's qkv_bias and bias)
+    saved.update(edit)
+    saved = {key: value for key, value in saved.items() if value is not None}
+    layer = "layers.1.self_attn." if "num_layers" in edit else "layers.0.self_attn."
+    with pytest.raises(CheckpointError) as refused:
+        model_function(saved, layer, 4, (16, 16))
+    assert words in str(refused.value), str(refused.value)

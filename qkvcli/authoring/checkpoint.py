@@ -52,6 +52,8 @@ ROLES = (
     ("attention.query_key_value.bias", "GPT-NeoX query_key_value bias [3*W]"),
     ("attention.dense.weight", f"GPT-NeoX output projection weight {_LINEAR}"),
     ("attention.dense.bias", "GPT-NeoX output projection bias [E_out]"),
+    ("attention.dense_bias", "GPT-NeoX Japanese output projection bias [E_out], a parameter "
+     "beside dense (its last layer's)"),
     ("attention.output.dense.weight", f"BERT output projection weight {_LINEAR}"),
     ("attention.output.dense.bias", "BERT output projection bias [E_out]"),
     ("self_attention.query_key_value.weight",
@@ -185,6 +187,11 @@ class ModelFunction(Record):
     out: str | None = None  # the family's output projection module ("": outside the prefix)
     biased: tuple[str, ...] | None = None  # the modules its config gives a bias (None: unknown)
     bias_said: str = ""  # what says which modules carry a bias (for a refusal)
+    # the output projection's bias as a parameter of its own under the prefix (GPT-NeoX
+    # Japanese's dense_bias), whether this layer holds it, and what says so (for a refusal)
+    out_bias: str | None = None
+    out_bias_held: bool = False
+    out_bias_said: str = ""
 
 
 def shown_value(value: Any) -> str:
@@ -452,6 +459,10 @@ def checkpoint_document(
     if out is not None:
         weights[f"{out[1]}_weight"] = ref(out[0] + "weight")
         weights[f"{out[1]}_bias"] = ref(out[0] + "bias")
+    if out is not None and function.out_bias is not None:
+        _check_out_bias(function, prefix, shapes)
+        if function.out_bias_held:  # added to the output as the projection's own bias is
+            weights[f"{out[1]}_bias"] = ref(prefix + function.out_bias)
     norm_shapes: dict[str, tuple[int | None, ...]] = {}
     if function.qk_norm is not None:  # per head or the layer's width
         norm_refs, norm_shapes = _norm_weights(function, widths, prefix, ref)
@@ -459,8 +470,10 @@ def checkpoint_document(
     weights = {key: value for key, value in weights.items() if value is not None}
     # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
-    _check_tensors(entries, _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes)
-                   | norm_shapes, prefix)
+    expected = _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes)
+    if out is not None and function.out_bias is not None:
+        expected[prefix + function.out_bias] = expected[out[0] + "bias"]
+    _check_tensors(entries, expected | norm_shapes, prefix)
     _check_accounted(entries, prefix, naming, weights)
     _check_biases(function, weights, prefix, shapes)
     document: dict[str, Any] = {
@@ -512,6 +525,24 @@ def _check_out(function: ModelFunction, out: tuple[str, str] | None, prefix: str
         raise CheckpointError(prefix, f"tensor {shown_value(found)} under the prefix, but config "
                               f"model_type {family} names its output projection "
                               f"{shown_value(name)}: is config.json this model's?")
+
+
+def _check_out_bias(function: ModelFunction, prefix: str,
+                    shapes: dict[str, tuple[int, ...]]) -> None:
+    """A family whose output bias is a parameter of its own (:attr:`ModelFunction.out_bias`)
+    holds it on the layers its config says and on no other: a stored one elsewhere is
+    left unread by transformers, a missing one is a bias the checkpoint does not hold.
+    Raises :class:`CheckpointError` naming the tensor and the config key."""
+    name = function.out_bias
+    assert name is not None
+    has = prefix + name in shapes
+    if has and not function.out_bias_held:
+        raise CheckpointError(prefix, f"tensor {shown_value(name)} under the prefix, but "
+                              f"{function.out_bias_said}: this layer has no {name} "
+                              "(transformers leaves the tensor unread); refused")
+    if function.out_bias_held and not has:
+        raise CheckpointError(prefix, f"{function.out_bias_said}, but there is no tensor "
+                              f"{shown_value(name)} under the prefix; refused")
 
 
 def _check_biases(function: ModelFunction, weights: dict[str, Any], prefix: str,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from qkvcli.authoring.checkpoint import (
@@ -37,12 +39,15 @@ from qkvcli.authoring.model_families import (
     ALIASES,
     CLIP_QKV,
     DEFAULTS,
+    EQUAL_KEYS,
     FAMILIES,
     HYBRID_LAYERS,
     LAYER_NORMS,
     LAYER_PATTERNS,
     MPT_ATTENTION,
+    NEOX_ROPE,
     NULL_MULTIPLIER_IS_INVERSE_SQRT,
+    OUT_BIAS_PARAMETERS,
     QK_NORM_FLAGS,
     QK_NORM_MODULES,
     QK_NORMS,
@@ -50,6 +55,7 @@ from qkvcli.authoring.model_families import (
     REFUSED_MODELS,
     ROPE_BY_KEY,
     ROPE_ON_SLIDING,
+    RUNS_ONLY_WITH,
     SOFTCAP,
     SUPPORTED,
     TRIO_MODULES,
@@ -63,7 +69,7 @@ HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 
 
 HEAD_CLASS = re.compile(r"For[A-Z][A-Za-z]*|(?:Text|LMHead|DoubleHeads|PreTrained|Encoder|"
-                        r"Decoder)?Model(?:WithProjection|WithLMHead)?|Encoder|Decoder")
+                        r"Decoder|WithLMHead)?Model(?:WithProjection|WithLMHead)?|Encoder|Decoder")
 """What follows a family's name in the name of one of its own classes (``LlamaModel``,
 ``GPT2LMHeadModel``, ``BertForMaskedLM``): anything else (``Gemma2ForCausalLM`` under
 gemma, ``Qwen2MoeForCausalLM`` under qwen2) is another family's class."""
@@ -106,11 +112,37 @@ def canonical(config: dict[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
+@contextmanager
+def _spelled_as_given(config: dict[str, Any]) -> Iterator[None]:
+    """A refusal raised while reading :func:`canonical`'s config names each key as
+    config.json spells it: a family's other spelling (:data:`ALIASES`, given without the
+    key it stands for) by that spelling, not by a key the config does not hold."""
+    try:
+        yield
+    except CheckpointError as error:
+        model = config.get("model_type")
+        aliases = ALIASES.get(model, {}) if isinstance(model, str) else {}
+        problem = error.problem
+        for alias, key in aliases.items():
+            if alias in config and key not in config:
+                problem = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(key)}(?![A-Za-z0-9_])", alias,
+                                 problem)
+        if problem == error.problem:
+            raise
+        raise CheckpointError(error.prefix, problem) from None
+
+
 def config_family(config: dict[str, Any], prefix: str) -> str:
     """The config's ``model_type``, read before any tensor: known and computed, with
     nothing asked for that qkv does not compute. Raises :class:`CheckpointError` naming
-    the family or the key."""
-    config = canonical(config, prefix)
+    the family or the key (as config.json spells it)."""
+    read = canonical(config, prefix)
+    with _spelled_as_given(config):
+        return _config_family(read, prefix)
+
+
+def _config_family(config: dict[str, Any], prefix: str) -> str:
+    """:func:`config_family` of a :func:`canonical` config."""
     model = config.get("model_type")
     seen = config.get("architectures")
     said = f" (architectures {shown_value(seen)})" if seen is not None else ""
@@ -143,6 +175,21 @@ def config_family(config: dict[str, Any], prefix: str) -> str:
         settings.pop("alibi", None)  # computed: the fixture's alibi, scaled and rounded
     if model in LAYER_NORMS:  # computed: the fixture's qk_norm
         settings.pop(LAYER_NORMS[model][0], None)
+    if model in EQUAL_KEYS:
+        first, second = EQUAL_KEYS[model]
+        values = [flag_value(settings, key, False, prefix) for key in (first, second)]
+        if values[0] != values[1]:
+            shown = [f"{key} {shown_value(value)}" + (" (its default)" if config.get(key) is None
+                                                      else "")
+                     for key, value in zip((first, second), values, strict=True)]
+            raise CheckpointError(prefix, f"config {shown[0]} and {shown[1]}: {family.title}'s config "
+                                  "refuses them unequal (transformers cannot build the model); "
+                                  "refused")
+    for key, wanted in RUNS_ONLY_WITH.get(model, {}).items():
+        if flag_value(config, key, wanted, prefix) != wanted:
+            raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
+                                  f"transformers' {family.title} runs only with {key} "
+                                  f"{shown_value(wanted)} (it raises otherwise); refused")
     for key, what in REFUSED_KEYS:
         if is_set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
@@ -167,11 +214,19 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     names (:func:`layer_widths`), which must be the architecture's, ``d_model`` its
     input width, which must be the config's hidden size when it gives one. ``tokens`` is
     not read: a sliding window is written into the fixture, whatever the input's length.
-    Raises :class:`CheckpointError` naming the config key of anything qkv does not compute.
+    Raises :class:`CheckpointError` naming the config key (as config.json spells it) of
+    anything qkv does not compute.
     """
     del tokens
-    config = canonical(config, prefix)
-    model = config_family(config, prefix)
+    read = canonical(config, prefix)
+    with _spelled_as_given(config):
+        return _model_function(read, prefix, widths, naming, d_model)
+
+
+def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int],
+                    naming: str | None, d_model: int | None) -> ModelFunction:
+    """:func:`model_function` of a :func:`canonical` config."""
+    model = _config_family(config, prefix)
     family = FAMILIES[model]
     if naming is not None and family.naming != naming:
         raise CheckpointError(prefix, f"config model_type {shown_value(model)}, but the tensors under "
@@ -200,7 +255,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
     if model in ("gpt_bigcode", "falcon"):
         kv_heads = widths[1] * heads // widths[0]
     head_dim = (int_value({**DEFAULTS.get(model, {}), **config}, prefix, "head_dim")
-                if model not in ("gpt_neox", "gptj", "codegen") else None)
+                if model not in (*NEOX_ROPE, "gptj", "codegen") else None)
     defaulted = "head_dim" not in config and "head_dim" in DEFAULTS.get(model, {})
     if head_dim is None and widths[0] % heads:
         raise CheckpointError(prefix, f"config says {shown_value(heads)} heads, which do not divide "
@@ -241,7 +296,7 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         pass
     elif family.rope is not None and _uses_rope(config, model, index, prefix):
         rope = rope_of(config, model, family.rope, head_dim, prefix,
-                     int_value(config, prefix, "head_dim") if model == "gpt_neox" else None)
+                     int_value(config, prefix, "head_dim") if model in NEOX_ROPE else None)
     alibi = None
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
@@ -255,6 +310,9 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         value = {**DEFAULTS[model], **config}.get("attn_logit_softcapping")
         softcap = None if value is None else positive(value, "attn_logit_softcapping", prefix)
     biased, bias_said = _biases(config, model, family, prefix)
+    out_bias = OUT_BIAS_PARAMETERS.get(model)
+    held, out_said = (False, "") if out_bias is None else _out_bias_layer(config, model, index,
+                                                                         prefix)
     return ModelFunction(
         heads, _causal(config, family, prefix), None if kv_heads in (None, heads) else kv_heads,
         head_dim, rope, scale, model, window, family.naming, softcap, alibi, clip_qkv,
@@ -262,7 +320,25 @@ def model_function(config: dict[str, Any], prefix: str, tokens: int, widths: tup
         # FalconAttention: (scores + alibi) * inv_norm_factor, its build_alibi_tensor
         # rounding slopes, positions and products to bfloat16
         alibi_scaled=falcon_alibi, alibi_rounding="bfloat16" if falcon_alibi else None,
-        out=family.out, biased=biased, bias_said=bias_said)
+        out=family.out, biased=biased, bias_said=bias_said, out_bias=out_bias,
+        out_bias_held=held, out_bias_said=out_said)
+
+
+def _out_bias_layer(config: dict[str, Any], model: str, index: int | None,
+                    prefix: str) -> tuple[bool, str]:
+    """Whether the layer under ``prefix`` holds its family's output bias parameter
+    (:data:`OUT_BIAS_PARAMETERS`: the last layer alone), and what says so."""
+    name = OUT_BIAS_PARAMETERS[model]
+    if index is None:
+        raise CheckpointError(prefix, f"config model_type {shown_value(model)} gives its last "
+                              f"layer alone a {name}: qkv needs the layer's number in the "
+                              "prefix (layers.N.attention.)")
+    count = int_value({**DEFAULTS.get(model, {}), **config}, prefix, "num_hidden_layers")
+    assert count is not None
+    said = "" if config.get("num_hidden_layers") is not None else (
+        " (the family's default: config.json leaves it out)")
+    return index == count - 1, (f"config num_hidden_layers is {count}{said} and "
+                                f"{FAMILIES[model].title} gives its last layer alone a {name}")
 
 
 LAYERS_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -458,11 +534,14 @@ def _packed_widths(config: dict[str, Any], model: str, heads: int, rows: int,
 
 
 def _heads_keys(model: str, prefix: str) -> tuple[str, ...]:
-    """Where the config says the layer's heads: an encoder-decoder model says them per side."""
+    """Where the config says the layer's heads: an encoder-decoder model says them per side,
+    a family's own spelling (:data:`ALIASES`, XGLM's ``attention_heads``) comes first."""
     if FAMILIES[model].causal == "prefix":
         side = "decoder" if "decoder" in prefix.split(".") else "encoder"
         return (f"{side}_attention_heads",)
-    return HEADS_KEYS
+    own = tuple(alias for alias, key in ALIASES.get(model, {}).items()
+                if key == HEADS_KEYS[0])
+    return (*own, *HEADS_KEYS)
 
 
 def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
@@ -473,6 +552,8 @@ def _causal(config: dict[str, Any], family: ModelFamily, prefix: str) -> bool:
         return False
     if family.causal == "decoder":
         return flag_value(config, "is_decoder", False, prefix)
+    if family.causal == "causal":  # XLMModel's get_masks(..., config.causal)
+        return flag_value(config, "causal", False, prefix)
     parts = prefix.split(".")
     if "encoder_attn" in parts or "crossattention" in parts:
         raise CheckpointError(prefix, "a cross-attention layer (keys and values from the "

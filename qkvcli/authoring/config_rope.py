@@ -14,6 +14,7 @@ from qkvcli.authoring.model_families import (
     DEFAULTS,
     FAMILIES,
     FORCED_FLAT_FACTOR,
+    NEOX_ROPE,
     PARTIAL_ROTARY,
     ROPE_THETA,
     ROTARY_DIM,
@@ -31,13 +32,14 @@ FACTOR_PATHS = ("rope_parameters.partial_rotary_factor", "partial_rotary_factor"
 
 
 NEOX_SPELLINGS = ("rotary_emb_base", "rotary_pct")
-"""GPT-NeoX's own spellings of theta and the rotary share: GPTNeoXConfig reads them (and
-not the flat rope_theta / partial_rotary_factor); every other family's config ignores them."""
+"""GPT-NeoX's own spellings of theta and the rotary share: the configs of
+:data:`NEOX_ROPE` read them (and not the flat rope_theta / partial_rotary_factor); every
+other family's config ignores them."""
 
 
 def spellings(model: str, paths: tuple[str, ...]) -> tuple[str, ...]:
     """The spellings of a RoPE setting that ``model``'s transformers config reads."""
-    if model == "gpt_neox":
+    if model in NEOX_ROPE:
         return tuple(p for p in paths if p not in ("rope_theta", "partial_rotary_factor"))
     if model in FORCED_FLAT_FACTOR:  # BambaConfig overwrites a flat factor with its own
         return tuple(p for p in paths if p not in (*NEOX_SPELLINGS, "partial_rotary_factor"))
@@ -216,12 +218,17 @@ def rope_of(config: dict[str, Any], model: str, layout: str, head_dim: int,
         factor_found = one_of(config, prefix, *spellings(model, FACTOR_PATHS))
         factor_key, factor = factor_found if factor_found is not None else (
             "partial_rotary_factor", DEFAULTS.get(model, {}).get("partial_rotary_factor", 1.0))
+        said = (f"config {factor_key} {factor}" if factor_found is not None
+                else f"{model}'s default {factor_key} {factor}")  # as the config spells it
         rotary = config.get("rotary_dim") if model in ROTARY_DIM else None
         if factor_found is None and rotary is not None:  # MiniMaxM2Config: the older spelling
             if type(rotary) is not int or rotary <= 0:
                 raise CheckpointError(prefix, "config rotary_dim must be a positive integer, "
                                       f"got {shown_value(rotary)}")
-            factor_key, factor = "rotary_dim", rotary / head_dim
+            if rotary > head_dim:
+                raise CheckpointError(prefix, f"config rotary_dim {rotary} is wider than a head "
+                                      f"({head_dim}): transformers cannot run it; refused")
+            factor_key, factor, said = "rotary_dim", rotary / head_dim, f"config rotary_dim {rotary}"
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
             raise CheckpointError(prefix, f"config {factor_key} must be in (0, 1], got "
                                   f"{shown_value(factor)}")
@@ -237,10 +244,9 @@ def rope_of(config: dict[str, Any], model: str, layout: str, head_dim: int,
             raise CheckpointError(prefix, f"config {factor_key} {factor}: {model} rotates "
                                   "whole heads in qkv's reading; refused")
         if dims < 2 or dims % 2:
-            said = f" and head_dim {table_dim}" if table_dim else ""
-            whose = "config" if factor_found is not None else f"{model}'s default"
-            raise CheckpointError(prefix, f"{whose} {factor_key} {factor}{said} gives {dims} "
-                                  "rotary dimensions; qkv needs an even number of at least 2")
+            table = f" and head_dim {table_dim}" if table_dim else ""
+            raise CheckpointError(prefix, f"{said}{table} gives {dims} rotary dimensions; qkv "
+                                  "needs an even number of at least 2")
     scaling = None
     found_params = _scaling_params(config, prefix) if model not in ("gptj", "codegen") else None
     if found_params is None and model in SCALED_BY_DEFAULT:

@@ -10,6 +10,7 @@ from qkvcli.authoring.model_families import (
     CLIP_QKV,
     FAMILIES,
     LAYER_NORMS,
+    OUT_BIAS_PARAMETERS,
     PARTIAL_ROTARY,
     QK_NORM_FLAGS,
     QK_NORMS,
@@ -28,6 +29,7 @@ TENSORS = {"gpt2": "c_attn, c_proj (Conv1D)", "bert": "query, key, value; output
            "blocks": "qkv_proj (row blocks), {out}", "bigcode": "c_attn, c_proj",
            "codegen": "qkv_proj (4 blocks), out_proj", "linear": "q_proj, k_proj, v_proj, {out}"}
 MASKS = {"yes": "causal", "no": "bidirectional", "decoder": "causal when is_decoder",
+         "causal": "causal when causal",
          "prefix": "encoder bidirectional, decoder causal"}
 WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_sliding_window",
            "qwen2": "sliding layers by max_window_layers or layer_types",
@@ -71,6 +73,8 @@ def pieces(model_type: str, family: ModelFamily) -> str:
         parts.append("clip_qkv")
     biases = {"all": "every projection", "none": "none", "qkv": "query, key, value",
               "out": "output", "not_key": "all but the key"}.get(family.biases, family.biases)
+    if model_type in OUT_BIAS_PARAMETERS:  # a parameter beside the output projection
+        biases = f"the last layer's {OUT_BIAS_PARAMETERS[model_type]} (output)"
     parts.append(f"biases: {biases.replace('|', ' (qkv) | ')}".rstrip(" |"))
     return "; ".join(parts)
 

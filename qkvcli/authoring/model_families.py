@@ -20,7 +20,8 @@ class ModelFamily(Record):
 
     title: str
     naming: str  # the tensors' names under the prefix (checkpoint.ANCHORS)
-    causal: str  # "yes", "no", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it)
+    causal: str  # "yes", "no", "decoder" (is_decoder), "prefix" (encoder. or decoder. in it),
+    # "causal" (the config's own causal key: XLM's)
     rope: str | None  # None, or RoPE's layout: "half" (rotate_half), "interleaved"
     classes: str  # the start of its transformers classes' names (config "architectures")
     window: str | None = None  # how its config gives a sliding window (see _window)
@@ -44,6 +45,11 @@ _FAMILIES = (
     ("electra", ModelFamily("ELECTRA", "bert", "decoder", None, "Electra", out="", biases="all")),
     ("distilbert", ModelFamily("DistilBERT", "distil", "no", None, "DistilBert", out="out_lin",
                                biases="all")),
+    # XLM's MultiHeadAttention (DistilBERT's names, under attentions.N.), causal by its config
+    *((model_type, ModelFamily(title, "distil", "causal", None, classes, out="out_lin",
+                               path=r"attentions\.[^.]+\.", biases="all"))
+      for model_type, title, classes in (("xlm", "XLM", "XLM"),
+                                         ("flaubert", "FlauBERT", "Flaubert"))),
     ("llama", ModelFamily("LLaMA", "linear", "yes", "half", "Llama", path=_LAYERS)),
     ("mistral", ModelFamily("Mistral", "linear", "yes", "half", "Mistral", window="all",
                             path=_LAYERS, biases="none")),
@@ -77,6 +83,10 @@ _FAMILIES = (
                          path=r"h\.[^.]+\.attn\.", biases="none")),
     ("gpt_neox", ModelFamily("GPT-NeoX", "neox", "yes", "half", "GPTNeoX", out="dense",
                              path=r"layers\.[^.]+\.attention\.", biases="attention_bias")),
+    # GPT-NeoX's packing without biases; its last layer's dense bias a parameter of its own
+    ("gpt_neox_japanese", ModelFamily("GPT-NeoX Japanese", "neox", "yes", "half",
+                                      "GPTNeoXJapanese", out="dense",
+                                      path=r"layers\.[^.]+\.attention\.", biases="none")),
     ("bloom", ModelFamily("BLOOM", "neox", "yes", None, "Bloom", out="dense",
                           path=r"h\.[^.]+\.self_attention\.", biases="all")),
     ("persimmon", ModelFamily("Persimmon", "neox", "yes", "half", "Persimmon", out="dense",
@@ -288,12 +298,14 @@ REFUSED_MODELS = {
     "funnel": "pooled queries and relative attention",
     "xlnet": "two-stream relative attention",
     "esm": "RoPE applied to BERT's query and key after a query scale",
-    "modernbert": "a two-sided (bidirectional) sliding window on local layers",
-    "ultrabert": "a two-sided (bidirectional) sliding window",
-    "mobilebert": "values projected from another input than the queries and keys",
-    "gpt_neox_japanese": "an output dense whose bias is added outside the layer",
-    "hunyuan_v1_dense": "a q/k norm applied after RoPE",
-    "hunyuan_v1_moe": "a q/k norm applied after RoPE",
+    **{model_type: "a two-sided (bidirectional) sliding window on its local layers, which a "
+                   "fixture cannot say (its window narrows the causal mask only)"
+       for model_type in ("modernbert", "ultrabert")},
+    "mobilebert": "values projected from another input than the queries and keys (its "
+                  "bottleneck), which a fixture cannot give (it holds one input)",
+    **{model_type: "a q/k RMSNorm applied after RoPE (query_layernorm, key_layernorm), "
+                   "which a fixture cannot say (its qk_norm comes before RoPE)"
+       for model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe")},
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
@@ -347,6 +359,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "mistral": {"sliding_window": 4096},
     "gemma": {"head_dim": 256},
     "gpt_neox": {"partial_rotary_factor": 0.25, "attention_bias": True},
+    "gpt_neox_japanese": {"partial_rotary_factor": 1.0, "num_hidden_layers": 32},
     "opt": {"enable_bias": True},
     "stablelm": {"partial_rotary_factor": 0.25},
     "phi": {"partial_rotary_factor": 0.5},
@@ -422,8 +435,8 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
 (its ``default_theta``), read when config.json gives none."""
 
 
-PARTIAL_ROTARY = ("gpt_neox", "phi", "stablelm", "phi3", "persimmon", "glm", "glm4", "glm4_moe",
-                  "nemotron", "minimax_m2", "bamba")
+PARTIAL_ROTARY = ("gpt_neox", "gpt_neox_japanese", "phi", "stablelm", "phi3", "persimmon", "glm",
+                  "glm4", "glm4_moe", "nemotron", "minimax_m2", "bamba")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -461,6 +474,16 @@ without bias per head, ``norms.{h}``) and Cohere's ``CohereLayerNorm((heads, hea
 (a row of weights per head, no bias)."""
 
 
+RUNS_ONLY_WITH = {"xlm": {"is_encoder": True}, "flaubert": {"is_encoder": True}}
+"""Config values without which a family's transformers model does not run (XLMModel and
+FlaubertModel raise for a decoder): a config saying otherwise is refused, naming the key."""
+
+
+EQUAL_KEYS = {"internlm3": ("attention_bias", "mlp_bias")}
+"""Keys a family's config class refuses unequal (InternLM3Config: one bias setting for
+every projection, ``qkv_bias`` as ``bias``): a config giving them apart is refused."""
+
+
 MPT_ATTENTION = {"qk_ln": False, "prefix_lm": False, "attn_uses_sequence_id": False,
                  "alibi": True, "alibi_bias_max": 8, "attn_type": "multihead_attention"}
 """What transformers' MPT computes whatever its ``attn_config`` says: a config asking for
@@ -491,6 +514,8 @@ ALIASES: dict[str, dict[str, str]] = {
     "xglm": {"attention_heads": "num_attention_heads", "num_layers": "num_hidden_layers"},
     "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "xlm": {"emb_dim": "hidden_size"},
+    "flaubert": {"emb_dim": "hidden_size"},
 }
 """A family's other spellings of a key (its config class's ``attribute_map``): read as
 the key they stand for."""
@@ -554,3 +579,16 @@ factor ``rotary_dim / head_dim`` when no ``partial_rotary_factor`` is given)."""
 FORCED_FLAT_FACTOR = ("bamba",)
 """The families whose config class overwrites a flat ``partial_rotary_factor`` with its
 own default (0.5): only ``rope_parameters.partial_rotary_factor`` is read."""
+
+
+NEOX_ROPE = ("gpt_neox", "gpt_neox_japanese")
+"""The families whose config reads GPT-NeoX's own RoPE spellings (``rotary_emb_base``,
+``rotary_pct``, not a flat ``rope_theta`` or ``partial_rotary_factor``), and whose
+attention ignores a config ``head_dim`` that only its RoPE table reads."""
+
+
+OUT_BIAS_PARAMETERS = {"gpt_neox_japanese": "dense_bias"}
+"""The families whose output projection's bias is a parameter of its own beside it
+(added to the layer's output outside the module), held by the last layer alone:
+GPT-NeoX Japanese's ``dense_bias`` (``use_bias`` only where ``layer_number ==
+num_hidden_layers - 1``)."""
