@@ -30,7 +30,8 @@ from qkvcli.check.cases import Case, fixture_case
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.kinds import PROJECTIONS, Probe
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, all_finite, readonly
+from qkvcli.check.values import finite_and_shaped
+from qkvcli.core.arrays import Array, readonly
 from qkvcli.core.errors import (
     BranchInputWidthMismatch,
     BranchOutputWidthMismatch,
@@ -227,18 +228,6 @@ def readonly_view(fresh: Array) -> Array:
     return view
 
 
-def forward_ok(primary: Primary, config: Config) -> bool:
-    """Whether Q, K and V are all finite and shaped ``[batch, tokens, d_head]``."""
-    expected = (config.batch, config.tokens, config.d_head)
-    return all(all_finite(out) and out.shape == expected for out in primary.outputs)
-
-
-def reverse_ok(primary: Primary) -> bool:
-    """Whether the loss and the four gradients are finite and dX is shaped like X."""
-    return (all(all_finite(grad) for grad in (primary.grad_input, *primary.weight_gradients))
-            and math.isfinite(primary.loss) and primary.grad_input.shape == primary.input.shape)
-
-
 def build_evidence(fixture: Fixture) -> Evidence:
     """Chapter 26's evidence on ``fixture``: its plan's families on qkv's engine.
 
@@ -275,7 +264,10 @@ def build_evidence(fixture: Fixture) -> Evidence:
     replay, _ = check_replay(session, KIND)  # a second forward and backward, bit for bit
     return Evidence(
         chapter=fixture.chapter, seed=fixture.seed, config=config, primary=primary,
-        forward_ok=forward_ok(primary, config), reverse_ok=reverse_ok(primary),
+        forward_ok=finite_and_shaped(KIND, case.input, case.weights, primary.outputs),
+        reverse_ok=finite_and_shaped(KIND, case.input, case.weights, (
+            primary.grad_input, *primary.weight_gradients), backward=True)
+        and math.isfinite(primary.loss),
         shapes=shapes, errors=errors, initialization=compute_initialization(fixture),
         independence=independence, history=HistoryEvidence(),
         replay_bitwise=replay.passed, gradcheck=gradcheck, expect=expect)

@@ -21,7 +21,7 @@ from qkvcli.check.diagnose import (
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import close
+from qkvcli.core.arrays import Array, all_finite, close
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import CallFailed
@@ -38,6 +38,19 @@ def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:
     expected = session.reference(kind, run)
     return kind.precision(kind.forward_names, got, expected, session.tolerance) is None and not all(
         close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True))
+
+
+def finite_and_shaped(kind: Kind, x: Array, weights: tuple[Array, ...],
+                      results: tuple[Array, ...], backward: bool = False) -> bool:
+    """The forward's (or the backward's) own claim where no reference judges it (qkv's
+    engine, judged as itself: chapter 26's run): every result finite, and shaped by the
+    kind's rule."""
+    assert kind.shape_rule is not None
+    rule = kind.shape_rule(x, weights)
+    wanted = rule[len(kind.forward_names):] if backward else rule[:len(kind.forward_names)]
+    return len(results) == len(wanted) and all(
+        all_finite(result) and tuple(result.shape) == shape
+        for result, shape in zip(results, wanted, strict=True))
 
 
 def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
