@@ -12,7 +12,6 @@ reply makes qkv allocate more than the request could need.
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 from typing import Any
@@ -78,6 +77,8 @@ def encode_tensor(array: Array, binary: bool = False) -> dict[str, Any]:
     shape = [int(dim) for dim in values.shape]
     if binary:
         raw = np.ascontiguousarray(values, dtype="<f8").tobytes()
+        import base64  # a tensor's encoding only: the engine's own runs never encode
+
         return {"shape": shape, "float64": base64.b64encode(raw).decode("ascii")}
     return {"shape": shape, "values": values.reshape(-1).tolist()}
 
@@ -90,6 +91,8 @@ def _binary_tensor(key: str, tensor: dict[str, Any], max_values: int) -> Array:
         raise Malformed(f'"{key}.shape" must be a list of non-negative integers')
     _check_shape(key, shape, max_values)
     try:
+        import base64
+
         raw = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
     except ValueError:
         raise Malformed(f'"{key}.float64" is not base64') from None
