@@ -418,3 +418,20 @@ def test_a_chapter_page_explains_each_weight_by_its_scores_softmax(tmp_path: Pat
     labels = page_data(html)["labels"]
     assert labels[masked["f"]].startswith("0: the key is after the query")
     assert "output|0,2,0" in derivations  # the mixture of the value rows
+
+
+def test_a_page_of_gradients_past_the_largest_float_is_drawn(tmp_path: Path) -> None:
+    # Upstream gradients of 1e308: a gradient's paths sum past the largest float. The
+    # page says inf where the float sum does, never an internal error (exit 70).
+    from qkvcli.cli import main
+
+    ones = [[[1e308, 1e308], [1e308, 1e308]]]
+    doc = {"input": [[[1, 2, -1], [0, 1, 2]]],
+           "weights": {"query": [[1, 0], [0, 1], [1, -1]], "key": [[0, 1], [1, 0], [-1, 1]],
+                       "value": [[1, 1], [1, -1], [0, 2]]},
+           "upstream": {"query": ones, "key": ones, "value": ones}}
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    page = tmp_path / "page.html"
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "f.json"), "--html", str(page)])
+    assert result.exit_code == 1, result.output  # reverse and gradcheck fail: not finite
+    assert "internal error" not in result.output and page.stat().st_size > 0

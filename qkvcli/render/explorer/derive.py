@@ -19,7 +19,7 @@ prose is :mod:`qkvcli.render.explorer.page`'s).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -32,6 +32,19 @@ MAX_TERMS = 16
 
 Index = tuple[int, ...]
 
+
+
+def exact_sum(values: Iterable[float]) -> float:
+    """The correctly rounded sum of ``values`` (``math.fsum``); where partial sums pass
+    the largest float, the float sum that says so (``inf``), and ``nan`` where an
+    infinity meets its opposite."""
+    numbers = [float(value) for value in values]
+    try:
+        return math.fsum(numbers)
+    except OverflowError:  # finite terms whose exact sum is beyond the largest float
+        return float(np.sum(np.asarray(numbers, dtype=np.float64)))
+    except ValueError:  # inf + -inf
+        return math.nan
 
 class Step(Record):
     """One line of a derivation: a label and a number (or words), and its part.
@@ -59,7 +72,7 @@ class Derivation(Record):
 
     def term_sum(self) -> float:
         """The exact sum of the term and rest rows (what ``value`` should be)."""
-        return math.fsum(float(row.value) for row in self.rows
+        return exact_sum(float(row.value) for row in self.rows
                          if row.part in ("term", "rest") and not isinstance(row.value, str))
 
 
@@ -75,7 +88,7 @@ def listed(labels: Sequence[str], values: Array, limit: int = MAX_TERMS,
     others = np.ones(flat.size, dtype=bool)
     others[keep] = False
     rows = [Step(labels[i], float(flat[i]), part) for i in keep]
-    rows.append(Step(f"the other {int(others.sum())} together", math.fsum(flat[others]),
+    rows.append(Step(f"the other {int(others.sum())} together", exact_sum(flat[others]),
                     "rest" if part == "term" else "fact"))
     return rows
 
@@ -114,7 +127,7 @@ def input_paths(upstreams: tuple[Array, Array, Array], weights: tuple[Array, Arr
     for letter, upstream, weight in zip("QKV", upstreams, weights, strict=True):
         path = np.asarray(upstream[b, t], dtype=np.float64) * np.asarray(weight[i],
                                                                           dtype=np.float64)
-        paths.append(Step(f"(U_{letter} W_{letter}\u1d40){coordinate(index)}", math.fsum(path)))
+        paths.append(Step(f"(U_{letter} W_{letter}\u1d40){coordinate(index)}", exact_sum(path)))
         labels = [f"  {letter} path: U_{letter}[{b},{t},{j}] \u00d7 W_{letter}[{i},{j}]"
                   for j in range(path.size)]
         products += listed(labels, path, part="fact")
@@ -163,7 +176,7 @@ def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
     top = float(np.max(z_row[seen])) if seen.any() else math.nan
     # the engine's own numerators; a row with no key seen has none
     exps = exponentials(z_row) if seen.any() else np.zeros_like(z_row)
-    total = math.fsum(exps[seen])
+    total = exact_sum(exps[seen])
     rows = [
         Step("raw score S = q·k", float(scores[index]), "fact"),
         Step("scale", factor, "fact"),
