@@ -54,7 +54,8 @@ def test_chapter_evidence() -> None:
     )
     assert evidence.shapes.empty_tokens.input == (2, 0, 3)
     assert evidence.shapes.report_empty_tokens.input == (1, 0, 3)
-    assert evidence.shapes.empty_batch.outputs == ((0, 2, 2),) * 3
+    assert [evidence.shapes.empty_batch.shape(name) for name in ("query", "key", "value")] == [
+        (0, 2, 2)] * 3
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_other_fixtures_pass_and_describe_themselves(dims: tuple[int, int, int, 
     assert evidence.passed, [c for c in evidence.checks if not c.passed]
     assert evidence.config.d_model == d_model
     assert evidence.shapes.batch.input == (2 * batch, tokens, d_model)
-    assert evidence.shapes.batch.outputs[0] == (2 * batch, tokens, d_head)
+    assert evidence.shapes.batch.shape("query") == (2 * batch, tokens, d_head)
     assert evidence.errors.width.message == (
         f"Q/K/V input final width must equal model width {d_model}, got {d_model + 1}"
     )
@@ -134,3 +135,45 @@ def test_overflowing_outputs_fail_forward() -> None:
     evidence = build_evidence(parse_fixture(doc))
     failed = {c.name for c in evidence.checks if not c.passed}
     assert "forward" in failed
+
+
+@pytest.mark.parametrize("doc", [
+    {"input": [[[1e308]]], "weights": {"query": [[-1]], "key": [[10]], "value": [[1]]}},
+    {"input": [[[10]]], "weights": {"query": [[1]], "key": [[1]], "value": [[1]]},
+     "upstream": {"key": [[[1e308]]]}},
+], ids=["infinite-key", "infinite-key-gradient"])
+def test_an_infinite_output_that_stays_infinite_has_not_moved(doc: dict[str, Any]) -> None:
+    # inf beside the same inf is no change: independence is not failed by it (forward,
+    # reverse and the gradient check say what is wrong with such a fixture).
+    evidence = build_evidence(parse_fixture(doc))
+    assert evidence.independence.passed
+    assert "independence" not in {c.name for c in evidence.checks if not c.passed}
+
+
+def _leaky(monkeypatch: pytest.MonkeyPatch) -> None:
+    """qkv's engine with a slip: K reads W_V a little (``K = X W_K + 0.001 X W_V``)."""
+    original = engine.forward
+
+    def leaky(x: np.ndarray, w_query: np.ndarray, w_key: np.ndarray,
+              w_value: np.ndarray) -> tuple[np.ndarray, ...]:
+        query, key, value = original(x, w_query, w_key, w_value)
+        return query, key + 1e-3 * (x @ w_value), value
+
+    monkeypatch.setattr(chapter26, "engine_implementation", lambda: engine.PythonImplementation(
+        "leaky", leaky, engine.backward))
+
+
+@pytest.mark.parametrize("dims", [(1, 2, 3, 2), (3, 40, 4, 2)], ids=["small", "sliced"])
+def test_run_names_a_cross_pair_that_moves(monkeypatch: pytest.MonkeyPatch,
+                                           dims: tuple[int, int, int, int]) -> None:
+    # K reads W_V: a change of W_V moves K. The W_Q record alone is clean; the family's
+    # finding on the other pair fails independence and is said. On 120 rows the family
+    # judges a slice of 64 and still finds it.
+    _leaky(monkeypatch)
+    evidence = build_evidence(parse_fixture(seeded_doc(*dims, seed=3)))
+    ind = evidence.independence
+    assert ind.query_changed and ind.key_unchanged and ind.value_unchanged
+    assert not ind.passed and ind.other is not None and ind.other.code == "moved"
+    assert ind.other.facts[0].startswith("W_V[") and ind.other.facts[1].startswith("key[")
+    detail = next(c.detail for c in check_rows(evidence) if c.name == "independence")
+    assert "; but changing W_V[" in detail and "changed key[" in detail

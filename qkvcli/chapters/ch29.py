@@ -28,7 +28,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import position_zero, replayed
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, judge_plan, refused
+from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -430,21 +430,6 @@ class RopePrimary(Record):
     tape_finite: bool
 
 
-class RotaryProbe(Record):
-    """A shape the rotation must keep: the input's shape, the offset it starts at, the
-    output's shape (``None`` when refused, ``refusal`` then its kind)."""
-
-    case: str
-    input_shape: tuple[int, ...]
-    offset: int
-    output_shape: tuple[int, ...] | None
-    refusal: str = ""
-
-    @property
-    def valid(self) -> bool:
-        return self.output_shape == self.input_shape
-
-
 class RopeEvidence(ChapterEvidence):
     """Chapter 29's whole evidence for one fixture: the fixture, the primary numbers, the
     shape probes, the rejected inputs, the gradient check of Q and K, the replay, and the
@@ -452,7 +437,7 @@ class RopeEvidence(ChapterEvidence):
 
     fixture: RopeFixture
     primary: RopePrimary
-    probes: tuple[RotaryProbe, ...]
+    probes: tuple[ShapeProbe, ...]
 
 
 
@@ -509,15 +494,17 @@ def primary(fixture: RopeFixture) -> RopePrimary:
     )
 
 
-def _probe(table: RotaryTable, case: str, shape: tuple[int, ...], offset: int) -> RotaryProbe:
+def _probe(table: RotaryTable, case: str, shape: tuple[int, ...], offset: int) -> ShapeProbe:
+    """A shape the rotation must keep, from ``offset``: its output, or the refusal's kind."""
     try:
         out = rotate_checked(table, np.zeros(shape), offset)
     except RotaryRefusal as error:
-        return RotaryProbe(case, shape, offset, None, error.kind)
-    return RotaryProbe(case, shape, offset, tuple(int(d) for d in out.shape))
+        return ShapeProbe(case, shape, (), error.kind, offset)
+    return ShapeProbe(case, shape, (("output", tuple(int(d) for d in out.shape), shape),),
+                      offset=offset)
 
 
-def probes(fixture: RopeFixture) -> tuple[RotaryProbe, ...]:
+def probes(fixture: RopeFixture) -> tuple[ShapeProbe, ...]:
     """The shapes the rotation keeps: batched lanes of rank three and four, an empty
     leading axis, and no tokens at the very end of the table."""
     table, offset = fixture.table, fixture.offset
@@ -612,7 +599,7 @@ PLAN: Plan[RopeEvidence] = (
     ("position_zero", lambda e: e.primary.position_zero_identity),
     ("norms", lambda e: e.primary.norm_preserved),
     ("relative_dot", lambda e: e.primary.common_shift_preserved),
-    ("shapes", lambda e: all(p.valid for p in e.probes)),
+    ("shapes", lambda e: all(p.kept for p in e.probes)),
     ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
     ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),
     ("tape_finite", lambda e: e.primary.tape_finite),

@@ -39,7 +39,7 @@ The fixtures are read by :mod:`qkvcli.chapters.head_fixture`. Plain records, no 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -78,7 +78,7 @@ from qkvcli.core.invariants import prefix, replayed
 from qkvcli.core.invariants import single_token as single_token_claim
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, judge_plan, refused
+from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
@@ -272,31 +272,23 @@ def batch_probe(query: Array, key: Array, value: Array, causal: bool) -> BatchPr
                       same_bits(out[:batch], out[batch:]))
 
 
-class EmptyProbe(Record):
-    """An empty batch through the head: its shapes and whether they hold."""
-
-    query: tuple[int, ...]
-    key: tuple[int, ...]
-    value: tuple[int, ...]
-    mask: tuple[int, ...]
-    probabilities: tuple[int, ...]
-    output: tuple[int, ...]
-
-    @property
-    def valid(self) -> bool:
-        _, tokens, d_v = self.value
-        return (self.probabilities == (0, tokens, tokens) and self.output == (0, tokens, d_v)
-                and self.mask == (tokens, tokens))
-
-
-def empty_probe(query: Array, value: Array, causal: bool, wider: int = 0) -> EmptyProbe:
-    """An empty batch of the fixture's tokens and widths (the value ``wider``)."""
+def empty_probe(query: Array, value: Array, causal: bool, wider: int = 0) -> ShapeProbe:
+    """An empty batch of the fixture's tokens and widths (the value ``wider``): the
+    operands, the mask ``[T,T]``, the probabilities ``[0,T,T]`` and the output
+    ``[0,T,d_v]``."""
     _, tokens, d_k = query.shape
     q = np.zeros((0, tokens, d_k))
     v = np.zeros((0, tokens, value.shape[2] + wider))
     run = attend(q, q, v, causal)
-    return EmptyProbe(q.shape, q.shape, v.shape, additive_mask(tokens, causal).shape,
-                      run.forward.attention[:, 0].shape, run.forward.output.shape)
+
+    def dims(a: Any) -> tuple[int, ...]:
+        return tuple(int(d) for d in a.shape)
+
+    return ShapeProbe("empty batch", dims(q), (
+        ("query", dims(q), dims(q)), ("key", dims(q), dims(q)), ("value", dims(v), dims(v)),
+        ("mask", dims(additive_mask(tokens, causal)), (tokens, tokens)),
+        ("probabilities", dims(run.forward.attention[:, 0]), (0, tokens, tokens)),
+        ("output", dims(run.forward.output), (0, tokens, int(v.shape[2])))))
 
 
 class PrefixProbe(Record):
@@ -407,7 +399,7 @@ class HeadChapterEvidence(ChapterEvidence):
     source: str
     primary: HeadPass
     single: SingleToken
-    empty: EmptyProbe
+    empty: ShapeProbe
 
 
 class SelfAttentionEvidence(HeadChapterEvidence):
@@ -420,7 +412,7 @@ class SelfAttentionEvidence(HeadChapterEvidence):
     @property
     def empty_holds(self) -> bool:
         """The empty batch's shapes, and a value of width 1 gives an output of width 1."""
-        return self.empty.valid and self.value_width_output[2] == 1
+        return self.empty.kept and self.value_width_output[2] == 1
 
 
 class CausalEvidence(HeadChapterEvidence):
@@ -457,7 +449,7 @@ CAUSAL_PLAN: Plan[CausalEvidence] = (
     ("row_sums", _rows), ("masked_rows", lambda e: e.future_zero),
     ("prefix_invariance", lambda e: e.prefix.invariant),
     ("suffix_gradient", lambda e: e.prefix.suffix_zero), ("single_token", _single),
-    ("empty_batch", lambda e: e.empty.valid), ("tape_finite", lambda e: e.primary.tape_finite),
+    ("empty_batch", lambda e: e.empty.kept), ("tape_finite", lambda e: e.primary.tape_finite),
     ("gradcheck", judged_gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
 
 

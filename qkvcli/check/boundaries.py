@@ -17,36 +17,32 @@ from qkvcli.check.session import Session
 from qkvcli.core.arrays import coordinate
 from qkvcli.core.errors import format_shape
 from qkvcli.core.invariants import single_token
-from qkvcli.core.record import Record
-from qkvcli.core.results import Failure, FamilyCheck, judge
+from qkvcli.core.results import Failure, FamilyCheck, ShapeProbe, judge
 from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
 
-class Measured(Record):
-    """A shape probe as the implementation answered it: the shapes of its forward's
-    results, then its backward's (with a backward), as data."""
-
-    probe: Probe
-    shapes: tuple[Shape, ...]
-
-
 def measure(session: Session, kind: Kind, run: Run, probe: Probe,
-            backward: bool) -> Measured | Failure:
-    """The probe's results' shapes, or the failure of its call (not run when the
-    implementation stopped)."""
+            backward: bool) -> ShapeProbe | Failure:
+    """The probe's results, each with its shape and the shape it must have, or the
+    failure of its call (not run when the implementation stopped)."""
     family, case = kind.family("shapes"), run.case
+    wanted = expected_shapes(session, kind, run, probe, backward)
     calls = (None, probe.upstream) if backward else (None,)
+    shapes: list[Shape] = []
     try:
-        results = [result for upstream in calls
-                   for result in session.call(kind, run, (probe.x, *case.weights), upstream)]
+        for upstream in calls:  # each call's results dropped before the next
+            shapes += [tuple(int(size) for size in result.shape) for result in session.call(
+                kind, run, (probe.x, *case.weights), upstream)]
     except Broken:
         return not_run(family, case.label, "stopped")
     except CallFailed as failure:
         return Failure(family, case.label, probe.where, code="probe-failed",
                        facts=(failure.operation, probe.what,
                               format_shape(list(probe.x.shape)), failure.message))
-    return Measured(probe, tuple(tuple(int(size) for size in result.shape)
-                                 for result in results))
+    names = (*kind.forward_names, *kind.backward_names)
+    return ShapeProbe(probe.what, tuple(int(size) for size in probe.x.shape), tuple(
+        (name, shape, expected) for name, shape, expected in zip(names, shapes, wanted,
+                                                                 strict=False)))
 
 
 def expected_shapes(session: Session, kind: Kind, run: Run, probe: Probe,
@@ -61,16 +57,13 @@ def expected_shapes(session: Session, kind: Kind, run: Run, probe: Probe,
                  for result in session.engine(kind, run, (probe.x, *weights), upstream))
 
 
-def misshapen(kind: Kind, measured: Measured, wanted: tuple[Shape, ...],
-              label: str) -> Failure | None:
-    """The first result of the probe whose shape is not the one wanted."""
-    probe = measured.probe
-    for name, shape, expected in zip((*kind.forward_names, *kind.backward_names),
-                                     measured.shapes, wanted, strict=False):
-        if shape != expected:
+def misshapen(kind: Kind, shaped: ShapeProbe, probe: Probe, label: str) -> Failure | None:
+    """The first result of the probe whose shape is not the one it must have."""
+    for name, shape, wanted in shaped.results:
+        if shape != wanted:
             return Failure(kind.family("shapes"), label, probe.where, code="probe-shape",
                            facts=(probe.what, format_shape(list(probe.x.shape)), name,
-                                  format_shape(list(shape)), format_shape(list(expected))))
+                                  format_shape(list(shape)), format_shape(list(wanted))))
     return None
 
 
@@ -78,11 +71,10 @@ def _probe(session: Session, kind: Kind, run: Run, probe: Probe,
            backward: bool) -> Failure | None:
     """The probe's failed call, or its first result whose shape is not the one wanted
     (forward, then backward); ``None`` when every shape is right."""
-    measured = measure(session, kind, run, probe, backward)
-    if isinstance(measured, Failure):
-        return measured
-    return misshapen(kind, measured, expected_shapes(session, kind, run, probe, backward),
-                     run.case.label)
+    shaped = measure(session, kind, run, probe, backward)
+    if isinstance(shaped, Failure):
+        return shaped
+    return misshapen(kind, shaped, probe, run.case.label)
 
 
 def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:

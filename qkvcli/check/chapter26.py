@@ -19,13 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.check.behaviour import check_independence, check_replay
-from qkvcli.check.boundaries import (
-    Measured,
-    answers,
-    expected_shapes,
-    measure,
-    misshapen,
-)
+from qkvcli.check.boundaries import answers, expected_shapes, measure
 from qkvcli.check.cases import Case, fixture_case
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.kinds import PROJECTIONS, Probe
@@ -44,7 +38,7 @@ from qkvcli.core.errors import (
 )
 from qkvcli.core.outputs import QkvForward, weighted_loss
 from qkvcli.core.projections import QkvProjections
-from qkvcli.core.results import Failure, Refusal, refused
+from qkvcli.core.results import Refusal, ShapeProbe, refused
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.evidence.records import (
     Config,
@@ -55,7 +49,6 @@ from qkvcli.evidence.records import (
     InitializationEvidence,
     Primary,
     ShapeEvidence,
-    ShapeProbe,
 )
 from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.protocol.errors import CallFailed, Rejected
@@ -116,31 +109,28 @@ def _errors(session: Session, case: Case, names: tuple[str, str, str]) -> ErrorE
     return ErrorEvidence(rank, width, model, head, duplicate)
 
 
-def _shape_probe(measured: Measured | Failure, wanted: tuple[tuple[int, ...], ...],
-                 label: str, x: Array) -> ShapeProbe:
-    """One probe's record: its shapes, and whether each is the rule's."""
-    if isinstance(measured, Failure):
-        return ShapeProbe(tuple(x.shape), ((), (), ()), False, False)
-    shapes = measured.shapes
-    return ShapeProbe(tuple(x.shape), (shapes[0], shapes[1], shapes[2]),
-                      shapes[3:] == wanted[3:],
-                      misshapen(KIND, measured, wanted, label) is None)
-
-
-def _shapes(session: Session, case: Case, primary: Primary) -> ShapeEvidence:
-    """The shapes family's probes, measured and judged by the projections' rule; the
-    fixture's own shapes from its primary pass."""
+def _probes(session: Session, case: Case) -> list[ShapeProbe]:
+    """The shapes family's probes of the projections (an empty batch, no tokens twice,
+    the batch doubled), each measured and judged by the projections' rule."""
     run = KIND.run(case)
+    return [shaped if isinstance(shaped, ShapeProbe) else ShapeProbe(
+        probe.what, tuple(probe.x.shape), (), refusal=shaped.code or shaped.not_run)
+        for probe in KIND.probes(case)
+        for shaped in (measure(session, KIND, run, probe, True),)]
+
+
+def _shapes(session: Session, case: Case, primary: Primary,
+            probes: list[ShapeProbe]) -> ShapeEvidence:
+    """The probes, and the fixture's own shapes from its primary pass, judged by the
+    same rule."""
     own = Probe("the input", "the input", case.input, case.upstream)
-    own_shapes = Measured(own, tuple(tuple(result.shape) for result in (
-        *primary.outputs, primary.grad_input, *primary.weight_gradients)))
-    probes: list[tuple[Measured | Failure, tuple[tuple[int, ...], ...], Array]] = [
-        (own_shapes, expected_shapes(session, KIND, run, own, True), own.x)]
-    for probe in KIND.probes(case):
-        probes.append((measure(session, KIND, run, probe, True),
-                       expected_shapes(session, KIND, run, probe, True), probe.x))
-    rule, empty_batch, empty_tokens, report_empty_tokens, batch = (
-        _shape_probe(measured, wanted, case.label, x) for measured, wanted, x in probes)
+    names = (*KIND.forward_names, *KIND.backward_names)
+    found = (*primary.outputs, primary.grad_input, *primary.weight_gradients)
+    rule = ShapeProbe(own.what, tuple(case.input.shape), tuple(
+        (name, tuple(result.shape), wanted) for name, result, wanted in zip(
+            names, found, expected_shapes(session, KIND, KIND.run(case), own, True),
+            strict=True)))
+    empty_batch, empty_tokens, report_empty_tokens, batch = probes
     return ShapeEvidence(rule, batch, empty_batch, empty_tokens, report_empty_tokens,
                          int(case.weights[0].shape[1]))
 
@@ -149,19 +139,20 @@ def _independence(session: Session, case: Case, primary: Primary) -> Independenc
     """The independence family; the record reads its first probe (``W_Q`` changed) bit
     for bit against the primary pass."""
     seen: list[tuple[Array, ...]] = []
-    check, _ = check_independence(session, KIND, seen)
+    _, failures = check_independence(session, KIND, seen)
+    other = next((failure for failure in failures if not failure.not_run), None)
     live = np.flatnonzero(np.any(case.input != 0.0, axis=(0, 1)))
     if live.size == 0:
-        return IndependenceEvidence(False, None, False, True, True, check.passed)
-    before = QkvForward(*primary.outputs)
-    after = QkvForward(*seen[0]) if seen else before
+        return IndependenceEvidence(False, None, False, True, True, other)
+    before = QkvForward(*seen[0]) if seen else QkvForward(*primary.outputs)
+    after = QkvForward(*seen[1]) if len(seen) > 1 else before
     return IndependenceEvidence(
         applicable=True,
         row=int(live[0]),
         query_changed=not np.array_equal(before.query, after.query),
         key_unchanged=before.key.tobytes() == after.key.tobytes(),
         value_unchanged=before.value.tobytes() == after.value.tobytes(),
-        others_unchanged=check.passed,
+        other=other,
     )
 
 
@@ -210,10 +201,13 @@ def _primary(session: Session, case: Case, projections: QkvProjections) -> Prima
     query, key, value = (readonly_view(out) for out in outputs)
     grad_input, grad_w_query, grad_w_key, grad_w_value = (readonly_view(g) for g in grads)
     w_query, w_key, w_value = projections.weights
+    # The evidence holds copies of the fixture's tensors (never what its caller may
+    # change), made once the probes are done (peak memory at realistic sizes).
+    upstream = tuple(readonly(gradient) for gradient in case.upstream)
     return Primary(
-        input=case.input, w_query=w_query, w_key=w_key, w_value=w_value,
+        input=readonly(case.input), w_query=w_query, w_key=w_key, w_value=w_value,
         query=query, key=key, value=value,
-        grad_query=case.upstream[0], grad_key=case.upstream[1], grad_value=case.upstream[2],
+        grad_query=upstream[0], grad_key=upstream[1], grad_value=upstream[2],
         loss=weighted_loss(QkvForward(query, key, value),
                            (case.upstream[0], case.upstream[1], case.upstream[2])),
         grad_input=grad_input, grad_w_query=grad_w_query, grad_w_key=grad_w_key,
@@ -236,13 +230,17 @@ def build_evidence(fixture: Fixture) -> Evidence:
     """
     projections = projections_of(fixture)
     case = fixture_case("fixture", fixture)._replace(
-        input=readonly(fixture.input), upstream=tuple(readonly(u) for u in fixture.upstream))
+        input=readonly_view(fixture.input),
+        upstream=tuple(readonly_view(u) for u in fixture.upstream))
     # The engine, called as any implementation is, on the read-only arrays themselves: no
     # copies (this plan has no purity family; a write would raise).
     session = Session(engine_implementation(), [case], 0.0, isolated=False)
     errors = _errors(session, case, projections.names)
+    # The probes first: the doubled batch's [2B,T,d] buffers then never coexist with the
+    # primary pass's (peak memory at realistic sizes).
+    probes = _probes(session, case)
     primary = _primary(session, case, projections)
-    shapes = _shapes(session, case, primary)
+    shapes = _shapes(session, case, primary, probes)
     config = Config(fixture.batch, fixture.tokens, fixture.d_model, fixture.d_head,
                     layout=fixture.layout)
     gradcheck = gradcheck_projections(

@@ -111,6 +111,8 @@ def mha_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_outpu
 
 def engine_implementation() -> PythonImplementation:
     """qkv's engine, in this process, as the families call any implementation."""
-    return PythonImplementation("qkv's engine", forward, backward, head_forward, head_backward,
-                                rope=rope, rope_reverse=rope_reverse, mha_forward=mha_forward,
-                                mha_backward=mha_backward)
+    engine = PythonImplementation("qkv's engine", forward, backward, head_forward,
+                                  head_backward, rope=rope, rope_reverse=rope_reverse,
+                                  mha_forward=mha_forward, mha_backward=mha_backward)
+    engine.fresh = True  # every result is a new array of the engine's
+    return engine

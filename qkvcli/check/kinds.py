@@ -203,7 +203,7 @@ def _projection_probes(case: Case) -> list[Probe]:
                     ("no tokens", np.zeros((2 * max(batch, 1), 0, d_model))),
                     ("no tokens", np.zeros((max(batch, 1), 0, d_model))),
                     ("batch doubled", np.concatenate([case.input, case.input], axis=0))):
-        upstream = tuple(np.zeros((*x.shape[:2], d_head)) for _ in BRANCHES)
+        upstream = tuple(np.broadcast_to(0.0, (*x.shape[:2], d_head)) for _ in BRANCHES)
         probes.append(Probe(what, format_shape(list(x.shape)), x, upstream))
     return probes
 
@@ -237,21 +237,28 @@ def _same_width_probes(case: Case) -> list[Probe]:
     return _named_probes(width, width)
 
 
+def _ones(*shape: int) -> Array:
+    """A read-only array of ones of ``shape`` that holds one number."""
+    return np.broadcast_to(1.0, shape)
+
+
 def _projection_requests(case: Case, backward: bool) -> list[BadRequest]:
     """The input's rank and width, weights of different model or head widths; with
     ``backward`` the same input's rank and width to backward, and upstream gradients of
     the wrong tokens or head width."""
     batch, tokens, d_model, d_head = (max(size, 1) for size in case.shape)
-    x, w, up = (np.ones((batch, tokens, d_model)), np.ones((d_model, d_head)),
-                np.ones((batch, tokens, d_head)))
-    wider = np.ones((batch, tokens, d_model + 1))
+    # Read-only views of one 1.0 (at a fixture's size they would cost its memory; a call
+    # that judges purity gets its own copies, as of any argument).
+    x, w, up = (_ones(batch, tokens, d_model), _ones(d_model, d_head),
+                _ones(batch, tokens, d_head))
+    wider = _ones(batch, tokens, d_model + 1)
     requests: list[BadRequest] = [
         (("rank-2", (format_shape([tokens, d_model]),)), "forward", (x[0], w, w, w)),
         (("input-width", (str(d_model + 1), str(d_model))), "forward", (wider, w, w, w)),
         (("model-widths", (str(d_model), str(d_model + 1))), "forward",
-         (x, w, np.ones((d_model + 1, d_head)), w)),
+         (x, w, _ones(d_model + 1, d_head), w)),
         (("head-widths", (str(d_head), str(d_head + 1))), "forward",
-         (x, w, np.ones((d_model, d_head + 1)), w)),
+         (x, w, _ones(d_model, d_head + 1), w)),
     ]
     if backward:
         longer, wider_head = (batch, tokens + 1, d_head), (batch, tokens, d_head + 1)
@@ -261,9 +268,9 @@ def _projection_requests(case: Case, backward: bool) -> list[BadRequest]:
             (("backward-input-width", (str(d_model + 1), str(d_model))), "backward",
              (wider, w, w, w, up, up, up)),
             (("backward-grad-key", (format_shape(list(longer)), str(tokens))), "backward",
-             (x, w, w, w, up, np.ones(longer), up)),
+             (x, w, w, w, up, _ones(*longer), up)),
             (("backward-grad-value", (format_shape(list(wider_head)), str(d_head))),
-             "backward", (x, w, w, w, up, up, np.ones(wider_head))),
+             "backward", (x, w, w, w, up, up, _ones(*wider_head))),
         ]
     return requests
 

@@ -99,11 +99,13 @@ def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | No
 
 
 def mismatches(actual: Array, expected: Array, tolerance: float) -> npt.NDArray[np.bool_]:
-    """A boolean array: where ``|a-e| / max(1,|a|,|e|) > tolerance`` (NaN counts as failing)."""
+    """A boolean array: where ``|a-e| / max(1,|a|,|e|) > tolerance`` (NaN counts as
+    failing); two equal values never fail, an infinity beside the same infinity included
+    (``inf - inf`` is no error)."""
     with np.errstate(all="ignore"):
         magnitude = np.maximum(1.0, np.maximum(np.abs(actual), np.abs(expected)))
         error = np.abs(actual - expected) / magnitude
-    failing: npt.NDArray[np.bool_] = ~(error <= tolerance)
+        failing: npt.NDArray[np.bool_] = ~((error <= tolerance) | (actual == expected))
     return failing
 
 

@@ -115,6 +115,38 @@ def refused(case: str, expected: QkvError | type[QkvError],
     return Refusal(case, wanted.__name__, "", "", fields)
 
 
+Shape = tuple[int, ...]
+
+
+class ShapeProbe(Record):
+    """One probe of a shapes family, the record of every kind, command and chapter: its
+    ``case`` (``empty batch``, ``rank4``), the input's shape (and the position it starts
+    at, where a rotation has one), and each result by name with its shape and the shape
+    it must have. A probe that was refused has no results, and ``refusal`` says why
+    (the refusal's kind); one whose call failed otherwise has none either."""
+
+    case: str
+    input: Shape
+    results: tuple[tuple[str, Shape, Shape], ...]
+    refusal: str = ""
+    offset: int = 0
+
+    def shape(self, name: str) -> Shape | None:
+        """The shape of the result ``name`` (``None``: no such result, or none at all)."""
+        return next((shape for found, shape, _ in self.results if found == name), None)
+
+    def holds(self, *names: str) -> bool:
+        """Whether the results ``names`` (all, without names) have the shapes they must."""
+        chosen = [(shape, wanted) for name, shape, wanted in self.results
+                  if not names or name in names]
+        return bool(chosen) and all(shape == wanted for shape, wanted in chosen)
+
+    @property
+    def kept(self) -> bool:
+        """Every result has the shape it must (a refused probe keeps none)."""
+        return not self.refusal and self.holds()
+
+
 E = TypeVar("E")
 Plan = tuple[tuple[str, Callable[[E], "bool | FamilyCheck | None"]], ...]
 """A command's or chapter's families as data: each published id, in report order, with

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
-from qkvcli.core.results import FamilyCheck, Plan, Refusal, judge_plan
+from qkvcli.core.results import Failure, FamilyCheck, Plan, Refusal, ShapeProbe, judge_plan
 
 if TYPE_CHECKING:
     from qkvcli.evidence.expect import ExpectResult
@@ -91,17 +91,6 @@ class Primary(Record):
         return (self.grad_w_query, self.grad_w_key, self.grad_w_value)
 
 
-class ShapeProbe(Record):
-    """One input shape, the three output shapes it produced, whether the gradients are
-    shaped like their tensors, and whether every shape is the rule's (``kept``: batch and
-    token axes kept at width ``d_head``, judged by the shapes family)."""
-
-    input: Shape
-    outputs: tuple[Shape, Shape, Shape]
-    gradient_shapes_ok: bool
-    kept: bool
-
-
 class ShapeEvidence(Record):
     rule: ShapeProbe
     batch: ShapeProbe
@@ -159,14 +148,14 @@ class IndependenceEvidence(Record):
     query_changed: bool
     key_unchanged: bool
     value_unchanged: bool
-    others_unchanged: bool = True  # every other pair of the independence family
+    other: Failure | None = None  # the family's finding on another pair, if any
 
     @property
     def passed(self) -> bool:
         if not self.applicable:
-            return self.others_unchanged
+            return self.other is None
         return (self.query_changed and self.key_unchanged and self.value_unchanged
-                and self.others_unchanged)
+                and self.other is None)
 
 
 class HistoryEvidence(Record):

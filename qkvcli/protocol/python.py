@@ -74,8 +74,11 @@ def said(error: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Array, ...]:
-    """``result`` as one float64 array per name. Raises :class:`BadResult`."""
+def as_tensors(operation: str, result: Any, names: tuple[str, ...],
+               copy: bool = True) -> tuple[Array, ...]:
+    """``result`` as one float64 array per name (without ``copy``, a float64 array as it
+    is: results only qkv's engine made, which nothing else holds). Raises
+    :class:`BadResult`."""
     expected = f"({', '.join(names)})"
     if len(names) == 1:  # one tensor: itself, or alone in a tuple
         result = result if isinstance(result, tuple) and len(result) == 1 else (result,)
@@ -104,7 +107,8 @@ def as_tensors(operation: str, result: Any, names: tuple[str, ...]) -> tuple[Arr
             array = np.asarray(value)
             if array.dtype.kind not in "fiu":
                 raise TypeError(f"dtype {array.dtype}")
-            arrays.append(np.array(array, dtype=np.float64))
+            arrays.append(np.array(array, dtype=np.float64) if copy
+                          else np.asarray(array, dtype=np.float64))
         except BaseException as error:  # the result's own __array__ may raise anything
             raise BadResult(operation, f"{operation}'s {name} is not a numeric tensor "
                             f"({said(error)})") from None
@@ -116,6 +120,7 @@ class PythonImplementation:
     ``head_backward``, those it defines), called with fresh arrays."""
 
     is_command = False
+    fresh = False  # its results are new arrays nothing else holds (qkv's engine): not copied
 
     def __init__(self, label: str, forward: Callable[..., Any] | None,
                  backward: Callable[..., Any] | None = None,
@@ -143,7 +148,7 @@ class PythonImplementation:
         except BaseException as error:  # any exception is a rejection, as
             # the interface says; sys.exit() or GeneratorExit in a forward too
             raise Rejected(operation, said(error), error) from None
-        return as_tensors(operation, result, names)
+        return as_tensors(operation, result, names, copy=not self.fresh)
 
     def forward(self, x: Array, w_query: Array, w_key: Array, w_value: Array) -> tuple[Array, ...]:
         assert self._forward is not None

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.core.arrays import Array
-from qkvcli.core.results import Refusal
+from qkvcli.core.names import BRANCHES, GRADIENTS
+from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.core.text import escape_controls
-from qkvcli.evidence.records import Evidence, Primary, ShapeProbe
+from qkvcli.evidence.records import Evidence, Primary
 from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
 from qkvcli.render.wording import check_rows
 
@@ -73,10 +74,10 @@ def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
                                    "query", "key", "value")),
         f"parameter_names=[{','.join(p.parameter_names)}]",
         f"parameter_count={p.parameter_count} independent:{fmt_bool(i.independent)}",
-        f"shape_rule={fmt_shape(s.rule.input)}->three*{fmt_shape(s.rule.outputs[0])}",
-        f"batch_probe={fmt_shape(s.batch.input)}->three*{fmt_shape(s.batch.outputs[0])}",
+        f"shape_rule={fmt_shape(s.rule.input)}->three*{fmt_shape(_out(s.rule, 0))}",
+        f"batch_probe={fmt_shape(s.batch.input)}->three*{fmt_shape(_out(s.batch, 0))}",
         f"empty_tokens={fmt_shape(s.report_empty_tokens.input)}"
-        f"->three*{fmt_shape(s.report_empty_tokens.outputs[0])}",
+        f"->three*{fmt_shape(_out(s.report_empty_tokens, 0))}",
         f"history=additive_query:{h.earlier_left.replace('-', '_')} "
         f"additive_key_value:{h.earlier_right.replace('-', '_')} "
         "self_attention_qkv:hidden_sequence",
@@ -170,10 +171,10 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
         weight_gradient("key", 1),
         weight_gradient("value", 2),
         independence,
-        f"EMPTY_SHAPES|batch_input={fmt_shape(eb.input)}|batch_query={fmt_shape(eb.outputs[0])}"
-        f"|batch_key={fmt_shape(eb.outputs[1])}|batch_value={fmt_shape(eb.outputs[2])}"
-        f"|token_input={fmt_shape(et.input)}|token_query={fmt_shape(et.outputs[0])}"
-        f"|token_key={fmt_shape(et.outputs[1])}|token_value={fmt_shape(et.outputs[2])}",
+        f"EMPTY_SHAPES|batch_input={fmt_shape(eb.input)}|batch_query={fmt_shape(_out(eb, 0))}"
+        f"|batch_key={fmt_shape(_out(eb, 1))}|batch_value={fmt_shape(_out(eb, 2))}"
+        f"|token_input={fmt_shape(et.input)}|token_query={fmt_shape(_out(et, 0))}"
+        f"|token_key={fmt_shape(_out(et, 1))}|token_value={fmt_shape(_out(et, 2))}",
         f"ERROR|case=rank-two|rejected={fmt_bool(e.rank.rejected)}|message={said(e.rank)}",
         f"ERROR|case=input-width|rejected={fmt_bool(e.width.rejected)}|message={said(e.width)}",
         f"ERROR|case=branch-mismatch|rejected={fmt_bool(e.model_mismatch.rejected)}"
@@ -196,13 +197,18 @@ def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
 # --- JSON ---------------------------------------------------------------------------
 
 
+def _out(probe: ShapeProbe, branch: int) -> tuple[int, ...]:
+    """The shape of the probe's Q, K or V (``()`` when its call failed)."""
+    return probe.shape(BRANCHES[branch]) or ()
+
+
 def _probe(probe: ShapeProbe) -> dict[str, Any]:
     return {
         "input": list(probe.input),
-        "query": list(probe.outputs[0]),
-        "key": list(probe.outputs[1]),
-        "value": list(probe.outputs[2]),
-        "gradient_shapes_ok": probe.gradient_shapes_ok,
+        "query": list(_out(probe, 0)),
+        "key": list(_out(probe, 1)),
+        "value": list(_out(probe, 2)),
+        "gradient_shapes_ok": probe.holds(*GRADIENTS),
     }
 
 

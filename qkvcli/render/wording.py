@@ -86,11 +86,16 @@ def _initialization(evidence: Evidence) -> str:
 
 def _independence(evidence: Evidence) -> str:
     ind = evidence.independence
+    other = ""
+    if ind.other is not None:
+        from qkvcli.render.check import failure_detail
+
+        other = f"; but {failure_detail(ind.other)}"
     if not ind.applicable:
-        return "not applicable: the input has no non-zero feature column"
+        return "not applicable: the input has no non-zero feature column" + other
     return (f"W_Q[{ind.row},0]+1: query changed={fmt_bool(ind.query_changed)}, "
             f"key unchanged={fmt_bool(ind.key_unchanged)}, "
-            f"value unchanged={fmt_bool(ind.value_unchanged)}")
+            f"value unchanged={fmt_bool(ind.value_unchanged)}" + other)
 
 
 def _replay(evidence: Evidence) -> str:

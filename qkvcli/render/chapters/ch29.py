@@ -95,7 +95,7 @@ def text(evidence: RopeEvidence) -> str:
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
     errors = " ".join(f"{ERROR_KEYS[e.case]}:{fmt_bool(e.rejected)}" for e in evidence.errors)
-    shapes = " ".join(f"{probe.case}:{_shape(probe.output_shape)}"
+    shapes = " ".join(f"{probe.case}:{_shape(probe.shape('output'))}"
                       for probe in evidence.probes)
     counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
     lines = [
@@ -197,9 +197,9 @@ def trace(evidence: RopeEvidence) -> str:
     ]
     for probe in evidence.probes:
         offset = f"|offset={probe.offset}" if probe.case == "empty_tokens" else ""
-        lines.append(f"{PROBE_LINES[probe.case]}|input_shape={fmt_shape(probe.input_shape)}"
-                     f"{offset}|output_shape={_shape(probe.output_shape)}"
-                     f"|valid={fmt_bool(probe.valid)}")
+        lines.append(f"{PROBE_LINES[probe.case]}|input_shape={fmt_shape(probe.input)}"
+                     f"{offset}|output_shape={_shape(probe.shape('output'))}"
+                     f"|valid={fmt_bool(probe.kept)}")
     lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
     counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
     lines += [
@@ -258,9 +258,9 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
         "position_zero_identity": p.position_zero_identity,
         "common_shift_preserved": p.common_shift_preserved,
         "invariant_tolerance": f.invariant_tolerance,
-        "shapes": [{"case": probe.case, "input": list(probe.input_shape), "offset": probe.offset,
-                    "output": None if probe.output_shape is None else list(probe.output_shape),
-                    "valid": probe.valid, "refusal": probe.refusal or None}
+        "shapes": [{"case": probe.case, "input": list(probe.input), "offset": probe.offset,
+                    "output": None if (out := probe.shape("output")) is None else list(out),
+                    "valid": probe.kept, "refusal": probe.refusal or None}
                    for probe in evidence.probes],
         "errors": [{"case": e.case, "kind": KINDS[e.expected], "rejected": e.rejected,
                     "facts": dict(facts_of(e)), "message": e.message}
@@ -407,7 +407,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
         ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
         ("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
          "dQ, dK = U turned back"),
-        ("shapes", " ".join(f"{probe.case} {_shape(probe.output_shape)}"
+        ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('output'))}"
                             for probe in evidence.probes)),
         ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
                              for e in evidence.errors)),

@@ -18,7 +18,7 @@ import numpy as np
 
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal
+from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -84,6 +84,11 @@ CAUSAL = ChapterWords(
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
 
+
+
+def _shaped(probe: ShapeProbe, name: str) -> tuple[int, ...]:
+    """The shape of the empty-batch probe's result ``name`` (``()`` when it had none)."""
+    return probe.shape(name) or ()
 
 def words(evidence: HeadChapterEvidence) -> ChapterWords:
     return CAUSAL if isinstance(evidence, CausalEvidence) else SELF_ATTENTION
@@ -188,8 +193,9 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> str:
         f"batch_probe=query:{fmt_shape(b.query)} key:{fmt_shape(b.key)} "
         f"value:{fmt_shape(b.value)} probabilities:{fmt_shape(b.probabilities)} "
         f"output:{fmt_shape(b.output)} isolated:{fmt_bool(b.isolated)}",
-        f"empty_batch=probabilities:{fmt_shape(e.probabilities)} "
-        f"output:{fmt_shape(e.output)} value_width_probe:{fmt_shape(evidence.value_width_output)}",
+        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'probabilities'))} "
+        f"output:{fmt_shape(_shaped(e, 'output'))} "
+        f"value_width_probe:{fmt_shape(evidence.value_width_output)}",
         f"upstream={vec(p.upstream)} loss={fmt_float(p.loss)}",
         f"query_gradient={vec(p.grad_query)}",
         f"key_gradient={vec(p.grad_key)}",
@@ -275,8 +281,8 @@ def _causal_text(evidence: CausalEvidence) -> str:
         f"value_gradient={vec(p.grad_value)}",
         f"prefix_seed={vec(x.seed)} suffix_gradient_zero={fmt_bool(x.suffix_zero)}",
         _single_line(evidence),
-        f"empty_batch=probabilities:{fmt_shape(e.probabilities)} "
-        f"output:{fmt_shape(e.output)} valid:{fmt_bool(e.valid)}",
+        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'probabilities'))} "
+        f"output:{fmt_shape(_shaped(e, 'output'))} valid:{fmt_bool(e.kept)}",
         _errors_line(evidence, said),
         _gradcheck_line(evidence.gradcheck),
         "history=" + " ".join(f"{key}:{value}" for key, value in said.history),
@@ -329,10 +335,12 @@ def _causal_trace(evidence: CausalEvidence) -> str:
         f"SINGLE_TOKEN|mask={mask_text(single.mask)}|probabilities={vec(single.probabilities)}"
         f"|output={vec(single.output)}|query_gradient_zero={fmt_bool(single.query_gradient_zero)}"
         f"|key_gradient_zero={fmt_bool(single.key_gradient_zero)}",
-        f"EMPTY_BATCH|query_shape={fmt_shape(e.query)}|key_shape={fmt_shape(e.key)}"
-        f"|value_shape={fmt_shape(e.value)}|mask_shape={fmt_shape(e.mask)}"
-        f"|probability_shape={fmt_shape(e.probabilities)}|output_shape={fmt_shape(e.output)}"
-        f"|valid={fmt_bool(e.valid)}",
+        f"EMPTY_BATCH|query_shape={fmt_shape(_shaped(e, 'query'))}"
+        f"|key_shape={fmt_shape(_shaped(e, 'key'))}"
+        f"|value_shape={fmt_shape(_shaped(e, 'value'))}|mask_shape={fmt_shape(_shaped(e, 'mask'))}"
+        f"|probability_shape={fmt_shape(_shaped(e, 'probabilities'))}"
+        f"|output_shape={fmt_shape(_shaped(e, 'output'))}"
+        f"|valid={fmt_bool(e.kept)}",
         *_error_records(evidence, CAUSAL),
         "HISTORY|" + "|".join(f"{'earlier_visibility' if key == 'visibility' else key}={value}"
                               for key, value in CAUSAL.history),
@@ -385,7 +393,7 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
               else {"dot_products": t(p.scores), "scaled_scores": t(p.scaled_scores)})
     own: dict[str, Any] = {}
     batch_probe: dict[str, Any] = {}
-    empty: dict[str, Any] = {"query": list(e.query), "key": list(e.key), "value": list(e.value)}
+    empty: dict[str, Any] = {name: list(_shaped(e, name)) for name in ("query", "key", "value")}
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         own = {"future_probabilities_zero": evidence.future_zero, "tape_finite": p.tape_finite,
@@ -398,8 +406,8 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
                    "seed": t(x.seed), "suffix_start": x.suffix_start,
                    "query_gradient": t(x.grad_query), "key_gradient": t(x.grad_key),
                    "value_gradient": t(x.grad_value), "suffix_zero": x.suffix_zero}}
-        empty.update(mask=list(e.mask), probabilities=list(e.probabilities),
-                     output=list(e.output), valid=e.valid)
+        empty.update(mask=list(_shaped(e, 'mask')), probabilities=list(_shaped(e, 'probabilities')),
+                     output=list(_shaped(e, 'output')), valid=e.kept)
     elif isinstance(evidence, SelfAttentionEvidence):
         s, b = evidence.scale, evidence.batch
         own = {"scale_probe": {"d_k": s.d_k, "scale": s.scale, "unscaled_focus": s.unscaled_focus,
@@ -410,7 +418,7 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
             "query": list(b.query), "key": list(b.key), "value": list(b.value),
             "probabilities": list(b.probabilities), "output": list(b.output),
             "isolated": b.isolated}}
-        empty.update(probabilities=list(e.probabilities), output=list(e.output),
+        empty.update(probabilities=list(_shaped(e, 'probabilities')), output=list(_shaped(e, 'output')),
                      value_width_probe=list(evidence.value_width_output))
     return {
         **head("run", chapter=evidence.chapter, passed=evidence.passed),
@@ -490,8 +498,9 @@ def figure(evidence: HeadChapterEvidence, width: int,
         probes = drawn.facts_part("Probes", [
             (evidence.future_zero, "future keys", f"weigh {future_word(evidence)}"),
             (single.holds, "single token", f"mask {mask_text(single.mask)}, {one}"),
-            (e.valid, "empty batch", f"A {fmt_shape(e.probabilities)}, O {fmt_shape(e.output)}, "
-             f"mask {fmt_shape(e.mask)}"),
+            (e.kept, "empty batch", f"A {fmt_shape(_shaped(e, 'probabilities'))}, "
+             f"O {fmt_shape(_shaped(e, 'output'))}, "
+             f"mask {fmt_shape(_shaped(e, 'mask'))}"),
             (p.tape_finite, "reverse pass", "every array finite: -inf never reaches it"),
         ])
         cards = [Row([later, probes]), Row([refused])]
@@ -506,8 +515,8 @@ def figure(evidence: HeadChapterEvidence, width: int,
             (single.holds, "single token", one),
             (b.isolated, "batch of two", f"{fmt_shape(b.query)} in, {fmt_shape(b.output)} out, "
              "halves bit for bit equal"),
-            (evidence.empty_holds, "empty batch", f"A {fmt_shape(e.probabilities)}, O "
-             f"{fmt_shape(e.output)}; value width 1 gives "
+            (evidence.empty_holds, "empty batch", f"A {fmt_shape(_shaped(e, 'probabilities'))}, O "
+             f"{fmt_shape(_shaped(e, 'output'))}; value width 1 gives "
              f"{fmt_shape(evidence.value_width_output)}"),
         ])
         cards = [Row([probes, refused])]

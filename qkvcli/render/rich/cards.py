@@ -12,6 +12,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from qkvcli.core.names import BRANCHES
+from qkvcli.core.results import ShapeProbe
 from qkvcli.evidence.records import Evidence
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import LETTERS, PLAIN, ROLE_BOXES, ROLE_SENTENCES, ROLE_STYLES, ROLES
@@ -133,6 +135,11 @@ def _independence_part(evidence: Evidence) -> Part:
     return Part(body, titled("Change only the query weight", ind.passed))
 
 
+def _outputs(probe: ShapeProbe) -> tuple[tuple[int, ...], ...]:
+    """Q's, K's and V's shapes (a probe that failed has none)."""
+    return tuple(shape for name, shape, _ in probe.results if name in BRANCHES)
+
+
 def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
     s = evidence.shapes
     c = evidence.config
@@ -141,7 +148,7 @@ def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
               ("empty batch axis", s.empty_batch), ("empty token axis", s.empty_tokens))
     rows = grid(
         *((label, f"{fmt_shape(probe.input)} {arrow} "
-                  f"{','.join(fmt_shape(out) for out in probe.outputs)}",
+                  f"{','.join(fmt_shape(out) for out in _outputs(probe))}",
            status(probe.kept))
           for label, probe in probes),
         nowrap=(0, 2),
