@@ -256,7 +256,9 @@ class LayerParameters(Record):
 
 
 class AttendFixture(Record):
-    """A validated fixture for ``qkv attend``: plain arrays, and what they compute."""
+    """A fixture for ``qkv attend`` read whole (:func:`read_attend_fixture`): plain arrays,
+    and what they compute. The engine judges them as it builds the layer
+    (:func:`qkvcli.attention.fixture.layer_of`)."""
 
     input: Array
     parameters: LayerParameters
