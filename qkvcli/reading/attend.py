@@ -35,13 +35,12 @@ Reading order (first failure wins): document keys; ``value_width``; the function
 (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
 ``window``, ``softcap``, ``alibi``, ``clip_qkv``, ``qk_norm``, and the command line
 against them); weights (structure, layouts, ranks, bias shapes; then names; then each
-branch's widths non-zero and one model width, :func:`model_width`, which the input is
-read against); the output projection's structure; the q/k norm's weights; input (rank,
-width, finite); the sizes it makes qkv derive; the chapter's ``upstream`` (shapes
-only); ``upstream.output``; ``gradcheck``; the step against every value (each tensor
-source refuses a value that is not finite); ``seed``; ``chapter``. The projection widths
-these checks use are the arrays' own; whether they fit a head and a layer is the
-engine's to judge, after.
+branch's widths non-zero and one model width, which the input is read against); the
+output projection's structure; the q/k norm's weights; input (rank, width, finite); the
+sizes it makes qkv derive; the chapter's ``upstream`` (shapes only); ``upstream.output``;
+``gradcheck``; the step against every value (each tensor source refuses a value that is
+not finite); ``seed``; ``chapter``. The projection widths these checks use are the
+arrays' own; whether they fit a head and a layer is the engine's to judge, after.
 """
 
 from __future__ import annotations
@@ -298,7 +297,7 @@ def read_attend_fixture(
     canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS + NORM_KEYS,
                              function.heads, function.kv_heads)
     parameters = read_parameters(weights, canonical)
-    d_model = model_width(parameters)
+    d_model = _model_width(parameters)
     parameters, function = read_layer(weights, parameters, function, max_elements, base_dir)
     query, _, value = parameters.weights
     x = read_input(document["input"], d_model, max_elements, problems, base_dir)
@@ -309,15 +308,15 @@ def read_attend_fixture(
     # A layer's projections are full width (H*d_k); its scores are [B,H,T,T].
     check_projection_size(batch, tokens, max(d_k, d_v), "$.input", max_elements)
     check_scores_size(batch, function.heads, tokens, "$.input", max_elements)
-    output = (batch, tokens, d_v if function.heads is None else _output_width(parameters,
-                                                                            function))
+    width = d_v if function.heads is None else _output_width(parameters, function)
+    output = (batch, tokens, width)  # the final output's, and U's
     if function.heads is not None:
         check_derived("layer output", "[B,T,E_out]", output, "$.input", max_elements)
 
     raw_upstream = document.get("upstream")
     # the chapter's upstream gradients: checked, not kept (L = <O, U> does not use them)
-    read_upstream(raw_upstream, ((batch, tokens, d_k), (batch, tokens, d_k), (batch, tokens, d_v)),
-                  max_elements, problems, base_dir, (*BRANCHES, UPSTREAM_OUTPUT), axes=None)
+    read_upstream(raw_upstream, tuple((batch, tokens, w) for w in (d_k, d_k, d_v)), max_elements,
+                  problems, base_dir, (*BRANCHES, UPSTREAM_OUTPUT), axes=None)
     given = read_upstream_output((raw_upstream or {}).get(UPSTREAM_OUTPUT), output, max_elements,
                                  base_dir)
     step, tolerance, samples = parse_gradcheck(document.get("gradcheck"), problems)
@@ -328,7 +327,7 @@ def read_attend_fixture(
                          chapter, upstream_given=given is not None)
 
 
-def model_width(parameters: LayerParameters) -> int:
+def _model_width(parameters: LayerParameters) -> int:
     """``d_model``, the one input width of the three weights, which the input must have:
     each branch's widths non-zero, then the three alike (:mod:`qkvcli.core.weights`' rules,
     which the engine applies again as it builds the head). Raises :class:`FixtureError`
