@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
-from qkvcli.reading.attend import seeded_upstream
+from qkvcli.attention.fixture import layer_of, load_attend_fixture, parse_attend_fixture
+from qkvcli.reading.attend import read_attend_fixture, seeded_upstream
 from qkvcli.reading.load import load_fixture
 from qkvcli.reading.problems import FixtureError
 
@@ -61,12 +61,16 @@ def test_upstream_is_seeded_and_deterministic() -> None:
          "central-difference step 0.0 must be positive and finite"),
         (lambda d: d.update(seed=-1), "$.seed", "seed must be between 0 and"),
         (lambda d: d.update(chapter=""), "$.chapter", "expected a non-empty single-line string"),
-        # weights are validated before the input: a bad input does not hide a bad weight
+        # the weights' model width is judged before the input is read against it: a bad
+        # input does not hide weights that disagree
         (lambda d: (d.update(input=[1]), d["weights"]["value"].append([9, 9])), "$.weights",
          "Q/K/V model widths must match, got query 3, key 3, value 4"),
+        # ... and a zero width is named as the engine names it, at its branch
+        (lambda d: d["weights"].update(key={"shape": [0, 2], "values": []}), "$.weights.key",
+         "key projection: linear input width must be greater than zero"),
     ],
     ids=["unknown", "missing", "name", "rank", "width", "empty", "upstream", "step", "seed",
-         "chapter", "order"],
+         "chapter", "order", "zero-width"],
 )
 def test_errors(mutate: Any, location: str, message: str) -> None:
     data = good()
@@ -75,6 +79,40 @@ def test_errors(mutate: Any, location: str, message: str) -> None:
         parse_attend_fixture(data)
     assert caught.value.location == location
     assert caught.value.message.startswith(message)
+
+
+def test_the_document_is_read_whole_before_the_engine_judges_it() -> None:
+    """The declared order: reading/ reads every key (here the seed, last of all) into a
+    plain record, and only then does the engine judge what it describes (here two
+    branches of one name), as it builds the layer."""
+    data = good()
+    for branch in ("query", "key"):
+        data["weights"][branch] = {"values": data["weights"][branch], "name": "w.a"}
+    fixture = read_attend_fixture(data)  # plain arrays: nothing judged them yet
+    assert fixture.parameters.names == ("w.a", "w.a", "decoder.block.0.attention.value.weight")
+    with pytest.raises(FixtureError) as caught:
+        layer_of(fixture)
+    assert str(caught.value) == (
+        '$.weights.key.name: parameter name "w.a" first appears at index 0 and repeats at '
+        "index 1")
+    data["seed"] = -1
+    with pytest.raises(FixtureError) as caught:
+        parse_attend_fixture(data)
+    assert caught.value.location == "$.seed"
+
+
+def test_a_step_is_read_against_every_value_before_the_seed() -> None:
+    """reading/ refuses a step that overflows beside a value (every value it read is
+    finite: each tensor source refuses one that is not), in its order: before the seed."""
+    data = good()
+    data["gradcheck"] = {"step": 1e307}
+    data["weights"]["value"] = [[1.7e308, 1], [1, -1], [0, 2]]
+    data["seed"] = -1
+    with pytest.raises(FixtureError) as caught:
+        read_attend_fixture(data)
+    assert str(caught.value) == (
+        "$.gradcheck.step: step 1e+307 overflows binary64 beside a value of magnitude "
+        "1.7e+308 (x + 2*step is not finite); use a smaller step")
 
 
 def test_value_upstream_may_take_the_value_width() -> None:

@@ -81,6 +81,26 @@ def test_attend_rich_renders_tables_without_markup_loss(monkeypatch: pytest.Monk
     assert "note: symmetric-matching" in result.output
 
 
+def test_attend_judges_and_builds_the_layer_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixture is read whole, then the engine judges it once as it builds the layer,
+    and the run uses that layer: one build per run, not one to judge and one to run."""
+    import qkvcli.attention.evidence
+    import qkvcli.attention.fixture
+
+    built = []
+    layer_of = qkvcli.attention.fixture.layer_of
+
+    def counted(fixture: Any) -> Any:
+        built.append(fixture)
+        return layer_of(fixture)
+
+    monkeypatch.setattr(qkvcli.attention.fixture, "layer_of", counted)
+    monkeypatch.setattr(qkvcli.attention.evidence, "layer_of", counted)
+    result = invoke("attend", "--example", "primer", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert len(built) == 1
+
+
 def test_attend_rich_module_is_pure() -> None:
     from rich.console import Console
 

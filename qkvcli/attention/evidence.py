@@ -76,11 +76,11 @@ class LayerParts(Record):
     out_layout: str | None  # "out_proj", "c_proj" or None
 
 
-def layer_parts(fixture: AttendFixture) -> LayerParts:
-    """The fixture's layer (:func:`~qkvcli.attention.fixture.layer_of`) and the layouts
-    its parameters were given in; a head is a layer of one head, shown in our layout with
-    nothing packed."""
-    layer, p = layer_of(fixture), fixture.parameters
+def layer_parts(fixture: AttendFixture, layer: MultiHeadLayer | None = None) -> LayerParts:
+    """The fixture's layer (``layer``, already built from it; ``None``: built here by
+    :func:`~qkvcli.attention.fixture.layer_of`) and the layouts its parameters were given
+    in; a head is a layer of one head, shown in our layout with nothing packed."""
+    layer, p = layer_of(fixture) if layer is None else layer, fixture.parameters
     if fixture.function.heads is None:
         return LayerParts(layer, ("qkv", "qkv", "qkv"), None, None)
     return LayerParts(layer, p.branch_layouts, p.packed, p.out_layout)
@@ -536,19 +536,23 @@ def other_mask(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool,
 
 def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                           other_mask_within: tuple[int, int] | None = None,
+                          layer: MultiHeadLayer | None = None,
                           **gradcheck: Any) -> AttendEvidence:
     """Run the head or layer on ``fixture`` and gather every check.
 
     Takes the fixture, the mask flag (default: the fixture's ``causal``), the bounds
     ``(tokens, weights)`` within which the weights under the other mask are computed too
-    (for the page's causal toggle: :func:`other_mask`; ``None``: never), and the gradient
-    check's settings (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords:
-    ``mode``, ``directions``, ``limit``, ``progress``...); gives the evidence (no wording).
-    Raises the input errors and, for unusable settings or a check over its budget
+    (for the page's causal toggle: :func:`other_mask`; ``None``: never), the fixture's
+    layer if the caller judged it already (:func:`~qkvcli.attention.fixture.layer_of`;
+    ``None``: judged here), and the gradient check's settings
+    (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords: ``mode``,
+    ``directions``, ``limit``, ``progress``...); gives the evidence (no wording).
+    Raises :class:`~qkvcli.reading.problems.FixtureError` for a fixture the engine
+    refuses, the input errors and, for unusable settings or a check over its budget
     (before any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
     """
     causal = fixture.function.causal if causal is None else causal
-    parts = layer_parts(fixture)
+    parts = layer_parts(fixture, layer)
     single = fixture.function.heads is None
     layer, x = parts.layer, fixture.input
     plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples, causal=causal,

@@ -30,6 +30,7 @@ from qkvcli.render import render_pieces
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from qkvcli.attention.multihead import MultiHeadLayer
     from qkvcli.reading.attend import AttendFixture
 
 
@@ -40,18 +41,21 @@ def attend_label(path: Path | None, example: str) -> str:
     return label_of(path, bundled=f"<bundled {EXAMPLES[example]}>")
 
 
-def _load_attend(path: Path | None, example: str, max_elements: int,
-                 heads: int | None = None, causal: bool = False) -> AttendFixture:
-    from qkvcli.attention.fixture import parse_attend_fixture
-    from qkvcli.reading.attend import EXAMPLES
+def _load_attend(path: Path | None, label: str, example: str, max_elements: int,
+                 heads: int | None = None, causal: bool = False,
+                 ) -> tuple[AttendFixture, MultiHeadLayer]:
+    """The fixture read whole (:func:`~qkvcli.reading.attend.read_attend_fixture`), then
+    judged once as the engine builds its layer (:mod:`qkvcli.attention.fixture`); any
+    problem names the file as ``label``."""
+    from qkvcli.attention.fixture import layer_of
+    from qkvcli.reading.attend import EXAMPLES, read_attend_fixture
     from qkvcli.reading.load import fixture_json
 
-    label = attend_label(path, example)
-
-    def read() -> AttendFixture:
+    def read() -> tuple[AttendFixture, MultiHeadLayer]:
         data, stem, base_dir = fixture_json(path, EXAMPLES[example])
         refuse_chapter_fixture(data, label)
-        return parse_attend_fixture(data, stem, max_elements, base_dir, heads, causal)
+        fixture = read_attend_fixture(data, stem, max_elements, base_dir, heads, causal)
+        return fixture, layer_of(fixture)
 
     return labelled(label, read)
 
@@ -164,8 +168,10 @@ def attend(
     check_outputs([output, *(path for _, path in view.exports), html], [fixture])
     from qkvcli.reading.files import trusting_paths
 
+    label = attend_label(fixture, example or "chapter")
     with trusting_paths(trust_paths):
-        loaded = _load_attend(fixture, example or "chapter", max_elements, heads, causal)
+        loaded, layer = _load_attend(fixture, label, example or "chapter", max_elements, heads,
+                                     causal)
     changes = overrides.changes()
     mode = changes.pop("mode", DEFAULT_MODE)
     directions = changes.pop("directions", DEFAULT_DIRECTIONS)
@@ -175,14 +181,13 @@ def attend(
     reporter = gradcheck_progress(resolve_format(fmt, output), view)
     settings = {"mode": mode, "directions": directions, "progress": reporter,
                 "limit": overrides.max_evaluations or MAX_EVALUATIONS}
-    with working_on(attend_label(fixture, example or "chapter")), (
-            reporter or contextlib.nullcontext()):
+    with working_on(label), (reporter or contextlib.nullcontext()):
         # One head or a layer: the same step limit, and the check's budget (counted in
         # what its evaluations cost) refused before any work.
         if overrides.step is not None:
             check_step_fits(loaded.step, loaded.perturbed(), "--step")
         evidence = build_attend_evidence(loaded, causal=causal, other_mask_within=None if (
-            html is None) else (TOGGLE_UP_TO, PAGE_CELLS), **settings)
+            html is None) else (TOGGLE_UP_TO, PAGE_CELLS), layer=layer, **settings)
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,

@@ -26,9 +26,21 @@ Otherwise it is one head.
 
 The record holds plain arrays and says what they compute: the parameters in our
 ``[d_model, d_out]`` layout and how the fixture gave them (:class:`LayerParameters`),
-and the function (:class:`LayerFunction`). The engine's layer is built from them by
-:func:`qkvcli.attention.fixture.layer_of`, which also judges them when the fixture is
-read (reading may not import the engine).
+and the function (:class:`LayerFunction`). :func:`read_attend_fixture` reads the whole
+document into it in one pass; the engine then judges what it describes, once, as it
+builds the layer (:func:`qkvcli.attention.fixture.layer_of`; reading may not import the
+engine).
+
+Reading order (first failure wins): document keys; ``value_width``; the function's keys
+(``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
+``window``, ``softcap``, ``alibi``, ``clip_qkv``, ``qk_norm``, and the command line
+against them); weights (structure, layouts, ranks, bias shapes; then names; then each
+branch's widths non-zero and one model width, which the input is read against); the
+output projection's structure; the q/k norm's weights; input (rank, width, finite); the
+sizes it makes qkv derive; the chapter's ``upstream`` (shapes only); ``upstream.output``;
+``gradcheck``; the step against every value (each tensor source refuses a value that is
+not finite); ``seed``; ``chapter``. The projection widths these checks use are the
+arrays' own; whether they fit a head and a layer is the engine's to judge, after.
 """
 
 from __future__ import annotations
@@ -49,23 +61,37 @@ from qkvcli.attention.maths import (
     inverse_frequencies,
 )
 from qkvcli.core.arrays import Array
-from qkvcli.core.errors import QkvError
+from qkvcli.core.errors import ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
+from qkvcli.core.weights import check_branches, check_model_widths
 from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE
 from qkvcli.reading.files import StrPath
+from qkvcli.reading.fixture import LAYER_TOP_KEYS, TOP_KEYS
 from qkvcli.reading.json_values import is_json_int, json_type_name, keyed_object
 from qkvcli.reading.layouts import (
     LAYOUT_DESCRIPTIONS,
     NORM_KEYS,
+    OUT_KEYS,
     CanonicalWeights,
+    canonicalize,
     read_out_projection,
     value_width_mode,
 )
-from qkvcli.reading.limits import DEFAULT_SEED, expect_shape
+from qkvcli.reading.limits import (
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_SEED,
+    check_derived,
+    check_projection_size,
+    check_scores_size,
+    check_step_fits,
+    expect_shape,
+)
 from qkvcli.reading.load import BUNDLED_NAME
-from qkvcli.reading.problems import FixtureError
+from qkvcli.reading.parse import read_document, read_input, read_upstream
+from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.settings import parse_gradcheck, parse_seed_and_chapter
 from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
@@ -207,6 +233,8 @@ class LayerParameters(Record):
     norm_key: Array | None = None
     norm_query_bias: Array | None = None  # a q/k LayerNorm's biases, shaped as the weights
     norm_key_bias: Array | None = None
+    # where each branch's weight was read (a packed form's tensor for all three)
+    locations: tuple[str, str, str] = ("$.weights.query", "$.weights.key", "$.weights.value")
 
     @property
     def packed(self) -> str | None:
@@ -227,7 +255,9 @@ class LayerParameters(Record):
 
 
 class AttendFixture(Record):
-    """A validated fixture for ``qkv attend``: plain arrays, and what they compute."""
+    """A fixture for ``qkv attend`` read whole (:func:`read_attend_fixture`): plain arrays,
+    and what they compute. The engine judges them as it builds the layer
+    (:func:`qkvcli.attention.fixture.layer_of`)."""
 
     input: Array
     parameters: LayerParameters
@@ -243,6 +273,84 @@ class AttendFixture(Record):
     def perturbed(self) -> tuple[Array, ...]:
         """Every tensor the gradient check perturbs: the input and every parameter."""
         return (self.input, *self.parameters.arrays())
+
+
+def read_attend_fixture(
+    data: Any, default_chapter: str = "custom", max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base_dir: StrPath | None = None, heads: int | None = None, causal: bool = False,
+) -> AttendFixture:
+    """Read parsed JSON for ``qkv attend`` whole, in the module's order, into plain arrays.
+
+    ``heads`` (``--heads``) sets the heads of a fixture that does not say; against a
+    fixture's other ``"heads"`` it is an error. ``causal`` (``--causal``) masks a fixture
+    that does not say; against ``"causal": false`` it is an error. ``base_dir`` is where
+    tensor paths resolve. The engine has not judged the result:
+    :func:`qkvcli.attention.fixture.layer_of` does, as it builds the layer.
+
+    Raises :class:`~qkvcli.reading.problems.FixtureError`.
+    """
+    problems = Problems()  # fail-fast: a reader returns None only after raising
+    document = read_document(data, TOP_KEYS + LAYER_TOP_KEYS, problems)
+    assert document is not None
+    function = read_function(document, heads, causal)
+    weights = document["weights"]
+    canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS + NORM_KEYS,
+                             function.heads, function.kv_heads)
+    parameters = read_parameters(weights, canonical)
+    d_model = _model_width(parameters)
+    parameters, function = read_layer(weights, parameters, function, max_elements, base_dir)
+    query, _, value = parameters.weights
+    x = read_input(document["input"], d_model, max_elements, problems, base_dir)
+    assert x is not None
+    batch, tokens, _ = x.shape
+    d_k, d_v = int(query.shape[1]), int(value.shape[1])
+    # Refused before anything allocates them: projections, scores and the upstream U.
+    # A layer's projections are full width (H*d_k); its scores are [B,H,T,T].
+    check_projection_size(batch, tokens, max(d_k, d_v), "$.input", max_elements)
+    check_scores_size(batch, function.heads, tokens, "$.input", max_elements)
+    width = d_v if function.heads is None else _output_width(parameters, function)
+    output = (batch, tokens, width)  # the final output's, and U's
+    if function.heads is not None:
+        check_derived("layer output", "[B,T,E_out]", output, "$.input", max_elements)
+
+    raw_upstream = document.get("upstream")
+    # the chapter's upstream gradients: checked, not kept (L = <O, U> does not use them)
+    read_upstream(raw_upstream, tuple((batch, tokens, w) for w in (d_k, d_k, d_v)), max_elements,
+                  problems, base_dir, (*BRANCHES, UPSTREAM_OUTPUT), axes=None)
+    given = read_upstream_output((raw_upstream or {}).get(UPSTREAM_OUTPUT), output, max_elements,
+                                 base_dir)
+    step, tolerance, samples = parse_gradcheck(document.get("gradcheck"), problems)
+    check_step_fits(step, (x, *parameters.arrays()), "$.gradcheck.step")
+    seed, chapter = parse_seed_and_chapter(document, default_chapter, problems)
+    upstream = seeded_upstream(output, seed) if given is None else given
+    return AttendFixture(x, parameters, function, upstream, step, tolerance, samples, seed,
+                         chapter, upstream_given=given is not None)
+
+
+def _model_width(parameters: LayerParameters) -> int:
+    """``d_model``, the one input width of the three weights, which the input must have:
+    each branch's widths non-zero, then the three alike (:mod:`qkvcli.core.weights`' rules,
+    which the engine applies again as it builds the head). Raises :class:`FixtureError`
+    at the branch, or at ``$.weights`` for widths that differ."""
+    try:
+        check_branches(parameters.weights)
+        check_model_widths(parameters.weights)
+    except ProjectionError as error:
+        where = parameters.locations[BRANCHES.index(error.projection)]
+        raise FixtureError(where, str(error)) from None
+    except QkvError as error:
+        raise FixtureError("$.weights", str(error)) from None
+    return int(parameters.weights[0].shape[0])
+
+
+def _output_width(parameters: LayerParameters, function: LayerFunction) -> int:
+    """A layer's ``E_out`` as its arrays give it: the output projection's width, else the
+    heads' concatenation ``H*d_v`` (``d_v`` the value width over the K/V heads). Whether
+    the heads divide the widths is the engine's to judge."""
+    if parameters.out_weight is not None:
+        return int(parameters.out_weight.shape[1])
+    heads = function.heads or 1
+    return heads * (int(parameters.weights[2].shape[1]) // (function.kv_heads or heads))
 
 
 def _count(data: dict[str, Any], key: str) -> int | None:
@@ -460,7 +568,8 @@ def read_parameters(weights: dict[str, Any], canonical: CanonicalWeights) -> Lay
     q, k, v = canonical.branches
     return LayerParameters((q.weight, k.weight, v.weight), (q.bias, k.bias, v.bias),
                            (names[0], names[1], names[2]), canonical.layout,
-                           (q.given, k.given, v.given), sources=sources)
+                           (q.given, k.given, v.given), sources=sources,
+                           locations=(q.location, k.location, v.location))
 
 
 def read_layer(
