@@ -27,6 +27,7 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
+from qkvcli.render.findings import FINDING_WORDS
 from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import verdict
 
@@ -405,25 +406,6 @@ def _words(code: str, facts: tuple[Any, ...]) -> str:
     return words.format(*shown) if isinstance(words, str) else words(*shown)
 
 
-FINDING_WORDS = {
-    "changed-argument": "{0} changed its argument {1} from {2} to {3}",
-    "moved": "changing {0} changed {1} from {2} to {3}",
-    "reshaped": "changing {0} changed the shape of {1}",
-    "unmoved": "changing {0} left {1} unchanged",
-    "replay-differs": "second {0} differs: {1} was {2}, then {3}",
-    "replay-failed": "second {0} failed: {1}",
-    "probe-failed": "{0} on the {1} {2} failed: {3}",
-    "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
-    "not-identity": ("turned from offset 0, {0} = {1}, expected the input's {2}: position 0 is "
-                     "not the identity"),
-    "prefix-moved": ("changing the last token's input changed {0} from {1} to {2}: an earlier "
-                     "position sees a later key"),
-    "last-unmoved": "changing the last token's input left {0}[:,{1}] unchanged",
-    "one-token": "with one token, {0} = {1}, expected exactly {2}",
-    "shift-moved": ("moving every position by {0} changed {1} from {2} to {3}: the rotated "
-                    "tokens' dot products depend on more than their distance"),
-}
-"""The words of each finding code of :data:`~qkvcli.check.result.FINDINGS`."""
 REQUEST_WORDS = {
     "rank-2": "rank-2 input {0}",
     "input-width": "input width {0} != weight rows {1}",

@@ -88,9 +88,10 @@ def _independence(evidence: Evidence) -> str:
     ind = evidence.independence
     other = ""
     if ind.other is not None:
-        from qkvcli.render.check import failure_detail
+        from qkvcli.render.findings import FINDING_WORDS
 
-        other = f"; but {failure_detail(ind.other)}"
+        words = FINDING_WORDS.get(ind.other.code, "{0}")  # call-failed: what it said
+        other = f"; but {words.format(*ind.other.facts)}"
     if not ind.applicable:
         return "not applicable: the input has no non-zero feature column" + other
     return (f"W_Q[{ind.row},0]+1: query changed={fmt_bool(ind.query_changed)}, "
