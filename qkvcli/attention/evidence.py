@@ -31,7 +31,6 @@ from qkvcli.attention.records import (
     AttendEvidence,
     AttendPrimary,
     AttentionEvidence,
-    AttentionShapeProbe,
     HeadEvidence,
     HullEvidence,
     MaskEvidence,
@@ -49,7 +48,7 @@ from qkvcli.core.invariants import (
 )
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, judge_plan
+from qkvcli.core.results import Plan, ShapeProbe, judge_plan
 from qkvcli.reading.attend import AttendFixture, relative_sources
 from qkvcli.reading.layouts import CODEGEN_BLOCKS
 
@@ -348,16 +347,23 @@ def hull_evidence(f: AttentionForward, tokens: int, causal: bool = False) -> Hul
     return HullEvidence(residual, violations, tolerance)
 
 
-def _probe(layer: MultiHeadLayer, shape: tuple[int, int, int], causal: bool,
-           single: bool) -> AttentionShapeProbe:
+def _probe(layer: MultiHeadLayer, case: str, shape: tuple[int, int, int], causal: bool,
+           single: bool) -> ShapeProbe:
+    """An empty-axis input through the layer and back: the weights ``[B,(H,)T,T]``, the
+    output ``[B,T,e_out]`` and ``dX`` (the input's shape), each with the shape it must
+    have (a head's weights have no heads axis)."""
     x = np.zeros(shape)
     f = layer.forward(x, causal)
     g = layer.backward(x, f, np.zeros(f.output.shape))
     attention = f.attention.shape
     if single:  # a head's attention has no heads axis
         attention = (attention[0], *attention[2:])
-    return AttentionShapeProbe(shape, tuple(attention), tuple(f.output.shape),
-                               tuple(g.grad_input.shape))
+    batch, tokens, _ = shape
+    square = () if single else (layer.heads,)
+    return ShapeProbe(case, shape, (
+        ("weights", tuple(int(d) for d in attention), (batch, *square, tokens, tokens)),
+        ("output", tuple(int(d) for d in f.output.shape), (batch, tokens, layer.e_out)),
+        ("input_gradient", tuple(int(d) for d in g.grad_input.shape), shape)))
 
 
 def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
@@ -562,14 +568,9 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     heads = head_evidence(forward, tokens, causal)
     rows, mask, hull = _worst(heads)
     token_rows = _token_rows(forward.heads[0]) if single else ()
-    probes = (_probe(layer, (0, tokens, d_model), causal, single),
-              _probe(layer, (max(batch, 1), 0, d_model), causal, single))
-    square = () if single else (layer.heads,)
-    probes_ok = all(
-        p.attention == (p.input[0], *square, p.input[1], p.input[1])
-        and p.output == (p.input[0], p.input[1], layer.e_out) and p.grad_input == p.input
-        for p in probes
-    )
+    probes = (_probe(layer, "empty batch", (0, tokens, d_model), causal, single),
+              _probe(layer, "no tokens", (max(batch, 1), 0, d_model), causal, single))
+    probes_ok = all(p.kept for p in probes)
     checked = gradcheck_attention(layer, x, fixture.upstream, grads, causal, fixture.step,
                                   fixture.tolerance, fixture.samples, forward=forward,
                                   **gradcheck)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
+from qkvcli.core.results import ShapeProbe
 
 if TYPE_CHECKING:
     from qkvcli.attention.maths import Rope
@@ -136,15 +137,6 @@ class HeadEvidence(Record):
         return self.attention.passed and self.mask.passed and self.hull.passed
 
 
-class AttentionShapeProbe(Record):
-    """An empty-axis input's shape and the shapes of the attention, output and ``dX`` it gave."""
-
-    input: tuple[int, ...]
-    attention: tuple[int, ...]
-    output: tuple[int, ...]
-    grad_input: tuple[int, ...]
-
-
 class Note(Record):
     """A teacher's remark (never a failure): a stable ``code`` and the widths it mentions.
 
@@ -178,7 +170,7 @@ class AttendEvidence(Record):
     attention: AttentionEvidence
     mask: MaskEvidence
     hull: HullEvidence
-    probes: tuple[AttentionShapeProbe, AttentionShapeProbe]
+    probes: tuple[ShapeProbe, ShapeProbe]
     notes: tuple[Note, ...]
     replay_bitwise: bool
     gradcheck: GradcheckResult

@@ -332,8 +332,8 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
           f"requested:{t.requested} recomputes:{t.recomputes.replace(' ', '_')} "
           f"{'PASS' if t.passed else 'FAIL'}"
           for t in evidence.gradcheck.tensors),
-        *(f"probe=input:{fmt_shape(p.input)} weights:{fmt_shape(p.attention)} "
-          f"output:{fmt_shape(p.output)} input_gradient:{fmt_shape(p.grad_input)}"
+        *(f"probe=input:{fmt_shape(p.input)} "
+          + " ".join(f"{name}:{fmt_shape(shape)}" for name, shape, _ in p.results)
           for p in evidence.probes),
         *(f"note={note.code} {note_text(note)}" for note in evidence.notes),
         attend_verdict(evidence),
@@ -489,8 +489,8 @@ def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
             for r in evidence.rows
         ],
         **_rows_json(evidence.attention, evidence.mask, evidence.hull),
-        "probes": [{"input": list(p.input), "weights": list(p.attention),
-                    "output": list(p.output), "input_gradient": list(p.grad_input)}
+        "probes": [{"input": list(p.input),
+                    **{name: list(shape) for name, shape, _ in p.results}}
                    for p in evidence.probes],
         "replay_bitwise": evidence.replay_bitwise,
         "gradcheck": _gradcheck_json(evidence),
