@@ -46,7 +46,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
 from qkvcli.core.invariants import HeadLayout, isolated_heads, prefix, replayed
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, judge_plan, refused
+from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
@@ -306,17 +306,12 @@ class MultiHeadShapes(Record):
     merged: tuple[int, ...]
     output_weight: tuple[int, ...]
     output: tuple[int, ...]
-    empty_batch_weights: tuple[int, ...] | None
-    empty_batch_output: tuple[int, ...] | None
-    single_token_weights: tuple[int, ...] | None
+    empty_batch: ShapeProbe  # weights [0,H,T,T] and output [0,T,d_model]
+    single_token: ShapeProbe  # one token at the table's last position: weights [1,H,1,1]
 
     @property
     def probes_valid(self) -> bool:
-        b, t = self.input[0], self.input[1]
-        h = self.split[1]
-        return (self.empty_batch_weights == (0, h, t, t)
-                and self.empty_batch_output == (0, t, self.output[2])
-                and self.single_token_weights == (1, h, 1, 1) and b >= 0)
+        return self.empty_batch.kept and self.single_token.kept
 
 
 class MultiHeadParameters(Record):
@@ -421,25 +416,27 @@ def _rows_normalized(weights: Array, tolerance: float) -> bool:
     return bool(np.all(np.abs(weights.sum(axis=-1) - 1.0) <= tolerance))
 
 
-def _shape_of(call: Any) -> tuple[int, ...] | None:
+def _probe(case: str, x: Array, call: Any,
+           wanted: tuple[tuple[str, tuple[int, ...]], ...]) -> ShapeProbe:
+    """A pass of the layer on ``x`` (``call``): each result named in ``wanted`` with its
+    shape and the shape it must have, or the refusal's type when it refused."""
     try:
-        return tuple(int(d) for d in call().shape)
-    except QkvError:
-        return None
+        done = call()
+    except QkvError as error:
+        return ShapeProbe(case, tuple(int(d) for d in x.shape), (), type(error).__name__)
+    return ShapeProbe(case, tuple(int(d) for d in x.shape), tuple(
+        (name, tuple(int(d) for d in getattr(done, name).shape), shape)
+        for name, shape in wanted))
 
 
 def shapes(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadShapes:
     """Each stage's shape, and the passes on an empty batch and on one token (at the last
-    position of the table)."""
+    position of the table), each judged against the shapes they must have."""
     spec = fixture.spec
     tokens, d_model = (int(d) for d in fixture.input.shape[1:])
+    heads, width = int(found.projected_query.shape[1]), int(found.output.shape[2])
     last = spec.table.positions - 1
-
-    def empty() -> LayerForward:
-        return forward_checked(spec, np.zeros((0, tokens, d_model)), fixture.offset)[2]
-
-    def single() -> LayerForward:
-        return forward_checked(spec, fixture.input[:1, :1], last)[2]
+    empty, one = np.zeros((0, tokens, d_model)), fixture.input[:1, :1]
 
     def dims(a: Array) -> tuple[int, ...]:
         return tuple(int(d) for d in a.shape)
@@ -448,8 +445,10 @@ def shapes(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadShape
         dims(found.input), dims(found.projected_query), dims(found.rotated_query),
         dims(found.attention), dims(found.head_outputs), dims(found.merged),
         dims(found.output_weight), dims(found.output),
-        _shape_of(lambda: empty().attention), _shape_of(lambda: empty().output),
-        _shape_of(lambda: single().attention),
+        _probe("empty batch", empty, lambda: forward_checked(spec, empty, fixture.offset)[2],
+               (("attention", (0, heads, tokens, tokens)), ("output", (0, tokens, width)))),
+        _probe("single token", one, lambda: forward_checked(spec, one, last)[2],
+               (("attention", (1, heads, 1, 1)),)),
     )
 
 

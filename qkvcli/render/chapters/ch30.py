@@ -115,9 +115,9 @@ def text(evidence: MultiHeadEvidence) -> str:
         f"rotated:{fmt_shape(s.rotated)} weights:{fmt_shape(s.weights)} "
         f"head_output:{fmt_shape(s.head_output)} merged:{fmt_shape(s.merged)} "
         f"output_weight:{fmt_shape(s.output_weight)} output:{fmt_shape(s.output)} "
-        f"empty_batch_weights:{_shape(s.empty_batch_weights)} "
-        f"empty_batch_output:{_shape(s.empty_batch_output)} "
-        f"single_token_weights:{_shape(s.single_token_weights)}",
+        f"empty_batch_weights:{_shape(s.empty_batch.shape('attention'))} "
+        f"empty_batch_output:{_shape(s.empty_batch.shape('output'))} "
+        f"single_token_weights:{_shape(s.single_token.shape('attention'))}",
         "errors=" + " ".join(f"{e.case}:{fmt_bool(e.rejected)}" for e in evidence.errors),
         f"history=earlier_weighted_context:{vector(h.earlier_context)} "
         f"earlier_distributions_per_target:1 single_head_shape:{fmt_shape(h.single_head_shape)} "
@@ -255,9 +255,9 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
         "shapes": {"input": dims(s.input), "split": dims(s.split), "rotated": dims(s.rotated),
                    "weights": dims(s.weights), "head_output": dims(s.head_output),
                    "merged": dims(s.merged), "output_weight": dims(s.output_weight),
-                   "output": dims(s.output), "empty_batch_weights": dims(s.empty_batch_weights),
-                   "empty_batch_output": dims(s.empty_batch_output),
-                   "single_token_weights": dims(s.single_token_weights)},
+                   "output": dims(s.output), "empty_batch_weights": dims(s.empty_batch.shape("attention")),
+                   "empty_batch_output": dims(s.empty_batch.shape("output")),
+                   "single_token_weights": dims(s.single_token.shape("attention"))},
         "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
                     "rejected": e.rejected, "message": e.message} for e in evidence.errors],
         "gradcheck": gradcheck_json(evidence.gradcheck),
