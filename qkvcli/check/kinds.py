@@ -15,24 +15,18 @@ wrong result is diagnosed (:mod:`~qkvcli.check.diagnose`, :mod:`~qkvcli.check.re
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkvcli.check.cases import Case, Run, mha_cases, rope_cases
-from qkvcli.check.diagnose import (
-    Bundle,
-    Explain,
-    Precision,
-    explain_gradients,
-    explain_outputs,
-    first_precision_fault,
-    precision_faults,
-)
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.record import Record
+
+if TYPE_CHECKING:
+    from qkvcli.check.diagnose import Bundle, Explain, Precision
 from qkvcli.protocol.wire import (
     HEAD_BACKWARD_NAMES,
     HEAD_FORWARD_NAMES,
@@ -47,10 +41,23 @@ Request = tuple[str, tuple[str, ...]]
 BadRequest = tuple[Request, str, tuple[Any, ...]]
 """A request the implementation must reject: the request, the operation, its arguments."""
 Faults = Callable[[tuple[str, ...], tuple[Array, ...], tuple[Array, ...], float],
-                  list[tuple[str, Precision]] | None]
+                  "list[tuple[str, Precision]] | None"]
 Arguments = Callable[[Case, Any, tuple[Array, ...], tuple[Array, ...] | None], tuple[Any, ...]]
 """A call's arguments in the interface's order, from the fixture, the mode, the tensors
 (the input first, then the weights) and the upstream gradients (``None``: a forward)."""
+
+
+def _diagnosis(name: str) -> Any:
+    """The function ``name`` of :mod:`~qkvcli.check.diagnose`, imported at its first call:
+    a plan that never diagnoses a wrong result (chapter 26's, on qkv's engine) loads none
+    of it."""
+
+    def diagnosis(*args: Any) -> Any:
+        from qkvcli.check import diagnose
+
+        return getattr(diagnose, name)(*args)
+
+    return diagnosis
 
 
 def _slips(name: str) -> Explain:
@@ -340,8 +347,9 @@ PROJECTIONS = Kind(
     backward_names=GRADIENTS, modes=(None,), label=_label_of,
     arguments=_projection_arguments, loss=(0, 1, 2), upstream=(0, 1, 2),
     probes=_projection_probes, requests=_projection_requests,
-    precision=first_precision_fault,  # outputs computed apart: the first wrong one alone
-    explain_forward=explain_outputs, explain_backward=explain_gradients,
+    precision=_diagnosis("first_precision_fault"),  # outputs computed apart: the first wrong one alone
+    explain_forward=_diagnosis("explain_outputs"),
+    explain_backward=_diagnosis("explain_gradients"),
     shape_rule=_projection_shapes)
 """The chapter's Q/K/V projections: ``query``, ``key``, ``value`` and the four gradients."""
 
@@ -351,7 +359,7 @@ HEAD = Kind(
     modes=(False, True), label=_causal_label, arguments=_head_arguments,
     loss=(2,), upstream=(2,),  # grad_output: the output's, the value's upstream
     probes=_head_probes, requests=_head_requests,
-    precision=precision_faults,  # scores, weights, output come from one another: together
+    precision=_diagnosis("precision_faults"),  # scores, weights, output come from one another: together
     explain_forward=_slips("explain_head_forward"),
     explain_backward=_slips("explain_head_backward"), heads=True, attention=1)
 """One attention head: ``scores``, ``weights``, ``output``, and the four gradients."""
@@ -360,7 +368,7 @@ ROPE = Kind(
     prefix="rope-", forward="rope", backward="rope_reverse", forward_names=("rope",),
     backward_names=ROPE_REVERSE_NAMES, modes=(None,), label=_label_of,
     arguments=_rope_arguments, loss=(0,), upstream=(0,),
-    probes=_same_width_probes, requests=_rope_requests, precision=precision_faults,
+    probes=_same_width_probes, requests=_rope_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_rope"), explain_backward=_slips("explain_rope_reverse"),
     fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests")
 """RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
@@ -371,7 +379,7 @@ MULTI_HEAD = Kind(
     forward_names=MHA_FORWARD_NAMES, backward_names=MHA_BACKWARD_NAMES,
     modes=((False, False), (True, False), (False, True), (True, True)), label=_mha_label,
     arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
-    probes=_same_width_probes, requests=_mha_requests, precision=precision_faults,
+    probes=_same_width_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
     fixtures=mha_cases, attention=0, published=(("forward", "multi-head"),),
     requests_label="mha requests")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.check.cases import Case, Run
-from qkvcli.check.diagnose import LOSSY, Bundle, Precision
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.kinds import Kind
 from qkvcli.core.arrays import Array, first_bit_difference
@@ -25,6 +24,7 @@ from qkvcli.protocol.errors import Broken, CallFailed, NotSent
 from qkvcli.protocol.wire import OPERATIONS, SCALARS
 
 if TYPE_CHECKING:
+    from qkvcli.check.diagnose import Bundle, Precision
     from qkvcli.protocol.python import Implementation
 
 Key = tuple[str, int, Any]  # operation, case, mode
@@ -163,5 +163,7 @@ class Session:
     def lossy(self, kind: Kind, run: Run) -> bool:
         """Whether that forward agrees only to a lossy precision (a writer's or float32's):
         central differences of it would measure the rounding."""
+        from qkvcli.check.diagnose import LOSSY
+
         faults = self.precision(kind, run)
         return faults is not None and all(fault.cause in LOSSY for _, fault in faults)

@@ -11,13 +11,6 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 from __future__ import annotations
 
 from qkvcli.check.cases import Run, fixtures_of
-from qkvcli.check.diagnose import (
-    agreed,
-    first_mismatch,
-    kept,
-    precision_clauses,
-    precision_faults,
-)
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
@@ -65,6 +58,14 @@ def check_reverse(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
 
 def _check_values(session: Session, kind: Kind,
                   backward: bool) -> tuple[FamilyCheck, list[Failure]]:
+    from qkvcli.check.diagnose import (  # the diagnosis only where a reference judges
+        agreed,
+        first_mismatch,
+        kept,
+        precision_clauses,
+        precision_faults,
+    )
+
     family = kind.family("reverse" if backward else "forward")
     if backward and not session.offers(kind.backward):
         return not_applicable(family, "no-backward"), [
