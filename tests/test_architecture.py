@@ -37,7 +37,8 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": {"core", "reading"},  # an implementation's source is read by the one reader
     # attention: the reference head and layer; evidence: chapter 26's records
     "check": {"core", "reading", "gradcheck", "evidence", "attention", "protocol"},
-    "chapters": {"core", "reading", "gradcheck", "attention"},  # the course's chapters 27-30
+    # check and protocol: a chapter's plan runs check's families on its engine
+    "chapters": {"core", "reading", "gradcheck", "attention", "check", "protocol"},
     "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check",
                "chapters", "protocol"},
     "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",

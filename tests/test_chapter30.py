@@ -378,3 +378,41 @@ def test_the_chapter_is_found_by_its_number() -> None:
         assert callable(getattr(chapter, name))
     for name in ("text", "trace", "json_document", "figure"):
         assert callable(getattr(shown, name))
+
+
+def _leaking(monkeypatch: pytest.MonkeyPatch, leak: Any) -> ch30.MultiHeadEvidence:
+    """Chapter 30's evidence with the layer's pass changed by ``leak`` (its output record
+    in, a changed one out), everywhere the chapter runs it."""
+    original = ch30.forward_checked
+
+    def leaking(*args: Any, **kwargs: Any) -> Any:
+        layer, x, done = original(*args, **kwargs)
+        return layer, x, leak(done)
+
+    monkeypatch.setattr(ch30, "forward_checked", leaking)
+    return bundled()
+
+
+def test_prefix_is_check_s_family_and_fails_when_an_earlier_output_sees_the_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every output reads the last token's output a little: the prefix family (check's,
+    # on the chapter's layer) finds the first earlier position that moved.
+    evidence = _leaking(monkeypatch, lambda done: done._replace(
+        output=done.output + 1e-3 * done.output[:, -1:, :]))
+    assert not all(evidence.probes.prefix_unchanged)
+    assert [c.name for c in evidence.checks if not c.passed] == ["prefix"]
+
+
+def test_head_isolation_is_check_s_family_and_fails_when_heads_mix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Head 0's merged columns read head 1's: changing the last head's W_V columns moves
+    # head 0's part of the merged heads, before W_O.
+    def mix(done: Any) -> Any:
+        merged = done.concat.copy()
+        width = merged.shape[-1] // 2
+        merged[..., :width] += 1e-3 * done.concat[..., width:]
+        return done._replace(concat=merged)
+
+    evidence = _leaking(monkeypatch, mix)
+    assert not evidence.probes.head_isolation
+    assert "head_isolation" in [c.name for c in evidence.checks if not c.passed]

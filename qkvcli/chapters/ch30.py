@@ -42,12 +42,18 @@ from qkvcli.chapters.ch29 import (
     rope_settings,
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
+from qkvcli.check.behaviour import Perturbed, check_prefix
+from qkvcli.check.cases import Case
+from qkvcli.check.kinds import MULTI_HEAD
+from qkvcli.check.multihead import check_head_isolation
+from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import HeadLayout, isolated_heads, prefix, replayed
+from qkvcli.core.invariants import prefix, replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
+from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
@@ -371,6 +377,36 @@ def _close(a: Array, b: Array, tolerance: float) -> bool:
 
 
 
+def _chapter_forward(spec: MultiHeadSpec) -> Any:
+    """``mha_forward`` of the protocol answered by the chapter's layer (always causal,
+    with the chapter's RoPE table; the weights and head count those asked for)."""
+
+    def mha_forward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
+                    heads: int, causal: bool, rope: bool, base: float,
+                    offset: int) -> tuple[Array, Array, Array]:
+        layer_spec = spec._replace(w_query=w_query, w_key=w_key, w_value=w_value,
+                                   w_out=w_output, heads=heads)
+        done = forward_checked(layer_spec, x, offset)[2]
+        return done.attention, done.concat, done.output
+
+    return mha_forward
+
+
+def judge_session(fixture: MultiHeadFixture) -> Session:
+    """The fixture as the one case of a session whose implementation is the chapter's
+    layer (through :func:`forward_checked`), judged at the chapter's invariant tolerance."""
+    spec = fixture.spec
+    case = Case("fixture", fixture.input, (spec.w_query, spec.w_key, spec.w_value, spec.w_out),
+                (fixture.upstream,), fixture.step, fixture.tolerance, fixture.samples,
+                heads=spec.heads, base=spec.table.base, offset=fixture.offset,
+                suffix=fixture.suffix)
+    layer = PythonImplementation("chapter 30's layer", None,
+                                 mha_forward=_chapter_forward(spec))
+    layer.fresh = True  # the engine's own new arrays
+    return Session(layer, [case], fixture.invariant_tolerance, isolated=False,
+                   given_only=True)
+
+
 def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForward) -> MultiHeadProbes:
     """The chapter's probes, each a pass of the engine."""
     spec, tolerance = fixture.spec, fixture.invariant_tolerance
@@ -379,21 +415,15 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
     masked = causal_mask(tokens)
     uniform = np.where(masked, 0.0, 1.0 / np.arange(1, tokens + 1)[:, None])
     others = range(1, spec.heads)
-    # the last token replaced: every earlier token's output must stay bit for bit
-    changed_input = np.array(fixture.input)
-    changed_input[:, -1, :] = fixture.suffix
-    _, _, suffix = forward_checked(spec, changed_input, fixture.offset)
-    kept = prefix(found.output, suffix.output)
-    layer = layer_at(spec, fixture.offset)
-
-    def outputs(weights: tuple[Array, ...]) -> tuple[Array, Array]:
-        moved = engine.forward(layer.with_parameters(list(weights), [None] * 3,
-                                                     layer.out_weight, None), found.input, True)
-        return moved.attention, moved.concat
-
-    isolation = isolated_heads(outputs, found.input, layer.projections.weights, (a, done.concat),
-                               HeadLayout(layer.heads, layer.kv_heads, layer.d_k, layer.d_v),
-                               tolerance) is None
+    # The prefix and head-isolation families of qkv check, run on the chapter's layer as
+    # an implementation of multi-head attention: the last token replaced by the
+    # fixture's suffix, every earlier output bit for bit; the heads apart before W_O.
+    session = judge_session(fixture)
+    seen: list[Perturbed] = []
+    check_prefix(session, MULTI_HEAD, seen)
+    isolation, _ = check_head_isolation(session)
+    suffix_output, kept = seen[0] if seen else (found.output, prefix(found.output,
+                                                                      found.output))
     split = engine.heads_axis(found.merged, spec.heads)
     _, _, shifted = forward_checked(spec, fixture.input, fixture.offset + fixture.shift)
     return MultiHeadProbes(
@@ -402,10 +432,10 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
                                               for h in others),
         future_zero=bool(np.all(a[..., masked] == 0.0)),
         rows_normalized=_rows_normalized(a, tolerance),
-        suffix_output=suffix.output,
+        suffix_output=suffix_output,
         prefix_unchanged=kept.unchanged,
         suffix_changed=kept.last_changed,
-        head_isolation=isolation,
+        head_isolation=isolation.passed,
         split_merge=(same_bits(split, found.head_outputs)
                      and same_bits(engine.merge_heads(split), found.merged)),
         common_offset=_close(a, shifted.attention, tolerance),

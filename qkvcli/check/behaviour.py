@@ -18,7 +18,7 @@ from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, close, first_bit_difference, first_outside
-from qkvcli.core.invariants import prefix
+from qkvcli.core.invariants import Prefix, prefix
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import Broken, CallFailed
 
@@ -215,15 +215,22 @@ def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     return judge(family, failures, len(session.cases_of(kind)), backward=backward), failures
 
 
-def check_prefix(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+Perturbed = tuple[Array, Prefix]
+"""A prefix probe's facts: the output with the last token changed, and what it kept."""
+
+
+def check_prefix(session: Session, kind: Kind, seen: list[Perturbed] | None = None
+                 ) -> tuple[FamilyCheck, list[Failure]]:
     """Under the causal mask, the last token's input changed (each of its features plus
-    one) leaves every earlier token's output bit for bit and changes the last one's
-    (:func:`~qkvcli.core.invariants.prefix`): each fixture of two tokens or more, in the
-    kind's last mode (a head's causal; multi-head attention's causal with RoPE)."""
+    one, or the fixture's own ``suffix``) leaves every earlier token's output bit for bit
+    and changes the last one's (:func:`~qkvcli.core.invariants.prefix`): each fixture of
+    two tokens or more (one, given its suffix), in the kind's last mode (a head's causal;
+    multi-head attention's causal with RoPE). ``seen`` collects each fixture's facts."""
     family = kind.family("prefix")
     failures: list[Failure] = []
     cases = [case for case in session.cases_of(kind)
-             if case.input.shape[0] and case.input.shape[1] >= 2]
+             if case.input.shape[0] and case.input.shape[1] >= (1 if case.suffix is not None
+                                                                 else 2)]
     out = kind.loss[0]
     name = kind.forward_names[out]
     for case in cases:
@@ -233,7 +240,10 @@ def check_prefix(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
             failures.append(not_run_after(family, case.label, first))
             continue
         changed = np.array(case.input, copy=True)
-        changed[:, -1, :] += 1.0
+        if case.suffix is None:
+            changed[:, -1, :] += 1.0
+        else:
+            changed[:, -1, :] = case.suffix
         try:
             after = session.call(kind, run, (changed, *case.weights))
         except Broken as failure:
@@ -250,6 +260,8 @@ def check_prefix(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
             failures.append(not_run(family, case.label, kind.family("shape")))
             continue
         kept = prefix(before, after[out])
+        if seen is not None:
+            seen.append((after[out], kept))
         if not all(kept.unchanged):
             found = first_bit_difference(before[:, :-1], after[out][:, :-1])
             assert found is not None

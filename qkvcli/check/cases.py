@@ -64,6 +64,7 @@ class Case(Record):
     heads: int = 0
     base: float = 0.0
     offset: int = 0
+    suffix: Array | None = None  # the last token's replacement in the prefix probe (else +1)
 
     @property
     def tensors(self) -> tuple[Array, ...]:

@@ -45,22 +45,24 @@ def check_head_isolation(session: Session) -> tuple[FamilyCheck, list[Failure]]:
     for case in cases:
         run = next(r for r in MULTI_HEAD.runs(case) if r.mode == (True, True))
         label = run.label
-        width = int(case.input.shape[-1])
-        size = width // case.heads
+        # each head's query/key and value widths, from the weights' columns (a chapter's
+        # layer may project to another width than its input's)
+        size, value_size = (int(case.weights[index].shape[1]) // case.heads for index in (0, 2))
         try:
             base = session.call(MULTI_HEAD, run)
         except CallFailed as failure:
             failures.append(not_run_after(family, label, failure))
             continue
         batch, tokens = case.input.shape[:2]
-        if base[0].shape != (batch, case.heads, tokens, tokens) or base[1].shape != case.input.shape:
+        merged = (batch, tokens, value_size * case.heads)
+        if base[0].shape != (batch, case.heads, tokens, tokens) or base[1].shape != merged:
             # multi-head says how; the heads' isolation is not judged
             failures.append(not_run(family, label, "multi-head-shape"))
             continue
         try:
             found = isolated_heads(partial(_outputs, session, run, case), case.input,
                                    case.weights, (base[0], base[1]),
-                                   HeadLayout(case.heads, case.heads, size, size),
+                                   HeadLayout(case.heads, case.heads, size, value_size),
                                    session.tolerance, MHA_FORWARD_NAMES[:2])
         except Broken as failure:
             failures.append(not_run_after(family, label, failure))

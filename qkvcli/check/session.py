@@ -35,11 +35,13 @@ class Session:
 
     def __init__(self, implementation: Implementation, cases: list[Case],
                  tolerance: float, on_call: Callable[[int], None] | None = None,
-                 isolated: bool = True) -> None:
+                 isolated: bool = True, given_only: bool = False) -> None:
         self.implementation = implementation
         # Fresh copies for every call, compared after it (purity); a plan without purity
         # (chapter 26's, on qkv's engine) passes its read-only arrays as they are.
         self.isolated = isolated
+        # Every kind runs on the cases given, none on its own (a chapter's plan: its fixture)
+        self.given_only = given_only
         self.on_call = on_call  # told the number of calls so far, after each
         self.cases = cases
         self.tolerance = tolerance
@@ -63,7 +65,7 @@ class Session:
     def cases_of(self, kind: Kind) -> list[Case]:
         """The fixtures the kind's families run on: its own (RoPE's, multi-head
         attention's), else the check's it takes (a head's include the contrast one)."""
-        if kind.fixtures is not None:
+        if kind.fixtures is not None and not self.given_only:
             if kind.forward not in self._own:
                 self._own[kind.forward] = kind.fixtures()
             return self._own[kind.forward]
