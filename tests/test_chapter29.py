@@ -369,3 +369,19 @@ def test_the_chapter_is_found_by_its_number() -> None:
         assert callable(getattr(chapter, name))
     for name in ("text", "trace", "json_document", "figure"):
         assert callable(getattr(shown, name))
+
+
+def test_position_zero_is_check_s_family_and_fails_for_a_rotation_counted_from_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Positions counted from 1: a row at position 0 is turned by one step. check's
+    # position-zero family, run on the chapter's rotation, says so.
+    original = ch29.rotate_checked
+
+    def from_one(table: Any, values: Any, offset: int) -> Any:
+        return original(table, values, offset + 1)
+
+    monkeypatch.setattr(ch29, "rotate_checked", from_one)
+    fixture = ch29.parse(parse_json_text(bundled_fixture_text(ch29.FIXTURE)))
+    assert not ch29.position_zero_holds(fixture)
+    monkeypatch.undo()
+    assert ch29.position_zero_holds(fixture)

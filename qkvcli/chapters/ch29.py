@@ -24,14 +24,18 @@ import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
+from qkvcli.check.cases import Case
+from qkvcli.check.rotary import check_position_zero
+from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import position_zero, replayed
+from qkvcli.core.invariants import replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
+from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import (
     finite_number,
     is_json_int,
@@ -453,6 +457,25 @@ def _objective(fixture: RopeFixture, query: Array, key: Array) -> float:
             + float(np.sum(rotate_checked(table, key, offset) * fixture.upstream_key)))
 
 
+def position_zero_holds(fixture: RopeFixture) -> bool:
+    """``qkv check``'s position-zero family on the chapter's rotation (its table, as an
+    implementation of ``rope``): every row of Q and K, turned as if it stood at position
+    0, is itself."""
+    table = fixture.table
+
+    def rope(x: Array, base: float, offset: int) -> Array:
+        return rotate_checked(table, x, offset)
+
+    rotation = PythonImplementation("chapter 29's rotation", None, rope=rope)
+    rotation.fresh = True  # the engine's own new arrays
+    rows = np.stack([fixture.query, fixture.key])  # [2,T,d]: Q's rows, then K's
+    case = Case("fixture", rows, (), (rows,), fixture.step, fixture.tolerance, base=table.base,
+                offset=fixture.offset)
+    session = Session(rotation, [case], fixture.invariant_tolerance, isolated=False,
+                      given_only=True)
+    return check_position_zero(session)[0].passed
+
+
 def primary(fixture: RopeFixture) -> RopePrimary:
     """The chapter's numbers for ``fixture``: every turn by the engine's :func:`rotate`."""
     table, offset, tolerance = fixture.table, fixture.offset, fixture.invariant_tolerance
@@ -472,8 +495,6 @@ def primary(fixture: RopeFixture) -> RopePrimary:
     dot_grid = rotated_query @ rotated_key.T  # [T,d] @ [d,T] -> [T,T]
     shifted_dot_grid = shifted_query @ shifted_key.T
     norms = (_norms(q), _norms(rotated_query), _norms(shifted_query))
-    # position zero: every row of Q and K turned as if it stood at position 0
-    at_zero = [rotate_checked(table, rows[:, None, :], 0) for rows in (q, k)]
     loss = _objective(fixture, q, k)
     # the gradient of <rot(x), U> is U turned back: the rotation's transpose
     query_gradient = rotate(fixture.upstream_query, rope, inverse=True)
@@ -485,8 +506,7 @@ def primary(fixture: RopeFixture) -> RopePrimary:
         q, k, rotated_query, rotated_key, shifted_query, shifted_key, *norms,
         dot_grid, shifted_dot_grid, fixture.upstream_query, fixture.upstream_key, loss,
         query_gradient, key_gradient,
-        position_zero_identity=all(position_zero(turned, rows[:, None, :]) is None
-                                   for turned, rows in zip(at_zero, (q, k), strict=True)),
+        position_zero_identity=position_zero_holds(fixture),
         norm_preserved=bool(np.all(np.abs(norms[0] - norms[1]) <= tolerance)
                             and np.all(np.abs(norms[0] - norms[2]) <= tolerance)),
         common_shift_preserved=bool(np.all(np.abs(dot_grid - shifted_dot_grid) <= tolerance)),

@@ -6,11 +6,11 @@ An implementation's ``rope(x, base, offset) -> rotated`` turns each adjacent pai
 against qkv's engine, its reverse, shapes, errors, replay, purity and the gradient check
 of ``rope_reverse`` against central differences of ``rope``) run over
 :data:`~qkvcli.check.kinds.ROPE`. The chapter's two claims are judged here on the
-implementation's own answers: position zero is the identity (the first token of a
-rotation from offset 0 is the input's: :func:`~qkvcli.core.invariants.position_zero`),
-and a common shift of every position keeps every dot product between the rotated
-tokens (``rope(x, base, o)`` and ``rope(x, base, o + 5)`` have the same Gram matrix per
-batch item).
+implementation's own answers: position zero is the identity (every token, each turned
+as if it stood at position 0, is the input's own:
+:func:`~qkvcli.core.invariants.position_zero`), and a common shift of every position
+keeps every dot product between the rotated tokens (``rope(x, base, o)`` and
+``rope(x, base, o + 5)`` have the same Gram matrix per batch item).
 """
 
 from __future__ import annotations
@@ -46,21 +46,23 @@ def _judged(session: Session) -> list[Case]:
 
 
 def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
-    """Turned from offset 0, the first token is the input's own, exactly: the angle
-    at position 0 is 0 for every pair."""
+    """Every token turned as if it stood at position 0 is the input's own, exactly: the
+    angle at position 0 is 0 for every pair. Each token of ``x [B,T,d]`` is its own
+    batch item of one token (``[B T, 1, d]``), turned from offset 0."""
     family, failures = "position-zero", []
     cases = _judged(session)
     for case in cases:
-        turned = _rotated(session, family, case, 0)
+        rows = case.input.reshape(-1, 1, case.input.shape[-1])
+        turned = _rotated(session, family, case._replace(input=rows), 0)
         if isinstance(turned, Failure):
             failures.append(turned)
             if turned.not_run == "stopped":
                 break
             continue
-        if turned.shape != case.input.shape:  # rope says how; position zero is not judged
+        if turned.shape != rows.shape:  # rope says how; position zero is not judged
             failures.append(not_run(family, case.label, "rope-shape"))
             continue
-        found = position_zero(turned, case.input)
+        found = position_zero(turned, rows)
         if found is not None:
             where, got, wanted = found
             failures.append(Failure(family, case.label, f"rope{where}", code="not-identity",

@@ -155,7 +155,8 @@ def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
         return (f"causal=true hides exactly the later positions, after the scores and before "
                 f"the softmax; causal=false hides none ({on} with two tokens or more)")
     if name == "position-zero":
-        return f"turned from offset 0, the first token is the input's own, bit for bit, on {on}"
+        return (f"every token turned as if at position 0 is the input's own, bit for bit, "
+                f"on {on}")
     if name == "relative-dot":
         from qkvcli.check.rotary import SHIFT
 

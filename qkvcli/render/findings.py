@@ -14,7 +14,7 @@ FINDING_WORDS = {
     "replay-failed": "second {0} failed: {1}",
     "probe-failed": "{0} on the {1} {2} failed: {3}",
     "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
-    "not-identity": ("turned from offset 0, {0} = {1}, expected the input's {2}: position 0 is "
+    "not-identity": ("turned as if at position 0, {0} = {1}, expected the input's {2}: position 0 is "
                      "not the identity"),
     "prefix-moved": ("changing the last token's input changed {0} from {1} to {2}: an earlier "
                      "position sees a later key"),
