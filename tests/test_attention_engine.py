@@ -25,12 +25,14 @@ from qkvcli.attention.maths import (
     check_rope,
     hidden,
     key_span,
+    query_span,
     rope_tables,
     rotate,
     scale,
     softmax,
     softmax_backward,
 )
+from qkvcli.attention.multihead import MultiHeadLayer
 from tests.test_attention_batched import KINDS, build
 
 RNG = np.random.default_rng(29)
@@ -68,6 +70,23 @@ def test_the_mask_hides_later_keys_and_keys_outside_the_window(window: int | Non
         rows = masked[first:first + 2]
         assert not (~rows[:, :start]).any() and not (~rows[:, stop:]).any()
     assert hidden(0, 3, 0, 3, False, None) is None
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 9], ids=["w1", "w2", "w3", "w9"])
+def test_a_two_sided_window_hides_the_keys_window_or_more_away_on_either_side(
+        window: int) -> None:
+    tokens = 7
+    masked = causal_mask(tokens, window, causal=False)
+    for i in range(tokens):
+        for j in range(tokens):
+            assert masked[i, j] == (abs(i - j) >= window), (i, j)
+    for first in range(tokens):  # the keys a block sees, and the rows a block of keys reaches
+        start, stop = key_span(first, first + 2, tokens, False, window)
+        rows = masked[first:first + 2]
+        assert not (~rows[:, :start]).any() and not (~rows[:, stop:]).any()
+        start, stop = query_span(first, first + 2, tokens, False, window)
+        columns = masked[:, first:first + 2]
+        assert not (~columns[:start]).any() and not (~columns[stop:]).any()
 
 
 def test_softmax_weighs_masked_keys_exactly_zero_and_its_unshifted_form_overflows() -> None:
@@ -126,6 +145,62 @@ def test_a_sliding_window_matches_the_dense_reference_forward_and_reverse(window
 
     numerical = (loss(x + h * direction) - loss(x - h * direction)) / (2 * h)
     assert math.isclose(float(np.sum(g.grad_input * direction)), numerical, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("window", [1, 2, 5], ids=["w1", "w2", "w5"])
+def test_a_two_sided_window_matches_the_dense_reference_forward_and_reverse(
+        window: int) -> None:
+    """A bidirectional layer's window (ModernBERT's local layers): ``|i - j| < window``,
+    over more rows than one block, forward and reverse, and the gradient check through the
+    engine (its reached evaluations and the whole layer's)."""
+    layer, x, upstream = build("gqa", 3, tokens=300)  # more rows than one block
+    layer = MultiHeadLayer.build(layer.projections, layer.heads, layer.out_weight, layer.out_bias,
+                                 layer.kv_heads, window=window)
+    x, upstream = x[:1], upstream[:1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, False)
+        quick = engine.forward(layer, x, False, records=False)
+    assert f.window == window and not f.causal
+    masked = causal_mask(300, window, causal=False)
+    q = f.stacked["query"]
+    k = np.repeat(f.stacked["key"], layer.heads // layer.kv_heads, axis=1)
+    v = np.repeat(f.stacked["value"], layer.heads // layer.kv_heads, axis=1)
+    expected = dense_attention(q, k, v, masked, 1 / math.sqrt(layer.d_k))
+    mixed = np.swapaxes(f.concat.reshape(1, 300, layer.heads, layer.d_v), 1, 2)
+    assert np.allclose(mixed, expected, rtol=1e-12, atol=1e-12)
+    assert np.allclose(quick.output, f.output, rtol=1e-13, atol=1e-13)
+    assert (f.attention[:, :, masked] == 0.0).all()
+    assert (f.attention[:, :, ~masked] > 0.0).all()
+    g = engine.backward(layer, x, f, upstream)
+    h = 1e-6
+
+    def loss(at: np.ndarray) -> float:
+        return engine.loss(engine.forward(layer, at, False), upstream)
+
+    for _ in range(2):  # central differences along random directions of dX
+        direction = RNG.normal(size=x.shape)
+        numerical = (loss(x + h * direction) - loss(x - h * direction)) / (2 * h)
+        assert math.isclose(float(np.sum(g.grad_input * direction)), numerical, rel_tol=1e-6)
+
+
+def test_a_two_sided_windows_gradient_check_passes_through_the_engine() -> None:
+    base, x, upstream = build("rope-half", 7, tokens=9)
+    layer = MultiHeadLayer.build(base.projections, base.heads, base.out_weight, base.out_bias,
+                                 base.kv_heads, window=3)
+    reach = Reach(layer, x, upstream, False)
+    for name, values in checked_tensors(layer, x):
+        whole = whole_objective(layer, x, upstream, False, name)
+        point = reach.objective(name)
+        for index in sorted({0, values.size // 2, values.size - 1}):
+            moved = np.array(values, copy=True)
+            moved.reshape(-1)[index] += 0.125
+            got = point(index, float(moved.reshape(-1)[index]))
+            assert math.isclose(got, whole(moved), rel_tol=1e-12, abs_tol=1e-12), (name, index)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, False)
+        g = engine.backward(layer, x, f, upstream)
+    check = gradcheck_attention(layer, x, upstream, g, False, 1e-6, 1e-6)
+    assert check.passed
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

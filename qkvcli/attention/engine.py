@@ -2,9 +2,10 @@
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
 (half, interleaved, partial, with a position offset), clipping of the projections, a
-learned RMSNorm of Q and K, a given score scale, ALiBi and soft-capping of the scores, the causal mask with an
-optional sliding window, biases and the output projection are all this one path. The
-maths of each step is :mod:`qkvcli.attention.maths`'.
+learned RMSNorm of Q and K, a given score scale, ALiBi and soft-capping of the scores,
+the causal mask with an optional sliding window (or a two-sided window without it),
+biases and the output projection are all this one path. The maths of each step is
+:mod:`qkvcli.attention.maths`'.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
 ``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
@@ -42,6 +43,7 @@ from qkvcli.attention.maths import (
     key_span,
     layer_norm,
     layer_norm_backward,
+    query_span,
     rms_norm,
     rms_norm_backward,
     rotate,
@@ -206,8 +208,9 @@ half the work; a block's rows stay in cache."""
 def _blocks(first_row: int, tokens: int, causal: bool,
             window: int | None) -> list[tuple[int, int, int, int]]:
     """``(first, end, start, stop)`` per block of query rows ``first:end`` (positions):
-    the keys ``start:stop`` they see. Without a mask one block of every row and key."""
-    if not causal:
+    the keys ``start:stop`` they see. Without a mask (no causal mask, no window) one block
+    of every row and key."""
+    if not causal and window is None:
         return [(first_row, tokens, 0, tokens)] if tokens > first_row else []
     return [(r, min(r + BLOCK_ROWS, tokens), *key_span(r, min(r + BLOCK_ROWS, tokens), tokens,
                                                        causal, window))
@@ -263,7 +266,8 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     ``Y`` (no heads' records, nothing in ``stacked``): each block of query rows then
     scores only the keys it sees, and no ``[B,H,T,T]`` array is made. Expects
     ``errstate`` set by the caller. ``window`` (default: the layer's own) limits a causal
-    mask to the ``window`` latest keys."""
+    mask to the ``window`` latest keys, and without the causal mask lets a query see the
+    keys less than ``window`` positions away on either side."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, _ = x.shape
     rows = tokens - first_row
@@ -430,9 +434,8 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
         # [B,G,H/G,rows,keys] @ [B,G,1,keys,d_k] -> the block's rows of dQ
         _grouped(grad_query, kv)[..., first:end, :] = (
             grouped_scores[..., first:end, start:stop] @ key_kv[:, :, None, start:stop])
-        # the rows that see keys first..end: from first on (causal), up to the window's reach
-        reach = slice(first, tokens if window is None else min(tokens, end + window - 1)) \
-            if causal else slice(0, tokens)
+        # the rows that see keys first..end (causal: from first on), within a window's reach
+        reach = slice(*query_span(first, end, tokens, causal, window))
         columns = slice(first, end)
         grad_value[..., columns, :] = np.swapaxes(a[..., reach, columns], -1, -2) @ (
             grad_mixed[..., reach, :])

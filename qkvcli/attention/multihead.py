@@ -98,7 +98,8 @@ class MultiHeadLayer:
         ``heads / kv_heads`` consecutive query heads (grouped-query attention; 1 is
         multi-query attention); the projections must then be built with
         ``kv_groups = heads / kv_heads``. ``window``: a causal mask sees only the
-        ``window`` latest keys (a sliding window; it does nothing without the mask).
+        ``window`` latest keys (a sliding window); without the causal mask a query sees
+        the keys less than ``window`` positions away on either side (two-sided).
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
         ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
         scores (BLOOM), or as ``alibi_form`` says (Falcon: added before the scale,
@@ -205,7 +206,8 @@ class MultiHeadLayer:
 
     @property
     def window(self) -> int | None:
-        """The sliding window of a causal mask (``None``: every earlier key)."""
+        """The sliding window: of a causal mask, the latest keys; else two-sided
+        (``None``: none)."""
         return self._window
 
     @property

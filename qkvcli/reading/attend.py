@@ -196,7 +196,7 @@ class LayerFunction(Record):
     scale: float | None  # the score factor; None: 1/sqrt(d_k)
     independent: bool  # "value_width": "independent": d_v is the value weight's own
     architecture: str | None  # the model the fixture says it was read from
-    window: int | None = None  # a causal mask's sliding window: the keys a query sees
+    window: int | None = None  # a sliding window: causal, the latest keys; else two-sided
     softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
@@ -465,7 +465,7 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     architecture = data.get("architecture")
     if architecture is not None and not isinstance(architecture, str):
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
-    window = _window(data.get("window"), bool(said) or causal)
+    window = _window(data.get("window"))
     softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     alibi = _alibi(data.get("alibi"))
     scaled, rounding = _alibi_form(data, alibi is not None)
@@ -539,17 +539,16 @@ def _alibi(raw: Any) -> tuple[float, ...] | None:
     return tuple(slopes)
 
 
-def _window(raw: Any, causal: bool) -> int | None:
-    """``window``: a positive integer, only with the causal mask it narrows (``None``: none)."""
+def _window(raw: Any) -> int | None:
+    """``window``: a positive integer (``None``: none). With the causal mask a query sees
+    the ``window`` latest keys, itself included; without it the window is two-sided, the
+    keys less than ``window`` positions away on either side (``|i - j| < window``)."""
     if raw is None:
         return None
     if not is_json_int(raw) or raw < 1:
         raise FixtureError("$.window", f"expected a positive integer, got {json_type_name(raw)}"
                            if not is_json_int(raw) else f"must be at least 1, got {raw}")
-    if not causal:
-        raise FixtureError("$.window", "a sliding window narrows the causal mask: the "
-                           'fixture needs "causal": true')
-    # a window longer than any input qkv reads sees every earlier key: the full mask
+    # a window longer than any input qkv reads sees every key it could: no window at all
     return int(min(raw, 1 << 62))
 
 
