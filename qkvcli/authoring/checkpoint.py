@@ -68,6 +68,8 @@ ROLES = (
     ("mixer.Wqkv.weight", "Jina Wqkv weight: query, key, value row blocks [3*W,d_model]"),
     ("mixer.Wqkv.bias", "Jina Wqkv bias [3*W]"),
     ("attn.Wqkv.bias", "Wqkv bias [3*W]"),
+    ("attn.Wo.weight", f"ModernBERT output projection weight {_LINEAR}"),
+    ("attn.Wo.bias", "ModernBERT output projection bias [E_out]"),
     ("attention.qkv_proj.weight", "GTE qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("attention.qkv_proj.bias", "GTE qkv_proj bias [(H+2G)*d_head]"),
@@ -398,8 +400,9 @@ def _out_prefix(naming: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, 
         candidates = [(prefix.removesuffix("self.") + "output.dense.", "out_proj")]
     elif naming == "distil":
         candidates = [(prefix + "out_lin.", "out_proj")]
-    else:  # LLaMA's o_proj, OPT's out_proj, Phi's dense
-        candidates = [(prefix + name, "out_proj") for name in ("o_proj.", "out_proj.", "dense.")]
+    else:  # LLaMA's o_proj, OPT's out_proj, Phi's dense, ModernBERT's Wo
+        candidates = [(prefix + name, "out_proj")
+                      for name in ("o_proj.", "out_proj.", "dense.", "Wo.")]
     found = [c for c in candidates if c[0] + "weight" in shapes]
     if len(found) > 1:
         names = " and ".join(shown_value(c[0][len(prefix):] + "weight") for c in found)

@@ -34,7 +34,8 @@ MASKS = {"yes": "causal", "no": "bidirectional", "decoder": "causal when is_deco
 WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_sliding_window",
            "qwen2": "sliding layers by max_window_layers or layer_types",
            "smollm3": "sliding layers by layer_types", "gemma2": "sliding layers by layer_types",
-           "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers"}
+           "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers",
+           "two_sided": "a two-sided window on the sliding layers by layer_types"}
 SCALES = {"gpt2": "scale_attn_weights, scale_attn_by_inverse_layer_idx",
           "bigcode": "scale_attn_weights", "gemma2": "scale query_pre_attn_scalar^-0.5",
           "granite": "scale attention_multiplier", "one": "unscaled scores",
