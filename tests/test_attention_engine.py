@@ -20,6 +20,7 @@ from qkvcli.attention import engine
 from qkvcli.attention.errors import RopeError
 from qkvcli.attention.gradcheck import Reach, checked_tensors, gradcheck_attention, whole_objective
 from qkvcli.attention.maths import (
+    QkNorm,
     Rope,
     causal_mask,
     check_rope,
@@ -201,6 +202,50 @@ def test_a_two_sided_windows_gradient_check_passes_through_the_engine() -> None:
         g = engine.backward(layer, x, f, upstream)
     check = gradcheck_attention(layer, x, upstream, g, False, 1e-6, 1e-6)
     assert check.passed
+
+
+@pytest.mark.parametrize(("kind", "per_head"), [("rms", False), ("rms", True), ("layer", True)],
+                         ids=["rms-shared", "rms-per-head", "layernorm-per-head"])
+def test_a_norm_after_rope_normalises_the_rotated_heads_and_checks_through_the_engine(
+        kind: str, per_head: bool) -> None:
+    """Hunyuan V1's order: RoPE, then each head's norm; the scores read the normalised
+    rotated Q and K, and the reverse goes back through the norm, then the rotation."""
+    base, x, upstream = build("rope-half", 13, tokens=6)  # 4 heads over 2 K/V heads, d_k 4
+    rng = np.random.default_rng(5)
+    shape = ((4, 4), (2, 4)) if per_head else ((4,), (4,))
+    weights = [rng.uniform(0.5, 1.5, size=s) for s in shape]
+    biases = [rng.normal(size=s) for s in shape] if kind == "layer" else [None, None]
+    norm = QkNorm(weights[0], weights[1], 1e-3, "head", 0.0, kind, biases[0], biases[1],
+                  after_rope=True)
+    layer = MultiHeadLayer.build(base.projections, base.heads, base.out_weight, base.out_bias,
+                                 base.kv_heads, qk_norm=norm)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, True)
+    rope = layer.rope
+    assert rope is not None
+    projected = f.stacked["projected"]
+    q = rotate(engine.heads_axis(projected[..., :16], 4), rope)
+    k = rotate(engine.heads_axis(projected[..., 16:24], 2), rope)
+
+    def normed(v: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        v = np.swapaxes(v, 1, 2)
+        if kind == "layer":
+            v = v - v.mean(axis=-1, keepdims=True)
+        out = v / np.sqrt((v * v).mean(axis=-1, keepdims=True) + 1e-3) * w
+        return np.swapaxes(out if b is None else out + b, 1, 2)
+
+    qn, kn = normed(q, weights[0], biases[0]), normed(k, weights[1], biases[1])
+    expected = dense_attention(qn, np.repeat(kn, 2, axis=1),
+                               np.repeat(f.stacked["value"], 2, axis=1), causal_mask(6), 0.5)
+    mixed = np.swapaxes(f.concat.reshape(2, 6, 4, layer.d_v), 1, 2)
+    assert np.allclose(mixed, expected, rtol=1e-12, atol=1e-12)
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = engine.backward(layer, x, f, upstream)
+    assert g.grad_norm_query is not None and g.grad_norm_query.shape == shape[0]
+    assert g.grad_norm_key is not None and g.grad_norm_key.shape == shape[1]
+    assert (g.grad_norm_key_bias is not None) is (kind == "layer")
+    check = gradcheck_attention(layer, x, upstream, g, True, 1e-6, 1e-6)
+    assert check.passed, [t.tensor for t in check.tensors if not t.passed]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -28,8 +28,8 @@ def test_families_name_the_piece_each_refused_family_lacks() -> None:
     result = CliRunner().invoke(main, ["attend", "--families"])
     lines = {line.split()[0]: line for line in result.output.splitlines()
              if line.startswith("  ")}
-    for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm applied after RoPE"),
-                              ("hunyuan_v1_moe", "q/k RMSNorm applied after RoPE"),
+    for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm over the head after RoPE"),
+                              ("hunyuan_v1_moe", "q/k RMSNorm over the head after RoPE"),
                               ("mobilebert", "values projected from another input")):
         assert piece in lines[model_type], lines[model_type]
     for model_type in ("modernbert", "ultrabert"):

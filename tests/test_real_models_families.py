@@ -151,6 +151,14 @@ DECODERS = [
       "qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
     ("hy-v3-qk-norm", "HYV3Config", small(attention_bias=True, pad_token_id=0), 0, NORMS,
      {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("hunyuan-v1-dense-norm-after-rope", "HunYuanDenseV1Config",
+     small(attention_bias=True, rms_norm_eps=1e-3), 1,
+     (*QKVO, "query_layernorm", "key_layernorm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0, "after": "rope"}}),
+    ("hunyuan-v1-moe-norm-after-rope", "HunYuanMoEV1Config",
+     small(num_experts=2, moe_topk=1, pad_token_id=0), 0,
+     (*QKVO, "query_layernorm", "key_layernorm"),
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0, "after": "rope"}}),
     ("lfm2-layernorm-per-head", "Lfm2Config",
      small(layer_types=["conv", "full_attention"], norm_eps=1e-3), 1,
      ("q_proj", "k_proj", "v_proj", "out_proj", "q_layernorm", "k_layernorm"),
@@ -452,8 +460,21 @@ def test_a_two_sided_window_config_qkv_cannot_read_is_refused_by_its_key(
     assert words in made.stderr, made.stderr
 
 
-REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "hunyuan_v1_dense",
-                   "mobilebert", "zamba", "diffllama", "llama4_text"]
+def test_hunyuans_ntk_alpha_rope_is_refused_naming_it(tmp_path: Path) -> None:
+    """HunYuan's rotary module reads a ``dynamic`` type with ``alpha`` as its own fixed
+    NTK scaling: not transformers' ``dynamic``, so never read as it."""
+    from tests.test_real_models import _edit_config, _init
+
+    _, folder = build(tmp_path, "hunyuan", transformers.HunYuanDenseV1Config(**small()))
+    _edit_config(folder, rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0,
+                                          "factor": 1.0, "alpha": 1000.0})
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert "config rope_parameters.alpha 1000.0: NTK alpha scaling" in made.stderr, made.stderr
+
+
+REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "mobilebert", "zamba",
+                   "diffllama", "llama4_text"]
 
 
 @pytest.fixture(scope="module")

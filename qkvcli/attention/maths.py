@@ -103,10 +103,12 @@ def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = 
 
 QK_NORM_SPANS = ("head", "layer")
 QK_NORM_KINDS = ("rms", "layer")
+QK_NORM_AFTER = ("projection", "rope")
 
 
 class QkNorm(Record):
-    """A learned norm of the projected Q and K (after their biases, before RoPE).
+    """A learned norm of the projected Q and K (after their biases, before RoPE; with
+    ``after_rope``, of the rotated Q and K, each head alone: Hunyuan V1).
 
     ``kind`` is ``"rms"`` (RMSNorm: Qwen3, OLMo 2, Gemma 3) or ``"layer"`` (LayerNorm,
     the mean subtracted first: Phi, Persimmon, StableLM, Cohere). ``query`` and ``key``
@@ -128,6 +130,7 @@ class QkNorm(Record):
     kind: str = "rms"
     query_bias: Array | None = None
     key_bias: Array | None = None
+    after_rope: bool = False
 
 
 def rms_norm(values: Array, weight: Array, eps: float, offset: float = 0.0) -> Array:

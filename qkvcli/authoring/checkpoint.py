@@ -68,6 +68,9 @@ ROLES = (
     ("mixer.Wqkv.weight", "Jina Wqkv weight: query, key, value row blocks [3*W,d_model]"),
     ("mixer.Wqkv.bias", "Jina Wqkv bias [3*W]"),
     ("attn.Wqkv.bias", "Wqkv bias [3*W]"),
+    *((f"self_attn.{branch}_layernorm.weight",
+       f"{branch}_layernorm weight: RMSNorm of the rotated {branch[0].upper()} (Hunyuan V1) "
+       "[d_head]") for branch in ("query", "key")),
     ("attn.Wo.weight", f"ModernBERT output projection weight {_LINEAR}"),
     ("attn.Wo.bias", "ModernBERT output projection bias [E_out]"),
     ("attention.qkv_proj.weight", "GTE qkv_proj weight: query, key, value rows "
@@ -166,6 +169,7 @@ class NormFunction(Record):
     rows: str = "shared"  # "shared": [d_head] or [width]; "tensor": one [heads, d_head]
     # tensor (Cohere); "modules": a module per head, norms.{h} (StableLM)
     bias: bool = False  # LayerNorm with a bias (Phi, Persimmon)
+    after: str = "projection"  # "rope": the rotated Q and K normalised (Hunyuan V1)
 
 
 class ModelFunction(Record):

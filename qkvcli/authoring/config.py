@@ -49,6 +49,7 @@ from qkvcli.authoring.model_families import (
     NEOX_ROPE,
     NULL_MULTIPLIER_IS_INVERSE_SQRT,
     OUT_BIAS_PARAMETERS,
+    QK_NORM_AFTER_ROPE,
     QK_NORM_FLAGS,
     QK_NORM_MODULES,
     QK_NORMS,
@@ -56,6 +57,7 @@ from qkvcli.authoring.model_families import (
     REFUSED_MODELS,
     ROPE_BY_KEY,
     ROPE_ON_SLIDING,
+    ROPE_REFUSED_PARAMETERS,
     RUNS_ONLY_WITH,
     SOFTCAP,
     SUPPORTED,
@@ -192,6 +194,14 @@ def _config_family(config: dict[str, Any], prefix: str) -> str:
             raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
                                   f"transformers' {family.title} runs only with {key} "
                                   f"{shown_value(wanted)} (it raises otherwise); refused")
+    if model in ROPE_REFUSED_PARAMETERS:
+        name, what = ROPE_REFUSED_PARAMETERS[model]
+        for key in ("rope_parameters", "rope_scaling"):
+            params = config.get(key)
+            if isinstance(params, dict) and params.get(name) is not None:
+                raise CheckpointError(prefix, f"config {key}.{name} "
+                                      f"{shown_value(params[name])}: {what}, which qkv does "
+                                      "not compute; refused")
     for key, what in FAMILY_REFUSED_KEYS.get(model, ()):
         if config.get(key) is not None:
             raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
@@ -441,7 +451,8 @@ def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | 
     span, offset = QK_NORMS[model]
     eps = positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
     return NormFunction(span, eps, offset,
-                        modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")))
+                        modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")),
+                        after="rope" if model in QK_NORM_AFTER_ROPE else "projection")
 
 
 def _mpt(config: dict[str, Any], heads: int, head_dim: int,

@@ -12,6 +12,7 @@ from qkvcli.authoring.model_families import (
     LAYER_NORMS,
     OUT_BIAS_PARAMETERS,
     PARTIAL_ROTARY,
+    QK_NORM_AFTER_ROPE,
     QK_NORM_FLAGS,
     QK_NORMS,
     REFUSED_MODELS,
@@ -67,7 +68,8 @@ def pieces(model_type: str, family: ModelFamily) -> str:
     if model_type in QK_NORMS:
         span = QK_NORMS[model_type][0]
         flag = f" with {QK_NORM_FLAGS[model_type]}" if model_type in QK_NORM_FLAGS else ""
-        parts.append(f"q/k RMSNorm over the {span}{flag}")
+        after = " after RoPE" if model_type in QK_NORM_AFTER_ROPE else ""
+        parts.append(f"q/k RMSNorm over the {span}{after}{flag}")
     if model_type in LAYER_NORMS:
         parts.append(f"q/k LayerNorm with {LAYER_NORMS[model_type][0]}")
     if model_type in CLIP_QKV:

@@ -186,6 +186,11 @@ _FAMILIES = (
     ("minimax_m2", ModelFamily("MiniMax-M2", "linear", "yes", "half", "MiniMaxM2", path=_LAYERS,
                                biases="none")),
     ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
+    # their q/k norm after RoPE (QK_NORM_AFTER_ROPE)
+    ("hunyuan_v1_dense", ModelFamily("Hunyuan V1 dense", "linear", "yes", "half",
+                                     "HunYuanDenseV1", path=_LAYERS)),
+    ("hunyuan_v1_moe", ModelFamily("Hunyuan V1 MoE", "linear", "yes", "half", "HunYuanMoEV1",
+                                   path=_LAYERS)),
     # the text towers of CLIP's kin (CLIP's attention; causal where the model masks)
     *((model_type, ModelFamily(title, "linear", causal, None, classes, out="out_proj",
                                path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all"))
@@ -305,9 +310,6 @@ REFUSED_MODELS = {
     "esm": "RoPE applied to BERT's query and key after a query scale",
     "mobilebert": "values projected from another input than the queries and keys (its "
                   "bottleneck), which a fixture cannot give (it holds one input)",
-    **{model_type: "a q/k RMSNorm applied after RoPE (query_layernorm, key_layernorm), "
-                   "which a fixture cannot say (its qk_norm comes before RoPE)"
-       for model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe")},
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
@@ -422,6 +424,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096, "head_dim": 256},
     "modernbert": {"local_attention": 128, "global_attn_every_n_layers": 3},
+    "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},
+    "hunyuan_v1_moe": {"rms_norm_eps": 1e-5},
     "ultrabert": {"sliding_window": 128},
 }
 """What each family's transformers config assumes when its config.json leaves a key
@@ -455,7 +459,8 @@ QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer
             "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0),
             "mellum": ("head", 0.0), "lfm2": ("head", 0.0), "apertus1p5_text": ("head", 0.0),
             "kolibri1": ("head", 0.0), "olmo_hybrid": ("layer", 0.0), "lara_mini": ("head", 0.0),
-            "minimax_m2": ("layer", 0.0), "hy_v3": ("head", 0.0)}
+            "minimax_m2": ("layer", 0.0), "hy_v3": ("head", 0.0),
+            "hunyuan_v1_dense": ("head", 0.0), "hunyuan_v1_moe": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -575,7 +580,9 @@ ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
 """The families whose attention turns Q and K only when a config key has a value."""
 
 
-QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm")}
+QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm"),
+                   "hunyuan_v1_dense": ("query_layernorm", "key_layernorm"),
+                   "hunyuan_v1_moe": ("query_layernorm", "key_layernorm")}
 """The families of :data:`QK_NORMS` whose norms' modules have other names."""
 
 
@@ -630,3 +637,16 @@ FAMILY_REFUSED_KEYS = {
 }
 """Config keys a family's config class reads in a way qkv does not follow: refused when
 set, naming what they do."""
+
+
+QK_NORM_AFTER_ROPE = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+"""The families of :data:`QK_NORMS` whose norm normalises the rotated Q and K (Hunyuan
+V1: ``apply_rotary_pos_emb``, then ``query_layernorm`` and ``key_layernorm``)."""
+
+
+ROPE_REFUSED_PARAMETERS = {
+    model_type: ("alpha", "NTK alpha scaling (a fixed alpha stretching the base, which "
+                 "HunYuan's rotary module computes as its own ntk_alpha type)")
+    for model_type in QK_NORM_AFTER_ROPE}
+"""RoPE parameters a family's rotary module reads that qkv does not compute: refused
+when set in ``rope_parameters`` or ``rope_scaling``, naming them."""

@@ -51,6 +51,7 @@ import numpy as np
 
 from qkvcli.attention.maths import (
     ALIBI_ROUNDINGS,
+    QK_NORM_AFTER,
     QK_NORM_KINDS,
     QK_NORM_SPANS,
     ROPE_LAYOUTS,
@@ -116,7 +117,7 @@ SCALING_OPTIONAL = ("beta_fast", "beta_slow", "truncate", "attention_factor", "m
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
-QK_NORM_KEYS = ("kind", "span", "eps", "offset")
+QK_NORM_KEYS = ("kind", "span", "eps", "offset", "after")
 PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
                   "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
 
@@ -128,6 +129,7 @@ class NormSpec(Record):
     eps: float  # added to the mean square (the variance)
     offset: float = 0.0  # added to the weight before it multiplies (Gemma 3's 1 + weight)
     kind: str = "rms"  # "rms": RMSNorm; "layer": LayerNorm (the mean subtracted first)
+    after: str = "projection"  # "rope": the rotated Q and K normalised (Hunyuan V1)
 
 
 class NormKeys(Protocol):
@@ -141,6 +143,8 @@ class NormKeys(Protocol):
     def eps(self) -> float: ...
     @property
     def offset(self) -> float: ...
+    @property
+    def after(self) -> str: ...
 
 
 class LayerPieces(Protocol):
@@ -182,7 +186,9 @@ def pieces_document(function: LayerPieces) -> dict[str, Any]:
     norm = function.qk_norm
     if norm is not None:
         named = {} if norm.kind == "rms" else {"kind": norm.kind}  # RMSNorm: the default
-        found["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset}
+        after = {} if norm.after == "projection" else {"after": norm.after}  # the default
+        found["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset,
+                            **after}
     return found
 
 
@@ -494,8 +500,10 @@ def _alibi_form(data: dict[str, Any], alibi: bool) -> tuple[bool, str | None]:
 
 def _qk_norm(raw: Any) -> NormSpec | None:
     """``qk_norm``: ``{"kind": "rms" | "layer", "span": "head" | "layer", "eps": positive,
-    "offset": number}`` (``kind`` optional, ``"rms"``; ``offset`` optional, 0; ``None``:
-    no norm)."""
+    "offset": number, "after": "projection" | "rope"}`` (``kind`` optional, ``"rms"``;
+    ``offset`` optional, 0; ``after`` optional, ``"projection"``: the norm comes before
+    RoPE, ``"rope"``: it normalises the rotated Q and K, each head alone; ``None``: no
+    norm)."""
     if raw is None:
         return None
     keyed_object(raw, "$.qk_norm", QK_NORM_KEYS, ("span", "eps"))
@@ -515,7 +523,16 @@ def _qk_norm(raw: Any) -> NormSpec | None:
             abs(offset) < float("inf")):
         raise FixtureError("$.qk_norm.offset", f"expected a finite number, got "
                            f"{json_type_name(offset)}")
-    return NormSpec(str(span), _number(raw["eps"], "$.qk_norm.eps"), float(offset), str(kind))
+    eps = _number(raw["eps"], "$.qk_norm.eps")
+    after = raw.get("after", "projection")
+    if after not in QK_NORM_AFTER:
+        raise FixtureError("$.qk_norm.after", '"projection" (the norm before RoPE) or "rope" '
+                           "(the rotated Q and K normalised), got "
+                           + (repr(after) if isinstance(after, str) else json_type_name(after)))
+    if after == "rope" and span != "head":
+        raise FixtureError("$.qk_norm.after", 'a norm after RoPE normalises each rotated head '
+                           'alone: it needs "span": "head"')
+    return NormSpec(str(span), eps, float(offset), str(kind), str(after))
 
 
 def _alibi(raw: Any) -> tuple[float, ...] | None:
