@@ -158,12 +158,16 @@ HUGE = int("1" + "0" * 400)
      "frequencies theta^(-2i/64) overflow float64"),
     ({"window": 0}, "$.window: must be at least 1, got 0"),
     ({"window": True}, "$.window: expected a positive integer, got boolean"),
-    ({"window": 2, "causal": False}, "$.window: a sliding window narrows the causal mask"),
+    ({"qk_norm": {"span": "head", "eps": 1e-6, "after": "scores"}},
+     "$.qk_norm.after: \"projection\" (the norm before RoPE) or \"rope\""),
+    ({"qk_norm": {"span": "layer", "eps": 1e-6, "after": "rope"}},
+     "$.qk_norm.after: a norm after RoPE normalises each rotated head alone"),
     ({"alibi": [0.5]}, "$.alibi: alibi must give one slope per head, 2, got 1"),
     ({"alibi": [0.5, HUGE]}, "$.alibi[1]: number is too large for binary64"),
     ({"alibi": "yes"}, "$.alibi: expected a list of 1 to 4096 slopes"),
 ], ids=["theta-401-digits", "scale-401-digits", "theta-subnormal", "window-0", "window-bool",
-        "window-not-causal", "alibi-count", "alibi-huge", "alibi-string"])
+        "qk-norm-after-unknown", "qk-norm-after-rope-over-the-layer", "alibi-count",
+        "alibi-huge", "alibi-string"])
 def test_the_functions_numbers_are_refused_in_one_line(tmp_path, changes, words):
     from tests.hostile_helpers import invoke, refused, write
 

@@ -20,17 +20,20 @@ from qkvcli.attention import engine
 from qkvcli.attention.errors import RopeError
 from qkvcli.attention.gradcheck import Reach, checked_tensors, gradcheck_attention, whole_objective
 from qkvcli.attention.maths import (
+    QkNorm,
     Rope,
     causal_mask,
     check_rope,
     hidden,
     key_span,
+    query_span,
     rope_tables,
     rotate,
     scale,
     softmax,
     softmax_backward,
 )
+from qkvcli.attention.multihead import MultiHeadLayer
 from tests.test_attention_batched import KINDS, build
 
 RNG = np.random.default_rng(29)
@@ -68,6 +71,23 @@ def test_the_mask_hides_later_keys_and_keys_outside_the_window(window: int | Non
         rows = masked[first:first + 2]
         assert not (~rows[:, :start]).any() and not (~rows[:, stop:]).any()
     assert hidden(0, 3, 0, 3, False, None) is None
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 9], ids=["w1", "w2", "w3", "w9"])
+def test_a_two_sided_window_hides_the_keys_window_or_more_away_on_either_side(
+        window: int) -> None:
+    tokens = 7
+    masked = causal_mask(tokens, window, causal=False)
+    for i in range(tokens):
+        for j in range(tokens):
+            assert masked[i, j] == (abs(i - j) >= window), (i, j)
+    for first in range(tokens):  # the keys a block sees, and the rows a block of keys reaches
+        start, stop = key_span(first, first + 2, tokens, False, window)
+        rows = masked[first:first + 2]
+        assert not (~rows[:, :start]).any() and not (~rows[:, stop:]).any()
+        start, stop = query_span(first, first + 2, tokens, False, window)
+        columns = masked[:, first:first + 2]
+        assert not (~columns[:start]).any() and not (~columns[stop:]).any()
 
 
 def test_softmax_weighs_masked_keys_exactly_zero_and_its_unshifted_form_overflows() -> None:
@@ -126,6 +146,106 @@ def test_a_sliding_window_matches_the_dense_reference_forward_and_reverse(window
 
     numerical = (loss(x + h * direction) - loss(x - h * direction)) / (2 * h)
     assert math.isclose(float(np.sum(g.grad_input * direction)), numerical, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("window", [1, 2, 5], ids=["w1", "w2", "w5"])
+def test_a_two_sided_window_matches_the_dense_reference_forward_and_reverse(
+        window: int) -> None:
+    """A bidirectional layer's window (ModernBERT's local layers): ``|i - j| < window``,
+    over more rows than one block, forward and reverse, and the gradient check through the
+    engine (its reached evaluations and the whole layer's)."""
+    layer, x, upstream = build("gqa", 3, tokens=300)  # more rows than one block
+    layer = MultiHeadLayer.build(layer.projections, layer.heads, layer.out_weight, layer.out_bias,
+                                 layer.kv_heads, window=window)
+    x, upstream = x[:1], upstream[:1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, False)
+        quick = engine.forward(layer, x, False, records=False)
+    assert f.window == window and not f.causal
+    masked = causal_mask(300, window, causal=False)
+    q = f.stacked["query"]
+    k = np.repeat(f.stacked["key"], layer.heads // layer.kv_heads, axis=1)
+    v = np.repeat(f.stacked["value"], layer.heads // layer.kv_heads, axis=1)
+    expected = dense_attention(q, k, v, masked, 1 / math.sqrt(layer.d_k))
+    mixed = np.swapaxes(f.concat.reshape(1, 300, layer.heads, layer.d_v), 1, 2)
+    assert np.allclose(mixed, expected, rtol=1e-12, atol=1e-12)
+    assert np.allclose(quick.output, f.output, rtol=1e-13, atol=1e-13)
+    assert (f.attention[:, :, masked] == 0.0).all()
+    assert (f.attention[:, :, ~masked] > 0.0).all()
+    g = engine.backward(layer, x, f, upstream)
+    h = 1e-6
+
+    def loss(at: np.ndarray) -> float:
+        return engine.loss(engine.forward(layer, at, False), upstream)
+
+    for _ in range(2):  # central differences along random directions of dX
+        direction = RNG.normal(size=x.shape)
+        numerical = (loss(x + h * direction) - loss(x - h * direction)) / (2 * h)
+        assert math.isclose(float(np.sum(g.grad_input * direction)), numerical, rel_tol=1e-6)
+
+
+def test_a_two_sided_windows_gradient_check_passes_through_the_engine() -> None:
+    base, x, upstream = build("rope-half", 7, tokens=9)
+    layer = MultiHeadLayer.build(base.projections, base.heads, base.out_weight, base.out_bias,
+                                 base.kv_heads, window=3)
+    reach = Reach(layer, x, upstream, False)
+    for name, values in checked_tensors(layer, x):
+        whole = whole_objective(layer, x, upstream, False, name)
+        point = reach.objective(name)
+        for index in sorted({0, values.size // 2, values.size - 1}):
+            moved = np.array(values, copy=True)
+            moved.reshape(-1)[index] += 0.125
+            got = point(index, float(moved.reshape(-1)[index]))
+            assert math.isclose(got, whole(moved), rel_tol=1e-12, abs_tol=1e-12), (name, index)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, False)
+        g = engine.backward(layer, x, f, upstream)
+    check = gradcheck_attention(layer, x, upstream, g, False, 1e-6, 1e-6)
+    assert check.passed
+
+
+@pytest.mark.parametrize(("kind", "per_head"), [("rms", False), ("rms", True), ("layer", True)],
+                         ids=["rms-shared", "rms-per-head", "layernorm-per-head"])
+def test_a_norm_after_rope_normalises_the_rotated_heads_and_checks_through_the_engine(
+        kind: str, per_head: bool) -> None:
+    """Hunyuan V1's order: RoPE, then each head's norm; the scores read the normalised
+    rotated Q and K, and the reverse goes back through the norm, then the rotation."""
+    base, x, upstream = build("rope-half", 13, tokens=6)  # 4 heads over 2 K/V heads, d_k 4
+    rng = np.random.default_rng(5)
+    shape = ((4, 4), (2, 4)) if per_head else ((4,), (4,))
+    weights = [rng.uniform(0.5, 1.5, size=s) for s in shape]
+    biases = [rng.normal(size=s) for s in shape] if kind == "layer" else [None, None]
+    norm = QkNorm(weights[0], weights[1], 1e-3, "head", 0.0, kind, biases[0], biases[1],
+                  after_rope=True)
+    layer = MultiHeadLayer.build(base.projections, base.heads, base.out_weight, base.out_bias,
+                                 base.kv_heads, qk_norm=norm)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, True)
+    rope = layer.rope
+    assert rope is not None
+    projected = f.stacked["projected"]
+    q = rotate(engine.heads_axis(projected[..., :16], 4), rope)
+    k = rotate(engine.heads_axis(projected[..., 16:24], 2), rope)
+
+    def normed(v: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        v = np.swapaxes(v, 1, 2)
+        if kind == "layer":
+            v = v - v.mean(axis=-1, keepdims=True)
+        out = v / np.sqrt((v * v).mean(axis=-1, keepdims=True) + 1e-3) * w
+        return np.swapaxes(out if b is None else out + b, 1, 2)
+
+    qn, kn = normed(q, weights[0], biases[0]), normed(k, weights[1], biases[1])
+    expected = dense_attention(qn, np.repeat(kn, 2, axis=1),
+                               np.repeat(f.stacked["value"], 2, axis=1), causal_mask(6), 0.5)
+    mixed = np.swapaxes(f.concat.reshape(2, 6, 4, layer.d_v), 1, 2)
+    assert np.allclose(mixed, expected, rtol=1e-12, atol=1e-12)
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = engine.backward(layer, x, f, upstream)
+    assert g.grad_norm_query is not None and g.grad_norm_query.shape == shape[0]
+    assert g.grad_norm_key is not None and g.grad_norm_key.shape == shape[1]
+    assert (g.grad_norm_key_bias is not None) is (kind == "layer")
+    check = gradcheck_attention(layer, x, upstream, g, True, 1e-6, 1e-6)
+    assert check.passed, [t.tensor for t in check.tensors if not t.passed]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -28,11 +28,12 @@ def test_families_name_the_piece_each_refused_family_lacks() -> None:
     result = CliRunner().invoke(main, ["attend", "--families"])
     lines = {line.split()[0]: line for line in result.output.splitlines()
              if line.startswith("  ")}
-    for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm applied after RoPE"),
-                              ("hunyuan_v1_moe", "q/k RMSNorm applied after RoPE"),
-                              ("modernbert", "two-sided (bidirectional) sliding window"),
-                              ("ultrabert", "two-sided (bidirectional) sliding window"),
+    for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm over the head after RoPE"),
+                              ("hunyuan_v1_moe", "q/k RMSNorm over the head after RoPE"),
                               ("mobilebert", "values projected from another input")):
         assert piece in lines[model_type], lines[model_type]
+    for model_type in ("modernbert", "ultrabert"):
+        assert "bidirectional; RoPE (half, theta per layer type); a two-sided window" in (
+            lines[model_type]), lines[model_type]
     assert "causal when causal" in lines["xlm"] and "causal when causal" in lines["flaubert"]
     assert "the last layer's dense_bias (output)" in lines["gpt_neox_japanese"]

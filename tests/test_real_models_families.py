@@ -151,6 +151,14 @@ DECODERS = [
       "qk_norm": {"span": "layer", "eps": 1e-6, "offset": 0.0}}),
     ("hy-v3-qk-norm", "HYV3Config", small(attention_bias=True, pad_token_id=0), 0, NORMS,
      {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0}}),
+    ("hunyuan-v1-dense-norm-after-rope", "HunYuanDenseV1Config",
+     small(attention_bias=True, rms_norm_eps=1e-3), 1,
+     (*QKVO, "query_layernorm", "key_layernorm"),
+     {"qk_norm": {"span": "head", "eps": 1e-3, "offset": 0.0, "after": "rope"}}),
+    ("hunyuan-v1-moe-norm-after-rope", "HunYuanMoEV1Config",
+     small(num_experts=2, moe_topk=1, pad_token_id=0), 0,
+     (*QKVO, "query_layernorm", "key_layernorm"),
+     {"qk_norm": {"span": "head", "eps": 1e-5, "offset": 0.0, "after": "rope"}}),
     ("lfm2-layernorm-per-head", "Lfm2Config",
      small(layer_types=["conv", "full_attention"], norm_eps=1e-3), 1,
      ("q_proj", "k_proj", "v_proj", "out_proj", "q_layernorm", "k_layernorm"),
@@ -375,8 +383,98 @@ def test_each_rotated_encoder_family_matches_its_own_attention_module(
     compare(evidence, y, a, x, gradients)
 
 
-REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "hunyuan_v1_dense",
-                   "modernbert", "mobilebert", "zamba", "diffllama", "llama4_text"]
+_TWO_SIDED = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 3,
+              "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
+              "attention_bias": True, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+_MODERNBERT = {**_TWO_SIDED, "local_attention": 2, "cls_token_id": 0, "sep_token_id": 0}
+_ULTRABERT = {**_TWO_SIDED, "num_key_value_heads": 1, "sliding_window": 1}
+# id, config class, its arguments, the layer's prefix, its modules, what the fixture must say
+TWO_SIDED = [
+    ("modernbert-sliding", "ModernBertConfig", _MODERNBERT, "layers.1.attn.", ("Wqkv", "Wo"),
+     {"window": 2, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"}}),
+    ("modernbert-full", "ModernBertConfig", _MODERNBERT, "layers.0.attn.", ("Wqkv", "Wo"),
+     {"window": None, "rope": {"theta": 160000.0, "dims": 8, "layout": "half"}}),
+    ("modernbert-wide-window", "ModernBertConfig", {**_MODERNBERT, "local_attention": 5},
+     "layers.2.attn.", ("Wqkv", "Wo"), {"window": 3}),
+    ("ultrabert-sliding", "UltrabertConfig", _ULTRABERT, "layers.0.self_attn.", QKVO,
+     {"window": 2, "kv_heads": 1, "rope": {"theta": 10000.0, "dims": 8, "layout": "half"}}),
+    ("ultrabert-full", "UltrabertConfig", _ULTRABERT, "layers.2.self_attn.", QKVO,
+     {"window": None, "rope": {"theta": 2560000.0, "dims": 8, "layout": "half"}}),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("config_name", "arguments", "prefix", "modules", "said"),
+                         [c[1:] for c in TWO_SIDED], ids=[c[0] for c in TWO_SIDED])
+def test_a_two_sided_window_encoder_matches_its_own_attention_module(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], prefix: str,
+        modules: tuple[str, ...], said: dict[str, Any]) -> None:
+    """ModernBERT's and UltraBERT's local layers: transformers' bidirectional sliding mask
+    ``|i - j| <= sliding_window`` is the fixture's two-sided ``window`` ``sliding_window +
+    1`` (ModernBERT's ``sliding_window`` is ``local_attention // 2``); their global
+    layers are plain bidirectional attention, each layer type with its own theta."""
+    model, folder = build(tmp_path, "two-sided", getattr(transformers, config_name)(**arguments))
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    for key, value in said.items():
+        assert document.get(key) == value, (key, document.get(key))
+    assert "causal" not in document or document["causal"] is False
+    assert evidence["config"]["causal"] is False
+    if document.get("window") is not None:  # the band hides keys at these lengths
+        assert TOKENS > document["window"]
+        assert evidence["mask"] == {"applicable": True, "max_masked_weight": 0.0}
+    layer = int(prefix.split(".")[1])
+    cos, sin = float64_tables(model, prefix, model.config.layer_types[layer])
+    y, a, x, _ = model_run(model, prefix, evidence, position_embeddings=(cos, sin))
+    if document.get("window") is not None:  # the module's own weights are zero off the band
+        band = torch.ones(TOKENS, TOKENS).triu(document["window"]).bool()
+        assert float(a.detach()[..., band | band.T].abs().max()) == 0.0
+    gradients = own_gradients(model, *(prefix + m for m in modules))
+    if "Wqkv" in modules:  # the packed tensor's per-branch views, stated as digests
+        gradients |= {f"{b}_{part}_gradient": None for b in ("query", "key", "value")
+                      for part in ("weight", "bias")}
+    compare(evidence, y, a, x, gradients)
+
+
+@pytest.mark.parametrize(("config_name", "prefix", "edits", "words"), [
+    ("ModernBertConfig", "layers.1.attn.", {"sliding_window": 3},
+     "config sliding_window 3 and local_attention 2 disagree"),
+    ("ModernBertConfig", "layers.1.attn.", {"local_attention": None},
+     "config local_attention must be a positive integer"),
+    ("UltrabertConfig", "layers.0.self_attn.", {"rope_theta": 5000.0},
+     "config rope_theta 5000.0: UltraBERT's rope_theta is a theta per layer type"),
+    ("UltrabertConfig", "layers.0.self_attn.", {"attention_windows": [4, 0, 4]},
+     "config attention_windows [4, 0, 4]: UltraBERT's attention_windows"),
+], ids=["modernbert-two-spellings", "modernbert-null-window", "ultrabert-flat-theta",
+        "ultrabert-attention-windows"])
+def test_a_two_sided_window_config_qkv_cannot_read_is_refused_by_its_key(
+        tmp_path: Path, config_name: str, prefix: str, edits: dict[str, Any],
+        words: str) -> None:
+    from tests.test_real_models import _edit_config, _init
+
+    arguments = _MODERNBERT if config_name == "ModernBertConfig" else _ULTRABERT
+    _, folder = build(tmp_path, "two-sided", getattr(transformers, config_name)(**arguments))
+    _edit_config(folder, **edits)
+    made = _init(folder, "--prefix", prefix, "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
+
+
+def test_hunyuans_ntk_alpha_rope_is_refused_naming_it(tmp_path: Path) -> None:
+    """HunYuan's rotary module reads a ``dynamic`` type with ``alpha`` as its own fixed
+    NTK scaling: not transformers' ``dynamic``, so never read as it."""
+    from tests.test_real_models import _edit_config, _init
+
+    _, folder = build(tmp_path, "hunyuan", transformers.HunYuanDenseV1Config(**small()))
+    _edit_config(folder, rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0,
+                                          "factor": 1.0, "alpha": 1000.0})
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert "config rope_parameters.alpha 1000.0: NTK alpha scaling" in made.stderr, made.stderr
+
+
+REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "mobilebert", "zamba",
+                   "diffllama", "llama4_text"]
 
 
 @pytest.fixture(scope="module")

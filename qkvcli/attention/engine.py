@@ -2,9 +2,10 @@
 
 A single head is a layer of one head; grouped-query and multi-query K/V heads, RoPE
 (half, interleaved, partial, with a position offset), clipping of the projections, a
-learned RMSNorm of Q and K, a given score scale, ALiBi and soft-capping of the scores, the causal mask with an
-optional sliding window, biases and the output projection are all this one path. The
-maths of each step is :mod:`qkvcli.attention.maths`'.
+learned RMSNorm of Q and K, a given score scale, ALiBi and soft-capping of the scores,
+the causal mask with an optional sliding window (or a two-sided window without it),
+biases and the output projection are all this one path. The maths of each step is
+:mod:`qkvcli.attention.maths`'.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
 ``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
@@ -42,6 +43,7 @@ from qkvcli.attention.maths import (
     key_span,
     layer_norm,
     layer_norm_backward,
+    query_span,
     rms_norm,
     rms_norm_backward,
     rotate,
@@ -206,8 +208,9 @@ half the work; a block's rows stay in cache."""
 def _blocks(first_row: int, tokens: int, causal: bool,
             window: int | None) -> list[tuple[int, int, int, int]]:
     """``(first, end, start, stop)`` per block of query rows ``first:end`` (positions):
-    the keys ``start:stop`` they see. Without a mask one block of every row and key."""
-    if not causal:
+    the keys ``start:stop`` they see. Without a mask (no causal mask, no window) one block
+    of every row and key."""
+    if not causal and window is None:
         return [(first_row, tokens, 0, tokens)] if tokens > first_row else []
     return [(r, min(r + BLOCK_ROWS, tokens), *key_span(r, min(r + BLOCK_ROWS, tokens), tokens,
                                                        causal, window))
@@ -236,6 +239,13 @@ def _by_norm_width(block: Array, width: int) -> Array:
     return block.reshape(*block.shape[:-1], block.shape[-1] // width, width)
 
 
+def _norm_of(values: Array, weight: Array, bias: Array | None, norm: QkNorm) -> Array:
+    """``values [..., width]`` normalised over the last axis by ``norm``'s kind."""
+    if norm.kind == "layer":
+        return layer_norm(values, weight, bias, norm.eps, norm.offset)
+    return rms_norm(values, weight, norm.eps, norm.offset)
+
+
 def normalised(used: Array, norm: QkNorm, qw: int, kw: int) -> Array:
     """``[Q|K|V]`` with Q and K normalised by ``norm`` (each head alone, or a token's
     whole width, as the weights are wide; a weight ``[n, d_k]`` is each head's own), V as
@@ -243,12 +253,31 @@ def normalised(used: Array, norm: QkNorm, qw: int, kw: int) -> Array:
     out = np.array(used, dtype=np.float64, copy=True)
     for part, weight, bias in _norm_parts(norm, qw, kw):
         block = _by_norm_width(used[..., part], weight.shape[-1])  # [B,T,n,width]
-        if norm.kind == "layer":
-            normed = layer_norm(block, weight, bias, norm.eps, norm.offset)
-        else:
-            normed = rms_norm(block, weight, norm.eps, norm.offset)
+        normed = _norm_of(block, weight, bias, norm)
         out[..., part] = normed.reshape(*block.shape[:2], part.stop - part.start)
     return out
+
+
+def _heads_normalised(per_head: Array, weight: Array, bias: Array | None,
+                      norm: QkNorm) -> Array:
+    """``[B,n,T,d]`` heads each normalised alone (a norm after RoPE; a weight ``[n, d]``
+    is each head's own), a new array."""
+    # [B,n,T,d] -> [B,T,n,d]: a weight [d] or [n, d] broadcasts over tokens
+    return np.swapaxes(_norm_of(np.swapaxes(per_head, 1, 2), weight, bias, norm), 1, 2)
+
+
+def _heads_norm_back(values: Array, grad: Array, weight: Array, bias: Array | None,
+                     norm: QkNorm) -> tuple[Array, Array, Array | None]:
+    """The reverse of :func:`_heads_normalised` at its input ``values`` ``[B,n,T,d]``
+    for ``grad``: the gradient to the input, the weight and the bias (``None``: none)."""
+    swapped, upstream = np.swapaxes(values, 1, 2), np.swapaxes(grad, 1, 2)
+    if norm.kind == "layer":
+        grad_values, grad_weight, grad_bias = layer_norm_backward(
+            swapped, upstream, weight, norm.eps, norm.offset)
+        return np.swapaxes(grad_values, 1, 2), grad_weight, None if bias is None else grad_bias
+    grad_values, grad_weight = rms_norm_backward(swapped, upstream, weight, norm.eps,
+                                                 norm.offset)
+    return np.swapaxes(grad_values, 1, 2), grad_weight, None
 
 
 def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
@@ -263,7 +292,8 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     ``Y`` (no heads' records, nothing in ``stacked``): each block of query rows then
     scores only the keys it sees, and no ``[B,H,T,T]`` array is made. Expects
     ``errstate`` set by the caller. ``window`` (default: the layer's own) limits a causal
-    mask to the ``window`` latest keys."""
+    mask to the ``window`` latest keys, and without the causal mask lets a query see the
+    keys less than ``window`` positions away on either side."""
     heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
     batch, tokens, _ = x.shape
     rows = tokens - first_row
@@ -276,8 +306,9 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
     # reads where they were inside the bound)
     used = projected if layer.clip is None else clip(projected, layer.clip)
-    if layer.qk_norm is not None:  # a learned q/k norm: after the biases, before RoPE
-        used = normalised(used, layer.qk_norm, qw, kw)
+    norm = layer.qk_norm
+    if norm is not None and not norm.after_rope:  # after the biases, before RoPE
+        used = normalised(used, norm, qw, kw)
     query = heads_axis(used[:, first_row:, :qw], heads)  # [B,H,R,d_k]
     key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,T,d_k]
     value = heads_axis(used[..., qw + kw:], kv)  # [B,G,T,d_v]
@@ -287,6 +318,12 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     if rope is not None:  # after the biases, before the scores (as HF applies it)
         matched_query = rotated_query = rotate(query, rope, first_row)
         matched_key = rotated_key = rotate(key, rope)
+    normed: dict[str, Array] = {}
+    if norm is not None and norm.after_rope:  # Hunyuan: each rotated head normalised
+        matched_query = normed["normed_query"] = _heads_normalised(
+            matched_query, norm.query, norm.query_bias, norm)
+        matched_key = normed["normed_key"] = _heads_normalised(matched_key, norm.key,
+                                                               norm.key_bias, norm)
     if not records:
         concat = _mixed_by_blocks(layer, matched_query, matched_key, value, first_row, causal,
                                   window)
@@ -321,6 +358,7 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
                "query": query, "key": key, "value": value, "projected": projected}
     if rotated_query is not None and rotated_key is not None:
         stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
+    stacked.update(normed)  # the norm's output after RoPE, which the scores use
     return LayerForward(per_head, concat, project_out(layer, concat), stacked, causal, window)
 
 
@@ -396,7 +434,9 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
         grad_out_weight = rows.T @ flat_up  # [H*d_v,BT] @ [BT,E_out] -> [H*d_v,E_out]
         grad_out_bias = None if layer.out_bias is None else flat_up.sum(axis=0)
     stacked = forward.stacked
-    matched = "" if layer.rope is None else "rotated_"
+    norm = layer.qk_norm
+    after_rope = norm is not None and norm.after_rope
+    matched = "normed_" if after_rope else "" if layer.rope is None else "rotated_"
     a = stacked["attention"]
     grad_mixed = heads_axis(grad_concat, heads)  # [B,H,T,d_v]
     value_kv, key_kv = stacked["value"], stacked[matched + "key"]  # [B,G,T,d]
@@ -430,15 +470,21 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
         # [B,G,H/G,rows,keys] @ [B,G,1,keys,d_k] -> the block's rows of dQ
         _grouped(grad_query, kv)[..., first:end, :] = (
             grouped_scores[..., first:end, start:stop] @ key_kv[:, :, None, start:stop])
-        # the rows that see keys first..end: from first on (causal), up to the window's reach
-        reach = slice(first, tokens if window is None else min(tokens, end + window - 1)) \
-            if causal else slice(0, tokens)
+        # the rows that see keys first..end (causal: from first on), within a window's reach
+        reach = slice(*query_span(first, end, tokens, causal, window))
         columns = slice(first, end)
         grad_value[..., columns, :] = np.swapaxes(a[..., reach, columns], -1, -2) @ (
             grad_mixed[..., reach, :])
         grad_key[..., columns, :] = np.swapaxes(grad_scores[..., reach, columns], -1, -2) @ (
             query_h[..., reach, :])
     del grouped_scores
+    grad_norms: list[Array | None] = [None, None, None, None]  # weights, then biases
+    if norm is not None and after_rope:  # back through the norm of the rotated heads
+        rotated = "" if layer.rope is None else "rotated_"
+        grad_query, grad_norms[0], grad_norms[2] = _heads_norm_back(
+            stacked[rotated + "query"], grad_query, norm.query, norm.query_bias, norm)
+        grad_key, grad_norms[1], grad_norms[3] = _keys_norm_back(
+            stacked[rotated + "key"], grad_key, norm, heads // kv)
     if layer.rope is not None:  # back through the rotation: its transpose turns the other way
         grad_query = rotate(grad_query, layer.rope, inverse=True)
         grad_key = rotate(grad_key, layer.rope, inverse=True)
@@ -451,9 +497,7 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     heads_axis(joined[..., :qw], heads)[...] = grad_query
     heads_axis(joined[..., qw:qw + kw], kv)[...] = _grouped(grad_key, kv).sum(axis=2)
     heads_axis(joined[..., qw + kw:], kv)[...] = _grouped(grad_value, kv).sum(axis=2)
-    grad_norms: list[Array | None] = [None, None, None, None]  # weights, then biases
-    norm = layer.qk_norm
-    if norm is not None:  # back through the norm of Q and K, to what it normalised
+    if norm is not None and not after_rope:  # back through the norm, to what it normalised
         before = stacked["projected"] if layer.clip is None else clip(stacked["projected"],
                                                                        layer.clip)
         for i, (part, norm_weight, norm_bias) in enumerate(_norm_parts(norm, qw, kw)):
@@ -485,6 +529,34 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
                      "grad_scores": grad_scores}
     return LayerGradients(grad_input, w[0], w[1], w[2], b[0], b[1], b[2], head_grads,
                           grad_concat, grad_out_weight, grad_out_bias, grads_stacked, *grad_norms)
+
+
+def _keys_norm_back(key: Array, grad_key: Array, norm: QkNorm,
+                    per_kv: int) -> tuple[Array, Array, Array | None]:
+    """The reverse of a norm after RoPE of the K/V heads ``key`` ``[B,G,T,d]`` for the
+    gradient of each query head's view of them ``[B,H,T,d]`` (the norm's reverse is
+    linear in its upstream, so each view goes back alone and a K/V head's sums them
+    later): the gradient per query head, then the weight's and the bias's, each summed
+    over the group where the parameter is a K/V head's own row."""
+    def per_query(parameter: Array | None) -> Array | None:
+        return None if parameter is None or parameter.ndim == 1 else np.repeat(
+            parameter, per_kv, axis=0)
+
+    weight = per_query(norm.key)
+    bias = per_query(norm.key_bias)
+    grad, grad_weight, grad_bias = _heads_norm_back(
+        np.repeat(key, per_kv, axis=1), grad_key, norm.key if weight is None else weight,
+        norm.key_bias if bias is None else bias, norm)
+
+    def per_kv_head(summed: Array, own: Array) -> Array:
+        if own.ndim == 1:
+            return summed
+        result: Array = summed.reshape(own.shape[0], per_kv, own.shape[-1]).sum(axis=1)
+        return result
+
+    return grad, per_kv_head(grad_weight, norm.key), (
+        None if grad_bias is None or norm.key_bias is None
+        else per_kv_head(grad_bias, norm.key_bias))
 
 
 def loss(forward: LayerForward, upstream: Array) -> float:

@@ -313,9 +313,9 @@ def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvide
             tolerance=4.0 * max(tokens, 1) * EPSILON,
         )
         mask = MaskEvidence(False, 0.0)
-        if causal:
-            above = a[:, causal_mask(tokens, f.window)]  # and below a window
-            mask = MaskEvidence(True, float(above.max()) if above.size else 0.0)
+        if causal or f.window is not None:  # above the diagonal, and outside a window
+            outside = a[:, causal_mask(tokens, f.window, causal)]
+            mask = MaskEvidence(True, float(outside.max()) if outside.size else 0.0)
         found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
     return tuple(found)
 

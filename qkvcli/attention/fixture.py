@@ -74,7 +74,7 @@ def _norm(parameters: LayerParameters, function: LayerFunction) -> QkNorm | None
     if spec is None or query is None or key is None:
         return None
     return QkNorm(query, key, spec.eps, spec.span, spec.offset, spec.kind,
-                  parameters.norm_query_bias, parameters.norm_key_bias)
+                  parameters.norm_query_bias, parameters.norm_key_bias, spec.after == "rope")
 
 
 def _judged_head(parameters: LayerParameters, function: LayerFunction) -> AttentionHead:

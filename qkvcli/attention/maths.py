@@ -22,7 +22,8 @@ needs to be defined (:func:`check_rope`).
   scores before the scale, its ``slope_h * j`` rounded to bfloat16 as transformers builds
   it (:class:`AlibiForm`, :func:`bfloat16`).
 - The mask: a query at position ``i`` sees the keys ``j <= i`` (causal), and with a
-  sliding window of ``w`` only those with ``i - j < w`` (:func:`hidden`, :func:`key_span`).
+  sliding window of ``w`` only those with ``i - j < w``; without the causal mask a window
+  is two-sided, ``|i - j| < w`` (:func:`hidden`, :func:`key_span`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
   ``dZ = A * (dA - rowsum(dA * A))`` (:func:`softmax`, :func:`softmax_backward`).
 - RoPE: position ``p`` turns pair ``i`` of the first ``dims`` coordinates by the angle
@@ -102,10 +103,12 @@ def clip_backward(values: Array, grad: Array, bound: float, out: Array | None = 
 
 QK_NORM_SPANS = ("head", "layer")
 QK_NORM_KINDS = ("rms", "layer")
+QK_NORM_AFTER = ("projection", "rope")
 
 
 class QkNorm(Record):
-    """A learned norm of the projected Q and K (after their biases, before RoPE).
+    """A learned norm of the projected Q and K (after their biases, before RoPE; with
+    ``after_rope``, of the rotated Q and K, each head alone: Hunyuan V1).
 
     ``kind`` is ``"rms"`` (RMSNorm: Qwen3, OLMo 2, Gemma 3) or ``"layer"`` (LayerNorm,
     the mean subtracted first: Phi, Persimmon, StableLM, Cohere). ``query`` and ``key``
@@ -127,6 +130,7 @@ class QkNorm(Record):
     kind: str = "rms"
     query_bias: Array | None = None
     key_bias: Array | None = None
+    after_rope: bool = False
 
 
 def rms_norm(values: Array, weight: Array, eps: float, offset: float = 0.0) -> Array:
@@ -237,10 +241,20 @@ def alibi_bias(slopes: Array, start: int, stop: int, rounding: str | None = None
 def key_span(first: int, end: int, tokens: int, causal: bool, window: int | None) -> tuple[int, int]:
     """The keys ``start:stop`` that queries ``first:end`` may see between them (what lies
     outside weighs exactly 0 in every one of those rows)."""
-    if not causal:
-        return 0, tokens
-    start = 0 if window is None else max(0, first - window + 1)
-    return start, min(end, tokens)
+    if window is None:
+        return 0, min(end, tokens) if causal else tokens
+    start = max(0, first - window + 1)
+    return start, min(end, tokens) if causal else min(tokens, end + window - 1)
+
+
+def query_span(first: int, end: int, tokens: int, causal: bool,
+               window: int | None) -> tuple[int, int]:
+    """The queries ``start:stop`` that may see some key of ``first:end``: the mask read the
+    other way (the reverse's ``dK`` and ``dV`` of those keys sum over these rows)."""
+    if window is None:
+        return (first, tokens) if causal else (0, tokens)
+    start = first if causal else max(0, first - window + 1)
+    return start, min(tokens, end + window - 1)
 
 
 Mask = npt.NDArray[np.bool_]
@@ -249,20 +263,26 @@ Mask = npt.NDArray[np.bool_]
 def hidden(first: int, end: int, start: int, stop: int, causal: bool,
            window: int | None) -> Mask | None:
     """``True`` where query ``i`` (``first:end``) may not see key ``j`` (``start:stop``),
-    ``[end-first, stop-start]``; ``None`` when it sees them all."""
-    if not causal:
+    ``[end-first, stop-start]``; ``None`` when it sees them all. Causal: ``j > i`` is
+    hidden, and with a window also ``i - j >= window``; a window without the causal mask
+    is two-sided: ``|i - j| >= window`` is hidden."""
+    if not causal and window is None:
         return None
     rows = np.arange(first, end)[:, None]
     keys = np.arange(start, stop)[None, :]
-    masked = keys > rows
-    if window is not None:
-        masked |= rows - keys >= window
+    if causal:
+        masked = keys > rows
+        if window is not None:
+            masked |= rows - keys >= window
+    else:
+        masked = np.abs(rows - keys) >= window
     return masked if masked.any() else None
 
 
-def causal_mask(tokens: int, window: int | None = None) -> Mask:
-    """``True`` where a query may not see a key, ``[tokens, tokens]``."""
-    masked = hidden(0, tokens, 0, tokens, True, window)
+def causal_mask(tokens: int, window: int | None = None, causal: bool = True) -> Mask:
+    """``True`` where a query may not see a key, ``[tokens, tokens]`` (``causal=False``:
+    a two-sided window's band alone, or nothing hidden without one)."""
+    masked = hidden(0, tokens, 0, tokens, causal, window)
     return np.zeros((tokens, tokens), dtype=bool) if masked is None else masked
 
 

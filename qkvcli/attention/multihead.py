@@ -98,7 +98,8 @@ class MultiHeadLayer:
         ``heads / kv_heads`` consecutive query heads (grouped-query attention; 1 is
         multi-query attention); the projections must then be built with
         ``kv_groups = heads / kv_heads``. ``window``: a causal mask sees only the
-        ``window`` latest keys (a sliding window; it does nothing without the mask).
+        ``window`` latest keys (a sliding window); without the causal mask a query sees
+        the keys less than ``window`` positions away on either side (two-sided).
         ``softcap``: the scaled scores become ``softcap * tanh(Z / softcap)`` (Gemma 2).
         ``alibi``: one ALiBi slope per query head, ``slope_h * j`` added to the scaled
         scores (BLOOM), or as ``alibi_form`` says (Falcon: added before the scale,
@@ -205,7 +206,8 @@ class MultiHeadLayer:
 
     @property
     def window(self) -> int | None:
-        """The sliding window of a causal mask (``None``: every earlier key)."""
+        """The sliding window: of a causal mask, the latest keys; else two-sided
+        (``None``: none)."""
         return self._window
 
     @property
@@ -371,7 +373,7 @@ class MultiHeadLayer:
 
 def _checked_norm(norm: QkNorm, heads: int, kv_heads: int, d_k: int) -> QkNorm:
     """``norm`` with read-only weights and biases, or :class:`QkNormError`: its kind, its
-    span, then eps (finite and positive), the offset (finite), the weights' shapes
+    span (``"head"`` after RoPE), then eps (finite and positive), the offset (finite), the weights' shapes
     (``[d_k]`` each for a norm per head, or ``[H, d_k]`` and ``[G, d_k]``, a weight per
     head; ``[H*d_k]`` and ``[G*d_k]`` over the layer's width), their values finite, then
     the biases (a LayerNorm's only, both or neither, each shaped like its weight)."""
@@ -379,6 +381,9 @@ def _checked_norm(norm: QkNorm, heads: int, kv_heads: int, d_k: int) -> QkNorm:
         raise QkNormError(f"qk_norm kind must be \"rms\" or \"layer\", got {norm.kind!r}")
     if norm.span not in QK_NORM_SPANS:
         raise QkNormError(f"qk_norm span must be \"head\" or \"layer\", got {norm.span!r}")
+    if norm.after_rope and norm.span != "head":
+        raise QkNormError("qk_norm after RoPE normalises each rotated head alone: its span "
+                          "must be \"head\"")
     if not (math.isfinite(norm.eps) and norm.eps > 0.0):
         raise QkNormError(f"qk_norm eps must be finite and positive, got {norm.eps!r}")
     if not math.isfinite(norm.offset):

@@ -55,7 +55,7 @@ class AttendConfig(Record):
     # (vocabulary name, checkpoint tensor name relative to the layer) of each parameter
     # read from a checkpoint: ("w_query", "q_proj.weight"), ("w_out", "o_proj.weight"), ...
     sources: tuple[tuple[str, str], ...] = ()
-    window: int | None = None  # a causal mask's sliding window (keys a query sees)
+    window: int | None = None  # a sliding window (causal: the latest keys; else two-sided)
     softcap: float | None = None  # the scores' soft-cap: softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head
     alibi_scaled: bool = False  # the ALiBi bias added before the scale (Falcon)

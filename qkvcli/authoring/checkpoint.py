@@ -68,6 +68,11 @@ ROLES = (
     ("mixer.Wqkv.weight", "Jina Wqkv weight: query, key, value row blocks [3*W,d_model]"),
     ("mixer.Wqkv.bias", "Jina Wqkv bias [3*W]"),
     ("attn.Wqkv.bias", "Wqkv bias [3*W]"),
+    *((f"self_attn.{branch}_layernorm.weight",
+       f"{branch}_layernorm weight: RMSNorm of the rotated {branch[0].upper()} (Hunyuan V1) "
+       "[d_head]") for branch in ("query", "key")),
+    ("attn.Wo.weight", f"ModernBERT output projection weight {_LINEAR}"),
+    ("attn.Wo.bias", "ModernBERT output projection bias [E_out]"),
     ("attention.qkv_proj.weight", "GTE qkv_proj weight: query, key, value rows "
      "[(H+2G)*d_head,d_model]"),
     ("attention.qkv_proj.bias", "GTE qkv_proj bias [(H+2G)*d_head]"),
@@ -164,6 +169,7 @@ class NormFunction(Record):
     rows: str = "shared"  # "shared": [d_head] or [width]; "tensor": one [heads, d_head]
     # tensor (Cohere); "modules": a module per head, norms.{h} (StableLM)
     bias: bool = False  # LayerNorm with a bias (Phi, Persimmon)
+    after: str = "projection"  # "rope": the rotated Q and K normalised (Hunyuan V1)
 
 
 class ModelFunction(Record):
@@ -398,8 +404,9 @@ def _out_prefix(naming: str, prefix: str, shapes: dict[str, Any]) -> tuple[str, 
         candidates = [(prefix.removesuffix("self.") + "output.dense.", "out_proj")]
     elif naming == "distil":
         candidates = [(prefix + "out_lin.", "out_proj")]
-    else:  # LLaMA's o_proj, OPT's out_proj, Phi's dense
-        candidates = [(prefix + name, "out_proj") for name in ("o_proj.", "out_proj.", "dense.")]
+    else:  # LLaMA's o_proj, OPT's out_proj, Phi's dense, ModernBERT's Wo
+        candidates = [(prefix + name, "out_proj")
+                      for name in ("o_proj.", "out_proj.", "dense.", "Wo.")]
     found = [c for c in candidates if c[0] + "weight" in shapes]
     if len(found) > 1:
         names = " and ".join(shown_value(c[0][len(prefix):] + "weight") for c in found)

@@ -41,6 +41,7 @@ from qkvcli.authoring.model_families import (
     DEFAULTS,
     EQUAL_KEYS,
     FAMILIES,
+    FAMILY_REFUSED_KEYS,
     HYBRID_LAYERS,
     LAYER_NORMS,
     LAYER_PATTERNS,
@@ -48,6 +49,7 @@ from qkvcli.authoring.model_families import (
     NEOX_ROPE,
     NULL_MULTIPLIER_IS_INVERSE_SQRT,
     OUT_BIAS_PARAMETERS,
+    QK_NORM_AFTER_ROPE,
     QK_NORM_FLAGS,
     QK_NORM_MODULES,
     QK_NORMS,
@@ -55,10 +57,12 @@ from qkvcli.authoring.model_families import (
     REFUSED_MODELS,
     ROPE_BY_KEY,
     ROPE_ON_SLIDING,
+    ROPE_REFUSED_PARAMETERS,
     RUNS_ONLY_WITH,
     SOFTCAP,
     SUPPORTED,
     TRIO_MODULES,
+    TWO_SIDED_WINDOWS,
     TYPE_THETAS,
     WINDOW_FLAGS,
     ModelFamily,
@@ -190,6 +194,18 @@ def _config_family(config: dict[str, Any], prefix: str) -> str:
             raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
                                   f"transformers' {family.title} runs only with {key} "
                                   f"{shown_value(wanted)} (it raises otherwise); refused")
+    if model in ROPE_REFUSED_PARAMETERS:
+        name, what = ROPE_REFUSED_PARAMETERS[model]
+        for key in ("rope_parameters", "rope_scaling"):
+            params = config.get(key)
+            if isinstance(params, dict) and params.get(name) is not None:
+                raise CheckpointError(prefix, f"config {key}.{name} "
+                                      f"{shown_value(params[name])}: {what}, which qkv does "
+                                      "not compute; refused")
+    for key, what in FAMILY_REFUSED_KEYS.get(model, ()):
+        if config.get(key) is not None:
+            raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
+                                  f"{family.title}'s {key} is {what}; refused")
     for key, what in REFUSED_KEYS:
         if is_set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "
@@ -372,7 +388,7 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     elif naming in ("neox", "falcon"):
         modules = ("query_key_value", "dense")
     elif naming == "mpt":
-        modules = ("Wqkv", "out_proj")
+        modules = ("Wqkv", family.out)
     elif naming in ("codegen", "blocks"):
         modules = ("qkv_proj", family.out)
     else:
@@ -435,7 +451,8 @@ def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | 
     span, offset = QK_NORMS[model]
     eps = positive(settings.get("rms_norm_eps"), "rms_norm_eps", prefix)
     return NormFunction(span, eps, offset,
-                        modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")))
+                        modules=QK_NORM_MODULES.get(model, ("q_norm", "k_norm")),
+                        after="rope" if model in QK_NORM_AFTER_ROPE else "projection")
 
 
 def _mpt(config: dict[str, Any], heads: int, head_dim: int,
@@ -480,9 +497,10 @@ def _layer_type(config: dict[str, Any], model: str, index: int | None, prefix: s
     if model not in LAYER_PATTERNS:  # saved configs list them; older ones qkv does not guess
         raise CheckpointError(prefix, f"config gives no layer_types: qkv does not derive which "
                               f"of {title}'s layers slide; refused (give layer_types)")
-    key, fixed = LAYER_PATTERNS[model]
+    key, fixed, offset = LAYER_PATTERNS[model]
     pattern = fixed if key is None else int_value({**DEFAULTS[model], **config}, prefix, key)
-    return "sliding_attention" if pattern is None or (index + 1) % pattern else "full_attention"
+    return ("sliding_attention" if pattern is None or (index + offset) % pattern
+            else "full_attention")
 
 
 def _bloom_slopes(heads: int) -> list[float]:
@@ -722,6 +740,8 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
             raise CheckpointError(prefix, "config sliding_window null, but this layer is a "
                                   "\"sliding_attention\" one (layer_types or the family's "
                                   "pattern): transformers cannot run it; refused")
+    elif rule == "two_sided":  # ModernBERT, UltraBERT: |i - j| <= reach on sliding layers
+        return _two_sided_window(config, model, index, prefix)
     elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
         key, sliding = "sliding_window", True
     elif rule == "qwen3_moe":  # Qwen3MoeConfig: sliding_window only with use_sliding_window,
@@ -776,3 +796,25 @@ def _window(config: dict[str, Any], model: str, rule: str | None, index: int | N
         raise CheckpointError(prefix, f"config {key} must be a positive integer or null, got "
                               f"{shown_value(window)}")
     return window
+
+
+def _two_sided_window(config: dict[str, Any], model: str, index: int | None,
+                      prefix: str) -> int | None:
+    """A bidirectional family's window on its sliding layers (:data:`TWO_SIDED_WINDOWS`):
+    transformers' mask lets query ``i`` see key ``j`` when ``|i - j| <= reach``, the
+    fixture's ``window`` is ``reach + 1`` (``|i - j| < window``); ``None`` on a full layer."""
+    if _layer_type(config, model, index, prefix) != "sliding_attention":
+        return None
+    key, divisor = TWO_SIDED_WINDOWS[model]
+    value = {**DEFAULTS.get(model, {}), **config}.get(key)
+    if type(value) is not int or value <= 0:
+        raise CheckpointError(prefix, f"config {key} must be a positive integer on a sliding "
+                              f"layer, got {shown_value(value)}")
+    reach = value // divisor
+    said = config.get("sliding_window")
+    if key != "sliding_window" and said is not None and said != reach:
+        # ModernBertConfig's sliding_window sets local_attention to twice it
+        raise CheckpointError(prefix, f"config sliding_window {shown_value(said)} and {key} "
+                              f"{shown_value(value)} disagree ({key} // {divisor} is the "
+                              "reach; two spellings of one setting)")
+    return reach + 1

@@ -19,6 +19,7 @@ from qkvcli.authoring.model_families import (
     ROPE_THETA,
     ROTARY_DIM,
     SCALED_BY_DEFAULT,
+    SCALING_ON_EVERY_TYPE,
     TYPE_THETAS,
 )
 from qkvcli.core.errors import QkvError
@@ -305,7 +306,8 @@ def type_rope(config: dict[str, Any], model: str, layer_type: str, dims: int, la
             raise CheckpointError(prefix, f"config {where} must be an object or null")
         entry = dict(raw)
     update = config.get("rope_scaling")
-    if layer_type == "full_attention" and isinstance(update, dict) and update:
+    if (layer_type == "full_attention" or model in SCALING_ON_EVERY_TYPE) and isinstance(
+            update, dict) and update:
         entry = {"rope_type": "default", **entry, **update}  # the config's .update(rope_scaling)
         where = "rope_scaling"
     for key, value in entry.items():

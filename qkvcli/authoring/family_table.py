@@ -12,6 +12,7 @@ from qkvcli.authoring.model_families import (
     LAYER_NORMS,
     OUT_BIAS_PARAMETERS,
     PARTIAL_ROTARY,
+    QK_NORM_AFTER_ROPE,
     QK_NORM_FLAGS,
     QK_NORMS,
     REFUSED_MODELS,
@@ -34,7 +35,8 @@ MASKS = {"yes": "causal", "no": "bidirectional", "decoder": "causal when is_deco
 WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_sliding_window",
            "qwen2": "sliding layers by max_window_layers or layer_types",
            "smollm3": "sliding layers by layer_types", "gemma2": "sliding layers by layer_types",
-           "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers"}
+           "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers",
+           "two_sided": "a two-sided window on the sliding layers by layer_types"}
 SCALES = {"gpt2": "scale_attn_weights, scale_attn_by_inverse_layer_idx",
           "bigcode": "scale_attn_weights", "gemma2": "scale query_pre_attn_scalar^-0.5",
           "granite": "scale attention_multiplier", "one": "unscaled scores",
@@ -66,7 +68,8 @@ def pieces(model_type: str, family: ModelFamily) -> str:
     if model_type in QK_NORMS:
         span = QK_NORMS[model_type][0]
         flag = f" with {QK_NORM_FLAGS[model_type]}" if model_type in QK_NORM_FLAGS else ""
-        parts.append(f"q/k RMSNorm over the {span}{flag}")
+        after = " after RoPE" if model_type in QK_NORM_AFTER_ROPE else ""
+        parts.append(f"q/k RMSNorm over the {span}{after}{flag}")
     if model_type in LAYER_NORMS:
         parts.append(f"q/k LayerNorm with {LAYER_NORMS[model_type][0]}")
     if model_type in CLIP_QKV:

@@ -186,6 +186,11 @@ _FAMILIES = (
     ("minimax_m2", ModelFamily("MiniMax-M2", "linear", "yes", "half", "MiniMaxM2", path=_LAYERS,
                                biases="none")),
     ("hy_v3", ModelFamily("Hunyuan V3", "linear", "yes", "half", "HYV3", path=_LAYERS)),
+    # their q/k norm after RoPE (QK_NORM_AFTER_ROPE)
+    ("hunyuan_v1_dense", ModelFamily("Hunyuan V1 dense", "linear", "yes", "half",
+                                     "HunYuanDenseV1", path=_LAYERS)),
+    ("hunyuan_v1_moe", ModelFamily("Hunyuan V1 MoE", "linear", "yes", "half", "HunYuanMoEV1",
+                                   path=_LAYERS)),
     # the text towers of CLIP's kin (CLIP's attention; causal where the model masks)
     *((model_type, ModelFamily(title, "linear", causal, None, classes, out="out_proj",
                                path=r"encoder\.layers\.[^.]+\.self_attn\.", biases="all"))
@@ -226,6 +231,11 @@ _FAMILIES = (
                                        "JinaEmbeddingsV3", out="out_proj",
                                        path=r"encoder\.layers\.[^.]+\.mixer\.", biases="all")),
     ("eurobert", ModelFamily("EuroBERT", "linear", "no", "half", "EuroBert", path=_LAYERS)),
+    # rotated encoders whose local layers see a two-sided window (TWO_SIDED_WINDOWS)
+    ("modernbert", ModelFamily("ModernBERT", "mpt", "no", "half", "ModernBert",
+                               window="two_sided", out="Wo", path=r"layers\.[^.]+\.attn\.")),
+    ("ultrabert", ModelFamily("UltraBERT", "linear", "no", "half", "Ultrabert",
+                              window="two_sided", path=_LAYERS)),
     # BART's attention in other encoder-decoders and decoders
     *((model_type, ModelFamily(title, "linear", "prefix", None, classes, out="out_proj",
                                path=_SIDES, biases="all"))
@@ -298,14 +308,8 @@ REFUSED_MODELS = {
     "funnel": "pooled queries and relative attention",
     "xlnet": "two-stream relative attention",
     "esm": "RoPE applied to BERT's query and key after a query scale",
-    **{model_type: "a two-sided (bidirectional) sliding window on its local layers, which a "
-                   "fixture cannot say (its window narrows the causal mask only)"
-       for model_type in ("modernbert", "ultrabert")},
     "mobilebert": "values projected from another input than the queries and keys (its "
                   "bottleneck), which a fixture cannot give (it holds one input)",
-    **{model_type: "a q/k RMSNorm applied after RoPE (query_layernorm, key_layernorm), "
-                   "which a fixture cannot say (its qk_norm comes before RoPE)"
-       for model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe")},
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
@@ -419,6 +423,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "sliding_window": 4096, "head_dim": 256},
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
                "sliding_window": 4096, "head_dim": 256},
+    "modernbert": {"local_attention": 128, "global_attn_every_n_layers": 3},
+    "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},
+    "hunyuan_v1_moe": {"rms_norm_eps": 1e-5},
+    "ultrabert": {"sliding_window": 128},
 }
 """What each family's transformers config assumes when its config.json leaves a key
 out (an older or hand-written config): read as transformers would read it."""
@@ -451,7 +459,8 @@ QK_NORMS = {"qwen3": ("head", 0.0), "qwen3_moe": ("head", 0.0), "olmo2": ("layer
             "apertus": ("head", 0.0), "exaone4": ("head", 0.0), "exaone_moe": ("head", 0.0),
             "mellum": ("head", 0.0), "lfm2": ("head", 0.0), "apertus1p5_text": ("head", 0.0),
             "kolibri1": ("head", 0.0), "olmo_hybrid": ("layer", 0.0), "lara_mini": ("head", 0.0),
-            "minimax_m2": ("layer", 0.0), "hy_v3": ("head", 0.0)}
+            "minimax_m2": ("layer", 0.0), "hy_v3": ("head", 0.0),
+            "hunyuan_v1_dense": ("head", 0.0), "hunyuan_v1_moe": ("head", 0.0)}
 """The families whose Q and K pass a learned RMSNorm (``q_norm``/``k_norm``): over each
 head alone or the layer's whole width, and the offset added to the weight."""
 
@@ -491,11 +500,15 @@ another value is refused (the checkpoint was trained for a function transformers
 not run)."""
 
 
-LAYER_PATTERNS = {"gemma3_text": ("sliding_window_pattern", None),
-                  "olmo3": (None, 4), "cohere2": ("sliding_window_pattern", None)}
+LAYER_PATTERNS = {"gemma3_text": ("sliding_window_pattern", None, 1),
+                  "olmo3": (None, 4, 1), "cohere2": ("sliding_window_pattern", None, 1),
+                  "modernbert": ("global_attn_every_n_layers", None, 0),
+                  "ultrabert": (None, 3, 1)}
 """How a family's config derives ``layer_types`` when it gives none: every N-th layer
 is full and the others slide, N read from a key (Gemma3TextConfig's
-``sliding_window_pattern``, default 6) or fixed (Olmo3Config: 4)."""
+``sliding_window_pattern``, default 6) or fixed (Olmo3Config: 4); layer ``i`` is full
+when ``(i + offset) % N == 0`` (the third number: 1, the N-th layer; ModernBERT's 0, the
+first)."""
 
 
 TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
@@ -504,6 +517,10 @@ TYPE_THETAS: dict[str, dict[str, tuple[str | None, float]]] = {
                     "sliding_attention": ("rope_local_base_freq", 10_000.0)},
     "olmo3": {"full_attention": ("rope_theta", 500_000.0),
               "sliding_attention": (None, 500_000.0)},
+    "modernbert": {"full_attention": ("global_rope_theta", 160_000.0),
+                   "sliding_attention": ("local_rope_theta", 10_000.0)},
+    "ultrabert": {"full_attention": (None, 2_560_000.0),
+                  "sliding_attention": (None, 10_000.0)},
 }
 """The families whose RoPE theta is per type of layer (``rope_parameters`` keyed by
 ``layer_types``' types): each type's flat spelling (``None``: none) and its default."""
@@ -563,7 +580,9 @@ ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
 """The families whose attention turns Q and K only when a config key has a value."""
 
 
-QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm")}
+QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm"),
+                   "hunyuan_v1_dense": ("query_layernorm", "key_layernorm"),
+                   "hunyuan_v1_moe": ("query_layernorm", "key_layernorm")}
 """The families of :data:`QK_NORMS` whose norms' modules have other names."""
 
 
@@ -592,3 +611,42 @@ OUT_BIAS_PARAMETERS = {"gpt_neox_japanese": "dense_bias"}
 (added to the layer's output outside the module), held by the last layer alone:
 GPT-NeoX Japanese's ``dense_bias`` (``use_bias`` only where ``layer_number ==
 num_hidden_layers - 1``)."""
+
+
+TWO_SIDED_WINDOWS = {"modernbert": ("local_attention", 2), "ultrabert": ("sliding_window", 1)}
+"""The bidirectional families whose sliding layers see a two-sided window: the key and
+what it is divided by to give the reach ``r`` on either side, where transformers' mask
+(``create_bidirectional_sliding_window_mask``) lets query ``i`` see key ``j`` when
+``|i - j| <= r``: ModernBERT's ``sliding_window`` is ``local_attention // 2``,
+UltraBERT's is its own. The fixture's window is ``r + 1`` (``|i - j| < window``)."""
+
+
+SCALING_ON_EVERY_TYPE = ("modernbert",)
+"""The families of :data:`TYPE_THETAS` whose config applies a ``rope_scaling`` to every
+layer type (ModernBertConfig updates both entries), not to the full layers only."""
+
+
+FAMILY_REFUSED_KEYS = {
+    "ultrabert": (("rope_theta", "a theta per layer type zipped with layer_types "
+                   "(UltrabertConfig reads it as a list, and a number raises); give "
+                   "rope_parameters per layer type"),
+                  ("attention_windows", "a window per layer from which UltrabertConfig "
+                   "derives layer_types and sliding_window; give those"),
+                  ("rope_scaling", "a scaling UltrabertConfig does not read per layer type; "
+                   "give rope_parameters per layer type")),
+}
+"""Config keys a family's config class reads in a way qkv does not follow: refused when
+set, naming what they do."""
+
+
+QK_NORM_AFTER_ROPE = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+"""The families of :data:`QK_NORMS` whose norm normalises the rotated Q and K (Hunyuan
+V1: ``apply_rotary_pos_emb``, then ``query_layernorm`` and ``key_layernorm``)."""
+
+
+ROPE_REFUSED_PARAMETERS = {
+    model_type: ("alpha", "NTK alpha scaling (a fixed alpha stretching the base, which "
+                 "HunYuan's rotary module computes as its own ntk_alpha type)")
+    for model_type in QK_NORM_AFTER_ROPE}
+"""RoPE parameters a family's rotary module reads that qkv does not compute: refused
+when set in ``rope_parameters`` or ``rope_scaling``, naming them."""

@@ -51,6 +51,7 @@ import numpy as np
 
 from qkvcli.attention.maths import (
     ALIBI_ROUNDINGS,
+    QK_NORM_AFTER,
     QK_NORM_KINDS,
     QK_NORM_SPANS,
     ROPE_LAYOUTS,
@@ -116,7 +117,7 @@ SCALING_OPTIONAL = ("beta_fast", "beta_slow", "truncate", "attention_factor", "m
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
-QK_NORM_KEYS = ("kind", "span", "eps", "offset")
+QK_NORM_KEYS = ("kind", "span", "eps", "offset", "after")
 PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
                   "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
 
@@ -128,6 +129,7 @@ class NormSpec(Record):
     eps: float  # added to the mean square (the variance)
     offset: float = 0.0  # added to the weight before it multiplies (Gemma 3's 1 + weight)
     kind: str = "rms"  # "rms": RMSNorm; "layer": LayerNorm (the mean subtracted first)
+    after: str = "projection"  # "rope": the rotated Q and K normalised (Hunyuan V1)
 
 
 class NormKeys(Protocol):
@@ -141,6 +143,8 @@ class NormKeys(Protocol):
     def eps(self) -> float: ...
     @property
     def offset(self) -> float: ...
+    @property
+    def after(self) -> str: ...
 
 
 class LayerPieces(Protocol):
@@ -182,7 +186,9 @@ def pieces_document(function: LayerPieces) -> dict[str, Any]:
     norm = function.qk_norm
     if norm is not None:
         named = {} if norm.kind == "rms" else {"kind": norm.kind}  # RMSNorm: the default
-        found["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset}
+        after = {} if norm.after == "projection" else {"after": norm.after}  # the default
+        found["qk_norm"] = {**named, "span": norm.span, "eps": norm.eps, "offset": norm.offset,
+                            **after}
     return found
 
 
@@ -196,7 +202,7 @@ class LayerFunction(Record):
     scale: float | None  # the score factor; None: 1/sqrt(d_k)
     independent: bool  # "value_width": "independent": d_v is the value weight's own
     architecture: str | None  # the model the fixture says it was read from
-    window: int | None = None  # a causal mask's sliding window: the keys a query sees
+    window: int | None = None  # a sliding window: causal, the latest keys; else two-sided
     softcap: float | None = None  # the scaled scores become softcap * tanh(Z / softcap)
     alibi: tuple[float, ...] | None = None  # one ALiBi slope per head: slope_h * j added
     clip_qkv: float | None = None  # the projections clamped to [-clip_qkv, clip_qkv]
@@ -465,7 +471,7 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     architecture = data.get("architecture")
     if architecture is not None and not isinstance(architecture, str):
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
-    window = _window(data.get("window"), bool(said) or causal)
+    window = _window(data.get("window"))
     softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     alibi = _alibi(data.get("alibi"))
     scaled, rounding = _alibi_form(data, alibi is not None)
@@ -494,8 +500,10 @@ def _alibi_form(data: dict[str, Any], alibi: bool) -> tuple[bool, str | None]:
 
 def _qk_norm(raw: Any) -> NormSpec | None:
     """``qk_norm``: ``{"kind": "rms" | "layer", "span": "head" | "layer", "eps": positive,
-    "offset": number}`` (``kind`` optional, ``"rms"``; ``offset`` optional, 0; ``None``:
-    no norm)."""
+    "offset": number, "after": "projection" | "rope"}`` (``kind`` optional, ``"rms"``;
+    ``offset`` optional, 0; ``after`` optional, ``"projection"``: the norm comes before
+    RoPE, ``"rope"``: it normalises the rotated Q and K, each head alone; ``None``: no
+    norm)."""
     if raw is None:
         return None
     keyed_object(raw, "$.qk_norm", QK_NORM_KEYS, ("span", "eps"))
@@ -515,7 +523,16 @@ def _qk_norm(raw: Any) -> NormSpec | None:
             abs(offset) < float("inf")):
         raise FixtureError("$.qk_norm.offset", f"expected a finite number, got "
                            f"{json_type_name(offset)}")
-    return NormSpec(str(span), _number(raw["eps"], "$.qk_norm.eps"), float(offset), str(kind))
+    eps = _number(raw["eps"], "$.qk_norm.eps")
+    after = raw.get("after", "projection")
+    if after not in QK_NORM_AFTER:
+        raise FixtureError("$.qk_norm.after", '"projection" (the norm before RoPE) or "rope" '
+                           "(the rotated Q and K normalised), got "
+                           + (repr(after) if isinstance(after, str) else json_type_name(after)))
+    if after == "rope" and span != "head":
+        raise FixtureError("$.qk_norm.after", 'a norm after RoPE normalises each rotated head '
+                           'alone: it needs "span": "head"')
+    return NormSpec(str(span), eps, float(offset), str(kind), str(after))
 
 
 def _alibi(raw: Any) -> tuple[float, ...] | None:
@@ -539,17 +556,16 @@ def _alibi(raw: Any) -> tuple[float, ...] | None:
     return tuple(slopes)
 
 
-def _window(raw: Any, causal: bool) -> int | None:
-    """``window``: a positive integer, only with the causal mask it narrows (``None``: none)."""
+def _window(raw: Any) -> int | None:
+    """``window``: a positive integer (``None``: none). With the causal mask a query sees
+    the ``window`` latest keys, itself included; without it the window is two-sided, the
+    keys less than ``window`` positions away on either side (``|i - j| < window``)."""
     if raw is None:
         return None
     if not is_json_int(raw) or raw < 1:
         raise FixtureError("$.window", f"expected a positive integer, got {json_type_name(raw)}"
                            if not is_json_int(raw) else f"must be at least 1, got {raw}")
-    if not causal:
-        raise FixtureError("$.window", "a sliding window narrows the causal mask: the "
-                           'fixture needs "causal": true')
-    # a window longer than any input qkv reads sees every earlier key: the full mask
+    # a window longer than any input qkv reads sees every key it could: no window at all
     return int(min(raw, 1 << 62))
 
 

@@ -346,9 +346,12 @@ def formula_of(c: AttendConfig) -> str:
     if (c.rope is None and not c.scale_given and c.softcap is None and c.alibi is None
             and c.qk_norm is None):
         return FORMULA
-    q, k = ("norm(Q)", "norm(K)") if c.qk_norm is not None else ("Q", "K")
+    after = c.qk_norm is not None and c.qk_norm.after == "rope"
+    q, k = ("norm(Q)", "norm(K)") if c.qk_norm is not None and not after else ("Q", "K")
     if c.rope is not None:
         q, k = f"rope({q})", f"rope({k})"
+    if after:
+        q, k = f"norm({q})", f"norm({k})"
     scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
     rounded = "bf16(slope_h j)" if c.alibi_rounding == "bfloat16" else "slope_h j"
     if c.alibi is not None and c.alibi_scaled:  # Falcon: the bias scaled with the scores
@@ -383,8 +386,9 @@ def _function_lines(c: AttendConfig) -> list[str]:
         parts.append(f"clip_qkv:{c.clip_qkv!r}")
     if c.qk_norm is not None:  # an RMSNorm, the default kind, says no kind
         kind = "" if c.qk_norm.kind == "rms" else f"kind={c.qk_norm.kind},"
+        after = "" if c.qk_norm.after == "projection" else f",after={c.qk_norm.after}"
         parts.append(f"qk_norm:{kind}span={c.qk_norm.span},eps={c.qk_norm.eps!r}"
-                     f",offset={c.qk_norm.offset!r}")
+                     f",offset={c.qk_norm.offset!r}{after}")
     return [f"function={' '.join(parts)}"] if parts else []
 
 
