@@ -35,7 +35,7 @@ from tests.test_real_models import (  # noqa: E402  (after the skips)
     own_gradients,
     qkv_layer,
 )
-from tests.test_real_models_scaling import float64_tables  # noqa: E402
+from tests.test_real_models_scaling import float64_tables, float64_torch  # noqa: E402
 
 __all__ = ["float64_attention", "float64_softmax"]  # fixtures used by name below
 
@@ -559,6 +559,93 @@ def test_a_hybrid_stacks_softmax_layer_matches_its_own_attention_module(
         made = real_models._init(folder, "--prefix", prefix.replace(".1.", ".0."), "--force")
         assert made.exit_code == 2  # the hybrid's other kind of layer is no attention to read
 
+
+
+_RECURRENT_GEMMA = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 3,
+                    "intermediate_size": 8, "vocab_size": 11, "lru_width": 16}
+# id, its arguments, the attention block's layer, what the fixture must say
+RECURRENT_GEMMA = [
+    ("mqa-window-partial", {"num_key_value_heads": 1, "attention_window_size": 3}, 2,
+     {"kv_heads": 1, "window": 3, "rope": {"theta": 10000.0, "dims": 4, "layout": "half"}}),
+    ("biases-theta-first-block", {"attention_bias": True, "attention_window_size": 2,
+                                  "block_types": ["attention", "recurrent"],
+                                  "rope_parameters": {"rope_type": "default", "rope_theta": 500.0,
+                                                      "partial_rotary_factor": 0.25}},
+     2, {"window": 2, "rope": {"theta": 500.0, "dims": 2, "layout": "half"}}),
+]
+
+
+class _Float64Rotary(torch.nn.Module):  # type: ignore[misc]
+    """A rotary module run with torch's float32 read as float64 (its own code, in float64)."""
+
+    def __init__(self, rotary: Any) -> None:
+        super().__init__()
+        self.rotary = rotary
+
+    def forward(self, x: Any, position_ids: Any) -> Any:
+        with float64_torch():
+            return self.rotary(x, position_ids)
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("arguments", "layer", "said"), [c[1:] for c in RECURRENT_GEMMA],
+                         ids=[c[0] for c in RECURRENT_GEMMA])
+def test_recurrent_gemmas_attention_block_matches_its_own_module(
+        tmp_path: Path, arguments: dict[str, Any], layer: int, said: dict[str, Any]) -> None:
+    """RecurrentGemma's attention blocks (``block_types`` cycled over the layers): grouped
+    K/V heads, partial rotary, every block sliding by ``attention_window_size``, ``o_proj``
+    always biased. Its rotary module sits inside the attention and computes its tables in
+    float32; here the same module class, built and run in float64, replaces it, its
+    tables checked against the model's own to float32 rounding."""
+    config = transformers.RecurrentGemmaConfig(**_RECURRENT_GEMMA, **arguments)
+    model, folder = build(tmp_path, "recurrent-gemma", config)
+    prefix = f"layers.{layer}.temporal_block."
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    for key, value in said.items():
+        assert document.get(key) == value, (key, document.get(key))
+    assert TOKENS > document["window"]
+    module = model.get_submodule(prefix.rstrip("."))
+    with float64_torch():
+        fresh = type(module.rotary_emb)(model.config)
+    positions = torch.arange(TOKENS)[None]
+    x = torch.zeros(1, dtype=torch.float64)
+    for ours, theirs in zip(_Float64Rotary(fresh)(x, positions),
+                            module.rotary_emb(x, positions), strict=True):
+        assert ours.dtype == torch.float64
+        assert float((ours - theirs).abs().max()) < 1e-6
+    module.rotary_emb = _Float64Rotary(fresh)
+    y, a, x, _ = model_run(model, prefix, evidence)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in QKVO)))
+
+
+@pytest.mark.parametrize(("edits", "prefix", "words"), [
+    ({}, "layers.0.temporal_block.",
+     'config block_types makes layer 0 a "recurrent" block'),
+    ({"block_types": ["recurrent", "local"]}, "layers.1.temporal_block.",
+     'config block_types must be a non-empty list of "attention" and "recurrent"'),
+    ({"layer_types": ["sliding_attention"] * 3}, "layers.2.temporal_block.",
+     "config layer_types [\"sliding_attention\", \"sliding_attention\", "
+     "\"sliding_attention\"]: RecurrentGemma's layer_types is derived from block_types"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+     "layers.2.temporal_block.", "config rope_parameters.rope_type is \"linear\""),
+    ({"attention_window_size": None}, "layers.2.temporal_block.",
+     "config attention_window_size null, but this layer is a sliding one"),
+    ({"sliding_window": 5}, "layers.2.temporal_block.",
+     "config attention_window_size 3 and sliding_window 5 disagree"),
+], ids=["recurrent-block", "unknown-block-type", "layer-types", "rope-scaling", "null-window",
+        "two-window-spellings"])
+def test_a_recurrent_gemma_layer_qkv_does_not_compute_is_refused_by_its_key(
+        tmp_path: Path, edits: dict[str, Any], prefix: str, words: str) -> None:
+    from tests.test_real_models import _edit_config, _init
+
+    config = transformers.RecurrentGemmaConfig(**_RECURRENT_GEMMA, num_key_value_heads=1,
+                                               attention_window_size=3)
+    _, folder = build(tmp_path, "recurrent-gemma", config)
+    _edit_config(folder, **edits)
+    made = _init(folder, "--prefix", prefix, "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
 
 
 @pytest.mark.parametrize("flat", [1.0, 0.25])

@@ -28,6 +28,7 @@ from qkvcli.authoring.checkpoint import (
     shown_value,
 )
 from qkvcli.authoring.config_layers import (
+    check_block_type,
     layer_type_of,
     listed_type,
     uses_rope,
@@ -208,6 +209,7 @@ def _config_family(config: dict[str, Any], prefix: str) -> str:
         if config.get(key) is not None:
             raise CheckpointError(prefix, f"config {key} {shown_value(config[key])}: "
                                   f"{family.title}'s {key} is {what}; refused")
+    check_block_type(config, model, layer_index(prefix), prefix)
     for key, what in REFUSED_KEYS:
         if is_set(settings, key):
             raise CheckpointError(prefix, f"config {key} asks for {what}, which qkv does not "

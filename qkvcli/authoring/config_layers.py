@@ -13,6 +13,7 @@ from qkvcli.authoring.checkpoint import (
 )
 from qkvcli.authoring.config_values import flag_value, int_value
 from qkvcli.authoring.model_families import (
+    BLOCK_TYPES,
     DEFAULTS,
     FAMILIES,
     HYBRID_LAYERS,
@@ -128,6 +129,8 @@ def window_of(config: dict[str, Any], model: str, rule: str | None, index: int |
             raise CheckpointError(prefix, "config sliding_window null, but this layer is a "
                                   "\"sliding_attention\" one (layer_types or the family's "
                                   "pattern): transformers cannot run it; refused")
+    elif rule == "blocks":  # RecurrentGemma: every attention block slides (check_block_type)
+        key, sliding = "sliding_window", True
     elif rule == "two_sided":  # ModernBERT, UltraBERT: |i - j| <= reach on sliding layers
         return two_sided_window(config, model, index, prefix)
     elif rule == "all":  # Mistral, Mixtral, Starcoder2: every layer, when set
@@ -177,9 +180,11 @@ def window_of(config: dict[str, Any], model: str, rule: str | None, index: int |
         return None
     if window is None:  # transformers' sliding mask needs a window: it raises, never slides
         # the whole sequence, so a PASS for full attention would not be the model's
+        why = {"gpt_neo": "attention_layers or the family's pattern",
+               "blocks": "every attention block of block_types slides"}.get(
+            rule, "layer_types or the family's pattern")
         raise CheckpointError(prefix, f"config {key} null, but this layer is a sliding one "
-                              f"({'attention_layers' if rule == 'gpt_neo' else 'layer_types'} "
-                              "or the family's pattern): transformers cannot run it; refused")
+                              f"({why}): transformers cannot run it; refused")
     if type(window) is not int or window <= 0:
         raise CheckpointError(prefix, f"config {key} must be a positive integer or null, got "
                               f"{shown_value(window)}")
@@ -242,3 +247,44 @@ def uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: str
         raise CheckpointError(prefix, "config no_rope_layers has no entry for this layer "
                               f"(the prefix's layer number {shown_value(index)})")
     return bool(flags[index] == 1)
+
+
+def check_block_type(config: dict[str, Any], model: str, index: int | None,
+                     prefix: str) -> None:
+    """Refuse a layer of a hybrid whose kinds cycle through a config list
+    (:data:`BLOCK_TYPES`, RecurrentGemma's ``block_types``) unless it is softmax attention:
+    layer ``i`` is entry ``i % len(list)``, as the family's config repeats it. Raises
+    :class:`CheckpointError` naming the key."""
+    if model not in BLOCK_TYPES:
+        return
+    key, attention, others, repeats = BLOCK_TYPES[model]
+    settings = {**DEFAULTS.get(model, {}), **config}
+    blocks = settings.get(key)
+    kinds = (attention, *others)
+    if (not isinstance(blocks, list) or not blocks
+            or any(not isinstance(kind, str) or kind not in kinds for kind in blocks)):
+        # the family's model reads any other entry as attention: never guess it meant that
+        wanted = " and ".join(f'"{kind}"' for kind in kinds)
+        raise CheckpointError(prefix, f"config {key} must be a non-empty list of {wanted}, "
+                              f"got {shown_value(blocks)}")
+    title = FAMILIES[model].title
+    said = "" if key in config else " (the family's default: config.json leaves it out)"
+    if index is None:
+        raise CheckpointError(prefix, f"config {key}{said}: {title}'s layers cycle through "
+                              "it, and qkv needs the layer's number in the prefix")
+    count = int_value(settings, prefix, "num_hidden_layers")
+    if count is not None and index >= count:
+        raise CheckpointError(prefix, f"the prefix names layer {index}, but config "
+                              f"num_hidden_layers is {count}"
+                              f"{'' if 'num_hidden_layers' in config else ' (its default)'}: "
+                              "the model built from config.json has no such layer")
+    if index >= repeats * len(blocks):
+        raise CheckpointError(prefix, f"the prefix names layer {index}, but {title}'s config "
+                              f"repeats {key} {repeats} times ({repeats * len(blocks)} "
+                              "layers): transformers cannot build that layer; refused")
+    kind = blocks[index % len(blocks)]
+    if kind != attention:
+        raise CheckpointError(prefix, f"config {key}{said} makes layer {index} a "
+                              f"{shown_value(kind)} block (entry {index % len(blocks)} of the "
+                              f"list, cycled over the layers): not a softmax attention layer; "
+                              f"qkv computes {title}'s {shown_value(attention)} blocks only")

@@ -11,6 +11,7 @@ from typing import Any
 from qkvcli.authoring.checkpoint import CheckpointError, RopeSpec, shown_value
 from qkvcli.authoring.config_values import one_of, positive
 from qkvcli.authoring.model_families import (
+    DEFAULT_ROPE_ONLY,
     DEFAULTS,
     FAMILIES,
     FORCED_FLAT_FACTOR,
@@ -53,7 +54,8 @@ def check_rope_type(config: dict[str, Any], model: str, prefix: str) -> None:
     CodeGen's own, none at all) or one whose RoPE is per layer type
     (:data:`TYPE_THETAS`, read by :func:`_type_rope`). The others' are read by
     :func:`_scaling`."""
-    scaled = FAMILIES[model].rope is not None and model not in ("gptj", "codegen")
+    scaled = FAMILIES[model].rope is not None and model not in (
+        "gptj", "codegen", *DEFAULT_ROPE_ONLY)
     for key in ("rope_parameters", "rope_scaling"):
         params = config.get(key)
         if params is None:
@@ -67,7 +69,9 @@ def check_rope_type(config: dict[str, Any], model: str, prefix: str) -> None:
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
             why = (f"{model}'s config keys its RoPE by layer type and ignores a flat one"
-                   if flat else f"{model}'s attention has no RoPE tables that read it")
+                   if flat else f"{model}'s rotary module computes the default RoPE only "
+                   "(transformers raises for another type)" if model in DEFAULT_ROPE_ONLY
+                   else f"{model}'s attention has no RoPE tables that read it")
             raise CheckpointError(prefix, f"config {key}.rope_type is {shown_value(rope_type)}: "
                                   f"{why}; refused")
 

@@ -7,7 +7,9 @@ alone, so the listing cannot drift from what ``qkv init`` reads. No I/O.
 from __future__ import annotations
 
 from qkvcli.authoring.model_families import (
+    BLOCK_TYPES,
     CLIP_QKV,
+    DEFAULT_ROPE_ONLY,
     FAMILIES,
     LAYER_NORMS,
     OUT_BIAS_PARAMETERS,
@@ -36,7 +38,8 @@ WINDOWS = {"all": "sliding window", "qwen3_moe": "sliding window with use_slidin
            "qwen2": "sliding layers by max_window_layers or layer_types",
            "smollm3": "sliding layers by layer_types", "gemma2": "sliding layers by layer_types",
            "types": "sliding layers by layer_types", "gpt_neo": "local layers by attention_layers",
-           "two_sided": "a two-sided window on the sliding layers by layer_types"}
+           "two_sided": "a two-sided window on the sliding layers by layer_types",
+           "blocks": "sliding window on every attention block"}
 SCALES = {"gpt2": "scale_attn_weights, scale_attn_by_inverse_layer_idx",
           "bigcode": "scale_attn_weights", "gemma2": "scale query_pre_attn_scalar^-0.5",
           "granite": "scale attention_multiplier", "one": "unscaled scores",
@@ -61,6 +64,9 @@ def pieces(model_type: str, family: ModelFamily) -> str:
         parts.append(rope + ")")
     if family.window is not None:
         parts.append(WINDOWS[family.window])
+    if model_type in BLOCK_TYPES:
+        key, attention = BLOCK_TYPES[model_type][:2]
+        parts.append(f"the {attention} blocks of {key} only")
     if family.scale is not None:
         parts.append(SCALES[family.scale])
     if model_type in SOFTCAP:
@@ -90,8 +96,10 @@ def families_text() -> str:
              "(model_type: its title and the pieces of its attention):"]
     lines += [f"  {name:<{width}}{family.title}: {pieces(name, family)}"
               for name, family in sorted(FAMILIES.items())]
+    unscaled = ", ".join(FAMILIES[m].title + "'s" for m in DEFAULT_ROPE_ONLY)
     lines += ["", f"RoPE scaling ({scalings}) is read wherever a family's RoPE tables read "
-              "it (not GPT-J's or CodeGen's own tables).", "",
+              f"it (not GPT-J's or CodeGen's own tables; {unscaled} computes the default "
+              "alone).", "",
               f"qkv refuses {len(REFUSED_MODELS)} model families by name (model_type: what "
               "its attention adds that qkv does not compute):"]
     lines += [f"  {name:<{width}}{why}" for name, why in sorted(REFUSED_MODELS.items())]

@@ -220,6 +220,10 @@ _FAMILIES = (
                                      "GraniteMoeHybrid", scale="granite", path=_LAYERS)),
     ("nemotron_h", ModelFamily("Nemotron-H", "linear", "yes", None, "NemotronH",
                                path=r"layers\.[^.]+\.mixer\.", biases="none")),
+    # its attention blocks among recurrent ones (BLOCK_TYPES); o_proj always biased
+    ("recurrent_gemma", ModelFamily("RecurrentGemma", "linear", "yes", "half", "RecurrentGemma",
+                                    window="blocks", path=r"layers\.[^.]+\.temporal_block\.",
+                                    biases="attention_bias|all")),
     # bidirectional encoders with LLaMA's rotated attention
     # (their checkpoints keep their own packed names, which transformers splits on loading:
     # GTE's qkv_proj as Phi-3's, Nomic's and Jina's Wqkv as MPT's, query|key|value rows)
@@ -329,7 +333,7 @@ REFUSED_MODELS = {
     "inkling2_text": "attention sinks projected from the input, and convolved keys",
     "muse_glimmer_text": "an output gate on the attention (gate_proj)",
     **{model_type: "a hybrid stack whose softmax layers qkv does not yet read"
-       for model_type in ("recurrent_gemma", "zamba", "zamba2", "lfm2_moe")},
+       for model_type in ("zamba", "zamba2", "lfm2_moe")},
     **{model_type: "a multimodal RoPE (positions per modality section)"
        for model_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "qwen3_vl_text")},
     **{model_type: "a multimodal model in one config: give its text model's own config"
@@ -427,6 +431,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},
     "hunyuan_v1_moe": {"rms_norm_eps": 1e-5},
     "ultrabert": {"sliding_window": 128},
+    "recurrent_gemma": {"sliding_window": 2048, "partial_rotary_factor": 0.5,
+                        "block_types": ["recurrent", "recurrent", "attention"],
+                        "num_hidden_layers": 26},
 }
 """What each family's transformers config assumes when its config.json leaves a key
 out (an older or hand-written config): read as transformers would read it."""
@@ -444,7 +451,7 @@ ROPE_THETA = {"cohere": 500_000.0, "mixtral": 1_000_000.0, "smollm3": 2_000_000.
 
 
 PARTIAL_ROTARY = ("gpt_neox", "gpt_neox_japanese", "phi", "stablelm", "phi3", "persimmon", "glm",
-                  "glm4", "glm4_moe", "nemotron", "minimax_m2", "bamba")
+                  "glm4", "glm4_moe", "nemotron", "minimax_m2", "bamba", "recurrent_gemma")
 """Families whose attention turns only the first ``int(head_dim * factor)`` coordinates
 (GPT-J does too, by its own ``rotary_dim``); the others apply the tables to whole heads."""
 
@@ -533,6 +540,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
     "xlm": {"emb_dim": "hidden_size"},
     "flaubert": {"emb_dim": "hidden_size"},
+    "recurrent_gemma": {"attention_window_size": "sliding_window"},
 }
 """A family's other spellings of a key (its config class's ``attribute_map``): read as
 the key they stand for."""
@@ -634,6 +642,8 @@ FAMILY_REFUSED_KEYS = {
                    "derives layer_types and sliding_window; give those"),
                   ("rope_scaling", "a scaling UltrabertConfig does not read per layer type; "
                    "give rope_parameters per layer type")),
+    "recurrent_gemma": (("layer_types", "derived from block_types (RecurrentGemmaConfig "
+                         "cannot set it and ignores it); give block_types"),),
 }
 """Config keys a family's config class reads in a way qkv does not follow: refused when
 set, naming what they do."""
@@ -650,3 +660,15 @@ ROPE_REFUSED_PARAMETERS = {
     for model_type in QK_NORM_AFTER_ROPE}
 """RoPE parameters a family's rotary module reads that qkv does not compute: refused
 when set in ``rope_parameters`` or ``rope_scaling``, naming them."""
+
+
+BLOCK_TYPES = {"recurrent_gemma": ("block_types", "attention", ("recurrent",), 100)}
+"""The hybrid families whose layers' kinds cycle through a config list: its key, the kind
+that is softmax attention, the other kinds (a layer of those is refused, naming the key),
+and how many times the config repeats the list (RecurrentGemmaConfig's
+``(block_types * 100)[:num_hidden_layers]``: no layer past that is built)."""
+
+
+DEFAULT_ROPE_ONLY = ("recurrent_gemma",)
+"""The families whose rotary module computes the default RoPE alone (it raises for any
+other ``rope_type``): a scaling is refused, naming the key."""
