@@ -30,7 +30,8 @@ def test_families_name_the_piece_each_refused_family_lacks() -> None:
              if line.startswith("  ")}
     for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm over the head after RoPE"),
                               ("hunyuan_v1_moe", "q/k RMSNorm over the head after RoPE"),
-                              ("mobilebert", "values projected from another input")):
+                              ("mobilebert", "values projected from another input"),
+                              ("esm", "the checkpoint's own rotary_embeddings.inv_freq")):
         assert piece in lines[model_type], lines[model_type]
     for model_type in ("modernbert", "ultrabert"):
         assert "bidirectional; RoPE (half, theta per layer type); a two-sided window" in (

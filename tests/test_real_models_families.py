@@ -474,7 +474,7 @@ def test_hunyuans_ntk_alpha_rope_is_refused_naming_it(tmp_path: Path) -> None:
 
 
 REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "mobilebert", "zamba",
-                   "diffllama", "llama4_text"]
+                   "diffllama", "llama4_text", "esm"]
 
 
 @pytest.fixture(scope="module")
@@ -498,6 +498,27 @@ def test_a_family_that_needs_a_new_piece_is_refused_naming_it(
     assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
     assert f'config model_type "{model_type}"' in made.stderr
     assert REFUSED_MODELS[model_type] in made.stderr
+
+
+def test_esms_rope_frequencies_are_its_checkpoints_own(tmp_path: Path) -> None:
+    """Why ESM stays refused: its model loads ``rotary_embeddings.inv_freq`` from the
+    checkpoint as stored (a persistent buffer, float16 where the model was saved so), so
+    its RoPE is that table, which a fixture's theta cannot say."""
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    config = transformers.EsmConfig(vocab_size=11, hidden_size=16, num_attention_heads=2,
+                                    num_hidden_layers=1, intermediate_size=8,
+                                    max_position_embeddings=16, pad_token_id=1,
+                                    mask_token_id=2, position_embedding_type="rotary")
+    folder = tmp_path / "esm"
+    transformers.EsmModel(config).half().save_pretrained(folder)
+    stored = {name: value for name, value in
+              safetensors_torch.load_file(folder / "model.safetensors").items()
+              if name.endswith("rotary_embeddings.inv_freq")}
+    assert [value.dtype for value in stored.values()] == [torch.float16]
+    loaded = transformers.EsmModel.from_pretrained(folder).rotary_embeddings.inv_freq
+    formula = 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    assert torch.equal(loaded.double(), next(iter(stored.values())).double())
+    assert float((loaded.double() - formula).abs().max()) > 1e-6
 
 
 _HYBRID = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,

@@ -311,7 +311,11 @@ REFUSED_MODELS = {
     "gemma3n_text": "key/value sharing across layers and a norm of V",
     "funnel": "pooled queries and relative attention",
     "xlnet": "two-stream relative attention",
-    "esm": "RoPE applied to BERT's query and key after a query scale",
+    # its query scale before RoPE is the scores' 1/sqrt(d_k) (RoPE is linear): not the gap
+    "esm": "RoPE whose frequencies are the checkpoint's own rotary_embeddings.inv_freq, "
+           "loaded as stored (float16 where the model was saved so), not computed from "
+           "rope_theta: a fixture's rope holds a theta, not a table of frequencies "
+           "(absolute and relative position_embedding_type not checked against its module)",
     "mobilebert": "values projected from another input than the queries and keys (its "
                   "bottleneck), which a fixture cannot give (it holds one input)",
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
