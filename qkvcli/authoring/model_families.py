@@ -317,7 +317,9 @@ REFUSED_MODELS = {
            "rope_theta: a fixture's rope holds a theta, not a table of frequencies "
            "(absolute and relative position_embedding_type not checked against its module)",
     "mobilebert": "values projected from another input than the queries and keys (its "
-                  "bottleneck), which a fixture cannot give (it holds one input)",
+                  "bottleneck), which a fixture cannot give (it holds one input): its "
+                  "released configs' use_bottleneck without use_bottleneck_attention; the "
+                  "other settings are not checked against its module",
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
