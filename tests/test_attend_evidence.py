@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.evidence import build_attend_evidence, hull_evidence
 from qkvcli.attention.fixture import head_of, load_attend_fixture, parse_attend_fixture
+from qkvcli.check.attend import build_attend_evidence, hull_evidence
 from qkvcli.render.attend import attend_checks, attend_json
 
 CHECKS = ["forward", "attention", "mask", "hull", "reverse", "shapes", "replay", "gradcheck"]
@@ -212,3 +212,20 @@ def test_the_scale_probe_softens_exactly_when_the_scale_shrinks() -> None:
     assert _checks(_layer(scale=2.0))["scale_probe"]
     lying = default._replace(scale=1.5)  # softened, yet the scale claims to sharpen
     assert not lying.holds
+
+
+def test_attend_s_prefix_is_check_s_family_and_fails_when_an_earlier_output_sees_the_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The layer's output reads its last token's output a little: the prefix family
+    # (check's, on the layer as an implementation) fails, and attend says so.
+    from qkvcli.attention import engine
+
+    original = engine.forward
+
+    def leaking(*args: Any, **kwargs: Any) -> Any:
+        done = original(*args, **kwargs)
+        return done._replace(output=done.output + 1e-3 * done.output[:, -1:, :])
+
+    assert _checks(_layer())["prefix"]
+    monkeypatch.setattr(engine, "forward", leaking)
+    assert not _checks(_layer())["prefix"]

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attention.evidence import build_attend_evidence, layer_parts, layer_tensors
 from qkvcli.attention.fixture import parse_attend_fixture
 from qkvcli.attention.records import AttendConfig
+from qkvcli.check.attend import build_attend_evidence, layer_parts, layer_tensors
 from qkvcli.cli import main
 from qkvcli.reading.attend import checkpoint_sources, relative_sources
 from qkvcli.render.attend import (

@@ -84,8 +84,8 @@ def test_attend_rich_renders_tables_without_markup_loss(monkeypatch: pytest.Monk
 def test_attend_judges_and_builds_the_layer_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fixture is read whole, then the engine judges it once as it builds the layer,
     and the run uses that layer: one build per run, not one to judge and one to run."""
-    import qkvcli.attention.evidence
     import qkvcli.attention.fixture
+    import qkvcli.check.attend
 
     built = []
     layer_of = qkvcli.attention.fixture.layer_of
@@ -95,7 +95,7 @@ def test_attend_judges_and_builds_the_layer_once(monkeypatch: pytest.MonkeyPatch
         return layer_of(fixture)
 
     monkeypatch.setattr(qkvcli.attention.fixture, "layer_of", counted)
-    monkeypatch.setattr(qkvcli.attention.evidence, "layer_of", counted)
+    monkeypatch.setattr(qkvcli.check.attend, "layer_of", counted)
     result = invoke("attend", "--example", "primer", "-f", "json")
     assert result.exit_code == 0, result.output
     assert len(built) == 1
@@ -104,8 +104,8 @@ def test_attend_judges_and_builds_the_layer_once(monkeypatch: pytest.MonkeyPatch
 def test_attend_rich_module_is_pure() -> None:
     from rich.console import Console
 
-    from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.check.attend import build_attend_evidence
     from qkvcli.render.rich.attend import attend_renderable
 
     evidence = build_attend_evidence(load_attend_fixture(example="primer"))

@@ -364,7 +364,7 @@ INTERRUPTIBLE = [
     (["report"], "qkvcli.cli.evidence.build_evidence"),
     (["run", str(CHAPTER_FIXTURE), str(CHAPTER_FIXTURE)], "qkvcli.check.chapter26.build_evidence"),
     (["gradcheck"], "qkvcli.cli.gradcheck.gradcheck_projections"),
-    (["attend"], "qkvcli.attention.evidence.build_attend_evidence"),
+    (["attend"], "qkvcli.check.attend.build_attend_evidence"),
     (["variance"], "qkvcli.learn.variance.dot_variance"),
     (["quiz"], "qkvcli.learn.quiz.build_questions"),
     (["check", NUMPY], "qkvcli.check.run.run_checks"),

@@ -530,8 +530,8 @@ def _reverse_row(out: str, symbol: str) -> list[str]:
 
 
 def test_attends_gradient_table_is_at_the_reports_precision() -> None:
-    from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.check.attend import build_attend_evidence
     from qkvcli.render.numbers import fmt_float
 
     evidence = build_attend_evidence(load_attend_fixture(example="chapter"))
@@ -636,8 +636,8 @@ def test_runs_figure_shows_the_upstream_gradients() -> None:
 
 
 def test_attend_shows_small_gradients_whole() -> None:
-    from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.check.attend import build_attend_evidence
     from qkvcli.render.numbers import fmt_float
 
     evidence = build_attend_evidence(load_attend_fixture(example="primer"))

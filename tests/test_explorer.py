@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
 from qkvcli.attention.records import AttendEvidence
+from qkvcli.check.attend import build_attend_evidence
 from qkvcli.check.chapter26 import build_evidence
 from qkvcli.check.result import CheckResult
 from qkvcli.cli import main

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.check.attend import build_attend_evidence
 from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.io import load
 from qkvcli.cli.options import ATTEND_PRECISION

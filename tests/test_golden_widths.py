@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 
-from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture
+from qkvcli.check.attend import build_attend_evidence
 from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.console import MAX_FIGURE_WIDTH, print_fitted
 from qkvcli.cli.options import ATTEND_PRECISION, FIGURE_PRECISION, GRADCHECK_PRECISION

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from rich.console import Console, RenderableType
 
-from qkvcli.attention.evidence import AttendEvidence, build_attend_evidence
 from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+from qkvcli.check.attend import AttendEvidence, build_attend_evidence
 from qkvcli.learn.variance import dot_variance
 from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.attend import attend_renderable
@@ -84,7 +84,7 @@ def test_a_causal_head_shows_its_masked_scores() -> None:
 
 
 def test_the_layer_view_adds_the_reverse_summary_to_its_heat_maps() -> None:
-    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.check.attend import build_attend_evidence
 
     rng = np.random.default_rng(0)
     data = {"heads": 2, "input": rng.normal(size=(1, 3, 4)).tolist(),

@@ -8,8 +8,8 @@ import re
 import numpy as np
 from rich.console import Console
 
-from qkvcli.attention.evidence import build_attend_evidence
 from qkvcli.attention.fixture import parse_attend_fixture
+from qkvcli.check.attend import build_attend_evidence
 from qkvcli.render.rich.attend import attend_renderable
 from qkvcli.render.rich.heatmap import level
 from qkvcli.render.rich.options import RichOptions

@@ -106,8 +106,8 @@ def test_every_json_output_carries_the_version(args: tuple[str, ...]) -> None:
 
 
 def test_attend_text_takes_its_precision() -> None:
-    from qkvcli.attention.evidence import build_attend_evidence
     from qkvcli.attention.fixture import load_attend_fixture
+    from qkvcli.check.attend import build_attend_evidence
     from qkvcli.render.attend import PRECISION, render_attend_text
 
     evidence = build_attend_evidence(load_attend_fixture(example="primer"))

@@ -1,6 +1,6 @@
 """The evidence of one attention head or layer, as plain immutable records: facts, no wording.
 
-:func:`qkvcli.attention.evidence.build_attend_evidence` (one head, or a multi-head layer)
+:func:`qkvcli.check.attend.build_attend_evidence` (one head, or a multi-head layer)
 fills these records; :mod:`qkvcli.render.attend` words them. Names follow the vocabulary:
 ``weights`` is only ever W; the attention matrix ``A`` is ``attention``. Tensors are
 held by vocabulary name (``w_query``, ``attention``, ``grad_attention``, ...); the

@@ -388,3 +388,19 @@ fixture without and with the mask and RoPE."""
 
 KINDS = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD)
 """Every kind, in report order."""
+
+
+def _none(*args: Any) -> Any:
+    """No diagnosis: the engine-only kind is never compared with a reference."""
+    return None
+
+
+LAYER = Kind(
+    prefix="layer-", forward="layer_forward", backward="layer_backward",
+    forward_names=("output",), backward_names=(), modes=(True,), label=_label_of,
+    arguments=lambda case, mode, tensors, upstream: (tensors[0],), loss=(0,), upstream=(),
+    probes=lambda case: [], requests=lambda case, backward: [], precision=_none,
+    explain_forward=_none, explain_backward=_none)
+"""A real layer as qkv's engine offers it (``layer_forward(x) -> output``, causal, its
+parameters its own): the kind of attend's claims that need only the layer's answers (the
+prefix). Only the engine offers it; never a learner's kind."""

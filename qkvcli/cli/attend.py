@@ -156,7 +156,7 @@ def attend(
     """
     import contextlib
 
-    from qkvcli.attention.evidence import build_attend_evidence
+    from qkvcli.check.attend import build_attend_evidence
     from qkvcli.cli.console import gradcheck_progress
     from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, MAX_EVALUATIONS
     from qkvcli.reading.limits import check_step_fits

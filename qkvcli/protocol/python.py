@@ -34,7 +34,7 @@ from qkvcli.protocol.errors import (
     MissingForward,
     Rejected,
 )
-from qkvcli.protocol.wire import FIRST_OPERATIONS, OPERATIONS, PAIRS
+from qkvcli.protocol.wire import ENGINE_OPERATIONS, FIRST_OPERATIONS, OPERATIONS, PAIRS
 from qkvcli.reading import limits
 from qkvcli.reading.files import InputFileError, read_limited
 
@@ -137,7 +137,8 @@ class PythonImplementation:
         self.has_backward = backward is not None
 
     def call(self, operation: str, args: tuple[Any, ...]) -> tuple[Array, ...]:
-        return self._call(operation, self._functions[operation], args, OPERATIONS[operation][1])
+        names = (OPERATIONS.get(operation) or ENGINE_OPERATIONS[operation])[1]
+        return self._call(operation, self._functions[operation], args, names)
 
     def _call(self, operation: str, function: Callable[..., Any], args: tuple[Any, ...],
               names: tuple[str, ...]) -> tuple[Array, ...]:

@@ -46,6 +46,12 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 """Each operation's request fields (the protocol's names, in the Python functions' order)
 and the tensors its reply gives. The fields of :data:`SCALARS` are JSON booleans or
 numbers, every other field a tensor."""
+ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "layer_forward": (("input",), ("output",)),
+}
+"""The operations only qkv's engine offers, in the same form: a real layer's forward,
+whose weights, biases and norms are the layer's own (attend's claims on it). Never asked
+of a program or a module over the protocol."""
 SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
                             "offset": int}
 """The request fields that are not tensors, and their types."""

@@ -38,17 +38,21 @@ from qkvcli.attention.records import (
     OtherMask,
     TokenRow,
 )
+from qkvcli.check.behaviour import check_prefix
+from qkvcli.check.cases import Case
+from qkvcli.check.kinds import LAYER
+from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
 from qkvcli.core.invariants import (
     HeadLayout,
     isolated_heads,
     position_zero,
-    prefix,
     single_token,
 )
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, ShapeProbe, judge_plan
+from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.attend import AttendFixture, relative_sources
 from qkvcli.reading.layouts import CODEGEN_BLOCKS
 
@@ -429,18 +433,20 @@ what the build found (a family it did not run does not apply)."""
 
 
 def prefix_kept(layer: MultiHeadLayer, x: Array) -> bool:
-    """The causal prefix claim (:func:`~qkvcli.core.invariants.prefix`): the layer on
-    ``x`` with its last token's input raised by one keeps every earlier output bit for bit
-    and changes the last one. Both passes compute ``Y`` alone, the same way (no
-    ``[B,H,T,T]`` array is made)."""
-    if x.shape[1] < 2 or not x.shape[0]:
-        return True
-    changed = np.array(x, copy=True)
-    changed[:, -1, :] += 1.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        before, after = (engine.forward(layer, given, True, records=False).output
-                         for given in (x, changed))
-    return prefix(before, after).holds
+    """``qkv check``'s prefix family (:func:`~qkvcli.check.behaviour.check_prefix`) on the
+    layer as an implementation (:data:`~qkvcli.check.kinds.LAYER`): its last token's input
+    raised by one keeps every earlier output bit for bit and changes the last one. Each
+    pass computes ``Y`` alone (no ``[B,H,T,T]`` array is made)."""
+
+    def layer_forward(given: Array) -> Array:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return engine.forward(layer, given, True, records=False).output
+
+    implementation = PythonImplementation("the layer", None, layer_forward=layer_forward)
+    implementation.fresh = True  # the engine's own new arrays
+    case = Case("fixture", x, (), (), 0.0, 0.0)
+    session = Session(implementation, [case], 0.0, isolated=False, given_only=True)
+    return check_prefix(session, LAYER)[0].passed
 
 
 def single_token_holds(layer: MultiHeadLayer, x: Array, causal: bool) -> bool:
