@@ -38,3 +38,5 @@ def test_families_name_the_piece_each_refused_family_lacks() -> None:
             lines[model_type]), lines[model_type]
     assert "causal when causal" in lines["xlm"] and "causal when causal" in lines["flaubert"]
     assert "the last layer's dense_bias (output)" in lines["gpt_neox_japanese"]
+    assert ("bidirectional; RoPE (half); q/k LayerNorm over the layer (no bias, eps 1e-5)"
+            in lines["esmc"]), lines["esmc"]

@@ -383,6 +383,60 @@ def test_each_rotated_encoder_family_matches_its_own_attention_module(
     compare(evidence, y, a, x, gradients)
 
 
+_ESMC = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 2,
+         "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
+         "mask_token_id": 3}
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize("arguments", [{}, {"attention_bias": True, "rope_theta": 500.0}],
+                         ids=["esmc", "esmc-biases-theta"])
+def test_esmc_matches_its_own_attention_module(tmp_path: Path,
+                                               arguments: dict[str, Any]) -> None:
+    """ESMC: a bidirectional LLaMA attention whose projected Q and K (after the biases,
+    before RoPE) pass ``EsmcLayerNorm(hidden_size, bias=False)`` over a token's whole
+    width, eps nn.LayerNorm's 1e-5 (no config key gives it): the fixture's ``qk_norm``
+    of kind layer over the layer. Its ``input_layernorm`` and residual scaling sit in
+    ``EsmcLayer``, outside the attention module the fixture is."""
+    config = transformers.EsmcConfig(**_ESMC, **arguments)
+    model, folder = build(tmp_path, "esmc", config, transformers.AutoModelForMaskedLM)
+    prefix = "esmc.layers.1.self_attn."
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    assert document["qk_norm"] == {"kind": "layer", "span": "layer", "eps": 1e-5,
+                                   "offset": 0.0}
+    assert document["rope"] == {"theta": arguments.get("rope_theta", 10000.0), "dims": 8,
+                                "layout": "half"}
+    assert evidence["config"]["causal"] is False
+    assert model.get_submodule(prefix + "q_norm").bias is None
+    cos, sin = float64_tables(model, prefix)
+    y, a, x, _ = model_run(model, prefix, evidence, position_embeddings=(cos, sin))
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in NORMS)))
+
+
+@pytest.mark.parametrize(("config_name", "arguments", "words"), [
+    ("EsmcConfig", {**_ESMC, "head_dim": 4},
+     "config head_dim 4: ESMC's q_norm and k_norm are LayerNorms hidden_size (16) wide"),
+    ("LlamaConfig", small(), "config num_key_value_heads 1: ESMC's config refuses "
+     "grouped-query heads"),
+], ids=["esmc-narrow-heads", "esmc-grouped-query"])
+def test_an_esmc_config_its_model_cannot_run_is_refused_by_its_key(
+        tmp_path: Path, config_name: str, arguments: dict[str, Any], words: str) -> None:
+    """ESMC's q/k norms are hidden_size wide: heads that do not fill it cannot run
+    (transformers' LayerNorm raises), and EsmcConfig refuses grouped-query heads."""
+    from tests.test_real_models import _edit_config, _init
+
+    model, folder = build(tmp_path, "esmc", getattr(transformers, config_name)(**arguments))
+    if config_name == "EsmcConfig":
+        with pytest.raises(RuntimeError):
+            model(input_ids=torch.tensor([[3, 4, 5]]))
+    else:  # a grouped-query checkpoint under an ESMC config.json (EsmcConfig raises)
+        _edit_config(folder, model_type="esmc", architectures=["EsmcModel"])
+    made = _init(folder, "--prefix", "layers.0.self_attn.", "--tokens", str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
+
+
 _TWO_SIDED = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 3,
               "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
               "attention_bias": True, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}

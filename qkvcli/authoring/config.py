@@ -49,6 +49,7 @@ from qkvcli.authoring.model_families import (
     EQUAL_KEYS,
     FAMILIES,
     FAMILY_REFUSED_KEYS,
+    FULL_WIDTH_QK_LAYER_NORMS,
     HYBRID_LAYERS,
     LAYER_NORMS,
     MPT_ATTENTION,
@@ -288,6 +289,9 @@ def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int]
                               f"{shown_value(kv_heads or heads)} K/V heads of "
                               f"{shown_value(head_dim)}{said}, but the projections are query "
                               f"{widths[0]}, key {widths[1]} wide")
+    if model in FULL_WIDTH_QK_LAYER_NORMS:
+        _check_full_width(config, family.title, heads, kv_heads, head_dim,
+                          hidden if hidden is not None else d_model, prefix)
     index = layer_index(prefix)
     _check_layer_count(config, model, index, prefix)
     for key in ("layer_types",):  # an entry qkv cannot read might be a window of its own
@@ -439,8 +443,30 @@ def _biases(config: dict[str, Any], model: str, family: ModelFamily,
     return (modules if on else ()), said
 
 
+def _check_full_width(config: dict[str, Any], title: str, heads: int, kv_heads: int | None,
+                      head_dim: int, hidden: int | None, prefix: str) -> None:
+    """A family of :data:`FULL_WIDTH_QK_LAYER_NORMS` runs only with Q and K ``hidden_size``
+    wide (its norms are built so): grouped-query heads, or heads that do not fill the
+    hidden size, are refused naming the key."""
+    if kv_heads not in (None, heads):
+        raise CheckpointError(prefix, f"config num_key_value_heads {shown_value(kv_heads)}: "
+                              f"{title}'s config refuses grouped-query heads (they must equal "
+                              f"num_attention_heads {shown_value(heads)}, and its key norm is "
+                              "hidden_size wide); refused")
+    if hidden is not None and heads * head_dim != hidden:
+        said = (f"config head_dim {shown_value(config['head_dim'])}"
+                if config.get("head_dim") is not None else
+                f"the query projection {heads * head_dim} wide (config.json gives no "
+                "head_dim: the config's is hidden_size / num_attention_heads)")
+        raise CheckpointError(prefix, f"{said}: {title}'s q_norm and k_norm are LayerNorms "
+                              f"hidden_size ({hidden}) wide, which its {heads} heads of "
+                              f"{head_dim} do not fill (transformers cannot run it); refused")
+
+
 def _qk_norm(config: dict[str, Any], model: str, prefix: str) -> NormFunction | None:
     """The family's q/k norm: its kind, span, eps, offset and tensors (``None``: none)."""
+    if model in FULL_WIDTH_QK_LAYER_NORMS:
+        return FULL_WIDTH_QK_LAYER_NORMS[model]
     settings = {**DEFAULTS.get(model, {}), **config}
     if model in LAYER_NORMS:
         key, norm = LAYER_NORMS[model]

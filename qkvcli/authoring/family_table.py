@@ -11,6 +11,7 @@ from qkvcli.authoring.model_families import (
     CLIP_QKV,
     DEFAULT_ROPE_ONLY,
     FAMILIES,
+    FULL_WIDTH_QK_LAYER_NORMS,
     LAYER_NORMS,
     OUT_BIAS_PARAMETERS,
     PARTIAL_ROTARY,
@@ -78,6 +79,8 @@ def pieces(model_type: str, family: ModelFamily) -> str:
         parts.append(f"q/k RMSNorm over the {span}{after}{flag}")
     if model_type in LAYER_NORMS:
         parts.append(f"q/k LayerNorm with {LAYER_NORMS[model_type][0]}")
+    if model_type in FULL_WIDTH_QK_LAYER_NORMS:
+        parts.append("q/k LayerNorm over the layer (no bias, eps 1e-5)")
     if model_type in CLIP_QKV:
         parts.append("clip_qkv")
     biases = {"all": "every projection", "none": "none", "qkv": "query, key, value",

@@ -235,6 +235,8 @@ _FAMILIES = (
                                        "JinaEmbeddingsV3", out="out_proj",
                                        path=r"encoder\.layers\.[^.]+\.mixer\.", biases="all")),
     ("eurobert", ModelFamily("EuroBERT", "linear", "no", "half", "EuroBert", path=_LAYERS)),
+    # its q/k LayerNorm over the layer's width on every checkpoint (FULL_WIDTH_QK_LAYER_NORMS)
+    ("esmc", ModelFamily("ESMC", "linear", "no", "half", "Esmc", path=_LAYERS)),
     # rotated encoders whose local layers see a two-sided window (TWO_SIDED_WINDOWS)
     ("modernbert", ModelFamily("ModernBERT", "mpt", "no", "half", "ModernBert",
                                window="two_sided", out="Wo", path=r"layers\.[^.]+\.attn\.")),
@@ -494,6 +496,16 @@ key says so (eps: ``layer_norm_eps``): Phi's and Persimmon's ``nn.LayerNorm(head
 with a bias shared by the heads, StableLM's ``StableLmLayerNormPerHead`` (a LayerNorm
 without bias per head, ``norms.{h}``) and Cohere's ``CohereLayerNorm((heads, head_dim))``
 (a row of weights per head, no bias)."""
+
+
+FULL_WIDTH_QK_LAYER_NORMS = {"esmc": NormFunction("layer", 1e-5, kind="layer")}
+"""The families whose Q and K always pass a learned LayerNorm over a token's whole width
+(no config key turns it on or off), with ``nn.LayerNorm``'s own eps (1e-5: the config
+gives none) and no bias: ESMC's ``EsmcLayerNorm(hidden_size, bias=False)`` ``q_norm``,
+``k_norm``. Built ``hidden_size`` wide, they run only when the query and key
+projections are too: ``num_key_value_heads`` equal to ``num_attention_heads`` and
+``head_dim`` equal to ``hidden_size / num_attention_heads`` (a config saying otherwise
+is refused, naming the key)."""
 
 
 RUNS_ONLY_WITH = {"xlm": {"is_encoder": True}, "flaubert": {"is_encoder": True}}
