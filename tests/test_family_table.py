@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from click.testing import CliRunner
 
 from qkvcli.authoring.model_families import FAMILIES, REFUSED_MODELS
@@ -40,3 +43,21 @@ def test_families_name_the_piece_each_refused_family_lacks() -> None:
     assert "the last layer's dense_bias (output)" in lines["gpt_neox_japanese"]
     assert ("bidirectional; RoPE (half); q/k LayerNorm over the layer (no bias, eps 1e-5)"
             in lines["esmc"]), lines["esmc"]
+
+
+def test_families_as_json_are_the_same_table_in_the_one_head(tmp_path: Path) -> None:
+    # --format json: one document (report "families"), the listing's rows as data, to
+    # stdout or to -o, and no fixture read.
+    result = CliRunner().invoke(main, ["attend", "--families", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert (document["report"], document["schema_version"]) == ("families", 2)
+    assert [row["model_type"] for row in document["computed"]] == sorted(FAMILIES)
+    assert [row["model_type"] for row in document["refused"]] == sorted(REFUSED_MODELS)
+    text = CliRunner().invoke(main, ["attend", "--families"]).output
+    llama = next(row for row in document["computed"] if row["model_type"] == "llama")
+    assert f"{llama['title']}: {llama['pieces']}" in text
+    written = CliRunner().invoke(main, ["attend", "--families", "-f", "json", "-o",
+                                        str(tmp_path / "families.json")])
+    assert written.exit_code == 0, written.output
+    assert json.loads((tmp_path / "families.json").read_text()) == document

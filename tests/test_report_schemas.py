@@ -42,7 +42,7 @@ from qkvcli.render.schemas import report_schema
 ROOT = Path(__file__).resolve().parent.parent
 PINS = ROOT / "tests" / "golden" / "pins"
 KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-ERROR = "Error: {given}: name a report: run, attend, check, gradcheck, variance\n"
+ERROR = "Error: {given}: name a report: run, attend, check, gradcheck, variance, families\n"
 
 
 def _invoke(*args: str) -> Any:
@@ -117,6 +117,7 @@ def _fresh_cases() -> list[tuple[str, list[str]]]:
         ("attend", ["attend", "--heads", "2", "--causal", "-f", "json"]),
         ("attend", ["attend", "--example", "primer", "-f", "json"]),
         ("variance", ["variance", "--max", "16", "--samples", "64", "-f", "json"]),
+        ("families", ["attend", "--families", "-f", "json"]),
         ("check", ["check", "examples/implementations/numpy_head.py", "--random", "0",
                    "-f", "json"]),
         ("check", ["check", "examples/implementations/wrong_rope_from_one.py", "--random",

@@ -108,3 +108,18 @@ def families_text() -> str:
     lines += [f"  {name:<{width}}{why}" for name, why in sorted(REFUSED_MODELS.items())]
     lines += ["", "Any other model_type is refused: qkv does not know its attention."]
     return "\n".join(lines) + "\n"
+
+
+def families_facts() -> dict[str, list[dict[str, str]] | list[str]]:
+    """The same listing as data: each computed model family with its title and pieces,
+    each refused one with what it lacks (sorted by model_type), the RoPE scaling types
+    read, and the families whose RoPE is the default alone."""
+    return {
+        "computed": [{"model_type": name, "title": family.title,
+                      "pieces": pieces(name, family)}
+                     for name, family in sorted(FAMILIES.items())],
+        "refused": [{"model_type": name, "lacks": why}
+                    for name, why in sorted(REFUSED_MODELS.items())],
+        "rope_scaling": list(SCALING_KEYS),
+        "default_rope_only": sorted(DEFAULT_ROPE_ONLY),
+    }

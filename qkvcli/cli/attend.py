@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from qkvcli.cli.group import EXIT_FAILED
-from qkvcli.cli.io import check_outputs, label_of, labelled, working_on
+from qkvcli.cli.io import check_outputs, label_of, labelled, working_on, write_file
 from qkvcli.cli.options import (
     ATTEND_PRECISION,
     CheckOverrides,
@@ -95,13 +95,27 @@ def refuse_chapter_fixture(data: Any, label: str) -> None:
 
 
 def _families(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``--families``: the table of model families, then exit."""
-    if not value or ctx.resilient_parsing:
-        return
-    from qkvcli.authoring.family_table import families_text
+    """``--families``: noted here, answered once every option is read (its format and
+    output); no fixture is read."""
+    if value and not ctx.resilient_parsing:
+        ctx.meta["families"] = True
 
-    click.echo(families_text(), nl=False)
-    ctx.exit(0)
+
+def _show_families(fmt: str, output: Path | None) -> None:
+    """The table of model families: the text listing, or with ``--format json`` one JSON
+    document (report ``families``); to standard output or ``-o``."""
+    from qkvcli.authoring.family_table import families_facts, families_text
+
+    if fmt == "json":
+        from qkvcli.render.document import dumps, head
+
+        text = dumps(head("families", **families_facts()))
+    else:
+        text = families_text()
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_file(output, text)
 
 
 @click.command()
@@ -109,7 +123,7 @@ def _families(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--families", is_flag=True, expose_value=False, is_eager=True,
               callback=_families, help="List the model families qkv reads from a checkpoint, "
               "each with its attention's pieces, and those it refuses, each with what it "
-              "lacks; then exit.")
+              "lacks (--format json: as one JSON document); read no fixture.")
 @click.option("--example", type=click.Choice(("chapter", "primer")), default=None,
               help="Run a bundled fixture: the chapter's, or the primer's worked example.")
 @click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "
@@ -162,6 +176,10 @@ def attend(
     from qkvcli.reading.limits import check_step_fits
     from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
 
+    if click.get_current_context().meta.get("families"):
+        check_outputs([output], [fixture])
+        _show_families(fmt, output)
+        return
     if fixture is not None and example is not None:
         raise click.UsageError("give FIXTURE or --example, not both")
     view = view._replace(shading=shading)

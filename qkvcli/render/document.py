@@ -63,9 +63,9 @@ def checks_json(report: str, checks: Iterable[FamilyCheck],
 
 SCHEMA_VERSION = 2
 """2: the one head (``report``), the one check entry and the one vocabulary of names."""
-REPORTS: tuple[str, ...] = ("run", "attend", "check", "gradcheck", "variance")
+REPORTS: tuple[str, ...] = ("run", "attend", "check", "gradcheck", "variance", "families")
 """The reports a JSON document can be: every command's JSON (``run`` and ``report`` of
-any chapter are ``run``)."""
+any chapter are ``run``; ``families``, ``qkv attend --families``)."""
 
 
 def json_float(value: float) -> float | str:

@@ -83,6 +83,8 @@ _OWN: dict[str, dict[str, Any]] = {
     "gradcheck": {"passed": BOOLEAN, "mode": STRING, "step": FLOAT, "tolerance": FLOAT,
                   "count": INTEGER, "tensors": ARRAY, "dtype": None},
     "variance": {"seed": INTEGER, "samples": INTEGER, "rows": ARRAY},
+    "families": {"computed": ARRAY, "refused": ARRAY, "rope_scaling": ARRAY,
+                 "default_rope_only": ARRAY},
 }
 _OPTIONAL_AS = {"heads": ARRAY, "stderr": STRING, "dtype": STRING}
 
