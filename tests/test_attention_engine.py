@@ -12,6 +12,7 @@ layer kind.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,19 +185,28 @@ def test_a_two_sided_window_matches_the_dense_reference_forward_and_reverse(
         assert math.isclose(float(np.sum(g.grad_input * direction)), numerical, rel_tol=1e-6)
 
 
-def test_a_two_sided_windows_gradient_check_passes_through_the_engine() -> None:
-    base, x, upstream = build("rope-half", 7, tokens=9)
-    layer = MultiHeadLayer.build(base.projections, base.heads, base.out_weight, base.out_bias,
-                                 base.kv_heads, window=3)
-    reach = Reach(layer, x, upstream, False)
+def _each_reached_evaluation_is_the_whole(layer: Any, x: np.ndarray, upstream: np.ndarray,
+                                          causal: bool) -> None:
+    """Each tensor's reached evaluation (the engine on what a coordinate reaches) equals
+    the whole layer's loss at three moved coordinates, and at the unmoved point."""
+    reach = Reach(layer, x, upstream, causal)
     for name, values in checked_tensors(layer, x):
-        whole = whole_objective(layer, x, upstream, False, name)
+        whole = whole_objective(layer, x, upstream, causal, name)
         point = reach.objective(name)
         for index in sorted({0, values.size // 2, values.size - 1}):
             moved = np.array(values, copy=True)
             moved.reshape(-1)[index] += 0.125
             got = point(index, float(moved.reshape(-1)[index]))
             assert math.isclose(got, whole(moved), rel_tol=1e-12, abs_tol=1e-12), (name, index)
+        assert point(0, float(values.reshape(-1)[0])) == pytest.approx(
+            engine.loss(engine.forward(layer, x, causal), upstream), rel=1e-12, abs=1e-12)
+
+
+def test_a_two_sided_windows_gradient_check_passes_through_the_engine() -> None:
+    base, x, upstream = build("rope-half", 7, tokens=9)
+    layer = MultiHeadLayer.build(base.projections, base.heads, base.out_weight, base.out_bias,
+                                 base.kv_heads, window=3)
+    _each_reached_evaluation_is_the_whole(layer, x, upstream, False)
     with np.errstate(over="ignore", invalid="ignore"):
         f = engine.forward(layer, x, False)
         g = engine.backward(layer, x, f, upstream)
@@ -264,18 +274,7 @@ def test_the_query_rows_from_first_row_are_the_whole_passs_rows(causal: bool) ->
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_each_reached_evaluation_is_the_whole_layers_loss(kind: str, causal: bool) -> None:
     layer, x, upstream = build(kind, 11, tokens=7)
-    reach = Reach(layer, x, upstream, causal)
-    for name, values in checked_tensors(layer, x):
-        whole = whole_objective(layer, x, upstream, causal, name)
-        point = reach.objective(name)
-        for index in sorted({0, values.size // 2, values.size - 1}):
-            moved = np.array(values, copy=True)
-            moved.reshape(-1)[index] += 0.125
-            expected = whole(moved)
-            got = point(index, float(moved.reshape(-1)[index]))
-            assert math.isclose(got, expected, rel_tol=1e-12, abs_tol=1e-12), (name, index)
-        assert point(0, float(values.reshape(-1)[0])) == pytest.approx(
-            engine.loss(engine.forward(layer, x, causal), upstream), rel=1e-12, abs=1e-12)
+    _each_reached_evaluation_is_the_whole(layer, x, upstream, causal)
 
 
 def test_a_large_layers_check_uses_the_reached_evaluations_and_passes() -> None:
