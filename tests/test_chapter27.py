@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from qkvcli.attention.operands import attend
 from qkvcli.chapters.head import SELF_ATTENTION as ch27
-from qkvcli.chapters.head import gradient_check, scale_probe
-from qkvcli.chapters.operands import attend
+from qkvcli.chapters.head import gradient_check, head_session, scale_probe
 from qkvcli.reading.problems import FixtureError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,10 +119,11 @@ def test_the_scale_probe_is_the_chapters_and_holds_at_width_one() -> None:
 
 
 def test_a_wrong_gradient_fails_the_gradient_check() -> None:
-    evidence = ch27.build(ch27.parse(random_document(1, 3, 2, 2, seed=3)))
-    p = evidence.primary
+    fixture = ch27.parse(random_document(1, 3, 2, 2, seed=3))
+    p = ch27.build(fixture).primary
     broken = p._replace(grad_key=p.grad_key * 1.01)
-    check = gradient_check(broken, False, 1e-6, 2e-6, None)
+    judge = head_session(fixture.query, fixture.key, fixture.value, fixture.upstream, False)
+    check = gradient_check(judge, broken, 1e-6, 2e-6, None)
     assert not check.passed
     assert [t.passed for t in check.tensors] == [True, False, True]
 
@@ -197,7 +198,7 @@ def test_the_json_report_holds_the_evidence() -> None:
 
 
 def test_a_case_is_rejected_only_by_the_expected_error() -> None:
-    from qkvcli.chapters.operands import OperandRank, QueryKeyWidthMismatch
+    from qkvcli.attention.operands import OperandRank, QueryKeyWidthMismatch
     from qkvcli.core.results import refused
 
     def raises_width() -> object:

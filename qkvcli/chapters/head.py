@@ -4,13 +4,17 @@ Every query scores every key (``S = Q K^T``), the scores are scaled by ``1/sqrt(
 each row becomes probabilities over the keys, and the probabilities mix the value rows
 (``O = A V``); ``L = <O, U>`` is taken back to ``dQ, dK, dV``. Chapter 28 hides the keys
 after each query (``-inf`` above the diagonal before the softmax), so a query mixes only
-its own and earlier value rows. Both chapters run the same pieces on the engine
-(:mod:`qkvcli.chapters.operands`): :func:`head_pass` (the forward tensors, the mixture
-terms of the first batch item, ``L`` and its gradients), :func:`single_token`,
-:func:`gradient_check` (the one checker, :func:`~qkvcli.gradcheck.batched.plain_check`)
-and :func:`same_pass` (bitwise replay); each chapter is then a plan of families
-(:data:`SELF_ATTENTION_PLAN`, :data:`CAUSAL_PLAN`: names and verdicts) judged on its
-evidence, each a :class:`~qkvcli.core.results.FamilyCheck`:
+its own and earlier value rows. Both chapters run on qkv's engine as one head on given
+operands (:func:`~qkvcli.check.kinds.operand_head`), called through a
+:class:`~qkvcli.check.session.Session` as any implementation is (:func:`head_session`):
+the forward and reverse pass are the session's first calls (:func:`head_pass`), replay,
+the single token and the prefix are check's families
+(:func:`~qkvcli.check.behaviour.check_replay`,
+:func:`~qkvcli.check.boundaries.check_single_token`,
+:func:`~qkvcli.check.behaviour.check_prefix`), the gradient check the one checker
+(:func:`~qkvcli.gradcheck.batched.plain_check`) on the session's forward; each chapter
+is then a plan of families (:data:`SELF_ATTENTION_PLAN`, :data:`CAUSAL_PLAN`: names and
+verdicts) judged on its evidence, each a :class:`~qkvcli.core.results.FamilyCheck`:
 
 - ``row_sums``: each probability row sums to 1 and the first batch item's mixture terms
   add up to its output;
@@ -39,19 +43,13 @@ The fixtures are read by :mod:`qkvcli.chapters.head_fixture`. Plain records, no 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from qkvcli.attention.head import ScaleProbe, scale_probe
-from qkvcli.attention.maths import scale, score_factor
-from qkvcli.chapters.head_fixture import (
-    CausalFixture,
-    HeadInputs,
-    parse_causal,
-    parse_self_attention,
-)
-from qkvcli.chapters.operands import (
+from qkvcli.attention.maths import score_factor
+from qkvcli.attention.operands import (
     OPERANDS,
     CausalSoftmaxNonSquare,
     CausalSoftmaxRank,
@@ -64,8 +62,13 @@ from qkvcli.chapters.operands import (
     additive_mask,
     attend,
     causal_probabilities,
-    loss,
     reverse,
+)
+from qkvcli.chapters.head_fixture import (
+    CausalFixture,
+    HeadInputs,
+    parse_causal,
+    parse_self_attention,
 )
 from qkvcli.chapters.registry import (
     Chapter,
@@ -73,15 +76,22 @@ from qkvcli.chapters.registry import (
     judged_gradcheck,
     settings_replaced,
 )
+from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
+from qkvcli.check.boundaries import check_single_token
+from qkvcli.check.cases import Case, Run
+from qkvcli.check.engine import operands_implementation
+from qkvcli.check.kinds import Kind, operand_head
+from qkvcli.check.numerical import loss_of
+from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
-from qkvcli.core.invariants import prefix, replayed
-from qkvcli.core.invariants import single_token as single_token_claim
+from qkvcli.core.errors import QkvError
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
+from qkvcli.protocol.errors import CallFailed, Rejected
 
 ROW_SUM_TOLERANCE = 1e-12
 """How far from 1 a probability row's sum may be (the course's bound, for a short row)."""
@@ -155,51 +165,68 @@ class HeadPass(Record):
         return bool(np.all(self.probabilities[:, np.isneginf(self.mask)] == 0.0))
 
 
-def gradients(upstream: Array, query: Array, key: Array, value: Array,
-              causal: bool) -> tuple[Array, Array, Array]:
-    """``dQ, dK, dV`` of ``L = <O, U>`` for ``upstream = U``, by the engine's reverse."""
-    run = attend(query, key, value, causal)
-    head = reverse(run, upstream).heads[0]
-    return np.array(head.grad_query), np.array(head.grad_key), np.array(head.grad_value)
+class HeadSession(Record):
+    """The chapter's fixture as the one case of a session whose implementation is qkv's
+    engine as one head on given operands (:func:`~qkvcli.check.kinds.operand_head`):
+    every pass and probe of the chapter is a call through it."""
+
+    session: Session
+    kind: Kind
+    case: Case
+
+    @property
+    def run(self) -> Run:
+        return self.kind.run(self.case)
+
+    def call(self, *operands: Array) -> tuple[Array, ...]:
+        """The forward on ``operands`` (``Q, K, V``) instead of the fixture's."""
+        return self.session.call(self.kind, self.run, (np.concatenate(operands, axis=-1),))
+
+    def backward(self, upstream: Array) -> tuple[Array, ...]:
+        """The backward on the fixture's operands for ``dO = upstream``."""
+        return self.session.call(self.kind, self.run, None, (upstream,))
 
 
-def head_pass(query: Array, key: Array, value: Array, upstream: Array, causal: bool) -> HeadPass:
-    """Run the head forward and back on the operands (see :class:`HeadPass`)."""
-    run = attend(query, key, value, causal)
-    f = run.forward.heads[0]
-    grads = reverse(run, upstream)
-    g = grads.heads[0]
+def head_session(query: Array, key: Array, value: Array, upstream: Array, causal: bool,
+                 suffix: Array | None = None) -> HeadSession:
+    """The operands as one case (``[Q|K|V]``, the output's upstream gradient; ``suffix``:
+    the last token's replacement in the prefix probe) of a session on qkv's engine."""
+    case = Case("fixture", np.concatenate([query, key, value], axis=-1), (), (upstream,),
+                0.0, 0.0, suffix=suffix, query_width=int(query.shape[2]))
+    return HeadSession(Session(operands_implementation(), [case], 0.0, isolated=False,
+                               given_only=True), operand_head(causal), case)
+
+
+def _answered(result: tuple[Array, ...] | CallFailed) -> tuple[Array, ...]:
+    """A first call's results; a refusal the reader should have made is raised as the
+    engine's own error."""
+    if isinstance(result, CallFailed):
+        raise result.raised if isinstance(result, Rejected) and isinstance(
+            result.raised, QkvError) else result
+    return result
+
+
+def head_pass(judge: HeadSession, query: Array, key: Array, value: Array,
+              upstream: Array) -> HeadPass:
+    """The session's first forward and backward on the fixture (see :class:`HeadPass`)."""
+    run = judge.run
+    forward = _answered(judge.session.first(judge.kind, run))
+    grads = _answered(judge.session.first(judge.kind, run, backward=True))
+    scores, unmasked, masked, probabilities, output = forward
     batch, tokens, d_k = query.shape
-    scaled = run.forward.stacked["scaled_scores"][:, 0]  # masked in place by the engine
-    # Z before the mask: the engine's scale of S (the mask changes only hidden entries)
-    unmasked = scale(np.array(f.scores), d_k, run.layer.given_scale)
-    probabilities = np.array(f.attention)
     rows = min(tokens, MIXTURE_LIMIT // max(1, tokens * int(value.shape[2]))) if batch else 0
     # [R,T,1] * [1,T,d_v] -> [R,T,d_v]: each kept query's weighted value rows
     terms = (probabilities[0, :rows][:, :, None] * value[0][None, :, :] if batch
              else np.zeros((0, tokens, int(value.shape[2]))))
-    tape = (probabilities, np.array(f.output), *(np.asarray(a) for a in (
-        g.grad_attention, g.grad_scaled_scores, g.grad_scores, g.grad_query, g.grad_key,
-        g.grad_value)))
     return HeadPass(
-        np.array(query), np.array(key), np.array(value), additive_mask(tokens, causal),
-        np.array(f.scores), unmasked, np.array(scaled), probabilities, np.array(f.output),
-        probabilities.sum(axis=-1), terms, score_factor(d_k, run.layer.given_scale),
-        np.array(upstream), loss(run, upstream), np.array(g.grad_query), np.array(g.grad_key),
-        np.array(g.grad_value), all(all_finite(a) for a in tape))
+        np.array(query), np.array(key), np.array(value), additive_mask(tokens, run.mode),
+        scores, unmasked, masked, probabilities, output, probabilities.sum(axis=-1), terms,
+        score_factor(d_k, None), np.array(upstream), loss_of(judge.kind, forward, run.upstream),
+        grads[0], grads[1], grads[2],
+        all(all_finite(a) for a in (probabilities, output, *grads)))
 
 
-def same_pass(a: HeadPass, b: HeadPass) -> bool:
-    """Whether two passes agree bit for bit in every array and number."""
-    values = [name for name in a.__record_fields__
-              if isinstance(getattr(a, name), (np.ndarray, float))]
-    return replayed((getattr(a, name) for name in values),
-                    (getattr(b, name) for name in values)) and all(
-        getattr(a, name) == getattr(b, name)
-        for name in a.__record_fields__ if name not in values)
-
-
-def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
+def gradient_check(judge: HeadSession, p: HeadPass, step: float, tolerance: float,
                    samples: int | None) -> GradcheckResult:
     """Check ``p``'s gradients at every coordinate (``samples``: that many evenly spaced
     ones per operand; ``None``: every one up to 4096 elements, 6 above)."""
@@ -210,7 +237,7 @@ def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
         def of(probe: Array) -> float:
             given = list(operands)
             given[index] = probe
-            return loss(attend(given[0], given[1], given[2], causal, records=False), p.upstream)
+            return loss_of(judge.kind, judge.call(*given), judge.run.upstream)
 
         return of
 
@@ -226,7 +253,10 @@ def gradient_check(p: HeadPass, causal: bool, step: float, tolerance: float,
 
 class SingleToken(HeadPass):
     """The one-token probe: the head's pass on operands ``[1,1,d]`` for ``L = sum(O)``
-    (one token: its scaled scores are its masked ones)."""
+    (one token: its scaled scores are its masked ones), and the single-token family's
+    verdict on it (``claim``)."""
+
+    claim: bool
 
     @property
     def query_gradient_zero(self) -> bool:
@@ -238,16 +268,19 @@ class SingleToken(HeadPass):
 
     @property
     def holds(self) -> bool:
-        """Probability exactly 1 and no gradient to Q or K (the claim every attention
-        keeps, :func:`~qkvcli.core.invariants.single_token`), and the output the value row."""
-        return single_token_claim(self.probabilities, self.grad_query, self.grad_key) and (
-            same_bits(self.output.reshape(-1), self.value.reshape(-1)))
+        """The single-token family's claim (probability exactly 1, no gradient to Q or K:
+        :func:`~qkvcli.check.boundaries.check_single_token`), and the output the value
+        row."""
+        return self.claim and same_bits(self.output.reshape(-1), self.value.reshape(-1))
 
 
 def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleToken:
     """The probe on one token whose Q, K, V are ``vectors``."""
     query, key, value = (np.asarray(v, dtype=np.float64).reshape(1, 1, -1) for v in vectors)
-    return SingleToken(*head_pass(query, key, value, np.ones(value.shape), causal)._values())
+    judge = head_session(query, key, value, np.ones(value.shape), causal)
+    claim, _ = check_single_token(judge.session, judge.kind)
+    found = head_pass(judge, query, key, value, np.ones(value.shape))
+    return SingleToken(*found._values(), claim.passed)  # type: ignore[call-arg]
 
 
 class BatchProbe(Record):
@@ -262,33 +295,31 @@ class BatchProbe(Record):
     isolated: bool
 
 
-def batch_probe(query: Array, key: Array, value: Array, causal: bool) -> BatchProbe:
+def _dims(a: Array) -> tuple[int, ...]:
+    return tuple(int(d) for d in a.shape)
+
+
+def batch_probe(judge: HeadSession, query: Array, key: Array, value: Array) -> BatchProbe:
     twice = [np.concatenate([a, a], axis=0) for a in (query, key, value)]
-    run = attend(twice[0], twice[1], twice[2], causal)
-    out = run.forward.output
-    batch = query.shape[0]
-    return BatchProbe(twice[0].shape, twice[1].shape, twice[2].shape,
-                      run.forward.attention[:, 0].shape, out.shape,
-                      same_bits(out[:batch], out[batch:]))
+    found = judge.call(*twice)
+    out, batch = found[4], query.shape[0]
+    q, k, v = (_dims(a) for a in twice)
+    return BatchProbe(q, k, v, _dims(found[3]), _dims(out), same_bits(out[:batch], out[batch:]))
 
 
-def empty_probe(query: Array, value: Array, causal: bool, wider: int = 0) -> ShapeProbe:
+def empty_probe(judge: HeadSession, query: Array, value: Array, wider: int = 0) -> ShapeProbe:
     """An empty batch of the fixture's tokens and widths (the value ``wider``): the
     operands, the mask ``[T,T]``, the probabilities ``[0,T,T]`` and the output
     ``[0,T,d_v]``."""
     _, tokens, d_k = query.shape
     q = np.zeros((0, tokens, d_k))
     v = np.zeros((0, tokens, value.shape[2] + wider))
-    run = attend(q, q, v, causal)
-
-    def dims(a: Any) -> tuple[int, ...]:
-        return tuple(int(d) for d in a.shape)
-
-    return ShapeProbe("empty batch", dims(q), (
-        ("query", dims(q), dims(q)), ("key", dims(q), dims(q)), ("value", dims(v), dims(v)),
-        ("mask", dims(additive_mask(tokens, causal)), (tokens, tokens)),
-        ("probabilities", dims(run.forward.attention[:, 0]), (0, tokens, tokens)),
-        ("output", dims(run.forward.output), (0, tokens, int(v.shape[2])))))
+    found = judge.call(q, q, v)
+    return ShapeProbe("empty batch", _dims(q), (
+        ("query", _dims(q), _dims(q)), ("key", _dims(q), _dims(q)), ("value", _dims(v), _dims(v)),
+        ("mask", _dims(additive_mask(tokens, judge.run.mode)), (tokens, tokens)),
+        ("probabilities", _dims(found[3]), (0, tokens, tokens)),
+        ("output", _dims(found[4]), (0, tokens, int(v.shape[2])))))
 
 
 class PrefixProbe(Record):
@@ -324,21 +355,29 @@ class PrefixProbe(Record):
                    for g in (self.grad_query, self.grad_key, self.grad_value))
 
 
-def prefix_probe(fixture: CausalFixture) -> PrefixProbe:
-    """The first batch item's last token given a new key and value, and the prefix seed's
-    gradients."""
+def causal_suffix(fixture: CausalFixture) -> Array:
+    """The last token of every batch item as the prefix family changes it: the first
+    item's key and value the fixture's new ones, every other token as it was."""
+    f = fixture.inputs
+    suffix = np.concatenate([f.query[:, -1], f.key[:, -1], f.value[:, -1]], axis=-1)
+    width = int(f.query.shape[2])
+    suffix[0, width:2 * width], suffix[0, 2 * width:] = fixture.perturbed_key, fixture.perturbed_value
+    return suffix
+
+
+def prefix_probe(judge: HeadSession, fixture: CausalFixture) -> PrefixProbe:
+    """The prefix family on the fixture (its first batch item's last token given a new
+    key and value), and the prefix seed's gradients."""
     f = fixture.inputs
     last = int(f.key.shape[1]) - 1
-    key, value = np.array(f.key), np.array(f.value)
-    key[0, last], value[0, last] = fixture.perturbed_key, fixture.perturbed_value
-    before = attend(f.query, f.key, f.value, True).forward.output
-    after = attend(f.query, key, value, True).forward.output
-    kept = prefix(before[:1], after[:1])  # the first batch item's last token changed
-    grads = gradients(fixture.prefix_seed, f.query, f.key, f.value, True)
+    seen: list[Perturbed] = []
+    check_prefix(judge.session, judge.kind, seen)
+    after, kept = seen[0]
+    grads = judge.backward(fixture.prefix_seed)
     return PrefixProbe(last, np.array(f.key[0, last]), np.array(fixture.perturbed_key),
                        np.array(f.value[0, last]), np.array(fixture.perturbed_value),
-                       np.array(after), kept.unchanged, kept.last_changed,
-                       np.array(fixture.prefix_seed), fixture.suffix_start, *grads)
+                       after, kept.unchanged, kept.last_changed,
+                       np.array(fixture.prefix_seed), fixture.suffix_start, *grads[:3])
 
 
 # --- the rejected inputs ----------------------------------------------------------------
@@ -461,38 +500,39 @@ def judged(evidence: E, plan: Plan[E]) -> E:
     return evidence._replace(checks=judge_plan(plan, evidence))
 
 
-def run_head(f: HeadInputs, causal: bool) -> tuple[HeadPass, bool, SingleToken, GradcheckResult]:
-    """What both chapters compute: the pass, whether a second one replays it bit for bit,
-    the single token and the gradient check."""
-    q, k, v, u = f.query, f.key, f.value, f.upstream
-    primary = head_pass(q, k, v, u, causal)
-    return (primary, same_pass(primary, head_pass(q, k, v, u, causal)),
-            single_token(f.single_token, causal),
-            gradient_check(primary, causal, f.step, f.tolerance, f.samples))
+def run_head(f: HeadInputs, causal: bool, suffix: Array | None = None
+             ) -> tuple[HeadSession, HeadPass, bool, SingleToken, GradcheckResult]:
+    """What both chapters compute: the session, the pass, whether a second one replays it
+    bit for bit (the replay family), the single token and the gradient check."""
+    judge = head_session(f.query, f.key, f.value, f.upstream, causal, suffix)
+    primary = head_pass(judge, f.query, f.key, f.value, f.upstream)
+    replay, _ = check_replay(judge.session, judge.kind)
+    return (judge, primary, replay.passed, single_token(f.single_token, causal),
+            gradient_check(judge, primary, f.step, f.tolerance, f.samples))
 
 
 def build_self_attention(fixture: HeadInputs) -> SelfAttentionEvidence:
     """Chapter 27's evidence for ``fixture`` (no I/O, no wording)."""
     q, k, v = fixture.query, fixture.key, fixture.value
-    primary, replay, single, check = run_head(fixture, False)
+    judge, primary, replay, single, check = run_head(fixture, False)
     return judged(SelfAttentionEvidence(
         chapter=CHAPTER_IDS[27], source=fixture.source, primary=primary, single=single,
-        empty=empty_probe(q, v, False, wider=1), gradcheck=check,
+        empty=empty_probe(judge, q, v, wider=1), gradcheck=check,
         errors=self_attention_refusals(q, k, v), replay_bitwise=replay, checks=(),
-        scale=scale_probe(int(q.shape[2])), batch=batch_probe(q, k, v, False),
-        value_width_output=attend(q, k, v[..., :1], False).forward.output.shape),
+        scale=scale_probe(int(q.shape[2])), batch=batch_probe(judge, q, k, v),
+        value_width_output=_dims(judge.call(q, k, v[..., :1])[4])),
         SELF_ATTENTION_PLAN)
 
 
 def build_causal(fixture: CausalFixture) -> CausalEvidence:
     """Chapter 28's evidence for ``fixture`` (no I/O, no wording)."""
     f = fixture.inputs
-    primary, replay, single, check = run_head(f, True)
+    judge, primary, replay, single, check = run_head(f, True, causal_suffix(fixture))
     return judged(CausalEvidence(
         chapter=CHAPTER_IDS[28], source=f.source, primary=primary, single=single,
-        empty=empty_probe(f.query, f.value, True), gradcheck=check,
+        empty=empty_probe(judge, f.query, f.value), gradcheck=check,
         errors=causal_refusals(f.query, f.key, f.value), replay_bitwise=replay, checks=(),
-        prefix=prefix_probe(fixture)), CAUSAL_PLAN)
+        prefix=prefix_probe(judge, fixture)), CAUSAL_PLAN)
 
 
 def _causal_settings(fixture: CausalFixture, **settings: float | int | None) -> CausalFixture:

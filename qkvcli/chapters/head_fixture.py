@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.chapters.operands import OPERANDS, EmptyTokenAxis, check_operands
+from qkvcli.attention.operands import OPERANDS, EmptyTokenAxis, check_operands
 from qkvcli.core.arrays import Array, check_finite, readonly
 from qkvcli.core.errors import QkvError
 from qkvcli.core.names import CHAPTER_IDS

@@ -94,8 +94,9 @@ def check_shapes(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
 
 def check_single_token(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """One token (each fixture's first, in the kind's last mode): every attention weight
-    exactly 1 and, from the backward (``grad_output`` ones), ``W_Q`` and ``W_K`` no
-    gradient at all (:func:`~qkvcli.core.invariants.single_token`)."""
+    exactly 1 and, from the backward (``grad_output`` ones), what only the scores reach
+    (``W_Q`` and ``W_K``; given operands' ``Q`` and ``K``) no gradient at all
+    (:func:`~qkvcli.core.invariants.single_token`)."""
     family = kind.family("single-token")
     assert kind.attention is not None
     failures: list[Failure] = []
@@ -110,7 +111,7 @@ def check_single_token(session: Session, kind: Kind) -> tuple[FamilyCheck, list[
             named = [(kind.forward_names[kind.attention], got[kind.attention], 1.0)]
             if backward:
                 grads = session.call(kind, run, tensors, (np.ones(got[kind.loss[0]].shape),))
-                named += [(kind.backward_names[i], grads[i], 0.0) for i in (1, 2)]
+                named += [(kind.backward_names[i], grads[i], 0.0) for i in kind.score_gradients]
         except Broken as failure:
             failures.append(not_run_after(family, case.label, failure))
             break

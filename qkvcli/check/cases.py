@@ -65,6 +65,7 @@ class Case(Record):
     base: float = 0.0
     offset: int = 0
     suffix: Array | None = None  # the last token's replacement in the prefix probe (else +1)
+    query_width: int = 0  # a head on given operands: Q's (and K's) width in the input [Q|K|V]
 
     @property
     def tensors(self) -> tuple[Array, ...]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import QkvProjections
 from qkvcli.protocol.python import PythonImplementation
@@ -109,10 +111,47 @@ def mha_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_outpu
                                base, offset, grad_output)
 
 
+def operands_forward(query: Array, key: Array, value: Array, causal: bool) -> Bundle:
+    """``(scores, scaled_scores, masked_scores, weights, output)`` of one head on given
+    ``Q``, ``K``, ``V`` (chapters 27 and 28): the scores ``Q K^T``, scaled, then masked
+    (``-inf`` where a query may not look), the probabilities and the output. Raises the
+    operands' typed errors (:func:`~qkvcli.attention.operands.check_operands`)."""
+    from qkvcli.attention.maths import scale
+    from qkvcli.attention.operands import attend
+
+    run = attend(query, key, value, causal)
+    done = run.forward.heads[0]
+    scores = np.array(done.scores)
+    return (scores, scale(scores, int(query.shape[2]), run.layer.given_scale),
+            np.array(run.forward.stacked["scaled_scores"][:, 0]), np.array(done.attention),
+            np.array(done.output))
+
+
+def operands_backward(query: Array, key: Array, value: Array, causal: bool,
+                      grad_output: Array) -> Bundle:
+    """``(grad_query, grad_key, grad_value, grad_weights, grad_scaled_scores,
+    grad_scores)`` of ``L = <O, grad_output>``: every array the reverse pass makes."""
+    from qkvcli.attention.operands import attend, reverse
+
+    done = reverse(attend(query, key, value, causal), grad_output).heads[0]
+    return tuple(np.array(g) for g in (done.grad_query, done.grad_key, done.grad_value,
+                                       done.grad_attention, done.grad_scaled_scores,
+                                       done.grad_scores))
+
+
 def engine_implementation() -> PythonImplementation:
     """qkv's engine, in this process, as the families call any implementation."""
     engine = PythonImplementation("qkv's engine", forward, backward, head_forward,
                                   head_backward, rope=rope, rope_reverse=rope_reverse,
                                   mha_forward=mha_forward, mha_backward=mha_backward)
     engine.fresh = True  # every result is a new array of the engine's
+    return engine
+
+
+def operands_implementation() -> PythonImplementation:
+    """qkv's engine as one head on given ``Q``, ``K``, ``V`` (engine-only operations: the
+    implementation chapters 27 and 28 judge)."""
+    engine = PythonImplementation("qkv's engine", None, operands_forward=operands_forward,
+                                  operands_backward=operands_backward)
+    engine.fresh = True
     return engine

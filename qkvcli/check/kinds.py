@@ -32,6 +32,8 @@ from qkvcli.protocol.wire import (
     HEAD_FORWARD_NAMES,
     MHA_BACKWARD_NAMES,
     MHA_FORWARD_NAMES,
+    OPERAND_BACKWARD_NAMES,
+    OPERAND_FORWARD_NAMES,
     ROPE_REVERSE_NAMES,
 )
 
@@ -127,6 +129,8 @@ class Kind(Record):
     # The shapes its results must have, forward's then backward's, for an input and the
     # weights: the rule the shapes family judges by (``None``: the engine's shapes).
     shape_rule: Callable[[Array, tuple[Array, ...]], tuple[Shape, ...]] | None = None
+    # The backward's results only the scores reach (a head's dW_Q, dW_K): 0 for one token
+    score_gradients: tuple[int, ...] = (1, 2)
 
     def takes(self, case: Case) -> bool:
         """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
@@ -404,3 +408,24 @@ LAYER = Kind(
 """A real layer as qkv's engine offers it (``layer_forward(x) -> output``, causal, its
 parameters its own): the kind of attend's claims that need only the layer's answers (the
 prefix). Only the engine offers it; never a learner's kind."""
+
+
+def _operand_arguments(case: Case, mode: bool, tensors: tuple[Array, ...],
+                       upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
+    """The input ``[Q|K|V]`` split at the case's query width into ``query, key, value``."""
+    joined, width = tensors[0], case.query_width
+    return (joined[..., :width], joined[..., width:2 * width], joined[..., 2 * width:], mode,
+            *(upstream or ()))
+
+
+def operand_head(causal: bool) -> Kind:
+    """One head on given ``Q``, ``K``, ``V`` as qkv's engine offers it (chapters 27 and 28:
+    ``causal`` their mask): a case's input is ``[Q|K|V]`` (split at its ``query_width``),
+    its upstream the output's. Only the engine offers it; never a learner's kind."""
+    return Kind(
+        prefix="operands-", forward="operands_forward", backward="operands_backward",
+        forward_names=OPERAND_FORWARD_NAMES, backward_names=OPERAND_BACKWARD_NAMES,
+        modes=(causal,), label=_label_of, arguments=_operand_arguments, loss=(4,),
+        upstream=(0,), probes=lambda case: [], requests=lambda case, backward: [],
+        precision=_none, explain_forward=_none, explain_backward=_none, attention=3,
+        score_gradients=(0, 1))

@@ -44,12 +44,17 @@ def _objective(session: Session, kind: Kind, run: Run, tensors: list[Array]) -> 
     """``L`` of the implementation's forward on ``tensors`` (the input, the weights). Raises
     :class:`CallFailed`, also for a weighed result of the wrong shape."""
     outputs = session.call(kind, run, tuple(tensors))
-    total = 0.0
     for index, upstream in zip(kind.loss, run.upstream, strict=True):
         if outputs[index].shape != upstream.shape:
             raise CallFailed(kind.forward, f"{kind.forward} gave an output of the wrong shape")
-        total += float(np.sum(outputs[index] * upstream))
-    return total
+    return loss_of(kind, outputs, run.upstream)
+
+
+def loss_of(kind: Kind, outputs: tuple[Array, ...], upstream: tuple[Array, ...]) -> float:
+    """``L = sum <Y_i, U_i>`` over the forward results the kind's loss weighs."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return sum((float(np.sum(outputs[index] * gradient))
+                    for index, gradient in zip(kind.loss, upstream, strict=True)), 0.0)
 
 
 def check_run(session: Session, kind: Kind, run: Run, analytic: tuple[Array, ...],

@@ -46,12 +46,19 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 """Each operation's request fields (the protocol's names, in the Python functions' order)
 and the tensors its reply gives. The fields of :data:`SCALARS` are JSON booleans or
 numbers, every other field a tensor."""
+OPERAND_FIELDS = ("query", "key", "value", "causal")
+OPERAND_FORWARD_NAMES = ("scores", "scaled_scores", "masked_scores", "weights", "output")
+OPERAND_BACKWARD_NAMES = ("grad_query", "grad_key", "grad_value", "grad_weights",
+                          "grad_scaled_scores", "grad_scores")
 ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "layer_forward": (("input",), ("output",)),
+    "operands_forward": (OPERAND_FIELDS, OPERAND_FORWARD_NAMES),
+    "operands_backward": ((*OPERAND_FIELDS, "grad_output"), OPERAND_BACKWARD_NAMES),
 }
 """The operations only qkv's engine offers, in the same form: a real layer's forward,
-whose weights, biases and norms are the layer's own (attend's claims on it). Never asked
-of a program or a module over the protocol."""
+whose weights, biases and norms are the layer's own (attend's claims on it), and one
+head on given Q, K, V (chapters 27 and 28). Never asked of a program or a module over
+the protocol."""
 SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
                             "offset": int}
 """The request fields that are not tensors, and their types."""
