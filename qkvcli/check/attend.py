@@ -39,15 +39,15 @@ from qkvcli.attention.records import (
     TokenRow,
 )
 from qkvcli.check.behaviour import check_prefix
+from qkvcli.check.boundaries import check_single_token
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import LAYER
+from qkvcli.check.kinds import LAYER, WEIGHED_LAYER
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
 from qkvcli.core.invariants import (
     HeadLayout,
     isolated_heads,
     position_zero,
-    single_token,
 )
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -432,37 +432,33 @@ PLAN: Plan[dict[str, bool]] = tuple((name, _found(name)) for name in CHECK_ORDER
 what the build found (a family it did not run does not apply)."""
 
 
-def prefix_kept(layer: MultiHeadLayer, x: Array) -> bool:
-    """``qkv check``'s prefix family (:func:`~qkvcli.check.behaviour.check_prefix`) on the
-    layer as an implementation (:data:`~qkvcli.check.kinds.LAYER`): its last token's input
-    raised by one keeps every earlier output bit for bit and changes the last one. Each
-    pass computes ``Y`` alone (no ``[B,H,T,T]`` array is made)."""
+def layer_session(layer: MultiHeadLayer, x: Array, causal: bool) -> Session:
+    """The layer as an implementation of the engine-only kinds
+    (:data:`~qkvcli.check.kinds.LAYER`, :data:`~qkvcli.check.kinds.WEIGHED_LAYER`; its
+    mask ``causal``), ``x`` the one case of a session on it."""
 
-    def layer_forward(given: Array) -> Array:
+    def layer_forward(given: Array) -> Array:  # Y alone: no [B,H,T,T] array is made
         with np.errstate(over="ignore", invalid="ignore"):
-            return engine.forward(layer, given, True, records=False).output
+            return engine.forward(layer, given, causal, records=False).output
 
-    implementation = PythonImplementation("the layer", None, layer_forward=layer_forward)
+    def layer_weighed(given: Array) -> tuple[Array, Array]:
+        forward = layer.forward(given, causal)
+        return forward.attention, forward.output
+
+    def layer_backward(given: Array, upstream: Array) -> tuple[Array, Array]:
+        grads = layer.backward(given, layer.forward(given, causal), upstream)
+        reached = [g.reshape(-1) for g in (
+            grads.grad_w_query, grads.grad_w_key, grads.grad_b_query, grads.grad_b_key,
+            grads.grad_norm_query, grads.grad_norm_key, grads.grad_norm_query_bias,
+            grads.grad_norm_key_bias) if g is not None]
+        return grads.grad_input, np.concatenate(reached)
+
+    implementation = PythonImplementation(
+        "the layer", None, layer_forward=layer_forward, layer_weighed=layer_weighed,
+        layer_backward=layer_backward)
     implementation.fresh = True  # the engine's own new arrays
     case = Case("fixture", x, (), (), 0.0, 0.0)
-    session = Session(implementation, [case], 0.0, isolated=False, given_only=True)
-    return check_prefix(session, LAYER)[0].passed
-
-
-def single_token_holds(layer: MultiHeadLayer, x: Array, causal: bool) -> bool:
-    """The single-token claim (:func:`~qkvcli.core.invariants.single_token`) on the layer's
-    first token: every weight exactly 1, and no gradient to what only the scores reach
-    (the query's and the key's weights, biases and norm)."""
-    if not x.shape[0] or not x.shape[1]:
-        return True
-    one = x[:, :1]
-    forward = layer.forward(one, causal)
-    grads = layer.backward(one, forward, np.ones(forward.output.shape))
-    reached = [g for g in (grads.grad_w_query, grads.grad_w_key, grads.grad_b_query,
-                           grads.grad_b_key, grads.grad_norm_query, grads.grad_norm_key,
-                           grads.grad_norm_query_bias, grads.grad_norm_key_bias)
-               if g is not None]
-    return single_token(forward.attention, *reached)
+    return Session(implementation, [case], 0.0, isolated=False, given_only=True)
 
 
 ISOLATION_TOKENS = 16
@@ -594,10 +590,13 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output") and (
         tensors["grad_input"].shape == x.shape)
-    claims = {"single_token": single_token_holds(layer, x, causal),
+    # qkv check's families on the layer as an implementation: the single token, and under
+    # the mask the prefix (its last token's input raised by one)
+    session = layer_session(layer, x, causal)
+    claims = {"single_token": check_single_token(session, WEIGHED_LAYER)[0].passed,
               "scale_probe": scale_probe(layer.d_k, layer.given_scale).holds}
     if causal:
-        claims["prefix"] = prefix_kept(layer, x)
+        claims["prefix"] = check_prefix(session, LAYER)[0].passed
     for name, holds in (("head_isolation", heads_isolated(layer, x, causal)),
                         ("position_zero", turned)):
         if holds is not None:

@@ -405,9 +405,18 @@ LAYER = Kind(
     arguments=lambda case, mode, tensors, upstream: (tensors[0],), loss=(0,), upstream=(),
     probes=lambda case: [], requests=lambda case, backward: [], precision=_none,
     explain_forward=_none, explain_backward=_none)
-"""A real layer as qkv's engine offers it (``layer_forward(x) -> output``, causal, its
+"""A real layer as qkv's engine offers it (``layer_forward(x) -> output``, its mask and
 parameters its own): the kind of attend's claims that need only the layer's answers (the
 prefix). Only the engine offers it; never a learner's kind."""
+
+WEIGHED_LAYER = LAYER._replace(
+    forward="layer_weighed", forward_names=("weights", "output"),
+    backward_names=("grad_input", "reached"), loss=(1,), attention=0, score_gradients=(1,),
+    arguments=lambda case, mode, tensors, upstream: (tensors[0], *(upstream or ())))
+"""The same layer with its attention weights (``layer_weighed(x) -> (weights, output)``)
+and its backward (``layer_backward(x, grad_output) -> (grad_input, reached)``, where
+``reached`` is every gradient only the scores reach, flattened into one: the query's and
+the key's weights, biases and norms): the kind of attend's single-token claim."""
 
 
 def _operand_arguments(case: Case, mode: bool, tensors: tuple[Array, ...],
