@@ -163,7 +163,6 @@ class ReleasedBuffer(RotaryRefusal):
         super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
 
 
-
 def read_operand(values: Any, stage: str) -> Array:
     """``values`` as float64; a released buffer (a ``memoryview`` after ``release()``) is
     refused as :class:`ReleasedBuffer` instead of being read as an object."""
@@ -332,7 +331,6 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int,
     return x
 
 
-
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
           base_dir: StrPath | None = None) -> RopeFixture:
     """A chapter 29 fixture document (parsed by qkv's strict JSON reader) validated into a
@@ -445,7 +443,6 @@ class RopeEvidence(ChapterEvidence):
     fixture: RopeFixture
     primary: RopePrimary
     probes: tuple[ShapeProbe, ...]
-
 
 
 def _norms(rows: Array) -> Array:

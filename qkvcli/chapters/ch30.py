@@ -25,12 +25,16 @@ import numpy as np
 
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward, LayerGradients
+from qkvcli.attention.errors import HeadCountMismatch, RopeError
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Rope, causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.chapters.ch29 import (
     LAYOUTS,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
     RotaryRefusal,
     RotaryTable,
     check_chapter,
@@ -48,7 +52,7 @@ from qkvcli.check.kinds import MULTI_HEAD
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
-from qkvcli.core.errors import QkvError
+from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError
 from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
@@ -117,8 +121,8 @@ def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
                        spec.table.base, spec.table.layout, offset)
 
 
-def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
-                    projected: Array | None = None) -> tuple[MultiHeadLayer, Array, LayerForward]:
+def forward_checked(spec: MultiHeadSpec, values: Any,
+                    offset: int) -> tuple[MultiHeadLayer, Array, LayerForward]:
     """The causal forward of the layer at positions ``offset ..`` after the chapter's input
     checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedBuffer`),
     rank three and the model width (the engine's), at least one token (:class:`EmptyLayerInput`),
@@ -129,7 +133,7 @@ def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
         raise EmptyLayerInput()
     check_interval(spec.table, offset, int(x.shape[1]))
     with np.errstate(over="ignore", invalid="ignore"):
-        return layer, x, engine.forward(layer, x, True, projected=projected)
+        return layer, x, engine.forward(layer, x, True)
 
 
 # --- the fixture ------------------------------------------------------------------------
@@ -176,7 +180,6 @@ def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> 
                                                   else "$.rope.base")
         raise FixtureError(where, f"{error} (the head width is RoPE's feature width)") from None
     return MultiHeadSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
-
 
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -380,7 +383,6 @@ def _close(a: Array, b: Array, tolerance: float) -> bool:
     return a.shape == b.shape and bool(np.all(np.abs(a - b) <= tolerance))
 
 
-
 class ChapterLayer(PythonImplementation):
     """The chapter's layer (:func:`forward_checked`: always causal, the chapter's RoPE table;
     the weights and head count asked for) as ``mha_forward`` and ``mha_backward``, keeping
@@ -516,14 +518,6 @@ def _released(shape: tuple[int, ...]) -> memoryview[float]:
 def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
-    from qkvcli.attention.errors import HeadCountMismatch, RopeError
-    from qkvcli.chapters.ch29 import (
-        PositionOffsetOverflow,
-        PositionRangeExceeded,
-        ReleasedBuffer,
-    )
-    from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError
-
     spec = fixture.spec
     base, layout = spec.table.base, spec.table.layout
     d_model = int(spec.w_query.shape[0])
