@@ -5,6 +5,7 @@ here (plain NumPy pair by pair, and torch's autograd where torch is installed)."
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from pathlib import Path
@@ -206,7 +207,7 @@ def test_the_gradients_agree_with_torch_autograd(seed: int) -> None:
 
 def test_a_wrong_gradient_fails_the_check() -> None:
     fixture = ch29.parse(parse_json_text(bundled_fixture_text(ch29.FIXTURE)))
-    found = ch29.primary(fixture)
+    found = ch29.primary(fixture, ch29.judge_session(fixture))
     wrong = found._replace(query_gradient=found.query_gradient + np.eye(3, 4))
     query_check, key_check = ch29.gradient_check(fixture, wrong).tensors
     assert not query_check.passed and key_check.passed
@@ -385,3 +386,20 @@ def test_position_zero_is_check_s_family_and_fails_for_a_rotation_counted_from_o
     assert not ch29.position_zero_holds(fixture)
     monkeypatch.undo()
     assert ch29.position_zero_holds(fixture)
+
+
+def test_replay_is_check_s_family_and_fails_when_the_reverse_drifts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each turn back moves a little further: a second rope_reverse differs from the first
+    # in its last bits, which check's replay family, run on the chapter's rotation, finds.
+    original = ch29.rotate_checked
+    calls = itertools.count()
+
+    def drifting(table: Any, values: Any, offset: int, inverse: bool = False) -> Any:
+        turned = original(table, values, offset, inverse)
+        return turned + next(calls) * 1e-12 if inverse else turned
+
+    monkeypatch.setattr(ch29, "rotate_checked", drifting)
+    assert [c.name for c in bundled().checks if not c.passed] == ["replay"]
+    monkeypatch.undo()
+    assert bundled().passed

@@ -6,6 +6,7 @@ installed)."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from pathlib import Path
@@ -77,16 +78,14 @@ def test_a_mask_that_lets_the_future_in_fails_the_causal_probe() -> None:
     leaky[0, 1, 0, 2] = 1e-300
     fixture = evidence.fixture
     found = evidence.primary._replace(attention=leaky)
-    _, _, done = ch30.forward_checked(fixture.spec, fixture.input, fixture.offset)
-    assert not ch30.probes(fixture, found, done).future_zero
+    assert not ch30.probes(fixture, found, ch30.judge_session(fixture)).future_zero
 
 
 def test_a_wrong_gradient_fails_the_check() -> None:
     from qkvcli.attention.gradcheck import gradcheck_attention
 
     fixture = ch30.parse(parse_json_text(bundled_fixture_text(ch30.FIXTURE)))
-    _, layer, done = ch30.primary(fixture)
-    grads = layer.backward(fixture.input, done, fixture.upstream)
+    _, layer, _, grads = ch30.primary(ch30.judge_session(fixture))
     wrong = grads._replace(grad_w_key=grads.grad_w_key + 0.01)
     result = gradcheck_attention(layer, fixture.input, fixture.upstream, wrong, True,
                                  fixture.step, fixture.tolerance, mode="full")
@@ -416,3 +415,22 @@ def test_head_isolation_is_check_s_family_and_fails_when_heads_mix(
     evidence = _leaking(monkeypatch, mix)
     assert not evidence.probes.head_isolation
     assert "head_isolation" in [c.name for c in evidence.checks if not c.passed]
+
+
+def test_replay_is_check_s_family_and_fails_when_the_reverse_drifts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each backward pass moves the input's gradient a little further: a second mha_backward
+    # differs from the first, which check's replay family, run on the chapter's layer, finds.
+    from qkvcli.attention.multihead import MultiHeadLayer
+
+    original = MultiHeadLayer.backward
+    calls = itertools.count()
+
+    def drifting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        grads = original(self, *args, **kwargs)
+        return grads._replace(grad_input=grads.grad_input + next(calls) * 1e-12)
+
+    monkeypatch.setattr(MultiHeadLayer, "backward", drifting)
+    assert [c.name for c in bundled().checks if not c.passed] == ["replay"]
+    monkeypatch.undo()
+    assert bundled().passed

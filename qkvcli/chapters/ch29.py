@@ -24,17 +24,19 @@ import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
+from qkvcli.check.behaviour import check_replay
 from qkvcli.check.cases import Case
+from qkvcli.check.kinds import ROPE
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import replayed
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
+from qkvcli.protocol.errors import CallFailed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import (
     finite_number,
@@ -161,7 +163,6 @@ class ReleasedBuffer(RotaryRefusal):
         super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
 
 
-
 def read_operand(values: Any, stage: str) -> Array:
     """``values`` as float64; a released buffer (a ``memoryview`` after ``release()``) is
     refused as :class:`ReleasedBuffer` instead of being read as an object."""
@@ -224,17 +225,18 @@ def check_interval(table: RotaryTable, offset: int, tokens: int) -> None:
         raise PositionRangeExceeded(offset, tokens, table.positions)
 
 
-def rotate_checked(table: RotaryTable, values: Any, offset: int) -> Array:
-    """``values [..., tokens, features]`` turned at positions ``offset ..``, after the
-    chapter's checks in its order: a readable operand, rank at least two, the feature
-    width, the position interval. The turn is :func:`~qkvcli.attention.maths.rotate`'s."""
+def rotate_checked(table: RotaryTable, values: Any, offset: int, inverse: bool = False) -> Array:
+    """``values [..., tokens, features]`` turned (``inverse``: turned back) at positions
+    ``offset ..``, after the chapter's checks in its order: a readable operand, rank at
+    least two, the feature width, the position interval. The turn is
+    :func:`~qkvcli.attention.maths.rotate`'s."""
     x = read_operand(values, ROTARY_STAGE)
     if x.ndim < 2:
         raise RotaryInputRank(x.ndim)
     if x.shape[-1] != table.features:
         raise RotaryWidthMismatch(table.features, int(x.shape[-1]))
     check_interval(table, offset, int(x.shape[-2]))
-    return rotate(x, table.rope(offset))
+    return rotate(x, table.rope(offset), inverse=inverse)
 
 
 # --- the fixture ------------------------------------------------------------------------
@@ -327,7 +329,6 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int,
     except QkvError as error:
         raise FixtureError(location, str(error)) from None
     return x
-
 
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -444,40 +445,44 @@ class RopeEvidence(ChapterEvidence):
     probes: tuple[ShapeProbe, ...]
 
 
-
 def _norms(rows: Array) -> Array:
     result: Array = np.sqrt(np.sum(rows * rows, axis=-1))
     return result
 
 
-def _objective(fixture: RopeFixture, query: Array, key: Array) -> float:
-    """``L = <rot(Q), U_Q> + <rot(K), U_K>`` at the fixture's positions."""
-    table, offset = fixture.table, fixture.offset
-    return (float(np.sum(rotate_checked(table, query, offset) * fixture.upstream_query))
-            + float(np.sum(rotate_checked(table, key, offset) * fixture.upstream_key)))
+def _loss(fixture: RopeFixture, rotated_query: Array, rotated_key: Array) -> float:
+    """``L = <rot(Q), U_Q> + <rot(K), U_K>`` of Q and K turned at the fixture's positions."""
+    return (float(np.sum(rotated_query * fixture.upstream_query))
+            + float(np.sum(rotated_key * fixture.upstream_key)))
+
+
+def judge_session(fixture: RopeFixture) -> Session:
+    """Q and K as the one fixture ``[2,T,d]`` (Q's rows, then K's; their upstream gradients
+    alike) of a session whose implementation is the chapter's rotation (its table, through
+    :func:`rotate_checked`), judged at the chapter's invariant tolerance."""
+    table = fixture.table
+    rotation = PythonImplementation(
+        "chapter 29's rotation", None, rope=lambda x, base, offset: rotate_checked(table, x, offset),
+        # the gradient of <rot(x), U> is U turned back: the rotation's transpose
+        rope_reverse=lambda upstream, base, offset: rotate_checked(table, upstream, offset, inverse=True))
+    rotation.fresh = True  # the engine's own new arrays
+    case = Case("fixture", np.stack([fixture.query, fixture.key]), (),
+                (np.stack([fixture.upstream_query, fixture.upstream_key]),), fixture.step,
+                fixture.tolerance, base=table.base, offset=fixture.offset)
+    return Session(rotation, [case], fixture.invariant_tolerance, isolated=False,
+                   given_only=True)
 
 
 def position_zero_holds(fixture: RopeFixture) -> bool:
-    """``qkv check``'s position-zero family on the chapter's rotation (its table, as an
-    implementation of ``rope``): every row of Q and K, turned as if it stood at position
-    0, is itself."""
-    table = fixture.table
-
-    def rope(x: Array, base: float, offset: int) -> Array:
-        return rotate_checked(table, x, offset)
-
-    rotation = PythonImplementation("chapter 29's rotation", None, rope=rope)
-    rotation.fresh = True  # the engine's own new arrays
-    rows = np.stack([fixture.query, fixture.key])  # [2,T,d]: Q's rows, then K's
-    case = Case("fixture", rows, (), (rows,), fixture.step, fixture.tolerance, base=table.base,
-                offset=fixture.offset)
-    session = Session(rotation, [case], fixture.invariant_tolerance, isolated=False,
-                      given_only=True)
-    return check_position_zero(session)[0].passed
+    """``qkv check``'s position-zero family on the chapter's rotation: every row of Q and
+    K, turned as if it stood at position 0, is itself."""
+    return check_position_zero(judge_session(fixture))[0].passed
 
 
-def primary(fixture: RopeFixture) -> RopePrimary:
-    """The chapter's numbers for ``fixture``: every turn by the engine's :func:`rotate`."""
+def primary(fixture: RopeFixture, session: Session) -> RopePrimary:
+    """The chapter's numbers: Q and K turned, and their upstream gradients turned back, by
+    the session's first ``rope`` and ``rope_reverse`` (:func:`judge_session`), Q and K at
+    the shifted positions by its ``rope``; the tables by the engine's."""
     table, offset, tolerance = fixture.table, fixture.offset, fixture.invariant_tolerance
     tokens = int(fixture.query.shape[0])
     rope = table.rope(offset)
@@ -487,18 +492,17 @@ def primary(fixture: RopeFixture) -> RopePrimary:
     angles = np.arange(offset, offset + tokens, dtype=np.float64)[:, None] * frequencies[None, :]
     cosines, sines = (np.array(t) for t in rope_tables(rope, 0, tokens))
     q, k = fixture.query, fixture.key
-    rotated_query = rotate_checked(table, q, offset)
-    rotated_key = rotate_checked(table, k, offset)
-    shifted = offset + fixture.shift
-    shifted_query = rotate_checked(table, q, shifted)
-    shifted_key = rotate_checked(table, k, shifted)
+    case = session.cases[0]
+    rotated, turned_back = (session.first(ROPE, ROPE.run(case), backward) for backward in (False, True))
+    # the chapter's rotation on what the chapter's parse accepted: nothing it refuses
+    assert not isinstance(rotated, CallFailed) and not isinstance(turned_back, CallFailed)
+    (rotated_query, rotated_key), (query_gradient, key_gradient) = rotated[0], turned_back[0]
+    shifted_query, shifted_key = session.call(
+        ROPE, ROPE.run(case._replace(offset=offset + fixture.shift)))[0]
     dot_grid = rotated_query @ rotated_key.T  # [T,d] @ [d,T] -> [T,T]
     shifted_dot_grid = shifted_query @ shifted_key.T
     norms = (_norms(q), _norms(rotated_query), _norms(shifted_query))
-    loss = _objective(fixture, q, k)
-    # the gradient of <rot(x), U> is U turned back: the rotation's transpose
-    query_gradient = rotate(fixture.upstream_query, rope, inverse=True)
-    key_gradient = rotate(fixture.upstream_key, rope, inverse=True)
+    loss = _loss(fixture, rotated_query, rotated_key)
     arrays = (rotated_query, rotated_key, shifted_query, shifted_key, cosines, sines,
               query_gradient, key_gradient, dot_grid, shifted_dot_grid)
     return RopePrimary(
@@ -506,7 +510,7 @@ def primary(fixture: RopeFixture) -> RopePrimary:
         q, k, rotated_query, rotated_key, shifted_query, shifted_key, *norms,
         dot_grid, shifted_dot_grid, fixture.upstream_query, fixture.upstream_key, loss,
         query_gradient, key_gradient,
-        position_zero_identity=position_zero_holds(fixture),
+        position_zero_identity=check_position_zero(session)[0].passed,
         norm_preserved=bool(np.all(np.abs(norms[0] - norms[1]) <= tolerance)
                             and np.all(np.abs(norms[0] - norms[2]) <= tolerance)),
         common_shift_preserved=bool(np.all(np.abs(dot_grid - shifted_dot_grid) <= tolerance)),
@@ -577,10 +581,10 @@ def rejected_inputs(fixture: RopeFixture) -> tuple[Refusal, ...]:
 def gradient_check(fixture: RopeFixture, found: RopePrimary) -> GradcheckResult:
     """Central differences of the chapter's objective against the gradients of Q and K."""
     def of_query(probe: Array) -> float:
-        return _objective(fixture, probe, fixture.key)
+        return _loss(fixture, rotate_checked(fixture.table, probe, fixture.offset), found.rotated_key)
 
     def of_key(probe: Array) -> float:
-        return _objective(fixture, fixture.query, probe)
+        return _loss(fixture, found.rotated_query, rotate_checked(fixture.table, probe, fixture.offset))
 
     samples = fixture.samples
     return plain_check((("query", fixture.query, found.query_gradient, of_query, samples),
@@ -588,29 +592,19 @@ def gradient_check(fixture: RopeFixture, found: RopePrimary) -> GradcheckResult:
                        fixture.step, fixture.tolerance, "full" if samples is None else "sampled")
 
 
-def _same(first: RopePrimary, second: RopePrimary) -> bool:
-    """Whether two computations of the primary numbers agree bit for bit."""
-    pairs = [(getattr(first, f), getattr(second, f)) for f in (
-        "rotated_query", "rotated_key", "shifted_query", "shifted_key", "input_norms",
-        "rotated_norms", "shifted_norms", "dot_grid", "shifted_dot_grid", "query_gradient",
-        "key_gradient")]
-    tables = [(getattr(first.tables, f), getattr(second.tables, f))
-              for f in ("inverse_frequencies", "angles", "cosines", "sines")]
-    return replayed((*(a for a, _ in pairs + tables), first.loss),
-                    (*(b for _, b in pairs + tables), second.loss))
-
-
 def build(fixture: RopeFixture) -> RopeEvidence:
-    """Chapter 29's evidence for ``fixture``: the primary numbers (twice, for the replay),
-    the probes, the rejected inputs, the gradient check, and each check judged."""
+    """Chapter 29's evidence for ``fixture``: the primary numbers and their replay (check's
+    family), on the chapter's rotation as an implementation (:func:`judge_session`); the
+    probes, the rejected inputs, the gradient check, and each check judged."""
     # overflow is evidence (tape_finite fails), not a warning on stderr
     with np.errstate(over="ignore", invalid="ignore"):
-        found = primary(fixture)
-        replay = _same(found, primary(fixture))
+        session = judge_session(fixture)
+        found = primary(fixture, session)
+        replay, _ = check_replay(session, ROPE)  # a second rope and rope_reverse, bit for bit
         shapes = probes(fixture)
         errors = rejected_inputs(fixture)
         checked = gradient_check(fixture, found)
-        evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
+        evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay.passed,
                                 checks=(), fixture=fixture, primary=found, probes=shapes)
         return evidence._replace(checks=judge_plan(PLAN, evidence))
 

@@ -24,13 +24,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.attention import engine
-from qkvcli.attention.engine import LayerForward
+from qkvcli.attention.engine import LayerForward, LayerGradients
+from qkvcli.attention.errors import HeadCountMismatch, RopeError
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Rope, causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.chapters.ch29 import (
     LAYOUTS,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
     RotaryRefusal,
     RotaryTable,
     check_chapter,
@@ -42,17 +46,18 @@ from qkvcli.chapters.ch29 import (
     rope_settings,
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
-from qkvcli.check.behaviour import Perturbed, check_prefix
+from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import MULTI_HEAD
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
-from qkvcli.core.errors import QkvError
-from qkvcli.core.invariants import prefix, replayed
+from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError
+from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
+from qkvcli.protocol.errors import CallFailed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import keyed_object
 from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check_step_fits, expect_shape
@@ -116,8 +121,8 @@ def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
                        spec.table.base, spec.table.layout, offset)
 
 
-def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
-                    projected: Array | None = None) -> tuple[MultiHeadLayer, Array, LayerForward]:
+def forward_checked(spec: MultiHeadSpec, values: Any,
+                    offset: int) -> tuple[MultiHeadLayer, Array, LayerForward]:
     """The causal forward of the layer at positions ``offset ..`` after the chapter's input
     checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedBuffer`),
     rank three and the model width (the engine's), at least one token (:class:`EmptyLayerInput`),
@@ -128,7 +133,7 @@ def forward_checked(spec: MultiHeadSpec, values: Any, offset: int,
         raise EmptyLayerInput()
     check_interval(spec.table, offset, int(x.shape[1]))
     with np.errstate(over="ignore", invalid="ignore"):
-        return layer, x, engine.forward(layer, x, True, projected=projected)
+        return layer, x, engine.forward(layer, x, True)
 
 
 # --- the fixture ------------------------------------------------------------------------
@@ -175,7 +180,6 @@ def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> 
                                                   else "$.rope.base")
         raise FixtureError(where, f"{error} (the head width is RoPE's feature width)") from None
     return MultiHeadSpec(arrays[0], arrays[1], arrays[2], arrays[3], heads, table)
-
 
 
 def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -270,7 +274,7 @@ class MultiHeadPrimary(Record):
     grad_w_out: Array
 
     def arrays(self) -> tuple[Array, ...]:
-        """Every array, in field order (what the replay compares)."""
+        """Every array, in field order (what ``tape_finite`` judges)."""
         return (self.input, self.projected_query, self.projected_key, self.projected_value,
                 self.rotated_query, self.rotated_key, self.attention, self.head_outputs,
                 self.merged, self.output_weight, self.output, self.upstream, self.grad_input,
@@ -357,58 +361,70 @@ class MultiHeadEvidence(ChapterEvidence):
     tape_finite: bool
 
 
-def primary(fixture: MultiHeadFixture) -> tuple[MultiHeadPrimary, MultiHeadLayer, LayerForward]:
-    """The forward and reverse of the fixture's layer by the engine."""
-    layer, x, done = forward_checked(fixture.spec, fixture.input, fixture.offset)
-    grads = layer.backward(x, done, fixture.upstream)
+def primary(session: Session) -> tuple[MultiHeadPrimary, MultiHeadLayer, LayerForward, LayerGradients]:
+    """The session's first forward and backward of the fixture (the chapter's layer, causal
+    with RoPE), the stages of that forward the layer kept; the layer, its pass, gradients."""
+    chapter, run = session.implementation, MULTI_HEAD.run(session.cases[0])
+    outputs, grads = (session.first(MULTI_HEAD, run, backward) for backward in (False, True))
+    # the chapter's layer on what the chapter's parse accepted: nothing it refuses
+    assert not isinstance(outputs, CallFailed) and not isinstance(grads, CallFailed)
+    assert isinstance(chapter, ChapterLayer) and chapter.first is not None and chapter.grads is not None
+    layer, x, done = chapter.first
+    assert layer.out_weight is not None and done.output is outputs[2]
     s = done.stacked
-    assert grads.grad_out_weight is not None and layer.out_weight is not None
     head_outputs = np.stack([head.output for head in done.heads], axis=1)  # [B,H,T,d_v]
     return MultiHeadPrimary(
-        x, s["query"], s["key"], s["value"], s["rotated_query"], s["rotated_key"],
-        s["attention"], head_outputs, done.concat, layer.out_weight, done.output,
-        fixture.upstream, engine.loss(done, fixture.upstream), grads.grad_input,
-        grads.grad_w_query, grads.grad_w_key, grads.grad_w_value, grads.grad_out_weight,
-    ), layer, done
+        x, s["query"], s["key"], s["value"], s["rotated_query"], s["rotated_key"], outputs[0],
+        head_outputs, outputs[1], layer.out_weight, outputs[2], run.upstream[0],
+        engine.loss(done, run.upstream[0]), *grads), layer, done, chapter.grads
 
 
 def _close(a: Array, b: Array, tolerance: float) -> bool:
     return a.shape == b.shape and bool(np.all(np.abs(a - b) <= tolerance))
 
 
+class ChapterLayer(PythonImplementation):
+    """The chapter's layer (:func:`forward_checked`: always causal, the chapter's RoPE table;
+    the weights and head count asked for) as ``mha_forward`` and ``mha_backward``, keeping
+    its first pass (the stages the report shows) and gradients (the gradient check's)."""
 
-def _chapter_forward(spec: MultiHeadSpec) -> Any:
-    """``mha_forward`` of the protocol answered by the chapter's layer (always causal,
-    with the chapter's RoPE table; the weights and head count those asked for)."""
+    fresh = True  # the engine's own new arrays
 
-    def mha_forward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
-                    heads: int, causal: bool, rope: bool, base: float,
-                    offset: int) -> tuple[Array, Array, Array]:
-        layer_spec = spec._replace(w_query=w_query, w_key=w_key, w_value=w_value,
-                                   w_out=w_output, heads=heads)
-        done = forward_checked(layer_spec, x, offset)[2]
-        return done.attention, done.concat, done.output
+    def __init__(self, spec: MultiHeadSpec) -> None:
+        super().__init__("chapter 30's layer", None, mha_forward=self.run, mha_backward=self.run)
+        self.spec = spec
+        self.first: tuple[MultiHeadLayer, Array, LayerForward] | None = None
+        self.grads: LayerGradients | None = None
 
-    return mha_forward
+    def run(self, x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
+            heads: int, causal: bool, rope: bool, base: float, offset: int,
+            upstream: Array | None = None) -> tuple[Array | None, ...]:
+        """``mha_forward``, or ``mha_backward`` given the output's upstream gradient."""
+        layer, x, done = forward_checked(self.spec._replace(
+            w_query=w_query, w_key=w_key, w_value=w_value, w_out=w_output, heads=heads), x, offset)
+        if upstream is None:
+            self.first = self.first or (layer, x, done)
+            return done.attention, done.concat, done.output
+        grads = layer.backward(x, done, upstream)
+        self.grads = self.grads or grads
+        return (grads.grad_input, grads.grad_w_query, grads.grad_w_key, grads.grad_w_value,
+                grads.grad_out_weight)
 
 
 def judge_session(fixture: MultiHeadFixture) -> Session:
     """The fixture as the one case of a session whose implementation is the chapter's
-    layer (through :func:`forward_checked`), judged at the chapter's invariant tolerance."""
+    layer (:class:`ChapterLayer`), judged at the chapter's invariant tolerance."""
     spec = fixture.spec
     case = Case("fixture", fixture.input, (spec.w_query, spec.w_key, spec.w_value, spec.w_out),
                 (fixture.upstream,), fixture.step, fixture.tolerance, fixture.samples,
                 heads=spec.heads, base=spec.table.base, offset=fixture.offset,
                 suffix=fixture.suffix)
-    layer = PythonImplementation("chapter 30's layer", None,
-                                 mha_forward=_chapter_forward(spec))
-    layer.fresh = True  # the engine's own new arrays
-    return Session(layer, [case], fixture.invariant_tolerance, isolated=False,
+    return Session(ChapterLayer(spec), [case], fixture.invariant_tolerance, isolated=False,
                    given_only=True)
 
 
-def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForward) -> MultiHeadProbes:
-    """The chapter's probes, each a pass of the engine."""
+def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, session: Session) -> MultiHeadProbes:
+    """The chapter's probes, each a pass of the chapter's layer in ``session``."""
     spec, tolerance = fixture.spec, fixture.invariant_tolerance
     a = found.attention
     tokens = a.shape[-1]
@@ -418,14 +434,14 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
     # The prefix and head-isolation families of qkv check, run on the chapter's layer as
     # an implementation of multi-head attention: the last token replaced by the
     # fixture's suffix, every earlier output bit for bit; the heads apart before W_O.
-    session = judge_session(fixture)
     seen: list[Perturbed] = []
     check_prefix(session, MULTI_HEAD, seen)
     isolation, _ = check_head_isolation(session)
     suffix_output, kept = seen[0] if seen else (found.output, prefix(found.output,
                                                                       found.output))
     split = engine.heads_axis(found.merged, spec.heads)
-    _, _, shifted = forward_checked(spec, fixture.input, fixture.offset + fixture.shift)
+    shifted = session.call(MULTI_HEAD, MULTI_HEAD.run(session.cases[0]._replace(
+        offset=fixture.offset + fixture.shift)))[0]
     return MultiHeadProbes(
         head_0_uniform=_close(a[:, 0], np.broadcast_to(uniform, a[:, 0].shape), tolerance),
         heads_distinct=spec.heads > 1 and all(not _close(a[:, 0], a[:, h], tolerance)
@@ -438,7 +454,7 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, done: LayerForwar
         head_isolation=isolation.passed,
         split_merge=(same_bits(split, found.head_outputs)
                      and same_bits(engine.merge_heads(split), found.merged)),
-        common_offset=_close(a, shifted.attention, tolerance),
+        common_offset=_close(a, shifted, tolerance),
     )
 
 
@@ -502,14 +518,6 @@ def _released(shape: tuple[int, ...]) -> memoryview[float]:
 def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
-    from qkvcli.attention.errors import HeadCountMismatch, RopeError
-    from qkvcli.chapters.ch29 import (
-        PositionOffsetOverflow,
-        PositionRangeExceeded,
-        ReleasedBuffer,
-    )
-    from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError
-
     spec = fixture.spec
     base, layout = spec.table.base, spec.table.layout
     d_model = int(spec.w_query.shape[0])
@@ -558,28 +566,24 @@ def history(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadHist
 
 
 def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
-    """Chapter 30's evidence for ``fixture``: the forward and reverse (twice, for the
-    replay), the probes, the shapes, the parameters, the rejected inputs, the history and
-    the gradient check of the input and the four weights, each check judged."""
+    """Chapter 30's evidence for ``fixture``: the forward and reverse and their replay on the
+    chapter's layer (:func:`judge_session`), the probes, the shapes, the parameters, the
+    rejected inputs, the history and the gradient check of the input and the four weights."""
     # overflow is evidence (tape_finite fails), not a warning on stderr
     with np.errstate(over="ignore", invalid="ignore"):
-        found, layer, done = primary(fixture)
-        again, _, _ = primary(fixture)
-        replay = replayed((*found.arrays(), found.loss), (*again.arrays(), again.loss))
-        probed = probes(fixture, found, done)
-        shaped = shapes(fixture, found)
-        params = parameters(layer)
-        errors = rejected_inputs(fixture)
-        grads = layer.backward(found.input, done, fixture.upstream)
+        session = judge_session(fixture)
+        found, layer, done, grads = primary(session)
+        replay, _ = check_replay(session, MULTI_HEAD)  # a second forward and backward, bit for bit
         checked = gradcheck_attention(layer, found.input, fixture.upstream, grads, True,
                                       fixture.step, fixture.tolerance, fixture.samples,
                                       mode="full" if fixture.samples is None else "sampled",
                                       forward=done, has_fast=False,
                                       limit=evaluations_allowed() or MAX_EVALUATIONS)
         tape_finite = all(all_finite(a) for a in found.arrays()) and bool(np.isfinite(found.loss))
-        evidence = MultiHeadEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay,
-                                     checks=(), fixture=fixture, primary=found, probes=probed,
-                                     shapes=shaped, parameters=params,
+        evidence = MultiHeadEvidence(errors=rejected_inputs(fixture), gradcheck=checked,
+                                     replay_bitwise=replay.passed, checks=(), fixture=fixture,
+                                     primary=found, probes=probes(fixture, found, session),
+                                     shapes=shapes(fixture, found), parameters=parameters(layer),
                                      history=history(fixture, found), tape_finite=tape_finite)
         return evidence._replace(checks=judge_plan(PLAN, evidence))
 
