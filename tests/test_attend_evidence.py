@@ -229,3 +229,35 @@ def test_attend_s_prefix_is_check_s_family_and_fails_when_an_earlier_output_sees
     assert _checks(_layer())["prefix"]
     monkeypatch.setattr(engine, "forward", leaking)
     assert not _checks(_layer())["prefix"]
+
+
+def test_a_layer_whose_heads_leak_fails_head_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Head isolation is qkv check's family on the layer: a forward whose second head's
+    weights lean on the first's moves with head 0's W_Q columns, and the claim fails."""
+    from qkvcli.attention.multihead import MultiHeadLayer
+
+    honest = MultiHeadLayer.forward
+
+    def leaky(self: MultiHeadLayer, x: Any, causal: bool, *args: Any, **kwargs: Any) -> Any:
+        done = honest(self, x, causal, *args, **kwargs)
+        attention = np.array(done.stacked["attention"])
+        attention[:, 1] += 1e-3 * attention[:, 0]
+        return done._replace(stacked={**done.stacked, "attention": attention})
+
+    assert _checks(_layer())["head_isolation"]
+    monkeypatch.setattr(MultiHeadLayer, "forward", leaky)
+    assert not _checks(_layer())["head_isolation"]
+
+
+def test_a_rotation_that_turns_position_zero_fails_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Position zero is qkv check's family on the layer's rotation: one that counts
+    positions from 1 turns the first token, and the claim fails."""
+    import qkvcli.check.attend as attend
+
+    honest = attend.rotate
+
+    def from_one(values: Any, rope: Any, *args: Any) -> Any:
+        return honest(values, rope._replace(offset=rope.offset + 1), *args)
+
+    monkeypatch.setattr(attend, "rotate", from_one)
+    assert not _checks(_layer())["position_zero"]

@@ -41,13 +41,13 @@ from qkvcli.attention.records import (
 from qkvcli.check.behaviour import check_prefix
 from qkvcli.check.boundaries import check_single_token
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import LAYER, WEIGHED_LAYER
+from qkvcli.check.kinds import HEADS_LAYER, LAYER, WEIGHED_LAYER
+from qkvcli.check.multihead import check_head_isolation
+from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
 from qkvcli.core.invariants import (
     HeadLayout,
-    isolated_heads,
-    position_zero,
 )
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -468,10 +468,12 @@ probes then cost three passes of a few rows, whatever the sequence's length."""
 
 
 def heads_isolated(layer: MultiHeadLayer, x: Array, causal: bool) -> bool | None:
-    """The heads are apart before the output projection
-    (:func:`~qkvcli.core.invariants.isolated_heads`) on the input's first
-    :data:`ISOLATION_TOKENS` tokens; ``None`` where the claim does not apply: one head,
-    no batch item or token, or a q/k norm over the whole layer's width (OLMo 2's), which
+    """qkv check's head-isolation family
+    (:func:`~qkvcli.check.multihead.check_head_isolation`) on the layer as an
+    implementation (:data:`~qkvcli.check.kinds.HEADS_LAYER`, its heads split as the
+    layer splits them) and the input's first :data:`ISOLATION_TOKENS` tokens, within
+    the rounding of a row of them; ``None`` where the claim does not apply: one head, no
+    batch item or token, or a q/k norm over the whole layer's width (OLMo 2's), which
     joins the heads by design."""
     norm = layer.qk_norm
     if layer.heads < 2 or not x.shape[0] or not x.shape[1] or (
@@ -480,38 +482,50 @@ def heads_isolated(layer: MultiHeadLayer, x: Array, causal: bool) -> bool | None
     part = x[:, :ISOLATION_TOKENS]
     p = layer.projections
 
-    def outputs(weights: tuple[Array, ...]) -> tuple[Array, Array]:
-        moved = layer.with_parameters(list(weights), list(p.biases), layer.out_weight,
-                                      layer.out_bias).forward(part, causal)
-        return moved.attention, moved.concat
+    def layer_heads(given: Array, w_query: Array, w_key: Array,
+                    w_value: Array) -> tuple[Array, Array]:
+        moved = layer.with_parameters([w_query, w_key, w_value], list(p.biases),
+                                      layer.out_weight, layer.out_bias)
+        with np.errstate(over="ignore", invalid="ignore"):
+            done = moved.forward(given, causal)
+        return done.attention, done.concat
 
-    with np.errstate(over="ignore", invalid="ignore"):
-        before = layer.forward(part, causal)
-        tolerance = 4.0 * part.shape[1] * EPSILON
-        return isolated_heads(outputs, part, p.weights, (before.attention, before.concat),
-                              HeadLayout(layer.heads, layer.kv_heads, layer.d_k, layer.d_v),
-                              tolerance) is None
+    implementation = PythonImplementation("the layer", None, layer_heads=layer_heads)
+    implementation.fresh = True  # the engine's own new arrays
+    layout = HeadLayout(layer.heads, layer.kv_heads, layer.d_k, layer.d_v)
+    kind = HEADS_LAYER._replace(modes=(causal,), layout=lambda case: layout)
+    session = Session(implementation, [Case("fixture", part, p.weights, (), 0.0, 0.0)],
+                      4.0 * part.shape[1] * EPSILON, isolated=False, given_only=True)
+    return check_head_isolation(session, kind)[0].passed
 
 
 def turned_from_zero(layer: MultiHeadLayer, forward: LayerForward) -> bool | None:
-    """RoPE's position zero (:func:`~qkvcli.core.invariants.position_zero`): the
-    layer's queries and keys turned from position zero keep their first token, exactly
-    (a scaling's attention factor times the turned coordinates: ``cos 0`` is the factor,
-    ``sin 0`` is 0); ``None`` without RoPE or a token."""
+    """qkv check's position-zero family (:func:`~qkvcli.check.rotary.check_position_zero`)
+    on the layer's rotation as an implementation of ``rope``, given the first token of
+    each of the layer's query and key heads: turned from position zero, each is its own
+    (a scaling's attention factor times the turned coordinates: ``cos 0`` is the
+    factor, ``sin 0`` is 0); ``None`` without RoPE or a token."""
     rope = layer.rope
     query, key = forward.stacked.get("query"), forward.stacked.get("key")
     if rope is None or query is None or key is None or not query.shape[-2]:
         return None
-    at_zero = rope._replace(offset=0)
     factor = 1.0 if rope.scaling is None else attention_factor(rope.scaling)
+    width = int(query.shape[-1])
+    rows = np.concatenate([given[..., :1, :].reshape(-1, 1, width) for given in (query, key)])
 
-    def expected(given: Array) -> Array:
-        first = np.array(given[..., :1, :])
+    def layer_rope(values: Array, base: float, offset: int) -> Array:
+        return rotate(values, rope._replace(offset=offset))
+
+    def at_zero(given: Array) -> Array:
+        first = np.array(given)
         first[..., :rope.dims] *= factor
         return first
 
-    return all(position_zero(rotate(given[..., :1, :], at_zero), expected(given)) is None
-               for given in (query, key))
+    implementation = PythonImplementation("the layer's rotation", None, rope=layer_rope)
+    implementation.fresh = True
+    session = Session(implementation, [Case("fixture", rows, (), (rows,), 0.0, 0.0)], 0.0,
+                      isolated=False, given_only=True)
+    return check_position_zero(session, at_zero)[0].passed
 
 
 def _token_rows(forward: AttentionForward) -> tuple[TokenRow, ...]:

@@ -22,6 +22,7 @@ import numpy as np
 from qkvcli.check.cases import Case, Run, mha_cases, rope_cases
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
+from qkvcli.core.invariants import HeadLayout
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.record import Record
 
@@ -131,6 +132,8 @@ class Kind(Record):
     shape_rule: Callable[[Array, tuple[Array, ...]], tuple[Shape, ...]] | None = None
     # The backward's results only the scores reach (a head's dW_Q, dW_K): 0 for one token
     score_gradients: tuple[int, ...] = (1, 2)
+    # How a case's layer splits into heads (a kind with heads: head isolation)
+    layout: Callable[[Case], HeadLayout] | None = None
 
     def takes(self, case: Case) -> bool:
         """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
@@ -378,6 +381,13 @@ ROPE = Kind(
 """RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
 (the rotation's transpose, which carries a gradient back through it)."""
 
+def _mha_layout(case: Case) -> HeadLayout:
+    """``heads`` heads, each K/V head its own, their widths the weights' columns per head
+    (a chapter's layer may project to another width than its input's)."""
+    size, value_size = (int(case.weights[index].shape[1]) // case.heads for index in (0, 2))
+    return HeadLayout(case.heads, case.heads, size, value_size)
+
+
 MULTI_HEAD = Kind(
     prefix="multi-head-", forward="mha_forward", backward="mha_backward",
     forward_names=MHA_FORWARD_NAMES, backward_names=MHA_BACKWARD_NAMES,
@@ -386,7 +396,7 @@ MULTI_HEAD = Kind(
     probes=_same_width_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
     fixtures=mha_cases, attention=0, published=(("forward", "multi-head"),),
-    requests_label="mha requests")
+    requests_label="mha requests", layout=_mha_layout)
 """Multi-head attention: ``weights``, ``merged``, ``output``, and the five gradients, each
 fixture without and with the mask and RoPE."""
 
@@ -417,6 +427,14 @@ WEIGHED_LAYER = LAYER._replace(
 and its backward (``layer_backward(x, grad_output) -> (grad_input, reached)``, where
 ``reached`` is every gradient only the scores reach, flattened into one: the query's and
 the key's weights, biases and norms): the kind of attend's single-token claim."""
+
+HEADS_LAYER = LAYER._replace(
+    forward="layer_heads", forward_names=("weights", "merged"),
+    arguments=lambda case, mode, tensors, upstream: tensors)
+"""The same layer given other projection weights (``layer_heads(x, w_query, w_key,
+w_value) -> (weights, merged)``: its heads' attention weights and outputs merged before
+the output projection): the kind of attend's head isolation, with the layer's
+``layout``."""
 
 
 def _operand_arguments(case: Case, mode: bool, tensors: tuple[Array, ...],

@@ -17,53 +17,54 @@ from __future__ import annotations
 from functools import partial
 
 from qkvcli.check.cases import Case, Run
-from qkvcli.check.kinds import MULTI_HEAD
+from qkvcli.check.kinds import MULTI_HEAD, Kind
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array
-from qkvcli.core.invariants import HeadLayout, isolated_heads
+from qkvcli.core.invariants import isolated_heads
 from qkvcli.core.results import Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import Broken, CallFailed
-from qkvcli.protocol.wire import MHA_FORWARD_NAMES
 
 
-def _outputs(session: Session, run: Run, case: Case,
+def _outputs(session: Session, kind: Kind, run: Run, case: Case,
              weights: tuple[Array, ...]) -> tuple[Array, Array]:
     """The implementation's weights and merged heads on the fixture with other weights."""
-    attention, merged, _ = session.call(MULTI_HEAD, run, (case.input, *weights))
-    return attention, merged
+    found = session.call(kind, run, (case.input, *weights))
+    return found[0], found[1]
 
 
-def check_head_isolation(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_head_isolation(session: Session, kind: Kind = MULTI_HEAD
+                         ) -> tuple[FamilyCheck, list[Failure]]:
     """Before the output projection the heads are apart
     (:func:`~qkvcli.core.invariants.isolated_heads`), on the implementation's own
-    answers: causal, with RoPE; fixtures with two tokens or more and a batch item."""
+    answers, in the kind's last mode (multi-head attention's causal with RoPE), its
+    heads split by the kind's ``layout``; fixtures with a batch item and a token (with
+    one, only the value probe applies)."""
     family = "head-isolation"
+    assert kind.layout is not None
     failures: list[Failure] = []
-    cases = [case for case in session.cases_of(MULTI_HEAD)
-             if case.input.shape[0] and case.input.shape[1] >= 2]
+    cases = [case for case in session.cases_of(kind)
+             if case.input.shape[0] and case.input.shape[1]]
     for case in cases:
-        run = next(r for r in MULTI_HEAD.runs(case) if r.mode == (True, True))
+        run = kind.runs(case)[-1]  # labelled by its mode
         label = run.label
-        # each head's query/key and value widths, from the weights' columns (a chapter's
-        # layer may project to another width than its input's)
-        size, value_size = (int(case.weights[index].shape[1]) // case.heads for index in (0, 2))
+        layout = kind.layout(case)
         try:
-            base = session.call(MULTI_HEAD, run)
+            base = session.call(kind, run)
         except CallFailed as failure:
             failures.append(not_run_after(family, label, failure))
             continue
         batch, tokens = case.input.shape[:2]
-        merged = (batch, tokens, value_size * case.heads)
-        if base[0].shape != (batch, case.heads, tokens, tokens) or base[1].shape != merged:
-            # multi-head says how; the heads' isolation is not judged
+        merged = (batch, tokens, layout.d_v * layout.heads)
+        if base[0].shape != (batch, layout.heads, tokens, tokens) or base[1].shape != merged:
+            # the forward says how; the heads' isolation is not judged
             failures.append(not_run(family, label, "multi-head-shape"))
             continue
         try:
-            found = isolated_heads(partial(_outputs, session, run, case), case.input,
-                                   case.weights, (base[0], base[1]),
-                                   HeadLayout(case.heads, case.heads, size, value_size),
-                                   session.tolerance, MHA_FORWARD_NAMES[:2])
+            found = isolated_heads(partial(_outputs, session, kind, run, case), case.input,
+                                   case.weights, (base[0], base[1]), layout,
+                                   session.tolerance, (kind.forward_names[0],
+                                                       kind.forward_names[1]))
         except Broken as failure:
             failures.append(not_run_after(family, label, failure))
             continue

@@ -15,6 +15,8 @@ keeps every dot product between the rotated tokens (``rope(x, base, o)`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from qkvcli.check.cases import Case
@@ -45,10 +47,13 @@ def _judged(session: Session) -> list[Case]:
     return [case for case in session.cases_of(ROPE) if case.input.size]
 
 
-def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
+def check_position_zero(session: Session, at_zero: Callable[[Array], Array] | None = None
+                        ) -> tuple[FamilyCheck, list[Failure]]:
     """Every token turned as if it stood at position 0 is the input's own, exactly: the
     angle at position 0 is 0 for every pair. Each token of ``x [B,T,d]`` is its own
-    batch item of one token (``[B T, 1, d]``), turned from offset 0."""
+    batch item of one token (``[B T, 1, d]``), turned from offset 0. ``at_zero`` gives
+    what the tokens must turn into where that is not themselves (a scaled RoPE's
+    attention factor times its turned coordinates: ``cos 0`` is the factor)."""
     family, failures = "position-zero", []
     cases = _judged(session)
     for case in cases:
@@ -62,7 +67,7 @@ def check_position_zero(session: Session) -> tuple[FamilyCheck, list[Failure]]:
         if turned.shape != rows.shape:  # rope says how; position zero is not judged
             failures.append(not_run(family, case.label, "rope-shape"))
             continue
-        found = position_zero(turned, rows)
+        found = position_zero(turned, rows if at_zero is None else at_zero(rows))
         if found is not None:
             where, got, wanted = found
             failures.append(Failure(family, case.label, f"rope{where}", code="not-identity",

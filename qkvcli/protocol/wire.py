@@ -54,13 +54,15 @@ ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "layer_forward": (("input",), ("output",)),
     "layer_weighed": (("input",), ("weights", "output")),
     "layer_backward": (("input", "grad_output"), ("grad_input", "reached")),
+    "layer_heads": (("input", "w_query", "w_key", "w_value"), ("weights", "merged")),
     "operands_forward": (OPERAND_FIELDS, OPERAND_FORWARD_NAMES),
     "operands_backward": ((*OPERAND_FIELDS, "grad_output"), OPERAND_BACKWARD_NAMES),
 }
 """The operations only qkv's engine offers, in the same form: a real layer's forward,
 whose weights, biases and norms are the layer's own (attend's claims on it: its output
 alone, or with its attention weights; its backward's input gradient and every gradient
-only the scores reach, flattened into one), and one
+only the scores reach, flattened into one; its heads' weights and merged outputs with
+other projection weights), and one
 head on given Q, K, V (chapters 27 and 28). Never asked of a program or a module over
 the protocol."""
 SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
