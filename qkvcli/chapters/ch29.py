@@ -36,7 +36,6 @@ from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
-from qkvcli.protocol.errors import CallFailed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import (
     finite_number,
@@ -493,9 +492,8 @@ def primary(fixture: RopeFixture, session: Session) -> RopePrimary:
     cosines, sines = (np.array(t) for t in rope_tables(rope, 0, tokens))
     q, k = fixture.query, fixture.key
     case = session.cases[0]
-    rotated, turned_back = (session.first(ROPE, ROPE.run(case), backward) for backward in (False, True))
-    # the chapter's rotation on what the chapter's parse accepted: nothing it refuses
-    assert not isinstance(rotated, CallFailed) and not isinstance(turned_back, CallFailed)
+    rotated, turned_back = (session.answered(ROPE, ROPE.run(case), backward)
+                            for backward in (False, True))
     (rotated_query, rotated_key), (query_gradient, key_gradient) = rotated[0], turned_back[0]
     shifted_query, shifted_key = session.call(
         ROPE, ROPE.run(case._replace(offset=offset + fixture.shift)))[0]

@@ -84,14 +84,12 @@ from qkvcli.check.kinds import Kind, operand_head
 from qkvcli.check.numerical import loss_of
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
-from qkvcli.core.errors import QkvError
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
-from qkvcli.protocol.errors import CallFailed, Rejected
 
 ROW_SUM_TOLERANCE = 1e-12
 """How far from 1 a probability row's sum may be (the course's bound, for a short row)."""
@@ -197,21 +195,12 @@ def head_session(query: Array, key: Array, value: Array, upstream: Array, causal
                                given_only=True), operand_head(causal), case)
 
 
-def _answered(result: tuple[Array, ...] | CallFailed) -> tuple[Array, ...]:
-    """A first call's results; a refusal the reader should have made is raised as the
-    engine's own error."""
-    if isinstance(result, CallFailed):
-        raise result.raised if isinstance(result, Rejected) and isinstance(
-            result.raised, QkvError) else result
-    return result
-
-
 def head_pass(judge: HeadSession, query: Array, key: Array, value: Array,
               upstream: Array) -> HeadPass:
     """The session's first forward and backward on the fixture (see :class:`HeadPass`)."""
     run = judge.run
-    forward = _answered(judge.session.first(judge.kind, run))
-    grads = _answered(judge.session.first(judge.kind, run, backward=True))
+    forward = judge.session.answered(judge.kind, run)
+    grads = judge.session.answered(judge.kind, run, backward=True)
     scores, unmasked, masked, probabilities, output = forward
     batch, tokens, d_k = query.shape
     rows = min(tokens, MIXTURE_LIMIT // max(1, tokens * int(value.shape[2]))) if batch else 0

@@ -194,12 +194,7 @@ def _primary(session: Session, case: Case, projections: QkvProjections) -> Prima
     """The engine's first forward and backward on the fixture (the session's, which
     every family shares), read-only."""
     run = KIND.run(case)
-    outputs, grads = (session.first(KIND, run, backward) for backward in (False, True))
-    for result in (outputs, grads):
-        if isinstance(result, CallFailed):  # the reader accepted what the engine refuses
-            raise result.raised if isinstance(result, Rejected) and isinstance(
-                result.raised, QkvError) else result
-    assert not isinstance(outputs, CallFailed) and not isinstance(grads, CallFailed)
+    outputs, grads = (session.answered(KIND, run, backward) for backward in (False, True))
     query, key, value = (readonly_view(out) for out in outputs)
     grad_input, grad_w_query, grad_w_key, grad_w_value = (readonly_view(g) for g in grads)
     w_query, w_key, w_value = projections.weights

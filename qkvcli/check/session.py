@@ -19,8 +19,9 @@ from qkvcli.check.cases import Case, Run
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.kinds import Kind
 from qkvcli.core.arrays import Array, first_bit_difference
+from qkvcli.core.errors import QkvError
 from qkvcli.core.results import Failure
-from qkvcli.protocol.errors import Broken, CallFailed, NotSent
+from qkvcli.protocol.errors import Broken, CallFailed, NotSent, Rejected
 from qkvcli.protocol.wire import OPERATIONS, SCALARS
 
 if TYPE_CHECKING:
@@ -137,6 +138,16 @@ class Session:
             except CallFailed as failure:
                 self._first[key] = failure
         return self._first[key]
+
+    def answered(self, kind: Kind, run: Run, backward: bool = False) -> Bundle:
+        """:meth:`first`, for a plan on qkv's engine, whose fixture its reader validated:
+        a refusal is raised, as the engine's own typed error where it gave one (the
+        reader accepted what the engine refuses), else as the failed call."""
+        found = self.first(kind, run, backward)
+        if isinstance(found, CallFailed):
+            raised = found.raised if isinstance(found, Rejected) else None
+            raise raised if isinstance(raised, QkvError) else found
+        return found
 
     def engine(self, kind: Kind, run: Run, tensors: tuple[Array, ...] | None = None,
                upstream: tuple[Array, ...] | None = None) -> Bundle:
