@@ -257,3 +257,120 @@ def test_a_bad_q_k_norm_is_one_line_at_its_path(tmp_path, document, words):
     run = invoke("attend", str(write(tmp_path / "f.json", document)))
     assert run.exit_code == 2 and words in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def _value_input_fixture(**changes: object) -> dict[str, object]:
+    """MobileBERT's wiring in small: query and key read ``input`` (3 wide), value reads
+    ``value_input`` (5 wide), 2 heads of 2 and an output projection."""
+    rng = np.random.default_rng(43)
+    document: dict[str, object] = {
+        "heads": 2,
+        "input": rng.uniform(-1, 1, size=(2, 4, 3)).tolist(),
+        "value_input": rng.uniform(-1, 1, size=(2, 4, 5)).tolist(),
+        "weights": {"query": {"layout": "torch", "values": rng.normal(size=(4, 3)).tolist(),
+                              "bias": rng.normal(size=4).tolist()},
+                    "key": {"layout": "torch", "values": rng.normal(size=(4, 3)).tolist()},
+                    "value": {"layout": "torch", "values": rng.normal(size=(4, 5)).tolist(),
+                              "bias": rng.normal(size=4).tolist()},
+                    "out_proj_weight": rng.normal(size=(6, 4)).tolist()}}
+    document.update(changes)
+    return document
+
+
+def test_a_value_input_is_joined_after_the_input_and_read_by_the_value_weight() -> None:
+    document = _value_input_fixture()
+    fixture = parse_attend_fixture(document)
+    given = np.asarray(document["input"]), np.asarray(document["value_input"])
+    assert fixture.parameters.value_input
+    assert fixture.input.shape == (2, 4, 8)
+    assert np.array_equal(fixture.input, np.concatenate(given, axis=-1))
+    assert [w.shape for w in fixture.parameters.weights] == [(3, 4), (3, 4), (5, 4)]
+    assert "value reads value_input, the layer's input columns 3:" in (
+        fixture.parameters.layout_description)
+    layer = layer_of(fixture)
+    f = layer.forward(fixture.input)
+    weights = fixture.parameters.weights
+    biases = fixture.parameters.biases
+    assert biases[0] is not None and biases[2] is not None
+    assert np.allclose(f.stacked["value"], np.swapaxes(
+        (given[1] @ weights[2] + biases[2]).reshape(2, 4, 2, 2), 1, 2), rtol=0, atol=1e-14)
+    assert np.allclose(f.stacked["query"], np.swapaxes(
+        (given[0] @ weights[0] + biases[0]).reshape(2, 4, 2, 2), 1, 2), rtol=0, atol=1e-14)
+    plain: dict[str, Any] = {key: value for key, value in document.items()
+                             if key != "value_input"}
+    value = np.asarray(plain["weights"]["value"]["values"])[:, :3]  # reading input's width
+    plain["weights"] = {**plain["weights"], "value": {"layout": "torch",
+                                                      "values": value.tolist()}}
+    unjoined = parse_attend_fixture(plain)  # without the key: today's one input, as before
+    assert not unjoined.parameters.value_input and unjoined.input.shape == (2, 4, 3)
+    assert "value_input" not in unjoined.parameters.layout_description
+
+
+def test_attend_reports_the_joined_input_and_checks_both_inputs_gradients(tmp_path):
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _value_input_fixture())
+    run = invoke("attend", str(path), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["passed"]
+    assert evidence["config"]["d_model"] == 8
+    assert evidence["tensors"]["input"]["shape"] == [2, 4, 8]
+    assert evidence["tensors"]["input_gradient"]["shape"] == [2, 4, 8]
+    assert evidence["tensors"]["value_weight_gradient"]["shape"] == [4, 5]
+    assert evidence["tensors"]["query_weight_gradient"]["shape"] == [4, 3]
+    assert "value reads value_input" in evidence["config"]["layout_description"]
+    assert invoke("validate", str(path)).exit_code == 0
+    assert invoke("attend", str(path), "--html", str(tmp_path / "page.html")).exit_code == 0
+
+
+def test_a_value_input_of_zeros_keeps_the_heads_isolated(tmp_path):
+    """Raising W_V's columns cannot move V when its own input sums to zero: head
+    isolation judges V's move by the value input, not by the joined input."""
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _value_input_fixture(value_input={
+        "shape": [2, 4, 5], "values": [0.0] * 40}))
+    run = invoke("attend", str(path))
+    assert run.exit_code == 0, run.output
+    assert "check=head_isolation PASS" in run.stdout
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"value_input": None}, "$.weights: Q/K/V model widths must match, got query 3, key 3, "
+     "value 5; a value projected from an input of its own needs \"value_input\""),
+    ({"value_input": [[1.0, 2.0]]}, "$.value_input: value_input must have rank three "
+     "[batch,tokens,d_v_in], got rank 2"),
+    ({"value_input": {"generate": {"seed": 1, "shape": [2, 3, 5]}}},
+     "$.value_input: value_input must be [2,4,5] (the input's batch and tokens, the value "
+     "weight's input width), got [2,3,5]"),
+    ({"value_input": {"generate": {"seed": 1, "shape": [2, 4, 3]}}},
+     "$.value_input: value_input must be [2,4,5]"),
+    ({"value_input": "x"}, "$.value_input: expected a nested array or an object with values"),
+    ({"value_input": {"shape": [2, 4, 5], "values": [HUGE] * 40}},
+     "$.value_input.values[0]: number is too large for binary64"),
+    ({"weights": {"query": [[1.0, 0.0]] * 3, "key": [[1.0, 0.0]] * 4,
+                  "value": [[1.0, 0.0]] * 5}},
+     "$.weights: with value_input, the query and key weights read input: their model "
+     "widths must match, got query 3, key 4"),
+], ids=["missing", "rank", "tokens", "width", "string", "huge", "query-key-widths"])
+def test_a_bad_value_input_is_one_line_at_its_path(tmp_path, changes, words):
+    from tests.hostile_helpers import invoke, refused, write
+
+    document = _value_input_fixture(**changes)
+    if document.get("value_input") is None:
+        document.pop("value_input", None)
+    path = write(tmp_path / "f.json", document)
+    refused(invoke("attend", str(path)), words)
+    refused(invoke("validate", "--attend", str(path)), words)
+
+
+def test_the_chapter_commands_refuse_a_value_input_naming_attend(tmp_path):
+    from tests.hostile_helpers import invoke, refused, write
+
+    document = {**good(), "value_input": [[[1.0, 2.0]]]}
+    path = write(tmp_path / "f.json", document)
+    for command in ("run", "report", "gradcheck"):
+        refused(invoke(command, str(path)), "$.value_input", "run it with qkv attend")

@@ -12,6 +12,12 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
   ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``, and a
   LayerNorm's optional biases ``q_norm_bias`` and ``k_norm_bias``), and the command
   line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
+- ``value_input``, the input the value projection reads when it is not the queries' and
+  keys' (MobileBERT's layer input beside its bottleneck): ``[batch, tokens, d_v_in]``,
+  the input's batch and tokens, the value weight's input width. The layer's input is
+  then the two joined on the last axis, ``input``'s columns first
+  (:attr:`AttendFixture.input`), and the query and key weights read ``input``'s width,
+  the value weight ``value_input``'s. Without it every weight reads ``input``;
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
   row-major (:func:`seeded_upstream`): deterministic, and uneven enough that a gradient
@@ -35,11 +41,13 @@ Reading order (first failure wins): document keys; ``value_width``; the function
 (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
 ``window``, ``softcap``, ``alibi``, ``clip_qkv``, ``qk_norm``, and the command line
 against them); weights (structure, layouts, ranks, bias shapes; then names; then each
-branch's widths non-zero and one model width, which the input is read against); the
-output projection's structure; the q/k norm's weights; input (rank, width, finite); the
-sizes it makes qkv derive; the chapter's ``upstream`` (shapes only); ``upstream.output``;
-``gradcheck``; the step against every value (each tensor source refuses a value that is
-not finite); ``seed``; ``chapter``. The projection widths these checks use are the
+branch's widths non-zero and one model width, which the input is read against, or with
+``value_input`` one of the query and key weights); the output projection's structure;
+the q/k norm's weights; input (rank, width, finite); ``value_input`` (rank, the input's
+batch and tokens, the value weight's input width, finite); the sizes it makes qkv
+derive; the chapter's ``upstream`` (shapes only); ``upstream.output``; ``gradcheck``; the
+step against every value (each tensor source refuses a value that is not finite);
+``seed``; ``chapter``. The projection widths these checks use are the
 arrays' own; whether they fit a head and a layer is the engine's to judge, after.
 """
 
@@ -61,7 +69,7 @@ from qkvcli.attention.maths import (
     check_scaling,
     inverse_frequencies,
 )
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -241,6 +249,7 @@ class LayerParameters(Record):
     norm_key_bias: Array | None = None
     # where each branch's weight was read (a packed form's tensor for all three)
     locations: tuple[str, str, str] = ("$.weights.query", "$.weights.key", "$.weights.value")
+    value_input: bool = False  # the value weight reads the fixture's value_input
 
     @property
     def packed(self) -> str | None:
@@ -250,7 +259,13 @@ class LayerParameters(Record):
 
     @property
     def layout_description(self) -> str:
-        """A one-line description of the weights' layout, for reports."""
+        """A one-line description of the weights' layout, for reports (and, with a value
+        input, which columns of the layer's input the value weight reads)."""
+        if self.value_input:
+            shared = int(self.weights[0].shape[0])
+            return (f"{LAYOUT_DESCRIPTIONS[self.layout]}; value reads value_input, the "
+                    f"layer's input columns {shared}: (query and key read input, columns "
+                    f":{shared})")
         return LAYOUT_DESCRIPTIONS[self.layout]
 
     def arrays(self) -> tuple[Array, ...]:
@@ -263,7 +278,10 @@ class LayerParameters(Record):
 class AttendFixture(Record):
     """A fixture for ``qkv attend`` read whole (:func:`read_attend_fixture`): plain arrays,
     and what they compute. The engine judges them as it builds the layer
-    (:func:`qkvcli.attention.fixture.layer_of`)."""
+    (:func:`qkvcli.attention.fixture.layer_of`).
+
+    ``input`` is the layer's input: the fixture's ``input``, with ``value_input``'s
+    columns joined after it when the fixture gives one (``parameters.value_input``)."""
 
     input: Array
     parameters: LayerParameters
@@ -303,11 +321,16 @@ def read_attend_fixture(
     canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS + NORM_KEYS,
                              function.heads, function.kv_heads)
     parameters = read_parameters(weights, canonical)
-    d_model = _model_width(parameters)
+    value_input = document.get("value_input")
+    d_model = _model_width(parameters, value_input is not None)
     parameters, function = read_layer(weights, parameters, function, max_elements, base_dir)
     query, _, value = parameters.weights
     x = read_input(document["input"], d_model, max_elements, problems, base_dir)
     assert x is not None
+    if value_input is not None:  # the layer's input: the two joined, input's columns first
+        x = np.concatenate([x, read_value_input(value_input, x.shape, int(value.shape[0]),
+                                                max_elements, base_dir)], axis=-1)
+        parameters = parameters._replace(value_input=True)
     batch, tokens, _ = x.shape
     d_k, d_v = int(query.shape[1]), int(value.shape[1])
     # Refused before anything allocates them: projections, scores and the upstream U.
@@ -333,20 +356,51 @@ def read_attend_fixture(
                          chapter, upstream_given=given is not None)
 
 
-def _model_width(parameters: LayerParameters) -> int:
+def _model_width(parameters: LayerParameters, value_input: bool = False) -> int:
     """``d_model``, the one input width of the three weights, which the input must have:
     each branch's widths non-zero, then the three alike (:mod:`qkvcli.core.weights`' rules,
-    which the engine applies again as it builds the head). Raises :class:`FixtureError`
+    which the engine applies again as it builds the head); with ``value_input`` the query's
+    and key's alike (the value weight reads ``value_input``). Raises :class:`FixtureError`
     at the branch, or at ``$.weights`` for widths that differ."""
+    query, key, value = (int(w.shape[0]) if w.ndim == 2 else 0 for w in parameters.weights)
     try:
         check_branches(parameters.weights)
-        check_model_widths(parameters.weights)
+        if not value_input:
+            check_model_widths(parameters.weights)
     except ProjectionError as error:
         where = parameters.locations[BRANCHES.index(error.projection)]
         raise FixtureError(where, str(error)) from None
     except QkvError as error:
-        raise FixtureError("$.weights", str(error)) from None
-    return int(parameters.weights[0].shape[0])
+        hint = ('; a value projected from an input of its own needs "value_input" (the '
+                "input the value weight reads)") if query == key != value else ""
+        raise FixtureError("$.weights", f"{error}{hint}") from None
+    if query != key:
+        raise FixtureError("$.weights", f"with value_input, the query and key weights read "
+                           f"input: their model widths must match, got query {query}, key "
+                           f"{key}")
+    return query
+
+
+def read_value_input(raw: Any, shape: tuple[int, ...], width: int, max_elements: int,
+                     base_dir: StrPath | None) -> Array:
+    """``$.value_input``: any tensor source, of rank three, the input's batch and tokens
+    (``shape``) and the value weight's input width ``width``, finite. Raises
+    :class:`FixtureError` at ``$.value_input``."""
+    location = "$.value_input"
+    array = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    wanted = (int(shape[0]), int(shape[1]), width)
+    if array.ndim != 3:
+        raise FixtureError(location, "value_input must have rank three [batch,tokens,d_v_in], "
+                           f"got rank {array.ndim}")
+    if array.shape != wanted:
+        raise FixtureError(location, f"value_input must be [{','.join(map(str, wanted))}] (the "
+                           "input's batch and tokens, the value weight's input width), got "
+                           f"[{','.join(map(str, array.shape))}]")
+    try:
+        check_finite(array, "value_input")
+    except QkvError as error:
+        raise FixtureError(location, str(error)) from None
+    return array
 
 
 def _output_width(parameters: LayerParameters, function: LayerFunction) -> int:
