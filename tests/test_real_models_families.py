@@ -437,6 +437,97 @@ def test_an_esmc_config_its_model_cannot_run_is_refused_by_its_key(
     assert words in made.stderr, made.stderr
 
 
+_MOBILEBERT = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 2,
+               "intermediate_size": 8, "intra_bottleneck_size": 8, "embedding_size": 8,
+               "vocab_size": 11, "max_position_embeddings": 16, "num_feedforward_networks": 2}
+# id, its settings, the width Q and K read, the width of V's own input (None: Q's)
+MOBILEBERT = [
+    ("released-bottleneck", {}, 8, 16),
+    ("released-bottleneck-equal-widths", {"intra_bottleneck_size": 16}, 16, 16),
+    ("released-bottleneck-is-decoder-layernorm", {"is_decoder": True,
+                                                  "normalization_type": "layer_norm"}, 8, 16),
+    ("bottleneck-attention", {"use_bottleneck_attention": True}, 8, None),
+    ("unshared-bottleneck", {"key_query_shared_bottleneck": False, "intra_bottleneck_size": 16},
+     16, None),
+    ("no-bottleneck", {"use_bottleneck": False}, 16, None),
+    ("no-bottleneck-attention-flag", {"use_bottleneck": False,
+                                      "use_bottleneck_attention": True}, 16, None),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("arguments", "width", "value_width"), [c[1:] for c in MOBILEBERT],
+                         ids=[c[0] for c in MOBILEBERT])
+def test_mobilebert_matches_its_own_attention_module(
+        tmp_path: Path, arguments: dict[str, Any], width: int,
+        value_width: int | None) -> None:
+    """MobileBERT's self-attention takes Q and K from one input and V from another where
+    its config says (use_bottleneck and key_query_shared_bottleneck without
+    use_bottleneck_attention: Q and K from the shared bottleneck, V from the layer's input,
+    the fixture's ``value_input``), and one input otherwise; the module is run on qkv's
+    inputs (the joined input split back) and its output dense, its gradients to both
+    inputs compared with qkv's ``input_gradient`` columns. Which tensors its layer passes
+    the module is the model's own (captured), so qkv's reading of the config is checked
+    against the wiring too. Never causal (``is_decoder`` changes nothing)."""
+    config = transformers.MobileBertConfig(**{**_MOBILEBERT, **arguments})
+    model, folder = build(tmp_path, "mobilebert", config)
+    prefix = "encoder.layer.1.attention.self."
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    assert document["input"]["generate"]["shape"] == [1, TOKENS, width]
+    assert (document["value_input"]["generate"]["shape"][-1] if "value_input" in document
+            else None) == value_width
+    assert evidence["config"]["causal"] is False
+    assert evidence["config"]["d_model"] == width + (value_width or 0)
+    module = model.get_submodule(prefix.rstrip("."))
+    args, kwargs = real_models.capture(model, module)
+    assert args[0] is args[1] and (args[2] is args[0]) is (value_width is None)
+    assert args[0].shape[-1] == width and args[2].shape[-1] == (value_width or width)
+    joined = real_models.tensor(evidence, "input")
+    x = torch.tensor(joined[..., :width], requires_grad=True)
+    x_v = x if value_width is None else torch.tensor(joined[..., width:], requires_grad=True)
+    model.zero_grad()
+    y, a = module(x, x, x_v, *args[3:], **kwargs)
+    out = "encoder.layer.1.attention.output.dense"
+    y = model.get_submodule(out)(y)
+    (y * torch.tensor(real_models.tensor(evidence, "upstream_output"))).sum().backward()
+    grad = x.grad if value_width is None else torch.cat([x.grad, x_v.grad], dim=-1)
+    compare(evidence, y, a, SimpleNamespace(grad=grad), own_gradients(
+        model, *(prefix + short for short in ("query", "key", "value")), out))
+
+
+@pytest.mark.parametrize(("edits", "words"), [
+    ({"key_query_shared_bottleneck": False},
+     "config key_query_shared_bottleneck false with use_bottleneck true and "
+     "use_bottleneck_attention false: MobileBERT's query, key and value then read the "
+     "layer's input (hidden_size 16), but its query and key are built for "
+     "intra_bottleneck_size 8 (transformers cannot run it); refused"),
+    ({"true_hidden_size": 16}, "config true_hidden_size 16 and intra_bottleneck_size 8 "
+     "disagree (MobileBERT's config derives true_hidden_size from intra_bottleneck_size "
+     "with use_bottleneck true); refused"),
+    ({"use_bottleneck": False, "true_hidden_size": None},
+     "config hidden_size 16 (use_bottleneck false) is the width MobileBERT's query and key "
+     "read, but the layer's query reads inputs 8 wide"),
+    ({"hidden_size": 12}, 'tensor "value.weight" has shape [8,16], the layer needs [8,12]'),
+    ({"use_bottleneck_attention": True},
+     'tensor "value.weight" has shape [8,16], the layer needs [8,8]'),
+], ids=["unshared-bottleneck-unrunnable", "true-hidden-size-disagrees",
+        "bottleneck-off-under-bottlenecked-weights", "hidden-size-not-the-values-width",
+        "bottleneck-attention-under-layer-input-values"])
+def test_a_mobilebert_config_qkv_does_not_compute_is_refused_by_its_key(
+        tmp_path: Path, edits: dict[str, Any], words: str) -> None:
+    """A setting MobileBERT's model cannot run, a config that contradicts itself, and a
+    config that does not describe the checkpoint's widths: one line naming the key."""
+    from tests.test_real_models import _edit_config, _init
+
+    _, folder = build(tmp_path, "mobilebert", transformers.MobileBertConfig(**_MOBILEBERT))
+    _edit_config(folder, **edits)
+    made = _init(folder, "--prefix", "encoder.layer.0.attention.self.", "--tokens",
+                 str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
+
+
 _TWO_SIDED = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 3,
               "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
               "attention_bias": True, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
@@ -527,8 +618,8 @@ def test_hunyuans_ntk_alpha_rope_is_refused_naming_it(tmp_path: Path) -> None:
     assert "config rope_parameters.alpha 1000.0: NTK alpha scaling" in made.stderr, made.stderr
 
 
-REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "mobilebert", "zamba",
-                   "diffllama", "llama4_text", "esm"]
+REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "zamba", "diffllama",
+                   "llama4_text", "esm"]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,9 @@ guesses.
 
 The fixture references the checkpoint's tensors (nothing is copied), each in the file
 (or shard) that holds it, and adds a seeded input ``[1, tokens, d_model]`` drawn
-uniform in ``[-1, 1)`` by a ``generate`` spec. No I/O here.
+uniform in ``[-1, 1)`` by a ``generate`` spec; a layer whose values read an input of
+their own (MobileBERT's) gets a seeded ``value_input`` ``[1, tokens, d_v_in]`` too. No
+I/O here.
 """
 
 from __future__ import annotations
@@ -136,8 +138,10 @@ EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, Qwen3-MoE, OLMo 2, Gem
                                   "qk_layernorm)"),
                  ("q_attn.", "cross-attention's query (GPT-2's crossattention)"),
                  ("relative_attention_bias.", "a relative position bias (T5)"))
-# Mixes the input's seed so it is not the weights' seed (a fixture-wide convention).
+# Mixes the input's seed so it is not the weights' seed (a fixture-wide convention), and
+# the value input's so it is not the input's.
 INPUT_SEED_TAG = 0x51CE_0001
+VALUE_INPUT_SEED_TAG = 0x51CE_0002
 
 
 
@@ -198,6 +202,9 @@ class ModelFunction(Record):
     out_bias: str | None = None
     out_bias_held: bool = False
     out_bias_said: str = ""
+    # the width of the values' own input (MobileBERT's layer input beside its bottleneck);
+    # None: the values read the queries' and keys' input
+    value_input: int | None = None
 
 
 def shown_value(value: Any) -> str:
@@ -477,7 +484,8 @@ def checkpoint_document(
     weights = {key: value for key, value in weights.items() if value is not None}
     # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
-    expected = _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes)
+    expected = _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes,
+                                function.value_input)
     if out is not None and function.out_bias is not None:
         expected[prefix + function.out_bias] = expected[out[0] + "bias"]
     _check_tensors(entries, expected | norm_shapes, prefix)
@@ -501,9 +509,12 @@ def checkpoint_document(
     if function.scale is not None:
         document["scale"] = function.scale
     document |= pieces_document(function)
+    document["input"] = {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
+                                      "shape": [1, tokens, d_model]}}
+    if function.value_input is not None:
+        document["value_input"] = {"generate": {"seed": (seed ^ VALUE_INPUT_SEED_TAG) & MASK64,
+                                                "shape": [1, tokens, function.value_input]}}
     document |= {
-        "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
-                               "shape": [1, tokens, d_model]}},
         "weights": weights,
         # A real layer has millions of coordinates: check an even sample of each tensor.
         "gradcheck": {"samples": 16},
@@ -639,9 +650,11 @@ def _check_accounted(entries: list[Entry], prefix: str, naming: str,
 def _expected_shapes(
     naming: str, prefix: str, d_model: int, widths: tuple[int, int, int], concat: int,
     out: tuple[str, str] | None, shapes: dict[str, tuple[int, ...]],
+    value_input: int | None = None,
 ) -> dict[str, tuple[int | None, ...]]:
     """The shape each tensor of the layer must have (``None``: any positive length), so
-    that attend reads what init writes; ``concat`` is the output projection's input width."""
+    that attend reads what init writes; ``concat`` is the output projection's input width,
+    ``value_input`` the value weight's input width when it is not ``d_model``."""
     query = widths[0]
     expected: dict[str, tuple[int | None, ...]] = {}
     if naming in PACKED:
@@ -656,8 +669,9 @@ def _expected_shapes(
         expected[prefix + packed + "bias"] = (3 * query,)
     else:
         trio = TRIOS[naming]
-        for short, width in zip(trio, widths, strict=True):
-            expected[f"{prefix}{short}.weight"] = (width, d_model)
+        inputs = (d_model, d_model, d_model if value_input is None else value_input)
+        for short, width, reads in zip(trio, widths, inputs, strict=True):
+            expected[f"{prefix}{short}.weight"] = (width, reads)
             expected[f"{prefix}{short}.bias"] = (width,)
     if out is not None:
         out_shape = shapes[out[0] + "weight"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from qkvcli.authoring.model_families import (
     BLOCK_TYPES,
+    BOTTLENECKED,
     CLIP_QKV,
     DEFAULT_ROPE_ONLY,
     FAMILIES,
@@ -63,6 +64,10 @@ def pieces(model_type: str, family: ModelFamily) -> str:
         rope += (f", {SCALED_BY_DEFAULT[model_type]} by default" if model_type in
                  SCALED_BY_DEFAULT else "")
         parts.append(rope + ")")
+    if model_type in BOTTLENECKED:
+        parts.append("query and key read the bottleneck (true_hidden_size), value the "
+                     "layer's input (value_input) with use_bottleneck and "
+                     "key_query_shared_bottleneck without use_bottleneck_attention")
     if family.window is not None:
         parts.append(WINDOWS[family.window])
     if model_type in BLOCK_TYPES:
