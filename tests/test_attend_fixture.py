@@ -374,3 +374,75 @@ def test_the_chapter_commands_refuse_a_value_input_naming_attend(tmp_path):
     path = write(tmp_path / "f.json", document)
     for command in ("run", "report", "gradcheck"):
         refused(invoke(command, str(path)), "$.value_input", "run it with qkv attend")
+
+
+def _rotated_fixture(**rope: object) -> dict[str, object]:
+    return _layer_fixture(causal=False, rope={"dims": 4, **rope}, input={"generate": {
+        "seed": 1, "shape": [1, 5, 4]}}, weights={
+            branch: {"generate": {"seed": i, "shape": [4, 8]}}
+            for i, branch in enumerate(("query", "key", "value"))})
+
+
+def test_a_table_of_frequencies_is_the_theta_it_was_made_from_bit_for_bit(tmp_path):
+    """``rope.frequencies`` turns pair i by t * f_i: given theta's own table, every tensor
+    of the report is the theta fixture's, bit for bit; the report says the table."""
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    table = [float(v) for v in 1.0 / (100.0 ** (np.arange(0, 4, 2) / 4))]
+    runs = []
+    for name, rope in (("theta", {"theta": 100.0}), ("table", {"frequencies": table})):
+        run = invoke("attend", str(write(tmp_path / f"{name}.json", _rotated_fixture(**rope))),
+                     "-f", "json")
+        assert run.exit_code == 0, run.output
+        runs.append(json.loads(run.stdout))
+    assert runs[0]["passed"] and runs[1]["passed"]
+    assert runs[0]["tensors"] == runs[1]["tensors"]
+    assert runs[1]["config"]["rope"] == {"frequencies": table, "dims": 4, "layout": "half"}
+    text = invoke("attend", str(tmp_path / "table.json"))
+    assert "function=rope:frequencies=[1.0,0.1],dims=4,layout=half" in text.stdout
+
+
+def test_a_table_of_frequencies_turns_each_pair_by_its_own(tmp_path):
+    """Frequencies no theta makes (ESM's stored float16 table is one): Q's pairs turned by
+    t * f_i, against the rotation written out here."""
+    from qkvcli.attention.maths import rotate
+
+    table = [0.75, 0.0625]  # exact in float16, and 0.0625 is not 0.75^2
+    fixture = parse_attend_fixture(_rotated_fixture(frequencies=table))
+    rope = fixture.function.rope
+    assert rope is not None and rope.theta is None and rope.frequencies == (0.75, 0.0625)
+    q = np.random.default_rng(2).normal(size=(1, 2, 5, 4))
+    t = np.arange(5.0)[:, None] * np.array(table)
+    cos, sin = np.cos(t), np.sin(t)
+    expected = np.concatenate([q[..., :2] * cos - q[..., 2:] * sin,
+                               q[..., 2:] * cos + q[..., :2] * sin], axis=-1)
+    assert np.array_equal(rotate(q, rope), expected)
+    layer = layer_of(fixture)
+    f = layer.forward(fixture.input)
+    assert np.array_equal(f.stacked["rotated_query"], rotate(f.stacked["query"], rope))
+
+
+@pytest.mark.parametrize(("rope", "words"), [
+    ({"theta": 100.0, "frequencies": [1.0, 0.5]},
+     '$.rope: give "theta" (the frequencies theta^(-2i/dims)) or "frequencies" (a table '
+     "of them, one per pair), not both"),
+    ({}, '$.rope: give "theta" (the frequencies theta^(-2i/dims)) or "frequencies"'),
+    ({"frequencies": [1.0, 0.5, 0.25]}, "$.rope.frequencies: expected [2] (one frequency "
+     "per pair of the 4 rotated coordinates), got [3]"),
+    ({"frequencies": [[1.0, 0.5]]}, "$.rope.frequencies: expected [2]"),
+    ({"frequencies": [1.0, 0.0]}, "$.rope.frequencies: each frequency must be finite and "
+     "positive, got 0.0 at pair 1"),
+    ({"frequencies": [1.0, -0.5]}, "$.rope.frequencies: each frequency must be finite and "
+     "positive, got -0.5 at pair 1"),
+    ({"frequencies": "x"}, "$.rope.frequencies: expected a nested array"),
+    ({"frequencies": [1.0, 0.5], "scaling": {"type": "linear", "factor": 2.0}},
+     '$.rope.scaling: a scaling changes the frequencies of a theta: it needs "theta"'),
+], ids=["both", "neither", "too-many", "rank-two", "zero", "negative", "string", "scaling"])
+def test_a_bad_table_of_frequencies_is_one_line_at_its_path(tmp_path, rope, words):
+    from tests.hostile_helpers import invoke, refused, write
+
+    path = write(tmp_path / "f.json", _rotated_fixture(**rope))
+    refused(invoke("attend", str(path)), words)
+    refused(invoke("validate", "--attend", str(path)), words)

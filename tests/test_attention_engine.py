@@ -337,6 +337,24 @@ def test_a_value_input_needs_the_query_and_key_to_read_one_input() -> None:
         AttentionHead.from_arrays(*weights, value_input=True)
 
 
+@pytest.mark.parametrize(("rope", "words"), [
+    (Rope(None, 4), "rope needs a theta or a table of frequencies, and not both"),
+    (Rope(100.0, 4, frequencies=(1.0, 0.5)), "and not both"),
+    (Rope(None, 4, frequencies=(1.0,)), "rope frequencies must give one per pair, 2 for dims 4"),
+    (Rope(None, 4, frequencies=(1.0, math.inf)), "finite and positive, got inf at pair 1"),
+    (Rope(None, 4, scaling=None, frequencies=(1.0, 0.5), angles="float32"), None),
+], ids=["neither", "both", "count", "infinite", "float32-angles"])
+def test_a_table_of_frequencies_is_judged_by_check_rope(rope: Rope, words: str | None) -> None:
+    if words is None:  # a table in float32 angles: each angle t * f_i rounded to float32
+        check_rope(rope, 4)
+        cos, _ = rope_tables(rope, 0, 3)
+        angles = np.arange(3, dtype=np.float32)[:, None] * np.array([1.0, 0.5], np.float32)
+        assert np.array_equal(cos, np.cos(angles).astype(np.float64))
+        return
+    with pytest.raises(RopeError, match=words.replace("(", r"\(")):
+        check_rope(rope, 4)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_query_rows_from_first_row_are_the_whole_passs_rows(causal: bool) -> None:
     layer, x, _ = build("rope-half", 5, tokens=11)

@@ -6,7 +6,8 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
-- the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
+- the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``
+  (from ``theta``, or ``frequencies`` given as a table: ESM's stored ``inv_freq``),
   ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` (with
   ``alibi_scaled`` and ``alibi_rounding``), ``clip_qkv`` and
   ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``, and a
@@ -105,7 +106,7 @@ from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
 EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
-ROPE_KEYS = ("theta", "dims", "layout", "scaling")
+ROPE_KEYS = ("theta", "dims", "layout", "scaling", "frequencies")
 SCALING_KEYS = {  # each scaling type's keys beside "type"
     "linear": ("factor",),
     "dynamic": ("factor", "max_position_embeddings"),
@@ -316,7 +317,7 @@ def read_attend_fixture(
     problems = Problems()  # fail-fast: a reader returns None only after raising
     document = read_document(data, TOP_KEYS + LAYER_TOP_KEYS, problems)
     assert document is not None
-    function = read_function(document, heads, causal)
+    function = read_function(document, heads, causal, max_elements, base_dir)
     weights = document["weights"]
     canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS + NORM_KEYS,
                              function.heads, function.kv_heads)
@@ -437,8 +438,15 @@ def _number(raw: Any, location: str) -> float:
     return value
 
 
-def _rope(raw: Any) -> Rope:
-    keyed_object(raw, "$.rope", ROPE_KEYS, ("theta", "dims"))
+def _rope(raw: Any, max_elements: int, base_dir: StrPath | None) -> Rope:
+    """``rope``: ``dims``, ``layout`` and the frequencies, from ``theta`` (with an optional
+    ``scaling``) or given as ``frequencies`` (:func:`read_frequencies`), one of the two."""
+    keyed_object(raw, "$.rope", ROPE_KEYS, ("dims",))
+    given = [key for key in ("theta", "frequencies") if raw.get(key) is not None]
+    if len(given) != 1:
+        raise FixtureError("$.rope", 'give "theta" (the frequencies theta^(-2i/dims)) or '
+                           '"frequencies" (a table of them, one per pair)' + (
+                               ", not both" if given else ""))
     dims = raw["dims"]
     if not is_json_int(dims) or dims < 2 or dims % 2:
         raise FixtureError("$.rope.dims", "expected an even integer of at least 2 (the rotated "
@@ -449,6 +457,12 @@ def _rope(raw: Any) -> Rope:
         raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
     if dims > MAX_ROPE_DIMS:
         raise FixtureError("$.rope.dims", f"must be at most {MAX_ROPE_DIMS}, got {dims}")
+    if given == ["frequencies"]:
+        if raw.get("scaling") is not None:
+            raise FixtureError("$.rope.scaling", 'a scaling changes the frequencies of a '
+                               'theta: it needs "theta", not "frequencies"')
+        return Rope(None, int(dims), str(layout), frequencies=read_frequencies(
+            raw["frequencies"], int(dims), max_elements, base_dir))
     scaling = read_scaling(raw["scaling"], int(dims)) if raw.get("scaling") is not None else None
     rope = Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout), scaling=scaling)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -457,6 +471,23 @@ def _rope(raw: Any) -> Rope:
         raise FixtureError("$.rope.theta", f"theta {rope.theta!r} makes the rotation "
                            f"frequencies theta^(-2i/{rope.dims}) overflow float64")
     return rope
+
+
+def read_frequencies(raw: Any, dims: int, max_elements: int,
+                     base_dir: StrPath | None) -> tuple[float, ...]:
+    """``rope.frequencies``: any tensor source (a checkpoint's ``inv_freq`` as stored, its
+    dtype widened exactly), of rank one, one frequency per pair (``dims / 2``), each
+    finite and positive. Raises :class:`FixtureError` at ``$.rope.frequencies``."""
+    location = "$.rope.frequencies"
+    table = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    if table.shape != (dims // 2,):
+        raise FixtureError(location, f"expected [{dims // 2}] (one frequency per pair of the "
+                           f"{dims} rotated coordinates), got [{','.join(map(str, table.shape))}]")
+    bad = np.flatnonzero(~(np.isfinite(table) & (table > 0.0)))
+    if bad.size:
+        raise FixtureError(location, f"each frequency must be finite and positive, got "
+                           f"{float(table[bad[0]])!r} at pair {int(bad[0])}")
+    return tuple(float(value) for value in table)
 
 
 def read_scaling(raw: Any, dims: int) -> RopeScaling:
@@ -497,11 +528,14 @@ def read_scaling(raw: Any, dims: int) -> RopeScaling:
     return scaling
 
 
-def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
+def read_function(data: dict[str, Any], heads: int | None, causal: bool,
+                  max_elements: int = DEFAULT_MAX_ELEMENTS,
+                  base_dir: StrPath | None = None) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
     ``architecture``, ``window``, ``softcap``, ``alibi`` (``alibi_scaled``,
     ``alibi_rounding``), ``clip_qkv`` and ``qk_norm``, in that order,
-    with the command line's ``--heads`` and ``--causal``.
+    with the command line's ``--heads`` and ``--causal``; a ``rope``'s ``frequencies``
+    tensor is read with ``max_elements`` and from ``base_dir``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
     that contradicts the fixture)."""
@@ -520,7 +554,8 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     if causal and said is False:
         raise FixtureError("$.causal", 'the fixture says "causal": false, --causal says true: '
                            "drop --causal (the fixture describes the layer)")
-    rope = _rope(data["rope"]) if data.get("rope") is not None else None
+    rope = (_rope(data["rope"], max_elements, base_dir) if data.get("rope") is not None
+            else None)
     scale = _number(data["scale"], "$.scale") if data.get("scale") is not None else None
     architecture = data.get("architecture")
     if architecture is not None and not isinstance(architecture, str):
