@@ -619,7 +619,7 @@ def test_hunyuans_ntk_alpha_rope_is_refused_naming_it(tmp_path: Path) -> None:
 
 
 REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "zamba", "diffllama",
-                   "llama4_text", "esm"]
+                   "llama4_text"]
 
 
 @pytest.fixture(scope="module")
@@ -645,25 +645,119 @@ def test_a_family_that_needs_a_new_piece_is_refused_naming_it(
     assert REFUSED_MODELS[model_type] in made.stderr
 
 
-def test_esms_rope_frequencies_are_its_checkpoints_own(tmp_path: Path) -> None:
-    """Why ESM stays refused: its model loads ``rotary_embeddings.inv_freq`` from the
-    checkpoint as stored (a persistent buffer, float16 where the model was saved so), so
-    its RoPE is that table, which a fixture's theta cannot say."""
+_ESM = {"vocab_size": 11, "hidden_size": 16, "num_attention_heads": 2,
+        "num_hidden_layers": 2, "intermediate_size": 8, "max_position_embeddings": 16,
+        "pad_token_id": 1, "mask_token_id": 2}
+_ESM_TABLE = "rotary_embeddings.inv_freq"
+# id, its settings, the model class, the layer's prefix, how the checkpoint holds the
+# table: "saved" (as transformers 5 saves it, one copy), "per-layer" (an older checkpoint's
+# copy under each layer, each another table), "beside-and-per-layer" (one beside the
+# encoder too)
+ESM = [
+    ("rotary-float16", {"position_embedding_type": "rotary"}, None,
+     "encoder.layer.1.attention.self.", "saved"),
+    ("rotary-decoder-masked-lm", {"position_embedding_type": "rotary", "is_decoder": True},
+     "AutoModelForMaskedLM", "esm.encoder.layer.1.attention.self.", "saved"),
+    ("rotary-per-layer-tables", {"position_embedding_type": "rotary"}, None,
+     "encoder.layer.1.attention.self.", "per-layer"),
+    ("rotary-table-beside-and-per-layer", {"position_embedding_type": "rotary"}, None,
+     "encoder.layer.0.attention.self.", "beside-and-per-layer"),
+    ("absolute", {}, None, "encoder.layer.1.attention.self.", "saved"),
+]
+
+
+def _esm_tables(folder: Path, layout: str) -> None:
+    """The checkpoint's RoPE table rewritten as ``layout`` says, each copy another table
+    (the saved one times 1, 1/2, 1/4...), so only the one the model loads can match."""
     safetensors_torch = pytest.importorskip("safetensors.torch")
-    config = transformers.EsmConfig(vocab_size=11, hidden_size=16, num_attention_heads=2,
-                                    num_hidden_layers=1, intermediate_size=8,
-                                    max_position_embeddings=16, pad_token_id=1,
-                                    mask_token_id=2, position_embedding_type="rotary")
-    folder = tmp_path / "esm"
-    transformers.EsmModel(config).half().save_pretrained(folder)
-    stored = {name: value for name, value in
-              safetensors_torch.load_file(folder / "model.safetensors").items()
-              if name.endswith("rotary_embeddings.inv_freq")}
-    assert [value.dtype for value in stored.values()] == [torch.float16]
-    loaded = transformers.EsmModel.from_pretrained(folder).rotary_embeddings.inv_freq
-    formula = 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
-    assert torch.equal(loaded.double(), next(iter(stored.values())).double())
-    assert float((loaded.double() - formula).abs().max()) > 1e-6
+    path = folder / "model.safetensors"
+    tensors = safetensors_torch.load_file(path)
+    saved = next(name for name in tensors if name.endswith(_ESM_TABLE))
+    table = tensors.pop(saved).double()
+    base = saved[:saved.index("encoder.layer.")]
+    names = [f"{base}encoder.layer.{i}.attention.self.{_ESM_TABLE}" for i in (1, 0)]
+    if layout == "beside-and-per-layer":
+        names.insert(0, base + _ESM_TABLE)
+    for i, name in enumerate(names):
+        tensors[name] = (table / 2 ** i).half()
+    safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("arguments", "head", "prefix", "layout"), [c[1:] for c in ESM],
+                         ids=[c[0] for c in ESM])
+def test_esm_matches_its_own_attention_module(
+        tmp_path: Path, arguments: dict[str, Any], head: str | None, prefix: str,
+        layout: str) -> None:
+    """ESM: BERT's attention (its pre-LayerNorm and residual outside the module), causal
+    when ``is_decoder``, Q scaled by ``1/sqrt(d_head)`` before RoPE and the scores not
+    after (RoPE is linear: qkv's scale of the scores, up to one rounding). With
+    ``position_embedding_type: rotary`` its RoPE frequencies are the table its model loads
+    from the checkpoint as stored, float16 here, not ``rope_theta``'s: the fixture's
+    ``rope.frequencies`` references that tensor. The model is loaded from the checkpoint
+    (so the table is the one transformers picks among several copies), and its tables
+    are its own rotary module run in float64."""
+    config = transformers.EsmConfig(**_ESM, **arguments)
+    cls = getattr(transformers, head) if head else transformers.AutoModel
+    _, folder = build(tmp_path, "esm", config, cls, torch.float16)
+    if layout != "saved":
+        _esm_tables(folder, layout)
+    model = cls.from_pretrained(folder, attn_implementation="eager").double().eval()
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    assert evidence["config"]["causal"] is bool(arguments.get("is_decoder"))
+    extra: dict[str, Any] = {}
+    if "position_embedding_type" not in arguments:
+        assert "rope" not in document and "rope" not in evidence["config"]
+    else:
+        loaded = model.get_submodule(prefix.split("encoder.")[0] + "rotary_embeddings").inv_freq
+        assert document["rope"]["frequencies"]["tensor"].endswith(_ESM_TABLE)
+        assert evidence["config"]["rope"]["frequencies"] == loaded.tolist()
+        formula = 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+        assert float((loaded.double() - formula).abs().max()) > 1e-6  # not theta's table
+        rotary = model.get_submodule(prefix.split("encoder.")[0] + "rotary_embeddings")
+        _, kwargs = real_models.capture(model, model.get_submodule(prefix.rstrip(".")))
+        with float64_torch():  # its own module, in float64, on the table it loaded
+            tables = rotary(torch.zeros(1, dtype=torch.float64), torch.arange(TOKENS)[None])
+        for ours, theirs in zip(tables, kwargs["position_embeddings"], strict=True):
+            assert ours.dtype == torch.float64
+            assert float((ours - theirs.double()).abs().max()) < 1e-6
+        extra["position_embeddings"] = tables
+    out = prefix.removesuffix("self.") + "output.dense"
+    y, a, x, _ = model_run(model, prefix, evidence, out=out, **extra)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in (
+        "query", "key", "value")), out))
+
+
+@pytest.mark.parametrize(("edits", "drop", "words"), [
+    ({"position_embedding_type": "relative_key"}, False,
+     'config position_embedding_type "relative_key": esm reads "rotary" (RoPE) or '
+     '"absolute" (none); refused'),
+    ({}, True, 'config model_type "esm" turns Q and K by the RoPE frequencies its model '
+     'loads from the checkpoint ("rotary_embeddings.inv_freq", or a layer\'s copy), and the '
+     "checkpoint has none"),
+    ({"add_cross_attention": True, "is_decoder": True}, False,
+     "config add_cross_attention asks for cross-attention layers"),
+    ({"num_attention_heads": 4}, False, 'tensor "encoder.layer.*.attention.self.'
+     'rotary_embeddings.inv_freq" has shape [4], the layer needs [2]'),
+], ids=["relative-key", "no-stored-table", "cross-attention", "table-not-a-heads"])
+def test_an_esm_layer_qkv_does_not_compute_is_refused_by_its_key(
+        tmp_path: Path, edits: dict[str, Any], drop: bool, words: str) -> None:
+    from tests.test_real_models import _edit_config, _init
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+
+    config = transformers.EsmConfig(**_ESM, position_embedding_type="rotary")
+    _, folder = build(tmp_path, "esm", config)
+    if drop:
+        path = folder / "model.safetensors"
+        tensors = {name: value for name, value in safetensors_torch.load_file(path).items()
+                   if not name.endswith(_ESM_TABLE)}
+        safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
+    _edit_config(folder, **edits)
+    made = _init(folder, "--prefix", "encoder.layer.0.attention.self.", "--tokens",
+                 str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
 
 
 _HYBRID = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,

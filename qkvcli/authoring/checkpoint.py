@@ -155,10 +155,11 @@ class CheckpointError(QkvError):
 
 
 class RopeSpec(Record):
-    theta: float
+    theta: float | None  # None: the frequencies are the checkpoint's own table (stored)
     dims: int
     layout: str = "half"
     scaling: dict[str, Any] | None = None  # the fixture's rope.scaling (reading.attend)
+    stored: str | None = None  # the table's tensor name beside the encoder (ESM's inv_freq)
 
 
 class NormFunction(Record):
@@ -488,8 +489,16 @@ def checkpoint_document(
                                 function.value_input)
     if out is not None and function.out_bias is not None:
         expected[prefix + function.out_bias] = expected[out[0] + "bias"]
+    rope = function.rope
+    table = None if rope is None or rope.stored is None else stored_table(
+        prefix, rope.stored, shapes, function.architecture)
+    own: set[str] = set()
+    if rope is not None and rope.stored is not None and table is not None:
+        expected[table] = (rope.dims // 2,)
+        # an older checkpoint's copy under every layer: the model loads the first alone
+        own = {table, prefix + rope.stored}
     _check_tensors(entries, expected | norm_shapes, prefix)
-    _check_accounted(entries, prefix, naming, weights)
+    _check_accounted(entries, prefix, naming, weights, own)
     _check_biases(function, weights, prefix, shapes)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
@@ -501,11 +510,11 @@ def checkpoint_document(
     if function.kv_heads is not None:
         document["kv_heads"] = function.kv_heads
     document["causal"] = function.causal
-    if function.rope is not None:
-        document["rope"] = {"theta": function.rope.theta, "dims": function.rope.dims,
-                            "layout": function.rope.layout}
-        if function.rope.scaling is not None:
-            document["rope"]["scaling"] = function.rope.scaling
+    if rope is not None:
+        base = {"theta": rope.theta} if table is None else {"frequencies": ref(table)}
+        document["rope"] = {**base, "dims": rope.dims, "layout": rope.layout}
+        if rope.scaling is not None:
+            document["rope"]["scaling"] = rope.scaling
     if function.scale is not None:
         document["scale"] = function.scale
     document |= pieces_document(function)
@@ -626,14 +635,55 @@ def _norm_weights(function: ModelFunction, widths: tuple[int, int, int], prefix:
     return weights, shapes
 
 
+def loading_order(name: str) -> list[tuple[Any, ...]]:
+    """The place of tensor ``name`` in the order transformers 5 loads a checkpoint in
+    (``core_model_loading.dot_natural_key``): dotted parts, a number before a word and
+    numbers by value, a word's trailing digits by value. When several tensors load into
+    one parameter, the first in this order is the one kept. ASCII digits only, compared
+    by length then digits (no integer of thousands of digits is made)."""
+    parts: list[tuple[Any, ...]] = []
+    for part in name.split("."):
+        if part.isascii() and part.isdigit():
+            stripped = part.lstrip("0")
+            parts.append((0, len(stripped), stripped))
+            continue
+        text = part.rstrip("0123456789")
+        digits = part[len(text):].lstrip("0")
+        parts.append((1, text, len(digits), digits) if len(part) > len(text) else (1, text))
+    return parts
+
+
+def stored_table(prefix: str, name: str, shapes: dict[str, tuple[int, ...]],
+                 family: str | None) -> str:
+    """The tensor a family that loads its RoPE frequencies from the checkpoint reads for
+    the layer under ``prefix``, as transformers 5 loads ESM's: ``name`` beside the encoder
+    (``esm.rotary_embeddings.inv_freq``) and every layer's copy
+    (``encoder.layer.N.attention.self.rotary_embeddings.inv_freq``, which it renames to
+    that one parameter; a checkpoint it saved holds one copy, named ``encoder.layer.*``)
+    load into one table, the first in its loading order (:func:`loading_order`), which
+    every layer uses. Raises :class:`CheckpointError` when the checkpoint holds none."""
+    base = prefix[:max(prefix.rfind("encoder.layer."), 0)]  # the model's own prefix
+    copies = [n for n in shapes if n == base + name or (
+        n.startswith(base + "encoder.layer.") and n.endswith(".attention.self." + name))]
+    if copies:
+        return min(copies, key=loading_order)
+    raise CheckpointError(prefix, f"config model_type {shown_value(family)} turns Q and K by "
+                          f"the RoPE frequencies its model loads from the checkpoint "
+                          f"({shown_value(base + name)}, or a layer's copy), and the "
+                          "checkpoint has none: its model would compute another table; "
+                          "refused")
+
+
 def _check_accounted(entries: list[Entry], prefix: str, naming: str,
-                     weights: dict[str, Any]) -> None:
+                     weights: dict[str, Any], own: set[str] | None = None) -> None:
     """Refuse a tensor under ``prefix`` that the fixture does not read: a layer is
     computed only when every one of its tensors is accounted for. A stored buffer that
-    is no parameter (:data:`BUFFERS`) passes. Raises :class:`CheckpointError` naming it."""
+    is no parameter (:data:`BUFFERS`) passes, and so do ``own``, what the fixture reads
+    beside its weights (a stored RoPE table, and the layer's own copy of it).
+    Raises :class:`CheckpointError` naming it."""
     read = {ref["tensor"] for value in weights.values()
             for ref in (value if isinstance(value, list) else (value, value.get("bias")))
-            if isinstance(ref, dict) and "tensor" in ref}
+            if isinstance(ref, dict) and "tensor" in ref} | (own or set())
     buffers = {prefix + name for name in BUFFERS.get(naming, ())}
     for name, _, _ in entries:
         if not name.startswith(prefix) or name in read or name in buffers:

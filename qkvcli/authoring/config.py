@@ -24,6 +24,7 @@ from qkvcli.authoring.checkpoint import (
     CheckpointError,
     ModelFunction,
     NormFunction,
+    RopeSpec,
     layer_index,
     shown_value,
 )
@@ -67,6 +68,7 @@ from qkvcli.authoring.model_families import (
     ROPE_REFUSED_PARAMETERS,
     RUNS_ONLY_WITH,
     SOFTCAP,
+    STORED_ROPE,
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
@@ -323,8 +325,12 @@ def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int]
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and uses_rope(config, model, index, prefix):
-        rope = rope_of(config, model, family.rope, head_dim, prefix,
-                     int_value(config, prefix, "head_dim") if model in NEOX_ROPE else None)
+        if model in STORED_ROPE:  # the checkpoint's own table, whatever rope_theta says
+            rope = RopeSpec(None, head_dim, family.rope, stored=STORED_ROPE[model])
+        else:
+            rope = rope_of(config, model, family.rope, head_dim, prefix,
+                           int_value(config, prefix, "head_dim") if model in NEOX_ROPE
+                           else None)
     alibi = None
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone

@@ -241,6 +241,10 @@ _FAMILIES = (
     ("eurobert", ModelFamily("EuroBERT", "linear", "no", "half", "EuroBert", path=_LAYERS)),
     # its q/k LayerNorm over the layer's width on every checkpoint (FULL_WIDTH_QK_LAYER_NORMS)
     ("esmc", ModelFamily("ESMC", "linear", "no", "half", "Esmc", path=_LAYERS)),
+    # BERT's attention, rotated by position_embedding_type "rotary" (ROPE_BY_KEY) with the
+    # frequencies the checkpoint stores (STORED_ROPE), causal when is_decoder
+    ("esm", ModelFamily("ESM", "bert", "decoder", "half", "Esm", out="",
+                        path=r"encoder\.layer\.[^.]+\.attention\.self\.", biases="all")),
     # rotated encoders whose local layers see a two-sided window (TWO_SIDED_WINDOWS)
     ("modernbert", ModelFamily("ModernBERT", "mpt", "no", "half", "ModernBert",
                                window="two_sided", out="Wo", path=r"layers\.[^.]+\.attn\.")),
@@ -317,11 +321,6 @@ REFUSED_MODELS = {
     "gemma3n_text": "key/value sharing across layers and a norm of V",
     "funnel": "pooled queries and relative attention",
     "xlnet": "two-stream relative attention",
-    # its query scale before RoPE is the scores' 1/sqrt(d_k) (RoPE is linear): not the gap
-    "esm": "RoPE whose frequencies are the checkpoint's own rotary_embeddings.inv_freq, "
-           "loaded as stored (float16 where the model was saved so), not computed from "
-           "rope_theta: a fixture's rope holds a theta, not a table of frequencies "
-           "(absolute and relative position_embedding_type not checked against its module)",
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
@@ -604,8 +603,19 @@ HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_at
 attention: a prefix naming one of those is refused."""
 
 
-ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
-"""The families whose attention turns Q and K only when a config key has a value."""
+ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope", ("nope",)),
+               "esm": ("position_embedding_type", "rotary", ("absolute",))}
+"""The families whose attention turns Q and K only when a config key has a value: the
+key, that value, and the others it may have (null too), each turning nothing."""
+
+
+STORED_ROPE = {"esm": "rotary_embeddings.inv_freq"}
+"""The families whose RoPE frequencies are the checkpoint's own table, loaded as stored
+(float16 where the model was saved so), not computed from ``rope_theta``: ESM's
+``EsmModel.load_hook`` reads ``rotary_embeddings.inv_freq`` beside its encoder, else an
+older checkpoint's first copy under a layer (``attention.self.``), for every layer
+(:func:`~qkvcli.authoring.checkpoint.stored_table`). Its query scale before RoPE is the
+scores' ``1/sqrt(d_k)`` up to one multiplication's rounding (RoPE is linear)."""
 
 
 QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm"),
