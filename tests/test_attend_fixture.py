@@ -446,3 +446,13 @@ def test_a_bad_table_of_frequencies_is_one_line_at_its_path(tmp_path, rope, word
     path = write(tmp_path / "f.json", _rotated_fixture(**rope))
     refused(invoke("attend", str(path)), words)
     refused(invoke("validate", "--attend", str(path)), words)
+
+
+def test_the_joined_input_counts_against_the_element_limit(tmp_path):
+    """Each input fits the limit, the two joined do not: refused before the join."""
+    from tests.hostile_helpers import invoke, refused, write
+
+    path = write(tmp_path / "f.json", _value_input_fixture())
+    refused(invoke("attend", str(path), "--max-elements", "60"), "$.value_input: the layer "
+            "input [B,T,d_model + d_v_in] (input and value_input joined) would be [2,4,8], "
+            "64 elements, more than the limit 60")

@@ -329,8 +329,12 @@ def read_attend_fixture(
     x = read_input(document["input"], d_model, max_elements, problems, base_dir)
     assert x is not None
     if value_input is not None:  # the layer's input: the two joined, input's columns first
-        x = np.concatenate([x, read_value_input(value_input, x.shape, int(value.shape[0]),
-                                                max_elements, base_dir)], axis=-1)
+        values = read_value_input(value_input, x.shape, int(value.shape[0]), max_elements,
+                                  base_dir)
+        check_derived("layer input", "[B,T,d_model + d_v_in] (input and value_input joined)",
+                      (*x.shape[:2], x.shape[2] + values.shape[2]), "$.value_input",
+                      max_elements)
+        x = np.concatenate([x, values], axis=-1)
         parameters = parameters._replace(value_input=True)
     batch, tokens, _ = x.shape
     d_k, d_v = int(query.shape[1]), int(value.shape[1])
