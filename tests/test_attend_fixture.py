@@ -257,3 +257,202 @@ def test_a_bad_q_k_norm_is_one_line_at_its_path(tmp_path, document, words):
     run = invoke("attend", str(write(tmp_path / "f.json", document)))
     assert run.exit_code == 2 and words in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def _value_input_fixture(**changes: object) -> dict[str, object]:
+    """MobileBERT's wiring in small: query and key read ``input`` (3 wide), value reads
+    ``value_input`` (5 wide), 2 heads of 2 and an output projection."""
+    rng = np.random.default_rng(43)
+    document: dict[str, object] = {
+        "heads": 2,
+        "input": rng.uniform(-1, 1, size=(2, 4, 3)).tolist(),
+        "value_input": rng.uniform(-1, 1, size=(2, 4, 5)).tolist(),
+        "weights": {"query": {"layout": "torch", "values": rng.normal(size=(4, 3)).tolist(),
+                              "bias": rng.normal(size=4).tolist()},
+                    "key": {"layout": "torch", "values": rng.normal(size=(4, 3)).tolist()},
+                    "value": {"layout": "torch", "values": rng.normal(size=(4, 5)).tolist(),
+                              "bias": rng.normal(size=4).tolist()},
+                    "out_proj_weight": rng.normal(size=(6, 4)).tolist()}}
+    document.update(changes)
+    return document
+
+
+def test_a_value_input_is_joined_after_the_input_and_read_by_the_value_weight() -> None:
+    document = _value_input_fixture()
+    fixture = parse_attend_fixture(document)
+    given = np.asarray(document["input"]), np.asarray(document["value_input"])
+    assert fixture.parameters.value_input
+    assert fixture.input.shape == (2, 4, 8)
+    assert np.array_equal(fixture.input, np.concatenate(given, axis=-1))
+    assert [w.shape for w in fixture.parameters.weights] == [(3, 4), (3, 4), (5, 4)]
+    assert "value reads value_input, the layer's input columns 3:" in (
+        fixture.parameters.layout_description)
+    layer = layer_of(fixture)
+    f = layer.forward(fixture.input)
+    weights = fixture.parameters.weights
+    biases = fixture.parameters.biases
+    assert biases[0] is not None and biases[2] is not None
+    assert np.allclose(f.stacked["value"], np.swapaxes(
+        (given[1] @ weights[2] + biases[2]).reshape(2, 4, 2, 2), 1, 2), rtol=0, atol=1e-14)
+    assert np.allclose(f.stacked["query"], np.swapaxes(
+        (given[0] @ weights[0] + biases[0]).reshape(2, 4, 2, 2), 1, 2), rtol=0, atol=1e-14)
+    plain: dict[str, Any] = {key: value for key, value in document.items()
+                             if key != "value_input"}
+    value = np.asarray(plain["weights"]["value"]["values"])[:, :3]  # reading input's width
+    plain["weights"] = {**plain["weights"], "value": {"layout": "torch",
+                                                      "values": value.tolist()}}
+    unjoined = parse_attend_fixture(plain)  # without the key: today's one input, as before
+    assert not unjoined.parameters.value_input and unjoined.input.shape == (2, 4, 3)
+    assert "value_input" not in unjoined.parameters.layout_description
+
+
+def test_attend_reports_the_joined_input_and_checks_both_inputs_gradients(tmp_path):
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _value_input_fixture())
+    run = invoke("attend", str(path), "-f", "json")
+    assert run.exit_code == 0, run.output
+    evidence = json.loads(run.stdout)
+    assert evidence["passed"]
+    assert evidence["config"]["d_model"] == 8
+    assert evidence["tensors"]["input"]["shape"] == [2, 4, 8]
+    assert evidence["tensors"]["input_gradient"]["shape"] == [2, 4, 8]
+    assert evidence["tensors"]["value_weight_gradient"]["shape"] == [4, 5]
+    assert evidence["tensors"]["query_weight_gradient"]["shape"] == [4, 3]
+    assert "value reads value_input" in evidence["config"]["layout_description"]
+    assert invoke("validate", str(path)).exit_code == 0
+    assert invoke("attend", str(path), "--html", str(tmp_path / "page.html")).exit_code == 0
+
+
+def test_a_value_input_of_zeros_keeps_the_heads_isolated(tmp_path):
+    """Raising W_V's columns cannot move V when its own input sums to zero: head
+    isolation judges V's move by the value input, not by the joined input."""
+    from tests.hostile_helpers import invoke, write
+
+    path = write(tmp_path / "f.json", _value_input_fixture(value_input={
+        "shape": [2, 4, 5], "values": [0.0] * 40}))
+    run = invoke("attend", str(path))
+    assert run.exit_code == 0, run.output
+    assert "check=head_isolation PASS" in run.stdout
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"value_input": None}, "$.weights: Q/K/V model widths must match, got query 3, key 3, "
+     "value 5; a value projected from an input of its own needs \"value_input\""),
+    ({"value_input": [[1.0, 2.0]]}, "$.value_input: value_input must have rank three "
+     "[batch,tokens,d_v_in], got rank 2"),
+    ({"value_input": {"generate": {"seed": 1, "shape": [2, 3, 5]}}},
+     "$.value_input: value_input must be [2,4,5] (the input's batch and tokens, the value "
+     "weight's input width), got [2,3,5]"),
+    ({"value_input": {"generate": {"seed": 1, "shape": [2, 4, 3]}}},
+     "$.value_input: value_input must be [2,4,5]"),
+    ({"value_input": "x"}, "$.value_input: expected a nested array or an object with values"),
+    ({"value_input": {"shape": [2, 4, 5], "values": [HUGE] * 40}},
+     "$.value_input.values[0]: number is too large for binary64"),
+    ({"weights": {"query": [[1.0, 0.0]] * 3, "key": [[1.0, 0.0]] * 4,
+                  "value": [[1.0, 0.0]] * 5}},
+     "$.weights: with value_input, the query and key weights read input: their model "
+     "widths must match, got query 3, key 4"),
+], ids=["missing", "rank", "tokens", "width", "string", "huge", "query-key-widths"])
+def test_a_bad_value_input_is_one_line_at_its_path(tmp_path, changes, words):
+    from tests.hostile_helpers import invoke, refused, write
+
+    document = _value_input_fixture(**changes)
+    if document.get("value_input") is None:
+        document.pop("value_input", None)
+    path = write(tmp_path / "f.json", document)
+    refused(invoke("attend", str(path)), words)
+    refused(invoke("validate", "--attend", str(path)), words)
+
+
+def test_the_chapter_commands_refuse_a_value_input_naming_attend(tmp_path):
+    from tests.hostile_helpers import invoke, refused, write
+
+    document = {**good(), "value_input": [[[1.0, 2.0]]]}
+    path = write(tmp_path / "f.json", document)
+    for command in ("run", "report", "gradcheck"):
+        refused(invoke(command, str(path)), "$.value_input", "run it with qkv attend")
+
+
+def _rotated_fixture(**rope: object) -> dict[str, object]:
+    return _layer_fixture(causal=False, rope={"dims": 4, **rope}, input={"generate": {
+        "seed": 1, "shape": [1, 5, 4]}}, weights={
+            branch: {"generate": {"seed": i, "shape": [4, 8]}}
+            for i, branch in enumerate(("query", "key", "value"))})
+
+
+def test_a_table_of_frequencies_is_the_theta_it_was_made_from_bit_for_bit(tmp_path):
+    """``rope.frequencies`` turns pair i by t * f_i: given theta's own table, every tensor
+    of the report is the theta fixture's, bit for bit; the report says the table."""
+    import json
+
+    from tests.hostile_helpers import invoke, write
+
+    table = [float(v) for v in 1.0 / (100.0 ** (np.arange(0, 4, 2) / 4))]
+    runs = []
+    for name, rope in (("theta", {"theta": 100.0}), ("table", {"frequencies": table})):
+        run = invoke("attend", str(write(tmp_path / f"{name}.json", _rotated_fixture(**rope))),
+                     "-f", "json")
+        assert run.exit_code == 0, run.output
+        runs.append(json.loads(run.stdout))
+    assert runs[0]["passed"] and runs[1]["passed"]
+    assert runs[0]["tensors"] == runs[1]["tensors"]
+    assert runs[1]["config"]["rope"] == {"frequencies": table, "dims": 4, "layout": "half"}
+    text = invoke("attend", str(tmp_path / "table.json"))
+    assert "function=rope:frequencies=[1.0,0.1],dims=4,layout=half" in text.stdout
+
+
+def test_a_table_of_frequencies_turns_each_pair_by_its_own(tmp_path):
+    """Frequencies no theta makes (ESM's stored float16 table is one): Q's pairs turned by
+    t * f_i, against the rotation written out here."""
+    from qkvcli.attention.maths import rotate
+
+    table = [0.75, 0.0625]  # exact in float16, and 0.0625 is not 0.75^2
+    fixture = parse_attend_fixture(_rotated_fixture(frequencies=table))
+    rope = fixture.function.rope
+    assert rope is not None and rope.theta is None and rope.frequencies == (0.75, 0.0625)
+    q = np.random.default_rng(2).normal(size=(1, 2, 5, 4))
+    t = np.arange(5.0)[:, None] * np.array(table)
+    cos, sin = np.cos(t), np.sin(t)
+    expected = np.concatenate([q[..., :2] * cos - q[..., 2:] * sin,
+                               q[..., 2:] * cos + q[..., :2] * sin], axis=-1)
+    assert np.array_equal(rotate(q, rope), expected)
+    layer = layer_of(fixture)
+    f = layer.forward(fixture.input)
+    assert np.array_equal(f.stacked["rotated_query"], rotate(f.stacked["query"], rope))
+
+
+@pytest.mark.parametrize(("rope", "words"), [
+    ({"theta": 100.0, "frequencies": [1.0, 0.5]},
+     '$.rope: give "theta" (the frequencies theta^(-2i/dims)) or "frequencies" (a table '
+     "of them, one per pair), not both"),
+    ({}, '$.rope: give "theta" (the frequencies theta^(-2i/dims)) or "frequencies"'),
+    ({"frequencies": [1.0, 0.5, 0.25]}, "$.rope.frequencies: expected [2] (one frequency "
+     "per pair of the 4 rotated coordinates), got [3]"),
+    ({"frequencies": [[1.0, 0.5]]}, "$.rope.frequencies: expected [2]"),
+    ({"frequencies": [1.0, 0.0]}, "$.rope.frequencies: each frequency must be finite and "
+     "positive, got 0.0 at pair 1"),
+    ({"frequencies": [1.0, -0.5]}, "$.rope.frequencies: each frequency must be finite and "
+     "positive, got -0.5 at pair 1"),
+    ({"frequencies": "x"}, "$.rope.frequencies: expected a nested array"),
+    ({"frequencies": [1.0, 0.5], "scaling": {"type": "linear", "factor": 2.0}},
+     '$.rope.scaling: a scaling changes the frequencies of a theta: it needs "theta"'),
+], ids=["both", "neither", "too-many", "rank-two", "zero", "negative", "string", "scaling"])
+def test_a_bad_table_of_frequencies_is_one_line_at_its_path(tmp_path, rope, words):
+    from tests.hostile_helpers import invoke, refused, write
+
+    path = write(tmp_path / "f.json", _rotated_fixture(**rope))
+    refused(invoke("attend", str(path)), words)
+    refused(invoke("validate", "--attend", str(path)), words)
+
+
+def test_the_joined_input_counts_against_the_element_limit(tmp_path):
+    """Each input fits the limit, the two joined do not: refused before the join."""
+    from tests.hostile_helpers import invoke, refused, write
+
+    path = write(tmp_path / "f.json", _value_input_fixture())
+    refused(invoke("attend", str(path), "--max-elements", "60"), "$.value_input: the layer "
+            "input [B,T,d_model + d_v_in] (input and value_input joined) would be [2,4,8], "
+            "64 elements, more than the limit 60")

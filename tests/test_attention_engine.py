@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from qkvcli.attention import engine
-from qkvcli.attention.errors import RopeError
+from qkvcli.attention.errors import RopeError, ValueInputError
 from qkvcli.attention.gradcheck import Reach, checked_tensors, gradcheck_attention, whole_objective
+from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import (
     QkNorm,
     Rope,
@@ -256,6 +257,102 @@ def test_a_norm_after_rope_normalises_the_rotated_heads_and_checks_through_the_e
     assert (g.grad_norm_key_bias is not None) is (kind == "layer")
     check = gradcheck_attention(layer, x, upstream, g, True, 1e-6, 1e-6)
     assert check.passed, [t.tensor for t in check.tensors if not t.passed]
+
+
+def _value_input_layer(kv_heads: int | None, rope: Rope | None) -> tuple[
+        MultiHeadLayer, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """A layer of 4 heads whose values read an input of their own (9 wide) beside the
+    queries' and keys' (5 wide): the layer, the two inputs, U, and its parameters."""
+    rng = np.random.default_rng(43)
+    kv = 4 if kv_heads is None else kv_heads
+    weights = (rng.normal(size=(5, 4 * 3)), rng.normal(size=(5, kv * 3)),
+               rng.normal(size=(9, kv * 2)))
+    biases = tuple(rng.normal(size=w.shape[1]) for w in weights)
+    out = (rng.normal(size=(4 * 2, 6)), rng.normal(size=6))
+    head = AttentionHead.from_arrays(*weights, biases=biases, independent_value_width=True,
+                                     rope=rope, kv_groups=4 // kv, value_input=True)
+    layer = MultiHeadLayer.build(head, 4, *out, kv_heads)
+    x_qk, x_v = rng.normal(size=(2, 6, 5)), rng.normal(size=(2, 6, 9))
+    return layer, x_qk, x_v, rng.normal(size=(2, 6, 6)), (*weights, *biases, *out)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(("kv_heads", "rope"), [(None, None), (2, Rope(100.0, 2))],
+                         ids=["plain", "grouped-rotated"])
+def test_values_from_an_input_of_their_own_match_the_plain_reference(
+        causal: bool, kv_heads: int | None, rope: Rope | None) -> None:
+    """MobileBERT's wiring: Q and K from one input, V from another. The layer's input is
+    the two joined (queries' columns first); forward and reverse against the layer written
+    out plainly here, each weight's gradient its own shape (the block matrix's zeros are
+    no parameters), and the gradient check through the engine."""
+    layer, x_qk, x_v, upstream, params = _value_input_layer(kv_heads, rope)
+    w_q, w_k, w_v, b_q, b_k, b_v, w_o, b_o = params
+    x = np.concatenate([x_qk, x_v], axis=-1)
+    assert layer.d_model == 14
+    assert layer.input_columns() == (slice(0, 5), slice(0, 5), slice(5, 14))
+    kv = 4 if kv_heads is None else kv_heads
+
+    def split(flat: np.ndarray, n: int) -> np.ndarray:
+        return np.swapaxes(flat.reshape(2, 6, n, -1), 1, 2)
+
+    q, k = split(x_qk @ w_q + b_q, 4), split(x_qk @ w_k + b_k, kv)
+    v = split(x_v @ w_v + b_v, kv)
+    if rope is not None:
+        q, k = rotate(q, rope), rotate(k, rope)
+    groups = 4 // kv
+    mixed = dense_attention(q, np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1),
+                            causal_mask(6) if causal else None, 3 ** -0.5)
+    expected = np.swapaxes(mixed, 1, 2).reshape(2, 6, 8) @ w_o + b_o
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = engine.forward(layer, x, causal)
+        g = engine.backward(layer, x, f, upstream)
+    assert np.allclose(f.output, expected, rtol=1e-12, atol=1e-12)
+    assert [a.shape for a in (g.grad_w_query, g.grad_w_key, g.grad_w_value)] == [
+        w_q.shape, w_k.shape, w_v.shape]
+
+    def loss(at_qk: np.ndarray, at_v: np.ndarray) -> float:
+        joined = np.concatenate([at_qk, at_v], axis=-1)
+        return engine.loss(engine.forward(layer, joined, causal), upstream)
+
+    h = 1e-6
+    for _ in range(2):  # central differences of each input along random directions
+        for side in (0, 1):
+            direction = RNG.normal(size=(x_qk, x_v)[side].shape)
+            moved = [[x_qk, x_v], [x_qk, x_v]]
+            moved[0][side] = moved[0][side] + h * direction
+            moved[1][side] = moved[1][side] - h * direction
+            numerical = (loss(*moved[0]) - loss(*moved[1])) / (2 * h)
+            part = g.grad_input[..., :5] if side == 0 else g.grad_input[..., 5:]
+            assert math.isclose(float(np.sum(part * direction)), numerical, rel_tol=1e-6)
+    _each_reached_evaluation_is_the_whole(layer, x, upstream, causal)
+    check = gradcheck_attention(layer, x, upstream, g, causal, 1e-6, 1e-6, reached=True)
+    assert check.passed, [t.tensor for t in check.tensors if not t.passed]
+    assert {t.tensor: t.shape for t in check.tensors}["w_value"] == w_v.shape
+
+
+def test_a_value_input_needs_the_query_and_key_to_read_one_input() -> None:
+    rng = np.random.default_rng(3)
+    weights = (rng.normal(size=(5, 4)), rng.normal(size=(6, 4)), rng.normal(size=(9, 4)))
+    with pytest.raises(ValueInputError, match="query 5, key 6"):
+        AttentionHead.from_arrays(*weights, value_input=True)
+
+
+@pytest.mark.parametrize(("rope", "words"), [
+    (Rope(None, 4), "rope needs a theta or a table of frequencies, and not both"),
+    (Rope(100.0, 4, frequencies=(1.0, 0.5)), "and not both"),
+    (Rope(None, 4, frequencies=(1.0,)), "rope frequencies must give one per pair, 2 for dims 4"),
+    (Rope(None, 4, frequencies=(1.0, math.inf)), "finite and positive, got inf at pair 1"),
+    (Rope(None, 4, scaling=None, frequencies=(1.0, 0.5), angles="float32"), None),
+], ids=["neither", "both", "count", "infinite", "float32-angles"])
+def test_a_table_of_frequencies_is_judged_by_check_rope(rope: Rope, words: str | None) -> None:
+    if words is None:  # a table in float32 angles: each angle t * f_i rounded to float32
+        check_rope(rope, 4)
+        cos, _ = rope_tables(rope, 0, 3)
+        angles = np.arange(3, dtype=np.float32)[:, None] * np.array([1.0, 0.5], np.float32)
+        assert np.array_equal(cos, np.cos(angles).astype(np.float64))
+        return
+    with pytest.raises(RopeError, match=words.replace("(", r"\(")):
+        check_rope(rope, 4)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -32,10 +32,15 @@ def test_families_name_the_piece_each_refused_family_lacks() -> None:
     lines = {line.split()[0]: line for line in result.output.splitlines()
              if line.startswith("  ")}
     for model_type, piece in (("hunyuan_v1_dense", "q/k RMSNorm over the head after RoPE"),
-                              ("hunyuan_v1_moe", "q/k RMSNorm over the head after RoPE"),
-                              ("mobilebert", "values projected from another input"),
-                              ("esm", "the checkpoint's own rotary_embeddings.inv_freq")):
+                              ("hunyuan_v1_moe", "q/k RMSNorm over the head after RoPE")):
         assert piece in lines[model_type], lines[model_type]
+    assert ("ESM: query, key, value; output.dense; causal when is_decoder; RoPE (half, the "
+            "checkpoint's own rotary_embeddings.inv_freq, with position_embedding_type "
+            "rotary); biases: every projection") in lines["esm"], lines["esm"]
+    assert ("MobileBERT: query, key, value; output.dense; bidirectional; query and key read "
+            "the bottleneck (true_hidden_size), value the layer's input (value_input) with "
+            "use_bottleneck and key_query_shared_bottleneck without use_bottleneck_attention; "
+            "biases: every projection") in lines["mobilebert"], lines["mobilebert"]
     for model_type in ("modernbert", "ultrabert"):
         assert "bidirectional; RoPE (half, theta per layer type); a two-sided window" in (
             lines[model_type]), lines[model_type]

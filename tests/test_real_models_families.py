@@ -437,6 +437,97 @@ def test_an_esmc_config_its_model_cannot_run_is_refused_by_its_key(
     assert words in made.stderr, made.stderr
 
 
+_MOBILEBERT = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 2,
+               "intermediate_size": 8, "intra_bottleneck_size": 8, "embedding_size": 8,
+               "vocab_size": 11, "max_position_embeddings": 16, "num_feedforward_networks": 2}
+# id, its settings, the width Q and K read, the width of V's own input (None: Q's)
+MOBILEBERT = [
+    ("released-bottleneck", {}, 8, 16),
+    ("released-bottleneck-equal-widths", {"intra_bottleneck_size": 16}, 16, 16),
+    ("released-bottleneck-is-decoder-layernorm", {"is_decoder": True,
+                                                  "normalization_type": "layer_norm"}, 8, 16),
+    ("bottleneck-attention", {"use_bottleneck_attention": True}, 8, None),
+    ("unshared-bottleneck", {"key_query_shared_bottleneck": False, "intra_bottleneck_size": 16},
+     16, None),
+    ("no-bottleneck", {"use_bottleneck": False}, 16, None),
+    ("no-bottleneck-attention-flag", {"use_bottleneck": False,
+                                      "use_bottleneck_attention": True}, 16, None),
+]
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("arguments", "width", "value_width"), [c[1:] for c in MOBILEBERT],
+                         ids=[c[0] for c in MOBILEBERT])
+def test_mobilebert_matches_its_own_attention_module(
+        tmp_path: Path, arguments: dict[str, Any], width: int,
+        value_width: int | None) -> None:
+    """MobileBERT's self-attention takes Q and K from one input and V from another where
+    its config says (use_bottleneck and key_query_shared_bottleneck without
+    use_bottleneck_attention: Q and K from the shared bottleneck, V from the layer's input,
+    the fixture's ``value_input``), and one input otherwise; the module is run on qkv's
+    inputs (the joined input split back) and its output dense, its gradients to both
+    inputs compared with qkv's ``input_gradient`` columns. Which tensors its layer passes
+    the module is the model's own (captured), so qkv's reading of the config is checked
+    against the wiring too. Never causal (``is_decoder`` changes nothing)."""
+    config = transformers.MobileBertConfig(**{**_MOBILEBERT, **arguments})
+    model, folder = build(tmp_path, "mobilebert", config)
+    prefix = "encoder.layer.1.attention.self."
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    assert document["input"]["generate"]["shape"] == [1, TOKENS, width]
+    assert (document["value_input"]["generate"]["shape"][-1] if "value_input" in document
+            else None) == value_width
+    assert evidence["config"]["causal"] is False
+    assert evidence["config"]["d_model"] == width + (value_width or 0)
+    module = model.get_submodule(prefix.rstrip("."))
+    args, kwargs = real_models.capture(model, module)
+    assert args[0] is args[1] and (args[2] is args[0]) is (value_width is None)
+    assert args[0].shape[-1] == width and args[2].shape[-1] == (value_width or width)
+    joined = real_models.tensor(evidence, "input")
+    x = torch.tensor(joined[..., :width], requires_grad=True)
+    x_v = x if value_width is None else torch.tensor(joined[..., width:], requires_grad=True)
+    model.zero_grad()
+    y, a = module(x, x, x_v, *args[3:], **kwargs)
+    out = "encoder.layer.1.attention.output.dense"
+    y = model.get_submodule(out)(y)
+    (y * torch.tensor(real_models.tensor(evidence, "upstream_output"))).sum().backward()
+    grad = x.grad if value_width is None else torch.cat([x.grad, x_v.grad], dim=-1)
+    compare(evidence, y, a, SimpleNamespace(grad=grad), own_gradients(
+        model, *(prefix + short for short in ("query", "key", "value")), out))
+
+
+@pytest.mark.parametrize(("edits", "words"), [
+    ({"key_query_shared_bottleneck": False},
+     "config key_query_shared_bottleneck false with use_bottleneck true and "
+     "use_bottleneck_attention false: MobileBERT's query, key and value then read the "
+     "layer's input (hidden_size 16), but its query and key are built for "
+     "intra_bottleneck_size 8 (transformers cannot run it); refused"),
+    ({"true_hidden_size": 16}, "config true_hidden_size 16 and intra_bottleneck_size 8 "
+     "disagree (MobileBERT's config derives true_hidden_size from intra_bottleneck_size "
+     "with use_bottleneck true); refused"),
+    ({"use_bottleneck": False, "true_hidden_size": None},
+     "config hidden_size 16 (use_bottleneck false) is the width MobileBERT's query and key "
+     "read, but the layer's query reads inputs 8 wide"),
+    ({"hidden_size": 12}, 'tensor "value.weight" has shape [8,16], the layer needs [8,12]'),
+    ({"use_bottleneck_attention": True},
+     'tensor "value.weight" has shape [8,16], the layer needs [8,8]'),
+], ids=["unshared-bottleneck-unrunnable", "true-hidden-size-disagrees",
+        "bottleneck-off-under-bottlenecked-weights", "hidden-size-not-the-values-width",
+        "bottleneck-attention-under-layer-input-values"])
+def test_a_mobilebert_config_qkv_does_not_compute_is_refused_by_its_key(
+        tmp_path: Path, edits: dict[str, Any], words: str) -> None:
+    """A setting MobileBERT's model cannot run, a config that contradicts itself, and a
+    config that does not describe the checkpoint's widths: one line naming the key."""
+    from tests.test_real_models import _edit_config, _init
+
+    _, folder = build(tmp_path, "mobilebert", transformers.MobileBertConfig(**_MOBILEBERT))
+    _edit_config(folder, **edits)
+    made = _init(folder, "--prefix", "encoder.layer.0.attention.self.", "--tokens",
+                 str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
+
+
 _TWO_SIDED = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 3,
               "intermediate_size": 8, "vocab_size": 11, "max_position_embeddings": 16,
               "attention_bias": True, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
@@ -527,8 +618,8 @@ def test_hunyuans_ntk_alpha_rope_is_refused_naming_it(tmp_path: Path) -> None:
     assert "config rope_parameters.alpha 1000.0: NTK alpha scaling" in made.stderr, made.stderr
 
 
-REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "mobilebert", "zamba",
-                   "diffllama", "llama4_text", "esm"]
+REFUSED_BY_NAME = ["gpt_oss", "qwen3_next", "deberta-v2", "big_bird", "zamba", "diffllama",
+                   "llama4_text"]
 
 
 @pytest.fixture(scope="module")
@@ -554,25 +645,119 @@ def test_a_family_that_needs_a_new_piece_is_refused_naming_it(
     assert REFUSED_MODELS[model_type] in made.stderr
 
 
-def test_esms_rope_frequencies_are_its_checkpoints_own(tmp_path: Path) -> None:
-    """Why ESM stays refused: its model loads ``rotary_embeddings.inv_freq`` from the
-    checkpoint as stored (a persistent buffer, float16 where the model was saved so), so
-    its RoPE is that table, which a fixture's theta cannot say."""
+_ESM = {"vocab_size": 11, "hidden_size": 16, "num_attention_heads": 2,
+        "num_hidden_layers": 2, "intermediate_size": 8, "max_position_embeddings": 16,
+        "pad_token_id": 1, "mask_token_id": 2}
+_ESM_TABLE = "rotary_embeddings.inv_freq"
+# id, its settings, the model class, the layer's prefix, how the checkpoint holds the
+# table: "saved" (as transformers 5 saves it, one copy), "per-layer" (an older checkpoint's
+# copy under each layer, each another table), "beside-and-per-layer" (one beside the
+# encoder too)
+ESM = [
+    ("rotary-float16", {"position_embedding_type": "rotary"}, None,
+     "encoder.layer.1.attention.self.", "saved"),
+    ("rotary-decoder-masked-lm", {"position_embedding_type": "rotary", "is_decoder": True},
+     "AutoModelForMaskedLM", "esm.encoder.layer.1.attention.self.", "saved"),
+    ("rotary-per-layer-tables", {"position_embedding_type": "rotary"}, None,
+     "encoder.layer.1.attention.self.", "per-layer"),
+    ("rotary-table-beside-and-per-layer", {"position_embedding_type": "rotary"}, None,
+     "encoder.layer.0.attention.self.", "beside-and-per-layer"),
+    ("absolute", {}, None, "encoder.layer.1.attention.self.", "saved"),
+]
+
+
+def _esm_tables(folder: Path, layout: str) -> None:
+    """The checkpoint's RoPE table rewritten as ``layout`` says, each copy another table
+    (the saved one times 1, 1/2, 1/4...), so only the one the model loads can match."""
     safetensors_torch = pytest.importorskip("safetensors.torch")
-    config = transformers.EsmConfig(vocab_size=11, hidden_size=16, num_attention_heads=2,
-                                    num_hidden_layers=1, intermediate_size=8,
-                                    max_position_embeddings=16, pad_token_id=1,
-                                    mask_token_id=2, position_embedding_type="rotary")
-    folder = tmp_path / "esm"
-    transformers.EsmModel(config).half().save_pretrained(folder)
-    stored = {name: value for name, value in
-              safetensors_torch.load_file(folder / "model.safetensors").items()
-              if name.endswith("rotary_embeddings.inv_freq")}
-    assert [value.dtype for value in stored.values()] == [torch.float16]
-    loaded = transformers.EsmModel.from_pretrained(folder).rotary_embeddings.inv_freq
-    formula = 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
-    assert torch.equal(loaded.double(), next(iter(stored.values())).double())
-    assert float((loaded.double() - formula).abs().max()) > 1e-6
+    path = folder / "model.safetensors"
+    tensors = safetensors_torch.load_file(path)
+    saved = next(name for name in tensors if name.endswith(_ESM_TABLE))
+    table = tensors.pop(saved).double()
+    base = saved[:saved.index("encoder.layer.")]
+    names = [f"{base}encoder.layer.{i}.attention.self.{_ESM_TABLE}" for i in (1, 0)]
+    if layout == "beside-and-per-layer":
+        names.insert(0, base + _ESM_TABLE)
+    for i, name in enumerate(names):
+        tensors[name] = (table / 2 ** i).half()
+    safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
+
+
+@pytest.mark.usefixtures("float64_softmax", "float64_attention")
+@pytest.mark.parametrize(("arguments", "head", "prefix", "layout"), [c[1:] for c in ESM],
+                         ids=[c[0] for c in ESM])
+def test_esm_matches_its_own_attention_module(
+        tmp_path: Path, arguments: dict[str, Any], head: str | None, prefix: str,
+        layout: str) -> None:
+    """ESM: BERT's attention (its pre-LayerNorm and residual outside the module), causal
+    when ``is_decoder``, Q scaled by ``1/sqrt(d_head)`` before RoPE and the scores not
+    after (RoPE is linear: qkv's scale of the scores, up to one rounding). With
+    ``position_embedding_type: rotary`` its RoPE frequencies are the table its model loads
+    from the checkpoint as stored, float16 here, not ``rope_theta``'s: the fixture's
+    ``rope.frequencies`` references that tensor. The model is loaded from the checkpoint
+    (so the table is the one transformers picks among several copies), and its tables
+    are its own rotary module run in float64."""
+    config = transformers.EsmConfig(**_ESM, **arguments)
+    cls = getattr(transformers, head) if head else transformers.AutoModel
+    _, folder = build(tmp_path, "esm", config, cls, torch.float16)
+    if layout != "saved":
+        _esm_tables(folder, layout)
+    model = cls.from_pretrained(folder, attn_implementation="eager").double().eval()
+    evidence = qkv_layer(folder, prefix)
+    document = json.loads((folder / "layer.json").read_text())
+    assert evidence["config"]["causal"] is bool(arguments.get("is_decoder"))
+    extra: dict[str, Any] = {}
+    if "position_embedding_type" not in arguments:
+        assert "rope" not in document and "rope" not in evidence["config"]
+    else:
+        loaded = model.get_submodule(prefix.split("encoder.")[0] + "rotary_embeddings").inv_freq
+        assert document["rope"]["frequencies"]["tensor"].endswith(_ESM_TABLE)
+        assert evidence["config"]["rope"]["frequencies"] == loaded.tolist()
+        formula = 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+        assert float((loaded.double() - formula).abs().max()) > 1e-6  # not theta's table
+        rotary = model.get_submodule(prefix.split("encoder.")[0] + "rotary_embeddings")
+        _, kwargs = real_models.capture(model, model.get_submodule(prefix.rstrip(".")))
+        with float64_torch():  # its own module, in float64, on the table it loaded
+            tables = rotary(torch.zeros(1, dtype=torch.float64), torch.arange(TOKENS)[None])
+        for ours, theirs in zip(tables, kwargs["position_embeddings"], strict=True):
+            assert ours.dtype == torch.float64
+            assert float((ours - theirs.double()).abs().max()) < 1e-6
+        extra["position_embeddings"] = tables
+    out = prefix.removesuffix("self.") + "output.dense"
+    y, a, x, _ = model_run(model, prefix, evidence, out=out, **extra)
+    compare(evidence, y, a, x, own_gradients(model, *(prefix + m for m in (
+        "query", "key", "value")), out))
+
+
+@pytest.mark.parametrize(("edits", "drop", "words"), [
+    ({"position_embedding_type": "relative_key"}, False,
+     'config position_embedding_type "relative_key": esm reads "rotary" (RoPE) or '
+     '"absolute" (none); refused'),
+    ({}, True, 'config model_type "esm" turns Q and K by the RoPE frequencies its model '
+     'loads from the checkpoint ("rotary_embeddings.inv_freq", or a layer\'s copy), and the '
+     "checkpoint has none"),
+    ({"add_cross_attention": True, "is_decoder": True}, False,
+     "config add_cross_attention asks for cross-attention layers"),
+    ({"num_attention_heads": 4}, False, 'tensor "encoder.layer.*.attention.self.'
+     'rotary_embeddings.inv_freq" has shape [4], the layer needs [2]'),
+], ids=["relative-key", "no-stored-table", "cross-attention", "table-not-a-heads"])
+def test_an_esm_layer_qkv_does_not_compute_is_refused_by_its_key(
+        tmp_path: Path, edits: dict[str, Any], drop: bool, words: str) -> None:
+    from tests.test_real_models import _edit_config, _init
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+
+    config = transformers.EsmConfig(**_ESM, position_embedding_type="rotary")
+    _, folder = build(tmp_path, "esm", config)
+    if drop:
+        path = folder / "model.safetensors"
+        tensors = {name: value for name, value in safetensors_torch.load_file(path).items()
+                   if not name.endswith(_ESM_TABLE)}
+        safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
+    _edit_config(folder, **edits)
+    made = _init(folder, "--prefix", "encoder.layer.0.attention.self.", "--tokens",
+                 str(TOKENS))
+    assert made.exit_code == 2 and made.stderr.count("\n") == 1, made.output
+    assert words in made.stderr, made.stderr
 
 
 _HYBRID = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,

@@ -5,7 +5,10 @@ A single head is a layer of one head; grouped-query and multi-query K/V heads, R
 learned RMSNorm of Q and K, a given score scale, ALiBi and soft-capping of the scores,
 the causal mask with an optional sliding window (or a two-sided window without it),
 biases and the output projection are all this one path. The maths of each step is
-:mod:`qkvcli.attention.maths`'.
+:mod:`qkvcli.attention.maths`'. A value projected from an input of its own
+(MobileBERT's) is the packed product of the joined input ``[X_QK | X_V]`` with a block
+matrix (:class:`~qkvcli.attention.head.AttentionHead`), each weight's gradient the rows
+its branch reads.
 
 :func:`forward` runs one packed ``X [W_Q|W_K|W_V]`` GEMM, takes the heads as
 ``[B,H,T,d]`` views (grouped K/V heads ``[B,G,T,d]`` broadcast over their query heads,
@@ -177,6 +180,7 @@ class Layer(Protocol):
     @property
     def out_bias(self) -> Array | None: ...
     def packed(self) -> tuple[Array, Array | None]: ...
+    def input_columns(self) -> tuple[slice, slice, slice]: ...
 
 
 def heads_axis(flat: Array, heads: int) -> Array:
@@ -520,7 +524,10 @@ def backward(layer: Layer, x: Array, forward: LayerForward, grad_output: Array) 
     grad_rows, grad_w = project_back(x.reshape(batch * tokens, d_model), flat, weight)
     grad_input = grad_rows.reshape(x.shape)
     cuts = (slice(0, qw), slice(qw, qw + kw), slice(qw + kw, None))
-    w = [np.ascontiguousarray(grad_w[:, c]) for c in cuts]
+    # each weight's gradient in the rows of the columns of X its branch reads (a value
+    # input's block matrix has zeros elsewhere, which are no parameters)
+    w = [np.ascontiguousarray(grad_w[rows, c])
+         for rows, c in zip(layer.input_columns(), cuts, strict=True)]
     present = layer.branch_biases
     sums = flat.sum(axis=0) if any(present) else None
     b = [sums[c] if has and sums is not None else None

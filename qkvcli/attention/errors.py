@@ -107,3 +107,7 @@ class KvHeadsMismatch(Refused):
 
 class QkNormError(Refused):
     """A norm of Q and K whose weights, span, eps or offset cannot be computed."""
+
+
+class ValueInputError(Refused):
+    """A value input the projections cannot read: Q and K of unequal input widths."""

@@ -43,7 +43,7 @@ def head_of(parameters: LayerParameters, function: LayerFunction) -> AttentionHe
     Raises a :class:`~qkvcli.core.errors.QkvError` for parameters it refuses."""
     return AttentionHead.from_arrays(
         *parameters.weights, parameters.biases, parameters.names, function.independent,
-        function.scale, function.rope, function.kv_groups)
+        function.scale, function.rope, function.kv_groups, parameters.value_input)
 
 
 def layer_of(fixture: AttendFixture) -> MultiHeadLayer:

@@ -384,6 +384,7 @@ class Reach:
         probe = np.array(values, dtype=np.float64, copy=True)
         flat = probe.reshape(-1)
         dv = layer.d_v
+        x = self.x[..., layer.input_columns()[branch]]  # the input the branch reads
 
         def point(index: int, value: float) -> float:
             column = index % probe.shape[-1]
@@ -396,7 +397,7 @@ class Reach:
                 with np.errstate(over="ignore", invalid="ignore"):
                     projected = self.projected[..., columns]  # a copy: the heads it reaches
                     projected[..., offset] = project(
-                        self.x, w[:, column:column + 1],
+                        x, w[:, column:column + 1],
                         bias=None if b is None else b[column:column + 1])[..., 0]
                     done = engine.forward(layer.subset(first, count), self.x, self.causal,
                                           projected=projected, records=False)

@@ -32,6 +32,14 @@ Widths: query and key always share ``d_k`` (the dot product needs it). The value
 ``d_v`` must equal it too, the chapter's rule, unless the head is built with
 ``independent_value_width=True``.
 
+A value input (``value_input=True``, MobileBERT's bottleneck): V is projected from an
+input of its own, ``X_V``, and Q and K from another, ``X_QK``. The head's input is then
+the two joined on the last axis, ``X = [X_QK | X_V]`` (``d_model`` the sum of their
+widths), and its packed projection is the block matrix ``[[W_Q, W_K, 0], [0, 0, W_V]]``:
+every product with a zero block is an exact zero, so ``X`` times it is each branch's own
+product, and the reverse's ``dX`` is ``[dQ W_Q^T + dK W_K^T | dV W_V^T]``. Each
+branch's weight keeps its own rows (:meth:`AttentionHead.input_columns`).
+
 Validation is the engine's own (:mod:`qkvcli.core`): names, finite values, each branch's
 weight, the branch widths and unique names, with the head's two extra rules
 (:mod:`qkvcli.attention.errors`). No I/O.
@@ -52,6 +60,7 @@ from qkvcli.attention.errors import (
     KeyWidthMismatch,
     OutputGradientShapeMismatch,
     ScaleError,
+    ValueInputError,
 )
 from qkvcli.attention.maths import AlibiForm, QkNorm, Rope, check_rope, score_factor, softmax
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
@@ -91,12 +100,12 @@ class AttentionHead(NamedWeights):
     """
 
     __slots__ = ("_biases", "_independent", "_kv_groups", "_names", "_packed", "_rope", "_scale",
-                 "_weights")
+                 "_value_input", "_weights")
 
     def __init__(
         self, weights: tuple[Array, Array, Array], biases: Biases, names: tuple[str, str, str],
         independent: bool, scale: float | None = None, rope: Rope | None = None,
-        kv_groups: int = 1,
+        kv_groups: int = 1, value_input: bool = False,
     ) -> None:
         # Private: from_arrays validates first.
         self._weights = weights
@@ -106,6 +115,7 @@ class AttentionHead(NamedWeights):
         self._scale = scale
         self._rope = rope
         self._kv_groups = kv_groups
+        self._value_input = value_input
         self._packed: tuple[Array, Array | None] | None = None
 
     @classmethod
@@ -120,6 +130,7 @@ class AttentionHead(NamedWeights):
         scale: float | None = None,
         rope: Rope | None = None,
         kv_groups: int = 1,
+        value_input: bool = False,
     ) -> AttentionHead:
         """Validate and build a head from ``[d_model, d_out]`` weights and optional biases.
 
@@ -127,11 +138,16 @@ class AttentionHead(NamedWeights):
         after their biases; ``kv_groups`` > 1 makes these the projections of a
         grouped-query layer, whose query width is ``kv_groups`` times the key width (only
         :class:`~qkvcli.attention.multihead.MultiHeadLayer` runs such projections).
+        ``value_input``: the value weight reads an input of its own, joined after the
+        query's and key's in ``X`` (see the module docstring); its rows may then differ
+        from theirs.
 
         Order (first failure wins): per branch its name, finite weight, finite bias; per
         branch rank and non-zero widths (``"<branch> projection: ..."``); equal model
-        widths; head widths (all equal, the chapter's error, or with an independent value
-        width only query = key; grouped: query = kv_groups * key); bias shapes; unique
+        widths (with ``value_input`` the query's and key's alone,
+        :class:`~qkvcli.attention.errors.ValueInputError`); head widths (all equal, the
+        chapter's error, or with an independent value width only query = key; grouped:
+        query = kv_groups * key); bias shapes; unique
         names; the scale (finite, positive); RoPE's dims (even, at most the key width).
         Raises a ``QkvError``.
         """
@@ -146,7 +162,13 @@ class AttentionHead(NamedWeights):
             if bias is not None:
                 check_finite(bias, "parameter")
         check_branches(weights)
-        check_model_widths(weights)
+        if not value_input:
+            check_model_widths(weights)
+        elif weights[0].shape[0] != weights[1].shape[0]:
+            raise ValueInputError(
+                f"with a value input, the query and key projections read one input: their "
+                f"model widths must match, got query {weights[0].shape[0]}, key "
+                f"{weights[1].shape[0]}")
         head = tuple(int(w.shape[1]) for w in weights)
         if kv_groups > 1:
             if not independent_value_width and head[1] != head[2]:
@@ -170,7 +192,7 @@ class AttentionHead(NamedWeights):
             (weights[0], weights[1], weights[2]),
             (bias_arrays[0], bias_arrays[1], bias_arrays[2]),
             (names[0], names[1], names[2]),
-            independent_value_width, scale, rope, kv_groups,
+            independent_value_width, scale, rope, kv_groups, value_input,
         )
 
     # --- properties ---------------------------------------------------------------------
@@ -206,8 +228,24 @@ class AttentionHead(NamedWeights):
         return self._kv_groups
 
     @property
+    def value_input(self) -> bool:
+        """Whether V is projected from an input of its own, joined after Q's and K's."""
+        return self._value_input
+
+    def input_columns(self) -> tuple[slice, slice, slice]:
+        """The columns of the input ``X`` each branch reads, query, key, value: all of
+        them, or with a value input the first ones for Q and K and the rest for V."""
+        if not self._value_input:
+            every = slice(0, self.d_model)
+            return every, every, every
+        shared = int(self._weights[0].shape[0])
+        return slice(0, shared), slice(0, shared), slice(shared, self.d_model)
+
+    @property
     def d_model(self) -> int:
-        return int(self._weights[0].shape[0])
+        """The input's width: the weights' rows (with a value input, Q's and V's joined)."""
+        rows = int(self._weights[0].shape[0])
+        return rows + int(self._weights[2].shape[0]) if self._value_input else rows
 
     @property
     def d_k(self) -> int:
@@ -273,18 +311,28 @@ class AttentionHead(NamedWeights):
 
     def packed(self) -> tuple[Array, Array | None]:
         """``[W_Q|W_K|W_V]`` and the packed bias (``None`` unless a branch has one; a
-        missing one is zeros), built once."""
+        missing one is zeros), built once. With a value input, each weight in the rows of
+        the columns of ``X`` it reads and zeros elsewhere (:meth:`input_columns`)."""
         if self._packed is None:
             bias = None
             if any(b is not None for b in self._biases):
                 bias = np.concatenate([np.zeros(w.shape[1]) if b is None else b
                                        for w, b in zip(self._weights, self._biases, strict=True)])
-            self._packed = (np.ascontiguousarray(np.concatenate(self._weights, axis=1)), bias)
+            if self._value_input:
+                weight = np.zeros((self.d_model, sum(int(w.shape[1]) for w in self._weights)))
+                start = 0
+                for w, rows in zip(self._weights, self.input_columns(), strict=True):
+                    weight[rows, start:start + w.shape[1]] = w
+                    start += int(w.shape[1])
+            else:
+                weight = np.ascontiguousarray(np.concatenate(self._weights, axis=1))
+            self._packed = (weight, bias)
         return self._packed
 
     @property
     def parameter_count(self) -> int:
-        """Weights plus biases: ``d_model (2 d_k + d_v)`` and each bias's width."""
+        """Weights plus biases: each weight's size (``d_model (2 d_k + d_v)`` without a
+        value input) and each bias's width."""
         total = sum(int(w.size) for w in self._weights)
         return total + sum(int(b.size) for b in self._biases if b is not None)
 
@@ -295,13 +343,17 @@ class AttentionHead(NamedWeights):
         return AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
             self._names, self._independent, self._scale, self._rope, self._kv_groups,
+            self._value_input,
         )
 
-    def sliced(self, weights: Sequence[Array], biases: Sequence[Array | None]) -> AttentionHead:
-        """One head of a layer: these parameters, this head's scale and RoPE, no groups."""
+    def sliced(self, weights: Sequence[Array], biases: Sequence[Array | None],
+               kv_groups: int = 1) -> AttentionHead:
+        """Some heads of a layer: these parameters, this head's scale, RoPE and value
+        input, ``kv_groups`` query heads per K/V head (default one: a head alone)."""
         return AttentionHead(
             (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]),
-            self._names, self._independent, self._scale, self._rope, 1,
+            self._names, self._independent, self._scale, self._rope, kv_groups,
+            self._value_input,
         )
 
     # --- computation --------------------------------------------------------------------

@@ -27,7 +27,8 @@ needs to be defined (:func:`check_rope`).
 - The softmax over the last axis with the row maximum subtracted first, and its reverse
   ``dZ = A * (dA - rowsum(dA * A))`` (:func:`softmax`, :func:`softmax_backward`).
 - RoPE: position ``p`` turns pair ``i`` of the first ``dims`` coordinates by the angle
-  ``p * theta^(-2i/dims)`` (:func:`rope_tables`, :func:`rotate`); a scaling (linear,
+  ``p * theta^(-2i/dims)`` (:func:`rope_tables`, :func:`rotate`), or by ``p * f_i`` for
+  a table of frequencies given as such (ESM's stored ``inv_freq``); a scaling (linear,
   dynamic, YaRN, LongRoPE, LLaMA 3) changes each pair's frequency and multiplies the
   turned pairs by an attention factor (:class:`RopeScaling`, :func:`inverse_frequencies`).
 """
@@ -366,19 +367,23 @@ class Rope(Record):
     """Rotary position embedding of the first ``dims`` coordinates of each query and key head.
 
     Position ``offset + t`` (``t = 0 .. T-1``) turns pair ``i`` (``i < dims/2``) by the
-    angle ``(offset + t) * theta^(-2i/dims)``. ``layout`` says which coordinates pair up:
-    ``"half"`` pairs ``i`` with ``i + dims/2`` (LLaMA's and GPT-NeoX's ``rotate_half``),
-    ``"interleaved"`` pairs ``2i`` with ``2i+1`` (GPT-J). Coordinates from ``dims`` on
-    pass through (GPT-NeoX's partial rotary). A ``scaling`` changes the frequencies and
-    multiplies the turned pairs by its attention factor (:class:`RopeScaling`).
+    angle ``(offset + t) * theta^(-2i/dims)``, or ``(offset + t) * frequencies[i]`` when
+    the frequencies are given as a table (``theta`` then ``None``: ESM's model loads its
+    ``inv_freq`` from the checkpoint as stored). ``layout`` says which coordinates pair
+    up: ``"half"`` pairs ``i`` with ``i + dims/2`` (LLaMA's and GPT-NeoX's
+    ``rotate_half``), ``"interleaved"`` pairs ``2i`` with ``2i+1`` (GPT-J). Coordinates
+    from ``dims`` on pass through (GPT-NeoX's partial rotary). A ``scaling`` changes the
+    frequencies of a theta and multiplies the turned pairs by its attention factor
+    (:class:`RopeScaling`).
     """
 
-    theta: float
+    theta: float | None  # None: the frequencies are the given table
     dims: int
     layout: str = "half"
     offset: int = 0
     angles: str = "float64"  # "float32": the angles and their tables in float32, as some write them
     scaling: RopeScaling | None = None
+    frequencies: tuple[float, ...] | None = None  # each pair's, given (one per pair)
 
     def pairs(self) -> tuple[slice, slice]:
         """The two coordinate slices that rotate together, ``dims/2`` each."""
@@ -392,13 +397,21 @@ def check_rope(rope: Rope, width: int) -> None:
     """Refuse a RoPE that cannot turn a head of ``width`` coordinates (:class:`RopeError`)."""
     if rope.layout not in ROPE_LAYOUTS:
         raise RopeError(f"rope layout must be \"half\" or \"interleaved\", got {rope.layout!r}")
-    if not (math.isfinite(rope.theta) and rope.theta > 0.0):
+    if (rope.theta is None) is (rope.frequencies is None):
+        raise RopeError("rope needs a theta or a table of frequencies, and not both")
+    if rope.theta is not None and not (math.isfinite(rope.theta) and rope.theta > 0.0):
         raise RopeError(f"rope theta must be finite and positive, got {rope.theta!r}")
     if rope.dims < 2 or rope.dims % 2 or rope.dims > width:
         raise RopeError(f"rope dims must be even, at least 2 and at most the head's key width "
                         f"{width}, got {rope.dims}")
     if rope.offset < 0:
         raise RopeError(f"rope offset must be at least 0, got {rope.offset}")
+    if rope.frequencies is not None:
+        check_frequencies(rope.frequencies, rope.dims)
+        if rope.scaling is not None:
+            raise RopeError("a rope scaling changes the frequencies of a theta, not a table of "
+                            "frequencies")
+        return
     if rope.scaling is not None:
         check_scaling(rope.scaling, rope.dims)
         if rope.angles != "float64":
@@ -407,6 +420,18 @@ def check_rope(rope: Rope, width: int) -> None:
         if not np.all(np.isfinite(inverse_frequencies(rope))):
             raise RopeError(f"rope theta {rope.theta!r} makes the frequencies "
                             f"theta^(-2i/{rope.dims}) overflow")
+
+
+def check_frequencies(frequencies: tuple[float, ...], dims: int) -> None:
+    """Refuse a table of frequencies that is not one finite positive number per pair of
+    ``dims`` coordinates (:class:`RopeError`)."""
+    if len(frequencies) != dims // 2:
+        raise RopeError(f"rope frequencies must give one per pair, {dims // 2} for dims "
+                        f"{dims}, got {len(frequencies)}")
+    for i, value in enumerate(frequencies):
+        if not (math.isfinite(value) and value > 0.0):
+            raise RopeError(f"rope frequencies must be finite and positive, got {value!r} "
+                            f"at pair {i}")
 
 
 def check_scaling(scaling: RopeScaling, dims: int) -> None:
@@ -474,8 +499,12 @@ def attention_factor(scaling: RopeScaling) -> float:
 def inverse_frequencies(rope: Rope, length: int | None = None) -> Array:
     """Each pair's inverse frequency, ``[dims/2]``: ``theta^(-2i/dims)``, changed by the
     rope's scaling as transformers' ``modeling_rope_utils`` computes it, for a sequence
-    of ``length`` positions (``None``: no longer than the original length)."""
+    of ``length`` positions (``None``: no longer than the original length); a table of
+    frequencies given as such is itself."""
+    if rope.frequencies is not None:
+        return np.array(rope.frequencies, dtype=np.float64)
     dims, theta = rope.dims, rope.theta
+    assert theta is not None  # a rope has a theta or a table (check_rope)
     exponents = np.arange(0, dims, 2, dtype=np.float64) / dims
     scaling = rope.scaling
     if scaling is None:
@@ -534,18 +563,21 @@ def _yarn(theta: float, dims: int, scaling: RopeScaling) -> Array:
 
 
 @lru_cache(maxsize=16)
-def _tables(theta: float, dims: int, offset: int, end: int,
+def _tables(theta: float | None, dims: int, offset: int, end: int,
             precision: str = "float64", scaling: RopeScaling | None = None,
-            ) -> tuple[Array, Array]:
+            given: tuple[float, ...] | None = None) -> tuple[Array, Array]:
     if precision == "float32":  # every step in float32, the tables widened after
-        exponents = np.arange(0, dims, 2, dtype=np.float32) / np.float32(dims)
-        frequencies = np.float32(1.0) / (np.float32(theta) ** exponents)
+        if given is not None:
+            frequencies = np.asarray(given, dtype=np.float32)
+        else:
+            exponents = np.arange(0, dims, 2, dtype=np.float32) / np.float32(dims)
+            frequencies = np.float32(1.0) / (np.float32(theta) ** exponents)
         narrow = np.arange(offset, offset + end, dtype=np.float32)[:, None] * frequencies
         cos, sin = (np.asarray(t, dtype=np.float64) for t in (np.cos(narrow), np.sin(narrow)))
     else:
         # a scaling's frequencies may depend on the sequence's length: its last position + 1
         angles = (np.arange(offset, offset + end, dtype=np.float64)[:, None]
-                  * inverse_frequencies(Rope(theta, dims, scaling=scaling),
+                  * inverse_frequencies(Rope(theta, dims, scaling=scaling, frequencies=given),
                                         offset + end)[None, :])
         cos, sin = np.cos(angles), np.sin(angles)
         factor = 1.0 if scaling is None else attention_factor(scaling)
@@ -562,7 +594,8 @@ def rope_tables(rope: Rope, first: int, end: int) -> tuple[Array, Array]:
     length (a position's angle does not depend on the span; a ``dynamic`` or
     ``longrope`` scaling's depends on ``end``, the sequence's length, which every caller
     gives whole)."""
-    cos, sin = _tables(rope.theta, rope.dims, rope.offset, end, rope.angles, rope.scaling)
+    cos, sin = _tables(rope.theta, rope.dims, rope.offset, end, rope.angles, rope.scaling,
+                       rope.frequencies)
     return cos[first:], sin[first:]
 
 

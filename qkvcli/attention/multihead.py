@@ -317,6 +317,10 @@ class MultiHeadLayer:
         """``[W_Q|W_K|W_V]`` (``[d_model, H*d_k + 2 G*d_k]``) and the packed bias, built once."""
         return self._projections.packed()
 
+    def input_columns(self) -> tuple[slice, slice, slice]:
+        """The columns of the input each branch reads (the projections')."""
+        return self._projections.input_columns()
+
     def subset(self, first: int, count: int) -> MultiHeadLayer:
         """The query heads ``first .. first+count-1`` and the K/V heads they read, without
         the output projection: what a change to those heads' parameters reaches. ``first``
@@ -331,9 +335,7 @@ class MultiHeadLayer:
                 slice(kv_first * dv, (kv_first + kv_count) * dv))
         weights = [w[:, c] for w, c in zip(p.weights, cols, strict=True)]
         biases = [None if b is None else b[c] for b, c in zip(p.biases, cols, strict=True)]
-        projections = AttentionHead(
-            (weights[0], weights[1], weights[2]), (biases[0], biases[1], biases[2]), p.names,
-            p.independent_value_width, p.given_scale, p.rope, count // kv_count)
+        projections = p.sliced(weights, biases, count // kv_count)
         alibi = None if self._alibi is None else self._alibi[first:first + count]
         norm = self._qk_norm
         if norm is not None and norm.span == "layer" and count != self._heads:

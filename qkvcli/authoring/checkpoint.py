@@ -17,7 +17,9 @@ guesses.
 
 The fixture references the checkpoint's tensors (nothing is copied), each in the file
 (or shard) that holds it, and adds a seeded input ``[1, tokens, d_model]`` drawn
-uniform in ``[-1, 1)`` by a ``generate`` spec. No I/O here.
+uniform in ``[-1, 1)`` by a ``generate`` spec; a layer whose values read an input of
+their own (MobileBERT's) gets a seeded ``value_input`` ``[1, tokens, d_v_in]`` too. No
+I/O here.
 """
 
 from __future__ import annotations
@@ -136,8 +138,10 @@ EXTRA_TENSORS = (("q_norm.", "a norm on Q (q_norm: Qwen3, Qwen3-MoE, OLMo 2, Gem
                                   "qk_layernorm)"),
                  ("q_attn.", "cross-attention's query (GPT-2's crossattention)"),
                  ("relative_attention_bias.", "a relative position bias (T5)"))
-# Mixes the input's seed so it is not the weights' seed (a fixture-wide convention).
+# Mixes the input's seed so it is not the weights' seed (a fixture-wide convention), and
+# the value input's so it is not the input's.
 INPUT_SEED_TAG = 0x51CE_0001
+VALUE_INPUT_SEED_TAG = 0x51CE_0002
 
 
 
@@ -151,10 +155,11 @@ class CheckpointError(QkvError):
 
 
 class RopeSpec(Record):
-    theta: float
+    theta: float | None  # None: the frequencies are the checkpoint's own table (stored)
     dims: int
     layout: str = "half"
     scaling: dict[str, Any] | None = None  # the fixture's rope.scaling (reading.attend)
+    stored: str | None = None  # the table's tensor name beside the encoder (ESM's inv_freq)
 
 
 class NormFunction(Record):
@@ -198,6 +203,9 @@ class ModelFunction(Record):
     out_bias: str | None = None
     out_bias_held: bool = False
     out_bias_said: str = ""
+    # the width of the values' own input (MobileBERT's layer input beside its bottleneck);
+    # None: the values read the queries' and keys' input
+    value_input: int | None = None
 
 
 def shown_value(value: Any) -> str:
@@ -477,11 +485,20 @@ def checkpoint_document(
     weights = {key: value for key, value in weights.items() if value is not None}
     # The output projection reads every head's values: H * d_v, also when K/V heads are shared.
     concat = widths[2] // (function.kv_heads or function.heads) * function.heads
-    expected = _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes)
+    expected = _expected_shapes(naming, prefix, d_model, widths, concat, out, shapes,
+                                function.value_input)
     if out is not None and function.out_bias is not None:
         expected[prefix + function.out_bias] = expected[out[0] + "bias"]
+    rope = function.rope
+    table = None if rope is None or rope.stored is None else stored_table(
+        prefix, rope.stored, shapes, function.architecture)
+    own: set[str] = set()
+    if rope is not None and rope.stored is not None and table is not None:
+        expected[table] = (rope.dims // 2,)
+        # an older checkpoint's copy under every layer: the model loads the first alone
+        own = {table, prefix + rope.stored}
     _check_tensors(entries, expected | norm_shapes, prefix)
-    _check_accounted(entries, prefix, naming, weights)
+    _check_accounted(entries, prefix, naming, weights, own)
     _check_biases(function, weights, prefix, shapes)
     document: dict[str, Any] = {
         "chapter": f"{prefix.rstrip('.') or 'checkpoint'}-{function.heads}-heads",
@@ -493,17 +510,20 @@ def checkpoint_document(
     if function.kv_heads is not None:
         document["kv_heads"] = function.kv_heads
     document["causal"] = function.causal
-    if function.rope is not None:
-        document["rope"] = {"theta": function.rope.theta, "dims": function.rope.dims,
-                            "layout": function.rope.layout}
-        if function.rope.scaling is not None:
-            document["rope"]["scaling"] = function.rope.scaling
+    if rope is not None:
+        base = {"theta": rope.theta} if table is None else {"frequencies": ref(table)}
+        document["rope"] = {**base, "dims": rope.dims, "layout": rope.layout}
+        if rope.scaling is not None:
+            document["rope"]["scaling"] = rope.scaling
     if function.scale is not None:
         document["scale"] = function.scale
     document |= pieces_document(function)
+    document["input"] = {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
+                                      "shape": [1, tokens, d_model]}}
+    if function.value_input is not None:
+        document["value_input"] = {"generate": {"seed": (seed ^ VALUE_INPUT_SEED_TAG) & MASK64,
+                                                "shape": [1, tokens, function.value_input]}}
     document |= {
-        "input": {"generate": {"seed": (seed ^ INPUT_SEED_TAG) & MASK64,
-                               "shape": [1, tokens, d_model]}},
         "weights": weights,
         # A real layer has millions of coordinates: check an even sample of each tensor.
         "gradcheck": {"samples": 16},
@@ -615,14 +635,55 @@ def _norm_weights(function: ModelFunction, widths: tuple[int, int, int], prefix:
     return weights, shapes
 
 
+def loading_order(name: str) -> list[tuple[Any, ...]]:
+    """The place of tensor ``name`` in the order transformers 5 loads a checkpoint in
+    (``core_model_loading.dot_natural_key``): dotted parts, a number before a word and
+    numbers by value, a word's trailing digits by value. When several tensors load into
+    one parameter, the first in this order is the one kept. ASCII digits only, compared
+    by length then digits (no integer of thousands of digits is made)."""
+    parts: list[tuple[Any, ...]] = []
+    for part in name.split("."):
+        if part.isascii() and part.isdigit():
+            stripped = part.lstrip("0")
+            parts.append((0, len(stripped), stripped))
+            continue
+        text = part.rstrip("0123456789")
+        digits = part[len(text):].lstrip("0")
+        parts.append((1, text, len(digits), digits) if len(part) > len(text) else (1, text))
+    return parts
+
+
+def stored_table(prefix: str, name: str, shapes: dict[str, tuple[int, ...]],
+                 family: str | None) -> str:
+    """The tensor a family that loads its RoPE frequencies from the checkpoint reads for
+    the layer under ``prefix``, as transformers 5 loads ESM's: ``name`` beside the encoder
+    (``esm.rotary_embeddings.inv_freq``) and every layer's copy
+    (``encoder.layer.N.attention.self.rotary_embeddings.inv_freq``, which it renames to
+    that one parameter; a checkpoint it saved holds one copy, named ``encoder.layer.*``)
+    load into one table, the first in its loading order (:func:`loading_order`), which
+    every layer uses. Raises :class:`CheckpointError` when the checkpoint holds none."""
+    base = prefix[:max(prefix.rfind("encoder.layer."), 0)]  # the model's own prefix
+    copies = [n for n in shapes if n == base + name or (
+        n.startswith(base + "encoder.layer.") and n.endswith(".attention.self." + name))]
+    if copies:
+        return min(copies, key=loading_order)
+    raise CheckpointError(prefix, f"config model_type {shown_value(family)} turns Q and K by "
+                          f"the RoPE frequencies its model loads from the checkpoint "
+                          f"({shown_value(base + name)}, or a layer's copy), and the "
+                          "checkpoint has none: its model would compute another table; "
+                          "refused")
+
+
 def _check_accounted(entries: list[Entry], prefix: str, naming: str,
-                     weights: dict[str, Any]) -> None:
+                     weights: dict[str, Any], own: set[str] | None = None) -> None:
     """Refuse a tensor under ``prefix`` that the fixture does not read: a layer is
     computed only when every one of its tensors is accounted for. A stored buffer that
-    is no parameter (:data:`BUFFERS`) passes. Raises :class:`CheckpointError` naming it."""
+    is no parameter (:data:`BUFFERS`) passes, and so do ``own``, what the fixture reads
+    beside its weights (a stored RoPE table, and the layer's own copy of it).
+    Raises :class:`CheckpointError` naming it."""
     read = {ref["tensor"] for value in weights.values()
             for ref in (value if isinstance(value, list) else (value, value.get("bias")))
-            if isinstance(ref, dict) and "tensor" in ref}
+            if isinstance(ref, dict) and "tensor" in ref} | (own or set())
     buffers = {prefix + name for name in BUFFERS.get(naming, ())}
     for name, _, _ in entries:
         if not name.startswith(prefix) or name in read or name in buffers:
@@ -639,9 +700,11 @@ def _check_accounted(entries: list[Entry], prefix: str, naming: str,
 def _expected_shapes(
     naming: str, prefix: str, d_model: int, widths: tuple[int, int, int], concat: int,
     out: tuple[str, str] | None, shapes: dict[str, tuple[int, ...]],
+    value_input: int | None = None,
 ) -> dict[str, tuple[int | None, ...]]:
     """The shape each tensor of the layer must have (``None``: any positive length), so
-    that attend reads what init writes; ``concat`` is the output projection's input width."""
+    that attend reads what init writes; ``concat`` is the output projection's input width,
+    ``value_input`` the value weight's input width when it is not ``d_model``."""
     query = widths[0]
     expected: dict[str, tuple[int | None, ...]] = {}
     if naming in PACKED:
@@ -656,8 +719,9 @@ def _expected_shapes(
         expected[prefix + packed + "bias"] = (3 * query,)
     else:
         trio = TRIOS[naming]
-        for short, width in zip(trio, widths, strict=True):
-            expected[f"{prefix}{short}.weight"] = (width, d_model)
+        inputs = (d_model, d_model, d_model if value_input is None else value_input)
+        for short, width, reads in zip(trio, widths, inputs, strict=True):
+            expected[f"{prefix}{short}.weight"] = (width, reads)
             expected[f"{prefix}{short}.bias"] = (width,)
     if out is not None:
         out_shape = shapes[out[0] + "weight"]

@@ -24,6 +24,7 @@ from qkvcli.authoring.checkpoint import (
     CheckpointError,
     ModelFunction,
     NormFunction,
+    RopeSpec,
     layer_index,
     shown_value,
 )
@@ -44,6 +45,7 @@ from qkvcli.authoring.config_rope import (
 from qkvcli.authoring.config_values import flag_value, int_value, is_set, one_of, positive
 from qkvcli.authoring.model_families import (
     ALIASES,
+    BOTTLENECKED,
     CLIP_QKV,
     DEFAULTS,
     EQUAL_KEYS,
@@ -66,6 +68,7 @@ from qkvcli.authoring.model_families import (
     ROPE_REFUSED_PARAMETERS,
     RUNS_ONLY_WITH,
     SOFTCAP,
+    STORED_ROPE,
     SUPPORTED,
     TRIO_MODULES,
     TYPE_THETAS,
@@ -260,6 +263,9 @@ def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int]
                               f"attention layers sit under {shown}, not under this prefix: is "
                               "config.json this model's?")
     hidden = int_value(config, prefix, *HIDDEN_KEYS)
+    value_input = None
+    if model in BOTTLENECKED:  # its query and key read the bottleneck's width, not hidden's
+        hidden, value_input = _bottleneck(config, model, d_model, prefix)
     if d_model is not None and hidden is not None and hidden != d_model:
         key = next(k for k in HIDDEN_KEYS if config.get(k) is not None)
         raise CheckpointError(prefix, f"config {key} {hidden}, but the layer reads "
@@ -319,8 +325,12 @@ def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int]
     elif falcon_alibi:  # FalconAttention turns Q and K only without ALiBi
         pass
     elif family.rope is not None and uses_rope(config, model, index, prefix):
-        rope = rope_of(config, model, family.rope, head_dim, prefix,
-                     int_value(config, prefix, "head_dim") if model in NEOX_ROPE else None)
+        if model in STORED_ROPE:  # the checkpoint's own table, whatever rope_theta says
+            rope = RopeSpec(None, head_dim, family.rope, stored=STORED_ROPE[model])
+        else:
+            rope = rope_of(config, model, family.rope, head_dim, prefix,
+                           int_value(config, prefix, "head_dim") if model in NEOX_ROPE
+                           else None)
     alibi = None
     if model == "bloom" or falcon_alibi:  # BLOOM's slopes (Falcon's are the same):
         alibi = tuple(_bloom_slopes(heads))  # a function of the heads alone
@@ -345,7 +355,43 @@ def _model_function(config: dict[str, Any], prefix: str, widths: tuple[int, int]
         # rounding slopes, positions and products to bfloat16
         alibi_scaled=falcon_alibi, alibi_rounding="bfloat16" if falcon_alibi else None,
         out=family.out, biased=biased, bias_said=bias_said, out_bias=out_bias,
-        out_bias_held=held, out_bias_said=out_said)
+        out_bias_held=held, out_bias_said=out_said, value_input=value_input)
+
+
+def _bottleneck(config: dict[str, Any], model: str, d_model: int | None,
+                prefix: str) -> tuple[int, int | None]:
+    """A family of :data:`BOTTLENECKED`: the width its query and key read
+    (``true_hidden_size``, as MobileBertConfig derives it), and the width of the values'
+    own input (``hidden_size``: the layer's input) or ``None`` when V reads Q's and K's.
+    A stored ``true_hidden_size`` that disagrees, a setting its model cannot run, and a
+    query reading another width are refused, naming the keys."""
+    settings = {**DEFAULTS.get(model, {}), **config}
+    title = FAMILIES[model].title
+    hidden = int_value(settings, prefix, "hidden_size")
+    intra = int_value(settings, prefix, "intra_bottleneck_size")
+    assert hidden is not None and intra is not None  # the family's defaults give both
+    use = flag_value(settings, "use_bottleneck", True, prefix)
+    attention = flag_value(settings, "use_bottleneck_attention", False, prefix)
+    shared = flag_value(settings, "key_query_shared_bottleneck", True, prefix)
+    true, source = (intra, "intra_bottleneck_size") if use else (hidden, "hidden_size")
+    said = f"use_bottleneck {'true' if use else 'false'}"
+    stored = config.get("true_hidden_size")
+    if stored is not None and stored != true:
+        raise CheckpointError(prefix, f"config true_hidden_size {shown_value(stored)} and "
+                              f"{source} {true} disagree ({title}'s config derives "
+                              f"true_hidden_size from {source} with {said}); refused")
+    if use and not attention and not shared and intra != hidden:
+        raise CheckpointError(prefix, "config key_query_shared_bottleneck false with "
+                              "use_bottleneck true and use_bottleneck_attention false: "
+                              f"{title}'s query, key and value then read the layer's input "
+                              f"(hidden_size {hidden}), but its query and key are built for "
+                              f"intra_bottleneck_size {intra} (transformers cannot run it); "
+                              "refused")
+    if d_model is not None and d_model != true:
+        raise CheckpointError(prefix, f"config {source} {true} ({said}) is the width "
+                              f"{title}'s query and key read, but the layer's query reads "
+                              f"inputs {d_model} wide: is config.json this model's?")
+    return true, (hidden if use and shared and not attention else None)
 
 
 def _out_bias_layer(config: dict[str, Any], model: str, index: int | None,

@@ -217,11 +217,13 @@ def uses_rope(config: dict[str, Any], model: str, index: int | None, prefix: str
     """SmolLM3 leaves RoPE out of some layers (``no_rope_layers``, 0: none); Cohere 2 and
     EXAONE 4 turn only their sliding layers (:data:`ROPE_ON_SLIDING`)."""
     if model in ROPE_BY_KEY:  # GraniteMoeHybrid: position_embedding_type "rope", or none
-        key, wanted = ROPE_BY_KEY[model]
+        key, wanted, others = ROPE_BY_KEY[model]
         value = config.get(key)
-        if value not in (None, wanted, "nope"):
+        if value not in (None, wanted, *others):
+            unrotated = " or ".join(shown_value(other) for other in others)
             raise CheckpointError(prefix, f"config {key} {shown_value(value)}: {model} reads "
-                                  f"{shown_value(wanted)} (RoPE) or none; refused")
+                                  f"{shown_value(wanted)} (RoPE) or {unrotated} (none); "
+                                  "refused")
         return bool(value == wanted)
     if model in ROPE_ON_SLIDING:
         if ROPE_ON_SLIDING[model] and {**DEFAULTS.get(model, {}), **config}.get(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from qkvcli.authoring.model_families import (
     BLOCK_TYPES,
+    BOTTLENECKED,
     CLIP_QKV,
     DEFAULT_ROPE_ONLY,
     FAMILIES,
@@ -19,9 +20,11 @@ from qkvcli.authoring.model_families import (
     QK_NORM_FLAGS,
     QK_NORMS,
     REFUSED_MODELS,
+    ROPE_BY_KEY,
     ROPE_THETA,
     SCALED_BY_DEFAULT,
     SOFTCAP,
+    STORED_ROPE,
     TYPE_THETAS,
     ModelFamily,
 )
@@ -62,7 +65,15 @@ def pieces(model_type: str, family: ModelFamily) -> str:
                  f", theta {ROPE_THETA[model_type]:.0f}" if model_type in ROPE_THETA else "")
         rope += (f", {SCALED_BY_DEFAULT[model_type]} by default" if model_type in
                  SCALED_BY_DEFAULT else "")
+        rope += (f", the checkpoint's own {STORED_ROPE[model_type]}" if model_type in
+                 STORED_ROPE else "")
+        rope += (f", with {ROPE_BY_KEY[model_type][0]} {ROPE_BY_KEY[model_type][1]}"
+                 if model_type in ROPE_BY_KEY else "")
         parts.append(rope + ")")
+    if model_type in BOTTLENECKED:
+        parts.append("query and key read the bottleneck (true_hidden_size), value the "
+                     "layer's input (value_input) with use_bottleneck and "
+                     "key_query_shared_bottleneck without use_bottleneck_attention")
     if family.window is not None:
         parts.append(WINDOWS[family.window])
     if model_type in BLOCK_TYPES:

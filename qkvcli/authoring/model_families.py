@@ -43,6 +43,10 @@ _FAMILIES = (
     ("xlm-roberta", ModelFamily("XLM-RoBERTa", "bert", "decoder", None, "XLMRoberta", out="",
                                 biases="all")),
     ("electra", ModelFamily("ELECTRA", "bert", "decoder", None, "Electra", out="", biases="all")),
+    # BERT's tensors; its queries and keys read its bottleneck, its values the layer's
+    # input where its config says (BOTTLENECKED); never causal (its model masks nothing)
+    ("mobilebert", ModelFamily("MobileBERT", "bert", "no", None, "MobileBert", out="",
+                               biases="all")),
     ("distilbert", ModelFamily("DistilBERT", "distil", "no", None, "DistilBert", out="out_lin",
                                biases="all")),
     # XLM's MultiHeadAttention (DistilBERT's names, under attentions.N.), causal by its config
@@ -237,6 +241,10 @@ _FAMILIES = (
     ("eurobert", ModelFamily("EuroBERT", "linear", "no", "half", "EuroBert", path=_LAYERS)),
     # its q/k LayerNorm over the layer's width on every checkpoint (FULL_WIDTH_QK_LAYER_NORMS)
     ("esmc", ModelFamily("ESMC", "linear", "no", "half", "Esmc", path=_LAYERS)),
+    # BERT's attention, rotated by position_embedding_type "rotary" (ROPE_BY_KEY) with the
+    # frequencies the checkpoint stores (STORED_ROPE), causal when is_decoder
+    ("esm", ModelFamily("ESM", "bert", "decoder", "half", "Esm", out="",
+                        path=r"encoder\.layer\.[^.]+\.attention\.self\.", biases="all")),
     # rotated encoders whose local layers see a two-sided window (TWO_SIDED_WINDOWS)
     ("modernbert", ModelFamily("ModernBERT", "mpt", "no", "half", "ModernBert",
                                window="two_sided", out="Wo", path=r"layers\.[^.]+\.attn\.")),
@@ -313,15 +321,6 @@ REFUSED_MODELS = {
     "gemma3n_text": "key/value sharing across layers and a norm of V",
     "funnel": "pooled queries and relative attention",
     "xlnet": "two-stream relative attention",
-    # its query scale before RoPE is the scores' 1/sqrt(d_k) (RoPE is linear): not the gap
-    "esm": "RoPE whose frequencies are the checkpoint's own rotary_embeddings.inv_freq, "
-           "loaded as stored (float16 where the model was saved so), not computed from "
-           "rope_theta: a fixture's rope holds a theta, not a table of frequencies "
-           "(absolute and relative position_embedding_type not checked against its module)",
-    "mobilebert": "values projected from another input than the queries and keys (its "
-                  "bottleneck), which a fixture cannot give (it holds one input): its "
-                  "released configs' use_bottleneck without use_bottleneck_attention; the "
-                  "other settings are not checked against its module",
     "cohere2_moe": "RoPE forced on some full layers by its MLP layer types",
     "nanochat": "a q/k RMSNorm without a learned weight",
     "embedding_gemma2_text": "a norm of V beside its q/k norms",
@@ -439,6 +438,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},
     "hunyuan_v1_moe": {"rms_norm_eps": 1e-5},
     "ultrabert": {"sliding_window": 128},
+    "mobilebert": {"hidden_size": 512, "use_bottleneck": True, "intra_bottleneck_size": 128,
+                   "use_bottleneck_attention": False, "key_query_shared_bottleneck": True},
     "recurrent_gemma": {"sliding_window": 2048, "partial_rotary_factor": 0.5,
                         "block_types": ["recurrent", "recurrent", "attention"],
                         "num_hidden_layers": 26},
@@ -602,8 +603,19 @@ HYBRID_LAYERS = {"jamba": ("linear_attention",), "granitemoehybrid": ("linear_at
 attention: a prefix naming one of those is refused."""
 
 
-ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope")}
-"""The families whose attention turns Q and K only when a config key has a value."""
+ROPE_BY_KEY = {"granitemoehybrid": ("position_embedding_type", "rope", ("nope",)),
+               "esm": ("position_embedding_type", "rotary", ("absolute",))}
+"""The families whose attention turns Q and K only when a config key has a value: the
+key, that value, and the others it may have (null too), each turning nothing."""
+
+
+STORED_ROPE = {"esm": "rotary_embeddings.inv_freq"}
+"""The families whose RoPE frequencies are the checkpoint's own table, loaded as stored
+(float16 where the model was saved so), not computed from ``rope_theta``: ESM's
+``EsmModel.load_hook`` reads ``rotary_embeddings.inv_freq`` beside its encoder, else an
+older checkpoint's first copy under a layer (``attention.self.``), for every layer
+(:func:`~qkvcli.authoring.checkpoint.stored_table`). Its query scale before RoPE is the
+scores' ``1/sqrt(d_k)`` up to one multiplication's rounding (RoPE is linear)."""
 
 
 QK_NORM_MODULES = {"lfm2": ("q_layernorm", "k_layernorm"),
@@ -690,3 +702,14 @@ and how many times the config repeats the list (RecurrentGemmaConfig's
 DEFAULT_ROPE_ONLY = ("recurrent_gemma",)
 """The families whose rotary module computes the default RoPE alone (it raises for any
 other ``rope_type``): a scaling is refused, naming the key."""
+
+
+BOTTLENECKED = ("mobilebert",)
+"""The families whose attention reads a bottleneck (MobileBERT's ``MobileBertLayer``):
+its query and key read ``true_hidden_size``-wide inputs (``intra_bottleneck_size`` with
+``use_bottleneck``, else ``hidden_size``; MobileBertConfig derives it and ignores a
+stored one). With ``use_bottleneck`` and ``key_query_shared_bottleneck`` but without
+``use_bottleneck_attention``, Q and K read the shared bottleneck's output and V reads the
+layer's input (``hidden_size`` wide): the fixture's ``value_input``. Every other setting
+gives Q, K and V one input (the bottleneck's, or the layer's); ``use_bottleneck`` with
+neither of the two flags runs only when ``intra_bottleneck_size`` is ``hidden_size``."""

@@ -376,7 +376,8 @@ def checkpoint_fixture_text(
             entries, locate, prefix, function, tokens, seed)
     except CheckpointError as error:
         raise InputError(f"{shown}: {error}") from None
-    sizes = {"input [1,T,d_model]": tokens * d_model,
+    # a value input is joined after the input: the layer's input is the two (attend's d_model)
+    sizes = {"input [1,T,d_model]": tokens * (d_model + (function.value_input or 0)),
              "projections [1,T,width]": tokens * max(width, value_width),
              "attention scores [1,H,T,T]": function.heads * tokens * tokens}
     limit = DEFAULT_MAX_ELEMENTS if max_elements is None else max_elements

@@ -40,7 +40,7 @@ from qkvcli.cli.group import InputError, out_of_memory
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 from qkvcli.reading.files import STDIN, files_read, read_limited
-from qkvcli.reading.fixture import FUNCTION_KEYS, LAYER_KEYS, Fixture
+from qkvcli.reading.fixture import FUNCTION_KEYS, INPUT_KEYS, LAYER_KEYS, Fixture
 from qkvcli.reading.limits import MAX_FILE_BYTES
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.parse import parse_fixture
@@ -191,7 +191,7 @@ def refuse_layer_fixture(data: Any, label: str) -> None:
             if key in data:
                 raise InputError(f"{label}: $.{key}: a multi-head layer fixture; "
                                  "run it with qkv attend")
-        for key in FUNCTION_KEYS:  # a real layer's function: only attend computes it
+        for key in (*FUNCTION_KEYS, *INPUT_KEYS):  # a real layer's: only attend computes it
             if key in data:
                 raise InputError(f"{label}: $.{key}: an attention fixture's key (the "
                                  "chapter has no attention); run it with qkv attend")

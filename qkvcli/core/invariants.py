@@ -138,7 +138,10 @@ def isolated_heads(forward: LayerOutputs, x: Array, weights: tuple[Array, ...],
     last = layout.kv_heads - 1
     first, end = last * per_group * layout.d_v, layout.heads * layout.d_v
     reading = attention[:, last * per_group:]  # the heads that read the last K/V head
-    shift = np.einsum("bhtj,bj->bht", reading, np.sum(x, axis=-1)) * ISOLATION_STEP
+    # the columns W_V reads: its rows' count of the last ones (all of x, unless V has an
+    # input of its own joined after Q's and K's)
+    values = x[..., x.shape[-1] - weights[2].shape[0]:]
+    shift = np.einsum("bhtj,bj->bht", reading, np.sum(values, axis=-1)) * ISOLATION_STEP
     probes: list[tuple[int, int, int, int, bool]] = [
         (2, last * layout.d_v, (last + 1) * layout.d_v, 1, bool(np.any(shift != 0.0)))]
     if tokens >= 2:

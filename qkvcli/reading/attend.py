@@ -6,12 +6,19 @@ readers, :mod:`qkvcli.reading.parse` and :mod:`qkvcli.reading.settings`) with mo
 
 - the weights' layouts and biases, and an output projection (``out_proj_*`` or
   ``c_proj_*``): :mod:`qkvcli.reading.layouts`;
-- the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``,
+- the function's keys, ``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``
+  (from ``theta``, or ``frequencies`` given as a table: ESM's stored ``inv_freq``),
   ``scale``, ``architecture``, ``window``, ``softcap``, ``alibi`` (with
   ``alibi_scaled`` and ``alibi_rounding``), ``clip_qkv`` and
   ``qk_norm`` (with its weights ``q_norm_weight`` and ``k_norm_weight``, and a
   LayerNorm's optional biases ``q_norm_bias`` and ``k_norm_bias``), and the command
   line's ``--heads`` and ``--causal`` against them (:func:`read_function`);
+- ``value_input``, the input the value projection reads when it is not the queries' and
+  keys' (MobileBERT's layer input beside its bottleneck): ``[batch, tokens, d_v_in]``,
+  the input's batch and tokens, the value weight's input width. The layer's input is
+  then the two joined on the last axis, ``input``'s columns first
+  (:attr:`AttendFixture.input`), and the query and key weights read ``input``'s width,
+  the value weight ``value_input``'s. Without it every weight reads ``input``;
 - ``upstream.output``, ``U`` of the head's objective ``L = <O, U>`` shaped like the final
   output. Without it, ``U`` is drawn from SplitMix64(seed), uniform in ``[-1, 1)``,
   row-major (:func:`seeded_upstream`): deterministic, and uneven enough that a gradient
@@ -35,11 +42,13 @@ Reading order (first failure wins): document keys; ``value_width``; the function
 (``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``, ``architecture``,
 ``window``, ``softcap``, ``alibi``, ``clip_qkv``, ``qk_norm``, and the command line
 against them); weights (structure, layouts, ranks, bias shapes; then names; then each
-branch's widths non-zero and one model width, which the input is read against); the
-output projection's structure; the q/k norm's weights; input (rank, width, finite); the
-sizes it makes qkv derive; the chapter's ``upstream`` (shapes only); ``upstream.output``;
-``gradcheck``; the step against every value (each tensor source refuses a value that is
-not finite); ``seed``; ``chapter``. The projection widths these checks use are the
+branch's widths non-zero and one model width, which the input is read against, or with
+``value_input`` one of the query and key weights); the output projection's structure;
+the q/k norm's weights; input (rank, width, finite); ``value_input`` (rank, the input's
+batch and tokens, the value weight's input width, finite); the sizes it makes qkv
+derive; the chapter's ``upstream`` (shapes only); ``upstream.output``; ``gradcheck``; the
+step against every value (each tensor source refuses a value that is not finite);
+``seed``; ``chapter``. The projection widths these checks use are the
 arrays' own; whether they fit a head and a layer is the engine's to judge, after.
 """
 
@@ -61,7 +70,7 @@ from qkvcli.attention.maths import (
     check_scaling,
     inverse_frequencies,
 )
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import ProjectionError, QkvError
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
@@ -97,7 +106,7 @@ from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
 EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
-ROPE_KEYS = ("theta", "dims", "layout", "scaling")
+ROPE_KEYS = ("theta", "dims", "layout", "scaling", "frequencies")
 SCALING_KEYS = {  # each scaling type's keys beside "type"
     "linear": ("factor",),
     "dynamic": ("factor", "max_position_embeddings"),
@@ -241,6 +250,7 @@ class LayerParameters(Record):
     norm_key_bias: Array | None = None
     # where each branch's weight was read (a packed form's tensor for all three)
     locations: tuple[str, str, str] = ("$.weights.query", "$.weights.key", "$.weights.value")
+    value_input: bool = False  # the value weight reads the fixture's value_input
 
     @property
     def packed(self) -> str | None:
@@ -250,7 +260,13 @@ class LayerParameters(Record):
 
     @property
     def layout_description(self) -> str:
-        """A one-line description of the weights' layout, for reports."""
+        """A one-line description of the weights' layout, for reports (and, with a value
+        input, which columns of the layer's input the value weight reads)."""
+        if self.value_input:
+            shared = int(self.weights[0].shape[0])
+            return (f"{LAYOUT_DESCRIPTIONS[self.layout]}; value reads value_input, the "
+                    f"layer's input columns {shared}: (query and key read input, columns "
+                    f":{shared})")
         return LAYOUT_DESCRIPTIONS[self.layout]
 
     def arrays(self) -> tuple[Array, ...]:
@@ -263,7 +279,10 @@ class LayerParameters(Record):
 class AttendFixture(Record):
     """A fixture for ``qkv attend`` read whole (:func:`read_attend_fixture`): plain arrays,
     and what they compute. The engine judges them as it builds the layer
-    (:func:`qkvcli.attention.fixture.layer_of`)."""
+    (:func:`qkvcli.attention.fixture.layer_of`).
+
+    ``input`` is the layer's input: the fixture's ``input``, with ``value_input``'s
+    columns joined after it when the fixture gives one (``parameters.value_input``)."""
 
     input: Array
     parameters: LayerParameters
@@ -298,16 +317,25 @@ def read_attend_fixture(
     problems = Problems()  # fail-fast: a reader returns None only after raising
     document = read_document(data, TOP_KEYS + LAYER_TOP_KEYS, problems)
     assert document is not None
-    function = read_function(document, heads, causal)
+    function = read_function(document, heads, causal, max_elements, base_dir)
     weights = document["weights"]
     canonical = canonicalize(weights, max_elements, base_dir, OUT_KEYS + NORM_KEYS,
                              function.heads, function.kv_heads)
     parameters = read_parameters(weights, canonical)
-    d_model = _model_width(parameters)
+    value_input = document.get("value_input")
+    d_model = _model_width(parameters, value_input is not None)
     parameters, function = read_layer(weights, parameters, function, max_elements, base_dir)
     query, _, value = parameters.weights
     x = read_input(document["input"], d_model, max_elements, problems, base_dir)
     assert x is not None
+    if value_input is not None:  # the layer's input: the two joined, input's columns first
+        values = read_value_input(value_input, x.shape, int(value.shape[0]), max_elements,
+                                  base_dir)
+        check_derived("layer input", "[B,T,d_model + d_v_in] (input and value_input joined)",
+                      (*x.shape[:2], x.shape[2] + values.shape[2]), "$.value_input",
+                      max_elements)
+        x = np.concatenate([x, values], axis=-1)
+        parameters = parameters._replace(value_input=True)
     batch, tokens, _ = x.shape
     d_k, d_v = int(query.shape[1]), int(value.shape[1])
     # Refused before anything allocates them: projections, scores and the upstream U.
@@ -333,20 +361,51 @@ def read_attend_fixture(
                          chapter, upstream_given=given is not None)
 
 
-def _model_width(parameters: LayerParameters) -> int:
+def _model_width(parameters: LayerParameters, value_input: bool = False) -> int:
     """``d_model``, the one input width of the three weights, which the input must have:
     each branch's widths non-zero, then the three alike (:mod:`qkvcli.core.weights`' rules,
-    which the engine applies again as it builds the head). Raises :class:`FixtureError`
+    which the engine applies again as it builds the head); with ``value_input`` the query's
+    and key's alike (the value weight reads ``value_input``). Raises :class:`FixtureError`
     at the branch, or at ``$.weights`` for widths that differ."""
+    query, key, value = (int(w.shape[0]) if w.ndim == 2 else 0 for w in parameters.weights)
     try:
         check_branches(parameters.weights)
-        check_model_widths(parameters.weights)
+        if not value_input:
+            check_model_widths(parameters.weights)
     except ProjectionError as error:
         where = parameters.locations[BRANCHES.index(error.projection)]
         raise FixtureError(where, str(error)) from None
     except QkvError as error:
-        raise FixtureError("$.weights", str(error)) from None
-    return int(parameters.weights[0].shape[0])
+        hint = ('; a value projected from an input of its own needs "value_input" (the '
+                "input the value weight reads)") if query == key != value else ""
+        raise FixtureError("$.weights", f"{error}{hint}") from None
+    if query != key:
+        raise FixtureError("$.weights", f"with value_input, the query and key weights read "
+                           f"input: their model widths must match, got query {query}, key "
+                           f"{key}")
+    return query
+
+
+def read_value_input(raw: Any, shape: tuple[int, ...], width: int, max_elements: int,
+                     base_dir: StrPath | None) -> Array:
+    """``$.value_input``: any tensor source, of rank three, the input's batch and tokens
+    (``shape``) and the value weight's input width ``width``, finite. Raises
+    :class:`FixtureError` at ``$.value_input``."""
+    location = "$.value_input"
+    array = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    wanted = (int(shape[0]), int(shape[1]), width)
+    if array.ndim != 3:
+        raise FixtureError(location, "value_input must have rank three [batch,tokens,d_v_in], "
+                           f"got rank {array.ndim}")
+    if array.shape != wanted:
+        raise FixtureError(location, f"value_input must be [{','.join(map(str, wanted))}] (the "
+                           "input's batch and tokens, the value weight's input width), got "
+                           f"[{','.join(map(str, array.shape))}]")
+    try:
+        check_finite(array, "value_input")
+    except QkvError as error:
+        raise FixtureError(location, str(error)) from None
+    return array
 
 
 def _output_width(parameters: LayerParameters, function: LayerFunction) -> int:
@@ -383,8 +442,15 @@ def _number(raw: Any, location: str) -> float:
     return value
 
 
-def _rope(raw: Any) -> Rope:
-    keyed_object(raw, "$.rope", ROPE_KEYS, ("theta", "dims"))
+def _rope(raw: Any, max_elements: int, base_dir: StrPath | None) -> Rope:
+    """``rope``: ``dims``, ``layout`` and the frequencies, from ``theta`` (with an optional
+    ``scaling``) or given as ``frequencies`` (:func:`read_frequencies`), one of the two."""
+    keyed_object(raw, "$.rope", ROPE_KEYS, ("dims",))
+    given = [key for key in ("theta", "frequencies") if raw.get(key) is not None]
+    if len(given) != 1:
+        raise FixtureError("$.rope", 'give "theta" (the frequencies theta^(-2i/dims)) or '
+                           '"frequencies" (a table of them, one per pair)' + (
+                               ", not both" if given else ""))
     dims = raw["dims"]
     if not is_json_int(dims) or dims < 2 or dims % 2:
         raise FixtureError("$.rope.dims", "expected an even integer of at least 2 (the rotated "
@@ -395,6 +461,12 @@ def _rope(raw: Any) -> Rope:
         raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
     if dims > MAX_ROPE_DIMS:
         raise FixtureError("$.rope.dims", f"must be at most {MAX_ROPE_DIMS}, got {dims}")
+    if given == ["frequencies"]:
+        if raw.get("scaling") is not None:
+            raise FixtureError("$.rope.scaling", 'a scaling changes the frequencies of a '
+                               'theta: it needs "theta", not "frequencies"')
+        return Rope(None, int(dims), str(layout), frequencies=read_frequencies(
+            raw["frequencies"], int(dims), max_elements, base_dir))
     scaling = read_scaling(raw["scaling"], int(dims)) if raw.get("scaling") is not None else None
     rope = Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout), scaling=scaling)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -403,6 +475,23 @@ def _rope(raw: Any) -> Rope:
         raise FixtureError("$.rope.theta", f"theta {rope.theta!r} makes the rotation "
                            f"frequencies theta^(-2i/{rope.dims}) overflow float64")
     return rope
+
+
+def read_frequencies(raw: Any, dims: int, max_elements: int,
+                     base_dir: StrPath | None) -> tuple[float, ...]:
+    """``rope.frequencies``: any tensor source (a checkpoint's ``inv_freq`` as stored, its
+    dtype widened exactly), of rank one, one frequency per pair (``dims / 2``), each
+    finite and positive. Raises :class:`FixtureError` at ``$.rope.frequencies``."""
+    location = "$.rope.frequencies"
+    table = parse_tensor(raw, location, max_elements, base_dir=base_dir)
+    if table.shape != (dims // 2,):
+        raise FixtureError(location, f"expected [{dims // 2}] (one frequency per pair of the "
+                           f"{dims} rotated coordinates), got [{','.join(map(str, table.shape))}]")
+    bad = np.flatnonzero(~(np.isfinite(table) & (table > 0.0)))
+    if bad.size:
+        raise FixtureError(location, f"each frequency must be finite and positive, got "
+                           f"{float(table[bad[0]])!r} at pair {int(bad[0])}")
+    return tuple(float(value) for value in table)
 
 
 def read_scaling(raw: Any, dims: int) -> RopeScaling:
@@ -443,11 +532,14 @@ def read_scaling(raw: Any, dims: int) -> RopeScaling:
     return scaling
 
 
-def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> LayerFunction:
+def read_function(data: dict[str, Any], heads: int | None, causal: bool,
+                  max_elements: int = DEFAULT_MAX_ELEMENTS,
+                  base_dir: StrPath | None = None) -> LayerFunction:
     """``value_width``, ``heads``, ``kv_heads``, ``causal``, ``rope``, ``scale``,
     ``architecture``, ``window``, ``softcap``, ``alibi`` (``alibi_scaled``,
     ``alibi_rounding``), ``clip_qkv`` and ``qk_norm``, in that order,
-    with the command line's ``--heads`` and ``--causal``.
+    with the command line's ``--heads`` and ``--causal``; a ``rope``'s ``frequencies``
+    tensor is read with ``max_elements`` and from ``base_dir``.
     ``heads`` is the one said (``None``: not said) until :func:`read_layer` knows
     whether the fixture is a layer. Raises :class:`FixtureError` (also for a command line
     that contradicts the fixture)."""
@@ -466,7 +558,8 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool) -> Laye
     if causal and said is False:
         raise FixtureError("$.causal", 'the fixture says "causal": false, --causal says true: '
                            "drop --causal (the fixture describes the layer)")
-    rope = _rope(data["rope"]) if data.get("rope") is not None else None
+    rope = (_rope(data["rope"], max_elements, base_dir) if data.get("rope") is not None
+            else None)
     scale = _number(data["scale"], "$.scale") if data.get("scale") is not None else None
     architecture = data.get("architecture")
     if architecture is not None and not isinstance(architecture, str):

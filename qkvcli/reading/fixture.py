@@ -48,7 +48,10 @@ PACKED_KEYS = ("in_proj_weight", "in_proj_bias")
 LAYER_KEYS = ("heads", "kv_heads")
 FUNCTION_KEYS = ("causal", "rope", "scale", "architecture", "window", "softcap", "alibi",
                  "alibi_scaled", "alibi_rounding", "clip_qkv", "qk_norm")
-LAYER_TOP_KEYS = LAYER_KEYS + FUNCTION_KEYS
+# A second input, the one the value projection reads (MobileBERT's layer input beside its
+# bottleneck): only attend reads it.
+INPUT_KEYS = ("value_input",)
+LAYER_TOP_KEYS = LAYER_KEYS + FUNCTION_KEYS + INPUT_KEYS
 
 
 def uses_extensions(data: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ the same wording.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qkvcli.attention.records import (
     AttendConfig,
@@ -42,6 +42,9 @@ from qkvcli.render.numbers import (
     iter_vector,
 )
 from qkvcli.render.wording import Check, verdict
+
+if TYPE_CHECKING:
+    from qkvcli.attention.maths import Rope
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
 PRECISION = 6
@@ -363,6 +366,22 @@ def formula_of(c: AttendConfig) -> str:
     return f"O = softmax({q} {k}^T{scaled}) V"
 
 
+def _rope_base(rope: Rope) -> str:
+    """Where a RoPE's frequencies come from, as the ``function=`` line says it: its theta,
+    or the table given (every frequency, exactly)."""
+    if rope.frequencies is None:
+        return f"theta={rope.theta!r}"
+    return "frequencies=[" + ",".join(repr(v) for v in rope.frequencies) + "]"
+
+
+def rope_words(rope: Rope) -> str:
+    """A RoPE in the rich views' words: ``theta 10000 dims 64 half``, or with a table of
+    frequencies ``frequencies given (32) dims 64 half``."""
+    base = (f"theta {rope.theta:g}" if rope.frequencies is None
+            else f"frequencies given ({len(rope.frequencies)})")
+    return f"{base} dims {rope.dims} {rope.layout}"
+
+
 def _function_lines(c: AttendConfig) -> list[str]:
     """The ``function=`` line of what a real layer adds (none for a fixture without it)."""
     parts = []
@@ -371,7 +390,7 @@ def _function_lines(c: AttendConfig) -> list[str]:
     if c.kv_heads is not None:
         parts.append(f"kv_heads:{c.kv_heads}")
     if c.rope is not None:
-        parts.append(f"rope:theta={c.rope.theta!r},dims={c.rope.dims},layout={c.rope.layout}")
+        parts.append(f"rope:{_rope_base(c.rope)},dims={c.rope.dims},layout={c.rope.layout}")
     if c.window is not None:
         parts.append(f"window:{c.window}")
     if c.softcap is not None:
@@ -414,7 +433,9 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
     if c.kv_heads is not None:
         found["kv_heads"] = c.kv_heads
     if c.rope is not None:
-        found["rope"] = {"theta": c.rope.theta, "dims": c.rope.dims, "layout": c.rope.layout}
+        base: dict[str, Any] = ({"theta": c.rope.theta} if c.rope.frequencies is None
+                                else {"frequencies": list(c.rope.frequencies)})
+        found["rope"] = {**base, "dims": c.rope.dims, "layout": c.rope.layout}
     if c.scale_given:
         found["scale_given"] = True
     found |= pieces_document(c)

@@ -61,8 +61,11 @@ STAGES = (("Parameters and input", PARAMETERS),
 def transposed(weight: Array, rows: int, layout: str) -> bool | None:
     """Whether ``weight`` (a branch's weight as the evidence holds it) is torch ``[out,
     in]`` for an input of width ``rows``; ``None`` when neither its shape nor the layout
-    says (a square weight in a mixed layout)."""
+    says (a square weight in a mixed layout), or when it does not read the whole input (a
+    layer whose value reads a value_input: its weights read some of the columns)."""
     out_in, in_out = weight.shape[1] == rows, weight.shape[0] == rows
+    if not (out_in or in_out):
+        return None
     if in_out and not out_in:
         return False
     if out_in and not in_out:

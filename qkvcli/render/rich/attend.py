@@ -33,6 +33,7 @@ from qkvcli.render.attend import (
     formula_of,
     note_text,
     published_name,
+    rope_words,
     upstream_source,
 )
 from qkvcli.render.numbers import fmt_float, fmt_shape
@@ -271,8 +272,7 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         + (f"scale {c.scale:.6f} (given)" if c.scale_given else
          f"scale 1/sqrt({c.d_k}) = {c.scale:.6f}") + f"  causal {'yes' if c.causal else 'no'}"
         + (f"  kv_heads {c.kv_heads}" if c.kv_heads is not None else "")
-        + (f"  rope theta {c.rope.theta:g} dims {c.rope.dims} {c.rope.layout}"
-           if c.rope is not None else "") + "\n",
+        + (f"  rope {rope_words(c.rope)}" if c.rope is not None else "") + "\n",
         f"layout {c.layout}: {c.layout_description}\n",
         f"value width {c.value_width}; bias on {bias or 'no branch'}; "
         f"{c.parameter_count} parameters",

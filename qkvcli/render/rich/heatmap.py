@@ -31,7 +31,7 @@ from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
-from qkvcli.render.attend import published_name
+from qkvcli.render.attend import published_name, rope_words
 from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.layout import Fitted, Part, Row
 from qkvcli.render.rich.options import RichOptions
@@ -89,7 +89,7 @@ def layer_line(evidence: AttendEvidence) -> Text:
             f" (each shared by {heads // c.kv_heads} query heads)" if c.kv_heads != heads
             else ""))
     if c.rope is not None:
-        parts.append(f"RoPE theta {c.rope.theta:g} dims {c.rope.dims} {c.rope.layout}")
+        parts.append(f"RoPE {rope_words(c.rope)}")
     if c.out_layout is not None:
         name = published_name("w_out", c).removesuffix("_weight")
         parts.append(f"output projection {name}: concat [{heads}x{c.d_v}] -> e_out {c.e_out}")
