@@ -261,3 +261,22 @@ def test_a_rotation_that_turns_position_zero_fails_it(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(attend, "rotate", from_one)
     assert not _checks(_layer())["position_zero"]
+
+
+def test_a_layer_whose_second_pass_differs_fails_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay is qkv check's family on the layer: a forward whose output drifts from one
+    call to the next (by one part in 10^12) fails it, everything else unchanged."""
+    from qkvcli.attention.multihead import MultiHeadLayer
+
+    honest = MultiHeadLayer.forward
+    calls = [0]
+
+    def drifting(self: MultiHeadLayer, x: Any, causal: bool, *args: Any, **kwargs: Any) -> Any:
+        done = honest(self, x, causal, *args, **kwargs)
+        calls[0] += 1
+        return done._replace(output=done.output * (1.0 + 1e-12 * calls[0]))
+
+    monkeypatch.setattr(MultiHeadLayer, "forward", drifting)
+    checks = _checks(_layer())
+    assert not checks["replay"]
+    assert checks["forward"] and checks["reverse"]

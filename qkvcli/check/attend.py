@@ -38,14 +38,14 @@ from qkvcli.attention.records import (
     OtherMask,
     TokenRow,
 )
-from qkvcli.check.behaviour import check_prefix
+from qkvcli.check.behaviour import check_prefix, check_replay
 from qkvcli.check.boundaries import check_single_token
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import HEADS_LAYER, LAYER, WEIGHED_LAYER
+from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, all_finite, readonly, same_bits
+from qkvcli.core.arrays import Array, all_finite, readonly
 from qkvcli.core.invariants import (
     HeadLayout,
 )
@@ -53,6 +53,7 @@ from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, ShapeProbe, judge_plan
 from qkvcli.protocol.python import PythonImplementation
+from qkvcli.protocol.wire import LAYER_GRADIENT_RECORDS, LAYER_RECORDS
 from qkvcli.reading.attend import AttendFixture, relative_sources
 from qkvcli.reading.layouts import CODEGEN_BLOCKS
 
@@ -61,13 +62,6 @@ ROWS_LIMIT = 4096
 """Largest attention matrix (elements) whose per-token rows the evidence lists."""
 PLAN_KEYS = ("mode", "directions", "limit", "reached")
 """The gradient-check settings its budget depends on (checked before any work)."""
-
-
-def _run(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool) -> tuple[
-    LayerForward, LayerGradients
-]:
-    forward = layer.forward(fixture.input, causal)
-    return forward, layer.backward(fixture.input, forward, fixture.upstream)
 
 
 class LayerParts(Record):
@@ -133,9 +127,9 @@ def layer_tensors(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
 
 
 def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForward,
-                       g: LayerGradients, stack: bool = True) -> Iterator[tuple[str, Any]]:
+                       g: LayerGradients) -> Iterator[tuple[str, Any]]:
     """:func:`layer_tensors`' items one at a time: a stacked ``[B,H,T,T]`` tensor is built
-    only when its turn comes; with ``stack=False`` it is given unbuilt (a ``_Stacked``)."""
+    only when its turn comes."""
     layer = parts.layer
     p = layer.projections
     single = fixture.function.heads is None  # a head: its tensors have no heads axis
@@ -205,9 +199,7 @@ def layer_tensor_items(fixture: AttendFixture, parts: LayerParts, f: LayerForwar
               ("grad_norm_query_bias", g.grad_norm_query_bias),
               ("grad_norm_key_bias", g.grad_norm_key_bias)]
     for name, value in named:
-        if isinstance(value, _Stacked) and not stack:
-            yield name, value
-        elif callable(value):  # a new array of its own: frozen, not copied again
+        if callable(value):  # a new array of its own: frozen, not copied again
             built = np.ascontiguousarray(value())
             built.flags.writeable = False
             yield name, built
@@ -255,54 +247,6 @@ class _Stacked:
         if self.whole is not None:
             return self.whole
         return self.parts[0] if self.single else np.stack(self.parts, axis=self.axis)
-
-
-def same_run(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
-              f: LayerForward, g: LayerGradients) -> bool:
-    """Whether the run ``f``, ``g`` gives every tensor of ``tensors`` bit for bit (``-0.0``
-    is not ``0.0``; a NaN equals the same NaN): a stacked tensor head by head against its
-    slices, so no second set is ever built. A tensor that *is* the one held (the same
-    memory, as when ``f`` or ``g`` is the first run's own) is not compared with itself."""
-    items = layer_tensor_items(fixture, parts, f, g, stack=False)
-    for name, value in items:
-        first = tensors[name]
-        if isinstance(value, _Stacked) and value.single:
-            same = _itself(first, value.parts[0]) or same_bits(first, value.parts[0])
-        elif isinstance(value, _Stacked):
-            if first.shape[1] == len(value.parts) and all(
-                    _itself(first[:, h], part) for h, part in enumerate(value.parts)):
-                continue
-            same = first.shape[1] == len(value.parts) and all(
-                same_bits(first[:, h], part) for h, part in enumerate(value.parts))
-        else:
-            same = _itself(first, value) or same_bits(first, value)
-        if not same:
-            return False
-    return True
-
-
-def _itself(a: Array, b: Array) -> bool:
-    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
-            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
-
-
-def replays_bitwise(tensors: dict[str, Array], fixture: AttendFixture, parts: LayerParts,
-            first: tuple[LayerForward, LayerGradients], causal: bool) -> bool:
-    """Run the layer once more and compare every tensor with the first run's, bit for bit:
-    the forward's tensors first, then, from a forward that keeps only what the reverse
-    reads (``S`` and ``Z`` dropped: two ``[B,H,T,T]`` arrays fewer held; a soft-capped
-    layer's reverse reads ``Z``), the reverse's."""
-    layer, x = parts.layer, fixture.input
-    forward = layer.forward(x, causal)
-    if not same_run(tensors, fixture, parts, forward, first[1]):
-        return False
-    dropped = ("scores",) if layer.softcap is not None else ("scores", "scaled_scores")
-    kept = {k: v for k, v in forward.stacked.items() if k not in dropped}
-    forward = LayerForward((), forward.concat, forward.output, kept, forward.causal,
-                           forward.window)
-    grads = layer.backward(x, forward, fixture.upstream)
-    del forward
-    return same_run(tensors, fixture, parts, first[0], grads)
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
@@ -432,33 +376,85 @@ PLAN: Plan[dict[str, bool]] = tuple((name, _found(name)) for name in CHECK_ORDER
 what the build found (a family it did not run does not apply)."""
 
 
-def layer_session(layer: MultiHeadLayer, x: Array, causal: bool) -> Session:
-    """The layer as an implementation of the engine-only kinds
-    (:data:`~qkvcli.check.kinds.LAYER`, :data:`~qkvcli.check.kinds.WEIGHED_LAYER`; its
-    mask ``causal``), ``x`` the one case of a session on it."""
+ABSENT = np.empty(0)
+"""What the layer's pass gives for a record the layer has not (no bias, no RoPE)."""
 
-    def layer_forward(given: Array) -> Array:  # Y alone: no [B,H,T,T] array is made
+
+class LayerImplementation(PythonImplementation):
+    """The layer (its mask ``causal``) as the engine-only kinds' implementation:
+    ``layer_forward`` (:data:`~qkvcli.check.kinds.LAYER`), ``layer_weighed`` and
+    ``layer_backward`` (:data:`~qkvcli.check.kinds.WEIGHED_LAYER`), ``layer_pass`` and
+    ``layer_pass_backward`` (:data:`~qkvcli.check.kinds.PASS_LAYER`). It keeps its first
+    whole pass and its gradients (the engine's records, whose arrays the session's first
+    results are); a reverse reads the pass made just before it on the same input (as a
+    training step does), and computes a pass of its own otherwise."""
+
+    fresh = True  # the engine's own new arrays
+
+    def __init__(self, layer: MultiHeadLayer, causal: bool) -> None:
+        super().__init__("the layer", None, layer_forward=self.layer_forward,
+                         layer_weighed=self.layer_weighed, layer_backward=self.layer_backward,
+                         layer_pass=self.layer_pass,
+                         layer_pass_backward=self.layer_pass_backward)
+        self.layer, self.causal = layer, causal
+        self.first: tuple[Array, LayerForward] | None = None
+        self.latest: tuple[Array, LayerForward] | None = None
+        self.grads: LayerGradients | None = None
+
+    def layer_forward(self, x: Array) -> Array:  # Y alone: no [B,H,T,T] array is made
         with np.errstate(over="ignore", invalid="ignore"):
-            return engine.forward(layer, given, causal, records=False).output
+            return engine.forward(self.layer, x, self.causal, records=False).output
 
-    def layer_weighed(given: Array) -> tuple[Array, Array]:
-        forward = layer.forward(given, causal)
+    def layer_weighed(self, x: Array) -> tuple[Array, Array]:
+        forward = self.layer.forward(x, self.causal)
         return forward.attention, forward.output
 
-    def layer_backward(given: Array, upstream: Array) -> tuple[Array, Array]:
-        grads = layer.backward(given, layer.forward(given, causal), upstream)
+    def layer_backward(self, x: Array, upstream: Array) -> tuple[Array, Array]:
+        grads = self.layer.backward(x, self.layer.forward(x, self.causal), upstream)
         reached = [g.reshape(-1) for g in (
             grads.grad_w_query, grads.grad_w_key, grads.grad_b_query, grads.grad_b_key,
             grads.grad_norm_query, grads.grad_norm_key, grads.grad_norm_query_bias,
             grads.grad_norm_key_bias) if g is not None]
         return grads.grad_input, np.concatenate(reached)
 
-    implementation = PythonImplementation(
-        "the layer", None, layer_forward=layer_forward, layer_weighed=layer_weighed,
-        layer_backward=layer_backward)
-    implementation.fresh = True  # the engine's own new arrays
-    case = Case("fixture", x, (), (), 0.0, 0.0)
-    return Session(implementation, [case], 0.0, isolated=False, given_only=True)
+    def layer_pass(self, x: Array) -> tuple[Array, ...]:
+        forward = self.layer.forward(x, self.causal)
+        if self.first is None:
+            self.first = (x, forward)
+            self.latest = (x, forward)
+        else:  # kept for the reverse on the same input: only what it reads (S and Z
+            # dropped, two [B,H,T,T] arrays fewer held; a soft-capped layer's reads Z)
+            self.latest = (x, self._pruned(forward))
+        found = {**forward.stacked, "concat": forward.concat, "output": forward.output}
+        return tuple(found.get(name, ABSENT) for name in LAYER_RECORDS)
+
+    def _pruned(self, forward: LayerForward) -> LayerForward:
+        dropped = ("scores",) if self.layer.softcap is not None else ("scores", "scaled_scores")
+        return forward._replace(heads=(), stacked={
+            k: v for k, v in forward.stacked.items() if k not in dropped})
+
+    def layer_pass_backward(self, x: Array, upstream: Array) -> tuple[Array, ...]:
+        # the reverse of the pass just made on the same input reads that pass, any other
+        # a pass of its own
+        latest, self.latest = self.latest, None
+        forward = (latest[1] if latest is not None and latest[0] is x
+                   else self._pruned(self.layer.forward(x, self.causal)))
+        grads = self.layer.backward(x, forward, upstream)
+        if self.grads is None:
+            self.grads = grads
+        found = {**grads.stacked, **{name: getattr(grads, name) for name in
+                                     LAYER_GRADIENT_RECORDS if hasattr(grads, name)}}
+        return tuple(ABSENT if found.get(name) is None else found[name]
+                     for name in LAYER_GRADIENT_RECORDS)
+
+
+def layer_session(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool) -> Session:
+    """The layer as an implementation of the engine-only kinds
+    (:class:`LayerImplementation`; its mask ``causal``), ``x`` and ``upstream`` the one
+    case of a session on it."""
+    case = Case("fixture", x, (), (upstream,), 0.0, 0.0)
+    return Session(LayerImplementation(layer, causal), [case], 0.0, isolated=False,
+                   given_only=True)
 
 
 ISOLATION_TOKENS = 16
@@ -580,7 +576,17 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples, causal=causal,
                **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
     batch, tokens, d_model = x.shape
-    forward, grads = _run(fixture, layer, causal)
+    # The layer as an implementation in a session of the fixture alone: its first whole
+    # pass and reverse are the evidence's (the engine's records of them), and qkv check's
+    # families judge it
+    session = layer_session(layer, x, fixture.upstream, causal)
+    run = PASS_LAYER.run(session.cases[0])
+    implementation = session.implementation
+    assert isinstance(implementation, LayerImplementation)
+    session.answered(PASS_LAYER, run)
+    session.answered(PASS_LAYER, run, backward=True)
+    assert implementation.first is not None and implementation.grads is not None
+    forward, grads = implementation.first[1], implementation.grads
     heads = head_evidence(forward, tokens, causal)
     rows, mask, hull = _worst(heads)
     token_rows = _token_rows(forward.heads[0]) if single else ()
@@ -595,18 +601,15 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     forward_ok = all(all_finite(tensors[name]) for name in (
         "query", "key", "value", "scores", "attention", "output")) and (
         forward.output.shape == (batch, tokens, layer.e_out))
-    # The replay runs once more and is compared tensor by tensor, never held whole (the
-    # first run's records are small: their arrays are the tensors' own).
-    replay_bitwise = replays_bitwise(tensors, fixture, parts, (forward, grads), causal)
+    # a second whole pass and reverse, each compared with the first bit for bit, then let go
+    replay_bitwise = check_replay(session, PASS_LAYER)[0].passed
     turned = turned_from_zero(layer, forward)
     del forward, grads
     # every gradient the reverse pass computed (grad_output is the given upstream U)
     reverse_ok = all(all_finite(a) for name, a in tensors.items()
                      if name.startswith("grad_") and name != "grad_output") and (
         tensors["grad_input"].shape == x.shape)
-    # qkv check's families on the layer as an implementation: the single token, and under
-    # the mask the prefix (its last token's input raised by one)
-    session = layer_session(layer, x, causal)
+    # the single token, and under the mask the prefix (its last token's input raised by one)
     claims = {"single_token": check_single_token(session, WEIGHED_LAYER)[0].passed,
               "scale_probe": scale_probe(layer.d_k, layer.given_scale).holds}
     if causal:

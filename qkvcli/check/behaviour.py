@@ -208,6 +208,7 @@ def check_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
                     facts=(failure.operation, failure.message)))
                 break
             found = _differs(first, second, names)
+            del second  # let go before the next call (a layer's [B,H,T,T] arrays)
             if found is not None:
                 failures.append(Failure(family, case.label, found[0], code="replay-differs",
                                         facts=(operation, *found)))

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 from qkvcli.protocol.wire import (
     HEAD_BACKWARD_NAMES,
     HEAD_FORWARD_NAMES,
+    LAYER_GRADIENT_RECORDS,
+    LAYER_RECORDS,
     MHA_BACKWARD_NAMES,
     MHA_FORWARD_NAMES,
     OPERAND_BACKWARD_NAMES,
@@ -427,6 +429,16 @@ WEIGHED_LAYER = LAYER._replace(
 and its backward (``layer_backward(x, grad_output) -> (grad_input, reached)``, where
 ``reached`` is every gradient only the scores reach, flattened into one: the query's and
 the key's weights, biases and norms): the kind of attend's single-token claim."""
+
+PASS_LAYER = LAYER._replace(
+    forward="layer_pass", backward="layer_pass_backward", forward_names=LAYER_RECORDS,
+    backward_names=LAYER_GRADIENT_RECORDS, loss=(LAYER_RECORDS.index("output"),),
+    upstream=(0,),
+    arguments=lambda case, mode, tensors, upstream: (tensors[0], *(upstream or ())))
+"""The same layer's whole pass (``layer_pass(x)``: every array of its forward, ``Q``, ``K``,
+``V`` by head, the scores, the weights, the merged heads, the output;
+``layer_pass_backward(x, grad_output)``: every gradient of its reverse; an empty array for
+what the layer has not): the kind of attend's forward, reverse and replay."""
 
 HEADS_LAYER = LAYER._replace(
     forward="layer_heads", forward_names=("weights", "merged"),

@@ -50,11 +50,21 @@ OPERAND_FIELDS = ("query", "key", "value", "causal")
 OPERAND_FORWARD_NAMES = ("scores", "scaled_scores", "masked_scores", "weights", "output")
 OPERAND_BACKWARD_NAMES = ("grad_query", "grad_key", "grad_value", "grad_weights",
                           "grad_scaled_scores", "grad_scores")
+LAYER_RECORDS = ("projected", "query", "key", "value", "rotated_query", "rotated_key",
+                 "normed_query", "normed_key", "scores", "scaled_scores", "attention", "concat",
+                 "output")
+LAYER_GRADIENT_RECORDS = (
+    "grad_input", "grad_w_query", "grad_w_key", "grad_w_value", "grad_b_query", "grad_b_key",
+    "grad_b_value", "grad_concat", "grad_out_weight", "grad_out_bias", "grad_attention",
+    "grad_scaled_scores", "grad_scores", "grad_norm_query", "grad_norm_key",
+    "grad_norm_query_bias", "grad_norm_key_bias")
 ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "layer_forward": (("input",), ("output",)),
     "layer_weighed": (("input",), ("weights", "output")),
     "layer_backward": (("input", "grad_output"), ("grad_input", "reached")),
     "layer_heads": (("input", "w_query", "w_key", "w_value"), ("weights", "merged")),
+    "layer_pass": (("input",), LAYER_RECORDS),
+    "layer_pass_backward": (("input", "grad_output"), LAYER_GRADIENT_RECORDS),
     "operands_forward": (OPERAND_FIELDS, OPERAND_FORWARD_NAMES),
     "operands_backward": ((*OPERAND_FIELDS, "grad_output"), OPERAND_BACKWARD_NAMES),
 }
@@ -62,7 +72,8 @@ ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 whose weights, biases and norms are the layer's own (attend's claims on it: its output
 alone, or with its attention weights; its backward's input gradient and every gradient
 only the scores reach, flattened into one; its heads' weights and merged outputs with
-other projection weights), and one
+other projection weights; every array of its forward and of its reverse, an empty one
+for what the layer has not), and one
 head on given Q, K, V (chapters 27 and 28). Never asked of a program or a module over
 the protocol."""
 SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
