@@ -39,9 +39,9 @@ from qkvcli.attention.records import (
     TokenRow,
 )
 from qkvcli.check.behaviour import check_prefix, check_replay
-from qkvcli.check.boundaries import check_single_token
+from qkvcli.check.boundaries import check_single_token, measure
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER
+from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER, Probe
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
@@ -295,23 +295,42 @@ def hull_evidence(f: AttentionForward, tokens: int, causal: bool = False) -> Hul
     return HullEvidence(residual, violations, tolerance)
 
 
-def _probe(layer: MultiHeadLayer, case: str, shape: tuple[int, int, int], causal: bool,
-           single: bool) -> ShapeProbe:
-    """An empty-axis input through the layer and back: the weights ``[B,(H,)T,T]``, the
-    output ``[B,T,e_out]`` and ``dX`` (the input's shape), each with the shape it must
-    have (a head's weights have no heads axis)."""
-    x = np.zeros(shape)
-    f = layer.forward(x, causal)
-    g = layer.backward(x, f, np.zeros(f.output.shape))
-    attention = f.attention.shape
-    if single:  # a head's attention has no heads axis
-        attention = (attention[0], *attention[2:])
-    batch, tokens, _ = shape
-    square = () if single else (layer.heads,)
-    return ShapeProbe(case, shape, (
-        ("weights", tuple(int(d) for d in attention), (batch, *square, tokens, tokens)),
-        ("output", tuple(int(d) for d in f.output.shape), (batch, tokens, layer.e_out)),
-        ("input_gradient", tuple(int(d) for d in g.grad_input.shape), shape)))
+def _reached_size(layer: MultiHeadLayer) -> int:
+    """How many parameters only the scores reach: the query's and the key's weights,
+    biases and norm."""
+    p, norm = layer.projections, layer.qk_norm
+    found = [p.weights[0], p.weights[1], p.biases[0], p.biases[1]]
+    if norm is not None:
+        found += [norm.query, norm.key, norm.query_bias, norm.key_bias]
+    return sum(int(a.size) for a in found if a is not None)
+
+
+def shape_probes(session: Session, layer: MultiHeadLayer,
+                 single: bool) -> tuple[ShapeProbe, ShapeProbe]:
+    """qkv check's shape probes (:func:`~qkvcli.check.boundaries.measure`) on the layer as
+    an implementation (:data:`~qkvcli.check.kinds.WEIGHED_LAYER`): an empty batch and no
+    tokens through the layer and back, the weights ``[B,(H,)T,T]``, the output
+    ``[B,T,e_out]`` and ``dX`` (the input's shape) each with the shape the layer's rule
+    gives (a head's weights have no heads axis)."""
+    reached = _reached_size(layer)
+
+    def rule(x: Array, weights: tuple[Array, ...]) -> tuple[tuple[int, ...], ...]:
+        batch, tokens = (int(d) for d in x.shape[:2])
+        square = (batch, tokens, tokens) if single else (batch, layer.heads, tokens, tokens)
+        return square, (batch, tokens, layer.e_out), tuple(int(d) for d in x.shape), (reached,)
+
+    kind = WEIGHED_LAYER._replace(shape_rule=rule)
+    case = session.cases[0]
+    batch, tokens, d_model = case.input.shape
+    found = []
+    for what, shape in (("empty batch", (0, tokens, d_model)),
+                        ("no tokens", (max(batch, 1), 0, d_model))):
+        probe = Probe(what, what, np.zeros(shape), (np.zeros((*shape[:2], layer.e_out)),))
+        shaped = measure(session, kind, kind.run(case), probe, True)
+        found.append(shaped._replace(results=shaped.results[:3])
+                     if isinstance(shaped, ShapeProbe) else ShapeProbe(
+                         what, shape, (), refusal=shaped.code or shaped.not_run))
+    return found[0], found[1]
 
 
 def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
@@ -391,12 +410,12 @@ class LayerImplementation(PythonImplementation):
 
     fresh = True  # the engine's own new arrays
 
-    def __init__(self, layer: MultiHeadLayer, causal: bool) -> None:
+    def __init__(self, layer: MultiHeadLayer, causal: bool, single: bool = False) -> None:
         super().__init__("the layer", None, layer_forward=self.layer_forward,
                          layer_weighed=self.layer_weighed, layer_backward=self.layer_backward,
                          layer_pass=self.layer_pass,
                          layer_pass_backward=self.layer_pass_backward)
-        self.layer, self.causal = layer, causal
+        self.layer, self.causal, self.single = layer, causal, single
         self.first: tuple[Array, LayerForward] | None = None
         self.latest: tuple[Array, LayerForward] | None = None
         self.grads: LayerGradients | None = None
@@ -407,7 +426,8 @@ class LayerImplementation(PythonImplementation):
 
     def layer_weighed(self, x: Array) -> tuple[Array, Array]:
         forward = self.layer.forward(x, self.causal)
-        return forward.attention, forward.output
+        # a head's weights have no heads axis
+        return forward.attention[:, 0] if self.single else forward.attention, forward.output
 
     def layer_backward(self, x: Array, upstream: Array) -> tuple[Array, Array]:
         grads = self.layer.backward(x, self.layer.forward(x, self.causal), upstream)
@@ -448,12 +468,13 @@ class LayerImplementation(PythonImplementation):
                      for name in LAYER_GRADIENT_RECORDS)
 
 
-def layer_session(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool) -> Session:
+def layer_session(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
+                  single: bool = False) -> Session:
     """The layer as an implementation of the engine-only kinds
-    (:class:`LayerImplementation`; its mask ``causal``), ``x`` and ``upstream`` the one
-    case of a session on it."""
+    (:class:`LayerImplementation`; its mask ``causal``; ``single``: a head, whose weights
+    have no heads axis), ``x`` and ``upstream`` the one case of a session on it."""
     case = Case("fixture", x, (), (upstream,), 0.0, 0.0)
-    return Session(LayerImplementation(layer, causal), [case], 0.0, isolated=False,
+    return Session(LayerImplementation(layer, causal, single), [case], 0.0, isolated=False,
                    given_only=True)
 
 
@@ -579,7 +600,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     # The layer as an implementation in a session of the fixture alone: its first whole
     # pass and reverse are the evidence's (the engine's records of them), and qkv check's
     # families judge it
-    session = layer_session(layer, x, fixture.upstream, causal)
+    session = layer_session(layer, x, fixture.upstream, causal, single)
     run = PASS_LAYER.run(session.cases[0])
     implementation = session.implementation
     assert isinstance(implementation, LayerImplementation)
@@ -590,8 +611,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     heads = head_evidence(forward, tokens, causal)
     rows, mask, hull = _worst(heads)
     token_rows = _token_rows(forward.heads[0]) if single else ()
-    probes = (_probe(layer, "empty batch", (0, tokens, d_model), causal, single),
-              _probe(layer, "no tokens", (max(batch, 1), 0, d_model), causal, single))
+    probes = shape_probes(session, layer, single)
     probes_ok = all(p.kept for p in probes)
     checked = gradcheck_attention(layer, x, fixture.upstream, grads, causal, fixture.step,
                                   fixture.tolerance, fixture.samples, forward=forward,

@@ -423,12 +423,13 @@ prefix). Only the engine offers it; never a learner's kind."""
 
 WEIGHED_LAYER = LAYER._replace(
     forward="layer_weighed", forward_names=("weights", "output"),
-    backward_names=("grad_input", "reached"), loss=(1,), attention=0, score_gradients=(1,),
+    backward_names=("input_gradient", "reached"), loss=(1,), attention=0, score_gradients=(1,),
     arguments=lambda case, mode, tensors, upstream: (tensors[0], *(upstream or ())))
 """The same layer with its attention weights (``layer_weighed(x) -> (weights, output)``)
-and its backward (``layer_backward(x, grad_output) -> (grad_input, reached)``, where
+and its backward (``layer_backward(x, grad_output) -> (input_gradient, reached)``, where
 ``reached`` is every gradient only the scores reach, flattened into one: the query's and
-the key's weights, biases and norms): the kind of attend's single-token claim."""
+the key's weights, biases and norms): the kind of attend's single-token claim and shape
+probes."""
 
 PASS_LAYER = LAYER._replace(
     forward="layer_pass", backward="layer_pass_backward", forward_names=LAYER_RECORDS,

@@ -61,7 +61,7 @@ LAYER_GRADIENT_RECORDS = (
 ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "layer_forward": (("input",), ("output",)),
     "layer_weighed": (("input",), ("weights", "output")),
-    "layer_backward": (("input", "grad_output"), ("grad_input", "reached")),
+    "layer_backward": (("input", "grad_output"), ("input_gradient", "reached")),
     "layer_heads": (("input", "w_query", "w_key", "w_value"), ("weights", "merged")),
     "layer_pass": (("input",), LAYER_RECORDS),
     "layer_pass_backward": (("input", "grad_output"), LAYER_GRADIENT_RECORDS),
