@@ -30,18 +30,17 @@ ALLOWED: dict[str, set[str]] = {
     # a fixture's gradcheck settings, by gradcheck's rules; an attend fixture's Rope
     "reading": {"core", "gradcheck", "attention.maths"},
     "gradcheck": {"core"},
-    "evidence": {"core", "reading", "gradcheck"},
-    "attention": {"core", "reading", "gradcheck", "evidence"},
-    "learn": {"core", "reading", "evidence", "attention", "chapters"},
+    "attention": {"core", "reading", "gradcheck"},
+    "learn": {"core", "reading", "check", "attention", "chapters"},
     "authoring": {"core", "reading", "gradcheck"},  # a starter's gradcheck section: the defaults
     "protocol": {"core", "reading"},  # an implementation's source is read by the one reader
-    # attention: the reference head and layer; evidence: chapter 26's records
-    "check": {"core", "reading", "gradcheck", "evidence", "attention", "protocol"},
+    # attention: the reference head and layer
+    "check": {"core", "reading", "gradcheck", "attention", "protocol"},
     # check and protocol: a chapter's plan runs check's families on its engine
     "chapters": {"core", "reading", "gradcheck", "attention", "check", "protocol"},
-    "render": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "check",
+    "render": {"core", "reading", "gradcheck", "attention", "learn", "check",
                "chapters", "protocol"},
-    "cli": {"core", "reading", "gradcheck", "evidence", "attention", "learn", "authoring",
+    "cli": {"core", "reading", "gradcheck", "attention", "learn", "authoring",
             "check", "render", "data", "chapters", "protocol"},
     "data": set(),
 }
@@ -230,7 +229,7 @@ ENGINES_AND_JUDGEMENTS = ("qkvcli.core.projections", "qkvcli.core.results",
 
 def test_the_reader_builds_no_engine_and_judges_nothing() -> None:
     # A fixture is plain data: the engine is built where the evidence is computed
-    # (evidence/build.projections_of, attention/fixture.layer_of), `expect` judged there.
+    # (check/chapter26.projections_of, attention/fixture.layer_of), `expect` judged there.
     found = [f"{name}:{line} imports {module}"
              for name in MODULES if name.startswith("qkvcli.reading.")
              for module, _, line in imports_of(name) if module in ENGINES_AND_JUDGEMENTS]

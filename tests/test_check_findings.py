@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from qkvcli.check.diagnose import Precision
+from qkvcli.check.expect import ExpectResult, Mismatch, compare_expectations
 from qkvcli.check.reference import BACKWARD_BUGS, FORWARD_BUGS
 from qkvcli.check.result import NOT_RUN, call_failure, not_run, not_run_after
 from qkvcli.core.results import Clause, Failure, found_at
-from qkvcli.evidence.expect import ExpectResult, Mismatch, compare_expectations
 from qkvcli.protocol.errors import BadResult, Broken, Rejected
 from qkvcli.reading.expect import Expectations
 from qkvcli.render.check import (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from qkvcli.check.chapter26 import build_evidence
-from qkvcli.evidence.expect import ExpectResult, Mismatch, compare_expectations
+from qkvcli.check.expect import ExpectResult, Mismatch, compare_expectations
 from qkvcli.reading.expect import Expectations
 from qkvcli.reading.load import bundled_fixture_text, load_fixture
 from qkvcli.reading.parse import fixture_problems, parse_fixture

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from qkvcli.check.chapter26 import build_evidence
-from qkvcli.evidence.records import Evidence
+from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.reading.fixture import Fixture
 from qkvcli.reading.load import load_fixture
 from qkvcli.render.numbers import fmt_float

@@ -13,7 +13,7 @@ from rich.console import Console, RenderableType
 from rich.segment import Segment
 
 from qkvcli.check.chapter26 import build_evidence
-from qkvcli.evidence.records import Evidence
+from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.reading.load import load_fixture
 from qkvcli.render.rich.gradcheck import render_gradcheck_rich

@@ -23,9 +23,9 @@ from qkvcli.attention.records import CHECK_ORDER as ATTEND_ORDER
 from qkvcli.chapters.ch29 import PLAN as ROPE_PLAN
 from qkvcli.chapters.ch30 import PLAN as MULTI_HEAD_PLAN
 from qkvcli.chapters.head import CAUSAL_PLAN, SELF_ATTENTION_PLAN
+from qkvcli.check.chapter26_evidence import CHECK_ORDER
 from qkvcli.check.result import FAMILIES as CHECK_FAMILIES
 from qkvcli.cli import main
-from qkvcli.evidence.records import CHECK_ORDER
 from qkvcli.render.document import REPORTS, SCHEMA_VERSION, head
 from qkvcli.render.names import (
     CH27,

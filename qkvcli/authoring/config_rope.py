@@ -24,7 +24,7 @@ from qkvcli.authoring.model_families import (
     TYPE_THETAS,
 )
 from qkvcli.core.errors import QkvError
-from qkvcli.reading.attend import SCALING_KEYS, read_scaling
+from qkvcli.reading.rope import SCALING_KEYS, read_scaling
 
 THETA_PATHS = ("rope_parameters.rope_theta", "rope_theta", "rotary_emb_base",
                "rope_scaling.rope_theta")

@@ -28,7 +28,7 @@ from qkvcli.authoring.model_families import (
     TYPE_THETAS,
     ModelFamily,
 )
-from qkvcli.reading.attend import SCALING_KEYS
+from qkvcli.reading.rope import SCALING_KEYS
 
 TENSORS = {"gpt2": "c_attn, c_proj (Conv1D)", "bert": "query, key, value; output.dense",
            "distil": "q_lin, k_lin, v_lin, out_lin", "neox": "query_key_value (per head), dense",

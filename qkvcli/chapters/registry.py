@@ -1,6 +1,6 @@
 """Which chapter a number or a fixture names, and the :class:`Chapter` that computes it.
 
-Chapter 26 (the Q/K/V projections) is qkv's own evidence (:mod:`qkvcli.evidence`);
+Chapter 26 (the Q/K/V projections) is ``qkv run``'s plan (:mod:`qkvcli.check.chapter26`);
 chapters 27 to 30 are each a :class:`Chapter` (its id, its bundled fixture, its parser,
 its evidence builder), found through one table (:data:`CHAPTERS`: the module and the
 name of each, imported only when asked), so a chapter is available exactly when its

@@ -7,7 +7,7 @@ requests, independence and replay are the families of :mod:`qkvcli.check.boundar
 and :mod:`qkvcli.check.behaviour`, the same definitions that judge a learner's
 projections. What only the engine offers is judged here: its refusals are typed (each
 request's error, field for field, and a duplicate parameter name), and its seeded
-initialization. The result is the chapter's :class:`~qkvcli.evidence.records.Evidence`
+initialization. The result is the chapter's :class:`~qkvcli.check.chapter26_evidence.Evidence`
 record, which the renderers read.
 """
 
@@ -21,6 +21,16 @@ import numpy as np
 from qkvcli.check.behaviour import check_independence, check_replay
 from qkvcli.check.boundaries import answers, expected_shapes, measure
 from qkvcli.check.cases import Case, fixture_case
+from qkvcli.check.chapter26_evidence import (
+    Config,
+    ErrorEvidence,
+    Evidence,
+    HistoryEvidence,
+    IndependenceEvidence,
+    InitializationEvidence,
+    Primary,
+    ShapeEvidence,
+)
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.kinds import PROJECTIONS, Probe
 from qkvcli.check.session import Session
@@ -40,16 +50,6 @@ from qkvcli.core.outputs import QkvForward, weighted_loss
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.results import Refusal, ShapeProbe, refused
 from qkvcli.core.splitmix import SplitMix64
-from qkvcli.evidence.records import (
-    Config,
-    ErrorEvidence,
-    Evidence,
-    HistoryEvidence,
-    IndependenceEvidence,
-    InitializationEvidence,
-    Primary,
-    ShapeEvidence,
-)
 from qkvcli.gradcheck.projections import gradcheck_projections
 from qkvcli.protocol.errors import CallFailed, Rejected
 from qkvcli.reading.fixture import Fixture
@@ -247,7 +247,7 @@ def build_evidence(fixture: Fixture) -> Evidence:
     expect = None
     if fixture.expect is not None:
         # Only fixtures with an expect section get this check, so the chapter's is unchanged.
-        from qkvcli.evidence.expect import compare_expectations
+        from qkvcli.check.expect import compare_expectations
         from qkvcli.reading.expect import EXPECT_FIELDS
 
         fields = primary.tensors()

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from qkvcli.check.chapter26 import build_evidence
+from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.cli.chapter import chapter_option, check_chapter
 from qkvcli.cli.group import EXIT_FAILED
 from qkvcli.cli.io import SafePath, check_outputs, label_of, load, working_on, write_output
@@ -32,7 +33,6 @@ from qkvcli.cli.options import (
     tensors_option,
 )
 from qkvcli.cli.show import show, write_page
-from qkvcli.evidence.records import Evidence
 from qkvcli.render import render_pieces
 from qkvcli.render.wording import check_rows, failure_lines
 

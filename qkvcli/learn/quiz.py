@@ -25,13 +25,13 @@ import textwrap
 import numpy as np
 
 from qkvcli.attention.head import STAGES
+from qkvcli.check.chapter26_evidence import HistoryEvidence
 from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.outputs import QkvForward
 from qkvcli.core.projections import QkvProjections
 from qkvcli.core.record import Record
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.text import printable
-from qkvcli.evidence.records import HistoryEvidence
 from qkvcli.reading.fixture import Fixture
 
 # Numbers not glued to a name: "q0" is a name; "[0,3]" holds two numbers.

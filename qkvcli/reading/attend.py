@@ -63,12 +63,7 @@ from qkvcli.attention.maths import (
     QK_NORM_AFTER,
     QK_NORM_KINDS,
     QK_NORM_SPANS,
-    ROPE_LAYOUTS,
-    SCALINGS,
     Rope,
-    RopeScaling,
-    check_scaling,
-    inverse_frequencies,
 )
 from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import ProjectionError, QkvError
@@ -101,31 +96,14 @@ from qkvcli.reading.limits import (
 from qkvcli.reading.load import BUNDLED_NAME
 from qkvcli.reading.parse import read_document, read_input, read_upstream
 from qkvcli.reading.problems import FixtureError, Problems
+from qkvcli.reading.rope import positive_number, read_rope
 from qkvcli.reading.settings import parse_gradcheck, parse_seed_and_chapter
 from qkvcli.reading.tensors import parse_tensor
 from qkvcli.reading.weights import check_name, default_names
 
 EXAMPLES = {"chapter": BUNDLED_NAME, "primer": "primer-worked-example.json"}  # --example
-ROPE_KEYS = ("theta", "dims", "layout", "scaling", "frequencies")
-SCALING_KEYS = {  # each scaling type's keys beside "type"
-    "linear": ("factor",),
-    "dynamic": ("factor", "max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
-             "attention_factor", "mscale", "mscale_all_dim"),
-    "longrope": ("factor", "original_max_position_embeddings", "short_factor", "long_factor",
-                 "attention_factor"),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor",
-               "high_freq_factor"),
-}
-SCALING_OPTIONAL = ("beta_fast", "beta_slow", "truncate", "attention_factor", "mscale",
-                    "mscale_all_dim")
-"""The keys of a fixture's ``rope.scaling`` per type, each required but
-:data:`SCALING_OPTIONAL`: transformers' ``rope_parameters`` with the lengths resolved
-(YaRN's ``beta_fast`` 32, ``beta_slow`` 1, ``truncate`` true; YaRN's and LongRoPE's
-``attention_factor`` its default, :func:`qkvcli.attention.maths.attention_factor`)."""
 UPSTREAM_OUTPUT = "output"
 MAX_HEADS = 4096
-MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head; a head is never wider than the limits
 QK_NORM_KEYS = ("kind", "span", "eps", "offset", "after")
 PACKED_LAYOUTS = {"packed": "in_proj", "c_attn": "c_attn", "query_key_value": "query_key_value",
                   "qkv_proj": "qkv_proj", "codegen_qkv_proj": "codegen_qkv_proj"}
@@ -429,109 +407,6 @@ def _count(data: dict[str, Any], key: str) -> int | None:
     return int(raw)
 
 
-def _number(raw: Any, location: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise FixtureError(location, f"expected a number, got {json_type_name(raw)}")
-    try:
-        value = float(raw)
-    except OverflowError:  # an integer of hundreds of digits: past float64's range
-        value = float("inf")
-    if not (value > 0.0 and value < float("inf")):
-        shown = repr(raw) if len(str(raw)) <= 40 else f"a number of {len(str(raw))} digits"
-        raise FixtureError(location, f"must be a finite positive number, got {shown}")
-    return value
-
-
-def _rope(raw: Any, max_elements: int, base_dir: StrPath | None) -> Rope:
-    """``rope``: ``dims``, ``layout`` and the frequencies, from ``theta`` (with an optional
-    ``scaling``) or given as ``frequencies`` (:func:`read_frequencies`), one of the two."""
-    keyed_object(raw, "$.rope", ROPE_KEYS, ("dims",))
-    given = [key for key in ("theta", "frequencies") if raw.get(key) is not None]
-    if len(given) != 1:
-        raise FixtureError("$.rope", 'give "theta" (the frequencies theta^(-2i/dims)) or '
-                           '"frequencies" (a table of them, one per pair)' + (
-                               ", not both" if given else ""))
-    dims = raw["dims"]
-    if not is_json_int(dims) or dims < 2 or dims % 2:
-        raise FixtureError("$.rope.dims", "expected an even integer of at least 2 (the rotated "
-                           "coordinates of each head)")
-    layout = raw.get("layout", "half")
-    if layout not in ROPE_LAYOUTS:
-        shown = f'"{layout}"' if isinstance(layout, str) else json_type_name(layout)
-        raise FixtureError("$.rope.layout", f'expected "half" or "interleaved", got {shown}')
-    if dims > MAX_ROPE_DIMS:
-        raise FixtureError("$.rope.dims", f"must be at most {MAX_ROPE_DIMS}, got {dims}")
-    if given == ["frequencies"]:
-        if raw.get("scaling") is not None:
-            raise FixtureError("$.rope.scaling", 'a scaling changes the frequencies of a '
-                               'theta: it needs "theta", not "frequencies"')
-        return Rope(None, int(dims), str(layout), frequencies=read_frequencies(
-            raw["frequencies"], int(dims), max_elements, base_dir))
-    scaling = read_scaling(raw["scaling"], int(dims)) if raw.get("scaling") is not None else None
-    rope = Rope(_number(raw["theta"], "$.rope.theta"), int(dims), str(layout), scaling=scaling)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        finite = bool(np.all(np.isfinite(inverse_frequencies(rope))))
-    if not finite:  # a theta so near 0 that theta^(-2i/dims) overflows: every angle NaN
-        raise FixtureError("$.rope.theta", f"theta {rope.theta!r} makes the rotation "
-                           f"frequencies theta^(-2i/{rope.dims}) overflow float64")
-    return rope
-
-
-def read_frequencies(raw: Any, dims: int, max_elements: int,
-                     base_dir: StrPath | None) -> tuple[float, ...]:
-    """``rope.frequencies``: any tensor source (a checkpoint's ``inv_freq`` as stored, its
-    dtype widened exactly), of rank one, one frequency per pair (``dims / 2``), each
-    finite and positive. Raises :class:`FixtureError` at ``$.rope.frequencies``."""
-    location = "$.rope.frequencies"
-    table = parse_tensor(raw, location, max_elements, base_dir=base_dir)
-    if table.shape != (dims // 2,):
-        raise FixtureError(location, f"expected [{dims // 2}] (one frequency per pair of the "
-                           f"{dims} rotated coordinates), got [{','.join(map(str, table.shape))}]")
-    bad = np.flatnonzero(~(np.isfinite(table) & (table > 0.0)))
-    if bad.size:
-        raise FixtureError(location, f"each frequency must be finite and positive, got "
-                           f"{float(table[bad[0]])!r} at pair {int(bad[0])}")
-    return tuple(float(value) for value in table)
-
-
-def read_scaling(raw: Any, dims: int) -> RopeScaling:
-    """A fixture's ``rope.scaling``: its ``type`` and that type's keys (:data:`SCALING_KEYS`)."""
-    where = "$.rope.scaling"
-    if not isinstance(raw, dict):
-        raise FixtureError(where, f"expected an object, got {json_type_name(raw)}")
-    kind = raw.get("type")
-    if kind not in SCALINGS:
-        raise FixtureError(f"{where}.type", f"expected one of {', '.join(SCALINGS)}, got "
-                           f"{json_type_name(kind) if not isinstance(kind, str) else repr(kind)}")
-    keyed_object(raw, where, ("type", *SCALING_KEYS[kind]),
-                 [k for k in SCALING_KEYS[kind] if k not in SCALING_OPTIONAL])
-    fields: dict[str, Any] = {"kind": kind}
-    for key, value in raw.items():
-        at = f"{where}.{key}"
-        if key in ("type",):
-            continue
-        if key in ("short_factor", "long_factor"):
-            if not isinstance(value, list) or len(value) != dims // 2:
-                raise FixtureError(at, f"expected a list of {dims // 2} numbers (one per pair)")
-            fields[key] = tuple(_number(v, f"{at}[{i}]") for i, v in enumerate(value))
-        elif key == "truncate":
-            if not isinstance(value, bool):
-                raise FixtureError(at, f"expected true or false, got {json_type_name(value)}")
-            fields[key] = value
-        elif key in ("max_position_embeddings", "original_max_position_embeddings"):
-            if not is_json_int(value) or value < 1:
-                raise FixtureError(at, "expected a positive integer")
-            fields["original"] = int(value)
-        else:
-            fields[key] = _number(value, at)
-    scaling = RopeScaling(**fields)
-    try:
-        check_scaling(scaling, dims)
-    except QkvError as error:  # the maths' RopeError
-        raise FixtureError(where, str(error)) from None
-    return scaling
-
-
 def read_function(data: dict[str, Any], heads: int | None, causal: bool,
                   max_elements: int = DEFAULT_MAX_ELEMENTS,
                   base_dir: StrPath | None = None) -> LayerFunction:
@@ -558,19 +433,19 @@ def read_function(data: dict[str, Any], heads: int | None, causal: bool,
     if causal and said is False:
         raise FixtureError("$.causal", 'the fixture says "causal": false, --causal says true: '
                            "drop --causal (the fixture describes the layer)")
-    rope = (_rope(data["rope"], max_elements, base_dir) if data.get("rope") is not None
+    rope = (read_rope(data["rope"], max_elements, base_dir) if data.get("rope") is not None
             else None)
-    scale = _number(data["scale"], "$.scale") if data.get("scale") is not None else None
+    scale = positive_number(data["scale"], "$.scale") if data.get("scale") is not None else None
     architecture = data.get("architecture")
     if architecture is not None and not isinstance(architecture, str):
         raise FixtureError("$.architecture", f"expected a string, got {json_type_name(architecture)}")
     window = _window(data.get("window"))
-    softcap = _number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
+    softcap = positive_number(data["softcap"], "$.softcap") if data.get("softcap") is not None else None
     alibi = _alibi(data.get("alibi"))
     scaled, rounding = _alibi_form(data, alibi is not None)
     return LayerFunction(heads, kv_heads, bool(said) or causal, rope, scale, independent,
                          architecture, window, softcap, alibi,
-                         _number(data["clip_qkv"], "$.clip_qkv")
+                         positive_number(data["clip_qkv"], "$.clip_qkv")
                          if data.get("clip_qkv") is not None else None,
                          _qk_norm(data.get("qk_norm")), scaled, rounding)
 
@@ -616,7 +491,7 @@ def _qk_norm(raw: Any) -> NormSpec | None:
             abs(offset) < float("inf")):
         raise FixtureError("$.qk_norm.offset", f"expected a finite number, got "
                            f"{json_type_name(offset)}")
-    eps = _number(raw["eps"], "$.qk_norm.eps")
+    eps = positive_number(raw["eps"], "$.qk_norm.eps")
     after = raw.get("after", "projection")
     if after not in QK_NORM_AFTER:
         raise FixtureError("$.qk_norm.after", '"projection" (the norm before RoPE) or "rope" '

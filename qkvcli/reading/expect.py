@@ -1,5 +1,5 @@
 """A fixture's ``expect`` section read: values the author expects of a run (judged against
-the run by :mod:`qkvcli.evidence.expect`, not here).
+the run by :mod:`qkvcli.check.expect`, not here).
 
 ::
 

@@ -1,7 +1,7 @@
 """Renderers: pure functions from evidence records to text, and the one dispatcher to them.
 
 :func:`render` (and :func:`render_pieces`, the same text in pieces) serve the library and
-the CLI alike: the chapter's :class:`~qkvcli.evidence.records.Evidence` as ``text``
+the CLI alike: the chapter's :class:`~qkvcli.check.chapter26_evidence.Evidence` as ``text``
 (the chapter's report), ``trace`` (the diagram trace) or ``json``; a gradient check,
 an attention head or layer, the variance table and a ``qkv check`` result as ``text``
 or ``json``. :func:`figure` gives the rich view of any of them. Nothing here prints,

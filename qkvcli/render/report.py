@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from qkvcli.check.chapter26_evidence import Evidence, Primary
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.core.text import escape_controls
-from qkvcli.evidence.records import Evidence, Primary
 from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
 from qkvcli.render.wording import check_rows
 

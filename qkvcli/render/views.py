@@ -13,7 +13,7 @@ CHAPTERS = {
 """Each later chapter's evidence and the module that renders it (``text``, ``trace``,
 ``json_document``, ``figure``)."""
 VIEWS = {
-    "qkvcli.evidence.records.Evidence": "evidence",
+    "qkvcli.check.chapter26_evidence.Evidence": "evidence",
     "qkvcli.gradcheck.records.GradcheckResult": "gradcheck",
     "qkvcli.attention.records.AttendEvidence": "attend",
     "qkvcli.learn.variance.VarianceResult": "variance",

@@ -16,8 +16,8 @@ from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_bool
 
 if TYPE_CHECKING:
-    from qkvcli.evidence.expect import ExpectResult, Mismatch
-    from qkvcli.evidence.records import Evidence
+    from qkvcli.check.chapter26_evidence import Evidence
+    from qkvcli.check.expect import ExpectResult, Mismatch
     from qkvcli.gradcheck.records import GradcheckResult
 
 

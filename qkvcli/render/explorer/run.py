@@ -9,8 +9,8 @@ batch and tokens, a gradient-check coordinate its analytic and numerical values.
 
 from __future__ import annotations
 
+from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.arrays import Array
-from qkvcli.evidence.records import Evidence
 from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.derive import (
     Derivation,

@@ -3,7 +3,7 @@
 Each card shows one family of evidence (combined input gradient, branch-local weight
 gradients, changing only the query weight, shapes and empty axes, numerical checks,
 rejected boundaries, the historical contrast, every check) with a PASS/FAIL word.
-Pure: functions take an :class:`~qkvcli.evidence.records.Evidence` and return renderables.
+Pure: functions take an :class:`~qkvcli.check.chapter26_evidence.Evidence` and return renderables.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.results import ShapeProbe
-from qkvcli.evidence.records import Evidence
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import LETTERS, PLAIN, ROLE_BOXES, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import Part, Row, lines, status, titled

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from qkvcli.evidence.records import Evidence
+from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.render.numbers import fmt_shape
 from qkvcli.render.rich.boxes import (
     INPUT,

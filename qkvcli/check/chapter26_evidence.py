@@ -1,11 +1,11 @@
-"""The chapter's evidence as plain immutable records: facts only, no wording.
+"""Chapter 26's evidence (``qkv run``) as plain immutable records: facts only, no wording.
 
 One record per evidence family (forward/reverse values, shapes, rejected inputs,
 initialization, independence, history), a judgement
 (:class:`~qkvcli.core.results.FamilyCheck`) per declared check, and
-:class:`Evidence`, which holds them all. The computations live in one module per family
-(``qkvcli.evidence.build``, ``.shapes``, ``.rejected``, ``.initialization``,
-``.independence``, ``.replay``); every sentence about them lives in ``qkvcli.render``.
+:class:`Evidence`, which holds them all, with the chapter's plan (:data:`PLAN`). The
+families that compute them are check's, run on qkv's engine by
+:mod:`qkvcli.check.chapter26`; every sentence about them lives in ``qkvcli.render``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import Failure, FamilyCheck, Plan, Refusal, ShapeProbe, judge_plan
 
 if TYPE_CHECKING:
-    from qkvcli.evidence.expect import ExpectResult
+    from qkvcli.check.expect import ExpectResult
     from qkvcli.gradcheck.records import GradcheckResult
 
 Shape = tuple[int, ...]
