@@ -45,7 +45,8 @@ from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER, Pr
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, all_finite, readonly
+from qkvcli.check.values import finite_and_shaped
+from qkvcli.core.arrays import Array, readonly
 from qkvcli.core.invariants import (
     HeadLayout,
 )
@@ -468,6 +469,37 @@ class LayerImplementation(PythonImplementation):
                      for name in LAYER_GRADIENT_RECORDS)
 
 
+def pass_shapes(layer: MultiHeadLayer) -> Callable[[Array, tuple[Array, ...]], tuple[
+        tuple[int, ...], ...]]:
+    """The shapes of every array of the layer's pass and reverse on an input ``x``
+    (:data:`~qkvcli.check.kinds.PASS_LAYER`'s results, ``[0]`` for a record the layer has
+    not): the projections ``[B,T,H d_k + G d_k + G d_v]``, ``Q`` ``[B,H,T,d_k]``, ``K``,
+    ``V`` ``[B,G,T,d]``, the scores and weights ``[B,H,T,T]``, the merged heads, the
+    output ``[B,T,e_out]``; each gradient its tensor's shape."""
+    p, norm = layer.projections, layer.qk_norm
+    heads, kv, d_k, d_v = layer.heads, layer.kv_heads, layer.d_k, layer.d_v
+    none = (0,)
+
+    def shape(values: Array | None) -> tuple[int, ...]:
+        return none if values is None else tuple(int(d) for d in values.shape)
+
+    def rule(x: Array, weights: tuple[Array, ...]) -> tuple[tuple[int, ...], ...]:
+        batch, tokens = (int(d) for d in x.shape[:2])
+        query, key = (batch, heads, tokens, d_k), (batch, kv, tokens, d_k)
+        square, merged = (batch, heads, tokens, tokens), (batch, tokens, heads * d_v)
+        turned = (query, key) if layer.rope is not None else (none, none)
+        normed = (query, key) if norm is not None and norm.after_rope else (none, none)
+        norms = (none,) * 4 if norm is None else tuple(
+            shape(a) for a in (norm.query, norm.key, norm.query_bias, norm.key_bias))
+        return ((batch, tokens, heads * d_k + kv * d_k + kv * d_v), query, key,
+                (batch, kv, tokens, d_v), *turned, *normed, square, square, square, merged,
+                (batch, tokens, layer.e_out),
+                shape(x), *(shape(w) for w in p.weights), *(shape(b) for b in p.biases), merged,
+                shape(layer.out_weight), shape(layer.out_bias), square, square, square, *norms)
+
+    return rule
+
+
 def layer_session(layer: MultiHeadLayer, x: Array, upstream: Array, causal: bool,
                   single: bool = False) -> Session:
     """The layer as an implementation of the engine-only kinds
@@ -601,11 +633,14 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     # pass and reverse are the evidence's (the engine's records of them), and qkv check's
     # families judge it
     session = layer_session(layer, x, fixture.upstream, causal, single)
-    run = PASS_LAYER.run(session.cases[0])
+    kind = PASS_LAYER._replace(shape_rule=pass_shapes(layer))
+    run = kind.run(session.cases[0])
     implementation = session.implementation
     assert isinstance(implementation, LayerImplementation)
-    session.answered(PASS_LAYER, run)
-    session.answered(PASS_LAYER, run, backward=True)
+    # the forward's and the reverse's own claim: every array finite and shaped
+    forward_ok = finite_and_shaped(kind, x, (), session.answered(kind, run))
+    reverse_ok = finite_and_shaped(kind, x, (), session.answered(kind, run, backward=True),
+                                   backward=True)
     assert implementation.first is not None and implementation.grads is not None
     forward, grads = implementation.first[1], implementation.grads
     heads = head_evidence(forward, tokens, causal)
@@ -618,17 +653,10 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                                   **gradcheck)
     tensors = layer_tensors(fixture, parts, forward, grads)
     loss = layer_loss(forward, fixture.upstream)
-    forward_ok = all(all_finite(tensors[name]) for name in (
-        "query", "key", "value", "scores", "attention", "output")) and (
-        forward.output.shape == (batch, tokens, layer.e_out))
     # a second whole pass and reverse, each compared with the first bit for bit, then let go
-    replay_bitwise = check_replay(session, PASS_LAYER)[0].passed
+    replay_bitwise = check_replay(session, kind)[0].passed
     turned = turned_from_zero(layer, forward)
     del forward, grads
-    # every gradient the reverse pass computed (grad_output is the given upstream U)
-    reverse_ok = all(all_finite(a) for name, a in tensors.items()
-                     if name.startswith("grad_") and name != "grad_output") and (
-        tensors["grad_input"].shape == x.shape)
     # the single token, and under the mask the prefix (its last token's input raised by one)
     claims = {"single_token": check_single_token(session, WEIGHED_LAYER)[0].passed,
               "scale_probe": scale_probe(layer.d_k, layer.given_scale).holds}

@@ -136,6 +136,8 @@ class Kind(Record):
     score_gradients: tuple[int, ...] = (1, 2)
     # How a case's layer splits into heads (a kind with heads: head isolation)
     layout: Callable[[Case], HeadLayout] | None = None
+    # Results that hold -inf by design, where a mask hides a key (not judged finite)
+    unbounded: tuple[str, ...] = ()
 
     def takes(self, case: Case) -> bool:
         """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
@@ -434,12 +436,13 @@ probes."""
 PASS_LAYER = LAYER._replace(
     forward="layer_pass", backward="layer_pass_backward", forward_names=LAYER_RECORDS,
     backward_names=LAYER_GRADIENT_RECORDS, loss=(LAYER_RECORDS.index("output"),),
-    upstream=(0,),
+    upstream=(0,), unbounded=("scaled_scores",),
     arguments=lambda case, mode, tensors, upstream: (tensors[0], *(upstream or ())))
 """The same layer's whole pass (``layer_pass(x)``: every array of its forward, ``Q``, ``K``,
 ``V`` by head, the scores, the weights, the merged heads, the output;
 ``layer_pass_backward(x, grad_output)``: every gradient of its reverse; an empty array for
-what the layer has not): the kind of attend's forward, reverse and replay."""
+what the layer has not; the scaled scores hold -inf where the mask hides a key): the
+kind of attend's forward, reverse and replay."""
 
 HEADS_LAYER = LAYER._replace(
     forward="layer_heads", forward_names=("weights", "merged"),

@@ -36,14 +36,15 @@ def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:
 def finite_and_shaped(kind: Kind, x: Array, weights: tuple[Array, ...],
                       results: tuple[Array, ...], backward: bool = False) -> bool:
     """The forward's (or the backward's) own claim where no reference judges it (qkv's
-    engine, judged as itself: chapter 26's run): every result finite, and shaped by the
-    kind's rule."""
+    engine, judged as itself: chapter 26's run, attend's layer): every result finite (but
+    the kind's ``unbounded`` ones, masked scores), and shaped by the kind's rule."""
     assert kind.shape_rule is not None
     rule = kind.shape_rule(x, weights)
+    names = kind.backward_names if backward else kind.forward_names
     wanted = rule[len(kind.forward_names):] if backward else rule[:len(kind.forward_names)]
     return len(results) == len(wanted) and all(
-        all_finite(result) and tuple(result.shape) == shape
-        for result, shape in zip(results, wanted, strict=True))
+        (name in kind.unbounded or all_finite(result)) and tuple(result.shape) == shape
+        for name, result, shape in zip(names, results, wanted, strict=True))
 
 
 def check_forward(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
