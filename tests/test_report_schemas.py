@@ -19,11 +19,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from qkvcli.attention.records import CHECK_ORDER as ATTEND_ORDER
-from qkvcli.chapters.ch29 import PLAN as ROPE_PLAN
-from qkvcli.chapters.ch30 import PLAN as MULTI_HEAD_PLAN
-from qkvcli.chapters.head import CAUSAL_PLAN, SELF_ATTENTION_PLAN
-from qkvcli.check.chapter26_evidence import CHECK_ORDER
+from qkvcli.check.plans import ATTEND, RUN, order
 from qkvcli.check.result import FAMILIES as CHECK_FAMILIES
 from qkvcli.cli import main
 from qkvcli.render.document import REPORTS, SCHEMA_VERSION, head
@@ -200,12 +196,7 @@ def test_the_head_is_written_once() -> None:
 
 
 PLANS = {
-    "run": CHECK_ORDER,
-    CH27: tuple(name for name, _ in SELF_ATTENTION_PLAN),
-    CH28: tuple(name for name, _ in CAUSAL_PLAN),
-    CH29: tuple(name for name, _ in ROPE_PLAN),
-    CH30: tuple(name for name, _ in MULTI_HEAD_PLAN),
-    "attend": ATTEND_ORDER,
+    **{report: order(report) for report in (RUN, CH27, CH28, CH29, CH30, ATTEND)},
     "check": CHECK_FAMILIES,
 }
 

@@ -22,14 +22,6 @@ if TYPE_CHECKING:
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.attend import NormSpec
 
-CHECK_ORDER = ("forward", "attention", "mask", "hull", "scale_probe", "prefix", "single_token",
-               "head_isolation", "position_zero", "reverse", "shapes", "replay", "gradcheck")
-"""The declared order of attend's checks (the renderers publish ``attention`` as
-``weights``); ``prefix`` only with the causal mask, ``head_isolation`` only for a layer
-of two heads or more whose heads a q/k norm does not join, ``position_zero`` only with
-RoPE."""
-
-
 class AttendConfig(Record):
     batch: int
     tokens: int
@@ -160,7 +152,8 @@ class OtherMask(Record):
 
 
 class AttendEvidence(Record):
-    """Everything one run found; ``checks`` holds a judgement per :data:`CHECK_ORDER` name."""
+    """Everything one run found; ``checks`` holds a judgement per family of attend's plan
+    (:data:`qkvcli.check.plans.ATTEND_ORDER`)."""
 
     chapter: str
     seed: int

@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
-from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
+from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import check_replay
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import ROPE
+from qkvcli.check.plans import CH29, PLANS
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -604,20 +605,7 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         checked = gradient_check(fixture, found)
         evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay.passed,
                                 checks=(), fixture=fixture, primary=found, probes=shapes)
-        return evidence._replace(checks=judge_plan(PLAN, evidence))
-
-
-PLAN: Plan[RopeEvidence] = (
-    ("position_zero", lambda e: e.primary.position_zero_identity),
-    ("norms", lambda e: e.primary.norm_preserved),
-    ("relative_dot", lambda e: e.primary.common_shift_preserved),
-    ("shapes", lambda e: all(p.kept for p in e.probes)),
-    ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
-    ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),
-    ("tape_finite", lambda e: e.primary.tape_finite),
-    ("replay", lambda e: e.replay_bitwise),
-)
-"""Chapter 29's families, in report order, each read off its evidence."""
+        return evidence._replace(checks=judge_plan(PLANS[CH29], evidence))
 
 
 CHAPTER = Chapter(29, NAME, FIXTURE, parse, build)

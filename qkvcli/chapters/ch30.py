@@ -45,17 +45,18 @@ from qkvcli.chapters.ch29 import (
     read_operand,
     rope_settings,
 )
-from qkvcli.chapters.registry import Chapter, ChapterEvidence, judged_gradcheck
+from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import MULTI_HEAD
 from qkvcli.check.multihead import check_head_isolation
+from qkvcli.check.plans import CH30, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError
 from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import keyed_object
@@ -582,23 +583,7 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
                                      primary=found, probes=probes(fixture, found, session),
                                      shapes=shapes(fixture, found), parameters=parameters(layer),
                                      history=history(fixture, found), tape_finite=tape_finite)
-        return evidence._replace(checks=judge_plan(PLAN, evidence))
-
-
-PLAN: Plan[MultiHeadEvidence] = (
-    ("causal", lambda e: e.probes.future_zero and e.probes.rows_normalized),
-    ("prefix", lambda e: all(e.probes.prefix_unchanged) and e.probes.suffix_changed),
-    ("head_isolation", lambda e: e.probes.head_isolation),
-    ("split_merge", lambda e: e.probes.split_merge),
-    ("common_offset", lambda e: e.probes.common_offset),
-    ("shapes", lambda e: e.shapes.probes_valid),
-    ("parameters", lambda e: e.parameters.distinct),
-    ("errors", lambda e: all(refusal.rejected for refusal in e.errors)),
-    ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),
-    ("tape_finite", lambda e: e.tape_finite),
-    ("replay", lambda e: e.replay_bitwise),
-)
-"""Chapter 30's families, in report order, each read off its evidence."""
+        return evidence._replace(checks=judge_plan(PLANS[CH30], evidence))
 
 
 CHAPTER = Chapter(30, NAME, FIXTURE, parse, build)

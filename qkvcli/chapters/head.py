@@ -13,7 +13,7 @@ the single token and the prefix are check's families
 :func:`~qkvcli.check.boundaries.check_single_token`,
 :func:`~qkvcli.check.behaviour.check_prefix`), the gradient check the one checker
 (:func:`~qkvcli.gradcheck.batched.plain_check`) on the session's forward; each chapter
-is then a plan of families (:data:`SELF_ATTENTION_PLAN`, :data:`CAUSAL_PLAN`: names and
+is then a row of the one plan table (:data:`~qkvcli.check.plans.PLANS`: names and
 verdicts) judged on its evidence, each a :class:`~qkvcli.core.results.FamilyCheck`:
 
 - ``row_sums``: each probability row sums to 1 and the first batch item's mixture terms
@@ -43,7 +43,7 @@ The fixtures are read by :mod:`qkvcli.chapters.head_fixture`. Plain records, no 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -73,7 +73,6 @@ from qkvcli.chapters.head_fixture import (
 from qkvcli.chapters.registry import (
     Chapter,
     ChapterEvidence,
-    judged_gradcheck,
     settings_replaced,
 )
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
@@ -82,6 +81,7 @@ from qkvcli.check.cases import Case, Run
 from qkvcli.check.engine import operands_implementation
 from qkvcli.check.kinds import Kind, operand_head
 from qkvcli.check.numerical import loss_of
+from qkvcli.check.plans import CH27, CH28, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
 from qkvcli.core.names import CHAPTER_IDS
@@ -453,38 +453,10 @@ class CausalEvidence(HeadChapterEvidence):
         return self.primary.future_zero
 
 
-def _rows(e: HeadChapterEvidence) -> bool:
-    return e.primary.rows_sum_to_one and e.primary.terms_make_output
-
-
-def _single(e: HeadChapterEvidence) -> bool:
-    return e.single.holds
-
-
-def _refused(e: HeadChapterEvidence) -> bool:
-    return all(case.rejected for case in e.errors)
-
-
-def _replayed(e: HeadChapterEvidence) -> bool:
-    return e.replay_bitwise
-
-
-SELF_ATTENTION_PLAN: Plan[SelfAttentionEvidence] = (
-    ("row_sums", _rows), ("scale_probe", lambda e: e.scale.holds), ("single_token", _single),
-    ("batch_isolation", lambda e: e.batch.isolated), ("empty_batch", lambda e: e.empty_holds),
-    ("gradcheck", judged_gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
-CAUSAL_PLAN: Plan[CausalEvidence] = (
-    ("row_sums", _rows), ("masked_rows", lambda e: e.future_zero),
-    ("prefix_invariance", lambda e: e.prefix.invariant),
-    ("suffix_gradient", lambda e: e.prefix.suffix_zero), ("single_token", _single),
-    ("empty_batch", lambda e: e.empty.kept), ("tape_finite", lambda e: e.primary.tape_finite),
-    ("gradcheck", judged_gradcheck), ("rejected_inputs", _refused), ("replay", _replayed))
-
-
 E = TypeVar("E", bound=HeadChapterEvidence)
 
 
-def judged(evidence: E, plan: Plan[E]) -> E:
+def judged(evidence: E, plan: Plan[Any]) -> E:
     """``evidence`` with the families of ``plan`` judged on it, in the plan's order."""
     return evidence._replace(checks=judge_plan(plan, evidence))
 
@@ -510,7 +482,7 @@ def build_self_attention(fixture: HeadInputs) -> SelfAttentionEvidence:
         errors=self_attention_refusals(q, k, v), replay_bitwise=replay, checks=(),
         scale=scale_probe(int(q.shape[2])), batch=batch_probe(judge, q, k, v),
         value_width_output=_dims(judge.call(q, k, v[..., :1])[4])),
-        SELF_ATTENTION_PLAN)
+        PLANS[CH27])
 
 
 def build_causal(fixture: CausalFixture) -> CausalEvidence:
@@ -521,7 +493,7 @@ def build_causal(fixture: CausalFixture) -> CausalEvidence:
         chapter=CHAPTER_IDS[28], source=f.source, primary=primary, single=single,
         empty=empty_probe(judge, f.query, f.value), gradcheck=check,
         errors=causal_refusals(f.query, f.key, f.value), replay_bitwise=replay, checks=(),
-        prefix=prefix_probe(judge, fixture)), CAUSAL_PLAN)
+        prefix=prefix_probe(judge, fixture)), PLANS[CH28])
 
 
 def _causal_settings(fixture: CausalFixture, **settings: float | int | None) -> CausalFixture:

@@ -73,15 +73,6 @@ class ChapterEvidence(Record):
         return all(check.passed for check in self.checks)
 
 
-def judged_gradcheck(evidence: ChapterEvidence, fixtures: int = 0) -> FamilyCheck:
-    """A chapter's gradient check as its plan judges it: its own verdict, with its
-    tolerance and count (``fixtures``: the fixtures its report counts, 1 for chapters 29
-    and 30, none said for 27 and 28)."""
-    check = evidence.gradcheck
-    return FamilyCheck("gradcheck", check.passed, "passed" if check.passed else "failed",
-                       fixtures=fixtures, tolerance=check.tolerance, coordinates=check.count)
-
-
 class UnknownChapter(QkvError):
     def __init__(self, number: int) -> None:
         self.number = number

@@ -26,7 +26,6 @@ from qkvcli.attention.head import AttentionHead, scale_probe
 from qkvcli.attention.maths import attention_factor, causal_mask, rotate
 from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
-    CHECK_ORDER,
     AttendConfig,
     AttendEvidence,
     AttendPrimary,
@@ -43,6 +42,7 @@ from qkvcli.check.boundaries import check_single_token, measure
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER, Probe
 from qkvcli.check.multihead import check_head_isolation
+from qkvcli.check.plans import ATTEND, PLANS
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.check.values import finite_and_shaped
@@ -52,7 +52,7 @@ from qkvcli.core.invariants import (
 )
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, ShapeProbe, judge_plan
+from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.protocol.wire import LAYER_GRADIENT_RECORDS, LAYER_RECORDS
 from qkvcli.reading.attend import AttendFixture, relative_sources
@@ -387,15 +387,6 @@ def _layer_notes(layer: MultiHeadLayer) -> tuple[Note, ...]:
     return kept
 
 
-def _found(name: str) -> Callable[[dict[str, bool]], bool | None]:
-    return lambda found: found.get(name)
-
-
-PLAN: Plan[dict[str, bool]] = tuple((name, _found(name)) for name in CHECK_ORDER)
-"""attend's families in :data:`~qkvcli.attention.records.CHECK_ORDER`, each read off
-what the build found (a family it did not run does not apply)."""
-
-
 ABSENT = np.empty(0)
 """What the layer's pass gives for a record the layer has not (no bias, no RoPE)."""
 
@@ -666,7 +657,7 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                         ("position_zero", turned)):
         if holds is not None:
             claims[name] = holds
-    checks = judge_plan(PLAN, {
+    checks = judge_plan(PLANS[ATTEND], {
         "forward": forward_ok, "attention": rows.passed, "mask": mask.passed,
         "hull": hull.passed, "reverse": reverse_ok, "shapes": probes_ok,
         "replay": replay_bitwise, "gradcheck": checked.passed, **claims})

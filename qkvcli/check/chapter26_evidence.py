@@ -3,7 +3,8 @@
 One record per evidence family (forward/reverse values, shapes, rejected inputs,
 initialization, independence, history), a judgement
 (:class:`~qkvcli.core.results.FamilyCheck`) per declared check, and
-:class:`Evidence`, which holds them all, with the chapter's plan (:data:`PLAN`). The
+:class:`Evidence`, which holds them all, judged by the chapter's row of the one plan table
+(:data:`qkvcli.check.plans.PLANS`). The
 families that compute them are check's, run on qkv's engine by
 :mod:`qkvcli.check.chapter26`; every sentence about them lives in ``qkvcli.render``.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from qkvcli.check.plans import PLANS, RUN, order
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
-from qkvcli.core.results import Failure, FamilyCheck, Plan, Refusal, ShapeProbe, judge_plan
+from qkvcli.core.results import Failure, FamilyCheck, Refusal, ShapeProbe, judge_plan
 
 if TYPE_CHECKING:
     from qkvcli.check.expect import ExpectResult
@@ -183,25 +185,13 @@ class Evidence(Record):
 
     @property
     def checks(self) -> tuple[FamilyCheck, ...]:
-        """Every check of :data:`PLAN` that applies, in its order."""
-        return judge_plan(PLAN, self)
+        """Every check of the chapter's plan that applies, in its order."""
+        return judge_plan(PLANS[RUN], self)
 
     @property
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
 
 
-PLAN: Plan[Evidence] = (
-    ("forward", lambda e: e.forward_ok),
-    ("reverse", lambda e: e.reverse_ok),
-    ("shapes", lambda e: e.shapes.passed),
-    ("errors", lambda e: e.errors.passed),
-    ("initialization", lambda e: e.initialization.passed),
-    ("independence", lambda e: e.independence.passed),
-    ("replay", lambda e: e.replay_bitwise),
-    ("gradcheck", lambda e: e.gradcheck.passed),
-    ("expect", lambda e: None if e.expect is None else e.expect.passed),
-)
-"""Chapter 26's families (``qkv run``'s plan), each read off its evidence."""
-CHECK_ORDER = tuple(name for name, _ in PLAN)
+CHECK_ORDER = order(RUN)
 """The declared order of the chapter's checks; ``expect`` only when a fixture has one."""

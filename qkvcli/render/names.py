@@ -17,6 +17,13 @@ their figures use: those entries have no other detail.
 
 from __future__ import annotations
 
+from qkvcli.check.plans import ATTEND as ATTEND
+from qkvcli.check.plans import CH27 as CH27
+from qkvcli.check.plans import CH28 as CH28
+from qkvcli.check.plans import CH29 as CH29
+from qkvcli.check.plans import CH30 as CH30
+from qkvcli.check.plans import CHECK as CHECK
+from qkvcli.check.plans import RUN as RUN
 from qkvcli.core.record import Record
 
 # --- the families: one idea each ------------------------------------------------------
@@ -147,13 +154,7 @@ def _same(operation: str, *ids: str) -> dict[str, Published]:
     return {i: Published(i.replace("_", "-"), i.replace("_", "-"), operation) for i in ids}
 
 
-RUN = "run"
-ATTEND = "attend"
-CHECK = "check"
-CH27 = "27-self-attention"
-CH28 = "28-causal-masking"
-CH29 = "29-rope"
-CH30 = "30-multi-head-attention"
+# the reports' keys: each plan's in the one plan table (qkvcli.check.plans), and its names here
 
 _HEAD_CLAIMS = {
     "row_sums": Published("row-sums", ROW_SUMS, HEAD, "rows sum to 1, and each output is its "
@@ -266,7 +267,7 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "protocol": Published("protocol", PROTOCOL, IMPLEMENTATION),
     },
 }
-"""Each report's checks by internal id (``run``: chapter 26's ``CHECK_ORDER``; a
+"""Each report's checks by internal id (``run``: chapter 26's; a
 chapter's by its plan; ``attend``'s by its evidence; ``check``'s by family name)."""
 
 
