@@ -60,8 +60,8 @@ def make_layer(batch: int, tokens: int, d_model: int, heads: int, kv_heads: int,
 
 def qkv_layer(p: dict[str, Any]) -> Callable[[], Any]:
     from qkvcli.attention.head import AttentionHead
-    from qkvcli.attention.maths import Rope
     from qkvcli.attention.multihead import MultiHeadLayer
+    from qkvcli.core.rope import Rope
 
     rope = None if p["theta"] is None else Rope(p["theta"], p["d"], "half")
     head = AttentionHead.from_arrays(*p["weights"], biases=p["biases"], rope=rope,

@@ -185,7 +185,8 @@ def test_position_zero_of_a_scaled_rope_is_its_attention_factor_not_a_failure() 
     """YaRN multiplies cos and sin by its attention factor: at position 0 a turned
     coordinate is the factor times itself, which the claim expects, and nothing else."""
     from qkvcli.attention.fixture import layer_of
-    from qkvcli.attention.maths import attention_factor, rotate
+    from qkvcli.attention.maths import rotate
+    from qkvcli.core.rope import attention_factor
 
     scaled = _layer(rope={"theta": 10000, "dims": 6, "scaling": {
         "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}})

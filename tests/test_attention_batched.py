@@ -18,8 +18,9 @@ import pytest
 
 from qkvcli.attention.engine import BLOCK_ROWS
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, causal_mask
+from qkvcli.attention.maths import causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.core.rope import Rope
 
 TOL = 1e-12
 

@@ -18,14 +18,12 @@ import numpy as np
 import pytest
 
 from qkvcli.attention import engine
-from qkvcli.attention.errors import RopeError, ValueInputError
+from qkvcli.attention.errors import ValueInputError
 from qkvcli.attention.gradcheck import Reach, checked_tensors, gradcheck_attention, whole_objective
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import (
     QkNorm,
-    Rope,
     causal_mask,
-    check_rope,
     hidden,
     key_span,
     query_span,
@@ -36,6 +34,8 @@ from qkvcli.attention.maths import (
     softmax_backward,
 )
 from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.core.errors import RopeError
+from qkvcli.core.rope import Rope, check_rope
 from tests.test_attention_batched import KINDS, build
 
 RNG = np.random.default_rng(29)

@@ -15,11 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkvcli.attention.errors import GroupedWidthMismatch, KvHeadsMismatch, RopeError, ScaleError
+from qkvcli.attention.errors import GroupedWidthMismatch, KvHeadsMismatch, ScaleError
 from qkvcli.attention.gradcheck import gradcheck_attention
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, rotate
+from qkvcli.attention.maths import rotate
 from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.core.errors import RopeError
+from qkvcli.core.rope import Rope
 
 RNG = np.random.default_rng(19)
 

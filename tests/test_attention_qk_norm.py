@@ -17,13 +17,13 @@ from qkvcli.attention.gradcheck import gradcheck_attention
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import (
     QkNorm,
-    Rope,
     layer_norm,
     layer_norm_backward,
     rms_norm,
     rms_norm_backward,
 )
 from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.core.rope import Rope
 
 D_MODEL, D_K = 6, 4
 

@@ -38,7 +38,6 @@ import numpy as np
 from qkvcli.attention.maths import (
     AlibiForm,
     QkNorm,
-    Rope,
     alibi_bias,
     clip,
     clip_backward,
@@ -59,6 +58,7 @@ from qkvcli.attention.maths import (
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import project, project_back
 from qkvcli.core.record import Record
+from qkvcli.core.rope import Rope
 
 
 class AttentionForward(Record):

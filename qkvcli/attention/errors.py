@@ -7,15 +7,7 @@ Construction errors of the multi-head layer: the head count and the output proje
 
 from __future__ import annotations
 
-from qkvcli.core.errors import QkvError, format_shape
-
-
-class Refused(QkvError):
-    """A refusal said in one sentence, its ``detail`` (the settings' own words)."""
-
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)
+from qkvcli.core.errors import QkvError, Refused, format_shape
 
 
 class KeyWidthMismatch(QkvError):
@@ -95,10 +87,6 @@ class ScaleError(QkvError):
     def __init__(self, scale: float) -> None:
         self.scale = scale
         super().__init__(f"scale must be finite and positive, got {scale!r}")
-
-
-class RopeError(Refused):
-    """Rotary position embedding settings the head cannot apply."""
 
 
 class KvHeadsMismatch(Refused):

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.attention.errors import QkNormError, RopeError
+from qkvcli.attention.errors import QkNormError
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import AlibiForm, QkNorm
 from qkvcli.attention.multihead import MultiHeadLayer
-from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError
+from qkvcli.core.errors import BranchOutputWidthMismatch, DuplicateName, ProjectionError, QkvError, RopeError
 from qkvcli.core.names import BRANCHES
 from qkvcli.reading.attend import (
     EXAMPLES,

@@ -19,7 +19,7 @@ Forward, for ``X [B,T,d_model]``::
     O = A V                                                     [B,T,d_v] output
 
 A real layer may add two things (:meth:`AttentionHead.from_arrays`): a RoPE
-(:class:`~qkvcli.attention.maths.Rope`) turns Q and K after their biases, position by
+(:class:`~qkvcli.core.rope.Rope`) turns Q and K after their biases, position by
 position, before the scores (``S = rope(Q) rope(K)^T``; the reverse pass turns dQ and dK
 back by the transpose), and a given ``scale`` replaces ``1/sqrt(d_k)`` (``Z = S * scale``).
 
@@ -62,11 +62,12 @@ from qkvcli.attention.errors import (
     ScaleError,
     ValueInputError,
 )
-from qkvcli.attention.maths import AlibiForm, QkNorm, Rope, check_rope, score_factor, softmax
+from qkvcli.attention.maths import AlibiForm, QkNorm, score_factor, softmax
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
 from qkvcli.core.errors import BranchOutputWidthMismatch
 from qkvcli.core.names import BRANCHES, DEFAULT_NAMES, validate_name
 from qkvcli.core.record import Record
+from qkvcli.core.rope import Rope, check_rope
 from qkvcli.core.weights import (
     NamedWeights,
     check_branches,

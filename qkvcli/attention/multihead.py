@@ -42,16 +42,10 @@ from qkvcli.attention.errors import (
     WindowError,
 )
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import (
-    ALIBI_ROUNDINGS,
-    QK_NORM_KINDS,
-    QK_NORM_SPANS,
-    AlibiForm,
-    QkNorm,
-    Rope,
-    check_rope,
-)
+from qkvcli.attention.maths import AlibiForm, QkNorm
 from qkvcli.core.arrays import Array, ArrayLike, check_finite, readonly
+from qkvcli.core.names import ALIBI_ROUNDINGS, QK_NORM_KINDS, QK_NORM_SPANS
+from qkvcli.core.rope import Rope, check_rope
 
 
 class MultiHeadLayer:

@@ -17,8 +17,8 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe
 
 if TYPE_CHECKING:
-    from qkvcli.attention.maths import Rope
     from qkvcli.core.results import FamilyCheck
+    from qkvcli.core.rope import Rope
     from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.reading.attend import NormSpec
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
+from qkvcli.attention.maths import rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import check_replay
 from qkvcli.check.cases import Case
@@ -34,6 +34,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.rope import Rope, check_rope, inverse_frequencies
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -57,7 +58,7 @@ NAME = "29-rope"
 FIXTURE = "ch29-rope.json"
 
 LAYOUTS = {"adjacent": "interleaved", "half": "half"}
-"""The fixture's pairings and :class:`~qkvcli.attention.maths.Rope`'s names for them:
+"""The fixture's pairings and :class:`~qkvcli.core.rope.Rope`'s names for them:
 ``adjacent`` turns features ``2i`` and ``2i+1`` together (the chapter's, GPT-J's),
 ``half`` features ``i`` and ``i + features/2`` (LLaMA's ``rotate_half``)."""
 
@@ -201,8 +202,8 @@ class RotaryTable(Record):
 def check_table(features: int, positions: int, base: float, layout: str = "adjacent") -> RotaryTable:
     """The chapter's table, validated in its order: the feature width (nonzero, even), the
     position capacity (nonzero), the base (finite, positive); then the engine's own rule
-    (:func:`~qkvcli.attention.maths.check_rope`). Raises a :class:`RotaryRefusal`, or
-    :class:`~qkvcli.attention.errors.RopeError` for an unknown layout."""
+    (:func:`~qkvcli.core.rope.check_rope`). Raises a :class:`RotaryRefusal`, or
+    :class:`~qkvcli.core.errors.RopeError` for an unknown layout."""
     if features == 0:
         raise ZeroFeatureWidth()
     if features % 2:

@@ -25,10 +25,10 @@ import numpy as np
 
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward, LayerGradients
-from qkvcli.attention.errors import HeadCountMismatch, RopeError
+from qkvcli.attention.errors import HeadCountMismatch
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, causal_mask
+from qkvcli.attention.maths import causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.chapters.ch29 import (
     LAYOUTS,
@@ -53,10 +53,11 @@ from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.plans import CH30, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
-from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError
+from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError, RopeError
 from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.rope import Rope
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import keyed_object

@@ -23,7 +23,7 @@ from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradien
 from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead, scale_probe
-from qkvcli.attention.maths import attention_factor, causal_mask, rotate
+from qkvcli.attention.maths import causal_mask, rotate
 from qkvcli.attention.multihead import MultiHeadLayer, layer_loss
 from qkvcli.attention.records import (
     AttendConfig,
@@ -53,6 +53,7 @@ from qkvcli.core.invariants import (
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe, judge_plan
+from qkvcli.core.rope import attention_factor
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.protocol.wire import LAYER_GRADIENT_RECORDS, LAYER_RECORDS
 from qkvcli.reading.attend import AttendFixture, relative_sources

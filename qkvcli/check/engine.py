@@ -68,9 +68,9 @@ def head_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, causal
 
 def _checked_rope(x: Array, base: float, offset: int) -> None:
     """Refuse what the engine's RoPE refuses (odd or no width, a base of 0 or below, a
-    negative offset: :class:`~qkvcli.attention.errors.RopeError`) and an input without
+    negative offset: :class:`~qkvcli.core.errors.RopeError`) and an input without
     a token axis."""
-    from qkvcli.attention.maths import Rope, check_rope
+    from qkvcli.core.rope import Rope, check_rope
 
     if x.ndim < 2:
         raise ValueError(f"RoPE needs [..., tokens, width], got rank {x.ndim}")

@@ -25,7 +25,6 @@ from qkvcli.attention.engine import LayerForward, heads_axis, merge_heads
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import (
     Mask,
-    Rope,
     causal_mask,
     rotate,
     scale,
@@ -39,6 +38,7 @@ from qkvcli.check.diagnose import Bundle, slip_clause
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import project, project_back
 from qkvcli.core.results import Clause
+from qkvcli.core.rope import Rope
 
 ROTATION_BUGS = ("base-ignored", "base-squared", "cos-sin-swapped", "offset-ignored",
                  "float32-angles")

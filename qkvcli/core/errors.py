@@ -196,3 +196,15 @@ class GradientShapeMismatch(QkvError):
 def format_shape(shape: tuple[int, ...] | list[int]) -> str:
     """``[1,2,3]``: the reference's compact shape spelling."""
     return "[" + ",".join(str(int(dim)) for dim in shape) + "]"
+
+
+class Refused(QkvError):
+    """A refusal said in one sentence, its ``detail`` (the settings' own words)."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
+class RopeError(Refused):
+    """Rotary position embedding settings the head cannot apply."""

@@ -64,3 +64,11 @@ def chapter_of_id(name: object) -> int | None:
         if name == known:
             return number
     return None
+
+QK_NORM_SPANS = ("head", "layer")
+QK_NORM_KINDS = ("rms", "layer")
+QK_NORM_AFTER = ("projection", "rope")
+"""The words a fixture's ``qk_norm`` may say: over one head or the whole layer, RMSNorm
+or LayerNorm, after the projection or after RoPE."""
+ALIBI_ROUNDINGS = ("bfloat16",)
+"""How a fixture may say its ALiBi slopes were rounded (``alibi_rounding``)."""

@@ -22,9 +22,10 @@ import numpy as np
 from qkvcli.attention import engine
 from qkvcli.attention.errors import HeadCountMismatch
 from qkvcli.attention.head import AttentionHead
-from qkvcli.attention.maths import Rope, inverse_frequencies, rotate
+from qkvcli.attention.maths import rotate
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
+from qkvcli.core.rope import Rope, inverse_frequencies
 from qkvcli.learn.quiz import LETTERS, Question
 
 CHAPTERS = (27, 28, 29, 30)

@@ -58,17 +58,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from qkvcli.attention.maths import (
-    ALIBI_ROUNDINGS,
-    QK_NORM_AFTER,
-    QK_NORM_KINDS,
-    QK_NORM_SPANS,
-    Rope,
-)
 from qkvcli.core.arrays import Array, check_finite
 from qkvcli.core.errors import ProjectionError, QkvError
-from qkvcli.core.names import BRANCHES
+from qkvcli.core.names import ALIBI_ROUNDINGS, BRANCHES, QK_NORM_AFTER, QK_NORM_KINDS, QK_NORM_SPANS
 from qkvcli.core.record import Record
+from qkvcli.core.rope import Rope
 from qkvcli.core.splitmix import SplitMix64
 from qkvcli.core.weights import check_branches, check_model_widths
 from qkvcli.gradcheck.settings import DEFAULT_STEP, DEFAULT_TOLERANCE

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.maths import (
+from qkvcli.core.errors import QkvError
+from qkvcli.core.rope import (
     ROPE_LAYOUTS,
     SCALINGS,
     Rope,
@@ -16,7 +17,6 @@ from qkvcli.attention.maths import (
     check_scaling,
     inverse_frequencies,
 )
-from qkvcli.core.errors import QkvError
 from qkvcli.reading.files import StrPath
 from qkvcli.reading.json_values import is_json_int, json_type_name, keyed_object
 from qkvcli.reading.problems import FixtureError
@@ -38,7 +38,7 @@ SCALING_OPTIONAL = ("beta_fast", "beta_slow", "truncate", "attention_factor", "m
 """The keys of a fixture's ``rope.scaling`` per type, each required but
 :data:`SCALING_OPTIONAL`: transformers' ``rope_parameters`` with the lengths resolved
 (YaRN's ``beta_fast`` 32, ``beta_slow`` 1, ``truncate`` true; YaRN's and LongRoPE's
-``attention_factor`` its default, :func:`qkvcli.attention.maths.attention_factor`)."""
+``attention_factor`` its default, :func:`qkvcli.core.rope.attention_factor`)."""
 MAX_ROPE_DIMS = 1 << 20  # rotated coordinates of a head: never wider than the limits
 
 

@@ -44,7 +44,7 @@ from qkvcli.render.numbers import (
 from qkvcli.render.wording import Check, verdict
 
 if TYPE_CHECKING:
-    from qkvcli.attention.maths import Rope
+    from qkvcli.core.rope import Rope
 
 FORMULA = "O = softmax(Q K^T / sqrt(d_k)) V"
 PRECISION = 6
