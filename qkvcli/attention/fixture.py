@@ -30,9 +30,10 @@ from qkvcli.reading.attend import (
     LayerParameters,
     read_attend_fixture,
 )
-from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
+from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_step_fits
 from qkvcli.reading.load import fixture_json
 from qkvcli.reading.problems import FixtureError
+from qkvcli.reading.settings import refuse_chapter_fixture
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -133,15 +134,36 @@ def parse_attend_fixture(
     return fixture
 
 
-def load_attend_fixture(
+def load_layer(
     path: StrPath | None = None, example: str = "chapter",
     max_elements: int = DEFAULT_MAX_ELEMENTS, heads: int | None = None, causal: bool = False,
-) -> AttendFixture:
-    """Load ``path``, or the bundled ``example`` (``chapter`` or ``primer``) when ``path``
-    is ``None``, read and judged as :func:`parse_attend_fixture` does.
+    overrides: dict[str, Any] | None = None,
+) -> tuple[AttendFixture, MultiHeadLayer]:
+    """attend's one reading: ``path``, or the bundled ``example`` (``chapter`` or
+    ``primer``) when ``path`` is ``None``, loaded; a chapter 27-30 document refused
+    (:func:`~qkvcli.reading.settings.refuse_chapter_fixture`); read whole and judged as
+    :func:`parse_attend_fixture` does; the gradient check's ``overrides`` (the command
+    line's ``step``, ``tolerance``, ``samples``) put in place of the fixture's, a step that
+    does not fit the fixture's values refused as ``--step``. Gives the fixture and the
+    engine's layer of it.
 
     Raises :class:`~qkvcli.reading.problems.FixtureError` for bad content and
     :class:`~qkvcli.reading.files.InputFileError` for a file that cannot be read.
     """
     data, chapter, base_dir = fixture_json(path, EXAMPLES[example])
-    return parse_attend_fixture(data, chapter, max_elements, base_dir, heads, causal)
+    refuse_chapter_fixture(data)
+    fixture = read_attend_fixture(data, chapter, max_elements, base_dir, heads, causal)
+    layer = layer_of(fixture)
+    if overrides:
+        fixture = fixture._replace(**overrides)
+        if "step" in overrides:
+            check_step_fits(fixture.step, fixture.perturbed(), "--step")
+    return fixture, layer
+
+
+def load_attend_fixture(
+    path: StrPath | None = None, example: str = "chapter",
+    max_elements: int = DEFAULT_MAX_ELEMENTS, heads: int | None = None, causal: bool = False,
+) -> AttendFixture:
+    """:func:`load_layer`'s fixture, without overrides."""
+    return load_layer(path, example, max_elements, heads, causal)[0]

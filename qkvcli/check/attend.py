@@ -14,6 +14,7 @@ layout the fixture gave them in; a head's hold no heads axis.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -335,19 +336,24 @@ def shape_probes(session: Session, layer: MultiHeadLayer,
     return found[0], found[1]
 
 
-def _worst(heads: tuple[HeadEvidence, ...]) -> tuple[
-    AttentionEvidence, MaskEvidence, HullEvidence
-]:
+def worst_rows(heads: tuple[HeadEvidence, ...]) -> AttentionEvidence:
+    """The layer's attention rows: the least weight and the worst row sum of any head."""
     w = [h.attention for h in heads]
+    return AttentionEvidence(min(x.min_attention for x in w),
+                             max(x.max_row_deviation for x in w), w[0].tolerance)
+
+
+def worst_mask(heads: tuple[HeadEvidence, ...]) -> MaskEvidence:
+    """The layer's mask: the largest weight any head gives a hidden key."""
     m = [h.mask for h in heads]
+    return MaskEvidence(m[0].applicable, max(x.max_masked_attention for x in m))
+
+
+def worst_hull(heads: tuple[HeadEvidence, ...]) -> HullEvidence:
+    """The layer's hull: the worst residual, every violation, the loosest tolerance."""
     u = [h.hull for h in heads]
-    return (
-        AttentionEvidence(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
-                          w[0].tolerance),
-        MaskEvidence(m[0].applicable, max(x.max_masked_attention for x in m)),
-        HullEvidence(max(x.barycentric_residual for x in u), sum(x.box_violations for x in u),
-                     max(x.tolerance for x in u)),
-    )
+    return HullEvidence(max(x.barycentric_residual for x in u), sum(x.box_violations for x in u),
+                        max(x.tolerance for x in u))
 
 
 def _same(head: AttentionHead, i: int, j: int) -> bool:
@@ -597,6 +603,86 @@ def other_mask(fixture: AttendFixture, layer: MultiHeadLayer, causal: bool,
     return OtherMask(not causal, scores, scaled, attention)
 
 
+class LayerRun:
+    """attend's plan run on one layer: the fixture, its layer as an implementation in a
+    session of the fixture alone (:func:`layer_session`), the gradient check's settings,
+    and what each family has found so far, by id (:data:`FAMILIES` fill it in order).
+
+    The layer's first whole pass and reverse are the session's first results (the
+    engine's records of them, :class:`LayerImplementation` keeps them): the report's
+    tensors are theirs, and every later family makes passes of its own."""
+
+    def __init__(self, fixture: AttendFixture, parts: LayerParts, causal: bool,
+                 gradcheck: dict[str, Any]) -> None:
+        self.fixture, self.parts, self.causal, self.gradcheck = fixture, parts, causal, gradcheck
+        self.layer, self.x = parts.layer, fixture.input
+        self.single = fixture.function.heads is None
+        self.session = layer_session(self.layer, self.x, fixture.upstream, causal, self.single)
+        self.kind = PASS_LAYER._replace(shape_rule=pass_shapes(self.layer))
+        implementation = self.session.implementation
+        assert isinstance(implementation, LayerImplementation)
+        self.implementation = implementation
+        self.found: dict[str, Any] = {}
+
+    @property
+    def forward(self) -> LayerForward:
+        """The layer's first whole pass (the forward family makes it)."""
+        assert self.implementation.first is not None
+        return self.implementation.first[1]
+
+    @property
+    def grads(self) -> LayerGradients:
+        """The layer's first reverse (the reverse family makes it)."""
+        assert self.implementation.grads is not None
+        return self.implementation.grads
+
+    @cached_property
+    def heads(self) -> tuple[HeadEvidence, ...]:
+        """Row sums, mask and hull of each head of the first pass."""
+        return head_evidence(self.forward, int(self.x.shape[1]), self.causal)
+
+    def passed(self, backward: bool = False) -> bool:
+        """The first pass's (``backward``: its reverse's) claim: every array finite and
+        shaped by the layer's rule (:func:`~qkvcli.check.values.finite_and_shaped`)."""
+        found = self.session.answered(self.kind, self.kind.run(self.session.cases[0]), backward)
+        return finite_and_shaped(self.kind, self.x, (), found, backward=backward)
+
+    def primary(self) -> AttendPrimary:
+        """The report's tensors of the first pass and reverse, and the loss."""
+        return AttendPrimary(layer_tensors(self.fixture, self.parts, self.forward, self.grads),
+                             layer_loss(self.forward, self.fixture.upstream))
+
+
+def _gradcheck(run: LayerRun) -> Any:
+    f = run.fixture
+    return gradcheck_attention(run.layer, run.x, f.upstream, run.grads, run.causal, f.step,
+                               f.tolerance, f.samples, forward=run.forward, **run.gradcheck)
+
+
+FAMILIES: tuple[tuple[str, Callable[[LayerRun], Any]], ...] = (
+    ("forward", LayerRun.passed),
+    ("reverse", lambda run: run.passed(backward=True)),
+    ("attention", lambda run: worst_rows(run.heads)),
+    ("mask", lambda run: worst_mask(run.heads)),
+    ("hull", lambda run: worst_hull(run.heads)),
+    ("rows", lambda run: _token_rows(run.forward.heads[0]) if run.single else ()),
+    ("shapes", lambda run: shape_probes(run.session, run.layer, run.single)),
+    ("gradcheck", _gradcheck),
+    ("primary", LayerRun.primary),
+    ("replay", lambda run: check_replay(run.session, run.kind)[0].passed),
+    ("position_zero", lambda run: turned_from_zero(run.layer, run.forward)),
+    ("single_token", lambda run: check_single_token(run.session, WEIGHED_LAYER)[0].passed),
+    ("scale_probe", lambda run: scale_probe(run.layer.d_k, run.layer.given_scale).holds),
+    ("prefix", lambda run: check_prefix(run.session, LAYER)[0].passed if run.causal else None),
+    ("head_isolation", lambda run: heads_isolated(run.layer, run.x, run.causal)),
+)
+"""attend's steps in the order they are computed, each a function of the run that gives
+what it found (``None``: the family does not apply): the families of the plan
+(:data:`~qkvcli.check.plans.PLANS`, which reads each verdict and orders them for the
+report), and the report's token rows and tensors. The first pass and reverse come
+first, and every family that reads them before the replay's passes."""
+
+
 def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                           other_mask_within: tuple[int, int] | None = None,
                           layer: MultiHeadLayer | None = None,
@@ -616,56 +702,22 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
     """
     causal = fixture.function.causal if causal is None else causal
     parts = layer_parts(fixture, layer)
-    single = fixture.function.heads is None
-    layer, x = parts.layer, fixture.input
-    plan_check(layer, x, fixture.step, fixture.tolerance, fixture.samples, causal=causal,
-               **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
-    batch, tokens, d_model = x.shape
-    # The layer as an implementation in a session of the fixture alone: its first whole
-    # pass and reverse are the evidence's (the engine's records of them), and qkv check's
-    # families judge it
-    session = layer_session(layer, x, fixture.upstream, causal, single)
-    kind = PASS_LAYER._replace(shape_rule=pass_shapes(layer))
-    run = kind.run(session.cases[0])
-    implementation = session.implementation
-    assert isinstance(implementation, LayerImplementation)
-    # the forward's and the reverse's own claim: every array finite and shaped
-    forward_ok = finite_and_shaped(kind, x, (), session.answered(kind, run))
-    reverse_ok = finite_and_shaped(kind, x, (), session.answered(kind, run, backward=True),
-                                   backward=True)
-    assert implementation.first is not None and implementation.grads is not None
-    forward, grads = implementation.first[1], implementation.grads
-    heads = head_evidence(forward, tokens, causal)
-    rows, mask, hull = _worst(heads)
-    token_rows = _token_rows(forward.heads[0]) if single else ()
-    probes = shape_probes(session, layer, single)
-    probes_ok = all(p.kept for p in probes)
-    checked = gradcheck_attention(layer, x, fixture.upstream, grads, causal, fixture.step,
-                                  fixture.tolerance, fixture.samples, forward=forward,
-                                  **gradcheck)
-    tensors = layer_tensors(fixture, parts, forward, grads)
-    loss = layer_loss(forward, fixture.upstream)
-    # a second whole pass and reverse, each compared with the first bit for bit, then let go
-    replay_bitwise = check_replay(session, kind)[0].passed
-    turned = turned_from_zero(layer, forward)
-    del forward, grads
-    # the single token, and under the mask the prefix (its last token's input raised by one)
-    claims = {"single_token": check_single_token(session, WEIGHED_LAYER)[0].passed,
-              "scale_probe": scale_probe(layer.d_k, layer.given_scale).holds}
-    if causal:
-        claims["prefix"] = check_prefix(session, LAYER)[0].passed
-    for name, holds in (("head_isolation", heads_isolated(layer, x, causal)),
-                        ("position_zero", turned)):
-        if holds is not None:
-            claims[name] = holds
-    checks = judge_plan(PLANS[ATTEND], {
-        "forward": forward_ok, "attention": rows.passed, "mask": mask.passed,
-        "hull": hull.passed, "reverse": reverse_ok, "shapes": probes_ok,
-        "replay": replay_bitwise, "gradcheck": checked.passed, **claims})
-    p = layer.projections
+    plan_check(parts.layer, fixture.input, fixture.step, fixture.tolerance, fixture.samples,
+               causal=causal, **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
+    run = LayerRun(fixture, parts, causal, gradcheck)
+    for name, family in FAMILIES:
+        run.found[name] = family(run)
+    return _evidence(run, other_mask_within)
+
+
+def _evidence(run: LayerRun, other_mask_within: tuple[int, int] | None) -> AttendEvidence:
+    """The evidence of a run whose families have all been computed."""
+    fixture, layer, parts, found = run.fixture, run.layer, run.parts, run.found
+    batch, tokens, d_model = run.x.shape
+    p, single = layer.projections, run.single
     config = AttendConfig(
-        batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v, causal=causal,
-        bias=p.branch_biases, value_width=fixture.function.value_width,
+        batch=batch, tokens=tokens, d_model=d_model, d_k=layer.d_k, d_v=layer.d_v,
+        causal=run.causal, bias=p.branch_biases, value_width=fixture.function.value_width,
         layout=fixture.parameters.layout,
         layout_description=fixture.parameters.layout_description, scale=p.scale_of(layer.d_k),
         parameter_count=layer.parameter_count, names=p.names,
@@ -680,11 +732,12 @@ def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
         clip_qkv=layer.clip, qk_norm=fixture.function.qk_norm,
     )
     return AttendEvidence(
-        chapter=fixture.chapter, seed=fixture.seed, config=config,
-        primary=AttendPrimary(tensors, loss), rows=token_rows,
-        attention=rows, mask=mask, hull=hull, probes=probes, notes=_layer_notes(layer),
-        replay_bitwise=replay_bitwise, gradcheck=checked, checks=checks,
-        heads=() if single else heads, upstream_given=fixture.upstream_given,
+        chapter=fixture.chapter, seed=fixture.seed, config=config, primary=found["primary"],
+        rows=found["rows"], attention=found["attention"], mask=found["mask"],
+        hull=found["hull"], probes=found["shapes"], notes=_layer_notes(layer),
+        replay_bitwise=found["replay"], gradcheck=found["gradcheck"],
+        checks=judge_plan(PLANS[ATTEND], found), heads=() if single else run.heads,
+        upstream_given=fixture.upstream_given,
         other_mask=None if other_mask_within is None else other_mask(
-            fixture, layer, causal, other_mask_within),
+            fixture, layer, run.causal, other_mask_within),
     )

@@ -54,8 +54,14 @@ def _refused(e: Any) -> bool:
     return all(case.rejected for case in e.errors)
 
 
-def _found(name: str, found: dict[str, bool]) -> bool | None:
-    return found.get(name)
+def _found(name: str, found: dict[str, Any]) -> bool | None:
+    """attend's verdict of ``name``: the claim its family found (``None``: it does not
+    apply), or the ``passed`` of the record it found (weights, mask, hull, gradient
+    check); its shape probes pass when every probe kept its shape."""
+    fact = found.get(name)
+    if name == "shapes" and fact is not None:
+        return all(probe.kept for probe in fact)
+    return fact if fact is None or isinstance(fact, bool) else bool(fact.passed)
 
 
 PLANS: dict[str, Plan[Any]] = {

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from qkvcli.cli.group import EXIT_FAILED
-from qkvcli.cli.io import check_outputs, label_of, labelled, working_on, write_file
+from qkvcli.cli.io import check_outputs, label_of, working_on, write_file
 from qkvcli.cli.options import (
     ATTEND_PRECISION,
     CheckOverrides,
@@ -30,68 +30,12 @@ from qkvcli.render import render_pieces
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.attention.multihead import MultiHeadLayer
-    from qkvcli.reading.attend import AttendFixture
-
 
 def attend_label(path: Path | None, example: str) -> str:
     """How messages name attend's fixture: its path, ``<stdin>`` or the bundled example."""
     from qkvcli.reading.attend import EXAMPLES
 
     return label_of(path, bundled=f"<bundled {EXAMPLES[example]}>")
-
-
-def _load_attend(path: Path | None, label: str, example: str, max_elements: int,
-                 heads: int | None = None, causal: bool = False,
-                 ) -> tuple[AttendFixture, MultiHeadLayer]:
-    """The fixture read whole (:func:`~qkvcli.reading.attend.read_attend_fixture`), then
-    judged once as the engine builds its layer (:mod:`qkvcli.attention.fixture`); any
-    problem names the file as ``label``."""
-    from qkvcli.attention.fixture import layer_of
-    from qkvcli.reading.attend import EXAMPLES, read_attend_fixture
-    from qkvcli.reading.load import fixture_json
-
-    def read() -> tuple[AttendFixture, MultiHeadLayer]:
-        data, stem, base_dir = fixture_json(path, EXAMPLES[example])
-        refuse_chapter_fixture(data, label)
-        fixture = read_attend_fixture(data, stem, max_elements, base_dir, heads, causal)
-        return fixture, layer_of(fixture)
-
-    return labelled(label, read)
-
-
-CHAPTER_KEYS = (("suffix", 30), ("suffix_perturbation", 28), ("prefix_seed", 28),
-                ("invariant_tolerance", 29), ("single_token", 27), ("query", 27))
-"""Top-level keys only a chapter 27-30 fixture has, and the chapter each points to (the
-first found decides: ``query`` beside ``rope`` is chapter 29's)."""
-
-
-def refuse_chapter_fixture(data: Any, label: str) -> None:
-    """Raise for a chapter 27-30 fixture given to ``qkv attend``, naming ``qkv run
-    --chapter N``: attend's reader would only call its keys unknown. A misspelt
-    ``chapter`` is named as such (:func:`~qkvcli.reading.settings.misnamed_chapter`)."""
-    from qkvcli.cli.group import InputError
-    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_of_id
-    from qkvcli.reading.settings import misnamed_chapter
-
-    if not isinstance(data, dict):
-        return
-    misnamed = misnamed_chapter(data)
-    if misnamed is not None:
-        raise misnamed
-    number = chapter_of_id(data.get("chapter"))
-    if number is not None and number != DEFAULT_CHAPTER:
-        raise InputError(f"{label}: $.chapter: a chapter {number} fixture ({CHAPTER_IDS[number]}); "
-                         f"qkv attend runs attention layers: run it with qkv run --chapter "
-                         f"{number} {label}")
-    for key, chapter in CHAPTER_KEYS:
-        if key in data:
-            chapter = 29 if key in ("query", "single_token") and "rope" in data else chapter
-            chapter = 28 if chapter == 27 and "prefix_seed" in data else chapter
-            raise InputError(f"{label}: $.{key}: a chapter {chapter} fixture's key; qkv attend "
-                             f"runs attention layers: run it with qkv run --chapter {chapter} "
-                             f"{label}")
-
 
 
 def _families(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -170,10 +114,10 @@ def attend(
     """
     import contextlib
 
+    from qkvcli.attention.fixture import load_layer
     from qkvcli.check.attend import build_attend_evidence
     from qkvcli.cli.console import gradcheck_progress
     from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, MAX_EVALUATIONS
-    from qkvcli.reading.limits import check_step_fits
     from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
 
     if click.get_current_context().meta.get("families"):
@@ -187,23 +131,19 @@ def attend(
     from qkvcli.reading.files import trusting_paths
 
     label = attend_label(fixture, example or "chapter")
-    with trusting_paths(trust_paths):
-        loaded, layer = _load_attend(fixture, label, example or "chapter", max_elements, heads,
-                                     causal)
     changes = overrides.changes()
     mode = changes.pop("mode", DEFAULT_MODE)
     directions = changes.pop("directions", DEFAULT_DIRECTIONS)
-    loaded = loaded._replace(**changes) if changes else loaded
+    with trusting_paths(trust_paths), working_on(label):
+        loaded, layer = load_layer(fixture, example or "chapter", max_elements, heads, causal,
+                                   changes)
     causal = loaded.function.causal  # the fixture's "causal", or --causal
     overrides.warn_ignored(mode)
     reporter = gradcheck_progress(resolve_format(fmt, output), view)
     settings = {"mode": mode, "directions": directions, "progress": reporter,
                 "limit": overrides.max_evaluations or MAX_EVALUATIONS}
     with working_on(label), (reporter or contextlib.nullcontext()):
-        # One head or a layer: the same step limit, and the check's budget (counted in
-        # what its evaluations cost) refused before any work.
-        if overrides.step is not None:
-            check_step_fits(loaded.step, loaded.perturbed(), "--step")
+        # the check's budget (counted in what its evaluations cost) is refused before any work
         evidence = build_attend_evidence(loaded, causal=causal, other_mask_within=None if (
             html is None) else (TOGGLE_UP_TO, PAGE_CELLS), layer=layer, **settings)
     policy = tensor_policy(tensors, view.full)

@@ -15,7 +15,7 @@ import click
 
 from qkvcli.cli.batch import expand_fixtures
 from qkvcli.cli.chapter import chapter_option, check_chapter
-from qkvcli.cli.group import EXIT_INPUT, InputError, error_line, safe_line
+from qkvcli.cli.group import EXIT_INPUT, error_line, safe_line
 from qkvcli.cli.io import SafePath, label_of, labelled
 from qkvcli.cli.options import max_elements_option
 
@@ -77,12 +77,12 @@ def fixture_problems_of(path: Path, max_elements: int, attend: bool,
         if not problems or not attend_keys(data):
             return CHAPTER, problems
     from qkvcli.attention.fixture import parse_attend_fixture
-    from qkvcli.cli.attend import refuse_chapter_fixture
+    from qkvcli.reading.settings import refuse_chapter_fixture
 
     try:
-        refuse_chapter_fixture(data, label_of(path))  # a chapter's fixture: qkv run --chapter N
-    except InputError as error:
-        return ATTEND, [error.format_message().removeprefix(f"{label_of(path)}: ")]
+        refuse_chapter_fixture(data)  # a chapter's fixture: qkv run --chapter N
+    except FixtureError as error:
+        return ATTEND, [str(error.in_file(label_of(path)))]
     try:
         parse_attend_fixture(data, fixture_stem(path), max_elements, path.parent)
     except FixtureError as error:

@@ -74,6 +74,48 @@ def parse_chapter(raw_chapter: Any) -> str:
     return raw_chapter
 
 
+CHAPTER_KEYS = (("suffix", 30), ("suffix_perturbation", 28), ("prefix_seed", 28),
+                ("invariant_tolerance", 29), ("single_token", 27), ("query", 27))
+"""Top-level keys only a chapter 27-30 fixture has, and the chapter each points to (the
+first found decides: ``query`` beside ``rope`` is chapter 29's)."""
+
+
+class LaterChapterFixture(FixtureError):
+    """A chapter 27-30 fixture given to the layer's reader (``qkv attend``), whose keys it
+    would only call unknown: the message names ``qkv run --chapter N FILE`` once the
+    file is known (:meth:`~qkvcli.core.errors.QkvError.in_file`)."""
+
+    def __init__(self, location: str, said: str, chapter: int) -> None:
+        self.said, self.chapter = said, chapter
+        super().__init__(location, said)
+
+    def __str__(self) -> str:
+        return (f"{self.location}: {self.said}; qkv attend runs attention layers: run it "
+                f"with qkv run --chapter {self.chapter} {self.file or 'FIXTURE'}")
+
+
+def refuse_chapter_fixture(data: Any) -> None:
+    """Raise for a chapter 27-30 document given to the layer's reader: a misspelt
+    ``chapter`` as such (:func:`misnamed_chapter`), a chapter's id or a key only a
+    chapter has as :class:`LaterChapterFixture`."""
+    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_of_id
+
+    if not isinstance(data, dict):
+        return
+    misnamed = misnamed_chapter(data)
+    if misnamed is not None:
+        raise misnamed
+    number = chapter_of_id(data.get("chapter"))
+    if number is not None and number != DEFAULT_CHAPTER:
+        raise LaterChapterFixture("$.chapter",
+                             f"a chapter {number} fixture ({CHAPTER_IDS[number]})", number)
+    for key, chapter in CHAPTER_KEYS:
+        if key in data:
+            chapter = 29 if key in ("query", "single_token") and "rope" in data else chapter
+            chapter = 28 if chapter == 27 and "prefix_seed" in data else chapter
+            raise LaterChapterFixture(f"$.{key}", f"a chapter {chapter} fixture's key", chapter)
+
+
 def misnamed_chapter(data: Any) -> FixtureError | None:
     """The one problem of a document whose ``chapter`` looks meant for chapter 27 to 30 but
     is not its id (``"27-self-atention"``, ``"27"``, ``"self-attention"``, the number
