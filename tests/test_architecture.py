@@ -27,8 +27,8 @@ REPOSITORY = PACKAGE.parent
 # name anything.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
-    # a fixture's gradcheck settings, by gradcheck's rules; an attend fixture's Rope
-    "reading": {"core", "gradcheck", "attention.maths"},
+    # a fixture's gradcheck settings, by gradcheck's rules
+    "reading": {"core", "gradcheck"},
     "gradcheck": {"core"},
     "attention": {"core", "reading", "gradcheck"},
     "learn": {"core", "reading", "check", "attention", "chapters"},
