@@ -113,6 +113,19 @@ def test_junit_with_one_fixture(tmp_path: Path) -> None:
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("8", "0", "0")
 
 
+@pytest.mark.parametrize("fmt", ["json", "rich"])
+@pytest.mark.parametrize("args", [["a.json", "b.json"], ["."], ["a.json", "--junit", "r.xml"]])
+def test_batch_refuses_a_format_it_cannot_show(tmp_path: Path, args: list[str], fmt: str) -> None:
+    """A batch shows one summary table: -f json or rich is refused before any fixture runs
+    (it printed the text table under -f json), and nothing is written."""
+    (tmp_path / "a.json").write_text(json.dumps(GOOD))
+    (tmp_path / "b.json").write_text(json.dumps(GOOD))
+    result = invoke(["run", *args, "-f", fmt], tmp_path)
+    assert result.exit_code == 2
+    assert f"-f {fmt} shows one fixture's report" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
 def test_junit_without_fixtures_runs_the_bundled_one(tmp_path: Path) -> None:
     result = invoke(["run", "--junit", "r.xml"], tmp_path)
     assert result.exit_code == 0

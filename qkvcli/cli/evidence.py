@@ -143,6 +143,10 @@ def run(
                                    "\"chapter\" key says which chapter it is")
         if view.exports or html is not None:
             raise click.UsageError("--export-svg/--export-html/--html take a single fixture file")
+        if fmt not in ("auto", "text"):  # the summary is one table of plain lines
+            raise click.UsageError(f"-f {fmt} shows one fixture's report; with several "
+                                   "fixtures, a directory or --junit, qkv run shows a summary "
+                                   "table (--junit FILE also writes each result as JUnit XML)")
         run_many(fixtures, junit, max_elements, overrides, jobs=jobs, output=output)
         return
     fixture = fixtures[0] if fixtures else None
