@@ -10,9 +10,10 @@ gradient is the rotation turned back, checked by central differences.
 The rotation and its tables are :mod:`qkvcli.attention.maths`' (``Rope`` with its
 ``offset``, ``inverse_frequencies``, ``rope_tables``, ``rotate``, ``check_rope``). What
 this module adds is the chapter's table of a fixed position capacity and its validator
-(:func:`check_table`, :func:`rotate_checked`): the typed refusals the chapter's
-rejected inputs exercise, in the chapter's order, and which :func:`parse` applies to a
-user's fixture too. No I/O, no prose.
+(:func:`check_table`, :func:`rotate_checked`): the engine's typed refusals
+(:class:`~qkvcli.attention.errors.RotaryRefusal`) raised in the chapter's order, which
+its rejected inputs exercise and :func:`parse` applies to a user's fixture too. No I/O,
+no prose.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkvcli.attention.errors import (
+    InvalidRopeBase,
+    OddFeatureWidth,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
+    RotaryInputRank,
+    RotaryRefusal,
+    RotaryWidthMismatch,
+    ZeroFeatureWidth,
+    ZeroPositionCapacity,
+)
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import check_replay
@@ -77,92 +90,6 @@ DOCUMENT_KEYS = ("chapter", "description", "rope", "query", "key", "upstream", "
 ROPE_KEYS = ("features", "positions", "base", "layout", "offset", "shift")
 
 
-# --- the chapter's refusals ---------------------------------------------------------------
-
-
-class RotaryRefusal(QkvError):
-    """A rotary table or operand the chapter refuses; ``kind`` names the refusal."""
-
-    kind = ""
-
-
-class ZeroFeatureWidth(RotaryRefusal):
-    kind = "zero-feature-width"
-
-    def __init__(self) -> None:
-        super().__init__("rotary feature width must be nonzero")
-
-
-class OddFeatureWidth(RotaryRefusal):
-    kind = "odd-feature-width"
-
-    def __init__(self, width: int) -> None:
-        self.width = width
-        super().__init__(f"rotary feature width must be even, got {width}")
-
-
-class ZeroPositionCapacity(RotaryRefusal):
-    kind = "zero-position-capacity"
-
-    def __init__(self) -> None:
-        super().__init__("rotary position capacity must be nonzero")
-
-
-class InvalidRopeBase(RotaryRefusal):
-    kind = "invalid-base"
-
-    def __init__(self, base: float) -> None:
-        self.base = base
-        super().__init__(f"rotary frequency base must be finite and positive, got {base!r}")
-
-
-class RotaryInputRank(RotaryRefusal):
-    kind = "input-rank"
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        super().__init__(
-            f"rotary input needs at least rank two [..., tokens, features], got rank {rank}")
-
-
-class RotaryWidthMismatch(RotaryRefusal):
-    kind = "feature-width-mismatch"
-
-    def __init__(self, expected: int, actual: int) -> None:
-        self.expected = expected
-        self.actual = actual
-        super().__init__(f"rotary input feature width must be {expected}, got {actual}")
-
-
-class PositionOffsetOverflow(RotaryRefusal):
-    kind = "position-offset-overflow"
-
-    def __init__(self, offset: int, tokens: int) -> None:
-        self.offset = offset
-        self.tokens = tokens
-        super().__init__(f"rotary position interval overflows: offset {offset} plus {tokens} "
-                         f"tokens passes 2^53, the last position binary64 holds exactly")
-
-
-class PositionRangeExceeded(RotaryRefusal):
-    kind = "position-range-exceeded"
-
-    def __init__(self, offset: int, tokens: int, capacity: int) -> None:
-        self.offset = offset
-        self.tokens = tokens
-        self.capacity = capacity
-        super().__init__(f"rotary position interval [{offset}, {offset + tokens}) exceeds "
-                         f"capacity {capacity}")
-
-
-class ReleasedBuffer(RotaryRefusal):
-    kind = "autodiff-stage"
-
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
-        super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
-
-
 def read_operand(values: Any, stage: str) -> Array:
     """``values`` as float64; a released buffer (a ``memoryview`` after ``release()``) is
     refused as :class:`ReleasedBuffer` instead of being read as an object."""
@@ -201,7 +128,7 @@ class RotaryTable(Record):
 def check_table(features: int, positions: int, base: float, layout: str = "adjacent") -> RotaryTable:
     """The chapter's table, validated in its order: the feature width (nonzero, even), the
     position capacity (nonzero), the base (finite, positive); then the engine's own rule
-    (:func:`~qkvcli.attention.maths.check_rope`). Raises a :class:`RotaryRefusal`, or
+    (:func:`~qkvcli.attention.maths.check_rope`). Raises a :class:`~qkvcli.attention.errors.RotaryRefusal`, or
     :class:`~qkvcli.attention.errors.RopeError` for an unknown layout."""
     if features == 0:
         raise ZeroFeatureWidth()

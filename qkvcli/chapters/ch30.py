@@ -25,17 +25,21 @@ import numpy as np
 
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward, LayerGradients
-from qkvcli.attention.errors import HeadCountMismatch, RopeError
+from qkvcli.attention.errors import (
+    EmptyLayerInput,
+    HeadCountMismatch,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
+    RopeError,
+    RotaryRefusal,
+)
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import Rope, causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.chapters.ch29 import (
     LAYOUTS,
-    PositionOffsetOverflow,
-    PositionRangeExceeded,
-    ReleasedBuffer,
-    RotaryRefusal,
     RotaryTable,
     check_chapter,
     check_interval,
@@ -83,13 +87,6 @@ ROPE_KEYS = ("positions", "base", "layout", "offset", "shift")
 WEIGHT_KEYS = ("query", "key", "value", "output")
 
 
-class EmptyLayerInput(QkvError):
-    """A layer input without tokens: a causal row needs at least its own token."""
-
-    def __init__(self) -> None:
-        super().__init__("multi-head attention needs at least one token, got an empty token axis")
-
-
 class MultiHeadSpec(Record):
     """What the chapter's layer is made of: the four weights (``X W`` layout), the head
     count and the RoPE table of each head (``features`` = ``d_h``)."""
@@ -124,7 +121,7 @@ def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
 def forward_checked(spec: MultiHeadSpec, values: Any,
                     offset: int) -> tuple[MultiHeadLayer, Array, LayerForward]:
     """The causal forward of the layer at positions ``offset ..`` after the chapter's input
-    checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedBuffer`),
+    checks, in its order: a readable operand (:class:`~qkvcli.attention.errors.ReleasedBuffer`),
     rank three and the model width (the engine's), at least one token (:class:`EmptyLayerInput`),
     the position interval (chapter 29's table). Gives the layer, the input and the pass."""
     layer = layer_at(spec, offset)

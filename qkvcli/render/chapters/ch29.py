@@ -11,18 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.chapters.ch29 import (
-    NAME,
+from qkvcli.attention.errors import (
     InvalidRopeBase,
     OddFeatureWidth,
     PositionOffsetOverflow,
     PositionRangeExceeded,
     ReleasedBuffer,
-    RopeEvidence,
     RotaryInputRank,
     RotaryWidthMismatch,
     ZeroFeatureWidth,
 )
+from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
