@@ -38,6 +38,7 @@ from qkvcli.attention.errors import (
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import check_replay
+from qkvcli.check.boundaries import BadInput, typed_refusals
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import ROPE
 from qkvcli.check.plans import CH29, PLANS
@@ -46,7 +47,7 @@ from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import check_evaluations
@@ -478,29 +479,27 @@ SMALL_CAPACITY = 3
 not fit."""
 
 
-def rejected_inputs(fixture: RopeFixture) -> tuple[Refusal, ...]:
-    """The chapter's bad inputs, each given to the validator and what it raised recorded,
-    in the chapter's order: each must raise exactly the error expected, fields and all."""
+def bad_inputs(fixture: RopeFixture) -> tuple[BadInput, ...]:
+    """The chapter's bad inputs, each given to the validator, in the chapter's order: each
+    must raise exactly the error expected, fields and all."""
     t = fixture.table
     small = RotaryTable(t.features, SMALL_CAPACITY, t.base, t.layout)
     overflow = 2 ** 64 - 1
     return (
-        refused("zero-width", ZeroFeatureWidth(),
-                lambda: check_table(0, t.positions, t.base, t.layout)),
-        refused("odd-width", OddFeatureWidth(t.features - 1),
-                lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
-        refused("invalid-base", InvalidRopeBase(0.0),
-                lambda: check_table(t.features, t.positions, 0.0, t.layout)),
-        refused("input-rank", RotaryInputRank(1),
-                lambda: rotate_checked(small, np.zeros(t.features), 0)),
-        refused("width-mismatch", RotaryWidthMismatch(t.features, t.features // 2),
-                lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
-        refused("position-range", PositionRangeExceeded(2, 2, SMALL_CAPACITY),
-                lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
-        refused("offset-overflow", PositionOffsetOverflow(overflow, 1),
-                lambda: rotate_checked(small, np.zeros((1, t.features)), overflow)),
-        refused("released-input", ReleasedBuffer(ROTARY_STAGE),
-                lambda: rotate_checked(small, _released(t.features), 0)),
+        ("zero-width", ZeroFeatureWidth(), lambda: check_table(0, t.positions, t.base, t.layout)),
+        ("odd-width", OddFeatureWidth(t.features - 1),
+         lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
+        ("invalid-base", InvalidRopeBase(0.0),
+         lambda: check_table(t.features, t.positions, 0.0, t.layout)),
+        ("input-rank", RotaryInputRank(1), lambda: rotate_checked(small, np.zeros(t.features), 0)),
+        ("width-mismatch", RotaryWidthMismatch(t.features, t.features // 2),
+         lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
+        ("position-range", PositionRangeExceeded(2, 2, SMALL_CAPACITY),
+         lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
+        ("offset-overflow", PositionOffsetOverflow(overflow, 1),
+         lambda: rotate_checked(small, np.zeros((1, t.features)), overflow)),
+        ("released-input", ReleasedBuffer(ROTARY_STAGE),
+         lambda: rotate_checked(small, _released(t.features), 0)),
     )
 
 
@@ -528,7 +527,7 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         found = primary(fixture, session)
         replay, _ = check_replay(session, ROPE)  # a second rope and rope_reverse, bit for bit
         shapes = probes(fixture)
-        errors = rejected_inputs(fixture)
+        errors = typed_refusals(bad_inputs(fixture))
         checked = gradient_check(fixture, found)
         evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay.passed,
                                 checks=(), fixture=fixture, primary=found, probes=shapes)

@@ -51,6 +51,7 @@ from qkvcli.chapters.ch29 import (
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
+from qkvcli.check.boundaries import BadInput, typed_refusals
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import MULTI_HEAD
 from qkvcli.check.multihead import check_head_isolation
@@ -60,7 +61,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError
 from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import keyed_object
@@ -510,7 +511,7 @@ def _released(shape: tuple[int, ...]) -> memoryview[float]:
     return view
 
 
-def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
+def bad_inputs(fixture: MultiHeadFixture) -> tuple[BadInput, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
     spec = fixture.spec
@@ -527,18 +528,16 @@ def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
 
     capacity = spec.table.positions
     return (
-        refused("zero_model_width", ProjectionError, layer(0, 0)),
-        refused("zero_heads", HeadCountMismatch, layer(4, 0)),
-        refused("nondivisible", HeadCountMismatch, layer(6, 4)),
-        refused("odd_head_width", RopeError, layer(4, 4)),
-        refused("input_rank", InputRank, given(np.zeros(d_model), 0)),
-        refused("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
-        refused("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
-        refused("offset_overflow", PositionOffsetOverflow,
-                given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
-        refused("position_range", PositionRangeExceeded,
-                given(np.zeros((1, 2, d_model)), capacity - 1)),
-        refused("released_input", ReleasedBuffer, given(_released((1, tokens, d_model)), 0)),
+        ("zero_model_width", ProjectionError, layer(0, 0)),
+        ("zero_heads", HeadCountMismatch, layer(4, 0)),
+        ("nondivisible", HeadCountMismatch, layer(6, 4)),
+        ("odd_head_width", RopeError, layer(4, 4)),
+        ("input_rank", InputRank, given(np.zeros(d_model), 0)),
+        ("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
+        ("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
+        ("offset_overflow", PositionOffsetOverflow, given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
+        ("position_range", PositionRangeExceeded, given(np.zeros((1, 2, d_model)), capacity - 1)),
+        ("released_input", ReleasedBuffer, given(_released((1, tokens, d_model)), 0)),
     )
 
 
@@ -575,7 +574,7 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
                                       forward=done, has_fast=False,
                                       limit=evaluations_allowed() or MAX_EVALUATIONS)
         tape_finite = all(all_finite(a) for a in found.arrays()) and bool(np.isfinite(found.loss))
-        evidence = MultiHeadEvidence(errors=rejected_inputs(fixture), gradcheck=checked,
+        evidence = MultiHeadEvidence(errors=typed_refusals(bad_inputs(fixture)), gradcheck=checked,
                                      replay_bitwise=replay.passed, checks=(), fixture=fixture,
                                      primary=found, probes=probes(fixture, found, session),
                                      shapes=shapes(fixture, found), parameters=parameters(layer),

@@ -76,7 +76,7 @@ from qkvcli.chapters.registry import (
     settings_replaced,
 )
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
-from qkvcli.check.boundaries import check_single_token
+from qkvcli.check.boundaries import BadInput, check_single_token, typed_refusals
 from qkvcli.check.cases import Case, Run
 from qkvcli.check.engine import operands_implementation
 from qkvcli.check.kinds import Kind, operand_head
@@ -86,7 +86,7 @@ from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import Plan, ShapeProbe, judge_plan
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
@@ -371,7 +371,7 @@ def prefix_probe(judge: HeadSession, fixture: CausalFixture) -> PrefixProbe:
 
 # --- the rejected inputs ----------------------------------------------------------------
 
-def self_attention_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
+def self_attention_bad_inputs(query: Array, key: Array, value: Array) -> tuple[BadInput, ...]:
     """Chapter 27's five bad inputs, made from the fixture's shapes, in the anchor's order."""
     batch, tokens, d_k = query.shape
 
@@ -379,21 +379,21 @@ def self_attention_refusals(query: Array, key: Array, value: Array) -> tuple[Ref
         return np.zeros(shape)
 
     return (
-        refused("query-rank", OperandRank("query", 2),
-                lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, False)),
-        refused("batch-mismatch", OperandBatchMismatch(batch, batch + 1, batch),
-                lambda: attend(query, zeros(batch + 1, tokens, d_k), value, False)),
-        refused("token-mismatch", OperandTokenMismatch(tokens, tokens + 1, tokens),
-                lambda: attend(query, zeros(batch, tokens + 1, d_k), value, False)),
-        refused("empty-tokens", EmptyTokenAxis(),
-                lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
-                               zeros(batch, 0, value.shape[2]), False)),
-        refused("query-key-width", QueryKeyWidthMismatch(d_k, d_k + 1),
-                lambda: attend(query, zeros(batch, tokens, d_k + 1), value, False)),
+        ("query-rank", OperandRank("query", 2),
+         lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, False)),
+        ("batch-mismatch", OperandBatchMismatch(batch, batch + 1, batch),
+         lambda: attend(query, zeros(batch + 1, tokens, d_k), value, False)),
+        ("token-mismatch", OperandTokenMismatch(tokens, tokens + 1, tokens),
+         lambda: attend(query, zeros(batch, tokens + 1, d_k), value, False)),
+        ("empty-tokens", EmptyTokenAxis(),
+         lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
+                        zeros(batch, 0, value.shape[2]), False)),
+        ("query-key-width", QueryKeyWidthMismatch(d_k, d_k + 1),
+         lambda: attend(query, zeros(batch, tokens, d_k + 1), value, False)),
     )
 
 
-def causal_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
+def causal_bad_inputs(query: Array, key: Array, value: Array) -> tuple[BadInput, ...]:
     """Chapter 28's six bad inputs, made from the fixture's shapes, in the course's order."""
     batch, tokens, d_k = query.shape
     d_v = int(value.shape[2])
@@ -403,17 +403,16 @@ def causal_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ..
         return reverse(kept_nothing, np.ones(value.shape))
 
     return (
-        refused("attention-empty-tokens", EmptyTokenAxis(),
-                lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
-                               np.zeros((batch, 0, d_v)), True)),
-        refused("softmax-rank", CausalSoftmaxRank(1), lambda: causal_probabilities(np.zeros(1))),
-        refused("softmax-shape", CausalSoftmaxNonSquare(tokens - 1, tokens),
-                lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
-        refused("query-rank", OperandRank("query", 2),
-                lambda: attend(query[0], key, value, True)),
-        refused("token-mismatch", OperandTokenMismatch(tokens, tokens - 1, tokens),
-                lambda: attend(query, key[:, :-1], value, True)),
-        refused("released-score", ReleasedOperand("causal-softmax", 0), released),
+        ("attention-empty-tokens", EmptyTokenAxis(),
+         lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
+                        np.zeros((batch, 0, d_v)), True)),
+        ("softmax-rank", CausalSoftmaxRank(1), lambda: causal_probabilities(np.zeros(1))),
+        ("softmax-shape", CausalSoftmaxNonSquare(tokens - 1, tokens),
+         lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
+        ("query-rank", OperandRank("query", 2), lambda: attend(query[0], key, value, True)),
+        ("token-mismatch", OperandTokenMismatch(tokens, tokens - 1, tokens),
+         lambda: attend(query, key[:, :-1], value, True)),
+        ("released-score", ReleasedOperand("causal-softmax", 0), released),
     )
 
 
@@ -479,7 +478,7 @@ def build_self_attention(fixture: HeadInputs) -> SelfAttentionEvidence:
     return judged(SelfAttentionEvidence(
         chapter=CHAPTER_IDS[27], source=fixture.source, primary=primary, single=single,
         empty=empty_probe(judge, q, v, wider=1), gradcheck=check,
-        errors=self_attention_refusals(q, k, v), replay_bitwise=replay, checks=(),
+        errors=typed_refusals(self_attention_bad_inputs(q, k, v)), replay_bitwise=replay, checks=(),
         scale=scale_probe(int(q.shape[2])), batch=batch_probe(judge, q, k, v),
         value_width_output=_dims(judge.call(q, k, v[..., :1])[4])),
         PLANS[CH27])
@@ -492,7 +491,7 @@ def build_causal(fixture: CausalFixture) -> CausalEvidence:
     return judged(CausalEvidence(
         chapter=CHAPTER_IDS[28], source=f.source, primary=primary, single=single,
         empty=empty_probe(judge, f.query, f.value), gradcheck=check,
-        errors=causal_refusals(f.query, f.key, f.value), replay_bitwise=replay, checks=(),
+        errors=typed_refusals(causal_bad_inputs(f.query, f.key, f.value)), replay_bitwise=replay, checks=(),
         prefix=prefix_probe(judge, fixture)), PLANS[CH28])
 
 

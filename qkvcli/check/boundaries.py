@@ -1,7 +1,8 @@
 """The ``shapes`` and ``errors`` families of every kind (``head-shapes``, ``rope-errors``)
 and ``single-token`` of every kind with an attention matrix: empty axes kept, bad
 requests rejected, one token weighed exactly 1; each fixture once (in the kind's last
-mode)."""
+mode). A chapter's bad inputs, which the engine must refuse with its typed errors, are
+data judged here too (:func:`typed_refusals`)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from qkvcli.check.kinds import Kind, Probe, Request, Shape
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import coordinate
-from qkvcli.core.errors import format_shape
+from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.invariants import single_token
-from qkvcli.core.results import Failure, FamilyCheck, ShapeProbe, judge
+from qkvcli.core.results import Failure, FamilyCheck, Refusal, ShapeProbe, judge, refused
 from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
 
@@ -194,3 +195,14 @@ def refusals(family: str, label: str,
         failures.append(Failure(family, label, accepted[0][0], code="accepted",
                                 facts=tuple(accepted)))
     return failures
+
+
+BadInput = tuple[str, "QkvError | type[QkvError]", Callable[[], object]]
+"""A bad input the engine must refuse: its case, the error expected (an instance: that
+type, every field equal; a class: that type) and the call that makes it."""
+
+
+def typed_refusals(bad: Iterable[BadInput]) -> tuple[Refusal, ...]:
+    """Each bad input made in turn, in the list's order, and what it raised recorded
+    (:func:`~qkvcli.core.results.refused`: the one typed refusal, field for field)."""
+    return tuple(refused(case, expected, call) for case, expected, call in bad)
