@@ -38,9 +38,9 @@ from qkvcli.attention.errors import (
 from qkvcli.attention.maths import Rope, check_rope, inverse_frequencies, rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import check_replay
-from qkvcli.check.boundaries import BadInput, typed_refusals
+from qkvcli.check.boundaries import BadInput, probed, typed_refusals
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import ROPE
+from qkvcli.check.kinds import ROPE, Probe
 from qkvcli.check.plans import CH29, PLANS
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
@@ -129,7 +129,8 @@ class RotaryTable(Record):
 def check_table(features: int, positions: int, base: float, layout: str = "adjacent") -> RotaryTable:
     """The chapter's table, validated in its order: the feature width (nonzero, even), the
     position capacity (nonzero), the base (finite, positive); then the engine's own rule
-    (:func:`~qkvcli.attention.maths.check_rope`). Raises a :class:`~qkvcli.attention.errors.RotaryRefusal`, or
+    (:func:`~qkvcli.attention.maths.check_rope`). Raises a
+    :class:`~qkvcli.attention.errors.RotaryRefusal`, or
     :class:`~qkvcli.attention.errors.RopeError` for an unknown layout."""
     if features == 0:
         raise ZeroFeatureWidth()
@@ -445,27 +446,19 @@ def primary(fixture: RopeFixture, session: Session) -> RopePrimary:
     )
 
 
-def _probe(table: RotaryTable, case: str, shape: tuple[int, ...], offset: int) -> ShapeProbe:
-    """A shape the rotation must keep, from ``offset``: its output, or the refusal's kind."""
-    try:
-        out = rotate_checked(table, np.zeros(shape), offset)
-    except RotaryRefusal as error:
-        return ShapeProbe(case, shape, (), error.kind, offset)
-    return ShapeProbe(case, shape, (("output", tuple(int(d) for d in out.shape), shape),),
-                      offset=offset)
-
-
-def probes(fixture: RopeFixture) -> tuple[ShapeProbe, ...]:
-    """The shapes the rotation keeps: batched lanes of rank three and four, an empty
-    leading axis, and no tokens at the very end of the table."""
-    table, offset = fixture.table, fixture.offset
+def probes(fixture: RopeFixture, session: Session) -> tuple[ShapeProbe, ...]:
+    """The shapes the rotation keeps, check's shapes family on it in ``session``
+    (:func:`~qkvcli.check.boundaries.probed`): batched lanes of rank three and four, an
+    empty leading axis, and no tokens at the very end of the table."""
+    case, positions = session.cases[0], fixture.table.positions
     tokens, features = (int(d) for d in fixture.query.shape)
-    return (
-        _probe(table, "rank3", (2, tokens, features), offset),
-        _probe(table, "rank4", (2, 2, tokens, features), offset),
-        _probe(table, "empty_leading", (0, tokens, features), offset),
-        _probe(table, "empty_tokens", (2, 0, features), table.positions),
-    )
+    return tuple(probed(session, ROPE, ROPE.run(case._replace(offset=offset)),
+                        Probe(what, what, np.zeros(shape), ()), False)
+                 for what, shape, offset in (
+                     ("rank3", (2, tokens, features), fixture.offset),
+                     ("rank4", (2, 2, tokens, features), fixture.offset),
+                     ("empty_leading", (0, tokens, features), fixture.offset),
+                     ("empty_tokens", (2, 0, features), positions)))
 
 
 def _released(features: int) -> memoryview[float]:
@@ -526,7 +519,7 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         session = judge_session(fixture)
         found = primary(fixture, session)
         replay, _ = check_replay(session, ROPE)  # a second rope and rope_reverse, bit for bit
-        shapes = probes(fixture)
+        shapes = probes(fixture, session)
         errors = typed_refusals(bad_inputs(fixture))
         checked = gradient_check(fixture, found)
         evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay.passed,

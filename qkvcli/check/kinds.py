@@ -255,6 +255,12 @@ def _same_width_probes(case: Case) -> list[Probe]:
     return _named_probes(width, width)
 
 
+def _kept_shape(x: Array, weights: tuple[Array, ...]) -> tuple[Shape, ...]:
+    """RoPE's rule: the rotation and its reverse keep the input's shape."""
+    shape = tuple(int(size) for size in x.shape)
+    return shape, shape
+
+
 def _ones(*shape: int) -> Array:
     """A read-only array of ones of ``shape`` that holds one number."""
     return np.broadcast_to(1.0, shape)
@@ -381,7 +387,8 @@ ROPE = Kind(
     arguments=_rope_arguments, loss=(0,), upstream=(0,),
     probes=_same_width_probes, requests=_rope_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_rope"), explain_backward=_slips("explain_rope_reverse"),
-    fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests")
+    fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests",
+    shape_rule=_kept_shape)
 """RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
 (the rotation's transpose, which carries a gradient back through it)."""
 
