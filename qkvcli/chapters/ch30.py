@@ -51,9 +51,9 @@ from qkvcli.chapters.ch29 import (
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
-from qkvcli.check.boundaries import BadInput, typed_refusals
+from qkvcli.check.boundaries import BadInput, probed, typed_refusals
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import MULTI_HEAD
+from qkvcli.check.kinds import MULTI_HEAD, Probe
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.plans import CH30, PLANS
 from qkvcli.check.session import Session
@@ -271,6 +271,15 @@ class MultiHeadPrimary(Record):
     grad_w_value: Array
     grad_w_out: Array
 
+    def stages(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Each stage's name and shape, in the layer's order: the input, its heads split and
+        turned, the weights, the heads' outputs, their merge, ``W_O`` and the output."""
+        return tuple((name, tuple(int(d) for d in a.shape)) for name, a in (
+            ("input", self.input), ("split", self.projected_query),
+            ("rotated", self.rotated_query), ("weights", self.attention),
+            ("head_output", self.head_outputs), ("merged", self.merged),
+            ("output_weight", self.output_weight), ("output", self.output)))
+
     def arrays(self) -> tuple[Array, ...]:
         """Every array, in field order (what ``tape_finite`` judges)."""
         return (self.input, self.projected_query, self.projected_key, self.projected_value,
@@ -303,25 +312,6 @@ class MultiHeadProbes(Record):
     common_offset: bool
 
 
-class MultiHeadShapes(Record):
-    """The shapes of each stage, and of the passes on an empty batch and on one token."""
-
-    input: tuple[int, ...]
-    split: tuple[int, ...]
-    rotated: tuple[int, ...]
-    weights: tuple[int, ...]
-    head_output: tuple[int, ...]
-    merged: tuple[int, ...]
-    output_weight: tuple[int, ...]
-    output: tuple[int, ...]
-    empty_batch: ShapeProbe  # weights [0,H,T,T] and output [0,T,d_model]
-    single_token: ShapeProbe  # one token at the table's last position: weights [1,H,1,1]
-
-    @property
-    def probes_valid(self) -> bool:
-        return self.empty_batch.kept and self.single_token.kept
-
-
 class MultiHeadParameters(Record):
     """The layer's parameters: their shapes in the chapter's order (query, key, value,
     output), how many numbers they hold, whether any bias is present, and whether any two
@@ -348,12 +338,13 @@ class MultiHeadHistory(Record):
 
 class MultiHeadEvidence(ChapterEvidence):
     """Chapter 30's whole evidence for one fixture, the chapter's checks judged in
-    ``checks`` (report order)."""
+    ``checks`` (report order); ``shapes`` are the passes on an empty batch and on one
+    token (at the table's last position), check's shape probes."""
 
     fixture: MultiHeadFixture
     primary: MultiHeadPrimary
     probes: MultiHeadProbes
-    shapes: MultiHeadShapes
+    shapes: tuple[ShapeProbe, ...]
     parameters: MultiHeadParameters
     history: MultiHeadHistory
     tape_finite: bool
@@ -458,40 +449,25 @@ def _rows_normalized(weights: Array, tolerance: float) -> bool:
     return bool(np.all(np.abs(weights.sum(axis=-1) - 1.0) <= tolerance))
 
 
-def _probe(case: str, x: Array, call: Any,
-           wanted: tuple[tuple[str, tuple[int, ...]], ...]) -> ShapeProbe:
-    """A pass of the layer on ``x`` (``call``): each result named in ``wanted`` with its
-    shape and the shape it must have, or the refusal's type when it refused."""
-    try:
-        done = call()
-    except QkvError as error:
-        return ShapeProbe(case, tuple(int(d) for d in x.shape), (), type(error).__name__)
-    return ShapeProbe(case, tuple(int(d) for d in x.shape), tuple(
-        (name, tuple(int(d) for d in getattr(done, name).shape), shape)
-        for name, shape in wanted))
-
-
-def shapes(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadShapes:
-    """Each stage's shape, and the passes on an empty batch and on one token (at the last
-    position of the table), each judged against the shapes they must have."""
-    spec = fixture.spec
+def shapes(fixture: MultiHeadFixture, session: Session) -> tuple[ShapeProbe, ...]:
+    """check's shape probes on the chapter's layer in ``session``
+    (:func:`~qkvcli.check.boundaries.probed`): an empty batch, and one token at the last
+    position of the table, judged by the layer's rule (``[B,H,T,T]`` weights, the merged
+    heads ``W_V``'s width and the output ``W_O``'s)."""
+    case, heads = session.cases[0], fixture.spec.heads
     tokens, d_model = (int(d) for d in fixture.input.shape[1:])
-    heads, width = int(found.projected_query.shape[1]), int(found.output.shape[2])
-    last = spec.table.positions - 1
-    empty, one = np.zeros((0, tokens, d_model)), fixture.input[:1, :1]
 
-    def dims(a: Array) -> tuple[int, ...]:
-        return tuple(int(d) for d in a.shape)
+    def rule(x: Array, weights: tuple[Array, ...]) -> tuple[tuple[int, ...], ...]:
+        batch, length = (int(d) for d in x.shape[:2])
+        return ((batch, heads, length, length),
+                *((batch, length, int(weights[index].shape[1])) for index in (2, 3)))
 
-    return MultiHeadShapes(
-        dims(found.input), dims(found.projected_query), dims(found.rotated_query),
-        dims(found.attention), dims(found.head_outputs), dims(found.merged),
-        dims(found.output_weight), dims(found.output),
-        _probe("empty batch", empty, lambda: forward_checked(spec, empty, fixture.offset)[2],
-               (("attention", (0, heads, tokens, tokens)), ("output", (0, tokens, width)))),
-        _probe("single token", one, lambda: forward_checked(spec, one, last)[2],
-               (("attention", (1, heads, 1, 1)),)),
-    )
+    kind = MULTI_HEAD._replace(shape_rule=rule)
+    return tuple(probed(session, kind, kind.run(case._replace(offset=offset)),
+                        Probe(what, what, x, ()), False)
+                 for what, x, offset in (
+                     ("empty batch", np.zeros((0, tokens, d_model)), fixture.offset),
+                     ("single token", fixture.input[:1, :1], fixture.spec.table.positions - 1)))
 
 
 def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
@@ -577,7 +553,7 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
         evidence = MultiHeadEvidence(errors=typed_refusals(bad_inputs(fixture)), gradcheck=checked,
                                      replay_bitwise=replay.passed, checks=(), fixture=fixture,
                                      primary=found, probes=probes(fixture, found, session),
-                                     shapes=shapes(fixture, found), parameters=parameters(layer),
+                                     shapes=shapes(fixture, session), parameters=parameters(layer),
                                      history=history(fixture, found), tape_finite=tape_finite)
         return evidence._replace(checks=judge_plan(PLANS[CH30], evidence))
 

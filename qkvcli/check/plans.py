@@ -101,7 +101,7 @@ PLANS: dict[str, Plan[Any]] = {
         ("head_isolation", lambda e: e.probes.head_isolation),
         ("split_merge", lambda e: e.probes.split_merge),
         ("common_offset", lambda e: e.probes.common_offset),
-        ("shapes", lambda e: e.shapes.probes_valid),
+        ("shapes", lambda e: all(p.kept for p in e.shapes)),
         ("parameters", lambda e: e.parameters.distinct),
         ("errors", _refused),
         ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),
