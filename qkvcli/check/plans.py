@@ -73,7 +73,7 @@ PLANS: dict[str, Plan[Any]] = {
     CH27: (
         ("row_sums", _rows), ("scale_probe", lambda e: e.scale.holds),
         ("single_token", lambda e: e.single.holds),
-        ("batch_isolation", lambda e: e.batch.isolated),
+        ("batch_isolation", lambda e: e.batch_isolated),
         ("empty_batch", lambda e: e.empty_holds), ("gradcheck", judged_gradcheck),
         ("rejected_inputs", _refused), ("replay", lambda e: e.replay_bitwise),
     ),
