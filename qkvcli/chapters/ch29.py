@@ -461,8 +461,10 @@ def probes(fixture: RopeFixture, session: Session) -> tuple[ShapeProbe, ...]:
                      ("empty_tokens", (2, 0, features), positions)))
 
 
-def _released(features: int) -> memoryview[float]:
-    view = memoryview(bytearray(8 * features)).cast("d", (1, features))
+def released(shape: tuple[int, ...]) -> memoryview[float]:
+    """A buffer of ``shape`` already released: an operand no stage may read (the
+    chapters' released-input case)."""
+    view = memoryview(bytearray(8 * int(np.prod(shape)))).cast("d", shape)
     view.release()
     return view
 
@@ -492,7 +494,7 @@ def bad_inputs(fixture: RopeFixture) -> tuple[BadInput, ...]:
         ("offset-overflow", PositionOffsetOverflow(overflow, 1),
          lambda: rotate_checked(small, np.zeros((1, t.features)), overflow)),
         ("released-input", ReleasedBuffer(ROTARY_STAGE),
-         lambda: rotate_checked(small, _released(t.features), 0)),
+         lambda: rotate_checked(small, released((1, t.features)), 0)),
     )
 
 

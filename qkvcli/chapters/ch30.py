@@ -47,6 +47,7 @@ from qkvcli.chapters.ch29 import (
     count_of,
     invariant_tolerance,
     read_operand,
+    released,
     rope_settings,
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
@@ -481,12 +482,6 @@ def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
                            not any(layer.branch_biases) and layer.out_bias is None, distinct)
 
 
-def _released(shape: tuple[int, ...]) -> memoryview[float]:
-    view = memoryview(bytearray(8 * int(np.prod(shape)))).cast("d", shape)
-    view.release()
-    return view
-
-
 def bad_inputs(fixture: MultiHeadFixture) -> tuple[BadInput, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
@@ -513,7 +508,7 @@ def bad_inputs(fixture: MultiHeadFixture) -> tuple[BadInput, ...]:
         ("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
         ("offset_overflow", PositionOffsetOverflow, given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
         ("position_range", PositionRangeExceeded, given(np.zeros((1, 2, d_model)), capacity - 1)),
-        ("released_input", ReleasedBuffer, given(_released((1, tokens, d_model)), 0)),
+        ("released_input", ReleasedBuffer, given(released((1, tokens, d_model)), 0)),
     )
 
 

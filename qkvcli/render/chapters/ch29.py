@@ -11,16 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.attention.errors import (
-    InvalidRopeBase,
-    OddFeatureWidth,
-    PositionOffsetOverflow,
-    PositionRangeExceeded,
-    ReleasedBuffer,
-    RotaryInputRank,
-    RotaryWidthMismatch,
-    ZeroFeatureWidth,
-)
+from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
@@ -51,10 +42,8 @@ ERROR_KEYS = {
 }
 """Each rejected input's key on the report's ``errors=`` line."""
 
-KINDS = {refusal.__name__: refusal.kind for refusal in (
-    ZeroFeatureWidth, OddFeatureWidth, InvalidRopeBase, RotaryInputRank, RotaryWidthMismatch,
-    PositionRangeExceeded, PositionOffsetOverflow, ReleasedBuffer)}
-"""Each expected refusal's name in the trace's and the JSON's ``kind``."""
+KINDS = {refusal.__name__: refusal.kind for refusal in RotaryRefusal.__subclasses__()}
+"""Each rotary refusal's name in the trace's and the JSON's ``kind``."""
 FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
          "RotaryInputRank": ("rank",), "RotaryWidthMismatch": ("expected", "actual"),
          "PositionOffsetOverflow": ("tokens",),
