@@ -227,6 +227,19 @@ def rope_settings(rope: dict[str, Any]) -> tuple[int, float, str]:
     return positions, base, layout
 
 
+def positions_of(rope: dict[str, Any], table: RotaryTable, tokens: int) -> tuple[int, int]:
+    """``$.rope``'s ``offset`` (0 unless given) and ``shift`` (``tokens`` unless given),
+    the ``tokens`` positions from each within the table (chapters 29 and 30)."""
+    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
+    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
+    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
+        try:
+            check_interval(table, start, tokens)
+        except RotaryRefusal as error:
+            raise FixtureError(location, str(error)) from None
+    return offset, shift
+
+
 def _table(raw: Any, max_elements: int) -> RotaryTable:
     rope = keyed_object(raw, "$.rope", ROPE_KEYS, ("features", "positions", "base"))
     features = count_of(rope["features"], "$.rope.features")
@@ -278,14 +291,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     expect_shape(key, query.shape, "tokens, features", "$.key")
     tokens = int(query.shape[0])
     check_derived("dot products", "[T,T]", (tokens, tokens), "$.query", max_elements)
-    rope = data["rope"]
-    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
-    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
-    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
-        try:
-            check_interval(table, start, tokens)
-        except RotaryRefusal as error:
-            raise FixtureError(location, str(error)) from None
+    offset, shift = positions_of(data["rope"], table, tokens)
     upstream = [np.ones(query.shape), np.ones(query.shape)]
     if "upstream" in data:
         given = keyed_object(data["upstream"], "$.upstream", ("query", "key"))

@@ -46,6 +46,7 @@ from qkvcli.chapters.ch29 import (
     check_table,
     count_of,
     invariant_tolerance,
+    positions_of,
     read_operand,
     released,
     rope_settings,
@@ -208,14 +209,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
                                       "got an empty batch axis")
     batch, tokens, d_model = (int(d) for d in x.shape)
     check_scores_size(batch, spec.heads, tokens, "$.input", max_elements)
-    rope = data["rope"]
-    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
-    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
-    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
-        try:
-            check_interval(spec.table, start, tokens)
-        except RotaryRefusal as error:
-            raise FixtureError(location, str(error)) from None
+    offset, shift = positions_of(data["rope"], spec.table, tokens)
     shape = (batch, tokens, layer.e_out)
     upstream = np.ones(shape)
     if "upstream" in data:
