@@ -45,7 +45,6 @@ from qkvcli.check.plans import CH29, PLANS
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
-from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.gradcheck.batched import plain_check
@@ -63,6 +62,7 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, check_ste
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import engine_check
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -266,10 +266,7 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int,
         rotate_checked(table, np.zeros((0, x.shape[1])), 0)  # the width, by the chapter's rule
     except RotaryRefusal as error:
         raise FixtureError(location, str(error)) from None
-    try:
-        check_finite(x, location.rsplit(".", 1)[-1])
-    except QkvError as error:
-        raise FixtureError(location, str(error)) from None
+    engine_check(check_finite, x, location.rsplit(".", 1)[-1], location=location)
     return x
 
 
@@ -301,18 +298,13 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
                 grad = expect_shape(parse_tensor(given[branch], location, max_elements,
                                                  base_dir=base_dir),
                                     query.shape, "tokens, features", location)
-                try:
-                    check_finite(grad, f"upstream {branch}")
-                except QkvError as error:
-                    raise FixtureError(location, str(error)) from None
+                engine_check(check_finite, grad, f"upstream {branch}", location=location)
                 upstream[i] = grad
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
     check_step_fits(step, (query, key), "$.gradcheck.step")
-    try:
-        check_evaluations("full" if samples is None else "sampled", samples, 0,
-                          [query.size, key.size], has_fast=False)
-    except QkvError as error:
-        raise FixtureError("$.gradcheck", str(error)) from None
+    engine_check(lambda: check_evaluations("full" if samples is None else "sampled", samples, 0,
+                                           [query.size, key.size], has_fast=False),
+                 location="$.gradcheck")
     invariant = invariant_tolerance(data)
     return RopeFixture(table, offset, shift, query, key, upstream[0], upstream[1], step,
                        tolerance, samples, invariant)

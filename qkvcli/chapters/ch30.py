@@ -71,6 +71,7 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import engine_check
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -163,10 +164,8 @@ def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> 
     weights = keyed_object(data["weights"], "$.weights", WEIGHT_KEYS, WEIGHT_KEYS)
     arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements, base_dir=base_dir)
               for b in WEIGHT_KEYS]
-    try:
-        plain = AttentionHead.from_arrays(arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES)
-    except QkvError as error:
-        raise FixtureError("$.weights", str(error)) from None
+    plain: AttentionHead = engine_check(lambda: AttentionHead.from_arrays(
+        arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES), location="$.weights")
     try:
         MultiHeadLayer.build(plain, heads, arrays[3])
     except QkvError as error:
@@ -222,17 +221,12 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
                                            base_dir=base_dir),
                               (d_model,), "d_model", "$.suffix")
     for location, array in (("$.upstream", upstream), ("$.suffix", suffix)):
-        try:
-            check_finite(array, location[2:])
-        except QkvError as error:
-            raise FixtureError(location, str(error)) from None
+        engine_check(check_finite, array, location[2:], location=location)
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), Problems())
     check_step_fits(step, (x, *layer.projections.weights, spec.w_out), "$.gradcheck.step")
-    try:
-        plan_check(layer, x, step, tolerance, samples, causal=True,
-                   mode="full" if samples is None else "sampled")
-    except QkvError as error:
-        raise FixtureError("$.gradcheck", str(error)) from None
+    engine_check(lambda: plan_check(layer, x, step, tolerance, samples, causal=True,
+                                    mode="full" if samples is None else "sampled"),
+                 location="$.gradcheck")
     invariant = invariant_tolerance(data)
     return MultiHeadFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,
                         invariant)
