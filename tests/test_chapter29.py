@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from qkvcli.attention.errors import ReleasedBuffer, RotaryRefusal
 from qkvcli.chapters import ch29
 from qkvcli.reading.json_values import parse_json_text
 from qkvcli.reading.load import bundled_fixture_text
@@ -78,7 +79,7 @@ TABLE = ch29.RotaryTable(4, 3, 100.0)
 ], ids=["zero-width first", "odd width", "zero capacity", "base", "rank before position",
         "width before position", "overflow before range", "range"])
 def test_the_validator_refuses_in_the_chapters_order(call: Any, message: str) -> None:
-    with pytest.raises(ch29.RotaryRefusal) as raised:
+    with pytest.raises(RotaryRefusal) as raised:
         call()
     assert str(raised.value) == message
 
@@ -86,7 +87,7 @@ def test_the_validator_refuses_in_the_chapters_order(call: Any, message: str) ->
 def test_a_released_buffer_is_refused_not_read() -> None:
     view = memoryview(bytearray(32)).cast("d", (1, 4))
     view.release()
-    with pytest.raises(ch29.ReleasedBuffer) as raised:
+    with pytest.raises(ReleasedBuffer) as raised:
         ch29.rotate_checked(TABLE, view, 0)
     assert raised.value.stage == "rotary-pairs"
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from qkvcli.attention.errors import EmptyLayerInput
 from qkvcli.chapters import ch30
 from qkvcli.reading.json_values import parse_json_text
 from qkvcli.reading.load import bundled_fixture_text
@@ -65,7 +66,7 @@ def test_the_input_rule_checks_in_order() -> None:
     spec = ch30.parse(parse_json_text(bundled_fixture_text(ch30.FIXTURE))).spec
     with pytest.raises(Exception, match="rank three"):
         ch30.forward_checked(spec, np.zeros(4), 2 ** 64)
-    with pytest.raises(ch30.EmptyLayerInput):
+    with pytest.raises(EmptyLayerInput):
         ch30.forward_checked(spec, np.zeros((1, 0, 4)), 2 ** 64)
 
 

@@ -3,6 +3,9 @@
 Construction errors of the attention head beyond the chapter's (see :mod:`qkvcli.core.errors`).
 
 Construction errors of the multi-head layer: the head count and the output projection.
+
+The refusals of chapters 29 and 30: a RoPE table of fixed position capacity, an operand
+it cannot turn, a layer input without tokens.
 """
 
 from __future__ import annotations
@@ -99,3 +102,97 @@ class QkNormError(Refused):
 
 class ValueInputError(Refused):
     """A value input the projections cannot read: Q and K of unequal input widths."""
+
+
+# --- chapters 29 and 30: the refusals of a RoPE table of fixed capacity and of a layer's
+# input, in the chapters' order (their ``kind`` published in chapter 29's trace and JSON)
+
+
+class RotaryRefusal(QkvError):
+    """A rotary table or operand the chapter refuses; ``kind`` names the refusal."""
+
+    kind = ""
+
+
+class ZeroFeatureWidth(RotaryRefusal):
+    kind = "zero-feature-width"
+
+    def __init__(self) -> None:
+        super().__init__("rotary feature width must be nonzero")
+
+
+class OddFeatureWidth(RotaryRefusal):
+    kind = "odd-feature-width"
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        super().__init__(f"rotary feature width must be even, got {width}")
+
+
+class ZeroPositionCapacity(RotaryRefusal):
+    kind = "zero-position-capacity"
+
+    def __init__(self) -> None:
+        super().__init__("rotary position capacity must be nonzero")
+
+
+class InvalidRopeBase(RotaryRefusal):
+    kind = "invalid-base"
+
+    def __init__(self, base: float) -> None:
+        self.base = base
+        super().__init__(f"rotary frequency base must be finite and positive, got {base!r}")
+
+
+class RotaryInputRank(RotaryRefusal):
+    kind = "input-rank"
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        super().__init__(
+            f"rotary input needs at least rank two [..., tokens, features], got rank {rank}")
+
+
+class RotaryWidthMismatch(RotaryRefusal):
+    kind = "feature-width-mismatch"
+
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"rotary input feature width must be {expected}, got {actual}")
+
+
+class PositionOffsetOverflow(RotaryRefusal):
+    kind = "position-offset-overflow"
+
+    def __init__(self, offset: int, tokens: int) -> None:
+        self.offset = offset
+        self.tokens = tokens
+        super().__init__(f"rotary position interval overflows: offset {offset} plus {tokens} "
+                         f"tokens passes 2^53, the last position binary64 holds exactly")
+
+
+class PositionRangeExceeded(RotaryRefusal):
+    kind = "position-range-exceeded"
+
+    def __init__(self, offset: int, tokens: int, capacity: int) -> None:
+        self.offset = offset
+        self.tokens = tokens
+        self.capacity = capacity
+        super().__init__(f"rotary position interval [{offset}, {offset + tokens}) exceeds "
+                         f"capacity {capacity}")
+
+
+class ReleasedBuffer(RotaryRefusal):
+    kind = "autodiff-stage"
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
+
+
+class EmptyLayerInput(QkvError):
+    """A layer input without tokens: a causal row needs at least its own token."""
+
+    def __init__(self) -> None:
+        super().__init__("multi-head attention needs at least one token, got an empty token axis")

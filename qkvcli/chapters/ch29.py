@@ -10,9 +10,10 @@ gradient is the rotation turned back, checked by central differences.
 The rotation and its tables are :mod:`qkvcli.attention.maths`' (``Rope`` with its
 ``offset``, ``inverse_frequencies``, ``rope_tables``, ``rotate``, ``check_rope``). What
 this module adds is the chapter's table of a fixed position capacity and its validator
-(:func:`check_table`, :func:`rotate_checked`): the typed refusals the chapter's
-rejected inputs exercise, in the chapter's order, and which :func:`parse` applies to a
-user's fixture too. No I/O, no prose.
+(:func:`check_table`, :func:`rotate_checked`): the engine's typed refusals
+(:class:`~qkvcli.attention.errors.RotaryRefusal`) raised in the chapter's order, which
+its rejected inputs exercise and :func:`parse` applies to a user's fixture too. No I/O,
+no prose.
 """
 
 from __future__ import annotations
@@ -22,18 +23,30 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkvcli.attention.errors import (
+    InvalidRopeBase,
+    OddFeatureWidth,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
+    RotaryInputRank,
+    RotaryRefusal,
+    RotaryWidthMismatch,
+    ZeroFeatureWidth,
+    ZeroPositionCapacity,
+)
 from qkvcli.attention.maths import rope_tables, rotate
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import check_replay
+from qkvcli.check.boundaries import BadInput, probed, typed_refusals
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import ROPE
+from qkvcli.check.kinds import ROPE, Probe
 from qkvcli.check.plans import CH29, PLANS
 from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
-from qkvcli.core.errors import QkvError
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.core.rope import Rope, check_rope, inverse_frequencies
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
@@ -50,6 +63,7 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_derived, check_ste
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import engine_check
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -76,92 +90,6 @@ ROTARY_STAGE = "rotary-pairs"
 DOCUMENT_KEYS = ("chapter", "description", "rope", "query", "key", "upstream", "gradcheck",
                  "invariant_tolerance")
 ROPE_KEYS = ("features", "positions", "base", "layout", "offset", "shift")
-
-
-# --- the chapter's refusals ---------------------------------------------------------------
-
-
-class RotaryRefusal(QkvError):
-    """A rotary table or operand the chapter refuses; ``kind`` names the refusal."""
-
-    kind = ""
-
-
-class ZeroFeatureWidth(RotaryRefusal):
-    kind = "zero-feature-width"
-
-    def __init__(self) -> None:
-        super().__init__("rotary feature width must be nonzero")
-
-
-class OddFeatureWidth(RotaryRefusal):
-    kind = "odd-feature-width"
-
-    def __init__(self, width: int) -> None:
-        self.width = width
-        super().__init__(f"rotary feature width must be even, got {width}")
-
-
-class ZeroPositionCapacity(RotaryRefusal):
-    kind = "zero-position-capacity"
-
-    def __init__(self) -> None:
-        super().__init__("rotary position capacity must be nonzero")
-
-
-class InvalidRopeBase(RotaryRefusal):
-    kind = "invalid-base"
-
-    def __init__(self, base: float) -> None:
-        self.base = base
-        super().__init__(f"rotary frequency base must be finite and positive, got {base!r}")
-
-
-class RotaryInputRank(RotaryRefusal):
-    kind = "input-rank"
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        super().__init__(
-            f"rotary input needs at least rank two [..., tokens, features], got rank {rank}")
-
-
-class RotaryWidthMismatch(RotaryRefusal):
-    kind = "feature-width-mismatch"
-
-    def __init__(self, expected: int, actual: int) -> None:
-        self.expected = expected
-        self.actual = actual
-        super().__init__(f"rotary input feature width must be {expected}, got {actual}")
-
-
-class PositionOffsetOverflow(RotaryRefusal):
-    kind = "position-offset-overflow"
-
-    def __init__(self, offset: int, tokens: int) -> None:
-        self.offset = offset
-        self.tokens = tokens
-        super().__init__(f"rotary position interval overflows: offset {offset} plus {tokens} "
-                         f"tokens passes 2^53, the last position binary64 holds exactly")
-
-
-class PositionRangeExceeded(RotaryRefusal):
-    kind = "position-range-exceeded"
-
-    def __init__(self, offset: int, tokens: int, capacity: int) -> None:
-        self.offset = offset
-        self.tokens = tokens
-        self.capacity = capacity
-        super().__init__(f"rotary position interval [{offset}, {offset + tokens}) exceeds "
-                         f"capacity {capacity}")
-
-
-class ReleasedBuffer(RotaryRefusal):
-    kind = "autodiff-stage"
-
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
-        super().__init__(f"{stage}: the operand's buffer was released; nothing to read")
 
 
 def read_operand(values: Any, stage: str) -> Array:
@@ -202,7 +130,8 @@ class RotaryTable(Record):
 def check_table(features: int, positions: int, base: float, layout: str = "adjacent") -> RotaryTable:
     """The chapter's table, validated in its order: the feature width (nonzero, even), the
     position capacity (nonzero), the base (finite, positive); then the engine's own rule
-    (:func:`~qkvcli.core.rope.check_rope`). Raises a :class:`RotaryRefusal`, or
+    (:func:`~qkvcli.core.rope.check_rope`). Raises a
+    :class:`~qkvcli.attention.errors.RotaryRefusal`, or
     :class:`~qkvcli.core.errors.RopeError` for an unknown layout."""
     if features == 0:
         raise ZeroFeatureWidth()
@@ -299,6 +228,19 @@ def rope_settings(rope: dict[str, Any]) -> tuple[int, float, str]:
     return positions, base, layout
 
 
+def positions_of(rope: dict[str, Any], table: RotaryTable, tokens: int) -> tuple[int, int]:
+    """``$.rope``'s ``offset`` (0 unless given) and ``shift`` (``tokens`` unless given),
+    the ``tokens`` positions from each within the table (chapters 29 and 30)."""
+    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
+    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
+    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
+        try:
+            check_interval(table, start, tokens)
+        except RotaryRefusal as error:
+            raise FixtureError(location, str(error)) from None
+    return offset, shift
+
+
 def _table(raw: Any, max_elements: int) -> RotaryTable:
     rope = keyed_object(raw, "$.rope", ROPE_KEYS, ("features", "positions", "base"))
     features = count_of(rope["features"], "$.rope.features")
@@ -325,10 +267,7 @@ def _operand(raw: Any, location: str, table: RotaryTable, max_elements: int,
         rotate_checked(table, np.zeros((0, x.shape[1])), 0)  # the width, by the chapter's rule
     except RotaryRefusal as error:
         raise FixtureError(location, str(error)) from None
-    try:
-        check_finite(x, location.rsplit(".", 1)[-1])
-    except QkvError as error:
-        raise FixtureError(location, str(error)) from None
+    engine_check(check_finite, x, location.rsplit(".", 1)[-1], location=location)
     return x
 
 
@@ -350,14 +289,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     expect_shape(key, query.shape, "tokens, features", "$.key")
     tokens = int(query.shape[0])
     check_derived("dot products", "[T,T]", (tokens, tokens), "$.query", max_elements)
-    rope = data["rope"]
-    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
-    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
-    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
-        try:
-            check_interval(table, start, tokens)
-        except RotaryRefusal as error:
-            raise FixtureError(location, str(error)) from None
+    offset, shift = positions_of(data["rope"], table, tokens)
     upstream = [np.ones(query.shape), np.ones(query.shape)]
     if "upstream" in data:
         given = keyed_object(data["upstream"], "$.upstream", ("query", "key"))
@@ -367,18 +299,13 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
                 grad = expect_shape(parse_tensor(given[branch], location, max_elements,
                                                  base_dir=base_dir),
                                     query.shape, "tokens, features", location)
-                try:
-                    check_finite(grad, f"upstream {branch}")
-                except QkvError as error:
-                    raise FixtureError(location, str(error)) from None
+                engine_check(check_finite, grad, f"upstream {branch}", location=location)
                 upstream[i] = grad
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
     check_step_fits(step, (query, key), "$.gradcheck.step")
-    try:
-        check_evaluations("full" if samples is None else "sampled", samples, 0,
-                          [query.size, key.size], has_fast=False)
-    except QkvError as error:
-        raise FixtureError("$.gradcheck", str(error)) from None
+    engine_check(lambda: check_evaluations("full" if samples is None else "sampled", samples, 0,
+                                           [query.size, key.size], has_fast=False),
+                 location="$.gradcheck")
     invariant = invariant_tolerance(data)
     return RopeFixture(table, offset, shift, query, key, upstream[0], upstream[1], step,
                        tolerance, samples, invariant)
@@ -518,31 +445,25 @@ def primary(fixture: RopeFixture, session: Session) -> RopePrimary:
     )
 
 
-def _probe(table: RotaryTable, case: str, shape: tuple[int, ...], offset: int) -> ShapeProbe:
-    """A shape the rotation must keep, from ``offset``: its output, or the refusal's kind."""
-    try:
-        out = rotate_checked(table, np.zeros(shape), offset)
-    except RotaryRefusal as error:
-        return ShapeProbe(case, shape, (), error.kind, offset)
-    return ShapeProbe(case, shape, (("output", tuple(int(d) for d in out.shape), shape),),
-                      offset=offset)
-
-
-def probes(fixture: RopeFixture) -> tuple[ShapeProbe, ...]:
-    """The shapes the rotation keeps: batched lanes of rank three and four, an empty
-    leading axis, and no tokens at the very end of the table."""
-    table, offset = fixture.table, fixture.offset
+def probes(fixture: RopeFixture, session: Session) -> tuple[ShapeProbe, ...]:
+    """The shapes the rotation keeps, check's shapes family on it in ``session``
+    (:func:`~qkvcli.check.boundaries.probed`): batched lanes of rank three and four, an
+    empty leading axis, and no tokens at the very end of the table."""
+    case, positions = session.cases[0], fixture.table.positions
     tokens, features = (int(d) for d in fixture.query.shape)
-    return (
-        _probe(table, "rank3", (2, tokens, features), offset),
-        _probe(table, "rank4", (2, 2, tokens, features), offset),
-        _probe(table, "empty_leading", (0, tokens, features), offset),
-        _probe(table, "empty_tokens", (2, 0, features), table.positions),
-    )
+    return tuple(probed(session, ROPE, ROPE.run(case._replace(offset=offset)),
+                        Probe(what, what, np.zeros(shape), ()), False)
+                 for what, shape, offset in (
+                     ("rank3", (2, tokens, features), fixture.offset),
+                     ("rank4", (2, 2, tokens, features), fixture.offset),
+                     ("empty_leading", (0, tokens, features), fixture.offset),
+                     ("empty_tokens", (2, 0, features), positions)))
 
 
-def _released(features: int) -> memoryview[float]:
-    view = memoryview(bytearray(8 * features)).cast("d", (1, features))
+def released(shape: tuple[int, ...]) -> memoryview[float]:
+    """A buffer of ``shape`` already released: an operand no stage may read (the
+    chapters' released-input case)."""
+    view = memoryview(bytearray(8 * int(np.prod(shape)))).cast("d", shape)
     view.release()
     return view
 
@@ -552,29 +473,27 @@ SMALL_CAPACITY = 3
 not fit."""
 
 
-def rejected_inputs(fixture: RopeFixture) -> tuple[Refusal, ...]:
-    """The chapter's bad inputs, each given to the validator and what it raised recorded,
-    in the chapter's order: each must raise exactly the error expected, fields and all."""
+def bad_inputs(fixture: RopeFixture) -> tuple[BadInput, ...]:
+    """The chapter's bad inputs, each given to the validator, in the chapter's order: each
+    must raise exactly the error expected, fields and all."""
     t = fixture.table
     small = RotaryTable(t.features, SMALL_CAPACITY, t.base, t.layout)
     overflow = 2 ** 64 - 1
     return (
-        refused("zero-width", ZeroFeatureWidth(),
-                lambda: check_table(0, t.positions, t.base, t.layout)),
-        refused("odd-width", OddFeatureWidth(t.features - 1),
-                lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
-        refused("invalid-base", InvalidRopeBase(0.0),
-                lambda: check_table(t.features, t.positions, 0.0, t.layout)),
-        refused("input-rank", RotaryInputRank(1),
-                lambda: rotate_checked(small, np.zeros(t.features), 0)),
-        refused("width-mismatch", RotaryWidthMismatch(t.features, t.features // 2),
-                lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
-        refused("position-range", PositionRangeExceeded(2, 2, SMALL_CAPACITY),
-                lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
-        refused("offset-overflow", PositionOffsetOverflow(overflow, 1),
-                lambda: rotate_checked(small, np.zeros((1, t.features)), overflow)),
-        refused("released-input", ReleasedBuffer(ROTARY_STAGE),
-                lambda: rotate_checked(small, _released(t.features), 0)),
+        ("zero-width", ZeroFeatureWidth(), lambda: check_table(0, t.positions, t.base, t.layout)),
+        ("odd-width", OddFeatureWidth(t.features - 1),
+         lambda: check_table(t.features - 1, t.positions, t.base, t.layout)),
+        ("invalid-base", InvalidRopeBase(0.0),
+         lambda: check_table(t.features, t.positions, 0.0, t.layout)),
+        ("input-rank", RotaryInputRank(1), lambda: rotate_checked(small, np.zeros(t.features), 0)),
+        ("width-mismatch", RotaryWidthMismatch(t.features, t.features // 2),
+         lambda: rotate_checked(small, np.zeros((1, t.features // 2)), 0)),
+        ("position-range", PositionRangeExceeded(2, 2, SMALL_CAPACITY),
+         lambda: rotate_checked(small, np.zeros((2, t.features)), 2)),
+        ("offset-overflow", PositionOffsetOverflow(overflow, 1),
+         lambda: rotate_checked(small, np.zeros((1, t.features)), overflow)),
+        ("released-input", ReleasedBuffer(ROTARY_STAGE),
+         lambda: rotate_checked(small, released((1, t.features)), 0)),
     )
 
 
@@ -601,8 +520,8 @@ def build(fixture: RopeFixture) -> RopeEvidence:
         session = judge_session(fixture)
         found = primary(fixture, session)
         replay, _ = check_replay(session, ROPE)  # a second rope and rope_reverse, bit for bit
-        shapes = probes(fixture)
-        errors = rejected_inputs(fixture)
+        shapes = probes(fixture, session)
+        errors = typed_refusals(bad_inputs(fixture))
         checked = gradient_check(fixture, found)
         evidence = RopeEvidence(errors=errors, gradcheck=checked, replay_bitwise=replay.passed,
                                 checks=(), fixture=fixture, primary=found, probes=shapes)

@@ -25,30 +25,36 @@ import numpy as np
 
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward, LayerGradients
-from qkvcli.attention.errors import HeadCountMismatch
+from qkvcli.attention.errors import (
+    EmptyLayerInput,
+    HeadCountMismatch,
+    PositionOffsetOverflow,
+    PositionRangeExceeded,
+    ReleasedBuffer,
+    RotaryRefusal,
+)
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import causal_mask
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.chapters.ch29 import (
     LAYOUTS,
-    PositionOffsetOverflow,
-    PositionRangeExceeded,
-    ReleasedBuffer,
-    RotaryRefusal,
     RotaryTable,
     check_chapter,
     check_interval,
     check_table,
     count_of,
     invariant_tolerance,
+    positions_of,
     read_operand,
+    released,
     rope_settings,
 )
 from qkvcli.chapters.registry import Chapter, ChapterEvidence
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
+from qkvcli.check.boundaries import BadInput, probed, typed_refusals
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import MULTI_HEAD
+from qkvcli.check.kinds import MULTI_HEAD, Probe
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.plans import CH30, PLANS
 from qkvcli.check.session import Session
@@ -56,7 +62,7 @@ from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError, RopeError
 from qkvcli.core.invariants import prefix
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.core.rope import Rope
 from qkvcli.gradcheck.settings import MAX_EVALUATIONS, evaluations_allowed
 from qkvcli.protocol.python import PythonImplementation
@@ -65,6 +71,7 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, check_scores_size, check
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import engine_check
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -82,13 +89,6 @@ DOCUMENT_KEYS = ("chapter", "description", "heads", "rope", "input", "weights", 
                  "gradcheck", "invariant_tolerance")
 ROPE_KEYS = ("positions", "base", "layout", "offset", "shift")
 WEIGHT_KEYS = ("query", "key", "value", "output")
-
-
-class EmptyLayerInput(QkvError):
-    """A layer input without tokens: a causal row needs at least its own token."""
-
-    def __init__(self) -> None:
-        super().__init__("multi-head attention needs at least one token, got an empty token axis")
 
 
 class MultiHeadSpec(Record):
@@ -125,7 +125,7 @@ def layer_at(spec: MultiHeadSpec, offset: int) -> MultiHeadLayer:
 def forward_checked(spec: MultiHeadSpec, values: Any,
                     offset: int) -> tuple[MultiHeadLayer, Array, LayerForward]:
     """The causal forward of the layer at positions ``offset ..`` after the chapter's input
-    checks, in its order: a readable operand (:class:`~qkvcli.chapters.ch29.ReleasedBuffer`),
+    checks, in its order: a readable operand (:class:`~qkvcli.attention.errors.ReleasedBuffer`),
     rank three and the model width (the engine's), at least one token (:class:`EmptyLayerInput`),
     the position interval (chapter 29's table). Gives the layer, the input and the pass."""
     layer = layer_at(spec, offset)
@@ -164,10 +164,8 @@ def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> 
     weights = keyed_object(data["weights"], "$.weights", WEIGHT_KEYS, WEIGHT_KEYS)
     arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements, base_dir=base_dir)
               for b in WEIGHT_KEYS]
-    try:
-        plain = AttentionHead.from_arrays(arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES)
-    except QkvError as error:
-        raise FixtureError("$.weights", str(error)) from None
+    plain: AttentionHead = engine_check(lambda: AttentionHead.from_arrays(
+        arrays[0], arrays[1], arrays[2], names=BRANCH_NAMES), location="$.weights")
     try:
         MultiHeadLayer.build(plain, heads, arrays[3])
     except QkvError as error:
@@ -210,14 +208,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
                                       "got an empty batch axis")
     batch, tokens, d_model = (int(d) for d in x.shape)
     check_scores_size(batch, spec.heads, tokens, "$.input", max_elements)
-    rope = data["rope"]
-    offset = count_of(rope.get("offset"), "$.rope.offset", 0)
-    shift = count_of(rope.get("shift"), "$.rope.shift", tokens)
-    for location, start in (("$.rope.offset", offset), ("$.rope.shift", offset + shift)):
-        try:
-            check_interval(spec.table, start, tokens)
-        except RotaryRefusal as error:
-            raise FixtureError(location, str(error)) from None
+    offset, shift = positions_of(data["rope"], spec.table, tokens)
     shape = (batch, tokens, layer.e_out)
     upstream = np.ones(shape)
     if "upstream" in data:
@@ -230,17 +221,12 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
                                            base_dir=base_dir),
                               (d_model,), "d_model", "$.suffix")
     for location, array in (("$.upstream", upstream), ("$.suffix", suffix)):
-        try:
-            check_finite(array, location[2:])
-        except QkvError as error:
-            raise FixtureError(location, str(error)) from None
+        engine_check(check_finite, array, location[2:], location=location)
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), Problems())
     check_step_fits(step, (x, *layer.projections.weights, spec.w_out), "$.gradcheck.step")
-    try:
-        plan_check(layer, x, step, tolerance, samples, causal=True,
-                   mode="full" if samples is None else "sampled")
-    except QkvError as error:
-        raise FixtureError("$.gradcheck", str(error)) from None
+    engine_check(lambda: plan_check(layer, x, step, tolerance, samples, causal=True,
+                                    mode="full" if samples is None else "sampled"),
+                 location="$.gradcheck")
     invariant = invariant_tolerance(data)
     return MultiHeadFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,
                         invariant)
@@ -274,6 +260,15 @@ class MultiHeadPrimary(Record):
     grad_w_value: Array
     grad_w_out: Array
 
+    def stages(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Each stage's name and shape, in the layer's order: the input, its heads split and
+        turned, the weights, the heads' outputs, their merge, ``W_O`` and the output."""
+        return tuple((name, tuple(int(d) for d in a.shape)) for name, a in (
+            ("input", self.input), ("split", self.projected_query),
+            ("rotated", self.rotated_query), ("weights", self.attention),
+            ("head_output", self.head_outputs), ("merged", self.merged),
+            ("output_weight", self.output_weight), ("output", self.output)))
+
     def arrays(self) -> tuple[Array, ...]:
         """Every array, in field order (what ``tape_finite`` judges)."""
         return (self.input, self.projected_query, self.projected_key, self.projected_value,
@@ -306,25 +301,6 @@ class MultiHeadProbes(Record):
     common_offset: bool
 
 
-class MultiHeadShapes(Record):
-    """The shapes of each stage, and of the passes on an empty batch and on one token."""
-
-    input: tuple[int, ...]
-    split: tuple[int, ...]
-    rotated: tuple[int, ...]
-    weights: tuple[int, ...]
-    head_output: tuple[int, ...]
-    merged: tuple[int, ...]
-    output_weight: tuple[int, ...]
-    output: tuple[int, ...]
-    empty_batch: ShapeProbe  # weights [0,H,T,T] and output [0,T,d_model]
-    single_token: ShapeProbe  # one token at the table's last position: weights [1,H,1,1]
-
-    @property
-    def probes_valid(self) -> bool:
-        return self.empty_batch.kept and self.single_token.kept
-
-
 class MultiHeadParameters(Record):
     """The layer's parameters: their shapes in the chapter's order (query, key, value,
     output), how many numbers they hold, whether any bias is present, and whether any two
@@ -351,12 +327,13 @@ class MultiHeadHistory(Record):
 
 class MultiHeadEvidence(ChapterEvidence):
     """Chapter 30's whole evidence for one fixture, the chapter's checks judged in
-    ``checks`` (report order)."""
+    ``checks`` (report order); ``shapes`` are the passes on an empty batch and on one
+    token (at the table's last position), check's shape probes."""
 
     fixture: MultiHeadFixture
     primary: MultiHeadPrimary
     probes: MultiHeadProbes
-    shapes: MultiHeadShapes
+    shapes: tuple[ShapeProbe, ...]
     parameters: MultiHeadParameters
     history: MultiHeadHistory
     tape_finite: bool
@@ -461,40 +438,25 @@ def _rows_normalized(weights: Array, tolerance: float) -> bool:
     return bool(np.all(np.abs(weights.sum(axis=-1) - 1.0) <= tolerance))
 
 
-def _probe(case: str, x: Array, call: Any,
-           wanted: tuple[tuple[str, tuple[int, ...]], ...]) -> ShapeProbe:
-    """A pass of the layer on ``x`` (``call``): each result named in ``wanted`` with its
-    shape and the shape it must have, or the refusal's type when it refused."""
-    try:
-        done = call()
-    except QkvError as error:
-        return ShapeProbe(case, tuple(int(d) for d in x.shape), (), type(error).__name__)
-    return ShapeProbe(case, tuple(int(d) for d in x.shape), tuple(
-        (name, tuple(int(d) for d in getattr(done, name).shape), shape)
-        for name, shape in wanted))
-
-
-def shapes(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadShapes:
-    """Each stage's shape, and the passes on an empty batch and on one token (at the last
-    position of the table), each judged against the shapes they must have."""
-    spec = fixture.spec
+def shapes(fixture: MultiHeadFixture, session: Session) -> tuple[ShapeProbe, ...]:
+    """check's shape probes on the chapter's layer in ``session``
+    (:func:`~qkvcli.check.boundaries.probed`): an empty batch, and one token at the last
+    position of the table, judged by the layer's rule (``[B,H,T,T]`` weights, the merged
+    heads ``W_V``'s width and the output ``W_O``'s)."""
+    case, heads = session.cases[0], fixture.spec.heads
     tokens, d_model = (int(d) for d in fixture.input.shape[1:])
-    heads, width = int(found.projected_query.shape[1]), int(found.output.shape[2])
-    last = spec.table.positions - 1
-    empty, one = np.zeros((0, tokens, d_model)), fixture.input[:1, :1]
 
-    def dims(a: Array) -> tuple[int, ...]:
-        return tuple(int(d) for d in a.shape)
+    def rule(x: Array, weights: tuple[Array, ...]) -> tuple[tuple[int, ...], ...]:
+        batch, length = (int(d) for d in x.shape[:2])
+        return ((batch, heads, length, length),
+                *((batch, length, int(weights[index].shape[1])) for index in (2, 3)))
 
-    return MultiHeadShapes(
-        dims(found.input), dims(found.projected_query), dims(found.rotated_query),
-        dims(found.attention), dims(found.head_outputs), dims(found.merged),
-        dims(found.output_weight), dims(found.output),
-        _probe("empty batch", empty, lambda: forward_checked(spec, empty, fixture.offset)[2],
-               (("attention", (0, heads, tokens, tokens)), ("output", (0, tokens, width)))),
-        _probe("single token", one, lambda: forward_checked(spec, one, last)[2],
-               (("attention", (1, heads, 1, 1)),)),
-    )
+    kind = MULTI_HEAD._replace(shape_rule=rule)
+    return tuple(probed(session, kind, kind.run(case._replace(offset=offset)),
+                        Probe(what, what, x, ()), False)
+                 for what, x, offset in (
+                     ("empty batch", np.zeros((0, tokens, d_model)), fixture.offset),
+                     ("single token", fixture.input[:1, :1], fixture.spec.table.positions - 1)))
 
 
 def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
@@ -508,13 +470,7 @@ def parameters(layer: MultiHeadLayer) -> MultiHeadParameters:
                            not any(layer.branch_biases) and layer.out_bias is None, distinct)
 
 
-def _released(shape: tuple[int, ...]) -> memoryview[float]:
-    view = memoryview(bytearray(8 * int(np.prod(shape)))).cast("d", shape)
-    view.release()
-    return view
-
-
-def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
+def bad_inputs(fixture: MultiHeadFixture) -> tuple[BadInput, ...]:
     """The chapter's bad configurations and inputs, each given to the engine (the layer's
     validation, its input check) or the chapter's input rule, in the chapter's order."""
     spec = fixture.spec
@@ -531,18 +487,16 @@ def rejected_inputs(fixture: MultiHeadFixture) -> tuple[Refusal, ...]:
 
     capacity = spec.table.positions
     return (
-        refused("zero_model_width", ProjectionError, layer(0, 0)),
-        refused("zero_heads", HeadCountMismatch, layer(4, 0)),
-        refused("nondivisible", HeadCountMismatch, layer(6, 4)),
-        refused("odd_head_width", RopeError, layer(4, 4)),
-        refused("input_rank", InputRank, given(np.zeros(d_model), 0)),
-        refused("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
-        refused("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
-        refused("offset_overflow", PositionOffsetOverflow,
-                given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
-        refused("position_range", PositionRangeExceeded,
-                given(np.zeros((1, 2, d_model)), capacity - 1)),
-        refused("released_input", ReleasedBuffer, given(_released((1, tokens, d_model)), 0)),
+        ("zero_model_width", ProjectionError, layer(0, 0)),
+        ("zero_heads", HeadCountMismatch, layer(4, 0)),
+        ("nondivisible", HeadCountMismatch, layer(6, 4)),
+        ("odd_head_width", RopeError, layer(4, 4)),
+        ("input_rank", InputRank, given(np.zeros(d_model), 0)),
+        ("input_width", InputWidthMismatch, given(np.zeros((1, 2, d_model // 2)), 0)),
+        ("empty_tokens", EmptyLayerInput, given(np.zeros((1, 0, d_model)), 0)),
+        ("offset_overflow", PositionOffsetOverflow, given(np.zeros((1, 1, d_model)), 2 ** 64 - 1)),
+        ("position_range", PositionRangeExceeded, given(np.zeros((1, 2, d_model)), capacity - 1)),
+        ("released_input", ReleasedBuffer, given(released((1, tokens, d_model)), 0)),
     )
 
 
@@ -579,10 +533,10 @@ def build(fixture: MultiHeadFixture) -> MultiHeadEvidence:
                                       forward=done, has_fast=False,
                                       limit=evaluations_allowed() or MAX_EVALUATIONS)
         tape_finite = all(all_finite(a) for a in found.arrays()) and bool(np.isfinite(found.loss))
-        evidence = MultiHeadEvidence(errors=rejected_inputs(fixture), gradcheck=checked,
+        evidence = MultiHeadEvidence(errors=typed_refusals(bad_inputs(fixture)), gradcheck=checked,
                                      replay_bitwise=replay.passed, checks=(), fixture=fixture,
                                      primary=found, probes=probes(fixture, found, session),
-                                     shapes=shapes(fixture, found), parameters=parameters(layer),
+                                     shapes=shapes(fixture, session), parameters=parameters(layer),
                                      history=history(fixture, found), tape_finite=tape_finite)
         return evidence._replace(checks=judge_plan(PLANS[CH30], evidence))
 

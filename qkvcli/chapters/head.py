@@ -76,17 +76,17 @@ from qkvcli.chapters.registry import (
     settings_replaced,
 )
 from qkvcli.check.behaviour import Perturbed, check_prefix, check_replay
-from qkvcli.check.boundaries import check_single_token
+from qkvcli.check.boundaries import BadInput, check_single_token, probed, typed_refusals
 from qkvcli.check.cases import Case, Run
-from qkvcli.check.engine import operands_implementation
-from qkvcli.check.kinds import Kind, operand_head
+from qkvcli.check.engine import Bundle, operands_implementation
+from qkvcli.check.kinds import Kind, Probe, Shape, operand_head
 from qkvcli.check.numerical import loss_of
 from qkvcli.check.plans import CH27, CH28, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
-from qkvcli.core.results import Plan, Refusal, ShapeProbe, judge_plan, refused
+from qkvcli.core.results import Plan, ShapeProbe, judge_plan
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.gradcheck.settings import AUTO_FULL_LIMIT, DEFAULT_SAMPLES
@@ -192,7 +192,7 @@ def head_session(query: Array, key: Array, value: Array, upstream: Array, causal
     case = Case("fixture", np.concatenate([query, key, value], axis=-1), (), (upstream,),
                 0.0, 0.0, suffix=suffix, query_width=int(query.shape[2]))
     return HeadSession(Session(operands_implementation(), [case], 0.0, isolated=False,
-                               given_only=True), operand_head(causal), case)
+                               given_only=True), operand_head(causal, case.query_width), case)
 
 
 def head_pass(judge: HeadSession, query: Array, key: Array, value: Array,
@@ -272,43 +272,33 @@ def single_token(vectors: tuple[Array, Array, Array], causal: bool) -> SingleTok
     return SingleToken(*found._values(), claim.passed)  # type: ignore[call-arg]
 
 
-class BatchProbe(Record):
-    """The fixture's batch stacked twice: the shapes in and out, and whether both halves
-    gave the same output bit for bit."""
-
-    query: tuple[int, ...]
-    key: tuple[int, ...]
-    value: tuple[int, ...]
-    probabilities: tuple[int, ...]
-    output: tuple[int, ...]
-    isolated: bool
+def shape_probe(judge: HeadSession, what: str, operands: tuple[Array, Array, Array],
+                seen: list[Bundle] | None = None) -> ShapeProbe:
+    """check's shapes family on the head (:func:`~qkvcli.check.boundaries.probed`):
+    ``operands`` (Q, K, V) instead of the fixture's, each result's shape judged by the
+    head's rule (``seen``: given, it gets the results)."""
+    x = np.concatenate(operands, axis=-1)
+    return probed(judge.session, judge.kind, judge.run, Probe(what, what, x, ()), False, seen)
 
 
-def _dims(a: Array) -> tuple[int, ...]:
-    return tuple(int(d) for d in a.shape)
-
-
-def batch_probe(judge: HeadSession, query: Array, key: Array, value: Array) -> BatchProbe:
-    twice = [np.concatenate([a, a], axis=0) for a in (query, key, value)]
-    found = judge.call(*twice)
-    out, batch = found[4], query.shape[0]
-    q, k, v = (_dims(a) for a in twice)
-    return BatchProbe(q, k, v, _dims(found[3]), _dims(out), same_bits(out[:batch], out[batch:]))
+def batch_probe(judge: HeadSession, query: Array, key: Array,
+                value: Array) -> tuple[ShapeProbe, bool]:
+    """The fixture's batch stacked twice: the probe, and whether both halves gave the
+    same output bit for bit."""
+    seen: list[Bundle] = []
+    q, k, v = (np.concatenate([a, a], axis=0) for a in (query, key, value))
+    probe = shape_probe(judge, "batch twice", (q, k, v), seen)
+    out = seen[0][4] if seen else None
+    batch = query.shape[0]
+    return probe, out is not None and same_bits(out[:batch], out[batch:])
 
 
 def empty_probe(judge: HeadSession, query: Array, value: Array, wider: int = 0) -> ShapeProbe:
     """An empty batch of the fixture's tokens and widths (the value ``wider``): the
-    operands, the mask ``[T,T]``, the probabilities ``[0,T,T]`` and the output
-    ``[0,T,d_v]``."""
+    scores and the probabilities ``[0,T,T]``, the output ``[0,T,d_v]``."""
     _, tokens, d_k = query.shape
     q = np.zeros((0, tokens, d_k))
-    v = np.zeros((0, tokens, value.shape[2] + wider))
-    found = judge.call(q, q, v)
-    return ShapeProbe("empty batch", _dims(q), (
-        ("query", _dims(q), _dims(q)), ("key", _dims(q), _dims(q)), ("value", _dims(v), _dims(v)),
-        ("mask", _dims(additive_mask(tokens, judge.run.mode)), (tokens, tokens)),
-        ("probabilities", _dims(found[3]), (0, tokens, tokens)),
-        ("output", _dims(found[4]), (0, tokens, int(v.shape[2])))))
+    return shape_probe(judge, "empty batch", (q, q, np.zeros((0, tokens, value.shape[2] + wider))))
 
 
 class PrefixProbe(Record):
@@ -371,7 +361,7 @@ def prefix_probe(judge: HeadSession, fixture: CausalFixture) -> PrefixProbe:
 
 # --- the rejected inputs ----------------------------------------------------------------
 
-def self_attention_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
+def self_attention_bad_inputs(query: Array, key: Array, value: Array) -> tuple[BadInput, ...]:
     """Chapter 27's five bad inputs, made from the fixture's shapes, in the anchor's order."""
     batch, tokens, d_k = query.shape
 
@@ -379,21 +369,21 @@ def self_attention_refusals(query: Array, key: Array, value: Array) -> tuple[Ref
         return np.zeros(shape)
 
     return (
-        refused("query-rank", OperandRank("query", 2),
-                lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, False)),
-        refused("batch-mismatch", OperandBatchMismatch(batch, batch + 1, batch),
-                lambda: attend(query, zeros(batch + 1, tokens, d_k), value, False)),
-        refused("token-mismatch", OperandTokenMismatch(tokens, tokens + 1, tokens),
-                lambda: attend(query, zeros(batch, tokens + 1, d_k), value, False)),
-        refused("empty-tokens", EmptyTokenAxis(),
-                lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
-                               zeros(batch, 0, value.shape[2]), False)),
-        refused("query-key-width", QueryKeyWidthMismatch(d_k, d_k + 1),
-                lambda: attend(query, zeros(batch, tokens, d_k + 1), value, False)),
+        ("query-rank", OperandRank("query", 2),
+         lambda: attend(query[0] if batch else zeros(tokens, d_k), key, value, False)),
+        ("batch-mismatch", OperandBatchMismatch(batch, batch + 1, batch),
+         lambda: attend(query, zeros(batch + 1, tokens, d_k), value, False)),
+        ("token-mismatch", OperandTokenMismatch(tokens, tokens + 1, tokens),
+         lambda: attend(query, zeros(batch, tokens + 1, d_k), value, False)),
+        ("empty-tokens", EmptyTokenAxis(),
+         lambda: attend(zeros(batch, 0, d_k), zeros(batch, 0, d_k),
+                        zeros(batch, 0, value.shape[2]), False)),
+        ("query-key-width", QueryKeyWidthMismatch(d_k, d_k + 1),
+         lambda: attend(query, zeros(batch, tokens, d_k + 1), value, False)),
     )
 
 
-def causal_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ...]:
+def causal_bad_inputs(query: Array, key: Array, value: Array) -> tuple[BadInput, ...]:
     """Chapter 28's six bad inputs, made from the fixture's shapes, in the course's order."""
     batch, tokens, d_k = query.shape
     d_v = int(value.shape[2])
@@ -403,17 +393,16 @@ def causal_refusals(query: Array, key: Array, value: Array) -> tuple[Refusal, ..
         return reverse(kept_nothing, np.ones(value.shape))
 
     return (
-        refused("attention-empty-tokens", EmptyTokenAxis(),
-                lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
-                               np.zeros((batch, 0, d_v)), True)),
-        refused("softmax-rank", CausalSoftmaxRank(1), lambda: causal_probabilities(np.zeros(1))),
-        refused("softmax-shape", CausalSoftmaxNonSquare(tokens - 1, tokens),
-                lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
-        refused("query-rank", OperandRank("query", 2),
-                lambda: attend(query[0], key, value, True)),
-        refused("token-mismatch", OperandTokenMismatch(tokens, tokens - 1, tokens),
-                lambda: attend(query, key[:, :-1], value, True)),
-        refused("released-score", ReleasedOperand("causal-softmax", 0), released),
+        ("attention-empty-tokens", EmptyTokenAxis(),
+         lambda: attend(np.zeros((batch, 0, d_k)), np.zeros((batch, 0, d_k)),
+                        np.zeros((batch, 0, d_v)), True)),
+        ("softmax-rank", CausalSoftmaxRank(1), lambda: causal_probabilities(np.zeros(1))),
+        ("softmax-shape", CausalSoftmaxNonSquare(tokens - 1, tokens),
+         lambda: causal_probabilities(np.zeros((batch, tokens - 1, tokens)))),
+        ("query-rank", OperandRank("query", 2), lambda: attend(query[0], key, value, True)),
+        ("token-mismatch", OperandTokenMismatch(tokens, tokens - 1, tokens),
+         lambda: attend(query, key[:, :-1], value, True)),
+        ("released-score", ReleasedOperand("causal-softmax", 0), released),
     )
 
 
@@ -429,18 +418,27 @@ class HeadChapterEvidence(ChapterEvidence):
     single: SingleToken
     empty: ShapeProbe
 
+    def operands(self, probe: ShapeProbe) -> tuple[Shape, Shape, Shape]:
+        """The shapes of a shape probe's Q, K and V: its input ``[Q|K|V]`` split at the
+        fixture's query width."""
+        *axes, joined = probe.input
+        width = int(self.primary.query.shape[2])
+        return (*axes, width), (*axes, width), (*axes, joined - 2 * width)
+
 
 class SelfAttentionEvidence(HeadChapterEvidence):
-    """Chapter 27's: the head without a mask, with its scale, batch and value-width probes."""
+    """Chapter 27's: the head without a mask, with its scale, batch and value-width probes
+    (``batch_isolated``: the batch stacked twice gave the same output in both halves)."""
 
     scale: ScaleProbe
-    batch: BatchProbe
-    value_width_output: tuple[int, ...]
+    batch: ShapeProbe
+    batch_isolated: bool
+    value_width: ShapeProbe
 
     @property
     def empty_holds(self) -> bool:
         """The empty batch's shapes, and a value of width 1 gives an output of width 1."""
-        return self.empty.kept and self.value_width_output[2] == 1
+        return self.empty.kept and self.value_width.kept
 
 
 class CausalEvidence(HeadChapterEvidence):
@@ -476,12 +474,13 @@ def build_self_attention(fixture: HeadInputs) -> SelfAttentionEvidence:
     """Chapter 27's evidence for ``fixture`` (no I/O, no wording)."""
     q, k, v = fixture.query, fixture.key, fixture.value
     judge, primary, replay, single, check = run_head(fixture, False)
+    batch, isolated = batch_probe(judge, q, k, v)
     return judged(SelfAttentionEvidence(
         chapter=CHAPTER_IDS[27], source=fixture.source, primary=primary, single=single,
         empty=empty_probe(judge, q, v, wider=1), gradcheck=check,
-        errors=self_attention_refusals(q, k, v), replay_bitwise=replay, checks=(),
-        scale=scale_probe(int(q.shape[2])), batch=batch_probe(judge, q, k, v),
-        value_width_output=_dims(judge.call(q, k, v[..., :1])[4])),
+        errors=typed_refusals(self_attention_bad_inputs(q, k, v)), replay_bitwise=replay, checks=(),
+        scale=scale_probe(int(q.shape[2])), batch=batch, batch_isolated=isolated,
+        value_width=shape_probe(judge, "value width 1", (q, k, v[..., :1]))),
         PLANS[CH27])
 
 
@@ -492,7 +491,7 @@ def build_causal(fixture: CausalFixture) -> CausalEvidence:
     return judged(CausalEvidence(
         chapter=CHAPTER_IDS[28], source=f.source, primary=primary, single=single,
         empty=empty_probe(judge, f.query, f.value), gradcheck=check,
-        errors=causal_refusals(f.query, f.key, f.value), replay_bitwise=replay, checks=(),
+        errors=typed_refusals(causal_bad_inputs(f.query, f.key, f.value)), replay_bitwise=replay, checks=(),
         prefix=prefix_probe(judge, fixture)), PLANS[CH28])
 
 

@@ -39,6 +39,7 @@ from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS, expect_shape
 from qkvcli.reading.problems import FixtureError, Problems
 from qkvcli.reading.settings import parse_gradcheck
 from qkvcli.reading.tensors import parse_tensor
+from qkvcli.reading.weights import engine_check
 
 if TYPE_CHECKING:
     from qkvcli.reading.files import StrPath
@@ -116,10 +117,7 @@ def _operands(data: dict[str, Any], max_elements: int,
             raise FixtureError("$", f'missing key "{operand}" (or give "input" and "weights")')
         location = f"$.{operand}"
         array = parse_tensor(data[operand], location, max_elements, base_dir=base_dir)
-        try:
-            check_finite(array, operand)
-        except QkvError as error:
-            raise FixtureError(location, str(error)) from None
+        engine_check(check_finite, array, operand, location=location)
         arrays.append(array)
     query, key, value = arrays
     try:
@@ -165,10 +163,7 @@ def _projected(data: dict[str, Any], max_elements: int, base_dir: StrPath | None
     projected = layer.forward(x)
     query, key, value = projected.query, projected.key, projected.value
     for operand, branch in zip(OPERANDS, (query, key, value), strict=True):
-        try:
-            check_finite(branch, f"{operand} projection")
-        except QkvError as error:
-            raise FixtureError("$.input", str(error)) from None
+        engine_check(check_finite, branch, f"{operand} projection", location="$.input")
     return (np.array(query), np.array(key), np.array(value), readonly(x), layer.weights,
             layer.names)
 
@@ -185,10 +180,7 @@ def _upstream(raw: Any, shape: tuple[int, int, int], max_elements: int,
         raise FixtureError("$.upstream", 'missing key "output"')
     grad = parse_tensor(upstream["output"], "$.upstream.output", max_elements, base_dir=base_dir)
     expect_shape(grad, shape, "batch, tokens, d_v", "$.upstream.output")
-    try:
-        check_finite(grad, "upstream")
-    except QkvError as error:
-        raise FixtureError("$.upstream.output", str(error)) from None
+    engine_check(check_finite, grad, "upstream", location="$.upstream.output")
     return grad
 
 
@@ -196,10 +188,7 @@ def vector(raw: Any, location: str, width: int) -> Array:
     """A finite vector of ``width`` numbers at ``location``. Raises :class:`FixtureError`."""
     array = parse_tensor(raw, location)
     expect_shape(array, (width,), None, location)
-    try:
-        check_finite(array, location.rsplit(".", 1)[-1])
-    except QkvError as error:
-        raise FixtureError(location, str(error)) from None
+    engine_check(check_finite, array, location.rsplit(".", 1)[-1], location=location)
     return readonly(array)
 
 
@@ -266,10 +255,7 @@ def parse_causal(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     if "prefix_seed" in data:
         seed = parse_tensor(data["prefix_seed"], "$.prefix_seed", max_elements, base_dir=base_dir)
         expect_shape(seed, inputs.value.shape, "batch, tokens, d_v", "$.prefix_seed")
-        try:
-            check_finite(seed, "prefix seed")
-        except QkvError as error:
-            raise FixtureError("$.prefix_seed", str(error)) from None
+        engine_check(check_finite, seed, "prefix seed", location="$.prefix_seed")
     else:
         seed = np.array(inputs.upstream)
         seed[:, -1, :] = 0.0

@@ -1,7 +1,8 @@
 """The ``shapes`` and ``errors`` families of every kind (``head-shapes``, ``rope-errors``)
 and ``single-token`` of every kind with an attention matrix: empty axes kept, bad
 requests rejected, one token weighed exactly 1; each fixture once (in the kind's last
-mode)."""
+mode). A chapter's bad inputs, which the engine must refuse with its typed errors, are
+data judged here too (:func:`typed_refusals`)."""
 
 from __future__ import annotations
 
@@ -11,28 +12,33 @@ from functools import partial
 import numpy as np
 
 from qkvcli.check.cases import Run
+from qkvcli.check.engine import Bundle
 from qkvcli.check.kinds import Kind, Probe, Request, Shape
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import coordinate
-from qkvcli.core.errors import format_shape
+from qkvcli.core.errors import QkvError, format_shape
 from qkvcli.core.invariants import single_token
-from qkvcli.core.results import Failure, FamilyCheck, ShapeProbe, judge
+from qkvcli.core.results import Failure, FamilyCheck, Refusal, ShapeProbe, judge, refused
 from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
 
-def measure(session: Session, kind: Kind, run: Run, probe: Probe,
-            backward: bool) -> ShapeProbe | Failure:
-    """The probe's results, each with its shape and the shape it must have, or the
-    failure of its call (not run when the implementation stopped)."""
+def measure(session: Session, kind: Kind, run: Run, probe: Probe, backward: bool,
+            seen: list[Bundle] | None = None) -> ShapeProbe | Failure:
+    """The probe's results, each with its shape and the shape it must have (from the
+    run's position), or the failure of its call (not run when the implementation
+    stopped). ``seen``, when given, gets each call's results (a plan that reads more of
+    them than their shapes)."""
     family, case = kind.family("shapes"), run.case
     wanted = expected_shapes(session, kind, run, probe, backward)
     calls = (None, probe.upstream) if backward else (None,)
     shapes: list[Shape] = []
     try:
-        for upstream in calls:  # each call's results dropped before the next
-            shapes += [tuple(int(size) for size in result.shape) for result in session.call(
-                kind, run, (probe.x, *case.weights), upstream)]
+        for upstream in calls:  # each call's results dropped before the next, unless seen
+            results = session.call(kind, run, (probe.x, *case.weights), upstream)
+            shapes += [tuple(int(size) for size in result.shape) for result in results]
+            if seen is not None:
+                seen.append(results)
     except Broken:
         return not_run(family, case.label, "stopped")
     except CallFailed as failure:
@@ -42,7 +48,18 @@ def measure(session: Session, kind: Kind, run: Run, probe: Probe,
     names = (*kind.forward_names, *kind.backward_names)
     return ShapeProbe(probe.what, tuple(int(size) for size in probe.x.shape), tuple(
         (name, shape, expected) for name, shape, expected in zip(names, shapes, wanted,
-                                                                 strict=False)))
+                                                                 strict=False)),
+        offset=case.offset)
+
+
+def probed(session: Session, kind: Kind, run: Run, probe: Probe, backward: bool,
+           seen: list[Bundle] | None = None) -> ShapeProbe:
+    """:func:`measure`'s probe as the one record of a report: a probe whose call failed
+    has no results, its ``refusal`` the failure's code (``probe-failed``, or ``stopped``)."""
+    shaped = measure(session, kind, run, probe, backward, seen)
+    return shaped if isinstance(shaped, ShapeProbe) else ShapeProbe(
+        probe.what, tuple(int(size) for size in probe.x.shape), (),
+        refusal=shaped.code or shaped.not_run, offset=run.case.offset)
 
 
 def expected_shapes(session: Session, kind: Kind, run: Run, probe: Probe,
@@ -194,3 +211,14 @@ def refusals(family: str, label: str,
         failures.append(Failure(family, label, accepted[0][0], code="accepted",
                                 facts=tuple(accepted)))
     return failures
+
+
+BadInput = tuple[str, "QkvError | type[QkvError]", Callable[[], object]]
+"""A bad input the engine must refuse: its case, the error expected (an instance: that
+type, every field equal; a class: that type) and the call that makes it."""
+
+
+def typed_refusals(bad: Iterable[BadInput]) -> tuple[Refusal, ...]:
+    """Each bad input made in turn, in the list's order, and what it raised recorded
+    (:func:`~qkvcli.core.results.refused`: the one typed refusal, field for field)."""
+    return tuple(refused(case, expected, call) for case, expected, call in bad)

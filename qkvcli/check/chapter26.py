@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qkvcli.check.behaviour import check_independence, check_replay
-from qkvcli.check.boundaries import answers, expected_shapes, measure
+from qkvcli.check.boundaries import answers, expected_shapes, probed
 from qkvcli.check.cases import Case, fixture_case
 from qkvcli.check.chapter26_evidence import (
     Config,
@@ -113,10 +113,7 @@ def _probes(session: Session, case: Case) -> list[ShapeProbe]:
     """The shapes family's probes of the projections (an empty batch, no tokens twice,
     the batch doubled), each measured and judged by the projections' rule."""
     run = KIND.run(case)
-    return [shaped if isinstance(shaped, ShapeProbe) else ShapeProbe(
-        probe.what, tuple(probe.x.shape), (), refusal=shaped.code or shaped.not_run)
-        for probe in KIND.probes(case)
-        for shaped in (measure(session, KIND, run, probe, True),)]
+    return [probed(session, KIND, run, probe, True) for probe in KIND.probes(case)]
 
 
 def _shapes(session: Session, case: Case, primary: Primary,

@@ -255,6 +255,12 @@ def _same_width_probes(case: Case) -> list[Probe]:
     return _named_probes(width, width)
 
 
+def _kept_shape(x: Array, weights: tuple[Array, ...]) -> tuple[Shape, ...]:
+    """RoPE's rule: the rotation and its reverse keep the input's shape."""
+    shape = tuple(int(size) for size in x.shape)
+    return shape, shape
+
+
 def _ones(*shape: int) -> Array:
     """A read-only array of ones of ``shape`` that holds one number."""
     return np.broadcast_to(1.0, shape)
@@ -381,7 +387,8 @@ ROPE = Kind(
     arguments=_rope_arguments, loss=(0,), upstream=(0,),
     probes=_same_width_probes, requests=_rope_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_rope"), explain_backward=_slips("explain_rope_reverse"),
-    fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests")
+    fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests",
+    shape_rule=_kept_shape)
 """RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
 (the rotation's transpose, which carries a gradient back through it)."""
 
@@ -461,14 +468,24 @@ def _operand_arguments(case: Case, mode: bool, tensors: tuple[Array, ...],
             *(upstream or ()))
 
 
-def operand_head(causal: bool) -> Kind:
+def operand_head(causal: bool, query_width: int) -> Kind:
     """One head on given ``Q``, ``K``, ``V`` as qkv's engine offers it (chapters 27 and 28:
     ``causal`` their mask): a case's input is ``[Q|K|V]`` (split at its ``query_width``),
-    its upstream the output's. Only the engine offers it; never a learner's kind."""
+    its upstream the output's. Only the engine offers it; never a learner's kind. Its
+    shapes are judged by its rule: every score and weight ``[B,T,T]``, the output as wide
+    as ``V`` (the input past ``2 query_width``), each gradient its operand's shape."""
+
+    def rule(x: Array, weights: tuple[Array, ...]) -> tuple[Shape, ...]:
+        batch, tokens, joined = (int(size) for size in x.shape)
+        square, query = (batch, tokens, tokens), (batch, tokens, query_width)
+        value = (batch, tokens, joined - 2 * query_width)
+        return (square, square, square, square, value, query, query, value, square, square,
+                square)
+
     return Kind(
         prefix="operands-", forward="operands_forward", backward="operands_backward",
         forward_names=OPERAND_FORWARD_NAMES, backward_names=OPERAND_BACKWARD_NAMES,
         modes=(causal,), label=_label_of, arguments=_operand_arguments, loss=(4,),
         upstream=(0,), probes=lambda case: [], requests=lambda case, backward: [],
         precision=_none, explain_forward=_none, explain_backward=_none, attention=3,
-        score_gradients=(0, 1))
+        score_gradients=(0, 1), shape_rule=rule)

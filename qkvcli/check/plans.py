@@ -79,7 +79,7 @@ PLANS: dict[str, Plan[Any]] = {
     CH27: (
         ("row_sums", _rows), ("scale_probe", lambda e: e.scale.holds),
         ("single_token", lambda e: e.single.holds),
-        ("batch_isolation", lambda e: e.batch.isolated),
+        ("batch_isolation", lambda e: e.batch_isolated),
         ("empty_batch", lambda e: e.empty_holds), ("gradcheck", judged_gradcheck),
         ("rejected_inputs", _refused), ("replay", lambda e: e.replay_bitwise),
     ),
@@ -107,7 +107,7 @@ PLANS: dict[str, Plan[Any]] = {
         ("head_isolation", lambda e: e.probes.head_isolation),
         ("split_merge", lambda e: e.probes.split_merge),
         ("common_offset", lambda e: e.probes.common_offset),
-        ("shapes", lambda e: e.shapes.probes_valid),
+        ("shapes", lambda e: all(p.kept for p in e.shapes)),
         ("parameters", lambda e: e.parameters.distinct),
         ("errors", _refused),
         ("gradcheck", lambda e: judged_gradcheck(e, fixtures=1)),

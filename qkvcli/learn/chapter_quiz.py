@@ -73,6 +73,7 @@ def _chapter_27() -> tuple[Question, ...]:
     favoured = _numbers(np.argmax(p.probabilities[0], axis=-1))
     tokens = q.shape[0]
     empty = evidence.empty  # type: ignore[attr-defined]
+    query, _, value = evidence.operands(empty)  # type: ignore[attr-defined]
     return (
         Question(1, f"Q={_mat(q)} and K={_mat(k)} (one row per token): for each query in turn, "
                  "which key position gets the larger probability?", "numbers",
@@ -101,10 +102,10 @@ def _chapter_27() -> tuple[Question, ...]:
                  "no" if single.query_gradient_zero else "yes",
                  "With no competing key its probability cannot move: the softmax's reverse "
                  "gives exactly zero, so neither the query nor the key gets a gradient."),
-        Question(6, f"Q and K of shape {_vec(empty.shape('query'))} and V of shape "
-                 f"{_vec(empty.shape('value'))}: the shapes of the probabilities and of the output?",
-                 "numbers", _numbers([*empty.shape('probabilities'), *empty.shape('output')]),
-                 f"{_vec(empty.shape('probabilities'))} and {_vec(empty.shape('output'))}",
+        Question(6, f"Q and K of shape {_vec(query)} and V of shape "
+                 f"{_vec(value)}: the shapes of the probabilities and of the output?",
+                 "numbers", _numbers([*empty.shape('weights'), *empty.shape('output')]),
+                 f"{_vec(empty.shape('weights'))} and {_vec(empty.shape('output'))}",
                  "The probabilities are [B,T,T] and the output [B,T,d_v]: the output takes the "
                  "value's width, and an empty batch stays empty.",
                  parts=("the probabilities' shape", "the output's shape")),

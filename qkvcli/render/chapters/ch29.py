@@ -11,18 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.chapters.ch29 import (
-    NAME,
-    InvalidRopeBase,
-    OddFeatureWidth,
-    PositionOffsetOverflow,
-    PositionRangeExceeded,
-    ReleasedBuffer,
-    RopeEvidence,
-    RotaryInputRank,
-    RotaryWidthMismatch,
-    ZeroFeatureWidth,
-)
+from qkvcli.attention.errors import RotaryRefusal
+from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
@@ -52,10 +42,8 @@ ERROR_KEYS = {
 }
 """Each rejected input's key on the report's ``errors=`` line."""
 
-KINDS = {refusal.__name__: refusal.kind for refusal in (
-    ZeroFeatureWidth, OddFeatureWidth, InvalidRopeBase, RotaryInputRank, RotaryWidthMismatch,
-    PositionRangeExceeded, PositionOffsetOverflow, ReleasedBuffer)}
-"""Each expected refusal's name in the trace's and the JSON's ``kind``."""
+KINDS = {refusal.__name__: refusal.kind for refusal in RotaryRefusal.__subclasses__()}
+"""Each rotary refusal's name in the trace's and the JSON's ``kind``."""
 FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
          "RotaryInputRank": ("rank",), "RotaryWidthMismatch": ("expected", "actual"),
          "PositionOffsetOverflow": ("tokens",),
@@ -95,7 +83,7 @@ def text(evidence: RopeEvidence) -> str:
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
     errors = " ".join(f"{ERROR_KEYS[e.case]}:{fmt_bool(e.rejected)}" for e in evidence.errors)
-    shapes = " ".join(f"{probe.case}:{_shape(probe.shape('output'))}"
+    shapes = " ".join(f"{probe.case}:{_shape(probe.shape('rope'))}"
                       for probe in evidence.probes)
     counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
     lines = [
@@ -198,7 +186,7 @@ def trace(evidence: RopeEvidence) -> str:
     for probe in evidence.probes:
         offset = f"|offset={probe.offset}" if probe.case == "empty_tokens" else ""
         lines.append(f"{PROBE_LINES[probe.case]}|input_shape={fmt_shape(probe.input)}"
-                     f"{offset}|output_shape={_shape(probe.shape('output'))}"
+                     f"{offset}|output_shape={_shape(probe.shape('rope'))}"
                      f"|valid={fmt_bool(probe.kept)}")
     lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
     counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
@@ -259,7 +247,7 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
         "common_shift_preserved": p.common_shift_preserved,
         "invariant_tolerance": f.invariant_tolerance,
         "shapes": [{"case": probe.case, "input": list(probe.input), "offset": probe.offset,
-                    "output": None if (out := probe.shape("output")) is None else list(out),
+                    "output": None if (out := probe.shape("rope")) is None else list(out),
                     "valid": probe.kept, "refusal": probe.refusal or None}
                    for probe in evidence.probes],
         "errors": [{"case": e.case, "kind": KINDS[e.expected], "rejected": e.rejected,
@@ -407,7 +395,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
         ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
         ("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
          "dQ, dK = U turned back"),
-        ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('output'))}"
+        ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
                             for probe in evidence.probes)),
         ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
                              for e in evidence.errors)),

@@ -67,7 +67,7 @@ def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
 def text(evidence: MultiHeadEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
-    s, par, h = evidence.shapes, evidence.parameters, evidence.history
+    (empty, one), par, h = evidence.shapes, evidence.parameters, evidence.history
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
     prefix = " ".join(f"position_{t}_unchanged:{fmt_bool(same)}"
@@ -111,13 +111,10 @@ def text(evidence: MultiHeadEvidence) -> str:
         "gradcheck=" + " ".join(f"{key}:{count}" for key, count in counts.items())
         + f" total:{sum(counts.values())} tolerance:{_fixed(f.tolerance)} "
         f"passed:{fmt_bool(evidence.gradcheck.passed)}",
-        f"shapes=input:{fmt_shape(s.input)} split:{fmt_shape(s.split)} "
-        f"rotated:{fmt_shape(s.rotated)} weights:{fmt_shape(s.weights)} "
-        f"head_output:{fmt_shape(s.head_output)} merged:{fmt_shape(s.merged)} "
-        f"output_weight:{fmt_shape(s.output_weight)} output:{fmt_shape(s.output)} "
-        f"empty_batch_weights:{_shape(s.empty_batch.shape('attention'))} "
-        f"empty_batch_output:{_shape(s.empty_batch.shape('output'))} "
-        f"single_token_weights:{_shape(s.single_token.shape('attention'))}",
+        "shapes=" + " ".join(f"{name}:{fmt_shape(shape)}" for name, shape in p.stages())
+        + f" empty_batch_weights:{_shape(empty.shape('weights'))} "
+        f"empty_batch_output:{_shape(empty.shape('output'))} "
+        f"single_token_weights:{_shape(one.shape('weights'))}",
         "errors=" + " ".join(f"{e.case}:{fmt_bool(e.rejected)}" for e in evidence.errors),
         f"history=earlier_weighted_context:{vector(h.earlier_context)} "
         f"earlier_distributions_per_target:1 single_head_shape:{fmt_shape(h.single_head_shape)} "
@@ -142,18 +139,16 @@ def _batch(batch: int, b: int) -> str:
 def trace(evidence: MultiHeadEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
     the figure draws, stage by stage."""
-    f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
+    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
-    stages = (("input", s.input), ("split", s.split), ("rotated", s.rotated),
-              ("weights", s.weights), ("head-output", s.head_output), ("merged", s.merged),
-              ("output-weight", s.output_weight), ("output", s.output))
     lines = [
         f"CONFIG|batch={batch}|tokens={tokens}|model_width={d_model}|heads={heads}"
         f"|head_width={d_h}|offset={f.offset}|max_positions={f.spec.table.positions}"
         f"|rope_base={_fixed(f.spec.table.base)}|bias={fmt_bool(not evidence.parameters.bias_free)}"
         f"|parameter_order=[{','.join(PARAMETER_ORDER)}]|layout=reshape-transpose",
-        *(f"SHAPE|stage={stage}|value={fmt_shape(shape)}" for stage, shape in stages),
+        *(f"SHAPE|stage={stage.replace('_', '-')}|value={fmt_shape(shape)}"
+          for stage, shape in p.stages()),
     ]
     for h in range(heads):
         features = ",".join(str(c) for c in range(h * d_h, (h + 1) * d_h))
@@ -214,7 +209,7 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
     from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json
 
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
-    s, par, h = evidence.shapes, evidence.parameters, evidence.history
+    (empty, one), par, h = evidence.shapes, evidence.parameters, evidence.history
     batch, tokens, d_model = p.input.shape
 
     def dims(shape: tuple[int, ...] | None) -> list[int] | None:
@@ -252,12 +247,10 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
                        "count": par.count, "bias_free": par.bias_free,
                        "node_distinct": par.distinct},
         "loss": json_float(p.loss),
-        "shapes": {"input": dims(s.input), "split": dims(s.split), "rotated": dims(s.rotated),
-                   "weights": dims(s.weights), "head_output": dims(s.head_output),
-                   "merged": dims(s.merged), "output_weight": dims(s.output_weight),
-                   "output": dims(s.output), "empty_batch_weights": dims(s.empty_batch.shape("attention")),
-                   "empty_batch_output": dims(s.empty_batch.shape("output")),
-                   "single_token_weights": dims(s.single_token.shape("attention"))},
+        "shapes": {**{name: dims(shape) for name, shape in p.stages()},
+                   "empty_batch_weights": dims(empty.shape("weights")),
+                   "empty_batch_output": dims(empty.shape("output")),
+                   "single_token_weights": dims(one.shape("weights"))},
         "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
                     "rejected": e.rejected, "message": e.message} for e in evidence.errors],
         "gradcheck": gradcheck_json(evidence.gradcheck),
@@ -297,7 +290,7 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
     from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
     from qkvcli.render.rich.layout import Fitted, status, titled
 
-    f, p, pr, s = evidence.fixture, evidence.primary, evidence.probes, evidence.shapes
+    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
     per_lines = (None, 2, 1)  # how many numbers a vector's line holds, widest first (None: all)
@@ -316,10 +309,8 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
         f"{_fixed(f.spec.table.base, 2)} from position {f.offset}, causal, W_O after the "
         f"merge; batch item 0 of {batch}  ", status(evidence.passed))
     stages = Text("shapes: " + " -> ".join(
-        f"{name} {fmt_shape(shape)}" for name, shape in (
-            ("input", s.input), ("split", s.split), ("rotated", s.rotated),
-            ("weights", s.weights), ("head outputs", s.head_output), ("merged", s.merged),
-            ("output", s.output))))
+        f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
+        for name, shape in p.stages() if name != "output_weight"))
 
     def branches(h: int, per_line: int | None) -> list[Table]:
         found = []

@@ -87,7 +87,10 @@ MASK_RULE = "lower-triangular-inclusive"
 
 
 def _shaped(probe: ShapeProbe, name: str) -> tuple[int, ...]:
-    """The shape of the empty-batch probe's result ``name`` (``()`` when it had none)."""
+    """The shape of a shape probe's result ``name`` (``()`` when it had none); ``mask``:
+    each batch item's masked scores ``[T,T]``."""
+    if name == "mask":
+        return _shaped(probe, "masked_scores")[1:]
     return probe.shape(name) or ()
 
 def words(evidence: HeadChapterEvidence) -> ChapterWords:
@@ -171,6 +174,7 @@ def _joined(lines: list[str]) -> str:
 
 def _self_attention_text(evidence: SelfAttentionEvidence) -> str:
     p, s, b, e, said = evidence.primary, evidence.scale, evidence.batch, evidence.empty, SELF_ATTENTION
+    query, key, value = evidence.operands(b)
     return _joined([
         f"chapter={evidence.chapter}",
         f"prediction={said.prediction}",
@@ -190,12 +194,12 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> str:
         f"orthogonal_probability:{fmt_float(s.orthogonal_probability)} "
         f"softened:{fmt_bool(s.softened)}",
         _single_line(evidence),
-        f"batch_probe=query:{fmt_shape(b.query)} key:{fmt_shape(b.key)} "
-        f"value:{fmt_shape(b.value)} probabilities:{fmt_shape(b.probabilities)} "
-        f"output:{fmt_shape(b.output)} isolated:{fmt_bool(b.isolated)}",
-        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'probabilities'))} "
+        f"batch_probe=query:{fmt_shape(query)} key:{fmt_shape(key)} "
+        f"value:{fmt_shape(value)} probabilities:{fmt_shape(_shaped(b, 'weights'))} "
+        f"output:{fmt_shape(_shaped(b, 'output'))} isolated:{fmt_bool(evidence.batch_isolated)}",
+        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'weights'))} "
         f"output:{fmt_shape(_shaped(e, 'output'))} "
-        f"value_width_probe:{fmt_shape(evidence.value_width_output)}",
+        f"value_width_probe:{fmt_shape(_shaped(evidence.value_width, 'output'))}",
         f"upstream={vec(p.upstream)} loss={fmt_float(p.loss)}",
         f"query_gradient={vec(p.grad_query)}",
         f"key_gradient={vec(p.grad_key)}",
@@ -210,6 +214,7 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> str:
 
 def _self_attention_trace(evidence: SelfAttentionEvidence) -> str:
     p, single, b, g = evidence.primary, evidence.single, evidence.batch, evidence.gradcheck
+    query, key, value = evidence.operands(b)
     batch, tokens, d_k = p.query.shape
     rows = range(tokens if batch else 0)
     return _joined([
@@ -227,10 +232,10 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> str:
           for i in range(p.terms.shape[0])),
         f"BACKWARD|seed={vec(p.upstream)}|query_gradient={vec(p.grad_query)}"
         f"|key_gradient={vec(p.grad_key)}|value_gradient={vec(p.grad_value)}",
-        f"BATCH_SHAPE|batches={b.query[0]}|query={fmt_shape(b.query)}"
-        f"|key={fmt_shape(b.key)}|value={fmt_shape(b.value)}"
-        f"|probabilities={fmt_shape(b.probabilities)}|output={fmt_shape(b.output)}"
-        f"|isolated={fmt_bool(b.isolated)}",
+        f"BATCH_SHAPE|batches={b.input[0]}|query={fmt_shape(query)}"
+        f"|key={fmt_shape(key)}|value={fmt_shape(value)}"
+        f"|probabilities={fmt_shape(_shaped(b, 'weights'))}|output={fmt_shape(_shaped(b, 'output'))}"
+        f"|isolated={fmt_bool(evidence.batch_isolated)}",
         f"SINGLE_TOKEN|shape={fmt_shape(single.query.shape)}|query={vec(single.query)}"
         f"|key={vec(single.key)}|value={vec(single.value)}|raw={vec(single.scores)}"
         f"|scaled={vec(single.scaled_scores)}|probabilities={vec(single.probabilities)}"
@@ -281,7 +286,7 @@ def _causal_text(evidence: CausalEvidence) -> str:
         f"value_gradient={vec(p.grad_value)}",
         f"prefix_seed={vec(x.seed)} suffix_gradient_zero={fmt_bool(x.suffix_zero)}",
         _single_line(evidence),
-        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'probabilities'))} "
+        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'weights'))} "
         f"output:{fmt_shape(_shaped(e, 'output'))} valid:{fmt_bool(e.kept)}",
         _errors_line(evidence, said),
         _gradcheck_line(evidence.gradcheck),
@@ -298,6 +303,7 @@ def _causal_trace(evidence: CausalEvidence) -> str:
     p, x, single, g = evidence.primary, evidence.prefix, evidence.single, evidence.gradcheck
     _, tokens, d_k = p.query.shape
     e = evidence.empty
+    query, key, value = evidence.operands(e)
 
     def visibility(i: int) -> str:
         return "[" + ",".join("blocked" if np.isneginf(m) else "allowed" for m in p.mask[i]) + "]"
@@ -335,10 +341,9 @@ def _causal_trace(evidence: CausalEvidence) -> str:
         f"SINGLE_TOKEN|mask={mask_text(single.mask)}|probabilities={vec(single.probabilities)}"
         f"|output={vec(single.output)}|query_gradient_zero={fmt_bool(single.query_gradient_zero)}"
         f"|key_gradient_zero={fmt_bool(single.key_gradient_zero)}",
-        f"EMPTY_BATCH|query_shape={fmt_shape(_shaped(e, 'query'))}"
-        f"|key_shape={fmt_shape(_shaped(e, 'key'))}"
-        f"|value_shape={fmt_shape(_shaped(e, 'value'))}|mask_shape={fmt_shape(_shaped(e, 'mask'))}"
-        f"|probability_shape={fmt_shape(_shaped(e, 'probabilities'))}"
+        f"EMPTY_BATCH|query_shape={fmt_shape(query)}|key_shape={fmt_shape(key)}"
+        f"|value_shape={fmt_shape(value)}|mask_shape={fmt_shape(_shaped(e, 'mask'))}"
+        f"|probability_shape={fmt_shape(_shaped(e, 'weights'))}"
         f"|output_shape={fmt_shape(_shaped(e, 'output'))}"
         f"|valid={fmt_bool(e.kept)}",
         *_error_records(evidence, CAUSAL),
@@ -393,7 +398,8 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
               else {"dot_products": t(p.scores), "scaled_scores": t(p.scaled_scores)})
     own: dict[str, Any] = {}
     batch_probe: dict[str, Any] = {}
-    empty: dict[str, Any] = {name: list(_shaped(e, name)) for name in ("query", "key", "value")}
+    empty: dict[str, Any] = dict(zip(("query", "key", "value"),
+                                     (list(shape) for shape in evidence.operands(e)), strict=True))
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         own = {"future_probabilities_zero": evidence.future_zero, "tape_finite": p.tape_finite,
@@ -406,7 +412,7 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
                    "seed": t(x.seed), "suffix_start": x.suffix_start,
                    "query_gradient": t(x.grad_query), "key_gradient": t(x.grad_key),
                    "value_gradient": t(x.grad_value), "suffix_zero": x.suffix_zero}}
-        empty.update(mask=list(_shaped(e, 'mask')), probabilities=list(_shaped(e, 'probabilities')),
+        empty.update(mask=list(_shaped(e, 'mask')), probabilities=list(_shaped(e, 'weights')),
                      output=list(_shaped(e, 'output')), valid=e.kept)
     elif isinstance(evidence, SelfAttentionEvidence):
         s, b = evidence.scale, evidence.batch
@@ -414,12 +420,13 @@ def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
                                "scaled_focus": s.scaled_focus,
                                "orthogonal_probability": s.orthogonal_probability,
                                "softened": s.softened}}
+        query, key, value = (list(shape) for shape in evidence.operands(b))
         batch_probe = {"batch_probe": {
-            "query": list(b.query), "key": list(b.key), "value": list(b.value),
-            "probabilities": list(b.probabilities), "output": list(b.output),
-            "isolated": b.isolated}}
-        empty.update(probabilities=list(_shaped(e, 'probabilities')), output=list(_shaped(e, 'output')),
-                     value_width_probe=list(evidence.value_width_output))
+            "query": query, "key": key, "value": value,
+            "probabilities": list(_shaped(b, "weights")), "output": list(_shaped(b, "output")),
+            "isolated": evidence.batch_isolated}}
+        empty.update(probabilities=list(_shaped(e, 'weights')), output=list(_shaped(e, 'output')),
+                     value_width_probe=list(_shaped(evidence.value_width, "output")))
     return {
         **head("run", chapter=evidence.chapter, passed=evidence.passed),
         "checks": chapter_checks(evidence.chapter, evidence),
@@ -498,7 +505,7 @@ def figure(evidence: HeadChapterEvidence, width: int,
         probes = drawn.facts_part("Probes", [
             (evidence.future_zero, "future keys", f"weigh {future_word(evidence)}"),
             (single.holds, "single token", f"mask {mask_text(single.mask)}, {one}"),
-            (e.kept, "empty batch", f"A {fmt_shape(_shaped(e, 'probabilities'))}, "
+            (e.kept, "empty batch", f"A {fmt_shape(_shaped(e, 'weights'))}, "
              f"O {fmt_shape(_shaped(e, 'output'))}, "
              f"mask {fmt_shape(_shaped(e, 'mask'))}"),
             (p.tape_finite, "reverse pass", "every array finite: -inf never reaches it"),
@@ -513,11 +520,11 @@ def figure(evidence: HeadChapterEvidence, width: int,
              f"{fmt_float(s.orthogonal_probability, number)}: "
              f"{'softened' if s.softened else 'not softened'}"),
             (single.holds, "single token", one),
-            (b.isolated, "batch of two", f"{fmt_shape(b.query)} in, {fmt_shape(b.output)} out, "
-             "halves bit for bit equal"),
-            (evidence.empty_holds, "empty batch", f"A {fmt_shape(_shaped(e, 'probabilities'))}, O "
+            (evidence.batch_isolated, "batch of two", f"{fmt_shape(evidence.operands(b)[0])} in, "
+             f"{fmt_shape(_shaped(b, 'output'))} out, halves bit for bit equal"),
+            (evidence.empty_holds, "empty batch", f"A {fmt_shape(_shaped(e, 'weights'))}, O "
              f"{fmt_shape(_shaped(e, 'output'))}; value width 1 gives "
-             f"{fmt_shape(evidence.value_width_output)}"),
+             f"{fmt_shape(_shaped(evidence.value_width, 'output'))}"),
         ])
         cards = [Row([probes, refused])]
     return drawn.head_figure(evidence, options, said.prediction,
