@@ -197,9 +197,9 @@ SPELLED = [
                          [c[1:] for c in SPELLED], ids=[c[0] for c in SPELLED])
 def test_a_refusal_names_the_key_as_the_family_spells_it(
         config_name: str, arguments: dict[str, Any], edit: dict[str, Any], words: str) -> None:
-    from qkvcli.authoring.checkpoint import CheckpointError
     from qkvcli.authoring.config import model_function
     from qkvcli.authoring.model_families import ALIASES
+    from qkvcli.authoring.tensor_names import CheckpointError
 
     saved = getattr(transformers, config_name)(
         **{"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 2,

@@ -19,15 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from qkvcli.authoring.checkpoint import (
-    OUTSIDE_OUT,
-    CheckpointError,
-    ModelFunction,
-    NormFunction,
-    RopeSpec,
-    layer_index,
-    shown_value,
-)
+from qkvcli.authoring.checkpoint import OUTSIDE_OUT, ModelFunction, NormFunction, RopeSpec
 from qkvcli.authoring.config_layers import (
     check_block_type,
     layer_type_of,
@@ -74,6 +66,7 @@ from qkvcli.authoring.model_families import (
     TYPE_THETAS,
     ModelFamily,
 )
+from qkvcli.authoring.tensor_names import CheckpointError, layer_index, shown_value
 
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkvcli.authoring.checkpoint import (
-    CheckpointError,
-    shown_value,
-)
 from qkvcli.authoring.config_values import flag_value, int_value
 from qkvcli.authoring.model_families import (
     BLOCK_TYPES,
@@ -23,6 +19,7 @@ from qkvcli.authoring.model_families import (
     TWO_SIDED_WINDOWS,
     WINDOW_FLAGS,
 )
+from qkvcli.authoring.tensor_names import CheckpointError, shown_value
 
 
 def layer_type_of(config: dict[str, Any], model: str, index: int | None, prefix: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from qkvcli.authoring.checkpoint import CheckpointError, RopeSpec, shown_value
+from qkvcli.authoring.checkpoint import RopeSpec
 from qkvcli.authoring.config_values import one_of, positive
 from qkvcli.authoring.model_families import (
     DEFAULT_ROPE_ONLY,
@@ -23,6 +23,7 @@ from qkvcli.authoring.model_families import (
     SCALING_ON_EVERY_TYPE,
     TYPE_THETAS,
 )
+from qkvcli.authoring.tensor_names import CheckpointError, shown_value
 from qkvcli.core.errors import QkvError
 from qkvcli.reading.rope import SCALING_KEYS, read_scaling
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from qkvcli.authoring.checkpoint import CheckpointError, shown_value
+from qkvcli.authoring.tensor_names import CheckpointError, shown_value
 
 
 def is_set(config: dict[str, Any], key: str) -> bool:

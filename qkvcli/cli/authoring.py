@@ -312,7 +312,6 @@ def checkpoint_fixture_text(
     default, a warning names the ``--max-elements`` attend needs.
     """
     from qkvcli.authoring.checkpoint import (
-        CheckpointError,
         check_heads,
         checkpoint_document,
         command_line_function,
@@ -323,6 +322,7 @@ def checkpoint_fixture_text(
     from qkvcli.authoring.config import config_family, model_function
     from qkvcli.authoring.model_families import FAMILIES
     from qkvcli.authoring.starter import dump_fixture
+    from qkvcli.authoring.tensor_names import CheckpointError
     from qkvcli.cli.inspect import read_checkpoint
     from qkvcli.core.text import printable
     from qkvcli.reading.attend import MAX_HEADS
@@ -397,7 +397,7 @@ def checkpoint_fixture_text(
 def _agree(function: ModelFunction, heads: int | None, causal: bool | None,
            rope: bool | None, scale: float | None, shown: str, prefix: str) -> None:
     """Refuse a command-line option that contradicts the config (which describes the layer)."""
-    from qkvcli.authoring.checkpoint import CheckpointError
+    from qkvcli.authoring.tensor_names import CheckpointError
 
     if heads is not None and heads != function.heads:
         raise CheckpointError(prefix, f"--heads {heads} contradicts {shown}, which "

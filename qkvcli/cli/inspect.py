@@ -19,7 +19,7 @@ from qkvcli.cli.io import CheckpointPath
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from qkvcli.authoring.checkpoint import Entry
+    from qkvcli.authoring.tensor_names import Entry
 
 INDEX_SUFFIX = ".index.json"
 MAX_INDEX_BYTES = 64 << 20  # a weight_map of a million tensors is ~100 bytes each
@@ -107,7 +107,7 @@ NAME_LIMIT = 200
 def inspect_lines(entries: list[Entry]) -> list[str]:
     """One aligned line per tensor (name, dtype, shape and, if recognised, its role), grouped
     by layer in natural order, then the layer prefixes ``--prefix`` takes."""
-    from qkvcli.authoring.checkpoint import cross_attention, layer_prefixes, natural_key, role_of
+    from qkvcli.authoring.tensor_names import cross_attention, layer_prefixes, natural_key, role_of
     from qkvcli.core.text import printable
 
     entries = sorted(entries, key=lambda entry: natural_key(entry[0]))
