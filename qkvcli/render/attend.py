@@ -377,8 +377,9 @@ def _rope_base(rope: Rope) -> str:
 def rope_words(rope: Rope) -> str:
     """A RoPE in the rich views' words: ``theta 10000 dims 64 half``, or with a table of
     frequencies ``frequencies given (32) dims 64 half``."""
-    base = (f"theta {rope.theta:g}" if rope.frequencies is None
-            else f"frequencies given ({len(rope.frequencies)})")
+    given = rope.frequencies
+    base = (f"frequencies given ({len(given)})" if given is not None
+            else f"theta {fmt_general(rope.theta or 0.0, 6)}")
     return f"{base} dims {rope.dims} {rope.layout}"
 
 

@@ -209,14 +209,14 @@ def _precision(names: tuple[str, ...], fault: Precision, tolerance: float) -> st
     listed = _listed(names)
     agree = "agrees" if len(names) == 1 else "agree"
     if fault.cause == "float64":
-        return (f"{listed} {agree} to {fault.error:.2g}, float64 rounding: a tolerance of "
+        return (f"{listed} {agree} to {fmt_general(fault.error, 2)}, float64 rounding: a tolerance of "
                 f"{tolerance!r} is below float64 precision")
     if fault.cause in ("decimals", "digits"):
         unit = "decimal places" if fault.cause == "decimals" else "significant digits"
         written = "is" if len(names) == 1 else "are"
         return (f"{listed} {written} written with {fault.places} {unit} (largest scaled "
-                f"error {fault.error:.2g}): write each float's shortest round-trip spelling")
-    return (f"{listed} {agree} only to {fault.error:.2g} and every value is a float32: "
+                f"error {fmt_general(fault.error, 2)}): write each float's shortest round-trip spelling")
+    return (f"{listed} {agree} only to {fmt_general(fault.error, 2)} and every value is a float32: "
             "float32 arithmetic")
 
 
@@ -333,11 +333,15 @@ def _mask_positions(slips: tuple[str, ...], positions: tuple[Clause, ...]) -> st
     return _slips(slips) + (f": the mask {said}" if said else "")
 
 
-OVERFLOW = ("large scores (up to {0:.3g}) overflow: the softmax does not subtract the row "
-            "maximum before exp")
+def _overflow(largest: float, said: str | None = None) -> str:
+    return (f"large scores (up to {fmt_general(largest)}) overflow: the softmax does not "
+            "subtract the row maximum before exp" + ("" if said is None else f" ({said})"))
+
 
 CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
-    "value-differs": "{0}{1} = {2!r}, expected {3!r} (scaled error {4:.3g} > {5!r})",
+    "value-differs": lambda name, where, got, expected, error, tolerance: (
+        f"{name}{where} = {got!r}, expected {expected!r} (scaled error "
+        f"{fmt_general(error)} > {tolerance!r})"),
     "shape-differs": "{0} has shape {1}, expected {2}",
     "forward-differs": lambda mismatch, why: mismatch if why is None else f"{mismatch}; {why}",
     "reverse-differs": lambda whys, mismatch: "; ".join(map(say, whys)) + f": {mismatch}",
@@ -386,11 +390,14 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "mask-differs": ("causal=true results are not the softmax of the scores with the later "
                      "positions hidden: {0}"),
     "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
-    "overflow": OVERFLOW,
-    "overflow-said": OVERFLOW + " ({1})",
+    "overflow": _overflow,
+    "overflow-said": _overflow,
     "large-call-failed": "head_forward failed on large scores: {0}",
-    "large-differs": "on large scores (up to {0:.3g}): {1}",
-    "no-reply": "request {0} ({1}): no reply within {2:g} s (--timeout)",
+    "large-differs": lambda largest, found: (
+        f"on large scores (up to {fmt_general(largest)}): {found}"),
+    "no-reply": lambda request, operation, seconds: (
+        f"request {request} ({operation}): no reply within {fmt_general(seconds, 6)} s "
+        "(--timeout)"),
 }
 """The words of each clause code the value, gradient-check and head families find: a
 format string of the facts, or a function of them (a nested clause given worded)."""

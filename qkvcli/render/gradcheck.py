@@ -6,7 +6,7 @@ from typing import Any
 
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.document import dumps, gradcheck_json, head
-from qkvcli.render.numbers import fmt_error, fmt_shape
+from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.wording import verdict
 
 HEADER = ("tensor", "coordinate", "analytic", "numerical", "scaled_error", "pass")
@@ -26,8 +26,8 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
             rows.append((
                 c.tensor,
                 fmt_shape(c.coordinate) if c.direction is None else f"u{c.direction}",
-                f"{c.analytic:.9f}",
-                f"{c.numerical:.9f}",
+                fmt_float(c.analytic, 9),
+                fmt_float(c.numerical, 9),
                 fmt_error(c.scaled_error),
                 ("PASS" if c.passed else "FAIL") + (f" ({c.note})" if c.note else ""),
             ))

@@ -75,7 +75,7 @@ def _ints(values: Any) -> str:
 
 
 def _base(value: float) -> str:
-    return f"{value:.0f}"
+    return fmt_float(value, 0)
 
 
 def text(evidence: RopeEvidence) -> str:

@@ -36,7 +36,7 @@ from qkvcli.render.attend import (
     rope_words,
     upstream_source,
 )
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
 from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, status, titled
 from qkvcli.render.rich.options import RichOptions
@@ -109,7 +109,7 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
     # The titles stay short and equal in height, so tables side by side line up; the mask
     # is explained under Z, where its -inf stands.
     titles = (("scores", f"batch {batch}: scores S = Q K^T", None),
-              ("scaled_scores", f"batch {batch}: Z = S * {c.scale:g}" if c.scale_given
+              ("scaled_scores", f"batch {batch}: Z = S * {fmt_general(c.scale, 6)}" if c.scale_given
                else f"batch {batch}: Z = S / sqrt({c.d_k})",
                "-inf: masked (causal)" if c.causal else None))
     return Fitted([
@@ -269,8 +269,8 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     header = Text.assemble(
         (f"{formula_of(c)}\n", "bold"),
         f"X {fmt_shape((c.batch, c.tokens, c.d_model))}  d_k {c.d_k}  d_v {c.d_v}  "
-        + (f"scale {c.scale:.6f} (given)" if c.scale_given else
-         f"scale 1/sqrt({c.d_k}) = {c.scale:.6f}") + f"  causal {'yes' if c.causal else 'no'}"
+        + (f"scale {fmt_float(c.scale)} (given)" if c.scale_given else
+         f"scale 1/sqrt({c.d_k}) = {fmt_float(c.scale)}") + f"  causal {'yes' if c.causal else 'no'}"
         + (f"  kv_heads {c.kv_heads}" if c.kv_heads is not None else "")
         + (f"  rope {rope_words(c.rope)}" if c.rope is not None else "") + "\n",
         f"layout {c.layout}: {c.layout_description}\n",

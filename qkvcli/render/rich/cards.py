@@ -15,7 +15,7 @@ from rich.text import Text
 from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.results import ShapeProbe
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import LETTERS, PLAIN, ROLE_BOXES, ROLE_SENTENCES, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import Part, Row, lines, status, titled
 from qkvcli.render.rich.options import RichOptions
@@ -182,7 +182,7 @@ def _numerical_part(evidence: Evidence, options: RichOptions) -> Part:
     )
     worst = g.worst
     worst_line = (
-        Text(f"worst scaled error {worst.scaled_error:.3e} at "
+        Text(f"worst scaled error {fmt_error(worst.scaled_error)} at "
              f"{worst.tensor}{fmt_shape(worst.coordinate)}", style="dim")
         if worst is not None else None
     )

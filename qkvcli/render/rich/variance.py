@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.learn.variance import VarianceResult
+from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.layout import Fitted
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column
@@ -35,11 +36,11 @@ def _table(result: VarianceResult, options: RichOptions, bars: bool) -> Table:
     for row in result.rows:
         cells = {
             "d_k": str(row.d_k),
-            "var(q.k)": f"{row.variance:.2f}",
+            "var(q.k)": fmt_float(row.variance, 2),
             "log2 scale": bar(math.log2(max(row.variance, 1.0)) / top),
-            "scaled var": f"{row.scaled_variance:.{options.precision}f}",
+            "scaled var": fmt_float(row.scaled_variance, options.precision),
             "0 .. 1 .. 2": bar(row.scaled_variance / 2.0),
-            "std_err": f"{row.std_error:.{options.precision}f}",
+            "std_err": fmt_float(row.std_error, options.precision),
             "z": f"{row.z:+.2f}",
         }
         table.add_row(*(Text(cells[name]) for name in columns))
