@@ -258,3 +258,11 @@ def names_table() -> str:
 
 def test_the_docs_show_the_names_table() -> None:
     assert names_table() in (ROOT / "docs" / "json.md").read_text(encoding="utf-8")
+
+
+def test_schema_help_names_every_report() -> None:
+    """``qkv schema --help`` lists every report ``--report`` takes (it left out
+    ``families``)."""
+    text = " ".join(CliRunner().invoke(main, ["schema", "--help"]).output.split())
+    listed = text.split("instead:", 1)[1]
+    assert all(re.search(rf"\b{name}\b", listed) for name in REPORTS)

@@ -272,7 +272,7 @@ def _large_fixture(
 @click.command()
 @click.option("--report", "report", metavar="NAME", default=None, is_flag=False, flag_value="",
               help="Print the JSON Schema of a report's JSON document instead: run, attend, "
-              "check, gradcheck or variance.")
+              "check, gradcheck, variance or families (attend --families).")
 def schema(report: str | None) -> None:
     """Print the JSON Schema of the fixture format (for editors and other tools), or with
     --report NAME the schema of that report's JSON document (draft 2020-12)."""
