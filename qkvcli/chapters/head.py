@@ -84,6 +84,7 @@ from qkvcli.check.numerical import loss_of
 from qkvcli.check.plans import CH27, CH28, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
+from qkvcli.core.invariants import future_zero, row_sums
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, ShapeProbe, judge_plan
@@ -142,8 +143,9 @@ class HeadPass(Record):
 
     @property
     def rows_sum_to_one(self) -> bool:
-        """Every probability row sums to 1 within :attr:`row_sum_tolerance`."""
-        return bool(np.all(np.abs(self.row_sums - 1.0) <= self.row_sum_tolerance))
+        """The row-sums claim (:func:`~qkvcli.core.invariants.row_sums`): no probability
+        below 0, every row summing to 1 within :attr:`row_sum_tolerance`."""
+        return row_sums(self.probabilities, self.row_sum_tolerance).passed
 
     @property
     def terms_make_output(self) -> bool:
@@ -159,8 +161,9 @@ class HeadPass(Record):
 
     @property
     def future_zero(self) -> bool:
-        """Every key the mask hides weighs exactly 0 (true without a mask)."""
-        return bool(np.all(self.probabilities[:, np.isneginf(self.mask)] == 0.0))
+        """Every key the mask hides weighs exactly 0 (true without a mask): the future-zero
+        claim (:func:`~qkvcli.core.invariants.future_zero`)."""
+        return future_zero(self.probabilities, np.isneginf(self.mask)).passed
 
 
 class HeadSession(Record):

@@ -30,10 +30,8 @@ from qkvcli.attention.records import (
     AttendConfig,
     AttendEvidence,
     AttendPrimary,
-    AttentionEvidence,
     HeadEvidence,
     HullEvidence,
-    MaskEvidence,
     Note,
     OtherMask,
     TokenRow,
@@ -48,9 +46,7 @@ from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.check.values import finite_and_shaped
 from qkvcli.core.arrays import Array, readonly
-from qkvcli.core.invariants import (
-    HeadLayout,
-)
+from qkvcli.core.invariants import FutureZero, HeadLayout, RowSums, future_zero, row_sums
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe, judge_plan
@@ -253,22 +249,14 @@ class _Stacked:
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
-    """Row sums, mask and convex hull of each head, in head order."""
-    found = []
-    for h, head in enumerate(f.heads):
-        a = head.attention
-        sums = np.sum(a, axis=-1)
-        rows = AttentionEvidence(
-            min_attention=float(a.min()) if a.size else 0.0,
-            max_row_deviation=float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
-            tolerance=4.0 * max(tokens, 1) * EPSILON,
-        )
-        mask = MaskEvidence(False, 0.0)
-        if causal or f.window is not None:  # above the diagonal, and outside a window
-            outside = a[:, causal_mask(tokens, f.window, causal)]
-            mask = MaskEvidence(True, float(outside.max()) if outside.size else 0.0)
-        found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
-    return tuple(found)
+    """Row sums (within ``4 T eps``), mask and convex hull of each head, in head order:
+    the row-sums and future-zero claims of :mod:`qkvcli.core.invariants`, the mask's
+    hidden keys those above the diagonal and outside a window."""
+    hidden = causal_mask(tokens, f.window, causal) if causal or f.window is not None else None
+    return tuple(HeadEvidence(h, row_sums(head.attention, 4.0 * max(tokens, 1) * EPSILON),
+                              future_zero(head.attention, hidden),
+                              hull_evidence(head, tokens, causal))
+                 for h, head in enumerate(f.heads))
 
 
 def hull_evidence(f: AttentionForward, tokens: int, causal: bool = False) -> HullEvidence:
@@ -336,17 +324,17 @@ def shape_probes(session: Session, layer: MultiHeadLayer,
     return found[0], found[1]
 
 
-def worst_rows(heads: tuple[HeadEvidence, ...]) -> AttentionEvidence:
+def worst_rows(heads: tuple[HeadEvidence, ...]) -> RowSums:
     """The layer's attention rows: the least weight and the worst row sum of any head."""
     w = [h.attention for h in heads]
-    return AttentionEvidence(min(x.min_attention for x in w),
-                             max(x.max_row_deviation for x in w), w[0].tolerance)
+    return RowSums(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
+                   w[0].tolerance)
 
 
-def worst_mask(heads: tuple[HeadEvidence, ...]) -> MaskEvidence:
+def worst_mask(heads: tuple[HeadEvidence, ...]) -> FutureZero:
     """The layer's mask: the largest weight any head gives a hidden key."""
     m = [h.mask for h in heads]
-    return MaskEvidence(m[0].applicable, max(x.max_masked_attention for x in m))
+    return FutureZero(m[0].applicable, max(x.max_masked_attention for x in m))
 
 
 def worst_hull(heads: tuple[HeadEvidence, ...]) -> HullEvidence:

@@ -18,7 +18,11 @@ judged here, the same for all:
   read it and no others (chapter 30's engine, a learner's multi-head layer, a real
   layer; its probes are part of the claim, so every caller perturbs the same way);
 - :func:`position_zero`: a rotation from position zero leaves the first token as it was,
-  bit for bit (chapter 29's engine, a learner's RoPE, a real layer's).
+  bit for bit (chapter 29's engine, a learner's RoPE, a real layer's);
+- :func:`row_sums`: every attention weight is at least 0 and every row sums to 1 within a
+  tolerance (chapters 27, 28 and 30, ``qkv check``'s softmax, a real layer's heads);
+- :func:`future_zero`: every weight on a key the mask hides (a later one, or one outside
+  a sliding window) is exactly 0 (chapters 28 and 30, a real layer's heads).
 """
 
 from __future__ import annotations
@@ -88,6 +92,56 @@ def position_zero(turned: Array, given: Array) -> tuple[str, str, str] | None:
     flat = int(np.argmax(differs))
     return (coordinate(first.shape, flat), repr(float(first.reshape(-1)[flat])),
             repr(float(wanted.reshape(-1)[flat])))
+
+
+class RowSums(Record):
+    """The row-sums claim's facts: the least weight, the largest deviation of a row's sum
+    from 1, and the tolerance it must keep within."""
+
+    min_attention: float
+    max_row_deviation: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.min_attention >= 0.0 and self.max_row_deviation <= self.tolerance
+
+
+def row_sums(weights: Array, tolerance: float, scaled: bool = False) -> RowSums:
+    """The row-sums claim on attention weights ``[..., T, T]``: no weight below 0, and each
+    row's sum within ``tolerance`` of 1, as an absolute error (``scaled``: as the scaled
+    error ``|s-1|/max(1,|s|)`` of :func:`~qkvcli.core.arrays.mismatches`, ``qkv check``'s
+    measure). A NaN fails; no weights, or no rows, pass."""
+    sums = np.sum(weights, axis=-1)
+    with np.errstate(invalid="ignore"):
+        deviation = np.abs(sums - 1.0)
+        if scaled:
+            deviation /= np.maximum(1.0, np.abs(sums))
+    return RowSums(float(weights.min()) if weights.size else 0.0,
+                   float(np.max(deviation)) if deviation.size else 0.0, tolerance)
+
+
+class FutureZero(Record):
+    """The future-zero claim's facts: whether a mask hides any key (``applicable``), and
+    the largest magnitude of a weight on a hidden key (0 when none is hidden)."""
+
+    applicable: bool
+    max_masked_attention: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.applicable or self.max_masked_attention == 0.0
+
+
+def future_zero(weights: Array, hidden: npt.NDArray[np.bool_] | None) -> FutureZero:
+    """The future-zero claim on attention weights ``[..., T, T]``: every weight where
+    ``hidden [T, T]`` is true (the keys each query may not see) exactly 0, ``-0.0``
+    included and a NaN never (``None``: no mask, nothing to judge). The hidden weights
+    are gathered once, into an array of their own, and measured in place."""
+    if hidden is None:
+        return FutureZero(False, 0.0)
+    outside = weights[..., hidden]
+    return FutureZero(True, float(np.abs(outside, out=outside).max()) if outside.size else 0.0)
 
 
 class HeadLayout(Record):
