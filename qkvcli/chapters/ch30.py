@@ -57,6 +57,7 @@ from qkvcli.check.cases import Case
 from qkvcli.check.kinds import MULTI_HEAD, Probe
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.plans import CH30, PLANS
+from qkvcli.check.rotary import relative_dot
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError, RopeError
@@ -430,7 +431,7 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, session: Session)
         head_isolation=isolation.passed,
         split_merge=(same_bits(split, found.head_outputs)
                      and same_bits(engine.merge_heads(split), found.merged)),
-        common_offset=_close(a, shifted, tolerance),
+        common_offset=relative_dot(a, shifted, tolerance, scaled=False) is None,
     )
 
 

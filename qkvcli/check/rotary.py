@@ -10,12 +10,15 @@ implementation's own answers: position zero is the identity (every token, each t
 as if it stood at position 0, is the input's own:
 :func:`~qkvcli.core.invariants.position_zero`), and a common shift of every position
 keeps every dot product between the rotated tokens (``rope(x, base, o)`` and
-``rope(x, base, o + 5)`` have the same Gram matrix per batch item).
+``rope(x, base, o + 5)`` have the same Gram matrix per batch item). That claim is
+:func:`relative_dot`, defined here once: chapter 29 judges its query-key dot products by
+it, and chapter 30 its layer's weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -23,7 +26,7 @@ from qkvcli.check.cases import Case
 from qkvcli.check.kinds import ROPE
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, first_outside
+from qkvcli.core.arrays import Array, first_difference, mismatches
 from qkvcli.core.invariants import position_zero
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import CallFailed
@@ -75,10 +78,26 @@ def check_position_zero(session: Session, at_zero: Callable[[Array], Array] | No
     return judge(family, failures, len(cases)), failures
 
 
-def _gram(rows: Array) -> Array:
-    """Every dot product between the tokens of each batch item: ``[B,T,d] -> [B,T,T]``."""
-    gram: Array = rows @ np.swapaxes(rows, -1, -2)
-    return gram
+def dots(queries: Array, keys: Array) -> Array:
+    """Every dot product of a query row with a key row: ``[...,T,d]`` and ``[...,S,d]``
+    give ``[...,T,S]`` (the Gram matrix of each batch item's tokens when both are them)."""
+    found: Array = queries @ np.swapaxes(keys, -1, -2)
+    return found
+
+
+def relative_dot(before: Array, after: Array, tolerance: float,
+                 scaled: bool = True) -> tuple[str, str, str] | None:
+    """The relative-dot claim: what RoPE's scores are made of at the given positions
+    (``before``: the dot products between the rotated tokens, :func:`dots`, or the
+    attention weights of a layer that turns them) is what it is with every position moved
+    by a common shift (``after``), each within ``tolerance``: a scaled error
+    (:func:`~qkvcli.core.arrays.mismatches`, ``qkv check``'s measure) or, not ``scaled``,
+    an absolute one (the chapters' invariant tolerance). ``None`` when it holds, else
+    ``(coordinate, after, before)`` where it first moved (a coordinate ``""`` and the two
+    shapes when the shapes differ)."""
+    with np.errstate(invalid="ignore"):
+        return first_difference(after, before, partial(mismatches, tolerance=tolerance) if scaled
+                                else lambda a, b: ~(np.abs(a - b) <= tolerance))
 
 
 def check_relative_dot(session: Session) -> tuple[FamilyCheck, list[Failure]]:
@@ -100,11 +119,10 @@ def check_relative_dot(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(not_run(family, case.label, "rope-shape"))
             continue
         with np.errstate(all="ignore"):
-            before, after = _gram(first), _gram(shifted)
-        found = first_outside(after, before, session.tolerance)
+            found = relative_dot(dots(first, first), dots(shifted, shifted), session.tolerance)
         if found is not None:
             where, new, old = found
             failures.append(Failure(family, case.label, f"dot{where}", code="shift-moved",
-                                    facts=(SHIFT, f"dot{where}", repr(old), repr(new))))
+                                    facts=(SHIFT, f"dot{where}", old, new)))
     return judge(family, failures, len(cases), session.tolerance), failures
 

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.core.arrays import Array, coordinate, first_outside, same_bits
-from qkvcli.core.errors import format_shape
+from qkvcli.core.arrays import Array, first_difference, first_outside, same_bits
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
 
@@ -83,15 +82,7 @@ def position_zero(turned: Array, given: Array) -> tuple[str, str, str] | None:
     exactly (the angle is 0: ``x cos 0 - y sin 0`` is ``x``, though ``-0.0`` may come out
     as ``0.0``). ``None`` when it holds, else ``(coordinate, turned, given)`` where it
     first differs (a coordinate ``""`` and the two shapes when the shapes differ)."""
-    first, wanted = turned[..., :1, :], given[..., :1, :]
-    if first.shape != wanted.shape:
-        return "", format_shape(list(first.shape)), format_shape(list(wanted.shape))
-    differs = (first != wanted).reshape(-1)
-    if not differs.any():
-        return None
-    flat = int(np.argmax(differs))
-    return (coordinate(first.shape, flat), repr(float(first.reshape(-1)[flat])),
-            repr(float(wanted.reshape(-1)[flat])))
+    return first_difference(turned[..., :1, :], given[..., :1, :], lambda a, b: a != b)
 
 
 class RowSums(Record):
