@@ -37,7 +37,7 @@ from qkvcli.attention.records import (
     TokenRow,
 )
 from qkvcli.check.behaviour import check_prefix, check_replay
-from qkvcli.check.boundaries import check_single_token, measure
+from qkvcli.check.boundaries import check_single_token, probed
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER, Probe
 from qkvcli.check.multihead import check_head_isolation
@@ -298,7 +298,7 @@ def _reached_size(layer: MultiHeadLayer) -> int:
 
 def shape_probes(session: Session, layer: MultiHeadLayer,
                  single: bool) -> tuple[ShapeProbe, ShapeProbe]:
-    """qkv check's shape probes (:func:`~qkvcli.check.boundaries.measure`) on the layer as
+    """qkv check's shape probes (:func:`~qkvcli.check.boundaries.probed`) on the layer as
     an implementation (:data:`~qkvcli.check.kinds.WEIGHED_LAYER`): an empty batch and no
     tokens through the layer and back, the weights ``[B,(H,)T,T]``, the output
     ``[B,T,e_out]`` and ``dX`` (the input's shape) each with the shape the layer's rule
@@ -313,15 +313,10 @@ def shape_probes(session: Session, layer: MultiHeadLayer,
     kind = WEIGHED_LAYER._replace(shape_rule=rule)
     case = session.cases[0]
     batch, tokens, d_model = case.input.shape
-    found = []
-    for what, shape in (("empty batch", (0, tokens, d_model)),
-                        ("no tokens", (max(batch, 1), 0, d_model))):
-        probe = Probe(what, what, np.zeros(shape), (np.zeros((*shape[:2], layer.e_out)),))
-        shaped = measure(session, kind, kind.run(case), probe, True)
-        found.append(shaped._replace(results=shaped.results[:3])
-                     if isinstance(shaped, ShapeProbe) else ShapeProbe(
-                         what, shape, (), refusal=shaped.code or shaped.not_run))
-    return found[0], found[1]
+    empty, none = (probed(session, kind, kind.run(case), Probe(what, what, np.zeros(shape), (
+        np.zeros((*shape[:2], layer.e_out)),)), True) for what, shape in (
+            ("empty batch", (0, tokens, d_model)), ("no tokens", (max(batch, 1), 0, d_model))))
+    return empty._replace(results=empty.results[:3]), none._replace(results=none.results[:3])
 
 
 def worst_rows(heads: tuple[HeadEvidence, ...]) -> RowSums:
