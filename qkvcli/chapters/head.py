@@ -99,12 +99,6 @@ MIXTURE_LIMIT = 1 << 22
 ``MIXTURE_LIMIT // (T d_v)`` query rows (all of them up to ``T = 2048`` at ``d_v = 1``)."""
 
 
-def row_sum_tolerance(tokens: int) -> float:
-    """The course's 1e-12, or the rounding a sum of ``tokens`` terms may carry when that is
-    more (``T`` units in the last place of 1)."""
-    return max(ROW_SUM_TOLERANCE, tokens * float(np.finfo(np.float64).eps))
-
-
 # --- one pass forward and back ----------------------------------------------------------
 
 class HeadPass(Record):
@@ -138,13 +132,13 @@ class HeadPass(Record):
 
     @property
     def row_sum_tolerance(self) -> float:
-        """The bound of :attr:`rows_sum_to_one` (:func:`row_sum_tolerance` of ``T``)."""
-        return row_sum_tolerance(int(self.query.shape[1]))
+        """The bound of :attr:`rows_sum_to_one`: the course's 1e-12, or the rounding a sum of
+        ``T`` terms may carry when that is more (``T`` units in the last place of 1)."""
+        return max(ROW_SUM_TOLERANCE, int(self.query.shape[1]) * float(np.finfo(np.float64).eps))
 
     @property
     def rows_sum_to_one(self) -> bool:
-        """The row-sums claim (:func:`~qkvcli.core.invariants.row_sums`): no probability
-        below 0, every row summing to 1 within :attr:`row_sum_tolerance`."""
+        """The row-sums claim within :attr:`row_sum_tolerance` (:func:`~qkvcli.core.invariants.row_sums`)."""
         return row_sums(self.probabilities, self.row_sum_tolerance).passed
 
     @property
@@ -161,8 +155,7 @@ class HeadPass(Record):
 
     @property
     def future_zero(self) -> bool:
-        """Every key the mask hides weighs exactly 0 (true without a mask): the future-zero
-        claim (:func:`~qkvcli.core.invariants.future_zero`)."""
+        """The future-zero claim (:func:`~qkvcli.core.invariants.future_zero`), true without a mask."""
         return future_zero(self.probabilities, np.isneginf(self.mask)).passed
 
 

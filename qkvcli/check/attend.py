@@ -249,9 +249,8 @@ class _Stacked:
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
-    """Row sums (within ``4 T eps``), mask and convex hull of each head, in head order:
-    the row-sums and future-zero claims of :mod:`qkvcli.core.invariants`, the mask's
-    hidden keys those above the diagonal and outside a window."""
+    """Row sums (within ``4 T eps``), mask (above the diagonal, outside a window) and
+    convex hull of each head, in head order (:mod:`qkvcli.core.invariants`' claims)."""
     hidden = causal_mask(tokens, f.window, causal) if causal or f.window is not None else None
     return tuple(HeadEvidence(h, row_sums(head.attention, 4.0 * max(tokens, 1) * EPSILON),
                               future_zero(head.attention, hidden),

@@ -175,8 +175,7 @@ def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]
 def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Non-causal weights that are a known slip of the softmax of right scores are named
     (:data:`~qkvcli.check.diagnose.SOFTMAX_BUGS`); causal rows of weights are >= 0 and
-    sum to 1 (:func:`~qkvcli.core.invariants.row_sums`, as a scaled error within 16 times
-    the tolerance);
+    sum to 1 (:func:`~qkvcli.core.invariants.row_sums`, scaled, 16 times the tolerance);
     and large scores do not overflow (checked last of the head's calls: a NaN a program
     writes ends its session)."""
     plain, _ = _first_results(session, kind, "softmax", False, lambda c: c.input.size > 0)

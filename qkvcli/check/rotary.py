@@ -79,22 +79,17 @@ def check_position_zero(session: Session, at_zero: Callable[[Array], Array] | No
 
 
 def dots(queries: Array, keys: Array) -> Array:
-    """Every dot product of a query row with a key row: ``[...,T,d]`` and ``[...,S,d]``
-    give ``[...,T,S]`` (the Gram matrix of each batch item's tokens when both are them)."""
+    """Every dot product of a query row with a key row: ``[...,T,d], [...,S,d] -> [...,T,S]``."""
     found: Array = queries @ np.swapaxes(keys, -1, -2)
     return found
 
 
 def relative_dot(before: Array, after: Array, tolerance: float,
                  scaled: bool = True) -> tuple[str, str, str] | None:
-    """The relative-dot claim: what RoPE's scores are made of at the given positions
-    (``before``: the dot products between the rotated tokens, :func:`dots`, or the
-    attention weights of a layer that turns them) is what it is with every position moved
-    by a common shift (``after``), each within ``tolerance``: a scaled error
-    (:func:`~qkvcli.core.arrays.mismatches`, ``qkv check``'s measure) or, not ``scaled``,
-    an absolute one (the chapters' invariant tolerance). ``None`` when it holds, else
-    ``(coordinate, after, before)`` where it first moved (a coordinate ``""`` and the two
-    shapes when the shapes differ)."""
+    """The relative-dot claim: ``before`` (the :func:`dots` of the rotated tokens, or a
+    layer's weights of them) stays ``after`` every position moves by a common shift, within
+    ``tolerance`` as a scaled error (``qkv check``'s) or, not ``scaled``, an absolute one
+    (the chapters'). ``None``, or :func:`~qkvcli.core.arrays.first_difference`'s finding."""
     with np.errstate(invalid="ignore"):
         return first_difference(after, before, partial(mismatches, tolerance=tolerance) if scaled
                                 else lambda a, b: ~(np.abs(a - b) <= tolerance))

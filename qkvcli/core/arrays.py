@@ -88,9 +88,8 @@ def coordinate(shape: tuple[int, ...], flat: int) -> str:
 
 def first_difference(left: Array, right: Array, differs: Differs | None = None
                      ) -> tuple[str, str, str] | None:
-    """Where two results first differ (row-major): ``(coordinate, left, right)``, each value
-    as its ``repr``, or ``None``. They differ where ``differs(left, right)`` is true, by
-    default bit for bit (:func:`same_bits`'s comparison).
+    """Where two results first differ: ``(coordinate, left, right)`` (values as ``repr``),
+    or ``None``; where ``differs(left, right)`` holds, by default bit for bit.
 
     A shape change gives ``("", left shape, right shape)``.
     """

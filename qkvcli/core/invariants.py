@@ -99,15 +99,11 @@ class RowSums(Record):
 
 
 def row_sums(weights: Array, tolerance: float, scaled: bool = False) -> RowSums:
-    """The row-sums claim on attention weights ``[..., T, T]``: no weight below 0, and each
-    row's sum within ``tolerance`` of 1, as an absolute error (``scaled``: as the scaled
-    error ``|s-1|/max(1,|s|)`` of :func:`~qkvcli.core.arrays.mismatches`, ``qkv check``'s
-    measure). A NaN fails; no weights, or no rows, pass."""
+    """The row-sums claim on weights ``[..., T, T]``: none below 0, each row's sum within
+    ``tolerance`` of 1 (absolute, or ``scaled``: ``|s-1|/max(1,|s|)``, check's). NaN fails."""
     sums = np.sum(weights, axis=-1)
     with np.errstate(invalid="ignore"):
-        deviation = np.abs(sums - 1.0)
-        if scaled:
-            deviation /= np.maximum(1.0, np.abs(sums))
+        deviation = np.abs(sums - 1.0) / (np.maximum(1.0, np.abs(sums)) if scaled else 1.0)
     return RowSums(float(weights.min()) if weights.size else 0.0,
                    float(np.max(deviation)) if deviation.size else 0.0, tolerance)
 
@@ -125,10 +121,8 @@ class FutureZero(Record):
 
 
 def future_zero(weights: Array, hidden: npt.NDArray[np.bool_] | None) -> FutureZero:
-    """The future-zero claim on attention weights ``[..., T, T]``: every weight where
-    ``hidden [T, T]`` is true (the keys each query may not see) exactly 0, ``-0.0``
-    included and a NaN never (``None``: no mask, nothing to judge). The hidden weights
-    are gathered once, into an array of their own, and measured in place."""
+    """The future-zero claim on weights ``[..., T, T]``: each where ``hidden [T, T]`` (keys
+    a query may not see; ``None``: no mask) exactly 0, measured in place on one copy."""
     if hidden is None:
         return FutureZero(False, 0.0)
     outside = weights[..., hidden]
