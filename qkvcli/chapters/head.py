@@ -153,11 +153,6 @@ class HeadPass(Record):
                            2 * self.terms.shape[1] * eps * np.abs(self.terms).sum(axis=1))
         return bool(np.all(np.abs(self.terms.sum(axis=1) - self.output[0, :rows]) <= bound))
 
-    @property
-    def future_zero(self) -> bool:
-        """The future-zero claim (:func:`~qkvcli.core.invariants.future_zero`), true without a mask."""
-        return future_zero(self.probabilities, np.isneginf(self.mask)).passed
-
 
 class HeadSession(Record):
     """The chapter's fixture as the one case of a session whose implementation is qkv's
@@ -444,7 +439,8 @@ class CausalEvidence(HeadChapterEvidence):
 
     @property
     def future_zero(self) -> bool:
-        return self.primary.future_zero
+        """The future-zero claim (:func:`~qkvcli.core.invariants.future_zero`) on the pass."""
+        return future_zero(self.primary.probabilities, np.isneginf(self.primary.mask)).passed
 
 
 E = TypeVar("E", bound=HeadChapterEvidence)

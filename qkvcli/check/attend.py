@@ -318,24 +318,16 @@ def shape_probes(session: Session, layer: MultiHeadLayer,
     return empty._replace(results=empty.results[:3]), none._replace(results=none.results[:3])
 
 
-def worst_rows(heads: tuple[HeadEvidence, ...]) -> RowSums:
-    """The layer's attention rows: the least weight and the worst row sum of any head."""
-    w = [h.attention for h in heads]
-    return RowSums(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
-                   w[0].tolerance)
-
-
-def worst_mask(heads: tuple[HeadEvidence, ...]) -> FutureZero:
-    """The layer's mask: the largest weight any head gives a hidden key."""
-    m = [h.mask for h in heads]
-    return FutureZero(m[0].applicable, max(x.max_masked_attention for x in m))
-
-
-def worst_hull(heads: tuple[HeadEvidence, ...]) -> HullEvidence:
-    """The layer's hull: the worst residual, every violation, the loosest tolerance."""
-    u = [h.hull for h in heads]
-    return HullEvidence(max(x.barycentric_residual for x in u), sum(x.box_violations for x in u),
-                        max(x.tolerance for x in u))
+def worst(heads: tuple[HeadEvidence, ...]) -> tuple[RowSums, FutureZero, HullEvidence]:
+    """The layer's attention rows, mask and hull, each the worst of any head's: the least
+    weight and the worst row sum; the largest weight any head gives a hidden key; the
+    worst residual, every violation, the loosest tolerance."""
+    w, m, u = [h.attention for h in heads], [h.mask for h in heads], [h.hull for h in heads]
+    return (RowSums(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
+                    w[0].tolerance),
+            FutureZero(m[0].applicable, max(x.max_masked_attention for x in m)),
+            HullEvidence(max(x.barycentric_residual for x in u),
+                         sum(x.box_violations for x in u), max(x.tolerance for x in u)))
 
 
 def _same(head: AttentionHead, i: int, j: int) -> bool:
@@ -644,9 +636,9 @@ def _gradcheck(run: LayerRun) -> Any:
 FAMILIES: tuple[tuple[str, Callable[[LayerRun], Any]], ...] = (
     ("forward", LayerRun.passed),
     ("reverse", lambda run: run.passed(backward=True)),
-    ("attention", lambda run: worst_rows(run.heads)),
-    ("mask", lambda run: worst_mask(run.heads)),
-    ("hull", lambda run: worst_hull(run.heads)),
+    ("attention", lambda run: worst(run.heads)[0]),
+    ("mask", lambda run: worst(run.heads)[1]),
+    ("hull", lambda run: worst(run.heads)[2]),
     ("rows", lambda run: _token_rows(run.forward.heads[0]) if run.single else ()),
     ("shapes", lambda run: shape_probes(run.session, run.layer, run.single)),
     ("gradcheck", _gradcheck),
