@@ -369,7 +369,7 @@ FORGERIES = {
     "main-changes": ("import __main__\n"
                      "__main__._changes = lambda *args, **kwargs: []\n"),
     "diagnose": ("import qkvcli.check.diagnose as diagnose\n"
-                 "diagnose.first_bit_difference = lambda *args, **kwargs: None\n"),
+                 "diagnose.first_difference = lambda *args, **kwargs: None\n"),
     "numpy-copy": ("import numpy\n"
                    "_array = numpy.array\n"
                    "numpy.array = lambda value, *a, **k: value if k.get('copy') else "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.invariants import FutureZero, RowSums
 from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe
 
@@ -83,27 +84,6 @@ class TokenRow(Record):
     output: tuple[float, ...]
 
 
-class AttentionEvidence(Record):
-    """The attention rows are distributions: no entry below 0, every row summing to 1."""
-
-    min_attention: float
-    max_row_deviation: float
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        return self.min_attention >= 0.0 and self.max_row_deviation <= self.tolerance
-
-
-class MaskEvidence(Record):
-    applicable: bool
-    max_masked_attention: float
-
-    @property
-    def passed(self) -> bool:
-        return not self.applicable or self.max_masked_attention == 0.0
-
-
 class HullEvidence(Record):
     """``O_i = sum_j A_ij v_j`` recomputed term by term, and the coordinate box test."""
 
@@ -120,8 +100,8 @@ class HeadEvidence(Record):
     """One head of a layer: its attention rows, its mask and its convex hull."""
 
     head: int
-    attention: AttentionEvidence
-    mask: MaskEvidence
+    attention: RowSums
+    mask: FutureZero
     hull: HullEvidence
 
     @property
@@ -160,8 +140,8 @@ class AttendEvidence(Record):
     config: AttendConfig
     primary: AttendPrimary
     rows: tuple[TokenRow, ...]
-    attention: AttentionEvidence
-    mask: MaskEvidence
+    attention: RowSums
+    mask: FutureZero
     hull: HullEvidence
     probes: tuple[ShapeProbe, ShapeProbe]
     notes: tuple[Note, ...]

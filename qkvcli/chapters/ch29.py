@@ -42,7 +42,7 @@ from qkvcli.check.boundaries import BadInput, probed, typed_refusals
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import ROPE, Probe
 from qkvcli.check.plans import CH29, PLANS
-from qkvcli.check.rotary import check_position_zero
+from qkvcli.check.rotary import check_position_zero, dots, relative_dot
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite
 from qkvcli.core.record import Record
@@ -426,8 +426,8 @@ def primary(fixture: RopeFixture, session: Session) -> RopePrimary:
     (rotated_query, rotated_key), (query_gradient, key_gradient) = rotated[0], turned_back[0]
     shifted_query, shifted_key = session.call(
         ROPE, ROPE.run(case._replace(offset=offset + fixture.shift)))[0]
-    dot_grid = rotated_query @ rotated_key.T  # [T,d] @ [d,T] -> [T,T]
-    shifted_dot_grid = shifted_query @ shifted_key.T
+    dot_grid = dots(rotated_query, rotated_key)  # [T,d] @ [d,T] -> [T,T]
+    shifted_dot_grid = dots(shifted_query, shifted_key)
     norms = (_norms(q), _norms(rotated_query), _norms(shifted_query))
     loss = _loss(fixture, rotated_query, rotated_key)
     arrays = (rotated_query, rotated_key, shifted_query, shifted_key, cosines, sines,
@@ -440,7 +440,8 @@ def primary(fixture: RopeFixture, session: Session) -> RopePrimary:
         position_zero_identity=check_position_zero(session)[0].passed,
         norm_preserved=bool(np.all(np.abs(norms[0] - norms[1]) <= tolerance)
                             and np.all(np.abs(norms[0] - norms[2]) <= tolerance)),
-        common_shift_preserved=bool(np.all(np.abs(dot_grid - shifted_dot_grid) <= tolerance)),
+        common_shift_preserved=relative_dot(dot_grid, shifted_dot_grid, tolerance,
+                                            scaled=False) is None,
         tape_finite=all(all_finite(a) for a in arrays) and bool(np.isfinite(loss)),
     )
 

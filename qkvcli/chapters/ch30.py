@@ -57,10 +57,11 @@ from qkvcli.check.cases import Case
 from qkvcli.check.kinds import MULTI_HEAD, Probe
 from qkvcli.check.multihead import check_head_isolation
 from qkvcli.check.plans import CH30, PLANS
+from qkvcli.check.rotary import relative_dot
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, check_finite, same_bits
 from qkvcli.core.errors import InputRank, InputWidthMismatch, ProjectionError, QkvError, RopeError
-from qkvcli.core.invariants import prefix
+from qkvcli.core.invariants import future_zero, prefix, row_sums
 from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.core.rope import Rope
@@ -422,20 +423,16 @@ def probes(fixture: MultiHeadFixture, found: MultiHeadPrimary, session: Session)
         head_0_uniform=_close(a[:, 0], np.broadcast_to(uniform, a[:, 0].shape), tolerance),
         heads_distinct=spec.heads > 1 and all(not _close(a[:, 0], a[:, h], tolerance)
                                               for h in others),
-        future_zero=bool(np.all(a[..., masked] == 0.0)),
-        rows_normalized=_rows_normalized(a, tolerance),
+        future_zero=future_zero(a, masked).passed,
+        rows_normalized=row_sums(a, tolerance).passed,
         suffix_output=suffix_output,
         prefix_unchanged=kept.unchanged,
         suffix_changed=kept.last_changed,
         head_isolation=isolation.passed,
         split_merge=(same_bits(split, found.head_outputs)
                      and same_bits(engine.merge_heads(split), found.merged)),
-        common_offset=_close(a, shifted, tolerance),
+        common_offset=relative_dot(a, shifted, tolerance, scaled=False) is None,
     )
-
-
-def _rows_normalized(weights: Array, tolerance: float) -> bool:
-    return bool(np.all(np.abs(weights.sum(axis=-1) - 1.0) <= tolerance))
 
 
 def shapes(fixture: MultiHeadFixture, session: Session) -> tuple[ShapeProbe, ...]:
@@ -514,7 +511,7 @@ def history(fixture: MultiHeadFixture, found: MultiHeadPrimary) -> MultiHeadHist
     return MultiHeadHistory(
         context, tuple(int(d) for d in single.shape), tuple(int(d) for d in found.attention.shape),
         int(single.size // (tokens * tokens)), int(found.attention.size // (tokens * tokens)),
-        _rows_normalized(single, tolerance) and _rows_normalized(found.attention, tolerance),
+        row_sums(single, tolerance).passed and row_sums(found.attention, tolerance).passed,
     )
 
 

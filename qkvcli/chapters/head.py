@@ -84,6 +84,7 @@ from qkvcli.check.numerical import loss_of
 from qkvcli.check.plans import CH27, CH28, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
+from qkvcli.core.invariants import future_zero, row_sums
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, ShapeProbe, judge_plan
@@ -96,12 +97,6 @@ ROW_SUM_TOLERANCE = 1e-12
 MIXTURE_LIMIT = 1 << 22
 """The most mixture terms ``A[i,j] V[j]`` kept: the first batch item's first
 ``MIXTURE_LIMIT // (T d_v)`` query rows (all of them up to ``T = 2048`` at ``d_v = 1``)."""
-
-
-def row_sum_tolerance(tokens: int) -> float:
-    """The course's 1e-12, or the rounding a sum of ``tokens`` terms may carry when that is
-    more (``T`` units in the last place of 1)."""
-    return max(ROW_SUM_TOLERANCE, tokens * float(np.finfo(np.float64).eps))
 
 
 # --- one pass forward and back ----------------------------------------------------------
@@ -137,13 +132,14 @@ class HeadPass(Record):
 
     @property
     def row_sum_tolerance(self) -> float:
-        """The bound of :attr:`rows_sum_to_one` (:func:`row_sum_tolerance` of ``T``)."""
-        return row_sum_tolerance(int(self.query.shape[1]))
+        """The bound of :attr:`rows_sum_to_one`: the course's 1e-12, or the rounding a sum of
+        ``T`` terms may carry when that is more (``T`` units in the last place of 1)."""
+        return max(ROW_SUM_TOLERANCE, int(self.query.shape[1]) * float(np.finfo(np.float64).eps))
 
     @property
     def rows_sum_to_one(self) -> bool:
-        """Every probability row sums to 1 within :attr:`row_sum_tolerance`."""
-        return bool(np.all(np.abs(self.row_sums - 1.0) <= self.row_sum_tolerance))
+        """The row-sums claim within :attr:`row_sum_tolerance` (:func:`~qkvcli.core.invariants.row_sums`)."""
+        return row_sums(self.probabilities, self.row_sum_tolerance).passed
 
     @property
     def terms_make_output(self) -> bool:
@@ -156,11 +152,6 @@ class HeadPass(Record):
         bound = np.maximum(ROW_SUM_TOLERANCE,
                            2 * self.terms.shape[1] * eps * np.abs(self.terms).sum(axis=1))
         return bool(np.all(np.abs(self.terms.sum(axis=1) - self.output[0, :rows]) <= bound))
-
-    @property
-    def future_zero(self) -> bool:
-        """Every key the mask hides weighs exactly 0 (true without a mask)."""
-        return bool(np.all(self.probabilities[:, np.isneginf(self.mask)] == 0.0))
 
 
 class HeadSession(Record):
@@ -448,7 +439,8 @@ class CausalEvidence(HeadChapterEvidence):
 
     @property
     def future_zero(self) -> bool:
-        return self.primary.future_zero
+        """The future-zero claim (:func:`~qkvcli.core.invariants.future_zero`) on the pass."""
+        return future_zero(self.primary.probabilities, np.isneginf(self.primary.mask)).passed
 
 
 E = TypeVar("E", bound=HeadChapterEvidence)

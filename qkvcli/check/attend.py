@@ -30,16 +30,14 @@ from qkvcli.attention.records import (
     AttendConfig,
     AttendEvidence,
     AttendPrimary,
-    AttentionEvidence,
     HeadEvidence,
     HullEvidence,
-    MaskEvidence,
     Note,
     OtherMask,
     TokenRow,
 )
 from qkvcli.check.behaviour import check_prefix, check_replay
-from qkvcli.check.boundaries import check_single_token, measure
+from qkvcli.check.boundaries import check_single_token, probed
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import HEADS_LAYER, LAYER, PASS_LAYER, WEIGHED_LAYER, Probe
 from qkvcli.check.multihead import check_head_isolation
@@ -48,9 +46,7 @@ from qkvcli.check.rotary import check_position_zero
 from qkvcli.check.session import Session
 from qkvcli.check.values import finite_and_shaped
 from qkvcli.core.arrays import Array, readonly
-from qkvcli.core.invariants import (
-    HeadLayout,
-)
+from qkvcli.core.invariants import FutureZero, HeadLayout, RowSums, future_zero, row_sums
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.record import Record
 from qkvcli.core.results import ShapeProbe, judge_plan
@@ -253,22 +249,13 @@ class _Stacked:
 
 
 def head_evidence(f: LayerForward, tokens: int, causal: bool) -> tuple[HeadEvidence, ...]:
-    """Row sums, mask and convex hull of each head, in head order."""
-    found = []
-    for h, head in enumerate(f.heads):
-        a = head.attention
-        sums = np.sum(a, axis=-1)
-        rows = AttentionEvidence(
-            min_attention=float(a.min()) if a.size else 0.0,
-            max_row_deviation=float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0,
-            tolerance=4.0 * max(tokens, 1) * EPSILON,
-        )
-        mask = MaskEvidence(False, 0.0)
-        if causal or f.window is not None:  # above the diagonal, and outside a window
-            outside = a[:, causal_mask(tokens, f.window, causal)]
-            mask = MaskEvidence(True, float(outside.max()) if outside.size else 0.0)
-        found.append(HeadEvidence(h, rows, mask, hull_evidence(head, tokens, causal)))
-    return tuple(found)
+    """Row sums (within ``4 T eps``), mask (above the diagonal, outside a window) and
+    convex hull of each head, in head order (:mod:`qkvcli.core.invariants`' claims)."""
+    hidden = causal_mask(tokens, f.window, causal) if causal or f.window is not None else None
+    return tuple(HeadEvidence(h, row_sums(head.attention, 4.0 * max(tokens, 1) * EPSILON),
+                              future_zero(head.attention, hidden),
+                              hull_evidence(head, tokens, causal))
+                 for h, head in enumerate(f.heads))
 
 
 def hull_evidence(f: AttentionForward, tokens: int, causal: bool = False) -> HullEvidence:
@@ -310,7 +297,7 @@ def _reached_size(layer: MultiHeadLayer) -> int:
 
 def shape_probes(session: Session, layer: MultiHeadLayer,
                  single: bool) -> tuple[ShapeProbe, ShapeProbe]:
-    """qkv check's shape probes (:func:`~qkvcli.check.boundaries.measure`) on the layer as
+    """qkv check's shape probes (:func:`~qkvcli.check.boundaries.probed`) on the layer as
     an implementation (:data:`~qkvcli.check.kinds.WEIGHED_LAYER`): an empty batch and no
     tokens through the layer and back, the weights ``[B,(H,)T,T]``, the output
     ``[B,T,e_out]`` and ``dX`` (the input's shape) each with the shape the layer's rule
@@ -325,35 +312,22 @@ def shape_probes(session: Session, layer: MultiHeadLayer,
     kind = WEIGHED_LAYER._replace(shape_rule=rule)
     case = session.cases[0]
     batch, tokens, d_model = case.input.shape
-    found = []
-    for what, shape in (("empty batch", (0, tokens, d_model)),
-                        ("no tokens", (max(batch, 1), 0, d_model))):
-        probe = Probe(what, what, np.zeros(shape), (np.zeros((*shape[:2], layer.e_out)),))
-        shaped = measure(session, kind, kind.run(case), probe, True)
-        found.append(shaped._replace(results=shaped.results[:3])
-                     if isinstance(shaped, ShapeProbe) else ShapeProbe(
-                         what, shape, (), refusal=shaped.code or shaped.not_run))
-    return found[0], found[1]
+    empty, none = (probed(session, kind, kind.run(case), Probe(what, what, np.zeros(shape), (
+        np.zeros((*shape[:2], layer.e_out)),)), True) for what, shape in (
+            ("empty batch", (0, tokens, d_model)), ("no tokens", (max(batch, 1), 0, d_model))))
+    return empty._replace(results=empty.results[:3]), none._replace(results=none.results[:3])
 
 
-def worst_rows(heads: tuple[HeadEvidence, ...]) -> AttentionEvidence:
-    """The layer's attention rows: the least weight and the worst row sum of any head."""
-    w = [h.attention for h in heads]
-    return AttentionEvidence(min(x.min_attention for x in w),
-                             max(x.max_row_deviation for x in w), w[0].tolerance)
-
-
-def worst_mask(heads: tuple[HeadEvidence, ...]) -> MaskEvidence:
-    """The layer's mask: the largest weight any head gives a hidden key."""
-    m = [h.mask for h in heads]
-    return MaskEvidence(m[0].applicable, max(x.max_masked_attention for x in m))
-
-
-def worst_hull(heads: tuple[HeadEvidence, ...]) -> HullEvidence:
-    """The layer's hull: the worst residual, every violation, the loosest tolerance."""
-    u = [h.hull for h in heads]
-    return HullEvidence(max(x.barycentric_residual for x in u), sum(x.box_violations for x in u),
-                        max(x.tolerance for x in u))
+def worst(heads: tuple[HeadEvidence, ...]) -> tuple[RowSums, FutureZero, HullEvidence]:
+    """The layer's attention rows, mask and hull, each the worst of any head's: the least
+    weight and the worst row sum; the largest weight any head gives a hidden key; the
+    worst residual, every violation, the loosest tolerance."""
+    w, m, u = [h.attention for h in heads], [h.mask for h in heads], [h.hull for h in heads]
+    return (RowSums(min(x.min_attention for x in w), max(x.max_row_deviation for x in w),
+                    w[0].tolerance),
+            FutureZero(m[0].applicable, max(x.max_masked_attention for x in m)),
+            HullEvidence(max(x.barycentric_residual for x in u),
+                         sum(x.box_violations for x in u), max(x.tolerance for x in u)))
 
 
 def _same(head: AttentionHead, i: int, j: int) -> bool:
@@ -662,9 +636,9 @@ def _gradcheck(run: LayerRun) -> Any:
 FAMILIES: tuple[tuple[str, Callable[[LayerRun], Any]], ...] = (
     ("forward", LayerRun.passed),
     ("reverse", lambda run: run.passed(backward=True)),
-    ("attention", lambda run: worst_rows(run.heads)),
-    ("mask", lambda run: worst_mask(run.heads)),
-    ("hull", lambda run: worst_hull(run.heads)),
+    ("attention", lambda run: worst(run.heads)[0]),
+    ("mask", lambda run: worst(run.heads)[1]),
+    ("hull", lambda run: worst(run.heads)[2]),
     ("rows", lambda run: _token_rows(run.forward.heads[0]) if run.single else ()),
     ("shapes", lambda run: shape_probes(run.session, run.layer, run.single)),
     ("gradcheck", _gradcheck),

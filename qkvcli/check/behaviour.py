@@ -17,7 +17,7 @@ from qkvcli.check.cases import Case
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import not_applicable, not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, all_finite, close, first_bit_difference, first_outside
+from qkvcli.core.arrays import Array, all_finite, close, first_difference, first_outside
 from qkvcli.core.invariants import Prefix, prefix
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import Broken, CallFailed
@@ -174,7 +174,7 @@ def _differs(first: tuple[Array, ...], second: tuple[Array, ...],
              names: tuple[str, ...]) -> tuple[str, str, str] | None:
     """``(tensor and coordinate, first, second)`` where two results first differ bit for bit."""
     for name, left, right in zip(names, first, second, strict=True):
-        found = first_bit_difference(left, right)
+        found = first_difference(left, right)
         if found is not None:
             where, old, new = found
             return f"{name}{where}", old, new
@@ -264,7 +264,7 @@ def check_prefix(session: Session, kind: Kind, seen: list[Perturbed] | None = No
         if seen is not None:
             seen.append((after[out], kept))
         if not all(kept.unchanged):
-            found = first_bit_difference(before[:, :-1], after[out][:, :-1])
+            found = first_difference(before[:, :-1], after[out][:, :-1])
             assert found is not None
             where, old, new = found
             failures.append(Failure(family, case.label, f"{name}{where}", code="prefix-moved",

@@ -31,6 +31,7 @@ from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import close
 from qkvcli.core.errors import format_shape
+from qkvcli.core.invariants import row_sums
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import BadResult, Broken, CallFailed
 
@@ -173,7 +174,8 @@ def check_mask(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]
 
 def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """Non-causal weights that are a known slip of the softmax of right scores are named
-    (:data:`~qkvcli.check.diagnose.SOFTMAX_BUGS`); rows of weights are >= 0 and sum to 1;
+    (:data:`~qkvcli.check.diagnose.SOFTMAX_BUGS`); causal rows of weights are >= 0 and
+    sum to 1 (:func:`~qkvcli.core.invariants.row_sums`, scaled, 16 times the tolerance);
     and large scores do not overflow (checked last of the head's calls: a NaN a program
     writes ends its session)."""
     plain, _ = _first_results(session, kind, "softmax", False, lambda c: c.input.size > 0)
@@ -201,9 +203,8 @@ def check_softmax(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failu
     for run, got in results:
         if run.case.label in named:
             continue
-        sums = got[1].sum(axis=-1)
-        if got[1].size and (np.min(got[1]) < 0 or not close(sums, np.ones_like(sums),
-                                                           session.tolerance * 16)):
+        if not row_sums(got[1], session.tolerance * 16, scaled=True).passed:
+            sums = got[1].sum(axis=-1)
             failures.append(found_at("softmax", run.label, "weights", Clause(
                 "row-sums", (float(np.min(sums)), float(np.max(sums)), float(np.min(got[1]))))))
     if failures:

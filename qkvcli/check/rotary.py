@@ -10,12 +10,15 @@ implementation's own answers: position zero is the identity (every token, each t
 as if it stood at position 0, is the input's own:
 :func:`~qkvcli.core.invariants.position_zero`), and a common shift of every position
 keeps every dot product between the rotated tokens (``rope(x, base, o)`` and
-``rope(x, base, o + 5)`` have the same Gram matrix per batch item).
+``rope(x, base, o + 5)`` have the same Gram matrix per batch item). That claim is
+:func:`relative_dot`, defined here once: chapter 29 judges its query-key dot products by
+it, and chapter 30 its layer's weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -23,7 +26,7 @@ from qkvcli.check.cases import Case
 from qkvcli.check.kinds import ROPE
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, first_outside
+from qkvcli.core.arrays import Array, first_difference, mismatches
 from qkvcli.core.invariants import position_zero
 from qkvcli.core.results import Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import CallFailed
@@ -75,10 +78,21 @@ def check_position_zero(session: Session, at_zero: Callable[[Array], Array] | No
     return judge(family, failures, len(cases)), failures
 
 
-def _gram(rows: Array) -> Array:
-    """Every dot product between the tokens of each batch item: ``[B,T,d] -> [B,T,T]``."""
-    gram: Array = rows @ np.swapaxes(rows, -1, -2)
-    return gram
+def dots(queries: Array, keys: Array) -> Array:
+    """Every dot product of a query row with a key row: ``[...,T,d], [...,S,d] -> [...,T,S]``."""
+    found: Array = queries @ np.swapaxes(keys, -1, -2)
+    return found
+
+
+def relative_dot(before: Array, after: Array, tolerance: float,
+                 scaled: bool = True) -> tuple[str, str, str] | None:
+    """The relative-dot claim: ``before`` (the :func:`dots` of the rotated tokens, or a
+    layer's weights of them) stays ``after`` every position moves by a common shift, within
+    ``tolerance`` as a scaled error (``qkv check``'s) or, not ``scaled``, an absolute one
+    (the chapters'). ``None``, or :func:`~qkvcli.core.arrays.first_difference`'s finding."""
+    with np.errstate(invalid="ignore"):
+        return first_difference(after, before, partial(mismatches, tolerance=tolerance) if scaled
+                                else lambda a, b: ~(np.abs(a - b) <= tolerance))
 
 
 def check_relative_dot(session: Session) -> tuple[FamilyCheck, list[Failure]]:
@@ -100,11 +114,10 @@ def check_relative_dot(session: Session) -> tuple[FamilyCheck, list[Failure]]:
             failures.append(not_run(family, case.label, "rope-shape"))
             continue
         with np.errstate(all="ignore"):
-            before, after = _gram(first), _gram(shifted)
-        found = first_outside(after, before, session.tolerance)
+            found = relative_dot(dots(first, first), dots(shifted, shifted), session.tolerance)
         if found is not None:
             where, new, old = found
             failures.append(Failure(family, case.label, f"dot{where}", code="shift-moved",
-                                    facts=(SHIFT, f"dot{where}", repr(old), repr(new))))
+                                    facts=(SHIFT, f"dot{where}", old, new)))
     return judge(family, failures, len(cases), session.tolerance), failures
 

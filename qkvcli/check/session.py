@@ -18,7 +18,7 @@ import numpy as np
 from qkvcli.check.cases import Case, Run
 from qkvcli.check.engine import engine_implementation
 from qkvcli.check.kinds import Kind
-from qkvcli.core.arrays import Array, first_bit_difference
+from qkvcli.core.arrays import Array, first_difference
 from qkvcli.core.errors import QkvError
 from qkvcli.core.results import Failure
 from qkvcli.protocol.errors import Broken, CallFailed, NotSent, Rejected
@@ -119,7 +119,7 @@ class Session:
             if answered and not self.implementation.is_command:
                 changes = [(name, *found) for name, before, after
                            in zip(names, originals, copies, strict=True)
-                           if (found := first_bit_difference(before, after)) is not None]
+                           if (found := first_difference(before, after)) is not None]
                 for name, where, old, new in (*changes, *self.implementation.take_changes()):
                     self.impurities.setdefault(purity, []).append(Failure(
                         purity, label, f"{name}{where}", code="changed-argument",

@@ -10,10 +10,13 @@ import numpy as np
 from qkvcli.core.errors import NonFiniteValue, format_shape
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy.typing as npt
 
     Array = npt.NDArray[np.float64]
     ArrayLike = npt.ArrayLike
+    Differs = Callable[[Array, Array], npt.NDArray[np.bool_]]  # where two arrays differ
 else:
     # numpy.typing costs ~1.5 ms to import; at run time these names only need to exist.
     Array = np.ndarray
@@ -83,17 +86,20 @@ def coordinate(shape: tuple[int, ...], flat: int) -> str:
     return format_shape([int(i) for i in np.unravel_index(flat, shape)])
 
 
-def first_bit_difference(left: Array, right: Array) -> tuple[str, str, str] | None:
-    """Where two results first differ bit for bit: ``(coordinate, left, right)``, or ``None``.
+def first_difference(left: Array, right: Array, differs: Differs | None = None
+                     ) -> tuple[str, str, str] | None:
+    """Where two results first differ: ``(coordinate, left, right)`` (values as ``repr``),
+    or ``None``; where ``differs(left, right)`` holds, by default bit for bit.
 
     A shape change gives ``("", left shape, right shape)``.
     """
     if left.shape != right.shape:
         return "", format_shape(list(left.shape)), format_shape(list(right.shape))
-    if same_bits(left, right):
+    flags = (np.ascontiguousarray(left).view(np.uint64) != np.ascontiguousarray(right).view(
+        np.uint64) if differs is None else differs(left, right)).reshape(-1)
+    if not flags.any():
         return None
-    differs = left.reshape(-1).view(np.uint64) != right.reshape(-1).view(np.uint64)
-    flat = int(np.argmax(differs))
+    flat = int(np.argmax(flags))
     return (coordinate(left.shape, flat), repr(float(left.reshape(-1)[flat])),
             repr(float(right.reshape(-1)[flat])))
 

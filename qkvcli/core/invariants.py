@@ -18,7 +18,11 @@ judged here, the same for all:
   read it and no others (chapter 30's engine, a learner's multi-head layer, a real
   layer; its probes are part of the claim, so every caller perturbs the same way);
 - :func:`position_zero`: a rotation from position zero leaves the first token as it was,
-  bit for bit (chapter 29's engine, a learner's RoPE, a real layer's).
+  bit for bit (chapter 29's engine, a learner's RoPE, a real layer's);
+- :func:`row_sums`: every attention weight is at least 0 and every row sums to 1 within a
+  tolerance (chapters 27, 28 and 30, ``qkv check``'s softmax, a real layer's heads);
+- :func:`future_zero`: every weight on a key the mask hides (a later one, or one outside
+  a sliding window) is exactly 0 (chapters 28 and 30, a real layer's heads).
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkvcli.core.arrays import Array, coordinate, first_outside, same_bits
-from qkvcli.core.errors import format_shape
+from qkvcli.core.arrays import Array, first_difference, first_outside, same_bits
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
 
@@ -79,15 +82,51 @@ def position_zero(turned: Array, given: Array) -> tuple[str, str, str] | None:
     exactly (the angle is 0: ``x cos 0 - y sin 0`` is ``x``, though ``-0.0`` may come out
     as ``0.0``). ``None`` when it holds, else ``(coordinate, turned, given)`` where it
     first differs (a coordinate ``""`` and the two shapes when the shapes differ)."""
-    first, wanted = turned[..., :1, :], given[..., :1, :]
-    if first.shape != wanted.shape:
-        return "", format_shape(list(first.shape)), format_shape(list(wanted.shape))
-    differs = (first != wanted).reshape(-1)
-    if not differs.any():
-        return None
-    flat = int(np.argmax(differs))
-    return (coordinate(first.shape, flat), repr(float(first.reshape(-1)[flat])),
-            repr(float(wanted.reshape(-1)[flat])))
+    return first_difference(turned[..., :1, :], given[..., :1, :], lambda a, b: a != b)
+
+
+class RowSums(Record):
+    """The row-sums claim's facts: the least weight, the largest deviation of a row's sum
+    from 1, and the tolerance it must keep within."""
+
+    min_attention: float
+    max_row_deviation: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.min_attention >= 0.0 and self.max_row_deviation <= self.tolerance
+
+
+def row_sums(weights: Array, tolerance: float, scaled: bool = False) -> RowSums:
+    """The row-sums claim on weights ``[..., T, T]``: none below 0, each row's sum within
+    ``tolerance`` of 1 (absolute, or ``scaled``: ``|s-1|/max(1,|s|)``, check's). NaN fails."""
+    sums = np.sum(weights, axis=-1)
+    with np.errstate(invalid="ignore"):
+        deviation = np.abs(sums - 1.0) / (np.maximum(1.0, np.abs(sums)) if scaled else 1.0)
+    return RowSums(float(weights.min()) if weights.size else 0.0,
+                   float(np.max(deviation)) if deviation.size else 0.0, tolerance)
+
+
+class FutureZero(Record):
+    """The future-zero claim's facts: whether a mask hides any key (``applicable``), and
+    the largest magnitude of a weight on a hidden key (0 when none is hidden)."""
+
+    applicable: bool
+    max_masked_attention: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.applicable or self.max_masked_attention == 0.0
+
+
+def future_zero(weights: Array, hidden: npt.NDArray[np.bool_] | None) -> FutureZero:
+    """The future-zero claim on weights ``[..., T, T]``: each where ``hidden [T, T]`` (keys
+    a query may not see; ``None``: no mask) exactly 0, measured in place on one copy."""
+    if hidden is None:
+        return FutureZero(False, 0.0)
+    outside = weights[..., hidden]
+    return FutureZero(True, float(np.abs(outside, out=outside).max()) if outside.size else 0.0)
 
 
 class HeadLayout(Record):

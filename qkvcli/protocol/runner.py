@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.core.arrays import Array, first_bit_difference
+from qkvcli.core.arrays import Array, first_difference
 from qkvcli.core.text import printable
 from qkvcli.protocol.client import CommandClient
 from qkvcli.protocol.errors import (
@@ -125,7 +125,7 @@ class Arena:
             raw = os.pread(self.fd, before.nbytes, start) if before.size else b""
             raw += bytes(before.nbytes - len(raw))  # cut short in the child: zeros, as mapped
             after = np.frombuffer(raw, dtype="<f8").reshape(before.shape)
-            difference = first_bit_difference(before, after)
+            difference = first_difference(before, after)
             if difference is not None:
                 found.append(("x" if key == "input" else key, *difference))
         self.placed = []

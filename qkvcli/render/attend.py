@@ -14,14 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.attention.records import (
-    AttendConfig,
-    AttendEvidence,
-    AttentionEvidence,
-    HullEvidence,
-    MaskEvidence,
-    Note,
-)
+from qkvcli.attention.records import AttendConfig, AttendEvidence, HullEvidence, Note
+from qkvcli.core.invariants import FutureZero, RowSums
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
@@ -412,7 +406,7 @@ def _function_lines(c: AttendConfig) -> list[str]:
     return [f"function={' '.join(parts)}"] if parts else []
 
 
-def _rows_json(rows: AttentionEvidence, mask: MaskEvidence, hull: HullEvidence) -> dict[str, Any]:
+def _rows_json(rows: RowSums, mask: FutureZero, hull: HullEvidence) -> dict[str, Any]:
     """The attention rows', the mask's and the hull's facts (of a head, or the worst of a
     layer's heads), as ``weights``, ``mask`` and ``hull``."""
     return {
