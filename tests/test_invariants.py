@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkvcli.core.arrays import Array
+from qkvcli.core.arrays import Array, first_difference
 from qkvcli.core.invariants import (
     HeadLayout,
     isolated_heads,
     position_zero,
     prefix,
-    replayed,
     single_token,
 )
 
@@ -34,12 +33,14 @@ def test_single_token_needs_weights_exactly_one_and_no_score_gradient() -> None:
     assert not single_token(np.ones((1, 1, 1)), np.array([0.0, 1e-300]))
 
 
-def test_replayed_compares_bits_not_values() -> None:
+def test_replay_compares_bits_not_values() -> None:
+    """Replay's comparison (``first_difference``, bit for bit): -0.0 is another run's
+    bits, a NaN equals the same NaN, and a shape that differs is a difference."""
     a = np.array([0.0, 1.0, np.nan])
-    assert replayed((a, 2.5), (a.copy(), 2.5))
-    assert not replayed((a,), (np.array([-0.0, 1.0, np.nan]),))  # -0.0 is another run's bits
-    assert not replayed((a,), (a[:2],))  # a shape that differs
-    assert not replayed((1.0,), (np.nextafter(1.0, 2.0),))
+    assert first_difference(a, a.copy()) is None
+    assert first_difference(a, np.array([-0.0, 1.0, np.nan])) == ("[0]", "0.0", "-0.0")
+    assert first_difference(a, a[:2]) == ("", "[3]", "[2]")
+    assert first_difference(np.array([1.0]), np.array([np.nextafter(1.0, 2.0)])) is not None
 
 
 def test_position_zero_compares_the_first_token_bit_for_bit() -> None:

@@ -109,9 +109,7 @@ def _reshaped(values: Array, heads: int) -> Array:
 def _merged_bare(concat: Array, heads: int) -> Array:
     """The right concatenation ``[B,T,H*d_h]`` of the heads' outputs, merged instead by a
     bare reshape of ``[B,H,T,d_h]`` (the inverse of :func:`_reshaped`)."""
-    batch, tokens, width = concat.shape
-    per_head = np.swapaxes(concat.reshape(batch, tokens, heads, width // heads), 1, 2)
-    merged: Array = np.ascontiguousarray(per_head).reshape(batch, tokens, width)
+    merged: Array = np.ascontiguousarray(heads_axis(concat, heads)).reshape(concat.shape)
     return merged
 
 

@@ -118,7 +118,6 @@ def attend(
     from qkvcli.check.attend import build_attend_evidence
     from qkvcli.cli.console import gradcheck_progress
     from qkvcli.gradcheck.settings import DEFAULT_DIRECTIONS, DEFAULT_MODE, MAX_EVALUATIONS
-    from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
 
     if click.get_current_context().meta.get("families"):
         check_outputs([output], [fixture])
@@ -142,10 +141,15 @@ def attend(
     reporter = gradcheck_progress(resolve_format(fmt, output), view)
     settings = {"mode": mode, "directions": directions, "progress": reporter,
                 "limit": overrides.max_evaluations or MAX_EVALUATIONS}
+    within = None  # the page's causal toggle: the weights under the other mask, if small
+    if html is not None:
+        from qkvcli.render.explorer.page import PAGE_CELLS, TOGGLE_UP_TO
+
+        within = (TOGGLE_UP_TO, PAGE_CELLS)
     with working_on(label), (reporter or contextlib.nullcontext()):
         # the check's budget (counted in what its evaluations cost) is refused before any work
-        evidence = build_attend_evidence(loaded, causal=causal, other_mask_within=None if (
-            html is None) else (TOGGLE_UP_TO, PAGE_CELLS), layer=layer, **settings)
+        evidence = build_attend_evidence(loaded, causal=causal, other_mask_within=within,
+                                         layer=layer, **settings)
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,

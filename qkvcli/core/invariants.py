@@ -8,10 +8,6 @@ judged here, the same for all:
   token's output bit for bit (a later key is never seen), and changes the last one;
 - :func:`single_token`: with one token, every attention weight is exactly 1, and what
   only the scores reach (the query's and the key's projections) gets no gradient at all;
-- :func:`replayed`: the same inputs computed twice give every value bit for bit (chapter
-  26's and each chapter's evidence; ``qkv check``'s replay family finds the first value
-  that differs, and ``qkv attend`` compares a second run head by head without building it
-  whole, both with the same :func:`~qkvcli.core.arrays.same_bits`);
 - :func:`isolated_heads`: before the output projection the heads are apart: a change to
   the query columns of one head moves its attention weights and no other head's, and a
   change to the value columns of one K/V head moves the merged columns of the heads that
@@ -27,7 +23,7 @@ judged here, the same for all:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import EllipsisType
 from typing import TYPE_CHECKING
 
@@ -67,13 +63,6 @@ def single_token(weights: Array, *score_gradients: Array) -> bool:
     every element of ``score_gradients`` (the gradients of what only the scores reach:
     ``dQ``, ``dK``, or ``dW_Q``, ``dW_K``) exactly 0."""
     return bool(np.all(weights == 1.0)) and all(bool(np.all(g == 0.0)) for g in score_gradients)
-
-
-def replayed(first: Iterable[npt.ArrayLike], second: Iterable[npt.ArrayLike]) -> bool:
-    """The replay claim: each value of a second run (an array or a number, as float64) has
-    the first run's shape and bits (``-0.0`` is not ``0.0``; a NaN equals the same NaN)."""
-    return all(same_bits(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
-               for a, b in zip(first, second, strict=True))
 
 
 def position_zero(turned: Array, given: Array) -> tuple[str, str, str] | None:
