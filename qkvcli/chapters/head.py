@@ -84,7 +84,7 @@ from qkvcli.check.numerical import loss_of
 from qkvcli.check.plans import CH27, CH28, PLANS
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, all_finite, same_bits
-from qkvcli.core.invariants import future_zero, row_sums
+from qkvcli.core.invariants import Prefix, future_zero, row_sums
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.record import Record
 from qkvcli.core.results import Plan, ShapeProbe, judge_plan
@@ -315,7 +315,8 @@ class PrefixProbe(Record):
 
     @property
     def invariant(self) -> bool:
-        return all(self.unchanged) and self.last_changed
+        """The prefix claim's verdict (:class:`~qkvcli.core.invariants.Prefix`)."""
+        return Prefix(self.unchanged, self.last_changed).holds
 
     @property
     def suffix_zero(self) -> bool:

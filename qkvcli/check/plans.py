@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from qkvcli.core.invariants import Prefix
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.results import FamilyCheck, Plan
 
@@ -103,7 +104,7 @@ PLANS: dict[str, Plan[Any]] = {
     ),
     CH30: (
         ("causal", lambda e: e.probes.future_zero and e.probes.rows_normalized),
-        ("prefix", lambda e: all(e.probes.prefix_unchanged) and e.probes.suffix_changed),
+        ("prefix", lambda e: Prefix(e.probes.prefix_unchanged, e.probes.suffix_changed).holds),
         ("head_isolation", lambda e: e.probes.head_isolation),
         ("split_merge", lambda e: e.probes.split_merge),
         ("common_offset", lambda e: e.probes.common_offset),
