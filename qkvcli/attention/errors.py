@@ -369,3 +369,12 @@ class NonFiniteAppend(CacheRefusal):
         self.value = value
         super().__init__(f"appended {branch} at flat index {index} must be finite, got "
                          f"{debug_float(value)}")
+
+
+class CacheChanged(QkvError):
+    """A step that was refused but changed the cache anyway (its storage, length or
+    binding): not the refusal the course asks for, whatever its error."""
+
+    def __init__(self, refusal: str) -> None:
+        self.refusal = refusal
+        super().__init__(f"a refused step changed the KV cache: {refusal}")
