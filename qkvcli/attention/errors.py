@@ -6,11 +6,16 @@ Construction errors of the multi-head layer: the head count and the output proje
 
 The refusals of chapters 29 and 30: a RoPE table of fixed position capacity, an operand
 it cannot turn, a layer input without tokens.
+
+The refusals of chapter 37's layer-local KV cache (:mod:`qkvcli.attention.cache`): a cache
+it cannot make, a step it will not take (the request, the cache's binding to the layer, a
+full cache), a score the softmax cannot read, an append it will not write. The messages
+are the course's (``attention/incremental.rs``), word for word.
 """
 
 from __future__ import annotations
 
-from qkvcli.core.errors import QkvError, Refused, format_shape
+from qkvcli.core.errors import QkvError, Refused, format_float_debug, format_shape
 
 
 class KeyWidthMismatch(QkvError):
@@ -196,3 +201,180 @@ class EmptyLayerInput(QkvError):
 
     def __init__(self) -> None:
         super().__init__("multi-head attention needs at least one token, got an empty token axis")
+
+
+# --- chapter 37: the KV cache -----------------------------------------------------------
+
+
+def debug_float(value: float) -> str:
+    """``value`` as the course's debug formatting prints it: ``100.0``, ``1e-7``, ``inf``
+    (Python's ``repr`` writes the exponent as ``e-07``)."""
+    text = format_float_debug(value)
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
+
+
+def _debug_shape(shape: tuple[int, ...]) -> str:
+    """A shape as the course's debug formatting prints a vector: ``[1, 2, 1, 2]``."""
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+class CacheRefusal(QkvError):
+    """A KV cache that cannot be made, or a step it refuses: the cache is left as it was."""
+
+
+class ZeroCacheBatch(CacheRefusal):
+    def __init__(self) -> None:
+        super().__init__("KV cache batch size must be nonzero")
+
+
+class ZeroCacheCapacity(CacheRefusal):
+    def __init__(self) -> None:
+        super().__init__("KV cache capacity must be nonzero")
+
+
+class CapacityExceedsPositions(CacheRefusal):
+    def __init__(self, capacity: int, max_positions: int) -> None:
+        self.capacity = capacity
+        self.max_positions = max_positions
+        super().__init__(f"KV cache capacity {capacity} exceeds RoPE position capacity "
+                         f"{max_positions}")
+
+
+class IncrementalInputRank(CacheRefusal):
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        super().__init__("incremental attention input must have rank three "
+                         f"[batch, 1, model_width], got rank {rank}")
+
+
+class SingleTokenRequired(CacheRefusal):
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+        super().__init__(f"incremental attention needs exactly one new token, got {tokens}")
+
+
+class IncrementalBatchMismatch(CacheRefusal):
+    def __init__(self, cache: int, input: int) -> None:
+        self.cache = cache
+        self.input = input
+        super().__init__(f"incremental attention input batch {input} must match cache "
+                         f"batch {cache}")
+
+
+class IncrementalWidthMismatch(CacheRefusal):
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__("incremental attention input width must equal model width "
+                         f"{expected}, got {actual}")
+
+
+class CacheModelWidthMismatch(CacheRefusal):
+    def __init__(self, layer: int, cache: int) -> None:
+        self.layer = layer
+        self.cache = cache
+        super().__init__(f"KV cache model width {cache} must match attention layer width {layer}")
+
+
+class CacheHeadCountMismatch(CacheRefusal):
+    def __init__(self, layer: int, cache: int) -> None:
+        self.layer = layer
+        self.cache = cache
+        super().__init__(f"KV cache head count {cache} must match attention layer head "
+                         f"count {layer}")
+
+
+class CacheHeadWidthMismatch(CacheRefusal):
+    def __init__(self, layer: int, cache: int) -> None:
+        self.layer = layer
+        self.cache = cache
+        super().__init__(f"KV cache head width {cache} must match attention layer head "
+                         f"width {layer}")
+
+
+class CacheLayerMismatch(CacheRefusal):
+    def __init__(self) -> None:
+        super().__init__("KV cache parameter identity does not match this attention layer")
+
+
+class CacheLayerRevisionMismatch(CacheRefusal):
+    def __init__(self, parameter: int, cache: int, layer: int) -> None:
+        self.parameter = parameter
+        self.cache = cache
+        self.layer = layer
+        super().__init__(f"KV cache parameter revision {cache} at stable index {parameter} "
+                         f"does not match layer revision {layer}")
+
+
+class CacheRopeMismatch(CacheRefusal):
+    def __init__(self, cache_feature_width: int, layer_feature_width: int,
+                 cache_max_positions: int, layer_max_positions: int, cache_base: float,
+                 layer_base: float) -> None:
+        self.cache_feature_width = cache_feature_width
+        self.layer_feature_width = layer_feature_width
+        self.cache_max_positions = cache_max_positions
+        self.layer_max_positions = layer_max_positions
+        self.cache_base = cache_base
+        self.layer_base = layer_base
+        super().__init__(
+            f"KV cache RoPE configuration ({cache_feature_width} features, "
+            f"{cache_max_positions} positions, base {debug_float(cache_base)}) does not match "
+            f"layer configuration ({layer_feature_width} features, {layer_max_positions} "
+            f"positions, base {debug_float(layer_base)})")
+
+
+class CacheFull(CacheRefusal):
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        super().__init__(f"KV cache is full at capacity {capacity}")
+
+
+LOGIT_KINDS = ("NaN", "positive infinity", "negative infinity")
+"""How the softmax names a logit it cannot read."""
+
+
+class IncrementalSoftmaxRefusal(CacheRefusal):
+    """A score the step's softmax cannot read: ``group`` is the row (``b*H + h``),
+    ``position`` the key it scores, ``what`` one of :data:`LOGIT_KINDS`."""
+
+    def __init__(self, group: int, position: int, what: str) -> None:
+        self.group = group
+        self.position = position
+        self.what = what
+        super().__init__(f"incremental softmax: logit at group {group}, class {position} "
+                         f"is {what}")
+
+
+class AppendedShapeMismatch(CacheRefusal):
+    """The rotated key or the value to append is not ``[B,H,1,d_h]``."""
+
+    def __init__(self, branch: str, expected: tuple[int, ...], actual: tuple[int, ...]) -> None:
+        self.branch = branch
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"appended {branch} must have shape {_debug_shape(expected)}, got "
+                         f"{_debug_shape(actual)}")
+
+
+class NonFiniteAppend(CacheRefusal):
+    """The first value of the key (``branch`` ``key value``) or value (``value``) to
+    append that is not finite, at its flat index."""
+
+    def __init__(self, branch: str, index: int, value: float) -> None:
+        self.branch = branch
+        self.index = index
+        self.value = value
+        super().__init__(f"appended {branch} at flat index {index} must be finite, got "
+                         f"{debug_float(value)}")
+
+
+class CacheChanged(QkvError):
+    """A step that was refused but changed the cache anyway (its storage, length or
+    binding): not the refusal the course asks for, whatever its error."""
+
+    def __init__(self, refusal: str) -> None:
+        self.refusal = refusal
+        super().__init__(f"a refused step changed the KV cache: {refusal}")

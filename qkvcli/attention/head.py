@@ -347,6 +347,13 @@ class AttentionHead(NamedWeights):
             self._value_input,
         )
 
+    def with_rope(self, rope: Rope) -> AttentionHead:
+        """The same head, its parameter arrays themselves, turning Q and K by ``rope``
+        (a KV cache's binding tells the two apart by their RoPE alone); unvalidated:
+        the layer checks it against a head's width."""
+        return AttentionHead(self._weights, self._biases, self._names, self._independent,
+                             self._scale, rope, self._kv_groups, self._value_input)
+
     def sliced(self, weights: Sequence[Array], biases: Sequence[Array | None],
                kv_groups: int = 1) -> AttentionHead:
         """Some heads of a layer: these parameters, this head's scale, RoPE and value

@@ -281,6 +281,14 @@ class MultiHeadLayer:
                               self._softcap, self._alibi, self._clip, self._qk_norm,
                               self._alibi_form)
 
+    def with_rope(self, rope: Rope) -> MultiHeadLayer:
+        """The same layer, its parameter arrays themselves, each head turned by ``rope``
+        (``dims`` at most a head's width). Raises a ``RopeError``."""
+        check_rope(rope, self.d_k)
+        return MultiHeadLayer(self._projections.with_rope(rope), self._heads, self._out_weight,
+                              self._out_bias, self._kv_heads, self._window, self._softcap,
+                              self._alibi, self._clip, self._qk_norm, self._alibi_form)
+
     def with_qk_norm(self, query: Array, key: Array, query_bias: Array | None = None,
                      key_bias: Array | None = None) -> MultiHeadLayer:
         """The same layer with other norm weights and biases (``None``: the layer's own)

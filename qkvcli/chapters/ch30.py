@@ -158,9 +158,13 @@ class MultiHeadFixture(Record):
     invariant_tolerance: float
 
 
-def _spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None) -> MultiHeadSpec:
+def read_spec(data: dict[str, Any], max_elements: int, base_dir: StrPath | None,
+              rope_keys: tuple[str, ...] = ROPE_KEYS) -> MultiHeadSpec:
+    """The layer of a fixture in chapter 30's form (``$.heads``, ``$.rope`` of
+    ``rope_keys``, ``$.weights``), validated in that order: the projections, the head
+    count, the output projection, then RoPE on a head. Raises :class:`FixtureError`."""
     heads = count_of(data["heads"], "$.heads")
-    rope = keyed_object(data["rope"], "$.rope", ROPE_KEYS, ("positions", "base"))
+    rope = keyed_object(data["rope"], "$.rope", rope_keys, ("positions", "base"))
     positions, base, layout = rope_settings(rope)
     weights = keyed_object(data["weights"], "$.weights", WEIGHT_KEYS, WEIGHT_KEYS)
     arrays = [parse_tensor(weights[b], f"$.weights.{b}", max_elements, base_dir=base_dir)
@@ -195,7 +199,7 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     data = keyed_object(document, "$", DOCUMENT_KEYS)
     check_chapter(data, NAME)
     keyed_object(data, "$", DOCUMENT_KEYS, ("heads", "rope", "input", "weights"))
-    spec = _spec(data, max_elements, base_dir)
+    spec = read_spec(data, max_elements, base_dir)
     x = parse_tensor(data["input"], "$.input", max_elements, base_dir=base_dir)
     try:
         layer = layer_at(spec, 0)

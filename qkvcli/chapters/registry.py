@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.core.errors import QkvError
-from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
+from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER, chapter_span
 from qkvcli.core.record import Record
 from qkvcli.core.results import FamilyCheck
 
@@ -29,6 +29,7 @@ CHAPTERS = {
     28: ("qkvcli.chapters.head", "CAUSAL_MASKING"),
     29: ("qkvcli.chapters.ch29", "CHAPTER"),
     30: ("qkvcli.chapters.ch30", "CHAPTER"),
+    37: ("qkvcli.chapters.ch37", "CHAPTER"),
 }
 """Each later chapter: the module that defines it and the :class:`Chapter`'s name there."""
 
@@ -47,7 +48,8 @@ class Chapter(Record):
     :class:`~qkvcli.reading.problems.FixtureError` naming the ``$.path``), ``build`` computes
     the evidence of a parsed fixture (no I/O, no wording), ``with_settings(fixture,
     **settings)`` replaces the gradient check's ``step``, ``tolerance`` or ``samples``
-    (:func:`settings_replaced` where the fixture holds them itself).
+    (:func:`settings_replaced` where the fixture holds them itself); ``settings`` are the
+    ones it takes (none for a chapter without a gradient check, chapter 37's).
     """
 
     number: int
@@ -56,6 +58,12 @@ class Chapter(Record):
     parse: Callable[[object, int, StrPath | None], Any]
     build: Callable[[Any], Any]
     with_settings: Callable[..., Any] = settings_replaced
+    settings: tuple[str, ...] = ("step", "tolerance", "samples")
+
+    @property
+    def has_gradcheck(self) -> bool:
+        """Whether the chapter has a reverse pass whose gradients are checked."""
+        return bool(self.settings)
 
 
 class ChapterEvidence(Record):
@@ -76,7 +84,7 @@ class ChapterEvidence(Record):
 class UnknownChapter(QkvError):
     def __init__(self, number: int) -> None:
         self.number = number
-        super().__init__(f"no chapter {number}; qkv shows chapters {min(CHAPTER_IDS)} to {max(CHAPTER_IDS)}")
+        super().__init__(f"no chapter {number}; qkv shows chapters {chapter_span()}")
 
 
 class ChapterUnavailable(QkvError):
@@ -86,7 +94,7 @@ class ChapterUnavailable(QkvError):
 
 
 def chapter_of(number: int) -> Chapter:
-    """Chapter ``number`` (27 to 30). Raises :class:`UnknownChapter` for a number qkv does
+    """Chapter ``number`` (27 to 30, 37). Raises :class:`UnknownChapter` for a number qkv does
     not know (26 included: it is not a :class:`Chapter`) and :class:`ChapterUnavailable`
     when its module is missing."""
     if number not in CHAPTERS:

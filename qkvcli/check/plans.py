@@ -26,7 +26,7 @@ from qkvcli.core.results import FamilyCheck, Plan
 RUN = "run"
 ATTEND = "attend"
 CHECK = "check"
-CH27, CH28, CH29, CH30 = (CHAPTER_IDS[number] for number in (27, 28, 29, 30))
+CH27, CH28, CH29, CH30, CH37 = (CHAPTER_IDS[number] for number in (27, 28, 29, 30, 37))
 """The reports' keys, here and in the names table."""
 
 ATTEND_ORDER = ("forward", "attention", "mask", "hull", "scale_probe", "prefix",
@@ -115,9 +115,19 @@ PLANS: dict[str, Plan[Any]] = {
         ("tape_finite", lambda e: e.tape_finite),
         ("replay", lambda e: e.replay_bitwise),
     ),
+    CH37: (
+        ("steps", lambda e: e.cached_steps.passed),
+        ("growth", lambda e: e.growth),
+        ("offset", lambda e: e.offset),
+        ("work", lambda e: e.counted),
+        ("reset", lambda e: e.reset.after == 0 and e.reset.allocation_reused
+         and e.reset.storage_unchanged),
+        ("replay", lambda e: e.replay_bitwise),
+        ("errors", _refused),
+    ),
     ATTEND: tuple((name, partial(_found, name)) for name in ATTEND_ORDER),
 }
-"""Each report's plan by its key: chapter 26's (``qkv run``), chapters 27 to 30's and
+"""Each report's plan by its key: chapter 26's (``qkv run``), chapters 27 to 30's and 37's,
 attend's, each family's id in report order with what reads its verdict."""
 
 

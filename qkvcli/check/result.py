@@ -66,6 +66,9 @@ FINDINGS: dict[str, int] = {
     "last-unmoved": 2,  # tensor, the last position
     "one-token": 3,  # tensor and coordinate, its value, the value it must have
     "shift-moved": 4,  # the shift, dot product and coordinate, before, after
+    "step-differs": 4,  # the step's position, tensor and coordinate, the step's, the pass's
+    "cache-differs": 3,  # tensor and coordinate, the cache's value, the whole pass's
+    "length-differs": 3,  # the step's position, the cache's length after it, the length expected
     "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
 }
 """The finding codes and how many facts each carries."""

@@ -101,8 +101,7 @@ def build(loaded: ChapterFixture, overrides: CheckOverrides, tensors: str | None
     every value)."""
     chapter, fixture = loaded.chapter, loaded.fixture
     given = overrides.changes()
-    settable = {name: value for name, value in given.items()
-                if name in ("step", "tolerance", "samples")}
+    settable = {name: value for name, value in given.items() if name in chapter.settings}
     if settable:
         fixture = chapter.with_settings(fixture, **settable)
     ignored = [name for name in given if name not in settable]

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from qkvcli.check.chapter26 import projections_of
-from qkvcli.cli.group import EXIT_FAILED
+from qkvcli.cli.group import EXIT_FAILED, InputError
 from qkvcli.cli.io import check_outputs, label_of, load, working_on
 from qkvcli.cli.options import (
     GRADCHECK_PRECISION,
@@ -59,6 +59,10 @@ def gradcheck(
         with working_on(label_of(fixture)):
             found = chapters.load(fixture, max_elements, None)
         if isinstance(found, chapters.ChapterFixture):
+            if not found.chapter.has_gradcheck:
+                raise InputError(f"{label_of(fixture)}: chapter {found.chapter.name} has no "
+                                 "reverse pass: no gradients to check (qkv run shows its "
+                                 "evidence)")
             if dtype != "float64":
                 click.echo(f"qkv: warning: --dtype does not apply to chapter "
                            f"{found.chapter.name}; ignored", err=True)

@@ -17,6 +17,8 @@ Parameter names: the reference's naming rule and the default names of the three 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from qkvcli.core.errors import EmptyName, EmptyNameSegment, InvalidNameCharacter
 
 BRANCHES: tuple[str, str, str] = ("query", "key", "value")
@@ -52,9 +54,23 @@ DEFAULT_CHAPTER = 26
 """The course chapter ``qkv run`` and ``qkv report`` show without ``--chapter``: the Q/K/V
 projections, qkv's own evidence."""
 CHAPTER_IDS = {26: "26-qkv-projections", 27: "27-self-attention", 28: "28-causal-masking",
-               29: "29-rope", 30: "30-multi-head-attention"}
+               29: "29-rope", 30: "30-multi-head-attention", 37: "37-incremental-attention"}
 """Each chapter's id, as its report's first line prints it and its fixture's
 ``"chapter"`` key gives it."""
+
+
+def chapter_span(numbers: Iterable[int] | None = None) -> str:
+    """The chapters ``numbers`` (default: every chapter qkv knows) in words, each run of
+    consecutive chapters as one span: ``26 to 30 and 37``."""
+    found = sorted(CHAPTER_IDS if numbers is None else numbers)
+    spans: list[list[int]] = []
+    for number in found:
+        if spans and number == spans[-1][-1] + 1:
+            spans[-1].append(number)
+        else:
+            spans.append([number])
+    words = [str(span[0]) if len(span) == 1 else f"{span[0]} to {span[-1]}" for span in spans]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def chapter_of_id(name: object) -> int | None:

@@ -58,6 +58,10 @@ LAYER_GRADIENT_RECORDS = (
     "grad_b_value", "grad_concat", "grad_out_weight", "grad_out_bias", "grad_attention",
     "grad_scaled_scores", "grad_scores", "grad_norm_query", "grad_norm_key",
     "grad_norm_query_bias", "grad_norm_key_bias")
+CACHE_RUN_NAMES = ("output", "weights", "keys", "values", "lengths")
+"""A KV cache's run: each step's output ``[B,T,E]``, each step's weights ``[B,H,T,T]``
+(zero past the step), the cached keys and values after the last ``[B,H,T,d_h]``, and the
+cache's length after each step ``[T]``."""
 ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "layer_forward": (("input",), ("output",)),
     "layer_weighed": (("input",), ("weights", "output")),
@@ -67,15 +71,19 @@ ENGINE_OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "layer_pass_backward": (("input", "grad_output"), LAYER_GRADIENT_RECORDS),
     "operands_forward": (OPERAND_FIELDS, OPERAND_FORWARD_NAMES),
     "operands_backward": ((*OPERAND_FIELDS, "grad_output"), OPERAND_BACKWARD_NAMES),
+    "cache_run": (("input",), CACHE_RUN_NAMES),
+    "cache_prefix": (("input",), ("output", "rotated_key", "value")),
 }
 """The operations only qkv's engine offers, in the same form: a real layer's forward,
 whose weights, biases and norms are the layer's own (attend's claims on it: its output
 alone, or with its attention weights; its backward's input gradient and every gradient
 only the scores reach, flattened into one; its heads' weights and merged outputs with
 other projection weights; every array of its forward and of its reverse, an empty one
-for what the layer has not), and one
-head on given Q, K, V (chapters 27 and 28). Never asked of a program or a module over
-the protocol."""
+for what the layer has not), one
+head on given Q, K, V (chapters 27 and 28), and a layer's KV cache (chapter 37: the
+cache reset and fed each token of the input in turn, ``cache_run``; the layer's causal
+pass over a whole prefix, ``cache_prefix``, its rotated keys and values by head). Never
+asked of a program or a module over the protocol."""
 SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
                             "offset": int}
 """The request fields that are not tensors, and their types."""

@@ -22,5 +22,9 @@ FINDING_WORDS = {
     "one-token": "with one token, {0} = {1}, expected exactly {2}",
     "shift-moved": ("moving every position by {0} changed {1} from {2} to {3}: the rotated "
                     "tokens' dot products depend on more than their distance"),
+    "step-differs": ("the cached step at position {0} gives {1} = {2}, the causal pass over its "
+                     "prefix {3}"),
+    "cache-differs": "the cache holds {0} = {1}, the causal pass over the prefix {2}",
+    "length-differs": "after the step at position {0} the cache holds {1} positions, expected {2}",
 }
 """The words of each finding code of :data:`~qkvcli.check.result.FINDINGS`."""

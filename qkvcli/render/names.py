@@ -22,6 +22,7 @@ from qkvcli.check.plans import CH27 as CH27
 from qkvcli.check.plans import CH28 as CH28
 from qkvcli.check.plans import CH29 as CH29
 from qkvcli.check.plans import CH30 as CH30
+from qkvcli.check.plans import CH37 as CH37
 from qkvcli.check.plans import CHECK as CHECK
 from qkvcli.check.plans import RUN as RUN
 from qkvcli.core.record import Record
@@ -124,15 +125,32 @@ MULTI_HEAD = "multi-head"
 """Multi-head attention (chapter 30, ``qkv check``'s multi-head layer)."""
 LAYER = "layer"
 """A real model's attention layer, or one head run as a layer of one head (``qkv attend``)."""
+CACHED_STEP = "cached-step"
+"""A cached step equals the last row of the causal pass over its prefix, within the
+tolerance, and the cache holds that pass's rotated keys and values (chapter 37)."""
+CACHE_GROWTH = "cache-growth"
+"""A step adds one position to the cache (``[B,H,t,d_h]`` to ``[B,H,t+1,d_h]``) inside
+storage ``[B,H,C,d_h]`` made once."""
+CACHE_OFFSET = "cache-offset"
+"""A step turns its query and key by RoPE at the cache's length, its absolute position."""
+WORK_COUNTS = "work-counts"
+"""The rows each projection reads step by step, for whole prefixes, and reuses from the
+cache follow their formulas."""
+CACHE_RESET = "cache-reset"
+"""A reset forgets every position and keeps the storage (the same arrays, the same bits)."""
+KV_CACHE = "kv-cache"
+"""A layer with its KV cache, one token a step (chapter 37)."""
 IMPLEMENTATION = "implementation"
 """The implementation as a program speaking the protocol (``qkv check``'s protocol)."""
 
-OPERATIONS: tuple[str, ...] = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD, LAYER, IMPLEMENTATION)
+OPERATIONS: tuple[str, ...] = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD, LAYER, KV_CACHE,
+                                IMPLEMENTATION)
 FAMILIES: tuple[str, ...] = (
     FORWARD, REVERSE, SHAPES, REJECTED_INPUTS, REPLAY, GRADCHECK, PURITY, INDEPENDENCE,
     INITIALIZATION, EXPECT, PREFIX, SINGLE_TOKEN, ROW_SUMS, FUTURE_ZERO, CAUSAL, MASK, SOFTMAX,
     SCALING, BATCH_ISOLATION, SUFFIX_GRADIENT, TAPE_FINITE, HULL, POSITION_ZERO, NORMS,
-    RELATIVE_DOT, HEAD_ISOLATION, SPLIT_MERGE, PARAMETERS, PROTOCOL,
+    RELATIVE_DOT, HEAD_ISOLATION, SPLIT_MERGE, PARAMETERS, PROTOCOL, CACHED_STEP, CACHE_GROWTH,
+    CACHE_OFFSET, WORK_COUNTS, CACHE_RESET,
 )
 """Every family, the schema's ``family`` enumeration."""
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "not-run", "no-backward", "command")
@@ -242,6 +260,21 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "tape_finite": Published("tape-finite", TAPE_FINITE, MULTI_HEAD, "reverse pass: "
                                  "every array finite"),
         "replay": Published("replay", REPLAY, MULTI_HEAD),
+    },
+    CH37: {
+        "steps": Published("cached-steps", CACHED_STEP, KV_CACHE, "every step equals the last "
+                           "row of the causal pass over its prefix; the cache holds that "
+                           "pass's rotated keys and values"),
+        "growth": Published("growth", CACHE_GROWTH, KV_CACHE, "each step adds one position "
+                            "inside the storage made once"),
+        "offset": Published("offset", CACHE_OFFSET, KV_CACHE, "each step turns Q and K at the "
+                            "cache's length"),
+        "work": Published("work", WORK_COUNTS, KV_CACHE, "rows read step by step, for whole "
+                          "prefixes and reused follow their formulas"),
+        "reset": Published("reset", CACHE_RESET, KV_CACHE, "length 0, the same storage, its "
+                           "values untouched"),
+        "replay": Published("replay", REPLAY, KV_CACHE),
+        "errors": Published("rejected-inputs", REJECTED_INPUTS, KV_CACHE),
     },
     ATTEND: {
         **_same(LAYER, "forward", "hull", "reverse", "gradcheck", "shapes", "replay", "prefix",

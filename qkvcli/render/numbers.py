@@ -146,6 +146,23 @@ def python_fixed(value: float, precision: int) -> str:
     return text[1:] if text[0] == "-" and not text.strip("-0.") else text
 
 
+def course_fixed(value: float, precision: int) -> str:
+    """One value as chapter 37's reference prints it: ``{:.<precision>}`` after only
+    ``-0.0`` is made ``0.0`` (a negative value that rounds to zero keeps its sign, as
+    Rust writes it), non-finite values ``NaN``, ``inf``, ``-inf``."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return f"{value + 0.0:.{precision}f}"
+
+
+def course_vector(values: npt.ArrayLike, precision: int) -> str:
+    """``[v,v,...]``, every value of a tensor, flat, row-major, by :func:`course_fixed`."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    return "[" + ",".join(course_fixed(float(v), precision) for v in flat) + "]"
+
+
 def iter_fixed(values: Array, precision: int = 6, chunk: int = CHUNK) -> Iterator[str]:
     """The comma-separated ``precision``-decimal spelling of ``values`` (flat, row-major).
 

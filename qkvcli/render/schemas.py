@@ -21,6 +21,7 @@ from qkvcli.render.names import (
     CH28,
     CH29,
     CH30,
+    CH37,
     CHECK,
     FAMILIES,
     OPERATIONS,
@@ -71,6 +72,8 @@ _CHAPTERS: dict[str, dict[str, Any]] = {
            "heads": OBJECT, "prefix": OBJECT, "layout": OBJECT, "parameters": OBJECT,
            "loss": FLOAT, "shapes": OBJECT, "errors": ARRAY, "gradcheck": OBJECT,
            "tape_finite": BOOLEAN, "replay_bitwise": BOOLEAN, "history": OBJECT},
+    CH37: {"passed": BOOLEAN, "checks": "checks", "config": OBJECT, "steps": ARRAY,
+           "work": OBJECT, "reset": OBJECT, "errors": ARRAY, "history": OBJECT},
 }
 _OWN: dict[str, dict[str, Any]] = {
     ATTEND: {"chapter": STRING, "passed": BOOLEAN, "config": OBJECT, "parameter_names": ARRAY,

@@ -9,6 +9,7 @@ CHAPTERS = {
     "qkvcli.chapters.head.HeadChapterEvidence": "qkvcli.render.chapters.head",
     "qkvcli.chapters.ch29.RopeEvidence": "qkvcli.render.chapters.ch29",
     "qkvcli.chapters.ch30.MultiHeadEvidence": "qkvcli.render.chapters.ch30",
+    "qkvcli.chapters.ch37.IncrementalEvidence": "qkvcli.render.chapters.ch37",
 }
 """Each later chapter's evidence and the module that renders it (``text``, ``trace``,
 ``json_document``, ``figure``)."""

@@ -1,0 +1,246 @@
+"""Chapter 37's report, incremental attention: text and trace (the anchors' bytes), JSON, figure.
+
+Pure functions of :class:`~qkvcli.chapters.ch37.IncrementalEvidence`; every published
+name and all the chapter's wording live here. Numbers are fixed point as the reference
+writes them (:func:`~qkvcli.render.numbers.course_fixed`): tokens at 6 decimals; keys,
+values and outputs at 9; weights and differences at 12.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkvcli.chapters.ch37 import NAME, IncrementalEvidence, StepEvidence
+from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_shape
+
+if TYPE_CHECKING:
+    from qkvcli.core.results import FamilyCheck
+    from qkvcli.render.rich.options import RichOptions
+
+NEXT = "thread one independent cache through every decoder block"
+TRACE_NEXT = "cached-generation"
+ERROR_CASES = ("two_tokens", "full_cache", "model_mismatch", "head_mismatch", "layer_mismatch",
+               "rope_mismatch", "rope_positions_mismatch", "nonfinite_projection")
+"""The eight refusals, in the report's order (each ``true`` when refused exactly with
+the cache unchanged), then ``unchanged``: all of them."""
+
+
+def _config(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
+    f = evidence.fixture
+    batch, tokens, width = (int(d) for d in f.input.shape)
+    return (("batch", str(batch)), ("tokens", str(tokens)), ("model_width", str(width)),
+            ("heads", str(f.spec.heads)), ("head_width", str(f.spec.table.features)),
+            ("capacity", str(f.capacity)), ("rope_base", course_fixed(f.spec.table.base, 6)),
+            ("tolerance", course_fixed(f.invariant_tolerance, 12)))
+
+
+def _work(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
+    w = evidence.work
+    return (("full_rows_per_projection", str(w.full_rows_per_projection)),
+            ("incremental_rows_per_projection", str(w.incremental_rows_per_projection)),
+            ("reused_rows_per_kv_projection", str(w.reused_rows_per_kv_projection)),
+            ("avoided_rows_across_kv", str(w.avoided_rows_across_kv)))
+
+
+def _reset(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
+    r = evidence.reset
+    return (("before", str(r.before)), ("after", str(r.after)),
+            ("allocation_reused", fmt_bool(r.allocation_reused)),
+            ("storage_unchanged", fmt_bool(r.storage_unchanged)),
+            ("replay_identical", fmt_bool(evidence.replay_bitwise)))
+
+
+def _errors(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
+    refused = {refusal.case: refusal.rejected for refusal in evidence.errors}
+    return (*((case, fmt_bool(refused.get(case, False))) for case in ERROR_CASES),
+            ("unchanged", fmt_bool(evidence.unchanged)))
+
+
+def _history(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
+    h = evidence.history
+    return (("newest_query_key_rows", fmt_shape(h.newest_query_key_rows)),
+            ("complete_prefix_rows_per_projection", str(h.complete_prefix_rows_per_projection)),
+            ("incremental_rows_per_projection", str(h.incremental_rows_per_projection)),
+            ("reused_key_rows", str(h.reused_key_rows)),
+            ("reused_value_rows", str(h.reused_value_rows)))
+
+
+def _pairs(pairs: tuple[tuple[str, str], ...], between: str, joined: str) -> str:
+    return joined.join(f"{key}{between}{value}" for key, value in pairs)
+
+
+def text(evidence: IncrementalEvidence) -> str:
+    """The chapter's text report, ``key=value`` lines ending with a newline."""
+    lines = [f"chapter={NAME}", "config=" + _pairs(_config(evidence), ":", " ")]
+    for s in evidence.steps:
+        lines.append(f"step=position:{s.position} cache:{s.cache_before}->{s.cache_after} "
+                     f"shape:{fmt_shape(s.cache_shape)} "
+                     f"max_abs_diff:{course_fixed(s.max_abs_difference, 12)} "
+                     f"output:{course_vector(s.output, 9)}")
+    lines += ["work=" + _pairs(_work(evidence), ":", " "),
+              "reset=" + _pairs(_reset(evidence), ":", " "),
+              "errors=" + _pairs(_errors(evidence), ":", " "),
+              "history=" + _pairs(_history(evidence), ":", " "),
+              f"next={NEXT}"]
+    return "\n".join(lines) + "\n"
+
+
+def _head_lines(s: StepEvidence) -> list[str]:
+    return [f"HEAD|position={s.position}|head={h}"
+            f"|appended_key={course_vector(s.appended_key[:, h], 9)}"
+            f"|appended_value={course_vector(s.appended_value[:, h], 9)}"
+            f"|keys={course_vector(s.keys[:, h], 9)}|values={course_vector(s.values[:, h], 9)}"
+            f"|weights={course_vector(s.weights[:, h], 12)}"
+            for h in range(s.keys.shape[1])]
+
+
+def trace(evidence: IncrementalEvidence) -> str:
+    """The chapter's diagram trace: the configuration; per step the token, each head's
+    appended key and value, its cached keys and values and its weights, and the step
+    against the whole pass; then the work, the reset, the refusals and the history."""
+    lines = ["INCREMENTAL_ATTENTION_TRACE_V1", "CONFIG|" + _pairs(_config(evidence), "=", "|")]
+    for s in evidence.steps:
+        lines.append(f"STEP|position={s.position}|cache_before={s.cache_before}"
+                     f"|cache_after={s.cache_after}|input={course_vector(s.input, 6)}"
+                     f"|cache_shape={fmt_shape(s.cache_shape)}")
+        lines += _head_lines(s)
+        lines.append(f"MATCH|position={s.position}|incremental={course_vector(s.output, 9)}"
+                     f"|full={course_vector(s.full, 9)}"
+                     f"|max_abs_diff={course_fixed(s.max_abs_difference, 12)}")
+    lines += ["WORK|" + _pairs(_work(evidence), "=", "|"),
+              "RESET|" + _pairs(_reset(evidence), "=", "|"),
+              "ERRORS|" + _pairs(_errors(evidence), "=", "|"),
+              "HISTORY|" + _pairs(_history(evidence), "=", "|"),
+              f"END|next={TRACE_NEXT}"]
+    return "\n".join(lines) + "\n"
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "checks", "config",
+             "steps", "work", "reset", "errors", "history")
+"""The JSON report's keys, in order."""
+
+
+def _detail(evidence: IncrementalEvidence, check: FamilyCheck) -> str:
+    from qkvcli.render.names import published
+
+    if check.name == "replay":
+        return ("a reset cache given the same tokens agrees bit for bit"
+                if evidence.replay_bitwise else "the replay after a reset differs")
+    if check.name == "errors":
+        rejected = sum(case.rejected for case in evidence.errors)
+        return (f"{rejected} of {len(evidence.errors)} bad steps refused exactly, "
+                "the cache unchanged")
+    return published(NAME, check.name).claim
+
+
+def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
+    (shortest round trip), tensors ``{"shape", "values"}``."""
+    from qkvcli.render.document import checks_json, head, json_float, tensor_json
+
+    f = evidence.fixture
+    batch, tokens, width = (int(d) for d in f.input.shape)
+    steps = [{
+        "position": s.position, "cache_before": s.cache_before, "cache_after": s.cache_after,
+        "input": tensor_json(s.input), "output": tensor_json(s.output),
+        "full_prefix_last_row": tensor_json(s.full),
+        "max_abs_difference": json_float(s.max_abs_difference),
+        "cache_shape": list(s.cache_shape), "storage_shape": list(s.storage_shape),
+        "appended_key": tensor_json(s.appended_key),
+        "appended_value": tensor_json(s.appended_value),
+        "cached_keys": tensor_json(s.keys), "cached_values": tensor_json(s.values),
+        "weights": tensor_json(s.weights),
+        "work": {"full_prefix_rows": s.full_prefix_rows, "incremental_rows": s.incremental_rows,
+                 "reused_rows": s.reused_rows},
+    } for s in evidence.steps]
+    w, r, h = evidence.work, evidence.reset, evidence.history
+    return {
+        **head("run", chapter=NAME, passed=evidence.passed),
+        "checks": checks_json(NAME, evidence.checks, lambda check: _detail(evidence, check)),
+        "config": {"batch": batch, "tokens": tokens, "model_width": width,
+                   "heads": f.spec.heads, "head_width": f.spec.table.features,
+                   "capacity": f.capacity, "rope_positions": f.spec.table.positions,
+                   "rope_base": json_float(f.spec.table.base),
+                   "rope_layout": f.spec.table.layout,
+                   "tolerance": json_float(f.invariant_tolerance)},
+        "steps": steps,
+        "work": {"full_rows_per_projection": w.full_rows_per_projection,
+                 "incremental_rows_per_projection": w.incremental_rows_per_projection,
+                 "reused_rows_per_kv_projection": w.reused_rows_per_kv_projection,
+                 "avoided_rows_across_kv": w.avoided_rows_across_kv},
+        "reset": {"before": r.before, "after": r.after,
+                  "allocation_reused": r.allocation_reused,
+                  "storage_unchanged": r.storage_unchanged,
+                  "replay_identical": evidence.replay_bitwise},
+        "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
+                    "rejected": e.rejected, "message": e.message} for e in evidence.errors],
+        "history": {"newest_query_key_rows": list(h.newest_query_key_rows),
+                    "complete_prefix_rows_per_projection": h.complete_prefix_rows_per_projection,
+                    "incremental_rows_per_projection": h.incremental_rows_per_projection,
+                    "reused_key_rows": h.reused_key_rows,
+                    "reused_value_rows": h.reused_value_rows},
+    }
+
+
+# --- the figure -----------------------------------------------------------------------------
+
+
+def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | None = None) -> Any:
+    """The chapter's picture as a rich renderable, in the order of :func:`trace`: per step
+    the cache before and after, its weights per head and its output against the whole
+    pass; then the work, the reset, the refusals, the checks and the verdict line. The
+    first batch item is drawn."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkvcli.render.chapters.figure import verdict_text
+    from qkvcli.render.rich.boxes import CARD
+    from qkvcli.render.rich.layout import status, titled
+
+    f = evidence.fixture
+    heads = f.spec.heads
+
+    def row(values: Any) -> str:  # a comma ends a line where the column wraps
+        return ", ".join(course_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
+
+    head = Text.assemble(
+        ("Chapter 37 - incremental attention", "bold"),
+        f"  a KV cache of {f.capacity} positions, {heads} heads of "
+        f"{f.spec.table.features}, RoPE base {course_fixed(f.spec.table.base, 2)} at the "
+        f"cache's length; batch item 0 of {int(f.input.shape[0])}  ", status(evidence.passed))
+    steps = Table(title="one token a step", box=CARD)
+    steps.add_column("step", no_wrap=True)
+    steps.add_column("weights by head")
+    steps.add_column("output")
+    for s in evidence.steps:
+        steps.add_row(f"{s.position}: cache {s.cache_before} -> {s.cache_after}",
+                      "\n".join(f"{h}: {row(s.weights[0, h])}" for h in range(heads)),
+                      row(s.output[0]))
+    w, r = evidence.work, evidence.reset
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(no_wrap=True)
+    facts.add_column()
+    for label, detail in (
+            ("rows per projection", f"{w.incremental_rows_per_projection} step by step, "
+             f"{w.full_rows_per_projection} for whole prefixes"),
+            ("rows of K and V reused", str(w.avoided_rows_across_kv)),
+            ("largest |step - pass|", course_fixed(max(
+                (s.max_abs_difference for s in evidence.steps), default=0.0), 12)),
+            ("reset", f"{r.before} -> {r.after}, storage kept: "
+             f"{fmt_bool(r.allocation_reused and r.storage_unchanged)}, replay identical: "
+             f"{fmt_bool(evidence.replay_bitwise)}"),
+            ("bad steps refused", f"{sum(e.rejected for e in evidence.errors)} of "
+             f"{len(evidence.errors)}, the cache unchanged: {fmt_bool(evidence.unchanged)}")):
+        facts.add_row(label, detail)
+    checks = Table(title="checks", box=CARD)
+    checks.add_column("check")
+    checks.add_column("result")
+    for check in evidence.checks:
+        checks.add_row(check.name, status(check.passed))
+    return Group(head, steps, titled("what the cache showed"), facts, checks, Text(),
+                 verdict_text(evidence.checks))
