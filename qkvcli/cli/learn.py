@@ -77,15 +77,15 @@ def variance(
               'an object keyed "1".."N") or one answer per line (# comments skipped).')
 @click.option("--chapter", type=int, default=None, metavar="N",
               help="The chapter whose predictions to ask: 26 (the default, about FIXTURE), "
-              "27, 28, 29 or 30 (about the chapter's own worked example).")
+              "27, 28, 29, 30 or 37 (about the chapter's own worked example).")
 @max_elements_option
 def quiz(fixture: Path | None, answers: Path | None, max_elements: int,
          chapter: int | None = None) -> None:
     """A chapter's "predict before reading the evidence" questions, one by one.
 
     Chapter 26's nine are checked against values computed from FIXTURE (default: the
-    chapter fixture); --chapter 27 to 30 asks that chapter's questions about its worked
-    example, every answer computed by qkv. The explanation follows each answer; a wrong
+    chapter fixture); --chapter 27 to 30 or 37 asks that chapter's questions about its
+    worked example, every answer computed by qkv. The explanation follows each answer; a wrong
     answer of several parts names the wrong ones, and the end lists the questions missed.
     Questions fit a screen: on wide tensors question 2 asks for one coordinate, or a
     shape. Numbers count as right within 0.0005 (three decimals are enough). At the end
@@ -160,15 +160,17 @@ def missed_line(missed: list[int]) -> str:
 
 def _questions(fixture: Path | None, max_elements: int, chapter: int | None,
                build: Any) -> Any:
-    """Chapter 26's questions about ``fixture``, or chapter ``chapter``'s (27 to 30)."""
+    """Chapter 26's questions about ``fixture``, or chapter ``chapter``'s (27 to 30, 37)."""
     if chapter is None or chapter == 26:
         loaded = load(fixture, max_elements)
         return labelled(label_of(fixture), lambda: build(loaded))
     from qkvcli.learn.chapter_quiz import CHAPTERS, chapter_questions
 
     if chapter not in CHAPTERS:
-        raise InputError(f"--chapter {chapter}: no chapter {chapter}; qkv quizzes chapters 26 "
-                         "to 30")
+        from qkvcli.core.names import DEFAULT_CHAPTER, chapter_span
+
+        raise InputError(f"--chapter {chapter}: no chapter {chapter}; qkv quizzes chapters "
+                         f"{chapter_span((DEFAULT_CHAPTER, *CHAPTERS))}")
     if fixture is not None:
         raise InputError(f"--chapter {chapter}: the chapter's questions are about its own "
                          "worked example; give no FIXTURE")

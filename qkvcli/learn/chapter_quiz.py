@@ -1,14 +1,17 @@
-"""The "predict before reading" questions of chapters 27 to 30, each answer computed by qkv's engine.
+"""The "predict before reading" questions of chapters 27 to 30 and 37, each answer computed by qkv's engine.
 
 Each chapter's text asks the learner to predict something about its worked example
 before running it: which value row each query favours (27), which cells the causal
 mask keeps (28), what a rotation does to a dot product (29), every shape of a
-multi-head layer and where its heads first mix (30). The questions here are those
-predictions, in qkv's words. Their inputs are the chapters' worked examples (27 and 28:
-the bundled fixtures; 29 and 30: the numbers the text gives), and every numeric answer
-is computed by running qkv: the chapters' evidence (:mod:`qkvcli.chapters`), the
-engine (:mod:`qkvcli.attention.engine`) and RoPE (:mod:`qkvcli.attention.maths`).
-The conceptual questions' answers are the texts' own. A question is a
+multi-head layer and where its heads first mix (30), what a layer's KV cache keeps,
+reads and refuses (37). The questions here are those predictions, in qkv's words. Their
+inputs are the chapters' worked examples (27, 28 and 37: the bundled fixtures; 29 and
+30: the numbers the text gives), and every numeric answer is computed by running qkv:
+the chapters' evidence (:mod:`qkvcli.chapters`), the engine
+(:mod:`qkvcli.attention.engine`), RoPE (:mod:`qkvcli.attention.maths`) and the KV cache
+(:mod:`qkvcli.attention.cache`: chapter 37's yes/no answers are what running the cache
+did, a step taken or its typed refusal caught). The conceptual questions' answers are
+the texts' own. A question is a
 :class:`~qkvcli.learn.quiz.Question`, marked by :func:`~qkvcli.learn.quiz.check_answer`.
 """
 
@@ -26,9 +29,9 @@ from qkvcli.attention.maths import rotate
 from qkvcli.attention.multihead import MultiHeadLayer
 from qkvcli.core.arrays import Array
 from qkvcli.core.rope import Rope, inverse_frequencies
-from qkvcli.learn.quiz import LETTERS, Question
+from qkvcli.learn.quiz import LETTERS, Question, listed
 
-CHAPTERS = (27, 28, 29, 30)
+CHAPTERS = (27, 28, 29, 30, 37)
 """The chapters with a quiz here (26's is :func:`~qkvcli.learn.quiz.build_questions`)."""
 
 
@@ -48,20 +51,28 @@ def _numbers(values: object) -> tuple[float, ...]:
     return tuple(float(v) for v in np.asarray(values, dtype=np.float64).reshape(-1))
 
 
-def _bundled(number: int) -> object:
-    """A chapter's evidence for its bundled fixture."""
+def _bundled_fixture(number: int) -> object:
+    """A chapter's bundled fixture, parsed by the chapter's reader."""
     from qkvcli.chapters.registry import chapter_of
     from qkvcli.reading.limits import DEFAULT_MAX_ELEMENTS
     from qkvcli.reading.load import bundled_fixture_text
 
     chapter = chapter_of(number)
-    return chapter.build(chapter.parse(json.loads(bundled_fixture_text(chapter.fixture)),
-                                       DEFAULT_MAX_ELEMENTS, None))
+    return chapter.parse(json.loads(bundled_fixture_text(chapter.fixture)),
+                         DEFAULT_MAX_ELEMENTS, None)
+
+
+def _bundled(number: int) -> object:
+    """A chapter's evidence for its bundled fixture."""
+    from qkvcli.chapters.registry import chapter_of
+
+    return chapter_of(number).build(_bundled_fixture(number))
 
 
 def chapter_questions(number: int) -> tuple[Question, ...]:
-    """Chapter ``number``'s questions (27 to 30). Raises ``KeyError`` for another number."""
-    return {27: _chapter_27, 28: _chapter_28, 29: _chapter_29, 30: _chapter_30}[number]()
+    """Chapter ``number``'s questions (27 to 30, 37). Raises ``KeyError`` for another number."""
+    return {27: _chapter_27, 28: _chapter_28, 29: _chapter_29, 30: _chapter_30,
+            37: _chapter_37}[number]()
 
 
 def _chapter_27() -> tuple[Question, ...]:
@@ -273,4 +284,178 @@ def _chapter_30() -> tuple[Question, ...]:
                  "no" if divisible else "yes", "no" if divisible else "yes",
                  "d_model must equal h * d_h: 4 is not divisible by 3, and qkv refuses the "
                  "layer."),
+    )
+
+
+RESET_CHOICES = (
+    "the length to 0, the stored rows zeroed, and the binding refreshed to the layer's "
+    "current parameters",
+    "only the length, to 0: the storage (its values too) and its allocation stay, and the "
+    "binding is neither refreshed nor rebound",
+    "the length to 0 and the binding refreshed to the current parameters; the storage stays",
+)
+"""Question 6's choices: what a reset may change (the answer is what :meth:`reset` did)."""
+
+
+def _reset_choice(length_zero: bool, storage_kept: bool, rebinds: bool) -> str:
+    """The letter of :data:`RESET_CHOICES` that says what a reset was seen to do."""
+    seen = {(True, False, True): 0, (True, True, False): 1, (True, True, True): 2}
+    found = seen.get((length_zero, storage_kept, rebinds))
+    if found is None:  # the engine's reset did none of the three: no choice is true
+        raise AssertionError(f"reset did length 0={length_zero}, storage kept={storage_kept}, "
+                             f"rebinds={rebinds}")
+    return LETTERS[found]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _chapter_37() -> tuple[Question, ...]:
+    from qkvcli.chapters.ch37 import IncrementalFixture
+
+    fixture = _bundled_fixture(37)
+    assert isinstance(fixture, IncrementalFixture)
+    return chapter_37_questions(fixture)
+
+
+def chapter_37_questions(fixture: object) -> tuple[Question, ...]:
+    """Chapter 37's nine questions about ``fixture`` (an
+    :class:`~qkvcli.chapters.ch37.IncrementalFixture` of at least three tokens), each
+    answer what qkv's KV cache did: the steps it took, the rows it read, its reset, and
+    the typed refusals (:mod:`qkvcli.attention.errors`) caught when a cache is reused
+    with rebuilt or updated weights or is full."""
+    from qkvcli.attention.cache import DecodingLayer, KvCache, step
+    from qkvcli.attention.errors import CacheFull, CacheLayerMismatch, CacheLayerRevisionMismatch
+    from qkvcli.chapters.ch30 import layer_at
+    from qkvcli.chapters.ch37 import IncrementalFixture, decoding_layer
+
+    assert isinstance(fixture, IncrementalFixture)
+    spec, x = fixture.spec, fixture.input
+    batch, tokens = int(x.shape[0]), int(x.shape[1])
+    layer = decoding_layer(spec)
+    first, second = x[:, :1], x[:, 1:2]
+
+    # 1-3, 5: the tokens one at a time through a cache of the fixture's capacity.
+    cache = KvCache.for_layer(layer, batch, fixture.capacity)
+    steps = [step(layer, cache, x[:, t:t + 1]) for t in range(tokens)]
+    third = steps[2]
+    held = sorted(name for name, kept in vars(cache).items() if isinstance(kept, np.ndarray))
+    retains_query = held != ["keys", "values"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        full = engine.forward(layer.layer, x, True)
+    keeps_pass = bool(np.array_equal(cache.logical_keys(), full.stacked["rotated_key"])
+                      and np.array_equal(cache.logical_values(), full.stacked["value"]))
+    read = int(third.weights.shape[-1])
+    # 4: the key projection of the causal pass over each prefix; 5: the steps' own keys.
+    with np.errstate(over="ignore", invalid="ignore"):
+        prefix_rows = [int(engine.forward(layer.layer, x[:, :p], True).stacked["key"].shape[2])
+                       for p in range(1, tokens + 1)]
+    step_rows = [int(s.appended_key.shape[2]) for s in steps]
+
+    # 6: reset the cache in use, then step it with the same arrays updated in place.
+    storage, binding, before = (cache.keys, cache.values), cache.binding, cache.state()
+    cache.reset()
+    storage_kept = (cache.keys is storage[0] and cache.values is storage[1]
+                    and cache.unchanged(before._replace(length=0)) and cache.binding is binding)
+    length_after = cache.length
+    try:
+        step(layer.updated(0), cache, first)
+        rebinds = True
+    except CacheLayerRevisionMismatch:
+        rebinds = False
+    reset_letter = _reset_choice(length_after == 0, storage_kept, rebinds)
+
+    # 7: a cache in use, then the same values rebuilt as new arrays.
+    used = KvCache.for_layer(layer, batch, fixture.capacity)
+    step(layer, used, first)
+    rebuilt = DecodingLayer(layer_at(spec, 0), spec.table.positions)
+    try:
+        step(rebuilt, used, second)
+        rebuilt_refusal = ""
+    except CacheLayerMismatch as error:
+        rebuilt_refusal = str(error)
+
+    # 8: a cache in use, then its layer's query weight updated in place (the next revision).
+    kept = KvCache.for_layer(layer, batch, fixture.capacity)
+    step(layer, kept, first)
+    trained = layer.updated(0)
+    try:
+        step(trained, kept, second)
+        trained_refusal = ""
+    except CacheLayerRevisionMismatch as error:
+        trained_refusal = str(error)
+    kept.reset()
+    try:
+        step(trained, kept, first)
+        reset_helps = True
+    except CacheLayerRevisionMismatch:
+        reset_helps = False
+
+    # 9: a cache filled to its capacity (the tokens), then one more step.
+    filled = KvCache.for_layer(layer, batch, tokens)
+    for t in range(tokens):
+        step(layer, filled, x[:, t:t + 1])
+    full_before = filled.state()
+    try:
+        step(layer, filled, first)
+        full_refusal = ""
+    except CacheFull as error:
+        full_refusal = str(error)
+    intact = bool(full_refusal) and filled.unchanged(full_before)
+
+    return (
+        Question(1, "The cache already holds two rows (positions 0 and 1). At which absolute "
+                 "RoPE position are the next token's query and key turned?", "integer",
+                 (float(third.position),), str(third.position),
+                 f"Computed: the third step found the cache at length {steps[1].position + 1} "
+                 f"and turned Q and K at position {third.position}: the offset is the cache's "
+                 "old length."),
+        Question(2, "Does the cache retain a query row after the call? (yes/no)", "yesno",
+                 _yes(retains_query), _yes(retains_query),
+                 f"Computed: after {tokens} steps the cache holds only {listed(held)}, "
+                 f"{_vec(cache.keys.shape)} each: "
+                 f"{'the causal pass' if keeps_pass else 'not the causal pass'}'s rotated keys "
+                 "and unrotated values. Each query is used once, in its own step, and "
+                 "dropped."),
+        Question(3, "At position two, how many key rows can the new query read?", "integer",
+                 (float(read),), str(read),
+                 f"Computed: the step at position {third.position} weighs {read} keys: the "
+                 f"{third.position} retained rows plus its own candidate key."),
+        Question(4, f"Across prefix lengths {listed([str(p) for p in range(1, tokens + 1)])}, "
+                 "how many rows does the full-prefix key projection visit in all?", "integer",
+                 (float(sum(prefix_rows)),), str(sum(prefix_rows)),
+                 "Computed: the causal pass over each prefix projects "
+                 f"{' + '.join(str(r) for r in prefix_rows)} = {sum(prefix_rows)} key rows; "
+                 "every earlier row is projected again."),
+        Question(5, "How many rows does the incremental key projection visit over the same "
+                 "calls?", "integer", (float(sum(step_rows)),), str(sum(step_rows)),
+                 f"Computed: each step projects only its new token: "
+                 f"{' + '.join(str(r) for r in step_rows)} = {sum(step_rows)}; the other "
+                 f"{sum(prefix_rows) - sum(step_rows)} key rows are read from the cache."),
+        Question(6, "What does reset change, and does it refresh the cache's parameter "
+                 "binding?", "choice", reset_letter,
+                 f"{reset_letter}) {RESET_CHOICES[LETTERS.index(reset_letter)]}",
+                 f"Computed: reset took the length from {before.length} to {length_after}; the "
+                 f"storage {'stayed, the same arrays bit for bit' if storage_kept else 'changed'}"
+                 "; a step with the weights updated in place was "
+                 f"{'accepted' if rebinds else 'still refused'} after it.",
+                 choices=RESET_CHOICES),
+        Question(7, "May a same-shaped cache be reused with rebuilt weights (the same values, "
+                 "new arrays)? (yes/no)", "yesno", _yes(not rebuilt_refusal),
+                 _yes(not rebuilt_refusal),
+                 ("Computed: the step was refused: " + rebuilt_refusal + ". Rebuilt weights are "
+                  "new arrays; a new cache is needed.") if rebuilt_refusal else
+                 "Computed: the step was accepted."),
+        Question(8, "May the old cache be reused after an optimizer (AdamW) updates the same "
+                 "weights in place? (yes/no)", "yesno", _yes(not trained_refusal),
+                 _yes(not trained_refusal),
+                 ("Computed: the step was refused: " + trained_refusal + "; after a reset "
+                  + ("it was accepted" if reset_helps else "too") + ". A new cache is needed.")
+                 if trained_refusal else "Computed: the step was accepted."),
+        Question(9, "Does a full-cache error leave the previous rows intact? (yes/no)",
+                 "yesno", _yes(intact), _yes(intact),
+                 f"Computed: one more step on a cache full at {tokens} rows was refused "
+                 f"({full_refusal or 'it was not'}); the stored rows and the length "
+                 f"{'stayed bit for bit' if intact else 'changed'}."),
     )
