@@ -60,11 +60,11 @@ def test_qkvs_own_engine_passes_every_family_it_is_judged_by(cases: list[Case]) 
     # The judge's families run against qkv's engine as against any implementation: the
     # projections' and the head's, with the head's modes and probes, RoPE's and
     # multi-head attention's.
-    from qkvcli.check.result import MHA_FAMILIES, ROPE_FAMILIES
+    from qkvcli.check.result import CACHE_FAMILIES, MHA_FAMILIES, ROPE_FAMILIES
 
     result = run_checks(engine_implementation(), cases, 1e-9)
     assert {c.name for c in result.checks} == {*PROJECTION_FAMILIES, *ALL_HEAD_FAMILIES,
-                                               *ROPE_FAMILIES, *MHA_FAMILIES}
+                                               *ROPE_FAMILIES, *MHA_FAMILIES, *CACHE_FAMILIES}
     assert all(c.outcome == "passed" for c in result.checks), [
         (c.name, c.outcome, c.first) for c in result.checks if c.outcome != "passed"]
     assert result.failures == ()
@@ -79,6 +79,9 @@ def test_each_family_every_kind_has_is_one_definition_run_on_a_kind() -> None:
     shared = ["forward", "reverse", "shapes", "errors", "replay", "gradcheck", "purity"]
     plans = [dict(plan(kind)) for kind in KINDS]
     for kind, families in zip(KINDS, plans, strict=True):
+        if not kind.backward:  # a KV cache: no reverse, no gradient check; replay and purity
+            assert families[kind.family("purity")] == plans[0]["purity"]
+            continue
         assert [families[kind.family(name)] for name in shared] == [
             plans[0][name] for name in shared], kind.prefix
     assert [PROJECTIONS.family(name) for name in shared] == shared

@@ -254,3 +254,31 @@ def mha_cases() -> list[Case]:
                           DEFAULT_STEP, DEFAULT_TOLERANCE, heads=heads, base=base,
                           offset=offset))
     return found
+
+
+CACHE_SHAPES: tuple[tuple[tuple[int, int, int], int, float], ...] = (
+    ((2, 4, 8), 2, 100.0),  # heads of width 4: two pairs, each turned at its own rate
+    ((2, 5, 6), 3, 10000.0),  # three heads, batch items that differ
+)
+CACHE_SEED = 37
+
+
+def cache_cases() -> list[Case]:
+    """The fixtures of a KV cache, labelled ``cache[2,4,8/2,base=100]``: chapter 37's (its
+    input rows ``cos t, -sin t``, identity ``W_Q``, ``W_K``, ``W_V`` and ``W_O`` swapping
+    the two heads' blocks) first, then the input and the four weights drawn uniform in
+    ``[-1, 1)``. Each is fed one token a step into a cache with room for every token."""
+    turn = np.array([[1.0, 0.0, 1.0, 0.0],
+                     [np.cos(1.0), -np.sin(1.0), 0.0, 1.0],
+                     [np.cos(2.0), -np.sin(2.0), 1.0, 1.0]])[None]
+    eye = np.eye(4)
+    swap = np.roll(eye, 2, axis=1)  # out = [m2, m3, m0, m1]
+    found = [Case("cache[1,3,4/2,base=100]", turn, (eye, eye, eye, swap), (), DEFAULT_STEP,
+                  DEFAULT_TOLERANCE, heads=2, base=100.0)]
+    rng = SplitMix64(CACHE_SEED)
+    for (batch, tokens, width), heads, base in CACHE_SHAPES:
+        x = uniform(rng, batch, tokens, width)
+        weights = tuple(uniform(rng, width, width) for _ in range(4))
+        found.append(Case(f"cache[{batch},{tokens},{width}/{heads},base={base:g}]", x, weights,
+                          (), DEFAULT_STEP, DEFAULT_TOLERANCE, heads=heads, base=base))
+    return found

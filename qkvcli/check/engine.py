@@ -21,6 +21,7 @@ from qkvcli.core.projections import QkvProjections
 from qkvcli.protocol.python import PythonImplementation
 
 if TYPE_CHECKING:
+    from qkvcli.attention.cache import DecodingLayer
     from qkvcli.attention.head import AttentionHead
 
 Bundle = tuple[Array, ...]
@@ -111,6 +112,61 @@ def mha_backward(x: Array, w_query: Array, w_key: Array, w_value: Array, w_outpu
                                base, offset, grad_output)
 
 
+def _decoding(w_query: Array, w_key: Array, w_value: Array, w_output: Array, heads: int,
+              base: float, capacity: int) -> DecodingLayer:
+    """The engine's causal layer with RoPE from position 0, its table ``capacity`` rows:
+    the layer a learner's cache of ``capacity`` positions serves."""
+    from qkvcli.attention.cache import DecodingLayer
+    from qkvcli.check.reference import checked_layer
+
+    return DecodingLayer(checked_layer((w_query, w_key, w_value, w_output), heads, base),
+                         max(capacity, 1))
+
+
+def cache_steps(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
+                heads: int, base: float, capacity: int, step: int) -> Bundle:
+    """``(output, keys, values, lengths)`` of a KV cache of ``capacity`` positions, reset,
+    fed ``step`` tokens of ``x`` at a time: each step's output at its tokens' rows (zeros
+    for a step the cache refuses: more than one token, or the cache full; the cache is
+    then as it was), the cached rotated keys and values ``[B,H,length,d_h]`` after the
+    last step, the cache's length after each step. Raises ``ValueError`` for a
+    capacity or step below 1 and the engine's errors for a layer it cannot make."""
+    from qkvcli.attention.cache import KvCache
+    from qkvcli.attention.cache import step as cache_step
+    from qkvcli.attention.errors import CacheFull, SingleTokenRequired
+
+    if capacity < 1 or step < 1:
+        raise ValueError(f"capacity and step must be at least 1, got {capacity} and {step}")
+    if x.ndim != 3:
+        raise ValueError(f"input must be [batch, tokens, d_model], got rank {x.ndim}")
+    layer = _decoding(w_query, w_key, w_value, w_output, heads, base, capacity)
+    batch, tokens, _ = (int(d) for d in x.shape)
+    cache = KvCache.for_layer(layer, batch, capacity)
+    output = np.zeros((batch, tokens, int(w_output.shape[1])))
+    lengths = []
+    for start in range(0, tokens, step):
+        try:
+            done = cache_step(layer, cache, x[:, start:start + step])
+            output[:, start:start + step] = done.output
+        except (SingleTokenRequired, CacheFull):
+            pass  # refused: the cache is as it was
+        lengths.append(cache.length)
+    return (output, cache.logical_keys(), cache.logical_values(),
+            np.array(lengths, dtype=np.float64))
+
+
+def cache_prefix(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output: Array,
+                 heads: int, base: float) -> Bundle:
+    """``(output, rotated_key, value)`` of the same layer's causal pass over the prefix
+    ``x``: what each cached step and the cache after it are judged by."""
+    from qkvcli.attention import engine
+
+    layer = _decoding(w_query, w_key, w_value, w_output, heads, base, int(x.shape[1]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        done = engine.forward(layer.layer, x, True)
+    return done.output, done.stacked["rotated_key"], done.stacked["value"]
+
+
 def operands_forward(query: Array, key: Array, value: Array, causal: bool) -> Bundle:
     """``(scores, scaled_scores, masked_scores, weights, output)`` of one head on given
     ``Q``, ``K``, ``V`` (chapters 27 and 28): the scores ``Q K^T``, scaled, then masked
@@ -143,7 +199,8 @@ def engine_implementation() -> PythonImplementation:
     """qkv's engine, in this process, as the families call any implementation."""
     engine = PythonImplementation("qkv's engine", forward, backward, head_forward,
                                   head_backward, rope=rope, rope_reverse=rope_reverse,
-                                  mha_forward=mha_forward, mha_backward=mha_backward)
+                                  mha_forward=mha_forward, mha_backward=mha_backward,
+                                  cache_steps=cache_steps)
     engine.fresh = True  # every result is a new array of the engine's
     return engine
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkvcli.check.behaviour import check_replay
+from qkvcli.check.cases import Case
 from qkvcli.check.kinds import LAYER, Kind
 from qkvcli.check.result import not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, coordinate
 from qkvcli.core.record import Record
-from qkvcli.core.results import Failure, FamilyCheck, judge
+from qkvcli.core.results import Clause, Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import Broken, CallFailed
 from qkvcli.protocol.wire import CACHE_RUN_NAMES
 
@@ -53,16 +55,72 @@ def _largest_gap(got: Array, wanted: Array) -> tuple[float, int]:
     return float(gap[where]), where
 
 
+def _prefix_pass(session: Session, kind: Kind, case: Case, tokens: int) -> tuple[Array, ...]:
+    """The layer's causal pass over the fixture's first ``tokens`` tokens: the engine's
+    own layer (chapter 37's cache offers it, :data:`PREFIX_PASS`), or for a learner's
+    cache the engine's layer of the fixture's weights."""
+    prefix = case.input[:, :tokens]
+    if kind.forward == CACHE.forward:
+        return session.invoke(kind.family("purity"), case.label, PREFIX_PASS, (prefix,))
+    from qkvcli.check.engine import cache_prefix
+
+    w_query, w_key, w_value, w_output = case.weights
+    return cache_prefix(prefix, w_query, w_key, w_value, w_output, case.heads, case.base)
+
+
+def _near(got: Array, wanted: Array, tolerance: float) -> bool:
+    return got.shape == wanted.shape and _largest_gap(got, wanted)[0] <= tolerance
+
+
+def cache_slip(case: Case, held: dict[str, Array], lengths_wanted: Array,
+               tolerance: float) -> Clause | None:
+    """The known slip a learner's wrong cache run shows, as a clause, or ``None``: the
+    cache kept positions from an earlier run (its first length above a fresh cache's: the
+    reset did not empty it); keys turned at position 0 (the unturned keys cached: RoPE
+    not at the cache's length); the queries cached instead of the keys; the values turned
+    too. ``held``: the run's results by name, on the fixture's whole input."""
+    lengths = held["lengths"]
+    if lengths.size and lengths_wanted.size and lengths[0] > lengths_wanted[0]:
+        return Clause("slip-kept-after-reset", (int(lengths[0]), int(lengths_wanted[0])))
+    if not case.weights or int(case.input.shape[1]) < 2:
+        return None
+    from qkvcli.check.engine import cache_prefix
+
+    w_query, w_key, w_value, w_output = case.weights
+    keys, values = held["keys"], held["values"]
+    batch, tokens, _ = (int(d) for d in case.input.shape)
+    heads = case.heads
+    unturned = (case.input @ w_key).reshape(batch, tokens, heads, -1).transpose(0, 2, 1, 3)
+    turned = cache_prefix(case.input, w_query, w_key, w_value, w_output, heads, case.base)
+    if _near(keys, unturned, tolerance) and not _near(unturned, turned[1], tolerance):
+        return Clause("slip-keys-at-zero", ())
+    queries = cache_prefix(case.input, w_query, w_query, w_value, w_output, heads, case.base)[1]
+    if _near(keys, queries, tolerance) and not _near(queries, turned[1], tolerance):
+        return Clause("slip-query-cached", ())
+    spun = cache_prefix(case.input, w_query, w_value, w_value, w_output, heads, case.base)[1]
+    if _near(values, spun, tolerance) and not _near(spun, turned[2], tolerance):
+        return Clause("slip-values-turned", ())
+    return None
+
+
+def _named(failure: Failure, slip: Clause | None) -> Failure:
+    """The failure with the slip that explains it said after it (``cache-slip``)."""
+    if slip is None or failure.code is None:
+        return failure
+    return failure._replace(code="cache-slip", facts=(Clause(failure.code, failure.facts), slip))
+
+
 def check_cached_steps(session: Session, kind: Kind, seen: list[StepMatch] | None = None
                        ) -> tuple[FamilyCheck, list[Failure]]:
     """Each step of the kind's cache run equals the last row of the causal pass over its
     prefix within the session's tolerance, the cache grows by one position a step, and
     after the last step it holds the pass's rotated keys and values (within the
     tolerance): each fixture with at least one token. ``seen`` collects each step's match,
-    in order."""
+    in order. A learner's wrong run is said with the slip it shows (:func:`cache_slip`)."""
     family = kind.family("steps")
     failures: list[Failure] = []
     tolerance = session.tolerance
+    learner = kind.forward != CACHE.forward
     cases = [case for case in session.cases_of(kind) if case.input.shape[1]]
     for case in cases:
         run = kind.run(case)
@@ -70,13 +128,22 @@ def check_cached_steps(session: Session, kind: Kind, seen: list[StepMatch] | Non
         if isinstance(first, CallFailed):
             failures.append(not_run_after(family, case.label, first))
             continue
-        outputs, _, keys, values, lengths = first
+        held = dict(zip(kind.forward_names, first, strict=True))
+        outputs, keys, values, lengths = (held[name] for name in
+                                          ("output", "keys", "values", "lengths"))
         found: Failure | None = None
         full: tuple[Array, ...] = ()
+        tokens = int(case.input.shape[1])
+        if learner and (outputs.shape[:2] != case.input.shape[:2] or lengths.shape != (tokens,)):
+            name, shape, expected = (("lengths", lengths.shape, (tokens,))
+                                   if outputs.shape[:2] == case.input.shape[:2] else
+                                   ("output", outputs.shape, case.input.shape))
+            failures.append(Failure(family, case.label, name, code="cache-differs", facts=(
+                f"{name}.shape", str(list(shape)), str(list(expected)))))
+            continue
         try:
-            for position in range(int(case.input.shape[1])):
-                full = session.invoke(kind.family("purity"), case.label, PREFIX_PASS,
-                                      (case.input[:, :position + 1],))
+            for position in range(tokens):
+                full = _prefix_pass(session, kind, case, position + 1)
                 gap, where = _largest_gap(outputs[:, position], full[0][:, -1])
                 if seen is not None:
                     seen.append(StepMatch(position, full[0][:, -1], gap))
@@ -94,19 +161,108 @@ def check_cached_steps(session: Session, kind: Kind, seen: list[StepMatch] | Non
         except CallFailed as failure:
             failures.append(not_run_after(family, case.label, failure))
             continue
-        for name, held, wanted in (("keys", keys, full[1]), ("values", values, full[2])):
+        for name, cached, wanted in (("keys", keys, full[1]), ("values", values, full[2])):
             if found is not None:
                 break
-            if held.shape != wanted.shape:
+            if cached.shape != wanted.shape:
                 found = Failure(family, case.label, name, code="cache-differs",
-                                facts=(name, str(list(held.shape)), str(list(wanted.shape))))
+                                facts=(name, str(list(cached.shape)), str(list(wanted.shape))))
                 break
-            gap, where = _largest_gap(held, wanted)
+            gap, where = _largest_gap(cached, wanted)
             if not gap <= tolerance:
-                at = coordinate(held.shape, where)
+                at = coordinate(cached.shape, where)
                 found = Failure(family, case.label, f"{name}{at}", code="cache-differs",
-                                facts=(f"{name}{at}", repr(float(held.reshape(-1)[where])),
+                                facts=(f"{name}{at}", repr(float(cached.reshape(-1)[where])),
                                        repr(float(wanted.reshape(-1)[where]))))
         if found is not None:
+            if learner:
+                found = _named(found, cache_slip(case, held, np.arange(1.0, tokens + 1),
+                                                 tolerance))
             failures.append(found)
     return judge(family, failures, len(cases), tolerance=tolerance), failures
+
+
+REFUSALS: tuple[tuple[str, int, int], ...] = (("two tokens a step", 0, 2),
+                                              ("a cache one position short", -1, 1))
+"""The refused steps a learner's cache is given: each its request as said, the capacity
+(its offset from the fixture's tokens) and the tokens a step: two tokens at once (every
+step refused but a lone last token), and a cache one position short (the last step
+refused)."""
+
+
+def check_refused_steps(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """A refused step leaves the cache as it was: on each fixture of two tokens or more,
+    a run in steps of two tokens and a run into a cache one position short give the
+    engine's outputs (zeros for a refused step), lengths after each step and cached keys
+    and values. A run that fails instead of refusing the step and going on is a finding."""
+    from qkvcli.check.engine import cache_steps
+
+    family = kind.family("refusals")
+    failures: list[Failure] = []
+    tolerance = session.tolerance
+    cases = [case for case in session.cases_of(kind) if int(case.input.shape[1]) >= 2]
+    for case in cases:
+        tokens = int(case.input.shape[1])
+        found: Failure | None = None
+        for request, capacity, step in REFUSALS:
+            w_query, w_key, w_value, w_output = case.weights
+            args = (case.input, w_query, w_key, w_value, w_output, case.heads, case.base,
+                    tokens + capacity, step)
+            wanted = dict(zip(kind.forward_names, cache_steps(*args), strict=True))
+            try:
+                got = session.invoke(kind.family("purity"), case.label, kind.forward, args)
+            except Broken as failure:
+                failures.append(not_run_after(family, case.label, failure))
+                return judge(family, failures, len(cases)), failures
+            except CallFailed as failure:
+                found = Failure(family, case.label, None, code="refusal-failed",
+                                facts=(request, failure.message))
+                break
+            held = dict(zip(kind.forward_names, got, strict=True))
+            for name in ("lengths", "output", "keys", "values"):
+                if held[name].shape != wanted[name].shape:
+                    found = Failure(family, case.label, name, code="refusal-differs", facts=(
+                        request, name, f"shape {list(held[name].shape)}",
+                        f"shape {list(wanted[name].shape)}"))
+                    break
+                gap, where = _largest_gap(held[name], wanted[name])
+                if not gap <= tolerance:
+                    at = coordinate(held[name].shape, where)
+                    found = Failure(family, case.label, f"{name}{at}", code="refusal-differs",
+                                    facts=(request, f"{name}{at}",
+                                           repr(float(held[name].reshape(-1)[where])),
+                                           repr(float(wanted[name].reshape(-1)[where]))))
+                    break
+            if found is not None:
+                lengths, expected = held["lengths"], wanted["lengths"]
+                grew = (lengths.shape == expected.shape and bool(np.any(lengths > expected)))
+                slip = (cache_slip(case, held, expected, tolerance)
+                        if lengths.size and expected.size and lengths[0] > expected[0]
+                        else Clause("slip-refused-changed", ()) if grew else None)
+                found = _named(found, slip)
+                break
+        if found is not None:
+            failures.append(found)
+    return judge(family, failures, len(cases)), failures
+
+
+def check_cache_replay(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
+    """:func:`~qkvcli.check.behaviour.check_replay` on a learner's cache: a second run of
+    each fixture gives the same bits; when it does not, and a fresh cache's lengths are
+    not what the run gives, said as the slip (a reset that did not empty the cache)."""
+    check, failures = check_replay(session, kind)
+    named = []
+    for failure in failures:
+        if failure.code == "replay-differs" and failure.coordinate is not None:
+            case = next(case for case in session.cases_of(kind) if case.label == failure.fixture)
+            try:
+                again = session.call(kind, kind.run(case))
+            except CallFailed:
+                again = ()
+            if again:
+                held = dict(zip(kind.forward_names, again, strict=True))
+                wanted = np.arange(1.0, int(case.input.shape[1]) + 1)
+                failure = _named(failure, cache_slip(case, held, wanted, session.tolerance)
+                                 if held["lengths"].size and held["lengths"][0] > 1 else None)
+        named.append(failure)
+    return judge(check.name, named, check.fixtures, backward=check.backward), named

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.check.cases import Case, Run, mha_cases, rope_cases
+from qkvcli.check.cases import Case, Run, cache_cases, mha_cases, rope_cases
 from qkvcli.core.arrays import Array
 from qkvcli.core.errors import format_shape
 from qkvcli.core.invariants import HeadLayout
@@ -29,6 +29,7 @@ from qkvcli.core.record import Record
 if TYPE_CHECKING:
     from qkvcli.check.diagnose import Bundle, Explain, Precision
 from qkvcli.protocol.wire import (
+    CACHE_STEPS_NAMES,
     HEAD_BACKWARD_NAMES,
     HEAD_FORWARD_NAMES,
     LAYER_GRADIENT_RECORDS,
@@ -411,13 +412,32 @@ MULTI_HEAD = Kind(
 """Multi-head attention: ``weights``, ``merged``, ``output``, and the five gradients, each
 fixture without and with the mask and RoPE."""
 
-KINDS = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD)
-"""Every kind, in report order."""
-
-
 def _none(*args: Any) -> Any:
     """No diagnosis: the engine-only kind is never compared with a reference."""
     return None
+
+
+def _cache_arguments(case: Case, mode: None, tensors: tuple[Array, ...],
+                     upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
+    """``cache_steps(x, W_Q, W_K, W_V, W_O, heads, base, capacity, step)``: room for every
+    token, one token a step."""
+    return (*tensors, case.heads, case.base, max(int(tensors[0].shape[1]), 1), 1)
+
+
+CACHE_STEPS = Kind(
+    prefix="cache-", forward="cache_steps", backward="", forward_names=CACHE_STEPS_NAMES,
+    backward_names=(), modes=(None,), label=_label_of, arguments=_cache_arguments, loss=(0,),
+    upstream=(), probes=lambda case: [], requests=lambda case, backward: [], precision=_none,
+    explain_forward=_none, explain_backward=_none, fixtures=cache_cases,
+    requests_label="cache requests")
+"""A learner's KV cache: ``cache_steps(x, w_query, w_key, w_value, w_output, heads, base,
+capacity, step) -> (output, keys, values, lengths)``, a reset cache of ``capacity``
+positions fed ``step`` tokens of ``x`` at a time (a refused step leaves it as it was).
+Its families: each step against the engine's causal pass, refused steps, replay, purity
+(:mod:`qkvcli.check.incremental`)."""
+
+KINDS = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD, CACHE_STEPS)
+"""Every kind, in report order."""
 
 
 LAYER = Kind(

@@ -139,6 +139,12 @@ def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offs
     return MultiHeadLayer.build(head, heads, out_weight=w_output)
 
 
+def checked_layer(weights: tuple[Array, ...], heads: int, base: float) -> MultiHeadLayer:
+    """The engine's multi-head layer with RoPE from position 0 (a KV cache's layer), its
+    arguments refused as ``mha_forward``'s are: a head count that does not divide the
+    width, an odd head width, ``W_O`` of the wrong rows (the engine's typed errors)."""
+    return _layer(weights, heads, True, base, 0)
+
 
 def _one_softmax(layer: MultiHeadLayer, done: LayerForward) -> tuple[Array, Array]:
     """The weights and merged heads when one softmax normalises each query's scores over

@@ -27,11 +27,13 @@ MHA_FAMILIES: tuple[str, ...] = (
     "multi-head-single-token", "multi-head-shapes", "multi-head-errors", "multi-head-replay",
     "multi-head-purity", "multi-head-gradcheck",
 )
+CACHE_FAMILIES: tuple[str, ...] = ("cache-steps", "cache-refusals", "cache-replay",
+                                   "cache-purity")
 FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, *ROPE_FAMILIES,
-                             *MHA_FAMILIES, "protocol")
+                             *MHA_FAMILIES, *CACHE_FAMILIES, "protocol")
 """Every family in report order: the projections' (an implementation with ``forward``),
 the head's (with ``head_forward``), RoPE's (with ``rope``), multi-head attention's (with
-``mha_forward``), then the protocol."""
+``mha_forward``), a KV cache's (with ``cache_steps``), then the protocol."""
 
 NOT_RUN: tuple[str, ...] = (
     "stopped", "forward", "backward", "head_forward", "head_backward", "rope", "rope_reverse",
@@ -69,6 +71,9 @@ FINDINGS: dict[str, int] = {
     "step-differs": 4,  # the step's position, tensor and coordinate, the step's, the pass's
     "cache-differs": 3,  # tensor and coordinate, the cache's value, the whole pass's
     "length-differs": 3,  # the step's position, the cache's length after it, the length expected
+    "cache-slip": 2,  # the finding (a clause), the slip that explains it (a clause)
+    "refusal-failed": 2,  # the refused step's request, what the run said
+    "refusal-differs": 4,  # the refused step's request, tensor and coordinate, the run's, qkv's
     "accepted": 0,  # any number: each request silently accepted, (request code, its facts)
 }
 """The finding codes and how many facts each carries."""

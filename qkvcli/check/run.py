@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from qkvcli.check.behaviour import check_independence, check_prefix, check_purity, check_replay
 from qkvcli.check.boundaries import check_errors, check_shapes, check_single_token
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
+from qkvcli.check.kinds import CACHE_STEPS, HEAD, KINDS, MULTI_HEAD, PROJECTIONS, ROPE, Kind
 from qkvcli.check.numerical import check_gradcheck
 from qkvcli.check.result import FAMILIES, CheckResult, not_run
 from qkvcli.check.session import Session
@@ -69,6 +69,9 @@ PLANS: dict[str, tuple[tuple[str, Family], ...]] = {
                    ("relative-dot", _own("rotary", "check_relative_dot")), *SHARED[2:]),
     MULTI_HEAD.forward: (*SHARED[:2], ("head-isolation", _own("multihead", "check_head_isolation")),
                          *ATTENTION, *SHARED[2:]),
+    CACHE_STEPS.forward: (("steps", _own("incremental", "check_cached_steps", True)),
+                          ("refusals", _own("incremental", "check_refused_steps", True)),
+                          ("replay", _own("incremental", "check_cache_replay", True))),
 }
 """Each kind's families in the order they are computed, by the kind's forward; its
 purity follows them all, so that it sees every call. A name is the kind's own, published

@@ -31,6 +31,10 @@ MHA_FIELDS = ("input", "w_query", "w_key", "w_value", "w_output", "heads", "caus
               "base", "offset")
 MHA_FORWARD_NAMES = ("weights", "merged", "output")
 MHA_BACKWARD_NAMES = (*GRADIENTS, "grad_w_output")
+CACHE_STEPS_NAMES = ("output", "keys", "values", "lengths")
+"""A learner's KV cache run: each step's output at its tokens' rows ``[B,T,E]`` (zeros for
+a refused step), the cached rotated keys and values after the last step
+``[B,H,length,d_h]``, and the cache's length after each step ``[steps]``."""
 OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "forward": (("input", "w_query", "w_key", "w_value"), BRANCHES),
     "backward": (("input", "w_query", "w_key", "w_value", "grad_query", "grad_key",
@@ -42,6 +46,8 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "rope_reverse": (("input", "base", "offset"), ROPE_REVERSE_NAMES),
     "mha_forward": (MHA_FIELDS, MHA_FORWARD_NAMES),
     "mha_backward": ((*MHA_FIELDS, "grad_output"), MHA_BACKWARD_NAMES),
+    "cache_steps": (("input", "w_query", "w_key", "w_value", "w_output", "heads", "base",
+                     "capacity", "step"), CACHE_STEPS_NAMES),
 }
 """Each operation's request fields (the protocol's names, in the Python functions' order)
 and the tensors its reply gives. The fields of :data:`SCALARS` are JSON booleans or
@@ -85,12 +91,12 @@ cache reset and fed each token of the input in turn, ``cache_run``; the layer's 
 pass over a whole prefix, ``cache_prefix``, its rotated keys and values by head). Never
 asked of a program or a module over the protocol."""
 SCALARS: dict[str, type] = {"causal": bool, "rope": bool, "heads": int, "base": float,
-                            "offset": int}
+                            "offset": int, "capacity": int, "step": int}
 """The request fields that are not tensors, and their types."""
 PAIRS = {"backward": "forward", "head_backward": "head_forward", "rope_reverse": "rope",
          "mha_backward": "mha_forward"}
 """Each operation judged together with another, offered only beside it."""
-FIRST_OPERATIONS = ("forward", "head_forward", "rope", "mha_forward")
+FIRST_OPERATIONS = ("forward", "head_forward", "rope", "mha_forward", "cache_steps")
 """The operations an implementation offers at least one of."""
 
 
@@ -205,6 +211,9 @@ def reply_values(operation: str, tensors: dict[str, Array]) -> int:
     sent = sum(extent(array.shape) for array in tensors.values())
     if operation in ("rope", "rope_reverse"):
         return max(extent(x.shape), sent)
+    if operation == "cache_steps":  # output [B,T,E], keys and values [B,H,L<=T,d_h], lengths
+        tokens = int(x.shape[1]) if x.ndim > 1 else 1
+        return max(3 * extent(x.shape) + tokens, sent)
     if operation == "mha_forward":  # weights [B,H,T,T] (H at most d_model), merged, output
         tokens = int(x.shape[1]) if x.ndim > 1 else 1
         width = int(x.shape[-1]) if x.ndim else 1

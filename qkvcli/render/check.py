@@ -68,6 +68,7 @@ KIND_WORDS = {
                          ", with and without the mask and RoPE",
                          "an empty batch, no tokens and one token", "multi-head",
                          "multi-head calls"),
+    "cache-": KindWords("cache_steps", "", "", "", "", "", "cache", "cache_steps calls"),
 }
 """The words of each kind, by the prefix of its family names."""
 SHARED = ("forward", "reverse", "shapes", "errors", "replay", "purity", "gradcheck", "prefix",
@@ -82,7 +83,7 @@ def _shared(check: FamilyCheck) -> tuple[KindWords, str] | None:
     if check.name in published:
         prefix, family = published[check.name]
         return KIND_WORDS[prefix], family
-    for prefix in ("head-", "rope-", "multi-head-", ""):
+    for prefix in ("head-", "rope-", "multi-head-", "cache-", ""):
         family = check.name.removeprefix(prefix)
         if check.name.startswith(prefix) and family in SHARED:
             return KIND_WORDS[prefix], family
@@ -162,6 +163,13 @@ def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
 
         return (f"moving every position by {SHIFT} keeps every dot product of the rotated "
                 f"tokens within {check.tolerance!r}, on {on}")
+    if name == "cache-steps":
+        return (f"each step is the last row of the causal pass over its prefix within "
+                f"{check.tolerance!r}, the cache grows by one a step and holds the turned keys "
+                f"and unturned values, on {on}")
+    if name == "cache-refusals":
+        return (f"a step of two tokens and a step into a full cache are refused and leave "
+                f"the cache as it was, on {on}")
     if name == "head-isolation":
         return (f"changing one head's W_Q or W_V columns changes only that head's weights "
                 f"or merged columns ({on})")
@@ -339,6 +347,15 @@ def _overflow(largest: float, said: str | None = None) -> str:
 
 
 CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
+    "slip-kept-after-reset": ("the cache kept positions from an earlier run (its length is "
+                              "{0} after the first step, a fresh cache's {1}): reset did not "
+                              "empty it"),
+    "slip-keys-at-zero": ("the cache holds the keys unturned: RoPE at position 0, not at the "
+                          "cache's length"),
+    "slip-query-cached": "the cache holds the turned queries where the turned keys belong",
+    "slip-values-turned": "the cache holds the values turned by RoPE: only Q and K turn",
+    "slip-refused-changed": ("a refused step changed the cache's length: the append comes "
+                             "before the check"),
     "value-differs": lambda name, where, got, expected, error, tolerance: (
         f"{name}{where} = {got!r}, expected {expected!r} (scaled error "
         f"{fmt_general(error)} > {tolerance!r})"),

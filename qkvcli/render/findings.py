@@ -26,5 +26,9 @@ FINDING_WORDS = {
                      "prefix {3}"),
     "cache-differs": "the cache holds {0} = {1}, the causal pass over the prefix {2}",
     "length-differs": "after the step at position {0} the cache holds {1} positions, expected {2}",
+    "cache-slip": "{0}: {1}",
+    "refusal-failed": ("the run with {0} failed instead of refusing the step and going on: "
+                       "{1}"),
+    "refusal-differs": "the run with {0} gives {1} = {2}, a cache that refuses the step {3}",
 }
 """The words of each finding code of :data:`~qkvcli.check.result.FINDINGS`."""

@@ -297,6 +297,10 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "position-zero": Published("position-zero", POSITION_ZERO, ROPE),
         "relative-dot": Published("relative-dot", RELATIVE_DOT, ROPE),
         "head-isolation": Published("head-isolation", HEAD_ISOLATION, MULTI_HEAD),
+        "cache-steps": Published("cache-steps", CACHED_STEP, KV_CACHE),
+        "cache-refusals": Published("cache-refusals", REJECTED_INPUTS, KV_CACHE),
+        "cache-replay": Published("cache-replay", REPLAY, KV_CACHE),
+        "cache-purity": Published("cache-purity", PURITY, KV_CACHE),
         "protocol": Published("protocol", PROTOCOL, IMPLEMENTATION),
     },
 }

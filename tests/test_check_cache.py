@@ -1,0 +1,84 @@
+"""A learner's KV cache under ``qkv check`` (chapter 37's ``cache_steps``): the bundled
+NumPy cache passes every family; each ``wrong_cache_*.py`` slip fails with its slip
+named; the report validates against the check schema; the
+operation is refused in one line by the engine for a bad capacity; a projections-only
+check still loads no attention engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qkvcli.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "implementations"
+
+
+def check(*args: str) -> tuple[int, str]:
+    found = CliRunner().invoke(main, ["check", *args])
+    return found.exit_code, found.output
+
+
+def test_the_bundled_cache_passes_every_family() -> None:
+    code, text = check(str(EXAMPLES / "numpy_kv_cache.py"))
+    assert code == 0, text
+    names = [line.split()[0] for line in text.splitlines()[2:-1]]
+    assert names == ["cache-steps", "cache-refusals", "cache-replay", "cache-purity"]
+    assert "verdict: PASS (4 of 4 checks passed)" in text
+
+
+SLIPS = {
+    "rope_at_zero": ("cache-steps", "RoPE at position 0, not at the cache's length"),
+    "query_cached": ("cache-steps", "the turned queries where the turned keys belong"),
+    "values_turned": ("cache-steps", "the values turned by RoPE: only Q and K turn"),
+    "append_before_check": ("cache-refusals", "the append comes before the check"),
+    "no_reset": ("cache-replay", "reset did not empty it"),
+}
+
+
+@pytest.mark.parametrize("slip", sorted(SLIPS))
+def test_each_slip_fails_with_its_name(slip: str) -> None:
+    family, words = SLIPS[slip]
+    code, text = check(str(EXAMPLES / f"wrong_cache_{slip}.py"))
+    assert code == 1, text
+    line = next(line for line in text.splitlines() if line.startswith(family + " "))
+    assert " FAIL " in line and words in line, text
+
+
+def test_the_report_validates_against_the_check_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from qkvcli.render.schemas import report_schema
+
+    for name in ("numpy_kv_cache.py", "wrong_cache_append_before_check.py"):
+        _, text = check(str(EXAMPLES / name), "-f", "json")
+        document = json.JSONDecoder().raw_decode(text)[0]  # stderr's verdict after it
+        jsonschema.Draft202012Validator(report_schema("check")).validate(document)
+        assert {entry["name"] for entry in document["checks"]} == {
+            "cache-steps", "cache-refusals", "cache-replay", "cache-purity"}
+        assert {entry["operation"] for entry in document["checks"]} == {"kv-cache"}
+
+
+def test_a_projections_check_still_loads_no_attention_engine() -> None:
+    probe = ("import sys\nfrom qkvcli.check.run import run_checks\n"
+             "from qkvcli.check.cases import chapter_case\n"
+             "from qkvcli.check.engine import engine_implementation\n"
+             "import qkvcli.check.kinds\n"
+             "print(any(m.startswith('qkvcli.attention') for m in sys.modules))\n")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           cwd=ROOT, check=False)
+    assert found.stdout.strip() == "False", found.stderr
+
+
+def test_a_bad_capacity_is_rejected_by_the_engine_in_one_line() -> None:
+    from qkvcli.check.engine import cache_steps
+
+    x, w = np.ones((1, 2, 4)), np.eye(4)
+    with pytest.raises(ValueError, match="capacity and step must be at least 1"):
+        cache_steps(x, w, w, w, w, 2, 100.0, 0, 1)
