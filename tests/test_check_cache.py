@@ -1,6 +1,7 @@
 """A learner's KV cache under ``qkv check`` (chapter 37's ``cache_steps``): the bundled
 NumPy cache passes every family; each ``wrong_cache_*.py`` slip fails with its slip
-named; the report validates against the check schema; the
+named; a cache that reads a score it cannot softmax, or takes a bad request, is found;
+the report validates against the check schema; the
 operation is refused in one line by the engine for a bad capacity; a projections-only
 check still loads no attention engine."""
 
@@ -30,8 +31,9 @@ def test_the_bundled_cache_passes_every_family() -> None:
     code, text = check(str(EXAMPLES / "numpy_kv_cache.py"))
     assert code == 0, text
     names = [line.split()[0] for line in text.splitlines()[2:-1]]
-    assert names == ["cache-steps", "cache-refusals", "cache-replay", "cache-purity"]
-    assert "verdict: PASS (4 of 4 checks passed)" in text
+    assert names == ["cache-steps", "cache-refusals", "cache-errors", "cache-replay",
+                     "cache-purity"]
+    assert "verdict: PASS (5 of 5 checks passed)" in text
 
 
 SLIPS = {
@@ -61,7 +63,7 @@ def test_the_report_validates_against_the_check_schema() -> None:
         document = json.JSONDecoder().raw_decode(text)[0]  # stderr's verdict after it
         jsonschema.Draft202012Validator(report_schema("check")).validate(document)
         assert {entry["name"] for entry in document["checks"]} == {
-            "cache-steps", "cache-refusals", "cache-replay", "cache-purity"}
+            "cache-steps", "cache-refusals", "cache-errors", "cache-replay", "cache-purity"}
         assert {entry["operation"] for entry in document["checks"]} == {"kv-cache"}
 
 
@@ -82,3 +84,43 @@ def test_a_bad_capacity_is_rejected_by_the_engine_in_one_line() -> None:
     x, w = np.ones((1, 2, 4)), np.eye(4)
     with pytest.raises(ValueError, match="capacity and step must be at least 1"):
         cache_steps(x, w, w, w, w, 2, 100.0, 0, 1)
+
+
+def test_a_cache_that_softmaxes_an_overflowed_score_fails_the_refusals(tmp_path: Path) -> None:
+    source = (EXAMPLES / "numpy_kv_cache.py").read_text(encoding="utf-8")
+    guard = "if not np.all(np.isfinite(scores)):"
+    assert guard in source
+    careless = tmp_path / "careless_cache.py"
+    careless.write_text(source.replace(guard, "if False:"), encoding="utf-8")
+    code, text = check(str(careless))
+    assert code == 1, text
+    line = next(line for line in text.splitlines() if line.startswith("cache-refusals "))
+    assert " FAIL " in line and "a non-finite logit" in line, text
+    assert "cache-steps     PASS" in text  # finite inputs: every step still right
+
+
+def test_a_cache_that_accepts_a_bad_request_fails_its_errors(tmp_path: Path) -> None:
+    lax = tmp_path / "lax_cache.py"
+    lax.write_text(
+        "import importlib.util\nimport numpy as np\n"
+        f"spec = importlib.util.spec_from_file_location('cache', {str(EXAMPLES / 'numpy_kv_cache.py')!r})\n"
+        "cache = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(cache)\n"
+        "def cache_steps(x, *args):\n"
+        "    try:\n        return cache.cache_steps(x, *args)\n"
+        "    except (ValueError, ZeroDivisionError):  # the slip: a bad request answered\n"
+        "        return np.zeros(x.shape), np.zeros((1, 1, 0, 1)), np.zeros((1, 1, 0, 1)), "
+        "np.zeros(1)\n", encoding="utf-8")
+    code, text = check(str(lax))
+    assert code == 1, text
+    line = next(line for line in text.splitlines() if line.startswith("cache-errors "))
+    assert " FAIL " in line and "silently accepted" in line, text
+
+
+@pytest.mark.parametrize("heads", [0, 3])
+def test_a_head_count_that_does_not_divide_is_the_engines_typed_refusal(heads: int) -> None:
+    from qkvcli.attention.errors import HeadCountMismatch
+    from qkvcli.check.engine import cache_steps
+
+    x, w = np.ones((1, 2, 4)), np.eye(4)
+    with pytest.raises(HeadCountMismatch, match=f"got {heads}"):
+        cache_steps(x, w, w, w, w, heads, 100.0, 2, 1)

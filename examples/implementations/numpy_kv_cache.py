@@ -8,8 +8,8 @@ cache (``capacity`` positions) is reset, then fed ``step`` tokens of ``x`` at a 
 Each step projects its one token, turns Q and K by RoPE (adjacent pairs) at the cache's
 length, attends over the cached keys and its own, writes its output row, and only then
 appends its turned key and unturned value. A step the cache refuses (more than one
-token, or the cache full) raises inside; the run catches it, writes zeros for its rows
-and goes on, the cache as it was. ``BUG`` switches on one slip on purpose (the
+token, the cache full, or a score that is not finite) raises inside; the run catches it,
+writes zeros for its rows and goes on, the cache as it was. ``BUG`` switches on one slip on purpose (the
 ``wrong_cache_*.py`` examples set it); ``""`` is correct.
 """
 
@@ -68,7 +68,10 @@ class KvCache:
         at = self.length
         keys = np.concatenate([self.keys[:, :, :at], k], axis=2)
         values = np.concatenate([self.values[:, :, :at], v], axis=2)
-        scores = q @ np.swapaxes(keys, -1, -2) / math.sqrt(size)  # [B,H,1,at+1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = q @ np.swapaxes(keys, -1, -2) / math.sqrt(size)  # [B,H,1,at+1]
+        if not np.all(np.isfinite(scores)):
+            raise CacheRefusal("a score the softmax cannot read")
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
         mixed = (e / e.sum(axis=-1, keepdims=True)) @ values  # [B,H,1,d_h]
         out = mixed.transpose(0, 2, 1, 3).reshape(batch, 1, width) @ w_output
@@ -86,6 +89,8 @@ def cache_steps(x, w_query, w_key, w_value, w_output, heads, base, capacity, ste
         raise ValueError(f"input {x.shape} with {heads} heads: need [B,T,d], even head width")
     if capacity < 1 or step < 1:
         raise ValueError(f"capacity and step must be at least 1, got {capacity} and {step}")
+    if any(w.shape != (x.shape[2], x.shape[2]) for w in (w_query, w_key, w_value, w_output)):
+        raise ValueError(f"weights must be [{x.shape[2]},{x.shape[2]}] for input {x.shape}")
     batch, tokens, width = x.shape
     shape = (batch, heads, width // heads, capacity)
     if shape not in _cache:

@@ -127,13 +127,14 @@ def cache_steps(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output
                 heads: int, base: float, capacity: int, step: int) -> Bundle:
     """``(output, keys, values, lengths)`` of a KV cache of ``capacity`` positions, reset,
     fed ``step`` tokens of ``x`` at a time: each step's output at its tokens' rows (zeros
-    for a step the cache refuses: more than one token, or the cache full; the cache is
-    then as it was), the cached rotated keys and values ``[B,H,length,d_h]`` after the
-    last step, the cache's length after each step. Raises ``ValueError`` for a
-    capacity or step below 1 and the engine's errors for a layer it cannot make."""
+    for a step the cache refuses: more than one token, the cache full, or a score its
+    softmax cannot read; the cache is then as it was), the cached rotated keys and values
+    ``[B,H,length,d_h]`` after the last step, the cache's length after each step. Raises
+    ``ValueError`` for a capacity or step below 1 and the engine's errors for a layer it
+    cannot make."""
     from qkvcli.attention.cache import KvCache
     from qkvcli.attention.cache import step as cache_step
-    from qkvcli.attention.errors import CacheFull, SingleTokenRequired
+    from qkvcli.attention.errors import CacheFull, IncrementalSoftmaxRefusal, SingleTokenRequired
 
     if capacity < 1 or step < 1:
         raise ValueError(f"capacity and step must be at least 1, got {capacity} and {step}")
@@ -148,7 +149,7 @@ def cache_steps(x: Array, w_query: Array, w_key: Array, w_value: Array, w_output
         try:
             done = cache_step(layer, cache, x[:, start:start + step])
             output[:, start:start + step] = done.output
-        except (SingleTokenRequired, CacheFull):
+        except (SingleTokenRequired, CacheFull, IncrementalSoftmaxRefusal):
             pass  # refused: the cache is as it was
         lengths.append(cache.length)
     return (output, cache.logical_keys(), cache.logical_values(),

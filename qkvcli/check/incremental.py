@@ -182,19 +182,39 @@ def check_cached_steps(session: Session, kind: Kind, seen: list[StepMatch] | Non
     return judge(family, failures, len(cases), tolerance=tolerance), failures
 
 
-REFUSALS: tuple[tuple[str, int, int], ...] = (("two tokens a step", 0, 2),
-                                              ("a cache one position short", -1, 1))
+REFUSALS: tuple[tuple[str, int, int, bool], ...] = (
+    ("two tokens a step", 0, 2, False),
+    ("a cache one position short", -1, 1, False),
+    ("a non-finite logit", 0, 1, True),
+)
 """The refused steps a learner's cache is given: each its request as said, the capacity
-(its offset from the fixture's tokens) and the tokens a step: two tokens at once (every
-step refused but a lone last token), and a cache one position short (the last step
-refused)."""
+(its offset from the fixture's tokens), the tokens a step, and whether the middle token
+is scaled past what a score can hold: two tokens at once (every step refused but a lone
+last token), a cache one position short (the last step refused), and a token whose
+score with its own key overflows (that step refused, the steps after it going on from
+the cache as it was)."""
+
+OVERFLOW = 1e200
+"""The factor that makes the middle token's score with its own key overflow: its query
+and key stay finite (about ``1e200`` times the weights), their product does not."""
+
+
+def _refused_input(x: Array, overflow: bool) -> Array:
+    """The fixture's input, or with ``overflow`` a copy whose middle token
+    (``tokens // 2``) is scaled by :data:`OVERFLOW`."""
+    if not overflow:
+        return x
+    scaled = np.array(x, dtype=np.float64)
+    scaled[:, int(x.shape[1]) // 2] *= OVERFLOW
+    return scaled
 
 
 def check_refused_steps(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failure]]:
     """A refused step leaves the cache as it was: on each fixture of two tokens or more,
-    a run in steps of two tokens and a run into a cache one position short give the
-    engine's outputs (zeros for a refused step), lengths after each step and cached keys
-    and values. A run that fails instead of refusing the step and going on is a finding."""
+    a run in steps of two tokens, a run into a cache one position short and a run whose
+    middle token's score overflows give the engine's outputs (zeros for a refused step),
+    lengths after each step and cached keys and values. A run that fails instead of
+    refusing the step and going on is a finding."""
     from qkvcli.check.engine import cache_steps
 
     family = kind.family("refusals")
@@ -204,10 +224,10 @@ def check_refused_steps(session: Session, kind: Kind) -> tuple[FamilyCheck, list
     for case in cases:
         tokens = int(case.input.shape[1])
         found: Failure | None = None
-        for request, capacity, step in REFUSALS:
+        for request, capacity, step, overflow in REFUSALS:
             w_query, w_key, w_value, w_output = case.weights
-            args = (case.input, w_query, w_key, w_value, w_output, case.heads, case.base,
-                    tokens + capacity, step)
+            args = (_refused_input(case.input, overflow), w_query, w_key, w_value, w_output,
+                    case.heads, case.base, tokens + capacity, step)
             wanted = dict(zip(kind.forward_names, cache_steps(*args), strict=True))
             try:
                 got = session.invoke(kind.family("purity"), case.label, kind.forward, args)

@@ -424,17 +424,36 @@ def _cache_arguments(case: Case, mode: None, tensors: tuple[Array, ...],
     return (*tensors, case.heads, case.base, max(int(tensors[0].shape[1]), 1), 1)
 
 
+def _cache_requests(case: Case, backward: bool) -> list[BadRequest]:
+    """All ones, ``[1,3,4]``, room for three tokens, one a step: a rank-2 input, a head
+    count that does not divide ``d_model``, no heads, heads of odd width (RoPE turns
+    pairs), ``W_O`` of the wrong rows, an input width that is not the weights' rows."""
+    x, w = np.ones((1, 3, 4)), np.ones((4, 4))
+    wide = np.ones((6, 6))
+    return [
+        (("rank-2", ("[3,4]",)), "cache_steps", (np.ones((3, 4)), w, w, w, w, 2, 100.0, 3, 1)),
+        (("mha-heads", ("3", "4")), "cache_steps", (x, w, w, w, w, 3, 100.0, 3, 1)),
+        (("mha-no-heads", ()), "cache_steps", (x, w, w, w, w, 0, 100.0, 3, 1)),
+        (("mha-odd-head", ("3",)), "cache_steps",
+         (np.ones((1, 3, 6)), wide, wide, wide, wide, 2, 100.0, 3, 1)),
+        (("mha-output-rows", ("5", "4")), "cache_steps",
+         (x, w, w, w, np.ones((5, 4)), 2, 100.0, 3, 1)),
+        (("input-width", ("5", "4")), "cache_steps",
+         (np.ones((1, 3, 5)), w, w, w, w, 2, 100.0, 3, 1)),
+    ]
+
+
 CACHE_STEPS = Kind(
     prefix="cache-", forward="cache_steps", backward="", forward_names=CACHE_STEPS_NAMES,
     backward_names=(), modes=(None,), label=_label_of, arguments=_cache_arguments, loss=(0,),
-    upstream=(), probes=lambda case: [], requests=lambda case, backward: [], precision=_none,
+    upstream=(), probes=lambda case: [], requests=_cache_requests, precision=_none,
     explain_forward=_none, explain_backward=_none, fixtures=cache_cases,
     requests_label="cache requests")
 """A learner's KV cache: ``cache_steps(x, w_query, w_key, w_value, w_output, heads, base,
 capacity, step) -> (output, keys, values, lengths)``, a reset cache of ``capacity``
 positions fed ``step`` tokens of ``x`` at a time (a refused step leaves it as it was).
-Its families: each step against the engine's causal pass, refused steps, replay, purity
-(:mod:`qkvcli.check.incremental`)."""
+Its families: each step against the engine's causal pass, refused steps, bad requests,
+replay, purity (:mod:`qkvcli.check.incremental`)."""
 
 KINDS = (PROJECTIONS, HEAD, ROPE, MULTI_HEAD, CACHE_STEPS)
 """Every kind, in report order."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from qkvcli.attention import engine
 from qkvcli.attention.engine import LayerForward, heads_axis, merge_heads
+from qkvcli.attention.errors import HeadCountMismatch
 from qkvcli.attention.head import AttentionHead
 from qkvcli.attention.maths import (
     Mask,
@@ -125,6 +126,8 @@ def _layer(weights: tuple[Array, ...], heads: int, rope: bool, base: float, offs
     """The engine's layer for the arguments, or with ``bug``'s transformed parameters."""
     w_query, w_key, w_value, w_output = weights
     width = int(w_query.shape[1])
+    if heads < 1 or width % heads or int(w_value.shape[1]) % heads:
+        raise HeadCountMismatch(heads, width, int(w_value.shape[1]))
     turns = (rope and bug != "no-rope") or bug == "rope-always"
     rotary = Rope(base, width // heads, "interleaved", offset) if turns else None
     scale = {"scale-d_model": score_factor(width, None), "unscaled": 1.0}.get(bug)

@@ -27,8 +27,8 @@ MHA_FAMILIES: tuple[str, ...] = (
     "multi-head-single-token", "multi-head-shapes", "multi-head-errors", "multi-head-replay",
     "multi-head-purity", "multi-head-gradcheck",
 )
-CACHE_FAMILIES: tuple[str, ...] = ("cache-steps", "cache-refusals", "cache-replay",
-                                   "cache-purity")
+CACHE_FAMILIES: tuple[str, ...] = ("cache-steps", "cache-refusals", "cache-errors",
+                                   "cache-replay", "cache-purity")
 FAMILIES: tuple[str, ...] = (*PROJECTION_FAMILIES, *HEAD_FAMILIES, *ROPE_FAMILIES,
                              *MHA_FAMILIES, *CACHE_FAMILIES, "protocol")
 """Every family in report order: the projections' (an implementation with ``forward``),

@@ -71,6 +71,7 @@ PLANS: dict[str, tuple[tuple[str, Family], ...]] = {
                          *ATTENTION, *SHARED[2:]),
     CACHE_STEPS.forward: (("steps", _own("incremental", "check_cached_steps", True)),
                           ("refusals", _own("incremental", "check_refused_steps", True)),
+                          ("errors", check_errors),
                           ("replay", _own("incremental", "check_cache_replay", True))),
 }
 """Each kind's families in the order they are computed, by the kind's forward; its

@@ -168,8 +168,8 @@ def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
                 f"{check.tolerance!r}, the cache grows by one a step and holds the turned keys "
                 f"and unturned values, on {on}")
     if name == "cache-refusals":
-        return (f"a step of two tokens and a step into a full cache are refused and leave "
-                f"the cache as it was, on {on}")
+        return (f"a step of two tokens, a step into a full cache and a step whose score "
+                f"overflows are refused and leave the cache as it was, on {on}")
     if name == "head-isolation":
         return (f"changing one head's W_Q or W_V columns changes only that head's weights "
                 f"or merged columns ({on})")

@@ -299,6 +299,7 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "head-isolation": Published("head-isolation", HEAD_ISOLATION, MULTI_HEAD),
         "cache-steps": Published("cache-steps", CACHED_STEP, KV_CACHE),
         "cache-refusals": Published("cache-refusals", REJECTED_INPUTS, KV_CACHE),
+        "cache-errors": Published("cache-errors", REJECTED_INPUTS, KV_CACHE),
         "cache-replay": Published("cache-replay", REPLAY, KV_CACHE),
         "cache-purity": Published("cache-purity", PURITY, KV_CACHE),
         "protocol": Published("protocol", PROTOCOL, IMPLEMENTATION),
