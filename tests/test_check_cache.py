@@ -124,3 +124,50 @@ def test_a_head_count_that_does_not_divide_is_the_engines_typed_refusal(heads: i
     x, w = np.ones((1, 2, 4)), np.eye(4)
     with pytest.raises(HeadCountMismatch, match=f"got {heads}"):
         cache_steps(x, w, w, w, w, heads, 100.0, 2, 1)
+
+
+PROGRAM = '''
+import importlib.util, json, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("cache", sys.argv[1])
+cache = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cache)
+NAMES = ("input", "w_query", "w_key", "w_value", "w_output")
+for line in sys.stdin:
+    message = json.loads(line)
+    ident, op = message["id"], message["op"]
+    if op == "hello":
+        reply = {"id": ident, "version": 1, "ops": ["cache_steps"]}
+    elif op == "bye":
+        print(json.dumps({"id": ident}), flush=True)
+        break
+    else:
+        try:
+            arrays = [np.array(message[k]["values"], dtype=float).reshape(message[k]["shape"])
+                      for k in NAMES]
+            found = cache.cache_steps(*arrays, message["heads"], message["base"],
+                                      message["capacity"], message["step"])
+            reply = {"id": ident, **{name: {"shape": list(a.shape), "values": a.ravel().tolist()}
+                     for name, a in zip(("output", "keys", "values", "lengths"), found)}}
+        except (ValueError, ZeroDivisionError) as error:
+            reply = {"id": ident, "error": str(error)}
+    print(json.dumps(reply), flush=True)
+'''
+
+
+@pytest.mark.parametrize(("example", "verdict"), [("numpy_kv_cache.py", 0),
+                                                  ("wrong_cache_rope_at_zero.py", 1)])
+def test_a_command_program_offering_cache_steps_is_judged_alike(tmp_path: Path, example: str,
+                                                                verdict: int) -> None:
+    program = tmp_path / "cache_program.py"
+    program.write_text(PROGRAM, encoding="utf-8")
+    command = f"{sys.executable} {program} {EXAMPLES / example}"
+    code, text = check("--command", command)
+    _, direct = check(str(EXAMPLES / example))
+    assert code == verdict, text
+    # the fixtures and the four families that judge values read as in process; purity
+    # is not applicable to a program, and the protocol family is a program's alone
+    assert text.splitlines()[1:6] == direct.splitlines()[1:6], text
+    assert "protocol        PASS" in text, text
+    if verdict:
+        assert "RoPE at position 0, not at the cache's length" in text, text
