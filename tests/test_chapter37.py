@@ -20,6 +20,7 @@ from qkvcli.attention.errors import (
     CapacityExceedsPositions,
     IncrementalBatchMismatch,
     IncrementalInputRank,
+    IncrementalProjectionRefusal,
     IncrementalSoftmaxRefusal,
     IncrementalWidthMismatch,
     NonFiniteAppend,
@@ -224,16 +225,62 @@ def test_the_append_checks_and_their_messages() -> None:
         "incremental softmax: logit at group 1, class 2 is negative infinity")
 
 
-def test_an_overflowing_value_is_refused_before_the_write() -> None:
+def test_an_overflowing_value_projection_is_refused_before_the_write() -> None:
     spec = ch37.parse(document()).spec
     huge = np.eye(4) * np.finfo(np.float64).max * 4  # inf: only the value projection
     layer = layer_of(spec._replace(w_value=np.where(np.isinf(huge), 1e308, huge)))
     cache = KvCache.for_layer(layer, 1, 4)
     before = cache.state()
-    with pytest.raises(NonFiniteAppend) as raised:
+    with pytest.raises(IncrementalProjectionRefusal) as raised:
         step(layer, cache, np.array([[[10.0, 0.0, 0.0, 0.0]]]))
-    assert raised.value.branch == "value" and raised.value.index == 0
+    assert str(raised.value) == ("incremental Q/K/V projection: value projection: matmul "
+                                 "produced non-finite value inf at flat index 0")
     assert cache.unchanged(before)
+
+
+def test_an_overflowing_output_projection_is_refused_before_the_write() -> None:
+    spec = ch37.parse(document()).spec
+    layer = layer_of(spec._replace(w_out=np.full((4, 4), -1e308)))
+    cache = KvCache.for_layer(layer, 1, 4)
+    before = cache.state()
+    with pytest.raises(IncrementalProjectionRefusal, match=r"^incremental output projection: "
+                       r"matmul produced non-finite value -inf at flat index 0$"):
+        step(layer, cache, np.array([[[10.0, 10.0, 10.0, 10.0]]]))
+    assert cache.unchanged(before)
+
+
+@pytest.mark.parametrize(("column", "refused"), [((0.8, 0.5, -0.6), True),
+                                                  ((0.8, -0.6, 0.5), False)])
+def test_a_projection_near_the_largest_float_adds_its_terms_in_order(
+        column: tuple[float, ...], refused: bool) -> None:
+    # first to last, 0.8 + 0.5 passes the largest float; 0.8 - 0.6 + 0.5 never does
+    big = np.finfo(np.float64).max
+    w_query = np.zeros((6, 6))
+    w_query[:3, 0] = np.array(column) * big
+    eye = np.eye(6)
+    layer = DecodingLayer(ch37.build_layer(w_query, eye, eye, eye, 1, 100.0, "half"), 4)
+    cache = KvCache.for_layer(layer, 1, 4)
+    x = np.array([[[1.0, 1.0, 1.0, 0.0, 0.0, 0.0]]])
+    if refused:
+        with pytest.raises(IncrementalProjectionRefusal, match=r"query projection: matmul "
+                           r"produced non-finite value inf at flat index 0$"):
+            step(layer, cache, x)
+        assert cache.length == 0
+    else:
+        step(layer, cache, x)  # no projection refused (its score, 0 against a zero key, is read)
+        assert cache.length == 1
+
+
+@pytest.mark.parametrize(("heads", "d_h", "base"), [(1, 6, 100.0), (1, 2, 100.0),
+                                                     (2, 2, 1e308), (3, 2, 7.0)])
+def test_a_fixture_of_any_width_and_base_runs_every_bad_step(heads: int, d_h: int,
+                                                             base: float) -> None:
+    # one head of 6 (the other head count 3) or of 2 (no layer of another count can turn
+    # its heads: the cache alone is made), and a base that doubled would not be finite
+    document = random_document(5, (1, 3, heads, d_h, 3, 4, base))
+    evidence = ch37.build(ch37.parse(document))
+    assert all(e.rejected for e in evidence.errors), evidence.errors
+    assert evidence.passed, evidence.checks
 
 
 # --- seeded random fixtures ----------------------------------------------------------------

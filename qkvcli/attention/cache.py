@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from qkvcli.attention.engine import heads_axis, merge_heads, project_out
+from qkvcli.attention.engine import heads_axis, merge_heads
 from qkvcli.attention.errors import (
     AppendedShapeMismatch,
     CacheFull,
@@ -38,6 +38,7 @@ from qkvcli.attention.errors import (
     CapacityExceedsPositions,
     IncrementalBatchMismatch,
     IncrementalInputRank,
+    IncrementalProjectionRefusal,
     IncrementalSoftmaxRefusal,
     IncrementalWidthMismatch,
     NonFiniteAppend,
@@ -246,6 +247,49 @@ def validate_request(layer: DecodingLayer, cache: KvCache, x: Array) -> None:
         raise CacheFull(cache.capacity)
 
 
+def _finite_projection(stage: str, branch: str, operation: str, values: Array) -> None:
+    """Refuse the first value (row-major) of one projection that is not finite."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        index = int(bad[0])
+        raise IncrementalProjectionRefusal(stage, branch, operation, index,
+                                           float(values.reshape(-1)[index]))
+
+
+SAFE_SUM = 1e300
+"""Below this sum of ``|x_k w_k|`` no partial sum of a product can overflow, whatever
+order adds its terms."""
+
+
+def _in_order(x: Array, weight: Array) -> Array:
+    """``x W`` with each element's terms added first to last (``k = 0, 1, …``), as the
+    course's matrix product does: where the terms are near the largest float, whether a
+    partial sum overflows depends on the order, and so does the step's refusal."""
+    product: Array = x[..., 0, None] * weight[0]
+    for k in range(1, int(weight.shape[0])):
+        product = product + x[..., k, None] * weight[k]
+    return product
+
+
+def _projected(stage: str, branches: tuple[tuple[str, int], ...], x: Array, weight: Array,
+               bias: Array | None) -> Array:
+    """``x W (+ b)`` for the step's token, each branch's columns (by name and width, in
+    order) refused as the course's projections are: the product, then the bias added,
+    branch by branch."""
+    product = project(x, weight)  # [B,1,d_in] @ [d_in,sum of widths] -> [B,1,sum]
+    if not np.all(np.abs(x) @ np.abs(weight) < SAFE_SUM):
+        product = _in_order(x, weight)  # a partial sum may overflow: the course's order
+    start = 0
+    for branch, width in branches:
+        columns = slice(start, start + width)
+        start += width
+        _finite_projection(stage, branch, "matmul", product[..., columns])
+        if bias is not None:
+            product[..., columns] += bias[columns]
+            _finite_projection(stage, branch, "add", product[..., columns])
+    return product
+
+
 def _readable_scores(scores: Array) -> None:
     """Refuse the first score (row-major over ``[B*H, keys]``) the softmax cannot read."""
     flat = scores.reshape(-1, scores.shape[-1])
@@ -284,8 +328,11 @@ def step(layer: DecodingLayer, cache: KvCache, x: Array) -> IncrementalStep:
     heads, d_h, position = engine_layer.heads, engine_layer.d_k, cache.length
     with np.errstate(over="ignore", invalid="ignore"):
         weight, bias = engine_layer.packed()
-        projected = project(x, weight, bias=bias)  # [B,1,d_model] @ [d_model,3*H*d_h] -> [B,1,3*H*d_h]
+        # [B,1,d_model] @ [d_model,3*H*d_h] -> [B,1,3*H*d_h]: Q, K and V, refused in order
         width = heads * d_h
+        projected = _projected("Q/K/V", (("query", width), ("key", width),
+                                         ("value", int(weight.shape[1]) - 2 * width)),
+                               x, weight, bias)
         query = heads_axis(projected[..., :width], heads)  # [B,H,1,d_h]
         key = heads_axis(projected[..., width:2 * width], heads)
         value = np.array(heads_axis(projected[..., 2 * width:], heads))  # V is never turned
@@ -298,7 +345,11 @@ def step(layer: DecodingLayer, cache: KvCache, x: Array) -> IncrementalStep:
         _readable_scores(scores)
         weights = softmax(scores)
         mixed = weights @ values  # [B,H,1,P] @ [B,H,P,d_h] -> [B,H,1,d_h]
-        output = project_out(engine_layer, merge_heads(mixed))  # [B,1,H*d_h] @ W_O
+        merged = merge_heads(mixed)  # [B,1,H*d_h]
+        output = (merged if engine_layer.out_weight is None else
+                  _projected("output", (("", int(engine_layer.out_weight.shape[1])),),
+                             merged, engine_layer.out_weight,
+                             engine_layer.out_bias))
     validate_append(cache, rotated_key, value)
     cache.keys[:, :, position] = rotated_key[:, :, 0]
     cache.values[:, :, position] = value[:, :, 0]

@@ -336,6 +336,24 @@ LOGIT_KINDS = ("NaN", "positive infinity", "negative infinity")
 """How the softmax names a logit it cannot read."""
 
 
+class IncrementalProjectionRefusal(CacheRefusal):
+    """A projection of the step's one token that is not finite: ``stage`` is ``Q/K/V``
+    (``branch`` ``query``, ``key`` or ``value``) or ``output`` (``branch`` empty);
+    ``operation`` the product (``matmul``) or the bias added to it (``add``) that made the
+    first such value, at its flat index in that projection's ``[B,1,width]``."""
+
+    def __init__(self, stage: str, branch: str, operation: str, index: int,
+                 value: float) -> None:
+        self.stage = stage
+        self.branch = branch
+        self.operation = operation
+        self.index = index
+        self.value = value
+        where = f"{branch} projection: " if branch else ""
+        super().__init__(f"incremental {stage} projection: {where}{operation} produced "
+                         f"non-finite value {debug_float(value)} at flat index {index}")
+
+
 class IncrementalSoftmaxRefusal(CacheRefusal):
     """A score the step's softmax cannot read: ``group`` is the row (``b*H + h``),
     ``position`` the key it scores, ``what`` one of :data:`LOGIT_KINDS`."""

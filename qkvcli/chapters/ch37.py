@@ -18,6 +18,7 @@ prose.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,9 @@ from qkvcli.attention.errors import (
     CacheHeadCountMismatch,
     CacheLayerMismatch,
     CacheModelWidthMismatch,
+    CacheRefusal,
     CacheRopeMismatch,
+    IncrementalProjectionRefusal,
     IncrementalSoftmaxRefusal,
     SingleTokenRequired,
 )
@@ -374,6 +377,38 @@ def _unchanged_after(layer: DecodingLayer, cache: KvCache, x: Array) -> Callable
     return call
 
 
+def _turnable(d_model: int, heads: int) -> bool:
+    """Whether ``heads`` split ``d_model`` into heads of even width, which RoPE turns."""
+    return d_model % heads == 0 and (d_model // heads) % 2 == 0
+
+
+def _other_heads(d_model: int, heads: int) -> int:
+    """Another head count for the same width: the first (1, then 2, 3, …) that splits
+    ``d_model`` into heads RoPE can turn; where none does (a width of 2 in one head), 2,
+    whose heads of width 1 only a cache can have (:func:`_cache_of_heads`)."""
+    return next((count for count in (1, *range(2, d_model + 1))
+                 if count != heads and _turnable(d_model, count)), 2)
+
+
+def _cache_of_heads(layer: DecodingLayer, heads: int, batch: int, capacity: int) -> KvCache:
+    """A cache of ``heads`` heads over the layer's width, bound to the layer: the cache a
+    layer of that head count would have, made where no such layer can turn its heads by
+    RoPE (their width odd)."""
+    width = layer.layer.d_model
+    made = KvCache.for_layer(layer, batch, capacity)
+    return KvCache(batch, heads, max(width // heads, 1), width, made.capacity, made.binding)
+
+
+def _overflow_refusal(layer: DecodingLayer, x: Array) -> type[CacheRefusal]:
+    """The refusal a token of the largest floats must get, in the course's order: its
+    query, key or value projection overflows (any product ``x W`` not finite, computed
+    here apart from the step), or else its scores do."""
+    weight, _ = layer.layer.packed()
+    with np.errstate(over="ignore", invalid="ignore"):
+        overflows = not np.all(np.isfinite(x.reshape(-1, x.shape[-1]) @ weight))
+    return IncrementalProjectionRefusal if overflows else IncrementalSoftmaxRefusal
+
+
 def bad_steps(fixture: IncrementalFixture) -> tuple[BadInput, ...]:
     """The chapter's eight bad steps, in its order, each on a cache of its own: two
     tokens; a full cache (capacity 1, one step taken); a cache made for a wider layer,
@@ -398,7 +433,9 @@ def bad_steps(fixture: IncrementalFixture) -> tuple[BadInput, ...]:
 
     full = cache_of(layer, 1)
     step(layer, full, single)
-    other_heads = 1 if spec.heads > 1 else 2
+    huge = np.full((batch, 1, d_model), np.finfo(np.float64).max)
+    other_heads = _other_heads(d_model, spec.heads)
+    other_base = base * 2.0 if math.isfinite(base * 2.0) else base / 2.0
     rebuilt = DecodingLayer(layer_at(spec, 0), positions)  # the same values, new arrays
     d_h = spec.table.features
     return (
@@ -407,17 +444,18 @@ def bad_steps(fixture: IncrementalFixture) -> tuple[BadInput, ...]:
         ("model_mismatch", CacheModelWidthMismatch(d_model, 2 * d_model),
          _unchanged_after(layer, cache_of(alike(2 * d_model, spec.heads)), single)),
         ("head_mismatch", CacheHeadCountMismatch(spec.heads, other_heads),
-         _unchanged_after(layer, cache_of(alike(d_model, other_heads)), single)),
+         _unchanged_after(layer, cache_of(alike(d_model, other_heads))
+                          if _turnable(d_model, other_heads) else
+                          _cache_of_heads(layer, other_heads, batch, fixture.capacity), single)),
         ("layer_mismatch", CacheLayerMismatch(),
          _unchanged_after(layer, cache_of(rebuilt), single)),
-        ("rope_mismatch", CacheRopeMismatch(d_h, d_h, positions, positions, base, base * 2.0),
-         _unchanged_after(layer.with_table(base * 2.0, positions), cache_of(layer), single)),
+        ("rope_mismatch", CacheRopeMismatch(d_h, d_h, positions, positions, base, other_base),
+         _unchanged_after(layer.with_table(other_base, positions), cache_of(layer), single)),
         ("rope_positions_mismatch",
          CacheRopeMismatch(d_h, d_h, positions, positions + 1, base, base),
          _unchanged_after(layer.with_table(base, positions + 1), cache_of(layer), single)),
-        ("nonfinite_projection", IncrementalSoftmaxRefusal,
-         _unchanged_after(layer, cache_of(layer),
-                          np.full((batch, 1, d_model), np.finfo(np.float64).max))),
+        ("nonfinite_projection", _overflow_refusal(layer, huge),
+         _unchanged_after(layer, cache_of(layer), huge)),
     )
 
 

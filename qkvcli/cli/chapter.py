@@ -1,6 +1,6 @@
 """``--chapter N`` of ``qkv run`` and ``qkv report``: which chapter a fixture is, and its evidence.
 
-A fixture is chapter 26's unless ``--chapter`` names another (27 to 30) or its
+A fixture is chapter 26's unless ``--chapter`` names another (27 to 30, 37) or its
 ``"chapter"`` key names one (``"27-self-attention"``); without a fixture the chapter's
 bundled one is used. The document is read once (:func:`load`), then parsed by chapter
 26's reader or by the chapter's parser (:mod:`qkvcli.chapters.registry`). The
@@ -29,19 +29,19 @@ if TYPE_CHECKING:
 
 
 class ChapterFixture(Record):
-    """A fixture of one of chapters 27 to 30, parsed by its chapter."""
+    """A fixture of one of chapters 27 to 30 or 37, parsed by its chapter."""
 
     chapter: Chapter
     fixture: Any
 
 
 def chapter_option(func: Any) -> Any:
-    """``--chapter N``: the course chapter to show (26, the default, to 30)."""
+    """``--chapter N``: the course chapter to show (26, the default, to 30, or 37)."""
     return click.option(
         "--chapter", "chapter", type=int, default=None, metavar="N",
         help="The course chapter: 26 (Q/K/V projections, the default), 27 (self-attention), "
-        "28 (causal masking), 29 (RoPE), 30 (multi-head attention). Without FIXTURE, the "
-        "chapter's own fixture; a fixture whose \"chapter\" key names one is that chapter's.",
+        "28 (causal masking), 29 (RoPE), 30 (multi-head attention), 37 (a KV cache). Without "
+        "FIXTURE, the chapter's own fixture; a fixture whose \"chapter\" key names one is that chapter's.",
     )(func)
 
 
@@ -60,7 +60,7 @@ def check_chapter(chapter: int | None) -> None:
 
 
 def chapter_of(number: int) -> Chapter:
-    """Chapter ``number`` (27 to 30), the registry imported only then: a chapter 26
+    """Chapter ``number`` (27 to 30, 37), the registry imported only then: a chapter 26
     command never loads it."""
     from qkvcli.chapters.registry import chapter_of
 

@@ -107,7 +107,7 @@ def validate(fixtures: tuple[Path, ...], attend: bool, trust_paths: bool,
     the file and the JSON location; each valid fixture prints "FILE: ok" ("FILE: ok
     (attend fixture)" for one qkv attend reads: biases, value_width, in_proj or c_attn
     weights, heads, an output projection). A fixture whose "chapter" key names chapter
-    27 to 30 (or any, with --chapter N) is checked as that chapter's. With several
+    27 to 30 or 37 (or any, with --chapter N) is checked as that chapter's. With several
     fixtures a last line counts the problems. Exit status 0 when every fixture is valid, 2 otherwise.
     """
     from qkvcli.reading.files import trusting_paths
