@@ -47,11 +47,13 @@ def decode_details(evidence: DecodeEvidence | None) -> dict[str, tuple[str, str]
     decode)."""
     if evidence is None:
         return {}
-    ring = "" if evidence.window is None else f", a ring of {evidence.storage_keys[2]}"
-    facts = (f"{len(evidence.steps)} tokens one at a time through a KV cache of "
-             f"{evidence.storage_keys[1]} K/V heads{ring} ({evidence.storage_bytes} bytes): "
-             f"worst |cached - full pass| {fmt_error(evidence.worst)}, the keys and values "
-             f"held after the last step {fmt_error(evidence.held_worst)}, tolerance "
+    ring = "" if evidence.window is None else (
+        f"a ring of the window, {evidence.storage_keys[2]} positions: ")
+    facts = (f"{len(evidence.steps)} tokens one at a time through a KV cache of the K/V "
+             f"heads ({ring}keys {fmt_shape(evidence.storage_keys)}, "
+             f"{evidence.storage_bytes} bytes with the values): worst |cached - full pass| "
+             f"{fmt_error(evidence.worst)}, keys and values held at the end "
+             f"{fmt_error(evidence.held_worst)} from the pass's, tolerance "
              f"{evidence.tolerance!r}")
     return {"decode": (facts, facts)}
 
