@@ -51,12 +51,12 @@ def check_decodable(layer: Layer, causal: bool, batch: int, tokens: int) -> None
     if batch < 1:
         raise DecodeRefusal("no-batch")
     rope = layer.rope
-    scaling = None if rope is None or rope.frequencies is not None else rope.scaling
-    if scaling is not None and scaling.kind in LENGTH_DEPENDENT:
-        positions = rope.offset + tokens if rope is not None else tokens
-        if positions > scaling.original:
-            raise DecodeRefusal("length-dependent-rope", scaling=scaling.kind,
-                                original=scaling.original, positions=positions)
+    if rope is None or rope.frequencies is not None or rope.scaling is None:
+        return
+    scaling, positions = rope.scaling, rope.offset + tokens  # the table's last position + 1
+    if scaling.kind in LENGTH_DEPENDENT and positions > scaling.original:
+        raise DecodeRefusal("length-dependent-rope", scaling=scaling.kind,
+                            original=scaling.original, positions=positions)
 
 
 class KvRing:
