@@ -284,6 +284,58 @@ def _heads_norm_back(values: Array, grad: Array, weight: Array, bias: Array | No
     return np.swapaxes(grad_values, 1, 2), grad_weight, None
 
 
+class Split(Record):
+    """The heads a pass reads, from ``[Q|K|V]`` of some tokens: ``query`` ``[B,H,R,d_k]``
+    (the query rows asked for), ``key`` ``[B,G,K,d_k]`` and ``value`` ``[B,G,K,d_v]``
+    after the clipping and a q/k norm before RoPE; RoPE's ``rotated_*`` (``None``: no
+    RoPE); ``normed``, a norm after RoPE's output (``normed_query``, ``normed_key``);
+    and ``matched_*``, what the scores read (the last of those)."""
+
+    query: Array
+    key: Array
+    value: Array
+    rotated_query: Array | None
+    rotated_key: Array | None
+    normed: dict[str, Array]
+    matched_query: Array
+    matched_key: Array
+
+
+def split_heads(layer: Layer, projected: Array, first_row: int = 0,
+                key_first: int = 0) -> Split:
+    """The heads of ``projected``, ``[Q|K|V]`` ``[B,K,H*d_k + G*d_k + G*d_v]`` of the
+    tokens at positions ``key_first ..``: every token's K/V heads and the query rows
+    from position ``first_row`` on, clipped, normalised and turned (RoPE at each row's
+    own position) as the scores read them. The one split of every forward path: the
+    whole pass, its rows from one on, a KV cache's step (one token, ``first_row`` =
+    ``key_first`` its position)."""
+    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+    qw, kw = heads * dk, kv * dk
+    # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
+    # reads where they were inside the bound)
+    used = projected if layer.clip is None else clip(projected, layer.clip)
+    norm = layer.qk_norm
+    if norm is not None and not norm.after_rope:  # after the biases, before RoPE
+        used = normalised(used, norm, qw, kw)
+    query = heads_axis(used[:, first_row - key_first:, :qw], heads)  # [B,H,R,d_k]
+    key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,K,d_k]
+    value = heads_axis(used[..., qw + kw:], kv)  # [B,G,K,d_v]
+    rope = layer.rope
+    rotated_query = rotated_key = None
+    matched_query, matched_key = query, key
+    if rope is not None:  # after the biases, before the scores (as HF applies it)
+        matched_query = rotated_query = rotate(query, rope, first_row)
+        matched_key = rotated_key = rotate(key, rope, key_first)
+    normed: dict[str, Array] = {}
+    if norm is not None and norm.after_rope:  # Hunyuan: each rotated head normalised
+        matched_query = normed["normed_query"] = _heads_normalised(
+            matched_query, norm.query, norm.query_bias, norm)
+        matched_key = normed["normed_key"] = _heads_normalised(matched_key, norm.key,
+                                                               norm.key_bias, norm)
+    return Split(query, key, value, rotated_query, rotated_key, normed, matched_query,
+                 matched_key)
+
+
 def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
             first_row: int = 0, projected: Array | None = None,
             records: bool = True) -> LayerForward:
@@ -298,39 +350,20 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
     ``errstate`` set by the caller. ``window`` (default: the layer's own) limits a causal
     mask to the ``window`` latest keys, and without the causal mask lets a query see the
     keys less than ``window`` positions away on either side."""
-    heads, kv, dk = layer.heads, layer.kv_heads, layer.d_k
+    heads, kv = layer.heads, layer.kv_heads
     batch, tokens, _ = x.shape
     rows = tokens - first_row
     if window is None:
         window = layer.window
-    qw, kw = heads * dk, kv * dk
     if projected is None:
         weight, bias = layer.packed()
         projected = project(x, weight, bias=bias)  # [B,T, H*d_k + G*d_k + G*d_v]
-    # OLMo clips the projections; the stacked "projected" stays unclipped (the reverse
-    # reads where they were inside the bound)
-    used = projected if layer.clip is None else clip(projected, layer.clip)
-    norm = layer.qk_norm
-    if norm is not None and not norm.after_rope:  # after the biases, before RoPE
-        used = normalised(used, norm, qw, kw)
-    query = heads_axis(used[:, first_row:, :qw], heads)  # [B,H,R,d_k]
-    key = heads_axis(used[..., qw:qw + kw], kv)  # [B,G,T,d_k]
-    value = heads_axis(used[..., qw + kw:], kv)  # [B,G,T,d_v]
-    rope = layer.rope
-    rotated_query = rotated_key = None
-    matched_query, matched_key = query, key
-    if rope is not None:  # after the biases, before the scores (as HF applies it)
-        matched_query = rotated_query = rotate(query, rope, first_row)
-        matched_key = rotated_key = rotate(key, rope)
-    normed: dict[str, Array] = {}
-    if norm is not None and norm.after_rope:  # Hunyuan: each rotated head normalised
-        matched_query = normed["normed_query"] = _heads_normalised(
-            matched_query, norm.query, norm.query_bias, norm)
-        matched_key = normed["normed_key"] = _heads_normalised(matched_key, norm.key,
-                                                               norm.key_bias, norm)
+    split = split_heads(layer, projected, first_row)
+    query, key, value = split.query, split.key, split.value
+    rotated_query, rotated_key = split.rotated_query, split.rotated_key
+    matched_query, matched_key = split.matched_query, split.matched_key
     if not records:
-        concat = _mixed_by_blocks(layer, matched_query, matched_key, value, first_row, causal,
-                                  window)
+        concat = mix(layer, matched_query, matched_key, value, first_row, causal, window)
         return LayerForward((), concat, project_out(layer, concat), {}, causal, window)
     # [B,G,H/G,R,d_k] @ [B,G,1,d_k,T] -> [B,G,H/G,R,T] -> [B,H,R,T]
     scores = (_grouped(matched_query, kv) @ np.swapaxes(matched_key, -1, -2)[:, :, None]
@@ -347,8 +380,9 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
         # the block's rows of every key (the published scores masked whole), weighed
         # over the keys they see
         grouped_mixed[..., r0:r1, :] = _weighed(
-            grouped_z[..., r0:r1, :], grouped_a[..., r0:r1, start:stop], shared_value,
-            (first, end, 0, tokens, start, stop), causal, window)
+            grouped_z[..., r0:r1, :], grouped_a[..., r0:r1, start:stop],
+            shared_value[..., start:stop, :], (first, end, 0, tokens, start, stop), causal,
+            window)
     concat = merge_heads(mixed)
     per_kv = heads // kv
     per_head = tuple(
@@ -362,7 +396,7 @@ def forward(layer: Layer, x: Array, causal: bool, window: int | None = None,
                "query": query, "key": key, "value": value, "projected": projected}
     if rotated_query is not None and rotated_key is not None:
         stacked.update(rotated_query=rotated_query, rotated_key=rotated_key)
-    stacked.update(normed)  # the norm's output after RoPE, which the scores use
+    stacked.update(split.normed)  # the norm's output after RoPE, which the scores use
     return LayerForward(per_head, concat, project_out(layer, concat), stacked, causal, window)
 
 
@@ -381,40 +415,50 @@ def _read(layer: Layer, z: Array, bias: Array | None) -> Array:
     return z
 
 
-def _weighed(z: Array, into: Array, value: Array, span: tuple[int, int, int, int, int, int],
+def _weighed(z: Array, into: Array, seen: Array, span: tuple[int, int, int, int, int, int],
              causal: bool, window: int | None) -> Array:
     """One block of query rows ``first:end`` (``span``: those, the keys ``lo:hi`` that ``z``
     holds, the keys ``start:stop`` the rows see): ``z`` masked with ``-inf`` in place,
     the softmax of the keys seen into ``into``, and their mixture of the value rows
-    ``[..., keys, d_v]``."""
+    ``seen`` ``[..., stop-start, d_v]`` (those keys' own)."""
     first, end, lo, hi, start, stop = span
     masked = hidden(first, end, lo, hi, causal, window)
     if masked is not None:
         np.copyto(z, -np.inf, where=masked)
     softmax(z[..., start - lo:stop - lo], out=into)
     # [...,rows,keys] @ [...,keys,d_v] -> the block's rows of the mixture
-    mixed: Array = into @ value[..., start:stop, :]
+    mixed: Array = into @ seen
     return mixed
 
 
-def _mixed_by_blocks(layer: Layer, query: Array, key: Array, value: Array, first_row: int,
-                     causal: bool, window: int | None) -> Array:
-    """``C`` for the query rows from ``first_row``, each block of rows scoring, scaling,
-    masking and weighing only the keys it sees: the forward's steps on less."""
+def mix(layer: Layer, query: Array, key: Array, value: Array, first_row: int, causal: bool,
+        window: int | None, key_first: int = 0) -> Array:
+    """``C`` ``[B,R,H*d_v]`` for the query rows ``query`` ``[B,H,R,d_k]`` at positions
+    ``first_row ..`` (turned and normalised as the scores read them: :class:`Split`'s
+    ``matched_*``), against the keys ``key`` ``[B,G,K,d_k]`` and values ``[B,G,K,d_v]``
+    at positions ``key_first .. key_first+K-1``: each block of rows scoring, reading
+    (ALiBi at the keys' own positions, the scale, the soft cap), masking and weighing
+    only the keys it sees. The forward's steps on less, and a KV cache's step
+    (:mod:`qkvcli.attention.decode`: one row against the keys it holds). The keys must
+    hold every key the rows see (:func:`~qkvcli.attention.maths.key_span`); raises
+    ``ValueError`` otherwise."""
     kv = layer.kv_heads
     batch, heads, rows, _ = query.shape
-    tokens = key.shape[2]
+    tokens = key_first + key.shape[2]
     mixed = np.empty((batch, heads, rows, layer.d_v))
     grouped_query, grouped_mixed = _grouped(query, kv), _grouped(mixed, kv)
     shared_key, shared_value = np.swapaxes(key, -1, -2)[:, :, None], value[:, :, None]
     form = layer.alibi_form
     for first, end, start, stop in _blocks(first_row, tokens, causal, window):
+        if start < key_first:
+            raise ValueError(f"rows {first}:{end} see key {start}; the keys start at {key_first}")
         r0, r1 = first - first_row, end - first_row
+        lo, hi = start - key_first, stop - key_first  # the keys seen, in the arrays given
         # [B,G,H/G,rows,d_k] @ [B,G,1,d_k,keys] -> the block's scores, read in place
         alibi = None if layer.alibi is None else alibi_bias(  # [H,1,keys] as [G,H/G,1,keys]
             layer.alibi, start, stop, form.rounding).reshape(kv, heads // kv, 1, stop - start)
-        z = _read(layer, grouped_query[..., r0:r1, :] @ shared_key[..., start:stop], alibi)
-        grouped_mixed[..., r0:r1, :] = _weighed(z, z, shared_value,
+        z = _read(layer, grouped_query[..., r0:r1, :] @ shared_key[..., lo:hi], alibi)
+        grouped_mixed[..., r0:r1, :] = _weighed(z, z, shared_value[..., lo:hi, :],
                                                 (first, end, start, stop, start, stop),
                                                 causal, window)
     return merge_heads(mixed)

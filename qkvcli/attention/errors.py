@@ -396,3 +396,34 @@ class CacheChanged(QkvError):
     def __init__(self, refusal: str) -> None:
         self.refusal = refusal
         super().__init__(f"a refused step changed the KV cache: {refusal}")
+
+
+class DecodeRefusal(QkvError):
+    """A layer and input that a KV cache cannot decode one token at a time
+    (:func:`qkvcli.attention.decode.check_decodable`). ``reason``: ``no-causal-mask``
+    (every token sees later ones), ``two-sided-window`` (the same, by a window of
+    ``window`` keys on either side), ``no-token``, ``no-batch``, or
+    ``length-dependent-rope`` (a RoPE scaling of kind ``scaling`` whose frequencies change
+    past ``original`` positions, and the sequence reaches ``positions``)."""
+
+    def __init__(self, reason: str, window: int | None = None, scaling: str | None = None,
+                 original: int = 0, positions: int = 0) -> None:
+        self.reason = reason
+        self.window = window
+        self.scaling = scaling
+        self.original = original
+        self.positions = positions
+        super().__init__("a KV cache cannot decode this layer: " + {
+            "no-causal-mask": "it has no causal mask (give --causal, or \"causal\": true in "
+                              "the fixture), so every token sees later ones, which no cache "
+                              "of earlier tokens holds",
+            "two-sided-window": f"its window of {window} keys is two-sided (no causal mask), "
+                                f"so every token sees up to {(window or 1) - 1} later ones, "
+                                "which no cache of earlier tokens holds",
+            "no-token": "the input has no token",
+            "no-batch": "the input has no batch item",
+            "length-dependent-rope": f"its RoPE scaling {scaling!r} changes every frequency "
+                                     f"once a sequence passes {original} positions and this "
+                                     f"one reaches {positions}: a key cached at an earlier "
+                                     "step keeps another rotation than the full pass gives it",
+        }[reason])

@@ -131,6 +131,49 @@ class OtherMask(Record):
     attention: Array
 
 
+class DecodeStep(Record):
+    """One token decoded through the KV cache: its ``position`` ``t``; ``worst``, the
+    largest ``|cached - full|`` over the batch and the output's width, the step's output
+    against row ``t`` of the layer's causal pass over every token; the shapes of the keys
+    and the values the cache held for it (``[B, G, min(t+1, window), d]``, G the K/V
+    heads) and their bytes."""
+
+    position: int
+    worst: float
+    keys: tuple[int, ...]
+    values: tuple[int, ...]
+    held_bytes: int
+
+
+class DecodeEvidence(Record):
+    """The layer decoded one token at a time (``qkv attend --decode``): each step's facts,
+    the tolerance they are judged by, the window (``None``: the cache keeps every token;
+    else a ring of ``min(window, T)`` positions), the storage made once (its keys' and
+    values' shapes, their bytes), and ``held_worst``, the largest difference of the keys
+    and values the cache holds after the last step from the full pass's own (the keys as
+    the scores read them: turned, normalised)."""
+
+    steps: tuple[DecodeStep, ...]
+    tolerance: float
+    window: int | None
+    storage_keys: tuple[int, ...]
+    storage_values: tuple[int, ...]
+    storage_bytes: int
+    held_worst: float
+
+    @property
+    def worst(self) -> float:
+        """The largest difference of any step (NaN if any step's is)."""
+        return max((s.worst for s in self.steps), key=lambda w: (w != w, w), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        """At least one step, every step's output and the held keys and values within the
+        tolerance (a NaN is not)."""
+        return bool(self.steps) and all(s.worst <= self.tolerance for s in self.steps) and (
+            self.held_worst <= self.tolerance)
+
+
 class AttendEvidence(Record):
     """Everything one run found; ``checks`` holds a judgement per family of attend's plan
     (:data:`qkvcli.check.plans.ATTEND_ORDER`)."""
@@ -151,6 +194,7 @@ class AttendEvidence(Record):
     heads: tuple[HeadEvidence, ...] = ()  # per head, for a multi-head layer
     upstream_given: bool = False  # U from the fixture's upstream.output, not from the seed
     other_mask: OtherMask | None = None  # asked for by the page's causal toggle
+    decode: DecodeEvidence | None = None  # asked for by --decode
 
     @property
     def passed(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.attention import engine
+from qkvcli.attention.decode import check_decodable, decode_evidence
 from qkvcli.attention.engine import AttentionForward, LayerForward, LayerGradients
 from qkvcli.attention.fixture import layer_of
 from qkvcli.attention.gradcheck import gradcheck_attention, plan_check
@@ -587,8 +588,9 @@ class LayerRun:
     tensors are theirs, and every later family makes passes of its own."""
 
     def __init__(self, fixture: AttendFixture, parts: LayerParts, causal: bool,
-                 gradcheck: dict[str, Any]) -> None:
+                 gradcheck: dict[str, Any], decode: float | None = None) -> None:
         self.fixture, self.parts, self.causal, self.gradcheck = fixture, parts, causal, gradcheck
+        self.decode = decode  # the tolerance of a decode step by step; None: not asked
         self.layer, self.x = parts.layer, fixture.input
         self.single = fixture.function.heads is None
         self.session = layer_session(self.layer, self.x, fixture.upstream, causal, self.single)
@@ -649,6 +651,8 @@ FAMILIES: tuple[tuple[str, Callable[[LayerRun], Any]], ...] = (
     ("scale_probe", lambda run: scale_probe(run.layer.d_k, run.layer.given_scale).holds),
     ("prefix", lambda run: check_prefix(run.session, LAYER)[0].passed if run.causal else None),
     ("head_isolation", lambda run: heads_isolated(run.layer, run.x, run.causal)),
+    ("decode", lambda run: None if run.decode is None else decode_evidence(
+        run.layer, run.x, run.forward, run.decode)),
 )
 """attend's steps in the order they are computed, each a function of the run that gives
 what it found (``None``: the family does not apply): the families of the plan
@@ -660,25 +664,32 @@ first, and every family that reads them before the replay's passes."""
 def build_attend_evidence(fixture: AttendFixture, causal: bool | None = None,
                           other_mask_within: tuple[int, int] | None = None,
                           layer: MultiHeadLayer | None = None,
-                          **gradcheck: Any) -> AttendEvidence:
+                          decode: float | None = None, **gradcheck: Any) -> AttendEvidence:
     """Run the head or layer on ``fixture`` and gather every check.
 
     Takes the fixture, the mask flag (default: the fixture's ``causal``), the bounds
     ``(tokens, weights)`` within which the weights under the other mask are computed too
     (for the page's causal toggle: :func:`other_mask`; ``None``: never), the fixture's
     layer if the caller judged it already (:func:`~qkvcli.attention.fixture.layer_of`;
-    ``None``: judged here), and the gradient check's settings
+    ``None``: judged here), ``decode``, the tolerance of each step of the layer decoded
+    one token at a time with a KV cache against its full pass
+    (:func:`~qkvcli.attention.decode.decode_evidence`; ``None``: no decode), and the
+    gradient check's settings
     (:func:`~qkvcli.attention.gradcheck.gradcheck_attention`'s keywords: ``mode``,
     ``directions``, ``limit``, ``progress``...); gives the evidence (no wording).
     Raises :class:`~qkvcli.reading.problems.FixtureError` for a fixture the engine
     refuses, the input errors and, for unusable settings or a check over its budget
-    (before any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`.
+    (before any work), :class:`~qkvcli.gradcheck.settings.GradcheckSettingError`; a
+    decode a KV cache cannot serve, before any work,
+    :class:`~qkvcli.attention.errors.DecodeRefusal`.
     """
     causal = fixture.function.causal if causal is None else causal
     parts = layer_parts(fixture, layer)
+    if decode is not None:
+        check_decodable(parts.layer, causal, *(int(d) for d in fixture.input.shape[:2]))
     plan_check(parts.layer, fixture.input, fixture.step, fixture.tolerance, fixture.samples,
                causal=causal, **{k: v for k, v in gradcheck.items() if k in PLAN_KEYS})
-    run = LayerRun(fixture, parts, causal, gradcheck)
+    run = LayerRun(fixture, parts, causal, gradcheck, decode)
     for name, family in FAMILIES:
         run.found[name] = family(run)
     return _evidence(run, other_mask_within)
@@ -714,4 +725,5 @@ def _evidence(run: LayerRun, other_mask_within: tuple[int, int] | None) -> Atten
         upstream_given=fixture.upstream_given,
         other_mask=None if other_mask_within is None else other_mask(
             fixture, layer, run.causal, other_mask_within),
+        decode=found["decode"],
     )

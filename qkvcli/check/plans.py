@@ -30,12 +30,14 @@ CH27, CH28, CH29, CH30, CH37 = (CHAPTER_IDS[number] for number in (27, 28, 29, 3
 """The reports' keys, here and in the names table."""
 
 ATTEND_ORDER = ("forward", "attention", "mask", "hull", "scale_probe", "prefix",
-                "single_token", "head_isolation", "position_zero", "reverse", "shapes",
-                "replay", "gradcheck")
+                "single_token", "head_isolation", "position_zero", "decode", "reverse",
+                "shapes", "replay", "gradcheck")
 """attend's families, in report order (the renderers publish ``attention`` as
 ``weights``); ``prefix`` only with the causal mask, ``head_isolation`` only for a layer
 of two heads or more whose heads a q/k norm does not join, ``position_zero`` only with
-RoPE: its evidence holds what it found of each, by name."""
+RoPE, ``decode`` only when asked (``--decode``: the layer one token at a time through a
+KV cache against its full causal pass): its evidence holds what it found of each, by
+name."""
 
 
 def judged_gradcheck(evidence: Any, fixtures: int = 0) -> FamilyCheck:

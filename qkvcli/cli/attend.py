@@ -72,6 +72,11 @@ def _show_families(fmt: str, output: Path | None) -> None:
               help="Run a bundled fixture: the chapter's, or the primer's worked example.")
 @click.option("--causal", is_flag=True, help="Mask key positions after each query (-inf above "
               'the diagonal before the softmax); the fixture\'s "causal" does it too.')
+@click.option("--decode", is_flag=True, help="Also decode the layer one token at a time "
+              "with a KV cache of its K/V heads (a ring of its sliding window, if it has "
+              "one) and compare each step with the same row of the full causal pass "
+              "(tolerance 1e-12): the cached-steps check, with each step's worst difference "
+              "and the cache's shape and bytes. Needs the causal mask.")
 @click.option("--heads", type=click.IntRange(min=1), default=None,
               help="Split the projections into this many heads (a fixture that gives "
               '"heads" must agree); each head attends on its own slice.')
@@ -89,7 +94,7 @@ def _show_families(fmt: str, output: Path | None) -> None:
               show_default=True, help="Rich heat maps: shade each weight against 1, or "
               "against the largest weight of its query row.")
 def attend(
-    fixture: Path | None, example: str | None, causal: bool, heads: int | None,
+    fixture: Path | None, example: str | None, causal: bool, decode: bool, heads: int | None,
     trust_paths: bool, fmt: str, output: Path | None, tensors: str | None, max_elements: int,
     view: ViewSettings,
     overrides: CheckOverrides,
@@ -114,6 +119,7 @@ def attend(
     """
     import contextlib
 
+    from qkvcli.attention.decode import TOLERANCE
     from qkvcli.attention.fixture import load_layer
     from qkvcli.check.attend import build_attend_evidence
     from qkvcli.cli.console import gradcheck_progress
@@ -149,7 +155,8 @@ def attend(
     with working_on(label), (reporter or contextlib.nullcontext()):
         # the check's budget (counted in what its evaluations cost) is refused before any work
         evidence = build_attend_evidence(loaded, causal=causal, other_mask_within=within,
-                                         layer=layer, **settings)
+                                         layer=layer, decode=TOLERANCE if decode else None,
+                                         **settings)
     policy = tensor_policy(tensors, view.full)
     show(evidence, fmt, view, output, title="qkv attend", precision=ATTEND_PRECISION,
          pieces=lambda shown: render_pieces(evidence, shown, precision=view.precision,

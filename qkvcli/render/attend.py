@@ -19,6 +19,7 @@ from qkvcli.core.invariants import FutureZero, RowSums
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
+from qkvcli.render.decode import decode_details, decode_json, decode_lines
 from qkvcli.render.document import (
     check_entry,
     dumps,
@@ -69,7 +70,8 @@ gradient), so a packed layer's text and JSON give them as digests only."""
 CHECK_NAMES = {"attention": "weights"}
 """Checks published under another name: the attention check has always been ``weights``."""
 TEXT_KEYS = ("attend", "formula", "config", "layout", "layer", "parameter_names", "parameter_count",
-             "function", "scale", "loss", "token", "check", "head", "gradcheck", "probe", "note")
+             "function", "scale", "loss", "token", "check", "head", "gradcheck", "probe", "note",
+             "decode", "decode_step")
 """The text view's line keys that are not tensors: no published tensor name may be one."""
 
 
@@ -228,7 +230,7 @@ def attend_checks(evidence: AttendEvidence) -> tuple[Check, ...]:
 
     The text, JSON and rich views all list these rows, so their wording cannot drift.
     """
-    details = {**_SHARED_DETAILS, **_details(evidence)}
+    details = {**_SHARED_DETAILS, **_details(evidence), **decode_details(evidence.decode)}
     return tuple(
         Check(check_name(v.name), v.passed, details[v.name][0 if v.passed else 1])
         for v in evidence.checks
@@ -316,6 +318,7 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
         "dK = dS^T Q, dX = sum of three paths",
         f"loss={number(evidence.primary.loss)}",
         *tensor_lines(REVERSE),
+        *decode_lines(evidence.decode),
         "# checks",
         *(f"check={check.name} {'PASS' if check.passed else 'FAIL'} {check.detail}"
           for check in attend_checks(evidence)),
@@ -468,6 +471,8 @@ def attend_json(evidence: AttendEvidence, tensors: str = "summary") -> dict[str,
         layer = _layer_json(evidence)
         document["config"].update(layer["config"])
         document["heads"] = layer["heads"]
+    if evidence.decode is not None:
+        document["decode"] = decode_json(evidence.decode)
     return document
 
 

@@ -284,6 +284,7 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "scale_probe": Published("scale-probe", SCALING, LAYER),
         "head_isolation": Published("head-isolation", HEAD_ISOLATION, LAYER),
         "position_zero": Published("position-zero", POSITION_ZERO, LAYER),
+        "decode": Published("cached-steps", CACHED_STEP, LAYER),
     },
     CHECK: {
         **{f"{prefix}{idea}": Published(f"{prefix}{idea}", _SHARED_FAMILIES[idea], operation)

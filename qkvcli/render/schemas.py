@@ -46,8 +46,8 @@ PASSING_OUTCOMES = ("passed", "command")
 does not count); every other outcome has ``passed`` false."""
 
 # Each report's own keys after the head, with the kind of value each holds; ``None``
-# marks a key only some documents have (attend's per-head ``heads``, check's ``stderr``,
-# gradcheck's ``dtype``).
+# marks a key only some documents have (attend's per-head ``heads`` and ``decode``,
+# check's ``stderr``, gradcheck's ``dtype``).
 _CHAPTER_26 = {
     "chapter": STRING, "passed": BOOLEAN, "loss": FLOAT, "checks": "checks", "config": OBJECT,
     "parameter_names": ARRAY, "parameter_count": INTEGER, "tensors": OBJECT, "shapes": OBJECT,
@@ -80,7 +80,7 @@ _OWN: dict[str, dict[str, Any]] = {
              "parameter_count": INTEGER, "loss": FLOAT, "checks": "checks", "notes": ARRAY,
              "tensors": OBJECT, "rows": ARRAY, "weights": OBJECT, "mask": OBJECT,
              "hull": OBJECT, "probes": ARRAY, "replay_bitwise": BOOLEAN, "gradcheck": OBJECT,
-             "heads": None},
+             "heads": None, "decode": None},
     CHECK: {"implementation": STRING, "passed": BOOLEAN, "checks": "checks",
             "failures": "failures", "stderr": None},
     "gradcheck": {"passed": BOOLEAN, "mode": STRING, "step": FLOAT, "tolerance": FLOAT,
@@ -89,7 +89,7 @@ _OWN: dict[str, dict[str, Any]] = {
     "families": {"computed": ARRAY, "refused": ARRAY, "rope_scaling": ARRAY,
                  "default_rope_only": ARRAY},
 }
-_OPTIONAL_AS = {"heads": ARRAY, "stderr": STRING, "dtype": STRING}
+_OPTIONAL_AS = {"heads": ARRAY, "stderr": STRING, "dtype": STRING, "decode": OBJECT}
 
 
 def entry_schema(names: list[str]) -> dict[str, Any]:
