@@ -33,9 +33,9 @@ from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import published_name, rope_words
 from qkvcli.render.numbers import fmt_float
-from qkvcli.render.rich.layout import Fitted, Part, Row
+from qkvcli.render.rich.layout import Fitted, Part, Row, noted
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
+from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick
 
 SHADES = (" ", "░", "▒", "▓", "█")
 ASCII_SHADES = (" ", ".", ":", "*", "#")
@@ -128,10 +128,7 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
             row.append(Text(f"{shades[shade]}{fmt_float(value, options.precision)}",
                             style=COLOURS[shade] or ""))
         table.add_row(*row)
-    if shown(keys) == tokens and shown(queries) == tokens:
-        return table
-    return Group(table, elision_note(("queries", "keys"), (shown(queries), tokens),
-                                     (shown(keys), tokens)))
+    return noted(table, elision_note(("queries", "", queries, tokens), ("keys", "", keys, tokens)))
 
 
 def blocks(count: int, parts: int) -> list[tuple[int, int]]:

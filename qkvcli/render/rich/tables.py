@@ -12,13 +12,14 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 import numpy as np
 from rich.box import Box
 from rich.cells import cell_len
-from rich.console import Group, RenderableType
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.arrays import Array
 from qkvcli.render.numbers import fmt_float, fmt_shape, format_chunk
 from qkvcli.render.rich.grid import GRID_FROM_CELLS, NumberGrid
+from qkvcli.render.rich.layout import noted
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
 
@@ -74,10 +75,31 @@ def add_number_column(table: Table, header: str | Text) -> None:
     table.add_column(cell(header), justify="right", overflow="fold")
 
 
-def elision_note(what: tuple[str, str], rows: tuple[int, int], cols: tuple[int, int]) -> Text:
-    """``showing 4 of 9 rows, 5 of 9 columns; --full shows every value``."""
-    return Text(f"showing {rows[0]} of {rows[1]} {what[0]}, {cols[0]} of {cols[1]} "
-                f"{what[1]}; {FULL_HINT}", style="dim")
+Axis = tuple[str, str, Sequence[int | None], int]
+"""An axis a table may elide: its word (``keys``), its label prefix (``t``), the indices
+:func:`pick` chose and how many there are."""
+
+
+def hidden(indices: Sequence[int | None], count: int, prefix: str) -> str:
+    """The indices ``indices`` skips, as ranges: ``t3..t5, t9``."""
+    present = [index for index in indices if index is not None]
+    ranges = [(a + 1, b - 1) for a, b in zip([-1, *present], [*present, count], strict=True)
+              if b - a > 1]
+    return ", ".join(f"{prefix}{a}" if a == b else f"{prefix}{a}..{prefix}{b}" for a, b in ranges)
+
+
+def elision_note(*axes: Axis) -> Text | None:
+    """``showing 5 of 8 keys; --full shows every value (hidden: keys t3..t5)``: what each
+    elided axis shows, exactly which indices it hides and how to see them; ``None`` when
+    every index is shown."""
+    cut = [(word, prefix, picked, count) for word, prefix, picked, count in axes
+           if shown(picked) < count]
+    if not cut:
+        return None
+    showing = ", ".join(f"{shown(picked)} of {count} {word}" for word, _, picked, count in cut)
+    which = ", ".join(f"{word} {hidden(picked, count, prefix)}"
+                      for word, prefix, picked, count in cut)
+    return Text(f"showing {showing}; {FULL_HINT} (hidden: {which})", style="dim")
 
 
 def summary_note(
@@ -131,17 +153,15 @@ def matrix_table(
     row_pick = pick(rows, options.max_rows, options.full, [mark[0] for mark in marks])
     col_pick = pick(cols, options.max_columns, options.full, [mark[1] for mark in marks])
     ellipsis = options.symbols.ellipsis
-    note: Text | None = None
-    if shown(row_pick) < rows or shown(col_pick) < cols:
-        note = elision_note(what, (shown(row_pick), rows), (shown(col_pick), cols))
+    note = elision_note((what[0], row_label, row_pick, rows), (what[1], "", col_pick, cols))
     whole = summary_note(matrix, corner, options, summaries) if summary else None
     marked = (Text(f"{options.symbols.mark} differs from the fixture's expect (the Checks "
                    "card says by how much)", style="bold") if marks else None)
-    notes = [n for n in (note, whole, marked) if n is not None]
+    notes = (note, whole, marked)
     if (len(row_pick) + 1) * (len(col_pick) + 1) > GRID_FROM_CELLS:
         grid = _number_grid(matrix, corner, row_label, box, options, row_pick, col_pick,
                             border_style, edge, marks)
-        return Group(grid, *notes) if notes else grid
+        return noted(grid, *notes)
     table = Table(
         box=box, border_style=border_style,
         header_style="bold", show_edge=edge,
@@ -163,7 +183,7 @@ def matrix_table(
               else _number(float(matrix[row, col]), (row, col) in marks, options)
               for col in col_pick),
         )
-    return Group(table, *notes) if notes else table
+    return noted(table, *notes)
 
 
 def _spelled(values: Array, precision: int) -> list[str]:
