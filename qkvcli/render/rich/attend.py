@@ -40,17 +40,16 @@ from qkvcli.render.attend import (
 )
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, noted, status, titled
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, checks_card, titled, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
     add_number_column,
     cell,
     elision_note,
-    grid,
+    noted,
     pick,
     widest_line,
 )
-from qkvcli.render.wording import VERDICT, verdict_counts
 
 FEWEST_COLUMNS = 3
 """The narrowest layout still shows the first and last key (or feature) around a gap."""
@@ -259,13 +258,6 @@ def attention_row(evidence: AttendEvidence, batch: int, options: RichOptions) ->
                        stack_expand=False, fill=False) for layout in layouts])
 
 
-def _checks_part(evidence: AttendEvidence) -> Part:
-    """Every check as run's Checks card: its PASS/FAIL word, name and evidence."""
-    rows = grid(*((status(check.passed), check.name, check.detail)
-                  for check in attend_checks(evidence)), nowrap=(0, 1))
-    return Part(rows, titled("Checks", evidence.passed))
-
-
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
     """Everything a learner reads first: setup, scores, attention and output per batch (heat
     maps per head for a layer), the reverse pass's summary, checks, notes.
@@ -299,13 +291,11 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         parts.append(scores_row(evidence, b, options))
         parts.append(attention_row(evidence, b, options))
     parts.append(Row([reverse_summary(evidence, options)]))
-    parts.append(Row([_checks_part(evidence)]))
+    parts.append(Row([checks_card(((c.passed, c.name, c.detail) for c in attend_checks(evidence)),
+                                  evidence.passed)]))
     for note in evidence.notes:
         parts.append(Row([Part(Text(note_text(note)), f"note: {note.code}", box.ROUNDED,
                                "yellow")]))
-    verdict = Text(VERDICT, style="bold")
-    verdict.append_text(status(evidence.passed))
-    verdict.append(" " + verdict_counts(sum(c.passed for c in evidence.checks),
-                                        len(evidence.checks)))
-    parts.append(verdict)
+    parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
+                              len(evidence.checks)))
     return Group(*parts)

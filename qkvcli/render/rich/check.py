@@ -15,10 +15,9 @@ from rich.text import Text
 from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, FamilyCheck
 from qkvcli.render.check import counted, family_detail, say, word
-from qkvcli.render.rich.layout import Foldable, Part, Row, lines, status
+from qkvcli.render.rich.layout import Foldable, Part, Row, lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
-from qkvcli.render.wording import VERDICT, verdict_counts
 
 SHOWN_FAILURES = 3  # per family unless options.full; the JSON lists them all
 
@@ -118,11 +117,9 @@ def render_check_rich(result: CheckResult,
                                f"{', '.join(result.fixtures)})"), style="dim")
     cards = [_card(check, result, options) for check in result.checks]
     rows = [Row(cards[i:i + 2]) for i in range(0, len(cards), 2)]
-    line = Text(VERDICT, style="bold")
-    line.append_text(status(result.passed))
-    line.append(" " + verdict_counts(*counted(result)))
     stderr = None
     if result.stderr and not result.passed:
         stderr = Text("program stderr:\n", style="bold")
         stderr.append(options.safe(result.stderr.rstrip()), style="dim")
-    return lines(Foldable(header), *rows, stderr, *slip_lines(result, options), line)
+    return lines(Foldable(header), *rows, stderr, *slip_lines(result, options),
+                 verdict_line(result.passed, *counted(result)))

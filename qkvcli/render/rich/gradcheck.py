@@ -14,10 +14,9 @@ from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorChe
 from qkvcli.render.gradcheck import within
 from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
-from qkvcli.render.rich.layout import lines, status
+from qkvcli.render.rich.layout import lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import add_number_column, cell, grid
-from qkvcli.render.wording import VERDICT, verdict_counts
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}
@@ -104,14 +103,6 @@ def _summary(result: GradcheckResult) -> Table:
     return grid(*rows, nowrap=(0, 3))
 
 
-def gradcheck_verdict(result: GradcheckResult) -> Text:
-    """``verdict: PASS (24 of 24 checks passed)``, or FAIL (:func:`~qkvcli.render.wording.verdict`)."""
-    line = Text(VERDICT, style="bold")
-    line.append_text(status(result.passed))
-    line.append(" " + verdict_counts(within(result), result.count))
-    return line
-
-
 def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None = None) -> Group:
     """Every checked coordinate (elided beyond ``options.max_checks`` unless ``full``).
 
@@ -135,5 +126,5 @@ def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None =
         *below,
         _summary(result),
         worst_line,
-        gradcheck_verdict(result),
+        verdict_line(result.passed, within(result), result.count),
     )

@@ -33,9 +33,9 @@ from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import published_name, rope_words
 from qkvcli.render.numbers import fmt_float
-from qkvcli.render.rich.layout import Fitted, Part, Row, noted
+from qkvcli.render.rich.layout import Fitted, Part, Row
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick
+from qkvcli.render.rich.tables import add_number_column, cell, elision_note, noted, pick
 
 SHADES = (" ", "░", "▒", "▓", "█")
 ASCII_SHADES = (" ", ".", ":", "*", "#")

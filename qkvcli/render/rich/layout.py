@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.render.rich.boxes import CARD
+from qkvcli.render.rich.tables import Noted, grid
+from qkvcli.render.wording import VERDICT, verdict_counts
 
 MEASURE_WIDTH = 10_000
 """Width offered when asking how wide something *needs* to be (no clamping to the screen)."""
@@ -40,20 +42,19 @@ def lines(*items: RenderableType | None) -> Group:
     return Group(*(item for item in items if item is not None))
 
 
-class Noted(Group):
-    """A body and the notes under it (what it elides and how to see it). Side by side in a
-    :class:`Row`, the notes go under the whole row, one a line, so two parts' notes never
-    interleave; alone or stacked, under the body."""
-
-    def __init__(self, body: RenderableType, notes: Iterable[Text | None]) -> None:
-        self.body = body
-        self.notes = [note for note in notes if note is not None]
-        super().__init__(body, *self.notes)
+def verdict_line(passed: bool, done: int, total: int) -> Text:
+    """``verdict: PASS (8 of 8 checks passed)``: the last line of every figure, the text
+    report's words (:func:`~qkvcli.render.wording.verdict`) in bold and colour."""
+    line = Text(VERDICT, style="bold")
+    line.append_text(status(passed))
+    line.append(" " + verdict_counts(done, total))
+    return line
 
 
-def noted(body: RenderableType, *notes: Text | None) -> RenderableType:
-    """``body`` with its notes (:class:`Noted`), or ``body`` alone when there are none."""
-    return Noted(body, notes) if any(note is not None for note in notes) else body
+def checks_card(rows: Iterable[tuple[bool, str, str]], passed: bool) -> Part:
+    """The Checks card: each check's PASS/FAIL word, name and evidence."""
+    return Part(grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1)),
+                titled("Checks", passed))
 
 
 class Part:

@@ -12,20 +12,35 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 import numpy as np
 from rich.box import Box
 from rich.cells import cell_len
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.arrays import Array
 from qkvcli.render.numbers import fmt_float, fmt_shape, format_chunk
 from qkvcli.render.rich.grid import GRID_FROM_CELLS, NumberGrid
-from qkvcli.render.rich.layout import noted
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
 
 FULL_HINT = "--full shows every value"
 Summarise = Callable[[Array], TensorSummary]
 """How a view gets a tensor's summary: :func:`summarise`, or summaries computed ahead."""
+
+
+class Noted(Group):
+    """A body and the notes under it (what it elides and how to see it). Side by side in a
+    :class:`Row`, the notes go under the whole row, one a line, so two parts' notes never
+    interleave; alone or stacked, under the body."""
+
+    def __init__(self, body: RenderableType, notes: Iterable[Text | None]) -> None:
+        self.body = body
+        self.notes = [note for note in notes if note is not None]
+        super().__init__(body, *self.notes)
+
+
+def noted(body: RenderableType, *notes: Text | None) -> RenderableType:
+    """``body`` with its notes (:class:`Noted`), or ``body`` alone when there are none."""
+    return Noted(body, notes) if any(note is not None for note in notes) else body
 
 
 def pick(count: int, limit: int, full: bool,
