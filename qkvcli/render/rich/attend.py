@@ -17,8 +17,6 @@ text view's (:mod:`qkvcli.render.attend`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 from rich import box
 from rich.console import Group, RenderableType
@@ -43,11 +41,13 @@ from qkvcli.render.rich.heatmap import heatmaps
 from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, checks_card, titled, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
+    Extra,
     add_number_column,
     cell,
     elision_note,
     noted,
     pick,
+    query_key_table,
     widest_line,
 )
 
@@ -85,40 +85,6 @@ def column_limits(count: int, options: RichOptions) -> list[int]:
     return list(range(min(count, MOST_COLUMNS), FEWEST_COLUMNS - 1, -1))
 
 
-Extra = tuple[str, Callable[[Array], str], bool]
-"""A column after the keys: its header, its cell from the query's row, whether it holds a number."""
-
-
-def _query_table(matrix: Array, title: str, options: RichOptions, limit: int,
-                 caption: str | None = None, extra: Sequence[Extra] = ()) -> RenderableType:
-    """A ``[queries, keys]`` matrix: rows ``t0 ..``, columns ``k t0 ..`` (at most
-    ``limit``), then the ``extra`` columns; a note says which are hidden."""
-    queries_count, keys_count = (int(n) for n in matrix.shape)
-    keys = pick(keys_count, limit, options.full)
-    queries = pick(queries_count, options.max_rows, options.full)
-    ellipsis = options.symbols.ellipsis
-    # one space of padding, as the heat maps: eight keys of nine-character scores fit 100 columns
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", caption=caption,
-                  caption_justify="left", padding=(0, 0, 0, 1))
-    table.add_column("query", no_wrap=True)
-    for j in keys:
-        add_number_column(table, ellipsis if j is None else f"k t{j}")
-    for header, _, number in extra:
-        if number:
-            add_number_column(table, header)
-        else:
-            table.add_column(header, no_wrap=True)
-    for i in queries:
-        if i is None:
-            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + len(extra) + 1)))
-            continue
-        table.add_row(cell(f"t{i}"), *(
-            cell(ellipsis if j is None else fmt_float(float(matrix[i, j]), options.precision))
-            for j in keys), *(cell(spell(matrix[i])) for _, spell, _ in extra))
-    return noted(table, elision_note(("queries", "t", queries, queries_count),
-                                     ("keys", "t", keys, keys_count)))
-
-
 def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
     """Batch item ``batch``'s scores ``S`` and scaled scores ``Z``, side by side when they fit.
 
@@ -133,7 +99,7 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
                else f"batch {batch}: Z = S / sqrt({c.d_k})",
                "-inf: masked (causal)" if c.causal else None))
     return Fitted([
-        Row([Part(_query_table(evidence.primary[name][batch], title, options, limit, caption),
+        Row([Part(query_key_table(evidence.primary[name][batch], title, options, limit, caption),
                   box=None)
              for name, title, caption in titles], gap=2, stack_expand=False, fill=False)
         for limit in column_limits(c.tokens, options)
@@ -214,8 +180,8 @@ def _attention_table(
     if bar:
         extra.append(("largest", lambda row: options.bar(float(np.max(row)) if row.size else 0.0,
                                                          BAR_WIDTH), False))
-    return _query_table(evidence.primary["attention"][batch], f"batch {batch}: weights A "
-                        "(rows: queries, columns: keys)", options, limit, extra=extra)
+    return query_key_table(evidence.primary["attention"][batch], f"batch {batch}: weights A "
+                           "(rows: queries, columns: keys)", options, limit, extra=extra)
 
 
 def _output_table(

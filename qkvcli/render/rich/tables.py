@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
-from rich.box import Box
+from rich.box import SIMPLE_HEAVY, Box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -199,6 +199,47 @@ def matrix_table(
               for col in col_pick),
         )
     return noted(table, *notes)
+
+
+Extra = tuple[str, Callable[[Array], str], bool]
+"""A column after the keys: its header, its cell from the query's row, whether it holds a number."""
+
+
+def query_key_table(matrix: Array, title: str, options: RichOptions, limit: int,
+                    caption: str | None = None, extra: Sequence[Extra] = (), *,
+                    label: str = "t", corner: str = "query", box: Box = SIMPLE_HEAVY,
+                    rows: int | None = None,
+                    spell: Callable[[int, int], Text] | None = None) -> RenderableType:
+    """A ``[queries, keys]`` matrix: rows ``t0 ..``, columns ``k t0 ..`` (``label`` ``""``:
+    ``0 ..`` both), at most ``limit`` keys and ``rows`` (default ``max_rows``) queries,
+    each value ``[i, j]`` spelled by ``spell(i, j)`` (default: at the precision), then the ``extra``
+    columns; a note says which are hidden."""
+    queries_count, keys_count = (int(n) for n in matrix.shape)
+    keys = pick(keys_count, limit, options.full)
+    queries = pick(queries_count, rows or options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    # one space of padding: eight keys of nine-character scores fit 100 columns
+    table = Table(title=title, box=box, title_justify="left", caption=caption,
+                  caption_justify="left", padding=(0, 0, 0, 1))
+    # a row label is a word; an index (label "") right-aligned, as a number
+    table.add_column(cell(corner), no_wrap=True, justify="left" if label else "right")
+    for j in keys:
+        add_number_column(table, ellipsis if j is None else f"k {label}{j}" if label else str(j))
+    for header, _, number in extra:
+        if number:
+            add_number_column(table, header)
+        else:
+            table.add_column(header, no_wrap=True)
+    for i in queries:
+        if i is None:
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + len(extra) + 1)))
+            continue
+        table.add_row(cell(f"{label}{i}"), *(
+            cell(ellipsis) if j is None else spell(i, j) if spell
+            else cell(fmt_float(float(matrix[i, j]), options.precision)) for j in keys),
+            *(cell(text(matrix[i])) for _, text, _ in extra))
+    return noted(table, elision_note(("queries", label, queries, queries_count),
+                                     ("keys", label, keys, keys_count)))
 
 
 def _spelled(values: Array, precision: int) -> list[str]:
