@@ -198,7 +198,7 @@ def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
         parts.append(Text(f"showing {len(batches)} of {c.batch} batch items; --full shows "
                           "every one", style="dim"))
     parts.append(legend(options))
-    if not ((options.full and c.tokens <= NUMBERS_UP_TO * 4) or c.tokens <= NUMBERS_UP_TO):
+    if not _numbered(c.tokens, options):
         parts.append(Text("each cell: the largest weight of its block of queries x keys "
                           "(equal blocks, floor(i T / n) boundaries; row label: the block's "
                           "first query), shaded as the legend says",
