@@ -165,9 +165,8 @@ class Row:
             body = part.panel(None)
             if part.box is None:
                 body = resolved(body, console, options.update_width(width))
-            if isinstance(body, Noted):
-                notes.extend(n for n in body.notes if n.plain not in {m.plain for m in notes})
-                body = body.body
+            body, found = unnoted(body)
+            notes.extend(n for n in found if n.plain not in {m.plain for m in notes})
             cells.append(body)
         grid.add_row(*cells)
         yield grid
@@ -176,6 +175,17 @@ class Row:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         widths = [part.required(console, options) for part in self.parts] or [0]
         return Measurement(min(max(widths), options.max_width), options.max_width)
+
+
+def unnoted(body: RenderableType) -> tuple[RenderableType, list[Text]]:
+    """``body`` without the notes of the :class:`Noted` in it (in it or its groups), and
+    those notes."""
+    if isinstance(body, Noted):
+        return body.body, body.notes
+    if isinstance(body, Group):
+        parts = [unnoted(item) for item in body.renderables]
+        return Group(*(item for item, _ in parts)), [n for _, found in parts for n in found]
+    return body, []
 
 
 def resolved(body: RenderableType, console: Console, options: ConsoleOptions) -> RenderableType:
