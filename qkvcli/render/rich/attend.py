@@ -9,9 +9,9 @@ stays one ``-f text`` or ``-f json`` away.
 
 Pure: builds renderables from the evidence; the command owns the ``Console``. Nothing
 here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
-figure it never cuts a number: keys and output features beyond the options' limits are
-elided with a note (``--full`` shows them all), and the attention and the output sit
-side by side only when both fit. The wording of checks, notes and the verdict is the
+figure it never cuts a number: tables side by side stack before any key is elided, and
+only keys and output features the screen cannot hold are elided, with a note naming
+them (``--full`` shows them all). The wording of checks, notes and the verdict is the
 text view's (:mod:`qkvcli.render.attend`).
 """
 
