@@ -179,6 +179,23 @@ def test_large_tensors_are_elided_with_a_note_never_silently(tmp_path: Path) -> 
     assert "X b=0" in text and "X b=4" in text and "X b=2" not in text
 
 
+
+def test_notes_of_tables_side_by_side_have_lines_of_their_own() -> None:
+    # W_Q beside Q, three dW side by side: each note once, alone on its line, saying which
+    # indices it hides.
+    text = render(render_rich(custom_evidence(batch=1, tokens=12, d_model=12, d_head=9)), 160)
+    notes = [line.strip(" ┃│┆║") for line in text.splitlines() if "showing" in line]
+    assert all(note.count("showing") == 1 and note.startswith("showing") for note in notes)
+    assert ("showing 7 of 12 d_model rows, 5 of 9 d_head columns; --full shows every value "
+            "(hidden: d_model rows 4..8, d_head columns 3..6)") in notes
+    # W_Q and Q side by side: both notes under the pair, one after the other
+    query = text.split("Query projection")[1].split("Key projection")[0].splitlines()
+    assert any("W_Q" in line and "Q b=0" in line for line in query)
+    shown = [line.strip(" │") for line in query if "showing" in line]
+    assert [line[:29] for line in shown] == ["showing 7 of 12 d_model rows,",
+                                             "showing 7 of 12 tokens, 5 of "]
+
+
 def test_full_shows_every_value(tmp_path: Path) -> None:
     evidence = custom_evidence(batch=3, tokens=10, d_model=8, d_head=7)
     text = render(render_rich(evidence, RichOptions(full=True)), 250)

@@ -9,9 +9,9 @@ stays one ``-f text`` or ``-f json`` away.
 
 Pure: builds renderables from the evidence; the command owns the ``Console``. Nothing
 here relies on colour alone: PASS/FAIL and note labels are words. Like the chapter's
-figure it never cuts a number: keys and output features beyond the options' limits are
-elided with a note (``--full`` shows them all), and the attention and the output sit
-side by side only when both fit. The wording of checks, notes and the verdict is the
+figure it never cuts a number: tables side by side stack before any key is elided, and
+only keys and output features the screen cannot hold are elided, with a note naming
+them (``--full`` shows them all). The wording of checks, notes and the verdict is the
 text view's (:mod:`qkvcli.render.attend`).
 """
 
@@ -38,13 +38,24 @@ from qkvcli.render.attend import (
 )
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, status, titled
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, checks_card, titled, verdict_line
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, elision_note, grid, pick, shown
-from qkvcli.render.wording import VERDICT, verdict_counts
+from qkvcli.render.rich.tables import (
+    Extra,
+    add_number_column,
+    cell,
+    elision_note,
+    noted,
+    pick,
+    query_key_table,
+    widest_line,
+)
 
 FEWEST_COLUMNS = 3
 """The narrowest layout still shows the first and last key (or feature) around a gap."""
+MOST_COLUMNS = 16
+"""The most keys (or features) a layout offers unless ``--full``: more than a 160-column
+figure holds."""
 
 SYMBOLS = {
     "upstream_output": "U = dO", "heads_output_gradient": "dH", "weights_gradient": "dA",
@@ -66,37 +77,12 @@ REVERSE_RULES = ("dA = dO V^T,", "dV = A^T dO,", "dZ = A*(dA - rowsum(dA*A)),", 
 
 
 def column_limits(count: int, options: RichOptions) -> list[int]:
-    """Column limits to try, widest first: every column with ``--full``, else at most
-    ``max_columns``, then fewer down to :data:`FEWEST_COLUMNS`."""
+    """Column limits to try, widest first: every column (``--full``, or up to
+    :data:`MOST_COLUMNS`), then one fewer at a time down to :data:`FEWEST_COLUMNS`: the
+    width of the screen, not ``max_columns``, decides how many keys are shown."""
     if options.full or count <= FEWEST_COLUMNS:
         return [count]
-    return list(range(min(count, options.max_columns), FEWEST_COLUMNS - 1, -1))
-
-
-def _score_table(
-    matrix: Array, title: str, options: RichOptions, limit: int, caption: str | None = None
-) -> RenderableType:
-    """A ``[queries, keys]`` matrix: rows ``t0 ..``, columns ``k t0 ..`` (at most ``limit``)."""
-    queries_count, keys_count = (int(n) for n in matrix.shape)
-    keys = pick(keys_count, limit, options.full)
-    queries = pick(queries_count, options.max_rows, options.full)
-    ellipsis = options.symbols.ellipsis
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", caption=caption,
-                  caption_justify="left")
-    table.add_column("query", no_wrap=True)
-    for j in keys:
-        add_number_column(table, ellipsis if j is None else f"k t{j}")
-    for i in queries:
-        if i is None:
-            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 1)))
-            continue
-        table.add_row(cell(f"t{i}"), *(
-            cell(ellipsis if j is None else fmt_float(float(matrix[i, j]), options.precision))
-            for j in keys))
-    if shown(keys) == keys_count and shown(queries) == queries_count:
-        return table
-    return Group(table, elision_note(("queries", "keys"), (shown(queries), queries_count),
-                                     (shown(keys), keys_count)))
+    return list(range(min(count, MOST_COLUMNS), FEWEST_COLUMNS - 1, -1))
 
 
 def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
@@ -113,7 +99,7 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
                else f"batch {batch}: Z = S / sqrt({c.d_k})",
                "-inf: masked (causal)" if c.causal else None))
     return Fitted([
-        Row([Part(_score_table(evidence.primary[name][batch], title, options, limit, caption),
+        Row([Part(query_key_table(evidence.primary[name][batch], title, options, limit, caption),
                   box=None)
              for name, title, caption in titles], gap=2, stack_expand=False, fill=False)
         for limit in column_limits(c.tokens, options)
@@ -190,36 +176,12 @@ def _attention_table(
 ) -> RenderableType:
     """Rows are queries, columns keys (at most ``limit``), then the row sum and (``bar``)
     the largest entry as a bar (the title keeps the published word, weights A)."""
-    c = evidence.config
-    attention = evidence.primary["attention"][batch]  # [T,T]
-    keys = pick(c.tokens, limit, options.full)
-    queries = pick(c.tokens, options.max_rows, options.full)
-    ellipsis = options.symbols.ellipsis
-    table = Table(title=f"batch {batch}: weights A (rows: queries, columns: keys)",
-                  box=box.SIMPLE_HEAVY, title_justify="left")
-    table.add_column("query", no_wrap=True)
-    for j in keys:
-        add_number_column(table, ellipsis if j is None else f"k t{j}")
-    add_number_column(table, "sum")
+    extra: list[Extra] = [("sum", lambda row: f"{float(np.sum(row)):.{SUM_PRECISION}f}", True)]
     if bar:
-        table.add_column("largest", no_wrap=True)
-    for index in queries:
-        if index is None:
-            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + 2 + bar)))
-            continue
-        row = attention[index]
-        largest = float(np.max(row)) if row.size else 0.0
-        table.add_row(
-            cell(f"t{index}"),
-            *(cell(ellipsis if j is None else fmt_float(float(row[j]), options.precision))
-              for j in keys),
-            cell(f"{float(np.sum(row)):.{SUM_PRECISION}f}"),
-            *([cell(options.bar(largest, BAR_WIDTH))] if bar else []),
-        )
-    if shown(keys) == c.tokens and shown(queries) == c.tokens:
-        return table
-    return Group(table, elision_note(("queries", "keys"), (shown(queries), c.tokens),
-                                     (shown(keys), c.tokens)))
+        extra.append(("largest", lambda row: options.bar(float(np.max(row)) if row.size else 0.0,
+                                                         BAR_WIDTH), False))
+    return query_key_table(evidence.primary["attention"][batch], f"batch {batch}: weights A "
+                           "(rows: queries, columns: keys)", options, limit, extra=extra)
 
 
 def _output_table(
@@ -232,27 +194,34 @@ def _output_table(
     features = pick(width, limit, options.full)
     queries = pick(tokens, options.max_rows, options.full)
     ellipsis = options.symbols.ellipsis
-    table = Table(title=f"batch {batch}: output O", box=box.SIMPLE_HEAVY, title_justify="left")
+    table = Table(title=f"batch {batch}: output O", box=box.SIMPLE_HEAVY, title_justify="left",
+                  padding=(0, 0, 0, 1))
+    rows = [(ellipsis, ellipsis) if index is None else (f"t{index}", "[" + ", ".join(
+        ellipsis if f is None else fmt_float(float(output[index, f]), options.precision)
+        for f in features) + "]") for index in queries]
     table.add_column("query", no_wrap=True)
-    table.add_column("output", no_wrap=True)
-    for index in queries:
-        if index is None:
-            table.add_row(cell(ellipsis), cell(ellipsis))
-            continue
-        values = (ellipsis if f is None else fmt_float(float(output[index, f]), options.precision)
-                  for f in features)
-        table.add_row(cell(f"t{index}"), cell("[" + ", ".join(values) + "]"))
-    if shown(features) == width and shown(queries) == tokens:
-        return table
-    return Group(table, elision_note(("queries", "features"), (shown(queries), tokens),
-                                     (shown(features), width)))
+    # a vector is one line: as wide as its widest, or rich measures it by its widest value
+    table.add_column("output", no_wrap=True, min_width=widest_line(v for _, v in rows))
+    for row in rows:
+        table.add_row(*map(cell, row))
+    return noted(table, elision_note(("queries", "t", queries, tokens),
+                                     ("features", "", features, width)))
 
 
-def _checks_part(evidence: AttendEvidence) -> Part:
-    """Every check as run's Checks card: its PASS/FAIL word, name and evidence."""
-    rows = grid(*((status(check.passed), check.name, check.detail)
-                  for check in attend_checks(evidence)), nowrap=(0, 1))
-    return Part(rows, titled("Checks", evidence.passed))
+def attention_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
+    """Batch item ``batch``'s weights ``A`` beside its output ``O`` when both fit.
+
+    Every key with the bar of the largest weight, then every key without it, then fewer
+    keys: the two tables stack before a key is elided.
+    """
+    c = evidence.config
+    limits = column_limits(c.tokens, options)
+    output = Fitted([_output_table(evidence, batch, options, limit)
+                     for limit in column_limits(c.d_v, options)])
+    layouts = [_attention_table(evidence, batch, options, limits[0]),
+               *(_attention_table(evidence, batch, options, limit, bar=False) for limit in limits)]
+    return Fitted([Row([Part(layout, box=None), Part(output, box=None)], gap=2,
+                       stack_expand=False, fill=False) for layout in layouts])
 
 
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
@@ -286,22 +255,13 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         parts.append(heatmaps(evidence, options))
     for b in range(c.batch if c.heads is None else 0):
         parts.append(scores_row(evidence, b, options))
-        limits = column_limits(c.tokens, options)
-        # the narrowest layout drops the bar of the largest weight before any more keys
-        attention = Fitted([*(_attention_table(evidence, b, options, limit) for limit in limits),
-                            _attention_table(evidence, b, options, limits[-1], bar=False)])
-        output = Fitted([_output_table(evidence, b, options, limit)
-                         for limit in column_limits(c.d_v, options)])
-        parts.append(Row([Part(attention, box=None), Part(output, box=None)],
-                         gap=2, stack_expand=False, fill=False))
+        parts.append(attention_row(evidence, b, options))
     parts.append(Row([reverse_summary(evidence, options)]))
-    parts.append(Row([_checks_part(evidence)]))
+    parts.append(Row([checks_card(((c.passed, c.name, c.detail) for c in attend_checks(evidence)),
+                                  evidence.passed)]))
     for note in evidence.notes:
         parts.append(Row([Part(Text(note_text(note)), f"note: {note.code}", box.ROUNDED,
                                "yellow")]))
-    verdict = Text(VERDICT, style="bold")
-    verdict.append_text(status(evidence.passed))
-    verdict.append(" " + verdict_counts(sum(c.passed for c in evidence.checks),
-                                        len(evidence.checks)))
-    parts.append(verdict)
+    parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
+                              len(evidence.checks)))
     return Group(*parts)

@@ -75,29 +75,8 @@ VALUE = RoleBox(_frame("╔═╦╗", "║ ║║", "╠═╬╣", "╚═╩�
 CARD = RoleBox(_frame("╭─┬╮", "│ ││", "├─┼┤", "╰─┴╯"), _ascii(_frame(".-..", "| ||", "|-+|", "'-''")))
 """Evidence cards: rounded (ASCII ``.-.`` over ``'-'``), so no card looks like a branch."""
 
-# fmt: off
-PLAIN = RoleBox(
-    "    \n"
-    "    \n"
-    " ── \n"
-    "    \n"
-    "    \n"
-    "    \n"
-    "    \n"
-    "    \n",
-    _ascii(
-        "    \n"
-        "    \n"
-        " -- \n"
-        "    \n"
-        "    \n"
-        "    \n"
-        "    \n"
-        "    \n"
-    ),
-)
+PLAIN = RoleBox("    \n    \n ── \n" + "    \n" * 5, _ascii("    \n    \n -- \n" + "    \n" * 5))
 """Tables inside cards that belong to no branch: a rule under the header only."""
-# fmt: on
 
 ROLE_BOXES: dict[str, RoleBox] = {"query": QUERY, "key": KEY, "value": VALUE}
 """The branch borders, in the declared order query, key, value."""

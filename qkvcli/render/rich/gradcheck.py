@@ -10,34 +10,18 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult, TensorCheck
+from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.gradcheck import within
 from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
-from qkvcli.render.rich.layout import lines, status
+from qkvcli.render.rich.layout import lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, grid
-from qkvcli.render.wording import VERDICT, verdict_counts
+from qkvcli.render.rich.tables import add_number_column, cell, grid, pick
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}
 MAX_FAILURES_SHOWN = 20
 """Without ``--full``, failed coordinates beyond this many per tensor are elided too."""
-
-
-def _shown_rows(tensor: TensorCheck, worst: CoordinateCheck | None,
-                options: RichOptions) -> list[int]:
-    """Row numbers to show: all, or a head, a tail, the failures and the worst row."""
-    count = len(tensor.checks)
-    if options.full or count <= options.max_checks:
-        return list(range(count))
-    head = options.max_checks // 2
-    tail = options.max_checks - head
-    keep = set(range(head)) | set(range(count - tail, count))
-    failures = [i for i, check in enumerate(tensor.checks) if not check.passed]
-    keep.update(failures[:MAX_FAILURES_SHOWN])
-    keep.update(i for i, check in enumerate(tensor.checks) if check is worst)
-    return sorted(keep)
 
 
 def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[Text]]:
@@ -59,15 +43,21 @@ def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[T
         if position:
             table.add_section()
         style = TENSOR_STYLES.get(tensor.tensor, "")
-        previous = -1
-        for row in _shown_rows(tensor, worst, options):
-            if row != previous + 1:
+        # a head and a tail of max_checks, and every failure (up to MAX_FAILURES_SHOWN) and
+        # the worst row between them
+        failures = [i for i, check in enumerate(tensor.checks) if not check.passed]
+        keep = [*failures[:MAX_FAILURES_SHOWN],
+                *(i for i, check in enumerate(tensor.checks) if check is worst)]
+        rows = pick(len(tensor.checks), options.max_checks + 1, options.full, keep)
+        for previous, row, following in zip([-1, *rows[:-1]], rows, [*rows[1:], None], strict=True):
+            if row is None:
                 # Never hide rows silently: say how many here, and how to see them below.
-                gap = row - previous - 1
+                assert previous is not None and following is not None
+                gap = following - previous - 1
                 hidden += gap
                 table.add_row(cell(symbols.ellipsis), cell(f"{gap} more"),
                               *(cell(symbols.ellipsis) for _ in range(4)), style="dim")
-            previous = row
+                continue
             check = tensor.checks[row]
             name = Text(check.tensor, style=style)
             if check is worst:
@@ -104,14 +94,6 @@ def _summary(result: GradcheckResult) -> Table:
     return grid(*rows, nowrap=(0, 3))
 
 
-def gradcheck_verdict(result: GradcheckResult) -> Text:
-    """``verdict: PASS (24 of 24 checks passed)``, or FAIL (:func:`~qkvcli.render.wording.verdict`)."""
-    line = Text(VERDICT, style="bold")
-    line.append_text(status(result.passed))
-    line.append(" " + verdict_counts(within(result), result.count))
-    return line
-
-
 def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None = None) -> Group:
     """Every checked coordinate (elided beyond ``options.max_checks`` unless ``full``).
 
@@ -135,5 +117,5 @@ def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None =
         *below,
         _summary(result),
         worst_line,
-        gradcheck_verdict(result),
+        verdict_line(result.passed, within(result), result.count),
     )

@@ -66,73 +66,47 @@ class NumberGrid:
         width = self.widths[column]
         return f" {text:<{width}} " if column == 0 else f" {text:>{width}} "
 
-    def _plain_lines(self, box: Box) -> RenderResult:
-        """Every line as one unstyled segment: what a console without colour shows (rich
-        drops styles there), at a fraction of the segments."""
-        new_line = Segment.line()
-
-        def joined(cells: Sequence[str], left: str, middle: str, right: str) -> Segment:
-            line = middle.join(self._cell(text, column) for column, text in enumerate(cells))
-            return Segment(f"{left}{line}{right}" if self.edge else line)
-
-        if self.edge:
-            yield Segment(self._rule(box.top_left, box.top, box.top_divider, box.top_right))
-            yield new_line
-        yield joined(self.header, box.head_left, box.head_vertical, box.head_right)
-        yield new_line
-        yield Segment(self._rule(box.head_row_left, box.head_row_horizontal,
-                                 box.head_row_cross, box.head_row_right))
-        yield new_line
-        for cells in self.rows:
-            yield joined(cells, box.mid_left, box.mid_vertical, box.mid_right)
-            yield new_line
-        if self.edge:
-            yield Segment(self._rule(box.bottom_left, box.bottom, box.bottom_divider,
-                                     box.bottom_right))
-            yield new_line
-
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         box = self.box.substitute(options, safe=console.safe_box)
-        if console.color_system is None and not console.record:
-            yield from self._plain_lines(box)
-            return
-        border = console.get_style(self.border_style) if self.border_style else Style()
-        bold, first = console.get_style("bold"), console.get_style(self.first_style)
-        marked = console.get_style(self.marked_style)
-        new_line = Segment.line()
+        # Without colour (rich drops styles there) each line is one unstyled segment: the
+        # same text at a fraction of the segments.
+        plain = console.color_system is None and not console.record
+
+        def style(name: str | None) -> Style | None:
+            return None if plain else console.get_style(name) if name else Style()
+
+        border, bold, first = style(self.border_style), style("bold"), style(self.first_style)
+        marked = style(self.marked_style)
 
         def row(cells: Sequence[str], left: str, middle: str, right: str,
-                header: bool, index: int) -> RenderResult:
-            if self.edge:
-                yield Segment(left, border)
+                index: int | None) -> list[Segment]:
+            """A line of cells (``index`` ``None``: the header), between the box's glyphs."""
+            line = [Segment(left, border)] if self.edge else []
             for column, text in enumerate(cells):
                 if column:
-                    yield Segment(middle, border)
-                if header:
-                    yield Segment(self._cell(text, column), bold)
-                elif column == 0:
-                    yield Segment(self._cell(text, column), first)
-                elif (index, column - 1) in self.marked:
-                    yield Segment(" " * (self.widths[column] - cell_len(text) + 1))
-                    yield Segment(text, marked)
-                    yield Segment(" ")
+                    line.append(Segment(middle, border))
+                if index is not None and (index, column - 1) in self.marked:
+                    line += [Segment(" " * (self.widths[column] - cell_len(text) + 1)),
+                             Segment(text, marked), Segment(" ")]
                 else:
-                    yield Segment(self._cell(text, column))
-            if self.edge:
-                yield Segment(right, border)
-            yield new_line
+                    line.append(Segment(self._cell(text, column), bold if index is None
+                                        else first if column == 0 else None))
+            return line + ([Segment(right, border)] if self.edge else [])
 
-        if self.edge:
-            yield Segment(self._rule(box.top_left, box.top, box.top_divider, box.top_right),
-                          border)
-            yield new_line
-        yield from row(self.header, box.head_left, box.head_vertical, box.head_right, True, -1)
-        yield Segment(self._rule(box.head_row_left, box.head_row_horizontal,
-                                 box.head_row_cross, box.head_row_right), border)
-        yield new_line
-        for index, cells in enumerate(self.rows):
-            yield from row(cells, box.mid_left, box.mid_vertical, box.mid_right, False, index)
-        if self.edge:
-            yield Segment(self._rule(box.bottom_left, box.bottom, box.bottom_divider,
-                                     box.bottom_right), border)
+        def rule(left: str, fill: str, cross: str, right: str) -> list[Segment]:
+            return [Segment(self._rule(left, fill, cross, right), border)]
+
+        drawn = [
+            *([rule(box.top_left, box.top, box.top_divider, box.top_right)] if self.edge else []),
+            row(self.header, box.head_left, box.head_vertical, box.head_right, None),
+            rule(box.head_row_left, box.head_row_horizontal, box.head_row_cross,
+                 box.head_row_right),
+            *(row(cells, box.mid_left, box.mid_vertical, box.mid_right, index)
+              for index, cells in enumerate(self.rows)),
+            *([rule(box.bottom_left, box.bottom, box.bottom_divider, box.bottom_right)]
+              if self.edge else []),
+        ]
+        new_line = Segment.line()
+        for line in drawn:
+            yield from [Segment("".join(part.text for part in line))] if plain else line
             yield new_line

@@ -35,7 +35,7 @@ from qkvcli.render.attend import published_name, rope_words
 from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.layout import Fitted, Part, Row
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, elision_note, pick, shown
+from qkvcli.render.rich.tables import cell, query_key_table
 
 SHADES = (" ", "░", "▒", "▓", "█")
 ASCII_SHADES = (" ", ".", ":", "*", "#")
@@ -103,35 +103,18 @@ def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOpt
     """One head's attention for one batch item: queries down, keys across, ``limit`` keys,
     each cell its glyph and its weight."""
     attention = evidence.primary["attention"][batch, head]  # [T,T]
-    tokens = int(attention.shape[0])
     shades = ASCII_SHADES if options.ascii else SHADES
-    keys = pick(tokens, limit, options.full)
-    queries = pick(tokens, max(options.max_rows, NUMBERS_UP_TO), options.full)
-    table = Table(title=f"batch {batch}, head {head}", box=box.SIMPLE, title_justify="left",
-                  padding=(0, 0, 0, 1))
-    table.add_column(cell("q\\k"), justify="right")
-    for key in keys:
-        add_number_column(table, options.symbols.ellipsis if key is None else str(key))
-    for query in queries:
-        if query is None:
-            table.add_row(cell(options.symbols.ellipsis), *(cell("") for _ in keys))
-            continue
-        row: list[Text] = [cell(str(query))]
-        largest = scale_of(attention[query], options)
-        for key in keys:
-            if key is None:
-                row.append(cell(options.symbols.ellipsis))
-                continue
-            value = float(attention[query, key])
-            shade = level(value, largest)
-            # glyph and number form one word, so the table measures it whole and never folds it
-            row.append(Text(f"{shades[shade]}{fmt_float(value, options.precision)}",
-                            style=COLOURS[shade] or ""))
-        table.add_row(*row)
-    if shown(keys) == tokens and shown(queries) == tokens:
-        return table
-    return Group(table, elision_note(("queries", "keys"), (shown(queries), tokens),
-                                     (shown(keys), tokens)))
+
+    def spell(query: int, key: int) -> Text:
+        value = float(attention[query, key])
+        shade = level(value, scale_of(attention[query], options))
+        # glyph and number form one word, so the table measures it whole and never folds it
+        return Text(f"{shades[shade]}{fmt_float(value, options.precision)}",
+                    style=COLOURS[shade] or "")
+
+    return query_key_table(attention, f"batch {batch}, head {head}", options, limit, label="",
+                           corner="q\\k", box=box.SIMPLE,
+                           rows=max(options.max_rows, NUMBERS_UP_TO), spell=spell)
 
 
 def blocks(count: int, parts: int) -> list[tuple[int, int]]:
@@ -215,7 +198,7 @@ def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
         parts.append(Text(f"showing {len(batches)} of {c.batch} batch items; --full shows "
                           "every one", style="dim"))
     parts.append(legend(options))
-    if not ((options.full and c.tokens <= NUMBERS_UP_TO * 4) or c.tokens <= NUMBERS_UP_TO):
+    if not _numbered(c.tokens, options):
         parts.append(Text("each cell: the largest weight of its block of queries x keys "
                           "(equal blocks, floor(i T / n) boundaries; row label: the block's "
                           "first query), shaded as the legend says",

@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.render.rich.boxes import CARD
+from qkvcli.render.rich.tables import Noted, grid
+from qkvcli.render.wording import VERDICT, verdict_counts
 
 MEASURE_WIDTH = 10_000
 """Width offered when asking how wide something *needs* to be (no clamping to the screen)."""
@@ -40,11 +42,26 @@ def lines(*items: RenderableType | None) -> Group:
     return Group(*(item for item in items if item is not None))
 
 
+def verdict_line(passed: bool, done: int, total: int) -> Text:
+    """``verdict: PASS (8 of 8 checks passed)``: the last line of every figure, the text
+    report's words (:func:`~qkvcli.render.wording.verdict`) in bold and colour."""
+    line = Text(VERDICT, style="bold")
+    line.append_text(status(passed))
+    line.append(" " + verdict_counts(done, total))
+    return line
+
+
+def checks_card(rows: Iterable[tuple[bool, str, str]], passed: bool) -> Part:
+    """The Checks card: each check's PASS/FAIL word, name and evidence."""
+    return Part(grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1)),
+                titled("Checks", passed))
+
+
 class Part:
     """One piece of a :class:`Row`: a body, drawn in a panel when ``box`` is given.
 
-    An object, not a record: it keeps ``widths``, :meth:`required` per console and
-    options (a nested view asks for it at every level).
+    An object, not a record: it keeps its measured widths per console and options (a
+    nested view asks for them at every level).
     """
 
     __slots__ = ("body", "border_style", "box", "title", "widths")
@@ -55,7 +72,7 @@ class Part:
         self.title = title
         self.box = box
         self.border_style = border_style
-        self.widths: dict[tuple[object, ...], tuple[Console, int]] = {}
+        self.widths: dict[tuple[object, ...], tuple[Console, int, int]] = {}
 
     def panel(self, width: int | None) -> RenderableType:
         if self.box is None:
@@ -65,8 +82,10 @@ class Part:
             border_style=self.border_style or "none", width=width, expand=width is None,
         )
 
-    def required(self, console: Console, options: ConsoleOptions) -> int:
-        """The narrowest width that shows the body without breaking a number or a name."""
+    def measure(self, console: Console, options: ConsoleOptions) -> tuple[int, int]:
+        """The narrowest width that shows the body without breaking a number or a name
+        (a :class:`Fitted` body: its widest layout), and the width it takes when nothing
+        limits it."""
         wide = options.update_width(MEASURE_WIDTH)
         # Measuring walks every cell below, and the same answer is asked for again and again
         # (the CLI's width check, then each Row's choice at every level of nesting). At this
@@ -75,13 +94,23 @@ class Part:
         key = (id(console), wide.encoding, wide.legacy_windows, wide.is_terminal)
         known = self.widths.get(key)
         if known is not None and known[0] is console:
-            return known[1]
-        need = Measurement.get(console, wide, self.body).minimum
+            return known[1], known[2]
+        # Side by side, a Fitted body shows its widest layout: parts stack before any is elided.
+        body = self.body.layouts[0] if isinstance(self.body, Fitted) else self.body
+        found = Measurement.get(console, wide, body)
+        need, natural = found.minimum, found.maximum
         if self.box is not None:
             title = Text(self.title) if isinstance(self.title, str) else self.title
-            need = max(need, title.cell_len + 2 if title is not None else 0) + 4
-        self.widths[key] = (console, need)
-        return need
+            least = title.cell_len + 2 if title is not None else 0
+            need, natural = max(need, least) + 4, max(natural, least) + 4
+        self.widths[key] = (console, need, natural)
+        return need, natural
+
+    def required(self, console: Console, options: ConsoleOptions) -> int:
+        """The narrowest width that shows the body without breaking a number or a name."""
+        if isinstance(self.body, Fitted):
+            return Measurement.get(console, options.update_width(MEASURE_WIDTH), self.body).minimum
+        return self.measure(console, options)[0]
 
 
 class Row:
@@ -89,6 +118,9 @@ class Row:
 
     The choice is made at render time from the width rich offers, so the same renderable
     gives the wide figure in a wide terminal and the stacked one in a narrow terminal.
+    ``fill`` parts share the width equally; the others each get what they need, then
+    what they would take, in order, and each is drawn at exactly that width (a
+    :class:`Fitted` part picks its layout for it), so no number is ever squeezed.
     """
 
     def __init__(
@@ -99,27 +131,68 @@ class Row:
         self.stack_expand = stack_expand
         self.fill = fill
 
-    def _side_by_side(self, console: Console, options: ConsoleOptions) -> bool:
+    def _widths(self, console: Console, options: ConsoleOptions) -> list[int] | None:
+        """Each part's width side by side, or ``None`` to stack them."""
         count = len(self.parts)
         if count < 2:
-            return False
-        column = (options.max_width - self.gap * (count - 1)) // count
-        return all(part.required(console, options) <= column for part in self.parts)
+            return None
+        room = options.max_width - self.gap * (count - 1)
+        measured = [part.measure(console, options) for part in self.parts]
+        if self.fill:
+            column = room // count
+            return [column] * count if all(need <= column for need, _ in measured) else None
+        spare = room - sum(need for need, _ in measured)
+        if spare < 0:
+            return None
+        widths = []
+        for need, natural in measured:
+            more = min(spare, max(0, natural - need))
+            widths.append(need + more)
+            spare -= more
+        return widths
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self._side_by_side(console, options):
-            grid = Table.grid(padding=(0, self.gap), expand=self.fill)
-            for _ in self.parts:
-                grid.add_column(ratio=1 if self.fill else None)
-            grid.add_row(*(part.panel(None) for part in self.parts))
-            yield grid
+        widths = self._widths(console, options)
+        if widths is None:
+            for part in self.parts:
+                yield part.panel(None if self.stack_expand else part.required(console, options))
             return
-        for part in self.parts:
-            yield part.panel(None if self.stack_expand else part.required(console, options))
+        grid = Table.grid(padding=(0, self.gap), expand=self.fill)
+        cells: list[RenderableType] = []
+        notes: list[Text] = []
+        for part, width in zip(self.parts, widths, strict=True):
+            grid.add_column(ratio=1 if self.fill else None, width=None if self.fill else width)
+            body = part.panel(None)
+            if part.box is None:
+                body = resolved(body, console, options.update_width(width))
+            body, found = unnoted(body)
+            notes.extend(n for n in found if n.plain not in {m.plain for m in notes})
+            cells.append(body)
+        grid.add_row(*cells)
+        yield grid
+        yield from notes
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         widths = [part.required(console, options) for part in self.parts] or [0]
         return Measurement(min(max(widths), options.max_width), options.max_width)
+
+
+def unnoted(body: RenderableType) -> tuple[RenderableType, list[Text]]:
+    """``body`` without the notes of the :class:`Noted` in it (in it or its groups), and
+    those notes."""
+    if isinstance(body, Noted):
+        return body.body, body.notes
+    if isinstance(body, Group):
+        parts = [unnoted(item) for item in body.renderables]
+        return Group(*(item for item, _ in parts)), [n for _, found in parts for n in found]
+    return body, []
+
+
+def resolved(body: RenderableType, console: Console, options: ConsoleOptions) -> RenderableType:
+    """What ``body`` draws at ``options``' width: a :class:`Fitted` body's chosen layout."""
+    while isinstance(body, Fitted):
+        body = body.choose(console, options)
+    return body
 
 
 class Fitted:
@@ -133,13 +206,16 @@ class Fitted:
     def __init__(self, layouts: Sequence[RenderableType]) -> None:
         self.layouts = list(layouts)
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+    def choose(self, console: Console, options: ConsoleOptions) -> RenderableType:
+        """The widest layout that fits ``options.max_width`` (else the narrowest)."""
         wide = options.update_width(MEASURE_WIDTH)
         for layout in self.layouts[:-1]:
             if Measurement.get(console, wide, layout).minimum <= options.max_width:
-                yield layout
-                return
-        yield self.layouts[-1]
+                return layout
+        return self.layouts[-1]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.choose(console, options)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         # As narrow as the narrowest layout, as wide as the widest: measured as the narrowest

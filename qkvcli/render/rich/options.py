@@ -40,10 +40,11 @@ class RichOptions(Record):
     ``precision`` is the number of decimals; unless ``full``, a tensor shows at most
     ``max_rows`` rows, ``max_columns`` columns and ``max_batches`` batch items (and a
     gradient check at most ``max_checks`` rows per tensor), the rest replaced by an
-    ellipsis and a note. ``ascii`` spells every glyph in ASCII (the CLI
-    sets it when the output stream cannot encode Unicode). ``shading`` is how a heat map
-    shades a weight: ``absolute`` (against 1: a near-uniform row stays light) or ``row``
-    (against the largest weight of its query row: a row's peak is darkest at any length).
+    ellipsis and a note; attend's tables of keys show as many keys as the screen holds.
+    ``ascii`` spells every glyph in ASCII (the CLI sets it when the output stream cannot
+    encode Unicode). ``shading`` is how a heat map shades a weight: ``absolute``
+    (against 1: a near-uniform row stays light) or ``row`` (against the largest weight of
+    its query row: a row's peak is darkest at any length).
     """
 
     precision: int = 6

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
-from rich.box import Box
+from rich.box import SIMPLE_HEAVY, Box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -25,6 +25,22 @@ from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
 FULL_HINT = "--full shows every value"
 Summarise = Callable[[Array], TensorSummary]
 """How a view gets a tensor's summary: :func:`summarise`, or summaries computed ahead."""
+
+
+class Noted(Group):
+    """A body and the notes under it (what it elides and how to see it). Side by side in a
+    :class:`Row`, the notes go under the whole row, one a line, so two parts' notes never
+    interleave; alone or stacked, under the body."""
+
+    def __init__(self, body: RenderableType, notes: Iterable[Text | None]) -> None:
+        self.body = body
+        self.notes = [note for note in notes if note is not None]
+        super().__init__(body, *self.notes)
+
+
+def noted(body: RenderableType, *notes: Text | None) -> RenderableType:
+    """``body`` with its notes (:class:`Noted`), or ``body`` alone when there are none."""
+    return Noted(body, notes) if any(note is not None for note in notes) else body
 
 
 def pick(count: int, limit: int, full: bool,
@@ -74,10 +90,31 @@ def add_number_column(table: Table, header: str | Text) -> None:
     table.add_column(cell(header), justify="right", overflow="fold")
 
 
-def elision_note(what: tuple[str, str], rows: tuple[int, int], cols: tuple[int, int]) -> Text:
-    """``showing 4 of 9 rows, 5 of 9 columns; --full shows every value``."""
-    return Text(f"showing {rows[0]} of {rows[1]} {what[0]}, {cols[0]} of {cols[1]} "
-                f"{what[1]}; {FULL_HINT}", style="dim")
+Axis = tuple[str, str, Sequence[int | None], int]
+"""An axis a table may elide: its word (``keys``), its label prefix (``t``), the indices
+:func:`pick` chose and how many there are."""
+
+
+def hidden(indices: Sequence[int | None], count: int, prefix: str) -> str:
+    """The indices ``indices`` skips, as ranges: ``t3..t5, t9``."""
+    present = [index for index in indices if index is not None]
+    ranges = [(a + 1, b - 1) for a, b in zip([-1, *present], [*present, count], strict=True)
+              if b - a > 1]
+    return ", ".join(f"{prefix}{a}" if a == b else f"{prefix}{a}..{prefix}{b}" for a, b in ranges)
+
+
+def elision_note(*axes: Axis) -> Text | None:
+    """``showing 5 of 8 keys; --full shows every value (hidden: keys t3..t5)``: what each
+    elided axis shows, exactly which indices it hides and how to see them; ``None`` when
+    every index is shown."""
+    cut = [(word, prefix, picked, count) for word, prefix, picked, count in axes
+           if shown(picked) < count]
+    if not cut:
+        return None
+    showing = ", ".join(f"{shown(picked)} of {count} {word}" for word, _, picked, count in cut)
+    which = ", ".join(f"{word} {hidden(picked, count, prefix)}"
+                      for word, prefix, picked, count in cut)
+    return Text(f"showing {showing}; {FULL_HINT} (hidden: {which})", style="dim")
 
 
 def summary_note(
@@ -131,17 +168,15 @@ def matrix_table(
     row_pick = pick(rows, options.max_rows, options.full, [mark[0] for mark in marks])
     col_pick = pick(cols, options.max_columns, options.full, [mark[1] for mark in marks])
     ellipsis = options.symbols.ellipsis
-    note: Text | None = None
-    if shown(row_pick) < rows or shown(col_pick) < cols:
-        note = elision_note(what, (shown(row_pick), rows), (shown(col_pick), cols))
+    note = elision_note((what[0], row_label, row_pick, rows), (what[1], "", col_pick, cols))
     whole = summary_note(matrix, corner, options, summaries) if summary else None
     marked = (Text(f"{options.symbols.mark} differs from the fixture's expect (the Checks "
                    "card says by how much)", style="bold") if marks else None)
-    notes = [n for n in (note, whole, marked) if n is not None]
+    notes = (note, whole, marked)
     if (len(row_pick) + 1) * (len(col_pick) + 1) > GRID_FROM_CELLS:
         grid = _number_grid(matrix, corner, row_label, box, options, row_pick, col_pick,
                             border_style, edge, marks)
-        return Group(grid, *notes) if notes else grid
+        return noted(grid, *notes)
     table = Table(
         box=box, border_style=border_style,
         header_style="bold", show_edge=edge,
@@ -163,7 +198,48 @@ def matrix_table(
               else _number(float(matrix[row, col]), (row, col) in marks, options)
               for col in col_pick),
         )
-    return Group(table, *notes) if notes else table
+    return noted(table, *notes)
+
+
+Extra = tuple[str, Callable[[Array], str], bool]
+"""A column after the keys: its header, its cell from the query's row, whether it holds a number."""
+
+
+def query_key_table(matrix: Array, title: str, options: RichOptions, limit: int,
+                    caption: str | None = None, extra: Sequence[Extra] = (), *,
+                    label: str = "t", corner: str = "query", box: Box = SIMPLE_HEAVY,
+                    rows: int | None = None,
+                    spell: Callable[[int, int], Text] | None = None) -> RenderableType:
+    """A ``[queries, keys]`` matrix: rows ``t0 ..``, columns ``k t0 ..`` (``label`` ``""``:
+    ``0 ..`` both), at most ``limit`` keys and ``rows`` (default ``max_rows``) queries,
+    each value ``[i, j]`` spelled by ``spell(i, j)`` (default: at the precision), then the ``extra``
+    columns; a note says which are hidden."""
+    queries_count, keys_count = (int(n) for n in matrix.shape)
+    keys = pick(keys_count, limit, options.full)
+    queries = pick(queries_count, rows or options.max_rows, options.full)
+    ellipsis = options.symbols.ellipsis
+    # one space of padding: eight keys of nine-character scores fit 100 columns
+    table = Table(title=title, box=box, title_justify="left", caption=caption,
+                  caption_justify="left", padding=(0, 0, 0, 1))
+    # a row label is a word; an index (label "") right-aligned, as a number
+    table.add_column(cell(corner), no_wrap=True, justify="left" if label else "right")
+    for j in keys:
+        add_number_column(table, ellipsis if j is None else f"k {label}{j}" if label else str(j))
+    for header, _, number in extra:
+        if number:
+            add_number_column(table, header)
+        else:
+            table.add_column(header, no_wrap=True)
+    for i in queries:
+        if i is None:
+            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + len(extra) + 1)))
+            continue
+        table.add_row(cell(f"{label}{i}"), *(
+            cell(ellipsis) if j is None else spell(i, j) if spell
+            else cell(fmt_float(float(matrix[i, j]), options.precision)) for j in keys),
+            *(cell(text(matrix[i])) for _, text, _ in extra))
+    return noted(table, elision_note(("queries", label, queries, queries_count),
+                                     ("keys", label, keys, keys_count)))
 
 
 def _spelled(values: Array, precision: int) -> list[str]:

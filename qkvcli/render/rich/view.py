@@ -2,33 +2,271 @@
 
 The query, key and value branches are told apart by border (solid, dashed, double;
 see :mod:`qkvcli.render.rich.boxes`), never by colour alone, and sit side by side when the
-width allows, stacked when it does not. Evidence cards follow, each with a PASS/FAIL
-word (:mod:`qkvcli.render.rich.cards`), then every check and a verdict line.
-:func:`render_rich` is pure: it returns a
-:class:`rich.console.Group` for the CLI to print.
+width allows, stacked when it does not. Evidence cards follow, one per family of evidence
+(combined input gradient, branch-local weight gradients, changing only the query weight,
+shapes and empty axes, numerical checks, rejected boundaries, the historical contrast,
+every check) with a PASS/FAIL word, then a verdict line. :func:`render_rich` is pure: it
+returns a :class:`rich.console.Group` for the CLI to print.
 """
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from qkvcli.check.chapter26_evidence import Evidence
-from qkvcli.render.numbers import fmt_shape
+from qkvcli.core.names import BRANCHES
+from qkvcli.core.results import ShapeProbe
+from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import (
     INPUT,
     INPUT_STYLE,
     LETTERS,
+    PLAIN,
     ROLE_BOXES,
     ROLE_SENTENCES,
     ROLE_STYLES,
     ROLES,
 )
-from qkvcli.render.rich.cards import evidence_cards, expect_marks, verdict_line
-from qkvcli.render.rich.layout import Flow, Part, Row, lines, titled
+from qkvcli.render.rich.layout import (
+    Flow,
+    Part,
+    Row,
+    checks_card,
+    lines,
+    status,
+    titled,
+    verdict_line,
+)
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import Summarise, batched_tables, matrix_table, pairs
-from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
+from qkvcli.render.rich.tables import (
+    Summarise,
+    batched_tables,
+    cell,
+    grid,
+    longest_word,
+    matrix_table,
+    pairs,
+)
+from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries, summarise
+from qkvcli.render.wording import check_rows
+
+REJECTION_REASONS = {
+    "rank-two": "The input must keep explicit batch, token, and feature axes.",
+    "input-width": "The final input axis must match the model width.",
+    "branch-mismatch": "All three projection weights must use the same model width.",
+    "head-mismatch": "All three projection weights must use the same head width.",
+    "duplicate-name": "Every parameter needs its own stable name.",
+}
+ANALOGY = (
+    "Query-like and key/value-like are a limited retrospective analogy for the earlier "
+    "two-stream mechanism."
+)
+
+
+def expect_marks(evidence: Evidence, name: str) -> frozenset[tuple[int, ...]]:
+    """The coordinates of ``name`` (an ``expect`` key: ``query``, ``input_gradient``...)
+    whose value differs from the fixture's ``expect``: marked in the figure."""
+    if evidence.expect is None:
+        return frozenset()
+    return frozenset(m.coordinate for m in evidence.expect.mismatches if m.name == name)
+
+
+def _upstream_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
+    """U_Q, U_K, U_V: the upstream gradients dL/dQ, dL/dK, dL/dV the reverse pass starts
+    from, what a learner needs to recompute dX and each dW by hand."""
+    p = evidence.primary
+    tables = [
+        Part(Group(*batched_tables(upstream, f"U_{LETTERS[role]}", ROLE_BOXES[role], options,
+                                   ROLE_STYLES[role], summaries=summaries)), box=None)
+        for role, upstream in zip(ROLES, (p.grad_query, p.grad_key, p.grad_value), strict=True)
+    ]
+    body = lines(
+        Text("U = dL/dQ, dL/dK, dL/dV: the fixture's upstream gradients, where the reverse "
+             "pass starts (dQ = U_Q, dK = U_K, dV = U_V)."),
+        Row(tables, gap=3, stack_expand=False, fill=False),
+    )
+    return Part(body, titled("Upstream gradients"))
+
+
+def _input_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
+    p = evidence.primary
+    t = options.symbols.transpose
+    loss = Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
+                f"{fmt_float(p.loss, options.precision)}")
+    if expect_marks(evidence, "loss"):
+        loss.append(f" {options.symbols.mark} differs from the fixture's expect",
+                    style="bold reverse")
+    body = lines(
+        Text(f"dX = dQ W_Q{t} + dK W_K{t} + dV W_V{t}"),
+        Text(f"All three paths add into the shared input; shape(dX) = "
+             f"{fmt_shape(p.grad_input.shape)}.", style="dim"),
+        loss,
+        *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False, summaries=summaries,
+                        marks=expect_marks(evidence, "input_gradient")),
+    )
+    return Part(body, titled("Combined input gradient", evidence.reverse_ok))
+
+
+def _weight_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
+    p = evidence.primary
+    g = evidence.gradcheck
+    t = options.symbols.transpose
+    tables = []
+    passed = True
+    for index, role in enumerate(ROLES):
+        letter = LETTERS[role]
+        grad = p.weight_gradients[index]
+        checked = g.checks_of(f"{role}_weight")
+        passed = passed and checked.passed
+        ok = sum(1 for check in checked.checks if check.passed)
+        caption = Text(f"{role}: {ok} of {len(checked.checks)} coordinates ")
+        caption.append_text(status(checked.passed))
+        tables.append(Part(
+            Group(matrix_table(grad, f"dW_{letter}", "", ROLE_BOXES[role], options,
+                               ("d_model rows", "d_head columns"), ROLE_STYLES[role],
+                               summaries=summaries,
+                               marks=expect_marks(evidence, f"{role}_weight_gradient")),
+                  caption),
+            box=None,
+        ))
+    body = lines(
+        Text(f"dW = X_(BT){t} dY_(BT) in each branch: a weight's gradient never crosses "
+             "branches."),
+        Row(tables, gap=3, stack_expand=False, fill=False),
+    )
+    return Part(body, titled("Branch-local weight gradients", passed))
+
+
+def _independence_part(evidence: Evidence) -> Part:
+    ind = evidence.independence
+    if not ind.applicable:
+        body: RenderableType = Text("not applicable: the input has no non-zero feature column")
+    else:
+        rows = grid(
+            (ROLE_SENTENCES["query"], "changed" if ind.query_changed else "unchanged",
+             status(ind.query_changed)),
+            (ROLE_SENTENCES["key"], "bitwise unchanged" if ind.key_unchanged else "changed",
+             status(ind.key_unchanged)),
+            (ROLE_SENTENCES["value"], "bitwise unchanged" if ind.value_unchanged else "changed",
+             status(ind.value_unchanged)),
+            nowrap=(2,),
+        )
+        body = lines(Text(f"Add 1 to W_Q[{ind.row},0] and project X again:", style="dim"), rows)
+    return Part(body, titled("Change only the query weight", ind.passed))
+
+
+def _outputs(probe: ShapeProbe) -> tuple[tuple[int, ...], ...]:
+    """Q's, K's and V's shapes (a probe that failed has none)."""
+    return tuple(shape for name, shape, _ in probe.results if name in BRANCHES)
+
+
+def _shapes_part(evidence: Evidence, options: RichOptions) -> Part:
+    s = evidence.shapes
+    c = evidence.config
+    arrow = options.symbols.arrow
+    probes = (("fixture input", s.rule), ("batch doubled", s.batch),
+              ("empty batch axis", s.empty_batch), ("empty token axis", s.empty_tokens))
+    rows = grid(
+        *((label, f"{fmt_shape(probe.input)} {arrow} "
+                  f"{','.join(fmt_shape(out) for out in _outputs(probe))}",
+           status(probe.kept))
+          for label, probe in probes),
+        nowrap=(0, 2),
+    )
+    times = options.symbols.times
+    body = lines(
+        rows,
+        Text(f"trainable scalars: 3 {times} {c.d_model} {times} {c.d_head} = "
+             f"{evidence.primary.parameter_count}", style="dim"),
+    )
+    return Part(body, titled("Shapes and empty axes", s.passed))
+
+
+def _rejected_part(evidence: Evidence, options: RichOptions) -> Part:
+    rows = []
+    for case in evidence.errors.cases():
+        detail = Text(REJECTION_REASONS.get(case.case, ""))
+        detail.append(f"\n{options.safe(case.message or 'accepted')}", style="dim")
+        rows.append((status(case.rejected), f"rejected {case.case}", detail))
+    return Part(grid(*rows, nowrap=(0, 1)), titled("Rejected boundaries", evidence.errors.passed))
+
+
+def _numerical_part(evidence: Evidence, options: RichOptions) -> Part:
+    g = evidence.gradcheck
+    e = evidence.errors
+    i = evidence.initialization
+    counts = " ".join(
+        f"n_{key}={len(g.checks_of(tensor).checks)}"
+        for key, tensor in (("X", "input"), ("Q", "query_weight"), ("K", "key_weight"),
+                            ("V", "value_weight"))
+    )
+    worst = g.worst
+    worst_line = (
+        Text(f"worst scaled error {fmt_error(worst.scaled_error)} at "
+             f"{worst.tensor}{fmt_shape(worst.coordinate)}", style="dim")
+        if worst is not None else None
+    )
+    within = sum(1 for tensor in g.tensors for check in tensor.checks if check.passed)
+    rows = grid(
+        ("gradcheck", f"{within} of {g.count} coordinates within tolerance", status(g.passed)),
+        ("replay", "bitwise" if evidence.replay_bitwise else "mismatch",
+         status(evidence.replay_bitwise)),
+        ("names", "unique" if e.duplicate_name.rejected else "unchecked",
+         status(e.duplicate_name.rejected)),
+        ("initialization",
+         f"seed {i.seed}, " + ("transactional" if i.transactional else "partial"),
+         status(i.passed)),
+        nowrap=(0, 2),
+    )
+    passed = g.passed and evidence.replay_bitwise and e.duplicate_name.rejected and i.passed
+    body = lines(
+        Text(counts),
+        Text(f"step h = {g.step!r}   tolerance {options.symbols.tau} = {g.tolerance!r}"),
+        worst_line,
+        rows,
+    )
+    return Part(body, titled("Numerical checks", passed))
+
+
+def _history_part(evidence: Evidence, options: RichOptions) -> Part:
+    """Where attention's inputs come from, then and now (sources as rows, so it fits 80 columns)."""
+    h = evidence.history
+    dash = options.symbols.dash
+    table = Table(box=PLAIN, header_style="bold", pad_edge=False, show_edge=False)
+    headers = ("Source", "Additive encoder-decoder attention", "Transformer self-attention")
+    rows = (("Previous decoder state", h.earlier_left, dash),
+            ("Encoder annotations", h.earlier_right, dash),
+            ("One previous-layer sequence", dash, h.transformer_source))
+    for index, header in enumerate(headers):
+        # Wrap at spaces only: a word split in two (``encoder-annotati``/``ons``) misreads.
+        words = longest_word([header, *(row[index] for row in rows)])
+        table.add_column(cell(header), overflow="fold", min_width=words)
+    for row in rows:
+        table.add_row(*map(cell, row))
+    body = lines(table, Text(f"mapping: {h.mapping}. {ANALOGY}", style="dim"))
+    return Part(body, titled("Change from two attention sources to one"))
+
+
+def evidence_cards(
+    evidence: Evidence, options: RichOptions, summaries: Summarise = summarise
+) -> list[Row]:
+    """The cards, paired in rows that sit side by side when wide and stack when narrow.
+
+    ``summaries`` gives a large tensor's summary (the figure passes those it computed ahead).
+    """
+    return [
+        Row([_upstream_part(evidence, options, summaries)]),
+        Row([_input_gradient_part(evidence, options, summaries), _independence_part(evidence)]),
+        Row([_weight_gradient_part(evidence, options, summaries)]),
+        Row([_shapes_part(evidence, options), _numerical_part(evidence, options)]),
+        Row([_rejected_part(evidence, options)]),
+        Row([_history_part(evidence, options)]),
+        Row([checks_card(((c.passed, c.name, c.detail) for c in check_rows(evidence)),
+                         evidence.passed)]),
+    ]
+
 
 BORDER_WORDS = {"query": "solid", "key": "dashed", "value": "double"}
 TITLE = "Split one hidden sequence into three learned views"
@@ -131,5 +369,6 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
         *evidence_cards(evidence, options, summaries),
         Text("The figure stops before comparing queries with keys: chapter 27 computes "
              "scores, probabilities and a weighted value mixture.", style="dim"),
-        verdict_line(evidence),
+        verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
+                     len(evidence.checks)),
     )
