@@ -94,3 +94,24 @@ def gpt2_page(factory: pytest.TempPathFactory) -> Path:
         write_page(folder, "attend", str(gpt2_fixture(folder)), name="gpt2.html")
         _GPT2["page"] = folder / "gpt2.html"
     return _GPT2["page"]
+
+
+def unexplained(html: str) -> list[str]:
+    """The numbers of a page whose panel opens neither terms nor "given by the fixture":
+    each as ``tensor|index`` (with its field or statistic), as the page's script looks
+    them up."""
+    data = page_data(html)
+    given = set(data["given"])
+    missing = []
+    for number in numbers_of(html):
+        key = "|".join((number["data-tensor"], number["data-index"])) + "".join(
+            f"|{number[a]}" for a in ("data-variant",) if number.get(a))
+        if number.get("data-stat") and not number["data-index"]:
+            key += f"|{number['data-stat']}"
+        derivations = data["derivations"]
+        if (key in derivations or f"{number['data-tensor']}|*" in derivations
+                or number["data-tensor"] in given):
+            continue
+        missing.append(key + "".join(f" {number[a]}" for a in ("data-field", "data-stat")
+                                     if number.get(a)))
+    return missing

@@ -20,10 +20,10 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, Failure
 from qkvcli.render.check import check_verdict, failure_detail, family_detail, say, word
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import Derivation, Step
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import Check
+from qkvcli.stages.terms import Derivation, Step
 
 NUMBERED = ("value-differs", "point")
 """The clause codes whose numbers the page shows (and where in their facts they are)."""

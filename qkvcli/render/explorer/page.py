@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.explorer.derive import Derivation
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.tensors import shows_values, summarise
+from qkvcli.stages.table import STAGES
+from qkvcli.stages.terms import Derivation, Step, exact_sum, facts
 
 Deriver = Callable[[tuple[int, ...]], Derivation | None]
 """What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
@@ -59,6 +60,29 @@ ROW_VALUES = 16
 """Values per row of a 1-D tensor's table."""
 GRADCHECK_ROWS = 256
 """Gradient-check rows shown per tensor (the JSON report holds every one)."""
+SUMMARY_TERMS = 6
+"""Terms a panel of a summarised tensor's value lists (its largest; the rest one row)."""
+BRIEF_OVER = 512
+"""Values of a tensor shown in full above which its values' panels give the stage's
+element formula and operands, not each value's terms (a GPT-2 layer's 2,304 bias
+gradients, each a sum over 1,024 tokens, would otherwise take megabytes)."""
+
+
+def shortened(derivation: Derivation | None) -> Derivation | None:
+    """``derivation`` with its :data:`SUMMARY_TERMS` largest terms listed and the others
+    summed in one row (a summarised tensor's panels: a GPT-2 layer's page stays small)."""
+    if derivation is None:
+        return None
+    terms = [row for row in derivation.rows if row.part in ("term", "rest")]
+    if len(terms) <= SUMMARY_TERMS + 1:
+        return derivation
+    kept = sorted(range(len(terms)), key=lambda i: -abs(float(terms[i].value)))[:SUMMARY_TERMS]
+    chosen = {i for i in kept if terms[i].part == "term"}
+    listed = [terms[i] for i in sorted(chosen)]
+    others = exact_sum(float(row.value) for i, row in enumerate(terms) if i not in chosen)
+    return derivation._replace(rows=(*listed, Step("the other terms together", others, "rest"),
+                                     *(row for row in derivation.rows
+                                       if row.part not in ("term", "rest"))))
 
 
 def branch_of(name: str) -> str | None:
@@ -114,6 +138,9 @@ class Page:
             document["s"] = 0  # the rows are facts (their part "f" unless said)
         if heading:
             document["h"] = heading
+        if derivation.stage in STAGES:
+            stage = STAGES[derivation.stage]
+            document["g"] = self.label(f"{stage.name}: {stage.element}; {stage.axes_text()}")
         self.derivations[key] = document
 
     def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
@@ -126,7 +153,8 @@ class Page:
         mask's weights: ``data-variant``)."""
         where = index if isinstance(index, str) else index_text(index)
         if derivation is not None:
-            key = f"{tensor}|{where}" + (f"|{variant}" if variant else "")
+            key = f"{tensor}|{where}" + (f"|{variant}" if variant else "") + (
+                f"|{stat}" if stat and not where else "")
             self.derive(key, derivation, heading)
         extra = (f' data-variant="{variant}"' if variant else "") + (
             f' data-field="{field}"' if field else "") + (
@@ -137,14 +165,15 @@ class Page:
     # --- tensors -------------------------------------------------------------------
 
     def tensor(self, name: str, array: Array, derive: Deriver | None = None,
-               caption: str = "", lead: int | None = None, given: bool = False) -> str:
-        """A tensor's block: every value in tables (one per batch item, or per batch item
-        and head), or its summary when it is larger than the terminal shows in full.
+               caption: str = "", given: bool = False,
+               axes: Sequence[str] | None = None) -> str:
+        """A tensor's block: every value in tables (one per value of its leading axes), or
+        its summary when it is larger than the terminal shows in full.
 
-        ``lead``: how many leading axes select a table (batch, head); by default all but
-        the last two (a 3-D tensor: one table per batch item). ``given``: the fixture
-        holds the tensor (its panel says so; a computed one without ``derive`` says the
-        page lists no terms for it).
+        ``axes``: the names of the leading axes that select a table (by default ``batch``
+        for a 3-D tensor, ``batch, head`` for a 4-D one); a ``batch`` or ``head`` axis
+        follows the page's switch. ``given``: the fixture holds the tensor (its panel says
+        so).
         """
         if given:
             self.given.add(name)
@@ -157,24 +186,42 @@ class Page:
                  + "</h3>")
         intro = f'<p class="caption">{escape(caption)}</p>' if caption else ""
         if shows_values(values.size, "summary"):
+            if derive is not None and values.size > BRIEF_OVER:
+                self.describe(name, derive(tuple(0 for _ in values.shape)), values.size)
+                derive = None
+            lead = (("batch", "head")[:max(values.ndim - 2, 0)] if axes is None
+                    else tuple(axes))
             body = self.tables(name, values, derive, lead)
         else:
-            body = self.summary(name, values, derive)
+            body = self.summary(name, values, None if derive is None
+                                else lambda at: shortened(derive(at)))
         return f'<section class="{classes}" data-name="{escape(name)}">{title}{intro}{body}</section>'
 
+    def describe(self, tensor: str, example: Derivation | None, count: int) -> None:
+        """One panel for every value of ``tensor``: its stage's element formula and axes
+        (from ``example``, the derivation of its first value), its terms not listed."""
+        if example is None or example.stage not in STAGES:
+            return
+        stage = STAGES[example.stage]
+        self.derivations[f"{tensor}|*"] = {
+            "f": self.label(stage.element), "s": 0,
+            "r": [[self.label("stage"), f"{stage.name}: {stage.formula}", "x"],
+                  [self.label("operands → output"), stage.axes_text(), "x"],
+                  [self.label("terms"), f"not listed: this tensor shows {count} values, the "
+                   f"page lists the terms of tensors of at most {BRIEF_OVER}", "x"]]}
+
     def tables(self, name: str, values: Array, derive: Deriver | None,
-               lead: int | None) -> str:
-        if values.ndim <= 2:
-            return self.grid(name, values.reshape((1,) * (2 - values.ndim) + values.shape),
-                             (), derive, values.ndim)
-        lead = values.ndim - 2 if lead is None else lead
+               lead: Sequence[str]) -> str:
+        if values.ndim <= 2 or not lead:
+            flat = values.reshape((1,) * (2 - values.ndim) + values.shape) if values.ndim <= 2 \
+                else values
+            return self.grid(name, flat, (), derive, values.ndim)
         parts = []
-        for where in np.ndindex(*values.shape[:lead]):
-            attributes = f' data-batch="{where[0]}"'
-            label = f"batch {where[0]}"
-            if lead > 1:
-                attributes += f' data-head="{where[1]}"'
-                label += f", head {where[1]}"
+        for where in np.ndindex(*values.shape[:len(lead)]):
+            attributes = "".join(f' data-{axis}="{i}"' for axis, i in zip(lead, where,
+                                                                           strict=True)
+                                 if axis in ("batch", "head"))
+            label = ", ".join(f"{axis} {i}" for axis, i in zip(lead, where, strict=True))
             parts.append(f'<div class="slice"{attributes}><p class="slice-name">{label}</p>'
                          + self.grid(name, values[where], where, derive, 2) + "</div>")
         return "".join(parts)
@@ -219,8 +266,7 @@ class Page:
             for flat in flats:
                 index = at(flat)
                 derivation = derive(index) if derive is not None else None
-                shown.append(self.number(name, index, float(values[index]), derivation,
-                                         heading=f"{name}[{index_text(index)}]"))
+                shown.append(self.number(name, index, float(values[index]), derivation))
             return " ".join(shown)
 
         first = numbers(range(min(4, count)))
@@ -233,8 +279,15 @@ class Page:
                 derivation = derive(index) if derive is not None else None
                 shown = self.number(name, index, value, derivation, stat=stat)
                 extremes += f"<dt>{stat}</dt><dd>{shown} at [{index_text(index)}]</dd>"
-        mean = self.number(name, "", s.mean, stat="mean")
-        norm = self.number(name, "", s.l2_norm, stat="l2_norm")
+        every = np.asarray(values, dtype=np.float64).reshape(-1)
+        total, squares = float(np.sum(every)), float(np.sum(every * every))
+        mean = self.number(name, "", s.mean, facts(
+            "", f"the sum of the {count} values over their count",
+            [("sum of the values", total), ("count", str(count))], s.mean), stat="mean")
+        norm = self.number(name, "", s.l2_norm, facts(
+            "", f"the square root of the sum of the {count} values' squares",
+            [("sum of the squares", squares), ("count", str(count))], s.l2_norm),
+            stat="l2_norm")
         return (f'<dl class="summary"><dt>count</dt><dd>{count} values (summarised above '
                 f"4096, as the terminal does; the JSON report's digest is the same)</dd>"
                 f"<dt>first</dt><dd>{first}</dd><dt>last</dt><dd>{last}</dd>{extremes}"
@@ -244,7 +297,7 @@ class Page:
     # --- heat maps -----------------------------------------------------------------
 
     def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
-                derive: Callable[[tuple[int, ...], bool], Derivation], tokens: int,
+                derive: Callable[[tuple[int, ...], bool], Derivation | None], tokens: int,
                 masked_at: Callable[[tuple[int, ...]], float], extra: str = "",
                 variant: str = "") -> str:
         """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
@@ -334,7 +387,7 @@ class Page:
             "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             '<link rel="icon" href="data:,">',
-            f"<title>{escape(self.title)}</title><style>{asset('explorer.css')}</style></head>",
+            f"<title>{escape(heading)}</title><style>{asset('explorer.css')}</style></head>",
             '<body data-scale="row">',
             f'<header><h1>{escape(heading)}</h1><p class="verdict {state}">'
             f"{'✔' if passed else '✘'} {escape(verdict)}</p>",
