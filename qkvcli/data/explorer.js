@@ -85,10 +85,21 @@
     opened = element;
     element.classList.add("open");
     panel.hidden = false;
+    uncover(element);
+  }
+
+  // the panel never hides the number it explains: room below the page, and the number
+  // scrolled above the panel when the panel would cover it
+  function uncover(element) {
+    document.body.style.paddingBottom = (panel.offsetHeight + 24) + "px";
+    var top = panel.getBoundingClientRect().top;
+    var rect = element.getBoundingClientRect();
+    if (rect.bottom > top - 8) { window.scrollBy(0, rect.bottom - top + 16); }
   }
 
   function close() {
     panel.hidden = true;
+    document.body.style.paddingBottom = "";
     if (opened) {
       opened.classList.remove("open");
       opened.focus();

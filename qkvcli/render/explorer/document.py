@@ -77,6 +77,8 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
         name = str(entry.get("tensor", ""))
         checks = list(entry.get("checks", []))
         shown, rows = checks[:GRADCHECK_ROWS], []
+        scientific = {field: page.tiny(float(c[field]) for c in shown)
+                      for field in ("analytic", "numerical", "scaled_error")}
         for check in shown:
             direction = check.get("direction")
             if direction is not None:
@@ -89,7 +91,8 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
             derivation = gradcheck_point(analytic, numerical, step, error, tolerance, passed)
             heading = f"gradient check of {name} at {label}"
             key = f"gradcheck.{name}"
-            cells = [page.number(key, where, value, derivation, field=field, heading=heading)
+            cells = [page.number(key, where, value, derivation, field=field, heading=heading,
+                                 scientific=scientific[field])
                      for field, value in (("analytic", analytic), ("numerical", numerical),
                                           ("scaled_error", error))]
             word = "✔ PASS" if passed else "✘ FAIL"

@@ -74,15 +74,18 @@ def shortened(derivation: Derivation | None) -> Derivation | None:
     if derivation is None:
         return None
     terms = [row for row in derivation.rows if row.part in ("term", "rest")]
-    if len(terms) <= SUMMARY_TERMS + 1:
+    if len(terms) <= SUMMARY_TERMS + 1 and not any(
+            row.label.startswith("  ") for row in derivation.rows):
         return derivation
     kept = sorted(range(len(terms)), key=lambda i: -abs(float(terms[i].value)))[:SUMMARY_TERMS]
     chosen = {i for i in kept if terms[i].part == "term"}
     listed = [terms[i] for i in sorted(chosen)]
     others = exact_sum(float(row.value) for i, row in enumerate(terms) if i not in chosen)
+    # a listed detail of a term (a path's own products) is indented: left out here
     return derivation._replace(rows=(*listed, Step("the other terms together", others, "rest"),
                                      *(row for row in derivation.rows
-                                       if row.part not in ("term", "rest"))))
+                                       if row.part not in ("term", "rest")
+                                       and not row.label.startswith("  "))))
 
 
 def branch_of(name: str) -> str | None:
@@ -115,14 +118,30 @@ class Page:
 
     # --- numbers -------------------------------------------------------------------
 
-    def fmt(self, value: float | str) -> str:
-        return value if isinstance(value, str) else fmt_float(float(value), self.precision)
+    def fmt(self, value: float | str, scientific: bool = False) -> str:
+        """A number as the page writes it: :func:`fmt_float` at the page's precision, or
+        (``scientific``: a table one of whose values fixed point would not show) every
+        value of that table in scientific notation with as many significant digits."""
+        if isinstance(value, str):
+            return value
+        if scientific and math.isfinite(value):
+            return f"{float(value):.{max(self.precision - 1, 0)}e}"
+        return fmt_float(float(value), self.precision)
+
+    def tiny(self, values: Iterable[float]) -> bool:
+        """Whether fixed point at the page's precision would not show one of ``values``
+        (a non-zero value it would round to zero): then their table is scientific."""
+        flat = np.asarray(list(values) if not isinstance(values, np.ndarray) else values,
+                          dtype=np.float64).reshape(-1)
+        small = np.abs(flat[np.isfinite(flat)])
+        return bool(np.any((small > 0) & (small < 0.5 * 10.0 ** -self.precision)))
 
     def label(self, text: str) -> int:
         """The number of a shared label (a label used twice is stored once)."""
         return self.labels.setdefault(text, len(self.labels))
 
-    def derive(self, key: str, derivation: Derivation, heading: str = "") -> None:
+    def derive(self, key: str, derivation: Derivation, heading: str = "",
+               scientific: bool = False) -> None:
         """Keep ``derivation`` for the number whose ``tensor|index`` is ``key``."""
         if key in self.derivations:
             return
@@ -132,7 +151,7 @@ class Page:
             "r": [[self.label(row.label), self.fmt(row.value)]
                   + ([PARTS[row.part]] if row.part != usual else [])
                   for row in derivation.rows],
-            "v": self.fmt(derivation.value),
+            "v": self.fmt(derivation.value, scientific),
         }
         if derivation.terms_total != "sum":
             document["s"] = 0  # the rows are facts (their part "f" unless said)
@@ -146,7 +165,7 @@ class Page:
     def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
                derivation: Derivation | None = None, *, field: str = "", stat: str = "",
                css: str = "", heading: str = "", tag: str = "span",
-               variant: str = "") -> str:
+               variant: str = "", scientific: bool = False) -> str:
         """A number as an element (``tag``) with its ``data-*`` contract, its derivation
         kept. The script makes each one focusable (``tabindex``, ``role=button``).
         ``variant`` tells apart a number of another run than the report's (the other
@@ -155,12 +174,12 @@ class Page:
         if derivation is not None:
             key = f"{tensor}|{where}" + (f"|{variant}" if variant else "") + (
                 f"|{stat}" if stat and not where else "")
-            self.derive(key, derivation, heading)
+            self.derive(key, derivation, heading, scientific)
         extra = (f' data-variant="{variant}"' if variant else "") + (
             f' data-field="{field}"' if field else "") + (
             f' data-stat="{stat}"' if stat else "") + (f' class="{css}"' if css else "")
         return (f'<{tag} data-tensor="{escape(tensor)}" data-index="{where}"{extra}>'
-                f"{escape(self.fmt(value))}</{tag}>")
+                f"{escape(self.fmt(value, scientific))}</{tag}>")
 
     # --- tensors -------------------------------------------------------------------
 
@@ -241,13 +260,15 @@ class Page:
             rows = [(r, [(*lead, r, c) for c in range(matrix.shape[1])])
                     for r in range(matrix.shape[0])]
             head = "".join(f'<th scope="col">{c}</th>' for c in range(matrix.shape[1]))
+        scientific = self.tiny(matrix)
         out = [f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>']
         for label, indices in rows:
             cells = []
             for index in indices:
                 value = float(flat[index[0]]) if ndim == 1 else float(matrix[index[-2:]])
                 derivation = derive(index) if derive is not None else None
-                cells.append(self.number(name, index, value, derivation, tag="td"))
+                cells.append(self.number(name, index, value, derivation, tag="td",
+                                         scientific=scientific))
             out.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
         out.append("</tbody></table>")
         return "".join(out)
