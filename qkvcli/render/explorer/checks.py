@@ -8,7 +8,7 @@ from html import escape
 
 from qkvcli.render.wording import Check
 
-MARKS = {"pass": "✔", "fail": "✘", "skip": "–"}
+MARKS = {"pass": "✔", "fail": "✘", "skip": "\u2013"}
 
 
 def check_item(check: Check, word: str, state: str) -> str:
