@@ -64,7 +64,13 @@
         tr.className = part;
         var adds = summing && (part === "term" || part === "rest");
         cell(tr, adds ? (terms++ === 0 ? " " : "+") : "", "op");
-        cell(tr, data.labels[r[0]]);
+        var label = cell(tr, data.labels[r[0]]);
+        if (r[3]) {  // the operand values a product multiplies
+          var ops = document.createElement("span");
+          ops.className = "ops";
+          ops.textContent = "  " + r[3];
+          label.appendChild(ops);
+        }
         cell(tr, r[1], "value");
         table.appendChild(tr);
       }

@@ -57,6 +57,7 @@ class Step(Record):
     label: str
     value: float | str
     part: str = "term"
+    operands: tuple[float, ...] = ()  # the operand values a product term multiplies
 
 
 class Derivation(Record):
@@ -80,17 +81,23 @@ class Derivation(Record):
 
 
 def listed(labels: Sequence[str], values: Array, limit: int = MAX_TERMS,
-           part: str = "term") -> list[Step]:
-    """``values`` as rows labelled ``labels``; past ``limit``, the ``limit`` largest by
-    magnitude (in their own order) and one row holding the others' sum (``rest`` for
-    terms, a ``fact`` otherwise)."""
+           part: str = "term", operands: Sequence[Array] = ()) -> list[Step]:
+    """``values`` as rows labelled ``labels`` (each with its ``operands``' values: the
+    vectors whose element-wise product ``values`` is); past ``limit``, the ``limit``
+    largest by magnitude (in their own order) and one row holding the others' sum
+    (``rest`` for terms, a ``fact`` otherwise)."""
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    columns = [_vector(o) for o in operands]
+
+    def step(i: int) -> Step:
+        return Step(labels[i], float(flat[i]), part, tuple(float(c[i]) for c in columns))
+
     if flat.size <= limit:
-        return [Step(label, float(v), part) for label, v in zip(labels, flat, strict=True)]
+        return [step(i) for i in range(flat.size)]
     keep = np.sort(np.argsort(-np.abs(flat), kind="stable")[:limit])
     others = np.ones(flat.size, dtype=bool)
     others[keep] = False
-    rows = [Step(labels[i], float(flat[i]), part) for i in keep]
+    rows = [step(int(i)) for i in keep]
     rows.append(Step(f"the other {int(others.sum())} together", exact_sum(flat[others]),
                      "rest" if part == "term" else "fact"))
     return rows
@@ -117,7 +124,8 @@ def _vector(values: Array) -> Array:
 def contraction(stage: str, formula: str, left: Array, right: Array, labels: Sequence[str],
                 value: float) -> Derivation:
     """A sum of products ``Σ_r left[r] * right[r]``: one term per ``r``."""
-    return Derivation(formula, tuple(listed(labels, _vector(left) * _vector(right))), value,
+    return Derivation(formula, tuple(listed(labels, _vector(left) * _vector(right),
+                                            operands=(left, right))), value,
                       stage=stage)
 
 
@@ -142,7 +150,7 @@ def projection(x: Array, weight: Array, bias: Array | None, index: Index, value:
     row, column = _vector(x[b, t]), _vector(weight[:, j])
     x_name, w_name, b_name = names
     labels = [f"{x_name}[{b},{t},{i}] {TIMES} {w_name}[{i},{j}]" for i in range(row.size)]
-    rows = listed(labels, row * column)
+    rows = listed(labels, row * column, operands=(row, column))
     formula = f"row {t} of {x_name} (batch {b}) times column {j} of {w_name}"
     if bias is not None:
         rows.append(Step(f"{b_name}[{j}]", float(bias[j])))
@@ -160,11 +168,12 @@ def input_paths(upstreams: Sequence[Array], weights: Sequence[Array], index: Ind
     paths, products = [], []
     for u_name, w_name, upstream, weight in zip(upstream_names, weight_names, upstreams,
                                                  weights, strict=True):
-        path = _vector(upstream[b, t]) * _vector(weight[i])
+        grads, weight_row = _vector(upstream[b, t]), _vector(weight[i])
+        path = grads * weight_row
         paths.append(Step(f"({u_name} {w_name}\u1d40){coordinate(index)}", exact_sum(path)))
         labels = [f"  {w_name[-1]} path: {u_name}[{b},{t},{j}] {TIMES} {w_name}[{i},{j}]"
                   for j in range(path.size)]
-        products += listed(labels, path, part="fact")
+        products += listed(labels, path, part="fact", operands=(grads, weight_row))
     branches = ", ".join(name[-1] for name in weight_names)
     return Derivation(f"the {len(paths)} paths back to X ({branches}) add; below, each "
                       "path's products", tuple(paths + products), value,
@@ -175,13 +184,14 @@ def weight_gradient(x: Array, upstream: Array, index: tuple[int, int], value: fl
                     upstream_name: str, x_name: str = "X") -> Derivation:
     """``dW[i,j] = sum over batch b and tokens t of X[b,t,i] U[b,t,j]``."""
     i, j = index
-    products = (np.asarray(x[:, :, i], dtype=np.float64)
-                * np.asarray(upstream[:, :, j], dtype=np.float64))
+    inputs = np.asarray(x[:, :, i], dtype=np.float64)
+    grads = np.asarray(upstream[:, :, j], dtype=np.float64)
+    products = inputs * grads
     batch, tokens = products.shape
     labels = [f"b{b} t{t}: {x_name}[{b},{t},{i}] {TIMES} {upstream_name}[{b},{t},{j}]"
               for b in range(batch) for t in range(tokens)]
     return Derivation(f"the sum over {batch} batch items and {tokens} tokens",
-                      tuple(listed(labels, products)), value,
+                      tuple(listed(labels, products, operands=(inputs, grads))), value,
                       stage="projection reverse (weight)")
 
 
@@ -237,8 +247,10 @@ def rotation(x: Array, cos: Array, sin: Array, index: Index, value: float, layou
         if inverse:
             first, second = (la, xa, "cos\u03b8", cosine), (lb, xb, "sin\u03b8", sine)
     where = f"position {t if position is None else position}"
-    rows = (Step(f"{first[0]} {TIMES} {first[2]}", first[1] * first[3]),
-            Step(f"{second[0]} {TIMES} {second[2]}", second[1] * second[3]),
+    rows = (Step(f"{first[0]} {TIMES} {first[2]}", first[1] * first[3], "term",
+                 (first[1], first[3])),
+            Step(f"{second[0]} {TIMES} {second[2]}", second[1] * second[3], "term",
+                 (second[1], second[3])),
             Step(f"cos\u03b8 (pair {i}, {where})", cosine, "fact"),
             Step(f"sin\u03b8 (pair {i}, {where})", sine, "fact"))
     turn = "turned back by \u2212\u03b8" if inverse else "turned by \u03b8"
@@ -370,7 +382,8 @@ def mixture(weights: Array, values: Array, index: Index, value: float,
                + f" times coordinate {c} of each value row"
                + (f"; the {a_row.size - len(seen)} keys after {t} weigh 0"
                   if len(seen) < a_row.size else ""))
-    return Derivation(formula, tuple(listed(labels, a_row[seen] * column[seen])), value,
+    return Derivation(formula, tuple(listed(labels, a_row[seen] * column[seen],
+                                            operands=(a_row[seen], column[seen]))), value,
                       stage="mixture")
 
 
@@ -405,7 +418,7 @@ def softmax_reverse(weights: Array, grad_weights: Array, index: Index, value: fl
             Step(f"{g_name}{_at(lead, q, k)}", g, "fact"),
             Step(f"\u03a3_j {a_name}_j {g_name}_j over row {q}", inner, "fact")]
     rows += listed([f"  key {j}: {a_name} {TIMES} {g_name}" for j in range(a_row.size)],
-                   products, part="fact")
+                   products, part="fact", operands=(a_row, g_row))
     return Derivation(f"the softmax's reverse on row {q}", tuple(rows), value,
                       stage="softmax reverse")
 

@@ -1,10 +1,11 @@
 """The explorer page's building blocks: numbers as elements, tensors, heat maps, checks, the page.
 
 A :class:`Page` collects what a report shows as HTML pieces and, for every number, the
-derivation its panel opens (:mod:`qkvcli.render.explorer.derive`), and assembles one
-self-contained document: the styles and the script (``qkvcli/data/explorer.css`` and
-``explorer.js``) inline, the derivations as one JSON block, a content security policy
-that forbids every request. The contract a script may rely on (docs/explorer.md):
+derivation its panel opens (:mod:`qkvcli.stages.terms`, chosen by
+:mod:`qkvcli.render.explorer.derive`), and assembles one self-contained document: the
+styles and the script (``qkvcli/data/explorer.css`` and ``explorer.js``) inline, the
+derivations as one JSON block, a content security policy that forbids every request.
+The contract a script may rely on (docs/explorer.md):
 
 - every value of a tensor, of the gradient check and of a finding is an element with
   ``data-tensor`` (its key in the JSON report: a tensor's name under ``tensors``;
@@ -43,7 +44,7 @@ Deriver = Callable[[tuple[int, ...]], Derivation | None]
 """What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
 
 PARTS = {"term": "t", "rest": "r", "fact": "f", "text": "x"}
-"""How the page's data spells a row's part (:class:`~qkvcli.render.explorer.derive.Step`)."""
+"""How the page's data spells a row's part (:class:`~qkvcli.stages.terms.Step`)."""
 BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dashed border)",
                 "value": "value branch (double border)"}
 LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
@@ -115,6 +116,7 @@ class Page:
         self.derivations: dict[str, Any] = {}
         self.labels: dict[str, int] = {}
         self.given: set[str] = set()
+        self.operands = True  # list a product term's operand values (not in summaries)
 
     # --- numbers -------------------------------------------------------------------
 
@@ -148,9 +150,7 @@ class Page:
         usual = "term" if derivation.terms_total == "sum" else "fact"
         document: dict[str, Any] = {
             "f": self.label(derivation.formula),
-            "r": [[self.label(row.label), self.fmt(row.value)]
-                  + ([PARTS[row.part]] if row.part != usual else [])
-                  for row in derivation.rows],
+            "r": [self.row(row, usual) for row in derivation.rows],
             "v": self.fmt(derivation.value, scientific),
         }
         if derivation.terms_total != "sum":
@@ -161,6 +161,17 @@ class Page:
             stage = STAGES[derivation.stage]
             document["g"] = self.label(f"{stage.name}: {stage.element}; {stage.axes_text()}")
         self.derivations[key] = document
+
+    def row(self, row: Step, usual: str) -> list[Any]:
+        """A derivation's row as the page's data: label, value, part (when not the usual),
+        and the operands a product multiplies (``a * b``, where the page lists them)."""
+        found: list[Any] = [self.label(row.label), self.fmt(row.value)]
+        part = PARTS[row.part] if row.part != usual else ""
+        if row.operands and self.operands:
+            found += [part, " \u00d7 ".join(self.fmt(v) for v in row.operands)]
+        elif part:
+            found.append(part)
+        return found
 
     def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
                derivation: Derivation | None = None, *, field: str = "", stat: str = "",
@@ -212,8 +223,10 @@ class Page:
                     else tuple(axes))
             body = self.tables(name, values, derive, lead)
         else:
+            self.operands = False  # a summary's panels stay small: products alone
             body = self.summary(name, values, None if derive is None
                                 else lambda at: shortened(derive(at)))
+            self.operands = True
         return f'<section class="{classes}" data-name="{escape(name)}">{title}{intro}{body}</section>'
 
     def describe(self, tensor: str, example: Derivation | None, count: int) -> None:
