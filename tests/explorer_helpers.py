@@ -94,3 +94,62 @@ def gpt2_page(factory: pytest.TempPathFactory) -> Path:
         write_page(folder, "attend", str(gpt2_fixture(folder)), name="gpt2.html")
         _GPT2["page"] = folder / "gpt2.html"
     return _GPT2["page"]
+
+
+def unexplained(html: str) -> list[str]:
+    """The numbers of a page whose panel opens neither terms nor "given by the fixture":
+    each as ``tensor|index`` (with its field or statistic), as the page's script looks
+    them up."""
+    data = page_data(html)
+    given = set(data["given"])
+    missing = []
+    for number in numbers_of(html):
+        key = "|".join((number["data-tensor"], number["data-index"])) + "".join(
+            f"|{number[a]}" for a in ("data-variant",) if number.get(a))
+        if number.get("data-stat") and not number["data-index"]:
+            key += f"|{number['data-stat']}"
+        derivations = data["derivations"]
+        if (key in derivations or f"{number['data-tensor']}|*" in derivations
+                or number["data-tensor"] in given):
+            continue
+        missing.append(key + "".join(f" {number[a]}" for a in ("data-field", "data-stat")
+                                     if number.get(a)))
+    return missing
+
+
+LAYER = {"heads": 2, "causal": True, "input": [[[0.5, -1.0, 0.25, 2.0], [1.0, 0.5, -0.5, 0.0],
+                                                [-1.5, 0.25, 1.0, 0.5]]],
+         "weights": {branch: {"values": [[0.5 * ((i + 2 * j + k) % 5) - 1.0 for j in range(4)]
+                                         for i in range(4)], "layout": "torch",
+                              "bias": [0.1 * (j - k) for j in range(4)]}
+                     for k, branch in enumerate(("query", "key", "value"))}}
+"""A small two-head causal layer with biases (torch layout), for attend's layer page."""
+
+PAGES: dict[str, list[str]] = {
+    **{f"run-ch{n}": ["run", "--chapter", str(n)] for n in (26, 27, 28, 29, 30, 37)},
+    **{f"report-ch{n}": ["report", "--chapter", str(n)] for n in (26, 27, 28, 29, 30, 37)},
+    "attend-head": ["attend"], "attend-head-causal": ["attend", "--causal"],
+    "attend-layer-causal": ["attend", "LAYER", "--causal"],
+    "check-projections": ["check", str(EXAMPLES / "numpy_qkv.py")],
+    "check-head": ["check", str(EXAMPLES / "numpy_head.py")],
+    "check-rope-mha": ["check", str(EXAMPLES / "numpy_rope_mha.py")],
+    "check-failing": ["check", str(EXAMPLES / "wrong_mha_strided_heads.py")],
+    "check-not-run": ["check", str(EXAMPLES / "wrong_float32.py")],
+    "gradcheck": ["gradcheck"],
+}
+"""Every page the explorer draws, by name: the command that writes it (``LAYER``: the
+small layer above, written beside the page)."""
+
+_PAGES: dict[str, Path] = {}
+
+
+def page_of(name: str, factory: pytest.TempPathFactory) -> Path:
+    """The page ``name`` of :data:`PAGES`, written once per test session."""
+    if name not in _PAGES:
+        folder = factory.mktemp(name)
+        layer = folder / "layer.json"
+        layer.write_text(json.dumps(LAYER), encoding="utf-8")
+        args = [str(layer) if arg == "LAYER" else arg for arg in PAGES[name]]
+        write_page(folder, *args)
+        _PAGES[name] = folder / "page.html"
+    return _PAGES[name]

@@ -27,6 +27,8 @@ REPOSITORY = PACKAGE.parent
 # name anything.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
+    # each stage of the data flow described once; its softmax terms are the engine's own
+    "stages": {"core", "attention.maths"},
     # a fixture's gradcheck settings, by gradcheck's rules
     "reading": {"core", "gradcheck"},
     "gradcheck": {"core"},
@@ -39,9 +41,9 @@ ALLOWED: dict[str, set[str]] = {
     # check and protocol: a chapter's plan runs check's families on its engine
     "chapters": {"core", "reading", "gradcheck", "attention", "check", "protocol"},
     "render": {"core", "reading", "gradcheck", "attention", "learn", "check",
-               "chapters", "protocol"},
+               "chapters", "protocol", "stages"},
     "cli": {"core", "reading", "gradcheck", "attention", "learn", "authoring",
-            "check", "render", "data", "chapters", "protocol"},
+            "check", "render", "data", "chapters", "protocol", "stages"},
     "data": set(),
 }
 

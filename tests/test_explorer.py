@@ -23,16 +23,26 @@ from qkvcli.cli.io import load
 from qkvcli.core.results import Failure
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.check import replay_lines
-from qkvcli.render.explorer.derive import (
+from qkvcli.render.explorer.page import PAGE_CELLS
+from qkvcli.render.numbers import fmt_float
+from qkvcli.stages.terms import (
     MAX_TERMS,
     attention_weight,
     input_paths,
     projection,
     weight_gradient,
 )
-from qkvcli.render.explorer.page import PAGE_CELLS
-from qkvcli.render.numbers import fmt_float
-from tests.explorer_helpers import EXAMPLES, MIB, gpt2_page, numbers_of, page_data, write_page
+from tests.explorer_helpers import (
+    EXAMPLES,
+    MIB,
+    PAGES,
+    gpt2_page,
+    numbers_of,
+    page_data,
+    page_of,
+    unexplained,
+    write_page,
+)
 
 
 def index_of(text: str) -> tuple[int, ...]:
@@ -207,25 +217,28 @@ def test_every_derivation_of_attend_is_the_engines_number(tmp_path: Path, kind: 
     evidence = attend_evidence(path, causal)
     arrays = evidence.primary.tensors
     derivers = derivations(evidence)
-    expected = {"query", "key", "value", "output", "grad_input", "grad_w_query",
-                "grad_w_key", "grad_w_value"}
-    if kind.startswith("layer"):
-        expected |= {"concat", "grad_b_query", "grad_b_key", "grad_b_value"}
-    assert set(derivers) == expected
+    given = {"input", "grad_output"} | {n for n in arrays if n[:2] in ("w_", "b_")}
+    assert set(derivers) == set(arrays) - given - {"attention"}  # the maps' own deriver
     for name, derive in derivers.items():
         for index in np.ndindex(*arrays[name].shape):
             derived = derive(index)
             assert derived is not None and derived.value == float(arrays[name][index])
-            assert derived.term_sum() == pytest.approx(derived.value, abs=1e-12), (name, index)
+            if derived.terms_total == "sum":
+                assert derived.term_sum() == pytest.approx(derived.value, abs=1e-12), (
+                    name, index)
+            elif derived.stage in ("scale", "scale reverse") and math.isfinite(derived.value):
+                product = math.prod(float(r.value) for r in derived.rows if r.part == "fact")
+                assert product == pytest.approx(derived.value, abs=1e-15), (name, index)
     attention, scaled = arrays["attention"], arrays["scaled_scores"]
     for index in np.ndindex(*attention.shape):
-        derived = attention_weight(arrays["scores"], scaled, attention, index,
+        derived = attention_weight(arrays["scores"], scaled, scaled, attention, index,
                                    evidence.config.scale)
         facts = {row.label: row.value for row in derived.rows}
         own = float(facts["exp(z \u2212 max) of this key"])
         total = float(facts["sum of the row's exponentials"])
         assert own / total == pytest.approx(attention[index], abs=1e-15)
-        assert facts["masked"] == ("yes" if math.isinf(scaled[index]) else "no")
+        masked = next(value for label, value in facts.items() if label.startswith("masked"))
+        assert masked == ("yes" if math.isinf(scaled[index]) else "no")
         row = [r for r in derived.rows if r.label.startswith("key ")]
         assert math.fsum(float(r.value) for r in row) == pytest.approx(total)
 
@@ -398,7 +411,8 @@ def test_every_report_opens_as_a_page_with_the_same_exit_code(tmp_path: Path,
             values = np.reshape(tensor["values"], tensor["shape"])
             for index in np.ndindex(*values.shape):
                 at = (name, ",".join(str(i) for i in index))
-                assert shown[at] == fmt_float(float(values[index]), 6), at
+                assert float(shown[at]) == pytest.approx(float(values[index]), rel=1e-5,
+                                                         abs=5e-7), at
     gradcheck = report.get("gradcheck", report)
     if isinstance(gradcheck, dict) and isinstance(gradcheck.get("tensors"), list):
         for entry in gradcheck["tensors"]:
@@ -435,3 +449,80 @@ def test_a_page_of_gradients_past_the_largest_float_is_drawn(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["run", str(tmp_path / "f.json"), "--html", str(page)])
     assert result.exit_code == 1, result.output  # reverse and gradcheck fail: not finite
     assert "internal error" not in result.output and page.stat().st_size > 0
+
+
+# --- every number explains itself ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_every_number_of_every_page_opens_its_terms_or_says_it_was_given(
+        tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
+    html = page_of(name, tmp_path_factory).read_text(encoding="utf-8")
+    assert unexplained(html) == []
+    title = html[html.index("<title>") + 7:html.index("</title>")]
+    assert title.startswith("qkv " + PAGES[name][0]), title
+    if PAGES[name][0] in ("run", "report"):
+        assert f": {PAGES[name][2]}-" in title, title  # the chapter's id
+
+
+def test_a_masked_weight_and_its_scaled_score_agree(tmp_path: Path) -> None:
+    """Chapter 28 publishes finite scaled scores and the masked ones apart: a masked
+    weight's panel gives the finite scaled score and says the mask made it -inf."""
+    html = write_page(tmp_path, "run", "--chapter", "28")
+    data = page_data(html)
+    rows = {data["labels"][r[0]]: r[1] for r in data["derivations"]["probabilities|0,0,2"]["r"]}
+    scaled = next(n["text"] for n in numbers_of(html)
+                  if n["data-tensor"] == "scaled_scores" and n["data-index"] == "0,0,2")
+    assert rows["scaled score S \u00d7 scale"] == scaled != "-inf"
+    assert next(v for label, v in rows.items() if label.startswith("masked")) == "yes"
+
+
+def test_chapter_30_strikes_its_masked_weights_through(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "run", "--chapter", "30")
+    struck = {n["data-index"] for n in numbers_of(html)
+              if n["data-tensor"] == "attention_weights" and " m" in n.get("class", "")}
+    assert struck == {f"0,{h},{q},{k}" for h in range(2) for q in range(3) for k in range(3)
+                      if k > q}
+
+
+def test_mixture_terms_are_split_by_query_not_batch(tmp_path: Path) -> None:
+    html = write_page(tmp_path, "run", "--chapter", "27")
+    block = html[html.index('data-name="mixture_terms"'):]
+    block = block[:block.index("</section>")]
+    assert "query 0" in block and "query 1" in block and "batch" not in block
+
+
+def test_attend_names_the_branch_gradients_dq_dk_dv(tmp_path: Path) -> None:
+    data = page_data(write_page(tmp_path, "attend"))
+    labels = " ".join(data["labels"])
+    assert "(dQ W_Q\u1d40)" in labels and "U_Q" not in labels
+
+
+def test_a_passing_gradient_check_shows_the_tolerance_it_was_judged_by(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    html = page_of("check-projections", tmp_path_factory).read_text(encoding="utf-8")
+    data = page_data(html)
+    derivation = next(d for key, d in data["derivations"].items() if key.startswith("checks|"))
+    rows = {data["labels"][r[0]]: r[1] for r in derivation["r"]}
+    assert float(rows["tolerance"]) == 2e-06  # the chapter fixture's, the default
+
+
+def test_a_family_that_did_not_run_is_dimmed_apart_from_the_failures(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    html = page_of("check-not-run", tmp_path_factory).read_text(encoding="utf-8")
+    failing = html[html.index('<ul class="failing">'):]
+    failing = failing[:failing.index("</ul>")]
+    assert "gradcheck" not in failing
+    assert '<li class="check skip"><span class="word">\u2013 SKIP</span> <strong>gradcheck' in html
+
+
+def test_a_table_with_a_value_fixed_point_would_hide_is_written_in_one_format(
+        tmp_path: Path) -> None:
+    html = write_page(tmp_path, "gradcheck")
+    errors = [n["text"] for n in numbers_of(html) if n.get("data-field") == "scaled_error"]
+    assert errors and all("e" in text for text in errors)
+    for name in {n["data-tensor"] for n in numbers_of(html)}:
+        for field in ("analytic", "numerical", "scaled_error"):
+            texts = [n["text"] for n in numbers_of(html)
+                     if n["data-tensor"] == name and n.get("data-field") == field]
+            assert len({"e" in text for text in texts}) <= 1, (name, field)

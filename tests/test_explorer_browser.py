@@ -26,7 +26,7 @@ from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.io import load
 from qkvcli.cli.options import ATTEND_PRECISION
 from qkvcli.render.numbers import fmt_float
-from tests.explorer_helpers import EXAMPLES, gpt2_page, write_page
+from tests.explorer_helpers import EXAMPLES, PAGES, gpt2_page, page_of, write_page
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not "
                                "installed (pip install playwright; README.md, Testing)")
@@ -61,8 +61,8 @@ def browser() -> Iterator[Any]:
 class Opened:
     """A page opened from ``file://``, with its console errors and every request it made."""
 
-    def __init__(self, browser: Any, path: Path) -> None:
-        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    def __init__(self, browser: Any, path: Path, width: int = 1400, height: int = 1000) -> None:
+        self.page = browser.new_page(viewport={"width": width, "height": height})
         self.errors: list[str] = []
         self.requests: list[str] = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error"
@@ -235,7 +235,7 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         z = a["scaled_scores"][0, 1]
         exps = np.exp(z - z.max())
         assert f"scale\t{fmt_float(evidence.config.scale, ATTEND_PRECISION)}" in text
-        assert f"scaled score z = S \u00d7 scale\t{fmt_float(z[0], ATTEND_PRECISION)}" in text
+        assert f"scaled score S \u00d7 scale (then masked)\t{fmt_float(z[0], ATTEND_PRECISION)}" in text
         assert f"the row's maximum z\t{fmt_float(z.max(), ATTEND_PRECISION)}" in text
         assert f"sum of the row's exponentials\t{fmt_float(exps.sum(), ATTEND_PRECISION)}" in text
         for key in range(2):
@@ -243,11 +243,11 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         assert text.splitlines()[-1].split()[-1] == fmt_float(a["attention"][0, 1, 0], ATTEND_PRECISION)
         assert opened.by_keyboard("weights", "0,1,0") == text
         opened.number("input", "0,1,2").click()
-        assert "given: an input of the computation" in opened.panel()
-        opened.number("scores", "0,1,0").click()  # computed, no terms on this page
-        assert "computed by qkv's engine; this page lists no terms for it" in opened.panel()
+        assert "given by the fixture" in opened.panel()
+        opened.number("scores", "0,1,0").click()  # query row times key row
+        assert "Q[0,1,0] \u00d7 K[0,0,0]" in opened.panel()
         opened.number("weights", "0,0,1").click()  # above the diagonal
-        assert "masked\tyes" in opened.panel()
+        assert "no: z = the scaled score)\tyes" in opened.panel()
         # the causal toggle: the same weights without the mask, from the engine's forward
         shown = opened.page.locator(".mask:not([hidden])")
         assert shown.count() == 1 and shown.get_attribute("data-causal") == "true"
@@ -256,7 +256,7 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         unmasked = opened.page.locator('.mask[data-causal="false"] [data-index="0,0,1"]')
         unmasked.click()
         text = opened.panel()
-        assert "masked\tno" in text and "(other mask)" in text
+        assert "no: z = the scaled score)\tno" in text and "(other mask)" in text
         assert text.splitlines()[-1].split()[-1] == unmasked.inner_text()
         opened.page.select_option("#qkv-causal", "true")
         # the scale switch changes what shades a cell: row-relative by default
@@ -311,6 +311,68 @@ def test_a_gpt2_small_layer_page_loads_offline_and_switches_heads(
         assert opened.by_keyboard("weights", str(index)) == text
         png = opened.page.screenshot(full_page=False)
         assert variance(png, browser) > 100.0
+        opened.offline()
+    finally:
+        opened.close()
+
+
+# --- every page, on a desktop and on a phone -------------------------------------------------
+
+WIDTHS = {"desktop": (1280, 900), "phone": (390, 844)}
+
+
+def _box(locator: Any) -> dict[str, float]:
+    box = locator.bounding_box()
+    assert box is not None
+    return dict(box)
+
+
+def _apart(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+            or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("name", list(PAGES))
+def test_every_page_works_on_a_desktop_and_a_phone(
+        browser: Any, tmp_path_factory: pytest.TempPathFactory, name: str, width: str) -> None:
+    """Offline, no wider than the screen, every number focusable, and a clicked number's
+    panel on the screen, beside the number, never over it; opened gradient-check tables
+    keep each number on one line."""
+    wide, high = WIDTHS[width]
+    opened = Opened(browser, page_of(name, tmp_path_factory), wide, high)
+    try:
+        opened.offline()
+        page = opened.page
+        assert page.evaluate("document.documentElement.scrollWidth") <= wide
+        numbers = page.locator("[data-tensor]")
+        assert page.evaluate("""() => Array.from(document.querySelectorAll('[data-tensor]'))
+            .every(e => e.tabIndex === 0 && e.getAttribute('role') === 'button')""")
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        assert page.evaluate("document.documentElement.scrollWidth") <= wide
+        one_line = page.evaluate("""() => Array.from(document.querySelectorAll(
+            'table.values td[data-tensor]')).every(td => {
+                const range = document.createRange();
+                range.selectNodeContents(td);
+                return range.getClientRects().length <= 1; })""")
+        assert one_line  # no number breaks, at its exponent or anywhere
+        visible = [i for i in range(numbers.count()) if numbers.nth(i).is_visible()]
+        for i in sorted({visible[0], visible[len(visible) // 2], visible[-1]} if visible else ()):
+            number = numbers.nth(i)
+            number.click()
+            panel = page.locator("#qkv-panel")
+            assert panel.is_visible()
+            box, shown = _box(panel), _box(number)
+            assert box["x"] >= 0 and box["x"] + box["width"] <= wide
+            assert _apart(box, shown), (i, box, shown)
+            assert shown["y"] >= 0  # the number is still on the screen
+            page.keyboard.press("Escape")
+        if visible:
+            number = numbers.nth(visible[-1])
+            number.focus()
+            page.keyboard.press("Enter")
+            assert page.locator("#qkv-panel").is_visible()
+            page.keyboard.press("Escape")
         opened.offline()
     finally:
         opened.close()

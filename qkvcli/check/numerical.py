@@ -126,5 +126,9 @@ def check_gradcheck(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Fai
         total += count
         if failure is not None:
             failures.append(failure)
-    return judge(family, failures, len(session.cases_of(kind)), coordinates=total, worst=worst.point,
-                 fixture_of=fixtures_of(runs)), failures
+    # the tolerance the worst point was judged by: its fixture's (a page shows it beside
+    # the point's scaled error)
+    tolerances = {run.label: run.case.tolerance for run in runs}
+    tolerance = tolerances.get(worst.point.facts[0], 0.0) if worst.point is not None else 0.0
+    return judge(family, failures, len(session.cases_of(kind)), tolerance=tolerance,
+                 coordinates=total, worst=worst.point, fixture_of=fixtures_of(runs)), failures

@@ -24,35 +24,36 @@
     return td;
   }
 
+  function para(text, cls) {
+    var p = document.createElement("p");
+    p.textContent = text;
+    if (cls) { p.className = cls; }
+    body.appendChild(p);
+  }
+
   function show(element) {
     var tensor = element.getAttribute("data-tensor");
     var index = element.getAttribute("data-index");
     var variant = element.getAttribute("data-variant");
-    var found = data.derivations[tensor + "|" + index + (variant ? "|" + variant : "")];
+    var stat = element.getAttribute("data-stat");
+    var key = tensor + "|" + index + (variant ? "|" + variant : "") +
+      (stat && !index ? "|" + stat : "");
+    // a large tensor's values share one panel: its stage's element formula
+    var found = data.derivations[key] || data.derivations[tensor + "|*"];
     body.textContent = "";
     var heading = document.createElement("h2");
-    var stat = element.getAttribute("data-stat");
     heading.textContent = (found && found.h) ||
       (tensor + (index ? "[" + index + "]" : "") + (stat ? " (" + stat + ")" : "") +
        (variant ? " (" + variant.replace("-", " ") + ")" : ""));
     body.appendChild(heading);
-    var shown = document.createElement("p");
-    shown.textContent = "shown: " + element.textContent;
-    body.appendChild(shown);
+    para("shown: " + element.textContent);
     if (!found) {
-      var given = document.createElement("p");
-      given.textContent = stat === "mean" || stat === "l2_norm"
-        ? "a statistic of the whole tensor (see its summary)."
-        : data.given.indexOf(tensor) >= 0
-          ? "given: an input of the computation (the fixture's, or drawn from its seed), " +
-            "not computed from other numbers."
-          : "computed by qkv's engine; this page lists no terms for it.";
-      body.appendChild(given);
+      para(data.given.indexOf(tensor) >= 0
+        ? "given by the fixture: an input of the computation, not made from other numbers."
+        : "this page holds no terms for it.");
     } else {
-      var formula = document.createElement("p");
-      formula.className = "formula";
-      formula.textContent = data.labels[found.f];
-      body.appendChild(formula);
+      if (found.g !== undefined) { para(data.labels[found.g], "stage"); }
+      para(data.labels[found.f], "formula");
       var table = document.createElement("table");
       var summing = found.s !== 0;
       var usual = summing ? "t" : "f";
@@ -63,7 +64,13 @@
         tr.className = part;
         var adds = summing && (part === "term" || part === "rest");
         cell(tr, adds ? (terms++ === 0 ? " " : "+") : "", "op");
-        cell(tr, data.labels[r[0]]);
+        var label = cell(tr, data.labels[r[0]]);
+        if (r[3]) {  // the operand values a product multiplies
+          var ops = document.createElement("span");
+          ops.className = "ops";
+          ops.textContent = "  " + r[3];
+          label.appendChild(ops);
+        }
         cell(tr, r[1], "value");
         table.appendChild(tr);
       }
@@ -74,7 +81,7 @@
       total.className = "total";
       cell(total, "=", "op");
       cell(total, summing ? "the value (the sum of the terms)" : "the value");
-      cell(total, found.v, "value");
+      cell(total, found.v === undefined ? element.textContent : found.v, "value");
       if (summing) { table.appendChild(total); }
       found.r.filter(function (r) { return !adds(r); }).forEach(line);
       if (!summing) { table.appendChild(total); }
@@ -84,10 +91,21 @@
     opened = element;
     element.classList.add("open");
     panel.hidden = false;
+    uncover(element);
+  }
+
+  // the panel never hides the number it explains: room below the page, and the number
+  // scrolled above the panel when the panel would cover it
+  function uncover(element) {
+    document.body.style.paddingBottom = (panel.offsetHeight + 24) + "px";
+    var top = panel.getBoundingClientRect().top;
+    var rect = element.getBoundingClientRect();
+    if (rect.bottom > top - 8) { window.scrollBy(0, rect.bottom - top + 16); }
   }
 
   function close() {
     panel.hidden = true;
+    document.body.style.paddingBottom = "";
     if (opened) {
       opened.classList.remove("open");
       opened.focus();

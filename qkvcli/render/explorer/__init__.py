@@ -40,9 +40,11 @@ def explorer_page(evidence: object, *, precision: int, title: str,
                           replay or {}, spec)
     if view == "chapter":
         from qkvcli.render.chapters.dispatch import document
+        from qkvcli.render.explorer.derive import engine_operands
         from qkvcli.render.explorer.document import document_page
 
-        return document_page(document(evidence), precision, title)
+        extra, tables = engine_operands(evidence)
+        return document_page(document(evidence), precision, title, extra, tables)
     if view == "gradcheck":
         from qkvcli.render.explorer.document import document_page
         from qkvcli.render.gradcheck import gradcheck_document

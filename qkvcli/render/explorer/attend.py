@@ -16,11 +16,13 @@ RoPE (whose ``dQ``/``dK`` are turned back) no ``dX`` paths; those panels say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from qkvcli.attention.engine import heads_axis
 from qkvcli.attention.records import AttendConfig, AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import (
@@ -35,17 +37,25 @@ from qkvcli.render.attend import (
     tensor_policy,
 )
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import (
+from qkvcli.render.explorer.derive import each as _each
+from qkvcli.render.explorer.document import gradcheck_section
+from qkvcli.render.explorer.page import Deriver, Page
+from qkvcli.stages.terms import (
     Derivation,
     attention_weight,
     bias_gradient,
+    grad_keys,
+    grad_queries,
+    grad_values,
+    grad_weights,
     input_paths,
     mixture,
     projection,
+    scaled,
+    scores,
+    softmax_reverse,
     weight_gradient,
 )
-from qkvcli.render.explorer.document import gradcheck_section
-from qkvcli.render.explorer.page import Deriver, Page
 
 TORCH_LAYOUTS = ("separate-torch", "packed", "query_key_value")
 """Layouts whose per-branch weights the evidence holds as torch ``[out, in]``."""
@@ -122,9 +132,8 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
             if tensor_policy(vocabulary, c, "summary") == "none":
                 continue  # a packed layer's per-branch views: the packed tensor is shown
             value = arrays[vocabulary]
-            lead = 2 if heads is not None and value.ndim == 4 else None
             blocks.append(page.tensor(published_name(vocabulary, c), value,
-                                      derivers.get(vocabulary), lead=lead,
+                                      derivers.get(vocabulary),
                                       given=vocabulary in GIVEN))
         page.sections.append(f'<section class="group"><h2>{heading}</h2>'
                              + "".join(blocks) + "</section>")
@@ -138,10 +147,12 @@ def maps_of(page: Page, name: str, arrays: Mapping[str, Array],
             extra: str, variant: str = "") -> str:
     """The heat maps of one mask's weights (``arrays``: its ``scores``, ``scaled_scores``
     and ``attention``), each cell opening its softmax."""
-    scores, scaled, attention = arrays["scores"], arrays["scaled_scores"], arrays["attention"]
+    raw, scaled_scores, attention = (arrays["scores"], arrays["scaled_scores"],
+                                     arrays["attention"])
 
     def weight(at: tuple[int, ...], numbered: bool) -> Derivation:
-        return attention_weight(scores, scaled, attention, at, factor, keys=numbered)
+        return attention_weight(raw, scaled_scores, scaled_scores, attention, at, factor,
+                                keys=numbered)
 
     note = ("causal: keys after the query are masked (weight 0, struck through)" if causal
             else "not masked: every query sees every key")
@@ -149,7 +160,7 @@ def maps_of(page: Page, name: str, arrays: Mapping[str, Array],
         note += "; the other mask than the report's: the engine's forward alone, unchecked"
     return (f'<div class="mask"{extra}><p class="caption">{note}</p>'
             + page.heatmap(name, attention, slices, weight, tokens,
-                           lambda at: float(scaled[at]), variant=variant) + "</div>")
+                           lambda at: float(scaled_scores[at]), variant=variant) + "</div>")
 
 
 def derivations(evidence: AttendEvidence) -> dict[str, Deriver]:
@@ -158,7 +169,7 @@ def derivations(evidence: AttendEvidence) -> dict[str, Deriver]:
     a = evidence.primary.tensors
     x = a["input"]
     found: dict[str, Deriver] = {}
-    d_v = c.d_v
+    layer = c.heads is not None
     for branch in ("query", "key", "value"):
         letter = LETTERS[branch]
         given = a[f"w_{branch}"]
@@ -166,72 +177,113 @@ def derivations(evidence: AttendEvidence) -> dict[str, Deriver]:
         if flipped is None:
             continue
         weight = given.T if flipped else given  # [d_model, width]
-        bias = a.get(f"b_{branch}")
         if weight.shape[1] != a[branch].shape[-1]:
             continue  # grouped K/V heads: per query head tensors, per K/V head weights
-        found[branch] = _projection(x, weight, bias, a[branch], ("X", f"W_{letter}",
-                                                                 f"b_{letter}"))
-        found[f"grad_w_{branch}"] = _weight_gradient(x, a[f"grad_{branch}"], a[f"grad_w_{branch}"],
-                                                    letter, flipped)
+        bias = a.get(f"b_{branch}")
+        found[branch] = _each(a[branch], lambda at, v, w=weight, b=bias, n=letter: projection(
+            x, w, b, at, v, ("X", f"W_{n}", f"b_{n}")))
+        grad = a[f"grad_{branch}"]
+        found[f"grad_w_{branch}"] = _each(
+            a[f"grad_w_{branch}"], lambda at, v, g=grad, f=flipped, n=letter: weight_gradient(
+                x, g, (at[1], at[0]) if f else (at[0], at[1]), v, f"d{n}"))
         if f"grad_b_{branch}" in a:
-            found[f"grad_b_{branch}"] = _bias_gradient(a[f"grad_{branch}"],
-                                                       a[f"grad_b_{branch}"], letter)
+            found[f"grad_b_{branch}"] = _each(a[f"grad_b_{branch}"], lambda at, v, g=grad,
+                                              n=letter: bias_gradient(g, at[0], v, f"d{n}"))
+    grads = (a["grad_query"], a["grad_key"], a["grad_value"])
     if c.rope is None and all(b in found for b in ("query", "key", "value")):
-        weights = tuple(_ours(a[f"w_{b}"], c) for b in ("query", "key", "value"))
-        upstreams = (a["grad_query"], a["grad_key"], a["grad_value"])
-        grad_input = a["grad_input"]
-
-        def paths(at: tuple[int, ...]) -> Derivation:
-            return input_paths(upstreams, weights, at, float(grad_input[at]))  # type: ignore[arg-type]
-
-        found["grad_input"] = paths
-    attention, values = a["attention"], a["value"]
-    layer = c.heads is not None
-
-    def mixed(target: Array) -> Deriver:
-        def derive(at: tuple[int, ...]) -> Derivation:
-            head = at[2] // d_v if layer else None
-            return mixture(attention, values, at, float(target[at]), head, c.causal)
-        return derive
-
-    if not layer:
-        found["output"] = mixed(a["output"])
-    else:
-        concat = a.get("concat")
-        if concat is not None:
-            found["concat"] = mixed(concat)
-            w_out = a.get("w_out")
-            if w_out is not None:
-                ours = w_out.T if c.out_layout == "out_proj" else w_out  # [H*d_v, E_out]
-                found["output"] = _projection(concat, ours, a.get("b_out"), a["output"],
-                                              ("C", "W_O", "b_O"))
-        else:
-            found["output"] = mixed(a["output"])
+        weights = [_ours(a[f"w_{b}"], c) for b in ("query", "key", "value")]
+        found["grad_input"] = _each(a["grad_input"], lambda at, v: input_paths(
+            grads, weights, at, v, ("dQ", "dK", "dV")))
+    if "w_packed" in a and c.kv_heads is None and c.packed in ("c_attn", "in_proj"):
+        joined = np.concatenate(grads, axis=-1)  # the packed columns [dQ|dK|dV]
+        torch = c.packed == "in_proj"
+        if "grad_w_packed" in a:
+            found["grad_w_packed"] = _each(a["grad_w_packed"], lambda at, v: weight_gradient(
+                x, joined, (at[1], at[0]) if torch else (at[0], at[1]), v, "[dQ|dK|dV]"))
+        if "grad_b_packed" in a:
+            found["grad_b_packed"] = _each(a["grad_b_packed"], lambda at, v: bias_gradient(
+                joined, at[0], v, "[dQ|dK|dV]"))
+    _attention(evidence, found)
+    _output(evidence, found, layer)
     return found
+
+
+def _heads(tensor: Array, c: AttendConfig) -> Array:
+    """A ``[B,T,H*d]`` tensor as ``[B,H,T,d]`` (a head's own: as it is)."""
+    return tensor if c.heads is None else heads_axis(tensor, c.heads)
+
+
+def _per_head(at: tuple[int, ...], c: AttendConfig, width: int) -> tuple[int, ...]:
+    """``[b,t,h*d+c]`` as ``[b,h,t,c]`` (a head's own coordinate as it is)."""
+    return at if c.heads is None else (at[0], at[2] // width, at[1], at[2] % width)
+
+
+def _attention(evidence: AttendEvidence, found: dict[str, Deriver]) -> None:
+    """Scores, scale, softmax and their reverse, where they are the plain stages: no
+    RoPE, norm or clipping between Q, K and the scores; no soft-cap or ALiBi after."""
+    c = evidence.config
+    a = evidence.primary.tensors
+    plain_scores = c.rope is None and c.qk_norm is None and c.clip_qkv is None
+    plain_scale = c.softcap is None and c.alibi is None
+    q, k, v = (_heads(a[name], c) for name in ("query", "key", "value"))
+    upstream = _heads(a.get("grad_concat", a["grad_output"]), c)
+    attention, grad_scores = a["attention"], a["grad_scores"]
+    if plain_scores and q.shape[-1] == k.shape[-1] and q.shape[1] == k.shape[1]:
+        names = ("Q", "K") if c.heads is None else ("Q_h", "K_h")
+        found["scores"] = _each(a["scores"], lambda at, val: scores(q, k, at, val, names))
+        found["grad_query"] = _each(a["grad_query"], lambda at, val: grad_queries(
+            grad_scores, k, _per_head(at, c, c.d_k), val))
+        found["grad_key"] = _each(a["grad_key"], lambda at, val: grad_keys(
+            grad_scores, q, _per_head(at, c, c.d_k), val, ("dS", names[0])))
+    if plain_scale:
+        raw = a["scores"]
+        found["scaled_scores"] = _each(a["scaled_scores"], lambda at, val: scaled(
+            float(raw[at]), c.scale, val, hidden=not math.isfinite(val)))
+        found["grad_scaled_scores"] = _each(a["grad_scaled_scores"], lambda at, val:
+                                            softmax_reverse(attention, a["grad_attention"],
+                                                            at, val))
+        found["grad_scores"] = _each(grad_scores, lambda at, val: scaled(
+            float(a["grad_scaled_scores"][at]), c.scale, val, "dZ", "scale reverse"))
+    if upstream.shape[:-1] == v.shape[:-1]:
+        found["grad_attention"] = _each(a["grad_attention"], lambda at, val: grad_weights(
+            upstream, v, at, val, ("dO", "V")))
+        if v.shape[1] == attention.shape[1] or c.heads is None:
+            found["grad_value"] = _each(a["grad_value"], lambda at, val: grad_values(
+                attention, upstream, _per_head(at, c, c.d_v), val, ("A", "dO")))
+
+
+def _output(evidence: AttendEvidence, found: dict[str, Deriver], layer: bool) -> None:
+    """The mixture of the value rows, the output projection and their reverse."""
+    c = evidence.config
+    a = evidence.primary.tensors
+    attention, values, d_v = a["attention"], a["value"], c.d_v
+
+    def mixed(at: tuple[int, ...], val: float) -> Derivation:
+        return mixture(attention, values, at, val, at[2] // d_v if layer else None)
+
+    concat, w_out = a.get("concat"), a.get("w_out")
+    if not layer or concat is None:
+        found["output"] = _each(a["output"], mixed)
+        return
+    found["concat"] = _each(concat, mixed)
+    if w_out is None:
+        return
+    ours = w_out.T if c.out_layout == "out_proj" else w_out  # [H*d_v, E_out]
+    flipped = c.out_layout == "out_proj"
+    upstream = a["grad_output"]
+    found["output"] = _each(a["output"], lambda at, val: projection(
+        concat, ours, a.get("b_out"), at, val, ("C", "W_O", "b_O"), "output projection"))
+    if "grad_concat" in a:
+        found["grad_concat"] = _each(a["grad_concat"], lambda at, val: input_paths(
+            [upstream], [ours], at, val, ("U",), ("W_O",)))
+    if "grad_w_out" in a:
+        found["grad_w_out"] = _each(a["grad_w_out"], lambda at, val: weight_gradient(
+            concat, upstream, (at[1], at[0]) if flipped else (at[0], at[1]), val, "U", "C"))
+    if "grad_b_out" in a:
+        found["grad_b_out"] = _each(a["grad_b_out"], lambda at, val: bias_gradient(
+            upstream, at[0], val, "U"))
 
 
 def _ours(given: Array, c: AttendConfig) -> Array:
     """A branch weight in ``[d_model, width]`` (the caller knows its layout is known)."""
     return given.T if transposed(given, c.d_model, c.layout) else given
-
-
-def _projection(x: Array, weight: Array, bias: Array | None, output: Array,
-                names: tuple[str, str, str]) -> Callable[[tuple[int, ...]], Derivation]:
-    def derive(at: tuple[int, ...]) -> Derivation:
-        return projection(x, weight, bias, at, float(output[at]), names)
-    return derive
-
-
-def _weight_gradient(x: Array, upstream: Array, gradient: Array, letter: str,
-                     flipped: bool) -> Callable[[tuple[int, ...]], Derivation]:
-    def derive(at: tuple[int, ...]) -> Derivation:
-        i, j = (at[1], at[0]) if flipped else (at[0], at[1])
-        return weight_gradient(x, upstream, (i, j), float(gradient[at]), letter)
-    return derive
-
-
-def _bias_gradient(upstream: Array, gradient: Array,
-                   letter: str) -> Callable[[tuple[int, ...]], Derivation]:
-    def derive(at: tuple[int, ...]) -> Derivation:
-        return bias_gradient(upstream, at[0], float(gradient[at]), letter)
-    return derive

@@ -18,12 +18,19 @@ from typing import Any
 
 from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, Failure
-from qkvcli.render.check import check_verdict, failure_detail, family_detail, say, word
+from qkvcli.render.check import (
+    check_verdict,
+    failure_detail,
+    family_detail,
+    say,
+    uncounted,
+    word,
+)
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import Derivation, Step
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import Check
+from qkvcli.stages.terms import Derivation, Step
 
 NUMBERED = ("value-differs", "point")
 """The clause codes whose numbers the page shows (and where in their facts they are)."""
@@ -158,7 +165,8 @@ def check_page(result: CheckResult, precision: int, title: str,
     rows = [Check(c.name, c.passed, family_detail(c)) for c in result.checks]
     page.sections.append(f'<p class="caption">implementation {escape(result.implementation)};'
                          f" fixtures {escape(', '.join(result.fixtures))}</p>")
-    page.sections.append(checks_section(rows, [word(c) for c in result.checks]))
+    page.sections.append(checks_section(rows, [word(c) for c in result.checks],
+                                        [uncounted(c) for c in result.checks]))
     worst = worst_section(page, result)
     if worst:
         page.sections.append(worst)

@@ -1,5 +1,5 @@
-"""The explorer's list of checks (failing ones open, passing ones folded), shared by
-every page."""
+"""The explorer's list of checks (failing ones open, passing ones folded, the ones that
+did not run or do not apply apart and dimmed), shared by every page."""
 
 from __future__ import annotations
 
@@ -8,27 +8,36 @@ from html import escape
 
 from qkvcli.render.wording import Check
 
-
-def check_item(check: Check, word: str = "") -> str:
-    """One check: its name, PASS or FAIL in words (never colour alone), its detail."""
-    word = word or ("PASS" if check.passed else "FAIL")
-    state = "pass" if check.passed else "fail"
-    mark = "✔" if check.passed else "✘"
-    return (f'<li class="check {state}"><span class="word">{mark} {word}</span> '
-            f"<strong>{escape(check.name)}</strong> {escape(check.detail)}</li>")
+MARKS = {"pass": "✔", "fail": "✘", "skip": "\u2013"}
 
 
-def checks_section(checks: Sequence[Check], words: Sequence[str] = ()) -> str:
-    """The checks: failing ones listed open, the passing ones folded into one line."""
+def check_item(check: Check, word: str, state: str) -> str:
+    """One check: its name, its word (PASS, FAIL, or the report's word for a family that
+    did not count), never colour alone, and its detail."""
+    return (f'<li class="check {state}"><span class="word">{MARKS[state]} {escape(word)}'
+            f"</span> <strong>{escape(check.name)}</strong> {escape(check.detail)}</li>")
+
+
+def checks_section(checks: Sequence[Check], words: Sequence[str] = (),
+                   uncounted: Sequence[bool] = ()) -> str:
+    """The checks: failing ones listed open, then the ones that did not count (not run,
+    not applicable: ``uncounted``, dimmed as the terminal dims them), the passing ones
+    folded into one line."""
     words = list(words) or ["PASS" if c.passed else "FAIL" for c in checks]
-    failing = [check_item(c, w) for c, w in zip(checks, words, strict=True) if not c.passed]
-    passing = [check_item(c, w) for c, w in zip(checks, words, strict=True) if c.passed]
+    apart = list(uncounted) or [False] * len(checks)
+    states = ["skip" if skip else "pass" if c.passed else "fail"
+              for c, skip in zip(checks, apart, strict=True)]
+    items = {state: [check_item(c, w, s) for c, w, s in zip(checks, words, states, strict=True)
+                     if s == state] for state in MARKS}
     out = ['<section class="group checks" id="checks"><h2>Checks</h2>']
-    if failing:
-        out.append('<ul class="failing">' + "".join(failing) + "</ul>")
-    if passing:
-        out.append(f'<details class="passing"><summary>{len(passing)} passing '
-                   f'{"check" if len(passing) == 1 else "checks"}</summary><ul>'
-                   + "".join(passing) + "</ul></details>")
+    if items["fail"]:
+        out.append('<ul class="failing">' + "".join(items["fail"]) + "</ul>")
+    if items["skip"]:
+        out.append('<ul class="uncounted">' + "".join(items["skip"]) + "</ul>")
+    if items["pass"]:
+        count = len(items["pass"])
+        out.append(f'<details class="passing"><summary>{count} passing '
+                   f'{"check" if count == 1 else "checks"}</summary><ul>'
+                   + "".join(items["pass"]) + "</ul></details>")
     out.append("</section>")
     return "".join(out)

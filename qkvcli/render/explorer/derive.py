@@ -1,231 +1,309 @@
-"""How each shown number was made: its terms, computed from the engine's own arrays.
+"""Which stage made each tensor a report publishes, and from which of its tensors.
 
-Every function here takes the evidence's arrays (the engine's results and the tensors it
-was given) and one coordinate, and gives a :class:`Derivation`: the rows a learner reads
-(the terms, in the order the formula names them, and the facts beside them) and the
-value they make, which is the engine's own number at that coordinate. Nothing here
-recomputes a tensor: a term is one element-wise product of two of the engine's arrays
-(``X[b,t,i] * W[i,j]``), a path is the dot product of a gradient row with a weight row,
-and a weight's softmax row shows the exponentials ``exp(z - max)`` whose ratio is the
-engine's weight. ``tests/test_explorer.py`` holds every derivation's terms against the
-engine's value.
-
-Long sums are cut to the :data:`MAX_TERMS` largest terms (by magnitude, in their own
-order); the rest are one row, ``the other N terms``, with their exact sum, so the shown
-rows still add up to the value. No I/O, no wording beyond labels of terms (the page's
-prose is :mod:`qkvcli.render.explorer.page`'s).
+A report's JSON document names its tensors (``dot_products``, ``rotated_query``,
+``projected_query_heads``, ...); :func:`document_derivers` gives, for each one the page
+can explain, a function from a coordinate to its terms: the stage's description
+(:mod:`qkvcli.stages`) applied to the document's own arrays (and, where the document
+leaves an operand out, to the engine's arrays of the same pass, ``extra``). The
+tensors a fixture gives are listed apart (``given``): their panels say so.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from qkvcli.attention.maths import exponentials
 from qkvcli.core.arrays import Array
-from qkvcli.core.record import Record
+from qkvcli.render.explorer.page import Deriver
+from qkvcli.stages.terms import (
+    Derivation,
+    attention_weight,
+    copied,
+    facts,
+    grad_keys,
+    grad_queries,
+    grad_values,
+    input_paths,
+    mask_entry,
+    masked,
+    mixture,
+    mixture_term,
+    projection,
+    rotation,
+    row_sum,
+    scaled,
+    scores,
+    weight_gradient,
+)
 
-MAX_TERMS = 16
-"""Terms a derivation lists one by one; more are summed into one row."""
-
-Index = tuple[int, ...]
-
-
-
-def exact_sum(values: Iterable[float]) -> float:
-    """The correctly rounded sum of ``values`` (``math.fsum``); where partial sums pass
-    the largest float, the float sum that says so (``inf``), and ``nan`` where an
-    infinity meets its opposite."""
-    numbers = [float(value) for value in values]
-    try:
-        return math.fsum(numbers)
-    except OverflowError:  # finite terms whose exact sum is beyond the largest float
-        return float(np.sum(np.asarray(numbers, dtype=np.float64)))
-    except ValueError:  # inf + -inf
-        return math.nan
-
-class Step(Record):
-    """One line of a derivation: a label and a number (or words), and its part.
-
-    ``part``: ``term`` (adds up to the value), ``rest`` (the other terms, summed),
-    ``fact`` (a number beside the sum: a scale, a row's maximum) or ``text``.
-    """
-
-    label: str
-    value: float | str
-    part: str = "term"
-
-
-class Derivation(Record):
-    """How one number was made: a formula, its rows, and the value they give.
-
-    ``value`` is the engine's number itself; ``terms_total`` how the rows combine
-    (``sum``: the term and rest rows add up to it; ``none``: the rows are facts).
-    """
-
-    formula: str
-    rows: tuple[Step, ...]
-    value: float
-    terms_total: str = "sum"
-
-    def term_sum(self) -> float:
-        """The exact sum of the term and rest rows (what ``value`` should be)."""
-        return exact_sum(float(row.value) for row in self.rows
-                         if row.part in ("term", "rest") and not isinstance(row.value, str))
+MAPS = ("probabilities", "attention_weights", "weights")
+"""The published names of an attention matrix, drawn as heat maps."""
+SCORES = ("dot_products", "raw_scores", "scores")
+"""The published names of the raw scores an attention matrix is the softmax of."""
+GIVEN = ("input", "query_weight", "key_weight", "value_weight", "output_weight", "upstream",
+         "upstream_query", "upstream_key", "suffix")
+"""Published names of the tensors a fixture gives (Q, K and V too, where the chapter's
+``config.source`` is ``operands``, and chapter 29's Q and K)."""
 
 
-def listed(labels: Sequence[str], values: Array, limit: int = MAX_TERMS,
-           part: str = "term") -> list[Step]:
-    """``values`` as rows labelled ``labels``; past ``limit``, the ``limit`` largest by
-    magnitude (in their own order) and one row holding the others' sum (``rest`` for
-    terms, a ``fact`` otherwise)."""
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
-    if flat.size <= limit:
-        return [Step(label, float(v), part) for label, v in zip(labels, flat, strict=True)]
-    keep = np.sort(np.argsort(-np.abs(flat), kind="stable")[:limit])
-    others = np.ones(flat.size, dtype=bool)
-    others[keep] = False
-    rows = [Step(labels[i], float(flat[i]), part) for i in keep]
-    rows.append(Step(f"the other {int(others.sum())} together", exact_sum(flat[others]),
-                    "rest" if part == "term" else "fact"))
-    return rows
+def _scale(raw: Array, scaled_scores: Array) -> float:
+    """The factor between the raw and the scaled scores (their first non-zero pair)."""
+    for a, b in zip(raw.reshape(-1), scaled_scores.reshape(-1), strict=True):
+        if a != 0.0 and math.isfinite(b):
+            return float(b / a)
+    return 1.0
 
 
-def coordinate(index: Sequence[int]) -> str:
-    """``[0,1,2]``: how a label writes an index."""
-    return "[" + ",".join(str(i) for i in index) + "]"
+def each(array: Array, make: Callable[..., Derivation]) -> Deriver:
+    """A deriver of ``array``: ``make(coordinate, the value there)``."""
+    def derive(at: tuple[int, ...]) -> Derivation:
+        return make(at, float(array[at]))
+    return derive
 
 
-def projection(x: Array, weight: Array, bias: Array | None, index: Index, value: float,
-               names: tuple[str, str, str]) -> Derivation:
-    """``Y[b,t,j] = sum_i X[b,t,i] W[i,j] (+ bias[j])``: row times column.
+def head_derivers(a: Mapping[str, Array], found: dict[str, Deriver]) -> None:
+    """A head on Q, K, V (chapters 27 and 28): scores, scale, mask, softmax, mixture and
+    the reverse back to Q, K and V."""
+    from qkvcli.stages.terms import attention_reverse
 
-    ``weight`` in the ``[in, out]`` layout; ``names`` = (input, weight, bias) letters.
-    """
-    b, t, j = index
-    row = np.asarray(x[b, t], dtype=np.float64)  # [d_in]
-    column = np.asarray(weight[:, j], dtype=np.float64)  # [d_in]
-    x_name, w_name, b_name = names
-    labels = [f"{x_name}[{b},{t},{i}] \u00d7 {w_name}[{i},{j}]" for i in range(row.size)]
-    rows = listed(labels, row * column)
-    formula = f"row {t} of {x_name} (batch {b}) times column {j} of {w_name}"
-    if bias is not None:
-        rows.append(Step(f"{b_name}[{j}]", float(bias[j])))
-        formula += f", plus {b_name}[{j}]"
-    return Derivation(formula, tuple(rows), value)
-
-
-def input_paths(upstreams: tuple[Array, Array, Array], weights: tuple[Array, Array, Array],
-                index: Index, value: float) -> Derivation:
-    """``dX[b,t,i] = (U_Q W_Q^T) + (U_K W_K^T) + (U_V W_V^T)`` at ``[b,t,i]``: one term a
-    branch, each a gradient row times a weight row (weights ``[d_model, out]``); each
-    path's own products follow as facts."""
-    b, t, i = index
-    paths, products = [], []
-    for letter, upstream, weight in zip("QKV", upstreams, weights, strict=True):
-        path = np.asarray(upstream[b, t], dtype=np.float64) * np.asarray(weight[i],
-                                                                          dtype=np.float64)
-        paths.append(Step(f"(U_{letter} W_{letter}\u1d40){coordinate(index)}", exact_sum(path)))
-        labels = [f"  {letter} path: U_{letter}[{b},{t},{j}] \u00d7 W_{letter}[{i},{j}]"
-                  for j in range(path.size)]
-        products += listed(labels, path, part="fact")
-    return Derivation("the three paths back to X: query, key and value; below, each "
-                      "path's products", tuple(paths + products), value)
-
-
-def weight_gradient(x: Array, upstream: Array, index: tuple[int, int], value: float,
-                    letter: str) -> Derivation:
-    """``dW[i,j] = sum over batch b and tokens t of X[b,t,i] U[b,t,j]``."""
-    i, j = index
-    products = np.asarray(x[:, :, i], dtype=np.float64) * np.asarray(upstream[:, :, j],
-                                                                     dtype=np.float64)
-    batch, tokens = products.shape
-    labels = [f"b{b} t{t}: X[{b},{t},{i}] \u00d7 U_{letter}[{b},{t},{j}]"
-              for b in range(batch) for t in range(tokens)]
-    return Derivation(f"the sum over {batch} batch items and {tokens} tokens",
-                      tuple(listed(labels, products)), value)
+    weights = next(a[name] for name in MAPS if name in a)
+    raw = next((a[name] for name in SCORES if name in a), None)
+    q, k, v = a["query"], a["key"], a["value"]
+    scaled_scores = a["scaled_scores"]
+    softmax_input = a.get("masked_scores", scaled_scores)
+    factor = _scale(raw, scaled_scores) if raw is not None else 1.0
+    if raw is not None:
+        for name in SCORES:
+            if name in a:
+                found[name] = each(a[name], lambda at, x: scores(q, k, at, x))
+        found["scaled_scores"] = each(scaled_scores, lambda at, x: scaled(
+            float(raw[at]), factor, x))
+    if "mask" in a:
+        found["mask"] = each(a["mask"], lambda at, x: mask_entry(
+            not math.isfinite(x), at[-2], at[-1], x))
+    if "masked_scores" in a:
+        found["masked_scores"] = each(a["masked_scores"], lambda at, x: masked(
+            float(scaled_scores[at]), not math.isfinite(x), x))
+    name = next(name for name in MAPS if name in a)
+    found[name] = each(weights, lambda at, x: attention_weight(
+        raw, scaled_scores, softmax_input, weights, at, factor))
+    if "row_sums" in a:
+        found["row_sums"] = each(a["row_sums"], lambda at, x: row_sum(weights, at, x))
+    if "mixture_terms" in a:
+        found["mixture_terms"] = each(a["mixture_terms"], lambda at, x: mixture_term(
+            weights, v, at, x))
+    if "output" in a:
+        found["output"] = each(a["output"], lambda at, x: mixture(weights, v, at, x))
+    upstream = a.get("upstream")
+    if upstream is None or upstream.shape != a.get("output", upstream).shape:
+        return
+    _, _, grad_scores = attention_reverse(weights, v, upstream, factor)
+    gradients = {"value_gradient": lambda at, x: grad_values(weights, upstream, at, x),
+                 "query_gradient": lambda at, x: grad_queries(grad_scores, k, at, x),
+                 "key_gradient": lambda at, x: grad_keys(grad_scores, q, at, x)}
+    for name, make in gradients.items():
+        if name in a:
+            found[name] = each(a[name], make)
 
 
-def bias_gradient(upstream: Array, j: int, value: float, letter: str) -> Derivation:
-    """``db[j] = sum over batch b and tokens t of U[b,t,j]``."""
-    column = np.asarray(upstream[:, :, j], dtype=np.float64)
-    batch, tokens = column.shape
-    labels = [f"b{b} t{t}: U_{letter}[{b},{t},{j}]" for b in range(batch) for t in range(tokens)]
-    return Derivation(f"the sum over {batch} batch items and {tokens} tokens",
-                      tuple(listed(labels, column)), value)
+def rope_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
+                  tables: Callable[[int], tuple[Array, Array]],
+                  found: dict[str, Deriver]) -> None:
+    """Chapter 29: the frequencies, the angles, their cosines and sines, the turned Q and
+    K at the positions and shifted, their dot products and the turn back of the gradients.
+    ``tables(offset)``: the engine's cosines and sines of the tokens from ``offset``."""
+    layout = "half" if config.get("layout") == "half" else "interleaved"
+    base, features = float(config.get("base", 0.0)), int(config.get("features", 0))
+    positions = [int(p) for p in config.get("token_positions", [])]
+    if "inverse_frequencies" in a:
+        found["inverse_frequencies"] = each(a["inverse_frequencies"], lambda at, x: facts(
+            "rope frequency", f"base^(\u22122\u00b7{at[0]}/{features})",
+            [("base", base), ("exponent \u22122i/d", -2 * at[0] / features)], x))
+    if "angles" in a and "inverse_frequencies" in a and positions:
+        omega = a["inverse_frequencies"]
+        found["angles"] = each(a["angles"], lambda at, x: facts(
+            "rope angle", f"position {positions[at[0]]} \u00d7 \u03c9_{at[1]}",
+            [("position p", float(positions[at[0]])), (f"\u03c9_{at[1]}", float(omega[at[1]]))],
+            x))
+    angles = a.get("angles")
+    for name, fn in (("cosines", "cos"), ("sines", "sin")):
+        if name in a and angles is not None:
+            found[name] = each(a[name], lambda at, x, fn=fn: facts(
+                "rope angle", f"{fn}\u03b8 of the angle \u03b8{list(at)}",
+                [("\u03b8", float(angles[at]))], x))
+    cos, sin = tables(int(config.get("offset", 0)))
+    shifted = tables(int(config.get("shifted_offset", 0)))
+    for letter, branch in (("Q", "query"), ("K", "key")):
+        if branch not in a:
+            continue
+        x = a[branch]
+        found[f"rotated_{branch}"] = each(a[f"rotated_{branch}"], lambda at, v, x=x, n=letter:
+                                           rotation(x, cos, sin, at, v, layout, (n, f"R{n}"),
+                                                    position=positions[at[0]]))
+        if f"shifted_{branch}" in a:
+            found[f"shifted_{branch}"] = each(
+                a[f"shifted_{branch}"], lambda at, v, x=x, n=letter: rotation(
+                    x, shifted[0], shifted[1], at, v, layout, (n, f"R'{n}"),
+                    position=positions[at[0]] + int(config.get("shift", 0))))
+        upstream = a.get(f"upstream_{branch}")
+        if upstream is not None and f"{branch}_gradient" in a:
+            found[f"{branch}_gradient"] = each(
+                a[f"{branch}_gradient"], lambda at, v, u=upstream, n=letter: rotation(
+                    u, cos, sin, at, v, layout, (f"U_{n}", f"d{n}"), inverse=True,
+                    position=positions[at[0]]))
+    for grid, prefix, mark in (("dot_grid", "rotated", "R"), ("shifted_dot_grid", "shifted", "R'")):
+        if grid in a and f"{prefix}_query" in a:
+            rq, rk = a[f"{prefix}_query"], a[f"{prefix}_key"]
+            found[grid] = each(a[grid], lambda at, v, rq=rq, rk=rk, m=mark: scores(
+                rq, rk, at, v, (f"{m}Q", f"{m}K")))
 
 
-def attention_weight(scores: Array, scaled: Array, weights: Array, index: Index,
-                     factor: float, keys: bool = True) -> Derivation:
-    """An attention weight ``A[..., q, k]`` from its raw score, its scaled score and its
-    row's softmax: the row's maximum, the exponentials ``exp(z_j - max)`` of the keys
-    it sees, their sum, and ``exp(z_k - max) / sum``.
-
-    ``scores``, ``scaled``, ``weights`` hold the row's arrays ``[..., T, T]``; a masked key
-    (``-inf`` scaled score) weighs 0. ``keys``: list the row's exponentials (up to
-    :data:`MAX_TERMS` of them); without, only this key's.
-    """
-    *lead, q, k = index
-    row_at = (*lead, q)
-    z_row = np.asarray(scaled[row_at], dtype=np.float64)  # [T]
-    seen = np.isfinite(z_row)
-    value = float(weights[index])
-    masked = not bool(seen[k])
-    top = float(np.max(z_row[seen])) if seen.any() else math.nan
-    # the engine's own numerators; a row with no key seen has none
-    exps = exponentials(z_row) if seen.any() else np.zeros_like(z_row)
-    total = exact_sum(exps[seen])
-    rows = [
-        Step("raw score S = q·k", float(scores[index]), "fact"),
-        Step("scale", factor, "fact"),
-        Step("scaled score z = S \u00d7 scale", float(scaled[index]), "fact"),
-        Step("masked", "yes" if masked else "no", "text"),
-        Step("the row's maximum z", top, "fact"),
-        Step("exp(z \u2212 max) of this key", float(exps[k]), "fact"),
-        Step("keys the row sees (not masked)", str(int(seen.sum())), "text"),
-        Step("sum of the row's exponentials", total, "fact"),
-    ]
-    if keys:
-        seen_keys = np.flatnonzero(seen)
-        labels = [f"key {j}: exp(z \u2212 max)" for j in seen_keys]
-        rows += listed(labels, exps[seen_keys], part="fact")
-    formula = ("0: the key is after the query (masked before the softmax)" if masked
-               else "exp(z \u2212 max) / sum of the row's exponentials")
-    return Derivation(formula, tuple(rows), value, "none")
-
-
-def mixture(weights: Array, values: Array, index: Index, value: float, head: int | None,
-            causal: bool) -> Derivation:
-    """``O[b,t,c] = sum_j A[b,(h,)t,j] V[b,j,c]``: row ``t``'s weights times the value rows'
-    coordinate ``c`` (``head``: the head of a layer whose slice of the concatenation
-    holds ``c``; ``values`` per query head, ``[B,T,H*d_v]``)."""
-    b, t, c = index
-    lead = (b,) if head is None else (b, head)
-    row_at = (*lead, t)
-    a_row = np.asarray(weights[row_at], dtype=np.float64)  # [T]
-    column = np.asarray(values[b, :, c], dtype=np.float64)  # [T]
-    end = t + 1 if causal else a_row.size
-    a_name = "A[" + ",".join(str(i) for i in (*lead, t))
-    labels = [f"{a_name},{j}] \u00d7 V[{b},{j},{c}]" for j in range(end)]
-    formula = (f"a mixture of the value rows: row {t}'s weights"
-               + (f" (head {head})" if head is not None else "")
-               + f" times coordinate {c} of each value row"
-               + (f"; keys after {t} are masked and weigh 0" if end < a_row.size else ""))
-    return Derivation(formula, tuple(listed(labels, a_row[:end] * column[:end])), value)
+def layer_derivers(a: Mapping[str, Array], e: Mapping[str, Array], layout: str,
+                   found: dict[str, Deriver]) -> None:
+    """Chapter 30: the projections split into heads, RoPE, each head's softmax and
+    mixture, the merge, the output projection and the reverse to X and every weight;
+    ``e`` the engine's arrays of the same pass (the weights, scores, cosines and sines,
+    the gradients at each branch) that the document leaves out."""
+    x, d_head = a["input"], int(a["projected_query_heads"].shape[-1])
+    for letter, branch in (("Q", "query"), ("K", "key"), ("V", "value")):
+        w = e[f"{branch}_weight"]
+        found[f"projected_{branch}_heads"] = each(
+            a[f"projected_{branch}_heads"], lambda at, v, w=w, n=letter: _split(
+                projection(x, w, None, (at[0], at[2], at[1] * d_head + at[3]), v,
+                           ("X", f"W_{n}", f"b_{n}")), at[1]))
+        found[f"{branch}_weight_gradient"] = each(
+            a[f"{branch}_weight_gradient"], lambda at, v, n=letter, b=branch: weight_gradient(
+                x, e[f"grad_{b}"], (at[0], at[1]), v, f"d{n}"))
+        if letter != "V":
+            projected = a[f"projected_{branch}_heads"]
+            found[f"rotated_{branch}_heads"] = each(
+                a[f"rotated_{branch}_heads"], lambda at, v, p=projected, n=letter: rotation(
+                    p, e["cos"], e["sin"], at, v, layout, (f"{n}_h", f"R{n}_h")))
+    weights = a["attention_weights"]
+    found["attention_weights"] = each(weights, lambda at, v: attention_weight(
+        e["scores"], e["scaled"], e["masked"], weights, at, float(e["scale"][()])))
+    values = a["projected_value_heads"]
+    found["head_outputs"] = each(a["head_outputs"], lambda at, v: mixture(
+        weights, values, at, v, names=("A", "V_h")))
+    found["merged"] = each(a["merged"], lambda at, v: copied(
+        "head merge", "O_h", (at[0], at[2] // d_head, at[1], at[2] % d_head), v))
+    merged, upstream = a["merged"], a["upstream"]
+    found["output"] = each(a["output"], lambda at, v: projection(
+        merged, a["output_weight"], None, at, v, ("C", "W_O", "b_O"), "output projection"))
+    found["output_weight_gradient"] = each(a["output_weight_gradient"], lambda at, v:
+                                            weight_gradient(merged, upstream, (at[0], at[1]),
+                                                            v, "U", "C"))
+    found["input_gradient"] = each(a["input_gradient"], lambda at, v: input_paths(
+        [e["grad_query"], e["grad_key"], e["grad_value"]],
+        [e["query_weight"], e["key_weight"], e["value_weight"]], at, v, ("dQ", "dK", "dV")))
+    if "prefix_perturbed_output" in a:
+        found["prefix_perturbed_output"] = each(a["prefix_perturbed_output"], _prefix(a))
 
 
-def gradcheck_point(analytic: float, numerical: float, step: float, scaled_error: float,
-                    tolerance: float, passed: bool) -> Derivation:
-    """A gradient-check coordinate: the analytic value against the central difference."""
-    rows = (
-        Step("analytic (the reverse pass)", analytic, "fact"),
-        Step("numerical (L(x+h) \u2212 L(x\u2212h)) / 2h", numerical, "fact"),
-        Step("step h", step, "fact"),
-        Step("|analytic \u2212 numerical|", abs(analytic - numerical), "fact"),
-        Step("scaled error |a\u2212n| / max(1,|a|,|n|)", scaled_error, "fact"),
-        Step("tolerance", tolerance, "fact"),
-        Step("passed", "yes" if passed else "no", "text"),
-    )
-    return Derivation("central difference against the reverse pass", rows, analytic, "none")
+def _split(derivation: Derivation, head: int) -> Derivation:
+    """A projection's element, placed in head ``head`` by the head split."""
+    return derivation._replace(formula=f"{derivation.formula}; head {head}'s columns "
+                               "(the head split)")
+
+
+def _prefix(a: Mapping[str, Array]) -> Callable[[tuple[int, ...], float], Derivation]:
+    output, tokens = a["output"], int(a["output"].shape[1])
+
+    def make(at: tuple[int, ...], value: float) -> Derivation:
+        earlier = at[1] < tokens - 1
+        return facts("output projection", "the layer's output with the last token replaced "
+                     "by the fixture's suffix: " + (
+                         "an earlier row sees no later token, so it is the output's own"
+                         if earlier else "the last row sees the new token"),
+                     [(f"output[{','.join(map(str, at))}]", float(output[at])),
+                      ("the same", "yes" if float(output[at]) == value else "no")], value)
+    return make
+
+
+def document_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
+                      extra: Mapping[str, Array],
+                      tables: Callable[[int], tuple[Array, Array]] | None
+                      ) -> tuple[dict[str, Deriver], set[str]]:
+    """The derivers of a document's tensors ``a`` and the names the fixture gave.
+
+    ``config``: the document's ``config``; ``extra``: the engine's arrays the document
+    leaves out (chapter 30's weights and reverse); ``tables``: the engine's RoPE tables
+    from an offset (chapter 29)."""
+    found: dict[str, Deriver] = {}
+    given = {name for name in GIVEN if name in a or name in extra}
+    if "projected_query_heads" in a and extra:
+        layout = "half" if config.get("rope_layout") == "half" else "interleaved"
+        layer_derivers(a, extra, layout, found)
+    elif "rotated_query" in a and tables is not None:
+        given |= {"query", "key"}
+        rope_derivers(a, config, tables, found)
+    elif "query" in a and any(name in a for name in MAPS):
+        if config.get("source", "operands") == "operands":
+            given |= {"query", "key", "value"}
+        else:
+            for letter, branch in (("Q", "query"), ("K", "key"), ("V", "value")):
+                if "input" in extra and f"{branch}_weight" in extra:
+                    w = extra[f"{branch}_weight"]
+                    found[branch] = each(a[branch], lambda at, v, w=w, n=letter: projection(
+                        extra["input"], w, None, at, v, ("X", f"W_{n}", f"b_{n}")))
+        head_derivers(a, found)
+    return found, given
+
+
+Tables = Callable[[int], tuple[Array, Array]]
+"""The engine's RoPE cosines and sines ``[T, pairs]`` of the tokens from an offset."""
+
+
+def engine_operands(evidence: Any) -> tuple[dict[str, Array], Tables | None]:
+    """What a chapter's document leaves out, from its evidence: the inputs its fixture
+    gave (chapter 30's weights; a head's X and weights where its fixture gave them) and
+    the engine's arrays of the same pass that terms need (chapter 30's scores, mask,
+    RoPE tables and the gradient at each branch; chapter 29's RoPE tables)."""
+    fixture = getattr(evidence, "fixture", None)
+    inputs = getattr(fixture, "inputs", fixture)
+    extra: dict[str, Array] = {}
+    if inputs is not None and getattr(inputs, "source", "") == "projections" and (
+            inputs.weights is not None):
+        extra["input"] = inputs.x
+        for branch, weight in zip(("query", "key", "value"), inputs.weights, strict=True):
+            extra[f"{branch}_weight"] = weight
+    table = getattr(fixture, "table", None)
+    if table is not None and fixture is not None and getattr(fixture, "query", None) is not None:
+        from qkvcli.attention.maths import rope_tables
+
+        tokens = int(fixture.query.shape[-2])
+        return extra, lambda offset: rope_tables(table.rope(offset), 0, tokens)
+    spec = getattr(fixture, "spec", None)
+    if spec is not None and all(hasattr(fixture, name) for name in ("input", "upstream",
+                                                                    "offset")):
+        extra.update(_layer_pass(fixture))
+    return extra, None
+
+
+def _layer_pass(fixture: Any) -> dict[str, Array]:
+    """Chapter 30's pass through the engine, again: the arrays its terms need."""
+    from qkvcli.attention import engine
+    from qkvcli.attention.maths import causal_mask, rope_tables, score_factor
+    from qkvcli.chapters.ch30 import forward_checked
+
+    spec = fixture.spec
+    layer, x, forward = forward_checked(spec, fixture.input, fixture.offset)
+    with np.errstate(over="ignore", invalid="ignore"):
+        grads = engine.backward(layer, x, forward, fixture.upstream)
+    stacked = forward.stacked
+    tokens = int(x.shape[1])
+    hidden = causal_mask(tokens)
+    cos, sin = rope_tables(spec.table.rope(fixture.offset), 0, tokens)
+    found = {"query_weight": spec.w_query, "key_weight": spec.w_key,
+             "value_weight": spec.w_value, "scores": stacked["scores"],
+             "scaled": stacked["scaled_scores"],
+             "masked": np.where(hidden, -np.inf, stacked["scaled_scores"]),
+             "scale": np.asarray(score_factor(int(stacked["query"].shape[-1]), None)),
+             "cos": cos, "sin": sin}
+    for branch in ("query", "key", "value"):
+        per_head = np.stack([getattr(h, f"grad_{branch}") for h in grads.heads], axis=1)
+        found[f"grad_{branch}"] = engine.merge_heads(per_head)
+    return found

@@ -17,7 +17,6 @@ coordinate its central difference.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
@@ -27,14 +26,10 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import Derivation, attention_weight, gradcheck_point, mixture
+from qkvcli.render.explorer.derive import MAPS, document_derivers
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, index_text
 from qkvcli.render.wording import Check, verdict
-
-MAPS = ("probabilities", "attention_weights", "weights")
-"""The published names of an attention matrix, drawn as heat maps."""
-SCORES = ("dot_products", "raw_scores", "scores")
-"""The published names of the raw scores an attention matrix is the softmax of."""
+from qkvcli.stages.terms import Derivation, gradcheck_point
 
 
 def tensors_of(document: Mapping[str, Any]) -> dict[str, Array]:
@@ -54,43 +49,6 @@ def checks_of(document: Mapping[str, Any]) -> list[Check]:
     return [Check(str(entry.get("name", "")), bool(entry.get("passed")),
                   str(entry.get("detail", entry.get("outcome", ""))))
             for entry in document.get("checks", []) if isinstance(entry, Mapping)]
-
-
-def _scale(arrays: Mapping[str, Array], scores: str) -> float:
-    """The factor between the raw and the scaled scores (their first non-zero pair)."""
-    raw, scaled = arrays[scores].reshape(-1), arrays["scaled_scores"].reshape(-1)
-    for a, b in zip(raw, scaled, strict=True):
-        if a != 0.0 and math.isfinite(b):
-            return float(b / a)
-    return 1.0
-
-
-def derivers(arrays: Mapping[str, Array]) -> dict[str, Any]:
-    """What the document's own tensors can explain: its attention weights and outputs."""
-    found: dict[str, Any] = {}
-    weights = next((name for name in MAPS if name in arrays), None)
-    scores = next((name for name in SCORES if name in arrays), None)
-    if weights is not None and scores is not None and "scaled_scores" in arrays and (
-            arrays[weights].shape == arrays["scaled_scores"].shape == arrays[scores].shape):
-        factor = _scale(arrays, scores)
-
-        masked = arrays.get("masked_scores", arrays["scaled_scores"])  # what the softmax read
-
-        def weight(at: tuple[int, ...], numbered: bool = True) -> Derivation:
-            return attention_weight(arrays[scores], masked, arrays[weights],
-                                    at, factor, keys=numbered)
-
-        found["weights"] = weight
-        if "value" in arrays and "output" in arrays and arrays["output"].ndim == 3 and (
-                arrays[weights].ndim == 3):
-            causal = bool(np.any(~np.isfinite(masked)))
-
-            def output(at: tuple[int, ...]) -> Derivation:
-                return mixture(arrays[weights], arrays["value"], at,
-                               float(arrays["output"][at]), None, causal)
-
-            found["output"] = output
-    return found
 
 
 def _gradcheck_entries(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any]]:
@@ -119,6 +77,8 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
         name = str(entry.get("tensor", ""))
         checks = list(entry.get("checks", []))
         shown, rows = checks[:GRADCHECK_ROWS], []
+        scientific = {field: page.tiny(float(c[field]) for c in shown)
+                      for field in ("analytic", "numerical", "scaled_error")}
         for check in shown:
             direction = check.get("direction")
             if direction is not None:
@@ -131,7 +91,8 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
             derivation = gradcheck_point(analytic, numerical, step, error, tolerance, passed)
             heading = f"gradient check of {name} at {label}"
             key = f"gradcheck.{name}"
-            cells = [page.number(key, where, value, derivation, field=field, heading=heading)
+            cells = [page.number(key, where, value, derivation, field=field, heading=heading,
+                                 scientific=scientific[field])
                      for field, value in (("analytic", analytic), ("numerical", numerical),
                                           ("scaled_error", error))]
             word = "✔ PASS" if passed else "✘ FAIL"
@@ -166,51 +127,59 @@ def gradcheck_section(page: Page, result: GradcheckResult, name_of: Callable[[st
     return gradcheck_rows(page, {"gradcheck": document}, caption)
 
 
-def _maps(page: Page, name: str, weights: Array, arrays: Mapping[str, Array],
-          explain: Any) -> str:
-    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head)."""
+def _maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
+          explain: Deriver | None) -> str:
+    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head);
+    a cell whose softmax input is ``-inf`` is masked (struck through)."""
     tokens = int(weights.shape[-1])
     slices: Sequence[tuple[int, ...]] = list(np.ndindex(*weights.shape[:-2]))
-    scaled = arrays.get("masked_scores", arrays.get("scaled_scores"))
 
     def masked_at(at: tuple[int, ...]) -> float:
-        return float(scaled[at]) if scaled is not None and scaled.shape == weights.shape else 0.0
+        return (float(softmax_input[at]) if softmax_input is not None
+                and softmax_input.shape == weights.shape else 0.0)
 
     def derive(at: tuple[int, ...], numbered: bool) -> Derivation | None:
-        return explain(at, numbered) if explain is not None else None
+        return explain(at) if explain is not None else None
 
-    return page.heatmap(name, weights, slices, derive, tokens, masked_at)  # type: ignore[arg-type]
+    return page.heatmap(name, weights, slices, derive, tokens, masked_at)
 
 
-def document_page(document: Mapping[str, Any], precision: int, title: str) -> str:
-    """The explorer page of a report's JSON ``document`` (one self-contained HTML text)."""
+def document_page(document: Mapping[str, Any], precision: int, title: str,
+                  extra: Mapping[str, Array] | None = None,
+                  tables: Callable[[int], tuple[Array, Array]] | None = None) -> str:
+    """The explorer page of a report's JSON ``document`` (one self-contained HTML text).
+
+    ``extra``: the engine's arrays of the same pass that the document leaves out (inputs
+    the fixture gave are shown as tensors too; the others are operands of terms);
+    ``tables``: the engine's RoPE cosines and sines from an offset (chapter 29)."""
     page = Page(title, precision)
     arrays = tensors_of(document)
-    explained = derivers(arrays)
+    extra = extra or {}
     config = document.get("config")
-    batches = config.get("batch", 1) if isinstance(config, Mapping) else 1
+    config = config if isinstance(config, Mapping) else {}
+    explained, given = document_derivers(arrays, config, extra, tables)
+    batches = config.get("batch", 1)
     page.select("batch", "batch item", int(batches) if isinstance(batches, int) else 1)
     checks = checks_of(document)
     if checks:
         page.sections.append(checks_section(checks))
     maps = [name for name in MAPS if name in arrays and arrays[name].ndim >= 3
             and arrays[name].shape[-1] == arrays[name].shape[-2]]
+    softmax_input = arrays.get("masked_scores", extra.get("masked",
+                                                          arrays.get("scaled_scores")))
     if maps:
         page.scale_switch()
         page.sections.append(
             '<section class="group"><h2>Attention weights</h2><p class="caption">each row '
-            "a query's probabilities over the keys</p>" + page.legend()
-            + "".join(_maps(page, name, arrays[name], arrays, explained.get("weights"))
+            "a query's probabilities over the keys; a masked key's weight is struck "
+            "through</p>" + page.legend()
+            + "".join(_maps(page, name, arrays[name], softmax_input, explained.get(name))
                       for name in maps) + "</section>")
-    blocks = []
-    for name, values in arrays.items():
-        deriver: Deriver | None = None
-        if name in maps and "weights" in explained:
-            deriver = lambda at, f=explained["weights"]: f(at, True)  # noqa: E731
-        elif name == "output" and "output" in explained:
-            deriver = explained["output"]
-        lead = 2 if values.ndim == 4 else None
-        blocks.append(page.tensor(name, values, deriver, lead=lead))
+    shown = {name: extra[name] for name in extra if name in given and name not in arrays}
+    shown.update(arrays)
+    blocks = [page.tensor(name, values, explained.get(name), given=name in given,
+                          axes=axes_of(name, values.ndim))
+              for name, values in shown.items()]
     if blocks:
         page.sections.append('<section class="group"><h2>Tensors</h2>' + "".join(blocks)
                              + "</section>")
@@ -225,3 +194,14 @@ def document_page(document: Mapping[str, Any], precision: int, title: str) -> st
     chapter = document.get("chapter")
     heading = f"{title}: {chapter}" if chapter else title
     return page.html(heading, said, passed)
+
+
+AXES = {"mixture_terms": ("query", "key"), "mask": ("query", "key")}
+"""Tensors whose leading axis is not the batch: what their tables are split by."""
+
+
+def axes_of(name: str, ndim: int) -> tuple[str, ...]:
+    """The axes a tensor's tables are split by (``batch``, then ``head`` for 4-D)."""
+    if name in AXES:
+        return AXES[name][:max(ndim - 2, 0)]
+    return ("batch", "head")[:max(ndim - 2, 0)]

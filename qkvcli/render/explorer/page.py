@@ -1,10 +1,11 @@
 """The explorer page's building blocks: numbers as elements, tensors, heat maps, checks, the page.
 
 A :class:`Page` collects what a report shows as HTML pieces and, for every number, the
-derivation its panel opens (:mod:`qkvcli.render.explorer.derive`), and assembles one
-self-contained document: the styles and the script (``qkvcli/data/explorer.css`` and
-``explorer.js``) inline, the derivations as one JSON block, a content security policy
-that forbids every request. The contract a script may rely on (docs/explorer.md):
+derivation its panel opens (:mod:`qkvcli.stages.terms`, chosen by
+:mod:`qkvcli.render.explorer.derive`), and assembles one self-contained document: the
+styles and the script (``qkvcli/data/explorer.css`` and ``explorer.js``) inline, the
+derivations as one JSON block, a content security policy that forbids every request.
+The contract a script may rely on (docs/explorer.md):
 
 - every value of a tensor, of the gradient check and of a finding is an element with
   ``data-tensor`` (its key in the JSON report: a tensor's name under ``tensors``;
@@ -34,15 +35,16 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.explorer.derive import Derivation
 from qkvcli.render.numbers import fmt_float, fmt_shape
 from qkvcli.render.tensors import shows_values, summarise
+from qkvcli.stages.table import STAGES
+from qkvcli.stages.terms import Derivation, Step, exact_sum, facts
 
 Deriver = Callable[[tuple[int, ...]], Derivation | None]
 """What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
 
 PARTS = {"term": "t", "rest": "r", "fact": "f", "text": "x"}
-"""How the page's data spells a row's part (:class:`~qkvcli.render.explorer.derive.Step`)."""
+"""How the page's data spells a row's part (:class:`~qkvcli.stages.terms.Step`)."""
 BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dashed border)",
                 "value": "value branch (double border)"}
 LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
@@ -59,6 +61,32 @@ ROW_VALUES = 16
 """Values per row of a 1-D tensor's table."""
 GRADCHECK_ROWS = 256
 """Gradient-check rows shown per tensor (the JSON report holds every one)."""
+SUMMARY_TERMS = 6
+"""Terms a panel of a summarised tensor's value lists (its largest; the rest one row)."""
+BRIEF_OVER = 512
+"""Values of a tensor shown in full above which its values' panels give the stage's
+element formula and operands, not each value's terms (a GPT-2 layer's 2,304 bias
+gradients, each a sum over 1,024 tokens, would otherwise take megabytes)."""
+
+
+def shortened(derivation: Derivation | None) -> Derivation | None:
+    """``derivation`` with its :data:`SUMMARY_TERMS` largest terms listed and the others
+    summed in one row (a summarised tensor's panels: a GPT-2 layer's page stays small)."""
+    if derivation is None:
+        return None
+    terms = [row for row in derivation.rows if row.part in ("term", "rest")]
+    if len(terms) <= SUMMARY_TERMS + 1 and not any(
+            row.label.startswith("  ") for row in derivation.rows):
+        return derivation
+    kept = sorted(range(len(terms)), key=lambda i: -abs(float(terms[i].value)))[:SUMMARY_TERMS]
+    chosen = {i for i in kept if terms[i].part == "term"}
+    listed = [terms[i] for i in sorted(chosen)]
+    others = exact_sum(float(row.value) for i, row in enumerate(terms) if i not in chosen)
+    # a listed detail of a term (a path's own products) is indented: left out here
+    return derivation._replace(rows=(*listed, Step("the other terms together", others, "rest"),
+                                     *(row for row in derivation.rows
+                                       if row.part not in ("term", "rest")
+                                       and not row.label.startswith("  "))))
 
 
 def branch_of(name: str) -> str | None:
@@ -88,63 +116,94 @@ class Page:
         self.derivations: dict[str, Any] = {}
         self.labels: dict[str, int] = {}
         self.given: set[str] = set()
+        self.operands = True  # list a product term's operand values (not in summaries)
 
     # --- numbers -------------------------------------------------------------------
 
-    def fmt(self, value: float | str) -> str:
-        return value if isinstance(value, str) else fmt_float(float(value), self.precision)
+    def fmt(self, value: float | str, scientific: bool = False) -> str:
+        """A number as the page writes it: :func:`fmt_float` at the page's precision, or
+        (``scientific``: a table one of whose values fixed point would not show) every
+        value of that table in scientific notation with as many significant digits."""
+        if isinstance(value, str):
+            return value
+        if scientific and math.isfinite(value):
+            return f"{float(value):.{max(self.precision - 1, 0)}e}"
+        return fmt_float(float(value), self.precision)
+
+    def tiny(self, values: Iterable[float]) -> bool:
+        """Whether fixed point at the page's precision would not show one of ``values``
+        (a non-zero value it would round to zero): then their table is scientific."""
+        flat = np.asarray(list(values) if not isinstance(values, np.ndarray) else values,
+                          dtype=np.float64).reshape(-1)
+        small = np.abs(flat[np.isfinite(flat)])
+        return bool(np.any((small > 0) & (small < 0.5 * 10.0 ** -self.precision)))
 
     def label(self, text: str) -> int:
         """The number of a shared label (a label used twice is stored once)."""
         return self.labels.setdefault(text, len(self.labels))
 
-    def derive(self, key: str, derivation: Derivation, heading: str = "") -> None:
+    def derive(self, key: str, derivation: Derivation, heading: str = "",
+               scientific: bool = False) -> None:
         """Keep ``derivation`` for the number whose ``tensor|index`` is ``key``."""
         if key in self.derivations:
             return
         usual = "term" if derivation.terms_total == "sum" else "fact"
         document: dict[str, Any] = {
             "f": self.label(derivation.formula),
-            "r": [[self.label(row.label), self.fmt(row.value)]
-                  + ([PARTS[row.part]] if row.part != usual else [])
-                  for row in derivation.rows],
-            "v": self.fmt(derivation.value),
+            "r": [self.row(row, usual) for row in derivation.rows],
+            "v": self.fmt(derivation.value, scientific),
         }
         if derivation.terms_total != "sum":
             document["s"] = 0  # the rows are facts (their part "f" unless said)
         if heading:
             document["h"] = heading
+        if derivation.stage in STAGES:
+            stage = STAGES[derivation.stage]
+            document["g"] = self.label(f"{stage.name}: {stage.element}; {stage.axes_text()}")
         self.derivations[key] = document
+
+    def row(self, row: Step, usual: str) -> list[Any]:
+        """A derivation's row as the page's data: label, value, part (when not the usual),
+        and the operands a product multiplies (``a * b``, where the page lists them)."""
+        found: list[Any] = [self.label(row.label), self.fmt(row.value)]
+        part = PARTS[row.part] if row.part != usual else ""
+        if row.operands and self.operands:
+            found += [part, " \u00d7 ".join(self.fmt(v) for v in row.operands)]
+        elif part:
+            found.append(part)
+        return found
 
     def number(self, tensor: str, index: Sequence[int] | str, value: float | str,
                derivation: Derivation | None = None, *, field: str = "", stat: str = "",
                css: str = "", heading: str = "", tag: str = "span",
-               variant: str = "") -> str:
+               variant: str = "", scientific: bool = False) -> str:
         """A number as an element (``tag``) with its ``data-*`` contract, its derivation
         kept. The script makes each one focusable (``tabindex``, ``role=button``).
         ``variant`` tells apart a number of another run than the report's (the other
         mask's weights: ``data-variant``)."""
         where = index if isinstance(index, str) else index_text(index)
         if derivation is not None:
-            key = f"{tensor}|{where}" + (f"|{variant}" if variant else "")
-            self.derive(key, derivation, heading)
+            key = f"{tensor}|{where}" + (f"|{variant}" if variant else "") + (
+                f"|{stat}" if stat and not where else "")
+            self.derive(key, derivation, heading, scientific)
         extra = (f' data-variant="{variant}"' if variant else "") + (
             f' data-field="{field}"' if field else "") + (
             f' data-stat="{stat}"' if stat else "") + (f' class="{css}"' if css else "")
         return (f'<{tag} data-tensor="{escape(tensor)}" data-index="{where}"{extra}>'
-                f"{escape(self.fmt(value))}</{tag}>")
+                f"{escape(self.fmt(value, scientific))}</{tag}>")
 
     # --- tensors -------------------------------------------------------------------
 
     def tensor(self, name: str, array: Array, derive: Deriver | None = None,
-               caption: str = "", lead: int | None = None, given: bool = False) -> str:
-        """A tensor's block: every value in tables (one per batch item, or per batch item
-        and head), or its summary when it is larger than the terminal shows in full.
+               caption: str = "", given: bool = False,
+               axes: Sequence[str] | None = None) -> str:
+        """A tensor's block: every value in tables (one per value of its leading axes), or
+        its summary when it is larger than the terminal shows in full.
 
-        ``lead``: how many leading axes select a table (batch, head); by default all but
-        the last two (a 3-D tensor: one table per batch item). ``given``: the fixture
-        holds the tensor (its panel says so; a computed one without ``derive`` says the
-        page lists no terms for it).
+        ``axes``: the names of the leading axes that select a table (by default ``batch``
+        for a 3-D tensor, ``batch, head`` for a 4-D one); a ``batch`` or ``head`` axis
+        follows the page's switch. ``given``: the fixture holds the tensor (its panel says
+        so).
         """
         if given:
             self.given.add(name)
@@ -157,24 +216,44 @@ class Page:
                  + "</h3>")
         intro = f'<p class="caption">{escape(caption)}</p>' if caption else ""
         if shows_values(values.size, "summary"):
+            if derive is not None and values.size > BRIEF_OVER:
+                self.describe(name, derive(tuple(0 for _ in values.shape)), values.size)
+                derive = None
+            lead = (("batch", "head")[:max(values.ndim - 2, 0)] if axes is None
+                    else tuple(axes))
             body = self.tables(name, values, derive, lead)
         else:
-            body = self.summary(name, values, derive)
+            self.operands = False  # a summary's panels stay small: products alone
+            body = self.summary(name, values, None if derive is None
+                                else lambda at: shortened(derive(at)))
+            self.operands = True
         return f'<section class="{classes}" data-name="{escape(name)}">{title}{intro}{body}</section>'
 
+    def describe(self, tensor: str, example: Derivation | None, count: int) -> None:
+        """One panel for every value of ``tensor``: its stage's element formula and axes
+        (from ``example``, the derivation of its first value), its terms not listed."""
+        if example is None or example.stage not in STAGES:
+            return
+        stage = STAGES[example.stage]
+        self.derivations[f"{tensor}|*"] = {
+            "f": self.label(stage.element), "s": 0,
+            "r": [[self.label("stage"), f"{stage.name}: {stage.formula}", "x"],
+                  [self.label("operands → output"), stage.axes_text(), "x"],
+                  [self.label("terms"), f"not listed: this tensor shows {count} values, the "
+                   f"page lists the terms of tensors of at most {BRIEF_OVER}", "x"]]}
+
     def tables(self, name: str, values: Array, derive: Deriver | None,
-               lead: int | None) -> str:
-        if values.ndim <= 2:
-            return self.grid(name, values.reshape((1,) * (2 - values.ndim) + values.shape),
-                             (), derive, values.ndim)
-        lead = values.ndim - 2 if lead is None else lead
+               lead: Sequence[str]) -> str:
+        if values.ndim <= 2 or not lead:
+            flat = values.reshape((1,) * (2 - values.ndim) + values.shape) if values.ndim <= 2 \
+                else values
+            return self.grid(name, flat, (), derive, values.ndim)
         parts = []
-        for where in np.ndindex(*values.shape[:lead]):
-            attributes = f' data-batch="{where[0]}"'
-            label = f"batch {where[0]}"
-            if lead > 1:
-                attributes += f' data-head="{where[1]}"'
-                label += f", head {where[1]}"
+        for where in np.ndindex(*values.shape[:len(lead)]):
+            attributes = "".join(f' data-{axis}="{i}"' for axis, i in zip(lead, where,
+                                                                           strict=True)
+                                 if axis in ("batch", "head"))
+            label = ", ".join(f"{axis} {i}" for axis, i in zip(lead, where, strict=True))
             parts.append(f'<div class="slice"{attributes}><p class="slice-name">{label}</p>'
                          + self.grid(name, values[where], where, derive, 2) + "</div>")
         return "".join(parts)
@@ -194,13 +273,15 @@ class Page:
             rows = [(r, [(*lead, r, c) for c in range(matrix.shape[1])])
                     for r in range(matrix.shape[0])]
             head = "".join(f'<th scope="col">{c}</th>' for c in range(matrix.shape[1]))
+        scientific = self.tiny(matrix)
         out = [f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>']
         for label, indices in rows:
             cells = []
             for index in indices:
                 value = float(flat[index[0]]) if ndim == 1 else float(matrix[index[-2:]])
                 derivation = derive(index) if derive is not None else None
-                cells.append(self.number(name, index, value, derivation, tag="td"))
+                cells.append(self.number(name, index, value, derivation, tag="td",
+                                         scientific=scientific))
             out.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
         out.append("</tbody></table>")
         return "".join(out)
@@ -219,8 +300,7 @@ class Page:
             for flat in flats:
                 index = at(flat)
                 derivation = derive(index) if derive is not None else None
-                shown.append(self.number(name, index, float(values[index]), derivation,
-                                         heading=f"{name}[{index_text(index)}]"))
+                shown.append(self.number(name, index, float(values[index]), derivation))
             return " ".join(shown)
 
         first = numbers(range(min(4, count)))
@@ -233,8 +313,15 @@ class Page:
                 derivation = derive(index) if derive is not None else None
                 shown = self.number(name, index, value, derivation, stat=stat)
                 extremes += f"<dt>{stat}</dt><dd>{shown} at [{index_text(index)}]</dd>"
-        mean = self.number(name, "", s.mean, stat="mean")
-        norm = self.number(name, "", s.l2_norm, stat="l2_norm")
+        every = np.asarray(values, dtype=np.float64).reshape(-1)
+        total, squares = float(np.sum(every)), float(np.sum(every * every))
+        mean = self.number(name, "", s.mean, facts(
+            "", f"the sum of the {count} values over their count",
+            [("sum of the values", total), ("count", str(count))], s.mean), stat="mean")
+        norm = self.number(name, "", s.l2_norm, facts(
+            "", f"the square root of the sum of the {count} values' squares",
+            [("sum of the squares", squares), ("count", str(count))], s.l2_norm),
+            stat="l2_norm")
         return (f'<dl class="summary"><dt>count</dt><dd>{count} values (summarised above '
                 f"4096, as the terminal does; the JSON report's digest is the same)</dd>"
                 f"<dt>first</dt><dd>{first}</dd><dt>last</dt><dd>{last}</dd>{extremes}"
@@ -244,7 +331,7 @@ class Page:
     # --- heat maps -----------------------------------------------------------------
 
     def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
-                derive: Callable[[tuple[int, ...], bool], Derivation], tokens: int,
+                derive: Callable[[tuple[int, ...], bool], Derivation | None], tokens: int,
                 masked_at: Callable[[tuple[int, ...]], float], extra: str = "",
                 variant: str = "") -> str:
         """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
@@ -334,7 +421,7 @@ class Page:
             "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             '<link rel="icon" href="data:,">',
-            f"<title>{escape(self.title)}</title><style>{asset('explorer.css')}</style></head>",
+            f"<title>{escape(heading)}</title><style>{asset('explorer.css')}</style></head>",
             '<body data-scale="row">',
             f'<header><h1>{escape(heading)}</h1><p class="verdict {state}">'
             f"{'✔' if passed else '✘'} {escape(verdict)}</p>",

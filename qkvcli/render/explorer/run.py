@@ -12,16 +12,16 @@ from __future__ import annotations
 from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import (
+from qkvcli.render.explorer.document import gradcheck_section
+from qkvcli.render.explorer.page import Page
+from qkvcli.render.report import PUBLISHED_TENSORS
+from qkvcli.render.wording import check_rows, verdict
+from qkvcli.stages.terms import (
     Derivation,
     input_paths,
     projection,
     weight_gradient,
 )
-from qkvcli.render.explorer.document import gradcheck_section
-from qkvcli.render.explorer.page import Page
-from qkvcli.render.report import PUBLISHED_TENSORS
-from qkvcli.render.wording import check_rows, verdict
 
 LETTERS = {"query": "Q", "key": "K", "value": "V"}
 
@@ -54,7 +54,7 @@ def run_page(evidence: Evidence, precision: int, title: str) -> str:
 
         def gradient(at: tuple[int, ...], u: Array = upstream,
                      g: Array = p.weight_gradients[index], n: str = letter) -> Derivation:
-            return weight_gradient(p.input, u, (at[0], at[1]), float(g[at]), n)
+            return weight_gradient(p.input, u, (at[0], at[1]), float(g[at]), f"U_{n}")
 
         branches.append(
             f'<div class="branch branch-{branch}"><h2>{branch} branch</h2>'
