@@ -1,0 +1,124 @@
+"""The words of a slip named by relation (:mod:`qkvcli.check.relations`,
+:mod:`qkvcli.check.relate`): each relation clause, and a finding made of them, several
+relations of one tensor said as "either ... or ..." (the fixtures cannot tell them
+apart)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from qkvcli.core.results import Clause
+
+FACTOR_WORDS = {"0": "{0} is all zeros", "-1": "{0} has the wrong sign (-1 times qkv's)",
+                "c": "{0} is a constant multiple of qkv's"}
+REGION_WORDS = {"diagonal": "only on the diagonal (each query's own key)",
+                "above": "only above the diagonal (each query's later keys)",
+                "below": "only below the diagonal (each query's earlier keys)"}
+VARIANT_WORDS = {
+    "causal=false": "{0} gives qkv's results with causal=false: the causal mask is ignored",
+    "causal=true": "{0} gives qkv's results with causal=true: the mask is applied with "
+                   "causal=false too",
+    "rope=false": "{0} gives qkv's results with rope=false: RoPE is not applied",
+    "rope=true": "{0} gives qkv's results with rope=true: RoPE is applied with rope=false too",
+    "softmax-axis:head": ("{0}: the softmax is taken over the heads axis instead of over each "
+                          "query's keys"),
+    "softmax-axis:query": ("{0}: the softmax is taken over the query axis instead of over "
+                           "each query's keys"),
+    "softmax-axis:batch": ("{0}: the softmax is taken over the batch axis instead of over "
+                           "each query's keys"),
+    "rope-query-only": "{0}: RoPE turns the queries only (the keys are not turned)",
+    "rope-key-only": "{0}: RoPE turns the keys only (the queries are not turned)",
+    "rope-before-split": ("{0}: RoPE is applied before the head split (pairs and angles "
+                          "over d_model instead of each head's d_h)"),
+    "angles:pi/180": "{0}: RoPE's angles are taken as degrees (each angle times pi/180)",
+    "angles:180/pi": "{0}: RoPE's angles are converted to degrees (each angle times 180/pi)",
+    "angles:2": "{0}: RoPE's angles are twice the right ones",
+    "angles:1/2": "{0}: RoPE's angles are half the right ones",
+    "positions:batch": ("{0}: RoPE takes each position from the batch axis instead of the "
+                        "token axis"),
+    "positions:head": ("{0}: RoPE takes each position from the heads axis instead of the "
+                       "token axis"),
+    "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
+    "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
+}
+
+
+def _part(said: str) -> str:
+    label, count = said.split("=", 1)
+    kind, _, which = label.partition(":")
+    part = f"the {which} path" if kind == "path" else f"batch item {which}"
+    if count == "0":
+        return f"misses {part}"
+    if count == "2":
+        return f"counts {part} twice"
+    return f"counts {part} {constant(count)} times"
+
+
+def _parts(tensor: str, *said: str) -> str:
+    listed = [_part(s) for s in said]
+    return f"{tensor} " + ", ".join(listed) + " (qkv counts each once)"
+
+
+def constant(name: str) -> str:
+    """A named constant as the chapters write it: ``root d_k`` is ``sqrt(d_k)``."""
+    if "root " in name:
+        head, _, size = name.partition("root ")
+        return f"{head}sqrt({size})"
+    return name
+
+
+def _factor(tensor: str, name: str) -> str:
+    return FACTOR_WORDS.get(name, "{0} is {1} times qkv's").format(tensor, constant(name))
+
+
+RELATION_WORDS: dict[str, Callable[..., str]] = {
+    "factor": _factor,
+    "exchanged": lambda tensor, axes: (
+        f"{tensor} is qkv's transposed" if axes == "row/column"
+        else f"{tensor} is qkv's with the {axes.replace('/', ' and ')} axes exchanged"),
+    "one-for-all": lambda tensor, axis, which: (
+        f"every {axis} of {tensor} is qkv's {which} {axis}"),
+    "parts": _parts,
+    "equals": lambda tensor, other: (
+        f"{tensor} equals qkv's {other}: the stages after {other} are skipped"),
+    "confined": lambda tensor, region: f"{tensor} differs from qkv's {REGION_WORDS[region]}",
+    "float32": lambda tensor: (
+        f"{tensor} agrees with qkv only to float32 rounding (every value a float32, tiny "
+        "ones flushed to 0): float32 arithmetic"),
+    "variant": lambda operation, code: VARIANT_WORDS[code].format(operation),
+    "unexplained": lambda tensor: f"{tensor} is explained by no relation",
+    "diverges": lambda tensor, before: (
+        f"{tensor} is the first result that differs"
+        + (f" ({before} agrees): the step from {before} to {tensor} is wrong" if before
+           else "")),
+}
+"""The words of each relation clause, from its facts."""
+
+
+def relation(clause: Clause) -> str:
+    """One relation in words."""
+    return RELATION_WORDS[clause.code](*clause.facts)
+
+
+def relations(found: tuple[Clause, ...]) -> str:
+    """The relations of a finding: grouped by tensor in their order, several of one
+    tensor as "either ... or ..."."""
+    groups: dict[tuple[str, str], list[Clause]] = {}
+    for clause in found:
+        groups.setdefault((clause.code, clause.facts[0]), []).append(clause)
+    said = []
+    for clauses in groups.values():
+        if len(clauses) == 1:
+            said.append(relation(clauses[0]))
+        else:
+            said.append("on this fixture, either " + " or ".join(map(relation, clauses)))
+    return "; ".join(said)
+
+
+CLAUSE_RELATION_WORDS: dict[str, Callable[..., Any]] = {
+    "relation-differs": lambda found, mismatch: f"{relations(found)}: {mismatch}",
+    "relations": relations,
+    **RELATION_WORDS,
+}
+"""The clause codes of a slip named by relation, for :data:`qkvcli.render.check.CLAUSE_WORDS`."""
