@@ -39,6 +39,9 @@ Named = tuple[tuple[str, float], ...]
 FEWEST = 4
 """The fewest non-zero elements a tensor needs before a fitted factor or count means
 anything (a factor of one number always fits)."""
+SPARE = 2
+"""How many more elements than parts a tensor needs before its parts' counts are fitted:
+the fit must then hold on equations it was not solved from."""
 FLOAT32_ERROR = 1e-4
 """The largest scaled error of a result computed in float32 (every value a float32), as
 :func:`qkvcli.check.diagnose.precision` takes it."""
@@ -139,7 +142,7 @@ def counted_parts(name: str, got: Array, parts: Sequence[tuple[str, Array]], nam
     if len(parts) < 2 or any(p.shape != got.shape for _, p in parts):
         return ()
     basis = np.stack([p.reshape(-1) for _, p in parts], axis=1)
-    if basis.shape[0] < len(parts) + FEWEST or np.linalg.matrix_rank(basis) < len(parts):
+    if basis.shape[0] < len(parts) + SPARE or np.linalg.matrix_rank(basis) < len(parts):
         return ()
     with np.errstate(all="ignore"):
         counts, *_ = np.linalg.lstsq(basis, got.reshape(-1), rcond=None)

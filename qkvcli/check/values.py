@@ -10,6 +10,8 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 
 from __future__ import annotations
 
+from typing import Any
+
 from qkvcli.check.cases import Run, fixtures_of
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
@@ -25,32 +27,57 @@ UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs", "relation-diffe
 Settled = list[tuple[Run, str, Clause, tuple[tuple[Array, ...], tuple[Array, ...]]]]
 
 
+def _said(why: Clause) -> tuple[Clause, ...]:
+    """The relations a finding names: a ``relation-differs``'s, or those of the
+    ``relations`` clauses inside a ``forward-differs`` or ``reverse-differs``."""
+    if why.code == "relation-differs":
+        found: tuple[Clause, ...] = why.facts[0]
+        return found
+    nested = [fact for fact in why.facts if isinstance(fact, Clause)]
+    nested += [fact for facts in why.facts if isinstance(facts, tuple) for fact in facts
+               if isinstance(fact, Clause)]
+    return tuple(clause for fact in nested if fact.code == "relations"
+                 for clause in fact.facts[0])
+
+
+def _keep(why: Clause, left: tuple[Clause, ...]) -> Clause:
+    """``why`` naming only the relations of ``left``: a ``relation-differs`` left with none
+    is its mismatch, a ``relations`` clause left with none what it would say otherwise."""
+    if why.code == "relation-differs":
+        return Clause("relation-differs", (left, why.facts[1])) if left else why.facts[1]
+
+    def kept_in(fact: Any) -> Any:
+        if isinstance(fact, Clause) and fact.code == "relations":
+            mine = tuple(clause for clause in fact.facts[0] if clause in left)
+            return Clause("relations", (mine, fact.facts[1])) if mine else fact.facts[1]
+        if isinstance(fact, tuple):
+            return tuple(found for found in map(kept_in, fact) if found is not None)
+        return fact
+
+    return Clause(why.code, tuple(kept_in(fact) for fact in why.facts))
+
+
 def _agreed_relations(settled: Settled, names: tuple[str, ...], operation: str,
                       tolerance: float) -> Settled:
-    """Each ``relation-differs`` naming only the relations that hold on every run its
-    tensor (or, for the engine with a part changed, its operation) is wrong on; its
-    mismatch alone when none is left."""
+    """Each finding naming only the relations that hold on every run its tensor (or, for
+    the engine with a part changed, its operation) is wrong on (:func:`_keep`)."""
     from qkvcli.check.relations import agreed as agreed_relations
     from qkvcli.check.relations import unexplained
 
-    marked = []
+    marked: list[tuple[Clause, ...]] = []
     for _, _, why, (got, expected) in settled:
-        if why.code not in UNEXPLAINED:
+        if why.code not in (*UNEXPLAINED, "forward-differs", "reverse-differs"):
             marked.append(())
             continue
-        said = why.facts[0] if why.code == "relation-differs" else ()
+        said = _said(why)
         tensors = {clause.facts[0] for clause in said}
         wrong = [name for name, g, e in zip(names, got, expected, strict=True)
                  if not close(g, e, tolerance)]
         marks = tuple(unexplained(name) for name in (*wrong, operation) if name not in tensors)
         marked.append((*said, *marks))
     kept_relations = agreed_relations(marked)
-    found = []
-    for (run, where, why, pair), left in zip(settled, kept_relations, strict=True):
-        if why.code == "relation-differs":
-            why = Clause("relation-differs", (left, why.facts[1])) if left else why.facts[1]
-        found.append((run, where, why, pair))
-    return found
+    return [(run, where, _keep(why, left) if _said(why) else why, pair)
+            for (run, where, why, pair), left in zip(settled, kept_relations, strict=True)]
 
 
 def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:

@@ -68,8 +68,16 @@ def constant(name: str) -> str:
     return name
 
 
+FACTOR_MEANS = {"1/(B*T)": " (a mean over the B*T rows where qkv sums)",
+                "1/B": " (a mean over the batch where qkv sums)",
+                "root d_k": " (a 1/sqrt(d_k) left out)",
+                "1/root d_k": " (divided by sqrt(d_k) once more)"}
+"""What a factor says of the maths, where it says one thing."""
+
+
 def _factor(tensor: str, name: str) -> str:
-    return FACTOR_WORDS.get(name, "{0} is {1} times qkv's").format(tensor, constant(name))
+    said = FACTOR_WORDS.get(name, "{0} is {1} times qkv's").format(tensor, constant(name))
+    return said + FACTOR_MEANS.get(name, "")
 
 
 RELATION_WORDS: dict[str, Callable[..., str]] = {
@@ -118,7 +126,8 @@ def relations(found: tuple[Clause, ...]) -> str:
 
 CLAUSE_RELATION_WORDS: dict[str, Callable[..., Any]] = {
     "relation-differs": lambda found, mismatch: f"{relations(found)}: {mismatch}",
-    "relations": relations,
+    "relations": lambda found, otherwise: (relations(found) if found
+                                           else "" if otherwise is None else otherwise),
     **RELATION_WORDS,
 }
 """The clause codes of a slip named by relation, for :data:`qkvcli.render.check.CLAUSE_WORDS`."""
