@@ -200,6 +200,11 @@ MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:query", stages.WrongPart(softmax_axis=2)),
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
 )
+MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("mask:diagonal", stages.WrongPart(hidden="diagonal")),
+    ("mask:earlier", stages.WrongPart(hidden="earlier")),
+)
+"""The parts of a layer's causal mask changed (with causal=true)."""
 """The parts of a layer's stages changed whatever its mode."""
 MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("rope-query-only", stages.WrongPart(turned=("query",))),
@@ -213,6 +218,7 @@ MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
 MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("untransposed:grad_value", stages.WrongPart(untransposed="grad_value")),
     ("untransposed:grad_key", stages.WrongPart(untransposed="grad_key")),
+    ("no-rowsum", stages.WrongPart(rowsum=False)),
 )
 """The reverse's stages with an operand left untransposed."""
 
@@ -246,14 +252,18 @@ def mha_forward(run: Run) -> Setting:
     """A layer's forward: the output may be the merged heads (``W_O`` skipped); the mode's
     flags flipped; the softmax over another axis; its RoPE changed."""
     arguments = _mha_arguments(run)
-    x, weights, heads, _, turned = arguments[:5]
+    x, weights, heads, causal, turned = arguments[:5]
     expected = stages.forward(*arguments)
     width = int(weights[0].shape[1])
     variants = [*_modes(run, _staged_forward),
                 *((code, _bound(_staged_forward, arguments, part)) for code, part in MHA_PARTS)]
+    if causal:
+        variants += [(code, _bound(_staged_forward, arguments, part))
+                     for code, part in MHA_MASK_PARTS]
     if turned and heads and width % 2 == 0:
         variants += [(code, _bound(_staged_forward, arguments, part))
                      for code, part in MHA_ROPE_PARTS]
+    variants += _transposed_weights(arguments, _staged_forward)
     return Setting(_sizes(x, width // max(heads, 1), heads), "mha_forward",
                    others=(("output", (("merged", expected.merged),)),),
                    variants=tuple(variants), staged=True)
@@ -286,10 +296,31 @@ def mha_backward(run: Run) -> Setting:
                                   "grad_w_output"), 1):
         parts[name] = (_items(per_item, index, batch),)
     variants = [*_modes(run, compute),
-                *((code, _bound(compute, arguments, part)) for code, part in MHA_REVERSE_PARTS)]
+                *((code, _bound(compute, arguments, part)) for code, part in MHA_REVERSE_PARTS),
+                *_transposed_weights(arguments, compute)]
     return Setting(_sizes(x, width // max(heads, 1), heads), "mha_backward",
                    tuple(parts.items()),
                    variants=tuple(variants))
+
+
+WEIGHTS = ("w_query", "w_key", "w_value", "w_output")
+
+
+def _transposed_weights(arguments: tuple[Any, ...], compute: Callable[..., Bundle]
+                        ) -> list[tuple[str, Callable[[], Bundle]]]:
+    """The stages given one square weight transposed (``X W^T``, ``C W_O^T``)."""
+    x, weights, *rest = arguments
+    found: list[tuple[str, Callable[[], Bundle]]] = []
+    for index, name in enumerate(WEIGHTS):
+        if weights[index].shape[0] == weights[index].shape[1]:
+            given = tuple(w.T if i == index else w for i, w in enumerate(weights))
+            found.append((f"transposed:{name}", _with_weights(compute, x, given, rest)))
+    return found
+
+
+def _with_weights(compute: Callable[..., Bundle], x: Array, weights: tuple[Array, ...],
+                  rest: list[Any]) -> Callable[[], Bundle]:
+    return lambda: compute(x, weights, *rest)
 
 
 def _mha_paths(run: Run) -> Parts:

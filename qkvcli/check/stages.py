@@ -33,7 +33,9 @@ class WrongPart(Record):
     turns; ``rope_first``: RoPE on the ``[B,T,d]`` projections before the split;
     ``angle``: RoPE's angles times it; ``positions``: the axis of ``[B,H,T,d_h]`` whose
     index is the position; ``untransposed``: the reverse stage (``grad_value``,
-    ``grad_key``) whose transposed operand is taken as it is."""
+    ``grad_key``) whose transposed operand is taken as it is; ``hidden``: the keys a
+    causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
+    ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -41,6 +43,8 @@ class WrongPart(Record):
     angle: float = 1.0
     positions: int = 2
     untransposed: str = ""
+    hidden: str = "later"
+    rowsum: bool = True
 
 
 PLAIN = WrongPart()
@@ -107,7 +111,12 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
         z = scale(query @ np.swapaxes(key, -1, -2), size, None)
         if causal:
-            z = np.where(causal_mask(z.shape[-1]), -np.inf, z)
+            hidden = causal_mask(z.shape[-1])
+            if part.hidden == "diagonal":
+                hidden = hidden | np.eye(z.shape[-1], dtype=bool)
+            elif part.hidden == "earlier":
+                hidden = hidden.T
+            z = np.where(hidden, -np.inf, z)
         attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
         merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
         return Pass(query, key, value, attention, merged, merged @ w_output)
@@ -127,7 +136,8 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
         grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
-        grad_z = scale(softmax_backward(done.weights, grad_a), size, None)
+        grad_z = scale(softmax_backward(done.weights, grad_a) if part.rowsum
+                       else done.weights * grad_a, size, None)
         grad_query = grad_z @ done.key
         grad_key = (grad_z if part.untransposed == "grad_key"
                     else np.swapaxes(grad_z, -1, -2)) @ done.query

@@ -39,6 +39,14 @@ VARIANT_WORDS = {
                         "token axis"),
     "positions:head": ("{0}: RoPE takes each position from the heads axis instead of the "
                        "token axis"),
+    "mask:diagonal": "{0}: the causal mask hides the diagonal too (a position must see itself)",
+    "mask:earlier": ("{0}: the causal mask hides the earlier positions instead of the later "
+                     "ones"),
+    "no-rowsum": "{0}: the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "transposed:w_query": "{0} uses W_Q transposed (X W_Q^T)",
+    "transposed:w_key": "{0} uses W_K transposed (X W_K^T)",
+    "transposed:w_value": "{0} uses W_V transposed (X W_V^T)",
+    "transposed:w_output": "{0} uses W_O transposed (merged W_O^T)",
     "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
     "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
 }
