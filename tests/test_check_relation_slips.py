@@ -19,14 +19,14 @@ NAMED = {
     # multi-head attention's backward
     "wrong_mha_backward_unscaled.py": (
         "multi-head-reverse", "grad_input counts the query path sqrt(d_k) times, counts the "
-        "key path sqrt(d_k) times (qkv counts each once); grad_w_query is sqrt(d_k) times "
-        "qkv's (a 1/sqrt(d_k) left out); grad_w_key is sqrt(d_k) times qkv's"),
+        "key path sqrt(d_k) times (qkv counts each once); grad_w_query and grad_w_key are "
+        "sqrt(d_k) times qkv's (a 1/sqrt(d_k) left out)"),
     "wrong_mha_backward_ignores_mask.py": (
         "multi-head-reverse", "mha_backward gives qkv's results with causal=false: the causal "
         "mask is ignored"),
     "wrong_mha_dw_one_item.py": (
-        "multi-head-reverse", "grad_w_query misses batch item 1 (qkv counts each once); "
-        "grad_w_key misses batch item 1"),
+        "multi-head-reverse", "grad_w_query, grad_w_key and grad_w_value miss batch item 1: "
+        "it is not summed over the whole batch"),
     "wrong_mha_no_key_path.py": ("multi-head-reverse", "grad_input misses the key path"),
     "wrong_mha_dv_uses_a.py": (
         "multi-head-reverse", "grad_value is computed with A instead of A^T (dV = A dO)"),
@@ -54,7 +54,7 @@ NAMED = {
     # the projections
     "wrong_projections_dw_mean.py": (
         "reverse", "grad_w_query is 1/(B*T) times qkv's (a mean over the B*T rows where qkv "
-                   "sums)"),
+                   "sums); grad_w_key is 1/(B*T) times qkv's"),
 }
 """Each example, the family whose line names its slip, and words of that name."""
 

@@ -65,6 +65,10 @@ def _part(said: str) -> str:
 
 def _parts(tensor: str, *said: str) -> str:
     listed = [_part(s) for s in said]
+    if all(s.startswith("item:") and s.endswith("=0") for s in said):
+        return f"{tensor} " + ", ".join(listed) + ": it is not summed over the whole batch"
+    if all(s.endswith("=0") for s in said):
+        return f"{tensor} " + ", ".join(listed)
     return f"{tensor} " + ", ".join(listed) + " (qkv counts each once)"
 
 
@@ -117,19 +121,43 @@ def relation(clause: Clause) -> str:
     return RELATION_WORDS[clause.code](*clause.facts)
 
 
+PLURAL = {" is ": " are ", " has ": " have ", " misses ": " miss ", " counts ": " count ",
+          " agrees ": " agree ", " differs ": " differ ", " equals ": " equal "}
+"""A relation's verb said of several tensors at once."""
+SOME = "\0"  # where the tensor's name goes, until the tensors sharing words are known
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def _of(names: list[str], words: str) -> str:
+    """``words`` (with :data:`SOME` for the tensor) said of ``names``."""
+    if len(names) > 1:
+        for one, several in PLURAL.items():
+            if words.startswith(SOME + one):
+                words = SOME + several + words[len(SOME + one):]
+                break
+    return words.replace(SOME, _listed(names))
+
+
 def relations(found: tuple[Clause, ...]) -> str:
-    """The relations of a finding: grouped by tensor in their order, several of one
-    tensor as "either ... or ..."."""
+    """The relations of a finding, in their order: several of one tensor as "either ...
+    or ...", tensors related alike said together."""
     groups: dict[tuple[str, str], list[Clause]] = {}
     for clause in found:
         groups.setdefault((clause.code, clause.facts[0]), []).append(clause)
-    said = []
+    alike: dict[str, list[str]] = {}  # the words with the tensor left out, to the tensors
     for clauses in groups.values():
-        if len(clauses) == 1:
-            said.append(relation(clauses[0]))
-        else:
-            said.append("on this fixture, either " + " or ".join(map(relation, clauses)))
-    return "; ".join(said)
+        tensor = clauses[0].facts[0]
+        words = [RELATION_WORDS[c.code](SOME, *c.facts[1:]) if c.code != "variant"
+                 else relation(c) for c in clauses]
+        said = words[0] if len(words) == 1 else (
+            "on this fixture, either " + " or ".join(words).replace(
+                f" or {SOME} ", " or it ").replace(f" or {SOME}", " or it"))
+        alike.setdefault(said, []).append(tensor)
+    return "; ".join(_of(names, said) if said.startswith(SOME) or SOME in said
+                     else said for said, names in alike.items())
 
 
 CLAUSE_RELATION_WORDS: dict[str, Callable[..., Any]] = {
