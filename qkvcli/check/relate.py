@@ -199,6 +199,8 @@ MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:head", stages.WrongPart(softmax_axis=1)),
     ("softmax-axis:query", stages.WrongPart(softmax_axis=2)),
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
+    ("divisor:d_h", stages.WrongPart(divisor="d_h")),
+    ("divisor:d_model", stages.WrongPart(divisor="d_model")),
 )
 MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("mask:diagonal", stages.WrongPart(hidden="diagonal")),
@@ -295,8 +297,15 @@ def mha_backward(run: Run) -> Setting:
     for index, name in enumerate(("grad_w_query", "grad_w_key", "grad_w_value",
                                   "grad_w_output"), 1):
         parts[name] = (_items(per_item, index, batch),)
+    # the reverse of a forward with a part changed too: its backward is consistent with it
+    consistent = [(code, part) for code, part in MHA_PARTS if part.softmax_axis == -1]
+    if causal:
+        consistent += MHA_MASK_PARTS
+    if turned and heads and width % 2 == 0:
+        consistent += MHA_ROPE_PARTS
     variants = [*_modes(run, compute),
-                *((code, _bound(compute, arguments, part)) for code, part in MHA_REVERSE_PARTS),
+                *((code, _bound(compute, arguments, part))
+                  for code, part in (*MHA_REVERSE_PARTS, *consistent)),
                 *_transposed_weights(arguments, compute)]
     return Setting(_sizes(x, width // max(heads, 1), heads), "mha_backward",
                    tuple(parts.items()),

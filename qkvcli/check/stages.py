@@ -35,7 +35,9 @@ class WrongPart(Record):
     index is the position; ``untransposed``: the reverse stage (``grad_value``,
     ``grad_key``) whose transposed operand is taken as it is; ``hidden``: the keys a
     causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
-    ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term."""
+    ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
+    ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
+    ``d_model``, ``root d_model``, ``none``)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -45,6 +47,7 @@ class WrongPart(Record):
     untransposed: str = ""
     hidden: str = "later"
     rowsum: bool = True
+    divisor: str = "root"
 
 
 PLAIN = WrongPart()
@@ -68,6 +71,14 @@ def rope_turn(base: float, offset: int, width: int, part: WrongPart) -> Turn:
         return np.swapaxes(rotate(moved, rope, inverse=inverse), axis, -2)
 
     return turn
+
+
+def _given_scale(part: WrongPart, size: int, x: Array) -> float | None:
+    """The scale :func:`~qkvcli.attention.maths.scale` is given for ``part.divisor``
+    (``None``: the engine's own, ``1/√d_h``)."""
+    width = int(x.shape[-1])
+    return {"d_h": 1.0 / size, "d_model": 1.0 / width, "root d_model": 1.0 / width ** 0.5,
+            "none": 1.0}.get(part.divisor)
 
 
 def _softmax_over(z: Array, axis: int) -> Array:
@@ -109,7 +120,7 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                      for name, values in split.items()}
         query, key, value = split["query"], split["key"], split["value"]
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
-        z = scale(query @ np.swapaxes(key, -1, -2), size, None)
+        z = scale(query @ np.swapaxes(key, -1, -2), size, _given_scale(part, size, x))
         if causal:
             hidden = causal_mask(z.shape[-1])
             if part.hidden == "diagonal":
@@ -137,7 +148,7 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
         a_t = np.swapaxes(done.weights, -1, -2)
         grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
         grad_z = scale(softmax_backward(done.weights, grad_a) if part.rowsum
-                       else done.weights * grad_a, size, None)
+                       else done.weights * grad_a, size, _given_scale(part, size, x))
         grad_query = grad_z @ done.key
         grad_key = (grad_z if part.untransposed == "grad_key"
                     else np.swapaxes(grad_z, -1, -2)) @ done.query

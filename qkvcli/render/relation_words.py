@@ -39,6 +39,8 @@ VARIANT_WORDS = {
                         "token axis"),
     "positions:head": ("{0}: RoPE takes each position from the heads axis instead of the "
                        "token axis"),
+    "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
+    "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
     "mask:diagonal": "{0}: the causal mask hides the diagonal too (a position must see itself)",
     "mask:earlier": ("{0}: the causal mask hides the earlier positions instead of the later "
                      "ones"),
