@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -49,9 +50,13 @@ NAMED = {
     # a head
     "wrong_head_no_key_path.py": ("head-reverse", "grad_input misses the key path"),
     "wrong_head_dwq_transposed.py": ("head-reverse", "grad_w_query is qkv's transposed"),
+    "wrong_head_backward_unscaled.py": (
+        "head-reverse", "grad_w_query and grad_w_key are sqrt(d_k) times qkv's (a 1/sqrt(d_k) "
+        "left out)"),
     "wrong_head_float32_softmax.py": (
         "head-forward", "weights agrees with qkv only to float32 rounding"),
     # the projections
+    "wrong_projections_dwq_transposed.py": ("reverse", "grad_w_query is qkv's transposed"),
     "wrong_projections_dw_mean.py": (
         "reverse", "grad_w_query is 1/(B*T) times qkv's (a mean over the B*T rows where qkv "
                    "sums); grad_w_key is 1/(B*T) times qkv's"),
@@ -86,6 +91,37 @@ def test_a_float32_softmax_is_never_a_mask_that_hides_the_diagonal() -> None:
     assert " SKIP " in mask and "right but for its precision" in mask, text
     scaling = next(line for line in text.splitlines() if line.startswith("scaling "))
     assert " PASS " in scaling  # its scores are right: the scaling is still judged
+
+
+def test_a_layer_slip_no_example_was_written_for_is_named_too() -> None:
+    """W_O transposed in the forward, and W_O left out of the backward alone: named by
+    the stage with its part changed, though no file or catalogue entry has them."""
+    import importlib.util
+
+    from qkvcli.check.run import run_checks
+    from qkvcli.protocol.python import PythonImplementation
+    from qkvcli.render.check import family_detail
+
+    spec = importlib.util.spec_from_file_location("numpy_rope_mha_wo",
+                                                  EXAMPLES / "numpy_rope_mha.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def mha_forward(x, wq, wk, wv, wo, *rest):  # type: ignore[no-untyped-def]
+        return module.mha_forward(x, wq, wk, wv, wo.T, *rest)
+
+    def mha_backward(x, wq, wk, wv, wo, *rest):  # type: ignore[no-untyped-def]
+        return module.mha_backward(x, wq, wk, wv, np.eye(wo.shape[0]), *rest)
+
+    result = run_checks(PythonImplementation("wo", None, mha_forward=mha_forward,
+                                             mha_backward=mha_backward), [], 1e-9)
+    checks = {check.name: family_detail(check) for check in result.checks}
+    assert "mha_forward uses W_O transposed (merged W_O^T)" in checks["multi-head"]
+    result = run_checks(PythonImplementation("wo", None, mha_forward=module.mha_forward,
+                                             mha_backward=mha_backward), [], 1e-9)
+    checks = {check.name: family_detail(check) for check in result.checks}
+    assert "mha_backward leaves W_O out of the reverse" in checks["multi-head-reverse"]
 
 
 def test_every_slip_named_here_is_bundled() -> None:

@@ -360,7 +360,8 @@ def explain_gradients(run: Run, got: Bundle, expected: Bundle, index: int, misma
         if close(actual, wanted, tolerance):
             continue
         if actual.shape != wanted.shape:
-            whys.append(Clause("wrong-shape", (name,)))
+            shaped = Clause("wrong-shape", (name,))
+            whys.append(related(name, actual, wanted, (), run, shaped, tolerance) or shaped)
         elif (low := precision(actual, wanted)) is not None:
             faults.append((name, low))
         elif position == 0:

@@ -298,7 +298,7 @@ def mha_backward(run: Run) -> Setting:
                                   "grad_w_output"), 1):
         parts[name] = (_items(per_item, index, batch),)
     # the reverse of a forward with a part changed too: its backward is consistent with it
-    consistent = [(code, part) for code, part in MHA_PARTS if part.softmax_axis == -1]
+    consistent = list(MHA_PARTS)
     if causal:
         consistent += MHA_MASK_PARTS
     if turned and heads and width % 2 == 0:
@@ -307,6 +307,10 @@ def mha_backward(run: Run) -> Setting:
                 *((code, _bound(compute, arguments, part))
                   for code, part in (*MHA_REVERSE_PARTS, *consistent)),
                 *_transposed_weights(arguments, compute)]
+    if weights[3].shape[0] == weights[3].shape[1]:  # W_O left out of the reverse alone
+        skipped = (*weights[:3], np.eye(weights[3].shape[0]))
+        variants.append(("skipped:w_output", _with_weights(compute, x, skipped,
+                                                           list(arguments[2:]))))
     return Setting(_sizes(x, width // max(heads, 1), heads), "mha_backward",
                    tuple(parts.items()),
                    variants=tuple(variants))

@@ -86,6 +86,11 @@ def _softmax_over(z: Array, axis: int) -> Array:
     return np.moveaxis(softmax(moved), -1, axis)
 
 
+def _softmax_back_over(a: Array, grad_a: Array, axis: int) -> Array:
+    moved = softmax_backward(np.moveaxis(a, axis, -1), np.moveaxis(grad_a, axis, -1))
+    return np.moveaxis(moved, -1, axis)
+
+
 class Pass(Record):
     """What the reverse needs of a staged forward: the heads' rotated queries and keys,
     values and weights ``[B,H,T,d_h]``/``[B,H,T,T]``, the merged heads and the output."""
@@ -147,8 +152,9 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
         grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
-        grad_z = scale(softmax_backward(done.weights, grad_a) if part.rowsum
-                       else done.weights * grad_a, size, _given_scale(part, size, x))
+        grad_z = scale(_softmax_back_over(done.weights, grad_a, part.softmax_axis)
+                       if part.rowsum else done.weights * grad_a, size,
+                       _given_scale(part, size, x))
         grad_query = grad_z @ done.key
         grad_key = (grad_z if part.untransposed == "grad_key"
                     else np.swapaxes(grad_z, -1, -2)) @ done.query

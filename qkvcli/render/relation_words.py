@@ -41,6 +41,8 @@ VARIANT_WORDS = {
                        "token axis"),
     "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
     "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
+    "skipped:w_output": ("{0} leaves W_O out of the reverse: the heads' gradient is dY, not "
+                         "dY W_O^T"),
     "mask:diagonal": "{0}: the causal mask hides the diagonal too (a position must see itself)",
     "mask:earlier": ("{0}: the causal mask hides the earlier positions instead of the later "
                      "ones"),
