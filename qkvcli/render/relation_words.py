@@ -114,7 +114,7 @@ RELATION_WORDS: dict[str, Callable[..., str]] = {
     "unexplained": lambda tensor: f"{tensor} is explained by no relation",
     "diverges": lambda tensor, before: (
         f"{tensor} is the first result that differs"
-        + (f" ({before} agrees): the step from {before} to {tensor} is wrong" if before
+        + (f" ({before} right): the step from {before} to {tensor} is wrong" if before
            else "")),
 }
 """The words of each relation clause, from its facts."""
