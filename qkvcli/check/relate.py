@@ -74,7 +74,7 @@ def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setti
     if any(clause.code == "unexplained" for clause in found):
         variants = tuple(Clause("variant", (setting.operation, code))
                          for code, compute in setting.variants
-                         if _fits(got, compute(), expected, tolerance))
+                         if _fits(got, _computed(compute), expected, tolerance))
         if variants:
             return Clause("relation-differs", (variants, mismatch))
         if setting.staged and wrong and found[0].code == "unexplained":
@@ -84,8 +84,19 @@ def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setti
     return Clause("relation-differs", (named, mismatch)) if named else mismatch
 
 
+def _computed(compute: Callable[[], Bundle]) -> Bundle:
+    """The bundle of a variant, or none where the engine refuses the changed part (a
+    rotation of a width it cannot turn)."""
+    try:
+        return compute()
+    except (ValueError, np.linalg.LinAlgError):
+        return ()
+
+
 def _fits(got: Bundle, candidate: Bundle, expected: Bundle, tolerance: float) -> bool:
     """Whether ``got`` is ``candidate`` throughout, where ``candidate`` is not the engine's."""
+    if len(candidate) != len(got):
+        return False
     return all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
         close(e, c, tolerance) for e, c in zip(expected, candidate, strict=True))
 
