@@ -322,13 +322,31 @@ def mask_positions(weights: Array, expected: Array, causal: bool,
 Explain = Callable[[Run, Bundle, Bundle, int, Clause, float], Clause]
 
 
+def related(name: str, actual: Array, wanted: Array, parts: tuple[tuple[str, Array], ...],
+            run: Run, otherwise: Clause | None, tolerance: float) -> Clause | None:
+    """``relations`` (the relations that explain a wrong tensor of the projections,
+    :mod:`~qkvcli.check.relations`, and ``otherwise``: what is said where the fixtures do
+    not agree on them), or ``None`` when none does."""
+    from qkvcli.check.relate import axes_of
+    from qkvcli.check.relations import constants, relations
+
+    batch, tokens, d_model, d_head = run.case.shape
+    found = relations(name, actual, wanted, constants(d_k=d_head, d_model=d_model, B=batch,
+                                                      T=tokens),
+                      axes_of(name, wanted.ndim), tolerance, (parts,) if parts else ())
+    return Clause("relations", (found, otherwise)) if found else None
+
+
 def explain_outputs(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
                     tolerance: float) -> Clause:
     """``forward-differs``: the projections' first wrong output, and the branch whose
-    weight it was computed with when that fits (:func:`output`)."""
+    weight it was computed with when that fits (:func:`output`), else the relations that
+    explain it (:func:`related`)."""
     case = run.case
-    return Clause("forward-differs", (mismatch, output(index, got[index], case.input,
-                                                       case.weights, tolerance)))
+    why = output(index, got[index], case.input, case.weights, tolerance)
+    if why is None:
+        why = related(BRANCHES[index], got[index], expected[index], (), run, None, tolerance)
+    return Clause("forward-differs", (mismatch, why))
 
 
 def explain_gradients(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
@@ -342,14 +360,21 @@ def explain_gradients(run: Run, got: Bundle, expected: Bundle, index: int, misma
         if close(actual, wanted, tolerance):
             continue
         if actual.shape != wanted.shape:
-            whys.append(Clause("wrong-shape", (name,)))
+            shaped = Clause("wrong-shape", (name,))
+            whys.append(related(name, actual, wanted, (), run, shaped, tolerance) or shaped)
         elif (low := precision(actual, wanted)) is not None:
             faults.append((name, low))
         elif position == 0:
-            whys.append(input_gradient(actual, case.weights, run.upstream, tolerance))
+            why = input_gradient(actual, case.weights, run.upstream, tolerance)
+            whys.append((related(name, actual, wanted, (), run, why, tolerance) or why)
+                        if why.code == "not-three-paths" else why)
         else:
-            whys.append(weight_gradient(position - 1, actual, case.input, run.upstream,
-                                        tolerance))
+            why = weight_gradient(position - 1, actual, case.input, run.upstream, tolerance)
+            x, upstream = case.input, run.upstream[position - 1]
+            # [d,T] @ [T,h] -> [d,h]: item b's part of X^T dY
+            items = tuple((f"item:{b}", x[b].T @ upstream[b]) for b in range(x.shape[0]))
+            whys.append((related(name, actual, wanted, items, run, why, tolerance) or why)
+                        if why.code == "not-branch-local" else why)
     return Clause("reverse-differs", ((*whys, *precision_clauses(faults, tolerance)), mismatch))
 
 

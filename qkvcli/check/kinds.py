@@ -139,6 +139,10 @@ class Kind(Record):
     layout: Callable[[Case], HeadLayout] | None = None
     # Results that hold -inf by design, where a mask hides a key (not judged finite)
     unbounded: tuple[str, ...] = ()
+    # Why a result is wrong by relation alone (no catalogued slip): where the fixtures
+    # do not agree on the slip that explain_forward or explain_backward named
+    relate_forward: Explain | None = None
+    relate_backward: Explain | None = None
 
     def takes(self, case: Case) -> bool:
         """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
@@ -379,7 +383,9 @@ HEAD = Kind(
     probes=_head_probes, requests=_head_requests,
     precision=_diagnosis("precision_faults"),  # scores, weights, output come from one another: together
     explain_forward=_slips("explain_head_forward"),
-    explain_backward=_slips("explain_head_backward"), heads=True, attention=1)
+    explain_backward=_slips("explain_head_backward"), heads=True, attention=1,
+    relate_forward=_slips("relate_head_forward"),
+    relate_backward=_slips("relate_head_backward"))
 """One attention head: ``scores``, ``weights``, ``output``, and the four gradients."""
 
 ROPE = Kind(
@@ -388,6 +394,7 @@ ROPE = Kind(
     arguments=_rope_arguments, loss=(0,), upstream=(0,),
     probes=_same_width_probes, requests=_rope_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_rope"), explain_backward=_slips("explain_rope_reverse"),
+    relate_forward=_slips("relate_rope"), relate_backward=_slips("relate_rope_reverse"),
     fixtures=rope_cases, published=(("forward", "rope"),), requests_label="rope requests",
     shape_rule=_kept_shape)
 """RoPE: ``rope(x, base, offset)`` and its reverse, ``rope_reverse(upstream, base, offset)``
@@ -407,6 +414,7 @@ MULTI_HEAD = Kind(
     arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
     probes=_same_width_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
+    relate_forward=_slips("relate_mha_forward"), relate_backward=_slips("relate_mha_backward"),
     fixtures=mha_cases, attention=0, published=(("forward", "multi-head"),),
     requests_label="mha requests", layout=_mha_layout)
 """Multi-head attention: ``weights``, ``merged``, ``output``, and the five gradients, each

@@ -34,12 +34,20 @@ from qkvcli.attention.maths import (
     softmax_backward,
 )
 from qkvcli.attention.multihead import MultiHeadLayer
+from qkvcli.check import relate
 from qkvcli.check.cases import Run
 from qkvcli.check.diagnose import Bundle, slip_clause
 from qkvcli.core.arrays import Array
 from qkvcli.core.projections import project, project_back
 from qkvcli.core.results import Clause
 from qkvcli.core.rope import Rope
+from qkvcli.protocol.wire import (
+    HEAD_BACKWARD_NAMES,
+    HEAD_FORWARD_NAMES,
+    MHA_BACKWARD_NAMES,
+    MHA_FORWARD_NAMES,
+    ROPE_REVERSE_NAMES,
+)
 
 ROTATION_BUGS = ("base-ignored", "base-squared", "cos-sin-swapped", "offset-ignored",
                  "float32-angles")
@@ -449,23 +457,43 @@ BACKWARD_BUGS = ("no-rowsum", "rowsum-axis", "elementwise", "dv-uses-a", "dk-use
 
 
 # --- why a result is wrong: the slips each kind's diagnosis tries -------------------------
+# Each names a catalogued slip where one computes the whole result; else the relations
+# that explain it (:mod:`~qkvcli.check.relate`, the ``relate_*`` functions alone).
+
+
+def _named_or_related(found: Clause, related: Callable[[], Clause]) -> Clause:
+    return found if found.code == "slip-differs" else related()
+
+
+def relate_rope(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
+                tolerance: float) -> Clause:
+    """A wrong rotation by the relations that explain it."""
+    return relate.diagnose(("rope",), got, expected, relate.rope(run), mismatch, tolerance)
+
+
+def relate_rope_reverse(run: Run, got: Bundle, expected: Bundle, index: int,
+                        mismatch: Clause, tolerance: float) -> Clause:
+    """A wrong reverse by the relations that explain it."""
+    return relate.diagnose(ROPE_REVERSE_NAMES, got, expected, relate.rope(run, reverse=True),
+                           mismatch, tolerance)
 
 
 def explain_rope(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,
                  tolerance: float) -> Clause:
-    """A wrong rotation: the slips of :data:`ROPE_BUGS` it computed."""
+    """A wrong rotation: the slips of :data:`ROPE_BUGS` it computed, else its relations."""
     case = run.case
-    return slip_clause(got, ROPE_BUGS, lambda bug: (
-        engine_rope(case.input, case.base, case.offset, bug),), mismatch, tolerance)
+    return _named_or_related(slip_clause(got, ROPE_BUGS, lambda bug: (
+        engine_rope(case.input, case.base, case.offset, bug),), mismatch, tolerance),
+        lambda: relate_rope(run, got, expected, index, mismatch, tolerance))
 
 
 def explain_rope_reverse(run: Run, got: Bundle, expected: Bundle, index: int,
                          mismatch: Clause, tolerance: float) -> Clause:
-    """A wrong reverse: the slips of :data:`REVERSE_BUGS` it computed."""
+    """A wrong reverse: the slips of :data:`REVERSE_BUGS` it computed, else its relations."""
     case, upstream = run.case, run.upstream[0]
-    return slip_clause(got, REVERSE_BUGS, lambda bug: (
+    return _named_or_related(slip_clause(got, REVERSE_BUGS, lambda bug: (
         engine_rope(upstream, case.base, case.offset, bug, reverse=True),), mismatch,
-        tolerance)
+        tolerance), lambda: relate_rope_reverse(run, got, expected, index, mismatch, tolerance))
 
 
 def _mha(run: Run) -> Callable[..., Bundle]:
@@ -474,32 +502,69 @@ def _mha(run: Run) -> Callable[..., Bundle]:
                                   case.base, case.offset, bug)
 
 
+def relate_mha_forward(run: Run, got: Bundle, expected: Bundle, index: int,
+                       mismatch: Clause, tolerance: float) -> Clause:
+    """A wrong multi-head forward by the relations that explain it."""
+    return relate.diagnose(MHA_FORWARD_NAMES, got, expected, relate.mha_forward(run),
+                           mismatch, tolerance)
+
+
+def relate_mha_backward(run: Run, got: Bundle, expected: Bundle, index: int,
+                        mismatch: Clause, tolerance: float) -> Clause:
+    """A wrong multi-head backward by the relations that explain it."""
+    return relate.diagnose(MHA_BACKWARD_NAMES, got, expected, relate.mha_backward(run),
+                           mismatch, tolerance)
+
+
 def explain_mha_forward(run: Run, got: Bundle, expected: Bundle, index: int,
                         mismatch: Clause, tolerance: float) -> Clause:
-    """A wrong multi-head forward: the slips of :data:`MHA_BUGS` it computed."""
-    return slip_clause(got, MHA_BUGS, _mha(run), mismatch, tolerance)
+    """A wrong multi-head forward: the slips of :data:`MHA_BUGS` it computed, else its
+    relations."""
+    return _named_or_related(slip_clause(got, MHA_BUGS, _mha(run), mismatch, tolerance),
+                             lambda: relate_mha_forward(run, got, expected, index, mismatch,
+                                                        tolerance))
 
 
 def explain_mha_backward(run: Run, got: Bundle, expected: Bundle, index: int,
                          mismatch: Clause, tolerance: float) -> Clause:
-    """A wrong multi-head backward: the slips of :data:`MHA_BACKWARD_BUGS` it computed."""
+    """A wrong multi-head backward: the slips of :data:`MHA_BACKWARD_BUGS` it computed,
+    else its relations."""
     case, (causal, rope) = run.case, run.mode
-    return slip_clause(got, MHA_BACKWARD_BUGS, lambda bug: engine_mha_backward(
+    return _named_or_related(slip_clause(got, MHA_BACKWARD_BUGS, lambda bug: engine_mha_backward(
         case.input, case.weights, case.heads, causal, rope, case.base, case.offset,
-        run.upstream[0], bug), mismatch, tolerance)
+        run.upstream[0], bug), mismatch, tolerance),
+        lambda: relate_mha_backward(run, got, expected, index, mismatch, tolerance))
+
+
+def relate_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,
+                        mismatch: Clause, tolerance: float) -> Clause:
+    """A head's wrong forward by the relations that explain it."""
+    return relate.diagnose(HEAD_FORWARD_NAMES, got, expected, relate.head_forward(run, variant_forward),
+                           mismatch, tolerance)
+
+
+def relate_head_backward(run: Run, got: Bundle, expected: Bundle, index: int,
+                         mismatch: Clause, tolerance: float) -> Clause:
+    """A head's wrong backward by the relations that explain it."""
+    return relate.diagnose(HEAD_BACKWARD_NAMES, got, expected, relate.head_backward(run, variant_backward),
+                           mismatch, tolerance)
 
 
 def explain_head_forward(run: Run, got: Bundle, expected: Bundle, index: int,
                          mismatch: Clause, tolerance: float) -> Clause:
-    """A head's wrong forward: the first of :data:`FORWARD_BUGS` it computed."""
+    """A head's wrong forward: the first of :data:`FORWARD_BUGS` it computed, else its
+    relations."""
     x, weights = run.case.input, run.case.weights
-    return slip_clause(got, FORWARD_BUGS, lambda bug: variant_forward(
-        x, weights, bool(run.mode), bug), mismatch, tolerance)
+    return _named_or_related(slip_clause(got, FORWARD_BUGS, lambda bug: variant_forward(
+        x, weights, bool(run.mode), bug), mismatch, tolerance),
+        lambda: relate_head_forward(run, got, expected, index, mismatch, tolerance))
 
 
 def explain_head_backward(run: Run, got: Bundle, expected: Bundle, index: int,
                           mismatch: Clause, tolerance: float) -> Clause:
-    """A head's wrong backward: the first of :data:`BACKWARD_BUGS` it computed."""
+    """A head's wrong backward: the first of :data:`BACKWARD_BUGS` it computed, else its
+    relations."""
     x, weights = run.case.input, run.case.weights
-    return slip_clause(got, BACKWARD_BUGS, lambda bug: variant_backward(
-        x, weights, bool(run.mode), run.upstream[0], bug), mismatch, tolerance)
+    return _named_or_related(slip_clause(got, BACKWARD_BUGS, lambda bug: variant_backward(
+        x, weights, bool(run.mode), run.upstream[0], bug), mismatch, tolerance),
+        lambda: relate_head_backward(run, got, expected, index, mismatch, tolerance))

@@ -10,6 +10,8 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 
 from __future__ import annotations
 
+from typing import Any
+
 from qkvcli.check.cases import Run, fixtures_of
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
@@ -19,8 +21,63 @@ from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
 from qkvcli.protocol.errors import CallFailed
 
-UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs")
-"""A head's wrong maths: named as a slip, or its first mismatch alone."""
+UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs", "relation-differs")
+"""A head's wrong maths: named as a slip, or its first mismatch alone, or by relation."""
+
+Settled = list[tuple[Run, str, Clause, tuple[tuple[Array, ...], tuple[Array, ...]]]]
+
+
+def _said(why: Clause) -> tuple[Clause, ...]:
+    """The relations a finding names: a ``relation-differs``'s, or those of the
+    ``relations`` clauses inside a ``forward-differs`` or ``reverse-differs``."""
+    if why.code == "relation-differs":
+        found: tuple[Clause, ...] = why.facts[0]
+        return found
+    nested = [fact for fact in why.facts if isinstance(fact, Clause)]
+    nested += [fact for facts in why.facts if isinstance(facts, tuple) for fact in facts
+               if isinstance(fact, Clause)]
+    return tuple(clause for fact in nested if fact.code == "relations"
+                 for clause in fact.facts[0])
+
+
+def _keep(why: Clause, left: tuple[Clause, ...]) -> Clause:
+    """``why`` naming only the relations of ``left``: a ``relation-differs`` left with none
+    is its mismatch, a ``relations`` clause left with none what it would say otherwise."""
+    if why.code == "relation-differs":
+        return Clause("relation-differs", (left, why.facts[1])) if left else why.facts[1]
+
+    def kept_in(fact: Any) -> Any:
+        if isinstance(fact, Clause) and fact.code == "relations":
+            mine = tuple(clause for clause in fact.facts[0] if clause in left)
+            return Clause("relations", (mine, fact.facts[1])) if mine else fact.facts[1]
+        if isinstance(fact, tuple):
+            return tuple(found for found in map(kept_in, fact) if found is not None)
+        return fact
+
+    return Clause(why.code, tuple(kept_in(fact) for fact in why.facts))
+
+
+def _agreed_relations(settled: Settled, names: tuple[str, ...], operation: str,
+                      tolerance: float) -> Settled:
+    """Each finding naming only the relations that hold on every run its tensor (or, for
+    the engine with a part changed, its operation) is wrong on (:func:`_keep`)."""
+    from qkvcli.check.relations import agreed as agreed_relations
+    from qkvcli.check.relations import unexplained
+
+    marked: list[tuple[Clause, ...]] = []
+    for _, _, why, (got, expected) in settled:
+        if why.code not in (*UNEXPLAINED, "forward-differs", "reverse-differs"):
+            marked.append(())
+            continue
+        said = _said(why)
+        tensors = {clause.facts[0] for clause in said}
+        wrong = [name for name, g, e in zip(names, got, expected, strict=True)
+                 if not close(g, e, tolerance)]
+        marks = tuple(unexplained(name) for name in (*wrong, operation) if name not in tensors)
+        marked.append((*said, *marks))
+    kept_relations = agreed_relations(marked)
+    return [(run, where, _keep(why, left) if _said(why) else why, pair)
+            for (run, where, why, pair), left in zip(settled, kept_relations, strict=True)]
 
 
 def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:
@@ -73,7 +130,8 @@ def _check_values(session: Session, kind: Kind,
             Failure(family, None, None, no_backward=True)]
     names = kind.backward_names if backward else kind.forward_names
     failures = []
-    found_wrong: list[tuple[str, str, Clause]] = []
+    found_wrong: list[tuple[Run, str, Clause, tuple[int, tuple[Array, ...], tuple[Array, ...],
+                                                    Clause]]] = []
     runs = session.runs(kind)
     order = [run.label for run in runs]
     for run in runs:
@@ -99,19 +157,25 @@ def _check_values(session: Session, kind: Kind,
         else:
             explain = kind.explain_backward if backward else kind.explain_forward
             why = explain(run, got, expected, index, mismatch, session.tolerance)
-        found_wrong.append((run.label, where, why))
+        found_wrong.append((run, where, why, (index, got, expected, mismatch)))
     # A slip is named only where it fits every fixture the maths is wrong on.
     agree = agreed([why.facts[0] if why.code == "slip-differs" else ()
-                    for _, _, why in found_wrong if why.code in UNEXPLAINED])
-    by_label = {run.label: run for run in runs}
-    for label, where, why in found_wrong:
+                    for _, _, why, _ in found_wrong if why.code in UNEXPLAINED])
+    relate = kind.relate_backward if backward else kind.relate_forward
+    settled = []
+    for run, where, why, (index, got, expected, mismatch) in found_wrong:
         why = kept(why, agree)
-        if backward and why.code in UNEXPLAINED[1:] and _forward_wrong(session, kind,
-                                                                        by_label[label]):
+        if why.code in UNEXPLAINED[1:] and relate is not None:
+            why = relate(run, got, expected, index, mismatch, session.tolerance)
+        settled.append((run, where, why, (got, expected)))
+    settled = _agreed_relations(settled, names, kind.backward if backward else kind.forward,
+                                session.tolerance)
+    for run, where, why, _ in settled:
+        if backward and why.code in UNEXPLAINED[1:] and _forward_wrong(session, kind, run):
             # Its gradients are of another function: head-gradcheck judges them against it.
             why = Clause("forward-wrong-too", (why, kind.forward, kind.family("forward"),
                                                kind.family("gradcheck")))
-        failures.append(found_at(family, label, where, why))
+        failures.append(found_at(family, run.label, where, why))
     failures.sort(key=lambda failure: order.index(failure.fixture) if failure.fixture in order
                   else len(order))
     return judge(family, failures, len(session.cases_of(kind)), session.tolerance,

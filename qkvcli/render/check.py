@@ -29,6 +29,7 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
 from qkvcli.render.findings import FINDING_WORDS
 from qkvcli.render.numbers import fmt_general
+from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS
 from qkvcli.render.wording import verdict
 
 NO_BACKWARD = "not applicable: no backward"
@@ -347,6 +348,7 @@ def _overflow(largest: float, said: str | None = None) -> str:
 
 
 CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
+    **CLAUSE_RELATION_WORDS,
     "slip-kept-after-reset": ("the cache kept positions from an earlier run (its length is "
                               "{0} after the first step, a fresh cache's {1}): reset did not "
                               "empty it"),

@@ -1,0 +1,360 @@
+"""Why a kind's wrong results differ from the engine's, by relation
+(:mod:`~qkvcli.check.relations`), for every kind alike: what each kind gives the
+relation finder (its named sizes, the axes of each result, the parts each result sums,
+the other tensors of the run a result may equal, the engine in another setting or with
+one stage given a wrong part), and the one diagnosis that reads them.
+
+A run's wrong results are each named by the relations that explain them; when one is
+left unexplained, the engine in another mode (the mask ignored, RoPE ignored) or with
+one stage's part changed (:mod:`~qkvcli.check.stages`; RoPE's angles or positions) is
+compared with the whole bundle; when nothing fits, a forward's first wrong result is
+named as the first stage that diverges. The finding is ``relation-differs`` (the
+relations, the mismatch), or the mismatch alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from qkvcli.check import stages
+from qkvcli.check.cases import Run
+from qkvcli.check.relations import Named, constants, relations, unexplained
+from qkvcli.core.arrays import Array, close
+from qkvcli.core.record import Record
+from qkvcli.core.results import Clause
+
+Bundle = tuple[Array, ...]
+Parts = tuple[tuple[str, Array], ...]
+
+AXES = {("scores", 3): ("batch", "query", "key"), ("weights", 3): ("batch", "query", "key"),
+        ("weights", 4): ("batch", "head", "query", "key")}
+"""The axes of a result whose axes are not ``[batch, token, feature]`` or ``[row, column]``."""
+
+
+def axes_of(name: str, ndim: int) -> tuple[str, ...]:
+    """The names of the axes of result ``name`` of ``ndim`` axes."""
+    if (name, ndim) in AXES:
+        return AXES[(name, ndim)]
+    return {2: ("row", "column"), 3: ("batch", "token", "feature")}.get(
+        ndim, tuple(f"axis {i}" for i in range(ndim)))
+
+
+class Setting(Record):
+    """What the relation finder knows of one run of a kind: the ``named`` sizes, each
+    result's decompositions (``parts``: name to the ways it is a sum) and the tensors it
+    may equal (``others``), the ``variants`` (a code and how to compute the bundle the
+    engine gives with that one part changed), whether the results are stages in order
+    (``staged``: a forward), and the ``operation``."""
+
+    named: Named
+    operation: str
+    parts: tuple[tuple[str, tuple[Parts, ...]], ...] = ()
+    others: tuple[tuple[str, Parts], ...] = ()
+    variants: tuple[tuple[str, Callable[[], Bundle]], ...] = ()
+    staged: bool = False
+
+
+def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setting,
+             mismatch: Clause, tolerance: float) -> Clause:
+    """``relation-differs`` (the relations that explain the wrong results, the mismatch),
+    or ``mismatch`` when none does."""
+    found: list[Clause] = []
+    wrong = [index for index, (g, e) in enumerate(zip(got, expected, strict=True))
+             if not close(g, e, tolerance)]
+    for index in wrong:
+        name = names[index]
+        explained = relations(name, got[index], expected[index], setting.named,
+                              axes_of(name, expected[index].ndim), tolerance,
+                              dict(setting.parts).get(name, ()),
+                              dict(setting.others).get(name, ()))
+        found += explained or (unexplained(name),)
+    if any(clause.code == "unexplained" for clause in found):
+        variants = tuple(Clause("variant", (setting.operation, code))
+                         for code, compute in setting.variants
+                         if _fits(got, _computed(compute), expected, tolerance))
+        if variants:
+            return Clause("relation-differs", (variants, mismatch))
+        if setting.staged and wrong and found[0].code == "unexplained":
+            first = wrong[0]
+            found[0] = Clause("diverges", (names[first], names[first - 1] if first else ""))
+    named = tuple(clause for clause in found if clause.code != "unexplained")
+    return Clause("relation-differs", (named, mismatch)) if named else mismatch
+
+
+def _computed(compute: Callable[[], Bundle]) -> Bundle:
+    """The bundle of a variant, or none where the engine refuses the changed part (a
+    rotation of a width it cannot turn)."""
+    try:
+        return compute()
+    except (ValueError, np.linalg.LinAlgError):
+        return ()
+
+
+def _fits(got: Bundle, candidate: Bundle, expected: Bundle, tolerance: float) -> bool:
+    """Whether ``got`` is ``candidate`` throughout, where ``candidate`` is not the engine's."""
+    if len(candidate) != len(got):
+        return False
+    return all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
+        close(e, c, tolerance) for e, c in zip(expected, candidate, strict=True))
+
+
+# --- what each kind gives the finder -----------------------------------------------------
+
+
+def _sizes(x: Array, d_k: int, heads: int = 0) -> Named:
+    batch, tokens, d_model = (int(size) for size in x.shape)
+    return constants(d_k=d_k, d_model=d_model, B=batch, T=tokens, H=heads)
+
+
+def _items(per_item: Callable[[slice], Bundle], index: int, batch: int) -> Parts:
+    """Result ``index`` of the engine on each batch item alone: the parts a weight
+    gradient sums."""
+    return tuple((f"item:{b}", per_item(slice(b, b + 1))[index]) for b in range(batch))
+
+
+def _paths(grads: Sequence[Array], weights: Sequence[Array], labels: Sequence[str]) -> Parts:
+    """Each branch's path into ``grad_input``: ``dQ W_Q^T``, ``dK W_K^T``, ``dV W_V^T``."""
+    # [B,T,h] @ [h,d] -> [B,T,d]
+    return tuple((label, g @ w.T) for label, g, w in zip(labels, grads, weights, strict=True))
+
+
+PATHS = ("path:query", "path:key", "path:value")
+
+
+def projections_backward(run: Run) -> Setting:
+    """The projections' gradients: ``grad_input`` as its three paths, each weight gradient
+    as its batch items'."""
+    case = run.case
+    x, weights = case.input, case.weights
+    batch = int(x.shape[0])
+    parts: dict[str, tuple[Parts, ...]] = {
+        "grad_input": (_paths(run.upstream, weights, PATHS),)}
+    for index, name in enumerate(("grad_w_query", "grad_w_key", "grad_w_value")):
+        # [d,T] @ [T,h] -> [d,h]: item b's part of X^T dY
+        parts[name] = (tuple((f"item:{b}", x[b].T @ run.upstream[index][b])
+                             for b in range(batch)),)
+    return Setting(_sizes(x, int(weights[0].shape[1])), "backward", tuple(parts.items()))
+
+
+def head_forward(run: Run, variant_forward: Callable[..., Bundle]) -> Setting:
+    """A head's forward: the mask flag flipped (``variant_forward``: the head's slips'
+    forward, :func:`qkvcli.check.reference.variant_forward`); output may be V itself."""
+    case = run.case
+    x, weights, causal = case.input, case.weights, bool(run.mode)
+    return Setting(_sizes(x, int(weights[0].shape[1])), "head_forward",
+                   others=(("output", (("V", x @ weights[2]),)),),
+                   variants=(("causal=" + str(not causal).lower(),
+                              lambda: variant_forward(x, weights, not causal)),),
+                   staged=True)
+
+
+def head_backward(run: Run, variant_backward: Callable[..., Bundle]) -> Setting:
+    """A head's gradients: ``grad_input`` as its paths, each weight gradient as its batch
+    items', and the mask flag flipped (``variant_backward``: the head's slips' reverse,
+    :func:`qkvcli.check.reference.variant_backward`)."""
+    from qkvcli.attention.head import AttentionHead
+
+    case = run.case
+    x, weights, causal, upstream = case.input, case.weights, bool(run.mode), run.upstream[0]
+    head = AttentionHead.from_arrays(weights[0], weights[1], weights[2])
+    with np.errstate(all="ignore"):
+        grads = head.backward(x, head.forward(x, causal), upstream)
+
+    def per_item(item: slice) -> Bundle:
+        return variant_backward(x[item], weights, causal, upstream[item])
+
+    batch = int(x.shape[0])
+    parts: dict[str, tuple[Parts, ...]] = {"grad_input": (_paths(
+        (grads.grad_query, grads.grad_key, grads.grad_value), weights, PATHS),)}
+    for index, name in enumerate(("grad_w_query", "grad_w_key", "grad_w_value"), 1):
+        parts[name] = (_items(per_item, index, batch),)
+    return Setting(_sizes(x, int(weights[0].shape[1])), "head_backward", tuple(parts.items()),
+                   variants=(("causal=" + str(not causal).lower(),
+                              lambda: variant_backward(x, weights, not causal, upstream)),))
+
+
+ANGLES = (("pi/180", np.pi / 180), ("180/pi", 180 / np.pi), ("2", 2.0), ("1/2", 0.5))
+"""Factors a learner's RoPE angles may carry (degrees read as radians, and back)."""
+
+
+def _rope_variants(x: Array, base: float, offset: int,
+                   reverse: bool) -> tuple[tuple[str, Callable[[], Bundle]], ...]:
+    """RoPE's angles times a factor, and its positions read along the batch axis."""
+    def turned(part: stages.WrongPart) -> Callable[[], Bundle]:
+        def compute() -> Bundle:
+            turn = stages.rope_turn(base, offset, int(x.shape[-1]), part)
+            with np.errstate(all="ignore"):
+                return (turn(x[:, None], reverse)[:, 0],)
+        return compute
+
+    found = [(f"angles:{name}", turned(stages.WrongPart(angle=value))) for name, value in ANGLES]
+    found.append(("positions:batch", turned(stages.WrongPart(positions=0))))
+    return tuple(found)
+
+
+def rope(run: Run, reverse: bool = False) -> Setting:
+    """RoPE's rotation (or its reverse, on the upstream gradient): its angles or
+    positions changed."""
+    case = run.case
+    x = run.upstream[0] if reverse else case.input
+    width = int(x.shape[-1])
+    return Setting(_sizes(x, width), "rope_reverse" if reverse else "rope",
+                   variants=_rope_variants(x, case.base, case.offset, reverse) if x.ndim == 3
+                   else ())
+
+
+MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("softmax-axis:head", stages.WrongPart(softmax_axis=1)),
+    ("softmax-axis:query", stages.WrongPart(softmax_axis=2)),
+    ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
+    ("divisor:d_h", stages.WrongPart(divisor="d_h")),
+    ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+)
+MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("mask:diagonal", stages.WrongPart(hidden="diagonal")),
+    ("mask:earlier", stages.WrongPart(hidden="earlier")),
+)
+"""The parts of a layer's causal mask changed (with causal=true)."""
+"""The parts of a layer's stages changed whatever its mode."""
+MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("rope-query-only", stages.WrongPart(turned=("query",))),
+    ("rope-key-only", stages.WrongPart(turned=("key",))),
+    ("rope-before-split", stages.WrongPart(rope_first=True)),
+    *((f"angles:{name}", stages.WrongPart(angle=value)) for name, value in ANGLES),
+    ("positions:batch", stages.WrongPart(positions=0)),
+    ("positions:head", stages.WrongPart(positions=1)),
+)
+"""The parts of a layer's RoPE changed (with rope=true)."""
+MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("untransposed:grad_value", stages.WrongPart(untransposed="grad_value")),
+    ("untransposed:grad_key", stages.WrongPart(untransposed="grad_key")),
+    ("no-rowsum", stages.WrongPart(rowsum=False)),
+)
+"""The reverse's stages with an operand left untransposed."""
+
+
+def _mha_arguments(run: Run) -> tuple[Any, ...]:
+    case, (causal, turned) = run.case, run.mode
+    return case.input, case.weights, case.heads, causal, turned, case.base, case.offset
+
+
+def _modes(run: Run, compute: Callable[..., Bundle]) -> tuple[tuple[str, Callable[[], Bundle]],
+                                                             ...]:
+    """The engine with each flag of the mode flipped: ``causal=false`` ...."""
+    x, weights, heads, causal, turned, base, offset = _mha_arguments(run)
+    found: list[tuple[str, Callable[[], Bundle]]] = [
+        (f"causal={str(not causal).lower()}",
+         lambda: compute(x, weights, heads, not causal, turned, base, offset))]
+    if heads and (int(weights[0].shape[1]) // heads) % 2 == 0:
+        found.append((f"rope={str(not turned).lower()}",
+                      lambda: compute(x, weights, heads, causal, not turned, base, offset)))
+    return tuple(found)
+
+
+def _staged_forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool,
+                    turned: bool, base: float, offset: int,
+                    part: stages.WrongPart = stages.PLAIN) -> Bundle:
+    done = stages.forward(x, weights, heads, causal, turned, base, offset, part)
+    return done.weights, done.merged, done.output
+
+
+def mha_forward(run: Run) -> Setting:
+    """A layer's forward: the output may be the merged heads (``W_O`` skipped); the mode's
+    flags flipped; the softmax over another axis; its RoPE changed."""
+    arguments = _mha_arguments(run)
+    x, weights, heads, causal, turned = arguments[:5]
+    expected = stages.forward(*arguments)
+    width = int(weights[0].shape[1])
+    variants = [*_modes(run, _staged_forward),
+                *((code, _bound(_staged_forward, arguments, part)) for code, part in MHA_PARTS)]
+    if causal:
+        variants += [(code, _bound(_staged_forward, arguments, part))
+                     for code, part in MHA_MASK_PARTS]
+    if turned and heads and width % 2 == 0:
+        variants += [(code, _bound(_staged_forward, arguments, part))
+                     for code, part in MHA_ROPE_PARTS]
+    variants += _transposed_weights(arguments, _staged_forward)
+    return Setting(_sizes(x, width // max(heads, 1), heads), "mha_forward",
+                   others=(("output", (("merged", expected.merged),)),),
+                   variants=tuple(variants), staged=True)
+
+
+def _bound(compute: Callable[..., Bundle], arguments: tuple[Any, ...],
+           part: stages.WrongPart) -> Callable[[], Bundle]:
+    return lambda: compute(*arguments, part=part)
+
+
+def mha_backward(run: Run) -> Setting:
+    """A layer's gradients: ``grad_input`` as its three paths (every head's summed) or its
+    heads' paths, each weight gradient as its batch items'; the mode's flags flipped; a
+    reverse stage with an operand untransposed."""
+    arguments = _mha_arguments(run)
+    x, weights, heads, causal, turned, base, offset = arguments
+    upstream = run.upstream[0]
+
+    def compute(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, turned: bool,
+                base: float, offset: int, part: stages.WrongPart = stages.PLAIN) -> Bundle:
+        return stages.backward(x, weights, heads, causal, turned, base, offset, upstream, part)
+
+    def per_item(item: slice) -> Bundle:
+        return stages.backward(x[item], weights, heads, causal, turned, base, offset,
+                               upstream[item])
+
+    batch, width = int(x.shape[0]), int(weights[0].shape[1])
+    parts: dict[str, tuple[Parts, ...]] = {"grad_input": (_mha_paths(run),)}
+    for index, name in enumerate(("grad_w_query", "grad_w_key", "grad_w_value",
+                                  "grad_w_output"), 1):
+        parts[name] = (_items(per_item, index, batch),)
+    # the reverse of a forward with a part changed too: its backward is consistent with it
+    consistent = list(MHA_PARTS)
+    if causal:
+        consistent += MHA_MASK_PARTS
+    if turned and heads and width % 2 == 0:
+        consistent += MHA_ROPE_PARTS
+    variants = [*_modes(run, compute),
+                *((code, _bound(compute, arguments, part))
+                  for code, part in (*MHA_REVERSE_PARTS, *consistent)),
+                *_transposed_weights(arguments, compute)]
+    if weights[3].shape[0] == weights[3].shape[1]:  # W_O left out of the reverse alone
+        skipped = (*weights[:3], np.eye(weights[3].shape[0]))
+        variants.append(("skipped:w_output", _with_weights(compute, x, skipped,
+                                                           list(arguments[2:]))))
+    return Setting(_sizes(x, width // max(heads, 1), heads), "mha_backward",
+                   tuple(parts.items()),
+                   variants=tuple(variants))
+
+
+WEIGHTS = ("w_query", "w_key", "w_value", "w_output")
+
+
+def _transposed_weights(arguments: tuple[Any, ...], compute: Callable[..., Bundle]
+                        ) -> list[tuple[str, Callable[[], Bundle]]]:
+    """The stages given one square weight transposed (``X W^T``, ``C W_O^T``)."""
+    x, weights, *rest = arguments
+    found: list[tuple[str, Callable[[], Bundle]]] = []
+    for index, name in enumerate(WEIGHTS):
+        if weights[index].shape[0] == weights[index].shape[1]:
+            given = tuple(w.T if i == index else w for i, w in enumerate(weights))
+            found.append((f"transposed:{name}", _with_weights(compute, x, given, rest)))
+    return found
+
+
+def _with_weights(compute: Callable[..., Bundle], x: Array, weights: tuple[Array, ...],
+                  rest: list[Any]) -> Callable[[], Bundle]:
+    return lambda: compute(x, weights, *rest)
+
+
+def _mha_paths(run: Run) -> Parts:
+    """Each branch's path into a layer's ``grad_input``, every head's summed: the stages'
+    gradient with the other branches' weights zeroed has that path alone."""
+    x, weights, heads, causal, turned, base, offset = _mha_arguments(run)
+    done = stages.forward(x, weights, heads, causal, turned, base, offset)
+    found = []
+    grads = stages.branch_gradients(x, weights, heads, causal, turned, base, offset,
+                                    run.upstream[0], done)
+    for label, grad, weight in zip(PATHS, grads, weights[:3], strict=True):
+        found.append((label, grad @ weight.T))  # [B,T,W] @ [W,d] -> [B,T,d]
+    return tuple(found)

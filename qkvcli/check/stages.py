@@ -1,0 +1,195 @@
+"""Multi-head attention stage by stage, with one stage given a wrong part: what the
+relation finder compares a wrong layer with when no relation of its tensors explains
+it (:mod:`~qkvcli.check.relate`).
+
+The stages are the engine's maths (:mod:`qkvcli.attention.maths`: the rotation, the
+scale, the mask, the softmax and its reverse; :func:`~qkvcli.core.projections.project`
+and its reverse; the head split and merge of :mod:`qkvcli.attention.engine`) composed
+in the chapter's order: project, split, RoPE, scores, scale, mask, softmax, mixture,
+merge, output projection, and back. A :class:`WrongPart` changes one of them: the softmax
+over another axis, RoPE on one of Q and K, RoPE before the split, RoPE's angles times a
+factor or its positions read along another axis, a reverse stage with an operand not
+transposed. With no part changed the stages give the engine's layer (a test holds
+them to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from qkvcli.attention.engine import heads_axis, merge_heads
+from qkvcli.attention.maths import causal_mask, rotate, scale, softmax, softmax_backward
+from qkvcli.core.arrays import Array
+from qkvcli.core.projections import project, project_back
+from qkvcli.core.record import Record
+from qkvcli.core.rope import Rope, inverse_frequencies
+
+
+class WrongPart(Record):
+    """One wrong part of the stages (the defaults: none). ``softmax_axis``: the axis of
+    ``[B,H,T,T]`` the softmax normalises; ``turned``: which of ``query``, ``key`` RoPE
+    turns; ``rope_first``: RoPE on the ``[B,T,d]`` projections before the split;
+    ``angle``: RoPE's angles times it; ``positions``: the axis of ``[B,H,T,d_h]`` whose
+    index is the position; ``untransposed``: the reverse stage (``grad_value``,
+    ``grad_key``) whose transposed operand is taken as it is; ``hidden``: the keys a
+    causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
+    ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
+    ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
+    ``d_model``, ``root d_model``, ``none``)."""
+
+    softmax_axis: int = -1
+    turned: tuple[str, ...] = ("query", "key")
+    rope_first: bool = False
+    angle: float = 1.0
+    positions: int = 2
+    untransposed: str = ""
+    hidden: str = "later"
+    rowsum: bool = True
+    divisor: str = "root"
+
+
+PLAIN = WrongPart()
+"""No part changed: the engine's stages."""
+Turn = Callable[[Array, bool], Array]
+
+
+def rope_turn(base: float, offset: int, width: int, part: WrongPart) -> Turn:
+    """RoPE as ``part`` turns ``[..., T, width]`` (``inverse``: back)."""
+    rope = Rope(base, width, "interleaved", offset)
+    if part.angle != 1.0:
+        frequencies = inverse_frequencies(rope) * part.angle
+        rope = Rope(None, width, "interleaved", offset,
+                    frequencies=tuple(float(f) for f in frequencies))
+
+    def turn(values: Array, inverse: bool) -> Array:
+        axis = part.positions if not part.rope_first else 1
+        if axis in (values.ndim - 2, -2):
+            return rotate(values, rope, inverse=inverse)
+        moved = np.swapaxes(values, axis, -2)
+        return np.swapaxes(rotate(moved, rope, inverse=inverse), axis, -2)
+
+    return turn
+
+
+def _given_scale(part: WrongPart, size: int, x: Array) -> float | None:
+    """The scale :func:`~qkvcli.attention.maths.scale` is given for ``part.divisor``
+    (``None``: the engine's own, ``1/√d_h``)."""
+    width = int(x.shape[-1])
+    return {"d_h": 1.0 / size, "d_model": 1.0 / width, "root d_model": 1.0 / width ** 0.5,
+            "none": 1.0}.get(part.divisor)
+
+
+def _softmax_over(z: Array, axis: int) -> Array:
+    moved = np.moveaxis(z, axis, -1)
+    return np.moveaxis(softmax(moved), -1, axis)
+
+
+def _softmax_back_over(a: Array, grad_a: Array, axis: int) -> Array:
+    moved = softmax_backward(np.moveaxis(a, axis, -1), np.moveaxis(grad_a, axis, -1))
+    return np.moveaxis(moved, -1, axis)
+
+
+class Pass(Record):
+    """What the reverse needs of a staged forward: the heads' rotated queries and keys,
+    values and weights ``[B,H,T,d_h]``/``[B,H,T,T]``, the merged heads and the output."""
+
+    query: Array
+    key: Array
+    value: Array
+    weights: Array
+    merged: Array
+    output: Array
+
+
+def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope: bool,
+            base: float, offset: int, part: WrongPart = PLAIN) -> Pass:
+    """The stages on ``x [B,T,d]`` with ``W_Q, W_K, W_V, W_O``, one part as ``part`` says."""
+    w_query, w_key, w_value, w_output = weights
+    width = int(w_query.shape[1])
+    size = width // heads
+    with np.errstate(all="ignore"):
+        # [B,T,d] @ [d,3W] -> [B,T,3W]: the three projections at once
+        projected = project(x, np.concatenate([w_query, w_key, w_value], axis=1))
+        flat = {"query": projected[..., :width], "key": projected[..., width:2 * width],
+                "value": projected[..., 2 * width:]}
+        if rope and part.rope_first:
+            turn = rope_turn(base, offset, width, part)
+            flat = {name: turn(values, False) if name in part.turned else values
+                    for name, values in flat.items()}
+        split = {name: np.array(heads_axis(values, heads)) for name, values in flat.items()}
+        if rope and not part.rope_first:
+            turn = rope_turn(base, offset, size, part)
+            split = {name: turn(values, False) if name in part.turned else values
+                     for name, values in split.items()}
+        query, key, value = split["query"], split["key"], split["value"]
+        # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
+        z = scale(query @ np.swapaxes(key, -1, -2), size, _given_scale(part, size, x))
+        if causal:
+            hidden = causal_mask(z.shape[-1])
+            if part.hidden == "diagonal":
+                hidden = hidden | np.eye(z.shape[-1], dtype=bool)
+            elif part.hidden == "earlier":
+                hidden = hidden.T
+            z = np.where(hidden, -np.inf, z)
+        attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
+        merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
+        return Pass(query, key, value, attention, merged, merged @ w_output)
+
+
+def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: bool,
+                     rope: bool, base: float, offset: int, grad_output: Array,
+                     done: Pass, part: WrongPart = PLAIN) -> tuple[Array, Array, Array]:
+    """``dQ``, ``dK``, ``dV`` ``[B,T,W]`` (the heads merged, RoPE turned back) of the
+    stages' pass ``done``, one part as ``part`` says."""
+    w_output = weights[3]
+    width = int(weights[0].shape[1])
+    size = width // heads
+    with np.errstate(all="ignore"):
+        # [B,T,d] @ [d,d] -> dC, split into the heads' dO
+        grad_heads = np.array(heads_axis(grad_output @ w_output.T, heads))
+        grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
+        a_t = np.swapaxes(done.weights, -1, -2)
+        grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
+        grad_z = scale(_softmax_back_over(done.weights, grad_a, part.softmax_axis)
+                       if part.rowsum else done.weights * grad_a, size,
+                       _given_scale(part, size, x))
+        grad_query = grad_z @ done.key
+        grad_key = (grad_z if part.untransposed == "grad_key"
+                    else np.swapaxes(grad_z, -1, -2)) @ done.query
+        merged = {"query": merge_heads(grad_query), "key": merge_heads(grad_key),
+                  "value": merge_heads(grad_value)}
+        if rope:
+            if part.rope_first:
+                turn = rope_turn(base, offset, width, part)
+                merged = {n: turn(g, True) if n in part.turned else g for n, g in merged.items()}
+            else:
+                turn = rope_turn(base, offset, size, part)
+                merged = {n: merge_heads(turn(np.array(heads_axis(g, heads)), True))
+                          if n in part.turned else g for n, g in merged.items()}
+    return merged["query"], merged["key"], merged["value"]
+
+
+def backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope: bool,
+             base: float, offset: int, grad_output: Array,
+             part: WrongPart = PLAIN) -> tuple[Array, ...]:
+    """``(grad_input, grad_w_query, grad_w_key, grad_w_value, grad_w_output)`` of the
+    stages, forward and back, one part as ``part`` says."""
+    w_query, w_key, w_value, _ = weights
+    batch, tokens, d_model = x.shape
+    width = int(w_query.shape[1])
+    done = forward(x, weights, heads, causal, rope, base, offset, part)
+    grads = branch_gradients(x, weights, heads, causal, rope, base, offset, grad_output, done,
+                             part)
+    rows = batch * tokens
+    with np.errstate(all="ignore"):
+        # [d,BT] @ [BT,d] -> dW_O
+        grad_w_output = (done.merged.reshape(rows, width).T
+                         @ grad_output.reshape(rows, grad_output.shape[-1]))
+        joined = np.concatenate(grads, axis=-1)
+        # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
+        grad_rows, grad_w = project_back(x.reshape(rows, d_model), joined.reshape(rows, 3 * width),
+                                         np.concatenate([w_query, w_key, w_value], axis=1))
+    return (grad_rows.reshape(x.shape), grad_w[:, :width], grad_w[:, width:2 * width],
+            grad_w[:, 2 * width:], grad_w_output)
