@@ -63,6 +63,10 @@ def _named(clause: Clause) -> Iterator[Clause]:
     """Each clause in ``clause`` (itself first) that names a slip."""
     if clause.code in ("slip-differs", "mask-positions") and clause.facts[0]:
         yield Clause("slip", clause.facts[:1])  # the slip without the values that showed it
+    elif clause.code == "relation-differs" and clause.facts[0]:
+        yield Clause("relations", (clause.facts[0], None))  # the relations, not the values
+    elif clause.code == "relations" and clause.facts[0]:
+        yield clause
     elif clause.code in NAMING or clause.code.startswith("slip-"):
         yield clause
     else:
