@@ -165,3 +165,28 @@ def test_the_stages_with_no_part_changed_are_the_engine_s_layer(case: object) ->
             wanted = engine_mha_backward(x, weights, heads, causal, rope, case.base,
                                          case.offset, case.upstream[0])
             assert all(close(a, b, 1e-12) for a, b in zip(grads, wanted, strict=True))
+
+
+@pytest.mark.parametrize(("before", "result", "stages"), [
+    ("weights", "merged", ["mixture", "head merge"]),
+    ("merged", "output", ["output projection"]),
+    ("", "scores", ["projection", "scores", "scale"]),
+])
+def test_the_first_result_that_differs_names_its_stages_from_their_one_description(
+        before: str, result: str, stages: list[str]) -> None:
+    from qkvcli.render.relation_words import relation
+    from qkvcli.stages.table import STAGES
+
+    words = relation(Clause("diverges", (result, before)))
+    assert words.startswith(f"{result} is the first result that differs")
+    for name in stages:  # each stage as the explorer's panels describe it
+        assert f"{name}: {STAGES[name].formula}" in words
+    assert "the step from" in words if before else "right)" not in words
+
+
+def test_a_pair_no_description_lists_names_no_stage() -> None:
+    from qkvcli.render.relation_words import relation
+
+    assert relation(Clause("diverges", ("lengths", "keys"))) == (
+        "lengths is the first result that differs (keys right): the step from keys to "
+        "lengths is wrong")

@@ -96,6 +96,16 @@ def _factor(tensor: str, name: str) -> str:
     return said + FACTOR_MEANS.get(name, "")
 
 
+def _stages(before: str, result: str) -> str:
+    """The stages from ``before`` to ``result`` as the one description of each says
+    them, ``" (mixture: O = A V; head merge: …)"``, or nothing where none is listed."""
+    from qkvcli.stages.table import between
+
+    stages = between(before, result)
+    return (" (" + "; ".join(f"{stage.name}: {stage.formula}" for stage in stages) + ")"
+            if stages else "")
+
+
 RELATION_WORDS: dict[str, Callable[..., str]] = {
     "factor": _factor,
     "exchanged": lambda tensor, axes: (
@@ -115,7 +125,7 @@ RELATION_WORDS: dict[str, Callable[..., str]] = {
     "diverges": lambda tensor, before: (
         f"{tensor} is the first result that differs"
         + (f" ({before} right): the step from {before} to {tensor} is wrong" if before
-           else "")),
+           else "") + _stages(before, tensor)),
 }
 """The words of each relation clause, from its facts."""
 

@@ -129,3 +129,23 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           (_t("L", ),), _t("dL/dx", "coordinate"), True),
 )}
 """Every stage by name: the forward in data-flow order, then the reverse steps."""
+
+BETWEEN: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "scores"): ("projection", "scores", "scale"),  # a head's scores: scaled, unmasked
+    ("scores", "weights"): ("mask", "softmax"),
+    ("scores", "scaled_scores"): ("scale",),
+    ("scaled_scores", "masked_scores"): ("mask",),
+    ("masked_scores", "weights"): ("softmax",),
+    ("weights", "output"): ("mixture",),
+    ("", "weights"): ("projection", "head split", "rope", "scores", "scale", "mask", "softmax"),
+    ("weights", "merged"): ("mixture", "head merge"),
+    ("merged", "output"): ("output projection",),
+}
+"""The stages that make an operation's published result from the result before it
+(``""``: from the operation's inputs), by their names in :data:`STAGES`: what a
+diagnosis names when a result is the first that differs."""
+
+
+def between(before: str, result: str) -> tuple[Stage, ...]:
+    """The stages from ``before`` to ``result`` (none where the pair is not listed)."""
+    return tuple(STAGES[name] for name in BETWEEN.get((before, result), ()))
