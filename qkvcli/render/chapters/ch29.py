@@ -14,10 +14,23 @@ import numpy as np
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.facts import (
+    entries,
+    fixed,
+    json_of,
+    layout,
+    said,
+    scalar,
+    section,
+    shape,
+    tensor,
+    values,
+    vector,
+    verdict,
+)
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
     from rich.table import Table
 
     from qkvcli.render.rich.options import RichOptions
@@ -49,25 +62,21 @@ FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
          "PositionOffsetOverflow": ("tokens",),
          "PositionRangeExceeded": ("offset", "tokens", "capacity"), "ReleasedBuffer": ("stage",)}
 """The facts the chapter publishes of each refusal, in order."""
+ROWS = ("position", "feature")
+AXES = {**dict.fromkeys(("query", "key", "rotated_query", "rotated_key", "shifted_query",
+                         "shifted_key", "upstream_query", "upstream_key", "query_gradient",
+                         "key_gradient"), ROWS),
+        "inverse_frequencies": ("pair",), **dict.fromkeys(("angles", "cosines", "sines"),
+                                                         ("position", "pair")),
+        "dot_grid": ("query", "key"), "shifted_dot_grid": ("query", "key")}
+"""Each tensor's axes, by name."""
 TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
                  "offset-overflow", "released-input")
 """The rejected inputs the trace draws (the table's own refusals of a zero width and a
 bad base are in the report only)."""
 
 
-def vector(values: npt.ArrayLike) -> str:
-    """``[v,...]`` in fixed point, six decimals, ``-0.0`` written as ``0.000000``."""
-    return fmt_vector(np.asarray(values, dtype=np.float64) + 0.0)
-
-
-def tensor(values: npt.ArrayLike) -> str:
-    """``shape:[..] values:[..]``."""
-    array = np.asarray(values)
-    return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
-
-
-def _fixed(value: float, decimals: int) -> str:
-    return fmt_float(value + 0.0, decimals)
+_fixed = fixed
 
 
 def _ints(values: Any) -> str:
@@ -78,48 +87,55 @@ def _base(value: float) -> str:
     return fmt_float(value, 0)
 
 
+def _counts(evidence: RopeEvidence) -> dict[str, int]:
+    return {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
+
+
+def _replay(evidence: RopeEvidence) -> str:
+    return "bitwise" if evidence.replay_bitwise else "mismatch"
+
+
+TEXT: tuple[tuple[str, Any], ...] = (
+    ("chapter", lambda e: NAME),
+    ("prediction", lambda e: PREDICTION),
+    ("config", (("features", "config.features"), ("pairs", "config.pairs"),
+                ("positions", "config.positions"), ("base", "config.base", _base),
+                ("layout", "config.layout"),
+                ("offset", lambda e: f"{e.fixture.offset}->{e.fixture.offset + e.fixture.shift}"))),
+    ("inverse_frequencies", ("tensors.inverse_frequencies", vector)),
+    *((name, f"tensors.{name}") for name in ("query", "key", "angles", "cosines", "sines")),
+    ("rotated_query", ("tensors.rotated_query", vector)),
+    ("rotated_key", ("tensors.rotated_key", vector)),
+    ("norms", (("input", "norms.input"), ("rotated", "norms.rotated"),
+               ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
+    ("dot_grid", "tensors.dot_grid"),
+    ("shifted_dot_grid", (("", "tensors.shifted_dot_grid"),
+                          ("common_shift_preserved", "common_shift_preserved"))),
+    ("position_zero_identity", "position_zero_identity"),
+    ("upstream", (("query", "tensors.upstream_query", vector),
+                  ("key", "tensors.upstream_key", vector), ("loss", "loss"))),
+    ("query_gradient", ("tensors.query_gradient", vector)),
+    ("key_gradient", ("tensors.key_gradient", vector)),
+    ("shapes", ("shapes", lambda probes: " ".join(
+        f"{probe['case']}:{said(probe['output'])}" for probe in probes))),
+    ("errors", ("errors", lambda errors: " ".join(
+        f"{ERROR_KEYS[e['case']]}:{said(e['rejected'])}" for e in errors))),
+    ("gradcheck", (("query_checks", lambda e: _counts(e)["query"]),
+                   ("key_checks", lambda e: _counts(e)["key"]),
+                   ("tolerance", lambda e: fixed(e.fixture.tolerance)),
+                   ("passed", lambda e: fmt_bool(e.gradcheck.passed)))),
+    ("history", ("history", lambda history: " ".join(f"{k}:{v}" for k, v in history.items()))),
+    ("proof", (("tape_finite", "tape_finite"), ("norm_preserved", "norms.preserved"),
+               ("relative_dot", "common_shift_preserved"), ("replay", _replay))),
+    ("next", lambda e: NEXT),
+)
+"""The text report's lines: each key, and its facts (a path said by its kind, a path and
+its spelling, or labelled parts)."""
+
+
 def text(evidence: RopeEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
-    table = f.table
-    errors = " ".join(f"{ERROR_KEYS[e.case]}:{fmt_bool(e.rejected)}" for e in evidence.errors)
-    shapes = " ".join(f"{probe.case}:{_shape(probe.shape('rope'))}"
-                      for probe in evidence.probes)
-    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
-    lines = [
-        f"chapter={NAME}",
-        f"prediction={PREDICTION}",
-        f"config=features:{table.features} pairs:{table.pairs} positions:{table.positions} "
-        f"base:{_base(table.base)} layout:{table.layout} offset:{f.offset}->{f.offset + f.shift}",
-        f"inverse_frequencies={vector(t.inverse_frequencies)}",
-        f"query={tensor(p.query)}",
-        f"key={tensor(p.key)}",
-        f"angles={tensor(t.angles)}",
-        f"cosines={tensor(t.cosines)}",
-        f"sines={tensor(t.sines)}",
-        f"rotated_query={vector(p.rotated_query)}",
-        f"rotated_key={vector(p.rotated_key)}",
-        f"norms=input:{vector(p.input_norms)} rotated:{vector(p.rotated_norms)} "
-        f"shifted:{vector(p.shifted_norms)} preserved:{fmt_bool(p.norm_preserved)}",
-        f"dot_grid={tensor(p.dot_grid)}",
-        f"shifted_dot_grid={tensor(p.shifted_dot_grid)} "
-        f"common_shift_preserved:{fmt_bool(p.common_shift_preserved)}",
-        f"position_zero_identity={fmt_bool(p.position_zero_identity)}",
-        f"upstream=query:{vector(p.upstream_query)} key:{vector(p.upstream_key)} "
-        f"loss:{_fixed(p.loss, 6)}",
-        f"query_gradient={vector(p.query_gradient)}",
-        f"key_gradient={vector(p.key_gradient)}",
-        f"shapes={shapes}",
-        f"errors={errors}",
-        f"gradcheck=query_checks:{counts['query']} key_checks:{counts['key']} "
-        f"tolerance:{_fixed(f.tolerance, 6)} passed:{fmt_bool(evidence.gradcheck.passed)}",
-        "history=" + " ".join(f"{key}:{value}" for key, value in HISTORY),
-        f"proof=tape_finite:{fmt_bool(p.tape_finite)} norm_preserved:{fmt_bool(p.norm_preserved)} "
-        f"relative_dot:{fmt_bool(p.common_shift_preserved)} "
-        f"replay:{'bitwise' if evidence.replay_bitwise else 'mismatch'}",
-        f"next={NEXT}",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(layout(facts(evidence), evidence, TEXT, " ", ":", "=")) + "\n"
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
@@ -213,52 +229,61 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 """The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
 
 
-def json_document(evidence: RopeEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
-    (shortest round trip), tensors ``{"shape", "values"}``."""
+def facts(evidence: RopeEvidence) -> dict[str, Any]:
+    """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
+    the head: what the JSON publishes and the text and trace say."""
     from qkvcli.render.chapters.entries import chapter_checks
-    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json
+    from qkvcli.render.document import gradcheck_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
-    tensors = {
-        "query": p.query, "key": p.key, "inverse_frequencies": t.inverse_frequencies,
-        "angles": t.angles, "cosines": t.cosines, "sines": t.sines,
-        "rotated_query": p.rotated_query, "rotated_key": p.rotated_key,
-        "shifted_query": p.shifted_query, "shifted_key": p.shifted_key,
-        "dot_grid": p.dot_grid, "shifted_dot_grid": p.shifted_dot_grid,
-        "upstream_query": p.upstream_query, "upstream_key": p.upstream_key,
-        "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
+    given = {"query": p.query, "key": p.key}
+    computed = {
+        "inverse_frequencies": t.inverse_frequencies, "angles": t.angles,
+        "cosines": t.cosines, "sines": t.sines, "rotated_query": p.rotated_query,
+        "rotated_key": p.rotated_key, "shifted_query": p.shifted_query,
+        "shifted_key": p.shifted_key, "dot_grid": p.dot_grid,
+        "shifted_dot_grid": p.shifted_dot_grid,
     }
-    document: dict[str, Any] = {
-        **head("run", chapter=NAME, passed=evidence.passed),
+    upstream = {"upstream_query": p.upstream_query, "upstream_key": p.upstream_key}
+    gradients = {"query_gradient": p.query_gradient, "key_gradient": p.key_gradient}
+    return {
         "checks": chapter_checks(NAME, evidence),
-        "config": {"features": table.features, "pairs": table.pairs,
-                   "positions": table.positions, "base": json_float(table.base),
-                   "layout": table.layout, "offset": f.offset, "shift": f.shift,
-                   "shifted_offset": f.offset + f.shift, "token_positions": list(t.positions)},
-        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
-        "norms": {"input": tensor_json(p.input_norms)["values"],
-                  "rotated": tensor_json(p.rotated_norms)["values"],
-                  "shifted": tensor_json(p.shifted_norms)["values"],
-                  "preserved": p.norm_preserved},
-        "loss": json_float(p.loss),
-        "position_zero_identity": p.position_zero_identity,
-        "common_shift_preserved": p.common_shift_preserved,
+        "config": section(features=table.features, pairs=table.pairs,
+                          positions=table.positions, base=scalar(float(table.base)),
+                          layout=table.layout, offset=f.offset, shift=f.shift,
+                          shifted_offset=f.offset + f.shift, token_positions=list(t.positions)),
+        "tensors": section(
+            **{name: tensor(value, AXES[name], given=True) for name, value in given.items()},
+            **{name: tensor(value, AXES[name]) for name, value in computed.items()},
+            **{name: tensor(value, AXES[name], given=True) for name, value in upstream.items()},
+            **{name: tensor(value, AXES[name]) for name, value in gradients.items()}),
+        "norms": section(input=values(p.input_norms), rotated=values(p.rotated_norms),
+                         shifted=values(p.shifted_norms), preserved=verdict(p.norm_preserved)),
+        "loss": scalar(p.loss),
+        "position_zero_identity": verdict(p.position_zero_identity),
+        "common_shift_preserved": verdict(p.common_shift_preserved),
         "invariant_tolerance": f.invariant_tolerance,
-        "shapes": [{"case": probe.case, "input": list(probe.input), "offset": probe.offset,
-                    "output": None if (out := probe.shape("rope")) is None else list(out),
-                    "valid": probe.kept, "refusal": probe.refusal or None}
-                   for probe in evidence.probes],
-        "errors": [{"case": e.case, "kind": KINDS[e.expected], "rejected": e.rejected,
-                    "facts": dict(facts_of(e)), "message": e.message}
-                   for e in evidence.errors],
+        "shapes": entries([
+            {"case": probe.case, "input": list(probe.input), "offset": probe.offset,
+             "output": shape(probe.shape("rope")), "valid": verdict(probe.kept),
+             "refusal": probe.refusal or None} for probe in evidence.probes]),
+        "errors": entries([
+            {"case": e.case, "kind": KINDS[e.expected], "rejected": verdict(e.rejected),
+             "facts": dict(facts_of(e)), "message": e.message} for e in evidence.errors]),
         "gradcheck": gradcheck_json(evidence.gradcheck),
-        "tape_finite": p.tape_finite,
-        "replay_bitwise": evidence.replay_bitwise,
+        "tape_finite": verdict(p.tape_finite),
+        "replay_bitwise": verdict(evidence.replay_bitwise),
         "history": dict(HISTORY),
     }
-    return document
+
+
+def json_document(evidence: RopeEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
+    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
+    from qkvcli.render.document import head
+
+    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
 
 
 # --- the figure -----------------------------------------------------------------------------
