@@ -15,6 +15,7 @@ from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
 from qkvcli.render.facts import (
+    Part,
     entries,
     fixed,
     json_of,
@@ -158,20 +159,75 @@ PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADI
                "empty_tokens": "EMPTY_TOKENS"}
 
 
+def _traced(path: str) -> tuple[Part, ...]:
+    """A tensor in the trace: ``shape=[..]|values=[..]``."""
+    return (("shape", path, lambda v: fmt_shape(np.shape(v))), ("values", path, vector))
+
+
+def _proof(claim: bool, held: str, broken: str) -> str:
+    return held if claim else broken
+
+
+TRACE_HEAD: tuple[tuple[str, Any], ...] = (
+    ("META", (("input_shape", "tensors.query", lambda v: fmt_shape(np.shape(v))),
+              ("table_shape", "tensors.cosines", lambda v: fmt_shape(np.shape(v))),
+              ("dot_shape", "tensors.dot_grid", lambda v: fmt_shape(np.shape(v))),
+              ("features", "config.features"), ("pairs", "config.pairs"),
+              ("positions", "config.positions"), ("base", "config.base"),
+              ("layout", "config.layout"), ("rotation", lambda e: "counterclockwise"),
+              ("token_axis", lambda e: "penultimate"), ("feature_axis", lambda e: "final"))),
+    ("QUERY", _traced("tensors.query")),
+    ("KEY", _traced("tensors.key")),
+)
+TRACE_MIDDLE: tuple[tuple[str, Any], ...] = (
+    ("ROTATED_QUERY", _traced("tensors.rotated_query")),
+    ("ROTATED_KEY", _traced("tensors.rotated_key")),
+    ("NORM", (("input", "norms.input"), ("rotated", "norms.rotated"),
+              ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
+)
+TRACE_TAIL: tuple[tuple[str, Any], ...] = (
+    ("COMMON_SHIFT", (
+        ("before_positions", "config.token_positions", _ints),
+        ("after_positions", lambda e: _ints(p + e.fixture.shift for p in e.primary.tables.positions)),
+        ("before_grid", "tensors.dot_grid", vector),
+        ("after_grid", "tensors.shifted_dot_grid", vector),
+        ("tolerance", "invariant_tolerance", lambda v: fixed(v, 12)),
+        ("preserved", "common_shift_preserved"))),
+    ("BACKWARD", (("query_seed", "tensors.upstream_query", vector),
+                  ("key_seed", "tensors.upstream_key", vector), ("loss", "loss"),
+                  ("query_gradient", "tensors.query_gradient", vector),
+                  ("key_gradient", "tensors.key_gradient", vector))),
+)
+TRACE_END: tuple[tuple[str, Any], ...] = (
+    ("HISTORY", tuple((key, "history." + key) for key, _ in HISTORY)),
+    ("PROOF", (
+        ("position_zero", "position_zero_identity",
+         lambda v: _proof(v, "bitwise-identity", "changed")),
+        ("norms", "norms.preserved", lambda v: _proof(v, "preserved", "changed")),
+        ("relative_dot", "common_shift_preserved",
+         lambda v: _proof(v, "common-shift-preserved", "mismatch")),
+        ("tape_finite", "tape_finite"),
+        ("query_checks", lambda e: _counts(e)["query"]),
+        ("key_checks", lambda e: _counts(e)["key"]),
+        ("gradient_tolerance", lambda e: fixed(e.fixture.tolerance)),
+        ("gradcheck", lambda e: fmt_bool(e.gradcheck.passed)),
+        ("replay", _replay))),
+    ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
+)
+"""The trace's lines around those drawn once per pair, position, probe and refused input."""
+
+
 def trace(evidence: RopeEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
     the figure draws, piece by piece."""
-    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
-    table = f.table
-    lines = [
-        f"META|input_shape={fmt_shape(p.query.shape)}|table_shape={fmt_shape(t.cosines.shape)}"
-        f"|dot_shape={fmt_shape(p.dot_grid.shape)}|features={table.features}|pairs={table.pairs}"
-        f"|positions={table.positions}|base={_fixed(table.base, 6)}|layout={table.layout}"
-        "|rotation=counterclockwise|token_axis=penultimate|feature_axis=final",
-        f"QUERY|shape={fmt_shape(p.query.shape)}|values={vector(p.query)}",
-        f"KEY|shape={fmt_shape(p.key.shape)}|values={vector(p.key)}",
-    ]
-    for pair, features in enumerate(table.pair_features()):
+    found = facts(evidence)
+
+    def laid(table: tuple[tuple[str, Any], ...]) -> list[str]:
+        return layout(found, evidence, table, "|", "=", "|")
+
+    p, t = evidence.primary, evidence.primary.tables
+    lines = laid(TRACE_HEAD)
+    for pair, features in enumerate(evidence.fixture.table.pair_features()):
         lines.append(f"FREQUENCY|pair={pair}|features={_ints(features)}"
                      f"|theta={vector(t.inverse_frequencies[pair:pair + 1])}")
     for row, position in enumerate(t.positions):
@@ -179,45 +235,19 @@ def trace(evidence: RopeEvidence) -> str:
             f"POSITION|position={position}|angles={vector(t.angles[row])}"
             f"|cosines={vector(t.cosines[row])}|sines={vector(t.sines[row])}"
             f"|query_before={vector(p.query[row])}|query_after={vector(p.rotated_query[row])}")
-    lines += [
-        f"ROTATED_QUERY|shape={fmt_shape(p.rotated_query.shape)}|values={vector(p.rotated_query)}",
-        f"ROTATED_KEY|shape={fmt_shape(p.rotated_key.shape)}|values={vector(p.rotated_key)}",
-        f"NORM|input={vector(p.input_norms)}|rotated={vector(p.rotated_norms)}"
-        f"|shifted={vector(p.shifted_norms)}|preserved={fmt_bool(p.norm_preserved)}",
-    ]
+    lines += laid(TRACE_MIDDLE)
     for row, position in enumerate(t.positions):
         offsets = [key - position for key in t.positions]
         lines.append(f"DOT_ROW|query_position={position}|relative_offsets={_ints(offsets)}"
                      f"|values={vector(p.dot_grid[row])}")
-    shifted = [position + f.shift for position in t.positions]
-    lines += [
-        f"COMMON_SHIFT|before_positions={_ints(t.positions)}|after_positions={_ints(shifted)}"
-        f"|before_grid={vector(p.dot_grid)}|after_grid={vector(p.shifted_dot_grid)}"
-        f"|tolerance={_fixed(f.invariant_tolerance, 12)}"
-        f"|preserved={fmt_bool(p.common_shift_preserved)}",
-        f"BACKWARD|query_seed={vector(p.upstream_query)}|key_seed={vector(p.upstream_key)}"
-        f"|loss={_fixed(p.loss, 6)}|query_gradient={vector(p.query_gradient)}"
-        f"|key_gradient={vector(p.key_gradient)}",
-    ]
-    for probe in evidence.probes:
-        offset = f"|offset={probe.offset}" if probe.case == "empty_tokens" else ""
-        lines.append(f"{PROBE_LINES[probe.case]}|input_shape={fmt_shape(probe.input)}"
-                     f"{offset}|output_shape={_shape(probe.shape('rope'))}"
-                     f"|valid={fmt_bool(probe.kept)}")
+    lines += laid(TRACE_TAIL)
+    for probe in found["shapes"].value:
+        offset = f"|offset={probe['offset']}" if probe["case"] == "empty_tokens" else ""
+        lines.append(f"{PROBE_LINES[probe['case']]}|input_shape={fmt_shape(probe['input'])}"
+                     f"{offset}|output_shape={said(probe['output'])}"
+                     f"|valid={said(probe['valid'])}")
     lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
-    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
-    lines += [
-        "HISTORY|" + "|".join(f"{key}={value}" for key, value in HISTORY),
-        f"PROOF|position_zero={'bitwise-identity' if p.position_zero_identity else 'changed'}"
-        f"|norms={'preserved' if p.norm_preserved else 'changed'}"
-        f"|relative_dot={'common-shift-preserved' if p.common_shift_preserved else 'mismatch'}"
-        f"|tape_finite={fmt_bool(p.tape_finite)}|query_checks={counts['query']}"
-        f"|key_checks={counts['key']}|gradient_tolerance={_fixed(f.tolerance, 6)}"
-        f"|gradcheck={fmt_bool(evidence.gradcheck.passed)}"
-        f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}",
-        f"NEXT|chapter={NEXT_CHAPTER}",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + laid(TRACE_END)) + "\n"
 
 
 # --- JSON -----------------------------------------------------------------------------------
