@@ -35,7 +35,7 @@ from qkvcli.render.numbers import (
     fmt_vector,
     iter_vector,
 )
-from qkvcli.render.wording import Check, verdict
+from qkvcli.render.wording import FAMILY_WORDS, Check, verdict
 
 if TYPE_CHECKING:
     from qkvcli.core.rope import Rope
@@ -203,7 +203,7 @@ def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
 _SHARED_DETAILS = {
     "shapes": ("empty batch and empty token axes run forward and reverse",
                "an empty-axis probe gave an unexpected shape"),
-    "replay": ("two runs agree bit for bit", "two runs differ"),
+    "replay": FAMILY_WORDS["replay"],
     "prefix": ("the last token's input changed: every earlier output bit for bit",
                "the last token's input changed an earlier output: a later key is seen"),
     "single_token": ("one token: every weight exactly 1, no gradient to the query's or the "
