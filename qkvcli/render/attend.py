@@ -12,6 +12,7 @@ the same wording.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.attention.records import AttendConfig, AttendEvidence, HullEvidence, Note
@@ -35,6 +36,7 @@ from qkvcli.render.numbers import (
     fmt_vector,
     iter_vector,
 )
+from qkvcli.render.views import Asked
 from qkvcli.render.wording import FAMILY_WORDS, Check, verdict
 
 if TYPE_CHECKING:
@@ -520,3 +522,12 @@ def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
 def render_attend_json(evidence: AttendEvidence, tensors: str = "summary") -> str:
     """:func:`attend_json` as deterministic JSON text with a trailing newline."""
     return dumps(attend_json(evidence, tensors))
+
+
+def pieces(evidence: AttendEvidence, fmt: str, asked: Asked) -> Iterator[str]:
+    """The evidence as ``text`` (at ``asked.precision``, else :data:`PRECISION`) or
+    ``json``, each with ``asked.tensors``."""
+    if fmt == "json":
+        return iter([render_attend_json(evidence, asked.tensors)])
+    precision = PRECISION if asked.precision is None else asked.precision
+    return iter([render_attend_text(evidence, precision, asked.tensors)])

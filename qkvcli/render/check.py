@@ -31,6 +31,7 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
 from qkvcli.render.findings import FINDING_WORDS
 from qkvcli.render.numbers import fmt_general
+from qkvcli.render.views import Asked
 from qkvcli.render.wording import verdict
 
 NO_BACKWARD = "not applicable: no backward"
@@ -658,3 +659,8 @@ def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
                   for key, value in request.items()}
         lines.append(encode({"id": ident, **fields}).decode("utf-8"))
     return "".join(lines)
+
+
+def pieces(result: CheckResult, fmt: str, asked: Asked) -> Iterator[str]:
+    """The result as ``text`` or ``json``."""
+    return iter([render_check_json(result) if fmt == "json" else render_check_text(result)])

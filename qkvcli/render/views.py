@@ -5,6 +5,8 @@ renders it. Plain strings, nothing imported: start-up is part of the product."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 CHAPTERS = {
     "qkvcli.chapters.head.HeadChapterEvidence": "qkvcli.render.chapters.head",
     "qkvcli.chapters.ch29.RopeEvidence": "qkvcli.render.chapters.ch29",
@@ -25,6 +27,32 @@ VIEWS = {
 up along the MRO, so rendering one never imports the others' modules: start-up is part
 of the product). The one table every format dispatches by: the text formats, the rich
 figure, the explorer."""
+
+
+RENDERERS = {
+    "evidence": "qkvcli.render.report", "gradcheck": "qkvcli.render.gradcheck",
+    "attend": "qkvcli.render.attend", "variance": "qkvcli.render.variance",
+    "check": "qkvcli.render.check", "chapter": "qkvcli.render.chapters.dispatch",
+}
+"""Each view's module: its ``pieces(evidence, fmt, asked)`` gives the text formats."""
+FIGURES = {
+    "evidence": "qkvcli.render.rich.view:render_rich",
+    "gradcheck": "qkvcli.render.rich.gradcheck:render_gradcheck_rich",
+    "attend": "qkvcli.render.rich.attend:attend_renderable",
+    "variance": "qkvcli.render.rich.variance:variance_renderable",
+    "check": "qkvcli.render.rich.check:render_check_rich",
+    "chapter": "qkvcli.render.chapters.dispatch:figure",
+}
+"""Each view's rich figure, ``function(evidence, options)``: imported only when drawn."""
+
+
+class Asked(NamedTuple):
+    """What a caller asked of the text formats: how much of each tensor (``tensors``),
+    the decimals (``precision``, ``None``: the format's own) and the gradients' type."""
+
+    tensors: str = "summary"
+    precision: int | None = None
+    dtype: str = "float64"
 
 
 def record_of(evidence: object) -> str:
