@@ -13,7 +13,7 @@ published form) is published as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -68,7 +68,7 @@ def section(**facts: Any) -> Fact:
     return Fact("section", facts)
 
 
-def entries(sections: list[Facts]) -> Fact:
+def entries(sections: Sequence[Facts]) -> Fact:
     """A list of sections (one per probe, per refused input)."""
     return Fact("entries", sections)
 
@@ -159,13 +159,23 @@ def line(facts: Facts, evidence: Any, parts: tuple[Part, ...], between: str,
     return between.join(map(spelt, parts))
 
 
+def _expanded(facts: Facts, part: Part) -> tuple[Part, ...]:
+    """A part whose path is ``section.*``: each fact of the section, labelled by its name."""
+    path = part[1]
+    if not (isinstance(path, str) and path.endswith(".*")):
+        return (part,)
+    return tuple((name, f"{path[:-2]}.{name}") for name in find(facts, path[:-2]))
+
+
 def layout(facts: Facts, evidence: Any, table: tuple[tuple[str, Any], ...], between: str,
            labelled: str, start: str) -> list[str]:
     """Each row of ``table`` as one line: its key, ``start``, then its parts (one part
-    alone: a path, a path and its spelling, or a function of the evidence)."""
+    alone: a path, a path and its spelling, or a function of the evidence; a path
+    ``section.*``: every fact of the section, in order)."""
     lines = []
     for key, parts in table:
         one = parts if isinstance(parts, tuple) and parts and isinstance(parts[0], tuple) else (
             ("", *(parts if isinstance(parts, tuple) else (parts,))),)
+        one = tuple(every for part in one for every in _expanded(facts, part))
         lines.append(f"{key}{start}{line(facts, evidence, one, between, labelled)}")
     return lines
