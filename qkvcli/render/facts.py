@@ -13,7 +13,7 @@ published form) is published as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -117,12 +117,20 @@ def fixed(value: float, decimals: int = 6) -> str:
     return fmt_float(value + 0.0, decimals)
 
 
-def said(fact: Any) -> str:
+Spellings = Mapping[str, Callable[[Any], str]]
+"""A chapter's own spelling of some kinds of fact (``tensor``, ``values``, ``scalar``)."""
+
+
+def said(fact: Any, spellings: Spellings | None = None) -> str:
     """``fact`` in the text's spelling of its kind: a tensor ``shape:[..] values:[..]``,
     values ``[..]``, a shape ``[..]`` (``rejected`` for none), a verdict ``true`` or
-    ``false``, a float in fixed point; anything else as ``str`` gives it."""
+    ``false``, a float in fixed point; anything else as ``str`` gives it. A chapter's
+    ``spellings`` replace those of the kinds they name (a function of the value)."""
     if not isinstance(fact, Fact):
         return str(fact)
+    if spellings and fact.kind in spellings:
+        spelt: str = spellings[fact.kind](fact.value)
+        return spelt
     if fact.kind == "tensor":
         array = np.asarray(fact.value)
         return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
@@ -144,7 +152,7 @@ the evidence, for what the text says but the JSON does not publish."""
 
 
 def line(facts: Facts, evidence: Any, parts: tuple[Part, ...], between: str,
-         labelled: str) -> str:
+         labelled: str, spellings: Spellings | None = None) -> str:
     """``parts`` of ``facts`` joined by ``between``, each ``label`` ``labelled`` value
     (a text line's ``input:[..] rotated:[..]``, a trace line's ``|input=[..]``)."""
     def spelt(part: Part) -> str:
@@ -153,7 +161,8 @@ def line(facts: Facts, evidence: Any, parts: tuple[Part, ...], between: str,
             found = path(evidence)
         else:
             fact = find(facts, path)
-            found = spell[0](fact.value if isinstance(fact, Fact) else fact) if spell else said(fact)
+            found = (spell[0](fact.value if isinstance(fact, Fact) else fact) if spell
+                     else said(fact, spellings))
         return f"{label}{labelled}{found}" if label else found
 
     return between.join(map(spelt, parts))
@@ -168,7 +177,7 @@ def _expanded(facts: Facts, part: Part) -> tuple[Part, ...]:
 
 
 def layout(facts: Facts, evidence: Any, table: tuple[tuple[str, Any], ...], between: str,
-           labelled: str, start: str) -> list[str]:
+           labelled: str, start: str, spellings: Spellings | None = None) -> list[str]:
     """Each row of ``table`` as one line: its key, ``start``, then its parts (one part
     alone: a path, a path and its spelling, or a function of the evidence; a path
     ``section.*``: every fact of the section, in order)."""
@@ -177,5 +186,5 @@ def layout(facts: Facts, evidence: Any, table: tuple[tuple[str, Any], ...], betw
         one = parts if isinstance(parts, tuple) and parts and isinstance(parts[0], tuple) else (
             ("", *(parts if isinstance(parts, tuple) else (parts,))),)
         one = tuple(every for part in one for every in _expanded(facts, part))
-        lines.append(f"{key}{start}{line(facts, evidence, one, between, labelled)}")
+        lines.append(f"{key}{start}{line(facts, evidence, one, between, labelled, spellings)}")
     return lines
