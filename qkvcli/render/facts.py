@@ -14,17 +14,18 @@ published form) is published as it is.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 KINDS = ("scalar", "tensor", "values", "shape", "verdict", "section", "entries")
 """Every kind of fact, each with its one JSON form and its one spelling in text."""
 
 
-class Fact(NamedTuple):
+class Fact(Record):
     """One published fact: its ``kind`` (one of :data:`KINDS`), its ``value``, the names
     of a tensor's ``axes``, and whether the fixture ``given`` it (else qkv computed it)."""
 

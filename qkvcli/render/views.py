@@ -1,11 +1,12 @@
 """The one table of what the renderers draw: each record, by qualified class name, and
 its view, the report it is drawn as (every format dispatches by it: the text formats,
 the rich figure, the explorer); each later chapter's evidence and the module that
-renders it. Plain strings, nothing imported: start-up is part of the product."""
+renders it, and what a caller asks of a format. Plain strings and one record, nothing
+else imported: start-up is part of the product."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from qkvcli.core.record import Record
 
 CHAPTERS = {
     "qkvcli.chapters.head.HeadChapterEvidence": "qkvcli.render.chapters.head",
@@ -46,7 +47,7 @@ FIGURES = {
 """Each view's rich figure, ``function(evidence, options)``: imported only when drawn."""
 
 
-class Asked(NamedTuple):
+class Asked(Record):
     """What a caller asked of the text formats: how much of each tensor (``tensors``),
     the decimals (``precision``, ``None``: the format's own) and the gradients' type."""
 
