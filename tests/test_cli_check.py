@@ -546,3 +546,32 @@ def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
     rich = runner.invoke(main, [*base, "-f", "rich"], env={"COLUMNS": "200"})
     assert rich.exit_code == 1, rich.output
     assert f"{name}  NOT RUN" in rich.stdout and "head-forward  FAIL" in rich.stdout
+
+
+@pytest.mark.parametrize(("example", "slip", "families"), [
+    ("wrong_no_value_path", "grad_input misses the value path", "reverse"),
+    ("wrong_head_unscaled", "scores are Q K^T: the 1/sqrt(d_k) scaling is missing",
+     "head-forward, scaling"),
+    ("wrong_cache_rope_at_zero", "the cache holds the keys unturned", "cache-steps"),
+], ids=["projections", "head", "cache"])
+def test_a_failing_report_repeats_the_slip_above_its_verdict(
+    runner: CliRunner, example: str, slip: str, families: str,
+) -> None:
+    # a long list of failures scrolls the family lines off a screen: the slip's name
+    # is said again in the last lines, once however many findings named it
+    result = runner.invoke(main, ["check", str(EXAMPLES / f"{example}.py"), "-f", "text",
+                                  "--random", "0"])
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("verdict: FAIL")
+    named = [line for line in lines if line.startswith("slip: ")]
+    assert len(named) == 1
+    assert named[0] == lines[-2]
+    assert named[0].startswith(f"slip: {slip}") and named[0].endswith(f" ({families})")
+
+
+def test_a_failure_that_names_no_slip_adds_no_slip_line(runner: CliRunner) -> None:
+    for example in ("numpy_qkv", "wrong_modifies_input"):
+        result = runner.invoke(main, ["check", str(EXAMPLES / f"{example}.py"), "-f", "text",
+                                      "--random", "0"])
+        assert not any(line.startswith("slip: ") for line in result.stdout.splitlines())

@@ -10,10 +10,10 @@ reads files or exits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from qkvcli.render.views import CHAPTERS, VIEWS, record_of, view_of
+from qkvcli.render.views import CHAPTERS, FIGURES, RENDERERS, VIEWS, Asked, record_of, view_of
 
 __all__ = ["CHAPTERS", "FORMATS", "VIEWS", "figure", "formats_of", "record_of", "render",
            "render_pieces", "verdict_line", "view_of"]
@@ -72,80 +72,22 @@ def render_pieces(evidence: object, fmt: str = "text", *, tensors: str = "summar
     Raises :class:`ValueError` for a format ``evidence`` has not (the rich view is a
     renderable, not text: see :func:`figure`) and ``TypeError`` for an unknown record.
     """
+    import importlib
+
     view = view_of(evidence)
     if fmt not in formats_of(evidence):
         raise ValueError(f"unknown format {fmt!r} for {view}; expected one of "
                          f"{', '.join(formats_of(evidence))}")
-    if view == "evidence":
-        from qkvcli.render import report
-
-        stream = {"text": report.iter_text, "trace": report.iter_trace, "json": report.iter_json}
-        return stream[fmt](evidence, tensors)  # type: ignore[arg-type]
-    if view == "chapter":
-        from qkvcli.render.chapters import dispatch
-
-        return dispatch.pieces(evidence, fmt)
-    if view == "gradcheck":
-        return iter([gradcheck_text(evidence, fmt, dtype)])
-    whole: dict[str, Callable[[Any], str]]
-    if view == "attend":
-        from qkvcli.render import attend
-
-        whole = {"text": attend.render_attend_text, "json": attend.render_attend_json}
-    elif view == "variance":
-        from qkvcli.render import variance
-
-        whole = {"text": variance.render_variance_text, "json": variance.render_variance_json}
-    else:
-        from qkvcli.render import check
-
-        whole = {"text": check.render_check_text,
-                 "json": check.render_check_json}
-    extra: dict[str, Any] = {} if precision is None or fmt not in PRECISION_FORMATS[view] else {
-        "precision": precision}
-    if view == "attend":
-        extra["tensors"] = tensors
-    return iter([whole[fmt](evidence, **extra)])
-
-
-def gradcheck_text(result: Any, fmt: str, dtype: str) -> str:
-    """``qkv gradcheck``'s table (``text``) or document (``json``, with ``dtype``)."""
-    if fmt == "json":
-        from qkvcli.render.gradcheck import render_gradcheck_json
-
-        return render_gradcheck_json(result, dtype=dtype)
-    from qkvcli.render.gradcheck import render_gradcheck_text
-
-    text = render_gradcheck_text(result)
-    if dtype != "float64":
-        text += f"dtype={dtype} (analytic gradients; central differences in float64)\n"
-    return text
+    asked = Asked(tensors, precision if fmt in PRECISION_FORMATS[view] else None, dtype)
+    pieces: Iterator[str] = importlib.import_module(RENDERERS[view]).pieces(evidence, fmt, asked)
+    return pieces
 
 
 def figure(evidence: object, options: RichOptions) -> RenderableType:
     """The rich view of ``evidence`` (any record :func:`render` takes), laid out with
     ``options``. Imports rich: only the rich paths call it."""
-    view = view_of(evidence)
-    if view == "evidence":
-        from qkvcli.render.rich.view import render_rich
+    import importlib
 
-        return render_rich(evidence, options)  # type: ignore[arg-type]
-    if view == "chapter":
-        from qkvcli.render.chapters import dispatch
-
-        return dispatch.figure(evidence, options)
-    if view == "gradcheck":
-        from qkvcli.render.rich.gradcheck import render_gradcheck_rich
-
-        return render_gradcheck_rich(evidence, options)  # type: ignore[arg-type]
-    if view == "attend":
-        from qkvcli.render.rich.attend import attend_renderable
-
-        return attend_renderable(evidence, options)  # type: ignore[arg-type]
-    if view == "variance":
-        from qkvcli.render.rich.variance import variance_renderable
-
-        return variance_renderable(evidence, options)  # type: ignore[arg-type]
-    from qkvcli.render.rich.check import render_check_rich
-
-    return render_check_rich(evidence, options)  # type: ignore[arg-type]
+    module, function = FIGURES[view_of(evidence)].split(":")
+    drawn: RenderableType = getattr(importlib.import_module(module), function)(evidence, options)
+    return drawn

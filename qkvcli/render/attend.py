@@ -12,6 +12,7 @@ the same wording.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.attention.records import AttendConfig, AttendEvidence, HullEvidence, Note
@@ -36,7 +37,8 @@ from qkvcli.render.numbers import (
     fmt_vector,
     iter_vector,
 )
-from qkvcli.render.wording import Check, verdict
+from qkvcli.render.views import Asked
+from qkvcli.render.wording import FAMILY_WORDS, Check, verdict
 
 if TYPE_CHECKING:
     from qkvcli.core.rope import Rope
@@ -205,7 +207,7 @@ def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
 _SHARED_DETAILS = {
     "shapes": ("empty batch and empty token axes run forward and reverse",
                "an empty-axis probe gave an unexpected shape"),
-    "replay": ("two runs agree bit for bit", "two runs differ"),
+    "replay": FAMILY_WORDS["replay"],
     "prefix": ("the last token's input changed: every earlier output bit for bit",
                "the last token's input changed an earlier output: a later key is seen"),
     "single_token": ("one token: every weight exactly 1, no gradient to the query's or the "
@@ -525,3 +527,12 @@ def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
 def render_attend_json(evidence: AttendEvidence, tensors: str = "summary") -> str:
     """:func:`attend_json` as deterministic JSON text with a trailing newline."""
     return dumps(attend_json(evidence, tensors))
+
+
+def pieces(evidence: AttendEvidence, fmt: str, asked: Asked) -> Iterator[str]:
+    """The evidence as ``text`` (at ``asked.precision``, else :data:`PRECISION`) or
+    ``json``, each with ``asked.tensors``."""
+    if fmt == "json":
+        return iter([render_attend_json(evidence, asked.tensors)])
+    precision = PRECISION if asked.precision is None else asked.precision
+    return iter([render_attend_text(evidence, precision, asked.tensors)])

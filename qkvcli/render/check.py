@@ -1,6 +1,8 @@
 """``qkv check``: the judgements in words, as plain text and as JSON.
 
-The text is one line per family (PASS, FAIL or N/A), the failures, then the verdict
+The text is one line per family (PASS, FAIL or N/A), the failures, each slip they name
+(:func:`named_slips`, so the last lines of a failing report say what went wrong), then
+the verdict
 (:func:`~qkvcli.render.wording.verdict`). The JSON is the one head
 (:func:`~qkvcli.render.document.head`, ``report``: ``check``), then ``implementation``,
 ``passed``, ``checks`` and ``failures``, and ``"stderr"`` for a ``--command`` program.
@@ -18,7 +20,7 @@ nested clauses said by :func:`say`); only the protocol's verdict arrives as text
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from qkvcli.check.cases import Case
@@ -29,7 +31,8 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
 from qkvcli.render.findings import FINDING_WORDS
 from qkvcli.render.numbers import fmt_general
-from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS
+from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
+from qkvcli.render.views import Asked
 from qkvcli.render.wording import verdict
 
 NO_BACKWARD = "not applicable: no backward"
@@ -535,8 +538,55 @@ def render_check_text(result: CheckResult) -> str:
         for failure in result.failures:
             where = f" [{failure.fixture}]" if failure.fixture is not None else ""
             lines.append(f"  {failure.family}{where} {failure_detail(failure)}")
+    lines += [f"slip: {name} ({', '.join(families)})"
+              for name, families in named_slips(result).items()]
     lines.append(check_verdict(result))
     return "\n".join(lines) + "\n"
+
+
+SLIP_CODES = frozenset({
+    "slip", "path-counts", "borrowed-weight", "borrowed-gradient", "swapped-weights",
+    "other-branch-gradient", "summed-paths", "computed-with", "precision", "overflow",
+    "overflow-said", "diagonal-hidden", "masked-after-softmax"})
+"""The clause codes that name a slip (what the code did wrong), beside those that say
+where a value differs; every ``slip-*`` clause (a KV cache's) names one too."""
+
+
+def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
+    """The slips a finding names, in the order the finding holds them: each as what
+    tells it apart from another (its codes, not the numbers it was found with) and its
+    words."""
+    if code in ("slip-differs", "mask-positions"):  # the slips alone, not the mismatch
+        if facts[0]:
+            yield facts[0], _slips(facts[0])
+        return
+    if code in SLIP_CODES or code.startswith("slip-"):
+        yield (facts[0] if code == "slip" else code), _words(code, facts)
+        return
+    if code in ("relation-differs", "relations"):  # the relations alone, not the mismatch
+        if facts[0]:
+            said = relations(facts[0])
+            yield said, said
+        return
+    for fact in facts:
+        for clause in (fact if isinstance(fact, tuple) else (fact,)):
+            if isinstance(clause, Clause):
+                yield from _slip_names(clause.code, clause.facts)
+
+
+def named_slips(result: CheckResult) -> dict[str, tuple[str, ...]]:
+    """Each slip the failures name, in the words of its first finding, and the families
+    that named it, in the order of the failures: what a failing report repeats above
+    its verdict, where the last lines on a screen still show it."""
+    words: dict[Any, str] = {}
+    families: dict[Any, tuple[str, ...]] = {}
+    for failure in result.failures:
+        if failure.code and not failure.not_run:
+            for slip, said in _slip_names(failure.code, failure.facts):
+                words.setdefault(slip, said)
+                if failure.family not in families.get(slip, ()):
+                    families[slip] = (*families.get(slip, ()), failure.family)
+    return {said: families[slip] for slip, said in words.items()}
 
 
 def check_json(result: CheckResult) -> dict[str, Any]:
@@ -616,3 +666,8 @@ def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
                   for key, value in request.items()}
         lines.append(encode({"id": ident, **fields}).decode("utf-8"))
     return "".join(lines)
+
+
+def pieces(result: CheckResult, fmt: str, asked: Asked) -> Iterator[str]:
+    """The result as ``text`` or ``json``."""
+    return iter([render_check_json(result) if fmt == "json" else render_check_text(result)])

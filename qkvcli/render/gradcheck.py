@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.document import dumps, gradcheck_json, head
 from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
+from qkvcli.render.views import Asked
 from qkvcli.render.wording import verdict
 
 HEADER = ("tensor", "coordinate", "analytic", "numerical", "scaled_error", "pass")
@@ -62,3 +64,14 @@ def gradcheck_document(result: GradcheckResult, **extra: Any) -> dict[str, Any]:
 def render_gradcheck_json(result: GradcheckResult, **extra: Any) -> str:
     """:func:`gradcheck_document` as deterministic JSON text with a trailing newline."""
     return dumps(gradcheck_document(result, **extra))
+
+
+def pieces(result: GradcheckResult, fmt: str, asked: Asked) -> Iterator[str]:
+    """The table (``text``, naming a ``dtype`` other than float64) or the document
+    (``json``, with it)."""
+    if fmt == "json":
+        return iter([render_gradcheck_json(result, dtype=asked.dtype)])
+    text = render_gradcheck_text(result)
+    if asked.dtype != "float64":
+        text += f"dtype={asked.dtype} (analytic gradients; central differences in float64)\n"
+    return iter([text])

@@ -17,6 +17,7 @@ from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.core.text import escape_controls
 from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
+from qkvcli.render.views import Asked
 from qkvcli.render.wording import check_rows
 
 if TYPE_CHECKING:
@@ -301,3 +302,9 @@ def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
             document["tensors"][name] = {"shape": entry["shape"], "values": marker(len(arrays))}
             arrays.append(value)
     yield from stream_document(dumps(document), arrays)
+
+
+def pieces(evidence: Evidence, fmt: str, asked: Asked) -> Iterator[str]:
+    """The chapter's report as ``text``, ``trace`` or ``json``, in pieces."""
+    stream = {"text": iter_text, "trace": iter_trace, "json": iter_json}
+    return stream[fmt](evidence, asked.tensors)

@@ -7,10 +7,12 @@ the rows under the one head (:func:`~qkvcli.render.document.head`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from qkvcli.learn.variance import VarianceResult
 from qkvcli.render.document import dumps, head
+from qkvcli.render.views import Asked
 
 HEADER = ("d_k", "var(q.k)", "std(q.k)", "var(q.k/sqrt(d_k))", "std_err", "z")
 EXPLAIN = (
@@ -71,3 +73,11 @@ def variance_json(result: VarianceResult) -> dict[str, Any]:
 def render_variance_json(result: VarianceResult) -> str:
     """:func:`variance_json` as indented JSON text ending in a newline."""
     return dumps(variance_json(result))
+
+
+def pieces(result: VarianceResult, fmt: str, asked: Asked) -> Iterator[str]:
+    """The table as ``text`` (at ``asked.precision``, else :data:`PRECISION`) or ``json``."""
+    if fmt == "json":
+        return iter([render_variance_json(result)])
+    return iter([render_variance_text(
+        result, PRECISION if asked.precision is None else asked.precision)])

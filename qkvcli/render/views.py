@@ -1,9 +1,12 @@
 """The one table of what the renderers draw: each record, by qualified class name, and
 its view, the report it is drawn as (every format dispatches by it: the text formats,
 the rich figure, the explorer); each later chapter's evidence and the module that
-renders it. Plain strings, nothing imported: start-up is part of the product."""
+renders it, and what a caller asks of a format. Plain strings and one record, nothing
+else imported: start-up is part of the product."""
 
 from __future__ import annotations
+
+from qkvcli.core.record import Record
 
 CHAPTERS = {
     "qkvcli.chapters.head.HeadChapterEvidence": "qkvcli.render.chapters.head",
@@ -25,6 +28,32 @@ VIEWS = {
 up along the MRO, so rendering one never imports the others' modules: start-up is part
 of the product). The one table every format dispatches by: the text formats, the rich
 figure, the explorer."""
+
+
+RENDERERS = {
+    "evidence": "qkvcli.render.report", "gradcheck": "qkvcli.render.gradcheck",
+    "attend": "qkvcli.render.attend", "variance": "qkvcli.render.variance",
+    "check": "qkvcli.render.check", "chapter": "qkvcli.render.chapters.dispatch",
+}
+"""Each view's module: its ``pieces(evidence, fmt, asked)`` gives the text formats."""
+FIGURES = {
+    "evidence": "qkvcli.render.rich.view:render_rich",
+    "gradcheck": "qkvcli.render.rich.gradcheck:render_gradcheck_rich",
+    "attend": "qkvcli.render.rich.attend:attend_renderable",
+    "variance": "qkvcli.render.rich.variance:variance_renderable",
+    "check": "qkvcli.render.rich.check:render_check_rich",
+    "chapter": "qkvcli.render.chapters.dispatch:figure",
+}
+"""Each view's rich figure, ``function(evidence, options)``: imported only when drawn."""
+
+
+class Asked(Record):
+    """What a caller asked of the text formats: how much of each tensor (``tensors``),
+    the decimals (``precision``, ``None``: the format's own) and the gradients' type."""
+
+    tensors: str = "summary"
+    precision: int | None = None
+    dtype: str = "float64"
 
 
 def record_of(evidence: object) -> str:

@@ -74,8 +74,7 @@ def _shapes(evidence: Evidence) -> str:
 
 
 def _errors(evidence: Evidence) -> str:
-    e = evidence.errors
-    return f"{e.rejected_count} of {len(e.cases())} bad inputs rejected exactly"
+    return rejected_words(evidence.errors.rejected_count, len(evidence.errors.cases()))
 
 
 def _initialization(evidence: Evidence) -> str:
@@ -99,8 +98,26 @@ def _independence(evidence: Evidence) -> str:
             f"value unchanged={fmt_bool(ind.value_unchanged)}" + other)
 
 
+FAMILY_WORDS: dict[str, tuple[str, str]] = {
+    "replay": ("two runs agree bit for bit", "two runs differ"),
+}
+"""The words of a family every report judges alike, passed and failed: one table, keyed
+by family, for chapter 26's text, the later chapters' JSON and attend's views."""
+
+
+def family_words(family: str, passed: bool) -> str:
+    """``family``'s words in :data:`FAMILY_WORDS`, passed or failed."""
+    held, broken = FAMILY_WORDS[family]
+    return held if passed else broken
+
+
+def rejected_words(rejected: int, total: int) -> str:
+    """``6 of 6 bad inputs rejected exactly``: the rejected inputs in every chapter's words."""
+    return f"{rejected} of {total} bad inputs rejected exactly"
+
+
 def _replay(evidence: Evidence) -> str:
-    return "two runs agree bit for bit" if evidence.replay_bitwise else "two runs differ"
+    return family_words("replay", evidence.replay_bitwise)
 
 
 def ran_full_everywhere(result: GradcheckResult) -> bool:

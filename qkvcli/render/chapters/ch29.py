@@ -14,10 +14,24 @@ import numpy as np
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.facts import (
+    Part,
+    entries,
+    fixed,
+    json_of,
+    layout,
+    said,
+    scalar,
+    section,
+    shape,
+    tensor,
+    values,
+    vector,
+    verdict,
+)
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
     from rich.table import Table
 
     from qkvcli.render.rich.options import RichOptions
@@ -49,25 +63,21 @@ FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
          "PositionOffsetOverflow": ("tokens",),
          "PositionRangeExceeded": ("offset", "tokens", "capacity"), "ReleasedBuffer": ("stage",)}
 """The facts the chapter publishes of each refusal, in order."""
+ROWS = ("position", "feature")
+AXES = {**dict.fromkeys(("query", "key", "rotated_query", "rotated_key", "shifted_query",
+                         "shifted_key", "upstream_query", "upstream_key", "query_gradient",
+                         "key_gradient"), ROWS),
+        "inverse_frequencies": ("pair",), **dict.fromkeys(("angles", "cosines", "sines"),
+                                                         ("position", "pair")),
+        "dot_grid": ("query", "key"), "shifted_dot_grid": ("query", "key")}
+"""Each tensor's axes, by name."""
 TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
                  "offset-overflow", "released-input")
 """The rejected inputs the trace draws (the table's own refusals of a zero width and a
 bad base are in the report only)."""
 
 
-def vector(values: npt.ArrayLike) -> str:
-    """``[v,...]`` in fixed point, six decimals, ``-0.0`` written as ``0.000000``."""
-    return fmt_vector(np.asarray(values, dtype=np.float64) + 0.0)
-
-
-def tensor(values: npt.ArrayLike) -> str:
-    """``shape:[..] values:[..]``."""
-    array = np.asarray(values)
-    return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
-
-
-def _fixed(value: float, decimals: int) -> str:
-    return fmt_float(value + 0.0, decimals)
+_fixed = fixed
 
 
 def _ints(values: Any) -> str:
@@ -78,48 +88,55 @@ def _base(value: float) -> str:
     return fmt_float(value, 0)
 
 
+def _counts(evidence: RopeEvidence) -> dict[str, int]:
+    return {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
+
+
+def _replay(evidence: RopeEvidence) -> str:
+    return "bitwise" if evidence.replay_bitwise else "mismatch"
+
+
+TEXT: tuple[tuple[str, Any], ...] = (
+    ("chapter", lambda e: NAME),
+    ("prediction", lambda e: PREDICTION),
+    ("config", (("features", "config.features"), ("pairs", "config.pairs"),
+                ("positions", "config.positions"), ("base", "config.base", _base),
+                ("layout", "config.layout"),
+                ("offset", lambda e: f"{e.fixture.offset}->{e.fixture.offset + e.fixture.shift}"))),
+    ("inverse_frequencies", ("tensors.inverse_frequencies", vector)),
+    *((name, f"tensors.{name}") for name in ("query", "key", "angles", "cosines", "sines")),
+    ("rotated_query", ("tensors.rotated_query", vector)),
+    ("rotated_key", ("tensors.rotated_key", vector)),
+    ("norms", (("input", "norms.input"), ("rotated", "norms.rotated"),
+               ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
+    ("dot_grid", "tensors.dot_grid"),
+    ("shifted_dot_grid", (("", "tensors.shifted_dot_grid"),
+                          ("common_shift_preserved", "common_shift_preserved"))),
+    ("position_zero_identity", "position_zero_identity"),
+    ("upstream", (("query", "tensors.upstream_query", vector),
+                  ("key", "tensors.upstream_key", vector), ("loss", "loss"))),
+    ("query_gradient", ("tensors.query_gradient", vector)),
+    ("key_gradient", ("tensors.key_gradient", vector)),
+    ("shapes", ("shapes", lambda probes: " ".join(
+        f"{probe['case']}:{said(probe['output'])}" for probe in probes))),
+    ("errors", ("errors", lambda errors: " ".join(
+        f"{ERROR_KEYS[e['case']]}:{said(e['rejected'])}" for e in errors))),
+    ("gradcheck", (("query_checks", lambda e: _counts(e)["query"]),
+                   ("key_checks", lambda e: _counts(e)["key"]),
+                   ("tolerance", lambda e: fixed(e.fixture.tolerance)),
+                   ("passed", lambda e: fmt_bool(e.gradcheck.passed)))),
+    ("history", ("history", lambda history: " ".join(f"{k}:{v}" for k, v in history.items()))),
+    ("proof", (("tape_finite", "tape_finite"), ("norm_preserved", "norms.preserved"),
+               ("relative_dot", "common_shift_preserved"), ("replay", _replay))),
+    ("next", lambda e: NEXT),
+)
+"""The text report's lines: each key, and its facts (a path said by its kind, a path and
+its spelling, or labelled parts)."""
+
+
 def text(evidence: RopeEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
-    table = f.table
-    errors = " ".join(f"{ERROR_KEYS[e.case]}:{fmt_bool(e.rejected)}" for e in evidence.errors)
-    shapes = " ".join(f"{probe.case}:{_shape(probe.shape('rope'))}"
-                      for probe in evidence.probes)
-    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
-    lines = [
-        f"chapter={NAME}",
-        f"prediction={PREDICTION}",
-        f"config=features:{table.features} pairs:{table.pairs} positions:{table.positions} "
-        f"base:{_base(table.base)} layout:{table.layout} offset:{f.offset}->{f.offset + f.shift}",
-        f"inverse_frequencies={vector(t.inverse_frequencies)}",
-        f"query={tensor(p.query)}",
-        f"key={tensor(p.key)}",
-        f"angles={tensor(t.angles)}",
-        f"cosines={tensor(t.cosines)}",
-        f"sines={tensor(t.sines)}",
-        f"rotated_query={vector(p.rotated_query)}",
-        f"rotated_key={vector(p.rotated_key)}",
-        f"norms=input:{vector(p.input_norms)} rotated:{vector(p.rotated_norms)} "
-        f"shifted:{vector(p.shifted_norms)} preserved:{fmt_bool(p.norm_preserved)}",
-        f"dot_grid={tensor(p.dot_grid)}",
-        f"shifted_dot_grid={tensor(p.shifted_dot_grid)} "
-        f"common_shift_preserved:{fmt_bool(p.common_shift_preserved)}",
-        f"position_zero_identity={fmt_bool(p.position_zero_identity)}",
-        f"upstream=query:{vector(p.upstream_query)} key:{vector(p.upstream_key)} "
-        f"loss:{_fixed(p.loss, 6)}",
-        f"query_gradient={vector(p.query_gradient)}",
-        f"key_gradient={vector(p.key_gradient)}",
-        f"shapes={shapes}",
-        f"errors={errors}",
-        f"gradcheck=query_checks:{counts['query']} key_checks:{counts['key']} "
-        f"tolerance:{_fixed(f.tolerance, 6)} passed:{fmt_bool(evidence.gradcheck.passed)}",
-        "history=" + " ".join(f"{key}:{value}" for key, value in HISTORY),
-        f"proof=tape_finite:{fmt_bool(p.tape_finite)} norm_preserved:{fmt_bool(p.norm_preserved)} "
-        f"relative_dot:{fmt_bool(p.common_shift_preserved)} "
-        f"replay:{'bitwise' if evidence.replay_bitwise else 'mismatch'}",
-        f"next={NEXT}",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(layout(facts(evidence), evidence, TEXT, " ", ":", "=")) + "\n"
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
@@ -142,20 +159,75 @@ PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADI
                "empty_tokens": "EMPTY_TOKENS"}
 
 
+def _traced(path: str) -> tuple[Part, ...]:
+    """A tensor in the trace: ``shape=[..]|values=[..]``."""
+    return (("shape", path, lambda v: fmt_shape(np.shape(v))), ("values", path, vector))
+
+
+def _proof(claim: bool, held: str, broken: str) -> str:
+    return held if claim else broken
+
+
+TRACE_HEAD: tuple[tuple[str, Any], ...] = (
+    ("META", (("input_shape", "tensors.query", lambda v: fmt_shape(np.shape(v))),
+              ("table_shape", "tensors.cosines", lambda v: fmt_shape(np.shape(v))),
+              ("dot_shape", "tensors.dot_grid", lambda v: fmt_shape(np.shape(v))),
+              ("features", "config.features"), ("pairs", "config.pairs"),
+              ("positions", "config.positions"), ("base", "config.base"),
+              ("layout", "config.layout"), ("rotation", lambda e: "counterclockwise"),
+              ("token_axis", lambda e: "penultimate"), ("feature_axis", lambda e: "final"))),
+    ("QUERY", _traced("tensors.query")),
+    ("KEY", _traced("tensors.key")),
+)
+TRACE_MIDDLE: tuple[tuple[str, Any], ...] = (
+    ("ROTATED_QUERY", _traced("tensors.rotated_query")),
+    ("ROTATED_KEY", _traced("tensors.rotated_key")),
+    ("NORM", (("input", "norms.input"), ("rotated", "norms.rotated"),
+              ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
+)
+TRACE_TAIL: tuple[tuple[str, Any], ...] = (
+    ("COMMON_SHIFT", (
+        ("before_positions", "config.token_positions", _ints),
+        ("after_positions", lambda e: _ints(p + e.fixture.shift for p in e.primary.tables.positions)),
+        ("before_grid", "tensors.dot_grid", vector),
+        ("after_grid", "tensors.shifted_dot_grid", vector),
+        ("tolerance", "invariant_tolerance", lambda v: fixed(v, 12)),
+        ("preserved", "common_shift_preserved"))),
+    ("BACKWARD", (("query_seed", "tensors.upstream_query", vector),
+                  ("key_seed", "tensors.upstream_key", vector), ("loss", "loss"),
+                  ("query_gradient", "tensors.query_gradient", vector),
+                  ("key_gradient", "tensors.key_gradient", vector))),
+)
+TRACE_END: tuple[tuple[str, Any], ...] = (
+    ("HISTORY", tuple((key, "history." + key) for key, _ in HISTORY)),
+    ("PROOF", (
+        ("position_zero", "position_zero_identity",
+         lambda v: _proof(v, "bitwise-identity", "changed")),
+        ("norms", "norms.preserved", lambda v: _proof(v, "preserved", "changed")),
+        ("relative_dot", "common_shift_preserved",
+         lambda v: _proof(v, "common-shift-preserved", "mismatch")),
+        ("tape_finite", "tape_finite"),
+        ("query_checks", lambda e: _counts(e)["query"]),
+        ("key_checks", lambda e: _counts(e)["key"]),
+        ("gradient_tolerance", lambda e: fixed(e.fixture.tolerance)),
+        ("gradcheck", lambda e: fmt_bool(e.gradcheck.passed)),
+        ("replay", _replay))),
+    ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
+)
+"""The trace's lines around those drawn once per pair, position, probe and refused input."""
+
+
 def trace(evidence: RopeEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
     the figure draws, piece by piece."""
-    f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
-    table = f.table
-    lines = [
-        f"META|input_shape={fmt_shape(p.query.shape)}|table_shape={fmt_shape(t.cosines.shape)}"
-        f"|dot_shape={fmt_shape(p.dot_grid.shape)}|features={table.features}|pairs={table.pairs}"
-        f"|positions={table.positions}|base={_fixed(table.base, 6)}|layout={table.layout}"
-        "|rotation=counterclockwise|token_axis=penultimate|feature_axis=final",
-        f"QUERY|shape={fmt_shape(p.query.shape)}|values={vector(p.query)}",
-        f"KEY|shape={fmt_shape(p.key.shape)}|values={vector(p.key)}",
-    ]
-    for pair, features in enumerate(table.pair_features()):
+    found = facts(evidence)
+
+    def laid(table: tuple[tuple[str, Any], ...]) -> list[str]:
+        return layout(found, evidence, table, "|", "=", "|")
+
+    p, t = evidence.primary, evidence.primary.tables
+    lines = laid(TRACE_HEAD)
+    for pair, features in enumerate(evidence.fixture.table.pair_features()):
         lines.append(f"FREQUENCY|pair={pair}|features={_ints(features)}"
                      f"|theta={vector(t.inverse_frequencies[pair:pair + 1])}")
     for row, position in enumerate(t.positions):
@@ -163,45 +235,19 @@ def trace(evidence: RopeEvidence) -> str:
             f"POSITION|position={position}|angles={vector(t.angles[row])}"
             f"|cosines={vector(t.cosines[row])}|sines={vector(t.sines[row])}"
             f"|query_before={vector(p.query[row])}|query_after={vector(p.rotated_query[row])}")
-    lines += [
-        f"ROTATED_QUERY|shape={fmt_shape(p.rotated_query.shape)}|values={vector(p.rotated_query)}",
-        f"ROTATED_KEY|shape={fmt_shape(p.rotated_key.shape)}|values={vector(p.rotated_key)}",
-        f"NORM|input={vector(p.input_norms)}|rotated={vector(p.rotated_norms)}"
-        f"|shifted={vector(p.shifted_norms)}|preserved={fmt_bool(p.norm_preserved)}",
-    ]
+    lines += laid(TRACE_MIDDLE)
     for row, position in enumerate(t.positions):
         offsets = [key - position for key in t.positions]
         lines.append(f"DOT_ROW|query_position={position}|relative_offsets={_ints(offsets)}"
                      f"|values={vector(p.dot_grid[row])}")
-    shifted = [position + f.shift for position in t.positions]
-    lines += [
-        f"COMMON_SHIFT|before_positions={_ints(t.positions)}|after_positions={_ints(shifted)}"
-        f"|before_grid={vector(p.dot_grid)}|after_grid={vector(p.shifted_dot_grid)}"
-        f"|tolerance={_fixed(f.invariant_tolerance, 12)}"
-        f"|preserved={fmt_bool(p.common_shift_preserved)}",
-        f"BACKWARD|query_seed={vector(p.upstream_query)}|key_seed={vector(p.upstream_key)}"
-        f"|loss={_fixed(p.loss, 6)}|query_gradient={vector(p.query_gradient)}"
-        f"|key_gradient={vector(p.key_gradient)}",
-    ]
-    for probe in evidence.probes:
-        offset = f"|offset={probe.offset}" if probe.case == "empty_tokens" else ""
-        lines.append(f"{PROBE_LINES[probe.case]}|input_shape={fmt_shape(probe.input)}"
-                     f"{offset}|output_shape={_shape(probe.shape('rope'))}"
-                     f"|valid={fmt_bool(probe.kept)}")
+    lines += laid(TRACE_TAIL)
+    for probe in found["shapes"].value:
+        offset = f"|offset={probe['offset']}" if probe["case"] == "empty_tokens" else ""
+        lines.append(f"{PROBE_LINES[probe['case']]}|input_shape={fmt_shape(probe['input'])}"
+                     f"{offset}|output_shape={said(probe['output'])}"
+                     f"|valid={said(probe['valid'])}")
     lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
-    counts = {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
-    lines += [
-        "HISTORY|" + "|".join(f"{key}={value}" for key, value in HISTORY),
-        f"PROOF|position_zero={'bitwise-identity' if p.position_zero_identity else 'changed'}"
-        f"|norms={'preserved' if p.norm_preserved else 'changed'}"
-        f"|relative_dot={'common-shift-preserved' if p.common_shift_preserved else 'mismatch'}"
-        f"|tape_finite={fmt_bool(p.tape_finite)}|query_checks={counts['query']}"
-        f"|key_checks={counts['key']}|gradient_tolerance={_fixed(f.tolerance, 6)}"
-        f"|gradcheck={fmt_bool(evidence.gradcheck.passed)}"
-        f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}",
-        f"NEXT|chapter={NEXT_CHAPTER}",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + laid(TRACE_END)) + "\n"
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -213,52 +259,61 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 """The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
 
 
-def json_document(evidence: RopeEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
-    (shortest round trip), tensors ``{"shape", "values"}``."""
+def facts(evidence: RopeEvidence) -> dict[str, Any]:
+    """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
+    the head: what the JSON publishes and the text and trace say."""
     from qkvcli.render.chapters.entries import chapter_checks
-    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json
+    from qkvcli.render.document import gradcheck_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
-    tensors = {
-        "query": p.query, "key": p.key, "inverse_frequencies": t.inverse_frequencies,
-        "angles": t.angles, "cosines": t.cosines, "sines": t.sines,
-        "rotated_query": p.rotated_query, "rotated_key": p.rotated_key,
-        "shifted_query": p.shifted_query, "shifted_key": p.shifted_key,
-        "dot_grid": p.dot_grid, "shifted_dot_grid": p.shifted_dot_grid,
-        "upstream_query": p.upstream_query, "upstream_key": p.upstream_key,
-        "query_gradient": p.query_gradient, "key_gradient": p.key_gradient,
+    given = {"query": p.query, "key": p.key}
+    computed = {
+        "inverse_frequencies": t.inverse_frequencies, "angles": t.angles,
+        "cosines": t.cosines, "sines": t.sines, "rotated_query": p.rotated_query,
+        "rotated_key": p.rotated_key, "shifted_query": p.shifted_query,
+        "shifted_key": p.shifted_key, "dot_grid": p.dot_grid,
+        "shifted_dot_grid": p.shifted_dot_grid,
     }
-    document: dict[str, Any] = {
-        **head("run", chapter=NAME, passed=evidence.passed),
+    upstream = {"upstream_query": p.upstream_query, "upstream_key": p.upstream_key}
+    gradients = {"query_gradient": p.query_gradient, "key_gradient": p.key_gradient}
+    return {
         "checks": chapter_checks(NAME, evidence),
-        "config": {"features": table.features, "pairs": table.pairs,
-                   "positions": table.positions, "base": json_float(table.base),
-                   "layout": table.layout, "offset": f.offset, "shift": f.shift,
-                   "shifted_offset": f.offset + f.shift, "token_positions": list(t.positions)},
-        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
-        "norms": {"input": tensor_json(p.input_norms)["values"],
-                  "rotated": tensor_json(p.rotated_norms)["values"],
-                  "shifted": tensor_json(p.shifted_norms)["values"],
-                  "preserved": p.norm_preserved},
-        "loss": json_float(p.loss),
-        "position_zero_identity": p.position_zero_identity,
-        "common_shift_preserved": p.common_shift_preserved,
+        "config": section(features=table.features, pairs=table.pairs,
+                          positions=table.positions, base=scalar(float(table.base)),
+                          layout=table.layout, offset=f.offset, shift=f.shift,
+                          shifted_offset=f.offset + f.shift, token_positions=list(t.positions)),
+        "tensors": section(
+            **{name: tensor(value, AXES[name], given=True) for name, value in given.items()},
+            **{name: tensor(value, AXES[name]) for name, value in computed.items()},
+            **{name: tensor(value, AXES[name], given=True) for name, value in upstream.items()},
+            **{name: tensor(value, AXES[name]) for name, value in gradients.items()}),
+        "norms": section(input=values(p.input_norms), rotated=values(p.rotated_norms),
+                         shifted=values(p.shifted_norms), preserved=verdict(p.norm_preserved)),
+        "loss": scalar(p.loss),
+        "position_zero_identity": verdict(p.position_zero_identity),
+        "common_shift_preserved": verdict(p.common_shift_preserved),
         "invariant_tolerance": f.invariant_tolerance,
-        "shapes": [{"case": probe.case, "input": list(probe.input), "offset": probe.offset,
-                    "output": None if (out := probe.shape("rope")) is None else list(out),
-                    "valid": probe.kept, "refusal": probe.refusal or None}
-                   for probe in evidence.probes],
-        "errors": [{"case": e.case, "kind": KINDS[e.expected], "rejected": e.rejected,
-                    "facts": dict(facts_of(e)), "message": e.message}
-                   for e in evidence.errors],
+        "shapes": entries([
+            {"case": probe.case, "input": list(probe.input), "offset": probe.offset,
+             "output": shape(probe.shape("rope")), "valid": verdict(probe.kept),
+             "refusal": probe.refusal or None} for probe in evidence.probes]),
+        "errors": entries([
+            {"case": e.case, "kind": KINDS[e.expected], "rejected": verdict(e.rejected),
+             "facts": dict(facts_of(e)), "message": e.message} for e in evidence.errors]),
         "gradcheck": gradcheck_json(evidence.gradcheck),
-        "tape_finite": p.tape_finite,
-        "replay_bitwise": evidence.replay_bitwise,
+        "tape_finite": verdict(p.tape_finite),
+        "replay_bitwise": verdict(evidence.replay_bitwise),
         "history": dict(HISTORY),
     }
-    return document
+
+
+def json_document(evidence: RopeEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
+    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
+    from qkvcli.render.document import head
+
+    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
 
 
 # --- the figure -----------------------------------------------------------------------------

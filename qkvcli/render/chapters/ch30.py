@@ -13,6 +13,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
+from qkvcli.render.facts import (
+    entries,
+    json_of,
+    layout,
+    said,
+    scalar,
+    section,
+    shape,
+    values,
+    verdict,
+)
+from qkvcli.render.facts import (
+    tensor as fact_tensor,
+)
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -64,71 +78,73 @@ def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
     return {key: counts.get(name, 0) for name, key in GRADIENT_TENSORS}
 
 
+TENSORS = ("input", "projected_query_heads", "projected_key_heads", "projected_value_heads",
+           "rotated_query_heads", "rotated_key_heads", "attention_weights", "head_outputs",
+           "merged", "output_weight", "output")
+"""The tensors the text shows whole, in its order."""
+GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
+             "value_weight_gradient", "output_weight_gradient")
+SPELLINGS = {"tensor": lambda value: tensor(value), "values": lambda value: vector(value),
+             "scalar": lambda value: _fixed(value) if isinstance(value, float) else str(value)}
+"""The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
+
+
+def _prefix(e: MultiHeadEvidence) -> str:
+    pr, tokens = e.probes, e.primary.input.shape[1]
+    said = [f"position_{t}_unchanged:{fmt_bool(same)}" for t, same in enumerate(pr.prefix_unchanged)]
+    return " ".join([*said, f"position_{tokens - 1}_changed:{fmt_bool(pr.suffix_changed)}"])
+
+
+def _gradchecks(e: MultiHeadEvidence) -> str:
+    counts = _gradient_counts(e)
+    return (" ".join(f"{key}:{count}" for key, count in counts.items())
+            + f" total:{sum(counts.values())} tolerance:{_fixed(e.fixture.tolerance)} "
+            f"passed:{fmt_bool(e.gradcheck.passed)}")
+
+
+TEXT: tuple[tuple[str, Any], ...] = (
+    ("chapter", lambda e: NAME),
+    ("prediction", lambda e: PREDICTION),
+    ("config", (*((name, f"config.{name}") for name in (
+        "batch", "tokens", "d_model", "heads", "d_h", "offset", "capacity")),
+        ("rope_base", "config.rope_base"), ("bias", "config.bias"))),
+    *((name, f"tensors.{name}") for name in TENSORS),
+    ("heads", (("head_0_uniform", "heads.head_0_uniform"),
+               ("head_1_distinct", "heads.heads_distinct"),
+               ("future_probabilities_zero", "heads.future_probabilities_zero"))),
+    ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", vector),
+                                 ("", _prefix))),
+    ("layout", (("split_merge_bitwise", "layout.split_merge_bitwise"),
+                ("head_isolation_before_output", "layout.head_isolation_before_output"),
+                ("common_offset_weights_preserved", "layout.common_offset_weights_preserved"),
+                ("tolerance", "layout.tolerance", lambda value: _fixed(value, 12)))),
+    ("parameters", (("names", "parameters.names", lambda names: f"[{','.join(names)}]"),
+                    ("shapes", "parameters.shapes",
+                     lambda shapes: f"[{','.join(fmt_shape(s) for s in shapes)}]"),
+                    ("count", "parameters.count"), ("bias_free", "parameters.bias_free"),
+                    ("node_distinct", "parameters.node_distinct"))),
+    ("upstream", (("", "tensors.upstream", vector), ("loss", "loss"))),
+    *((name, (f"tensors.{name}", vector)) for name in GRADIENTS),
+    ("gradcheck", _gradchecks),
+    ("shapes", (("", "shapes.*"),)),
+    ("errors", ("errors", lambda errors: " ".join(
+        f"{e['case']}:{said(e['rejected'])}" for e in errors))),
+    ("history", (("", "history.*"),)),
+    ("proof", (("tape_finite", "tape_finite"),
+               ("replay", lambda e: "bitwise" if e.replay_bitwise else "mismatch"),
+               ("heads_distinct", "heads.heads_distinct"),
+               ("causal", "heads.future_probabilities_zero"),
+               ("split_merge", "layout.split_merge_bitwise"),
+               ("gradients", lambda e: fmt_bool(e.gradcheck.passed)))),
+    ("next", lambda e: NEXT),
+)
+"""The text report's lines: each key, and its facts (a path said by its kind in the
+chapter's :data:`SPELLINGS`, a path and its spelling, or labelled parts)."""
+
+
 def text(evidence: MultiHeadEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
-    (empty, one), par, h = evidence.shapes, evidence.parameters, evidence.history
-    batch, tokens, d_model = p.input.shape
-    heads, d_h = f.spec.heads, p.projected_query.shape[-1]
-    prefix = " ".join(f"position_{t}_unchanged:{fmt_bool(same)}"
-                      for t, same in enumerate(pr.prefix_unchanged))
-    counts = _gradient_counts(evidence)
-    lines = [
-        f"chapter={NAME}",
-        f"prediction={PREDICTION}",
-        f"config=batch:{batch} tokens:{tokens} d_model:{d_model} heads:{heads} d_h:{d_h} "
-        f"offset:{f.offset} capacity:{f.spec.table.positions} "
-        f"rope_base:{_fixed(f.spec.table.base)} bias:{fmt_bool(not par.bias_free)}",
-        f"input={tensor(p.input)}",
-        f"projected_query_heads={tensor(p.projected_query)}",
-        f"projected_key_heads={tensor(p.projected_key)}",
-        f"projected_value_heads={tensor(p.projected_value)}",
-        f"rotated_query_heads={tensor(p.rotated_query)}",
-        f"rotated_key_heads={tensor(p.rotated_key)}",
-        f"attention_weights={tensor(p.attention)}",
-        f"head_outputs={tensor(p.head_outputs)}",
-        f"merged={tensor(p.merged)}",
-        f"output_weight={tensor(p.output_weight)}",
-        f"output={tensor(p.output)}",
-        f"heads=head_0_uniform:{fmt_bool(pr.head_0_uniform)} "
-        f"head_1_distinct:{fmt_bool(pr.heads_distinct)} "
-        f"future_probabilities_zero:{fmt_bool(pr.future_zero)}",
-        f"prefix_perturbed_output={vector(pr.suffix_output)} {prefix}"
-        f"{' ' if prefix else ''}position_{tokens - 1}_changed:{fmt_bool(pr.suffix_changed)}",
-        f"layout=split_merge_bitwise:{fmt_bool(pr.split_merge)} "
-        f"head_isolation_before_output:{fmt_bool(pr.head_isolation)} "
-        f"common_offset_weights_preserved:{fmt_bool(pr.common_offset)} "
-        f"tolerance:{_fixed(f.invariant_tolerance, 12)}",
-        f"parameters=names:[{','.join(PARAMETER_NAMES)}] "
-        f"shapes:[{','.join(fmt_shape(shape) for shape in par.shapes)}] count:{par.count} "
-        f"bias_free:{fmt_bool(par.bias_free)} node_distinct:{fmt_bool(par.distinct)}",
-        f"upstream={vector(p.upstream)} loss:{_fixed(p.loss)}",
-        f"input_gradient={vector(p.grad_input)}",
-        f"query_weight_gradient={vector(p.grad_w_query)}",
-        f"key_weight_gradient={vector(p.grad_w_key)}",
-        f"value_weight_gradient={vector(p.grad_w_value)}",
-        f"output_weight_gradient={vector(p.grad_w_out)}",
-        "gradcheck=" + " ".join(f"{key}:{count}" for key, count in counts.items())
-        + f" total:{sum(counts.values())} tolerance:{_fixed(f.tolerance)} "
-        f"passed:{fmt_bool(evidence.gradcheck.passed)}",
-        "shapes=" + " ".join(f"{name}:{fmt_shape(shape)}" for name, shape in p.stages())
-        + f" empty_batch_weights:{_shape(empty.shape('weights'))} "
-        f"empty_batch_output:{_shape(empty.shape('output'))} "
-        f"single_token_weights:{_shape(one.shape('weights'))}",
-        "errors=" + " ".join(f"{e.case}:{fmt_bool(e.rejected)}" for e in evidence.errors),
-        f"history=earlier_weighted_context:{vector(h.earlier_context)} "
-        f"earlier_distributions_per_target:1 single_head_shape:{fmt_shape(h.single_head_shape)} "
-        f"multi_head_shape:{fmt_shape(h.multi_head_shape)} "
-        f"single_head_tables:{h.single_head_tables} multi_head_tables:{h.multi_head_tables} "
-        f"rows_normalized:{fmt_bool(h.rows_normalized)} "
-        + " ".join(f"{key}:{value}" for key, value in HISTORY_CODES),
-        f"proof=tape_finite:{fmt_bool(evidence.tape_finite)} "
-        f"replay:{'bitwise' if evidence.replay_bitwise else 'mismatch'} "
-        f"heads_distinct:{fmt_bool(pr.heads_distinct)} causal:{fmt_bool(pr.future_zero)} "
-        f"split_merge:{fmt_bool(pr.split_merge)} gradients:{fmt_bool(evidence.gradcheck.passed)}",
-        f"next={NEXT}",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(layout(facts(evidence), evidence, TEXT, " ", ":", "=", SPELLINGS)) + "\n"
 
 
 def _batch(batch: int, b: int) -> str:
@@ -202,68 +218,82 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 """The JSON report's keys, in order (docs/reading-the-report.md explains each)."""
 
 
-def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
-    (shortest round trip), tensors ``{"shape", "values"}``."""
+def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
+    """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
+    the head: what the JSON publishes and the text says."""
     from qkvcli.render.chapters.entries import chapter_checks
-    from qkvcli.render.document import gradcheck_json, head, json_float, tensor_json
+    from qkvcli.render.document import gradcheck_json
 
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     (empty, one), par, h = evidence.shapes, evidence.parameters, evidence.history
     batch, tokens, d_model = p.input.shape
-
-    def dims(shape: tuple[int, ...] | None) -> list[int] | None:
-        return None if shape is None else list(shape)
-
+    split, merged = ("batch", "head", "token", "feature"), ("batch", "token", "feature")
+    weights, square = ("model_feature", "feature"), ("feature", "model_feature")
     tensors = {
-        "input": p.input, "projected_query_heads": p.projected_query,
-        "projected_key_heads": p.projected_key, "projected_value_heads": p.projected_value,
-        "rotated_query_heads": p.rotated_query, "rotated_key_heads": p.rotated_key,
-        "attention_weights": p.attention, "head_outputs": p.head_outputs, "merged": p.merged,
-        "output_weight": p.output_weight, "output": p.output, "upstream": p.upstream,
-        "input_gradient": p.grad_input, "query_weight_gradient": p.grad_w_query,
-        "key_weight_gradient": p.grad_w_key, "value_weight_gradient": p.grad_w_value,
-        "output_weight_gradient": p.grad_w_out, "prefix_perturbed_output": pr.suffix_output,
+        "input": fact_tensor(p.input, merged, given=True),
+        **{name: fact_tensor(value, split) for name, value in (
+            ("projected_query_heads", p.projected_query), ("projected_key_heads", p.projected_key),
+            ("projected_value_heads", p.projected_value), ("rotated_query_heads", p.rotated_query),
+            ("rotated_key_heads", p.rotated_key))},
+        "attention_weights": fact_tensor(p.attention, ("batch", "head", "query", "key")),
+        "head_outputs": fact_tensor(p.head_outputs, split), "merged": fact_tensor(p.merged, merged),
+        "output_weight": fact_tensor(p.output_weight, square, given=True),
+        "output": fact_tensor(p.output, merged), "upstream": fact_tensor(p.upstream, merged, given=True),
+        "input_gradient": fact_tensor(p.grad_input, merged),
+        **{name: fact_tensor(value, weights) for name, value in (
+            ("query_weight_gradient", p.grad_w_query), ("key_weight_gradient", p.grad_w_key),
+            ("value_weight_gradient", p.grad_w_value))},
+        "output_weight_gradient": fact_tensor(p.grad_w_out, square),
+        "prefix_perturbed_output": fact_tensor(pr.suffix_output, merged),
     }
     return {
-        **head("run", chapter=NAME, passed=evidence.passed),
         "checks": chapter_checks(NAME, evidence),
-        "config": {"batch": int(batch), "tokens": int(tokens), "d_model": int(d_model),
-                   "heads": f.spec.heads, "d_h": int(p.projected_query.shape[-1]),
-                   "offset": f.offset, "shift": f.shift, "capacity": f.spec.table.positions,
-                   "rope_base": json_float(f.spec.table.base), "rope_layout": f.spec.table.layout,
-                   "bias": not par.bias_free},
-        "tensors": {name: tensor_json(value) for name, value in tensors.items()},
-        "heads": {"head_0_uniform": pr.head_0_uniform, "heads_distinct": pr.heads_distinct,
-                  "future_probabilities_zero": pr.future_zero,
-                  "rows_normalized": pr.rows_normalized},
-        "prefix": {"suffix": tensor_json(f.suffix)["values"],
-                   "unchanged": list(pr.prefix_unchanged), "last_changed": pr.suffix_changed},
-        "layout": {"split_merge_bitwise": pr.split_merge,
-                   "head_isolation_before_output": pr.head_isolation,
-                   "common_offset_weights_preserved": pr.common_offset,
-                   "tolerance": f.invariant_tolerance},
-        "parameters": {"names": list(PARAMETER_NAMES), "shapes": [list(x) for x in par.shapes],
-                       "count": par.count, "bias_free": par.bias_free,
-                       "node_distinct": par.distinct},
-        "loss": json_float(p.loss),
-        "shapes": {**{name: dims(shape) for name, shape in p.stages()},
-                   "empty_batch_weights": dims(empty.shape("weights")),
-                   "empty_batch_output": dims(empty.shape("output")),
-                   "single_token_weights": dims(one.shape("weights"))},
-        "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
-                    "rejected": e.rejected, "message": e.message} for e in evidence.errors],
+        "config": section(batch=int(batch), tokens=int(tokens), d_model=int(d_model),
+                          heads=f.spec.heads, d_h=int(p.projected_query.shape[-1]),
+                          offset=f.offset, shift=f.shift, capacity=f.spec.table.positions,
+                          rope_base=scalar(float(f.spec.table.base)),
+                          rope_layout=f.spec.table.layout, bias=verdict(not par.bias_free)),
+        "tensors": section(**tensors),
+        "heads": section(head_0_uniform=verdict(pr.head_0_uniform),
+                         heads_distinct=verdict(pr.heads_distinct),
+                         future_probabilities_zero=verdict(pr.future_zero),
+                         rows_normalized=verdict(pr.rows_normalized)),
+        "prefix": section(suffix=values(f.suffix), unchanged=list(pr.prefix_unchanged),
+                          last_changed=pr.suffix_changed),
+        "layout": section(split_merge_bitwise=verdict(pr.split_merge),
+                          head_isolation_before_output=verdict(pr.head_isolation),
+                          common_offset_weights_preserved=verdict(pr.common_offset),
+                          tolerance=f.invariant_tolerance),
+        "parameters": section(names=list(PARAMETER_NAMES),
+                              shapes=[list(x) for x in par.shapes], count=par.count,
+                              bias_free=verdict(par.bias_free), node_distinct=verdict(par.distinct)),
+        "loss": scalar(p.loss),
+        "shapes": section(**{name: shape(dims) for name, dims in p.stages()},
+                          empty_batch_weights=shape(empty.shape("weights")),
+                          empty_batch_output=shape(empty.shape("output")),
+                          single_token_weights=shape(one.shape("weights"))),
+        "errors": entries([{"case": e.case, "expected": e.expected, "raised": e.raised or None,
+                            "rejected": verdict(e.rejected), "message": e.message}
+                           for e in evidence.errors]),
         "gradcheck": gradcheck_json(evidence.gradcheck),
-        "tape_finite": evidence.tape_finite,
-        "replay_bitwise": evidence.replay_bitwise,
-        "history": {"earlier_weighted_context": tensor_json(h.earlier_context)["values"],
-                    "earlier_distributions_per_target": 1,
-                    "single_head_shape": list(h.single_head_shape),
-                    "multi_head_shape": list(h.multi_head_shape),
-                    "single_head_tables": h.single_head_tables,
-                    "multi_head_tables": h.multi_head_tables,
-                    "rows_normalized": h.rows_normalized, **dict(HISTORY_CODES)},
+        "tape_finite": verdict(evidence.tape_finite),
+        "replay_bitwise": verdict(evidence.replay_bitwise),
+        "history": section(earlier_weighted_context=values(h.earlier_context),
+                           earlier_distributions_per_target=1,
+                           single_head_shape=shape(h.single_head_shape),
+                           multi_head_shape=shape(h.multi_head_shape),
+                           single_head_tables=h.single_head_tables,
+                           multi_head_tables=h.multi_head_tables,
+                           rows_normalized=verdict(h.rows_normalized), **dict(HISTORY_CODES)),
     }
+
+
+def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
+    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
+    from qkvcli.render.document import head
+
+    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
 
 
 # --- the figure -----------------------------------------------------------------------------

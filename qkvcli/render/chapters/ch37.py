@@ -13,6 +13,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch37 import NAME, IncrementalEvidence, StepEvidence
+from qkvcli.render.facts import (
+    entries,
+    json_of,
+    layout,
+    scalar,
+    section,
+    shape,
+    tensor,
+    verdict,
+)
 from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_shape
 
 if TYPE_CHECKING:
@@ -27,63 +37,45 @@ ERROR_CASES = ("two_tokens", "full_cache", "model_mismatch", "head_mismatch", "l
 the cache unchanged), then ``unchanged``: all of them."""
 
 
-def _config(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
-    f = evidence.fixture
-    batch, tokens, width = (int(d) for d in f.input.shape)
-    return (("batch", str(batch)), ("tokens", str(tokens)), ("model_width", str(width)),
-            ("heads", str(f.spec.heads)), ("head_width", str(f.spec.table.features)),
-            ("capacity", str(f.capacity)), ("rope_base", course_fixed(f.spec.table.base, 6)),
-            ("tolerance", course_fixed(f.invariant_tolerance, 12)))
+def _fixed(decimals: int) -> Any:
+    return lambda value: course_fixed(value, decimals)
 
 
-def _work(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
-    w = evidence.work
-    return (("full_rows_per_projection", str(w.full_rows_per_projection)),
-            ("incremental_rows_per_projection", str(w.incremental_rows_per_projection)),
-            ("reused_rows_per_kv_projection", str(w.reused_rows_per_kv_projection)),
-            ("avoided_rows_across_kv", str(w.avoided_rows_across_kv)))
+def _refused(evidence: IncrementalEvidence, case: str) -> str:
+    return fmt_bool({refusal.case: refusal.rejected for refusal in evidence.errors}.get(case, False))
 
 
-def _reset(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
-    r = evidence.reset
-    return (("before", str(r.before)), ("after", str(r.after)),
-            ("allocation_reused", fmt_bool(r.allocation_reused)),
-            ("storage_unchanged", fmt_bool(r.storage_unchanged)),
-            ("replay_identical", fmt_bool(evidence.replay_bitwise)))
+CONFIG = (*((name, f"config.{name}") for name in ("batch", "tokens", "model_width", "heads",
+                                                    "head_width", "capacity")),
+          ("rope_base", "config.rope_base", _fixed(6)),
+          ("tolerance", "config.tolerance", _fixed(12)))
+ERRORS = (*((case, lambda e, case=case: _refused(e, case)) for case in ERROR_CASES),
+          ("unchanged", lambda e: fmt_bool(e.unchanged)))
+TABLE: tuple[tuple[str, tuple[str, Any]], ...] = (
+    ("config", ("CONFIG", CONFIG)), ("work", ("WORK", (("", "work.*"),))),
+    ("reset", ("RESET", (("", "reset.*"),))), ("errors", ("ERRORS", ERRORS)),
+    ("history", ("HISTORY", (("", "history.*"),))),
+)
+"""The lines the text and the trace share, by the text's key: the trace's key and the
+facts (the work, the reset and the history each say every fact of their section)."""
+TABLE_OF = dict(TABLE)
 
 
-def _errors(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
-    refused = {refusal.case: refusal.rejected for refusal in evidence.errors}
-    return (*((case, fmt_bool(refused.get(case, False))) for case in ERROR_CASES),
-            ("unchanged", fmt_bool(evidence.unchanged)))
-
-
-def _history(evidence: IncrementalEvidence) -> tuple[tuple[str, str], ...]:
-    h = evidence.history
-    return (("newest_query_key_rows", fmt_shape(h.newest_query_key_rows)),
-            ("complete_prefix_rows_per_projection", str(h.complete_prefix_rows_per_projection)),
-            ("incremental_rows_per_projection", str(h.incremental_rows_per_projection)),
-            ("reused_key_rows", str(h.reused_key_rows)),
-            ("reused_value_rows", str(h.reused_value_rows)))
-
-
-def _pairs(pairs: tuple[tuple[str, str], ...], between: str, joined: str) -> str:
-    return joined.join(f"{key}{between}{value}" for key, value in pairs)
+def _lines(evidence: IncrementalEvidence, keys: tuple[str, ...], trace: bool) -> list[str]:
+    table = tuple((TABLE_OF[key][0] if trace else key, TABLE_OF[key][1]) for key in keys)
+    return layout(facts(evidence), evidence, table, "|" if trace else " ", "=" if trace else ":",
+                  "|" if trace else "=")
 
 
 def text(evidence: IncrementalEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    lines = [f"chapter={NAME}", "config=" + _pairs(_config(evidence), ":", " ")]
+    lines = [f"chapter={NAME}", *_lines(evidence, ("config",), False)]
     for s in evidence.steps:
         lines.append(f"step=position:{s.position} cache:{s.cache_before}->{s.cache_after} "
                      f"shape:{fmt_shape(s.cache_shape)} "
                      f"max_abs_diff:{course_fixed(s.max_abs_difference, 12)} "
                      f"output:{course_vector(s.output, 9)}")
-    lines += ["work=" + _pairs(_work(evidence), ":", " "),
-              "reset=" + _pairs(_reset(evidence), ":", " "),
-              "errors=" + _pairs(_errors(evidence), ":", " "),
-              "history=" + _pairs(_history(evidence), ":", " "),
-              f"next={NEXT}"]
+    lines += [*_lines(evidence, ("work", "reset", "errors", "history"), False), f"next={NEXT}"]
     return "\n".join(lines) + "\n"
 
 
@@ -100,7 +92,7 @@ def trace(evidence: IncrementalEvidence) -> str:
     """The chapter's diagram trace: the configuration; per step the token, each head's
     appended key and value, its cached keys and values and its weights, and the step
     against the whole pass; then the work, the reset, the refusals and the history."""
-    lines = ["INCREMENTAL_ATTENTION_TRACE_V1", "CONFIG|" + _pairs(_config(evidence), "=", "|")]
+    lines = ["INCREMENTAL_ATTENTION_TRACE_V1", *_lines(evidence, ("config",), True)]
     for s in evidence.steps:
         lines.append(f"STEP|position={s.position}|cache_before={s.cache_before}"
                      f"|cache_after={s.cache_after}|input={course_vector(s.input, 6)}"
@@ -109,10 +101,7 @@ def trace(evidence: IncrementalEvidence) -> str:
         lines.append(f"MATCH|position={s.position}|incremental={course_vector(s.output, 9)}"
                      f"|full={course_vector(s.full, 9)}"
                      f"|max_abs_diff={course_fixed(s.max_abs_difference, 12)}")
-    lines += ["WORK|" + _pairs(_work(evidence), "=", "|"),
-              "RESET|" + _pairs(_reset(evidence), "=", "|"),
-              "ERRORS|" + _pairs(_errors(evidence), "=", "|"),
-              "HISTORY|" + _pairs(_history(evidence), "=", "|"),
+    lines += [*_lines(evidence, ("work", "reset", "errors", "history"), True),
               f"END|next={TRACE_NEXT}"]
     return "\n".join(lines) + "\n"
 
@@ -137,53 +126,62 @@ def _detail(evidence: IncrementalEvidence, check: FamilyCheck) -> str:
     return published(NAME, check.name).claim
 
 
-def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order; floats are numbers
-    (shortest round trip), tensors ``{"shape", "values"}``."""
-    from qkvcli.render.document import checks_json, head, json_float, tensor_json
+def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
+    """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
+    the head: what the JSON publishes and the text and trace say."""
+    from qkvcli.render.document import checks_json
 
     f = evidence.fixture
     batch, tokens, width = (int(d) for d in f.input.shape)
+    rows, cached = ("batch", "token", "feature"), ("batch", "head", "position", "feature")
     steps = [{
         "position": s.position, "cache_before": s.cache_before, "cache_after": s.cache_after,
-        "input": tensor_json(s.input), "output": tensor_json(s.output),
-        "full_prefix_last_row": tensor_json(s.full),
-        "max_abs_difference": json_float(s.max_abs_difference),
-        "cache_shape": list(s.cache_shape), "storage_shape": list(s.storage_shape),
-        "appended_key": tensor_json(s.appended_key),
-        "appended_value": tensor_json(s.appended_value),
-        "cached_keys": tensor_json(s.keys), "cached_values": tensor_json(s.values),
-        "weights": tensor_json(s.weights),
-        "work": {"full_prefix_rows": s.full_prefix_rows, "incremental_rows": s.incremental_rows,
-                 "reused_rows": s.reused_rows},
+        "input": tensor(s.input, rows, given=True), "output": tensor(s.output, rows),
+        "full_prefix_last_row": tensor(s.full, rows),
+        "max_abs_difference": scalar(s.max_abs_difference),
+        "cache_shape": shape(s.cache_shape), "storage_shape": shape(s.storage_shape),
+        "appended_key": tensor(s.appended_key, cached),
+        "appended_value": tensor(s.appended_value, cached),
+        "cached_keys": tensor(s.keys, cached), "cached_values": tensor(s.values, cached),
+        "weights": tensor(s.weights, ("batch", "head", "query", "key")),
+        "work": section(full_prefix_rows=s.full_prefix_rows,
+                        incremental_rows=s.incremental_rows, reused_rows=s.reused_rows),
     } for s in evidence.steps]
     w, r, h = evidence.work, evidence.reset, evidence.history
     return {
-        **head("run", chapter=NAME, passed=evidence.passed),
         "checks": checks_json(NAME, evidence.checks, lambda check: _detail(evidence, check)),
-        "config": {"batch": batch, "tokens": tokens, "model_width": width,
-                   "heads": f.spec.heads, "head_width": f.spec.table.features,
-                   "capacity": f.capacity, "rope_positions": f.spec.table.positions,
-                   "rope_base": json_float(f.spec.table.base),
-                   "rope_layout": f.spec.table.layout,
-                   "tolerance": json_float(f.invariant_tolerance)},
-        "steps": steps,
-        "work": {"full_rows_per_projection": w.full_rows_per_projection,
-                 "incremental_rows_per_projection": w.incremental_rows_per_projection,
-                 "reused_rows_per_kv_projection": w.reused_rows_per_kv_projection,
-                 "avoided_rows_across_kv": w.avoided_rows_across_kv},
-        "reset": {"before": r.before, "after": r.after,
-                  "allocation_reused": r.allocation_reused,
-                  "storage_unchanged": r.storage_unchanged,
-                  "replay_identical": evidence.replay_bitwise},
-        "errors": [{"case": e.case, "expected": e.expected, "raised": e.raised or None,
-                    "rejected": e.rejected, "message": e.message} for e in evidence.errors],
-        "history": {"newest_query_key_rows": list(h.newest_query_key_rows),
-                    "complete_prefix_rows_per_projection": h.complete_prefix_rows_per_projection,
-                    "incremental_rows_per_projection": h.incremental_rows_per_projection,
-                    "reused_key_rows": h.reused_key_rows,
-                    "reused_value_rows": h.reused_value_rows},
+        "config": section(batch=batch, tokens=tokens, model_width=width, heads=f.spec.heads,
+                          head_width=f.spec.table.features, capacity=f.capacity,
+                          rope_positions=f.spec.table.positions,
+                          rope_base=scalar(float(f.spec.table.base)),
+                          rope_layout=f.spec.table.layout,
+                          tolerance=scalar(float(f.invariant_tolerance))),
+        "steps": entries(steps),
+        "work": section(full_rows_per_projection=w.full_rows_per_projection,
+                        incremental_rows_per_projection=w.incremental_rows_per_projection,
+                        reused_rows_per_kv_projection=w.reused_rows_per_kv_projection,
+                        avoided_rows_across_kv=w.avoided_rows_across_kv),
+        "reset": section(before=r.before, after=r.after,
+                         allocation_reused=verdict(r.allocation_reused),
+                         storage_unchanged=verdict(r.storage_unchanged),
+                         replay_identical=verdict(evidence.replay_bitwise)),
+        "errors": entries([{"case": e.case, "expected": e.expected, "raised": e.raised or None,
+                            "rejected": verdict(e.rejected), "message": e.message}
+                           for e in evidence.errors]),
+        "history": section(
+            newest_query_key_rows=shape(h.newest_query_key_rows),
+            complete_prefix_rows_per_projection=h.complete_prefix_rows_per_projection,
+            incremental_rows_per_projection=h.incremental_rows_per_projection,
+            reused_key_rows=h.reused_key_rows, reused_value_rows=h.reused_value_rows),
     }
+
+
+def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
+    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
+    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
+    from qkvcli.render.document import head
+
+    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
 
 
 # --- the figure -----------------------------------------------------------------------------

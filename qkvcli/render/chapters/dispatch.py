@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from qkvcli.render.rich.options import RichOptions
+    from qkvcli.render.views import Asked
 
 FORMATS = ("text", "trace", "json")
 
@@ -32,16 +33,14 @@ def renderer(evidence: object) -> ModuleType:
     return importlib.import_module(CHAPTERS[name])
 
 
-def pieces(evidence: object, fmt: str) -> Iterator[str]:
-    """``evidence`` as ``text``, ``trace`` or ``json``."""
-    module = renderer(evidence)
-    if fmt == "text":
-        return iter([module.text(evidence)])
-    if fmt == "trace":
-        return iter([module.trace(evidence)])
-    from qkvcli.render.document import dumps
+def pieces(evidence: object, fmt: str, asked: Asked | None = None) -> Iterator[str]:
+    """``evidence`` as ``text``, ``trace`` or ``json`` (a chapter's report takes nothing
+    ``asked``: its bytes are the course's)."""
+    if fmt == "json":
+        from qkvcli.render.document import dumps
 
-    return iter([dumps(document(evidence))])
+        return iter([dumps(document(evidence))])
+    return iter([getattr(renderer(evidence), fmt)(evidence)])
 
 
 def document(evidence: object) -> dict[str, Any]:

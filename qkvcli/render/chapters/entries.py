@@ -13,7 +13,7 @@ from typing import Any
 from qkvcli.chapters.registry import ChapterEvidence
 from qkvcli.core.results import FamilyCheck
 from qkvcli.render.names import published
-from qkvcli.render.wording import gradcheck_detail
+from qkvcli.render.wording import family_words, gradcheck_detail, rejected_words
 
 
 def detail(report: str, evidence: ChapterEvidence, check: FamilyCheck) -> str:
@@ -21,10 +21,9 @@ def detail(report: str, evidence: ChapterEvidence, check: FamilyCheck) -> str:
     if check.name == "gradcheck":
         return gradcheck_detail(evidence.gradcheck)
     if check.name == "replay":
-        return "two runs agree bit for bit" if evidence.replay_bitwise else "two runs differ"
+        return family_words("replay", evidence.replay_bitwise)
     if check.name in ("errors", "rejected_inputs"):
-        rejected = sum(case.rejected for case in evidence.errors)
-        return f"{rejected} of {len(evidence.errors)} bad inputs rejected exactly"
+        return rejected_words(sum(case.rejected for case in evidence.errors), len(evidence.errors))
     return published(report, check.name).claim
 
 

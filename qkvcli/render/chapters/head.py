@@ -19,6 +19,8 @@ import numpy as np
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
+from qkvcli.render.facts import Fact, entries, json_of, scalar, section, shape, verdict
+from qkvcli.render.facts import tensor as fact_tensor
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -378,89 +380,108 @@ def trace(evidence: HeadChapterEvidence) -> str:
     return _self_attention_trace(evidence)
 
 
-def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
-    """The JSON report: every tensor, probe, case and verdict, keys in a declared order
-    (chapter 28's tensors add the mask and the masked scores, and its own probes)."""
+def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
+    """The chapter's facts (:mod:`qkvcli.render.facts`) after the JSON's head: every
+    tensor with its axes named, probe, case and verdict, in a declared order (chapter
+    28's tensors add the mask and the masked scores, and its own probes)."""
     from qkvcli.render.chapters.entries import chapter_checks
-    from qkvcli.render.document import coordinate_json, head, json_float
-    from qkvcli.render.document import tensor_json as whole
-
-    def t(values: Any) -> dict[str, Any]:
-        return whole(values, "full")
+    from qkvcli.render.document import coordinate_json
 
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
                              evidence.gradcheck, words(evidence))
     causal = isinstance(evidence, CausalEvidence)
     batch, tokens, d_k = p.query.shape
-    rule: dict[str, Any] = {"mask": MASK_RULE} if causal else {"masked": False}
-    scores = ({"mask": t(p.mask), "raw_scores": t(p.scores), "scaled_scores": t(p.scaled_scores),
-               "masked_scores": t(p.masked_scores)} if causal
-              else {"dot_products": t(p.scores), "scaled_scores": t(p.scaled_scores)})
+    rows, square = ("batch", "token", "feature"), ("batch", "query", "key")
+
+    def given(values: Any) -> Fact:
+        return fact_tensor(values, rows, given=True)
+
+    rule: dict[str, Any] = {"mask": MASK_RULE} if causal else {"masked": verdict(False)}
+    scores = ({"mask": fact_tensor(p.mask, ("query", "key")),
+               "raw_scores": fact_tensor(p.scores, square),
+               "scaled_scores": fact_tensor(p.scaled_scores, square),
+               "masked_scores": fact_tensor(p.masked_scores, square)} if causal
+              else {"dot_products": fact_tensor(p.scores, square),
+                    "scaled_scores": fact_tensor(p.scaled_scores, square)})
     own: dict[str, Any] = {}
     batch_probe: dict[str, Any] = {}
     empty: dict[str, Any] = dict(zip(("query", "key", "value"),
-                                     (list(shape) for shape in evidence.operands(e)), strict=True))
+                                     (shape(dims) for dims in evidence.operands(e)), strict=True))
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
-        own = {"future_probabilities_zero": evidence.future_zero, "tape_finite": p.tape_finite,
-               "suffix_perturbation": {
-                   "position": x.position, "key_before": t(x.key_before),
-                   "key_after": t(x.key_after), "value_before": t(x.value_before),
-                   "value_after": t(x.value_after), "perturbed_output": t(x.perturbed_output),
-                   "unchanged_positions": list(x.unchanged), "last_changed": x.last_changed},
-               "prefix_gradient": {
-                   "seed": t(x.seed), "suffix_start": x.suffix_start,
-                   "query_gradient": t(x.grad_query), "key_gradient": t(x.grad_key),
-                   "value_gradient": t(x.grad_value), "suffix_zero": x.suffix_zero}}
-        empty.update(mask=list(_shaped(e, 'mask')), probabilities=list(_shaped(e, 'weights')),
-                     output=list(_shaped(e, 'output')), valid=e.kept)
+        own = {"future_probabilities_zero": verdict(evidence.future_zero),
+               "tape_finite": verdict(p.tape_finite),
+               "suffix_perturbation": section(
+                   position=x.position, key_before=given(x.key_before),
+                   key_after=given(x.key_after), value_before=given(x.value_before),
+                   value_after=given(x.value_after),
+                   perturbed_output=fact_tensor(x.perturbed_output, rows),
+                   unchanged_positions=list(x.unchanged), last_changed=verdict(x.last_changed)),
+               "prefix_gradient": section(
+                   seed=given(x.seed), suffix_start=x.suffix_start,
+                   query_gradient=fact_tensor(x.grad_query, rows),
+                   key_gradient=fact_tensor(x.grad_key, rows),
+                   value_gradient=fact_tensor(x.grad_value, rows),
+                   suffix_zero=verdict(x.suffix_zero))}
+        empty.update(mask=shape(_shaped(e, "mask")), probabilities=shape(_shaped(e, "weights")),
+                     output=shape(_shaped(e, "output")), valid=verdict(e.kept))
     elif isinstance(evidence, SelfAttentionEvidence):
         s, b = evidence.scale, evidence.batch
-        own = {"scale_probe": {"d_k": s.d_k, "scale": s.scale, "unscaled_focus": s.unscaled_focus,
-                               "scaled_focus": s.scaled_focus,
-                               "orthogonal_probability": s.orthogonal_probability,
-                               "softened": s.softened}}
-        query, key, value = (list(shape) for shape in evidence.operands(b))
-        batch_probe = {"batch_probe": {
-            "query": query, "key": key, "value": value,
-            "probabilities": list(_shaped(b, "weights")), "output": list(_shaped(b, "output")),
-            "isolated": evidence.batch_isolated}}
-        empty.update(probabilities=list(_shaped(e, 'weights')), output=list(_shaped(e, 'output')),
-                     value_width_probe=list(_shaped(evidence.value_width, "output")))
+        own = {"scale_probe": section(d_k=s.d_k, scale=s.scale, unscaled_focus=s.unscaled_focus,
+                                      scaled_focus=s.scaled_focus,
+                                      orthogonal_probability=s.orthogonal_probability,
+                                      softened=verdict(s.softened))}
+        query, key, value = (shape(dims) for dims in evidence.operands(b))
+        batch_probe = {"batch_probe": section(
+            query=query, key=key, value=value, probabilities=shape(_shaped(b, "weights")),
+            output=shape(_shaped(b, "output")), isolated=verdict(evidence.batch_isolated))}
+        empty.update(probabilities=shape(_shaped(e, "weights")),
+                     output=shape(_shaped(e, "output")),
+                     value_width_probe=shape(_shaped(evidence.value_width, "output")))
     return {
-        **head("run", chapter=evidence.chapter, passed=evidence.passed),
         "checks": chapter_checks(evidence.chapter, evidence),
-        "config": {"batch": int(batch), "tokens": int(tokens), "d_k": int(d_k),
-                   "d_v": int(p.value.shape[2]), "scale": p.scale, **rule,
-                   "softmax_axis": "key", "source": evidence.source},
-        "tensors": {
-            "query": t(p.query), "key": t(p.key), "value": t(p.value), **scores,
-            "probabilities": t(p.probabilities), "row_sums": t(p.row_sums),
-            "mixture_terms": t(p.terms), "output": t(p.output), "upstream": t(p.upstream),
-            "query_gradient": t(p.grad_query), "key_gradient": t(p.grad_key),
-            "value_gradient": t(p.grad_value),
-        },
-        "loss": json_float(p.loss),
+        "config": section(batch=int(batch), tokens=int(tokens), d_k=int(d_k),
+                          d_v=int(p.value.shape[2]), scale=p.scale, **rule,
+                          softmax_axis="key", source=evidence.source),
+        "tensors": section(
+            query=given(p.query), key=given(p.key), value=given(p.value), **scores,
+            probabilities=fact_tensor(p.probabilities, square),
+            row_sums=fact_tensor(p.row_sums, ("batch", "query")),
+            mixture_terms=fact_tensor(p.terms, ("query", "key", "feature")),
+            output=fact_tensor(p.output, rows), upstream=given(p.upstream),
+            query_gradient=fact_tensor(p.grad_query, rows),
+            key_gradient=fact_tensor(p.grad_key, rows),
+            value_gradient=fact_tensor(p.grad_value, rows)),
+        "loss": scalar(p.loss),
         **own,
-        "single_token": {"query": t(single.query), "key": t(single.key),
-                         "value": t(single.value), "probabilities": t(single.probabilities),
-                         "output": t(single.output),
-                         "query_gradient_zero": single.query_gradient_zero,
-                         "key_gradient_zero": single.key_gradient_zero},
+        "single_token": section(
+            query=given(single.query), key=given(single.key), value=given(single.value),
+            probabilities=fact_tensor(single.probabilities, square),
+            output=fact_tensor(single.output, rows),
+            query_gradient_zero=verdict(single.query_gradient_zero),
+            key_gradient_zero=verdict(single.key_gradient_zero)),
         **batch_probe,
-        "empty_batch": empty,
+        "empty_batch": section(**empty),
         "gradcheck": {"passed": g.passed, "step": g.step, "tolerance": g.tolerance,
                       "tensors": [{"tensor": c.tensor, "shape": list(c.shape),
                                    "checked": len(c.checks), "passed": c.passed,
                                    "checks": [coordinate_json(k) for k in c.checks]}
                                   for c in g.tensors]},
-        "errors": [{"case": c.case, "kind": said.error_kinds.get(c.expected, c.expected),
-                    "facts": dict(facts_of(c, said)), "rejected": c.rejected, "raised": c.raised,
-                    "message": c.message} for c in evidence.errors],
+        "errors": entries([{"case": c.case, "kind": said.error_kinds.get(c.expected, c.expected),
+                            "facts": dict(facts_of(c, said)), "rejected": verdict(c.rejected),
+                            "raised": c.raised, "message": c.message} for c in evidence.errors]),
         "history": dict(said.history),
-        "replay_bitwise": evidence.replay_bitwise,
+        "replay_bitwise": verdict(evidence.replay_bitwise),
         "next": said.next_chapter,
     }
+
+
+def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
+    """The JSON report: the head, then :func:`facts` by the one walk."""
+    from qkvcli.render.document import head
+
+    return {**head("run", chapter=evidence.chapter, passed=evidence.passed),
+            **json_of(facts(evidence))}
 
 
 def figure(evidence: HeadChapterEvidence, width: int,

@@ -7,14 +7,12 @@ last lines, beside the verdict, so the last screen of a terminal says what went 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from rich.console import Group
 from rich.text import Text
 
 from qkvcli.check.result import CheckResult
-from qkvcli.core.results import Clause, FamilyCheck
-from qkvcli.render.check import counted, family_detail, say, word
+from qkvcli.core.results import FamilyCheck
+from qkvcli.render.check import counted, family_detail, named_slips, word
 from qkvcli.render.rich.layout import Foldable, Part, Row, lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
@@ -50,54 +48,12 @@ def _card(check: FamilyCheck, result: CheckResult, options: RichOptions) -> Part
     return Part(body, _title(check))
 
 
-NAMING = frozenset({
-    "slip", "mask-positions", "borrowed-weight", "borrowed-gradient", "swapped-weights",
-    "other-branch-gradient", "summed-paths", "computed-with", "precision", "path-counts",
-    "overflow", "overflow-said", "diagonal-hidden", "masked-after-softmax",
-})
-"""The clause codes whose words name what an implementation does wrong (with ``slip-*``,
-a cache's slips), as against where a value differs and by how much."""
-
-
-def _named(clause: Clause) -> Iterator[Clause]:
-    """Each clause in ``clause`` (itself first) that names a slip."""
-    if clause.code in ("slip-differs", "mask-positions") and clause.facts[0]:
-        yield Clause("slip", clause.facts[:1])  # the slip without the values that showed it
-    elif clause.code == "relation-differs" and clause.facts[0]:
-        yield Clause("relations", (clause.facts[0], None))  # the relations, not the values
-    elif clause.code == "relations" and clause.facts[0]:
-        yield clause
-    elif clause.code in NAMING or clause.code.startswith("slip-"):
-        yield clause
-    else:
-        for fact in clause.facts:
-            for inner in fact if isinstance(fact, tuple) else (fact,):
-                if isinstance(inner, Clause):
-                    yield from _named(inner)
-
-
-def _kind(clause: Clause) -> tuple[object, ...]:
-    """What makes two named slips the same: the code and the names in its facts, not the
-    numbers measured on each fixture (a cache's length, the digits float32 keeps)."""
-    def named(fact: object) -> bool:
-        return isinstance(fact, str) or (isinstance(fact, tuple) and all(map(named, fact)))
-
-    return (clause.code, *filter(named, clause.facts))
-
-
 def slip_lines(result: CheckResult, options: RichOptions) -> list[Text]:
     """Each slip the failures name, once (as worded on the first fixture that showed
     it), with the families that found it (at most :data:`SHOWN_FAILURES` unless
     ``full``); without a named slip, the first failing family's finding. Nothing for a
     passing check."""
-    found: dict[tuple[object, ...], tuple[str, list[str]]] = {}
-    for failure in result.failures:
-        if failure.code and not failure.not_run:
-            for clause in _named(Clause(failure.code, failure.facts)):
-                _, families = found.setdefault(_kind(clause), (say(clause), []))
-                if failure.family not in families:
-                    families.append(failure.family)
-    named = list(found.values())
+    named = list(named_slips(result).items())  # the text report's, said once
     shown = named if options.full else named[:SHOWN_FAILURES]
     lines = [Text.assemble(("slip: ", "bold red"), options.safe(words),
                            (f" ({', '.join(families)})", "dim")) for words, families in shown]
