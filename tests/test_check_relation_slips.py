@@ -127,3 +127,18 @@ def test_a_layer_slip_no_example_was_written_for_is_named_too() -> None:
 def test_every_slip_named_here_is_bundled() -> None:
     names = sorted(path.name for path in EXAMPLES.glob("wrong_*.py"))
     assert set(NAMED) <= set(names)
+
+
+def test_a_head_is_compared_with_its_stages_one_part_changed(tmp_path: Path) -> None:
+    """A head whose scores are divided by d_model: named by the layer's stages run as one
+    head (a factor sqrt(d_k)/d_model is no size a relation names)."""
+    source = (EXAMPLES / "numpy_head.py").read_text(encoding="utf-8")
+    scaled = 'scale = 1.0 if BUG == "unscaled" else math.sqrt(d_k)'
+    assert scaled in source
+    (tmp_path / "numpy_qkv.py").write_bytes((EXAMPLES / "numpy_qkv.py").read_bytes())
+    head = tmp_path / "head_by_d_model.py"
+    head.write_text(source.replace(scaled, "scale = x.shape[2]"), encoding="utf-8")
+    found = CliRunner().invoke(main, ["check", str(head), "-f", "text"])
+    assert found.exit_code == 1, found.output
+    line = next(line for line in found.output.splitlines() if line.startswith("head-forward "))
+    assert "scores are divided by d_model instead of sqrt(d_h)" in line, found.output

@@ -139,16 +139,45 @@ def projections_backward(run: Run) -> Setting:
     return Setting(_sizes(x, int(weights[0].shape[1])), "backward", tuple(parts.items()))
 
 
+HEAD_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("softmax-axis:query", stages.WrongPart(softmax_axis=2)),
+    ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
+    ("divisor:d_h", stages.WrongPart(divisor="d_h")),
+    ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+)
+"""The parts of a head's stages changed whatever its mode (a layer's, but the heads
+axis, which a head has not)."""
+
+
+def _head_staged(x: Array, weights: tuple[Array, ...], causal: bool,
+                 part: stages.WrongPart) -> Bundle:
+    """A head's ``(scores, weights, output)`` as a layer of one head without RoPE or an
+    output projection, one part changed."""
+    w_value = weights[2]
+    done = stages.forward(x, (*weights, np.eye(int(w_value.shape[1]))), 1, causal, False,
+                          1.0, 0, part)
+    return done.scores[:, 0], done.weights[:, 0], done.output
+
+
 def head_forward(run: Run, variant_forward: Callable[..., Bundle]) -> Setting:
     """A head's forward: the mask flag flipped (``variant_forward``: the head's slips'
-    forward, :func:`qkvcli.check.reference.variant_forward`); output may be V itself."""
+    forward, :func:`qkvcli.check.reference.variant_forward`); output may be V itself; the
+    softmax over another axis, the scores divided by another size, the mask changed (the
+    layer's stages as one head)."""
     case = run.case
     x, weights, causal = case.input, case.weights, bool(run.mode)
+    parts = HEAD_PARTS + (MHA_MASK_PARTS if causal else ())
+    staged = tuple((code, _bound_head(x, weights, causal, part)) for code, part in parts)
     return Setting(_sizes(x, int(weights[0].shape[1])), "head_forward",
                    others=(("output", (("V", x @ weights[2]),)),),
                    variants=(("causal=" + str(not causal).lower(),
-                              lambda: variant_forward(x, weights, not causal)),),
+                              lambda: variant_forward(x, weights, not causal)), *staged),
                    staged=True)
+
+
+def _bound_head(x: Array, weights: tuple[Array, ...], causal: bool,
+                part: stages.WrongPart) -> Callable[[], Bundle]:
+    return lambda: _head_staged(x, weights, causal, part)
 
 
 def head_backward(run: Run, variant_backward: Callable[..., Bundle]) -> Setting:

@@ -93,7 +93,8 @@ def _softmax_back_over(a: Array, grad_a: Array, axis: int) -> Array:
 
 class Pass(Record):
     """What the reverse needs of a staged forward: the heads' rotated queries and keys,
-    values and weights ``[B,H,T,d_h]``/``[B,H,T,T]``, the merged heads and the output."""
+    values and weights ``[B,H,T,d_h]``/``[B,H,T,T]``, the merged heads and the output;
+    and the scaled scores before the mask ``[B,H,T,T]`` (a head's published scores)."""
 
     query: Array
     key: Array
@@ -101,6 +102,7 @@ class Pass(Record):
     weights: Array
     merged: Array
     output: Array
+    scores: Array
 
 
 def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope: bool,
@@ -126,6 +128,7 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
         query, key, value = split["query"], split["key"], split["value"]
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
         z = scale(query @ np.swapaxes(key, -1, -2), size, _given_scale(part, size, x))
+        scores = z
         if causal:
             hidden = causal_mask(z.shape[-1])
             if part.hidden == "diagonal":
@@ -135,7 +138,7 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
             z = np.where(hidden, -np.inf, z)
         attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
         merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
-        return Pass(query, key, value, attention, merged, merged @ w_output)
+        return Pass(query, key, value, attention, merged, merged @ w_output, scores)
 
 
 def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: bool,
