@@ -142,3 +142,21 @@ def test_a_head_is_compared_with_its_stages_one_part_changed(tmp_path: Path) -> 
     assert found.exit_code == 1, found.output
     line = next(line for line in found.output.splitlines() if line.startswith("head-forward "))
     assert "scores are divided by d_model instead of sqrt(d_h)" in line, found.output
+
+
+def test_a_layer_mask_that_hides_the_diagonal_is_named_where_its_row_is_undefined(
+        tmp_path: Path) -> None:
+    """The mask hiding the diagonal leaves the first row no key: qkv's staged variant
+    has no softmax there (NaN), a learner's -1e9 mask a uniform row; every other value
+    fits, so the slip is named as it is in a head."""
+    source = (EXAMPLES / "numpy_rope_mha.py").read_text(encoding="utf-8")
+    future, masked = ("np.triu(np.ones((tokens, tokens), dtype=bool), k=1)",
+                      "np.where(future, -np.inf, scores)")
+    assert future in source and masked in source
+    layer = tmp_path / "mha_diagonal.py"
+    layer.write_text(source.replace(future, future.replace("k=1", "k=0"))
+                     .replace(masked, masked.replace("-np.inf", "-1e9")), encoding="utf-8")
+    found = CliRunner().invoke(main, ["check", str(layer), "-f", "text"])
+    assert found.exit_code == 1, found.output
+    line = next(line for line in found.output.splitlines() if line.startswith("multi-head "))
+    assert "the causal mask hides the diagonal too" in line, found.output

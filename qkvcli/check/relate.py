@@ -93,11 +93,26 @@ def _computed(compute: Callable[[], Bundle]) -> Bundle:
         return ()
 
 
+def _defined_close(got: Array, candidate: Array, tolerance: float) -> bool:
+    """``got`` is ``candidate`` wherever the candidate is defined: a row the candidate's
+    mask hides whole has no softmax (NaN), and any value there fits it, so long as at
+    least half its values are defined."""
+    if got.shape != candidate.shape:
+        return False
+    defined = ~np.isnan(candidate)
+    if defined.all():
+        return close(got, candidate, tolerance)
+    return (2 * int(defined.sum()) >= candidate.size
+            and close(got[defined], candidate[defined], tolerance))
+
+
 def _fits(got: Bundle, candidate: Bundle, expected: Bundle, tolerance: float) -> bool:
-    """Whether ``got`` is ``candidate`` throughout, where ``candidate`` is not the engine's."""
+    """Whether ``got`` is ``candidate`` throughout (wherever the candidate is defined),
+    where ``candidate`` is not the engine's."""
     if len(candidate) != len(got):
         return False
-    return all(close(g, c, tolerance) for g, c in zip(got, candidate, strict=True)) and not all(
+    return all(_defined_close(g, c, tolerance)
+               for g, c in zip(got, candidate, strict=True)) and not all(
         close(e, c, tolerance) for e, c in zip(expected, candidate, strict=True))
 
 
