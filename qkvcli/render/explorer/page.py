@@ -121,11 +121,14 @@ class Page:
     # --- numbers -------------------------------------------------------------------
 
     def fmt(self, value: float | str, scientific: bool = False) -> str:
-        """A number as the page writes it: :func:`fmt_float` at the page's precision, or
-        (``scientific``: a table one of whose values fixed point would not show) every
-        value of that table in scientific notation with as many significant digits."""
+        """A number as the page writes it: a count (an ``int``) whole, else
+        :func:`fmt_float` at the page's precision, or (``scientific``: a table one of
+        whose values fixed point would not show) every value of that table in scientific
+        notation with as many significant digits."""
         if isinstance(value, str):
             return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # a count (a length, rows): whole
         if scientific and math.isfinite(value):
             return f"{float(value):.{max(self.precision - 1, 0)}e}"
         return fmt_float(float(value), self.precision)
