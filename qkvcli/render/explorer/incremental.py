@@ -37,6 +37,10 @@ from qkvcli.stages.terms import (
 
 Make = Callable[[tuple[int, ...], float], Derivation]
 
+CACHE_VALUES = 4096
+"""Cached keys and values a page shows in full over every step; beyond, the caches
+before the last step are summarised (the last one holds every row they hold)."""
+
 
 class StepOperands(Record):
     """What the steps read, from the engine on the fixture: the input ``[B,T,d_model]``,
@@ -118,8 +122,10 @@ def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
     page.sections.append(checks_section(checks))
     page.sections.append(_layer(page, config, e))
     layout = "half" if config.get("rope_layout") == "half" else "interleaved"
+    cached = sum(a["cached_keys"].size + a["cached_values"].size for a in steps)
     for t, (step, arrays) in enumerate(zip(document["steps"], steps, strict=True)):
-        page.sections.append(_step(page, t, step, arrays, e, layout, document))
+        brief = cached > CACHE_VALUES and t < len(steps) - 1
+        page.sections.append(_step(page, t, step, arrays, e, layout, document, brief))
     page.sections.append(_totals(page, document))
     page.sections.append(_errors(document["errors"]))
     passed = bool(document.get("passed"))
@@ -162,10 +168,10 @@ def _layer(page: Page, config: Mapping[str, Any], e: StepOperands) -> str:
 
 
 def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
-          e: StepOperands, layout: str, document: Mapping[str, Any]) -> str:
+          e: StepOperands, layout: str, document: Mapping[str, Any], brief: bool) -> str:
     """Step ``t``: its lengths and shapes, its token, output and the causal pass's last
     row, their difference, the weights, the appended key and value, the cache after it
-    and the step's work."""
+    (``brief``: summarised) and the step's work."""
     key = f"steps.{t}."
     before, after = int(step["cache_before"]), int(step["cache_after"])
     d_h = int(a["appended_key"].shape[-1])
@@ -218,29 +224,32 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
         return found._replace(formula=f"{found.formula}: the query turned at position {t} "
                               f"against cached key {k}")
 
-    def key_at(j: int, stage: str) -> Make:
-        def make(at: tuple[int, ...], v: float) -> Derivation:
-            b, h, _, c = at
-            found = rotation(e.keys, e.cos, e.sin, (b, h, j, c), v, layout, ("K_h", "RK_h"),
-                             position=j)
-            return found._replace(stage=stage) if stage == "rope" else found._replace(
-                stage=stage, formula=f"written by step {j}, when the cache's length was {j}: "
-                + found.formula)
-        return make
+    def appended_key(at: tuple[int, ...], v: float) -> Derivation:
+        b, h, _, c = at
+        return rotation(e.keys, e.cos, e.sin, (b, h, t, c), v, layout, ("K_h", "RK_h"),
+                        position=t)
 
-    def value_at(j: int | None, stage: str) -> Make:
-        def make(at: tuple[int, ...], v: float) -> Derivation:
-            b, h, row, c = at
-            token = t if j is None else row
-            found = projection(e.input, e.weights[2], None, (b, token, h * d_h + c), v,
-                               ("X", "W_V", "b_V"))
-            return found._replace(stage=stage, formula=f"{found.formula}; head {h}'s columns "
-                                  + ("(the head split), never turned" if j is None else
-                                     f"(the head split), written by step {token}"))
-        return make
+    def appended_value(at: tuple[int, ...], v: float) -> Derivation:
+        b, h, _, c = at
+        found = projection(e.input, e.weights[2], None, (b, t, h * d_h + c), v,
+                           ("X", "W_V", "b_V"))
+        return found._replace(stage="head split", formula=f"{found.formula}; head {h}'s "
+                              "columns (the head split), never turned")
 
-    def cached_key(at: tuple[int, ...], v: float) -> Derivation:
-        return key_at(at[2], "cache append")(at, v)
+    def cached(branch: str, newest: Make) -> Make:
+        """Row ``j`` of the cache after this step: written by step ``j`` and kept (this
+        step's own append, with its terms, at ``j = t``)."""
+        def make(at: tuple[int, ...], v: float) -> Derivation:
+            b, h, j, c = at
+            wrote = f"written by step {j}, when the cache's length was {j}"
+            if j == t:
+                found = newest((b, h, 0, c), v)
+                return found._replace(stage="cache append",
+                                      formula=f"{wrote}: {found.formula}")
+            source = f"steps.{j}.appended_{branch}[{b},{h},0,{c}]"
+            return facts("cache append", f"{wrote}, and kept: the same number as {source}",
+                         [(f"{source} (step {j}, position {j})", v)], v)
+        return make
 
     work = step["work"]
     counts = "".join((
@@ -259,6 +268,8 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
     difference = page.number(key + "max_abs_difference", "", gap, largest_difference(
         a["output"], a["full_prefix_last_row"], gap, tolerance,
         ("output", "full pass")))
+    why = (f"summarised: the steps' caches hold more than {CACHE_VALUES} values, and the "
+           "last step's cache holds these rows" if brief else "")
     blocks = (
         page.tensor(key + "input", a["input"], None, f"x_{t} [batch, d_model]: token {t}, "
                     "given by the fixture", given=True),
@@ -273,16 +284,17 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
         f'<p class="caption">largest difference {difference} (tolerance '
         f"{page.number('config.tolerance', '', tolerance)})</p>",
         page.tensor(key + "appended_key", a["appended_key"],
-                    _each(a["appended_key"], key_at(t, "rope")),
+                    _each(a["appended_key"], appended_key),
                     f"RK_h [batch, head, 1, d_h]: the key turned at position {before}"),
         page.tensor(key + "appended_value", a["appended_value"],
-                    _each(a["appended_value"], value_at(None, "head split")),
+                    _each(a["appended_value"], appended_value),
                     "V_h [batch, head, 1, d_h]: the value as projected"),
-        page.tensor(key + "cached_keys", a["cached_keys"], _each(a["cached_keys"], cached_key),
-                    f"K_cache [batch, head, {after}, d_h] after the step"),
+        page.tensor(key + "cached_keys", a["cached_keys"],
+                    _each(a["cached_keys"], cached("key", appended_key)),
+                    f"K_cache [batch, head, {after}, d_h] after the step", summarised=why),
         page.tensor(key + "cached_values", a["cached_values"],
-                    _each(a["cached_values"], value_at(0, "cache append")),
-                    f"V_cache [batch, head, {after}, d_h] after the step"),
+                    _each(a["cached_values"], cached("value", appended_value)),
+                    f"V_cache [batch, head, {after}, d_h] after the step", summarised=why),
     )
     return (f'<section class="group step" id="step-{t}"><h2>Step {t}</h2><dl class="facts">'
             + facts_html + "</dl>" + "".join(blocks) + '<dl class="facts">' + counts
