@@ -375,14 +375,13 @@ def _get(document: Mapping[str, Any], dotted: str) -> Any:
 def _errors(errors: list[Mapping[str, Any]]) -> str:
     """The eight refusals: each case, the error it must raise, the one raised, the message
     and the verdict (refused exactly and the cache unchanged)."""
-    rows = "".join(
-        f'<tr class="{"pass" if e["rejected"] else "fail"}"><th scope="row">'
-        f'{escape(str(e["case"]))}</th><td>{escape(str(e["expected"]))}</td>'
-        f'<td>{escape(str(e["raised"] or "nothing"))}</td><td>{escape(str(e["message"]))}</td>'
-        f'<td>{"✔ refused, cache unchanged" if e["rejected"] else "✘ FAIL"}</td></tr>'
-        for e in errors)
+    items = "".join(
+        f'<li class="check {"pass" if e["rejected"] else "fail"}"><span class="word">'
+        f'{"✔ PASS" if e["rejected"] else "✘ FAIL"}</span> <strong>{escape(str(e["case"]))}'
+        f"</strong>: expected {escape(str(e['expected']))}, raised "
+        f"{escape(str(e['raised'] or 'nothing'))}"
+        f"{'; the cache unchanged' if e['rejected'] else ''}"
+        f'<br><q class="message">{escape(str(e["message"]))}</q></li>' for e in errors)
     return ('<section class="group"><h2>Refusals</h2><p class="caption">each bad step on a '
             "cache of its own: the exact error, and the cache equal in values, length and "
-            'binding after it</p><div class="scroll"><table class="refusals"><thead><tr>'
-            "<th>case</th><th>expected</th><th>raised</th><th>message</th><th>verdict</th>"
-            "</tr></thead><tbody>" + rows + "</tbody></table></div></section>")
+            f'binding after it</p><ul class="refusals">{items}</ul></section>')
