@@ -21,7 +21,7 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.document import checks_of
+from qkvcli.render.explorer.document import checks_of, tensors_of
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import (
@@ -103,18 +103,13 @@ def step_operands(fixture: Any, steps: Sequence[Mapping[str, Array]]) -> StepOpe
                         1.0 / math.sqrt(d_h) if given is None else float(given))
 
 
-def _arrays(step: Mapping[str, Any]) -> dict[str, Array]:
-    return {name: np.array(value["values"], dtype=np.float64).reshape(value["shape"])
-            for name, value in step.items() if isinstance(value, Mapping) and "shape" in value}
-
-
 def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
                      title: str) -> str:
     """Chapter 37's page from its JSON ``document`` and its ``fixture`` (one
     self-contained HTML text)."""
     page = Page(title, precision)
     config = document["config"]
-    steps = [_arrays(step) for step in document["steps"]]
+    steps = [tensors_of({"tensors": step}) for step in document["steps"]]
     e = step_operands(fixture, steps)
     page.select("batch", "batch item", int(config["batch"]))
     page.select("head", "head", int(config["heads"]))
@@ -178,16 +173,17 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
     tolerance = float(document["config"]["tolerance"])
     previous = (f"steps.{t - 1}.cache_after", int(document["steps"][t - 1]["cache_after"])) \
         if t else ("a reset cache (the run starts with a reset)", 0)
-    axes = ("batch items", "heads", "the cache's length after the step", "head width d_h")
+    config = document["config"]
     shapes = []
-    for name, sizes in (("cache_shape", step["cache_shape"]),
-                        ("storage_shape", step["storage_shape"])):
-        third = "the cache's length after the step" if name == "cache_shape" else \
-            "the capacity C: storage made once"
+    for name, third, source in (("cache_shape", "length", (f"{key}cache_after", after)),
+                                ("storage_shape", "C", ("config.capacity",
+                                                        int(config["capacity"])))):
+        sources = [("config.batch", int(config["batch"])), ("config.heads",
+                                                            int(config["heads"])),
+                   source, ("config.head_width", int(config["head_width"]))]
         cells = [page.number(key + name, (i,), int(size), facts(
-            "cache append", f"axis {i} of [B, H, {'length' if i == 2 else '…'}, d_h]: "
-            + (third if i == 2 else axes[i]), [(axes[i] if i != 2 else third, int(size))],
-            int(size))) for i, size in enumerate(sizes)]
+            "cache append", f"axis {i} of [B, H, {third}, d_h]", [sources[i]], int(size)))
+            for i, size in enumerate(step[name])]
         shapes.append(f"<dt>{name.replace('_', ' ')}</dt><dd>[{', '.join(cells)}]</dd>")
     facts_html = "".join((
         _scalar(page, key + "position", int(step["position"]), facts(
