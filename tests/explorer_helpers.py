@@ -125,6 +125,20 @@ LAYER = {"heads": 2, "causal": True, "input": [[[0.5, -1.0, 0.25, 2.0], [1.0, 0.
                      for k, branch in enumerate(("query", "key", "value"))}}
 """A small two-head causal layer with biases (torch layout), for attend's layer page."""
 
+CH37_SHAPE = (2, 4, 2, 4, 5, 7, 10000.0)
+"""A random chapter-37 fixture's shape (batch, tokens, heads, head width, capacity, RoPE
+rows, base; tests/test_chapter37.py's form), its layout ``half``."""
+
+
+def ch37_fixture(folder: Path, seed: int = 5, shape: tuple[Any, ...] = CH37_SHAPE) -> Path:
+    """A random chapter-37 fixture (random weights and input) written into ``folder``."""
+    from tests.test_chapter37 import random_document
+
+    path = folder / f"ch37-{seed}.json"
+    path.write_text(json.dumps(random_document(seed, shape)), encoding="utf-8")
+    return path
+
+
 PAGES: dict[str, list[str]] = {
     **{f"run-ch{n}": ["run", "--chapter", str(n)] for n in (26, 27, 28, 29, 30, 37)},
     **{f"report-ch{n}": ["report", "--chapter", str(n)] for n in (26, 27, 28, 29, 30, 37)},
@@ -136,9 +150,10 @@ PAGES: dict[str, list[str]] = {
     "check-failing": ["check", str(EXAMPLES / "wrong_mha_strided_heads.py")],
     "check-not-run": ["check", str(EXAMPLES / "wrong_float32.py")],
     "gradcheck": ["gradcheck"],
+    "run-ch37-random": ["run", "CH37"],
 }
 """Every page the explorer draws, by name: the command that writes it (``LAYER``: the
-small layer above, written beside the page)."""
+small layer above, ``CH37``: a random chapter-37 fixture, each written beside the page)."""
 
 _PAGES: dict[str, Path] = {}
 
@@ -149,7 +164,8 @@ def page_of(name: str, factory: pytest.TempPathFactory) -> Path:
         folder = factory.mktemp(name)
         layer = folder / "layer.json"
         layer.write_text(json.dumps(LAYER), encoding="utf-8")
-        args = [str(layer) if arg == "LAYER" else arg for arg in PAGES[name]]
+        written = {"LAYER": layer, "CH37": ch37_fixture(folder)}
+        args = [str(written[arg]) if arg in written else arg for arg in PAGES[name]]
         write_page(folder, *args)
         _PAGES[name] = folder / "page.html"
     return _PAGES[name]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from tests.explorer_helpers import (
     EXAMPLES,
     MIB,
     PAGES,
+    ch37_fixture,
     gpt2_page,
     numbers_of,
     page_data,
@@ -462,7 +464,8 @@ def test_every_number_of_every_page_opens_its_terms_or_says_it_was_given(
     title = html[html.index("<title>") + 7:html.index("</title>")]
     assert title.startswith("qkv " + PAGES[name][0]), title
     if PAGES[name][0] in ("run", "report"):
-        assert f": {PAGES[name][2]}-" in title, title  # the chapter's id
+        chapter = PAGES[name][2] if "--chapter" in PAGES[name] else "37"  # CH37: random
+        assert f": {chapter}-" in title, title  # the chapter's id
 
 
 def test_a_masked_weight_and_its_scaled_score_agree(tmp_path: Path) -> None:
@@ -526,3 +529,116 @@ def test_a_table_with_a_value_fixed_point_would_hide_is_written_in_one_format(
             texts = [n["text"] for n in numbers_of(html)
                      if n["data-tensor"] == name and n.get("data-field") == field]
             assert len({"e" in text for text in texts}) <= 1, (name, field)
+
+
+# --- chapter 37: the cache's steps, work, reset, refusals and history ----------------------
+
+
+CH37_TENSORS = ("input", "output", "full_prefix_last_row", "appended_key", "appended_value",
+                "cached_keys", "cached_values", "weights")
+CH37_COUNTS = ("work.full_rows_per_projection", "work.incremental_rows_per_projection",
+               "work.reused_rows_per_kv_projection", "work.avoided_rows_across_kv",
+               "reset.before", "reset.after", "history.complete_prefix_rows_per_projection",
+               "history.incremental_rows_per_projection", "history.reused_key_rows",
+               "history.reused_value_rows")
+
+
+def _ch37(tmp_path: Path, fixture: str, precision: int = 6) -> tuple[str, dict[str, Any]]:
+    """The chapter-37 page of ``fixture`` (``""``: the bundled one) and its JSON report."""
+    args = ["run", *([fixture] if fixture else ["--chapter", "37"]), "--format", "json",
+            "--precision", str(precision)]
+    html = write_page(tmp_path, *args)
+    return html, json.loads((tmp_path / "page.html.txt").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("which", ["bundled", "random", "random-3-heads"])
+def test_chapter_37_shows_every_published_number_and_explains_it(tmp_path: Path,
+                                                                 which: str) -> None:
+    """Every value of every step, the work, the reset and the history is on the page at
+    its JSON key and coordinate with the report's value; none lacks terms or "given"; the
+    terms add up to the shown values; the eight refusals are listed with their messages."""
+    fixture = {"bundled": "", "random": str(ch37_fixture(tmp_path)),
+               "random-3-heads": str(ch37_fixture(tmp_path, 9, (3, 2, 3, 2, 2, 2, 50.5)))}
+    html, document = _ch37(tmp_path, fixture[which])
+    shown = {(n["data-tensor"], n["data-index"]): n["text"] for n in numbers_of(html)}
+    expected: dict[tuple[str, str], str] = {}
+    for t, step in enumerate(document["steps"]):
+        for name in CH37_TENSORS:
+            values = np.array(step[name]["values"]).reshape(step[name]["shape"])
+            for at in np.ndindex(*values.shape):
+                expected[(f"steps.{t}.{name}", ",".join(map(str, at)))] = fmt_float(
+                    float(values[at]), 6)
+        for name in ("position", "cache_before", "cache_after"):
+            expected[(f"steps.{t}.{name}", "")] = str(step[name])
+        for name, count in step["work"].items():
+            expected[(f"steps.{t}.work.{name}", "")] = str(count)
+        for name in ("cache_shape", "storage_shape"):
+            for i, size in enumerate(step[name]):
+                expected[(f"steps.{t}.{name}", str(i))] = str(size)
+        expected[(f"steps.{t}.max_abs_difference", "")] = fmt_float(
+            step["max_abs_difference"], 6)
+    for key in CH37_COUNTS:
+        section, name = key.split(".")
+        expected[(key, "")] = str(document[section][name])
+    for i, rows in enumerate(document["history"]["newest_query_key_rows"]):
+        expected[("history.newest_query_key_rows", str(i))] = str(rows)
+    assert {key: shown.get(key) for key in expected} == expected
+    assert unexplained(html) == []
+    assert embedded_sums(html, 6) >= len([k for k in expected if "steps" in k[0]
+                                          and k[0].split(".")[2] in ("output", "weights")]) // 2
+    assert len(document["errors"]) == 8
+    for refusal in document["errors"]:
+        assert f">{escape(refusal['message'])}<" in html
+    assert html.count("; the cache unchanged<br>") == 8
+
+
+def test_chapter_37_terms_are_the_engines_numbers(tmp_path: Path) -> None:
+    """At 12 decimals a random fixture's terms still add up to their values: each output
+    is its step's merged heads times W_O, each value X times W_V, each key its turned pair;
+    a weight's raw score is its listed q·k products, and the weight exp(z - max) / sum."""
+    html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path)), 12)
+    assert embedded_sums(html, 12) > 300
+    data = page_data(html)
+    labels = data["labels"]
+    weights = [(key, d) for key, d in data["derivations"].items() if ".weights|" in key]
+    assert weights
+    for key, derivation in weights:
+        rows = {labels[r[0]]: r for r in derivation["r"]}
+        products = [float(r[1]) for label, r in rows.items() if label.startswith("  RQ[")]
+        assert len(products) == document["config"]["head_width"]
+        raw = float(rows["raw score S = q\u00b7k"][1])
+        assert math.fsum(products) == pytest.approx(raw, abs=1e-10)
+        scaled = float(rows["scaled score S \u00d7 scale"][1])
+        assert scaled == pytest.approx(raw / math.sqrt(document["config"]["head_width"]),
+                                       abs=1e-11)
+        ratio = float(rows["exp(z \u2212 max) of this key"][1]) / float(
+            rows["sum of the row's exponentials"][1])
+        assert ratio == pytest.approx(float(derivation["v"]), abs=1e-11), key
+    for t, step in enumerate(document["steps"]):  # a cached key: turned at its own position
+        for j in range(step["cache_after"]):
+            derivation = data["derivations"][f"steps.{t}.cached_keys|0,0,{j},0"]
+            assert labels[derivation["f"]].startswith(f"written by step {j},")
+            assert any(f"position {j})" in labels[r[0]] for r in derivation["r"])
+            if j < t:  # kept since: the number its own step appended
+                source = f"steps.{j}.appended_key|0,0,0,0"
+                assert derivation["v"] == data["derivations"][source]["v"]
+
+
+def test_chapter_37_summarises_the_earlier_caches_of_a_long_run(tmp_path: Path) -> None:
+    """Past 4096 cached values over every step, the caches before the last step are
+    summarised (the last holds every row they hold) and still explained."""
+    from qkvcli.render.explorer.incremental import CACHE_VALUES
+
+    shape = (1, 12, 2, 16, 12, 12, 10000.0)  # 2 * 32 * (1 + ... + 12) = 4992 cached values
+    html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 3, shape)))
+    assert sum(2 * 32 * (t + 1) for t in range(12)) > CACHE_VALUES
+    assert unexplained(html) == []
+    summaries = [part.split('"', 1)[0] for part in html.split('data-name="')[1:]
+                 if '<dl class="summary">' in part.split("</section>", 1)[0]]
+    assert summaries == [f"steps.{t}.{name}" for t in range(11)
+                         for name in ("cached_keys", "cached_values")]
+    last = document["steps"][-1]["cached_values"]
+    shown = {n["data-index"] for n in numbers_of(html) if n["data-tensor"]
+             == "steps.11.cached_values"}
+    assert len(shown) == math.prod(last["shape"])
+    assert "the steps&#x27; caches hold more than 4096 values" in html

@@ -26,7 +26,14 @@ from qkvcli.check.chapter26 import build_evidence
 from qkvcli.cli.io import load
 from qkvcli.cli.options import ATTEND_PRECISION
 from qkvcli.render.numbers import fmt_float
-from tests.explorer_helpers import EXAMPLES, PAGES, gpt2_page, page_of, write_page
+from tests.explorer_helpers import (
+    EXAMPLES,
+    PAGES,
+    ch37_fixture,
+    gpt2_page,
+    page_of,
+    write_page,
+)
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not "
                                "installed (pip install playwright; README.md, Testing)")
@@ -266,6 +273,73 @@ def test_an_attention_weight_shows_its_scaled_score_and_its_rows_softmax(
         legend = opened.page.locator('.legend[data-scale-for="abs"]')
         assert legend.is_visible() and not opened.page.locator(
             '.legend[data-scale-for="row"]').is_visible()
+        opened.offline()
+    finally:
+        opened.close()
+
+
+# --- chapter 37: a KV cache's steps ----------------------------------------------------------
+
+
+def _shown(text: str, label: str) -> float:
+    """The value on the panel's row ``label`` (its text, tab-separated)."""
+    line = next(line for line in text.splitlines() if label in line)
+    return float(line.split("\t")[-1])
+
+
+def test_a_cache_steps_numbers_open_their_terms(browser: Any, tmp_path: Path) -> None:
+    """A random chapter-37 fixture's page: a weight opens its scores' products and its
+    row's softmax, an output its merged heads times W_O, an appended key its rotation
+    pair at the cache's length, a work count its sum over the steps, the capacity says
+    the fixture gave it; each checked against the engine's causal pass here."""
+    import json
+
+    from qkvcli.attention import engine
+    from qkvcli.chapters import ch37
+
+    path = ch37_fixture(tmp_path)
+    write_page(tmp_path, "run", str(path))
+    fixture = ch37.parse(json.loads(path.read_text(encoding="utf-8")))
+    layer = ch37.decoding_layer(fixture.spec)
+    full = engine.forward(layer.layer, fixture.input[:, :3], True)  # the prefix of step 2
+    opened = Opened(browser, tmp_path / "page.html", 1280, 900)
+    try:
+        opened.offline()
+        opened.page.select_option("#qkv-head", "1")
+        opened.number("steps.2.weights", "0,1,0,1").click()
+        text = opened.panel()
+        assert _shown(text, "raw score S = q\u00b7k") == pytest.approx(
+            full.stacked["scores"][0, 1, 2, 1], abs=2e-6)
+        d_h = fixture.spec.table.features
+        for c in range(d_h):
+            assert f"RQ[0,1,0,{c}] \u00d7 K_cache[0,1,1,{c}]" in text
+        assert "key 2: exp(z \u2212 max)" in text  # the step's own key, last
+        assert _shown(text, "the value") == pytest.approx(full.attention[0, 1, 2, 1], abs=2e-6)
+        opened.number("steps.2.output", "0,0").click()
+        text = opened.panel()
+        assert "C[0,2,0] \u00d7 W_O[0,0]" in text and "output projection" in text
+        assert _shown(text, "the value") == pytest.approx(full.output[0, -1, 0], abs=2e-6)
+        opened.page.select_option("#qkv-head", "0")
+        opened.number("steps.1.appended_key", "0,0,0,0").click()
+        text = opened.panel()
+        omega = fixture.spec.table.base ** (-2 * 0 / d_h)
+        assert _shown(text, "cos\u03b8 (pair 0, position 1)") == pytest.approx(
+            np.cos(omega), abs=2e-6)
+        assert _shown(text, "the value") == pytest.approx(
+            full.stacked["rotated_key"][0, 0, 1, 0], abs=2e-6)
+        opened.number("work.full_rows_per_projection", "").click()
+        text = opened.panel()
+        tokens = int(fixture.input.shape[1])
+        for t in range(tokens):
+            assert _shown(text, f"steps.{t}.work.full_prefix_rows") == t + 1
+        assert _shown(text, "the value") == tokens * (tokens + 1) // 2
+        opened.number("config.capacity", "").click()
+        assert "given by the fixture" in opened.panel()
+        clicked = opened.number("steps.0.output", "0,1")
+        clicked.click()
+        text = opened.panel()
+        opened.page.keyboard.press("Escape")
+        assert opened.by_keyboard("steps.0.output", "0,1") == text
         opened.offline()
     finally:
         opened.close()

@@ -59,6 +59,12 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           "for the pair (a, b) of i",
           (_t("x", "token", "d_head"), _t("cos\u03b8", "position", "pair"),
            _t("sin\u03b8", "position", "pair")), _t("x'", "token", "d_head")),
+    Stage("cache append", "K_cache[:, :, t] = R_t K_h; V_cache[:, :, t] = V_h; length t \u2192 t+1",
+          "K_cache[b,h,j,c] = the key of step j turned at position j (the cache's length "
+          "then); V_cache[b,h,j,c] = the value of step j, unturned",
+          (_t("RK_h", "batch", "head", "new token", "d_head"),
+           _t("V_h", "batch", "head", "new token", "d_head")),
+          _t("K_cache", "batch", "head", "length", "d_head")),
     Stage("scores", "S = Q K\u1d40", "S[b,q,k] = \u03a3_c Q[b,q,c] \u00d7 K[b,k,c]",
           (_t("Q", "batch", "query", "d_k"), _t("K", "batch", "key", "d_k")),
           _t("S", "batch", "query", "key")),

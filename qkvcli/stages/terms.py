@@ -55,7 +55,7 @@ class Step(Record):
     """
 
     label: str
-    value: float | str
+    value: float | str  # an int where the number is a count
     part: str = "term"
     operands: tuple[float, ...] = ()  # the operand values a product term multiplies
 
@@ -132,9 +132,14 @@ def contraction(stage: str, formula: str, left: Array, right: Array, labels: Seq
 def facts(stage: str, formula: str, rows: Sequence[tuple[str, float | str]],
           value: float) -> Derivation:
     """A number made from a few facts (a product, a copy, a power): the rows beside it."""
-    return Derivation(formula, tuple(Step(label, v if isinstance(v, str) else float(v),
-                                          "text" if isinstance(v, str) else "fact")
+    return Derivation(formula, tuple(Step(label, v if isinstance(v, str) or _integer(v)
+                                          else float(v), "text" if isinstance(v, str) else "fact")
                                      for label, v in rows), value, "none", stage)
+
+
+def _integer(value: object) -> bool:
+    """A count (a Python ``int``, not a flag): kept whole, so the page writes it so."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # --- the projections and their reverse -----------------------------------------------------
@@ -299,14 +304,14 @@ def mask_entry(hidden: bool, q: int, k: int, value: float) -> Derivation:
 
 def attention_weight(raw: Array | None, scaled_scores: Array, softmax_input: Array,
                      weights: Array, index: Index, factor: float,
-                     keys: bool = True) -> Derivation:
+                     keys: bool = True, score: Derivation | None = None) -> Derivation:
     """An attention weight ``A[..., q, k]`` from its raw score, its scaled score, the mask
     and its row's softmax: the row's maximum, the exponentials ``exp(z_j - max)`` of the
     keys it sees, their sum, and ``exp(z_k - max) / sum``.
 
     ``softmax_input`` is what the softmax read (the scaled scores, ``-inf`` where masked);
     ``keys``: list the row's exponentials (up to :data:`MAX_TERMS`); without, only this
-    key's.
+    key's. ``score``: the raw score's own terms (:func:`scores`), listed under it.
     """
     *lead, q, k = index
     together = softmax_input is scaled_scores  # a report whose scaled scores hold the mask
@@ -318,6 +323,8 @@ def attention_weight(raw: Array | None, scaled_scores: Array, softmax_input: Arr
     exps = exponentials(z_row) if seen.any() else np.zeros_like(z_row)
     total = exact_sum(exps[seen])
     rows = [Step("raw score S = q\u00b7k", float(raw[index]), "fact")] if raw is not None else []
+    if score is not None:  # indented: a detail of the raw score, not beside the weight
+        rows += [row._replace(label=f"  {row.label}", part="fact") for row in score.rows]
     rows += [
         Step("scale", factor, "fact"),
         Step(f"scaled score S {TIMES} scale" + (" (then masked)" if together else ""),
@@ -462,6 +469,41 @@ def grad_keys(grad_scores: Array, queries: Array, index: Index, value: float,
               for q in range(column.size)]
     return contraction("scores reverse (keys)", f"column {k} of {names[0]} times column {c} "
                        f"of {names[1]}", column, others, labels, value)
+
+
+# --- chapter 37's comparisons and counts ------------------------------------------------------
+
+
+def largest_difference(a: Array, b: Array, value: float, tolerance: float,
+                       names: tuple[str, str]) -> Derivation:
+    """``max |a - b|`` over every coordinate of two arrays of one shape: where it is
+    largest, the two values there, and each coordinate's difference, against
+    ``tolerance``."""
+    gaps = np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+    at = tuple(int(i) for i in np.unravel_index(int(np.argmax(gaps)), gaps.shape))
+    first, second = names
+    rows = [Step(f"{first}{coordinate(at)}", float(a[at]), "fact"),
+            Step(f"{second}{coordinate(at)}", float(b[at]), "fact"),
+            Step(f"|{first} {MINUS} {second}| there", float(gaps[at]), "fact"),
+            Step("tolerance", tolerance, "fact"),
+            Step("within the tolerance", "yes" if value <= tolerance else "no", "text")]
+    labels = [f"  |{first} {MINUS} {second}| at {coordinate(i)}"
+              for i in np.ndindex(*gaps.shape)]
+    rows += listed(labels, gaps, part="fact")
+    return Derivation(f"the largest |{first} {MINUS} {second}| over every coordinate",
+                      tuple(rows), value, "none")
+
+
+def counted(formula: str, labels: Sequence[str], counts: Sequence[int], value: int,
+            stage: str = "") -> Derivation:
+    """A count made by adding counts (rows over the steps, keys and values): one term
+    each, integers; past :data:`MAX_TERMS`, the others' sum in one row."""
+    rows = [Step(label, int(count)) for label, count in zip(labels, counts, strict=True)]
+    if len(rows) > MAX_TERMS:
+        rest = sum(int(count) for count in counts[MAX_TERMS:])
+        rows = [*rows[:MAX_TERMS],
+                Step(f"the other {len(rows) - MAX_TERMS} together", rest, "rest")]
+    return Derivation(formula, tuple(rows), value, stage=stage)
 
 
 def gradcheck_point(analytic: float, numerical: float, step: float, scaled_error: float,

@@ -43,8 +43,14 @@ def explorer_page(evidence: object, *, precision: int, title: str,
         from qkvcli.render.explorer.derive import engine_operands
         from qkvcli.render.explorer.document import document_page
 
+        published = document(evidence)
+        if "steps" in published:  # chapter 37: a cache's steps, not one pass's tensors
+            from qkvcli.render.explorer.incremental import incremental_page
+
+            return incremental_page(published, getattr(evidence, "fixture", None),
+                                    precision, title)
         extra, tables = engine_operands(evidence)
-        return document_page(document(evidence), precision, title, extra, tables)
+        return document_page(published, precision, title, extra, tables)
     if view == "gradcheck":
         from qkvcli.render.explorer.document import document_page
         from qkvcli.render.gradcheck import gradcheck_document

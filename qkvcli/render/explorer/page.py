@@ -121,11 +121,14 @@ class Page:
     # --- numbers -------------------------------------------------------------------
 
     def fmt(self, value: float | str, scientific: bool = False) -> str:
-        """A number as the page writes it: :func:`fmt_float` at the page's precision, or
-        (``scientific``: a table one of whose values fixed point would not show) every
-        value of that table in scientific notation with as many significant digits."""
+        """A number as the page writes it: a count (an ``int``) whole, else
+        :func:`fmt_float` at the page's precision, or (``scientific``: a table one of
+        whose values fixed point would not show) every value of that table in scientific
+        notation with as many significant digits."""
         if isinstance(value, str):
             return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # a count (a length, rows): whole
         if scientific and math.isfinite(value):
             return f"{float(value):.{max(self.precision - 1, 0)}e}"
         return fmt_float(float(value), self.precision)
@@ -196,14 +199,15 @@ class Page:
 
     def tensor(self, name: str, array: Array, derive: Deriver | None = None,
                caption: str = "", given: bool = False,
-               axes: Sequence[str] | None = None) -> str:
+               axes: Sequence[str] | None = None, summarised: str = "") -> str:
         """A tensor's block: every value in tables (one per value of its leading axes), or
         its summary when it is larger than the terminal shows in full.
 
         ``axes``: the names of the leading axes that select a table (by default ``batch``
         for a 3-D tensor, ``batch, head`` for a 4-D one); a ``batch`` or ``head`` axis
         follows the page's switch. ``given``: the fixture holds the tensor (its panel says
-        so).
+        so). ``summarised``: why a tensor the terminal would show in full is summarised
+        here (the page's budget), in words.
         """
         if given:
             self.given.add(name)
@@ -215,7 +219,7 @@ class Page:
                  + (f' <span class="branch-word">{BRANCH_WORDS[branch]}</span>' if branch else "")
                  + "</h3>")
         intro = f'<p class="caption">{escape(caption)}</p>' if caption else ""
-        if shows_values(values.size, "summary"):
+        if shows_values(values.size, "summary") and not summarised:
             if derive is not None and values.size > BRIEF_OVER:
                 self.describe(name, derive(tuple(0 for _ in values.shape)), values.size)
                 derive = None
@@ -225,7 +229,7 @@ class Page:
         else:
             self.operands = False  # a summary's panels stay small: products alone
             body = self.summary(name, values, None if derive is None
-                                else lambda at: shortened(derive(at)))
+                                else lambda at: shortened(derive(at)), summarised)
             self.operands = True
         return f'<section class="{classes}" data-name="{escape(name)}">{title}{intro}{body}</section>'
 
@@ -286,9 +290,10 @@ class Page:
         out.append("</tbody></table>")
         return "".join(out)
 
-    def summary(self, name: str, values: Array, derive: Deriver | None) -> str:
-        """A large tensor as the terminal summarises it; its first and last values, its
-        minimum and its maximum are numbers at their coordinates."""
+    def summary(self, name: str, values: Array, derive: Deriver | None,
+                why: str = "") -> str:
+        """A large tensor as the terminal summarises it (or for ``why``); its first and
+        last values, its minimum and its maximum are numbers at their coordinates."""
         s = summarise(values)
         count = s.count
 
@@ -322,8 +327,9 @@ class Page:
             "", f"the square root of the sum of the {count} values' squares",
             [("sum of the squares", squares), ("count", str(count))], s.l2_norm),
             stat="l2_norm")
-        return (f'<dl class="summary"><dt>count</dt><dd>{count} values (summarised above '
-                f"4096, as the terminal does; the JSON report's digest is the same)</dd>"
+        why = escape(why or "summarised above 4096, as the terminal does")
+        return (f'<dl class="summary"><dt>count</dt><dd>{count} values ({why}; the JSON '
+                "report's digest is the same)</dd>"
                 f"<dt>first</dt><dd>{first}</dd><dt>last</dt><dd>{last}</dd>{extremes}"
                 f"<dt>mean</dt><dd>{mean}</dd><dt>L2 norm</dt><dd>{norm}</dd>"
                 f"<dt>sha256</dt><dd><code>{s.sha256}</code></dd></dl>")
