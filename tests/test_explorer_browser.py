@@ -207,6 +207,13 @@ def test_a_weight_gradient_and_a_gradient_check_coordinate(chapter: Opened) -> N
     chapter.number("gradcheck.input", "0,0,0", "numerical").click()
     text = chapter.panel()
     assert "numerical (L(x+h) \u2212 L(x\u2212h)) / 2h" in text and "step h" in text
+    # the panel ends on the number clicked, not on the analytic value it shares it with
+    for field in ("numerical", "scaled_error", "analytic"):
+        clicked = chapter.number("gradcheck.input", "0,0,0", field)
+        clicked.click()
+        last = chapter.page.locator("#qkv-panel tr.total").last.inner_text()
+        assert f"the {field.replace('_', ' ')} (clicked)" in last, last
+        assert clicked.inner_text().strip() in last, last
 
 
 def test_the_close_button_and_escape_close_the_panel(chapter: Opened) -> None:

@@ -80,8 +80,12 @@
       var total = document.createElement("tr");
       total.className = "total";
       cell(total, "=", "op");
-      cell(total, summing ? "the value (the sum of the terms)" : "the value");
-      cell(total, found.v === undefined ? element.textContent : found.v, "value");
+      // several numbers of one coordinate (analytic, numerical, scaled error; actual,
+      // expected) share a panel: it ends on the number clicked, by its field's name
+      var field = element.getAttribute("data-field");
+      cell(total, field ? "the " + field.replace("_", " ") + " (clicked)" :
+        summing ? "the value (the sum of the terms)" : "the value");
+      cell(total, field || found.v === undefined ? element.textContent : found.v, "value");
       if (summing) { table.appendChild(total); }
       found.r.filter(function (r) { return !adds(r); }).forEach(line);
       if (!summing) { table.appendChild(total); }

@@ -512,10 +512,10 @@ def gradcheck_point(analytic: float, numerical: float, step: float, scaled_error
     rows = (
         Step("analytic (the reverse pass)", analytic, "fact"),
         Step(f"numerical (L(x+h) {MINUS} L(x{MINUS}h)) / 2h", numerical, "fact"),
-        Step("step h", step, "fact"),
-        Step(f"|analytic {MINUS} numerical|", abs(analytic - numerical), "fact"),
-        Step(f"scaled error |a{MINUS}n| / max(1,|a|,|n|)", scaled_error, "fact"),
-        Step("tolerance", tolerance, "fact"),
+        Step("step h", repr(float(step)), "text"),  # as the fixture or option gave it
+        Step(f"|analytic {MINUS} numerical|", f"{abs(analytic - numerical):.3e}", "text"),
+        Step(f"scaled error |a{MINUS}n| / max(1,|a|,|n|)", f"{scaled_error:.3e}", "text"),
+        Step("tolerance", repr(float(tolerance)), "text"),
         Step("passed", "yes" if passed else "no", "text"),
     )
     return Derivation("central difference against the reverse pass", rows, analytic, "none",
