@@ -19,7 +19,7 @@ import numpy as np
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
-from qkvcli.render.facts import Fact, entries, json_of, scalar, section, shape, verdict
+from qkvcli.render.facts import Fact, Part, entries, json_of, layout, scalar, section, shape, verdict
 from qkvcli.render.facts import tensor as fact_tensor
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
@@ -85,6 +85,8 @@ CAUSAL = ChapterWords(
 )
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
+Table = tuple[tuple[str, Any], ...]
+"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
 
 
 
@@ -172,86 +174,133 @@ def _joined(lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- the text and the trace: tables over the facts -------------------------------------
+
+def _fixed(value: Any) -> str:
+    return fmt_float(float(value))
+
+
+def _row(i: int) -> Any:
+    """A spelling of a tensor's row ``i`` of batch item 0."""
+    return lambda value: vec(value[0, i])
+
+
+def _errors(said: ChapterWords) -> Any:
+    return lambda errors: " ".join(
+        f"{said.error_keys.get(c['case'], c['case'])}:{fmt_bool(c['rejected'].value)}"
+        for c in errors)
+
+
+def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
+    """The gradient check's counts, tolerance and verdict (``labels``: the last two's)."""
+    return (*((f"{name}_checks", lambda e, name=name: e.gradcheck.checked(name))
+              for name in ("query", "key", "value")),
+            (labels[0], "gradcheck", lambda g: fmt_float(g["tolerance"])),
+            (labels[1], "gradcheck", lambda g: fmt_bool(g["passed"])))
+
+
+CONFIG: tuple[Part, ...] = (*((name, f"config.{name}") for name in ("batch", "tokens", "d_k", "d_v")),
+                            ("scale", "config.scale", _fixed))
+OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
+GRADIENTS: Table = tuple((name, (f"tensors.{name}", vec))
+                         for name in ("query_gradient", "key_gradient", "value_gradient"))
+SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", vec)
+                                     for name in ("probabilities", "output")),
+                                   *((name, f"single_token.{name}")
+                                     for name in ("query_gradient_zero", "key_gradient_zero")))),)
+UPSTREAM: Table = (("upstream", (("", "tensors.upstream", vec),
+                                 ("", "loss", lambda loss: f"loss={fmt_float(loss)}"))),)
+GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
+HISTORY: Table = (("history", (("", "history.*"),)),)
+CLOSING: Table = (("next", lambda e: words(e).next),)
+TRACE_SPELLINGS = {"tensor": lambda value: tensor(value, "|")}
+BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", vec)
+                                   for name in ("query_gradient", "key_gradient", "value_gradient"))
+PROOF: tuple[Part, ...] = (
+    ("row_sum_tolerance", lambda e: f"{e.primary.row_sum_tolerance:.12f}"),
+    *_checks(("gradient_tolerance", "gradcheck")))
+
+
+def _tensors(names: str, trace: bool) -> Table:
+    return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
+
+
+def _laid(evidence: HeadChapterEvidence, table: Table, trace: bool) -> str:
+    lines = (layout(facts(evidence), evidence, table, "|", "=", "|", TRACE_SPELLINGS) if trace
+             else layout(facts(evidence), evidence, table, " ", ":", "="))
+    return "\n".join(lines) + "\n"
+
+
+def _error_rows(evidence: HeadChapterEvidence) -> Table:
+    said = words(evidence)
+    return tuple(("ERROR", (("case", lambda e, c=c: c.case),
+                            ("kind", lambda e, c=c: said.error_kinds.get(c.expected, c.expected)),
+                            *((key, lambda e, value=value: value)
+                              for key, value in facts_of(c, said)),
+                            ("rejected", lambda e, c=c: fmt_bool(c.rejected))))
+                 for c in evidence.errors)
+
+
 # --- chapter 27 -------------------------------------------------------------------------
 
-def _self_attention_text(evidence: SelfAttentionEvidence) -> str:
-    p, s, b, e, said = evidence.primary, evidence.scale, evidence.batch, evidence.empty, SELF_ATTENTION
-    query, key, value = evidence.operands(b)
-    return _joined([
-        f"chapter={evidence.chapter}",
-        f"prediction={said.prediction}",
-        f"{_config(evidence)} masked:false softmax_axis:key",
-        f"query={tensor(p.query)}",
-        f"key={tensor(p.key)}",
-        f"value={tensor(p.value)}",
-        f"dot_products={tensor(p.scores)}",
-        f"scaled_scores={tensor(p.scaled_scores)}",
-        f"probabilities={tensor(p.probabilities)}",
-        f"row_sums={vec(p.row_sums)}",
-        *(f"mixture_query_{i}=terms:{mixture_terms(p.terms[i])} output:{vec(p.output[0, i])}"
-          for i in range(p.terms.shape[0])),
-        f"output={tensor(p.output)}",
-        f"scale_probe=unscaled_focus:{fmt_float(s.unscaled_focus)} "
-        f"scaled_focus:{fmt_float(s.scaled_focus)} "
-        f"orthogonal_probability:{fmt_float(s.orthogonal_probability)} "
-        f"softened:{fmt_bool(s.softened)}",
-        _single_line(evidence),
-        f"batch_probe=query:{fmt_shape(query)} key:{fmt_shape(key)} "
-        f"value:{fmt_shape(value)} probabilities:{fmt_shape(_shaped(b, 'weights'))} "
-        f"output:{fmt_shape(_shaped(b, 'output'))} isolated:{fmt_bool(evidence.batch_isolated)}",
-        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'weights'))} "
-        f"output:{fmt_shape(_shaped(e, 'output'))} "
-        f"value_width_probe:{fmt_shape(_shaped(evidence.value_width, 'output'))}",
-        f"upstream={vec(p.upstream)} loss={fmt_float(p.loss)}",
-        f"query_gradient={vec(p.grad_query)}",
-        f"key_gradient={vec(p.grad_key)}",
-        f"value_gradient={vec(p.grad_value)}",
-        _gradcheck_line(evidence.gradcheck),
-        _errors_line(evidence, said),
-        "history=" + " ".join(f"{key}:{value}" for key, value in said.history),
-        f"same_fixture_replays_bitwise={fmt_bool(evidence.replay_bitwise)}",
-        f"next={said.next}",
-    ])
+def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
+    return (
+        *OPENING,
+        ("config", (*CONFIG, ("masked", "config.masked"), ("softmax_axis", "config.softmax_axis"))),
+        *_tensors("query key value dot_products scaled_scores probabilities", False),
+        ("row_sums", ("tensors.row_sums", vec)),
+        *((f"mixture_query_{i}", (("terms", "tensors.mixture_terms",
+                                   lambda terms, i=i: mixture_terms(terms[i])),
+                                  ("output", "tensors.output", _row(i))))
+          for i in range(evidence.primary.terms.shape[0])),
+        *_tensors("output", False),
+        ("scale_probe", (*((name, f"scale_probe.{name}", _fixed) for name in (
+            "unscaled_focus", "scaled_focus", "orthogonal_probability")),
+            ("softened", "scale_probe.softened"))),
+        *SINGLE,
+        ("batch_probe", (("", "batch_probe.*"),)),
+        ("empty_batch", tuple((name, f"empty_batch.{name}")
+                              for name in ("probabilities", "output", "value_width_probe"))),
+        *UPSTREAM, *GRADIENTS, *GRADCHECK,
+        ("errors", ("errors", _errors(SELF_ATTENTION))),
+        *HISTORY,
+        ("same_fixture_replays_bitwise", "replay_bitwise"),
+        *CLOSING,
+    )
 
 
-def _self_attention_trace(evidence: SelfAttentionEvidence) -> str:
-    p, single, b, g = evidence.primary, evidence.single, evidence.batch, evidence.gradcheck
-    query, key, value = evidence.operands(b)
-    batch, tokens, d_k = p.query.shape
-    rows = range(tokens if batch else 0)
-    return _joined([
-        f"META|shape={fmt_shape(p.query.shape)}|key_width={d_k}|value_width={p.value.shape[2]}"
-        f"|scale={fmt_float(p.scale)}|softmax_axis=key|masked=false",
-        f"QUERY|{tensor(p.query, '|')}",
-        f"KEY|{tensor(p.key, '|')}",
-        f"VALUE|{tensor(p.value, '|')}",
-        f"DOT_PRODUCTS|{tensor(p.scores, '|')}",
-        f"SCALED_SCORES|{tensor(p.scaled_scores, '|')}",
-        *(f"PROBABILITY_ROW|query={i}|values={vec(p.probabilities[0, i])}"
-          f"|sum={fmt_float(p.row_sums[0, i])}" for i in rows),
-        *(f"MIXTURE_ROW|query={i}|probabilities={vec(p.probabilities[0, i])}"
-          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}"
+def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
+    p = evidence.primary
+    batch, tokens, _ = p.query.shape
+    single = evidence.single
+    return (
+        ("META", (("shape", lambda e: fmt_shape(e.primary.query.shape)), ("key_width", "config.d_k"),
+                  ("value_width", "config.d_v"), ("scale", "config.scale", _fixed),
+                  ("softmax_axis", "config.softmax_axis"), ("masked", "config.masked"))),
+        *_tensors("query key value dot_products scaled_scores", True),
+        *(("PROBABILITY_ROW", (("query", lambda e, i=i: i),
+                               ("values", "tensors.probabilities", _row(i)),
+                               ("sum", "tensors.row_sums", lambda sums, i=i: _fixed(sums[0, i]))))
+          for i in range(tokens if batch else 0)),
+        *(("MIXTURE_ROW", (("query", lambda e, i=i: i),
+                           ("probabilities", "tensors.probabilities", _row(i)),
+                           ("terms", "tensors.mixture_terms",
+                            lambda terms, i=i: mixture_terms(terms[i])),
+                           ("output", "tensors.output", _row(i))))
           for i in range(p.terms.shape[0])),
-        f"BACKWARD|seed={vec(p.upstream)}|query_gradient={vec(p.grad_query)}"
-        f"|key_gradient={vec(p.grad_key)}|value_gradient={vec(p.grad_value)}",
-        f"BATCH_SHAPE|batches={b.input[0]}|query={fmt_shape(query)}"
-        f"|key={fmt_shape(key)}|value={fmt_shape(value)}"
-        f"|probabilities={fmt_shape(_shaped(b, 'weights'))}|output={fmt_shape(_shaped(b, 'output'))}"
-        f"|isolated={fmt_bool(evidence.batch_isolated)}",
-        f"SINGLE_TOKEN|shape={fmt_shape(single.query.shape)}|query={vec(single.query)}"
-        f"|key={vec(single.key)}|value={vec(single.value)}|raw={vec(single.scores)}"
-        f"|scaled={vec(single.scaled_scores)}|probabilities={vec(single.probabilities)}"
-        f"|output={vec(single.output)}|query_gradient_zero={fmt_bool(single.query_gradient_zero)}"
-        f"|key_gradient_zero={fmt_bool(single.key_gradient_zero)}",
-        *_error_records(evidence, SELF_ATTENTION),
-        "HISTORY|" + "|".join(f"{key}={value}" for key, value in SELF_ATTENTION.history),
-        f"PROOF|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.checked('query')}"
-        f"|key_checks={g.checked('key')}|value_checks={g.checked('value')}"
-        f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
-        f"|replay={_replay(evidence)}"
-        f"|unmasked={fmt_bool(not p.mask.size or bool((p.mask == 0.0).all()))}",
-        f"NEXT|chapter={SELF_ATTENTION.next_chapter}",
-    ])
+        ("BACKWARD", (("seed", "tensors.upstream", vec), *BACKWARD)),
+        ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
+        ("SINGLE_TOKEN", (
+            ("shape", lambda e: fmt_shape(single.query.shape)),
+            *((name, f"single_token.{name}", vec) for name in ("query", "key", "value")),
+            ("raw", lambda e: vec(single.scores)), ("scaled", lambda e: vec(single.scaled_scores)),
+            *SINGLE[0][1])),
+        *_error_rows(evidence),
+        ("HISTORY", (("", "history.*"),)),
+        ("PROOF", (*PROOF, ("replay", _replay), ("unmasked", lambda e: fmt_bool(
+            not p.mask.size or bool((p.mask == 0.0).all()))))),
+        ("NEXT", (("chapter", "next"),)),
+    )
 
 
 # --- chapter 28 -------------------------------------------------------------------------
@@ -369,7 +418,7 @@ def text(evidence: HeadChapterEvidence) -> str:
     if isinstance(evidence, CausalEvidence):
         return _causal_text(evidence)
     assert isinstance(evidence, SelfAttentionEvidence)
-    return _self_attention_text(evidence)
+    return _laid(evidence, _self_attention_text(evidence), False)
 
 
 def trace(evidence: HeadChapterEvidence) -> str:
@@ -377,7 +426,7 @@ def trace(evidence: HeadChapterEvidence) -> str:
     if isinstance(evidence, CausalEvidence):
         return _causal_trace(evidence)
     assert isinstance(evidence, SelfAttentionEvidence)
-    return _self_attention_trace(evidence)
+    return _laid(evidence, _self_attention_trace(evidence), True)
 
 
 def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
