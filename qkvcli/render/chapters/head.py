@@ -8,8 +8,8 @@ from the same rows. The figure is one function, the chapter's parts added to wha
 share. Every published name of the two chapters lives here, each chapter's in its
 :class:`ChapterWords`.
 
-The course prints a zero as ``0.000000`` whatever its sign, so :func:`vec` folds ``-0.0``
-into ``0.0`` before :func:`~qkvcli.render.numbers.fmt_vector` spells it (``-inf`` stays).
+The course prints a zero as ``0.000000`` whatever its sign, as
+:func:`~qkvcli.render.facts.vector` spells a vector (``-inf`` stays).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttent
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.render.facts import Fact, Part, entries, json_of, report, scalar, section, shape, tensor, verdict
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.facts import vector as vec
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -102,11 +103,6 @@ def words(evidence: HeadChapterEvidence) -> ChapterWords:
 
 
 # --- the course's spellings -------------------------------------------------------------
-
-def vec(values: Any) -> str:
-    """``[v,v,...]`` at six decimals, every value flat, a zero unsigned."""
-    return fmt_vector(np.asarray(values, dtype=np.float64) + 0.0)
-
 
 def traced(values: Any) -> str:
     """The trace's ``shape=[1,2,2]|values=[...]``."""
