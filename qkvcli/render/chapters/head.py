@@ -104,11 +104,6 @@ def words(evidence: HeadChapterEvidence) -> ChapterWords:
 
 # --- the course's spellings -------------------------------------------------------------
 
-def traced(values: Any) -> str:
-    """The trace's ``shape=[1,2,2]|values=[...]``."""
-    return f"shape={fmt_shape(np.shape(values))}|values={vec(values)}"
-
-
 def mixture_terms(terms: Any) -> str:
     """One query's terms ``A[i,j] V[j]`` (``[T,d_v]``) as ``[[..],[..]]``."""
     return "[" + ",".join(vec(row) for row in np.asarray(terms)) + "]"
@@ -126,10 +121,6 @@ def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
         return ()
     names = said.fact_names.get(case.expected, {})
     return tuple((names.get(key, key), value) for key, value in case.fields)
-
-
-def _replay(evidence: HeadChapterEvidence) -> str:
-    return "bitwise" if evidence.replay_bitwise else "mismatch"
 
 
 # --- the text and the trace: tables over the facts -------------------------------------
@@ -182,7 +173,9 @@ UPSTREAM: Table = (("upstream", (("", "tensors.upstream", vec),
 GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
 HISTORY: Table = (("history", (("", "history.*"),)),)
 CLOSING: Table = (("next", lambda e: words(e).next),)
-TRACE_SPELLINGS = {"tensor": traced}
+TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={vec(value)}"}
+"""The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
+REPLAY: Part = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
 PROOF: tuple[Part, ...] = (
     ("row_sum_tolerance", lambda e: f"{e.primary.row_sum_tolerance:.12f}"),
     *_checks(("gradient_tolerance", "gradcheck")))
@@ -248,7 +241,7 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
             *SINGLE[0][1])),
         *_error_records(evidence),
         ("HISTORY", (("", "history.*"),)),
-        ("PROOF", (*PROOF, ("replay", _replay), ("unmasked", lambda e: fmt_bool(
+        ("PROOF", (*PROOF, REPLAY, ("unmasked", lambda e: fmt_bool(
             not p.mask.size or bool((p.mask == 0.0).all()))))),
         ("NEXT", (("chapter", "next"),)),
     )
@@ -282,7 +275,7 @@ def _invariance(same: tuple[str, str], changed: tuple[str, str, str], labelled: 
 CAUSAL_PROOF: tuple[Part, ...] = (
     ("future_probabilities", "future_probabilities_zero", _future),
     ("prefix_outputs", "suffix_perturbation.unchanged_positions",
-     lambda same: "bitwise" if all(same) else "changed"), ("replay", _replay))
+     lambda same: "bitwise" if all(same) else "changed"), REPLAY)
 
 
 def _causal_text(evidence: CausalEvidence) -> Table:
