@@ -10,6 +10,7 @@ from qkvcli.render.facts import (
     entries,
     json_of,
     layout,
+    report,
     said,
     scalar,
     section,
@@ -66,3 +67,12 @@ def test_a_layout_table_lays_out_the_same_facts_as_text_and_as_trace() -> None:
         "norms=input:[1.000000] preserved:true", "count=2", "note=hi"]
     assert layout(facts, "hi", table[:1], "|", "=", "|") == [
         "norms|input=[1.000000]|preserved=true"]
+
+
+def test_a_report_is_the_table_laid_out_as_text_or_as_trace_a_line_each() -> None:
+    facts = {"probe": section(rows=values([0.5, -0.0]), held=verdict(True)), "n": scalar(3)}
+    table = (("probe", (("", "probe.*"),)), ("count", (("n", "n"), ("twice", lambda e: 2 * e))))
+    assert report(facts, 4, table) == "probe=rows:[0.500000,0.000000] held:true\ncount=n:3 twice:8\n"
+    assert report(facts, 4, table, True, {"values": lambda v: "V"}) == (
+        "probe|rows=V|held=true\ncount|n=3|twice=8\n")
+    assert report(facts, 4, ()) == ""

@@ -189,3 +189,12 @@ def layout(facts: Facts, evidence: Any, table: tuple[tuple[str, Any], ...], betw
         one = tuple(every for part in one for every in _expanded(facts, part))
         lines.append(f"{key}{start}{line(facts, evidence, one, between, labelled, spellings)}")
     return lines
+
+
+def report(facts: Facts, evidence: Any, table: tuple[tuple[str, Any], ...], trace: bool = False,
+           spellings: Spellings | None = None) -> str:
+    """``table`` laid out as a text report (``key=label:value label:value``) or as a
+    ``trace`` (``KEY|label=value|label=value``), each line ending with a newline."""
+    between, labelled, start = ("|", "=", "|") if trace else (" ", ":", "=")
+    lines = layout(facts, evidence, table, between, labelled, start, spellings)
+    return "".join(f"{line}\n" for line in lines)

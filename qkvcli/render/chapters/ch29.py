@@ -20,6 +20,7 @@ from qkvcli.render.facts import (
     fixed,
     json_of,
     layout,
+    report,
     said,
     scalar,
     section,
@@ -136,7 +137,7 @@ its spelling, or labelled parts)."""
 
 def text(evidence: RopeEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    return "\n".join(layout(facts(evidence), evidence, TEXT, " ", ":", "=")) + "\n"
+    return report(facts(evidence), evidence, TEXT)
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:

@@ -14,9 +14,10 @@ import numpy as np
 
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
 from qkvcli.render.facts import (
+    Part,
     entries,
     json_of,
-    layout,
+    report,
     said,
     scalar,
     section,
@@ -59,18 +60,8 @@ def vector(values: npt.ArrayLike) -> str:
     return fmt_vector(np.where(np.abs(array) < 0.5e-6, 0.0, array))
 
 
-def tensor(values: npt.ArrayLike) -> str:
-    """``shape:[..] values:[..]``."""
-    array = np.asarray(values)
-    return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
-
-
 def _fixed(value: float, decimals: int = 6) -> str:
     return fmt_float(0.0 if abs(value) < 0.5 * 10.0 ** -decimals else value, decimals)
-
-
-def _shape(shape: tuple[int, ...] | None) -> str:
-    return "rejected" if shape is None else fmt_shape(shape)
 
 
 def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
@@ -84,7 +75,8 @@ TENSORS = ("input", "projected_query_heads", "projected_key_heads", "projected_v
 """The tensors the text shows whole, in its order."""
 GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
              "value_weight_gradient", "output_weight_gradient")
-SPELLINGS = {"tensor": lambda value: tensor(value), "values": lambda value: vector(value),
+SPELLINGS = {"tensor": lambda value: f"shape:{fmt_shape(np.shape(value))} values:{vector(value)}",
+             "values": lambda value: vector(value),
              "scalar": lambda value: _fixed(value) if isinstance(value, float) else str(value)}
 """The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
 
@@ -144,70 +136,83 @@ chapter's :data:`SPELLINGS`, a path and its spelling, or labelled parts)."""
 
 def text(evidence: MultiHeadEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    return "\n".join(layout(facts(evidence), evidence, TEXT, " ", ":", "=", SPELLINGS)) + "\n"
+    return report(facts(evidence), evidence, TEXT, spellings=SPELLINGS)
 
 
-def _batch(batch: int, b: int) -> str:
-    """The batch item a trace line is about, named only when there is more than one."""
-    return f"|batch={b}" if batch > 1 else ""
+def _at(*index: int) -> Any:
+    """A spelling of a tensor's slice at ``index``."""
+    return lambda value: vector(value[index])
+
+
+def _n(label: str, number: int) -> Part:
+    return (label, lambda e: number)
+
+
+PROOF_WORDS = (("split_merge", "layout.split_merge_bitwise", "bitwise", "mismatch"),
+               ("head_isolation", "layout.head_isolation_before_output", "before-output", "failed"),
+               ("future_probabilities", "heads.future_probabilities_zero", "exact-zero", "nonzero"),
+               ("common_offset", "layout.common_offset_weights_preserved", "preserved", "changed"))
+"""The trace's proofs: each label, its verdict's path, and its words for true and false."""
+
+
+def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
+    """The trace's lines: the configuration, the stages' shapes, each head's partition,
+    weights and outputs, the merge, ``W_O``'s rows, the output, then the proofs."""
+    p, pr = evidence.primary, evidence.probes
+    batch, tokens, _ = p.input.shape
+    items, per_head, d_h = range(batch), range(evidence.fixture.spec.heads), p.projected_query.shape[-1]
+    cells = [(b, t) for b in items for t in range(tokens)]
+    item = (lambda key, b: f"{key}|batch={b}") if batch > 1 else (lambda key, b: key)
+    prefix = "|".join([*(f"position_{t}={'bitwise-unchanged' if same else 'changed'}"
+                         for t, same in enumerate(pr.prefix_unchanged)),
+                       f"position_{tokens - 1}={'changed' if pr.suffix_changed else 'unchanged'}"])
+    return (
+        ("CONFIG", (*((label, "config." + {"model_width": "d_model", "head_width": "d_h",
+                                           "max_positions": "capacity"}.get(label, label))
+                      for label in ("batch tokens model_width heads head_width offset max_positions "
+                                    "rope_base bias").split()),
+            ("parameter_order", lambda e: f"[{','.join(PARAMETER_ORDER)}]"),
+            ("layout", lambda e: "reshape-transpose"))),
+        *(("SHAPE", (("stage", lambda e, s=stage: s.replace("_", "-")), ("value", f"shapes.{stage}")))
+          for stage, _ in p.stages()),
+        *(("PARTITION", (_n("head", h), ("features", lambda e, h=h: "[" + ",".join(
+            str(c) for c in range(h * d_h, (h + 1) * d_h)) + "]"),
+            *((label, f"tensors.{name}_heads", lambda value, h=h: vector(value[:, h]))
+              for label, name in (("projected_q", "projected_query"), ("projected_k", "projected_key"),
+                                  ("projected_v", "projected_value"), ("rotated_q", "rotated_query"),
+                                  ("rotated_k", "rotated_key")))))
+          for h in per_head),
+        *((item("WEIGHT", b), (
+            _n("head", h), _n("query", q), ("visibility", lambda e, q=q: "[" + ",".join(
+                "allowed" if k <= q else "blocked" for k in range(tokens)) + "]"),
+            ("values", "tensors.attention_weights", _at(b, h, q)),
+            ("row_sum", "tensors.attention_weights",
+             lambda value, i=(b, h, q): fmt_float(float(value[i].sum()), 6))))
+          for b in items for h in per_head for q in range(tokens)),
+        *((item("HEAD_OUTPUT", b), (_n("head", h), _n("token", t), ("values", "tensors.head_outputs",
+                                                                     _at(b, h, t))))
+          for b in items for h in per_head for t in range(tokens)),
+        *((item("MERGED", b), (
+            _n("token", t), *((f"head_{h}", "tensors.head_outputs", _at(b, h, t)) for h in per_head),
+            ("values", "tensors.merged", _at(b, t))))
+          for b, t in cells),
+        *(("OUTPUT_MAP", (_n("row", r), ("values", "tensors.output_weight", _at(r))))
+          for r in range(len(p.output_weight))),
+        *((item("OUTPUT", b), (_n("token", t), ("merged", "tensors.merged", _at(b, t)),
+                                ("projected", "tensors.output", _at(b, t)))) for b, t in cells),
+        ("PREFIX_PROOF", (("", lambda e: prefix), *(
+            (label, path, lambda held, yes=yes, no=no: yes if held else no)
+            for label, path, yes, no in PROOF_WORDS),
+            ("tolerance", "layout.tolerance", lambda value: _fixed(value, 12)),
+            ("parameters", "parameters.count"),
+            ("gradchecks", lambda e: sum(_gradient_counts(e).values())))),
+    )
 
 
 def trace(evidence: MultiHeadEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
     the figure draws, stage by stage."""
-    f, p, pr = evidence.fixture, evidence.primary, evidence.probes
-    batch, tokens, d_model = p.input.shape
-    heads, d_h = f.spec.heads, p.projected_query.shape[-1]
-    lines = [
-        f"CONFIG|batch={batch}|tokens={tokens}|model_width={d_model}|heads={heads}"
-        f"|head_width={d_h}|offset={f.offset}|max_positions={f.spec.table.positions}"
-        f"|rope_base={_fixed(f.spec.table.base)}|bias={fmt_bool(not evidence.parameters.bias_free)}"
-        f"|parameter_order=[{','.join(PARAMETER_ORDER)}]|layout=reshape-transpose",
-        *(f"SHAPE|stage={stage.replace('_', '-')}|value={fmt_shape(shape)}"
-          for stage, shape in p.stages()),
-    ]
-    for h in range(heads):
-        features = ",".join(str(c) for c in range(h * d_h, (h + 1) * d_h))
-        lines.append(
-            f"PARTITION|head={h}|features=[{features}]|projected_q={vector(p.projected_query[:, h])}"
-            f"|projected_k={vector(p.projected_key[:, h])}"
-            f"|projected_v={vector(p.projected_value[:, h])}"
-            f"|rotated_q={vector(p.rotated_query[:, h])}|rotated_k={vector(p.rotated_key[:, h])}")
-    for b in range(batch):
-        for h in range(heads):
-            for q in range(tokens):
-                row = p.attention[b, h, q]
-                seen = ",".join("allowed" if k <= q else "blocked" for k in range(tokens))
-                lines.append(f"WEIGHT{_batch(batch, b)}|head={h}|query={q}|visibility=[{seen}]"
-                             f"|values={vector(row)}|row_sum={fmt_float(float(row.sum()), 6)}")
-    for b in range(batch):
-        for h in range(heads):
-            for t in range(tokens):
-                lines.append(f"HEAD_OUTPUT{_batch(batch, b)}|head={h}|token={t}"
-                             f"|values={vector(p.head_outputs[b, h, t])}")
-    for b in range(batch):
-        for t in range(tokens):
-            parts = "".join(f"|head_{h}={vector(p.head_outputs[b, h, t])}" for h in range(heads))
-            lines.append(f"MERGED{_batch(batch, b)}|token={t}{parts}|values={vector(p.merged[b, t])}")
-    lines += [f"OUTPUT_MAP|row={r}|values={vector(p.output_weight[r])}"
-              for r in range(p.output_weight.shape[0])]
-    for b in range(batch):
-        for t in range(tokens):
-            lines.append(f"OUTPUT{_batch(batch, b)}|token={t}|merged={vector(p.merged[b, t])}"
-                         f"|projected={vector(p.output[b, t])}")
-    prefix = "".join(f"|position_{t}={'bitwise-unchanged' if same else 'changed'}"
-                     for t, same in enumerate(pr.prefix_unchanged))
-    total = sum(_gradient_counts(evidence).values())
-    lines.append(
-        f"PREFIX_PROOF{prefix}|position_{tokens - 1}="
-        f"{'changed' if pr.suffix_changed else 'unchanged'}"
-        f"|split_merge={'bitwise' if pr.split_merge else 'mismatch'}"
-        f"|head_isolation={'before-output' if pr.head_isolation else 'failed'}"
-        f"|future_probabilities={'exact-zero' if pr.future_zero else 'nonzero'}"
-        f"|common_offset={'preserved' if pr.common_offset else 'changed'}"
-        f"|tolerance={_fixed(f.invariant_tolerance, 12)}|parameters={evidence.parameters.count}"
-        f"|gradchecks={total}")
-    return "\n".join(lines) + "\n"
+    return report(facts(evidence), evidence, _trace(evidence), True, SPELLINGS)
 
 
 # --- JSON -----------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """Chapters 27 and 28's report, trace, JSON and figure: pure functions of a head's evidence.
 
-The text and the trace keep the course's bytes for each chapter's bundled fixture
-(``tests/golden/ch27``, ``ch28``): their lines differ by chapter, so each chapter has
-its own two functions, drawn from the same pieces. The JSON and the figure are one
-function each, the chapter's parts added to what both share. Every published name of
-the two chapters lives here, each chapter's in its :class:`ChapterWords`.
+The chapter's facts are built once (:func:`facts`): the JSON is their one walk, and the
+text and the trace are layout tables over them (:func:`~qkvcli.render.facts.report`),
+which keep the course's bytes for each chapter's bundled fixture (``tests/golden/ch27``,
+``ch28``). Their lines differ by chapter, so each chapter has its own two tables, drawn
+from the same rows. The figure is one function, the chapter's parts added to what both
+share. Every published name of the two chapters lives here, each chapter's in its
+:class:`ChapterWords`.
 
-The course prints a zero as ``0.000000`` whatever its sign, so :func:`vec` folds ``-0.0``
-into ``0.0`` before :func:`~qkvcli.render.numbers.fmt_vector` spells it (``-inf`` stays).
+The course prints a zero as ``0.000000`` whatever its sign, as
+:func:`~qkvcli.render.facts.vector` spells a vector (``-inf`` stays).
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ import numpy as np
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
-from qkvcli.render.facts import Fact, entries, json_of, scalar, section, shape, verdict
-from qkvcli.render.facts import tensor as fact_tensor
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.facts import Fact, Part, entries, json_of, report, scalar, section, shape, tensor, verdict
+from qkvcli.render.facts import vector as vec
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from qkvcli.gradcheck.records import GradcheckResult
     from qkvcli.render.rich.options import RichOptions
 
 
@@ -85,7 +86,8 @@ CAUSAL = ChapterWords(
 )
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
-
+Table = tuple[tuple[str, Any], ...]
+"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
 
 
 def _shaped(probe: ShapeProbe, name: str) -> tuple[int, ...]:
@@ -95,24 +97,12 @@ def _shaped(probe: ShapeProbe, name: str) -> tuple[int, ...]:
         return _shaped(probe, "masked_scores")[1:]
     return probe.shape(name) or ()
 
+
 def words(evidence: HeadChapterEvidence) -> ChapterWords:
     return CAUSAL if isinstance(evidence, CausalEvidence) else SELF_ATTENTION
 
 
 # --- the course's spellings -------------------------------------------------------------
-
-def vec(values: Any) -> str:
-    """``[v,v,...]`` at six decimals, every value flat, a zero unsigned."""
-    return fmt_vector(np.asarray(values, dtype=np.float64) + 0.0)
-
-
-def tensor(values: Any, sep: str = " ") -> str:
-    """``shape:[1,2,2] values:[...]`` (``sep="|"``: the trace's ``shape=[..]|values=[..]``)."""
-    array = np.asarray(values, dtype=np.float64)
-    if sep == " ":
-        return f"shape:{fmt_shape(array.shape)} values:{vec(array)}"
-    return f"shape={fmt_shape(array.shape)}{sep}values={vec(array)}"
-
 
 def mixture_terms(terms: Any) -> str:
     """One query's terms ``A[i,j] V[j]`` (``[T,d_v]``) as ``[[..],[..]]``."""
@@ -133,251 +123,244 @@ def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
     return tuple((names.get(key, key), value) for key, value in case.fields)
 
 
-def _errors_line(evidence: HeadChapterEvidence, said: ChapterWords) -> str:
-    return "errors=" + " ".join(f"{said.error_keys.get(c.case, c.case)}:{fmt_bool(c.rejected)}"
-                                for c in evidence.errors)
+# --- the text and the trace: tables over the facts -------------------------------------
+
+def _shape_of(value: Any) -> str:
+    return fmt_shape(np.shape(value))
 
 
-def _error_records(evidence: HeadChapterEvidence, said: ChapterWords) -> list[str]:
-    return [f"ERROR|case={c.case}|kind={said.error_kinds.get(c.expected, c.expected)}"
-            + "".join(f"|{key}={value}" for key, value in facts_of(c, said))
-            + f"|rejected={fmt_bool(c.rejected)}" for c in evidence.errors]
+def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Table:
+    """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's
+    number is in it; else the line's first part): each part's spelling is a function of
+    the fact and ``i``."""
+    return tuple((key.format(i), (*(() if "{}" in key else (("query", lambda e, i=i: i),)),
+                                  *((label, path, lambda value, i=i, spell=spell: spell(value, i))
+                                    for label, path, spell in parts)))
+                 for i in range(count))
 
 
-def _gradcheck_line(g: GradcheckResult) -> str:
-    return (f"gradcheck=query_checks:{g.checked('query')} key_checks:{g.checked('key')} "
-            f"value_checks:{g.checked('value')} tolerance:{fmt_float(g.tolerance)} "
-            f"passed:{fmt_bool(g.passed)}")
+ROW = lambda value, i: vec(value[0, i])  # noqa: E731
+SUM = lambda value, i: fmt_float(value[0, i])  # noqa: E731
+TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
 
 
-def _single_line(evidence: HeadChapterEvidence) -> str:
-    single = evidence.single
-    return (f"single_token=probabilities:{vec(single.probabilities)} output:{vec(single.output)} "
-            f"query_gradient_zero:{fmt_bool(single.query_gradient_zero)} "
-            f"key_gradient_zero:{fmt_bool(single.key_gradient_zero)}")
+def _errors(said: ChapterWords) -> Any:
+    return lambda errors: " ".join(
+        f"{said.error_keys.get(c['case'], c['case'])}:{fmt_bool(c['rejected'].value)}"
+        for c in errors)
 
 
-def _config(evidence: HeadChapterEvidence) -> str:
-    p = evidence.primary
-    batch, tokens, d_k = p.query.shape
-    return (f"config=batch:{batch} tokens:{tokens} d_k:{d_k} d_v:{p.value.shape[2]} "
-            f"scale:{fmt_float(p.scale)}")
+def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
+    """The gradient check's counts, tolerance and verdict (``labels``: the last two's)."""
+    return (*((f"{name}_checks", lambda e, name=name: e.gradcheck.checked(name))
+              for name in ("query", "key", "value")),
+            (labels[0], "gradcheck", lambda g: fmt_float(g["tolerance"])),
+            (labels[1], "gradcheck", lambda g: fmt_bool(g["passed"])))
 
 
-def _replay(evidence: HeadChapterEvidence) -> str:
-    return "bitwise" if evidence.replay_bitwise else "mismatch"
+CONFIG: tuple[Part, ...] = (*((name, f"config.{name}") for name in ("batch", "tokens", "d_k", "d_v")),
+                            ("scale", "config.scale", fmt_float))
+OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
+BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", vec)
+                                   for name in ("query_gradient", "key_gradient", "value_gradient"))
+GRADIENTS: Table = tuple((name, (path, spell)) for name, path, spell in BACKWARD)
+SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", vec)
+                                     for name in ("probabilities", "output")),
+                                   *((name, f"single_token.{name}")
+                                     for name in ("query_gradient_zero", "key_gradient_zero")))),)
+UPSTREAM: Table = (("upstream", (("", "tensors.upstream", vec),
+                                 ("", "loss", lambda loss: f"loss={fmt_float(loss)}"))),)
+GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
+HISTORY: Table = (("history", (("", "history.*"),)),)
+CLOSING: Table = (("next", lambda e: words(e).next),)
+TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={vec(value)}"}
+"""The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
+REPLAY: Part = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
+PROOF: tuple[Part, ...] = (
+    ("row_sum_tolerance", lambda e: f"{e.primary.row_sum_tolerance:.12f}"),
+    *_checks(("gradient_tolerance", "gradcheck")))
 
 
-def _joined(lines: list[str]) -> str:
-    return "\n".join(lines) + "\n"
+def _tensors(names: str, trace: bool) -> Table:
+    return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
+
+
+def _error_records(evidence: HeadChapterEvidence) -> Table:
+    """An ``ERROR`` line per refused input: its case, kind, facts and verdict."""
+    return tuple(("ERROR", ("errors", lambda errors, i=i: "|".join([
+        f"case={errors[i]['case']}", f"kind={errors[i]['kind']}",
+        *(f"{key}={value}" for key, value in errors[i]["facts"].items()),
+        f"rejected={fmt_bool(errors[i]['rejected'].value)}"]))) for i in range(len(evidence.errors)))
 
 
 # --- chapter 27 -------------------------------------------------------------------------
 
-def _self_attention_text(evidence: SelfAttentionEvidence) -> str:
-    p, s, b, e, said = evidence.primary, evidence.scale, evidence.batch, evidence.empty, SELF_ATTENTION
-    query, key, value = evidence.operands(b)
-    return _joined([
-        f"chapter={evidence.chapter}",
-        f"prediction={said.prediction}",
-        f"{_config(evidence)} masked:false softmax_axis:key",
-        f"query={tensor(p.query)}",
-        f"key={tensor(p.key)}",
-        f"value={tensor(p.value)}",
-        f"dot_products={tensor(p.scores)}",
-        f"scaled_scores={tensor(p.scaled_scores)}",
-        f"probabilities={tensor(p.probabilities)}",
-        f"row_sums={vec(p.row_sums)}",
-        *(f"mixture_query_{i}=terms:{mixture_terms(p.terms[i])} output:{vec(p.output[0, i])}"
-          for i in range(p.terms.shape[0])),
-        f"output={tensor(p.output)}",
-        f"scale_probe=unscaled_focus:{fmt_float(s.unscaled_focus)} "
-        f"scaled_focus:{fmt_float(s.scaled_focus)} "
-        f"orthogonal_probability:{fmt_float(s.orthogonal_probability)} "
-        f"softened:{fmt_bool(s.softened)}",
-        _single_line(evidence),
-        f"batch_probe=query:{fmt_shape(query)} key:{fmt_shape(key)} "
-        f"value:{fmt_shape(value)} probabilities:{fmt_shape(_shaped(b, 'weights'))} "
-        f"output:{fmt_shape(_shaped(b, 'output'))} isolated:{fmt_bool(evidence.batch_isolated)}",
-        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'weights'))} "
-        f"output:{fmt_shape(_shaped(e, 'output'))} "
-        f"value_width_probe:{fmt_shape(_shaped(evidence.value_width, 'output'))}",
-        f"upstream={vec(p.upstream)} loss={fmt_float(p.loss)}",
-        f"query_gradient={vec(p.grad_query)}",
-        f"key_gradient={vec(p.grad_key)}",
-        f"value_gradient={vec(p.grad_value)}",
-        _gradcheck_line(evidence.gradcheck),
-        _errors_line(evidence, said),
-        "history=" + " ".join(f"{key}:{value}" for key, value in said.history),
-        f"same_fixture_replays_bitwise={fmt_bool(evidence.replay_bitwise)}",
-        f"next={said.next}",
-    ])
+def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
+    return (
+        *OPENING,
+        ("config", (*CONFIG, ("masked", "config.masked"), ("softmax_axis", "config.softmax_axis"))),
+        *_tensors("query key value dot_products scaled_scores probabilities", False),
+        ("row_sums", ("tensors.row_sums", vec)),
+        *_rows("mixture_query_{}", len(evidence.primary.terms),
+               (("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
+        *_tensors("output", False),
+        ("scale_probe", (*((name, f"scale_probe.{name}", fmt_float) for name in (
+            "unscaled_focus", "scaled_focus", "orthogonal_probability")),
+            ("softened", "scale_probe.softened"))),
+        *SINGLE,
+        ("batch_probe", (("", "batch_probe.*"),)),
+        ("empty_batch", tuple((name, f"empty_batch.{name}")
+                              for name in ("probabilities", "output", "value_width_probe"))),
+        *UPSTREAM, *GRADIENTS, *GRADCHECK,
+        ("errors", ("errors", _errors(SELF_ATTENTION))),
+        *HISTORY,
+        ("same_fixture_replays_bitwise", "replay_bitwise"),
+        *CLOSING,
+    )
 
 
-def _self_attention_trace(evidence: SelfAttentionEvidence) -> str:
-    p, single, b, g = evidence.primary, evidence.single, evidence.batch, evidence.gradcheck
-    query, key, value = evidence.operands(b)
-    batch, tokens, d_k = p.query.shape
-    rows = range(tokens if batch else 0)
-    return _joined([
-        f"META|shape={fmt_shape(p.query.shape)}|key_width={d_k}|value_width={p.value.shape[2]}"
-        f"|scale={fmt_float(p.scale)}|softmax_axis=key|masked=false",
-        f"QUERY|{tensor(p.query, '|')}",
-        f"KEY|{tensor(p.key, '|')}",
-        f"VALUE|{tensor(p.value, '|')}",
-        f"DOT_PRODUCTS|{tensor(p.scores, '|')}",
-        f"SCALED_SCORES|{tensor(p.scaled_scores, '|')}",
-        *(f"PROBABILITY_ROW|query={i}|values={vec(p.probabilities[0, i])}"
-          f"|sum={fmt_float(p.row_sums[0, i])}" for i in rows),
-        *(f"MIXTURE_ROW|query={i}|probabilities={vec(p.probabilities[0, i])}"
-          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}"
-          for i in range(p.terms.shape[0])),
-        f"BACKWARD|seed={vec(p.upstream)}|query_gradient={vec(p.grad_query)}"
-        f"|key_gradient={vec(p.grad_key)}|value_gradient={vec(p.grad_value)}",
-        f"BATCH_SHAPE|batches={b.input[0]}|query={fmt_shape(query)}"
-        f"|key={fmt_shape(key)}|value={fmt_shape(value)}"
-        f"|probabilities={fmt_shape(_shaped(b, 'weights'))}|output={fmt_shape(_shaped(b, 'output'))}"
-        f"|isolated={fmt_bool(evidence.batch_isolated)}",
-        f"SINGLE_TOKEN|shape={fmt_shape(single.query.shape)}|query={vec(single.query)}"
-        f"|key={vec(single.key)}|value={vec(single.value)}|raw={vec(single.scores)}"
-        f"|scaled={vec(single.scaled_scores)}|probabilities={vec(single.probabilities)}"
-        f"|output={vec(single.output)}|query_gradient_zero={fmt_bool(single.query_gradient_zero)}"
-        f"|key_gradient_zero={fmt_bool(single.key_gradient_zero)}",
-        *_error_records(evidence, SELF_ATTENTION),
-        "HISTORY|" + "|".join(f"{key}={value}" for key, value in SELF_ATTENTION.history),
-        f"PROOF|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.checked('query')}"
-        f"|key_checks={g.checked('key')}|value_checks={g.checked('value')}"
-        f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
-        f"|replay={_replay(evidence)}"
-        f"|unmasked={fmt_bool(not p.mask.size or bool((p.mask == 0.0).all()))}",
-        f"NEXT|chapter={SELF_ATTENTION.next_chapter}",
-    ])
+def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
+    p, single = evidence.primary, evidence.single
+    batch, tokens, _ = p.query.shape
+    return (
+        ("META", (("shape", "tensors.query", _shape_of), ("key_width", "config.d_k"),
+                  ("value_width", "config.d_v"), ("scale", "config.scale", fmt_float),
+                  ("softmax_axis", "config.softmax_axis"), ("masked", "config.masked"))),
+        *_tensors("query key value dot_products scaled_scores", True),
+        *_rows("PROBABILITY_ROW", tokens if batch else 0, (
+            ("values", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM))),
+        *_rows("MIXTURE_ROW", len(p.terms), (
+            ("probabilities", "tensors.probabilities", ROW),
+            ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
+        ("BACKWARD", (("seed", "tensors.upstream", vec), *BACKWARD)),
+        ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
+        ("SINGLE_TOKEN", (
+            ("shape", lambda e: fmt_shape(single.query.shape)),
+            *((name, f"single_token.{name}", vec) for name in ("query", "key", "value")),
+            ("raw", lambda e: vec(single.scores)), ("scaled", lambda e: vec(single.scaled_scores)),
+            *SINGLE[0][1])),
+        *_error_records(evidence),
+        ("HISTORY", (("", "history.*"),)),
+        ("PROOF", (*PROOF, REPLAY, ("unmasked", lambda e: fmt_bool(
+            not p.mask.size or bool((p.mask == 0.0).all()))))),
+        ("NEXT", (("chapter", "next"),)),
+    )
 
 
 # --- chapter 28 -------------------------------------------------------------------------
 
-def future_word(evidence: CausalEvidence) -> str:
+def _future(zero: bool) -> str:
     """``exact-zero`` when every future key weighs exactly 0, else ``nonzero``."""
-    return "exact-zero" if evidence.future_zero else "nonzero"
+    return "exact-zero" if zero else "nonzero"
 
 
-def _causal_text(evidence: CausalEvidence) -> str:
-    p, x, e, said = evidence.primary, evidence.prefix, evidence.empty, CAUSAL
-    invariance = " ".join([*(f"position_{i}:{fmt_bool(same)}" for i, same in enumerate(x.unchanged)),
-                           f"position_{x.position}_changed:{fmt_bool(x.last_changed)}"])
-    return _joined([
-        f"chapter={evidence.chapter}",
-        f"prediction={said.prediction}",
-        f"{_config(evidence)} mask:{MASK_RULE}",
-        f"query={tensor(p.query)}",
-        f"key={tensor(p.key)}",
-        f"value={tensor(p.value)}",
-        f"mask={tensor(p.mask)}",
-        f"raw_scores={tensor(p.scores)}",
-        f"scaled_scores={tensor(p.scaled_scores)}",
-        f"probabilities={tensor(p.probabilities)}",
-        f"row_sums={vec(p.row_sums)}",
-        f"output={tensor(p.output)}",
-        f"suffix_perturbation=key:{vec(x.key_before)}->{vec(x.key_after)} "
-        f"value:{vec(x.value_before)}->{vec(x.value_after)}",
-        f"perturbed_output={vec(x.perturbed_output)}",
-        f"prefix_invariance={invariance}",
-        f"upstream={vec(p.upstream)} loss={fmt_float(p.loss)}",
-        f"query_gradient={vec(p.grad_query)}",
-        f"key_gradient={vec(p.grad_key)}",
-        f"value_gradient={vec(p.grad_value)}",
-        f"prefix_seed={vec(x.seed)} suffix_gradient_zero={fmt_bool(x.suffix_zero)}",
-        _single_line(evidence),
-        f"empty_batch=probabilities:{fmt_shape(_shaped(e, 'weights'))} "
-        f"output:{fmt_shape(_shaped(e, 'output'))} valid:{fmt_bool(e.kept)}",
-        _errors_line(evidence, said),
-        _gradcheck_line(evidence.gradcheck),
-        "history=" + " ".join(f"{key}:{value}" for key, value in said.history),
-        f"proof=tape_finite:{fmt_bool(p.tape_finite)} "
-        f"future_probabilities:{future_word(evidence)} "
-        f"prefix_outputs:{'bitwise' if all(x.unchanged) else 'changed'} "
-        f"replay:{_replay(evidence)}",
-        f"next={said.next}",
-    ])
+def _arrow(name: str) -> Any:
+    """A perturbed row's ``before->after`` (``name``: ``key`` or ``value``)."""
+    return lambda x: f"{vec(x[f'{name}_before'].value)}->{vec(x[f'{name}_after'].value)}"
 
 
-def _causal_trace(evidence: CausalEvidence) -> str:
-    p, x, single, g = evidence.primary, evidence.prefix, evidence.single, evidence.gradcheck
-    _, tokens, d_k = p.query.shape
-    e = evidence.empty
-    query, key, value = evidence.operands(e)
+def _invariance(same: tuple[str, str], changed: tuple[str, str, str], labelled: str,
+                between: str) -> Any:
+    """Each earlier position's output kept (``same``: the words for kept and not) and
+    the perturbed one's changed (``changed``: the label's end and its two words)."""
+    def said(x: Any) -> str:
+        last = x["last_changed"].value
+        return between.join([*(f"position_{i}{labelled}{same[0] if kept else same[1]}"
+                               for i, kept in enumerate(x["unchanged_positions"])),
+                             f"position_{x['position']}{changed[0]}{labelled}"
+                             f"{changed[1] if last else changed[2]}"])
+    return said
 
-    def visibility(i: int) -> str:
-        return "[" + ",".join("blocked" if np.isneginf(m) else "allowed" for m in p.mask[i]) + "]"
 
-    return _joined([
-        f"META|input_shape={fmt_shape(p.query.shape)}|score_shape={fmt_shape(p.scores.shape)}"
-        f"|mask_shape={fmt_shape(p.mask.shape)}|output_shape={fmt_shape(p.output.shape)}"
-        f"|tokens={tokens}|key_width={d_k}|value_width={p.value.shape[2]}"
-        f"|scale={fmt_float(p.scale)}|softmax_axis=key|mask={MASK_RULE}",
-        f"QUERY|{tensor(p.query, '|')}",
-        f"KEY|{tensor(p.key, '|')}",
-        f"VALUE|{tensor(p.value, '|')}",
-        f"MASK|{tensor(p.mask, '|')}",
-        f"RAW_SCORES|{tensor(p.scores, '|')}",
-        f"SCALED_SCORES|{tensor(p.scaled_scores, '|')}",
-        *(f"CAUSAL_ROW|query={i}|visibility={visibility(i)}"
-          f"|masked_scores={vec(p.masked_scores[0, i])}"
-          f"|probabilities={vec(p.probabilities[0, i])}|sum={fmt_float(p.row_sums[0, i])}"
-          f"|terms={mixture_terms(p.terms[i])}|output={vec(p.output[0, i])}"
-          for i in range(p.terms.shape[0])),
-        f"SUFFIX_PERTURBATION|position={x.position}|key_before={vec(x.key_before)}"
-        f"|key_after={vec(x.key_after)}|value_before={vec(x.value_before)}"
-        f"|value_after={vec(x.value_after)}",
-        f"PERTURBED_OUTPUT|{tensor(x.perturbed_output, '|')}",
-        "|".join([f"PREFIX_INVARIANCE|changed_position={x.position}",
-                  *(f"position_{i}={'bitwise-unchanged' if same else 'changed'}"
-                    for i, same in enumerate(x.unchanged)),
-                  f"position_{x.position}={'changed' if x.last_changed else 'unchanged'}"]),
-        f"BACKWARD|seed={vec(p.upstream)}|loss={fmt_float(p.loss)}"
-        f"|query_gradient={vec(p.grad_query)}|key_gradient={vec(p.grad_key)}"
-        f"|value_gradient={vec(p.grad_value)}",
-        f"PREFIX_GRADIENT|seed={vec(x.seed)}|query_gradient={vec(x.grad_query)}"
-        f"|key_gradient={vec(x.grad_key)}|value_gradient={vec(x.grad_value)}"
-        f"|suffix_zero={fmt_bool(x.suffix_zero)}",
-        f"SINGLE_TOKEN|mask={mask_text(single.mask)}|probabilities={vec(single.probabilities)}"
-        f"|output={vec(single.output)}|query_gradient_zero={fmt_bool(single.query_gradient_zero)}"
-        f"|key_gradient_zero={fmt_bool(single.key_gradient_zero)}",
-        f"EMPTY_BATCH|query_shape={fmt_shape(query)}|key_shape={fmt_shape(key)}"
-        f"|value_shape={fmt_shape(value)}|mask_shape={fmt_shape(_shaped(e, 'mask'))}"
-        f"|probability_shape={fmt_shape(_shaped(e, 'weights'))}"
-        f"|output_shape={fmt_shape(_shaped(e, 'output'))}"
-        f"|valid={fmt_bool(e.kept)}",
-        *_error_records(evidence, CAUSAL),
-        "HISTORY|" + "|".join(f"{'earlier_visibility' if key == 'visibility' else key}={value}"
-                              for key, value in CAUSAL.history),
-        f"PROOF|mask_future={'negative-infinity' if np.isneginf(p.mask).any() else 'none'}"
-        f"|tape_finite={fmt_bool(p.tape_finite)}|future_probabilities={future_word(evidence)}"
-        f"|row_sum_tolerance={p.row_sum_tolerance:.12f}|query_checks={g.checked('query')}"
-        f"|key_checks={g.checked('key')}|value_checks={g.checked('value')}"
-        f"|gradient_tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
-        f"|prefix_outputs={'bitwise' if all(x.unchanged) else 'changed'}"
-        f"|replay={_replay(evidence)}",
-        f"NEXT|chapter={CAUSAL.next_chapter}",
-    ])
+CAUSAL_PROOF: tuple[Part, ...] = (
+    ("future_probabilities", "future_probabilities_zero", _future),
+    ("prefix_outputs", "suffix_perturbation.unchanged_positions",
+     lambda same: "bitwise" if all(same) else "changed"), REPLAY)
+
+
+def _causal_text(evidence: CausalEvidence) -> Table:
+    return (
+        *OPENING, ("config", (*CONFIG, ("mask", "config.mask"))),
+        *_tensors("query key value mask raw_scores scaled_scores probabilities", False),
+        ("row_sums", ("tensors.row_sums", vec)), *_tensors("output", False),
+        ("suffix_perturbation", tuple((name, "suffix_perturbation", _arrow(name))
+                                      for name in ("key", "value"))),
+        ("perturbed_output", ("suffix_perturbation.perturbed_output", vec)),
+        ("prefix_invariance", ("suffix_perturbation", _invariance(
+            ("true", "false"), ("_changed", "true", "false"), ":", " "))),
+        *UPSTREAM, *GRADIENTS,
+        ("prefix_seed", (("", "prefix_gradient.seed", vec), ("", "prefix_gradient.suffix_zero",
+                                                             lambda zero: "suffix_gradient_zero="
+                                                             + fmt_bool(zero)))),
+        *SINGLE,
+        ("empty_batch", tuple((name, f"empty_batch.{name}")
+                              for name in ("probabilities", "output", "valid"))),
+        ("errors", ("errors", _errors(CAUSAL))), *GRADCHECK, *HISTORY,
+        ("proof", (("tape_finite", "tape_finite"),
+                   *CAUSAL_PROOF)),
+        *CLOSING,
+    )
+
+
+def _causal_trace(evidence: CausalEvidence) -> Table:
+    return (
+        ("META", (*((f"{name}_shape", f"tensors.{path}", _shape_of) for name, path in (
+            ("input", "query"), ("score", "raw_scores"), ("mask", "mask"), ("output", "output"))),
+            ("tokens", "config.tokens"), ("key_width", "config.d_k"), ("value_width", "config.d_v"),
+            ("scale", "config.scale", fmt_float), ("softmax_axis", "config.softmax_axis"),
+            ("mask", "config.mask"))),
+        *_tensors("query key value mask raw_scores scaled_scores", True),
+        *_rows("CAUSAL_ROW", len(evidence.primary.terms), (
+            ("visibility", "tensors.mask", lambda mask, i: "[" + ",".join(
+                "blocked" if np.isneginf(m) else "allowed" for m in mask[i]) + "]"),
+            ("masked_scores", "tensors.masked_scores", ROW),
+            ("probabilities", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM),
+            ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
+        ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *(
+            (name, f"suffix_perturbation.{name}", vec)
+            for name in ("key_before", "key_after", "value_before", "value_after")))),
+        ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
+        ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
+                               ("", "suffix_perturbation", _invariance(
+                                   ("bitwise-unchanged", "changed"), ("", "changed", "unchanged"),
+                                   "=", "|")))),
+        ("BACKWARD", (("seed", "tensors.upstream", vec), ("loss", "loss", fmt_float), *BACKWARD)),
+        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", vec) for name in (
+            "seed", "query_gradient", "key_gradient", "value_gradient")),
+            ("suffix_zero", "prefix_gradient.suffix_zero"))),
+        ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE[0][1])),
+        ("EMPTY_BATCH", (*((f"{name}_shape", f"empty_batch.{name}")
+                           for name in ("query", "key", "value", "mask")),
+                         ("probability_shape", "empty_batch.probabilities"),
+                         ("output_shape", "empty_batch.output"), ("valid", "empty_batch.valid"))),
+        *_error_records(evidence),
+        ("HISTORY", tuple(("earlier_visibility" if key == "visibility" else key, f"history.{key}")
+                          for key, _ in CAUSAL.history)),
+        ("PROOF", (("mask_future", "tensors.mask", lambda mask: "negative-infinity"
+                    if np.isneginf(mask).any() else "none"),
+                   ("tape_finite", "tape_finite"),
+                   CAUSAL_PROOF[0], *PROOF, *CAUSAL_PROOF[1:])),
+        ("NEXT", (("chapter", "next"),)),
+    )
 
 
 # --- the views the dispatcher calls -----------------------------------------------------
 
 def text(evidence: HeadChapterEvidence) -> str:
     """The chapter's report (the course's ``expected.txt`` for its fixture)."""
-    if isinstance(evidence, CausalEvidence):
-        return _causal_text(evidence)
-    assert isinstance(evidence, SelfAttentionEvidence)
-    return _self_attention_text(evidence)
+    return report(facts(evidence), evidence, _table(evidence, False))
 
 
 def trace(evidence: HeadChapterEvidence) -> str:
     """The diagram trace: what the figure shows, one record a line."""
+    return report(facts(evidence), evidence, _table(evidence, True), True, TRACE_SPELLINGS)
+
+
+def _table(evidence: HeadChapterEvidence, trace: bool) -> Table:
     if isinstance(evidence, CausalEvidence):
-        return _causal_trace(evidence)
+        return (_causal_trace if trace else _causal_text)(evidence)
     assert isinstance(evidence, SelfAttentionEvidence)
-    return _self_attention_trace(evidence)
+    return (_self_attention_trace if trace else _self_attention_text)(evidence)
 
 
 def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
@@ -394,15 +377,15 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
     rows, square = ("batch", "token", "feature"), ("batch", "query", "key")
 
     def given(values: Any) -> Fact:
-        return fact_tensor(values, rows, given=True)
+        return tensor(values, rows, given=True)
 
     rule: dict[str, Any] = {"mask": MASK_RULE} if causal else {"masked": verdict(False)}
-    scores = ({"mask": fact_tensor(p.mask, ("query", "key")),
-               "raw_scores": fact_tensor(p.scores, square),
-               "scaled_scores": fact_tensor(p.scaled_scores, square),
-               "masked_scores": fact_tensor(p.masked_scores, square)} if causal
-              else {"dot_products": fact_tensor(p.scores, square),
-                    "scaled_scores": fact_tensor(p.scaled_scores, square)})
+    scores = ({"mask": tensor(p.mask, ("query", "key")),
+               "raw_scores": tensor(p.scores, square),
+               "scaled_scores": tensor(p.scaled_scores, square),
+               "masked_scores": tensor(p.masked_scores, square)} if causal
+              else {"dot_products": tensor(p.scores, square),
+                    "scaled_scores": tensor(p.scaled_scores, square)})
     own: dict[str, Any] = {}
     batch_probe: dict[str, Any] = {}
     empty: dict[str, Any] = dict(zip(("query", "key", "value"),
@@ -415,13 +398,13 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
                    position=x.position, key_before=given(x.key_before),
                    key_after=given(x.key_after), value_before=given(x.value_before),
                    value_after=given(x.value_after),
-                   perturbed_output=fact_tensor(x.perturbed_output, rows),
+                   perturbed_output=tensor(x.perturbed_output, rows),
                    unchanged_positions=list(x.unchanged), last_changed=verdict(x.last_changed)),
                "prefix_gradient": section(
                    seed=given(x.seed), suffix_start=x.suffix_start,
-                   query_gradient=fact_tensor(x.grad_query, rows),
-                   key_gradient=fact_tensor(x.grad_key, rows),
-                   value_gradient=fact_tensor(x.grad_value, rows),
+                   query_gradient=tensor(x.grad_query, rows),
+                   key_gradient=tensor(x.grad_key, rows),
+                   value_gradient=tensor(x.grad_value, rows),
                    suffix_zero=verdict(x.suffix_zero))}
         empty.update(mask=shape(_shaped(e, "mask")), probabilities=shape(_shaped(e, "weights")),
                      output=shape(_shaped(e, "output")), valid=verdict(e.kept))
@@ -445,19 +428,19 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
                           softmax_axis="key", source=evidence.source),
         "tensors": section(
             query=given(p.query), key=given(p.key), value=given(p.value), **scores,
-            probabilities=fact_tensor(p.probabilities, square),
-            row_sums=fact_tensor(p.row_sums, ("batch", "query")),
-            mixture_terms=fact_tensor(p.terms, ("query", "key", "feature")),
-            output=fact_tensor(p.output, rows), upstream=given(p.upstream),
-            query_gradient=fact_tensor(p.grad_query, rows),
-            key_gradient=fact_tensor(p.grad_key, rows),
-            value_gradient=fact_tensor(p.grad_value, rows)),
+            probabilities=tensor(p.probabilities, square),
+            row_sums=tensor(p.row_sums, ("batch", "query")),
+            mixture_terms=tensor(p.terms, ("query", "key", "feature")),
+            output=tensor(p.output, rows), upstream=given(p.upstream),
+            query_gradient=tensor(p.grad_query, rows),
+            key_gradient=tensor(p.grad_key, rows),
+            value_gradient=tensor(p.grad_value, rows)),
         "loss": scalar(p.loss),
         **own,
         "single_token": section(
             query=given(single.query), key=given(single.key), value=given(single.value),
-            probabilities=fact_tensor(single.probabilities, square),
-            output=fact_tensor(single.output, rows),
+            probabilities=tensor(single.probabilities, square),
+            output=tensor(single.output, rows),
             query_gradient_zero=verdict(single.query_gradient_zero),
             key_gradient_zero=verdict(single.key_gradient_zero)),
         **batch_probe,
@@ -524,7 +507,7 @@ def figure(evidence: HeadChapterEvidence, width: int,
              f"there {'exactly 0' if x.suffix_zero else 'not 0'}"),
         ], x.invariant and x.suffix_zero)
         probes = drawn.facts_part("Probes", [
-            (evidence.future_zero, "future keys", f"weigh {future_word(evidence)}"),
+            (evidence.future_zero, "future keys", f"weigh {_future(evidence.future_zero)}"),
             (single.holds, "single token", f"mask {mask_text(single.mask)}, {one}"),
             (e.kept, "empty batch", f"A {fmt_shape(_shaped(e, 'weights'))}, "
              f"O {fmt_shape(_shaped(e, 'output'))}, "
