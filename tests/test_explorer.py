@@ -466,8 +466,6 @@ def test_every_number_of_every_page_opens_its_terms_or_says_it_was_given(
     if PAGES[name][0] in ("run", "report"):
         chapter = PAGES[name][2] if "--chapter" in PAGES[name] else "37"  # CH37: random
         assert f": {chapter}-" in title, title  # the chapter's id
-    if PAGES[name][0] == "gradcheck":  # the chapter whose gradients it checks
-        assert title.startswith("qkv gradcheck: 26-qkv-projections"), title
 
 
 def test_a_masked_weight_and_its_scaled_score_agree(tmp_path: Path) -> None:

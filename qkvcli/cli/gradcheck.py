@@ -68,7 +68,7 @@ def gradcheck(
                            f"{found.chapter.name}; ignored", err=True)
             with working_on(label_of(fixture)):
                 result = chapters.build(found, overrides).gradcheck
-            show(result, fmt, view, output, title=f"qkv gradcheck: {found.chapter.name}",
+            show(result, fmt, view, output, title="qkv gradcheck",
                  precision=GRADCHECK_PRECISION, pieces=lambda shown: render_pieces(result, shown),
                  html=html)
             if not result.passed:
@@ -87,10 +87,7 @@ def gradcheck(
             loaded.step, loaded.tolerance, loaded.samples, progress=reporter,
             mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,
         )
-    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
-
-    show(result, fmt, view, output, title=f"qkv gradcheck: {CHAPTER_IDS[DEFAULT_CHAPTER]}",
-         precision=GRADCHECK_PRECISION,
+    show(result, fmt, view, output, title="qkv gradcheck", precision=GRADCHECK_PRECISION,
          pieces=lambda shown: render_pieces(result, shown, dtype=dtype), html=html)
     if not result.passed:
         raise SystemExit(EXIT_FAILED)
