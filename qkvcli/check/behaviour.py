@@ -282,7 +282,9 @@ def check_purity(session: Session, kind: Kind) -> tuple[FamilyCheck, list[Failur
     family = kind.family("purity")
     if session.implementation.is_command:
         return not_applicable(family, "command"), []
-    failures = list(session.impurities.get(family, []))
+    # one finding per change: calls that change the same argument at the same coordinate
+    # to the same value, on one fixture, are one finding, not one per call
+    failures = list(dict.fromkeys(session.impurities.get(family, [])))
     if family in session.unfinished:
         failures.append(not_run(family, None, "stopped"))
     return judge(family, failures, len(session.cases_of(kind)),
