@@ -575,3 +575,11 @@ def test_a_failure_that_names_no_slip_adds_no_slip_line(runner: CliRunner) -> No
         result = runner.invoke(main, ["check", str(EXAMPLES / f"{example}.py"), "-f", "text",
                                       "--random", "0"])
         assert not any(line.startswith("slip: ") for line in result.stdout.splitlines())
+
+
+def test_an_argument_changed_on_every_call_is_one_finding_per_change() -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "implementations"
+    found = CliRunner().invoke(main, ["check", str(example / "wrong_modifies_input.py")])
+    assert found.exit_code == 1, found.output
+    purity = [line for line in found.output.splitlines() if line.startswith("  purity ")]
+    assert purity and len(purity) == len(set(purity)), found.output
