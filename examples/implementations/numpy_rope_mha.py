@@ -153,7 +153,8 @@ def mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, ba
 
 def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset,
                  grad_output):
-    q, k, v, a, _, merged, _ = _forward(x, w_query, w_key, w_value, w_output, heads, causal,
+    masked = causal and BUG != "backward-no-mask"  # the slip: weights made again unmasked
+    q, k, v, a, _, merged, _ = _forward(x, w_query, w_key, w_value, w_output, heads, masked,
                                         rope_on, base, offset)
     if grad_output.shape != x.shape:
         raise ValueError(f"grad_output has shape {grad_output.shape}")
@@ -168,8 +169,8 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
     if BUG == "merge-reversed":
         grad_heads = grad_heads[:, ::-1]
     grad_a = grad_heads @ np.swapaxes(v, -1, -2)
-    grad_v = np.swapaxes(a, -1, -2) @ grad_heads
-    grad_s = _softmax_reverse(a, grad_a) / _scale(size)
+    grad_v = (a if BUG == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_heads
+    grad_s = _softmax_reverse(a, grad_a) / (1.0 if BUG == "backward-unscaled" else _scale(size))
     grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
     if rope_on and BUG != "rope-backward-ignored":  # the rotation's reverse carries it back
         grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
@@ -181,6 +182,12 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
     if BUG == "dx-last-head":  # each head's dX overwrites the last: the last head's alone
         last = (np.arange(heads) == heads - 1)[:, None, None]
         paths = [_merge(g * last) for g in (grad_q, grad_k, grad_v)]
+    if BUG == "no-key-path":
+        paths = [paths[0], np.zeros_like(paths[1]), paths[2]]
     grad_input = sum(g @ w.T for g, w in zip(paths, (w_query, w_key, w_value), strict=True))
+    if BUG == "dw-one-item":  # dW_Q, dW_K, dW_V from batch item 0 alone; dW_O summed
+        rows, grads = x[:1].reshape(-1, width), [g[:1] for g in grads]
     grad_w = [rows.T @ g[items].reshape(-1, width) for g in grads]
+    if BUG == "dwq-transposed":
+        grad_w[0] = grad_w[0].T
     return (grad_input + np.zeros_like(x), *grad_w, grad_w_output)

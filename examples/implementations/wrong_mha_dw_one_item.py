@@ -1,38 +1,17 @@
-"""Multi-head attention wrong on purpose: dW_Q, dW_K and dW_V come from batch item 0
+"""Multi-head attention wrong on purpose (dw-one-item): dW_Q, dW_K and dW_V come from batch item 0
 alone (dW_O is summed over the batch as it should be).
 
     qkv check examples/implementations/wrong_mha_dw_one_item.py
 """
 
-import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from numpy_rope_mha import _forward, _merge, _split, mha_forward, rope, rope_reverse  # noqa: F401
+import numpy_rope_mha
 
-
-def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset,
-                 grad_output):
-    q, k, v, a, _, merged, _ = _forward(x, w_query, w_key, w_value, w_output, heads,
-                                        causal, rope_on, base, offset)
-    if grad_output.shape != x.shape:
-        raise ValueError(f"grad_output has shape {grad_output.shape}")
-    width = x.shape[2]
-    size = width // heads
-    rows = x.reshape(-1, width)
-    grad_w_output = merged.reshape(-1, width).T @ grad_output.reshape(-1, width)
-    grad_heads = _split(grad_output @ w_output.T, heads)  # dO per head
-    grad_a = grad_heads @ np.swapaxes(v, -1, -2)
-    grad_v = np.swapaxes(a, -1, -2) @ grad_heads
-    grad_s = a * (grad_a - np.sum(grad_a * a, axis=-1, keepdims=True)) / math.sqrt(size)
-    grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
-    if rope_on:
-        grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
-    grads = [_merge(g) for g in (grad_q, grad_k, grad_v)]
-    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
-    grad_w = [  # the slip: the first item's rows alone
-        rows[:x.shape[1]].T @ g.reshape(-1, width)[:x.shape[1]] for g in grads]
-    return (grad_input + np.zeros_like(x), *grad_w, grad_w_output)
+numpy_rope_mha.BUG = "dw-one-item"
+rope = numpy_rope_mha.rope
+rope_reverse = numpy_rope_mha.rope_reverse
+mha_forward = numpy_rope_mha.mha_forward
+mha_backward = numpy_rope_mha.mha_backward
