@@ -114,11 +114,17 @@ def _validate(x, w_query, w_key, w_value, w_output, heads, rope_on):
         raise ValueError(f"RoPE needs an even head width, got {width // heads}")
 
 
-def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset):
+def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset,
+             forward=False):
     _validate(x, w_query, w_key, w_value, w_output, heads, rope_on)
-    q, k, v = (_split(x @ w, heads) for w in (w_query, w_key, w_value))
-    if rope_on:
+    slip = BUG if forward else ""  # a slip of the forward alone; the backward's pass is right
+    q, k, v = (x @ w for w in (w_query, w_key, w_value))
+    if rope_on and slip == "rope-before-split":  # turned across d_model, then split
         q, k = rope(q, base, offset), rope(k, base, offset)
+    q, k, v = (_split(t, heads) for t in (q, k, v))
+    if rope_on and slip != "rope-before-split":
+        q = rope(q, base, offset)
+        k = k if slip == "rope-query-only" else rope(k, base, offset)
         if BUG == "rope-on-value":
             v = rope(v, base, offset)
     size = x.shape[2] // heads
@@ -130,7 +136,12 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
             future = np.zeros((heads, tokens, tokens), dtype=bool) | future
             future[1:] = False
         scores = np.where(future, -np.inf, scores)
-    weights = _softmax(scores)
+    if slip == "softmax-over-heads":  # each key's column normalised across the heads
+        with np.errstate(invalid="ignore"):  # a key every head masks: -inf - -inf
+            e = np.exp(scores - np.max(scores, axis=1, keepdims=True))
+            weights = e / np.sum(e, axis=1, keepdims=True)
+    else:
+        weights = _softmax(scores)
     heads_out = weights @ v  # [B,H,T,d_h]
     if BUG == "wo-before-merge":  # each head through its own block of W_O, then merged
         blocks = [heads_out[:, h] @ w_output[h * size:(h + 1) * size, h * size:(h + 1) * size]
@@ -138,7 +149,8 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
         merged = np.concatenate(blocks, axis=-1) if blocks else np.zeros(x.shape)
         return q, k, v, weights, heads_out, merged, merged
     merged = _merge(heads_out[:, ::-1] if BUG == "merge-reversed" else heads_out)
-    return q, k, v, weights, heads_out, merged, merged @ w_output
+    output = merged if slip == "no-output-projection" else merged @ w_output
+    return q, k, v, weights, heads_out, merged, output
 
 
 def _scale(size):
@@ -147,7 +159,7 @@ def _scale(size):
 
 def mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset):
     *_, weights, _, merged, output = _forward(x, w_query, w_key, w_value, w_output, heads,
-                                              causal, rope_on, base, offset)
+                                              causal, rope_on, base, offset, forward=True)
     return weights, merged, output
 
 

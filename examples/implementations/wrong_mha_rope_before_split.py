@@ -1,38 +1,17 @@
-"""Multi-head attention wrong on purpose: RoPE turns the [B,T,d_model] projections
+"""Multi-head attention wrong on purpose (rope-before-split): RoPE turns the [B,T,d_model] projections
 before they are split into heads.
 
     qkv check examples/implementations/wrong_mha_rope_before_split.py
 """
 
-import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from numpy_rope_mha import (  # noqa: F401  (its backward: right for the right forward)
-    _merge,
-    _softmax,
-    _split,
-    _validate,
-    mha_backward,
-    rope,
-    rope_reverse,
-)
+import numpy_rope_mha
 
-
-def mha_forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset):
-    _validate(x, w_query, w_key, w_value, w_output, heads, rope_on)
-    q, k, v = x @ w_query, x @ w_key, x @ w_value
-    if rope_on:  # the slip: turned across d_model, then split
-        q, k = rope(q, base, offset), rope(k, base, offset)
-    q, k, v = (_split(t, heads) for t in (q, k, v))
-    size = x.shape[2] // heads
-    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(size)  # [B,H,T,T]
-    tokens = x.shape[1]
-    if causal:
-        scores = np.where(np.triu(np.ones((tokens, tokens), dtype=bool), k=1), -np.inf, scores)
-    weights = _softmax(scores)
-    merged = _merge(weights @ v)
-    return weights, merged, merged @ w_output
+numpy_rope_mha.BUG = "rope-before-split"
+rope = numpy_rope_mha.rope
+rope_reverse = numpy_rope_mha.rope_reverse
+mha_forward = numpy_rope_mha.mha_forward
+mha_backward = numpy_rope_mha.mha_backward
