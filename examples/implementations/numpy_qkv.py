@@ -3,7 +3,7 @@
 Forward: ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` over the last axis of a
 ``[batch, tokens, d_model]`` input. Reverse: the shared input adds all three paths,
 ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T``, while each ``dW = X^T dY`` stays branch-local.
-``BUG`` switches on one slip of the reverse on purpose (``wrong_no_value_path.py``,
+``BUG`` switches on one slip on purpose (``wrong_float32.py``, ``wrong_no_value_path.py``,
 ``wrong_key_path_uses_query_weight.py`` and the ``wrong_projections_*.py`` examples set
 it); ``""`` is correct.
 """
@@ -30,6 +30,8 @@ def validate(x, w_query, w_key, w_value):
 
 def forward(x, w_query, w_key, w_value):
     validate(x, w_query, w_key, w_value)
+    if BUG == "float32":  # the slip: computed in float32, about 7 significant digits
+        x, w_query, w_key, w_value = (a.astype("float32") for a in (x, w_query, w_key, w_value))
     # [B,T,d] @ [d,h] -> [B,T,h], once per branch
     return x @ w_query, x @ w_key, x @ w_value
 
@@ -39,6 +41,9 @@ def backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value):
     for name, g in (("query", grad_query), ("key", grad_key), ("value", grad_value)):
         if g.shape != (batch, tokens, d_head):
             raise ValueError(f"{name} upstream gradient has shape {g.shape}")
+    if BUG == "float32":  # the slip: computed in float32, about 7 significant digits
+        x, w_query, w_key, w_value, grad_query, grad_key, grad_value = (
+            a.astype("float32") for a in (x, w_query, w_key, w_value, grad_query, grad_key, grad_value))
     # Three paths add into the shared input: [B,T,h] @ [h,d] -> [B,T,d]
     grad_input = grad_query @ w_query.T + grad_key @ w_key.T + grad_value @ w_value.T
     if BUG == "no-value-path":  # the slip: dX stops after two paths
