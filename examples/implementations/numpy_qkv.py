@@ -3,7 +3,12 @@
 Forward: ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` over the last axis of a
 ``[batch, tokens, d_model]`` input. Reverse: the shared input adds all three paths,
 ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T``, while each ``dW = X^T dY`` stays branch-local.
+``BUG`` switches on one slip on purpose (``wrong_float32.py``, ``wrong_no_value_path.py``,
+``wrong_key_path_uses_query_weight.py`` and the ``wrong_projections_*.py`` examples set
+it); ``""`` is correct.
 """
+
+BUG = ""
 
 
 def validate(x, w_query, w_key, w_value):
@@ -25,6 +30,8 @@ def validate(x, w_query, w_key, w_value):
 
 def forward(x, w_query, w_key, w_value):
     validate(x, w_query, w_key, w_value)
+    if BUG == "float32":  # the slip: computed in float32, about 7 significant digits
+        x, w_query, w_key, w_value = (a.astype("float32") for a in (x, w_query, w_key, w_value))
     # [B,T,d] @ [d,h] -> [B,T,h], once per branch
     return x @ w_query, x @ w_key, x @ w_value
 
@@ -34,11 +41,23 @@ def backward(x, w_query, w_key, w_value, grad_query, grad_key, grad_value):
     for name, g in (("query", grad_query), ("key", grad_key), ("value", grad_value)):
         if g.shape != (batch, tokens, d_head):
             raise ValueError(f"{name} upstream gradient has shape {g.shape}")
+    if BUG == "float32":  # the slip: computed in float32, about 7 significant digits
+        x, w_query, w_key, w_value, grad_query, grad_key, grad_value = (
+            a.astype("float32") for a in (x, w_query, w_key, w_value, grad_query, grad_key, grad_value))
     # Three paths add into the shared input: [B,T,h] @ [h,d] -> [B,T,d]
     grad_input = grad_query @ w_query.T + grad_key @ w_key.T + grad_value @ w_value.T
+    if BUG == "no-value-path":  # the slip: dX stops after two paths
+        grad_input = grad_query @ w_query.T + grad_key @ w_key.T
+    if BUG == "key-path-uses-query-weight":  # the slip: the key path goes back through W_Q
+        grad_input = grad_query @ w_query.T + grad_key @ w_query.T + grad_value @ w_value.T
     rows = x.reshape(batch * tokens, d_model)  # X_(BT): [BT,d]
 
     def branch(g):
         return rows.T @ g.reshape(batch * tokens, d_head)  # [d,BT] @ [BT,h] -> [d,h]
 
-    return grad_input, branch(grad_query), branch(grad_key), branch(grad_value)
+    grad_w = [branch(grad_query), branch(grad_key), branch(grad_value)]
+    if BUG == "dw-mean":  # the slip: a mean over the B*T rows, not their sum
+        grad_w = [g / max(batch * tokens, 1) for g in grad_w]
+    if BUG == "dwq-transposed":  # the slip: dQ^T X, [h,d] instead of [d,h]
+        grad_w[0] = grad_query.reshape(batch * tokens, d_head).T @ rows
+    return (grad_input, *grad_w)

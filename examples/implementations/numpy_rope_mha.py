@@ -30,13 +30,17 @@ def _angles(tokens, width, base, offset):
     kind = np.float32 if BUG == "float32-angles" else np.float64
     positions = np.arange(first, first + tokens, dtype=kind)
     frequencies = 1.0 / kind(base) ** (np.arange(0, width, 2, dtype=kind) / kind(width))
-    return positions[:, None] * frequencies[None, :]  # [T, d/2]
+    angles = positions[:, None] * frequencies[None, :]  # [T, d/2]
+    return np.radians(angles) if BUG == "degrees" else angles  # the slip: radians read as degrees
 
 
 def _turn(x, base, offset, sign):
     if x.ndim < 2:
         raise ValueError(f"RoPE needs [..., tokens, width], got shape {x.shape}")
-    angles = _angles(x.shape[-2], x.shape[-1], base, offset)
+    along = 0 if BUG == "batch-positions" else -2  # the slip: positions along the batch axis
+    angles = _angles(x.shape[along], x.shape[-1], base, offset)
+    if BUG == "batch-positions":  # [B, 1, ..., d/2]: every token of item b turned by offset + b
+        angles = angles.reshape(x.shape[0], *[1] * (x.ndim - 2), x.shape[-1] // 2)
     cos, sin = np.cos(angles), sign * np.sin(angles)
     if BUG == "cos-sin-swapped":
         cos, sin = np.sin(angles), sign * np.cos(angles)
