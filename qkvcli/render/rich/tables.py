@@ -13,6 +13,7 @@ import numpy as np
 from rich.box import SIMPLE_HEAVY, Box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +22,7 @@ from qkvcli.render.numbers import fmt_float, fmt_shape, format_chunk
 from qkvcli.render.rich.grid import GRID_FROM_CELLS, NumberGrid
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
+from qkvcli.stages.terms import Derivation
 
 FULL_HINT = "--full shows every value"
 Summarise = Callable[[Array], TensorSummary]
@@ -350,3 +352,24 @@ def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[
 def pairs(labels: Iterable[tuple[str, str]]) -> Table:
     """A borderless two-column ``label  value`` grid, labels dimmed."""
     return grid(*labels, nowrap=(0,), dim=(0,))
+
+
+def worked(element: str, derivation: Derivation, options: RichOptions) -> RenderableType:
+    """One element worked from its stage's description: the element formula applied to its
+    index (:func:`qkvcli.stages.applied.element_at`), then each term with the operand
+    values it multiplies, and the element itself, the engine's number, which they add up to."""
+    times = f" {options.symbols.times} "
+    rows = [(options.math(row.label.strip()),
+             times.join(fmt_float(v, options.precision) for v in row.operands),
+             fmt_float(float(row.value), options.precision))
+            for row in derivation.rows if row.part in ("term", "rest")]
+    rows.append((options.math(element.split(" = ")[0]), "",
+                 fmt_float(derivation.value, options.precision)))
+    table = Table.grid(padding=(0, 2))
+    table.add_column(overflow="fold", min_width=longest_word(row[0] for row in rows))
+    # the operands are numbers: a column that never wraps, measured whole, so never cut
+    table.add_column(no_wrap=True, justify="right", min_width=widest_line(r[1] for r in rows))
+    add_number_column(table, "")
+    for row in rows:
+        table.add_row(*map(cell, row))
+    return Group(Text(options.math(element)), Padding(table, (0, 0, 0, 2)))

@@ -48,9 +48,13 @@ from qkvcli.render.rich.tables import (
     longest_word,
     matrix_table,
     pairs,
+    worked,
 )
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries, summarise
 from qkvcli.render.wording import check_rows
+from qkvcli.stages.applied import element_at, fewer, formula_in
+from qkvcli.stages.table import STAGES
+from qkvcli.stages.terms import Derivation, input_paths, projection, weight_gradient
 
 REJECTION_REASONS = {
     "rank-two": "The input must keep explicit batch, token, and feature axes.",
@@ -73,6 +77,23 @@ def expect_marks(evidence: Evidence, name: str) -> frozenset[tuple[int, ...]]:
     return frozenset(m.coordinate for m in evidence.expect.mismatches if m.name == name)
 
 
+def _worked_at(evidence: Evidence, name: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The coordinate a figure works by hand: the first that differs from the fixture's
+    ``expect`` (so the terms explain the marked value), else the first; ``None`` when the
+    tensor has no values."""
+    if 0 in shape:
+        return None
+    return min(expect_marks(evidence, name), default=tuple(0 for _ in shape))
+
+
+def _work(stage: str, names: dict[str, str], at: tuple[int, ...], derivation: Derivation,
+          options: RichOptions) -> RenderableType:
+    """``stage``'s element at ``at`` in the figure's ``names``, its terms cut to
+    ``max_rows`` unless ``full``."""
+    shown = derivation if options.full else fewer(derivation, options.max_rows)
+    return worked(element_at(STAGES[stage], at, names, optional=False), shown, options)
+
+
 def _upstream_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     """U_Q, U_K, U_V: the upstream gradients dL/dQ, dL/dK, dL/dV the reverse pass starts
     from, what a learner needs to recompute dX and each dW by hand."""
@@ -92,19 +113,23 @@ def _upstream_part(evidence: Evidence, options: RichOptions, summaries: Summaris
 
 def _input_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     p = evidence.primary
-    t = options.symbols.transpose
     loss = Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
                 f"{fmt_float(p.loss, options.precision)}")
     if expect_marks(evidence, "loss"):
         loss.append(f" {options.symbols.mark} differs from the fixture's expect",
                     style="bold reverse")
+    stage = "projection reverse (input)"
+    at = _worked_at(evidence, "input_gradient", p.grad_input.shape)
     body = lines(
-        Text(f"dX = dQ W_Q{t} + dK W_K{t} + dV W_V{t}"),
+        Text(options.math(formula_in(STAGES[stage], {}))),
         Text(f"All three paths add into the shared input; shape(dX) = "
              f"{fmt_shape(p.grad_input.shape)}.", style="dim"),
         loss,
         *batched_tables(p.grad_input, "dX", PLAIN, options, edge=False, summaries=summaries,
                         marks=expect_marks(evidence, "input_gradient")),
+        None if at is None else _work(stage, {}, at, input_paths(
+            (p.grad_query, p.grad_key, p.grad_value), p.weights, at,
+            float(p.grad_input[at])), options),
     )
     return Part(body, titled("Combined input gradient", evidence.reverse_ok))
 
@@ -112,8 +137,8 @@ def _input_gradient_part(evidence: Evidence, options: RichOptions, summaries: Su
 def _weight_gradient_part(evidence: Evidence, options: RichOptions, summaries: Summarise) -> Part:
     p = evidence.primary
     g = evidence.gradcheck
-    t = options.symbols.transpose
-    tables = []
+    stage = "projection reverse (weight)"
+    tables, terms = [], []
     passed = True
     for index, role in enumerate(ROLES):
         letter = LETTERS[role]
@@ -131,10 +156,18 @@ def _weight_gradient_part(evidence: Evidence, options: RichOptions, summaries: S
                   caption),
             box=None,
         ))
+        names = {"dW": f"dW_{letter}", "U": f"U_{letter}"}
+        at = _worked_at(evidence, f"{role}_weight_gradient", grad.shape)
+        upstream = (p.grad_query, p.grad_key, p.grad_value)[index]
+        if at is not None and p.input.size:
+            terms.append(Part(_work(stage, names, at, weight_gradient(
+                p.input, upstream, (at[0], at[1]), float(grad[at]), f"U_{letter}"), options),
+                box=None))
     body = lines(
-        Text(f"dW = X_(BT){t} dY_(BT) in each branch: a weight's gradient never crosses "
-             "branches."),
+        Text(options.math(formula_in(STAGES[stage], {})) + " in each branch: a weight's "
+             "gradient never crosses branches."),
         Row(tables, gap=3, stack_expand=False, fill=False),
+        Row(terms, gap=3, stack_expand=False, fill=False),
     )
     return Part(body, titled("Branch-local weight gradients", passed))
 
@@ -314,9 +347,11 @@ def _branch_part(
     box, style = ROLE_BOXES[role], ROLE_STYLES[role]
     weight = p.weights[index]
     output = p.outputs[index]
+    names = {"Y": letter, "W": f"W_{letter}"}
+    at = _worked_at(evidence, role, output.shape)
     body = lines(
         Text(ROLE_SENTENCES[role], style=f"bold {style}"),
-        Text(f"{letter} = X W_{letter}"),
+        Text(options.math(formula_in(STAGES["projection"], names, optional=False))),
         Text("Stable parameter:", style="dim"),
         # Its own line: a long name must not force the three branches to stack.
         Text(p.parameter_names[index], overflow="fold"),
@@ -334,6 +369,8 @@ def _branch_part(
                                        summaries=summaries,
                                        marks=expect_marks(evidence, role))), box=None),
         ], gap=2, stack_expand=False, fill=False),
+        None if at is None or not p.input.size else _work("projection", names, at, projection(
+            p.input, weight, None, at, float(output[at]), ("X", f"W_{letter}", "")), options),
     )
     title = titled(f"{role.capitalize()} projection ({BORDER_WORDS[role]})")
     return Part(body, title, box, style)
