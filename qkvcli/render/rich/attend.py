@@ -40,7 +40,16 @@ from qkvcli.render.attend import (
 )
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, checks_card, titled, verdict_line
+from qkvcli.render.rich.layout import (
+    Fitted,
+    Flow,
+    Part,
+    Row,
+    beside,
+    card,
+    checks_card,
+    verdict_line,
+)
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
     Column,
@@ -51,6 +60,8 @@ from qkvcli.render.rich.tables import (
     query_key_table,
     table,
 )
+from qkvcli.stages.applied import formula_in
+from qkvcli.stages.table import STAGES
 
 FEWEST_COLUMNS = 3
 """The narrowest layout still shows the first and last key (or feature) around a gap."""
@@ -72,9 +83,12 @@ SYMBOLS = {
 }
 """The chapter's symbol for each gradient the text view prints, by published name."""
 
-REVERSE_RULES = ("dA = dO V^T,", "dV = A^T dO,", "dZ = A*(dA - rowsum(dA*A)),", "dS = dZ*scale,",
-                 "dQ = dS K,", "dK = dS^T Q,", "dX = sum of three paths;")
-"""The text view's reverse rules, one formula per item: a line wraps between formulas."""
+REVERSE_STAGES = ("mixture reverse (weights)", "mixture reverse (values)", "softmax reverse",
+                  "scale reverse", "scores reverse (queries)", "scores reverse (keys)",
+                  "projection reverse (input)")
+"""The reverse steps the card lists, each by its stage's formula, in attend's names (U is
+dO; the paths into dX start from dQ, dK, dV)."""
+NAMES = {"U": "dO", "U_Q": "dQ", "U_K": "dK", "U_V": "dV"}
 
 
 def column_limits(count: int, options: RichOptions) -> list[int]:
@@ -99,12 +113,9 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
               ("scaled_scores", f"batch {batch}: Z = S * {fmt_general(c.scale, 6)}" if c.scale_given
                else f"batch {batch}: Z = S / sqrt({c.d_k})",
                "-inf: masked (causal)" if c.causal else None))
-    return Fitted([
-        Row([Part(query_key_table(evidence.primary[name][batch], title, options, limit, caption),
-                  box=None)
-             for name, title, caption in titles], gap=2, stack_expand=False, fill=False)
-        for limit in column_limits(c.tokens, options)
-    ])
+    return Fitted([beside(query_key_table(evidence.primary[name][batch], title, options, limit,
+                                          caption) for name, title, caption in titles)
+                   for limit in column_limits(c.tokens, options)])
 
 
 SMALL_VALUES = 12
@@ -152,14 +163,15 @@ def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Part:
     small = options.full or any(
         np.asarray(tensors[name]).size <= SMALL_VALUES for name in REVERSE if name in tensors)
     tables = [_reverse_table(evidence, options, True)] if small else []
-    rules = (f"{upstream_source(evidence)};", *REVERSE_RULES,
+    # one formula per item: a line wraps between formulas
+    rules = (f"{upstream_source(evidence)};",
+             *(options.math(formula_in(STAGES[stage], NAMES)) + "," for stage in REVERSE_STAGES),
              "every value: -f text or -f json")
-    body = Group(
-        Text(f"L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}"),
-        Fitted([*tables, _reverse_table(evidence, options, False)]),
-        Flow([Text(rule, style="dim") for rule in rules], gap=1))
     reverse = next(check.passed for check in evidence.checks if check.name == "reverse")
-    return Part(body, titled("Reverse pass", reverse))
+    return card("Reverse pass", reverse,
+                Text(f"L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}"),
+                Fitted([*tables, _reverse_table(evidence, options, False)]),
+                Flow([Text(rule, style="dim") for rule in rules], gap=1))
 
 
 BAR_WIDTH = 10
@@ -213,8 +225,7 @@ def attention_row(evidence: AttendEvidence, batch: int, options: RichOptions) ->
                      for limit in column_limits(c.d_v, options)])
     layouts = [_attention_table(evidence, batch, options, limits[0]),
                *(_attention_table(evidence, batch, options, limit, bar=False) for limit in limits)]
-    return Fitted([Row([Part(layout, box=None), Part(output, box=None)], gap=2,
-                       stack_expand=False, fill=False) for layout in layouts])
+    return Fitted([beside([layout, output]) for layout in layouts])
 
 
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
@@ -242,9 +253,8 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     )
     # A Part in a Row, not a bare Panel: a Panel measures as wide as its longest line, which
     # made the CLI widen the whole view for a line of prose that could wrap.
-    parts: list[RenderableType] = [Row([Part(header,
-                                             Text(f"attend: {escape_controls(evidence.chapter)}"),
-                                             box.ROUNDED)])]
+    parts: list[RenderableType] = [Row([card(Text(f"attend: {escape_controls(evidence.chapter)}"),
+                                              None, header, box=box.ROUNDED)])]
     if c.heads is not None:  # a multi-head layer: one heat map per head
         parts.append(heatmaps(evidence, options))
     for b in range(c.batch if c.heads is None else 0):
@@ -254,8 +264,8 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     parts.append(Row([checks_card(((c.passed, c.name, c.detail) for c in attend_checks(evidence)),
                                   evidence.passed)]))
     for note in evidence.notes:
-        parts.append(Row([Part(Text(note_text(note)), f"note: {note.code}", box.ROUNDED,
-                               "yellow")]))
+        parts.append(Row([card(Text(f"note: {note.code}"), None, Text(note_text(note)),
+                               box=box.ROUNDED, style="yellow")]))
     parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
                               len(evidence.checks)))
     return Group(*parts)
