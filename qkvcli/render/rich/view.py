@@ -34,6 +34,7 @@ from qkvcli.render.rich.layout import (
     Row,
     beside,
     card,
+    checks_card,
     lines,
     status,
     verdict_line,
@@ -300,8 +301,8 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
     the width it is printed at. Raises nothing for any valid evidence.
     """
     f = Figure(evidence, options or RichOptions())
-    checks = card("Checks", evidence.passed, verdicts(
-        (c.passed, c.name, c.detail) for c in check_rows(evidence)))
+    checks = checks_card(((c.passed, c.name, c.detail) for c in check_rows(evidence)),
+                         evidence.passed)
     return lines(
         Text(f"qkv {f.options.symbols.dot} chapter {f.options.safe(evidence.chapter)}",
              style="bold"),
