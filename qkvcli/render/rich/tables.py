@@ -104,7 +104,7 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text] | None]
     setting, a borderless grid with two spaces between columns.
     """
     made = (Table(**{"header_style": "bold", **settings}) if "box" in settings
-            else Table.grid(padding=(0, 2), **settings))
+            else Table.grid(**{"padding": (0, 2), **settings}))
     for index, column in enumerate(columns):
         texts = [column.header, *(row[index] for row in rows
                                   if row is not None and index < len(row))]
@@ -346,13 +346,15 @@ def worked(element: str, derivation: Derivation, options: RichOptions) -> Render
     """One element worked from its stage's description: the element formula applied to its
     index (:func:`qkvcli.stages.applied.element_at`), then each term with the operand
     values it multiplies, and the element itself, the engine's number, which they add up to."""
-    times = f" {options.symbols.times} "
-    rows = [(options.math(row.label.strip()),
-             times.join(fmt_float(v, options.precision) for v in row.operands),
-             fmt_float(float(row.value), options.precision))
-            for row in derivation.rows if row.part in ("term", "rest")]
-    rows.append((options.math(element.split(" = ")[0]), "",
+    rows: list[tuple[str, ...]] = []
+    for row in derivation.rows:
+        if row.part in ("term", "rest"):
+            spelled = [fmt_float(v, options.precision) for v in row.operands]
+            product = ((spelled[0], options.symbols.times, spelled[1], "=")
+                       if len(spelled) == 2 else ("", "", "", ""))
+            rows.append((options.math(row.label.strip()), *product,
+                         fmt_float(float(row.value), options.precision)))
+    rows.append((options.math(element.split(" = ")[0]), "", "", "", "",
                  fmt_float(derivation.value, options.precision)))
-    # the operands are numbers side by side: a line, never wrapped, never cut
-    terms = table([Column(), Column(kind="line", justify="right"), NUMBER], rows)
+    terms = table([Column(), NUMBER, WORD, NUMBER, WORD, NUMBER], rows, padding=(0, 1))
     return Group(Text(options.math(element)), Padding(terms, (0, 0, 0, 2)))
