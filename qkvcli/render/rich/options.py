@@ -17,7 +17,6 @@ class Symbols(Record):
 
     arrow: str
     ellipsis: str
-    transpose: str
     tau: str
     dash: str
     worst: str
@@ -28,9 +27,9 @@ class Symbols(Record):
     """Beside the worst coordinate's tensor name, on its row (``worst`` explains it below)."""
 
 
-UNICODE = Symbols(arrow="→", ellipsis="…", transpose="ᵀ", tau="τ", dash="—", worst="◀ worst",
+UNICODE = Symbols(arrow="→", ellipsis="…", tau="τ", dash="—", worst="◀ worst",
                   times="×", dot="·", block="█", mark="◀")  # noqa: RUF001 - the multiplication sign
-ASCII = Symbols(arrow="->", ellipsis="...", transpose="^T", tau="tau", dash="-", worst="<- worst",
+ASCII = Symbols(arrow="->", ellipsis="...", tau="tau", dash="-", worst="<- worst",
                 times="x", dot="-", block="#", mark="<-")
 
 
