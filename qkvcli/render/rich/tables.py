@@ -1,8 +1,10 @@
-"""Tables of numbers for the rich views: literal cells that never cut a number, and elision.
+"""Tables of the rich views, built one way (:func:`table`), and how they elide.
 
-A number is never folded, wrapped or cut to an ellipsis: number columns are ``no_wrap``
-and a view too wide for the screen is widened by the CLI (or shown with fewer columns,
-elided with a note, unless ``--full``).
+A column lays out by what it holds (:class:`Column`): a number is never cropped, wrapped
+at a space or cut to an ellipsis; a view too wide for the screen is widened by the CLI, or
+shown with fewer columns, elided with a note that names what is hidden (unless ``--full``).
+:func:`matrix_table`, :func:`query_key_table` and :func:`batched_tables` lay out tensors,
+:func:`grid` rows of words, :func:`worked` one element worked from its stage.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ class Column(Record):
     style: str | None = None
 
 
-NUMBER, LINE, WORD = Column(kind="number"), Column(kind="line"), Column(kind="word")
+NUMBER, WORD = Column(kind="number"), Column(kind="word")
+"""Headerless columns of a number and of a word."""
 
 
 def table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text] | None],
