@@ -54,6 +54,7 @@ from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
     Column,
     Extra,
+    column_limits,
     elision_note,
     noted,
     pick,
@@ -62,12 +63,6 @@ from qkvcli.render.rich.tables import (
 )
 from qkvcli.stages.applied import formula_in
 from qkvcli.stages.table import STAGES
-
-FEWEST_COLUMNS = 3
-"""The narrowest layout still shows the first and last key (or feature) around a gap."""
-MOST_COLUMNS = 16
-"""The most keys (or features) a layout offers unless ``--full``: more than a 160-column
-figure holds."""
 
 SYMBOLS = {
     "upstream_output": "U = dO", "heads_output_gradient": "dH", "weights_gradient": "dA",
@@ -89,15 +84,6 @@ REVERSE_STAGES = ("mixture reverse (weights)", "mixture reverse (values)", "soft
 """The reverse steps the card lists, each by its stage's formula, in attend's names (U is
 dO; the paths into dX start from dQ, dK, dV)."""
 NAMES = {"U": "dO", "U_Q": "dQ", "U_K": "dK", "U_V": "dV"}
-
-
-def column_limits(count: int, options: RichOptions) -> list[int]:
-    """Column limits to try, widest first: every column (``--full``, or up to
-    :data:`MOST_COLUMNS`), then one fewer at a time down to :data:`FEWEST_COLUMNS`: the
-    width of the screen, not ``max_columns``, decides how many keys are shown."""
-    if options.full or count <= FEWEST_COLUMNS:
-        return [count]
-    return list(range(min(count, MOST_COLUMNS), FEWEST_COLUMNS - 1, -1))
 
 
 def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:

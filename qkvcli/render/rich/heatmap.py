@@ -34,7 +34,7 @@ from qkvcli.render.attend import published_name, rope_words
 from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.layout import Fitted, beside
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import WORD, Column, query_key_table, table
+from qkvcli.render.rich.tables import WORD, Column, column_limits, query_key_table, table
 
 SHADES = (" ", "░", "▒", "▓", "█")
 ASCII_SHADES = (" ", ".", ":", "*", "#")
@@ -168,8 +168,8 @@ def head_layouts(evidence: AttendEvidence, batch: int, head: int,
     fewer keys (up to :data:`NUMBERS_UP_TO` tokens), else glyph grids ever narrower."""
     tokens = evidence.config.tokens
     if _numbered(tokens, options):
-        limits = [tokens] if options.full or tokens <= 3 else list(range(tokens, 2, -1))
-        return [head_table(evidence, batch, head, options, limit) for limit in limits]
+        return [head_table(evidence, batch, head, options, limit)
+                for limit in column_limits(tokens, options)]
     widths = sorted({min(tokens, w) for w in GRID_COLUMNS}, reverse=True)
     return [head_grid(evidence, batch, head, options, w) for w in widths]
 

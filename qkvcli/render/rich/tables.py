@@ -67,6 +67,22 @@ def pick(count: int, limit: int, full: bool,
     return picked
 
 
+FEWEST_COLUMNS = 3
+"""The narrowest layout still shows the first and last key (or feature) around a gap."""
+MOST_COLUMNS = 16
+"""The most keys (or features) a layout offers unless ``--full``: more than a 160-column
+figure holds."""
+
+
+def column_limits(count: int, options: RichOptions) -> list[int]:
+    """Column limits to try, widest first: every column (``--full``, or up to
+    :data:`MOST_COLUMNS`), then one fewer at a time down to :data:`FEWEST_COLUMNS`: the
+    width of the screen, not ``max_columns``, decides how many keys are shown."""
+    if options.full or count <= FEWEST_COLUMNS:
+        return [count]
+    return list(range(min(count, MOST_COLUMNS), FEWEST_COLUMNS - 1, -1))
+
+
 def shown(indices: Sequence[int | None]) -> int:
     """How many real indices (not gaps) ``indices`` holds."""
     return sum(1 for index in indices if index is not None)
