@@ -17,6 +17,8 @@ text view's (:mod:`qkvcli.render.attend`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from rich import box
 from rich.console import Group, RenderableType
@@ -38,24 +40,29 @@ from qkvcli.render.attend import (
 )
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.heatmap import heatmaps
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, checks_card, titled, verdict_line
+from qkvcli.render.rich.layout import (
+    Fitted,
+    Flow,
+    Part,
+    Row,
+    beside,
+    card,
+    checks_card,
+    verdict_line,
+)
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
+    Column,
     Extra,
-    add_number_column,
-    cell,
+    column_limits,
     elision_note,
     noted,
     pick,
     query_key_table,
-    widest_line,
+    table,
 )
-
-FEWEST_COLUMNS = 3
-"""The narrowest layout still shows the first and last key (or feature) around a gap."""
-MOST_COLUMNS = 16
-"""The most keys (or features) a layout offers unless ``--full``: more than a 160-column
-figure holds."""
+from qkvcli.stages.applied import formula_in
+from qkvcli.stages.table import STAGES
 
 SYMBOLS = {
     "upstream_output": "U = dO", "heads_output_gradient": "dH", "weights_gradient": "dA",
@@ -71,18 +78,12 @@ SYMBOLS = {
 }
 """The chapter's symbol for each gradient the text view prints, by published name."""
 
-REVERSE_RULES = ("dA = dO V^T,", "dV = A^T dO,", "dZ = A*(dA - rowsum(dA*A)),", "dS = dZ*scale,",
-                 "dQ = dS K,", "dK = dS^T Q,", "dX = sum of three paths;")
-"""The text view's reverse rules, one formula per item: a line wraps between formulas."""
-
-
-def column_limits(count: int, options: RichOptions) -> list[int]:
-    """Column limits to try, widest first: every column (``--full``, or up to
-    :data:`MOST_COLUMNS`), then one fewer at a time down to :data:`FEWEST_COLUMNS`: the
-    width of the screen, not ``max_columns``, decides how many keys are shown."""
-    if options.full or count <= FEWEST_COLUMNS:
-        return [count]
-    return list(range(min(count, MOST_COLUMNS), FEWEST_COLUMNS - 1, -1))
+REVERSE_STAGES = ("mixture reverse (weights)", "mixture reverse (values)", "softmax reverse",
+                  "scale reverse", "scores reverse (queries)", "scores reverse (keys)",
+                  "projection reverse (input)")
+"""The reverse steps the card lists, each by its stage's formula, in attend's names (U is
+dO; the paths into dX start from dQ, dK, dV)."""
+NAMES = {"U": "dO", "U_Q": "dQ", "U_K": "dK", "U_V": "dV"}
 
 
 def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
@@ -98,12 +99,9 @@ def scores_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fi
               ("scaled_scores", f"batch {batch}: Z = S * {fmt_general(c.scale, 6)}" if c.scale_given
                else f"batch {batch}: Z = S / sqrt({c.d_k})",
                "-inf: masked (causal)" if c.causal else None))
-    return Fitted([
-        Row([Part(query_key_table(evidence.primary[name][batch], title, options, limit, caption),
-                  box=None)
-             for name, title, caption in titles], gap=2, stack_expand=False, fill=False)
-        for limit in column_limits(c.tokens, options)
-    ])
+    return Fitted([beside(query_key_table(evidence.primary[name][batch], title, options, limit,
+                                          caption) for name, title, caption in titles)
+                   for limit in column_limits(c.tokens, options)])
 
 
 SMALL_VALUES = 12
@@ -111,25 +109,20 @@ SMALL_VALUES = 12
 recomputes dQ, dK, dV of two tokens by hand); a larger one by its largest value and norm."""
 
 
-def _values_cell(values: Array, options: RichOptions) -> Text:
-    """``[v, v, ...]`` row-major, the values apart so a long list wraps between them."""
-    if values.size > SMALL_VALUES and not options.full:
-        return Text("")
-    return Text("[" + ", ".join(fmt_float(float(v), options.precision)
-                                for v in values.reshape(-1)) + "]")
+def _values(values: Array, options: RichOptions, picked: Sequence[int | None] | None = None) -> str:
+    """``[v, v, ...]`` row-major (``picked``: those indices, an ellipsis for a gap), the
+    values apart so a long list wraps between them."""
+    flat = values.reshape(-1)
+    return "[" + ", ".join(options.symbols.ellipsis if i is None else
+                           fmt_float(float(flat[i]), options.precision)
+                           for i in (range(flat.size) if picked is None else picked)) + "]"
 
 
 def _reverse_table(evidence: AttendEvidence, options: RichOptions, small: bool) -> Table:
     """One row per gradient: shape, largest magnitude, norm, and (``small``) the values
     of each gradient of at most :data:`SMALL_VALUES` values."""
     tensors = evidence.primary.tensors
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False)
-    table.add_column("gradient", no_wrap=True)
-    table.add_column("shape", no_wrap=True)
-    add_number_column(table, "max |value|")
-    add_number_column(table, "norm")
-    if small:
-        table.add_column("values", overflow="fold")
+    rows = []
     for name in REVERSE:
         if name not in tensors:
             continue
@@ -139,12 +132,14 @@ def _reverse_table(evidence: AttendEvidence, options: RichOptions, small: bool) 
         # the chapter's symbol, then a checkpoint parameter's framework name (dW_Q q_proj_...)
         default, shown_name = (f(name, evidence.config) for f in (default_name, published_name))
         symbol = SYMBOLS.get(default, default)
-        label = symbol if shown_name == default else f"{symbol} {shown_name}"
-        row = [cell(label), cell(fmt_shape(values.shape)),
-               cell(fmt_float(largest, options.precision)),
-               cell(fmt_float(norm, options.precision))]
-        table.add_row(*row, *([_values_cell(values, options)] if small else []))
-    return table
+        whole = values.size <= SMALL_VALUES or options.full
+        rows.append([symbol if shown_name == default else f"{symbol} {shown_name}",
+                     fmt_shape(values.shape), fmt_float(largest, options.precision),
+                     fmt_float(norm, options.precision),
+                     *([_values(values, options) if whole else ""] if small else [])])
+    columns = [Column("gradient", "word"), Column("shape", "word"),
+               Column("max |value|", "number"), Column("norm", "number"), Column("values")]
+    return table(columns[:5 if small else 4], rows, box=box.SIMPLE_HEAVY, pad_edge=False)
 
 
 def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Part:
@@ -154,21 +149,21 @@ def reverse_summary(evidence: AttendEvidence, options: RichOptions) -> Part:
     small = options.full or any(
         np.asarray(tensors[name]).size <= SMALL_VALUES for name in REVERSE if name in tensors)
     tables = [_reverse_table(evidence, options, True)] if small else []
-    rules = (f"{upstream_source(evidence)};", *REVERSE_RULES,
+    # one formula per item: a line wraps between formulas
+    rules = (f"{upstream_source(evidence)};",
+             *(options.math(formula_in(STAGES[stage], NAMES)) + "," for stage in REVERSE_STAGES),
              "every value: -f text or -f json")
-    body = Group(
-        Text(f"L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}"),
-        Fitted([*tables, _reverse_table(evidence, options, False)]),
-        Flow([Text(rule, style="dim") for rule in rules], gap=1))
     reverse = next(check.passed for check in evidence.checks if check.name == "reverse")
-    return Part(body, titled("Reverse pass", reverse))
+    return card("Reverse pass", reverse,
+                Text(f"L = <O,U> = {fmt_float(evidence.primary.loss, options.precision)}"),
+                Fitted([*tables, _reverse_table(evidence, options, False)]),
+                Flow([Text(rule, style="dim") for rule in rules], gap=1))
 
 
 BAR_WIDTH = 10
 PRECISION = 6
 """Decimals of every value unless the options ask for others: the text view's, so that
 a small gradient (dW_Q ``0.000123``) is not shown as ``0.0001``."""
-SUM_PRECISION = 6
 
 
 def _attention_table(
@@ -176,7 +171,8 @@ def _attention_table(
 ) -> RenderableType:
     """Rows are queries, columns keys (at most ``limit``), then the row sum and (``bar``)
     the largest entry as a bar (the title keeps the published word, weights A)."""
-    extra: list[Extra] = [("sum", lambda row: f"{float(np.sum(row)):.{SUM_PRECISION}f}", True)]
+    extra: list[Extra] = [("sum", lambda row: fmt_float(float(np.sum(row)), options.precision),
+                           True)]
     if bar:
         extra.append(("largest", lambda row: options.bar(float(np.max(row)) if row.size else 0.0,
                                                          BAR_WIDTH), False))
@@ -189,23 +185,18 @@ def _output_table(
 ) -> RenderableType:
     """Each query's output vector ``[o_0, o_1, ...]``, at most ``limit`` features shown."""
     output = evidence.primary["output"][batch]  # [T,d_v]
-    tokens = int(output.shape[0])
-    width = evidence.config.d_v
+    tokens, width = int(output.shape[0]), evidence.config.d_v
     features = pick(width, limit, options.full)
     queries = pick(tokens, options.max_rows, options.full)
     ellipsis = options.symbols.ellipsis
-    table = Table(title=f"batch {batch}: output O", box=box.SIMPLE_HEAVY, title_justify="left",
-                  padding=(0, 0, 0, 1))
-    rows = [(ellipsis, ellipsis) if index is None else (f"t{index}", "[" + ", ".join(
-        ellipsis if f is None else fmt_float(float(output[index, f]), options.precision)
-        for f in features) + "]") for index in queries]
-    table.add_column("query", no_wrap=True)
+    rows = [(ellipsis, ellipsis) if i is None else (f"t{i}", _values(output[i], options, features))
+            for i in queries]
     # a vector is one line: as wide as its widest, or rich measures it by its widest value
-    table.add_column("output", no_wrap=True, min_width=widest_line(v for _, v in rows))
-    for row in rows:
-        table.add_row(*map(cell, row))
-    return noted(table, elision_note(("queries", "t", queries, tokens),
-                                     ("features", "", features, width)))
+    made = table([Column("query", "word"), Column("output", "line")], rows,
+                 box=box.SIMPLE_HEAVY, title=f"batch {batch}: output O", title_justify="left",
+                 padding=(0, 0, 0, 1))
+    return noted(made, elision_note(("queries", "t", queries, tokens),
+                                    ("features", "", features, width)))
 
 
 def attention_row(evidence: AttendEvidence, batch: int, options: RichOptions) -> Fitted:
@@ -220,8 +211,7 @@ def attention_row(evidence: AttendEvidence, batch: int, options: RichOptions) ->
                      for limit in column_limits(c.d_v, options)])
     layouts = [_attention_table(evidence, batch, options, limits[0]),
                *(_attention_table(evidence, batch, options, limit, bar=False) for limit in limits)]
-    return Fitted([Row([Part(layout, box=None), Part(output, box=None)], gap=2,
-                       stack_expand=False, fill=False) for layout in layouts])
+    return Fitted([beside([layout, output]) for layout in layouts])
 
 
 def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = None) -> Group:
@@ -234,12 +224,13 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     """
     options = options or RichOptions(precision=PRECISION)
     c = evidence.config
+    scale = fmt_float(c.scale, options.precision)
     bias = ", ".join(b for b, flag in zip(("query", "key", "value"), c.bias, strict=True) if flag)
     header = Text.assemble(
         (f"{formula_of(c)}\n", "bold"),
         f"X {fmt_shape((c.batch, c.tokens, c.d_model))}  d_k {c.d_k}  d_v {c.d_v}  "
-        + (f"scale {fmt_float(c.scale)} (given)" if c.scale_given else
-         f"scale 1/sqrt({c.d_k}) = {fmt_float(c.scale)}") + f"  causal {'yes' if c.causal else 'no'}"
+        + (f"scale {scale} (given)" if c.scale_given else f"scale 1/sqrt({c.d_k}) = {scale}")
+        + f"  causal {'yes' if c.causal else 'no'}"
         + (f"  kv_heads {c.kv_heads}" if c.kv_heads is not None else "")
         + (f"  rope {rope_words(c.rope)}" if c.rope is not None else "") + "\n",
         f"layout {c.layout}: {c.layout_description}\n",
@@ -248,9 +239,8 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     )
     # A Part in a Row, not a bare Panel: a Panel measures as wide as its longest line, which
     # made the CLI widen the whole view for a line of prose that could wrap.
-    parts: list[RenderableType] = [Row([Part(header,
-                                             Text(f"attend: {escape_controls(evidence.chapter)}"),
-                                             box.ROUNDED)])]
+    parts: list[RenderableType] = [Row([card(Text(f"attend: {escape_controls(evidence.chapter)}"),
+                                              None, header, box=box.ROUNDED)])]
     if c.heads is not None:  # a multi-head layer: one heat map per head
         parts.append(heatmaps(evidence, options))
     for b in range(c.batch if c.heads is None else 0):
@@ -260,8 +250,8 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     parts.append(Row([checks_card(((c.passed, c.name, c.detail) for c in attend_checks(evidence)),
                                   evidence.passed)]))
     for note in evidence.notes:
-        parts.append(Row([Part(Text(note_text(note)), f"note: {note.code}", box.ROUNDED,
-                               "yellow")]))
+        parts.append(Row([card(Text(f"note: {note.code}"), None, Text(note_text(note)),
+                               box=box.ROUNDED, style="yellow")]))
     parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
                               len(evidence.checks)))
     return Group(*parts)

@@ -13,7 +13,7 @@ from rich.text import Text
 from qkvcli.check.result import CheckResult
 from qkvcli.core.results import FamilyCheck
 from qkvcli.render.check import counted, family_detail, named_slips, word
-from qkvcli.render.rich.layout import Foldable, Part, Row, lines, status, verdict_line
+from qkvcli.render.rich.layout import Foldable, Part, Row, card, lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
 
@@ -38,14 +38,12 @@ def _card(check: FamilyCheck, result: CheckResult, options: RichOptions) -> Part
     rows = [(Text.assemble((options.safe(f.fixture or ""), "dim"), " ",
                            options.safe(f.coordinate or "")),) for f in shown]
     more = len(failures) - len(shown)
-    body = lines(
-        Text(options.safe(family_detail(check)),
-             style="" if check.passed or check.outcome == "not-run" else "red"),
+    return card(_title(check), None, Text(
+        options.safe(family_detail(check)),
+        style="" if check.passed or check.outcome == "not-run" else "red"),
         Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
         grid(*rows) if len(failures) > 1 else None,
-        Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None,
-    )
-    return Part(body, _title(check))
+        Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None)
 
 
 def slip_lines(result: CheckResult, options: RichOptions) -> list[Text]:

@@ -16,7 +16,7 @@ from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
 from qkvcli.render.rich.layout import lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column, cell, grid, pick
+from qkvcli.render.rich.tables import Column, grid, pick, table
 
 TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}
@@ -28,57 +28,51 @@ def _table(result: GradcheckResult, options: RichOptions) -> tuple[Table, list[T
     """The per-coordinate table, and the lines to print under it (elision, notes)."""
     worst = result.worst
     symbols = options.symbols
-    table = Table(box=CARD, header_style="bold")
-    # Numbers are never cut (see add_number_column); the two-line header keeps the table
-    # within 80 columns for the chapter's fixture.
-    table.add_column(cell("tensor"), no_wrap=True)
-    table.add_column(cell("coordinate"), no_wrap=True)
-    add_number_column(table, "analytic")
-    add_number_column(table, "numerical")
-    add_number_column(table, "scaled\nerror")
-    table.add_column(cell("pass"), no_wrap=True)
+    rows: list[list[str | Text] | None] = []
+    styles: dict[int, str] = {}
     below: list[Text] = []
     hidden = 0
     for position, tensor in enumerate(result.tensors):
         if position:
-            table.add_section()
+            rows.append(None)
         style = TENSOR_STYLES.get(tensor.tensor, "")
         # a head and a tail of max_checks, and every failure (up to MAX_FAILURES_SHOWN) and
         # the worst row between them
         failures = [i for i, check in enumerate(tensor.checks) if not check.passed]
         keep = [*failures[:MAX_FAILURES_SHOWN],
                 *(i for i, check in enumerate(tensor.checks) if check is worst)]
-        rows = pick(len(tensor.checks), options.max_checks + 1, options.full, keep)
-        for previous, row, following in zip([-1, *rows[:-1]], rows, [*rows[1:], None], strict=True):
+        picked = pick(len(tensor.checks), options.max_checks + 1, options.full, keep)
+        for previous, row, following in zip([-1, *picked[:-1]], picked, [*picked[1:], None],
+                                            strict=True):
             if row is None:
                 # Never hide rows silently: say how many here, and how to see them below.
                 assert previous is not None and following is not None
                 gap = following - previous - 1
                 hidden += gap
-                table.add_row(cell(symbols.ellipsis), cell(f"{gap} more"),
-                              *(cell(symbols.ellipsis) for _ in range(4)), style="dim")
+                styles[len(rows)] = "dim"
+                rows.append([symbols.ellipsis, f"{gap} more", *[symbols.ellipsis] * 4])
                 continue
             check = tensor.checks[row]
             name = Text(check.tensor, style=style)
             if check is worst:
                 # On the row itself: a mark on a line of its own reads as one more coordinate.
                 name.append(f" {symbols.mark}", style="bold")
+                styles[len(rows)] = "bold"
             if check.note:
                 below.append(Text(f"note: {check.tensor}{fmt_shape(check.coordinate)}: "
                                   f"{check.note}"))
-            table.add_row(
-                name,
-                cell(fmt_shape(check.coordinate)),
-                cell(fmt_float(check.analytic, options.precision)),
-                cell(fmt_float(check.numerical, options.precision)),
-                cell(fmt_error(check.scaled_error)),
-                status(check.passed),
-                style="bold" if check is worst else None,
-            )
+            rows.append([name, fmt_shape(check.coordinate),
+                         fmt_float(check.analytic, options.precision),
+                         fmt_float(check.numerical, options.precision),
+                         fmt_error(check.scaled_error), status(check.passed)])
     if hidden:
         below.insert(0, Text(f"{symbols.ellipsis} {hidden} coordinates not shown; "
                              "--full shows every coordinate", style="dim"))
-    return table, below
+    # the two-line header keeps the table within 80 columns for the chapter's fixture
+    columns = [Column("tensor", "word"), Column("coordinate", "word"), Column("analytic", "number"),
+               Column("numerical", "number"), Column("scaled\nerror", "number"),
+               Column("pass", "word")]
+    return table(columns, rows, styles, box=CARD), below
 
 
 def _summary(result: GradcheckResult) -> Table:

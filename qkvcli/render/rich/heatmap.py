@@ -26,16 +26,15 @@ import math
 import numpy as np
 from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from qkvcli.attention.records import AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import published_name, rope_words
 from qkvcli.render.numbers import fmt_float
-from qkvcli.render.rich.layout import Fitted, Part, Row
+from qkvcli.render.rich.layout import Fitted, beside
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import cell, query_key_table
+from qkvcli.render.rich.tables import WORD, Column, column_limits, query_key_table, table
 
 SHADES = (" ", "░", "▒", "▓", "█")
 ASCII_SHADES = (" ", ".", ":", "*", "#")
@@ -141,24 +140,21 @@ def head_grid(evidence: AttendEvidence, batch: int, head: int, options: RichOpti
     """One head as glyphs only, downsampled to at most ``GRID_ROWS`` x ``columns`` blocks."""
     attention = np.asarray(evidence.primary["attention"][batch, head])
     tokens = int(attention.shape[0])
-    rows = tokens if options.full else GRID_ROWS
-    grid, query_blocks = block_max(attention, rows, columns)
+    grid, query_blocks = block_max(attention, tokens if options.full else GRID_ROWS, columns)
     shades = ASCII_SHADES if options.ascii else SHADES
-    # A table of two no-wrap columns: a row of glyphs (spaces for masked keys) is never
-    # folded, and the layout measures it whole.
-    table = Table(title=f"batch {batch}, head {head}: {grid.shape[0]}x{grid.shape[1]} of "
-                  f"{tokens}x{tokens}", box=None, show_header=False, title_justify="left",
-                  padding=(0, 1, 0, 0))
-    table.add_column(justify="right", no_wrap=True)
-    table.add_column(no_wrap=True)
+    rows = []
     for (start, _), values in zip(query_blocks, grid, strict=True):
-        line = Text()
-        largest = scale_of(values, options)
+        line, largest = Text(), scale_of(values, options)
         for value in values:
             shade = level(float(value), largest)
             line.append(shades[shade], style=COLOURS[shade] or None)
-        table.add_row(cell(str(start)), line)
-    return table
+        rows.append((str(start), line))
+    # two columns that never wrap: a row of glyphs (spaces for masked keys) is never
+    # folded, and the layout measures it whole
+    return table([Column(kind="word", justify="right"), WORD], rows, box=None,
+                 show_header=False, title=f"batch {batch}, head {head}: {grid.shape[0]}x"
+                 f"{grid.shape[1]} of {tokens}x{tokens}", title_justify="left",
+                 padding=(0, 1, 0, 0))
 
 
 def _numbered(tokens: int, options: RichOptions) -> bool:
@@ -172,8 +168,8 @@ def head_layouts(evidence: AttendEvidence, batch: int, head: int,
     fewer keys (up to :data:`NUMBERS_UP_TO` tokens), else glyph grids ever narrower."""
     tokens = evidence.config.tokens
     if _numbered(tokens, options):
-        limits = [tokens] if options.full or tokens <= 3 else list(range(tokens, 2, -1))
-        return [head_table(evidence, batch, head, options, limit) for limit in limits]
+        return [head_table(evidence, batch, head, options, limit)
+                for limit in column_limits(tokens, options)]
     widths = sorted({min(tokens, w) for w in GRID_COLUMNS}, reverse=True)
     return [head_grid(evidence, batch, head, options, w) for w in widths]
 
@@ -189,11 +185,8 @@ def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
         # Every head at one layout, widest first: the heads stack before any key is
         # elided (a row of heads side by side only when they fit at that layout).
         per_head = [head_layouts(evidence, b, h, options) for h in range(heads)]
-        parts.append(Fitted([
-            Row([Part(layouts[i], box=None) for layouts in per_head], gap=2,
-                stack_expand=False, fill=False)
-            for i in range(len(per_head[0]))
-        ]))
+        parts.append(Fitted([beside(layouts[i] for layouts in per_head)
+                             for i in range(len(per_head[0]))]))
     if c.batch > len(batches):
         parts.append(Text(f"showing {len(batches)} of {c.batch} batch items; --full shows "
                           "every one", style="dim"))

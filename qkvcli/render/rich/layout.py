@@ -51,10 +51,29 @@ def verdict_line(passed: bool, done: int, total: int) -> Text:
     return line
 
 
+def card(title: str | Text, passed: bool | None, *items: RenderableType | None,
+         box: Box = CARD, style: str | None = None) -> Part:
+    """A section of a view drawn as a panel: its title (bold, with PASS/FAIL when the
+    section stands for a check) over its items (``None`` items skipped)."""
+    shown = [item for item in items if item is not None]
+    title = titled(title, passed) if isinstance(title, str) else title
+    return Part(shown[0] if len(shown) == 1 else Group(*shown), title, box, style)
+
+
+def beside(bodies: Iterable[RenderableType], gap: int = 2) -> Row:
+    """Bodies side by side, each as wide as it needs, stacked when they do not all fit."""
+    return Row([Part(body, box=None) for body in bodies], gap=gap, stack_expand=False,
+               fill=False)
+
+
+def verdicts(rows: Iterable[tuple[bool, str, str | Text]]) -> Table:
+    """Each check's PASS/FAIL word, name and evidence, one a row."""
+    return grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1))
+
+
 def checks_card(rows: Iterable[tuple[bool, str, str]], passed: bool) -> Part:
     """The Checks card: each check's PASS/FAIL word, name and evidence."""
-    return Part(grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1)),
-                titled("Checks", passed))
+    return card("Checks", passed, verdicts(rows))
 
 
 class Part:

@@ -17,7 +17,6 @@ class Symbols(Record):
 
     arrow: str
     ellipsis: str
-    transpose: str
     tau: str
     dash: str
     worst: str
@@ -28,10 +27,17 @@ class Symbols(Record):
     """Beside the worst coordinate's tensor name, on its row (``worst`` explains it below)."""
 
 
-UNICODE = Symbols(arrow="→", ellipsis="…", transpose="ᵀ", tau="τ", dash="—", worst="◀ worst",
+UNICODE = Symbols(arrow="→", ellipsis="…", tau="τ", dash="—", worst="◀ worst",
                   times="×", dot="·", block="█", mark="◀")  # noqa: RUF001 - the multiplication sign
-ASCII = Symbols(arrow="->", ellipsis="...", transpose="^T", tau="tau", dash="-", worst="<- worst",
+ASCII = Symbols(arrow="->", ellipsis="...", tau="tau", dash="-", worst="<- worst",
                 times="x", dot="-", block="#", mark="<-")
+
+
+ASCII_MATH = str.maketrans({
+    "\u1d40": "^T", "\u03a3": "sum", "\u00d7": "x", "\u00b7": ".", "\u2212": "-",
+    "\u221a": "sqrt", "\u2192": "->", "\u2026": "...", "\u03b8": "theta", "\u03c9": "omega",
+    "\u2299": "(.)", "\u221e": "inf", "\u2264": "<=", "\u0303": "~"})
+"""The glyphs of :data:`~qkvcli.stages.table.STAGES`' formulas, spelled in ASCII."""
 
 
 class RichOptions(Record):
@@ -67,6 +73,13 @@ class RichOptions(Record):
         if self.ascii:
             return text.encode("ascii", "backslashreplace").decode("ascii")
         return text
+
+    def math(self, text: str) -> str:
+        """A formula or a term's label as the stream can show it: on an ASCII stream its
+        mathematical glyphs spelled in ASCII (``ᵀ`` as ``^T``, ``Σ`` as ``sum``)."""
+        if self.ascii:
+            text = text.translate(ASCII_MATH)
+        return self.safe(text)
 
     def bar(self, fraction: float, width: int) -> str:
         """``fraction`` (clamped to [0, 1]) as ``width`` cells of blocks, then dots."""

@@ -1,26 +1,32 @@
-"""Tables of numbers for the rich views: literal cells that never cut a number, and elision.
+"""Tables of the rich views, built one way (:func:`table`), and how they elide.
 
-A number is never folded, wrapped or cut to an ellipsis: number columns are ``no_wrap``
-and a view too wide for the screen is widened by the CLI (or shown with fewer columns,
-elided with a note, unless ``--full``).
+A column lays out by what it holds (:class:`Column`): a number is never cropped, wrapped
+at a space or cut to an ellipsis; a view too wide for the screen is widened by the CLI, or
+shown with fewer columns, elided with a note that names what is hidden (unless ``--full``).
+:func:`matrix_table`, :func:`query_key_table` and :func:`batched_tables` lay out tensors,
+:func:`grid` rows of words, :func:`worked` one element worked from its stage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from rich.box import SIMPLE_HEAVY, Box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_float, fmt_shape, format_chunk
 from qkvcli.render.rich.grid import GRID_FROM_CELLS, NumberGrid
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, TensorSummary, summarise
+from qkvcli.stages.terms import Derivation
 
 FULL_HINT = "--full shows every value"
 Summarise = Callable[[Array], TensorSummary]
@@ -61,12 +67,20 @@ def pick(count: int, limit: int, full: bool,
     return picked
 
 
-def _number(value: float, marked: bool, options: RichOptions) -> Text:
-    """A value's cell; a marked one in reverse video with the mark glyph after it."""
-    text = fmt_float(value, options.precision)
-    if not marked:
-        return Text(text)
-    return Text(f"{text} {options.symbols.mark}", style="bold reverse")
+FEWEST_COLUMNS = 3
+"""The narrowest layout still shows the first and last key (or feature) around a gap."""
+MOST_COLUMNS = 16
+"""The most keys (or features) a layout offers unless ``--full``: more than a 160-column
+figure holds."""
+
+
+def column_limits(count: int, options: RichOptions) -> list[int]:
+    """Column limits to try, widest first: every column (``--full``, or up to
+    :data:`MOST_COLUMNS`), then one fewer at a time down to :data:`FEWEST_COLUMNS`: the
+    width of the screen, not ``max_columns``, decides how many keys are shown."""
+    if options.full or count <= FEWEST_COLUMNS:
+        return [count]
+    return list(range(min(count, MOST_COLUMNS), FEWEST_COLUMNS - 1, -1))
 
 
 def shown(indices: Sequence[int | None]) -> int:
@@ -79,15 +93,70 @@ def cell(value: str | Text) -> Text:
     return value if isinstance(value, Text) else Text(value)
 
 
-def add_number_column(table: Table, header: str | Text) -> None:
-    """A right-aligned number column whose numbers are never cut.
+class Column(Record):
+    """A column of :func:`table`: its header and how its cells lay out (``kind``):
 
-    A number has no space to wrap at, so it measures as wide as it is and the layout
-    keeps it whole; only if a view is squeezed below the width it measured (the CLI widens
-    instead) does ``fold`` carry the remaining digits to the next line. (``no_wrap`` is
-    left off on purpose: with it rich crops an over-long cell, silently or to ``…``.)
+    - ``number``: right-aligned; a number has no space to wrap at, so it measures whole and
+      the layout keeps it so; only squeezed below that width (the CLI widens instead) does
+      ``fold`` carry digits to the next line (``no_wrap`` would crop it, silently or to ``…``);
+    - ``line``: never wraps, and asks for its widest line (numbers side by side in one cell);
+    - ``word``: never wraps (a label, a bar);
+    - ``text``: wraps at spaces, never inside a word (asks for its longest word).
     """
-    table.add_column(cell(header), justify="right", overflow="fold")
+
+    header: str | Text = ""
+    kind: str = "text"
+    justify: str | None = None
+    style: str | None = None
+
+
+NUMBER, WORD = Column(kind="number"), Column(kind="word")
+"""Headerless columns of a number and of a word."""
+
+
+def table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text] | None],
+          styles: Mapping[int, str] | None = None, **settings: Any) -> Table:
+    """The one way the rich views build a table: ``columns`` laid out by their kind,
+    ``rows`` of literal cells (``None``: a section rule), row ``i`` styled ``styles[i]``.
+
+    ``settings`` are rich's ``Table``'s (bold headers unless given); without a ``box``
+    setting, a borderless grid with two spaces between columns.
+    """
+    made = (Table(**{"header_style": "bold", **settings}) if "box" in settings
+            else Table.grid(**{"padding": (0, 2), **settings}))
+    for index, column in enumerate(columns):
+        texts = [column.header, *(row[index] for row in rows
+                                  if row is not None and index < len(row))]
+        kind = column.kind
+        made.add_column(
+            cell(column.header), style=column.style,
+            justify=column.justify or ("right" if kind == "number" else "left"),  # type: ignore[arg-type]
+            no_wrap=kind in ("line", "word"), overflow="fold" if kind != "word" else "ellipsis",
+            min_width=(widest_line(texts) if kind == "line" else longest_word(texts)
+                       if kind == "text" else None))
+    for position, row in enumerate(rows):
+        if row is None:
+            made.add_section()
+        else:
+            made.add_row(*map(cell, row), style=(styles or {}).get(position))
+    return made
+
+
+def index_rows(row_pick: Sequence[int | None], col_pick: Sequence[int | None],
+               label: Callable[[int], str], spell: Callable[[int, int], str | Text],
+               ellipsis: str, extra: Callable[[int], Sequence[str | Text]] | None = None,
+               width: int = 0) -> list[list[str | Text]]:
+    """The rows of a table of picked indices: ``label(i)`` then ``spell(i, j)`` for each
+    picked column (an ellipsis for a gap), then ``extra(i)``; a gap row is all ellipses
+    (``width`` of them for the extra cells)."""
+    rows: list[list[str | Text]] = []
+    for i in row_pick:
+        if i is None:
+            rows.append([ellipsis] * (len(col_pick) + 1 + width))
+            continue
+        rows.append([label(i), *(ellipsis if j is None else spell(i, j) for j in col_pick),
+                     *(extra(i) if extra else ())])
+    return rows
 
 
 Axis = tuple[str, str, Sequence[int | None], int]
@@ -130,16 +199,10 @@ def summary_note(
     if options.full or tensor.size <= SUMMARY_THRESHOLD:
         return None
     s = summaries(tensor)
-
-    def num(value: float) -> str:
-        return fmt_float(value, options.precision)
-
-    return Text(
-        f"{options.safe(name)}: shape {fmt_shape(s.shape)} count {s.count} "
-        f"min {num(s.minimum)} max {num(s.maximum)} mean {num(s.mean)} "
-        f"l2 {num(s.l2_norm)} sha256 {s.sha256}",
-        style="dim", overflow="fold",
-    )
+    stats = " ".join(f"{word} {fmt_float(value, options.precision)}" for word, value in
+                     (("min", s.minimum), ("max", s.maximum), ("mean", s.mean), ("l2", s.l2_norm)))
+    return Text(f"{options.safe(name)}: shape {fmt_shape(s.shape)} count {s.count} {stats} "
+                f"sha256 {s.sha256}", style="dim", overflow="fold")
 
 
 def matrix_table(
@@ -158,47 +221,42 @@ def matrix_table(
     """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``.
 
     Elided rows and columns become an ellipsis, and a note under the table says how many
-    are shown and how to see them all; a large matrix also gets its :func:`summary_note`
+    are shown and how to see them; a large matrix also gets its :func:`summary_note`
     (unless ``summary`` is false: a slice of a larger tensor, summarised whole instead).
     Each ``(row, column)`` of ``marks`` (a value that differs from the fixture's
     ``expect``) is shown even when elision would hide it, in reverse video and followed
     by the mark glyph, so it reads without colour too, and a note says what the mark means.
+    A table of more than :data:`GRID_FROM_CELLS` cells is drawn by :class:`NumberGrid`.
     """
     rows, cols = (int(n) for n in matrix.shape)
     row_pick = pick(rows, options.max_rows, options.full, [mark[0] for mark in marks])
     col_pick = pick(cols, options.max_columns, options.full, [mark[1] for mark in marks])
-    ellipsis = options.symbols.ellipsis
-    note = elision_note((what[0], row_label, row_pick, rows), (what[1], "", col_pick, cols))
-    whole = summary_note(matrix, corner, options, summaries) if summary else None
-    marked = (Text(f"{options.symbols.mark} differs from the fixture's expect (the Checks "
-                   "card says by how much)", style="bold") if marks else None)
-    notes = (note, whole, marked)
-    if (len(row_pick) + 1) * (len(col_pick) + 1) > GRID_FROM_CELLS:
-        grid = _number_grid(matrix, corner, row_label, box, options, row_pick, col_pick,
-                            border_style, edge, marks)
-        return noted(grid, *notes)
-    table = Table(
-        box=box, border_style=border_style,
-        header_style="bold", show_edge=edge,
-    )
-    # min_width: a no_wrap header still measures as its longest word ("U_Q" of "U_Q b=0"),
-    # so a row of tables would be laid out too narrow and fold the numbers
-    corner_text = cell(options.safe(corner))
-    table.add_column(corner_text, justify="left", no_wrap=True, style="dim",
-                     min_width=corner_text.cell_len)
-    for col in col_pick:
-        add_number_column(table, ellipsis if col is None else str(col))
-    for row in row_pick:
-        if row is None:
-            table.add_row(cell(ellipsis), *(cell(ellipsis) for _ in col_pick))
-            continue
-        table.add_row(
-            cell(f"{row_label}{row}"),
-            *(cell(ellipsis) if col is None
-              else _number(float(matrix[row, col]), (row, col) in marks, options)
-              for col in col_pick),
-        )
-    return noted(table, *notes)
+    ellipsis, mark = options.symbols.ellipsis, options.symbols.mark
+    notes = (elision_note((what[0], row_label, row_pick, rows), (what[1], "", col_pick, cols)),
+             summary_note(matrix, corner, options, summaries) if summary else None,
+             Text(f"{mark} differs from the fixture's expect (the Checks card says by how "
+                  "much)", style="bold") if marks else None)
+    header = [options.safe(corner), *(ellipsis if j is None else str(j) for j in col_pick)]
+    columns = [j for j in col_pick if j is not None]
+    spelled = {i: dict(zip(columns, _spelled(matrix[i, columns], options.precision),
+                           strict=True)) for i in row_pick if i is not None}
+    large = (len(row_pick) + 1) * (len(col_pick) + 1) > GRID_FROM_CELLS
+
+    def spell(i: int, j: int) -> str | Text:
+        if (i, j) not in marks:
+            return spelled[i][j]
+        return f"{spelled[i][j]} {mark}" if large else Text(f"{spelled[i][j]} {mark}",
+                                                            style="bold reverse")
+
+    body = index_rows(row_pick, col_pick, lambda i: f"{row_label}{i}", spell, ellipsis)
+    if large:
+        marked = frozenset((r, c) for r, i in enumerate(row_pick) for c, j in enumerate(col_pick)
+                           if (i, j) in marks)
+        return noted(NumberGrid(header, [list(map(str, row)) for row in body], box,
+                                border_style, edge, marked=marked), *notes)
+    return noted(table([Column(header[0], "line", style="dim"),
+                        *(Column(text, "number") for text in header[1:])], body,
+                       box=box, border_style=border_style, show_edge=edge), *notes)
 
 
 Extra = tuple[str, Callable[[Array], str], bool]
@@ -218,28 +276,18 @@ def query_key_table(matrix: Array, title: str, options: RichOptions, limit: int,
     keys = pick(keys_count, limit, options.full)
     queries = pick(queries_count, rows or options.max_rows, options.full)
     ellipsis = options.symbols.ellipsis
+    columns = [Column(corner, "word", justify="left" if label else "right"),  # an index: a number
+               *(Column(ellipsis if j is None else f"k {label}{j}" if label else str(j), "number")
+                 for j in keys),
+               *(Column(header, "number" if number else "word") for header, _, number in extra)]
+    body = index_rows(queries, keys, lambda i: f"{label}{i}",
+                      spell or (lambda i, j: fmt_float(float(matrix[i, j]), options.precision)),
+                      ellipsis, lambda i: [text(matrix[i]) for _, text, _ in extra], len(extra))
     # one space of padding: eight keys of nine-character scores fit 100 columns
-    table = Table(title=title, box=box, title_justify="left", caption=caption,
-                  caption_justify="left", padding=(0, 0, 0, 1))
-    # a row label is a word; an index (label "") right-aligned, as a number
-    table.add_column(cell(corner), no_wrap=True, justify="left" if label else "right")
-    for j in keys:
-        add_number_column(table, ellipsis if j is None else f"k {label}{j}" if label else str(j))
-    for header, _, number in extra:
-        if number:
-            add_number_column(table, header)
-        else:
-            table.add_column(header, no_wrap=True)
-    for i in queries:
-        if i is None:
-            table.add_row(*(cell(ellipsis) for _ in range(len(keys) + len(extra) + 1)))
-            continue
-        table.add_row(cell(f"{label}{i}"), *(
-            cell(ellipsis) if j is None else spell(i, j) if spell
-            else cell(fmt_float(float(matrix[i, j]), options.precision)) for j in keys),
-            *(cell(text(matrix[i])) for _, text, _ in extra))
-    return noted(table, elision_note(("queries", label, queries, queries_count),
-                                     ("keys", label, keys, keys_count)))
+    made = table(columns, body, box=box, title=title, title_justify="left", caption=caption,
+                 caption_justify="left", padding=(0, 0, 0, 1), header_style=None)
+    return noted(made, elision_note(("queries", label, queries, queries_count),
+                                    ("keys", label, keys, keys_count)))
 
 
 def _spelled(values: Array, precision: int) -> list[str]:
@@ -249,37 +297,6 @@ def _spelled(values: Array, precision: int) -> list[str]:
     # fmt_float differs from the fixed spelling only where that reads as zero
     return [fmt_float(float(value), precision) if not text.strip("-0.") else text
             for value, text in zip(values.tolist(), spelled, strict=True)]
-
-
-def _number_grid(
-    matrix: Array, corner: str, row_label: str, box: Box, options: RichOptions,
-    row_pick: Sequence[int | None], col_pick: Sequence[int | None],
-    border_style: str | None, edge: bool, marks: Collection[tuple[int, ...]],
-) -> NumberGrid:
-    """The same table as :func:`matrix_table`'s, drawn by :class:`NumberGrid` (large)."""
-    ellipsis = options.symbols.ellipsis
-    header = [options.safe(corner), *(ellipsis if col is None else str(col)
-                                       for col in col_pick)]
-    rows: list[list[str]] = []
-    marked: set[tuple[int, int]] = set()
-    columns = [col for col in col_pick if col is not None]
-    for row in row_pick:
-        if row is None:
-            rows.append([ellipsis] * (len(col_pick) + 1))
-            continue
-        values = iter(_spelled(matrix[row, columns], options.precision))
-        cells = [f"{row_label}{row}"]
-        for index, col in enumerate(col_pick):
-            if col is None:
-                cells.append(ellipsis)
-                continue
-            text = next(values)
-            if (row, col) in marks:
-                marked.add((len(rows), index))
-                text = f"{text} {options.symbols.mark}"
-            cells.append(text)
-        rows.append(cells)
-    return NumberGrid(header, rows, box, border_style, edge, marked=frozenset(marked))
 
 
 def batched_tables(
@@ -330,23 +347,33 @@ def widest_line(texts: Iterable[str | Text]) -> int:
 
 
 def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[int] = ()) -> Table:
-    """A borderless grid of literal-text rows; long cells wrap at spaces, never inside a word.
-
-    Each column's minimum width is its widest word (or, for ``nowrap`` columns, its widest
-    line), so the grid measures as wide as it truly needs: a side-by-side row of cards then
-    stacks, or the CLI widens, instead of rich splitting ``[1,2,2]`` or a word in two.
-    """
-    table = Table.grid(padding=(0, 2))
-    for index in range(max((len(row) for row in rows), default=0)):
-        column = [row[index] for row in rows if index < len(row)]
-        least = widest_line(column) if index in nowrap else longest_word(column)
-        table.add_column(no_wrap=index in nowrap, overflow="fold", min_width=least,
-                         style="dim" if index in dim else None)
-    for row in rows:
-        table.add_row(*(cell(value) for value in row))
-    return table
+    """A borderless grid of literal-text rows (:func:`table` without a box): ``nowrap``
+    columns never wrap, the others wrap at spaces, never inside a word, so the grid
+    measures as wide as it truly needs (a row of cards then stacks, or the CLI widens,
+    instead of rich splitting ``[1,2,2]`` or a word in two); ``dim`` columns are dimmed."""
+    count = max((len(row) for row in rows), default=0)
+    return table([Column(kind="line" if i in nowrap else "text",
+                         style="dim" if i in dim else None) for i in range(count)], rows)
 
 
 def pairs(labels: Iterable[tuple[str, str]]) -> Table:
     """A borderless two-column ``label  value`` grid, labels dimmed."""
     return grid(*labels, nowrap=(0,), dim=(0,))
+
+
+def worked(element: str, derivation: Derivation, options: RichOptions) -> RenderableType:
+    """One element worked from its stage's description: the element formula applied to its
+    index (:func:`qkvcli.stages.applied.element_at`), then each term with the operand
+    values it multiplies, and the element itself, the engine's number, which they add up to."""
+    rows: list[tuple[str, ...]] = []
+    for row in derivation.rows:
+        if row.part in ("term", "rest"):
+            spelled = [fmt_float(v, options.precision) for v in row.operands]
+            product = ((spelled[0], options.symbols.times, spelled[1], "=")
+                       if len(spelled) == 2 else ("", "", "", ""))
+            rows.append((options.math(row.label.strip()), *product,
+                         fmt_float(float(row.value), options.precision)))
+    rows.append((options.math(element.split(" = ")[0]), "", "", "", "",
+                 fmt_float(derivation.value, options.precision)))
+    terms = table([Column(), NUMBER, WORD, NUMBER, WORD, NUMBER], rows, padding=(0, 1))
+    return Group(Text(options.math(element)), Padding(terms, (0, 0, 0, 2)))

@@ -3,48 +3,34 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 
 from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from qkvcli.learn.variance import VarianceResult
-from qkvcli.render.numbers import fmt_float
 from qkvcli.render.rich.layout import Fitted
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import add_number_column
-from qkvcli.render.variance import EXPLAIN, PRECISION
+from qkvcli.render.rich.tables import Column, table
+from qkvcli.render.variance import EXPLAIN, PRECISION, variance_cells
 
 BAR = 12
 COLUMNS = ("d_k", "var(q.k)", "log2 scale", "scaled var", "0 .. 1 .. 2", "std_err", "z")
 BAR_COLUMNS = ("log2 scale", "0 .. 1 .. 2")
 
 
-def _table(result: VarianceResult, options: RichOptions, bars: bool) -> Table:
-    bar = partial(options.bar, width=BAR)
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False)
-    columns = [name for name in COLUMNS if bars or name not in BAR_COLUMNS]
-    for name in columns:
-        if name in BAR_COLUMNS:
-            table.add_column(name, no_wrap=True)
-        else:
-            # Headers must not set the width: a header wraps, a number never does.
-            add_number_column(table, name)
+def _table(result: VarianceResult, options: RichOptions, bars: bool) -> RenderableType:
+    # the numbers as the text view spells them: d_k, var, std, scaled var, std_err, z
+    spelled = variance_cells(result, options.precision)
     top = max((math.log2(max(r.variance, 1.0)) for r in result.rows), default=1.0) or 1.0
-    for row in result.rows:
-        cells = {
-            "d_k": str(row.d_k),
-            "var(q.k)": fmt_float(row.variance, 2),
-            "log2 scale": bar(math.log2(max(row.variance, 1.0)) / top),
-            "scaled var": fmt_float(row.scaled_variance, options.precision),
-            "0 .. 1 .. 2": bar(row.scaled_variance / 2.0),
-            "std_err": fmt_float(row.std_error, options.precision),
-            "z": f"{row.z:+.2f}",
-        }
-        table.add_row(*(Text(cells[name]) for name in columns))
-    return table
+    rows = [(d_k, var, options.bar(math.log2(max(r.variance, 1.0)) / top, BAR), scaled,
+             options.bar(r.scaled_variance / 2.0, BAR), error, z)
+            for r, (d_k, var, _, scaled, error, z) in zip(result.rows, spelled, strict=True)]
+    # a header may wrap, a number never does
+    keep = [i for i, name in enumerate(COLUMNS) if bars or name not in BAR_COLUMNS]
+    return table([Column(COLUMNS[i], "word" if COLUMNS[i] in BAR_COLUMNS else "number")
+                  for i in keep], [[row[i] for i in keep] for row in rows],
+                 box=box.SIMPLE_HEAVY, pad_edge=False)
 
 
 def variance_renderable(
@@ -54,12 +40,10 @@ def variance_renderable(
     var(q.k/sqrt(d_k)) on a linear scale whose full bar is 2 (so 1 sits at the middle).
 
     Takes the result and the display options: their glyphs (ASCII bars on an ASCII
-    stream) and ``precision``, the decimals of the scaled variance and the standard error
-    (default :data:`~qkvcli.render.variance.PRECISION`, 4, as in the text view;
-    ``var(q.k)`` keeps two, ``z`` two). Too narrow a screen drops the bars before it
-    would squeeze a number.
+    stream) and ``precision``, the decimals of every number but ``z`` (default
+    :data:`~qkvcli.render.variance.PRECISION`, 4), spelled as the text view spells them.
+    Too narrow a screen drops the bars before it would squeeze a number.
     """
     options = options or RichOptions(precision=PRECISION)
-    table = Fitted([_table(result, options, bars=True), _table(result, options, bars=False)])
-    return Group(table, Text(f"samples={result.samples} per row, seed={result.seed}"),
-                 Text(EXPLAIN))
+    return Group(Fitted([_table(result, options, bars=True), _table(result, options, bars=False)]),
+                 Text(f"samples={result.samples} per row, seed={result.seed}"), Text(EXPLAIN))
