@@ -108,45 +108,46 @@ def summary_json(s: TensorSummary, tensors: str) -> dict[str, Any]:
     }
 
 
-def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
-    """One checked coordinate (or direction): where, both gradients, the error, the verdict."""
+def coordinate_facts(check: CoordinateCheck) -> dict[str, Any]:
+    """One checked coordinate (or direction) as facts: where, both gradients, the error,
+    the verdict, and its note when it has one."""
+    from qkvcli.render.facts import scalar, shape, verdict
+
     where: dict[str, Any] = (
         {"direction": check.direction} if check.direction is not None
-        else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
-    )
-    return {
-        "tensor": check.tensor,
-        **where,
-        "analytic": json_float(check.analytic),
-        "numerical": json_float(check.numerical),
-        "scaled_error": json_float(check.scaled_error),
-        "passed": check.passed,
-        **({"note": check.note} if check.note else {}),
-    }
+        else {"flat_index": check.flat_index, "coordinate": shape(check.coordinate)})
+    return {"tensor": check.tensor, **where, "analytic": scalar(check.analytic),
+            "numerical": scalar(check.numerical), "scaled_error": scalar(check.scaled_error),
+            "passed": verdict(check.passed), **({"note": check.note} if check.note else {})}
+
+
+def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
+    """:func:`coordinate_facts` as JSON."""
+    from qkvcli.render.facts import json_of
+
+    found: dict[str, Any] = json_of(coordinate_facts(check))
+    return found
+
+
+def gradcheck_facts(result: GradcheckResult) -> dict[str, Any]:
+    """A gradient check as facts: its settings, then each tensor's checks."""
+    from qkvcli.render.facts import entries, shape, verdict
+
+    return {"passed": verdict(result.passed), "mode": result.mode, "step": result.step,
+            "tolerance": result.tolerance, "count": result.count,
+            "tensors": entries([{"tensor": t.tensor, "mode": t.mode, "shape": shape(t.shape),
+                                 "requested": t.requested, "checked": len(t.checks),
+                                 "passed": verdict(t.passed), "recomputes": t.recomputes,
+                                 "checks": entries([coordinate_facts(c) for c in t.checks])}
+                                for t in result.tensors])}
 
 
 def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
     """A gradient check's settings and every tensor's checks, as every report embeds it."""
-    return {
-        "passed": result.passed,
-        "mode": result.mode,
-        "step": result.step,
-        "tolerance": result.tolerance,
-        "count": result.count,
-        "tensors": [
-            {
-                "tensor": t.tensor,
-                "mode": t.mode,
-                "shape": list(t.shape),
-                "requested": t.requested,
-                "checked": len(t.checks),
-                "passed": t.passed,
-                "recomputes": t.recomputes,
-                "checks": [coordinate_json(c) for c in t.checks],
-            }
-            for t in result.tensors
-        ],
-    }
+    from qkvcli.render.facts import json_of
+
+    found: dict[str, Any] = json_of(gradcheck_facts(result))
+    return found
 
 
 def dumps(document: Any) -> str:

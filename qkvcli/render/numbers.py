@@ -64,6 +64,18 @@ def fmt_general(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def fmt_signed(value: float, precision: int = 2) -> str:
+    """A distance from an expected value (a ``z`` score): fixed point, its sign always
+    written (``+0.35``, ``-1.20``)."""
+    return f"{value:+.{precision}f}"
+
+
+def fmt_exact(value: float) -> str:
+    """A number as it was given or set (a step, a tolerance): the shortest spelling that
+    reads back as the same float (``2e-06``, ``0.001``)."""
+    return repr(value)
+
+
 def iter_vector(values: npt.ArrayLike, policy: str = "full", precision: int = 6) -> Iterator[str]:
     """A tensor as ``[v,v,...]`` in pieces, or (per ``policy``) its ``{...}`` summary."""
     array = np.asarray(values, dtype=np.float64)
