@@ -29,6 +29,8 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
+from qkvcli.render.facts import Table, json_of, report
+from qkvcli.render.facts import verdict as fact_verdict
 from qkvcli.render.findings import FINDING_WORDS
 from qkvcli.render.numbers import fmt_general
 from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
@@ -526,22 +528,29 @@ def check_verdict(result: CheckResult) -> str:
     return verdict(result.passed, *counted(result))
 
 
+def _text(result: CheckResult) -> Table:
+    """The text's lines: the implementation and fixtures, a line per family (its name,
+    its word, its detail, aligned), the failures, each slip named, then the verdict."""
+    width = max(len(check.name) for check in result.checks)
+    failures = result.failures
+    return (
+        ("implementation", "implementation"),
+        ("fixtures", lambda r: ",".join(r.fixtures)),
+        *(("", ("checks", lambda checks, i=i, c=c: f"{c.name:<{width}}  {word(c):<4}  "
+                f"{checks[i]['detail']}")) for i, c in enumerate(result.checks)),
+        *((("failures", lambda r: len(failures)),) if failures else ()),
+        *(("", ("failures", lambda found, i=i: "  " + found[i]["check"] + (
+            f" [{found[i]['fixture']}]" if found[i]["fixture"] is not None else "")
+            + " " + found[i]["detail"])) for i in range(len(failures))),
+        *(("", lambda r, n=name, f=families: f"slip: {n} ({', '.join(f)})")
+          for name, families in named_slips(result).items()),
+        ("", check_verdict),
+    )
+
+
 def render_check_text(result: CheckResult) -> str:
     """The report; ends with a newline. Same result, same bytes."""
-    width = max(len(check.name) for check in result.checks)
-    lines = [f"implementation={result.implementation}",
-             f"fixtures={','.join(result.fixtures)}"]
-    lines += [f"{check.name:<{width}}  {word(check):<4}  {family_detail(check)}"
-              for check in result.checks]
-    if result.failures:
-        lines.append(f"failures={len(result.failures)}")
-        for failure in result.failures:
-            where = f" [{failure.fixture}]" if failure.fixture is not None else ""
-            lines.append(f"  {failure.family}{where} {failure_detail(failure)}")
-    lines += [f"slip: {name} ({', '.join(families)})"
-              for name, families in named_slips(result).items()]
-    lines.append(check_verdict(result))
-    return "\n".join(lines) + "\n"
+    return report(facts(result), result, _text(result))
 
 
 SLIP_CODES = frozenset({
@@ -589,23 +598,26 @@ def named_slips(result: CheckResult) -> dict[str, tuple[str, ...]]:
     return {said: families[slip] for slip, said in words.items()}
 
 
-def check_json(result: CheckResult) -> dict[str, Any]:
-    """The document: the head, each family once in ``checks`` (the one entry shape), each
-    failure's check, family, fixture and coordinate."""
+def facts(result: CheckResult) -> dict[str, Any]:
+    """The judgement's facts after the JSON's head: the implementation, the verdict, each
+    family once in ``checks`` (the one entry shape), each failure's check, family,
+    fixture and coordinate, and a ``--command`` program's ``stderr``."""
     from qkvcli.render.names import published
 
-    document: dict[str, Any] = head(
-        "check",
-        implementation=result.implementation,
-        passed=result.passed,
-        checks=checks_json("check", result.checks, family_detail),
-        failures=[{"check": f.family, "family": published("check", f.family).family,
-                   "fixture": f.fixture, "coordinate": _coordinate(f),
-                   "detail": failure_detail(f)} for f in result.failures],
-    )
+    found: dict[str, Any] = {
+        "implementation": result.implementation, "passed": fact_verdict(result.passed),
+        "checks": checks_json("check", result.checks, family_detail),
+        "failures": [{"check": f.family, "family": published("check", f.family).family,
+                      "fixture": f.fixture, "coordinate": _coordinate(f),
+                      "detail": failure_detail(f)} for f in result.failures]}
     if result.command:
-        document["stderr"] = result.stderr
-    return document
+        found["stderr"] = result.stderr
+    return found
+
+
+def check_json(result: CheckResult) -> dict[str, Any]:
+    """The document: the head, then :func:`facts`."""
+    return head("check", **json_of(facts(result)))
 
 
 def render_check_json(result: CheckResult) -> str:

@@ -13,13 +13,27 @@ published form) is published as it is.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkvcli.core.record import Record
-from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, fmt_vector, stream_lines
+from qkvcli.render.numbers import (
+    Line,
+    fmt_bool,
+    fmt_float,
+    fmt_shape,
+    fmt_vector,
+    iter_vector,
+    json_float,
+    stream_lines,
+)
+from qkvcli.render.tensors import TensorSummary, shows_values, summarise
+
+if TYPE_CHECKING:
+    import numpy.typing as npt  # annotations only: importing it costs start-up
 
 KINDS = ("scalar", "tensor", "values", "shape", "verdict", "section", "entries", "record")
 """Every kind of fact, each with its one JSON form and its one spelling in text."""
@@ -28,13 +42,16 @@ KINDS = ("scalar", "tensor", "values", "shape", "verdict", "section", "entries",
 class Fact(Record):
     """One published fact: its ``kind`` (one of :data:`KINDS`), its ``value``, the names
     of a tensor's ``axes``, whether the fixture ``given`` it (else qkv computed it), and a
-    record's ``published`` form (a function of the record, called only by the JSON)."""
+    record's ``published`` form (a function of the record, called only by the JSON), and
+    the tensors ``policy`` a tensor always takes whatever is asked (``none``: a packed
+    layer's split views, the same numbers as the packed weight, given as digests)."""
 
     kind: str
     value: Any
     axes: tuple[str, ...] = ()
     given: bool = False
     published: Callable[[Any], Any] | None = None
+    policy: str | None = None
 
 
 Facts = Mapping[str, Any]
@@ -46,9 +63,11 @@ def scalar(value: Any) -> Fact:
     return Fact("scalar", value)
 
 
-def tensor(value: Any, axes: tuple[str, ...], *, given: bool = False) -> Fact:
-    """A tensor with its ``axes`` named (``{"shape", "values"}`` in JSON)."""
-    return Fact("tensor", value, axes, given)
+def tensor(value: Any, axes: tuple[str, ...] = (), *, given: bool = False,
+           policy: str | None = None) -> Fact:
+    """A tensor with its ``axes`` named (``{"shape", "values"}`` in JSON), shown per
+    ``policy`` whatever the report's (``None``: as the report's)."""
+    return Fact("tensor", value, axes, given, policy=policy)
 
 
 def values(value: Any) -> Fact:
@@ -82,29 +101,61 @@ def record(value: Any, published: Callable[[Any], Any]) -> Fact:
     return Fact("record", value, published=published)
 
 
-def json_of(fact: Any, tensors: str = "full") -> Any:
+def tensor_json(values: npt.ArrayLike, tensors: str = "full") -> dict[str, Any]:
+    """``{"shape", "values"}``, or per the ``tensors`` policy the summary form
+    ``{"shape", "count", "summary": {...}}`` (``none``: ``{"shape", "count", "sha256"}``)."""
+    array = np.asarray(values, dtype=np.float64)
+    if not shows_values(array.size, tensors):
+        return summary_json(summarise(array), tensors)
+    flat = array.reshape(-1).tolist()
+    if not np.isfinite(array).all():
+        flat = [json_float(v) for v in flat]
+    return {"shape": list(array.shape), "values": flat}
+
+
+def summary_json(s: TensorSummary, tensors: str) -> dict[str, Any]:
+    """A summarised tensor: see ``docs/tensors.md`` for the schema of both forms."""
+    if tensors == "none":
+        return {"shape": list(s.shape), "count": s.count, "sha256": s.sha256}
+    return {"shape": list(s.shape), "count": s.count, "summary": {
+        "head": [json_float(v) for v in s.head], "tail": [json_float(v) for v in s.tail],
+        **{key: json_float(getattr(s, field)) for key, field in (
+            ("min", "minimum"), ("max", "maximum"), ("mean", "mean"), ("l2_norm", "l2_norm"))},
+        "sha256": s.sha256}}
+
+
+def dumps(document: Any) -> str:
+    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+def json_of(fact: Any, tensors: str = "full", streamed: list[Any] | None = None) -> Any:
     """``fact`` (a :class:`Fact`, a mapping of facts, or a value published as it is) as
     the value a JSON document holds, each tensor per the ``tensors`` policy
-    (:mod:`qkvcli.render.tensors`)."""
-    from qkvcli.render.document import json_float, tensor_json
-
+    (:mod:`qkvcli.render.tensors`); given a list ``streamed``, each tensor shown whole is
+    appended to it and its values left as a :func:`~qkvcli.render.stream.marker`."""
     if isinstance(fact, Mapping):
-        return {name: json_of(value, tensors) for name, value in fact.items()}
+        return {name: json_of(value, tensors, streamed) for name, value in fact.items()}
     if not isinstance(fact, Fact):
         return fact
     kind, value = fact.kind, fact.value
     if kind == "scalar":
         return json_float(value) if isinstance(value, float) else value
+    if kind == "tensor" and streamed is not None and (fact.policy or tensors) == "full":
+        from qkvcli.render.stream import marker
+
+        streamed.append(value)
+        return {"shape": list(np.shape(value)), "values": marker(len(streamed) - 1)}
     if kind == "tensor":
-        return tensor_json(value, tensors)
+        return tensor_json(value, fact.policy or tensors)
     if kind == "values":
         return tensor_json(value)["values"]
     if kind == "shape":
         return None if value is None else list(value)
     if kind == "section":
-        return json_of(value, tensors)
+        return json_of(value, tensors, streamed)
     if kind == "entries":
-        return [json_of(item, tensors) for item in value]
+        return [json_of(item, tensors, streamed) for item in value]
     if kind == "record" and fact.published is not None:
         return fact.published(value)
     return value  # a verdict
@@ -115,27 +166,11 @@ def json_pieces(head: Mapping[str, Any], facts: Facts, tensors: str = "summary")
     ``dumps({**head, **json_of(facts, tensors)})``, but a tensor shown in ``full`` is
     streamed (:func:`~qkvcli.render.stream.stream_document`), never held as one list of
     Python floats."""
-    from qkvcli.render.document import dumps
-    from qkvcli.render.stream import marker, stream_document
+    from qkvcli.render.stream import stream_document
 
-    if tensors != "full":
-        yield dumps({**head, **json_of(facts, tensors)})
-        return
-    arrays: list[Any] = []
-
-    def walk(fact: Any) -> Any:
-        if isinstance(fact, Mapping):
-            return {name: walk(value) for name, value in fact.items()}
-        if isinstance(fact, Fact) and fact.kind == "section":
-            return walk(fact.value)
-        if isinstance(fact, Fact) and fact.kind == "entries":
-            return [walk(item) for item in fact.value]
-        if isinstance(fact, Fact) and fact.kind == "tensor":
-            arrays.append(fact.value)
-            return {"shape": list(np.shape(fact.value)), "values": marker(len(arrays) - 1)}
-        return json_of(fact)
-
-    yield from stream_document(dumps({**head, **walk(facts)}), arrays)
+    streamed: list[Any] = []
+    document = dumps({**head, **json_of(facts, tensors, streamed if tensors == "full" else None)})
+    return stream_document(document, streamed) if streamed else iter([document])
 
 
 def find(facts: Facts, path: str) -> Any:
@@ -147,14 +182,10 @@ def find(facts: Facts, path: str) -> Any:
     return found
 
 
-def vector(value: Any) -> str:
-    """``[v,...]`` in fixed point, six decimals, ``-0.0`` written as ``0.000000``."""
-    return fmt_vector(np.asarray(value, dtype=np.float64) + 0.0)
-
-
-def fixed(value: float, decimals: int = 6) -> str:
-    """One number in fixed point, ``-0.0`` written as ``0.000000``."""
-    return fmt_float(value + 0.0, decimals)
+vector = fmt_vector
+"""``[v,...]`` in fixed point, six decimals, a value that rounds to zero ``0.000000``."""
+fixed = fmt_float
+"""One number in fixed point, never a false zero (:func:`~qkvcli.render.numbers.fmt_float`)."""
 
 
 Spellings = Mapping[str, Callable[[Any], str]]
@@ -201,7 +232,8 @@ def _pieces(fact: Any, spellings: Spellings | None) -> tuple[Any, ...]:
     """:func:`said`, but a tensor (and a list of values) left whole to stream."""
     if isinstance(fact, Fact) and not (spellings and fact.kind in spellings):
         if fact.kind == "tensor":
-            return (f"shape:{fmt_shape(np.shape(fact.value))} values:", fact.value)
+            shown = fact.value if fact.policy is None else "".join(iter_vector(fact.value, fact.policy))
+            return (f"shape:{fmt_shape(np.shape(fact.value))} values:", shown)
         if fact.kind == "values":
             return (fact.value,)
     return (said(fact, spellings),)
@@ -244,14 +276,15 @@ Table = tuple[tuple[str, Any], ...]
 
 def lines(facts: Facts, evidence: Any, table: Table, between: str, labelled: str, start: str,
           spellings: Spellings | None = None) -> Iterator[Line]:
-    """Each row of ``table`` as one line of pieces: its key, ``start``, then its parts (one
+    """Each row of ``table`` as one line of pieces: its key and ``start`` (none for the key
+    ``""``: a comment, a verdict), then its parts (one
     part alone: a path, a path and its spelling, or a function of the evidence; a path
     ``section.*``: every fact of the section, in order)."""
     for key, parts in table:
         one = parts if isinstance(parts, tuple) and parts and isinstance(parts[0], tuple) else (
             ("", *(parts if isinstance(parts, tuple) else (parts,))),)
         one = tuple(every for part in one for every in _expanded(facts, part))
-        yield (f"{key}{start}", *line(facts, evidence, one, between, labelled, spellings))
+        yield (f"{key}{start}" if key else "", *line(facts, evidence, one, between, labelled, spellings))
 
 
 def layout(facts: Facts, evidence: Any, table: Table, between: str,
@@ -262,13 +295,14 @@ def layout(facts: Facts, evidence: Any, table: Table, between: str,
 
 
 def pieces(facts: Facts, evidence: Any, table: Table, trace: bool = False,
-           spellings: Spellings | None = None, tensors: str = "full") -> Iterator[str]:
+           spellings: Spellings | None = None, tensors: str = "full",
+           precision: int = 6) -> Iterator[str]:
     """``table`` laid out as a text report (``key=label:value label:value``) or as a
     ``trace`` (``KEY|label=value|label=value``), in pieces, each line ending with a
     newline, each tensor written as it streams per the ``tensors`` policy."""
     between, labelled, start = ("|", "=", "|") if trace else (" ", ":", "=")
     return stream_lines(lines(facts, evidence, table, between, labelled, start, spellings),
-                        tensors)
+                        tensors, precision)
 
 
 def report(facts: Facts, evidence: Any, table: Table, trace: bool = False,
