@@ -16,7 +16,7 @@ import numpy as np
 from qkvcli.check.chapter26_evidence import Evidence, Primary
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
-from qkvcli.core.results import ShapeProbe
+from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.core.text import escape_controls
 from qkvcli.render.facts import (
     Facts,
@@ -51,6 +51,8 @@ PUBLISHED_TENSORS = {
 """The report's published name of each of :meth:`Primary.tensors`' fields, in order."""
 AXES = {"input": ("batch", "token", "model_feature"), "weight": ("model_feature", "feature"),
         "output": ("batch", "token", "feature")}
+"""The axes of the input (and its gradient), of a weight (and its gradient) and of an
+output (and its upstream gradient)."""
 GIVEN = ("input", "w_query", "w_key", "w_value", "grad_query", "grad_key", "grad_value")
 """The tensors the fixture gives (the rest qkv computes)."""
 
@@ -70,9 +72,9 @@ def _probe(probe: ShapeProbe) -> Any:
                    gradient_shapes_ok=verdict(probe.holds(*GRADIENTS)))
 
 
-def said(case: Any) -> str:
+def said(case: Refusal) -> str:
     """A bad input's message: the error raised, or ``accepted`` when none was."""
-    return str(case.message) or "accepted"
+    return case.message or "accepted"
 
 
 def facts(evidence: Evidence) -> dict[str, Any]:
