@@ -2,13 +2,15 @@
 
 A facts value is an ordered mapping from each published name to a :class:`Fact`: a
 scalar, a tensor with its axes named, a flat list of values, a shape, a verdict, a
-section of further facts, or entries (a list of sections: the shape probes, the refused
-inputs). Each fact says whether the fixture gave it or qkv computed it. A report builds
-its facts once; :func:`json_of` is the one walk that makes them a JSON document, and
-:func:`said` and :func:`line` give the text and trace the spelling of each kind, so a
-chapter's text and trace are tables of (key, fact, format) over the same facts.
-A value that is no :class:`Fact` (a check entry, a gradient check already in its
-published form) is published as it is.
+section of further facts, entries (a list of sections: the shape probes, the refused
+inputs) or a record the JSON publishes through a function (a gradient check). Each fact
+says whether the fixture gave it or qkv computed it. A report builds its facts once:
+:func:`json_of` is the one walk that makes them a JSON document (:func:`json_pieces`
+streams a large tensor's values, :func:`tensor_json` and :func:`dumps` spell a tensor and
+the document), and a report's text and trace are layout tables of (key, parts) over the
+same facts (:func:`pieces`, :func:`report`), a tensor written as it streams per the
+``--tensors`` policy; :func:`columns` lays out an aligned table. A value that is no
+:class:`Fact` (a check entry) is published as it is.
 """
 
 from __future__ import annotations
