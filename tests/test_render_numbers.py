@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from qkvcli.render.numbers import (
@@ -36,5 +37,6 @@ def test_each_role_has_one_spelling() -> None:
     assert fmt_error(3.17e-10) == "3.170e-10" and fmt_error(math.inf) == "inf"
     assert fmt_general(0.50912) == "0.509" and fmt_general(2e-6) == "2e-06"
     assert fmt_signed(0.351) == "+0.35" and fmt_signed(-1.2) == "-1.20"
-    assert fmt_exact(2e-06) == "2e-06" and fmt_exact(0.1) == "0.1"
+    assert fmt_exact(2e-06) == "2e-06" and fmt_exact(0.1) == "0.1" and fmt_exact(3) == "3"
+    assert fmt_exact(np.float64(0.5)) == "0.5"
     assert json_float(-math.inf) == "-Infinity" and json_float(1.5) == 1.5

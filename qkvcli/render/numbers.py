@@ -62,9 +62,10 @@ def fmt_signed(value: float, precision: int = 2) -> str:
 
 
 def fmt_exact(value: float) -> str:
-    """A number as it was given or set (a step, a tolerance): the shortest spelling that
-    reads back as the same float (``2e-06``, ``0.001``)."""
-    return repr(value)
+    """A number as it was given or found (a step, a tolerance, a value that differs): the
+    shortest spelling that reads back as the same float (``2e-06``, ``0.1``); NumPy's
+    float64 spelled as Python's float."""
+    return repr(float(value)) if isinstance(value, float) else repr(value)
 
 
 def json_float(value: float) -> float | str:
