@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -633,12 +634,42 @@ def test_chapter_37_summarises_the_earlier_caches_of_a_long_run(tmp_path: Path) 
     html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 3, shape)))
     assert sum(2 * 32 * (t + 1) for t in range(12)) > CACHE_VALUES
     assert unexplained(html) == []
-    summaries = [part.split('"', 1)[0] for part in html.split('data-name="')[1:]
+    summaries = [part.split('"', 1)[0] for part in html.split('data-name="steps.')[1:]
                  if '<dl class="summary">' in part.split("</section>", 1)[0]]
-    assert summaries == [f"steps.{t}.{name}" for t in range(11)
+    drawn = sorted({int(n["data-tensor"].split(".")[1]) for n in numbers_of(html)
+                    if n["data-tensor"].startswith("steps.")})
+    assert drawn[0] == 0 and drawn[-1] == 11  # the page's budget may leave steps out
+    assert summaries == [f"{t}.{name}" for t in drawn[:-1]
                          for name in ("cached_keys", "cached_values")]
     last = document["steps"][-1]["cached_values"]
     shown = {n["data-index"] for n in numbers_of(html) if n["data-tensor"]
              == "steps.11.cached_values"}
     assert len(shown) == math.prod(last["shape"])
     assert "the steps&#x27; caches hold more than 4096 values" in html
+
+
+def test_a_long_chapter_37_run_keeps_the_page_budget_and_names_the_steps_it_leaves_out(
+        tmp_path: Path) -> None:
+    """32 tokens of width 64 (four heads of 16): the page stays within the mebibyte
+    attend's GPT-2 page keeps; every number on it is explained; each step is drawn at its
+    JSON keys or named in a note that says where its numbers are and how to draw it."""
+    from qkvcli.render.explorer.page import PAGE_BYTES
+
+    html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 11, (1, 32, 4, 16, 32, 32,
+                                                                      10000.0))))
+    assert PAGE_BYTES == MIB and len(html.encode("utf-8")) <= PAGE_BYTES
+    assert unexplained(html) == []
+    shown = {(n["data-tensor"], n["data-index"]) for n in numbers_of(html)}
+    drawn = [t for t in range(32) if (f"steps.{t}.output", "0,0") in shown]
+    assert drawn[:2] == [0, 1] and len(drawn) < 32  # the first steps, then the budget
+    notes = [(int(a), int(b or a)) for a, b in re.findall(
+        r"<h2>Steps? (\d+)(?: to (\d+))?: not drawn</h2>", html)]
+    left = sorted(t for first, end in notes for t in range(first, end + 1))
+    assert sorted(drawn + left) == list(range(32))
+    for t in drawn:  # a drawn step: every value of its output at its key
+        values = np.array(document["steps"][t]["output"]["values"]).reshape(-1)
+        assert all((f"steps.{t}.output", f"0,{j}") in shown for j in range(values.size))
+    assert not any(key[0].startswith(tuple(f"steps.{t}." for t in left)) for key in shown)
+    first, end = notes[0]
+    assert f"<code>steps[{first}]</code> to <code>steps[{end}]</code>" in html
+    assert "qkv run FIXTURE -f json" in html and "first t + 1 of its 32 tokens" in html

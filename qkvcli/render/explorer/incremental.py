@@ -22,7 +22,7 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.document import checks_of, tensors_of
-from qkvcli.render.explorer.page import Page
+from qkvcli.render.explorer.page import PAGE_BYTES, Page
 from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import (
     Derivation,
@@ -40,6 +40,8 @@ Make = Callable[[tuple[int, ...], float], Derivation]
 CACHE_VALUES = 4096
 """Cached keys and values a page shows in full over every step; beyond, the caches
 before the last step are summarised (the last one holds every row they hold)."""
+NOTE_BYTES = 2 << 10
+"""Room for the notes that name the steps a page leaves out."""
 
 
 class StepOperands(Record):
@@ -118,14 +120,42 @@ def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
     page.sections.append(_layer(page, config, e))
     layout = "half" if config.get("rope_layout") == "half" else "interleaved"
     cached = sum(a["cached_keys"].size + a["cached_values"].size for a in steps)
-    for t, (step, arrays) in enumerate(zip(document["steps"], steps, strict=True)):
-        brief = cached > CACHE_VALUES and t < len(steps) - 1
-        page.sections.append(_step(page, t, step, arrays, e, layout, document, brief))
-    page.sections.append(_totals(page, document))
-    page.sections.append(_errors(document["errors"]))
+    after = [_totals(page, document), _errors(document["errors"])]
+    last = len(steps) - 1
+    drawn: dict[int, str] = {}
+    for t in dict.fromkeys((0, last, *range(1, last))):  # the first, the last, then in turn
+        mark = page.mark()
+        section = _step(page, t, document["steps"][t], steps[t], e, layout, document,
+                        cached > CACHE_VALUES and t < last)
+        if drawn and page.size((*drawn.values(), section, *after)) > PAGE_BYTES - NOTE_BYTES:
+            page.rollback(mark)
+            if t == last:
+                continue
+            break  # every later step is larger: none fits
+        drawn[t] = section
+    for t in range(len(steps)):
+        if t in drawn:
+            page.sections.append(drawn[t])
+        elif t == 0 or t - 1 in drawn:  # the first of a run of steps left out
+            run = next((u for u in range(t, len(steps)) if u in drawn), len(steps))
+            page.sections.append(_elided(t, run - 1, int(config["tokens"])))
+    page.sections.extend(after)
     passed = bool(document.get("passed"))
     return page.html(f"{title}: {document.get('chapter', '')}",
                      verdict(passed, sum(c.passed for c in checks), len(checks)), passed)
+
+
+def _elided(first: int, end: int, tokens: int) -> str:
+    """What the page leaves out of steps ``first`` to ``end``, and how to see them."""
+    named = f"Step {first}" if first == end else f"Steps {first} to {end}"
+    return (f'<section class="group step elided"><h2>{named}: not drawn</h2><p>The page keeps '
+            f"to {PAGE_BYTES >> 20} MiB, as attend's page of a GPT-2 layer at 1,024 tokens "
+            f"does, and drawing {'this step' if first == end else 'these steps'} too would "
+            "pass it. The checks above judged every step. The JSON report holds every "
+            f"number of each (<code>qkv run FIXTURE -f json</code>: <code>steps[{first}]</code>"
+            + (f" to <code>steps[{end}]</code>" if first != end else "")
+            + "), and step t reads only tokens 0 to t: a fixture of the input's first t + 1 of "
+            f"its {tokens} tokens draws step t on its own page.</p></section>")
 
 
 def _scalar(page: Page, key: str, value: int | float, derivation: Derivation | None,
@@ -152,11 +182,17 @@ def _layer(page: Page, config: Mapping[str, Any], e: StepOperands) -> str:
     for key, label in (("capacity", "cache capacity C"), ("rope_positions", "RoPE table rows"),
                        ("rope_base", "RoPE base"), ("tolerance", "tolerance of each step")):
         items.append(_scalar(page, f"config.{key}", config[key], None, label))
-    blocks = [page.tensor(f"{branch}_weight", weight, None,
-                          f"W_{letter} [d_model, {'d_out' if letter == 'O' else 'H·d_h'}], "
-                          "given by the fixture", given=True)
-              for branch, letter, weight in zip(("query", "key", "value", "output"), "QKVO",
-                                                e.weights, strict=True)]
+    def weights(why: str) -> list[str]:
+        return [page.tensor(f"{branch}_weight", weight, None,
+                            f"W_{letter} [d_model, {'d_out' if letter == 'O' else 'H·d_h'}], "
+                            "given by the fixture", given=True, summarised=why)
+                for branch, letter, weight in zip(("query", "key", "value", "output"), "QKVO",
+                                                  e.weights, strict=True)]
+
+    blocks = weights("")
+    if sum(len(block.encode()) for block in blocks) > PAGE_BYTES // 4:
+        blocks = weights(f"summarised: every value would take more than a quarter of the "
+                         f"page's {PAGE_BYTES >> 20} MiB; the fixture holds them")
     return ('<section class="group"><h2>The layer and its cache</h2><dl class="facts">'
             + "".join(items) + f"<dt>RoPE layout</dt><dd>{escape(str(config['rope_layout']))}"
             "</dd></dl>" + "".join(blocks) + "</section>")
