@@ -150,6 +150,8 @@ PAGES: dict[str, list[str]] = {
     "check-failing": ["check", str(EXAMPLES / "wrong_mha_strided_heads.py")],
     "check-not-run": ["check", str(EXAMPLES / "wrong_float32.py")],
     "gradcheck": ["gradcheck"],
+    "gradcheck-ch30": ["gradcheck", str(ROOT / "qkvcli" / "data"
+                                        / "ch30-multi-head-attention.json")],
     "run-ch37-random": ["run", "CH37"],
 }
 """Every page the explorer draws, by name: the command that writes it (``LAYER``: the

@@ -22,6 +22,7 @@ from qkvcli.check.chapter26 import build_evidence
 from qkvcli.check.result import CheckResult
 from qkvcli.cli import main
 from qkvcli.cli.io import load
+from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.results import Failure
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.check import replay_lines
@@ -467,6 +468,46 @@ def test_every_number_of_every_page_opens_its_terms_or_says_it_was_given(
     if PAGES[name][0] in ("run", "report"):
         chapter = PAGES[name][2] if "--chapter" in PAGES[name] else "37"  # CH37: random
         assert f": {chapter}-" in title, title  # the chapter's id
+
+
+TITLES = {
+    **{f"{command}-ch{n}": f"qkv {command}: {CHAPTER_IDS[n]}" for n in CHAPTER_IDS
+       for command in ("run", "report")},
+    "run-ch37-random": "qkv run: 37-incremental-attention",
+    "attend-head": "qkv attend: 26-qkv-projections",  # attend's bundled fixture's chapter
+    "attend-head-causal": "qkv attend: 26-qkv-projections",
+    "attend-layer-causal": "qkv attend: layer",  # a fixture of its own: its label
+    "check-projections": "qkv check: {}numpy_qkv.py (chapter 26)",
+    "check-head": "qkv check: {}numpy_head.py (chapters 26 to 28)",
+    "check-rope-mha": "qkv check: {}numpy_rope_mha.py (chapters 29 to 30)",
+    "check-failing": "qkv check: {}wrong_mha_strided_heads.py (chapters 29 to 30)",
+    "check-not-run": "qkv check: {}wrong_float32.py (chapter 26)",
+    "gradcheck": "qkv gradcheck: 26-qkv-projections",
+    "gradcheck-ch30": "qkv gradcheck: 30-multi-head-attention",
+}
+"""Each page's title: its report, then the chapter (attend: its fixture's; check: the
+implementation as given and the chapters of the operations it offers)."""
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_every_pages_title_names_its_report_and_chapter(
+        tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
+    html = page_of(name, tmp_path_factory).read_text(encoding="utf-8")
+    title = html[html.index("<title>") + 7:html.index("</title>")]
+    assert title == escape(TITLES[name].format(f"{EXAMPLES}/"))
+    assert f"<h1>{title}</h1>" in html
+
+
+def test_the_gradcheck_page_names_its_chapter_and_the_exported_figure_does_not(
+        tmp_path: Path) -> None:
+    """The rich export's title is the command's own (``qkv gradcheck``), the explorer's
+    names the chapter too: two titles, one per page."""
+    page, export = tmp_path / "page.html", tmp_path / "export.html"
+    result = CliRunner().invoke(main, ["gradcheck", "--html", str(page), "--export-html",
+                                       str(export)])
+    assert result.exit_code == 0, result.output
+    assert "<title>qkv gradcheck</title>" in export.read_text(encoding="utf-8")
+    assert "<title>qkv gradcheck: 26-qkv-projections</title>" in page.read_text(encoding="utf-8")
 
 
 def test_a_masked_weight_and_its_scaled_score_agree(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from html import escape
 from typing import Any
 
 from qkvcli.check.result import CheckResult
+from qkvcli.core.names import chapter_span
 from qkvcli.core.results import Clause, Failure
 from qkvcli.render.check import (
     check_verdict,
@@ -32,6 +33,10 @@ from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import Check
 from qkvcli.stages.terms import Derivation, Step
 
+OPERATION_CHAPTERS = {"forward": (26,), "backward": (26,), "head_forward": (27, 28),
+                      "head_backward": (27, 28), "rope": (29,), "rope_reverse": (29,),
+                      "mha_forward": (30,), "mha_backward": (30,), "cache_steps": (37,)}
+"""The chapters whose code each operation an implementation offers is (its page's title)."""
 NUMBERED = ("value-differs", "point")
 """The clause codes whose numbers the page shows (and where in their facts they are)."""
 
@@ -196,4 +201,7 @@ def check_page(result: CheckResult, precision: int, title: str,
                          f"{escape(failure_detail(failure))}{numbers}{replay_html}</li>")
         page.sections.append('<section class="group"><h2>Findings</h2><ul class="findings">'
                              + "".join(items) + "</ul></section>")
-    return page.html(f"{title}: {result.implementation}", check_verdict(result), result.passed)
+    chapters = sorted({n for op in result.operations for n in OPERATION_CHAPTERS.get(op, ())})
+    judged = f" ({'chapter' if len(chapters) == 1 else 'chapters'} {chapter_span(chapters)})"
+    return page.html(f"{title}: {result.implementation}" + (judged if chapters else ""),
+                     check_verdict(result), result.passed)
