@@ -59,7 +59,7 @@ def explorer_page(evidence: object, *, precision: int, title: str,
         from qkvcli.render.explorer.document import document_page
         from qkvcli.render.gradcheck import gradcheck_document
 
-        document = gradcheck_document(evidence)  # type: ignore[arg-type]
-        return document_page({**document, "chapter": chapter} if chapter else document,
+        checked = gradcheck_document(evidence)  # type: ignore[arg-type]
+        return document_page({**checked, "chapter": chapter} if chapter else checked,
                              precision, title)
     raise TypeError(f"the explorer draws no page of {view}")
