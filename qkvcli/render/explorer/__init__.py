@@ -30,9 +30,10 @@ def explorer_page(evidence: object, *, precision: int, title: str,
     """
     view = view_of(evidence)
     if view == "evidence":
-        from qkvcli.render.explorer.run import run_page
+        from qkvcli.render.explorer.document import document_page
+        from qkvcli.render.report import evidence_json
 
-        return run_page(evidence, precision, title)  # type: ignore[arg-type]
+        return document_page(evidence_json(evidence, "full"), precision, title)  # type: ignore[arg-type]
     if view == "attend":
         from qkvcli.render.explorer.attend import attend_page
 

@@ -26,8 +26,8 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import MAPS, document_derivers
-from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, index_text
+from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
+from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
 from qkvcli.render.wording import Check, verdict
 from qkvcli.stages.terms import Derivation, gradcheck_point
 
@@ -177,12 +177,10 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
                       for name in maps) + "</section>")
     shown = {name: extra[name] for name in extra if name in given and name not in arrays}
     shown.update(arrays)
-    blocks = [page.tensor(name, values, explained.get(name), given=name in given,
-                          axes=axes_of(name, values.ndim))
-              for name, values in shown.items()]
-    if blocks:
-        page.sections.append('<section class="group"><h2>Tensors</h2>' + "".join(blocks)
-                             + "</section>")
+    blocks = {name: page.tensor(name, values, explained.get(name), given=name in given,
+                                axes=axes_of(name, values.ndim))
+              for name, values in shown.items()}
+    page.sections.extend(tensor_sections(blocks, "query_weight" in arrays))
     page.sections.append(gradcheck_rows(page, document))
     passed = bool(document.get("passed", all(check.passed for check in checks)))
     if checks:
@@ -194,6 +192,31 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     chapter = document.get("chapter")
     heading = f"{title}: {chapter}" if chapter else title
     return page.html(heading, said, passed)
+
+
+def tensor_sections(blocks: Mapping[str, str], columns: bool) -> list[str]:
+    """The tensors' blocks in the document's order; with ``columns`` (a document that
+    publishes the projections' weights), each branch's own side by side between the
+    tensors before them and those after (where the paths meet)."""
+    if not blocks:
+        return []
+    if not columns:
+        return ['<section class="group"><h2>Tensors</h2>' + "".join(blocks.values())
+                + "</section>"]
+    names = list(blocks)
+    first = next((i for i, name in enumerate(names) if branch_of(name)), len(names))
+    after = [name for name in names[first:] if not branch_of(name)]
+
+    def group(heading: str, members: list[str], css: str = "group") -> str:
+        return (f'<section class="{css}"><h2>{heading}</h2>'
+                + "".join(blocks[name] for name in members) + "</section>")
+
+    sections = [group("Input", names[:first])] if first else []
+    sections.append('<section class="group branches"><h2 class="sr">The three branches</h2>'
+                    + "".join(group(f"{b} branch", [n for n in names if branch_of(n) == b],
+                                    f"branch branch-{b}") for _, b in BRANCHES)
+                    + "</section>")
+    return sections + ([group("Where the paths meet", after)] if after else [])
 
 
 AXES = {"mixture_terms": ("query", "key"), "mask": ("query", "key")}
