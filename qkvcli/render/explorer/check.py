@@ -98,7 +98,7 @@ def comparison(clause: Clause, failure: Failure, replay: list[str]) -> Derivatio
                 Step("expected (qkv's engine)", float(expected), "fact"),
                 Step("actual \u2212 expected", float(actual) - float(expected), "fact"),
                 Step("scaled error |a\u2212e| / max(1,|a|,|e|)", _small(error), "text"),
-                Step("tolerance", repr(tolerance), "text")]
+                Step("tolerance", fmt_general(tolerance), "text")]
         value = float(actual)
     else:
         rows = _point_rows(clause)
@@ -132,7 +132,7 @@ def worst_section(page: Page, result: CheckResult) -> str:
         label, point = check.worst.facts
         derivation = Derivation(
             f"{check.name}: the worst coordinate, on {label}",
-            (*_point_rows(point), Step("tolerance", repr(check.tolerance), "text"),
+            (*_point_rows(point), Step("tolerance", fmt_general(check.tolerance), "text"),
              Step("exact values", _exact(point), "text")), float(point.facts[1]), "none")
         heading = f"{check.name}: worst {point.facts[0]}"
         items.append(f"<li><strong>{escape(check.name)}</strong> [{escape(str(label))}] "

@@ -28,6 +28,7 @@ from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.explorer.checks import checks_section
 from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
+from qkvcli.render.numbers import fmt_error, fmt_general
 from qkvcli.render.wording import Check, verdict
 from qkvcli.stages.terms import Derivation, gradcheck_point
 
@@ -71,14 +72,15 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
     if not entries:
         return ""
     step, tolerance = float(settings.get("step", 0.0)), float(settings.get("tolerance", 0.0))
+    settings_text = f"step {fmt_general(step)}, tolerance {fmt_general(tolerance)}"
     out = ['<section class="group gradcheck"><h2>Gradient check</h2>',
-           f'<p class="caption">{caption or f"step {step!r}, tolerance {tolerance!r}"}</p>']
+           f'<p class="caption">{caption or settings_text}</p>']
     for entry in entries:
         name = str(entry.get("tensor", ""))
         checks = list(entry.get("checks", []))
         shown, rows = checks[:GRADCHECK_ROWS], []
         scientific = {field: page.tiny(float(c[field]) for c in shown)
-                      for field in ("analytic", "numerical", "scaled_error")}
+                      for field in ("analytic", "numerical")}
         for check in shown:
             direction = check.get("direction")
             if direction is not None:
@@ -92,9 +94,9 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
             heading = f"gradient check of {name} at {label}"
             key = f"gradcheck.{name}"
             cells = [page.number(key, where, value, derivation, field=field, heading=heading,
-                                 scientific=scientific[field])
+                                 scientific=scientific.get(field, False))
                      for field, value in (("analytic", analytic), ("numerical", numerical),
-                                          ("scaled_error", error))]
+                                          ("scaled_error", fmt_error(error)))]
             word = "✔ PASS" if passed else "✘ FAIL"
             rows.append(f'<tr><th scope="row">{label}</th><td>{cells[0]}</td><td>{cells[1]}'
                         f"</td><td>{cells[2]}</td><td>{word}</td></tr>")
@@ -122,8 +124,8 @@ def gradcheck_section(page: Page, result: GradcheckResult, name_of: Callable[[st
     document = gradcheck_json(result)
     for entry in document["tensors"]:
         entry["tensor"] = name_of(entry["tensor"])
-    caption = (f"mode {escape(result.mode)}, step {result.step!r}, tolerance "
-               f"{result.tolerance!r}: {escape(result.summary)}")
+    caption = (f"mode {escape(result.mode)}, step {fmt_general(result.step)}, tolerance "
+               f"{fmt_general(result.tolerance)}: {escape(result.summary)}")
     return gradcheck_rows(page, {"gradcheck": document}, caption)
 
 
