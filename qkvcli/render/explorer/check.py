@@ -136,16 +136,26 @@ def worst_section(page: Page, result: CheckResult) -> str:
              Step("exact values", _exact(point), "text")), float(point.facts[1]), "none")
         heading = f"{check.name}: worst {point.facts[0]}"
         items.append(f"<li><strong>{escape(check.name)}</strong> [{escape(str(label))}] "
-                     f"{escape(str(point.facts[0]))}: analytic "
-                     + page.number("checks", str(i), float(point.facts[1]), derivation,
-                                   field="analytic", heading=heading)
-                     + ", numerical "
-                     + page.number("checks", str(i), float(point.facts[2]), derivation,
-                                   field="numerical", heading=heading) + "</li>")
+                     f"{escape(str(point.facts[0]))}: "
+                     + _pair(page, f"checks|{i}", point, derivation, heading) + "</li>")
     if not items:
         return ""
     return ('<section class="group"><h2>Worst gradient-check coordinates</h2>'
             '<ul class="findings">' + "".join(items) + "</ul></section>")
+
+
+def _pair(page: Page, where: str, clause: Clause, derivation: Derivation,
+          heading: str) -> str:
+    """The two numbers ``clause`` compares (actual and expected, or analytic and
+    numerical), each opening ``derivation``; ``where`` is their ``tensor|index``."""
+    differs = clause.code == "value-differs"
+    tensor, index = where.split("|")
+    return ", ".join(
+        f"{name} " + page.number(tensor, index, float(value), derivation, field=name,
+                                 heading=heading)
+        for name, value in zip(("actual", "expected") if differs else ("analytic", "numerical"),
+                               clause.facts[2:4] if differs else clause.facts[1:3],
+                               strict=True))
 
 
 def _small(error: Any) -> str:
@@ -182,19 +192,9 @@ def check_page(result: CheckResult, precision: int, title: str,
             clause = numbered(failure)
             numbers = ""
             if clause is not None:
-                derivation = comparison(clause, failure, commands)
-                heading = f"finding {i + 1}: {failure.family}"
-                first, second = ((clause.facts[2], clause.facts[3])
-                                 if clause.code == "value-differs"
-                                 else (clause.facts[1], clause.facts[2]))
-                names = (("actual", "expected") if clause.code == "value-differs"
-                         else ("analytic", "numerical"))
-                numbers = (f'<p class="compare">{names[0]} '
-                           + page.number("failures", str(i), float(first), derivation,
-                                         field=names[0], heading=heading)
-                           + f", {names[1]} "
-                           + page.number("failures", str(i), float(second), derivation,
-                                         field=names[1], heading=heading) + "</p>")
+                numbers = ('<p class="compare">' + _pair(
+                    page, f"failures|{i}", clause, comparison(clause, failure, commands),
+                    f"finding {i + 1}: {failure.family}") + "</p>")
             where = f" [{escape(failure.fixture)}]" if failure.fixture else ""
             replay_html = ("<pre>" + escape("\n".join(commands)) + "</pre>") if commands else ""
             items.append(f'<li class="failure"><strong>{escape(failure.family)}</strong>{where} '

@@ -17,7 +17,7 @@ coordinate its central difference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from html import escape
 from typing import Any
 
@@ -30,7 +30,7 @@ from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
 from qkvcli.render.numbers import fmt_error, fmt_general
 from qkvcli.render.wording import Check, verdict
-from qkvcli.stages.terms import Derivation, gradcheck_point
+from qkvcli.stages.terms import gradcheck_point
 
 
 def tensors_of(document: Mapping[str, Any]) -> dict[str, Array]:
@@ -133,17 +133,11 @@ def _maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
           explain: Deriver | None) -> str:
     """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head);
     a cell whose softmax input is ``-inf`` is masked (struck through)."""
-    tokens = int(weights.shape[-1])
-    slices: Sequence[tuple[int, ...]] = list(np.ndindex(*weights.shape[:-2]))
-
-    def masked_at(at: tuple[int, ...]) -> float:
-        return (float(softmax_input[at]) if softmax_input is not None
-                and softmax_input.shape == weights.shape else 0.0)
-
-    def derive(at: tuple[int, ...], numbered: bool) -> Derivation | None:
-        return explain(at) if explain is not None else None
-
-    return page.heatmap(name, weights, slices, derive, tokens, masked_at)
+    known = softmax_input is not None and softmax_input.shape == weights.shape
+    return page.heatmap(name, weights, list(np.ndindex(*weights.shape[:-2])),
+                        lambda at, _: explain(at) if explain is not None else None,
+                        int(weights.shape[-1]),
+                        lambda at: float(softmax_input[at]) if known else 0.0)  # type: ignore[index]
 
 
 def document_page(document: Mapping[str, Any], precision: int, title: str,

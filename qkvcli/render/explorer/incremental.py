@@ -21,6 +21,7 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.derive import each
 from qkvcli.render.explorer.document import checks_of, tensors_of
 from qkvcli.render.explorer.page import PAGE_BYTES, Page
 from qkvcli.render.wording import verdict
@@ -305,38 +306,32 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
     blocks = (
         page.tensor(key + "input", a["input"], None, f"x_{t} [batch, d_model]: token {t}, "
                     "given by the fixture", given=True),
-        page.tensor(key + "weights", a["weights"], _each(a["weights"], weight),
+        page.tensor(key + "weights", a["weights"], each(a["weights"], weight),
                     f"A [batch, head, query, key]: the new query over the {after} cached keys "
                     "(its own last)"),
-        page.tensor(key + "output", a["output"], _each(a["output"], output),
+        page.tensor(key + "output", a["output"], each(a["output"], output),
                     "y_t [batch, d_out] = merge(A V_cache) W_O"),
         page.tensor(key + "full_prefix_last_row", a["full_prefix_last_row"],
-                    _each(a["full_prefix_last_row"], full),
+                    each(a["full_prefix_last_row"], full),
                     f"the last row of the causal pass over tokens 0..{t}"),
         f'<p class="caption">largest difference {difference} (tolerance '
         f"{page.number('config.tolerance', '', tolerance)})</p>",
         page.tensor(key + "appended_key", a["appended_key"],
-                    _each(a["appended_key"], appended_key),
+                    each(a["appended_key"], appended_key),
                     f"RK_h [batch, head, 1, d_h]: the key turned at position {before}"),
         page.tensor(key + "appended_value", a["appended_value"],
-                    _each(a["appended_value"], appended_value),
+                    each(a["appended_value"], appended_value),
                     "V_h [batch, head, 1, d_h]: the value as projected"),
         page.tensor(key + "cached_keys", a["cached_keys"],
-                    _each(a["cached_keys"], cached("key", appended_key)),
+                    each(a["cached_keys"], cached("key", appended_key)),
                     f"K_cache [batch, head, {after}, d_h] after the step", summarised=why),
         page.tensor(key + "cached_values", a["cached_values"],
-                    _each(a["cached_values"], cached("value", appended_value)),
+                    each(a["cached_values"], cached("value", appended_value)),
                     f"V_cache [batch, head, {after}, d_h] after the step", summarised=why),
     )
     return (f'<section class="group step" id="step-{t}"><h2>Step {t}</h2><dl class="facts">'
             + facts_html + "</dl>" + "".join(blocks) + '<dl class="facts">' + counts
             + "</dl></section>")
-
-
-def _each(array: Array, make: Make) -> Callable[[tuple[int, ...]], Derivation]:
-    def derive(at: tuple[int, ...]) -> Derivation:
-        return make(at, float(array[at]))
-    return derive
 
 
 def _totals(page: Page, document: Mapping[str, Any]) -> str:
