@@ -36,6 +36,7 @@ from qkvcli.stages.terms import (
     weight_gradient,
 )
 from tests.explorer_helpers import (
+    CH37_LONG,
     EXAMPLES,
     MIB,
     PAGES,
@@ -474,6 +475,7 @@ TITLES = {
     **{f"{command}-ch{n}": f"qkv {command}: {CHAPTER_IDS[n]}" for n in CHAPTER_IDS
        for command in ("run", "report")},
     "run-ch37-random": "qkv run: 37-incremental-attention",
+    "run-ch37-long": "qkv run: 37-incremental-attention",
     "attend-head": "qkv attend: 26-qkv-projections",  # attend's bundled fixture's chapter
     "attend-head-causal": "qkv attend: 26-qkv-projections",
     "attend-layer-causal": "qkv attend: layer",  # a fixture of its own: its label
@@ -696,8 +698,7 @@ def test_a_long_chapter_37_run_keeps_the_page_budget_and_names_the_steps_it_leav
     JSON keys or named in a note that says where its numbers are and how to draw it."""
     from qkvcli.render.explorer.page import PAGE_BYTES
 
-    html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 11, (1, 32, 4, 16, 32, 32,
-                                                                      10000.0))))
+    html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 11, CH37_LONG)))
     assert PAGE_BYTES == MIB and len(html.encode("utf-8")) <= PAGE_BYTES
     assert unexplained(html) == []
     shown = {(n["data-tensor"], n["data-index"]) for n in numbers_of(html)}
