@@ -109,7 +109,9 @@ def step_operands(fixture: Any, steps: Sequence[Mapping[str, Array]]) -> StepOpe
 def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
                      title: str) -> str:
     """Chapter 37's page from its JSON ``document`` and its ``fixture`` (one
-    self-contained HTML text)."""
+    self-contained HTML text): step 0, the last step, then steps 1, 2, ... while the page
+    stays within :data:`~qkvcli.render.explorer.page.PAGE_BYTES`; each run of steps left
+    out is a note that names them and says where their numbers are."""
     page = Page(title, precision)
     config = document["config"]
     steps = [tensors_of({"tensors": step}) for step in document["steps"]]
