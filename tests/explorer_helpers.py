@@ -130,6 +130,11 @@ CH37_SHAPE = (2, 4, 2, 4, 5, 7, 10000.0)
 rows, base; tests/test_chapter37.py's form), its layout ``half``."""
 
 
+CH37_LONG = (1, 32, 4, 16, 32, 32, 10000.0)
+"""A chapter-37 fixture of 32 tokens of width 64 (four heads of 16): every step drawn
+in full would make a page of about 15 MB."""
+
+
 def ch37_fixture(folder: Path, seed: int = 5, shape: tuple[Any, ...] = CH37_SHAPE) -> Path:
     """A random chapter-37 fixture (random weights and input) written into ``folder``."""
     from tests.test_chapter37 import random_document
@@ -150,10 +155,15 @@ PAGES: dict[str, list[str]] = {
     "check-failing": ["check", str(EXAMPLES / "wrong_mha_strided_heads.py")],
     "check-not-run": ["check", str(EXAMPLES / "wrong_float32.py")],
     "gradcheck": ["gradcheck"],
+    "gradcheck-ch30": ["gradcheck", str(ROOT / "qkvcli" / "data"
+                                        / "ch30-multi-head-attention.json")],
     "run-ch37-random": ["run", "CH37"],
+    "run-ch37-long": ["run", "CH37LONG"],
 }
 """Every page the explorer draws, by name: the command that writes it (``LAYER``: the
-small layer above, ``CH37``: a random chapter-37 fixture, each written beside the page)."""
+small layer above, ``CH37``: a random chapter-37 fixture, ``CH37LONG``: one of
+:data:`CH37_LONG`'s shape, whose page keeps to its budget by leaving steps out, each
+written beside the page)."""
 
 _PAGES: dict[str, Path] = {}
 
@@ -164,7 +174,8 @@ def page_of(name: str, factory: pytest.TempPathFactory) -> Path:
         folder = factory.mktemp(name)
         layer = folder / "layer.json"
         layer.write_text(json.dumps(LAYER), encoding="utf-8")
-        written = {"LAYER": layer, "CH37": ch37_fixture(folder)}
+        written = {"LAYER": layer, "CH37": ch37_fixture(folder),
+                   "CH37LONG": ch37_fixture(folder, 11, CH37_LONG)}
         args = [str(written[arg]) if arg in written else arg for arg in PAGES[name]]
         write_page(folder, *args)
         _PAGES[name] = folder / "page.html"

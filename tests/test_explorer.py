@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from qkvcli.check.chapter26 import build_evidence
 from qkvcli.check.result import CheckResult
 from qkvcli.cli import main
 from qkvcli.cli.io import load
+from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.results import Failure
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.check import replay_lines
@@ -34,6 +36,7 @@ from qkvcli.stages.terms import (
     weight_gradient,
 )
 from tests.explorer_helpers import (
+    CH37_LONG,
     EXAMPLES,
     MIB,
     PAGES,
@@ -468,6 +471,47 @@ def test_every_number_of_every_page_opens_its_terms_or_says_it_was_given(
         assert f": {chapter}-" in title, title  # the chapter's id
 
 
+TITLES = {
+    **{f"{command}-ch{n}": f"qkv {command}: {CHAPTER_IDS[n]}" for n in CHAPTER_IDS
+       for command in ("run", "report")},
+    "run-ch37-random": "qkv run: 37-incremental-attention",
+    "run-ch37-long": "qkv run: 37-incremental-attention",
+    "attend-head": "qkv attend: 26-qkv-projections",  # attend's bundled fixture's chapter
+    "attend-head-causal": "qkv attend: 26-qkv-projections",
+    "attend-layer-causal": "qkv attend: layer",  # a fixture of its own: its label
+    "check-projections": "qkv check: {}numpy_qkv.py (chapter 26)",
+    "check-head": "qkv check: {}numpy_head.py (chapters 26 to 28)",
+    "check-rope-mha": "qkv check: {}numpy_rope_mha.py (chapters 29 to 30)",
+    "check-failing": "qkv check: {}wrong_mha_strided_heads.py (chapters 29 to 30)",
+    "check-not-run": "qkv check: {}wrong_float32.py (chapter 26)",
+    "gradcheck": "qkv gradcheck: 26-qkv-projections",
+    "gradcheck-ch30": "qkv gradcheck: 30-multi-head-attention",
+}
+"""Each page's title: its report, then the chapter (attend: its fixture's; check: the
+implementation as given and the chapters of the operations it offers)."""
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_every_pages_title_names_its_report_and_chapter(
+        tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
+    html = page_of(name, tmp_path_factory).read_text(encoding="utf-8")
+    title = html[html.index("<title>") + 7:html.index("</title>")]
+    assert title == escape(TITLES[name].format(f"{EXAMPLES}/"))
+    assert f"<h1>{title}</h1>" in html
+
+
+def test_the_gradcheck_page_names_its_chapter_and_the_exported_figure_does_not(
+        tmp_path: Path) -> None:
+    """The rich export's title is the command's own (``qkv gradcheck``), the explorer's
+    names the chapter too: two titles, one per page."""
+    page, export = tmp_path / "page.html", tmp_path / "export.html"
+    result = CliRunner().invoke(main, ["gradcheck", "--html", str(page), "--export-html",
+                                       str(export)])
+    assert result.exit_code == 0, result.output
+    assert "<title>qkv gradcheck</title>" in export.read_text(encoding="utf-8")
+    assert "<title>qkv gradcheck: 26-qkv-projections</title>" in page.read_text(encoding="utf-8")
+
+
 def test_a_masked_weight_and_its_scaled_score_agree(tmp_path: Path) -> None:
     """Chapter 28 publishes finite scaled scores and the masked ones apart: a masked
     weight's panel gives the finite scaled score and says the mask made it -inf."""
@@ -633,12 +677,41 @@ def test_chapter_37_summarises_the_earlier_caches_of_a_long_run(tmp_path: Path) 
     html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 3, shape)))
     assert sum(2 * 32 * (t + 1) for t in range(12)) > CACHE_VALUES
     assert unexplained(html) == []
-    summaries = [part.split('"', 1)[0] for part in html.split('data-name="')[1:]
+    summaries = [part.split('"', 1)[0] for part in html.split('data-name="steps.')[1:]
                  if '<dl class="summary">' in part.split("</section>", 1)[0]]
-    assert summaries == [f"steps.{t}.{name}" for t in range(11)
+    drawn = sorted({int(n["data-tensor"].split(".")[1]) for n in numbers_of(html)
+                    if n["data-tensor"].startswith("steps.")})
+    assert drawn[0] == 0 and drawn[-1] == 11  # the page's budget may leave steps out
+    assert summaries == [f"{t}.{name}" for t in drawn[:-1]
                          for name in ("cached_keys", "cached_values")]
     last = document["steps"][-1]["cached_values"]
     shown = {n["data-index"] for n in numbers_of(html) if n["data-tensor"]
              == "steps.11.cached_values"}
     assert len(shown) == math.prod(last["shape"])
     assert "the steps&#x27; caches hold more than 4096 values" in html
+
+
+def test_a_long_chapter_37_run_keeps_the_page_budget_and_names_the_steps_it_leaves_out(
+        tmp_path: Path) -> None:
+    """32 tokens of width 64 (four heads of 16): the page stays within the mebibyte
+    attend's GPT-2 page keeps; every number on it is explained; each step is drawn at its
+    JSON keys or named in a note that says where its numbers are and how to draw it."""
+    from qkvcli.render.explorer.page import PAGE_BYTES
+
+    html, document = _ch37(tmp_path, str(ch37_fixture(tmp_path, 11, CH37_LONG)))
+    assert PAGE_BYTES == MIB and len(html.encode("utf-8")) <= PAGE_BYTES
+    assert unexplained(html) == []
+    shown = {(n["data-tensor"], n["data-index"]) for n in numbers_of(html)}
+    drawn = [t for t in range(32) if (f"steps.{t}.output", "0,0") in shown]
+    assert drawn[:2] == [0, 1] and len(drawn) < 32  # the first steps, then the budget
+    notes = [(int(a), int(b or a)) for a, b in re.findall(
+        r"<h2>Steps? (\d+)(?: to (\d+))?: not drawn</h2>", html)]
+    left = sorted(t for first, end in notes for t in range(first, end + 1))
+    assert sorted(drawn + left) == list(range(32))
+    for t in drawn:  # a drawn step: every value of its output at its key
+        values = np.array(document["steps"][t]["output"]["values"]).reshape(-1)
+        assert all((f"steps.{t}.output", f"0,{j}") in shown for j in range(values.size))
+    assert not any(key[0].startswith(tuple(f"steps.{t}." for t in left)) for key in shown)
+    first, end = notes[0]
+    assert f"<code>steps[{first}]</code> to <code>steps[{end}]</code>" in html
+    assert "qkv run FIXTURE -f json" in html and "first t + 1 of its 32 tokens" in html

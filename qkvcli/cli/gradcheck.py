@@ -70,7 +70,7 @@ def gradcheck(
                 result = chapters.build(found, overrides).gradcheck
             show(result, fmt, view, output, title="qkv gradcheck",
                  precision=GRADCHECK_PRECISION, pieces=lambda shown: render_pieces(result, shown),
-                 html=html)
+                 html=html, page={"chapter": found.chapter.name})
             if not result.passed:
                 raise SystemExit(EXIT_FAILED)
             return
@@ -87,7 +87,10 @@ def gradcheck(
             loaded.step, loaded.tolerance, loaded.samples, progress=reporter,
             mode=loaded.mode, directions=loaded.directions, seed=loaded.seed,
         )
+    from qkvcli.core.names import CHAPTER_IDS, DEFAULT_CHAPTER
+
     show(result, fmt, view, output, title="qkv gradcheck", precision=GRADCHECK_PRECISION,
-         pieces=lambda shown: render_pieces(result, shown, dtype=dtype), html=html)
+         pieces=lambda shown: render_pieces(result, shown, dtype=dtype), html=html,
+         page={"chapter": CHAPTER_IDS[DEFAULT_CHAPTER]})
     if not result.passed:
         raise SystemExit(EXIT_FAILED)

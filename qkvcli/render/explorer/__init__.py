@@ -14,21 +14,26 @@ from qkvcli.render import view_of
 
 
 def explorer_page(evidence: object, *, precision: int, title: str,
-                  replay: Mapping[str, str] | None = None, spec: str = "IMPL") -> str:
+                  replay: Mapping[str, str] | None = None, spec: str = "IMPL",
+                  chapter: str = "") -> str:
     """The explorer page of ``evidence`` (a run's, attend's or check's record) as HTML text.
 
     ``precision``: decimals of every number (the report's); ``title`` names the page
     (``qkv run``); for ``qkv check``, ``replay`` maps a failing fixture's label to the
     file name ``--save-failures`` gives it and ``spec`` is how the command names the
-    implementation (attend's page draws the weights under the other mask behind a causal
-    toggle when its evidence holds them). Raises ``TypeError`` for a record the explorer
-    does not draw.
+    implementation; for ``qkv gradcheck``, ``chapter`` is the id of the chapter whose
+    gradients it checked, which its record does not hold (attend's page draws the weights
+    under the other mask behind a causal toggle when its evidence holds them). The page's
+    title is ``title`` and what it judged: a chapter's id, attend's fixture, or the
+    implementation and the chapters of its operations. Raises ``TypeError`` for a record
+    the explorer does not draw.
     """
     view = view_of(evidence)
     if view == "evidence":
-        from qkvcli.render.explorer.run import run_page
+        from qkvcli.render.explorer.document import document_page
+        from qkvcli.render.report import evidence_json
 
-        return run_page(evidence, precision, title)  # type: ignore[arg-type]
+        return document_page(evidence_json(evidence, "full"), precision, title)  # type: ignore[arg-type]
     if view == "attend":
         from qkvcli.render.explorer.attend import attend_page
 
@@ -55,5 +60,7 @@ def explorer_page(evidence: object, *, precision: int, title: str,
         from qkvcli.render.explorer.document import document_page
         from qkvcli.render.gradcheck import gradcheck_document
 
-        return document_page(gradcheck_document(evidence), precision, title)  # type: ignore[arg-type]
+        checked = gradcheck_document(evidence)  # type: ignore[arg-type]
+        return document_page({**checked, "chapter": chapter} if chapter else checked,
+                             precision, title)
     raise TypeError(f"the explorer draws no page of {view}")

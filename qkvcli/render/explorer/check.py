@@ -17,6 +17,7 @@ from html import escape
 from typing import Any
 
 from qkvcli.check.result import CheckResult
+from qkvcli.core.names import chapter_span
 from qkvcli.core.results import Clause, Failure
 from qkvcli.render.check import (
     check_verdict,
@@ -32,6 +33,10 @@ from qkvcli.render.numbers import fmt_general
 from qkvcli.render.wording import Check
 from qkvcli.stages.terms import Derivation, Step
 
+OPERATION_CHAPTERS = {"forward": (26,), "backward": (26,), "head_forward": (27, 28),
+                      "head_backward": (27, 28), "rope": (29,), "rope_reverse": (29,),
+                      "mha_forward": (30,), "mha_backward": (30,), "cache_steps": (37,)}
+"""The chapters whose code each operation an implementation offers is (its page's title)."""
 NUMBERED = ("value-differs", "point")
 """The clause codes whose numbers the page shows (and where in their facts they are)."""
 
@@ -93,7 +98,7 @@ def comparison(clause: Clause, failure: Failure, replay: list[str]) -> Derivatio
                 Step("expected (qkv's engine)", float(expected), "fact"),
                 Step("actual \u2212 expected", float(actual) - float(expected), "fact"),
                 Step("scaled error |a\u2212e| / max(1,|a|,|e|)", _small(error), "text"),
-                Step("tolerance", repr(tolerance), "text")]
+                Step("tolerance", fmt_general(tolerance), "text")]
         value = float(actual)
     else:
         rows = _point_rows(clause)
@@ -127,20 +132,30 @@ def worst_section(page: Page, result: CheckResult) -> str:
         label, point = check.worst.facts
         derivation = Derivation(
             f"{check.name}: the worst coordinate, on {label}",
-            (*_point_rows(point), Step("tolerance", repr(check.tolerance), "text"),
+            (*_point_rows(point), Step("tolerance", fmt_general(check.tolerance), "text"),
              Step("exact values", _exact(point), "text")), float(point.facts[1]), "none")
         heading = f"{check.name}: worst {point.facts[0]}"
         items.append(f"<li><strong>{escape(check.name)}</strong> [{escape(str(label))}] "
-                     f"{escape(str(point.facts[0]))}: analytic "
-                     + page.number("checks", str(i), float(point.facts[1]), derivation,
-                                   field="analytic", heading=heading)
-                     + ", numerical "
-                     + page.number("checks", str(i), float(point.facts[2]), derivation,
-                                   field="numerical", heading=heading) + "</li>")
+                     f"{escape(str(point.facts[0]))}: "
+                     + _pair(page, f"checks|{i}", point, derivation, heading) + "</li>")
     if not items:
         return ""
     return ('<section class="group"><h2>Worst gradient-check coordinates</h2>'
             '<ul class="findings">' + "".join(items) + "</ul></section>")
+
+
+def _pair(page: Page, where: str, clause: Clause, derivation: Derivation,
+          heading: str) -> str:
+    """The two numbers ``clause`` compares (actual and expected, or analytic and
+    numerical), each opening ``derivation``; ``where`` is their ``tensor|index``."""
+    differs = clause.code == "value-differs"
+    tensor, index = where.split("|")
+    return ", ".join(
+        f"{name} " + page.number(tensor, index, float(value), derivation, field=name,
+                                 heading=heading)
+        for name, value in zip(("actual", "expected") if differs else ("analytic", "numerical"),
+                               clause.facts[2:4] if differs else clause.facts[1:3],
+                               strict=True))
 
 
 def _small(error: Any) -> str:
@@ -177,23 +192,16 @@ def check_page(result: CheckResult, precision: int, title: str,
             clause = numbered(failure)
             numbers = ""
             if clause is not None:
-                derivation = comparison(clause, failure, commands)
-                heading = f"finding {i + 1}: {failure.family}"
-                first, second = ((clause.facts[2], clause.facts[3])
-                                 if clause.code == "value-differs"
-                                 else (clause.facts[1], clause.facts[2]))
-                names = (("actual", "expected") if clause.code == "value-differs"
-                         else ("analytic", "numerical"))
-                numbers = (f'<p class="compare">{names[0]} '
-                           + page.number("failures", str(i), float(first), derivation,
-                                         field=names[0], heading=heading)
-                           + f", {names[1]} "
-                           + page.number("failures", str(i), float(second), derivation,
-                                         field=names[1], heading=heading) + "</p>")
+                numbers = ('<p class="compare">' + _pair(
+                    page, f"failures|{i}", clause, comparison(clause, failure, commands),
+                    f"finding {i + 1}: {failure.family}") + "</p>")
             where = f" [{escape(failure.fixture)}]" if failure.fixture else ""
             replay_html = ("<pre>" + escape("\n".join(commands)) + "</pre>") if commands else ""
             items.append(f'<li class="failure"><strong>{escape(failure.family)}</strong>{where} '
                          f"{escape(failure_detail(failure))}{numbers}{replay_html}</li>")
         page.sections.append('<section class="group"><h2>Findings</h2><ul class="findings">'
                              + "".join(items) + "</ul></section>")
-    return page.html(f"{title}: {result.implementation}", check_verdict(result), result.passed)
+    chapters = sorted({n for op in result.operations for n in OPERATION_CHAPTERS.get(op, ())})
+    judged = f" ({'chapter' if len(chapters) == 1 else 'chapters'} {chapter_span(chapters)})"
+    return page.html(f"{title}: {result.implementation}" + (judged if chapters else ""),
+                     check_verdict(result), result.passed)

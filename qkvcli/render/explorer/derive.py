@@ -44,7 +44,7 @@ MAPS = ("probabilities", "attention_weights", "weights")
 SCORES = ("dot_products", "raw_scores", "scores")
 """The published names of the raw scores an attention matrix is the softmax of."""
 GIVEN = ("input", "query_weight", "key_weight", "value_weight", "output_weight", "upstream",
-         "upstream_query", "upstream_key", "suffix")
+         "upstream_query", "upstream_key", "upstream_value", "suffix")
 """Published names of the tensors a fixture gives (Q, K and V too, where the chapter's
 ``config.source`` is ``operands``, and chapter 29's Q and K)."""
 
@@ -55,6 +55,32 @@ def _scale(raw: Array, scaled_scores: Array) -> float:
         if a != 0.0 and math.isfinite(b):
             return float(b / a)
     return 1.0
+
+
+BRANCHES = (("Q", "query"), ("K", "key"), ("V", "value"))
+
+
+def branches(a: Mapping[str, Array], x: Array, weights: Mapping[str, Array],
+             upstreams: Mapping[str, Array] | None, found: dict[str, Deriver],
+             gradient: str = "U_{}", d_head: int = 0) -> None:
+    """The three projections of ``x`` by ``weights`` (by branch) that ``a`` publishes,
+    as ``query`` or, split into heads of width ``d_head``, ``projected_query_heads``;
+    given each branch's incoming gradient (``upstreams``, called ``gradient`` with the
+    branch's letter), each weight's gradient and dX's three paths too."""
+    for n, b in BRANCHES:
+        name, w = (f"projected_{b}_heads" if d_head else b), weights[b]
+        if name in a:
+            found[name] = each(a[name], lambda at, v, w=w, n=n: _split(projection(
+                x, w, None, (at[0], at[2], at[1] * d_head + at[3]) if d_head else at, v,
+                ("X", f"W_{n}", f"b_{n}")), at[1] if d_head else None))
+        if upstreams is not None and f"{b}_weight_gradient" in a:
+            found[f"{b}_weight_gradient"] = each(
+                a[f"{b}_weight_gradient"], lambda at, v, u=upstreams[b], n=n: weight_gradient(
+                    x, u, (at[0], at[1]), v, gradient.format(n)))
+    if upstreams is not None and "input_gradient" in a:
+        found["input_gradient"] = each(a["input_gradient"], lambda at, v: input_paths(
+            [upstreams[b] for _, b in BRANCHES], [weights[b] for _, b in BRANCHES], at, v,
+            [gradient.format(n) for n, _ in BRANCHES]))
 
 
 def each(array: Array, make: Callable[..., Derivation]) -> Deriver:
@@ -168,20 +194,13 @@ def layer_derivers(a: Mapping[str, Array], e: Mapping[str, Array], layout: str,
     ``e`` the engine's arrays of the same pass (the weights, scores, cosines and sines,
     the gradients at each branch) that the document leaves out."""
     x, d_head = a["input"], int(a["projected_query_heads"].shape[-1])
-    for letter, branch in (("Q", "query"), ("K", "key"), ("V", "value")):
-        w = e[f"{branch}_weight"]
-        found[f"projected_{branch}_heads"] = each(
-            a[f"projected_{branch}_heads"], lambda at, v, w=w, n=letter: _split(
-                projection(x, w, None, (at[0], at[2], at[1] * d_head + at[3]), v,
-                           ("X", f"W_{n}", f"b_{n}")), at[1]))
-        found[f"{branch}_weight_gradient"] = each(
-            a[f"{branch}_weight_gradient"], lambda at, v, n=letter, b=branch: weight_gradient(
-                x, e[f"grad_{b}"], (at[0], at[1]), v, f"d{n}"))
-        if letter != "V":
-            projected = a[f"projected_{branch}_heads"]
-            found[f"rotated_{branch}_heads"] = each(
-                a[f"rotated_{branch}_heads"], lambda at, v, p=projected, n=letter: rotation(
-                    p, e["cos"], e["sin"], at, v, layout, (f"{n}_h", f"R{n}_h")))
+    branches(a, x, {b: e[f"{b}_weight"] for _, b in BRANCHES},
+             {b: e[f"grad_{b}"] for _, b in BRANCHES}, found, "d{}", d_head)
+    for letter, branch in (("Q", "query"), ("K", "key")):
+        projected = a[f"projected_{branch}_heads"]
+        found[f"rotated_{branch}_heads"] = each(
+            a[f"rotated_{branch}_heads"], lambda at, v, p=projected, n=letter: rotation(
+                p, e["cos"], e["sin"], at, v, layout, (f"{n}_h", f"R{n}_h")))
     weights = a["attention_weights"]
     found["attention_weights"] = each(weights, lambda at, v: attention_weight(
         e["scores"], e["scaled"], e["masked"], weights, at, float(e["scale"][()])))
@@ -196,15 +215,15 @@ def layer_derivers(a: Mapping[str, Array], e: Mapping[str, Array], layout: str,
     found["output_weight_gradient"] = each(a["output_weight_gradient"], lambda at, v:
                                             weight_gradient(merged, upstream, (at[0], at[1]),
                                                             v, "U", "C"))
-    found["input_gradient"] = each(a["input_gradient"], lambda at, v: input_paths(
-        [e["grad_query"], e["grad_key"], e["grad_value"]],
-        [e["query_weight"], e["key_weight"], e["value_weight"]], at, v, ("dQ", "dK", "dV")))
     if "prefix_perturbed_output" in a:
         found["prefix_perturbed_output"] = each(a["prefix_perturbed_output"], _prefix(a))
 
 
-def _split(derivation: Derivation, head: int) -> Derivation:
-    """A projection's element, placed in head ``head`` by the head split."""
+def _split(derivation: Derivation, head: int | None) -> Derivation:
+    """A projection's element, placed in head ``head`` by the head split (``None``: as
+    it is)."""
+    if head is None:
+        return derivation
     return derivation._replace(formula=f"{derivation.formula}; head {head}'s columns "
                                "(the head split)")
 
@@ -243,13 +262,13 @@ def document_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
     elif "query" in a and any(name in a for name in MAPS):
         if config.get("source", "operands") == "operands":
             given |= {"query", "key", "value"}
-        else:
-            for letter, branch in (("Q", "query"), ("K", "key"), ("V", "value")):
-                if "input" in extra and f"{branch}_weight" in extra:
-                    w = extra[f"{branch}_weight"]
-                    found[branch] = each(a[branch], lambda at, v, w=w, n=letter: projection(
-                        extra["input"], w, None, at, v, ("X", f"W_{n}", f"b_{n}")))
+        elif "input" in extra:
+            branches(a, extra["input"], {b: extra[f"{b}_weight"] for _, b in BRANCHES}, None,
+                     found)
         head_derivers(a, found)
+    elif "query_weight" in a and "input" in a:  # chapter 26: the projections and their reverse
+        branches(a, a["input"], {b: a[f"{b}_weight"] for _, b in BRANCHES},
+                 {b: a[f"upstream_{b}"] for _, b in BRANCHES}, found)
     return found, given
 
 

@@ -17,7 +17,7 @@ coordinate its central difference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from html import escape
 from typing import Any
 
@@ -26,10 +26,11 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.explorer.checks import checks_section
-from qkvcli.render.explorer.derive import MAPS, document_derivers
-from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, index_text
+from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
+from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
+from qkvcli.render.numbers import fmt_error, fmt_general
 from qkvcli.render.wording import Check, verdict
-from qkvcli.stages.terms import Derivation, gradcheck_point
+from qkvcli.stages.terms import gradcheck_point
 
 
 def tensors_of(document: Mapping[str, Any]) -> dict[str, Array]:
@@ -71,14 +72,15 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
     if not entries:
         return ""
     step, tolerance = float(settings.get("step", 0.0)), float(settings.get("tolerance", 0.0))
+    settings_text = f"step {fmt_general(step)}, tolerance {fmt_general(tolerance)}"
     out = ['<section class="group gradcheck"><h2>Gradient check</h2>',
-           f'<p class="caption">{caption or f"step {step!r}, tolerance {tolerance!r}"}</p>']
+           f'<p class="caption">{caption or settings_text}</p>']
     for entry in entries:
         name = str(entry.get("tensor", ""))
         checks = list(entry.get("checks", []))
         shown, rows = checks[:GRADCHECK_ROWS], []
         scientific = {field: page.tiny(float(c[field]) for c in shown)
-                      for field in ("analytic", "numerical", "scaled_error")}
+                      for field in ("analytic", "numerical")}
         for check in shown:
             direction = check.get("direction")
             if direction is not None:
@@ -92,9 +94,9 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
             heading = f"gradient check of {name} at {label}"
             key = f"gradcheck.{name}"
             cells = [page.number(key, where, value, derivation, field=field, heading=heading,
-                                 scientific=scientific[field])
+                                 scientific=scientific.get(field, False))
                      for field, value in (("analytic", analytic), ("numerical", numerical),
-                                          ("scaled_error", error))]
+                                          ("scaled_error", fmt_error(error)))]
             word = "✔ PASS" if passed else "✘ FAIL"
             rows.append(f'<tr><th scope="row">{label}</th><td>{cells[0]}</td><td>{cells[1]}'
                         f"</td><td>{cells[2]}</td><td>{word}</td></tr>")
@@ -122,8 +124,8 @@ def gradcheck_section(page: Page, result: GradcheckResult, name_of: Callable[[st
     document = gradcheck_json(result)
     for entry in document["tensors"]:
         entry["tensor"] = name_of(entry["tensor"])
-    caption = (f"mode {escape(result.mode)}, step {result.step!r}, tolerance "
-               f"{result.tolerance!r}: {escape(result.summary)}")
+    caption = (f"mode {escape(result.mode)}, step {fmt_general(result.step)}, tolerance "
+               f"{fmt_general(result.tolerance)}: {escape(result.summary)}")
     return gradcheck_rows(page, {"gradcheck": document}, caption)
 
 
@@ -131,17 +133,11 @@ def _maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
           explain: Deriver | None) -> str:
     """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head);
     a cell whose softmax input is ``-inf`` is masked (struck through)."""
-    tokens = int(weights.shape[-1])
-    slices: Sequence[tuple[int, ...]] = list(np.ndindex(*weights.shape[:-2]))
-
-    def masked_at(at: tuple[int, ...]) -> float:
-        return (float(softmax_input[at]) if softmax_input is not None
-                and softmax_input.shape == weights.shape else 0.0)
-
-    def derive(at: tuple[int, ...], numbered: bool) -> Derivation | None:
-        return explain(at) if explain is not None else None
-
-    return page.heatmap(name, weights, slices, derive, tokens, masked_at)
+    known = softmax_input is not None and softmax_input.shape == weights.shape
+    return page.heatmap(name, weights, list(np.ndindex(*weights.shape[:-2])),
+                        lambda at, _: explain(at) if explain is not None else None,
+                        int(weights.shape[-1]),
+                        lambda at: float(softmax_input[at]) if known else 0.0)  # type: ignore[index]
 
 
 def document_page(document: Mapping[str, Any], precision: int, title: str,
@@ -177,12 +173,10 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
                       for name in maps) + "</section>")
     shown = {name: extra[name] for name in extra if name in given and name not in arrays}
     shown.update(arrays)
-    blocks = [page.tensor(name, values, explained.get(name), given=name in given,
-                          axes=axes_of(name, values.ndim))
-              for name, values in shown.items()]
-    if blocks:
-        page.sections.append('<section class="group"><h2>Tensors</h2>' + "".join(blocks)
-                             + "</section>")
+    blocks = {name: page.tensor(name, values, explained.get(name), given=name in given,
+                                axes=axes_of(name, values.ndim))
+              for name, values in shown.items()}
+    page.sections.extend(tensor_sections(blocks, "query_weight" in arrays))
     page.sections.append(gradcheck_rows(page, document))
     passed = bool(document.get("passed", all(check.passed for check in checks)))
     if checks:
@@ -194,6 +188,31 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     chapter = document.get("chapter")
     heading = f"{title}: {chapter}" if chapter else title
     return page.html(heading, said, passed)
+
+
+def tensor_sections(blocks: Mapping[str, str], columns: bool) -> list[str]:
+    """The tensors' blocks in the document's order; with ``columns`` (a document that
+    publishes the projections' weights), each branch's own side by side between the
+    tensors before them and those after (where the paths meet)."""
+    if not blocks:
+        return []
+    if not columns:
+        return ['<section class="group"><h2>Tensors</h2>' + "".join(blocks.values())
+                + "</section>"]
+    names = list(blocks)
+    first = next((i for i, name in enumerate(names) if branch_of(name)), len(names))
+    after = [name for name in names[first:] if not branch_of(name)]
+
+    def group(heading: str, members: list[str], css: str = "group") -> str:
+        return (f'<section class="{css}"><h2>{heading}</h2>'
+                + "".join(blocks[name] for name in members) + "</section>")
+
+    sections = [group("Input", names[:first])] if first else []
+    sections.append('<section class="group branches"><h2 class="sr">The three branches</h2>'
+                    + "".join(group(f"{b} branch", [n for n in names if branch_of(n) == b],
+                                    f"branch branch-{b}") for _, b in BRANCHES)
+                    + "</section>")
+    return sections + ([group("Where the paths meet", after)] if after else [])
 
 
 AXES = {"mixture_terms": ("query", "key"), "mask": ("query", "key")}

@@ -21,8 +21,9 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
 from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.derive import each
 from qkvcli.render.explorer.document import checks_of, tensors_of
-from qkvcli.render.explorer.page import Page
+from qkvcli.render.explorer.page import PAGE_BYTES, Page
 from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import (
     Derivation,
@@ -40,6 +41,8 @@ Make = Callable[[tuple[int, ...], float], Derivation]
 CACHE_VALUES = 4096
 """Cached keys and values a page shows in full over every step; beyond, the caches
 before the last step are summarised (the last one holds every row they hold)."""
+NOTE_BYTES = 2 << 10
+"""Room for the notes that name the steps a page leaves out."""
 
 
 class StepOperands(Record):
@@ -106,7 +109,9 @@ def step_operands(fixture: Any, steps: Sequence[Mapping[str, Array]]) -> StepOpe
 def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
                      title: str) -> str:
     """Chapter 37's page from its JSON ``document`` and its ``fixture`` (one
-    self-contained HTML text)."""
+    self-contained HTML text): step 0, the last step, then steps 1, 2, ... while the page
+    stays within :data:`~qkvcli.render.explorer.page.PAGE_BYTES`; each run of steps left
+    out is a note that names them and says where their numbers are."""
     page = Page(title, precision)
     config = document["config"]
     steps = [tensors_of({"tensors": step}) for step in document["steps"]]
@@ -118,14 +123,42 @@ def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
     page.sections.append(_layer(page, config, e))
     layout = "half" if config.get("rope_layout") == "half" else "interleaved"
     cached = sum(a["cached_keys"].size + a["cached_values"].size for a in steps)
-    for t, (step, arrays) in enumerate(zip(document["steps"], steps, strict=True)):
-        brief = cached > CACHE_VALUES and t < len(steps) - 1
-        page.sections.append(_step(page, t, step, arrays, e, layout, document, brief))
-    page.sections.append(_totals(page, document))
-    page.sections.append(_errors(document["errors"]))
+    after = [_totals(page, document), _errors(document["errors"])]
+    last = len(steps) - 1
+    drawn: dict[int, str] = {}
+    for t in dict.fromkeys((0, last, *range(1, last))):  # the first, the last, then in turn
+        mark = page.mark()
+        section = _step(page, t, document["steps"][t], steps[t], e, layout, document,
+                        cached > CACHE_VALUES and t < last)
+        if drawn and page.size((*drawn.values(), section, *after)) > PAGE_BYTES - NOTE_BYTES:
+            page.rollback(mark)
+            if t == last:
+                continue
+            break  # every later step is larger: none fits
+        drawn[t] = section
+    for t in range(len(steps)):
+        if t in drawn:
+            page.sections.append(drawn[t])
+        elif t == 0 or t - 1 in drawn:  # the first of a run of steps left out
+            run = next((u for u in range(t, len(steps)) if u in drawn), len(steps))
+            page.sections.append(_elided(t, run - 1, int(config["tokens"])))
+    page.sections.extend(after)
     passed = bool(document.get("passed"))
     return page.html(f"{title}: {document.get('chapter', '')}",
                      verdict(passed, sum(c.passed for c in checks), len(checks)), passed)
+
+
+def _elided(first: int, end: int, tokens: int) -> str:
+    """What the page leaves out of steps ``first`` to ``end``, and how to see them."""
+    named = f"Step {first}" if first == end else f"Steps {first} to {end}"
+    return (f'<section class="group step elided"><h2>{named}: not drawn</h2><p>The page keeps '
+            f"to {PAGE_BYTES >> 20} MiB, as attend's page of a GPT-2 layer at 1,024 tokens "
+            f"does, and drawing {'this step' if first == end else 'these steps'} too would "
+            "pass it. The checks above judged every step. The JSON report holds every "
+            f"number of each (<code>qkv run FIXTURE -f json</code>: <code>steps[{first}]</code>"
+            + (f" to <code>steps[{end}]</code>" if first != end else "")
+            + "), and step t reads only tokens 0 to t: a fixture of the input's first t + 1 of "
+            f"its {tokens} tokens draws step t on its own page.</p></section>")
 
 
 def _scalar(page: Page, key: str, value: int | float, derivation: Derivation | None,
@@ -152,11 +185,17 @@ def _layer(page: Page, config: Mapping[str, Any], e: StepOperands) -> str:
     for key, label in (("capacity", "cache capacity C"), ("rope_positions", "RoPE table rows"),
                        ("rope_base", "RoPE base"), ("tolerance", "tolerance of each step")):
         items.append(_scalar(page, f"config.{key}", config[key], None, label))
-    blocks = [page.tensor(f"{branch}_weight", weight, None,
-                          f"W_{letter} [d_model, {'d_out' if letter == 'O' else 'H·d_h'}], "
-                          "given by the fixture", given=True)
-              for branch, letter, weight in zip(("query", "key", "value", "output"), "QKVO",
-                                                e.weights, strict=True)]
+    def weights(why: str) -> list[str]:
+        return [page.tensor(f"{branch}_weight", weight, None,
+                            f"W_{letter} [d_model, {'d_out' if letter == 'O' else 'H·d_h'}], "
+                            "given by the fixture", given=True, summarised=why)
+                for branch, letter, weight in zip(("query", "key", "value", "output"), "QKVO",
+                                                  e.weights, strict=True)]
+
+    blocks = weights("")
+    if sum(len(block.encode()) for block in blocks) > PAGE_BYTES // 4:
+        blocks = weights(f"summarised: every value would take more than a quarter of the "
+                         f"page's {PAGE_BYTES >> 20} MiB; the fixture holds them")
     return ('<section class="group"><h2>The layer and its cache</h2><dl class="facts">'
             + "".join(items) + f"<dt>RoPE layout</dt><dd>{escape(str(config['rope_layout']))}"
             "</dd></dl>" + "".join(blocks) + "</section>")
@@ -269,38 +308,32 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
     blocks = (
         page.tensor(key + "input", a["input"], None, f"x_{t} [batch, d_model]: token {t}, "
                     "given by the fixture", given=True),
-        page.tensor(key + "weights", a["weights"], _each(a["weights"], weight),
+        page.tensor(key + "weights", a["weights"], each(a["weights"], weight),
                     f"A [batch, head, query, key]: the new query over the {after} cached keys "
                     "(its own last)"),
-        page.tensor(key + "output", a["output"], _each(a["output"], output),
+        page.tensor(key + "output", a["output"], each(a["output"], output),
                     "y_t [batch, d_out] = merge(A V_cache) W_O"),
         page.tensor(key + "full_prefix_last_row", a["full_prefix_last_row"],
-                    _each(a["full_prefix_last_row"], full),
+                    each(a["full_prefix_last_row"], full),
                     f"the last row of the causal pass over tokens 0..{t}"),
         f'<p class="caption">largest difference {difference} (tolerance '
         f"{page.number('config.tolerance', '', tolerance)})</p>",
         page.tensor(key + "appended_key", a["appended_key"],
-                    _each(a["appended_key"], appended_key),
+                    each(a["appended_key"], appended_key),
                     f"RK_h [batch, head, 1, d_h]: the key turned at position {before}"),
         page.tensor(key + "appended_value", a["appended_value"],
-                    _each(a["appended_value"], appended_value),
+                    each(a["appended_value"], appended_value),
                     "V_h [batch, head, 1, d_h]: the value as projected"),
         page.tensor(key + "cached_keys", a["cached_keys"],
-                    _each(a["cached_keys"], cached("key", appended_key)),
+                    each(a["cached_keys"], cached("key", appended_key)),
                     f"K_cache [batch, head, {after}, d_h] after the step", summarised=why),
         page.tensor(key + "cached_values", a["cached_values"],
-                    _each(a["cached_values"], cached("value", appended_value)),
+                    each(a["cached_values"], cached("value", appended_value)),
                     f"V_cache [batch, head, {after}, d_h] after the step", summarised=why),
     )
     return (f'<section class="group step" id="step-{t}"><h2>Step {t}</h2><dl class="facts">'
             + facts_html + "</dl>" + "".join(blocks) + '<dl class="facts">' + counts
             + "</dl></section>")
-
-
-def _each(array: Array, make: Make) -> Callable[[tuple[int, ...]], Derivation]:
-    def derive(at: tuple[int, ...]) -> Derivation:
-        return make(at, float(array[at]))
-    return derive
 
 
 def _totals(page: Page, document: Mapping[str, Any]) -> str:

@@ -63,6 +63,10 @@ GRADCHECK_ROWS = 256
 """Gradient-check rows shown per tensor (the JSON report holds every one)."""
 SUMMARY_TERMS = 6
 """Terms a panel of a summarised tensor's value lists (its largest; the rest one row)."""
+PAGE_BYTES = 1 << 20
+"""The size a page keeps to: the mebibyte attend's page of a GPT-2-small layer at 1,024
+tokens stays under (by the caps above). A page of many parts (chapter 37's steps) draws
+them while the page stays within it and says which it left out."""
 BRIEF_OVER = 512
 """Values of a tensor shown in full above which its values' panels give the stage's
 element formula and operands, not each value's terms (a GPT-2 layer's 2,304 bias
@@ -117,6 +121,7 @@ class Page:
         self.labels: dict[str, int] = {}
         self.given: set[str] = set()
         self.operands = True  # list a product term's operand values (not in summaries)
+        self.data_bytes = 0  # the derivations' and labels' bytes in the page's JSON block
 
     # --- numbers -------------------------------------------------------------------
 
@@ -143,6 +148,8 @@ class Page:
 
     def label(self, text: str) -> int:
         """The number of a shared label (a label used twice is stored once)."""
+        if text not in self.labels:
+            self.data_bytes += len(json.dumps(text, ensure_ascii=False).encode()) + 1
         return self.labels.setdefault(text, len(self.labels))
 
     def derive(self, key: str, derivation: Derivation, heading: str = "",
@@ -164,6 +171,23 @@ class Page:
             stage = STAGES[derivation.stage]
             document["g"] = self.label(f"{stage.name}: {stage.element}; {stage.axes_text()}")
         self.derivations[key] = document
+        self.data_bytes += len(key) + len(json.dumps(document, ensure_ascii=False).encode()) + 4
+
+    def size(self, parts: Iterable[str] = ()) -> int:
+        """The page's bytes so far with ``parts`` (sections not yet placed) and its assets."""
+        html = (*self.sections, *self.controls, *parts)
+        return self.data_bytes + sum(len(part.encode()) for part in html) + ASSET_BYTES
+
+    def mark(self) -> tuple[int, int, int, frozenset[str]]:
+        """Where the page's data stands, for :meth:`rollback`."""
+        return len(self.labels), len(self.derivations), self.data_bytes, frozenset(self.given)
+
+    def rollback(self, mark: tuple[int, int, int, frozenset[str]]) -> None:
+        """Forget every label, derivation and given tensor kept since ``mark``."""
+        labels, derivations, self.data_bytes, given = mark
+        self.labels = dict(list(self.labels.items())[:labels])
+        self.derivations = dict(list(self.derivations.items())[:derivations])
+        self.given = set(given)
 
     def row(self, row: Step, usual: str) -> list[Any]:
         """A derivation's row as the page's data: label, value, part (when not the usual),
@@ -239,12 +263,14 @@ class Page:
         if example is None or example.stage not in STAGES:
             return
         stage = STAGES[example.stage]
-        self.derivations[f"{tensor}|*"] = {
+        document = {
             "f": self.label(stage.element), "s": 0,
             "r": [[self.label("stage"), f"{stage.name}: {stage.formula}", "x"],
                   [self.label("operands → output"), stage.axes_text(), "x"],
                   [self.label("terms"), f"not listed: this tensor shows {count} values, the "
                    f"page lists the terms of tensors of at most {BRIEF_OVER}", "x"]]}
+        self.derivations[f"{tensor}|*"] = document
+        self.data_bytes += len(json.dumps(document, ensure_ascii=False).encode()) + len(tensor) + 6
 
     def tables(self, name: str, values: Array, derive: Deriver | None,
                lead: Sequence[str]) -> str:
@@ -464,6 +490,10 @@ class Page:
             '<fieldset class="scale"><legend>heat-map scale</legend>'
             '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
             '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
+
+
+ASSET_BYTES = 16 << 10
+"""Room for the page's frame: its inlined styles and script (14 KB) and header."""
 
 
 def asset(name: str) -> str:
