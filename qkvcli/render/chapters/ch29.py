@@ -30,11 +30,9 @@ from qkvcli.render.facts import (
     vector,
     verdict,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from qkvcli.render.rich.options import RichOptions
 
 PREDICTION = ("position zero is the identity; equal shifts preserve every fixed query-key "
@@ -320,160 +318,136 @@ def json_document(evidence: RopeEvidence) -> dict[str, Any]:
 # --- the figure -----------------------------------------------------------------------------
 
 
-def whole(table: Table) -> Table:
-    """``table`` (a rich ``Table`` of ``no_wrap`` columns) measured as wide as it draws:
-    each column's minimum is its widest line, so a layout chooser (``Fitted``) never
-    picks a table that would cut a number to fit. Gives the same table."""
-    from rich.cells import cell_len
-
-    for column in table.columns:
-        found = [line for cell in (column.header, *column.cells) for line in str(cell).splitlines()]
-        column.min_width = max((cell_len(line) for line in found), default=0)
-    return table
-
-
 def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     pairs and their frequencies (beside the checks from 120 columns), each position's
     angle turning each pair of Q (solid border) and K (dashed), the dot products by
     relative offset, then the norms, the common shift, position zero, the reverse, the
-    shapes, the refused inputs and the history, and the verdict line.
+    shapes, the refused inputs and the history, and the verdict line. Formulas and worked
+    lines are the stages' (:mod:`qkvcli.render.chapters.figure`), numbers at ``options``'
+    precision.
 
     Laid out for the width rich offers when it is printed, down to 40 columns: below
     80 the angles stand once in a table of their own and Q's and K's pairs wrap between
     their two numbers; below 60 the angle, cos and sin of a pair share a cell and each
     fact stands under its label. Measured as its narrowest layout."""
     from rich.console import Group
-    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import verdict_text
-    from qkvcli.render.rich.boxes import CARD, KEY, QUERY
-    from qkvcli.render.rich.layout import Fitted, status, titled
+    from qkvcli.render.chapters.figure import (
+        card,
+        closing,
+        element,
+        fact_lines,
+        formula,
+        heading,
+        number,
+        numbers,
+        verdict_text,
+        worked,
+    )
+    from qkvcli.render.rich.boxes import KEY, QUERY
+    from qkvcli.render.rich.layout import Fitted, titled
+    from qkvcli.render.rich.options import RichOptions
+    from qkvcli.stages.terms import rotation, scores
 
+    options = options or RichOptions()
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
-    table = f.table
+    table, positions = f.table, t.positions
     pairs = list(enumerate(table.pair_features()))
+    spots = [(r, pair, a, b) for r in range(len(positions)) for pair, (a, b) in pairs]
 
-    def number(value: Any) -> str:
-        return _fixed(float(value), 4)
-
-    def row(values: Any) -> str:
-        return " ".join(number(v) for v in np.asarray(values).reshape(-1))
-
-    def pair_text(values: Any) -> str:
-        return ",".join(number(v) for v in values)
-
-    head = Text.assemble(
-        ("Chapter 29 - RoPE", "bold"),
-        f"  {table.features} features in {table.pairs} {table.layout} pairs, base "
-        f"{_fixed(table.base, 2)}, a table of {table.positions} positions; tokens at "
-        f"positions {f.offset}-{f.offset + len(t.positions) - 1}, shifted by {f.shift}  ",
-        status(evidence.passed))
-    frequencies = Table(title="pairs and their frequencies", box=CARD)
-    frequencies.add_column("pair")
-    frequencies.add_column("features")
-    frequencies.add_column("theta_i = base^(-2i/d)", justify="right")
-    for pair, features in pairs:
-        frequencies.add_row(str(pair), _ints(features), _fixed(float(t.inverse_frequencies[pair]), 6))
-
-    def position_cell(r: int, pair: int) -> str:
-        return str(t.positions[r]) if pair == 0 else ""
+    def num(value: Any) -> str:
+        return number(value, options)
 
     def angle_cells(r: int, pair: int) -> list[str]:
-        return [number(t.angles[r, pair]), number(t.cosines[r, pair]), number(t.sines[r, pair])]
+        return [num(t.angles[r, pair]), num(t.cosines[r, pair]), num(t.sines[r, pair])]
 
-    def turned(title: str, before: Any, after: Any, box: Any, style: str) -> Table:
-        # one row per (position, pair): each pair is a point in a plane, turned by its angle
-        grid = Table(title=title, box=box, border_style=style)
-        for column in ("position", "pair", "angle", "cos", "sin", "before", "after"):
-            grid.add_column(column, justify="right", no_wrap=True)
-        for r in range(len(t.positions)):
-            for pair, (a, b) in pairs:
-                grid.add_row(position_cell(r, pair), str(pair), *angle_cells(r, pair),
-                             pair_text(before[r, [a, b]]), pair_text(after[r, [a, b]]))
-        return whole(grid)
+    def place(r: int, pair: int) -> list[str]:
+        return [str(positions[r]) if pair == 0 else "", str(pair)]
+
+    def where(stacked: bool) -> list[str]:
+        return ["pos" if stacked else "position", "pair"]
+
+    def turned(title: str, before: Any, after: Any, box: Any, style: str, angled: bool,
+               stacked: bool) -> Table:
+        # one row per (position, pair): each pair a point in a plane, turned by its angle;
+        # ``stacked`` writes a pair's two numbers one above the other
+        between = "\n" if stacked else ","
+        return card(title, [*where(stacked), *(["angle", "cos", "sin"] if angled else []),
+                            "before", "after"],
+                    [[*place(r, pair), *(angle_cells(r, pair) if angled else []),
+                      numbers(before[r, [a, b]], options, between),
+                      numbers(after[r, [a, b]], options, between)] for r, pair, a, b in spots],
+                    box=box, style=style)
 
     def angles(stacked: bool) -> Table:
         # the angles of Q and K are the same (one table of positions), so drawn once;
         # ``stacked`` puts a pair's angle, cos and sin one above the other in one cell
-        grid = Table(title="each position's angle, for Q and K alike", box=CARD)
-        grid.add_column("position", justify="right", no_wrap=True)
-        grid.add_column("pair", justify="right", no_wrap=True)
-        for name in ("angle\ncos\nsin",) if stacked else ("angle", "cos", "sin"):
-            grid.add_column(name, justify="right", no_wrap=True)
-        for r in range(len(t.positions)):
-            for pair, _ in pairs:
-                cells = angle_cells(r, pair)
-                grid.add_row(position_cell(r, pair), str(pair),
-                             *(("\n".join(cells),) if stacked else cells))
-        return whole(grid)
+        return card("each position's angle, for Q and K alike",
+                    [*where(stacked), *(["angle\ncos\nsin"] if stacked else ["angle", "cos", "sin"])],
+                    [[*place(r, pair), *(["\n".join(angle_cells(r, pair))] if stacked
+                                         else angle_cells(r, pair))] for r, pair, _, _ in spots])
 
-    def points(title: str, before: Any, after: Any, box: Any, style: str,
-               stacked: bool) -> Table:
-        # ``stacked`` writes a pair's two numbers one above the other
-        grid = Table(title=title, box=box, border_style=style)
-        for column in ("position", "pair", "before", "after"):
-            grid.add_column(column, justify="right", no_wrap=True)
-        for r in range(len(t.positions)):
-            for pair, (a, b) in pairs:
-                cells = [before[r, [a, b]], after[r, [a, b]]]
-                grid.add_row(position_cell(r, pair), str(pair), *(
-                    "\n".join(number(v) for v in cell) if stacked else pair_text(cell)
-                    for cell in cells))
-        return whole(grid)
+    def dots(stacked: bool | None) -> Table:
+        # ``stacked`` writes each offset under its dot product, the query's position alone;
+        # ``None``: one row per query and key
+        title = f"{formula(options, 'scores')}: rot(Q).rot(K) by relative offset"
+        if stacked is None:
+            return card(title, ["query", "key", "rot(Q).rot(K)"],
+                        [[str(q) if k == positions[0] else "", f"{k} ({k - q:+d})", num(v)]
+                         for r, q in enumerate(positions)
+                         for v, k in zip(p.dot_grid[r], positions, strict=True)])
+        return card(title,
+                    ["query at\nposition" if stacked else "query at",
+                     *(f"key {k}" for k in positions)],
+                    [[str(q) if stacked else f"position {q}",
+                      *(f"{num(v)}{chr(10) if stacked else ' '}({k - q:+d})"
+                        for v, k in zip(p.dot_grid[r], positions, strict=True))]
+                     for r, q in enumerate(positions)], left=(0,))
 
-    def dots(stacked: bool) -> Table:
-        # ``stacked`` writes each offset under its dot product, the query's position alone
-        grid = Table(title="rot(Q).rot(K) by relative offset", box=CARD)
-        grid.add_column("query at\nposition" if stacked else "query at", no_wrap=True)
-        for position in t.positions:
-            grid.add_column(f"key {position}", justify="right", no_wrap=True)
-        for r, position in enumerate(t.positions):
-            grid.add_row(str(position) if stacked else f"position {position}", *(
-                f"{number(v)}{chr(10) if stacked else ' '}({key_position - position:+d})"
-                for v, key_position in zip(p.dot_grid[r], t.positions, strict=True)))
-        return whole(grid)
-
-    q_title, k_title = "Q turned by its position (solid)", "K turned by its position (dashed)"
-    q_args = (p.query, p.rotated_query, QUERY, "cyan")
-    k_args = (p.key, p.rotated_key, KEY, "magenta")
-    rotation = Fitted([
-        Group(turned(q_title, *q_args), turned(k_title, *k_args)),
-        *(Group(angles(stacked), points(q_title, *q_args, stacked),
-                points(k_title, *k_args, stacked)) for stacked in (False, True)),
-    ])
-    facts = [
-        ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {row(p.input_norms)})"),
-        ("common shift", f"+{f.shift}: every dot product kept within "
-         f"{_fixed(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
-        ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
-        ("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
-         "dQ, dK = U turned back"),
-        ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
-                            for probe in evidence.probes)),
-        ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
-                             for e in evidence.errors)),
-        ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
-    ]
-    # the labels never wrap, so a detail's longest word is measured beside them whole
-    beside = Table.grid(padding=(0, 2))
-    beside.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
-    beside.add_column()
-    for label, detail in facts:
-        beside.add_row(label, detail)
-    under = Group(*(Group(Text(label), Padding(Text(detail), (0, 0, 0, 2)))
-                    for label, detail in facts))
-    checks = Table(title="checks", box=CARD)
-    checks.add_column("check")
-    checks.add_column("result")
-    for check in evidence.checks:
-        checks.add_row(check.name, status(check.passed))
+    q_args = ("Q turned by its position (solid)", p.query, p.rotated_query, QUERY, "cyan")
+    k_args = ("K turned by its position (dashed)", p.key, p.rotated_key, KEY, "magenta")
+    rotation_layouts = Fitted([
+        Group(turned(*q_args, True, False), turned(*k_args, True, False)),
+        *(Group(angles(stacked), turned(*q_args, False, stacked), turned(*k_args, False, stacked))
+          for stacked in (False, True))])
+    last = len(positions) - 1
+    layout = "half" if table.layout == "half" else "interleaved"
+    shown_rows = ([worked(f"rot(Q)[{last},0]", rotation(
+        p.query, t.cosines, t.sines, (last, 0), float(p.rotated_query[last, 0]), layout,
+        ("Q", "rot(Q)"), position=positions[last]), options),
+        worked(f"rot(Q).rot(K)[{last},0]", scores(
+            p.rotated_query, p.rotated_key, (last, 0), float(p.dot_grid[last, 0]),
+            ("rot(Q)", "rot(K)")), options)] if positions else [])
+    frequencies = card("pairs and their frequencies",
+                       ["pair", "features", formula(options, "rope frequency")],
+                       [[str(pair), _ints(features), num(t.inverse_frequencies[pair])]
+                        for pair, features in pairs], left=(0, 1))
+    checks = closing(evidence.checks)[0]
     cards: Any = Group(frequencies, checks)
     if width >= 120:  # side by side when both fit
         both = Table.grid(padding=(0, 1))
         both.add_row(frequencies, checks)
         cards = Fitted([both, cards])
-    return Group(head, cards, rotation, Fitted([dots(False), dots(True)]), titled("what the rotation kept"),
-                 Fitted([beside, under]), Text(), verdict_text(evidence.checks))
+    return Group(
+        heading("Chapter 29 - RoPE", f"{table.features} features in {table.pairs} "
+                f"{table.layout} pairs, base {fmt_general(table.base)}, a table of "
+                f"{table.positions} positions; tokens at positions {f.offset}-"
+                f"{f.offset + len(positions) - 1}, shifted by {f.shift}", evidence.passed),
+        cards, element("rope", options), rotation_layouts, *shown_rows,
+        Fitted([dots(False), dots(True), dots(None)]), titled("what the rotation kept"),
+        fact_lines([
+            ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {numbers(p.input_norms, options, ' ')})"),
+            ("common shift", f"+{f.shift}: every dot product kept within "
+             f"{fmt_float(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
+            ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
+            ("reverse", f"{formula(options, 'loss')} over rot(Q) and rot(K) = {num(p.loss)}; "
+             f"{formula(options, 'rope reverse')}"),
+            ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
+                                for probe in evidence.probes)),
+            ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
+                                 for e in evidence.errors)),
+            ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
+        ]), Text(), verdict_text(evidence.checks))

@@ -28,7 +28,7 @@ from qkvcli.render.facts import (
 from qkvcli.render.facts import (
     tensor as fact_tensor,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -307,10 +307,11 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
 def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     stages' shapes, each head's partition (its projected and turned Q with a solid border,
-    K dashed, V double), its causal weights (a later key shown as masked), its outputs,
-    ``W_O``'s rows, the merge and the output per token, then the probes, the checks and
-    the verdict line. A head's Q, K and V stand side by side from 120 columns. The first
-    batch item is drawn.
+    K dashed, V double), its causal weights (a later key shown as masked), its outputs
+    with one worked as its stage's terms, ``W_O``'s rows, the merge and the output per
+    token, then the probes, the checks and the verdict line. Formulas are the stages'
+    (:mod:`qkvcli.render.chapters.figure`), numbers at ``options``' precision. A head's
+    Q, K and V stand side by side where they fit. The first batch item is drawn.
 
     Laid out for the width rich offers when it is printed, down to 40 columns: a vector
     too long for its column is written a few numbers a line (a line ends with its comma),
@@ -320,127 +321,100 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
     from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.ch29 import whole
-    from qkvcli.render.chapters.figure import verdict_text
-    from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
-    from qkvcli.render.rich.layout import Fitted, status, titled
+    from qkvcli.render.chapters.figure import (
+        card,
+        closing,
+        element,
+        fact_lines,
+        formula,
+        heading,
+        mixture_line,
+        number,
+    )
+    from qkvcli.render.rich.boxes import KEY, QUERY, VALUE
+    from qkvcli.render.rich.layout import Fitted, titled
+    from qkvcli.render.rich.options import RichOptions
 
+    options = options or RichOptions()
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
     per_lines = (None, 2, 1)  # how many numbers a vector's line holds, widest first (None: all)
 
-    def number(value: float) -> str:  # never a false zero: 1e-05 stays visible
-        return fmt_float(float(value) + 0.0, 4)
-
     def row(values: Any, per_line: int | None = None) -> str:
-        found = [number(v) for v in np.asarray(values).reshape(-1)]
+        found = [number(v, options) for v in np.asarray(values).reshape(-1)]
         step = per_line or max(len(found), 1)
         return ",\n".join(",".join(found[i:i + step]) for i in range(0, len(found), step))
 
-    head = Text.assemble(
-        ("Chapter 30 - multi-head attention", "bold"),
-        f"  d_model {d_model} split into {heads} heads of {d_h}, RoPE base "
-        f"{_fixed(f.spec.table.base, 2)} from position {f.offset}, causal, W_O after the "
-        f"merge; batch item 0 of {batch}  ", status(evidence.passed))
-    stages = Text("shapes: " + " -> ".join(
-        f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
-        for name, shape in p.stages() if name != "output_weight"))
-
     def branches(h: int, per_line: int | None) -> list[Table]:
-        found = []
-        for title, box, style, before, after in (
-                ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
-                ("K", KEY, "magenta", p.projected_key, p.rotated_key),
-                ("V", VALUE, "yellow", p.projected_value, None)):
-            table = Table(title=f"head {h} {title}", box=box, border_style=style)
-            table.add_column("token", justify="right", no_wrap=True)
-            table.add_column("projected", no_wrap=True)
-            if after is not None:
-                table.add_column("turned", no_wrap=True)
-            for t in range(tokens):
-                cells = [str(t), row(before[0, h, t], per_line)]
-                if after is not None:
-                    cells.append(row(after[0, h, t], per_line))
-                table.add_row(*cells)
-            found.append(whole(table))
-        return found
+        return [card(f"head {h} {letter}", ["token", "projected", *(["turned"] if after is not None else [])],
+                     [[str(t), row(before[0, h, t], per_line),
+                       *([row(after[0, h, t], per_line)] if after is not None else [])]
+                      for t in range(tokens)], box=box, style=style, left=(1, 2))
+                for letter, box, style, before, after in (
+                    ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
+                    ("K", KEY, "magenta", p.projected_key, p.rotated_key),
+                    ("V", VALUE, "yellow", p.projected_value, None))]
 
-    def weights(h: int, with_output: bool) -> Table:
+    def weights(h: int, with_output: bool | None) -> Table:
+        # ``None``: one row per query and key, for the narrowest screens
         title = "weights (masked: a later key) and output" if with_output else (
             "weights (masked: a later key)")
-        table = Table(title=f"head {h}: {title}", box=CARD)
-        table.add_column("query", justify="right", no_wrap=True)
-        for k in range(tokens):
-            table.add_column(f"key {k}", justify="right", no_wrap=True)
-        if with_output:
-            table.add_column("output", no_wrap=True)
-        for q in range(tokens):
-            table.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "masked"
-                                    for k in range(tokens)),
-                          *([row(p.head_outputs[0, h, q])] if with_output else []))
-        return whole(table)
+        if with_output is None:
+            return card(f"head {h}: {title}", ["query", "key", "weight"],
+                        [[str(q) if k == 0 else "", str(k), number(p.attention[0, h, q, k], options)
+                          if k <= q else "masked"] for q in range(tokens) for k in range(tokens)])
+        return card(f"head {h}: {title}", ["query", *(f"key {k}" for k in range(tokens)),
+                                          *(["output"] if with_output else [])],
+                    [[str(q), *(number(p.attention[0, h, q, k], options) if k <= q else "masked"
+                                for k in range(tokens)),
+                      *([row(p.head_outputs[0, h, q])] if with_output else [])]
+                     for q in range(tokens)], left=(tokens + 1,))
 
-    def outputs(h: int, per_line: int | None) -> Table:
-        table = Table(title=f"head {h}: output", box=CARD)
-        table.add_column("query", justify="right", no_wrap=True)
-        table.add_column("output", no_wrap=True)
-        for q in range(tokens):
-            table.add_row(str(q), row(p.head_outputs[0, h, q], per_line))
-        return whole(table)
+    def vectors(title: str, headers: list[str], columns: tuple[Any, ...], count: int,
+                per_line: int | None) -> Table:
+        return card(title, headers, [[str(i), *(row(c[i], per_line) for c in columns)]
+                                     for i in range(count)], left=(1, 2))
 
-    parts: list[Any] = [head, stages]
+    parts: list[Any] = [
+        heading("Chapter 30 - multi-head attention", f"d_model {d_model} split into {heads} "
+                f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base)} from position "
+                f"{f.offset}, causal, W_O after the merge; batch item 0 of {batch}",
+                evidence.passed),
+        Text("shapes: " + " -> ".join(
+            f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
+            for name, shape in p.stages() if name != "output_weight")),
+        element("head split", options), element("rope", options)]
     for h in range(heads):
-        features = f"{h * d_h}-{(h + 1) * d_h - 1}"
-        stacked: list[Any] = [Group(*branches(h, per_line)) for per_line in per_lines]
-        if width >= 120:
-            side = Table.grid(padding=(0, 1))
-            side.add_row(*branches(h, None))
-            stacked.insert(0, side)
-        parts += [titled(f"head {h}: features {features}"), Fitted(stacked), Fitted([
-            weights(h, True),
-            *(Group(weights(h, False), outputs(h, per_line)) for per_line in per_lines)])]
-
-    def merged(per_line: int | None) -> Table:
-        table = Table(title="merged heads, then W_O", box=CARD)
-        table.add_column("token", justify="right", no_wrap=True)
-        table.add_column("merged", no_wrap=True)
-        table.add_column("output", no_wrap=True)
-        for t in range(tokens):
-            table.add_row(str(t), row(p.merged[0, t], per_line), row(p.output[0, t], per_line))
-        return whole(table)
-
-    def mixing(per_line: int | None) -> Table:
-        table = Table(title="W_O: where each merged feature goes", box=CARD)
-        table.add_column("merged feature", justify="right", no_wrap=True)
-        table.add_column("output features", no_wrap=True)
-        for r in range(p.output_weight.shape[0]):
-            table.add_row(str(r), row(p.output_weight[r], per_line))
-        return whole(table)
-
-    facts = [
-        ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
-        ("last token changed", ", ".join(
-            [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
-             for t, same in enumerate(pr.prefix_unchanged)]
-            + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"])),
-        ("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}"),
-        ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
-        ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
-        ("gradient check", f"{evidence.gradcheck.count} coordinates within "
-         f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
-    ]
-    # the labels never wrap, so a detail's longest word is measured beside them whole
-    shown_facts = Table.grid(padding=(0, 2))
-    shown_facts.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
-    shown_facts.add_column()
-    for label, detail in facts:
-        shown_facts.add_row(label, detail)
-    checks = Table(title="checks", box=CARD)
-    checks.add_column("check")
-    checks.add_column("result")
-    for check in evidence.checks:
-        checks.add_row(check.name, status(check.passed))
-    return Group(*parts, Fitted([mixing(n) for n in per_lines]),
-                 Fitted([merged(n) for n in per_lines]), titled("what the heads showed"),
-                 shown_facts, checks, Text(), verdict_text(evidence.checks))
+        side = Table.grid(padding=(0, 1))
+        side.add_row(*branches(h, None))
+        stacked: list[Any] = [side, *(Group(*branches(h, per_line)) for per_line in per_lines)]
+        parts += [titled(f"head {h}: features {h * d_h}-{(h + 1) * d_h - 1}"), Fitted(stacked),
+                  Text(formula(options, "scores", "scale", "mask", "softmax", "mixture"),
+                       style="dim"),
+                  Fitted([weights(h, True), *(Group(weights(h, listed), vectors(
+                      f"head {h}: output", ["query", "output"], (p.head_outputs[0, h],),
+                      tokens, per_line)) for listed in (False, None) for per_line in per_lines)])]
+        if tokens:
+            parts.append(mixture_line(f"head {h} o{tokens - 1}", p.attention, p.projected_value,
+                                      (0, h, tokens - 1), p.head_outputs[0, h, tokens - 1],
+                                      options))
+    return Group(
+        *parts, Text(formula(options, "head merge", "output projection"), style="dim"),
+        Fitted([vectors("W_O: where each merged feature goes", ["merged feature", "output features"],
+                        (p.output_weight,), len(p.output_weight), n) for n in per_lines]),
+        Fitted([vectors("merged heads, then W_O", ["token", "merged", "output"],
+                        (p.merged[0], p.output[0]), tokens, n) for n in per_lines]),
+        titled("what the heads showed"),
+        fact_lines([
+            ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
+            ("last token changed", ", ".join(
+                [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
+                 for t, same in enumerate(pr.prefix_unchanged)]
+                + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"])),
+            ("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}"),
+            ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
+            ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
+            ("gradient check", f"{evidence.gradcheck.count} coordinates within "
+             f"{fmt_general(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
+        ]), *closing(evidence.checks))

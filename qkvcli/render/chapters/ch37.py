@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from qkvcli.chapters.ch37 import NAME, IncrementalEvidence, StepEvidence
 from qkvcli.render.facts import (
     entries,
@@ -23,7 +21,7 @@ from qkvcli.render.facts import (
     tensor,
     verdict,
 )
-from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_shape
+from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_general, fmt_shape
 
 if TYPE_CHECKING:
     from qkvcli.core.results import FamilyCheck
@@ -190,55 +188,57 @@ def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
 def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: per step
     the cache before and after, its weights per head and its output against the whole
-    pass; then the work, the reset, the refusals, the checks and the verdict line. The
-    first batch item is drawn."""
+    pass; then the work, the reset, the refusals, the checks and the verdict line. Formulas
+    and the worked line are the stages' (:mod:`qkvcli.render.chapters.figure`), numbers at
+    ``options``' precision. The first batch item is drawn."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import verdict_text
-    from qkvcli.render.rich.boxes import CARD
-    from qkvcli.render.rich.layout import status, titled
+    from qkvcli.render.chapters.figure import (
+        card,
+        closing,
+        element,
+        fact_lines,
+        formula,
+        heading,
+        number,
+        numbers,
+        worked,
+    )
+    from qkvcli.render.rich.layout import titled
+    from qkvcli.render.rich.options import RichOptions
+    from qkvcli.stages.terms import largest_difference
 
-    f = evidence.fixture
+    options = options or RichOptions()
+    f, w, r = evidence.fixture, evidence.work, evidence.reset
     heads = f.spec.heads
-
-    def row(values: Any) -> str:  # a comma ends a line where the column wraps
-        return ", ".join(course_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
-
-    head = Text.assemble(
-        ("Chapter 37 - incremental attention", "bold"),
-        f"  a KV cache of {f.capacity} positions, {heads} heads of "
-        f"{f.spec.table.features}, RoPE base {course_fixed(f.spec.table.base, 2)} at the "
-        f"cache's length; batch item 0 of {int(f.input.shape[0])}  ", status(evidence.passed))
-    steps = Table(title="one token a step", box=CARD)
-    steps.add_column("step", no_wrap=True)
-    steps.add_column("weights by head")
-    steps.add_column("output")
-    for s in evidence.steps:
-        steps.add_row(f"{s.position}: cache {s.cache_before} -> {s.cache_after}",
-                      "\n".join(f"{h}: {row(s.weights[0, h])}" for h in range(heads)),
-                      row(s.output[0]))
-    w, r = evidence.work, evidence.reset
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(no_wrap=True)
-    facts.add_column()
-    for label, detail in (
+    worst = max(evidence.steps, key=lambda s: s.max_abs_difference, default=None)
+    return Group(
+        heading("Chapter 37 - incremental attention", f"a KV cache of {f.capacity} positions, "
+                f"{heads} heads of {f.spec.table.features}, RoPE base "
+                f"{fmt_general(f.spec.table.base)} at the cache's length; batch item 0 of "
+                f"{int(f.input.shape[0])}", evidence.passed),
+        element("cache append", options),
+        Text(formula(options, "scores", "scale", "softmax", "mixture", "head merge",
+                     "output projection"), style="dim"),
+        card("one token a step", ["step", "weights by head", "output"],
+             [[f"{s.position}: cache {s.cache_before} -> {s.cache_after}",
+               "\n".join(f"{h}: {numbers(s.weights[0, h], options, ', ')}" for h in range(heads)),
+               numbers(s.output[0], options, ", ")] for s in evidence.steps],
+             left=(0, 1, 2), wrap=True),
+        *([worked(f"max |step {worst.position} - pass|", largest_difference(
+            worst.output, worst.full, worst.max_abs_difference, f.invariant_tolerance,
+            ("step", "pass")), options)] if worst is not None else []),
+        titled("what the cache showed"),
+        fact_lines([
             ("rows per projection", f"{w.incremental_rows_per_projection} step by step, "
              f"{w.full_rows_per_projection} for whole prefixes"),
             ("rows of K and V reused", str(w.avoided_rows_across_kv)),
-            ("largest |step - pass|", course_fixed(max(
-                (s.max_abs_difference for s in evidence.steps), default=0.0), 12)),
+            ("largest |step - pass|", number(max(
+                (s.max_abs_difference for s in evidence.steps), default=0.0), options)),
             ("reset", f"{r.before} -> {r.after}, storage kept: "
              f"{fmt_bool(r.allocation_reused and r.storage_unchanged)}, replay identical: "
              f"{fmt_bool(evidence.replay_bitwise)}"),
             ("bad steps refused", f"{sum(e.rejected for e in evidence.errors)} of "
-             f"{len(evidence.errors)}, the cache unchanged: {fmt_bool(evidence.unchanged)}")):
-        facts.add_row(label, detail)
-    checks = Table(title="checks", box=CARD)
-    checks.add_column("check")
-    checks.add_column("result")
-    for check in evidence.checks:
-        checks.add_row(check.name, status(check.passed))
-    return Group(head, steps, titled("what the cache showed"), facts, checks, Text(),
-                 verdict_text(evidence.checks))
+             f"{len(evidence.errors)}, the cache unchanged: {fmt_bool(evidence.unchanged)}")]),
+        *closing(evidence.checks))

@@ -23,7 +23,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.render.facts import Fact, Part, entries, json_of, report, scalar, section, shape, tensor, verdict
 from qkvcli.render.facts import vector as vec
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -177,7 +177,7 @@ TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|
 """The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
 REPLAY: Part = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
 PROOF: tuple[Part, ...] = (
-    ("row_sum_tolerance", lambda e: f"{e.primary.row_sum_tolerance:.12f}"),
+    ("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
     *_checks(("gradient_tolerance", "gradcheck")))
 
 
@@ -471,38 +471,44 @@ def figure(evidence: HeadChapterEvidence, width: int,
            options: RichOptions | None = None) -> RenderableType:
     """The chapter's figure: the trace's records drawn (Q, K, V, the scores, each query's
     probabilities and visible keys, the mixture, the reverse pass, the chapter's probes,
-    the rejected inputs, the history and the checks). ``width`` is the console's; the
-    layout adapts to it when printed."""
+    the rejected inputs, the history and the checks), every number at ``options``'
+    precision. ``width`` is the console's; the layout adapts to it when printed."""
     from qkvcli.render.chapters import figure as drawn
     from qkvcli.render.rich.layout import Row
     from qkvcli.render.rich.options import RichOptions
 
     options = options or RichOptions()
-    number = options.precision
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
                              evidence.gradcheck, words(evidence))
-    one = (f"probability {vec(single.probabilities)}, output {vec(single.output)}, "
+
+    def num(value: Any) -> str:
+        return drawn.number(value, options)
+
+    def row(values: Any) -> str:
+        return f"[{drawn.numbers(values, options)}]"
+
+    one = (f"probability {row(single.probabilities)}, output {row(single.output)}, "
            "no gradient to Q or K")
     refused = drawn.facts_part("Rejected inputs", [
         (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
     history = drawn.facts_part("History", [(None, key, value) for key, value in said.history])
     proof = drawn.facts_part("Proof", [
-        (p.rows_sum_to_one, "row sums", f"within {p.row_sum_tolerance:.12f}"),
+        (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
         (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
-         f"{g.checked('value')} coordinates, tolerance {fmt_float(g.tolerance)}"),
+         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),
     ])
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         later = drawn.facts_part("A later token", [
             (None, "perturbed", f"position {x.position} of batch item 0: key "
-             f"{vec(x.key_before)} -> {vec(x.key_after)}, value {vec(x.value_before)} -> "
-             f"{vec(x.value_after)}"),
+             f"{row(x.key_before)} -> {row(x.key_after)}, value {row(x.value_before)} -> "
+             f"{row(x.value_after)}"),
             *((same, f"position {i}", "bitwise unchanged" if same else "changed")
               for i, same in enumerate(x.unchanged)),
             (x.last_changed, f"position {x.position}",
              f"{'changed' if x.last_changed else 'unchanged'}: now "
-             f"{vec(x.perturbed_output[0, x.position])}"),
+             f"{row(x.perturbed_output[0, x.position])}"),
             (x.suffix_zero, "prefix seed", f"zero from position {x.suffix_start}: dQ, dK, dV "
              f"there {'exactly 0' if x.suffix_zero else 'not 0'}"),
         ], x.invariant and x.suffix_zero)
@@ -519,9 +525,9 @@ def figure(evidence: HeadChapterEvidence, width: int,
         assert isinstance(evidence, SelfAttentionEvidence)
         s, b = evidence.scale, evidence.batch
         probes = drawn.facts_part("Probes", [
-            (s.holds, "scale probe", f"unscaled focus {fmt_float(s.unscaled_focus, number)}, "
-             f"scaled {fmt_float(s.scaled_focus, number)}, orthogonal key "
-             f"{fmt_float(s.orthogonal_probability, number)}: "
+            (s.holds, "scale probe", f"unscaled focus {num(s.unscaled_focus)}, "
+             f"scaled {num(s.scaled_focus)}, orthogonal key "
+             f"{num(s.orthogonal_probability)}: "
              f"{'softened' if s.softened else 'not softened'}"),
             (single.holds, "single token", one),
             (evidence.batch_isolated, "batch of two", f"{fmt_shape(evidence.operands(b)[0])} in, "
