@@ -14,12 +14,12 @@ import numpy as np
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
+from qkvcli.render.chapters.entries import Table, chapter_checks, each, error_lines, refusals
 from qkvcli.render.facts import (
     Part,
     entries,
     fixed,
     json_of,
-    layout,
     report,
     said,
     scalar,
@@ -142,12 +142,6 @@ def _shape(shape: tuple[int, ...] | None) -> str:
     return "rejected" if shape is None else fmt_shape(shape)
 
 
-def _error_line(error: Refusal) -> str:
-    facts = "".join(f"|{key}={value}" for key, value in facts_of(error))
-    return (f"ERROR|case={error.case}|kind={KINDS[error.expected]}{facts}"
-            f"|rejected={fmt_bool(error.rejected)}")
-
-
 def facts_of(error: Refusal) -> tuple[tuple[str, Any], ...]:
     """The facts the chapter publishes of a refusal: :data:`FACTS` of its expected error."""
     shown = FACTS.get(error.expected, ())
@@ -218,35 +212,42 @@ TRACE_END: tuple[tuple[str, Any], ...] = (
 
 def trace(evidence: RopeEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
-    the figure draws, piece by piece."""
-    found = facts(evidence)
+    the figure draws, piece by piece (one line per pair, position, probe and traced
+    refusal between the table's own)."""
+    t, pairs = evidence.primary.tables, evidence.fixture.table.pair_features()
+    count = len(t.positions)
 
-    def laid(table: tuple[tuple[str, Any], ...]) -> list[str]:
-        return layout(found, evidence, table, "|", "=", "|")
+    def probe(value: Any, i: int) -> str:
+        x = value[i]
+        offset = f"|offset={x['offset']}" if x["case"] == "empty_tokens" else ""
+        return (f"input_shape={fmt_shape(x['input'])}{offset}|output_shape={said(x['output'])}"
+                f"|valid={said(x['valid'])}")
 
-    p, t = evidence.primary, evidence.primary.tables
-    lines = laid(TRACE_HEAD)
-    for pair, features in enumerate(evidence.fixture.table.pair_features()):
-        lines.append(f"FREQUENCY|pair={pair}|features={_ints(features)}"
-                     f"|theta={vector(t.inverse_frequencies[pair:pair + 1])}")
-    for row, position in enumerate(t.positions):
-        lines.append(
-            f"POSITION|position={position}|angles={vector(t.angles[row])}"
-            f"|cosines={vector(t.cosines[row])}|sines={vector(t.sines[row])}"
-            f"|query_before={vector(p.query[row])}|query_after={vector(p.rotated_query[row])}")
-    lines += laid(TRACE_MIDDLE)
-    for row, position in enumerate(t.positions):
-        offsets = [key - position for key in t.positions]
-        lines.append(f"DOT_ROW|query_position={position}|relative_offsets={_ints(offsets)}"
-                     f"|values={vector(p.dot_grid[row])}")
-    lines += laid(TRACE_TAIL)
-    for probe in found["shapes"].value:
-        offset = f"|offset={probe['offset']}" if probe["case"] == "empty_tokens" else ""
-        lines.append(f"{PROBE_LINES[probe['case']]}|input_shape={fmt_shape(probe['input'])}"
-                     f"{offset}|output_shape={said(probe['output'])}"
-                     f"|valid={said(probe['valid'])}")
-    lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
-    return "\n".join(lines + laid(TRACE_END)) + "\n"
+    def row(path: str) -> tuple[str, Any]:
+        return (path, lambda value, i: vector(value[i]))
+
+    table: Table = (
+        *TRACE_HEAD,
+        *each("FREQUENCY", len(pairs), (
+            ("pair", lambda e, i: i), ("features", lambda e, i: _ints(pairs[i])),
+            ("theta", "tensors.inverse_frequencies", lambda value, i: vector(value[i:i + 1])))),
+        *each("POSITION", count, (
+            ("position", lambda e, i: t.positions[i]),
+            *((name, *row(f"tensors.{name}")) for name in ("angles", "cosines", "sines")),
+            ("query_before", *row("tensors.query")),
+            ("query_after", *row("tensors.rotated_query")))),
+        *TRACE_MIDDLE,
+        *each("DOT_ROW", count, (
+            ("query_position", lambda e, i: t.positions[i]),
+            ("relative_offsets", "config.token_positions",
+             lambda positions, i: _ints(k - positions[i] for k in positions)),
+            ("values", *row("tensors.dot_grid")))),
+        *TRACE_TAIL,
+        *((PROBE_LINES[x.case], (("", "shapes", lambda value, i=i: probe(value, i)),))
+          for i, x in enumerate(evidence.probes)),
+        *error_lines(i for i, e in enumerate(evidence.errors) if e.case in TRACED_ERRORS),
+        *TRACE_END)
+    return report(facts(evidence), evidence, table, True)
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -261,7 +262,6 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 def facts(evidence: RopeEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
     the head: what the JSON publishes and the text and trace say."""
-    from qkvcli.render.chapters.entries import chapter_checks
     from qkvcli.render.document import gradcheck_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
@@ -297,9 +297,8 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
             {"case": probe.case, "input": list(probe.input), "offset": probe.offset,
              "output": shape(probe.shape("rope")), "valid": verdict(probe.kept),
              "refusal": probe.refusal or None} for probe in evidence.probes]),
-        "errors": entries([
-            {"case": e.case, "kind": KINDS[e.expected], "rejected": verdict(e.rejected),
-             "facts": dict(facts_of(e)), "message": e.message} for e in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "kind", "rejected", "facts", "message"),
+                           kind=lambda e: KINDS[e.expected], facts=lambda e: dict(facts_of(e))),
         "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": verdict(p.tape_finite),
         "replay_bitwise": verdict(evidence.replay_bitwise),

@@ -10,18 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from qkvcli.chapters.ch37 import NAME, IncrementalEvidence, StepEvidence
-from qkvcli.render.facts import (
-    entries,
-    json_of,
-    layout,
-    scalar,
-    section,
-    shape,
-    tensor,
-    verdict,
-)
-from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_general, fmt_shape
+import numpy as np
+
+from qkvcli.chapters.ch37 import NAME, IncrementalEvidence
+from qkvcli.render.chapters.entries import Table, refusals
+from qkvcli.render.facts import entries, json_of, report, said, scalar, section, shape, tensor, verdict
+from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_general
 
 if TYPE_CHECKING:
     from qkvcli.core.results import FamilyCheck
@@ -39,69 +33,81 @@ def _fixed(decimals: int) -> Any:
     return lambda value: course_fixed(value, decimals)
 
 
-def _refused(evidence: IncrementalEvidence, case: str) -> str:
-    return fmt_bool({refusal.case: refusal.rejected for refusal in evidence.errors}.get(case, False))
+def _refused(errors: list[dict[str, Any]], case: str) -> str:
+    return fmt_bool(any(e["case"] == case and e["rejected"].value for e in errors))
 
 
 CONFIG = (*((name, f"config.{name}") for name in ("batch", "tokens", "model_width", "heads",
                                                     "head_width", "capacity")),
           ("rope_base", "config.rope_base", _fixed(6)),
           ("tolerance", "config.tolerance", _fixed(12)))
-ERRORS = (*((case, lambda e, case=case: _refused(e, case)) for case in ERROR_CASES),
+ERRORS = (*((case, "errors", lambda errors, case=case: _refused(errors, case))
+            for case in ERROR_CASES),
           ("unchanged", lambda e: fmt_bool(e.unchanged)))
-TABLE: tuple[tuple[str, tuple[str, Any]], ...] = (
-    ("config", ("CONFIG", CONFIG)), ("work", ("WORK", (("", "work.*"),))),
-    ("reset", ("RESET", (("", "reset.*"),))), ("errors", ("ERRORS", ERRORS)),
-    ("history", ("HISTORY", (("", "history.*"),))),
-)
+SHARED = {"config": ("CONFIG", CONFIG), "work": ("WORK", (("", "work.*"),)),
+          "reset": ("RESET", (("", "reset.*"),)), "errors": ("ERRORS", ERRORS),
+          "history": ("HISTORY", (("", "history.*"),))}
 """The lines the text and the trace share, by the text's key: the trace's key and the
 facts (the work, the reset and the history each say every fact of their section)."""
-TABLE_OF = dict(TABLE)
 
 
-def _lines(evidence: IncrementalEvidence, keys: tuple[str, ...], trace: bool) -> list[str]:
-    table = tuple((TABLE_OF[key][0] if trace else key, TABLE_OF[key][1]) for key in keys)
-    return layout(facts(evidence), evidence, table, "|" if trace else " ", "=" if trace else ":",
-                  "|" if trace else "=")
+def _shared(names: str, trace: bool) -> Table:
+    return tuple((SHARED[name][0] if trace else name, SHARED[name][1]) for name in names.split())
+
+
+def _of(i: int, name: str, decimals: int | None = None, head: int | None = None) -> tuple[str, Any]:
+    """A part reading fact ``name`` of step ``i`` (``head``: that head's slice), in the
+    course's fixed point at ``decimals`` (``None``: as its kind is said)."""
+    def spell(steps: list[dict[str, Any]]) -> str:
+        fact = steps[i][name]
+        if decimals is None:
+            return said(fact)
+        value = fact.value if head is None else fact.value[:, head]
+        return course_vector(value, decimals) if np.ndim(value) else course_fixed(value, decimals)
+    return ("steps", spell)
+
+
+def _step_text(i: int) -> tuple[str, Any]:
+    return ("step", (("position", *_of(i, "position")),
+                     ("cache", "steps", lambda st: f"{st[i]['cache_before']}->{st[i]['cache_after']}"),
+                     ("shape", *_of(i, "cache_shape")),
+                     ("max_abs_diff", *_of(i, "max_abs_difference", 12)),
+                     ("output", *_of(i, "output", 9))))
+
+
+def _step_trace(i: int, heads: int) -> Table:
+    at = ("position", *_of(i, "position"))
+    return (
+        ("STEP", (at, *((name, *_of(i, name)) for name in ("cache_before", "cache_after")),
+                  ("input", *_of(i, "input", 6)), ("cache_shape", *_of(i, "cache_shape")))),
+        *(("HEAD", (at, ("head", lambda e, h=h: h), *(
+            (label, *_of(i, name, decimals, h)) for label, name, decimals in (
+                ("appended_key", "appended_key", 9), ("appended_value", "appended_value", 9),
+                ("keys", "cached_keys", 9), ("values", "cached_values", 9),
+                ("weights", "weights", 12))))) for h in range(heads)),
+        ("MATCH", (at, ("incremental", *_of(i, "output", 9)),
+                   ("full", *_of(i, "full_prefix_last_row", 9)),
+                   ("max_abs_diff", *_of(i, "max_abs_difference", 12)))))
 
 
 def text(evidence: IncrementalEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    lines = [f"chapter={NAME}", *_lines(evidence, ("config",), False)]
-    for s in evidence.steps:
-        lines.append(f"step=position:{s.position} cache:{s.cache_before}->{s.cache_after} "
-                     f"shape:{fmt_shape(s.cache_shape)} "
-                     f"max_abs_diff:{course_fixed(s.max_abs_difference, 12)} "
-                     f"output:{course_vector(s.output, 9)}")
-    lines += [*_lines(evidence, ("work", "reset", "errors", "history"), False), f"next={NEXT}"]
-    return "\n".join(lines) + "\n"
-
-
-def _head_lines(s: StepEvidence) -> list[str]:
-    return [f"HEAD|position={s.position}|head={h}"
-            f"|appended_key={course_vector(s.appended_key[:, h], 9)}"
-            f"|appended_value={course_vector(s.appended_value[:, h], 9)}"
-            f"|keys={course_vector(s.keys[:, h], 9)}|values={course_vector(s.values[:, h], 9)}"
-            f"|weights={course_vector(s.weights[:, h], 12)}"
-            for h in range(s.keys.shape[1])]
+    return report(facts(evidence), evidence, (
+        ("chapter", lambda e: NAME), *_shared("config", False),
+        *(_step_text(i) for i in range(len(evidence.steps))),
+        *_shared("work reset errors history", False), ("next", lambda e: NEXT)))
 
 
 def trace(evidence: IncrementalEvidence) -> str:
     """The chapter's diagram trace: the configuration; per step the token, each head's
     appended key and value, its cached keys and values and its weights, and the step
     against the whole pass; then the work, the reset, the refusals and the history."""
-    lines = ["INCREMENTAL_ATTENTION_TRACE_V1", *_lines(evidence, ("config",), True)]
-    for s in evidence.steps:
-        lines.append(f"STEP|position={s.position}|cache_before={s.cache_before}"
-                     f"|cache_after={s.cache_after}|input={course_vector(s.input, 6)}"
-                     f"|cache_shape={fmt_shape(s.cache_shape)}")
-        lines += _head_lines(s)
-        lines.append(f"MATCH|position={s.position}|incremental={course_vector(s.output, 9)}"
-                     f"|full={course_vector(s.full, 9)}"
-                     f"|max_abs_diff={course_fixed(s.max_abs_difference, 12)}")
-    lines += [*_lines(evidence, ("work", "reset", "errors", "history"), True),
-              f"END|next={TRACE_NEXT}"]
-    return "\n".join(lines) + "\n"
+    heads = evidence.fixture.spec.heads
+    return "INCREMENTAL_ATTENTION_TRACE_V1\n" + report(facts(evidence), evidence, (
+        *_shared("config", True),
+        *(line for i in range(len(evidence.steps)) for line in _step_trace(i, heads)),
+        *_shared("work reset errors history", True), ("END", (("next", lambda e: TRACE_NEXT),))),
+        True)
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -163,9 +169,7 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
                          allocation_reused=verdict(r.allocation_reused),
                          storage_unchanged=verdict(r.storage_unchanged),
                          replay_identical=verdict(evidence.replay_bitwise)),
-        "errors": entries([{"case": e.case, "expected": e.expected, "raised": e.raised or None,
-                            "rejected": verdict(e.rejected), "message": e.message}
-                           for e in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "expected", "raised", "rejected", "message")),
         "history": section(
             newest_query_key_rows=shape(h.newest_query_key_rows),
             complete_prefix_rows_per_projection=h.complete_prefix_rows_per_projection,

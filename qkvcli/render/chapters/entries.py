@@ -1,22 +1,29 @@
-"""The check entries of a later chapter's JSON (chapters 27 to 30): each judged family
-in the one entry shape, named by :mod:`qkvcli.render.names`, with one line of words.
+"""What the chapters' facts and layout tables share (chapters 27 to 30 and 37).
 
-The shared families say what was measured (the gradient check's counts and settings,
-how many bad inputs were refused, whether the replay agreed), as run's do; each other
-family is said in the words its figure uses for it (the table's ``claim``).
+Each judged family as the one check entry, named by :mod:`qkvcli.render.names`, with one
+line of words: the shared families say what was measured (the gradient check's counts
+and settings, how many bad inputs were refused, whether the replay agreed), as run's do;
+each other family is said in the words its figure uses for it (the table's ``claim``).
+Each refused input as the entry its chapter publishes (:func:`refusals`), and a trace's
+``ERROR`` line of it; a layout table's line per index (:func:`each`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from qkvcli.chapters.registry import ChapterEvidence
-from qkvcli.core.results import FamilyCheck
+from qkvcli.core.results import FamilyCheck, Refusal
+from qkvcli.render.facts import Fact, entries, verdict
 from qkvcli.render.names import published
+from qkvcli.render.numbers import fmt_bool
 from qkvcli.render.wording import family_words, gradcheck_detail, rejected_words
 
+Table = tuple[tuple[str, Any], ...]
+"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
 
-def detail(report: str, evidence: ChapterEvidence, check: FamilyCheck) -> str:
+
+def detail(report: str, evidence: Any, check: FamilyCheck) -> str:
     """One line of words for ``check`` of chapter ``report``'s ``evidence``."""
     if check.name == "gradcheck":
         return gradcheck_detail(evidence.gradcheck)
@@ -27,8 +34,44 @@ def detail(report: str, evidence: ChapterEvidence, check: FamilyCheck) -> str:
     return published(report, check.name).claim
 
 
-def chapter_checks(report: str, evidence: ChapterEvidence) -> list[dict[str, Any]]:
+def chapter_checks(report: str, evidence: Any) -> list[dict[str, Any]]:
     """Every judged family of the chapter, in its order, as the one entry."""
     from qkvcli.render.document import checks_json
 
     return checks_json(report, evidence.checks, lambda check: detail(report, evidence, check))
+
+
+REFUSAL: dict[str, Callable[[Refusal], Any]] = {
+    "case": lambda e: e.case, "expected": lambda e: e.expected,
+    "raised": lambda e: e.raised or None, "rejected": lambda e: verdict(e.rejected),
+    "message": lambda e: e.message}
+"""How a refusal's entry spells each of its own fields."""
+
+
+def refusals(errors: Iterable[Refusal], keys: Sequence[str],
+             **more: Callable[[Refusal], Any]) -> Fact:
+    """Each refused input as one entry of ``keys``, in that order: its own fields
+    (:data:`REFUSAL`) or ``more``, a chapter's (its ``kind``, its ``facts``)."""
+    spell = {**REFUSAL, **more}
+    return entries([{key: spell[key](e) for key in keys} for e in errors])
+
+
+def each(key: str, count: int, parts: Sequence[tuple[Any, ...]]) -> Table:
+    """One line per index ``i < count``: ``key`` (with ``{}``, ``i`` in it), then each part:
+    ``(label, path, spell)`` with ``spell(value, i)``, or ``(label, f)`` with ``f(evidence, i)``."""
+    def at(part: tuple[Any, ...], i: int) -> tuple[Any, ...]:
+        label, path, *spell = part
+        if not isinstance(path, str):
+            return (label, lambda e: path(e, i))
+        return (label, path, lambda value: spell[0](value, i))
+
+    return tuple((key.format(i), tuple(at(part, i) for part in parts)) for i in range(count))
+
+
+def error_lines(indices: Iterable[int]) -> Table:
+    """A trace's ``ERROR`` line per refused input at ``indices`` of the facts' ``errors``:
+    its case, kind, published facts and verdict."""
+    return tuple(("ERROR", ("errors", lambda errors, i=i: "|".join([
+        f"case={errors[i]['case']}", f"kind={errors[i]['kind']}",
+        *(f"{key}={value}" for key, value in errors[i]["facts"].items()),
+        f"rejected={fmt_bool(errors[i]['rejected'].value)}"]))) for i in indices)

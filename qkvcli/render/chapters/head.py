@@ -21,7 +21,8 @@ import numpy as np
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
-from qkvcli.render.facts import Fact, Part, entries, json_of, report, scalar, section, shape, tensor, verdict
+from qkvcli.render.chapters.entries import Table, chapter_checks, each, error_lines, refusals
+from qkvcli.render.facts import Fact, Part, json_of, report, scalar, section, shape, tensor, verdict
 from qkvcli.render.facts import vector as vec
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape
 
@@ -86,8 +87,6 @@ CAUSAL = ChapterWords(
 )
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
-Table = tuple[tuple[str, Any], ...]
-"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
 
 
 def _shaped(probe: ShapeProbe, name: str) -> tuple[int, ...]:
@@ -130,13 +129,10 @@ def _shape_of(value: Any) -> str:
 
 
 def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Table:
-    """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's
-    number is in it; else the line's first part): each part's spelling is a function of
-    the fact and ``i``."""
-    return tuple((key.format(i), (*(() if "{}" in key else (("query", lambda e, i=i: i),)),
-                                  *((label, path, lambda value, i=i, spell=spell: spell(value, i))
-                                    for label, path, spell in parts)))
-                 for i in range(count))
+    """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's number
+    is in it; else the line's first part)."""
+    query: tuple[tuple[Any, ...], ...] = () if "{}" in key else (("query", lambda e, i: i),)
+    return each(key, count, (*query, *parts))
 
 
 ROW = lambda value, i: vec(value[0, i])  # noqa: E731
@@ -185,14 +181,6 @@ def _tensors(names: str, trace: bool) -> Table:
     return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
 
 
-def _error_records(evidence: HeadChapterEvidence) -> Table:
-    """An ``ERROR`` line per refused input: its case, kind, facts and verdict."""
-    return tuple(("ERROR", ("errors", lambda errors, i=i: "|".join([
-        f"case={errors[i]['case']}", f"kind={errors[i]['kind']}",
-        *(f"{key}={value}" for key, value in errors[i]["facts"].items()),
-        f"rejected={fmt_bool(errors[i]['rejected'].value)}"]))) for i in range(len(evidence.errors)))
-
-
 # --- chapter 27 -------------------------------------------------------------------------
 
 def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
@@ -239,7 +227,7 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
             *((name, f"single_token.{name}", vec) for name in ("query", "key", "value")),
             ("raw", lambda e: vec(single.scores)), ("scaled", lambda e: vec(single.scaled_scores)),
             *SINGLE[0][1])),
-        *_error_records(evidence),
+        *error_lines(range(len(evidence.errors))),
         ("HISTORY", (("", "history.*"),)),
         ("PROOF", (*PROOF, REPLAY, ("unmasked", lambda e: fmt_bool(
             not p.mask.size or bool((p.mask == 0.0).all()))))),
@@ -333,7 +321,7 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
                            for name in ("query", "key", "value", "mask")),
                          ("probability_shape", "empty_batch.probabilities"),
                          ("output_shape", "empty_batch.output"), ("valid", "empty_batch.valid"))),
-        *_error_records(evidence),
+        *error_lines(range(len(evidence.errors))),
         ("HISTORY", tuple(("earlier_visibility" if key == "visibility" else key, f"history.{key}")
                           for key, _ in CAUSAL.history)),
         ("PROOF", (("mask_future", "tensors.mask", lambda mask: "negative-infinity"
@@ -367,7 +355,6 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) after the JSON's head: every
     tensor with its axes named, probe, case and verdict, in a declared order (chapter
     28's tensors add the mask and the masked scores, and its own probes)."""
-    from qkvcli.render.chapters.entries import chapter_checks
     from qkvcli.render.document import coordinate_json
 
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
@@ -450,9 +437,10 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
                                    "checked": len(c.checks), "passed": c.passed,
                                    "checks": [coordinate_json(k) for k in c.checks]}
                                   for c in g.tensors]},
-        "errors": entries([{"case": c.case, "kind": said.error_kinds.get(c.expected, c.expected),
-                            "facts": dict(facts_of(c, said)), "rejected": verdict(c.rejected),
-                            "raised": c.raised, "message": c.message} for c in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "kind", "facts", "rejected", "raised",
+                                             "message"), raised=lambda c: c.raised,
+                           kind=lambda c: said.error_kinds.get(c.expected, c.expected),
+                           facts=lambda c: dict(facts_of(c, said))),
         "history": dict(said.history),
         "replay_bitwise": verdict(evidence.replay_bitwise),
         "next": said.next_chapter,
