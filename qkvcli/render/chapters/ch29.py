@@ -18,7 +18,6 @@ from qkvcli.render.chapters.entries import Table, chapter_checks, each, error_li
 from qkvcli.render.facts import (
     Part,
     entries,
-    fixed,
     json_of,
     report,
     said,
@@ -27,10 +26,9 @@ from qkvcli.render.facts import (
     shape,
     tensor,
     values,
-    vector,
     verdict,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     from qkvcli.render.rich.options import RichOptions
@@ -76,9 +74,6 @@ TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
 bad base are in the report only)."""
 
 
-_fixed = fixed
-
-
 def _ints(values: Any) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
 
@@ -102,27 +97,27 @@ TEXT: tuple[tuple[str, Any], ...] = (
                 ("positions", "config.positions"), ("base", "config.base", _base),
                 ("layout", "config.layout"),
                 ("offset", lambda e: f"{e.fixture.offset}->{e.fixture.offset + e.fixture.shift}"))),
-    ("inverse_frequencies", ("tensors.inverse_frequencies", vector)),
+    ("inverse_frequencies", ("tensors.inverse_frequencies", fmt_vector)),
     *((name, f"tensors.{name}") for name in ("query", "key", "angles", "cosines", "sines")),
-    ("rotated_query", ("tensors.rotated_query", vector)),
-    ("rotated_key", ("tensors.rotated_key", vector)),
+    ("rotated_query", ("tensors.rotated_query", fmt_vector)),
+    ("rotated_key", ("tensors.rotated_key", fmt_vector)),
     ("norms", (("input", "norms.input"), ("rotated", "norms.rotated"),
                ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
     ("dot_grid", "tensors.dot_grid"),
     ("shifted_dot_grid", (("", "tensors.shifted_dot_grid"),
                           ("common_shift_preserved", "common_shift_preserved"))),
     ("position_zero_identity", "position_zero_identity"),
-    ("upstream", (("query", "tensors.upstream_query", vector),
-                  ("key", "tensors.upstream_key", vector), ("loss", "loss"))),
-    ("query_gradient", ("tensors.query_gradient", vector)),
-    ("key_gradient", ("tensors.key_gradient", vector)),
+    ("upstream", (("query", "tensors.upstream_query", fmt_vector),
+                  ("key", "tensors.upstream_key", fmt_vector), ("loss", "loss"))),
+    ("query_gradient", ("tensors.query_gradient", fmt_vector)),
+    ("key_gradient", ("tensors.key_gradient", fmt_vector)),
     ("shapes", ("shapes", lambda probes: " ".join(
         f"{probe['case']}:{said(probe['output'])}" for probe in probes))),
     ("errors", ("errors", lambda errors: " ".join(
         f"{ERROR_KEYS[e['case']]}:{said(e['rejected'])}" for e in errors))),
     ("gradcheck", (("query_checks", lambda e: _counts(e)["query"]),
                    ("key_checks", lambda e: _counts(e)["key"]),
-                   ("tolerance", lambda e: fixed(e.fixture.tolerance)),
+                   ("tolerance", lambda e: fmt_float(e.fixture.tolerance)),
                    ("passed", lambda e: fmt_bool(e.gradcheck.passed)))),
     ("history", ("history", lambda history: " ".join(f"{k}:{v}" for k, v in history.items()))),
     ("proof", (("tape_finite", "tape_finite"), ("norm_preserved", "norms.preserved"),
@@ -154,7 +149,7 @@ PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADI
 
 def _traced(path: str) -> tuple[Part, ...]:
     """A tensor in the trace: ``shape=[..]|values=[..]``."""
-    return (("shape", path, lambda v: fmt_shape(np.shape(v))), ("values", path, vector))
+    return (("shape", path, lambda v: fmt_shape(np.shape(v))), ("values", path, fmt_vector))
 
 
 def _proof(claim: bool, held: str, broken: str) -> str:
@@ -182,14 +177,14 @@ TRACE_TAIL: tuple[tuple[str, Any], ...] = (
     ("COMMON_SHIFT", (
         ("before_positions", "config.token_positions", _ints),
         ("after_positions", lambda e: _ints(p + e.fixture.shift for p in e.primary.tables.positions)),
-        ("before_grid", "tensors.dot_grid", vector),
-        ("after_grid", "tensors.shifted_dot_grid", vector),
-        ("tolerance", "invariant_tolerance", lambda v: fixed(v, 12)),
+        ("before_grid", "tensors.dot_grid", fmt_vector),
+        ("after_grid", "tensors.shifted_dot_grid", fmt_vector),
+        ("tolerance", "invariant_tolerance", lambda v: fmt_float(v, 12)),
         ("preserved", "common_shift_preserved"))),
-    ("BACKWARD", (("query_seed", "tensors.upstream_query", vector),
-                  ("key_seed", "tensors.upstream_key", vector), ("loss", "loss"),
-                  ("query_gradient", "tensors.query_gradient", vector),
-                  ("key_gradient", "tensors.key_gradient", vector))),
+    ("BACKWARD", (("query_seed", "tensors.upstream_query", fmt_vector),
+                  ("key_seed", "tensors.upstream_key", fmt_vector), ("loss", "loss"),
+                  ("query_gradient", "tensors.query_gradient", fmt_vector),
+                  ("key_gradient", "tensors.key_gradient", fmt_vector))),
 )
 TRACE_END: tuple[tuple[str, Any], ...] = (
     ("HISTORY", tuple((key, "history." + key) for key, _ in HISTORY)),
@@ -202,7 +197,7 @@ TRACE_END: tuple[tuple[str, Any], ...] = (
         ("tape_finite", "tape_finite"),
         ("query_checks", lambda e: _counts(e)["query"]),
         ("key_checks", lambda e: _counts(e)["key"]),
-        ("gradient_tolerance", lambda e: fixed(e.fixture.tolerance)),
+        ("gradient_tolerance", lambda e: fmt_float(e.fixture.tolerance)),
         ("gradcheck", lambda e: fmt_bool(e.gradcheck.passed)),
         ("replay", _replay))),
     ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
@@ -224,13 +219,13 @@ def trace(evidence: RopeEvidence) -> str:
                 f"|valid={said(x['valid'])}")
 
     def row(path: str) -> tuple[str, Any]:
-        return (path, lambda value, i: vector(value[i]))
+        return (path, lambda value, i: fmt_vector(value[i]))
 
     table: Table = (
         *TRACE_HEAD,
         *each("FREQUENCY", len(pairs), (
             ("pair", lambda e, i: i), ("features", lambda e, i: _ints(pairs[i])),
-            ("theta", "tensors.inverse_frequencies", lambda value, i: vector(value[i:i + 1])))),
+            ("theta", "tensors.inverse_frequencies", lambda value, i: fmt_vector(value[i:i + 1])))),
         *each("POSITION", count, (
             ("position", lambda e, i: t.positions[i]),
             *((name, *row(f"tensors.{name}")) for name in ("angles", "cosines", "sines")),
@@ -341,7 +336,6 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
         fact_lines,
         formula,
         heading,
-        number,
         numbers,
         verdict_text,
         worked,
@@ -352,16 +346,15 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
     from qkvcli.stages.terms import rotation, scores
 
     options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table, positions = f.table, t.positions
     pairs = list(enumerate(table.pair_features()))
     spots = [(r, pair, a, b) for r in range(len(positions)) for pair, (a, b) in pairs]
 
-    def num(value: Any) -> str:
-        return number(value, options)
 
     def angle_cells(r: int, pair: int) -> list[str]:
-        return [num(t.angles[r, pair]), num(t.cosines[r, pair]), num(t.sines[r, pair])]
+        return [fmt_float(grid[r, pair], n) for grid in (t.angles, t.cosines, t.sines)]
 
     def place(r: int, pair: int) -> list[str]:
         return [str(positions[r]) if pair == 0 else "", str(pair)]
@@ -395,14 +388,14 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
         title = f"{formula(options, 'scores')}: rot(Q).rot(K) by relative offset"
         if stacked is None:
             return card(title, ["query", "key", "rot(Q).rot(K)"],
-                        [[str(q) if k == positions[0] else "", f"{k} ({k - q:+d})", num(v)]
+                        [[str(q) if k == positions[0] else "", f"{k} ({k - q:+d})", fmt_float(v, n)]
                          for r, q in enumerate(positions)
                          for v, k in zip(p.dot_grid[r], positions, strict=True)])
         return card(title,
                     ["query at\nposition" if stacked else "query at",
                      *(f"key {k}" for k in positions)],
                     [[str(q) if stacked else f"position {q}",
-                      *(f"{num(v)}{chr(10) if stacked else ' '}({k - q:+d})"
+                      *(f"{fmt_float(v, n)}{chr(10) if stacked else ' '}({k - q:+d})"
                         for v, k in zip(p.dot_grid[r], positions, strict=True))]
                      for r, q in enumerate(positions)], left=(0,))
 
@@ -422,7 +415,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
             ("rot(Q)", "rot(K)")), options)] if positions else [])
     frequencies = card("pairs and their frequencies",
                        ["pair", "features", formula(options, "rope frequency")],
-                       [[str(pair), _ints(features), num(t.inverse_frequencies[pair])]
+                       [[str(pair), _ints(features), fmt_float(t.inverse_frequencies[pair], n)]
                         for pair, features in pairs], left=(0, 1))
     checks = closing(evidence.checks)[0]
     cards: Any = Group(frequencies, checks)
@@ -442,7 +435,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
             ("common shift", f"+{f.shift}: every dot product kept within "
              f"{fmt_float(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
             ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
-            ("reverse", f"{formula(options, 'loss')} over rot(Q) and rot(K) = {num(p.loss)}; "
+            ("reverse", f"{formula(options, 'loss')} over rot(Q) and rot(K) = {fmt_float(p.loss, n)}; "
              f"{formula(options, 'rope reverse')}"),
             ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
                                 for probe in evidence.probes)),

@@ -28,10 +28,9 @@ from qkvcli.render.facts import (
 from qkvcli.render.facts import (
     tensor as fact_tensor,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector, python_fixed
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
 
     from qkvcli.render.rich.options import RichOptions
 
@@ -53,17 +52,6 @@ GRADIENT_TENSORS = (("input", "input"), ("w_query", "query"), ("w_key", "key"),
 """The gradient check's tensors and their keys on the ``gradcheck=`` line."""
 
 
-def vector(values: npt.ArrayLike) -> str:
-    """``[v,...]`` in fixed point, six decimals; below half a unit of the last decimal
-    (``0.5e-6``) a value is written ``0.000000``."""
-    array = np.asarray(values, dtype=np.float64)
-    return fmt_vector(np.where(np.abs(array) < 0.5e-6, 0.0, array))
-
-
-def _fixed(value: float, decimals: int = 6) -> str:
-    return fmt_float(0.0 if abs(value) < 0.5 * 10.0 ** -decimals else value, decimals)
-
-
 def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
     counts = {t.tensor: len(t.checks) for t in evidence.gradcheck.tensors}
     return {key: counts.get(name, 0) for name, key in GRADIENT_TENSORS}
@@ -75,9 +63,9 @@ TENSORS = ("input", "projected_query_heads", "projected_key_heads", "projected_v
 """The tensors the text shows whole, in its order."""
 GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
              "value_weight_gradient", "output_weight_gradient")
-SPELLINGS = {"tensor": lambda value: f"shape:{fmt_shape(np.shape(value))} values:{vector(value)}",
-             "values": lambda value: vector(value),
-             "scalar": lambda value: _fixed(value) if isinstance(value, float) else str(value)}
+SPELLINGS = {"tensor": lambda value: f"shape:{fmt_shape(np.shape(value))} values:{fmt_vector(value)}",
+             "values": fmt_vector,
+             "scalar": lambda value: python_fixed(value, 6) if isinstance(value, float) else str(value)}
 """The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
 
 
@@ -90,7 +78,7 @@ def _prefix(e: MultiHeadEvidence) -> str:
 def _gradchecks(e: MultiHeadEvidence) -> str:
     counts = _gradient_counts(e)
     return (" ".join(f"{key}:{count}" for key, count in counts.items())
-            + f" total:{sum(counts.values())} tolerance:{_fixed(e.fixture.tolerance)} "
+            + f" total:{sum(counts.values())} tolerance:{python_fixed(e.fixture.tolerance, 6)} "
             f"passed:{fmt_bool(e.gradcheck.passed)}")
 
 
@@ -104,19 +92,19 @@ TEXT: tuple[tuple[str, Any], ...] = (
     ("heads", (("head_0_uniform", "heads.head_0_uniform"),
                ("head_1_distinct", "heads.heads_distinct"),
                ("future_probabilities_zero", "heads.future_probabilities_zero"))),
-    ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", vector),
+    ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", fmt_vector),
                                  ("", _prefix))),
     ("layout", (("split_merge_bitwise", "layout.split_merge_bitwise"),
                 ("head_isolation_before_output", "layout.head_isolation_before_output"),
                 ("common_offset_weights_preserved", "layout.common_offset_weights_preserved"),
-                ("tolerance", "layout.tolerance", lambda value: _fixed(value, 12)))),
+                ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)))),
     ("parameters", (("names", "parameters.names", lambda names: f"[{','.join(names)}]"),
                     ("shapes", "parameters.shapes",
                      lambda shapes: f"[{','.join(fmt_shape(s) for s in shapes)}]"),
                     ("count", "parameters.count"), ("bias_free", "parameters.bias_free"),
                     ("node_distinct", "parameters.node_distinct"))),
-    ("upstream", (("", "tensors.upstream", vector), ("loss", "loss"))),
-    *((name, (f"tensors.{name}", vector)) for name in GRADIENTS),
+    ("upstream", (("", "tensors.upstream", fmt_vector), ("loss", "loss"))),
+    *((name, (f"tensors.{name}", fmt_vector)) for name in GRADIENTS),
     ("gradcheck", _gradchecks),
     ("shapes", (("", "shapes.*"),)),
     ("errors", ("errors", lambda errors: " ".join(
@@ -141,7 +129,7 @@ def text(evidence: MultiHeadEvidence) -> str:
 
 def _at(*index: int) -> Any:
     """A spelling of a tensor's slice at ``index``."""
-    return lambda value: vector(value[index])
+    return lambda value: fmt_vector(value[index])
 
 
 def _n(label: str, number: int) -> Part:
@@ -177,7 +165,7 @@ def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
           for stage, _ in p.stages()),
         *(("PARTITION", (_n("head", h), ("features", lambda e, h=h: "[" + ",".join(
             str(c) for c in range(h * d_h, (h + 1) * d_h)) + "]"),
-            *((label, f"tensors.{name}_heads", lambda value, h=h: vector(value[:, h]))
+            *((label, f"tensors.{name}_heads", lambda value, h=h: fmt_vector(value[:, h]))
               for label, name in (("projected_q", "projected_query"), ("projected_k", "projected_key"),
                                   ("projected_v", "projected_value"), ("rotated_q", "rotated_query"),
                                   ("rotated_k", "rotated_key")))))
@@ -203,7 +191,7 @@ def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
         ("PREFIX_PROOF", (("", lambda e: prefix), *(
             (label, path, lambda held, yes=yes, no=no: yes if held else no)
             for label, path, yes, no in PROOF_WORDS),
-            ("tolerance", "layout.tolerance", lambda value: _fixed(value, 12)),
+            ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)),
             ("parameters", "parameters.count"),
             ("gradchecks", lambda e: sum(_gradient_counts(e).values())))),
     )
@@ -329,20 +317,20 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
         formula,
         heading,
         mixture_line,
-        number,
     )
     from qkvcli.render.rich.boxes import KEY, QUERY, VALUE
     from qkvcli.render.rich.layout import Fitted, titled
     from qkvcli.render.rich.options import RichOptions
 
     options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
     per_lines = (None, 2, 1)  # how many numbers a vector's line holds, widest first (None: all)
 
     def row(values: Any, per_line: int | None = None) -> str:
-        found = [number(v, options) for v in np.asarray(values).reshape(-1)]
+        found = [fmt_float(v, n) for v in np.asarray(values).reshape(-1)]
         step = per_line or max(len(found), 1)
         return ",\n".join(",".join(found[i:i + step]) for i in range(0, len(found), step))
 
@@ -362,11 +350,11 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
             "weights (masked: a later key)")
         if with_output is None:
             return card(f"head {h}: {title}", ["query", "key", "weight"],
-                        [[str(q) if k == 0 else "", str(k), number(p.attention[0, h, q, k], options)
+                        [[str(q) if k == 0 else "", str(k), fmt_float(p.attention[0, h, q, k], n)
                           if k <= q else "masked"] for q in range(tokens) for k in range(tokens)])
         return card(f"head {h}: {title}", ["query", *(f"key {k}" for k in range(tokens)),
                                           *(["output"] if with_output else [])],
-                    [[str(q), *(number(p.attention[0, h, q, k], options) if k <= q else "masked"
+                    [[str(q), *(fmt_float(p.attention[0, h, q, k], n) if k <= q else "masked"
                                 for k in range(tokens)),
                       *([row(p.head_outputs[0, h, q])] if with_output else [])]
                      for q in range(tokens)], left=(tokens + 1,))

@@ -8,6 +8,7 @@ values and outputs at 9; weights and differences at 12.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from qkvcli.chapters.ch37 import NAME, IncrementalEvidence
 from qkvcli.render.chapters.entries import Table, refusals
 from qkvcli.render.facts import entries, json_of, report, said, scalar, section, shape, tensor, verdict
-from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_general
+from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_float, fmt_general
 
 if TYPE_CHECKING:
     from qkvcli.core.results import FamilyCheck
@@ -29,18 +30,14 @@ ERROR_CASES = ("two_tokens", "full_cache", "model_mismatch", "head_mismatch", "l
 the cache unchanged), then ``unchanged``: all of them."""
 
 
-def _fixed(decimals: int) -> Any:
-    return lambda value: course_fixed(value, decimals)
-
-
 def _refused(errors: list[dict[str, Any]], case: str) -> str:
     return fmt_bool(any(e["case"] == case and e["rejected"].value for e in errors))
 
 
 CONFIG = (*((name, f"config.{name}") for name in ("batch", "tokens", "model_width", "heads",
                                                     "head_width", "capacity")),
-          ("rope_base", "config.rope_base", _fixed(6)),
-          ("tolerance", "config.tolerance", _fixed(12)))
+          ("rope_base", "config.rope_base", partial(course_fixed, precision=6)),
+          ("tolerance", "config.tolerance", partial(course_fixed, precision=12)))
 ERRORS = (*((case, "errors", lambda errors, case=case: _refused(errors, case))
             for case in ERROR_CASES),
           ("unchanged", lambda e: fmt_bool(e.unchanged)))
@@ -205,7 +202,6 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
         fact_lines,
         formula,
         heading,
-        number,
         numbers,
         worked,
     )
@@ -214,6 +210,7 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
     from qkvcli.stages.terms import largest_difference
 
     options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
     f, w, r = evidence.fixture, evidence.work, evidence.reset
     heads = f.spec.heads
     worst = max(evidence.steps, key=lambda s: s.max_abs_difference, default=None)
@@ -238,8 +235,8 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
             ("rows per projection", f"{w.incremental_rows_per_projection} step by step, "
              f"{w.full_rows_per_projection} for whole prefixes"),
             ("rows of K and V reused", str(w.avoided_rows_across_kv)),
-            ("largest |step - pass|", number(max(
-                (s.max_abs_difference for s in evidence.steps), default=0.0), options)),
+            ("largest |step - pass|", fmt_float(max(
+                (s.max_abs_difference for s in evidence.steps), default=0.0), n)),
             ("reset", f"{r.before} -> {r.after}, storage kept: "
              f"{fmt_bool(r.allocation_reused and r.storage_unchanged)}, replay identical: "
              f"{fmt_bool(evidence.replay_bitwise)}"),

@@ -59,14 +59,10 @@ GRADIENT_STAGES = {"query": "scores reverse (queries)", "key": "scores reverse (
 
 # --- the kit: numbers, formulas and worked lines from the stages ---------------------------
 
-def number(value: Any, options: RichOptions) -> str:
-    """One number at the figure's precision."""
-    return fmt_float(float(value), options.precision)
-
-
 def numbers(values: Any, options: RichOptions, between: str = ",") -> str:
-    """Every value of ``values`` (flat), at the figure's precision."""
-    return between.join(number(v, options) for v in np.asarray(values).reshape(-1))
+    """Every value of ``values`` (flat), each by :func:`~qkvcli.render.numbers.fmt_float`
+    at the figure's precision, joined by ``between``."""
+    return between.join(fmt_float(float(v), options.precision) for v in np.asarray(values).reshape(-1))
 
 
 def notation(text: str, options: RichOptions) -> str:
@@ -89,7 +85,7 @@ def worked(lhs: str, derivation: Derivation, options: RichOptions) -> Text:
     operands' product; past ``max_columns`` terms, how many more), or ``lhs = formula with
     fact = v, ... = v`` for a number made from a few facts (indented rows are details)."""
     def spell(value: Any) -> str:
-        return value if isinstance(value, str) else number(value, options)
+        return value if isinstance(value, str) else fmt_float(value, options.precision)
 
     def factor(value: float) -> str:
         said = spell(value)
@@ -121,7 +117,8 @@ def mixture_line(lhs: str, weights: Any, values: Any, index: tuple[int, ...], ou
         return Text(f"{lhs} = []")
     keys = [row.operands[0] for row in made[0].rows]
     kept = len(keys) if options.full else min(len(keys), options.max_columns)
-    parts = [f"{number(weight, options)} [{numbers([d.rows[j].operands[1] for d in made], options)}]"
+    parts = [f"{fmt_float(weight, options.precision)} "
+             f"[{numbers([d.rows[j].operands[1] for d in made], options)}]"
              for j, weight in enumerate(keys[:kept])]
     if kept < len(keys):
         parts.append(f"({len(keys) - kept} more keys)")
@@ -275,8 +272,8 @@ def probability_part(p: Any, options: RichOptions, masked: bool) -> Part:
                 cells.append(Text("blocked", style="dim"))
             else:
                 weight = float(p.probabilities[0, row, key])
-                cells.append(Text(f"{number(weight, options)} {options.bar(weight, BAR_WIDTH)}"))
-        table.add_row(f"q{row}", *cells, number(p.row_sums[0, row], options))
+                cells.append(Text(f"{fmt_float(weight, options.precision)} {options.bar(weight, BAR_WIDTH)}"))
+        table.add_row(f"q{row}", *cells, fmt_float(p.row_sums[0, row], options.precision))
     note = None
     if shown(rows) < tokens or shown(keys) < tokens:
         note = Text(f"{shown(rows)} of {tokens} rows and {shown(keys)} of {tokens} keys shown; "
@@ -303,7 +300,7 @@ def mixture_part(p: Any, options: RichOptions) -> Part:
 
 def backward_rows(p: Any, options: RichOptions) -> list[Row]:
     """``U`` and the loss it seeds, then the gradients it sends back to Q, K and V."""
-    upstream = Part(lines(Text(f"{formula(options, 'loss')} = {number(p.loss, options)}"),
+    upstream = Part(lines(Text(f"{formula(options, 'loss')} = {fmt_float(p.loss, options.precision)}"),
                           *batched_tables(p.upstream, "U", CARD, options)),
                     titled("Reverse pass: the seed U"))
     grads = []

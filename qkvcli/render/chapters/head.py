@@ -9,7 +9,7 @@ share. Every published name of the two chapters lives here, each chapter's in it
 :class:`ChapterWords`.
 
 The course prints a zero as ``0.000000`` whatever its sign, as
-:func:`~qkvcli.render.facts.vector` spells a vector (``-inf`` stays).
+:func:`~qkvcli.render.numbers.fmt_vector` spells a vector (``-inf`` stays).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.render.chapters.entries import Table, chapter_checks, each, error_lines, refusals
 from qkvcli.render.facts import Fact, Part, json_of, report, scalar, section, shape, tensor, verdict
-from qkvcli.render.facts import vector as vec
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -105,7 +104,7 @@ def words(evidence: HeadChapterEvidence) -> ChapterWords:
 
 def mixture_terms(terms: Any) -> str:
     """One query's terms ``A[i,j] V[j]`` (``[T,d_v]``) as ``[[..],[..]]``."""
-    return "[" + ",".join(vec(row) for row in np.asarray(terms)) + "]"
+    return "[" + ",".join(fmt_vector(row) for row in np.asarray(terms)) + "]"
 
 
 def mask_text(mask: Any) -> str:
@@ -135,7 +134,7 @@ def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Tabl
     return each(key, count, (*query, *parts))
 
 
-ROW = lambda value, i: vec(value[0, i])  # noqa: E731
+ROW = lambda value, i: fmt_vector(value[0, i])  # noqa: E731
 SUM = lambda value, i: fmt_float(value[0, i])  # noqa: E731
 TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
 
@@ -157,19 +156,19 @@ def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
 CONFIG: tuple[Part, ...] = (*((name, f"config.{name}") for name in ("batch", "tokens", "d_k", "d_v")),
                             ("scale", "config.scale", fmt_float))
 OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
-BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", vec)
+BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", fmt_vector)
                                    for name in ("query_gradient", "key_gradient", "value_gradient"))
 GRADIENTS: Table = tuple((name, (path, spell)) for name, path, spell in BACKWARD)
-SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", vec)
+SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", fmt_vector)
                                      for name in ("probabilities", "output")),
                                    *((name, f"single_token.{name}")
                                      for name in ("query_gradient_zero", "key_gradient_zero")))),)
-UPSTREAM: Table = (("upstream", (("", "tensors.upstream", vec),
+UPSTREAM: Table = (("upstream", (("", "tensors.upstream", fmt_vector),
                                  ("", "loss", lambda loss: f"loss={fmt_float(loss)}"))),)
 GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
 HISTORY: Table = (("history", (("", "history.*"),)),)
 CLOSING: Table = (("next", lambda e: words(e).next),)
-TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={vec(value)}"}
+TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={fmt_vector(value)}"}
 """The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
 REPLAY: Part = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
 PROOF: tuple[Part, ...] = (
@@ -188,7 +187,7 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
         *OPENING,
         ("config", (*CONFIG, ("masked", "config.masked"), ("softmax_axis", "config.softmax_axis"))),
         *_tensors("query key value dot_products scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", vec)),
+        ("row_sums", ("tensors.row_sums", fmt_vector)),
         *_rows("mixture_query_{}", len(evidence.primary.terms),
                (("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
         *_tensors("output", False),
@@ -220,12 +219,13 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
         *_rows("MIXTURE_ROW", len(p.terms), (
             ("probabilities", "tensors.probabilities", ROW),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
-        ("BACKWARD", (("seed", "tensors.upstream", vec), *BACKWARD)),
+        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), *BACKWARD)),
         ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
         ("SINGLE_TOKEN", (
             ("shape", lambda e: fmt_shape(single.query.shape)),
-            *((name, f"single_token.{name}", vec) for name in ("query", "key", "value")),
-            ("raw", lambda e: vec(single.scores)), ("scaled", lambda e: vec(single.scaled_scores)),
+            *((name, f"single_token.{name}", fmt_vector) for name in ("query", "key", "value")),
+            ("raw", lambda e: fmt_vector(single.scores)),
+            ("scaled", lambda e: fmt_vector(single.scaled_scores)),
             *SINGLE[0][1])),
         *error_lines(range(len(evidence.errors))),
         ("HISTORY", (("", "history.*"),)),
@@ -244,7 +244,7 @@ def _future(zero: bool) -> str:
 
 def _arrow(name: str) -> Any:
     """A perturbed row's ``before->after`` (``name``: ``key`` or ``value``)."""
-    return lambda x: f"{vec(x[f'{name}_before'].value)}->{vec(x[f'{name}_after'].value)}"
+    return lambda x: f"{fmt_vector(x[f'{name}_before'].value)}->{fmt_vector(x[f'{name}_after'].value)}"
 
 
 def _invariance(same: tuple[str, str], changed: tuple[str, str, str], labelled: str,
@@ -270,14 +270,14 @@ def _causal_text(evidence: CausalEvidence) -> Table:
     return (
         *OPENING, ("config", (*CONFIG, ("mask", "config.mask"))),
         *_tensors("query key value mask raw_scores scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", vec)), *_tensors("output", False),
+        ("row_sums", ("tensors.row_sums", fmt_vector)), *_tensors("output", False),
         ("suffix_perturbation", tuple((name, "suffix_perturbation", _arrow(name))
                                       for name in ("key", "value"))),
-        ("perturbed_output", ("suffix_perturbation.perturbed_output", vec)),
+        ("perturbed_output", ("suffix_perturbation.perturbed_output", fmt_vector)),
         ("prefix_invariance", ("suffix_perturbation", _invariance(
             ("true", "false"), ("_changed", "true", "false"), ":", " "))),
         *UPSTREAM, *GRADIENTS,
-        ("prefix_seed", (("", "prefix_gradient.seed", vec), ("", "prefix_gradient.suffix_zero",
+        ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector), ("", "prefix_gradient.suffix_zero",
                                                              lambda zero: "suffix_gradient_zero="
                                                              + fmt_bool(zero)))),
         *SINGLE,
@@ -305,15 +305,15 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
             ("probabilities", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
         ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *(
-            (name, f"suffix_perturbation.{name}", vec)
+            (name, f"suffix_perturbation.{name}", fmt_vector)
             for name in ("key_before", "key_after", "value_before", "value_after")))),
         ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
         ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
                                ("", "suffix_perturbation", _invariance(
                                    ("bitwise-unchanged", "changed"), ("", "changed", "unchanged"),
                                    "=", "|")))),
-        ("BACKWARD", (("seed", "tensors.upstream", vec), ("loss", "loss", fmt_float), *BACKWARD)),
-        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", vec) for name in (
+        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss", fmt_float), *BACKWARD)),
+        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", fmt_vector) for name in (
             "seed", "query_gradient", "key_gradient", "value_gradient")),
             ("suffix_zero", "prefix_gradient.suffix_zero"))),
         ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE[0][1])),
@@ -466,11 +466,10 @@ def figure(evidence: HeadChapterEvidence, width: int,
     from qkvcli.render.rich.options import RichOptions
 
     options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
                              evidence.gradcheck, words(evidence))
 
-    def num(value: Any) -> str:
-        return drawn.number(value, options)
 
     def row(values: Any) -> str:
         return f"[{drawn.numbers(values, options)}]"
@@ -513,9 +512,9 @@ def figure(evidence: HeadChapterEvidence, width: int,
         assert isinstance(evidence, SelfAttentionEvidence)
         s, b = evidence.scale, evidence.batch
         probes = drawn.facts_part("Probes", [
-            (s.holds, "scale probe", f"unscaled focus {num(s.unscaled_focus)}, "
-             f"scaled {num(s.scaled_focus)}, orthogonal key "
-             f"{num(s.orthogonal_probability)}: "
+            (s.holds, "scale probe", f"unscaled focus {fmt_float(s.unscaled_focus, n)}, "
+             f"scaled {fmt_float(s.scaled_focus, n)}, orthogonal key "
+             f"{fmt_float(s.orthogonal_probability, n)}: "
              f"{'softened' if s.softened else 'not softened'}"),
             (single.holds, "single token", one),
             (evidence.batch_isolated, "batch of two", f"{fmt_shape(evidence.operands(b)[0])} in, "
