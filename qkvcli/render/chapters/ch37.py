@@ -27,7 +27,8 @@ TRACE_NEXT = "cached-generation"
 ERROR_CASES = ("two_tokens", "full_cache", "model_mismatch", "head_mismatch", "layer_mismatch",
                "rope_mismatch", "rope_positions_mismatch", "nonfinite_projection")
 """The eight refusals, in the report's order (each ``true`` when refused exactly with
-the cache unchanged), then ``unchanged``: all of them."""
+the cache unchanged), then ``unchanged``: every bad step left its cache as it was (the
+JSON's ``unchanged`` of each refusal)."""
 
 
 def _refused(errors: list[dict[str, Any]], case: str) -> str:
@@ -40,7 +41,7 @@ CONFIG = (*((name, f"config.{name}") for name in ("batch", "tokens", "model_widt
           ("tolerance", "config.tolerance", partial(course_fixed, precision=12)))
 ERRORS = (*((case, "errors", lambda errors, case=case: _refused(errors, case))
             for case in ERROR_CASES),
-          ("unchanged", lambda e: fmt_bool(e.unchanged)))
+          ("unchanged", "errors", lambda errors: fmt_bool(all(e["unchanged"].value for e in errors))))
 SHARED = {"config": ("CONFIG", CONFIG), "work": ("WORK", (("", "work.*"),)),
           "reset": ("RESET", (("", "reset.*"),)), "errors": ("ERRORS", ERRORS),
           "history": ("HISTORY", (("", "history.*"),))}
@@ -149,6 +150,7 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
                         incremental_rows=s.incremental_rows, reused_rows=s.reused_rows),
     } for s in evidence.steps]
     w, r, h = evidence.work, evidence.reset, evidence.history
+    kept = dict(zip((e.case for e in evidence.errors), evidence.kept, strict=True))
     return {
         "checks": checks_json(NAME, evidence.checks, lambda check: _detail(evidence, check)),
         "config": section(batch=batch, tokens=tokens, model_width=width, heads=f.spec.heads,
@@ -166,7 +168,8 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
                          allocation_reused=verdict(r.allocation_reused),
                          storage_unchanged=verdict(r.storage_unchanged),
                          replay_identical=verdict(evidence.replay_bitwise)),
-        "errors": refusals(evidence.errors, ("case", "expected", "raised", "rejected", "message")),
+        "errors": refusals(evidence.errors, ("case", "expected", "raised", "rejected", "unchanged",
+                                             "message"), unchanged=lambda e: verdict(kept[e.case])),
         "history": section(
             newest_query_key_rows=shape(h.newest_query_key_rows),
             complete_prefix_rows_per_projection=h.complete_prefix_rows_per_projection,
