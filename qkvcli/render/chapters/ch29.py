@@ -14,11 +14,20 @@ import numpy as np
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
-from qkvcli.render.chapters.entries import Table, chapter_checks, each, error_lines, refusals
+from qkvcli.render.chapters.entries import (
+    REPLAY,
+    Table,
+    chapter_checks,
+    checked,
+    each,
+    error_lines,
+    refusals,
+    rejected,
+)
+from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
     Part,
     entries,
-    json_of,
     report,
     said,
     scalar,
@@ -82,14 +91,6 @@ def _base(value: float) -> str:
     return fmt_float(value, 0)
 
 
-def _counts(evidence: RopeEvidence) -> dict[str, int]:
-    return {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
-
-
-def _replay(evidence: RopeEvidence) -> str:
-    return "bitwise" if evidence.replay_bitwise else "mismatch"
-
-
 TEXT: tuple[tuple[str, Any], ...] = (
     ("chapter", lambda e: NAME),
     ("prediction", lambda e: PREDICTION),
@@ -113,15 +114,13 @@ TEXT: tuple[tuple[str, Any], ...] = (
     ("key_gradient", ("tensors.key_gradient", fmt_vector)),
     ("shapes", ("shapes", lambda probes: " ".join(
         f"{probe['case']}:{said(probe['output'])}" for probe in probes))),
-    ("errors", ("errors", lambda errors: " ".join(
-        f"{ERROR_KEYS[e['case']]}:{said(e['rejected'])}" for e in errors))),
-    ("gradcheck", (("query_checks", lambda e: _counts(e)["query"]),
-                   ("key_checks", lambda e: _counts(e)["key"]),
+    ("errors", rejected(ERROR_KEYS)),
+    ("gradcheck", (*checked(("query", "key")),
                    ("tolerance", lambda e: fmt_float(e.fixture.tolerance)),
                    ("passed", lambda e: fmt_bool(e.gradcheck.passed)))),
     ("history", ("history", lambda history: " ".join(f"{k}:{v}" for k, v in history.items()))),
     ("proof", (("tape_finite", "tape_finite"), ("norm_preserved", "norms.preserved"),
-               ("relative_dot", "common_shift_preserved"), ("replay", _replay))),
+               ("relative_dot", "common_shift_preserved"), REPLAY)),
     ("next", lambda e: NEXT),
 )
 """The text report's lines: each key, and its facts (a path said by its kind, a path and
@@ -195,11 +194,10 @@ TRACE_END: tuple[tuple[str, Any], ...] = (
         ("relative_dot", "common_shift_preserved",
          lambda v: _proof(v, "common-shift-preserved", "mismatch")),
         ("tape_finite", "tape_finite"),
-        ("query_checks", lambda e: _counts(e)["query"]),
-        ("key_checks", lambda e: _counts(e)["key"]),
+        *checked(("query", "key")),
         ("gradient_tolerance", lambda e: fmt_float(e.fixture.tolerance)),
         ("gradcheck", lambda e: fmt_bool(e.gradcheck.passed)),
-        ("replay", _replay))),
+        REPLAY)),
     ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
 )
 """The trace's lines around those drawn once per pair, position, probe and refused input."""
@@ -302,11 +300,8 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: RopeEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
-    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
+    """The JSON report, :data:`JSON_KEYS` in order: the head, then :func:`facts`."""
+    return json_document_of(NAME, evidence, facts(evidence))
 
 
 # --- the figure -----------------------------------------------------------------------------
@@ -329,17 +324,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
     from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import (
-        card,
-        closing,
-        element,
-        fact_lines,
-        formula,
-        heading,
-        numbers,
-        verdict_text,
-        worked,
-    )
+    from qkvcli.render.chapters import figure as kit
     from qkvcli.render.rich.boxes import KEY, QUERY
     from qkvcli.render.rich.layout import Fitted, titled
     from qkvcli.render.rich.options import RichOptions
@@ -367,17 +352,17 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
         # one row per (position, pair): each pair a point in a plane, turned by its angle;
         # ``stacked`` writes a pair's two numbers one above the other
         between = "\n" if stacked else ","
-        return card(title, [*where(stacked), *(["angle", "cos", "sin"] if angled else []),
+        return kit.card(title, [*where(stacked), *(["angle", "cos", "sin"] if angled else []),
                             "before", "after"],
                     [[*place(r, pair), *(angle_cells(r, pair) if angled else []),
-                      numbers(before[r, [a, b]], options, between),
-                      numbers(after[r, [a, b]], options, between)] for r, pair, a, b in spots],
+                      kit.numbers(before[r, [a, b]], options, between),
+                      kit.numbers(after[r, [a, b]], options, between)] for r, pair, a, b in spots],
                     box=box, style=style)
 
     def angles(stacked: bool) -> Table:
         # the angles of Q and K are the same (one table of positions), so drawn once;
         # ``stacked`` puts a pair's angle, cos and sin one above the other in one cell
-        return card("each position's angle, for Q and K alike",
+        return kit.card("each position's angle, for Q and K alike",
                     [*where(stacked), *(["angle\ncos\nsin"] if stacked else ["angle", "cos", "sin"])],
                     [[*place(r, pair), *(["\n".join(angle_cells(r, pair))] if stacked
                                          else angle_cells(r, pair))] for r, pair, _, _ in spots])
@@ -385,13 +370,13 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
     def dots(stacked: bool | None) -> Table:
         # ``stacked`` writes each offset under its dot product, the query's position alone;
         # ``None``: one row per query and key
-        title = f"{formula(options, 'scores')}: rot(Q).rot(K) by relative offset"
+        title = f"{kit.formula(options, 'scores')}: rot(Q).rot(K) by relative offset"
         if stacked is None:
-            return card(title, ["query", "key", "rot(Q).rot(K)"],
+            return kit.card(title, ["query", "key", "rot(Q).rot(K)"],
                         [[str(q) if k == positions[0] else "", f"{k} ({k - q:+d})", fmt_float(v, n)]
                          for r, q in enumerate(positions)
                          for v, k in zip(p.dot_grid[r], positions, strict=True)])
-        return card(title,
+        return kit.card(title,
                     ["query at\nposition" if stacked else "query at",
                      *(f"key {k}" for k in positions)],
                     [[str(q) if stacked else f"position {q}",
@@ -407,39 +392,39 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
           for stacked in (False, True))])
     last = len(positions) - 1
     layout = "half" if table.layout == "half" else "interleaved"
-    shown_rows = ([worked(f"rot(Q)[{last},0]", rotation(
+    shown_rows = ([kit.worked(f"rot(Q)[{last},0]", rotation(
         p.query, t.cosines, t.sines, (last, 0), float(p.rotated_query[last, 0]), layout,
         ("Q", "rot(Q)"), position=positions[last]), options),
-        worked(f"rot(Q).rot(K)[{last},0]", scores(
+        kit.worked(f"rot(Q).rot(K)[{last},0]", scores(
             p.rotated_query, p.rotated_key, (last, 0), float(p.dot_grid[last, 0]),
             ("rot(Q)", "rot(K)")), options)] if positions else [])
-    frequencies = card("pairs and their frequencies",
-                       ["pair", "features", formula(options, "rope frequency")],
+    frequencies = kit.card("pairs and their frequencies",
+                       ["pair", "features", kit.formula(options, "rope frequency")],
                        [[str(pair), _ints(features), fmt_float(t.inverse_frequencies[pair], n)]
                         for pair, features in pairs], left=(0, 1))
-    checks = closing(evidence.checks)[0]
+    checks = kit.closing(evidence.checks)[0]
     cards: Any = Group(frequencies, checks)
     if width >= 120:  # side by side when both fit
         both = Table.grid(padding=(0, 1))
         both.add_row(frequencies, checks)
         cards = Fitted([both, cards])
     return Group(
-        heading("Chapter 29 - RoPE", f"{table.features} features in {table.pairs} "
+        kit.heading("Chapter 29 - RoPE", f"{table.features} features in {table.pairs} "
                 f"{table.layout} pairs, base {fmt_general(table.base)}, a table of "
                 f"{table.positions} positions; tokens at positions {f.offset}-"
                 f"{f.offset + len(positions) - 1}, shifted by {f.shift}", evidence.passed),
-        cards, element("rope", options), rotation_layouts, *shown_rows,
+        cards, kit.element("rope", options), rotation_layouts, *shown_rows,
         Fitted([dots(False), dots(True), dots(None)]), titled("what the rotation kept"),
-        fact_lines([
-            ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {numbers(p.input_norms, options, ' ')})"),
+        kit.fact_lines([
+            ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {kit.numbers(p.input_norms, options, ' ')})"),
             ("common shift", f"+{f.shift}: every dot product kept within "
              f"{fmt_float(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
             ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
-            ("reverse", f"{formula(options, 'loss')} over rot(Q) and rot(K) = {fmt_float(p.loss, n)}; "
-             f"{formula(options, 'rope reverse')}"),
+            ("reverse", f"{kit.formula(options, 'loss')} over rot(Q) and rot(K) = {fmt_float(p.loss, n)}; "
+             f"{kit.formula(options, 'rope reverse')}"),
             ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
                                 for probe in evidence.probes)),
             ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
                                  for e in evidence.errors)),
             ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
-        ]), Text(), verdict_text(evidence.checks))
+        ]), Text(), kit.verdict_text(evidence.checks))

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
+from qkvcli.render.chapters.entries import REPLAY, chapter_checks, rejected
+from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
     Part,
     entries,
-    json_of,
     report,
-    said,
     scalar,
     section,
     shape,
@@ -107,11 +107,10 @@ TEXT: tuple[tuple[str, Any], ...] = (
     *((name, (f"tensors.{name}", fmt_vector)) for name in GRADIENTS),
     ("gradcheck", _gradchecks),
     ("shapes", (("", "shapes.*"),)),
-    ("errors", ("errors", lambda errors: " ".join(
-        f"{e['case']}:{said(e['rejected'])}" for e in errors))),
+    ("errors", rejected()),
     ("history", (("", "history.*"),)),
     ("proof", (("tape_finite", "tape_finite"),
-               ("replay", lambda e: "bitwise" if e.replay_bitwise else "mismatch"),
+               REPLAY,
                ("heads_distinct", "heads.heads_distinct"),
                ("causal", "heads.future_probabilities_zero"),
                ("split_merge", "layout.split_merge_bitwise"),
@@ -214,7 +213,6 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
     the head: what the JSON publishes and the text says."""
-    from qkvcli.render.chapters.entries import chapter_checks
     from qkvcli.render.document import gradcheck_json
 
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
@@ -282,11 +280,8 @@ def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
-    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
+    """The JSON report, :data:`JSON_KEYS` in order: the head, then :func:`facts`."""
+    return json_document_of(NAME, evidence, facts(evidence))
 
 
 # --- the figure -----------------------------------------------------------------------------
@@ -309,15 +304,7 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
     from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import (
-        card,
-        closing,
-        element,
-        fact_lines,
-        formula,
-        heading,
-        mixture_line,
-    )
+    from qkvcli.render.chapters import figure as kit
     from qkvcli.render.rich.boxes import KEY, QUERY, VALUE
     from qkvcli.render.rich.layout import Fitted, titled
     from qkvcli.render.rich.options import RichOptions
@@ -335,10 +322,9 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
         return ",\n".join(",".join(found[i:i + step]) for i in range(0, len(found), step))
 
     def branches(h: int, per_line: int | None) -> list[Table]:
-        return [card(f"head {h} {letter}", ["token", "projected", *(["turned"] if after is not None else [])],
-                     [[str(t), row(before[0, h, t], per_line),
-                       *([row(after[0, h, t], per_line)] if after is not None else [])]
-                      for t in range(tokens)], box=box, style=style, left=(1, 2))
+        return [kit.card(f"head {h} {letter}", ["token", "projected", "turned"][:2 + (after is not None)],
+                         [[str(t), *(row(x[0, h, t], per_line) for x in (before, after) if x is not None)]
+                          for t in range(tokens)], box=box, style=style, left=(1, 2))
                 for letter, box, style, before, after in (
                     ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
                     ("K", KEY, "magenta", p.projected_key, p.rotated_key),
@@ -349,10 +335,10 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
         title = "weights (masked: a later key) and output" if with_output else (
             "weights (masked: a later key)")
         if with_output is None:
-            return card(f"head {h}: {title}", ["query", "key", "weight"],
+            return kit.card(f"head {h}: {title}", ["query", "key", "weight"],
                         [[str(q) if k == 0 else "", str(k), fmt_float(p.attention[0, h, q, k], n)
                           if k <= q else "masked"] for q in range(tokens) for k in range(tokens)])
-        return card(f"head {h}: {title}", ["query", *(f"key {k}" for k in range(tokens)),
+        return kit.card(f"head {h}: {title}", ["query", *(f"key {k}" for k in range(tokens)),
                                           *(["output"] if with_output else [])],
                     [[str(q), *(fmt_float(p.attention[0, h, q, k], n) if k <= q else "masked"
                                 for k in range(tokens)),
@@ -361,40 +347,40 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
 
     def vectors(title: str, headers: list[str], columns: tuple[Any, ...], count: int,
                 per_line: int | None) -> Table:
-        return card(title, headers, [[str(i), *(row(c[i], per_line) for c in columns)]
+        return kit.card(title, headers, [[str(i), *(row(c[i], per_line) for c in columns)]
                                      for i in range(count)], left=(1, 2))
 
     parts: list[Any] = [
-        heading("Chapter 30 - multi-head attention", f"d_model {d_model} split into {heads} "
+        kit.heading("Chapter 30 - multi-head attention", f"d_model {d_model} split into {heads} "
                 f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base)} from position "
                 f"{f.offset}, causal, W_O after the merge; batch item 0 of {batch}",
                 evidence.passed),
         Text("shapes: " + " -> ".join(
             f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
             for name, shape in p.stages() if name != "output_weight")),
-        element("head split", options), element("rope", options)]
+        kit.element("head split", options), kit.element("rope", options)]
     for h in range(heads):
         side = Table.grid(padding=(0, 1))
         side.add_row(*branches(h, None))
         stacked: list[Any] = [side, *(Group(*branches(h, per_line)) for per_line in per_lines)]
         parts += [titled(f"head {h}: features {h * d_h}-{(h + 1) * d_h - 1}"), Fitted(stacked),
-                  Text(formula(options, "scores", "scale", "mask", "softmax", "mixture"),
+                  Text(kit.formula(options, "scores", "scale", "mask", "softmax", "mixture"),
                        style="dim"),
                   Fitted([weights(h, True), *(Group(weights(h, listed), vectors(
                       f"head {h}: output", ["query", "output"], (p.head_outputs[0, h],),
                       tokens, per_line)) for listed in (False, None) for per_line in per_lines)])]
         if tokens:
-            parts.append(mixture_line(f"head {h} o{tokens - 1}", p.attention, p.projected_value,
+            parts.append(kit.mixture_line(f"head {h} o{tokens - 1}", p.attention, p.projected_value,
                                       (0, h, tokens - 1), p.head_outputs[0, h, tokens - 1],
                                       options))
     return Group(
-        *parts, Text(formula(options, "head merge", "output projection"), style="dim"),
+        *parts, Text(kit.formula(options, "head merge", "output projection"), style="dim"),
         Fitted([vectors("W_O: where each merged feature goes", ["merged feature", "output features"],
                         (p.output_weight,), len(p.output_weight), n) for n in per_lines]),
         Fitted([vectors("merged heads, then W_O", ["token", "merged", "output"],
                         (p.merged[0], p.output[0]), tokens, n) for n in per_lines]),
         titled("what the heads showed"),
-        fact_lines([
+        kit.fact_lines([
             ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
             ("last token changed", ", ".join(
                 [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
@@ -405,4 +391,4 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
             ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
             ("gradient check", f"{evidence.gradcheck.count} coordinates within "
              f"{fmt_general(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
-        ]), *closing(evidence.checks))
+        ]), *kit.closing(evidence.checks))

@@ -15,7 +15,8 @@ import numpy as np
 
 from qkvcli.chapters.ch37 import NAME, IncrementalEvidence
 from qkvcli.render.chapters.entries import Table, refusals
-from qkvcli.render.facts import entries, json_of, report, said, scalar, section, shape, tensor, verdict
+from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.facts import entries, report, said, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_float, fmt_general
 
 if TYPE_CHECKING:
@@ -179,11 +180,8 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
-    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
+    """The JSON report, :data:`JSON_KEYS` in order: the head, then :func:`facts`."""
+    return json_document_of(NAME, evidence, facts(evidence))
 
 
 # --- the figure -----------------------------------------------------------------------------
@@ -198,16 +196,7 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
     from rich.console import Group
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import (
-        card,
-        closing,
-        element,
-        fact_lines,
-        formula,
-        heading,
-        numbers,
-        worked,
-    )
+    from qkvcli.render.chapters import figure as kit
     from qkvcli.render.rich.layout import titled
     from qkvcli.render.rich.options import RichOptions
     from qkvcli.stages.terms import largest_difference
@@ -218,23 +207,23 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
     heads = f.spec.heads
     worst = max(evidence.steps, key=lambda s: s.max_abs_difference, default=None)
     return Group(
-        heading("Chapter 37 - incremental attention", f"a KV cache of {f.capacity} positions, "
+        kit.heading("Chapter 37 - incremental attention", f"a KV cache of {f.capacity} positions, "
                 f"{heads} heads of {f.spec.table.features}, RoPE base "
                 f"{fmt_general(f.spec.table.base)} at the cache's length; batch item 0 of "
                 f"{int(f.input.shape[0])}", evidence.passed),
-        element("cache append", options),
-        Text(formula(options, "scores", "scale", "softmax", "mixture", "head merge",
+        kit.element("cache append", options),
+        Text(kit.formula(options, "scores", "scale", "softmax", "mixture", "head merge",
                      "output projection"), style="dim"),
-        card("one token a step", ["step", "weights by head", "output"],
+        kit.card("one token a step", ["step", "weights by head", "output"],
              [[f"{s.position}: cache {s.cache_before} -> {s.cache_after}",
-               "\n".join(f"{h}: {numbers(s.weights[0, h], options, ', ')}" for h in range(heads)),
-               numbers(s.output[0], options, ", ")] for s in evidence.steps],
+               "\n".join(f"{h}: {kit.numbers(s.weights[0, h], options, ', ')}" for h in range(heads)),
+               kit.numbers(s.output[0], options, ", ")] for s in evidence.steps],
              left=(0, 1, 2), wrap=True),
-        *([worked(f"max |step {worst.position} - pass|", largest_difference(
+        *([kit.worked(f"max |step {worst.position} - pass|", largest_difference(
             worst.output, worst.full, worst.max_abs_difference, f.invariant_tolerance,
             ("step", "pass")), options)] if worst is not None else []),
         titled("what the cache showed"),
-        fact_lines([
+        kit.fact_lines([
             ("rows per projection", f"{w.incremental_rows_per_projection} step by step, "
              f"{w.full_rows_per_projection} for whole prefixes"),
             ("rows of K and V reused", str(w.avoided_rows_across_kv)),
@@ -245,4 +234,4 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
              f"{fmt_bool(evidence.replay_bitwise)}"),
             ("bad steps refused", f"{sum(e.rejected for e in evidence.errors)} of "
              f"{len(evidence.errors)}, the cache unchanged: {fmt_bool(evidence.unchanged)}")]),
-        *closing(evidence.checks))
+        *kit.closing(evidence.checks))

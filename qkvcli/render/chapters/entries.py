@@ -56,6 +56,24 @@ def refusals(errors: Iterable[Refusal], keys: Sequence[str],
     return entries([{key: spell[key](e) for key in keys} for e in errors])
 
 
+REPLAY = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
+"""A proof's replay part: ``bitwise`` when the same fixture replayed bit for bit."""
+
+
+def checked(names: Sequence[str]) -> tuple[tuple[Any, ...], ...]:
+    """``name_checks`` parts: how many coordinates of each gradient-check tensor were checked."""
+    return tuple((f"{name}_checks", lambda e, name=name: e.gradcheck.checked(name)) for name in names)
+
+
+def json_document(chapter: str, evidence: Any, found: Any) -> dict[str, Any]:
+    """A chapter's JSON report: the one head (``report``: ``run``), then its facts ``found``
+    by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
+    from qkvcli.render.document import head
+    from qkvcli.render.facts import json_of
+
+    return {**head("run", chapter=chapter, passed=evidence.passed), **json_of(found)}
+
+
 def each(key: str, count: int, parts: Sequence[tuple[Any, ...]]) -> Table:
     """One line per index ``i < count``: ``key`` (with ``{}``, ``i`` in it), then each part:
     ``(label, path, spell)`` with ``spell(value, i)``, or ``(label, f)`` with ``f(evidence, i)``."""
@@ -66,6 +84,13 @@ def each(key: str, count: int, parts: Sequence[tuple[Any, ...]]) -> Table:
         return (label, path, lambda value: spell[0](value, i))
 
     return tuple((key.format(i), tuple(at(part, i) for part in parts)) for i in range(count))
+
+
+def rejected(keys: dict[str, str] | None = None) -> tuple[str, Any]:
+    """A text's ``errors=`` facts: each refused input's key (``keys``: the chapter's own
+    name of its case, else the case) and whether it was rejected."""
+    return ("errors", lambda errors: " ".join(
+        f"{(keys or {}).get(e['case'], e['case'])}:{fmt_bool(e['rejected'].value)}" for e in errors))
 
 
 def error_lines(indices: Iterable[int]) -> Table:

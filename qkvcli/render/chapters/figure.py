@@ -42,16 +42,6 @@ from qkvcli.stages.terms import masked as hide
 
 BORDERS = (("query", QUERY, "solid"), ("key", KEY, "dashed"), ("value", VALUE, "double"))
 BAR_WIDTH = 8
-CHECK_TITLES = {
-    "row_sums": "rows sum to 1", "scale_probe": "scale softens the focus",
-    "single_token": "one token: probability 1, no Q/K gradient",
-    "batch_isolation": "batch items isolated", "empty_batch": "empty batch shapes",
-    "gradcheck": "gradient check", "rejected_inputs": "bad inputs rejected",
-    "replay": "replays bit for bit", "prefix_invariance": "a later token leaves earlier outputs",
-    "suffix_gradient": "no gradient to unseen positions",
-    "masked_rows": "future keys weigh exactly 0", "tape_finite": "reverse pass finite",
-}
-"""How the figure's checks card names each family."""
 GRADIENT_STAGES = {"query": "scores reverse (queries)", "key": "scores reverse (keys)",
                    "value": "mixture reverse (values)"}
 """The reverse step that makes each branch's gradient."""
@@ -320,7 +310,9 @@ def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bo
     reverse pass, the chapter's ``cards``, checks and verdict; ``ending`` names what the
     next chapter adds."""
     p = evidence.primary
-    checks = facts_part("Checks", [(c.passed, c.name, CHECK_TITLES.get(c.name, ""))
+    from qkvcli.render.chapters.entries import detail
+
+    checks = facts_part("Checks", [(c.passed, c.name, detail(evidence.chapter, evidence, c))
                                    for c in evidence.checks], evidence.passed)
     return lines(
         Text(f"qkv {options.symbols.dot} chapter {options.safe(evidence.chapter)}", style="bold"),

@@ -21,8 +21,18 @@ import numpy as np
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
-from qkvcli.render.chapters.entries import Table, chapter_checks, each, error_lines, refusals
-from qkvcli.render.facts import Fact, Part, json_of, report, scalar, section, shape, tensor, verdict
+from qkvcli.render.chapters.entries import (
+    REPLAY,
+    Table,
+    chapter_checks,
+    checked,
+    each,
+    error_lines,
+    refusals,
+    rejected,
+)
+from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
@@ -139,16 +149,9 @@ SUM = lambda value, i: fmt_float(value[0, i])  # noqa: E731
 TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
 
 
-def _errors(said: ChapterWords) -> Any:
-    return lambda errors: " ".join(
-        f"{said.error_keys.get(c['case'], c['case'])}:{fmt_bool(c['rejected'].value)}"
-        for c in errors)
-
-
 def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
     """The gradient check's counts, tolerance and verdict (``labels``: the last two's)."""
-    return (*((f"{name}_checks", lambda e, name=name: e.gradcheck.checked(name))
-              for name in ("query", "key", "value")),
+    return (*checked(("query", "key", "value")),
             (labels[0], "gradcheck", lambda g: fmt_float(g["tolerance"])),
             (labels[1], "gradcheck", lambda g: fmt_bool(g["passed"])))
 
@@ -170,7 +173,6 @@ HISTORY: Table = (("history", (("", "history.*"),)),)
 CLOSING: Table = (("next", lambda e: words(e).next),)
 TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={fmt_vector(value)}"}
 """The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
-REPLAY: Part = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
 PROOF: tuple[Part, ...] = (
     ("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
     *_checks(("gradient_tolerance", "gradcheck")))
@@ -199,7 +201,7 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
         ("empty_batch", tuple((name, f"empty_batch.{name}")
                               for name in ("probabilities", "output", "value_width_probe"))),
         *UPSTREAM, *GRADIENTS, *GRADCHECK,
-        ("errors", ("errors", _errors(SELF_ATTENTION))),
+        ("errors", rejected(SELF_ATTENTION.error_keys)),
         *HISTORY,
         ("same_fixture_replays_bitwise", "replay_bitwise"),
         *CLOSING,
@@ -283,7 +285,7 @@ def _causal_text(evidence: CausalEvidence) -> Table:
         *SINGLE,
         ("empty_batch", tuple((name, f"empty_batch.{name}")
                               for name in ("probabilities", "output", "valid"))),
-        ("errors", ("errors", _errors(CAUSAL))), *GRADCHECK, *HISTORY,
+        ("errors", rejected(CAUSAL.error_keys)), *GRADCHECK, *HISTORY,
         ("proof", (("tape_finite", "tape_finite"),
                    *CAUSAL_PROOF)),
         *CLOSING,
@@ -448,11 +450,8 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
-    """The JSON report: the head, then :func:`facts` by the one walk."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=evidence.chapter, passed=evidence.passed),
-            **json_of(facts(evidence))}
+    """The JSON report: the head, then :func:`facts`."""
+    return json_document_of(evidence.chapter, evidence, facts(evidence))
 
 
 def figure(evidence: HeadChapterEvidence, width: int,
