@@ -75,7 +75,7 @@ def worked(lhs: str, derivation: Derivation, options: RichOptions) -> Text:
     operands' product; past ``max_columns`` terms, how many more), or ``lhs = formula with
     fact = v, ... = v`` for a number made from a few facts (indented rows are details)."""
     def spell(value: Any) -> str:
-        return value if isinstance(value, str) else fmt_float(value, options.precision)
+        return notation(value, options) if isinstance(value, str) else fmt_float(value, options.precision)
 
     def factor(value: float) -> str:
         said = spell(value)
