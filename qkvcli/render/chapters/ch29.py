@@ -410,7 +410,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
         cards = Fitted([both, cards])
     return Group(
         kit.heading("Chapter 29 - RoPE", f"{table.features} features in {table.pairs} "
-                f"{table.layout} pairs, base {fmt_general(table.base)}, a table of "
+                f"{table.layout} pairs, base {fmt_general(table.base, kit.SETTING)}, a table of "
                 f"{table.positions} positions; tokens at positions {f.offset}-"
                 f"{f.offset + len(positions) - 1}, shifted by {f.shift}", evidence.passed),
         cards, kit.element("rope", options), rotation_layouts, *shown_rows,

@@ -352,7 +352,7 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
 
     parts: list[Any] = [
         kit.heading("Chapter 30 - multi-head attention", f"d_model {d_model} split into {heads} "
-                f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base)} from position "
+                f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base, kit.SETTING)} from position "
                 f"{f.offset}, causal, W_O after the merge; batch item 0 of {batch}",
                 evidence.passed),
         Text("shapes: " + " -> ".join(
@@ -390,5 +390,5 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
             ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
             ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
             ("gradient check", f"{evidence.gradcheck.count} coordinates within "
-             f"{fmt_general(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
+             f"{fmt_general(f.tolerance, kit.SETTING)}: {fmt_bool(evidence.gradcheck.passed)}"),
         ]), *kit.closing(evidence.checks))

@@ -209,7 +209,7 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
     return Group(
         kit.heading("Chapter 37 - incremental attention", f"a KV cache of {f.capacity} positions, "
                 f"{heads} heads of {f.spec.table.features}, RoPE base "
-                f"{fmt_general(f.spec.table.base)} at the cache's length; batch item 0 of "
+                f"{fmt_general(f.spec.table.base, kit.SETTING)} at the cache's length; batch item 0 of "
                 f"{int(f.input.shape[0])}", evidence.passed),
         kit.element("cache append", options),
         Text(kit.formula(options, "scores", "scale", "softmax", "mixture", "head merge",

@@ -42,6 +42,8 @@ from qkvcli.stages.terms import masked as hide
 
 BORDERS = (("query", QUERY, "solid"), ("key", KEY, "dashed"), ("value", VALUE, "double"))
 BAR_WIDTH = 8
+SETTING = 12
+"""Significant digits of a setting in a figure's words (a base, a tolerance): all of it."""
 GRADIENT_STAGES = {"query": "scores reverse (queries)", "key": "scores reverse (keys)",
                    "value": "mixture reverse (values)"}
 """The reverse step that makes each branch's gradient."""

@@ -481,7 +481,7 @@ def figure(evidence: HeadChapterEvidence, width: int,
     proof = drawn.facts_part("Proof", [
         (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
         (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
-         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance)}"),
+         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance, drawn.SETTING)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),
     ])
     if isinstance(evidence, CausalEvidence):
