@@ -202,15 +202,19 @@ def legend(options: RichOptions) -> Flow:
     return Flow([Text.assemble(items[0], " ", items[1]), *items[2:]])
 
 
-def operands_row(p: Any, options: RichOptions) -> Row:
-    """Q, K and V, each in its border, one table per batch item."""
+def branches(tensors: Sequence[Any], options: RichOptions, gradient: bool = False) -> Row:
+    """Q, K and V (or, ``gradient``, dQ, dK and dV with the reverse step that makes each),
+    each in its branch's border, one table per batch item."""
     parts = []
-    for (role, box, word), tensor in zip(BORDERS, (p.query, p.key, p.value), strict=True):
-        letter = LETTERS[role]
-        body = lines(Text(ROLE_SENTENCES[role], style=f"bold {ROLE_STYLES[role]}"),
-                     Text(f"shape({letter}) = {fmt_shape(tensor.shape)}", style="dim"),
-                     *batched_tables(tensor, letter, box, options, ROLE_STYLES[role]))
-        parts.append(Part(body, titled(f"{role.capitalize()} ({word})"), box, ROLE_STYLES[role]))
+    for (role, box, word), tensor in zip(BORDERS, tensors, strict=True):
+        letter, style = LETTERS[role], ROLE_STYLES[role]
+        said = ((Text(formula(options, GRADIENT_STAGES[role]), style="dim"),) if gradient else
+                (Text(ROLE_SENTENCES[role], style=f"bold {style}"),
+                 Text(f"shape({letter}) = {fmt_shape(tensor.shape)}", style="dim")))
+        name = f"d{letter}" if gradient else letter
+        parts.append(Part(lines(*said, *batched_tables(tensor, name, box, options, style)),
+                          titled(f"dL/d{letter}" if gradient else f"{role.capitalize()} ({word})"),
+                          box, style))
     return Row(parts)
 
 
@@ -295,15 +299,7 @@ def backward_rows(p: Any, options: RichOptions) -> list[Row]:
     upstream = Part(lines(Text(f"{formula(options, 'loss')} = {fmt_float(p.loss, options.precision)}"),
                           *batched_tables(p.upstream, "U", CARD, options)),
                     titled("Reverse pass: the seed U"))
-    grads = []
-    for (role, box, _), grad in zip(BORDERS, (p.grad_query, p.grad_key, p.grad_value),
-                                    strict=True):
-        letter = LETTERS[role]
-        grads.append(Part(lines(Text(formula(options, GRADIENT_STAGES[role]), style="dim"),
-                                *batched_tables(grad, f"d{letter}", box, options,
-                                                ROLE_STYLES[role])),
-                          titled(f"dL/d{letter}"), box, ROLE_STYLES[role]))
-    return [Row([upstream]), Row(grads)]
+    return [Row([upstream]), branches((p.grad_query, p.grad_key, p.grad_value), options, True)]
 
 
 def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bool,
@@ -321,7 +317,7 @@ def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bo
         Text(prediction, style="bold underline"),
         legend(options),
         Text(""),
-        operands_row(p, options),
+        branches((p.query, p.key, p.value), options),
         scores_row(p, options, masked),
         Row([probability_part(p, options, masked)]),
         Row([mixture_part(p, options)]),
