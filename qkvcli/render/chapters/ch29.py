@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
 from qkvcli.render.chapters.entries import (
     REPLAY,
+    TRACED,
     Table,
     chapter_checks,
     checked,
@@ -23,10 +22,11 @@ from qkvcli.render.chapters.entries import (
     error_lines,
     refusals,
     rejected,
+    shape_of,
+    worded,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
-    Part,
     entries,
     report,
     said,
@@ -146,29 +146,20 @@ PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADI
                "empty_tokens": "EMPTY_TOKENS"}
 
 
-def _traced(path: str) -> tuple[Part, ...]:
-    """A tensor in the trace: ``shape=[..]|values=[..]``."""
-    return (("shape", path, lambda v: fmt_shape(np.shape(v))), ("values", path, fmt_vector))
-
-
-def _proof(claim: bool, held: str, broken: str) -> str:
-    return held if claim else broken
-
-
 TRACE_HEAD: tuple[tuple[str, Any], ...] = (
-    ("META", (("input_shape", "tensors.query", lambda v: fmt_shape(np.shape(v))),
-              ("table_shape", "tensors.cosines", lambda v: fmt_shape(np.shape(v))),
-              ("dot_shape", "tensors.dot_grid", lambda v: fmt_shape(np.shape(v))),
+    ("META", (("input_shape", "tensors.query", shape_of),
+              ("table_shape", "tensors.cosines", shape_of),
+              ("dot_shape", "tensors.dot_grid", shape_of),
               ("features", "config.features"), ("pairs", "config.pairs"),
               ("positions", "config.positions"), ("base", "config.base"),
               ("layout", "config.layout"), ("rotation", lambda e: "counterclockwise"),
               ("token_axis", lambda e: "penultimate"), ("feature_axis", lambda e: "final"))),
-    ("QUERY", _traced("tensors.query")),
-    ("KEY", _traced("tensors.key")),
+    ("QUERY", "tensors.query"),
+    ("KEY", "tensors.key"),
 )
 TRACE_MIDDLE: tuple[tuple[str, Any], ...] = (
-    ("ROTATED_QUERY", _traced("tensors.rotated_query")),
-    ("ROTATED_KEY", _traced("tensors.rotated_key")),
+    ("ROTATED_QUERY", "tensors.rotated_query"),
+    ("ROTATED_KEY", "tensors.rotated_key"),
     ("NORM", (("input", "norms.input"), ("rotated", "norms.rotated"),
               ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
 )
@@ -188,11 +179,9 @@ TRACE_TAIL: tuple[tuple[str, Any], ...] = (
 TRACE_END: tuple[tuple[str, Any], ...] = (
     ("HISTORY", tuple((key, "history." + key) for key, _ in HISTORY)),
     ("PROOF", (
-        ("position_zero", "position_zero_identity",
-         lambda v: _proof(v, "bitwise-identity", "changed")),
-        ("norms", "norms.preserved", lambda v: _proof(v, "preserved", "changed")),
-        ("relative_dot", "common_shift_preserved",
-         lambda v: _proof(v, "common-shift-preserved", "mismatch")),
+        worded("position_zero", "position_zero_identity", "bitwise-identity", "changed"),
+        worded("norms", "norms.preserved", "preserved", "changed"),
+        worded("relative_dot", "common_shift_preserved", "common-shift-preserved", "mismatch"),
         ("tape_finite", "tape_finite"),
         *checked(("query", "key")),
         ("gradient_tolerance", lambda e: fmt_float(e.fixture.tolerance)),
@@ -240,7 +229,7 @@ def trace(evidence: RopeEvidence) -> str:
           for i, x in enumerate(evidence.probes)),
         *error_lines(i for i, e in enumerate(evidence.errors) if e.case in TRACED_ERRORS),
         *TRACE_END)
-    return report(facts(evidence), evidence, table, True)
+    return report(facts(evidence), evidence, table, True, TRACED)
 
 
 # --- JSON -----------------------------------------------------------------------------------

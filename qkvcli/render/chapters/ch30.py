@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
-from qkvcli.render.chapters.entries import REPLAY, chapter_checks, rejected
+from qkvcli.render.chapters.entries import REPLAY, chapter_checks, rejected, shape_of, worded
 from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
     Part,
@@ -63,7 +63,7 @@ TENSORS = ("input", "projected_query_heads", "projected_key_heads", "projected_v
 """The tensors the text shows whole, in its order."""
 GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
              "value_weight_gradient", "output_weight_gradient")
-SPELLINGS = {"tensor": lambda value: f"shape:{fmt_shape(np.shape(value))} values:{fmt_vector(value)}",
+SPELLINGS = {"tensor": lambda value: f"shape:{shape_of(value)} values:{fmt_vector(value)}",
              "values": fmt_vector,
              "scalar": lambda value: python_fixed(value, 6) if isinstance(value, float) else str(value)}
 """The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
@@ -188,8 +188,7 @@ def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
         *((item("OUTPUT", b), (_n("token", t), ("merged", "tensors.merged", _at(b, t)),
                                 ("projected", "tensors.output", _at(b, t)))) for b, t in cells),
         ("PREFIX_PROOF", (("", lambda e: prefix), *(
-            (label, path, lambda held, yes=yes, no=no: yes if held else no)
-            for label, path, yes, no in PROOF_WORDS),
+            worded(*words) for words in PROOF_WORDS),
             ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)),
             ("parameters", "parameters.count"),
             ("gradchecks", lambda e: sum(_gradient_counts(e).values())))),

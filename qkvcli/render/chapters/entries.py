@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from qkvcli.core.results import FamilyCheck, Refusal
 from qkvcli.render.facts import Fact, entries, verdict
 from qkvcli.render.names import published
-from qkvcli.render.numbers import fmt_bool
+from qkvcli.render.numbers import fmt_bool, fmt_shape, fmt_vector
 from qkvcli.render.wording import family_words, gradcheck_detail, rejected_words
 
 Table = tuple[tuple[str, Any], ...]
@@ -54,6 +56,20 @@ def refusals(errors: Iterable[Refusal], keys: Sequence[str],
     (:data:`REFUSAL`) or ``more``, a chapter's (its ``kind``, its ``facts``)."""
     spell = {**REFUSAL, **more}
     return entries([{key: spell[key](e) for key in keys} for e in errors])
+
+
+def shape_of(value: Any) -> str:
+    """A tensor's shape, ``[1,2,2]``."""
+    return fmt_shape(np.shape(value))
+
+
+TRACED = {"tensor": lambda value: f"shape={shape_of(value)}|values={fmt_vector(value)}"}
+"""A trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
+
+
+def worded(label: str, path: str, held: str, broken: str) -> tuple[str, str, Any]:
+    """A proof's part: the verdict at ``path`` said ``held`` or ``broken``."""
+    return (label, path, lambda value: held if value else broken)
 
 
 REPLAY = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")

@@ -23,6 +23,7 @@ from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.render.chapters.entries import (
     REPLAY,
+    TRACED,
     Table,
     chapter_checks,
     checked,
@@ -30,6 +31,7 @@ from qkvcli.render.chapters.entries import (
     error_lines,
     refusals,
     rejected,
+    shape_of,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
@@ -133,10 +135,6 @@ def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
 
 # --- the text and the trace: tables over the facts -------------------------------------
 
-def _shape_of(value: Any) -> str:
-    return fmt_shape(np.shape(value))
-
-
 def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Table:
     """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's number
     is in it; else the line's first part)."""
@@ -171,8 +169,6 @@ UPSTREAM: Table = (("upstream", (("", "tensors.upstream", fmt_vector),
 GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
 HISTORY: Table = (("history", (("", "history.*"),)),)
 CLOSING: Table = (("next", lambda e: words(e).next),)
-TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={fmt_vector(value)}"}
-"""The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
 PROOF: tuple[Part, ...] = (
     ("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
     *_checks(("gradient_tolerance", "gradcheck")))
@@ -212,7 +208,7 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
     p, single = evidence.primary, evidence.single
     batch, tokens, _ = p.query.shape
     return (
-        ("META", (("shape", "tensors.query", _shape_of), ("key_width", "config.d_k"),
+        ("META", (("shape", "tensors.query", shape_of), ("key_width", "config.d_k"),
                   ("value_width", "config.d_v"), ("scale", "config.scale", fmt_float),
                   ("softmax_axis", "config.softmax_axis"), ("masked", "config.masked"))),
         *_tensors("query key value dot_products scaled_scores", True),
@@ -294,7 +290,7 @@ def _causal_text(evidence: CausalEvidence) -> Table:
 
 def _causal_trace(evidence: CausalEvidence) -> Table:
     return (
-        ("META", (*((f"{name}_shape", f"tensors.{path}", _shape_of) for name, path in (
+        ("META", (*((f"{name}_shape", f"tensors.{path}", shape_of) for name, path in (
             ("input", "query"), ("score", "raw_scores"), ("mask", "mask"), ("output", "output"))),
             ("tokens", "config.tokens"), ("key_width", "config.d_k"), ("value_width", "config.d_v"),
             ("scale", "config.scale", fmt_float), ("softmax_axis", "config.softmax_axis"),
@@ -343,7 +339,7 @@ def text(evidence: HeadChapterEvidence) -> str:
 
 def trace(evidence: HeadChapterEvidence) -> str:
     """The diagram trace: what the figure shows, one record a line."""
-    return report(facts(evidence), evidence, _table(evidence, True), True, TRACE_SPELLINGS)
+    return report(facts(evidence), evidence, _table(evidence, True), True, TRACED)
 
 
 def _table(evidence: HeadChapterEvidence, trace: bool) -> Table:
