@@ -37,7 +37,7 @@ from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import batched_tables, grid, matrix_table, pick, shown
 from qkvcli.render.wording import VERDICT, verdict_counts
 from qkvcli.stages.table import STAGES, plain
-from qkvcli.stages.terms import Derivation, mixture, scaled, scores
+from qkvcli.stages.terms import Derivation, exact_sum, mixture, scaled, scores
 from qkvcli.stages.terms import masked as hide
 
 BORDERS = (("query", QUERY, "solid"), ("key", KEY, "dashed"), ("value", VALUE, "double"))
@@ -74,7 +74,7 @@ def element(name: str, options: RichOptions) -> Text:
 
 def worked(lhs: str, derivation: Derivation, options: RichOptions) -> Text:
     """``lhs = a*b + c*d = v``: one element from its stage's terms (a sum's terms, each its
-    operands' product; past ``max_columns`` terms, how many more), or ``lhs = formula with
+    operands' product; past ``max_columns`` terms, the rest as their sum), or ``lhs = formula with
     fact = v, ... = v`` for a number made from a few facts (indented rows are details)."""
     def spell(value: Any) -> str:
         return notation(value, options) if isinstance(value, str) else fmt_float(value, options.precision)
@@ -88,8 +88,8 @@ def worked(lhs: str, derivation: Derivation, options: RichOptions) -> Text:
         kept = rows if options.full else rows[:options.max_columns]
         parts = [options.symbols.times.join(map(factor, row.operands)) if row.operands
                  else spell(row.value) for row in kept]
-        if len(kept) < len(rows):
-            parts.append(f"({len(rows) - len(kept)} more terms)")
+        if len(kept) < len(rows):  # the others as their sum, so the line still adds up
+            parts.append(f"{spell(exact_sum(float(row.value) for row in rows[len(kept):]))} (the rest)")
         body = " + ".join(parts) or "0"
     else:
         body = notation(derivation.formula, options) + " with " + ", ".join(
