@@ -47,6 +47,9 @@ def test_a_mixture_line_is_each_key_s_weight_times_its_value_row() -> None:
     output = weights[0, 0] @ values[0]
     line = mixture_line("o0", weights, values, (0, 0), output, RichOptions(precision=2)).plain
     assert line == "o0 = 0.25 [2.00,-4.00] + 0.75 [4.00,8.00] = [3.50,5.00]"
+    cut = mixture_line("o0", weights, values, (0, 0), output,
+                       RichOptions(precision=2, max_columns=1)).plain
+    assert cut == "o0 = 0.25 [2.00,-4.00] + [3.00,6.00] (the rest) = [3.50,5.00]"
 
 
 def test_every_stage_formula_has_an_ascii_spelling() -> None:

@@ -102,8 +102,9 @@ def mixture_line(lhs: str, weights: Any, values: Any, index: tuple[int, ...], ou
                  options: RichOptions) -> Text:
     """``o0 = 0.014166 [3,-3] + 0.985834 [1,3] = [1.028332,2.915004]``: one output row as
     the mixture stage's terms (:func:`~qkvcli.stages.terms.mixture`) at each of its
-    coordinates, a key's weight times its value row (keys after the query left out)."""
-    made = [mixture(weights, values, (*index, c), float(output[c]), limit=1 << 30)
+    coordinates, a key's weight times its value row (keys after the query left out; past
+    ``max_columns`` keys, the others' share summed)."""
+    made = [mixture(weights, values, (*index, c), float(output[c]), limit=int(np.shape(weights)[-1]))
             for c in range(len(output))]
     if not made:
         return Text(f"{lhs} = []")
@@ -112,8 +113,9 @@ def mixture_line(lhs: str, weights: Any, values: Any, index: tuple[int, ...], ou
     parts = [f"{fmt_float(weight, options.precision)} "
              f"[{numbers([d.rows[j].operands[1] for d in made], options)}]"
              for j, weight in enumerate(keys[:kept])]
-    if kept < len(keys):
-        parts.append(f"({len(keys) - kept} more keys)")
+    if kept < len(keys):  # the other keys' share as one row, so the line still adds up
+        rest = [exact_sum(float(row.value) for row in d.rows[kept:]) for d in made]
+        parts.append(f"[{numbers(rest, options)}] (the rest)")
     return Text(f"{lhs} = " + " + ".join(parts) + f" = [{numbers(output, options)}]")
 
 
