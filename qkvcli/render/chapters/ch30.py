@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
-from qkvcli.render.chapters.entries import REPLAY, chapter_checks, rejected, shape_of, worded
+from qkvcli.render.chapters.entries import (
+    KEPT_TEXT,
+    KEPT_TRACE,
+    REPLAY,
+    chapter_checks,
+    invariance,
+    rejected,
+    shape_of,
+    worded,
+)
 from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
     Part,
@@ -69,10 +78,10 @@ SPELLINGS = {"tensor": lambda value: f"shape:{shape_of(value)} values:{fmt_vecto
 """The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
 
 
-def _prefix(e: MultiHeadEvidence) -> str:
-    pr, tokens = e.probes, e.primary.input.shape[1]
-    said = [f"position_{t}_unchanged:{fmt_bool(same)}" for t, same in enumerate(pr.prefix_unchanged)]
-    return " ".join([*said, f"position_{tokens - 1}_changed:{fmt_bool(pr.suffix_changed)}"])
+def _prefix(e: MultiHeadEvidence, words: tuple[str, ...], labelled: str, between: str) -> str:
+    pr = e.probes
+    return invariance(pr.prefix_unchanged, int(e.primary.input.shape[1]) - 1, pr.suffix_changed,
+                      words, labelled, between)
 
 
 def _gradchecks(e: MultiHeadEvidence) -> str:
@@ -93,7 +102,7 @@ TEXT: tuple[tuple[str, Any], ...] = (
                ("head_1_distinct", "heads.heads_distinct"),
                ("future_probabilities_zero", "heads.future_probabilities_zero"))),
     ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", fmt_vector),
-                                 ("", _prefix))),
+                                 ("", lambda e: _prefix(e, ("_unchanged", *KEPT_TEXT[1:]), ":", " ")))),
     ("layout", (("split_merge_bitwise", "layout.split_merge_bitwise"),
                 ("head_isolation_before_output", "layout.head_isolation_before_output"),
                 ("common_offset_weights_preserved", "layout.common_offset_weights_preserved"),
@@ -145,14 +154,11 @@ PROOF_WORDS = (("split_merge", "layout.split_merge_bitwise", "bitwise", "mismatc
 def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
     """The trace's lines: the configuration, the stages' shapes, each head's partition,
     weights and outputs, the merge, ``W_O``'s rows, the output, then the proofs."""
-    p, pr = evidence.primary, evidence.probes
+    p = evidence.primary
     batch, tokens, _ = p.input.shape
     items, per_head, d_h = range(batch), range(evidence.fixture.spec.heads), p.projected_query.shape[-1]
     cells = [(b, t) for b in items for t in range(tokens)]
     item = (lambda key, b: f"{key}|batch={b}") if batch > 1 else (lambda key, b: key)
-    prefix = "|".join([*(f"position_{t}={'bitwise-unchanged' if same else 'changed'}"
-                         for t, same in enumerate(pr.prefix_unchanged)),
-                       f"position_{tokens - 1}={'changed' if pr.suffix_changed else 'unchanged'}"])
     return (
         ("CONFIG", (*((label, "config." + {"model_width": "d_model", "head_width": "d_h",
                                            "max_positions": "capacity"}.get(label, label))
@@ -187,7 +193,7 @@ def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
           for r in range(len(p.output_weight))),
         *((item("OUTPUT", b), (_n("token", t), ("merged", "tensors.merged", _at(b, t)),
                                 ("projected", "tensors.output", _at(b, t)))) for b, t in cells),
-        ("PREFIX_PROOF", (("", lambda e: prefix), *(
+        ("PREFIX_PROOF", (("", lambda e: _prefix(e, KEPT_TRACE, "=", "|")), *(
             worded(*words) for words in PROOF_WORDS),
             ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)),
             ("parameters", "parameters.count"),

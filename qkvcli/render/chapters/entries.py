@@ -72,6 +72,22 @@ def worded(label: str, path: str, held: str, broken: str) -> tuple[str, str, Any
     return (label, path, lambda value: held if value else broken)
 
 
+KEPT_TEXT = ("", "true", "false", "_changed", "true", "false")
+KEPT_TRACE = ("", "bitwise-unchanged", "changed", "", "changed", "unchanged")
+"""A prefix proof's words (:func:`invariance`) in a text's line and in a trace's."""
+
+
+def invariance(kept: Sequence[bool], position: int, last: bool, words: Sequence[str],
+               labelled: str, between: str) -> str:
+    """Each earlier position's output kept and the perturbed ``position``'s changed (``last``),
+    ``words``: a kept position's label end and its words for kept and not, then the
+    perturbed one's label end and its words for changed and not."""
+    kept_end, same, moved, changed_end, yes, no = words
+    return between.join([*(f"position_{i}{kept_end}{labelled}{same if k else moved}"
+                           for i, k in enumerate(kept)),
+                         f"position_{position}{changed_end}{labelled}{yes if last else no}"])
+
+
 REPLAY = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
 """A proof's replay part: ``bitwise`` when the same fixture replayed bit for bit."""
 

@@ -22,6 +22,8 @@ from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttent
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.render.chapters.entries import (
+    KEPT_TEXT,
+    KEPT_TRACE,
     REPLAY,
     TRACED,
     Table,
@@ -29,6 +31,7 @@ from qkvcli.render.chapters.entries import (
     checked,
     each,
     error_lines,
+    invariance,
     refusals,
     rejected,
     shape_of,
@@ -245,17 +248,10 @@ def _arrow(name: str) -> Any:
     return lambda x: f"{fmt_vector(x[f'{name}_before'].value)}->{fmt_vector(x[f'{name}_after'].value)}"
 
 
-def _invariance(same: tuple[str, str], changed: tuple[str, str, str], labelled: str,
-                between: str) -> Any:
-    """Each earlier position's output kept (``same``: the words for kept and not) and
-    the perturbed one's changed (``changed``: the label's end and its two words)."""
-    def said(x: Any) -> str:
-        last = x["last_changed"].value
-        return between.join([*(f"position_{i}{labelled}{same[0] if kept else same[1]}"
-                               for i, kept in enumerate(x["unchanged_positions"])),
-                             f"position_{x['position']}{changed[0]}{labelled}"
-                             f"{changed[1] if last else changed[2]}"])
-    return said
+def _invariance(words: tuple[str, ...], labelled: str, between: str) -> Any:
+    """The suffix perturbation's prefix proof (:func:`~.entries.invariance`)."""
+    return lambda x: invariance(x["unchanged_positions"], x["position"], x["last_changed"].value,
+                                words, labelled, between)
 
 
 CAUSAL_PROOF: tuple[Part, ...] = (
@@ -272,8 +268,7 @@ def _causal_text(evidence: CausalEvidence) -> Table:
         ("suffix_perturbation", tuple((name, "suffix_perturbation", _arrow(name))
                                       for name in ("key", "value"))),
         ("perturbed_output", ("suffix_perturbation.perturbed_output", fmt_vector)),
-        ("prefix_invariance", ("suffix_perturbation", _invariance(
-            ("true", "false"), ("_changed", "true", "false"), ":", " "))),
+        ("prefix_invariance", ("suffix_perturbation", _invariance(KEPT_TEXT, ":", " "))),
         *UPSTREAM, *GRADIENTS,
         ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector), ("", "prefix_gradient.suffix_zero",
                                                              lambda zero: "suffix_gradient_zero="
@@ -307,9 +302,7 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
             for name in ("key_before", "key_after", "value_before", "value_after")))),
         ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
         ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
-                               ("", "suffix_perturbation", _invariance(
-                                   ("bitwise-unchanged", "changed"), ("", "changed", "unchanged"),
-                                   "=", "|")))),
+                               ("", "suffix_perturbation", _invariance(KEPT_TRACE, "=", "|")))),
         ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss", fmt_float), *BACKWARD)),
         ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", fmt_vector) for name in (
             "seed", "query_gradient", "key_gradient", "value_gradient")),
