@@ -7,6 +7,7 @@ never signed (the reference writes ``-0.0`` as ``0.000000``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from qkvcli.attention.errors import RotaryRefusal
@@ -87,15 +88,11 @@ def _ints(values: Any) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
 
 
-def _base(value: float) -> str:
-    return fmt_float(value, 0)
-
-
 TEXT: tuple[tuple[str, Any], ...] = (
     ("chapter", lambda e: NAME),
     ("prediction", lambda e: PREDICTION),
     ("config", (("features", "config.features"), ("pairs", "config.pairs"),
-                ("positions", "config.positions"), ("base", "config.base", _base),
+                ("positions", "config.positions"), ("base", "config.base", partial(fmt_float, precision=0)),
                 ("layout", "config.layout"),
                 ("offset", lambda e: f"{e.fixture.offset}->{e.fixture.offset + e.fixture.shift}"))),
     ("inverse_frequencies", ("tensors.inverse_frequencies", fmt_vector)),
@@ -130,10 +127,6 @@ its spelling, or labelled parts)."""
 def text(evidence: RopeEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
     return report(facts(evidence), evidence, TEXT)
-
-
-def _shape(shape: tuple[int, ...] | None) -> str:
-    return "rejected" if shape is None else fmt_shape(shape)
 
 
 def facts_of(error: Refusal) -> tuple[tuple[str, Any], ...]:
@@ -411,7 +404,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
             ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
             ("reverse", f"{kit.formula(options, 'loss')} over rot(Q) and rot(K) = {fmt_float(p.loss, n)}; "
              f"{kit.formula(options, 'rope reverse')}"),
-            ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
+            ("shapes", " ".join(f"{probe.case} {said(shape(probe.shape('rope')))}"
                                 for probe in evidence.probes)),
             ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
                                  for e in evidence.errors)),
