@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rich.cells import cell_len
 
 from qkvcli.attention.errors import ReleasedBuffer, RotaryRefusal
 from qkvcli.chapters import ch29
@@ -21,6 +22,7 @@ from qkvcli.reading.load import bundled_fixture_text
 from qkvcli.reading.problems import FixtureError
 from qkvcli.render.chapters import ch29 as report
 from qkvcli.render.numbers import fmt_float
+from qkvcli.render.rich.options import RichOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "ch29"
@@ -285,7 +287,7 @@ def test_the_figure_renders(width: int) -> None:
     console.print(report.figure(bundled(), width))
     shown = console.export_text()
     assert "RoPE" in shown and "position 2" in shown
-    assert max(len(line) for line in shown.splitlines()) <= width
+    assert max(cell_len(line) for line in shown.splitlines()) <= width  # cells, as drawn
 
 
 def drawn(width: int, evidence: ch29.RopeEvidence | None = None) -> str:
@@ -306,14 +308,14 @@ def test_the_figure_lays_out_for_its_width(width: int) -> None:
     from rich.measure import Measurement
 
     shown = drawn(width)
-    assert max(len(line) for line in shown.splitlines()) <= width
+    assert max(cell_len(line) for line in shown.splitlines()) <= width  # cells, as drawn
     assert "…" not in shown
     assert shown.rstrip().splitlines()[-1] == "verdict: PASS (8 of 8 checks passed)"
     evidence = bundled()
     p, t = evidence.primary, evidence.primary.tables
     for values in (p.rotated_query, p.rotated_key, t.angles, t.cosines, t.sines, p.dot_grid):
         for value in np.asarray(values).reshape(-1):
-            assert fmt_float(float(value) + 0.0, 4) in shown
+            assert fmt_float(float(value), RichOptions().precision) in shown
     rich_console = pytest.importorskip("rich.console")
     console = rich_console.Console(file=io.StringIO(), width=width, color_system=None)
     wide = console.options.update_width(10_000)
@@ -333,7 +335,7 @@ def test_a_random_figure_fits_every_width_it_asks_for(seed: int) -> None:
                            report.figure(evidence, 10_000)).minimum
     for width in sorted({need, need + 7, max(need, 60), max(need, 100), max(need, 160)}):
         shown = drawn(width, evidence)
-        assert max(len(line) for line in shown.splitlines()) <= width
+        assert max(cell_len(line) for line in shown.splitlines()) <= width  # cells, as drawn
         assert "…" not in shown and "verdict: PASS" in shown
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rich.cells import cell_len
 
 from qkvcli.attention.errors import EmptyLayerInput
 from qkvcli.chapters import ch30
@@ -22,6 +23,7 @@ from qkvcli.reading.load import bundled_fixture_text
 from qkvcli.reading.problems import FixtureError
 from qkvcli.render.chapters import ch30 as report
 from qkvcli.render.numbers import fmt_float
+from qkvcli.render.rich.options import RichOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "ch30"
@@ -286,8 +288,8 @@ def test_the_figure_renders(width: int) -> None:
                                    color_system=None, record=True)
     console.print(report.figure(bundled(), width))
     shown = console.export_text()
-    assert "head 1: weights" in shown and "0.7862" in shown
-    assert max(len(line) for line in shown.splitlines()) <= width
+    assert "head 1: weights" in shown and "0.786191" in shown
+    assert max(cell_len(line) for line in shown.splitlines()) <= width  # cells, as drawn
 
 
 def drawn(width: int, evidence: ch30.MultiHeadEvidence | None = None) -> str:
@@ -308,7 +310,7 @@ def test_the_figure_lays_out_for_its_width(width: int) -> None:
     from rich.measure import Measurement
 
     shown = drawn(width)
-    assert max(len(line) for line in shown.splitlines()) <= width
+    assert max(cell_len(line) for line in shown.splitlines()) <= width  # cells, as drawn
     assert "…" not in shown
     assert shown.rstrip().splitlines()[-1] == "verdict: PASS (11 of 11 checks passed)"
     p = bundled().primary
@@ -317,7 +319,7 @@ def test_the_figure_lays_out_for_its_width(width: int) -> None:
     for values in (causal, p.rotated_query[0], p.head_outputs[0], p.merged[0], p.output[0],
                    p.output_weight):
         for value in np.asarray(values).reshape(-1):
-            assert fmt_float(float(value) + 0.0, 4) in shown
+            assert fmt_float(float(value), RichOptions().precision) in shown
     rich_console = pytest.importorskip("rich.console")
     console = rich_console.Console(file=io.StringIO(), width=width, color_system=None)
     wide = console.options.update_width(10_000)
@@ -337,16 +339,17 @@ def test_a_random_figure_fits_every_width_it_asks_for(seed: int) -> None:
                            report.figure(evidence, 10_000)).minimum
     for width in sorted({need, need + 7, max(need, 60), max(need, 100), max(need, 160)}):
         shown = drawn(width, evidence)
-        assert max(len(line) for line in shown.splitlines()) <= width
+        assert max(cell_len(line) for line in shown.splitlines()) <= width  # cells, as drawn
         assert "…" not in shown and "verdict: PASS" in shown
 
 
 def test_the_figure_keeps_its_wide_layout_where_there_is_room() -> None:
-    """A head's Q, K and V stand side by side from 120 columns, stacked below."""
+    """A head's Q, K and V stand side by side where they fit (160 columns at six
+    decimals), stacked below."""
     def side_by_side(shown: str) -> bool:
         return any("head 0 Q" in line and "head 0 V" in line for line in shown.splitlines())
 
-    assert side_by_side(drawn(120)) and not side_by_side(drawn(100))
+    assert side_by_side(drawn(160)) and not side_by_side(drawn(100))
 
 
 def test_the_guide_explains_every_key_of_the_report_and_trace() -> None:

@@ -114,6 +114,39 @@ def test_the_json_document_validates_against_its_schema() -> None:
         "cached-steps", "cached-step", "kv-cache")
 
 
+def test_each_refusal_says_beside_what_it_raised_whether_its_cache_was_unchanged() -> None:
+    errors = json.loads(CliRunner().invoke(main, ["report", "--chapter", "37", "-f",
+                                                  "json"]).stdout)["errors"]
+    assert [list(e) for e in errors] == [
+        ["case", "expected", "raised", "rejected", "unchanged", "message"]] * 8
+    assert all(e["unchanged"] is True for e in errors)
+
+
+def test_a_bad_step_that_moves_its_cache_is_neither_refused_nor_unchanged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two-token step writes into its cache before it raises: the chapter's call
+    raises CacheChanged, the refusal fails, and its ``unchanged`` (and the text's) is
+    false while the other seven stay true."""
+    real = ch37.step
+
+    def moving(layer: DecodingLayer, cache: KvCache, x: np.ndarray) -> Any:
+        if x.shape[1] == 2:
+            cache.keys[...] = 7.0
+        return real(layer, cache, x)
+
+    monkeypatch.setattr(ch37, "step", moving)
+    evidence = bundled()
+    first = evidence.errors[0]
+    assert (first.case, first.raised, first.rejected) == ("two_tokens", "CacheChanged", False)
+    assert evidence.kept == (False, *[True] * 7) and not evidence.unchanged
+    assert not evidence.passed
+    errors = report.json_document(evidence)["errors"]
+    assert [e["unchanged"] for e in errors] == [False, *[True] * 7]
+    assert "errors=two_tokens:false full_cache:true" in report.text(evidence)
+    assert " unchanged:false\n" in report.text(evidence)
+    assert "|unchanged=false\n" in report.trace(evidence)
+
+
 def test_gradcheck_says_in_one_line_that_the_chapter_has_no_reverse_pass() -> None:
     path = str(ROOT / "fixtures" / ch37.FIXTURE)
     result = CliRunner().invoke(main, ["gradcheck", path])

@@ -266,3 +266,54 @@ def test_run_compares_a_chapter_with_its_golden_copy(number: int) -> None:
                                         str(GOLDEN / f"ch{other}" / "expected.txt")])
     assert differs.exit_code == 1
     assert differs.stdout.startswith(f"--- {GOLDEN / f'ch{other}' / 'expected.txt'}")
+
+
+def _figure(number: int, *options: str) -> str:
+    result = CliRunner().invoke(main, ["report", "--chapter", str(number), "-f", "rich",
+                                       "--width", "160", "--no-color", *options])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("number", [27, 28, 29, 30, 37])
+def test_a_chapter_figure_draws_on_an_ascii_stream(number: int) -> None:
+    """The stages' formulas (``Kᵀ``, ``θ``, ``Σ``, ``∞``) are spelled in ASCII when the
+    stream cannot encode them, so the figure prints instead of failing."""
+    import io
+
+    from rich.console import Console
+
+    from qkvcli.chapters.registry import chapter_of
+    from qkvcli.reading.json_values import parse_json_text
+    from qkvcli.render.chapters.dispatch import figure
+    from qkvcli.render.rich.options import RichOptions
+
+    chapter = chapter_of(number)
+    evidence = chapter.build(chapter.parse(parse_json_text(bundled(number).read_text())))
+    class Ascii(io.StringIO):  # a stream that, as PYTHONIOENCODING=ascii, cannot encode Unicode
+        encoding = "ascii"
+
+    console = Console(file=Ascii(), width=160, color_system=None)
+    console.print(figure(evidence, RichOptions(ascii=True)))
+    console.file.getvalue().encode("ascii")
+
+
+@pytest.mark.parametrize("number", [27, 28, 29, 30, 37])
+def test_a_chapter_figure_says_its_stages_as_the_stage_table_does(number: int) -> None:
+    """The figure's formulas are the stage table's, and its numbers follow --precision."""
+    from qkvcli.stages.table import STAGES
+
+    shown = _figure(number)
+    names = {27: ("scores", "scale", "softmax", "mixture", "loss"),
+             28: ("scores", "scale", "mask", "softmax", "mixture", "loss"),
+             29: ("rope frequency", "scores", "loss", "rope reverse"),
+             30: ("head split", "scores", "softmax", "mixture", "head merge", "output projection"),
+             37: ("cache append", "scores", "softmax", "mixture")}[number]
+    for name in names:
+        assert STAGES[name].formula in shown or STAGES[name].element.split(" ")[0] in shown, name
+    import re
+
+    six, three = (re.compile(rf"(?<![\d.])-?\d+\.\d{{{n}}}(?![\d])") for n in (6, 3))
+    assert six.search(shown) and not three.search(shown)
+    shown = _figure(number, "--precision", "3")  # every computed number; settings keep theirs
+    assert three.search(shown) and not six.search(shown)

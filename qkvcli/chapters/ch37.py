@@ -274,7 +274,8 @@ class IncrementalEvidence(Record):
     (:func:`turned_at_length`), the work and whether it follows its formulas
     (:func:`work_holds`), the reset
     (its replay ``replay_bitwise``), the eight refusals (``errors``: each the exact error
-    with the cache unchanged) and the history."""
+    with the cache unchanged; ``kept``: whether each left its cache as it was) and the
+    history."""
 
     fixture: IncrementalFixture
     steps: tuple[StepEvidence, ...]
@@ -288,6 +289,7 @@ class IncrementalEvidence(Record):
     errors: tuple[Refusal, ...]
     history: CacheHistory
     checks: tuple[FamilyCheck, ...]
+    kept: tuple[bool, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -295,8 +297,9 @@ class IncrementalEvidence(Record):
 
     @property
     def unchanged(self) -> bool:
-        """Every refusal was the exact error and left the cache as it was."""
-        return all(refusal.rejected for refusal in self.errors)
+        """Every bad step left its cache as it was (``kept``: one verdict per refusal, in
+        ``errors``' order)."""
+        return len(self.kept) == len(self.errors) and all(self.kept)
 
 
 def _steps(chapter: ChapterCache, matches: list[StepMatch], x: Array) -> tuple[StepEvidence, ...]:
@@ -361,9 +364,11 @@ def work_holds(steps: tuple[StepEvidence, ...], found: WorkEvidence,
                 rows.incremental_rows_per_projection + rows.reused_key_rows))
 
 
-def _unchanged_after(layer: DecodingLayer, cache: KvCache, x: Array) -> Callable[[], object]:
+def _unchanged_after(layer: DecodingLayer, cache: KvCache, x: Array,
+                     kept: list[bool]) -> Callable[[], object]:
     """A step that must be refused, whose refusal counts only if it left the cache as it
-    was: its error re-raised, or :class:`CacheChanged` when the cache moved."""
+    was: its error re-raised, or :class:`CacheChanged` when the cache moved. Whether the
+    cache was left as it was, refused or not, is appended to ``kept``."""
 
     def call() -> object:
         before = cache.state()
@@ -373,6 +378,8 @@ def _unchanged_after(layer: DecodingLayer, cache: KvCache, x: Array) -> Callable
             if not cache.unchanged(before):
                 raise CacheChanged(str(error)) from None
             raise
+        finally:
+            kept.append(cache.unchanged(before))
 
     return call
 
@@ -409,12 +416,13 @@ def _overflow_refusal(layer: DecodingLayer, x: Array) -> type[CacheRefusal]:
     return IncrementalProjectionRefusal if overflows else IncrementalSoftmaxRefusal
 
 
-def bad_steps(fixture: IncrementalFixture) -> tuple[BadInput, ...]:
+def bad_steps(fixture: IncrementalFixture, kept: list[bool] | None = None) -> tuple[BadInput, ...]:
     """The chapter's eight bad steps, in its order, each on a cache of its own: two
     tokens; a full cache (capacity 1, one step taken); a cache made for a wider layer,
     for a layer of another head count, for another layer of the same values; the layer
     under another RoPE base, another table length (the same parameter arrays); and a
-    finite token whose scores overflow."""
+    finite token whose scores overflow. Each step made appends to ``kept`` whether its
+    cache was left as it was."""
     spec = fixture.spec
     layer = decoding_layer(spec)
     base, positions = spec.table.base, spec.table.positions
@@ -438,24 +446,28 @@ def bad_steps(fixture: IncrementalFixture) -> tuple[BadInput, ...]:
     other_base = base * 2.0 if math.isfinite(base * 2.0) else base / 2.0
     rebuilt = DecodingLayer(layer_at(spec, 0), positions)  # the same values, new arrays
     d_h = spec.table.features
+    kept = [] if kept is None else kept
+
+    def refused(cache: KvCache, x: Array, decoder: DecodingLayer = layer) -> Callable[[], object]:
+        return _unchanged_after(decoder, cache, x, kept)
+
     return (
-        ("two_tokens", SingleTokenRequired(2), _unchanged_after(layer, cache_of(layer), two)),
-        ("full_cache", CacheFull(1), _unchanged_after(layer, full, single)),
+        ("two_tokens", SingleTokenRequired(2), refused(cache_of(layer), two)),
+        ("full_cache", CacheFull(1), refused(full, single)),
         ("model_mismatch", CacheModelWidthMismatch(d_model, 2 * d_model),
-         _unchanged_after(layer, cache_of(alike(2 * d_model, spec.heads)), single)),
+         refused(cache_of(alike(2 * d_model, spec.heads)), single)),
         ("head_mismatch", CacheHeadCountMismatch(spec.heads, other_heads),
-         _unchanged_after(layer, cache_of(alike(d_model, other_heads))
-                          if _turnable(d_model, other_heads) else
-                          _cache_of_heads(layer, other_heads, batch, fixture.capacity), single)),
+         refused(cache_of(alike(d_model, other_heads)) if _turnable(d_model, other_heads)
+                 else _cache_of_heads(layer, other_heads, batch, fixture.capacity), single)),
         ("layer_mismatch", CacheLayerMismatch(),
-         _unchanged_after(layer, cache_of(rebuilt), single)),
+         refused(cache_of(rebuilt), single)),
         ("rope_mismatch", CacheRopeMismatch(d_h, d_h, positions, positions, base, other_base),
-         _unchanged_after(layer.with_table(other_base, positions), cache_of(layer), single)),
+         refused(cache_of(layer), single, layer.with_table(other_base, positions))),
         ("rope_positions_mismatch",
          CacheRopeMismatch(d_h, d_h, positions, positions + 1, base, base),
-         _unchanged_after(layer.with_table(base, positions + 1), cache_of(layer), single)),
+         refused(cache_of(layer), single, layer.with_table(base, positions + 1))),
         ("nonfinite_projection", _overflow_refusal(layer, huge),
-         _unchanged_after(layer, cache_of(layer), huge)),
+         refused(cache_of(layer), huge)),
     )
 
 
@@ -475,11 +487,13 @@ def build(fixture: IncrementalFixture) -> IncrementalEvidence:
     replay, _ = check_replay(session, CACHE)  # the cache reset, the same tokens again
     assert chapter.reset is not None
     counts, rows = work(steps), history(steps)
+    kept: list[bool] = []
+    errors = typed_refusals(bad_steps(fixture, kept))
     evidence = IncrementalEvidence(
         fixture=fixture, steps=steps, cached_steps=cached, growth=grows(fixture, steps),
         offset=turned_at_length(steps), work=counts, counted=work_holds(steps, counts, rows),
         reset=chapter.reset, replay_bitwise=replay.passed,
-        errors=typed_refusals(bad_steps(fixture)), history=rows, checks=())
+        errors=errors, history=rows, checks=(), kept=tuple(kept))
     return evidence._replace(checks=judge_plan(PLANS[CH37], evidence))
 
 

@@ -92,6 +92,9 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           (_t("C", "batch", "token", "heads\u00b7d_head"), _t("W_O", "heads\u00b7d_head", "d_out")),
           _t("Y", "batch", "token", "d_out")),
     # --- the reverse pass: L = <Y, U>, each step carries a gradient one stage back
+    Stage("loss", "L = \u27e8O, U\u27e9", "L = \u03a3 O[...] \u00d7 U[...] over every coordinate of "
+          "the output O: the seed U is dL/dO", (_t("O", "batch", "token", "d_out"),
+                                                _t("U", "batch", "token", "d_out")), _t("L", ), True),
     Stage("mixture reverse (weights)", "dA = U V\u1d40",
           "dA[b,q,k] = \u03a3_c U[b,q,c] \u00d7 V[b,k,c]",
           (_t("U", "batch", "query", "d_v"), _t("V", "batch", "key", "d_v")),
@@ -150,6 +153,18 @@ BETWEEN: dict[tuple[str, str], tuple[str, ...]] = {
 """The stages that make an operation's published result from the result before it
 (``""``: from the operation's inputs), by their names in :data:`STAGES`: what a
 diagnosis names when a result is the first that differs."""
+
+
+PLAIN = str.maketrans({"\u03a3": "sum", "\u00d7": "*", "\u00b7": "*", "\u03c9": "omega",
+                       "\u03b8": "theta", "\u2212": "-", "\u1d40": "^T", "\u221a": "sqrt",
+                       "\u221e": "inf", "\u0303": "~", "\u2264": "<=", "\u2192": "->",
+                       "\u2299": "(*)", "\u27e8": "<", "\u27e9": ">"})
+"""The notation's symbols in ASCII, for a stream that cannot encode them."""
+
+
+def plain(text: str) -> str:
+    """``text`` (a formula of :data:`STAGES`) in ASCII: ``S = Q K^T``, ``sum_c``, ``sqrt``."""
+    return text.translate(PLAIN).encode("ascii", "backslashreplace").decode("ascii")
 
 
 def between(before: str, result: str) -> tuple[Stage, ...]:

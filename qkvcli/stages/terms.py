@@ -364,12 +364,13 @@ def mixture_term(weights: Array, values: Array, index: Index, value: float,
 
 
 def mixture(weights: Array, values: Array, index: Index, value: float,
-            head: int | None = None, names: tuple[str, str] = ("A", "V")) -> Derivation:
+            head: int | None = None, names: tuple[str, str] = ("A", "V"),
+            limit: int = MAX_TERMS) -> Derivation:
     """``O[b,t,c] = Σ_j A[b,(h,)t,j] V[b,j,c]``: row ``t``'s weights times the value
     rows' coordinate ``c`` (``head``: the head of a layer whose slice of the concatenation
     holds ``c``, with ``values`` per query head ``[B,T,H*d_v]``; else ``values`` may be
     ``[B,H,T,d]`` with ``index`` ``[b,h,t,c]``). Keys the row does not see (weight 0
-    after the query) are left out."""
+    after the query) are left out; past ``limit`` terms, the others in one row."""
     if head is None and len(index) == 4:
         b, h, t, c = index
         lead: Index = (b, h)
@@ -389,7 +390,7 @@ def mixture(weights: Array, values: Array, index: Index, value: float,
                + f" times coordinate {c} of each value row"
                + (f"; the {a_row.size - len(seen)} keys after {t} weigh 0"
                   if len(seen) < a_row.size else ""))
-    return Derivation(formula, tuple(listed(labels, a_row[seen] * column[seen],
+    return Derivation(formula, tuple(listed(labels, a_row[seen] * column[seen], limit,
                                             operands=(a_row[seen], column[seen]))), value,
                       stage="mixture")
 

@@ -7,19 +7,28 @@ never signed (the reference writes ``-0.0`` as ``0.000000``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
 from qkvcli.core.results import Refusal
+from qkvcli.render.chapters.entries import (
+    REPLAY,
+    TRACED,
+    Table,
+    chapter_checks,
+    checked,
+    each,
+    error_lines,
+    refusals,
+    rejected,
+    shape_of,
+    worded,
+)
+from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
-    Part,
     entries,
-    fixed,
-    json_of,
-    layout,
     report,
     said,
     scalar,
@@ -27,14 +36,11 @@ from qkvcli.render.facts import (
     shape,
     tensor,
     values,
-    vector,
     verdict,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from qkvcli.render.rich.options import RichOptions
 
 PREDICTION = ("position zero is the identity; equal shifts preserve every fixed query-key "
@@ -78,57 +84,40 @@ TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
 bad base are in the report only)."""
 
 
-_fixed = fixed
-
-
 def _ints(values: Any) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
-
-
-def _base(value: float) -> str:
-    return fmt_float(value, 0)
-
-
-def _counts(evidence: RopeEvidence) -> dict[str, int]:
-    return {c.tensor: len(c.checks) for c in evidence.gradcheck.tensors}
-
-
-def _replay(evidence: RopeEvidence) -> str:
-    return "bitwise" if evidence.replay_bitwise else "mismatch"
 
 
 TEXT: tuple[tuple[str, Any], ...] = (
     ("chapter", lambda e: NAME),
     ("prediction", lambda e: PREDICTION),
     ("config", (("features", "config.features"), ("pairs", "config.pairs"),
-                ("positions", "config.positions"), ("base", "config.base", _base),
+                ("positions", "config.positions"), ("base", "config.base", partial(fmt_float, precision=0)),
                 ("layout", "config.layout"),
                 ("offset", lambda e: f"{e.fixture.offset}->{e.fixture.offset + e.fixture.shift}"))),
-    ("inverse_frequencies", ("tensors.inverse_frequencies", vector)),
+    ("inverse_frequencies", ("tensors.inverse_frequencies", fmt_vector)),
     *((name, f"tensors.{name}") for name in ("query", "key", "angles", "cosines", "sines")),
-    ("rotated_query", ("tensors.rotated_query", vector)),
-    ("rotated_key", ("tensors.rotated_key", vector)),
+    ("rotated_query", ("tensors.rotated_query", fmt_vector)),
+    ("rotated_key", ("tensors.rotated_key", fmt_vector)),
     ("norms", (("input", "norms.input"), ("rotated", "norms.rotated"),
                ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
     ("dot_grid", "tensors.dot_grid"),
     ("shifted_dot_grid", (("", "tensors.shifted_dot_grid"),
                           ("common_shift_preserved", "common_shift_preserved"))),
     ("position_zero_identity", "position_zero_identity"),
-    ("upstream", (("query", "tensors.upstream_query", vector),
-                  ("key", "tensors.upstream_key", vector), ("loss", "loss"))),
-    ("query_gradient", ("tensors.query_gradient", vector)),
-    ("key_gradient", ("tensors.key_gradient", vector)),
+    ("upstream", (("query", "tensors.upstream_query", fmt_vector),
+                  ("key", "tensors.upstream_key", fmt_vector), ("loss", "loss"))),
+    ("query_gradient", ("tensors.query_gradient", fmt_vector)),
+    ("key_gradient", ("tensors.key_gradient", fmt_vector)),
     ("shapes", ("shapes", lambda probes: " ".join(
         f"{probe['case']}:{said(probe['output'])}" for probe in probes))),
-    ("errors", ("errors", lambda errors: " ".join(
-        f"{ERROR_KEYS[e['case']]}:{said(e['rejected'])}" for e in errors))),
-    ("gradcheck", (("query_checks", lambda e: _counts(e)["query"]),
-                   ("key_checks", lambda e: _counts(e)["key"]),
-                   ("tolerance", lambda e: fixed(e.fixture.tolerance)),
+    ("errors", rejected(ERROR_KEYS)),
+    ("gradcheck", (*checked(("query", "key")),
+                   ("tolerance", lambda e: fmt_float(e.fixture.tolerance)),
                    ("passed", lambda e: fmt_bool(e.gradcheck.passed)))),
     ("history", ("history", lambda history: " ".join(f"{k}:{v}" for k, v in history.items()))),
     ("proof", (("tape_finite", "tape_finite"), ("norm_preserved", "norms.preserved"),
-               ("relative_dot", "common_shift_preserved"), ("replay", _replay))),
+               ("relative_dot", "common_shift_preserved"), REPLAY)),
     ("next", lambda e: NEXT),
 )
 """The text report's lines: each key, and its facts (a path said by its kind, a path and
@@ -138,16 +127,6 @@ its spelling, or labelled parts)."""
 def text(evidence: RopeEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
     return report(facts(evidence), evidence, TEXT)
-
-
-def _shape(shape: tuple[int, ...] | None) -> str:
-    return "rejected" if shape is None else fmt_shape(shape)
-
-
-def _error_line(error: Refusal) -> str:
-    facts = "".join(f"|{key}={value}" for key, value in facts_of(error))
-    return (f"ERROR|case={error.case}|kind={KINDS[error.expected]}{facts}"
-            f"|rejected={fmt_bool(error.rejected)}")
 
 
 def facts_of(error: Refusal) -> tuple[tuple[str, Any], ...]:
@@ -160,29 +139,20 @@ PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADI
                "empty_tokens": "EMPTY_TOKENS"}
 
 
-def _traced(path: str) -> tuple[Part, ...]:
-    """A tensor in the trace: ``shape=[..]|values=[..]``."""
-    return (("shape", path, lambda v: fmt_shape(np.shape(v))), ("values", path, vector))
-
-
-def _proof(claim: bool, held: str, broken: str) -> str:
-    return held if claim else broken
-
-
 TRACE_HEAD: tuple[tuple[str, Any], ...] = (
-    ("META", (("input_shape", "tensors.query", lambda v: fmt_shape(np.shape(v))),
-              ("table_shape", "tensors.cosines", lambda v: fmt_shape(np.shape(v))),
-              ("dot_shape", "tensors.dot_grid", lambda v: fmt_shape(np.shape(v))),
+    ("META", (("input_shape", "tensors.query", shape_of),
+              ("table_shape", "tensors.cosines", shape_of),
+              ("dot_shape", "tensors.dot_grid", shape_of),
               ("features", "config.features"), ("pairs", "config.pairs"),
               ("positions", "config.positions"), ("base", "config.base"),
               ("layout", "config.layout"), ("rotation", lambda e: "counterclockwise"),
               ("token_axis", lambda e: "penultimate"), ("feature_axis", lambda e: "final"))),
-    ("QUERY", _traced("tensors.query")),
-    ("KEY", _traced("tensors.key")),
+    ("QUERY", "tensors.query"),
+    ("KEY", "tensors.key"),
 )
 TRACE_MIDDLE: tuple[tuple[str, Any], ...] = (
-    ("ROTATED_QUERY", _traced("tensors.rotated_query")),
-    ("ROTATED_KEY", _traced("tensors.rotated_key")),
+    ("ROTATED_QUERY", "tensors.rotated_query"),
+    ("ROTATED_KEY", "tensors.rotated_key"),
     ("NORM", (("input", "norms.input"), ("rotated", "norms.rotated"),
               ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
 )
@@ -190,29 +160,26 @@ TRACE_TAIL: tuple[tuple[str, Any], ...] = (
     ("COMMON_SHIFT", (
         ("before_positions", "config.token_positions", _ints),
         ("after_positions", lambda e: _ints(p + e.fixture.shift for p in e.primary.tables.positions)),
-        ("before_grid", "tensors.dot_grid", vector),
-        ("after_grid", "tensors.shifted_dot_grid", vector),
-        ("tolerance", "invariant_tolerance", lambda v: fixed(v, 12)),
+        ("before_grid", "tensors.dot_grid", fmt_vector),
+        ("after_grid", "tensors.shifted_dot_grid", fmt_vector),
+        ("tolerance", "invariant_tolerance", lambda v: fmt_float(v, 12)),
         ("preserved", "common_shift_preserved"))),
-    ("BACKWARD", (("query_seed", "tensors.upstream_query", vector),
-                  ("key_seed", "tensors.upstream_key", vector), ("loss", "loss"),
-                  ("query_gradient", "tensors.query_gradient", vector),
-                  ("key_gradient", "tensors.key_gradient", vector))),
+    ("BACKWARD", (("query_seed", "tensors.upstream_query", fmt_vector),
+                  ("key_seed", "tensors.upstream_key", fmt_vector), ("loss", "loss"),
+                  ("query_gradient", "tensors.query_gradient", fmt_vector),
+                  ("key_gradient", "tensors.key_gradient", fmt_vector))),
 )
 TRACE_END: tuple[tuple[str, Any], ...] = (
     ("HISTORY", tuple((key, "history." + key) for key, _ in HISTORY)),
     ("PROOF", (
-        ("position_zero", "position_zero_identity",
-         lambda v: _proof(v, "bitwise-identity", "changed")),
-        ("norms", "norms.preserved", lambda v: _proof(v, "preserved", "changed")),
-        ("relative_dot", "common_shift_preserved",
-         lambda v: _proof(v, "common-shift-preserved", "mismatch")),
+        worded("position_zero", "position_zero_identity", "bitwise-identity", "changed"),
+        worded("norms", "norms.preserved", "preserved", "changed"),
+        worded("relative_dot", "common_shift_preserved", "common-shift-preserved", "mismatch"),
         ("tape_finite", "tape_finite"),
-        ("query_checks", lambda e: _counts(e)["query"]),
-        ("key_checks", lambda e: _counts(e)["key"]),
-        ("gradient_tolerance", lambda e: fixed(e.fixture.tolerance)),
+        *checked(("query", "key")),
+        ("gradient_tolerance", lambda e: fmt_float(e.fixture.tolerance)),
         ("gradcheck", lambda e: fmt_bool(e.gradcheck.passed)),
-        ("replay", _replay))),
+        REPLAY)),
     ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
 )
 """The trace's lines around those drawn once per pair, position, probe and refused input."""
@@ -220,35 +187,42 @@ TRACE_END: tuple[tuple[str, Any], ...] = (
 
 def trace(evidence: RopeEvidence) -> str:
     """The chapter's diagram trace, ``KIND|key=value`` lines ending with a newline: what
-    the figure draws, piece by piece."""
-    found = facts(evidence)
+    the figure draws, piece by piece (one line per pair, position, probe and traced
+    refusal between the table's own)."""
+    t, pairs = evidence.primary.tables, evidence.fixture.table.pair_features()
+    count = len(t.positions)
 
-    def laid(table: tuple[tuple[str, Any], ...]) -> list[str]:
-        return layout(found, evidence, table, "|", "=", "|")
+    def probe(value: Any, i: int) -> str:
+        x = value[i]
+        offset = f"|offset={x['offset']}" if x["case"] == "empty_tokens" else ""
+        return (f"input_shape={fmt_shape(x['input'])}{offset}|output_shape={said(x['output'])}"
+                f"|valid={said(x['valid'])}")
 
-    p, t = evidence.primary, evidence.primary.tables
-    lines = laid(TRACE_HEAD)
-    for pair, features in enumerate(evidence.fixture.table.pair_features()):
-        lines.append(f"FREQUENCY|pair={pair}|features={_ints(features)}"
-                     f"|theta={vector(t.inverse_frequencies[pair:pair + 1])}")
-    for row, position in enumerate(t.positions):
-        lines.append(
-            f"POSITION|position={position}|angles={vector(t.angles[row])}"
-            f"|cosines={vector(t.cosines[row])}|sines={vector(t.sines[row])}"
-            f"|query_before={vector(p.query[row])}|query_after={vector(p.rotated_query[row])}")
-    lines += laid(TRACE_MIDDLE)
-    for row, position in enumerate(t.positions):
-        offsets = [key - position for key in t.positions]
-        lines.append(f"DOT_ROW|query_position={position}|relative_offsets={_ints(offsets)}"
-                     f"|values={vector(p.dot_grid[row])}")
-    lines += laid(TRACE_TAIL)
-    for probe in found["shapes"].value:
-        offset = f"|offset={probe['offset']}" if probe["case"] == "empty_tokens" else ""
-        lines.append(f"{PROBE_LINES[probe['case']]}|input_shape={fmt_shape(probe['input'])}"
-                     f"{offset}|output_shape={said(probe['output'])}"
-                     f"|valid={said(probe['valid'])}")
-    lines += [_error_line(e) for e in evidence.errors if e.case in TRACED_ERRORS]
-    return "\n".join(lines + laid(TRACE_END)) + "\n"
+    def row(path: str) -> tuple[str, Any]:
+        return (path, lambda value, i: fmt_vector(value[i]))
+
+    table: Table = (
+        *TRACE_HEAD,
+        *each("FREQUENCY", len(pairs), (
+            ("pair", lambda e, i: i), ("features", lambda e, i: _ints(pairs[i])),
+            ("theta", "tensors.inverse_frequencies", lambda value, i: fmt_vector(value[i:i + 1])))),
+        *each("POSITION", count, (
+            ("position", lambda e, i: t.positions[i]),
+            *((name, *row(f"tensors.{name}")) for name in ("angles", "cosines", "sines")),
+            ("query_before", *row("tensors.query")),
+            ("query_after", *row("tensors.rotated_query")))),
+        *TRACE_MIDDLE,
+        *each("DOT_ROW", count, (
+            ("query_position", lambda e, i: t.positions[i]),
+            ("relative_offsets", "config.token_positions",
+             lambda positions, i: _ints(k - positions[i] for k in positions)),
+            ("values", *row("tensors.dot_grid")))),
+        *TRACE_TAIL,
+        *((PROBE_LINES[x.case], (("", "shapes", lambda value, i=i: probe(value, i)),))
+          for i, x in enumerate(evidence.probes)),
+        *error_lines(i for i, e in enumerate(evidence.errors) if e.case in TRACED_ERRORS),
+        *TRACE_END)
+    return report(facts(evidence), evidence, table, True, TRACED)
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -263,7 +237,6 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 def facts(evidence: RopeEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
     the head: what the JSON publishes and the text and trace say."""
-    from qkvcli.render.chapters.entries import chapter_checks
     from qkvcli.render.document import gradcheck_json
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
@@ -299,9 +272,8 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
             {"case": probe.case, "input": list(probe.input), "offset": probe.offset,
              "output": shape(probe.shape("rope")), "valid": verdict(probe.kept),
              "refusal": probe.refusal or None} for probe in evidence.probes]),
-        "errors": entries([
-            {"case": e.case, "kind": KINDS[e.expected], "rejected": verdict(e.rejected),
-             "facts": dict(facts_of(e)), "message": e.message} for e in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "kind", "rejected", "facts", "message"),
+                           kind=lambda e: KINDS[e.expected], facts=lambda e: dict(facts_of(e))),
         "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": verdict(p.tape_finite),
         "replay_bitwise": verdict(evidence.replay_bitwise),
@@ -310,26 +282,11 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: RopeEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
-    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
+    """The JSON report, :data:`JSON_KEYS` in order: the head, then :func:`facts`."""
+    return json_document_of(NAME, evidence, facts(evidence))
 
 
 # --- the figure -----------------------------------------------------------------------------
-
-
-def whole(table: Table) -> Table:
-    """``table`` (a rich ``Table`` of ``no_wrap`` columns) measured as wide as it draws:
-    each column's minimum is its widest line, so a layout chooser (``Fitted``) never
-    picks a table that would cut a number to fit. Gives the same table."""
-    from rich.cells import cell_len
-
-    for column in table.columns:
-        found = [line for cell in (column.header, *column.cells) for line in str(cell).splitlines()]
-        column.min_width = max((cell_len(line) for line in found), default=0)
-    return table
 
 
 def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = None) -> Any:
@@ -337,143 +294,119 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
     pairs and their frequencies (beside the checks from 120 columns), each position's
     angle turning each pair of Q (solid border) and K (dashed), the dot products by
     relative offset, then the norms, the common shift, position zero, the reverse, the
-    shapes, the refused inputs and the history, and the verdict line.
+    shapes, the refused inputs and the history, and the verdict line. Formulas and worked
+    lines are the stages' (:mod:`qkvcli.render.chapters.figure`), numbers at ``options``'
+    precision.
 
     Laid out for the width rich offers when it is printed, down to 40 columns: below
     80 the angles stand once in a table of their own and Q's and K's pairs wrap between
     their two numbers; below 60 the angle, cos and sin of a pair share a cell and each
     fact stands under its label. Measured as its narrowest layout."""
     from rich.console import Group
-    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import verdict_text
-    from qkvcli.render.rich.boxes import CARD, KEY, QUERY
-    from qkvcli.render.rich.layout import Fitted, status, titled
+    from qkvcli.render.chapters import figure as kit
+    from qkvcli.render.rich.boxes import KEY, QUERY
+    from qkvcli.render.rich.layout import Fitted, titled
+    from qkvcli.render.rich.options import RichOptions
+    from qkvcli.stages.terms import rotation, scores
 
+    options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
-    table = f.table
+    table, positions = f.table, t.positions
     pairs = list(enumerate(table.pair_features()))
+    spots = [(r, pair, a, b) for r in range(len(positions)) for pair, (a, b) in pairs]
 
-    def number(value: Any) -> str:
-        return _fixed(float(value), 4)
-
-    def row(values: Any) -> str:
-        return " ".join(number(v) for v in np.asarray(values).reshape(-1))
-
-    def pair_text(values: Any) -> str:
-        return ",".join(number(v) for v in values)
-
-    head = Text.assemble(
-        ("Chapter 29 - RoPE", "bold"),
-        f"  {table.features} features in {table.pairs} {table.layout} pairs, base "
-        f"{_fixed(table.base, 2)}, a table of {table.positions} positions; tokens at "
-        f"positions {f.offset}-{f.offset + len(t.positions) - 1}, shifted by {f.shift}  ",
-        status(evidence.passed))
-    frequencies = Table(title="pairs and their frequencies", box=CARD)
-    frequencies.add_column("pair")
-    frequencies.add_column("features")
-    frequencies.add_column("theta_i = base^(-2i/d)", justify="right")
-    for pair, features in pairs:
-        frequencies.add_row(str(pair), _ints(features), _fixed(float(t.inverse_frequencies[pair]), 6))
-
-    def position_cell(r: int, pair: int) -> str:
-        return str(t.positions[r]) if pair == 0 else ""
 
     def angle_cells(r: int, pair: int) -> list[str]:
-        return [number(t.angles[r, pair]), number(t.cosines[r, pair]), number(t.sines[r, pair])]
+        return [fmt_float(grid[r, pair], n) for grid in (t.angles, t.cosines, t.sines)]
 
-    def turned(title: str, before: Any, after: Any, box: Any, style: str) -> Table:
-        # one row per (position, pair): each pair is a point in a plane, turned by its angle
-        grid = Table(title=title, box=box, border_style=style)
-        for column in ("position", "pair", "angle", "cos", "sin", "before", "after"):
-            grid.add_column(column, justify="right", no_wrap=True)
-        for r in range(len(t.positions)):
-            for pair, (a, b) in pairs:
-                grid.add_row(position_cell(r, pair), str(pair), *angle_cells(r, pair),
-                             pair_text(before[r, [a, b]]), pair_text(after[r, [a, b]]))
-        return whole(grid)
+    def place(r: int, pair: int) -> list[str]:
+        return [str(positions[r]) if pair == 0 else "", str(pair)]
+
+    def where(stacked: bool) -> list[str]:
+        return ["pos" if stacked else "position", "pair"]
+
+    def turned(title: str, before: Any, after: Any, box: Any, style: str, angled: bool,
+               stacked: bool) -> Table:
+        # one row per (position, pair): each pair a point in a plane, turned by its angle;
+        # ``stacked`` writes a pair's two numbers one above the other
+        between = "\n" if stacked else ","
+        return kit.card(title, [*where(stacked), *(["angle", "cos", "sin"] if angled else []),
+                            "before", "after"],
+                    [[*place(r, pair), *(angle_cells(r, pair) if angled else []),
+                      kit.numbers(before[r, [a, b]], options, between),
+                      kit.numbers(after[r, [a, b]], options, between)] for r, pair, a, b in spots],
+                    box=box, style=style)
 
     def angles(stacked: bool) -> Table:
         # the angles of Q and K are the same (one table of positions), so drawn once;
         # ``stacked`` puts a pair's angle, cos and sin one above the other in one cell
-        grid = Table(title="each position's angle, for Q and K alike", box=CARD)
-        grid.add_column("position", justify="right", no_wrap=True)
-        grid.add_column("pair", justify="right", no_wrap=True)
-        for name in ("angle\ncos\nsin",) if stacked else ("angle", "cos", "sin"):
-            grid.add_column(name, justify="right", no_wrap=True)
-        for r in range(len(t.positions)):
-            for pair, _ in pairs:
-                cells = angle_cells(r, pair)
-                grid.add_row(position_cell(r, pair), str(pair),
-                             *(("\n".join(cells),) if stacked else cells))
-        return whole(grid)
+        return kit.card("each position's angle, for Q and K alike",
+                    [*where(stacked), *(["angle\ncos\nsin"] if stacked else ["angle", "cos", "sin"])],
+                    [[*place(r, pair), *(["\n".join(angle_cells(r, pair))] if stacked
+                                         else angle_cells(r, pair))] for r, pair, _, _ in spots])
 
-    def points(title: str, before: Any, after: Any, box: Any, style: str,
-               stacked: bool) -> Table:
-        # ``stacked`` writes a pair's two numbers one above the other
-        grid = Table(title=title, box=box, border_style=style)
-        for column in ("position", "pair", "before", "after"):
-            grid.add_column(column, justify="right", no_wrap=True)
-        for r in range(len(t.positions)):
-            for pair, (a, b) in pairs:
-                cells = [before[r, [a, b]], after[r, [a, b]]]
-                grid.add_row(position_cell(r, pair), str(pair), *(
-                    "\n".join(number(v) for v in cell) if stacked else pair_text(cell)
-                    for cell in cells))
-        return whole(grid)
+    def dots(stacked: bool | None) -> Table:
+        # ``stacked`` writes each offset under its dot product, the query's position alone;
+        # ``None``: one row per query and key
+        title = f"{kit.formula(options, 'scores')}: rot(Q).rot(K) by relative offset"
+        if stacked is None:
+            return kit.card(title, ["query", "key", "rot(Q).rot(K)"],
+                        [[str(q) if k == positions[0] else "", f"{k} ({k - q:+d})", fmt_float(v, n)]
+                         for r, q in enumerate(positions)
+                         for v, k in zip(p.dot_grid[r], positions, strict=True)])
+        return kit.card(title,
+                    ["query at\nposition" if stacked else "query at",
+                     *(f"key {k}" for k in positions)],
+                    [[str(q) if stacked else f"position {q}",
+                      *(f"{fmt_float(v, n)}{chr(10) if stacked else ' '}({k - q:+d})"
+                        for v, k in zip(p.dot_grid[r], positions, strict=True))]
+                     for r, q in enumerate(positions)], left=(0,))
 
-    def dots(stacked: bool) -> Table:
-        # ``stacked`` writes each offset under its dot product, the query's position alone
-        grid = Table(title="rot(Q).rot(K) by relative offset", box=CARD)
-        grid.add_column("query at\nposition" if stacked else "query at", no_wrap=True)
-        for position in t.positions:
-            grid.add_column(f"key {position}", justify="right", no_wrap=True)
-        for r, position in enumerate(t.positions):
-            grid.add_row(str(position) if stacked else f"position {position}", *(
-                f"{number(v)}{chr(10) if stacked else ' '}({key_position - position:+d})"
-                for v, key_position in zip(p.dot_grid[r], t.positions, strict=True)))
-        return whole(grid)
-
-    q_title, k_title = "Q turned by its position (solid)", "K turned by its position (dashed)"
-    q_args = (p.query, p.rotated_query, QUERY, "cyan")
-    k_args = (p.key, p.rotated_key, KEY, "magenta")
-    rotation = Fitted([
-        Group(turned(q_title, *q_args), turned(k_title, *k_args)),
-        *(Group(angles(stacked), points(q_title, *q_args, stacked),
-                points(k_title, *k_args, stacked)) for stacked in (False, True)),
-    ])
-    facts = [
-        ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {row(p.input_norms)})"),
-        ("common shift", f"+{f.shift}: every dot product kept within "
-         f"{_fixed(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
-        ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
-        ("reverse", f"L = <rot(Q),U_Q> + <rot(K),U_K> = {_fixed(p.loss, 6)}; "
-         "dQ, dK = U turned back"),
-        ("shapes", " ".join(f"{probe.case} {_shape(probe.shape('rope'))}"
-                            for probe in evidence.probes)),
-        ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
-                             for e in evidence.errors)),
-        ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
-    ]
-    # the labels never wrap, so a detail's longest word is measured beside them whole
-    beside = Table.grid(padding=(0, 2))
-    beside.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
-    beside.add_column()
-    for label, detail in facts:
-        beside.add_row(label, detail)
-    under = Group(*(Group(Text(label), Padding(Text(detail), (0, 0, 0, 2)))
-                    for label, detail in facts))
-    checks = Table(title="checks", box=CARD)
-    checks.add_column("check")
-    checks.add_column("result")
-    for check in evidence.checks:
-        checks.add_row(check.name, status(check.passed))
+    q_args = ("Q turned by its position (solid)", p.query, p.rotated_query, QUERY, "cyan")
+    k_args = ("K turned by its position (dashed)", p.key, p.rotated_key, KEY, "magenta")
+    rotation_layouts = Fitted([
+        Group(turned(*q_args, True, False), turned(*k_args, True, False)),
+        *(Group(angles(stacked), turned(*q_args, False, stacked), turned(*k_args, False, stacked))
+          for stacked in (False, True))])
+    last = len(positions) - 1
+    layout = "half" if table.layout == "half" else "interleaved"
+    shown_rows = ([kit.worked(f"rot(Q)[{last},0]", rotation(
+        p.query, t.cosines, t.sines, (last, 0), float(p.rotated_query[last, 0]), layout,
+        ("Q", "rot(Q)"), position=positions[last]), options),
+        kit.worked(f"rot(Q).rot(K)[{last},0]", scores(
+            p.rotated_query, p.rotated_key, (last, 0), float(p.dot_grid[last, 0]),
+            ("rot(Q)", "rot(K)")), options)] if positions else [])
+    frequencies = kit.card("pairs and their frequencies",
+                       ["pair", "features", kit.formula(options, "rope frequency")],
+                       [[str(pair), _ints(features), fmt_float(t.inverse_frequencies[pair], n)]
+                        for pair, features in pairs], left=(0, 1))
+    checks = kit.closing(evidence.checks)[0]
     cards: Any = Group(frequencies, checks)
     if width >= 120:  # side by side when both fit
         both = Table.grid(padding=(0, 1))
         both.add_row(frequencies, checks)
         cards = Fitted([both, cards])
-    return Group(head, cards, rotation, Fitted([dots(False), dots(True)]), titled("what the rotation kept"),
-                 Fitted([beside, under]), Text(), verdict_text(evidence.checks))
+    return Group(
+        kit.heading("Chapter 29 - RoPE", f"{table.features} features in {table.pairs} "
+                f"{table.layout} pairs, base {fmt_general(table.base, kit.SETTING)}, a table of "
+                f"{table.positions} positions; tokens at positions {f.offset}-"
+                f"{f.offset + len(positions) - 1}, shifted by {f.shift}", evidence.passed),
+        cards, kit.element("rope", options), rotation_layouts, *shown_rows,
+        Fitted([dots(False), dots(True), dots(None)]), titled("what the rotation kept"),
+        kit.fact_lines([
+            ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {kit.numbers(p.input_norms, options, ' ')})"),
+            ("common shift", f"+{f.shift}: every dot product kept within "
+             f"{fmt_float(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),
+            ("position zero", f"identity: {fmt_bool(p.position_zero_identity)}"),
+            ("reverse", f"{kit.formula(options, 'loss')} over rot(Q) and rot(K) = {fmt_float(p.loss, n)}; "
+             f"{kit.formula(options, 'rope reverse')}"),
+            ("shapes", " ".join(f"{probe.case} {said(shape(probe.shape('rope')))}"
+                                for probe in evidence.probes)),
+            ("refused", " ".join(f"{e.case}{'' if e.rejected else ' (NOT refused)'}"
+                                 for e in evidence.errors)),
+            ("history", "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in HISTORY)),
+        ]), Text(), kit.verdict_text(evidence.checks))

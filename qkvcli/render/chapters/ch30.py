@@ -13,12 +13,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
+from qkvcli.render.chapters.entries import (
+    KEPT_TEXT,
+    KEPT_TRACE,
+    REPLAY,
+    chapter_checks,
+    invariance,
+    rejected,
+    shape_of,
+    worded,
+)
+from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.facts import (
     Part,
     entries,
-    json_of,
     report,
-    said,
     scalar,
     section,
     shape,
@@ -28,10 +37,9 @@ from qkvcli.render.facts import (
 from qkvcli.render.facts import (
     tensor as fact_tensor,
 )
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector, python_fixed
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
 
     from qkvcli.render.rich.options import RichOptions
 
@@ -53,17 +61,6 @@ GRADIENT_TENSORS = (("input", "input"), ("w_query", "query"), ("w_key", "key"),
 """The gradient check's tensors and their keys on the ``gradcheck=`` line."""
 
 
-def vector(values: npt.ArrayLike) -> str:
-    """``[v,...]`` in fixed point, six decimals; below half a unit of the last decimal
-    (``0.5e-6``) a value is written ``0.000000``."""
-    array = np.asarray(values, dtype=np.float64)
-    return fmt_vector(np.where(np.abs(array) < 0.5e-6, 0.0, array))
-
-
-def _fixed(value: float, decimals: int = 6) -> str:
-    return fmt_float(0.0 if abs(value) < 0.5 * 10.0 ** -decimals else value, decimals)
-
-
 def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
     counts = {t.tensor: len(t.checks) for t in evidence.gradcheck.tensors}
     return {key: counts.get(name, 0) for name, key in GRADIENT_TENSORS}
@@ -75,22 +72,22 @@ TENSORS = ("input", "projected_query_heads", "projected_key_heads", "projected_v
 """The tensors the text shows whole, in its order."""
 GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
              "value_weight_gradient", "output_weight_gradient")
-SPELLINGS = {"tensor": lambda value: f"shape:{fmt_shape(np.shape(value))} values:{vector(value)}",
-             "values": lambda value: vector(value),
-             "scalar": lambda value: _fixed(value) if isinstance(value, float) else str(value)}
+SPELLINGS = {"tensor": lambda value: f"shape:{shape_of(value)} values:{fmt_vector(value)}",
+             "values": fmt_vector,
+             "scalar": lambda value: python_fixed(value, 6) if isinstance(value, float) else str(value)}
 """The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
 
 
-def _prefix(e: MultiHeadEvidence) -> str:
-    pr, tokens = e.probes, e.primary.input.shape[1]
-    said = [f"position_{t}_unchanged:{fmt_bool(same)}" for t, same in enumerate(pr.prefix_unchanged)]
-    return " ".join([*said, f"position_{tokens - 1}_changed:{fmt_bool(pr.suffix_changed)}"])
+def _prefix(e: MultiHeadEvidence, words: tuple[str, ...], labelled: str, between: str) -> str:
+    pr = e.probes
+    return invariance(pr.prefix_unchanged, int(e.primary.input.shape[1]) - 1, pr.suffix_changed,
+                      words, labelled, between)
 
 
 def _gradchecks(e: MultiHeadEvidence) -> str:
     counts = _gradient_counts(e)
     return (" ".join(f"{key}:{count}" for key, count in counts.items())
-            + f" total:{sum(counts.values())} tolerance:{_fixed(e.fixture.tolerance)} "
+            + f" total:{sum(counts.values())} tolerance:{python_fixed(e.fixture.tolerance, 6)} "
             f"passed:{fmt_bool(e.gradcheck.passed)}")
 
 
@@ -104,26 +101,25 @@ TEXT: tuple[tuple[str, Any], ...] = (
     ("heads", (("head_0_uniform", "heads.head_0_uniform"),
                ("head_1_distinct", "heads.heads_distinct"),
                ("future_probabilities_zero", "heads.future_probabilities_zero"))),
-    ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", vector),
-                                 ("", _prefix))),
+    ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", fmt_vector),
+                                 ("", lambda e: _prefix(e, ("_unchanged", *KEPT_TEXT[1:]), ":", " ")))),
     ("layout", (("split_merge_bitwise", "layout.split_merge_bitwise"),
                 ("head_isolation_before_output", "layout.head_isolation_before_output"),
                 ("common_offset_weights_preserved", "layout.common_offset_weights_preserved"),
-                ("tolerance", "layout.tolerance", lambda value: _fixed(value, 12)))),
+                ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)))),
     ("parameters", (("names", "parameters.names", lambda names: f"[{','.join(names)}]"),
                     ("shapes", "parameters.shapes",
                      lambda shapes: f"[{','.join(fmt_shape(s) for s in shapes)}]"),
                     ("count", "parameters.count"), ("bias_free", "parameters.bias_free"),
                     ("node_distinct", "parameters.node_distinct"))),
-    ("upstream", (("", "tensors.upstream", vector), ("loss", "loss"))),
-    *((name, (f"tensors.{name}", vector)) for name in GRADIENTS),
+    ("upstream", (("", "tensors.upstream", fmt_vector), ("loss", "loss"))),
+    *((name, (f"tensors.{name}", fmt_vector)) for name in GRADIENTS),
     ("gradcheck", _gradchecks),
     ("shapes", (("", "shapes.*"),)),
-    ("errors", ("errors", lambda errors: " ".join(
-        f"{e['case']}:{said(e['rejected'])}" for e in errors))),
+    ("errors", rejected()),
     ("history", (("", "history.*"),)),
     ("proof", (("tape_finite", "tape_finite"),
-               ("replay", lambda e: "bitwise" if e.replay_bitwise else "mismatch"),
+               REPLAY,
                ("heads_distinct", "heads.heads_distinct"),
                ("causal", "heads.future_probabilities_zero"),
                ("split_merge", "layout.split_merge_bitwise"),
@@ -141,7 +137,7 @@ def text(evidence: MultiHeadEvidence) -> str:
 
 def _at(*index: int) -> Any:
     """A spelling of a tensor's slice at ``index``."""
-    return lambda value: vector(value[index])
+    return lambda value: fmt_vector(value[index])
 
 
 def _n(label: str, number: int) -> Part:
@@ -158,14 +154,11 @@ PROOF_WORDS = (("split_merge", "layout.split_merge_bitwise", "bitwise", "mismatc
 def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
     """The trace's lines: the configuration, the stages' shapes, each head's partition,
     weights and outputs, the merge, ``W_O``'s rows, the output, then the proofs."""
-    p, pr = evidence.primary, evidence.probes
+    p = evidence.primary
     batch, tokens, _ = p.input.shape
     items, per_head, d_h = range(batch), range(evidence.fixture.spec.heads), p.projected_query.shape[-1]
     cells = [(b, t) for b in items for t in range(tokens)]
     item = (lambda key, b: f"{key}|batch={b}") if batch > 1 else (lambda key, b: key)
-    prefix = "|".join([*(f"position_{t}={'bitwise-unchanged' if same else 'changed'}"
-                         for t, same in enumerate(pr.prefix_unchanged)),
-                       f"position_{tokens - 1}={'changed' if pr.suffix_changed else 'unchanged'}"])
     return (
         ("CONFIG", (*((label, "config." + {"model_width": "d_model", "head_width": "d_h",
                                            "max_positions": "capacity"}.get(label, label))
@@ -177,7 +170,7 @@ def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
           for stage, _ in p.stages()),
         *(("PARTITION", (_n("head", h), ("features", lambda e, h=h: "[" + ",".join(
             str(c) for c in range(h * d_h, (h + 1) * d_h)) + "]"),
-            *((label, f"tensors.{name}_heads", lambda value, h=h: vector(value[:, h]))
+            *((label, f"tensors.{name}_heads", lambda value, h=h: fmt_vector(value[:, h]))
               for label, name in (("projected_q", "projected_query"), ("projected_k", "projected_key"),
                                   ("projected_v", "projected_value"), ("rotated_q", "rotated_query"),
                                   ("rotated_k", "rotated_key")))))
@@ -200,10 +193,9 @@ def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
           for r in range(len(p.output_weight))),
         *((item("OUTPUT", b), (_n("token", t), ("merged", "tensors.merged", _at(b, t)),
                                 ("projected", "tensors.output", _at(b, t)))) for b, t in cells),
-        ("PREFIX_PROOF", (("", lambda e: prefix), *(
-            (label, path, lambda held, yes=yes, no=no: yes if held else no)
-            for label, path, yes, no in PROOF_WORDS),
-            ("tolerance", "layout.tolerance", lambda value: _fixed(value, 12)),
+        ("PREFIX_PROOF", (("", lambda e: _prefix(e, KEPT_TRACE, "=", "|")), *(
+            worded(*words) for words in PROOF_WORDS),
+            ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)),
             ("parameters", "parameters.count"),
             ("gradchecks", lambda e: sum(_gradient_counts(e).values())))),
     )
@@ -226,7 +218,6 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
     the head: what the JSON publishes and the text says."""
-    from qkvcli.render.chapters.entries import chapter_checks
     from qkvcli.render.document import gradcheck_json
 
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
@@ -294,11 +285,8 @@ def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
-    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
+    """The JSON report, :data:`JSON_KEYS` in order: the head, then :func:`facts`."""
+    return json_document_of(NAME, evidence, facts(evidence))
 
 
 # --- the figure -----------------------------------------------------------------------------
@@ -307,10 +295,11 @@ def json_document(evidence: MultiHeadEvidence) -> dict[str, Any]:
 def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: the
     stages' shapes, each head's partition (its projected and turned Q with a solid border,
-    K dashed, V double), its causal weights (a later key shown as masked), its outputs,
-    ``W_O``'s rows, the merge and the output per token, then the probes, the checks and
-    the verdict line. A head's Q, K and V stand side by side from 120 columns. The first
-    batch item is drawn.
+    K dashed, V double), its causal weights (a later key shown as masked), its outputs
+    with one worked as its stage's terms, ``W_O``'s rows, the merge and the output per
+    token, then the probes, the checks and the verdict line. Formulas are the stages'
+    (:mod:`qkvcli.render.chapters.figure`), numbers at ``options``' precision. A head's
+    Q, K and V stand side by side where they fit. The first batch item is drawn.
 
     Laid out for the width rich offers when it is printed, down to 40 columns: a vector
     too long for its column is written a few numbers a line (a line ends with its comma),
@@ -320,127 +309,91 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
     from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.ch29 import whole
-    from qkvcli.render.chapters.figure import verdict_text
-    from qkvcli.render.rich.boxes import CARD, KEY, QUERY, VALUE
-    from qkvcli.render.rich.layout import Fitted, status, titled
+    from qkvcli.render.chapters import figure as kit
+    from qkvcli.render.rich.boxes import KEY, QUERY, VALUE
+    from qkvcli.render.rich.layout import Fitted, titled
+    from qkvcli.render.rich.options import RichOptions
 
+    options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
     f, p, pr = evidence.fixture, evidence.primary, evidence.probes
     batch, tokens, d_model = p.input.shape
     heads, d_h = f.spec.heads, p.projected_query.shape[-1]
     per_lines = (None, 2, 1)  # how many numbers a vector's line holds, widest first (None: all)
 
-    def number(value: float) -> str:  # never a false zero: 1e-05 stays visible
-        return fmt_float(float(value) + 0.0, 4)
-
     def row(values: Any, per_line: int | None = None) -> str:
-        found = [number(v) for v in np.asarray(values).reshape(-1)]
+        found = [fmt_float(v, n) for v in np.asarray(values).reshape(-1)]
         step = per_line or max(len(found), 1)
         return ",\n".join(",".join(found[i:i + step]) for i in range(0, len(found), step))
 
-    head = Text.assemble(
-        ("Chapter 30 - multi-head attention", "bold"),
-        f"  d_model {d_model} split into {heads} heads of {d_h}, RoPE base "
-        f"{_fixed(f.spec.table.base, 2)} from position {f.offset}, causal, W_O after the "
-        f"merge; batch item 0 of {batch}  ", status(evidence.passed))
-    stages = Text("shapes: " + " -> ".join(
-        f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
-        for name, shape in p.stages() if name != "output_weight"))
-
     def branches(h: int, per_line: int | None) -> list[Table]:
-        found = []
-        for title, box, style, before, after in (
-                ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
-                ("K", KEY, "magenta", p.projected_key, p.rotated_key),
-                ("V", VALUE, "yellow", p.projected_value, None)):
-            table = Table(title=f"head {h} {title}", box=box, border_style=style)
-            table.add_column("token", justify="right", no_wrap=True)
-            table.add_column("projected", no_wrap=True)
-            if after is not None:
-                table.add_column("turned", no_wrap=True)
-            for t in range(tokens):
-                cells = [str(t), row(before[0, h, t], per_line)]
-                if after is not None:
-                    cells.append(row(after[0, h, t], per_line))
-                table.add_row(*cells)
-            found.append(whole(table))
-        return found
+        return [kit.card(f"head {h} {letter}", ["token", "projected", "turned"][:2 + (after is not None)],
+                         [[str(t), *(row(x[0, h, t], per_line) for x in (before, after) if x is not None)]
+                          for t in range(tokens)], box=box, style=style, left=(1, 2))
+                for letter, box, style, before, after in (
+                    ("Q", QUERY, "cyan", p.projected_query, p.rotated_query),
+                    ("K", KEY, "magenta", p.projected_key, p.rotated_key),
+                    ("V", VALUE, "yellow", p.projected_value, None))]
 
-    def weights(h: int, with_output: bool) -> Table:
+    def weights(h: int, with_output: bool | None) -> Table:
+        # ``None``: one row per query and key, for the narrowest screens
         title = "weights (masked: a later key) and output" if with_output else (
             "weights (masked: a later key)")
-        table = Table(title=f"head {h}: {title}", box=CARD)
-        table.add_column("query", justify="right", no_wrap=True)
-        for k in range(tokens):
-            table.add_column(f"key {k}", justify="right", no_wrap=True)
-        if with_output:
-            table.add_column("output", no_wrap=True)
-        for q in range(tokens):
-            table.add_row(str(q), *(number(p.attention[0, h, q, k]) if k <= q else "masked"
-                                    for k in range(tokens)),
-                          *([row(p.head_outputs[0, h, q])] if with_output else []))
-        return whole(table)
+        if with_output is None:
+            return kit.card(f"head {h}: {title}", ["query", "key", "weight"],
+                        [[str(q) if k == 0 else "", str(k), fmt_float(p.attention[0, h, q, k], n)
+                          if k <= q else "masked"] for q in range(tokens) for k in range(tokens)])
+        return kit.card(f"head {h}: {title}", ["query", *(f"key {k}" for k in range(tokens)),
+                                          *(["output"] if with_output else [])],
+                    [[str(q), *(fmt_float(p.attention[0, h, q, k], n) if k <= q else "masked"
+                                for k in range(tokens)),
+                      *([row(p.head_outputs[0, h, q])] if with_output else [])]
+                     for q in range(tokens)], left=(tokens + 1,))
 
-    def outputs(h: int, per_line: int | None) -> Table:
-        table = Table(title=f"head {h}: output", box=CARD)
-        table.add_column("query", justify="right", no_wrap=True)
-        table.add_column("output", no_wrap=True)
-        for q in range(tokens):
-            table.add_row(str(q), row(p.head_outputs[0, h, q], per_line))
-        return whole(table)
+    def vectors(title: str, headers: list[str], columns: tuple[Any, ...], count: int,
+                per_line: int | None) -> Table:
+        return kit.card(title, headers, [[str(i), *(row(c[i], per_line) for c in columns)]
+                                     for i in range(count)], left=(1, 2))
 
-    parts: list[Any] = [head, stages]
+    parts: list[Any] = [
+        kit.heading("Chapter 30 - multi-head attention", f"d_model {d_model} split into {heads} "
+                f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base, kit.SETTING)} from position "
+                f"{f.offset}, causal, W_O after the merge; batch item 0 of {batch}",
+                evidence.passed),
+        Text("shapes: " + " -> ".join(
+            f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
+            for name, shape in p.stages() if name != "output_weight")),
+        kit.element("head split", options), kit.element("rope", options)]
     for h in range(heads):
-        features = f"{h * d_h}-{(h + 1) * d_h - 1}"
-        stacked: list[Any] = [Group(*branches(h, per_line)) for per_line in per_lines]
-        if width >= 120:
-            side = Table.grid(padding=(0, 1))
-            side.add_row(*branches(h, None))
-            stacked.insert(0, side)
-        parts += [titled(f"head {h}: features {features}"), Fitted(stacked), Fitted([
-            weights(h, True),
-            *(Group(weights(h, False), outputs(h, per_line)) for per_line in per_lines)])]
-
-    def merged(per_line: int | None) -> Table:
-        table = Table(title="merged heads, then W_O", box=CARD)
-        table.add_column("token", justify="right", no_wrap=True)
-        table.add_column("merged", no_wrap=True)
-        table.add_column("output", no_wrap=True)
-        for t in range(tokens):
-            table.add_row(str(t), row(p.merged[0, t], per_line), row(p.output[0, t], per_line))
-        return whole(table)
-
-    def mixing(per_line: int | None) -> Table:
-        table = Table(title="W_O: where each merged feature goes", box=CARD)
-        table.add_column("merged feature", justify="right", no_wrap=True)
-        table.add_column("output features", no_wrap=True)
-        for r in range(p.output_weight.shape[0]):
-            table.add_row(str(r), row(p.output_weight[r], per_line))
-        return whole(table)
-
-    facts = [
-        ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
-        ("last token changed", ", ".join(
-            [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
-             for t, same in enumerate(pr.prefix_unchanged)]
-            + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"])),
-        ("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}"),
-        ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
-        ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
-        ("gradient check", f"{evidence.gradcheck.count} coordinates within "
-         f"{_fixed(f.tolerance)}: {fmt_bool(evidence.gradcheck.passed)}"),
-    ]
-    # the labels never wrap, so a detail's longest word is measured beside them whole
-    shown_facts = Table.grid(padding=(0, 2))
-    shown_facts.add_column(no_wrap=True, min_width=max(len(label) for label, _ in facts))
-    shown_facts.add_column()
-    for label, detail in facts:
-        shown_facts.add_row(label, detail)
-    checks = Table(title="checks", box=CARD)
-    checks.add_column("check")
-    checks.add_column("result")
-    for check in evidence.checks:
-        checks.add_row(check.name, status(check.passed))
-    return Group(*parts, Fitted([mixing(n) for n in per_lines]),
-                 Fitted([merged(n) for n in per_lines]), titled("what the heads showed"),
-                 shown_facts, checks, Text(), verdict_text(evidence.checks))
+        side = Table.grid(padding=(0, 1))
+        side.add_row(*branches(h, None))
+        stacked: list[Any] = [side, *(Group(*branches(h, per_line)) for per_line in per_lines)]
+        parts += [titled(f"head {h}: features {h * d_h}-{(h + 1) * d_h - 1}"), Fitted(stacked),
+                  Text(kit.formula(options, "scores", "scale", "mask", "softmax", "mixture"),
+                       style="dim"),
+                  Fitted([weights(h, True), *(Group(weights(h, listed), vectors(
+                      f"head {h}: output", ["query", "output"], (p.head_outputs[0, h],),
+                      tokens, per_line)) for listed in (False, None) for per_line in per_lines)])]
+        if tokens:
+            parts.append(kit.mixture_line(f"head {h} o{tokens - 1}", p.attention, p.projected_value,
+                                      (0, h, tokens - 1), p.head_outputs[0, h, tokens - 1],
+                                      options))
+    return Group(
+        *parts, Text(kit.formula(options, "head merge", "output projection"), style="dim"),
+        Fitted([vectors("W_O: where each merged feature goes", ["merged feature", "output features"],
+                        (p.output_weight,), len(p.output_weight), n) for n in per_lines]),
+        Fitted([vectors("merged heads, then W_O", ["token", "merged", "output"],
+                        (p.merged[0], p.output[0]), tokens, n) for n in per_lines]),
+        titled("what the heads showed"),
+        kit.fact_lines([
+            ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
+            ("last token changed", ", ".join(
+                [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"
+                 for t, same in enumerate(pr.prefix_unchanged)]
+                + [f"token {tokens - 1} {'changed' if pr.suffix_changed else 'unchanged'}"])),
+            ("heads isolated", f"before W_O: {fmt_bool(pr.head_isolation)}"),
+            ("split and merge", f"exact inverses: {fmt_bool(pr.split_merge)}"),
+            ("common offset", f"+{f.shift}: weights kept: {fmt_bool(pr.common_offset)}"),
+            ("gradient check", f"{evidence.gradcheck.count} coordinates within "
+             f"{fmt_general(f.tolerance, kit.SETTING)}: {fmt_bool(evidence.gradcheck.passed)}"),
+        ]), *kit.closing(evidence.checks))

@@ -8,22 +8,16 @@ values and outputs at 9; weights and differences at 12.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkvcli.chapters.ch37 import NAME, IncrementalEvidence, StepEvidence
-from qkvcli.render.facts import (
-    entries,
-    json_of,
-    layout,
-    scalar,
-    section,
-    shape,
-    tensor,
-    verdict,
-)
-from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_shape
+from qkvcli.chapters.ch37 import NAME, IncrementalEvidence
+from qkvcli.render.chapters.entries import Table, refusals
+from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.facts import entries, report, said, scalar, section, shape, tensor, verdict
+from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_float, fmt_general
 
 if TYPE_CHECKING:
     from qkvcli.core.results import FamilyCheck
@@ -34,76 +28,85 @@ TRACE_NEXT = "cached-generation"
 ERROR_CASES = ("two_tokens", "full_cache", "model_mismatch", "head_mismatch", "layer_mismatch",
                "rope_mismatch", "rope_positions_mismatch", "nonfinite_projection")
 """The eight refusals, in the report's order (each ``true`` when refused exactly with
-the cache unchanged), then ``unchanged``: all of them."""
+the cache unchanged), then ``unchanged``: every bad step left its cache as it was (the
+JSON's ``unchanged`` of each refusal)."""
 
 
-def _fixed(decimals: int) -> Any:
-    return lambda value: course_fixed(value, decimals)
-
-
-def _refused(evidence: IncrementalEvidence, case: str) -> str:
-    return fmt_bool({refusal.case: refusal.rejected for refusal in evidence.errors}.get(case, False))
+def _refused(errors: list[dict[str, Any]], case: str) -> str:
+    return fmt_bool(any(e["case"] == case and e["rejected"].value for e in errors))
 
 
 CONFIG = (*((name, f"config.{name}") for name in ("batch", "tokens", "model_width", "heads",
                                                     "head_width", "capacity")),
-          ("rope_base", "config.rope_base", _fixed(6)),
-          ("tolerance", "config.tolerance", _fixed(12)))
-ERRORS = (*((case, lambda e, case=case: _refused(e, case)) for case in ERROR_CASES),
-          ("unchanged", lambda e: fmt_bool(e.unchanged)))
-TABLE: tuple[tuple[str, tuple[str, Any]], ...] = (
-    ("config", ("CONFIG", CONFIG)), ("work", ("WORK", (("", "work.*"),))),
-    ("reset", ("RESET", (("", "reset.*"),))), ("errors", ("ERRORS", ERRORS)),
-    ("history", ("HISTORY", (("", "history.*"),))),
-)
+          ("rope_base", "config.rope_base", partial(course_fixed, precision=6)),
+          ("tolerance", "config.tolerance", partial(course_fixed, precision=12)))
+ERRORS = (*((case, "errors", lambda errors, case=case: _refused(errors, case))
+            for case in ERROR_CASES),
+          ("unchanged", "errors", lambda errors: fmt_bool(all(e["unchanged"].value for e in errors))))
+SHARED = {"config": ("CONFIG", CONFIG), "work": ("WORK", (("", "work.*"),)),
+          "reset": ("RESET", (("", "reset.*"),)), "errors": ("ERRORS", ERRORS),
+          "history": ("HISTORY", (("", "history.*"),))}
 """The lines the text and the trace share, by the text's key: the trace's key and the
 facts (the work, the reset and the history each say every fact of their section)."""
-TABLE_OF = dict(TABLE)
 
 
-def _lines(evidence: IncrementalEvidence, keys: tuple[str, ...], trace: bool) -> list[str]:
-    table = tuple((TABLE_OF[key][0] if trace else key, TABLE_OF[key][1]) for key in keys)
-    return layout(facts(evidence), evidence, table, "|" if trace else " ", "=" if trace else ":",
-                  "|" if trace else "=")
+def _shared(names: str, trace: bool) -> Table:
+    return tuple((SHARED[name][0] if trace else name, SHARED[name][1]) for name in names.split())
+
+
+def _of(i: int, name: str, decimals: int | None = None, head: int | None = None) -> tuple[str, Any]:
+    """A part reading fact ``name`` of step ``i`` (``head``: that head's slice), in the
+    course's fixed point at ``decimals`` (``None``: as its kind is said)."""
+    def spell(steps: list[dict[str, Any]]) -> str:
+        fact = steps[i][name]
+        if decimals is None:
+            return said(fact)
+        value = fact.value if head is None else fact.value[:, head]
+        return course_vector(value, decimals) if np.ndim(value) else course_fixed(value, decimals)
+    return ("steps", spell)
+
+
+def _step_text(i: int) -> tuple[str, Any]:
+    return ("step", (("position", *_of(i, "position")),
+                     ("cache", "steps", lambda st: f"{st[i]['cache_before']}->{st[i]['cache_after']}"),
+                     ("shape", *_of(i, "cache_shape")),
+                     ("max_abs_diff", *_of(i, "max_abs_difference", 12)),
+                     ("output", *_of(i, "output", 9))))
+
+
+def _step_trace(i: int, heads: int) -> Table:
+    at = ("position", *_of(i, "position"))
+    return (
+        ("STEP", (at, *((name, *_of(i, name)) for name in ("cache_before", "cache_after")),
+                  ("input", *_of(i, "input", 6)), ("cache_shape", *_of(i, "cache_shape")))),
+        *(("HEAD", (at, ("head", lambda e, h=h: h), *(
+            (label, *_of(i, name, decimals, h)) for label, name, decimals in (
+                ("appended_key", "appended_key", 9), ("appended_value", "appended_value", 9),
+                ("keys", "cached_keys", 9), ("values", "cached_values", 9),
+                ("weights", "weights", 12))))) for h in range(heads)),
+        ("MATCH", (at, ("incremental", *_of(i, "output", 9)),
+                   ("full", *_of(i, "full_prefix_last_row", 9)),
+                   ("max_abs_diff", *_of(i, "max_abs_difference", 12)))))
 
 
 def text(evidence: IncrementalEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
-    lines = [f"chapter={NAME}", *_lines(evidence, ("config",), False)]
-    for s in evidence.steps:
-        lines.append(f"step=position:{s.position} cache:{s.cache_before}->{s.cache_after} "
-                     f"shape:{fmt_shape(s.cache_shape)} "
-                     f"max_abs_diff:{course_fixed(s.max_abs_difference, 12)} "
-                     f"output:{course_vector(s.output, 9)}")
-    lines += [*_lines(evidence, ("work", "reset", "errors", "history"), False), f"next={NEXT}"]
-    return "\n".join(lines) + "\n"
-
-
-def _head_lines(s: StepEvidence) -> list[str]:
-    return [f"HEAD|position={s.position}|head={h}"
-            f"|appended_key={course_vector(s.appended_key[:, h], 9)}"
-            f"|appended_value={course_vector(s.appended_value[:, h], 9)}"
-            f"|keys={course_vector(s.keys[:, h], 9)}|values={course_vector(s.values[:, h], 9)}"
-            f"|weights={course_vector(s.weights[:, h], 12)}"
-            for h in range(s.keys.shape[1])]
+    return report(facts(evidence), evidence, (
+        ("chapter", lambda e: NAME), *_shared("config", False),
+        *(_step_text(i) for i in range(len(evidence.steps))),
+        *_shared("work reset errors history", False), ("next", lambda e: NEXT)))
 
 
 def trace(evidence: IncrementalEvidence) -> str:
     """The chapter's diagram trace: the configuration; per step the token, each head's
     appended key and value, its cached keys and values and its weights, and the step
     against the whole pass; then the work, the reset, the refusals and the history."""
-    lines = ["INCREMENTAL_ATTENTION_TRACE_V1", *_lines(evidence, ("config",), True)]
-    for s in evidence.steps:
-        lines.append(f"STEP|position={s.position}|cache_before={s.cache_before}"
-                     f"|cache_after={s.cache_after}|input={course_vector(s.input, 6)}"
-                     f"|cache_shape={fmt_shape(s.cache_shape)}")
-        lines += _head_lines(s)
-        lines.append(f"MATCH|position={s.position}|incremental={course_vector(s.output, 9)}"
-                     f"|full={course_vector(s.full, 9)}"
-                     f"|max_abs_diff={course_fixed(s.max_abs_difference, 12)}")
-    lines += [*_lines(evidence, ("work", "reset", "errors", "history"), True),
-              f"END|next={TRACE_NEXT}"]
-    return "\n".join(lines) + "\n"
+    heads = evidence.fixture.spec.heads
+    return "INCREMENTAL_ATTENTION_TRACE_V1\n" + report(facts(evidence), evidence, (
+        *_shared("config", True),
+        *(line for i in range(len(evidence.steps)) for line in _step_trace(i, heads)),
+        *_shared("work reset errors history", True), ("END", (("next", lambda e: TRACE_NEXT),))),
+        True)
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -148,6 +151,7 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
                         incremental_rows=s.incremental_rows, reused_rows=s.reused_rows),
     } for s in evidence.steps]
     w, r, h = evidence.work, evidence.reset, evidence.history
+    kept = dict(zip((e.case for e in evidence.errors), evidence.kept, strict=True))
     return {
         "checks": checks_json(NAME, evidence.checks, lambda check: _detail(evidence, check)),
         "config": section(batch=batch, tokens=tokens, model_width=width, heads=f.spec.heads,
@@ -165,9 +169,8 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
                          allocation_reused=verdict(r.allocation_reused),
                          storage_unchanged=verdict(r.storage_unchanged),
                          replay_identical=verdict(evidence.replay_bitwise)),
-        "errors": entries([{"case": e.case, "expected": e.expected, "raised": e.raised or None,
-                            "rejected": verdict(e.rejected), "message": e.message}
-                           for e in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "expected", "raised", "rejected", "unchanged",
+                                             "message"), unchanged=lambda e: verdict(kept[e.case])),
         "history": section(
             newest_query_key_rows=shape(h.newest_query_key_rows),
             complete_prefix_rows_per_projection=h.complete_prefix_rows_per_projection,
@@ -177,11 +180,8 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
-    """The JSON report as a dictionary with :data:`JSON_KEYS` in order: the head, then
-    :func:`facts` by the one walk (floats are numbers, tensors ``{"shape", "values"}``)."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=NAME, passed=evidence.passed), **json_of(facts(evidence))}
+    """The JSON report, :data:`JSON_KEYS` in order: the head, then :func:`facts`."""
+    return json_document_of(NAME, evidence, facts(evidence))
 
 
 # --- the figure -----------------------------------------------------------------------------
@@ -190,55 +190,48 @@ def json_document(evidence: IncrementalEvidence) -> dict[str, Any]:
 def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | None = None) -> Any:
     """The chapter's picture as a rich renderable, in the order of :func:`trace`: per step
     the cache before and after, its weights per head and its output against the whole
-    pass; then the work, the reset, the refusals, the checks and the verdict line. The
-    first batch item is drawn."""
+    pass; then the work, the reset, the refusals, the checks and the verdict line. Formulas
+    and the worked line are the stages' (:mod:`qkvcli.render.chapters.figure`), numbers at
+    ``options``' precision. The first batch item is drawn."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    from qkvcli.render.chapters.figure import verdict_text
-    from qkvcli.render.rich.boxes import CARD
-    from qkvcli.render.rich.layout import status, titled
+    from qkvcli.render.chapters import figure as kit
+    from qkvcli.render.rich.layout import titled
+    from qkvcli.render.rich.options import RichOptions
+    from qkvcli.stages.terms import largest_difference
 
-    f = evidence.fixture
+    options = options or RichOptions()
+    n = options.precision  # every number of the figure at the caller's precision
+    f, w, r = evidence.fixture, evidence.work, evidence.reset
     heads = f.spec.heads
-
-    def row(values: Any) -> str:  # a comma ends a line where the column wraps
-        return ", ".join(course_fixed(float(v), 4) for v in np.asarray(values).reshape(-1))
-
-    head = Text.assemble(
-        ("Chapter 37 - incremental attention", "bold"),
-        f"  a KV cache of {f.capacity} positions, {heads} heads of "
-        f"{f.spec.table.features}, RoPE base {course_fixed(f.spec.table.base, 2)} at the "
-        f"cache's length; batch item 0 of {int(f.input.shape[0])}  ", status(evidence.passed))
-    steps = Table(title="one token a step", box=CARD)
-    steps.add_column("step", no_wrap=True)
-    steps.add_column("weights by head")
-    steps.add_column("output")
-    for s in evidence.steps:
-        steps.add_row(f"{s.position}: cache {s.cache_before} -> {s.cache_after}",
-                      "\n".join(f"{h}: {row(s.weights[0, h])}" for h in range(heads)),
-                      row(s.output[0]))
-    w, r = evidence.work, evidence.reset
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(no_wrap=True)
-    facts.add_column()
-    for label, detail in (
+    worst = max(evidence.steps, key=lambda s: s.max_abs_difference, default=None)
+    return Group(
+        kit.heading("Chapter 37 - incremental attention", f"a KV cache of {f.capacity} positions, "
+                f"{heads} heads of {f.spec.table.features}, RoPE base "
+                f"{fmt_general(f.spec.table.base, kit.SETTING)} at the cache's length; batch item 0 of "
+                f"{int(f.input.shape[0])}", evidence.passed),
+        kit.element("cache append", options),
+        Text(kit.formula(options, "scores", "scale", "softmax", "mixture", "head merge",
+                     "output projection"), style="dim"),
+        kit.card("one token a step", ["step", "weights by head", "output"],
+             [[f"{s.position}: cache {s.cache_before} -> {s.cache_after}",
+               "\n".join(f"{h}: {kit.numbers(s.weights[0, h], options, ', ')}" for h in range(heads)),
+               kit.numbers(s.output[0], options, ", ")] for s in evidence.steps],
+             left=(0, 1, 2), wrap=True),
+        *([kit.worked(f"max |step {worst.position} - pass|", largest_difference(
+            worst.output, worst.full, worst.max_abs_difference, f.invariant_tolerance,
+            ("step", "pass")), options)] if worst is not None else []),
+        titled("what the cache showed"),
+        kit.fact_lines([
             ("rows per projection", f"{w.incremental_rows_per_projection} step by step, "
              f"{w.full_rows_per_projection} for whole prefixes"),
             ("rows of K and V reused", str(w.avoided_rows_across_kv)),
-            ("largest |step - pass|", course_fixed(max(
-                (s.max_abs_difference for s in evidence.steps), default=0.0), 12)),
+            ("largest |step - pass|", fmt_float(max(
+                (s.max_abs_difference for s in evidence.steps), default=0.0), n)),
             ("reset", f"{r.before} -> {r.after}, storage kept: "
              f"{fmt_bool(r.allocation_reused and r.storage_unchanged)}, replay identical: "
              f"{fmt_bool(evidence.replay_bitwise)}"),
             ("bad steps refused", f"{sum(e.rejected for e in evidence.errors)} of "
-             f"{len(evidence.errors)}, the cache unchanged: {fmt_bool(evidence.unchanged)}")):
-        facts.add_row(label, detail)
-    checks = Table(title="checks", box=CARD)
-    checks.add_column("check")
-    checks.add_column("result")
-    for check in evidence.checks:
-        checks.add_row(check.name, status(check.passed))
-    return Group(head, steps, titled("what the cache showed"), facts, checks, Text(),
-                 verdict_text(evidence.checks))
+             f"{len(evidence.errors)}, the cache unchanged: {fmt_bool(evidence.unchanged)}")]),
+        *kit.closing(evidence.checks))

@@ -80,11 +80,6 @@ def checks_of(evidence: Any) -> tuple[Any, ...]:
     return tuple(getattr(evidence, "checks", ()))
 
 
-def passed(evidence: Any) -> bool:
-    """Whether every family of the chapter's evidence passed."""
-    return all(check.passed for check in checks_of(evidence))
-
-
 def failure_lines(evidence: Any) -> str:
     """``failed: name, name`` and the verdict, for below a failing text report."""
     from qkvcli.render.wording import verdict

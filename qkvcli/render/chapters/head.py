@@ -9,7 +9,7 @@ share. Every published name of the two chapters lives here, each chapter's in it
 :class:`ChapterWords`.
 
 The course prints a zero as ``0.000000`` whatever its sign, as
-:func:`~qkvcli.render.facts.vector` spells a vector (``-inf`` stays).
+:func:`~qkvcli.render.numbers.fmt_vector` spells a vector (``-inf`` stays).
 """
 
 from __future__ import annotations
@@ -21,9 +21,24 @@ import numpy as np
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
 from qkvcli.core.results import Refusal, ShapeProbe
-from qkvcli.render.facts import Fact, Part, entries, json_of, report, scalar, section, shape, tensor, verdict
-from qkvcli.render.facts import vector as vec
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
+from qkvcli.render.chapters.entries import (
+    KEPT_TEXT,
+    KEPT_TRACE,
+    REPLAY,
+    TRACED,
+    Table,
+    chapter_checks,
+    checked,
+    each,
+    error_lines,
+    invariance,
+    refusals,
+    rejected,
+    shape_of,
+)
+from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -86,8 +101,6 @@ CAUSAL = ChapterWords(
 )
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
-Table = tuple[tuple[str, Any], ...]
-"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
 
 
 def _shaped(probe: ShapeProbe, name: str) -> tuple[int, ...]:
@@ -106,7 +119,7 @@ def words(evidence: HeadChapterEvidence) -> ChapterWords:
 
 def mixture_terms(terms: Any) -> str:
     """One query's terms ``A[i,j] V[j]`` (``[T,d_v]``) as ``[[..],[..]]``."""
-    return "[" + ",".join(vec(row) for row in np.asarray(terms)) + "]"
+    return "[" + ",".join(fmt_vector(row) for row in np.asarray(terms)) + "]"
 
 
 def mask_text(mask: Any) -> str:
@@ -125,35 +138,21 @@ def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
 
 # --- the text and the trace: tables over the facts -------------------------------------
 
-def _shape_of(value: Any) -> str:
-    return fmt_shape(np.shape(value))
-
-
 def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Table:
-    """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's
-    number is in it; else the line's first part): each part's spelling is a function of
-    the fact and ``i``."""
-    return tuple((key.format(i), (*(() if "{}" in key else (("query", lambda e, i=i: i),)),
-                                  *((label, path, lambda value, i=i, spell=spell: spell(value, i))
-                                    for label, path, spell in parts)))
-                 for i in range(count))
+    """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's number
+    is in it; else the line's first part)."""
+    query: tuple[tuple[Any, ...], ...] = () if "{}" in key else (("query", lambda e, i: i),)
+    return each(key, count, (*query, *parts))
 
 
-ROW = lambda value, i: vec(value[0, i])  # noqa: E731
+ROW = lambda value, i: fmt_vector(value[0, i])  # noqa: E731
 SUM = lambda value, i: fmt_float(value[0, i])  # noqa: E731
 TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
 
 
-def _errors(said: ChapterWords) -> Any:
-    return lambda errors: " ".join(
-        f"{said.error_keys.get(c['case'], c['case'])}:{fmt_bool(c['rejected'].value)}"
-        for c in errors)
-
-
 def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
     """The gradient check's counts, tolerance and verdict (``labels``: the last two's)."""
-    return (*((f"{name}_checks", lambda e, name=name: e.gradcheck.checked(name))
-              for name in ("query", "key", "value")),
+    return (*checked(("query", "key", "value")),
             (labels[0], "gradcheck", lambda g: fmt_float(g["tolerance"])),
             (labels[1], "gradcheck", lambda g: fmt_bool(g["passed"])))
 
@@ -161,36 +160,25 @@ def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
 CONFIG: tuple[Part, ...] = (*((name, f"config.{name}") for name in ("batch", "tokens", "d_k", "d_v")),
                             ("scale", "config.scale", fmt_float))
 OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
-BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", vec)
+BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", fmt_vector)
                                    for name in ("query_gradient", "key_gradient", "value_gradient"))
 GRADIENTS: Table = tuple((name, (path, spell)) for name, path, spell in BACKWARD)
-SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", vec)
+SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", fmt_vector)
                                      for name in ("probabilities", "output")),
                                    *((name, f"single_token.{name}")
                                      for name in ("query_gradient_zero", "key_gradient_zero")))),)
-UPSTREAM: Table = (("upstream", (("", "tensors.upstream", vec),
+UPSTREAM: Table = (("upstream", (("", "tensors.upstream", fmt_vector),
                                  ("", "loss", lambda loss: f"loss={fmt_float(loss)}"))),)
 GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
 HISTORY: Table = (("history", (("", "history.*"),)),)
 CLOSING: Table = (("next", lambda e: words(e).next),)
-TRACE_SPELLINGS = {"tensor": lambda value: f"shape={fmt_shape(np.shape(value))}|values={vec(value)}"}
-"""The trace's spelling of a tensor: ``shape=[1,2,2]|values=[...]``."""
-REPLAY: Part = ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch")
 PROOF: tuple[Part, ...] = (
-    ("row_sum_tolerance", lambda e: f"{e.primary.row_sum_tolerance:.12f}"),
+    ("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
     *_checks(("gradient_tolerance", "gradcheck")))
 
 
 def _tensors(names: str, trace: bool) -> Table:
     return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
-
-
-def _error_records(evidence: HeadChapterEvidence) -> Table:
-    """An ``ERROR`` line per refused input: its case, kind, facts and verdict."""
-    return tuple(("ERROR", ("errors", lambda errors, i=i: "|".join([
-        f"case={errors[i]['case']}", f"kind={errors[i]['kind']}",
-        *(f"{key}={value}" for key, value in errors[i]["facts"].items()),
-        f"rejected={fmt_bool(errors[i]['rejected'].value)}"]))) for i in range(len(evidence.errors)))
 
 
 # --- chapter 27 -------------------------------------------------------------------------
@@ -200,7 +188,7 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
         *OPENING,
         ("config", (*CONFIG, ("masked", "config.masked"), ("softmax_axis", "config.softmax_axis"))),
         *_tensors("query key value dot_products scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", vec)),
+        ("row_sums", ("tensors.row_sums", fmt_vector)),
         *_rows("mixture_query_{}", len(evidence.primary.terms),
                (("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
         *_tensors("output", False),
@@ -212,7 +200,7 @@ def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
         ("empty_batch", tuple((name, f"empty_batch.{name}")
                               for name in ("probabilities", "output", "value_width_probe"))),
         *UPSTREAM, *GRADIENTS, *GRADCHECK,
-        ("errors", ("errors", _errors(SELF_ATTENTION))),
+        ("errors", rejected(SELF_ATTENTION.error_keys)),
         *HISTORY,
         ("same_fixture_replays_bitwise", "replay_bitwise"),
         *CLOSING,
@@ -223,7 +211,7 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
     p, single = evidence.primary, evidence.single
     batch, tokens, _ = p.query.shape
     return (
-        ("META", (("shape", "tensors.query", _shape_of), ("key_width", "config.d_k"),
+        ("META", (("shape", "tensors.query", shape_of), ("key_width", "config.d_k"),
                   ("value_width", "config.d_v"), ("scale", "config.scale", fmt_float),
                   ("softmax_axis", "config.softmax_axis"), ("masked", "config.masked"))),
         *_tensors("query key value dot_products scaled_scores", True),
@@ -232,14 +220,15 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
         *_rows("MIXTURE_ROW", len(p.terms), (
             ("probabilities", "tensors.probabilities", ROW),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
-        ("BACKWARD", (("seed", "tensors.upstream", vec), *BACKWARD)),
+        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), *BACKWARD)),
         ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
         ("SINGLE_TOKEN", (
             ("shape", lambda e: fmt_shape(single.query.shape)),
-            *((name, f"single_token.{name}", vec) for name in ("query", "key", "value")),
-            ("raw", lambda e: vec(single.scores)), ("scaled", lambda e: vec(single.scaled_scores)),
+            *((name, f"single_token.{name}", fmt_vector) for name in ("query", "key", "value")),
+            ("raw", lambda e: fmt_vector(single.scores)),
+            ("scaled", lambda e: fmt_vector(single.scaled_scores)),
             *SINGLE[0][1])),
-        *_error_records(evidence),
+        *error_lines(range(len(evidence.errors))),
         ("HISTORY", (("", "history.*"),)),
         ("PROOF", (*PROOF, REPLAY, ("unmasked", lambda e: fmt_bool(
             not p.mask.size or bool((p.mask == 0.0).all()))))),
@@ -256,20 +245,13 @@ def _future(zero: bool) -> str:
 
 def _arrow(name: str) -> Any:
     """A perturbed row's ``before->after`` (``name``: ``key`` or ``value``)."""
-    return lambda x: f"{vec(x[f'{name}_before'].value)}->{vec(x[f'{name}_after'].value)}"
+    return lambda x: f"{fmt_vector(x[f'{name}_before'].value)}->{fmt_vector(x[f'{name}_after'].value)}"
 
 
-def _invariance(same: tuple[str, str], changed: tuple[str, str, str], labelled: str,
-                between: str) -> Any:
-    """Each earlier position's output kept (``same``: the words for kept and not) and
-    the perturbed one's changed (``changed``: the label's end and its two words)."""
-    def said(x: Any) -> str:
-        last = x["last_changed"].value
-        return between.join([*(f"position_{i}{labelled}{same[0] if kept else same[1]}"
-                               for i, kept in enumerate(x["unchanged_positions"])),
-                             f"position_{x['position']}{changed[0]}{labelled}"
-                             f"{changed[1] if last else changed[2]}"])
-    return said
+def _invariance(words: tuple[str, ...], labelled: str, between: str) -> Any:
+    """The suffix perturbation's prefix proof (:func:`~.entries.invariance`)."""
+    return lambda x: invariance(x["unchanged_positions"], x["position"], x["last_changed"].value,
+                                words, labelled, between)
 
 
 CAUSAL_PROOF: tuple[Part, ...] = (
@@ -282,20 +264,19 @@ def _causal_text(evidence: CausalEvidence) -> Table:
     return (
         *OPENING, ("config", (*CONFIG, ("mask", "config.mask"))),
         *_tensors("query key value mask raw_scores scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", vec)), *_tensors("output", False),
+        ("row_sums", ("tensors.row_sums", fmt_vector)), *_tensors("output", False),
         ("suffix_perturbation", tuple((name, "suffix_perturbation", _arrow(name))
                                       for name in ("key", "value"))),
-        ("perturbed_output", ("suffix_perturbation.perturbed_output", vec)),
-        ("prefix_invariance", ("suffix_perturbation", _invariance(
-            ("true", "false"), ("_changed", "true", "false"), ":", " "))),
+        ("perturbed_output", ("suffix_perturbation.perturbed_output", fmt_vector)),
+        ("prefix_invariance", ("suffix_perturbation", _invariance(KEPT_TEXT, ":", " "))),
         *UPSTREAM, *GRADIENTS,
-        ("prefix_seed", (("", "prefix_gradient.seed", vec), ("", "prefix_gradient.suffix_zero",
+        ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector), ("", "prefix_gradient.suffix_zero",
                                                              lambda zero: "suffix_gradient_zero="
                                                              + fmt_bool(zero)))),
         *SINGLE,
         ("empty_batch", tuple((name, f"empty_batch.{name}")
                               for name in ("probabilities", "output", "valid"))),
-        ("errors", ("errors", _errors(CAUSAL))), *GRADCHECK, *HISTORY,
+        ("errors", rejected(CAUSAL.error_keys)), *GRADCHECK, *HISTORY,
         ("proof", (("tape_finite", "tape_finite"),
                    *CAUSAL_PROOF)),
         *CLOSING,
@@ -304,7 +285,7 @@ def _causal_text(evidence: CausalEvidence) -> Table:
 
 def _causal_trace(evidence: CausalEvidence) -> Table:
     return (
-        ("META", (*((f"{name}_shape", f"tensors.{path}", _shape_of) for name, path in (
+        ("META", (*((f"{name}_shape", f"tensors.{path}", shape_of) for name, path in (
             ("input", "query"), ("score", "raw_scores"), ("mask", "mask"), ("output", "output"))),
             ("tokens", "config.tokens"), ("key_width", "config.d_k"), ("value_width", "config.d_v"),
             ("scale", "config.scale", fmt_float), ("softmax_axis", "config.softmax_axis"),
@@ -317,15 +298,13 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
             ("probabilities", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
         ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *(
-            (name, f"suffix_perturbation.{name}", vec)
+            (name, f"suffix_perturbation.{name}", fmt_vector)
             for name in ("key_before", "key_after", "value_before", "value_after")))),
         ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
         ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
-                               ("", "suffix_perturbation", _invariance(
-                                   ("bitwise-unchanged", "changed"), ("", "changed", "unchanged"),
-                                   "=", "|")))),
-        ("BACKWARD", (("seed", "tensors.upstream", vec), ("loss", "loss", fmt_float), *BACKWARD)),
-        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", vec) for name in (
+                               ("", "suffix_perturbation", _invariance(KEPT_TRACE, "=", "|")))),
+        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss", fmt_float), *BACKWARD)),
+        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", fmt_vector) for name in (
             "seed", "query_gradient", "key_gradient", "value_gradient")),
             ("suffix_zero", "prefix_gradient.suffix_zero"))),
         ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE[0][1])),
@@ -333,7 +312,7 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
                            for name in ("query", "key", "value", "mask")),
                          ("probability_shape", "empty_batch.probabilities"),
                          ("output_shape", "empty_batch.output"), ("valid", "empty_batch.valid"))),
-        *_error_records(evidence),
+        *error_lines(range(len(evidence.errors))),
         ("HISTORY", tuple(("earlier_visibility" if key == "visibility" else key, f"history.{key}")
                           for key, _ in CAUSAL.history)),
         ("PROOF", (("mask_future", "tensors.mask", lambda mask: "negative-infinity"
@@ -353,7 +332,7 @@ def text(evidence: HeadChapterEvidence) -> str:
 
 def trace(evidence: HeadChapterEvidence) -> str:
     """The diagram trace: what the figure shows, one record a line."""
-    return report(facts(evidence), evidence, _table(evidence, True), True, TRACE_SPELLINGS)
+    return report(facts(evidence), evidence, _table(evidence, True), True, TRACED)
 
 
 def _table(evidence: HeadChapterEvidence, trace: bool) -> Table:
@@ -367,7 +346,6 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) after the JSON's head: every
     tensor with its axes named, probe, case and verdict, in a declared order (chapter
     28's tensors add the mask and the masked scores, and its own probes)."""
-    from qkvcli.render.chapters.entries import chapter_checks
     from qkvcli.render.document import coordinate_json
 
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
@@ -450,9 +428,10 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
                                    "checked": len(c.checks), "passed": c.passed,
                                    "checks": [coordinate_json(k) for k in c.checks]}
                                   for c in g.tensors]},
-        "errors": entries([{"case": c.case, "kind": said.error_kinds.get(c.expected, c.expected),
-                            "facts": dict(facts_of(c, said)), "rejected": verdict(c.rejected),
-                            "raised": c.raised, "message": c.message} for c in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "kind", "facts", "rejected", "raised",
+                                             "message"), raised=lambda c: c.raised,
+                           kind=lambda c: said.error_kinds.get(c.expected, c.expected),
+                           facts=lambda c: dict(facts_of(c, said))),
         "history": dict(said.history),
         "replay_bitwise": verdict(evidence.replay_bitwise),
         "next": said.next_chapter,
@@ -460,49 +439,51 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
 
 
 def json_document(evidence: HeadChapterEvidence) -> dict[str, Any]:
-    """The JSON report: the head, then :func:`facts` by the one walk."""
-    from qkvcli.render.document import head
-
-    return {**head("run", chapter=evidence.chapter, passed=evidence.passed),
-            **json_of(facts(evidence))}
+    """The JSON report: the head, then :func:`facts`."""
+    return json_document_of(evidence.chapter, evidence, facts(evidence))
 
 
 def figure(evidence: HeadChapterEvidence, width: int,
            options: RichOptions | None = None) -> RenderableType:
     """The chapter's figure: the trace's records drawn (Q, K, V, the scores, each query's
     probabilities and visible keys, the mixture, the reverse pass, the chapter's probes,
-    the rejected inputs, the history and the checks). ``width`` is the console's; the
-    layout adapts to it when printed."""
+    the rejected inputs, the history and the checks), every number at ``options``'
+    precision. ``width`` is the console's; the layout adapts to it when printed."""
     from qkvcli.render.chapters import figure as drawn
     from qkvcli.render.rich.layout import Row
     from qkvcli.render.rich.options import RichOptions
 
     options = options or RichOptions()
-    number = options.precision
+    n = options.precision  # every number of the figure at the caller's precision
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
                              evidence.gradcheck, words(evidence))
-    one = (f"probability {vec(single.probabilities)}, output {vec(single.output)}, "
+
+
+    def row(values: Any) -> str:
+        return f"[{drawn.numbers(values, options)}]"
+
+    one = (f"probability {row(single.probabilities)}, output {row(single.output)}, "
            "no gradient to Q or K")
     refused = drawn.facts_part("Rejected inputs", [
         (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
     history = drawn.facts_part("History", [(None, key, value) for key, value in said.history])
     proof = drawn.facts_part("Proof", [
-        (p.rows_sum_to_one, "row sums", f"within {p.row_sum_tolerance:.12f}"),
+        (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
         (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
-         f"{g.checked('value')} coordinates, tolerance {fmt_float(g.tolerance)}"),
+         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance, drawn.SETTING)}"),
         (evidence.replay_bitwise, "replay", "bit for bit"),
     ])
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         later = drawn.facts_part("A later token", [
             (None, "perturbed", f"position {x.position} of batch item 0: key "
-             f"{vec(x.key_before)} -> {vec(x.key_after)}, value {vec(x.value_before)} -> "
-             f"{vec(x.value_after)}"),
+             f"{row(x.key_before)} -> {row(x.key_after)}, value {row(x.value_before)} -> "
+             f"{row(x.value_after)}"),
             *((same, f"position {i}", "bitwise unchanged" if same else "changed")
               for i, same in enumerate(x.unchanged)),
             (x.last_changed, f"position {x.position}",
              f"{'changed' if x.last_changed else 'unchanged'}: now "
-             f"{vec(x.perturbed_output[0, x.position])}"),
+             f"{row(x.perturbed_output[0, x.position])}"),
             (x.suffix_zero, "prefix seed", f"zero from position {x.suffix_start}: dQ, dK, dV "
              f"there {'exactly 0' if x.suffix_zero else 'not 0'}"),
         ], x.invariant and x.suffix_zero)
@@ -519,9 +500,9 @@ def figure(evidence: HeadChapterEvidence, width: int,
         assert isinstance(evidence, SelfAttentionEvidence)
         s, b = evidence.scale, evidence.batch
         probes = drawn.facts_part("Probes", [
-            (s.holds, "scale probe", f"unscaled focus {fmt_float(s.unscaled_focus, number)}, "
-             f"scaled {fmt_float(s.scaled_focus, number)}, orthogonal key "
-             f"{fmt_float(s.orthogonal_probability, number)}: "
+            (s.holds, "scale probe", f"unscaled focus {fmt_float(s.unscaled_focus, n)}, "
+             f"scaled {fmt_float(s.scaled_focus, n)}, orthogonal key "
+             f"{fmt_float(s.orthogonal_probability, n)}: "
              f"{'softened' if s.softened else 'not softened'}"),
             (single.holds, "single token", one),
             (evidence.batch_isolated, "batch of two", f"{fmt_shape(evidence.operands(b)[0])} in, "
