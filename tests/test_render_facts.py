@@ -76,3 +76,41 @@ def test_a_report_is_the_table_laid_out_as_text_or_as_trace_a_line_each() -> Non
     assert report(facts, 4, table, True, {"values": lambda v: "V"}) == (
         "probe|rows=V|held=true\ncount|n=3|twice=8\n")
     assert report(facts, 4, ()) == ""
+
+
+def test_a_tensor_streams_through_the_text_per_the_tensors_policy() -> None:
+    from qkvcli.render.facts import bare, pieces
+
+    big = np.arange(5000.0)
+    facts = {"t": tensor(big), "small": tensor(np.ones(2))}
+    table = (("t", "t"), ("values", ("small", bare)))
+    full = "".join(pieces(facts, None, table, tensors="full", precision=1))
+    assert full.startswith("t=shape:[5000] values:[0.0,1.0,") and full.endswith("values=[1.0,1.0]\n")
+    summary = "".join(pieces(facts, None, table, tensors="summary"))
+    assert "sha256:" in summary.splitlines()[0] and summary.splitlines()[1] == (
+        "values=[1.000000,1.000000]")
+
+
+def test_the_streamed_json_is_the_dumped_json_byte_for_byte() -> None:
+    from qkvcli.render.facts import dumps, json_pieces
+
+    facts = {"t": tensor(np.array([[1.5, -np.inf]])), "n": scalar(2.0),
+             "digest": tensor(np.ones(3), policy="none")}
+    whole = dumps({"head": 1, **json_of(facts, "full")})
+    assert "".join(json_pieces({"head": 1}, facts, "full")) == whole
+    assert json_of(facts, "full")["digest"].keys() == {"shape", "count", "sha256"}
+
+
+def test_a_record_is_read_by_the_text_and_published_only_for_the_json() -> None:
+    from qkvcli.render.facts import record
+
+    calls: list[int] = []
+    facts = {"g": record(7, lambda v: calls.append(v) or {"seven": v})}
+    assert report(facts, None, (("g", ("g", lambda v: v * 2)),)) == "g=14\n" and not calls
+    assert json_of(facts) == {"g": {"seven": 7}} and calls == [7]
+
+
+def test_columns_align_cells_left_or_right_without_trailing_spaces() -> None:
+    from qkvcli.render.facts import columns
+
+    assert columns([("a", "bb", "c"), ("ccc", "d", "")], {1}) == ["a    bb  c", "ccc   d"]

@@ -20,25 +20,25 @@ from qkvcli.core.invariants import FutureZero, RowSums
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
-from qkvcli.render.decode import decode_details, decode_json, decode_lines
-from qkvcli.render.document import (
-    check_entry,
-    dumps,
-    gradcheck_json,
-    head,
-    json_float,
-    tensor_json,
+from qkvcli.render.decode import decode_details, decode_facts, decode_table
+from qkvcli.render.document import check_entry, dumps, gradcheck_json, head
+from qkvcli.render.facts import (
+    Table,
+    entries,
+    json_of,
+    record,
+    scalar,
+    section,
+    shape,
+    tensor,
+    values,
+    verdict,
 )
-from qkvcli.render.numbers import (
-    fmt_bool,
-    fmt_float,
-    fmt_general,
-    fmt_shape,
-    fmt_vector,
-    iter_vector,
-)
+from qkvcli.render.facts import pieces as laid
+from qkvcli.render.numbers import fmt_bool, fmt_exact, fmt_float, fmt_general, fmt_shape, fmt_vector
 from qkvcli.render.views import Asked
-from qkvcli.render.wording import FAMILY_WORDS, Check, verdict
+from qkvcli.render.wording import FAMILY_WORDS, Check
+from qkvcli.render.wording import verdict as verdict_line
 
 if TYPE_CHECKING:
     from qkvcli.core.rope import Rope
@@ -179,7 +179,7 @@ def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
             f"{fmt_general(a.min_attention, 6)} >= 0; max |row sum - 1| "
             f"{fmt_general(a.max_row_deviation)} <= {fmt_general(a.tolerance)} (4 T eps)")
     mask = (f"causal{', per head' if layer else ''}: largest weight above the diagonal "
-            f"{m.max_masked_attention!r} (must be exactly 0)" if m.applicable
+            f"{fmt_exact(m.max_masked_attention)} (must be exactly 0)" if m.applicable
             else "not applicable: no causal mask")
     if layer:
         hull = ("per head: O_h = sum_j A_ij v_j recomputed term by term (largest residual "
@@ -197,8 +197,8 @@ def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
         forward = "scores [B,T,T], output [B,T,d_v], all finite"
         reverse = ("dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped",
                    "a gradient is not finite or misshapen")
-    gradcheck = (f"{'whole layer: ' if layer else ''}{g.count} coordinates, step {g.step!r}, "
-                 f"tolerance {g.tolerance!r}")
+    gradcheck = (f"{'whole layer: ' if layer else ''}{g.count} coordinates, step {fmt_exact(g.step)}, "
+                 f"tolerance {fmt_exact(g.tolerance)}")
     return {"forward": (forward, "a forward tensor is not finite or misshapen"),
             "attention": (rows, rows), "mask": (mask, mask), "hull": (hull, hull),
             "reverse": reverse, "gradcheck": (gradcheck, gradcheck)}
@@ -241,7 +241,7 @@ def attend_checks(evidence: AttendEvidence) -> tuple[Check, ...]:
 
 def attend_verdict(evidence: AttendEvidence) -> str:
     """``verdict: PASS (8 of 8 checks passed)``, or ``FAIL`` (:func:`~qkvcli.render.wording.verdict`)."""
-    return verdict(evidence.passed, sum(c.passed for c in evidence.checks), len(evidence.checks))
+    return verdict_line(evidence.passed, sum(c.passed for c in evidence.checks), len(evidence.checks))
 
 
 def note_text(note: Note) -> str:
@@ -269,6 +269,108 @@ def upstream_source(evidence: AttendEvidence) -> str:
     return f"U from SplitMix64(seed {evidence.seed}) uniform [-1,1)"
 
 
+def _spelt(value: Any) -> str:
+    """A value of ``config`` in the ``function=`` line: a flag ``true``, a float as given,
+    a list ``[a,b]``, a mapping ``key=value,...``, a name with its controls escaped."""
+    if isinstance(value, bool):
+        return fmt_bool(value)
+    if isinstance(value, float):
+        return fmt_exact(value)
+    if isinstance(value, list):
+        return "[" + ",".join(map(_spelt, value)) + "]"
+    if isinstance(value, dict):
+        return ",".join(f"{key}={_spelt(item)}" for key, item in value.items())
+    return escape_controls(str(value))
+
+
+UNSAID = ("scale_given", "parameter_sources")
+"""What a real layer adds to ``config`` that the ``function=`` line does not say (the
+``scale=`` line says the one, the other is the checkpoint's)."""
+
+
+def _function(found: dict[str, Any]) -> str:
+    """The ``function=`` line's words: what a real layer adds to ``config``, a list written
+    without its brackets (``alibi:0.5,0.25``)."""
+    return " ".join(f"{key}:{_spelt(value)[1:-1] if isinstance(value, list) else _spelt(value)}"
+                    for key, value in found.items() if key not in UNSAID)
+
+
+def _heads_line(h: dict[str, Any], precision: int) -> str:
+    w, m, hull = h["weights"].value, h["mask"].value, h["hull"].value
+    return (f"{h['head']} {'PASS' if h['passed'].value else 'FAIL'} "
+            f"min_weight:{fmt_float(w['min_weight'].value, precision)} "
+            f"max_row_deviation:{fmt_float(w['max_row_deviation'].value, precision)} "
+            f"max_masked_weight:{fmt_float(m['max_masked_weight'].value, precision)} "
+            f"hull_residual:{fmt_float(hull['barycentric_residual'].value, precision)} "
+            f"box_violations:{hull['box_violations']}")
+
+
+FORWARD_COMMENT = ("# forward: Q,K,V projections; S = Q K^T; Z = S*scale (causal: -inf above "
+                   "the diagonal); A = softmax(Z) (row max subtracted); O = A V")
+REVERSE_COMMENT = ("dA = dO V^T, dV = A^T dO, dZ = A*(dA - rowsum(dA*A)), dS = dZ*scale, "
+                   "dQ = dS K, dK = dS^T Q, dX = sum of three paths")
+
+
+def _comment(words: str) -> tuple[str, Any]:
+    """A line of words alone, no key (a ``#`` comment, the verdict)."""
+    return ("", lambda e: words)
+
+
+def _text(evidence: AttendEvidence, found: dict[str, Any], precision: int) -> Table:
+    """The text's lines over the evidence's facts: the configuration, every tensor in the
+    order of the data flow, each query's row, the reverse, the checks, the verdict."""
+    c = evidence.config
+
+    def tensors(names: tuple[str, ...]) -> Table:
+        shown = found["tensors"].value
+        return tuple((published_name(name, c), f"tensors.{published_name(name, c)}")
+                     for name in names if published_name(name, c) in shown)
+
+    def row(r: dict[str, Any]) -> str:
+        return (f"b{r['batch']} t{r['token']} weights:{fmt_vector(r['weights'].value, precision)} "
+                f"sum:{fmt_float(r['weight_sum'].value, precision)} "
+                f"output:{fmt_vector(r['output'].value, precision)}")
+
+    function = _function(_function_json(c))
+    return (
+        ("attend", lambda e: escape_controls(e.chapter)),
+        ("formula", lambda e: formula_of(c)),
+        ("config", (*((name, f"config.{name}") for name in (
+            "batch", "tokens", "d_model", "d_k", "d_v", "causal", "value_width")),
+            ("bias", "config.bias", lambda b: ",".join(f"{k}={fmt_bool(v)}" for k, v in b.items())))),
+        ("layout", (("", "config.layout", lambda v: f"{v}:"), ("", "config.layout_description"))),
+        *(() if c.heads is None else (("layer", (*((name, f"config.{name}") for name in (
+            "heads", "d_k", "d_v", "e_out")), ("out_projection", "config.out_projection",
+                                               lambda v: v or "none"))),)),
+        ("parameter_names", ("parameter_names", lambda names: f"[{','.join(names)}]")),
+        ("parameter_count", "parameter_count"),
+        *(() if not function else (("function", lambda e: function),)),
+        ("scale", ("config.scale", lambda v: f"{fmt_float(v, precision)} (given, not "
+                   f"1/sqrt({c.d_k}))" if c.scale_given else f"1/sqrt({c.d_k})={fmt_float(v, precision)}")),
+        _comment("# parameters and input"), *tensors(PARAMETERS),
+        _comment(FORWARD_COMMENT), *tensors(FORWARD),
+        _comment("# each query position: its weights over the keys and its output"),
+        *(("token", ("rows", lambda rows, i=i: row(rows[i]))) for i in range(len(evidence.rows))),
+        _comment(f"# reverse: L = <O,U>, {upstream_source(evidence)}; {REVERSE_COMMENT}"),
+        ("loss", ("loss", lambda v: fmt_float(v, precision))), *tensors(REVERSE),
+        *decode_table(evidence.decode),
+        _comment("# checks"),
+        *(("check", lambda e, ch=ch: f"{ch.name} {'PASS' if ch.passed else 'FAIL'} {ch.detail}")
+          for ch in attend_checks(evidence)),
+        *(("head", ("heads", lambda heads, i=i: _heads_line(heads[i], precision)))
+          for i in range(len(evidence.heads))),
+        *(("gradcheck", lambda e, t=t: f"{checked_name(t.tensor, c)} mode:{t.mode} "
+           f"checked:{len(t.checks)} requested:{t.requested} "
+           f"recomputes:{t.recomputes.replace(' ', '_')} {'PASS' if t.passed else 'FAIL'}")
+          for t in evidence.gradcheck.tensors),
+        *(("probe", ("probes", lambda probes, i=i: " ".join(
+            f"{name}:{fmt_shape(shape.value)}" for name, shape in probes[i].items())))
+          for i in range(len(evidence.probes))),
+        *(("note", lambda e, n=n: f"{n.code} {note_text(n)}") for n in evidence.notes),
+        _comment(attend_verdict(evidence)),
+    )
+
+
 def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
                        tensors: str = "summary") -> str:
     """The head's evidence, one fact per line, ending with the verdict line and a newline.
@@ -278,69 +380,9 @@ def render_attend_text(evidence: AttendEvidence, precision: int = PRECISION,
     and ``tensors``, how much of each tensor it shows (:mod:`qkvcli.render.tensors`:
     by default every value up to 4096 elements, a summary and digest above).
     """
-    c = evidence.config
-
-    def number(value: float) -> str:
-        return fmt_float(value, precision)
-
-    arrays = evidence.primary.tensors
-
-    def tensor_lines(names: tuple[str, ...]) -> list[str]:
-        return [f"{published_name(name, c)}=shape:{fmt_shape(arrays[name].shape)} "
-                "values:" + "".join(iter_vector(arrays[name], tensor_policy(name, c, tensors),
-                                                precision))
-                for name in names if name in arrays]
-
-    bias = ",".join(f"{b}={fmt_bool(flag)}" for b, flag in zip(BRANCHES, c.bias, strict=True))
-    lines = [
-        f"attend={escape_controls(evidence.chapter)}",
-        f"formula={formula_of(c)}",
-        f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_k:{c.d_k} d_v:{c.d_v} "
-        f"causal:{fmt_bool(c.causal)} value_width:{c.value_width} bias:{bias}",
-        f"layout={c.layout}: {c.layout_description}",
-        *([] if c.heads is None else [
-            f"layer=heads:{c.heads} d_k:{c.d_k} d_v:{c.d_v} e_out:{c.e_out} "
-            f"out_projection:{c.out_layout or 'none'}"]),
-        f"parameter_names=[{','.join(c.names)}]",
-        f"parameter_count={c.parameter_count}",
-        *_function_lines(c),
-        (f"scale={number(c.scale)} (given, not 1/sqrt({c.d_k}))" if c.scale_given
-         else f"scale=1/sqrt({c.d_k})={number(c.scale)}"),
-        "# parameters and input",
-        *tensor_lines(PARAMETERS),
-        "# forward: Q,K,V projections; S = Q K^T; Z = S*scale (causal: -inf above the diagonal); "
-        "A = softmax(Z) (row max subtracted); O = A V",
-        *tensor_lines(FORWARD),
-        "# each query position: its weights over the keys and its output",
-        *(f"token=b{r.batch} t{r.token} weights:{fmt_vector(r.attention, precision)} "
-          f"sum:{number(r.attention_sum)} output:{fmt_vector(r.output, precision)}"
-          for r in evidence.rows),
-        f"# reverse: L = <O,U>, {upstream_source(evidence)}; "
-        "dA = dO V^T, dV = A^T dO, dZ = A*(dA - rowsum(dA*A)), dS = dZ*scale, dQ = dS K, "
-        "dK = dS^T Q, dX = sum of three paths",
-        f"loss={number(evidence.primary.loss)}",
-        *tensor_lines(REVERSE),
-        *decode_lines(evidence.decode),
-        "# checks",
-        *(f"check={check.name} {'PASS' if check.passed else 'FAIL'} {check.detail}"
-          for check in attend_checks(evidence)),
-        *(f"head={h.head} {'PASS' if h.passed else 'FAIL'} min_weight:"
-          f"{number(h.attention.min_attention)} max_row_deviation:"
-          f"{number(h.attention.max_row_deviation)} max_masked_weight:"
-          f"{number(h.mask.max_masked_attention)} hull_residual:"
-          f"{number(h.hull.barycentric_residual)} box_violations:{h.hull.box_violations}"
-          for h in evidence.heads),
-        *(f"gradcheck={checked_name(t.tensor, c)} mode:{t.mode} checked:{len(t.checks)} "
-          f"requested:{t.requested} recomputes:{t.recomputes.replace(' ', '_')} "
-          f"{'PASS' if t.passed else 'FAIL'}"
-          for t in evidence.gradcheck.tensors),
-        *(f"probe=input:{fmt_shape(p.input)} "
-          + " ".join(f"{name}:{fmt_shape(shape)}" for name, shape, _ in p.results)
-          for p in evidence.probes),
-        *(f"note={note.code} {note_text(note)}" for note in evidence.notes),
-        attend_verdict(evidence),
-    ]
-    return "\n".join(lines) + "\n"
+    found = facts(evidence)
+    return "".join(laid(found, evidence, _text(evidence, found, precision), tensors=tensors,
+                        precision=precision))
 
 
 def formula_of(c: AttendConfig) -> str:
@@ -354,23 +396,15 @@ def formula_of(c: AttendConfig) -> str:
         q, k = f"rope({q})", f"rope({k})"
     if after:
         q, k = f"norm({q})", f"norm({k})"
-    scaled = f" * {c.scale!r}" if c.scale_given else " / sqrt(d_k)"
+    scaled = f" * {fmt_exact(c.scale)}" if c.scale_given else " / sqrt(d_k)"
     rounded = "bf16(slope_h j)" if c.alibi_rounding == "bfloat16" else "slope_h j"
     if c.alibi is not None and c.alibi_scaled:  # Falcon: the bias scaled with the scores
         return f"O = softmax(({q} {k}^T + {rounded}){scaled}) V"
     if c.alibi is not None:
         scaled += f" + {rounded}"
     if c.softcap is not None:
-        return f"O = softmax({c.softcap!r} tanh({q} {k}^T{scaled} / {c.softcap!r})) V"
+        return f"O = softmax({fmt_exact(c.softcap)} tanh({q} {k}^T{scaled} / {fmt_exact(c.softcap)})) V"
     return f"O = softmax({q} {k}^T{scaled}) V"
-
-
-def _rope_base(rope: Rope) -> str:
-    """Where a RoPE's frequencies come from, as the ``function=`` line says it: its theta,
-    or the table given (every frequency, exactly)."""
-    if rope.frequencies is None:
-        return f"theta={rope.theta!r}"
-    return "frequencies=[" + ",".join(repr(v) for v in rope.frequencies) + "]"
 
 
 def rope_words(rope: Rope) -> str:
@@ -382,46 +416,17 @@ def rope_words(rope: Rope) -> str:
     return f"{base} dims {rope.dims} {rope.layout}"
 
 
-def _function_lines(c: AttendConfig) -> list[str]:
-    """The ``function=`` line of what a real layer adds (none for a fixture without it)."""
-    parts = []
-    if c.architecture is not None:
-        parts.append(f"architecture:{escape_controls(c.architecture)}")
-    if c.kv_heads is not None:
-        parts.append(f"kv_heads:{c.kv_heads}")
-    if c.rope is not None:
-        parts.append(f"rope:{_rope_base(c.rope)},dims={c.rope.dims},layout={c.rope.layout}")
-    if c.window is not None:
-        parts.append(f"window:{c.window}")
-    if c.softcap is not None:
-        parts.append(f"softcap:{c.softcap!r}")
-    if c.alibi is not None:
-        parts.append("alibi:" + ",".join(repr(v) for v in c.alibi))
-        if c.alibi_scaled:
-            parts.append("alibi_scaled:true")
-        if c.alibi_rounding is not None:
-            parts.append(f"alibi_rounding:{c.alibi_rounding}")
-    if c.clip_qkv is not None:
-        parts.append(f"clip_qkv:{c.clip_qkv!r}")
-    if c.qk_norm is not None:  # an RMSNorm, the default kind, says no kind
-        kind = "" if c.qk_norm.kind == "rms" else f"kind={c.qk_norm.kind},"
-        after = "" if c.qk_norm.after == "projection" else f",after={c.qk_norm.after}"
-        parts.append(f"qk_norm:{kind}span={c.qk_norm.span},eps={c.qk_norm.eps!r}"
-                     f",offset={c.qk_norm.offset!r}{after}")
-    return [f"function={' '.join(parts)}"] if parts else []
-
-
-def _rows_json(rows: RowSums, mask: FutureZero, hull: HullEvidence) -> dict[str, Any]:
+def _rows_facts(rows: RowSums, mask: FutureZero, hull: HullEvidence) -> dict[str, Any]:
     """The attention rows', the mask's and the hull's facts (of a head, or the worst of a
     layer's heads), as ``weights``, ``mask`` and ``hull``."""
     return {
-        "weights": {"min_weight": json_float(rows.min_attention),
-                    "max_row_deviation": json_float(rows.max_row_deviation),
-                    "tolerance": rows.tolerance},
-        "mask": {"applicable": mask.applicable,
-                 "max_masked_weight": json_float(mask.max_masked_attention)},
-        "hull": {"barycentric_residual": json_float(hull.barycentric_residual),
-                 "box_violations": hull.box_violations, "tolerance": json_float(hull.tolerance)},
+        "weights": section(min_weight=scalar(rows.min_attention),
+                           max_row_deviation=scalar(rows.max_row_deviation),
+                           tolerance=rows.tolerance),
+        "mask": section(applicable=verdict(mask.applicable),
+                        max_masked_weight=scalar(mask.max_masked_attention)),
+        "hull": section(barycentric_residual=scalar(hull.barycentric_residual),
+                        box_violations=hull.box_violations, tolerance=scalar(hull.tolerance)),
     }
 
 
@@ -444,84 +449,69 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
     return found
 
 
-# --- JSON -----------------------------------------------------------------------------
-
-
-def _layer_json(evidence: AttendEvidence) -> dict[str, Any]:
-    """What a multi-head layer adds: its config and each head's evidence."""
-    c = evidence.config
-    return {
-        "config": {"heads": c.heads, "e_out": c.e_out, "out_projection": c.out_layout},
-        "heads": [
-            {"head": h.head, "passed": h.passed,
-             **_rows_json(h.attention, h.mask, h.hull)}
-            for h in evidence.heads
-        ],
-    }
-
-
-def attend_json(evidence: AttendEvidence, tensors: str = "summary") -> dict[str, Any]:
-    """The head's evidence as a JSON-ready dictionary (``-inf`` masked scores as strings).
-
-    ``tensors``: how much of each tensor it states (:func:`tensor_policy`). A multi-head
-    layer (``config.heads`` set) adds ``config.heads``, ``config.e_out``,
-    ``config.out_projection`` and a ``heads`` list of per-head evidence.
-    """
-    document = _attend_json(evidence, tensors)
-    document["config"].update(_function_json(evidence.config))
-    if evidence.config.heads is not None:
-        layer = _layer_json(evidence)
-        document["config"].update(layer["config"])
-        document["heads"] = layer["heads"]
-    if evidence.decode is not None:
-        document["decode"] = decode_json(evidence.decode)
-    return document
-
-
-def _gradcheck_json(evidence: AttendEvidence) -> dict[str, Any]:
+def _gradcheck_json(evidence: AttendEvidence) -> Any:
     """The shared gradient-check document, each tensor under its published name."""
-    document = gradcheck_json(evidence.gradcheck)
-    for tensor in document["tensors"]:
-        tensor["tensor"] = checked_name(tensor["tensor"], evidence.config)
-        for check in tensor["checks"]:
-            check["tensor"] = tensor["tensor"]
-    return document
+    def published(result: Any) -> dict[str, Any]:
+        document = gradcheck_json(result)
+        for checked in document["tensors"]:
+            checked["tensor"] = checked_name(checked["tensor"], evidence.config)
+            for check in checked["checks"]:
+                check["tensor"] = checked["tensor"]
+        return document
+
+    return record(evidence.gradcheck, published)
 
 
-def _attend_json(evidence: AttendEvidence, policy: str) -> dict[str, Any]:
+def facts(evidence: AttendEvidence) -> dict[str, Any]:
+    """The head's (or layer's) facts after the JSON's head; a multi-head layer
+    (``config.heads`` set) adds ``config.heads``, ``config.e_out``,
+    ``config.out_projection`` and a ``heads`` list of per-head evidence, a decode its
+    ``decode`` section."""
     c = evidence.config
-    return {
-        **head("attend", chapter=evidence.chapter, passed=evidence.passed),
-        "config": {
-            "batch": c.batch, "tokens": c.tokens, "d_model": c.d_model, "d_k": c.d_k,
-            "d_v": c.d_v, "causal": c.causal, "value_width": c.value_width,
-            "bias": {"query": c.bias[0], "key": c.bias[1], "value": c.bias[2]},
-            "layout": c.layout, "layout_description": c.layout_description,
-            "scale": c.scale, "seed": evidence.seed,
-            "upstream": "given" if evidence.upstream_given else "seeded",
-        },
+    layer = {} if c.heads is None else {"heads": c.heads, "e_out": c.e_out,
+                                         "out_projection": c.out_layout}
+    found: dict[str, Any] = {
+        "config": section(
+            batch=c.batch, tokens=c.tokens, d_model=c.d_model, d_k=c.d_k, d_v=c.d_v,
+            causal=verdict(c.causal), value_width=c.value_width,
+            bias=dict(zip(BRANCHES, c.bias, strict=True)), layout=c.layout,
+            layout_description=c.layout_description, scale=c.scale, seed=evidence.seed,
+            upstream="given" if evidence.upstream_given else "seeded",
+            **_function_json(c), **layer),
         "parameter_names": list(c.names),
         "parameter_count": c.parameter_count,
-        "loss": json_float(evidence.primary.loss),
+        "loss": scalar(evidence.primary.loss),
         "checks": [check_entry("attend", v.name, ch.passed, ch.detail)
                    for v, ch in zip(evidence.checks, attend_checks(evidence), strict=True)],
         "notes": [{"code": n.code, "text": note_text(n)} for n in evidence.notes],
-        "tensors": {published_name(name, c): tensor_json(value, tensor_policy(name, c, policy))
-                    for name, value in evidence.primary.tensors.items()},
-        # json_float: an overflowing head gives NaN, which JSON can only hold as a string
-        "rows": [
-            {"batch": r.batch, "token": r.token, "weights": [json_float(w) for w in r.attention],
-             "weight_sum": json_float(r.attention_sum),
-             "output": [json_float(v) for v in r.output]}
-            for r in evidence.rows
-        ],
-        **_rows_json(evidence.attention, evidence.mask, evidence.hull),
-        "probes": [{"input": list(p.input),
-                    **{name: list(shape) for name, shape, _ in p.results}}
-                   for p in evidence.probes],
-        "replay_bitwise": evidence.replay_bitwise,
+        "tensors": section(**{published_name(name, c): tensor(
+            value, given=name in PARAMETERS or (name == "grad_output" and evidence.upstream_given),
+            policy=tensor_policy(name, c, "") or None)
+            for name, value in evidence.primary.tensors.items()}),
+        "rows": entries([{"batch": r.batch, "token": r.token, "weights": values(r.attention),
+                          "weight_sum": scalar(r.attention_sum), "output": values(r.output)}
+                         for r in evidence.rows]),
+        **_rows_facts(evidence.attention, evidence.mask, evidence.hull),
+        "probes": entries([{"input": shape(p.input),
+                            **{name: shape(got) for name, got, _ in p.results}}
+                           for p in evidence.probes]),
+        "replay_bitwise": verdict(evidence.replay_bitwise),
         "gradcheck": _gradcheck_json(evidence),
     }
+    if c.heads is not None:
+        found["heads"] = entries([{"head": h.head, "passed": verdict(h.passed),
+                                   **_rows_facts(h.attention, h.mask, h.hull)}
+                                  for h in evidence.heads])
+    if evidence.decode is not None:
+        found["decode"] = decode_facts(evidence.decode)
+    return found
+
+
+def attend_json(evidence: AttendEvidence, tensors: str = "summary") -> dict[str, Any]:
+    """The head's evidence as a JSON-ready dictionary (``-inf`` masked scores as strings),
+    each tensor per ``tensors`` (a packed layer's split views as digests only)."""
+    return {**head("attend", chapter=evidence.chapter, passed=evidence.passed),
+            **json_of(facts(evidence), tensors)}
 
 
 def render_attend_json(evidence: AttendEvidence, tensors: str = "summary") -> str:

@@ -29,8 +29,10 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
+from qkvcli.render.facts import Table, json_of, report
+from qkvcli.render.facts import verdict as fact_verdict
 from qkvcli.render.findings import FINDING_WORDS
-from qkvcli.render.numbers import fmt_general
+from qkvcli.render.numbers import fmt_exact, fmt_general
 from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
 from qkvcli.render.views import Asked
 from qkvcli.render.wording import verdict
@@ -104,7 +106,7 @@ def _passed_detail(check: FamilyCheck) -> str:
     words, family = shared
     if family in ("forward", "reverse") and words is KIND_WORDS["rope-"]:
         turn = "turns" if family == "forward" else "turns back"
-        return f"{turn} {ROTATION}, within {check.tolerance!r} of qkv, on {on}"
+        return f"{turn} {ROTATION}, within {fmt_exact(check.tolerance)} of qkv, on {on}"
     return PASSED_SHARED[family](check, words, on)
 
 
@@ -122,9 +124,9 @@ def _both(check: FamilyCheck, words: KindWords) -> str:
 
 
 PASSED_SHARED: dict[str, Callable[[FamilyCheck, KindWords, str], str]] = {
-    "forward": lambda c, w, on: (f"{w.results} agree with qkv within {c.tolerance!r} on "
+    "forward": lambda c, w, on: (f"{w.results} agree with qkv within {fmt_exact(c.tolerance)} on "
                                  f"{on}{w.modes}"),
-    "reverse": lambda c, w, on: (f"{w.gradients} agree with qkv within {c.tolerance!r} on "
+    "reverse": lambda c, w, on: (f"{w.gradients} agree with qkv within {fmt_exact(c.tolerance)} on "
                                  f"{on}{w.modes}"),
     "shapes": lambda c, w, on: (f"{_both(c, w)} keep" if c.backward else f"{w.forward} keeps")
     + f" {w.probes} on {on}",
@@ -166,10 +168,10 @@ def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
         from qkvcli.check.rotary import SHIFT
 
         return (f"moving every position by {SHIFT} keeps every dot product of the rotated "
-                f"tokens within {check.tolerance!r}, on {on}")
+                f"tokens within {fmt_exact(check.tolerance)}, on {on}")
     if name == "cache-steps":
         return (f"each step is the last row of the causal pass over its prefix within "
-                f"{check.tolerance!r}, the cache grows by one a step and holds the turned keys "
+                f"{fmt_exact(check.tolerance)}, the cache grows by one a step and holds the turned keys "
                 f"and unturned values, on {on}")
     if name == "cache-refusals":
         return (f"a step of two tokens, a step into a full cache and a step whose score "
@@ -222,7 +224,7 @@ def _precision(names: tuple[str, ...], fault: Precision, tolerance: float) -> st
     agree = "agrees" if len(names) == 1 else "agree"
     if fault.cause == "float64":
         return (f"{listed} {agree} to {fmt_general(fault.error, 2)}, float64 rounding: a tolerance of "
-                f"{tolerance!r} is below float64 precision")
+                f"{fmt_exact(tolerance)} is below float64 precision")
     if fault.cause in ("decimals", "digits"):
         unit = "decimal places" if fault.cause == "decimals" else "significant digits"
         written = "is" if len(names) == 1 else "are"
@@ -245,7 +247,7 @@ def _path_counts(missing: tuple[str, ...], doubled: tuple[str, ...]) -> str:
 
 
 def _point(where: str, analytic: float, numerical: float, error: float, note: str) -> str:
-    return (f"{where}: analytic {analytic!r}, numerical {numerical!r}, scaled error "
+    return (f"{where}: analytic {fmt_exact(analytic)}, numerical {fmt_exact(numerical)}, scaled error "
             f"{fmt_general(error)}" + (f" ({note})" if note else ""))
 
 
@@ -362,8 +364,8 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "slip-refused-changed": ("a refused step changed the cache's length: the append comes "
                              "before the check"),
     "value-differs": lambda name, where, got, expected, error, tolerance: (
-        f"{name}{where} = {got!r}, expected {expected!r} (scaled error "
-        f"{fmt_general(error)} > {tolerance!r})"),
+        f"{name}{where} = {fmt_exact(got)}, expected {fmt_exact(expected)} (scaled error "
+        f"{fmt_general(error)} > {fmt_exact(tolerance)})"),
     "shape-differs": "{0} has shape {1}, expected {2}",
     "forward-differs": lambda mismatch, why: mismatch if why is None else f"{mismatch}; {why}",
     "reverse-differs": lambda whys, mismatch: "; ".join(map(say, whys)) + f": {mismatch}",
@@ -391,7 +393,7 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "gradient-shape": "{0} has the wrong shape for a gradient check",
     "point": _point,
     "point-on": "{0} {1}",
-    "gradcheck-worst": "worst {0} > tolerance {1!r}",
+    "gradcheck-worst": "worst {0} > tolerance {1}",
     "check-call-failed": "{0} failed during the check: {1}",
     "slip": _slips,
     "slip-differs": lambda slips, mismatch: f"{_slips(slips)}: {mismatch}",
@@ -405,13 +407,13 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "hides-diagonal": "hides the diagonal (weights{0} = 0: query {1} cannot see itself)",
     "hides-later": ("hides later positions with causal=false (weights{0} = 0: query {1} "
                     "cannot see key {2})"),
-    "leaks-future": ("leaks future positions (weights{0} = {3!r}: query {1} sees the later "
+    "leaks-future": ("leaks future positions (weights{0} = {3}: query {1} sees the later "
                      "key {2})"),
     "masked-after-softmax": ("masks after the softmax (exactly the later keys get 0, but row "
-                             "{0} sums to {1!r}, not 1)"),
+                             "{0} sums to {1}, not 1)"),
     "mask-differs": ("causal=true results are not the softmax of the scores with the later "
                      "positions hidden: {0}"),
-    "row-sums": "rows of weights sum to {0!r} to {1!r} (min weight {2!r}), not 1",
+    "row-sums": "rows of weights sum to {0} to {1} (min weight {2}), not 1",
     "overflow": _overflow,
     "overflow-said": _overflow,
     "large-call-failed": "head_forward failed on large scores: {0}",
@@ -433,7 +435,9 @@ def say(clause: Clause) -> str:
 def _words(code: str, facts: tuple[Any, ...]) -> str:
     shown = tuple(say(f) if isinstance(f, Clause) else f for f in facts)
     words = CLAUSE_WORDS.get(code) or FINDING_WORDS[code]
-    return words.format(*shown) if isinstance(words, str) else words(*shown)
+    if isinstance(words, str):  # a float in a format string: as it was found
+        return words.format(*(fmt_exact(f) if isinstance(f, float) else f for f in shown))
+    return words(*shown)
 
 
 REQUEST_WORDS = {
@@ -526,22 +530,29 @@ def check_verdict(result: CheckResult) -> str:
     return verdict(result.passed, *counted(result))
 
 
+def _text(result: CheckResult) -> Table:
+    """The text's lines: the implementation and fixtures, a line per family (its name,
+    its word, its detail, aligned), the failures, each slip named, then the verdict."""
+    width = max(len(check.name) for check in result.checks)
+    failures = result.failures
+    return (
+        ("implementation", "implementation"),
+        ("fixtures", lambda r: ",".join(r.fixtures)),
+        *(("", ("checks", lambda checks, i=i, c=c: f"{c.name:<{width}}  {word(c):<4}  "
+                f"{checks[i]['detail']}")) for i, c in enumerate(result.checks)),
+        *((("failures", lambda r: len(failures)),) if failures else ()),
+        *(("", ("failures", lambda found, i=i: "  " + found[i]["check"] + (
+            f" [{found[i]['fixture']}]" if found[i]["fixture"] is not None else "")
+            + " " + found[i]["detail"])) for i in range(len(failures))),
+        *(("", lambda r, n=name, f=families: f"slip: {n} ({', '.join(f)})")
+          for name, families in named_slips(result).items()),
+        ("", check_verdict),
+    )
+
+
 def render_check_text(result: CheckResult) -> str:
     """The report; ends with a newline. Same result, same bytes."""
-    width = max(len(check.name) for check in result.checks)
-    lines = [f"implementation={result.implementation}",
-             f"fixtures={','.join(result.fixtures)}"]
-    lines += [f"{check.name:<{width}}  {word(check):<4}  {family_detail(check)}"
-              for check in result.checks]
-    if result.failures:
-        lines.append(f"failures={len(result.failures)}")
-        for failure in result.failures:
-            where = f" [{failure.fixture}]" if failure.fixture is not None else ""
-            lines.append(f"  {failure.family}{where} {failure_detail(failure)}")
-    lines += [f"slip: {name} ({', '.join(families)})"
-              for name, families in named_slips(result).items()]
-    lines.append(check_verdict(result))
-    return "\n".join(lines) + "\n"
+    return report(facts(result), result, _text(result))
 
 
 SLIP_CODES = frozenset({
@@ -589,23 +600,26 @@ def named_slips(result: CheckResult) -> dict[str, tuple[str, ...]]:
     return {said: families[slip] for slip, said in words.items()}
 
 
-def check_json(result: CheckResult) -> dict[str, Any]:
-    """The document: the head, each family once in ``checks`` (the one entry shape), each
-    failure's check, family, fixture and coordinate."""
+def facts(result: CheckResult) -> dict[str, Any]:
+    """The judgement's facts after the JSON's head: the implementation, the verdict, each
+    family once in ``checks`` (the one entry shape), each failure's check, family,
+    fixture and coordinate, and a ``--command`` program's ``stderr``."""
     from qkvcli.render.names import published
 
-    document: dict[str, Any] = head(
-        "check",
-        implementation=result.implementation,
-        passed=result.passed,
-        checks=checks_json("check", result.checks, family_detail),
-        failures=[{"check": f.family, "family": published("check", f.family).family,
-                   "fixture": f.fixture, "coordinate": _coordinate(f),
-                   "detail": failure_detail(f)} for f in result.failures],
-    )
+    found: dict[str, Any] = {
+        "implementation": result.implementation, "passed": fact_verdict(result.passed),
+        "checks": checks_json("check", result.checks, family_detail),
+        "failures": [{"check": f.family, "family": published("check", f.family).family,
+                      "fixture": f.fixture, "coordinate": _coordinate(f),
+                      "detail": failure_detail(f)} for f in result.failures]}
     if result.command:
-        document["stderr"] = result.stderr
-    return document
+        found["stderr"] = result.stderr
+    return found
+
+
+def check_json(result: CheckResult) -> dict[str, Any]:
+    """The document: the head, then :func:`facts`."""
+    return head("check", **json_of(facts(result)))
 
 
 def render_check_json(result: CheckResult) -> str:

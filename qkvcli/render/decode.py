@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from qkvcli.attention.records import DecodeEvidence
-from qkvcli.render.document import json_float
-from qkvcli.render.numbers import fmt_error, fmt_shape
+from qkvcli.render.facts import Table, entries, scalar, section, shape, verdict
+from qkvcli.render.numbers import fmt_error, fmt_exact, fmt_shape
 
 COMMENT = ("# decode: each token alone through a KV cache of the K/V heads (with a window, "
            "a ring of min(window, T) positions); step t against row t of the full causal "
@@ -21,25 +21,26 @@ COMMENT = ("# decode: each token alone through a KV cache of the K/V heads (with
 """The comment line above the decode's lines."""
 
 
-def _window(evidence: DecodeEvidence) -> str:
-    return "none" if evidence.window is None else str(evidence.window)
-
-
-def decode_lines(evidence: DecodeEvidence | None) -> list[str]:
-    """The decode's text lines (none without a decode): the storage and the worst step,
-    then each step's worst difference and the keys and values it read."""
+def decode_table(evidence: DecodeEvidence | None) -> Table:
+    """The decode's text lines (none without a decode), over its facts (``decode``): the storage and
+    the worst step, then each step's worst difference and the keys and values it read."""
     if evidence is None:
-        return []
-    return [
-        COMMENT,
-        f"decode=steps:{len(evidence.steps)} window:{_window(evidence)} "
-        f"storage_keys:{fmt_shape(evidence.storage_keys)} "
-        f"storage_values:{fmt_shape(evidence.storage_values)} "
-        f"storage_bytes:{evidence.storage_bytes} worst:{fmt_error(evidence.worst)} "
-        f"held_worst:{fmt_error(evidence.held_worst)} tolerance:{evidence.tolerance!r}",
-        *(f"decode_step=t:{s.position} worst:{fmt_error(s.worst)} keys:{fmt_shape(s.keys)} "
-          f"values:{fmt_shape(s.values)} held_bytes:{s.held_bytes}" for s in evidence.steps),
-    ]
+        return ()
+    worst = fmt_error
+    return (
+        ("", lambda e: COMMENT),
+        ("decode", (("steps", "decode.steps", len),
+                    ("window", "decode.window", lambda w: "none" if w is None else w),
+                    *((f"storage_{name}", f"decode.storage.{name}")
+                      for name in ("keys", "values", "bytes")),
+                    ("worst", "decode.worst", worst), ("held_worst", "decode.held_worst", worst),
+                    ("tolerance", "decode.tolerance", fmt_exact))),
+        *(("decode_step", ("decode.steps", lambda steps, i=i: " ".join([
+            f"t:{steps[i]['position']}", f"worst:{fmt_error(steps[i]['worst'].value)}",
+            f"keys:{fmt_shape(steps[i]['keys'].value)}",
+            f"values:{fmt_shape(steps[i]['values'].value)}",
+            f"held_bytes:{steps[i]['held_bytes']}"]))) for i in range(len(evidence.steps))),
+    )
 
 
 def decode_details(evidence: DecodeEvidence | None) -> dict[str, tuple[str, str]]:
@@ -54,19 +55,18 @@ def decode_details(evidence: DecodeEvidence | None) -> dict[str, tuple[str, str]
              f"{evidence.storage_bytes} bytes with the values): worst |cached - full pass| "
              f"{fmt_error(evidence.worst)}, keys and values held at the end "
              f"{fmt_error(evidence.held_worst)} from the pass's, tolerance "
-             f"{evidence.tolerance!r}")
+             f"{fmt_exact(evidence.tolerance)}")
     return {"decode": (facts, facts)}
 
 
-def decode_json(evidence: DecodeEvidence) -> dict[str, Any]:
-    """The decode's JSON section: its verdict, tolerance and window, the storage, the
-    worst differences, and every step's facts."""
-    return {
-        "passed": evidence.passed, "tolerance": evidence.tolerance, "window": evidence.window,
-        "storage": {"keys": list(evidence.storage_keys), "values": list(evidence.storage_values),
-                    "bytes": evidence.storage_bytes},
-        "worst": json_float(evidence.worst), "held_worst": json_float(evidence.held_worst),
-        "steps": [{"position": s.position, "worst": json_float(s.worst), "keys": list(s.keys),
-                   "values": list(s.values), "held_bytes": s.held_bytes}
-                  for s in evidence.steps],
-    }
+def decode_facts(evidence: DecodeEvidence) -> Any:
+    """The decode's facts: its verdict, tolerance and window, the storage, the worst
+    differences, and every step's facts."""
+    return section(
+        passed=verdict(evidence.passed), tolerance=evidence.tolerance, window=evidence.window,
+        storage=section(keys=shape(evidence.storage_keys), values=shape(evidence.storage_values),
+                        bytes=evidence.storage_bytes),
+        worst=scalar(evidence.worst), held_worst=scalar(evidence.held_worst),
+        steps=entries([{"position": s.position, "worst": scalar(s.worst), "keys": shape(s.keys),
+                        "values": shape(s.values), "held_bytes": s.held_bytes}
+                       for s in evidence.steps]))

@@ -1,33 +1,28 @@
-"""The forms every JSON report shares: its head, its numbers, tensors and gradient checks,
-and the one deterministic spelling of the document.
+"""The forms every JSON report shares: its head, its check entries and its gradient check.
 
 Every JSON document any command prints starts with :func:`head` (``qkv_version``,
 ``schema_version``, ``report``: which report it is), then the report's own keys; each
 judged check is one :func:`check_entry` (``name``, ``family``, ``operation``, ``passed``,
 ``outcome``, ``detail``), named by the one table, :mod:`qkvcli.render.names`.
 
-Floats are written with Python's shortest round-trip representation, so reading the JSON
-back gives the same binary64 values. JSON has no NaN or infinity; such values (only
-possible when a computation overflows) are written as the strings ``"NaN"``,
-``"Infinity"`` and ``"-Infinity"``. A tensor is ``{"shape", "values"}``, or its summary
-above the size the ``tensors`` policy shows (``docs/tensors.md``).
+A float is written as :func:`~qkvcli.render.numbers.json_float` spells it, a tensor as
+:func:`~qkvcli.render.facts.tensor_json` does and the document by
+:func:`~qkvcli.render.facts.dumps` (all three importable from here too).
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from qkvcli import __version__
-from qkvcli.render.tensors import TensorSummary, shows_values, summarise
+from qkvcli.render.facts import dumps as dumps
+from qkvcli.render.facts import entries, json_of, scalar, shape, verdict
+from qkvcli.render.facts import summary_json as summary_json
+from qkvcli.render.facts import tensor_json as tensor_json
+from qkvcli.render.numbers import json_float as json_float
 
 if TYPE_CHECKING:
-    import numpy.typing as npt  # annotations only: importing it costs start-up
-
     from qkvcli.core.results import FamilyCheck
     from qkvcli.gradcheck.records import CoordinateCheck, GradcheckResult
 
@@ -68,87 +63,35 @@ REPORTS: tuple[str, ...] = ("run", "attend", "check", "gradcheck", "variance", "
 any chapter are ``run``; ``families``, ``qkv attend --families``)."""
 
 
-def json_float(value: float) -> float | str:
-    """A float JSON can hold, or the string spelling of a non-finite value."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float(value)
-
-
-def tensor_json(values: npt.ArrayLike, tensors: str = "full") -> dict[str, Any]:
-    """``{"shape", "values"}``, or per the ``tensors`` policy the summary form
-    ``{"shape", "count", "summary": {...}}`` (``none``: ``{"shape", "count", "sha256"}``)."""
-    array = np.asarray(values, dtype=np.float64)
-    if not shows_values(array.size, tensors):
-        return summary_json(summarise(array), tensors)
-    flat = array.reshape(-1).tolist()
-    if not np.isfinite(array).all():
-        flat = [json_float(v) for v in flat]
-    return {"shape": list(array.shape), "values": flat}
-
-
-def summary_json(s: TensorSummary, tensors: str) -> dict[str, Any]:
-    """A summarised tensor: see ``docs/tensors.md`` for the schema of both forms."""
-    if tensors == "none":
-        return {"shape": list(s.shape), "count": s.count, "sha256": s.sha256}
-    return {
-        "shape": list(s.shape),
-        "count": s.count,
-        "summary": {
-            "head": [json_float(v) for v in s.head],
-            "tail": [json_float(v) for v in s.tail],
-            "min": json_float(s.minimum),
-            "max": json_float(s.maximum),
-            "mean": json_float(s.mean),
-            "l2_norm": json_float(s.l2_norm),
-            "sha256": s.sha256,
-        },
-    }
+def coordinate_facts(check: CoordinateCheck) -> dict[str, Any]:
+    """One checked coordinate (or direction) as facts: where, both gradients, the error,
+    the verdict, and its note when it has one."""
+    where: dict[str, Any] = (
+        {"direction": check.direction} if check.direction is not None
+        else {"flat_index": check.flat_index, "coordinate": shape(check.coordinate)})
+    return {"tensor": check.tensor, **where, "analytic": scalar(check.analytic),
+            "numerical": scalar(check.numerical), "scaled_error": scalar(check.scaled_error),
+            "passed": verdict(check.passed), **({"note": check.note} if check.note else {})}
 
 
 def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
-    """One checked coordinate (or direction): where, both gradients, the error, the verdict."""
-    where: dict[str, Any] = (
-        {"direction": check.direction} if check.direction is not None
-        else {"flat_index": check.flat_index, "coordinate": list(check.coordinate)}
-    )
-    return {
-        "tensor": check.tensor,
-        **where,
-        "analytic": json_float(check.analytic),
-        "numerical": json_float(check.numerical),
-        "scaled_error": json_float(check.scaled_error),
-        "passed": check.passed,
-        **({"note": check.note} if check.note else {}),
-    }
+    """:func:`coordinate_facts` as JSON."""
+    found: dict[str, Any] = json_of(coordinate_facts(check))
+    return found
+
+
+def gradcheck_facts(result: GradcheckResult) -> dict[str, Any]:
+    """A gradient check as facts: its settings, then each tensor's checks."""
+    return {"passed": verdict(result.passed), "mode": result.mode, "step": result.step,
+            "tolerance": result.tolerance, "count": result.count,
+            "tensors": entries([{"tensor": t.tensor, "mode": t.mode, "shape": shape(t.shape),
+                                 "requested": t.requested, "checked": len(t.checks),
+                                 "passed": verdict(t.passed), "recomputes": t.recomputes,
+                                 "checks": entries([coordinate_facts(c) for c in t.checks])}
+                                for t in result.tensors])}
 
 
 def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
     """A gradient check's settings and every tensor's checks, as every report embeds it."""
-    return {
-        "passed": result.passed,
-        "mode": result.mode,
-        "step": result.step,
-        "tolerance": result.tolerance,
-        "count": result.count,
-        "tensors": [
-            {
-                "tensor": t.tensor,
-                "mode": t.mode,
-                "shape": list(t.shape),
-                "requested": t.requested,
-                "checked": len(t.checks),
-                "passed": t.passed,
-                "recomputes": t.recomputes,
-                "checks": [coordinate_json(c) for c in t.checks],
-            }
-            for t in result.tensors
-        ],
-    }
-
-
-def dumps(document: Any) -> str:
-    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
-    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+    found: dict[str, Any] = json_of(gradcheck_facts(result))
+    return found

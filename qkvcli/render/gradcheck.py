@@ -1,4 +1,5 @@
-"""``qkv gradcheck``: the check as a plain-text table, one line per coordinate, and as JSON."""
+"""``qkv gradcheck``: the check's facts, as a plain-text table (one line per coordinate) and
+as JSON."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.render.document import dumps, gradcheck_json, head
-from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
+from qkvcli.render.document import dumps, gradcheck_facts, head
+from qkvcli.render.facts import columns, json_of
+from qkvcli.render.numbers import fmt_error, fmt_exact, fmt_float, fmt_shape
 from qkvcli.render.views import Asked
 from qkvcli.render.wording import verdict
 
@@ -19,46 +21,41 @@ def within(result: GradcheckResult) -> int:
     return sum(1 for tensor in result.tensors for check in tensor.checks if check.passed)
 
 
+def _where(check: dict[str, Any]) -> str:
+    """A coordinate ``[0,1]``, or a direction ``u3``."""
+    return f"u{check['direction']}" if "direction" in check else fmt_shape(check["coordinate"].value)
+
+
+def _row(check: dict[str, Any]) -> tuple[str, ...]:
+    return (check["tensor"], _where(check), fmt_float(check["analytic"].value, 9),
+            fmt_float(check["numerical"].value, 9), fmt_error(check["scaled_error"].value),
+            ("PASS" if check["passed"].value else "FAIL")
+            + (f" ({check['note']})" if "note" in check else ""))
+
+
 def render_gradcheck_text(result: GradcheckResult) -> str:
     """Aligned columns: tensor, coordinate, analytic, numerical, scaled error, PASS/FAIL;
     then the worst coordinate, the mode, the counts and settings, and the verdict line."""
-    rows = [HEADER]
-    for tensor in result.tensors:
-        for c in tensor.checks:
-            rows.append((
-                c.tensor,
-                fmt_shape(c.coordinate) if c.direction is None else f"u{c.direction}",
-                fmt_float(c.analytic, 9),
-                fmt_float(c.numerical, 9),
-                fmt_error(c.scaled_error),
-                ("PASS" if c.passed else "FAIL") + (f" ({c.note})" if c.note else ""),
-            ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    right = {2, 3, 4}
-    lines = []
-    for row in rows:
-        cells = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-                 for i, cell in enumerate(row)]
-        lines.append("  ".join(cells).rstrip())
-    counts = " ".join(f"{t.tensor}:{len(t.checks)}" for t in result.tensors)
+    found = gradcheck_facts(result)
+    tensors = found["tensors"].value
+    lines = [*columns([HEADER, *(_row(c) for t in tensors for c in t["checks"].value)], {2, 3, 4}),
+             ""]
     worst = result.worst
-    lines.append("")
     if worst is not None:
         where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
         lines.append(f"worst={worst.tensor}{where} scaled_error:{fmt_error(worst.scaled_error)}")
-    lines.append(f"mode={result.mode} ({result.summary})")
-    lines.append(
-        f"gradcheck=checks:{result.count} {counts} "
-        f"step:{result.step!r} tolerance:{result.tolerance!r}"
-    )
-    lines.append(verdict(result.passed, within(result), result.count))
+    counts = " ".join(f"{t['tensor']}:{t['checked']}" for t in tensors)
+    lines += [f"mode={found['mode']} ({result.summary})",
+              f"gradcheck=checks:{found['count']} {counts} step:{fmt_exact(found['step'])} "
+              f"tolerance:{fmt_exact(found['tolerance'])}",
+              verdict(result.passed, within(result), result.count)]
     return "\n".join(lines) + "\n"
 
 
 def gradcheck_document(result: GradcheckResult, **extra: Any) -> dict[str, Any]:
     """``qkv gradcheck --format json``: the head (``report``: ``gradcheck``), the check
     (``gradcheck_json``'s keys) and ``extra`` keys (the CLI adds ``dtype``)."""
-    return head("gradcheck", **gradcheck_json(result), **extra)
+    return head("gradcheck", **json_of(gradcheck_facts(result)), **extra)
 
 
 def render_gradcheck_json(result: GradcheckResult, **extra: Any) -> str:

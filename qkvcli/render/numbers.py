@@ -32,23 +32,14 @@ if TYPE_CHECKING:
 
 
 def fmt_float(value: float, precision: int = 6) -> str:
-    """One number: ``{:.6}`` fixed point as the reference prints it, never a false zero.
-
-    Takes the value and the decimals; zero is ``0.000000`` whatever its sign (``-0.000000``
-    reads as a negative number), non-finite values are ``NaN``, ``inf``, ``-inf``. A
-    non-zero value that fixed point would round to zero (a ``--tolerance 1e-8``) is
-    written with ``precision`` significant digits instead (``1e-08``), so no number
-    reads as zero when it is not.
-    """
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    text = f"{value:.{precision}f}"
-    if not text.strip("-0."):  # every digit zero
-        if value != 0.0:  # it would read as 0
-            return f"{value:.{max(precision, 1)}g}"
-        return text.lstrip("-")
+    """A value in fixed point at ``precision`` decimals, as the reference prints it, never
+    a false zero: zero is ``0.000000`` whatever its sign (``-0.000000`` reads as a negative
+    number), non-finite values are ``NaN``, ``inf``, ``-inf``, and a non-zero value that
+    fixed point would round to zero (a ``--tolerance 1e-8``) is written with ``precision``
+    significant digits instead (``1e-08``), so no number reads as zero when it is not."""
+    text = python_fixed(value, precision)
+    if value != 0.0 and math.isfinite(value) and not text.strip("-0."):
+        return f"{value:.{max(precision, 1)}g}"
     return text
 
 
@@ -62,6 +53,30 @@ def fmt_general(value: float, digits: int = 3) -> str:
     """A number in a sentence: ``digits`` significant digits, the shorter of fixed and
     scientific notation (``0.509``, ``2e-06``, ``inf``)."""
     return f"{value:.{digits}g}"
+
+
+def fmt_signed(value: float, precision: int = 2) -> str:
+    """A distance from an expected value (a ``z`` score): fixed point, its sign always
+    written (``+0.35``, ``-1.20``)."""
+    return f"{value:+.{precision}f}"
+
+
+def fmt_exact(value: float) -> str:
+    """A number as it was given or found (a step, a tolerance, a value that differs): the
+    shortest spelling that reads back as the same float (``2e-06``, ``0.1``); NumPy's
+    float64 spelled as Python's float."""
+    return repr(float(value)) if isinstance(value, float) else repr(value)
+
+
+def json_float(value: float) -> float | str:
+    """A float as a JSON document holds it: the number (Python's shortest round trip), or
+    for a non-finite value, which JSON cannot hold, ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float(value)
 
 
 def iter_vector(values: npt.ArrayLike, policy: str = "full", precision: int = 6) -> Iterator[str]:
@@ -98,7 +113,8 @@ Line: TypeAlias = "str | tuple[str | Array, ...]"
 """A report line: plain text, or text pieces with tensors between them."""
 
 
-def stream_lines(lines: Iterable[Line], policy: str = "summary") -> Iterator[str]:
+def stream_lines(lines: Iterable[Line], policy: str = "summary",
+                 precision: int = 6) -> Iterator[str]:
     """Each line and its newline, in pieces: a tensor is spelled as it is written (in
     bounded chunks, or summarised per ``policy``), so the whole text never has to exist
     at once."""
@@ -110,7 +126,7 @@ def stream_lines(lines: Iterable[Line], policy: str = "summary") -> Iterator[str
                 if isinstance(piece, str):
                     yield piece
                 else:
-                    yield from iter_vector(piece, policy)
+                    yield from iter_vector(piece, policy, precision)
         yield "\n"
 
 
@@ -135,14 +151,19 @@ SMALL = 48
 (measured: 4 values 2 µs against 33 µs; they meet near 64)."""
 
 
-def python_fixed(value: float, precision: int) -> str:
-    """One value as ``{:.<precision>f}``, with the reference's non-finite spellings, and
-    no sign on a value that rounds to zero (``-1e-17`` is ``0.000000``, not ``-0.000000``)."""
+def _nonfinite(value: float) -> str | None:
+    """``NaN``, ``inf`` or ``-inf`` as the reference writes them; ``None`` for a finite value."""
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "inf" if value > 0 else "-inf"
-    text = f"{value:.{precision}f}"
+    return None
+
+
+def python_fixed(value: float, precision: int) -> str:
+    """One value of a vector as ``{:.<precision>f}``, with the reference's non-finite
+    spellings, and no sign on a value that rounds to zero (``-1e-17`` is ``0.000000``)."""
+    text = _nonfinite(value) or f"{value:.{precision}f}"
     return text[1:] if text[0] == "-" and not text.strip("-0.") else text
 
 
@@ -150,11 +171,7 @@ def course_fixed(value: float, precision: int) -> str:
     """One value as chapter 37's reference prints it: ``{:.<precision>}`` after only
     ``-0.0`` is made ``0.0`` (a negative value that rounds to zero keeps its sign, as
     Rust writes it), non-finite values ``NaN``, ``inf``, ``-inf``."""
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return f"{value + 0.0:.{precision}f}"
+    return _nonfinite(value) or f"{value + 0.0:.{precision}f}"
 
 
 def course_vector(values: npt.ArrayLike, precision: int) -> str:

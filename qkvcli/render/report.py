@@ -1,33 +1,45 @@
-"""The chapter's evidence report in its three plain forms: text, diagram trace and JSON.
+"""Chapter 26's evidence report, run's: its facts, and the text, trace and JSON made of them.
 
-The text is the chapter's 28-line ``key=value`` report and the trace its diagram's
-17-line ``KIND|key=value`` trace, both byte for byte the reference's (the anchors fix
-them); the JSON holds everything in the evidence under stable key names, in the forms
-every report shares (:mod:`qkvcli.render.document`).
+:func:`facts` states the evidence once (:mod:`qkvcli.render.facts`); the JSON is their one
+walk, and the text (the chapter's 28-line ``key=value`` report) and the trace (its
+diagram's 17-line ``KIND|key=value`` trace) are layout tables over them, byte for byte the
+reference's (the anchors fix them), each tensor written as it streams per ``--tensors``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from qkvcli.check.chapter26_evidence import Evidence, Primary
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
 from qkvcli.core.results import Refusal, ShapeProbe
 from qkvcli.core.text import escape_controls
-from qkvcli.render.numbers import Line, fmt_bool, fmt_float, fmt_shape, stream_lines
+from qkvcli.render.facts import (
+    Facts,
+    Part,
+    Table,
+    bare,
+    entries,
+    json_pieces,
+    record,
+    scalar,
+    section,
+    shape,
+    tensor,
+    verdict,
+)
+from qkvcli.render.facts import pieces as laid
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 from qkvcli.render.views import Asked
 from qkvcli.render.wording import check_rows
 
-if TYPE_CHECKING:
-    import numpy.typing as npt  # annotations only: importing it costs start-up (numpy._typing)
-
-# --- text ---------------------------------------------------------------------------
-
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
 NEXT = "compare queries with keys and mix values"
-
+NEXT_CHAPTER = "27-self-attention"
 
 PUBLISHED_TENSORS = {
     "input": "input", "w_query": "query_weight", "w_key": "key_weight",
@@ -37,6 +49,12 @@ PUBLISHED_TENSORS = {
     "grad_w_key": "key_weight_gradient", "grad_w_value": "value_weight_gradient",
 }
 """The report's published name of each of :meth:`Primary.tensors`' fields, in order."""
+AXES = {"input": ("batch", "token", "model_feature"), "weight": ("model_feature", "feature"),
+        "output": ("batch", "token", "feature")}
+"""The axes of the input (and its gradient), of a weight (and its gradient) and of an
+output (and its upstream gradient)."""
+GIVEN = ("input", "w_query", "w_key", "w_value", "grad_query", "grad_key", "grad_value")
+"""The tensors the fixture gives (the rest qkv computes)."""
 
 
 def published_tensors(primary: Primary) -> dict[str, Array]:
@@ -44,71 +62,14 @@ def published_tensors(primary: Primary) -> dict[str, Array]:
     return {PUBLISHED_TENSORS[field]: value for field, value in primary.tensors().items()}
 
 
-def render_text(evidence: Evidence, tensors: str = "summary") -> str:
-    """The report as the reference prints it, computed from ``evidence``; ends with a newline."""
-    return "".join(iter_text(evidence, tensors))
+def _axes(field: str) -> tuple[str, ...]:
+    return AXES["weight" if "w_" in field else "input" if field.endswith("input") else "output"]
 
 
-def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
-    """The same text in pieces, tensors formatted as they are written (``tensors``: a
-    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
-    p = evidence.primary
-    c = evidence.config
-    s = evidence.shapes
-    e = evidence.errors
-    i = evidence.initialization
-    g = evidence.gradcheck
-    h = evidence.history
-
-    arrays = published_tensors(p)
-
-    def tensor_line(name: str) -> Line:
-        value = arrays[name]
-        return (f"{name}=shape:{fmt_shape(value.shape)} values:", value)
-
-    lines: list[Line] = [
-        f"chapter={escape_controls(evidence.chapter)}",
-        f"prediction={PREDICTION}",
-        f"config=batch:{c.batch} tokens:{c.tokens} d_model:{c.d_model} d_head:{c.d_head} "
-        f"bias:{fmt_bool(c.bias)}",
-        *(tensor_line(n) for n in ("input", "query_weight", "key_weight", "value_weight",
-                                   "query", "key", "value")),
-        f"parameter_names=[{','.join(p.parameter_names)}]",
-        f"parameter_count={p.parameter_count} independent:{fmt_bool(i.independent)}",
-        f"shape_rule={fmt_shape(s.rule.input)}->three*{fmt_shape(_out(s.rule, 0))}",
-        f"batch_probe={fmt_shape(s.batch.input)}->three*{fmt_shape(_out(s.batch, 0))}",
-        f"empty_tokens={fmt_shape(s.report_empty_tokens.input)}"
-        f"->three*{fmt_shape(_out(s.report_empty_tokens, 0))}",
-        f"history=additive_query:{h.earlier_left.replace('-', '_')} "
-        f"additive_key_value:{h.earlier_right.replace('-', '_')} "
-        "self_attention_qkv:hidden_sequence",
-        ("upstream_query=", p.grad_query),
-        ("upstream_key=", p.grad_key),
-        ("upstream_value=", p.grad_value),
-        ("input_gradient=", p.grad_input),
-        ("query_weight_gradient=", p.grad_w_query),
-        ("key_weight_gradient=", p.grad_w_key),
-        ("value_weight_gradient=", p.grad_w_value),
-        f"gradcheck=input_checks:{len(g.checks_of('input').checks)} "
-        f"query_checks:{len(g.checks_of('query_weight').checks)} "
-        f"key_checks:{len(g.checks_of('key_weight').checks)} "
-        f"value_checks:{len(g.checks_of('value_weight').checks)} "
-        f"tolerance:{fmt_float(g.tolerance)} passed:{fmt_bool(g.passed)}",
-        f"initialization=seed:{i.seed} transactional:{fmt_bool(i.transactional)} "
-        f"independent:{fmt_bool(i.independent)}",
-        f"errors=rank:{fmt_bool(e.rank.rejected)} width:{fmt_bool(e.width.rejected)} "
-        f"model_mismatch:{fmt_bool(e.model_mismatch.rejected)} "
-        f"head_mismatch:{fmt_bool(e.head_mismatch.rejected)} "
-        f"duplicate_name:{fmt_bool(e.duplicate_name.rejected)}",
-        f"same_fixture_replays_bitwise={fmt_bool(evidence.replay_bitwise)}",
-        f"next={NEXT}",
-    ]
-    yield from stream_lines(lines, tensors)
-
-
-# --- trace --------------------------------------------------------------------------
-
-NEXT_CHAPTER = "27-self-attention"
+def _probe(probe: ShapeProbe) -> Any:
+    return section(input=shape(probe.input),
+                   **{branch: shape(probe.shape(branch) or ()) for branch in BRANCHES},
+                   gradient_shapes_ok=verdict(probe.holds(*GRADIENTS)))
 
 
 def said(case: Refusal) -> str:
@@ -116,192 +77,199 @@ def said(case: Refusal) -> str:
     return case.message or "accepted"
 
 
-def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
-    """The trace as the reference prints it, computed from ``evidence``; ends with a newline."""
-    return "".join(iter_trace(evidence, tensors))
+def facts(evidence: Evidence) -> dict[str, Any]:
+    """The chapter's facts after the JSON's head: everything the evidence holds, under the
+    report's published names."""
+    from qkvcli.render.document import check_entry, gradcheck_json
 
-
-def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
-    """The same text in pieces, tensors formatted as they are written (``tensors``: a
-    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
-    p = evidence.primary
-    c = evidence.config
-    s = evidence.shapes
-    e = evidence.errors
-    g = evidence.gradcheck
-    h = evidence.history
-    ind = evidence.independence
-
-    def projection(role: str, tensor: str, index: int) -> Line:
-        weight = p.weights[index]
-        output = p.outputs[index]
-        return (
-            f"PROJECTION|role={role}|tensor={tensor}|parameter={p.parameter_names[index]}"
-            f"|weight_shape={fmt_shape(weight.shape)}|weights=", weight,
-            f"|output_shape={fmt_shape(output.shape)}|output=", output,
-        )
-
-    def weight_gradient(role: str, index: int) -> Line:
-        grad = p.weight_gradients[index]
-        return (f"WEIGHT_GRADIENT|role={role}|shape={fmt_shape(grad.shape)}|values=", grad)
-
-    if ind.applicable:
-        independence = (
-            f"INDEPENDENCE|changed=query|query_changed={fmt_bool(ind.query_changed)}"
-            f"|key_output={'bitwise-unchanged' if ind.key_unchanged else 'changed'}"
-            f"|value_output={'bitwise-unchanged' if ind.value_unchanged else 'changed'}"
-        )
-    else:
-        independence = (
-            "INDEPENDENCE|changed=query|query_changed=not-applicable"
-            "|key_output=not-applicable|value_output=not-applicable"
-        )
-    eb, et = s.empty_batch, s.empty_tokens
-    lines: list[Line] = [
-        f"META|input_shape={fmt_shape(p.input.shape)}|model_width={c.d_model}"
-        f"|head_width={c.d_head}|bias={fmt_bool(c.bias)}|parameter_count={p.parameter_count}"
-        "|branch_order=query,key,value",
-        ("INPUT|values=", p.input),
-        projection("query", "Q", 0),
-        projection("key", "K", 1),
-        projection("value", "V", 2),
-        ("BACKWARD|query_upstream=", p.grad_query, "|key_upstream=", p.grad_key,
-         "|value_upstream=", p.grad_value,
-         f"|input_gradient_shape={fmt_shape(p.grad_input.shape)}|input_gradient=", p.grad_input),
-        weight_gradient("query", 0),
-        weight_gradient("key", 1),
-        weight_gradient("value", 2),
-        independence,
-        f"EMPTY_SHAPES|batch_input={fmt_shape(eb.input)}|batch_query={fmt_shape(_out(eb, 0))}"
-        f"|batch_key={fmt_shape(_out(eb, 1))}|batch_value={fmt_shape(_out(eb, 2))}"
-        f"|token_input={fmt_shape(et.input)}|token_query={fmt_shape(_out(et, 0))}"
-        f"|token_key={fmt_shape(_out(et, 1))}|token_value={fmt_shape(_out(et, 2))}",
-        f"ERROR|case=rank-two|rejected={fmt_bool(e.rank.rejected)}|message={said(e.rank)}",
-        f"ERROR|case=input-width|rejected={fmt_bool(e.width.rejected)}|message={said(e.width)}",
-        f"ERROR|case=branch-mismatch|rejected={fmt_bool(e.model_mismatch.rejected)}"
-        f"|message={said(e.model_mismatch)}",
-        f"HISTORY|earlier_left={h.earlier_left}|earlier_right={h.earlier_right}"
-        f"|transformer_source={h.transformer_source}|mapping={h.mapping}",
-        f"PROOF|input_checks={len(g.checks_of('input').checks)}"
-        f"|query_weight_checks={len(g.checks_of('query_weight').checks)}"
-        f"|key_weight_checks={len(g.checks_of('key_weight').checks)}"
-        f"|value_weight_checks={len(g.checks_of('value_weight').checks)}"
-        f"|tolerance={fmt_float(g.tolerance)}|gradcheck={fmt_bool(g.passed)}"
-        f"|replay={'bitwise' if evidence.replay_bitwise else 'mismatch'}"
-        f"|names={'unique' if e.duplicate_name.rejected else 'unchecked'}"
-        f"|initialization={'transactional' if evidence.initialization.transactional else 'partial'}",
-        f"NEXT|chapter={NEXT_CHAPTER}",
-    ]
-    yield from stream_lines(lines, tensors)
-
-
-# --- JSON ---------------------------------------------------------------------------
-
-
-def _out(probe: ShapeProbe, branch: int) -> tuple[int, ...]:
-    """The shape of the probe's Q, K or V (``()`` when its call failed)."""
-    return probe.shape(BRANCHES[branch]) or ()
-
-
-def _probe(probe: ShapeProbe) -> dict[str, Any]:
+    p, c, s, i, ind, h = (evidence.primary, evidence.config, evidence.shapes,
+                          evidence.initialization, evidence.independence, evidence.history)
     return {
-        "input": list(probe.input),
-        "query": list(_out(probe, 0)),
-        "key": list(_out(probe, 1)),
-        "value": list(_out(probe, 2)),
-        "gradient_shapes_ok": probe.holds(*GRADIENTS),
+        "loss": scalar(float(p.loss)),
+        "checks": [check_entry("run", ch.name, ch.passed, ch.detail) for ch in check_rows(evidence)],
+        "config": section(batch=c.batch, tokens=c.tokens, d_model=c.d_model, d_head=c.d_head,
+                          bias=verdict(c.bias), seed=evidence.seed, layout=c.layout),
+        "parameter_names": list(p.parameter_names),
+        "parameter_count": p.parameter_count,
+        "tensors": section(**{PUBLISHED_TENSORS[field]: tensor(value, _axes(field), given=field in GIVEN)
+                              for field, value in p.tensors().items()}),
+        "shapes": section(**{name: _probe(getattr(s, name)) for name in (
+            "rule", "batch", "empty_batch", "empty_tokens", "report_empty_tokens")}),
+        "errors": entries([{"case": case.case, "rejected": verdict(case.rejected),
+                            "message": said(case)} for case in evidence.errors.cases()]),
+        "initialization": section(seed=i.seed, reproducible=verdict(i.reproducible),
+                                  independent=verdict(i.independent),
+                                  transactional=verdict(i.transactional), rejection=i.rejection),
+        "independence": section(applicable=verdict(ind.applicable), changed="query", row=ind.row,
+                                query_changed=verdict(ind.query_changed),
+                                key_unchanged=verdict(ind.key_unchanged),
+                                value_unchanged=verdict(ind.value_unchanged)),
+        "replay_bitwise": verdict(evidence.replay_bitwise),
+        "history": section(earlier_left=h.earlier_left, earlier_right=h.earlier_right,
+                           transformer_source=h.transformer_source, mapping=h.mapping),
+        "gradcheck": record(evidence.gradcheck, gradcheck_json),
     }
+
+
+# --- the text and the trace: tables over the facts -------------------------------------
+
+def _three(probe: str) -> Part:
+    return ("", f"shapes.{probe}", lambda p: f"{fmt_shape(p['input'].value)}->three*"
+            f"{fmt_shape(p['query'].value)}")
+
+
+CHECKED = ("input", "query_weight", "key_weight", "value_weight")
+"""The gradient check's tensors, in the order the text and the trace count them."""
+
+
+def _counts(labels: tuple[str, ...]) -> tuple[Part, ...]:
+    """The gradient check's count per tensor, each under its label, then its tolerance."""
+    return (*((label, "gradcheck", lambda g, n=name: len(g.checks_of(n).checks))
+              for label, name in zip(labels, CHECKED, strict=True)),
+            ("tolerance", "gradcheck", lambda g: fmt_float(g.tolerance)))
+
+
+def _rejected(errors: Any, index: int) -> str:
+    return fmt_bool(errors[index]["rejected"].value)
+
+
+def _shape(value: Any) -> str:
+    return fmt_shape(np.shape(value))
+
+
+ROLES = tuple(zip(BRANCHES, ("Q", "K", "V"), strict=True))
+TEXT: Table = (
+    ("chapter", lambda e: escape_controls(e.chapter)),
+    ("prediction", lambda e: PREDICTION),
+    ("config", tuple((name, f"config.{name}") for name in ("batch", "tokens", "d_model", "d_head",
+                                                              "bias"))),
+    *((name, f"tensors.{name}") for name in ("input", "query_weight", "key_weight",
+                                             "value_weight", "query", "key", "value")),
+    ("parameter_names", ("parameter_names", lambda names: f"[{','.join(names)}]")),
+    ("parameter_count", (("", "parameter_count"), ("independent", "initialization.independent"))),
+    ("shape_rule", (_three("rule"),)),
+    ("batch_probe", (_three("batch"),)),
+    ("empty_tokens", (_three("report_empty_tokens"),)),
+    ("history", (("additive_query", "history.earlier_left", lambda v: v.replace("-", "_")),
+                 ("additive_key_value", "history.earlier_right", lambda v: v.replace("-", "_")),
+                 ("self_attention_qkv", lambda e: "hidden_sequence"))),
+    *((name, (f"tensors.{name}", bare)) for name in (
+        "upstream_query", "upstream_key", "upstream_value", "input_gradient",
+        "query_weight_gradient", "key_weight_gradient", "value_weight_gradient")),
+    ("gradcheck", (*_counts(("input_checks", "query_checks", "key_checks", "value_checks")),
+                   ("passed", "gradcheck", lambda g: fmt_bool(g.passed)))),
+    ("initialization", (("seed", "initialization.seed"),
+                        ("transactional", "initialization.transactional"),
+                        ("independent", "initialization.independent"))),
+    ("errors", tuple((label, "errors", lambda errors, i=i: _rejected(errors, i)) for i, label in
+                     enumerate(("rank", "width", "model_mismatch", "head_mismatch",
+                                "duplicate_name")))),
+    ("same_fixture_replays_bitwise", "replay_bitwise"),
+    ("next", lambda e: NEXT),
+)
+"""The text report's lines: each key and its facts."""
+
+
+def _output(branch: str) -> Part:
+    """The trace's word for whether changing ``W_Q`` left ``branch``'s output alone."""
+    return (f"{branch}_output", "independence", lambda ind: "not-applicable" if not
+            ind["applicable"].value else "bitwise-unchanged" if ind[f"{branch}_unchanged"].value
+            else "changed")
+
+
+def _error(index: int, case: str) -> tuple[str, Any]:
+    return ("ERROR", (("case", lambda e: case),
+                      ("rejected", "errors", lambda errors: _rejected(errors, index)),
+                      ("message", "errors", lambda errors: errors[index]["message"])))
+
+
+TRACE: Table = (
+    ("META", (("input_shape", "tensors.input", _shape),
+              ("model_width", "config.d_model"), ("head_width", "config.d_head"),
+              ("bias", "config.bias"), ("parameter_count", "parameter_count"),
+              ("branch_order", lambda e: ",".join(BRANCHES)))),
+    ("INPUT", (("values", "tensors.input", bare),)),
+    *(("PROJECTION", (("role", lambda e, b=branch: b), ("tensor", lambda e, t=letter: t),
+                      ("parameter", "parameter_names", lambda names, i=i: names[i]),
+                      ("weight_shape", f"tensors.{branch}_weight", _shape),
+                      ("weights", f"tensors.{branch}_weight", bare),
+                      ("output_shape", f"tensors.{branch}", _shape),
+                      ("output", f"tensors.{branch}", bare)))
+      for i, (branch, letter) in enumerate(ROLES)),
+    ("BACKWARD", (*((f"{branch}_upstream", f"tensors.upstream_{branch}", bare) for branch in BRANCHES),
+                  ("input_gradient_shape", "tensors.input_gradient", _shape),
+                  ("input_gradient", "tensors.input_gradient", bare))),
+    *(("WEIGHT_GRADIENT", (("role", lambda e, b=branch: b),
+                           ("shape", f"tensors.{branch}_weight_gradient", _shape),
+                           ("values", f"tensors.{branch}_weight_gradient", bare)))
+      for branch in BRANCHES),
+    ("INDEPENDENCE", (("changed", "independence.changed"),
+                      ("query_changed", "independence", lambda ind: fmt_bool(
+                          ind["query_changed"].value) if ind["applicable"].value
+                       else "not-applicable"), _output("key"), _output("value"))),
+    ("EMPTY_SHAPES", tuple(
+        (f"{side}_{name}", f"shapes.{probe}", lambda p, n=name: fmt_shape(p[n].value))
+        for side, probe in (("batch", "empty_batch"), ("token", "empty_tokens"))
+        for name in ("input", *BRANCHES))),
+    _error(0, "rank-two"), _error(1, "input-width"), _error(2, "branch-mismatch"),
+    ("HISTORY", (("", "history.*"),)),
+    ("PROOF", (*_counts(("input_checks", "query_weight_checks", "key_weight_checks",
+                         "value_weight_checks")),
+               ("gradcheck", "gradcheck", lambda g: fmt_bool(g.passed)),
+               ("replay", "replay_bitwise", lambda same: "bitwise" if same else "mismatch"),
+               ("names", "errors", lambda errors: "unique" if errors[4]["rejected"].value
+                else "unchecked"),
+               ("initialization", "initialization.transactional",
+                lambda done: "transactional" if done else "partial"))),
+    ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
+)
+"""The trace's lines: each kind and its facts."""
+
+
+def _head(evidence: Evidence) -> dict[str, Any]:
+    from qkvcli.render.document import head
+
+    return head("run", chapter=evidence.chapter, passed=evidence.passed)
 
 
 def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
     """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
-    from qkvcli.render.document import check_entry, gradcheck_json, head, json_float, tensor_json
+    from qkvcli.render.facts import json_of
 
-    p = evidence.primary
-    c = evidence.config
-    s = evidence.shapes
-    i = evidence.initialization
-    ind = evidence.independence
-    return {
-        **head("run", chapter=evidence.chapter, passed=evidence.passed),
-        "loss": json_float(p.loss),
-        "checks": [check_entry("run", ch.name, ch.passed, ch.detail)
-                   for ch in check_rows(evidence)],
-        "config": {
-            "batch": c.batch,
-            "tokens": c.tokens,
-            "d_model": c.d_model,
-            "d_head": c.d_head,
-            "bias": c.bias,
-            "seed": evidence.seed,
-            "layout": c.layout,
-        },
-        "parameter_names": list(p.parameter_names),
-        "parameter_count": p.parameter_count,
-        "tensors": {name: tensor_json(value, tensors)
-                    for name, value in published_tensors(p).items()},
-        "shapes": {
-            "rule": _probe(s.rule),
-            "batch": _probe(s.batch),
-            "empty_batch": _probe(s.empty_batch),
-            "empty_tokens": _probe(s.empty_tokens),
-            "report_empty_tokens": _probe(s.report_empty_tokens),
-        },
-        "errors": [
-            {"case": case.case, "rejected": case.rejected, "message": said(case)}
-            for case in evidence.errors.cases()
-        ],
-        "initialization": {
-            "seed": i.seed,
-            "reproducible": i.reproducible,
-            "independent": i.independent,
-            "transactional": i.transactional,
-            "rejection": i.rejection,
-        },
-        "independence": {
-            "applicable": ind.applicable,
-            "changed": "query",
-            "row": ind.row,
-            "query_changed": ind.query_changed,
-            "key_unchanged": ind.key_unchanged,
-            "value_unchanged": ind.value_unchanged,
-        },
-        "replay_bitwise": evidence.replay_bitwise,
-        "history": {
-            "earlier_left": evidence.history.earlier_left,
-            "earlier_right": evidence.history.earlier_right,
-            "transformer_source": evidence.history.transformer_source,
-            "mapping": evidence.history.mapping,
-        },
-        "gradcheck": gradcheck_json(evidence.gradcheck),
-    }
+    return {**_head(evidence), **json_of(facts(evidence), tensors)}
+
+
+def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The text report in pieces, tensors written as they stream (``tensors``: a
+    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
+    return laid(facts(evidence), evidence, TEXT, tensors=tensors)
+
+
+def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The trace in pieces, tensors written as they stream."""
+    return laid(facts(evidence), evidence, TRACE, True, tensors=tensors)
+
+
+def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
+    """The JSON report in pieces: the bytes of ``dumps(evidence_json(evidence, tensors))``,
+    a tensor shown in full streamed rather than held as one list of Python floats."""
+    found: Facts = facts(evidence)
+    return json_pieces(_head(evidence), found, tensors)
+
+
+def render_text(evidence: Evidence, tensors: str = "summary") -> str:
+    """The report as the reference prints it; ends with a newline."""
+    return "".join(iter_text(evidence, tensors))
+
+
+def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
+    """The trace as the reference prints it; ends with a newline."""
+    return "".join(iter_trace(evidence, tensors))
 
 
 def render_json(evidence: Evidence, tensors: str = "summary") -> str:
     """The JSON report as one string (see :func:`iter_json`)."""
     return "".join(iter_json(evidence, tensors))
-
-
-def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
-    """The JSON report in pieces: the bytes of ``dumps(evidence_json(evidence, tensors))``.
-
-    Large tensors shown in full are streamed (:func:`~qkvcli.render.stream.iter_values`)
-    instead of being held as one list of Python floats and one string.
-    """
-    from qkvcli.render.document import dumps  # the JSON path only: start-up
-    from qkvcli.render.stream import marker, stream_document
-
-    document = evidence_json(evidence, "summary" if tensors == "full" else tensors)
-    if tensors != "full":
-        yield dumps(document)
-        return
-    arrays: list[npt.ArrayLike] = []
-    for name, value in published_tensors(evidence.primary).items():
-        entry = document["tensors"][name]
-        if "values" not in entry:
-            document["tensors"][name] = {"shape": entry["shape"], "values": marker(len(arrays))}
-            arrays.append(value)
-    yield from stream_document(dumps(document), arrays)
 
 
 def pieces(evidence: Evidence, fmt: str, asked: Asked) -> Iterator[str]:

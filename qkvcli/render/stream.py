@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkvcli.render.numbers import json_float
+
 if TYPE_CHECKING:
     import numpy.typing as npt  # annotations only: importing it costs start-up (numpy._typing)
 
@@ -55,16 +57,7 @@ def iter_values(values: npt.ArrayLike, indent: int) -> Iterator[str]:
         chunk = flat[start:start + CHUNK]
         items: list[float | str] = chunk.tolist()
         if not np.isfinite(chunk).all():
-            items = [spell(v) for v in items]  # type: ignore[arg-type]
+            items = [json_float(v) for v in items]  # type: ignore[arg-type]
         text = json.dumps(items, separators=(separator, ": "), allow_nan=False)
         yield (separator if start else "") + text[1:-1]
     yield "\n" + " " * indent + "]"
-
-
-def spell(value: float) -> float | str:
-    """As :func:`~qkvcli.render.report.json_float` spells it."""
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value

@@ -12,6 +12,8 @@ from typing import Any
 
 from qkvcli.learn.variance import VarianceResult
 from qkvcli.render.document import dumps, head
+from qkvcli.render.facts import columns, entries, json_of, scalar
+from qkvcli.render.numbers import fmt_float, fmt_signed
 from qkvcli.render.views import Asked
 
 HEADER = ("d_k", "var(q.k)", "std(q.k)", "var(q.k/sqrt(d_k))", "std_err", "z")
@@ -28,15 +30,21 @@ PRECISION = 4
 (four show a variance near 1 to the sampling error's scale); ``z`` keeps two."""
 
 
+def facts(result: VarianceResult) -> dict[str, Any]:
+    """The sampled rows as facts: ``seed``, ``samples`` and each row's ``d_k``, variances,
+    standard deviation, ratio, standard error and ``z``."""
+    return {"seed": result.seed, "samples": result.samples, "rows": entries([
+        {"d_k": r.d_k, **{name: scalar(getattr(r, name)) for name in (
+            "variance", "std", "ratio", "scaled_variance", "std_error", "z")}}
+        for r in result.rows])}
+
+
 def variance_cells(result: VarianceResult, precision: int = PRECISION) -> list[tuple[str, ...]]:
     """The table's cells, row by row: ``d_k``, then the variances, the standard deviation
-    and the standard error to ``precision`` decimals, then ``z`` to two."""
-    p = precision
-    return [
-        (str(r.d_k), f"{r.variance:.{p}f}", f"{r.std:.{p}f}", f"{r.scaled_variance:.{p}f}",
-         f"{r.std_error:.{p}f}", f"{r.z:+.2f}")
-        for r in result.rows
-    ]
+    and the standard error to ``precision`` decimals, then ``z`` to two, signed."""
+    return [(str(row["d_k"]), *(fmt_float(row[name].value, precision) for name in (
+        "variance", "std", "scaled_variance", "std_error")), fmt_signed(row["z"].value, 2))
+            for row in facts(result)["rows"].value]
 
 
 def render_variance_text(result: VarianceResult, precision: int = PRECISION) -> str:
@@ -45,29 +53,16 @@ def render_variance_text(result: VarianceResult, precision: int = PRECISION) -> 
     Takes the result and ``precision``, the decimals of the table's numbers (default
     :data:`PRECISION`, 4; ``z`` always has two); gives the text ending in a newline.
     """
-    rows = [HEADER, *variance_cells(result, precision)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(cell.rjust(widths[i]) for i, cell in enumerate(row)) for row in rows]
-    lines.append("")
-    lines.append(f"samples={result.samples} per row, seed={result.seed}")
-    lines.append(EXPLAIN)
-    return "\n".join(lines) + "\n"
+    lines = columns([HEADER, *variance_cells(result, precision)], range(len(HEADER)))
+    return "\n".join([*lines, "", f"samples={result.samples} per row, seed={result.seed}",
+                      EXPLAIN]) + "\n"
 
 
 def variance_json(result: VarianceResult) -> dict[str, Any]:
     """The head (``report``: ``variance``), then ``seed``, ``samples`` and ``rows``; each
     row keeps ``ratio`` and ``scaled_variance`` (equal by ``var(x/c) = var(x)/c^2``,
     computed both ways) and adds ``z``, the ratio's distance from 1 in standard errors."""
-    return head(
-        "variance",
-        seed=result.seed,
-        samples=result.samples,
-        rows=[
-            {"d_k": r.d_k, "variance": r.variance, "std": r.std, "ratio": r.ratio,
-             "scaled_variance": r.scaled_variance, "std_error": r.std_error, "z": r.z}
-            for r in result.rows
-        ],
-    )
+    return head("variance", **json_of(facts(result)))
 
 
 def render_variance_json(result: VarianceResult) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from qkvcli.core.record import Record
-from qkvcli.render.numbers import fmt_bool
+from qkvcli.render.numbers import fmt_bool, fmt_exact
 
 if TYPE_CHECKING:
     from qkvcli.check.chapter26_evidence import Evidence
@@ -136,7 +136,7 @@ def gradcheck_detail(result: GradcheckResult) -> str:
     else:  # another mode ran: name it and what it checked
         head = (f"{failed} of {result.count} checks failed ({result.summary})" if failed
                 else result.summary)
-    return f"{head}, step {result.step!r}, tolerance {result.tolerance!r}"
+    return f"{head}, step {fmt_exact(result.step)}, tolerance {fmt_exact(result.tolerance)}"
 
 
 def _gradcheck(evidence: Evidence) -> str:
@@ -153,7 +153,8 @@ def _count(count: int, one: str, many: str) -> str:
 def mismatch_words(mismatch: Mismatch) -> str:
     """``query[0,1,1]: expected 2.0, got 3.0`` (the loss has no coordinate)."""
     where = f"[{','.join(map(str, mismatch.coordinate))}]" if mismatch.coordinate else ""
-    return f"{mismatch.name}{where}: expected {mismatch.expected!r}, got {mismatch.actual!r}"
+    return (f"{mismatch.name}{where}: expected {fmt_exact(mismatch.expected)}, "
+            f"got {fmt_exact(mismatch.actual)}")
 
 
 def expect_detail(result: ExpectResult) -> str:
@@ -161,13 +162,13 @@ def expect_detail(result: ExpectResult) -> str:
     quantities = _count(len(result.names), "quantity", "quantities")
     if result.passed:
         return (f"{quantities}, {_count(result.values, 'value', 'values')} as expected "
-                f"(tolerance {result.tolerance!r})")
+                f"(tolerance {fmt_exact(result.tolerance)})")
     shown = "; ".join(mismatch_words(m) for m in result.mismatches[:SHOWN_MISMATCHES])
     more = len(result.mismatches) - SHOWN_MISMATCHES
     extra = f"; and {more} more" if more > 0 else ""
     verb = "differs" if len(result.mismatches) == 1 else "differ"
     return (f"{len(result.mismatches)} of {quantities} {verb}: {shown}{extra} "
-            f"(tolerance {result.tolerance!r})")
+            f"(tolerance {fmt_exact(result.tolerance)})")
 
 
 def _expect(evidence: Evidence) -> str:
