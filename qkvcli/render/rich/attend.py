@@ -30,15 +30,15 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
 from qkvcli.render.attend import (
     REVERSE,
-    attend_checks,
     default_name,
+    facts,
     formula_of,
-    note_text,
     published_name,
     rope_words,
     upstream_source,
 )
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
+from qkvcli.render.rich.drawn import checks_card
 from qkvcli.render.rich.heatmap import heatmaps
 from qkvcli.render.rich.layout import (
     Fitted,
@@ -47,7 +47,6 @@ from qkvcli.render.rich.layout import (
     Row,
     beside,
     card,
-    checks_card,
     verdict_line,
 )
 from qkvcli.render.rich.options import RichOptions
@@ -223,7 +222,7 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     whole at any width the CLI prints it at. Raises nothing for valid evidence.
     """
     options = options or RichOptions(precision=PRECISION)
-    c = evidence.config
+    c, found = evidence.config, facts(evidence)
     scale = fmt_float(c.scale, options.precision)
     bias = ", ".join(b for b, flag in zip(("query", "key", "value"), c.bias, strict=True) if flag)
     header = Text.assemble(
@@ -247,10 +246,9 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         parts.append(scores_row(evidence, b, options))
         parts.append(attention_row(evidence, b, options))
     parts.append(Row([reverse_summary(evidence, options)]))
-    parts.append(Row([checks_card(((c.passed, c.name, c.detail) for c in attend_checks(evidence)),
-                                  evidence.passed)]))
-    for note in evidence.notes:
-        parts.append(Row([card(Text(f"note: {note.code}"), None, Text(note_text(note)),
+    parts.append(Row([checks_card(found["checks"], options)]))
+    for note in found["notes"]:
+        parts.append(Row([card(Text(f"note: {note['code']}"), None, Text(options.safe(note["text"])),
                                box=box.ROUNDED, style="yellow")]))
     parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
                               len(evidence.checks)))

@@ -71,11 +71,6 @@ def verdicts(rows: Iterable[tuple[bool, str, str | Text]]) -> Table:
     return grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1))
 
 
-def checks_card(rows: Iterable[tuple[bool, str, str]], passed: bool) -> Part:
-    """The Checks card: each check's PASS/FAIL word, name and evidence."""
-    return card("Checks", passed, verdicts(rows))
-
-
 class Part:
     """One piece of a :class:`Row`: a body, drawn in a panel when ``box`` is given.
 
