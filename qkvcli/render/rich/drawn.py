@@ -59,7 +59,7 @@ def rows_of(section: Facts, options: RichOptions, labels: Mapping[str, str] | No
                 nowrap=(0,), dim=(0,))
 
 
-def listed(items: Iterable[Mapping[str, Any]], name: Callable[[Mapping[str, Any]], str],
+def listed(items: Iterable[Mapping[str, Any]], name: Callable[[Mapping[str, Any]], str | Text],
            detail: Callable[[Mapping[str, Any]], str | Text],
            passed: str = "passed") -> Table:
     """Entries (or check entries) as the verdicts list: each one's PASS/FAIL word (its

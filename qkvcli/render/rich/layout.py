@@ -66,7 +66,7 @@ def beside(bodies: Iterable[RenderableType], gap: int = 2) -> Row:
                fill=False)
 
 
-def verdicts(rows: Iterable[tuple[bool, str, str | Text]]) -> Table:
+def verdicts(rows: Iterable[tuple[bool, str | Text, str | Text]]) -> Table:
     """Each check's PASS/FAIL word, name and evidence, one a row."""
     return grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1))
 
