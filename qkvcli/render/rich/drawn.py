@@ -1,10 +1,10 @@
 """A report's facts (:mod:`qkvcli.render.facts`) drawn as the rich views draw them.
 
-A fact becomes a cell by its kind (:func:`cell_of`); a section, rows of labelled cells
-(:func:`rows_of`); entries or check entries, the list of PASS/FAIL words with a name and
-evidence each (:func:`listed`, :func:`checks_card`); a tensor, its tables, its named axes
-the words of its elision notes (:func:`tensor_tables`). The views read what a report's
-facts already hold through these, and keep only what they alone draw.
+A fact becomes a cell by its kind (:func:`cell_of`); a section's facts, one line of
+``name value`` items (:func:`config_row`); entries or check entries, the one list of
+PASS/FAIL words, each with a name and its evidence (:func:`listed`, :func:`checks_card`);
+a tensor, its tables (:func:`tensor_tables`). The views read what a report's facts hold
+through these, and keep only what they alone draw.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.render.facts import Fact, Facts
-from qkvcli.render.numbers import fmt_float, fmt_shape
-from qkvcli.render.rich.layout import Part, card, status, verdicts
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
+from qkvcli.render.rich.layout import Flow, Part, card, verdicts
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import Summarise, batched_tables, grid, matrix_table
+from qkvcli.render.rich.tables import Summarise, batched_tables, matrix_table
 from qkvcli.render.tensors import summarise
 
 
@@ -31,13 +31,13 @@ def value(fact: Any) -> Any:
     return fact.value if isinstance(fact, Fact) else fact
 
 
-def cell_of(fact: Any, options: RichOptions) -> str | Text:
-    """``fact`` as a cell: a verdict its PASS/FAIL word, a shape ``[..]`` (``rejected``
-    for none), a tensor its shape, a float at the view's precision, the rest as ``str``
-    gives it (made safe for the stream)."""
+def cell_of(fact: Any, options: RichOptions) -> str:
+    """``fact`` as a cell: a verdict ``true`` or ``false`` (a claim's PASS/FAIL word is
+    :func:`listed`'s), a shape ``[..]`` (``rejected`` for none), a tensor its shape, a
+    float at the view's precision, the rest as ``str`` gives it (made safe for the stream)."""
     kind, found = (fact.kind, fact.value) if isinstance(fact, Fact) else ("", fact)
     if kind == "verdict":
-        return status(found)
+        return fmt_bool(found)
     if kind == "shape":
         return "rejected" if found is None else fmt_shape(found)
     if kind == "tensor":
@@ -47,16 +47,11 @@ def cell_of(fact: Any, options: RichOptions) -> str | Text:
     return options.safe(str(found))
 
 
-def rows_of(section: Facts, options: RichOptions, labels: Mapping[str, str] | None = None,
-            spell: Mapping[str, Callable[[Any], str]] | None = None) -> Table:
-    """The facts of ``section`` (those ``labels`` names, in its order, under its labels;
-    without ``labels``, every fact under its name) as a dimmed-label grid, each cell by
-    its kind or by ``spell[name]`` (a function of the value)."""
-    names = list(labels) if labels is not None else list(section)
-    return grid(*((labels[name] if labels is not None else name,
-                   spell[name](value(section[name])) if spell and name in spell
-                   else cell_of(section[name], options)) for name in names),
-                nowrap=(0,), dim=(0,))
+def config_row(section: Facts, names: Iterable[str], options: RichOptions) -> Flow:
+    """The facts ``names`` of ``section`` on one line as ``name value`` items, the text
+    report's config, wrapped only between items."""
+    return Flow([Text.assemble((name, "dim"), f" {cell_of(section[name], options)}")
+                 for name in names])
 
 
 def listed(items: Iterable[Mapping[str, Any]], name: Callable[[Mapping[str, Any]], str | Text],

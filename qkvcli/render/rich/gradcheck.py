@@ -17,7 +17,7 @@ from qkvcli.render.gradcheck import within
 from qkvcli.render.numbers import fmt_error, fmt_shape
 from qkvcli.render.rich.boxes import CARD, INPUT_STYLE, ROLE_STYLES, ROLES
 from qkvcli.render.rich.drawn import cell_of, listed
-from qkvcli.render.rich.layout import lines, verdict_line
+from qkvcli.render.rich.layout import lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Column, pick, table
 
@@ -73,7 +73,7 @@ def _table(found: Facts, worst: CoordinateCheck | None,
                 below.append(Text(f"note: {check['tensor']}{where}: {check['note']}"))
             rows.append([name, where, *(cell_of(check[key], options) for key in (
                 "analytic", "numerical")), fmt_error(check["scaled_error"].value),
-                cell_of(check["passed"], options)])
+                status(check["passed"].value)])
     if hidden:
         below.insert(0, Text(f"{symbols.ellipsis} {hidden} coordinates not shown; "
                              "--full shows every coordinate", style="dim"))

@@ -21,7 +21,7 @@ from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.facts import Fact, find
-from qkvcli.render.numbers import fmt_bool, fmt_error, fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.report import facts
 from qkvcli.render.rich.boxes import (
     INPUT,
@@ -33,7 +33,7 @@ from qkvcli.render.rich.boxes import (
     ROLE_STYLES,
     ROLES,
 )
-from qkvcli.render.rich.drawn import checks_card, listed, tensor_tables
+from qkvcli.render.rich.drawn import checks_card, config_row, listed, tensor_tables
 from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdict_line, verdicts
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Column, Summarise, pairs, table, worked
@@ -110,11 +110,9 @@ class Figure:
 
 def _input(f: Figure) -> Part:
     c = find(f.facts, "config")
-    return card("Shared hidden-state input", None, pairs([
-        ("shape(X)", fmt_shape(f["input"].shape)),
-        ("axes", f"batch {c['batch']}, tokens {c['tokens']}, d_model {c['d_model']}"),
-        ("bias", f"bias={fmt_bool(c['bias'].value)}"),
-    ]), *f.tables("input", "X", INPUT, INPUT_STYLE), Text(
+    return card("Shared hidden-state input", None, config_row(
+        c, ("batch", "tokens", "d_model", "d_head", "bias"), f.options),
+        *f.tables("input", "X", INPUT, INPUT_STYLE), Text(
         f"The same X feeds all three branches: d_model {c['d_model']} "
         f"{f.options.symbols.arrow} d_head {c['d_head']}.", style="dim"),
         box=INPUT, style=INPUT_STYLE)
