@@ -39,7 +39,7 @@ from qkvcli.render.attend import (
 )
 from qkvcli.render.facts import find
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
-from qkvcli.render.rich.drawn import checks_card, config_row
+from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row
 from qkvcli.render.rich.heatmap import heatmaps
 from qkvcli.render.rich.layout import (
     Fitted,
@@ -49,7 +49,6 @@ from qkvcli.render.rich.layout import (
     beside,
     card,
     lines,
-    verdict_line,
 )
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
@@ -251,6 +250,5 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     for note in found["notes"]:
         parts.append(Row([card(Text(f"note: {note['code']}"), None, Text(options.safe(note["text"])),
                                box=box.ROUNDED, style="yellow")]))
-    parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
-                              len(evidence.checks)))
+    parts.append(checks_verdict(found["checks"]))
     return Group(*parts)

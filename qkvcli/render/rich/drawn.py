@@ -20,7 +20,7 @@ from rich.text import Text
 
 from qkvcli.render.facts import Fact, Facts
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
-from qkvcli.render.rich.layout import Flow, Part, card, verdicts
+from qkvcli.render.rich.layout import Flow, Part, card, verdict_line, verdicts
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Summarise, batched_tables, matrix_table
 from qkvcli.render.tensors import summarise
@@ -67,6 +67,13 @@ def checks_card(checks: Sequence[Mapping[str, Any]], options: RichOptions) -> Pa
     with its evidence, the card's word PASS when every one passed."""
     return card("Checks", all(check["passed"] for check in checks),
                 listed(checks, lambda c: c["name"], lambda c: options.safe(c["detail"])))
+
+
+def checks_verdict(checks: Sequence[Mapping[str, Any]]) -> Text:
+    """The verdict line of a report's ``checks`` entries: PASS when every one passed, and
+    how many did."""
+    done = sum(1 for check in checks if check["passed"])
+    return verdict_line(done == len(checks), done, len(checks))
 
 
 def tensor_tables(fact: Fact, name: str, box: Box, options: RichOptions,

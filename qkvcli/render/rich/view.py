@@ -33,8 +33,8 @@ from qkvcli.render.rich.boxes import (
     ROLE_STYLES,
     ROLES,
 )
-from qkvcli.render.rich.drawn import checks_card, config_row, listed, tensor_tables
-from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdict_line, verdicts
+from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row, listed, tensor_tables
+from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdicts
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Column, Summarise, pairs, table, worked
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
@@ -72,6 +72,10 @@ class Figure:
         """The tensor published as ``name``."""
         found: Array = self.tensors[name].value
         return found
+
+    def passed(self, check: str) -> bool:
+        """Whether the check published as ``check`` passed (its card's word)."""
+        return any(c["passed"] for c in self.facts["checks"] if c["name"] == check)
 
     def marks(self, name: str) -> frozenset[tuple[int, ...]]:
         """The coordinates of ``name`` (an ``expect`` key: ``query``, ``input_gradient``...)
@@ -163,7 +167,7 @@ def _input_gradient(f: Figure) -> Part:
     stage, grad = "projection reverse (input)", f["input_gradient"]
     at = f.at("input_gradient")
     return card(
-        "Combined input gradient", f.evidence.reverse_ok, f.formula(stage),
+        "Combined input gradient", f.passed("reverse"), f.formula(stage),
         Text(f"All three paths add into the shared input; shape(dX) = "
              f"{fmt_shape(grad.shape)}.", style="dim"), loss,
         *f.tables("input_gradient", "dX", PLAIN, None, True, edge=False),
@@ -199,12 +203,12 @@ def _independence(f: Figure) -> Part:
     ind = find(f.facts, "independence")
     kept = {role: ind["query_changed" if role == "query" else f"{role}_unchanged"].value
             for role in ROLES}
-    return card("Change only the query weight", f.evidence.independence.passed, Text(
+    return card("Change only the query weight", f.passed("independence"), Text(
         f"Add 1 to W_Q[{ind['row']},0] and project X again:", style="dim"), verdicts(
         (kept[role], role, ("changed" if kept[role] else "unchanged") if role == "query"
          else ("bitwise unchanged" if kept[role] else "changed")) for role in ROLES)
     ) if ind["applicable"].value else card(
-        "Change only the query weight", f.evidence.independence.passed,
+        "Change only the query weight", f.passed("independence"),
         Text("not applicable: the input has no non-zero feature column"))
 
 
@@ -221,7 +225,7 @@ def _shapes(f: Figure) -> Part:
         return f"{fmt_shape(found['input'].value)} {symbols.arrow} " + ",".join(
             fmt_shape(found[branch].value) for branch in ROLES)
 
-    return card("Shapes and empty axes", f.evidence.shapes.passed, listed(
+    return card("Shapes and empty axes", f.passed("shapes"), listed(
         ({"passed": getattr(f.evidence.shapes, name).kept, "name": name} for name in PROBES),
         lambda probe: PROBES[probe["name"]], lambda probe: shapes(probe["name"])), Text(
         f"trainable scalars: 3 {symbols.times} {c['d_model']} {symbols.times} {c['d_head']} = "
@@ -239,7 +243,7 @@ def _numerical(f: Figure) -> Part:
             (replay, "replay", "bitwise" if replay else "mismatch"),
             (named["rejected"].value, "names", "unique" if named["rejected"].value
              else "unchecked"),
-            (f.evidence.initialization.passed, "initialization", f"seed {init['seed']}, "
+            (f.passed("initialization"), "initialization", f"seed {init['seed']}, "
              + ("transactional" if init["transactional"].value else "partial"))]
     worst = g.worst
     return card(
@@ -257,7 +261,7 @@ def _rejected(f: Figure) -> Part:
         said.append(f"\n{f.options.safe(case['message'])}", style="dim")
         return said
 
-    return card("Rejected boundaries", f.evidence.errors.passed, listed(
+    return card("Rejected boundaries", f.passed("rejected-inputs"), listed(
         find(f.facts, "errors").value, lambda case: f"rejected {case['case']}", detail,
         "rejected"))
 
@@ -316,6 +320,5 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
             [_shapes(f), _numerical(f)], [_rejected(f)], [_history(f)], [checks])),
         Text("The figure stops before comparing queries with keys: chapter 27 computes "
              "scores, probabilities and a weighted value mixture.", style="dim"),
-        verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
-                     len(evidence.checks)),
+        checks_verdict(find(f.facts, "checks")),
     )
