@@ -5,7 +5,10 @@ see :mod:`qkvcli.render.rich.boxes`), never by colour alone, and sit side by sid
 width allows, stacked when it does not. Each branch, the input gradient and each weight
 gradient works one element from the description of its stage (:mod:`qkvcli.stages`).
 Evidence cards follow, one per family of evidence, with a PASS/FAIL word, then a verdict
-line. :func:`render_rich` is pure: it returns a :class:`rich.console.Group` for the CLI.
+line: what run's facts (:func:`qkvcli.render.report.facts`) hold, each tensor, shape,
+refused input and check, is drawn from them (:mod:`qkvcli.render.rich.drawn`), so the
+figure says what the text and the JSON say. :func:`render_rich` is pure: it returns a
+:class:`rich.console.Group` for the CLI.
 """
 
 from __future__ import annotations
