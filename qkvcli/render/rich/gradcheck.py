@@ -95,10 +95,9 @@ def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None =
     table, below = _table(found, worst, options)
     worst_line = None
     if worst is not None:
-        worst_line = Text(
-            f"{options.symbols.worst}: {worst.tensor}{fmt_shape(worst.coordinate)} scaled error "
-            f"{fmt_error(worst.scaled_error)}", style="bold",
-        )
+        where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
+        worst_line = Text(f"{options.symbols.worst}: {worst.tensor}{where} scaled error "
+                          f"{fmt_error(worst.scaled_error)}", style="bold")
     return lines(
         Text("Gradient check: analytic gradients against central differences", style="bold"),
         Text(f"step h = {result.step!r}   tolerance {options.symbols.tau} = "
