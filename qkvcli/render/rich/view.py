@@ -203,16 +203,16 @@ def _weight_gradients(f: Figure) -> Part:
 
 
 def _independence(f: Figure) -> Part:
-    ind = find(f.facts, "independence")
-    kept = {role: ind["query_changed" if role == "query" else f"{role}_unchanged"].value
-            for role in ROLES}
-    return card("Change only the query weight", f.passed("independence"), Text(
-        f"Add 1 to W_Q[{ind['row']},0] and project X again:", style="dim"), verdicts(
-        (kept[role], role, ("changed" if kept[role] else "unchanged") if role == "query"
-         else ("bitwise unchanged" if kept[role] else "changed")) for role in ROLES)
-    ) if ind["applicable"].value else card(
-        "Change only the query weight", f.passed("independence"),
-        Text("not applicable: the input has no non-zero feature column"))
+    ind, title = find(f.facts, "independence"), "Change only the query weight"
+    if not ind["applicable"].value:
+        return card(title, f.passed("independence"),
+                    Text("not applicable: the input has no non-zero feature column"))
+    changed = ind["query_changed"].value
+    rows = [(changed, "query", "changed" if changed else "unchanged"), *(
+        (ind[f"{role}_unchanged"].value, role, "bitwise unchanged"
+         if ind[f"{role}_unchanged"].value else "changed") for role in ROLES[1:])]
+    return card(title, f.passed("independence"), Text(
+        f"Add 1 to W_Q[{ind['row']},0] and project X again:", style="dim"), verdicts(rows))
 
 
 PROBES = {"rule": "fixture input", "batch": "batch doubled", "empty_batch": "empty batch axis",
@@ -240,7 +240,8 @@ def _numerical(f: Figure) -> Part:
     counts = " ".join(f"n_{key}={len(g.checks_of(tensor).checks)}" for key, tensor in (
         ("X", "input"), ("Q", "query_weight"), ("K", "key_weight"), ("V", "value_weight")))
     within = sum(1 for tensor in g.tensors for check in tensor.checks if check.passed)
-    replay, named = find(f.facts, "replay_bitwise").value, find(f.facts, "errors").value[-1]
+    replay = find(f.facts, "replay_bitwise").value
+    named = next(e for e in find(f.facts, "errors").value if e["case"] == "duplicate-name")
     init = find(f.facts, "initialization")
     rows = [(g.passed, "gradcheck", f"{within} of {g.count} coordinates within tolerance"),
             (replay, "replay", "bitwise" if replay else "mismatch"),
