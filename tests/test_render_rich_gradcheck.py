@@ -72,3 +72,13 @@ def test_notes_are_printed_under_the_table() -> None:
     text = render(broken, RichOptions(precision=9), width=100)
     assert "note: query_weight[0,3]: perturbation rounds back to the point" in text
     assert "│ 1.000000000 │         NaN │       inf │ FAIL │" in text
+
+
+def test_a_direction_is_named_as_the_text_names_it() -> None:
+    # fast mode checks directions, not coordinates: u3, as the text table says, not "[]"
+    checks = tuple(CoordinateCheck("input", -1, (), 1.0, 1.0 + 0.1 * i, 0.1 * i / 1.3, i < 3,
+                                   direction=i) for i in range(4))
+    result = GradcheckResult(1e-6, 2e-6, (TensorCheck("input", (1, 2, 3), 4, checks, "fast"),))
+    text = render(result, RichOptions(precision=9), width=100)
+    assert "│ u3         │" in text and "[]" not in text
+    assert "worst: input@u3 scaled error" in text

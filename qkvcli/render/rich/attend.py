@@ -30,15 +30,16 @@ from qkvcli.core.arrays import Array
 from qkvcli.core.text import escape_controls
 from qkvcli.render.attend import (
     REVERSE,
-    attend_checks,
     default_name,
+    facts,
     formula_of,
-    note_text,
     published_name,
     rope_words,
     upstream_source,
 )
+from qkvcli.render.facts import find
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
+from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row
 from qkvcli.render.rich.heatmap import heatmaps
 from qkvcli.render.rich.layout import (
     Fitted,
@@ -47,8 +48,7 @@ from qkvcli.render.rich.layout import (
     Row,
     beside,
     card,
-    checks_card,
-    verdict_line,
+    lines,
 )
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import (
@@ -64,6 +64,9 @@ from qkvcli.render.rich.tables import (
 from qkvcli.stages.applied import formula_in
 from qkvcli.stages.table import STAGES
 
+CONFIG = ("batch", "tokens", "d_model", "d_k", "d_v", "causal", "value_width", "kv_heads",
+          "heads", "e_out")
+"""The config facts the header's first line says, as the text report's ``config=``."""
 SYMBOLS = {
     "upstream_output": "U = dO", "heads_output_gradient": "dH", "weights_gradient": "dA",
     "scaled_scores_gradient": "dZ", "scores_gradient": "dS", "query_gradient": "dQ",
@@ -223,20 +226,16 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
     whole at any width the CLI prints it at. Raises nothing for valid evidence.
     """
     options = options or RichOptions(precision=PRECISION)
-    c = evidence.config
-    scale = fmt_float(c.scale, options.precision)
-    bias = ", ".join(b for b, flag in zip(("query", "key", "value"), c.bias, strict=True) if flag)
-    header = Text.assemble(
-        (f"{formula_of(c)}\n", "bold"),
-        f"X {fmt_shape((c.batch, c.tokens, c.d_model))}  d_k {c.d_k}  d_v {c.d_v}  "
-        + (f"scale {scale} (given)" if c.scale_given else f"scale 1/sqrt({c.d_k}) = {scale}")
-        + f"  causal {'yes' if c.causal else 'no'}"
-        + (f"  kv_heads {c.kv_heads}" if c.kv_heads is not None else "")
-        + (f"  rope {rope_words(c.rope)}" if c.rope is not None else "") + "\n",
-        f"layout {c.layout}: {c.layout_description}\n",
-        f"value width {c.value_width}; bias on {bias or 'no branch'}; "
-        f"{c.parameter_count} parameters",
-    )
+    c, found = evidence.config, facts(evidence)
+    config, scale = find(found, "config"), fmt_float(c.scale, options.precision)
+    bias = ", ".join(branch for branch, flag in config["bias"].items() if flag)
+    header = lines(
+        Text(formula_of(c), style="bold"),
+        config_row(config, [name for name in CONFIG if name in config], options),
+        Text((f"scale {scale} (given)" if c.scale_given else f"scale 1/sqrt({c.d_k}) = {scale}")
+             + (f"; rope {rope_words(c.rope)}" if c.rope is not None else "")
+             + f"; bias on {bias or 'no branch'}; {found['parameter_count']} parameters"),
+        Text(f"layout {c.layout}: {c.layout_description}"))
     # A Part in a Row, not a bare Panel: a Panel measures as wide as its longest line, which
     # made the CLI widen the whole view for a line of prose that could wrap.
     parts: list[RenderableType] = [Row([card(Text(f"attend: {escape_controls(evidence.chapter)}"),
@@ -247,11 +246,9 @@ def attend_renderable(evidence: AttendEvidence, options: RichOptions | None = No
         parts.append(scores_row(evidence, b, options))
         parts.append(attention_row(evidence, b, options))
     parts.append(Row([reverse_summary(evidence, options)]))
-    parts.append(Row([checks_card(((c.passed, c.name, c.detail) for c in attend_checks(evidence)),
-                                  evidence.passed)]))
-    for note in evidence.notes:
-        parts.append(Row([card(Text(f"note: {note.code}"), None, Text(note_text(note)),
+    parts.append(Row([checks_card(found["checks"], options)]))
+    for note in found["notes"]:
+        parts.append(Row([card(Text(f"note: {note['code']}"), None, Text(options.safe(note["text"])),
                                box=box.ROUNDED, style="yellow")]))
-    parts.append(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
-                              len(evidence.checks)))
+    parts.append(checks_verdict(found["checks"]))
     return Group(*parts)

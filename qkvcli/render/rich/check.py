@@ -7,12 +7,14 @@ last lines, beside the verdict, so the last screen of a terminal says what went 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from rich.console import Group
 from rich.text import Text
 
 from qkvcli.check.result import CheckResult
-from qkvcli.core.results import FamilyCheck
-from qkvcli.render.check import counted, family_detail, named_slips, word
+from qkvcli.render.check import counted, facts, family_detail, named_slips
 from qkvcli.render.rich.layout import Foldable, Part, Row, card, lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
@@ -20,27 +22,31 @@ from qkvcli.render.rich.tables import grid
 SHOWN_FAILURES = 3  # per family unless options.full; the JSON lists them all
 
 
-def _title(check: FamilyCheck) -> Text:
-    title = Text(check.name, style="bold")
+def _title(entry: Mapping[str, Any]) -> Text:
+    """A family's name and its word: PASS or FAIL, or dimmed N/A (it does not apply) or
+    NOT RUN (it could not run)."""
+    title = Text(entry["name"], style="bold")
     title.append("  ")
-    if word(check) in ("N/A", "SKIP"):
-        title.append("N/A" if word(check) == "N/A" else "NOT RUN", style="dim")
+    if entry["outcome"] == "not-run" or (entry["passed"] and entry["outcome"] != "passed"):
+        title.append("NOT RUN" if entry["outcome"] == "not-run" else "N/A", style="dim")
     else:
-        title.append_text(status(check.passed))
+        title.append_text(status(entry["passed"]))
     return title
 
 
-def _card(check: FamilyCheck, result: CheckResult, options: RichOptions) -> Part:
-    failures = [f for f in result.failures if f.family == check.name and f.fixture is not None]
+def _card(entry: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
+          options: RichOptions) -> Part:
+    """A family's check entry as a card: its words, then the fixtures and coordinates it
+    failed on (at most :data:`SHOWN_FAILURES` unless ``full``)."""
+    failures = [f for f in failed if f["check"] == entry["name"] and f["fixture"] is not None]
     shown = failures if options.full else failures[:SHOWN_FAILURES]
     # fixture and coordinate on one line that breaks between them, never inside a name:
     # two unbreakable columns side by side made a card 42 columns wide
-    rows = [(Text.assemble((options.safe(f.fixture or ""), "dim"), " ",
-                           options.safe(f.coordinate or "")),) for f in shown]
+    rows = [(Text.assemble((options.safe(f["fixture"]), "dim"), " ",
+                           options.safe(f["coordinate"] or "")),) for f in shown]
     more = len(failures) - len(shown)
-    return card(_title(check), None, Text(
-        options.safe(family_detail(check)),
-        style="" if check.passed or check.outcome == "not-run" else "red"),
+    quiet = entry["passed"] or entry["outcome"] == "not-run"
+    return card(_title(entry), None, Text(options.safe(entry["detail"]), style="" if quiet else "red"),
         Text("failing fixtures and coordinates:", style="dim") if len(failures) > 1 else None,
         grid(*rows) if len(failures) > 1 else None,
         Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None)
@@ -73,7 +79,8 @@ def render_check_rich(result: CheckResult,
     header = Text(options.safe(f"qkv check {result.implementation}"), style="bold")
     header.append(options.safe(f"  ({len(result.fixtures)} fixtures: "
                                f"{', '.join(result.fixtures)})"), style="dim")
-    cards = [_card(check, result, options) for check in result.checks]
+    found = facts(result)
+    cards = [_card(entry, found["failures"], options) for entry in found["checks"]]
     rows = [Row(cards[i:i + 2]) for i in range(0, len(cards), 2)]
     stderr = None
     if result.stderr and not result.passed:

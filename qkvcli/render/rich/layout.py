@@ -66,14 +66,9 @@ def beside(bodies: Iterable[RenderableType], gap: int = 2) -> Row:
                fill=False)
 
 
-def verdicts(rows: Iterable[tuple[bool, str, str | Text]]) -> Table:
+def verdicts(rows: Iterable[tuple[bool, str | Text, str | Text]]) -> Table:
     """Each check's PASS/FAIL word, name and evidence, one a row."""
     return grid(*((status(ok), name, detail) for ok, name, detail in rows), nowrap=(0, 1))
-
-
-def checks_card(rows: Iterable[tuple[bool, str, str]], passed: bool) -> Part:
-    """The Checks card: each check's PASS/FAIL word, name and evidence."""
-    return card("Checks", passed, verdicts(rows))
 
 
 class Part:

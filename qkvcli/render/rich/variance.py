@@ -12,7 +12,7 @@ from qkvcli.learn.variance import VarianceResult
 from qkvcli.render.rich.layout import Fitted
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import Column, table
-from qkvcli.render.variance import EXPLAIN, PRECISION, variance_cells
+from qkvcli.render.variance import EXPLAIN, PRECISION, facts, variance_cells
 
 BAR = 12
 COLUMNS = ("d_k", "var(q.k)", "log2 scale", "scaled var", "0 .. 1 .. 2", "std_err", "z")
@@ -21,11 +21,12 @@ BAR_COLUMNS = ("log2 scale", "0 .. 1 .. 2")
 
 def _table(result: VarianceResult, options: RichOptions, bars: bool) -> RenderableType:
     # the numbers as the text view spells them: d_k, var, std, scaled var, std_err, z
-    spelled = variance_cells(result, options.precision)
-    top = max((math.log2(max(r.variance, 1.0)) for r in result.rows), default=1.0) or 1.0
-    rows = [(d_k, var, options.bar(math.log2(max(r.variance, 1.0)) / top, BAR), scaled,
-             options.bar(r.scaled_variance / 2.0, BAR), error, z)
-            for r, (d_k, var, _, scaled, error, z) in zip(result.rows, spelled, strict=True)]
+    spelled, found = variance_cells(result, options.precision), facts(result)["rows"].value
+    grown = [math.log2(max(row["variance"].value, 1.0)) for row in found]
+    top = max(grown, default=1.0) or 1.0
+    rows = [(d_k, var, options.bar(log / top, BAR), scaled,
+             options.bar(row["scaled_variance"].value / 2.0, BAR), error, z)
+            for row, log, (d_k, var, _, scaled, error, z) in zip(found, grown, spelled, strict=True)]
     # a header may wrap, a number never does
     keep = [i for i, name in enumerate(COLUMNS) if bars or name not in BAR_COLUMNS]
     return table([Column(COLUMNS[i], "word" if COLUMNS[i] in BAR_COLUMNS else "number")

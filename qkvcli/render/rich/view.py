@@ -5,10 +5,16 @@ see :mod:`qkvcli.render.rich.boxes`), never by colour alone, and sit side by sid
 width allows, stacked when it does not. Each branch, the input gradient and each weight
 gradient works one element from the description of its stage (:mod:`qkvcli.stages`).
 Evidence cards follow, one per family of evidence, with a PASS/FAIL word, then a verdict
-line. :func:`render_rich` is pure: it returns a :class:`rich.console.Group` for the CLI.
+line: what run's facts (:func:`qkvcli.render.report.facts`) hold, each tensor, shape,
+refused input and check, is drawn from them (:mod:`qkvcli.render.rich.drawn`), so the
+figure says what the text and the JSON say. :func:`render_rich` is pure: it returns a
+:class:`rich.console.Group` for the CLI.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from rich.box import Box
 from rich.console import Group, RenderableType
@@ -16,8 +22,10 @@ from rich.text import Text
 
 from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.arrays import Array
-from qkvcli.core.names import BRANCHES
+from qkvcli.gradcheck.records import GradcheckResult
+from qkvcli.render.facts import Fact, find
 from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
+from qkvcli.render.report import facts
 from qkvcli.render.rich.boxes import (
     INPUT,
     INPUT_STYLE,
@@ -28,31 +36,11 @@ from qkvcli.render.rich.boxes import (
     ROLE_STYLES,
     ROLES,
 )
-from qkvcli.render.rich.layout import (
-    Flow,
-    Part,
-    Row,
-    beside,
-    card,
-    checks_card,
-    lines,
-    status,
-    verdict_line,
-    verdicts,
-)
+from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row, listed, tensor_tables
+from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdicts
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import (
-    Column,
-    Summarise,
-    batched_tables,
-    grid,
-    matrix_table,
-    pairs,
-    table,
-    worked,
-)
+from qkvcli.render.rich.tables import Column, Summarise, pairs, table, worked
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
-from qkvcli.render.wording import check_rows
 from qkvcli.stages.applied import element_at, fewer, formula_in
 from qkvcli.stages.table import STAGES
 from qkvcli.stages.terms import Derivation, input_paths, projection, weight_gradient
@@ -71,16 +59,26 @@ TITLE = "Split one hidden sequence into three learned views"
 
 
 class Figure:
-    """The evidence, the display options and the summaries of large tensors, computed ahead
-    (hashed two at a time before any is shown), that every section of the figure reads."""
+    """The evidence, its facts (:func:`qkvcli.render.report.facts`), the display options and
+    the summaries of large tensors, computed ahead (hashed two at a time before any is
+    shown), that every section of the figure reads."""
 
     def __init__(self, evidence: Evidence, options: RichOptions) -> None:
-        self.evidence, self.options, p = evidence, options, evidence.primary
+        self.evidence, self.options, self.facts = evidence, options, facts(evidence)
+        self.tensors: dict[str, Fact] = find(self.facts, "tensors")
         self.summaries: Summarise = Summaries(
-            tensor for tensor in (p.input, *p.weights, *p.outputs, p.grad_input,
-                                  *p.weight_gradients)
-            if not options.full and tensor.size > SUMMARY_THRESHOLD)
-        self.upstreams = (p.grad_query, p.grad_key, p.grad_value)
+            tensor.value for name, tensor in self.tensors.items()
+            if not name.startswith("upstream") and not options.full
+            and tensor.value.size > SUMMARY_THRESHOLD)
+
+    def __getitem__(self, name: str) -> Array:
+        """The tensor published as ``name``."""
+        found: Array = self.tensors[name].value
+        return found
+
+    def passed(self, check: str) -> bool:
+        """Whether the check published as ``check`` passed (its card's word)."""
+        return any(c["passed"] for c in self.facts["checks"] if c["name"] == check)
 
     def marks(self, name: str) -> frozenset[tuple[int, ...]]:
         """The coordinates of ``name`` (an ``expect`` key: ``query``, ``input_gradient``...)
@@ -89,18 +87,20 @@ class Figure:
         return frozenset(m.coordinate for m in expect.mismatches
                          if m.name == name) if expect else frozenset()
 
-    def tables(self, tensor: Array, name: str, box: Box, style: str | None, mark: str = "",
+    def tables(self, name: str, shown: str, box: Box, style: str | None, marked: bool = False,
                edge: bool = True) -> list[RenderableType]:
-        """A ``[batch, tokens, width]`` tensor's tables, ``mark``'s expect marks on them."""
-        return batched_tables(tensor, name, box, self.options, style, edge, self.summaries,
-                              self.marks(mark) if mark else ())
+        """The tensor published as ``name``'s tables, titled ``shown``, its expect marks on
+        them when ``marked``."""
+        return tensor_tables(self.tensors[name], shown, box, self.options, style, edge=edge,
+                             summaries=self.summaries,
+                             marks=self.marks(name) if marked else ())
 
-    def at(self, name: str, tensor: Array) -> tuple[int, ...] | None:
-        """The coordinate of ``tensor`` (``name`` in ``expect``) the figure works: the first
-        that differs from the fixture's ``expect``, so its terms explain the marked value,
-        else the first; ``None`` when there is no element to work."""
-        shape = tuple(int(n) for n in tensor.shape)
-        if 0 in shape or not self.evidence.primary.input.size:
+    def at(self, name: str) -> tuple[int, ...] | None:
+        """The coordinate of the tensor ``name`` the figure works: the first that differs
+        from the fixture's ``expect``, so its terms explain the marked value, else the
+        first; ``None`` when there is no element to work."""
+        shape = tuple(int(n) for n in self[name].shape)
+        if 0 in shape or not self["input"].size:
             return None
         return min(self.marks(name), default=tuple(0 for _ in shape))
 
@@ -116,40 +116,34 @@ class Figure:
 
 
 def _input(f: Figure) -> Part:
-    p, c = f.evidence.primary, f.evidence.config
-    return card("Shared hidden-state input", None, pairs([
-        ("shape(X)", fmt_shape(p.input.shape)),
-        ("axes", f"batch {c.batch}, tokens {c.tokens}, d_model {c.d_model}"),
-        ("bias", f"bias={'true' if c.bias else 'false'}"),
-    ]), *f.tables(p.input, "X", INPUT, INPUT_STYLE), Text(
-        f"The same X feeds all three branches: d_model {c.d_model} {f.options.symbols.arrow} "
-        f"d_head {c.d_head}.", style="dim"), box=INPUT, style=INPUT_STYLE)
+    c = find(f.facts, "config")
+    return card("Shared hidden-state input", None, config_row(
+        c, ("batch", "tokens", "d_model", "d_head", "bias"), f.options),
+        *f.tables("input", "X", INPUT, INPUT_STYLE), Text(
+        f"The same X feeds all three branches: d_model {c['d_model']} "
+        f"{f.options.symbols.arrow} d_head {c['d_head']}.", style="dim"),
+        box=INPUT, style=INPUT_STYLE)
 
 
-def _branch(f: Figure, index: int) -> Part:
-    p = f.evidence.primary
-    role = ROLES[index]
-    letter, weight, output = LETTERS[role], p.weights[index], p.outputs[index]
+def _branch(f: Figure, role: str, parameter: str) -> Part:
+    letter, weight, output = LETTERS[role], f[f"{role}_weight"], f[role]
     names = {"Y": letter, "W": f"W_{letter}"}
-    at = f.at(role, output)
+    at = f.at(role)
     return card(
         f"{role.capitalize()} projection ({BORDER_WORDS[role]})", None,
         Text(ROLE_SENTENCES[role], style=f"bold {ROLE_STYLES[role]}"),
         f.formula("projection", names),
         Text("Stable parameter:", style="dim"),
         # Its own line: a long name must not force the three branches to stack.
-        Text(p.parameter_names[index], overflow="fold"),
+        Text(parameter, overflow="fold"),
         pairs([("Projection weight", f"shape(W_{letter}) = {fmt_shape(weight.shape)}"),
                ("Projected output", f"shape({letter}) = {fmt_shape(output.shape)}")]),
         # Weight beside output when the branch is wide enough (stacked at 80 columns saves
         # a screenful), one above the other inside a narrow side-by-side branch.
-        beside([matrix_table(weight, f"W_{letter}", "", ROLE_BOXES[role], f.options,
-                             ("d_model rows", "d_head columns"), ROLE_STYLES[role],
-                             summaries=f.summaries),
-                Group(*f.tables(output, letter, ROLE_BOXES[role], ROLE_STYLES[role],
-                                  role))]),
+        beside([*f.tables(f"{role}_weight", f"W_{letter}", ROLE_BOXES[role], ROLE_STYLES[role]),
+                Group(*f.tables(role, letter, ROLE_BOXES[role], ROLE_STYLES[role], True))]),
         None if at is None else f.work("projection", names, at, projection(
-            p.input, weight, None, at, float(output[at]), ("X", f"W_{letter}", ""))),
+            f["input"], weight, None, at, float(output[at]), ("X", f"W_{letter}", ""))),
         box=ROLE_BOXES[role], style=ROLE_STYLES[role])
 
 
@@ -159,48 +153,48 @@ def _upstream(f: Figure) -> Part:
     return card("Upstream gradients", None, Text(
         "U = dL/dQ, dL/dK, dL/dV: the fixture's upstream gradients, where the reverse pass "
         "starts (dQ = U_Q, dK = U_K, dV = U_V)."), beside(
-        (Group(*f.tables(u, f"U_{LETTERS[role]}", ROLE_BOXES[role], ROLE_STYLES[role]))
-         for role, u in zip(
-            ROLES, f.upstreams, strict=True)), gap=3))
+        (Group(*f.tables(f"upstream_{role}", f"U_{LETTERS[role]}", ROLE_BOXES[role],
+                         ROLE_STYLES[role])) for role in ROLES), gap=3))
+
+
+def _upstreams(f: Figure) -> tuple[Array, ...]:
+    return tuple(f[f"upstream_{role}"] for role in ROLES)
 
 
 def _input_gradient(f: Figure) -> Part:
-    p = f.evidence.primary
     loss = Text(f"objective L = <Q,U_Q> + <K,U_K> + <V,U_V> = "
-                f"{fmt_float(p.loss, f.options.precision)}")
+                f"{fmt_float(find(f.facts, 'loss').value, f.options.precision)}")
     if f.marks("loss"):
         loss.append(f" {f.options.symbols.mark} differs from the fixture's expect",
                     style="bold reverse")
-    stage = "projection reverse (input)"
-    at = f.at("input_gradient", p.grad_input)
+    stage, grad = "projection reverse (input)", f["input_gradient"]
+    at = f.at("input_gradient")
     return card(
-        "Combined input gradient", f.evidence.reverse_ok, f.formula(stage),
+        "Combined input gradient", f.passed("reverse"), f.formula(stage),
         Text(f"All three paths add into the shared input; shape(dX) = "
-             f"{fmt_shape(p.grad_input.shape)}.", style="dim"), loss,
-        *f.tables(p.grad_input, "dX", PLAIN, None, "input_gradient", edge=False),
+             f"{fmt_shape(grad.shape)}.", style="dim"), loss,
+        *f.tables("input_gradient", "dX", PLAIN, None, True, edge=False),
         None if at is None else f.work(stage, {}, at, input_paths(
-            f.upstreams, p.weights, at, float(p.grad_input[at]))))
+            _upstreams(f), tuple(f[f"{role}_weight"] for role in ROLES), at, float(grad[at]))))
 
 
 def _weight_gradients(f: Figure) -> Part:
-    p, g = f.evidence.primary, f.evidence.gradcheck
+    g: GradcheckResult = find(f.facts, "gradcheck").value
     stage = "projection reverse (weight)"
     tables, terms = [], []
-    for index, role in enumerate(ROLES):
-        letter, grad = LETTERS[role], p.weight_gradients[index]
+    for role, upstream in zip(ROLES, _upstreams(f), strict=True):
+        letter, name = LETTERS[role], f"{role}_weight_gradient"
         checked = g.checks_of(f"{role}_weight")
         ok = sum(1 for check in checked.checks if check.passed)
         caption = Text(f"{role}: {ok} of {len(checked.checks)} coordinates ")
         caption.append_text(status(checked.passed))
-        tables.append(Group(matrix_table(
-            grad, f"dW_{letter}", "", ROLE_BOXES[role], f.options,
-            ("d_model rows", "d_head columns"), ROLE_STYLES[role], summaries=f.summaries,
-            marks=f.marks(f"{role}_weight_gradient")), caption))
-        at = f.at(f"{role}_weight_gradient", grad)
+        tables.append(Group(*f.tables(name, f"dW_{letter}", ROLE_BOXES[role], ROLE_STYLES[role],
+                                      True), caption))
+        at = f.at(name)
         if at is not None:
             terms.append(f.work(stage, {"dW": f"dW_{letter}", "U": f"U_{letter}"}, at,
-                                weight_gradient(p.input, f.upstreams[index], (at[0], at[1]),
-                                                float(grad[at]), f"U_{letter}")))
+                                weight_gradient(f["input"], upstream, (at[0], at[1]),
+                                                float(f[name][at]), f"U_{letter}")))
     passed = all(g.checks_of(f"{role}_weight").passed for role in ROLES)
     heading = f.formula(stage)
     heading.append(" in each branch: a weight's gradient never crosses branches.")
@@ -209,76 +203,85 @@ def _weight_gradients(f: Figure) -> Part:
 
 
 def _independence(f: Figure) -> Part:
-    ind = f.evidence.independence
-    if not ind.applicable:
-        return card("Change only the query weight", ind.passed,
+    ind, title = find(f.facts, "independence"), "Change only the query weight"
+    if not ind["applicable"].value:
+        return card(title, f.passed("independence"),
                     Text("not applicable: the input has no non-zero feature column"))
-    rows = [(ROLE_SENTENCES[role], word, status(kept)) for role, word, kept in (
-        ("query", "changed" if ind.query_changed else "unchanged", ind.query_changed),
-        ("key", "bitwise unchanged" if ind.key_unchanged else "changed", ind.key_unchanged),
-        ("value", "bitwise unchanged" if ind.value_unchanged else "changed",
-         ind.value_unchanged))]
-    return card("Change only the query weight", ind.passed,
-                Text(f"Add 1 to W_Q[{ind.row},0] and project X again:", style="dim"),
-                grid(*rows, nowrap=(2,)))
+    changed = ind["query_changed"].value
+    rows = [(changed, "query", "changed" if changed else "unchanged"), *(
+        (ind[f"{role}_unchanged"].value, role, "bitwise unchanged"
+         if ind[f"{role}_unchanged"].value else "changed") for role in ROLES[1:])]
+    return card(title, f.passed("independence"), Text(
+        f"Add 1 to W_Q[{ind['row']},0] and project X again:", style="dim"), verdicts(rows))
+
+
+PROBES = {"rule": "fixture input", "batch": "batch doubled", "empty_batch": "empty batch axis",
+          "empty_tokens": "empty token axis"}
+"""The shape probes the card lists, by published name, with their words."""
 
 
 def _shapes(f: Figure) -> Part:
-    s, c, symbols = f.evidence.shapes, f.evidence.config, f.options.symbols
-    rows = [(label, f"{fmt_shape(probe.input)} {symbols.arrow} " + ",".join(
-        fmt_shape(shape) for name, shape, _ in probe.results if name in BRANCHES),
-        status(probe.kept)) for label, probe in (
-        ("fixture input", s.rule), ("batch doubled", s.batch),
-        ("empty batch axis", s.empty_batch), ("empty token axis", s.empty_tokens))]
-    return card("Shapes and empty axes", s.passed, grid(*rows, nowrap=(0, 2)), Text(
-        f"trainable scalars: 3 {symbols.times} {c.d_model} {symbols.times} {c.d_head} = "
-        f"{f.evidence.primary.parameter_count}", style="dim"))
+    symbols, c = f.options.symbols, find(f.facts, "config")
+
+    def shapes(probe: str) -> str:
+        found = find(f.facts, f"shapes.{probe}")
+        return f"{fmt_shape(found['input'].value)} {symbols.arrow} " + ",".join(
+            fmt_shape(found[branch].value) for branch in ROLES)
+
+    return card("Shapes and empty axes", f.passed("shapes"), listed(
+        ({"passed": getattr(f.evidence.shapes, name).kept, "name": name} for name in PROBES),
+        lambda probe: PROBES[probe["name"]], lambda probe: shapes(probe["name"])), Text(
+        f"trainable scalars: 3 {symbols.times} {c['d_model']} {symbols.times} {c['d_head']} = "
+        f"{find(f.facts, 'parameter_count')}", style="dim"))
 
 
 def _numerical(f: Figure) -> Part:
-    e, g, i = f.evidence.errors, f.evidence.gradcheck, f.evidence.initialization
+    g: GradcheckResult = find(f.facts, "gradcheck").value
     counts = " ".join(f"n_{key}={len(g.checks_of(tensor).checks)}" for key, tensor in (
         ("X", "input"), ("Q", "query_weight"), ("K", "key_weight"), ("V", "value_weight")))
-    worst = g.worst
     within = sum(1 for tensor in g.tensors for check in tensor.checks if check.passed)
-    replay = f.evidence.replay_bitwise
-    rows = [("gradcheck", f"{within} of {g.count} coordinates within tolerance", g.passed),
-            ("replay", "bitwise" if replay else "mismatch", replay),
-            ("names", "unique" if e.duplicate_name.rejected else "unchecked",
-             e.duplicate_name.rejected),
-            ("initialization", f"seed {i.seed}, "
-             + ("transactional" if i.transactional else "partial"), i.passed)]
+    replay = find(f.facts, "replay_bitwise").value
+    named = next(e for e in find(f.facts, "errors").value if e["case"] == "duplicate-name")
+    init = find(f.facts, "initialization")
+    rows = [(g.passed, "gradcheck", f"{within} of {g.count} coordinates within tolerance"),
+            (replay, "replay", "bitwise" if replay else "mismatch"),
+            (named["rejected"].value, "names", "unique" if named["rejected"].value
+             else "unchecked"),
+            (f.passed("initialization"), "initialization", f"seed {init['seed']}, "
+             + ("transactional" if init["transactional"].value else "partial"))]
+    worst = g.worst
     return card(
-        "Numerical checks", all(ok for _, _, ok in rows), Text(counts),
+        "Numerical checks", all(ok for ok, _, _ in rows), Text(counts),
         # the settings as given (repr): the text report's spelling
         Text(f"step h = {g.step!r}   tolerance {f.options.symbols.tau} = {g.tolerance!r}"),
         None if worst is None else Text(
             f"worst scaled error {fmt_error(worst.scaled_error)} at "
-            f"{worst.tensor}{fmt_shape(worst.coordinate)}", style="dim"),
-        grid(*((name, detail, status(ok)) for name, detail, ok in rows), nowrap=(0, 2)))
+            f"{worst.tensor}{fmt_shape(worst.coordinate)}", style="dim"), verdicts(rows))
 
 
 def _rejected(f: Figure) -> Part:
-    rows = []
-    for case in f.evidence.errors.cases():
-        detail = Text(REJECTION_REASONS.get(case.case, ""))
-        detail.append(f"\n{f.options.safe(case.message or 'accepted')}", style="dim")
-        rows.append((case.rejected, f"rejected {case.case}", detail))
-    return card("Rejected boundaries", f.evidence.errors.passed, verdicts(rows))
+    def detail(case: Mapping[str, Any]) -> Text:
+        said = Text(REJECTION_REASONS.get(case["case"], ""))
+        said.append(f"\n{f.options.safe(case['message'])}", style="dim")
+        return said
+
+    return card("Rejected boundaries", f.passed("rejected-inputs"), listed(
+        find(f.facts, "errors").value, lambda case: f"rejected {case['case']}", detail,
+        "rejected"))
 
 
 def _history(f: Figure) -> Part:
     """Where attention's inputs come from, then and now (sources as rows, so it fits 80
     columns; wrapped at spaces only: ``encoder-annotati``/``ons`` misreads)."""
-    h, dash = f.evidence.history, f.options.symbols.dash
+    h, dash = find(f.facts, "history"), f.options.symbols.dash
     return card("Change from two attention sources to one", None, table(
         [Column("Source"), Column("Additive encoder-decoder attention"),
          Column("Transformer self-attention")],
-        [("Previous decoder state", h.earlier_left, dash),
-         ("Encoder annotations", h.earlier_right, dash),
-         ("One previous-layer sequence", dash, h.transformer_source)],
+        [("Previous decoder state", h["earlier_left"], dash),
+         ("Encoder annotations", h["earlier_right"], dash),
+         ("One previous-layer sequence", dash, h["transformer_source"])],
         box=PLAIN, pad_edge=False, show_edge=False),
-        Text(f"mapping: {h.mapping}. {ANALOGY}", style="dim"))
+        Text(f"mapping: {h['mapping']}. {ANALOGY}", style="dim"))
 
 
 def _legend(options: RichOptions) -> Flow:
@@ -301,8 +304,7 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
     the width it is printed at. Raises nothing for any valid evidence.
     """
     f = Figure(evidence, options or RichOptions())
-    checks = checks_card(((c.passed, c.name, c.detail) for c in check_rows(evidence)),
-                         evidence.passed)
+    checks = checks_card(find(f.facts, "checks"), f.options)
     return lines(
         Text(f"qkv {f.options.symbols.dot} chapter {f.options.safe(evidence.chapter)}",
              style="bold"),
@@ -310,7 +312,8 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
         _legend(f.options),
         Text(""),
         Row([_input(f)]),
-        Row([_branch(f, index) for index in range(3)]),
+        Row([_branch(f, role, name) for role, name in zip(
+            ROLES, find(f.facts, "parameter_names"), strict=True)]),
         Text("The three branches share coordinates, not weights or feature values.",
              style="italic"),
         Text(""),
@@ -321,6 +324,5 @@ def render_rich(evidence: Evidence, options: RichOptions | None = None) -> Group
             [_shapes(f), _numerical(f)], [_rejected(f)], [_history(f)], [checks])),
         Text("The figure stops before comparing queries with keys: chapter 27 computes "
              "scores, probabilities and a weighted value mixture.", style="dim"),
-        verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
-                     len(evidence.checks)),
+        checks_verdict(find(f.facts, "checks")),
     )
