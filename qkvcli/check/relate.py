@@ -95,15 +95,21 @@ def _computed(compute: Callable[[], Bundle]) -> Bundle:
 
 def _defined_close(got: Array, candidate: Array, tolerance: float) -> bool:
     """``got`` is ``candidate`` wherever the candidate is defined: a row the candidate's
-    mask hides whole has no softmax (NaN), and any value there fits it, so long as at
-    least half its values are defined."""
+    mask hides whole has no softmax (NaN). ``got`` not finite exactly where the candidate
+    is not fits it (the same slip, its NaN and all); a finite value there fits any, so long
+    as at least half the candidate's values are defined. ``got`` not finite where the
+    candidate is defined never fits."""
     if got.shape != candidate.shape:
         return False
-    defined = ~np.isnan(candidate)
+    defined = np.isfinite(candidate)
     if defined.all():
         return close(got, candidate, tolerance)
-    return (2 * int(defined.sum()) >= candidate.size
-            and close(got[defined], candidate[defined], tolerance))
+    if not np.isfinite(got[defined]).all():
+        return False
+    if not (np.array_equal(~np.isfinite(got), ~defined)
+            or 2 * int(defined.sum()) >= candidate.size):
+        return False
+    return close(got[defined], candidate[defined], tolerance)
 
 
 def _fits(got: Bundle, candidate: Bundle, expected: Bundle, tolerance: float) -> bool:
