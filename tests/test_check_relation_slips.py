@@ -59,6 +59,9 @@ NAMED = {
     "wrong_head_diagonal_nan.py": (
         "head-forward", "head_forward: the causal mask hides the diagonal too (a position "
         "must see itself): head_forward's weights holds NaN or infinity"),
+    "wrong_head_softmax_over_batch.py": (
+        "head-forward", "head_forward: the softmax is taken over the batch axis instead of "
+        "over each query's keys"),
     "wrong_head_float32_softmax.py": (
         "head-forward", "weights agrees with qkv only to float32 rounding"),
     # the projections
@@ -204,3 +207,14 @@ def test_a_rope_holding_nan_is_said_so_and_never_named(tmp_path: Path) -> None:
     rope = [f for f in document["failures"] if f["check"] == "rope"]
     assert rope and all(f["detail"] == "rope's rotated holds NaN or infinity" for f in rope)
     assert "slip:" not in CliRunner().invoke(main, ["check", str(path), "-f", "text"]).output
+
+
+def test_a_softmax_over_the_batch_is_named_on_causal_fixtures_too() -> None:
+    """Its -1e9 mask hides a cell in every batch item alike, so the softmax over the batch
+    makes that cell 1/B where -inf would make it 0/0: qkv's stage compared as the learner
+    wrote it names the slip on every fixture, causal ones included."""
+    text = checked("wrong_head_softmax_over_batch.py")
+    causal = [line for line in text.splitlines()
+              if line.startswith("  head-forward [") and " causal]" in line]
+    assert len(causal) >= 4, text
+    assert all("the softmax is taken over the batch axis" in line for line in causal), text

@@ -72,9 +72,9 @@ def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setti
                               dict(setting.others).get(name, ()))
         found += explained or (unexplained(name),)
     if any(clause.code == "unexplained" for clause in found):
-        variants = tuple(Clause("variant", (setting.operation, code))
-                         for code, compute in setting.variants
-                         if _fits(got, _computed(compute), expected, tolerance))
+        variants = tuple(dict.fromkeys(  # a code once, whichever of its fills fitted
+            Clause("variant", (setting.operation, code)) for code, compute in setting.variants
+            if _fits(got, _computed(compute), expected, tolerance)))
         if variants:
             return Clause("relation-differs", (variants, mismatch))
         if setting.staged and wrong and found[0].code == "unexplained":
@@ -170,6 +170,22 @@ HEAD_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
 axis, which a head has not)."""
 
 
+FILLED = ("softmax-axis:head", "softmax-axis:batch", "mask:diagonal")
+"""The parts whose softmax meets scores all hidden (a key every head hides, a cell every
+batch item hides, a first row with no key): there a learner's ``-1e9`` gives a uniform
+softmax and ``-inf`` gives 0/0, and each is compared as it is."""
+
+
+def filled(parts: tuple[tuple[str, stages.WrongPart], ...],
+           causal: bool) -> tuple[tuple[str, stages.WrongPart], ...]:
+    """``parts``, and with a causal mask each of :data:`FILLED` again with a finite fill
+    (:data:`~qkvcli.check.stages.FINITE_FILL`), under the same code."""
+    if not causal:
+        return parts
+    return (*parts, *((code, part._replace(fill=stages.FINITE_FILL)) for code, part in parts
+                      if code in FILLED))
+
+
 def _head_staged(x: Array, weights: tuple[Array, ...], causal: bool,
                  part: stages.WrongPart) -> Bundle:
     """A head's ``(scores, weights, output)`` as a layer of one head without RoPE or an
@@ -187,7 +203,7 @@ def head_forward(run: Run, variant_forward: Callable[..., Bundle]) -> Setting:
     layer's stages as one head)."""
     case = run.case
     x, weights, causal = case.input, case.weights, bool(run.mode)
-    parts = HEAD_PARTS + (MHA_MASK_PARTS if causal else ())
+    parts = filled(HEAD_PARTS + (MHA_MASK_PARTS if causal else ()), causal)
     staged = tuple((code, _bound_head(x, weights, causal, part)) for code, part in parts)
     return Setting(_sizes(x, int(weights[0].shape[1])), "head_forward",
                    others=(("output", (("V", x @ weights[2]),)),),
@@ -318,11 +334,10 @@ def mha_forward(run: Run) -> Setting:
     x, weights, heads, causal, turned = arguments[:5]
     expected = stages.forward(*arguments)
     width = int(weights[0].shape[1])
+    parts = MHA_PARTS + (MHA_MASK_PARTS if causal else ())
     variants = [*_modes(run, _staged_forward),
-                *((code, _bound(_staged_forward, arguments, part)) for code, part in MHA_PARTS)]
-    if causal:
-        variants += [(code, _bound(_staged_forward, arguments, part))
-                     for code, part in MHA_MASK_PARTS]
+                *((code, _bound(_staged_forward, arguments, part))
+                  for code, part in filled(parts, causal))]
     if turned and heads and width % 2 == 0:
         variants += [(code, _bound(_staged_forward, arguments, part))
                      for code, part in MHA_ROPE_PARTS]
@@ -359,9 +374,7 @@ def mha_backward(run: Run) -> Setting:
                                   "grad_w_output"), 1):
         parts[name] = (_items(per_item, index, batch),)
     # the reverse of a forward with a part changed too: its backward is consistent with it
-    consistent = list(MHA_PARTS)
-    if causal:
-        consistent += MHA_MASK_PARTS
+    consistent = list(filled(MHA_PARTS + (MHA_MASK_PARTS if causal else ()), causal))
     if turned and heads and width % 2 == 0:
         consistent += MHA_ROPE_PARTS
     variants = [*_modes(run, compute),

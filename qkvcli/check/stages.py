@@ -37,7 +37,9 @@ class WrongPart(Record):
     causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
     ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
     ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
-    ``d_model``, ``root d_model``, ``none``)."""
+    ``d_model``, ``root d_model``, ``none``); ``fill``: what a hidden score becomes
+    (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
+    scores all hidden is then uniform, not 0/0)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -48,8 +50,13 @@ class WrongPart(Record):
     hidden: str = "later"
     rowsum: bool = True
     divisor: str = "root"
+    fill: float = -np.inf
 
 
+FINITE_FILL = -1e300
+"""A hidden score as a learner's ``-1e9`` hides it: finite, so a softmax over hidden
+scores alone is uniform; any visible score outweighs it to exactly 0 (``exp(-1e300)``
+underflows as ``exp(-1e9)`` does)."""
 PLAIN = WrongPart()
 """No part changed: the engine's stages."""
 Turn = Callable[[Array, bool], Array]
@@ -135,7 +142,7 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                 hidden = hidden | np.eye(z.shape[-1], dtype=bool)
             elif part.hidden == "earlier":
                 hidden = hidden.T
-            z = np.where(hidden, -np.inf, z)
+            z = np.where(hidden, part.fill, z)
         attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
         merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
         return Pass(query, key, value, attention, merged, merged @ w_output, scores)
