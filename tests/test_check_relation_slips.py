@@ -32,6 +32,9 @@ NAMED = {
     "wrong_mha_dv_uses_a.py": (
         "multi-head-reverse", "grad_value is computed with A instead of A^T (dV = A dO)"),
     "wrong_mha_dwq_transposed.py": ("multi-head-reverse", "grad_w_query is qkv's transposed"),
+    "wrong_mha_dx_untransposed.py": (
+        "multi-head-reverse", "mha_backward: grad_input's paths use the weights, not their "
+        "transposes (dX = dQ W_Q + dK W_K + dV W_V)"),
     # multi-head attention's forward
     "wrong_mha_no_output_projection.py": (
         "multi-head", "output equals qkv's merged: the stages after merged are skipped"),
@@ -62,6 +65,11 @@ NAMED = {
     "wrong_head_softmax_over_batch.py": (
         "head-forward", "head_forward: the softmax is taken over the batch axis instead of "
         "over each query's keys"),
+    "wrong_head_no_softmax_reverse.py": (
+        "head-reverse", "head_backward: the gradient skips the softmax's reverse (dZ = dA)"),
+    "wrong_head_dq_dk_swapped.py": (
+        "head-reverse", "head_backward: dQ and dK are each computed with the other's operand "
+        "(dQ = dS Q, dK = dS^T K)"),
     "wrong_head_float32_softmax.py": (
         "head-forward", "weights agrees with qkv only to float32 rounding"),
     # the projections

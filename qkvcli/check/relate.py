@@ -219,8 +219,9 @@ def _bound_head(x: Array, weights: tuple[Array, ...], causal: bool,
 
 def head_backward(run: Run, variant_backward: Callable[..., Bundle]) -> Setting:
     """A head's gradients: ``grad_input`` as its paths, each weight gradient as its batch
-    items', and the mask flag flipped (``variant_backward``: the head's slips' reverse,
-    :func:`qkvcli.check.reference.variant_backward`)."""
+    items', the mask flag flipped (``variant_backward``: the head's slips' reverse,
+    :func:`qkvcli.check.reference.variant_backward`), and the layer's reverse stages as
+    one head's, one part changed (a reverse stage's, or its forward's)."""
     from qkvcli.attention.head import AttentionHead
 
     case = run.case
@@ -237,9 +238,21 @@ def head_backward(run: Run, variant_backward: Callable[..., Bundle]) -> Setting:
         (grads.grad_query, grads.grad_key, grads.grad_value), weights, PATHS),)}
     for index, name in enumerate(("grad_w_query", "grad_w_key", "grad_w_value"), 1):
         parts[name] = (_items(per_item, index, batch),)
+    staged = filled(HEAD_PARTS + (MHA_MASK_PARTS if causal else ()), causal)
     return Setting(_sizes(x, int(weights[0].shape[1])), "head_backward", tuple(parts.items()),
                    variants=(("causal=" + str(not causal).lower(),
-                              lambda: variant_backward(x, weights, not causal, upstream)),))
+                              lambda: variant_backward(x, weights, not causal, upstream)),
+                             *((code, _bound_head_back(x, weights, causal, upstream, part))
+                               for code, part in (*MHA_REVERSE_PARTS, *staged))))
+
+
+def _bound_head_back(x: Array, weights: tuple[Array, ...], causal: bool, upstream: Array,
+                     part: stages.WrongPart) -> Callable[[], Bundle]:
+    """A head's four gradients as a layer of one head's (no RoPE, ``W_O`` the identity),
+    one part of its stages changed."""
+    eye = np.eye(int(weights[2].shape[1]))
+    return lambda: stages.backward(x, (*weights, eye), 1, causal, False, 1.0, 0, upstream,
+                                   part)[:4]
 
 
 ANGLES = (("pi/180", np.pi / 180), ("180/pi", 180 / np.pi), ("2", 2.0), ("1/2", 0.5))
@@ -298,8 +311,11 @@ MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("untransposed:grad_value", stages.WrongPart(untransposed="grad_value")),
     ("untransposed:grad_key", stages.WrongPart(untransposed="grad_key")),
     ("no-rowsum", stages.WrongPart(rowsum=False)),
+    ("no-softmax-reverse", stages.WrongPart(softmax_reverse=False)),
+    ("swapped:query-key", stages.WrongPart(swapped=True)),
 )
-"""The reverse's stages with an operand left untransposed."""
+"""The reverse's stages with an operand left untransposed, a part of the softmax's
+reverse left out, or dQ's and dK's operands swapped."""
 
 
 def _mha_arguments(run: Run) -> tuple[Any, ...]:
@@ -381,6 +397,9 @@ def mha_backward(run: Run) -> Setting:
                 *((code, _bound(compute, arguments, part))
                   for code, part in (*MHA_REVERSE_PARTS, *consistent)),
                 *_transposed_weights(arguments, compute)]
+    if all(w.shape[0] == w.shape[1] for w in weights[:3]):  # dX = dQ W_Q + ...
+        variants.append(("untransposed:grad_input", _bound(
+            compute, arguments, stages.WrongPart(untransposed="grad_input"))))
     if weights[3].shape[0] == weights[3].shape[1]:  # W_O left out of the reverse alone
         skipped = (*weights[:3], np.eye(weights[3].shape[0]))
         variants.append(("skipped:w_output", _with_weights(compute, x, skipped,

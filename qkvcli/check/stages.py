@@ -33,9 +33,12 @@ class WrongPart(Record):
     turns; ``rope_first``: RoPE on the ``[B,T,d]`` projections before the split;
     ``angle``: RoPE's angles times it; ``positions``: the axis of ``[B,H,T,d_h]`` whose
     index is the position; ``untransposed``: the reverse stage (``grad_value``,
-    ``grad_key``) whose transposed operand is taken as it is; ``hidden``: the keys a
+    ``grad_key``, ``grad_input``: its weights) whose transposed operand is taken as it
+    is; ``hidden``: the keys a
     causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
     ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
+    ``softmax_reverse``: whether the reverse goes through the softmax at all (``dZ = dA``);
+    ``swapped``: ``dQ`` and ``dK`` each made with the other's operand (``dS Q``, ``dSᵀ K``);
     ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
     ``d_model``, ``root d_model``, ``none``); ``fill``: what a hidden score becomes
     (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
@@ -49,6 +52,8 @@ class WrongPart(Record):
     untransposed: str = ""
     hidden: str = "later"
     rowsum: bool = True
+    softmax_reverse: bool = True
+    swapped: bool = False
     divisor: str = "root"
     fill: float = -np.inf
 
@@ -162,12 +167,17 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
         grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
-        grad_z = scale(_softmax_back_over(done.weights, grad_a, part.softmax_axis)
-                       if part.rowsum else done.weights * grad_a, size,
-                       _given_scale(part, size, x))
-        grad_query = grad_z @ done.key
+        if not part.softmax_reverse:
+            grad_s = grad_a
+        elif part.rowsum:
+            grad_s = _softmax_back_over(done.weights, grad_a, part.softmax_axis)
+        else:
+            grad_s = done.weights * grad_a
+        grad_z = scale(grad_s, size, _given_scale(part, size, x))
+        query, key = (done.key, done.query) if part.swapped else (done.query, done.key)
+        grad_query = grad_z @ key
         grad_key = (grad_z if part.untransposed == "grad_key"
-                    else np.swapaxes(grad_z, -1, -2)) @ done.query
+                    else np.swapaxes(grad_z, -1, -2)) @ query
         merged = {"query": merge_heads(grad_query), "key": merge_heads(grad_key),
                   "value": merge_heads(grad_value)}
         if rope:
@@ -198,8 +208,11 @@ def backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rop
         grad_w_output = (done.merged.reshape(rows, width).T
                          @ grad_output.reshape(rows, grad_output.shape[-1]))
         joined = np.concatenate(grads, axis=-1)
+        given = (w_query, w_key, w_value)
+        if part.untransposed == "grad_input":  # dX = dQ W_Q + ...: square weights alone
+            given = tuple(w.T for w in given)
         # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
         grad_rows, grad_w = project_back(x.reshape(rows, d_model), joined.reshape(rows, 3 * width),
-                                         np.concatenate([w_query, w_key, w_value], axis=1))
+                                         np.concatenate(given, axis=1))
     return (grad_rows.reshape(x.shape), grad_w[:, :width], grad_w[:, width:2 * width],
             grad_w[:, 2 * width:], grad_w_output)

@@ -47,6 +47,11 @@ VARIANT_WORDS = {
     "mask:earlier": ("{0}: the causal mask hides the earlier positions instead of the later "
                      "ones"),
     "no-rowsum": "{0}: the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "no-softmax-reverse": "{0}: the gradient skips the softmax's reverse (dZ = dA)",
+    "swapped:query-key": ("{0}: dQ and dK are each computed with the other's operand "
+                          "(dQ = dS Q, dK = dS^T K)"),
+    "untransposed:grad_input": ("{0}: grad_input's paths use the weights, not their "
+                                "transposes (dX = dQ W_Q + dK W_K + dV W_V)"),
     "transposed:w_query": "{0} uses W_Q transposed (X W_Q^T)",
     "transposed:w_key": "{0} uses W_K transposed (X W_K^T)",
     "transposed:w_value": "{0} uses W_V transposed (X W_V^T)",
