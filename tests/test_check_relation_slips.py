@@ -35,7 +35,13 @@ NAMED = {
     "wrong_mha_dx_untransposed.py": (
         "multi-head-reverse", "mha_backward: grad_input's paths use the weights, not their "
         "transposes (dX = dQ W_Q + dK W_K + dV W_V)"),
+    "wrong_rope_reverse_degrees.py": (
+        "multi-head-reverse", "mha_backward: RoPE's angles are taken as degrees (each angle "
+        "times pi/180) in the turn back through RoPE alone"),
     # multi-head attention's forward
+    "wrong_mha_mask_after_softmax.py": (
+        "multi-head", "mha_forward: the causal mask is applied after the softmax (the later "
+        "keys' weights zeroed, the rows not normalised again)"),
     "wrong_mha_no_output_projection.py": (
         "multi-head", "output equals qkv's merged: the stages after merged are skipped"),
     "wrong_mha_rope_query_only.py": (

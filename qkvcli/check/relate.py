@@ -203,7 +203,7 @@ def head_forward(run: Run, variant_forward: Callable[..., Bundle]) -> Setting:
     layer's stages as one head)."""
     case = run.case
     x, weights, causal = case.input, case.weights, bool(run.mode)
-    parts = filled(HEAD_PARTS + (MHA_MASK_PARTS if causal else ()), causal)
+    parts = filled(HEAD_PARTS + (MHA_MASK_PARTS + MASK_AFTER if causal else ()), causal)
     staged = tuple((code, _bound_head(x, weights, causal, part)) for code, part in parts)
     return Setting(_sizes(x, int(weights[0].shape[1])), "head_forward",
                    others=(("output", (("V", x @ weights[2]),)),),
@@ -305,8 +305,13 @@ MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     *((f"angles:{name}", stages.WrongPart(angle=value)) for name, value in ANGLES),
     ("positions:batch", stages.WrongPart(positions=0)),
     ("positions:head", stages.WrongPart(positions=1)),
+    ("offset-ignored", stages.WrongPart(from_zero=True)),
 )
 """The parts of a layer's RoPE changed (with rope=true)."""
+MASK_AFTER: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),)
+"""A forward's causal mask applied after its softmax (a forward's part alone: the
+reverse stages do not take it back)."""
 MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("untransposed:grad_value", stages.WrongPart(untransposed="grad_value")),
     ("untransposed:grad_key", stages.WrongPart(untransposed="grad_key")),
@@ -350,7 +355,7 @@ def mha_forward(run: Run) -> Setting:
     x, weights, heads, causal, turned = arguments[:5]
     expected = stages.forward(*arguments)
     width = int(weights[0].shape[1])
-    parts = MHA_PARTS + (MHA_MASK_PARTS if causal else ())
+    parts = MHA_PARTS + (MHA_MASK_PARTS + MASK_AFTER if causal else ())
     variants = [*_modes(run, _staged_forward),
                 *((code, _bound(_staged_forward, arguments, part))
                   for code, part in filled(parts, causal))]
@@ -393,6 +398,9 @@ def mha_backward(run: Run) -> Setting:
     consistent = list(filled(MHA_PARTS + (MHA_MASK_PARTS if causal else ()), causal))
     if turned and heads and width % 2 == 0:
         consistent += MHA_ROPE_PARTS
+        # the turn back alone wrong (rope_reverse's slip inside the layer)
+        consistent += [("back:" + code, part._replace(back_only=True))
+                       for code, part in MHA_ROPE_PARTS]
     variants = [*_modes(run, compute),
                 *((code, _bound(compute, arguments, part))
                   for code, part in (*MHA_REVERSE_PARTS, *consistent)),

@@ -36,9 +36,12 @@ class WrongPart(Record):
     ``grad_key``, ``grad_input``: its weights) whose transposed operand is taken as it
     is; ``hidden``: the keys a
     causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
-    ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
+    ``earlier``; ``after-softmax``: the later ones' weights zeroed after an unmasked softmax,
+    the rows not normalised again); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
     ``softmax_reverse``: whether the reverse goes through the softmax at all (``dZ = dA``);
     ``swapped``: ``dQ`` and ``dK`` each made with the other's operand (``dS Q``, ``dSᵀ K``);
+    ``from_zero``: RoPE's positions start at 0 whatever the offset; ``back_only``: the
+    RoPE parts change the reverse's turn back alone (the forward turns as the engine does);
     ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
     ``d_model``, ``root d_model``, ``none``); ``fill``: what a hidden score becomes
     (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
@@ -54,6 +57,8 @@ class WrongPart(Record):
     rowsum: bool = True
     softmax_reverse: bool = True
     swapped: bool = False
+    from_zero: bool = False
+    back_only: bool = False
     divisor: str = "root"
     fill: float = -np.inf
 
@@ -69,6 +74,7 @@ Turn = Callable[[Array, bool], Array]
 
 def rope_turn(base: float, offset: int, width: int, part: WrongPart) -> Turn:
     """RoPE as ``part`` turns ``[..., T, width]`` (``inverse``: back)."""
+    offset = 0 if part.from_zero else offset
     rope = Rope(base, width, "interleaved", offset)
     if part.angle != 1.0:
         frequencies = inverse_frequencies(rope) * part.angle
@@ -123,19 +129,20 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
     w_query, w_key, w_value, w_output = weights
     width = int(w_query.shape[1])
     size = width // heads
+    turning = PLAIN if part.back_only else part  # RoPE's parts in the forward
     with np.errstate(all="ignore"):
         # [B,T,d] @ [d,3W] -> [B,T,3W]: the three projections at once
         projected = project(x, np.concatenate([w_query, w_key, w_value], axis=1))
         flat = {"query": projected[..., :width], "key": projected[..., width:2 * width],
                 "value": projected[..., 2 * width:]}
-        if rope and part.rope_first:
-            turn = rope_turn(base, offset, width, part)
-            flat = {name: turn(values, False) if name in part.turned else values
+        if rope and turning.rope_first:
+            turn = rope_turn(base, offset, width, turning)
+            flat = {name: turn(values, False) if name in turning.turned else values
                     for name, values in flat.items()}
         split = {name: np.array(heads_axis(values, heads)) for name, values in flat.items()}
-        if rope and not part.rope_first:
-            turn = rope_turn(base, offset, size, part)
-            split = {name: turn(values, False) if name in part.turned else values
+        if rope and not turning.rope_first:
+            turn = rope_turn(base, offset, size, turning)
+            split = {name: turn(values, False) if name in turning.turned else values
                      for name, values in split.items()}
         query, key, value = split["query"], split["key"], split["value"]
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
@@ -147,8 +154,11 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                 hidden = hidden | np.eye(z.shape[-1], dtype=bool)
             elif part.hidden == "earlier":
                 hidden = hidden.T
-            z = np.where(hidden, part.fill, z)
+            if part.hidden != "after-softmax":
+                z = np.where(hidden, part.fill, z)
         attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
+        if causal and part.hidden == "after-softmax":
+            attention = np.where(hidden, 0.0, attention)
         merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
         return Pass(query, key, value, attention, merged, merged @ w_output, scores)
 

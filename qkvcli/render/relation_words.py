@@ -44,6 +44,9 @@ VARIANT_WORDS = {
     "skipped:w_output": ("{0} leaves W_O out of the reverse: the heads' gradient is dY, not "
                          "dY W_O^T"),
     "mask:diagonal": "{0}: the causal mask hides the diagonal too (a position must see itself)",
+    "mask:after-softmax": ("{0}: the causal mask is applied after the softmax (the later "
+                           "keys' weights zeroed, the rows not normalised again)"),
+    "offset-ignored": "{0}: RoPE ignores the offset (positions start at 0)",
     "mask:earlier": ("{0}: the causal mask hides the earlier positions instead of the later "
                      "ones"),
     "no-rowsum": "{0}: the softmax backward lacks its row-sum term (dZ = A * dA)",
@@ -125,7 +128,9 @@ RELATION_WORDS: dict[str, Callable[..., str]] = {
     "float32": lambda tensor: (
         f"{tensor} agrees with qkv only to float32 rounding (every value a float32, tiny "
         "ones flushed to 0): float32 arithmetic"),
-    "variant": lambda operation, code: VARIANT_WORDS[code].format(operation),
+    "variant": lambda operation, code: (
+        VARIANT_WORDS[code.removeprefix("back:")].format(operation)
+        + (" in the turn back through RoPE alone" if code.startswith("back:") else "")),
     "unexplained": lambda tensor: f"{tensor} is explained by no relation",
     "diverges": lambda tensor, before: (
         f"{tensor} is the first result that differs"
