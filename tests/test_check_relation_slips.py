@@ -232,3 +232,14 @@ def test_a_softmax_over_the_batch_is_named_on_causal_fixtures_too() -> None:
               if line.startswith("  head-forward [") and " causal]" in line]
     assert len(causal) >= 4, text
     assert all("the softmax is taken over the batch axis" in line for line in causal), text
+
+
+def test_a_catalogued_slip_the_fixtures_cannot_tell_from_others_is_said_as_either() -> None:
+    """RoPE's positions read off the batch axis turn a query and its keys alike, so inside
+    the layer it gives what no RoPE gives: the catalogue's "RoPE ignored" alone would
+    say more than the fixtures show; every way that fits is said, the slip among them."""
+    text = checked("wrong_rope_batch_positions.py")
+    line = next(line for line in text.splitlines() if line.startswith("multi-head "))
+    assert "on this fixture, either" in line, text
+    assert "RoPE takes each position from the batch axis instead of the token axis" in line
+    assert "rope=true is ignored" not in text, text
