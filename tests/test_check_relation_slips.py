@@ -39,6 +39,9 @@ NAMED = {
         "multi-head-reverse", "mha_backward: RoPE's angles are taken as degrees (each angle "
         "times pi/180) in the turn back through RoPE alone"),
     # multi-head attention's forward
+    "wrong_mha_merge_strided.py": (
+        "multi-head", "mha_forward: the heads are merged strided (head h's column j at j*H + h) "
+        "instead of side by side (at h*d_h + j)"),
     "wrong_mha_mask_after_softmax.py": (
         "multi-head", "mha_forward: the causal mask is applied after the softmax (the later "
         "keys' weights zeroed, the rows not normalised again)"),
@@ -76,6 +79,9 @@ NAMED = {
     "wrong_head_dq_dk_swapped.py": (
         "head-reverse", "head_backward: dQ and dK are each computed with the other's operand "
         "(dQ = dS Q, dK = dS^T K)"),
+    "wrong_head_scale_precedence.py": (
+        "head-forward", "head_forward: each head's scores are divided by 2*d_h instead of "
+        "sqrt(d_h)"),
     "wrong_head_float32_softmax.py": (
         "head-forward", "weights agrees with qkv only to float32 rounding"),
     # the projections

@@ -165,6 +165,8 @@ HEAD_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
     ("divisor:d_h", stages.WrongPart(divisor="d_h")),
     ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+    ("divisor:d_h/2", stages.WrongPart(divisor="d_h/2")),
+    ("divisor:2 d_h", stages.WrongPart(divisor="2 d_h")),
 )
 """The parts of a head's stages changed whatever its mode (a layer's, but the heads
 axis, which a head has not)."""
@@ -291,6 +293,8 @@ MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
     ("divisor:d_h", stages.WrongPart(divisor="d_h")),
     ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+    ("divisor:d_h/2", stages.WrongPart(divisor="d_h/2")),
+    ("divisor:2 d_h", stages.WrongPart(divisor="2 d_h")),
 )
 MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("mask:diagonal", stages.WrongPart(hidden="diagonal")),
@@ -310,8 +314,10 @@ MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
 """The parts of a layer's RoPE changed (with rope=true)."""
 MASK_AFTER: tuple[tuple[str, stages.WrongPart], ...] = (
     ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),)
-"""A forward's causal mask applied after its softmax (a forward's part alone: the
-reverse stages do not take it back)."""
+MERGE_STRIDED: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("merge:strided", stages.WrongPart(merge="strided")),)
+"""A forward's causal mask applied after its softmax, and its heads merged strided (a
+forward's parts alone: the reverse stages do not take them back)."""
 MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("untransposed:grad_value", stages.WrongPart(untransposed="grad_value")),
     ("untransposed:grad_key", stages.WrongPart(untransposed="grad_key")),
@@ -355,7 +361,7 @@ def mha_forward(run: Run) -> Setting:
     x, weights, heads, causal, turned = arguments[:5]
     expected = stages.forward(*arguments)
     width = int(weights[0].shape[1])
-    parts = MHA_PARTS + (MHA_MASK_PARTS + MASK_AFTER if causal else ())
+    parts = MHA_PARTS + MERGE_STRIDED + (MHA_MASK_PARTS + MASK_AFTER if causal else ())
     variants = [*_modes(run, _staged_forward),
                 *((code, _bound(_staged_forward, arguments, part))
                   for code, part in filled(parts, causal))]

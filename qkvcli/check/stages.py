@@ -43,7 +43,10 @@ class WrongPart(Record):
     ``from_zero``: RoPE's positions start at 0 whatever the offset; ``back_only``: the
     RoPE parts change the reverse's turn back alone (the forward turns as the engine does);
     ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
-    ``d_model``, ``root d_model``, ``none``); ``fill``: what a hidden score becomes
+    ``d_model``, ``root d_model``, ``none``; ``d_h/2`` and ``2 d_h``: Python's
+    ``d_h ** 1/2`` as a scale and inline); ``merge``: how the heads' columns are laid side
+    by side (``blocked``: head ``h``'s column ``j`` at ``h d_h + j``; ``strided``: at
+    ``j H + h``; the forward's alone); ``fill``: what a hidden score becomes
     (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
     scores all hidden is then uniform, not 0/0)."""
 
@@ -60,6 +63,7 @@ class WrongPart(Record):
     from_zero: bool = False
     back_only: bool = False
     divisor: str = "root"
+    merge: str = "blocked"
     fill: float = -np.inf
 
 
@@ -96,7 +100,7 @@ def _given_scale(part: WrongPart, size: int, x: Array) -> float | None:
     (``None``: the engine's own, ``1/√d_h``)."""
     width = int(x.shape[-1])
     return {"d_h": 1.0 / size, "d_model": 1.0 / width, "root d_model": 1.0 / width ** 0.5,
-            "none": 1.0}.get(part.divisor)
+            "none": 1.0, "d_h/2": 2.0 / size, "2 d_h": 0.5 / size}.get(part.divisor)
 
 
 def _softmax_over(z: Array, axis: int) -> Array:
@@ -159,7 +163,13 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
         attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
         if causal and part.hidden == "after-softmax":
             attention = np.where(hidden, 0.0, attention)
-        merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
+        mixed = attention @ value  # [B,H,T,T] @ [B,H,T,d_h] -> [B,H,T,d_h]
+        if part.merge == "strided":  # [B,T,d_h,H]: head h's column j at j H + h
+            batch, count, tokens, each = mixed.shape
+            merged = np.ascontiguousarray(mixed.transpose(0, 2, 3, 1)).reshape(
+                batch, tokens, each * count)
+        else:
+            merged = merge_heads(mixed)
         return Pass(query, key, value, attention, merged, merged @ w_output, scores)
 
 

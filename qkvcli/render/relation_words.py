@@ -41,6 +41,12 @@ VARIANT_WORDS = {
                        "token axis"),
     "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
     "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
+    "divisor:d_h/2": ("{0}: each head's scores are divided by d_h/2 instead of sqrt(d_h) "
+                      "(in Python, d_h ** 1/2 is (d_h ** 1) / 2)"),
+    "divisor:2 d_h": ("{0}: each head's scores are divided by 2*d_h instead of sqrt(d_h) "
+                      "(in Python, s / d_h ** 1/2 is (s / d_h) / 2)"),
+    "merge:strided": ("{0}: the heads are merged strided (head h's column j at j*H + h) "
+                      "instead of side by side (at h*d_h + j)"),
     "skipped:w_output": ("{0} leaves W_O out of the reverse: the heads' gradient is dY, not "
                          "dY W_O^T"),
     "mask:diagonal": "{0}: the causal mask hides the diagonal too (a position must see itself)",
