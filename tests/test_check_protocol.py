@@ -277,3 +277,42 @@ def test_the_runner_s_binary_tensors_are_exact_and_checked() -> None:
     infinite = encode({"t": {"shape": [1], "float64": "AAAAAAAA8H8="}})
     with pytest.raises(Malformed, match="not finite"):
         decode_tensor(decode(infinite), "t", 100, binary=True)
+
+
+def test_a_bad_result_s_tensors_cross_only_from_qkv_s_runner_as_bytes() -> None:
+    """NaN crosses in a bad-result reply's ``"results"`` (float64 bytes), each shaped
+    within the reply's budget; anything else there is no tensors at all."""
+    from qkvcli.protocol.wire import decode_unfinished
+
+    nan = np.array([[np.nan, 1.0], [np.inf, -2.5]])
+    reply = decode(encode({"id": 1, "error": "x", "bad_result": True,
+                           "results": {"t": encode_tensor(nan, binary=True)}}))
+    back = decode_unfinished(reply, ("t",), 100)
+    assert back is not None and back[0].tobytes() == nan.tobytes()
+    assert decode_unfinished(reply, ("t",), 3) is None  # four values claimed: beyond budget
+    assert decode_unfinished(reply, ("t", "u"), 100) is None  # not every result
+    assert decode_unfinished({"results": {"t": encode_tensor(np.ones(2))}},
+                             ("t",), 100) is None  # decimal values: not the runner's
+    assert decode_unfinished({}, ("t",), 100) is None
+
+
+def test_a_python_result_holding_nan_fails_carrying_its_tensors(tmp_path: Path) -> None:
+    """The runner still refuses a result holding NaN (a failed call, said so), and gives
+    qkv the tensors it returned, for the diagnosis; a program's NaN stays malformed."""
+    from qkvcli.protocol.errors import BadResult
+    from qkvcli.protocol.runner import start_python
+
+    path = tmp_path / "nan_rope.py"
+    path.write_text("import numpy as np\n\ndef rope(x, base, offset):\n"
+                    "    y = np.array(x)\n    y[..., 0, 0] = np.nan\n    return y\n",
+                    encoding="utf-8")
+    client = start_python(str(path), 10.0)
+    try:
+        x = np.arange(8.0).reshape(1, 2, 4)
+        with pytest.raises(BadResult, match="rope's rotated holds NaN or infinity") as raised:
+            client.call("rope", (x, 100.0, 0))
+        results = raised.value.results
+        assert results is not None and len(results) == 1
+        assert np.isnan(results[0][0, 0, 0]) and np.array_equal(results[0][0, 1], x[0, 1])
+    finally:
+        client.close()

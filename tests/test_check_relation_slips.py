@@ -32,7 +32,19 @@ NAMED = {
     "wrong_mha_dv_uses_a.py": (
         "multi-head-reverse", "grad_value is computed with A instead of A^T (dV = A dO)"),
     "wrong_mha_dwq_transposed.py": ("multi-head-reverse", "grad_w_query is qkv's transposed"),
+    "wrong_mha_dx_untransposed.py": (
+        "multi-head-reverse", "mha_backward: grad_input's paths use the weights, not their "
+        "transposes (dX = dQ W_Q + dK W_K + dV W_V)"),
+    "wrong_rope_reverse_degrees.py": (
+        "multi-head-reverse", "mha_backward: RoPE's angles are taken as degrees (each angle "
+        "times pi/180) in the turn back through RoPE alone"),
     # multi-head attention's forward
+    "wrong_mha_merge_strided.py": (
+        "multi-head", "mha_forward: the heads are merged strided (head h's column j at j*H + h) "
+        "instead of side by side (at h*d_h + j)"),
+    "wrong_mha_mask_after_softmax.py": (
+        "multi-head", "mha_forward: the causal mask is applied after the softmax (the later "
+        "keys' weights zeroed, the rows not normalised again)"),
     "wrong_mha_no_output_projection.py": (
         "multi-head", "output equals qkv's merged: the stages after merged are skipped"),
     "wrong_mha_rope_query_only.py": (
@@ -42,6 +54,9 @@ NAMED = {
     "wrong_mha_softmax_over_heads.py": (
         "multi-head", "the softmax is taken over the heads axis instead of over each query's "
         "keys"),
+    "wrong_mha_diagonal_nan.py": (
+        "multi-head", "mha_forward: the causal mask hides the diagonal too (a position must "
+        "see itself): mha_forward's weights holds NaN or infinity"),
     # RoPE, alone and inside the layer
     "wrong_rope_degrees.py": ("rope", "RoPE's angles are taken as degrees (each angle times "
                                       "pi/180)"),
@@ -53,6 +68,20 @@ NAMED = {
     "wrong_head_backward_unscaled.py": (
         "head-reverse", "grad_w_query and grad_w_key are sqrt(d_k) times qkv's (a 1/sqrt(d_k) "
         "left out)"),
+    "wrong_head_diagonal_nan.py": (
+        "head-forward", "head_forward: the causal mask hides the diagonal too (a position "
+        "must see itself): head_forward's weights holds NaN or infinity"),
+    "wrong_head_softmax_over_batch.py": (
+        "head-forward", "head_forward: the softmax is taken over the batch axis instead of "
+        "over each query's keys"),
+    "wrong_head_no_softmax_reverse.py": (
+        "head-reverse", "head_backward: the gradient skips the softmax's reverse (dZ = dA)"),
+    "wrong_head_dq_dk_swapped.py": (
+        "head-reverse", "head_backward: dQ and dK are each computed with the other's operand "
+        "(dQ = dS Q, dK = dS^T K)"),
+    "wrong_head_scale_precedence.py": (
+        "head-forward", "head_forward: each head's scores are divided by 2*d_h instead of "
+        "sqrt(d_h)"),
     "wrong_head_float32_softmax.py": (
         "head-forward", "weights agrees with qkv only to float32 rounding"),
     # the projections
@@ -160,3 +189,63 @@ def test_a_layer_mask_that_hides_the_diagonal_is_named_where_its_row_is_undefine
     assert found.exit_code == 1, found.output
     line = next(line for line in found.output.splitlines() if line.startswith("multi-head "))
     assert "the causal mask hides the diagonal too" in line, found.output
+
+
+@pytest.mark.parametrize("example", ["wrong_mha_diagonal_nan.py", "wrong_head_diagonal_nan.py"])
+def test_a_result_holding_nan_is_said_so_and_its_slip_named(example: str) -> None:
+    """A mask hiding the diagonal with -inf makes query 0's row 0/0: every finding on a
+    fixture with a first row says the result holds NaN, and the slip's name is the same
+    as for the -1e9 mask, once above the verdict; a one-token fixture, all NaN, has
+    nothing to tell one slip from another and is not named."""
+    text = checked(example)
+    forward = "multi-head" if "mha" in example else "head-forward"
+    found = [line for line in text.splitlines() if line.startswith(f"  {forward} [")]
+    nan = [line for line in found if "holds NaN or infinity" in line]
+    assert nan and all("the causal mask hides the diagonal too" in line for line in nan
+                       if "1,1," not in line), text
+    assert not any("non-causal" in line for line in found), text  # only the mask is wrong
+    operation = "mha_forward" if "mha" in example else "head_forward"
+    slips = [line for line in text.splitlines() if line.startswith("slip: ")]
+    assert (f"slip: {operation}: the causal mask hides the diagonal too (a position must see "
+            f"itself) ({forward})") in slips, text
+
+
+def test_a_rope_holding_nan_is_said_so_and_never_named(tmp_path: Path) -> None:
+    """RoPE whose first pair is NaN: no relation is measured on it, so no slip is named,
+    and the failure still says it holds NaN, at the first NaN's coordinate."""
+    import json
+
+    path = tmp_path / "nan_rope.py"
+    source = (EXAMPLES / "numpy_rope_mha.py").read_text(encoding="utf-8")
+    turned = "    return _turn(x, base, offset, 1.0)\n"
+    assert turned in source
+    path.write_text(source.replace(turned, "    y = _turn(x, base, offset, 1.0)\n"
+                                   "    y[..., 0] = np.nan\n    return y\n"), encoding="utf-8")
+    found = CliRunner().invoke(main, ["check", str(path), "-f", "json"])
+    assert found.exit_code == 1, found.output
+    document = json.loads(found.stdout)
+    rope = [f for f in document["failures"] if f["check"] == "rope"]
+    assert rope and all(f["detail"] == "rope's rotated holds NaN or infinity" for f in rope)
+    assert "slip:" not in CliRunner().invoke(main, ["check", str(path), "-f", "text"]).output
+
+
+def test_a_softmax_over_the_batch_is_named_on_causal_fixtures_too() -> None:
+    """Its -1e9 mask hides a cell in every batch item alike, so the softmax over the batch
+    makes that cell 1/B where -inf would make it 0/0: qkv's stage compared as the learner
+    wrote it names the slip on every fixture, causal ones included."""
+    text = checked("wrong_head_softmax_over_batch.py")
+    causal = [line for line in text.splitlines()
+              if line.startswith("  head-forward [") and " causal]" in line]
+    assert len(causal) >= 4, text
+    assert all("the softmax is taken over the batch axis" in line for line in causal), text
+
+
+def test_a_catalogued_slip_the_fixtures_cannot_tell_from_others_is_said_as_either() -> None:
+    """RoPE's positions read off the batch axis turn a query and its keys alike, so inside
+    the layer it gives what no RoPE gives: the catalogue's "RoPE ignored" alone would
+    say more than the fixtures show; every way that fits is said, the slip among them."""
+    text = checked("wrong_rope_batch_positions.py")
+    line = next(line for line in text.splitlines() if line.startswith("multi-head "))
+    assert "on this fixture, either" in line, text
+    assert "RoPE takes each position from the batch axis instead of the token axis" in line
+    assert "rope=true is ignored" not in text, text

@@ -465,11 +465,15 @@ BROKEN_HEADS = {
                 RAISES.format("NotImplementedError: causal masking", "1,3,4")),
                "head-replay     SKIP  chapter: not run: its head_forward failed (see "
                "head-forward) (and 4 more fixtures)"),
-    "nan": ([("k=1)", "k=0)")],  # the diagonal hidden too, with -inf: row 0 is NaN
-            "head-forward    FAIL  chapter causal: head_forward's weights holds NaN or "
+    # The diagonal hidden too, with -inf: row 0 is NaN, said, and the slip named all the
+    # same (the first NaN is the failure's coordinate).
+    "nan": ([("k=1)", "k=0)")],
+            "head-forward    FAIL  chapter causal: head_forward: the causal mask hides the "
+            "diagonal too (a position must see itself): head_forward's weights holds NaN or "
             "infinity (and 3 more fixtures)",
             ("head-forward", "random-1[2,3,5->3] causal",
-             "head_forward's weights holds NaN or infinity"),
+             "head_forward: the causal mask hides the diagonal too (a position must see "
+             "itself): head_forward's weights holds NaN or infinity", "weights[0,0,0]"),
             "softmax         SKIP  chapter causal: not run: its head_forward failed (see "
             "head-forward) (and 3 more fixtures)"),
     "keepdims": ([FORGETS_KEEPDIMS],
@@ -498,14 +502,15 @@ BROKEN_HEADS = {
                       "head-forward) (and 4 more fixtures)"),
 }
 """Each head: its edits of :data:`HEAD` (``None``: the --command program), the head-forward
-line when it is the failure's, one failure (family, fixture, detail) and a family not run."""
+line when it is the failure's, one failure (family, fixture, detail, and its coordinate
+where it has one) and a family not run."""
 
 
 @pytest.mark.parametrize(("edits", "forward_line", "failure", "skipped"), BROKEN_HEADS.values(),
                          ids=BROKEN_HEADS.keys())
 def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
     runner: CliRunner, tmp_path: Path, edits: list[tuple[str, str]] | None,
-    forward_line: str | None, failure: tuple[str, str, str], skipped: str,
+    forward_line: str | None, failure: tuple[str, ...], skipped: str,
 ) -> None:
     source = HEAD
     for old, new in edits or []:
@@ -521,7 +526,7 @@ def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
     assert text.exit_code == 1, text.output
     assert "internal error" not in text.output
     lines = [" ".join(line.split()) for line in text.stdout.splitlines()]  # columns aside
-    family, fixture, detail = failure
+    family, fixture, detail, *where = failure
     assert " ".join(f"{family} [{fixture}] {detail}".split()) in lines
     assert " ".join(skipped.split()) in lines
     if forward_line is not None:
@@ -529,7 +534,7 @@ def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
 
     document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
     assert {"check": family, "family": published("check", family).family, "fixture": fixture,
-            "coordinate": None, "detail": detail} in document["failures"]
+            "coordinate": where[0] if where else None, "detail": detail} in document["failures"]
     checks = {c["name"]: c for c in document["checks"]}
     name, word, said = re.split(r" +", skipped, maxsplit=2)
     assert (word, checks[name]) == ("SKIP", {

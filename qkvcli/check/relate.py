@@ -72,9 +72,9 @@ def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setti
                               dict(setting.others).get(name, ()))
         found += explained or (unexplained(name),)
     if any(clause.code == "unexplained" for clause in found):
-        variants = tuple(Clause("variant", (setting.operation, code))
-                         for code, compute in setting.variants
-                         if _fits(got, _computed(compute), expected, tolerance))
+        variants = tuple(dict.fromkeys(  # a code once, whichever of its fills fitted
+            Clause("variant", (setting.operation, code)) for code, compute in setting.variants
+            if _fits(got, _computed(compute), expected, tolerance)))
         if variants:
             return Clause("relation-differs", (variants, mismatch))
         if setting.staged and wrong and found[0].code == "unexplained":
@@ -95,15 +95,21 @@ def _computed(compute: Callable[[], Bundle]) -> Bundle:
 
 def _defined_close(got: Array, candidate: Array, tolerance: float) -> bool:
     """``got`` is ``candidate`` wherever the candidate is defined: a row the candidate's
-    mask hides whole has no softmax (NaN), and any value there fits it, so long as at
-    least half its values are defined."""
+    mask hides whole has no softmax (NaN). ``got`` not finite exactly where the candidate
+    is not fits it (the same slip, its NaN and all); a finite value there fits any, so long
+    as at least half the candidate's values are defined. ``got`` not finite where the
+    candidate is defined never fits."""
     if got.shape != candidate.shape:
         return False
-    defined = ~np.isnan(candidate)
+    defined = np.isfinite(candidate)
     if defined.all():
         return close(got, candidate, tolerance)
-    return (2 * int(defined.sum()) >= candidate.size
-            and close(got[defined], candidate[defined], tolerance))
+    if not np.isfinite(got[defined]).all():
+        return False
+    if not (np.array_equal(~np.isfinite(got), ~defined)
+            or 2 * int(defined.sum()) >= candidate.size):
+        return False
+    return close(got[defined], candidate[defined], tolerance)
 
 
 def _fits(got: Bundle, candidate: Bundle, expected: Bundle, tolerance: float) -> bool:
@@ -159,9 +165,27 @@ HEAD_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
     ("divisor:d_h", stages.WrongPart(divisor="d_h")),
     ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+    ("divisor:d_h/2", stages.WrongPart(divisor="d_h/2")),
+    ("divisor:2 d_h", stages.WrongPart(divisor="2 d_h")),
 )
 """The parts of a head's stages changed whatever its mode (a layer's, but the heads
 axis, which a head has not)."""
+
+
+FILLED = ("softmax-axis:head", "softmax-axis:batch", "mask:diagonal")
+"""The parts whose softmax meets scores all hidden (a key every head hides, a cell every
+batch item hides, a first row with no key): there a learner's ``-1e9`` gives a uniform
+softmax and ``-inf`` gives 0/0, and each is compared as it is."""
+
+
+def filled(parts: tuple[tuple[str, stages.WrongPart], ...],
+           causal: bool) -> tuple[tuple[str, stages.WrongPart], ...]:
+    """``parts``, and with a causal mask each of :data:`FILLED` again with a finite fill
+    (:data:`~qkvcli.check.stages.FINITE_FILL`), under the same code."""
+    if not causal:
+        return parts
+    return (*parts, *((code, part._replace(fill=stages.FINITE_FILL)) for code, part in parts
+                      if code in FILLED))
 
 
 def _head_staged(x: Array, weights: tuple[Array, ...], causal: bool,
@@ -181,7 +205,7 @@ def head_forward(run: Run, variant_forward: Callable[..., Bundle]) -> Setting:
     layer's stages as one head)."""
     case = run.case
     x, weights, causal = case.input, case.weights, bool(run.mode)
-    parts = HEAD_PARTS + (MHA_MASK_PARTS if causal else ())
+    parts = filled(HEAD_PARTS + (MHA_MASK_PARTS + MASK_AFTER if causal else ()), causal)
     staged = tuple((code, _bound_head(x, weights, causal, part)) for code, part in parts)
     return Setting(_sizes(x, int(weights[0].shape[1])), "head_forward",
                    others=(("output", (("V", x @ weights[2]),)),),
@@ -197,8 +221,9 @@ def _bound_head(x: Array, weights: tuple[Array, ...], causal: bool,
 
 def head_backward(run: Run, variant_backward: Callable[..., Bundle]) -> Setting:
     """A head's gradients: ``grad_input`` as its paths, each weight gradient as its batch
-    items', and the mask flag flipped (``variant_backward``: the head's slips' reverse,
-    :func:`qkvcli.check.reference.variant_backward`)."""
+    items', the mask flag flipped (``variant_backward``: the head's slips' reverse,
+    :func:`qkvcli.check.reference.variant_backward`), and the layer's reverse stages as
+    one head's, one part changed (a reverse stage's, or its forward's)."""
     from qkvcli.attention.head import AttentionHead
 
     case = run.case
@@ -215,9 +240,21 @@ def head_backward(run: Run, variant_backward: Callable[..., Bundle]) -> Setting:
         (grads.grad_query, grads.grad_key, grads.grad_value), weights, PATHS),)}
     for index, name in enumerate(("grad_w_query", "grad_w_key", "grad_w_value"), 1):
         parts[name] = (_items(per_item, index, batch),)
+    staged = filled(HEAD_PARTS + (MHA_MASK_PARTS if causal else ()), causal)
     return Setting(_sizes(x, int(weights[0].shape[1])), "head_backward", tuple(parts.items()),
                    variants=(("causal=" + str(not causal).lower(),
-                              lambda: variant_backward(x, weights, not causal, upstream)),))
+                              lambda: variant_backward(x, weights, not causal, upstream)),
+                             *((code, _bound_head_back(x, weights, causal, upstream, part))
+                               for code, part in (*MHA_REVERSE_PARTS, *staged))))
+
+
+def _bound_head_back(x: Array, weights: tuple[Array, ...], causal: bool, upstream: Array,
+                     part: stages.WrongPart) -> Callable[[], Bundle]:
+    """A head's four gradients as a layer of one head's (no RoPE, ``W_O`` the identity),
+    one part of its stages changed."""
+    eye = np.eye(int(weights[2].shape[1]))
+    return lambda: stages.backward(x, (*weights, eye), 1, causal, False, 1.0, 0, upstream,
+                                   part)[:4]
 
 
 ANGLES = (("pi/180", np.pi / 180), ("180/pi", 180 / np.pi), ("2", 2.0), ("1/2", 0.5))
@@ -256,6 +293,8 @@ MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
     ("divisor:d_h", stages.WrongPart(divisor="d_h")),
     ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+    ("divisor:d_h/2", stages.WrongPart(divisor="d_h/2")),
+    ("divisor:2 d_h", stages.WrongPart(divisor="2 d_h")),
 )
 MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("mask:diagonal", stages.WrongPart(hidden="diagonal")),
@@ -270,14 +309,24 @@ MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     *((f"angles:{name}", stages.WrongPart(angle=value)) for name, value in ANGLES),
     ("positions:batch", stages.WrongPart(positions=0)),
     ("positions:head", stages.WrongPart(positions=1)),
+    ("offset-ignored", stages.WrongPart(from_zero=True)),
 )
 """The parts of a layer's RoPE changed (with rope=true)."""
+MASK_AFTER: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),)
+MERGE_STRIDED: tuple[tuple[str, stages.WrongPart], ...] = (
+    ("merge:strided", stages.WrongPart(merge="strided")),)
+"""A forward's causal mask applied after its softmax, and its heads merged strided (a
+forward's parts alone: the reverse stages do not take them back)."""
 MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("untransposed:grad_value", stages.WrongPart(untransposed="grad_value")),
     ("untransposed:grad_key", stages.WrongPart(untransposed="grad_key")),
     ("no-rowsum", stages.WrongPart(rowsum=False)),
+    ("no-softmax-reverse", stages.WrongPart(softmax_reverse=False)),
+    ("swapped:query-key", stages.WrongPart(swapped=True)),
 )
-"""The reverse's stages with an operand left untransposed."""
+"""The reverse's stages with an operand left untransposed, a part of the softmax's
+reverse left out, or dQ's and dK's operands swapped."""
 
 
 def _mha_arguments(run: Run) -> tuple[Any, ...]:
@@ -312,11 +361,10 @@ def mha_forward(run: Run) -> Setting:
     x, weights, heads, causal, turned = arguments[:5]
     expected = stages.forward(*arguments)
     width = int(weights[0].shape[1])
+    parts = MHA_PARTS + MERGE_STRIDED + (MHA_MASK_PARTS + MASK_AFTER if causal else ())
     variants = [*_modes(run, _staged_forward),
-                *((code, _bound(_staged_forward, arguments, part)) for code, part in MHA_PARTS)]
-    if causal:
-        variants += [(code, _bound(_staged_forward, arguments, part))
-                     for code, part in MHA_MASK_PARTS]
+                *((code, _bound(_staged_forward, arguments, part))
+                  for code, part in filled(parts, causal))]
     if turned and heads and width % 2 == 0:
         variants += [(code, _bound(_staged_forward, arguments, part))
                      for code, part in MHA_ROPE_PARTS]
@@ -353,15 +401,19 @@ def mha_backward(run: Run) -> Setting:
                                   "grad_w_output"), 1):
         parts[name] = (_items(per_item, index, batch),)
     # the reverse of a forward with a part changed too: its backward is consistent with it
-    consistent = list(MHA_PARTS)
-    if causal:
-        consistent += MHA_MASK_PARTS
+    consistent = list(filled(MHA_PARTS + (MHA_MASK_PARTS if causal else ()), causal))
     if turned and heads and width % 2 == 0:
         consistent += MHA_ROPE_PARTS
+        # the turn back alone wrong (rope_reverse's slip inside the layer)
+        consistent += [("back:" + code, part._replace(back_only=True))
+                       for code, part in MHA_ROPE_PARTS]
     variants = [*_modes(run, compute),
                 *((code, _bound(compute, arguments, part))
                   for code, part in (*MHA_REVERSE_PARTS, *consistent)),
                 *_transposed_weights(arguments, compute)]
+    if all(w.shape[0] == w.shape[1] for w in weights[:3]):  # dX = dQ W_Q + ...
+        variants.append(("untransposed:grad_input", _bound(
+            compute, arguments, stages.WrongPart(untransposed="grad_input"))))
     if weights[3].shape[0] == weights[3].shape[1]:  # W_O left out of the reverse alone
         skipped = (*weights[:3], np.eye(weights[3].shape[0]))
         variants.append(("skipped:w_output", _with_weights(compute, x, skipped,

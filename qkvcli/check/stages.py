@@ -33,11 +33,22 @@ class WrongPart(Record):
     turns; ``rope_first``: RoPE on the ``[B,T,d]`` projections before the split;
     ``angle``: RoPE's angles times it; ``positions``: the axis of ``[B,H,T,d_h]`` whose
     index is the position; ``untransposed``: the reverse stage (``grad_value``,
-    ``grad_key``) whose transposed operand is taken as it is; ``hidden``: the keys a
+    ``grad_key``, ``grad_input``: its weights) whose transposed operand is taken as it
+    is; ``hidden``: the keys a
     causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
-    ``earlier``); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
+    ``earlier``; ``after-softmax``: the later ones' weights zeroed after an unmasked softmax,
+    the rows not normalised again); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
+    ``softmax_reverse``: whether the reverse goes through the softmax at all (``dZ = dA``);
+    ``swapped``: ``dQ`` and ``dK`` each made with the other's operand (``dS Q``, ``dSᵀ K``);
+    ``from_zero``: RoPE's positions start at 0 whatever the offset; ``back_only``: the
+    RoPE parts change the reverse's turn back alone (the forward turns as the engine does);
     ``divisor``: what the scores are divided by (``root``: the engine's ``√d_h``; ``d_h``,
-    ``d_model``, ``root d_model``, ``none``)."""
+    ``d_model``, ``root d_model``, ``none``; ``d_h/2`` and ``2 d_h``: Python's
+    ``d_h ** 1/2`` as a scale and inline); ``merge``: how the heads' columns are laid side
+    by side (``blocked``: head ``h``'s column ``j`` at ``h d_h + j``; ``strided``: at
+    ``j H + h``; the forward's alone); ``fill``: what a hidden score becomes
+    (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
+    scores all hidden is then uniform, not 0/0)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -47,9 +58,19 @@ class WrongPart(Record):
     untransposed: str = ""
     hidden: str = "later"
     rowsum: bool = True
+    softmax_reverse: bool = True
+    swapped: bool = False
+    from_zero: bool = False
+    back_only: bool = False
     divisor: str = "root"
+    merge: str = "blocked"
+    fill: float = -np.inf
 
 
+FINITE_FILL = -1e300
+"""A hidden score as a learner's ``-1e9`` hides it: finite, so a softmax over hidden
+scores alone is uniform; any visible score outweighs it to exactly 0 (``exp(-1e300)``
+underflows as ``exp(-1e9)`` does)."""
 PLAIN = WrongPart()
 """No part changed: the engine's stages."""
 Turn = Callable[[Array, bool], Array]
@@ -57,6 +78,7 @@ Turn = Callable[[Array, bool], Array]
 
 def rope_turn(base: float, offset: int, width: int, part: WrongPart) -> Turn:
     """RoPE as ``part`` turns ``[..., T, width]`` (``inverse``: back)."""
+    offset = 0 if part.from_zero else offset
     rope = Rope(base, width, "interleaved", offset)
     if part.angle != 1.0:
         frequencies = inverse_frequencies(rope) * part.angle
@@ -78,7 +100,7 @@ def _given_scale(part: WrongPart, size: int, x: Array) -> float | None:
     (``None``: the engine's own, ``1/√d_h``)."""
     width = int(x.shape[-1])
     return {"d_h": 1.0 / size, "d_model": 1.0 / width, "root d_model": 1.0 / width ** 0.5,
-            "none": 1.0}.get(part.divisor)
+            "none": 1.0, "d_h/2": 2.0 / size, "2 d_h": 0.5 / size}.get(part.divisor)
 
 
 def _softmax_over(z: Array, axis: int) -> Array:
@@ -111,19 +133,20 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
     w_query, w_key, w_value, w_output = weights
     width = int(w_query.shape[1])
     size = width // heads
+    turning = PLAIN if part.back_only else part  # RoPE's parts in the forward
     with np.errstate(all="ignore"):
         # [B,T,d] @ [d,3W] -> [B,T,3W]: the three projections at once
         projected = project(x, np.concatenate([w_query, w_key, w_value], axis=1))
         flat = {"query": projected[..., :width], "key": projected[..., width:2 * width],
                 "value": projected[..., 2 * width:]}
-        if rope and part.rope_first:
-            turn = rope_turn(base, offset, width, part)
-            flat = {name: turn(values, False) if name in part.turned else values
+        if rope and turning.rope_first:
+            turn = rope_turn(base, offset, width, turning)
+            flat = {name: turn(values, False) if name in turning.turned else values
                     for name, values in flat.items()}
         split = {name: np.array(heads_axis(values, heads)) for name, values in flat.items()}
-        if rope and not part.rope_first:
-            turn = rope_turn(base, offset, size, part)
-            split = {name: turn(values, False) if name in part.turned else values
+        if rope and not turning.rope_first:
+            turn = rope_turn(base, offset, size, turning)
+            split = {name: turn(values, False) if name in turning.turned else values
                      for name, values in split.items()}
         query, key, value = split["query"], split["key"], split["value"]
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
@@ -135,9 +158,18 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                 hidden = hidden | np.eye(z.shape[-1], dtype=bool)
             elif part.hidden == "earlier":
                 hidden = hidden.T
-            z = np.where(hidden, -np.inf, z)
+            if part.hidden != "after-softmax":
+                z = np.where(hidden, part.fill, z)
         attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
-        merged = merge_heads(attention @ value)  # [B,H,T,T] @ [B,H,T,d_h], merged
+        if causal and part.hidden == "after-softmax":
+            attention = np.where(hidden, 0.0, attention)
+        mixed = attention @ value  # [B,H,T,T] @ [B,H,T,d_h] -> [B,H,T,d_h]
+        if part.merge == "strided":  # [B,T,d_h,H]: head h's column j at j H + h
+            batch, count, tokens, each = mixed.shape
+            merged = np.ascontiguousarray(mixed.transpose(0, 2, 3, 1)).reshape(
+                batch, tokens, each * count)
+        else:
+            merged = merge_heads(mixed)
         return Pass(query, key, value, attention, merged, merged @ w_output, scores)
 
 
@@ -155,12 +187,17 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
         grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
-        grad_z = scale(_softmax_back_over(done.weights, grad_a, part.softmax_axis)
-                       if part.rowsum else done.weights * grad_a, size,
-                       _given_scale(part, size, x))
-        grad_query = grad_z @ done.key
+        if not part.softmax_reverse:
+            grad_s = grad_a
+        elif part.rowsum:
+            grad_s = _softmax_back_over(done.weights, grad_a, part.softmax_axis)
+        else:
+            grad_s = done.weights * grad_a
+        grad_z = scale(grad_s, size, _given_scale(part, size, x))
+        query, key = (done.key, done.query) if part.swapped else (done.query, done.key)
+        grad_query = grad_z @ key
         grad_key = (grad_z if part.untransposed == "grad_key"
-                    else np.swapaxes(grad_z, -1, -2)) @ done.query
+                    else np.swapaxes(grad_z, -1, -2)) @ query
         merged = {"query": merge_heads(grad_query), "key": merge_heads(grad_key),
                   "value": merge_heads(grad_value)}
         if rope:
@@ -191,8 +228,11 @@ def backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rop
         grad_w_output = (done.merged.reshape(rows, width).T
                          @ grad_output.reshape(rows, grad_output.shape[-1]))
         joined = np.concatenate(grads, axis=-1)
+        given = (w_query, w_key, w_value)
+        if part.untransposed == "grad_input":  # dX = dQ W_Q + ...: square weights alone
+            given = tuple(w.T for w in given)
         # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
         grad_rows, grad_w = project_back(x.reshape(rows, d_model), joined.reshape(rows, 3 * width),
-                                         np.concatenate([w_query, w_key, w_value], axis=1))
+                                         np.concatenate(given, axis=1))
     return (grad_rows.reshape(x.shape), grad_w[:, :width], grad_w[:, width:2 * width],
             grad_w[:, 2 * width:], grad_w_output)

@@ -10,16 +10,19 @@ implementation failed on is :func:`~qkvcli.check.result.call_failure`'s finding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from qkvcli.check.cases import Run, fixtures_of
 from qkvcli.check.kinds import Kind
 from qkvcli.check.result import call_failure, not_applicable
 from qkvcli.check.session import Session
-from qkvcli.core.arrays import Array, all_finite, close
+from qkvcli.core.arrays import Array, all_finite, close, coordinate
 from qkvcli.core.errors import format_shape
 from qkvcli.core.results import Clause, Failure, FamilyCheck, found_at, judge
-from qkvcli.protocol.errors import CallFailed
+from qkvcli.protocol.errors import BadResult, CallFailed
 
 UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs", "relation-differs")
 """A head's wrong maths: named as a slip, or its first mismatch alone, or by relation."""
@@ -90,6 +93,27 @@ def _forward_wrong(session: Session, kind: Kind, run: Run) -> bool:
         close(g, e, session.tolerance) for g, e in zip(got, expected, strict=True))
 
 
+def unfinished(answer: tuple[Array, ...] | CallFailed,
+               reference: Callable[[], tuple[Array, ...]]) -> tuple[Array, ...] | None:
+    """The results to judge of a first call: its answer, or the tensors a call returned
+    holding NaN or infinity (:class:`~qkvcli.protocol.errors.BadResult`'s ``results``),
+    where they are shaped as the engine's (``reference``) and hold a finite value to judge them by (a
+    slip that gives NaN is then named as the same slip giving finite values is, its
+    finding still saying it holds NaN); ``None`` for any other failed call."""
+    if not isinstance(answer, CallFailed):
+        return answer
+    results = answer.results if isinstance(answer, BadResult) else None
+    if results is None:
+        return None
+    expected = reference()
+    if len(results) != len(expected) or any(
+            got.shape != wanted.shape for got, wanted in zip(results, expected, strict=True)):
+        return None
+    if not any(np.isfinite(got).any() for got in results):
+        return None  # nothing to tell one slip from another by
+    return results
+
+
 def finite_and_shaped(kind: Kind, x: Array, weights: tuple[Array, ...],
                       results: tuple[Array, ...], backward: bool = False) -> bool:
     """The forward's (or the backward's) own claim where no reference judges it (qkv's
@@ -135,10 +159,12 @@ def _check_values(session: Session, kind: Kind,
     runs = session.runs(kind)
     order = [run.label for run in runs]
     for run in runs:
-        got = session.first(kind, run, backward)
-        if isinstance(got, CallFailed):
+        answer = session.first(kind, run, backward)
+        got = unfinished(answer, lambda: session.reference(kind, run, backward))  # noqa: B023
+        if got is None:
+            assert isinstance(answer, CallFailed)
             failures.append(call_failure(family, run.label,
-                                         format_shape(list(run.case.input.shape)), got))
+                                         format_shape(list(run.case.input.shape)), answer))
             continue
         expected = session.reference(kind, run, backward)
         found = next(((index, *first) for index, (name, actual, wanted)
@@ -148,7 +174,13 @@ def _check_values(session: Session, kind: Kind,
         if found is None:
             continue
         index, where, mismatch = found
-        faults = (precision_faults if backward else kind.precision)(
+        if isinstance(answer, CallFailed):  # NaN where the engine has none: said as it is
+            mismatch = Clause("call-failed", (answer.message,))
+            where = next(f"{name}{coordinate(actual.shape, int(np.argmin(np.isfinite(actual))))}"
+                         for name, actual in zip(names, got, strict=True)
+                         if not all_finite(actual))
+        faults = None if isinstance(answer, CallFailed) else (
+            precision_faults if backward else kind.precision)(
             names, got, expected, session.tolerance)
         if faults is not None:
             whys = precision_clauses(faults, session.tolerance)

@@ -45,6 +45,7 @@ from qkvcli.protocol.wire import (
     check_id,
     decode,
     decode_tensor,
+    decode_unfinished,
     encode,
     encode_tensor,
     error_message,
@@ -358,8 +359,11 @@ class CommandClient:
         try:
             rejection = error_message(reply)
             if rejection is not None:
-                bad = self.reports_changes and reply.get("bad_result") is True
-                raise (BadResult if bad else Rejected)(operation, rejection)
+                if self.reports_changes and reply.get("bad_result") is True:
+                    raise BadResult(operation, rejection,
+                                    decode_unfinished(reply, names, values) if self.binary
+                                    else None)
+                raise Rejected(operation, rejection)
             return tuple(decode_tensor(reply, name, values, self.binary) for name in names)
         except Malformed as error:
             where = f"request {self._next_id} ({operation})"

@@ -8,9 +8,13 @@ implementation gave instead of a result; the families turn them into failures.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
+
+if TYPE_CHECKING:
+    from qkvcli.core.arrays import Array
 
 
 class ImplementationError(QkvError):
@@ -79,7 +83,15 @@ class Rejected(CallFailed):
 
 
 class BadResult(CallFailed):
-    """A Python implementation returned something that is not the expected tensors."""
+    """A Python implementation returned something that is not the expected tensors.
+    ``results``: the tensors it returned, where they are tensors of the right count that
+    hold NaN or infinity (what the diagnosis reads: a slip that gives NaN is named as the
+    same slip giving finite values is), else ``None``."""
+
+    def __init__(self, operation: str, message: str,
+                 results: tuple[Array, ...] | None = None) -> None:
+        super().__init__(operation, message)
+        self.results = results
 
 
 class Broken(CallFailed):

@@ -7,7 +7,9 @@ implementation (:func:`~qkvcli.protocol.python.load_python`) and answers the
 implementation's own stdout is qkv's stderr pipe, its stdin is empty; nothing it does
 (printing, exiting, looping, changing directory, patching modules, starting threads)
 reaches qkv except the answers. The runner adds to a reply what only it can see:
-``"bad_result"`` (the call returned something that is not the tensors).
+``"bad_result"`` (the call returned something that is not the tensors), with the
+tensors themselves under ``"results"`` when they are tensors holding NaN or infinity
+(float64 bytes: JSON has no NaN), for the diagnosis to name the slip that made them.
 
 Purity is judged in qkv's own process, where the implementation cannot reach: each
 call's arguments are placed in memory qkv shares with the runner (:class:`Arena`, a
@@ -190,10 +192,14 @@ def _answer(implementation: PythonImplementation, request: dict[str, Any],
         results = implementation.call(str(operation), tuple(arguments))
         for name, result in zip(names, results, strict=True):
             if not np.isfinite(result).all():
-                raise BadResult(str(operation), f"{operation}'s {name} holds NaN or infinity")
+                raise BadResult(str(operation), f"{operation}'s {name} holds NaN or infinity",
+                                results)
             reply[name] = encode_tensor(result, binary)  # as the request came
     except BadResult as error:
         reply = {"error": error.message, "bad_result": True}
+        if binary and error.results is not None:  # NaN crosses only as float64 bytes
+            reply["results"] = {name: encode_tensor(result, True)
+                                for name, result in zip(names, error.results, strict=True)}
     except Rejected as error:
         reply = {"error": error.message}
     return reply

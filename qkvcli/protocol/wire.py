@@ -127,7 +127,8 @@ def encode_tensor(array: Array, binary: bool = False) -> dict[str, Any]:
     return {"shape": shape, "values": values.reshape(-1).tolist()}
 
 
-def _binary_tensor(key: str, tensor: dict[str, Any], max_values: int) -> Array:
+def _binary_tensor(key: str, tensor: dict[str, Any], max_values: int,
+                   finite: bool = True) -> Array:
     shape, data = tensor["shape"], tensor["float64"]
     if not isinstance(shape, list) or not all(
         isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape
@@ -143,9 +144,29 @@ def _binary_tensor(key: str, tensor: dict[str, Any], max_values: int) -> Array:
     if not isinstance(data, str) or len(raw) != 8 * math.prod(shape):
         raise Malformed(f'"{key}.float64" does not hold {math.prod(shape)} float64 values')
     array = np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape(shape)
-    if not np.isfinite(array).all():
+    if finite and not np.isfinite(array).all():
         raise Malformed(f'"{key}" holds a number that is not finite')
     return array
+
+
+def decode_unfinished(reply: dict[str, Any], names: tuple[str, ...],
+                      max_values: int) -> tuple[Array, ...] | None:
+    """The tensors a bad-result reply of qkv's own runner carries under ``"results"``
+    (float64 bytes, NaN and infinities kept), each shaped within ``max_values``; ``None``
+    where it carries none or they cannot be read."""
+    found = reply.get("results")
+    if not isinstance(found, dict) or set(found) != set(names):
+        return None
+    tensors = []
+    for name in names:
+        tensor = found[name]
+        if not isinstance(tensor, dict) or set(tensor) != {"shape", "float64"}:
+            return None
+        try:
+            tensors.append(_binary_tensor(name, tensor, max_values, finite=False))
+        except Malformed:
+            return None
+    return tuple(tensors)
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -41,12 +41,26 @@ VARIANT_WORDS = {
                        "token axis"),
     "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
     "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
+    "divisor:d_h/2": ("{0}: each head's scores are divided by d_h/2 instead of sqrt(d_h) "
+                      "(in Python, d_h ** 1/2 is (d_h ** 1) / 2)"),
+    "divisor:2 d_h": ("{0}: each head's scores are divided by 2*d_h instead of sqrt(d_h) "
+                      "(in Python, s / d_h ** 1/2 is (s / d_h) / 2)"),
+    "merge:strided": ("{0}: the heads are merged strided (head h's column j at j*H + h) "
+                      "instead of side by side (at h*d_h + j)"),
     "skipped:w_output": ("{0} leaves W_O out of the reverse: the heads' gradient is dY, not "
                          "dY W_O^T"),
     "mask:diagonal": "{0}: the causal mask hides the diagonal too (a position must see itself)",
+    "mask:after-softmax": ("{0}: the causal mask is applied after the softmax (the later "
+                           "keys' weights zeroed, the rows not normalised again)"),
+    "offset-ignored": "{0}: RoPE ignores the offset (positions start at 0)",
     "mask:earlier": ("{0}: the causal mask hides the earlier positions instead of the later "
                      "ones"),
     "no-rowsum": "{0}: the softmax backward lacks its row-sum term (dZ = A * dA)",
+    "no-softmax-reverse": "{0}: the gradient skips the softmax's reverse (dZ = dA)",
+    "swapped:query-key": ("{0}: dQ and dK are each computed with the other's operand "
+                          "(dQ = dS Q, dK = dS^T K)"),
+    "untransposed:grad_input": ("{0}: grad_input's paths use the weights, not their "
+                                "transposes (dX = dQ W_Q + dK W_K + dV W_V)"),
     "transposed:w_query": "{0} uses W_Q transposed (X W_Q^T)",
     "transposed:w_key": "{0} uses W_K transposed (X W_K^T)",
     "transposed:w_value": "{0} uses W_V transposed (X W_V^T)",
@@ -120,7 +134,9 @@ RELATION_WORDS: dict[str, Callable[..., str]] = {
     "float32": lambda tensor: (
         f"{tensor} agrees with qkv only to float32 rounding (every value a float32, tiny "
         "ones flushed to 0): float32 arithmetic"),
-    "variant": lambda operation, code: VARIANT_WORDS[code].format(operation),
+    "variant": lambda operation, code: (
+        VARIANT_WORDS[code.removeprefix("back:")].format(operation)
+        + (" in the turn back through RoPE alone" if code.startswith("back:") else "")),
     "unexplained": lambda tensor: f"{tensor} is explained by no relation",
     "diverges": lambda tensor, before: (
         f"{tensor} is the first result that differs"
