@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_scientific, fmt_shape
 from qkvcli.render.tensors import shows_values, summarise
 from qkvcli.stages.table import STAGES
 from qkvcli.stages.terms import Derivation, Step, exact_sum, facts
@@ -135,7 +135,7 @@ class Page:
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)  # a count (a length, rows): whole
         if scientific and math.isfinite(value):
-            return f"{float(value):.{max(self.precision - 1, 0)}e}"
+            return fmt_scientific(float(value), self.precision)
         return fmt_float(float(value), self.precision)
 
     def tiny(self, values: Iterable[float]) -> bool:
