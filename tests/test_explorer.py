@@ -537,6 +537,7 @@ TITLES = {
     "check-rope-mha": "qkv check: {}numpy_rope_mha.py (chapters 29 to 30)",
     "check-failing": "qkv check: {}wrong_mha_strided_heads.py (chapters 29 to 30)",
     "check-not-run": "qkv check: {}wrong_float32.py (chapter 26)",
+    "check-failing-cache": "qkv check: {}wrong_cache_rope_at_zero.py (chapter 37)",
     "gradcheck": "qkv gradcheck: 26-qkv-projections",
     "gradcheck-ch30": "qkv gradcheck: 30-multi-head-attention",
 }
