@@ -311,6 +311,27 @@ def test_a_failed_checks_expected_value_opens_the_engines_terms(tmp_path: Path) 
     assert unexplained(html) == []
 
 
+@pytest.mark.parametrize("slip", ["wrong_head_unscaled", "wrong_rope_from_one",
+                                  "wrong_mha_no_key_path", "wrong_mha_rope_query_only"])
+def test_every_expected_value_of_a_value_finding_opens_terms_that_make_it(
+        tmp_path: Path, slip: str) -> None:
+    """A head's scaled scores, RoPE's turn, a layer's dX and its weights: each finding's
+    expected number opens the engine's terms, and they add up to the number shown."""
+    html = write_page(tmp_path, "check", str(EXAMPLES / f"{slip}.py"))
+    expected = [n for n in numbers_of(html) if n["data-tensor"] == "failures"
+                and n.get("data-field") == "expected"]
+    assert expected and all(n.get("data-variant") == "expected" for n in expected)
+    for number in expected:
+        derivation, rows = _rows(html, f"failures|{number['data-index']}|expected")
+        assert derivation["v"] == number["text"]
+        assert any(label.startswith("the slip") or label == "replay" for label, _, _ in rows)
+        if derivation.get("s") != 0:  # a sum: its terms make the value (6 decimals shown)
+            terms = [float(value) for _, value, part in rows if part in ("", "r")]
+            assert math.fsum(terms) == pytest.approx(float(number["text"]), abs=1e-5)
+        else:
+            assert "g" in derivation  # facts of a stage: its description is named
+
+
 def test_a_failing_cache_pages_numbers_open_their_comparison_and_the_engines_terms(
         tmp_path: Path) -> None:
     """A KV cache whose RoPE counts positions from 1: the cached key's actual and

@@ -1,12 +1,14 @@
 """The explorer page of ``qkv check``: an implementation's families, its findings and their replay.
 
 Failing families are listed open, passing ones folded. Each finding is worded as the
-text report words it; where it names a coordinate's value (``value-differs``) or a
-gradient-check point (``point``), the implementation's value and qkv's are numbers that
-open the comparison: expected against actual, the scaled error and tolerance, the slip
-the finding names, and the commands that replay the failing fixture
-(``--save-failures``). A passing gradient check's worst coordinate opens its analytic
-and numerical values the same way.
+text report words it; where it names a coordinate's value (``value-differs``; a KV
+cache's ``step-differs``, ``cache-differs``, ``refusal-differs``) or a gradient-check
+point (``point``), the implementation's value and qkv's are numbers that open the
+comparison: expected against actual, the scaled error (a cache's absolute difference)
+and tolerance, the slip the finding names, and the commands that replay the failing
+fixture (``--save-failures``). Where a stage describes the expected value, it opens the
+engine's terms on the fixture first (:mod:`qkvcli.render.explorer.expected`). A passing
+gradient check's worst coordinate opens its analytic and numerical values the same way.
 """
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ engine's number opens the stage's terms with the operands' values from the engin
 pass on the same fixture (:func:`engine_terms`): a projection (the projections'
 ``query``, ``key``, ``value``), dX's three paths and each ``dW`` (the projections' and a
 head's reverse), a head's scaled scores, weights and mixture, RoPE's turn and its turn
-back, and a KV cache's step output (the output projection of the causal pass over its
-prefix), cached keys (turned by RoPE) and values (a projection). Multi-head attention's
-results and a cache's refused steps have no terms here (their panel gives the
-comparison alone).
+back, a multi-head layer's weights, merged heads, output and five gradients, and a KV
+cache's step output (the output projection of the causal pass over its prefix), cached
+keys (turned by RoPE) and values (a projection). A cache's refused steps, and the
+findings of families whose expected value is not the engine's result on the fixture
+(independence, the probes, the gradient check), have no terms here: their panel gives
+the comparison alone.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from qkvcli.check.cases import Case, Run
-from qkvcli.check.kinds import CACHE_STEPS, HEAD, PROJECTIONS, ROPE, Kind
+from qkvcli.check.kinds import CACHE_STEPS, HEAD, MULTI_HEAD, PROJECTIONS, ROPE, Kind
 from qkvcli.core.arrays import Array
 from qkvcli.stages.terms import (
+    MINUS,
     Derivation,
     Step,
     attention_weight,
@@ -36,7 +39,8 @@ from qkvcli.stages.terms import (
 
 FAMILY_KINDS: dict[str, Kind] = {"forward": PROJECTIONS, "reverse": PROJECTIONS,
                                  "head-forward": HEAD, "head-reverse": HEAD, "rope": ROPE,
-                                 "rope-reverse": ROPE, "cache-steps": CACHE_STEPS}
+                                 "rope-reverse": ROPE, "multi-head": MULTI_HEAD,
+                                 "multi-head-reverse": MULTI_HEAD, "cache-steps": CACHE_STEPS}
 """The families whose expected value is the engine's result on the run itself, by kind."""
 LETTERS = ("Q", "K", "V")
 Maker = Callable[[Run, str, tuple[int, ...], float], Derivation | None]
@@ -81,7 +85,29 @@ def engine_terms(family: str, label: str | None, tensor: str, at: tuple[int, ...
             found = maker(run, tensor, at, value)
     except (IndexError, ValueError, ArithmeticError):  # a coordinate the pass does not hold
         return None
-    return found
+    return found if found is not None and makes(found, value) else None
+
+
+def makes(derivation: Derivation, value: float) -> bool:
+    """Whether ``derivation`` makes ``value`` (its terms' sum, or a softmax weight's
+    exponential over its row's sum, within a millionth): terms of another number are
+    never shown beside it."""
+    if derivation.terms_total == "sum":
+        made = derivation.term_sum()
+    else:
+        rows = {row.label: row.value for row in derivation.rows}
+        if derivation.stage == "scale":
+            raw, factor = rows.get("raw score S = q\u00b7k"), rows.get("scale")
+            if not isinstance(raw, float) or not isinstance(factor, float):
+                return False
+            made = raw * factor
+        else:
+            top, total = rows.get(f"exp(z {MINUS} max) of this key"), rows.get(
+                "sum of the row's exponentials")
+            if not isinstance(top, float) or not isinstance(total, float) or total == 0.0:
+                return False
+            made = top / total
+    return bool(abs(made - value) <= 1e-6 * max(1.0, abs(value)))
 
 
 def _projections(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivation | None:
@@ -181,8 +207,58 @@ def _cache(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivati
     return None
 
 
+def _multi_head(run: Run, tensor: str, at: tuple[int, ...], value: float
+                ) -> Derivation | None:
+    """A multi-head layer's weights, merged heads and output, and its five gradients,
+    from the engine's layer of the run's mode (the mask, RoPE from the fixture's offset)."""
+    from qkvcli.attention import engine
+    from qkvcli.attention.head import AttentionHead
+    from qkvcli.attention.maths import score_factor
+    from qkvcli.attention.multihead import MultiHeadLayer
+    from qkvcli.core.rope import Rope
+
+    case = run.case
+    causal, turned = run.mode
+    w_query, w_key, w_value, w_output = case.weights
+    width = int(w_query.shape[1])
+    rotary = Rope(case.base, width // case.heads, "interleaved", case.offset) if turned else None
+    head = AttentionHead.from_arrays(w_query, w_key, w_value, rope=rotary)
+    layer = MultiHeadLayer.build(head, case.heads, out_weight=w_output)
+    x = case.input
+    done = layer.forward(x, bool(causal))
+    stacked = done.stacked
+    if tensor == "weights":
+        factor = score_factor(head.d_k, head.given_scale)
+        raw = np.asarray(stacked["scores"])
+        q = stacked["rotated_query" if turned else "query"]
+        k = stacked["rotated_key" if turned else "key"]
+        names = ("RQ_h", "RK_h") if turned else ("Q_h", "K_h")
+        return attention_weight(raw, raw * factor, stacked["scaled_scores"],
+                                stacked["attention"], at, factor,
+                                score=scores(q, k, at, float(raw[at]), names))
+    if tensor == "merged":
+        b, t, column = at
+        d_v = int(stacked["value"].shape[-1])
+        found = mixture(stacked["attention"], stacked["value"], (b, column // d_v, t, column % d_v),
+                        value, names=("A", "V_h"))
+        return found._replace(formula=f"{found.formula}; head {column // d_v}'s columns of "
+                              "the merge")
+    if tensor == "output":
+        return projection(done.concat, w_output, None, at, value, ("C", "W_O", "b_O"),
+                          "output projection")
+    grads = layer.backward(x, done, run.upstream[0])
+    if tensor == "grad_w_output":
+        return weight_gradient(done.concat, run.upstream[0], (at[0], at[1]), value, "U", "C")
+    merged = tuple(engine.merge_heads(np.stack([getattr(h, f"grad_{branch}")
+                                                for h in grads.heads], axis=1))
+                   for branch in ("query", "key", "value"))
+    return _reverse(x, (w_query, w_key, w_value), merged, tensor, at, value,
+                    ("dQ", "dK", "dV"))
+
+
 MAKERS: dict[str, Maker] = {PROJECTIONS.forward: _projections, HEAD.forward: _head,
-                            ROPE.forward: _rope, CACHE_STEPS.forward: _cache}
+                            ROPE.forward: _rope, MULTI_HEAD.forward: _multi_head,
+                            CACHE_STEPS.forward: _cache}
 
 
 def as_float(text: Any) -> float | None:

@@ -14,7 +14,9 @@ The contract a script may rely on (docs/explorer.md):
   (its coordinate, comma-separated; a finding's position in ``failures``; empty for a
   statistic of a whole tensor, which says which in ``data-stat``);
 - ``data-field`` tells apart several numbers of one coordinate (``analytic``,
-  ``numerical``, ``scaled_error``, ``actual``, ``expected``);
+  ``numerical``, ``scaled_error``, ``actual``, ``expected``); ``data-variant`` a number
+  of another run (``other-mask``) or a finding's expected value with the engine's own
+  terms (``expected``);
 - each number is focusable; Enter or a click opens its derivation in ``#qkv-panel``.
 
 Tensors are shown as the terminal shows them: every value up to
