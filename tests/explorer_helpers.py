@@ -154,6 +154,7 @@ PAGES: dict[str, list[str]] = {
     "check-rope-mha": ["check", str(EXAMPLES / "numpy_rope_mha.py")],
     "check-failing": ["check", str(EXAMPLES / "wrong_mha_strided_heads.py")],
     "check-not-run": ["check", str(EXAMPLES / "wrong_float32.py")],
+    "check-failing-cache": ["check", str(EXAMPLES / "wrong_cache_rope_at_zero.py")],
     "gradcheck": ["gradcheck"],
     "gradcheck-ch30": ["gradcheck", str(ROOT / "qkvcli" / "data"
                                         / "ch30-multi-head-attention.json")],

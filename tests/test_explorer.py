@@ -283,6 +283,80 @@ def test_a_failed_check_shows_expected_actual_the_slip_and_its_replay(tmp_path: 
     assert '<ul class="failing">' in html and "6 passing checks" in html
 
 
+def _rows(html: str, key: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """A derivation of the page and its rows as (label, value, part)."""
+    data = page_data(html)
+    derivation = data["derivations"][key]
+    return derivation, [(data["labels"][row[0]], row[1], row[2] if len(row) > 2 else "")
+                        for row in derivation["r"]]
+
+
+def test_a_failed_checks_expected_value_opens_the_engines_terms(tmp_path: Path) -> None:
+    """The no-key-path slip: the expected dX opens its three paths, the engine's, and the
+    difference from the implementation's value is the key path's term."""
+    html = write_page(tmp_path, "check", str(EXAMPLES / "wrong_head_no_key_path.py"))
+    expected = [n for n in numbers_of(html) if n["data-tensor"] == "failures"
+                and n.get("data-field") == "expected"]
+    assert expected and all(n.get("data-variant") == "expected" for n in expected)
+    derivation, rows = _rows(html, f"failures|{expected[0]['data-index']}|expected")
+    paths = {label: float(value) for label, value, part in rows if part == ""}
+    assert sorted(paths) == ["(dK W_K\u1d40)[0,0,0]", "(dQ W_Q\u1d40)[0,0,0]",
+                             "(dV W_V\u1d40)[0,0,0]"]
+    facts = {label: value for label, value, _ in rows}
+    engine, actual = float(facts["expected (qkv's engine)"]), float(
+        facts["actual (the implementation)"])
+    assert math.fsum(paths.values()) == pytest.approx(engine, abs=5e-6)  # 6 decimals shown
+    assert actual - engine == pytest.approx(-paths["(dK W_K\u1d40)[0,0,0]"], abs=5e-6)
+    assert "the slip" in facts and derivation["h"].endswith("the expected value")
+    assert unexplained(html) == []
+
+
+@pytest.mark.parametrize("slip", ["wrong_head_unscaled", "wrong_rope_from_one",
+                                  "wrong_mha_no_key_path", "wrong_mha_rope_query_only"])
+def test_every_expected_value_of_a_value_finding_opens_terms_that_make_it(
+        tmp_path: Path, slip: str) -> None:
+    """A head's scaled scores, RoPE's turn, a layer's dX and its weights: each finding's
+    expected number opens the engine's terms, and they add up to the number shown."""
+    html = write_page(tmp_path, "check", str(EXAMPLES / f"{slip}.py"))
+    expected = [n for n in numbers_of(html) if n["data-tensor"] == "failures"
+                and n.get("data-field") == "expected"]
+    assert expected and all(n.get("data-variant") == "expected" for n in expected)
+    for number in expected:
+        derivation, rows = _rows(html, f"failures|{number['data-index']}|expected")
+        assert derivation["v"] == number["text"]
+        assert any(label.startswith("the slip") or label == "replay" for label, _, _ in rows)
+        if derivation.get("s") != 0:  # a sum: its terms make the value (6 decimals shown)
+            terms = [float(value) for _, value, part in rows if part in ("", "r")]
+            assert math.fsum(terms) == pytest.approx(float(number["text"]), abs=1e-5)
+        else:
+            assert "g" in derivation  # facts of a stage: its description is named
+
+
+def test_a_failing_cache_pages_numbers_open_their_comparison_and_the_engines_terms(
+        tmp_path: Path) -> None:
+    """A KV cache whose RoPE counts positions from 1: the cached key's actual and
+    expected values are numbers; the expected one opens the turn of the pass's key."""
+    source = (EXAMPLES / "numpy_kv_cache.py").read_text(encoding="utf-8")
+    slip = 'position = 0 if BUG == "rope-at-zero" else self.length\n'
+    assert slip in source
+    implementation = tmp_path / "from_one.py"
+    implementation.write_text(source.replace(slip, slip.replace("self.length", "self.length + 1")),
+                              encoding="utf-8")
+    html = write_page(tmp_path, "check", str(implementation))
+    shown = [n for n in numbers_of(html) if n["data-tensor"] == "failures"]
+    assert {n["data-field"] for n in shown} == {"actual", "expected"}
+    assert unexplained(html) == []
+    first = next(n for n in shown if n["data-field"] == "expected" and n.get("data-variant"))
+    _, compared = _rows(html, f"failures|{first['data-index']}")
+    facts = {label: value for label, value, _ in compared}
+    assert {"actual (the implementation)", "tolerance", "actual \u2212 expected"} <= set(facts)
+    assert facts["expected (qkv's engine: the causal pass over the prefix)"] == first["text"]
+    _, rows = _rows(html, f"failures|{first['data-index']}|expected")
+    turned = [float(value) for label, value, part in rows if part == ""]
+    assert len(turned) == 2 and any("cos\u03b8" in label for label, _, _ in rows)
+    assert math.fsum(turned) == pytest.approx(float(first["text"]), abs=5e-6)
+
+
 def test_a_command_programs_replay_feeds_it_the_saved_requests() -> None:
     result = CheckResult("./my_qkv", ("chapter", "random-1[2,3,5->3]"), (), (),
                          command=True)
@@ -484,6 +558,7 @@ TITLES = {
     "check-rope-mha": "qkv check: {}numpy_rope_mha.py (chapters 29 to 30)",
     "check-failing": "qkv check: {}wrong_mha_strided_heads.py (chapters 29 to 30)",
     "check-not-run": "qkv check: {}wrong_float32.py (chapter 26)",
+    "check-failing-cache": "qkv check: {}wrong_cache_rope_at_zero.py (chapter 37)",
     "gradcheck": "qkv gradcheck: 26-qkv-projections",
     "gradcheck-ch30": "qkv gradcheck: 30-multi-head-attention",
 }

@@ -263,7 +263,8 @@ def _saved_paths(folder: Path, cases: list[Case]) -> list[Path]:
 def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
                 command: str | None) -> dict[str, Any]:
     """What the explorer page says to replay each failing fixture: the file name
-    ``--save-failures`` gives it, and how the command line names the implementation."""
+    ``--save-failures`` gives it, how the command line names the implementation, and the
+    fixtures (a finding's expected value opens the engine's terms on its own)."""
     import shlex
 
     failing = set(result.failing_fixtures())
@@ -271,7 +272,7 @@ def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
               for number, case in enumerate(cases, 1) if case.label in failing}
     named = f"--command {shlex.quote(command)}" if command is not None else shlex.quote(
         spec or "IMPL")
-    return {"replay": replay, "spec": named}
+    return {"replay": replay, "spec": named, "cases": cases}
 
 
 def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:

@@ -55,6 +55,15 @@ def fmt_general(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def fmt_scientific(value: float, digits: int = 6) -> str:
+    """A value of a table one of whose values fixed point would not show: scientific
+    notation with ``digits`` significant digits (``6.14556e-18`` and ``1.00000e+00`` at
+    6), non-finite values as :func:`fmt_float` writes them."""
+    if not math.isfinite(value):
+        return fmt_float(value)
+    return f"{float(value):.{max(digits - 1, 0)}e}"
+
+
 def fmt_signed(value: float, precision: int = 2) -> str:
     """A distance from an expected value (a ``z`` score): fixed point, its sign always
     written (``+0.35``, ``-1.20``)."""

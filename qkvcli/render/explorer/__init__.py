@@ -8,25 +8,27 @@ contract. Pure functions: nothing here reads argv, writes files or exits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from qkvcli.render import view_of
 
 
 def explorer_page(evidence: object, *, precision: int, title: str,
                   replay: Mapping[str, str] | None = None, spec: str = "IMPL",
-                  chapter: str = "") -> str:
+                  chapter: str = "", cases: Sequence[Any] = ()) -> str:
     """The explorer page of ``evidence`` (a run's, attend's or check's record) as HTML text.
 
     ``precision``: decimals of every number (the report's); ``title`` names the page
     (``qkv run``); for ``qkv check``, ``replay`` maps a failing fixture's label to the
-    file name ``--save-failures`` gives it and ``spec`` is how the command names the
-    implementation; for ``qkv gradcheck``, ``chapter`` is the id of the chapter whose
-    gradients it checked, which its record does not hold (attend's page draws the weights
-    under the other mask behind a causal toggle when its evidence holds them). The page's
-    title is ``title`` and what it judged: a chapter's id, attend's fixture, or the
-    implementation and the chapters of its operations. Raises ``TypeError`` for a record
-    the explorer does not draw.
+    file name ``--save-failures`` gives it, ``spec`` is how the command names the
+    implementation and ``cases`` the fixtures it was checked on (a failing finding's
+    expected value opens the engine's terms on its fixture); for ``qkv gradcheck``,
+    ``chapter`` is the id of the chapter whose gradients it checked, which its record
+    does not hold (attend's page draws the weights under the other mask behind a causal
+    toggle when its evidence holds them). The page's title is ``title`` and what it
+    judged: a chapter's id, attend's fixture, or the implementation and the chapters of
+    its operations. Raises ``TypeError`` for a record the explorer does not draw.
     """
     view = view_of(evidence)
     if view == "evidence":
@@ -42,7 +44,7 @@ def explorer_page(evidence: object, *, precision: int, title: str,
         from qkvcli.render.explorer.check import check_page
 
         return check_page(evidence, precision, title,  # type: ignore[arg-type]
-                          replay or {}, spec)
+                          replay or {}, spec, cases)
     if view == "chapter":
         from qkvcli.render.chapters.dispatch import document
         from qkvcli.render.explorer.derive import engine_operands

@@ -14,7 +14,9 @@ The contract a script may rely on (docs/explorer.md):
   (its coordinate, comma-separated; a finding's position in ``failures``; empty for a
   statistic of a whole tensor, which says which in ``data-stat``);
 - ``data-field`` tells apart several numbers of one coordinate (``analytic``,
-  ``numerical``, ``scaled_error``, ``actual``, ``expected``);
+  ``numerical``, ``scaled_error``, ``actual``, ``expected``); ``data-variant`` a number
+  of another run (``other-mask``) or a finding's expected value with the engine's own
+  terms (``expected``);
 - each number is focusable; Enter or a click opens its derivation in ``#qkv-panel``.
 
 Tensors are shown as the terminal shows them: every value up to
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_scientific, fmt_shape
 from qkvcli.render.tensors import shows_values, summarise
 from qkvcli.stages.table import STAGES
 from qkvcli.stages.terms import Derivation, Step, exact_sum, facts
@@ -135,7 +137,7 @@ class Page:
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)  # a count (a length, rows): whole
         if scientific and math.isfinite(value):
-            return f"{float(value):.{max(self.precision - 1, 0)}e}"
+            return fmt_scientific(float(value), self.precision)
         return fmt_float(float(value), self.precision)
 
     def tiny(self, values: Iterable[float]) -> bool:
