@@ -153,6 +153,27 @@ def test_a_directory_without_write_permission_is_refused(tmp_path: Path) -> None
     assert entries(locked) == []
 
 
+def test_a_read_only_file_system_is_refused(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root may write anywhere but on a read-only mount; with none at hand, the mount's
+    flag is stood in for (``os.statvfs``'s ``ST_RDONLY``, which it reads)."""
+    import qkvcli.cli.io as io
+
+    if not hasattr(os, "ST_RDONLY"):
+        pytest.skip("no statvfs flags here")
+    real = os.statvfs
+
+    class ReadOnly:
+        def __init__(self, path: object) -> None:
+            self.f_flag = real(path).f_flag | os.ST_RDONLY  # type: ignore[arg-type]
+
+    monkeypatch.setattr(io.os, "statvfs", ReadOnly)
+    result = invoke("report", "--export-svg", str(tmp_path / "f.svg"))
+    one_line(result, f"--export-svg {tmp_path / 'f.svg'}: cannot write in {tmp_path} "
+             "(read-only file system)")
+    assert entries(tmp_path) == []
+
+
 def test_save_failures_names_its_option_too(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("mine\n")
     for path, why in ((tmp_path / "afile", "is not a directory"),
