@@ -9,6 +9,7 @@ of outputs may name it.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 from collections.abc import Callable
@@ -215,3 +216,18 @@ def test_a_real_file_named_twice_is_still_refused(tmp_path: Path) -> None:
     result = invoke("run", "--chapter", "26", "-o", str(out), "--html", str(out))
     one_line(result, f"--html {out}: named twice as an output (also by {OUT})")
     assert entries(tmp_path) == []
+
+
+def test_a_name_no_system_can_open_is_one_line_naming_the_option() -> None:
+    long = "n" * 300
+    result = invoke("report", "--html", long)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert re.fullmatch(r"Error: --html n+…: a file name is longer than this system's limit "
+                        r"of \d+ bytes\n", result.stderr), result.stderr
+
+
+def test_help_still_calls_an_output_file_and_a_folder_dir() -> None:
+    text = invoke("check", "--help").stdout
+    for usage in ("-o, --output FILE", "--junit FILE", "--html FILE", "--export-svg FILE",
+                  "--save-failures DIR"):
+        assert usage in text

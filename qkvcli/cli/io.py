@@ -107,16 +107,29 @@ class OutputPath(SafePath):
     """
 
     def __init__(self) -> None:
-        super().__init__(readable=False)  # an output need not be readable
+        super().__init__(dir_okay=False)  # FILE in help, files in completion; checked here
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        path = OutputFile(super().convert(value, param, ctx))
-        path.option = "/".join(param.opts) if param is not None else ""
+        path = output_file(value, param)
         problem = output_problem(path)
         if problem is not None:
             raise InputError(f"{shown(path)}: {problem}")
         return path
+
+
+def output_file(value: Any, param: click.Parameter | None) -> OutputFile:
+    """``value`` as the :class:`OutputFile` of option ``param``; a name no system can
+    open (:func:`check_path_argument`) is an :class:`InputError` naming the option."""
+    option = "/".join(param.opts) if param is not None else ""
+    if isinstance(value, str):
+        try:
+            check_path_argument(value)
+        except click.BadParameter as error:
+            raise InputError(f"{option} {error.message}" if option else error.message) from None
+    path = OutputFile(value)
+    path.option = option
+    return path
 
 
 class OutputFolder(SafePath):
@@ -125,12 +138,11 @@ class OutputFolder(SafePath):
     :func:`folder_problem` finds it unusable."""
 
     def __init__(self) -> None:
-        super().__init__(readable=False)
+        super().__init__(file_okay=False)  # folders in completion; checked here
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        path = OutputFile(super().convert(value, param, ctx))
-        path.option = "/".join(param.opts) if param is not None else ""
+        path = output_file(value, param)
         problem = folder_problem(path)
         if problem is not None:
             raise InputError(f"{shown(path)}: {problem}")
