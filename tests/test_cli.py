@@ -138,7 +138,7 @@ def test_output_refuses_to_overwrite_the_fixture(runner: CliRunner, tmp_path: Pa
     fixture.write_text(original)
     result = runner.invoke(main, ["report", str(fixture), "-o", str(fixture)])
     assert result.exit_code == 2
-    assert result.stderr == f"Error: {fixture}: refusing to overwrite a file this command reads\n"
+    assert result.stderr == f"Error: -o/--output {fixture}: refusing to overwrite a file this command reads\n"
     assert fixture.read_text() == original
 
 

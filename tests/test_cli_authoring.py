@@ -55,7 +55,7 @@ def test_init_never_overwrites_without_force(tmp_path: Path) -> None:
     (tmp_path / "f.json").write_text("mine\n")
     result = invoke(INIT_7, tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == "Error: f.json: already exists (use --force to overwrite it)\n"
+    assert result.stderr == "Error: -o/--output f.json: already exists (use --force to overwrite it)\n"
     assert (tmp_path / "f.json").read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
     forced = invoke([*INIT_7, "--force"], tmp_path)

@@ -140,7 +140,7 @@ def test_junit_refuses_to_overwrite_a_fixture(three: Path) -> None:
     before = (three / "a.json").read_text()
     result = invoke(["run", "a.json", "b.json", "--junit", "a.json"], three)
     assert result.exit_code == 2
-    assert result.stderr == "Error: a.json: refusing to overwrite a file this command reads\n"
+    assert result.stderr == "Error: --junit a.json: refusing to overwrite a file this command reads\n"
     assert (three / "a.json").read_text() == before
 
 
@@ -174,7 +174,7 @@ def test_output_of_a_directory_run_with_junit_writes_both(three: Path) -> None:
     (three / "c.json").unlink()
     result = invoke(["run", ".", "-o", "out/summary.txt", "--junit", "out/junit.xml"], three)
     assert result.exit_code == 2  # out/ does not exist: refused before any fixture runs
-    assert result.stderr == "Error: out/summary.txt: no such directory out\n"
+    assert result.stderr == "Error: -o/--output out/summary.txt: no such directory out\n"
     assert result.stdout == ""
     (three / "out").mkdir()
     result = invoke(["run", ".", "-o", "out/summary.txt", "--junit", "out/junit.xml"], three)
@@ -188,11 +188,11 @@ def test_output_never_overwrites_a_fixture_or_the_junit_file(three: Path) -> Non
     before = (three / "a.json").read_text()
     result = invoke(["run", "a.json", "b.json", "-o", "a.json"], three)
     assert result.exit_code == 2
-    assert result.stderr == "Error: a.json: refusing to overwrite a file this command reads\n"
+    assert result.stderr == "Error: -o/--output a.json: refusing to overwrite a file this command reads\n"
     assert (three / "a.json").read_text() == before
     result = invoke(["run", "a.json", "b.json", "-o", "x.txt", "--junit", "./x.txt"], three)
     assert result.exit_code == 2
-    assert result.stderr == "Error: x.txt: named twice as an output\n"
+    assert result.stderr == "Error: --junit x.txt: named twice as an output (also by -o/--output)\n"
     assert not (three / "x.txt").exists()
 
 

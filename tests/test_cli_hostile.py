@@ -342,7 +342,7 @@ def test_output_refuses_to_overwrite_the_fixture(tmp_path: Path) -> None:
     (tmp_path / "f.json").write_bytes(content)
     result = invoke(["run", "f.json", "-o", "f.json"], tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == "Error: f.json: refusing to overwrite a file this command reads\n"
+    assert result.stderr == "Error: -o/--output f.json: refusing to overwrite a file this command reads\n"
     assert (tmp_path / "f.json").read_bytes() == content
 
 

@@ -89,9 +89,9 @@ def test_missing_directory_is_worded_the_same_everywhere(tmp_path: Path) -> None
     _, _, init_err = invoke(["init", "-o", str(missing / "f.json")])
     _, _, export_err = invoke(["run", "-f", "text", "--export-html", str(missing / "f.html")])
     _, _, output_err = invoke(["report", "-o", str(missing / "r.txt")])
-    assert init_err == f"Error: {missing / 'f.json'}: no such directory {missing}\n"
-    assert export_err == f"Error: {missing / 'f.html'}: no such directory {missing}\n"
-    assert output_err == f"Error: {missing / 'r.txt'}: no such directory {missing}\n"
+    assert init_err == f"Error: -o/--output {missing / 'f.json'}: no such directory {missing}\n"
+    assert export_err == f"Error: --export-html {missing / 'f.html'}: no such directory {missing}\n"
+    assert output_err == f"Error: -o/--output {missing / 'r.txt'}: no such directory {missing}\n"
 
 
 def test_init_help_explains_every_size() -> None:

@@ -205,7 +205,7 @@ def test_export_into_a_missing_directory_is_refused_before_any_output(tmp_path: 
     target = tmp_path / "missing" / "figure.svg"
     code, out, err = invoke(["run", "-f", "rich", "--export-svg", str(target)])
     assert (code, out) == (2, "")
-    assert err == f"Error: {target}: no such directory {target.parent}\n"
+    assert err == f"Error: --export-svg {target}: no such directory {target.parent}\n"
 
 
 def test_export_onto_a_directory_is_a_usage_error(tmp_path: Path) -> None:

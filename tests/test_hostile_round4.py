@@ -540,7 +540,7 @@ def test_a_fifo_reader_that_goes_away_is_a_write_error_not_a_stop(tmp_path):
     out, err = finish(qkv, set())
     assert out == ""
     assert qkv.returncode == 2, err
-    assert err.splitlines() == [f"Error: {fifo}: cannot write (Broken pipe)"]
+    assert err.splitlines() == [f"Error: -o/--output {fifo}: cannot write (Broken pipe)"]
 
 
 def test_an_implementation_that_cuts_the_shared_memory_short_fails_purity(tmp_path):

@@ -17,6 +17,9 @@ from .hostile_helpers import invoke, refused
 from .test_hostile_processes import REFERENCE, gone, pids
 from .test_hostile_processes import reap as reap  # a fixture
 
+OUT = "-o/--output"
+"""How an error line names the ``-o`` option."""
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "implementations"
 WRONG = str(EXAMPLES / "wrong_no_value_path.py")
@@ -42,19 +45,22 @@ def nothing_written(tmp_path: Path) -> None:
 
 
 SAME_FILE = [
-    pytest.param(["run", "-o", "lnk/out", "--html", "real/out"], "real/out", "lnk/out", id="run-o-html"),
-    pytest.param(["run", "-f", "rich", "-o", "lnk/out", "--export-svg", "real/out"], "real/out",
-                 "lnk/out", id="run-o-export-svg"),
+    pytest.param(["run", "-o", "lnk/out", "--html", "real/out"], "--html real/out",
+                 f"{OUT} lnk/out", id="run-o-html"),
+    pytest.param(["run", "-f", "rich", "-o", "lnk/out", "--export-svg", "real/out"],
+                 "--export-svg real/out", f"{OUT} lnk/out", id="run-o-export-svg"),
     pytest.param(["run", "-f", "rich", "--export-html", "real/out", "--export-svg", "lnk/./out"],
-                 "real/out", "lnk/out", id="export-svg-first-then-html"),
+                 "--export-html real/out", "--export-svg lnk/out", id="export-svg-first-then-html"),
     pytest.param(["run", "--chapter", "27", "-o", "x", "--html", "deep/in/up/../x"],
-                 "deep/in/up/../x", "x", id="dotdot-after-a-link"),
+                 "--html deep/in/up/../x", f"{OUT} x", id="dotdot-after-a-link"),
     pytest.param(["run", str(CHAPTER), str(CHAPTER), "-o", "lnk/s", "--junit", "real/s"],
-                 "real/s", "lnk/s", id="batch-summary-junit"),
-    pytest.param(["attend", "-o", "real/a", "--html", "lnk/a"], "lnk/a", "real/a", id="attend"),
-    pytest.param(["gradcheck", "-o", "real/g", "--html", "lnk/g"], "lnk/g", "real/g", id="gradcheck"),
+                 "--junit real/s", f"{OUT} lnk/s", id="batch-summary-junit"),
+    pytest.param(["attend", "-o", "real/a", "--html", "lnk/a"], "--html lnk/a", f"{OUT} real/a",
+                 id="attend"),
+    pytest.param(["gradcheck", "-o", "real/g", "--html", "lnk/g"], "--html lnk/g",
+                 f"{OUT} real/g", id="gradcheck"),
     pytest.param(["check", str(EXAMPLES / "numpy_qkv.py"), "--random", "0", "-o", "real/c",
-                  "--junit", "lnk/c"], "lnk/c", "real/c", id="check-o-junit"),
+                  "--junit", "lnk/c"], "--junit lnk/c", f"{OUT} real/c", id="check-o-junit"),
 ]
 
 
@@ -70,14 +76,15 @@ def test_two_outputs_that_are_one_new_file_are_refused_before_any_work(
 def test_two_outputs_that_are_one_existing_file_through_a_link(linked: Path) -> None:
     (linked / "real" / "out").write_text("mine\n")
     result = invoke("run", "-o", "lnk/out", "--html", "real/out")
-    refused(result, "real/out: named twice as an output (the same file as lnk/out)")
+    refused(result, "--html real/out: named twice as an output (the same file as -o/--output lnk/out)")
     assert (linked / "real" / "out").read_text() == "mine\n"
 
 
 def test_a_dangling_link_and_the_file_it_would_create_are_one_output(linked: Path) -> None:
     (linked / "dangling").symlink_to("real/new")
     result = invoke("run", "-o", "dangling", "--html", "real/new")
-    refused(result, "real/new: named twice as an output (the same file as dangling)")
+    refused(result, "--html real/new: named twice as an output (the same file as -o/--output "
+                    "dangling)")
     assert not (linked / "real" / "new").exists()
 
 
@@ -93,8 +100,8 @@ def test_different_files_beside_a_link_are_both_written(linked: Path) -> None:
 def test_init_npy_never_writes_the_fixture_over_one_of_its_tensors(linked: Path) -> None:
     result = invoke("init", "--npy", ".", "-o", "lnk/input.npy")
     assert result.exit_code == 2
-    assert result.stderr == (f"Error: lnk/input.npy: named twice as an output (the same file as "
-                             f"{linked / 'real' / 'input.npy'})\n")
+    assert result.stderr == (f"Error: -o/--output lnk/input.npy: named twice as an output (the "
+                             f"same file as {linked / 'real' / 'input.npy'})\n")
     assert list((linked / "real").iterdir()) == []
 
 
@@ -117,7 +124,9 @@ def test_a_command_programs_script_is_never_an_output(tmp_path: Path) -> None:
     for option in ("-o", "--html", "--junit"):
         result = invoke("check", "--command", f"{PYTHON} {shlex.quote(str(program))}",
                         "--random", "0", option, str(program))
-        assert result.stderr == f"Error: {program}: refusing to overwrite a file this command reads\n"
+        named = OUT if option == "-o" else option
+        assert result.stderr == (f"Error: {named} {program}: refusing to overwrite a file this "
+                                 "command reads\n")
         assert result.exit_code == 2
     assert program.read_bytes() == before
 
@@ -143,7 +152,7 @@ def test_a_module_given_by_name_is_never_an_output(tmp_path: Path,
     before = (tmp_path / "pkg" / "mine.py").read_bytes()
     for target in ("pkg/mine.py", "hard.py"):
         result = invoke("check", "pkg.mine", "--random", "0", "--html", target)
-        assert result.stderr == f"Error: {target}: refusing to overwrite a file this command reads\n"
+        assert result.stderr == f"Error: --html {target}: refusing to overwrite a file this command reads\n"
         assert result.exit_code == 2
     result = invoke("check", "--command", f"{PYTHON} -m pkg.mine", "--random", "0", "-o",
                     "hard.py")
@@ -170,7 +179,7 @@ def test_save_failures_names_are_the_ones_checked_before_any_work(tmp_path: Path
         report.write_text("my report\n")
         result = invoke("check", WRONG, "--random", "1", "-f", "text", "--save-failures",
                         str(folder), "-o", str(report))
-        refused(result, f"{report}: named twice as an output")
+        refused(result, f"{report}: named twice as an output (also by -o/--output)")
         assert report.read_text() == "my report\n"
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from qkvcli.cli.group import InputError
-from qkvcli.cli.io import CheckpointPath, SafePath, check_outputs, refuse_same_file, write_file
+from qkvcli.cli.io import CheckpointPath, OutputPath, SafePath, check_outputs, refuse_same_file, write_file
 from qkvcli.core.splitmix import MASK64
 
 MIN_BYTES_PER_VALUE = 4
@@ -98,7 +98,7 @@ if TYPE_CHECKING:
               help="Width of each projection: columns of W_Q, W_K, W_V.  [default: 2]")
 @click.option("--from-chapter", is_flag=True,
               help="Write the chapter's own fixture instead of a seeded one.")
-@click.option("-o", "--output", type=SafePath(dir_okay=False), default=None,
+@click.option("-o", "--output", type=OutputPath(), default=None,
               help="Write to FILE (atomically) instead of standard output.")
 @click.option("--force", is_flag=True, help="Overwrite FILE (and .npy files) if they exist.")
 @click.option("--generate", is_flag=True,

@@ -21,7 +21,8 @@ import click
 from qkvcli.cli.batch import Outcome, expand_fixtures, junit_xml
 from qkvcli.cli.group import EXIT_FAILED, InputError
 from qkvcli.cli.io import (
-    SafePath,
+    OutputFolder,
+    OutputPath,
     check_outputs,
     check_path_argument,
     label_of,
@@ -175,9 +176,9 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
 @format_option(help="rich: a card per family; text: one line per family; json: "
                "everything; auto: rich on a terminal, text otherwise.")
 @output_option
-@click.option("--junit", type=SafePath(dir_okay=False), default=None,
+@click.option("--junit", type=OutputPath(), default=None,
               help="Also write a JUnit XML report to FILE (one test case per family).")
-@click.option("--save-failures", "save_failures", type=SafePath(file_okay=False), default=None,
+@click.option("--save-failures", "save_failures", type=OutputFolder(), default=None,
               metavar="DIR", help="Write each failing fixture to DIR as a qkv fixture "
               "(NAME.json: qkv run / qkv check replay it) and the requests that replay it "
               "for a --command program (NAME.requests.jsonl: PROGRAM < FILE).")
@@ -220,8 +221,9 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     check_outputs([output, junit, *(path for _, path in view.exports), html], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
     if save_failures is not None:  # every file it may write, before any work, as -o's
-        check_outputs([output, junit, *(path for _, path in view.exports), html,
-                       *_saved_paths(save_failures, cases)], reads)
+        saved = _saved_paths(save_failures, cases)  # not named by the user: regular files only
+        check_outputs([output, junit, *(path for _, path in view.exports), html, *saved], reads,
+                      regular_only=saved)
     result = _run(spec, command, cases, tolerance, timeout, view)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown), html=html,

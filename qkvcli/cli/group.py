@@ -53,6 +53,20 @@ EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 MAX_ERROR_LINE = 1000
 
+held_outputs: dict[tuple[int, int], int] = {}
+"""Descriptors of outputs opened before the command's work (a FIFO's writing end, by
+its device and inode: :func:`qkvcli.cli.io.hold_fifo`); closed when the command ends."""
+
+
+def release_outputs() -> None:
+    """Close every descriptor in :data:`held_outputs` that the command did not write."""
+    while held_outputs:
+        _, fd = held_outputs.popitem()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
 
 class InputError(click.ClickException):
     """Bad input (a fixture, a path, a value): one line on stderr and exit status 2."""
@@ -348,9 +362,12 @@ class QkvGroup(click.Group):
         guard_closed_streams()
 
         forget_reads()  # this command's outputs are checked against this command's reads
-        with warnings.catch_warnings(), stopping_on_signals():
-            warnings.simplefilter("ignore")
-            return self.invoke_translating(ctx)
+        try:
+            with warnings.catch_warnings(), stopping_on_signals():
+                warnings.simplefilter("ignore")
+                return self.invoke_translating(ctx)
+        finally:
+            release_outputs()  # a FIFO's reader gets its end of file, even after an error
 
     def invoke_translating(self, ctx: click.Context) -> Any:
         """Run the command; any escaped exception becomes an error line and exit status."""

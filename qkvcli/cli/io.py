@@ -11,10 +11,17 @@ tensor paths confined to the fixture's directory); a failure is a
 :class:`~qkvcli.core.errors.QkvError` naming the file (``-`` is ``<stdin>``), which the
 group prints as ``Error: FILE: ...``.
 
-Writing (``-o``, ``--export-svg``/``--export-html``, ``--junit``) follows one contract
-(ARCHITECTURE.md, "The command contract"): :func:`check_outputs` refuses, before any
-work, an output that names a directory, a missing directory, another output or a file
-the command reads; :func:`write_file` replaces a regular file atomically (a temporary
+Writing (``-o``, ``--html``, ``--export-svg``/``--export-html``, ``--junit``) follows one
+contract (ARCHITECTURE.md, "The command contract"). Every output option has the type
+:class:`OutputPath`, which refuses, as the option is read, a path no output can take
+(:func:`output_problem`: a directory, a missing or unwritable directory, a block device,
+a socket) in one line naming the option, the path and why (``Error: --html adir: is a
+directory, not a file to write``; exit 2, never click's usage block, which stays for
+real usage errors). :func:`check_outputs` then refuses, before any work, an output that
+names another output or a file the command reads, and a FIFO nobody reads (whose
+writing end it then holds open until the write, so its reader sees the report and not
+an early end of file). The null device is a sink: it may be named by several outputs
+and be an input too. :func:`write_file` replaces a regular file atomically (a temporary
 file beside it, then a rename: a failed write leaves the old file and no temporary
 behind), writes a device, a FIFO or ``/dev/stdout`` through (opened for writing, never
 created or replaced), and says ``qkv: wrote FILE`` on stderr. It also refuses, when it
@@ -32,11 +39,11 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from qkvcli.cli.group import InputError, out_of_memory
+from qkvcli.cli.group import InputError, held_outputs, out_of_memory
 from qkvcli.core.errors import QkvError
 from qkvcli.core.text import printable
 from qkvcli.reading.files import STDIN, files_read, read_limited
@@ -69,6 +76,77 @@ class SafePath(click.Path):
             except click.BadParameter as error:
                 self.fail(error.message, param, ctx)
         return super().convert(value, param, ctx)
+
+
+if TYPE_CHECKING:
+    ConcretePath = Path
+else:
+    ConcretePath = type(Path())  # PosixPath or WindowsPath: a subclass must name one
+
+
+class OutputFile(ConcretePath):
+    """A path given to an output option, remembering the option (``--html``) so that
+    every message about it names both (:func:`shown`). Paths derived from it name none."""
+
+    option: str = ""
+
+
+def shown(path: Path | str) -> str:
+    """How messages name an output: ``OPTION PATH`` when an option gave it, else the path."""
+    option = getattr(path, "option", "")
+    return f"{option} {path}" if option else str(path)
+
+
+class OutputPath(SafePath):
+    """The type of every output option (``-o``, ``--html``, ``--junit``, the exports).
+
+    After :func:`check_path_argument`, a path :func:`output_problem` finds unusable is
+    an :class:`InputError` naming the option: one line, exit 2, before any work (click's
+    own ``dir_okay=False`` check would print the usage block). Gives an
+    :class:`OutputFile`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)  # FILE in help, files in completion; checked here
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        path = output_file(value, param)
+        problem = output_problem(path)
+        if problem is not None:
+            raise InputError(f"{shown(path)}: {problem}")
+        return path
+
+
+def output_file(value: Any, param: click.Parameter | None) -> OutputFile:
+    """``value`` as the :class:`OutputFile` of option ``param``; a name no system can
+    open (:func:`check_path_argument`) is an :class:`InputError` naming the option."""
+    option = "/".join(param.opts) if param is not None else ""
+    if isinstance(value, str):
+        try:
+            check_path_argument(value)
+        except click.BadParameter as error:
+            raise InputError(f"{option} {error.message}" if option else error.message) from None
+    path = OutputFile(value)
+    path.option = option
+    return path
+
+
+class OutputFolder(SafePath):
+    """The type of an option naming a folder qkv writes files into (``--save-failures
+    DIR``, made if missing): refused as :class:`OutputPath` refuses a file, when
+    :func:`folder_problem` finds it unusable."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False)  # folders in completion; checked here
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        path = output_file(value, param)
+        problem = folder_problem(path)
+        if problem is not None:
+            raise InputError(f"{shown(path)}: {problem}")
+        return path
 
 
 CHECKPOINT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -218,6 +296,82 @@ def file_id(path: Path | str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
+def output_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be an output (the words after ``PATH:``), or ``None``.
+
+    Refused: a directory; a block device or a socket (qkv writes a regular file, which it
+    replaces, or a terminal, the null device, a FIFO or a descriptor such as
+    ``/dev/stdout``, which it writes through); a file it may not write; for a file it
+    would replace or create, a directory that is missing, not a directory, or one it may
+    not write in (the new file is made there, then renamed over the old one).
+    """
+    try:
+        info: os.stat_result | None = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        info = None  # a new file (or a dangling link's target): its directory decides
+    except OSError as error:
+        return f"cannot write ({error.strerror or error})"
+    if info is not None:
+        kind = irregular_kind(info.st_mode)
+        if kind is not None:
+            return kind
+        if written_through(path):  # a device, a FIFO, /dev/stdout: opened, never replaced
+            return None if os.access(path, os.W_OK) else "cannot write (permission denied)"
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.exists():
+        return f"no such directory {directory}"
+    if not directory.is_dir():
+        return f"{directory} is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"cannot write in {directory} (permission denied)"
+    if read_only_file_system(directory):
+        return f"cannot write in {directory} (read-only file system)"
+    return None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why qkv cannot write files into ``folder`` (making it if missing), or ``None``."""
+    if folder.is_dir():
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return "cannot write in it (permission denied)"
+        return "cannot write in it (read-only file system)" if read_only_file_system(
+            folder) else None
+    if folder.exists() or folder.is_symlink():
+        return "is not a directory"
+    return output_problem(folder)  # a new one: made in its parent
+
+
+def irregular_kind(mode: int) -> str | None:
+    """What refuses a file of ``mode`` as an output whatever its permissions, or ``None``."""
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file to write"
+    if stat.S_ISBLK(mode):
+        return "is a block device; qkv writes only a file, a terminal, a FIFO or the null device"
+    if stat.S_ISSOCK(mode):
+        return "is a socket; qkv writes only a file, a terminal, a FIFO or the null device"
+    return None
+
+
+def read_only_file_system(directory: Path) -> bool:
+    """Whether ``directory`` is on a file system mounted read-only (``os.access`` says
+    nothing of it to root)."""
+    try:
+        return bool(os.statvfs(directory).f_flag & getattr(os, "ST_RDONLY", 0))
+    except (OSError, AttributeError):
+        return False
+
+
+def is_null_device(path: Path | str) -> bool:
+    """Whether ``path`` names the null device (``/dev/null``, through any link): a sink,
+    which every output may name and which loses nothing read from or written twice."""
+    try:
+        info, null = os.stat(path), os.stat(os.devnull)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(info.st_mode) and info.st_rdev == null.st_rdev
+
+
 def output_key(path: Path | str) -> tuple[object, ...]:
     """What ``path`` names as a file, for comparing outputs with each other and with inputs.
 
@@ -237,43 +391,87 @@ def output_key(path: Path | str) -> tuple[object, ...]:
 
 def refuse_same_file(outputs: Sequence[Path | None]) -> None:
     """Raise :class:`InputError` when two of ``outputs`` are one file (:func:`output_key`),
-    naming both spellings: the second would silently replace the first."""
+    naming both spellings and options: the second would silently replace the first. The
+    null device may be named any number of times (what it is given is lost anyway)."""
     seen: dict[tuple[object, ...], Path] = {}
     for path in outputs:
-        if path is None:
+        if path is None or is_null_device(path):
             continue
         key = output_key(path)
         if key in seen:
             first = seen[key]
-            raise InputError(f"{path}: named twice as an output" + (
-                "" if os.fspath(first) == os.fspath(path)
-                else f" (the same file as {printable(os.fspath(first))})"))
+            if os.fspath(first) != os.fspath(path):
+                also = f" (the same file as {printable(shown(first))})"
+            else:
+                option = getattr(first, "option", "")
+                also = f" (also by {option})" if option else ""
+            raise InputError(f"{shown(path)}: named twice as an output{also}")
         seen[key] = path
 
 
-def check_outputs(outputs: Sequence[Path | None], reads: Sequence[Path | str | None] = ()) -> None:
+def check_outputs(outputs: Sequence[Path | None], reads: Sequence[Path | str | None] = (),
+                  regular_only: Sequence[Path] = ()) -> None:
     """Refuse unusable output paths before any work. Raises :class:`InputError`.
 
-    ``outputs`` (``None`` entries skipped) must each name a file in an existing directory,
-    not a directory, no two the same file, and none a file in ``reads`` (the fixtures,
-    checkpoint, implementation... the command reads; ``-`` and ``None`` skipped). Files
-    are compared as files (:func:`output_key`): through symbolic links, hard links and
-    ``..`` after a link, so two spellings of one file are named twice.
+    ``outputs`` (``None`` entries skipped) must each pass :func:`output_problem` (as
+    their options did when read), no two be the same file, and none be a file in
+    ``reads`` (the fixtures, checkpoint, implementation... the command reads; ``-`` and
+    ``None`` skipped). Files are compared as files (:func:`output_key`): through symbolic
+    links, hard links and ``..`` after a link, so two spellings of one file are named
+    twice. The null device is exempt from both comparisons. Of ``regular_only`` (files
+    the user did not name), only a regular file may be in the way (:func:`refuse_irregular`).
+    A FIFO must have a reader now: its writing end is opened and held (:func:`hold_fifo`).
     """
     read_ids = {ident for ident in (file_id(p) for p in reads
                                     if p is not None and os.fspath(p) != STDIN) if ident}
+    for path in outputs:
+        if path is not None:
+            problem = output_problem(path)
+            if problem is not None:
+                raise InputError(f"{shown(path)}: {problem}")
     refuse_same_file(outputs)
     for path in outputs:
-        if path is None:
+        if path is None or is_null_device(path):
             continue
-        if path.is_dir():
-            raise InputError(f"{path}: is a directory")
-        parent = path.parent if str(path.parent) else Path(".")
-        if not parent.is_dir():
-            raise InputError(f"{path}: no such directory {parent}")
         ident = file_id(path)
         if ident is not None and ident in read_ids:
-            raise InputError(f"{path}: refusing to overwrite a file this command reads")
+            raise InputError(f"{shown(path)}: refusing to overwrite a file this command reads")
+    for path in regular_only:
+        refuse_irregular(path)
+    for path in outputs:
+        if path is not None:
+            hold_fifo(path)
+
+
+def hold_fifo(path: Path) -> None:
+    """When ``path`` is a FIFO, open its writing end now and keep it (in
+    :data:`~qkvcli.cli.group.held_outputs`, closed when the command ends) for
+    :func:`write_through`. Raises :class:`InputError` when nobody reads the FIFO.
+
+    Only opening tells whether a FIFO has a reader, and closing what was opened would
+    give that reader its end of file before the report: so the end stays open.
+    """
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    key = (info.st_dev, info.st_ino)
+    if not stat.S_ISFIFO(info.st_mode) or key in held_outputs:
+        return
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        held_outputs[key] = os.open(path, flags)
+    except OSError as error:
+        raise fifo_error(path, error) from None
+
+
+def fifo_error(path: Path, error: OSError) -> InputError:
+    """The error for an output ``path`` that could not be opened for writing."""
+    import errno
+
+    if error.errno == errno.ENXIO:
+        return InputError(f"{shown(path)}: a FIFO with no reader; start the reader first")
+    return InputError(f"{shown(path)}: cannot write ({error.strerror or error})")
 
 
 def write_output(text: str | Iterable[str], output: Path | None) -> None:
@@ -320,10 +518,10 @@ def write_file(output: Path, text: str | Iterable[str], *, new_only: bool = Fals
     refused. Raises :class:`InputError` when it cannot or may not write.
     """
     if new_only and (output.exists() or output.is_symlink()):
-        raise InputError(f"{output}: already exists (use --force to overwrite it)")
+        raise InputError(f"{shown(output)}: already exists (use --force to overwrite it)")
     ident = file_id(output)
-    if ident is not None and ident in files_read():
-        raise InputError(f"{output}: refusing to overwrite a file this command reads")
+    if ident is not None and ident in files_read() and not is_null_device(output):
+        raise InputError(f"{shown(output)}: refusing to overwrite a file this command reads")
     if regular_only:
         refuse_irregular(output)
     if written_through(output):
@@ -331,7 +529,7 @@ def write_file(output: Path, text: str | Iterable[str], *, new_only: bool = Fals
     else:
         target = Path(os.path.realpath(output)) if output.is_symlink() else output
         if target.is_dir():
-            raise InputError(f"{output}: is a directory")
+            raise InputError(f"{shown(output)}: {irregular_kind(stat.S_IFDIR)}")
         replace_atomically(target, text, new_only)
     click.echo(f"qkv: wrote {printable(str(output))}", err=True)
 
@@ -376,13 +574,13 @@ def write_through(output: Path, text: str | Iterable[str]) -> None:
     Raises :class:`InputError`."""
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        if stat.S_ISREG(os.stat(output).st_mode):
+        info = os.stat(output)
+        if stat.S_ISREG(info.st_mode):
             flags |= os.O_APPEND  # a descriptor link to a file: after what is there
-        fd = os.open(output, flags)
+        held = held_outputs.pop((info.st_dev, info.st_ino), None)  # a FIFO check_outputs opened
+        fd = os.open(output, flags) if held is None else held
     except OSError as error:
-        if error.errno == 6:  # ENXIO: a FIFO without a reader
-            raise InputError(f"{output}: a FIFO with no reader; start the reader first") from None
-        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+        raise fifo_error(output, error) from None
     try:
         os.set_blocking(fd, True)
         for chunk in chunked([text] if isinstance(text, str) else text):
@@ -390,7 +588,7 @@ def write_through(output: Path, text: str | Iterable[str]) -> None:
             while data:
                 data = data[os.write(fd, data):]
     except OSError as error:
-        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+        raise InputError(f"{shown(output)}: cannot write ({error.strerror or error})") from None
     finally:
         close_after_signals(fd)
 
@@ -413,15 +611,15 @@ def replace_atomically(output: Path, text: str | Iterable[str], new_only: bool =
         try:
             os.link(tmp, output)
         except FileExistsError:
-            raise InputError(f"{output}: already exists (use --force to overwrite it)") from None
+            raise InputError(f"{shown(output)}: already exists (use --force to overwrite it)") from None
         except OSError:
             # Some file systems have no hard links; the existence check must do.
             if output.exists():
                 raise InputError(
-                    f"{output}: already exists (use --force to overwrite it)") from None
+                    f"{shown(output)}: already exists (use --force to overwrite it)") from None
             os.replace(tmp, output)
     except OSError as error:
-        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+        raise InputError(f"{shown(output)}: cannot write ({error.strerror or error})") from None
     finally:
         remove_quietly(tmp)
 
@@ -435,14 +633,14 @@ def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
     """
     directory = output.parent if str(output.parent) else Path(".")
     if not directory.is_dir():
-        raise InputError(f"{output}: no such directory {directory}")
+        raise InputError(f"{shown(output)}: no such directory {directory}")
     import tempfile  # only when writing a file: it costs milliseconds of start-up
 
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{temp_stem(output.name, directory)}.",
                                    suffix=".tmp", dir=directory)
     except OSError as error:
-        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+        raise InputError(f"{shown(output)}: cannot write ({error.strerror or error})") from None
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -451,7 +649,7 @@ def write_temp_beside(output: Path, text: str | Iterable[str]) -> str:
             handle.writelines([text] if isinstance(text, str) else text)
     except OSError as error:
         remove_quietly(tmp)
-        raise InputError(f"{output}: cannot write ({error.strerror or error})") from None
+        raise InputError(f"{shown(output)}: cannot write ({error.strerror or error})") from None
     except BaseException:
         remove_quietly(tmp)
         raise

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
-from qkvcli.cli.io import SafePath
+from qkvcli.cli.io import OutputPath, SafePath
 from qkvcli.core.record import Record
 from qkvcli.gradcheck.settings import (
     MAX_EVALUATIONS,
@@ -59,7 +59,7 @@ def fixture_argument(func: F) -> F:
 
 def output_option(func: F) -> F:
     return click.option(
-        "-o", "--output", type=SafePath(dir_okay=False),
+        "-o", "--output", type=OutputPath(),
         help="Write to FILE instead of standard output (a regular file atomically; a "
         "device or FIFO written through).",
     )(func)
@@ -68,7 +68,7 @@ def output_option(func: F) -> F:
 def html_option(func: F) -> F:
     """``--html FILE``: the evidence explorer, one self-contained page (``html``)."""
     return click.option(
-        "--html", type=SafePath(dir_okay=False), metavar="FILE", default=None,
+        "--html", type=OutputPath(), metavar="FILE", default=None,
         help="Also write the evidence explorer to FILE: one self-contained HTML page where "
         "a click on any number shows how it was made (--export-html is the terminal's "
         "figure as HTML).",
@@ -219,7 +219,7 @@ def view_options(func: F) -> F:
         )
         return func(*args, **kwargs)
 
-    path = SafePath(dir_okay=False)
+    path = OutputPath()
     options = [
         click.option("--export-html", type=path, metavar="FILE",
                      help="Also write the rich view as HTML to FILE, with any --format "
@@ -270,7 +270,7 @@ def resolve_format(fmt: str, output: Path | None) -> str:
 def batch_options(func: F) -> F:
     """``--expect GOLDEN`` and ``--junit FILE`` for ``qkv run``."""
     func = click.option(
-        "--junit", type=SafePath(dir_okay=False), default=None,
+        "--junit", type=OutputPath(), default=None,
         help="Also write a JUnit XML report to FILE (atomically), for CI systems.",
     )(func)
     func = click.option(
