@@ -33,7 +33,7 @@ from qkvcli.attention.records import AttendConfig, AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import FORWARD, PARAMETERS, REVERSE, facts, formula_of, published_name
 from qkvcli.render.document import head
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.checks import published_checks
 from qkvcli.render.explorer.derive import each as _each
 from qkvcli.render.explorer.document import (
     checks_of,
@@ -117,7 +117,7 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
                          + (", causal" if c.causal else ", not causal")
                          + f"; scale {page.fmt(c.scale)}</p>")
     checks = checks_of(found)
-    page.sections.append(checks_section(checks))
+    page.sections.append(published_checks(found["checks"]))
     name = published_name("attention", c)
     named = {vocabulary: arrays[published_name(vocabulary, c)]
              for vocabulary in ("scores", "scaled_scores", "attention")}

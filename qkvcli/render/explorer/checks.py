@@ -3,8 +3,9 @@ did not run or do not apply apart and dimmed), shared by every page."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
+from typing import Any
 
 from qkvcli.render.wording import Check
 
@@ -41,3 +42,39 @@ def checks_section(checks: Sequence[Check], words: Sequence[str] = (),
                    + "".join(items["pass"]) + "</ul></details>")
     out.append("</section>")
     return "".join(out)
+
+
+def published_word(entry: Mapping[str, Any]) -> str:
+    """A published check entry's word: ``SKIP`` for a family that could not run, ``N/A``
+    for one that does not apply (any other outcome than ``passed``/``failed`` that
+    passed), else ``PASS`` or ``FAIL``."""
+    outcome, passed = entry.get("outcome", ""), bool(entry.get("passed"))
+    if outcome == "not-run":
+        return "SKIP"
+    if outcome not in ("", "passed", "failed") and passed:
+        return "N/A"
+    return "PASS" if passed else "FAIL"
+
+
+def published_rows(entries: Sequence[Any]) -> list[Check]:
+    """Published check entries as rows: each name, whether it passed, and its detail (or
+    its outcome)."""
+    return [Check(str(e.get("name", "")), bool(e.get("passed")),
+                  str(e.get("detail", e.get("outcome", ""))))
+            for e in entries if isinstance(e, Mapping)]
+
+
+def published_checks(entries: Sequence[Any]) -> str:
+    """The checks section of a report's published check entries (``name``, ``passed``,
+    ``outcome``, ``detail``: every report's one entry shape), each with its word."""
+    entries = [entry for entry in entries if isinstance(entry, Mapping)]
+    words = [published_word(entry) for entry in entries]
+    checks = published_rows(entries)
+    return checks_section(checks, words, [w in ("SKIP", "N/A") for w in words])
+
+
+def counted(entries: Sequence[Any]) -> tuple[int, int]:
+    """How many of the counted entries passed, and how many count (N/A and SKIP do not)."""
+    counting = [bool(e.get("passed")) for e in entries
+                if isinstance(e, Mapping) and published_word(e) in ("PASS", "FAIL")]
+    return sum(counting), len(counting)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.checks import counted, published_checks, published_rows
 from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
 from qkvcli.render.facts import Fact, json_of
@@ -64,9 +64,7 @@ def given_of(document: Mapping[str, Any]) -> set[str]:
 
 def checks_of(document: Mapping[str, Any]) -> list[Check]:
     """The document's judged checks, each with its published detail (or its outcome)."""
-    return [Check(str(entry.get("name", "")), bool(entry.get("passed")),
-                  str(entry.get("detail", entry.get("outcome", ""))))
-            for entry in document.get("checks", []) if isinstance(entry, Mapping)]
+    return published_rows(document.get("checks", []))
 
 
 def _gradcheck_entries(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any]]:
@@ -168,7 +166,7 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     page.select("batch", "batch item", int(batches) if isinstance(batches, int) else 1)
     checks = checks_of(document)
     if checks:
-        page.sections.append(checks_section(checks))
+        page.sections.append(published_checks(document["checks"]))
     maps = [name for name in MAPS if name in arrays and arrays[name].ndim >= 3
             and arrays[name].shape[-1] == arrays[name].shape[-2]]
     softmax_input = arrays.get("masked_scores", extra.get("masked",
@@ -206,7 +204,7 @@ def finished(page: Page, document: Mapping[str, Any], checks: list[Check],
     page.sections.append(gradcheck_rows(page, document, caption))
     passed = bool(document.get("passed", all(check.passed for check in checks)))
     if checks:
-        said = verdict(passed, sum(check.passed for check in checks), len(checks))
+        said = verdict(passed, *counted(document.get("checks", [])))
     else:
         _, entries = _gradcheck_entries(document)
         coordinates = [c for entry in entries for c in entry.get("checks", [])]

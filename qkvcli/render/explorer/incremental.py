@@ -20,7 +20,7 @@ import numpy as np
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.checks import published_checks
 from qkvcli.render.explorer.derive import each
 from qkvcli.render.explorer.document import checks_of, tensors_of
 from qkvcli.render.explorer.page import PAGE_BYTES, Page
@@ -119,7 +119,7 @@ def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
     page.select("batch", "batch item", int(config["batch"]))
     page.select("head", "head", int(config["heads"]))
     checks = checks_of(document)
-    page.sections.append(checks_section(checks))
+    page.sections.append(published_checks(document.get("checks", [])))
     page.sections.append(_layer(page, config, e))
     layout = "half" if config.get("rope_layout") == "half" else "interleaved"
     cached = sum(a["cached_keys"].size + a["cached_values"].size for a in steps)
