@@ -33,10 +33,9 @@ from qkvcli.attention.records import AttendConfig, AttendEvidence
 from qkvcli.core.arrays import Array
 from qkvcli.render.attend import FORWARD, PARAMETERS, REVERSE, facts, formula_of, published_name
 from qkvcli.render.document import head
-from qkvcli.render.explorer.checks import published_checks
+from qkvcli.render.explorer.checks import checks_section, entries_of
 from qkvcli.render.explorer.derive import each as _each
 from qkvcli.render.explorer.document import (
-    checks_of,
     finished,
     given_of,
     heat_maps,
@@ -116,8 +115,7 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
                          + (f", {c.heads} heads" if c.heads else "")
                          + (", causal" if c.causal else ", not causal")
                          + f"; scale {page.fmt(c.scale)}</p>")
-    checks = checks_of(found)
-    page.sections.append(published_checks(found["checks"]))
+    page.sections.append(checks_section(entries_of(found)))
     name = published_name("attention", c)
     named = {vocabulary: arrays[published_name(vocabulary, c)]
              for vocabulary in ("scores", "scaled_scores", "attention")}
@@ -144,7 +142,7 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
     result = found["gradcheck"].value
     caption = (f"mode {escape(result.mode)}, step {fmt_general(result.step)}, tolerance "
                f"{fmt_general(result.tolerance)}: {escape(result.summary)}")
-    return finished(page, found, checks, caption)
+    return finished(page, found, caption)
 
 
 def maps_of(page: Page, name: str, arrays: Mapping[str, Array], factor: float, causal: bool,

@@ -29,7 +29,7 @@ from qkvcli.render.check import (
     failure_detail,
     say,
 )
-from qkvcli.render.explorer.checks import counted, published_checks
+from qkvcli.render.explorer.checks import checks_section, counted
 from qkvcli.render.explorer.expected import as_float, engine_terms, parse_at
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.numbers import fmt_exact, fmt_general
@@ -257,7 +257,7 @@ def check_page(result: CheckResult, precision: int, title: str,
     found = check_facts(result)
     page.sections.append(f'<p class="caption">implementation {escape(result.implementation)};'
                          f" fixtures {escape(', '.join(result.fixtures))}</p>")
-    page.sections.append(published_checks(found["checks"]))
+    page.sections.append(checks_section(found["checks"]))
     worst = worst_section(page, result)
     if worst:
         page.sections.append(worst)

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.render.explorer.checks import counted, published_checks, published_rows
+from qkvcli.render.explorer.checks import checks_section, counted, entries_of
 from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
 from qkvcli.render.facts import Fact, json_of
 from qkvcli.render.numbers import fmt_error, fmt_general
-from qkvcli.render.wording import Check, verdict
+from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import Derivation, gradcheck_point
 
 
@@ -60,11 +60,6 @@ def given_of(document: Mapping[str, Any]) -> set[str]:
     published = published.value if isinstance(published, Fact) else published
     return {name for name, tensor in (published or {}).items()
             if isinstance(tensor, Fact) and tensor.given}
-
-
-def checks_of(document: Mapping[str, Any]) -> list[Check]:
-    """The document's judged checks, each with its published detail (or its outcome)."""
-    return published_rows(document.get("checks", []))
 
 
 def _gradcheck_entries(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any]]:
@@ -164,9 +159,9 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     explained, given = document_derivers(arrays, config, extra, tables)
     batches = config.get("batch", 1)
     page.select("batch", "batch item", int(batches) if isinstance(batches, int) else 1)
-    checks = checks_of(document)
+    checks = entries_of(document)
     if checks:
-        page.sections.append(published_checks(document["checks"]))
+        page.sections.append(checks_section(checks))
     maps = [name for name in MAPS if name in arrays and arrays[name].ndim >= 3
             and arrays[name].shape[-1] == arrays[name].shape[-2]]
     softmax_input = arrays.get("masked_scores", extra.get("masked",
@@ -184,7 +179,7 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     shown.update(arrays)
     page.sections.extend(tensor_sections(tensor_blocks(page, shown, explained, given),
                                          "query_weight" in arrays))
-    return finished(page, document, checks)
+    return finished(page, document)
 
 
 def tensor_blocks(page: Page, arrays: Mapping[str, Array], explained: Mapping[str, Deriver],
@@ -196,15 +191,15 @@ def tensor_blocks(page: Page, arrays: Mapping[str, Array], explained: Mapping[st
             for name, values in arrays.items()}
 
 
-def finished(page: Page, document: Mapping[str, Any], checks: list[Check],
-             caption: str = "") -> str:
+def finished(page: Page, document: Mapping[str, Any], caption: str = "") -> str:
     """The page, ended by the document's gradient check (``caption``: its settings in
     words) and headed by its verdict: of its checks, or of the gradient check's
     coordinates where it has no checks (``qkv gradcheck``)."""
     page.sections.append(gradcheck_rows(page, document, caption))
-    passed = bool(document.get("passed", all(check.passed for check in checks)))
+    checks = entries_of(document)
+    passed = bool(document.get("passed", all(bool(check.get("passed")) for check in checks)))
     if checks:
-        said = verdict(passed, *counted(document.get("checks", [])))
+        said = verdict(passed, *counted(checks))
     else:
         _, entries = _gradcheck_entries(document)
         coordinates = [c for entry in entries for c in entry.get("checks", [])]
