@@ -24,8 +24,11 @@ from qkvcli.cli import main
 from qkvcli.cli.io import load
 from qkvcli.core.names import CHAPTER_IDS
 from qkvcli.core.results import Failure
+from qkvcli.render.attend import facts as attend_facts
+from qkvcli.render.attend import published_name
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.check import replay_lines
+from qkvcli.render.explorer.document import tensors_of
 from qkvcli.render.explorer.page import PAGE_CELLS
 from qkvcli.render.numbers import fmt_float
 from qkvcli.stages.terms import (
@@ -220,10 +223,12 @@ def test_every_derivation_of_attend_is_the_engines_number(tmp_path: Path, kind: 
     causal = kind.endswith("causal")
     path = layer_fixture(tmp_path) if kind.startswith("layer") else None
     evidence = attend_evidence(path, causal)
-    arrays = evidence.primary.tensors
-    derivers = derivations(evidence)
-    given = {"input", "grad_output"} | {n for n in arrays if n[:2] in ("w_", "b_")}
-    assert set(derivers) == set(arrays) - given - {"attention"}  # the maps' own deriver
+    c = evidence.config
+    arrays = {published_name(name, c): value for name, value in evidence.primary.tensors.items()}
+    derivers = derivations(tensors_of(attend_facts(evidence), digests=True), c)
+    given = {published_name(n, c) for n in evidence.primary.tensors
+             if n in ("input", "grad_output") or n[:2] in ("w_", "b_")}
+    assert set(derivers) == set(arrays) - given - {"weights"}  # the maps' own deriver
     for name, derive in derivers.items():
         for index in np.ndindex(*arrays[name].shape):
             derived = derive(index)
@@ -234,7 +239,7 @@ def test_every_derivation_of_attend_is_the_engines_number(tmp_path: Path, kind: 
             elif derived.stage in ("scale", "scale reverse") and math.isfinite(derived.value):
                 product = math.prod(float(r.value) for r in derived.rows if r.part == "fact")
                 assert product == pytest.approx(derived.value, abs=1e-15), (name, index)
-    attention, scaled = arrays["attention"], arrays["scaled_scores"]
+    attention, scaled = arrays["weights"], arrays["scaled_scores"]
     for index in np.ndindex(*attention.shape):
         derived = attention_weight(arrays["scores"], scaled, scaled, attention, index,
                                    evidence.config.scale)

@@ -1,5 +1,10 @@
 """The explorer page of ``qkv attend``: one attention head or a multi-head layer.
 
+The page is drawn from attend's facts value (:func:`qkvcli.render.attend.facts`, the
+same facts its JSON publishes, its tensors kept as arrays) through the sections every
+report's page shares (:mod:`qkvcli.render.explorer.document`): its checks, its tensors'
+blocks, its gradient check and its verdict; what is attend's own is the order of its
+stages and the terms of each tensor, by published name (:func:`derivations`).
 The attention weights first, as heat maps (per batch item and head, with a row-relative
 or absolute scale), then every tensor in the text view's order: parameters and input,
 the forward pass, the reverse pass, then the gradient check. An attention weight opens
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from html import escape
 from typing import Any
 
 import numpy as np
@@ -25,21 +31,19 @@ import numpy as np
 from qkvcli.attention.engine import heads_axis
 from qkvcli.attention.records import AttendConfig, AttendEvidence
 from qkvcli.core.arrays import Array
-from qkvcli.render.attend import (
-    FORWARD,
-    PARAMETERS,
-    REVERSE,
-    attend_checks,
-    attend_verdict,
-    checked_name,
-    formula_of,
-    published_name,
-    tensor_policy,
-)
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.attend import FORWARD, PARAMETERS, REVERSE, facts, formula_of, published_name
+from qkvcli.render.document import head
+from qkvcli.render.explorer.checks import checks_section, entries_of
 from qkvcli.render.explorer.derive import each as _each
-from qkvcli.render.explorer.document import gradcheck_section
+from qkvcli.render.explorer.document import (
+    finished,
+    given_of,
+    heat_maps,
+    tensor_blocks,
+    tensors_of,
+)
 from qkvcli.render.explorer.page import Deriver, Page
+from qkvcli.render.numbers import fmt_general
 from qkvcli.stages.terms import (
     Derivation,
     attention_weight,
@@ -60,8 +64,8 @@ from qkvcli.stages.terms import (
 TORCH_LAYOUTS = ("separate-torch", "packed", "query_key_value")
 """Layouts whose per-branch weights the evidence holds as torch ``[out, in]``."""
 LETTERS = {"query": "Q", "key": "K", "value": "V"}
-GIVEN = (*PARAMETERS, "grad_output")
-"""The tensors the fixture holds (the input, the parameters, the upstream ``U``)."""
+VOCABULARY = (*PARAMETERS, *FORWARD, *REVERSE)
+"""Every tensor attend's evidence may hold, by vocabulary name."""
 STAGES = (("Parameters and input", PARAMETERS),
           ("Forward: Q, K, V; S = Q Kᵀ; Z = S \u00d7 scale (masked: \u2212∞); A = softmax(Z); O = A V",
            FORWARD),
@@ -86,89 +90,90 @@ def transposed(weight: Array, rows: int, layout: str) -> bool | None:
 
 
 def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
-    """The head's or layer's explorer page (one self-contained HTML document); the
-    weights under the other mask, when the evidence holds them, are drawn behind a
-    causal toggle."""
-    found = evidence.other_mask
-    other: Mapping[str, Any] | None = None if found is None else {
-        "causal": found.causal, "scores": found.scores, "scaled_scores": found.scaled_scores,
-        "attention": found.attention}
+    """The head's or layer's explorer page (one self-contained HTML document), drawn from
+    its facts value (:func:`~qkvcli.render.attend.facts`: its tensors stay arrays) as
+    every report's page is (:mod:`qkvcli.render.explorer.document`); the weights under
+    the other mask, which the report does not publish, are drawn from the evidence
+    behind a causal toggle when it holds them."""
     c = evidence.config
-    arrays = evidence.primary.tensors
+    found = {**head("attend", chapter=evidence.chapter, passed=evidence.passed),
+             **facts(evidence)}
+    arrays = tensors_of(found, digests=True)
+    shown = tensors_of(found)
+    found_other = evidence.other_mask
+    other: Mapping[str, Any] | None = None if found_other is None else {
+        "scores": found_other.scores, "scaled_scores": found_other.scaled_scores,
+        "attention": found_other.attention}
     page = Page(title, precision)
-    heads = c.heads
     page.select("batch", "batch item", c.batch)
-    page.select("head", "head", heads or 1)
+    page.select("head", "head", c.heads or 1)
     if other:
         page.mask_switch(c.causal)
     page.scale_switch()
-    checks = attend_checks(evidence)
     page.sections.append(f'<p class="caption">{formula_of(c)}; batch {c.batch}, tokens '
                          f"{c.tokens}, d_model {c.d_model}, d_k {c.d_k}, d_v {c.d_v}"
-                         + (f", {heads} heads" if heads else "")
+                         + (f", {c.heads} heads" if c.heads else "")
                          + (", causal" if c.causal else ", not causal")
                          + f"; scale {page.fmt(c.scale)}</p>")
-    page.sections.append(checks_section(checks))
-    derivers = derivations(evidence)
-    attention = arrays["attention"]
-    slices = list(np.ndindex(*attention.shape[:-2]))
-
+    page.sections.append(checks_section(entries_of(found)))
     name = published_name("attention", c)
-    maps = [maps_of(page, name, arrays, slices, c.tokens, c.scale, c.causal,
+    named = {vocabulary: arrays[published_name(vocabulary, c)]
+             for vocabulary in ("scores", "scaled_scores", "attention")}
+    maps = [maps_of(page, name, named, c.scale, c.causal,
                     f' data-causal="{str(c.causal).lower()}"' if other else "")]
-    if other:
-        flag = bool(other["causal"])
-        maps.append(maps_of(page, name, other, slices, c.tokens, c.scale, flag,
+    if other and found_other is not None:
+        flag = found_other.causal
+        maps.append(maps_of(page, name, other, c.scale, flag,
                             f' data-causal="{str(flag).lower()}"', variant="other-mask"))
     page.sections.append(
         '<section class="group"><h2>Attention weights</h2><p class="caption">'
         "A = softmax(Z) row by row: queries down, keys across; each row sums to 1"
         + "</p>" + page.legend() + "".join(maps) + "</section>")
+    derivers = derivations(arrays, c)
+    # the upstream U is an input either way: the fixture's, or drawn from its seed
+    given = given_of(found) | {published_name("grad_output", c)}
     for heading, names in STAGES:
-        blocks = []
-        for vocabulary in names:
-            if vocabulary not in arrays or vocabulary == "attention":
-                continue
-            if tensor_policy(vocabulary, c, "summary") == "none":
-                continue  # a packed layer's per-branch views: the packed tensor is shown
-            value = arrays[vocabulary]
-            blocks.append(page.tensor(published_name(vocabulary, c), value,
-                                      derivers.get(vocabulary),
-                                      given=vocabulary in GIVEN))
+        members = [published_name(vocabulary, c) for vocabulary in names
+                   if vocabulary != "attention"]
+        blocks = tensor_blocks(page, {member: shown[member] for member in members
+                                      if member in shown}, derivers, given)
         page.sections.append(f'<section class="group"><h2>{heading}</h2>'
-                             + "".join(blocks) + "</section>")
-    page.sections.append(gradcheck_section(page, evidence.gradcheck,
-                                           lambda tensor: checked_name(tensor, c)))
-    return page.html(f"{title}: {evidence.chapter}", attend_verdict(evidence), evidence.passed)
+                             + "".join(blocks.values()) + "</section>")
+    result = found["gradcheck"].value
+    caption = (f"mode {escape(result.mode)}, step {fmt_general(result.step)}, tolerance "
+               f"{fmt_general(result.tolerance)}: {escape(result.summary)}")
+    return finished(page, found, caption)
 
 
-def maps_of(page: Page, name: str, arrays: Mapping[str, Array],
-            slices: list[tuple[int, ...]], tokens: int, factor: float, causal: bool,
+def maps_of(page: Page, name: str, arrays: Mapping[str, Array], factor: float, causal: bool,
             extra: str, variant: str = "") -> str:
     """The heat maps of one mask's weights (``arrays``: its ``scores``, ``scaled_scores``
     and ``attention``), each cell opening its softmax."""
     raw, scaled_scores, attention = (arrays["scores"], arrays["scaled_scores"],
                                      arrays["attention"])
-
-    def weight(at: tuple[int, ...], numbered: bool) -> Derivation:
-        return attention_weight(raw, scaled_scores, scaled_scores, attention, at, factor,
-                                keys=numbered)
-
     note = ("causal: keys after the query are masked (weight 0, struck through)" if causal
             else "not masked: every query sees every key")
     if variant:
         note += "; the other mask than the report's: the engine's forward alone, unchecked"
-    return (f'<div class="mask"{extra}><p class="caption">{note}</p>'
-            + page.heatmap(name, attention, slices, weight, tokens,
-                           lambda at: float(scaled_scores[at]), variant=variant) + "</div>")
+    return (f'<div class="mask"{extra}><p class="caption">{note}</p>' + heat_maps(
+        page, name, attention, scaled_scores, lambda at, numbered: attention_weight(
+            raw, scaled_scores, scaled_scores, attention, at, factor, keys=numbered),
+        variant) + "</div>")
 
 
-def derivations(evidence: AttendEvidence) -> dict[str, Deriver]:
-    """A deriver per tensor (vocabulary name) whose numbers the evidence can explain."""
-    c = evidence.config
-    a = evidence.primary.tensors
-    x = a["input"]
+def derivations(tensors: Mapping[str, Array], c: AttendConfig) -> dict[str, Deriver]:
+    """A deriver per tensor whose numbers the stages can explain, by published name;
+    ``tensors``: the facts' tensors by published name (the split views too)."""
+    names = {published_name(vocabulary, c): vocabulary for vocabulary in VOCABULARY}
+    a = {names[name]: array for name, array in tensors.items() if name in names}
     found: dict[str, Deriver] = {}
+    _derivations(a, c, found)
+    return {published_name(vocabulary, c): derive for vocabulary, derive in found.items()}
+
+
+def _derivations(a: Mapping[str, Array], c: AttendConfig, found: dict[str, Deriver]) -> None:
+    """:func:`derivations` by vocabulary name (``a``: the tensors by vocabulary name)."""
+    x = a["input"]
     layer = c.heads is not None
     for branch in ("query", "key", "value"):
         letter = LETTERS[branch]
@@ -203,9 +208,8 @@ def derivations(evidence: AttendEvidence) -> dict[str, Deriver]:
         if "grad_b_packed" in a:
             found["grad_b_packed"] = _each(a["grad_b_packed"], lambda at, v: bias_gradient(
                 joined, at[0], v, "[dQ|dK|dV]"))
-    _attention(evidence, found)
-    _output(evidence, found, layer)
-    return found
+    _attention(a, c, found)
+    _output(a, c, found, layer)
 
 
 def _heads(tensor: Array, c: AttendConfig) -> Array:
@@ -218,11 +222,9 @@ def _per_head(at: tuple[int, ...], c: AttendConfig, width: int) -> tuple[int, ..
     return at if c.heads is None else (at[0], at[2] // width, at[1], at[2] % width)
 
 
-def _attention(evidence: AttendEvidence, found: dict[str, Deriver]) -> None:
+def _attention(a: Mapping[str, Array], c: AttendConfig, found: dict[str, Deriver]) -> None:
     """Scores, scale, softmax and their reverse, where they are the plain stages: no
     RoPE, norm or clipping between Q, K and the scores; no soft-cap or ALiBi after."""
-    c = evidence.config
-    a = evidence.primary.tensors
     plain_scores = c.rope is None and c.qk_norm is None and c.clip_qkv is None
     plain_scale = c.softcap is None and c.alibi is None
     q, k, v = (_heads(a[name], c) for name in ("query", "key", "value"))
@@ -252,10 +254,9 @@ def _attention(evidence: AttendEvidence, found: dict[str, Deriver]) -> None:
                 attention, upstream, _per_head(at, c, c.d_v), val, ("A", "dO")))
 
 
-def _output(evidence: AttendEvidence, found: dict[str, Deriver], layer: bool) -> None:
+def _output(a: Mapping[str, Array], c: AttendConfig, found: dict[str, Deriver],
+            layer: bool) -> None:
     """The mixture of the value rows, the output projection and their reverse."""
-    c = evidence.config
-    a = evidence.primary.tensors
     attention, values, d_v = a["attention"], a["value"], c.d_v
 
     def mixed(at: tuple[int, ...], val: float) -> Derivation:

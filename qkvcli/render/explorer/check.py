@@ -23,18 +23,17 @@ from qkvcli.check.result import CheckResult
 from qkvcli.core.names import chapter_span
 from qkvcli.core.results import Clause, Failure
 from qkvcli.render.check import (
-    check_verdict,
-    failure_detail,
-    family_detail,
-    say,
-    uncounted,
-    word,
+    facts as check_facts,
 )
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.check import (
+    failure_detail,
+    say,
+)
+from qkvcli.render.explorer.checks import checks_section, counted
 from qkvcli.render.explorer.expected import as_float, engine_terms, parse_at
 from qkvcli.render.explorer.page import Page
 from qkvcli.render.numbers import fmt_exact, fmt_general
-from qkvcli.render.wording import Check
+from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import Derivation, Step
 
 OPERATION_CHAPTERS = {"forward": (26,), "backward": (26,), "head_forward": (27, 28),
@@ -255,11 +254,10 @@ def check_page(result: CheckResult, precision: int, title: str,
     was checked on (an expected value opens the engine's terms on them).
     """
     page = Page(title, precision)
-    rows = [Check(c.name, c.passed, family_detail(c)) for c in result.checks]
+    found = check_facts(result)
     page.sections.append(f'<p class="caption">implementation {escape(result.implementation)};'
                          f" fixtures {escape(', '.join(result.fixtures))}</p>")
-    page.sections.append(checks_section(rows, [word(c) for c in result.checks],
-                                        [uncounted(c) for c in result.checks]))
+    page.sections.append(checks_section(found["checks"]))
     worst = worst_section(page, result)
     if worst:
         page.sections.append(worst)
@@ -286,4 +284,4 @@ def check_page(result: CheckResult, precision: int, title: str,
     chapters = sorted({n for op in result.operations for n in OPERATION_CHAPTERS.get(op, ())})
     judged = f" ({'chapter' if len(chapters) == 1 else 'chapters'} {chapter_span(chapters)})"
     return page.html(f"{title}: {result.implementation}" + (judged if chapters else ""),
-                     check_verdict(result), result.passed)
+                     verdict(result.passed, *counted(found["checks"])), result.passed)

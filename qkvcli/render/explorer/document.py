@@ -1,4 +1,6 @@
-"""The explorer page of any report, drawn from its JSON document: the facts it publishes.
+"""The explorer page of any report, drawn from the facts it publishes: its JSON document,
+or its facts value itself (:mod:`qkvcli.render.facts`; attend's page, whose tensors
+stay arrays rather than pass through JSON lists).
 
 The checks (``checks``: each one's name, whether it passed, its detail or outcome), every
 tensor under ``tensors`` (``{"shape", "values"}``; an attention matrix, a square last
@@ -17,45 +19,54 @@ coordinate its central difference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from html import escape
 from typing import Any
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
-from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.checks import checks_section, counted, entries_of
 from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
 from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
+from qkvcli.render.facts import Fact, json_of
 from qkvcli.render.numbers import fmt_error, fmt_general
-from qkvcli.render.wording import Check, verdict
-from qkvcli.stages.terms import gradcheck_point
+from qkvcli.render.wording import verdict
+from qkvcli.stages.terms import Derivation, gradcheck_point
 
 
-def tensors_of(document: Mapping[str, Any]) -> dict[str, Array]:
-    """Every ``{"shape", "values"}`` under the document's ``tensors``, as arrays."""
+def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, Array]:
+    """Every tensor under the document's ``tensors``, as arrays: a JSON document's
+    ``{"shape", "values"}``, or a facts value's tensor facts as they are (never through
+    JSON lists: a GPT-2 layer's tensors stay numpy arrays), but those a view gives as
+    digests alone (a packed layer's split views) only with ``digests``."""
     found: dict[str, Array] = {}
     published = document.get("tensors")
+    published = published.value if isinstance(published, Fact) else published
     if not isinstance(published, Mapping):
         return found
     for name, tensor in published.items():
-        if isinstance(tensor, Mapping) and "shape" in tensor and "values" in tensor:
+        if isinstance(tensor, Fact) and tensor.kind == "tensor":
+            if digests or tensor.policy != "none":
+                found[name] = np.asarray(tensor.value)
+        elif isinstance(tensor, Mapping) and "shape" in tensor and "values" in tensor:
             found[name] = np.array(tensor["values"], dtype=np.float64).reshape(tensor["shape"])
     return found
 
 
-def checks_of(document: Mapping[str, Any]) -> list[Check]:
-    """The document's judged checks, each with its published detail (or its outcome)."""
-    return [Check(str(entry.get("name", "")), bool(entry.get("passed")),
-                  str(entry.get("detail", entry.get("outcome", ""))))
-            for entry in document.get("checks", []) if isinstance(entry, Mapping)]
+def given_of(document: Mapping[str, Any]) -> set[str]:
+    """The names of a facts value's tensors that the fixture gave (none for JSON)."""
+    published = document.get("tensors")
+    published = published.value if isinstance(published, Fact) else published
+    return {name for name, tensor in (published or {}).items()
+            if isinstance(tensor, Fact) and tensor.given}
 
 
 def _gradcheck_entries(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any]]:
     """The gradient check's settings and its tensors' entries (``qkv gradcheck``'s
     document is the check itself)."""
     check = document.get("gradcheck")
+    check = json_of(check) if isinstance(check, Fact) else check  # a facts value's record
     if isinstance(check, Mapping):
         return check, list(check.get("tensors", []))
     listed = document.get("tensors")
@@ -114,30 +125,22 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
     return "".join(out)
 
 
-def gradcheck_section(page: Page, result: GradcheckResult, name_of: Callable[[str], str]) -> str:
-    """Every checked coordinate (up to :data:`~qkvcli.render.explorer.page.GRADCHECK_ROWS`
-    a tensor): the analytic value, the numerical one and the scaled error, each opening
-    the comparison, as the JSON report holds them (``name_of`` gives a checked tensor's
-    published name)."""
-    from qkvcli.render.document import gradcheck_json
-
-    document = gradcheck_json(result)
-    for entry in document["tensors"]:
-        entry["tensor"] = name_of(entry["tensor"])
-    caption = (f"mode {escape(result.mode)}, step {fmt_general(result.step)}, tolerance "
-               f"{fmt_general(result.tolerance)}: {escape(result.summary)}")
-    return gradcheck_rows(page, {"gradcheck": document}, caption)
-
-
-def _maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
-          explain: Deriver | None) -> str:
-    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head);
-    a cell whose softmax input is ``-inf`` is masked (struck through)."""
+def heat_maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
+              explain: Callable[[tuple[int, ...], bool], Derivation | None],
+              variant: str = "") -> str:
+    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head),
+    each cell opening ``explain(coordinate, whether its keys are numbered)``; a cell whose
+    softmax input is ``-inf`` is masked (struck through)."""
     known = softmax_input is not None and softmax_input.shape == weights.shape
-    return page.heatmap(name, weights, list(np.ndindex(*weights.shape[:-2])),
-                        lambda at, _: explain(at) if explain is not None else None,
+    return page.heatmap(name, weights, list(np.ndindex(*weights.shape[:-2])), explain,
                         int(weights.shape[-1]),
-                        lambda at: float(softmax_input[at]) if known else 0.0)  # type: ignore[index]
+                        lambda at: float(softmax_input[at]) if known else 0.0,  # type: ignore[index]
+                        variant=variant)
+
+
+def _numbered(explain: Deriver | None) -> Callable[[tuple[int, ...], bool], Derivation | None]:
+    """A deriver as a heat map's, whose keys are numbered or not alike."""
+    return lambda at, _: explain(at) if explain is not None else None
 
 
 def document_page(document: Mapping[str, Any], precision: int, title: str,
@@ -156,7 +159,7 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     explained, given = document_derivers(arrays, config, extra, tables)
     batches = config.get("batch", 1)
     page.select("batch", "batch item", int(batches) if isinstance(batches, int) else 1)
-    checks = checks_of(document)
+    checks = entries_of(document)
     if checks:
         page.sections.append(checks_section(checks))
     maps = [name for name in MAPS if name in arrays and arrays[name].ndim >= 3
@@ -169,24 +172,40 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
             '<section class="group"><h2>Attention weights</h2><p class="caption">each row '
             "a query's probabilities over the keys; a masked key's weight is struck "
             "through</p>" + page.legend()
-            + "".join(_maps(page, name, arrays[name], softmax_input, explained.get(name))
+            + "".join(heat_maps(page, name, arrays[name], softmax_input,
+                                _numbered(explained.get(name)))
                       for name in maps) + "</section>")
     shown = {name: extra[name] for name in extra if name in given and name not in arrays}
     shown.update(arrays)
-    blocks = {name: page.tensor(name, values, explained.get(name), given=name in given,
-                                axes=axes_of(name, values.ndim))
-              for name, values in shown.items()}
-    page.sections.extend(tensor_sections(blocks, "query_weight" in arrays))
-    page.sections.append(gradcheck_rows(page, document))
-    passed = bool(document.get("passed", all(check.passed for check in checks)))
+    page.sections.extend(tensor_sections(tensor_blocks(page, shown, explained, given),
+                                         "query_weight" in arrays))
+    return finished(page, document)
+
+
+def tensor_blocks(page: Page, arrays: Mapping[str, Array], explained: Mapping[str, Deriver],
+                  given: Collection[str]) -> dict[str, str]:
+    """Each tensor's block, by name: its numbers, each opening its deriver's terms, or
+    saying the fixture gave it (``given``)."""
+    return {name: page.tensor(name, values, explained.get(name), given=name in given,
+                              axes=axes_of(name, values.ndim))
+            for name, values in arrays.items()}
+
+
+def finished(page: Page, document: Mapping[str, Any], caption: str = "") -> str:
+    """The page, ended by the document's gradient check (``caption``: its settings in
+    words) and headed by its verdict: of its checks, or of the gradient check's
+    coordinates where it has no checks (``qkv gradcheck``)."""
+    page.sections.append(gradcheck_rows(page, document, caption))
+    checks = entries_of(document)
+    passed = bool(document.get("passed", all(bool(check.get("passed")) for check in checks)))
     if checks:
-        said = verdict(passed, sum(check.passed for check in checks), len(checks))
+        said = verdict(passed, *counted(checks))
     else:
         _, entries = _gradcheck_entries(document)
         coordinates = [c for entry in entries for c in entry.get("checks", [])]
         said = verdict(passed, sum(bool(c.get("passed")) for c in coordinates), len(coordinates))
     chapter = document.get("chapter")
-    heading = f"{title}: {chapter}" if chapter else title
+    heading = f"{page.title}: {chapter}" if chapter else page.title
     return page.html(heading, said, passed)
 
 

@@ -20,9 +20,10 @@ import numpy as np
 
 from qkvcli.core.arrays import Array
 from qkvcli.core.record import Record
-from qkvcli.render.explorer.checks import checks_section
+from qkvcli.render.explorer.checks import checks_section, entries_of
+from qkvcli.render.explorer.checks import counted as counted_checks
 from qkvcli.render.explorer.derive import each
-from qkvcli.render.explorer.document import checks_of, tensors_of
+from qkvcli.render.explorer.document import tensors_of
 from qkvcli.render.explorer.page import PAGE_BYTES, Page
 from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import (
@@ -118,7 +119,7 @@ def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
     e = step_operands(fixture, steps)
     page.select("batch", "batch item", int(config["batch"]))
     page.select("head", "head", int(config["heads"]))
-    checks = checks_of(document)
+    checks = entries_of(document)
     page.sections.append(checks_section(checks))
     page.sections.append(_layer(page, config, e))
     layout = "half" if config.get("rope_layout") == "half" else "interleaved"
@@ -145,7 +146,7 @@ def incremental_page(document: Mapping[str, Any], fixture: Any, precision: int,
     page.sections.extend(after)
     passed = bool(document.get("passed"))
     return page.html(f"{title}: {document.get('chapter', '')}",
-                     verdict(passed, sum(c.passed for c in checks), len(checks)), passed)
+                     verdict(passed, *counted_checks(checks)), passed)
 
 
 def _elided(first: int, end: int, tokens: int) -> str:
