@@ -561,6 +561,9 @@ SLIP_CODES = frozenset({
     "overflow-said", "diagonal-hidden", "masked-after-softmax"})
 """The clause codes that name a slip (what the code did wrong), beside those that say
 where a value differs; every ``slip-*`` clause (a KV cache's) names one too."""
+SAME_SLIP = {"diagonal-hidden": "mask:diagonal", "masked-after-softmax": "mask:after-softmax"}
+"""A family's slip code that names the slip a relation's variant names (the mask family's
+own finding and the forward's ``mask:diagonal``): one slip, one line."""
 
 
 def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
@@ -572,17 +575,25 @@ def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
             yield facts[0], _slips(facts[0])
         return
     if code in SLIP_CODES or code.startswith("slip-"):
-        yield (facts[0] if code == "slip" else code), _words(code, facts)
+        yield SAME_SLIP.get(code, facts[0] if code == "slip" else code), _words(code, facts)
         return
     if code in ("relation-differs", "relations"):  # the relations alone, not the mismatch
         if facts[0]:
-            said = relations(facts[0])
-            yield said, said
+            variants = [c.facts[1] for c in facts[0] if c.code == "variant"]
+            key = (variants[0] if len(variants) == len(facts[0]) == 1
+                   else tuple(facts[0]))
+            yield key, relations(facts[0])
         return
     for fact in facts:
-        for clause in (fact if isinstance(fact, tuple) else (fact,)):
-            if isinstance(clause, Clause):
-                yield from _slip_names(clause.code, clause.facts)
+        if isinstance(fact, tuple):  # the slips of one finding's tensors: one slip
+            found = [named for clause in fact if isinstance(clause, Clause)
+                     for named in _slip_names(clause.code, clause.facts)]
+            if len(found) > 1:
+                yield tuple(key for key, _ in found), "; ".join(said for _, said in found)
+            else:
+                yield from found
+        elif isinstance(fact, Clause):
+            yield from _slip_names(fact.code, fact.facts)
 
 
 def named_slips(result: CheckResult) -> dict[str, tuple[str, ...]]:
