@@ -324,6 +324,9 @@ MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("no-rowsum", stages.WrongPart(rowsum=False)),
     ("no-softmax-reverse", stages.WrongPart(softmax_reverse=False)),
     ("swapped:query-key", stages.WrongPart(swapped=True)),
+    ("split-back:reshaped", stages.WrongPart(split_back="reshaped")),
+    *((f"through:{name}", stages.WrongPart(through=index))
+      for index, name in enumerate(("w_query", "w_key", "w_value"))),
 )
 """The reverse's stages with an operand left untransposed, a part of the softmax's
 reverse left out, or dQ's and dK's operands swapped."""

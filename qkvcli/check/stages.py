@@ -48,7 +48,11 @@ class WrongPart(Record):
     by side (``blocked``: head ``h``'s column ``j`` at ``h d_h + j``; ``strided``: at
     ``j H + h``; the forward's alone); ``fill``: what a hidden score becomes
     (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
-    scores all hidden is then uniform, not 0/0)."""
+    scores all hidden is then uniform, not 0/0); ``split_back``: how the reverse splits
+    ``dC`` into the heads (``blocked``: as the forward splits; ``reshaped``: ``[B,T,W]``
+    reshaped to ``[B,H,T,d_h]`` with no transpose); ``through``: the branch (0, 1, 2:
+    query, key, value) whose weight every path of ``grad_input`` goes back through
+    (``-1``: each its own)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -65,6 +69,8 @@ class WrongPart(Record):
     divisor: str = "root"
     merge: str = "blocked"
     fill: float = -np.inf
+    split_back: str = "blocked"
+    through: int = -1
 
 
 FINITE_FILL = -1e300
@@ -183,7 +189,12 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
     size = width // heads
     with np.errstate(all="ignore"):
         # [B,T,d] @ [d,d] -> dC, split into the heads' dO
-        grad_heads = np.array(heads_axis(grad_output @ w_output.T, heads))
+        grad_merged = grad_output @ w_output.T
+        if part.split_back == "reshaped":  # [B,T,W] read as [B,H,T,d_h]
+            batch, tokens, _ = grad_merged.shape
+            grad_heads = grad_merged.reshape(batch, heads, tokens, size)
+        else:
+            grad_heads = np.array(heads_axis(grad_merged, heads))
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
         grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
@@ -231,6 +242,8 @@ def backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rop
         given = (w_query, w_key, w_value)
         if part.untransposed == "grad_input":  # dX = dQ W_Q + ...: square weights alone
             given = tuple(w.T for w in given)
+        if part.through >= 0:  # dX = (dQ + dK + dV) W^T of one branch's W
+            given = (given[part.through],) * 3
         # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
         grad_rows, grad_w = project_back(x.reshape(rows, d_model), joined.reshape(rows, 3 * width),
                                          np.concatenate(given, axis=1))

@@ -381,6 +381,9 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "swapped-weights": lambda first, second: (
         f"grad_input's {first} and {second} paths swap W_{LETTERS[first]} and "
         f"W_{LETTERS[second]}"),
+    "through-weight": lambda branch: (
+        f"grad_input sends every path through W_{LETTERS[branch]}^T "
+        f"(dX = (dQ + dK + dV) W_{LETTERS[branch]}^T)"),
     "not-three-paths": "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T",
     "other-branch-gradient": lambda branch, other: (
         f"grad_w_{branch} uses the {other} branch's gradient dL/d{LETTERS[other]}"),
@@ -557,6 +560,7 @@ def render_check_text(result: CheckResult) -> str:
 
 SLIP_CODES = frozenset({
     "slip", "path-counts", "borrowed-weight", "borrowed-gradient", "swapped-weights",
+    "through-weight",
     "other-branch-gradient", "summed-paths", "computed-with", "precision", "overflow",
     "overflow-said", "diagonal-hidden", "masked-after-softmax"})
 """The clause codes that name a slip (what the code did wrong), beside those that say

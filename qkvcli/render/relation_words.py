@@ -65,6 +65,15 @@ VARIANT_WORDS = {
     "transposed:w_key": "{0} uses W_K transposed (X W_K^T)",
     "transposed:w_value": "{0} uses W_V transposed (X W_V^T)",
     "transposed:w_output": "{0} uses W_O transposed (merged W_O^T)",
+    "split-back:reshaped": ("{0} splits dC = dY W_O^T into the heads with a reshape and no "
+                            "transpose ([B,T,d] read as [B,H,T,d_h]), unlike the forward's "
+                            "split"),
+    "through:w_query": ("{0} sends every path of grad_input through W_Q^T "
+                        "(dX = (dQ + dK + dV) W_Q^T)"),
+    "through:w_key": ("{0} sends every path of grad_input through W_K^T "
+                      "(dX = (dQ + dK + dV) W_K^T)"),
+    "through:w_value": ("{0} sends every path of grad_input through W_V^T "
+                        "(dX = (dQ + dK + dV) W_V^T)"),
     "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
     "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
 }
