@@ -293,6 +293,7 @@ MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
     ("divisor:d_h", stages.WrongPart(divisor="d_h")),
     ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+    ("divisor:root d_model", stages.WrongPart(divisor="root d_model")),
     ("divisor:d_h/2", stages.WrongPart(divisor="d_h/2")),
     ("divisor:2 d_h", stages.WrongPart(divisor="2 d_h")),
 )
@@ -310,6 +311,7 @@ MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("positions:batch", stages.WrongPart(positions=0)),
     ("positions:head", stages.WrongPart(positions=1)),
     ("offset-ignored", stages.WrongPart(from_zero=True)),
+    ("positions:from-one", stages.WrongPart(shift=1)),
 )
 """The parts of a layer's RoPE changed (with rope=true)."""
 MASK_AFTER: tuple[tuple[str, stages.WrongPart], ...] = (
@@ -457,3 +459,40 @@ def _mha_paths(run: Run) -> Parts:
     for label, grad, weight in zip(PATHS, grads, weights[:3], strict=True):
         found.append((label, grad @ weight.T))  # [B,T,W] @ [W,d] -> [B,T,d]
     return tuple(found)
+
+
+CACHE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    *MHA_PARTS, *MHA_MASK_PARTS, *MASK_AFTER, *MERGE_STRIDED, *MHA_ROPE_PARTS,
+    ("mask:own-key", stages.WrongPart(hidden="own")),
+)
+"""The parts of a cached layer's stages changed: a layer's, and each step reading the
+earlier keys alone (the first its own)."""
+
+
+def cache_variants(x: Array, weights: tuple[Array, ...], heads: int, base: float,
+                   got: Bundle, tolerance: float) -> tuple[Clause, ...]:
+    """``variant`` clauses (``cache_steps``, a code of :data:`CACHE_PARTS`) for each part
+    whose causal pass gives a cache's whole run ``got`` (``(output, keys, values)``: each
+    step's output, the keys and values held after the last) where the engine's does not:
+    a cached step is the last row of the causal pass over its prefix, so the pass's
+    rows with one part changed are what a cache with that slip gives."""
+    width = int(weights[0].shape[1])
+    if not heads or width % heads or (width // heads) % 2 or not x.size:
+        return ()
+
+    def bundle(part: stages.WrongPart) -> Bundle:
+        done = stages.forward(x, weights, heads, True, True, base, 0, part)
+        return done.output, done.key, done.value
+
+    def bound(part: stages.WrongPart) -> Callable[[], Bundle]:
+        return lambda: bundle(part)
+
+    expected = bundle(stages.PLAIN)
+    whole: list[Clause] = []  # fitted where the candidate is defined throughout
+    partly: list[Clause] = []  # fitted where it is defined (a row it leaves 0/0)
+    for code, part in filled(CACHE_PARTS, True):
+        candidate = _computed(bound(part))
+        if _fits(got, candidate, expected, tolerance):
+            defined = all(np.isfinite(c).all() for c in candidate)
+            (whole if defined else partly).append(Clause("variant", ("cache_steps", code)))
+    return tuple(dict.fromkeys(whole or partly))

@@ -52,7 +52,9 @@ class WrongPart(Record):
     ``dC`` into the heads (``blocked``: as the forward splits; ``reshaped``: ``[B,T,W]``
     reshaped to ``[B,H,T,d_h]`` with no transpose); ``through``: the branch (0, 1, 2:
     query, key, value) whose weight every path of ``grad_input`` goes back through
-    (``-1``: each its own)."""
+    (``-1``: each its own); ``shift``: added to every RoPE position (1: counted from 1);
+    ``hidden`` ``own``: each query's own key hidden too but the first's (a cache step
+    that reads the earlier keys alone, the first step its own)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -71,6 +73,7 @@ class WrongPart(Record):
     fill: float = -np.inf
     split_back: str = "blocked"
     through: int = -1
+    shift: int = 0
 
 
 FINITE_FILL = -1e300
@@ -84,7 +87,7 @@ Turn = Callable[[Array, bool], Array]
 
 def rope_turn(base: float, offset: int, width: int, part: WrongPart) -> Turn:
     """RoPE as ``part`` turns ``[..., T, width]`` (``inverse``: back)."""
-    offset = 0 if part.from_zero else offset
+    offset = (0 if part.from_zero else offset) + part.shift
     rope = Rope(base, width, "interleaved", offset)
     if part.angle != 1.0:
         frequencies = inverse_frequencies(rope) * part.angle
@@ -162,6 +165,9 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
             hidden = causal_mask(z.shape[-1])
             if part.hidden == "diagonal":
                 hidden = hidden | np.eye(z.shape[-1], dtype=bool)
+            elif part.hidden == "own":
+                hidden = hidden | np.eye(z.shape[-1], dtype=bool)
+                hidden[0, 0] = False
             elif part.hidden == "earlier":
                 hidden = hidden.T
             if part.hidden != "after-softmax":

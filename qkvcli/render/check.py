@@ -193,6 +193,8 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "mha_forward": "its mha_forward failed (see multi-head)",
     "mha_backward": "its mha_backward failed (see multi-head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
+    "cache-steps": ("its cache_steps is wrong already (see cache-steps): a refused step's "
+                    "values cannot be judged against qkv's"),
     "no-fixture": "no fixture given has what its claim needs (a batch item and the tokens it reads)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),

@@ -41,6 +41,8 @@ VARIANT_WORDS = {
                        "token axis"),
     "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
     "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
+    "divisor:root d_model": ("{0}: each head's scores are divided by sqrt(d_model) instead "
+                             "of sqrt(d_h)"),
     "divisor:d_h/2": ("{0}: each head's scores are divided by d_h/2 instead of sqrt(d_h) "
                       "(in Python, d_h ** 1/2 is (d_h ** 1) / 2)"),
     "divisor:2 d_h": ("{0}: each head's scores are divided by 2*d_h instead of sqrt(d_h) "
@@ -74,6 +76,9 @@ VARIANT_WORDS = {
                       "(dX = (dQ + dK + dV) W_K^T)"),
     "through:w_value": ("{0} sends every path of grad_input through W_V^T "
                         "(dX = (dQ + dK + dV) W_V^T)"),
+    "positions:from-one": "{0}: RoPE counts positions from 1 instead of 0",
+    "mask:own-key": ("{0}: each step attends to the earlier keys alone, leaving its own key "
+                     "and value out (the first step reads its own alone)"),
     "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
     "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
 }
