@@ -45,7 +45,25 @@ NAMED = {
     "wrong_mha_split_back_reshaped.py": (
         "multi-head-reverse", "mha_backward splits dC = dY W_O^T into the heads with a reshape "
         "and no transpose"),
+    "wrong_mha_rowsum_over_queries.py": (
+        "multi-head-reverse", "mha_backward: the softmax backward's row-sum term sums over "
+        "the query axis instead of each query's keys"),
+    "wrong_mha_dwo_from_input.py": (
+        "multi-head-reverse", "mha_backward: grad_w_output is X^T dY instead of merged^T dY"),
+    "wrong_mha_dv_without_wo.py": (
+        "multi-head-reverse", "mha_backward: dV is made from the heads of dY, not of dY W_O^T"),
     # multi-head attention's forward
+    "wrong_mha_softmax_max_over_queries.py": (
+        "multi-head", "mha_forward: the softmax subtracts the maximum over the query axis "
+        "instead of each query's own row"),
+    "wrong_mha_rope_value_not_key.py": (
+        "multi-head", "mha_forward: RoPE turns the queries and the values instead of the keys"),
+    "wrong_mha_output_unmasked.py": (
+        "multi-head", "mha_forward: the output is mixed with the unmasked weights (the weights "
+        "returned are masked)"),
+    "wrong_mha_scale_after_softmax.py": (
+        "multi-head", "mha_forward: the scores are scaled after the softmax (softmax(Q K^T) / "
+        "sqrt(d_h)) instead of before it"),
     "wrong_mha_merge_strided.py": (
         "multi-head", "mha_forward: the heads are merged strided (head h's column j at j*H + h) "
         "instead of side by side (at h*d_h + j)"),

@@ -306,6 +306,7 @@ MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
 MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("rope-query-only", stages.WrongPart(turned=("query",))),
     ("rope-key-only", stages.WrongPart(turned=("key",))),
+    ("rope-value-not-key", stages.WrongPart(turned=("query", "value"))),
     ("rope-before-split", stages.WrongPart(rope_first=True)),
     *((f"angles:{name}", stages.WrongPart(angle=value)) for name, value in ANGLES),
     ("positions:batch", stages.WrongPart(positions=0)),
@@ -315,9 +316,13 @@ MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
 )
 """The parts of a layer's RoPE changed (with rope=true)."""
 MASK_AFTER: tuple[tuple[str, stages.WrongPart], ...] = (
-    ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),)
+    ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),
+    ("mask:output-unmasked", stages.WrongPart(value_unmasked=True)),)
 MERGE_STRIDED: tuple[tuple[str, stages.WrongPart], ...] = (
-    ("merge:strided", stages.WrongPart(merge="strided")),)
+    ("merge:strided", stages.WrongPart(merge="strided")),
+    ("max-axis:query", stages.WrongPart(max_axis=2)),
+    ("max-axis:head", stages.WrongPart(max_axis=1)),
+    ("scale-after-softmax", stages.WrongPart(scale_after=True)),)
 """A forward's causal mask applied after its softmax, and its heads merged strided (a
 forward's parts alone: the reverse stages do not take them back)."""
 MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
@@ -327,6 +332,9 @@ MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("no-softmax-reverse", stages.WrongPart(softmax_reverse=False)),
     ("swapped:query-key", stages.WrongPart(swapped=True)),
     ("split-back:reshaped", stages.WrongPart(split_back="reshaped")),
+    ("rowsum-axis:query", stages.WrongPart(rowsum_axis=-2)),
+    ("value-path:no-w_output", stages.WrongPart(value_skips_w_output=True)),
+    ("dw-output:input", stages.WrongPart(w_output_from_input=True)),
     *((f"through:{name}", stages.WrongPart(through=index))
       for index, name in enumerate(("w_query", "w_key", "w_value"))),
 )

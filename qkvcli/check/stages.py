@@ -54,7 +54,13 @@ class WrongPart(Record):
     query, key, value) whose weight every path of ``grad_input`` goes back through
     (``-1``: each its own); ``shift``: added to every RoPE position (1: counted from 1);
     ``hidden`` ``own``: each query's own key hidden too but the first's (a cache step
-    that reads the earlier keys alone, the first step its own)."""
+    that reads the earlier keys alone, the first step its own); ``rowsum_axis``: the axis
+    the softmax reverse's row-sum term sums over; ``max_axis``: the axis whose maximum the
+    softmax subtracts; ``scale_after``: the weights divided by ``√d_h`` after an unscaled
+    softmax; ``value_unmasked``: the mixture made from the unmasked softmax (the weights
+    returned masked); ``w_output_from_input``: ``dW_O = Xᵀ dY``; ``value_skips_w_output``:
+    ``dV`` from the heads of ``dY``, not of ``dY W_Oᵀ`` (the forward's alone for the
+    first four)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -74,6 +80,12 @@ class WrongPart(Record):
     split_back: str = "blocked"
     through: int = -1
     shift: int = 0
+    rowsum_axis: int = -1
+    max_axis: int = -1
+    scale_after: bool = False
+    value_unmasked: bool = False
+    w_output_from_input: bool = False
+    value_skips_w_output: bool = False
 
 
 FINITE_FILL = -1e300
@@ -159,7 +171,8 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                      for name, values in split.items()}
         query, key, value = split["query"], split["key"], split["value"]
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
-        z = scale(query @ np.swapaxes(key, -1, -2), size, _given_scale(part, size, x))
+        z = scale(query @ np.swapaxes(key, -1, -2), size,
+                  1.0 if part.scale_after else _given_scale(part, size, x))
         scores = z
         if causal:
             hidden = causal_mask(z.shape[-1])
@@ -172,10 +185,18 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                 hidden = hidden.T
             if part.hidden != "after-softmax":
                 z = np.where(hidden, part.fill, z)
-        attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
+        if part.max_axis != -1 and z.size:  # each row's softmax of z - max over another axis
+            attention = softmax(z - np.max(z, axis=part.max_axis, keepdims=True))
+        else:
+            attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
         if causal and part.hidden == "after-softmax":
             attention = np.where(hidden, 0.0, attention)
-        mixed = attention @ value  # [B,H,T,T] @ [B,H,T,d_h] -> [B,H,T,d_h]
+        if part.scale_after:
+            attention = attention / size ** 0.5
+        mixing = attention
+        if causal and part.value_unmasked and scores.size:
+            mixing = _softmax_over(scores, -1)
+        mixed = mixing @ value  # [B,H,T,T] @ [B,H,T,d_h] -> [B,H,T,d_h]
         if part.merge == "strided":  # [B,T,d_h,H]: head h's column j at j H + h
             batch, count, tokens, each = mixed.shape
             merged = np.ascontiguousarray(mixed.transpose(0, 2, 3, 1)).reshape(
@@ -203,9 +224,14 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
             grad_heads = np.array(heads_axis(grad_merged, heads))
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
-        grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
+        into_value = (np.array(heads_axis(grad_output, heads)) if part.value_skips_w_output
+                      else grad_heads)
+        grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ into_value
         if not part.softmax_reverse:
             grad_s = grad_a
+        elif part.rowsum_axis != -1:  # A (dA - Σ dA A), the sum over another axis
+            grad_s = done.weights * (grad_a - np.sum(grad_a * done.weights,
+                                                     axis=part.rowsum_axis, keepdims=True))
         elif part.rowsum:
             grad_s = _softmax_back_over(done.weights, grad_a, part.softmax_axis)
         else:
@@ -242,7 +268,8 @@ def backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rop
     rows = batch * tokens
     with np.errstate(all="ignore"):
         # [d,BT] @ [BT,d] -> dW_O
-        grad_w_output = (done.merged.reshape(rows, width).T
+        given_rows = x if part.w_output_from_input else done.merged
+        grad_w_output = (given_rows.reshape(rows, int(given_rows.shape[-1])).T
                          @ grad_output.reshape(rows, grad_output.shape[-1]))
         joined = np.concatenate(grads, axis=-1)
         given = (w_query, w_key, w_value)

@@ -79,6 +79,20 @@ VARIANT_WORDS = {
     "positions:from-one": "{0}: RoPE counts positions from 1 instead of 0",
     "mask:own-key": ("{0}: each step attends to the earlier keys alone, leaving its own key "
                      "and value out (the first step reads its own alone)"),
+    "rowsum-axis:query": ("{0}: the softmax backward's row-sum term sums over the query "
+                          "axis instead of each query's keys"),
+    "value-path:no-w_output": ("{0}: dV is made from the heads of dY, not of dY W_O^T (W_O "
+                               "left out of the value path)"),
+    "dw-output:input": "{0}: grad_w_output is X^T dY instead of merged^T dY",
+    "max-axis:query": ("{0}: the softmax subtracts the maximum over the query axis instead "
+                       "of each query's own row"),
+    "max-axis:head": ("{0}: the softmax subtracts the maximum over the heads axis instead of "
+                      "each query's own row"),
+    "scale-after-softmax": ("{0}: the scores are scaled after the softmax (softmax(Q K^T) / "
+                            "sqrt(d_h)) instead of before it"),
+    "mask:output-unmasked": ("{0}: the output is mixed with the unmasked weights (the "
+                             "weights returned are masked)"),
+    "rope-value-not-key": "{0}: RoPE turns the queries and the values instead of the keys",
     "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
     "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
 }
