@@ -318,3 +318,12 @@ def test_two_weight_gradients_swapped_are_one_slip_naming_both() -> None:
     slips = [line for line in text.splitlines() if line.startswith("slip: ")]
     assert slips == ["slip: grad_w_key uses the value branch's gradient dL/dV; grad_w_value "
                      "uses the key branch's gradient dL/dK (reverse)"], text
+
+
+def test_one_slip_in_the_forward_and_the_reverse_is_one_slip_line() -> None:
+    """Scores divided by d_k forward and back: the head-forward's catalogued name and the
+    reverse's relation (divisor d_h) are one slip, named once with every family."""
+    text = checked("wrong_head_scale_dk.py")
+    slips = [line for line in text.splitlines() if line.startswith("slip: ")]
+    assert slips == ["slip: scores are divided by d_k instead of sqrt(d_k) (head-forward, "
+                     "scaling, head-reverse)"], text

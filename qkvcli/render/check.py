@@ -568,8 +568,17 @@ SLIP_CODES = frozenset({
 """The clause codes that name a slip (what the code did wrong), beside those that say
 where a value differs; every ``slip-*`` clause (a KV cache's) names one too."""
 SAME_SLIP = {"diagonal-hidden": "mask:diagonal", "masked-after-softmax": "mask:after-softmax"}
-"""A family's slip code that names the slip a relation's variant names (the mask family's
-own finding and the forward's ``mask:diagonal``): one slip, one line."""
+SAME_SLIP.update({"by-d_k": "divisor:d_h", "by-root-d_model": "divisor:root d_model"})
+"""A family's slip code, or a catalogued slip, that names the slip a relation's variant
+names (the mask family's own finding and the forward's ``mask:diagonal``; a head's scores
+divided by ``d_k`` and its reverse's ``divisor:d_h``): one slip, one line."""
+
+
+def _same(slips: Any) -> Any:
+    """The key of a catalogued slip (one slip: the variant code that names it too)."""
+    if isinstance(slips, tuple) and len(slips) == 1 and isinstance(slips[0], str):
+        return SAME_SLIP.get(slips[0], slips)
+    return slips
 
 
 def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
@@ -578,10 +587,11 @@ def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
     words."""
     if code in ("slip-differs", "mask-positions"):  # the slips alone, not the mismatch
         if facts[0]:
-            yield facts[0], _slips(facts[0])
+            yield _same(facts[0]), _slips(facts[0])
         return
     if code in SLIP_CODES or code.startswith("slip-"):
-        yield SAME_SLIP.get(code, facts[0] if code == "slip" else code), _words(code, facts)
+        yield SAME_SLIP.get(code, _same(facts[0]) if code == "slip" else code), _words(
+            code, facts)
         return
     if code in ("relation-differs", "relations"):  # the relations alone, not the mismatch
         if facts[0]:
