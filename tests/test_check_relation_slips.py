@@ -38,7 +38,32 @@ NAMED = {
     "wrong_rope_reverse_degrees.py": (
         "multi-head-reverse", "mha_backward: RoPE's angles are taken as degrees (each angle "
         "times pi/180) in the turn back through RoPE alone"),
+    "wrong_mha_no_value_path.py": ("multi-head-reverse", "grad_input misses the value path"),
+    "wrong_mha_dx_through_wq.py": (
+        "multi-head-reverse", "mha_backward sends every path of grad_input through W_Q^T "
+        "(dX = (dQ + dK + dV) W_Q^T)"),
+    "wrong_mha_split_back_reshaped.py": (
+        "multi-head-reverse", "mha_backward splits dC = dY W_O^T into the heads with a reshape "
+        "and no transpose"),
+    "wrong_mha_rowsum_over_queries.py": (
+        "multi-head-reverse", "mha_backward: the softmax backward's row-sum term sums over "
+        "the query axis instead of each query's keys"),
+    "wrong_mha_dwo_from_input.py": (
+        "multi-head-reverse", "mha_backward: grad_w_output is X^T dY instead of merged^T dY"),
+    "wrong_mha_dv_without_wo.py": (
+        "multi-head-reverse", "mha_backward: dV is made from the heads of dY, not of dY W_O^T"),
     # multi-head attention's forward
+    "wrong_mha_softmax_max_over_queries.py": (
+        "multi-head", "mha_forward: the softmax subtracts the maximum over the query axis "
+        "instead of each query's own row"),
+    "wrong_mha_rope_value_not_key.py": (
+        "multi-head", "mha_forward: RoPE turns the queries and the values instead of the keys"),
+    "wrong_mha_output_unmasked.py": (
+        "multi-head", "mha_forward: the output is mixed with the unmasked weights (the weights "
+        "returned are masked)"),
+    "wrong_mha_scale_after_softmax.py": (
+        "multi-head", "mha_forward: the scores are scaled after the softmax (softmax(Q K^T) / "
+        "sqrt(d_h)) instead of before it"),
     "wrong_mha_merge_strided.py": (
         "multi-head", "mha_forward: the heads are merged strided (head h's column j at j*H + h) "
         "instead of side by side (at h*d_h + j)"),
@@ -85,6 +110,17 @@ NAMED = {
     "wrong_head_float32_softmax.py": (
         "head-forward", "weights agrees with qkv only to float32 rounding"),
     # the projections
+    "wrong_projections_dx_through_wq.py": (
+        "reverse", "grad_input sends every path through W_Q^T (dX = (dQ + dK + dV) W_Q^T)"),
+    # a layer's KV cache
+    "wrong_cache_positions_from_one.py": (
+        "cache-steps", "cache_steps: RoPE counts positions from 1 instead of 0"),
+    "wrong_cache_scale_dmodel.py": (
+        "cache-steps", "cache_steps: each head's scores are divided by sqrt(d_model) instead "
+        "of sqrt(d_h)"),
+    "wrong_cache_own_key_out.py": (
+        "cache-steps", "cache_steps: each step attends to the earlier keys alone, leaving its "
+        "own key and value out"),
     "wrong_projections_dwq_transposed.py": ("reverse", "grad_w_query is qkv's transposed"),
     "wrong_projections_dw_mean.py": (
         "reverse", "grad_w_query is 1/(B*T) times qkv's (a mean over the B*T rows where qkv "
@@ -206,8 +242,9 @@ def test_a_result_holding_nan_is_said_so_and_its_slip_named(example: str) -> Non
     assert not any("non-causal" in line for line in found), text  # only the mask is wrong
     operation = "mha_forward" if "mha" in example else "head_forward"
     slips = [line for line in text.splitlines() if line.startswith("slip: ")]
-    assert (f"slip: {operation}: the causal mask hides the diagonal too (a position must see "
-            f"itself) ({forward})") in slips, text
+    families = f"{forward}, mask" if forward == "head-forward" else forward
+    assert slips == [f"slip: {operation}: the causal mask hides the diagonal too (a position "
+                     f"must see itself) ({families})"], text  # one slip, one line
 
 
 def test_a_rope_holding_nan_is_said_so_and_never_named(tmp_path: Path) -> None:
@@ -249,3 +286,44 @@ def test_a_catalogued_slip_the_fixtures_cannot_tell_from_others_is_said_as_eithe
     assert "on this fixture, either" in line, text
     assert "RoPE takes each position from the batch axis instead of the token axis" in line
     assert "rope=true is ignored" not in text, text
+
+
+@pytest.mark.parametrize("example", ["wrong_cache_positions_from_one.py",
+                                     "wrong_cache_scale_dmodel.py",
+                                     "wrong_cache_own_key_out.py"])
+def test_a_cache_whose_steps_are_wrong_is_not_judged_on_its_refusals(example: str) -> None:
+    """The refused steps' values are compared with the engine's; where the plain steps
+    are already wrong (cache-steps fails), that comparison would blame the refusal: the
+    family is not run and says why, and the one slip named is the steps'."""
+    text = checked(example)
+    line = next(line for line in text.splitlines() if line.startswith("cache-refusals "))
+    assert " SKIP " in line and "its cache_steps is wrong already" in line, text
+    slips = [line for line in text.splitlines() if line.startswith("slip: ")]
+    assert len(slips) == 1 and slips[0].endswith("(cache-steps)"), text
+
+
+def test_a_cache_that_only_refuses_wrongly_is_still_judged(tmp_path: Path) -> None:
+    """A cache right step by step but whose refused step counts a position is judged on
+    its refusals: the skip is for caches wrong before the refusal alone."""
+    source = (EXAMPLES / "wrong_cache_append_before_check.py").read_text(encoding="utf-8")
+    assert "append-before-check" in source
+    text = checked("wrong_cache_append_before_check.py")
+    line = next(line for line in text.splitlines() if line.startswith("cache-refusals "))
+    assert " FAIL " in line, text
+
+
+def test_two_weight_gradients_swapped_are_one_slip_naming_both() -> None:
+    """dW_K and dW_V swapped: one finding on two tensors is one slip line naming both."""
+    text = checked("wrong_projections_dwk_dwv_swapped.py")
+    slips = [line for line in text.splitlines() if line.startswith("slip: ")]
+    assert slips == ["slip: grad_w_key uses the value branch's gradient dL/dV; grad_w_value "
+                     "uses the key branch's gradient dL/dK (reverse)"], text
+
+
+def test_one_slip_in_the_forward_and_the_reverse_is_one_slip_line() -> None:
+    """Scores divided by d_k forward and back: the head-forward's catalogued name and the
+    reverse's relation (divisor d_h) are one slip, named once with every family."""
+    text = checked("wrong_head_scale_dk.py")
+    slips = [line for line in text.splitlines() if line.startswith("slip: ")]
+    assert slips == ["slip: scores are divided by d_k instead of sqrt(d_k) (head-forward, "
+                     "scaling, head-reverse)"], text

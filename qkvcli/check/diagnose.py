@@ -183,7 +183,9 @@ def _borrowed(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Arr
               paths: list[Array], tolerance: float) -> Clause | None:
     """``borrowed-weight`` or ``borrowed-gradient`` (the path's branch, the branch it
     borrowed from) when one path borrows another's weight or upstream gradient,
-    ``swapped-weights`` (two branches) when two paths swap their weights; else ``None``."""
+    ``swapped-weights`` (two branches) when two paths swap their weights,
+    ``through-weight`` (the branch) when every path goes back through one branch's
+    weight (``(dQ + dK + dV) W_Q^T``); else ``None``."""
     total = paths[0] + paths[1] + paths[2]
     for branch in range(3):
         for grad in range(3):
@@ -202,6 +204,10 @@ def _borrowed(grad_input: Array, weights: tuple[Array, ...], upstream: tuple[Arr
                    + upstream[first] @ weights[second].T + upstream[second] @ weights[first].T)
         if close(grad_input, swapped, tolerance):
             return Clause("swapped-weights", (BRANCHES[first], BRANCHES[second]))
+    summed = upstream[0] + upstream[1] + upstream[2]
+    for weight in range(3):  # [B,T,h] @ [h,d]: every path back through one branch's W
+        if close(grad_input, summed @ weights[weight].T, tolerance):
+            return Clause("through-weight", (BRANCHES[weight],))
     return None
 
 

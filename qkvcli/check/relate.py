@@ -293,6 +293,7 @@ MHA_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("softmax-axis:batch", stages.WrongPart(softmax_axis=0)),
     ("divisor:d_h", stages.WrongPart(divisor="d_h")),
     ("divisor:d_model", stages.WrongPart(divisor="d_model")),
+    ("divisor:root d_model", stages.WrongPart(divisor="root d_model")),
     ("divisor:d_h/2", stages.WrongPart(divisor="d_h/2")),
     ("divisor:2 d_h", stages.WrongPart(divisor="2 d_h")),
 )
@@ -305,17 +306,23 @@ MHA_MASK_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
 MHA_ROPE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("rope-query-only", stages.WrongPart(turned=("query",))),
     ("rope-key-only", stages.WrongPart(turned=("key",))),
+    ("rope-value-not-key", stages.WrongPart(turned=("query", "value"))),
     ("rope-before-split", stages.WrongPart(rope_first=True)),
     *((f"angles:{name}", stages.WrongPart(angle=value)) for name, value in ANGLES),
     ("positions:batch", stages.WrongPart(positions=0)),
     ("positions:head", stages.WrongPart(positions=1)),
     ("offset-ignored", stages.WrongPart(from_zero=True)),
+    ("positions:from-one", stages.WrongPart(shift=1)),
 )
 """The parts of a layer's RoPE changed (with rope=true)."""
 MASK_AFTER: tuple[tuple[str, stages.WrongPart], ...] = (
-    ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),)
+    ("mask:after-softmax", stages.WrongPart(hidden="after-softmax")),
+    ("mask:output-unmasked", stages.WrongPart(value_unmasked=True)),)
 MERGE_STRIDED: tuple[tuple[str, stages.WrongPart], ...] = (
-    ("merge:strided", stages.WrongPart(merge="strided")),)
+    ("merge:strided", stages.WrongPart(merge="strided")),
+    ("max-axis:query", stages.WrongPart(max_axis=2)),
+    ("max-axis:head", stages.WrongPart(max_axis=1)),
+    ("scale-after-softmax", stages.WrongPart(scale_after=True)),)
 """A forward's causal mask applied after its softmax, and its heads merged strided (a
 forward's parts alone: the reverse stages do not take them back)."""
 MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
@@ -324,6 +331,12 @@ MHA_REVERSE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
     ("no-rowsum", stages.WrongPart(rowsum=False)),
     ("no-softmax-reverse", stages.WrongPart(softmax_reverse=False)),
     ("swapped:query-key", stages.WrongPart(swapped=True)),
+    ("split-back:reshaped", stages.WrongPart(split_back="reshaped")),
+    ("rowsum-axis:query", stages.WrongPart(rowsum_axis=-2)),
+    ("value-path:no-w_output", stages.WrongPart(value_skips_w_output=True)),
+    ("dw-output:input", stages.WrongPart(w_output_from_input=True)),
+    *((f"through:{name}", stages.WrongPart(through=index))
+      for index, name in enumerate(("w_query", "w_key", "w_value"))),
 )
 """The reverse's stages with an operand left untransposed, a part of the softmax's
 reverse left out, or dQ's and dK's operands swapped."""
@@ -454,3 +467,40 @@ def _mha_paths(run: Run) -> Parts:
     for label, grad, weight in zip(PATHS, grads, weights[:3], strict=True):
         found.append((label, grad @ weight.T))  # [B,T,W] @ [W,d] -> [B,T,d]
     return tuple(found)
+
+
+CACHE_PARTS: tuple[tuple[str, stages.WrongPart], ...] = (
+    *MHA_PARTS, *MHA_MASK_PARTS, *MASK_AFTER, *MERGE_STRIDED, *MHA_ROPE_PARTS,
+    ("mask:own-key", stages.WrongPart(hidden="own")),
+)
+"""The parts of a cached layer's stages changed: a layer's, and each step reading the
+earlier keys alone (the first its own)."""
+
+
+def cache_variants(x: Array, weights: tuple[Array, ...], heads: int, base: float,
+                   got: Bundle, tolerance: float) -> tuple[Clause, ...]:
+    """``variant`` clauses (``cache_steps``, a code of :data:`CACHE_PARTS`) for each part
+    whose causal pass gives a cache's whole run ``got`` (``(output, keys, values)``: each
+    step's output, the keys and values held after the last) where the engine's does not:
+    a cached step is the last row of the causal pass over its prefix, so the pass's
+    rows with one part changed are what a cache with that slip gives."""
+    width = int(weights[0].shape[1])
+    if not heads or width % heads or (width // heads) % 2 or not x.size:
+        return ()
+
+    def bundle(part: stages.WrongPart) -> Bundle:
+        done = stages.forward(x, weights, heads, True, True, base, 0, part)
+        return done.output, done.key, done.value
+
+    def bound(part: stages.WrongPart) -> Callable[[], Bundle]:
+        return lambda: bundle(part)
+
+    expected = bundle(stages.PLAIN)
+    whole: list[Clause] = []  # fitted where the candidate is defined throughout
+    partly: list[Clause] = []  # fitted where it is defined (a row it leaves 0/0)
+    for code, part in filled(CACHE_PARTS, True):
+        candidate = _computed(bound(part))
+        if _fits(got, candidate, expected, tolerance):
+            defined = all(np.isfinite(c).all() for c in candidate)
+            (whole if defined else partly).append(Clause("variant", ("cache_steps", code)))
+    return tuple(dict.fromkeys(whole or partly))

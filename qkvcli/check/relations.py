@@ -141,6 +141,11 @@ def counted_parts(name: str, got: Array, parts: Sequence[tuple[str, Array]], nam
     ``root d_k``...): a fit with a free count would always be found."""
     if len(parts) < 2 or any(p.shape != got.shape for _, p in parts):
         return ()
+    # A part that is zero on this fixture (a query's one key: no score gradient) adds
+    # nothing whatever its count: the others are fitted alone, it counted once.
+    parts = [(label, p) for label, p in parts if np.any(p)]
+    if not parts:
+        return ()
     basis = np.stack([p.reshape(-1) for _, p in parts], axis=1)
     if basis.shape[0] < len(parts) + SPARE or not np.isfinite(basis).all() or \
             np.linalg.matrix_rank(basis) < len(parts):
@@ -221,8 +226,15 @@ def relations(name: str, got: Array, expected: Array, named: Named, axes: Sequen
                 return found
         return ()
 
+    def factor_or_parts() -> tuple[Clause, ...]:
+        # all zeros is also its non-zero parts each counted 0 (a fixture where the other
+        # paths are zero): said both ways, so that the fixtures agree on the parts
+        found = factor(name, got, expected, named, tolerance)
+        zero = Clause("factor", (name, "0")) in found
+        return found + split_parts() if zero else found
+
     tries: tuple[Callable[[], tuple[Clause, ...]], ...] = (
-        lambda: factor(name, got, expected, named, tolerance),
+        factor_or_parts,
         lambda: exchanged(name, got, expected, axes, tolerance),
         lambda: one_for_all(name, got, expected, axes, tolerance),
         split_parts,

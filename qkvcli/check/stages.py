@@ -48,7 +48,19 @@ class WrongPart(Record):
     by side (``blocked``: head ``h``'s column ``j`` at ``h d_h + j``; ``strided``: at
     ``j H + h``; the forward's alone); ``fill``: what a hidden score becomes
     (``-inf``, or a learner's large finite negative, :data:`FINITE_FILL`: a softmax over
-    scores all hidden is then uniform, not 0/0)."""
+    scores all hidden is then uniform, not 0/0); ``split_back``: how the reverse splits
+    ``dC`` into the heads (``blocked``: as the forward splits; ``reshaped``: ``[B,T,W]``
+    reshaped to ``[B,H,T,d_h]`` with no transpose); ``through``: the branch (0, 1, 2:
+    query, key, value) whose weight every path of ``grad_input`` goes back through
+    (``-1``: each its own); ``shift``: added to every RoPE position (1: counted from 1);
+    ``hidden`` ``own``: each query's own key hidden too but the first's (a cache step
+    that reads the earlier keys alone, the first step its own); ``rowsum_axis``: the axis
+    the softmax reverse's row-sum term sums over; ``max_axis``: the axis whose maximum the
+    softmax subtracts; ``scale_after``: the weights divided by ``√d_h`` after an unscaled
+    softmax; ``value_unmasked``: the mixture made from the unmasked softmax (the weights
+    returned masked); ``w_output_from_input``: ``dW_O = Xᵀ dY``; ``value_skips_w_output``:
+    ``dV`` from the heads of ``dY``, not of ``dY W_Oᵀ`` (the forward's alone for the
+    first four)."""
 
     softmax_axis: int = -1
     turned: tuple[str, ...] = ("query", "key")
@@ -65,6 +77,15 @@ class WrongPart(Record):
     divisor: str = "root"
     merge: str = "blocked"
     fill: float = -np.inf
+    split_back: str = "blocked"
+    through: int = -1
+    shift: int = 0
+    rowsum_axis: int = -1
+    max_axis: int = -1
+    scale_after: bool = False
+    value_unmasked: bool = False
+    w_output_from_input: bool = False
+    value_skips_w_output: bool = False
 
 
 FINITE_FILL = -1e300
@@ -78,7 +99,7 @@ Turn = Callable[[Array, bool], Array]
 
 def rope_turn(base: float, offset: int, width: int, part: WrongPart) -> Turn:
     """RoPE as ``part`` turns ``[..., T, width]`` (``inverse``: back)."""
-    offset = 0 if part.from_zero else offset
+    offset = (0 if part.from_zero else offset) + part.shift
     rope = Rope(base, width, "interleaved", offset)
     if part.angle != 1.0:
         frequencies = inverse_frequencies(rope) * part.angle
@@ -150,20 +171,32 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                      for name, values in split.items()}
         query, key, value = split["query"], split["key"], split["value"]
         # [B,H,T,d_h] @ [B,H,d_h,T] -> [B,H,T,T]
-        z = scale(query @ np.swapaxes(key, -1, -2), size, _given_scale(part, size, x))
+        z = scale(query @ np.swapaxes(key, -1, -2), size,
+                  1.0 if part.scale_after else _given_scale(part, size, x))
         scores = z
         if causal:
             hidden = causal_mask(z.shape[-1])
             if part.hidden == "diagonal":
                 hidden = hidden | np.eye(z.shape[-1], dtype=bool)
+            elif part.hidden == "own":
+                hidden = hidden | np.eye(z.shape[-1], dtype=bool)
+                hidden[0, 0] = False
             elif part.hidden == "earlier":
                 hidden = hidden.T
             if part.hidden != "after-softmax":
                 z = np.where(hidden, part.fill, z)
-        attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
+        if part.max_axis != -1 and z.size:  # each row's softmax of z - max over another axis
+            attention = softmax(z - np.max(z, axis=part.max_axis, keepdims=True))
+        else:
+            attention = _softmax_over(z, part.softmax_axis) if z.size else np.zeros(z.shape)
         if causal and part.hidden == "after-softmax":
             attention = np.where(hidden, 0.0, attention)
-        mixed = attention @ value  # [B,H,T,T] @ [B,H,T,d_h] -> [B,H,T,d_h]
+        if part.scale_after:
+            attention = attention / size ** 0.5
+        mixing = attention
+        if causal and part.value_unmasked and scores.size:
+            mixing = _softmax_over(scores, -1)
+        mixed = mixing @ value  # [B,H,T,T] @ [B,H,T,d_h] -> [B,H,T,d_h]
         if part.merge == "strided":  # [B,T,d_h,H]: head h's column j at j H + h
             batch, count, tokens, each = mixed.shape
             merged = np.ascontiguousarray(mixed.transpose(0, 2, 3, 1)).reshape(
@@ -183,12 +216,22 @@ def branch_gradients(x: Array, weights: tuple[Array, ...], heads: int, causal: b
     size = width // heads
     with np.errstate(all="ignore"):
         # [B,T,d] @ [d,d] -> dC, split into the heads' dO
-        grad_heads = np.array(heads_axis(grad_output @ w_output.T, heads))
+        grad_merged = grad_output @ w_output.T
+        if part.split_back == "reshaped":  # [B,T,W] read as [B,H,T,d_h]
+            batch, tokens, _ = grad_merged.shape
+            grad_heads = grad_merged.reshape(batch, heads, tokens, size)
+        else:
+            grad_heads = np.array(heads_axis(grad_merged, heads))
         grad_a = grad_heads @ np.swapaxes(done.value, -1, -2)
         a_t = np.swapaxes(done.weights, -1, -2)
-        grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ grad_heads
+        into_value = (np.array(heads_axis(grad_output, heads)) if part.value_skips_w_output
+                      else grad_heads)
+        grad_value = (done.weights if part.untransposed == "grad_value" else a_t) @ into_value
         if not part.softmax_reverse:
             grad_s = grad_a
+        elif part.rowsum_axis != -1:  # A (dA - Σ dA A), the sum over another axis
+            grad_s = done.weights * (grad_a - np.sum(grad_a * done.weights,
+                                                     axis=part.rowsum_axis, keepdims=True))
         elif part.rowsum:
             grad_s = _softmax_back_over(done.weights, grad_a, part.softmax_axis)
         else:
@@ -225,12 +268,15 @@ def backward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rop
     rows = batch * tokens
     with np.errstate(all="ignore"):
         # [d,BT] @ [BT,d] -> dW_O
-        grad_w_output = (done.merged.reshape(rows, width).T
+        given_rows = x if part.w_output_from_input else done.merged
+        grad_w_output = (given_rows.reshape(rows, int(given_rows.shape[-1])).T
                          @ grad_output.reshape(rows, grad_output.shape[-1]))
         joined = np.concatenate(grads, axis=-1)
         given = (w_query, w_key, w_value)
         if part.untransposed == "grad_input":  # dX = dQ W_Q + ...: square weights alone
             given = tuple(w.T for w in given)
+        if part.through >= 0:  # dX = (dQ + dK + dV) W^T of one branch's W
+            given = (given[part.through],) * 3
         # [BT,3W] @ [3W,d] -> dX; [d,BT] @ [BT,3W] -> [dW_Q|dW_K|dW_V]
         grad_rows, grad_w = project_back(x.reshape(rows, d_model), joined.reshape(rows, 3 * width),
                                          np.concatenate(given, axis=1))

@@ -193,6 +193,8 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "mha_forward": "its mha_forward failed (see multi-head)",
     "mha_backward": "its mha_backward failed (see multi-head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
+    "cache-steps": ("its cache_steps is wrong already (see cache-steps): a refused step's "
+                    "values cannot be judged against qkv's"),
     "no-fixture": "no fixture given has what its claim needs (a batch item and the tokens it reads)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
@@ -381,6 +383,9 @@ CLAUSE_WORDS: dict[str, str | Callable[..., str]] = {
     "swapped-weights": lambda first, second: (
         f"grad_input's {first} and {second} paths swap W_{LETTERS[first]} and "
         f"W_{LETTERS[second]}"),
+    "through-weight": lambda branch: (
+        f"grad_input sends every path through W_{LETTERS[branch]}^T "
+        f"(dX = (dQ + dK + dV) W_{LETTERS[branch]}^T)"),
     "not-three-paths": "grad_input is not dQ W_Q^T + dK W_K^T + dV W_V^T",
     "other-branch-gradient": lambda branch, other: (
         f"grad_w_{branch} uses the {other} branch's gradient dL/d{LETTERS[other]}"),
@@ -557,10 +562,23 @@ def render_check_text(result: CheckResult) -> str:
 
 SLIP_CODES = frozenset({
     "slip", "path-counts", "borrowed-weight", "borrowed-gradient", "swapped-weights",
+    "through-weight",
     "other-branch-gradient", "summed-paths", "computed-with", "precision", "overflow",
     "overflow-said", "diagonal-hidden", "masked-after-softmax"})
 """The clause codes that name a slip (what the code did wrong), beside those that say
 where a value differs; every ``slip-*`` clause (a KV cache's) names one too."""
+SAME_SLIP = {"diagonal-hidden": "mask:diagonal", "masked-after-softmax": "mask:after-softmax"}
+SAME_SLIP.update({"by-d_k": "divisor:d_h", "by-root-d_model": "divisor:root d_model"})
+"""A family's slip code, or a catalogued slip, that names the slip a relation's variant
+names (the mask family's own finding and the forward's ``mask:diagonal``; a head's scores
+divided by ``d_k`` and its reverse's ``divisor:d_h``): one slip, one line."""
+
+
+def _same(slips: Any) -> Any:
+    """The key of a catalogued slip (one slip: the variant code that names it too)."""
+    if isinstance(slips, tuple) and len(slips) == 1 and isinstance(slips[0], str):
+        return SAME_SLIP.get(slips[0], slips)
+    return slips
 
 
 def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
@@ -569,20 +587,29 @@ def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
     words."""
     if code in ("slip-differs", "mask-positions"):  # the slips alone, not the mismatch
         if facts[0]:
-            yield facts[0], _slips(facts[0])
+            yield _same(facts[0]), _slips(facts[0])
         return
     if code in SLIP_CODES or code.startswith("slip-"):
-        yield (facts[0] if code == "slip" else code), _words(code, facts)
+        yield SAME_SLIP.get(code, _same(facts[0]) if code == "slip" else code), _words(
+            code, facts)
         return
     if code in ("relation-differs", "relations"):  # the relations alone, not the mismatch
         if facts[0]:
-            said = relations(facts[0])
-            yield said, said
+            variants = [c.facts[1] for c in facts[0] if c.code == "variant"]
+            key = (variants[0] if len(variants) == len(facts[0]) == 1
+                   else tuple(facts[0]))
+            yield key, relations(facts[0])
         return
     for fact in facts:
-        for clause in (fact if isinstance(fact, tuple) else (fact,)):
-            if isinstance(clause, Clause):
-                yield from _slip_names(clause.code, clause.facts)
+        if isinstance(fact, tuple):  # the slips of one finding's tensors: one slip
+            found = [named for clause in fact if isinstance(clause, Clause)
+                     for named in _slip_names(clause.code, clause.facts)]
+            if len(found) > 1:
+                yield tuple(key for key, _ in found), "; ".join(said for _, said in found)
+            else:
+                yield from found
+        elif isinstance(fact, Clause):
+            yield from _slip_names(fact.code, fact.facts)
 
 
 def named_slips(result: CheckResult) -> dict[str, tuple[str, ...]]:

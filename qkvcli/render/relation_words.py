@@ -41,6 +41,8 @@ VARIANT_WORDS = {
                        "token axis"),
     "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
     "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
+    "divisor:root d_model": ("{0}: each head's scores are divided by sqrt(d_model) instead "
+                             "of sqrt(d_h)"),
     "divisor:d_h/2": ("{0}: each head's scores are divided by d_h/2 instead of sqrt(d_h) "
                       "(in Python, d_h ** 1/2 is (d_h ** 1) / 2)"),
     "divisor:2 d_h": ("{0}: each head's scores are divided by 2*d_h instead of sqrt(d_h) "
@@ -65,6 +67,32 @@ VARIANT_WORDS = {
     "transposed:w_key": "{0} uses W_K transposed (X W_K^T)",
     "transposed:w_value": "{0} uses W_V transposed (X W_V^T)",
     "transposed:w_output": "{0} uses W_O transposed (merged W_O^T)",
+    "split-back:reshaped": ("{0} splits dC = dY W_O^T into the heads with a reshape and no "
+                            "transpose ([B,T,d] read as [B,H,T,d_h]), unlike the forward's "
+                            "split"),
+    "through:w_query": ("{0} sends every path of grad_input through W_Q^T "
+                        "(dX = (dQ + dK + dV) W_Q^T)"),
+    "through:w_key": ("{0} sends every path of grad_input through W_K^T "
+                      "(dX = (dQ + dK + dV) W_K^T)"),
+    "through:w_value": ("{0} sends every path of grad_input through W_V^T "
+                        "(dX = (dQ + dK + dV) W_V^T)"),
+    "positions:from-one": "{0}: RoPE counts positions from 1 instead of 0",
+    "mask:own-key": ("{0}: each step attends to the earlier keys alone, leaving its own key "
+                     "and value out (the first step reads its own alone)"),
+    "rowsum-axis:query": ("{0}: the softmax backward's row-sum term sums over the query "
+                          "axis instead of each query's keys"),
+    "value-path:no-w_output": ("{0}: dV is made from the heads of dY, not of dY W_O^T (W_O "
+                               "left out of the value path)"),
+    "dw-output:input": "{0}: grad_w_output is X^T dY instead of merged^T dY",
+    "max-axis:query": ("{0}: the softmax subtracts the maximum over the query axis instead "
+                       "of each query's own row"),
+    "max-axis:head": ("{0}: the softmax subtracts the maximum over the heads axis instead of "
+                      "each query's own row"),
+    "scale-after-softmax": ("{0}: the scores are scaled after the softmax (softmax(Q K^T) / "
+                            "sqrt(d_h)) instead of before it"),
+    "mask:output-unmasked": ("{0}: the output is mixed with the unmasked weights (the "
+                             "weights returned are masked)"),
+    "rope-value-not-key": "{0}: RoPE turns the queries and the values instead of the keys",
     "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
     "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
 }
