@@ -393,3 +393,16 @@ def test_junit_names_a_chapter_check_as_its_json_does(tmp_path: Path) -> None:
     document = json.loads(invoke(["run", str(bundled), "--format", "json"], tmp_path).stdout)
     assert names == [check["name"] for check in document["checks"]]
     assert "prefix" in names and "prefix_invariance" not in names
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--junit", "out.xml"], "--chapter does not take --junit"),
+    (["a.json", "b.json"], "--chapter takes one fixture; with several"),
+])
+def test_chapter_with_a_batch_says_which_option_made_it_a_batch(
+        tmp_path: Path, extra: list[str], said: str) -> None:
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(bundled_fixture_text(), encoding="utf-8")
+    result = invoke(["run", "--chapter", "26", *extra], tmp_path)
+    assert result.exit_code == 2 and said in result.output
+    assert not (tmp_path / "out.xml").exists()

@@ -139,8 +139,13 @@ def run(
 
         reject_single_options(golden)
         if chapter is not None:
-            raise click.UsageError("--chapter takes one fixture; with several, each fixture's "
-                                   "\"chapter\" key says which chapter it is")
+            raise click.UsageError(
+                "--chapter takes one fixture; with several, each fixture's \"chapter\" key "
+                "says which chapter it is" if junit is None or len(fixtures) > 1
+                or any(path.is_dir() for path in fixtures) else
+                "--chapter does not take --junit: --junit runs fixtures as a batch, where each "
+                "fixture's \"chapter\" key says which chapter it is (name the fixture: "
+                "qkv run FIXTURE --junit FILE)")
         if view.exports or html is not None:
             raise click.UsageError("--export-svg/--export-html/--html take a single fixture file")
         if fmt not in ("auto", "text"):  # the summary is one table of plain lines
