@@ -128,11 +128,14 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
     q, k, v = (_split(t, heads) for t in (q, k, v))
     if rope_on and slip != "rope-before-split":
         q = rope(q, base, offset)
-        k = k if slip == "rope-query-only" else rope(k, base, offset)
-        if BUG == "rope-on-value":
+        k = k if slip == "rope-query-only" or BUG == "rope-value-not-key" else rope(
+            k, base, offset)
+        if BUG in ("rope-on-value", "rope-value-not-key"):  # V turned (where K should be)
             v = rope(v, base, offset)
     size = x.shape[2] // heads
-    scores = q @ np.swapaxes(k, -1, -2) / _scale(size)  # [B,H,T,T]
+    scores = q @ np.swapaxes(k, -1, -2)  # [B,H,T,T]
+    if BUG != "scale-after-softmax":  # the slip: softmax(Q K^T) / sqrt(d_h)
+        scores = scores / _scale(size)
     tokens = x.shape[1]
     if causal:
         future = np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
@@ -146,7 +149,12 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
             weights = e / np.sum(e, axis=1, keepdims=True)
     else:
         weights = _softmax(scores)
-    heads_out = weights @ v  # [B,H,T,d_h]
+    if BUG == "scale-after-softmax":
+        weights = weights / _scale(size)
+    mixed = weights  # the slip: the weights returned are masked, the mixture's are not
+    if causal and BUG == "output-unmasked":
+        mixed = _softmax(q @ np.swapaxes(k, -1, -2) / _scale(size))
+    heads_out = mixed @ v  # [B,H,T,d_h]
     if BUG == "wo-before-merge":  # each head through its own block of W_O, then merged
         blocks = [heads_out[:, h] @ w_output[h * size:(h + 1) * size, h * size:(h + 1) * size]
                   for h in range(heads)]
@@ -189,7 +197,11 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
     grad_s = _softmax_reverse(a, grad_a) / (1.0 if BUG == "backward-unscaled" else _scale(size))
     grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
     if rope_on and BUG != "rope-backward-ignored":  # the rotation's reverse carries it back
-        grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
+        if BUG == "rope-value-not-key":  # V turned back where K should be
+            grad_q, grad_v = rope_reverse(grad_q, base, offset), rope_reverse(grad_v, base, offset)
+        else:
+            grad_q, grad_k = (rope_reverse(grad_q, base, offset),
+                              rope_reverse(grad_k, base, offset))
         if BUG == "rope-on-value":
             grad_v = rope_reverse(grad_v, base, offset)
     grads = [_merge(g) for g in (grad_q, grad_k, grad_v)]
