@@ -145,7 +145,11 @@ class Kind(Record):
     relate_backward: Explain | None = None
 
     def takes(self, case: Case) -> bool:
-        """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
+        """Whether the kind's families run on ``case`` (one of the check's fixtures): a
+        later chapter's fixture is a case of the kinds it names, any other of the kinds
+        without fixtures of their own (a head's also of the contrast one)."""
+        if case.kinds:
+            return self.forward in case.kinds
         return self.heads or not case.heads_only
 
     def family(self, name: str) -> str:
@@ -255,9 +259,15 @@ def _head_probes(case: Case) -> list[Probe]:
 
 
 def _same_width_probes(case: Case) -> list[Probe]:
-    """RoPE's and multi-head attention's: the output as wide as the input."""
+    """RoPE's: the output as wide as the input."""
     width = int(case.input.shape[-1])
     return _named_probes(width, width)
+
+
+def _mha_probes(case: Case) -> list[Probe]:
+    """Multi-head attention's: the output as wide as ``W_O``'s columns (a chapter's layer
+    may give another width than its input's)."""
+    return _named_probes(int(case.input.shape[-1]), int(case.weights[3].shape[1]))
 
 
 def _kept_shape(x: Array, weights: tuple[Array, ...]) -> tuple[Shape, ...]:
@@ -412,7 +422,7 @@ MULTI_HEAD = Kind(
     forward_names=MHA_FORWARD_NAMES, backward_names=MHA_BACKWARD_NAMES,
     modes=((False, False), (True, False), (False, True), (True, True)), label=_mha_label,
     arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
-    probes=_same_width_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
+    probes=_mha_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
     relate_forward=_slips("relate_mha_forward"), relate_backward=_slips("relate_mha_backward"),
     fixtures=mha_cases, attention=0, published=(("forward", "multi-head"),),
@@ -425,11 +435,17 @@ def _none(*args: Any) -> Any:
     return None
 
 
+def cache_capacity(case: Case, x: Array) -> int:
+    """The positions of the cache ``x`` is fed into: the case's own (a chapter 37
+    fixture's), else room for every token of ``x``."""
+    return case.capacity or max(int(x.shape[1]), 1)
+
+
 def _cache_arguments(case: Case, mode: None, tensors: tuple[Array, ...],
                      upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
-    """``cache_steps(x, W_Q, W_K, W_V, W_O, heads, base, capacity, step)``: room for every
-    token, one token a step."""
-    return (*tensors, case.heads, case.base, max(int(tensors[0].shape[1]), 1), 1)
+    """``cache_steps(x, W_Q, W_K, W_V, W_O, heads, base, capacity, step)``: the case's
+    capacity, one token a step."""
+    return (*tensors, case.heads, case.base, cache_capacity(case, tensors[0]), 1)
 
 
 def _cache_requests(case: Case, backward: bool) -> list[BadRequest]:
