@@ -8,7 +8,9 @@ user named the file, as a case of the kind whose operations the chapter describe
 (:data:`CHAPTER_KINDS`): chapter 29's Q and K stacked ``[2,T,d]`` for RoPE, chapter 30's
 layer (its heads, RoPE base and offset, suffix) for multi-head attention, chapter 37's
 layer and cache capacity for a KV cache. Such a case runs in every mode of its kind,
-its chapter's own (causal with RoPE) the one single-run families use.
+its chapter's own (causal with RoPE) the one single-run families use. What the
+interface cannot be asked (RoPE's half-split pairs, a layer whose weights are not
+``[d_model, d_model]``) is refused, naming the fixture's key.
 
 Chapters 27 and 28 give a head's ``Q``, ``K``, ``V`` (or ``X`` and weights, a head case
 as they are). The head's interface takes ``X`` and three weights of one width, so the
@@ -55,8 +57,23 @@ def chapter_case(number: int, label: str, case: Case, layout: str = "adjacent") 
         raise FixtureError("$.rope.layout", f'"{layout}" pairs; qkv check\'s rope, mha_forward '
                            "and cache_steps turn adjacent pairs (docs/protocol.md), so it "
                            "cannot judge this fixture")
+    if CHAPTER_KINDS[number][0] in (MULTI_HEAD.forward, CACHE_STEPS.forward):
+        _square(case, CHAPTER_KINDS[number][0])
     samples = case.samples if case.samples is not None else DEFAULT_SAMPLES
     return case._replace(label=label, kinds=CHAPTER_KINDS[number], samples=samples)
+
+
+def _square(case: Case, operation: str) -> None:
+    """Refuse a layer whose weights are not ``[d_model, d_model]``: the interface's layer
+    (docs/protocol.md) projects to the model's width and back."""
+    width = int(case.input.shape[-1])
+    for name, weight in zip(("query", "key", "value", "output"), case.weights, strict=True):
+        if weight.shape != (width, width):
+            shape = ",".join(str(int(size)) for size in weight.shape)
+            raise FixtureError(f"$.weights.{name}", f"[{shape}], not [d_model, d_model] = "
+                               f"[{width},{width}]: qkv check's {operation} takes a layer of "
+                               "square weights (docs/protocol.md), so it cannot judge this "
+                               "fixture")
 
 
 def operand_case(query: Array, key: Array, value: Array, upstream: Array, step: float,

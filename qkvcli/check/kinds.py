@@ -259,15 +259,9 @@ def _head_probes(case: Case) -> list[Probe]:
 
 
 def _same_width_probes(case: Case) -> list[Probe]:
-    """RoPE's: the output as wide as the input."""
+    """RoPE's and multi-head attention's: the output as wide as the input."""
     width = int(case.input.shape[-1])
     return _named_probes(width, width)
-
-
-def _mha_probes(case: Case) -> list[Probe]:
-    """Multi-head attention's: the output as wide as ``W_O``'s columns (a chapter's layer
-    may give another width than its input's)."""
-    return _named_probes(int(case.input.shape[-1]), int(case.weights[3].shape[1]))
 
 
 def _kept_shape(x: Array, weights: tuple[Array, ...]) -> tuple[Shape, ...]:
@@ -422,7 +416,7 @@ MULTI_HEAD = Kind(
     forward_names=MHA_FORWARD_NAMES, backward_names=MHA_BACKWARD_NAMES,
     modes=((False, False), (True, False), (False, True), (True, True)), label=_mha_label,
     arguments=_mha_arguments, loss=(2,), upstream=(0,),  # the output's upstream gradient
-    probes=_mha_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
+    probes=_same_width_probes, requests=_mha_requests, precision=_diagnosis("precision_faults"),
     explain_forward=_slips("explain_mha_forward"), explain_backward=_slips("explain_mha_backward"),
     relate_forward=_slips("relate_mha_forward"), relate_backward=_slips("relate_mha_backward"),
     fixtures=mha_cases, attention=0, published=(("forward", "multi-head"),),
