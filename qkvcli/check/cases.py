@@ -50,7 +50,11 @@ class Case(Record):
     its ``base`` and ``offset``, and one upstream gradient; multi-head attention takes
     ``W_Q``, ``W_K``, ``W_V``, ``W_O``, its ``heads``, RoPE's ``base`` and ``offset``, and
     the output's upstream gradient. ``step``, ``tolerance`` and ``samples`` are the
-    gradient check's settings (the fixture's own, else the chapter's).
+    gradient check's settings (the fixture's own, else the chapter's). A later chapter's
+    fixture given on the command line names the kinds it is a case of in ``kinds`` (their
+    forwards: chapter 29's ``rope``; empty for a chapter 26 fixture, which the
+    projections and a head take); a KV cache's ``capacity`` is its positions (0: room for
+    every token).
     """
 
     label: str
@@ -66,6 +70,8 @@ class Case(Record):
     offset: int = 0
     suffix: Array | None = None  # the last token's replacement in the prefix probe (else +1)
     query_width: int = 0  # a head on given operands: Q's (and K's) width in the input [Q|K|V]
+    kinds: tuple[str, ...] = ()
+    capacity: int = 0
 
     @property
     def tensors(self) -> tuple[Array, ...]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from qkvcli.check.behaviour import check_replay
 from qkvcli.check.cases import Case
-from qkvcli.check.kinds import LAYER, Kind
+from qkvcli.check.kinds import LAYER, Kind, cache_capacity
 from qkvcli.check.result import not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, coordinate
@@ -315,7 +315,7 @@ def _steps_wrong(session: Session, kind: Kind, case: Case) -> bool:
         return True
     w_query, w_key, w_value, w_output = case.weights
     wanted = cache_steps(case.input, w_query, w_key, w_value, w_output, case.heads, case.base,
-                         max(int(case.input.shape[1]), 1), 1)
+                         cache_capacity(case, case.input), 1)
     held = dict(zip(kind.forward_names, first, strict=True))
     return not all(_near(held[name], want, session.tolerance) for name, want in
                    zip(kind.forward_names, wanted, strict=True) if name != "lengths")

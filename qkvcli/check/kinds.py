@@ -145,7 +145,11 @@ class Kind(Record):
     relate_backward: Explain | None = None
 
     def takes(self, case: Case) -> bool:
-        """Whether the kind's families run on ``case`` (one of the check's fixtures)."""
+        """Whether the kind's families run on ``case`` (one of the check's fixtures): a
+        later chapter's fixture is a case of the kinds it names, any other of the kinds
+        without fixtures of their own (a head's also of the contrast one)."""
+        if case.kinds:
+            return self.forward in case.kinds
         return self.heads or not case.heads_only
 
     def family(self, name: str) -> str:
@@ -425,11 +429,17 @@ def _none(*args: Any) -> Any:
     return None
 
 
+def cache_capacity(case: Case, x: Array) -> int:
+    """The positions of the cache ``x`` is fed into: the case's own (a chapter 37
+    fixture's), else room for every token of ``x``."""
+    return case.capacity or max(int(x.shape[1]), 1)
+
+
 def _cache_arguments(case: Case, mode: None, tensors: tuple[Array, ...],
                      upstream: tuple[Array, ...] | None) -> tuple[Any, ...]:
-    """``cache_steps(x, W_Q, W_K, W_V, W_O, heads, base, capacity, step)``: room for every
-    token, one token a step."""
-    return (*tensors, case.heads, case.base, max(int(tensors[0].shape[1]), 1), 1)
+    """``cache_steps(x, W_Q, W_K, W_V, W_O, heads, base, capacity, step)``: the case's
+    capacity, one token a step."""
+    return (*tensors, case.heads, case.base, cache_capacity(case, tensors[0]), 1)
 
 
 def _cache_requests(case: Case, backward: bool) -> list[BadRequest]:

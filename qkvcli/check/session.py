@@ -64,11 +64,14 @@ class Session:
         return operation in self.implementation.operations
 
     def cases_of(self, kind: Kind) -> list[Case]:
-        """The fixtures the kind's families run on: its own (RoPE's, multi-head
-        attention's), else the check's it takes (a head's include the contrast one)."""
+        """The fixtures the kind's families run on: for a kind with its own (RoPE's,
+        multi-head attention's), the later chapters' fixtures given that are its cases,
+        then its own; else the check's it takes (a head's include the contrast one)."""
         if kind.fixtures is not None and not self.given_only:
             if kind.forward not in self._own:
-                self._own[kind.forward] = kind.fixtures()
+                self._own[kind.forward] = [
+                    *(case for case in self.cases if case.kinds and kind.takes(case)),
+                    *kind.fixtures()]
             return self._own[kind.forward]
         return [case for case in self.cases if kind.takes(case)]
 

@@ -26,7 +26,7 @@ from qkvcli.cli.io import (
     check_outputs,
     check_path_argument,
     label_of,
-    load,
+    working_on,
     write_file,
 )
 from qkvcli.cli.options import (
@@ -131,29 +131,83 @@ def module_file(name: str) -> str | None:
 
 
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded), the precision and
-    contrast fixtures, then ``count`` random ones."""
+    """The chapter fixture, each given fixture (directories expanded; a later chapter's a
+    case of its kind, :mod:`qkvcli.check.given`), the precision and contrast fixtures,
+    then ``count`` random ones."""
+    from qkvcli.check import given as chapters
     from qkvcli.check.cases import (
         chapter_case,
         contrast_case,
-        fixture_case,
         overflowing,
         precision_case,
         random_cases,
     )
 
     chapter = chapter_case()
-    given = [fixture_case(label_of(path), load(path, max_elements))
-             for path in expand_fixtures(paths)]
+    given = [given_case(path, max_elements) for path in expand_fixtures(paths)]
     for case in given:
         _check_request_size(case, max_elements)
-        overflow = overflowing(case)
+        with working_on(case.label):
+            overflow = chapters.overflowing(case) if case.kinds else overflowing(case)
         if overflow is not None:
             raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
                              "compares finite results only (the protocol carries no infinity)")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
             contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
+
+
+def given_case(path: Path, max_elements: int) -> Case:
+    """The fixture at ``path`` as a case labelled as the user named it: a chapter 26
+    fixture as it is, a later chapter's the case its chapter judges it by, read by that
+    chapter's reader (:func:`~qkvcli.cli.chapter.load`). Raises the readers' errors and
+    the check's refusals, naming the file."""
+    from qkvcli.check.cases import fixture_case
+    from qkvcli.cli.chapter import ChapterFixture
+    from qkvcli.cli.chapter import load as load_chapter
+
+    label = label_of(path)
+    with working_on(label):
+        loaded = load_chapter(path, max_elements, None)
+        if isinstance(loaded, ChapterFixture):
+            return _chapter_case(label, loaded)
+        return fixture_case(label, loaded)
+
+
+def _chapter_case(label: str, loaded: Any) -> Case:
+    """A later chapter's fixture (a :class:`~qkvcli.cli.chapter.ChapterFixture`) as the
+    case its chapter's session judges (:func:`~qkvcli.check.given.chapter_case`); chapters
+    27 and 28 as a head's case (their operands through
+    :func:`~qkvcli.check.given.operand_case`, their ``X`` and weights as they are)."""
+    from qkvcli.check.cases import Case
+    from qkvcli.check.given import chapter_case, operand_case
+
+    number, fixture = loaded.chapter.number, loaded.fixture
+    if number in (27, 28):
+        from qkvcli.chapters.head import causal_suffix
+
+        f = fixture if number == 27 else fixture.inputs
+        if f.source == "projections":
+            case = Case(label, f.x, f.weights, (f.upstream,) * 3, f.step, f.tolerance,
+                        f.samples)
+        else:
+            case = operand_case(f.query, f.key, f.value, f.upstream, f.step, f.tolerance,
+                                f.samples, causal_suffix(fixture) if number == 28 else None)
+        return chapter_case(number, label, case)
+    if number == 29:
+        from qkvcli.chapters import ch29
+
+        return chapter_case(number, label, ch29.judge_session(fixture).cases[0],
+                            fixture.table.layout)
+    if number == 30:
+        from qkvcli.chapters import ch30
+
+        return chapter_case(number, label, ch30.judge_session(fixture).cases[0],
+                            fixture.spec.table.layout)
+    from qkvcli.chapters import ch37
+
+    case = ch37.judge_session(fixture).cases[0]._replace(capacity=fixture.capacity)
+    return chapter_case(number, label, case, fixture.spec.table.layout)
 
 
 @click.command()
@@ -208,7 +262,9 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     base, offset) and mha_backward (docs/protocol.md). It runs in a process of its own
     (--timeout bounds each call).
     The chapter fixture, each FIXTURE, a precision fixture (values exact neither in 6
-    decimals nor in float32) and --random N seeded fixtures are checked.
+    decimals nor in float32) and --random N seeded fixtures are checked. A FIXTURE of
+    chapter 29, 30 or 37 (or 27 and 28, a head's) is a case of the kind it describes:
+    RoPE, multi-head attention, the KV cache.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
     errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """
@@ -237,6 +293,11 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
                                              not_applicable=skipped, report="check")]))
     if save_failures is not None:
         _save_failures(save_failures, result, cases)
+    for case in cases:
+        if case.kinds and case.label not in result.fixtures:
+            click.echo(f"qkv: {case.label}: not checked: a fixture of "
+                       f"{' and '.join(case.kinds)}, which the implementation does not offer",
+                       err=True)
     if not result.command and result.stderr.strip():
         # What a Python implementation printed (its stdout too) is its debugging output.
         click.echo(result.stderr.rstrip(), err=True)
@@ -258,9 +319,12 @@ def _file_name(number: int, label: str) -> str:
 
 def _saved_paths(folder: Path, cases: list[Case]) -> list[Path]:
     """Every file ``--save-failures`` may write for ``cases`` (none while ``folder`` is missing)."""
+    from qkvcli.check.given import replayable
+
     if not folder.is_dir():
         return []
-    names = [_file_name(number, case.label) for number, case in enumerate(cases, 1)]
+    names = [_file_name(number, case.label) for number, case in enumerate(cases, 1)
+             if replayable(case)]
     return [folder / f"{name}{suffix}" for name in names for suffix in (".json", ".requests.jsonl")]
 def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
                 command: str | None) -> dict[str, Any]:
@@ -269,18 +333,23 @@ def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
     fixtures (a finding's expected value opens the engine's terms on its own)."""
     import shlex
 
+    from qkvcli.check.given import replayable
+
     failing = set(result.failing_fixtures())
     replay = {case.label: _file_name(number, case.label)
-              for number, case in enumerate(cases, 1) if case.label in failing}
+              for number, case in enumerate(cases, 1)
+              if case.label in failing and replayable(case)}
     named = f"--command {shlex.quote(command)}" if command is not None else shlex.quote(
         spec or "IMPL")
     return {"replay": replay, "spec": named, "cases": cases}
 
 
 def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:
-    """Write each failing case's fixture and replay requests into ``folder`` (made if missing)."""
+    """Write each failing case's fixture and replay requests into ``folder`` (made if
+    missing); a later chapter's fixture, replayed from its own file, is said, not written."""
     import json
 
+    from qkvcli.check.given import replayable
     from qkvcli.render.check import failing_fixture, replay_requests
 
     failing = set(result.failing_fixtures())
@@ -292,6 +361,10 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
     # them: a case that was not checked must not shift the names onto another output.
     for number, case in enumerate(cases, 1):
         if case.label not in failing or case.label not in result.fixtures:
+            continue
+        if not replayable(case):  # its own file replays it; a copy could lose its tensors' paths
+            click.echo(f"qkv: --save-failures: nothing written for {case.label}: a later "
+                       "chapter's fixture, which qkv check replays from its own file", err=True)
             continue
         name = _file_name(number, case.label)
         write_file(folder / f"{name}.json", json.dumps(failing_fixture(case), indent=1) + "\n",
