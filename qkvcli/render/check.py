@@ -30,12 +30,11 @@ from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
 from qkvcli.render.facts import Table, json_of, report
 from qkvcli.render.facts import verdict as fact_verdict
-from qkvcli.render.findings import FINDING_WORDS
 from qkvcli.render.names import CHECK
 from qkvcli.render.numbers import fmt_exact, fmt_general
 from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
 from qkvcli.render.views import Asked
-from qkvcli.render.wording import said, verdict
+from qkvcli.render.wording import FINDING_WORDS, said, verdict
 
 NO_BACKWARD = "not applicable: no backward"
 COMMAND_PURITY = "not applicable: a --command program cannot change qkv's arrays"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from qkvcli.core.record import Record
-from qkvcli.render.findings import FINDING_WORDS
+from qkvcli.render.decode import decode_details
 from qkvcli.render.names import ATTEND, CH37, CHECK, RUN, published
 from qkvcli.render.numbers import fmt_bool, fmt_exact, fmt_general
 
@@ -125,6 +125,36 @@ CHAPTERS = "chapters"
 ENGINE = "engine"
 """:data:`WORDS`' keys beside the reports': any chapter's, and any report's but
 ``qkv check``'s (run, the chapters, attend: qkv's engine or a real layer)."""
+
+
+FINDING_WORDS = {
+    "changed-argument": "{0} changed its argument {1} from {2} to {3}",
+    "moved": "changing {0} changed {1} from {2} to {3}",
+    "reshaped": "changing {0} changed the shape of {1}",
+    "unmoved": "changing {0} left {1} unchanged",
+    "replay-differs": "second {0} differs: {1} was {2}, then {3}",
+    "replay-failed": "second {0} failed: {1}",
+    "probe-failed": "{0} on the {1} {2} failed: {3}",
+    "probe-shape": "{0} {1}: {2} has shape {3}, expected {4}",
+    "not-identity": ("turned as if at position 0, {0} = {1}, expected the input's {2}: position 0 is "
+                     "not the identity"),
+    "prefix-moved": ("changing the last token's input changed {0} from {1} to {2}: an earlier "
+                     "position sees a later key"),
+    "last-unmoved": "changing the last token's input left {0}[:,{1}] unchanged",
+    "one-token": "with one token, {0} = {1}, expected exactly {2}",
+    "shift-moved": ("moving every position by {0} changed {1} from {2} to {3}: the rotated "
+                    "tokens' dot products depend on more than their distance"),
+    "step-differs": ("the cached step at position {0} gives {1} = {2}, the causal pass over its "
+                     "prefix {3}"),
+    "cache-differs": "the cache holds {0} = {1}, the causal pass over the prefix {2}",
+    "length-differs": "after the step at position {0} the cache holds {1} positions, expected {2}",
+    "cache-slip": "{0}: {1}",
+    "refusal-failed": ("the run with {0} failed instead of refusing the step and going on: "
+                       "{1}"),
+    "refusal-differs": "the run with {0} gives {1} = {2}, a cache that refuses the step {3}",
+}
+"""The words of each finding code of :data:`~qkvcli.check.result.FINDINGS`, from its
+facts: ``qkv check``'s findings and chapter 26's independence (a cross pair it found)."""
 
 
 # --- the words that take more than a line ------------------------------------------------
@@ -267,21 +297,6 @@ def _attend_hull(c: FamilyCheck, v: Voice) -> str:
             f"rows; box test (necessary only): {box}")
 
 
-def _attend_reverse(held: bool) -> Callable[[FamilyCheck, Voice], str]:
-    def word(c: FamilyCheck, v: Voice) -> str:
-        if _layer(v):
-            return "every gradient finite" if held else "a gradient is not finite"
-        return ("dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped" if held
-                else "a gradient is not finite or misshapen")
-    return word
-
-
-def _decode(c: FamilyCheck, v: Voice) -> str:
-    from qkvcli.render.decode import decode_details
-
-    return decode_details(v.evidence.decode)["decode"][0]
-
-
 def _relative_dot(check: FamilyCheck) -> str:
     from qkvcli.check.rotary import SHIFT
 
@@ -294,7 +309,15 @@ def _claim(c: FamilyCheck, v: Voice) -> str:
     return published(v.report, c.name).claim
 
 
-REPLAYED = ("two runs agree bit for bit", "two runs differ")
+FAMILY_WORDS: dict[str, tuple[str, str]] = {
+    "replay": ("two runs agree bit for bit", "two runs differ")}
+"""The words of a family every report but ``qkv check`` says alike, held and broken."""
+
+
+def family_words(family: str, passed: bool) -> str:
+    """``family``'s words in :data:`FAMILY_WORDS`, passed or failed."""
+    held, broken = FAMILY_WORDS[family]
+    return held if passed else broken
 
 
 # --- the one table ------------------------------------------------------------------------
@@ -306,22 +329,21 @@ WORDS: dict[str, dict[str, Pair]] = {
               "an output is not finite or has the wrong shape"),
         ATTEND: (lambda c, v: (f"weights [B,H,T,T], output [B,T,E_out={v.evidence.config.e_out}]"
                                if _layer(v) else "scores [B,T,T], output [B,T,d_v]") + ", all finite",
-                 "a forward tensor is not finite or misshapen"),
-    },
+                 "a forward tensor is not finite or misshapen")},
     "reverse": {
         CHECK: _agree("gradients", "turns back"),
         RUN: ("loss and all four gradients finite and shaped like their tensors",
               "the loss or a gradient is not finite"),
-        ATTEND: (_attend_reverse(True), _attend_reverse(False)),
-    },
+        ATTEND: (lambda c, v: "every gradient finite" if _layer(v) else
+                 "dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped",
+                 lambda c, v: "a gradient is not finite" + ("" if _layer(v) else " or misshapen"))},
     "shapes": {
         CHECK: lambda c, v: (f"{_both(c, v)} keep" if c.backward else f"{v.nouns.forward} keeps")
         + f" {v.nouns.probes} on {_fixtures(c.fixtures)}",
         RUN: ("batch and token axes preserved, empty axes included",
               "a probe produced an unexpected shape"),
         ATTEND: ("empty batch and empty token axes run forward and reverse",
-                 "an empty-axis probe gave an unexpected shape"),
-    },
+                 "an empty-axis probe gave an unexpected shape")},
     "rejected-inputs": {
         CHECK: _check_errors,
         RUN: lambda c, v: rejected_words(v.evidence.errors.rejected_count,
@@ -329,52 +351,45 @@ WORDS: dict[str, dict[str, Pair]] = {
         CH37: lambda c, v: (f"{sum(e.rejected for e in v.evidence.errors)} of "
                             f"{len(v.evidence.errors)} bad steps refused exactly, the cache unchanged"),
         CHAPTERS: lambda c, v: rejected_words(sum(e.rejected for e in v.evidence.errors),
-                                              len(v.evidence.errors)),
-    },
+                                              len(v.evidence.errors))},
     "replay": {
         CHECK: lambda c, v: f"two calls of {_both(c, v)} agree bit for bit on {_fixtures(c.fixtures)}",
         CH37: ("a reset cache given the same tokens agrees bit for bit",
                "the replay after a reset differs"),
-        ENGINE: REPLAYED,
-    },
+        ENGINE: FAMILY_WORDS["replay"]},
     "purity": {CHECK: lambda c, v: f"arguments unchanged after all {c.calls} {v.nouns.calls}"},
     "gradcheck": {
         CHECK: lambda c, v: (f"{c.coordinates} coordinates on {_fixtures(c.fixtures)}{v.nouns.modes}"
                              + (f"; worst {v.evidence(c.worst)}" if c.worst is not None else "")),
         ATTEND: lambda c, v: (f"{'whole layer: ' if _layer(v) else ''}"
                               f"{gradcheck_detail(v.evidence.gradcheck)}"),
-        ENGINE: lambda c, v: gradcheck_detail(v.evidence.gradcheck),
-    },
+        ENGINE: lambda c, v: gradcheck_detail(v.evidence.gradcheck)},
     "prefix": {
         CHECK: lambda c, v: ("changing the last token's input leaves every earlier output bit "
                              f"for bit, causal, on {_fixtures(c.fixtures)} with two tokens or more"),
         ATTEND: ("the last token's input changed: every earlier output bit for bit",
-                 "the last token's input changed an earlier output: a later key is seen"),
-    },
+                 "the last token's input changed an earlier output: a later key is seen")},
     "single-token": {
         CHECK: lambda c, v: ("one token: every weight exactly 1"
                              f"{' and no gradient to W_Q or W_K' if c.backward else ''}, on "
                              f"{_fixtures(c.fixtures)}"),
         ATTEND: ("one token: every weight exactly 1, no gradient to the query's or the key's "
                  "parameters", "one token: a weight is not exactly 1, or the query's or the "
-                 "key's parameters get a gradient"),
-    },
+                 "key's parameters get a gradient")},
     "independence": {
         CHECK: lambda c, v: ("changing each of W_Q, W_K, W_V changes only its own output"
                              + ("; changing each upstream gradient changes only its own weight "
                                 "gradient" if c.backward else
                                 " (weight gradients not checked: no backward)")
                              + f" ({_fixtures(c.fixtures)})"),
-        RUN: _independence,
-    },
+        RUN: _independence},
     "initialization": {RUN: _initialization},
     "expect": {RUN: lambda c, v: expect_detail(v.evidence.expect)},
     "scaling": {
         CHECK: lambda c, v: f"scores are Q K^T / sqrt(d_k) on {_fixtures(c.fixtures)} with d_k >= 2",
         ATTEND: ("two orthogonal unit tokens: the score scale softens a peaked row exactly when "
                  "it shrinks the scores",
-                 "two orthogonal unit tokens: the score scale and the focus disagree"),
-    },
+                 "two orthogonal unit tokens: the score scale and the focus disagree")},
     "softmax": {CHECK: lambda c, v: (
         f"rows of weights are >= 0 and sum to 1 on {_fixtures(c.fixtures)}; "
         + ("large scores do not overflow" if c.calls else "large scores not probed "
@@ -390,23 +405,20 @@ WORDS: dict[str, dict[str, Pair]] = {
                              f"for bit, on {_fixtures(c.fixtures)}"),
         ATTEND: ("queries and keys turned from position 0 keep their first token exactly "
                  "(times a RoPE scaling's attention factor)",
-                 "RoPE at position 0 changed the first token: it is not the identity"),
-    },
+                 "RoPE at position 0 changed the first token: it is not the identity")},
     "relative-dot": {CHECK: lambda c, v: _relative_dot(c)},
     "head-isolation": {
         CHECK: lambda c, v: ("changing one head's W_Q or W_V columns changes only that head's "
                              f"weights or merged columns ({_fixtures(c.fixtures)})"),
         ATTEND: ("one head's W_Q or one K/V head's W_V columns changed: no other head's weights "
                  "or merged columns move (first 16 tokens)",
-                 "changing one head's columns moved another head's weights or merged columns"),
-    },
+                 "changing one head's columns moved another head's weights or merged columns")},
     "cached-step": {
         CHECK: lambda c, v: (
             "each step is the last row of the causal pass over its prefix within "
             f"{fmt_exact(c.tolerance)}, the cache grows by one a step and holds the turned keys "
             f"and unturned values, on {_fixtures(c.fixtures)}"),
-        ATTEND: _decode,
-    },
+        ATTEND: lambda c, v: decode_details(v.evidence.decode)["decode"][0]},
     "protocol": {CHECK: lambda c, v: c.finding},  # the conversation's own words
 }
 """Every family's words, by published family, then by who says them: ``qkv check``
@@ -416,7 +428,6 @@ family with no words here is said by its claim (:func:`_claim`): the same words 
 or broken."""
 
 
-
 def said(report: str, evidence: Any, check: FamilyCheck) -> str:
     """``check``'s one line in ``report`` (:data:`WORDS`): its family's words when it held
     or when it broke, said of ``evidence`` (:class:`Voice`). Raises ``KeyError`` for a
@@ -424,24 +435,12 @@ def said(report: str, evidence: Any, check: FamilyCheck) -> str:
     found = published(report, check.name)
     words = WORDS.get(found.family, {})
     chapter = report not in (RUN, ATTEND, CHECK)
-    speakers = (report, CHAPTERS, ENGINE) if chapter else (report, ENGINE) if report != CHECK else (
-        report,)
+    speakers = (report, CHAPTERS if chapter else report, ENGINE if report != CHECK else report)
     pair = next((words[key] for key in speakers if key in words), _claim if chapter else None)
     if pair is None:
         raise KeyError(f"no words for {report}'s {check.name} ({found.family})")
     word = pair[0 if check.passed else 1] if isinstance(pair, tuple) else pair
     return word if isinstance(word, str) else word(check, Voice(report, found.operation, evidence))
-
-
-FAMILY_WORDS: dict[str, tuple[str, str]] = {"replay": REPLAYED}
-"""The words of a family every report but ``qkv check`` says alike, held and broken
-(:data:`WORDS`' fixed pairs)."""
-
-
-def family_words(family: str, passed: bool) -> str:
-    """``family``'s words in :data:`FAMILY_WORDS`, passed or failed."""
-    held, broken = FAMILY_WORDS[family]
-    return held if passed else broken
 
 
 def check_rows(evidence: Evidence) -> tuple[Check, ...]:
