@@ -7,7 +7,8 @@ every report that judges it, each a function of the judgement
 the operation judged, the evidence measured). Run's rows (:func:`check_rows`), the
 chapters' entries, ``qkv check``'s passing families and attend's checks all read it
 through :func:`said`, so text, JSON and rich list the same ``detail``. ``qkv check`` says
-a broken family by its finding instead (:mod:`qkvcli.render.check`).
+a broken family by its finding instead (:mod:`qkvcli.render.check`), each finding code
+in the words :data:`FINDING_WORDS` gives it.
 
 Every verdict that no anchor fixes (attend, gradcheck, check, the batch summary, the rich
 views) is worded by :func:`verdict`: ``verdict: PASS (8 of 8 checks passed)``. The
@@ -197,17 +198,11 @@ def rejected_words(rejected: int, total: int) -> str:
     return f"{rejected} of {total} bad inputs rejected exactly"
 
 
-def ran_full_everywhere(result: GradcheckResult) -> bool:
-    """Whether every tensor was checked at every coordinate (the chapter's own check)."""
-    if not result.tensors:
-        return result.mode == "full"
-    return all(tensor.mode == "full" for tensor in result.tensors)
-
-
 def gradcheck_detail(result: GradcheckResult) -> str:
     """``24 coordinates, step 1e-06, tolerance 1e-06``; another mode is named with its counts."""
     failed = sum(not c.passed for t in result.tensors for c in t.checks)
-    if ran_full_everywhere(result):  # the chapter's wording
+    modes = {tensor.mode for tensor in result.tensors} or {result.mode}
+    if modes == {"full"}:  # every coordinate of every tensor: the chapter's wording
         head = (f"{failed} of {result.count} coordinates failed" if failed
                 else f"{result.count} coordinates")
     else:  # another mode ran: name it and what it checked
