@@ -13,19 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.core.results import FamilyCheck, Refusal
+from qkvcli.core.results import Refusal
 from qkvcli.render.facts import Fact, entries, verdict
 from qkvcli.render.numbers import fmt_bool, fmt_shape, fmt_vector
 from qkvcli.render.wording import said
 
 Table = tuple[tuple[str, Any], ...]
 """A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
-
-
-def detail(report: str, evidence: Any, check: FamilyCheck) -> str:
-    """One line of words for ``check`` of chapter ``report``'s ``evidence``: its family's
-    in the one table (:func:`~qkvcli.render.wording.said`)."""
-    return said(report, evidence, check)
+detail = said
+"""A chapter's check in words: ``detail(report, evidence, check)``, the one table's."""
 
 
 def chapter_checks(report: str, evidence: Any) -> list[dict[str, Any]]:
