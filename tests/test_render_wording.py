@@ -7,6 +7,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -147,3 +148,110 @@ def test_variance_text_and_rich_take_their_precision() -> None:
 
     assert f"{row.scaled_variance:.6f}" in rich(6)
     assert f"{row.scaled_variance:.6f}" not in rich(4) and f"{row.scaled_variance:.4f}" in rich(4)
+
+
+# --- the one wording table keyed by family ---------------------------------------------------
+
+FIXTURES = ROOT / "fixtures"
+
+
+def _chapter(number: int) -> Any:
+    """Chapter ``number``'s evidence on its bundled fixture."""
+    from importlib import import_module
+
+    from qkvcli.chapters.head import CAUSAL_MASKING, SELF_ATTENTION
+
+    module = {27: SELF_ATTENTION, 28: CAUSAL_MASKING}.get(number) or import_module(
+        f"qkvcli.chapters.ch{number}")
+    path = next(FIXTURES.glob(f"ch{number}-*.json"))
+    return module.build(module.parse(json.loads(path.read_text(encoding="utf-8"))))
+
+
+def test_one_family_s_words_come_from_the_one_table_in_run_a_chapter_and_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from qkvcli.check.chapter26 import build_evidence
+    from qkvcli.core.results import FamilyCheck
+    from qkvcli.reading.load import load_fixture
+    from qkvcli.render import wording
+    from qkvcli.render.chapters.entries import chapter_checks
+    from qkvcli.render.check import family_detail
+    from qkvcli.render.names import CH27, CHECK, RUN
+
+    monkeypatch.setitem(wording.WORDS, "replay", {
+        CHECK: lambda c, v: f"{v.nouns.forward} replayed on {c.fixtures}",
+        wording.ENGINE: ("replayed here", "broken here")})
+    run = build_evidence(load_fixture(FIXTURES / "ch26-qkv-projections.json"))
+    assert {c.name: c.detail for c in wording.check_rows(run)}["replay"] == "replayed here"
+    chapter = {c["name"]: c["detail"] for c in chapter_checks(CH27, _chapter(27))}
+    assert chapter["replay"] == "replayed here"
+    judged = FamilyCheck("head-replay", True, "passed", fixtures=2)
+    assert family_detail(judged) == "head_forward replayed on 2"
+    assert wording.said(RUN, run, FamilyCheck("replay", False, "failed")) == "broken here"
+
+
+def test_every_published_check_of_every_report_has_its_words() -> None:
+    from qkvcli.render.names import ATTEND, CHECK, PUBLISHED, RUN
+    from qkvcli.render.wording import CHAPTERS, ENGINE, WORDS
+
+    for report, checks in PUBLISHED.items():
+        for check, found in checks.items():
+            words = WORDS.get(found.family, {})
+            if report == CHECK:
+                assert CHECK in words, check
+            elif report in (RUN, ATTEND):
+                assert report in words or ENGINE in words, (report, check)
+            else:  # a chapter: its words here, or the claim its figure uses
+                assert (found.claim != "") != any(key in words for key in (
+                    report, CHAPTERS, ENGINE)), (report, check)
+
+
+def test_chapter_37_s_own_words_are_the_table_s() -> None:
+    from qkvcli.core.results import FamilyCheck
+    from qkvcli.render.chapters.ch37 import facts
+    from qkvcli.render.names import CH37
+    from qkvcli.render.wording import said
+
+    evidence = _chapter(37)
+    published = {c["name"]: c["detail"] for c in facts(evidence)["checks"]}
+    table = {c.name: said(CH37, evidence, c) for c in evidence.checks}
+    assert list(published.values()) == list(table.values())
+    assert said(CH37, evidence, FamilyCheck("replay", False, "failed")) == (
+        "the replay after a reset differs")
+
+
+LAYER = {
+    "heads": 4, "kv_heads": 2, "causal": True, "rope": {"theta": 10000, "dims": 8},
+    "input": {"generate": {"seed": 1, "shape": [2, 6, 16]}},
+    "weights": {"query": {"generate": {"seed": 2, "shape": [16, 32]}},
+                "key": {"generate": {"seed": 3, "shape": [16, 16]}},
+                "value": {"generate": {"seed": 4, "shape": [16, 16]}},
+                "out_proj_weight": {"generate": {"seed": 5, "shape": [16, 32]}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("source", "causal", "decode"),
+    [("chapter", None, None), ("primer", None, None), ("attend-value-width", True, None),
+     ("attend-packed-in-proj", False, None), ("layer", None, 1e-9)],
+    ids=["chapter", "primer", "value-width-causal", "packed", "rope-layer-decode"],
+)
+def test_attend_s_words_are_the_table_s(source: str, causal: bool | None,
+                                        decode: float | None) -> None:
+    """attend reads its words from the one table by one line (``said(ATTEND, evidence,
+    v)``): the table says every check as attend's views do."""
+    from qkvcli.attention.fixture import load_attend_fixture, parse_attend_fixture
+    from qkvcli.check.attend import build_attend_evidence
+    from qkvcli.render.attend import attend_checks
+    from qkvcli.render.names import ATTEND
+    from qkvcli.render.wording import said
+
+    if source == "layer":
+        fixture = parse_attend_fixture(LAYER)
+    elif source in ("chapter", "primer"):
+        fixture = load_attend_fixture(example=source)
+    else:
+        fixture = load_attend_fixture(FIXTURES / "attend" / f"{source}.json")
+    evidence = build_attend_evidence(fixture, causal, decode=decode)
+    shown = [check.detail for check in attend_checks(evidence)]
+    assert shown == [said(ATTEND, evidence, check) for check in evidence.checks]

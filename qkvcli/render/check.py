@@ -26,160 +26,24 @@ from typing import Any
 from qkvcli.check.cases import Case
 from qkvcli.check.diagnose import Precision
 from qkvcli.check.result import CheckResult
-from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
 from qkvcli.render.facts import Table, json_of, report
 from qkvcli.render.facts import verdict as fact_verdict
-from qkvcli.render.findings import FINDING_WORDS
+from qkvcli.render.names import CHECK
 from qkvcli.render.numbers import fmt_exact, fmt_general
 from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
 from qkvcli.render.views import Asked
-from qkvcli.render.wording import verdict
+from qkvcli.render.wording import FINDING_WORDS, said, verdict
 
 NO_BACKWARD = "not applicable: no backward"
 COMMAND_PURITY = "not applicable: a --command program cannot change qkv's arrays"
 
 
-def _fixtures(count: int) -> str:
-    return f"{count} fixture" if count == 1 else f"{count} fixtures"
-
-
-class KindWords(Record):
-    """How the families shared by every kind speak of one kind: its operations, what its
-    forward and backward give, the modes each fixture runs in, what its probes are, what
-    its bad requests are called."""
-
-    forward: str
-    backward: str
-    results: str
-    gradients: str
-    modes: str
-    probes: str
-    requests: str
-    calls: str
-
-
-KIND_WORDS = {
-    "": KindWords("forward", "backward", "query, key and value",
-              "grad_input and the three weight gradients", "", "empty batch and token axes",
-              "", "calls"),
-    "head-": KindWords("head_forward", "head_backward", "scores, weights and output",
-                   "grad_input and the three weight gradients", ", causal and not",
-                   "an empty batch, no tokens and one token", "head", "head calls"),
-    "rope-": KindWords("rope", "rope_reverse", "", "", "",
-                   "an empty batch, no tokens and one token", "RoPE", "RoPE calls"),
-    "multi-head-": KindWords("mha_forward", "mha_backward", "weights, merged and output",
-                         "grad_input and the four weight gradients",
-                         ", with and without the mask and RoPE",
-                         "an empty batch, no tokens and one token", "multi-head",
-                         "multi-head calls"),
-    "cache-": KindWords("cache_steps", "", "", "", "", "", "cache", "cache_steps calls"),
-}
-"""The words of each kind, by the prefix of its family names."""
-SHARED = ("forward", "reverse", "shapes", "errors", "replay", "purity", "gradcheck", "prefix",
-          "single-token")
-ROTATION = "each adjacent pair by (offset + t) base^(-2i/d)"
-
-
-def _shared(check: FamilyCheck) -> tuple[KindWords, str] | None:
-    """The kind's words and the shared family a check is (``rope-replay``: RoPE's
-    ``replay``; ``rope``: its ``forward``), or ``None`` for a kind's own family."""
-    published = {"rope": ("rope-", "forward"), "multi-head": ("multi-head-", "forward")}
-    if check.name in published:
-        prefix, family = published[check.name]
-        return KIND_WORDS[prefix], family
-    for prefix in ("head-", "rope-", "multi-head-", "cache-", ""):
-        family = check.name.removeprefix(prefix)
-        if check.name.startswith(prefix) and family in SHARED:
-            return KIND_WORDS[prefix], family
-    return None
-
-
 def _passed_detail(check: FamilyCheck) -> str:
-    """What a passing family established, from its facts."""
-    on = _fixtures(check.fixtures)
-    shared = _shared(check)
-    if shared is None:
-        own = _passed_own_detail(check, on)
-        return own if own is not None else check.finding  # protocol: the conversation's own
-    words, family = shared
-    if family in ("forward", "reverse") and words is KIND_WORDS["rope-"]:
-        turn = "turns" if family == "forward" else "turns back"
-        return f"{turn} {ROTATION}, within {fmt_exact(check.tolerance)} of qkv, on {on}"
-    return PASSED_SHARED[family](check, words, on)
-
-
-def _errors_detail(check: FamilyCheck, words: KindWords, on: str) -> str:
-    if not words.requests:
-        backward = "; 4 bad backward requests" if check.backward else ""
-        return f"4 bad forward requests{backward} rejected on {on}"
-    where = f" on {on}" if check.fixtures > 1 or words.requests == "head" else ""
-    return f"{check.calls} bad {words.requests} requests rejected{where}"
-
-
-def _both(check: FamilyCheck, words: KindWords) -> str:
-    """The operations a family called: the forward, and the backward when offered."""
-    return f"{words.forward} and {words.backward}" if check.backward else words.forward
-
-
-PASSED_SHARED: dict[str, Callable[[FamilyCheck, KindWords, str], str]] = {
-    "forward": lambda c, w, on: (f"{w.results} agree with qkv within {fmt_exact(c.tolerance)} on "
-                                 f"{on}{w.modes}"),
-    "reverse": lambda c, w, on: (f"{w.gradients} agree with qkv within {fmt_exact(c.tolerance)} on "
-                                 f"{on}{w.modes}"),
-    "shapes": lambda c, w, on: (f"{_both(c, w)} keep" if c.backward else f"{w.forward} keeps")
-    + f" {w.probes} on {on}",
-    "errors": _errors_detail,
-    "replay": lambda c, w, on: f"two calls of {_both(c, w)} agree bit for bit on {on}",
-    "purity": lambda c, w, on: f"arguments unchanged after all {c.calls} {w.calls}",
-    "prefix": lambda c, w, on: ("changing the last token's input leaves every earlier output "
-                                f"bit for bit, causal, on {on} with two tokens or more"),
-    "single-token": lambda c, w, on: (
-        "one token: every weight exactly 1"
-        f"{' and no gradient to W_Q or W_K' if c.backward else ''}, on {on}"),
-    "gradcheck": lambda c, w, on: (
-        f"{c.coordinates} coordinates on {on}{w.modes}"
-        f"{f'; worst {say(c.worst)}' if c.worst is not None else ''}"),
-}
-"""What a passing shared family established, in its kind's words (:data:`SHARED`)."""
-
-
-def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
-    """What a passing family of one kind alone established (``None`` for the protocol)."""
-    name = check.name
-    if name == "independence":
-        paths = ("; changing each upstream gradient changes only its own weight gradient"
-                 if check.backward else " (weight gradients not checked: no backward)")
-        return f"changing each of W_Q, W_K, W_V changes only its own output{paths} ({on})"
-    if name == "scaling":
-        return f"scores are Q K^T / sqrt(d_k) on {on} with d_k >= 2"
-    if name == "softmax":
-        large = ("large scores do not overflow" if check.calls else "large scores not probed "
-                 "(the non-causal head is wrong already, see head-forward)")
-        return f"rows of weights are >= 0 and sum to 1 on {on}; {large}"
-    if name == "mask":
-        return (f"causal=true hides exactly the later positions, after the scores and before "
-                f"the softmax; causal=false hides none ({on} with two tokens or more)")
-    if name == "position-zero":
-        return (f"every token turned as if at position 0 is the input's own, bit for bit, "
-                f"on {on}")
-    if name == "relative-dot":
-        from qkvcli.check.rotary import SHIFT
-
-        return (f"moving every position by {SHIFT} keeps every dot product of the rotated "
-                f"tokens within {fmt_exact(check.tolerance)}, on {on}")
-    if name == "cache-steps":
-        return (f"each step is the last row of the causal pass over its prefix within "
-                f"{fmt_exact(check.tolerance)}, the cache grows by one a step and holds the turned keys "
-                f"and unturned values, on {on}")
-    if name == "cache-refusals":
-        return (f"a step of two tokens, a step into a full cache and a step whose score "
-                f"overflows are refused and leave the cache as it was, on {on}")
-    if name == "head-isolation":
-        return (f"changing one head's W_Q or W_V columns changes only that head's weights "
-                f"or merged columns ({on})")
-    return None
+    """What a passing family established: its words in the one table (its clauses, a
+    gradient check's worst coordinate, said by :func:`say`)."""
+    return said(CHECK, say, check)
 
 
 NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN

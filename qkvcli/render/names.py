@@ -6,14 +6,11 @@ Every JSON writer reads :func:`published` (through
 :func:`qkvcli.render.document.check_entry`), so a check's name and family are spelled
 once, here. Names are kebab-case and unique within a document; ``qkv check`` keeps the
 names its text report prints (``head-prefix``, ``multi-head-errors``...), the other
-reports publish the idea's own name. The text and trace reports of the chapters keep
-the course's spellings (``row_sums=``, ``prefix_invariance=``: the anchors' bytes); only
-the JSON (and the page drawn from it) speaks this vocabulary.
-
-The families (ideas) and the operations follow, each with what it claims; then the
-table: each report's checks, a row each, every row of a report judging its operation.
-Words of the chapters' entries (``claim``) are the words their figures use: those
-entries have no other detail.
+reports publish the idea's own name. The chapters' text and trace keep the course's
+spellings (``row_sums=``: the anchors' bytes); only the JSON (and the page drawn from it)
+speaks this vocabulary. A chapter's check the one wording table
+(:data:`qkvcli.render.wording.WORDS`) gives no words of its own is said by its ``claim``
+here, the words its figure uses.
 """
 
 from __future__ import annotations

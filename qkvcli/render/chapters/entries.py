@@ -1,9 +1,7 @@
 """What the chapters' facts and layout tables share (chapters 27 to 30 and 37).
 
-Each judged family as the one check entry, named by :mod:`qkvcli.render.names`, with one
-line of words: the shared families say what was measured (the gradient check's counts
-and settings, how many bad inputs were refused, whether the replay agreed), as run's do;
-each other family is said in the words its figure uses for it (the table's ``claim``).
+Each judged family as the one check entry, named by :mod:`qkvcli.render.names`, with its
+line of words from the one wording table (:data:`~qkvcli.render.wording.WORDS`).
 Each refused input as the entry its chapter publishes (:func:`refusals`), and a trace's
 ``ERROR`` line of it; a layout table's line per index (:func:`each`).
 """
@@ -15,25 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from qkvcli.core.results import FamilyCheck, Refusal
+from qkvcli.core.results import Refusal
 from qkvcli.render.facts import Fact, entries, verdict
-from qkvcli.render.names import published
 from qkvcli.render.numbers import fmt_bool, fmt_shape, fmt_vector
-from qkvcli.render.wording import family_words, gradcheck_detail, rejected_words
+from qkvcli.render.wording import said
 
 Table = tuple[tuple[str, Any], ...]
 """A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
-
-
-def detail(report: str, evidence: Any, check: FamilyCheck) -> str:
-    """One line of words for ``check`` of chapter ``report``'s ``evidence``."""
-    if check.name == "gradcheck":
-        return gradcheck_detail(evidence.gradcheck)
-    if check.name == "replay":
-        return family_words("replay", evidence.replay_bitwise)
-    if check.name in ("errors", "rejected_inputs"):
-        return rejected_words(sum(case.rejected for case in evidence.errors), len(evidence.errors))
-    return published(report, check.name).claim
+detail = said
+"""A chapter's check in words: ``detail(report, evidence, check)``, the one table's."""
 
 
 def chapter_checks(report: str, evidence: Any) -> list[dict[str, Any]]:
