@@ -16,7 +16,7 @@ import numpy as np
 from qkvcli.check.chapter26_evidence import Evidence, Primary
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
-from qkvcli.core.results import Refusal, ShapeProbe
+from qkvcli.core.results import ShapeProbe
 from qkvcli.core.text import escape_controls
 from qkvcli.render.facts import (
     Facts,
@@ -45,11 +45,9 @@ NEXT = "compare queries with keys and mix values"
 NEXT_CHAPTER = "27-self-attention"
 
 PUBLISHED_TENSORS = {
-    "input": "input", "w_query": "query_weight", "w_key": "key_weight",
-    "w_value": "value_weight", "query": "query", "key": "key", "value": "value",
-    "grad_query": "upstream_query", "grad_key": "upstream_key", "grad_value": "upstream_value",
-    "grad_input": "input_gradient", "grad_w_query": "query_weight_gradient",
-    "grad_w_key": "key_weight_gradient", "grad_w_value": "value_weight_gradient",
+    "input": "input", **{f"w_{b}": f"{b}_weight" for b in BRANCHES}, **{b: b for b in BRANCHES},
+    **{f"grad_{b}": f"upstream_{b}" for b in BRANCHES}, "grad_input": "input_gradient",
+    **{f"grad_w_{b}": f"{b}_weight_gradient" for b in BRANCHES},
 }
 """The report's published name of each of :meth:`Primary.tensors`' fields, in order."""
 AXES = {"input": ("batch", "token", "model_feature"), "weight": ("model_feature", "feature"),
@@ -75,11 +73,6 @@ def _probe(probe: ShapeProbe) -> Any:
                    gradient_shapes_ok=verdict(probe.holds(*GRADIENTS)), kept=verdict(probe.kept))
 
 
-def said(case: Refusal) -> str:
-    """A bad input's message: the error raised, or ``accepted`` when none was."""
-    return case.message or "accepted"
-
-
 def facts(evidence: Evidence) -> dict[str, Any]:
     """The chapter's facts after the JSON's head: everything the evidence holds, under the
     report's published names."""
@@ -99,7 +92,7 @@ def facts(evidence: Evidence) -> dict[str, Any]:
         "shapes": section(**{name: _probe(getattr(s, name)) for name in (
             "rule", "batch", "empty_batch", "empty_tokens", "report_empty_tokens")}),
         "errors": entries([{"case": case.case, "rejected": verdict(case.rejected),
-                            "message": said(case)} for case in evidence.errors.cases()]),
+                            "message": case.message or "accepted"} for case in evidence.errors.cases()]),
         "initialization": section(seed=i.seed, reproducible=verdict(i.reproducible),
                                   independent=verdict(i.independent),
                                   transactional=verdict(i.transactional), rejection=i.rejection),
