@@ -281,3 +281,21 @@ def test_a_layer_whose_second_pass_differs_fails_replay(monkeypatch: pytest.Monk
     checks = _checks(_layer())
     assert not checks["replay"]
     assert checks["forward"] and checks["reverse"]
+
+
+def test_attend_s_facts_name_each_tensor_s_axes_where_its_shape_has_them() -> None:
+    from qkvcli.render.attend import facts
+
+    head = facts(build_attend_evidence(load_attend_fixture()))["tensors"].value
+    assert head["input"].axes == ("batch", "token", "d_model")
+    assert head["query_weight"].axes == head["query_weight_gradient"].axes == ("d_model", "d_k")
+    assert head["value"].axes == ("batch", "key", "d_v")
+    assert head["weights"].axes == head["scores_gradient"].axes == ("batch", "query", "key")
+    layer = facts(build_attend_evidence(parse_attend_fixture(_layer())))["tensors"].value
+    assert layer["weights"].axes == ("batch", "head", "query", "key")
+    assert layer["key_weight"].axes == ("d_model", "kv_heads_d_k")  # 2 K/V heads
+    assert layer["key"].axes == ("batch", "key", "heads_d_k")  # repeated for the 4 heads
+    assert layer["output"].axes == ("batch", "query", "e_out")
+    assert layer["out_proj_weight"].axes == ()  # as the fixture laid it out: not named
+    for fact in (*head.values(), *layer.values()):
+        assert not fact.axes or len(fact.axes) == np.ndim(fact.value)

@@ -11,9 +11,10 @@ a product differently on another machine, and a central difference multiplies th
 - a number is compared within ``REL`` relative or ``ABS`` absolute (a passing gradient
   check's error is rounding noise below the check's own tolerance);
 - a ``detail`` is prose: its numbers are pinned as "#";
-- a worst coordinate is an argmax, and an argmax over errors that tie (a transposed
-  gradient's [0,3] and [3,0]) or over noise (a passing check) is the machine's choice: a
-  failing check's worst is pinned by its tensor, a passing check's not at all;
+- a worst coordinate (in a detail, or a gradient check's ``worst`` point) is an argmax,
+  and an argmax over errors that tie (a transposed gradient's [0,3] and [3,0]) or over
+  noise (a passing check) is the machine's choice: a failing check's worst is pinned by
+  its tensor, a passing check's not at all;
 - names, verdicts, codes, fixtures, coordinates of failures and exact error messages are
   pinned as they are.
 
@@ -96,6 +97,8 @@ def _facts(value: Any, passed: bool = False) -> Any:
                 facts[key] = _prose(item, passed)
             elif key == "coordinate" and worst and isinstance(item, str):
                 facts[key] = INDEX.sub("[…]", item)
+            elif key == "worst" and isinstance(item, dict):  # a gradient check's worst point
+                facts[key] = {} if passed else {"tensor": item.get("tensor"), "passed": False}
             else:
                 facts[key] = _facts(item, passed)
         return facts
@@ -178,6 +181,15 @@ def test_the_comparison_holds_facts_not_noise() -> None:
              "coordinate": "grad_input[1,2]"}
     assert _differences(_facts(failing), _facts(tied)) == []
     assert len(_differences(_facts(failing), _facts(other))) == 2
+    point = {"tensor": "input", "coordinate": [0, 0, 2], "scaled_error": 2.5e-10, "passed": True}
+    noise = {"passed": True, "worst": point}
+    assert _differences(_facts(noise), _facts({**noise, "worst": {
+        **point, "tensor": "key_weight", "coordinate": [1, 0]}})) == []
+    wrong = {"passed": False, "worst": {**point, "passed": False}}
+    assert _differences(_facts(wrong), _facts({**wrong, "worst": {
+        **wrong["worst"], "coordinate": [0, 1, 0]}})) == []
+    assert _differences(_facts(wrong), _facts({**wrong, "worst": {
+        **wrong["worst"], "tensor": "key_weight"}})) != []
     first = {"passed": False, "detail": "weights[0,0,0] = 0.5", "coordinate": "weights[0,0,0]"}
     assert _differences(_facts(first), _facts({**first, "coordinate": "weights[0,1,0]"})) != []
 

@@ -127,3 +127,35 @@ def test_json_spells_non_finite_values_as_strings() -> None:
     document = evidence_json(evidence)
     assert document["tensors"]["query"]["values"] == ["Infinity"]
     json.loads(render_json(evidence))  # valid JSON, no bare Infinity
+
+
+def test_run_s_facts_publish_each_probe_s_verdict_and_the_expect_mismatches() -> None:
+    data = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "examples"
+                       / "chapter-with-expect.json").read_text(encoding="utf-8"))
+    document = evidence_json(build_evidence(parse_fixture(data)))
+    assert all(probe["kept"] is True for probe in document["shapes"].values())
+    assert document["expect"] == {"names": list(data["expect"])[:-1], "values": 37,
+                                  "tolerance": 0.0, "passed": True, "mismatches": []}
+    data["expect"]["query"]["values"][3] = 5
+    data["expect"]["loss"] = -1.5
+    found = evidence_json(build_evidence(parse_fixture(data)))["expect"]
+    assert not found["passed"] and found["mismatches"] == [
+        {"name": "query", "coordinate": [0, 1, 1], "expected": 5.0, "actual": -1.0, "error": 1.2},
+        {"name": "loss", "coordinate": [], "expected": -1.5, "actual": -2.0, "error": 0.25}]
+    del data["expect"]
+    assert "expect" not in evidence_json(build_evidence(parse_fixture(data)))
+
+
+def test_a_probe_that_lost_a_shape_is_not_kept(chapter_evidence) -> None:  # type: ignore[no-untyped-def]
+    shapes = chapter_evidence.shapes
+    refused = shapes._replace(rule=shapes.rule._replace(refusal="rank"))
+    document = evidence_json(chapter_evidence._replace(shapes=refused))
+    assert document["shapes"]["rule"]["kept"] is False
+    assert document["shapes"]["batch"]["kept"] is True
+
+
+def test_the_gradient_check_publishes_its_worst_point(chapter_evidence) -> None:  # type: ignore[no-untyped-def]
+    gradcheck = evidence_json(chapter_evidence)["gradcheck"]
+    every = [check for tensor in gradcheck["tensors"] for check in tensor["checks"]]
+    assert gradcheck["worst"] in every
+    assert gradcheck["worst"]["scaled_error"] == max(check["scaled_error"] for check in every)

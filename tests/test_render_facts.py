@@ -9,7 +9,6 @@ import numpy as np
 from qkvcli.render.facts import (
     entries,
     json_of,
-    layout,
     report,
     said,
     scalar,
@@ -63,9 +62,9 @@ def test_the_text_spells_each_kind_once() -> None:
 def test_a_layout_table_lays_out_the_same_facts_as_text_and_as_trace() -> None:
     facts = {"norms": section(input=values([1.0]), preserved=verdict(True)), "n": scalar(2)}
     table = (("norms", (("", "norms.*"),)), ("count", "n"), ("note", lambda e: e))
-    assert layout(facts, "hi", table, " ", ":", "=") == [
+    assert report(facts, "hi", table).splitlines() == [
         "norms=input:[1.000000] preserved:true", "count=2", "note=hi"]
-    assert layout(facts, "hi", table[:1], "|", "=", "|") == [
+    assert report(facts, "hi", table[:1], True).splitlines() == [
         "norms|input=[1.000000]|preserved=true"]
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from qkvcli.attention.records import AttendConfig, AttendEvidence, HullEvidence, Note
 from qkvcli.core.invariants import FutureZero, RowSums
 from qkvcli.core.names import BRANCHES
@@ -141,12 +143,6 @@ def framework_names(config: AttendConfig) -> dict[str, str]:
     return found
 
 
-def tensor_policy(name: str, config: AttendConfig, policy: str) -> str:
-    """How much of tensor ``name`` a view shows under ``policy`` (``full``, ``summary``,
-    ``none``): a packed layer's split views (:data:`SPLIT_VIEWS`) only as digests."""
-    return "none" if config.packed is not None and name in SPLIT_VIEWS else policy
-
-
 def checked_name(name: str, config: AttendConfig) -> str:
     """The published name of a gradient-checked tensor (internal ``w_query``, ``b_out``...)."""
     if name in ("w_out", "b_out") and config.out_layout is None:
@@ -237,11 +233,6 @@ def attend_checks(evidence: AttendEvidence) -> tuple[Check, ...]:
         Check(check_name(v.name), v.passed, details[v.name][0 if v.passed else 1])
         for v in evidence.checks
     )
-
-
-def attend_verdict(evidence: AttendEvidence) -> str:
-    """``verdict: PASS (8 of 8 checks passed)``, or ``FAIL`` (:func:`~qkvcli.render.wording.verdict`)."""
-    return verdict_line(evidence.passed, sum(c.passed for c in evidence.checks), len(evidence.checks))
 
 
 def note_text(note: Note) -> str:
@@ -367,7 +358,8 @@ def _text(evidence: AttendEvidence, found: dict[str, Any], precision: int) -> Ta
             f"{name}:{fmt_shape(shape.value)}" for name, shape in probes[i].items())))
           for i in range(len(evidence.probes))),
         *(("note", lambda e, n=n: f"{n.code} {note_text(n)}") for n in evidence.notes),
-        _comment(attend_verdict(evidence)),
+        _comment(verdict_line(evidence.passed, sum(c.passed for c in evidence.checks),
+                              len(evidence.checks))),
     )
 
 
@@ -416,6 +408,34 @@ def rope_words(rope: Rope) -> str:
     return f"{base} dims {rope.dims} {rope.layout}"
 
 
+def tensor_axes(name: str, c: AttendConfig, shape: tuple[int, ...]) -> tuple[str, ...]:
+    """The axes of attend's tensor ``name`` of ``shape`` (by vocabulary name; a gradient's
+    are its tensor's), or none where the shape does not have them: a layer's projections
+    hold its heads side by side (``heads_d_k``; grouped K/V weights ``kv_heads_d_k``); a
+    packed projection and an output weight, kept as the fixture laid them out, are not
+    named."""
+    heads, kv_heads = c.heads or 1, c.kv_heads or c.heads or 1
+    q, v = ("heads_d_k", "heads_d_v") if c.heads is not None else ("d_k", "d_v")
+    kv = ("kv_heads_d_k", "kv_heads_d_v") if c.kv_heads is not None else (q, v)
+    sizes = {"batch": c.batch, "token": c.tokens, "query": c.tokens, "key": c.tokens,
+             "head": c.heads, "d_model": c.d_model, "d_k": c.d_k, "d_v": c.d_v,
+             "heads_d_k": heads * c.d_k, "heads_d_v": heads * c.d_v, "e_out": c.e_out,
+             "kv_heads_d_k": kv_heads * c.d_k, "kv_heads_d_v": kv_heads * c.d_v}
+    grid = ("batch", "query", "key") if c.heads is None else ("batch", "head", "query", "key")
+    widths = dict(zip(BRANCHES, (q, *kv), strict=True))
+    axes = {"input": ("batch", "token", "d_model"), "b_out": ("e_out",),
+            "query": ("batch", "query", q), "key": ("batch", "key", q),
+            "value": ("batch", "key", v), "concat": ("batch", "query", v),
+            "output": ("batch", "query", "d_v" if c.heads is None else "e_out"),
+            **dict.fromkeys(("scores", "scaled_scores", "attention"), grid),
+            **{f"w_{branch}": ("d_model", width) for branch, width in widths.items()},
+            **{f"b_{branch}": (width,) for branch, width in widths.items()}
+            }.get(name.removeprefix("grad_"), ())
+    fits = len(axes) == len(shape) and all(
+        sizes[a] == n for a, n in zip(axes, shape, strict=True))
+    return axes if fits else ()
+
+
 def _rows_facts(rows: RowSums, mask: FutureZero, hull: HullEvidence) -> dict[str, Any]:
     """The attention rows', the mask's and the hull's facts (of a head, or the worst of a
     layer's heads), as ``weights``, ``mask`` and ``hull``."""
@@ -432,11 +452,8 @@ def _rows_facts(rows: RowSums, mask: FutureZero, hull: HullEvidence) -> dict[str
 
 def _function_json(c: AttendConfig) -> dict[str, Any]:
     """What a real layer adds to ``config`` (nothing for a fixture without it)."""
-    found: dict[str, Any] = {}
-    if c.architecture is not None:
-        found["architecture"] = c.architecture
-    if c.kv_heads is not None:
-        found["kv_heads"] = c.kv_heads
+    found: dict[str, Any] = {key: value for key, value in (
+        ("architecture", c.architecture), ("kv_heads", c.kv_heads)) if value is not None}
     if c.rope is not None:
         base: dict[str, Any] = ({"theta": c.rope.theta} if c.rope.frequencies is None
                                 else {"frequencies": list(c.rope.frequencies)})
@@ -451,10 +468,14 @@ def _function_json(c: AttendConfig) -> dict[str, Any]:
 
 def _gradcheck_json(evidence: AttendEvidence) -> Any:
     """The shared gradient-check document, each tensor under its published name."""
+    c = evidence.config
+
     def published(result: Any) -> dict[str, Any]:
         document = gradcheck_json(result)
+        if document["worst"] is not None:
+            document["worst"]["tensor"] = checked_name(document["worst"]["tensor"], c)
         for checked in document["tensors"]:
-            checked["tensor"] = checked_name(checked["tensor"], evidence.config)
+            checked["tensor"] = checked_name(checked["tensor"], c)
             for check in checked["checks"]:
                 check["tensor"] = checked["tensor"]
         return document
@@ -485,8 +506,9 @@ def facts(evidence: AttendEvidence) -> dict[str, Any]:
                    for v, ch in zip(evidence.checks, attend_checks(evidence), strict=True)],
         "notes": [{"code": n.code, "text": note_text(n)} for n in evidence.notes],
         "tensors": section(**{published_name(name, c): tensor(
-            value, given=name in PARAMETERS or (name == "grad_output" and evidence.upstream_given),
-            policy=tensor_policy(name, c, "") or None)
+            value, tensor_axes(name, c, np.shape(value)),
+            given=name in PARAMETERS or (name == "grad_output" and evidence.upstream_given),
+            policy="none" if c.packed is not None and name in SPLIT_VIEWS else None)
             for name, value in evidence.primary.tensors.items()}),
         "rows": entries([{"batch": r.batch, "token": r.token, "weights": values(r.attention),
                           "weight_sum": scalar(r.attention_sum), "output": values(r.output)}
@@ -514,15 +536,10 @@ def attend_json(evidence: AttendEvidence, tensors: str = "summary") -> dict[str,
             **json_of(facts(evidence), tensors)}
 
 
-def render_attend_json(evidence: AttendEvidence, tensors: str = "summary") -> str:
-    """:func:`attend_json` as deterministic JSON text with a trailing newline."""
-    return dumps(attend_json(evidence, tensors))
-
-
 def pieces(evidence: AttendEvidence, fmt: str, asked: Asked) -> Iterator[str]:
     """The evidence as ``text`` (at ``asked.precision``, else :data:`PRECISION`) or
     ``json``, each with ``asked.tensors``."""
     if fmt == "json":
-        return iter([render_attend_json(evidence, asked.tensors)])
+        return iter([dumps(attend_json(evidence, asked.tensors))])
     precision = PRECISION if asked.precision is None else asked.precision
     return iter([render_attend_text(evidence, precision, asked.tensors)])

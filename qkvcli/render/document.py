@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkvcli import __version__
 from qkvcli.render.facts import dumps as dumps
-from qkvcli.render.facts import entries, json_of, scalar, shape, verdict
+from qkvcli.render.facts import entries, json_of, scalar, section, shape, verdict
 from qkvcli.render.facts import summary_json as summary_json
 from qkvcli.render.facts import tensor_json as tensor_json
 from qkvcli.render.numbers import json_float as json_float
@@ -76,14 +76,17 @@ def coordinate_facts(check: CoordinateCheck) -> dict[str, Any]:
 
 def coordinate_json(check: CoordinateCheck) -> dict[str, Any]:
     """:func:`coordinate_facts` as JSON."""
-    found: dict[str, Any] = json_of(coordinate_facts(check))
-    return found
+    return dict(json_of(coordinate_facts(check)))
 
 
 def gradcheck_facts(result: GradcheckResult) -> dict[str, Any]:
-    """A gradient check as facts: its settings, then each tensor's checks."""
+    """A gradient check as facts: its settings, its worst point (a failed one first, else
+    the largest scaled error; ``None`` when nothing was checked), then each tensor's
+    checks."""
+    worst = result.worst
     return {"passed": verdict(result.passed), "mode": result.mode, "step": result.step,
             "tolerance": result.tolerance, "count": result.count,
+            "worst": None if worst is None else section(**coordinate_facts(worst)),
             "tensors": entries([{"tensor": t.tensor, "mode": t.mode, "shape": shape(t.shape),
                                  "requested": t.requested, "checked": len(t.checks),
                                  "passed": verdict(t.passed), "recomputes": t.recomputes,
@@ -92,6 +95,5 @@ def gradcheck_facts(result: GradcheckResult) -> dict[str, Any]:
 
 
 def gradcheck_json(result: GradcheckResult) -> dict[str, Any]:
-    """A gradient check's settings and every tensor's checks, as every report embeds it."""
-    found: dict[str, Any] = json_of(gradcheck_facts(result))
-    return found
+    """:func:`gradcheck_facts` as JSON, as every report embeds it."""
+    return dict(json_of(gradcheck_facts(result)))

@@ -27,7 +27,6 @@ from qkvcli.render.numbers import (
     fmt_bool,
     fmt_float,
     fmt_shape,
-    fmt_vector,
     iter_vector,
     json_float,
     stream_lines,
@@ -184,45 +183,17 @@ def find(facts: Facts, path: str) -> Any:
     return found
 
 
-vector = fmt_vector
-"""``[v,...]`` in fixed point, six decimals, a value that rounds to zero ``0.000000``."""
-fixed = fmt_float
-"""One number in fixed point, never a false zero (:func:`~qkvcli.render.numbers.fmt_float`)."""
-
-
 Spellings = Mapping[str, Callable[[Any], str]]
 """A chapter's own spelling of some kinds of fact (``tensor``, ``values``, ``scalar``)."""
-
-
-def said(fact: Any, spellings: Spellings | None = None) -> str:
-    """``fact`` in the text's spelling of its kind: a tensor ``shape:[..] values:[..]``,
-    values ``[..]``, a shape ``[..]`` (``rejected`` for none), a verdict ``true`` or
-    ``false``, a float in fixed point; anything else as ``str`` gives it. A chapter's
-    ``spellings`` replace those of the kinds they name (a function of the value)."""
-    if not isinstance(fact, Fact):
-        return str(fact)
-    if spellings and fact.kind in spellings:
-        spelt: str = spellings[fact.kind](fact.value)
-        return spelt
-    if fact.kind == "tensor":
-        array = np.asarray(fact.value)
-        return f"shape:{fmt_shape(array.shape)} values:{vector(array)}"
-    if fact.kind == "values":
-        return vector(fact.value)
-    if fact.kind == "shape":
-        return "rejected" if fact.value is None else fmt_shape(fact.value)
-    if fact.kind == "verdict":
-        return fmt_bool(fact.value)
-    if fact.kind == "scalar" and isinstance(fact.value, float):
-        return fixed(fact.value)
-    return str(fact.value)
-
-
 Part = tuple[Any, ...]
 """One piece of a line: its label (``""``: none) and the path of its fact, said by its
 kind or by a third item, a function of the fact's value; or its label and a function of
 the evidence, for what the text says but the JSON does not publish. A function may give
 a tuple of pieces, a tensor among them (:func:`bare`), to be written as it streams."""
+Table = tuple[tuple[str, Any], ...]
+"""A text's or a trace's lines: each key and its parts (one part alone: a path, a path
+and its spelling, or a function of the evidence; a path ``section.*``: every fact of the
+section, in order, each labelled by its name)."""
 
 
 def bare(value: Any) -> tuple[Any, ...]:
@@ -230,38 +201,55 @@ def bare(value: Any) -> tuple[Any, ...]:
     return (value,)
 
 
-def _pieces(fact: Any, spellings: Spellings | None) -> tuple[Any, ...]:
-    """:func:`said`, but a tensor (and a list of values) left whole to stream."""
-    if isinstance(fact, Fact) and not (spellings and fact.kind in spellings):
-        if fact.kind == "tensor":
-            shown = fact.value if fact.policy is None else "".join(iter_vector(fact.value, fact.policy))
-            return (f"shape:{fmt_shape(np.shape(fact.value))} values:", shown)
-        if fact.kind == "values":
-            return (fact.value,)
-    return (said(fact, spellings),)
+def _spelt(fact: Any, spellings: Spellings | None) -> tuple[Any, ...]:
+    """``fact`` as text pieces in its kind's spelling (see :func:`said`), a tensor (and a
+    list of values) left whole, to be written as it streams."""
+    if not isinstance(fact, Fact):
+        return (str(fact),)
+    kind, value = fact.kind, fact.value
+    if spellings and kind in spellings:
+        return (spellings[kind](value),)
+    if kind == "tensor":
+        shown = value if fact.policy is None else "".join(iter_vector(value, fact.policy))
+        return (f"shape:{fmt_shape(np.shape(value))} values:", shown)
+    if kind == "values":
+        return (value,)
+    if kind == "shape":
+        return ("rejected" if value is None else fmt_shape(value),)
+    if kind == "verdict":
+        return (fmt_bool(value),)
+    return (fmt_float(value) if kind == "scalar" and isinstance(value, float) else str(value),)
 
 
-def line(facts: Facts, evidence: Any, parts: tuple[Part, ...], between: str,
-         labelled: str, spellings: Spellings | None = None) -> Line:
-    """``parts`` of ``facts`` joined by ``between``, each ``label`` ``labelled`` value
-    (a text line's ``input:[..] rotated:[..]``, a trace line's ``|input=[..]``): text
-    pieces with the tensors between them (:data:`~qkvcli.render.numbers.Line`)."""
-    def spelt(part: Part) -> tuple[Any, ...]:
-        label, path, *spell = part
-        if not isinstance(path, str):
-            found = path(evidence)
-        else:
-            fact = find(facts, path)
-            found = (spell[0](fact.value if isinstance(fact, Fact) else fact) if spell
-                     else _pieces(fact, spellings))
-        found = found if isinstance(found, tuple) else (str(found),)
-        return (f"{label}{labelled}", *found) if label else found
+def said(fact: Any, spellings: Spellings | None = None) -> str:
+    """``fact`` in the text's spelling of its kind: a tensor ``shape:[..] values:[..]``,
+    values ``[..]``, a shape ``[..]`` (``rejected`` for none), a verdict ``true`` or
+    ``false``, a float in fixed point; anything else as ``str`` gives it. A chapter's
+    ``spellings`` replace those of the kinds they name (a function of the value)."""
+    return "".join(stream_lines([_spelt(fact, spellings)], "full"))[:-1]
 
-    pieces: list[Any] = []
-    for index, part in enumerate(parts):
-        pieces += [between] if index else []
-        pieces += spelt(part)
-    return tuple(pieces)
+
+def lines(facts: Facts, evidence: Any, table: Table, between: str, labelled: str, start: str,
+          spellings: Spellings | None = None) -> Iterator[Line]:
+    """Each row of ``table`` as one line of pieces: its key and ``start`` (none for the key
+    ``""``: a comment, a verdict), then its parts joined by ``between``, each ``label``
+    ``labelled`` value (a text line's ``input:[..]``, a trace line's ``|input=[..]``)."""
+    for key, parts in table:
+        if not (isinstance(parts, tuple) and parts and isinstance(parts[0], tuple)):
+            parts = (("", *(parts if isinstance(parts, tuple) else (parts,))),)
+        pieces: list[Any] = [f"{key}{start}"] if key else []
+        for index, (label, path, *spell) in enumerate(
+                every for part in parts for every in _expanded(facts, part)):
+            if not isinstance(path, str):
+                found = path(evidence)
+            else:
+                fact = find(facts, path)
+                found = (spell[0](fact.value if isinstance(fact, Fact) else fact) if spell
+                         else _spelt(fact, spellings))
+            pieces += [between] if index else []
+            pieces += [f"{label}{labelled}"] if label else []
+            pieces += found if isinstance(found, tuple) else (str(found),)
+        yield tuple(pieces)
 
 
 def _expanded(facts: Facts, part: Part) -> tuple[Part, ...]:
@@ -270,30 +258,6 @@ def _expanded(facts: Facts, part: Part) -> tuple[Part, ...]:
     if not (isinstance(path, str) and path.endswith(".*")):
         return (part,)
     return tuple((name, f"{path[:-2]}.{name}") for name in find(facts, path[:-2]))
-
-
-Table = tuple[tuple[str, Any], ...]
-"""A text's or a trace's lines: each key and its parts."""
-
-
-def lines(facts: Facts, evidence: Any, table: Table, between: str, labelled: str, start: str,
-          spellings: Spellings | None = None) -> Iterator[Line]:
-    """Each row of ``table`` as one line of pieces: its key and ``start`` (none for the key
-    ``""``: a comment, a verdict), then its parts (one
-    part alone: a path, a path and its spelling, or a function of the evidence; a path
-    ``section.*``: every fact of the section, in order)."""
-    for key, parts in table:
-        one = parts if isinstance(parts, tuple) and parts and isinstance(parts[0], tuple) else (
-            ("", *(parts if isinstance(parts, tuple) else (parts,))),)
-        one = tuple(every for part in one for every in _expanded(facts, part))
-        yield (f"{key}{start}" if key else "", *line(facts, evidence, one, between, labelled, spellings))
-
-
-def layout(facts: Facts, evidence: Any, table: Table, between: str,
-           labelled: str, start: str, spellings: Spellings | None = None) -> list[str]:
-    """Each row of ``table`` as one line of text (:func:`lines`, every tensor in full)."""
-    return ["".join(stream_lines([laid], "full"))[:-1]
-            for laid in lines(facts, evidence, table, between, labelled, start, spellings)]
 
 
 def pieces(facts: Facts, evidence: Any, table: Table, trace: bool = False,

@@ -40,10 +40,10 @@ def render_gradcheck_text(result: GradcheckResult) -> str:
     tensors = found["tensors"].value
     lines = [*columns([HEADER, *(_row(c) for t in tensors for c in t["checks"].value)], {2, 3, 4}),
              ""]
-    worst = result.worst
-    if worst is not None:
-        where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
-        lines.append(f"worst={worst.tensor}{where} scaled_error:{fmt_error(worst.scaled_error)}")
+    if found["worst"] is not None:
+        worst = found["worst"].value
+        lines.append(f"worst={worst['tensor']}{'@' if 'direction' in worst else ''}"
+                     f"{_where(worst)} scaled_error:{fmt_error(worst['scaled_error'].value)}")
     counts = " ".join(f"{t['tensor']}:{t['checked']}" for t in tensors)
     lines += [f"mode={found['mode']} ({result.summary})",
               f"gradcheck=checks:{found['count']} {counts} step:{fmt_exact(found['step'])} "
@@ -58,16 +58,11 @@ def gradcheck_document(result: GradcheckResult, **extra: Any) -> dict[str, Any]:
     return head("gradcheck", **json_of(gradcheck_facts(result)), **extra)
 
 
-def render_gradcheck_json(result: GradcheckResult, **extra: Any) -> str:
-    """:func:`gradcheck_document` as deterministic JSON text with a trailing newline."""
-    return dumps(gradcheck_document(result, **extra))
-
-
 def pieces(result: GradcheckResult, fmt: str, asked: Asked) -> Iterator[str]:
     """The table (``text``, naming a ``dtype`` other than float64) or the document
     (``json``, with it)."""
     if fmt == "json":
-        return iter([render_gradcheck_json(result, dtype=asked.dtype)])
+        return iter([dumps(gradcheck_document(result, dtype=asked.dtype))])
     text = render_gradcheck_text(result)
     if asked.dtype != "float64":
         text += f"dtype={asked.dtype} (analytic gradients; central differences in float64)\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from qkvcli.core.names import BRANCHES
 from qkvcli.core.results import Clause
 
 FACTOR_WORDS = {"0": "{0} is all zeros", "-1": "{0} has the wrong sign (-1 times qkv's)",
@@ -15,18 +16,13 @@ FACTOR_WORDS = {"0": "{0} is all zeros", "-1": "{0} has the wrong sign (-1 times
 REGION_WORDS = {"diagonal": "only on the diagonal (each query's own key)",
                 "above": "only above the diagonal (each query's later keys)",
                 "below": "only below the diagonal (each query's earlier keys)"}
+AXIS_WORDS = {"head": "heads", "query": "query", "batch": "batch"}
 VARIANT_WORDS = {
     "causal=false": "{0} gives qkv's results with causal=false: the causal mask is ignored",
     "causal=true": "{0} gives qkv's results with causal=true: the mask is applied with "
                    "causal=false too",
     "rope=false": "{0} gives qkv's results with rope=false: RoPE is not applied",
     "rope=true": "{0} gives qkv's results with rope=true: RoPE is applied with rope=false too",
-    "softmax-axis:head": ("{0}: the softmax is taken over the heads axis instead of over each "
-                          "query's keys"),
-    "softmax-axis:query": ("{0}: the softmax is taken over the query axis instead of over "
-                           "each query's keys"),
-    "softmax-axis:batch": ("{0}: the softmax is taken over the batch axis instead of over "
-                           "each query's keys"),
     "rope-query-only": "{0}: RoPE turns the queries only (the keys are not turned)",
     "rope-key-only": "{0}: RoPE turns the keys only (the queries are not turned)",
     "rope-before-split": ("{0}: RoPE is applied before the head split (pairs and angles "
@@ -35,10 +31,6 @@ VARIANT_WORDS = {
     "angles:180/pi": "{0}: RoPE's angles are converted to degrees (each angle times 180/pi)",
     "angles:2": "{0}: RoPE's angles are twice the right ones",
     "angles:1/2": "{0}: RoPE's angles are half the right ones",
-    "positions:batch": ("{0}: RoPE takes each position from the batch axis instead of the "
-                        "token axis"),
-    "positions:head": ("{0}: RoPE takes each position from the heads axis instead of the "
-                       "token axis"),
     "divisor:d_h": "{0}: each head's scores are divided by d_h instead of sqrt(d_h)",
     "divisor:d_model": "{0}: each head's scores are divided by d_model instead of sqrt(d_h)",
     "divisor:root d_model": ("{0}: each head's scores are divided by sqrt(d_model) instead "
@@ -63,19 +55,10 @@ VARIANT_WORDS = {
                           "(dQ = dS Q, dK = dS^T K)"),
     "untransposed:grad_input": ("{0}: grad_input's paths use the weights, not their "
                                 "transposes (dX = dQ W_Q + dK W_K + dV W_V)"),
-    "transposed:w_query": "{0} uses W_Q transposed (X W_Q^T)",
-    "transposed:w_key": "{0} uses W_K transposed (X W_K^T)",
-    "transposed:w_value": "{0} uses W_V transposed (X W_V^T)",
     "transposed:w_output": "{0} uses W_O transposed (merged W_O^T)",
     "split-back:reshaped": ("{0} splits dC = dY W_O^T into the heads with a reshape and no "
                             "transpose ([B,T,d] read as [B,H,T,d_h]), unlike the forward's "
                             "split"),
-    "through:w_query": ("{0} sends every path of grad_input through W_Q^T "
-                        "(dX = (dQ + dK + dV) W_Q^T)"),
-    "through:w_key": ("{0} sends every path of grad_input through W_K^T "
-                      "(dX = (dQ + dK + dV) W_K^T)"),
-    "through:w_value": ("{0} sends every path of grad_input through W_V^T "
-                        "(dX = (dQ + dK + dV) W_V^T)"),
     "positions:from-one": "{0}: RoPE counts positions from 1 instead of 0",
     "mask:own-key": ("{0}: each step attends to the earlier keys alone, leaving its own key "
                      "and value out (the first step reads its own alone)"),
@@ -84,10 +67,6 @@ VARIANT_WORDS = {
     "value-path:no-w_output": ("{0}: dV is made from the heads of dY, not of dY W_O^T (W_O "
                                "left out of the value path)"),
     "dw-output:input": "{0}: grad_w_output is X^T dY instead of merged^T dY",
-    "max-axis:query": ("{0}: the softmax subtracts the maximum over the query axis instead "
-                       "of each query's own row"),
-    "max-axis:head": ("{0}: the softmax subtracts the maximum over the heads axis instead of "
-                      "each query's own row"),
     "scale-after-softmax": ("{0}: the scores are scaled after the softmax (softmax(Q K^T) / "
                             "sqrt(d_h)) instead of before it"),
     "mask:output-unmasked": ("{0}: the output is mixed with the unmasked weights (the "
@@ -95,6 +74,16 @@ VARIANT_WORDS = {
     "rope-value-not-key": "{0}: RoPE turns the queries and the values instead of the keys",
     "untransposed:grad_value": "{0}: grad_value is computed with A instead of A^T (dV = A dO)",
     "untransposed:grad_key": "{0}: grad_key is computed with dS instead of dS^T (dK = dS Q)",
+    **{f"softmax-axis:{axis}": f"{{0}}: the softmax is taken over the {AXIS_WORDS[axis]} "
+       "axis instead of over each query's keys" for axis in ("head", "query", "batch")},
+    **{f"max-axis:{axis}": f"{{0}}: the softmax subtracts the maximum over the "
+       f"{AXIS_WORDS[axis]} axis instead of each query's own row" for axis in ("query", "head")},
+    **{f"positions:{axis}": f"{{0}}: RoPE takes each position from the {AXIS_WORDS[axis]} "
+       "axis instead of the token axis" for axis in ("batch", "head")},
+    **{f"transposed:w_{branch}": f"{{0}} uses W_{letter} transposed (X W_{letter}^T)"
+       for branch, letter in zip(BRANCHES, "QKV", strict=True)},
+    **{f"through:w_{branch}": f"{{0}} sends every path of grad_input through W_{letter}^T "
+       f"(dX = (dQ + dK + dV) W_{letter}^T)" for branch, letter in zip(BRANCHES, "QKV", strict=True)},
 }
 
 

@@ -9,14 +9,14 @@ reference's (the anchors fix them), each tensor written as it streams per ``--te
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkvcli.check.chapter26_evidence import Evidence, Primary
 from qkvcli.core.arrays import Array
 from qkvcli.core.names import BRANCHES, GRADIENTS
-from qkvcli.core.results import Refusal, ShapeProbe
+from qkvcli.core.results import ShapeProbe
 from qkvcli.core.text import escape_controls
 from qkvcli.render.facts import (
     Facts,
@@ -37,16 +37,17 @@ from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape
 from qkvcli.render.views import Asked
 from qkvcli.render.wording import check_rows
 
+if TYPE_CHECKING:
+    from qkvcli.check.expect import ExpectResult
+
 PREDICTION = "three independent bias-free projections preserve batch and token axes"
 NEXT = "compare queries with keys and mix values"
 NEXT_CHAPTER = "27-self-attention"
 
 PUBLISHED_TENSORS = {
-    "input": "input", "w_query": "query_weight", "w_key": "key_weight",
-    "w_value": "value_weight", "query": "query", "key": "key", "value": "value",
-    "grad_query": "upstream_query", "grad_key": "upstream_key", "grad_value": "upstream_value",
-    "grad_input": "input_gradient", "grad_w_query": "query_weight_gradient",
-    "grad_w_key": "key_weight_gradient", "grad_w_value": "value_weight_gradient",
+    "input": "input", **{f"w_{b}": f"{b}_weight" for b in BRANCHES}, **{b: b for b in BRANCHES},
+    **{f"grad_{b}": f"upstream_{b}" for b in BRANCHES}, "grad_input": "input_gradient",
+    **{f"grad_w_{b}": f"{b}_weight_gradient" for b in BRANCHES},
 }
 """The report's published name of each of :meth:`Primary.tensors`' fields, in order."""
 AXES = {"input": ("batch", "token", "model_feature"), "weight": ("model_feature", "feature"),
@@ -69,12 +70,7 @@ def _axes(field: str) -> tuple[str, ...]:
 def _probe(probe: ShapeProbe) -> Any:
     return section(input=shape(probe.input),
                    **{branch: shape(probe.shape(branch) or ()) for branch in BRANCHES},
-                   gradient_shapes_ok=verdict(probe.holds(*GRADIENTS)))
-
-
-def said(case: Refusal) -> str:
-    """A bad input's message: the error raised, or ``accepted`` when none was."""
-    return case.message or "accepted"
+                   gradient_shapes_ok=verdict(probe.holds(*GRADIENTS)), kept=verdict(probe.kept))
 
 
 def facts(evidence: Evidence) -> dict[str, Any]:
@@ -96,7 +92,7 @@ def facts(evidence: Evidence) -> dict[str, Any]:
         "shapes": section(**{name: _probe(getattr(s, name)) for name in (
             "rule", "batch", "empty_batch", "empty_tokens", "report_empty_tokens")}),
         "errors": entries([{"case": case.case, "rejected": verdict(case.rejected),
-                            "message": said(case)} for case in evidence.errors.cases()]),
+                            "message": case.message or "accepted"} for case in evidence.errors.cases()]),
         "initialization": section(seed=i.seed, reproducible=verdict(i.reproducible),
                                   independent=verdict(i.independent),
                                   transactional=verdict(i.transactional), rejection=i.rejection),
@@ -108,7 +104,18 @@ def facts(evidence: Evidence) -> dict[str, Any]:
         "history": section(earlier_left=h.earlier_left, earlier_right=h.earlier_right,
                            transformer_source=h.transformer_source, mapping=h.mapping),
         "gradcheck": record(evidence.gradcheck, gradcheck_json),
+        **({} if evidence.expect is None else {"expect": _expect(evidence.expect)}),
     }
+
+
+def _expect(found: ExpectResult) -> Any:
+    """The fixture's ``expect`` judged: the quantities compared, how many values, the
+    tolerance, the verdict and each quantity's first value beyond the tolerance."""
+    return section(names=list(found.names), values=found.values, tolerance=found.tolerance,
+                   passed=verdict(found.passed), mismatches=entries([
+                       {"name": m.name, "coordinate": shape(m.coordinate),
+                        "expected": scalar(m.expected), "actual": scalar(m.actual),
+                        "error": scalar(m.error)} for m in found.mismatches]))
 
 
 # --- the text and the trace: tables over the facts -------------------------------------
@@ -177,8 +184,8 @@ def _output(branch: str) -> Part:
             else "changed")
 
 
-def _error(index: int, case: str) -> tuple[str, Any]:
-    return ("ERROR", (("case", lambda e: case),
+def _error(index: int) -> tuple[str, Any]:
+    return ("ERROR", (("case", "errors", lambda errors: errors[index]["case"]),
                       ("rejected", "errors", lambda errors: _rejected(errors, index)),
                       ("message", "errors", lambda errors: errors[index]["message"])))
 
@@ -211,7 +218,7 @@ TRACE: Table = (
         (f"{side}_{name}", f"shapes.{probe}", lambda p, n=name: fmt_shape(p[n].value))
         for side, probe in (("batch", "empty_batch"), ("token", "empty_tokens"))
         for name in ("input", *BRANCHES))),
-    _error(0, "rank-two"), _error(1, "input-width"), _error(2, "branch-mismatch"),
+    *(_error(index) for index in range(3)),
     ("HISTORY", (("", "history.*"),)),
     ("PROOF", (*_counts(("input_checks", "query_weight_checks", "key_weight_checks",
                          "value_weight_checks")),
@@ -232,6 +239,17 @@ def _head(evidence: Evidence) -> dict[str, Any]:
     return head("run", chapter=evidence.chapter, passed=evidence.passed)
 
 
+def pieces(evidence: Evidence, fmt: str, asked: Asked) -> Iterator[str]:
+    """The chapter's report as ``text``, ``trace`` or ``json``, in pieces, each tensor
+    written as it streams per ``asked.tensors`` (a JSON tensor shown in full is never held
+    as one list of Python floats)."""
+    found: Facts = facts(evidence)
+    if fmt == "json":
+        return json_pieces(_head(evidence), found, asked.tensors)
+    return laid(found, evidence, TRACE if fmt == "trace" else TEXT, fmt == "trace",
+                tensors=asked.tensors)
+
+
 def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any]:
     """The report as a JSON-ready dictionary (tensors per the ``tensors`` policy)."""
     from qkvcli.render.facts import json_of
@@ -240,39 +258,20 @@ def evidence_json(evidence: Evidence, tensors: str = "summary") -> dict[str, Any
 
 
 def iter_text(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
-    """The text report in pieces, tensors written as they stream (``tensors``: a
-    :data:`~qkvcli.render.tensors.POLICIES` policy)."""
-    return laid(facts(evidence), evidence, TEXT, tensors=tensors)
-
-
-def iter_trace(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
-    """The trace in pieces, tensors written as they stream."""
-    return laid(facts(evidence), evidence, TRACE, True, tensors=tensors)
-
-
-def iter_json(evidence: Evidence, tensors: str = "summary") -> Iterator[str]:
-    """The JSON report in pieces: the bytes of ``dumps(evidence_json(evidence, tensors))``,
-    a tensor shown in full streamed rather than held as one list of Python floats."""
-    found: Facts = facts(evidence)
-    return json_pieces(_head(evidence), found, tensors)
+    """The text report in pieces (:func:`pieces`)."""
+    return pieces(evidence, "text", Asked(tensors))
 
 
 def render_text(evidence: Evidence, tensors: str = "summary") -> str:
     """The report as the reference prints it; ends with a newline."""
-    return "".join(iter_text(evidence, tensors))
+    return "".join(pieces(evidence, "text", Asked(tensors)))
 
 
 def render_trace(evidence: Evidence, tensors: str = "summary") -> str:
     """The trace as the reference prints it; ends with a newline."""
-    return "".join(iter_trace(evidence, tensors))
+    return "".join(pieces(evidence, "trace", Asked(tensors)))
 
 
 def render_json(evidence: Evidence, tensors: str = "summary") -> str:
-    """The JSON report as one string (see :func:`iter_json`)."""
-    return "".join(iter_json(evidence, tensors))
-
-
-def pieces(evidence: Evidence, fmt: str, asked: Asked) -> Iterator[str]:
-    """The chapter's report as ``text``, ``trace`` or ``json``, in pieces."""
-    stream = {"text": iter_text, "trace": iter_trace, "json": iter_json}
-    return stream[fmt](evidence, asked.tensors)
+    """The JSON report as one string: ``dumps(evidence_json(evidence, tensors))``."""
+    return "".join(pieces(evidence, "json", Asked(tensors)))

@@ -44,18 +44,20 @@ ENTRY_KEYS = ("name", "family", "operation", "passed", "outcome", "detail")
 PASSING_OUTCOMES = ("passed", "command")
 """The outcomes a check entry has with ``passed`` true (``command``: does not apply and
 does not count); every other outcome has ``passed`` false."""
+CHECKS: dict[str, Any] = {"type": "array", "items": {"$ref": "#/$defs/entry"}}
+FAILURES: dict[str, Any] = {"type": "array", "items": {"$ref": "#/$defs/failure"}}
 
-# Each report's own keys after the head, with the kind of value each holds; ``None``
-# marks a key only some documents have (attend's per-head ``heads`` and ``decode``,
-# check's ``stderr``, gradcheck's ``dtype``).
+# Each report's own keys after the head, with the kind of value each holds, then the
+# keys only some documents have (chapter 26's ``expect``, attend's per-head ``heads`` and
+# ``decode``, check's ``stderr``, gradcheck's ``dtype``).
 _CHAPTER_26 = {
-    "chapter": STRING, "passed": BOOLEAN, "loss": FLOAT, "checks": "checks", "config": OBJECT,
+    "chapter": STRING, "passed": BOOLEAN, "loss": FLOAT, "checks": CHECKS, "config": OBJECT,
     "parameter_names": ARRAY, "parameter_count": INTEGER, "tensors": OBJECT, "shapes": OBJECT,
     "errors": ARRAY, "initialization": OBJECT, "independence": OBJECT,
     "replay_bitwise": BOOLEAN, "history": OBJECT, "gradcheck": OBJECT,
 }
 _HEAD_CHAPTER = {
-    "passed": BOOLEAN, "checks": "checks", "config": OBJECT, "tensors": OBJECT, "loss": FLOAT,
+    "passed": BOOLEAN, "checks": CHECKS, "config": OBJECT, "tensors": OBJECT, "loss": FLOAT,
     "single_token": OBJECT, "empty_batch": OBJECT, "gradcheck": OBJECT, "errors": ARRAY,
     "history": OBJECT, "replay_bitwise": BOOLEAN, "next": STRING,
 }
@@ -63,33 +65,35 @@ _CHAPTERS: dict[str, dict[str, Any]] = {
     CH27: {**_HEAD_CHAPTER, "scale_probe": OBJECT, "batch_probe": OBJECT},
     CH28: {**_HEAD_CHAPTER, "future_probabilities_zero": BOOLEAN, "tape_finite": BOOLEAN,
            "suffix_perturbation": OBJECT, "prefix_gradient": OBJECT},
-    CH29: {"passed": BOOLEAN, "checks": "checks", "config": OBJECT, "tensors": OBJECT,
+    CH29: {"passed": BOOLEAN, "checks": CHECKS, "config": OBJECT, "tensors": OBJECT,
            "norms": OBJECT, "loss": FLOAT, "position_zero_identity": BOOLEAN,
            "common_shift_preserved": BOOLEAN, "invariant_tolerance": FLOAT, "shapes": ARRAY,
            "errors": ARRAY, "gradcheck": OBJECT, "tape_finite": BOOLEAN,
            "replay_bitwise": BOOLEAN, "history": OBJECT},
-    CH30: {"passed": BOOLEAN, "checks": "checks", "config": OBJECT, "tensors": OBJECT,
+    CH30: {"passed": BOOLEAN, "checks": CHECKS, "config": OBJECT, "tensors": OBJECT,
            "heads": OBJECT, "prefix": OBJECT, "layout": OBJECT, "parameters": OBJECT,
            "loss": FLOAT, "shapes": OBJECT, "errors": ARRAY, "gradcheck": OBJECT,
            "tape_finite": BOOLEAN, "replay_bitwise": BOOLEAN, "history": OBJECT},
-    CH37: {"passed": BOOLEAN, "checks": "checks", "config": OBJECT, "steps": ARRAY,
+    CH37: {"passed": BOOLEAN, "checks": CHECKS, "config": OBJECT, "steps": ARRAY,
            "work": OBJECT, "reset": OBJECT, "errors": ARRAY, "history": OBJECT},
 }
 _OWN: dict[str, dict[str, Any]] = {
     ATTEND: {"chapter": STRING, "passed": BOOLEAN, "config": OBJECT, "parameter_names": ARRAY,
-             "parameter_count": INTEGER, "loss": FLOAT, "checks": "checks", "notes": ARRAY,
+             "parameter_count": INTEGER, "loss": FLOAT, "checks": CHECKS, "notes": ARRAY,
              "tensors": OBJECT, "rows": ARRAY, "weights": OBJECT, "mask": OBJECT,
-             "hull": OBJECT, "probes": ARRAY, "replay_bitwise": BOOLEAN, "gradcheck": OBJECT,
-             "heads": None, "decode": None},
-    CHECK: {"implementation": STRING, "passed": BOOLEAN, "checks": "checks",
-            "failures": "failures", "stderr": None},
+             "hull": OBJECT, "probes": ARRAY, "replay_bitwise": BOOLEAN, "gradcheck": OBJECT},
+    CHECK: {"implementation": STRING, "passed": BOOLEAN, "checks": CHECKS,
+            "failures": FAILURES},
     "gradcheck": {"passed": BOOLEAN, "mode": STRING, "step": FLOAT, "tolerance": FLOAT,
-                  "count": INTEGER, "tensors": ARRAY, "dtype": None},
+                  "count": INTEGER, "worst": {"type": ["object", "null"]}, "tensors": ARRAY},
     "variance": {"seed": INTEGER, "samples": INTEGER, "rows": ARRAY},
     "families": {"computed": ARRAY, "refused": ARRAY, "rope_scaling": ARRAY,
                  "default_rope_only": ARRAY},
 }
-_OPTIONAL_AS = {"heads": ARRAY, "stderr": STRING, "dtype": STRING, "decode": OBJECT}
+_OPTIONAL: dict[str, dict[str, Any]] = {
+    RUN: {"expect": OBJECT}, ATTEND: {"heads": ARRAY, "decode": OBJECT}, CHECK: {"stderr": STRING},
+    "gradcheck": {"dtype": STRING},
+}
 
 
 def entry_schema(names: list[str]) -> dict[str, Any]:
@@ -124,28 +128,13 @@ FAILURE: dict[str, Any] = {
 family, the fixture and coordinate (``null`` where none applies), its words."""
 
 
-def _document(report: str, own: dict[str, Any], extra: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
-    """A document's object schema: the head's three keys, then ``own`` (``"checks"``:
-    the entries, ``"failures"``: check's failures, ``None``: an optional key)."""
-    properties: dict[str, Any] = {
-        "qkv_version": STRING, "schema_version": {"const": SCHEMA_VERSION},
-        "report": {"const": report},
-    }
-    required = ["qkv_version", "schema_version", "report"]
-    for key, kind in own.items():
-        if kind is None:
-            properties[key] = _OPTIONAL_AS[key]
-            continue
-        required.append(key)
-        if kind == "checks":
-            properties[key] = {"type": "array", "items": {"$ref": "#/$defs/entry"}}
-        elif kind == "failures":
-            properties[key] = {"type": "array", "items": {"$ref": "#/$defs/failure"}}
-        else:
-            properties[key] = kind
-    return {"type": "object", "properties": {**properties, **(extra or {})},
-            "required": required, "additionalProperties": False}
+def _document(report: str, own: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
+    """A document's object schema: the head's three keys, then ``own`` (required), then
+    ``optional``, and no other key."""
+    head = {"qkv_version": STRING, "schema_version": {"const": SCHEMA_VERSION},
+            "report": {"const": report}}
+    return {"type": "object", "properties": {**head, **own, **optional},
+            "required": [*head, *own], "additionalProperties": False}
 
 
 def _names(*tables: str) -> list[str]:
@@ -163,23 +152,22 @@ def report_schema(report: str) -> dict[str, Any]:
         raise KeyError(report)
     title = f"qkv {report} report (schema_version {SCHEMA_VERSION})"
     head = {"$schema": DRAFT, "$id": f"urn:qkv:report-{report}.schema.json", "title": title}
-    defs: dict[str, Any] = {}
     if report == RUN:
         # chapter 26 (any chapter label a fixture gives) or one of chapters 27 to 30
-        chapters = [{**_document(RUN, own, {"chapter": {"const": chapter}})}
-                    for chapter, own in _CHAPTERS.items()]
-        for variant, chapter in zip(chapters, _CHAPTERS, strict=True):
+        defs: dict[str, Any] = {}
+        chapters: list[dict[str, Any]] = []
+        for chapter, own in _CHAPTERS.items():
+            checks = {"type": "array", "items": {"$ref": f"#/$defs/entry-{chapter}"}}
+            variant = _document(RUN, {**own, "checks": checks}, {"chapter": {"const": chapter}})
             variant["required"].insert(3, "chapter")
-            variant["properties"]["checks"]["items"] = {"$ref": f"#/$defs/entry-{chapter}"}
+            chapters.append(variant)
             defs[f"entry-{chapter}"] = entry_schema(_names(chapter))
-        projections = _document(RUN, _CHAPTER_26)
+        projections = _document(RUN, _CHAPTER_26, _OPTIONAL[RUN])
         projections["properties"]["chapter"] = {"not": {"enum": list(_CHAPTERS)}}
         defs["entry"] = entry_schema(_names(RUN))
         return {**head, "$defs": defs, "anyOf": [projections, *chapters]}
     own = _OWN[report]
-    document = _document(report, own)
-    if "checks" in own.values():
-        defs["entry"] = entry_schema(_names(report))
-    if report == CHECK:
-        defs["failure"] = FAILURE
-    return {**head, **({"$defs": defs} if defs else {}), **document}
+    defs = {**({"entry": entry_schema(_names(report))} if "checks" in own else {}),
+            **({"failure": FAILURE} if "failures" in own else {})}
+    return {**head, **({"$defs": defs} if defs else {}),
+            **_document(report, own, _OPTIONAL.get(report, {}))}

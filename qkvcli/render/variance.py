@@ -32,7 +32,9 @@ PRECISION = 4
 
 def facts(result: VarianceResult) -> dict[str, Any]:
     """The sampled rows as facts: ``seed``, ``samples`` and each row's ``d_k``, variances,
-    standard deviation, ratio, standard error and ``z``."""
+    standard deviation, ``ratio`` and ``scaled_variance`` (equal by ``var(x/c) =
+    var(x)/c^2``, computed both ways), standard error and ``z``, the ratio's distance from
+    1 in standard errors."""
     return {"seed": result.seed, "samples": result.samples, "rows": entries([
         {"d_k": r.d_k, **{name: scalar(getattr(r, name)) for name in (
             "variance", "std", "ratio", "scaled_variance", "std_error", "z")}}
@@ -58,21 +60,10 @@ def render_variance_text(result: VarianceResult, precision: int = PRECISION) -> 
                       EXPLAIN]) + "\n"
 
 
-def variance_json(result: VarianceResult) -> dict[str, Any]:
-    """The head (``report``: ``variance``), then ``seed``, ``samples`` and ``rows``; each
-    row keeps ``ratio`` and ``scaled_variance`` (equal by ``var(x/c) = var(x)/c^2``,
-    computed both ways) and adds ``z``, the ratio's distance from 1 in standard errors."""
-    return head("variance", **json_of(facts(result)))
-
-
-def render_variance_json(result: VarianceResult) -> str:
-    """:func:`variance_json` as indented JSON text ending in a newline."""
-    return dumps(variance_json(result))
-
-
 def pieces(result: VarianceResult, fmt: str, asked: Asked) -> Iterator[str]:
-    """The table as ``text`` (at ``asked.precision``, else :data:`PRECISION`) or ``json``."""
+    """The table as ``text`` (at ``asked.precision``, else :data:`PRECISION`) or ``json``:
+    the head (``report``: ``variance``), then :func:`facts`."""
     if fmt == "json":
-        return iter([render_variance_json(result)])
+        return iter([dumps(head("variance", **json_of(facts(result))))])
     return iter([render_variance_text(
         result, PRECISION if asked.precision is None else asked.precision)])
