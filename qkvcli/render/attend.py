@@ -22,7 +22,7 @@ from qkvcli.core.invariants import FutureZero, RowSums
 from qkvcli.core.names import BRANCHES
 from qkvcli.core.text import escape_controls
 from qkvcli.reading.attend import pieces_document
-from qkvcli.render.decode import decode_details, decode_facts, decode_table
+from qkvcli.render.decode import decode_facts, decode_table
 from qkvcli.render.document import check_entry, dumps, gradcheck_json, head
 from qkvcli.render.facts import (
     Table,
@@ -37,9 +37,10 @@ from qkvcli.render.facts import (
     verdict,
 )
 from qkvcli.render.facts import pieces as laid
+from qkvcli.render.names import ATTEND
 from qkvcli.render.numbers import fmt_bool, fmt_exact, fmt_float, fmt_general, fmt_shape, fmt_vector
 from qkvcli.render.views import Asked
-from qkvcli.render.wording import FAMILY_WORDS, Check
+from qkvcli.render.wording import Check, said
 from qkvcli.render.wording import verdict as verdict_line
 
 if TYPE_CHECKING:
@@ -163,76 +164,14 @@ def failed_checks(evidence: AttendEvidence) -> list[str]:
 # --- the checks' wording --------------------------------------------------------------
 
 
-def _details(evidence: AttendEvidence) -> dict[str, tuple[str, str]]:
-    """Per check of one head or of a multi-head layer (judged per head, the gradient
-    check on the whole layer): its detail when passed and when failed."""
-    a, m, h, g = evidence.attention, evidence.mask, evidence.hull, evidence.gradcheck
-    layer = evidence.config.heads is not None
-    failing = [str(head.head) for head in evidence.heads if not head.passed]
-    per_head = f"{len(evidence.heads)} heads" + (
-        f", failing: {','.join(failing)}" if failing else "")
-    rows = (f"{f'per head ({per_head}): ' if layer else ''}min weight "
-            f"{fmt_general(a.min_attention, 6)} >= 0; max |row sum - 1| "
-            f"{fmt_general(a.max_row_deviation)} <= {fmt_general(a.tolerance)} (4 T eps)")
-    mask = (f"causal{', per head' if layer else ''}: largest weight above the diagonal "
-            f"{fmt_exact(m.max_masked_attention)} (must be exactly 0)" if m.applicable
-            else "not applicable: no causal mask")
-    if layer:
-        hull = ("per head: O_h = sum_j A_ij v_j recomputed term by term (largest residual "
-                f"{fmt_general(h.barycentric_residual)} <= {fmt_general(h.tolerance)}); box test: "
-                f"{h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
-        forward = (f"weights [B,H,T,T], output [B,T,E_out={evidence.config.e_out}], all "
-                   "finite")
-        reverse = ("every gradient finite", "a gradient is not finite")
-    else:
-        hull = ("O = sum_j A_ij v_j recomputed term by term (residual "
-                f"{fmt_general(h.barycentric_residual)} <= {fmt_general(h.tolerance)}); "
-                "with the weights checked "
-                "above this places each output in the convex hull of the value rows; box test "
-                f"(necessary only): {h.box_violations} coordinates outside [min_j v_j, max_j v_j]")
-        forward = "scores [B,T,T], output [B,T,d_v], all finite"
-        reverse = ("dA, dZ, dS, dQ, dK, dV, dX and parameter gradients finite and shaped",
-                   "a gradient is not finite or misshapen")
-    gradcheck = (f"{'whole layer: ' if layer else ''}{g.count} coordinates, step {fmt_exact(g.step)}, "
-                 f"tolerance {fmt_exact(g.tolerance)}")
-    return {"forward": (forward, "a forward tensor is not finite or misshapen"),
-            "attention": (rows, rows), "mask": (mask, mask), "hull": (hull, hull),
-            "reverse": reverse, "gradcheck": (gradcheck, gradcheck)}
-
-
-_SHARED_DETAILS = {
-    "shapes": ("empty batch and empty token axes run forward and reverse",
-               "an empty-axis probe gave an unexpected shape"),
-    "replay": FAMILY_WORDS["replay"],
-    "prefix": ("the last token's input changed: every earlier output bit for bit",
-               "the last token's input changed an earlier output: a later key is seen"),
-    "single_token": ("one token: every weight exactly 1, no gradient to the query's or the "
-                     "key's parameters",
-                     "one token: a weight is not exactly 1, or the query's or the key's "
-                     "parameters get a gradient"),
-    "scale_probe": ("two orthogonal unit tokens: the score scale softens a peaked row "
-                    "exactly when it shrinks the scores",
-                    "two orthogonal unit tokens: the score scale and the focus disagree"),
-    "head_isolation": ("one head's W_Q or one K/V head's W_V columns changed: no other "
-                       "head's weights or merged columns move (first 16 tokens)",
-                       "changing one head's columns moved another head's weights or "
-                       "merged columns"),
-    "position_zero": ("queries and keys turned from position 0 keep their first token "
-                      "exactly (times a RoPE scaling's attention factor)",
-                      "RoPE at position 0 changed the first token: it is not the identity"),
-}
-
-
 def attend_checks(evidence: AttendEvidence) -> tuple[Check, ...]:
-    """Every check in declared order, by published name, with its one-line detail.
+    """Every check in declared order, by published name, with its one-line detail from
+    the one wording table (:func:`~qkvcli.render.wording.said`).
 
     The text, JSON and rich views all list these rows, so their wording cannot drift.
     """
-    details = {**_SHARED_DETAILS, **_details(evidence), **decode_details(evidence.decode)}
-    return tuple(
-        Check(check_name(v.name), v.passed, details[v.name][0 if v.passed else 1])
-        for v in evidence.checks
-    )
+    return tuple(Check(check_name(v.name), v.passed, said(ATTEND, evidence, v))
+                 for v in evidence.checks)
 
 
 def note_text(note: Note) -> str:

@@ -19,7 +19,7 @@ from qkvcli.render.numbers import fmt_bool, fmt_shape, fmt_vector
 from qkvcli.render.wording import said
 
 Table = tuple[tuple[str, Any], ...]
-"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
+"""A text's or a trace's lines (:func:`~qkvcli.render.facts.report`)."""
 detail = said
 """A chapter's check in words: ``detail(report, evidence, check)``, the one table's."""
 
