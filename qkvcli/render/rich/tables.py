@@ -132,14 +132,21 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text] | None]
             cell(column.header), style=column.style,
             justify=column.justify or ("right" if kind == "number" else "left"),  # type: ignore[arg-type]
             no_wrap=kind in ("line", "word"), overflow="fold" if kind != "word" else "ellipsis",
-            min_width=(widest_line(texts) if kind == "line" else longest_word(texts)
-                       if kind == "text" else None))
+            min_width=_widest(texts, kind == "line") if kind in ("line", "text") else None)
     for position, row in enumerate(rows):
         if row is None:
             made.add_section()
         else:
             made.add_row(*map(cell, row), style=(styles or {}).get(position))
     return made
+
+
+def _widest(texts: Iterable[str | Text], lines: bool) -> int:
+    """The widest line (``lines``: what a column that never wraps needs) or word (a
+    narrower column splits it) of ``texts``."""
+    found = (cell_len(part) for text in texts
+             for part in (cell(text).plain.splitlines() if lines else cell(text).plain.split()))
+    return max(found, default=1)
 
 
 def index_rows(row_pick: Sequence[int | None], col_pick: Sequence[int | None],
@@ -334,18 +341,6 @@ def batched_tables(
     return out
 
 
-def longest_word(texts: Iterable[str | Text]) -> int:
-    """The widest word (run of non-spaces) in ``texts``: a column narrower than it splits a word."""
-    words = (word for text in texts for word in cell(text).plain.split())
-    return max((cell_len(word) for word in words), default=1)
-
-
-def widest_line(texts: Iterable[str | Text]) -> int:
-    """The widest line in ``texts``: what a column that never wraps needs."""
-    found = (cell_len(line) for text in texts for line in cell(text).plain.splitlines())
-    return max(found, default=1)
-
-
 def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[int] = ()) -> Table:
     """A borderless grid of literal-text rows (:func:`table` without a box): ``nowrap``
     columns never wrap, the others wrap at spaces, never inside a word, so the grid
@@ -354,11 +349,6 @@ def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[
     count = max((len(row) for row in rows), default=0)
     return table([Column(kind="line" if i in nowrap else "text",
                          style="dim" if i in dim else None) for i in range(count)], rows)
-
-
-def pairs(labels: Iterable[tuple[str, str]]) -> Table:
-    """A borderless two-column ``label  value`` grid, labels dimmed."""
-    return grid(*labels, nowrap=(0,), dim=(0,))
 
 
 def worked(element: str, derivation: Derivation, options: RichOptions) -> RenderableType:

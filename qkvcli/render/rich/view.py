@@ -39,7 +39,7 @@ from qkvcli.render.rich.boxes import (
 from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row, listed, tensor_tables
 from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdicts
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import Column, Summarise, pairs, table, worked
+from qkvcli.render.rich.tables import Column, Summarise, grid, table, worked
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
 from qkvcli.stages.applied import element_at, fewer, formula_in
 from qkvcli.stages.table import STAGES
@@ -136,8 +136,8 @@ def _branch(f: Figure, role: str, parameter: str) -> Part:
         Text("Stable parameter:", style="dim"),
         # Its own line: a long name must not force the three branches to stack.
         Text(parameter, overflow="fold"),
-        pairs([("Projection weight", f"shape(W_{letter}) = {fmt_shape(weight.shape)}"),
-               ("Projected output", f"shape({letter}) = {fmt_shape(output.shape)}")]),
+        grid(("Projection weight", f"shape(W_{letter}) = {fmt_shape(weight.shape)}"),
+             ("Projected output", f"shape({letter}) = {fmt_shape(output.shape)}"), nowrap=(0,), dim=(0,)),
         # Weight beside output when the branch is wide enough (stacked at 80 columns saves
         # a screenful), one above the other inside a narrow side-by-side branch.
         beside([*f.tables(f"{role}_weight", f"W_{letter}", ROLE_BOXES[role], ROLE_STYLES[role]),
