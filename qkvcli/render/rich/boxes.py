@@ -76,3 +76,7 @@ PLAIN = RoleBox("    \n    \n ── \n" + "    \n" * 5,
 
 ROLE_BOXES: dict[str, RoleBox] = {"query": QUERY, "key": KEY, "value": VALUE}
 """The branch borders, in the declared order query, key, value."""
+BOXES: dict[str, tuple[RoleBox, str | None]] = {
+    "input": (INPUT, INPUT_STYLE), "plain": (PLAIN, None),
+    **{role: (ROLE_BOXES[role], ROLE_STYLES[role]) for role in ROLES}}
+"""Each role's box and style: the shared input, a table of no branch, each branch."""

@@ -1,14 +1,11 @@
-"""The chapter's figure as a rich renderable: one shared input, three bordered branches, evidence.
+"""Chapter 26's figure as a rich renderable: one shared input, three bordered branches, evidence.
 
-The query, key and value branches are told apart by border (solid, dashed, double;
-see :mod:`qkvcli.render.rich.boxes`), never by colour alone, and sit side by side when the
-width allows, stacked when it does not. Each branch, the input gradient and each weight
-gradient works one element from the description of its stage (:mod:`qkvcli.stages`).
-Evidence cards follow, one per family of evidence, with a PASS/FAIL word, then a verdict
-line: what run's facts (:func:`qkvcli.render.report.facts`) hold, each tensor, shape,
-refused input and check, is drawn from them (:mod:`qkvcli.render.rich.drawn`), so the
-figure says what the text and the JSON say. :func:`render_rich` is pure: it returns a
-:class:`rich.console.Group` for the CLI.
+The branches are told apart by border (solid, dashed, double: :mod:`~qkvcli.render.rich.boxes`),
+never by colour alone, side by side when the width allows. Each branch, the input gradient
+and each weight gradient works one element from its stage's description
+(:mod:`qkvcli.stages`). Evidence cards follow, each with its PASS/FAIL word, then the
+verdict line; every tensor, shape, refused input and check is drawn from run's facts
+(:func:`qkvcli.render.report.facts`), so the figure says what the text and the JSON say.
 """
 
 from __future__ import annotations
@@ -23,18 +20,10 @@ from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.facts import Fact, find
+from qkvcli.render.gradcheck import within
 from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.report import facts
-from qkvcli.render.rich.boxes import (
-    INPUT,
-    INPUT_STYLE,
-    LETTERS,
-    PLAIN,
-    ROLE_BOXES,
-    ROLE_SENTENCES,
-    ROLE_STYLES,
-    ROLES,
-)
+from qkvcli.render.rich.boxes import BOXES, LETTERS, PLAIN, ROLE_SENTENCES, ROLES
 from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row, listed, tensor_tables
 from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdicts
 from qkvcli.render.rich.options import RichOptions
@@ -113,27 +102,21 @@ class Figure:
         return Text(self.options.math(formula_in(STAGES[stage], names or {}, optional=False)))
 
 
-BOXES = {"input": (INPUT, INPUT_STYLE), "plain": (PLAIN, None),
-         **{role: (ROLE_BOXES[role], ROLE_STYLES[role]) for role in ROLES}}
-"""Each role's box and style: the shared input, a table of no branch, each branch."""
-
-
 def _input(f: Figure) -> Part:
-    c = find(f.facts, "config")
+    c, (box, style) = find(f.facts, "config"), BOXES["input"]
     return card("Shared hidden-state input", None, config_row(
         c, ("batch", "tokens", "d_model", "d_head", "bias"), f.options),
         *f.tables("input", "X", "input"), Text(
         f"The same X feeds all three branches: d_model {c['d_model']} "
-        f"{f.options.symbols.arrow} d_head {c['d_head']}.", style="dim"),
-        box=INPUT, style=INPUT_STYLE)
+        f"{f.options.symbols.arrow} d_head {c['d_head']}.", style="dim"), box=box, style=style)
 
 
 def _branch(f: Figure, role: str, parameter: str) -> Part:
     letter, weight, output = LETTERS[role], f[f"{role}_weight"], f[role]
-    names = {"Y": letter, "W": f"W_{letter}"}
+    names, (box, style) = {"Y": letter, "W": f"W_{letter}"}, BOXES[role]
     return card(
         f"{role.capitalize()} projection ({BORDER_WORDS[role]})", None,
-        Text(ROLE_SENTENCES[role], style=f"bold {ROLE_STYLES[role]}"),
+        Text(ROLE_SENTENCES[role], style=f"bold {style}"),
         f.formula("projection", names),
         Text("Stable parameter:", style="dim"),
         # Its own line: a long name must not force the three branches to stack.
@@ -147,7 +130,7 @@ def _branch(f: Figure, role: str, parameter: str) -> Part:
                 Group(*f.tables(role, letter, role, True))]),
         f.work("projection", names, role, lambda at: projection(
             f["input"], weight, None, at, float(output[at]), ("X", f"W_{letter}", ""))),
-        box=ROLE_BOXES[role], style=ROLE_STYLES[role])
+        box=box, style=style)
 
 
 def _upstream(f: Figure) -> Part:
@@ -240,11 +223,10 @@ def _numerical(f: Figure) -> Part:
     g: GradcheckResult = find(f.facts, "gradcheck").value
     counts = " ".join(f"n_{key}={len(g.checks_of(tensor).checks)}" for key, tensor in (
         ("X", "input"), ("Q", "query_weight"), ("K", "key_weight"), ("V", "value_weight")))
-    within = sum(1 for tensor in g.tensors for check in tensor.checks if check.passed)
     replay = find(f.facts, "replay_bitwise").value
     named = next(e for e in find(f.facts, "errors").value if e["case"] == "duplicate-name")
     init = find(f.facts, "initialization")
-    rows = [(g.passed, "gradcheck", f"{within} of {g.count} coordinates within tolerance"),
+    rows = [(g.passed, "gradcheck", f"{within(g)} of {g.count} coordinates within tolerance"),
             (replay, "replay", "bitwise" if replay else "mismatch"),
             (named["rejected"].value, "names", "unique" if named["rejected"].value
              else "unchecked"),
@@ -288,13 +270,9 @@ def _history(f: Figure) -> Part:
 def _legend(options: RichOptions) -> Flow:
     """One sample of each border, drawn with the very boxes the figure uses; the label and
     the first sample share a line, as in ``Borders: ━━ input``."""
-    items = []
-    for label, box, style in [("input", INPUT, INPUT_STYLE)] + [
-            (f"{role} ({BORDER_WORDS[role]})", ROLE_BOXES[role], ROLE_STYLES[role])
-            for role in ROLES]:
-        item = Text((box.fallback.top if options.ascii else box.top) * 2, style=style)
-        item.append(f" {label}")
-        items.append(item)
+    items = [Text((box.fallback.top if options.ascii else box.top) * 2, style=style or "").append(
+        f" {label}") for label, (box, style) in [("input", BOXES["input"]), *(
+            (f"{role} ({BORDER_WORDS[role]})", BOXES[role]) for role in ROLES)]]
     return Flow([Text.assemble(Text("Borders:", style="dim"), " ", items[0]), *items[1:]])
 
 
