@@ -137,9 +137,9 @@ def head_layouts(attention: Array, title: str, options: RichOptions) -> list[Ren
     layouts: list[RenderableType] = []
     for columns in sorted({min(tokens, w) for w in GRID_COLUMNS}, reverse=True):
         grid, query_blocks = block_max(attention, tokens if options.full else GRID_ROWS, columns)
-        rows = [(str(start), Text.assemble(*(shaded(float(v), scale_of(values, options), options)
-                                              for v in values)))
-                for (start, _), values in zip(query_blocks, grid, strict=True)]
+        rows = [(str(start), Text.assemble(*(shaded(float(v), largest, options) for v in values)))
+                for (start, _), values, largest in zip(query_blocks, grid, (
+                    scale_of(values, options) for values in grid), strict=True)]
         # two columns that never wrap: a row of glyphs (spaces for masked keys) is never
         # folded, and the layout measures it whole
         layouts.append(table([Column(kind="word", justify="right"), WORD], rows, box=None,

@@ -30,7 +30,11 @@ def status(passed: bool) -> Text:
 
 def titled(title: str, passed: bool | None = None) -> Text:
     """A card title in bold, followed by its PASS/FAIL word when it stands for a check."""
-    return Text.assemble((title, "bold"), *(() if passed is None else ("  ", status(passed))))
+    text = Text(title, style="bold")
+    if passed is not None:
+        text.append("  ")
+        text.append_text(status(passed))
+    return text
 
 
 def lines(*items: RenderableType | None) -> Group:
@@ -41,7 +45,10 @@ def lines(*items: RenderableType | None) -> Group:
 def verdict_line(passed: bool, done: int, total: int) -> Text:
     """``verdict: PASS (8 of 8 checks passed)``: the last line of every figure, the text
     report's words (:func:`~qkvcli.render.wording.verdict`) in bold and colour."""
-    return Text.assemble((VERDICT, "bold"), status(passed), " " + verdict_counts(done, total))
+    line = Text(VERDICT, style="bold")
+    line.append_text(status(passed))
+    line.append(" " + verdict_counts(done, total))
+    return line
 
 
 def card(title: str | Text, passed: bool | None, *items: RenderableType | None,
