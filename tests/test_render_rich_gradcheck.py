@@ -82,3 +82,15 @@ def test_a_direction_is_named_as_the_text_names_it() -> None:
     text = render(result, RichOptions(precision=9), width=100)
     assert "│ u3         │" in text and "[]" not in text
     assert "worst: input@u3 scaled error" in text
+
+
+def test_a_tensor_with_no_coordinates_draws_no_rows_and_no_error() -> None:
+    # An empty batch leaves the input nothing to check: its summary says 0 of 0, and the
+    # table holds the weights' rows alone (this raised ValueError before).
+    result = build_evidence(load_fixture(Path(__file__).resolve().parent.parent / "fixtures"
+                                         / "examples" / "empty-batch.json")).gradcheck
+    assert not result.tensors[0].checks
+    text = render(result, RichOptions(precision=9))
+    assert "input         shape [0,2,3], 0 of 0 checked" in text
+    assert text.count("query_weight") == 6 + 1 + 1  # rows, summary, worst line
+    assert "│ input" not in text

@@ -1,14 +1,12 @@
-"""Boxes and branch styles of the rich view: how the figure names, colours and borders
-the three branches and the shared input.
+"""Boxes and branch styles of the rich views: how a figure names, colours and borders the
+three branches and the shared input.
 
-The chapter tells the branches apart by border, not by colour: the shared input is
-heavy, query solid, key dashed, value double; evidence cards are rounded. Colour only
-ever adds to a border or a word. rich swaps *every* non-ASCII box for the same ``+--+``
-box on a stream that cannot encode Unicode, which would make the three branches look
-alike, so :class:`RoleBox` carries its own ASCII spelling and returns it instead.
-
-A box is eight lines of four characters (see :class:`rich.box.Box`): top, head,
-head_row, mid, row, foot_row, foot, bottom.
+The chapter tells the branches apart by border, not colour (colour only adds): the shared
+input heavy, query solid, key dashed, value double, evidence cards rounded. rich swaps
+*every* non-ASCII box for one ``+--+`` box on a stream that cannot encode Unicode, which
+would make the branches alike, so a :class:`RoleBox` carries its own ASCII spelling. A box
+is eight lines of four characters (:class:`rich.box.Box`): top, head, head_row, mid, row,
+foot_row, foot, bottom.
 """
 
 from __future__ import annotations
@@ -18,6 +16,9 @@ from typing import TYPE_CHECKING
 from rich.box import Box
 
 from qkvcli.core.names import BRANCHES
+
+if TYPE_CHECKING:
+    from rich.console import ConsoleOptions
 
 ROLES = BRANCHES
 """The branches in their declared order."""
@@ -29,10 +30,6 @@ ROLE_SENTENCES = {
 }
 ROLE_STYLES = {"query": "cyan", "key": "magenta", "value": "yellow"}
 INPUT_STYLE = "blue"
-
-
-if TYPE_CHECKING:
-    from rich.console import ConsoleOptions
 
 
 class RoleBox(Box):
@@ -53,30 +50,33 @@ class RoleBox(Box):
         return self
 
 
-def _ascii(box: str) -> Box:
-    return Box(box, ascii=True)
+def _framed(unicode: tuple[str, str, str, str], ascii: tuple[str, str, str, str]) -> RoleBox:
+    """A box whose rows are all the second line and whose dividers (under the head,
+    between rows, above the foot) are all the third, in Unicode and in ASCII."""
+    def frame(top: str, row: str, divider: str, bottom: str) -> str:
+        return "".join(f"{line}\n" for line in (top, row, divider, row, divider, divider, row,
+                                                 bottom))
+
+    return RoleBox(frame(*unicode), Box(frame(*ascii), ascii=True))
 
 
-def _frame(top: str, row: str, divider: str, bottom: str) -> str:
-    """The eight lines of a box whose rows are all ``row`` and whose dividers (under the
-    head, between rows, above the foot) are all ``divider``."""
-    return "".join(f"{line}\n" for line in (top, row, divider, row, divider, divider, row,
-                                             bottom))
-
-
-INPUT = RoleBox(_frame("┏━┳┓", "┃ ┃┃", "┣━╋┫", "┗━┻┛"), _ascii(_frame("*~**", "! !!", "*~**", "*~**")))
+INPUT = _framed(("┏━┳┓", "┃ ┃┃", "┣━╋┫", "┗━┻┛"), ("*~**", "! !!", "*~**", "*~**"))
 """Shared input: heavy (ASCII ``*~*!``)."""
-QUERY = RoleBox(_frame("┌─┬┐", "│ ││", "├─┼┤", "└─┴┘"), _ascii(_frame("+-++", "| ||", "+-++", "+-++")))
+QUERY = _framed(("┌─┬┐", "│ ││", "├─┼┤", "└─┴┘"), ("+-++", "| ||", "+-++", "+-++"))
 """Query: solid (ASCII ``+-+|``)."""
-KEY = RoleBox(_frame("┌┄┬┐", "┆ ┆┆", "├┄┼┤", "└┄┴┘"), _ascii(_frame("+.++", ": ::", "+.++", "+.++")))
+KEY = _framed(("┌┄┬┐", "┆ ┆┆", "├┄┼┤", "└┄┴┘"), ("+.++", ": ::", "+.++", "+.++"))
 """Key: dashed (ASCII ``+.+:``)."""
-VALUE = RoleBox(_frame("╔═╦╗", "║ ║║", "╠═╬╣", "╚═╩╝"), _ascii(_frame("#=##", "H HH", "#=##", "#=##")))
+VALUE = _framed(("╔═╦╗", "║ ║║", "╠═╬╣", "╚═╩╝"), ("#=##", "H HH", "#=##", "#=##"))
 """Value: double (ASCII ``#=#H``)."""
-CARD = RoleBox(_frame("╭─┬╮", "│ ││", "├─┼┤", "╰─┴╯"), _ascii(_frame(".-..", "| ||", "|-+|", "'-''")))
+CARD = _framed(("╭─┬╮", "│ ││", "├─┼┤", "╰─┴╯"), (".-..", "| ||", "|-+|", "'-''"))
 """Evidence cards: rounded (ASCII ``.-.`` over ``'-'``), so no card looks like a branch."""
-
-PLAIN = RoleBox("    \n    \n ── \n" + "    \n" * 5, _ascii("    \n    \n -- \n" + "    \n" * 5))
+PLAIN = RoleBox("    \n    \n ── \n" + "    \n" * 5,
+                Box("    \n    \n -- \n" + "    \n" * 5, ascii=True))
 """Tables inside cards that belong to no branch: a rule under the header only."""
 
 ROLE_BOXES: dict[str, RoleBox] = {"query": QUERY, "key": KEY, "value": VALUE}
 """The branch borders, in the declared order query, key, value."""
+BOXES: dict[str, tuple[RoleBox, str | None]] = {
+    "input": (INPUT, INPUT_STYLE), "plain": (PLAIN, None),
+    **{role: (ROLE_BOXES[role], ROLE_STYLES[role]) for role in ROLES}}
+"""Each role's box and style: the shared input, a table of no branch, each branch."""

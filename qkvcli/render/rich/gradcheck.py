@@ -1,7 +1,7 @@
 """The gradient check as a rich table: one row per checked coordinate, the worst one marked.
 
-Pure: :func:`render_gradcheck_rich` takes a :class:`~qkvcli.gradcheck.records.GradcheckResult`
-and display options and returns a :class:`rich.console.Group`.
+Pure: :func:`render_gradcheck_rich` draws :func:`~qkvcli.render.document.gradcheck_facts`
+(the text's and the JSON's facts) and returns a :class:`rich.console.Group`.
 """
 
 from __future__ import annotations
@@ -25,89 +25,80 @@ TENSOR_STYLES = {"input": INPUT_STYLE, **{f"{role}_weight": ROLE_STYLES[role]
                                             for role in ROLES}}
 MAX_FAILURES_SHOWN = 20
 """Without ``--full``, failed coordinates beyond this many per tensor are elided too."""
+# the two-line header keeps the table within 80 columns for the chapter's fixture
+COLUMNS = (Column("tensor", "word"), Column("coordinate", "word"), Column("analytic", "number"),
+           Column("numerical", "number"), Column("scaled\nerror", "number"), Column("pass", "word"))
 
 
 def _table(found: Facts, worst: CoordinateCheck | None,
            options: RichOptions) -> tuple[Table, list[Text]]:
-    """The per-coordinate table of a gradient check's facts, and the lines to print under
-    it (elision, notes)."""
+    """The per-coordinate table of a gradient check's facts (a head and a tail of
+    ``max_checks`` per tensor, and every failure up to :data:`MAX_FAILURES_SHOWN` and the
+    worst row between them), and the lines under it (what is elided, the notes)."""
     symbols = options.symbols
     rows: list[list[str | Text] | None] = []
     styles: dict[int, str] = {}
     below: list[Text] = []
     hidden = 0
-
-    def is_worst(check: Facts) -> bool:
-        return worst is not None and (check["tensor"], check.get("flat_index"),
-                                      check.get("direction")) == (
-            worst.tensor, None if worst.direction is not None else worst.flat_index,
-            worst.direction)
-
-    for position, tensor in enumerate(found["tensors"].value):
-        rows += [None] if position else []
+    marked = None if worst is None else (worst.tensor, None if worst.direction is not None
+                                         else worst.flat_index, worst.direction)
+    for tensor in found["tensors"].value:
         style, checks = TENSOR_STYLES.get(tensor["tensor"], ""), tensor["checks"].value
-        # a head and a tail of max_checks, and every failure (up to MAX_FAILURES_SHOWN) and
-        # the worst row between them
-        failures = [i for i, check in enumerate(checks) if not check["passed"].value]
-        keep = [*failures[:MAX_FAILURES_SHOWN], *(i for i, c in enumerate(checks) if is_worst(c))]
+        rows += [None] if rows and checks else []
+        is_worst = [(c["tensor"], c.get("flat_index"), c.get("direction")) == marked
+                    for c in checks]
+        keep = [*[i for i, c in enumerate(checks) if not c["passed"].value][:MAX_FAILURES_SHOWN],
+                *(i for i, worst_here in enumerate(is_worst) if worst_here)]
         picked = pick(len(checks), options.max_checks + 1, options.full, keep)
-        for previous, row, following in zip([-1, *picked[:-1]], picked, [*picked[1:], None],
-                                            strict=True):
+        for index, row in enumerate(picked):
             if row is None:
                 # Never hide rows silently: say how many here, and how to see them below.
-                assert previous is not None and following is not None
-                gap = following - previous - 1
-                hidden += gap
+                before, after = picked[index - 1], picked[index + 1]
+                assert before is not None and after is not None
+                hidden += after - before - 1
                 styles[len(rows)] = "dim"
-                rows.append([symbols.ellipsis, f"{gap} more", *[symbols.ellipsis] * 4])
+                rows.append([symbols.ellipsis, f"{after - before - 1} more",
+                             *[symbols.ellipsis] * 4])
                 continue
             check = checks[row]
             name = Text(check["tensor"], style=style)
             where = (f"u{check['direction']}" if "direction" in check
                      else cell_of(check["coordinate"], options))
-            if is_worst(check):
+            if is_worst[row]:
                 # On the row itself: a mark on a line of its own reads as one more coordinate.
                 name.append(f" {symbols.mark}", style="bold")
                 styles[len(rows)] = "bold"
             if "note" in check:
                 below.append(Text(f"note: {check['tensor']}{where}: {check['note']}"))
-            rows.append([name, where, *(cell_of(check[key], options) for key in (
-                "analytic", "numerical")), fmt_error(check["scaled_error"].value),
-                status(check["passed"].value)])
+            rows.append([name, where, cell_of(check["analytic"], options),
+                         cell_of(check["numerical"], options),
+                         fmt_error(check["scaled_error"].value), status(check["passed"].value)])
     if hidden:
         below.insert(0, Text(f"{symbols.ellipsis} {hidden} coordinates not shown; "
                              "--full shows every coordinate", style="dim"))
-    # the two-line header keeps the table within 80 columns for the chapter's fixture
-    columns = [Column("tensor", "word"), Column("coordinate", "word"), Column("analytic", "number"),
-               Column("numerical", "number"), Column("scaled\nerror", "number"),
-               Column("pass", "word")]
-    return table(columns, rows, styles, box=CARD), below
+    return table(COLUMNS, rows, styles, box=CARD), below
 
 
 def render_gradcheck_rich(result: GradcheckResult, options: RichOptions | None = None) -> Group:
-    """Every checked coordinate (elided beyond ``options.max_checks`` unless ``full``).
-
-    Takes the result and display options; gives the settings, the table with the worst
-    coordinate marked, a per-tensor summary and a verdict line.
-    """
+    """The settings, every checked coordinate (elided beyond ``options.max_checks`` unless
+    ``full``) with the worst marked, a per-tensor summary and the verdict line."""
     options = options or RichOptions()
     found, worst = gradcheck_facts(result), result.worst
-    table, below = _table(found, worst, options)
-    worst_line = None
-    if worst is not None:
-        where = fmt_shape(worst.coordinate) if worst.direction is None else f"@u{worst.direction}"
-        worst_line = Text(f"{options.symbols.worst}: {worst.tensor}{where} scaled error "
-                          f"{fmt_error(worst.scaled_error)}", style="bold")
+    rows, below = _table(found, worst, options)
+    where = "" if worst is None else (fmt_shape(worst.coordinate) if worst.direction is None
+                                      else f"@u{worst.direction}")
     return lines(
         Text("Gradient check: analytic gradients against central differences", style="bold"),
         Text(f"step h = {result.step!r}   tolerance {options.symbols.tau} = "
              f"{result.tolerance!r}   scaled error = |a - n| / max(1, |a|, |n|)", style="dim"),
-        table,
+        rows,
         *below,
         listed(found["tensors"].value, lambda t: Text(t["tensor"], style=TENSOR_STYLES.get(
             t["tensor"], "")), lambda t: f"shape {fmt_shape(t['shape'].value)}, "
             f"{sum(c['passed'].value for c in t['checks'].value)} of {t['checked']} checked "
             "coordinates within tolerance"),
-        worst_line,
+        None if worst is None else Text(f"{options.symbols.worst}: {worst.tensor}{where} "
+                                        f"scaled error {fmt_error(worst.scaled_error)}",
+                                        style="bold"),
         verdict_line(result.passed, within(result), result.count),
     )

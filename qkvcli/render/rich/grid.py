@@ -1,15 +1,13 @@
 """A large table of numbers drawn line by line: what rich's ``Table`` draws, without its
 per-cell layout.
 
-rich lays out every cell of a ``Table`` as a renderable of its own (padding, wrapping,
-measuring each column twice), about 0.1 ms a cell: ``qkv run --format rich --full`` on a
-``[2,64,128]`` fixture draws about 160,000 cells and took 15 times as long as the text
-report. A table of numbers needs none of it: each cell is one line, every column as wide
-as its widest cell. :class:`NumberGrid` draws exactly the lines a ``Table(box=...,
-show_edge=..., header_style="bold")`` with one padding space each side would draw
-(``tests/test_cli_newcomer.py`` compares them), measuring as its own fixed width;
-:func:`qkvcli.render.rich.tables.matrix_table` uses it for tables of more than
-:data:`GRID_FROM_CELLS` cells, whose layout never varies with the screen.
+rich lays out every cell of a ``Table`` as a renderable (padding, wrapping, measuring each
+column twice), about 0.1 ms a cell: ``--full`` on a ``[2,64,128]`` fixture drew 160,000
+cells at 15 times the text report's time. A cell of a table of numbers is one line and
+every column as wide as its widest cell, so :class:`NumberGrid` draws the very lines a
+``Table(box=..., show_edge=..., header_style="bold")`` with one padding space each side
+draws (``tests/test_cli_newcomer.py`` compares them), at a fixed width;
+:func:`~qkvcli.render.rich.tables.matrix_table` uses it above :data:`GRID_FROM_CELLS` cells.
 """
 
 from __future__ import annotations
@@ -31,22 +29,19 @@ class NumberGrid:
     """A header row and rows of one-line cells, left-justified in the first column and
     right-justified elsewhere, in ``box`` (its ASCII substitute where rich would swap it).
 
-    ``marked`` holds the ``(row, column)`` cells drawn in ``marked_style``; the first
-    column is drawn in ``first_style``, the header in bold, the box in ``border_style``.
+    The header is bold, the first column dim, the ``(row, column)`` cells of ``marked``
+    bold and reversed, the box in ``border_style``.
     """
 
     def __init__(self, header: Sequence[str], rows: Sequence[Sequence[str]], box: Box,
                  border_style: str | None = None, edge: bool = True,
-                 first_style: str = "dim", marked: frozenset[tuple[int, int]] = frozenset(),
-                 marked_style: str = "bold reverse") -> None:
+                 marked: frozenset[tuple[int, int]] = frozenset()) -> None:
         self.header = list(header)
         self.rows = [list(row) for row in rows]
         self.box = box
         self.edge = edge
         self.border_style = border_style
-        self.first_style = first_style
         self.marked = marked
-        self.marked_style = marked_style
         self.widths = [max([cell_len(self.header[i])] + [cell_len(row[i]) for row in self.rows])
                        for i in range(len(self.header))]
 
@@ -58,14 +53,6 @@ class NumberGrid:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement(self.width(), self.width())
 
-    def _rule(self, left: str, fill: str, cross: str, right: str) -> str:
-        line = cross.join(fill * (width + 2) for width in self.widths)
-        return f"{left}{line}{right}" if self.edge else line
-
-    def _cell(self, text: str, column: int) -> str:
-        width = self.widths[column]
-        return f" {text:<{width}} " if column == 0 else f" {text:>{width}} "
-
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         box = self.box.substitute(options, safe=console.safe_box)
         # Without colour (rich drops styles there) each line is one unstyled segment: the
@@ -75,8 +62,8 @@ class NumberGrid:
         def style(name: str | None) -> Style | None:
             return None if plain else console.get_style(name) if name else Style()
 
-        border, bold, first = style(self.border_style), style("bold"), style(self.first_style)
-        marked = style(self.marked_style)
+        border, bold, first, marked = (style(self.border_style), style("bold"), style("dim"),
+                                       style("bold reverse"))
 
         def row(cells: Sequence[str], left: str, middle: str, right: str,
                 index: int | None) -> list[Segment]:
@@ -89,12 +76,14 @@ class NumberGrid:
                     line += [Segment(" " * (self.widths[column] - cell_len(text) + 1)),
                              Segment(text, marked), Segment(" ")]
                 else:
-                    line.append(Segment(self._cell(text, column), bold if index is None
-                                        else first if column == 0 else None))
+                    width = self.widths[column]
+                    line.append(Segment(f" {text:<{width}} " if column == 0 else f" {text:>{width}} ",
+                                        bold if index is None else first if column == 0 else None))
             return line + ([Segment(right, border)] if self.edge else [])
 
         def rule(left: str, fill: str, cross: str, right: str) -> list[Segment]:
-            return [Segment(self._rule(left, fill, cross, right), border)]
+            line = cross.join(fill * (width + 2) for width in self.widths)
+            return [Segment(f"{left}{line}{right}" if self.edge else line, border)]
 
         drawn = [
             *([rule(box.top_left, box.top, box.top_divider, box.top_right)] if self.edge else []),

@@ -1,22 +1,15 @@
 """Heat maps of a multi-head layer's attention weights, one per head (imported on rich paths only).
 
-Above them, one line names the layer: its heads, ``d_k`` and ``d_v``, the K/V heads and
-RoPE (when the evidence carries them) and the output projection with ``e_out``.
-
-Shading is absolute by default: a cell's level is its weight in quarters of 1
-(:func:`level`), so a near-uniform row (every weight about 1/T) stays light and only a
-weight above 0.75 gets the darkest glyph. ``--shading row`` (:attr:`RichOptions.shading`)
-shades each weight against the largest of its query row instead, so a row's peak is
-darkest at any ``T`` (where absolute shading leaves a long row at the lowest level). The
-glyph carries the same scale as the colour, so the map reads without colour
-(``NO_COLOR``, a pipe) too; a legend names the levels and the scale.
-
-Up to :data:`NUMBERS_UP_TO` tokens each cell also shows the weight at ``--precision``
-decimals, every key first and fewer only when they do not fit (elided with a note,
-never cut). Above that a head is drawn as glyphs only, downsampled by a stated rule:
-the queries and keys are split into at most ``rows`` and ``columns`` equal blocks
-(``floor(i T / n)`` boundaries), and each cell shows the largest weight of its block,
-shaded against the largest of its block row. The widest grid that fits is shown.
+A line above names the layer (heads, ``d_k``, ``d_v``, K/V heads, RoPE, output projection).
+A weight's level is its quarter of 1 (:func:`level`): a near-uniform row stays light and
+only a weight above 0.75 is darkest; ``--shading row`` (:attr:`RichOptions.shading`)
+shades against the largest weight of its query row instead, so a row's peak is darkest at
+any ``T``. The glyph carries the colour's scale, so a map reads without colour too; a
+legend names the levels. Up to :data:`NUMBERS_UP_TO` tokens each cell also shows the
+weight (every key first, fewer only when they do not fit, elided with a note). Above that
+a head is glyphs only, downsampled: queries and keys split into at most ``rows`` and
+``columns`` equal blocks (``floor(i T / n)`` boundaries), each cell the largest weight of
+its block, shaded against the largest of its block row; the widest grid that fits is shown.
 """
 
 from __future__ import annotations
@@ -97,25 +90,6 @@ def layer_line(evidence: AttendEvidence) -> Text:
     return Text("layer: " + "; ".join(parts), style="bold")
 
 
-def head_table(evidence: AttendEvidence, batch: int, head: int, options: RichOptions,
-               limit: int) -> RenderableType:
-    """One head's attention for one batch item: queries down, keys across, ``limit`` keys,
-    each cell its glyph and its weight."""
-    attention = evidence.primary["attention"][batch, head]  # [T,T]
-    shades = ASCII_SHADES if options.ascii else SHADES
-
-    def spell(query: int, key: int) -> Text:
-        value = float(attention[query, key])
-        shade = level(value, scale_of(attention[query], options))
-        # glyph and number form one word, so the table measures it whole and never folds it
-        return Text(f"{shades[shade]}{fmt_float(value, options.precision)}",
-                    style=COLOURS[shade] or "")
-
-    return query_key_table(attention, f"batch {batch}, head {head}", options, limit, label="",
-                           corner="q\\k", box=box.SIMPLE,
-                           rows=max(options.max_rows, NUMBERS_UP_TO), spell=spell)
-
-
 def blocks(count: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` (at most ``count``) consecutive ranges covering ``0..count``:
     ``[floor(i count / parts), floor((i+1) count / parts))``."""
@@ -135,26 +109,13 @@ def block_max(attention: Array, rows: int, columns: int) -> tuple[Array, list[tu
     return grid, query_blocks
 
 
-def head_grid(evidence: AttendEvidence, batch: int, head: int, options: RichOptions,
-              columns: int) -> RenderableType:
-    """One head as glyphs only, downsampled to at most ``GRID_ROWS`` x ``columns`` blocks."""
-    attention = np.asarray(evidence.primary["attention"][batch, head])
-    tokens = int(attention.shape[0])
-    grid, query_blocks = block_max(attention, tokens if options.full else GRID_ROWS, columns)
-    shades = ASCII_SHADES if options.ascii else SHADES
-    rows = []
-    for (start, _), values in zip(query_blocks, grid, strict=True):
-        line, largest = Text(), scale_of(values, options)
-        for value in values:
-            shade = level(float(value), largest)
-            line.append(shades[shade], style=COLOURS[shade] or None)
-        rows.append((str(start), line))
-    # two columns that never wrap: a row of glyphs (spaces for masked keys) is never
-    # folded, and the layout measures it whole
-    return table([Column(kind="word", justify="right"), WORD], rows, box=None,
-                 show_header=False, title=f"batch {batch}, head {head}: {grid.shape[0]}x"
-                 f"{grid.shape[1]} of {tokens}x{tokens}", title_justify="left",
-                 padding=(0, 1, 0, 0))
+def shaded(weight: float, scale: float, options: RichOptions, number: bool = False) -> Text:
+    """``weight``'s glyph against ``scale`` in its level's colour, then (``number``) the
+    weight: glyph and number one word, so a table measures it whole and never folds it."""
+    shade = level(weight, scale)
+    glyph = (ASCII_SHADES if options.ascii else SHADES)[shade]
+    return Text(glyph + (fmt_float(weight, options.precision) if number else ""),
+                style=COLOURS[shade])
 
 
 def _numbered(tokens: int, options: RichOptions) -> bool:
@@ -162,16 +123,30 @@ def _numbered(tokens: int, options: RichOptions) -> bool:
     return tokens <= NUMBERS_UP_TO or (options.full and tokens <= NUMBERS_UP_TO * 4)
 
 
-def head_layouts(evidence: AttendEvidence, batch: int, head: int,
-                 options: RichOptions) -> list[RenderableType]:
-    """One head's map at each layout, widest first: numbers and glyphs with every key, then
-    fewer keys (up to :data:`NUMBERS_UP_TO` tokens), else glyph grids ever narrower."""
-    tokens = evidence.config.tokens
+def head_layouts(attention: Array, title: str, options: RichOptions) -> list[RenderableType]:
+    """One head's map of ``attention`` ``[T,T]`` at each layout, widest first: up to
+    :data:`NUMBERS_UP_TO` tokens each cell's glyph and weight, every key then fewer; else
+    glyphs only, downsampled to at most :data:`GRID_ROWS` rows and ever fewer columns."""
+    tokens = int(attention.shape[0])
     if _numbered(tokens, options):
-        return [head_table(evidence, batch, head, options, limit)
+        return [query_key_table(attention, title, options, limit, label="", corner="q\\k",
+                                box=box.SIMPLE, rows=max(options.max_rows, NUMBERS_UP_TO),
+                                spell=lambda q, k: shaded(float(attention[q, k]), scale_of(
+                                    attention[q], options), options, number=True))
                 for limit in column_limits(tokens, options)]
-    widths = sorted({min(tokens, w) for w in GRID_COLUMNS}, reverse=True)
-    return [head_grid(evidence, batch, head, options, w) for w in widths]
+    layouts: list[RenderableType] = []
+    for columns in sorted({min(tokens, w) for w in GRID_COLUMNS}, reverse=True):
+        grid, query_blocks = block_max(attention, tokens if options.full else GRID_ROWS, columns)
+        rows = [(str(start), Text.assemble(*(shaded(float(v), largest, options) for v in values)))
+                for (start, _), values, largest in zip(query_blocks, grid, (
+                    scale_of(values, options) for values in grid), strict=True)]
+        # two columns that never wrap: a row of glyphs (spaces for masked keys) is never
+        # folded, and the layout measures it whole
+        layouts.append(table([Column(kind="word", justify="right"), WORD], rows, box=None,
+                             show_header=False, title=f"{title}: {grid.shape[0]}x"
+                             f"{grid.shape[1]} of {tokens}x{tokens}", title_justify="left",
+                             padding=(0, 1, 0, 0)))
+    return layouts
 
 
 def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
@@ -184,7 +159,8 @@ def heatmaps(evidence: AttendEvidence, options: RichOptions) -> RenderableType:
     for b in batches:
         # Every head at one layout, widest first: the heads stack before any key is
         # elided (a row of heads side by side only when they fit at that layout).
-        per_head = [head_layouts(evidence, b, h, options) for h in range(heads)]
+        per_head = [head_layouts(np.asarray(evidence.primary["attention"][b, h]),
+                                 f"batch {b}, head {h}", options) for h in range(heads)]
         parts.append(Fitted([beside(layouts[i] for layouts in per_head)
                              for i in range(len(per_head[0]))]))
     if c.batch > len(batches):

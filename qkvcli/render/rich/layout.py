@@ -72,11 +72,8 @@ def verdicts(rows: Iterable[tuple[bool, str | Text, str | Text]]) -> Table:
 
 
 class Part:
-    """One piece of a :class:`Row`: a body, drawn in a panel when ``box`` is given.
-
-    An object, not a record: it keeps its measured widths per console and options (a
-    nested view asks for them at every level).
-    """
+    """One piece of a :class:`Row`: a body, drawn in a panel when ``box`` is given; it keeps
+    its measured widths per console (a nested view asks for them at every level)."""
 
     __slots__ = ("body", "border_style", "box", "title", "widths")
 
@@ -98,18 +95,16 @@ class Part:
 
     def measure(self, console: Console, options: ConsoleOptions) -> tuple[int, int]:
         """The narrowest width that shows the body without breaking a number or a name
-        (a :class:`Fitted` body: its widest layout), and the width it takes when nothing
-        limits it."""
+        (a :class:`Fitted` body: its widest layout, so parts stack before any is elided),
+        and the width it takes when nothing limits it."""
         wide = options.update_width(MEASURE_WIDTH)
-        # Measuring walks every cell below, and the same answer is asked for again and again
-        # (the CLI's width check, then each Row's choice at every level of nesting). At this
-        # fixed width a measurement depends on the console and the stream, not on what a
+        # Measuring walks every cell below, asked again at every level of nesting. At this
+        # fixed width it depends on the console and the stream alone, not on what a
         # container changes on the way down (height, justify, overflow, highlight).
         key = (id(console), wide.encoding, wide.legacy_windows, wide.is_terminal)
         known = self.widths.get(key)
         if known is not None and known[0] is console:
             return known[1], known[2]
-        # Side by side, a Fitted body shows its widest layout: parts stack before any is elided.
         body = self.body.layouts[0] if isinstance(self.body, Fitted) else self.body
         found = Measurement.get(console, wide, body)
         need, natural = found.minimum, found.maximum
@@ -128,13 +123,12 @@ class Part:
 
 
 class Row:
-    """Parts side by side when they all fit the width, stacked (full width) when not.
+    """Parts side by side when they all fit the width rich offers, stacked when not.
 
-    The choice is made at render time from the width rich offers, so the same renderable
-    gives the wide figure in a wide terminal and the stacked one in a narrow terminal.
-    ``fill`` parts share the width equally; the others each get what they need, then
-    what they would take, in order, and each is drawn at exactly that width (a
-    :class:`Fitted` part picks its layout for it), so no number is ever squeezed.
+    ``fill`` parts share the width equally; the others each get what they need, then what
+    they would take, in order, each drawn at exactly that width (a :class:`Fitted` part
+    picks its layout for it), so no number is ever squeezed. Side by side, the parts'
+    :class:`Noted` notes go under the row, one a line, so they never interleave.
     """
 
     def __init__(

@@ -132,14 +132,21 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text] | None]
             cell(column.header), style=column.style,
             justify=column.justify or ("right" if kind == "number" else "left"),  # type: ignore[arg-type]
             no_wrap=kind in ("line", "word"), overflow="fold" if kind != "word" else "ellipsis",
-            min_width=(widest_line(texts) if kind == "line" else longest_word(texts)
-                       if kind == "text" else None))
+            min_width=_widest(texts, kind == "line") if kind in ("line", "text") else None)
     for position, row in enumerate(rows):
         if row is None:
             made.add_section()
         else:
             made.add_row(*map(cell, row), style=(styles or {}).get(position))
     return made
+
+
+def _widest(texts: Iterable[str | Text], lines: bool) -> int:
+    """The widest line (``lines``: what a column that never wraps needs) or word (a
+    narrower column splits it) of ``texts``."""
+    found = (cell_len(part) for text in texts
+             for part in (cell(text).plain.splitlines() if lines else cell(text).plain.split()))
+    return max(found, default=1)
 
 
 def index_rows(row_pick: Sequence[int | None], col_pick: Sequence[int | None],
@@ -186,16 +193,11 @@ def elision_note(*axes: Axis) -> Text | None:
     return Text(f"showing {showing}; {FULL_HINT} (hidden: {which})", style="dim")
 
 
-def summary_note(
-    tensor: Array, name: str, options: RichOptions, summaries: Summarise = summarise
-) -> Text | None:
-    """The text form's summary of a tensor too large to show whole, or ``None``.
-
-    Above :data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements (and unless ``full``):
-    ``name: shape [..] count N min .. max .. mean .. l2 .. sha256 <hex>``, the statistics
-    at the view's precision and the exact digest of every value. The line wraps at spaces
-    and folds (never cuts) a word wider than the screen, so no number or digest is lost.
-    """
+def summary_note(tensor: Array, name: str, options: RichOptions,
+                 summaries: Summarise = summarise) -> Text | None:
+    """Above :data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements (unless ``full``) the
+    text form's summary, ``name: shape [..] count N min .. max .. mean .. l2 .. sha256 <hex>``
+    at the view's precision, folded (never cut) where a word is wider than the screen."""
     if options.full or tensor.size <= SUMMARY_THRESHOLD:
         return None
     s = summaries(tensor)
@@ -205,28 +207,18 @@ def summary_note(
                 f"sha256 {s.sha256}", style="dim", overflow="fold")
 
 
-def matrix_table(
-    matrix: Array,
-    corner: str,
-    row_label: str,
-    box: Box,
-    options: RichOptions,
-    what: tuple[str, str] = ("rows", "columns"),
-    border_style: str | None = None,
-    edge: bool = True,
-    summary: bool = True,
-    summaries: Summarise = summarise,
-    marks: Collection[tuple[int, ...]] = (),
-) -> RenderableType:
-    """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``.
+def matrix_table(matrix: Array, corner: str, row_label: str, box: Box, options: RichOptions,
+                 what: tuple[str, str] = ("rows", "columns"), border_style: str | None = None,
+                 edge: bool = True, summary: bool = True, summaries: Summarise = summarise,
+                 marks: Collection[tuple[int, ...]] = ()) -> RenderableType:
+    """A 2-D array as a right-aligned table: header ``corner | 0 1 ..``, rows ``{row_label}{i}``,
+    elided rows and columns an ellipsis and named in a note (:func:`elision_note`), with
+    its :func:`summary_note` unless ``summary`` is false (a slice, summarised whole).
 
-    Elided rows and columns become an ellipsis, and a note under the table says how many
-    are shown and how to see them; a large matrix also gets its :func:`summary_note`
-    (unless ``summary`` is false: a slice of a larger tensor, summarised whole instead).
-    Each ``(row, column)`` of ``marks`` (a value that differs from the fixture's
-    ``expect``) is shown even when elision would hide it, in reverse video and followed
-    by the mark glyph, so it reads without colour too, and a note says what the mark means.
-    A table of more than :data:`GRID_FROM_CELLS` cells is drawn by :class:`NumberGrid`.
+    Each ``(row, column)`` of ``marks`` (a value that differs from the fixture's ``expect``)
+    is shown even where elision would hide it, reversed and followed by the mark glyph (it
+    reads without colour), and a note says what the mark means. More than
+    :data:`GRID_FROM_CELLS` cells are drawn by :class:`NumberGrid`.
     """
     rows, cols = (int(n) for n in matrix.shape)
     row_pick = pick(rows, options.max_rows, options.full, [mark[0] for mark in marks])
@@ -299,51 +291,25 @@ def _spelled(values: Array, precision: int) -> list[str]:
             for value, text in zip(values.tolist(), spelled, strict=True)]
 
 
-def batched_tables(
-    tensor: Array,
-    name: str,
-    box: Box,
-    options: RichOptions,
-    border_style: str | None = None,
-    edge: bool = True,
-    summaries: Summarise = summarise,
-    marks: Collection[tuple[int, ...]] = (),
-) -> list[RenderableType]:
+def batched_tables(tensor: Array, name: str, box: Box, options: RichOptions,
+                   border_style: str | None = None, edge: bool = True,
+                   summaries: Summarise = summarise,
+                   marks: Collection[tuple[int, ...]] = ()) -> list[RenderableType]:
     """One ``[t, feature]`` table per batch item of a ``[batch, tokens, width]`` tensor;
     ``marks`` are ``(batch, token, feature)`` coordinates to mark (:func:`matrix_table`)."""
     batch, tokens, _width = (int(n) for n in tensor.shape)
     if batch == 0 or tokens == 0:
         return [Text(f"{name}: no values (shape {fmt_shape(tensor.shape)})", style="dim")]
-    out: list[RenderableType] = []
     batch_pick = pick(batch, options.max_batches, options.full, [mark[0] for mark in marks])
-    for item in batch_pick:
-        if item is None:
-            hidden = batch - shown(batch_pick)
-            out.append(Text(
-                f"{options.symbols.ellipsis} {hidden} more batch items; {FULL_HINT}", style="dim"
-            ))
-            continue
-        out.append(matrix_table(
-            tensor[item], f"{name} b={item}", "t", box, options, ("tokens", "features"),
-            border_style, edge, summary=False,
-            marks={mark[1:] for mark in marks if mark[0] == item},
-        ))
-    whole = summary_note(tensor, name, options, summaries)
-    if whole is not None:
-        out.append(whole)
-    return out
-
-
-def longest_word(texts: Iterable[str | Text]) -> int:
-    """The widest word (run of non-spaces) in ``texts``: a column narrower than it splits a word."""
-    words = (word for text in texts for word in cell(text).plain.split())
-    return max((cell_len(word) for word in words), default=1)
-
-
-def widest_line(texts: Iterable[str | Text]) -> int:
-    """The widest line in ``texts``: what a column that never wraps needs."""
-    found = (cell_len(line) for text in texts for line in cell(text).plain.splitlines())
-    return max(found, default=1)
+    out: list[RenderableType | None] = [
+        Text(f"{options.symbols.ellipsis} {batch - shown(batch_pick)} more batch items; "
+             f"{FULL_HINT}", style="dim") if item is None else
+        matrix_table(tensor[item], f"{name} b={item}", "t", box, options, ("tokens", "features"),
+                     border_style, edge, summary=False,
+                     marks={mark[1:] for mark in marks if mark[0] == item})
+        for item in batch_pick]
+    out.append(summary_note(tensor, name, options, summaries))
+    return [part for part in out if part is not None]
 
 
 def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[int] = ()) -> Table:
@@ -354,11 +320,6 @@ def grid(*rows: Sequence[str | Text], nowrap: Sequence[int] = (), dim: Sequence[
     count = max((len(row) for row in rows), default=0)
     return table([Column(kind="line" if i in nowrap else "text",
                          style="dim" if i in dim else None) for i in range(count)], rows)
-
-
-def pairs(labels: Iterable[tuple[str, str]]) -> Table:
-    """A borderless two-column ``label  value`` grid, labels dimmed."""
-    return grid(*labels, nowrap=(0,), dim=(0,))
 
 
 def worked(element: str, derivation: Derivation, options: RichOptions) -> RenderableType:

@@ -1,22 +1,18 @@
-"""The chapter's figure as a rich renderable: one shared input, three bordered branches, evidence.
+"""Chapter 26's figure as a rich renderable: one shared input, three bordered branches, evidence.
 
-The query, key and value branches are told apart by border (solid, dashed, double;
-see :mod:`qkvcli.render.rich.boxes`), never by colour alone, and sit side by side when the
-width allows, stacked when it does not. Each branch, the input gradient and each weight
-gradient works one element from the description of its stage (:mod:`qkvcli.stages`).
-Evidence cards follow, one per family of evidence, with a PASS/FAIL word, then a verdict
-line: what run's facts (:func:`qkvcli.render.report.facts`) hold, each tensor, shape,
-refused input and check, is drawn from them (:mod:`qkvcli.render.rich.drawn`), so the
-figure says what the text and the JSON say. :func:`render_rich` is pure: it returns a
-:class:`rich.console.Group` for the CLI.
+The branches are told apart by border (solid, dashed, double: :mod:`~qkvcli.render.rich.boxes`),
+never by colour alone, side by side when the width allows. Each branch, the input gradient
+and each weight gradient works one element from its stage's description
+(:mod:`qkvcli.stages`). Evidence cards follow, each with its PASS/FAIL word, then the
+verdict line; every tensor, shape, refused input and check is drawn from run's facts
+(:func:`qkvcli.render.report.facts`), so the figure says what the text and the JSON say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rich.box import Box
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -24,22 +20,14 @@ from qkvcli.check.chapter26_evidence import Evidence
 from qkvcli.core.arrays import Array
 from qkvcli.gradcheck.records import GradcheckResult
 from qkvcli.render.facts import Fact, find
+from qkvcli.render.gradcheck import within
 from qkvcli.render.numbers import fmt_error, fmt_float, fmt_shape
 from qkvcli.render.report import facts
-from qkvcli.render.rich.boxes import (
-    INPUT,
-    INPUT_STYLE,
-    LETTERS,
-    PLAIN,
-    ROLE_BOXES,
-    ROLE_SENTENCES,
-    ROLE_STYLES,
-    ROLES,
-)
+from qkvcli.render.rich.boxes import BOXES, LETTERS, PLAIN, ROLE_SENTENCES, ROLES
 from qkvcli.render.rich.drawn import checks_card, checks_verdict, config_row, listed, tensor_tables
 from qkvcli.render.rich.layout import Flow, Part, Row, beside, card, lines, status, verdicts
 from qkvcli.render.rich.options import RichOptions
-from qkvcli.render.rich.tables import Column, Summarise, pairs, table, worked
+from qkvcli.render.rich.tables import Column, Summarise, grid, table, worked
 from qkvcli.render.tensors import SUMMARY_THRESHOLD, Summaries
 from qkvcli.stages.applied import element_at, fewer, formula_in
 from qkvcli.stages.table import STAGES
@@ -87,28 +75,27 @@ class Figure:
         return frozenset(m.coordinate for m in expect.mismatches
                          if m.name == name) if expect else frozenset()
 
-    def tables(self, name: str, shown: str, box: Box, style: str | None, marked: bool = False,
+    def tables(self, name: str, shown: str, role: str, marked: bool = False,
                edge: bool = True) -> list[RenderableType]:
-        """The tensor published as ``name``'s tables, titled ``shown``, its expect marks on
-        them when ``marked``."""
+        """The tensor published as ``name``'s tables, titled ``shown``, in ``role``'s box
+        and style (:data:`BOXES`), its expect marks on them when ``marked``."""
+        box, style = BOXES[role]
         return tensor_tables(self.tensors[name], shown, box, self.options, style, edge=edge,
                              summaries=self.summaries,
                              marks=self.marks(name) if marked else ())
 
-    def at(self, name: str) -> tuple[int, ...] | None:
-        """The coordinate of the tensor ``name`` the figure works: the first that differs
-        from the fixture's ``expect``, so its terms explain the marked value, else the
-        first; ``None`` when there is no element to work."""
+    def work(self, stage: str, names: dict[str, str], name: str,
+             derivation: Callable[[tuple[int, ...]], Derivation]) -> RenderableType | None:
+        """One element of the tensor ``name`` worked from ``stage`` in the figure's
+        ``names``: the first that differs from the fixture's ``expect`` (its terms explain
+        the marked value), else the first; its terms cut to ``max_rows`` unless ``full``;
+        ``None`` when there is no element to work."""
         shape = tuple(int(n) for n in self[name].shape)
         if 0 in shape or not self["input"].size:
             return None
-        return min(self.marks(name), default=tuple(0 for _ in shape))
-
-    def work(self, stage: str, names: dict[str, str], at: tuple[int, ...],
-             derivation: Derivation) -> RenderableType:
-        """``stage``'s element at ``at`` in the figure's ``names``, its terms cut to
-        ``max_rows`` unless ``full``."""
-        shown = derivation if self.options.full else fewer(derivation, self.options.max_rows)
+        at = min(self.marks(name), default=tuple(0 for _ in shape))
+        found = derivation(at)
+        shown = found if self.options.full else fewer(found, self.options.max_rows)
         return worked(element_at(STAGES[stage], at, names, optional=False), shown, self.options)
 
     def formula(self, stage: str, names: dict[str, str] | None = None) -> Text:
@@ -116,35 +103,34 @@ class Figure:
 
 
 def _input(f: Figure) -> Part:
-    c = find(f.facts, "config")
+    c, (box, style) = find(f.facts, "config"), BOXES["input"]
     return card("Shared hidden-state input", None, config_row(
         c, ("batch", "tokens", "d_model", "d_head", "bias"), f.options),
-        *f.tables("input", "X", INPUT, INPUT_STYLE), Text(
+        *f.tables("input", "X", "input"), Text(
         f"The same X feeds all three branches: d_model {c['d_model']} "
-        f"{f.options.symbols.arrow} d_head {c['d_head']}.", style="dim"),
-        box=INPUT, style=INPUT_STYLE)
+        f"{f.options.symbols.arrow} d_head {c['d_head']}.", style="dim"), box=box, style=style)
 
 
 def _branch(f: Figure, role: str, parameter: str) -> Part:
     letter, weight, output = LETTERS[role], f[f"{role}_weight"], f[role]
-    names = {"Y": letter, "W": f"W_{letter}"}
-    at = f.at(role)
+    names, (box, style) = {"Y": letter, "W": f"W_{letter}"}, BOXES[role]
     return card(
         f"{role.capitalize()} projection ({BORDER_WORDS[role]})", None,
-        Text(ROLE_SENTENCES[role], style=f"bold {ROLE_STYLES[role]}"),
+        Text(ROLE_SENTENCES[role], style=f"bold {style}"),
         f.formula("projection", names),
         Text("Stable parameter:", style="dim"),
         # Its own line: a long name must not force the three branches to stack.
         Text(parameter, overflow="fold"),
-        pairs([("Projection weight", f"shape(W_{letter}) = {fmt_shape(weight.shape)}"),
-               ("Projected output", f"shape({letter}) = {fmt_shape(output.shape)}")]),
+        grid(("Projection weight", f"shape(W_{letter}) = {fmt_shape(weight.shape)}"),
+             ("Projected output", f"shape({letter}) = {fmt_shape(output.shape)}"),
+             nowrap=(0,), dim=(0,)),
         # Weight beside output when the branch is wide enough (stacked at 80 columns saves
         # a screenful), one above the other inside a narrow side-by-side branch.
-        beside([*f.tables(f"{role}_weight", f"W_{letter}", ROLE_BOXES[role], ROLE_STYLES[role]),
-                Group(*f.tables(role, letter, ROLE_BOXES[role], ROLE_STYLES[role], True))]),
-        None if at is None else f.work("projection", names, at, projection(
+        beside([*f.tables(f"{role}_weight", f"W_{letter}", role),
+                Group(*f.tables(role, letter, role, True))]),
+        f.work("projection", names, role, lambda at: projection(
             f["input"], weight, None, at, float(output[at]), ("X", f"W_{letter}", ""))),
-        box=ROLE_BOXES[role], style=ROLE_STYLES[role])
+        box=box, style=style)
 
 
 def _upstream(f: Figure) -> Part:
@@ -153,8 +139,8 @@ def _upstream(f: Figure) -> Part:
     return card("Upstream gradients", None, Text(
         "U = dL/dQ, dL/dK, dL/dV: the fixture's upstream gradients, where the reverse pass "
         "starts (dQ = U_Q, dK = U_K, dV = U_V)."), beside(
-        (Group(*f.tables(f"upstream_{role}", f"U_{LETTERS[role]}", ROLE_BOXES[role],
-                         ROLE_STYLES[role])) for role in ROLES), gap=3))
+        (Group(*f.tables(f"upstream_{role}", f"U_{LETTERS[role]}", role)) for role in ROLES),
+        gap=3))
 
 
 def _upstreams(f: Figure) -> tuple[Array, ...]:
@@ -168,38 +154,36 @@ def _input_gradient(f: Figure) -> Part:
         loss.append(f" {f.options.symbols.mark} differs from the fixture's expect",
                     style="bold reverse")
     stage, grad = "projection reverse (input)", f["input_gradient"]
-    at = f.at("input_gradient")
     return card(
         "Combined input gradient", f.passed("reverse"), f.formula(stage),
         Text(f"All three paths add into the shared input; shape(dX) = "
              f"{fmt_shape(grad.shape)}.", style="dim"), loss,
-        *f.tables("input_gradient", "dX", PLAIN, None, True, edge=False),
-        None if at is None else f.work(stage, {}, at, input_paths(
+        *f.tables("input_gradient", "dX", "plain", True, edge=False),
+        f.work(stage, {}, "input_gradient", lambda at: input_paths(
             _upstreams(f), tuple(f[f"{role}_weight"] for role in ROLES), at, float(grad[at]))))
 
 
 def _weight_gradients(f: Figure) -> Part:
     g: GradcheckResult = find(f.facts, "gradcheck").value
     stage = "projection reverse (weight)"
-    tables, terms = [], []
-    for role, upstream in zip(ROLES, _upstreams(f), strict=True):
-        letter, name = LETTERS[role], f"{role}_weight_gradient"
-        checked = g.checks_of(f"{role}_weight")
-        ok = sum(1 for check in checked.checks if check.passed)
-        caption = Text(f"{role}: {ok} of {len(checked.checks)} coordinates ")
+
+    def branch(role: str, upstream: Array) -> tuple[Group, RenderableType | None]:
+        """``role``'s weight gradient, its gradient check's count, and one element worked."""
+        letter, name, checked = LETTERS[role], f"{role}_weight_gradient", g.checks_of(f"{role}_weight")
+        caption = Text(f"{role}: {sum(1 for c in checked.checks if c.passed)} of "
+                       f"{len(checked.checks)} coordinates ")
         caption.append_text(status(checked.passed))
-        tables.append(Group(*f.tables(name, f"dW_{letter}", ROLE_BOXES[role], ROLE_STYLES[role],
-                                      True), caption))
-        at = f.at(name)
-        if at is not None:
-            terms.append(f.work(stage, {"dW": f"dW_{letter}", "U": f"U_{letter}"}, at,
-                                weight_gradient(f["input"], upstream, (at[0], at[1]),
-                                                float(f[name][at]), f"U_{letter}")))
-    passed = all(g.checks_of(f"{role}_weight").passed for role in ROLES)
+        return Group(*f.tables(name, f"dW_{letter}", role, True), caption), f.work(
+            stage, {"dW": f"dW_{letter}", "U": f"U_{letter}"}, name, lambda at: weight_gradient(
+                f["input"], upstream, (at[0], at[1]), float(f[name][at]), f"U_{letter}"))
+
+    tables, terms = zip(*(branch(role, upstream) for role, upstream in zip(
+        ROLES, _upstreams(f), strict=True)), strict=True)
     heading = f.formula(stage)
     heading.append(" in each branch: a weight's gradient never crosses branches.")
-    return card("Branch-local weight gradients", passed, heading, beside(tables, gap=3),
-                beside(terms, gap=3))
+    return card("Branch-local weight gradients", all(g.checks_of(f"{role}_weight").passed
+                                                      for role in ROLES),
+                heading, beside(tables, gap=3), beside([t for t in terms if t is not None], gap=3))
 
 
 def _independence(f: Figure) -> Part:
@@ -239,11 +223,10 @@ def _numerical(f: Figure) -> Part:
     g: GradcheckResult = find(f.facts, "gradcheck").value
     counts = " ".join(f"n_{key}={len(g.checks_of(tensor).checks)}" for key, tensor in (
         ("X", "input"), ("Q", "query_weight"), ("K", "key_weight"), ("V", "value_weight")))
-    within = sum(1 for tensor in g.tensors for check in tensor.checks if check.passed)
     replay = find(f.facts, "replay_bitwise").value
     named = next(e for e in find(f.facts, "errors").value if e["case"] == "duplicate-name")
     init = find(f.facts, "initialization")
-    rows = [(g.passed, "gradcheck", f"{within} of {g.count} coordinates within tolerance"),
+    rows = [(g.passed, "gradcheck", f"{within(g)} of {g.count} coordinates within tolerance"),
             (replay, "replay", "bitwise" if replay else "mismatch"),
             (named["rejected"].value, "names", "unique" if named["rejected"].value
              else "unchecked"),
@@ -287,13 +270,9 @@ def _history(f: Figure) -> Part:
 def _legend(options: RichOptions) -> Flow:
     """One sample of each border, drawn with the very boxes the figure uses; the label and
     the first sample share a line, as in ``Borders: ━━ input``."""
-    items = []
-    for label, box, style in [("input", INPUT, INPUT_STYLE)] + [
-            (f"{role} ({BORDER_WORDS[role]})", ROLE_BOXES[role], ROLE_STYLES[role])
-            for role in ROLES]:
-        item = Text((box.fallback.top if options.ascii else box.top) * 2, style=style)
-        item.append(f" {label}")
-        items.append(item)
+    items = [Text((box.fallback.top if options.ascii else box.top) * 2, style=style or "").append(
+        f" {label}") for label, (box, style) in [("input", BOXES["input"]), *(
+            (f"{role} ({BORDER_WORDS[role]})", BOXES[role]) for role in ROLES)]]
     return Flow([Text.assemble(Text("Borders:", style="dim"), " ", items[0]), *items[1:]])
 
 
