@@ -213,7 +213,7 @@ def _shapes(f: Figure) -> Part:
             fmt_shape(found[branch].value) for branch in ROLES)
 
     return card("Shapes and empty axes", f.passed("shapes"), listed(
-        ({"passed": getattr(f.evidence.shapes, name).kept, "name": name} for name in PROBES),
+        ({"passed": find(f.facts, f"shapes.{name}.kept").value, "name": name} for name in PROBES),
         lambda probe: PROBES[probe["name"]], lambda probe: shapes(probe["name"])), Text(
         f"trainable scalars: 3 {symbols.times} {c['d_model']} {symbols.times} {c['d_head']} = "
         f"{find(f.facts, 'parameter_count')}", style="dim"))
