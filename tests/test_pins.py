@@ -13,7 +13,9 @@ a product differently on another machine, and a central difference multiplies th
 - a ``detail`` is prose: its numbers are pinned as "#";
 - a worst coordinate is an argmax, and an argmax over errors that tie (a transposed
   gradient's [0,3] and [3,0]) or over noise (a passing check) is the machine's choice: a
-  failing check's worst is pinned by its tensor, a passing check's not at all;
+  failing check's worst is pinned by its tensor, a passing check's not at all (``qkv
+  check``'s ``compared`` of a gradient-check point, and its ``worst`` by check name);
+- a slip's words are prose too: their numbers are pinned as "#";
 - names, verdicts, codes, fixtures, coordinates of failures and exact error messages are
   pinned as they are.
 
@@ -92,10 +94,16 @@ def _facts(value: Any, passed: bool = False) -> Any:
         worst = isinstance(value.get("detail"), str) and "worst " in value["detail"]
         facts: dict[str, Any] = {}
         for key, item in value.items():
-            if key == "detail" and isinstance(item, str):
+            if key in ("detail", "slip") and isinstance(item, str):
                 facts[key] = _prose(item, passed)
+            elif key == "slips" and all(isinstance(said, str) for said in item):
+                facts[key] = [_prose(said, passed) for said in item]
             elif key == "coordinate" and worst and isinstance(item, str):
                 facts[key] = INDEX.sub("[…]", item)
+            elif key == "compared" and item and item["against"] == "central-difference":
+                facts[key] = {"tensor": item["tensor"]}  # a worst point: an argmax
+            elif key == "worst" and isinstance(item, list):  # check's passing gradient checks'
+                facts[key] = [point["check"] for point in item]
             else:
                 facts[key] = _facts(item, passed)
         return facts

@@ -81,8 +81,8 @@ _OWN: dict[str, dict[str, Any]] = {
              "tensors": OBJECT, "rows": ARRAY, "weights": OBJECT, "mask": OBJECT,
              "hull": OBJECT, "probes": ARRAY, "replay_bitwise": BOOLEAN, "gradcheck": OBJECT,
              "heads": None, "decode": None},
-    CHECK: {"implementation": STRING, "passed": BOOLEAN, "checks": "checks",
-            "failures": "failures", "stderr": None},
+    CHECK: {"implementation": STRING, "fixtures": ARRAY, "passed": BOOLEAN, "checks": "checks",
+            "failures": "failures", "slips": ARRAY, "worst": ARRAY, "stderr": None},
     "gradcheck": {"passed": BOOLEAN, "mode": STRING, "step": FLOAT, "tolerance": FLOAT,
                   "count": INTEGER, "tensors": ARRAY, "dtype": None},
     "variance": {"seed": INTEGER, "samples": INTEGER, "rows": ARRAY},
@@ -116,12 +116,15 @@ FAILURE: dict[str, Any] = {
     "type": "object",
     "properties": {"check": STRING, "family": {"enum": list(FAMILIES)},
                    "fixture": {"type": ["string", "null"]},
-                   "coordinate": {"type": ["string", "null"]}, "detail": STRING},
-    "required": ["check", "family", "fixture", "coordinate", "detail"],
+                   "coordinate": {"type": ["string", "null"]}, "detail": STRING,
+                   "slips": {"type": "array", "items": STRING},
+                   "compared": {"type": ["object", "null"]}},
+    "required": ["check", "family", "fixture", "coordinate", "detail", "slips", "compared"],
     "additionalProperties": False,
 }
 """A failure of ``qkv check``: the check it failed (its entry's ``name``), that check's
-family, the fixture and coordinate (``null`` where none applies), its words."""
+family, the fixture and coordinate (``null`` where none applies), its words, the slips
+it names and the numbers it compared (``null``: none, docs/check.md)."""
 
 
 def _document(report: str, own: dict[str, Any], extra: dict[str, Any] | None = None
