@@ -4,8 +4,10 @@ The text is one line per family (PASS, FAIL or N/A), the failures, each slip the
 (:func:`named_slips`, so the last lines of a failing report say what went wrong), then
 the verdict
 (:func:`~qkvcli.render.wording.verdict`). The JSON is the one head
-(:func:`~qkvcli.render.document.head`, ``report``: ``check``), then ``implementation``,
-``passed``, ``checks`` and ``failures``, and ``"stderr"`` for a ``--command`` program.
+(:func:`~qkvcli.render.document.head`, ``report``: ``check``), then :func:`facts`
+(``implementation``, ``fixtures``, ``passed``, ``checks``, ``failures``, ``slips``,
+``worst``, and ``"stderr"`` for a ``--command`` program), which the text, the rich view
+and the page all read.
 Each check is the one entry (``{"name", "family", "operation", "passed", "outcome",
 "detail"}``, :func:`~qkvcli.render.document.check_entry`): ``outcome`` ``no-backward``
 or ``command`` marks a family that does not apply, with ``passed`` true when it does not
@@ -512,11 +514,6 @@ def uncounted(check: FamilyCheck) -> bool:
     return published_word({"outcome": check.outcome, "passed": check.passed}) in ("N/A", "SKIP")
 
 
-def check_verdict(found: Facts) -> str:
-    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (6 of 8 checks passed)``."""
-    return verdict(found["passed"].value, *counted(found["checks"]))
-
-
 def _text(found: Facts) -> Table:
     """The text's lines: the implementation and fixtures, a line per family (its name,
     its word, its detail, aligned), the failures, each slip named, then the verdict."""
@@ -534,14 +531,8 @@ def _text(found: Facts) -> Table:
             + " " + found[i]["detail"])) for i in range(len(failures))),
         *(("", ("slips", lambda slips, i=i: f"slip: {slips[i]['slip']} "
                 f"({', '.join(slips[i]['checks'])})")) for i in range(len(found["slips"]))),
-        ("", check_verdict),
+        ("", lambda found: verdict(found["passed"].value, *counted(found["checks"]))),
     )
-
-
-def render_check_text(result: CheckResult) -> str:
-    """The report; ends with a newline. Same result, same bytes."""
-    found = facts(result)
-    return report(found, found, _text(found))
 
 
 SLIP_CODES = frozenset({
@@ -702,11 +693,6 @@ def check_json(result: CheckResult) -> dict[str, Any]:
     return head("check", **json_of(facts(result)))
 
 
-def render_check_json(result: CheckResult) -> str:
-    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
-    return dumps(check_json(result))
-
-
 # --- reproducing a failure: the fixture and the requests of one failing case ------------
 
 REPLAY_CHAPTER = "qkv-check-failure"
@@ -738,10 +724,9 @@ def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
     program can be fed to replay the case: ``PROGRAM < FILE``."""
     from qkvcli.protocol.wire import encode, encode_tensor
 
-    tensors = {"input": case.input, "w_query": case.weights[0], "w_key": case.weights[1],
-               "w_value": case.weights[2]}
-    upstream = {"grad_query": case.upstream[0], "grad_key": case.upstream[1],
-                "grad_value": case.upstream[2]}
+    names = ("query", "key", "value")
+    tensors = {"input": case.input, **{f"w_{n}": w for n, w in zip(names, case.weights, strict=True)}}
+    upstream = {f"grad_{n}": u for n, u in zip(names, case.upstream, strict=True)}
     requests: list[dict[str, Any]] = [{"op": "hello", "version": 1}]
     if "forward" in operations:
         requests.append({"op": "forward", **tensors})
@@ -763,5 +748,8 @@ def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
 
 
 def pieces(result: CheckResult, fmt: str, asked: Asked) -> Iterator[str]:
-    """The result as ``text`` or ``json``."""
-    return iter([render_check_json(result) if fmt == "json" else render_check_text(result)])
+    """The result as ``text`` (:func:`_text`'s lines) or ``json``: same result, same bytes."""
+    if fmt == "json":
+        return iter([dumps(check_json(result))])
+    found = facts(result)
+    return iter([report(found, found, _text(found))])
