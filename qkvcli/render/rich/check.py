@@ -86,6 +86,7 @@ def render_check_rich(result: CheckResult, options: RichOptions | None = None) -
     stderr = None
     if document.get("stderr") and not document["passed"]:
         stderr = Text("program stderr:\n", style="bold")
-        stderr.append(options.safe(document["stderr"].rstrip()), style="dim")
+        said = document["stderr"].rstrip().splitlines()  # each line escaped, not the breaks
+        stderr.append("\n".join(map(options.safe, said)), style="dim")
     return lines(Foldable(header), *rows, stderr, *slip_lines(document, options),
                  verdict_line(document["passed"], *counted(document["checks"])))
