@@ -185,9 +185,6 @@ def _passed_own_detail(check: FamilyCheck, on: str) -> str | None:
     return None
 
 
-FORWARDS = (("", "forward", "forward"), ("head-", "head_forward", "head-forward"),
-            ("rope-", "rope", "rope"), ("multi-head-", "mha_forward", "multi-head"))
-"""Each kind's prefix, forward operation and the family that judges it."""
 NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "stopped": "the implementation stopped answering (see protocol)",
     "forward": "its forward failed (see forward)",
@@ -204,12 +201,14 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "no-fixture": "no fixture given has what its claim needs (a batch item and the tokens it reads)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
-    **{f"{prefix}shape": f"its {operation}'s answer has the wrong shape (see {family})"
-       for prefix, operation, family in FORWARDS},
-    **{f"{prefix}lossy": (f"{operation} agrees only to a lossy precision (see {family}): "
-                          "central differences of it would measure the rounding, not the "
-                          "backward")
-       for prefix, operation, family in FORWARDS},
+    **{f"{prefix}{why}": words.format(operation, family)
+       for prefix, operation, family in (("", "forward", "forward"),
+                                         ("head-", "head_forward", "head-forward"),
+                                         ("rope-", "rope", "rope"),
+                                         ("multi-head-", "mha_forward", "multi-head"))
+       for why, words in (("shape", "its {0}'s answer has the wrong shape (see {1})"),
+                          ("lossy", "{0} agrees only to a lossy precision (see {1}): central "
+                                    "differences of it would measure the rounding, not the backward"))},
 }
 
 
