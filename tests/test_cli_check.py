@@ -47,7 +47,7 @@ def test_json_document_shape(runner: CliRunner) -> None:
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     assert list(document) == ["qkv_version", "schema_version", "report", "implementation",
-                              "passed", "checks", "failures"]
+                              "fixtures", "passed", "checks", "failures", "slips", "worst"]
     assert (document["schema_version"], document["report"]) == (2, "check")
     assert document["qkv_version"] == __version__
     assert document["passed"] is False
@@ -60,7 +60,12 @@ def test_json_document_shape(runner: CliRunner) -> None:
         "check": "reverse", "family": "reverse", "fixture": "chapter", "coordinate": "grad_input[0,0,0]",
         "detail": "grad_input misses the value path: grad_input[0,0,0] = 0.0, expected 3.0 "
                   "(scaled error 1 > 1e-09)",
+        "slips": ["grad_input misses the value path"],
+        "compared": {"against": "engine", "tensor": "grad_input", "coordinate": [0, 0, 0],
+                     "actual": 0.0, "expected": 3.0, "scaled_error": 1.0, "tolerance": 1e-09},
     }
+    assert document["slips"] == [{"slip": "grad_input misses the value path",
+                                  "checks": ["reverse"]}]
     assert reverse[1]["fixture"] == str(CHAPTER_FIXTURE)
     assert "qkv: FAILED: reverse, gradcheck" in result.stderr
 
@@ -534,7 +539,9 @@ def test_a_head_that_fails_on_a_valid_input_is_a_failed_family_in_every_format(
 
     document = json.loads(runner.invoke(main, [*base, "-f", "json"]).stdout)
     assert {"check": family, "family": published("check", family).family, "fixture": fixture,
-            "coordinate": where[0] if where else None, "detail": detail} in document["failures"]
+            "coordinate": where[0] if where else None, "detail": detail} in [
+        {key: f[key] for key in ("check", "family", "fixture", "coordinate", "detail")}
+        for f in document["failures"]]
     checks = {c["name"]: c for c in document["checks"]}
     name, word, said = re.split(r" +", skipped, maxsplit=2)
     assert (word, checks[name]) == ("SKIP", {

@@ -23,9 +23,9 @@ from qkvcli.check.result import CheckResult
 from qkvcli.cli import main
 from qkvcli.cli.io import load
 from qkvcli.core.names import CHAPTER_IDS
-from qkvcli.core.results import Failure
 from qkvcli.render.attend import facts as attend_facts
 from qkvcli.render.attend import published_name
+from qkvcli.render.check import check_json
 from qkvcli.render.explorer.attend import derivations
 from qkvcli.render.explorer.check import replay_lines
 from qkvcli.render.explorer.document import tensors_of
@@ -363,10 +363,10 @@ def test_a_failing_cache_pages_numbers_open_their_comparison_and_the_engines_ter
 
 
 def test_a_command_programs_replay_feeds_it_the_saved_requests() -> None:
-    result = CheckResult("./my_qkv", ("chapter", "random-1[2,3,5->3]"), (), (),
-                         command=True)
-    failure = Failure("forward", "random-1[2,3,5->3]", "query[0,0,0]")
-    lines = replay_lines(failure, result, {"random-1[2,3,5->3]": "03-random-1-2-3-5-3"},
+    document = check_json(CheckResult("./my_qkv", ("chapter", "random-1[2,3,5->3]"), (), (),
+                                      command=True))
+    failure = {"fixture": "random-1[2,3,5->3]"}
+    lines = replay_lines(failure, document, {"random-1[2,3,5->3]": "03-random-1-2-3-5-3"},
                          "--command './my_qkv --fast'")
     assert lines == [
         "qkv check --command './my_qkv --fast' --save-failures DIR   "
@@ -374,9 +374,9 @@ def test_a_command_programs_replay_feeds_it_the_saved_requests() -> None:
         "qkv check --command './my_qkv --fast' DIR/03-random-1-2-3-5-3.json",
         "./my_qkv --fast < DIR/03-random-1-2-3-5-3.requests.jsonl   (the requests alone)"]
     # a head's run of a fixture ("chapter causal") replays that fixture; no file, no lines
-    assert replay_lines(failure._replace(fixture="chapter causal"), result,
+    assert replay_lines({"fixture": "chapter causal"}, document,
                         {"chapter": "01-chapter"}, "x")[1] == "qkv check x DIR/01-chapter.json"
-    assert replay_lines(failure._replace(fixture=None), result, {}, "x") == []
+    assert replay_lines({"fixture": None}, document, {}, "x") == []
 
 
 def test_a_passing_check_folds_every_family(tmp_path: Path) -> None:

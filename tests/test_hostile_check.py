@@ -242,7 +242,8 @@ def test_a_timeout_names_its_fixture_and_option_and_purity_judges_only_what_ran(
     document = json.loads(invoke(*base, "-f", "json").stdout)
     assert document["failures"][0] == {"check": "protocol", "family": "protocol",
                                        "fixture": "precision[1,3,4->2]",
-                                       "coordinate": None, "detail": said}
+                                       "coordinate": None, "detail": said, "slips": [],
+                                       "compared": None}
     check = next(c for c in document["checks"] if c["name"] == "purity")
     assert (check["passed"], check["outcome"] != "not-run") == (False, change != "pass")
 

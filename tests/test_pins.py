@@ -11,10 +11,12 @@ a product differently on another machine, and a central difference multiplies th
 - a number is compared within ``REL`` relative or ``ABS`` absolute (a passing gradient
   check's error is rounding noise below the check's own tolerance);
 - a ``detail`` is prose: its numbers are pinned as "#";
-- a worst coordinate (in a detail, or a gradient check's ``worst`` point) is an argmax,
-  and an argmax over errors that tie (a transposed gradient's [0,3] and [3,0]) or over
-  noise (a passing check) is the machine's choice: a failing check's worst is pinned by
-  its tensor, a passing check's not at all;
+- a worst coordinate (in a detail, a gradient check's ``worst`` point, or ``qkv check``'s
+  ``compared`` of a gradient-check point) is an argmax, and an argmax over errors that tie
+  (a transposed gradient's [0,3] and [3,0]) or over noise (a passing check) is the
+  machine's choice: a failing check's worst is pinned by its tensor, a passing check's not
+  at all (``qkv check``'s ``worst`` by check name);
+- a slip's words are prose too: their numbers are pinned as "#";
 - names, verdicts, codes, fixtures, coordinates of failures and exact error messages are
   pinned as they are.
 
@@ -93,10 +95,16 @@ def _facts(value: Any, passed: bool = False) -> Any:
         worst = isinstance(value.get("detail"), str) and "worst " in value["detail"]
         facts: dict[str, Any] = {}
         for key, item in value.items():
-            if key == "detail" and isinstance(item, str):
+            if key in ("detail", "slip") and isinstance(item, str):
                 facts[key] = _prose(item, passed)
+            elif key == "slips" and all(isinstance(said, str) for said in item):
+                facts[key] = [_prose(said, passed) for said in item]
             elif key == "coordinate" and worst and isinstance(item, str):
                 facts[key] = INDEX.sub("[…]", item)
+            elif key == "compared" and item and item["against"] == "central-difference":
+                facts[key] = {"tensor": item["tensor"]}  # a worst point: an argmax
+            elif key == "worst" and isinstance(item, list):  # check's passing gradient checks'
+                facts[key] = [point["check"] for point in item]
             elif key == "worst" and isinstance(item, dict):  # a gradient check's worst point
                 facts[key] = {} if passed else {"tensor": item.get("tensor"), "passed": False}
             else:

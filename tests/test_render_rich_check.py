@@ -73,3 +73,21 @@ def test_a_passing_check_names_no_slip() -> None:
                                 env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "slip:" not in result.stdout and "first finding" not in result.stdout
+
+
+def test_a_programs_stderr_keeps_its_lines() -> None:
+    import io
+
+    from rich.console import Console
+
+    from qkvcli.check.result import CheckResult
+    from qkvcli.core.results import FamilyCheck
+    from qkvcli.render.rich.check import render_check_rich
+
+    result = CheckResult("./prog", ("chapter",), (FamilyCheck("protocol", False, "failed"),), (),
+                         stderr="prog: one\nprog: two\x07\n", command=True)
+    console = Console(file=io.StringIO(), width=80, color_system=None, record=True)
+    console.print(render_check_rich(result))
+    shown = console.export_text().splitlines()
+    at = shown.index("program stderr:")
+    assert shown[at + 1:at + 3] == ["prog: one", "prog: two\\x07"]  # a control byte escaped

@@ -4,8 +4,10 @@ The text is one line per family (PASS, FAIL or N/A), the failures, each slip the
 (:func:`named_slips`, so the last lines of a failing report say what went wrong), then
 the verdict
 (:func:`~qkvcli.render.wording.verdict`). The JSON is the one head
-(:func:`~qkvcli.render.document.head`, ``report``: ``check``), then ``implementation``,
-``passed``, ``checks`` and ``failures``, and ``"stderr"`` for a ``--command`` program.
+(:func:`~qkvcli.render.document.head`, ``report``: ``check``), then :func:`facts`
+(``implementation``, ``fixtures``, ``passed``, ``checks``, ``failures``, ``slips``,
+``worst``, and ``"stderr"`` for a ``--command`` program), which the text, the rich view
+and the page all read.
 Each check is the one entry (``{"name", "family", "operation", "passed", "outcome",
 "detail"}``, :func:`~qkvcli.render.document.check_entry`): ``outcome`` ``no-backward``
 or ``command`` marks a family that does not apply, with ``passed`` true when it does not
@@ -20,7 +22,7 @@ nested clauses said by :func:`say`); only the protocol's verdict arrives as text
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from qkvcli.check.cases import Case
@@ -28,13 +30,15 @@ from qkvcli.check.diagnose import Precision
 from qkvcli.check.result import CheckResult
 from qkvcli.core.results import Clause, Failure, FamilyCheck
 from qkvcli.render.document import checks_json, dumps, head
-from qkvcli.render.facts import Table, json_of, report
+from qkvcli.render.explorer.checks import counted, published_word
+from qkvcli.render.facts import Fact, Facts, Table, entries, json_of, report, scalar, section, shape
 from qkvcli.render.facts import verdict as fact_verdict
 from qkvcli.render.names import CHECK
 from qkvcli.render.numbers import fmt_exact, fmt_general
 from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
 from qkvcli.render.views import Asked
-from qkvcli.render.wording import FINDING_WORDS, said, verdict
+from qkvcli.render.wording import FINDING_WORDS, verdict
+from qkvcli.render.wording import said as said_of
 
 NO_BACKWARD = "not applicable: no backward"
 COMMAND_PURITY = "not applicable: a --command program cannot change qkv's arrays"
@@ -43,7 +47,7 @@ COMMAND_PURITY = "not applicable: a --command program cannot change qkv's arrays
 def _passed_detail(check: FamilyCheck) -> str:
     """What a passing family established: its words in the one table (its clauses, a
     gradient check's worst coordinate, said by :func:`say`)."""
-    return said(CHECK, say, check)
+    return said_of(CHECK, say, check)
 
 
 NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
@@ -62,18 +66,14 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "no-fixture": "no fixture given has what its claim needs (a batch item and the tokens it reads)",
     "head-precision": ("its head_forward is right but for its precision (see head-forward): "
                        "at this tolerance its results cannot show the family's claim"),
-    **{f"{prefix}shape": f"its {operation}'s answer has the wrong shape (see {family})"
+    **{f"{prefix}{why}": words.format(operation, family)
        for prefix, operation, family in (("", "forward", "forward"),
                                          ("head-", "head_forward", "head-forward"),
                                          ("rope-", "rope", "rope"),
-                                         ("multi-head-", "mha_forward", "multi-head"))},
-    **{f"{prefix}lossy": (f"{operation} agrees only to a lossy precision (see {family}): "
-                          "central differences of it would measure the rounding, not the "
-                          "backward")
-       for prefix, operation, family in (("", "forward", "forward"),
-                                         ("head-", "head_forward", "head-forward"),
-                                         ("rope-", "rope", "rope"),
-                                         ("multi-head-", "mha_forward", "multi-head"))},
+                                         ("multi-head-", "mha_forward", "multi-head"))
+       for why, words in (("shape", "its {0}'s answer has the wrong shape (see {1})"),
+                          ("lossy", "{0} agrees only to a lossy precision (see {1}): central "
+                                    "differences of it would measure the rounding, not the backward"))},
 }
 
 
@@ -373,55 +373,30 @@ def family_detail(check: FamilyCheck) -> str:
     return f"{where}{failure_detail(check.first)}{tail}"
 
 
-def word(check: FamilyCheck) -> str:
-    """``PASS``, ``FAIL``, ``N/A`` for a not-applicable family that does not count, or
-    ``SKIP`` for one that could not run."""
-    if check.outcome == "not-run":
-        return "SKIP"
-    if not check.applicable and check.passed:
-        return "N/A"
-    return "PASS" if check.passed else "FAIL"
-
-
 def uncounted(check: FamilyCheck) -> bool:
     """Whether a check is neither a pass nor a failure (N/A and SKIP): JUnit's skipped."""
-    return word(check) in ("N/A", "SKIP")
+    return published_word({"outcome": check.outcome, "passed": check.passed}) in ("N/A", "SKIP")
 
 
-def counted(result: CheckResult) -> tuple[int, int]:
-    """How many of the counted checks passed, and how many count (N/A and SKIP do not)."""
-    checks = [c for c in result.checks if not uncounted(c)]
-    return sum(c.passed for c in checks), len(checks)
-
-
-def check_verdict(result: CheckResult) -> str:
-    """``verdict: PASS (8 of 8 checks passed)`` or ``verdict: FAIL (6 of 8 checks passed)``."""
-    return verdict(result.passed, *counted(result))
-
-
-def _text(result: CheckResult) -> Table:
+def _text(found: Facts) -> Table:
     """The text's lines: the implementation and fixtures, a line per family (its name,
     its word, its detail, aligned), the failures, each slip named, then the verdict."""
-    width = max(len(check.name) for check in result.checks)
-    failures = result.failures
+    width = max(len(check["name"]) for check in found["checks"])
+    failures = found["failures"].value
     return (
         ("implementation", "implementation"),
-        ("fixtures", lambda r: ",".join(r.fixtures)),
-        *(("", ("checks", lambda checks, i=i, c=c: f"{c.name:<{width}}  {word(c):<4}  "
-                f"{checks[i]['detail']}")) for i, c in enumerate(result.checks)),
-        *((("failures", lambda r: len(failures)),) if failures else ()),
+        ("fixtures", ("fixtures", ",".join)),
+        *(("", ("checks", lambda checks, i=i: f"{checks[i]['name']:<{width}}  "
+                f"{published_word(checks[i]):<4}  {checks[i]['detail']}"))
+          for i in range(len(found["checks"]))),
+        *((("failures", ("failures", len)),) if failures else ()),
         *(("", ("failures", lambda found, i=i: "  " + found[i]["check"] + (
             f" [{found[i]['fixture']}]" if found[i]["fixture"] is not None else "")
             + " " + found[i]["detail"])) for i in range(len(failures))),
-        *(("", lambda r, n=name, f=families: f"slip: {n} ({', '.join(f)})")
-          for name, families in named_slips(result).items()),
-        ("", check_verdict),
+        *(("", ("slips", lambda slips, i=i: f"slip: {slips[i]['slip']} "
+                f"({', '.join(slips[i]['checks'])})")) for i in range(len(found["slips"]))),
+        ("", lambda found: verdict(found["passed"].value, *counted(found["checks"]))),
     )
-
-
-def render_check_text(result: CheckResult) -> str:
-    """The report; ends with a newline. Same result, same bytes."""
-    return report(facts(result), result, _text(result))
 
 
 SLIP_CODES = frozenset({
@@ -476,33 +451,102 @@ def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
             yield from _slip_names(fact.code, fact.facts)
 
 
-def named_slips(result: CheckResult) -> dict[str, tuple[str, ...]]:
-    """Each slip the failures name, in the words of its first finding, and the families
-    that named it, in the order of the failures: what a failing report repeats above
-    its verdict, where the last lines on a screen still show it."""
+def _named(failure: Failure) -> list[tuple[Any, str]]:
+    """The slips one failure names (none for a family that did not run)."""
+    return list(_slip_names(failure.code, failure.facts)) if failure.code and not failure.not_run else []
+
+
+def named_slips(failures: Sequence[Failure]) -> list[dict[str, Any]]:
+    """Each slip the failures name, once, in the words of its first finding, with the
+    checks that named it, in the order of the failures: what a failing report repeats
+    above its verdict, where the last lines on a screen still show it."""
     words: dict[Any, str] = {}
-    families: dict[Any, tuple[str, ...]] = {}
-    for failure in result.failures:
-        if failure.code and not failure.not_run:
-            for slip, said in _slip_names(failure.code, failure.facts):
-                words.setdefault(slip, said)
-                if failure.family not in families.get(slip, ()):
-                    families[slip] = (*families.get(slip, ()), failure.family)
-    return {said: families[slip] for slip, said in words.items()}
+    checks: dict[Any, list[str]] = {}
+    for failure in failures:
+        for slip, said in _named(failure):
+            words.setdefault(slip, said)
+            if failure.family not in checks.setdefault(slip, []):
+                checks[slip].append(failure.family)
+    return [{"slip": said, "checks": checks[slip]} for slip, said in words.items()]
+
+
+COMPARED = {"value-differs": ("engine", 0, 2, 3), "point": ("central-difference", 0, 1, 2),
+            "step-differs": ("causal-pass", 1, 2, 3), "cache-differs": ("causal-pass", 0, 1, 2),
+            "refusal-differs": ("refusing-cache", 1, 2, 3)}
+"""The clause codes that compare two numbers: what each compares the implementation's
+number with (qkv's engine on the fixture, the central difference of its own forward, the
+engine's causal pass over the prefix, a cache that refuses the step), and where the
+clause holds the tensor and coordinate and the two numbers."""
+
+
+def _numbers(code: str, facts: tuple[Any, ...], tolerance: float | None) -> Fact | None:
+    """The numbers one clause compares, as a section (``None``: it compares none, or
+    compares shapes); ``tolerance``, the family's, where the clause holds none."""
+    if code not in COMPARED:
+        return None
+    against, at, first, second = COMPARED[code]
+    try:
+        actual, expected = float(facts[first]), float(facts[second])
+    except (TypeError, ValueError):  # a shape, spelled
+        return None
+    where = f"{facts[0]}{facts[1]}" if code == "value-differs" else str(facts[at])
+    tensor, _, index = where.partition("[")
+    names = ("analytic", "numerical") if code == "point" else ("actual", "expected")
+    found: dict[str, Any] = {
+        "against": against, "tensor": tensor,
+        "coordinate": shape(tuple(int(i) for i in index[:-1].split(",") if i)),
+        **({"position": int(facts[0])} if code == "step-differs" else {}),
+        names[0]: scalar(actual), names[1]: scalar(expected)}
+    if code in ("value-differs", "point"):
+        found["scaled_error"] = scalar(float(facts[4 if code == "value-differs" else 3]))
+    else:
+        found["absolute_error"] = scalar(abs(actual - expected))
+    bound = float(facts[5]) if code == "value-differs" else tolerance
+    found["tolerance"] = None if bound is None else scalar(bound)
+    return section(**found, **({"note": facts[4]} if code == "point" and facts[4] else {}))
+
+
+def _compared(facts: Sequence[Any], tolerance: float | None) -> Fact | None:
+    """The first comparison of two numbers among ``facts`` (clauses and tuples of them,
+    nested ones too, depth first); a gradient check's worst point is judged by the
+    tolerance its finding holds."""
+    for fact in facts:
+        found = None
+        if isinstance(fact, Clause):
+            inner = fact.facts[1] if fact.code == "gradcheck-worst" else tolerance
+            found = _numbers(fact.code, fact.facts, tolerance) or _compared(fact.facts, inner)
+        elif isinstance(fact, (tuple, list)):
+            found = _compared(fact, tolerance)
+        if found is not None:
+            return found
+    return None
 
 
 def facts(result: CheckResult) -> dict[str, Any]:
-    """The judgement's facts after the JSON's head: the implementation, the verdict, each
-    family once in ``checks`` (the one entry shape), each failure's check, family,
-    fixture and coordinate, and a ``--command`` program's ``stderr``."""
+    """The judgement's facts after the JSON's head: the implementation and the fixtures'
+    labels, the verdict, each family once in ``checks`` (the one entry shape), each
+    failure (its check, family, fixture, coordinate, words, the slips it names and the
+    numbers it compared), each slip the failures name with the checks that named it, each
+    passing gradient check's worst point, and a ``--command`` program's ``stderr``."""
     from qkvcli.render.names import published
 
+    # a cache's refusals are compared within the cache steps' tolerance
+    bounds = {c.name: c.tolerance for c in result.checks if c.tolerance > 0}
     found: dict[str, Any] = {
-        "implementation": result.implementation, "passed": fact_verdict(result.passed),
+        "implementation": result.implementation, "fixtures": list(result.fixtures),
+        "passed": fact_verdict(result.passed),
         "checks": checks_json("check", result.checks, family_detail),
-        "failures": [{"check": f.family, "family": published("check", f.family).family,
-                      "fixture": f.fixture, "coordinate": _coordinate(f),
-                      "detail": failure_detail(f)} for f in result.failures]}
+        "failures": entries([{
+            "check": f.family, "family": published("check", f.family).family,
+            "fixture": f.fixture, "coordinate": _coordinate(f), "detail": failure_detail(f),
+            "slips": [said for _, said in _named(f)],
+            "compared": _compared((Clause(f.code, f.facts),) if f.code else (),
+                                  bounds.get(f.family, bounds.get("cache-steps")))}
+                               for f in result.failures]),
+        "slips": named_slips(result.failures),
+        "worst": entries([{"check": c.name, "fixture": c.worst.facts[0],
+                           "compared": _compared(c.worst.facts[1:], c.tolerance)}
+                          for c in result.checks if c.passed and c.worst is not None])}
     if result.command:
         found["stderr"] = result.stderr
     return found
@@ -511,11 +555,6 @@ def facts(result: CheckResult) -> dict[str, Any]:
 def check_json(result: CheckResult) -> dict[str, Any]:
     """The document: the head, then :func:`facts`."""
     return head("check", **json_of(facts(result)))
-
-
-def render_check_json(result: CheckResult) -> str:
-    """Deterministic JSON text (declared key order, two-space indent, trailing newline)."""
-    return dumps(check_json(result))
 
 
 # --- reproducing a failure: the fixture and the requests of one failing case ------------
@@ -549,10 +588,9 @@ def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
     program can be fed to replay the case: ``PROGRAM < FILE``."""
     from qkvcli.protocol.wire import encode, encode_tensor
 
-    tensors = {"input": case.input, "w_query": case.weights[0], "w_key": case.weights[1],
-               "w_value": case.weights[2]}
-    upstream = {"grad_query": case.upstream[0], "grad_key": case.upstream[1],
-                "grad_value": case.upstream[2]}
+    names = ("query", "key", "value")
+    tensors = {"input": case.input, **{f"w_{n}": w for n, w in zip(names, case.weights, strict=True)}}
+    upstream = {f"grad_{n}": u for n, u in zip(names, case.upstream, strict=True)}
     requests: list[dict[str, Any]] = [{"op": "hello", "version": 1}]
     if "forward" in operations:
         requests.append({"op": "forward", **tensors})
@@ -574,5 +612,8 @@ def replay_requests(case: Case, operations: tuple[str, ...]) -> str:
 
 
 def pieces(result: CheckResult, fmt: str, asked: Asked) -> Iterator[str]:
-    """The result as ``text`` or ``json``."""
-    return iter([render_check_json(result) if fmt == "json" else render_check_text(result)])
+    """The result as ``text`` (:func:`_text`'s lines) or ``json``: same result, same bytes."""
+    if fmt == "json":
+        return iter([dumps(check_json(result))])
+    found = facts(result)
+    return iter([report(found, found, _text(found))])

@@ -82,8 +82,8 @@ _OWN: dict[str, dict[str, Any]] = {
              "parameter_count": INTEGER, "loss": FLOAT, "checks": CHECKS, "notes": ARRAY,
              "tensors": OBJECT, "rows": ARRAY, "weights": OBJECT, "mask": OBJECT,
              "hull": OBJECT, "probes": ARRAY, "replay_bitwise": BOOLEAN, "gradcheck": OBJECT},
-    CHECK: {"implementation": STRING, "passed": BOOLEAN, "checks": CHECKS,
-            "failures": FAILURES},
+    CHECK: {"implementation": STRING, "fixtures": ARRAY, "passed": BOOLEAN, "checks": CHECKS,
+            "failures": FAILURES, "slips": ARRAY, "worst": ARRAY},
     "gradcheck": {"passed": BOOLEAN, "mode": STRING, "step": FLOAT, "tolerance": FLOAT,
                   "count": INTEGER, "worst": {"type": ["object", "null"]}, "tensors": ARRAY},
     "variance": {"seed": INTEGER, "samples": INTEGER, "rows": ARRAY},
@@ -120,12 +120,15 @@ FAILURE: dict[str, Any] = {
     "type": "object",
     "properties": {"check": STRING, "family": {"enum": list(FAMILIES)},
                    "fixture": {"type": ["string", "null"]},
-                   "coordinate": {"type": ["string", "null"]}, "detail": STRING},
-    "required": ["check", "family", "fixture", "coordinate", "detail"],
+                   "coordinate": {"type": ["string", "null"]}, "detail": STRING,
+                   "slips": {"type": "array", "items": STRING},
+                   "compared": {"type": ["object", "null"]}},
+    "required": ["check", "family", "fixture", "coordinate", "detail", "slips", "compared"],
     "additionalProperties": False,
 }
 """A failure of ``qkv check``: the check it failed (its entry's ``name``), that check's
-family, the fixture and coordinate (``null`` where none applies), its words."""
+family, the fixture and coordinate (``null`` where none applies), its words, the slips
+it names and the numbers it compared (``null``: none, docs/check.md)."""
 
 
 def _document(report: str, own: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:

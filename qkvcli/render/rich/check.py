@@ -14,7 +14,8 @@ from rich.console import Group
 from rich.text import Text
 
 from qkvcli.check.result import CheckResult
-from qkvcli.render.check import counted, facts, family_detail, named_slips
+from qkvcli.render.check import check_json
+from qkvcli.render.explorer.checks import counted
 from qkvcli.render.rich.layout import Foldable, Part, Row, card, lines, status, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import grid
@@ -52,39 +53,40 @@ def _card(entry: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
         Text(f"{more} more: --full or --format json", style="dim") if more > 0 else None)
 
 
-def slip_lines(result: CheckResult, options: RichOptions) -> list[Text]:
+def slip_lines(document: Mapping[str, Any], options: RichOptions) -> list[Text]:
     """Each slip the failures name, once (as worded on the first fixture that showed
-    it), with the families that found it (at most :data:`SHOWN_FAILURES` unless
-    ``full``); without a named slip, the first failing family's finding. Nothing for a
-    passing check."""
-    named = list(named_slips(result).items())  # the text report's, said once
+    it), with the checks that found it (at most :data:`SHOWN_FAILURES` unless ``full``);
+    without a named slip, the first failing family's finding. Nothing for a passing check."""
+    named = document["slips"]  # the text report's, said once
     shown = named if options.full else named[:SHOWN_FAILURES]
-    lines = [Text.assemble(("slip: ", "bold red"), options.safe(words),
-                           (f" ({', '.join(families)})", "dim")) for words, families in shown]
+    lines = [Text.assemble(("slip: ", "bold red"), options.safe(slip["slip"]),
+                           (f" ({', '.join(slip['checks'])})", "dim")) for slip in shown]
     if len(named) > len(shown):
         lines.append(Text(f"{len(named) - len(shown)} more slips named: --full or --format "
                           "json", style="dim"))
-    first = next((c for c in result.checks if not c.passed and c.outcome != "not-run"), None)
+    first = next((c for c in document["checks"] if not c["passed"] and c["outcome"] != "not-run"),
+                 None)
     if not named and first is not None:
         lines.append(Text.assemble(("first finding: ", "bold red"),
-                                   options.safe(f"{first.name}: {family_detail(first)}")))
+                                   options.safe(f"{first['name']}: {first['detail']}")))
     return lines
 
 
-def render_check_rich(result: CheckResult,
-                            options: RichOptions | None = None) -> Group:
+def render_check_rich(result: CheckResult, options: RichOptions | None = None) -> Group:
     """The cards (two per row when wide, stacked when narrow), the slips named (repeated
-    last, beside the verdict, where a terminal's last screen shows them) and the verdict."""
+    last, beside the verdict, where a terminal's last screen shows them) and the verdict,
+    from the JSON document (:func:`~qkvcli.render.check.check_json`)."""
     options = options or RichOptions()
-    header = Text(options.safe(f"qkv check {result.implementation}"), style="bold")
-    header.append(options.safe(f"  ({len(result.fixtures)} fixtures: "
-                               f"{', '.join(result.fixtures)})"), style="dim")
-    found = facts(result)
-    cards = [_card(entry, found["failures"], options) for entry in found["checks"]]
+    document = check_json(result)
+    header = Text(options.safe(f"qkv check {document['implementation']}"), style="bold")
+    header.append(options.safe(f"  ({len(document['fixtures'])} fixtures: "
+                               f"{', '.join(document['fixtures'])})"), style="dim")
+    cards = [_card(entry, document["failures"], options) for entry in document["checks"]]
     rows = [Row(cards[i:i + 2]) for i in range(0, len(cards), 2)]
     stderr = None
-    if result.stderr and not result.passed:
+    if document.get("stderr") and not document["passed"]:
         stderr = Text("program stderr:\n", style="bold")
-        stderr.append(options.safe(result.stderr.rstrip()), style="dim")
-    return lines(Foldable(header), *rows, stderr, *slip_lines(result, options),
-                 verdict_line(result.passed, *counted(result)))
+        said = document["stderr"].rstrip().splitlines()  # each line escaped, not the breaks
+        stderr.append("\n".join(map(options.safe, said)), style="dim")
+    return lines(Foldable(header), *rows, stderr, *slip_lines(document, options),
+                 verdict_line(document["passed"], *counted(document["checks"])))
