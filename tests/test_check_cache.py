@@ -99,6 +99,17 @@ def test_a_cache_that_softmaxes_an_overflowed_score_fails_the_refusals(tmp_path:
     assert "cache-steps     PASS" in text  # finite inputs: every step still right
 
 
+def test_a_cache_steps_that_raises_fails_cache_steps_with_what_it_said(tmp_path: Path) -> None:
+    unwritten = tmp_path / "unwritten_cache.py"
+    unwritten.write_text("def cache_steps(*args):\n    raise RuntimeError('not written yet')\n",
+                         encoding="utf-8")
+    code, text = check(str(unwritten), "--format", "text")
+    assert code == 1, text  # a failing check, not exit 70
+    line = next(line for line in text.splitlines() if line.startswith("cache-steps "))
+    assert " FAIL " in line and "RuntimeError: not written yet" in line, text
+    assert "verdict: FAIL" in text
+
+
 def test_a_cache_that_accepts_a_bad_request_fails_its_errors(tmp_path: Path) -> None:
     lax = tmp_path / "lax_cache.py"
     lax.write_text(

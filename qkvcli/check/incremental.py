@@ -19,9 +19,10 @@ import numpy as np
 from qkvcli.check.behaviour import check_replay
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import LAYER, Kind, cache_capacity
-from qkvcli.check.result import not_run, not_run_after
+from qkvcli.check.result import call_failure, not_run, not_run_after
 from qkvcli.check.session import Session
 from qkvcli.core.arrays import Array, coordinate
+from qkvcli.core.errors import format_shape
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause, Failure, FamilyCheck, judge
 from qkvcli.protocol.errors import Broken, CallFailed
@@ -139,8 +140,9 @@ def check_cached_steps(session: Session, kind: Kind, seen: list[StepMatch] | Non
     for case in cases:
         run = kind.run(case)
         first = session.first(kind, run)
-        if isinstance(first, CallFailed):
-            failures.append(not_run_after(family, case.label, first))
+        if isinstance(first, CallFailed):  # the call this family judges: its finding
+            failures.append(call_failure(family, case.label,
+                                         format_shape(list(case.input.shape)), first))
             continue
         held = dict(zip(kind.forward_names, first, strict=True))
         outputs, keys, values, lengths = (held[name] for name in

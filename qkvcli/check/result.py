@@ -39,7 +39,7 @@ NOT_RUN: tuple[str, ...] = (
     "stopped", "forward", "backward", "head_forward", "head_backward", "rope", "rope_reverse",
     "mha_forward", "mha_backward", "lossy", "head-lossy", "rope-lossy", "multi-head-lossy",
     "head-precision", "head", "shape", "head-shape", "rope-shape", "multi-head-shape",
-    "no-fixture", "cache-steps",
+    "no-fixture", "cache-steps", "cache_steps",
 )
 """Why a family could not run on a fixture: the implementation stopped answering (the
 protocol family says why), the operation named failed on the fixture (``forward``,
@@ -50,7 +50,8 @@ says how), its forward is too imprecise for central differences (``lossy``,
 is wrong before the family's step (``head``; head-forward says how of these three), or
 its answer has the wrong shape for the family to read (``shape``, ``head-shape``,
 ``rope-shape``, ``multi-head-shape``: the kind's forward family says how), or its cache
-is wrong before a refusal (``cache-steps``: its plain steps already differ); or no fixture
+is wrong before a refusal (``cache-steps``: its plain steps already differ) or its
+``cache_steps`` failed on a fixture; or no fixture
 given suits the family's claim (``no-fixture``: none has the tokens it needs). A family
 that skipped a fixture says so: it cannot pass on what it did not judge."""
 

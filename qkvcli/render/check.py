@@ -58,6 +58,7 @@ NOT_RUN_WHY = {  # words for each code of check.result.NOT_RUN
     "head_backward": "its head_backward failed (see head-reverse)",
     "rope": "its rope failed (see rope)",
     "rope_reverse": "its rope_reverse failed (see rope-reverse)",
+    "cache_steps": "its cache_steps failed (see cache-steps)",
     "mha_forward": "its mha_forward failed (see multi-head)",
     "mha_backward": "its mha_backward failed (see multi-head-reverse)",
     "head": "its non-causal head_forward is wrong already (see head-forward)",
