@@ -42,7 +42,7 @@ from qkvcli.render.explorer.document import (
     tensor_blocks,
     tensors_of,
 )
-from qkvcli.render.explorer.page import Deriver, Page
+from qkvcli.render.explorer.page import Deriver, Page, PageAsked
 from qkvcli.render.numbers import fmt_general
 from qkvcli.stages.terms import (
     Derivation,
@@ -89,7 +89,7 @@ def transposed(weight: Array, rows: int, layout: str) -> bool | None:
     return layout in TORCH_LAYOUTS
 
 
-def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
+def attend_page(evidence: AttendEvidence, asked: PageAsked) -> str:
     """The head's or layer's explorer page (one self-contained HTML document), drawn from
     its facts value (:func:`~qkvcli.render.attend.facts`: its tensors stay arrays) as
     every report's page is (:mod:`qkvcli.render.explorer.document`); the weights under
@@ -104,7 +104,7 @@ def attend_page(evidence: AttendEvidence, precision: int, title: str) -> str:
     other: Mapping[str, Any] | None = None if found_other is None else {
         "scores": found_other.scores, "scaled_scores": found_other.scaled_scores,
         "attention": found_other.attention}
-    page = Page(title, precision)
+    page = Page(asked.title, asked.precision)
     page.select("batch", "batch item", c.batch)
     page.select("head", "head", c.heads or 1)
     if other:

@@ -28,7 +28,7 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.render.explorer.checks import checks_section, counted, entries_of
 from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
-from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
+from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, PageAsked, branch_of, index_text
 from qkvcli.render.facts import Fact, json_of
 from qkvcli.render.numbers import fmt_error, fmt_general
 from qkvcli.render.wording import verdict
@@ -243,3 +243,20 @@ def axes_of(name: str, ndim: int) -> tuple[str, ...]:
     if name in AXES:
         return AXES[name][:max(ndim - 2, 0)]
     return ("batch", "head")[:max(ndim - 2, 0)]
+
+
+def evidence_page(evidence: Any, asked: PageAsked) -> str:
+    """Chapter 26's page: its full JSON document's."""
+    from qkvcli.render.report import evidence_json
+
+    return document_page(evidence_json(evidence, "full"), asked.precision, asked.title)
+
+
+def gradcheck_page(evidence: Any, asked: PageAsked) -> str:
+    """``qkv gradcheck``'s page: its document's, headed by the chapter it checked."""
+    from qkvcli.render.gradcheck import gradcheck_document
+
+    checked = gradcheck_document(evidence)
+    return document_page({**checked, "chapter": asked.chapter} if asked.chapter else checked,
+                         asked.precision, asked.title)
+

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_float, fmt_scientific, fmt_shape
 from qkvcli.render.tensors import shows_values, summarise
 from qkvcli.stages.table import STAGES
@@ -73,6 +74,22 @@ BRIEF_OVER = 512
 """Values of a tensor shown in full above which its values' panels give the stage's
 element formula and operands, not each value's terms (a GPT-2 layer's 2,304 bias
 gradients, each a sum over 1,024 tokens, would otherwise take megabytes)."""
+
+
+class PageAsked(Record):
+    """What a page is drawn with: ``precision``, the decimals of every number (the
+    report's); ``title``, the command (``qkv run``); for ``qkv check``, ``replay`` (a
+    failing fixture's label -> the file name ``--save-failures`` gives it), ``spec`` (how
+    the command names the implementation) and ``cases`` (the fixtures it was checked on);
+    for ``qkv gradcheck``, ``chapter``, the id of the chapter whose gradients it checked,
+    which its record does not hold."""
+
+    precision: int
+    title: str
+    replay: Mapping[str, str]
+    spec: str = "IMPL"
+    chapter: str = ""
+    cases: Sequence[Any] = ()
 
 
 def shortened(derivation: Derivation | None) -> Derivation | None:
