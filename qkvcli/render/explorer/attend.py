@@ -108,7 +108,9 @@ def attend_page(evidence: AttendEvidence, asked: PageAsked) -> str:
     page.select("batch", "batch item", c.batch)
     page.select("head", "head", c.heads or 1)
     if other:
-        page.mask_switch(c.causal)
+        words = {True: "causal", False: "none (every key)"}
+        page.switch("causal", "mask", [(str(flag).lower(), words[flag])
+                                       for flag in (c.causal, not c.causal)])
     page.scale_switch()
     page.sections.append(f'<p class="caption">{formula_of(c)}; batch {c.batch}, tokens '
                          f"{c.tokens}, d_model {c.d_model}, d_k {c.d_k}, d_v {c.d_v}"

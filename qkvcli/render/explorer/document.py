@@ -1,20 +1,10 @@
 """The explorer page of any report, drawn from the facts it publishes: its JSON document,
-or its facts value itself (:mod:`qkvcli.render.facts`; attend's page, whose tensors
-stay arrays rather than pass through JSON lists).
+or its facts value itself (attend's page, whose tensors stay arrays).
 
-The checks (``checks``: each one's name, whether it passed, its detail or outcome), every
-tensor under ``tensors`` (``{"shape", "values"}``; an attention matrix, a square last
-pair of axes named ``probabilities``, ``attention_weights`` or ``weights``, as heat maps
-too), and every coordinate of the gradient check (``gradcheck.tensors[].checks[]``, or
-the document's own ``tensors`` list for ``qkv gradcheck``). Each number carries the
-explorer's contract (``data-tensor``, ``data-index``: its key and coordinate in the
-JSON report), so any report's page is the same facts as its JSON, whatever computed them.
-
-A number opens its derivation where the document holds what makes it: an attention
-weight its scores' softmax (``dot_products`` or ``raw_scores``, ``scaled_scores``, the
-``masked_scores`` where they are published, ``probabilities``), an output its mixture
-of the value rows (``probabilities``, ``value``, ``output``), a gradient-check
-coordinate its central difference.
+The page shows the document's checks, every tensor under ``tensors`` (an attention
+matrix as heat maps too, :data:`~qkvcli.render.explorer.derive.MAPS`) and every
+coordinate of its gradient check, each number keyed by its place in the JSON report and
+opening the terms :mod:`qkvcli.render.explorer.derive` finds for it.
 """
 
 from __future__ import annotations
@@ -35,17 +25,19 @@ from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import Derivation, gradcheck_point
 
 
-def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, Array]:
-    """Every tensor under the document's ``tensors``, as arrays: a JSON document's
-    ``{"shape", "values"}``, or a facts value's tensor facts as they are (never through
-    JSON lists: a GPT-2 layer's tensors stay numpy arrays), but those a view gives as
-    digests alone (a packed layer's split views) only with ``digests``."""
-    found: dict[str, Array] = {}
+def _tensors(document: Mapping[str, Any]) -> Mapping[str, Any]:
     published = document.get("tensors")
     published = published.value if isinstance(published, Fact) else published
-    if not isinstance(published, Mapping):
-        return found
-    for name, tensor in published.items():
+    return published if isinstance(published, Mapping) else {}
+
+
+def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, Array]:
+    """Every tensor under the document's ``tensors``, as arrays: a JSON document's
+    ``{"shape", "values"}``, or a facts value's tensor facts as they are (a GPT-2 layer's
+    stay numpy arrays), but those a view gives as digests alone (a packed layer's split
+    views) only with ``digests``."""
+    found: dict[str, Array] = {}
+    for name, tensor in _tensors(document).items():
         if isinstance(tensor, Fact) and tensor.kind == "tensor":
             if digests or tensor.policy != "none":
                 found[name] = np.asarray(tensor.value)
@@ -56,9 +48,7 @@ def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, 
 
 def given_of(document: Mapping[str, Any]) -> set[str]:
     """The names of a facts value's tensors that the fixture gave (none for JSON)."""
-    published = document.get("tensors")
-    published = published.value if isinstance(published, Fact) else published
-    return {name for name, tensor in (published or {}).items()
+    return {name for name, tensor in _tensors(document).items()
             if isinstance(tensor, Fact) and tensor.given}
 
 
