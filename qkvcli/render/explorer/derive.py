@@ -289,7 +289,14 @@ def _layer_pass(fixture: Any) -> dict[str, Array]:
              "masked": np.where(hidden, -np.inf, stacked["scaled_scores"]),
              "scale": np.asarray(score_factor(int(stacked["query"].shape[-1]), None)),
              "cos": cos, "sin": sin}
-    for branch in ("query", "key", "value"):
-        per_head = np.stack([getattr(h, f"grad_{branch}") for h in grads.heads], axis=1)
-        found[f"grad_{branch}"] = engine.merge_heads(per_head)
+    found.update({f"grad_{b}": grad for b, grad in branch_gradients(grads).items()})
     return found
+
+
+def branch_gradients(grads: Any) -> dict[str, Array]:
+    """A layer's gradient at each branch's projection output, its heads merged
+    ``[B,T,H*d_h]``, by branch (``grads``: the engine's ``LayerGradients``)."""
+    from qkvcli.attention.engine import merge_heads
+
+    return {b: merge_heads(np.stack([getattr(h, f"grad_{b}") for h in grads.heads], axis=1))
+            for _, b in BRANCHES}
