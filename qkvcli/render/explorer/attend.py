@@ -27,7 +27,6 @@ from qkvcli.render.explorer.derive import BRANCHES, Makers, derivers
 from qkvcli.render.explorer.document import (
     finished,
     given_of,
-    heat_maps,
     tensor_blocks,
     tensors_of,
 )
@@ -96,7 +95,6 @@ def attend_page(evidence: AttendEvidence, asked: PageAsked) -> str:
         words = {True: "causal", False: "none (every key)"}
         page.switch("causal", "mask", [(str(flag).lower(), words[flag])
                                        for flag in (c.causal, not c.causal)])
-    page.scale_switch()
     page.sections.append(f'<p class="caption">{formula_of(c)}; batch {c.batch}, tokens '
                          f"{c.tokens}, d_model {c.d_model}, d_k {c.d_k}, d_v {c.d_v}"
                          + (f", {c.heads} heads" if c.heads else "")
@@ -112,10 +110,8 @@ def attend_page(evidence: AttendEvidence, asked: PageAsked) -> str:
     maps = [maps_of(page, name, found_arrays, c.scale, flag,
                     f' data-causal="{str(flag).lower()}"' if other else "", variant)
             for flag, found_arrays, variant in masks]
-    page.sections.append(
-        '<section class="group"><h2>Attention weights</h2><p class="caption">'
-        "A = softmax(Z) row by row: queries down, keys across; each row sums to 1"
-        + "</p>" + page.legend() + "".join(maps) + "</section>")
+    page.weights_section("A = softmax(Z) row by row: queries down, keys across; each row "
+                         "sums to 1", maps)
     derivers = derivations(arrays, c)
     # the upstream U is an input either way: the fixture's, or drawn from its seed
     given = given_of(found) | {published_name("grad_output", c)}
@@ -141,10 +137,10 @@ def maps_of(page: Page, name: str, arrays: Sequence[Array], factor: float, causa
             else "not masked: every query sees every key")
     if variant:
         note += "; the other mask than the report's: the engine's forward alone, unchecked"
-    return (f'<div class="mask"{extra}><p class="caption">{note}</p>' + heat_maps(
-        page, name, attention, scaled_scores, lambda at, numbered: attention_weight(
+    return (f'<div class="mask"{extra}><p class="caption">{note}</p>' + page.heatmap(
+        name, attention, scaled_scores, lambda at, numbered: attention_weight(
             raw, scaled_scores, scaled_scores, attention, at, factor, keys=numbered),
-        variant) + "</div>")
+        variant=variant) + "</div>")
 
 
 def derivations(tensors: Mapping[str, Array], c: AttendConfig) -> dict[str, Deriver]:

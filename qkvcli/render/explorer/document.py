@@ -115,19 +115,6 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
     return "".join(out)
 
 
-def heat_maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
-              explain: Callable[[tuple[int, ...], bool], Derivation | None],
-              variant: str = "") -> str:
-    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head),
-    each cell opening ``explain(coordinate, whether its keys are numbered)``; a cell whose
-    softmax input is ``-inf`` is masked (struck through)."""
-    known = softmax_input is not None and softmax_input.shape == weights.shape
-    return page.heatmap(name, weights, list(np.ndindex(*weights.shape[:-2])), explain,
-                        int(weights.shape[-1]),
-                        lambda at: float(softmax_input[at]) if known else 0.0,  # type: ignore[index]
-                        variant=variant)
-
-
 def _numbered(explain: Deriver | None) -> Callable[[tuple[int, ...], bool], Derivation | None]:
     """A deriver as a heat map's, whose keys are numbered or not alike."""
     return lambda at, _: explain(at) if explain is not None else None
@@ -157,14 +144,10 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     softmax_input = arrays.get("masked_scores", extra.get("masked",
                                                           arrays.get("scaled_scores")))
     if maps:
-        page.scale_switch()
-        page.sections.append(
-            '<section class="group"><h2>Attention weights</h2><p class="caption">each row '
-            "a query's probabilities over the keys; a masked key's weight is struck "
-            "through</p>" + page.legend()
-            + "".join(heat_maps(page, name, arrays[name], softmax_input,
-                                _numbered(explained.get(name)))
-                      for name in maps) + "</section>")
+        page.weights_section(
+            "each row a query's probabilities over the keys; a masked key's weight is struck "
+            "through", (page.heatmap(name, arrays[name], softmax_input,
+                                     _numbered(explained.get(name))) for name in maps))
     shown = {name: extra[name] for name in extra if name in given and name not in arrays}
     shown.update(arrays)
     page.sections.extend(tensor_sections(tensor_blocks(page, shown, explained, given),

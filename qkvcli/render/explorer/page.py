@@ -347,21 +347,24 @@ class Page:
 
     # --- heat maps -----------------------------------------------------------------
 
-    def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
-                derive: Callable[[tuple[int, ...], bool], Derivation | None], tokens: int,
-                masked_at: Callable[[tuple[int, ...]], float], extra: str = "",
+    def heatmap(self, name: str, weights: Array, softmax_input: Array | None,
+                derive: Callable[[tuple[int, ...], bool], Derivation | None], extra: str = "",
                 variant: str = "") -> str:
-        """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
-        ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
-        is shaded against 1 (absolute) and against its row's largest (row-relative),
-        with the glyph of its level, so the map reads without colour too. ``derive``
-        gives a cell's derivation, listing its row's exponentials or not.
-
-        ``masked_at`` gives a cell's scaled score (``-inf``: masked); ``extra`` marks the
-        maps' wrapper (a causal toggle's ``data-causal``) and ``variant`` its numbers.
+        """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head):
+        numbered cells up to ``NUMBERS_UP_TO`` tokens, else the block maxima of a
+        downsampled grid. Each cell is shaded against 1 (absolute) and against its row's
+        largest (row-relative), with the glyph of its level, so the map reads without
+        colour too, and opens ``derive(coordinate, whether it lists its row's
+        exponentials)``; a weight 0 whose softmax input is ``-inf`` is masked (struck
+        through). ``extra`` marks the maps' wrapper (a causal toggle's ``data-causal``)
+        and ``variant`` its numbers.
         """
         from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
 
+        slices = list(np.ndindex(*weights.shape[:-2]))
+        tokens = int(weights.shape[-1])
+        hidden = (~np.isfinite(softmax_input) if softmax_input is not None
+                  and softmax_input.shape == weights.shape else np.zeros(weights.shape, bool))
         numbered = tokens <= NUMBERS_UP_TO
         # a numbered cell's panel lists its row's exponentials while the page's maps stay
         # within PAGE_CELLS cells; beyond, it gives the row's sum alone, as a block's does
@@ -398,7 +401,7 @@ class Page:
                     index = (*where, q, k)
                     css = f"w a{level(value, 1.0)} r{level(value, largest)}"
                     derivation = derive(index, listed)
-                    if matrix[q, k] == 0.0 and not np.isfinite(masked_at(index)):
+                    if matrix[q, k] == 0.0 and hidden[index]:
                         css += " m"  # masked: struck through, not only blank
                     cells.append(self.number(name, index, value, derivation, css=css,
                                              tag="td", variant=variant))
@@ -412,16 +415,22 @@ class Page:
                        f'{note}{table}<tbody>{"".join(body)}</tbody></table></div>')
         return f'<div class="maps"{extra}>' + "".join(out) + "</div>"
 
-    def legend(self) -> str:
-        """The five levels of both scales, glyph and range; the shown scale's is visible."""
-        def swatches() -> str:
-            return "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
-                           f'{"" if i else "blank "}{LEVEL_RANGES[i]}</span>'
-                           for i in range(5))
-        return ('<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
-                "largest weight of its row (row-relative).</p>" + swatches() + "</div>"
-                '<div class="legend" data-scale-for="abs"><p>Shading: each weight against 1 '
-                "(absolute).</p>" + swatches() + "</div>")
+    def weights_section(self, caption: str, maps: Iterable[str]) -> None:
+        """The attention weights' section (``caption``: its words, HTML), its heat maps
+        under the legend of both scales (the shown scale's visible), and the scale's
+        switch."""
+        self.controls.append(
+            '<fieldset class="scale"><legend>heat-map scale</legend>'
+            '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
+            '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
+        swatches = "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
+                           f'{"" if i else "blank "}{LEVEL_RANGES[i]}</span>' for i in range(5))
+        self.sections.append(
+            f'<section class="group"><h2>Attention weights</h2><p class="caption">{caption}</p>'
+            '<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
+            f"largest weight of its row (row-relative).</p>{swatches}</div>"
+            '<div class="legend" data-scale-for="abs"><p>Shading: each weight against 1 '
+            f"(absolute).</p>{swatches}</div>" + "".join(maps) + "</section>")
 
     # --- the document --------------------------------------------------------------
 
@@ -465,12 +474,6 @@ class Page:
     def select(self, name: str, label: str, count: int) -> None:
         """A switch among ``count`` batch items or heads."""
         self.switch(name, label, [(str(i), str(i)) for i in range(count)])
-
-    def scale_switch(self) -> None:
-        self.controls.append(
-            '<fieldset class="scale"><legend>heat-map scale</legend>'
-            '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
-            '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
 
 
 ASSET_BYTES = 16 << 10
