@@ -197,9 +197,8 @@ def _layer(page: Page, config: Mapping[str, Any], e: StepOperands) -> str:
     if sum(len(block.encode()) for block in blocks) > PAGE_BYTES // 4:
         blocks = weights(f"summarised: every value would take more than a quarter of the "
                          f"page's {PAGE_BYTES >> 20} MiB; the fixture holds them")
-    return ('<section class="group"><h2>The layer and its cache</h2><dl class="facts">'
-            + "".join(items) + f"<dt>RoPE layout</dt><dd>{escape(str(config['rope_layout']))}"
-            "</dd></dl>" + "".join(blocks) + "</section>")
+    items.append(f"<dt>RoPE layout</dt><dd>{escape(str(config['rope_layout']))}</dd>")
+    return _section("The layer and its cache", "".join(items), "".join(blocks))
 
 
 def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
@@ -337,33 +336,48 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
             + "</dl></section>")
 
 
+TOTALS = {
+    "work": (("full_prefix_rows", "full_rows_per_projection",
+              "rows each projection reads for whole prefixes"),
+             ("incremental_rows", "incremental_rows_per_projection",
+              "rows each projection reads with the cache"),
+             ("reused_rows", "reused_rows_per_kv_projection",
+              "rows of K (and of V) the cache reuses")),
+    "history": (("full_prefix_rows", "complete_prefix_rows_per_projection",
+                 "rows complete prefixes project"),
+                ("incremental_rows", "incremental_rows_per_projection", "rows the cache projects"),
+                ("reused_rows", "reused_key_rows", "key rows reused"),
+                ("reused_rows", "reused_value_rows", "value rows reused")),
+}
+"""The document's totals of the steps' work, by section: the step's count each sums,
+its key and its words."""
+
+
+def _section(heading: str, items: str, after: str = "") -> str:
+    """A section of numbers with their words (``items``), then ``after``."""
+    return (f'<section class="group"><h2>{heading}</h2><dl class="facts">{items}</dl>{after}'
+            "</section>")
+
+
 def _totals(page: Page, document: Mapping[str, Any]) -> str:
     """The work over every step, the reset and the history: each count its sum over the
     steps (or the step it is)."""
     steps = document["steps"]
-    per_step = {name: [int(s["work"][name]) for s in steps]
-                for name in ("full_prefix_rows", "incremental_rows", "reused_rows")}
+    last = len(steps) - 1
 
-    def over(name: str, key: str, label: str) -> str:
-        value = int(_get(document, key))
-        return _scalar(page, key, value, counted(
+    def over(section: str) -> list[str]:
+        return [_scalar(page, f"{section}.{key}", int(document[section][key]), counted(
             f"\u03a3 over the {len(steps)} steps of each step's work.{name}",
-            [f"steps.{t}.work.{name}" for t in range(len(steps))], per_step[name], value),
-            label)
+            [f"steps.{t}.work.{name}" for t in range(len(steps))],
+            [int(s["work"][name]) for s in steps], int(document[section][key])), label)
+            for name, key, label in TOTALS[section]]
 
     w, h, r = document["work"], document["history"], document["reset"]
     reused = int(w["reused_rows_per_kv_projection"])
-    work = "".join((
-        over("full_prefix_rows", "work.full_rows_per_projection",
-             "rows each projection reads for whole prefixes"),
-        over("incremental_rows", "work.incremental_rows_per_projection",
-             "rows each projection reads with the cache"),
-        over("reused_rows", "work.reused_rows_per_kv_projection",
-             "rows of K (and of V) the cache reuses"),
-        _scalar(page, "work.avoided_rows_across_kv", int(w["avoided_rows_across_kv"]), counted(
+    work = "".join((*over("work"), _scalar(
+        page, "work.avoided_rows_across_kv", int(w["avoided_rows_across_kv"]), counted(
             "the reused rows of K and of V", ("K rows reused", "V rows reused"),
             (reused, reused), int(w["avoided_rows_across_kv"])), "rows of K and V avoided")))
-    last = len(steps) - 1
     reset = "".join((
         _scalar(page, "reset.before", int(r["before"]), facts(
             "cache append", "the length a cache in use had when reset: after its last step",
@@ -376,30 +390,13 @@ def _totals(page: Page, document: Mapping[str, Any]) -> str:
             ("allocation_reused", "the same storage arrays"),
             ("storage_unchanged", "the storage's values untouched"),
             ("replay_identical", "the same tokens again give identical evidence")))))
-    rows = "".join(page.number("history.newest_query_key_rows", (t,), int(v), facts(
+    rows = ", ".join(page.number("history.newest_query_key_rows", (t,), int(v), facts(
         "softmax", f"step {t}'s query reads the cache's length after the step (its own key "
         "last)", [(f"steps.{t}.cache_after", int(steps[t]["cache_after"]))], int(v)))
-        + ("" if t == last else ", ") for t, v in enumerate(h["newest_query_key_rows"]))
-    history = "".join((
-        f"<dt>keys the newest query reads, step by step</dt><dd>[{rows}]</dd>",
-        over("full_prefix_rows", "history.complete_prefix_rows_per_projection",
-             "rows complete prefixes project"),
-        over("incremental_rows", "history.incremental_rows_per_projection",
-             "rows the cache projects"),
-        over("reused_rows", "history.reused_key_rows", "key rows reused"),
-        over("reused_rows", "history.reused_value_rows", "value rows reused")))
-    return ('<section class="group"><h2>Work</h2><dl class="facts">' + work + "</dl></section>"
-            '<section class="group"><h2>Reset</h2><dl class="facts">' + reset
-            + "</dl></section>"
-            '<section class="group"><h2>History</h2><dl class="facts">' + history
-            + "</dl></section>")
-
-
-def _get(document: Mapping[str, Any], dotted: str) -> Any:
-    found: Any = document
-    for part in dotted.split("."):
-        found = found[part]
-    return found
+        for t, v in enumerate(h["newest_query_key_rows"]))
+    history = "".join((f"<dt>keys the newest query reads, step by step</dt><dd>[{rows}]</dd>",
+                       *over("history")))
+    return _section("Work", work) + _section("Reset", reset) + _section("History", history)
 
 
 def _errors(errors: list[Mapping[str, Any]]) -> str:
