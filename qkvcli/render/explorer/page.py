@@ -38,7 +38,6 @@ BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dash
                 "value": "value branch (double border)"}
 LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
 """The five shading levels of a heat map, as the terminal's legend names them."""
-SHADES = (" ", "░", "▒", "▓", "█")
 PAGE_CELLS = 1536
 """Heat-map cells a page holds at most over every batch item and head (a downsampled
 map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small.
