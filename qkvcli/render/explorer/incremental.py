@@ -238,17 +238,13 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
                 "cache length after"),
         *shapes))
 
-    def output(at: tuple[int, ...], v: float) -> Derivation:
-        return projection(e.merged, e.weights[3], None, (at[0], t, at[1]), v,
-                          ("C", "W_O", "b_O"), "output projection")._replace(
-            formula=f"row {t} of C, this step's merged heads (A V_cache per head, batch "
-            f"{at[0]}), times column {at[1]} of W_O")
-
-    def full(at: tuple[int, ...], v: float) -> Derivation:
-        return projection(e.full_merged, e.weights[3], None, (at[0], t, at[1]), v,
-                          ("C_full", "W_O", "b_O"), "output projection")._replace(
-            formula=f"the causal pass over tokens 0..{t}: its last row of C (batch "
-            f"{at[0]}) times column {at[1]} of W_O")
+    def out(merged: Array, name: str, said: str) -> Make:
+        """Row ``t`` of merged heads ``merged`` (called ``name``; ``said``: the row in
+        words, ``{b}`` its batch item) times ``W_O``."""
+        return lambda at, v: projection(
+            merged, e.weights[3], None, (at[0], t, at[1]), v, (name, "W_O", "b_O"),
+            "output projection")._replace(formula=f"{said.format(b=at[0])} column {at[1]} "
+                                          "of W_O")
 
     def weight(at: tuple[int, ...], v: float) -> Derivation:
         k = at[-1]
@@ -305,32 +301,29 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
         ("output", "full pass")))
     why = (f"summarised: the steps' caches hold more than {CACHE_VALUES} values, and the "
            "last step's cache holds these rows" if brief else "")
-    blocks = (
-        page.tensor(key + "input", a["input"], None, f"x_{t} [batch, d_model]: token {t}, "
-                    "given by the fixture", given=True),
-        page.tensor(key + "weights", a["weights"], each(a["weights"], weight),
-                    f"A [batch, head, query, key]: the new query over the {after} cached keys "
-                    "(its own last)"),
-        page.tensor(key + "output", a["output"], each(a["output"], output),
-                    "y_t [batch, d_out] = merge(A V_cache) W_O"),
-        page.tensor(key + "full_prefix_last_row", a["full_prefix_last_row"],
-                    each(a["full_prefix_last_row"], full),
-                    f"the last row of the causal pass over tokens 0..{t}"),
-        f'<p class="caption">largest difference {difference} (tolerance '
-        f"{page.number('config.tolerance', '', tolerance)})</p>",
-        page.tensor(key + "appended_key", a["appended_key"],
-                    each(a["appended_key"], appended_key),
-                    f"RK_h [batch, head, 1, d_h]: the key turned at position {before}"),
-        page.tensor(key + "appended_value", a["appended_value"],
-                    each(a["appended_value"], appended_value),
-                    "V_h [batch, head, 1, d_h]: the value as projected"),
-        page.tensor(key + "cached_keys", a["cached_keys"],
-                    each(a["cached_keys"], cached("key", appended_key)),
-                    f"K_cache [batch, head, {after}, d_h] after the step", summarised=why),
-        page.tensor(key + "cached_values", a["cached_values"],
-                    each(a["cached_values"], cached("value", appended_value)),
-                    f"V_cache [batch, head, {after}, d_h] after the step", summarised=why),
-    )
+    shown: dict[str, tuple[Make | None, str]] = {
+        "input": (None, f"x_{t} [batch, d_model]: token {t}, given by the fixture"),
+        "weights": (weight, f"A [batch, head, query, key]: the new query over the {after} "
+                    "cached keys (its own last)"),
+        "output": (out(e.merged, "C", f"row {t} of C, this step's merged heads (A V_cache per "
+                       "head, batch {b}), times"), "y_t [batch, d_out] = merge(A V_cache) W_O"),
+        "full_prefix_last_row": (out(e.full_merged, "C_full", f"the causal pass over tokens "
+                                     f"0..{t}: its last row of C (batch {{b}}) times"),
+                                 f"the last row of the causal pass over tokens 0..{t}"),
+        "appended_key": (appended_key, f"RK_h [batch, head, 1, d_h]: the key turned at "
+                         f"position {before}"),
+        "appended_value": (appended_value, "V_h [batch, head, 1, d_h]: the value as projected"),
+        "cached_keys": (cached("key", appended_key),
+                        f"K_cache [batch, head, {after}, d_h] after the step"),
+        "cached_values": (cached("value", appended_value),
+                          f"V_cache [batch, head, {after}, d_h] after the step"),
+    }
+    blocks = [page.tensor(key + name, a[name], None if make is None else each(a[name], make),
+                          caption, given=make is None,
+                          summarised=why if name.startswith("cached") else "")
+              for name, (make, caption) in shown.items()]
+    blocks.insert(4, f'<p class="caption">largest difference {difference} (tolerance '
+                  f"{page.number('config.tolerance', '', tolerance)})</p>")
     return (f'<section class="group step" id="step-{t}"><h2>Step {t}</h2><dl class="facts">'
             + facts_html + "</dl>" + "".join(blocks) + '<dl class="facts">' + counts
             + "</dl></section>")
