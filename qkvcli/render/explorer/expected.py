@@ -141,16 +141,22 @@ def _head(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivatio
                 *(row._replace(label=f"  {row.label}", part="fact") for row in raw.rows))
         return Derivation(f"{raw.formula}, times the scale", rows, value, "none", "scale")
     if tensor == "weights":
-        raw_scores = np.asarray(done.scores)
-        before = raw_scores * factor
-        return attention_weight(raw_scores, before, done.scaled_scores, done.attention, at,
-                                factor, score=scores(done.query, done.key, at,
-                                                     float(raw_scores[at])))
+        return _weight(done.scores, factor, done.scaled_scores, done.attention, done.query,
+                       done.key, at)
     if tensor == "output":
         return mixture(done.attention, done.value, at, value)
     grads = head.backward(case.input, done, run.upstream[0])
     return _reverse(case.input, case.weights, (grads.grad_query, grads.grad_key,
                                                grads.grad_value), tensor, at, value, "d{}")
+
+
+def _weight(raw: Array, factor: float, softmax_input: Array, weights: Array, q: Array, k: Array,
+            at: tuple[int, ...], names: tuple[str, str] = ("Q", "K")) -> Derivation:
+    """An attention weight's softmax over its scaled scores, its raw score's own terms
+    (``q``·``k``, called ``names``) listed under it."""
+    raw = np.asarray(raw)
+    return attention_weight(raw, raw * factor, softmax_input, weights, at, factor,
+                            score=scores(q, k, at, float(raw[at]), names))
 
 
 def _rope(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivation | None:
@@ -218,14 +224,11 @@ def _multi_head(run: Run, tensor: str, at: tuple[int, ...], value: float
     done = layer.forward(x, bool(causal))
     stacked = done.stacked
     if tensor == "weights":
-        factor = score_factor(head.d_k, head.given_scale)
-        raw = np.asarray(stacked["scores"])
-        q = stacked["rotated_query" if turned else "query"]
-        k = stacked["rotated_key" if turned else "key"]
-        names = ("RQ_h", "RK_h") if turned else ("Q_h", "K_h")
-        return attention_weight(raw, raw * factor, stacked["scaled_scores"],
-                                stacked["attention"], at, factor,
-                                score=scores(q, k, at, float(raw[at]), names))
+        turn = "rotated_" if turned else ""
+        return _weight(stacked["scores"], score_factor(head.d_k, head.given_scale),
+                       stacked["scaled_scores"], stacked["attention"],
+                       stacked[f"{turn}query"], stacked[f"{turn}key"], at,
+                       ("RQ_h", "RK_h") if turned else ("Q_h", "K_h"))
     if tensor == "merged":
         b, t, column = at
         d_v = int(stacked["value"].shape[-1])
