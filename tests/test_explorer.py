@@ -795,3 +795,23 @@ def test_a_long_chapter_37_run_keeps_the_page_budget_and_names_the_steps_it_leav
     first, end = notes[0]
     assert f"<code>steps[{first}]</code> to <code>steps[{end}]</code>" in html
     assert "qkv run FIXTURE -f json" in html and "first t + 1 of its 32 tokens" in html
+
+
+def test_every_page_is_one_entry_of_the_views_table_and_a_record_without_one_is_refused(
+) -> None:
+    """``explorer_page`` looks the page up in ``views.PAGES`` as the other formats look
+    up theirs: every entry names a function that exists, every view but variance's has
+    one, and a variance result (which has no page) is a TypeError naming its view."""
+    import importlib
+
+    from qkvcli.learn.variance import VarianceResult
+    from qkvcli.render.explorer import explorer_page
+    from qkvcli.render.views import PAGES, VIEWS
+
+    assert set(PAGES) == set(VIEWS.values()) - {"variance"}
+    for view, where in PAGES.items():
+        module, function = where.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), view
+    variance = VarianceResult.__new__(VarianceResult)
+    with pytest.raises(TypeError, match="the explorer draws no page of variance"):
+        explorer_page(variance, precision=6, title="qkv variance")

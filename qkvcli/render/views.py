@@ -45,6 +45,15 @@ FIGURES = {
     "chapter": "qkvcli.render.chapters.dispatch:figure",
 }
 """Each view's rich figure, ``function(evidence, options)``: imported only when drawn."""
+PAGES = {
+    "evidence": "qkvcli.render.explorer.document:evidence_page",
+    "gradcheck": "qkvcli.render.explorer.document:gradcheck_page",
+    "attend": "qkvcli.render.explorer.attend:attend_page",
+    "check": "qkvcli.render.explorer:check_page",
+    "chapter": "qkvcli.render.explorer:chapter_page",
+}
+"""Each view's explorer page, ``function(evidence, asked)`` (``asked``: a
+:class:`qkvcli.render.explorer.page.PageAsked`): imported only when drawn."""
 
 
 class Asked(Record):

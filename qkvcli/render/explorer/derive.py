@@ -58,39 +58,43 @@ def _scale(raw: Array, scaled_scores: Array) -> float:
 
 
 BRANCHES = (("Q", "query"), ("K", "key"), ("V", "value"))
+Make = Callable[..., Derivation | None]
+"""How a tensor's numbers are made: ``make(coordinate, the value there)``."""
+Makers = dict[str, Make]
 
 
-def branches(a: Mapping[str, Array], x: Array, weights: Mapping[str, Array],
-             upstreams: Mapping[str, Array] | None, found: dict[str, Deriver],
-             gradient: str = "U_{}", d_head: int = 0) -> None:
-    """The three projections of ``x`` by ``weights`` (by branch) that ``a`` publishes,
-    as ``query`` or, split into heads of width ``d_head``, ``projected_query_heads``;
-    given each branch's incoming gradient (``upstreams``, called ``gradient`` with the
-    branch's letter), each weight's gradient and dX's three paths too."""
-    for n, b in BRANCHES:
-        name, w = (f"projected_{b}_heads" if d_head else b), weights[b]
-        if name in a:
-            found[name] = each(a[name], lambda at, v, w=w, n=n: _split(projection(
-                x, w, None, (at[0], at[2], at[1] * d_head + at[3]) if d_head else at, v,
-                ("X", f"W_{n}", f"b_{n}")), at[1] if d_head else None))
-        if upstreams is not None and f"{b}_weight_gradient" in a:
-            found[f"{b}_weight_gradient"] = each(
-                a[f"{b}_weight_gradient"], lambda at, v, u=upstreams[b], n=n: weight_gradient(
-                    x, u, (at[0], at[1]), v, gradient.format(n)))
-    if upstreams is not None and "input_gradient" in a:
-        found["input_gradient"] = each(a["input_gradient"], lambda at, v: input_paths(
-            [upstreams[b] for _, b in BRANCHES], [weights[b] for _, b in BRANCHES], at, v,
-            [gradient.format(n) for n, _ in BRANCHES]))
-
-
-def each(array: Array, make: Callable[..., Derivation]) -> Deriver:
+def each(array: Array, make: Make) -> Deriver:
     """A deriver of ``array``: ``make(coordinate, the value there)``."""
-    def derive(at: tuple[int, ...]) -> Derivation:
+    def derive(at: tuple[int, ...]) -> Derivation | None:
         return make(at, float(array[at]))
     return derive
 
 
-def head_derivers(a: Mapping[str, Array], found: dict[str, Deriver]) -> None:
+def derivers(arrays: Mapping[str, Array], makers: Mapping[str, Make]) -> dict[str, Deriver]:
+    """The deriver of each tensor of ``arrays`` that one of ``makers`` makes."""
+    return {name: each(arrays[name], make) for name, make in makers.items() if name in arrays}
+
+
+def branches(x: Array, weights: Mapping[str, Array], upstreams: Mapping[str, Array] | None,
+             found: Makers, gradient: str = "U_{}", d_head: int = 0) -> None:
+    """The three projections of ``x`` by ``weights`` (by branch), as ``query`` or, split
+    into heads of width ``d_head``, ``projected_query_heads``; given each branch's
+    incoming gradient (``upstreams``, called ``gradient`` with the branch's letter), each
+    weight's gradient and dX's three paths too."""
+    for n, b in BRANCHES:
+        found[f"projected_{b}_heads" if d_head else b] = lambda at, v, w=weights[b], n=n: _split(
+            projection(x, w, None, (at[0], at[2], at[1] * d_head + at[3]) if d_head else at,
+                       v, ("X", f"W_{n}", f"b_{n}")), at[1] if d_head else None)
+        if upstreams is not None:
+            found[f"{b}_weight_gradient"] = lambda at, v, u=upstreams[b], n=n: weight_gradient(
+                x, u, (at[0], at[1]), v, gradient.format(n))
+    if upstreams is not None:
+        found["input_gradient"] = lambda at, v: input_paths(
+            [upstreams[b] for _, b in BRANCHES], [weights[b] for _, b in BRANCHES], at, v,
+            [gradient.format(n) for n, _ in BRANCHES])
+
+
+def head_derivers(a: Mapping[str, Array], found: Makers) -> None:
     """A head on Q, K, V (chapters 27 and 28): scores, scale, mask, softmax, mixture and
     the reverse back to Q, K and V."""
     from qkvcli.stages.terms import attention_reverse
@@ -103,120 +107,86 @@ def head_derivers(a: Mapping[str, Array], found: dict[str, Deriver]) -> None:
     factor = _scale(raw, scaled_scores) if raw is not None else 1.0
     if raw is not None:
         for name in SCORES:
-            if name in a:
-                found[name] = each(a[name], lambda at, x: scores(q, k, at, x))
-        found["scaled_scores"] = each(scaled_scores, lambda at, x: scaled(
-            float(raw[at]), factor, x))
-    if "mask" in a:
-        found["mask"] = each(a["mask"], lambda at, x: mask_entry(
-            not math.isfinite(x), at[-2], at[-1], x))
-    if "masked_scores" in a:
-        found["masked_scores"] = each(a["masked_scores"], lambda at, x: masked(
-            float(scaled_scores[at]), not math.isfinite(x), x))
-    name = next(name for name in MAPS if name in a)
-    found[name] = each(weights, lambda at, x: attention_weight(
-        raw, scaled_scores, softmax_input, weights, at, factor))
-    if "row_sums" in a:
-        found["row_sums"] = each(a["row_sums"], lambda at, x: row_sum(weights, at, x))
-    if "mixture_terms" in a:
-        found["mixture_terms"] = each(a["mixture_terms"], lambda at, x: mixture_term(
-            weights, v, at, x))
-    if "output" in a:
-        found["output"] = each(a["output"], lambda at, x: mixture(weights, v, at, x))
+            found[name] = lambda at, x: scores(q, k, at, x)
+        found["scaled_scores"] = lambda at, x: scaled(float(raw[at]), factor, x)
+    found["mask"] = lambda at, x: mask_entry(not math.isfinite(x), at[-2], at[-1], x)
+    found["masked_scores"] = lambda at, x: masked(float(scaled_scores[at]),
+                                                  not math.isfinite(x), x)
+    for name in MAPS:
+        found[name] = lambda at, x: attention_weight(raw, scaled_scores, softmax_input,
+                                                     weights, at, factor)
+    found["row_sums"] = lambda at, x: row_sum(weights, at, x)
+    found["mixture_terms"] = lambda at, x: mixture_term(weights, v, at, x)
+    found["output"] = lambda at, x: mixture(weights, v, at, x)
     upstream = a.get("upstream")
     if upstream is None or upstream.shape != a.get("output", upstream).shape:
         return
     _, _, grad_scores = attention_reverse(weights, v, upstream, factor)
-    gradients = {"value_gradient": lambda at, x: grad_values(weights, upstream, at, x),
-                 "query_gradient": lambda at, x: grad_queries(grad_scores, k, at, x),
-                 "key_gradient": lambda at, x: grad_keys(grad_scores, q, at, x)}
-    for name, make in gradients.items():
-        if name in a:
-            found[name] = each(a[name], make)
+    found["value_gradient"] = lambda at, x: grad_values(weights, upstream, at, x)
+    found["query_gradient"] = lambda at, x: grad_queries(grad_scores, k, at, x)
+    found["key_gradient"] = lambda at, x: grad_keys(grad_scores, q, at, x)
 
 
 def rope_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
-                  tables: Callable[[int], tuple[Array, Array]],
-                  found: dict[str, Deriver]) -> None:
+                  tables: Callable[[int], tuple[Array, Array]], found: Makers) -> None:
     """Chapter 29: the frequencies, the angles, their cosines and sines, the turned Q and
     K at the positions and shifted, their dot products and the turn back of the gradients.
     ``tables(offset)``: the engine's cosines and sines of the tokens from ``offset``."""
     layout = "half" if config.get("layout") == "half" else "interleaved"
     base, features = float(config.get("base", 0.0)), int(config.get("features", 0))
     positions = [int(p) for p in config.get("token_positions", [])]
-    if "inverse_frequencies" in a:
-        found["inverse_frequencies"] = each(a["inverse_frequencies"], lambda at, x: facts(
-            "rope frequency", f"base^(\u22122\u00b7{at[0]}/{features})",
-            [("base", base), ("exponent \u22122i/d", -2 * at[0] / features)], x))
-    if "angles" in a and "inverse_frequencies" in a and positions:
-        omega = a["inverse_frequencies"]
-        found["angles"] = each(a["angles"], lambda at, x: facts(
+    shift = int(config.get("shift", 0))
+    found["inverse_frequencies"] = lambda at, x: facts(
+        "rope frequency", f"base^(\u22122\u00b7{at[0]}/{features})",
+        [("base", base), ("exponent \u22122i/d", -2 * at[0] / features)], x)
+    if positions:
+        found["angles"] = lambda at, x: facts(
             "rope angle", f"position {positions[at[0]]} \u00d7 \u03c9_{at[1]}",
-            [("position p", float(positions[at[0]])), (f"\u03c9_{at[1]}", float(omega[at[1]]))],
-            x))
-    angles = a.get("angles")
+            [("position p", float(positions[at[0]])),
+             (f"\u03c9_{at[1]}", float(a["inverse_frequencies"][at[1]]))], x)
     for name, fn in (("cosines", "cos"), ("sines", "sin")):
-        if name in a and angles is not None:
-            found[name] = each(a[name], lambda at, x, fn=fn: facts(
-                "rope angle", f"{fn}\u03b8 of the angle \u03b8{list(at)}",
-                [("\u03b8", float(angles[at]))], x))
+        found[name] = lambda at, x, fn=fn: facts(
+            "rope angle", f"{fn}\u03b8 of the angle \u03b8{list(at)}",
+            [("\u03b8", float(a["angles"][at]))], x)
     cos, sin = tables(int(config.get("offset", 0)))
     shifted = tables(int(config.get("shifted_offset", 0)))
-    for letter, branch in (("Q", "query"), ("K", "key")):
-        if branch not in a:
-            continue
-        x = a[branch]
-        found[f"rotated_{branch}"] = each(a[f"rotated_{branch}"], lambda at, v, x=x, n=letter:
-                                           rotation(x, cos, sin, at, v, layout, (n, f"R{n}"),
-                                                    position=positions[at[0]]))
-        if f"shifted_{branch}" in a:
-            found[f"shifted_{branch}"] = each(
-                a[f"shifted_{branch}"], lambda at, v, x=x, n=letter: rotation(
-                    x, shifted[0], shifted[1], at, v, layout, (n, f"R'{n}"),
-                    position=positions[at[0]] + int(config.get("shift", 0))))
-        upstream = a.get(f"upstream_{branch}")
-        if upstream is not None and f"{branch}_gradient" in a:
-            found[f"{branch}_gradient"] = each(
-                a[f"{branch}_gradient"], lambda at, v, u=upstream, n=letter: rotation(
-                    u, cos, sin, at, v, layout, (f"U_{n}", f"d{n}"), inverse=True,
-                    position=positions[at[0]]))
-    for grid, prefix, mark in (("dot_grid", "rotated", "R"), ("shifted_dot_grid", "shifted", "R'")):
-        if grid in a and f"{prefix}_query" in a:
-            rq, rk = a[f"{prefix}_query"], a[f"{prefix}_key"]
-            found[grid] = each(a[grid], lambda at, v, rq=rq, rk=rk, m=mark: scores(
-                rq, rk, at, v, (f"{m}Q", f"{m}K")))
+    for n, branch in BRANCHES[:2]:
+        found[f"rotated_{branch}"] = lambda at, v, b=branch, n=n: rotation(
+            a[b], cos, sin, at, v, layout, (n, f"R{n}"), position=positions[at[0]])
+        found[f"shifted_{branch}"] = lambda at, v, b=branch, n=n: rotation(
+            a[b], *shifted, at, v, layout, (n, f"R'{n}"), position=positions[at[0]] + shift)
+        found[f"{branch}_gradient"] = lambda at, v, b=branch, n=n: rotation(
+            a[f"upstream_{b}"], cos, sin, at, v, layout, (f"U_{n}", f"d{n}"), inverse=True,
+            position=positions[at[0]])
+    for grid, prefix, m in (("dot_grid", "rotated", "R"), ("shifted_dot_grid", "shifted", "R'")):
+        found[grid] = lambda at, v, p=prefix, m=m: scores(
+            a[f"{p}_query"], a[f"{p}_key"], at, v, (f"{m}Q", f"{m}K"))
 
 
 def layer_derivers(a: Mapping[str, Array], e: Mapping[str, Array], layout: str,
-                   found: dict[str, Deriver]) -> None:
+                   found: Makers) -> None:
     """Chapter 30: the projections split into heads, RoPE, each head's softmax and
     mixture, the merge, the output projection and the reverse to X and every weight;
     ``e`` the engine's arrays of the same pass (the weights, scores, cosines and sines,
     the gradients at each branch) that the document leaves out."""
     x, d_head = a["input"], int(a["projected_query_heads"].shape[-1])
-    branches(a, x, {b: e[f"{b}_weight"] for _, b in BRANCHES},
+    branches(x, {b: e[f"{b}_weight"] for _, b in BRANCHES},
              {b: e[f"grad_{b}"] for _, b in BRANCHES}, found, "d{}", d_head)
-    for letter, branch in (("Q", "query"), ("K", "key")):
-        projected = a[f"projected_{branch}_heads"]
-        found[f"rotated_{branch}_heads"] = each(
-            a[f"rotated_{branch}_heads"], lambda at, v, p=projected, n=letter: rotation(
-                p, e["cos"], e["sin"], at, v, layout, (f"{n}_h", f"R{n}_h")))
-    weights = a["attention_weights"]
-    found["attention_weights"] = each(weights, lambda at, v: attention_weight(
-        e["scores"], e["scaled"], e["masked"], weights, at, float(e["scale"][()])))
-    values = a["projected_value_heads"]
-    found["head_outputs"] = each(a["head_outputs"], lambda at, v: mixture(
-        weights, values, at, v, names=("A", "V_h")))
-    found["merged"] = each(a["merged"], lambda at, v: copied(
-        "head merge", "O_h", (at[0], at[2] // d_head, at[1], at[2] % d_head), v))
-    merged, upstream = a["merged"], a["upstream"]
-    found["output"] = each(a["output"], lambda at, v: projection(
-        merged, a["output_weight"], None, at, v, ("C", "W_O", "b_O"), "output projection"))
-    found["output_weight_gradient"] = each(a["output_weight_gradient"], lambda at, v:
-                                            weight_gradient(merged, upstream, (at[0], at[1]),
-                                                            v, "U", "C"))
-    if "prefix_perturbed_output" in a:
-        found["prefix_perturbed_output"] = each(a["prefix_perturbed_output"], _prefix(a))
+    for n, branch in BRANCHES[:2]:
+        found[f"rotated_{branch}_heads"] = lambda at, v, b=branch, n=n: rotation(
+            a[f"projected_{b}_heads"], e["cos"], e["sin"], at, v, layout, (f"{n}_h", f"R{n}_h"))
+    weights, merged = a["attention_weights"], a["merged"]
+    found["attention_weights"] = lambda at, v: attention_weight(
+        e["scores"], e["scaled"], e["masked"], weights, at, float(e["scale"][()]))
+    found["head_outputs"] = lambda at, v: mixture(weights, a["projected_value_heads"], at, v,
+                                                  names=("A", "V_h"))
+    found["merged"] = lambda at, v: copied(
+        "head merge", "O_h", (at[0], at[2] // d_head, at[1], at[2] % d_head), v)
+    found["output"] = lambda at, v: projection(
+        merged, a["output_weight"], None, at, v, ("C", "W_O", "b_O"), "output projection")
+    found["output_weight_gradient"] = lambda at, v: weight_gradient(
+        merged, a["upstream"], (at[0], at[1]), v, "U", "C")
+    found["prefix_perturbed_output"] = lambda at, v: _prefix(a["output"], at, v)
 
 
 def _split(derivation: Derivation, head: int | None) -> Derivation:
@@ -228,18 +198,15 @@ def _split(derivation: Derivation, head: int | None) -> Derivation:
                                "(the head split)")
 
 
-def _prefix(a: Mapping[str, Array]) -> Callable[[tuple[int, ...], float], Derivation]:
-    output, tokens = a["output"], int(a["output"].shape[1])
-
-    def make(at: tuple[int, ...], value: float) -> Derivation:
-        earlier = at[1] < tokens - 1
-        return facts("output projection", "the layer's output with the last token replaced "
-                     "by the fixture's suffix: " + (
-                         "an earlier row sees no later token, so it is the output's own"
-                         if earlier else "the last row sees the new token"),
-                     [(f"output[{','.join(map(str, at))}]", float(output[at])),
-                      ("the same", "yes" if float(output[at]) == value else "no")], value)
-    return make
+def _prefix(output: Array, at: tuple[int, ...], value: float) -> Derivation:
+    """A row of the output with the last token replaced: an earlier row is the output's."""
+    earlier = at[1] < int(output.shape[1]) - 1
+    return facts("output projection", "the layer's output with the last token replaced "
+                 "by the fixture's suffix: " + (
+                     "an earlier row sees no later token, so it is the output's own"
+                     if earlier else "the last row sees the new token"),
+                 [(f"output[{','.join(map(str, at))}]", float(output[at])),
+                  ("the same", "yes" if float(output[at]) == value else "no")], value)
 
 
 def document_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
@@ -251,7 +218,7 @@ def document_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
     ``config``: the document's ``config``; ``extra``: the engine's arrays the document
     leaves out (chapter 30's weights and reverse); ``tables``: the engine's RoPE tables
     from an offset (chapter 29)."""
-    found: dict[str, Deriver] = {}
+    found: Makers = {}
     given = {name for name in GIVEN if name in a or name in extra}
     if "projected_query_heads" in a and extra:
         layout = "half" if config.get("rope_layout") == "half" else "interleaved"
@@ -263,13 +230,13 @@ def document_derivers(a: Mapping[str, Array], config: Mapping[str, Any],
         if config.get("source", "operands") == "operands":
             given |= {"query", "key", "value"}
         elif "input" in extra:
-            branches(a, extra["input"], {b: extra[f"{b}_weight"] for _, b in BRANCHES}, None,
+            branches(extra["input"], {b: extra[f"{b}_weight"] for _, b in BRANCHES}, None,
                      found)
         head_derivers(a, found)
     elif "query_weight" in a and "input" in a:  # chapter 26: the projections and their reverse
-        branches(a, a["input"], {b: a[f"{b}_weight"] for _, b in BRANCHES},
+        branches(a["input"], {b: a[f"{b}_weight"] for _, b in BRANCHES},
                  {b: a[f"upstream_{b}"] for _, b in BRANCHES}, found)
-    return found, given
+    return derivers(a, found), given
 
 
 Tables = Callable[[int], tuple[Array, Array]]
@@ -322,7 +289,14 @@ def _layer_pass(fixture: Any) -> dict[str, Array]:
              "masked": np.where(hidden, -np.inf, stacked["scaled_scores"]),
              "scale": np.asarray(score_factor(int(stacked["query"].shape[-1]), None)),
              "cos": cos, "sin": sin}
-    for branch in ("query", "key", "value"):
-        per_head = np.stack([getattr(h, f"grad_{branch}") for h in grads.heads], axis=1)
-        found[f"grad_{branch}"] = engine.merge_heads(per_head)
+    found.update({f"grad_{b}": grad for b, grad in branch_gradients(grads).items()})
     return found
+
+
+def branch_gradients(grads: Any) -> dict[str, Array]:
+    """A layer's gradient at each branch's projection output, its heads merged
+    ``[B,T,H*d_h]``, by branch (``grads``: the engine's ``LayerGradients``)."""
+    from qkvcli.attention.engine import merge_heads
+
+    return {b: merge_heads(np.stack([getattr(h, f"grad_{b}") for h in grads.heads], axis=1))
+            for _, b in BRANCHES}

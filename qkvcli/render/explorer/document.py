@@ -1,20 +1,10 @@
 """The explorer page of any report, drawn from the facts it publishes: its JSON document,
-or its facts value itself (:mod:`qkvcli.render.facts`; attend's page, whose tensors
-stay arrays rather than pass through JSON lists).
+or its facts value itself (attend's page, whose tensors stay arrays).
 
-The checks (``checks``: each one's name, whether it passed, its detail or outcome), every
-tensor under ``tensors`` (``{"shape", "values"}``; an attention matrix, a square last
-pair of axes named ``probabilities``, ``attention_weights`` or ``weights``, as heat maps
-too), and every coordinate of the gradient check (``gradcheck.tensors[].checks[]``, or
-the document's own ``tensors`` list for ``qkv gradcheck``). Each number carries the
-explorer's contract (``data-tensor``, ``data-index``: its key and coordinate in the
-JSON report), so any report's page is the same facts as its JSON, whatever computed them.
-
-A number opens its derivation where the document holds what makes it: an attention
-weight its scores' softmax (``dot_products`` or ``raw_scores``, ``scaled_scores``, the
-``masked_scores`` where they are published, ``probabilities``), an output its mixture
-of the value rows (``probabilities``, ``value``, ``output``), a gradient-check
-coordinate its central difference.
+The page shows the document's checks, every tensor under ``tensors`` (an attention
+matrix as heat maps too, :data:`~qkvcli.render.explorer.derive.MAPS`) and every
+coordinate of its gradient check, each number keyed by its place in the JSON report and
+opening the terms :mod:`qkvcli.render.explorer.derive` finds for it.
 """
 
 from __future__ import annotations
@@ -28,24 +18,26 @@ import numpy as np
 from qkvcli.core.arrays import Array
 from qkvcli.render.explorer.checks import checks_section, counted, entries_of
 from qkvcli.render.explorer.derive import BRANCHES, MAPS, document_derivers
-from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, branch_of, index_text
+from qkvcli.render.explorer.page import GRADCHECK_ROWS, Deriver, Page, PageAsked, branch_of, index_text
 from qkvcli.render.facts import Fact, json_of
 from qkvcli.render.numbers import fmt_error, fmt_general
 from qkvcli.render.wording import verdict
 from qkvcli.stages.terms import Derivation, gradcheck_point
 
 
-def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, Array]:
-    """Every tensor under the document's ``tensors``, as arrays: a JSON document's
-    ``{"shape", "values"}``, or a facts value's tensor facts as they are (never through
-    JSON lists: a GPT-2 layer's tensors stay numpy arrays), but those a view gives as
-    digests alone (a packed layer's split views) only with ``digests``."""
-    found: dict[str, Array] = {}
+def _tensors(document: Mapping[str, Any]) -> Mapping[str, Any]:
     published = document.get("tensors")
     published = published.value if isinstance(published, Fact) else published
-    if not isinstance(published, Mapping):
-        return found
-    for name, tensor in published.items():
+    return published if isinstance(published, Mapping) else {}
+
+
+def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, Array]:
+    """Every tensor under the document's ``tensors``, as arrays: a JSON document's
+    ``{"shape", "values"}``, or a facts value's tensor facts as they are (a GPT-2 layer's
+    stay numpy arrays), but those a view gives as digests alone (a packed layer's split
+    views) only with ``digests``."""
+    found: dict[str, Array] = {}
+    for name, tensor in _tensors(document).items():
         if isinstance(tensor, Fact) and tensor.kind == "tensor":
             if digests or tensor.policy != "none":
                 found[name] = np.asarray(tensor.value)
@@ -56,9 +48,7 @@ def tensors_of(document: Mapping[str, Any], digests: bool = False) -> dict[str, 
 
 def given_of(document: Mapping[str, Any]) -> set[str]:
     """The names of a facts value's tensors that the fixture gave (none for JSON)."""
-    published = document.get("tensors")
-    published = published.value if isinstance(published, Fact) else published
-    return {name for name, tensor in (published or {}).items()
+    return {name for name, tensor in _tensors(document).items()
             if isinstance(tensor, Fact) and tensor.given}
 
 
@@ -125,19 +115,6 @@ def gradcheck_rows(page: Page, document: Mapping[str, Any], caption: str = "") -
     return "".join(out)
 
 
-def heat_maps(page: Page, name: str, weights: Array, softmax_input: Array | None,
-              explain: Callable[[tuple[int, ...], bool], Derivation | None],
-              variant: str = "") -> str:
-    """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head),
-    each cell opening ``explain(coordinate, whether its keys are numbered)``; a cell whose
-    softmax input is ``-inf`` is masked (struck through)."""
-    known = softmax_input is not None and softmax_input.shape == weights.shape
-    return page.heatmap(name, weights, list(np.ndindex(*weights.shape[:-2])), explain,
-                        int(weights.shape[-1]),
-                        lambda at: float(softmax_input[at]) if known else 0.0,  # type: ignore[index]
-                        variant=variant)
-
-
 def _numbered(explain: Deriver | None) -> Callable[[tuple[int, ...], bool], Derivation | None]:
     """A deriver as a heat map's, whose keys are numbered or not alike."""
     return lambda at, _: explain(at) if explain is not None else None
@@ -167,14 +144,10 @@ def document_page(document: Mapping[str, Any], precision: int, title: str,
     softmax_input = arrays.get("masked_scores", extra.get("masked",
                                                           arrays.get("scaled_scores")))
     if maps:
-        page.scale_switch()
-        page.sections.append(
-            '<section class="group"><h2>Attention weights</h2><p class="caption">each row '
-            "a query's probabilities over the keys; a masked key's weight is struck "
-            "through</p>" + page.legend()
-            + "".join(heat_maps(page, name, arrays[name], softmax_input,
-                                _numbered(explained.get(name)))
-                      for name in maps) + "</section>")
+        page.weights_section(
+            "each row a query's probabilities over the keys; a masked key's weight is struck "
+            "through", (page.heatmap(name, arrays[name], softmax_input,
+                                     _numbered(explained.get(name))) for name in maps))
     shown = {name: extra[name] for name in extra if name in given and name not in arrays}
     shown.update(arrays)
     page.sections.extend(tensor_sections(tensor_blocks(page, shown, explained, given),
@@ -243,3 +216,20 @@ def axes_of(name: str, ndim: int) -> tuple[str, ...]:
     if name in AXES:
         return AXES[name][:max(ndim - 2, 0)]
     return ("batch", "head")[:max(ndim - 2, 0)]
+
+
+def evidence_page(evidence: Any, asked: PageAsked) -> str:
+    """Chapter 26's page: its full JSON document's."""
+    from qkvcli.render.report import evidence_json
+
+    return document_page(evidence_json(evidence, "full"), asked.precision, asked.title)
+
+
+def gradcheck_page(evidence: Any, asked: PageAsked) -> str:
+    """``qkv gradcheck``'s page: its document's, headed by the chapter it checked."""
+    from qkvcli.render.gradcheck import gradcheck_document
+
+    checked = gradcheck_document(evidence)
+    return document_page({**checked, "chapter": asked.chapter} if asked.chapter else checked,
+                         asked.precision, asked.title)
+

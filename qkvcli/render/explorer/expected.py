@@ -1,17 +1,13 @@
 """How qkv's engine made the expected value of a failing ``qkv check`` finding: its terms.
 
-A finding compares the implementation's number at one coordinate of one result with
-the engine's. Where the result is one a stage of :mod:`qkvcli.stages` describes, the
-engine's number opens the stage's terms with the operands' values from the engine's own
-pass on the same fixture (:func:`engine_terms`): a projection (the projections'
-``query``, ``key``, ``value``), dX's three paths and each ``dW`` (the projections' and a
-head's reverse), a head's scaled scores, weights and mixture, RoPE's turn and its turn
-back, a multi-head layer's weights, merged heads, output and five gradients, and a KV
-cache's step output (the output projection of the causal pass over its prefix), cached
-keys (turned by RoPE) and values (a projection). A cache's refused steps, and the
-findings of families whose expected value is not the engine's result on the fixture
-(independence, the probes, the gradient check), have no terms here: their panel gives
-the comparison alone.
+Where a finding's result is one a stage of :mod:`qkvcli.stages` describes, the engine's
+number opens the stage's terms with the operands' values from the engine's own pass on
+the same fixture (:func:`engine_terms`): the projections and their reverse, a head's
+scaled scores, weights, mixture and reverse, RoPE's turn and its turn back, a multi-head
+layer's weights, merged heads, output and gradients, and a KV cache's step output and
+cached keys and values. The findings of families whose expected value is not the
+engine's result on the fixture (independence, the probes, the gradient check) have no
+terms here: their panel gives the comparison alone.
 """
 
 from __future__ import annotations
@@ -24,12 +20,12 @@ import numpy as np
 from qkvcli.check.cases import Case, Run
 from qkvcli.check.kinds import CACHE_STEPS, HEAD, MULTI_HEAD, PROJECTIONS, ROPE, Kind
 from qkvcli.core.arrays import Array
+from qkvcli.render.explorer.derive import BRANCHES, Makers, branch_gradients, branches
 from qkvcli.stages.terms import (
     MINUS,
     Derivation,
     Step,
     attention_weight,
-    input_paths,
     mixture,
     projection,
     rotation,
@@ -42,7 +38,9 @@ FAMILY_KINDS: dict[str, Kind] = {"forward": PROJECTIONS, "reverse": PROJECTIONS,
                                  "rope-reverse": ROPE, "multi-head": MULTI_HEAD,
                                  "multi-head-reverse": MULTI_HEAD, "cache-steps": CACHE_STEPS}
 """The families whose expected value is the engine's result on the run itself, by kind."""
-LETTERS = ("Q", "K", "V")
+PUBLISHED = {"grad_input": "input_gradient",
+             **{f"grad_w_{b}": f"{b}_weight_gradient" for _, b in BRANCHES}}
+"""A finding's gradient by the name the explorer's terms give it."""
 Maker = Callable[[Run, str, tuple[int, ...], float], Derivation | None]
 
 
@@ -112,25 +110,19 @@ def makes(derivation: Derivation, value: float) -> bool:
 
 def _projections(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivation | None:
     case = run.case
-    x, weights, upstream = case.input, case.weights, case.upstream
-    names = ("query", "key", "value")
-    if tensor in names:
-        i = names.index(tensor)
-        n = LETTERS[i]
-        return projection(x, weights[i], None, at, value, ("X", f"W_{n}", f"b_{n}"))
-    return _reverse(x, weights, upstream, tensor, at, value,
-                    tuple(f"U_{n}" for n in LETTERS))
+    return _reverse(case.input, case.weights, case.upstream, tensor, at, value, "U_{}")
 
 
 def _reverse(x: Array, weights: Sequence[Array], grads: Sequence[Array], tensor: str,
-             at: tuple[int, ...], value: float, names: Sequence[str]) -> Derivation | None:
-    """dX's three paths or a ``dW``, from the gradients at each projection's output."""
-    if tensor == "grad_input":
-        return input_paths(list(grads), list(weights), at, value, list(names))
-    for i, branch in enumerate(("query", "key", "value")):
-        if tensor == f"grad_w_{branch}":
-            return weight_gradient(x, grads[i], (at[0], at[1]), value, names[i])
-    return None
+             at: tuple[int, ...], value: float, gradient: str) -> Derivation | None:
+    """A projection, dX's three paths or a ``dW``, from the gradients at each
+    projection's output (``gradient``: their name, with the branch's letter)."""
+    found: Makers = {}
+    names = [branch for _, branch in BRANCHES]
+    branches(x, dict(zip(names, weights, strict=False)), dict(zip(names, grads, strict=False)),
+             found, gradient)
+    make = found.get(PUBLISHED.get(tensor, tensor))
+    return make(at, value) if make is not None else None
 
 
 def _head(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivation | None:
@@ -149,17 +141,22 @@ def _head(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivatio
                 *(row._replace(label=f"  {row.label}", part="fact") for row in raw.rows))
         return Derivation(f"{raw.formula}, times the scale", rows, value, "none", "scale")
     if tensor == "weights":
-        raw_scores = np.asarray(done.scores)
-        before = raw_scores * factor
-        return attention_weight(raw_scores, before, done.scaled_scores, done.attention, at,
-                                factor, score=scores(done.query, done.key, at,
-                                                     float(raw_scores[at])))
+        return _weight(done.scores, factor, done.scaled_scores, done.attention, done.query,
+                       done.key, at)
     if tensor == "output":
         return mixture(done.attention, done.value, at, value)
     grads = head.backward(case.input, done, run.upstream[0])
     return _reverse(case.input, case.weights, (grads.grad_query, grads.grad_key,
-                                               grads.grad_value), tensor, at, value,
-                    ("dQ", "dK", "dV"))
+                                               grads.grad_value), tensor, at, value, "d{}")
+
+
+def _weight(raw: Array, factor: float, softmax_input: Array, weights: Array, q: Array, k: Array,
+            at: tuple[int, ...], names: tuple[str, str] = ("Q", "K")) -> Derivation:
+    """An attention weight's softmax over its scaled scores, its raw score's own terms
+    (``q``·``k``, called ``names``) listed under it."""
+    raw = np.asarray(raw)
+    return attention_weight(raw, raw * factor, softmax_input, weights, at, factor,
+                            score=scores(q, k, at, float(raw[at]), names))
 
 
 def _rope(run: Run, tensor: str, at: tuple[int, ...], value: float) -> Derivation | None:
@@ -211,7 +208,6 @@ def _multi_head(run: Run, tensor: str, at: tuple[int, ...], value: float
                 ) -> Derivation | None:
     """A multi-head layer's weights, merged heads and output, and its five gradients,
     from the engine's layer of the run's mode (the mask, RoPE from the fixture's offset)."""
-    from qkvcli.attention import engine
     from qkvcli.attention.head import AttentionHead
     from qkvcli.attention.maths import score_factor
     from qkvcli.attention.multihead import MultiHeadLayer
@@ -228,14 +224,11 @@ def _multi_head(run: Run, tensor: str, at: tuple[int, ...], value: float
     done = layer.forward(x, bool(causal))
     stacked = done.stacked
     if tensor == "weights":
-        factor = score_factor(head.d_k, head.given_scale)
-        raw = np.asarray(stacked["scores"])
-        q = stacked["rotated_query" if turned else "query"]
-        k = stacked["rotated_key" if turned else "key"]
-        names = ("RQ_h", "RK_h") if turned else ("Q_h", "K_h")
-        return attention_weight(raw, raw * factor, stacked["scaled_scores"],
-                                stacked["attention"], at, factor,
-                                score=scores(q, k, at, float(raw[at]), names))
+        turn = "rotated_" if turned else ""
+        return _weight(stacked["scores"], score_factor(head.d_k, head.given_scale),
+                       stacked["scaled_scores"], stacked["attention"],
+                       stacked[f"{turn}query"], stacked[f"{turn}key"], at,
+                       ("RQ_h", "RK_h") if turned else ("Q_h", "K_h"))
     if tensor == "merged":
         b, t, column = at
         d_v = int(stacked["value"].shape[-1])
@@ -249,11 +242,9 @@ def _multi_head(run: Run, tensor: str, at: tuple[int, ...], value: float
     grads = layer.backward(x, done, run.upstream[0])
     if tensor == "grad_w_output":
         return weight_gradient(done.concat, run.upstream[0], (at[0], at[1]), value, "U", "C")
-    merged = tuple(engine.merge_heads(np.stack([getattr(h, f"grad_{branch}")
-                                                for h in grads.heads], axis=1))
-                   for branch in ("query", "key", "value"))
-    return _reverse(x, (w_query, w_key, w_value), merged, tensor, at, value,
-                    ("dQ", "dK", "dV"))
+    merged = branch_gradients(grads)
+    return _reverse(x, (w_query, w_key, w_value), [merged[b] for _, b in BRANCHES], tensor,
+                    at, value, "d{}")
 
 
 MAKERS: dict[str, Maker] = {PROJECTIONS.forward: _projections, HEAD.forward: _head,

@@ -197,9 +197,8 @@ def _layer(page: Page, config: Mapping[str, Any], e: StepOperands) -> str:
     if sum(len(block.encode()) for block in blocks) > PAGE_BYTES // 4:
         blocks = weights(f"summarised: every value would take more than a quarter of the "
                          f"page's {PAGE_BYTES >> 20} MiB; the fixture holds them")
-    return ('<section class="group"><h2>The layer and its cache</h2><dl class="facts">'
-            + "".join(items) + f"<dt>RoPE layout</dt><dd>{escape(str(config['rope_layout']))}"
-            "</dd></dl>" + "".join(blocks) + "</section>")
+    items.append(f"<dt>RoPE layout</dt><dd>{escape(str(config['rope_layout']))}</dd>")
+    return _section("The layer and its cache", "".join(items), "".join(blocks))
 
 
 def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
@@ -239,17 +238,13 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
                 "cache length after"),
         *shapes))
 
-    def output(at: tuple[int, ...], v: float) -> Derivation:
-        return projection(e.merged, e.weights[3], None, (at[0], t, at[1]), v,
-                          ("C", "W_O", "b_O"), "output projection")._replace(
-            formula=f"row {t} of C, this step's merged heads (A V_cache per head, batch "
-            f"{at[0]}), times column {at[1]} of W_O")
-
-    def full(at: tuple[int, ...], v: float) -> Derivation:
-        return projection(e.full_merged, e.weights[3], None, (at[0], t, at[1]), v,
-                          ("C_full", "W_O", "b_O"), "output projection")._replace(
-            formula=f"the causal pass over tokens 0..{t}: its last row of C (batch "
-            f"{at[0]}) times column {at[1]} of W_O")
+    def out(merged: Array, name: str, said: str) -> Make:
+        """Row ``t`` of merged heads ``merged`` (called ``name``; ``said``: the row in
+        words, ``{b}`` its batch item) times ``W_O``."""
+        return lambda at, v: projection(
+            merged, e.weights[3], None, (at[0], t, at[1]), v, (name, "W_O", "b_O"),
+            "output projection")._replace(formula=f"{said.format(b=at[0])} column {at[1]} "
+                                          "of W_O")
 
     def weight(at: tuple[int, ...], v: float) -> Derivation:
         k = at[-1]
@@ -306,64 +301,76 @@ def _step(page: Page, t: int, step: Mapping[str, Any], a: Mapping[str, Array],
         ("output", "full pass")))
     why = (f"summarised: the steps' caches hold more than {CACHE_VALUES} values, and the "
            "last step's cache holds these rows" if brief else "")
-    blocks = (
-        page.tensor(key + "input", a["input"], None, f"x_{t} [batch, d_model]: token {t}, "
-                    "given by the fixture", given=True),
-        page.tensor(key + "weights", a["weights"], each(a["weights"], weight),
-                    f"A [batch, head, query, key]: the new query over the {after} cached keys "
-                    "(its own last)"),
-        page.tensor(key + "output", a["output"], each(a["output"], output),
-                    "y_t [batch, d_out] = merge(A V_cache) W_O"),
-        page.tensor(key + "full_prefix_last_row", a["full_prefix_last_row"],
-                    each(a["full_prefix_last_row"], full),
-                    f"the last row of the causal pass over tokens 0..{t}"),
-        f'<p class="caption">largest difference {difference} (tolerance '
-        f"{page.number('config.tolerance', '', tolerance)})</p>",
-        page.tensor(key + "appended_key", a["appended_key"],
-                    each(a["appended_key"], appended_key),
-                    f"RK_h [batch, head, 1, d_h]: the key turned at position {before}"),
-        page.tensor(key + "appended_value", a["appended_value"],
-                    each(a["appended_value"], appended_value),
-                    "V_h [batch, head, 1, d_h]: the value as projected"),
-        page.tensor(key + "cached_keys", a["cached_keys"],
-                    each(a["cached_keys"], cached("key", appended_key)),
-                    f"K_cache [batch, head, {after}, d_h] after the step", summarised=why),
-        page.tensor(key + "cached_values", a["cached_values"],
-                    each(a["cached_values"], cached("value", appended_value)),
-                    f"V_cache [batch, head, {after}, d_h] after the step", summarised=why),
-    )
+    shown: dict[str, tuple[Make | None, str]] = {
+        "input": (None, f"x_{t} [batch, d_model]: token {t}, given by the fixture"),
+        "weights": (weight, f"A [batch, head, query, key]: the new query over the {after} "
+                    "cached keys (its own last)"),
+        "output": (out(e.merged, "C", f"row {t} of C, this step's merged heads (A V_cache per "
+                       "head, batch {b}), times"), "y_t [batch, d_out] = merge(A V_cache) W_O"),
+        "full_prefix_last_row": (out(e.full_merged, "C_full", f"the causal pass over tokens "
+                                     f"0..{t}: its last row of C (batch {{b}}) times"),
+                                 f"the last row of the causal pass over tokens 0..{t}"),
+        "appended_key": (appended_key, f"RK_h [batch, head, 1, d_h]: the key turned at "
+                         f"position {before}"),
+        "appended_value": (appended_value, "V_h [batch, head, 1, d_h]: the value as projected"),
+        "cached_keys": (cached("key", appended_key),
+                        f"K_cache [batch, head, {after}, d_h] after the step"),
+        "cached_values": (cached("value", appended_value),
+                          f"V_cache [batch, head, {after}, d_h] after the step"),
+    }
+    blocks = [page.tensor(key + name, a[name], None if make is None else each(a[name], make),
+                          caption, given=make is None,
+                          summarised=why if name.startswith("cached") else "")
+              for name, (make, caption) in shown.items()]
+    blocks.insert(4, f'<p class="caption">largest difference {difference} (tolerance '
+                  f"{page.number('config.tolerance', '', tolerance)})</p>")
     return (f'<section class="group step" id="step-{t}"><h2>Step {t}</h2><dl class="facts">'
             + facts_html + "</dl>" + "".join(blocks) + '<dl class="facts">' + counts
             + "</dl></section>")
+
+
+TOTALS = {
+    "work": (("full_prefix_rows", "full_rows_per_projection",
+              "rows each projection reads for whole prefixes"),
+             ("incremental_rows", "incremental_rows_per_projection",
+              "rows each projection reads with the cache"),
+             ("reused_rows", "reused_rows_per_kv_projection",
+              "rows of K (and of V) the cache reuses")),
+    "history": (("full_prefix_rows", "complete_prefix_rows_per_projection",
+                 "rows complete prefixes project"),
+                ("incremental_rows", "incremental_rows_per_projection", "rows the cache projects"),
+                ("reused_rows", "reused_key_rows", "key rows reused"),
+                ("reused_rows", "reused_value_rows", "value rows reused")),
+}
+"""The document's totals of the steps' work, by section: the step's count each sums,
+its key and its words."""
+
+
+def _section(heading: str, items: str, after: str = "") -> str:
+    """A section of numbers with their words (``items``), then ``after``."""
+    return (f'<section class="group"><h2>{heading}</h2><dl class="facts">{items}</dl>{after}'
+            "</section>")
 
 
 def _totals(page: Page, document: Mapping[str, Any]) -> str:
     """The work over every step, the reset and the history: each count its sum over the
     steps (or the step it is)."""
     steps = document["steps"]
-    per_step = {name: [int(s["work"][name]) for s in steps]
-                for name in ("full_prefix_rows", "incremental_rows", "reused_rows")}
+    last = len(steps) - 1
 
-    def over(name: str, key: str, label: str) -> str:
-        value = int(_get(document, key))
-        return _scalar(page, key, value, counted(
+    def over(section: str) -> list[str]:
+        return [_scalar(page, f"{section}.{key}", int(document[section][key]), counted(
             f"\u03a3 over the {len(steps)} steps of each step's work.{name}",
-            [f"steps.{t}.work.{name}" for t in range(len(steps))], per_step[name], value),
-            label)
+            [f"steps.{t}.work.{name}" for t in range(len(steps))],
+            [int(s["work"][name]) for s in steps], int(document[section][key])), label)
+            for name, key, label in TOTALS[section]]
 
     w, h, r = document["work"], document["history"], document["reset"]
     reused = int(w["reused_rows_per_kv_projection"])
-    work = "".join((
-        over("full_prefix_rows", "work.full_rows_per_projection",
-             "rows each projection reads for whole prefixes"),
-        over("incremental_rows", "work.incremental_rows_per_projection",
-             "rows each projection reads with the cache"),
-        over("reused_rows", "work.reused_rows_per_kv_projection",
-             "rows of K (and of V) the cache reuses"),
-        _scalar(page, "work.avoided_rows_across_kv", int(w["avoided_rows_across_kv"]), counted(
+    work = "".join((*over("work"), _scalar(
+        page, "work.avoided_rows_across_kv", int(w["avoided_rows_across_kv"]), counted(
             "the reused rows of K and of V", ("K rows reused", "V rows reused"),
             (reused, reused), int(w["avoided_rows_across_kv"])), "rows of K and V avoided")))
-    last = len(steps) - 1
     reset = "".join((
         _scalar(page, "reset.before", int(r["before"]), facts(
             "cache append", "the length a cache in use had when reset: after its last step",
@@ -376,30 +383,13 @@ def _totals(page: Page, document: Mapping[str, Any]) -> str:
             ("allocation_reused", "the same storage arrays"),
             ("storage_unchanged", "the storage's values untouched"),
             ("replay_identical", "the same tokens again give identical evidence")))))
-    rows = "".join(page.number("history.newest_query_key_rows", (t,), int(v), facts(
+    rows = ", ".join(page.number("history.newest_query_key_rows", (t,), int(v), facts(
         "softmax", f"step {t}'s query reads the cache's length after the step (its own key "
         "last)", [(f"steps.{t}.cache_after", int(steps[t]["cache_after"]))], int(v)))
-        + ("" if t == last else ", ") for t, v in enumerate(h["newest_query_key_rows"]))
-    history = "".join((
-        f"<dt>keys the newest query reads, step by step</dt><dd>[{rows}]</dd>",
-        over("full_prefix_rows", "history.complete_prefix_rows_per_projection",
-             "rows complete prefixes project"),
-        over("incremental_rows", "history.incremental_rows_per_projection",
-             "rows the cache projects"),
-        over("reused_rows", "history.reused_key_rows", "key rows reused"),
-        over("reused_rows", "history.reused_value_rows", "value rows reused")))
-    return ('<section class="group"><h2>Work</h2><dl class="facts">' + work + "</dl></section>"
-            '<section class="group"><h2>Reset</h2><dl class="facts">' + reset
-            + "</dl></section>"
-            '<section class="group"><h2>History</h2><dl class="facts">' + history
-            + "</dl></section>")
-
-
-def _get(document: Mapping[str, Any], dotted: str) -> Any:
-    found: Any = document
-    for part in dotted.split("."):
-        found = found[part]
-    return found
+        for t, v in enumerate(h["newest_query_key_rows"]))
+    history = "".join((f"<dt>keys the newest query reads, step by step</dt><dd>[{rows}]</dd>",
+                       *over("history")))
+    return _section("Work", work) + _section("Reset", reset) + _section("History", history)
 
 
 def _errors(errors: list[Mapping[str, Any]]) -> str:

@@ -1,46 +1,33 @@
-"""The explorer page's building blocks: numbers as elements, tensors, heat maps, checks, the page.
+"""The explorer page's building blocks: numbers as elements, tensors, heat maps, the page.
 
-A :class:`Page` collects what a report shows as HTML pieces and, for every number, the
-derivation its panel opens (:mod:`qkvcli.stages.terms`, chosen by
-:mod:`qkvcli.render.explorer.derive`), and assembles one self-contained document: the
-styles and the script (``qkvcli/data/explorer.css`` and ``explorer.js``) inline, the
+A :class:`Page` collects a report's sections as HTML and, for every number, the
+derivation its panel opens (:mod:`qkvcli.stages.terms`), and assembles one
+self-contained document: ``qkvcli/data/explorer.css`` and ``explorer.js`` inline, the
 derivations as one JSON block, a content security policy that forbids every request.
-The contract a script may rely on (docs/explorer.md):
-
-- every value of a tensor, of the gradient check and of a finding is an element with
-  ``data-tensor`` (its key in the JSON report: a tensor's name under ``tensors``;
-  ``gradcheck.NAME`` for a gradient-check coordinate of tensor ``NAME``; ``failures``
-  for ``qkv check``'s findings) and ``data-index``
-  (its coordinate, comma-separated; a finding's position in ``failures``; empty for a
-  statistic of a whole tensor, which says which in ``data-stat``);
-- ``data-field`` tells apart several numbers of one coordinate (``analytic``,
-  ``numerical``, ``scaled_error``, ``actual``, ``expected``); ``data-variant`` a number
-  of another run (``other-mask``) or a finding's expected value with the engine's own
-  terms (``expected``);
-- each number is focusable; Enter or a click opens its derivation in ``#qkv-panel``.
-
-Tensors are shown as the terminal shows them: every value up to
-:data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements, a summary above (shape, count,
-first and last values, min/max/mean/L2 norm, the SHA-256 digest); attention weights as
-heat maps, numbered up to :data:`~qkvcli.render.rich.heatmap.NUMBERS_UP_TO` tokens and
-downsampled above by the terminal's rule (block maxima over ``floor(i T / n)`` blocks).
+Each number carries the ``data-*`` contract of ``docs/explorer.md``. Tensors are shown
+as the terminal shows them (every value up to
+:data:`~qkvcli.render.tensors.SUMMARY_THRESHOLD` elements, a summary above); attention
+weights as heat maps, numbered up to :data:`~qkvcli.render.rich.heatmap.NUMBERS_UP_TO`
+tokens and downsampled above by the terminal's rule.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
 import numpy as np
 
 from qkvcli.core.arrays import Array
+from qkvcli.core.record import Record
 from qkvcli.render.numbers import fmt_float, fmt_scientific, fmt_shape
 from qkvcli.render.tensors import shows_values, summarise
+from qkvcli.stages.applied import fewer
 from qkvcli.stages.table import STAGES
-from qkvcli.stages.terms import Derivation, Step, exact_sum, facts
+from qkvcli.stages.terms import Derivation, Step, facts
 
 Deriver = Callable[[tuple[int, ...]], Derivation | None]
 """What a tensor's numbers are made of: a derivation per coordinate (``None``: given)."""
@@ -51,7 +38,6 @@ BRANCH_WORDS = {"query": "query branch (solid border)", "key": "key branch (dash
                 "value": "value branch (double border)"}
 LEVEL_RANGES = ("0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1]")
 """The five shading levels of a heat map, as the terminal's legend names them."""
-SHADES = (" ", "░", "▒", "▓", "█")
 PAGE_CELLS = 1536
 """Heat-map cells a page holds at most over every batch item and head (a downsampled
 map takes fewer blocks when there are many heads): keeps a GPT-2 layer's page small.
@@ -75,24 +61,30 @@ element formula and operands, not each value's terms (a GPT-2 layer's 2,304 bias
 gradients, each a sum over 1,024 tokens, would otherwise take megabytes)."""
 
 
+class PageAsked(Record):
+    """What a page is drawn with: ``precision``, the decimals of every number (the
+    report's); ``title``, the command (``qkv run``); for ``qkv check``, ``replay`` (a
+    failing fixture's label -> the file name ``--save-failures`` gives it), ``spec`` (how
+    the command names the implementation) and ``cases`` (the fixtures it was checked on);
+    for ``qkv gradcheck``, ``chapter``, the id of the chapter whose gradients it checked,
+    which its record does not hold."""
+
+    precision: int
+    title: str
+    replay: Mapping[str, str]
+    spec: str = "IMPL"
+    chapter: str = ""
+    cases: Sequence[Any] = ()
+
+
 def shortened(derivation: Derivation | None) -> Derivation | None:
-    """``derivation`` with its :data:`SUMMARY_TERMS` largest terms listed and the others
-    summed in one row (a summarised tensor's panels: a GPT-2 layer's page stays small)."""
+    """``derivation`` with its :data:`SUMMARY_TERMS` largest terms listed, the others
+    summed in one row and no indented detail of a term (a summarised tensor's panels)."""
     if derivation is None:
         return None
-    terms = [row for row in derivation.rows if row.part in ("term", "rest")]
-    if len(terms) <= SUMMARY_TERMS + 1 and not any(
-            row.label.startswith("  ") for row in derivation.rows):
-        return derivation
-    kept = sorted(range(len(terms)), key=lambda i: -abs(float(terms[i].value)))[:SUMMARY_TERMS]
-    chosen = {i for i in kept if terms[i].part == "term"}
-    listed = [terms[i] for i in sorted(chosen)]
-    others = exact_sum(float(row.value) for i, row in enumerate(terms) if i not in chosen)
-    # a listed detail of a term (a path's own products) is indented: left out here
-    return derivation._replace(rows=(*listed, Step("the other terms together", others, "rest"),
-                                     *(row for row in derivation.rows
-                                       if row.part not in ("term", "rest")
-                                       and not row.label.startswith("  "))))
+    found = fewer(derivation, SUMMARY_TERMS)
+    return found._replace(rows=tuple(row for row in found.rows
+                                     if row.part in ("term", "rest") or row.label[:2] != "  "))
 
 
 def branch_of(name: str) -> str | None:
@@ -103,7 +95,8 @@ def branch_of(name: str) -> str | None:
     return None
 
 
-def index_text(index: Sequence[int]) -> str:
+def index_text(index: Iterable[Any]) -> str:
+    """A coordinate as ``data-index`` spells it: ``0,1,2``."""
     return ",".join(str(int(i)) for i in index)
 
 
@@ -276,47 +269,44 @@ class Page:
 
     def tables(self, name: str, values: Array, derive: Deriver | None,
                lead: Sequence[str]) -> str:
+        """One table per value of the ``lead`` axes (a ``batch`` or ``head`` one follows
+        the page's switch); a tensor of at most two axes is one table."""
         if values.ndim <= 2 or not lead:
-            flat = values.reshape((1,) * (2 - values.ndim) + values.shape) if values.ndim <= 2 \
-                else values
-            return self.grid(name, flat, (), derive, values.ndim)
+            return self.grid(name, values, (), derive)
         parts = []
         for where in np.ndindex(*values.shape[:len(lead)]):
-            attributes = "".join(f' data-{axis}="{i}"' for axis, i in zip(lead, where,
-                                                                           strict=True)
+            named = list(zip(lead, where, strict=True))
+            attributes = "".join(f' data-{axis}="{i}"' for axis, i in named
                                  if axis in ("batch", "head"))
-            label = ", ".join(f"{axis} {i}" for axis, i in zip(lead, where, strict=True))
+            label = ", ".join(f"{axis} {i}" for axis, i in named)
             parts.append(f'<div class="slice"{attributes}><p class="slice-name">{label}</p>'
-                         + self.grid(name, values[where], where, derive, 2) + "</div>")
+                         + self.grid(name, values[where], where, derive) + "</div>")
         return "".join(parts)
 
-    def grid(self, name: str, matrix: Array, lead: tuple[int, ...], derive: Deriver | None,
-             ndim: int) -> str:
-        """A 2-D table of numbers; ``ndim`` is the tensor's own (1: the values in rows of
-        :data:`ROW_VALUES`, each labelled with its first index)."""
-        rows: list[tuple[int, list[tuple[int, ...]]]]
-        if ndim == 1:
+    def grid(self, name: str, matrix: Array, lead: tuple[int, ...],
+             derive: Deriver | None) -> str:
+        """A table of numbers: a matrix's rows, or a vector's values in rows of
+        :data:`ROW_VALUES`, each labelled with its first index."""
+        if matrix.ndim == 2:
+            heads = [str(c) for c in range(matrix.shape[1])]
+            rows = [(r, [((*lead, r, c), matrix[r, c]) for c in range(matrix.shape[1])])
+                    for r in range(matrix.shape[0])]
+        else:
             flat = matrix.reshape(-1)
             width = min(ROW_VALUES, flat.size)
-            rows = [(start, [(i,) for i in range(start, min(start + width, flat.size))])
+            heads = [f"+{c}" for c in range(width)]
+            rows = [(start, [((i,), flat[i]) for i in range(start, min(start + width, flat.size))])
                     for start in range(0, flat.size, max(width, 1))]
-            head = "".join(f'<th scope="col">+{c}</th>' for c in range(width))
-        else:
-            rows = [(r, [(*lead, r, c) for c in range(matrix.shape[1])])
-                    for r in range(matrix.shape[0])]
-            head = "".join(f'<th scope="col">{c}</th>' for c in range(matrix.shape[1]))
         scientific = self.tiny(matrix)
-        out = [f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>']
-        for label, indices in rows:
-            cells = []
-            for index in indices:
-                value = float(flat[index[0]]) if ndim == 1 else float(matrix[index[-2:]])
-                derivation = derive(index) if derive is not None else None
-                cells.append(self.number(name, index, value, derivation, tag="td",
-                                         scientific=scientific))
-            out.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
-        out.append("</tbody></table>")
-        return "".join(out)
+        body = "".join(
+            f'<tr><th scope="row">{label}</th>' + "".join(
+                self.number(name, index, float(value),
+                            derive(index) if derive is not None else None, tag="td",
+                            scientific=scientific) for index, value in cells) + "</tr>"
+            for label, cells in rows)
+        head = "".join(f'<th scope="col">{c}</th>' for c in heads)
+        return (f'<table class="values"><thead><tr><th></th>{head}</tr></thead><tbody>'
+                f"{body}</tbody></table>")
 
     def summary(self, name: str, values: Array, derive: Deriver | None,
                 why: str = "") -> str:
@@ -325,27 +315,19 @@ class Page:
         s = summarise(values)
         count = s.count
 
-        def at(flat: int) -> tuple[int, ...]:
-            return tuple(int(i) for i in np.unravel_index(flat, values.shape))
+        def at(flat: int, stat: str = "", value: float | None = None) -> str:
+            index = tuple(int(i) for i in np.unravel_index(flat, values.shape))
+            return self.number(name, index, float(values[index]) if value is None else value,
+                               derive(index) if derive is not None else None, stat=stat)
 
-        def numbers(flats: Iterable[int]) -> str:
-            shown = []
-            for flat in flats:
-                index = at(flat)
-                derivation = derive(index) if derive is not None else None
-                shown.append(self.number(name, index, float(values[index]), derivation))
-            return " ".join(shown)
-
-        first = numbers(range(min(4, count)))
-        last = numbers(range(max(count - 4, 0), count))
+        first = " ".join(at(flat) for flat in range(min(4, count)))
+        last = " ".join(at(flat) for flat in range(max(count - 4, 0), count))
         extremes = ""
         if count:
             for stat, flat, value in (("min", int(np.argmin(values)), s.minimum),
                                       ("max", int(np.argmax(values)), s.maximum)):
-                index = at(flat)
-                derivation = derive(index) if derive is not None else None
-                shown = self.number(name, index, value, derivation, stat=stat)
-                extremes += f"<dt>{stat}</dt><dd>{shown} at [{index_text(index)}]</dd>"
+                where = index_text(np.unravel_index(flat, values.shape))
+                extremes += f"<dt>{stat}</dt><dd>{at(flat, stat, value)} at [{where}]</dd>"
         every = np.asarray(values, dtype=np.float64).reshape(-1)
         total, squares = float(np.sum(every)), float(np.sum(every * every))
         mean = self.number(name, "", s.mean, facts(
@@ -364,21 +346,24 @@ class Page:
 
     # --- heat maps -----------------------------------------------------------------
 
-    def heatmap(self, name: str, weights: Array, slices: Sequence[tuple[int, ...]],
-                derive: Callable[[tuple[int, ...], bool], Derivation | None], tokens: int,
-                masked_at: Callable[[tuple[int, ...]], float], extra: str = "",
+    def heatmap(self, name: str, weights: Array, softmax_input: Array | None,
+                derive: Callable[[tuple[int, ...], bool], Derivation | None], extra: str = "",
                 variant: str = "") -> str:
-        """Each slice's ``[T,T]`` weights as a heat map: numbered cells up to
-        ``NUMBERS_UP_TO`` tokens, else the block maxima of a downsampled grid. Each cell
-        is shaded against 1 (absolute) and against its row's largest (row-relative),
-        with the glyph of its level, so the map reads without colour too. ``derive``
-        gives a cell's derivation, listing its row's exponentials or not.
-
-        ``masked_at`` gives a cell's scaled score (``-inf``: masked); ``extra`` marks the
-        maps' wrapper (a causal toggle's ``data-causal``) and ``variant`` its numbers.
+        """An attention matrix ``[..., T, T]`` as heat maps, one per batch item (and head):
+        numbered cells up to ``NUMBERS_UP_TO`` tokens, else the block maxima of a
+        downsampled grid. Each cell is shaded against 1 (absolute) and against its row's
+        largest (row-relative), with the glyph of its level, so the map reads without
+        colour too, and opens ``derive(coordinate, whether it lists its row's
+        exponentials)``; a weight 0 whose softmax input is ``-inf`` is masked (struck
+        through). ``extra`` marks the maps' wrapper (a causal toggle's ``data-causal``)
+        and ``variant`` its numbers.
         """
         from qkvcli.render.rich.heatmap import GRID_ROWS, NUMBERS_UP_TO, block_max, blocks, level
 
+        slices = list(np.ndindex(*weights.shape[:-2]))
+        tokens = int(weights.shape[-1])
+        hidden = (~np.isfinite(softmax_input) if softmax_input is not None
+                  and softmax_input.shape == weights.shape else np.zeros(weights.shape, bool))
         numbered = tokens <= NUMBERS_UP_TO
         # a numbered cell's panel lists its row's exponentials while the page's maps stay
         # within PAGE_CELLS cells; beyond, it gives the row's sum alone, as a block's does
@@ -415,7 +400,7 @@ class Page:
                     index = (*where, q, k)
                     css = f"w a{level(value, 1.0)} r{level(value, largest)}"
                     derivation = derive(index, listed)
-                    if matrix[q, k] == 0.0 and not np.isfinite(masked_at(index)):
+                    if matrix[q, k] == 0.0 and hidden[index]:
                         css += " m"  # masked: struck through, not only blank
                     cells.append(self.number(name, index, value, derivation, css=css,
                                              tag="td", variant=variant))
@@ -429,16 +414,22 @@ class Page:
                        f'{note}{table}<tbody>{"".join(body)}</tbody></table></div>')
         return f'<div class="maps"{extra}>' + "".join(out) + "</div>"
 
-    def legend(self) -> str:
-        """The five levels of both scales, glyph and range; the shown scale's is visible."""
-        def swatches() -> str:
-            return "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
-                           f'{"" if i else "blank "}{LEVEL_RANGES[i]}</span>'
-                           for i in range(5))
-        return ('<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
-                "largest weight of its row (row-relative).</p>" + swatches() + "</div>"
-                '<div class="legend" data-scale-for="abs"><p>Shading: each weight against 1 '
-                "(absolute).</p>" + swatches() + "</div>")
+    def weights_section(self, caption: str, maps: Iterable[str]) -> None:
+        """The attention weights' section (``caption``: its words, HTML), its heat maps
+        under the legend of both scales (the shown scale's visible), and the scale's
+        switch."""
+        self.controls.append(
+            '<fieldset class="scale"><legend>heat-map scale</legend>'
+            '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
+            '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
+        swatches = "".join(f'<span class="swatch"><span class="w a{i} r{i} key-cell"></span>'
+                           f'{"" if i else "blank "}{LEVEL_RANGES[i]}</span>' for i in range(5))
+        self.sections.append(
+            f'<section class="group"><h2>Attention weights</h2><p class="caption">{caption}</p>'
+            '<div class="legend" data-scale-for="row"><p>Shading: each weight against the '
+            f"largest weight of its row (row-relative).</p>{swatches}</div>"
+            '<div class="legend" data-scale-for="abs"><p>Shading: each weight against 1 '
+            f"(absolute).</p>{swatches}</div>" + "".join(maps) + "</section>")
 
     # --- the document --------------------------------------------------------------
 
@@ -470,28 +461,18 @@ class Page:
             f"<script>{asset('explorer.js')}</script></body></html>\n",
         ))
 
-    def select(self, name: str, label: str, count: int) -> None:
-        """A switch among ``count`` batch items or heads (none when there is one)."""
-        if count <= 1:
+    def switch(self, name: str, label: str, options: Sequence[tuple[str, str]]) -> None:
+        """A switch of what the page shows (``data-switch``: a batch item, a head, the
+        mask), its ``options`` as (value, words), the first shown; none for one option."""
+        if len(options) <= 1:
             return
-        options = "".join(f'<option value="{i}">{i}</option>' for i in range(count))
         self.controls.append(f'<label>{label} <select id="qkv-{name}" data-switch="{name}">'
-                             f"{options}</select></label>")
+                             + "".join(f'<option value="{value}">{words}</option>'
+                                       for value, words in options) + "</select></label>")
 
-    def mask_switch(self, shown: bool) -> None:
-        """The causal toggle: the report's mask (``shown``) first, the other one beside."""
-        options = [(shown, "causal" if shown else "none (every key)"),
-                   (not shown, "causal" if not shown else "none (every key)")]
-        self.controls.append(
-            '<label>mask <select id="qkv-causal" data-switch="causal">' + "".join(
-                f'<option value="{str(flag).lower()}">{label}</option>'
-                for flag, label in options) + "</select></label>")
-
-    def scale_switch(self) -> None:
-        self.controls.append(
-            '<fieldset class="scale"><legend>heat-map scale</legend>'
-            '<label><input type="radio" name="qkv-scale" value="row" checked> row-relative</label>'
-            '<label><input type="radio" name="qkv-scale" value="abs"> absolute</label></fieldset>')
+    def select(self, name: str, label: str, count: int) -> None:
+        """A switch among ``count`` batch items or heads."""
+        self.switch(name, label, [(str(i), str(i)) for i in range(count)])
 
 
 ASSET_BYTES = 16 << 10
