@@ -51,10 +51,13 @@ GRADIENT_STAGES = {"query": "scores reverse (queries)", "key": "scores reverse (
 
 # --- the kit: numbers, formulas and worked lines from the stages ---------------------------
 
-def numbers(values: Any, options: RichOptions, between: str = ",") -> str:
+def numbers(values: Any, options: RichOptions, between: str = ",", per_line: int | None = None) -> str:
     """Every value of ``values`` (flat), each by :func:`~qkvcli.render.numbers.fmt_float`
-    at the figure's precision, joined by ``between``."""
-    return between.join(fmt_float(float(v), options.precision) for v in np.asarray(values).reshape(-1))
+    at the figure's precision, joined by ``between``; ``per_line``: that many a line, a
+    line ending with its ``between``."""
+    found = [fmt_float(float(v), options.precision) for v in np.asarray(values).reshape(-1)]
+    step = per_line or max(len(found), 1)
+    return f"{between}\n".join(between.join(found[i:i + step]) for i in range(0, len(found), step))
 
 
 def notation(text: str, options: RichOptions) -> str:
@@ -157,6 +160,11 @@ def fact_lines(facts: Sequence[tuple[str, str]]) -> Fitted:
         beside.add_row(label, detail)
     under = Group(*(Group(Text(label), Padding(Text(detail), (0, 0, 0, 2))) for label, detail in facts))
     return Fitted([beside, under])
+
+
+def showed(title: str, facts: Sequence[tuple[str, str]]) -> tuple[RenderableType, ...]:
+    """What a figure's probes showed: ``title``, then :func:`fact_lines` of ``facts``."""
+    return titled(title), fact_lines(facts)
 
 
 def checks_table(checks: Sequence[FamilyCheck]) -> Table:
