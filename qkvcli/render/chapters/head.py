@@ -26,10 +26,7 @@ from qkvcli.render.chapters.entries import (
     KEPT_TRACE,
     REPLAY,
     TRACED,
-    Table,
     chapter_checks,
-    checked,
-    each,
     error_lines,
     invariance,
     refusals,
@@ -37,6 +34,7 @@ from qkvcli.render.chapters.entries import (
     shape_of,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.chapters.rows import Table, fields, gradcheck, per, tensor_lines
 from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
@@ -141,69 +139,46 @@ def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
 def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Table:
     """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's number
     is in it; else the line's first part)."""
-    query: tuple[tuple[Any, ...], ...] = () if "{}" in key else (("query", lambda e, i: i),)
-    return each(key, count, (*query, *parts))
+    named = "{}" in key
+    return per(key.format if named else key, range(count),
+               (*(() if named else (("query", lambda e, i: i),)), *parts))
 
 
 ROW = lambda value, i: fmt_vector(value[0, i])  # noqa: E731
 SUM = lambda value, i: fmt_float(value[0, i])  # noqa: E731
 TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
-
-
-def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
-    """The gradient check's counts, tolerance and verdict (``labels``: the last two's)."""
-    return (*checked(("query", "key", "value")),
-            (labels[0], "gradcheck", lambda g: fmt_float(g["tolerance"])),
-            (labels[1], "gradcheck", lambda g: fmt_bool(g["passed"])))
-
-
-CONFIG: tuple[Part, ...] = (*((name, f"config.{name}") for name in ("batch", "tokens", "d_k", "d_v")),
-                            ("scale", "config.scale", fmt_float))
+BRANCHES = ("query", "key", "value")
+CONFIG = fields("config", "batch tokens d_k d_v scale")
 OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
-BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", fmt_vector)
-                                   for name in ("query_gradient", "key_gradient", "value_gradient"))
+BACKWARD = fields("tensors", "query_gradient key_gradient value_gradient", **dict.fromkeys(
+    ("query_gradient", "key_gradient", "value_gradient"), fmt_vector))
 GRADIENTS: Table = tuple((name, (path, spell)) for name, path, spell in BACKWARD)
-SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", fmt_vector)
-                                     for name in ("probabilities", "output")),
-                                   *((name, f"single_token.{name}")
-                                     for name in ("query_gradient_zero", "key_gradient_zero")))),)
+SINGLE = fields("single_token", "probabilities output query_gradient_zero key_gradient_zero",
+                probabilities=fmt_vector, output=fmt_vector)
 UPSTREAM: Table = (("upstream", (("", "tensors.upstream", fmt_vector),
                                  ("", "loss", lambda loss: f"loss={fmt_float(loss)}"))),)
-GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
 HISTORY: Table = (("history", (("", "history.*"),)),)
+ROW_SUMS = ("row_sums", ("tensors.row_sums", fmt_vector))
 CLOSING: Table = (("next", lambda e: words(e).next),)
-PROOF: tuple[Part, ...] = (
-    ("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
-    *_checks(("gradient_tolerance", "gradcheck")))
+PROOF = (("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
+         *gradcheck(BRANCHES, "gradient_tolerance", "gradcheck"))
+NEXT: Table = (("NEXT", (("chapter", "next"),)),)
 
-
-def _tensors(names: str, trace: bool) -> Table:
-    return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
-
-
-# --- chapter 27 -------------------------------------------------------------------------
 
 def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
     return (
-        *OPENING,
-        ("config", (*CONFIG, ("masked", "config.masked"), ("softmax_axis", "config.softmax_axis"))),
-        *_tensors("query key value dot_products scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", fmt_vector)),
-        *_rows("mixture_query_{}", len(evidence.primary.terms),
-               (("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
-        *_tensors("output", False),
-        ("scale_probe", (*((name, f"scale_probe.{name}", fmt_float) for name in (
-            "unscaled_focus", "scaled_focus", "orthogonal_probability")),
-            ("softened", "scale_probe.softened"))),
-        *SINGLE,
-        ("batch_probe", (("", "batch_probe.*"),)),
-        ("empty_batch", tuple((name, f"empty_batch.{name}")
-                              for name in ("probabilities", "output", "value_width_probe"))),
-        *UPSTREAM, *GRADIENTS, *GRADCHECK,
-        ("errors", rejected(SELF_ATTENTION.error_keys)),
-        *HISTORY,
-        ("same_fixture_replays_bitwise", "replay_bitwise"),
-        *CLOSING,
+        *OPENING, ("config", (*CONFIG, *fields("config", "masked softmax_axis"))),
+        *tensor_lines("query key value dot_products scaled_scores probabilities"), ROW_SUMS,
+        *_rows("mixture_query_{}", len(evidence.primary.terms), (
+            ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
+        *tensor_lines("output"),
+        ("scale_probe", fields("scale_probe", "unscaled_focus scaled_focus orthogonal_probability "
+                                              "softened")),
+        ("single_token", SINGLE), ("batch_probe", (("", "batch_probe.*"),)),
+        ("empty_batch", fields("empty_batch", "probabilities output value_width_probe")),
+        *UPSTREAM, *GRADIENTS, ("gradcheck", gradcheck(BRANCHES)),
+        ("errors", rejected(SELF_ATTENTION.error_keys)), *HISTORY,
+        ("same_fixture_replays_bitwise", "replay_bitwise"), *CLOSING,
     )
 
 
@@ -211,10 +186,9 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
     p, single = evidence.primary, evidence.single
     batch, tokens, _ = p.query.shape
     return (
-        ("META", (("shape", "tensors.query", shape_of), ("key_width", "config.d_k"),
-                  ("value_width", "config.d_v"), ("scale", "config.scale", fmt_float),
-                  ("softmax_axis", "config.softmax_axis"), ("masked", "config.masked"))),
-        *_tensors("query key value dot_products scaled_scores", True),
+        ("META", (("shape", "tensors.query", shape_of),
+                  *fields("config", "key_width=d_k value_width=d_v scale softmax_axis masked"))),
+        *tensor_lines("query key value dot_products scaled_scores", True),
         *_rows("PROBABILITY_ROW", tokens if batch else 0, (
             ("values", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM))),
         *_rows("MIXTURE_ROW", len(p.terms), (
@@ -224,15 +198,14 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
         ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
         ("SINGLE_TOKEN", (
             ("shape", lambda e: fmt_shape(single.query.shape)),
-            *((name, f"single_token.{name}", fmt_vector) for name in ("query", "key", "value")),
+            *fields("single_token", "query key value", **dict.fromkeys(BRANCHES, fmt_vector)),
             ("raw", lambda e: fmt_vector(single.scores)),
-            ("scaled", lambda e: fmt_vector(single.scaled_scores)),
-            *SINGLE[0][1])),
+            ("scaled", lambda e: fmt_vector(single.scaled_scores)), *SINGLE)),
         *error_lines(range(len(evidence.errors))),
         ("HISTORY", (("", "history.*"),)),
         ("PROOF", (*PROOF, REPLAY, ("unmasked", lambda e: fmt_bool(
             not p.mask.size or bool((p.mask == 0.0).all()))))),
-        ("NEXT", (("chapter", "next"),)),
+        *NEXT,
     )
 
 
@@ -262,24 +235,21 @@ CAUSAL_PROOF: tuple[Part, ...] = (
 
 def _causal_text(evidence: CausalEvidence) -> Table:
     return (
-        *OPENING, ("config", (*CONFIG, ("mask", "config.mask"))),
-        *_tensors("query key value mask raw_scores scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", fmt_vector)), *_tensors("output", False),
+        *OPENING, ("config", (*CONFIG, *fields("config", "mask"))),
+        *tensor_lines("query key value mask raw_scores scaled_scores probabilities"), ROW_SUMS,
+        *tensor_lines("output"),
         ("suffix_perturbation", tuple((name, "suffix_perturbation", _arrow(name))
                                       for name in ("key", "value"))),
         ("perturbed_output", ("suffix_perturbation.perturbed_output", fmt_vector)),
         ("prefix_invariance", ("suffix_perturbation", _invariance(KEPT_TEXT, ":", " "))),
         *UPSTREAM, *GRADIENTS,
-        ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector), ("", "prefix_gradient.suffix_zero",
-                                                             lambda zero: "suffix_gradient_zero="
-                                                             + fmt_bool(zero)))),
-        *SINGLE,
-        ("empty_batch", tuple((name, f"empty_batch.{name}")
-                              for name in ("probabilities", "output", "valid"))),
-        ("errors", rejected(CAUSAL.error_keys)), *GRADCHECK, *HISTORY,
-        ("proof", (("tape_finite", "tape_finite"),
-                   *CAUSAL_PROOF)),
-        *CLOSING,
+        ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector),
+                         ("", "prefix_gradient.suffix_zero",
+                          lambda zero: "suffix_gradient_zero=" + fmt_bool(zero)))),
+        ("single_token", SINGLE),
+        ("empty_batch", fields("empty_batch", "probabilities output valid")),
+        ("errors", rejected(CAUSAL.error_keys)), ("gradcheck", gradcheck(BRANCHES)), *HISTORY,
+        ("proof", (("tape_finite", "tape_finite"), *CAUSAL_PROOF)), *CLOSING,
     )
 
 
@@ -287,31 +257,29 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
     return (
         ("META", (*((f"{name}_shape", f"tensors.{path}", shape_of) for name, path in (
             ("input", "query"), ("score", "raw_scores"), ("mask", "mask"), ("output", "output"))),
-            ("tokens", "config.tokens"), ("key_width", "config.d_k"), ("value_width", "config.d_v"),
-            ("scale", "config.scale", fmt_float), ("softmax_axis", "config.softmax_axis"),
-            ("mask", "config.mask"))),
-        *_tensors("query key value mask raw_scores scaled_scores", True),
+            *fields("config", "tokens key_width=d_k value_width=d_v scale softmax_axis mask"))),
+        *tensor_lines("query key value mask raw_scores scaled_scores", True),
         *_rows("CAUSAL_ROW", len(evidence.primary.terms), (
             ("visibility", "tensors.mask", lambda mask, i: "[" + ",".join(
                 "blocked" if np.isneginf(m) else "allowed" for m in mask[i]) + "]"),
             ("masked_scores", "tensors.masked_scores", ROW),
             ("probabilities", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
-        ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *(
-            (name, f"suffix_perturbation.{name}", fmt_vector)
-            for name in ("key_before", "key_after", "value_before", "value_after")))),
+        ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *fields(
+            "suffix_perturbation", "key_before key_after value_before value_after",
+            **dict.fromkeys(("key_before", "key_after", "value_before", "value_after"), fmt_vector)))),
         ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
         ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
                                ("", "suffix_perturbation", _invariance(KEPT_TRACE, "=", "|")))),
-        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss", fmt_float), *BACKWARD)),
-        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", fmt_vector) for name in (
-            "seed", "query_gradient", "key_gradient", "value_gradient")),
-            ("suffix_zero", "prefix_gradient.suffix_zero"))),
-        ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE[0][1])),
-        ("EMPTY_BATCH", (*((f"{name}_shape", f"empty_batch.{name}")
-                           for name in ("query", "key", "value", "mask")),
-                         ("probability_shape", "empty_batch.probabilities"),
-                         ("output_shape", "empty_batch.output"), ("valid", "empty_batch.valid"))),
+        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss"), *BACKWARD)),
+        ("PREFIX_GRADIENT", (*fields("prefix_gradient", "seed query_gradient key_gradient value_gradient",
+                                     **dict.fromkeys(("seed", "query_gradient", "key_gradient",
+                                                      "value_gradient"), fmt_vector)),
+                             ("suffix_zero", "prefix_gradient.suffix_zero"))),
+        ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE)),
+        ("EMPTY_BATCH", fields("empty_batch", "query_shape=query key_shape=key value_shape=value "
+                                              "mask_shape=mask probability_shape=probabilities "
+                                              "output_shape=output valid")),
         *error_lines(range(len(evidence.errors))),
         ("HISTORY", tuple(("earlier_visibility" if key == "visibility" else key, f"history.{key}")
                           for key, _ in CAUSAL.history)),
@@ -319,7 +287,7 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
                     if np.isneginf(mask).any() else "none"),
                    ("tape_finite", "tape_finite"),
                    CAUSAL_PROOF[0], *PROOF, *CAUSAL_PROOF[1:])),
-        ("NEXT", (("chapter", "next"),)),
+        *NEXT,
     )
 
 
@@ -388,10 +356,9 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
                      output=shape(_shaped(e, "output")), valid=verdict(e.kept))
     elif isinstance(evidence, SelfAttentionEvidence):
         s, b = evidence.scale, evidence.batch
-        own = {"scale_probe": section(d_k=s.d_k, scale=s.scale, unscaled_focus=s.unscaled_focus,
-                                      scaled_focus=s.scaled_focus,
-                                      orthogonal_probability=s.orthogonal_probability,
-                                      softened=verdict(s.softened))}
+        own = {"scale_probe": section(d_k=s.d_k, **{name: scalar(getattr(s, name)) for name in (
+            "scale", "unscaled_focus", "scaled_focus", "orthogonal_probability")},
+            softened=verdict(s.softened))}
         query, key, value = (shape(dims) for dims in evidence.operands(b))
         batch_probe = {"batch_probe": section(
             query=query, key=key, value=value, probabilities=shape(_shaped(b, "weights")),
@@ -402,7 +369,7 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
     return {
         "checks": chapter_checks(evidence.chapter, evidence),
         "config": section(batch=int(batch), tokens=int(tokens), d_k=int(d_k),
-                          d_v=int(p.value.shape[2]), scale=p.scale, **rule,
+                          d_v=int(p.value.shape[2]), scale=scalar(p.scale), **rule,
                           softmax_axis="key", source=evidence.source),
         "tensors": section(
             query=given(p.query), key=given(p.key), value=given(p.value), **scores,
