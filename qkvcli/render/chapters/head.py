@@ -34,7 +34,7 @@ from qkvcli.render.chapters.entries import (
     shape_of,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
-from qkvcli.render.chapters.rows import Table, fields, gradcheck, per, tensor_lines
+from qkvcli.render.chapters.rows import Table, fields, gradcheck, per, tensor_lines, tensors
 from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
 
@@ -318,77 +318,72 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
 
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
                              evidence.gradcheck, words(evidence))
-    causal = isinstance(evidence, CausalEvidence)
     batch, tokens, d_k = p.query.shape
     rows, square = ("batch", "token", "feature"), ("batch", "query", "key")
 
-    def given(values: Any) -> Fact:
-        return tensor(values, rows, given=True)
+    def shapes(probe: ShapeProbe, *names: str, **more: Any) -> dict[str, Fact]:
+        """A shape probe's operands (``query``, ``key``, ``value``) and results ``names``,
+        each published as ``name=result``."""
+        operands = zip(("query", "key", "value"), evidence.operands(probe), strict=True)
+        return {**{name: shape(dims) for name, dims in operands},
+                **{label: shape(_shaped(probe, name or label))
+                   for label, _, name in (word.partition("=") for word in names)}, **more}
 
-    rule: dict[str, Any] = {"mask": MASK_RULE} if causal else {"masked": verdict(False)}
-    scores = ({"mask": tensor(p.mask, ("query", "key")),
-               "raw_scores": tensor(p.scores, square),
-               "scaled_scores": tensor(p.scaled_scores, square),
-               "masked_scores": tensor(p.masked_scores, square)} if causal
-              else {"dot_products": tensor(p.scores, square),
-                    "scaled_scores": tensor(p.scaled_scores, square)})
     own: dict[str, Any] = {}
-    batch_probe: dict[str, Any] = {}
-    empty: dict[str, Any] = dict(zip(("query", "key", "value"),
-                                     (shape(dims) for dims in evidence.operands(e)), strict=True))
+    empty = shapes(e)
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         own = {"future_probabilities_zero": verdict(evidence.future_zero),
                "tape_finite": verdict(p.tape_finite),
                "suffix_perturbation": section(
-                   position=x.position, key_before=given(x.key_before),
-                   key_after=given(x.key_after), value_before=given(x.value_before),
-                   value_after=given(x.value_after),
+                   position=x.position, **tensors(rows, True, key_before=x.key_before,
+                                                  key_after=x.key_after, value_before=x.value_before,
+                                                  value_after=x.value_after),
                    perturbed_output=tensor(x.perturbed_output, rows),
                    unchanged_positions=list(x.unchanged), last_changed=verdict(x.last_changed)),
                "prefix_gradient": section(
-                   seed=given(x.seed), suffix_start=x.suffix_start,
-                   query_gradient=tensor(x.grad_query, rows),
-                   key_gradient=tensor(x.grad_key, rows),
-                   value_gradient=tensor(x.grad_value, rows),
-                   suffix_zero=verdict(x.suffix_zero))}
-        empty.update(mask=shape(_shaped(e, "mask")), probabilities=shape(_shaped(e, "weights")),
-                     output=shape(_shaped(e, "output")), valid=verdict(e.kept))
+                   seed=tensor(x.seed, rows, given=True), suffix_start=x.suffix_start,
+                   **tensors(rows, query_gradient=x.grad_query, key_gradient=x.grad_key,
+                             value_gradient=x.grad_value), suffix_zero=verdict(x.suffix_zero))}
+        empty = shapes(e, "mask", "probabilities=weights", "output", valid=verdict(e.kept))
     elif isinstance(evidence, SelfAttentionEvidence):
-        s, b = evidence.scale, evidence.batch
+        s = evidence.scale
         own = {"scale_probe": section(d_k=s.d_k, **{name: scalar(getattr(s, name)) for name in (
             "scale", "unscaled_focus", "scaled_focus", "orthogonal_probability")},
             softened=verdict(s.softened))}
-        query, key, value = (shape(dims) for dims in evidence.operands(b))
-        batch_probe = {"batch_probe": section(
-            query=query, key=key, value=value, probabilities=shape(_shaped(b, "weights")),
-            output=shape(_shaped(b, "output")), isolated=verdict(evidence.batch_isolated))}
-        empty.update(probabilities=shape(_shaped(e, "weights")),
-                     output=shape(_shaped(e, "output")),
-                     value_width_probe=shape(_shaped(evidence.value_width, "output")))
+        empty = shapes(e, "probabilities=weights", "output", value_width_probe=shape(
+            _shaped(evidence.value_width, "output")))
+    scores = ({"mask": tensor(p.mask, ("query", "key")), "raw_scores": tensor(p.scores, square),
+               "scaled_scores": tensor(p.scaled_scores, square),
+               "masked_scores": tensor(p.masked_scores, square)}
+              if isinstance(evidence, CausalEvidence)
+              else tensors(square, dot_products=p.scores, scaled_scores=p.scaled_scores))
     return {
         "checks": chapter_checks(evidence.chapter, evidence),
         "config": section(batch=int(batch), tokens=int(tokens), d_k=int(d_k),
-                          d_v=int(p.value.shape[2]), scale=scalar(p.scale), **rule,
+                          d_v=int(p.value.shape[2]), scale=scalar(p.scale),
+                          **({"mask": MASK_RULE} if isinstance(evidence, CausalEvidence)
+                             else {"masked": verdict(False)}),
                           softmax_axis="key", source=evidence.source),
         "tensors": section(
-            query=given(p.query), key=given(p.key), value=given(p.value), **scores,
+            **tensors(rows, True, query=p.query, key=p.key, value=p.value), **scores,
             probabilities=tensor(p.probabilities, square),
             row_sums=tensor(p.row_sums, ("batch", "query")),
             mixture_terms=tensor(p.terms, ("query", "key", "feature")),
-            output=tensor(p.output, rows), upstream=given(p.upstream),
-            query_gradient=tensor(p.grad_query, rows),
-            key_gradient=tensor(p.grad_key, rows),
-            value_gradient=tensor(p.grad_value, rows)),
+            output=tensor(p.output, rows), upstream=tensor(p.upstream, rows, given=True),
+            **tensors(rows, query_gradient=p.grad_query, key_gradient=p.grad_key,
+                      value_gradient=p.grad_value)),
         "loss": scalar(p.loss),
         **own,
         "single_token": section(
-            query=given(single.query), key=given(single.key), value=given(single.value),
+            **tensors(rows, True, query=single.query, key=single.key, value=single.value),
             probabilities=tensor(single.probabilities, square),
             output=tensor(single.output, rows),
             query_gradient_zero=verdict(single.query_gradient_zero),
             key_gradient_zero=verdict(single.key_gradient_zero)),
-        **batch_probe,
+        **({"batch_probe": section(**shapes(evidence.batch, "probabilities=weights", "output",
+                                            isolated=verdict(evidence.batch_isolated)))}
+           if isinstance(evidence, SelfAttentionEvidence) else {}),
         "empty_batch": section(**empty),
         "gradcheck": {"passed": g.passed, "step": g.step, "tolerance": g.tolerance,
                       "tensors": [{"tensor": c.tensor, "shape": list(c.shape),
