@@ -24,7 +24,7 @@ from qkvcli.render.chapters.entries import (
     worded,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
-from qkvcli.render.chapters.rows import Table, fields, gradcheck, opening, per, tensor_lines
+from qkvcli.render.chapters.rows import Table, fields, gradcheck, opening, per, tensor_lines, tensors
 from qkvcli.render.facts import (
     entries,
     report,
@@ -69,13 +69,7 @@ FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
          "PositionRangeExceeded": ("offset", "tokens", "capacity"), "ReleasedBuffer": ("stage",)}
 """The facts the chapter publishes of each refusal, in order."""
 ROWS = ("position", "feature")
-AXES = {**dict.fromkeys(("query", "key", "rotated_query", "rotated_key", "shifted_query",
-                         "shifted_key", "upstream_query", "upstream_key", "query_gradient",
-                         "key_gradient"), ROWS),
-        "inverse_frequencies": ("pair",), **dict.fromkeys(("angles", "cosines", "sines"),
-                                                         ("position", "pair")),
-        "dot_grid": ("query", "key"), "shifted_dot_grid": ("query", "key")}
-"""Each tensor's axes, by name."""
+"""A table of positions' axes: Q, K, their turns and gradients."""
 TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
                  "offset-overflow", "released-input")
 """The rejected inputs the trace draws (the table's own refusals of a zero width and a
@@ -213,16 +207,6 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
-    given = {"query": p.query, "key": p.key}
-    computed = {
-        "inverse_frequencies": t.inverse_frequencies, "angles": t.angles,
-        "cosines": t.cosines, "sines": t.sines, "rotated_query": p.rotated_query,
-        "rotated_key": p.rotated_key, "shifted_query": p.shifted_query,
-        "shifted_key": p.shifted_key, "dot_grid": p.dot_grid,
-        "shifted_dot_grid": p.shifted_dot_grid,
-    }
-    upstream = {"upstream_query": p.upstream_query, "upstream_key": p.upstream_key}
-    gradients = {"query_gradient": p.query_gradient, "key_gradient": p.key_gradient}
     return {
         "checks": chapter_checks(NAME, evidence),
         "config": section(features=table.features, pairs=table.pairs,
@@ -230,10 +214,14 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
                           layout=table.layout, offset=f.offset, shift=f.shift,
                           shifted_offset=f.offset + f.shift, token_positions=list(t.positions)),
         "tensors": section(
-            **{name: tensor(value, AXES[name], given=True) for name, value in given.items()},
-            **{name: tensor(value, AXES[name]) for name, value in computed.items()},
-            **{name: tensor(value, AXES[name], given=True) for name, value in upstream.items()},
-            **{name: tensor(value, AXES[name]) for name, value in gradients.items()}),
+            **tensors(ROWS, True, query=p.query, key=p.key),
+            inverse_frequencies=tensor(t.inverse_frequencies, ("pair",)),
+            **tensors(("position", "pair"), angles=t.angles, cosines=t.cosines, sines=t.sines),
+            **tensors(ROWS, rotated_query=p.rotated_query, rotated_key=p.rotated_key,
+                      shifted_query=p.shifted_query, shifted_key=p.shifted_key),
+            **tensors(("query", "key"), dot_grid=p.dot_grid, shifted_dot_grid=p.shifted_dot_grid),
+            **tensors(ROWS, True, upstream_query=p.upstream_query, upstream_key=p.upstream_key),
+            **tensors(ROWS, query_gradient=p.query_gradient, key_gradient=p.key_gradient)),
         "norms": section(input=values(p.input_norms), rotated=values(p.rotated_norms),
                          shifted=values(p.shifted_norms), preserved=verdict(p.norm_preserved)),
         "loss": scalar(p.loss),

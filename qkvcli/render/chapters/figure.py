@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.results import FamilyCheck
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.boxes import CARD, KEY, LETTERS, QUERY, ROLE_SENTENCES, ROLE_STYLES, VALUE
 from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, lines, status, titled
 from qkvcli.render.rich.options import RichOptions
@@ -312,14 +312,23 @@ def backward_rows(p: Any, options: RichOptions) -> list[Row]:
     return [Row([upstream]), branches((p.grad_query, p.grad_key, p.grad_value), options, True)]
 
 
-def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bool,
-                cards: Sequence[RenderableType], ending: str) -> Group:
+def head_figure(evidence: Any, options: RichOptions, masked: bool, own: Sequence[Part],
+                words: tuple[str, Sequence[tuple[str, str]], str]) -> Group:
     """The whole figure: heading, legend, operands, scores, probabilities, mixture,
-    reverse pass, the chapter's ``cards``, checks and verdict; ``ending`` names what the
-    next chapter adds."""
-    p = evidence.primary
+    reverse pass, the chapter's ``own`` cards and the rejected inputs two a row, the
+    history and the proof, checks and verdict. ``words``: the chapter's prediction, its
+    history and what the next chapter adds."""
     from qkvcli.render.chapters.entries import detail
 
+    p, g = evidence.primary, evidence.gradcheck
+    prediction, history, ending = words
+    cards = [*own, facts_part("Rejected inputs", [
+        (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])]
+    proof = facts_part("Proof", [
+        (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
+        (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
+         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance, SETTING)}"),
+        (evidence.replay_bitwise, "replay", "bit for bit")])
     checks = facts_part("Checks", [(c.passed, c.name, detail(evidence.chapter, evidence, c))
                                    for c in evidence.checks], evidence.passed)
     return lines(
@@ -334,7 +343,8 @@ def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bo
         *backward_rows(p, options),
         Text(""),
         Text("Check the chapter's claims", style="bold underline"),
-        *cards,
+        *(Row(cards[i:i + 2]) for i in range(0, len(cards), 2)),
+        Row([facts_part("History", [(None, key, value) for key, value in history]), proof]),
         Row([checks]),
         Text(ending, style="dim"),
         verdict_text(evidence.checks),

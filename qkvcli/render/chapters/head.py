@@ -36,7 +36,7 @@ from qkvcli.render.chapters.entries import (
 from qkvcli.render.chapters.entries import json_document as json_document_of
 from qkvcli.render.chapters.rows import Table, fields, gradcheck, per, tensor_lines, tensors
 from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -412,29 +412,17 @@ def figure(evidence: HeadChapterEvidence, width: int,
     the rejected inputs, the history and the checks), every number at ``options``'
     precision. ``width`` is the console's; the layout adapts to it when printed."""
     from qkvcli.render.chapters import figure as drawn
-    from qkvcli.render.rich.layout import Row
     from qkvcli.render.rich.options import RichOptions
 
     options = options or RichOptions()
     n = options.precision  # every number of the figure at the caller's precision
-    p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
-                             evidence.gradcheck, words(evidence))
-
+    p, single, e, said = evidence.primary, evidence.single, evidence.empty, words(evidence)
 
     def row(values: Any) -> str:
         return f"[{drawn.numbers(values, options)}]"
 
     one = (f"probability {row(single.probabilities)}, output {row(single.output)}, "
            "no gradient to Q or K")
-    refused = drawn.facts_part("Rejected inputs", [
-        (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
-    history = drawn.facts_part("History", [(None, key, value) for key, value in said.history])
-    proof = drawn.facts_part("Proof", [
-        (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
-        (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
-         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance, drawn.SETTING)}"),
-        (evidence.replay_bitwise, "replay", "bit for bit"),
-    ])
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         later = drawn.facts_part("A later token", [
@@ -457,7 +445,7 @@ def figure(evidence: HeadChapterEvidence, width: int,
              f"mask {fmt_shape(_shaped(e, 'mask'))}"),
             (p.tape_finite, "reverse pass", "every array finite: -inf never reaches it"),
         ])
-        cards = [Row([later, probes]), Row([refused])]
+        cards = [later, probes]
     else:
         assert isinstance(evidence, SelfAttentionEvidence)
         s, b = evidence.scale, evidence.batch
@@ -473,7 +461,6 @@ def figure(evidence: HeadChapterEvidence, width: int,
              f"{fmt_shape(_shaped(e, 'output'))}; value width 1 gives "
              f"{fmt_shape(_shaped(evidence.value_width, 'output'))}"),
         ])
-        cards = [Row([probes, refused])]
-    return drawn.head_figure(evidence, options, said.prediction,
-                             isinstance(evidence, CausalEvidence),
-                             [*cards, Row([history, proof])], said.closing)
+        cards = [probes]
+    return drawn.head_figure(evidence, options, isinstance(evidence, CausalEvidence), cards,
+                             (said.prediction, said.history, said.closing))
