@@ -32,10 +32,9 @@ from rich.text import Text
 from qkvcli.core.results import FamilyCheck
 from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.boxes import CARD, KEY, LETTERS, QUERY, ROLE_SENTENCES, ROLE_STYLES, VALUE
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, lines, status, titled
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, lines, status, titled, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import batched_tables, grid, matrix_table, pick, shown
-from qkvcli.render.wording import VERDICT, verdict_counts
 from qkvcli.stages.table import STAGES, plain
 from qkvcli.stages.terms import Derivation, exact_sum, mixture, scaled, scores
 from qkvcli.stages.terms import masked as hide
@@ -180,10 +179,7 @@ def checks_table(checks: Sequence[FamilyCheck]) -> Table:
 def verdict_text(checks: Sequence[FamilyCheck]) -> Text:
     """The verdict line, as chapter 26's figure ends."""
     done = sum(1 for check in checks if check.passed)
-    line = Text(VERDICT, style="bold")
-    line.append_text(status(done == len(checks)))
-    line.append(" " + verdict_counts(done, len(checks)))
-    return line
+    return verdict_line(done == len(checks), done, len(checks))
 
 
 def closing(checks: Sequence[FamilyCheck]) -> tuple[RenderableType, ...]:
