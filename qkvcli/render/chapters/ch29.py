@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
-from qkvcli.core.results import Refusal
 from qkvcli.render.chapters.entries import (
     REPLAY,
     TRACED,
@@ -24,7 +23,16 @@ from qkvcli.render.chapters.entries import (
     worded,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
-from qkvcli.render.chapters.rows import Table, fields, gradcheck, opening, per, tensor_lines, tensors
+from qkvcli.render.chapters.rows import (
+    Table,
+    fields,
+    gradcheck,
+    opening,
+    per,
+    refused_facts,
+    tensor_lines,
+    tensors,
+)
 from qkvcli.render.facts import (
     entries,
     report,
@@ -63,11 +71,8 @@ ERROR_KEYS = {
 
 KINDS = {refusal.__name__: refusal.kind for refusal in RotaryRefusal.__subclasses__()}
 """Each rotary refusal's name in the trace's and the JSON's ``kind``."""
-FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
-         "RotaryInputRank": ("rank",), "RotaryWidthMismatch": ("expected", "actual"),
-         "PositionOffsetOverflow": ("tokens",),
-         "PositionRangeExceeded": ("offset", "tokens", "capacity"), "ReleasedBuffer": ("stage",)}
-"""The facts the chapter publishes of each refusal, in order."""
+HIDDEN = {"PositionOffsetOverflow.offset": None}
+"""A refusal's field the chapter does not publish (:func:`~.rows.refused_facts`)."""
 ROWS = ("position", "feature")
 """A table of positions' axes: Q, K, their turns and gradients."""
 TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
@@ -116,12 +121,6 @@ its spelling, or labelled parts)."""
 def text(evidence: RopeEvidence) -> str:
     """The chapter's text report, ``key=value`` lines ending with a newline."""
     return report(facts(evidence), evidence, TEXT)
-
-
-def facts_of(error: Refusal) -> tuple[tuple[str, Any], ...]:
-    """The facts the chapter publishes of a refusal: :data:`FACTS` of its expected error."""
-    shown = FACTS.get(error.expected, ())
-    return tuple((key, value) for key, value in error.fields if key in shown)
 
 
 PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADING",
@@ -233,7 +232,7 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
              "output": shape(probe.shape("rope")), "valid": verdict(probe.kept),
              "refusal": probe.refusal or None} for probe in evidence.probes]),
         "errors": refusals(evidence.errors, ("case", "kind", "rejected", "facts", "message"),
-                           kind=lambda e: KINDS[e.expected], facts=lambda e: dict(facts_of(e))),
+                           kind=lambda e: KINDS[e.expected], facts=lambda e: refused_facts(e, HIDDEN)),
         "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": verdict(p.tape_finite),
         "replay_bitwise": verdict(evidence.replay_bitwise),

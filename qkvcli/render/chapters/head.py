@@ -20,7 +20,7 @@ import numpy as np
 
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal, ShapeProbe
+from qkvcli.core.results import ShapeProbe
 from qkvcli.render.chapters.entries import (
     KEPT_TEXT,
     KEPT_TRACE,
@@ -34,7 +34,15 @@ from qkvcli.render.chapters.entries import (
     shape_of,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
-from qkvcli.render.chapters.rows import Table, fields, gradcheck, per, tensor_lines, tensors
+from qkvcli.render.chapters.rows import (
+    Table,
+    fields,
+    gradcheck,
+    per,
+    refused_facts,
+    tensor_lines,
+    tensors,
+)
 from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
@@ -48,8 +56,8 @@ class ChapterWords(Record):
     """A head chapter's published words: its prediction, what comes next, its history as
     the course states it, and its rejected cases' names (``error_keys``: on the report's
     ``errors=`` line; ``error_kinds``: each expected error in the trace's ``kind=``;
-    ``fact_names``: a case's facts where the trace names them otherwise than its error's
-    fields; ``unsaid``: the errors whose facts the chapter does not publish)."""
+    ``fact_names``: a case's facts the trace names otherwise than its error's fields, or
+    does not publish: :func:`~.rows.refused_facts`)."""
 
     prediction: str
     next: str
@@ -58,8 +66,7 @@ class ChapterWords(Record):
     error_keys: dict[str, str]
     error_kinds: dict[str, str]
     closing: str
-    fact_names: dict[str, dict[str, str]]
-    unsaid: tuple[str, ...] = ()
+    fact_names: dict[str, str | None]
 
 
 SELF_ATTENTION = ChapterWords(
@@ -94,8 +101,7 @@ CAUSAL = ChapterWords(
                  "OperandRank": "score-input-rank", "OperandTokenMismatch": "score-token-mismatch",
                  "ReleasedOperand": "released-operand"},
     closing="Chapter 29 turns Q and K by position (RoPE) without moving the causal boundary.",
-    fact_names={"OperandRank": {"operand": "input"}},
-    unsaid=("EmptyTokenAxis",),
+    fact_names={"OperandRank.operand": "input", "EmptyTokenAxis.tokens": None},
 )
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
@@ -124,14 +130,6 @@ def mask_text(mask: Any) -> str:
     """The single-token mask as the course writes it: ``0`` or ``-inf`` per entry."""
     flat = np.asarray(mask).reshape(-1)
     return "[" + ",".join("-inf" if np.isneginf(m) else "0" for m in flat) + "]"
-
-
-def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
-    """A refusal's published facts: its expected error's fields, under the trace's names."""
-    if case.expected in said.unsaid:
-        return ()
-    names = said.fact_names.get(case.expected, {})
-    return tuple((names.get(key, key), value) for key, value in case.fields)
 
 
 # --- the text and the trace: tables over the facts -------------------------------------
@@ -393,7 +391,7 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
         "errors": refusals(evidence.errors, ("case", "kind", "facts", "rejected", "raised",
                                              "message"), raised=lambda c: c.raised,
                            kind=lambda c: said.error_kinds.get(c.expected, c.expected),
-                           facts=lambda c: dict(facts_of(c, said))),
+                           facts=lambda c: refused_facts(c, said.fact_names)),
         "history": dict(said.history),
         "replay_bitwise": verdict(evidence.replay_bitwise),
         "next": said.next_chapter,

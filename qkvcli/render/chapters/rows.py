@@ -3,15 +3,18 @@
 A chapter's line that is ``key=label:value ...`` over facts of one section is written as
 the section and the names (:func:`fields`); a run of tensors as their names
 (:func:`tensor_lines`); a line per index, or per tuple of indices, as its key and parts
-(:func:`per`). The gradient check's counts, tolerance and verdict (:func:`gradcheck`),
-a report's opening lines (:func:`opening`) are one builder each.
+(:func:`per`). The gradient check's counts, tolerance and verdict (:func:`gradcheck`), a
+report's opening lines (:func:`opening`), a refused input's published facts
+(:func:`refused_facts`) and a run of tensor facts of the same axes (:func:`tensors`) are
+one builder each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from qkvcli.core.results import Refusal
 from qkvcli.render.chapters.entries import checked
 from qkvcli.render.facts import Fact, Part, tensor
 from qkvcli.render.numbers import fmt_bool, fmt_float
@@ -72,3 +75,10 @@ def opening(name: str, prediction: str | None = None) -> Table:
 def tensors(axes: tuple[str, ...], given: bool = False, **named: Any) -> dict[str, Fact]:
     """Each of ``named``'s arrays as a tensor fact of ``axes`` (``given``: by the fixture)."""
     return {name: tensor(value, axes, given=given) for name, value in named.items()}
+
+
+def refused_facts(case: Refusal, names: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """A refusal's published facts: its expected error's fields, each under the name
+    ``names`` gives ``Error.field`` (``None``: not published) or its own."""
+    named = [((names or {}).get(f"{case.expected}.{key}", key), value) for key, value in case.fields]
+    return {name: value for name, value in named if name is not None}
