@@ -43,15 +43,14 @@ CONFIG = fields("config", "batch tokens model_width heads head_width capacity ro
 ERRORS = (*((case, "errors", lambda errors, case=case: _refused(errors, case))
             for case in ERROR_CASES),
           ("unchanged", "errors", lambda errors: fmt_bool(all(e["unchanged"].value for e in errors))))
-SHARED = {"config": ("CONFIG", CONFIG), "work": ("WORK", (("", "work.*"),)),
-          "reset": ("RESET", (("", "reset.*"),)), "errors": ("ERRORS", ERRORS),
-          "history": ("HISTORY", (("", "history.*"),))}
-"""The lines the text and the trace share, by the text's key: the trace's key and the
-facts (the work, the reset and the history each say every fact of their section)."""
+SHARED = {"config": CONFIG, "work": (("", "work.*"),), "reset": (("", "reset.*"),),
+          "errors": ERRORS, "history": (("", "history.*"),)}
+"""The lines the text and the trace share, by the text's key (the trace's in capitals):
+their facts (the work, the reset and the history each say every fact of their section)."""
 
 
 def _shared(names: str, trace: bool) -> Table:
-    return tuple((SHARED[name][0] if trace else name, SHARED[name][1]) for name in names.split())
+    return tuple((name.upper() if trace else name, SHARED[name]) for name in names.split())
 
 
 def _of(i: int, name: str, decimals: int | None = None, head: int | None = None) -> tuple[str, Any]:
