@@ -57,8 +57,8 @@ TENSORS = ("input projected_query_heads projected_key_heads projected_value_head
            "rotated_query_heads rotated_key_heads attention_weights head_outputs merged "
            "output_weight output")
 """The tensors the text shows whole, in its order."""
-GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
-             "value_weight_gradient", "output_weight_gradient")
+GRADIENTS = ("input_gradient query_weight_gradient key_weight_gradient value_weight_gradient "
+             "output_weight_gradient")
 SPELLINGS = {"tensor": lambda value: f"shape:{shape_of(value)} values:{fmt_vector(value)}",
              "values": fmt_vector,
              "scalar": lambda value: python_fixed(value, 6) if isinstance(value, float) else str(value)}
@@ -97,7 +97,7 @@ TEXT: Table = (
                      lambda shapes: f"[{','.join(fmt_shape(s) for s in shapes)}]"),
                     *fields("parameters", "count bias_free node_distinct"))),
     ("upstream", (("", "tensors.upstream", fmt_vector), ("loss", "loss"))),
-    *((name, (f"tensors.{name}", fmt_vector)) for name in GRADIENTS),
+    *tensor_lines(GRADIENTS, spell=fmt_vector),
     ("gradcheck", _gradchecks),
     ("shapes", (("", "shapes.*"),)),
     ("errors", rejected()),

@@ -148,9 +148,8 @@ TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
 BRANCHES = ("query", "key", "value")
 CONFIG = fields("config", "batch tokens d_k d_v scale")
 OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
-BACKWARD = fields("tensors", "query_gradient key_gradient value_gradient", **dict.fromkeys(
-    ("query_gradient", "key_gradient", "value_gradient"), fmt_vector))
-GRADIENTS: Table = tuple((name, (path, spell)) for name, path, spell in BACKWARD)
+BACKWARD = fields("tensors", "query_gradient key_gradient value_gradient", fmt_vector)
+GRADIENTS = tensor_lines("query_gradient key_gradient value_gradient", spell=fmt_vector)
 SINGLE = fields("single_token", "probabilities output query_gradient_zero key_gradient_zero",
                 probabilities=fmt_vector, output=fmt_vector)
 UPSTREAM: Table = (("upstream", (("", "tensors.upstream", fmt_vector),
@@ -196,7 +195,7 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
         ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
         ("SINGLE_TOKEN", (
             ("shape", lambda e: fmt_shape(single.query.shape)),
-            *fields("single_token", "query key value", **dict.fromkeys(BRANCHES, fmt_vector)),
+            *fields("single_token", "query key value", fmt_vector),
             ("raw", lambda e: fmt_vector(single.scores)),
             ("scaled", lambda e: fmt_vector(single.scaled_scores)), *SINGLE)),
         *error_lines(range(len(evidence.errors))),
@@ -264,15 +263,13 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
             ("probabilities", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
         ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *fields(
-            "suffix_perturbation", "key_before key_after value_before value_after",
-            **dict.fromkeys(("key_before", "key_after", "value_before", "value_after"), fmt_vector)))),
+            "suffix_perturbation", "key_before key_after value_before value_after", fmt_vector))),
         ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
         ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
                                ("", "suffix_perturbation", _invariance(KEPT_TRACE, "=", "|")))),
         ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss"), *BACKWARD)),
-        ("PREFIX_GRADIENT", (*fields("prefix_gradient", "seed query_gradient key_gradient value_gradient",
-                                     **dict.fromkeys(("seed", "query_gradient", "key_gradient",
-                                                      "value_gradient"), fmt_vector)),
+        ("PREFIX_GRADIENT", (*fields("prefix_gradient", "seed query_gradient key_gradient "
+                                                        "value_gradient", fmt_vector),
                              ("suffix_zero", "prefix_gradient.suffix_zero"))),
         ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE)),
         ("EMPTY_BATCH", fields("empty_batch", "query_shape=query key_shape=key value_shape=value "

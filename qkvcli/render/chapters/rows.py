@@ -23,20 +23,23 @@ Table = tuple[tuple[str, Any], ...]
 """A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
 
 
-def fields(section: str, names: str, **spelt: Callable[[Any], str]) -> tuple[Part, ...]:
+def fields(section: str, names: str, spell: Callable[[Any], str] | None = None,
+           **spelt: Callable[[Any], str]) -> tuple[Part, ...]:
     """A part per word of ``names`` (``label`` or ``label=fact``, the fact of ``section``
-    the line labels otherwise), said by its kind or by ``spelt[label]``."""
+    the line labels otherwise), said by ``spelt[label]``, else by ``spell``, else by its kind."""
     found: list[Part] = []
     for word in names.split():
         label, _, name = word.partition("=")
-        spell = (spelt[label],) if label in spelt else ()
-        found.append((label, f"{section}.{name or label}", *spell))
+        said = spelt.get(label, spell)
+        found.append((label, f"{section}.{name or label}", *((said,) if said else ())))
     return tuple(found)
 
 
-def tensor_lines(names: str, trace: bool = False) -> Table:
-    """One line per tensor of ``names`` (its key in capitals in a ``trace``), said whole."""
-    return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
+def tensor_lines(names: str, trace: bool = False, spell: Callable[[Any], str] | None = None) -> Table:
+    """One line per tensor of ``names`` (its key in capitals in a ``trace``), said whole
+    or by ``spell`` (:func:`~qkvcli.render.numbers.fmt_vector`: its values alone)."""
+    return tuple((name.upper() if trace else name,
+                  (f"tensors.{name}", spell) if spell else f"tensors.{name}") for name in names.split())
 
 
 def per(key: str | Callable[[Any], str], indices: Iterable[Any],
