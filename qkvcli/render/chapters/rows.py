@@ -44,7 +44,7 @@ def tensor_lines(names: str, trace: bool = False, spell: Callable[[Any], str] | 
 
 def per(key: str | Callable[[Any], str], indices: Iterable[Any],
         parts: Iterable[tuple[Any, ...]]) -> Table:
-    """One line per index (a number or a tuple): ``key`` (a function of the index), then
+    """One line per index (a number or a tuple): ``key`` (or a function of the index), then
     each part at it: ``(label, path, spell)`` with ``spell(value, index)``, ``(label, f)``
     with ``f(evidence, index)``, or ``(label, int)``: the index's item, said as a number."""
     def at(part: tuple[Any, ...], i: Any) -> Part:
