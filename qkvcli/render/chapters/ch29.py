@@ -12,14 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from qkvcli.attention.errors import RotaryRefusal
 from qkvcli.chapters.ch29 import NAME, RopeEvidence
-from qkvcli.core.results import Refusal
 from qkvcli.render.chapters.entries import (
     REPLAY,
     TRACED,
-    Table,
     chapter_checks,
-    checked,
-    each,
     error_lines,
     refusals,
     rejected,
@@ -27,6 +23,16 @@ from qkvcli.render.chapters.entries import (
     worded,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.chapters.rows import (
+    Table,
+    fields,
+    gradcheck,
+    opening,
+    per,
+    refused_facts,
+    tensor_lines,
+    tensors,
+)
 from qkvcli.render.facts import (
     entries,
     report,
@@ -65,19 +71,10 @@ ERROR_KEYS = {
 
 KINDS = {refusal.__name__: refusal.kind for refusal in RotaryRefusal.__subclasses__()}
 """Each rotary refusal's name in the trace's and the JSON's ``kind``."""
-FACTS = {"OddFeatureWidth": ("width",), "InvalidRopeBase": ("base",),
-         "RotaryInputRank": ("rank",), "RotaryWidthMismatch": ("expected", "actual"),
-         "PositionOffsetOverflow": ("tokens",),
-         "PositionRangeExceeded": ("offset", "tokens", "capacity"), "ReleasedBuffer": ("stage",)}
-"""The facts the chapter publishes of each refusal, in order."""
+HIDDEN = {"PositionOffsetOverflow.offset": None}
+"""A refusal's field the chapter does not publish (:func:`~.rows.refused_facts`)."""
 ROWS = ("position", "feature")
-AXES = {**dict.fromkeys(("query", "key", "rotated_query", "rotated_key", "shifted_query",
-                         "shifted_key", "upstream_query", "upstream_key", "query_gradient",
-                         "key_gradient"), ROWS),
-        "inverse_frequencies": ("pair",), **dict.fromkeys(("angles", "cosines", "sines"),
-                                                         ("position", "pair")),
-        "dot_grid": ("query", "key"), "shifted_dot_grid": ("query", "key")}
-"""Each tensor's axes, by name."""
+"""A table of positions' axes: Q, K, their turns and gradients."""
 TRACED_ERRORS = ("odd-width", "input-rank", "width-mismatch", "position-range",
                  "offset-overflow", "released-input")
 """The rejected inputs the trace draws (the table's own refusals of a zero width and a
@@ -88,34 +85,29 @@ def _ints(values: Any) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
 
 
-TEXT: tuple[tuple[str, Any], ...] = (
-    ("chapter", lambda e: NAME),
-    ("prediction", lambda e: PREDICTION),
-    ("config", (("features", "config.features"), ("pairs", "config.pairs"),
-                ("positions", "config.positions"), ("base", "config.base", partial(fmt_float, precision=0)),
-                ("layout", "config.layout"),
+NORMS = fields("norms", "input rotated shifted preserved")
+CHECKS = ("query", "key")
+TEXT: Table = (
+    *opening(NAME, PREDICTION),
+    ("config", (*fields("config", "features pairs positions base layout",
+                        base=partial(fmt_float, precision=0)),
                 ("offset", lambda e: f"{e.fixture.offset}->{e.fixture.offset + e.fixture.shift}"))),
-    ("inverse_frequencies", ("tensors.inverse_frequencies", fmt_vector)),
-    *((name, f"tensors.{name}") for name in ("query", "key", "angles", "cosines", "sines")),
-    ("rotated_query", ("tensors.rotated_query", fmt_vector)),
-    ("rotated_key", ("tensors.rotated_key", fmt_vector)),
-    ("norms", (("input", "norms.input"), ("rotated", "norms.rotated"),
-               ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
-    ("dot_grid", "tensors.dot_grid"),
+    *tensor_lines("inverse_frequencies", spell=fmt_vector),
+    *tensor_lines("query key angles cosines sines"),
+    *tensor_lines("rotated_query rotated_key", spell=fmt_vector),
+    ("norms", NORMS),
+    *tensor_lines("dot_grid"),
     ("shifted_dot_grid", (("", "tensors.shifted_dot_grid"),
                           ("common_shift_preserved", "common_shift_preserved"))),
     ("position_zero_identity", "position_zero_identity"),
-    ("upstream", (("query", "tensors.upstream_query", fmt_vector),
-                  ("key", "tensors.upstream_key", fmt_vector), ("loss", "loss"))),
-    ("query_gradient", ("tensors.query_gradient", fmt_vector)),
-    ("key_gradient", ("tensors.key_gradient", fmt_vector)),
+    ("upstream", (*fields("tensors", "query=upstream_query key=upstream_key", fmt_vector),
+                  ("loss", "loss"))),
+    *tensor_lines("query_gradient key_gradient", spell=fmt_vector),
     ("shapes", ("shapes", lambda probes: " ".join(
         f"{probe['case']}:{said(probe['output'])}" for probe in probes))),
     ("errors", rejected(ERROR_KEYS)),
-    ("gradcheck", (*checked(("query", "key")),
-                   ("tolerance", lambda e: fmt_float(e.fixture.tolerance)),
-                   ("passed", lambda e: fmt_bool(e.gradcheck.passed)))),
-    ("history", ("history", lambda history: " ".join(f"{k}:{v}" for k, v in history.items()))),
+    ("gradcheck", gradcheck(CHECKS)),
+    ("history", (("", "history.*"),)),
     ("proof", (("tape_finite", "tape_finite"), ("norm_preserved", "norms.preserved"),
                ("relative_dot", "common_shift_preserved"), REPLAY)),
     ("next", lambda e: NEXT),
@@ -129,60 +121,8 @@ def text(evidence: RopeEvidence) -> str:
     return report(facts(evidence), evidence, TEXT)
 
 
-def facts_of(error: Refusal) -> tuple[tuple[str, Any], ...]:
-    """The facts the chapter publishes of a refusal: :data:`FACTS` of its expected error."""
-    shown = FACTS.get(error.expected, ())
-    return tuple((key, value) for key, value in error.fields if key in shown)
-
-
 PROBE_LINES = {"rank3": "RANK3", "rank4": "RANK4", "empty_leading": "EMPTY_LEADING",
                "empty_tokens": "EMPTY_TOKENS"}
-
-
-TRACE_HEAD: tuple[tuple[str, Any], ...] = (
-    ("META", (("input_shape", "tensors.query", shape_of),
-              ("table_shape", "tensors.cosines", shape_of),
-              ("dot_shape", "tensors.dot_grid", shape_of),
-              ("features", "config.features"), ("pairs", "config.pairs"),
-              ("positions", "config.positions"), ("base", "config.base"),
-              ("layout", "config.layout"), ("rotation", lambda e: "counterclockwise"),
-              ("token_axis", lambda e: "penultimate"), ("feature_axis", lambda e: "final"))),
-    ("QUERY", "tensors.query"),
-    ("KEY", "tensors.key"),
-)
-TRACE_MIDDLE: tuple[tuple[str, Any], ...] = (
-    ("ROTATED_QUERY", "tensors.rotated_query"),
-    ("ROTATED_KEY", "tensors.rotated_key"),
-    ("NORM", (("input", "norms.input"), ("rotated", "norms.rotated"),
-              ("shifted", "norms.shifted"), ("preserved", "norms.preserved"))),
-)
-TRACE_TAIL: tuple[tuple[str, Any], ...] = (
-    ("COMMON_SHIFT", (
-        ("before_positions", "config.token_positions", _ints),
-        ("after_positions", lambda e: _ints(p + e.fixture.shift for p in e.primary.tables.positions)),
-        ("before_grid", "tensors.dot_grid", fmt_vector),
-        ("after_grid", "tensors.shifted_dot_grid", fmt_vector),
-        ("tolerance", "invariant_tolerance", lambda v: fmt_float(v, 12)),
-        ("preserved", "common_shift_preserved"))),
-    ("BACKWARD", (("query_seed", "tensors.upstream_query", fmt_vector),
-                  ("key_seed", "tensors.upstream_key", fmt_vector), ("loss", "loss"),
-                  ("query_gradient", "tensors.query_gradient", fmt_vector),
-                  ("key_gradient", "tensors.key_gradient", fmt_vector))),
-)
-TRACE_END: tuple[tuple[str, Any], ...] = (
-    ("HISTORY", tuple((key, "history." + key) for key, _ in HISTORY)),
-    ("PROOF", (
-        worded("position_zero", "position_zero_identity", "bitwise-identity", "changed"),
-        worded("norms", "norms.preserved", "preserved", "changed"),
-        worded("relative_dot", "common_shift_preserved", "common-shift-preserved", "mismatch"),
-        ("tape_finite", "tape_finite"),
-        *checked(("query", "key")),
-        ("gradient_tolerance", lambda e: fmt_float(e.fixture.tolerance)),
-        ("gradcheck", lambda e: fmt_bool(e.gradcheck.passed)),
-        REPLAY)),
-    ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)),
-)
-"""The trace's lines around those drawn once per pair, position, probe and refused input."""
 
 
 def trace(evidence: RopeEvidence) -> str:
@@ -190,10 +130,9 @@ def trace(evidence: RopeEvidence) -> str:
     the figure draws, piece by piece (one line per pair, position, probe and traced
     refusal between the table's own)."""
     t, pairs = evidence.primary.tables, evidence.fixture.table.pair_features()
-    count = len(t.positions)
+    count = range(len(t.positions))
 
-    def probe(value: Any, i: int) -> str:
-        x = value[i]
+    def probe(x: Any) -> str:
         offset = f"|offset={x['offset']}" if x["case"] == "empty_tokens" else ""
         return (f"input_shape={fmt_shape(x['input'])}{offset}|output_shape={said(x['output'])}"
                 f"|valid={said(x['valid'])}")
@@ -202,26 +141,47 @@ def trace(evidence: RopeEvidence) -> str:
         return (path, lambda value, i: fmt_vector(value[i]))
 
     table: Table = (
-        *TRACE_HEAD,
-        *each("FREQUENCY", len(pairs), (
+        ("META", (("input_shape", "tensors.query", shape_of),
+                  ("table_shape", "tensors.cosines", shape_of),
+                  ("dot_shape", "tensors.dot_grid", shape_of),
+                  *fields("config", "features pairs positions base layout"),
+                  ("rotation", lambda e: "counterclockwise"),
+                  ("token_axis", lambda e: "penultimate"), ("feature_axis", lambda e: "final"))),
+        *tensor_lines("query key", True),
+        *per("FREQUENCY", range(len(pairs)), (
             ("pair", lambda e, i: i), ("features", lambda e, i: _ints(pairs[i])),
             ("theta", "tensors.inverse_frequencies", lambda value, i: fmt_vector(value[i:i + 1])))),
-        *each("POSITION", count, (
+        *per("POSITION", count, (
             ("position", lambda e, i: t.positions[i]),
             *((name, *row(f"tensors.{name}")) for name in ("angles", "cosines", "sines")),
             ("query_before", *row("tensors.query")),
             ("query_after", *row("tensors.rotated_query")))),
-        *TRACE_MIDDLE,
-        *each("DOT_ROW", count, (
+        *tensor_lines("rotated_query rotated_key", True),
+        ("NORM", NORMS),
+        *per("DOT_ROW", count, (
             ("query_position", lambda e, i: t.positions[i]),
             ("relative_offsets", "config.token_positions",
              lambda positions, i: _ints(k - positions[i] for k in positions)),
             ("values", *row("tensors.dot_grid")))),
-        *TRACE_TAIL,
-        *((PROBE_LINES[x.case], (("", "shapes", lambda value, i=i: probe(value, i)),))
-          for i, x in enumerate(evidence.probes)),
+        ("COMMON_SHIFT", (
+            ("before_positions", "config.token_positions", _ints),
+            ("after_positions", lambda e: _ints(p + e.fixture.shift for p in t.positions)),
+            *fields("tensors", "before_grid=dot_grid after_grid=shifted_dot_grid", fmt_vector),
+            ("tolerance", "invariant_tolerance", lambda v: fmt_float(v, 12)),
+            ("preserved", "common_shift_preserved"))),
+        ("BACKWARD", (*fields("tensors", "query_seed=upstream_query key_seed=upstream_key", fmt_vector),
+                      ("loss", "loss"), *fields("tensors", "query_gradient key_gradient", fmt_vector))),
+        *per(lambda i: PROBE_LINES[evidence.probes[i].case], range(len(evidence.probes)),
+             (("", "shapes", lambda value, i: probe(value[i])),)),
         *error_lines(i for i, e in enumerate(evidence.errors) if e.case in TRACED_ERRORS),
-        *TRACE_END)
+        ("HISTORY", (("", "history.*"),)),
+        ("PROOF", (
+            worded("position_zero", "position_zero_identity", "bitwise-identity", "changed"),
+            worded("norms", "norms.preserved", "preserved", "changed"),
+            worded("relative_dot", "common_shift_preserved", "common-shift-preserved", "mismatch"),
+            ("tape_finite", "tape_finite"), *gradcheck(CHECKS, "gradient_tolerance", "gradcheck"),
+            REPLAY)),
+        ("NEXT", (("chapter", lambda e: NEXT_CHAPTER),)))
     return report(facts(evidence), evidence, table, True, TRACED)
 
 
@@ -241,16 +201,6 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
 
     f, p, t = evidence.fixture, evidence.primary, evidence.primary.tables
     table = f.table
-    given = {"query": p.query, "key": p.key}
-    computed = {
-        "inverse_frequencies": t.inverse_frequencies, "angles": t.angles,
-        "cosines": t.cosines, "sines": t.sines, "rotated_query": p.rotated_query,
-        "rotated_key": p.rotated_key, "shifted_query": p.shifted_query,
-        "shifted_key": p.shifted_key, "dot_grid": p.dot_grid,
-        "shifted_dot_grid": p.shifted_dot_grid,
-    }
-    upstream = {"upstream_query": p.upstream_query, "upstream_key": p.upstream_key}
-    gradients = {"query_gradient": p.query_gradient, "key_gradient": p.key_gradient}
     return {
         "checks": chapter_checks(NAME, evidence),
         "config": section(features=table.features, pairs=table.pairs,
@@ -258,10 +208,14 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
                           layout=table.layout, offset=f.offset, shift=f.shift,
                           shifted_offset=f.offset + f.shift, token_positions=list(t.positions)),
         "tensors": section(
-            **{name: tensor(value, AXES[name], given=True) for name, value in given.items()},
-            **{name: tensor(value, AXES[name]) for name, value in computed.items()},
-            **{name: tensor(value, AXES[name], given=True) for name, value in upstream.items()},
-            **{name: tensor(value, AXES[name]) for name, value in gradients.items()}),
+            **tensors(ROWS, True, query=p.query, key=p.key),
+            inverse_frequencies=tensor(t.inverse_frequencies, ("pair",)),
+            **tensors(("position", "pair"), angles=t.angles, cosines=t.cosines, sines=t.sines),
+            **tensors(ROWS, rotated_query=p.rotated_query, rotated_key=p.rotated_key,
+                      shifted_query=p.shifted_query, shifted_key=p.shifted_key),
+            **tensors(("query", "key"), dot_grid=p.dot_grid, shifted_dot_grid=p.shifted_dot_grid),
+            **tensors(ROWS, True, upstream_query=p.upstream_query, upstream_key=p.upstream_key),
+            **tensors(ROWS, query_gradient=p.query_gradient, key_gradient=p.key_gradient)),
         "norms": section(input=values(p.input_norms), rotated=values(p.rotated_norms),
                          shifted=values(p.shifted_norms), preserved=verdict(p.norm_preserved)),
         "loss": scalar(p.loss),
@@ -273,7 +227,7 @@ def facts(evidence: RopeEvidence) -> dict[str, Any]:
              "output": shape(probe.shape("rope")), "valid": verdict(probe.kept),
              "refusal": probe.refusal or None} for probe in evidence.probes]),
         "errors": refusals(evidence.errors, ("case", "kind", "rejected", "facts", "message"),
-                           kind=lambda e: KINDS[e.expected], facts=lambda e: dict(facts_of(e))),
+                           kind=lambda e: KINDS[e.expected], facts=lambda e: refused_facts(e, HIDDEN)),
         "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": verdict(p.tape_finite),
         "replay_bitwise": verdict(evidence.replay_bitwise),
@@ -308,7 +262,7 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
 
     from qkvcli.render.chapters import figure as kit
     from qkvcli.render.rich.boxes import KEY, QUERY
-    from qkvcli.render.rich.layout import Fitted, titled
+    from qkvcli.render.rich.layout import Fitted
     from qkvcli.render.rich.options import RichOptions
     from qkvcli.stages.terms import rotation, scores
 
@@ -396,8 +350,8 @@ def figure(evidence: RopeEvidence, width: int, options: RichOptions | None = Non
                 f"{table.positions} positions; tokens at positions {f.offset}-"
                 f"{f.offset + len(positions) - 1}, shifted by {f.shift}", evidence.passed),
         cards, kit.element("rope", options), rotation_layouts, *shown_rows,
-        Fitted([dots(False), dots(True), dots(None)]), titled("what the rotation kept"),
-        kit.fact_lines([
+        Fitted([dots(False), dots(True), dots(None)]),
+        *kit.showed("what the rotation kept", [
             ("norms kept", f"{fmt_bool(p.norm_preserved)}  (|q| {kit.numbers(p.input_norms, options, ' ')})"),
             ("common shift", f"+{f.shift}: every dot product kept within "
              f"{fmt_float(f.invariant_tolerance, 12)}: {fmt_bool(p.common_shift_preserved)}"),

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from qkvcli.chapters.ch30 import NAME, MultiHeadEvidence
 from qkvcli.render.chapters.entries import (
     KEPT_TEXT,
@@ -19,28 +17,17 @@ from qkvcli.render.chapters.entries import (
     REPLAY,
     chapter_checks,
     invariance,
+    refusals,
     rejected,
     shape_of,
     worded,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
-from qkvcli.render.facts import (
-    Part,
-    entries,
-    report,
-    scalar,
-    section,
-    shape,
-    values,
-    verdict,
-)
-from qkvcli.render.facts import (
-    tensor as fact_tensor,
-)
+from qkvcli.render.chapters.rows import Table, fields, opening, per, tensor_lines, tensors
+from qkvcli.render.facts import report, scalar, section, shape, tensor, values, verdict
 from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector, python_fixed
 
 if TYPE_CHECKING:
-
     from qkvcli.render.rich.options import RichOptions
 
 PREDICTION = ("projection creates two learned feature lanes; each lane normalizes its own "
@@ -66,16 +53,20 @@ def _gradient_counts(evidence: MultiHeadEvidence) -> dict[str, int]:
     return {key: counts.get(name, 0) for name, key in GRADIENT_TENSORS}
 
 
-TENSORS = ("input", "projected_query_heads", "projected_key_heads", "projected_value_heads",
-           "rotated_query_heads", "rotated_key_heads", "attention_weights", "head_outputs",
-           "merged", "output_weight", "output")
+TENSORS = ("input projected_query_heads projected_key_heads projected_value_heads "
+           "rotated_query_heads rotated_key_heads attention_weights head_outputs merged "
+           "output_weight output")
 """The tensors the text shows whole, in its order."""
-GRADIENTS = ("input_gradient", "query_weight_gradient", "key_weight_gradient",
-             "value_weight_gradient", "output_weight_gradient")
+GRADIENTS = ("input_gradient query_weight_gradient key_weight_gradient value_weight_gradient "
+             "output_weight_gradient")
 SPELLINGS = {"tensor": lambda value: f"shape:{shape_of(value)} values:{fmt_vector(value)}",
              "values": fmt_vector,
              "scalar": lambda value: python_fixed(value, 6) if isinstance(value, float) else str(value)}
 """The chapter's spelling of its tensors, values and numbers (a tiny value is 0)."""
+
+
+def _fine(value: float) -> str:
+    return python_fixed(value, 12)
 
 
 def _prefix(e: MultiHeadEvidence, words: tuple[str, ...], labelled: str, between: str) -> str:
@@ -91,37 +82,28 @@ def _gradchecks(e: MultiHeadEvidence) -> str:
             f"passed:{fmt_bool(e.gradcheck.passed)}")
 
 
-TEXT: tuple[tuple[str, Any], ...] = (
-    ("chapter", lambda e: NAME),
-    ("prediction", lambda e: PREDICTION),
-    ("config", (*((name, f"config.{name}") for name in (
-        "batch", "tokens", "d_model", "heads", "d_h", "offset", "capacity")),
-        ("rope_base", "config.rope_base"), ("bias", "config.bias"))),
-    *((name, f"tensors.{name}") for name in TENSORS),
-    ("heads", (("head_0_uniform", "heads.head_0_uniform"),
-               ("head_1_distinct", "heads.heads_distinct"),
-               ("future_probabilities_zero", "heads.future_probabilities_zero"))),
+TEXT: Table = (
+    *opening(NAME, PREDICTION),
+    ("config", fields("config", "batch tokens d_model heads d_h offset capacity rope_base bias")),
+    *tensor_lines(TENSORS),
+    ("heads", fields("heads", "head_0_uniform head_1_distinct=heads_distinct "
+                              "future_probabilities_zero")),
     ("prefix_perturbed_output", (("", "tensors.prefix_perturbed_output", fmt_vector),
                                  ("", lambda e: _prefix(e, ("_unchanged", *KEPT_TEXT[1:]), ":", " ")))),
-    ("layout", (("split_merge_bitwise", "layout.split_merge_bitwise"),
-                ("head_isolation_before_output", "layout.head_isolation_before_output"),
-                ("common_offset_weights_preserved", "layout.common_offset_weights_preserved"),
-                ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)))),
+    ("layout", fields("layout", "split_merge_bitwise head_isolation_before_output "
+                                "common_offset_weights_preserved tolerance", tolerance=_fine)),
     ("parameters", (("names", "parameters.names", lambda names: f"[{','.join(names)}]"),
                     ("shapes", "parameters.shapes",
                      lambda shapes: f"[{','.join(fmt_shape(s) for s in shapes)}]"),
-                    ("count", "parameters.count"), ("bias_free", "parameters.bias_free"),
-                    ("node_distinct", "parameters.node_distinct"))),
+                    *fields("parameters", "count bias_free node_distinct"))),
     ("upstream", (("", "tensors.upstream", fmt_vector), ("loss", "loss"))),
-    *((name, (f"tensors.{name}", fmt_vector)) for name in GRADIENTS),
+    *tensor_lines(GRADIENTS, spell=fmt_vector),
     ("gradcheck", _gradchecks),
     ("shapes", (("", "shapes.*"),)),
     ("errors", rejected()),
     ("history", (("", "history.*"),)),
-    ("proof", (("tape_finite", "tape_finite"),
-               REPLAY,
-               ("heads_distinct", "heads.heads_distinct"),
-               ("causal", "heads.future_probabilities_zero"),
+    ("proof", (("tape_finite", "tape_finite"), REPLAY,
+               *fields("heads", "heads_distinct causal=future_probabilities_zero"),
                ("split_merge", "layout.split_merge_bitwise"),
                ("gradients", lambda e: fmt_bool(e.gradcheck.passed)))),
     ("next", lambda e: NEXT),
@@ -135,13 +117,9 @@ def text(evidence: MultiHeadEvidence) -> str:
     return report(facts(evidence), evidence, TEXT, spellings=SPELLINGS)
 
 
-def _at(*index: int) -> Any:
-    """A spelling of a tensor's slice at ``index``."""
-    return lambda value: fmt_vector(value[index])
-
-
-def _n(label: str, number: int) -> Part:
-    return (label, lambda e: number)
+def _at(value: Any, index: tuple[int, ...]) -> str:
+    """A tensor's slice at ``index``, ``[..]``."""
+    return fmt_vector(value[index])
 
 
 PROOF_WORDS = (("split_merge", "layout.split_merge_bitwise", "bitwise", "mismatch"),
@@ -149,55 +127,57 @@ PROOF_WORDS = (("split_merge", "layout.split_merge_bitwise", "bitwise", "mismatc
                ("future_probabilities", "heads.future_probabilities_zero", "exact-zero", "nonzero"),
                ("common_offset", "layout.common_offset_weights_preserved", "preserved", "changed"))
 """The trace's proofs: each label, its verdict's path, and its words for true and false."""
+HEAD_PARTS = (("projected_q", "projected_query"), ("projected_k", "projected_key"),
+              ("projected_v", "projected_value"), ("rotated_q", "rotated_query"),
+              ("rotated_k", "rotated_key"))
+"""The trace's label of each of a head's tensors on its ``PARTITION`` line."""
 
 
-def _trace(evidence: MultiHeadEvidence) -> tuple[tuple[str, Any], ...]:
+def _trace(evidence: MultiHeadEvidence) -> Table:
     """The trace's lines: the configuration, the stages' shapes, each head's partition,
-    weights and outputs, the merge, ``W_O``'s rows, the output, then the proofs."""
+    weights and outputs, the merge, ``W_O``'s rows, the output, then the proofs (a line
+    of batch item ``b`` says so when there are several)."""
     p = evidence.primary
     batch, tokens, _ = p.input.shape
-    items, per_head, d_h = range(batch), range(evidence.fixture.spec.heads), p.projected_query.shape[-1]
+    items, heads, d_h = range(batch), range(evidence.fixture.spec.heads), p.projected_query.shape[-1]
     cells = [(b, t) for b in items for t in range(tokens)]
-    item = (lambda key, b: f"{key}|batch={b}") if batch > 1 else (lambda key, b: key)
+    rows = [(b, h, t) for b in items for h in heads for t in range(tokens)]
+
+    def item(key: str) -> Any:
+        return (lambda i: f"{key}|batch={i[0]}") if batch > 1 else key
+
     return (
-        ("CONFIG", (*((label, "config." + {"model_width": "d_model", "head_width": "d_h",
-                                           "max_positions": "capacity"}.get(label, label))
-                      for label in ("batch tokens model_width heads head_width offset max_positions "
-                                    "rope_base bias").split()),
-            ("parameter_order", lambda e: f"[{','.join(PARAMETER_ORDER)}]"),
-            ("layout", lambda e: "reshape-transpose"))),
+        ("CONFIG", (*fields("config", "batch tokens model_width=d_model heads head_width=d_h "
+                                      "offset max_positions=capacity rope_base bias"),
+                    ("parameter_order", lambda e: f"[{','.join(PARAMETER_ORDER)}]"),
+                    ("layout", lambda e: "reshape-transpose"))),
         *(("SHAPE", (("stage", lambda e, s=stage: s.replace("_", "-")), ("value", f"shapes.{stage}")))
           for stage, _ in p.stages()),
-        *(("PARTITION", (_n("head", h), ("features", lambda e, h=h: "[" + ",".join(
-            str(c) for c in range(h * d_h, (h + 1) * d_h)) + "]"),
-            *((label, f"tensors.{name}_heads", lambda value, h=h: fmt_vector(value[:, h]))
-              for label, name in (("projected_q", "projected_query"), ("projected_k", "projected_key"),
-                                  ("projected_v", "projected_value"), ("rotated_q", "rotated_query"),
-                                  ("rotated_k", "rotated_key")))))
-          for h in per_head),
-        *((item("WEIGHT", b), (
-            _n("head", h), _n("query", q), ("visibility", lambda e, q=q: "[" + ",".join(
-                "allowed" if k <= q else "blocked" for k in range(tokens)) + "]"),
-            ("values", "tensors.attention_weights", _at(b, h, q)),
-            ("row_sum", "tensors.attention_weights",
-             lambda value, i=(b, h, q): fmt_float(float(value[i].sum()), 6))))
-          for b in items for h in per_head for q in range(tokens)),
-        *((item("HEAD_OUTPUT", b), (_n("head", h), _n("token", t), ("values", "tensors.head_outputs",
-                                                                     _at(b, h, t))))
-          for b in items for h in per_head for t in range(tokens)),
-        *((item("MERGED", b), (
-            _n("token", t), *((f"head_{h}", "tensors.head_outputs", _at(b, h, t)) for h in per_head),
-            ("values", "tensors.merged", _at(b, t))))
-          for b, t in cells),
-        *(("OUTPUT_MAP", (_n("row", r), ("values", "tensors.output_weight", _at(r))))
-          for r in range(len(p.output_weight))),
-        *((item("OUTPUT", b), (_n("token", t), ("merged", "tensors.merged", _at(b, t)),
-                                ("projected", "tensors.output", _at(b, t)))) for b, t in cells),
-        ("PREFIX_PROOF", (("", lambda e: _prefix(e, KEPT_TRACE, "=", "|")), *(
-            worded(*words) for words in PROOF_WORDS),
-            ("tolerance", "layout.tolerance", lambda value: python_fixed(value, 12)),
-            ("parameters", "parameters.count"),
-            ("gradchecks", lambda e: sum(_gradient_counts(e).values())))),
+        *per("PARTITION", ((h,) for h in heads), (
+            ("head", 0), ("features", lambda e, i: "[" + ",".join(
+                str(c) for c in range(i[0] * d_h, (i[0] + 1) * d_h)) + "]"),
+            *((label, f"tensors.{name}_heads", lambda value, i: fmt_vector(value[:, i[0]]))
+              for label, name in HEAD_PARTS))),
+        *per(item("WEIGHT"), rows, (
+            ("head", 1), ("query", 2), ("visibility", lambda e, i: "[" + ",".join(
+                "allowed" if k <= i[2] else "blocked" for k in range(tokens)) + "]"),
+            ("values", "tensors.attention_weights", _at),
+            ("row_sum", "tensors.attention_weights", lambda value, i: fmt_float(float(value[i].sum()))))),
+        *per(item("HEAD_OUTPUT"), rows, (("head", 1), ("token", 2),
+                                         ("values", "tensors.head_outputs", _at))),
+        *per(item("MERGED"), cells, (
+            ("token", 1), *((f"head_{h}", "tensors.head_outputs",
+                             lambda value, i, h=h: fmt_vector(value[i[0], h, i[1]])) for h in heads),
+            ("values", "tensors.merged", _at))),
+        *per("OUTPUT_MAP", ((r,) for r in range(len(p.output_weight))),
+             (("row", 0), ("values", "tensors.output_weight", _at))),
+        *per(item("OUTPUT"), cells, (("token", 1), ("merged", "tensors.merged", _at),
+                                     ("projected", "tensors.output", _at))),
+        ("PREFIX_PROOF", (("", lambda e: _prefix(e, KEPT_TRACE, "=", "|")),
+                          *(worded(*words) for words in PROOF_WORDS),
+                          ("tolerance", "layout.tolerance", _fine),
+                          ("parameters", "parameters.count"),
+                          ("gradchecks", lambda e: sum(_gradient_counts(e).values())))),
     )
 
 
@@ -225,23 +205,6 @@ def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
     batch, tokens, d_model = p.input.shape
     split, merged = ("batch", "head", "token", "feature"), ("batch", "token", "feature")
     weights, square = ("model_feature", "feature"), ("feature", "model_feature")
-    tensors = {
-        "input": fact_tensor(p.input, merged, given=True),
-        **{name: fact_tensor(value, split) for name, value in (
-            ("projected_query_heads", p.projected_query), ("projected_key_heads", p.projected_key),
-            ("projected_value_heads", p.projected_value), ("rotated_query_heads", p.rotated_query),
-            ("rotated_key_heads", p.rotated_key))},
-        "attention_weights": fact_tensor(p.attention, ("batch", "head", "query", "key")),
-        "head_outputs": fact_tensor(p.head_outputs, split), "merged": fact_tensor(p.merged, merged),
-        "output_weight": fact_tensor(p.output_weight, square, given=True),
-        "output": fact_tensor(p.output, merged), "upstream": fact_tensor(p.upstream, merged, given=True),
-        "input_gradient": fact_tensor(p.grad_input, merged),
-        **{name: fact_tensor(value, weights) for name, value in (
-            ("query_weight_gradient", p.grad_w_query), ("key_weight_gradient", p.grad_w_key),
-            ("value_weight_gradient", p.grad_w_value))},
-        "output_weight_gradient": fact_tensor(p.grad_w_out, square),
-        "prefix_perturbed_output": fact_tensor(pr.suffix_output, merged),
-    }
     return {
         "checks": chapter_checks(NAME, evidence),
         "config": section(batch=int(batch), tokens=int(tokens), d_model=int(d_model),
@@ -249,7 +212,20 @@ def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
                           offset=f.offset, shift=f.shift, capacity=f.spec.table.positions,
                           rope_base=scalar(float(f.spec.table.base)),
                           rope_layout=f.spec.table.layout, bias=verdict(not par.bias_free)),
-        "tensors": section(**tensors),
+        "tensors": section(
+            **tensors(merged, True, input=p.input),
+            **tensors(split, projected_query_heads=p.projected_query,
+                      projected_key_heads=p.projected_key, projected_value_heads=p.projected_value,
+                      rotated_query_heads=p.rotated_query, rotated_key_heads=p.rotated_key),
+            attention_weights=tensor(p.attention, ("batch", "head", "query", "key")),
+            **tensors(split, head_outputs=p.head_outputs), **tensors(merged, merged=p.merged),
+            **tensors(square, True, output_weight=p.output_weight),
+            **tensors(merged, output=p.output), **tensors(merged, True, upstream=p.upstream),
+            **tensors(merged, input_gradient=p.grad_input),
+            **tensors(weights, query_weight_gradient=p.grad_w_query,
+                      key_weight_gradient=p.grad_w_key, value_weight_gradient=p.grad_w_value),
+            **tensors(square, output_weight_gradient=p.grad_w_out),
+            **tensors(merged, prefix_perturbed_output=pr.suffix_output)),
         "heads": section(head_0_uniform=verdict(pr.head_0_uniform),
                          heads_distinct=verdict(pr.heads_distinct),
                          future_probabilities_zero=verdict(pr.future_zero),
@@ -268,9 +244,7 @@ def facts(evidence: MultiHeadEvidence) -> dict[str, Any]:
                           empty_batch_weights=shape(empty.shape("weights")),
                           empty_batch_output=shape(empty.shape("output")),
                           single_token_weights=shape(one.shape("weights"))),
-        "errors": entries([{"case": e.case, "expected": e.expected, "raised": e.raised or None,
-                            "rejected": verdict(e.rejected), "message": e.message}
-                           for e in evidence.errors]),
+        "errors": refusals(evidence.errors, ("case", "expected", "raised", "rejected", "message")),
         "gradcheck": gradcheck_json(evidence.gradcheck),
         "tape_finite": verdict(evidence.tape_finite),
         "replay_bitwise": verdict(evidence.replay_bitwise),
@@ -322,9 +296,7 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
     per_lines = (None, 2, 1)  # how many numbers a vector's line holds, widest first (None: all)
 
     def row(values: Any, per_line: int | None = None) -> str:
-        found = [fmt_float(v, n) for v in np.asarray(values).reshape(-1)]
-        step = per_line or max(len(found), 1)
-        return ",\n".join(",".join(found[i:i + step]) for i in range(0, len(found), step))
+        return kit.numbers(values, options, per_line=per_line)
 
     def branches(h: int, per_line: int | None) -> list[Table]:
         return [kit.card(f"head {h} {letter}", ["token", "projected", "turned"][:2 + (after is not None)],
@@ -335,31 +307,33 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
                     ("K", KEY, "magenta", p.projected_key, p.rotated_key),
                     ("V", VALUE, "yellow", p.projected_value, None))]
 
+    def weight(h: int, q: int, k: int) -> str:
+        return fmt_float(p.attention[0, h, q, k], n) if k <= q else "masked"
+
     def weights(h: int, with_output: bool | None) -> Table:
         # ``None``: one row per query and key, for the narrowest screens
-        title = "weights (masked: a later key) and output" if with_output else (
-            "weights (masked: a later key)")
+        title = f"head {h}: weights (masked: a later key)" + (" and output" if with_output else "")
         if with_output is None:
-            return kit.card(f"head {h}: {title}", ["query", "key", "weight"],
-                        [[str(q) if k == 0 else "", str(k), fmt_float(p.attention[0, h, q, k], n)
-                          if k <= q else "masked"] for q in range(tokens) for k in range(tokens)])
-        return kit.card(f"head {h}: {title}", ["query", *(f"key {k}" for k in range(tokens)),
-                                          *(["output"] if with_output else [])],
-                    [[str(q), *(fmt_float(p.attention[0, h, q, k], n) if k <= q else "masked"
-                                for k in range(tokens)),
-                      *([row(p.head_outputs[0, h, q])] if with_output else [])]
-                     for q in range(tokens)], left=(tokens + 1,))
+            return kit.card(title, ["query", "key", "weight"],
+                            [[str(q) if k == 0 else "", str(k), weight(h, q, k)]
+                             for q in range(tokens) for k in range(tokens)])
+        return kit.card(title, ["query", *(f"key {k}" for k in range(tokens)),
+                                *(["output"] if with_output else [])],
+                        [[str(q), *(weight(h, q, k) for k in range(tokens)),
+                          *([row(p.head_outputs[0, h, q])] if with_output else [])]
+                         for q in range(tokens)], left=(tokens + 1,))
 
-    def vectors(title: str, headers: list[str], columns: tuple[Any, ...], count: int,
-                per_line: int | None) -> Table:
-        return kit.card(title, headers, [[str(i), *(row(c[i], per_line) for c in columns)]
-                                     for i in range(count)], left=(1, 2))
+    def vectors(title: str, headers: list[str], columns: tuple[Any, ...], count: int) -> list[Table]:
+        # one layout per line length of :data:`per_lines`
+        return [kit.card(title, headers, [[str(i), *(row(c[i], per_line) for c in columns)]
+                                          for i in range(count)], left=(1, 2))
+                for per_line in per_lines]
 
     parts: list[Any] = [
         kit.heading("Chapter 30 - multi-head attention", f"d_model {d_model} split into {heads} "
-                f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base, kit.SETTING)} from position "
-                f"{f.offset}, causal, W_O after the merge; batch item 0 of {batch}",
-                evidence.passed),
+                    f"heads of {d_h}, RoPE base {fmt_general(f.spec.table.base, kit.SETTING)} from "
+                    f"position {f.offset}, causal, W_O after the merge; batch item 0 of {batch}",
+                    evidence.passed),
         Text("shapes: " + " -> ".join(
             f"{'head outputs' if name == 'head_output' else name} {fmt_shape(shape)}"
             for name, shape in p.stages() if name != "output_weight")),
@@ -371,21 +345,21 @@ def figure(evidence: MultiHeadEvidence, width: int, options: RichOptions | None 
         parts += [titled(f"head {h}: features {h * d_h}-{(h + 1) * d_h - 1}"), Fitted(stacked),
                   Text(kit.formula(options, "scores", "scale", "mask", "softmax", "mixture"),
                        style="dim"),
-                  Fitted([weights(h, True), *(Group(weights(h, listed), vectors(
-                      f"head {h}: output", ["query", "output"], (p.head_outputs[0, h],),
-                      tokens, per_line)) for listed in (False, None) for per_line in per_lines)])]
+                  Fitted([weights(h, True), *(Group(weights(h, listed), output)
+                                              for listed in (False, None) for output in vectors(
+                                                  f"head {h}: output", ["query", "output"],
+                                                  (p.head_outputs[0, h],), tokens))])]
         if tokens:
             parts.append(kit.mixture_line(f"head {h} o{tokens - 1}", p.attention, p.projected_value,
-                                      (0, h, tokens - 1), p.head_outputs[0, h, tokens - 1],
-                                      options))
+                                          (0, h, tokens - 1), p.head_outputs[0, h, tokens - 1],
+                                          options))
     return Group(
         *parts, Text(kit.formula(options, "head merge", "output projection"), style="dim"),
-        Fitted([vectors("W_O: where each merged feature goes", ["merged feature", "output features"],
-                        (p.output_weight,), len(p.output_weight), n) for n in per_lines]),
-        Fitted([vectors("merged heads, then W_O", ["token", "merged", "output"],
-                        (p.merged[0], p.output[0]), tokens, n) for n in per_lines]),
-        titled("what the heads showed"),
-        kit.fact_lines([
+        Fitted(vectors("W_O: where each merged feature goes", ["merged feature", "output features"],
+                       (p.output_weight,), len(p.output_weight))),
+        Fitted(vectors("merged heads, then W_O", ["token", "merged", "output"],
+                       (p.merged[0], p.output[0]), tokens)),
+        *kit.showed("what the heads showed", [
             ("future weights", "exactly 0" if pr.future_zero else "NOT zero"),
             ("last token changed", ", ".join(
                 [f"token {t} {'kept bit for bit' if same else 'CHANGED'}"

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch37 import NAME, IncrementalEvidence
-from qkvcli.render.chapters.entries import Table, refusals
 from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.chapters.entries import refusals
+from qkvcli.render.chapters.rows import Table, fields
 from qkvcli.render.facts import entries, report, said, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_float, fmt_general
 
@@ -36,22 +37,20 @@ def _refused(errors: list[dict[str, Any]], case: str) -> str:
     return fmt_bool(any(e["case"] == case and e["rejected"].value for e in errors))
 
 
-CONFIG = (*((name, f"config.{name}") for name in ("batch", "tokens", "model_width", "heads",
-                                                    "head_width", "capacity")),
-          ("rope_base", "config.rope_base", partial(course_fixed, precision=6)),
-          ("tolerance", "config.tolerance", partial(course_fixed, precision=12)))
+CONFIG = fields("config", "batch tokens model_width heads head_width capacity rope_base tolerance",
+                rope_base=partial(course_fixed, precision=6),
+                tolerance=partial(course_fixed, precision=12))
 ERRORS = (*((case, "errors", lambda errors, case=case: _refused(errors, case))
             for case in ERROR_CASES),
           ("unchanged", "errors", lambda errors: fmt_bool(all(e["unchanged"].value for e in errors))))
-SHARED = {"config": ("CONFIG", CONFIG), "work": ("WORK", (("", "work.*"),)),
-          "reset": ("RESET", (("", "reset.*"),)), "errors": ("ERRORS", ERRORS),
-          "history": ("HISTORY", (("", "history.*"),))}
-"""The lines the text and the trace share, by the text's key: the trace's key and the
-facts (the work, the reset and the history each say every fact of their section)."""
+SHARED = {"config": CONFIG, "work": (("", "work.*"),), "reset": (("", "reset.*"),),
+          "errors": ERRORS, "history": (("", "history.*"),)}
+"""The lines the text and the trace share, by the text's key (the trace's in capitals):
+their facts (the work, the reset and the history each say every fact of their section)."""
 
 
 def _shared(names: str, trace: bool) -> Table:
-    return tuple((SHARED[name][0] if trace else name, SHARED[name][1]) for name in names.split())
+    return tuple((name.upper() if trace else name, SHARED[name]) for name in names.split())
 
 
 def _of(i: int, name: str, decimals: int | None = None, head: int | None = None) -> tuple[str, Any]:
@@ -197,7 +196,6 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
     from rich.text import Text
 
     from qkvcli.render.chapters import figure as kit
-    from qkvcli.render.rich.layout import titled
     from qkvcli.render.rich.options import RichOptions
     from qkvcli.stages.terms import largest_difference
 
@@ -222,8 +220,7 @@ def figure(evidence: IncrementalEvidence, width: int, options: RichOptions | Non
         *([kit.worked(f"max |step {worst.position} - pass|", largest_difference(
             worst.output, worst.full, worst.max_abs_difference, f.invariant_tolerance,
             ("step", "pass")), options)] if worst is not None else []),
-        titled("what the cache showed"),
-        kit.fact_lines([
+        *kit.showed("what the cache showed", [
             ("rows per projection", f"{w.incremental_rows_per_projection} step by step, "
              f"{w.full_rows_per_projection} for whole prefixes"),
             ("rows of K and V reused", str(w.avoided_rows_across_kv)),

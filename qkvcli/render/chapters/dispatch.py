@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from qkvcli.render.rich.options import RichOptions
     from qkvcli.render.views import Asked
 
-FORMATS = ("text", "trace", "json")
-
 
 def renderer(evidence: object) -> ModuleType:
     """The module that renders ``evidence``. Raises ``TypeError`` for other records."""
@@ -75,17 +73,10 @@ def figure(evidence: object, options: RichOptions) -> RenderableType:
     return ChapterFigure(evidence, options)
 
 
-def checks_of(evidence: Any) -> tuple[Any, ...]:
-    """The chapter's judged families (``FamilyCheck``), in its order."""
-    return tuple(getattr(evidence, "checks", ()))
-
-
 def failure_lines(evidence: Any) -> str:
     """``failed: name, name`` and the verdict, for below a failing text report."""
     from qkvcli.render.wording import verdict
 
-    checks = checks_of(evidence)
+    checks = tuple(evidence.checks)
     failed = [check.name for check in checks if not check.passed]
-    done = sum(1 for check in checks if check.passed)
-    return (f"failed: {', '.join(failed)}\n"
-            f"{verdict(not failed, done, len(checks))}\n")
+    return f"failed: {', '.join(failed)}\n{verdict(not failed, len(checks) - len(failed), len(checks))}\n"

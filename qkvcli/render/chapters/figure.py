@@ -30,12 +30,11 @@ from rich.table import Table
 from rich.text import Text
 
 from qkvcli.core.results import FamilyCheck
-from qkvcli.render.numbers import fmt_float, fmt_shape
+from qkvcli.render.numbers import fmt_float, fmt_general, fmt_shape
 from qkvcli.render.rich.boxes import CARD, KEY, LETTERS, QUERY, ROLE_SENTENCES, ROLE_STYLES, VALUE
-from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, lines, status, titled
+from qkvcli.render.rich.layout import Fitted, Flow, Part, Row, lines, status, titled, verdict_line
 from qkvcli.render.rich.options import RichOptions
 from qkvcli.render.rich.tables import batched_tables, grid, matrix_table, pick, shown
-from qkvcli.render.wording import VERDICT, verdict_counts
 from qkvcli.stages.table import STAGES, plain
 from qkvcli.stages.terms import Derivation, exact_sum, mixture, scaled, scores
 from qkvcli.stages.terms import masked as hide
@@ -51,10 +50,13 @@ GRADIENT_STAGES = {"query": "scores reverse (queries)", "key": "scores reverse (
 
 # --- the kit: numbers, formulas and worked lines from the stages ---------------------------
 
-def numbers(values: Any, options: RichOptions, between: str = ",") -> str:
+def numbers(values: Any, options: RichOptions, between: str = ",", per_line: int | None = None) -> str:
     """Every value of ``values`` (flat), each by :func:`~qkvcli.render.numbers.fmt_float`
-    at the figure's precision, joined by ``between``."""
-    return between.join(fmt_float(float(v), options.precision) for v in np.asarray(values).reshape(-1))
+    at the figure's precision, joined by ``between``; ``per_line``: that many a line, a
+    line ending with its ``between``."""
+    found = [fmt_float(float(v), options.precision) for v in np.asarray(values).reshape(-1)]
+    step = per_line or max(len(found), 1)
+    return f"{between}\n".join(between.join(found[i:i + step]) for i in range(0, len(found), step))
 
 
 def notation(text: str, options: RichOptions) -> str:
@@ -159,6 +161,11 @@ def fact_lines(facts: Sequence[tuple[str, str]]) -> Fitted:
     return Fitted([beside, under])
 
 
+def showed(title: str, facts: Sequence[tuple[str, str]]) -> tuple[RenderableType, ...]:
+    """What a figure's probes showed: ``title``, then :func:`fact_lines` of ``facts``."""
+    return titled(title), fact_lines(facts)
+
+
 def checks_table(checks: Sequence[FamilyCheck]) -> Table:
     """Each family and its verdict word."""
     table = Table(title="checks", box=CARD)
@@ -172,10 +179,7 @@ def checks_table(checks: Sequence[FamilyCheck]) -> Table:
 def verdict_text(checks: Sequence[FamilyCheck]) -> Text:
     """The verdict line, as chapter 26's figure ends."""
     done = sum(1 for check in checks if check.passed)
-    line = Text(VERDICT, style="bold")
-    line.append_text(status(done == len(checks)))
-    line.append(" " + verdict_counts(done, len(checks)))
-    return line
+    return verdict_line(done == len(checks), done, len(checks))
 
 
 def closing(checks: Sequence[FamilyCheck]) -> tuple[RenderableType, ...]:
@@ -304,14 +308,23 @@ def backward_rows(p: Any, options: RichOptions) -> list[Row]:
     return [Row([upstream]), branches((p.grad_query, p.grad_key, p.grad_value), options, True)]
 
 
-def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bool,
-                cards: Sequence[RenderableType], ending: str) -> Group:
+def head_figure(evidence: Any, options: RichOptions, masked: bool, own: Sequence[Part],
+                words: tuple[str, Sequence[tuple[str, str]], str]) -> Group:
     """The whole figure: heading, legend, operands, scores, probabilities, mixture,
-    reverse pass, the chapter's ``cards``, checks and verdict; ``ending`` names what the
-    next chapter adds."""
-    p = evidence.primary
+    reverse pass, the chapter's ``own`` cards and the rejected inputs two a row, the
+    history and the proof, checks and verdict. ``words``: the chapter's prediction, its
+    history and what the next chapter adds."""
     from qkvcli.render.chapters.entries import detail
 
+    p, g = evidence.primary, evidence.gradcheck
+    prediction, history, ending = words
+    cards = [*own, facts_part("Rejected inputs", [
+        (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])]
+    proof = facts_part("Proof", [
+        (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
+        (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
+         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance, SETTING)}"),
+        (evidence.replay_bitwise, "replay", "bit for bit")])
     checks = facts_part("Checks", [(c.passed, c.name, detail(evidence.chapter, evidence, c))
                                    for c in evidence.checks], evidence.passed)
     return lines(
@@ -326,7 +339,8 @@ def head_figure(evidence: Any, options: RichOptions, prediction: str, masked: bo
         *backward_rows(p, options),
         Text(""),
         Text("Check the chapter's claims", style="bold underline"),
-        *cards,
+        *(Row(cards[i:i + 2]) for i in range(0, len(cards), 2)),
+        Row([facts_part("History", [(None, key, value) for key, value in history]), proof]),
         Row([checks]),
         Text(ending, style="dim"),
         verdict_text(evidence.checks),

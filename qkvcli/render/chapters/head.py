@@ -20,16 +20,13 @@ import numpy as np
 
 from qkvcli.chapters.head import CausalEvidence, HeadChapterEvidence, SelfAttentionEvidence
 from qkvcli.core.record import Record
-from qkvcli.core.results import Refusal, ShapeProbe
+from qkvcli.core.results import ShapeProbe
 from qkvcli.render.chapters.entries import (
     KEPT_TEXT,
     KEPT_TRACE,
     REPLAY,
     TRACED,
-    Table,
     chapter_checks,
-    checked,
-    each,
     error_lines,
     invariance,
     refusals,
@@ -37,8 +34,17 @@ from qkvcli.render.chapters.entries import (
     shape_of,
 )
 from qkvcli.render.chapters.entries import json_document as json_document_of
+from qkvcli.render.chapters.rows import (
+    Table,
+    fields,
+    gradcheck,
+    per,
+    refused_facts,
+    tensor_lines,
+    tensors,
+)
 from qkvcli.render.facts import Fact, Part, report, scalar, section, shape, tensor, verdict
-from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_general, fmt_shape, fmt_vector
+from qkvcli.render.numbers import fmt_bool, fmt_float, fmt_shape, fmt_vector
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -50,8 +56,8 @@ class ChapterWords(Record):
     """A head chapter's published words: its prediction, what comes next, its history as
     the course states it, and its rejected cases' names (``error_keys``: on the report's
     ``errors=`` line; ``error_kinds``: each expected error in the trace's ``kind=``;
-    ``fact_names``: a case's facts where the trace names them otherwise than its error's
-    fields; ``unsaid``: the errors whose facts the chapter does not publish)."""
+    ``fact_names``: a case's facts the trace names otherwise than its error's fields, or
+    does not publish: :func:`~.rows.refused_facts`)."""
 
     prediction: str
     next: str
@@ -60,8 +66,7 @@ class ChapterWords(Record):
     error_keys: dict[str, str]
     error_kinds: dict[str, str]
     closing: str
-    fact_names: dict[str, dict[str, str]]
-    unsaid: tuple[str, ...] = ()
+    fact_names: dict[str, str | None]
 
 
 SELF_ATTENTION = ChapterWords(
@@ -96,8 +101,7 @@ CAUSAL = ChapterWords(
                  "OperandRank": "score-input-rank", "OperandTokenMismatch": "score-token-mismatch",
                  "ReleasedOperand": "released-operand"},
     closing="Chapter 29 turns Q and K by position (RoPE) without moving the causal boundary.",
-    fact_names={"OperandRank": {"operand": "input"}},
-    unsaid=("EmptyTokenAxis",),
+    fact_names={"OperandRank.operand": "input", "EmptyTokenAxis.tokens": None},
 )
 MASK_RULE = "lower-triangular-inclusive"
 """Chapter 28's mask, as its config names it."""
@@ -128,82 +132,50 @@ def mask_text(mask: Any) -> str:
     return "[" + ",".join("-inf" if np.isneginf(m) else "0" for m in flat) + "]"
 
 
-def facts_of(case: Refusal, said: ChapterWords) -> tuple[tuple[str, Any], ...]:
-    """A refusal's published facts: its expected error's fields, under the trace's names."""
-    if case.expected in said.unsaid:
-        return ()
-    names = said.fact_names.get(case.expected, {})
-    return tuple((names.get(key, key), value) for key, value in case.fields)
-
-
 # --- the text and the trace: tables over the facts -------------------------------------
 
 def _rows(key: str, count: int, parts: tuple[tuple[str, str, Any], ...]) -> Table:
     """One line per query ``i`` of batch item 0 (``key``: with ``{}``, the query's number
     is in it; else the line's first part)."""
-    query: tuple[tuple[Any, ...], ...] = () if "{}" in key else (("query", lambda e, i: i),)
-    return each(key, count, (*query, *parts))
+    named = "{}" in key
+    return per(key.format if named else key, range(count),
+               (*(() if named else (("query", lambda e, i: i),)), *parts))
 
 
 ROW = lambda value, i: fmt_vector(value[0, i])  # noqa: E731
 SUM = lambda value, i: fmt_float(value[0, i])  # noqa: E731
 TERMS = lambda value, i: mixture_terms(value[i])  # noqa: E731
-
-
-def _checks(labels: tuple[str, str]) -> tuple[Part, ...]:
-    """The gradient check's counts, tolerance and verdict (``labels``: the last two's)."""
-    return (*checked(("query", "key", "value")),
-            (labels[0], "gradcheck", lambda g: fmt_float(g["tolerance"])),
-            (labels[1], "gradcheck", lambda g: fmt_bool(g["passed"])))
-
-
-CONFIG: tuple[Part, ...] = (*((name, f"config.{name}") for name in ("batch", "tokens", "d_k", "d_v")),
-                            ("scale", "config.scale", fmt_float))
+BRANCHES = ("query", "key", "value")
+CONFIG = fields("config", "batch tokens d_k d_v scale")
 OPENING: Table = (("chapter", lambda e: e.chapter), ("prediction", lambda e: words(e).prediction))
-BACKWARD: tuple[Part, ...] = tuple((name, f"tensors.{name}", fmt_vector)
-                                   for name in ("query_gradient", "key_gradient", "value_gradient"))
-GRADIENTS: Table = tuple((name, (path, spell)) for name, path, spell in BACKWARD)
-SINGLE: Table = (("single_token", (*((name, f"single_token.{name}", fmt_vector)
-                                     for name in ("probabilities", "output")),
-                                   *((name, f"single_token.{name}")
-                                     for name in ("query_gradient_zero", "key_gradient_zero")))),)
+BACKWARD = fields("tensors", "query_gradient key_gradient value_gradient", fmt_vector)
+GRADIENTS = tensor_lines("query_gradient key_gradient value_gradient", spell=fmt_vector)
+SINGLE = fields("single_token", "probabilities output query_gradient_zero key_gradient_zero",
+                probabilities=fmt_vector, output=fmt_vector)
 UPSTREAM: Table = (("upstream", (("", "tensors.upstream", fmt_vector),
                                  ("", "loss", lambda loss: f"loss={fmt_float(loss)}"))),)
-GRADCHECK: Table = (("gradcheck", _checks(("tolerance", "passed"))),)
 HISTORY: Table = (("history", (("", "history.*"),)),)
+ROW_SUMS = ("row_sums", ("tensors.row_sums", fmt_vector))
 CLOSING: Table = (("next", lambda e: words(e).next),)
-PROOF: tuple[Part, ...] = (
-    ("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
-    *_checks(("gradient_tolerance", "gradcheck")))
+PROOF = (("row_sum_tolerance", lambda e: fmt_float(e.primary.row_sum_tolerance, 12)),
+         *gradcheck(BRANCHES, "gradient_tolerance", "gradcheck"))
+NEXT: Table = (("NEXT", (("chapter", "next"),)),)
 
-
-def _tensors(names: str, trace: bool) -> Table:
-    return tuple((name.upper() if trace else name, f"tensors.{name}") for name in names.split())
-
-
-# --- chapter 27 -------------------------------------------------------------------------
 
 def _self_attention_text(evidence: SelfAttentionEvidence) -> Table:
     return (
-        *OPENING,
-        ("config", (*CONFIG, ("masked", "config.masked"), ("softmax_axis", "config.softmax_axis"))),
-        *_tensors("query key value dot_products scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", fmt_vector)),
-        *_rows("mixture_query_{}", len(evidence.primary.terms),
-               (("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
-        *_tensors("output", False),
-        ("scale_probe", (*((name, f"scale_probe.{name}", fmt_float) for name in (
-            "unscaled_focus", "scaled_focus", "orthogonal_probability")),
-            ("softened", "scale_probe.softened"))),
-        *SINGLE,
-        ("batch_probe", (("", "batch_probe.*"),)),
-        ("empty_batch", tuple((name, f"empty_batch.{name}")
-                              for name in ("probabilities", "output", "value_width_probe"))),
-        *UPSTREAM, *GRADIENTS, *GRADCHECK,
-        ("errors", rejected(SELF_ATTENTION.error_keys)),
-        *HISTORY,
-        ("same_fixture_replays_bitwise", "replay_bitwise"),
-        *CLOSING,
+        *OPENING, ("config", (*CONFIG, *fields("config", "masked softmax_axis"))),
+        *tensor_lines("query key value dot_products scaled_scores probabilities"), ROW_SUMS,
+        *_rows("mixture_query_{}", len(evidence.primary.terms), (
+            ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
+        *tensor_lines("output"),
+        ("scale_probe", fields("scale_probe", "unscaled_focus scaled_focus orthogonal_probability "
+                                              "softened")),
+        ("single_token", SINGLE), ("batch_probe", (("", "batch_probe.*"),)),
+        ("empty_batch", fields("empty_batch", "probabilities output value_width_probe")),
+        *UPSTREAM, *GRADIENTS, ("gradcheck", gradcheck(BRANCHES)),
+        ("errors", rejected(SELF_ATTENTION.error_keys)), *HISTORY,
+        ("same_fixture_replays_bitwise", "replay_bitwise"), *CLOSING,
     )
 
 
@@ -211,10 +183,9 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
     p, single = evidence.primary, evidence.single
     batch, tokens, _ = p.query.shape
     return (
-        ("META", (("shape", "tensors.query", shape_of), ("key_width", "config.d_k"),
-                  ("value_width", "config.d_v"), ("scale", "config.scale", fmt_float),
-                  ("softmax_axis", "config.softmax_axis"), ("masked", "config.masked"))),
-        *_tensors("query key value dot_products scaled_scores", True),
+        ("META", (("shape", "tensors.query", shape_of),
+                  *fields("config", "key_width=d_k value_width=d_v scale softmax_axis masked"))),
+        *tensor_lines("query key value dot_products scaled_scores", True),
         *_rows("PROBABILITY_ROW", tokens if batch else 0, (
             ("values", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM))),
         *_rows("MIXTURE_ROW", len(p.terms), (
@@ -224,15 +195,14 @@ def _self_attention_trace(evidence: SelfAttentionEvidence) -> Table:
         ("BATCH_SHAPE", (("batches", lambda e: e.batch.input[0]), ("", "batch_probe.*"))),
         ("SINGLE_TOKEN", (
             ("shape", lambda e: fmt_shape(single.query.shape)),
-            *((name, f"single_token.{name}", fmt_vector) for name in ("query", "key", "value")),
+            *fields("single_token", "query key value", fmt_vector),
             ("raw", lambda e: fmt_vector(single.scores)),
-            ("scaled", lambda e: fmt_vector(single.scaled_scores)),
-            *SINGLE[0][1])),
+            ("scaled", lambda e: fmt_vector(single.scaled_scores)), *SINGLE)),
         *error_lines(range(len(evidence.errors))),
         ("HISTORY", (("", "history.*"),)),
         ("PROOF", (*PROOF, REPLAY, ("unmasked", lambda e: fmt_bool(
             not p.mask.size or bool((p.mask == 0.0).all()))))),
-        ("NEXT", (("chapter", "next"),)),
+        *NEXT,
     )
 
 
@@ -262,24 +232,21 @@ CAUSAL_PROOF: tuple[Part, ...] = (
 
 def _causal_text(evidence: CausalEvidence) -> Table:
     return (
-        *OPENING, ("config", (*CONFIG, ("mask", "config.mask"))),
-        *_tensors("query key value mask raw_scores scaled_scores probabilities", False),
-        ("row_sums", ("tensors.row_sums", fmt_vector)), *_tensors("output", False),
+        *OPENING, ("config", (*CONFIG, *fields("config", "mask"))),
+        *tensor_lines("query key value mask raw_scores scaled_scores probabilities"), ROW_SUMS,
+        *tensor_lines("output"),
         ("suffix_perturbation", tuple((name, "suffix_perturbation", _arrow(name))
                                       for name in ("key", "value"))),
         ("perturbed_output", ("suffix_perturbation.perturbed_output", fmt_vector)),
         ("prefix_invariance", ("suffix_perturbation", _invariance(KEPT_TEXT, ":", " "))),
         *UPSTREAM, *GRADIENTS,
-        ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector), ("", "prefix_gradient.suffix_zero",
-                                                             lambda zero: "suffix_gradient_zero="
-                                                             + fmt_bool(zero)))),
-        *SINGLE,
-        ("empty_batch", tuple((name, f"empty_batch.{name}")
-                              for name in ("probabilities", "output", "valid"))),
-        ("errors", rejected(CAUSAL.error_keys)), *GRADCHECK, *HISTORY,
-        ("proof", (("tape_finite", "tape_finite"),
-                   *CAUSAL_PROOF)),
-        *CLOSING,
+        ("prefix_seed", (("", "prefix_gradient.seed", fmt_vector),
+                         ("", "prefix_gradient.suffix_zero",
+                          lambda zero: "suffix_gradient_zero=" + fmt_bool(zero)))),
+        ("single_token", SINGLE),
+        ("empty_batch", fields("empty_batch", "probabilities output valid")),
+        ("errors", rejected(CAUSAL.error_keys)), ("gradcheck", gradcheck(BRANCHES)), *HISTORY,
+        ("proof", (("tape_finite", "tape_finite"), *CAUSAL_PROOF)), *CLOSING,
     )
 
 
@@ -287,31 +254,27 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
     return (
         ("META", (*((f"{name}_shape", f"tensors.{path}", shape_of) for name, path in (
             ("input", "query"), ("score", "raw_scores"), ("mask", "mask"), ("output", "output"))),
-            ("tokens", "config.tokens"), ("key_width", "config.d_k"), ("value_width", "config.d_v"),
-            ("scale", "config.scale", fmt_float), ("softmax_axis", "config.softmax_axis"),
-            ("mask", "config.mask"))),
-        *_tensors("query key value mask raw_scores scaled_scores", True),
+            *fields("config", "tokens key_width=d_k value_width=d_v scale softmax_axis mask"))),
+        *tensor_lines("query key value mask raw_scores scaled_scores", True),
         *_rows("CAUSAL_ROW", len(evidence.primary.terms), (
             ("visibility", "tensors.mask", lambda mask, i: "[" + ",".join(
                 "blocked" if np.isneginf(m) else "allowed" for m in mask[i]) + "]"),
             ("masked_scores", "tensors.masked_scores", ROW),
             ("probabilities", "tensors.probabilities", ROW), ("sum", "tensors.row_sums", SUM),
             ("terms", "tensors.mixture_terms", TERMS), ("output", "tensors.output", ROW))),
-        ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *(
-            (name, f"suffix_perturbation.{name}", fmt_vector)
-            for name in ("key_before", "key_after", "value_before", "value_after")))),
+        ("SUFFIX_PERTURBATION", (("position", "suffix_perturbation.position"), *fields(
+            "suffix_perturbation", "key_before key_after value_before value_after", fmt_vector))),
         ("PERTURBED_OUTPUT", "suffix_perturbation.perturbed_output"),
         ("PREFIX_INVARIANCE", (("changed_position", "suffix_perturbation.position"),
                                ("", "suffix_perturbation", _invariance(KEPT_TRACE, "=", "|")))),
-        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss", fmt_float), *BACKWARD)),
-        ("PREFIX_GRADIENT", (*((name, f"prefix_gradient.{name}", fmt_vector) for name in (
-            "seed", "query_gradient", "key_gradient", "value_gradient")),
-            ("suffix_zero", "prefix_gradient.suffix_zero"))),
-        ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE[0][1])),
-        ("EMPTY_BATCH", (*((f"{name}_shape", f"empty_batch.{name}")
-                           for name in ("query", "key", "value", "mask")),
-                         ("probability_shape", "empty_batch.probabilities"),
-                         ("output_shape", "empty_batch.output"), ("valid", "empty_batch.valid"))),
+        ("BACKWARD", (("seed", "tensors.upstream", fmt_vector), ("loss", "loss"), *BACKWARD)),
+        ("PREFIX_GRADIENT", (*fields("prefix_gradient", "seed query_gradient key_gradient "
+                                                        "value_gradient", fmt_vector),
+                             ("suffix_zero", "prefix_gradient.suffix_zero"))),
+        ("SINGLE_TOKEN", (("mask", lambda e: mask_text(e.single.mask)), *SINGLE)),
+        ("EMPTY_BATCH", fields("empty_batch", "query_shape=query key_shape=key value_shape=value "
+                                              "mask_shape=mask probability_shape=probabilities "
+                                              "output_shape=output valid")),
         *error_lines(range(len(evidence.errors))),
         ("HISTORY", tuple(("earlier_visibility" if key == "visibility" else key, f"history.{key}")
                           for key, _ in CAUSAL.history)),
@@ -319,7 +282,7 @@ def _causal_trace(evidence: CausalEvidence) -> Table:
                     if np.isneginf(mask).any() else "none"),
                    ("tape_finite", "tape_finite"),
                    CAUSAL_PROOF[0], *PROOF, *CAUSAL_PROOF[1:])),
-        ("NEXT", (("chapter", "next"),)),
+        *NEXT,
     )
 
 
@@ -350,78 +313,72 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
 
     p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
                              evidence.gradcheck, words(evidence))
-    causal = isinstance(evidence, CausalEvidence)
     batch, tokens, d_k = p.query.shape
     rows, square = ("batch", "token", "feature"), ("batch", "query", "key")
 
-    def given(values: Any) -> Fact:
-        return tensor(values, rows, given=True)
+    def shapes(probe: ShapeProbe, *names: str, **more: Any) -> dict[str, Fact]:
+        """A shape probe's operands (``query``, ``key``, ``value``) and results ``names``,
+        each published as ``name=result``."""
+        operands = zip(("query", "key", "value"), evidence.operands(probe), strict=True)
+        return {**{name: shape(dims) for name, dims in operands},
+                **{label: shape(_shaped(probe, name or label))
+                   for label, _, name in (word.partition("=") for word in names)}, **more}
 
-    rule: dict[str, Any] = {"mask": MASK_RULE} if causal else {"masked": verdict(False)}
-    scores = ({"mask": tensor(p.mask, ("query", "key")),
-               "raw_scores": tensor(p.scores, square),
-               "scaled_scores": tensor(p.scaled_scores, square),
-               "masked_scores": tensor(p.masked_scores, square)} if causal
-              else {"dot_products": tensor(p.scores, square),
-                    "scaled_scores": tensor(p.scaled_scores, square)})
     own: dict[str, Any] = {}
-    batch_probe: dict[str, Any] = {}
-    empty: dict[str, Any] = dict(zip(("query", "key", "value"),
-                                     (shape(dims) for dims in evidence.operands(e)), strict=True))
+    empty = shapes(e)
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         own = {"future_probabilities_zero": verdict(evidence.future_zero),
                "tape_finite": verdict(p.tape_finite),
                "suffix_perturbation": section(
-                   position=x.position, key_before=given(x.key_before),
-                   key_after=given(x.key_after), value_before=given(x.value_before),
-                   value_after=given(x.value_after),
+                   position=x.position, **tensors(rows, True, key_before=x.key_before,
+                                                  key_after=x.key_after, value_before=x.value_before,
+                                                  value_after=x.value_after),
                    perturbed_output=tensor(x.perturbed_output, rows),
                    unchanged_positions=list(x.unchanged), last_changed=verdict(x.last_changed)),
                "prefix_gradient": section(
-                   seed=given(x.seed), suffix_start=x.suffix_start,
-                   query_gradient=tensor(x.grad_query, rows),
-                   key_gradient=tensor(x.grad_key, rows),
-                   value_gradient=tensor(x.grad_value, rows),
-                   suffix_zero=verdict(x.suffix_zero))}
-        empty.update(mask=shape(_shaped(e, "mask")), probabilities=shape(_shaped(e, "weights")),
-                     output=shape(_shaped(e, "output")), valid=verdict(e.kept))
+                   seed=tensor(x.seed, rows, given=True), suffix_start=x.suffix_start,
+                   **tensors(rows, query_gradient=x.grad_query, key_gradient=x.grad_key,
+                             value_gradient=x.grad_value), suffix_zero=verdict(x.suffix_zero))}
+        empty = shapes(e, "mask", "probabilities=weights", "output", valid=verdict(e.kept))
     elif isinstance(evidence, SelfAttentionEvidence):
-        s, b = evidence.scale, evidence.batch
-        own = {"scale_probe": section(d_k=s.d_k, scale=s.scale, unscaled_focus=s.unscaled_focus,
-                                      scaled_focus=s.scaled_focus,
-                                      orthogonal_probability=s.orthogonal_probability,
-                                      softened=verdict(s.softened))}
-        query, key, value = (shape(dims) for dims in evidence.operands(b))
-        batch_probe = {"batch_probe": section(
-            query=query, key=key, value=value, probabilities=shape(_shaped(b, "weights")),
-            output=shape(_shaped(b, "output")), isolated=verdict(evidence.batch_isolated))}
-        empty.update(probabilities=shape(_shaped(e, "weights")),
-                     output=shape(_shaped(e, "output")),
-                     value_width_probe=shape(_shaped(evidence.value_width, "output")))
+        s = evidence.scale
+        own = {"scale_probe": section(d_k=s.d_k, **{name: scalar(getattr(s, name)) for name in (
+            "scale", "unscaled_focus", "scaled_focus", "orthogonal_probability")},
+            softened=verdict(s.softened))}
+        empty = shapes(e, "probabilities=weights", "output", value_width_probe=shape(
+            _shaped(evidence.value_width, "output")))
+    scores = ({"mask": tensor(p.mask, ("query", "key")), "raw_scores": tensor(p.scores, square),
+               "scaled_scores": tensor(p.scaled_scores, square),
+               "masked_scores": tensor(p.masked_scores, square)}
+              if isinstance(evidence, CausalEvidence)
+              else tensors(square, dot_products=p.scores, scaled_scores=p.scaled_scores))
     return {
         "checks": chapter_checks(evidence.chapter, evidence),
         "config": section(batch=int(batch), tokens=int(tokens), d_k=int(d_k),
-                          d_v=int(p.value.shape[2]), scale=p.scale, **rule,
+                          d_v=int(p.value.shape[2]), scale=scalar(p.scale),
+                          **({"mask": MASK_RULE} if isinstance(evidence, CausalEvidence)
+                             else {"masked": verdict(False)}),
                           softmax_axis="key", source=evidence.source),
         "tensors": section(
-            query=given(p.query), key=given(p.key), value=given(p.value), **scores,
+            **tensors(rows, True, query=p.query, key=p.key, value=p.value), **scores,
             probabilities=tensor(p.probabilities, square),
             row_sums=tensor(p.row_sums, ("batch", "query")),
             mixture_terms=tensor(p.terms, ("query", "key", "feature")),
-            output=tensor(p.output, rows), upstream=given(p.upstream),
-            query_gradient=tensor(p.grad_query, rows),
-            key_gradient=tensor(p.grad_key, rows),
-            value_gradient=tensor(p.grad_value, rows)),
+            output=tensor(p.output, rows), upstream=tensor(p.upstream, rows, given=True),
+            **tensors(rows, query_gradient=p.grad_query, key_gradient=p.grad_key,
+                      value_gradient=p.grad_value)),
         "loss": scalar(p.loss),
         **own,
         "single_token": section(
-            query=given(single.query), key=given(single.key), value=given(single.value),
+            **tensors(rows, True, query=single.query, key=single.key, value=single.value),
             probabilities=tensor(single.probabilities, square),
             output=tensor(single.output, rows),
             query_gradient_zero=verdict(single.query_gradient_zero),
             key_gradient_zero=verdict(single.key_gradient_zero)),
-        **batch_probe,
+        **({"batch_probe": section(**shapes(evidence.batch, "probabilities=weights", "output",
+                                            isolated=verdict(evidence.batch_isolated)))}
+           if isinstance(evidence, SelfAttentionEvidence) else {}),
         "empty_batch": section(**empty),
         "gradcheck": {"passed": g.passed, "step": g.step, "tolerance": g.tolerance,
                       "tensors": [{"tensor": c.tensor, "shape": list(c.shape),
@@ -431,7 +388,7 @@ def facts(evidence: HeadChapterEvidence) -> dict[str, Any]:
         "errors": refusals(evidence.errors, ("case", "kind", "facts", "rejected", "raised",
                                              "message"), raised=lambda c: c.raised,
                            kind=lambda c: said.error_kinds.get(c.expected, c.expected),
-                           facts=lambda c: dict(facts_of(c, said))),
+                           facts=lambda c: refused_facts(c, said.fact_names)),
         "history": dict(said.history),
         "replay_bitwise": verdict(evidence.replay_bitwise),
         "next": said.next_chapter,
@@ -450,29 +407,17 @@ def figure(evidence: HeadChapterEvidence, width: int,
     the rejected inputs, the history and the checks), every number at ``options``'
     precision. ``width`` is the console's; the layout adapts to it when printed."""
     from qkvcli.render.chapters import figure as drawn
-    from qkvcli.render.rich.layout import Row
     from qkvcli.render.rich.options import RichOptions
 
     options = options or RichOptions()
     n = options.precision  # every number of the figure at the caller's precision
-    p, single, e, g, said = (evidence.primary, evidence.single, evidence.empty,
-                             evidence.gradcheck, words(evidence))
-
+    p, single, e, said = evidence.primary, evidence.single, evidence.empty, words(evidence)
 
     def row(values: Any) -> str:
         return f"[{drawn.numbers(values, options)}]"
 
     one = (f"probability {row(single.probabilities)}, output {row(single.output)}, "
            "no gradient to Q or K")
-    refused = drawn.facts_part("Rejected inputs", [
-        (c.rejected, c.case, c.message or "not refused") for c in evidence.errors])
-    history = drawn.facts_part("History", [(None, key, value) for key, value in said.history])
-    proof = drawn.facts_part("Proof", [
-        (p.rows_sum_to_one, "row sums", f"within {fmt_float(p.row_sum_tolerance, 12)}"),
-        (g.passed, "gradient check", f"{g.checked('query')}+{g.checked('key')}+"
-         f"{g.checked('value')} coordinates, tolerance {fmt_general(g.tolerance, drawn.SETTING)}"),
-        (evidence.replay_bitwise, "replay", "bit for bit"),
-    ])
     if isinstance(evidence, CausalEvidence):
         x = evidence.prefix
         later = drawn.facts_part("A later token", [
@@ -495,7 +440,7 @@ def figure(evidence: HeadChapterEvidence, width: int,
              f"mask {fmt_shape(_shaped(e, 'mask'))}"),
             (p.tape_finite, "reverse pass", "every array finite: -inf never reaches it"),
         ])
-        cards = [Row([later, probes]), Row([refused])]
+        cards = [later, probes]
     else:
         assert isinstance(evidence, SelfAttentionEvidence)
         s, b = evidence.scale, evidence.batch
@@ -511,7 +456,6 @@ def figure(evidence: HeadChapterEvidence, width: int,
              f"{fmt_shape(_shaped(e, 'output'))}; value width 1 gives "
              f"{fmt_shape(_shaped(evidence.value_width, 'output'))}"),
         ])
-        cards = [Row([probes, refused])]
-    return drawn.head_figure(evidence, options, said.prediction,
-                             isinstance(evidence, CausalEvidence),
-                             [*cards, Row([history, proof])], said.closing)
+        cards = [probes]
+    return drawn.head_figure(evidence, options, isinstance(evidence, CausalEvidence), cards,
+                             (said.prediction, said.history, said.closing))
