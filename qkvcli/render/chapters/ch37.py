@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkvcli.chapters.ch37 import NAME, IncrementalEvidence
+from qkvcli.render.chapters.entries import chapter_checks, refusals
 from qkvcli.render.chapters.entries import json_document as json_document_of
-from qkvcli.render.chapters.entries import refusals
 from qkvcli.render.chapters.rows import Table, fields
 from qkvcli.render.facts import entries, report, said, scalar, section, shape, tensor, verdict
 from qkvcli.render.numbers import course_fixed, course_vector, fmt_bool, fmt_float, fmt_general
 
 if TYPE_CHECKING:
-    from qkvcli.core.results import FamilyCheck
     from qkvcli.render.rich.options import RichOptions
 
 NEXT = "thread one independent cache through every decoder block"
@@ -115,24 +114,9 @@ JSON_KEYS = ("qkv_version", "schema_version", "report", "chapter", "passed", "ch
 """The JSON report's keys, in order."""
 
 
-def _detail(evidence: IncrementalEvidence, check: FamilyCheck) -> str:
-    from qkvcli.render.names import published
-
-    if check.name == "replay":
-        return ("a reset cache given the same tokens agrees bit for bit"
-                if evidence.replay_bitwise else "the replay after a reset differs")
-    if check.name == "errors":
-        rejected = sum(case.rejected for case in evidence.errors)
-        return (f"{rejected} of {len(evidence.errors)} bad steps refused exactly, "
-                "the cache unchanged")
-    return published(NAME, check.name).claim
-
-
 def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
     """The chapter's facts (:mod:`qkvcli.render.facts`) under :data:`JSON_KEYS` after
     the head: what the JSON publishes and the text and trace say."""
-    from qkvcli.render.document import checks_json
-
     f = evidence.fixture
     batch, tokens, width = (int(d) for d in f.input.shape)
     rows, cached = ("batch", "token", "feature"), ("batch", "head", "position", "feature")
@@ -152,7 +136,7 @@ def facts(evidence: IncrementalEvidence) -> dict[str, Any]:
     w, r, h = evidence.work, evidence.reset, evidence.history
     kept = dict(zip((e.case for e in evidence.errors), evidence.kept, strict=True))
     return {
-        "checks": checks_json(NAME, evidence.checks, lambda check: _detail(evidence, check)),
+        "checks": chapter_checks(NAME, evidence),
         "config": section(batch=batch, tokens=tokens, model_width=width, heads=f.spec.heads,
                           head_width=f.spec.table.features, capacity=f.capacity,
                           rope_positions=f.spec.table.positions,

@@ -94,18 +94,6 @@ def json_document(chapter: str, evidence: Any, found: Any) -> dict[str, Any]:
     return {**head("run", chapter=chapter, passed=evidence.passed), **json_of(found)}
 
 
-def each(key: str, count: int, parts: Sequence[tuple[Any, ...]]) -> Table:
-    """One line per index ``i < count``: ``key`` (with ``{}``, ``i`` in it), then each part:
-    ``(label, path, spell)`` with ``spell(value, i)``, or ``(label, f)`` with ``f(evidence, i)``."""
-    def at(part: tuple[Any, ...], i: int) -> tuple[Any, ...]:
-        label, path, *spell = part
-        if not isinstance(path, str):
-            return (label, lambda e: path(e, i))
-        return (label, path, lambda value: spell[0](value, i))
-
-    return tuple((key.format(i), tuple(at(part, i) for part in parts)) for i in range(count))
-
-
 def rejected(keys: dict[str, str] | None = None) -> tuple[str, Any]:
     """A text's ``errors=`` facts: each refused input's key (``keys``: the chapter's own
     name of its case, else the case) and whether it was rejected."""

@@ -20,7 +20,7 @@ from qkvcli.render.facts import Fact, Part, tensor
 from qkvcli.render.numbers import fmt_bool, fmt_float
 
 Table = tuple[tuple[str, Any], ...]
-"""A text's or a trace's lines (:func:`~qkvcli.render.facts.layout`)."""
+"""A text's or a trace's lines (:func:`~qkvcli.render.facts.report`)."""
 
 
 def fields(section: str, names: str, spell: Callable[[Any], str] | None = None,
