@@ -334,13 +334,14 @@ def related(name: str, actual: Array, wanted: Array, parts: tuple[tuple[str, Arr
     :mod:`~qkvcli.check.relations`, and ``otherwise``: what is said where the fixtures do
     not agree on them), or ``None`` when none does."""
     from qkvcli.check.relate import axes_of
-    from qkvcli.check.relations import constants, relations
+    from qkvcli.check.relations import constants, every, relations
 
     batch, tokens, d_model, d_head = run.case.shape
-    found = relations(name, actual, wanted, constants(d_k=d_head, d_model=d_model, B=batch,
-                                                      T=tokens),
-                      axes_of(name, wanted.ndim), tolerance, (parts,) if parts else ())
-    return Clause("relations", (found, otherwise)) if found else None
+    arguments = (name, actual, wanted, constants(d_k=d_head, d_model=d_model, B=batch,
+                                                 T=tokens),
+                 axes_of(name, wanted.ndim), tolerance, (parts,) if parts else ())
+    found = relations(*arguments)
+    return Clause("relations", (found, otherwise, every(*arguments))) if found else None
 
 
 def explain_outputs(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,

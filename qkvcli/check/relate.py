@@ -21,7 +21,7 @@ import numpy as np
 
 from qkvcli.check import stages
 from qkvcli.check.cases import Run
-from qkvcli.check.relations import Named, constants, relations, unexplained
+from qkvcli.check.relations import Named, constants, every, relations, unexplained
 from qkvcli.core.arrays import Array, close
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
@@ -59,29 +59,33 @@ class Setting(Record):
 
 def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setting,
              mismatch: Clause, tolerance: float) -> Clause:
-    """``relation-differs`` (the relations that explain the wrong results, the mismatch),
-    or ``mismatch`` when none does."""
+    """``relation-differs`` (the relations that explain the wrong results, the mismatch,
+    and every relation that holds: :func:`~qkvcli.check.relations.every`, what the
+    fixtures' agreement asks of this one), or ``mismatch`` when none does."""
     found: list[Clause] = []
+    held: list[Clause] = []
     wrong = [index for index, (g, e) in enumerate(zip(got, expected, strict=True))
              if not close(g, e, tolerance)]
     for index in wrong:
         name = names[index]
-        explained = relations(name, got[index], expected[index], setting.named,
-                              axes_of(name, expected[index].ndim), tolerance,
-                              dict(setting.parts).get(name, ()),
-                              dict(setting.others).get(name, ()))
+        arguments = (name, got[index], expected[index], setting.named,
+                     axes_of(name, expected[index].ndim), tolerance,
+                     dict(setting.parts).get(name, ()), dict(setting.others).get(name, ()))
+        explained = relations(*arguments)
         found += explained or (unexplained(name),)
+        held += every(*arguments)
     if any(clause.code == "unexplained" for clause in found):
         variants = tuple(dict.fromkeys(  # a code once, whichever of its fills fitted
             Clause("variant", (setting.operation, code)) for code, compute in setting.variants
             if _fits(got, _computed(compute), expected, tolerance)))
         if variants:
-            return Clause("relation-differs", (variants, mismatch))
+            return Clause("relation-differs", (variants, mismatch, (*variants, *held)))
         if setting.staged and wrong and found[0].code == "unexplained":
             first = wrong[0]
             found[0] = Clause("diverges", (names[first], names[first - 1] if first else ""))
+            held.append(found[0])
     named = tuple(clause for clause in found if clause.code != "unexplained")
-    return Clause("relation-differs", (named, mismatch)) if named else mismatch
+    return Clause("relation-differs", (named, mismatch, tuple(held))) if named else mismatch
 
 
 def _computed(compute: Callable[[], Bundle]) -> Bundle:

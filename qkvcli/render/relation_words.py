@@ -208,9 +208,9 @@ def relations(found: tuple[Clause, ...]) -> str:
 
 
 CLAUSE_RELATION_WORDS: dict[str, Callable[..., Any]] = {
-    "relation-differs": lambda found, mismatch: f"{relations(found)}: {mismatch}",
-    "relations": lambda found, otherwise: (relations(found) if found
-                                           else "" if otherwise is None else otherwise),
+    "relation-differs": lambda found, mismatch, *_: f"{relations(found)}: {mismatch}",
+    "relations": lambda found, otherwise, *_: (relations(found) if found
+                                               else "" if otherwise is None else otherwise),
     **RELATION_WORDS,
 }
 """The clause codes of a slip named by relation, for :data:`qkvcli.render.check.CLAUSE_WORDS`."""
