@@ -188,9 +188,17 @@ def _of(names: list[str], words: str) -> str:
     return words.replace(SOME, _listed(names))
 
 
-def relations(found: tuple[Clause, ...]) -> str:
+ON_THIS_FIXTURE = ("on this fixture, either ", "")
+"""How a finding on one fixture says relations or slips it cannot tell apart: before
+them, and after."""
+ON_EVERY_FIXTURE = ("either ", " (the failing fixtures cannot tell them apart)")
+"""How the summary of a report says them: each holds on every fixture that fails (what
+the fixtures agree on), and no fixture there tells them apart."""
+
+
+def relations(found: tuple[Clause, ...], either: tuple[str, str] = ON_THIS_FIXTURE) -> str:
     """The relations of a finding, in their order: several of one tensor as "either ...
-    or ...", tensors related alike said together."""
+    or ..." (``either``: the words around them), tensors related alike said together."""
     groups: dict[tuple[str, str], list[Clause]] = {}
     for clause in found:
         groups.setdefault((clause.code, clause.facts[0]), []).append(clause)
@@ -200,8 +208,8 @@ def relations(found: tuple[Clause, ...]) -> str:
         words = [RELATION_WORDS[c.code](SOME, *c.facts[1:]) if c.code != "variant"
                  else relation(c) for c in clauses]
         said = words[0] if len(words) == 1 else (
-            "on this fixture, either " + " or ".join(words).replace(
-                f" or {SOME} ", " or it ").replace(f" or {SOME}", " or it"))
+            either[0] + " or ".join(words).replace(
+                f" or {SOME} ", " or it ").replace(f" or {SOME}", " or it") + either[1])
         alike.setdefault(said, []).append(tensor)
     return "; ".join(_of(names, said) if said.startswith(SOME) or SOME in said
                      else said for said, names in alike.items())
