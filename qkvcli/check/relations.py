@@ -14,7 +14,9 @@ relations holds exactly, to the tolerance (never one that only nearly holds):
 5. another tensor of the run (a stage's input: the output is the merged heads);
 6. float32 rounding (every value a float32, tiny values underflowed to 0): before the
    next, which a float32 softmax of a causal row can also meet;
-7. differences confined to the diagonal, or to the cells above or below it.
+7. differences confined to the diagonal, or to the cells above or below it; a causal
+   mask's zeros confined to the keys two or more ahead (:func:`leaked_band`: the mask
+   leaks the nearer later keys, which the engine with that mask then confirms).
 
 Each relation found is a :class:`~qkvcli.core.results.Clause` whose facts are strings
 (the tensor, what relates it), so that the relations of several fixtures can be
@@ -215,6 +217,21 @@ def confined(name: str, got: Array, expected: Array, tolerance: float) -> tuple[
         if not (wrong & ~where).any():
             return (Clause("confined", (name, region)),)
     return ()
+
+
+def leaked_band(weights: Array) -> int | None:
+    """The offset ``m >= 2`` of a causal mask that leaks, from weights ``[..., T, T]``
+    (``T >= 2``): the cells they hold as exactly 0 are the keys ``m`` or more positions
+    ahead of their query, alike in every leading index (``m = T``: none is 0), where
+    qkv's mask hides every later key; ``None`` for any other pattern of zeros."""
+    if weights.ndim < 2 or weights.shape[-1] != weights.shape[-2] or weights.shape[-1] < 2:
+        return None
+    tokens = weights.shape[-1]
+    zero = (weights == 0).reshape(-1, tokens, tokens)
+    if not zero.size or not (zero == zero[:1]).all():
+        return None
+    return next((offset for offset in range(2, tokens + 1) if np.array_equal(
+        zero[0], np.triu(np.ones((tokens, tokens), dtype=bool), k=offset))), None)
 
 
 def float32_rounded(name: str, got: Array, expected: Array) -> tuple[Clause, ...]:

@@ -39,6 +39,7 @@ from qkvcli.render.relation_words import (
     CLAUSE_RELATION_WORDS,
     ON_EVERY_FIXTURE,
     ON_THIS_FIXTURE,
+    leak_words,
     relations,
 )
 from qkvcli.render.views import Asked
@@ -213,8 +214,16 @@ def _slip_words(slip: str) -> str:
     return SLIP_WORDS.get(slip) or SLIP_WORDS[slip.removeprefix("rope-")]
 
 
+def _leak(positions: tuple[Clause, ...]) -> int | None:
+    """The offset of a causal mask that leaks, where a ``leaks-future`` position holds one."""
+    return next((clause.facts[4] for clause in positions
+                 if clause.code == "leaks-future" and len(clause.facts) > 4), None)
+
+
 def _mask_positions(slips: tuple[str, ...], positions: tuple[Clause, ...]) -> str:
     said = "; ".join(map(say, positions))
+    if not slips and _leak(positions) is not None:
+        return f"{leak_words(_leak(positions) or 0)}: the mask {said}"
     if not slips:
         return f"the mask {said}"
     return _slips(slips) + (f": the mask {said}" if said else "")
@@ -441,6 +450,8 @@ def _slip_names(code: str, facts: tuple[Any, ...],
     if code in ("slip-differs", "mask-positions"):  # the slips alone, not the mismatch
         if facts[0]:
             yield _same(facts[0]), _slips(facts[0], either)
+        elif code == "mask-positions" and (offset := _leak(facts[1])) is not None:
+            yield f"mask:from:{offset}", leak_words(offset)  # a forward's variant's key too
         return
     if code in SLIP_CODES or code.startswith("slip-"):
         yield SAME_SLIP.get(code, _same(facts[0]) if code == "slip" else code), (

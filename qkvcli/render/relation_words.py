@@ -87,6 +87,21 @@ VARIANT_WORDS = {
 }
 
 
+def leak_words(offset: int) -> str:
+    """A causal mask that hides only the keys ``offset`` or more positions ahead."""
+    nearer = "its next key" if offset == 2 else f"its next {offset - 1} keys"
+    return (f"the causal mask leaks: it hides only the keys {offset} or more positions "
+            f"ahead, so each query also sees {nearer} (a mask such as np.triu(..., "
+            f"k={offset}) where k=1 belongs)")
+
+
+def _variant_words(code: str) -> str:
+    """A variant's words, with ``{0}`` for the operation (a leaking mask's from its offset)."""
+    if code.startswith("mask:from:"):
+        return "{0}: " + leak_words(int(code.removeprefix("mask:from:")))
+    return VARIANT_WORDS[code]
+
+
 def _part(said: str) -> str:
     label, count = said.split("=", 1)
     kind, _, which = label.partition(":")
@@ -152,7 +167,7 @@ RELATION_WORDS: dict[str, Callable[..., str]] = {
         f"{tensor} agrees with qkv only to float32 rounding (every value a float32, tiny "
         "ones flushed to 0): float32 arithmetic"),
     "variant": lambda operation, code: (
-        VARIANT_WORDS[code.removeprefix("back:")].format(operation)
+        _variant_words(code.removeprefix("back:")).format(operation)
         + (" in the turn back through RoPE alone" if code.startswith("back:") else "")),
     "unexplained": lambda tensor: f"{tensor} is explained by no relation",
     "diverges": lambda tensor, before: (
