@@ -126,6 +126,22 @@ def test_a_leaking_mask_is_one_slip_of_head_forward_and_the_mask_family(tmp_path
     assert slips[0].endswith("(head-forward, mask)"), slips[0]
 
 
+def test_a_layer_whose_mask_leaks_is_named_by_that_mask(tmp_path: Path) -> None:
+    learner = tmp_path / "leaking_layer.py"
+    learner.write_text(LEAKING_HEAD.format(folder=str(EXAMPLES)).replace(
+        "import numpy_head", "import numpy_rope_mha as numpy_head").replace(
+        "head_forward = numpy_head.head_forward\nhead_backward = numpy_head.head_backward",
+        "rope, rope_reverse = numpy_head.rope, numpy_head.rope_reverse\n"
+        "mha_forward, mha_backward = numpy_head.mha_forward, numpy_head.mha_backward"))
+    result = CliRunner().invoke(main, ["check", str(learner),
+                                       str(ROOT / "fixtures" / "ch30-multi-head-attention.json"),
+                                       "--random", "0", "-f", "text"])
+    slips = [line for line in result.stdout.splitlines() if line.startswith("slip:")]
+    assert slips == ["slip: mha_forward: the causal mask leaks: it hides only the keys 2 or "
+                     "more positions ahead, so each query also sees its next key (a mask such "
+                     "as np.triu(..., k=2) where k=1 belongs) (multi-head)"], result.stdout
+
+
 def test_a_finding_that_only_says_scores_are_wrong_is_the_slip_named_there() -> None:
     variant = Clause("relation-differs", ((Clause("variant", ("head_forward",
                                                                "divisor:2 d_h")),),
