@@ -472,6 +472,8 @@ LEAKS = "leaks future positions (weights[0,0,1] = {}: query 0 sees the later key
         (lambda t: np.arange(t)[None, :] < np.arange(t)[:, None],  # j < i
          f"{SLIP_HIDES_PAST}: the mask {HIDES_EARLIER}; {LEAKS.format(0.5259780687915117)}"),
         (lambda t: np.triu(np.ones((t, t), dtype=bool), k=2),  # one later position seen
+         "the causal mask leaks: it hides only the keys 2 or more positions ahead, so each "
+         "query also sees its next key (a mask such as np.triu(..., k=2) where k=1 belongs): "
          f"the mask {LEAKS.format(0.6469902724418696)}"),
     ],
     ids=["tril", "keys-before", "one-later-seen"],

@@ -294,8 +294,9 @@ def mask_positions(weights: Array, expected: Array, causal: bool,
     the engine's): keys it gives exactly 0 that the engine lets the query see (earlier
     positions: ``hides-earlier``, the diagonal: ``hides-diagonal``, later ones with
     causal=false: ``hides-later``), later keys that keep weight with causal=true
-    (``leaks-future``), and, when exactly the later keys get 0, a row that no longer sums
-    to 1 (``masked-after-softmax``). Each with its first coordinate
+    (``leaks-future``, with the offset ``m`` where the zeros are a mask hiding only the
+    keys ``m`` or more ahead: :func:`_band`), and, when exactly the later keys get 0, a
+    row that no longer sums to 1 (``masked-after-softmax``). Each with its first coordinate
     ``[b,i,j]``, the query ``i`` and the key ``j``; empty when every position is right."""
     tokens = weights.shape[-1]
     query, key = np.indices((tokens, tokens))
@@ -309,7 +310,8 @@ def mask_positions(weights: Array, expected: Array, causal: bool,
             flat = int(np.argmax(where.reshape(-1)))
             b, i, j = (int(v) for v in np.unravel_index(flat, where.shape))
             found.append(Clause(code, (coordinate(where.shape, flat), i, j,
-                                       float(weights[b, i, j]))))
+                                       float(weights[b, i, j]),
+                                       *_band(weights) * (code == "leaks-future"))))
     if not found and causal and weights.size:
         sums = weights.sum(axis=-1)
         off = mismatches(sums, np.ones_like(sums), tolerance * 16).reshape(-1)
@@ -318,6 +320,16 @@ def mask_positions(weights: Array, expected: Array, causal: bool,
             found.append(Clause("masked-after-softmax", (coordinate(sums.shape, flat),
                                                   float(sums.reshape(-1)[flat]))))
     return tuple(found)
+
+
+def _band(weights: Array) -> tuple[int, ...]:
+    """``(m,)`` where the weights' zeros are a causal mask hiding only the keys ``m`` or
+    more ahead and at least one of them (:func:`~qkvcli.check.relations.leaked_band`),
+    else ``()``."""
+    from qkvcli.check.relations import leaked_band
+
+    offset = leaked_band(weights)
+    return (offset,) if offset is not None and offset < weights.shape[-1] else ()
 
 
 # --- why a result is wrong, for each kind: the slips its diagnosis tries ------------------
@@ -334,13 +346,14 @@ def related(name: str, actual: Array, wanted: Array, parts: tuple[tuple[str, Arr
     :mod:`~qkvcli.check.relations`, and ``otherwise``: what is said where the fixtures do
     not agree on them), or ``None`` when none does."""
     from qkvcli.check.relate import axes_of
-    from qkvcli.check.relations import constants, relations
+    from qkvcli.check.relations import constants, every, relations
 
     batch, tokens, d_model, d_head = run.case.shape
-    found = relations(name, actual, wanted, constants(d_k=d_head, d_model=d_model, B=batch,
-                                                      T=tokens),
-                      axes_of(name, wanted.ndim), tolerance, (parts,) if parts else ())
-    return Clause("relations", (found, otherwise)) if found else None
+    arguments = (name, actual, wanted, constants(d_k=d_head, d_model=d_model, B=batch,
+                                                 T=tokens),
+                 axes_of(name, wanted.ndim), tolerance, (parts,) if parts else ())
+    found = relations(*arguments)
+    return Clause("relations", (found, otherwise, every(*arguments))) if found else None
 
 
 def explain_outputs(run: Run, got: Bundle, expected: Bundle, index: int, mismatch: Clause,

@@ -21,7 +21,7 @@ import numpy as np
 
 from qkvcli.check import stages
 from qkvcli.check.cases import Run
-from qkvcli.check.relations import Named, constants, relations, unexplained
+from qkvcli.check.relations import Named, constants, every, leaked_band, relations, unexplained
 from qkvcli.core.arrays import Array, close
 from qkvcli.core.record import Record
 from qkvcli.core.results import Clause
@@ -47,7 +47,9 @@ class Setting(Record):
     result's decompositions (``parts``: name to the ways it is a sum) and the tensors it
     may equal (``others``), the ``variants`` (a code and how to compute the bundle the
     engine gives with that one part changed), whether the results are stages in order
-    (``staged``: a forward), and the ``operation``."""
+    (``staged``: a forward), the ``operation``, and with a causal mask ``leaking``: where
+    the weights are among the results and the engine's results with a part changed (a
+    mask that leaks, :func:`~qkvcli.check.relations.leaked_band`)."""
 
     named: Named
     operation: str
@@ -55,33 +57,62 @@ class Setting(Record):
     others: tuple[tuple[str, Parts], ...] = ()
     variants: tuple[tuple[str, Callable[[], Bundle]], ...] = ()
     staged: bool = False
+    leaking: tuple[int, Callable[[stages.WrongPart], Bundle]] | None = None
 
 
 def diagnose(names: Sequence[str], got: Bundle, expected: Bundle, setting: Setting,
              mismatch: Clause, tolerance: float) -> Clause:
-    """``relation-differs`` (the relations that explain the wrong results, the mismatch),
-    or ``mismatch`` when none does."""
+    """``relation-differs`` (the relations that explain the wrong results, the mismatch,
+    and every relation that holds: :func:`~qkvcli.check.relations.every`, what the
+    fixtures' agreement asks of this one), or ``mismatch`` when none does."""
     found: list[Clause] = []
+    held: list[Clause] = []
     wrong = [index for index, (g, e) in enumerate(zip(got, expected, strict=True))
              if not close(g, e, tolerance)]
     for index in wrong:
         name = names[index]
-        explained = relations(name, got[index], expected[index], setting.named,
-                              axes_of(name, expected[index].ndim), tolerance,
-                              dict(setting.parts).get(name, ()),
-                              dict(setting.others).get(name, ()))
+        arguments = (name, got[index], expected[index], setting.named,
+                     axes_of(name, expected[index].ndim), tolerance,
+                     dict(setting.parts).get(name, ()), dict(setting.others).get(name, ()))
+        explained = relations(*arguments)
         found += explained or (unexplained(name),)
+        held += every(*arguments)
     if any(clause.code == "unexplained" for clause in found):
         variants = tuple(dict.fromkeys(  # a code once, whichever of its fills fitted
             Clause("variant", (setting.operation, code)) for code, compute in setting.variants
             if _fits(got, _computed(compute), expected, tolerance)))
+        leak, hides = _leak(got, expected, setting, tolerance)
+        if leak is not None:  # said where it hides a key; else it is causal=false
+            variants += (leak,) if hides else ()
+            held.append(leak)
         if variants:
-            return Clause("relation-differs", (variants, mismatch))
+            return Clause("relation-differs", (variants, mismatch, (*variants, *held)))
         if setting.staged and wrong and found[0].code == "unexplained":
             first = wrong[0]
             found[0] = Clause("diverges", (names[first], names[first - 1] if first else ""))
+            held.append(found[0])
     named = tuple(clause for clause in found if clause.code != "unexplained")
-    return Clause("relation-differs", (named, mismatch)) if named else mismatch
+    return Clause("relation-differs", (named, mismatch, tuple(held))) if named else mismatch
+
+
+def _leak(got: Bundle, expected: Bundle, setting: Setting,
+          tolerance: float) -> tuple[Clause | None, bool]:
+    """``variant`` (the operation, ``mask:from:m``) where the weights' zeros are a mask
+    that leaks the keys nearer than ``m`` (:func:`~qkvcli.check.relations.leaked_band`)
+    and the engine with that mask gives every result, and whether that mask hides a key
+    at all (with none hidden it is the mask ignored); ``None`` where it does not fit."""
+    if setting.leaking is None:
+        return None, False
+    index, compute = setting.leaking
+    offset = leaked_band(got[index]) if got[index].shape == expected[index].shape else None
+    if offset is None:
+        return None, False
+    code = f"mask:from:{offset}"
+    part = stages.WrongPart(hidden=code.removeprefix("mask:"))
+    if not _fits(got, _computed(lambda: compute(part)), expected,
+                 tolerance):
+        return None, False
+    return Clause("variant", (setting.operation, code)), offset < got[index].shape[-1]
 
 
 def _computed(compute: Callable[[], Bundle]) -> Bundle:
@@ -211,7 +242,8 @@ def head_forward(run: Run, variant_forward: Callable[..., Bundle]) -> Setting:
                    others=(("output", (("V", x @ weights[2]),)),),
                    variants=(("causal=" + str(not causal).lower(),
                               lambda: variant_forward(x, weights, not causal)), *staged),
-                   staged=True)
+                   staged=True, leaking=(1, lambda part: _head_staged(x, weights, True, part))
+                   if causal else None)
 
 
 def _bound_head(x: Array, weights: tuple[Array, ...], causal: bool,
@@ -371,7 +403,7 @@ def mha_forward(run: Run) -> Setting:
     """A layer's forward: the output may be the merged heads (``W_O`` skipped); the mode's
     flags flipped; the softmax over another axis; its RoPE changed."""
     arguments = _mha_arguments(run)
-    x, weights, heads, causal, turned = arguments[:5]
+    x, weights, heads, causal, turned, base, offset = arguments
     expected = stages.forward(*arguments)
     width = int(weights[0].shape[1])
     parts = MHA_PARTS + MERGE_STRIDED + (MHA_MASK_PARTS + MASK_AFTER if causal else ())
@@ -384,7 +416,10 @@ def mha_forward(run: Run) -> Setting:
     variants += _transposed_weights(arguments, _staged_forward)
     return Setting(_sizes(x, width // max(heads, 1), heads), "mha_forward",
                    others=(("output", (("merged", expected.merged),)),),
-                   variants=tuple(variants), staged=True)
+                   variants=tuple(variants), staged=True,
+                   leaking=(0, lambda part: _staged_forward(
+                       x, weights, heads, causal, turned, base, offset, part))
+                   if causal else None)
 
 
 def _bound(compute: Callable[..., Bundle], arguments: tuple[Any, ...],

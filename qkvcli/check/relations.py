@@ -14,7 +14,9 @@ relations holds exactly, to the tolerance (never one that only nearly holds):
 5. another tensor of the run (a stage's input: the output is the merged heads);
 6. float32 rounding (every value a float32, tiny values underflowed to 0): before the
    next, which a float32 softmax of a causal row can also meet;
-7. differences confined to the diagonal, or to the cells above or below it.
+7. differences confined to the diagonal, or to the cells above or below it; a causal
+   mask's zeros confined to the keys two or more ahead (:func:`leaked_band`: the mask
+   leaks the nearer later keys, which the engine with that mask then confirms).
 
 Each relation found is a :class:`~qkvcli.core.results.Clause` whose facts are strings
 (the tensor, what relates it), so that the relations of several fixtures can be
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from itertools import product
 
 import numpy as np
 
@@ -42,6 +45,8 @@ anything (a factor of one number always fits)."""
 SPARE = 2
 """How many more elements than parts a tensor needs before its parts' counts are fitted:
 the fit must then hold on equations it was not solved from."""
+DEPENDENT = 6
+"""The most parts that are not independent whose counts are each tried (``3**6`` ways)."""
 FLOAT32_ERROR = 1e-4
 """The largest scaled error of a result computed in float32 (every value a float32), as
 :func:`qkvcli.check.diagnose.precision` takes it."""
@@ -147,9 +152,10 @@ def counted_parts(name: str, got: Array, parts: Sequence[tuple[str, Array]], nam
     if not parts:
         return ()
     basis = np.stack([p.reshape(-1) for _, p in parts], axis=1)
-    if basis.shape[0] < len(parts) + SPARE or not np.isfinite(basis).all() or \
-            np.linalg.matrix_rank(basis) < len(parts):
+    if basis.shape[0] < len(parts) + SPARE or not np.isfinite(basis).all():
         return ()
+    if np.linalg.matrix_rank(basis) < len(parts):
+        return _dependent_parts(name, got, parts, basis, tolerance)
     with np.errstate(all="ignore"):
         counts, *_ = np.linalg.lstsq(basis, got.reshape(-1), rcond=None)
         if not np.isfinite(counts).all():
@@ -165,6 +171,25 @@ def counted_parts(name: str, got: Array, parts: Sequence[tuple[str, Array]], nam
             got, (basis @ np.array(rounded)).reshape(got.shape), tolerance):
         return ()
     return (Clause("parts", (name, *(s for s in said if not s.endswith("=1")))),)
+
+
+def _dependent_parts(name: str, got: Array, parts: Sequence[tuple[str, Array]], basis: Array,
+                     tolerance: float) -> tuple[Clause, ...]:
+    """``parts`` clauses for parts that are not independent (batch items alike): the
+    counts are not one fit, so every way of taking each part 0, 1 or 2 times that gives
+    ``got`` is said (the fixture cannot tell them apart), none where there are more than
+    :data:`DEPENDENT` parts."""
+    if len(parts) > DEPENDENT:
+        return ()
+    found = []
+    for counts in product((1, 0, 2), repeat=len(parts)):
+        if all(count == 1 for count in counts) or not close(
+                got, (basis @ np.array(counts, dtype=float)).reshape(got.shape), tolerance):
+            continue
+        found.append(Clause("parts", (name, *(f"{label}={count}" for (label, _), count
+                                              in zip(parts, counts, strict=True)
+                                              if count != 1))))
+    return tuple(found)
 
 
 def equals_other(name: str, got: Array, others: Sequence[tuple[str, Array]],
@@ -194,6 +219,21 @@ def confined(name: str, got: Array, expected: Array, tolerance: float) -> tuple[
     return ()
 
 
+def leaked_band(weights: Array) -> int | None:
+    """The offset ``m >= 2`` of a causal mask that leaks, from weights ``[..., T, T]``
+    (``T >= 2``): the cells they hold as exactly 0 are the keys ``m`` or more positions
+    ahead of their query, alike in every leading index (``m = T``: none is 0), where
+    qkv's mask hides every later key; ``None`` for any other pattern of zeros."""
+    if weights.ndim < 2 or weights.shape[-1] != weights.shape[-2] or weights.shape[-1] < 2:
+        return None
+    tokens = weights.shape[-1]
+    zero = (weights == 0).reshape(-1, tokens, tokens)
+    if not zero.size or not (zero == zero[:1]).all():
+        return None
+    return next((offset for offset in range(2, tokens + 1) if np.array_equal(
+        zero[0], np.triu(np.ones((tokens, tokens), dtype=bool), k=offset))), None)
+
+
 def float32_rounded(name: str, got: Array, expected: Array) -> tuple[Clause, ...]:
     """``float32`` (the tensor): every value of ``got`` is a float32 (the engine's are not) and
     within :data:`FLOAT32_ERROR` of the engine's, as a scaled error: float32 arithmetic
@@ -211,14 +251,10 @@ def float32_rounded(name: str, got: Array, expected: Array) -> tuple[Clause, ...
     return (Clause("float32", (name,)),)
 
 
-def relations(name: str, got: Array, expected: Array, named: Named, axes: Sequence[str],
-              tolerance: float, parts: Sequence[Sequence[tuple[str, Array]]] = (),
-              others: Sequence[tuple[str, Array]] = ()) -> tuple[Clause, ...]:
-    """The relations of the first class, cheapest first, that explain ``got`` against
-    ``expected`` exactly: a factor, axes exchanged, one index for all, counted ``parts``
-    (each a decomposition of ``expected``: its paths, its batch items), another tensor
-    of the run (``others``), float32 rounding, differences confined to a region; empty
-    when none holds."""
+def _tries(name: str, got: Array, expected: Array, named: Named, axes: Sequence[str],
+           tolerance: float, parts: Sequence[Sequence[tuple[str, Array]]],
+           others: Sequence[tuple[str, Array]]) -> tuple[Callable[[], tuple[Clause, ...]], ...]:
+    """Each class of relation as a search, cheapest first."""
     def split_parts() -> tuple[Clause, ...]:
         for split in parts:
             found = counted_parts(name, got, split, named, tolerance)
@@ -233,7 +269,7 @@ def relations(name: str, got: Array, expected: Array, named: Named, axes: Sequen
         zero = Clause("factor", (name, "0")) in found
         return found + split_parts() if zero else found
 
-    tries: tuple[Callable[[], tuple[Clause, ...]], ...] = (
+    return (
         factor_or_parts,
         lambda: exchanged(name, got, expected, axes, tolerance),
         lambda: one_for_all(name, got, expected, axes, tolerance),
@@ -241,14 +277,41 @@ def relations(name: str, got: Array, expected: Array, named: Named, axes: Sequen
         lambda: equals_other(name, got, others, tolerance),
         lambda: float32_rounded(name, got, expected),
         lambda: confined(name, got, expected, tolerance))
+
+
+def relations(name: str, got: Array, expected: Array, named: Named, axes: Sequence[str],
+              tolerance: float, parts: Sequence[Sequence[tuple[str, Array]]] = (),
+              others: Sequence[tuple[str, Array]] = ()) -> tuple[Clause, ...]:
+    """The relations of the first class, cheapest first, that explain ``got`` against
+    ``expected`` exactly: a factor, axes exchanged, one index for all, counted ``parts``
+    (each a decomposition of ``expected``: its paths, its batch items), another tensor
+    of the run (``others``), float32 rounding, differences confined to a region; empty
+    when none holds."""
     if not (np.isfinite(got).all() and np.isfinite(expected).all()):
         return ()  # no relation is measured on infinities
     with np.errstate(all="ignore"):
-        for attempt in tries:
+        for attempt in _tries(name, got, expected, named, axes, tolerance, parts, others):
             found = attempt()
             if found:
                 return found
     return ()
+
+
+def every(name: str, got: Array, expected: Array, named: Named, axes: Sequence[str],
+          tolerance: float, parts: Sequence[Sequence[tuple[str, Array]]] = (),
+          others: Sequence[tuple[str, Array]] = ()) -> tuple[Clause, ...]:
+    """Every relation of every class that holds (:func:`relations` stops at the first
+    class): what :func:`agreed` asks of a fixture whose cheapest relation is another
+    (two batch items alike make one item for all a factor 1/2 too)."""
+    if not (np.isfinite(got).all() and np.isfinite(expected).all()):
+        return ()
+    found: list[Clause] = []
+    with np.errstate(all="ignore"):
+        for attempt in _tries(name, got, expected, named, axes, tolerance, parts, others):
+            found += attempt()
+        for split in parts[1:]:  # split_parts stops at the first split that fits
+            found += counted_parts(name, got, split, named, tolerance)
+    return tuple(dict.fromkeys(found))
 
 
 def unexplained(name: str) -> Clause:
@@ -256,19 +319,33 @@ def unexplained(name: str) -> Clause:
     return Clause("unexplained", (name,))
 
 
-def agreed(found: Iterable[tuple[Clause, ...]]) -> tuple[tuple[Clause, ...], ...]:
+def agreed(found: Iterable[tuple[Clause, ...]],
+           held: Sequence[tuple[Clause, ...]] = ()) -> tuple[tuple[Clause, ...], ...]:
     """Each run's relations, keeping a tensor's relation only where it holds on every
     run that tensor is wrong on (a tensor no relation explains on one run is named on
-    none): the name the fixtures agree on."""
+    none): the name the fixtures agree on. ``held``: each run's every relation that
+    holds (:func:`every`, beside the ones ``found`` names); a run whose own relations of
+    a tensor are not agreed on names those of its ``held`` that are (a relation of a
+    dearer class there, the cheaper one holding on that fixture alone)."""
     runs = [tuple(relations) for relations in found]
+    helds = [tuple(h) for h in held] if held else [()] * len(runs)
     by_tensor: dict[str, list[set[Clause]]] = {}
-    for relations in runs:
+    for relations, also in zip(runs, helds, strict=True):
         tensors: dict[str, set[Clause]] = {}
         for clause in relations:
             tensors.setdefault(clause.facts[0], set()).add(clause)
+        for clause in also:
+            if clause.facts[0] in tensors:
+                tensors[clause.facts[0]].add(clause)
         for tensor, clauses in tensors.items():
             by_tensor.setdefault(tensor, []).append(clauses)
     common = {tensor: set.intersection(*sets) for tensor, sets in by_tensor.items()}
-    return tuple(tuple(clause for clause in relations
-                       if clause.code != "unexplained" and clause in common[clause.facts[0]])
-                 for relations in runs)
+    kept = []
+    for relations, also in zip(runs, helds, strict=True):
+        mine = [clause for clause in relations
+                if clause.code != "unexplained" and clause in common[clause.facts[0]]]
+        said, wrong = {clause.facts[0] for clause in mine}, {c.facts[0] for c in relations}
+        mine += [clause for clause in also if clause.code != "unexplained"
+                 and clause.facts[0] in wrong - said and clause in common[clause.facts[0]]]
+        kept.append(tuple(mine))
+    return tuple(kept)

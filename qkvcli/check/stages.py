@@ -36,7 +36,8 @@ class WrongPart(Record):
     ``grad_key``, ``grad_input``: its weights) whose transposed operand is taken as it
     is; ``hidden``: the keys a
     causal mask hides (``later``, ``diagonal``: the later ones and the diagonal,
-    ``earlier``; ``after-softmax``: the later ones' weights zeroed after an unmasked softmax,
+    ``earlier``; ``from:m``: the keys ``m`` or more positions ahead alone, a mask that
+    leaks the nearer later ones; ``after-softmax``: the later ones' weights zeroed after an unmasked softmax,
     the rows not normalised again); ``rowsum``: whether the softmax's reverse keeps its row-sum term;
     ``softmax_reverse``: whether the reverse goes through the softmax at all (``dZ = dA``);
     ``swapped``: ``dQ`` and ``dK`` each made with the other's operand (``dS Q``, ``dSᵀ K``);
@@ -183,6 +184,9 @@ def forward(x: Array, weights: tuple[Array, ...], heads: int, causal: bool, rope
                 hidden[0, 0] = False
             elif part.hidden == "earlier":
                 hidden = hidden.T
+            elif part.hidden.startswith("from:"):  # the keys m or more ahead alone
+                hidden = np.triu(np.ones(hidden.shape, dtype=bool),
+                                 k=int(part.hidden.removeprefix("from:")))
             if part.hidden != "after-softmax":
                 z = np.where(hidden, part.fill, z)
         if part.max_axis != -1 and z.size:  # each row's softmax of z - max over another axis

@@ -30,17 +30,28 @@ UNEXPLAINED = ("slip-differs", "value-differs", "shape-differs", "relation-diffe
 Settled = list[tuple[Run, str, Clause, tuple[tuple[Array, ...], tuple[Array, ...]]]]
 
 
-def _said(why: Clause) -> tuple[Clause, ...]:
-    """The relations a finding names: a ``relation-differs``'s, or those of the
-    ``relations`` clauses inside a ``forward-differs`` or ``reverse-differs``."""
+def _relation_clauses(why: Clause) -> list[Clause]:
+    """The ``relation-differs`` or ``relations`` clauses of a finding: itself, or those
+    inside a ``forward-differs`` or ``reverse-differs``."""
     if why.code == "relation-differs":
-        found: tuple[Clause, ...] = why.facts[0]
-        return found
+        return [why]
     nested = [fact for fact in why.facts if isinstance(fact, Clause)]
     nested += [fact for facts in why.facts if isinstance(facts, tuple) for fact in facts
                if isinstance(fact, Clause)]
-    return tuple(clause for fact in nested if fact.code == "relations"
-                 for clause in fact.facts[0])
+    return [fact for fact in nested if fact.code == "relations"]
+
+
+def _said(why: Clause) -> tuple[Clause, ...]:
+    """The relations a finding names: a ``relation-differs``'s, or those of the
+    ``relations`` clauses inside a ``forward-differs`` or ``reverse-differs``."""
+    return tuple(clause for fact in _relation_clauses(why) for clause in fact.facts[0])
+
+
+def _held(why: Clause) -> tuple[Clause, ...]:
+    """Every relation that holds beside those a finding names (each relation clause's
+    third fact, where it has one)."""
+    return tuple(clause for fact in _relation_clauses(why) if len(fact.facts) > 2
+                 for clause in fact.facts[2])
 
 
 def _keep(why: Clause, left: tuple[Clause, ...]) -> Clause:
@@ -51,7 +62,8 @@ def _keep(why: Clause, left: tuple[Clause, ...]) -> Clause:
 
     def kept_in(fact: Any) -> Any:
         if isinstance(fact, Clause) and fact.code == "relations":
-            mine = tuple(clause for clause in fact.facts[0] if clause in left)
+            held = (*fact.facts[0], *(fact.facts[2] if len(fact.facts) > 2 else ()))
+            mine = tuple(clause for clause in left if clause in held)
             return Clause("relations", (mine, fact.facts[1])) if mine else fact.facts[1]
         if isinstance(fact, tuple):
             return tuple(found for found in map(kept_in, fact) if found is not None)
@@ -63,14 +75,17 @@ def _keep(why: Clause, left: tuple[Clause, ...]) -> Clause:
 def _agreed_relations(settled: Settled, names: tuple[str, ...], operation: str,
                       tolerance: float) -> Settled:
     """Each finding naming only the relations that hold on every run its tensor (or, for
-    the engine with a part changed, its operation) is wrong on (:func:`_keep`)."""
+    the engine with a part changed, its operation) is wrong on (:func:`_keep`): its own,
+    or where the run's cheapest relation is not agreed on, another that holds there."""
     from qkvcli.check.relations import agreed as agreed_relations
     from qkvcli.check.relations import unexplained
 
     marked: list[tuple[Clause, ...]] = []
+    held: list[tuple[Clause, ...]] = []
     for _, _, why, (got, expected) in settled:
         if why.code not in (*UNEXPLAINED, "forward-differs", "reverse-differs"):
             marked.append(())
+            held.append(())
             continue
         said = _said(why)
         tensors = {clause.facts[0] for clause in said}
@@ -78,7 +93,8 @@ def _agreed_relations(settled: Settled, names: tuple[str, ...], operation: str,
                  if not close(g, e, tolerance)]
         marks = tuple(unexplained(name) for name in (*wrong, operation) if name not in tensors)
         marked.append((*said, *marks))
-    kept_relations = agreed_relations(marked)
+        held.append(_held(why))
+    kept_relations = agreed_relations(marked, held)
     return [(run, where, _keep(why, left) if _said(why) else why, pair)
             for (run, where, why, pair), left in zip(settled, kept_relations, strict=True)]
 

@@ -35,7 +35,13 @@ from qkvcli.render.facts import Fact, Facts, Table, entries, json_of, report, sc
 from qkvcli.render.facts import verdict as fact_verdict
 from qkvcli.render.names import CHECK
 from qkvcli.render.numbers import fmt_exact, fmt_general
-from qkvcli.render.relation_words import CLAUSE_RELATION_WORDS, relations
+from qkvcli.render.relation_words import (
+    CLAUSE_RELATION_WORDS,
+    ON_EVERY_FIXTURE,
+    ON_THIS_FIXTURE,
+    leak_words,
+    relations,
+)
 from qkvcli.render.views import Asked
 from qkvcli.render.wording import FINDING_WORDS, verdict
 from qkvcli.render.wording import said as said_of
@@ -193,12 +199,13 @@ SLIP_WORDS = {
 and mask's own)."""
 
 
-def _slips(slips: tuple[str, ...]) -> str:
-    """One slip's words; several that the fixture cannot tell apart, each, as either."""
+def _slips(slips: tuple[str, ...], either: tuple[str, str] = ON_THIS_FIXTURE) -> str:
+    """One slip's words; several that the fixture cannot tell apart, each, as either
+    (``either``: the words around them; on one fixture, the same numbers there)."""
     if len(slips) == 1:
         return _slip_words(slips[0])
-    return ("on this fixture, either " + "; or ".join(map(_slip_words, slips))
-            + " (the same numbers here)")
+    return (either[0] + "; or ".join(map(_slip_words, slips))
+            + (either[1] or " (the same numbers here)"))
 
 
 def _slip_words(slip: str) -> str:
@@ -207,8 +214,16 @@ def _slip_words(slip: str) -> str:
     return SLIP_WORDS.get(slip) or SLIP_WORDS[slip.removeprefix("rope-")]
 
 
+def _leak(positions: tuple[Clause, ...]) -> int | None:
+    """The offset of a causal mask that leaks, where a ``leaks-future`` position holds one."""
+    return next((clause.facts[4] for clause in positions
+                 if clause.code == "leaks-future" and len(clause.facts) > 4), None)
+
+
 def _mask_positions(slips: tuple[str, ...], positions: tuple[Clause, ...]) -> str:
     said = "; ".join(map(say, positions))
+    if not slips and _leak(positions) is not None:
+        return f"{leak_words(_leak(positions) or 0)}: the mask {said}"
     if not slips:
         return f"the mask {said}"
     return _slips(slips) + (f": the mask {said}" if said else "")
@@ -421,50 +436,78 @@ def _same(slips: Any) -> Any:
     return slips
 
 
-def _slip_names(code: str, facts: tuple[Any, ...]) -> Iterator[tuple[Any, str]]:
+GENERIC_SLIPS = frozenset({("not-scaled",)})
+"""Slips that say a tensor is wrong, not how (the scaling family's "scores are not
+Q K^T / sqrt(d_k)"): where another check names a slip of the same tensor on the same
+fixture, that is the one slip, and the summary says it once."""
+
+
+def _slip_names(code: str, facts: tuple[Any, ...],
+                either: tuple[str, str] = ON_THIS_FIXTURE) -> Iterator[tuple[Any, str]]:
     """The slips a finding names, in the order the finding holds them: each as what
     tells it apart from another (its codes, not the numbers it was found with) and its
-    words."""
+    words (``either``: around slips the fixtures cannot tell apart)."""
     if code in ("slip-differs", "mask-positions"):  # the slips alone, not the mismatch
         if facts[0]:
-            yield _same(facts[0]), _slips(facts[0])
+            yield _same(facts[0]), _slips(facts[0], either)
+        elif code == "mask-positions" and (offset := _leak(facts[1])) is not None:
+            yield f"mask:from:{offset}", leak_words(offset)  # a forward's variant's key too
         return
     if code in SLIP_CODES or code.startswith("slip-"):
-        yield SAME_SLIP.get(code, _same(facts[0]) if code == "slip" else code), _words(
-            code, facts)
+        yield SAME_SLIP.get(code, _same(facts[0]) if code == "slip" else code), (
+            _slips(facts[0], either) if code == "slip" else _words(code, facts))
         return
     if code in ("relation-differs", "relations"):  # the relations alone, not the mismatch
         if facts[0]:
             variants = [c.facts[1] for c in facts[0] if c.code == "variant"]
             key = (variants[0] if len(variants) == len(facts[0]) == 1
                    else tuple(facts[0]))
-            yield key, relations(facts[0])
+            yield key, relations(facts[0], either)
         return
     for fact in facts:
         if isinstance(fact, tuple):  # the slips of one finding's tensors: one slip
             found = [named for clause in fact if isinstance(clause, Clause)
-                     for named in _slip_names(clause.code, clause.facts)]
+                     for named in _slip_names(clause.code, clause.facts, either)]
             if len(found) > 1:
                 yield tuple(key for key, _ in found), "; ".join(said for _, said in found)
             else:
                 yield from found
         elif isinstance(fact, Clause):
-            yield from _slip_names(fact.code, fact.facts)
+            yield from _slip_names(fact.code, fact.facts, either)
 
 
-def _named(failure: Failure) -> list[tuple[Any, str]]:
+def _named(failure: Failure,
+           either: tuple[str, str] = ON_THIS_FIXTURE) -> list[tuple[Any, str]]:
     """The slips one failure names (none for a family that did not run)."""
-    return list(_slip_names(failure.code, failure.facts)) if failure.code and not failure.not_run else []
+    if not failure.code or failure.not_run:
+        return []
+    return list(_slip_names(failure.code, failure.facts, either))
+
+
+def _tensor(failure: Failure) -> tuple[str | None, str]:
+    """The fixture and the tensor a failure is at (its coordinate without the index)."""
+    return failure.fixture, (failure.coordinate or "").split("[", 1)[0]
 
 
 def named_slips(failures: Sequence[Failure]) -> list[dict[str, Any]]:
     """Each slip the failures name, once, in the words of its first finding, with the
     checks that named it, in the order of the failures: what a failing report repeats
-    above its verdict, where the last lines on a screen still show it."""
+    above its verdict, where the last lines on a screen still show it. Several slips
+    one fixture cannot tell apart are said as holding on every failing fixture (the
+    diagnosis names only what they agree on); a :data:`GENERIC_SLIPS` finding is the
+    slip another check names at its tensor on its fixture."""
+    named = [(failure, _named(failure, ON_EVERY_FIXTURE)) for failure in failures]
+    specific: dict[tuple[str | None, str], Any] = {}
+    for failure, found in named:
+        for slip, _ in found:
+            if slip not in GENERIC_SLIPS:
+                specific.setdefault(_tensor(failure), slip)
     words: dict[Any, str] = {}
     checks: dict[Any, list[str]] = {}
-    for failure in failures:
-        for slip, said in _named(failure):
+    for failure, found in named:
+        for slip, said in found:
+            if slip in GENERIC_SLIPS and _tensor(failure) in specific:
+                slip = specific[_tensor(failure)]
             words.setdefault(slip, said)
             if failure.family not in checks.setdefault(slip, []):
                 checks[slip].append(failure.family)

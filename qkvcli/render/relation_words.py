@@ -87,6 +87,21 @@ VARIANT_WORDS = {
 }
 
 
+def leak_words(offset: int) -> str:
+    """A causal mask that hides only the keys ``offset`` or more positions ahead."""
+    nearer = "its next key" if offset == 2 else f"its next {offset - 1} keys"
+    return (f"the causal mask leaks: it hides only the keys {offset} or more positions "
+            f"ahead, so each query also sees {nearer} (a mask such as np.triu(..., "
+            f"k={offset}) where k=1 belongs)")
+
+
+def _variant_words(code: str) -> str:
+    """A variant's words, with ``{0}`` for the operation (a leaking mask's from its offset)."""
+    if code.startswith("mask:from:"):
+        return "{0}: " + leak_words(int(code.removeprefix("mask:from:")))
+    return VARIANT_WORDS[code]
+
+
 def _part(said: str) -> str:
     label, count = said.split("=", 1)
     kind, _, which = label.partition(":")
@@ -152,7 +167,7 @@ RELATION_WORDS: dict[str, Callable[..., str]] = {
         f"{tensor} agrees with qkv only to float32 rounding (every value a float32, tiny "
         "ones flushed to 0): float32 arithmetic"),
     "variant": lambda operation, code: (
-        VARIANT_WORDS[code.removeprefix("back:")].format(operation)
+        _variant_words(code.removeprefix("back:")).format(operation)
         + (" in the turn back through RoPE alone" if code.startswith("back:") else "")),
     "unexplained": lambda tensor: f"{tensor} is explained by no relation",
     "diverges": lambda tensor, before: (
@@ -188,9 +203,17 @@ def _of(names: list[str], words: str) -> str:
     return words.replace(SOME, _listed(names))
 
 
-def relations(found: tuple[Clause, ...]) -> str:
+ON_THIS_FIXTURE = ("on this fixture, either ", "")
+"""How a finding on one fixture says relations or slips it cannot tell apart: before
+them, and after."""
+ON_EVERY_FIXTURE = ("either ", " (the failing fixtures cannot tell them apart)")
+"""How the summary of a report says them: each holds on every fixture that fails (what
+the fixtures agree on), and no fixture there tells them apart."""
+
+
+def relations(found: tuple[Clause, ...], either: tuple[str, str] = ON_THIS_FIXTURE) -> str:
     """The relations of a finding, in their order: several of one tensor as "either ...
-    or ...", tensors related alike said together."""
+    or ..." (``either``: the words around them), tensors related alike said together."""
     groups: dict[tuple[str, str], list[Clause]] = {}
     for clause in found:
         groups.setdefault((clause.code, clause.facts[0]), []).append(clause)
@@ -200,17 +223,17 @@ def relations(found: tuple[Clause, ...]) -> str:
         words = [RELATION_WORDS[c.code](SOME, *c.facts[1:]) if c.code != "variant"
                  else relation(c) for c in clauses]
         said = words[0] if len(words) == 1 else (
-            "on this fixture, either " + " or ".join(words).replace(
-                f" or {SOME} ", " or it ").replace(f" or {SOME}", " or it"))
+            either[0] + " or ".join(words).replace(
+                f" or {SOME} ", " or it ").replace(f" or {SOME}", " or it") + either[1])
         alike.setdefault(said, []).append(tensor)
     return "; ".join(_of(names, said) if said.startswith(SOME) or SOME in said
                      else said for said, names in alike.items())
 
 
 CLAUSE_RELATION_WORDS: dict[str, Callable[..., Any]] = {
-    "relation-differs": lambda found, mismatch: f"{relations(found)}: {mismatch}",
-    "relations": lambda found, otherwise: (relations(found) if found
-                                           else "" if otherwise is None else otherwise),
+    "relation-differs": lambda found, mismatch, *_: f"{relations(found)}: {mismatch}",
+    "relations": lambda found, otherwise, *_: (relations(found) if found
+                                               else "" if otherwise is None else otherwise),
     **RELATION_WORDS,
 }
 """The clause codes of a slip named by relation, for :data:`qkvcli.render.check.CLAUSE_WORDS`."""
