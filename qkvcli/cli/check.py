@@ -130,10 +130,29 @@ def module_file(name: str) -> str | None:
     return None
 
 
+def given_files(paths: tuple[Path, ...]) -> list[tuple[Path, Path | None]]:
+    """Each fixture file the user gave, with the directory it was found in (``None`` for a
+    file named on its own), once each: a file named twice, or named and found in a
+    directory given too, is judged once (the first time it is met)."""
+    seen: set[Path] = set()
+    files: list[tuple[Path, Path | None]] = []
+    for path in paths:
+        folder = path if path.is_dir() else None
+        for found in expand_fixtures((path,)):
+            try:
+                key = found.resolve()
+            except (OSError, RuntimeError):
+                key = found  # the reader says what is wrong with it
+            if key not in seen:
+                seen.add(key)
+                files.append((found, folder))
+    return files
+
+
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded; a later chapter's a
-    case of its kind, :mod:`qkvcli.check.given`), the precision and contrast fixtures,
-    then ``count`` random ones."""
+    """The chapter fixture, each given fixture (directories expanded, each file once; a
+    later chapter's a case of its kind, :mod:`qkvcli.check.given`), the precision and
+    contrast fixtures, then ``count`` random ones."""
     from qkvcli.check import given as chapters
     from qkvcli.check.cases import (
         chapter_case,
@@ -144,7 +163,7 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
     )
 
     chapter = chapter_case()
-    given = [given_case(path, max_elements) for path in expand_fixtures(paths)]
+    given = [given_case(path, max_elements) for path, _ in given_files(paths)]
     for case in given:
         _check_request_size(case, max_elements)
         with working_on(case.label):
@@ -155,6 +174,40 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
             contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
+
+
+def unjudged(paths: tuple[Path, ...], cases: list[Case], operations: tuple[str, ...],
+             implementation: str) -> list[str]:
+    """The stderr lines for the given fixtures no kind the implementation offers takes
+    (:func:`~qkvcli.check.session.judges`): one per
+    fixture found in a directory given, which may hold several chapters' fixtures. Raises
+    :class:`InputError` for such a fixture named on its own, or a directory none of whose
+    fixtures is judged: a fixture the user gives is judged or refused, never dropped."""
+    from qkvcli.check.kinds import KINDS
+    from qkvcli.check.session import judges
+
+    offered = [kind for kind in KINDS if kind.forward in operations]
+    by_label = {case.label: case for case in cases}
+    said: list[str] = []
+    judged: dict[Path, bool] = {}
+    for path, folder in given_files(paths):
+        case = by_label[label_of(path)]
+        taken = any(judges(kind, case) for kind in offered)
+        if folder is not None:
+            judged[folder] = judged.get(folder, False) or taken
+        if taken:
+            continue
+        wanted = tuple(kind.forward for kind in KINDS if judges(kind, case))
+        line = (f"{case.label}: a fixture of {' or '.join(wanted)}, which {implementation} "
+                f"does not define (it defines: {', '.join(operations) or 'nothing'})")
+        if folder is None:
+            raise InputError(line)
+        said.append(f"qkv: not checked: {line}")
+    for folder, taken in judged.items():
+        if not taken:
+            raise InputError(f"{label_of(folder)}: none of its fixtures is of an operation "
+                             f"{implementation} defines ({', '.join(operations) or 'none'})")
+    return said
 
 
 def given_case(path: Path, max_elements: int) -> Case:
@@ -273,14 +326,15 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     _argument_paths(arguments)
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
-    reads: list[Path | str] = [*implementation_sources(spec, command), *expand_fixtures(paths)]
+    reads: list[Path | str] = [*implementation_sources(spec, command),
+                               *(path for path, _ in given_files(paths))]
     check_outputs([output, junit, *(path for _, path in view.exports), html], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
     if save_failures is not None:  # every file it may write, before any work, as -o's
         saved = _saved_paths(save_failures, cases)  # not named by the user: regular files only
         check_outputs([output, junit, *(path for _, path in view.exports), html, *saved], reads,
                       regular_only=saved)
-    result = _run(spec, command, cases, tolerance, timeout, view)
+    result = _run(spec, command, cases, tolerance, timeout, view, paths)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown), html=html,
                page=_page_facts(result, cases, spec, command))
@@ -293,11 +347,6 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
                                              not_applicable=skipped, report="check")]))
     if save_failures is not None:
         _save_failures(save_failures, result, cases)
-    for case in cases:
-        if case.kinds and case.label not in result.fixtures:
-            click.echo(f"qkv: {case.label}: not checked: a fixture of "
-                       f"{' and '.join(case.kinds)}, which the implementation does not offer",
-                       err=True)
     if not result.command and result.stderr.strip():
         # What a Python implementation printed (its stdout too) is its debugging output.
         click.echo(result.stderr.rstrip(), err=True)
@@ -384,15 +433,15 @@ def check_progress(view: ViewSettings) -> Any:
 
 
 def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,
-         timeout: float, view: ViewSettings) -> CheckResult:
+         timeout: float, view: ViewSettings, paths: tuple[Path, ...] = ()) -> CheckResult:
     """Every family on ``cases``: a ``--command`` program or a Python IMPL's runner (both
-    always ended), with a progress bar on a terminal."""
+    always ended), with a progress bar on a terminal; once it has said what it offers, a
+    given fixture it cannot be judged on is refused or, from a directory, said
+    (:func:`unjudged`)."""
     from qkvcli.check.run import run_checks
 
     progress = check_progress(view)
     with contextlib.ExitStack() as stack:
-        if progress is not None:
-            stack.enter_context(progress)
         if command is not None:
             from qkvcli.protocol.client import CommandClient
 
@@ -402,4 +451,8 @@ def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: fl
 
             assert spec is not None
             client = stack.enter_context(start_python(spec, timeout))
+        for line in unjudged(paths, cases, tuple(client.operations), client.label):
+            click.echo(line, err=True)
+        if progress is not None:
+            stack.enter_context(progress)
         return run_checks(client, cases, tolerance, progress)

@@ -1,0 +1,96 @@
+"""``qkv check IMPL FIXTURE...``: a fixture the user gives is judged or refused, never
+dropped (one named on its own that no operation of the implementation takes is a usage
+error; a directory's are said one by one, and a directory none of whose fixtures is
+judged is refused); each file judged once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from qkvcli.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "implementations"
+ROPE_MHA = str(EXAMPLES / "numpy_rope_mha.py")
+
+
+@pytest.fixture(autouse=True)
+def _in_a_folder_with_the_fixtures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for path in (ROOT / "fixtures").glob("ch*.json"):
+        shutil.copyfile(path, tmp_path / path.name)
+    monkeypatch.chdir(tmp_path)
+
+
+def check(*arguments: str) -> Result:
+    return CliRunner().invoke(main, ["check", *arguments, "--random", "0"])
+
+
+def rope_only(tmp_path: Path) -> str:
+    """The RoPE and multi-head example with its mha_forward misnamed: it offers RoPE."""
+    source = Path(ROPE_MHA).read_text().replace("def mha_forward", "def multihead_forward")
+    path = tmp_path / "misnamed.py"
+    path.write_text(source)
+    return path.name
+
+
+def test_a_named_fixture_no_offered_operation_takes_is_a_usage_error(tmp_path: Path) -> None:
+    impl = rope_only(tmp_path)
+    result = check(impl, "ch30-multi-head-attention.json", "-f", "json")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr == ("Error: ch30-multi-head-attention.json: a fixture of mha_forward, "
+                             "which misnamed.py does not define (it defines: rope, "
+                             "rope_reverse)\n")
+
+
+def test_a_chapter_26_fixture_needs_the_projections_or_a_head() -> None:
+    result = check(ROPE_MHA, "ch26-qkv-projections.json")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: ch26-qkv-projections.json: a fixture of forward "
+                                    "or head_forward, which ")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_command_program_is_held_to_the_same_rule() -> None:
+    command = f"python {EXAMPLES / 'command_qkv.py'}"
+    result = check("--command", command, "ch29-rope.json")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"Error: ch29-rope.json: a fixture of rope, which {command} does "
+                             "not define (it defines: forward, backward)\n")
+
+
+def test_a_directory_says_each_fixture_it_skips_and_judges_the_rest(tmp_path: Path) -> None:
+    impl = rope_only(tmp_path)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("ch27-self-attention.json", "ch29-rope.json"):
+        shutil.copyfile(name, folder / name)
+    result = check(impl, "mixed", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert "mixed/ch29-rope.json" in json.loads(result.stdout)["fixtures"]
+    assert [line for line in result.stderr.splitlines() if line.startswith("qkv:")] == [
+        "qkv: not checked: mixed/ch27-self-attention.json: a fixture of head_forward, which "
+        "misnamed.py does not define (it defines: rope, rope_reverse)"]
+
+
+def test_a_directory_none_of_whose_fixtures_is_judged_is_a_usage_error(tmp_path: Path) -> None:
+    folder = tmp_path / "later"
+    folder.mkdir()
+    shutil.copyfile("ch29-rope.json", folder / "ch29-rope.json")
+    result = check(str(EXAMPLES / "numpy_qkv.py"), "later")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[-1].startswith("Error: later: none of its fixtures is of "
+                                                     "an operation ")
+
+
+def test_a_fixture_given_twice_is_judged_once() -> None:
+    result = check(ROPE_MHA, "ch29-rope.json", "./ch29-rope.json", "ch29-rope.json", "-f", "json")
+    assert result.exit_code == 0, result.output
+    fixtures = json.loads(result.stdout)["fixtures"]
+    assert fixtures.count("ch29-rope.json") == 1
+    assert "./ch29-rope.json" not in fixtures
