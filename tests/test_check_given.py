@@ -9,10 +9,13 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
 from qkvcli.cli import main
+from qkvcli.cli.check import build_cases
+from qkvcli.gradcheck.settings import DEFAULT_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "implementations"
@@ -94,3 +97,35 @@ def test_a_fixture_given_twice_is_judged_once() -> None:
     fixtures = json.loads(result.stdout)["fixtures"]
     assert fixtures.count("ch29-rope.json") == 1
     assert "./ch29-rope.json" not in fixtures
+
+
+def big_layer(path: Path, samples: int | None) -> Path:
+    """A chapter 30 fixture of 1 x 64 x 256, 8 heads: the chapter's check of every
+    coordinate is over run's budget; the check's samples a few."""
+    data = json.loads(Path("ch30-multi-head-attention.json").read_text())
+    rng = np.random.default_rng(30)
+    data.update(heads=8, input=rng.uniform(-1, 1, (1, 64, 256)).tolist(),
+                upstream=rng.uniform(-1, 1, (1, 64, 256)).tolist(),
+                suffix=rng.uniform(-1, 1, 256).tolist(),
+                weights={name: rng.uniform(-0.1, 0.1, (256, 256)).tolist()
+                         for name in ("query", "key", "value", "output")})
+    data["rope"]["positions"] = 128
+    if samples is not None:
+        data["gradcheck"]["samples"] = samples
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_large_layer_is_read_by_the_checks_own_budget(tmp_path: Path) -> None:
+    path = big_layer(tmp_path / "big30.json", None)
+    cases = build_cases((path,), 0, 26, 1 << 22)
+    assert cases[1].label == str(path) and cases[1].samples == DEFAULT_SAMPLES
+
+
+def test_a_gradient_check_too_large_names_what_check_offers(tmp_path: Path) -> None:
+    path = big_layer(tmp_path / "big30.json", 100_000)
+    result = check(ROPE_MHA, str(path))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {path}: its gradient check would make ")
+    assert result.stderr.endswith("(lower the fixture's $.gradcheck.samples)\n")
+    assert "--max-evaluations" not in result.stderr and "--mode" not in result.stderr

@@ -76,6 +76,34 @@ def _check_request_size(case: Case, max_elements: int) -> None:
                          f"the limit {max_elements} for one call (raise it with --max-elements)")
 
 
+UNBOUNDED = 1 << 62
+"""The chapter readers' gradient-check budget while the check reads a fixture: the
+chapter's check is not the one the check runs (:func:`_check_gradcheck_size`)."""
+MAX_GRADCHECK_ELEMENTS = 1 << 28
+"""The most tensor elements the gradient check of one given fixture may send (its
+perturbed calls times each call's elements), a few minutes of calls."""
+
+
+def _check_gradcheck_size(case: Case) -> None:
+    """Refuse a fixture whose gradient check would send more than
+    :data:`MAX_GRADCHECK_ELEMENTS` elements: two calls of the forward per sampled
+    coordinate (the fixture's ``gradcheck.samples`` of each tensor), in each mode of each
+    kind the fixture is a case of, each call carrying the whole fixture."""
+    from qkvcli.check.kinds import KINDS
+
+    samples = case.samples if case.samples is not None else 0
+    per_mode = sum(2 * min(int(tensor.size), samples or int(tensor.size))
+                   for tensor in case.tensors)
+    modes = sum(len(kind.runs(case)) for kind in KINDS
+                if kind.forward in case.kinds or (not case.kinds and kind.fixtures is None))
+    elements = case.input.size + sum(w.size for w in case.weights)
+    calls = per_mode * max(modes, 1)
+    if calls * elements > MAX_GRADCHECK_ELEMENTS:
+        raise InputError(f"{case.label}: its gradient check would make {calls} calls of "
+                         f"{elements} elements each, more than {MAX_GRADCHECK_ELEMENTS} "
+                         "elements in all (lower the fixture's $.gradcheck.samples)")
+
+
 def _argument_paths(arguments: tuple[str, ...]) -> None:
     """Refuse an argument no system can open (NUL, over-long), as every path option does."""
     for argument in arguments:
@@ -166,6 +194,7 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
     given = [given_case(path, max_elements) for path, _ in given_files(paths)]
     for case in given:
         _check_request_size(case, max_elements)
+        _check_gradcheck_size(case)
         with working_on(case.label):
             overflow = chapters.overflowing(case) if case.kinds else overflowing(case)
         if overflow is not None:
@@ -218,10 +247,14 @@ def given_case(path: Path, max_elements: int) -> Case:
     from qkvcli.check.cases import fixture_case
     from qkvcli.cli.chapter import ChapterFixture
     from qkvcli.cli.chapter import load as load_chapter
+    from qkvcli.gradcheck.settings import evaluation_budget
 
     label = label_of(path)
     with working_on(label):
-        loaded = load_chapter(path, max_elements, None)
+        # The chapter's own gradient check (every coordinate, unless the fixture samples)
+        # is not what the check runs: the check's is counted by _check_gradcheck_size.
+        with evaluation_budget(UNBOUNDED):
+            loaded = load_chapter(path, max_elements, None)
         if isinstance(loaded, ChapterFixture):
             return _chapter_case(label, loaded)
         return fixture_case(label, loaded)
