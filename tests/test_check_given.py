@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from qkvcli.gradcheck.settings import DEFAULT_SAMPLES
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "implementations"
 ROPE_MHA = str(EXAMPLES / "numpy_rope_mha.py")
+HEAD = str(EXAMPLES / "numpy_head.py")
 
 
 @pytest.fixture(autouse=True)
@@ -129,3 +132,68 @@ def test_a_gradient_check_too_large_names_what_check_offers(tmp_path: Path) -> N
     assert result.stderr.startswith(f"Error: {path}: its gradient check would make ")
     assert result.stderr.endswith("(lower the fixture's $.gradcheck.samples)\n")
     assert "--max-evaluations" not in result.stderr and "--mode" not in result.stderr
+
+
+def changed(source: str, path: Path, change: Callable[[dict[str, Any]], None]) -> str:
+    data = json.loads(Path(source).read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path.name
+
+
+def scaled(key: str, factor: float) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        data[key] = (np.asarray(data[key], dtype=np.float64) * factor).tolist()
+    return change
+
+
+def one(key: str, value: float) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        data[key][0][0][0] = value
+    return change
+
+
+def huge_step(data: dict[str, Any]) -> None:
+    data["query"][0][0][0] = 1e160
+    data["gradcheck"]["step"] = 1e150
+
+
+@pytest.mark.parametrize(("impl", "source", "change", "said"), [
+    (HEAD, "ch27-self-attention.json", one("query", 1e300),
+     "$.query[0][0][0] = 1e+300: the gradient check's step 1e-06 rounds back to it"),
+    (HEAD, "ch27-self-attention.json", scaled("value", 1e12),
+     "$.value[0][0][0] = 3e+12: the gradient check's step 1e-06 rounds back to it"),
+    (ROPE_MHA, "ch29-rope.json", scaled("query", 1e300),
+     "$.query[0][0] = 1e+300: the gradient check's step 1e-06 rounds back to it"),
+    (HEAD, "ch27-self-attention.json", huge_step,
+     "its head_forward scores overflows float64 once the gradient check moves its input "
+     "and weights by the step 1e+150"),
+], ids=["27-query-1e300", "27-value-1e12", "29-query-1e300", "27-overflow-near"])
+def test_what_the_gradient_check_cannot_resolve_is_refused_up_front(
+        impl: str, source: str, change: Callable[[dict[str, Any]], None], said: str,
+        tmp_path: Path) -> None:
+    name = changed(source, tmp_path / "bad.json", change)
+    result = check(impl, name)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {name}: {said}"), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_fixture_the_engine_fails_its_own_gradient_check_on_is_refused(
+        tmp_path: Path) -> None:
+    """Values a thousand times the chapter's: the step resolves them, but the fixture's
+    tolerance is finer than central differences reach there, for qkv's engine too."""
+    name = changed("ch27-self-attention.json", tmp_path / "scaled.json", scaled("value", 1e3))
+    result = check(HEAD, name)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {name}: qkv's own engine fails its gradient "
+                                    "check (head-gradcheck non-causal: worst ")
+    assert result.stderr.endswith("so a correct implementation would too; change "
+                                  "$.gradcheck.step or $.gradcheck.tolerance to fit its "
+                                  "numbers\n")
+
+
+def test_a_larger_scale_the_gradient_check_reaches_still_passes(tmp_path: Path) -> None:
+    name = changed("ch27-self-attention.json", tmp_path / "scaled.json", scaled("value", 10))
+    result = check(HEAD, name, "-f", "text")
+    assert result.exit_code == 0, result.output

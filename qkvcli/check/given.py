@@ -28,6 +28,7 @@ import numpy as np
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import CACHE_STEPS, HEAD, KINDS, MULTI_HEAD, ROPE
 from qkvcli.core.arrays import Array
+from qkvcli.core.results import Failure
 from qkvcli.gradcheck.settings import DEFAULT_SAMPLES
 from qkvcli.protocol.errors import CallFailed
 from qkvcli.reading.problems import FixtureError
@@ -102,12 +103,111 @@ def operand_case(query: Array, key: Array, value: Array, upstream: Array, step: 
                 samples, suffix=suffix)
 
 
-def overflowing(case: Case) -> str | None:
+def perturbed(case: Case) -> bool:
+    """Whether the check's gradient check perturbs ``case``: it has a step, and a kind
+    that judges it has a backward (a KV cache's steps have none)."""
+    from qkvcli.check.session import judges
+
+    return case.step > 0 and any(kind.backward for kind in KINDS if judges(kind, case))
+
+
+def unresolved(case: Case) -> str | None:
+    """What the gradient check's step cannot resolve in ``case``, as a sentence naming
+    the fixture's value (:func:`_where`), or ``None``: a value of the perturbed tensors
+    (the input and the weights) so large that ``x + step`` or ``x - step`` rounds back to
+    ``x``, so a central difference there has no spacing to divide by (nothing an
+    implementation could do about it)."""
+    step = case.step
+    if not perturbed(case):
+        return None
+    for number, tensor in enumerate(case.tensors):
+        values = np.asarray(tensor, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lost = (values + step == values) | (values - step == values)
+        if lost.any():
+            index = tuple(int(i) for i in np.argwhere(lost)[0])
+            return (f"{_where(case, number, index)} = {float(values[index]):.6g}: the "
+                    f"gradient check's step {step:g} rounds back to it (use values of a "
+                    "smaller scale or a larger $.gradcheck.step)")
+    return None
+
+
+def _where(case: Case, number: int, index: tuple[int, ...]) -> str:
+    """The fixture's JSON path of element ``index`` of the case's tensor ``number`` (the
+    input, then the weights): chapter 29's Q and K stacked in the input, chapters 27's
+    and 28's operands side by side in it (:func:`operand_case`)."""
+    if number > 0:
+        name = ("query", "key", "value", "output")[number - 1]
+        return f"$.weights.{name}" + "".join(f"[{i}]" for i in index)
+    if ROPE.forward in case.kinds:
+        return f"$.{('query', 'key')[index[0]]}" + "".join(f"[{i}]" for i in index[1:])
+    width = int(case.weights[0].shape[-1]) if case.weights else 0
+    if HEAD.forward in case.kinds and width and _selects(case.weights, width):
+        part, column = divmod(index[-1], width)
+        return (f"$.{('query', 'key', 'value')[part]}"
+                + "".join(f"[{i}]" for i in (*index[:-1], column)))
+    return "$.input" + "".join(f"[{i}]" for i in index)
+
+
+def _selects(weights: tuple[Array, ...], width: int) -> bool:
+    """Whether ``weights`` are :func:`operand_case`'s, each selecting a third of
+    ``[Q|K|V]``."""
+    identity = np.eye(3 * width)
+    return len(weights) == 3 and all(
+        weight.shape == (3 * width, width)
+        and np.array_equal(weight, identity[:, part * width:(part + 1) * width])
+        for part, weight in enumerate(weights))
+
+
+def engine_gradcheck(case: Case) -> Failure | None:
+    """The first finding of the check's own gradient check of qkv's engine on ``case``
+    (in each kind that judges it, at the fixture's step, samples and tolerance), or
+    ``None``: a fixture on which the engine fails it fails every correct implementation
+    too, its step or tolerance not fitting its numbers. A kind whose engine has no
+    backward (the KV cache's) is not checked here."""
+    from qkvcli.check.engine import engine_implementation
+    from qkvcli.check.numerical import check_gradcheck
+    from qkvcli.check.session import Session, judges
+
+    if not perturbed(case):
+        return None
+    session = Session(engine_implementation(), [case], 0.0, isolated=False, given_only=True)
+    for kind in (kind for kind in KINDS if judges(kind, case)):
+        with np.errstate(all="ignore"):
+            _, failures = check_gradcheck(session, kind)
+        found = next((failure for failure in failures
+                      if not failure.no_backward and not failure.not_run), None)
+        if found is not None:
+            return found
+    return None
+
+
+def overflowing_near(case: Case) -> str | None:
+    """The first of qkv's forward results that is not finite on ``case``'s input and
+    weights moved by the gradient check's step (each element up, then each down), as
+    :func:`overflowing` names it, or ``None``: one coordinate's perturbation reaches no
+    further than all of them moving together (the projections' products are sums)."""
+    from qkvcli.check.cases import overflowing as projections_overflowing
+
+    if not perturbed(case):
+        return None
+    for sign in (1.0, -1.0):
+        with np.errstate(over="ignore", invalid="ignore"):
+            moved = case._replace(input=case.input + sign * case.step,
+                                  weights=tuple(w + sign * case.step for w in case.weights))
+        found = (overflowing(moved, backward=False) if case.kinds
+                 else projections_overflowing(moved))
+        if found is not None:
+            return found
+    return None
+
+
+def overflowing(case: Case, backward: bool = True) -> str | None:
     """The first of qkv's results on ``case`` that is not finite, in each mode of each kind
-    it is a case of, as its operation and name (``"mha_backward grad_input"``), or
-    ``None``: as for a chapter 26 fixture, the protocol carries finite numbers only. A KV
-    cache's results are those of the causal pass its steps are judged by. Raises
-    :class:`FixtureError` when qkv's engine refuses the case."""
+    it is a case of, as its operation and name (``"mha_backward grad_input"``; forwards
+    only unless ``backward``), or ``None``: as for a chapter 26 fixture, the protocol
+    carries finite numbers only. A KV cache's results are those of the causal pass its
+    steps are judged by. Raises :class:`FixtureError` when qkv's engine refuses the case."""
     from qkvcli.check.engine import cache_prefix, engine_implementation
 
     engine = engine_implementation()
@@ -123,7 +223,7 @@ def overflowing(case: Case) -> str | None:
                     else:
                         found = _infinite(kind.forward, kind.forward_names, engine.call(
                             kind.forward, kind.call_arguments(run)))
-                        if found is None and kind.backward:
+                        if found is None and kind.backward and backward:
                             found = _infinite(kind.backward, kind.backward_names, engine.call(
                                 kind.backward, kind.call_arguments(run, None, run.upstream)))
             except CallFailed as failure:

@@ -200,6 +200,26 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
         if overflow is not None:
             raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
                              "compares finite results only (the protocol carries no infinity)")
+        unresolved = chapters.unresolved(case)
+        if unresolved is not None:
+            raise InputError(f"{case.label}: {unresolved}")
+        with working_on(case.label):
+            overflow = chapters.overflowing_near(case)
+        if overflow is not None:
+            raise InputError(f"{case.label}: its {overflow} overflows float64 once the "
+                             f"gradient check moves its input and weights by the step "
+                             f"{case.step:g}; qkv check compares finite results only")
+        with working_on(case.label):
+            failed = chapters.engine_gradcheck(case)
+        if failed is not None:
+            from qkvcli.render.check import failure_detail
+
+            mode = (failed.fixture or "").removeprefix(case.label).strip()
+            raise InputError(f"{case.label}: qkv's own engine fails its gradient check "
+                             f"({failed.family}{' ' + mode if mode else ''}: "
+                             f"{failure_detail(failed)}), so a correct "
+                             "implementation would too; change $.gradcheck.step or "
+                             "$.gradcheck.tolerance to fit its numbers")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
             contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
