@@ -197,3 +197,44 @@ def test_a_larger_scale_the_gradient_check_reaches_still_passes(tmp_path: Path) 
     name = changed("ch27-self-attention.json", tmp_path / "scaled.json", scaled("value", 10))
     result = check(HEAD, name, "-f", "text")
     assert result.exit_code == 0, result.output
+
+
+def test_too_few_rope_positions_for_the_tokens_names_positions(tmp_path: Path) -> None:
+    def more_tokens(data: dict[str, Any]) -> None:
+        for key in ("query", "key"):
+            data[key] += [data[key][0]] * 4
+        data["upstream"] = {name: rows + [rows[0]] * 4
+                            for name, rows in data["upstream"].items()}
+    name = changed("ch29-rope.json", tmp_path / "tokens.json", more_tokens)
+    result = check(ROPE_MHA, name)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"Error: {name}: $.rope.positions: 6 positions, fewer than the 7 "
+                             "tokens need (from $.rope.offset 0: positions [0, 7))\n")
+
+
+def test_an_unknown_chapter_id_is_said_before_any_other_key(tmp_path: Path) -> None:
+    name = changed("ch30-multi-head-attention.json", tmp_path / "ffn.json",
+                   lambda data: data.update(chapter="31-ffn"))
+    result = check(ROPE_MHA, name)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f'Error: {name}: $.chapter: "31-ffn" is not a chapter\'s '
+                                    'id; qkv reads "26-qkv-projections", ')
+
+
+def test_a_save_failures_folder_it_cannot_make_names_the_option(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder the up-front checks accept but the system will not make (``/proc/nope``
+    on Linux): refused before the run, naming the option, as the other outputs are."""
+    made = Path.mkdir
+
+    def refuse(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path.name == "out":
+            raise PermissionError(13, "Permission denied")
+        made(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    result = check(ROPE_MHA, "ch29-rope.json", "--save-failures", "out", "-f", "json")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr == ("Error: --save-failures out: cannot create the directory "
+                             "(Permission denied)\n")

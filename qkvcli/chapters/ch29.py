@@ -237,7 +237,14 @@ def positions_of(rope: dict[str, Any], table: RotaryTable, tokens: int) -> tuple
         try:
             check_interval(table, start, tokens)
         except RotaryRefusal as error:
-            raise FixtureError(location, str(error)) from None
+            if (not isinstance(error, PositionRangeExceeded) or location != "$.rope.offset"
+                    or (offset and tokens <= table.positions)):
+                # the offset (or the shift) moves tokens that fit past the table
+                raise FixtureError(location, str(error)) from None
+            # The table holds fewer positions than there are tokens: the offset is not why.
+            raise FixtureError("$.rope.positions", f"{table.positions} positions, fewer "
+                               f"than the {tokens} tokens need (from $.rope.offset "
+                               f"{offset}: positions [{offset}, {offset + tokens}))") from None
     return offset, shift
 
 

@@ -26,6 +26,7 @@ from qkvcli.cli.io import (
     check_outputs,
     check_path_argument,
     label_of,
+    shown,
     working_on,
     write_file,
 )
@@ -384,6 +385,7 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     check_outputs([output, junit, *(path for _, path in view.exports), html], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
     if save_failures is not None:  # every file it may write, before any work, as -o's
+        _make_folder(save_failures)  # made now: a folder it cannot make stops no run late
         saved = _saved_paths(save_failures, cases)  # not named by the user: regular files only
         check_outputs([output, junit, *(path for _, path in view.exports), html, *saved], reads,
                       regular_only=saved)
@@ -446,6 +448,15 @@ def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
     return {"replay": replay, "spec": named, "cases": cases}
 
 
+def _make_folder(folder: Path) -> None:
+    """Make ``--save-failures``'s folder if missing; one line naming the option if not."""
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{shown(folder)}: cannot create the directory "
+                         f"({error.strerror or error})") from None
+
+
 def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:
     """Write each failing case's fixture and replay requests into ``folder`` (made if
     missing); a later chapter's fixture, replayed from its own file, is said, not written."""
@@ -455,10 +466,7 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
     from qkvcli.render.check import failing_fixture, replay_requests
 
     failing = set(result.failing_fixtures())
-    try:
-        folder.mkdir(exist_ok=True)
-    except OSError as error:
-        raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
+    _make_folder(folder)
     # Numbered over every case, as _saved_paths checked them up front and the page names
     # them: a case that was not checked must not shift the names onto another output.
     for number, case in enumerate(cases, 1):
