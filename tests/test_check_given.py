@@ -160,11 +160,11 @@ def huge_step(data: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("impl", "source", "change", "said"), [
     (HEAD, "ch27-self-attention.json", one("query", 1e300),
-     "$.query[0][0][0] = 1e+300: the gradient check's step 1e-06 rounds back to it"),
+     "$.query[0][0][0]: 1e+300, beside which the gradient check's step 1e-06 rounds back"),
     (HEAD, "ch27-self-attention.json", scaled("value", 1e12),
-     "$.value[0][0][0] = 3e+12: the gradient check's step 1e-06 rounds back to it"),
+     "$.value[0][0][0]: 3e+12, beside which the gradient check's step 1e-06 rounds back"),
     (ROPE_MHA, "ch29-rope.json", scaled("query", 1e300),
-     "$.query[0][0] = 1e+300: the gradient check's step 1e-06 rounds back to it"),
+     "$.query[0][0]: 1e+300, beside which the gradient check's step 1e-06 rounds back"),
     (HEAD, "ch27-self-attention.json", huge_step,
      "its head_forward scores overflows float64 once the gradient check moves its input "
      "and weights by the step 1e+150"),

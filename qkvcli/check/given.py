@@ -111,25 +111,24 @@ def perturbed(case: Case) -> bool:
     return case.step > 0 and any(kind.backward for kind in KINDS if judges(kind, case))
 
 
-def unresolved(case: Case) -> str | None:
-    """What the gradient check's step cannot resolve in ``case``, as a sentence naming
-    the fixture's value (:func:`_where`), or ``None``: a value of the perturbed tensors
-    (the input and the weights) so large that ``x + step`` or ``x - step`` rounds back to
-    ``x``, so a central difference there has no spacing to divide by (nothing an
-    implementation could do about it)."""
+def check_resolved(case: Case) -> None:
+    """Raise :class:`FixtureError` at the fixture's value (:func:`_where`) for a value of
+    the perturbed tensors (the input and the weights) so large that ``x + step`` or
+    ``x - step`` rounds back to ``x``: a central difference there has no spacing to divide
+    by, whatever the implementation."""
     step = case.step
     if not perturbed(case):
-        return None
+        return
     for number, tensor in enumerate(case.tensors):
         values = np.asarray(tensor, dtype=np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             lost = (values + step == values) | (values - step == values)
         if lost.any():
             index = tuple(int(i) for i in np.argwhere(lost)[0])
-            return (f"{_where(case, number, index)} = {float(values[index]):.6g}: the "
-                    f"gradient check's step {step:g} rounds back to it (use values of a "
-                    "smaller scale or a larger $.gradcheck.step)")
-    return None
+            raise FixtureError(_where(case, number, index), f"{float(values[index]):.6g}, "
+                               f"beside which the gradient check's step {step:g} rounds "
+                               "back to the value (use values of a smaller scale or a "
+                               "larger $.gradcheck.step)")
 
 
 def _where(case: Case, number: int, index: tuple[int, ...]) -> str:
