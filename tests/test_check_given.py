@@ -130,7 +130,7 @@ def test_a_gradient_check_too_large_names_what_check_offers(tmp_path: Path) -> N
     result = check(ROPE_MHA, str(path))
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"Error: {path}: its gradient check would make ")
-    assert result.stderr.endswith("(lower the fixture's $.gradcheck.samples)\n")
+    assert result.stderr.endswith("(give the fixture a smaller $.gradcheck.samples)\n")
     assert "--max-evaluations" not in result.stderr and "--mode" not in result.stderr
 
 
@@ -186,11 +186,26 @@ def test_a_fixture_the_engine_fails_its_own_gradient_check_on_is_refused(
     name = changed("ch27-self-attention.json", tmp_path / "scaled.json", scaled("value", 1e3))
     result = check(HEAD, name)
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith(f"Error: {name}: qkv's own engine fails its gradient "
-                                    "check (head-gradcheck non-causal: worst ")
-    assert result.stderr.endswith("so a correct implementation would too; change "
+    assert result.stderr.startswith(f"Error: {name}: qkv's own engine fails head-gradcheck "
+                                    "on it (non-causal): worst ")
+    assert result.stderr.endswith("a correct implementation would too: change "
                                   "$.gradcheck.step or $.gradcheck.tolerance to fit its "
                                   "numbers\n")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_fixture_on_which_the_engine_fails_another_family_is_refused(tmp_path: Path) -> None:
+    """Chapter 26's input a thousand times larger: each softmax row so saturated that
+    changing the last token leaves an earlier output unchanged, qkv's too."""
+    name = changed("ch26-qkv-projections.json", tmp_path / "saturated.json",
+                   scaled("input", 1e3))
+    result = check(HEAD, name)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {name}: qkv's own engine fails head-prefix on "
+                                    "it: changing the last token's input left ")
+    assert result.stderr.endswith("a correct implementation would too: change its numbers\n")
+    # the projections' families alone judge it: nothing there a correct one fails
+    assert check(str(EXAMPLES / "numpy_qkv.py"), name).exit_code == 0
 
 
 def test_a_larger_scale_the_gradient_check_reaches_still_passes(tmp_path: Path) -> None:

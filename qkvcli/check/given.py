@@ -158,26 +158,31 @@ def _selects(weights: tuple[Array, ...], width: int) -> bool:
         for part, weight in enumerate(weights))
 
 
-def engine_gradcheck(case: Case) -> Failure | None:
-    """The first finding of the check's own gradient check of qkv's engine on ``case``
-    (in each kind that judges it, at the fixture's step, samples and tolerance), or
-    ``None``: a fixture on which the engine fails it fails every correct implementation
-    too, its step or tolerance not fitting its numbers. A kind whose engine has no
-    backward (the KV cache's) is not checked here."""
+def engine_fails(case: Case, operations: tuple[str, ...], tolerance: float) -> Failure | None:
+    """The first finding of the check's families (but purity) on qkv's own engine, given
+    ``case`` alone, in each kind that judges it whose forward and backward are among
+    ``operations`` (the implementation's), or ``None``: a fixture on which the engine
+    fails a family (its gradient check's step or tolerance not fitting its numbers, a
+    softmax so saturated that the prefix probe changes nothing) fails every correct
+    implementation too. A kind the implementation offers without its backward is not
+    checked here."""
     from qkvcli.check.engine import engine_implementation
-    from qkvcli.check.numerical import check_gradcheck
+    from qkvcli.check.run import plan
     from qkvcli.check.session import Session, judges
 
-    if not perturbed(case):
-        return None
-    session = Session(engine_implementation(), [case], 0.0, isolated=False, given_only=True)
-    for kind in (kind for kind in KINDS if judges(kind, case)):
-        with np.errstate(all="ignore"):
-            _, failures = check_gradcheck(session, kind)
-        found = next((failure for failure in failures
-                      if not failure.no_backward and not failure.not_run), None)
-        if found is not None:
-            return found
+    session = Session(engine_implementation(), [case], tolerance, isolated=False,
+                      given_only=True)
+    for kind in (kind for kind in KINDS if judges(kind, case)
+                 and {kind.forward, kind.backward} <= set(operations)):
+        for name, family in plan(kind):
+            if name == kind.family("purity"):
+                continue
+            with np.errstate(all="ignore"):
+                _, failures = family(session, kind)
+            found = next((failure for failure in failures
+                          if not failure.no_backward and not failure.not_run), None)
+            if found is not None:
+                return found
     return None
 
 

@@ -91,18 +91,18 @@ def _check_gradcheck_size(case: Case) -> None:
     coordinate (the fixture's ``gradcheck.samples`` of each tensor), in each mode of each
     kind the fixture is a case of, each call carrying the whole fixture."""
     from qkvcli.check.kinds import KINDS
+    from qkvcli.check.session import judges
 
     samples = case.samples if case.samples is not None else 0
     per_mode = sum(2 * min(int(tensor.size), samples or int(tensor.size))
                    for tensor in case.tensors)
-    modes = sum(len(kind.runs(case)) for kind in KINDS
-                if kind.forward in case.kinds or (not case.kinds and kind.fixtures is None))
+    modes = sum(len(kind.runs(case)) for kind in KINDS if judges(kind, case))
     elements = case.input.size + sum(w.size for w in case.weights)
     calls = per_mode * max(modes, 1)
     if calls * elements > MAX_GRADCHECK_ELEMENTS:
         raise InputError(f"{case.label}: its gradient check would make {calls} calls of "
                          f"{elements} elements each, more than {MAX_GRADCHECK_ELEMENTS} "
-                         "elements in all (lower the fixture's $.gradcheck.samples)")
+                         "elements in all (give the fixture a smaller $.gradcheck.samples)")
 
 
 def _argument_paths(arguments: tuple[str, ...]) -> None:
@@ -208,20 +208,31 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
             raise InputError(f"{case.label}: its {overflow} overflows float64 once the "
                              f"gradient check moves its input and weights by the step "
                              f"{case.step:g}; qkv check compares finite results only")
-        with working_on(case.label):
-            failed = chapters.engine_gradcheck(case)
-        if failed is not None:
-            from qkvcli.render.check import failure_detail
-
-            mode = (failed.fixture or "").removeprefix(case.label).strip()
-            raise InputError(f"{case.label}: qkv's own engine fails its gradient check "
-                             f"({failed.family}{' ' + mode if mode else ''}: "
-                             f"{failure_detail(failed)}), so a correct "
-                             "implementation would too; change $.gradcheck.step or "
-                             "$.gradcheck.tolerance to fit its numbers")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
             contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
+
+
+def refuse_unfit(paths: tuple[Path, ...], cases: list[Case], operations: tuple[str, ...],
+                 tolerance: float) -> None:
+    """Raise :class:`InputError` for a given fixture on which qkv's own engine fails a
+    family of a kind the implementation offers with its backward
+    (:func:`~qkvcli.check.given.engine_fails`): a correct implementation fails it too."""
+    from qkvcli.check.given import engine_fails
+    from qkvcli.render.check import failure_detail
+
+    by_label = {case.label: case for case in cases}
+    for path, _ in given_files(paths):
+        case = by_label[label_of(path)]
+        with working_on(case.label):
+            failed = engine_fails(case, operations, tolerance)
+        if failed is not None:
+            mode = (failed.fixture or "").removeprefix(case.label).strip()
+            fix = ("change $.gradcheck.step or $.gradcheck.tolerance to fit its numbers"
+                   if failed.family.endswith("gradcheck") else "change its numbers")
+            raise InputError(f"{case.label}: qkv's own engine fails {failed.family} on it"
+                             f"{' (' + mode + ')' if mode else ''}: {failure_detail(failed)}; "
+                             f"a correct implementation would too: {fix}")
 
 
 def unjudged(paths: tuple[Path, ...], cases: list[Case], operations: tuple[str, ...],
@@ -497,7 +508,8 @@ def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: fl
     """Every family on ``cases``: a ``--command`` program or a Python IMPL's runner (both
     always ended), with a progress bar on a terminal; once it has said what it offers, a
     given fixture it cannot be judged on is refused or, from a directory, said
-    (:func:`unjudged`)."""
+    (:func:`unjudged`), and one its gradient check cannot judge refused
+    (:func:`refuse_unfit`)."""
     from qkvcli.check.run import run_checks
 
     progress = check_progress(view)
@@ -511,8 +523,10 @@ def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: fl
 
             assert spec is not None
             client = stack.enter_context(start_python(spec, timeout))
-        for line in unjudged(paths, cases, tuple(client.operations), client.label):
+        operations = tuple(client.operations)
+        for line in unjudged(paths, cases, operations, client.label):
             click.echo(line, err=True)
+        refuse_unfit(paths, cases, operations, tolerance)
         if progress is not None:
             stack.enter_context(progress)
         return run_checks(client, cases, tolerance, progress)
