@@ -238,10 +238,10 @@ def refuse_unfit(paths: tuple[Path, ...], cases: list[Case], operations: tuple[s
 def unjudged(paths: tuple[Path, ...], cases: list[Case], operations: tuple[str, ...],
              implementation: str) -> list[str]:
     """The stderr lines for the given fixtures no kind the implementation offers takes
-    (:func:`~qkvcli.check.session.judges`): one per
-    fixture found in a directory given, which may hold several chapters' fixtures. Raises
-    :class:`InputError` for such a fixture named on its own, or a directory none of whose
-    fixtures is judged: a fixture the user gives is judged or refused, never dropped."""
+    (:func:`~qkvcli.check.session.judges`): one per fixture found in a directory given,
+    which may hold several chapters' fixtures. Raises :class:`InputError` for such a
+    fixture named on its own, or a directory none of whose fixtures is judged: a fixture
+    the user gives is judged or refused, never dropped."""
     from qkvcli.check.kinds import KINDS
     from qkvcli.check.session import judges
 
