@@ -136,14 +136,6 @@ def test_a_failing_later_chapter_case_is_said_not_saved(tmp_path: Path) -> None:
     assert not [path for path in out.iterdir() if "ch30" in path.name]
 
 
-def test_a_fixture_of_a_kind_the_implementation_lacks_is_said_unchecked() -> None:
-    result = check(str(EXAMPLES / "numpy_qkv.py"), CH30, "-f", "text")
-    assert result.exit_code == 0
-    assert CH30 not in fixtures_line(result)
-    assert result.stderr == (f"qkv: {CH30}: not checked: a fixture of mha_forward, which the "
-                             "implementation does not offer\n")
-
-
 def _changed(source: str, tmp_path: Path, **changes: Any) -> str:
     data = json.loads(Path(source).read_text())
     for key, value in changes.items():

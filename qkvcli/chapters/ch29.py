@@ -50,7 +50,7 @@ from qkvcli.core.results import ShapeProbe, judge_plan
 from qkvcli.core.rope import Rope, check_rope, inverse_frequencies
 from qkvcli.gradcheck.batched import plain_check
 from qkvcli.gradcheck.records import GradcheckResult
-from qkvcli.gradcheck.settings import check_evaluations
+from qkvcli.gradcheck.settings import MAX_EVALUATIONS, check_evaluations, evaluations_allowed
 from qkvcli.protocol.python import PythonImplementation
 from qkvcli.reading.json_values import (
     finite_number,
@@ -237,7 +237,14 @@ def positions_of(rope: dict[str, Any], table: RotaryTable, tokens: int) -> tuple
         try:
             check_interval(table, start, tokens)
         except RotaryRefusal as error:
-            raise FixtureError(location, str(error)) from None
+            if (not isinstance(error, PositionRangeExceeded) or location != "$.rope.offset"
+                    or (offset and tokens <= table.positions)):
+                # the offset (or the shift) moves tokens that fit past the table
+                raise FixtureError(location, str(error)) from None
+            # The table holds fewer positions than there are tokens: the offset is not why.
+            raise FixtureError("$.rope.positions", f"{table.positions} positions, fewer "
+                               f"than the {tokens} tokens need (from $.rope.offset "
+                               f"{offset}: positions [{offset}, {offset + tokens}))") from None
     return offset, shift
 
 
@@ -304,7 +311,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), problems)
     check_step_fits(step, (query, key), "$.gradcheck.step")
     engine_check(lambda: check_evaluations("full" if samples is None else "sampled", samples, 0,
-                                           [query.size, key.size], has_fast=False),
+                                           [query.size, key.size], has_fast=False,
+                                           limit=evaluations_allowed() or MAX_EVALUATIONS),
                  location="$.gradcheck")
     invariant = invariant_tolerance(data)
     return RopeFixture(table, offset, shift, query, key, upstream[0], upstream[1], step,

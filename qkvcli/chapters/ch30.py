@@ -230,7 +230,8 @@ def parse(document: object, max_elements: int = DEFAULT_MAX_ELEMENTS,
     step, tolerance, samples = parse_gradcheck(data.get("gradcheck"), Problems())
     check_step_fits(step, (x, *layer.projections.weights, spec.w_out), "$.gradcheck.step")
     engine_check(lambda: plan_check(layer, x, step, tolerance, samples, causal=True,
-                                    mode="full" if samples is None else "sampled"),
+                                    mode="full" if samples is None else "sampled",
+                                    limit=evaluations_allowed() or MAX_EVALUATIONS),
                  location="$.gradcheck")
     invariant = invariant_tolerance(data)
     return MultiHeadFixture(spec, offset, shift, x, upstream, suffix, step, tolerance, samples,

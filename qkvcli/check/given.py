@@ -28,6 +28,7 @@ import numpy as np
 from qkvcli.check.cases import Case
 from qkvcli.check.kinds import CACHE_STEPS, HEAD, KINDS, MULTI_HEAD, ROPE
 from qkvcli.core.arrays import Array
+from qkvcli.core.results import Failure
 from qkvcli.gradcheck.settings import DEFAULT_SAMPLES
 from qkvcli.protocol.errors import CallFailed
 from qkvcli.reading.problems import FixtureError
@@ -102,12 +103,115 @@ def operand_case(query: Array, key: Array, value: Array, upstream: Array, step: 
                 samples, suffix=suffix)
 
 
-def overflowing(case: Case) -> str | None:
+def perturbed(case: Case) -> bool:
+    """Whether the check's gradient check perturbs ``case``: it has a step, and a kind
+    that judges it has a backward (a KV cache's steps have none)."""
+    from qkvcli.check.session import judges
+
+    return case.step > 0 and any(kind.backward for kind in KINDS if judges(kind, case))
+
+
+def check_resolved(case: Case) -> None:
+    """Raise :class:`FixtureError` at the fixture's value (:func:`_where`) for a value of
+    the perturbed tensors (the input and the weights) so large that ``x + step`` or
+    ``x - step`` rounds back to ``x``: a central difference there has no spacing to divide
+    by, whatever the implementation."""
+    step = case.step
+    if not perturbed(case):
+        return
+    for number, tensor in enumerate(case.tensors):
+        values = np.asarray(tensor, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lost = (values + step == values) | (values - step == values)
+        if lost.any():
+            index = tuple(int(i) for i in np.argwhere(lost)[0])
+            raise FixtureError(_where(case, number, index), f"{float(values[index]):.6g}, "
+                               f"beside which the gradient check's step {step:g} rounds "
+                               "back to the value (use values of a smaller scale or a "
+                               "larger $.gradcheck.step)")
+
+
+def _where(case: Case, number: int, index: tuple[int, ...]) -> str:
+    """The fixture's JSON path of element ``index`` of the case's tensor ``number`` (the
+    input, then the weights): chapter 29's Q and K stacked in the input, chapters 27's
+    and 28's operands side by side in it (:func:`operand_case`)."""
+    if number > 0:
+        name = ("query", "key", "value", "output")[number - 1]
+        return f"$.weights.{name}" + "".join(f"[{i}]" for i in index)
+    if ROPE.forward in case.kinds:
+        return f"$.{('query', 'key')[index[0]]}" + "".join(f"[{i}]" for i in index[1:])
+    width = int(case.weights[0].shape[-1]) if case.weights else 0
+    if HEAD.forward in case.kinds and width and _selects(case.weights, width):
+        part, column = divmod(index[-1], width)
+        return (f"$.{('query', 'key', 'value')[part]}"
+                + "".join(f"[{i}]" for i in (*index[:-1], column)))
+    return "$.input" + "".join(f"[{i}]" for i in index)
+
+
+def _selects(weights: tuple[Array, ...], width: int) -> bool:
+    """Whether ``weights`` are :func:`operand_case`'s, each selecting a third of
+    ``[Q|K|V]``."""
+    identity = np.eye(3 * width)
+    return len(weights) == 3 and all(
+        weight.shape == (3 * width, width)
+        and np.array_equal(weight, identity[:, part * width:(part + 1) * width])
+        for part, weight in enumerate(weights))
+
+
+def engine_fails(case: Case, operations: tuple[str, ...], tolerance: float) -> Failure | None:
+    """The first finding of the check's families (but purity) on qkv's own engine, given
+    ``case`` alone, in each kind that judges it whose forward and backward are among
+    ``operations`` (the implementation's), or ``None``: a fixture on which the engine
+    fails a family (its gradient check's step or tolerance not fitting its numbers, a
+    softmax so saturated that the prefix probe changes nothing) fails every correct
+    implementation too. A kind the implementation offers without its backward is not
+    checked here."""
+    from qkvcli.check.engine import engine_implementation
+    from qkvcli.check.run import plan
+    from qkvcli.check.session import Session, judges
+
+    session = Session(engine_implementation(), [case], tolerance, isolated=False,
+                      given_only=True)
+    for kind in (kind for kind in KINDS if judges(kind, case)
+                 and {kind.forward, kind.backward} <= set(operations)):
+        for name, family in plan(kind):
+            if name == kind.family("purity"):
+                continue
+            with np.errstate(all="ignore"):
+                _, failures = family(session, kind)
+            found = next((failure for failure in failures
+                          if not failure.no_backward and not failure.not_run), None)
+            if found is not None:
+                return found
+    return None
+
+
+def overflowing_near(case: Case) -> str | None:
+    """The first of qkv's forward results that is not finite on ``case``'s input and
+    weights moved by the gradient check's step (each element up, then each down), as
+    :func:`overflowing` names it, or ``None``: one coordinate's perturbation reaches no
+    further than all of them moving together (the projections' products are sums)."""
+    from qkvcli.check.cases import overflowing as projections_overflowing
+
+    if not perturbed(case):
+        return None
+    for sign in (1.0, -1.0):
+        with np.errstate(over="ignore", invalid="ignore"):
+            moved = case._replace(input=case.input + sign * case.step,
+                                  weights=tuple(w + sign * case.step for w in case.weights))
+        found = (overflowing(moved, backward=False) if case.kinds
+                 else projections_overflowing(moved))
+        if found is not None:
+            return found
+    return None
+
+
+def overflowing(case: Case, backward: bool = True) -> str | None:
     """The first of qkv's results on ``case`` that is not finite, in each mode of each kind
-    it is a case of, as its operation and name (``"mha_backward grad_input"``), or
-    ``None``: as for a chapter 26 fixture, the protocol carries finite numbers only. A KV
-    cache's results are those of the causal pass its steps are judged by. Raises
-    :class:`FixtureError` when qkv's engine refuses the case."""
+    it is a case of, as its operation and name (``"mha_backward grad_input"``; forwards
+    only unless ``backward``), or ``None``: as for a chapter 26 fixture, the protocol
+    carries finite numbers only. A KV cache's results are those of the causal pass its
+    steps are judged by. Raises :class:`FixtureError` when qkv's engine refuses the case."""
     from qkvcli.check.engine import cache_prefix, engine_implementation
 
     engine = engine_implementation()
@@ -123,7 +227,7 @@ def overflowing(case: Case) -> str | None:
                     else:
                         found = _infinite(kind.forward, kind.forward_names, engine.call(
                             kind.forward, kind.call_arguments(run)))
-                        if found is None and kind.backward:
+                        if found is None and kind.backward and backward:
                             found = _infinite(kind.backward, kind.backward_names, engine.call(
                                 kind.backward, kind.call_arguments(run, None, run.upstream)))
             except CallFailed as failure:

@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 Key = tuple[str, int, Any]  # operation, case, mode
 
 
+def judges(kind: Kind, case: Case) -> bool:
+    """Whether the kind's families run on ``case``, one of the check's fixtures (not the
+    kind's own): a kind with fixtures of its own (RoPE's...) only on the later chapters'
+    fixtures that are its cases, any other on those it takes."""
+    return kind.takes(case) and (kind.fixtures is None or bool(case.kinds))
+
+
 class Session:
     """The implementation, the fixtures, the tolerance, and what the calls found so far."""
 
@@ -70,8 +77,7 @@ class Session:
         if kind.fixtures is not None and not self.given_only:
             if kind.forward not in self._own:
                 self._own[kind.forward] = [
-                    *(case for case in self.cases if case.kinds and kind.takes(case)),
-                    *kind.fixtures()]
+                    *(case for case in self.cases if judges(kind, case)), *kind.fixtures()]
             return self._own[kind.forward]
         return [case for case in self.cases if kind.takes(case)]
 

@@ -26,6 +26,7 @@ from qkvcli.cli.io import (
     check_outputs,
     check_path_argument,
     label_of,
+    shown,
     working_on,
     write_file,
 )
@@ -74,6 +75,34 @@ def _check_request_size(case: Case, max_elements: int) -> None:
     if total > max_elements:
         raise InputError(f"{case.label}: its tensors hold {total} elements together, more than "
                          f"the limit {max_elements} for one call (raise it with --max-elements)")
+
+
+UNBOUNDED = 1 << 62
+"""The chapter readers' gradient-check budget while the check reads a fixture: the
+chapter's check is not the one the check runs (:func:`_check_gradcheck_size`)."""
+MAX_GRADCHECK_ELEMENTS = 1 << 28
+"""The most tensor elements the gradient check of one given fixture may send (its
+perturbed calls times each call's elements), a few minutes of calls."""
+
+
+def _check_gradcheck_size(case: Case) -> None:
+    """Refuse a fixture whose gradient check would send more than
+    :data:`MAX_GRADCHECK_ELEMENTS` elements: two calls of the forward per sampled
+    coordinate (the fixture's ``gradcheck.samples`` of each tensor), in each mode of each
+    kind the fixture is a case of, each call carrying the whole fixture."""
+    from qkvcli.check.kinds import KINDS
+    from qkvcli.check.session import judges
+
+    samples = case.samples if case.samples is not None else 0
+    per_mode = sum(2 * min(int(tensor.size), samples or int(tensor.size))
+                   for tensor in case.tensors)
+    modes = sum(len(kind.runs(case)) for kind in KINDS if judges(kind, case))
+    elements = case.input.size + sum(w.size for w in case.weights)
+    calls = per_mode * max(modes, 1)
+    if calls * elements > MAX_GRADCHECK_ELEMENTS:
+        raise InputError(f"{case.label}: its gradient check would make {calls} calls of "
+                         f"{elements} elements each, more than {MAX_GRADCHECK_ELEMENTS} "
+                         "elements in all (give the fixture a smaller $.gradcheck.samples)")
 
 
 def _argument_paths(arguments: tuple[str, ...]) -> None:
@@ -130,10 +159,29 @@ def module_file(name: str) -> str | None:
     return None
 
 
+def given_files(paths: tuple[Path, ...]) -> list[tuple[Path, Path | None]]:
+    """Each fixture file the user gave, with the directory it was found in (``None`` for a
+    file named on its own), once each: a file named twice, or named and found in a
+    directory given too, is judged once (the first time it is met)."""
+    seen: set[Path] = set()
+    files: list[tuple[Path, Path | None]] = []
+    for path in paths:
+        folder = path if path.is_dir() else None
+        for found in expand_fixtures((path,)):
+            try:
+                key = found.resolve()
+            except (OSError, RuntimeError):
+                key = found  # the reader says what is wrong with it
+            if key not in seen:
+                seen.add(key)
+                files.append((found, folder))
+    return files
+
+
 def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: int) -> list[Case]:
-    """The chapter fixture, each given fixture (directories expanded; a later chapter's a
-    case of its kind, :mod:`qkvcli.check.given`), the precision and contrast fixtures,
-    then ``count`` random ones."""
+    """The chapter fixture, each given fixture (directories expanded, each file once; a
+    later chapter's a case of its kind, :mod:`qkvcli.check.given`), the precision and
+    contrast fixtures, then ``count`` random ones."""
     from qkvcli.check import given as chapters
     from qkvcli.check.cases import (
         chapter_case,
@@ -144,17 +192,81 @@ def build_cases(paths: tuple[Path, ...], count: int, seed: int, max_elements: in
     )
 
     chapter = chapter_case()
-    given = [given_case(path, max_elements) for path in expand_fixtures(paths)]
+    given = [given_case(path, max_elements) for path, _ in given_files(paths)]
     for case in given:
         _check_request_size(case, max_elements)
+        _check_gradcheck_size(case)
         with working_on(case.label):
             overflow = chapters.overflowing(case) if case.kinds else overflowing(case)
         if overflow is not None:
             raise InputError(f"{case.label}: its {overflow} overflows float64; qkv check "
                              "compares finite results only (the protocol carries no infinity)")
+        with working_on(case.label):
+            chapters.check_resolved(case)
+            overflow = chapters.overflowing_near(case)
+        if overflow is not None:
+            raise InputError(f"{case.label}: its {overflow} overflows float64 once the "
+                             f"gradient check moves its input and weights by the step "
+                             f"{case.step:g}; qkv check compares finite results only")
     return [chapter, *given, precision_case(chapter.step, chapter.tolerance),
             contrast_case(chapter.step, chapter.tolerance),
             *random_cases(count, seed, chapter.step, chapter.tolerance)]
+
+
+def refuse_unfit(paths: tuple[Path, ...], cases: list[Case], operations: tuple[str, ...],
+                 tolerance: float) -> None:
+    """Raise :class:`InputError` for a given fixture on which qkv's own engine fails a
+    family of a kind the implementation offers with its backward
+    (:func:`~qkvcli.check.given.engine_fails`): a correct implementation fails it too."""
+    from qkvcli.check.given import engine_fails
+    from qkvcli.render.check import failure_detail
+
+    by_label = {case.label: case for case in cases}
+    for path, _ in given_files(paths):
+        case = by_label[label_of(path)]
+        with working_on(case.label):
+            failed = engine_fails(case, operations, tolerance)
+        if failed is not None:
+            mode = (failed.fixture or "").removeprefix(case.label).strip()
+            fix = ("change $.gradcheck.step or $.gradcheck.tolerance to fit its numbers"
+                   if failed.family.endswith("gradcheck") else "change its numbers")
+            raise InputError(f"{case.label}: qkv's own engine fails {failed.family} on it"
+                             f"{' (' + mode + ')' if mode else ''}: {failure_detail(failed)}; "
+                             f"a correct implementation would too: {fix}")
+
+
+def unjudged(paths: tuple[Path, ...], cases: list[Case], operations: tuple[str, ...],
+             implementation: str) -> list[str]:
+    """The stderr lines for the given fixtures no kind the implementation offers takes
+    (:func:`~qkvcli.check.session.judges`): one per fixture found in a directory given,
+    which may hold several chapters' fixtures. Raises :class:`InputError` for such a
+    fixture named on its own, or a directory none of whose fixtures is judged: a fixture
+    the user gives is judged or refused, never dropped."""
+    from qkvcli.check.kinds import KINDS
+    from qkvcli.check.session import judges
+
+    offered = [kind for kind in KINDS if kind.forward in operations]
+    by_label = {case.label: case for case in cases}
+    said: list[str] = []
+    judged: dict[Path, bool] = {}
+    for path, folder in given_files(paths):
+        case = by_label[label_of(path)]
+        taken = any(judges(kind, case) for kind in offered)
+        if folder is not None:
+            judged[folder] = judged.get(folder, False) or taken
+        if taken:
+            continue
+        wanted = tuple(kind.forward for kind in KINDS if judges(kind, case))
+        line = (f"{case.label}: a fixture of {' or '.join(wanted)}, which {implementation} "
+                f"does not define (it defines: {', '.join(operations) or 'nothing'})")
+        if folder is None:
+            raise InputError(line)
+        said.append(f"qkv: not checked: {line}")
+    for folder, taken in judged.items():
+        if not taken:
+            raise InputError(f"{label_of(folder)}: none of its fixtures is of an operation "
+                             f"{implementation} defines ({', '.join(operations) or 'none'})")
+    return said
 
 
 def given_case(path: Path, max_elements: int) -> Case:
@@ -165,10 +277,14 @@ def given_case(path: Path, max_elements: int) -> Case:
     from qkvcli.check.cases import fixture_case
     from qkvcli.cli.chapter import ChapterFixture
     from qkvcli.cli.chapter import load as load_chapter
+    from qkvcli.gradcheck.settings import evaluation_budget
 
     label = label_of(path)
     with working_on(label):
-        loaded = load_chapter(path, max_elements, None)
+        # The chapter's own gradient check (every coordinate, unless the fixture samples)
+        # is not what the check runs: the check's is counted by _check_gradcheck_size.
+        with evaluation_budget(UNBOUNDED):
+            loaded = load_chapter(path, max_elements, None)
         if isinstance(loaded, ChapterFixture):
             return _chapter_case(label, loaded)
         return fixture_case(label, loaded)
@@ -264,7 +380,8 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     The chapter fixture, each FIXTURE, a precision fixture (values exact neither in 6
     decimals nor in float32) and --random N seeded fixtures are checked. A FIXTURE of
     chapter 29, 30 or 37 (or 27 and 28, a head's) is a case of the kind it describes:
-    RoPE, multi-head attention, the KV cache.
+    RoPE, multi-head attention, the KV cache. A FIXTURE of operations IMPL does not
+    define is a usage error; in a directory such fixtures are skipped, each said.
     Exit status: 0 when every applicable family passed, 1 when one failed, 2 for usage
     errors and implementations that cannot be loaded or started, 130 on Ctrl-C.
     """
@@ -273,14 +390,16 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
     _argument_paths(arguments)
     spec = None if command is not None else arguments[0]
     paths = tuple(Path(arg) for arg in (arguments if command is not None else arguments[1:]))
-    reads: list[Path | str] = [*implementation_sources(spec, command), *expand_fixtures(paths)]
+    reads: list[Path | str] = [*implementation_sources(spec, command),
+                               *(path for path, _ in given_files(paths))]
     check_outputs([output, junit, *(path for _, path in view.exports), html], reads)
     cases = build_cases(paths, random_count, seed, max_elements)
     if save_failures is not None:  # every file it may write, before any work, as -o's
+        _make_folder(save_failures)  # made now: a folder it cannot make stops no run late
         saved = _saved_paths(save_failures, cases)  # not named by the user: regular files only
         check_outputs([output, junit, *(path for _, path in view.exports), html, *saved], reads,
                       regular_only=saved)
-    result = _run(spec, command, cases, tolerance, timeout, view)
+    result = _run(spec, command, cases, tolerance, timeout, view, paths)
     fmt = show(result, fmt, view, output, title="qkv check", precision=FIGURE_PRECISION,
                pieces=lambda shown: render_pieces(result, shown), html=html,
                page=_page_facts(result, cases, spec, command))
@@ -293,11 +412,6 @@ def check(arguments: tuple[str, ...], command: str | None, random_count: int, se
                                              not_applicable=skipped, report="check")]))
     if save_failures is not None:
         _save_failures(save_failures, result, cases)
-    for case in cases:
-        if case.kinds and case.label not in result.fixtures:
-            click.echo(f"qkv: {case.label}: not checked: a fixture of "
-                       f"{' and '.join(case.kinds)}, which the implementation does not offer",
-                       err=True)
     if not result.command and result.stderr.strip():
         # What a Python implementation printed (its stdout too) is its debugging output.
         click.echo(result.stderr.rstrip(), err=True)
@@ -344,6 +458,15 @@ def _page_facts(result: CheckResult, cases: list[Case], spec: str | None,
     return {"replay": replay, "spec": named, "cases": cases}
 
 
+def _make_folder(folder: Path) -> None:
+    """Make ``--save-failures``'s folder if missing; one line naming the option if not."""
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{shown(folder)}: cannot create the directory "
+                         f"({error.strerror or error})") from None
+
+
 def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None:
     """Write each failing case's fixture and replay requests into ``folder`` (made if
     missing); a later chapter's fixture, replayed from its own file, is said, not written."""
@@ -353,10 +476,7 @@ def _save_failures(folder: Path, result: CheckResult, cases: list[Case]) -> None
     from qkvcli.render.check import failing_fixture, replay_requests
 
     failing = set(result.failing_fixtures())
-    try:
-        folder.mkdir(exist_ok=True)
-    except OSError as error:
-        raise InputError(f"{folder}: cannot create the directory ({error.strerror})") from None
+    _make_folder(folder)
     # Numbered over every case, as _saved_paths checked them up front and the page names
     # them: a case that was not checked must not shift the names onto another output.
     for number, case in enumerate(cases, 1):
@@ -384,15 +504,16 @@ def check_progress(view: ViewSettings) -> Any:
 
 
 def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: float,
-         timeout: float, view: ViewSettings) -> CheckResult:
+         timeout: float, view: ViewSettings, paths: tuple[Path, ...] = ()) -> CheckResult:
     """Every family on ``cases``: a ``--command`` program or a Python IMPL's runner (both
-    always ended), with a progress bar on a terminal."""
+    always ended), with a progress bar on a terminal; once it has said what it offers, a
+    given fixture it cannot be judged on is refused or, from a directory, said
+    (:func:`unjudged`), and one its gradient check cannot judge refused
+    (:func:`refuse_unfit`)."""
     from qkvcli.check.run import run_checks
 
     progress = check_progress(view)
     with contextlib.ExitStack() as stack:
-        if progress is not None:
-            stack.enter_context(progress)
         if command is not None:
             from qkvcli.protocol.client import CommandClient
 
@@ -402,4 +523,10 @@ def _run(spec: str | None, command: str | None, cases: list[Case], tolerance: fl
 
             assert spec is not None
             client = stack.enter_context(start_python(spec, timeout))
+        operations = tuple(client.operations)
+        for line in unjudged(paths, cases, operations, client.label):
+            click.echo(line, err=True)
+        refuse_unfit(paths, cases, operations, tolerance)
+        if progress is not None:
+            stack.enter_context(progress)
         return run_checks(client, cases, tolerance, progress)

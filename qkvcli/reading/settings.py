@@ -131,7 +131,7 @@ def misnamed_chapter(data: Any) -> FixtureError | None:
         return None
     meant = _meant_chapter(value)
     if meant is None:
-        return None
+        return _unknown_chapter(data)
     if isinstance(value, str):
         import json
 
@@ -140,6 +140,28 @@ def misnamed_chapter(data: Any) -> FixtureError | None:
     else:
         said = f"the number {value!r} is not a chapter's id"
     return FixtureError("$.chapter", f'{said}; chapter {meant}\'s is "{CHAPTER_IDS[meant]}"')
+
+
+def _unknown_chapter(data: dict[str, Any]) -> FixtureError | None:
+    """The problem of a later chapter's document (one with a key only chapters 27 to 37
+    have) whose ``chapter`` is an id of the chapters' form for a chapter qkv does not
+    read (``"31-ffn"``), naming the ids it reads; ``None`` otherwise (chapter 26's and a
+    layer's ``chapter`` is any label)."""
+    import json
+    import re
+
+    from qkvcli.core.names import CHAPTER_IDS
+
+    value = data["chapter"]
+    later = {key for key, _ in CHAPTER_KEYS} | {"capacity"}
+    if not isinstance(value, str) or not later & set(data):
+        return None
+    if re.fullmatch(r"(?:ch(?:apter)?-?)?\d+-[a-z][a-z0-9-]*", value.strip().lower()) is None:
+        return None
+    shown = json.dumps(value, ensure_ascii=False)
+    known = ", ".join(f'"{name}"' for name in CHAPTER_IDS.values())
+    return FixtureError("$.chapter", f"{shown[:60]}{'...' if len(shown) > 60 else ''} is not "
+                        f"a chapter's id; qkv reads {known}")
 
 
 def _meant_chapter(value: Any) -> int | None:
