@@ -253,3 +253,22 @@ def test_a_save_failures_folder_it_cannot_make_names_the_option(
     assert result.stdout == ""
     assert result.stderr == ("Error: --save-failures out: cannot create the directory "
                              "(Permission denied)\n")
+
+
+def test_a_one_token_layer_is_not_counted_by_the_prefix_family(tmp_path: Path) -> None:
+    # Its claim is that every earlier token's output is kept: one token has none, so a
+    # one-token fixture with a suffix is not among the fixtures the family says it judged.
+    def first_token(data: dict[str, Any]) -> None:
+        data["input"] = [item[:1] for item in data["input"]]
+        data["upstream"] = [item[:1] for item in data["upstream"]]
+
+    one_token = changed("ch30-multi-head-attention.json", tmp_path / "one.json", first_token)
+
+    def prefix(*fixtures: str) -> dict[str, Any]:
+        result = check(ROPE_MHA, *fixtures, "-f", "json")
+        assert result.exit_code == 0, result.output
+        checks = json.loads(result.output)["checks"]
+        return next(entry for entry in checks if entry["name"] == "multi-head-prefix")
+
+    alone, given = prefix(), prefix(one_token)
+    assert given["passed"] and given["detail"] == alone["detail"]

@@ -61,7 +61,11 @@ def chapter_case(number: int, label: str, case: Case, layout: str = "adjacent") 
     if CHAPTER_KINDS[number][0] in (MULTI_HEAD.forward, CACHE_STEPS.forward):
         _square(case, CHAPTER_KINDS[number][0])
     samples = case.samples if case.samples is not None else DEFAULT_SAMPLES
-    return case._replace(label=label, kinds=CHAPTER_KINDS[number], samples=samples)
+    # The prefix family claims every earlier token's output is kept: a one-token fixture
+    # has none, so its suffix is dropped and the family does not count it.
+    suffix = case.suffix if case.input.shape[1] >= 2 else None
+    return case._replace(label=label, kinds=CHAPTER_KINDS[number], samples=samples,
+                         suffix=suffix)
 
 
 def _square(case: Case, operation: str) -> None:
