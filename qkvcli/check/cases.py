@@ -274,9 +274,13 @@ def cache_cases() -> list[Case]:
     input rows ``cos t, -sin t``, identity ``W_Q``, ``W_K``, ``W_V`` and ``W_O`` swapping
     the two heads' blocks) first, then the input and the four weights drawn uniform in
     ``[-1, 1)``. Each is fed one token a step into a cache with room for every token."""
-    turn = np.array([[1.0, 0.0, 1.0, 0.0],
-                     [np.cos(1.0), -np.sin(1.0), 0.0, 1.0],
-                     [np.cos(2.0), -np.sin(2.0), 1.0, 1.0]])[None]
+    from qkvcli.attention.maths import rotate  # the engine's RoPE: imported when a cache is
+    from qkvcli.core.rope import Rope
+
+    # the first head's rows are [1, 0] turned back to each position (at base 100 a head of
+    # width 2 turns by t), so its turned keys are all [1, 0]
+    back = rotate(np.tile([1.0, 0.0], (3, 1)), Rope(100.0, 2), inverse=True)
+    turn = np.concatenate([back, [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]], axis=1)[None]
     eye = np.eye(4)
     swap = np.roll(eye, 2, axis=1)  # out = [m2, m3, m0, m1]
     found = [Case("cache[1,3,4/2,base=100]", turn, (eye, eye, eye, swap), (), DEFAULT_STEP,
