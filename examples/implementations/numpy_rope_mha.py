@@ -185,15 +185,19 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
     width = x.shape[2]
     size = width // heads
     items = slice(0, 1) if BUG == "dw-first-item" else slice(None)  # weights from one item
-    grad_w_output = (merged[items].reshape(-1, width).T
+    mixed = x if BUG == "dwo-from-input" else merged  # the slip: dW_O = X^T dY, not C^T dY
+    grad_w_output = (mixed[items].reshape(-1, width).T
                      @ grad_output[items].reshape(-1, width))
     if BUG == "dwo-transposed":
         grad_w_output = grad_w_output.T
     grad_heads = _split(grad_output @ w_output.T, heads)  # dC split per head
+    if BUG == "split-back-reshaped":  # the slip: [B,T,d] read as [B,H,T,d_h], no transpose
+        grad_heads = (grad_output @ w_output.T).reshape(x.shape[0], heads, x.shape[1], size)
     if BUG == "merge-reversed":
         grad_heads = grad_heads[:, ::-1]
     grad_a = grad_heads @ np.swapaxes(v, -1, -2)
-    grad_v = (a if BUG == "dv-uses-a" else np.swapaxes(a, -1, -2)) @ grad_heads
+    grad_v = ((a if BUG == "dv-uses-a" else np.swapaxes(a, -1, -2))
+              @ (_split(grad_output, heads) if BUG == "dv-without-wo" else grad_heads))
     grad_s = _softmax_reverse(a, grad_a) / (1.0 if BUG == "backward-unscaled" else _scale(size))
     grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
     if rope_on and BUG != "rope-backward-ignored":  # the rotation's reverse carries it back
@@ -212,7 +216,14 @@ def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, b
         paths = [_merge(g * last) for g in (grad_q, grad_k, grad_v)]
     if BUG == "no-key-path":
         paths = [paths[0], np.zeros_like(paths[1]), paths[2]]
-    grad_input = sum(g @ w.T for g, w in zip(paths, (w_query, w_key, w_value), strict=True))
+    weights = (w_query, w_key, w_value)
+    if BUG == "no-value-path":
+        paths, weights = paths[:2], weights[:2]
+    if BUG == "dx-through-wq":  # (dQ + dK + dV) W_Q^T: one weight for all three paths
+        paths, weights = [paths[0] + paths[1] + paths[2]], (w_query,)
+    untransposed = BUG == "dx-untransposed"  # the slip: g W where the reverse of X W is g W^T
+    grad_input = sum(g @ (w if untransposed else w.T)
+                     for g, w in zip(paths, weights, strict=True))
     if BUG == "dw-one-item":  # dW_Q, dW_K, dW_V from batch item 0 alone; dW_O summed
         rows, grads = x[:1].reshape(-1, width), [g[:1] for g in grads]
     grad_w = [rows.T @ g[items].reshape(-1, width) for g in grads]

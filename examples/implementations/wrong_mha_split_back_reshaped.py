@@ -1,46 +1,19 @@
-"""Multi-head attention wrong on purpose: the backward splits dC into the heads with a
-reshape alone.
+"""Multi-head attention wrong on purpose: the backward splits dC into the heads with a bare reshape.
 
     qkv check examples/implementations/wrong_mha_split_back_reshaped.py
 
-The forward splits ``[B,T,d]`` into ``[B,H,T,d_h]`` by a reshape to ``[B,T,H,d_h]`` and a
-transpose; the backward reshapes ``dC = dY W_O^T`` straight to ``[B,H,T,d_h]``, mixing
-tokens and heads. The forward is numpy_rope_mha's, right.
+numpy_rope_mha.py with its ``BUG`` switch set to "split-back-reshaped" ([B,T,d] read as
+[B,H,T,d_h] with no transpose): the forward is right, the slip is in the backward.
 """
 
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy_rope_mha
-from numpy_rope_mha import _forward, _merge, _scale, _softmax_reverse
 
-rope, rope_reverse = numpy_rope_mha.rope, numpy_rope_mha.rope_reverse
+numpy_rope_mha.BUG = "split-back-reshaped"
+rope = numpy_rope_mha.rope
+rope_reverse = numpy_rope_mha.rope_reverse
 mha_forward = numpy_rope_mha.mha_forward
-
-
-def mha_backward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base, offset,
-                 grad_output):
-    q, k, v, a, _, merged, _ = _forward(x, w_query, w_key, w_value, w_output, heads, causal,
-                                        rope_on, base, offset)
-    if grad_output.shape != x.shape:
-        raise ValueError(f"grad_output has shape {grad_output.shape}")
-    width = x.shape[2]
-    grad_w_output = merged.reshape(-1, width).T @ grad_output.reshape(-1, width)
-    grad_merged = grad_output @ w_output.T
-    batch, tokens, _ = grad_merged.shape
-    # the slip: [B,T,d] read as [B,H,T,d_h], with no transpose
-    grad_heads = grad_merged.reshape(batch, heads, tokens, width // heads)
-    grad_a = grad_heads @ np.swapaxes(v, -1, -2)
-    grad_v = np.swapaxes(a, -1, -2) @ grad_heads
-    grad_s = _softmax_reverse(a, grad_a) / _scale(width // heads)
-    grad_q, grad_k = grad_s @ k, np.swapaxes(grad_s, -1, -2) @ q
-    if rope_on:
-        grad_q, grad_k = rope_reverse(grad_q, base, offset), rope_reverse(grad_k, base, offset)
-    grads = [_merge(g) for g in (grad_q, grad_k, grad_v)]
-    grad_input = sum(g @ w.T for g, w in zip(grads, (w_query, w_key, w_value), strict=True))
-    rows = x.reshape(-1, width)
-    grad_w = [rows.T @ g.reshape(-1, width) for g in grads]
-    return (grad_input + np.zeros_like(x), *grad_w, grad_w_output)
+mha_backward = numpy_rope_mha.mha_backward
