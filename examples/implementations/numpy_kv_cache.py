@@ -61,15 +61,19 @@ class KvCache:
         size = width // heads
         q, k, v = ((token @ w).reshape(batch, 1, heads, size).transpose(0, 2, 1, 3)
                    for w in (w_query, w_key, w_value))
-        position = 0 if BUG == "rope-at-zero" else self.length
+        position = {"rope-at-zero": 0, "positions-from-one": self.length + 1}.get(
+            BUG, self.length)
         q, k = _turn(q, base, position), _turn(k, base, position)
         if BUG == "values-turned":
             v = _turn(v, base, position)
         at = self.length
         keys = np.concatenate([self.keys[:, :, :at], k], axis=2)
         values = np.concatenate([self.values[:, :, :at], v], axis=2)
+        if BUG == "own-key-out" and at:  # the slip: the cache before this step alone
+            keys, values = self.keys[:, :, :at], self.values[:, :, :at]
+        scale = math.sqrt(width if BUG == "scale-dmodel" else size)
         with np.errstate(over="ignore", invalid="ignore"):
-            scores = q @ np.swapaxes(keys, -1, -2) / math.sqrt(size)  # [B,H,1,at+1]
+            scores = q @ np.swapaxes(keys, -1, -2) / scale  # [B,H,1,at+1]
         if not np.all(np.isfinite(scores)):
             raise CacheRefusal("a score the softmax cannot read")
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))

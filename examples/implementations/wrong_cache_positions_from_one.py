@@ -4,8 +4,8 @@
 
 Each step turns its query and key at the cache's length plus one, so the first token is
 turned at position 1. The scores are unchanged (a query and a key turned by the same
-extra angle keep their dot product), the outputs right; the cached keys are not. The
-rest is numpy_kv_cache's, right.
+extra angle keep their dot product), the outputs right; the cached keys are not. It is
+numpy_kv_cache.py with its ``BUG`` switch set to "positions-from-one".
 """
 
 import os
@@ -14,12 +14,5 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy_kv_cache
 
-_right_turn = numpy_kv_cache._turn
-
-
-def _turn_from_one(x, base, position):
-    return _right_turn(x, base, position + 1)  # the slip: positions counted from 1
-
-
-numpy_kv_cache._turn = _turn_from_one
+numpy_kv_cache.BUG = "positions-from-one"
 cache_steps = numpy_kv_cache.cache_steps
