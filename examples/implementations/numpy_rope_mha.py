@@ -137,8 +137,9 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
     if BUG != "scale-after-softmax":  # the slip: softmax(Q K^T) / sqrt(d_h)
         scores = scores / _scale(size)
     tokens = x.shape[1]
-    if causal:
-        future = np.triu(np.ones((tokens, tokens), dtype=bool), k=1)
+    if causal and slip != "mask-after-softmax":  # the slip: the later keys zeroed after it
+        first = 0 if slip == "diagonal-nan" else 1  # the slip: k=0 hides the diagonal too
+        future = np.triu(np.ones((tokens, tokens), dtype=bool), k=first)
         if BUG == "mask-one-head":
             future = np.zeros((heads, tokens, tokens), dtype=bool) | future
             future[1:] = False
@@ -148,7 +149,10 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
             e = np.exp(scores - np.max(scores, axis=1, keepdims=True))
             weights = e / np.sum(e, axis=1, keepdims=True)
     else:
-        weights = _softmax(scores)
+        with np.errstate(invalid="ignore"):  # diagonal-nan: -inf - -inf on query 0's row
+            weights = _softmax(scores)
+    if causal and slip == "mask-after-softmax":
+        weights = np.where(np.triu(np.ones((tokens, tokens), dtype=bool), k=1), 0.0, weights)
     if BUG == "scale-after-softmax":
         weights = weights / _scale(size)
     mixed = weights  # the slip: the weights returned are masked, the mixture's are not
@@ -161,6 +165,8 @@ def _forward(x, w_query, w_key, w_value, w_output, heads, causal, rope_on, base,
         merged = np.concatenate(blocks, axis=-1) if blocks else np.zeros(x.shape)
         return q, k, v, weights, heads_out, merged, merged
     merged = _merge(heads_out[:, ::-1] if BUG == "merge-reversed" else heads_out)
+    if slip == "merge-strided":  # the slip: column j h of the merge is head h's column j
+        merged = heads_out.transpose(0, 2, 3, 1).reshape(x.shape[0], tokens, heads * size)
     output = merged if slip == "no-output-projection" else merged @ w_output
     return q, k, v, weights, heads_out, merged, output
 
