@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from qkvcli.core.record import Record
-from qkvcli.render.decode import decode_details
 from qkvcli.render.names import ATTEND, CH37, CHECK, RUN, published
 from qkvcli.render.numbers import fmt_bool, fmt_exact, fmt_general
 
@@ -292,6 +291,15 @@ def _attend_hull(c: FamilyCheck, v: Voice) -> str:
             f"rows; box test (necessary only): {box}")
 
 
+def _decode_words(v: Voice) -> str:
+    """attend's ``cached-steps`` in the decode view's words (imported when said: the
+    decode renderer loads attend's records, which no other report needs)."""
+    from qkvcli.render.decode import decode_details
+
+    words: str = decode_details(v.evidence.decode)["decode"][0]
+    return words
+
+
 def _relative_dot(check: FamilyCheck) -> str:
     from qkvcli.check.rotary import SHIFT
 
@@ -413,7 +421,7 @@ WORDS: dict[str, dict[str, Pair]] = {
             "each step is the last row of the causal pass over its prefix within "
             f"{fmt_exact(c.tolerance)}, the cache grows by one a step and holds the turned keys "
             f"and unturned values, on {_fixtures(c.fixtures)}"),
-        ATTEND: lambda c, v: decode_details(v.evidence.decode)["decode"][0]},
+        ATTEND: lambda c, v: _decode_words(v)},
     "protocol": {CHECK: lambda c, v: c.finding},  # the conversation's own words
 }
 """Every family's words, by published family, then by who says them: ``qkv check``
