@@ -215,11 +215,11 @@ def test_a_layer_mask_that_hides_the_diagonal_is_named_where_its_row_is_undefine
     has no softmax there (NaN), a learner's -1e9 mask a uniform row; every other value
     fits, so the slip is named as it is in a head."""
     source = (EXAMPLES / "numpy_rope_mha.py").read_text(encoding="utf-8")
-    future, masked = ("np.triu(np.ones((tokens, tokens), dtype=bool), k=1)",
+    future, masked = ("np.triu(np.ones((tokens, tokens), dtype=bool), k=first)",
                       "np.where(future, -np.inf, scores)")
     assert future in source and masked in source
-    layer = tmp_path / "mha_diagonal.py"
-    layer.write_text(source.replace(future, future.replace("k=1", "k=0"))
+    layer = tmp_path / "mha_diagonal.py"  # forward and backward alike
+    layer.write_text(source.replace(future, future.replace("k=first", "k=0"))
                      .replace(masked, masked.replace("-np.inf", "-1e9")), encoding="utf-8")
     found = CliRunner().invoke(main, ["check", str(layer), "-f", "text"])
     assert found.exit_code == 1, found.output

@@ -341,12 +341,7 @@ def test_a_failing_cache_pages_numbers_open_their_comparison_and_the_engines_ter
         tmp_path: Path) -> None:
     """A KV cache whose RoPE counts positions from 1: the cached key's actual and
     expected values are numbers; the expected one opens the turn of the pass's key."""
-    source = (EXAMPLES / "numpy_kv_cache.py").read_text(encoding="utf-8")
-    slip = 'position = 0 if BUG == "rope-at-zero" else self.length\n'
-    assert slip in source
-    implementation = tmp_path / "from_one.py"
-    implementation.write_text(source.replace(slip, slip.replace("self.length", "self.length + 1")),
-                              encoding="utf-8")
+    implementation = EXAMPLES / "wrong_cache_positions_from_one.py"
     html = write_page(tmp_path, "check", str(implementation))
     shown = [n for n in numbers_of(html) if n["data-tensor"] == "failures"]
     assert {n["data-field"] for n in shown} == {"actual", "expected"}
